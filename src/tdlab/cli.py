@@ -1,0 +1,123 @@
+"""The ``tdlab`` command.
+
+    tdlab list                                   every experiment, with its seed paper and figure
+    tdlab run NAME [--profile quick|paper] [--set a.b=c ...] [--seeds N] [--seed S] [--device cpu|cuda] [--out DIR]
+    tdlab report RUN_DIR                         rebuild claims, figures, summary.json and report.html
+    tdlab runs [--out DIR]                       table of past runs with their claim verdicts
+
+Bad input (unknown experiment, bad ``--set``, corrupt run directory) prints one message naming the
+field and what is allowed, exits with code 2 and leaves no run directory behind.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tdlab.config import ConfigError
+from tdlab.runs import RunDirError, list_runs
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="tdlab: how transformers learn, reproduced with computed verdicts.")
+out_console = Console()
+err_console = Console(stderr=True)
+
+DEFAULT_OUT = Path("runs")
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=2)
+
+
+@app.command("list")
+def list_experiments() -> None:
+    """List every experiment with the seed paper and figure it reproduces."""
+    from tdlab.experiments.base import registry
+
+    table = Table("experiment", "seed", "reproduces", "profiles")
+    for name, exp in sorted(registry().items()):
+        table.add_row(name, exp.paper, exp.figure, ", ".join(exp.profiles))
+    out_console.print(table)
+
+
+@app.command()
+def run(
+    name: Annotated[str, typer.Argument(help="experiment name (see `tdlab list`)")],
+    profile: Annotated[str, typer.Option(help="quick (minutes on 2 CPU cores) or paper (the seed's settings)")] = "quick",
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a config field: --set task.p=0.7")] = None,
+    seeds: Annotated[Optional[int], typer.Option("--seeds", help="ensemble members (independent seeds) per arm")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="root seed of the run")] = None,
+    device: Annotated[str, typer.Option(help="cpu, or cuda / cuda:N where a GPU exists")] = "cpu",
+    out: Annotated[Path, typer.Option(help="folder that holds run directories")] = DEFAULT_OUT,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+) -> None:
+    """Run an experiment: progress bar, then a computed verdict per claim; writes a run directory."""
+    from tdlab.experiments.base import get
+    from tdlab.experiments.runner import check_device, execute
+
+    try:
+        exp = get(name)
+        cfg = exp.make_config(profile, set_ or [], members=seeds, seed=seed)
+        check_device(device)
+    except ConfigError as exc:
+        _fail(str(exc))
+    finished = execute(exp, cfg, profile, out, device, progress=not quiet)
+    summary = finished.summary
+    _print_summary(summary, finished.path)
+    if summary["status"] != "done":
+        raise typer.Exit(code=1)
+
+
+def _print_summary(summary: dict, path: Path) -> None:
+    out_console.print(f"\n[bold]{summary['experiment']}[/] ({summary['figure']}) — status {summary['status']}"
+                      + (f": {summary['error']}" if summary.get("error") else ""))
+    for c in summary["claims"]:
+        color = "green" if c["holds"] else "red"
+        out_console.print(
+            f"[{color}]{c['verdict'].upper():5}[/] {c['id']}: measured {c['mean']:.4f} ± {c['std']:.4f} "
+            f"(expected {c['expected']:.4f}, tol {c['tolerance']:g}; {c['n_hold']}/{len(c['measured'])} members)",
+            highlight=False, soft_wrap=True,
+        )
+    for n in summary.get("notes", []):
+        out_console.print(f"  · {n}", highlight=False, soft_wrap=True)
+    out_console.print(f"run directory: {path}\nreport: {path / 'report.html'}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")]) -> None:
+    """Rebuild the claims, figures, summary.json and report.html of a run from its stored data."""
+    from tdlab.experiments.runner import rebuild
+
+    try:
+        finished = rebuild(run_dir)
+    except (RunDirError, ConfigError) as exc:
+        _fail(str(exc))
+    _print_summary(finished.summary, finished.path)
+
+
+@app.command()
+def runs(out: Annotated[Path, typer.Option(help="folder that holds run directories")] = DEFAULT_OUT) -> None:
+    """Table of past runs with their claim verdicts."""
+    table = Table("run", "experiment", "profile", "status", "claims held", "wall (s)")
+    for r in list_runs(out):
+        try:
+            s = r.summary
+        except RunDirError:
+            s = {}
+        total, failed = s.get("claims_total", 0), s.get("claims_failed", 0)
+        table.add_row(r.path.name, s.get("experiment", "?"), s.get("profile", "?"), s.get("status", "?"),
+                      f"{total - failed}/{total}", f"{s.get('wall_time_s', 0):.0f}")
+    out_console.print(table)
+
+
+def main() -> None:  # pragma: no cover - entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

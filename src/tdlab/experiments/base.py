@@ -1,0 +1,122 @@
+"""What an experiment is: a config with profiles, a ``run``, an ``analyse`` that computes claims
+from the run's own data, and a ``plot``.
+
+Experiments are where tasks, models, trainers and theory meet; each module under
+``tdlab.experiments`` reproduces one figure or table and registers itself with :func:`register`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from tdlab.claims import Claim
+from tdlab.config import Config, ConfigError, build_config, parse_overrides
+from tdlab.runs import Run, RunWriter
+from tdlab.train.trainer import DivergenceError, FitResult, Trainer
+
+__all__ = ["ExperimentConfig", "Experiment", "RunContext", "Analysis", "register", "get", "registry"]
+
+
+class ExperimentConfig(Config):
+    """Fields every experiment has."""
+
+    seed: int = Field(0, ge=0, le=2**62)  # root seed: every random draw of the run derives from it
+    members: int = Field(3, ge=1, le=4096)  # ensemble members (independent seeds) per arm
+
+
+@dataclass
+class RunContext:
+    """Handed to :meth:`Experiment.run`: where to write, on what device, whether to show progress."""
+
+    writer: RunWriter
+    device: str = "cpu"
+    progress: bool = True
+
+    def record(self, arm: str, result: FitResult) -> None:
+        """Store a fit's metrics and final parameters under ``arm``."""
+        self.writer.add_metrics(arm, result.rows)
+        self.writer.save_arrays(arm.replace("/", "__"), result.states)
+
+    def fit(self, arm: str, trainer: Trainer, build: Callable[[list[int]], Any], seeds: Sequence[int], task: Any) -> FitResult:
+        """``trainer.fit(build, seeds, task)``, stored under ``arm``; a diverging fit stores what it
+        measured before the :class:`DivergenceError` goes on up."""
+        try:
+            result = trainer.fit(build, seeds, task)
+        except DivergenceError as err:
+            self.record(arm, err.result)
+            raise
+        self.record(arm, result)
+        return result
+
+
+@dataclass
+class Analysis:
+    """What :meth:`Experiment.analyse` computes from a run."""
+
+    claims: list[Claim] = field(default_factory=list)
+    measurements: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # plain-language findings for the report
+
+
+class Experiment(ABC):
+    """One reproduced figure or table. Subclasses set the class attributes and implement the rest."""
+
+    name: ClassVar[str]
+    paper: ClassVar[str]  # which seed, e.g. "000 Local to Global"
+    figure: ClassVar[str]  # what it reproduces, e.g. "Fig. 4 (App. A.3.2)"
+    description: ClassVar[str]
+    Config: ClassVar[type[ExperimentConfig]]
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {"quick": {}, "paper": {}}
+
+    def make_config(
+        self, profile: str = "quick", overrides: Sequence[str] = (), members: int | None = None, seed: int | None = None
+    ) -> ExperimentConfig:
+        """Defaults < profile < ``--set`` overrides < ``--seeds``/``--seed``; validated once."""
+        if profile not in self.profiles:
+            raise ConfigError(f"profile: unknown profile {profile!r} for {self.name}; allowed: {', '.join(self.profiles)}")
+        top: dict[str, Any] = {}
+        if members is not None:
+            top["members"] = members
+        if seed is not None:
+            top["seed"] = seed
+        return build_config(self.Config, self.profiles[profile], parse_overrides(overrides), top)
+
+    @abstractmethod
+    def run(self, cfg: ExperimentConfig, ctx: RunContext) -> None:
+        """Train and measure; store everything through ``ctx``."""
+
+    @abstractmethod
+    def analyse(self, cfg: ExperimentConfig, run: Run) -> Analysis:
+        """Claims and measurements, computed from the stored run alone."""
+
+    @abstractmethod
+    def plot(self, cfg: ExperimentConfig, run: Run, analysis: Analysis, figdir: Path) -> list[Path]:
+        """Write figures into ``figdir``; return their paths."""
+
+
+_REGISTRY: dict[str, Experiment] = {}
+
+
+def register(cls: type[Experiment]) -> type[Experiment]:
+    """Class decorator: make an experiment available to ``tdlab list`` and ``tdlab run``."""
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def registry() -> dict[str, Experiment]:
+    from tdlab import experiments  # noqa: F401  (importing the package registers every experiment)
+
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> Experiment:
+    reg = registry()
+    if name not in reg:
+        raise ConfigError(f"experiment: unknown experiment {name!r}; allowed: {', '.join(sorted(reg))}")
+    return reg[name]

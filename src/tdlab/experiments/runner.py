@@ -1,0 +1,94 @@
+"""Running an experiment end to end: config -> training -> claims, figures, summary, report.
+
+Everything happens in the run's staging folder; the run directory appears only when the whole
+run, report included, is written (see :mod:`tdlab.runs`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tdlab.config import ConfigError
+from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext, get
+from tdlab.report.html import write_report
+from tdlab.runs import Run, RunDirError, RunWriter, environment
+from tdlab.train.trainer import DivergenceError
+
+__all__ = ["execute", "rebuild", "check_device"]
+
+
+def check_device(device: str) -> str:
+    """Validate ``--device``: ``cpu``, or ``cuda``/``cuda:N`` where a GPU exists."""
+    if device == "cpu":
+        return device
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device: {device!r} is not available on this machine (no CUDA GPU); allowed: cpu")
+        return device
+    raise ConfigError(f"device: unknown device {device!r}; allowed: cpu, cuda, cuda:N")
+
+
+def execute(
+    exp: Experiment, cfg: ExperimentConfig, profile: str, out: Path, device: str = "cpu", progress: bool = True
+) -> Run:
+    """Run ``exp`` with a validated ``cfg``; returns the finished run (status ``done`` or ``diverged``)."""
+    device = check_device(device)
+    with RunWriter(Path(out), exp.name) as writer:
+        writer.write_config({"experiment": exp.name, "profile": profile, "config": cfg.model_dump(mode="json")})
+        status: dict[str, Any] = {"status": "done", "error": None}
+        t0 = time.perf_counter()
+        try:
+            exp.run(cfg, RunContext(writer, device, progress))
+        except DivergenceError as err:
+            # What was measured is already stored; the run finishes as "diverged", naming member and step.
+            status = {"status": "diverged", "error": str(err), "member": err.member, "step": err.step}
+        meta = {"run_id": writer.run_id, "profile": profile, "wall_time_s": time.perf_counter() - t0,
+                "env": environment(device), **status}
+        _report(exp, cfg, Run(writer.path), meta)
+        return writer.finish()
+
+
+def rebuild(path: Path) -> Run:
+    """Recompute claims, figures, summary and report of an existing run from its stored data."""
+    run = Run(Path(path))
+    conf = run.config
+    exp = get(conf["experiment"])
+    try:
+        cfg = exp.Config.model_validate(conf.get("config", {}))
+    except Exception as exc:
+        raise RunDirError(f"{run.path}/config.yaml does not validate for {exp.name}: {exc}") from None
+    old = run.summary
+    meta = {k: old[k] for k in ("run_id", "profile", "wall_time_s", "env", "status", "error", "member", "step") if k in old}
+    meta.setdefault("run_id", run.path.name)
+    meta.setdefault("profile", conf.get("profile", "?"))
+    meta.setdefault("status", "done")
+    _report(exp, cfg, run, meta)
+    return run
+
+
+def _report(exp: Experiment, cfg: ExperimentConfig, run: Run, meta: dict[str, Any]) -> None:
+    analysis = exp.analyse(cfg, run) if meta.get("status") == "done" else None
+    figures: list[Path] = []
+    if analysis is not None:
+        figures = exp.plot(cfg, run, analysis, run.path / "figures")
+    claims = [c.to_dict() for c in analysis.claims] if analysis else []
+    summary = {
+        "experiment": exp.name,
+        "paper": exp.paper,
+        "figure": exp.figure,
+        **meta,
+        "seed": cfg.seed,
+        "members": cfg.members,
+        "claims": claims,
+        "claims_total": len(claims),
+        "claims_failed": sum(not c["holds"] for c in claims),
+        "measurements": analysis.measurements if analysis else {},
+        "notes": analysis.notes if analysis else [],
+        "figures": [str(f.relative_to(run.path)) for f in figures],
+    }
+    run.write_summary(summary)
+    write_report(run, summary, exp.description)

@@ -1,0 +1,49 @@
+"""Shared plotting: loss curves with a spread band and reference lines, saved atomically."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from tdlab.runs import atomic_write  # noqa: E402
+
+__all__ = ["plt", "save_figure", "curve_with_band", "member_curves", "reference_lines"]
+
+
+def save_figure(fig: plt.Figure, path: Path) -> Path:
+    """Save ``fig`` as PNG through a temp file + rename; closes the figure."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    atomic_write(Path(path), buf.getvalue())
+    return Path(path)
+
+
+def member_curves(metrics: pd.DataFrame, arm: str, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps (S,), values (members, S))`` of metric ``name`` in ``arm``."""
+    df = metrics[(metrics["arm"] == arm) & (metrics["name"] == name)]
+    table = df.pivot_table(index="member", columns="step", values="value")
+    return table.columns.to_numpy(), table.to_numpy()
+
+
+def curve_with_band(ax: plt.Axes, steps: np.ndarray, values: np.ndarray, label: str, color: str | None = None) -> None:
+    """Mean over members with a shaded min–max band."""
+    mean = values.mean(0)
+    (line,) = ax.plot(steps, mean, label=label, color=color, lw=1.8)
+    if values.shape[0] > 1:
+        ax.fill_between(steps, values.min(0), values.max(0), color=line.get_color(), alpha=0.2, lw=0)
+
+
+def reference_lines(ax: plt.Axes, lines: Mapping[str, float]) -> None:
+    """Horizontal dashed lines for theory values (e.g. entropies)."""
+    styles = ["--", ":", "-.", (0, (5, 1))]
+    for (label, y), ls in zip(lines.items(), styles * 4):
+        ax.axhline(y, color="k", ls=ls, lw=1.1, label=label)

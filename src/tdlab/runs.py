@@ -1,0 +1,211 @@
+"""The run directory: one per run, written atomically.
+
+Layout::
+
+    RUN/config.yaml        the full validated config (experiment, profile, seed, members, ...)
+    RUN/metrics.parquet    long format: arm, step, member, name, value
+    RUN/arrays/ARM.safetensors   final parameters of every member of an arm (member axis first)
+    RUN/figures/*.png
+    RUN/summary.json       status, claims (expected / measured / holds), measurements, environment
+    RUN/report.html
+
+A run is built in a hidden staging folder ``OUT/.staging-ID`` and renamed into place when it ends
+(done, or stopped by a diverging loss: then ``status`` says so), so a run directory that exists is
+never half-written. Single files are replaced with temp-file + rename.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+import yaml
+from safetensors.torch import load_file, save_file
+
+__all__ = ["RunWriter", "Run", "RunDirError", "atomic_write", "environment", "list_runs", "METRIC_COLUMNS"]
+
+METRIC_COLUMNS = ["arm", "step", "member", "name", "value"]
+_SCHEMA = pa.schema([("arm", pa.string()), ("step", pa.int64()), ("member", pa.int64()), ("name", pa.string()), ("value", pa.float64())])
+
+
+class RunDirError(ValueError):
+    """A run directory that is missing, incomplete or corrupt (the CLI exits with code 2)."""
+
+
+def atomic_write(path: Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Versions and machine facts recorded with every run."""
+    import numpy
+
+    import tdlab
+
+    env = {
+        "tdlab": tdlab.__version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "platform": platform.platform(),
+        "processor": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": device,
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+    return env
+
+
+def _metrics_table(rows: Iterable[tuple[str, int, int, str, float]]) -> pa.Table:
+    arm, step, member, name, value = zip(*rows) if rows else ([], [], [], [], [])
+    return pa.Table.from_arrays(
+        [pa.array(arm, pa.string()), pa.array(step, pa.int64()), pa.array(member, pa.int64()),
+         pa.array(name, pa.string()), pa.array(value, pa.float64())], schema=_SCHEMA)
+
+
+class RunWriter:
+    """Builds a run directory in a staging folder; :meth:`finish` moves it into place.
+
+    Use as a context manager: on an exception the staging folder is removed, unless the run was
+    already :meth:`finish`-ed (a diverged run finishes with ``status="diverged"`` and is kept).
+    """
+
+    def __init__(self, out: Path, experiment: str, run_id: str | None = None) -> None:
+        self.out = Path(out)
+        stamp = _dt.datetime.now().strftime("%Y-%m-%dT%H-%M-%S-%f")
+        self.run_id = run_id or f"{stamp}_{experiment}"
+        self.final = self.out / self.run_id
+        if self.final.exists():
+            raise RunDirError(f"run directory {self.final} already exists")
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.path = Path(tempfile.mkdtemp(dir=self.out, prefix=f".staging-{self.run_id}-"))
+        self.rows: list[tuple[str, int, int, str, float]] = []
+        self.finished = False
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self.finished:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        atomic_write(self.path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+
+    def add_metrics(self, arm: str, rows: Iterable[tuple[int, int, str, float]]) -> None:
+        self.rows.extend((arm, int(s), int(m), str(n), float(v)) for s, m, n, v in rows)
+        self.flush_metrics()
+
+    def flush_metrics(self) -> None:
+        tmp = self.path / ".metrics.parquet.tmp"
+        pq.write_table(_metrics_table(self.rows), tmp)
+        os.replace(tmp, self.path / "metrics.parquet")
+
+    def save_arrays(self, arm: str, states: list[dict[str, torch.Tensor]]) -> None:
+        """Stack per-member states along a leading member axis and save them as safetensors."""
+        if not states:
+            return
+        stacked = {k: torch.stack([s[k] for s in states]).contiguous() for k in states[0]}
+        (self.path / "arrays").mkdir(exist_ok=True)
+        save_file(stacked, str(self.path / "arrays" / f"{arm}.safetensors"))
+
+    def finish(self) -> Run:
+        """Move the staged run into place; returns the finished :class:`Run`."""
+        self.flush_metrics()
+        os.replace(self.path, self.final)
+        self.finished = True
+        return Run(self.final)
+
+
+@dataclass
+class Run:
+    """A finished run directory, read back."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        if not self.path.is_dir():
+            raise RunDirError(f"{self.path}: not a run directory (no such folder)")
+        for need in ("config.yaml", "metrics.parquet"):
+            if not (self.path / need).is_file():
+                raise RunDirError(f"{self.path}: not a run directory ({need} is missing)")
+
+    @property
+    def config(self) -> dict[str, Any]:
+        try:
+            cfg = yaml.safe_load((self.path / "config.yaml").read_text())
+        except yaml.YAMLError as exc:
+            raise RunDirError(f"{self.path}/config.yaml is corrupt: {exc}") from None
+        if not isinstance(cfg, dict) or "experiment" not in cfg:
+            raise RunDirError(f"{self.path}/config.yaml is corrupt: expected a mapping with an 'experiment' key")
+        return cfg
+
+    def metrics(self) -> pd.DataFrame:
+        try:
+            df = pq.read_table(self.path / "metrics.parquet").to_pandas()
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            raise RunDirError(f"{self.path}/metrics.parquet is corrupt: {exc}") from None
+        missing = set(METRIC_COLUMNS) - set(df.columns)
+        if missing:
+            raise RunDirError(f"{self.path}/metrics.parquet is corrupt: missing columns {sorted(missing)}")
+        return df
+
+    def arrays(self, arm: str) -> dict[str, torch.Tensor]:
+        f = self.path / "arrays" / f"{arm}.safetensors"
+        if not f.is_file():
+            raise RunDirError(f"{f}: no saved arrays for arm {arm!r}")
+        return load_file(str(f))
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        f = self.path / "summary.json"
+        if not f.is_file():
+            return {}
+        try:
+            return json.loads(f.read_text())
+        except json.JSONDecodeError as exc:
+            raise RunDirError(f"{f} is corrupt: {exc}") from None
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        atomic_write(self.path / "summary.json", json.dumps(summary, indent=2, default=float))
+
+
+def list_runs(out: Path) -> list[Run]:
+    """Finished runs under ``out`` (staging folders and foreign folders are skipped), oldest first."""
+    out = Path(out)
+    if not out.is_dir():
+        return []
+    runs = []
+    for p in sorted(out.iterdir()):
+        if p.name.startswith(".") or not p.is_dir():
+            continue
+        try:
+            runs.append(Run(p))
+        except RunDirError:
+            continue
+    return runs

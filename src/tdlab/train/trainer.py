@@ -1,0 +1,219 @@
+"""The training loop: fresh samples every step, an ensemble of independent members, per-member metrics.
+
+Members are trained as one vectorised ensemble, in chunks of members when the ensemble would not
+pay (long sequences on a CPU, where one member's attention already fills the cores). Chunking never
+changes the numbers: every member's initialisation and data come from its own seed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from tdlab.config import Config
+from tdlab.seeding import Purpose, generators
+from tdlab.train.progress import ProgressBar
+
+__all__ = ["TrainConfig", "Trainer", "FitResult", "DivergenceError", "next_token_loss", "auto_chunk"]
+
+
+class TrainConfig(Config):
+    """Optimisation settings. Defaults are seed 000's Table 2."""
+
+    steps: int = Field(8000, ge=1, le=10_000_000)  # Table 2: 8000 iterations
+    batch: int = Field(16, ge=1, le=1_000_000)  # Table 2: batch grid-searched in {16, 50}; A.3.2 uses 16
+    seq_len: int = Field(1024, ge=2, le=65536)  # Table 2: grid {512, 1024, 2048}; A.3.1 uses N = 1024
+    optimizer: Literal["adamw", "sgd"] = "adamw"  # Table 2: AdamW; A.3.1 (Fig. 3) uses SGD
+    lr: float = Field(1e-3, gt=0.0, le=100.0)  # Table 2: learning rate 0.001
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)  # Table 2: beta_1 = 0.9
+    beta2: float = Field(0.95, ge=0.0, lt=1.0)  # Table 2: beta_2 = 0.95
+    weight_decay: float = Field(1e-3, ge=0.0, le=10.0)  # Table 2: 1e-3 (on matrices, nanoGPT convention)
+    momentum: float = Field(0.0, ge=0.0, lt=1.0)  # SGD only
+    schedule: Literal["cosine", "constant"] = "cosine"  # Table 2: cosine
+    warmup_steps: int = Field(0, ge=0)  # not in the seed; 0 = pure cosine from lr
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)  # cosine floor as a fraction of lr (our choice: 0)
+    grad_clip: float | None = Field(None, gt=0.0)  # not in the seed; clipped per member when set
+    eval_every: int = Field(100, ge=1)  # evaluation on fresh samples every this many steps (and at the end)
+    eval_batches: int = Field(8, ge=1, le=100_000)  # fresh batches per evaluation
+    log_every: int = Field(10, ge=1)  # training loss (mean since last log) every this many steps
+    chunk: int | Literal["auto"] = "auto"  # members trained together; auto: see auto_chunk()
+
+
+class DivergenceError(RuntimeError):
+    """A member's loss became NaN or infinite. ``result`` holds what was measured until then."""
+
+    def __init__(self, member: int, step: int, result: FitResult) -> None:
+        super().__init__(f"loss diverged (non-finite) for member {member} at step {step}")
+        self.member, self.step, self.result = member, step, result
+
+
+class Task(Protocol):
+    vocab: int
+
+    def sample(self, gens: Sequence[torch.Generator], batch: int, length: int, device: str | torch.device = "cpu") -> torch.Tensor: ...
+
+
+@dataclass
+class FitResult:
+    """What a fit measured. ``rows`` are long-format metrics ``(step, member, name, value)``;
+    ``states[i]`` is member ``i``'s final parameters (no member axis)."""
+
+    rows: list[tuple[int, int, str, float]] = field(default_factory=list)
+    states: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    wall_time: float = 0.0
+
+    def series(self, name: str, member: int) -> tuple[list[int], list[float]]:
+        pts = [(s, v) for s, m, n, v in self.rows if n == name and m == member]
+        return [s for s, _ in pts], [v for _, v in pts]
+
+
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduce_positions: bool = True) -> torch.Tensor:
+    """Cross-entropy of next-token prediction, Eq. (1), per member.
+
+    Args:
+        logits: ``(E, B, T, V)``; targets: ``(E, B, T)``.
+    Returns:
+        ``(E,)`` mean loss per member, or ``(E, T)`` per position when ``reduce_positions=False``.
+    """
+    E, B, T, V = logits.shape
+    nll = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="none").reshape(E, B, T)
+    return nll.mean(dim=(1, 2)) if reduce_positions else nll.mean(dim=1)
+
+
+def auto_chunk(members: int, batch: int, seq_len: int, device: str | torch.device) -> int:
+    """Members per chunk. On a GPU, all of them. On a CPU, at most ~128k tokens a chunk: at long
+    sequences the attention kernel of a few members already fills the cores (see bench/)."""
+    if torch.device(device).type != "cpu":
+        return members
+    return max(1, min(members, (1 << 17) // (batch * seq_len)))
+
+
+def _cosine(cfg: TrainConfig) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.schedule == "constant":
+            return 1.0
+        t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
+
+    return factor
+
+
+class Trainer:
+    """Trains ensembles of next-token predictors on fresh samples of a task.
+
+    ``fit(build, seeds, task)`` builds ``build(chunk_seeds)`` for each chunk of member seeds and
+    trains it; ``fit_model(model, task)`` trains one already-built ensemble.
+    """
+
+    def __init__(self, cfg: TrainConfig, device: str = "cpu", progress: bool = True, label: str = "") -> None:
+        self.cfg, self.device, self.progress, self.label = cfg, device, progress, label
+
+    # ------------------------------------------------------------------------------------------
+    def fit(self, build: Callable[[list[int]], nn.Module], seeds: Sequence[int], task: Task) -> FitResult:
+        """Train one member per seed. Returns metrics for members ``0..len(seeds)-1``."""
+        seeds = list(seeds)
+        chunk = self.cfg.chunk if self.cfg.chunk != "auto" else auto_chunk(len(seeds), self.cfg.batch, self.cfg.seq_len, self.device)
+        result = FitResult()
+        t0 = time.perf_counter()
+        with ProgressBar(self.cfg.steps * math.ceil(len(seeds) / chunk), self.label, enabled=self.progress) as bar:
+            for start in range(0, len(seeds), chunk):
+                model = build(seeds[start : start + chunk]).to(self.device)
+                try:
+                    self._train(model, task, start, result, bar)
+                finally:
+                    result.wall_time = time.perf_counter() - t0
+        return result
+
+    def fit_model(self, model: nn.Module, task: Task) -> FitResult:
+        result = FitResult()
+        t0 = time.perf_counter()
+        with ProgressBar(self.cfg.steps, self.label, enabled=self.progress) as bar:
+            self._train(model.to(self.device), task, 0, result, bar)
+        result.wall_time = time.perf_counter() - t0
+        return result
+
+    # ------------------------------------------------------------------------------------------
+    def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        cfg = self.cfg
+        # nanoGPT convention: decay matrices (per-member ndim >= 2), not vectors or scalars.
+        decay = [p for p in model.parameters() if p.dim() >= 3]
+        no_decay = [p for p in model.parameters() if p.dim() < 3]
+        groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if cfg.optimizer == "sgd":
+            return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+
+    def _clip(self, model: nn.Module) -> None:
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        sq = sum(g.pow(2).reshape(g.shape[0], -1).sum(1) for g in grads)
+        scale = (self.cfg.grad_clip / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(scale.reshape(-1, *([1] * (g.dim() - 1))))
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, task: Task, gens: Sequence[torch.Generator], batches: int) -> torch.Tensor:
+        """Mean next-token loss per member on ``batches`` fresh batches: ``(E,)``."""
+        was_training = model.training
+        model.eval()
+        total = torch.zeros(len(gens), device=self.device, dtype=torch.float64)
+        for _ in range(batches):
+            x = task.sample(gens, self.cfg.batch, self.cfg.seq_len + 1, self.device)
+            total += next_token_loss(model(x[..., :-1]), x[..., 1:]).double()
+        model.train(was_training)
+        return total / batches
+
+    def _train(self, model: nn.Module, task: Task, offset: int, result: FitResult, bar: ProgressBar) -> None:
+        cfg = self.cfg
+        seeds = model.seeds
+        E = len(seeds)
+        train_gens = generators(seeds, Purpose.TRAIN_DATA, self.device)
+        eval_gens = generators(seeds, Purpose.EVAL_DATA, self.device)
+        opt = self._optimizer(model)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, _cosine(cfg))
+        model.train()
+
+        def log_eval(step: int) -> None:
+            losses = self.evaluate(model, task, eval_gens, cfg.eval_batches).tolist()
+            result.rows.extend((step, offset + e, "test_loss", v) for e, v in enumerate(losses))
+            bar.set(test=sum(losses) / E)
+
+        log_eval(0)
+        running = torch.zeros(E, device=self.device)
+        since = 0
+        for step in range(1, cfg.steps + 1):
+            x = task.sample(train_gens, cfg.batch, cfg.seq_len + 1, self.device)  # fresh samples every step
+            losses = next_token_loss(model(x[..., :-1]), x[..., 1:])  # (E,)
+            finite = torch.isfinite(losses)
+            if not bool(finite.all()):
+                bad = offset + int((~finite).nonzero()[0, 0])
+                result.states.extend(model.member_state(e) for e in range(E))
+                raise DivergenceError(bad, step, result)
+            opt.zero_grad(set_to_none=True)
+            losses.sum().backward()  # members never share gradients: d(sum)/d(theta_e) = dL_e/d(theta_e)
+            if cfg.grad_clip is not None:
+                self._clip(model)
+            opt.step()
+            sched.step()
+            running += losses.detach()
+            since += 1
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                mean = (running / since).tolist()
+                result.rows.extend((step, offset + e, "train_loss", v) for e, v in enumerate(mean))
+                result.rows.extend((step, offset + e, "lr", sched.get_last_lr()[0]) for e in range(E))
+                bar.set(loss=sum(mean) / E)
+                running.zero_()
+                since = 0
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                log_eval(step)
+            bar.advance()
+        result.states.extend(model.member_state(e) for e in range(E))
