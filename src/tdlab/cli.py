@@ -47,7 +47,7 @@ def list_experiments() -> None:
 
 @app.command()
 def run(
-    name: Annotated[str, typer.Argument(help="experiment name (see `tdlab list`)")],
+    name: Annotated[Optional[str], typer.Argument(help="experiment name (see `tdlab list`)")] = None,
     profile: Annotated[str, typer.Option(help="quick (minutes on 2 CPU cores) or paper (the seed's settings)")] = "quick",
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a config field: --set task.p=0.7")] = None,
     seeds: Annotated[Optional[int], typer.Option("--seeds", help="ensemble members (independent seeds) per arm")] = None,
@@ -55,18 +55,26 @@ def run(
     device: Annotated[str, typer.Option(help="cpu, or cuda / cuda:N where a GPU exists")] = "cpu",
     out: Annotated[Path, typer.Option(help="folder that holds run directories")] = DEFAULT_OUT,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    resume: Annotated[Optional[Path], typer.Option(help="finish an interrupted run (OUT/RUN_ID) from its checkpoints")] = None,
+    run_id: Annotated[Optional[str], typer.Option(help="name of the run directory (default: time stamp + experiment)")] = None,
 ) -> None:
     """Run an experiment: progress bar, then a computed verdict per claim; writes a run directory."""
     from tdlab.experiments.base import get
-    from tdlab.experiments.runner import check_device, execute
+    from tdlab.experiments import runner
 
     try:
-        exp = get(name)
-        cfg = exp.make_config(profile, set_ or [], members=seeds, seed=seed)
-        check_device(device)
-    except ConfigError as exc:
+        if resume is not None:
+            if name is not None or set_:
+                raise ConfigError("--resume: takes no experiment name or --set (the run's own config is used)")
+            finished = runner.resume(resume, runner.check_device(device), progress=not quiet)
+        else:
+            if name is None:
+                raise ConfigError("experiment: missing experiment name; see `tdlab list`")
+            exp = get(name)
+            cfg = exp.make_config(profile, set_ or [], members=seeds, seed=seed)
+            finished = runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id)
+    except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
-    finished = execute(exp, cfg, profile, out, device, progress=not quiet)
     summary = finished.summary
     _print_summary(summary, finished.path)
     if summary["status"] != "done":

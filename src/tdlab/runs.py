@@ -11,7 +11,8 @@ Layout::
 
 A run is built in a hidden staging folder ``OUT/.staging-ID`` and renamed into place when it ends
 (done, or stopped by a diverging loss: then ``status`` says so), so a run directory that exists is
-never half-written. Single files are replaced with temp-file + rename.
+never half-written. Single files are replaced with temp-file + rename. A run killed mid-way leaves
+its staging folder, with checkpoints, for ``tdlab run --resume OUT/ID``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-__all__ = ["RunWriter", "Run", "RunDirError", "atomic_write", "environment", "list_runs", "METRIC_COLUMNS"]
+__all__ = ["RunWriter", "Run", "RunDirError", "atomic_write", "environment", "list_runs", "staging_path", "METRIC_COLUMNS"]
 
 METRIC_COLUMNS = ["arm", "step", "member", "name", "value"]
 _SCHEMA = pa.schema([("arm", pa.string()), ("step", pa.int64()), ("member", pa.int64()), ("name", pa.string()), ("value", pa.float64())])
@@ -88,10 +89,12 @@ def _metrics_table(rows: Iterable[tuple[str, int, int, str, float]]) -> pa.Table
 
 
 class RunWriter:
-    """Builds a run directory in a staging folder; :meth:`finish` moves it into place.
+    """Builds a run directory in its staging folder ``OUT/.staging-RUN_ID``; :meth:`finish` moves
+    it into place as ``OUT/RUN_ID``.
 
-    Use as a context manager: on an exception the staging folder is removed, unless the run was
-    already :meth:`finish`-ed (a diverged run finishes with ``status="diverged"`` and is kept).
+    Use as a context manager. On an exception the staging folder is removed unless it holds
+    checkpoints (then it is kept for ``tdlab run --resume``); a process killed outright leaves it
+    too. A diverged run finishes with ``status="diverged"`` and is kept.
     """
 
     def __init__(self, out: Path, experiment: str, run_id: str | None = None) -> None:
@@ -101,16 +104,37 @@ class RunWriter:
         self.final = self.out / self.run_id
         if self.final.exists():
             raise RunDirError(f"run directory {self.final} already exists")
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.path = Path(tempfile.mkdtemp(dir=self.out, prefix=f".staging-{self.run_id}-"))
+        self.path = staging_path(self.final)
         self.rows: list[tuple[str, int, int, str, float]] = []
         self.finished = False
+        if self.path.exists():
+            raise RunDirError(f"{self.path} exists: an interrupted run; resume it with `tdlab run --resume {self.final}`")
+        self.path.mkdir(parents=True)
+
+    @classmethod
+    def reopen(cls, final: Path) -> RunWriter:
+        """The writer of an interrupted run (its staging folder), with the metrics it had stored."""
+        final = Path(final)
+        staging = final if final.name.startswith(".staging-") else staging_path(final)
+        if staging.name.startswith(".staging-"):
+            final = staging.with_name(staging.name[len(".staging-"):])
+        if final.exists() and not staging.exists():
+            raise RunDirError(f"{final} is a finished run; nothing to resume")
+        if not (staging / "config.yaml").is_file():
+            raise RunDirError(f"{final}: no interrupted run to resume (expected {staging}/config.yaml)")
+        self = cls.__new__(cls)
+        self.out, self.run_id, self.final, self.path, self.finished = final.parent, final.name, final, staging, False
+        self.rows = []
+        if (staging / "metrics.parquet").is_file():
+            df = Run.read_metrics(staging / "metrics.parquet")
+            self.rows = list(df[METRIC_COLUMNS].itertuples(index=False, name=None))
+        return self
 
     def __enter__(self) -> RunWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if not self.finished:
+        if not self.finished and not (self.path / "checkpoints").is_dir():
             shutil.rmtree(self.path, ignore_errors=True)
 
     def write_config(self, config: dict[str, Any]) -> None:
@@ -120,25 +144,47 @@ class RunWriter:
         self.rows.extend((arm, int(s), int(m), str(n), float(v)) for s, m, n, v in rows)
         self.flush_metrics()
 
+    def arm_rows(self, arm: str) -> list[tuple[int, int, str, float]]:
+        """Stored metrics of ``arm`` as ``(step, member, name, value)``."""
+        return [(s, m, n, v) for a, s, m, n, v in self.rows if a == arm]
+
     def flush_metrics(self) -> None:
         tmp = self.path / ".metrics.parquet.tmp"
         pq.write_table(_metrics_table(self.rows), tmp)
         os.replace(tmp, self.path / "metrics.parquet")
+
+    def arrays_path(self, arm: str) -> Path:
+        return self.path / "arrays" / f"{arm.replace('/', '__')}.safetensors"
 
     def save_arrays(self, arm: str, states: list[dict[str, torch.Tensor]]) -> None:
         """Stack per-member states along a leading member axis and save them as safetensors."""
         if not states:
             return
         stacked = {k: torch.stack([s[k] for s in states]).contiguous() for k in states[0]}
-        (self.path / "arrays").mkdir(exist_ok=True)
-        save_file(stacked, str(self.path / "arrays" / f"{arm}.safetensors"))
+        f = self.arrays_path(arm)
+        f.parent.mkdir(exist_ok=True)
+        tmp = f.with_name(f".{f.name}.tmp")
+        save_file(stacked, str(tmp))
+        os.replace(tmp, f)
+
+    def load_arrays(self, arm: str) -> list[dict[str, torch.Tensor]]:
+        """Per-member states saved for ``arm`` (the inverse of :meth:`save_arrays`)."""
+        stacked = load_file(str(self.arrays_path(arm)))
+        n = next(iter(stacked.values())).shape[0]
+        return [{k: v[i] for k, v in stacked.items()} for i in range(n)]
 
     def finish(self) -> Run:
-        """Move the staged run into place; returns the finished :class:`Run`."""
+        """Move the staged run into place (checkpoints are dropped); returns the finished :class:`Run`."""
         self.flush_metrics()
+        shutil.rmtree(self.path / "checkpoints", ignore_errors=True)
         os.replace(self.path, self.final)
         self.finished = True
         return Run(self.final)
+
+
+def staging_path(final: Path) -> Path:
+    """Where the run that will become ``final`` is built."""
+    return Path(final).with_name(f".staging-{Path(final).name}")
 
 
 @dataclass
@@ -157,26 +203,37 @@ class Run:
 
     @property
     def config(self) -> dict[str, Any]:
+        """``{"experiment", "profile", "config"}`` as written at the start of the run."""
+        return self.read_config(self.path / "config.yaml")
+
+    @staticmethod
+    def read_config(path: Path) -> dict[str, Any]:
         try:
-            cfg = yaml.safe_load((self.path / "config.yaml").read_text())
-        except yaml.YAMLError as exc:
-            raise RunDirError(f"{self.path}/config.yaml is corrupt: {exc}") from None
+            cfg = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise RunDirError(f"{path} is unreadable or corrupt: {exc}") from None
         if not isinstance(cfg, dict) or "experiment" not in cfg:
-            raise RunDirError(f"{self.path}/config.yaml is corrupt: expected a mapping with an 'experiment' key")
+            raise RunDirError(f"{path} is corrupt: expected a mapping with an 'experiment' key")
         return cfg
 
     def metrics(self) -> pd.DataFrame:
+        """Long-format metrics: columns ``arm, step, member, name, value``."""
+        return self.read_metrics(self.path / "metrics.parquet")
+
+    @staticmethod
+    def read_metrics(path: Path) -> pd.DataFrame:
         try:
-            df = pq.read_table(self.path / "metrics.parquet").to_pandas()
+            df = pq.read_table(path).to_pandas()
         except Exception as exc:  # pyarrow raises several types for a damaged file
-            raise RunDirError(f"{self.path}/metrics.parquet is corrupt: {exc}") from None
+            raise RunDirError(f"{path} is corrupt: {exc}") from None
         missing = set(METRIC_COLUMNS) - set(df.columns)
         if missing:
-            raise RunDirError(f"{self.path}/metrics.parquet is corrupt: missing columns {sorted(missing)}")
+            raise RunDirError(f"{path} is corrupt: missing columns {sorted(missing)}")
         return df
 
     def arrays(self, arm: str) -> dict[str, torch.Tensor]:
-        f = self.path / "arrays" / f"{arm}.safetensors"
+        """Saved parameters of ``arm``, each with a leading member axis."""
+        f = self.path / "arrays" / f"{arm.replace('/', '__')}.safetensors"
         if not f.is_file():
             raise RunDirError(f"{f}: no saved arrays for arm {arm!r}")
         return load_file(str(f))

@@ -41,11 +41,22 @@ class RunContext:
     def record(self, arm: str, result: FitResult) -> None:
         """Store a fit's metrics and final parameters under ``arm``."""
         self.writer.add_metrics(arm, result.rows)
-        self.writer.save_arrays(arm.replace("/", "__"), result.states)
+        self.writer.save_arrays(arm, result.states)
+
+    def done(self, arm: str) -> FitResult | None:
+        """The stored result of ``arm`` if an earlier (interrupted) attempt of this run finished it."""
+        if not self.writer.arrays_path(arm).is_file():
+            return None
+        return FitResult(rows=self.writer.arm_rows(arm), states=self.writer.load_arrays(arm))
 
     def fit(self, arm: str, trainer: Trainer, build: Callable[[list[int]], Any], seeds: Sequence[int], task: Any) -> FitResult:
-        """``trainer.fit(build, seeds, task)``, stored under ``arm``; a diverging fit stores what it
-        measured before the :class:`DivergenceError` goes on up."""
+        """``trainer.fit(build, seeds, task)``, stored under ``arm``, checkpointed in the run's
+        ``checkpoints/`` folder, skipped when a resumed run had finished it. A diverging fit stores
+        what it measured before the :class:`DivergenceError` goes on up."""
+        finished = self.done(arm)
+        if finished is not None:
+            return finished
+        trainer.checkpoint = self.writer.path / "checkpoints" / f"{arm.replace('/', '__')}.pt"
         try:
             result = trainer.fit(build, seeds, task)
         except DivergenceError as err:

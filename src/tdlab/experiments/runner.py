@@ -15,10 +15,14 @@ import torch
 from tdlab.config import ConfigError
 from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext, get
 from tdlab.report.html import write_report
+from rich.console import Console
+
 from tdlab.runs import Run, RunDirError, RunWriter, environment
 from tdlab.train.trainer import DivergenceError
 
-__all__ = ["execute", "rebuild", "check_device"]
+__all__ = ["execute", "resume", "rebuild", "check_device"]
+
+err_console = Console(stderr=True)
 
 
 def check_device(device: str) -> str:
@@ -33,12 +37,30 @@ def check_device(device: str) -> str:
 
 
 def execute(
-    exp: Experiment, cfg: ExperimentConfig, profile: str, out: Path, device: str = "cpu", progress: bool = True
+    exp: Experiment, cfg: ExperimentConfig, profile: str, out: Path, device: str = "cpu", progress: bool = True,
+    run_id: str | None = None,
 ) -> Run:
     """Run ``exp`` with a validated ``cfg``; returns the finished run (status ``done`` or ``diverged``)."""
     device = check_device(device)
-    with RunWriter(Path(out), exp.name) as writer:
-        writer.write_config({"experiment": exp.name, "profile": profile, "config": cfg.model_dump(mode="json")})
+    writer = RunWriter(Path(out), exp.name, run_id)
+    writer.write_config({"experiment": exp.name, "profile": profile, "config": cfg.model_dump(mode="json")})
+    return _execute(exp, cfg, profile, writer, device, progress)
+
+
+def resume(path: Path, device: str = "cpu", progress: bool = True) -> Run:
+    """Finish an interrupted run from its checkpoints; ends with the same numbers as an
+    uninterrupted run of the same config and seed."""
+    writer = RunWriter.reopen(Path(path))
+    conf = Run.read_config(writer.path / "config.yaml")
+    exp = get(conf["experiment"])
+    cfg = exp.Config.model_validate(conf.get("config", {}))
+    return _execute(exp, cfg, conf.get("profile", "?"), writer, check_device(device), progress)
+
+
+def _execute(exp: Experiment, cfg: ExperimentConfig, profile: str, writer: RunWriter, device: str, progress: bool) -> Run:
+    if progress:
+        err_console.print(f"run {writer.run_id}: building in {writer.path}", highlight=False, soft_wrap=True)
+    with writer:
         status: dict[str, Any] = {"status": "done", "error": None}
         t0 = time.perf_counter()
         try:

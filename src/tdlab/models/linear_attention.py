@@ -82,7 +82,7 @@ def _member_generators(seeds: Sequence[int]) -> list[torch.Generator]:
 
 
 def _right_apply(w: Tensor, z: Tensor) -> Tensor:
-    """``z W^T`` for tokens-as-rows ``z`` (E, N, L, d) and per-member ``W`` given as a scalar (E,),
+    """``z W^T`` for ``z`` (E|1, N|1, rows, d) with d features last, and per-member ``W`` given as a scalar (E,),
     the diagonal of a diagonal matrix (E, d), or a full matrix (E, d, d)."""
     if w.dim() == 1:
         return z * w[:, None, None, None]
@@ -273,23 +273,31 @@ class LCA(nn.Module):
         E, N, L, d = X.shape
         X_kv = _layer_norm(X) if self.pre_ln else X
         gram_x = X_kv.transpose(-1, -2) @ X_kv / L  # Lambda_hat = X X^T / L (App. A.3), (E, N, d, d)
-        F = X if self.f0 == "x" else torch.zeros_like(X)  # F_0
-        states = [F]
+        # Without LayerNorm, cross-attention only ever right-multiplies the rows of X by d x d
+        # matrices, so F_t = X P_t and the recurrence can run on the coefficients P_t (E, N, d, d),
+        # with X replaced by I_d: O(N d^3) per layer instead of O(N L d^2). Otherwise run on F_t itself.
+        on_coefficients = self.attention == "cross" and not self.pre_ln
+        basis = torch.eye(d, dtype=X.dtype, device=X.device).expand(1, 1, d, d) if on_coefficients else X
+        state = basis.expand(E, N, *basis.shape[-2:]) if self.f0 == "x" else X.new_zeros(E, N, *basis.shape[-2:])
+        states = [state]  # F_0 (Eq. 5.2: F_0 = 0), or its coefficients P_0
         for t in range(self.depth):
             w_s, w_v = self.layer_weights(t)
-            Q = _layer_norm(F) if self.pre_ln else F  # Q_{t-1} = W^Q F_{t-1}, W^Q = I (Eq. 5.4)
+            Q = _layer_norm(state) if self.pre_ln else state  # Q_{t-1} = W^Q F_{t-1}, W^Q = I (Eq. 5.4)
             if self.attention == "cross":
-                # A_{t-1} = W^V X X^T F_{t-1} / L; rows: F Lambda_hat W^V^T (Eqs. 5.3-5.5)
+                # A_{t-1} = V K^T Q / L = W^V X X^T F_{t-1} / L; rows: F Lambda_hat W^V^T (Eqs. 5.3-5.5)
                 A = _right_apply(w_v, Q @ gram_x)
             else:
                 # deep LSA (Eq. G.2): V = W^V F, K = Q = F: A = W^V F F^T F / L
                 A = _right_apply(w_v, Q @ (Q.transpose(-1, -2) @ Q / L))
-            F = F + A  # skip connection of Eq. (5.2)
+            state = state + A  # skip connection of Eq. (5.2)
             if self.injection:
-                F = F + _right_apply(w_s, X)  # S_{t-1} = W^S X, re-injection of the raw covariates
-            states.append(F)
+                state = state + _right_apply(w_s, basis)  # S_{t-1} = W^S X, re-injection of the raw covariates
+            states.append(state)
+        F = X @ state if on_coefficients else state
         y_hat = lsa_readout(F, y, x_query, self.W_PV, self.W_KQ)  # Eq. (5.5)
-        return (y_hat, {"F": states}) if return_intermediates else y_hat
+        if return_intermediates:
+            return y_hat, {"F": [X @ P for P in states] if on_coefficients else states}
+        return y_hat
 
 
 def per_prompt_reference(model: LSA | LCA, X: Tensor, y: Tensor, x_query: Tensor) -> Tensor:

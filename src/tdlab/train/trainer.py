@@ -8,9 +8,11 @@ changes the numbers: every member's initialisation and data come from its own se
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, Protocol
 
 import torch
@@ -45,6 +47,7 @@ class TrainConfig(Config):
     eval_batches: int = Field(8, ge=1, le=100_000)  # fresh batches per evaluation
     log_every: int = Field(10, ge=1)  # training loss (mean since last log) every this many steps
     chunk: int | Literal["auto"] = "auto"  # members trained together; auto: see auto_chunk()
+    checkpoint_every: int | None = Field(None, ge=1)  # save a resumable checkpoint every this many steps
 
 
 class DivergenceError(RuntimeError):
@@ -115,26 +118,44 @@ class Trainer:
     trains it; ``fit_model(model, task)`` trains one already-built ensemble.
     """
 
-    def __init__(self, cfg: TrainConfig, device: str = "cpu", progress: bool = True, label: str = "") -> None:
+    def __init__(
+        self, cfg: TrainConfig, device: str = "cpu", progress: bool = True, label: str = "", checkpoint: Path | None = None
+    ) -> None:
+        """``checkpoint``: file for resumable checkpoints (every ``cfg.checkpoint_every`` steps and
+        after each chunk). When it exists, :meth:`fit` resumes from it: model, optimiser, schedule,
+        random streams and metrics so far, so the run ends with the same numbers as one that was
+        never stopped."""
         self.cfg, self.device, self.progress, self.label = cfg, device, progress, label
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
 
     # ------------------------------------------------------------------------------------------
     def fit(self, build: Callable[[list[int]], nn.Module], seeds: Sequence[int], task: Task) -> FitResult:
         """Train one member per seed. Returns metrics for members ``0..len(seeds)-1``."""
         seeds = list(seeds)
         chunk = self.cfg.chunk if self.cfg.chunk != "auto" else auto_chunk(len(seeds), self.cfg.batch, self.cfg.seq_len, self.device)
+        self._all_seeds, self._chunk = seeds, chunk
         result = FitResult()
+        resume = self._load_checkpoint(seeds, chunk)
+        if resume is not None:
+            result.rows, result.states = resume["rows"], resume["states"]
         t0 = time.perf_counter()
         with ProgressBar(self.cfg.steps * math.ceil(len(seeds) / chunk), self.label, enabled=self.progress) as bar:
             for start in range(0, len(seeds), chunk):
+                if start < len(result.states):
+                    bar.advance(self.cfg.steps)  # chunk finished before the interruption
+                    continue
                 model = build(seeds[start : start + chunk]).to(self.device)
+                state = resume["chunk"] if resume is not None and resume["chunk"]["start"] == start else None
                 try:
-                    self._train(model, task, start, result, bar)
+                    self._train(model, task, start, result, bar, state)
                 finally:
                     result.wall_time = time.perf_counter() - t0
+                self._save_checkpoint(seeds, chunk, result, None)
         return result
 
     def fit_model(self, model: nn.Module, task: Task) -> FitResult:
+        """Train an already-built ensemble (no chunking, no resuming)."""
+        self._all_seeds, self._chunk, self.checkpoint = list(model.seeds), len(model.seeds), None
         result = FitResult()
         t0 = time.perf_counter()
         with ProgressBar(self.cfg.steps, self.label, enabled=self.progress) as bar:
@@ -172,7 +193,31 @@ class Trainer:
         model.train(was_training)
         return total / batches
 
-    def _train(self, model: nn.Module, task: Task, offset: int, result: FitResult, bar: ProgressBar) -> None:
+    # ------------------------------------------------------------------------------------------
+    # Checkpoints: everything the loop's future depends on, written atomically.
+
+    def _load_checkpoint(self, seeds: list[int], chunk: int) -> dict | None:
+        if self.checkpoint is None or not self.checkpoint.is_file():
+            return None
+        ck = torch.load(self.checkpoint, map_location=self.device, weights_only=False)
+        if ck["seeds"] != seeds or ck["chunk_size"] != chunk or ck["config"] != self.cfg.model_dump(mode="json"):
+            raise ValueError(f"checkpoint {self.checkpoint} was written by a different config or seeds; refusing to resume")
+        return ck
+
+    def _save_checkpoint(self, seeds: list[int], chunk: int, result: FitResult, state: dict | None) -> None:
+        if self.checkpoint is None:
+            return
+        ck = {"seeds": seeds, "chunk_size": chunk, "config": self.cfg.model_dump(mode="json"),
+              "rows": result.rows, "states": result.states,
+              "chunk": state if state is not None else {"start": -1}}
+        self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.checkpoint.with_name(f".{self.checkpoint.name}.tmp")
+        torch.save(ck, tmp)
+        os.replace(tmp, self.checkpoint)
+
+    def _train(
+        self, model: nn.Module, task: Task, offset: int, result: FitResult, bar: ProgressBar, resume: dict | None = None
+    ) -> None:
         cfg = self.cfg
         seeds = model.seeds
         E = len(seeds)
@@ -187,10 +232,27 @@ class Trainer:
             result.rows.extend((step, offset + e, "test_loss", v) for e, v in enumerate(losses))
             bar.set(test=sum(losses) / E)
 
-        log_eval(0)
         running = torch.zeros(E, device=self.device)
-        since = 0
-        for step in range(1, cfg.steps + 1):
+        since, first = 0, 1
+        if resume is None:
+            log_eval(0)
+        else:
+            model.load_state_dict(resume["model"])
+            opt.load_state_dict(resume["opt"])
+            sched.load_state_dict(resume["sched"])
+            for g, st in zip(train_gens, resume["train_gens"]):
+                g.set_state(st)
+            for g, st in zip(eval_gens, resume["eval_gens"]):
+                g.set_state(st)
+            running, since, first = resume["running"], resume["since"], resume["step"] + 1
+            bar.advance(resume["step"])
+
+        def snapshot(step: int) -> dict:
+            return {"start": offset, "step": step, "model": model.state_dict(), "opt": opt.state_dict(),
+                    "sched": sched.state_dict(), "train_gens": [g.get_state() for g in train_gens],
+                    "eval_gens": [g.get_state() for g in eval_gens], "running": running.clone(), "since": since}
+
+        for step in range(first, cfg.steps + 1):
             x = task.sample(train_gens, cfg.batch, cfg.seq_len + 1, self.device)  # fresh samples every step
             losses = next_token_loss(model(x[..., :-1]), x[..., 1:])  # (E,)
             finite = torch.isfinite(losses)
@@ -215,5 +277,7 @@ class Trainer:
                 since = 0
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 log_eval(step)
+            if cfg.checkpoint_every is not None and step % cfg.checkpoint_every == 0 and step < cfg.steps:
+                self._save_checkpoint(list(self._all_seeds), self._chunk, result, snapshot(step))
             bar.advance()
         result.states.extend(model.member_state(e) for e in range(E))

@@ -1,0 +1,424 @@
+"""``markov-tying``: seed 003 ("Attention with Markov", talk), Part I, "Theoretical results".
+
+The talk's claim: for a binary first-order chain with ``p + q > 1`` and tied input/output embeddings
+(``a = e``) the single-layer transformer has an explicitly constructed bad local minimum ``θ_π``
+whose prediction is the marginal ``π_1``, with ``L(θ_π) = H(π)`` and ``∇L(θ_π) = 0``; without weight
+tying the same point is a saddle ("Hessian is (almost) positive-definite" vs "indefinite").
+
+Two parts, both on seed 000's Sec. 2 model (``GPT(arch="sec2")``, ``tie_weights`` True/False):
+
+* **Landscape** (no training). ``θ_π`` is built in the full model (``e = a = 0``, ``σ(b) = π_1``;
+  :mod:`tdlab.theory.markov_tying`), at the canonical point (other weights 0, exact closed-form
+  spectrum) and at the ``θ_π`` nearest each member's standard init (other weights kept). On the
+  exact population loss (all ``2^(N+1)`` sequences weighted by their probabilities) we measure
+  ``L(θ_π) - H(π)``, ``max |∇L(θ_π)|``, the Hessian's extreme eigenvalues (exact, autograd, float64,
+  ``d = 2..4``) and the loss change along random directions and the bottom eigenvector.
+* **Training**. From the standard small init (σ = 0.02) on a grid of ``(p, q)``, tied and untied:
+  where does each member end? ``u = (L_final - H_rate) / (H(π) - H_rate)`` is 1 at ``θ_π``'s loss
+  and 0 at the global minimum; a member is *stuck* when ``u >= 1 - escape_fraction`` (the plateau
+  rule of ``markov-init``). Table and figure: the stuck fraction per cell, tied vs untied.
+
+Claims are computed from the run's metrics through the theory functions (closed forms of ``H(π)``,
+the entropy rate and the ``θ_π`` spectrum); a chain with ``p + q = 1`` (i.i.d.: ``H(π)`` is the
+entropy rate) or too small a gap carries no training claim.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field, field_validator, model_validator
+
+from tdlab.claims import check
+from tdlab.config import Config
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.report.figures import curve_with_band, member_curves, plt, reference_lines, save_figure
+from tdlab.runs import Run
+from tdlab.seeding import derive_seed, member_seeds
+from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy, stationary
+from tdlab.theory import markov_tying as th
+from tdlab.train.trainer import TrainConfig, Trainer
+
+__all__ = ["LandscapeConfig", "TyingClaimConfig", "MarkovTyingConfig", "MarkovTying", "chain_tag", "normalised_position"]
+
+Others = Literal["zero", "keep"]
+Pair = tuple[float, float]
+
+
+def chain_tag(p: float, q: float) -> str:
+    """Arm-name fragment of a chain: ``p0.5_q0.8``."""
+    return f"p{p:g}_q{q:g}"
+
+
+def normalised_position(loss: float | np.ndarray, p: float, q: float) -> float | np.ndarray:
+    """``u = (loss - entropy rate) / (H(π) - entropy rate)``: 1 at ``L(θ_π) = H(π)``, 0 at the
+    global minimum (undefined for ``p + q = 1``, where the two coincide)."""
+    h_pi, h_rate = marginal_entropy(p, q), entropy_rate(p, q)
+    return (loss - h_rate) / (h_pi - h_rate)
+
+
+def _check_pairs(v: list[Pair]) -> list[Pair]:
+    for p, q in v:
+        if not (0 < p < 1 and 0 < q < 1):
+            raise ValueError(f"(p, q) = ({p}, {q}): both must lie in (0, 1)")
+    if len(set(v)) != len(v):
+        raise ValueError("chains must not repeat")
+    return v
+
+
+class LandscapeConfig(Config):
+    """θ_π in the full model, on the exact population loss."""
+
+    # (0.5, 0.8): the p+q>1 chain of seed 000 Fig. 4 (and markov-init); (0.2, 0.3): a p+q<1 control,
+    # where the closed form says θ_π is a saddle even with tying (2c < 0).
+    chains: list[Pair] = [(0.5, 0.8), (0.2, 0.3)]
+    dims: list[int] = [2, 3, 4]  # issue: Hessian exactly, with autograd, d = 2..4
+    seq_len: int = Field(8, ge=1, le=10)  # N: 2^(N+1) sequences enumerated (issue: N <= 10)
+    # zero: canonical point (positions and weights 0: closed-form spectrum); keep: the θ_π nearest
+    # each member's standard init (weights kept), i.e. a generic point of the θ_π family.
+    others: list[Others] = ["zero", "keep"]
+    radius: float = Field(1e-2, gt=0.0, le=1.0)  # perturbation probe: ||Δθ|| (loss change ~ λ r²/2)
+    directions: int = Field(32, ge=1, le=4096)  # random directions of the probe (each tried as ±u)
+
+    @field_validator("chains")
+    @classmethod
+    def _chains(cls, v: list[Pair]) -> list[Pair]:
+        return _check_pairs(v)
+
+    @field_validator("dims")
+    @classmethod
+    def _dims(cls, v: list[int]) -> list[int]:
+        if not v or any(d < 1 or d > 8 for d in v) or len(set(v)) != len(v):
+            raise ValueError("dims must be distinct values in 1..8 (the Hessian is dense)")
+        return v
+
+
+class TyingClaimConfig(Config):
+    """Tolerances of the computed verdicts."""
+
+    exact_tol: float = Field(1e-9, gt=0.0)  # |L(θ_π) - H(π)|, max|∇L|, |λ - closed form|: float64 rounding
+    psd_rel_tol: float = Field(1e-6, gt=0.0)  # "almost PSD": λ_min >= -psd_rel_tol * λ_max
+    # "clearly negative": λ_min <= -negative_fraction * |c|, c = π0 π1 (p+q-1) the closed-form curvature
+    negative_fraction: float = Field(0.5, gt=0.0, le=1.0)
+    # markov-init's plateau rule: stuck at H(π) while loss >= H(π) - escape_fraction (H(π) - rate)
+    escape_fraction: float = Field(0.25, gt=0.0, lt=1.0)
+    min_gap_nats: float = Field(0.02, ge=0.0)  # chains with H(π) - rate below this carry no training claim
+    min_fraction: float = Field(1.0, gt=0.0, le=1.0)  # fraction of members that must satisfy a claim
+
+
+class MarkovTyingConfig(ExperimentConfig):
+    members: int = Field(4, ge=1, le=4096)
+    landscape: LandscapeConfig = LandscapeConfig()
+    # Training grid: explicit (p, q) pairs. Default: the 3x3 grid {0.2, 0.5, 0.8}^2 (p+q<1, =1, >1).
+    grid: list[Pair] = [(p, q) for p in (0.2, 0.5, 0.8) for q in (0.2, 0.5, 0.8)]
+    # Seed 000 Sec. 2 model (A.3 uses d = 8, σ = 0.02); tie_weights is set per arm.
+    model: GPTConfig = GPTConfig(arch="sec2", d=8)
+    tying: list[bool] = [True, False]  # talk: "Weight tying" vs "No weight tying"
+    train: TrainConfig = TrainConfig()  # seed 000 Table 2: AdamW (0.9, 0.95), lr 1e-3, cosine, batch 16
+    claims: TyingClaimConfig = TyingClaimConfig()
+
+    @field_validator("grid")
+    @classmethod
+    def _grid(cls, v: list[Pair]) -> list[Pair]:
+        return _check_pairs(v)
+
+    @model_validator(mode="after")
+    def _check(self) -> MarkovTyingConfig:
+        if self.model.arch != "sec2":
+            raise ValueError("model.arch must be 'sec2': θ_π is built in the Sec. 2 model")
+        if not self.tying or len(set(self.tying)) != len(self.tying):
+            raise ValueError("tying must list True and/or False, without repeats")
+        return self
+
+    def arm_model(self, tied: bool, max_len: int | None = None, d: int | None = None) -> GPTConfig:
+        upd = {"tie_weights": tied, "max_len": max_len or self.train.seq_len}
+        if d is not None:
+            upd["d"] = d
+        return self.model.model_copy(update=upd)
+
+
+def _tying(tied: bool) -> str:
+    return "tied" if tied else "untied"
+
+
+@register
+class MarkovTying(Experiment):
+    name = "markov-tying"
+    paper = "003 Attention with Markov (talk), Part I"
+    figure = "Theoretical results: bad local minimum θ_π (tied) vs saddle (untied); Hessian signs"
+    description = (
+        "θ_π (e = a = 0, σ(b) = π1) built in the full single-layer Sec. 2 transformer: on the exact "
+        "population loss L(θ_π) = H(π), ∇L = 0, and the exact Hessian is positive semi-definite with "
+        "tied embeddings (p+q>1) but has a negative eigenvalue untied. Then training from a small init "
+        "on a (p, q) grid: fraction of members stuck at H(π), tied vs untied."
+    )
+    Config = MarkovTyingConfig
+    profiles = {
+        # ~5 min on 2 CPU cores. Landscape: the Fig. 4 chain and the p+q<1 control, d = 2..4, N = 6
+        # (128 sequences; the loss is exact for any N). Training: the Fig. 4 chain (p+q>1, the claim),
+        # (0.8, 0.8) (p+q>1, uniform π) and (0.2, 0.3) (p+q<1 control); T = 64, 1500 steps.
+        "quick": {
+            "members": 3,
+            "landscape": {"seq_len": 6, "directions": 16},
+            "grid": [(0.5, 0.8), (0.8, 0.8), (0.2, 0.3)],
+            "train": {"steps": 1500, "seq_len": 64, "eval_every": 100, "eval_batches": 8},
+        },
+        # Full grid {0.1, 0.3, 0.5, 0.7, 0.9}^2, N = 10, seed 000 Table 2 schedule (8000 its) at T = 256.
+        "paper": {
+            "members": 5,
+            "landscape": {"seq_len": 10, "directions": 64},
+            "grid": [(p, q) for p in (0.1, 0.3, 0.5, 0.7, 0.9) for q in (0.1, 0.3, 0.5, 0.7, 0.9)],
+            "train": {"steps": 8000, "seq_len": 256, "eval_every": 200, "eval_batches": 8},
+        },
+    }
+
+    # ------------------------------------------------------------------------------------------
+    def run(self, cfg: MarkovTyingConfig, ctx: RunContext) -> None:
+        seeds = member_seeds(cfg.seed, cfg.members)
+        self._landscape(cfg, ctx, seeds)
+        for p, q in cfg.grid:
+            task = MarkovChain(p, q)
+            for tied in cfg.tying:
+                arm = f"train/{_tying(tied)}/{chain_tag(p, q)}"
+                mcfg = cfg.arm_model(tied)
+                trainer = Trainer(cfg.train, ctx.device, ctx.progress, label=arm)
+                ctx.fit(arm, trainer, lambda s, m=mcfg: GPT(m, s), seeds, task)
+
+    @staticmethod
+    def _landscape(cfg: MarkovTyingConfig, ctx: RunContext, seeds: list[int]) -> None:
+        ls = cfg.landscape
+        n = ls.seq_len
+        for p, q in ls.chains:
+            for tied in cfg.tying:
+                for others in ls.others:
+                    for d in ls.dims:
+                        arm = f"landscape/{chain_tag(p, q)}/{_tying(tied)}/{others}/d{d}"
+                        # The canonical point is the same for every member: measure it once.
+                        mseeds = seeds[:1] if others == "zero" else seeds
+                        model = th.set_theta_pi(GPT(cfg.arm_model(tied, max_len=n, d=d), mseeds).double(), p, q, others)
+                        losses = th.population_loss(model, p, q, n).tolist()
+                        rows: list[tuple[int, int, str, float]] = []
+                        for e in range(len(mseeds)):
+                            H = th.hessian(model, p, q, n, e)
+                            ev = torch.linalg.eigvalsh(H)
+                            g = th.gradient(model, p, q, n, e)
+                            gen = torch.Generator().manual_seed(derive_seed(mseeds[e], "probe"))
+                            rnd, bottom = th.perturbation_probe(model, p, q, n, ls.radius, ls.directions, gen, e, H=H)
+                            vals = {"loss": losses[e], "grad_max": float(g.abs().max()), "eig_min": float(ev[0]),
+                                    "eig_max": float(ev[-1]), "num_params": float(H.shape[0]),
+                                    "probe_random": rnd, "probe_bottom": bottom}
+                            if others == "zero":
+                                cf = th.theta_pi_spectrum(p, q, d, tied, H.shape[0])
+                                vals["spectrum_err"] = float((ev - cf).abs().max())
+                            rows.extend((0, e, k, v) for k, v in vals.items())
+                        ctx.writer.add_metrics(arm, rows)
+
+    # ------------------------------------------------------------------------------------------
+    def analyse(self, cfg: MarkovTyingConfig, run: Run) -> Analysis:
+        metrics = run.metrics()
+        out = Analysis()
+        self._analyse_landscape(cfg, metrics, out)
+        self._analyse_training(cfg, metrics, out)
+        return out
+
+    @staticmethod
+    def _landscape_values(metrics, arm: str, name: str) -> list[float]:
+        df = metrics[(metrics["arm"] == arm) & (metrics["name"] == name)].sort_values("member")
+        return df["value"].tolist()
+
+    def _analyse_landscape(self, cfg: MarkovTyingConfig, metrics, out: Analysis) -> None:
+        ls, cl = cfg.landscape, cfg.claims
+        table = {}
+        for p, q in ls.chains:
+            tag = chain_tag(p, q)
+            h_pi, h_rate = marginal_entropy(p, q), entropy_rate(p, q)
+            c = th.switching_curvature(p, q)
+            pi0, pi1 = stationary(p, q)
+            get = lambda t, o, d, nm: self._landscape_values(metrics, f"landscape/{tag}/{t}/{o}/d{d}", nm)  # noqa: E731
+            arms = [(_tying(t), o, d) for t in cfg.tying for o in ls.others for d in ls.dims]
+            loss = [v for a in arms for v in get(*a, "loss")]
+            grad = [v for a in arms for v in get(*a, "grad_max")]
+            out.claims.append(check(f"theta-pi/{tag}/loss-is-H(pi)",
+                                    f"(p, q) = ({p}, {q}): L(θ_π) = H(π) = {h_pi:.4f} nats on the exact population loss, every d, tied and untied (talk, Thm. (iii))",
+                                    loss, h_pi, cl.exact_tol, "close", 1.0, " nats"))
+            out.claims.append(check(f"theta-pi/{tag}/zero-gradient",
+                                    f"(p, q) = ({p}, {q}): ∇L(θ_π) = 0, max |∂L/∂θ_i| over all parameters (talk, Thm. (iv))",
+                                    grad, 0.0, cl.exact_tol, "close", 1.0))
+            table[tag] = {"H_pi": h_pi, "entropy_rate": h_rate, "L_theta_pi_minus_rate": h_pi - h_rate,
+                          "curvature_c": c, "pi0_pi1": pi0 * pi1}
+            for tied in cfg.tying:
+                t = _tying(tied)
+                if "zero" in ls.others:
+                    err = [v for d in ls.dims for v in get(t, "zero", d, "spectrum_err")]
+                    out.claims.append(check(f"theta-pi/{tag}/{t}/canonical-spectrum",
+                                            f"(p, q) = ({p}, {q}), {t}: Hessian spectrum at canonical θ_π equals the closed form "
+                                            f"{{π0π1, {'2c (×d)' if tied else '±c (×d)'}, 0}} with c = π0π1(p+q-1) = {c:.4f}; max |λ - closed form|",
+                                            err, 0.0, cl.exact_tol, "close", 1.0))
+                eig_min = [v for o in ls.others for d in ls.dims for v in get(t, o, d, "eig_min")]
+                eig_max = [v for o in ls.others for d in ls.dims for v in get(t, o, d, "eig_max")]
+                ratio = [lo / hi for lo, hi in zip(eig_min, eig_max)]
+                # The closed form says: tied is a (flat) minimum iff c > 0; untied is a saddle iff c != 0.
+                minimum = tied and c > 0
+                if minimum:
+                    out.claims.append(check(f"theta-pi/{tag}/{t}/hessian-psd",
+                                            f"(p, q) = ({p}, {q}), tied, p+q>1: Hessian at θ_π is (almost) positive semi-definite, "
+                                            f"λ_min/λ_max >= -{cl.psd_rel_tol:g} (talk, 'Intuition': bad local minimum)",
+                                            ratio, 0.0, cl.psd_rel_tol, "ge", cl.min_fraction))
+                    probe = [min(a, b) for o in ls.others for d in ls.dims
+                             for a, b in zip(get(t, o, d, "probe_random"), get(t, o, d, "probe_bottom"))]
+                    out.claims.append(check(f"theta-pi/{tag}/{t}/no-descent-direction",
+                                            f"(p, q) = ({p}, {q}), tied: no random direction nor the bottom eigenvector lowers the loss at "
+                                            f"radius {ls.radius:g} (a local minimum, beyond second order)",
+                                            probe, 0.0, cl.exact_tol, "ge", cl.min_fraction, " nats"))
+                elif c != 0:
+                    out.claims.append(check(f"theta-pi/{tag}/{t}/hessian-negative",
+                                            f"(p, q) = ({p}, {q}), {t}: θ_π is a saddle, λ_min <= -{cl.negative_fraction:g}|c| = "
+                                            f"{-cl.negative_fraction * abs(c):.4f} (talk: 'Hessian is indefinite' without tying"
+                                            f"{'; tied with p+q<1 by the closed form 2c < 0' if tied else ''})",
+                                            eig_min, -cl.negative_fraction * abs(c), 0.0, "le", cl.min_fraction))
+                    bottom = [v for o in ls.others for d in ls.dims for v in get(t, o, d, "probe_bottom")]
+                    expect = -cl.negative_fraction * abs(c) * ls.radius**2 / 2
+                    out.claims.append(check(f"theta-pi/{tag}/{t}/descent-direction",
+                                            f"(p, q) = ({p}, {q}), {t}: the loss drops along the bottom eigenvector at radius {ls.radius:g} "
+                                            f"(by at least {cl.negative_fraction:g} |c| r²/2)",
+                                            bottom, expect, 0.0, "le", cl.min_fraction, " nats"))
+                table[tag][t] = {"eig_min": eig_min, "eig_max": eig_max, "dims": ls.dims, "others": ls.others}
+        out.measurements["landscape"] = table
+        for tag, row in table.items():
+            for t in map(_tying, cfg.tying):
+                if t in row:
+                    out.notes.append(f"θ_π at {tag}, {t}: λ_min ∈ [{min(row[t]['eig_min']):.3g}, {max(row[t]['eig_min']):.3g}], "
+                                     f"λ_max ∈ [{min(row[t]['eig_max']):.3g}, {max(row[t]['eig_max']):.3g}] over d = {ls.dims} "
+                                     f"and points {ls.others}; closed-form c = π0π1(p+q-1) = {row['curvature_c']:.4f}.")
+
+    def _analyse_training(self, cfg: MarkovTyingConfig, metrics, out: Analysis) -> None:
+        cl = cfg.claims
+        cells: dict[str, dict] = {}
+        pooled: dict[tuple[str, str], list[float]] = {}
+        for p, q in cfg.grid:
+            tag = chain_tag(p, q)
+            h_pi, h_rate = marginal_entropy(p, q), entropy_rate(p, q)
+            gap = h_pi - h_rate
+            informative = gap >= max(cl.min_gap_nats, 1e-12)
+            regime = "p+q>1" if p + q > 1 else ("p+q<1" if p + q < 1 else "p+q=1")
+            row = {"p": p, "q": q, "regime": regime, "H_pi": h_pi, "entropy_rate": h_rate, "informative": informative}
+            for tied in cfg.tying:
+                t = _tying(tied)
+                steps, values = member_curves(metrics, f"train/{t}/{tag}", "test_loss")
+                final = values[:, -1]
+                u = normalised_position(final, p, q) if gap > 0 else np.full_like(final, np.nan)
+                stuck = u >= 1 - cl.escape_fraction
+                row[t] = {"final_test_loss": final.tolist(), "u": u.tolist(),
+                          "stuck_fraction": float(np.mean(stuck)) if informative else None}
+                if informative and regime != "p+q=1":
+                    pooled.setdefault((t, regime), []).extend(u.tolist())
+            cells[tag] = row
+        out.measurements["training"] = cells
+        thr = 1 - cl.escape_fraction
+        for (t, regime), u in sorted(pooled.items()):
+            where = ", ".join(tag for tag, r in cells.items() if r["regime"] == regime and r["informative"])
+            if t == "tied" and regime == "p+q>1":
+                out.claims.append(check(f"train/tied/p+q>1/stuck-at-H(pi)",
+                                        f"tied, p+q>1 ({where}): from a small init (σ={cfg.model.init_std}) members end on the H(π) plateau of θ_π, "
+                                        f"u = (L - rate)/(H(π) - rate) >= {thr:g} (talk: 'sometimes fail to learn even first-order chains')",
+                                        u, 1.0, cl.escape_fraction, "ge", cl.min_fraction))
+            else:
+                why = ("θ_π is a saddle without tying" if t == "untied" else "seed 000 Thm. 8: small init reaches a global minimum when p+q<1")
+                out.claims.append(check(f"train/{t}/{regime}/leaves-H(pi)",
+                                        f"{t}, {regime} ({where}): members leave the H(π) plateau, u < {thr:g} ({why})",
+                                        u, thr, 0.0, "le", cl.min_fraction))
+        # The stuck-fraction table, tied vs untied.
+        header = "| (p, q) | regime | H(π) − rate | " + " | ".join(f"stuck {t}" for t in map(_tying, cfg.tying)) + " |"
+        lines = [header, "|" + "---|" * (3 + len(cfg.tying))]
+        for tag, r in cells.items():
+            fr = [("—" if r[t]["stuck_fraction"] is None else f"{r[t]['stuck_fraction']:.2f}") for t in map(_tying, cfg.tying)]
+            lines.append(f"| ({r['p']:g}, {r['q']:g}) | {r['regime']} | {r['H_pi'] - r['entropy_rate']:.4f} | " + " | ".join(fr) + " |")
+        out.measurements["stuck_table"] = "\n".join(lines)
+        out.notes.append("Fraction of members stuck at H(π) after training (— : H(π) − rate below "
+                         f"{cl.min_gap_nats} nats, not informative):\n" + "\n".join(lines))
+
+    # ------------------------------------------------------------------------------------------
+    def plot(self, cfg: MarkovTyingConfig, run: Run, analysis: Analysis, figdir: Path) -> list[Path]:
+        return [self._plot_landscape(cfg, analysis, figdir), self._plot_grid(cfg, analysis, figdir),
+                self._plot_curves(cfg, run, figdir)]
+
+    @staticmethod
+    def _plot_landscape(cfg: MarkovTyingConfig, analysis: Analysis, figdir: Path) -> Path:
+        ls = cfg.landscape
+        table = analysis.measurements["landscape"]
+        fig, axes = plt.subplots(1, len(ls.chains), figsize=(5.2 * len(ls.chains), 4), squeeze=False)
+        for ax, (p, q) in zip(axes[0], ls.chains):
+            row = table[chain_tag(p, q)]
+            c = row["curvature_c"]
+            for tied, color in zip(cfg.tying, ("C0", "C3")):
+                t = _tying(tied)
+                if t not in row:
+                    continue
+                n_o = len(ls.others)
+                mins = np.array(row[t]["eig_min"])
+                # eig_min is ordered (others, d, member): spread points over d
+                per = len(mins) // max(1, len(ls.dims) * n_o) if len(mins) else 0
+                xs = [d for _ in ls.others for d in ls.dims for _ in range(max(per, 1))][: len(mins)]
+                jitter = 0.08 if tied else -0.08
+                ax.scatter(np.array(xs) + jitter, mins, color=color, s=18, label=f"{t}: λ_min (measured)")
+                cf = 0.0 if (tied and c > 0) else (2 * c if tied else -abs(c))
+                ax.axhline(cf, color=color, ls="--", lw=1, label=f"{t}: closed form λ_min = {cf:.3f}")
+            ax.axhline(0, color="k", lw=0.6)
+            ax.set_xticks(ls.dims)
+            ax.set_xlabel("embedding dimension d")
+            ax.set_ylabel("smallest Hessian eigenvalue at θ_π")
+            ax.set_title(f"(p, q) = ({p}, {q}), p+q {'>' if p + q > 1 else '<'} 1, N = {ls.seq_len}")
+            ax.legend(fontsize=7)
+        fig.suptitle("θ_π: tied = (almost) PSD Hessian (local min) vs untied = negative eigenvalue (saddle)")
+        return save_figure(fig, figdir / "theta_pi_hessian.png")
+
+    @staticmethod
+    def _plot_grid(cfg: MarkovTyingConfig, analysis: Analysis, figdir: Path) -> Path:
+        cells = analysis.measurements["training"]
+        fig, axes = plt.subplots(1, len(cfg.tying), figsize=(4.8 * len(cfg.tying), 4.2), squeeze=False)
+        for ax, tied in zip(axes[0], cfg.tying):
+            t = _tying(tied)
+            for r in cells.values():
+                f = r[t]["stuck_fraction"]
+                color = "lightgray" if f is None else plt.cm.Reds(0.15 + 0.85 * f)
+                ax.scatter(r["p"], r["q"], s=900, color=color, edgecolor="k", marker="s")
+                ax.text(r["p"], r["q"], "—" if f is None else f"{f:.2f}", ha="center", va="center", fontsize=9)
+            xs = np.linspace(0, 1, 2)
+            ax.plot(xs, 1 - xs, "k--", lw=1, label="p + q = 1")
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.set_aspect("equal")
+            ax.set_xlabel("p")
+            ax.set_ylabel("q")
+            ax.set_title(f"{t}: fraction of members stuck at H(π)")
+            ax.legend(fontsize=7, loc="lower left")
+        fig.suptitle(f"Small init (σ = {cfg.model.init_std}), {cfg.train.steps} steps, d = {cfg.model.d}, {cfg.members} members per cell")
+        return save_figure(fig, figdir / "stuck_fraction_grid.png")
+
+    @staticmethod
+    def _plot_curves(cfg: MarkovTyingConfig, run: Run, figdir: Path) -> Path:
+        metrics = run.metrics()
+        n = len(cfg.grid)
+        cols = min(n, 3)
+        rows = math.ceil(n / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+        for ax, (p, q) in zip(axes.flat, cfg.grid):
+            for tied in cfg.tying:
+                steps, values = member_curves(metrics, f"train/{_tying(tied)}/{chain_tag(p, q)}", "test_loss")
+                curve_with_band(ax, steps, values, _tying(tied))
+            h_pi, h_rate = marginal_entropy(p, q), entropy_rate(p, q)
+            reference_lines(ax, {f"H(π) = {h_pi:.3f}": h_pi, f"rate = {h_rate:.3f}": h_rate})
+            ax.set_ylim(h_rate - 0.03, max(h_pi, math.log(2)) + 0.03)
+            ax.set_title(f"(p, q) = ({p}, {q})", fontsize=9)
+            ax.set_xlabel("iteration")
+            ax.set_ylabel("test loss (nats)")
+            ax.legend(fontsize=6)
+        for ax in list(axes.flat)[n:]:
+            ax.axis("off")
+        fig.suptitle("Test loss, tied vs untied (mean, band: min–max over members)")
+        return save_figure(fig, figdir / "test_loss_grid.png")
