@@ -11,6 +11,7 @@ field and what is allowed, exits with code 2 and leaves no run directory behind.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -57,6 +58,7 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
     resume: Annotated[Optional[Path], typer.Option(help="finish an interrupted run (OUT/RUN_ID) from its checkpoints")] = None,
     run_id: Annotated[Optional[str], typer.Option(help="name of the run directory (default: time stamp + experiment)")] = None,
+    sweep: Annotated[Optional[str], typer.Option(hidden=True, help="tag the run with the sweep it belongs to")] = None,
 ) -> None:
     """Run an experiment: progress bar, then a computed verdict per claim; writes a run directory."""
     from tdlab.experiments.base import get
@@ -72,7 +74,7 @@ def run(
                 raise ConfigError("experiment: missing experiment name; see `tdlab list`")
             exp = get(name)
             cfg = exp.make_config(profile, set_ or [], members=seeds, seed=seed)
-            finished = runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id)
+            finished = runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     summary = finished.summary
@@ -109,18 +111,62 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")]) -> 
 
 
 @app.command()
-def runs(out: Annotated[Path, typer.Option(help="folder that holds run directories")] = DEFAULT_OUT) -> None:
-    """Table of past runs with their claim verdicts."""
-    table = Table("run", "experiment", "profile", "status", "claims held", "wall (s)")
-    for r in list_runs(out):
-        try:
-            s = r.summary
-        except RunDirError:
-            s = {}
-        total, failed = s.get("claims_total", 0), s.get("claims_failed", 0)
-        table.add_row(r.path.name, s.get("experiment", "?"), s.get("profile", "?"), s.get("status", "?"),
-                      f"{total - failed}/{total}", f"{s.get('wall_time_s', 0):.0f}")
+def runs(
+    out: Annotated[Path, typer.Option(help="folder that holds run directories")] = DEFAULT_OUT,
+    where: Annotated[Optional[str], typer.Option(help="SQL condition, e.g. 'claims.failed > 0', \"experiment = 'markov-init'\", 'config.task.p >= 0.5'")] = None,
+    reindex: Annotated[bool, typer.Option("--reindex", help="rebuild the index from the run directories first")] = False,
+) -> None:
+    """Table of past runs with their claim verdicts, from the run index (OUT/index.sqlite)."""
+    from tdlab.index import INDEX_NAME, RunIndex
+
+    fresh = not (out / INDEX_NAME).exists()
+    try:
+        index = RunIndex(out)
+        if reindex or fresh:
+            for r in list_runs(out):
+                index.add_run(r, r.config.get("sweep"))
+        rows = index.query(where)
+    except (ConfigError, RunDirError) as exc:
+        _fail(str(exc))
+    table = Table("run", "experiment", "profile", "status", "claims held", "wall (s)", "sweep")
+    for r in rows:
+        total, failed = r["claims_total"] or 0, r["claims_failed"] or 0
+        table.add_row(r["run_id"], r["experiment"] or "?", r["profile"] or "?", r["status"] or "?",
+                      f"{total - failed}/{total}", f"{r['wall_time_s'] or 0:.0f}", r["sweep"] or "")
     out_console.print(table)
+    out_console.print(f"{len(rows)} run(s)", highlight=False)
+
+
+@app.command("sweep")
+def sweep_cmd(
+    spec: Annotated[Path, typer.Argument(help="sweep spec (YAML): experiment, profile, set, grid, points")],
+    backend: Annotated[str, typer.Option(help="local (process pool) or ray")] = "local",
+    workers: Annotated[int, typer.Option(min=1, help="points run at once")] = 2,
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster address HOST:PORT (ray backend; default: a local Ray instance)")] = None,
+    out: Annotated[Path, typer.Option(help="folder that holds run directories")] = DEFAULT_OUT,
+) -> None:
+    """Run a grid of runs; finished points are skipped when the sweep is started again."""
+    from tdlab.sweep import load_spec, run_sweep
+
+    try:
+        if backend not in ("local", "ray"):
+            raise ConfigError(f"backend: unknown backend {backend!r}; allowed: local, ray")
+        points = run_sweep(load_spec(spec), out, backend, workers, address,
+                           echo=lambda m: out_console.print(m, highlight=False, soft_wrap=True))
+    except ConfigError as exc:
+        _fail(str(exc))
+    if any(p.status == "failed" for p in points):
+        raise typer.Exit(code=1)
+
+
+@app.callback()
+def _setup() -> None:
+    """tdlab: how transformers learn, reproduced with computed verdicts."""
+    threads = os.environ.get("TDLAB_THREADS")
+    if threads:  # set by sweeps so that concurrent points share the cores instead of fighting over them
+        import torch
+
+        torch.set_num_threads(max(1, int(threads)))
 
 
 def main() -> None:  # pragma: no cover - entry point

@@ -14,6 +14,7 @@ import torch
 
 from tdlab.config import ConfigError
 from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext, get
+from tdlab.index import RunIndex
 from tdlab.report.html import write_report
 from rich.console import Console
 
@@ -38,13 +39,14 @@ def check_device(device: str) -> str:
 
 def execute(
     exp: Experiment, cfg: ExperimentConfig, profile: str, out: Path, device: str = "cpu", progress: bool = True,
-    run_id: str | None = None,
+    run_id: str | None = None, sweep: str | None = None,
 ) -> Run:
-    """Run ``exp`` with a validated ``cfg``; returns the finished run (status ``done`` or ``diverged``)."""
+    """Run ``exp`` with a validated ``cfg``; returns the finished run (status ``done`` or ``diverged``),
+    indexed in ``out``'s run index (under ``sweep`` when part of one)."""
     device = check_device(device)
     writer = RunWriter(Path(out), exp.name, run_id)
-    writer.write_config({"experiment": exp.name, "profile": profile, "config": cfg.model_dump(mode="json")})
-    return _execute(exp, cfg, profile, writer, device, progress)
+    writer.write_config({"experiment": exp.name, "profile": profile, "config": cfg.model_dump(mode="json"), "sweep": sweep})
+    return _execute(exp, cfg, profile, writer, device, progress, sweep)
 
 
 def resume(path: Path, device: str = "cpu", progress: bool = True) -> Run:
@@ -54,10 +56,12 @@ def resume(path: Path, device: str = "cpu", progress: bool = True) -> Run:
     conf = Run.read_config(writer.path / "config.yaml")
     exp = get(conf["experiment"])
     cfg = exp.Config.model_validate(conf.get("config", {}))
-    return _execute(exp, cfg, conf.get("profile", "?"), writer, check_device(device), progress)
+    return _execute(exp, cfg, conf.get("profile", "?"), writer, check_device(device), progress, conf.get("sweep"))
 
 
-def _execute(exp: Experiment, cfg: ExperimentConfig, profile: str, writer: RunWriter, device: str, progress: bool) -> Run:
+def _execute(
+    exp: Experiment, cfg: ExperimentConfig, profile: str, writer: RunWriter, device: str, progress: bool, sweep: str | None = None
+) -> Run:
     if progress:
         err_console.print(f"run {writer.run_id}: building in {writer.path}", highlight=False, soft_wrap=True)
     with writer:
@@ -71,7 +75,9 @@ def _execute(exp: Experiment, cfg: ExperimentConfig, profile: str, writer: RunWr
         meta = {"run_id": writer.run_id, "profile": profile, "wall_time_s": time.perf_counter() - t0,
                 "env": environment(device), **status}
         _report(exp, cfg, Run(writer.path), meta)
-        return writer.finish()
+        run = writer.finish()
+    RunIndex(writer.out).add_run(run, sweep)
+    return run
 
 
 def rebuild(path: Path) -> Run:
@@ -89,6 +95,7 @@ def rebuild(path: Path) -> Run:
     meta.setdefault("profile", conf.get("profile", "?"))
     meta.setdefault("status", "done")
     _report(exp, cfg, run, meta)
+    RunIndex(run.path.parent).add_run(run, conf.get("sweep"))
     return run
 
 

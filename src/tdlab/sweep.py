@@ -1,0 +1,299 @@
+"""Sweeps: a grid of ordinary runs, locally or on a Ray cluster.
+
+A spec (YAML) names an experiment, a profile, fixed overrides and a grid::
+
+    name: pq-grid
+    experiment: markov-init
+    profile: quick
+    seeds: 2                      # ensemble members per point (optional)
+    set: {train.steps: 1000}      # fixed overrides (dotted keys)
+    grid:                         # cartesian product ...
+      task.p: [0.2, 0.5, 0.8]
+      task.q: [0.3, 0.8]
+    points:                       # ... plus explicit points (optional)
+      - {task.p: 0.9, task.q: 0.9}
+
+Every point is an ordinary run directory ``OUT/NAME__pNNN-HASH`` (indexed, tagged with the sweep);
+``OUT/sweeps/NAME/`` holds the spec, ``status.json`` (every point's overrides, run id, status and
+error), ``summary.parquet`` / ``summary.html`` (every claim and scalar measurement across the grid)
+and one figure per swept metric (a line for a 1-D grid, a phase diagram for a 2-D one).
+
+Each point runs as its own ``tdlab run`` process, so a worker that dies (killed, out of memory)
+marks its point failed with the error and the sweep goes on. Backends: ``local`` (a pool of
+``--workers`` concurrent processes) and ``ray`` (one Ray task per point, ``ray.init(address)`` for an
+existing cluster, a local Ray instance otherwise). Points already done are skipped when the same
+sweep is started again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import yaml
+from pydantic import Field, ValidationError, field_validator
+
+from tdlab.config import Config, ConfigError, _format_validation_error
+from tdlab.runs import Run, RunDirError, atomic_write
+
+__all__ = ["SweepSpec", "Point", "load_spec", "plan", "run_sweep", "summarise"]
+
+
+class SweepSpec(Config):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    experiment: str
+    profile: str = "quick"
+    seeds: int | None = Field(None, ge=1)
+    seed: int | None = Field(None, ge=0)
+    set: dict[str, Any] = {}
+    grid: dict[str, list[Any]] = {}
+    points: list[dict[str, Any]] = []
+
+    @field_validator("grid")
+    @classmethod
+    def _nonempty(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for k, vals in v.items():
+            if not vals:
+                raise ValueError(f"grid key {k!r} has no values")
+        return v
+
+
+class Point(Config):
+    index: int
+    overrides: dict[str, Any]
+    run_id: str
+    status: Literal["pending", "done", "diverged", "failed", "skipped"] = "pending"
+    error: str | None = None
+
+
+def load_spec(path: Path) -> SweepSpec:
+    """Read and validate a sweep spec; bad files raise :class:`ConfigError` naming the field."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"sweep spec {path}: cannot read: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"sweep spec {path}: expected a mapping")
+    try:
+        spec = SweepSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"sweep spec {path}: {_format_validation_error(exc)}") from None
+    _validate_points(spec)
+    return spec
+
+
+def _validate_points(spec: SweepSpec) -> None:
+    """Validate every point's config before anything runs."""
+    from tdlab.experiments.base import get
+
+    exp = get(spec.experiment)
+    for p in _points(spec):
+        exp.make_config(spec.profile, _as_sets({**spec.set, **p}), spec.seeds, spec.seed)
+
+
+def _points(spec: SweepSpec) -> list[dict[str, Any]]:
+    keys = list(spec.grid)
+    pts = [dict(zip(keys, vals)) for vals in itertools.product(*(spec.grid[k] for k in keys))] if keys else []
+    pts += [dict(p) for p in spec.points]
+    return pts or [{}]
+
+
+def _as_sets(overrides: dict[str, Any]) -> list[str]:
+    return [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
+
+
+def plan(spec: SweepSpec) -> list[Point]:
+    """The points of a sweep with deterministic run ids (same spec, same ids)."""
+    out = []
+    for i, p in enumerate(_points(spec)):
+        h = hashlib.sha1(json.dumps([spec.model_dump(exclude={"grid", "points"}), p], sort_keys=True).encode()).hexdigest()[:8]
+        out.append(Point(index=i, overrides=p, run_id=f"{spec.name}__p{i:03d}-{h}"))
+    return out
+
+
+def _command(spec: SweepSpec, point: Point, out: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "tdlab.cli", "run", spec.experiment, "--profile", spec.profile, "--out", str(out),
+           "--run-id", point.run_id, "--sweep", spec.name, "--quiet"]
+    for s in _as_sets({**spec.set, **point.overrides}):
+        cmd += ["--set", s]
+    if spec.seeds is not None:
+        cmd += ["--seeds", str(spec.seeds)]
+    if spec.seed is not None:
+        cmd += ["--seed", str(spec.seed)]
+    return cmd
+
+
+def run_point(cmd: list[str], threads: int) -> tuple[int, str]:
+    """Run one point as a ``tdlab run`` process: ``(exit code, last lines of its stderr)``."""
+    env = {**os.environ, "TDLAB_THREADS": str(threads)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    return proc.returncode, "\n".join((proc.stderr or "").strip().splitlines()[-5:])
+
+
+def _point_status(out: Path, point: Point, rc: int, err: str) -> Point:
+    try:
+        s = Run(out / point.run_id).summary
+        return point.model_copy(update={"status": s.get("status", "failed"), "error": s.get("error")})
+    except RunDirError:
+        return point.model_copy(update={"status": "failed", "error": f"exit code {rc}: {err}" if err else f"exit code {rc}"})
+
+
+def run_sweep(
+    spec: SweepSpec, out: Path, backend: Literal["local", "ray"] = "local", workers: int = 2, address: str | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[Point]:
+    """Run every point not already done; write status, summary table and figures. Returns the points."""
+    out = Path(out)
+    sdir = out / "sweeps" / spec.name
+    sdir.mkdir(parents=True, exist_ok=True)
+    atomic_write(sdir / "spec.yaml", yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+    points = plan(spec)
+    todo = []
+    for i, p in enumerate(points):
+        done = (out / p.run_id / "summary.json").is_file()
+        if done:
+            points[i] = _point_status(out, p, 0, "").model_copy(update={"status": "skipped"})
+        else:
+            todo.append(p)
+    echo(f"sweep {spec.name}: {len(points)} points, {len(points) - len(todo)} already done, {len(todo)} to run ({backend})")
+    _write_status(sdir, points)
+    threads = max(1, (os.cpu_count() or 2) // max(1, workers))
+    finished = _run_ray(spec, todo, out, workers, address, threads) if backend == "ray" else _run_local(spec, todo, out, workers, threads)
+    by_index = {p.index: p for p in finished}
+    points = [by_index.get(p.index, p) for p in points]
+    _write_status(sdir, points)
+    summarise(spec, points, out)
+    failed = [p for p in points if p.status == "failed"]
+    for p in failed:
+        echo(f"point {p.index} {p.overrides} failed: {p.error}")
+    echo(f"sweep {spec.name}: {sum(p.status in ('done', 'skipped') for p in points)} done, {len(failed)} failed; see {sdir}")
+    return points
+
+
+def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, threads: int) -> list[Point]:
+    def one(p: Point) -> Point:
+        rc, err = run_point(_command(spec, p, out), threads)
+        return _point_status(out, p, rc, err)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:  # each thread waits on a child process
+        return list(pool.map(one, todo))
+
+
+def _run_ray(spec: SweepSpec, todo: list[Point], out: Path, workers: int, address: str | None, threads: int) -> list[Point]:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("backend: ray is not installed; pip install 'tdlab[ray]' or use --backend local") from None
+    started = not ray.is_initialized()
+    if started:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False)
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
+        refs = [remote.remote(_command(spec, p, out), threads) for p in todo]
+        results = []
+        for p, ref in zip(todo, refs):
+            try:
+                rc, err = ray.get(ref)
+            except Exception as exc:  # a crashed Ray worker: the point fails, the sweep goes on
+                rc, err = -1, f"{type(exc).__name__}: {exc}"
+            results.append(_point_status(out, p, rc, err))
+        return results
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _write_status(sdir: Path, points: list[Point]) -> None:
+    atomic_write(sdir / "status.json", json.dumps([p.model_dump(mode="json") for p in points], indent=2))
+
+
+def _scalars(prefix: str, obj: Any) -> dict[str, float]:
+    if isinstance(obj, bool):
+        return {prefix: float(obj)}
+    if isinstance(obj, (int, float)):
+        return {prefix: float(obj)}
+    if isinstance(obj, dict):
+        out: dict[str, float] = {}
+        for k, v in obj.items():
+            out.update(_scalars(f"{prefix}.{k}" if prefix else str(k), v))
+        return out
+    return {}
+
+
+def summarise(spec: SweepSpec, points: list[Point], out: Path) -> pd.DataFrame:
+    """The summary table (one row per point) as parquet + HTML, and one figure per swept metric."""
+    from tdlab.report.figures import plt, save_figure
+
+    sdir = Path(out) / "sweeps" / spec.name
+    rows = []
+    for p in points:
+        row: dict[str, Any] = {**p.overrides, "run_id": p.run_id, "status": p.status, "error": p.error}
+        if p.status in ("done", "skipped"):
+            try:
+                s = Run(Path(out) / p.run_id).summary
+            except RunDirError:
+                s = {}
+            for c in s.get("claims", []):
+                row[f"{c['id']}.measured"] = c["mean"]
+                row[f"{c['id']}.expected"] = c["expected"]
+                row[f"{c['id']}.holds"] = bool(c["holds"])
+            row.update({f"m.{k}": v for k, v in _scalars("", s.get("measurements", {})).items()})
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    tmp = sdir / ".summary.parquet.tmp"
+    df.to_parquet(tmp)
+    os.replace(tmp, sdir / "summary.parquet")
+    atomic_write(sdir / "summary.html", f"<html><head><meta charset='utf-8'><title>sweep {spec.name}</title></head><body>"
+                 f"<h1>sweep {spec.name} — {spec.experiment} ({spec.profile})</h1>{df.to_html(index=False, na_rep='')}"
+                 + "".join(f"<img src='figures/{f}'>" for f in _metric_figures(df, list(spec.grid), sdir / "figures", plt, save_figure))
+                 + "</body></html>")
+    return df
+
+
+def _metric_figures(df: pd.DataFrame, keys: list[str], figdir: Path, plt: Any, save_figure: Any) -> list[str]:
+    metrics = [c for c in df.columns if c.endswith(".measured") or c.startswith("m.")]
+    names = []
+    if not keys or not metrics:
+        return names
+    for metric in metrics:
+        data = df.dropna(subset=[metric])
+        if data.empty:
+            continue
+        fig, ax = plt.subplots(figsize=(5, 4))
+        fname = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in metric) + ".png"
+        if len(keys) >= 2:  # phase diagram over the first two swept keys
+            table = data.pivot_table(index=keys[1], columns=keys[0], values=metric, aggfunc="mean")
+            im = ax.imshow(table.to_numpy(dtype=float), origin="lower", aspect="auto", cmap="viridis")
+            ax.set_xticks(range(table.shape[1]), [f"{v:g}" if isinstance(v, float) else str(v) for v in table.columns])
+            ax.set_yticks(range(table.shape[0]), [f"{v:g}" if isinstance(v, float) else str(v) for v in table.index])
+            ax.set_xlabel(keys[0])
+            ax.set_ylabel(keys[1])
+            holds = metric.replace(".measured", ".holds")
+            if holds in data and metric.endswith(".measured"):
+                ht = data.pivot_table(index=keys[1], columns=keys[0], values=holds, aggfunc="mean")
+                for (i, j), v in np.ndenumerate(ht.to_numpy(dtype=float)):
+                    if not np.isnan(v):
+                        ax.text(j, i, "✓" if v == 1 else "✗", ha="center", va="center", color="w", fontsize=11)
+            fig.colorbar(im, ax=ax)
+        else:
+            d = data.sort_values(keys[0])
+            ax.plot(d[keys[0]], d[metric], "o-")
+            ax.set_xlabel(keys[0])
+            ax.set_ylabel(metric)
+        ax.set_title(metric, fontsize=8)
+        save_figure(fig, figdir / fname)
+        names.append(fname)
+    return names
