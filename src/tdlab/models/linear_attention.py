@@ -163,7 +163,8 @@ class LCA(nn.Module):
             ``"one"``: tied ``W^S = -W^V = alpha I``, alpha (E,) (Sec. 5, Thm 6.2);
             ``"two"``: tied ``W^S = alpha I``, ``W^V = beta I``, alpha, beta (E,) (Sec. 5, Thm 6.3);
             ``"untied"``: ``(alpha_t I, beta_t I)``, alpha, beta (E, T) (Fig. 3, App. H);
-            ``"diagonal"``: ``(diag(alpha_t), diag(beta_t))``, alpha, beta (E, T, d) (Fig. 3, App. H);
+            ``"diagonal"``: ``(diag(alpha_t), diag(beta_t))``, alpha, beta (E, T, d) (Fig. 3, App. H,
+            which write ``b_t`` for both vectors; we read them as two independent vectors);
             ``"full"``: unconstrained, alpha, beta (E, T, d, d) (Fig. 3, App. H).
         alpha0, beta0: initial value of the ``W^S`` and ``W^V`` scalars (matrices: times I);
             ``beta0=None`` means ``-alpha0``. App. H: ``(alpha*, -alpha*)``.
@@ -175,6 +176,8 @@ class LCA(nn.Module):
             ``A = W^V F F^T F / L``: the "deep LSA" of App. G, Eq. G.2).
         injection: keep ``S_t`` (Eq. 5.2); ``False`` is the no-re-injection ablation (Eq. G.1).
             With ``f0="zeros"`` and no injection ``F_t`` stays 0, so the model predicts 0 exactly.
+            With ``param="one"`` the single parameter still enters as ``W^V = -alpha I`` (so the
+            ``alpha`` of Eq. G.2, ``V = alpha F``, is our ``-alpha``).
         pre_ln: pre-LayerNorm variant (Fig. 4, App. F). The paper only says LN is "added between
             the LCA layers"; we follow App. I: the query stream and the attended sequence are
             normalised per token (``Q = LN(F_{t-1})``, ``K = V-input = LN(X)``; LN(F) throughout for

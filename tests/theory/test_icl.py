@@ -1,0 +1,160 @@
+"""Closed forms of the seed paper (arXiv:2602.04872) against simulation and against each other."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tdlab.models.linear_attention import LCA
+from tdlab.tasks.multimodal import MultiModalPrompts
+from tdlab.theory import icl
+
+F64 = torch.float64
+APP_H = MultiModalPrompts()  # d1 = d2 = 16, per-modality norms ~ U[0, 5], zeta ~ N(0, 1)
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def test_alpha_star_app_h_is_one_over_26():
+    # Thm 6.2: alpha* = 2/(2 + m_lower + m_upper); App. H states 1/26 (per-modality reading).
+    assert icl.alpha_star(APP_H) == pytest.approx(1 / 26, abs=1e-15)
+    assert icl.alpha_star(MultiModalPrompts(norm_mode="total")) == pytest.approx(2 / 27, abs=1e-15)
+    assert icl.alpha_star(MultiModalPrompts(norm_range=(1.0, 2.0))) == pytest.approx(2 / (2 + 2 + 8))
+
+
+def test_alpha_star_T_values_and_limit():
+    expected = {1: 0.0411, 2: 0.0402, 5: 0.0392, 10: 0.0389, 20: 0.0387, 50: 0.0385}
+    got = {T: icl.alpha_star_T(T, APP_H) for T in expected}
+    for T, v in expected.items():
+        assert got[T] == pytest.approx(v, abs=5e-5)
+    # T = 1 in closed form: E[(Z-1)(1 - alpha Z)] = 0 -> alpha = E[Z-1] / E[Z(Z-1)], with
+    # E|m|^2 = 2 * 25/3 and E|m|^4 = 2 * 625/5 + 2 * (25/3)^2 for two U[0, 5] norms.
+    e2, e4 = 50 / 3, 250 + 2 * (25 / 3) ** 2
+    assert got[1] == pytest.approx(e2 / (e2 + e4), rel=1e-10)
+    # it minimises the (strictly convex) Lemma D.1 loss, and decreases towards alpha* = 1/26
+    for T in (2, 10):
+        loss = icl.infinite_context_excess_risk(got[T] + np.array([-1e-5, 0.0, 1e-5]), T, APP_H)
+        assert loss[1] < loss[0] and loss[1] < loss[2]
+    values = list(got.values())
+    assert all(a > b for a, b in zip(values, values[1:])) and values[-1] > 1 / 26
+
+
+def test_quadrature_moments():
+    for task in (APP_H, MultiModalPrompts(norm_mode="total", norm_range=(1.0, 3.0)), MultiModalPrompts(dims=(1, 1, 1))):
+        z, w = icl.z_quadrature(task)
+        lo, hi = task.norm_range
+        e_r2 = (lo**2 + lo * hi + hi**2) / 3
+        assert w.sum() == pytest.approx(1.0, abs=1e-12)
+        assert np.sum(w * z) == pytest.approx(1 + task.n_norms * e_r2, rel=1e-12)
+
+
+def test_bayes_risk_closed_form_vs_simulation():
+    r = icl.bayes_risk(APP_H)
+    assert r == pytest.approx(0.10905, abs=1e-5)
+    mean, se = icl.bayes_risk_mc(APP_H, gen(0), 40_000)
+    assert abs(mean - r) < 4 * se
+
+
+def test_bayes_predictor_is_the_conditional_mean():
+    # For fixed (m, zeta), E[y | x] is linear; least squares on a long prompt recovers w of Eq. (3.3).
+    task = MultiModalPrompts(dims=(2, 2), norm_range=(0.5, 1.5))
+    b = task.sample([gen(1)], 1, 100_000, dtype=F64)
+    X, y = b.X[0, 0], b.y[0, 0]
+    w_mc = torch.linalg.lstsq(X, y[:, None]).solution[:, 0]
+    basis = torch.eye(4, dtype=F64)
+    w_theory = icl.bayes_predictor(b.m[0, 0].expand(4, 4), b.zeta[0, 0].expand(4), basis)
+    noise_sd = abs(b.zeta[0, 0].item()) / math.sqrt(1 + b.m[0, 0].square().sum().item())
+    assert torch.allclose(w_mc, w_theory, atol=5 * noise_sd / math.sqrt(100_000))
+
+
+def test_sample_mean_risk_vs_simulation():
+    b = MultiModalPrompts(dims=(2, 2)).sample([gen(2)], 40_000, 5, dtype=F64)
+    err2 = (b.y_query - icl.sample_mean_predictor(b.y)) ** 2
+    se = err2.std().item() / math.sqrt(err2.numel())
+    assert abs(err2.mean().item() - icl.sample_mean_risk(APP_H, 5)) < 4 * se
+
+
+def test_posterior_mean_is_the_finite_context_bayes_rule():
+    # A posterior mean is calibrated (E[y_q | y_hat] = y_hat) and its residual is orthogonal to every
+    # function of the prompt; its risk lies between the oracle's E[1/Z] and any other rule's.
+    task = MultiModalPrompts(dims=(1, 1), norm_range=(0.0, 2.0))
+    b = task.sample([gen(3)], 2000, 3, dtype=F64)
+    post = icl.posterior_mean_predictor(task, b.X, b.y, b.x_query, generator=gen(4), n_samples=10_000)[0]
+    yq = b.y_query[0]
+    res = yq - post
+    slope = (yq * post).sum() / (post * post).sum()
+    slope_se = torch.sqrt((res**2).mean() / (post * post).sum())
+    assert abs(slope.item() - 1.0) < 4 * slope_se.item()
+    plug_in = torch.einsum("nl,nld,nd->n", b.y[0], b.X[0], b.x_query[0]) / 3  # LSA/C.1 readout
+    for h in (plug_in, b.y[0].sum(-1) * b.x_query[0, :, 0]):
+        corr = (res * h).mean() / torch.sqrt((res**2).mean() * (h**2).mean())
+        assert abs(corr.item()) < 4 / math.sqrt(2000)
+
+    def risk(p):
+        return ((yq - p) ** 2).mean().item()
+
+    oracle = icl.bayes_predictor(b.m[0], b.zeta[0], b.x_query[0])
+    assert risk(oracle) < risk(post) < min(risk(torch.zeros_like(yq)), risk(icl.sample_mean_predictor(b.y[0])))
+
+
+def test_infinite_context_excess_risk_vs_long_context_lca():
+    # Lemma D.1 (and its two-parameter analogue) at fixed (alpha, beta) against LCA_T simulated at
+    # L and L/2 on nested contexts, Richardson-extrapolated to remove the O(1/L) term. The excess over
+    # the Bayes predictor given the context is delta^T Lambda delta, delta = F_T^T y / L - w (Lemma C.1
+    # readout, exact over x_q); dividing by zeta^2 (delta is proportional to zeta) uses E[zeta^2] = 1.
+    task = MultiModalPrompts(dims=(3, 3), norm_range=(0.0, 1.5))
+    T, N, L = 3, 1000, 300
+    alphas, betas = [0.1, 0.25, 0.15], [-0.1, -0.25, -0.1]
+    model = LCA(task.d, T, seeds=[0, 1, 2], param="two", dtype=F64)
+    with torch.no_grad():
+        model.alpha.copy_(torch.tensor(alphas)), model.beta.copy_(torch.tensor(betas))
+    b = task.sample([gen(5)], N, L, dtype=F64)
+    lam = torch.eye(task.d, dtype=F64) + b.m[..., :, None] * b.m[..., None, :]
+    w = b.zeta[..., None] * b.m / (1 + b.m.square().sum(-1, keepdim=True))
+
+    def excess(Lc):
+        with torch.no_grad():
+            _, inter = model(b.X[:, :, :Lc], b.y[:, :, :Lc], b.x_query, return_intermediates=True)
+        delta = torch.einsum("enld,enl->end", inter["F"][-1], b.y[:, :, :Lc]) / Lc - w
+        return torch.einsum("eni,enij,enj->en", delta, lam, delta) / b.zeta**2
+
+    extrapolated = 2 * excess(L) - excess(L // 2)
+    theory = icl.infinite_context_excess_risk(np.array(alphas), T, task, np.array(betas))
+    mean, se = extrapolated.mean(-1).numpy(), extrapolated.std(-1).numpy() / math.sqrt(N)
+    assert np.all(np.abs(mean - theory) < 4 * se + 1e-4), (mean, theory, se)
+    # beta = -alpha is the one-parameter loss of Lemma D.1
+    assert theory[0] == pytest.approx(icl.infinite_context_excess_risk(0.1, T, task))
+
+
+def test_lemma_d1_formula_directly():
+    z, w = icl.z_quadrature(APP_H)
+    for T, a in [(1, 0.03), (10, 0.0389)]:
+        direct = np.sum(w * (z - 1) / z * (1 - a * z) ** (2 * T))
+        assert icl.infinite_context_excess_risk(a, T, APP_H) == pytest.approx(direct, rel=1e-12)
+
+
+def test_alpha_of_beta_minimises_two_parameter_loss():
+    T = 5
+    for beta in (-0.02, -0.035):
+        a = icl.alpha_of_beta(beta, T, APP_H)
+        loss = icl.infinite_context_excess_risk(a + np.array([-1e-4, 0.0, 1e-4]), T, APP_H, beta)
+        assert loss[1] < loss[0] and loss[1] < loss[2]  # the loss is quadratic in alpha
+    # along beta = -alpha*_T the minimiser is close to alpha*_T (alpha*(beta) ~ -beta, App. F)
+    a50 = icl.alpha_star_T(50, APP_H)
+    assert icl.alpha_of_beta(-a50, 50, APP_H) == pytest.approx(a50, rel=0.05)
+
+
+def test_whitening_error_limit_vs_long_context_model():
+    # ||X F_T^T / L - I||_F / sqrt(d) -> sqrt((g(Z)^2 + (d-1) g(1)^2)/d), g(z) = (1 - alpha z)^T.
+    task = MultiModalPrompts(dims=(3, 3), norm_range=(0.0, 1.5))
+    b = task.sample([gen(6)], 8, 40_000, dtype=F64)
+    alpha, T = 0.2, 4
+    model = LCA(task.d, T, seeds=[0], alpha0=alpha, dtype=F64)
+    _, inter = model(b.X, b.y, b.x_query, return_intermediates=True)
+    got = icl.whitening_error(b.X, inter["F"][-1])
+    limit = icl.whitening_error_limit(b.m, alpha, T)
+    assert torch.allclose(got, limit, atol=0.02)
+    assert icl.whitening_error(b.X, inter["F"][0]).sub(1).abs().max() < 1e-12  # F_0 = 0: error = 1
