@@ -56,7 +56,11 @@ class Claim:
 
     @property
     def std(self) -> float:
-        return statistics.pstdev(self.measured) if len(self.measured) > 1 else 0.0
+        if len(self.measured) < 2:
+            return 0.0
+        if not all(math.isfinite(m) for m in self.measured):
+            return float("nan")  # statistics.pstdev raises on non-finite floats
+        return statistics.pstdev(self.measured)
 
     @property
     def n_hold(self) -> int:

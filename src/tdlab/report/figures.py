@@ -30,7 +30,7 @@ def save_figure(fig: plt.Figure, path: Path) -> Path:
 def member_curves(metrics: pd.DataFrame, arm: str, name: str) -> tuple[np.ndarray, np.ndarray]:
     """``(steps (S,), values (members, S))`` of metric ``name`` in ``arm``."""
     df = metrics[(metrics["arm"] == arm) & (metrics["name"] == name)]
-    table = df.pivot_table(index="member", columns="step", values="value")
+    table = df.pivot_table(index="member", columns="step", values="value", dropna=False)  # keep all-NaN steps
     return table.columns.to_numpy(), table.to_numpy()
 
 

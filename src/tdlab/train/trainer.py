@@ -231,6 +231,10 @@ class Trainer:
             losses = self.evaluate(model, task, eval_gens, cfg.eval_batches).tolist()
             result.rows.extend((step, offset + e, "test_loss", v) for e, v in enumerate(losses))
             bar.set(test=sum(losses) / E)
+            bad = [e for e, v in enumerate(losses) if not math.isfinite(v)]
+            if bad:  # e.g. the last update produced NaN weights: the training loss never saw them
+                result.states.extend(model.member_state(e) for e in range(E))
+                raise DivergenceError(offset + bad[0], step, result)
 
         running = torch.zeros(E, device=self.device)
         since, first = 0, 1

@@ -1,0 +1,63 @@
+"""Shared test settings and fixtures: two CPU threads (the target machine), a runs folder, and a
+factory for synthetic ``markov-init`` run directories whose metrics the test chooses exactly."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(2)
+
+
+def h(x: float) -> float:
+    """Binary entropy in nats, written independently of tdlab."""
+    return 0.0 if x <= 0 or x >= 1 else -x * math.log(x) - (1 - x) * math.log(1 - x)
+
+
+def chain_truth(p: float, q: float) -> tuple[float, float]:
+    """(entropy rate, H(pi)) of the binary chain P = [[1-p, p], [q, 1-q]], from first principles."""
+    pi1 = p / (p + q)
+    return (1 - pi1) * h(p) + pi1 * h(q), h(pi1)
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    """A folder to hold run directories (``--out``); not created yet."""
+    return tmp_path / "runs"
+
+
+@pytest.fixture
+def make_markov_run(tmp_path: Path) -> Callable[..., tuple[object, Path]]:
+    """``make(p, q, curves, steps, overrides=(), members=3) -> (cfg, run_dir)``.
+
+    ``curves`` maps an arm (``"sec2/standard"``...) to one test-loss curve per member over ``steps``;
+    arms left out get the entropy rate everywhere. The run is written with :class:`RunWriter`, as a
+    real run would be, and nothing is trained.
+    """
+    from tdlab.experiments.markov_init import MarkovInit
+    from tdlab.runs import RunWriter
+
+    counter = iter(range(10_000))
+
+    def make(p: float, q: float, curves: Mapping[str, Sequence[Sequence[float]]], steps: Sequence[int],
+             overrides: Sequence[str] = (), members: int = 3):
+        exp = MarkovInit()
+        cfg = exp.make_config("quick", [f"task.p={p}", f"task.q={q}", *overrides], members=members)
+        rate, _ = chain_truth(p, q)
+        with RunWriter(tmp_path / "synthetic", exp.name, run_id=f"synthetic-{next(counter)}") as w:
+            w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
+            for arch, init in exp.arms(cfg):
+                arm = f"{arch}/{init}"
+                member_curves = curves.get(arm, [[rate] * len(steps)] * members)
+                assert len(member_curves) == members
+                rows = [(s, m, "test_loss", float(v)) for m, c in enumerate(member_curves) for s, v in zip(steps, c, strict=True)]
+                rows += [(s, m, "train_loss", float(v)) for m, c in enumerate(member_curves) for s, v in zip(steps, c) if s > 0]
+                w.add_metrics(arm, rows)
+            run = w.finish()
+        return cfg, run.path
+
+    return make

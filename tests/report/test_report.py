@@ -1,0 +1,156 @@
+"""report.html: the claims table and the figure, escaping, diverged runs; rendering in headless
+Chromium where it exists; the screenshot script's browser invocation."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from tdlab.experiments.runner import rebuild
+from tdlab.report.html import render_report
+
+STEPS = [0, 100, 200]
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_report.sh"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=1200,1600"]
+
+
+class _Page(HTMLParser):
+    """Collects the table rows (cells as text) and image sources of a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self.imgs, self._cell, self._row = [], [], None, None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self._row = []
+        elif tag in ("td", "th"):
+            self._cell = {"text": "", "class": dict(attrs).get("class")}
+        elif tag == "img":
+            self.imgs.append(dict(attrs)["src"])
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self._row.append(self._cell)
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            self.tables[-1].append(self._row)
+            self._row = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell["text"] += data
+
+
+@pytest.fixture
+def report_run(make_markov_run):
+    """A synthetic markov-init run with its report rebuilt: three claims hold, one fails."""
+    import math
+
+    def h(x):
+        return -x * math.log(x) - (1 - x) * math.log(1 - x)
+
+    p, q = 0.5, 0.8
+    pi1 = p / (p + q)
+    rate, hpi = (1 - pi1) * h(p) + pi1 * h(q), h(pi1)
+    curves = {"sec2/standard": [[0.69, hpi, hpi]] * 3, "gpt2/standard": [[0.69, rate, rate]] * 3}
+    cfg, path = make_markov_run(p, q, curves, STEPS)
+    return rebuild(path)
+
+
+def test_report_has_the_claims_table_and_the_figure(report_run):
+    html = (report_run.path / "report.html").read_text()
+    page = _Page()
+    page.feed(html)
+    summary = report_run.summary
+    claims_table = next(t for t in page.tables if t and t[0][0]["text"] == "claim")
+    header = [c["text"] for c in claims_table[0]]
+    assert header[:3] == ["claim", "statement", "expected"] and header[-1] == "verdict"
+    rows = claims_table[1:]
+    assert len(rows) == len(summary["claims"]) == 4
+    for row, c in zip(rows, summary["claims"], strict=True):
+        assert row[0]["text"] == c["id"]
+        assert f"{c['expected']:.4f}" in row[2]["text"]
+        assert f"{c['mean']:.4f}" in row[3]["text"]
+        assert row[-1]["text"] == c["verdict"] and row[-1]["class"] == c["verdict"]
+    assert [r[-1]["text"] for r in rows].count("fails") == 1
+    assert "(3/4 hold)" in html
+    # The figure is referenced relatively and exists next to the report.
+    assert page.imgs == ["figures/fig4_test_loss.png"]
+    assert (report_run.path / page.imgs[0]).stat().st_size > 10_000
+    assert summary["run_id"] in html and "markov-init" in html
+
+
+def test_report_escapes_text_and_handles_diverged_runs():
+    summary = {"experiment": "e", "figure": "F", "paper": "P", "run_id": "r", "profile": "quick",
+               "status": "diverged", "error": "loss diverged (non-finite) for member 1 at step 7",
+               "claims": [], "claims_total": 0, "claims_failed": 0, "notes": ["a < b & c"], "figures": [],
+               "measurements": {}, "env": {"python": "3.x"}, "seed": 0, "members": 2, "wall_time_s": 1.0}
+    html = render_report(summary, {"experiment": "e"}, "<script>alert(1)</script>")
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "a &lt; b &amp; c" in html
+    assert 'class="status-diverged"' in html and "member 1 at step 7" in html
+    assert "<h2>Claims" not in html
+
+
+def _chromium_screenshot(browser: str, report: Path, png: Path) -> None:
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={png}",
+                        f"file://{report.resolve()}"], capture_output=True, timeout=120)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium is not installed")
+def test_report_renders_in_headless_chromium(report_run, tmp_path):
+    png = tmp_path / "report.png"
+    _chromium_screenshot(shutil.which("chromium"), report_run.path / "report.html", png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 10_000
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium is not installed")
+def test_screenshot_script_with_real_chromium(report_run, tmp_path):
+    out = tmp_path / "shots" / "r.png"
+    proc = subprocess.run(["bash", str(SCRIPT), str(report_run.path), str(out)], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(out.resolve()) and out.stat().st_size > 10_000
+
+
+def test_screenshot_script_invokes_the_browser_offline_on_the_report(report_run, tmp_path):
+    # A stand-in browser records its arguments and writes the screenshot where it is told to.
+    fake = tmp_path / "bin" / "fake-chromium"
+    fake.parent.mkdir()
+    argv = tmp_path / "argv.txt"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        f'printf "%s\\n" "$@" > "{argv}"\n'
+        'for a in "$@"; do case "$a" in --screenshot=*) head -c 20000 /dev/zero > "${a#--screenshot=}";; esac; done\n'
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    env = {**os.environ, "CHROMIUM": str(fake)}
+    proc = subprocess.run(["bash", str(SCRIPT), str(report_run.path)], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    args = argv.read_text().splitlines()
+    assert set(FLAGS) <= set(args)
+    assert args[-1] == f"file://{(report_run.path / 'report.html').resolve()}"
+    png = report_run.path / "report.png"
+    assert f"--screenshot={png.resolve()}" in args and png.stat().st_size == 20000
+    profile = next(a.split("=", 1)[1] for a in args if a.startswith("--user-data-dir="))
+    assert not Path(profile).exists()  # the throwaway profile is removed
+    assert proc.stdout.strip() == str(png.resolve())
+    # Bad input: exit 2 with a message, browser never started.
+    argv.unlink()
+    bad = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "nope")], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "report.html not found" in bad.stderr and not argv.exists()
+    usage = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env)
+    assert usage.returncode == 2 and "usage" in usage.stderr

@@ -1,0 +1,229 @@
+"""The ``tdlab`` command: bad input exits 2 naming the field and leaves nothing behind; a tiny real
+run writes a complete run directory whose verdicts agree with theory and with its own metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+from rich.console import Console
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+import tdlab.cli as cli
+from tdlab.experiments.markov_init import MarkovInit
+from tdlab.models.gpt import GPT
+from tdlab.seeding import member_seeds
+from tdlab.tasks.markov import MarkovChain
+from tdlab.train.trainer import Trainer
+
+TINY = ["--set", "train.steps=20", "--set", "train.seq_len=16", "--set", "train.eval_every=10",
+        "--set", "train.eval_batches=1", "--seeds", "2", "--quiet"]
+ARMS = ["sec2/standard", "sec2/local-to-global", "gpt2/standard", "gpt2/local-to-global"]
+VERDICT = re.compile(r"^(HOLDS|FAILS) (\S+): measured (\S+) ± \S+ \(expected (\S+), tol (\S+); (\d+)/(\d+) members\)$")
+
+
+@pytest.fixture
+def invoke(monkeypatch):
+    """``invoke(*args) -> Result`` through CliRunner, with wide consoles so tables do not wrap."""
+    monkeypatch.setattr(cli, "out_console", Console(width=400))
+    monkeypatch.setattr(cli, "err_console", Console(stderr=True, width=400))
+    runner = CliRunner()
+
+    def go(*args):
+        return runner.invoke(cli.app, [str(a) for a in args])
+
+    return go
+
+
+def _h(x):
+    return -x * math.log(x) - (1 - x) * math.log(1 - x)
+
+
+# --- bad input -------------------------------------------------------------------------------------
+
+
+def test_list_shows_markov_init(invoke):
+    r = invoke("list")
+    assert r.exit_code == 0
+    row = next(line for line in r.output.splitlines() if "markov-init" in line)
+    assert "000 Local to Global" in row and "Fig. 4" in row and "quick" in row
+
+
+def test_unknown_experiment_exits_2_lists_allowed_and_writes_nothing(invoke, runs_dir):
+    r = invoke("run", "no-such-exp", "--out", runs_dir, "--quiet")
+    assert r.exit_code == 2
+    assert "experiment" in r.output and "no-such-exp" in r.output
+    assert "allowed" in r.output and "markov-init" in r.output
+    assert not runs_dir.exists() or not any(runs_dir.iterdir())
+
+
+@pytest.mark.parametrize(
+    "sets, field, words",
+    [
+        (["task.p=1.5"], "task.p", "less than 1"),
+        (["train.foo=1"], "train.foo", "unknown field"),
+        (["train.steps=many"], "train.steps", "integer"),
+        (["archs=[sec2, rnn]"], "archs.1", "sec2"),
+        (["task.p"], "task.p", "KEY=VALUE"),
+    ],
+)
+def test_bad_set_exits_2_naming_the_field(invoke, runs_dir, sets, field, words):
+    args = ["run", "markov-init", "--out", runs_dir, "--quiet"]
+    for s in sets:
+        args += ["--set", s]
+    r = invoke(*args)
+    assert r.exit_code == 2, r.output
+    assert field in r.output and words in r.output
+    assert "Traceback" not in r.output
+    assert not runs_dir.exists() or not any(runs_dir.iterdir())
+
+
+def test_bad_seeds_profile_and_device_exit_2(invoke, runs_dir, monkeypatch):
+    r = invoke("run", "markov-init", "--seeds", "0", "--out", runs_dir)
+    assert r.exit_code == 2 and "members" in r.output
+    r = invoke("run", "markov-init", "--profile", "huge", "--out", runs_dir)
+    assert r.exit_code == 2 and "profile" in r.output and "quick" in r.output
+    r = invoke("run", "markov-init", "--device", "tpu", "--out", runs_dir)
+    assert r.exit_code == 2 and "device" in r.output and "cpu" in r.output
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    r = invoke("run", "markov-init", "--device", "cuda", "--out", runs_dir, *TINY)
+    assert r.exit_code == 2 and "device" in r.output and "cuda" in r.output
+    assert not runs_dir.exists() or not any(runs_dir.iterdir())
+
+
+def test_report_on_missing_or_corrupt_directory_exits_2(invoke, tmp_path):
+    r = invoke("report", tmp_path / "nope")
+    assert r.exit_code == 2 and "nope" in r.output
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.yaml").write_text("experiment: [unclosed")
+    (bad / "metrics.parquet").write_bytes(b"not parquet")
+    r = invoke("report", bad)
+    assert r.exit_code == 2 and "config.yaml" in r.output
+    (bad / "config.yaml").write_text(yaml.safe_dump({"experiment": "markov-init", "profile": "quick", "config": {}}))
+    r = invoke("report", bad)
+    assert r.exit_code == 2 and "metrics.parquet" in r.output
+    (bad / "config.yaml").write_text(yaml.safe_dump({"experiment": "markov-init", "config": {"task": {"p": 7}}}))
+    r = invoke("report", bad)
+    assert r.exit_code == 2 and "task" in r.output
+    assert "Traceback" not in r.output
+
+
+# --- a tiny real run --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """``tdlab run markov-init`` in a real subprocess: (completed process, out folder, run dir)."""
+    out = tmp_path_factory.mktemp("cli") / "runs"
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "COLUMNS": "300"}
+    proc = subprocess.run([sys.executable, "-m", "tdlab.cli", "run", "markov-init", *TINY, "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    dirs = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")] if out.exists() else []
+    return proc, out, dirs
+
+
+def test_tiny_run_exits_0_and_prints_a_verdict_per_claim(tiny_run):
+    proc, out, dirs = tiny_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    verdicts = [VERDICT.match(line.strip()) for line in proc.stdout.splitlines()]
+    verdicts = [m for m in verdicts if m]
+    assert [m.group(2).rsplit("/", 1)[0] for m in verdicts] == ARMS
+    assert len(dirs) == 1 and not any(p.name.startswith(".staging") for p in out.iterdir())
+    assert str(dirs[0]) in proc.stdout
+
+
+def test_tiny_run_directory_is_complete_and_consistent(tiny_run):
+    proc, out, dirs = tiny_run
+    assert proc.returncode == 0, proc.stderr
+    run = dirs[0]
+    conf = yaml.safe_load((run / "config.yaml").read_text())
+    assert conf["experiment"] == "markov-init" and conf["profile"] == "quick"
+    assert conf["config"]["train"]["steps"] == 20 and conf["config"]["members"] == 2
+
+    df = pd.read_parquet(run / "metrics.parquet")
+    assert list(df.columns) == ["arm", "step", "member", "name", "value"]
+    assert sorted(df.arm.unique()) == sorted(ARMS)
+    test = df[df.name == "test_loss"]
+    assert sorted(test.step.unique()) == [0, 10, 20] and sorted(test.member.unique()) == [0, 1]
+    assert test.value.map(math.isfinite).all()
+    # A sigma = 0.02 standard init of the Sec. 2 model (no LayerNorm) predicts ~(1/2, 1/2): step-0 loss ln 2.
+    start = test[(test.step == 0) & (test.arm == "sec2/standard")].value
+    assert (start - math.log(2)).abs().max() < 5e-3
+
+    arrays = sorted(p.name for p in (run / "arrays").glob("*.safetensors"))
+    assert arrays == sorted(f"{a.replace('/', '__')}.safetensors" for a in ARMS)
+    for a in arrays:
+        assert all(t.shape[0] == 2 for t in load_file(str(run / "arrays" / a)).values())
+
+    png = run / "figures" / "fig4_test_loss.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    html = (run / "report.html").read_text()
+    assert "fig4_test_loss.png" in html and "Claims" in html
+
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "done" and s["claims_total"] == 4 and len(s["claims"]) == 4
+    p, q = conf["config"]["task"]["p"], conf["config"]["task"]["q"]
+    pi1 = p / (p + q)
+    rate, hpi = (1 - pi1) * _h(p) + pi1 * _h(q), _h(pi1)
+    assert p + q > 1
+    for c in s["claims"]:
+        arm = c["id"].rsplit("/", 1)[0]
+        # Expected from theory; measured = each member's final test loss in the parquet; verdict recomputed.
+        assert c["expected"] == pytest.approx(hpi if arm.endswith("/standard") else rate, abs=1e-12)
+        final = test[(test.arm == arm) & (test.step == 20)].sort_values("member").value.tolist()
+        assert c["measured"] == pytest.approx(final, abs=1e-12)
+        held = [abs(m - c["expected"]) <= c["tolerance"] for m in final]
+        assert c["per_member"] == held and c["holds"] == all(held)
+    # Printed verdicts agree with summary.json.
+    printed = {m.group(2): m.group(1) for m in map(VERDICT.match, map(str.strip, proc.stdout.splitlines())) if m}
+    assert printed == {c["id"]: c["verdict"].upper() for c in s["claims"]}
+
+
+def test_tiny_run_arrays_equal_a_member_trained_alone(tiny_run):
+    # The stored member 1 of sec2/local-to-global equals that model trained alone with member 1's seed.
+    proc, out, dirs = tiny_run
+    assert proc.returncode == 0, proc.stderr
+    run = dirs[0]
+    exp = MarkovInit()
+    cfg = exp.Config.model_validate(yaml.safe_load((run / "config.yaml").read_text())["config"])
+    mcfg = cfg.arm_model("sec2", "local-to-global")
+    alone = Trainer(cfg.train, progress=False).fit(lambda s: GPT(mcfg, s), [member_seeds(cfg.seed, 2)[1]],
+                                                   MarkovChain(cfg.task.p, cfg.task.q))
+    stored = load_file(str(run / "arrays" / "sec2__local-to-global.safetensors"))
+    for k, v in alone.states[0].items():
+        torch.testing.assert_close(stored[k][1], v, rtol=1e-5, atol=1e-6)
+
+
+def test_report_rebuilds_the_same_claims(tiny_run, invoke):
+    proc, out, dirs = tiny_run
+    assert proc.returncode == 0, proc.stderr
+    run = dirs[0]
+    before = json.loads((run / "summary.json").read_text())
+    (run / "report.html").unlink()
+    r = invoke("report", run)
+    assert r.exit_code == 0, r.output
+    after = json.loads((run / "summary.json").read_text())
+    keys = ("id", "expected", "measured", "holds", "tolerance", "per_member")
+    assert [{k: c[k] for k in keys} for c in after["claims"]] == [{k: c[k] for k in keys} for c in before["claims"]]
+    assert (run / "report.html").is_file()
+    assert sum(1 for line in r.output.splitlines() if VERDICT.match(line.strip())) == 4
+
+
+def test_runs_lists_the_run(tiny_run, invoke):
+    proc, out, dirs = tiny_run
+    assert proc.returncode == 0, proc.stderr
+    r = invoke("runs", "--out", out)
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if dirs[0].name in line)
+    s = json.loads((dirs[0] / "summary.json").read_text())
+    assert "markov-init" in row and "done" in row and f"{4 - s['claims_failed']}/4" in row
