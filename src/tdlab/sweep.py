@@ -44,7 +44,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from tdlab.config import Config, ConfigError, _format_validation_error
-from tdlab.runs import Run, RunDirError, atomic_write
+from tdlab.runs import Run, RunDirError, atomic_write, staging_path
 
 __all__ = ["SweepSpec", "Point", "load_spec", "plan", "run_sweep", "summarise"]
 
@@ -97,8 +97,11 @@ def _validate_points(spec: SweepSpec) -> None:
     from tdlab.experiments.base import get
 
     exp = get(spec.experiment)
-    for p in _points(spec):
-        exp.make_config(spec.profile, _as_sets({**spec.set, **p}), spec.seeds, spec.seed)
+    for i, p in enumerate(_points(spec)):
+        try:
+            exp.make_config(spec.profile, _as_sets({**spec.set, **p}), spec.seeds, spec.seed)
+        except ConfigError as exc:
+            raise ConfigError(f"sweep spec {spec.name}: point {i} {p}: {exc}") from None
 
 
 def _points(spec: SweepSpec) -> list[dict[str, Any]]:
@@ -122,6 +125,8 @@ def plan(spec: SweepSpec) -> list[Point]:
 
 
 def _command(spec: SweepSpec, point: Point, out: Path) -> list[str]:
+    if (staging_path(Path(out) / point.run_id) / "config.yaml").is_file():  # a killed attempt: finish it
+        return [sys.executable, "-m", "tdlab.cli", "run", "--resume", str(Path(out) / point.run_id), "--quiet"]
     cmd = [sys.executable, "-m", "tdlab.cli", "run", spec.experiment, "--profile", spec.profile, "--out", str(out),
            "--run-id", point.run_id, "--sweep", spec.name, "--quiet"]
     for s in _as_sets({**spec.set, **point.overrides}):
@@ -153,6 +158,7 @@ def run_sweep(
     echo: Callable[[str], None] = print,
 ) -> list[Point]:
     """Run every point not already done; write status, summary table and figures. Returns the points."""
+    _validate_points(spec)
     out = Path(out)
     sdir = out / "sweeps" / spec.name
     sdir.mkdir(parents=True, exist_ok=True)
@@ -162,7 +168,9 @@ def run_sweep(
     for i, p in enumerate(points):
         done = (out / p.run_id / "summary.json").is_file()
         if done:
-            points[i] = _point_status(out, p, 0, "").model_copy(update={"status": "skipped"})
+            points[i] = _point_status(out, p, 0, "")
+            if points[i].status == "done":  # a diverged point keeps saying so
+                points[i] = points[i].model_copy(update={"status": "skipped"})
         else:
             todo.append(p)
     echo(f"sweep {spec.name}: {len(points)} points, {len(points) - len(todo)} already done, {len(todo)} to run ({backend})")

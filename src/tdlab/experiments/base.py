@@ -39,7 +39,9 @@ class RunContext:
     progress: bool = True
 
     def record(self, arm: str, result: FitResult) -> None:
-        """Store a fit's metrics and final parameters under ``arm``."""
+        """Store a fit's metrics and final parameters under ``arm`` (replacing rows an earlier,
+        cut-off attempt stored before it was killed)."""
+        self.writer.rows = [r for r in self.writer.rows if r[0] != arm]
         self.writer.add_metrics(arm, result.rows)
         self.writer.save_arrays(arm, result.states)
 

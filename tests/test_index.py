@@ -1,0 +1,183 @@
+"""The run index: concurrent writers, no duplicates, ``--where`` filtering (columns, aliases, JSON paths)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sqlite3
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tdlab.cli import app
+from tdlab.config import ConfigError
+from tdlab.index import INDEX_NAME, RunIndex
+
+WRITERS, PER_WRITER = 8, 200
+P_VALUES = [0.1, 0.3, 0.5, 0.7, 0.9]
+
+
+def _record(writer: int, i: int) -> dict:
+    """A deterministic synthetic run record; the test recomputes the same records to check queries."""
+    k = writer * PER_WRITER + i
+    total = 2 + k % 3
+    return {
+        "run_id": f"w{writer}-r{i:03d}",
+        "path": f"/nowhere/w{writer}-r{i:03d}",
+        "experiment": "markov-init" if k % 2 else "markov-icl",
+        "profile": "quick",
+        "status": "done" if k % 10 else "diverged",
+        "wall_time_s": float(k),
+        "seed": k,
+        "members": 2,
+        "claims_total": total,
+        "claims_failed": (k % 7 == 0) + (k % 11 == 0),
+        "sweep": f"s{writer}" if i % 4 == 0 else None,
+        "config": {"task": {"p": P_VALUES[k % 5], "q": 0.8}, "train": {"steps": 10 + k % 4}},
+        "summary": {"status": "done" if k % 10 else "diverged", "k": k},
+    }
+
+
+def _all_records() -> list[dict]:
+    return [_record(w, i) for w in range(WRITERS) for i in range(PER_WRITER)]
+
+
+def _writer(out: str, writer: int, barrier) -> None:
+    barrier.wait()  # every writer opens a fresh index at the same moment (table creation, WAL switch)
+    index = RunIndex(Path(out))
+    for i in range(PER_WRITER):  # one transaction per run, as concurrent `tdlab run`s do
+        index.add(_record(writer, i))
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory) -> Path:
+    """An index written by 8 processes at once, 200 runs each."""
+    out = tmp_path_factory.mktemp("index") / "runs"
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    barrier = ctx.Barrier(WRITERS)
+    procs = [ctx.Process(target=_writer, args=(str(out), w, barrier)) for w in range(WRITERS)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0] * WRITERS, "a writer crashed (database locked?)"
+    return out
+
+
+def _ids(rows: list[dict]) -> set[str]:
+    return {r["run_id"] for r in rows}
+
+
+def test_concurrent_writers_lose_nothing_and_duplicate_nothing(filled):
+    index = RunIndex(filled)
+    assert index.count() == WRITERS * PER_WRITER
+    rows = index.query()
+    assert len(rows) == WRITERS * PER_WRITER
+    assert _ids(rows) == {r["run_id"] for r in _all_records()}
+    con = sqlite3.connect(filled / INDEX_NAME)
+    try:
+        assert con.execute("SELECT COUNT(DISTINCT run_id), COUNT(*) FROM runs").fetchone() == (1600, 1600)
+        assert con.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
+    finally:
+        con.close()
+
+
+def test_stored_fields_round_trip(filled):
+    want = _record(3, 17)
+    (got,) = RunIndex(filled).query("run_id = 'w3-r017'")
+    for key in ("path", "experiment", "profile", "status", "wall_time_s", "seed", "members", "claims_total",
+                "claims_failed", "sweep", "config", "summary"):
+        assert got[key] == want[key], key
+    assert isinstance(got["created"], float)
+
+
+def test_where_claims_failed_returns_exactly_the_failing_runs(filled):
+    index = RunIndex(filled)
+    want = {r["run_id"] for r in _all_records() if r["claims_failed"] > 0}
+    assert 0 < len(want) < WRITERS * PER_WRITER
+    assert _ids(index.query("claims.failed > 0")) == want
+    assert _ids(index.query("claims_failed > 0")) == want  # the column name works too
+    assert _ids(index.query("claims.failed = 2")) == {r["run_id"] for r in _all_records() if r["claims_failed"] == 2}
+    held = {r["run_id"] for r in _all_records() if r["claims_total"] - r["claims_failed"] >= 3}
+    assert _ids(index.query("claims.held >= 3")) == held
+
+
+def test_where_json_paths_into_config_and_summary(filled):
+    index = RunIndex(filled)
+    recs = _all_records()
+    assert _ids(index.query("config.task.p >= 0.5")) == {r["run_id"] for r in recs if r["config"]["task"]["p"] >= 0.5}
+    assert _ids(index.query("config.task.p = 0.3")) == {r["run_id"] for r in recs if r["config"]["task"]["p"] == 0.3}
+    both = index.query("config.task.p > 0.6 AND config.train.steps = 11 AND experiment = 'markov-init'")
+    assert _ids(both) == {r["run_id"] for r in recs if r["config"]["task"]["p"] > 0.6
+                          and r["config"]["train"]["steps"] == 11 and r["experiment"] == "markov-init"}
+    assert both and all(r["config"]["task"]["p"] > 0.6 for r in both)
+    assert _ids(index.query("summary.status = 'diverged'")) == {r["run_id"] for r in recs if r["status"] == "diverged"}
+    assert _ids(index.query("sweep = 's5'")) == {r["run_id"] for r in recs if r["sweep"] == "s5"}
+    assert index.query("config.task.nothing_here = 1") == []
+
+
+@pytest.mark.parametrize("where", ["claims.failed >", "no_such_column > 1", "1; DROP TABLE runs", "config.task.p >>> 2",
+                                   "status = 'done"])
+def test_bad_where_is_a_config_error_and_harms_nothing(filled, where):
+    index = RunIndex(filled)
+    with pytest.raises(ConfigError, match="--where"):
+        index.query(where)
+    assert index.count() == WRITERS * PER_WRITER
+
+
+def test_readding_a_run_id_replaces_it(tmp_path):
+    index = RunIndex(tmp_path)
+    index.add(_record(0, 1))
+    first = index.query()[0]["created"]
+    changed = {**_record(0, 1), "claims_failed": 5, "status": "done", "config": {"task": {"p": 0.99}}}
+    index.add(changed)
+    index.add_many([changed, _record(0, 2)])
+    rows = index.query()
+    assert [r["run_id"] for r in rows] == ["w0-r001", "w0-r002"]
+    assert rows[0]["claims_failed"] == 5 and rows[0]["config"] == {"task": {"p": 0.99}}
+    assert rows[0]["created"] >= first
+    assert index.count() == 2
+    assert _ids(index.query("config.task.p > 0.9")) == {"w0-r001"}
+
+
+def test_reopening_an_index_keeps_its_runs(tmp_path):
+    RunIndex(tmp_path).add_many([_record(1, i) for i in range(5)])
+    again = RunIndex(tmp_path)
+    assert again.count() == 5
+    assert (tmp_path / INDEX_NAME).is_file()
+
+
+def _cli(*args):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "250", "TDLAB_THREADS": ""})
+
+
+def test_cli_runs_where_filters_the_table(tmp_path):
+    out = tmp_path / "runs"
+    recs = [_record(2, i) for i in range(30)]
+    RunIndex(out).add_many(recs)
+    res = _cli("runs", "--out", str(out), "--where", "claims.failed > 0")
+    assert res.exit_code == 0, res.output
+    want = {r["run_id"] for r in recs if r["claims_failed"] > 0}
+    assert want and len(want) < len(recs)
+    shown = {r["run_id"] for r in recs if r["run_id"] in res.output}
+    assert shown == want
+    assert f"{len(want)} run(s)" in res.output
+
+    res = _cli("runs", "--out", str(out), "--where", "config.task.p = 0.1")
+    assert res.exit_code == 0, res.output
+    want = {r["run_id"] for r in recs if r["config"]["task"]["p"] == 0.1}
+    assert {r["run_id"] for r in recs if r["run_id"] in res.output} == want
+    assert f"{len(want)} run(s)" in res.output
+
+    res = _cli("runs", "--out", str(out))
+    assert res.exit_code == 0 and f"{len(recs)} run(s)" in res.output
+
+
+@pytest.mark.parametrize("where", ["claims.failed >", "bogus_column = 1"])
+def test_cli_runs_bad_where_exits_2(tmp_path, where):
+    out = tmp_path / "runs"
+    RunIndex(out).add(_record(0, 0))
+    res = _cli("runs", "--out", str(out), "--where", where)
+    assert res.exit_code == 2
+    assert "--where" in res.output
+    assert "Traceback" not in res.output
