@@ -682,9 +682,12 @@ def run_flow(
         theta0: ``(N, 2)`` or ``(N, 3)`` initial points.
         p, q: floats or ``(N,)`` tensors (one chain per trajectory).
         t_eval: ``(K,)`` save times.
-        gradient: ``"closed"`` (:func:`grad_loss`) or ``"autograd"`` (through :func:`loss`).
+        gradient: ``"closed"`` (:func:`grad_loss`'s formula, with the (p, q) constants precomputed
+            per row) or ``"autograd"`` (backward through :func:`loss`, b*(theta) included).
         form: model reading, see :func:`contrast_and_grad`.
-        **integrator: forwarded to :func:`tdlab.train.flow.gradient_flow` (method, rtol, dt, ...).
+        **integrator: forwarded to :func:`tdlab.train.flow.gradient_flow`; defaults here are
+            ``method="rosenbrock23", rtol=1e-6, atol=1e-8, g_tol=1e-10`` (long-horizon / basin
+            use; pass ``method="dopri5"`` or ``"rk4"`` for accurate trajectories).
     Returns:
         :class:`tdlab.train.flow.FlowResult` (trajectory ``(K, N, dim)``, final ``(N, dim)``, ...).
     """
@@ -710,7 +713,11 @@ def run_flow(
         args = (pt, qt)
     else:
         raise ValueError("gradient must be 'closed' or 'autograd'")
-    return gradient_flow(gfn, th, t_eval, args=args, **integrator)
+    opts = {"method": "rosenbrock23", "rtol": 1e-6, "atol": 1e-8, "g_tol": 1e-10}
+    if integrator.get("method") in ("dopri5", "rk4"):
+        opts = {"method": integrator["method"]}
+    opts.update(integrator)
+    return gradient_flow(gfn, th, t_eval, args=args, **opts)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -781,7 +788,8 @@ def gaussian_basin_probability_mc(
         sigma: standard deviation; p, q: the chain (p + q != 1).
         n: number of draws. dim: 2 for (e, w), 3 for (e, w, a).
         method: ``"theory"`` classifies draws with :func:`predict_basin` (dim = 2 only);
-            ``"flow"`` integrates GF to ``t_end`` (dopri5) and classifies the endpoint with
+            ``"flow"`` integrates GF to ``t_end`` (:func:`run_flow` defaults, rosenbrock23) and
+            classifies the endpoint with
             :func:`classify_critical` at tolerance ``atol`` (the only option for dim = 3, where
             App. H gives no closed-form basins; Thm. 11 is informal).
         generator: torch generator for the draws.
@@ -795,7 +803,7 @@ def gaussian_basin_probability_mc(
             raise ValueError("method='theory' needs dim=2 (Thms. 2/8)")
         codes = predict_basin(th0, p, q)
     elif method == "flow":
-        res = run_flow(th0, p, q, [t_end], method="dopri5", **integrator)
+        res = run_flow(th0, p, q, [t_end], **integrator)
         codes = classify_critical(res.final, p, q, atol=atol)
     else:
         raise ValueError("method must be 'theory' or 'flow'")

@@ -6,14 +6,22 @@ stage, so 10^4 trajectories cost about as much Python overhead as one). The land
 supplied by the caller, e.g. :func:`tdlab.theory.markov_landscape.grad_loss` (seed 000, Sec. 4
 "GF" and App. A.2 "GF-attn").
 
-Two schemes:
+Three schemes:
 
-* ``"rk4"``: classical fixed-step Runge-Kutta 4; every row takes the same steps.
-* ``"dopri5"``: Dormand-Prince 5(4) with a *per-row* step size and per-row clock. Gradient flows of
-  non-convex losses mix fast transients (large |theta|) with very slow approach to degenerate
-  critical sets (rate ~ |p+q-1| near the local-minimum line of Thm. 1), so one shared step would be
-  set by the stiffest row. Rows that have reached ``t_eval[-1]`` leave the working set, which is
-  compacted once a quarter of it has finished.
+* ``"rk4"``: classical fixed-step Runge-Kutta 4; every row takes the same steps (reference runs,
+  energy-conservation checks).
+* ``"dopri5"``: Dormand-Prince 5(4), explicit, adaptive, accurate on non-stiff stretches.
+* ``"rosenbrock23"``: Shampine-Reichelt ode23s, linearly implicit and L-stable, adaptive. For long
+  horizons: near a minimum with large curvature (e.g. the global-minimum manifold at large |e|)
+  explicit methods are held at their stability limit for the rest of the run (thousands of
+  steps, the step controller keeping the stiff mode at tolerance level so the row never looks
+  converged); ode23s damps that mode, the row comes to rest and leaves (``g_tol``).
+
+The adaptive schemes use a *per-row* step size and clock: gradient flows of non-convex losses
+mix fast transients (large |theta|) with very slow approach to degenerate critical sets (rate
+~ |p+q-1| near the local-minimum line of Thm. 1), so one shared step would be set by the worst row.
+Rows that have reached ``t_eval[-1]`` (or come to rest) leave the working set, which is compacted
+once a quarter of it has finished.
 
 Per-point data (e.g. a different Markov chain ``(p, q)`` per trajectory) travels in ``args``: every
 tensor in ``args`` whose leading dimension is ``N`` is sliced together with the rows.
@@ -50,11 +58,11 @@ class FlowResult:
         final: ``(N, D)`` last state of each row (``trajectory[-1]`` for finished rows).
         final_t: ``(N,)`` time reached by each row (``t[-1]`` when finished).
         finished: ``(N,)`` bool, row reached ``t[-1]`` (or came to rest, see ``frozen``).
-        frozen: ``(N,)`` bool, row came to rest (``|grad| <= g_tol``, dopri5) and was held there.
+        frozen: ``(N,)`` bool, row came to rest (``|grad| <= g_tol``, adaptive methods) and was held there.
         n_steps: ``(N,)`` accepted steps per row.
         n_rejected: ``(N,)`` rejected steps per row (always 0 for rk4).
         n_grad_calls: number of batched ``grad_fn`` calls.
-        n_grad_rows: total rows passed through ``grad_fn`` (the honest cost measure for dopri5).
+        n_grad_rows: total rows passed through ``grad_fn`` (the honest cost measure when adaptive).
         final_grad_norm: ``(N,)`` Euclidean norm of the gradient at ``final`` (convergence check).
     """
 
@@ -121,6 +129,7 @@ def gradient_flow(
     h_max: float = math.inf,
     max_iters: int = 200_000,
     g_tol: float = 0.0,
+    num_threads: int | None = 1,
 ) -> FlowResult:
     """Integrate the gradient flow ``dx/dt = -grad_fn(x, *args)`` for a batch of points.
 
@@ -130,18 +139,23 @@ def gradient_flow(
         x0: ``(N, D)`` initial points at ``t = 0``.
         t_eval: ``(K,)`` non-decreasing save times, ``t_eval[0] >= 0``; ``t_eval[-1]`` is the end.
         args: extra arguments for ``grad_fn``; tensors with leading dim ``N`` are per-row.
-        method: ``"rk4"`` (fixed step ``<= dt``, exact landing on every save time) or ``"dopri5"``
-            (adaptive, per-row step, error per row ``||err / (atol + rtol |x|)||_rms <= 1``).
+        method: ``"rk4"`` (fixed step ``<= dt``, exact landing on every save time), ``"dopri5"`` or
+            ``"rosenbrock23"`` (adaptive, per-row step, local error per row
+            ``||err / (atol + rtol |x|)||_rms <= 1``, exact landing on save times).
         dt: rk4 step (each save interval is split into ``ceil(interval / dt)`` equal steps).
-        rtol, atol: dopri5 tolerances.
-        h0: dopri5 initial step.
-        h_max: dopri5 largest step.
-        max_iters: dopri5 iteration budget (one iteration = one attempted step of the working set).
-        g_tol: dopri5 only; a row whose velocity norm falls to ``<= g_tol`` after an accepted step is
-            at rest: it is held at its state for the remaining save times and leaves the working
-            set (0 disables). Near a critical set with smallest non-zero curvature ``lam`` the
-            state is then within about ``g_tol / lam`` of the true limit. This removes the cost of
-            stepping converged rows at the explicit stability limit of a stiff minimum.
+        rtol, atol: adaptive tolerances.
+        h0: adaptive initial step.
+        h_max: adaptive largest step.
+        max_iters: adaptive iteration budget (one iteration = one attempted step of the working set).
+        g_tol: adaptive only; a row whose velocity norm is ``<= g_tol`` after an accepted step is at
+            rest: it is held at its state for the remaining save times and leaves the working set
+            (0 disables). Near a critical set with smallest non-zero curvature ``lam`` the state is
+            then within about ``g_tol / lam`` of the true limit; a row started within about
+            ``g_tol / mu`` of a critical point with escape rate ``mu`` is held there too.
+        num_threads: torch intra-op threads while integrating (restored afterwards); ``None``
+            leaves the setting alone. Default 1: the work is thousands of small elementwise ops,
+            where OpenMP fork/join and spin-waiting cost more than they save (measured ~7x more CPU
+            time with 2 threads on a loaded 2-core machine).
     Returns:
         :class:`FlowResult`.
     """
@@ -153,19 +167,26 @@ def gradient_flow(
         raise ValueError("t_eval must be a non-empty, non-decreasing sequence of times >= 0")
     n = x0.shape[0]
     _check_args(args, n)
-    if method == "rk4":
-        res = _rk4(grad_fn, x0, te, args, dt)
-    elif method == "dopri5":
-        res = _dopri5(grad_fn, x0, te, args, rtol, atol, h0, h_max, max_iters, g_tol)
-    else:
-        raise ValueError(f"unknown method {method!r}; use 'rk4' or 'dopri5'")
-    with torch.no_grad():
-        ok = torch.isfinite(res.final).all(dim=-1)
-        g = torch.full((n,), math.nan, dtype=x0.dtype, device=x0.device)
-        if bool(ok.any()):
-            idx = ok.nonzero().squeeze(-1)
-            g[idx] = grad_fn(res.final[idx], *_slice_args(args, idx, n)).norm(dim=-1)
-    res.final_grad_norm = g
+    if method not in ("rk4", "dopri5", "rosenbrock23"):
+        raise ValueError(f"unknown method {method!r}; use 'rk4', 'dopri5' or 'rosenbrock23'")
+    prev_threads = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        if method == "rk4":
+            res = _rk4(grad_fn, x0, te, args, dt)
+        else:
+            stepper = _Dopri5() if method == "dopri5" else _Rosenbrock23()
+            res = _adaptive(stepper, grad_fn, x0, te, args, rtol, atol, h0, h_max, max_iters, g_tol)
+        with torch.no_grad():
+            ok = torch.isfinite(res.final).all(dim=-1)
+            g = torch.full((n,), math.nan, dtype=x0.dtype, device=x0.device)
+            if bool(ok.any()):
+                idx = ok.nonzero().squeeze(-1)
+                g[idx] = grad_fn(res.final[idx], *_slice_args(args, idx, n)).norm(dim=-1)
+        res.final_grad_norm = g
+    finally:
+        torch.set_num_threads(prev_threads)
     return res
 
 
@@ -215,7 +236,77 @@ def _rk4(grad_fn: GradFn, x0: torch.Tensor, te: torch.Tensor, args: tuple, dt: f
     )
 
 
-def _dopri5(
+def _repeat_args(args: tuple[Any, ...], reps: int, n: int) -> tuple[Any, ...]:
+    """Per-row args repeated ``reps`` times each (row i -> rows i*reps .. i*reps+reps-1)."""
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.ndim >= 1 and a.shape[0] == n:
+            out.append(a.repeat_interleave(reps, dim=0))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+class _Dopri5:
+    """Dormand-Prince 5(4) step with FSAL; 6 new velocity evaluations per attempted step."""
+
+    order = 5
+
+    def __call__(self, vel, x, f, hs, a):
+        ks = [f]
+        for i in range(1, 6):
+            acc = _A[i][0] * ks[0]
+            for j in range(1, i):
+                if _A[i][j] != 0.0:
+                    acc = acc + _A[i][j] * ks[j]
+            ks.append(vel(x + hs * acc, a))
+        acc = _B5[0] * ks[0]
+        for j in range(2, 6):
+            acc = acc + _B5[j] * ks[j]
+        x5 = x + hs * acc
+        f7 = vel(x5, a)
+        ks.append(f7)
+        err = _E[0] * ks[0]
+        for j in range(2, 7):
+            err = err + _E[j] * ks[j]
+        return x5, f7, hs * err, 6, 6 * x.shape[0]
+
+
+class _Rosenbrock23:
+    """Shampine-Reichelt ode23s step (SIAM J. Sci. Comput. 18, 1997), autonomous form: an L-stable
+    linearly implicit 2nd-order method with a 3rd-order error estimate. The Jacobian of the
+    velocity is taken by forward differences, one batched call on ``M * D`` rows. L-stability
+    damps stiff components instead of keeping them at the error-tolerance level, so rows that have
+    converged onto a stiff minimum actually come to rest (``g_tol``) and stop costing steps."""
+
+    order = 3
+    _d = 1.0 / (2.0 + math.sqrt(2.0))
+    _e32 = 6.0 + math.sqrt(2.0)
+
+    def __call__(self, vel, x, f, hs, a):
+        m, d = x.shape
+        eye = torch.eye(d, dtype=x.dtype, device=x.device)
+        eps = 1.5e-8 * x.abs().clamp_min(1.0)  # ~sqrt(machine eps), relative to |x_j|
+        xp = (x.unsqueeze(1) + eye * eps.unsqueeze(1)).reshape(m * d, d)  # row i*d+j: x_i + eps e_j
+        fp = vel(xp, _repeat_args(a, d, m)).reshape(m, d, d)  # [i, j, :] = f(x_i + eps_ij e_j)
+        jac = ((fp - f.unsqueeze(1)) / eps.unsqueeze(-1)).transpose(1, 2)  # [i, :, j] = df/dx_j
+        wi = torch.linalg.inv(eye - (hs * self._d).unsqueeze(-1) * jac)
+
+        def solve(r: torch.Tensor) -> torch.Tensor:
+            return torch.einsum("mij,mj->mi", wi, r)
+
+        k1 = solve(f)
+        f1 = vel(x + 0.5 * hs * k1, a)
+        k2 = solve(f1 - k1) + k1
+        xn = x + hs * k2
+        f2 = vel(xn, a)
+        k3 = solve(f2 - self._e32 * (k2 - f1) - 2.0 * (k1 - f))
+        err = (hs / 6.0) * (k1 - 2.0 * k2 + k3)
+        return xn, f2, err, 3, m * d + 2 * m
+
+
+def _adaptive(
+    stepper,
     grad_fn: GradFn,
     x0: torch.Tensor,
     te: torch.Tensor,
@@ -238,8 +329,14 @@ def _dopri5(
     final_t = torch.zeros(n, dtype=torch.float64, device=dev)
     finished = torch.zeros(n, dtype=torch.bool, device=dev)
     frozen = torch.zeros(n, dtype=torch.bool, device=dev)
-    calls = rows = 0
     save_idx = torch.arange(k_save, device=dev).unsqueeze(-1)  # (K, 1)
+    q = float(stepper.order)
+    # PI controller (Gustafsson): exponents 0.7/q and 0.4/q on this and the previous error; it damps
+    # the accept/reject oscillation of explicit steps at their stability limit.
+    kI, kP = 0.7 / q, 0.4 / q
+
+    def vel(y: torch.Tensor, a: tuple) -> torch.Tensor:
+        return -grad_fn(y, *a)
 
     with torch.no_grad():
         k0 = int((te <= 0).sum())  # save times at t = 0 hold x0
@@ -257,7 +354,7 @@ def _dopri5(
         e_prev = torch.ones(n, dtype=torch.float64, device=dev)
         k = torch.full((n,), k0, dtype=torch.long, device=dev)
         a = args
-        f = -grad_fn(x, *a)  # FSAL: velocity at x
+        f = vel(x, a)  # FSAL: velocity at x
         calls, rows = 1, n
         done = torch.zeros(n, dtype=torch.bool, device=dev)
         it = 0
@@ -269,42 +366,23 @@ def _dopri5(
             hit = h >= remaining
             step = torch.where(hit, remaining, h)
             hs = step.to(dt_).unsqueeze(-1)
-            ks = [f]
-            for i in range(1, 6):
-                acc = _A[i][0] * ks[0]
-                for j in range(1, i):
-                    if _A[i][j] != 0.0:
-                        acc = acc + _A[i][j] * ks[j]
-                ks.append(-grad_fn(x + hs * acc, *a))
-            acc = _B5[0] * ks[0]
-            for j in range(2, 6):
-                acc = acc + _B5[j] * ks[j]
-            x5 = x + hs * acc
-            f7 = -grad_fn(x5, *a)
-            ks.append(f7)
-            calls += 6
-            rows += 6 * idx.numel()
-            err = _E[0] * ks[0]
-            for j in range(2, 7):
-                err = err + _E[j] * ks[j]
-            scale = atol + rtol * torch.maximum(x.abs(), x5.abs())
-            enorm = (hs * err / scale).pow(2).mean(dim=-1).sqrt().to(torch.float64)
+            xn, fn, err, c_calls, c_rows = stepper(vel, x, f, hs, a)
+            calls += c_calls
+            rows += c_rows
+            scale = atol + rtol * torch.maximum(x.abs(), xn.abs())
+            enorm = (err / scale).pow(2).mean(dim=-1).sqrt().to(torch.float64)
             enorm = torch.where(torch.isfinite(enorm), enorm, torch.full_like(enorm, math.inf))
             accept = (enorm <= 1.0) & live
-            # PI step controller (Gustafsson; exponents 0.7/5 and 0.4/5) damps the accept/reject
-            # oscillation of explicit steps at their stability limit (stiff rows); a plain
-            # 0.9 err^-1/5 after a rejection.
             en = enorm.clamp_min(1e-10)
-            fac_pi = 0.9 * en.pow(-0.14) * e_prev.pow(0.08)
-            fac = torch.where(accept, fac_pi, 0.9 * en.pow(-0.2)).clamp(0.2, 10.0)
-            h_new = step * fac
+            fac = torch.where(accept, 0.9 * en.pow(-kI) * e_prev.pow(kP), 0.9 * en.pow(-1.0 / q))
+            h_new = step * fac.clamp(0.2, 10.0)
             # A step shortened to land on a save time says nothing against the longer proposal.
             h = torch.where(accept & hit, torch.maximum(h_new, h), h_new).clamp_max(h_max)
             e_prev = torch.where(accept, en.clamp_min(1e-4), e_prev)
 
-            acc3 = accept.unsqueeze(-1)
-            x = torch.where(acc3, x5, x)
-            f = torch.where(acc3, f7, f)
+            acc2 = accept.unsqueeze(-1)
+            x = torch.where(acc2, xn, x)
+            f = torch.where(acc2, fn, f)
             t = torch.where(accept, torch.where(hit, target, t + step), t)
             n_steps[idx] += accept.long()
             n_rej[idx] += (live & ~accept).long()
@@ -315,7 +393,7 @@ def _dopri5(
                 k = k + saved.long()
                 done = done | (k >= k_save)
             if g_tol > 0:
-                # Rest: |dx/dt| <= g_tol. The row is parked at x for all remaining save times.
+                # At rest: |dx/dt| <= g_tol. The row is held at x for all remaining save times.
                 rest = accept & (k < k_save) & (f.norm(dim=-1) <= g_tol)
                 if bool(rest.any()):
                     rs = rest.nonzero().squeeze(-1)
@@ -326,7 +404,7 @@ def _dopri5(
                     k = torch.where(rest, torch.full_like(k, k_save), k)
                     t = torch.where(rest, torch.full_like(t, t_end), t)
                     done = done | rest
-            # A row whose step has collapsed (non-finite gradient, blow-up) is given up on.
+            # A row whose step has collapsed (non-finite velocity, blow-up) is given up on.
             done = done | (live & ~accept & (step <= 1e-14 * (1.0 + t.abs())))
             n_done = int(done.sum())
             if n_done and 4 * n_done >= idx.numel():
