@@ -26,6 +26,8 @@ entropy rate) or too small a gap carries no training claim.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -44,10 +46,39 @@ from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy, stat
 from tdlab.theory import markov_tying as th
 from tdlab.train.trainer import TrainConfig, Trainer
 
-__all__ = ["LandscapeConfig", "TyingClaimConfig", "MarkovTyingConfig", "MarkovTying", "chain_tag", "normalised_position"]
+__all__ = ["LandscapeConfig", "TyingClaimConfig", "MarkovTyingConfig", "MarkovTying", "chain_tag", "normalised_position",
+           "cpu_threads", "store_rows"]
 
 Others = Literal["zero", "keep"]
 Pair = tuple[float, float]
+
+
+@contextmanager
+def cpu_threads(n: int | None, device: str) -> Iterator[None]:
+    """Run with ``n`` torch intra-op threads on the CPU, restored afterwards (``None``: leave them).
+
+    These models are small (d <= 32, a few thousand tokens a step): a second thread buys little,
+    and on shared cores its OpenMP spin-waits cost a lot. Measured on the 2-core machine under load:
+    markov-tying training, 2 arms x 300 steps: 5.1 s CPU / 7.6 s wall with 1 thread, 79 s / 136 s
+    with 2; markov-icl-depth quick cells, 100 steps each: 16 s / 26 s vs 96 s / 182 s.
+    (Same pattern as ``tdlab.experiments.icl.cpu_threads``.)
+    """
+    if n is None or not str(device).startswith("cpu"):
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def store_rows(ctx: RunContext, arm: str, rows: list[tuple[int, int, str, float]]) -> None:
+    """Store measurement rows of ``arm`` (not a training arm), replacing rows an interrupted attempt
+    of a resumed run may have stored."""
+    ctx.writer.rows = [r for r in ctx.writer.rows if r[0] != arm]
+    ctx.writer.add_metrics(arm, rows)
 
 
 def chain_tag(p: float, q: float) -> str:
@@ -82,7 +113,8 @@ class LandscapeConfig(Config):
     # zero: canonical point (positions and weights 0: closed-form spectrum); keep: the θ_π nearest
     # each member's standard init (weights kept), i.e. a generic point of the θ_π family.
     others: list[Others] = ["zero", "keep"]
-    radius: float = Field(1e-2, gt=0.0, le=1.0)  # perturbation probe: ||Δθ|| (loss change ~ λ r²/2)
+    # Perturbation probe (our addition, beyond the Hessian): ||Δθ|| = radius, loss change ~ λ r²/2.
+    radius: float = Field(1e-2, gt=0.0, le=1.0)
     directions: int = Field(32, ge=1, le=4096)  # random directions of the probe (each tried as ±u)
 
     @field_validator("chains")
@@ -112,7 +144,7 @@ class TyingClaimConfig(Config):
 
 
 class MarkovTyingConfig(ExperimentConfig):
-    members: int = Field(4, ge=1, le=4096)
+    members: int = Field(4, ge=1, le=4096)  # members per (p, q, tying) cell: the issue's "fraction of ensemble members"
     landscape: LandscapeConfig = LandscapeConfig()
     # Training grid: explicit (p, q) pairs. Default: the 3x3 grid {0.2, 0.5, 0.8}^2 (p+q<1, =1, >1).
     grid: list[Pair] = [(p, q) for p in (0.2, 0.5, 0.8) for q in (0.2, 0.5, 0.8)]
@@ -121,6 +153,7 @@ class MarkovTyingConfig(ExperimentConfig):
     tying: list[bool] = [True, False]  # talk: "Weight tying" vs "No weight tying"
     train: TrainConfig = TrainConfig()  # seed 000 Table 2: AdamW (0.9, 0.95), lr 1e-3, cosine, batch 16
     claims: TyingClaimConfig = TyingClaimConfig()
+    cpu_threads: int | None = Field(1, ge=1, le=1024)  # torch threads on CPU (see cpu_threads()); None: torch's default
 
     @field_validator("grid")
     @classmethod
@@ -180,17 +213,19 @@ class MarkovTying(Experiment):
     # ------------------------------------------------------------------------------------------
     def run(self, cfg: MarkovTyingConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)
-        self._landscape(cfg, ctx, seeds)
-        for p, q in cfg.grid:
-            task = MarkovChain(p, q)
-            for tied in cfg.tying:
-                arm = f"train/{_tying(tied)}/{chain_tag(p, q)}"
-                mcfg = cfg.arm_model(tied)
-                trainer = Trainer(cfg.train, ctx.device, ctx.progress, label=arm)
-                ctx.fit(arm, trainer, lambda s, m=mcfg: GPT(m, s), seeds, task)
+        with cpu_threads(cfg.cpu_threads, ctx.device):
+            self._landscape(cfg, ctx, seeds)
+            for p, q in cfg.grid:
+                task = MarkovChain(p, q)
+                for tied in cfg.tying:
+                    arm = f"train/{_tying(tied)}/{chain_tag(p, q)}"
+                    mcfg = cfg.arm_model(tied)
+                    trainer = Trainer(cfg.train, ctx.device, ctx.progress, label=arm)
+                    ctx.fit(arm, trainer, lambda s, m=mcfg: GPT(m, s), seeds, task)
 
     @staticmethod
     def _landscape(cfg: MarkovTyingConfig, ctx: RunContext, seeds: list[int]) -> None:
+        """θ_π measurements, on the CPU in float64 (tiny models; exact Hessians)."""
         ls = cfg.landscape
         n = ls.seq_len
         for p, q in ls.chains:
@@ -198,6 +233,8 @@ class MarkovTying(Experiment):
                 for others in ls.others:
                     for d in ls.dims:
                         arm = f"landscape/{chain_tag(p, q)}/{_tying(tied)}/{others}/d{d}"
+                        if ctx.writer.arm_rows(arm):
+                            continue  # measured by an interrupted attempt of this (resumed) run
                         # The canonical point is the same for every member: measure it once.
                         mseeds = seeds[:1] if others == "zero" else seeds
                         model = th.set_theta_pi(GPT(cfg.arm_model(tied, max_len=n, d=d), mseeds).double(), p, q, others)
@@ -216,7 +253,7 @@ class MarkovTying(Experiment):
                                 cf = th.theta_pi_spectrum(p, q, d, tied, H.shape[0])
                                 vals["spectrum_err"] = float((ev - cf).abs().max())
                             rows.extend((0, e, k, v) for k, v in vals.items())
-                        ctx.writer.add_metrics(arm, rows)
+                        store_rows(ctx, arm, rows)
 
     # ------------------------------------------------------------------------------------------
     def analyse(self, cfg: MarkovTyingConfig, run: Run) -> Analysis:
@@ -287,7 +324,12 @@ class MarkovTying(Experiment):
                                             f"(p, q) = ({p}, {q}), {t}: the loss drops along the bottom eigenvector at radius {ls.radius:g} "
                                             f"(by at least {cl.negative_fraction:g} |c| r²/2)",
                                             bottom, expect, 0.0, "le", cl.min_fraction, " nats"))
-                table[tag][t] = {"eig_min": eig_min, "eig_max": eig_max, "dims": ls.dims, "others": ls.others}
+                table[tag][t] = {
+                    "eig_min": eig_min, "eig_max": eig_max,
+                    "points": [{"others": o, "d": d, "member": m, "eig_min": lo, "eig_max": hi}
+                               for o in ls.others for d in ls.dims
+                               for m, (lo, hi) in enumerate(zip(get(t, o, d, "eig_min"), get(t, o, d, "eig_max")))],
+                }
         out.measurements["landscape"] = table
         for tag, row in table.items():
             for t in map(_tying, cfg.tying):
@@ -339,8 +381,14 @@ class MarkovTying(Experiment):
             fr = [("—" if r[t]["stuck_fraction"] is None else f"{r[t]['stuck_fraction']:.2f}") for t in map(_tying, cfg.tying)]
             lines.append(f"| ({r['p']:g}, {r['q']:g}) | {r['regime']} | {r['H_pi'] - r['entropy_rate']:.4f} | " + " | ".join(fr) + " |")
         out.measurements["stuck_table"] = "\n".join(lines)
-        out.notes.append("Fraction of members stuck at H(π) after training (— : H(π) − rate below "
-                         f"{cl.min_gap_nats} nats, not informative):\n" + "\n".join(lines))
+        for tag, r in cells.items():
+            parts = []
+            for t in map(_tying, cfg.tying):
+                u = np.array(r[t]["u"])
+                parts.append(f"{t} " + ("not informative" if r[t]["stuck_fraction"] is None else
+                                        f"{int(np.sum(u >= thr))}/{len(u)} stuck (u = {u.mean():.2f} ± {u.std():.2f})"))
+            out.notes.append(f"Training at (p, q) = ({r['p']:g}, {r['q']:g}), {r['regime']}, H(π) − rate = "
+                             f"{r['H_pi'] - r['entropy_rate']:.4f} nats: " + "; ".join(parts) + ".")
 
     # ------------------------------------------------------------------------------------------
     def plot(self, cfg: MarkovTyingConfig, run: Run, analysis: Analysis, figdir: Path) -> list[Path]:
@@ -359,13 +407,12 @@ class MarkovTying(Experiment):
                 t = _tying(tied)
                 if t not in row:
                     continue
-                n_o = len(ls.others)
-                mins = np.array(row[t]["eig_min"])
-                # eig_min is ordered (others, d, member): spread points over d
-                per = len(mins) // max(1, len(ls.dims) * n_o) if len(mins) else 0
-                xs = [d for _ in ls.others for d in ls.dims for _ in range(max(per, 1))][: len(mins)]
+                pts = row[t]["points"]
                 jitter = 0.08 if tied else -0.08
-                ax.scatter(np.array(xs) + jitter, mins, color=color, s=18, label=f"{t}: λ_min (measured)")
+                for o, marker in zip(ls.others, ("o", "x", "^")):
+                    sel = [pt for pt in pts if pt["others"] == o]
+                    ax.scatter([pt["d"] + jitter for pt in sel], [pt["eig_min"] for pt in sel], color=color, marker=marker,
+                               s=22, label=f"{t}, {o}: λ_min (measured)")
                 cf = 0.0 if (tied and c > 0) else (2 * c if tied else -abs(c))
                 ax.axhline(cf, color=color, ls="--", lw=1, label=f"{t}: closed form λ_min = {cf:.3f}")
             ax.axhline(0, color="k", lw=0.6)

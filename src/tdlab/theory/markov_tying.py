@@ -208,21 +208,22 @@ def gradient(model: GPT, p: float, q: float, n: int, member: int = 0) -> torch.T
     return g
 
 
-def hessian(model: GPT, p: float, q: float, n: int, member: int = 0) -> torch.Tensor:
+def hessian(model: GPT, p: float, q: float, n: int, member: int = 0, chunk: int = 16) -> torch.Tensor:
     """Exact Hessian ``∇²L`` (float64, symmetrised) of member ``member``'s population loss.
 
-    One double-backward pass per parameter; meant for small models (``d <= 4``, a few hundred
-    parameters) and ``n <= 10``.
+    Double backward, ``chunk`` Hessian rows per batched (vmapped) backward pass; meant for small
+    models (``d <= 4``: a few hundred parameters) and ``n <= 10``.
     """
     fn, theta0, _ = flat_loss(model, p, q, n, member)
     theta = theta0.clone().requires_grad_(True)
     (g,) = torch.autograd.grad(fn(theta), theta, create_graph=True)
     P = theta.numel()
-    H = torch.empty(P, P, dtype=torch.float64)
     eye = torch.eye(P, dtype=g.dtype, device=g.device)
-    for i in range(P):
-        (row,) = torch.autograd.grad(g, theta, eye[i], retain_graph=i < P - 1, allow_unused=True)
-        H[i] = 0.0 if row is None else row.detach().cpu()
+    rows = []
+    for i in range(0, P, chunk):
+        (block,) = torch.autograd.grad(g, theta, eye[i : i + chunk], retain_graph=True, is_grads_batched=True)
+        rows.append(block.detach().cpu())
+    H = torch.cat(rows)
     return 0.5 * (H + H.T)
 
 

@@ -1,0 +1,570 @@
+"""Training the ensemble-first linear-attention models of seed 002 on the in-context regression loss.
+
+Seed paper: Barnfield, Sen & Sur, "Multi-layer cross-attention is provably optimal for multi-modal
+in-context learning" (arXiv:2602.04872), Sec. 6 (the losses), App. H (the training protocol).
+
+Two objectives (Sec. 6, "Training setup"):
+
+* ``"empirical"``: ``l_{N,L_tr}(theta) = (1/N) sum_j (y_q^(j) - y_hat_q^(j))^2`` on ``N`` prompts of
+  context length ``L_tr``, drawn once per member and kept fixed (App. H: ``N = 2000``, ``L_tr = 100``,
+  "standard gradient descent").
+* ``"population"``: ``l(theta) = lim_{L_tr -> inf} E[(y_q - y_hat_q)^2]``, the loss of Thms 6.2 and 6.3,
+  by Monte Carlo: every step draws fresh prompts ``(m, zeta, x_q, y_q)`` and evaluates the model
+  at infinite context, where ``X X^T / L -> Lambda = I + m m^T`` and ``X y / L -> zeta m`` (App. A.3).
+
+Why this is exact and fast: sufficient statistics
+-------------------------------------------------
+Without LayerNorm, every model here sees a prompt only through ``Lambda_hat = X^T X / L``,
+``c = X^T y / L``, ``y^T y / L`` and the query (tokens as rows; App. C): the CA layers compute
+``F_t = X P_t`` with ``P_t`` built from ``Lambda_hat`` (Eq. 5.2, Lemma C.2), and the frozen App. C.1
+readout is ``y_hat = c^T P_T x_q`` (Lemma C.1). :class:`PromptStats` holds those statistics, and
+:func:`predict` evaluates a model from them:
+
+* scalar weights (``param`` one / two / untied; cross- or self-attention): ``P_t`` is a polynomial
+  ``p_t(Lambda_hat)``, so with ``Lambda_hat = sum_k lambda_k u_k u_k^T``,
+  ``y_hat = sum_k (u_k . c)(u_k . x_q) p_T(lambda_k)`` with the scalar recursion
+  ``p_t = p_{t-1} (1 + beta_t lambda) + alpha_t`` (cross, Eq. C.2) or
+  ``p_t = p_{t-1} + beta_t lambda p_{t-1}^3 + alpha_t`` (deep LSA, Eq. G.2); tied cross-attention
+  uses the closed form ``p_T = p_0 q^T + alpha (q^T - 1)/(beta lambda)``, ``q = 1 + beta lambda``.
+  Cost O(N d) per step instead of O(N d^3 T).
+* diagonal / full cross-attention weights: ``P_T x_q`` by the vector recursion
+  ``v_T = x_q``, ``v_{t-1} = v_t + Lambda_hat W^V_t{}^T v_t``, ``y_hat = c . P_0 v_0 + sum_t (W^S_t c) . v_t``
+  (O(N d^2 T) instead of O(N d^3 T)).
+* single-layer LSA (Eq. 4.2, learned ``W^PV, W^KQ``): ``y_hat = (p^T G k + v_q s_q / L)``, where
+  ``G`` is the (d+1)x(d+1) second-moment matrix of the tokens ``[x_i; y_i]``.
+
+At ``L = inf`` the query term of the LSA readout vanishes. Pre-LN models and the learned readout
+of ``LCA`` are not functions of these statistics; they run through ``model.forward`` on raw prompts.
+``tests/train/test_regression.py`` checks every path against ``model.forward``.
+
+Optimisers
+----------
+``"gd"``: full-batch gradient descent (App. H) with a per-member step size; with ``backtrack``, a
+member whose loss rose is returned to its previous point and its step halved (and grown by ``grow``
+after each accepted step): the fixed points are those of plain gradient descent, but no step size
+has to be tuned per depth (the curvature of the one-parameter loss at ``alpha = 0`` is ~4e6 at
+``T = 50`` against ~20 at its minimiser). ``"adam"``: Adam, elementwise and so per member, the
+default for the Monte-Carlo population loss, whose fresh batches make loss comparisons noisy.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import Field, model_validator
+from torch import Tensor, nn
+
+from tdlab.config import Config
+from tdlab.models.linear_attention import LCA, LSA
+from tdlab.seeding import Purpose, generators
+from tdlab.tasks.multimodal import MultiModalBatch, MultiModalPrompts
+from tdlab.theory.icl import bayes_predictor
+from tdlab.train.progress import ProgressBar
+from tdlab.train.trainer import DivergenceError, FitResult
+
+__all__ = [
+    "PromptStats",
+    "sample_stats",
+    "population_stats",
+    "predict",
+    "predict_any",
+    "fast_path",
+    "query_errors",
+    "error_summary",
+    "RegressionConfig",
+    "RegressionTrainer",
+    "member_state",
+    "load_member_states",
+    "SMALL_X",
+]
+
+Dtype = Literal["float64", "float32"]
+SMALL_X = 1e-4  # |beta lambda| below which the tied closed form switches to its Taylor series
+TOKENS_PER_DRAW = 1 << 20  # prompts are drawn in chunks of about this many tokens (memory)
+
+
+def _dtype(name: str) -> torch.dtype:
+    return torch.float64 if name == "float64" else torch.float32
+
+
+# ---------------------------------------------------------------------------------------------
+# Sufficient statistics of prompts
+
+
+class PromptStats:
+    """What the non-LayerNorm models see of ``N`` prompts per member (leading axes ``(E, N)``).
+
+    Attributes:
+        c: (E, N, d) ``X^T y / L``; yy: (E, N) ``y^T y / L``; ybar: (E, N) the in-context sample mean
+        ``(1/L) sum_i y_i`` (App. G baseline; 0 at infinite context); x_query: (E, N, d); y_query: (E, N);
+        bayes: (E, N) the paper's ``y_q^Bayes = <w, x_q>`` (Eq. 4.1); L: context length
+        (``math.inf`` for the population limit); m, zeta: the prompts' latents.
+        gram: (E, N, d, d) ``Lambda_hat = X^T X / L`` (population: ``I + m m^T``, built on demand).
+    """
+
+    def __init__(self, *, c: Tensor, yy: Tensor, ybar: Tensor, x_query: Tensor, y_query: Tensor, m: Tensor,
+                 zeta: Tensor, L: float, gram: Tensor | None = None) -> None:
+        self.c, self.yy, self.ybar, self.x_query, self.y_query = c, yy, ybar, x_query, y_query
+        self.m, self.zeta, self.L = m, zeta, L
+        self._gram = gram
+        self.bayes = bayes_predictor(m, zeta, x_query)
+        self._spectral: tuple[Tensor, Tensor] | None = None
+
+    @property
+    def population(self) -> bool:
+        return math.isinf(self.L)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(E, N, d)``."""
+        return tuple(self.x_query.shape)  # type: ignore[return-value]
+
+    @property
+    def gram(self) -> Tensor:
+        if self._gram is None:  # population: Lambda = I + m m^T (Eq. 3.4)
+            d = self.m.shape[-1]
+            eye = torch.eye(d, dtype=self.m.dtype, device=self.m.device)
+            self._gram = eye + self.m[..., :, None] * self.m[..., None, :]
+        return self._gram
+
+    def spectral(self) -> tuple[Tensor, Tensor]:
+        """``(lambda, a)``, each (E, N, K): eigenvalues of ``Lambda_hat`` and ``a_k = (u_k . c)(u_k . x_q)``,
+        so that ``c^T f(Lambda_hat) x_q = sum_k a_k f(lambda_k)``. Population: ``K = 2``, the spike
+        ``(Z, zeta m . x_q)`` and the bulk ``(1, 0)`` (``c = zeta m`` has no bulk component)."""
+        if self._spectral is None:
+            if self.population:
+                z = 1.0 + (self.m * self.m).sum(-1)
+                a = self.zeta * (self.m * self.x_query).sum(-1)
+                self._spectral = (torch.stack([z, torch.ones_like(z)], -1), torch.stack([a, torch.zeros_like(a)], -1))
+            else:
+                lam, U = torch.linalg.eigh(self.gram)
+                a = (U.transpose(-1, -2) @ self.c[..., None])[..., 0] * (U.transpose(-1, -2) @ self.x_query[..., None])[..., 0]
+                self._spectral = (lam, a)
+        return self._spectral
+
+    def member(self, e: int) -> PromptStats:
+        """Member ``e`` alone (member axis of size 1 kept)."""
+        out = PromptStats(c=self.c[e : e + 1], yy=self.yy[e : e + 1], ybar=self.ybar[e : e + 1], x_query=self.x_query[e : e + 1],
+                          y_query=self.y_query[e : e + 1], m=self.m[e : e + 1], zeta=self.zeta[e : e + 1], L=self.L,
+                          gram=None if self._gram is None else self._gram[e : e + 1])
+        if self._spectral is not None:
+            out._spectral = tuple(s[e : e + 1] for s in self._spectral)  # type: ignore[assignment]
+        return out
+
+    @staticmethod
+    def from_batch(batch: MultiModalBatch) -> PromptStats:
+        """Statistics of raw prompts (E, N, L, d)."""
+        X, y = batch.X, batch.y
+        L = X.shape[-2]
+        return PromptStats(gram=X.transpose(-1, -2) @ X / L, c=(X * y[..., None]).sum(-2) / L, yy=(y * y).mean(-1), ybar=y.mean(-1),
+                           x_query=batch.x_query, y_query=batch.y_query, m=batch.m, zeta=batch.zeta, L=float(L))
+
+    @staticmethod
+    def cat(parts: Sequence[PromptStats], dim: int) -> PromptStats:
+        """Concatenate along the member (``dim=0``) or prompt (``dim=1``) axis."""
+        first = parts[0]
+        grams = None if first._gram is None or first.population else torch.cat([p.gram for p in parts], dim)
+        return PromptStats(**{k: torch.cat([getattr(p, k) for p in parts], dim)
+                              for k in ("c", "yy", "ybar", "x_query", "y_query", "m", "zeta")}, L=first.L, gram=grams)
+
+
+def sample_stats(task: MultiModalPrompts, gens: Sequence[torch.Generator], n: int, L: int, *,
+                 dtype: torch.dtype = torch.float64, device: str | torch.device | None = None) -> PromptStats:
+    """Draw ``n`` prompts of context length ``L`` per member with :meth:`MultiModalPrompts.sample` and
+    reduce them to statistics. Each member is drawn from its own generator, in chunks of
+    ``TOKENS_PER_DRAW // (L + 1)`` prompts (so memory stays bounded; the chunking is a function of
+    ``L`` alone, hence reproducible). Drawn in float32, reduced in ``dtype``."""
+    per = max(1, TOKENS_PER_DRAW // (L + 1))
+    members = []
+    for g in gens:
+        chunks = []
+        for s in range(0, n, per):
+            b = task.sample([g], min(per, n - s), L, dtype=torch.float32).to(device=device, dtype=dtype)
+            chunks.append(PromptStats.from_batch(b))
+        members.append(PromptStats.cat(chunks, 1))
+    return PromptStats.cat(members, 0)
+
+
+def population_stats(task: MultiModalPrompts, gens: Sequence[torch.Generator], n: int, *,
+                     dtype: torch.dtype = torch.float64, device: str | torch.device | None = None) -> PromptStats:
+    """``n`` fresh prompts per member at infinite context (Sec. 6: ``L_tr -> inf``): the latents, the
+    query and its response come from :meth:`MultiModalPrompts.sample` (context length 1, discarded);
+    the context statistics are their limits ``Lambda = I + m m^T``, ``c = zeta m``, ``y^T y / L = zeta^2``."""
+    b = task.sample(list(gens), n, 1, dtype=torch.float32).to(device=device, dtype=dtype)
+    return PromptStats(c=b.zeta[..., None] * b.m, yy=b.zeta**2, ybar=torch.zeros_like(b.zeta), x_query=b.x_query, y_query=b.y_query, m=b.m,
+                       zeta=b.zeta, L=math.inf)
+
+
+# ---------------------------------------------------------------------------------------------
+# Predictions from statistics
+
+
+def fast_path(model: nn.Module) -> str | None:
+    """Which statistics path :func:`predict` uses for ``model``: ``"lsa"``, ``"spectral"``,
+    ``"recursion"``, or ``None`` when the model needs raw prompts (pre-LN, learned LCA readout,
+    self-attention with matrix weights)."""
+    if isinstance(model, LSA):
+        return "lsa"
+    if not isinstance(model, LCA) or model.pre_ln or isinstance(model.W_PV, nn.Parameter):
+        return None
+    if model.param in ("one", "two", "untied"):
+        return "spectral"
+    return "recursion" if model.attention == "cross" else None
+
+
+def _tied_power_sum(q: Tensor, x: Tensor, T: int) -> Tensor:
+    """``sum_{j<T} q^j = (q^T - 1)/x`` with ``q = 1 + x``; Taylor series where ``|x| < SMALL_X``."""
+    small = x.abs() < SMALL_X
+    xs = torch.where(small, torch.full_like(x, SMALL_X), x)
+    exact = (q.where(~small, 1.0 + xs) ** T - 1.0) / xs
+    # sum_j (1+x)^j = sum_k C(T, k+1) x^k: T + C(T,2) x + C(T,3) x^2 + C(T,4) x^3
+    series = T + x * (T * (T - 1) / 2 + x * (T * (T - 1) * (T - 2) / 6 + x * T * (T - 1) * (T - 2) * (T - 3) / 24))
+    return torch.where(small, series, exact)
+
+
+def _spectral_poly(model: LCA, lam: Tensor) -> Tensor:
+    """``p_T(lambda)`` for every member: ``lam`` (E|1, N, K) -> (E, N, K)."""
+    E = model.n_members
+    p0 = 1.0 if model.f0 == "x" else 0.0
+    inj = 1.0 if model.injection else 0.0
+
+    def w(v: Tensor) -> Tensor:
+        return v.reshape(E, 1, 1)
+
+    if model.param in ("one", "two") and model.attention == "cross":
+        a = model.alpha
+        b = -a if model.param == "one" else model.beta
+        x = w(b) * lam
+        q = 1.0 + x
+        out = inj * w(a) * _tied_power_sum(q, x, model.depth)
+        return out + p0 * q**model.depth if p0 else out
+    p = torch.full_like(lam.expand(E, *lam.shape[1:]), p0)
+    for t in range(model.depth):
+        a_t, b_t = model.layer_weights(t)
+        if model.attention == "cross":
+            p = p * (1.0 + w(b_t) * lam)
+        else:  # deep LSA, Eq. G.2: F F^T F / L -> p^3 lambda
+            p = p + w(b_t) * lam * p**3
+        if model.injection:
+            p = p + w(a_t)
+    return p
+
+
+def _apply_t(w: Tensor, v: Tensor) -> Tensor:
+    """``W^T v`` per member for ``W`` scalar (E,), diagonal (E, d) or full (E, d, d); v (E, N, d)."""
+    if w.dim() == 1:
+        return v * w[:, None, None]
+    if w.dim() == 2:
+        return v * w[:, None, :]
+    return v @ w  # rows: (W^T v)_i = sum_j W_ji v_j
+
+
+def _apply(w: Tensor, v: Tensor) -> Tensor:
+    """``W v`` per member; v (E|1, N, d)."""
+    if w.dim() == 1:
+        return v * w[:, None, None]
+    if w.dim() == 2:
+        return v * w[:, None, :]
+    return v @ w.transpose(-1, -2)
+
+
+def _recursion_predict(model: LCA, stats: PromptStats) -> Tensor:
+    """``c^T P_T x_q`` by the vector recursion (cross-attention, any weight shape)."""
+    E = model.n_members
+    gram, c, xq = stats.gram, stats.c, stats.x_query
+    v = xq.expand(E, *xq.shape[1:])
+    out = torch.zeros(E, xq.shape[1], dtype=xq.dtype, device=xq.device)
+    for t in range(model.depth, 0, -1):  # layer t uses layer_weights(t - 1); v = v_t here
+        w_s, w_v = model.layer_weights(t - 1)
+        if model.injection:
+            out = out + (_apply(w_s, c) * v).sum(-1)  # (W^S_t c) . v_t
+        v = v + (gram @ _apply_t(w_v, v)[..., None])[..., 0]  # v_{t-1} = (I + Lambda_hat W^V_t^T) v_t
+    if model.f0 == "x":
+        out = out + (c * v).sum(-1)
+    return out
+
+
+def _lsa_predict(model: LSA, stats: PromptStats) -> Tensor:
+    """Eq. (4.2) read out at (d+1, L+1) from second moments: ``p^T G k + v_q s_q / L``."""
+    d = stats.shape[-1]
+    kx = stats.x_query @ model.W_KQ[..., :, :d].transpose(-1, -2)  # W^KQ [x_q; 0], (E, N, d+1)
+    p = model.W_PV[:, d, :]  # last row of W^PV, (E, d+1)
+    px, py = p[:, None, :d], p[:, None, d]
+    # p^T G k with G = [[gram, c], [c^T, yy]]
+    gk_x = (stats.gram @ kx[..., :d, None])[..., 0] + stats.c * kx[..., d:]
+    gk_y = (stats.c * kx[..., :d]).sum(-1) + stats.yy * kx[..., d]
+    out = (px * gk_x).sum(-1) + py * gk_y
+    if not stats.population:
+        out = out + (stats.x_query * px).sum(-1) * (stats.x_query * kx[..., :d]).sum(-1) / stats.L
+    return out
+
+
+def predict(model: nn.Module, stats: PromptStats) -> Tensor:
+    """Predictions (E, N) of ``model`` on prompts given by their statistics (equal to
+    ``model(X, y, x_query)`` on the prompts, and to its ``L -> inf`` limit for population stats).
+
+    Raises:
+        ValueError: the model needs raw prompts (:func:`fast_path` is ``None``).
+    """
+    path = fast_path(model)
+    if path == "lsa":
+        return _lsa_predict(model, stats)  # type: ignore[arg-type]
+    if path == "spectral":
+        lam, a = stats.spectral()
+        return (a * _spectral_poly(model, lam)).sum(-1)  # type: ignore[arg-type]
+    if path == "recursion":
+        return _recursion_predict(model, stats)  # type: ignore[arg-type]
+    raise ValueError(f"{type(model).__name__} with these options needs raw prompts (pre-LN, learned readout or "
+                     "matrix-weight self-attention); use model(X, y, x_query)")
+
+
+Prompts = PromptStats | MultiModalBatch
+
+
+def predict_any(model: nn.Module, data: Prompts) -> Tensor:
+    """:func:`predict` on statistics, ``model.forward`` on a raw :class:`MultiModalBatch`."""
+    if isinstance(data, MultiModalBatch):
+        return model(data.X, data.y, data.x_query)
+    return predict(model, data)
+
+
+def bayes_of(data: Prompts) -> Tensor:
+    """The paper's ``y_q^Bayes = <w, x_q>`` of each prompt (Eq. 4.1)."""
+    return data.bayes if isinstance(data, PromptStats) else bayes_predictor(data.m, data.zeta, data.x_query)
+
+
+def query_errors(model: nn.Module, data: Prompts) -> tuple[Tensor, Tensor]:
+    """``(y_q - y_hat)^2`` and ``(y_hat - y_q^Bayes)^2`` per prompt, each (E, N)."""
+    y_hat = predict_any(model, data)
+    return (data.y_query - y_hat) ** 2, (y_hat - bayes_of(data)) ** 2
+
+
+QUANTILES = {"q10": 0.1, "q25": 0.25, "median": 0.5, "q75": 0.75, "q90": 0.9}
+
+
+def error_summary(err: Tensor) -> dict[str, Tensor]:
+    """Per-member mean and quantiles of per-prompt errors (E, N): each (E,)."""
+    e = err.detach().double()
+    out = {"mean": e.mean(-1)}
+    qs = torch.quantile(e, torch.tensor(list(QUANTILES.values()), dtype=e.dtype, device=e.device), dim=-1)
+    out.update({k: qs[i] for i, k in enumerate(QUANTILES)})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+
+
+class RegressionConfig(Config):
+    """Gradient-descent training on ``l_{N,L_tr}`` or the population loss. Defaults: App. H."""
+
+    objective: Literal["empirical", "population"] = "empirical"  # App. H: l_{N,L_tr}; Sec. 6: l (L_tr -> inf)
+    prompts: int = Field(2000, ge=1, le=10_000_000)  # App. H: N = 2000 (population: fresh prompts per step)
+    context: int = Field(100, ge=1, le=1_000_000)  # App. H: L_tr = 100 (unused by the population loss)
+    steps: int = Field(2000, ge=0, le=10_000_000)  # not stated in the seed
+    optimizer: Literal["gd", "adam"] = "gd"  # App. H: "standard gradient descent"
+    lr: float = Field(1e-3, gt=0.0, le=1e6)  # initial step size (per member with backtracking)
+    backtrack: bool = True  # GD: undo a step that raised a member's loss and halve its step size
+    grow: float = Field(1.2, ge=1.0, le=10.0)  # GD with backtracking: step-size growth after an accepted step
+    # GD: heavy-ball momentum (0 = plain GD). With backtracking a rejected step also zeroes the member's
+    # velocity ("adaptive restart"); the fixed points are still those of gradient descent.
+    momentum: float = Field(0.0, ge=0.0, lt=1.0)
+    schedule: Literal["constant", "cosine"] = "constant"  # cosine: lr decays to 0 (Adam on the population loss)
+    grad_tol: float | None = Field(1e-6, gt=0.0)  # stop once every member's gradient norm is below this
+    # GD with backtracking: stop once every member's step size fell below lr * stall (no decrease left at
+    # floating-point resolution)
+    stall: float = Field(1e-9, ge=0.0, lt=1.0)
+    resample: bool = False  # population loss: fresh prompts every step (SGD/Adam) instead of one fixed MC sample
+    # "response": the paper's (y_q - y_hat)^2. "bayes": (y_q^Bayes - y_hat)^2, which differs from it by the
+    # query noise only: the same population loss up to the constant Bayes risk and the same population
+    # gradient, without the variance of the noise term (a control variate for Monte-Carlo estimates of l).
+    target: Literal["response", "bayes"] = "response"
+    eval_prompts: int = Field(1000, ge=1, le=10_000_000)  # Figs. 5-6: 1000 test prompts
+    eval_every: int = Field(500, ge=1)  # test loss on fixed fresh prompts every this many steps (and at the end)
+    log_every: int = Field(50, ge=1)  # train loss, step size, gradient norm and scalar parameters
+    dtype: Dtype = "float64"
+
+    @model_validator(mode="after")
+    def _check(self) -> RegressionConfig:
+        if self.objective == "population" and self.resample and self.optimizer == "gd" and self.backtrack:
+            raise ValueError("backtracking compares losses between steps: it needs fixed prompts (resample=false) "
+                             "or optimizer=adam / backtrack=false")
+        return self
+
+
+class RegressionTrainer:
+    """``fit(build, seeds, task)``: build the ensemble ``build(seeds)`` and train every member on its own
+    prompts (``Purpose.TRAIN_DATA`` stream of its seed), testing on fixed fresh prompts
+    (``Purpose.EVAL_DATA``) at the training context length (population: at infinite context).
+
+    Metrics rows ``(step, member, name, value)``: ``train_loss`` (the objective at the current point),
+    ``lr``, ``grad_norm``, ``alpha``/``beta`` (tied scalar models), ``test_loss`` and ``test_excess``
+    (mean ``(y_hat - y^Bayes)^2``). ``states[i]`` is member ``i``'s final parameters. Training stops
+    early once every member's gradient norm is below ``grad_tol`` (or, with backtracking, once no
+    member can decrease its loss any more); the last logged step says when.
+
+    Args:
+        cache: a dict shared by trainers of one run: prompts drawn for the same seeds, objective,
+            ``N`` and ``L`` are drawn once (every arm of an experiment trains on the same prompts).
+    ``checkpoint`` is accepted for :meth:`RunContext.fit` and unused: fits are short and a run
+    resumes arm by arm.
+    """
+
+    def __init__(self, cfg: RegressionConfig, device: str = "cpu", progress: bool = True, label: str = "",
+                 cache: dict | None = None) -> None:
+        self.cfg, self.device, self.progress, self.label = cfg, device, progress, label
+        self.checkpoint: Path | None = None
+        self.cache = cache if cache is not None else {}
+
+    def data(self, task: MultiModalPrompts, seeds: Sequence[int], purpose: str, n: int, *, fresh: bool = False) -> PromptStats:
+        """Prompts of the configured objective for ``seeds`` (cached unless ``fresh``)."""
+        cfg = self.cfg
+        key = (task, tuple(seeds), purpose, n, cfg.objective, cfg.context, cfg.dtype, str(self.device))
+        if not fresh and key in self.cache:
+            return self.cache[key]
+        gens = generators(seeds, purpose, self.device)
+        if cfg.objective == "population":
+            out = population_stats(task, gens, n, dtype=_dtype(cfg.dtype), device=self.device)
+        else:
+            out = sample_stats(task, gens, n, cfg.context, dtype=_dtype(cfg.dtype), device=self.device)
+        if not fresh:
+            self.cache[key] = out
+        return out
+
+    def fit(self, build: Callable[[list[int]], nn.Module], seeds: Sequence[int], task: MultiModalPrompts) -> FitResult:
+        seeds = list(seeds)
+        model = build(seeds).to(device=self.device, dtype=_dtype(self.cfg.dtype))
+        return self.fit_model(model, task, seeds)
+
+    def fit_model(self, model: nn.Module, task: MultiModalPrompts, seeds: Sequence[int], *,
+                  train: Prompts | None = None, test: Prompts | None = None) -> FitResult:
+        """Train ``model`` (its members = ``seeds``). ``train``/``test``: prompts to use instead of the
+        members' own draws (statistics, or raw batches for models without a fast path; a member axis
+        of size 1 is shared by all members)."""
+        cfg, seeds = self.cfg, list(seeds)
+        E = len(seeds)
+        t0 = time.perf_counter()
+        result = FitResult()
+        params = [p for p in model.parameters() if p.requires_grad]
+        if train is None and fast_path(model) is None:
+            raise ValueError("this model needs raw prompts (no fast path): pass train= and test= batches")
+        resample = cfg.objective == "population" and cfg.resample and train is None
+        if train is None and not resample:
+            train = self.data(task, seeds, Purpose.TRAIN_DATA, cfg.prompts)
+        if test is None:
+            test = self.data(task, seeds, Purpose.EVAL_DATA, cfg.eval_prompts)
+        train_gens = generators(seeds, Purpose.TRAIN_DATA, self.device) if resample else []
+
+        def batch() -> Prompts:
+            if resample:
+                return population_stats(task, train_gens, cfg.prompts, dtype=_dtype(cfg.dtype), device=self.device)
+            return train  # type: ignore[return-value]
+
+        def loss_and_grad(data: Prompts) -> tuple[Tensor, list[Tensor]]:
+            target = data.y_query if cfg.target == "response" else bayes_of(data)
+            losses = ((target - predict_any(model, data)) ** 2).mean(-1)  # (E,)
+            grads = torch.autograd.grad(losses.sum(), params, allow_unused=True)  # members never share gradients
+            return losses.detach(), [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+
+        def member_norm(gs: list[Tensor]) -> Tensor:
+            return torch.sqrt(sum(g.detach().reshape(E, -1).pow(2).sum(1) for g in gs))
+
+        def log_eval(step: int) -> None:
+            with torch.no_grad():
+                mse, exc = query_errors(model, test)
+            result.rows.extend((step, e, "test_loss", v) for e, v in enumerate(mse.mean(-1).tolist()))
+            result.rows.extend((step, e, "test_excess", v) for e, v in enumerate(exc.mean(-1).tolist()))
+
+        def log_train(step: int, loss: Tensor, lr: Tensor, gnorm: Tensor) -> None:
+            rows = [("train_loss", loss), ("lr", lr), ("grad_norm", gnorm)]
+            if isinstance(model, LCA) and model.param in ("one", "two"):
+                rows.append(("alpha", model.alpha.detach()))
+                rows.append(("beta", (-model.alpha if model.param == "one" else model.beta).detach()))
+            for name, vals in rows:
+                result.rows.extend((step, e, name, float(v)) for e, v in enumerate(vals.tolist()))
+
+        def check_finite(step: int, loss: Tensor) -> None:
+            bad = (~torch.isfinite(loss)).nonzero()
+            if bad.numel():
+                result.states = [member_state(model, e) for e in range(E)]
+                result.wall_time = time.perf_counter() - t0
+                raise DivergenceError(int(bad[0, 0]), step, result)
+
+        def shape(v: Tensor, p: Tensor) -> Tensor:
+            return v.reshape(E, *([1] * (p.dim() - 1)))
+
+        dt = params[0].dtype if params else _dtype(cfg.dtype)
+        lr = torch.full((E,), cfg.lr, dtype=dt, device=self.device)
+        opt = torch.optim.Adam(params, lr=cfg.lr) if cfg.optimizer == "adam" else None
+        backtrack = opt is None and cfg.backtrack
+
+        def factor(step: int) -> float:
+            return 1.0 if cfg.schedule == "constant" else 0.5 * (1 + math.cos(math.pi * step / max(1, cfg.steps)))
+
+        log_eval(0)
+        loss, grads = loss_and_grad(batch())
+        check_finite(0, loss)
+        log_train(0, loss, lr, member_norm(grads))
+        prev = ([p.detach().clone() for p in params], loss, grads)  # last accepted point (GD with backtracking)
+        velocity = [torch.zeros_like(p) for p in params]  # GD momentum
+        with ProgressBar(cfg.steps, self.label, enabled=self.progress) as bar:
+            for step in range(1, cfg.steps + 1):
+                if opt is not None:  # Adam on (loss, grads) at the current point
+                    for p, g in zip(params, grads):
+                        p.grad = g
+                    for group in opt.param_groups:
+                        group["lr"] = cfg.lr * factor(step - 1)
+                    opt.step()
+                else:
+                    with torch.no_grad():
+                        for p, g, v in zip(params, grads, velocity):
+                            v.mul_(cfg.momentum).sub_(shape(lr * factor(step - 1), p) * g)
+                            p.add_(v)
+                loss, grads = loss_and_grad(batch())
+                if backtrack:
+                    # Reject members whose loss rose (or is not finite): back to the last accepted point
+                    # with half the step; accepted members keep the new point and grow their step.
+                    worse = ~(loss <= prev[1])
+                    with torch.no_grad():
+                        lr = torch.where(worse, lr * 0.5, lr * cfg.grow)
+                        for p, p_old, v in zip(params, prev[0], velocity):
+                            p.copy_(torch.where(shape(worse, p), p_old, p))
+                            v.masked_fill_(shape(worse, v).expand_as(v), 0.0)
+                    loss = torch.where(worse, prev[1], loss)
+                    grads = [torch.where(shape(worse, g), g_old, g) for g, g_old in zip(grads, prev[2])]
+                    prev = ([p.detach().clone() for p in params], loss, grads)
+                else:
+                    check_finite(step, loss)
+                gnorm = member_norm(grads)
+                done = cfg.grad_tol is not None and bool((gnorm <= cfg.grad_tol).all())
+                done = done or (backtrack and bool((lr < cfg.lr * cfg.stall).all()))
+                if step % cfg.log_every == 0 or step == cfg.steps or done:
+                    log_train(step, loss, lr if opt is None else torch.full_like(lr, cfg.lr * factor(step)), gnorm)
+                    bar.set(loss=float(loss.mean()))
+                if step % cfg.eval_every == 0 or step == cfg.steps or done:
+                    log_eval(step)
+                bar.advance()
+                if done:
+                    break
+        result.states = [member_state(model, e) for e in range(E)]
+        result.wall_time = time.perf_counter() - t0
+        return result
+
+
+def member_state(model: nn.Module, e: int) -> dict[str, Tensor]:
+    """Member ``e``'s parameters (no member axis), on the CPU."""
+    return {name: p.detach()[e].cpu().clone() for name, p in model.named_parameters()}
+
+
+def load_member_states(model: nn.Module, states: Sequence[dict[str, Tensor]]) -> nn.Module:
+    """Set ``model``'s parameters (E = ``len(states)`` members) from per-member states; returns it."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.stack([s[name] for s in states]).to(device=p.device, dtype=p.dtype))
+    return model
