@@ -57,7 +57,8 @@ def single_model_step(arch: str, T: int, device: str, loop_data: bool) -> callab
     task = MarkovChain(0.5, 0.8)
     model = GPT(GPTConfig(arch=arch, d=8, max_len=T), member_seeds(0, 1)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=1e-3)
-    gens = generators(model.seeds, Purpose.TRAIN_DATA, device)
+    # the loop baseline draws on the CPU (as the reference code does) and copies to the device
+    gens = generators(model.seeds, Purpose.TRAIN_DATA, "cpu" if loop_data else device)
 
     def step() -> None:
         x = loop_sample(task, gens[0], 16, T + 1).to(device) if loop_data else task.sample(gens, 16, T + 1, device)

@@ -3,4 +3,10 @@
 Importing this package registers them all; ``tdlab list`` shows them.
 """
 
-from tdlab.experiments import markov_init  # noqa: F401
+from tdlab.experiments import (  # noqa: F401
+    icl,
+    markov_icl_depth,
+    markov_init,
+    markov_landscape,
+    markov_tying,
+)
