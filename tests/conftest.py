@@ -25,6 +25,15 @@ def chain_truth(p: float, q: float) -> tuple[float, float]:
 
 
 @pytest.fixture
+def one_thread():
+    """One intra-op thread for tests on tiny tensors (on shared cores two threads spin-wait, ~40x slower)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture
 def runs_dir(tmp_path: Path) -> Path:
     """A folder to hold run directories (``--out``); not created yet."""
     return tmp_path / "runs"

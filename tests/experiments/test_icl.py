@@ -29,13 +29,7 @@ from tdlab.train.regression import PromptStats, population_stats, predict, sampl
 APP_H = MultiModalPrompts()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread (two threads spin-wait on shared cores)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest.one_thread
 
 
 def test_lsa_floor_is_min_over_c_of_the_odd_part_and_an_lsa_attains_it():

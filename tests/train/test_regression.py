@@ -27,13 +27,7 @@ from tdlab.train.trainer import DivergenceError
 SMALL = MultiModalPrompts(dims=(3, 2))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These tensors are tiny: one intra-op thread (on shared cores two threads spin-wait, ~40x slower)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest.one_thread
 APP_H = MultiModalPrompts()
 
 

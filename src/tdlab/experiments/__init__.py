@@ -8,5 +8,6 @@ from tdlab.experiments import (  # noqa: F401
     markov_icl_depth,
     markov_init,
     markov_landscape,
+    markov_rank,
     markov_tying,
 )

@@ -41,9 +41,14 @@ class RunContext:
     def record(self, arm: str, result: FitResult) -> None:
         """Store a fit's metrics and final parameters under ``arm`` (replacing rows an earlier,
         cut-off attempt stored before it was killed)."""
-        self.writer.rows = [r for r in self.writer.rows if r[0] != arm]
-        self.writer.add_metrics(arm, result.rows)
+        self.store_rows(arm, result.rows)
         self.writer.save_arrays(arm, result.states)
+
+    def store_rows(self, arm: str, rows: list[tuple[int, int, str, float]]) -> None:
+        """Store ``(step, member, name, value)`` rows under ``arm``, replacing rows an interrupted
+        attempt of a resumed run may have stored for it."""
+        self.writer.rows = [r for r in self.writer.rows if r[0] != arm]
+        self.writer.add_metrics(arm, rows)
 
     def done(self, arm: str) -> FitResult | None:
         """The stored result of ``arm`` if an earlier (interrupted) attempt of this run finished it."""

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -58,6 +57,7 @@ from tdlab.theory.icl import (
     whitening_error,
     whitening_error_limit,
 )
+from tdlab.train.threads import cpu_threads
 from tdlab.train.regression import (
     PromptStats,
     RegressionConfig,
@@ -179,22 +179,6 @@ def _threads_field() -> int | None:
     return Field(1, ge=1, le=1024)
 
 
-@contextmanager
-def cpu_threads(n: int | None, device: str) -> Iterator[None]:
-    """Run with ``n`` intra-op threads on the CPU (restored after). These models work on many tiny
-    tensors; on shared cores one thread avoids OpenMP spin-waits (measured here under load: batched
-    32x32 ``eigh`` 0.2 s vs 18 s, elementwise ops 0.8 ms vs 32 ms, 1 vs 2 threads)."""
-    if n is None or not device.startswith("cpu"):
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 # ---------------------------------------------------------------------------------------------
 # Theory used by the claims
 
@@ -253,6 +237,18 @@ def draw_tests(task: MultiModalPrompts, seeds: Sequence[int], contexts: Sequence
 
 def draw_population_test(task: MultiModalPrompts, seeds: Sequence[int], n: int, device: str) -> PromptStats:
     return population_stats(task, generators(seeds, TEST_POPULATION, device), n, device=device)
+
+
+def prepare_test_sets(task: MultiModalPrompts, seeds: Sequence[int], test: TestConfig,
+                      ctx: RunContext) -> tuple[dict[int, PromptStats], PromptStats]:
+    """The run's test prompts (finite ``L_te`` and population) and, once per run, the baselines'
+    metric rows (sample mean, Bayes) under the arm ``baselines``."""
+    tests = draw_tests(task, seeds, test.contexts, test.prompts, ctx.device)
+    pop = draw_population_test(task, seeds, test.population_prompts, ctx.device)
+    if not ctx.done("baselines"):
+        ctx.writer.add_metrics("baselines", baseline_rows(tests))
+        ctx.writer.save_arrays("baselines", [{"done": torch.ones(1)} for _ in seeds])
+    return tests, pop
 
 
 def evaluate_rows(model: torch.nn.Module, tests: dict[int, PromptStats], pop: PromptStats | None = None) -> list[tuple[int, int, str, float]]:
@@ -427,11 +423,7 @@ class IclLsaVsLca(Experiment):
         task = cfg.task.build()
         seeds = member_seeds(cfg.seed, cfg.members)
         with cpu_threads(cfg.cpu_threads, ctx.device):
-            tests = draw_tests(task, seeds, cfg.test.contexts, cfg.test.prompts, ctx.device)
-            pop = draw_population_test(task, seeds, cfg.test.population_prompts, ctx.device)
-            if not ctx.done("baselines"):
-                ctx.writer.add_metrics("baselines", baseline_rows(tests))
-                ctx.writer.save_arrays("baselines", [{"done": torch.ones(1)} for _ in seeds])
+            tests, pop = prepare_test_sets(task, seeds, cfg.test, ctx)
             cache: dict = {}
             for model, objective, T in self.arms(cfg):
                 arm = self.arm_name(model, objective, T)
@@ -1083,11 +1075,7 @@ class IclAblations(Experiment):
         task = cfg.task.build()
         seeds = member_seeds(cfg.seed, cfg.members)
         with cpu_threads(cfg.cpu_threads, ctx.device):
-            tests = draw_tests(task, seeds, cfg.test.contexts, cfg.test.prompts, ctx.device)
-            pop = draw_population_test(task, seeds, cfg.test.population_prompts, ctx.device)
-            if not ctx.done("baselines"):
-                ctx.writer.add_metrics("baselines", baseline_rows(tests))
-                ctx.writer.save_arrays("baselines", [{"done": torch.ones(1)} for _ in seeds])
+            tests, pop = prepare_test_sets(task, seeds, cfg.test, ctx)
             cache: dict = {}
             for name in cfg.models:
                 if name == "lsa":

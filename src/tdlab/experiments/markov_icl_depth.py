@@ -46,13 +46,13 @@ from pydantic import Field, field_validator, model_validator
 from tdlab.claims import check
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
-from tdlab.experiments.markov_tying import cpu_threads, store_rows
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
 from tdlab.report.figures import curve_with_band, member_curves, plt, save_figure
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov
+from tdlab.train.threads import cpu_threads
 from tdlab.theory.kgram import cross_entropy, kgram_probs
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
 
@@ -133,7 +133,7 @@ class MarkovICLDepthConfig(ExperimentConfig):
     train: ICLTrainConfig = ICLTrainConfig()
     probe: ICLProbeConfig = ICLProbeConfig()
     claims: ICLClaimConfig = ICLClaimConfig()
-    cpu_threads: int | None = Field(1, ge=1, le=1024)  # torch threads on CPU (markov_tying.cpu_threads); None: default
+    cpu_threads: int | None = Field(1, ge=1, le=1024)  # torch threads on CPU (tdlab.train.threads.cpu_threads); None: default
 
     @field_validator("ks", "depths")
     @classmethod
@@ -209,7 +209,7 @@ class MarkovICLDepth(Experiment):
                     continue  # probed by an interrupted attempt of this (resumed) run
                 model = GPT(mcfg, seeds)
                 model.load_state_dict({n: torch.stack([s[n] for s in result.states]) for n in result.states[0]})
-                store_rows(ctx, probe_arm(arm), self.probe(model.to(ctx.device), task, cfg, seeds, ctx.device))
+                ctx.store_rows(probe_arm(arm), self.probe(model.to(ctx.device), task, cfg, seeds, ctx.device))
 
     @staticmethod
     def probe_tokens(task: InContextMarkov, cfg: MarkovICLDepthConfig, seeds: list[int], device: str = "cpu") -> torch.Tensor:

@@ -26,8 +26,6 @@ entropy rate) or too small a gap carries no training claim.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -44,41 +42,13 @@ from tdlab.runs import Run
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy, stationary
 from tdlab.theory import markov_tying as th
+from tdlab.train.threads import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
 
-__all__ = ["LandscapeConfig", "TyingClaimConfig", "MarkovTyingConfig", "MarkovTying", "chain_tag", "normalised_position",
-           "cpu_threads", "store_rows"]
+__all__ = ["LandscapeConfig", "TyingClaimConfig", "MarkovTyingConfig", "MarkovTying", "chain_tag", "normalised_position"]
 
 Others = Literal["zero", "keep"]
 Pair = tuple[float, float]
-
-
-@contextmanager
-def cpu_threads(n: int | None, device: str) -> Iterator[None]:
-    """Run with ``n`` torch intra-op threads on the CPU, restored afterwards (``None``: leave them).
-
-    These models are small (d <= 32, a few thousand tokens a step): a second thread buys little,
-    and on shared cores its OpenMP spin-waits cost a lot. Measured on the 2-core machine under load:
-    markov-tying training, 2 arms x 300 steps: 5.1 s CPU / 7.6 s wall with 1 thread, 79 s / 136 s
-    with 2; markov-icl-depth quick cells, 100 steps each: 16 s / 26 s vs 96 s / 182 s.
-    (Same pattern as ``tdlab.experiments.icl.cpu_threads``.)
-    """
-    if n is None or not str(device).startswith("cpu"):
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-def store_rows(ctx: RunContext, arm: str, rows: list[tuple[int, int, str, float]]) -> None:
-    """Store measurement rows of ``arm`` (not a training arm), replacing rows an interrupted attempt
-    of a resumed run may have stored."""
-    ctx.writer.rows = [r for r in ctx.writer.rows if r[0] != arm]
-    ctx.writer.add_metrics(arm, rows)
 
 
 def chain_tag(p: float, q: float) -> str:
@@ -153,7 +123,7 @@ class MarkovTyingConfig(ExperimentConfig):
     tying: list[bool] = [True, False]  # talk: "Weight tying" vs "No weight tying"
     train: TrainConfig = TrainConfig()  # seed 000 Table 2: AdamW (0.9, 0.95), lr 1e-3, cosine, batch 16
     claims: TyingClaimConfig = TyingClaimConfig()
-    cpu_threads: int | None = Field(1, ge=1, le=1024)  # torch threads on CPU (see cpu_threads()); None: torch's default
+    cpu_threads: int | None = Field(1, ge=1, le=1024)  # torch threads on CPU (tdlab.train.threads.cpu_threads); None: torch default
 
     @field_validator("grid")
     @classmethod
@@ -253,7 +223,7 @@ class MarkovTying(Experiment):
                                 cf = th.theta_pi_spectrum(p, q, d, tied, H.shape[0])
                                 vals["spectrum_err"] = float((ev - cf).abs().max())
                             rows.extend((0, e, k, v) for k, v in vals.items())
-                        store_rows(ctx, arm, rows)
+                        ctx.store_rows(arm, rows)
 
     # ------------------------------------------------------------------------------------------
     def analyse(self, cfg: MarkovTyingConfig, run: Run) -> Analysis:

@@ -1,0 +1,113 @@
+"""Spectral probes of weight matrices: how close to rank one, and along which direction.
+
+Seed 000 (Local to Global), App. A.3.1 (Figs. 3 and 6) and App. C: after training (and, from a
+rank-one start, throughout training) the single-layer transformer's weight matrices are
+approximately rank one, with the token embedding ``e = e * alpha``, ``alpha in {±1}^d``, as one of
+their factors (``W_1 = w * w alpha^T``, ``W_O W_V = alpha v^T``, Eqs. (12)-(15)). These functions
+measure exactly those three things — rank-one-ness, alignment of a singular vector with the
+embedding, and closeness of the embedding to a scaled hypercube vertex — on ensemble parameters.
+
+Every function takes tensors with a leading member axis ``E`` (as stored in a run's
+``arrays/ARM.safetensors``) and works per member; nothing mixes members. Matrices follow the model's
+``(out, in)`` convention (``y = W x``): a left singular vector lives in the output space, a right
+one in the input space. Computations run in float64; results are float64 tensors on the CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = [
+    "singular_values",
+    "sv_ratio",
+    "leading_singular_vectors",
+    "abs_cosine",
+    "hypercube_spread",
+]
+
+
+def _as_batch(w: torch.Tensor | np.ndarray, ndim: int, what: str) -> torch.Tensor:
+    t = torch.as_tensor(w).detach().to("cpu", torch.float64)
+    if t.dim() != ndim:
+        raise ValueError(f"{what} must have shape {'(E, m, n)' if ndim == 3 else '(E, n)'} (leading member axis), got {tuple(t.shape)}")
+    return t
+
+
+def singular_values(w: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """Singular values of each member's matrix.
+
+    Args:
+        w: ``(E, m, n)``.
+    Returns:
+        ``(E, min(m, n))``, descending per member.
+    """
+    return torch.linalg.svdvals(_as_batch(w, 3, "w"))
+
+
+def sv_ratio(w: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """``sigma_2 / sigma_1`` of each member's matrix: 0 for an exact rank-one matrix, near 1 for an
+    isotropic one. A zero matrix (``sigma_1 = 0``) gives NaN: it is not rank one.
+
+    Args:
+        w: ``(E, m, n)`` with ``min(m, n) >= 2``.
+    Returns:
+        ``(E,)``.
+    """
+    s = singular_values(w)
+    if s.shape[1] < 2:
+        raise ValueError(f"sigma_2/sigma_1 needs min(m, n) >= 2, got matrices of shape {tuple(w.shape[1:])}")
+    s1, s2 = s[:, 0], s[:, 1]
+    return torch.where(s1 > 0, s2 / torch.where(s1 > 0, s1, torch.ones_like(s1)), torch.full_like(s1, float("nan")))
+
+
+def leading_singular_vectors(w: torch.Tensor | np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Leading singular triple ``(u_1, sigma_1, v_1)`` of each member's matrix, ``W v_1 = sigma_1 u_1``.
+
+    The sign of a singular pair is arbitrary (``(-u_1, -v_1)`` is as good); compare directions with
+    :func:`abs_cosine`.
+
+    Args:
+        w: ``(E, m, n)``.
+    Returns:
+        ``u_1 (E, m)`` (left, output space), ``sigma_1 (E,)``, ``v_1 (E, n)`` (right, input space),
+        unit vectors.
+    """
+    u, s, vh = torch.linalg.svd(_as_batch(w, 3, "w"), full_matrices=False)
+    return u[:, :, 0], s[:, 0], vh[:, 0, :]
+
+
+def abs_cosine(x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """``|<x, y>| / (|x| |y|)`` per member: 1 when the two are parallel or antiparallel (the sign of a
+    singular vector is arbitrary), 0 when orthogonal; NaN when either vector is zero.
+
+    Args:
+        x, y: ``(E, n)``.
+    Returns:
+        ``(E,)``.
+    """
+    a, b = _as_batch(x, 2, "x"), _as_batch(y, 2, "y")
+    if a.shape != b.shape:
+        raise ValueError(f"x and y must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    den = a.norm(dim=1) * b.norm(dim=1)
+    num = (a * b).sum(1).abs()
+    return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.full_like(den, float("nan")))
+
+
+def hypercube_spread(e: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """How far a vector is from a scaled hypercube vertex ``c * alpha``, ``alpha in {±1}^n``: the
+    relative spread ``std(|e_i|) / mean(|e_i|)`` of its entries' magnitudes (population std).
+
+    0 exactly when every entry is ``±c`` for one ``c > 0`` (App. C: ``e = e * alpha``); about
+    ``sqrt(pi/2 - 1) = 0.756`` for a large Gaussian vector (half-normal magnitudes); NaN for the
+    zero vector.
+
+    Args:
+        e: ``(E, n)``.
+    Returns:
+        ``(E,)``.
+    """
+    mag = _as_batch(e, 2, "e").abs()
+    mean = mag.mean(1)
+    std = mag.std(1, correction=0)
+    return torch.where(mean > 0, std / torch.where(mean > 0, mean, torch.ones_like(mean)), torch.full_like(mean, float("nan")))

@@ -1,0 +1,101 @@
+"""Spectral probes against known matrices (closed forms) and against numpy.linalg.svd."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tdlab.probes.spectrum import abs_cosine, hypercube_spread, leading_singular_vectors, singular_values, sv_ratio
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def test_exact_rank_one_gives_ratio_zero_and_its_factors_as_singular_vectors():
+    rng = np.random.default_rng(0)
+    E, m, n = 4, 32, 8
+    u, v = rng.normal(size=(E, m)), rng.normal(size=(E, n))
+    w = np.einsum("ei,ej->eij", u, v)  # W = u v^T, exactly rank one
+    r = sv_ratio(torch.as_tensor(w))
+    assert r.shape == (E,) and r.dtype == torch.float64
+    assert r.numpy() == pytest.approx(np.zeros(E), abs=1e-12)
+    u1, s1, v1 = leading_singular_vectors(w)
+    assert s1.numpy() == pytest.approx(np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1), rel=1e-12)
+    assert abs_cosine(u1, u).numpy() == pytest.approx(np.ones(E), abs=1e-12)
+    assert abs_cosine(v1, v).numpy() == pytest.approx(np.ones(E), abs=1e-12)
+    # W v_1 = sigma_1 u_1 (one consistent sign per pair)
+    wv = np.einsum("eij,ej->ei", w, v1.numpy())
+    assert wv == pytest.approx(s1.numpy()[:, None] * u1.numpy(), abs=1e-10)
+
+
+def test_known_diagonal_spectrum():
+    w = torch.zeros(2, 3, 3)
+    w[0] = torch.diag(torch.tensor([3.0, -1.5, 0.3]))  # singular values 3, 1.5, 0.3
+    w[1] = torch.diag(torch.tensor([2.0, 2.0, 0.0]))
+    assert singular_values(w).numpy() == pytest.approx(np.array([[3.0, 1.5, 0.3], [2.0, 2.0, 0.0]]), abs=1e-7)
+    assert sv_ratio(w).numpy() == pytest.approx([0.5, 1.0], abs=1e-7)
+    _, _, v1 = leading_singular_vectors(w[:1])
+    assert np.abs(v1.numpy()[0]) == pytest.approx([1.0, 0.0, 0.0], abs=1e-7)
+
+
+@pytest.mark.parametrize("shape", [(5, 8, 8), (3, 32, 8), (2, 8, 32), (1, 2, 2)])
+def test_random_matrices_agree_with_numpy_svd(shape):
+    rng = np.random.default_rng(sum(shape))
+    w = rng.normal(size=shape)
+    U, S, Vh = np.linalg.svd(w, full_matrices=False)
+    assert singular_values(w).numpy() == pytest.approx(S, rel=1e-10, abs=1e-12)
+    assert sv_ratio(torch.as_tensor(w, dtype=torch.float32)).numpy() == pytest.approx(S[:, 1] / S[:, 0], rel=1e-5)
+    u1, s1, v1 = leading_singular_vectors(w)
+    assert s1.numpy() == pytest.approx(S[:, 0], rel=1e-10)
+    # same vectors up to a sign per member
+    for e in range(shape[0]):
+        sign = np.sign(U[e, :, 0] @ u1.numpy()[e])
+        assert u1.numpy()[e] == pytest.approx(sign * U[e, :, 0], abs=1e-8)
+        assert v1.numpy()[e] == pytest.approx(sign * Vh[e, 0], abs=1e-8)
+
+
+def test_members_do_not_mix():
+    rng = np.random.default_rng(1)
+    w = rng.normal(size=(4, 6, 5))
+    whole = sv_ratio(w).numpy()
+    alone = np.array([float(sv_ratio(w[i : i + 1])[0]) for i in range(4)])
+    assert whole == pytest.approx(alone, rel=1e-12)
+
+
+def test_zero_matrix_has_no_ratio_and_bad_shapes_raise():
+    assert math.isnan(float(sv_ratio(torch.zeros(1, 3, 3))[0]))
+    with pytest.raises(ValueError, match="leading member axis"):
+        sv_ratio(torch.zeros(3, 3))
+    with pytest.raises(ValueError, match="min"):
+        sv_ratio(torch.zeros(2, 5, 1))
+    with pytest.raises(ValueError, match="same shape"):
+        abs_cosine(torch.ones(2, 3), torch.ones(2, 4))
+
+
+def test_abs_cosine_closed_forms():
+    x = torch.tensor([[1.0, 0.0], [1.0, 1.0], [3.0, 4.0], [0.0, 0.0]])
+    y = torch.tensor([[0.0, 2.0], [-2.0, -2.0], [4.0, 3.0], [1.0, 0.0]])
+    c = abs_cosine(x, y).numpy()
+    assert c[:3] == pytest.approx([0.0, 1.0, 24.0 / 25.0], abs=1e-12)  # orthogonal, antiparallel, 24/25
+    assert math.isnan(c[3])
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(size=(6, 8)), rng.normal(size=(6, 8))
+    assert abs_cosine(a, b).numpy() == pytest.approx(np.abs(np.sum(_unit(a) * _unit(b), axis=1)), rel=1e-12)
+
+
+def test_hypercube_spread():
+    rng = np.random.default_rng(3)
+    alpha = rng.choice([-1.0, 1.0], size=(5, 8))
+    c = rng.uniform(0.1, 3.0, size=(5, 1))
+    assert hypercube_spread(c * alpha).numpy() == pytest.approx(np.zeros(5), abs=1e-12)
+    # |e| = (1, 3): mean 2, population std 1 -> 0.5; |e| = (1, 1, 1, 5): mean 2, std sqrt(3) -> sqrt(3)/2
+    e = torch.tensor([[1.0, -3.0, 1.0, 3.0], [-1.0, 1.0, -1.0, 5.0]])
+    assert hypercube_spread(e).numpy() == pytest.approx([0.5, math.sqrt(3) / 2], abs=1e-12)
+    assert math.isnan(float(hypercube_spread(torch.zeros(1, 4))[0]))
+    # Gaussian vector: half-normal magnitudes, std/mean = sqrt(pi/2 - 1)
+    g = rng.normal(size=(1, 400_000))
+    assert float(hypercube_spread(g)[0]) == pytest.approx(math.sqrt(math.pi / 2 - 1), abs=5e-3)
