@@ -5,6 +5,7 @@ Importing this package registers them all; ``tdlab list`` shows them.
 
 from tdlab.experiments import (  # noqa: F401
     icl,
+    markov_bridge,
     markov_icl_depth,
     markov_init,
     markov_landscape,

@@ -1,0 +1,293 @@
+"""markov-bridge: the predicted basin follows p + q through the theory functions (Thms. 2/8, App. G);
+member classes, verdicts, the table and the disagreement notes are computed from stored metrics
+(synthetic run directories whose final losses the test chooses); one tiny end-to-end run."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tdlab.experiments.markov_bridge as mb
+from tdlab.config import ConfigError
+from tdlab.experiments.markov_bridge import MarkovBridge, cell_arm, classify_losses, predict_cell
+from tdlab.experiments.runner import execute, rebuild
+from tdlab.runs import Run, RunWriter
+from tdlab.theory.markov_landscape import CriticalKind, gaussian_basin_probability
+
+
+def _h(x: float) -> float:
+    return -x * math.log(x) - (1 - x) * math.log(1 - x)
+
+
+def chain_truth(p: float, q: float) -> tuple[float, float]:
+    """(entropy rate, H(pi)) from first principles, independently of tdlab."""
+    pi1 = p / (p + q)
+    return (1 - pi1) * _h(p) + pi1 * _h(q), _h(pi1)
+
+STEPS = [0, 100, 200, 300]
+ABOVE = [(0.5, 0.8), (0.7, 0.9)]  # p + q > 1: Thm. 2
+BELOW = [(0.2, 0.3), (0.1, 0.4)]  # p + q < 1: Thm. 8
+GRID = BELOW + ABOVE
+BUDGETS = [100, 300]
+
+
+def _grid_set(grid: Sequence[tuple[float, float]]) -> str:
+    return "grid=[" + ", ".join(f"[{p}, {q}]" for p, q in grid) + "]"
+
+
+@pytest.fixture
+def make_bridge_run(tmp_path: Path):
+    """``make(curves, grid=GRID, budgets=BUDGETS, overrides=(), members=3) -> (cfg, run_dir)``.
+
+    ``curves(p, q, budget)`` returns one test-loss curve per member over ``STEPS`` (values are
+    written as they are: nothing is trained)."""
+    counter = iter(range(10_000))
+
+    def make(curves, grid=GRID, budgets=BUDGETS, overrides: Sequence[str] = (), members: int = 3):
+        exp = MarkovBridge()
+        sets = [_grid_set(grid), f"budgets={list(budgets)}", *overrides]
+        cfg = exp.make_config("quick", sets, members=members)
+        with RunWriter(tmp_path / "synthetic", exp.name, run_id=f"synthetic-{next(counter)}") as w:
+            w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
+            for p, q in grid:
+                for b in budgets:
+                    member_curves = curves(p, q, b)
+                    assert len(member_curves) == members
+                    rows = [(s, m, "test_loss", float(v)) for m, c in enumerate(member_curves)
+                            for s, v in zip(STEPS, c, strict=True)]
+                    w.add_metrics(cell_arm(p, q, b), rows)
+            run = w.finish()
+        return cfg, run.path
+
+    return make
+
+
+def _at(which: str, members: int = 3):
+    """Curves that start at log 2 and sit at ``which`` ("rate" or "hpi") from step 100 on."""
+    def curves(p, q, b):
+        rate, hpi = chain_truth(p, q)
+        v = rate if which == "rate" else hpi
+        return [[math.log(2), v, v, v] for _ in range(members)]
+    return curves
+
+
+def _claims(analysis) -> dict[str, object]:
+    return {c.id.rsplit("/", 1)[0]: c for c in analysis.claims}
+
+
+# --- theory: the predicted basin ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p,q", ABOVE + [(0.9, 0.6), (0.8, 0.8)])
+def test_above_the_line_theory_predicts_h_pi(p, q):
+    rate, hpi = chain_truth(p, q)
+    pred = predict_cell(p, q, 0.02, 0.01, 0.05, 0.8)
+    assert pred["basin"] == "H(π)" and pred["theorem"] == "Thm. 2" and pred["informative"]
+    assert pred["loss"] == pytest.approx(hpi, abs=1e-12)
+    assert pred["entropy_rate"] == pytest.approx(rate, abs=1e-12)
+    assert pred["marginal_entropy"] == pytest.approx(hpi, abs=1e-12)
+    probs = gaussian_basin_probability(0.02, p, q)
+    assert pred["probability"] == pytest.approx(float(probs[CriticalKind.LOCAL_MIN]))
+    assert pred["probability"] > 0.999
+
+
+@pytest.mark.parametrize("p,q", BELOW + [(0.1, 0.1), (0.3, 0.3)])
+def test_below_the_line_theory_predicts_the_entropy_rate(p, q):
+    rate, _ = chain_truth(p, q)
+    pred = predict_cell(p, q, 0.02, 0.01, 0.05, 0.8)
+    assert pred["basin"] == "rate" and pred["theorem"] == "Thm. 8" and pred["informative"]
+    assert pred["loss"] == pytest.approx(rate, abs=1e-12)
+    assert pred["probability"] == pytest.approx(float(gaussian_basin_probability(0.02, p, q)[CriticalKind.GLOBAL_MIN]))
+
+
+def test_prediction_is_computed_by_the_theory_functions(monkeypatch):
+    # Swap the App. G probabilities: the predicted basin must swap with them (nothing typed in).
+    real = mb.gaussian_basin_probability
+
+    def swapped(sigma, p, q):
+        out = real(sigma, p, q)
+        out[CriticalKind.LOCAL_MIN], out[CriticalKind.GLOBAL_MIN] = out[CriticalKind.GLOBAL_MIN], out[CriticalKind.LOCAL_MIN]
+        return out
+
+    monkeypatch.setattr(mb, "gaussian_basin_probability", swapped)
+    assert predict_cell(0.5, 0.8, 0.02, 0.01, 0.05, 0.8)["basin"] == "rate"
+    assert predict_cell(0.2, 0.3, 0.02, 0.01, 0.05, 0.8)["basin"] == "H(π)"
+
+
+def test_cells_near_the_line_or_with_a_small_gap_are_not_informative():
+    iid = predict_cell(0.3, 0.7, 0.02, 0.01, 0.05, 0.8)
+    assert iid["basin"] is None and not iid["informative"] and "i.i.d." in iid["why_not"]
+    near = predict_cell(0.45, 0.52, 0.02, 0.01, 0.05, 0.8)  # |p+q-1| = 0.03 < 0.05
+    assert near["basin"] == "rate" and not near["informative"] and "margin" in near["why_not"]
+    rate, hpi = chain_truth(0.6, 0.6)  # p+q = 1.2, but H(pi) - rate = 0.0201
+    assert hpi - rate < 0.021
+    assert not predict_cell(0.6, 0.6, 0.02, 0.011, 0.05, 0.8)["informative"]
+    assert predict_cell(0.6, 0.6, 0.02, 0.01, 0.05, 0.8)["informative"]
+    # A large init: the theory no longer gives the predicted basin to most members.
+    big = predict_cell(0.5, 0.8, 3.0, 0.01, 0.05, 0.8)
+    assert big["probability"] < 0.8 and not big["informative"]
+
+
+def test_classification_of_final_losses():
+    rate, hpi = chain_truth(0.5, 0.8)  # gap 0.047
+    tol = 0.01
+    finals = [rate, rate - 0.03, rate + 0.0099, hpi - 0.0099, hpi + 0.0099, (rate + hpi) / 2, hpi + 0.02, float("nan")]
+    assert classify_losses(np.array(finals), rate, hpi, tol) == [
+        "rate", "rate", "rate", "H(π)", "H(π)", "between", "other", "other"]
+    # Overlapping bands (gap < 2 tol): nearer entropy wins.
+    assert classify_losses(np.array([rate + 0.02, hpi - 0.02]), rate, hpi, 0.03) == ["rate", "H(π)"]
+
+
+# --- claims computed from stored metrics --------------------------------------------------------
+
+
+def test_members_at_h_pi_hold_above_the_line_and_fail_below(make_bridge_run):
+    cfg, path = make_bridge_run(_at("hpi"))
+    a = MarkovBridge().analyse(cfg, Run(path))
+    claims = _claims(a)
+    assert list(claims) == [cell_arm(p, q, b) for p, q in GRID for b in BUDGETS]
+    for p, q in GRID:
+        rate, hpi = chain_truth(p, q)
+        for b in BUDGETS:
+            c = claims[cell_arm(p, q, b)]
+            assert c.id.endswith("/ends-at-predicted-entropy")
+            if p + q > 1:
+                assert c.holds and c.expected == pytest.approx(hpi, abs=1e-12) and c.relation == "close"
+            else:
+                assert not c.holds and c.expected == pytest.approx(rate, abs=1e-12) and c.relation == "le"
+            row = a.measurements["cells"][cell_arm(p, q, b)]
+            assert row["fraction_at_h_pi"] == 1.0 and row["fraction_at_rate"] == 0.0
+            assert row["plateau_escape_step"] == [None, None, None]
+            assert row["claim"] == c.verdict
+    # Disagreements are named with their size in nats.
+    p, q = BELOW[0]
+    rate, hpi = chain_truth(p, q)
+    note = next(n for n in a.notes if n.startswith(f"({p:g}, {q:g})"))
+    assert "DISAGREES with Thm. 8" in note and f"{hpi - rate:.4f} nats above" in note and "100%" in note
+    assert sum("DISAGREES" in n for n in a.notes) == len(BELOW) * len(BUDGETS)
+
+
+def test_members_at_the_entropy_rate_hold_below_the_line_and_fail_above(make_bridge_run):
+    cfg, path = make_bridge_run(_at("rate"))
+    a = MarkovBridge().analyse(cfg, Run(path))
+    claims = _claims(a)
+    for p, q in GRID:
+        for b in BUDGETS:
+            assert claims[cell_arm(p, q, b)].holds == (p + q < 1)
+            row = a.measurements["cells"][cell_arm(p, q, b)]
+            assert row["fraction_at_rate"] == 1.0
+            assert row["plateau_escape_step"] == [100, 100, 100]
+    p, q = ABOVE[0]
+    rate, hpi = chain_truth(p, q)
+    row = a.measurements["cells"][cell_arm(p, q, BUDGETS[0])]
+    assert row["deviation_nats"] == pytest.approx(rate - hpi, abs=1e-9)
+    note = next(n for n in a.notes if n.startswith(f"({p:g}, {q:g})"))
+    assert "DISAGREES with Thm. 2" in note and f"{hpi - rate:.4f} nats below" in note
+
+
+def test_mixed_members_min_fraction_and_the_table(make_bridge_run):
+    # (0.5, 0.8) at the long budget: 1 member at H(pi), 1 escaped to the rate, 1 in between.
+    def curves(p, q, b):
+        rate, hpi = chain_truth(p, q)
+        if (p, q, b) == (0.5, 0.8, 300):
+            mid = (rate + hpi) / 2
+            return [[0.69, hpi, hpi, hpi], [0.69, hpi, rate, rate], [0.69, hpi, mid, mid]]
+        return _at("hpi" if p + q > 1 else "rate")(p, q, b)
+
+    cfg, path = make_bridge_run(curves)
+    a = MarkovBridge().analyse(cfg, Run(path))
+    arm = cell_arm(0.5, 0.8, 300)
+    c = _claims(a)[arm]
+    assert c.per_member == [True, False, False] and not c.holds
+    assert sum(cl.holds for cl in a.claims) == len(a.claims) - 1
+    row = a.measurements["cells"][arm]
+    assert row["class"] == ["H(π)", "rate", "between"]
+    assert row["plateau_escape_step"] == [None, 200, 200]
+    table = a.measurements["table"]
+    lines = table.splitlines()
+    assert len(lines) == 2 + len(GRID) * len(BUDGETS)
+    assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
+    mine = next(line for line in lines if line.startswith("| 0.5 | 0.8 | 1.30 | 300 |"))
+    assert "1/3 | 1/3 | 1/3" in mine and "fails" in mine and "—, 200, 200" in mine
+    # min_fraction 1/3: one member at H(pi) is enough.
+    cfg, path = make_bridge_run(curves, overrides=["claims.min_fraction=0.3"])
+    assert _claims(MarkovBridge().analyse(cfg, Run(path)))[arm].holds
+
+
+def test_not_informative_cells_carry_no_claim_but_are_classified(make_bridge_run):
+    grid = [(0.3, 0.7), (0.45, 0.52), (0.5, 0.8)]
+    cfg, path = make_bridge_run(_at("hpi"), grid=grid)
+    a = MarkovBridge().analyse(cfg, Run(path))
+    assert [c.id.rsplit("/", 1)[0] for c in a.claims] == [cell_arm(0.5, 0.8, b) for b in BUDGETS]
+    for p, q in grid[:2]:
+        row = a.measurements["cells"][cell_arm(p, q, BUDGETS[0])]
+        assert row["claim"] is None and row["class"] == ["H(π)"] * 3
+        assert any(n.startswith(f"({p:g}, {q:g})") and "not informative" in n for n in a.notes)
+    assert "not informative" in a.measurements["table"]
+
+
+def test_rebuild_writes_summary_and_figures(make_bridge_run):
+    cfg, path = make_bridge_run(_at("hpi"))
+    run = rebuild(path)
+    s = run.summary
+    assert s["status"] == "done"
+    assert s["claims_total"] == len(GRID) * len(BUDGETS) and s["claims_failed"] == len(BELOW) * len(BUDGETS)
+    assert s["figures"] == ["figures/phase_diagram.png", "figures/loss_curves.png"]
+    for f in s["figures"]:
+        assert (path / f).stat().st_size > 5000
+    assert s["measurements"]["table"].startswith("| p | q |")
+    json.dumps(s)
+
+
+# --- config -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sets", [
+    ["train.steps=1234"],  # horizons come from budgets
+    ["model.init=local-to-global"],
+    ["grid=[[0.5, 0.8], [0.5, 0.8]]"],
+    ["grid=[]"],
+    ["budgets=[]"],
+    ["grid=[[1.2, 0.3]]"],
+])
+def test_bad_configs_are_rejected(sets):
+    with pytest.raises(ConfigError):
+        MarkovBridge().make_config("quick", sets)
+
+
+def test_profiles_validate_and_paper_is_table_2():
+    exp = MarkovBridge()
+    quick, paper = exp.make_config("quick"), exp.make_config("paper")
+    assert paper.train.seq_len == 1024 and max(paper.budgets) == 8000 and paper.model.d == 8 and paper.members == 5
+    assert len(paper.grid) > len(quick.grid) and len(paper.budgets) == len(quick.budgets) == 2
+    for cfg in (quick, paper):
+        sides = {p + q > 1 for p, q in cfg.grid}
+        assert sides == {True, False}
+        assert (0.5, 0.8) in cfg.grid and (0.7, 0.9) in cfg.grid
+        assert cfg.model.arch == "sec2" and cfg.model.init == "standard"
+
+
+# --- end to end -------------------------------------------------------------------------------
+
+
+def test_tiny_end_to_end_run(runs_dir):
+    exp = MarkovBridge()
+    grid = [(0.2, 0.3), (0.7, 0.9)]
+    cfg = exp.make_config("quick", [_grid_set(grid), "budgets=[3, 6]", "train.seq_len=16", "train.eval_every=3",
+                                    "train.eval_batches=1", "train.log_every=1", "model.d=4"], members=2)
+    run = execute(exp, cfg, "quick", runs_dir, progress=False)
+    s = run.summary
+    assert s["status"] == "done" and s["claims_total"] == 4
+    cells = s["measurements"]["cells"]
+    assert set(cells) == {cell_arm(p, q, b) for p, q in grid for b in (3, 6)}
+    for arm, row in cells.items():
+        assert len(row["final_test_loss"]) == 2 and all(math.isfinite(v) for v in row["final_test_loss"])
+        assert (run.path / "arrays" / f"{arm.replace('/', '__')}.safetensors").is_file()
+    df = run.metrics()
+    assert set(df[df.arm == cell_arm(0.7, 0.9, 6)].step) >= {0, 3, 6}
+    assert (run.path / "figures" / "phase_diagram.png").is_file() and (run.path / "report.html").is_file()
