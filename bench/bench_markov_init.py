@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from contextlib import nullcontext
 
 import torch
 
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.seeding import Purpose, generators, member_seeds
 from tdlab.tasks.markov import MarkovChain
+from tdlab.train.cpu import flush_denormals
 from tdlab.train.trainer import TrainConfig, Trainer, auto_chunk, next_token_loss
 
 # Issue 3: the seed authors' public code on 2 cores, fp32, d = 8, batch 16, ms per training step.
@@ -61,11 +63,13 @@ def single_model_step(arch: str, T: int, device: str, loop_data: bool) -> callab
     gens = generators(model.seeds, Purpose.TRAIN_DATA, "cpu" if loop_data else device)
 
     def step() -> None:
-        x = loop_sample(task, gens[0], 16, T + 1).to(device) if loop_data else task.sample(gens, 16, T + 1, device)
-        loss = next_token_loss(model(x[..., :-1]), x[..., 1:]).sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        # tdlab's step flushes denormals on the CPU as its Trainer does; the reference-style baseline does not
+        with nullcontext() if loop_data else flush_denormals(device):
+            x = loop_sample(task, gens[0], 16, T + 1).to(device) if loop_data else task.sample(gens, 16, T + 1, device)
+            loss = next_token_loss(model(x[..., :-1]), x[..., 1:]).sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
 
     return step
 

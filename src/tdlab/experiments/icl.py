@@ -57,7 +57,7 @@ from tdlab.theory.icl import (
     whitening_error,
     whitening_error_limit,
 )
-from tdlab.train.threads import cpu_threads
+from tdlab.train.cpu import cpu_threads
 from tdlab.train.regression import (
     PromptStats,
     RegressionConfig,

@@ -52,7 +52,7 @@ from tdlab.report.figures import curve_with_band, member_curves, plt, save_figur
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov
-from tdlab.train.threads import cpu_threads
+from tdlab.train.cpu import cpu_threads
 from tdlab.theory.kgram import cross_entropy, kgram_probs
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
 
@@ -133,7 +133,7 @@ class MarkovICLDepthConfig(ExperimentConfig):
     train: ICLTrainConfig = ICLTrainConfig()
     probe: ICLProbeConfig = ICLProbeConfig()
     claims: ICLClaimConfig = ICLClaimConfig()
-    cpu_threads: int | None = Field(1, ge=1, le=1024)  # torch threads on CPU (tdlab.train.threads.cpu_threads); None: default
+    cpu_threads: int | None = Field(1, ge=1, le=1024)  # torch threads on CPU (tdlab.train.cpu.cpu_threads); None: default
 
     @field_validator("ks", "depths")
     @classmethod

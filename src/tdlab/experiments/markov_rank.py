@@ -58,7 +58,7 @@ from tdlab.report.figures import curve_with_band, member_curves, plt, reference_
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy
-from tdlab.train.threads import cpu_threads
+from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
 
 __all__ = [
@@ -156,7 +156,7 @@ class MarkovRankConfig(ExperimentConfig):
     # matrices every 100 iterations). The end of training is always measured from the final weights.
     probe_every: int = Field(25, ge=1)
     claims: RankClaimConfig = RankClaimConfig()
-    # torch threads on CPU (tdlab.train.threads): d = 8 tensors gain nothing from a second thread and
+    # torch threads on CPU (tdlab.train.cpu): d = 8 tensors gain nothing from a second thread and
     # lose much to spin-waits on shared cores. None: leave torch's default.
     cpu_threads: int | None = Field(1, ge=1, le=1024)
 

@@ -42,7 +42,7 @@ from tdlab.runs import Run
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy, stationary
 from tdlab.theory import markov_tying as th
-from tdlab.train.threads import cpu_threads
+from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
 
 __all__ = ["LandscapeConfig", "TyingClaimConfig", "MarkovTyingConfig", "MarkovTying", "chain_tag", "normalised_position"]
@@ -123,7 +123,7 @@ class MarkovTyingConfig(ExperimentConfig):
     tying: list[bool] = [True, False]  # talk: "Weight tying" vs "No weight tying"
     train: TrainConfig = TrainConfig()  # seed 000 Table 2: AdamW (0.9, 0.95), lr 1e-3, cosine, batch 16
     claims: TyingClaimConfig = TyingClaimConfig()
-    cpu_threads: int | None = Field(1, ge=1, le=1024)  # torch threads on CPU (tdlab.train.threads.cpu_threads); None: torch default
+    cpu_threads: int | None = Field(1, ge=1, le=1024)  # torch threads on CPU (tdlab.train.cpu.cpu_threads); None: torch default
 
     @field_validator("grid")
     @classmethod

@@ -22,6 +22,7 @@ from torch import nn
 
 from tdlab.config import Config
 from tdlab.seeding import Purpose, generators
+from tdlab.train.cpu import flush_denormals
 from tdlab.train.progress import ProgressBar
 
 __all__ = ["TrainConfig", "Trainer", "FitResult", "DivergenceError", "next_token_loss", "auto_chunk"]
@@ -139,7 +140,8 @@ class Trainer:
         if resume is not None:
             result.rows, result.states = resume["rows"], resume["states"]
         t0 = time.perf_counter()
-        with ProgressBar(self.cfg.steps * math.ceil(len(seeds) / chunk), self.label, enabled=self.progress) as bar:
+        with flush_denormals(self.device), \
+                ProgressBar(self.cfg.steps * math.ceil(len(seeds) / chunk), self.label, enabled=self.progress) as bar:
             for start in range(0, len(seeds), chunk):
                 if start < len(result.states):
                     bar.advance(self.cfg.steps)  # chunk finished before the interruption
@@ -158,7 +160,7 @@ class Trainer:
         self._all_seeds, self._chunk, self.checkpoint = list(model.seeds), len(model.seeds), None
         result = FitResult()
         t0 = time.perf_counter()
-        with ProgressBar(self.cfg.steps, self.label, enabled=self.progress) as bar:
+        with flush_denormals(self.device), ProgressBar(self.cfg.steps, self.label, enabled=self.progress) as bar:
             self._train(model.to(self.device), task, 0, result, bar)
         result.wall_time = time.perf_counter() - t0
         return result

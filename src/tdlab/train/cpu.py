@@ -1,4 +1,4 @@
-"""How many CPU threads torch may use while an experiment runs."""
+"""CPU execution settings scoped to a block: the torch thread count, and flushing denormal floats."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["cpu_threads"]
+__all__ = ["cpu_threads", "flush_denormals"]
 
 
 @contextmanager
@@ -31,3 +31,23 @@ def cpu_threads(n: int | None, device: str) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(old)
+
+
+@contextmanager
+def flush_denormals(device: str) -> Iterator[None]:
+    """Treat denormal floats (|x| < 1.2e-38 in fp32) as zero on the CPU while the block runs.
+
+    Why: small-init models without LayerNorm (the Sec. 2 model of seed 000 at sigma = 0.02) make
+    denormal intermediates during training, and x86 arithmetic on denormals is many times slower.
+    Measured on the 2-core machine, 64-member Sec. 2 ensemble, sequence length 64: 76 ms per step
+    without, 47 ms with (ReLU forward 9.4 ms -> 0.6 ms). Values that small carry no information
+    for a loss of order 0.1-1 nats. Restores the default (off) afterwards.
+    """
+    if not str(device).startswith("cpu"):
+        yield
+        return
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
