@@ -19,6 +19,7 @@ import argparse
 import time
 
 import torch
+from timing import best_time
 
 from tdlab.models.linear_attention import LCA, per_prompt_reference
 from tdlab.tasks.multimodal import MultiModalBatch, MultiModalPrompts
@@ -33,13 +34,6 @@ def forward_backward(model: LCA, predict, batch) -> tuple[float, list[torch.Tens
     return loss.item(), [p.grad.clone() for p in model.parameters()]
 
 
-def best_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:
@@ -69,7 +63,7 @@ def main() -> None:
     for param in args.params:
         model = LCA(task.d, args.depth, seeds=list(range(args.members)), param=param, alpha0=alpha_star(task))
         forward_backward(model, LCA.__call__, batch)  # warm-up
-        t_vec = best_time(lambda: forward_backward(model, LCA.__call__, batch), args.repeats)
+        t_vec = best_time(lambda: forward_backward(model, LCA.__call__, batch), args.repeats, warmup=False)
         t0 = time.perf_counter()
         loss_loop, g_loop = forward_backward(model, per_prompt_reference, sub)
         t_loop = time.perf_counter() - t0

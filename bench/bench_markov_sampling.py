@@ -11,9 +11,9 @@ of every step at once and composes them in ``ceil(log2 T)`` gathers.
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
+from timing import best_time
 
 from tdlab.tasks.markov_kth import InContextMarkov, KthOrderMarkov, sample_dirichlet
 
@@ -39,14 +39,6 @@ def loop_sample(task, gens: list[torch.Generator], batch: int, length: int) -> t
     return torch.stack(out)
 
 
-def best_time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:

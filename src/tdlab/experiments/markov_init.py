@@ -32,7 +32,7 @@ from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy
 from tdlab.train.trainer import TrainConfig, Trainer
 
-__all__ = ["ChainConfig", "MarkovInitConfig", "MarkovInit", "plateau_escape_step"]
+__all__ = ["ChainConfig", "MarkovInitConfig", "MarkovInit", "plateau_escape_step", "expected_small_init_loss"]
 
 Arch = Literal["sec2", "gpt2"]
 Init = Literal["standard", "local-to-global"]
@@ -82,7 +82,7 @@ def plateau_escape_step(steps: np.ndarray, losses: np.ndarray, threshold: float)
     return int(steps[below[0]]) if below.size else None
 
 
-def _expected_standard(p: float, q: float) -> tuple[float, str]:
+def expected_small_init_loss(p: float, q: float) -> tuple[float, str]:
     """What the canonical theory predicts for a small Gaussian init, from (p, q)."""
     if p + q > 1:
         return marginal_entropy(p, q), "ends at the marginal entropy H(π), the local minimum (Thm. 2: p+q>1, Fig. 4)"
@@ -127,7 +127,7 @@ class MarkovInit(Experiment):
         p, q = cfg.task.p, cfg.task.q
         h_rate, h_pi = entropy_rate(p, q), marginal_entropy(p, q)
         threshold = h_pi - cfg.claims.escape_fraction * (h_pi - h_rate)
-        std_expected, std_statement = _expected_standard(p, q)
+        std_expected, std_statement = expected_small_init_loss(p, q)
         metrics = run.metrics()
         out = Analysis(measurements={"entropy_rate": h_rate, "marginal_entropy": h_pi, "escape_threshold": threshold})
         tol, frac = cfg.claims.tol_nats, cfg.claims.min_fraction

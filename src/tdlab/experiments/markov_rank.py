@@ -50,6 +50,7 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import check
 from tdlab.config import Config
+from tdlab.experiments.markov_init import expected_small_init_loss
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.experiments.markov_init import ChainConfig
 from tdlab.models.gpt import GPT, GPTConfig
@@ -289,13 +290,6 @@ class _TrajectoryProbe:
         self.seen += 1
 
 
-def _expected_loss(p: float, q: float) -> tuple[float, str]:
-    """Where the canonical theory puts a small-init run, from (p, q) (as in markov-init)."""
-    if p + q > 1:
-        return marginal_entropy(p, q), "ends at H(π), the local minimum (Thm. 2: p+q>1)"
-    return entropy_rate(p, q), "ends at the entropy rate, the global minimum (Thm. 8: p+q<1)"
-
-
 # ----------------------------------------------------------------------------------------------
 
 
@@ -374,7 +368,7 @@ class MarkovRank(Experiment):
     def analyse(self, cfg: MarkovRankConfig, run: Run) -> Analysis:
         p, q = cfg.task.p, cfg.task.q
         h_rate, h_pi = entropy_rate(p, q), marginal_entropy(p, q)
-        exp_loss, loss_statement = _expected_loss(p, q)
+        exp_loss, loss_statement = expected_small_init_loss(p, q)
         c = cfg.claims
         frac = c.min_fraction
         metrics = run.metrics()
