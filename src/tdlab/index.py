@@ -45,9 +45,21 @@ class RunIndex:
 
     def _connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-        con.execute("PRAGMA journal_mode=WAL")
         con.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
-        return con
+        # Switching a new database to WAL takes an exclusive lock, and SQLite answers SQLITE_BUSY at once
+        # there instead of calling the busy handler: when several processes open a fresh index together
+        # (a sweep's first points), all but one see "database is locked". Retry until the timeout; once
+        # the file is in WAL mode (persistent) the pragma is a no-op.
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                con.execute("PRAGMA journal_mode=WAL")
+                return con
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() > deadline:
+                    con.close()
+                    raise
+                time.sleep(0.01)
 
     def add(self, record: dict[str, Any]) -> None:
         """Insert or replace one run (keyed by ``run_id``)."""
