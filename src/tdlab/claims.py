@@ -1,109 +1,526 @@
-"""Claims: a paper's statements, checked against a run's own measurements.
+"""Claims: a paper's statements, decided on a run's own measurements with their seed-to-seed spread.
 
-A claim is never written in. Its expected value comes from theory functions of the run's task
-parameters, its measured values from the run's metrics, one per ensemble member, and its verdict
-from comparing the two under a stated tolerance.
+A claim is never written in. Its expected value comes from theory functions of the parameters of the
+setting that ran, its measurements from the run's metrics (one value per ensemble member), and its
+verdict from both, with the spread of the members taken into account:
+
+``holds``
+    the whole confidence interval of the measurement lies inside the region the claim allows;
+``fails``
+    the whole interval lies outside it;
+``not resolved``
+    the interval straddles the boundary (the seeds disagree, or too few were run), or the run's end
+    is still moving (an end-state claim on a loss that is still falling), or only one member ran;
+``not evaluable``
+    an arm the claim needs did not train (:class:`ArmHealth`): no verdict is computed on it.
+
+Three tests cover every claim of the reproduced papers:
+
+* :meth:`ClaimGroup.value` — a per-member quantity against a theory value: ``close``
+  (|m − expected| ≤ tol), ``le`` (m ≤ expected + tol) or ``ge`` (m ≥ expected − tol), decided on the
+  member mean's t-interval. The declared tolerance is the *scientific* one; the interval adds the
+  measured seed-to-seed spread on top of it.
+* :meth:`ClaimGroup.every` — the same relation required of *every* member (the statement says so),
+  each member decided on its own value ± its own standard error where one is known.
+* :meth:`ClaimGroup.compare` — a direction between two arms ("earlier", "faster", "lower"): the
+  t-interval of the mean difference (paired over members that share a seed, Welch otherwise)
+  against ``margin``.
+
+A paper statement is one :class:`ClaimGroup` with its per-arm / per-depth results as rows. Claims that
+are true by construction or that compare two methods on the same objective are ``sanity`` groups,
+listed apart; held/total counts are over ``paper`` groups only.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Literal
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-__all__ = ["Claim", "check"]
+import numpy as np
+from scipy import stats
 
+__all__ = [
+    "Verdict", "Kind", "Relation", "Interval", "mean_interval", "difference_interval", "end_drift",
+    "Claim", "ClaimGroup", "ArmHealth", "assess_arm", "VERDICTS",
+]
+
+Verdict = Literal["holds", "fails", "not resolved", "not evaluable"]
+Kind = Literal["paper", "sanity"]
 Relation = Literal["close", "le", "ge"]
+Direction = Literal["lt", "gt"]
+Test = Literal["value", "every", "compare"]
 
-_SYMBOL = {"close": "≈", "le": "≤", "ge": "≥"}
+VERDICTS: tuple[str, ...] = ("holds", "fails", "not resolved", "not evaluable")
+_SYMBOL = {"close": "≈", "le": "≤", "ge": "≥", "lt": "<", "gt": ">"}
+
+
+# --------------------------------------------------------------------------------------------------
+# Intervals
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A two-sided confidence interval ``[lo, hi]`` around ``center`` from ``n`` values."""
+
+    center: float
+    lo: float
+    hi: float
+    n: int
+
+    @property
+    def half_width(self) -> float:
+        return (self.hi - self.lo) / 2
+
+
+def _finite(values: Iterable[float]) -> list[float]:
+    return [float(v) for v in values]
+
+
+def mean_interval(values: Sequence[float], confidence: float = 0.95, deterministic: bool = False) -> Interval:
+    """Student-t interval of the mean of ``values`` (members are independent seeds).
+
+    With one value and ``deterministic=False`` the spread is unknown: the interval is infinite (the
+    claim cannot be resolved from one seed). ``deterministic=True`` is for measurements with no seed
+    noise (closed forms, exact enumerations): the interval is the point (or the min–max range).
+    Non-finite values give an interval of NaNs, which no relation accepts.
+    """
+    v = _finite(values)
+    n = len(v)
+    if n == 0 or not all(math.isfinite(x) for x in v):
+        return Interval(float("nan"), float("nan"), float("nan"), n)
+    m = statistics.fmean(v)
+    if deterministic:
+        return Interval(m, min(v), max(v), n)
+    if n < 2:
+        return Interval(m, -math.inf, math.inf, n)
+    se = statistics.stdev(v) / math.sqrt(n)
+    h = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
+    return Interval(m, m - h, m + h, n)
+
+
+def difference_interval(
+    a: Sequence[float], b: Sequence[float], paired: bool = False, confidence: float = 0.95
+) -> Interval:
+    """Interval of ``mean(a) − mean(b)``: paired t over members (same seeds in both arms), or Welch.
+
+    Identical samples with zero spread give a zero-width interval at the observed difference.
+    """
+    a, b = _finite(a), _finite(b)
+    if not a or not b or not all(math.isfinite(x) for x in a + b):
+        return Interval(float("nan"), float("nan"), float("nan"), min(len(a), len(b)))
+    if paired:
+        if len(a) != len(b):
+            raise ValueError(f"paired comparison needs equal member counts, got {len(a)} and {len(b)}")
+        return mean_interval([x - y for x, y in zip(a, b)], confidence)
+    na, nb = len(a), len(b)
+    d = statistics.fmean(a) - statistics.fmean(b)
+    if na < 2 or nb < 2:
+        return Interval(d, -math.inf, math.inf, min(na, nb))
+    va, vb = statistics.variance(a) / na, statistics.variance(b) / nb
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return Interval(d, d, d, min(na, nb))
+    df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))  # Welch–Satterthwaite
+    h = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
+    return Interval(d, d - h, d + h, min(na, nb))
+
+
+def end_drift(steps: Sequence[float], values: np.ndarray, fraction: float = 0.1, min_points: int = 3) -> float:
+    """How much a curve still moves at the end of training: the least-squares slope over the last
+    ``fraction`` of the steps (at least ``min_points`` evaluations), times the window's length.
+
+    Args:
+        steps: ``(S,)`` evaluation steps; values: ``(E, S)`` one curve per member.
+    Returns:
+        the mean over members of the fitted change across the window (same unit as ``values``);
+        NaN when fewer than two evaluations exist.
+    """
+    s = np.asarray(steps, dtype=float)
+    v = np.atleast_2d(np.asarray(values, dtype=float))
+    if s.size < 2:
+        return float("nan")
+    start = s[-1] - fraction * (s[-1] - s[0])
+    idx = np.nonzero(s >= start)[0]
+    if idx.size < min_points:
+        idx = np.arange(max(0, s.size - min_points), s.size)
+    x = s[idx]
+    span = x[-1] - x[0]
+    if span <= 0:
+        return float("nan")
+    xc = x - x.mean()
+    slopes = (v[:, idx] - v[:, idx].mean(axis=1, keepdims=True)) @ xc / (xc @ xc)
+    return float(np.mean(slopes) * span)
+
+
+# --------------------------------------------------------------------------------------------------
+# Claims
 
 
 @dataclass
 class Claim:
-    """A checked claim.
+    """One row of a claim group: one arm's (or depth's, or cell's) result. Built through
+    :class:`ClaimGroup`; the verdict is computed in ``__post_init__``, never passed in.
 
     Attributes:
-        id: short stable identifier (``sec2/standard/ends-at-marginal-entropy``).
-        statement: the paper's statement in words, with its source (figure, theorem).
-        relation: ``close`` (|m - expected| <= tolerance), ``le`` (m <= expected + tolerance) or
-            ``ge`` (m >= expected - tolerance), applied to each member's measurement.
-        expected, tolerance: from theory and the experiment's config.
-        measured: one value per ensemble member.
-        min_fraction: fraction of members that must satisfy the relation for the claim to hold.
+        id: ``GROUP/ROW``, stable across runs (sweeps and the atlas key on it).
+        test: ``value`` (member mean vs theory), ``every`` (each member vs theory) or ``compare``
+            (arm ``measured`` vs arm ``reference``).
+        relation: ``close``/``le``/``ge`` for value tests, ``lt``/``gt`` for comparisons
+            (``mean(measured) − mean(reference)`` below ``−margin`` / above ``margin``).
+        expected: the theory value (value tests) or the margin (comparisons).
+        tolerance: the declared scientific tolerance (value tests).
+        measured: one value per member; reference: the other arm's values (comparisons).
+        member_se: per-member standard errors (``every`` tests), e.g. of a finite evaluation set.
+        arms: the trained arms the row depends on (the health gate reads them).
+        learning_required: False for claims *about* failing to learn (the gate then only asks that the
+            arm took steps and stayed finite, not that it beat the trivial predictor).
+        drift: for end-state claims, how much the measurement still moves at the end
+            (:func:`end_drift`); above ``tolerance`` the row is ``not resolved``.
     """
 
     id: str
     statement: str
-    relation: Relation
+    test: Test
+    relation: str
     expected: float
     tolerance: float
     measured: list[float]
-    min_fraction: float = 1.0
+    reference: list[float] | None = None
+    member_se: list[float] | None = None
+    paired: bool = False
+    deterministic: bool = False
+    confidence: float = 0.95
     unit: str = ""
-    per_member: list[bool] = field(default_factory=list)
-    holds: bool = False
+    arms: list[str] = field(default_factory=list)
+    learning_required: bool = True
+    drift: float | None = None
+    min_fraction: float = 1.0
+    kind: Kind = "paper"
+    # computed
+    interval: Interval | None = None
+    per_member: list[str] = field(default_factory=list)
+    verdict: Verdict = "not resolved"
+    reason: str = ""
 
     def __post_init__(self) -> None:
-        self.per_member = [_satisfies(self.relation, m, self.expected, self.tolerance) for m in self.measured]
-        n = len(self.per_member)
-        self.holds = n > 0 and sum(self.per_member) >= math.ceil(self.min_fraction * n - 1e-9)
+        self.measured = _finite(self.measured)
+        if self.reference is not None:
+            self.reference = _finite(self.reference)
+        self.verdict, self.reason = self._decide()
 
+    # ---- decision ---------------------------------------------------------------------------
+    def _decide(self) -> tuple[Verdict, str]:
+        if not self.measured:
+            return "not evaluable", "no measurement"
+        if self.test == "compare":
+            return self._decide_compare()
+        if self.test == "every":
+            verdict, reason = self._decide_every()
+        else:
+            verdict, reason = self._decide_value()
+        if verdict != "not evaluable" and self.drift is not None and math.isfinite(self.drift) \
+                and abs(self.drift) > self.tolerance:
+            return "not resolved", (f"still moving: {self.drift:+.4g}{self.unit} over the last 10% of training "
+                                    f"(tolerance {self.tolerance:g}); {reason}")
+        return verdict, reason
+
+    def _region(self) -> tuple[float, float]:
+        e, t = self.expected, self.tolerance
+        return {"close": (e - t, e + t), "le": (-math.inf, e + t), "ge": (e - t, math.inf)}[self.relation]
+
+    def _decide_value(self) -> tuple[Verdict, str]:
+        iv = self.interval = mean_interval(self.measured, self.confidence, self.deterministic)
+        if math.isnan(iv.center):
+            return "fails", "non-finite measurement"
+        lo, hi = self._region()
+        if lo <= iv.lo and iv.hi <= hi:
+            return "holds", ""
+        if iv.hi < lo or iv.lo > hi:
+            return "fails", ""
+        if iv.n < 2 and not self.deterministic:
+            return "not resolved", "one member: the seed-to-seed spread is unknown"
+        return "not resolved", "the members' interval straddles the boundary"
+
+    def _decide_every(self) -> tuple[Verdict, str]:
+        lo, hi = self._region()
+        se = self.member_se or [0.0] * len(self.measured)
+        z = float(stats.norm.ppf(0.5 + self.confidence / 2))
+        marks = []
+        for m, s in zip(self.measured, se):
+            if not math.isfinite(m):
+                marks.append("fails")
+            elif lo <= m - z * s and m + z * s <= hi:
+                marks.append("holds")
+            elif m + z * s < lo or m - z * s > hi:
+                marks.append("fails")
+            else:
+                marks.append("not resolved")
+        self.per_member = marks
+        self.interval = mean_interval(self.measured, self.confidence, deterministic=True)
+        n = len(marks)
+        need = math.ceil(self.min_fraction * n - 1e-9)
+        held, failed = marks.count("holds"), marks.count("fails")
+        if held >= need:
+            return "holds", ""
+        if n - failed < need:
+            return "fails", f"{failed}/{n} members outside"
+        return "not resolved", f"{marks.count('not resolved')}/{n} members within their own error of the boundary"
+
+    def _decide_compare(self) -> tuple[Verdict, str]:
+        if not self.reference:
+            return "not evaluable", "no reference arm"
+        iv = self.interval = difference_interval(self.measured, self.reference, self.paired, self.confidence)
+        if math.isnan(iv.center):
+            return "fails", "non-finite measurement"
+        m = self.expected  # margin
+        if self.relation == "lt":
+            if iv.hi < -m:
+                return "holds", ""
+            if iv.lo >= -m:
+                return "fails", ""
+        else:
+            if iv.lo > m:
+                return "holds", ""
+            if iv.hi <= m:
+                return "fails", ""
+        if iv.n < 2:
+            return "not resolved", "one member: the seed-to-seed spread is unknown"
+        return "not resolved", "the difference's interval includes the margin"
+
+    # ---- gate ---------------------------------------------------------------------------------
+    def gate(self, health: Mapping[str, ArmHealth]) -> None:
+        """Mark the row ``not evaluable`` when an arm it needs did not train."""
+        bad = []
+        for arm in self.arms:
+            h = health.get(arm)
+            if h is None:
+                continue
+            ok = h.trained if self.learning_required else h.moved
+            if not ok:
+                bad.append(f"{arm} not trained ({'; '.join(h.reasons)})")
+        if bad:
+            self.verdict, self.reason = "not evaluable", "; ".join(bad)
+
+    # ---- reading ------------------------------------------------------------------------------
     @property
     def mean(self) -> float:
         return statistics.fmean(self.measured) if self.measured else float("nan")
 
     @property
     def std(self) -> float:
-        if len(self.measured) < 2:
-            return 0.0
-        if not all(math.isfinite(m) for m in self.measured):
-            return float("nan")  # statistics.pstdev raises on non-finite floats
-        return statistics.pstdev(self.measured)
+        v = self.measured
+        if len(v) < 2 or not all(math.isfinite(x) for x in v):
+            return 0.0 if len(v) < 2 else float("nan")
+        return statistics.stdev(v)
+
+    @property
+    def holds(self) -> bool:
+        return self.verdict == "holds"
 
     @property
     def n_hold(self) -> int:
-        return sum(self.per_member)
-
-    @property
-    def verdict(self) -> str:
-        return "holds" if self.holds else "fails"
+        """Members that satisfy the relation on their own (``every`` tests; transitional)."""
+        return self.per_member.count("holds")
 
     def describe(self) -> str:
-        """One line: verdict, expectation, measurement (mean ± std over members)."""
-        sym = _SYMBOL[self.relation]
-        return (
-            f"[{self.verdict.upper():5}] {self.id}: measured {self.mean:.4f} ± {self.std:.4f}{self.unit} "
-            f"{sym} expected {self.expected:.4f} (tol {self.tolerance:g}); {self.n_hold}/{len(self.measured)} members"
-        )
+        """One line: verdict, measurement with its interval, expectation."""
+        iv = self.interval
+        ci = f" [{iv.lo:.4g}, {iv.hi:.4g}]" if iv is not None and math.isfinite(iv.lo) and math.isfinite(iv.hi) else ""
+        if self.test == "compare":
+            body = (f"mean difference {iv.center if iv else float('nan'):+.4g}{ci}{self.unit} "
+                    f"{_SYMBOL[self.relation]} {'-' if self.relation == 'lt' else '+'}{self.expected:g} "
+                    f"({self.mean:.4g} vs {statistics.fmean(self.reference or [float('nan')]):.4g})")
+        else:
+            body = (f"measured {self.mean:.4f} ± {self.std:.4f}{ci}{self.unit} {_SYMBOL[self.relation]} "
+                    f"expected {self.expected:.4f} (tol {self.tolerance:g})")
+            if self.test == "every":
+                body += f"; {self.per_member.count('holds')}/{len(self.measured)} members hold"
+        return f"[{self.verdict.upper()}] {self.id}: {body}" + (f" — {self.reason}" if self.reason else "")
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.update(mean=self.mean, std=self.std, min=min(self.measured, default=float("nan")),
-                 max=max(self.measured, default=float("nan")), n_hold=self.n_hold, verdict=self.verdict)
-        return d
+    def to_dict(self) -> dict[str, Any]:
+        iv = self.interval
+        return {
+            "id": self.id, "statement": self.statement, "kind": self.kind, "test": self.test,
+            "relation": self.relation, "expected": self.expected, "tolerance": self.tolerance,
+            "measured": self.measured, "reference": self.reference, "member_se": self.member_se,
+            "paired": self.paired, "unit": self.unit, "arms": self.arms, "learning_required": self.learning_required,
+            "drift": self.drift, "mean": self.mean, "std": self.std,
+            "interval": [iv.lo, iv.hi] if iv is not None else None, "confidence": self.confidence,
+            "per_member": self.per_member, "verdict": self.verdict, "holds": self.holds, "reason": self.reason,
+            "n": len(self.measured),
+        }
 
 
-def _satisfies(relation: Relation, m: float, expected: float, tol: float) -> bool:
-    if not math.isfinite(m):
-        return False
-    if relation == "close":
-        return abs(m - expected) <= tol
-    if relation == "le":
-        return m <= expected + tol
-    return m >= expected - tol
+def _group_verdict(rows: Sequence[Claim]) -> Verdict:
+    vs = [r.verdict for r in rows]
+    if not vs:
+        return "not evaluable"
+    if "fails" in vs:
+        return "fails"
+    if "not resolved" in vs:
+        return "not resolved"
+    if "holds" in vs:
+        return "holds"
+    return "not evaluable"
+
+
+@dataclass
+class ClaimGroup:
+    """One paper statement (or one sanity check) and its rows.
+
+    The group holds when every evaluable row holds; fails when any row fails; is not resolved when
+    no row fails but some row is not resolved; is not evaluable when no row is evaluable.
+    """
+
+    id: str
+    statement: str
+    kind: Kind = "paper"
+    rows: list[Claim] = field(default_factory=list)
+
+    # ---- building rows ------------------------------------------------------------------------
+    def _add(self, row: str, **kw: Any) -> Claim:
+        rid = f"{self.id}/{row}" if row else self.id
+        if any(r.id == rid for r in self.rows):
+            raise ValueError(f"claim row {rid!r} added twice")
+        kw.setdefault("statement", self.statement)
+        claim = Claim(id=rid, kind=self.kind, **kw)
+        self.rows.append(claim)
+        return claim
+
+    def value(
+        self, row: str, measured: Sequence[float], expected: float, tolerance: float, relation: Relation = "close", *,
+        arms: Sequence[str] = (), drift: float | None = None, deterministic: bool = False,
+        learning_required: bool = True, unit: str = "", statement: str | None = None, confidence: float = 0.95,
+    ) -> Claim:
+        """The members' mean, with its t-interval, against ``expected`` ± ``tolerance``."""
+        return self._add(row, test="value", relation=relation, expected=float(expected), tolerance=float(tolerance),
+                         measured=list(measured), arms=list(arms), drift=drift, deterministic=deterministic,
+                         learning_required=learning_required, unit=unit, confidence=confidence,
+                         **({"statement": statement} if statement else {}))
+
+    def every(
+        self, row: str, measured: Sequence[float], expected: float, tolerance: float, relation: Relation = "close", *,
+        member_se: Sequence[float] | None = None, min_fraction: float = 1.0, arms: Sequence[str] = (),
+        drift: float | None = None, learning_required: bool = True, unit: str = "", statement: str | None = None,
+        confidence: float = 0.95,
+    ) -> Claim:
+        """Each member (± its own standard error) against ``expected`` ± ``tolerance``; holds when at
+        least ``min_fraction`` of the members do. For statements about every member."""
+        return self._add(row, test="every", relation=relation, expected=float(expected), tolerance=float(tolerance),
+                         measured=list(measured), member_se=list(member_se) if member_se is not None else None,
+                         min_fraction=min_fraction, arms=list(arms), drift=drift, learning_required=learning_required,
+                         unit=unit, confidence=confidence, **({"statement": statement} if statement else {}))
+
+    def compare(
+        self, row: str, measured: Sequence[float], reference: Sequence[float], direction: Direction, *,
+        margin: float = 0.0, paired: bool = False, arms: Sequence[str] = (), learning_required: bool = True,
+        unit: str = "", statement: str | None = None, confidence: float = 0.95,
+    ) -> Claim:
+        """``mean(measured) − mean(reference)`` below ``−margin`` (``lt``) or above ``margin`` (``gt``),
+        decided on the difference's interval (paired when both arms' members share seeds)."""
+        return self._add(row, test="compare", relation=direction, expected=float(margin), tolerance=0.0,
+                         measured=list(measured), reference=list(reference), paired=paired, arms=list(arms),
+                         learning_required=learning_required, unit=unit, confidence=confidence,
+                         **({"statement": statement} if statement else {}))
+
+    # ---- reading ------------------------------------------------------------------------------
+    @property
+    def verdict(self) -> Verdict:
+        return _group_verdict(self.rows)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {v: sum(r.verdict == v for r in self.rows) for v in VERDICTS}
+
+    def describe(self) -> str:
+        c = self.counts
+        n = len(self.rows)
+        tally = ", ".join(f"{k} {c[k]}" for k in VERDICTS if c[k])
+        if n == 1:
+            return self.rows[0].describe()
+        return f"[{self.verdict.upper()}] {self.id}: {self.statement} — {n} rows: {tally}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "statement": self.statement, "kind": self.kind, "verdict": self.verdict,
+                "counts": self.counts, "rows": [r.to_dict() for r in self.rows]}
+
+
+# --------------------------------------------------------------------------------------------------
+# Training health
+
+
+@dataclass
+class ArmHealth:
+    """Whether an arm trained, with the reasons when it did not.
+
+    ``moved``: at least one accepted step, final loss below the initial one, every value finite.
+    ``trained``: ``moved`` and the test error below the trivial predictor's (where one is given).
+    """
+
+    arm: str
+    moved: bool
+    trained: bool
+    reasons: list[str] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return "trained" if self.trained else ("moved, not learned" if self.moved else "not trained")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"arm": self.arm, "status": self.status, "moved": self.moved, "trained": self.trained,
+                "reasons": self.reasons, **self.facts}
+
+
+def assess_arm(
+    arm: str, initial_loss: Sequence[float], final_loss: Sequence[float], *, accepted_steps: Sequence[float] | None = None,
+    test_error: Sequence[float] | None = None, trivial_error: float | None = None, all_finite: bool = True,
+) -> ArmHealth:
+    """The training-health gate of one arm (every member must pass).
+
+    Args:
+        initial_loss, final_loss: per member, the objective at the start and the end of training.
+        accepted_steps: per member, optimiser steps that were taken (rejected backtracking steps
+            excluded); ``None`` when the trainer accepts every step.
+        test_error, trivial_error: per-member final test error and the trivial predictor's (E[y²],
+            H(π), log V); ``None`` skips that check.
+        all_finite: whether every stored value of the arm is finite.
+    """
+    reasons: list[str] = []
+    init, final = np.asarray(initial_loss, float), np.asarray(final_loss, float)
+    if not all_finite or not (np.all(np.isfinite(init)) and np.all(np.isfinite(final))):
+        reasons.append("non-finite values")
+    if accepted_steps is not None:
+        acc = np.asarray(accepted_steps, float)
+        if np.any(acc < 1):
+            members = np.nonzero(acc < 1)[0].tolist()
+            reasons.append(f"no accepted step (members {members})")
+    with np.errstate(invalid="ignore"):
+        not_lower = np.nonzero(~(final < init))[0].tolist()
+    if not_lower:
+        reasons.append(f"final loss not below the initial one (members {not_lower}: "
+                       f"{', '.join(f'{init[i]:.4g} → {final[i]:.4g}' for i in not_lower[:4])})")
+    moved = not reasons
+    learned_reasons: list[str] = []
+    if test_error is not None and trivial_error is not None:
+        te = np.asarray(test_error, float)
+        with np.errstate(invalid="ignore"):
+            above = np.nonzero(~(te < trivial_error))[0].tolist()
+        if above:
+            learned_reasons.append(f"test error not below the trivial predictor's {trivial_error:.4g} (members {above})")
+    facts = {"initial_loss": init.tolist(), "final_loss": final.tolist(), "trivial_error": trivial_error}
+    if accepted_steps is not None:
+        facts["accepted_steps"] = list(map(float, accepted_steps))
+    return ArmHealth(arm, moved, moved and not learned_reasons, reasons + learned_reasons, facts)
 
 
 def check(
-    id: str,
-    statement: str,
-    measured: Sequence[float],
-    expected: float,
-    tolerance: float,
-    relation: Relation = "close",
-    min_fraction: float = 1.0,
-    unit: str = "",
+    id: str, statement: str, measured: Sequence[float], expected: float, tolerance: float, relation: Relation = "close",
+    min_fraction: float = 1.0, unit: str = "",
 ) -> Claim:
-    """Build a :class:`Claim` (the verdict is computed, never passed in)."""
-    return Claim(id, statement, relation, float(expected), float(tolerance), [float(m) for m in measured], min_fraction, unit)
+    """Transitional: a one-row ``every`` claim in the old flat form (experiments move to groups)."""
+    return Claim(id=id, statement=statement, test="every", relation=relation, expected=float(expected),
+                 tolerance=float(tolerance), measured=list(measured), min_fraction=min_fraction, unit=unit)

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 from pydantic import Field
 
-from tdlab.claims import Claim
+from tdlab.claims import ArmHealth, Claim, ClaimGroup, Kind, assess_arm
 from tdlab.config import Config, ConfigError, build_config, parse_overrides
 from tdlab.runs import Run, RunWriter
 from tdlab.train.trainer import DivergenceError, FitResult, Trainer
@@ -75,11 +76,44 @@ class RunContext:
 
 @dataclass
 class Analysis:
-    """What :meth:`Experiment.analyse` computes from a run."""
+    """What :meth:`Experiment.analyse` computes from a run: claim groups (paper statements and
+    sanity checks, each with its rows), measurements, plain-language findings, and the health of
+    every trained arm (filled in by the runner before the groups are gated)."""
 
-    claims: list[Claim] = field(default_factory=list)
+    groups: list[ClaimGroup] = field(default_factory=list)
     measurements: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # plain-language findings for the report
+    health: dict[str, ArmHealth] = field(default_factory=dict)
+    claims: list[Claim] = field(default_factory=list)  # transitional: flat claims, one group each
+
+    def group(self, id: str, statement: str, kind: Kind = "paper") -> ClaimGroup:
+        """A new claim group (one paper statement, or one sanity check with ``kind="sanity"``)."""
+        if any(g.id == id for g in self.groups):
+            raise ValueError(f"claim group {id!r} defined twice")
+        g = ClaimGroup(id, statement, kind)
+        self.groups.append(g)
+        return g
+
+    def sanity(self, id: str, statement: str) -> ClaimGroup:
+        return self.group(id, statement, "sanity")
+
+    def gate(self, health: dict[str, ArmHealth]) -> None:
+        """Record arm health and mark every row that needs an untrained arm ``not evaluable``."""
+        self.health = dict(health)
+        for c in self.claims:  # transitional flat claims become one-row groups
+            self.groups.append(ClaimGroup(c.id, c.statement, c.kind, [c]))
+        self.claims = []
+        for g in self.groups:
+            for row in g.rows:
+                row.gate(self.health)
+
+    @property
+    def paper(self) -> list[ClaimGroup]:
+        return [g for g in self.groups if g.kind == "paper"]
+
+    @property
+    def sanity_groups(self) -> list[ClaimGroup]:
+        return [g for g in self.groups if g.kind == "sanity"]
 
 
 class Experiment(ABC):
@@ -112,6 +146,39 @@ class Experiment(ABC):
     @abstractmethod
     def analyse(self, cfg: ExperimentConfig, run: Run) -> Analysis:
         """Claims and measurements, computed from the stored run alone."""
+
+    def trivial_error(self, cfg: ExperimentConfig, arm: str) -> float | None:
+        """The test error of the trivial predictor for ``arm`` (log V, H(π), E[y²]); ``None`` skips that
+        part of the health gate. Experiments override it."""
+        return None
+
+    def health(self, cfg: ExperimentConfig, run: Run) -> dict[str, ArmHealth]:
+        """The training-health gate of every trained arm, from the stored metrics.
+
+        An arm is an arm with a ``test_loss`` series. Initial and final loss are its first and last
+        ``test_loss`` (the trainers evaluate before the first step and at the end); accepted steps are
+        the last ``accepted_steps`` value when the trainer records one (backtracking GD), else the
+        last step index; the test error is the final ``test_loss`` against :meth:`trivial_error`.
+        """
+        df = run.metrics()
+        out: dict[str, ArmHealth] = {}
+        for arm, sub in df.groupby("arm", sort=False):
+            loss = sub[sub["name"] == "test_loss"]
+            if loss.empty:
+                continue
+            loss = loss.sort_values(["member", "step"])
+            first = loss.groupby("member")["value"].first()
+            last = loss.groupby("member")["value"].last()
+            acc = sub[sub["name"] == "accepted_steps"]
+            if not acc.empty:
+                accepted = acc.sort_values("step").groupby("member")["value"].last().reindex(first.index).fillna(0).tolist()
+            else:
+                accepted = loss.groupby("member")["step"].max().tolist()
+            finite = bool(np.all(np.isfinite(sub["value"].to_numpy(dtype=float))))
+            out[str(arm)] = assess_arm(str(arm), first.tolist(), last.tolist(), accepted_steps=accepted,
+                                       test_error=last.tolist(), trivial_error=self.trivial_error(cfg, str(arm)),
+                                       all_finite=finite)
+        return out
 
     @abstractmethod
     def plot(self, cfg: ExperimentConfig, run: Run, analysis: Analysis, figdir: Path) -> list[Path]:

@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from tdlab.claims import Claim, check
+from tdlab.claims import Claim, end_drift
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.models.gpt import GPT, GPTConfig
@@ -48,8 +48,9 @@ class ChainConfig(Config):
 class ClaimConfig(Config):
     """Tolerances of the computed verdicts."""
 
-    tol_nats: float = Field(0.01, gt=0.0, le=1.0)  # |final test loss - expected| allowed, per member
-    min_fraction: float = Field(1.0, gt=0.0, le=1.0)  # fraction of members that must satisfy a claim
+    # Scientific tolerance on the members' mean gap to the reference predictor (nats); the seed-to-seed
+    # spread is added on top by the verdict (tdlab.claims).
+    tol_nats: float = Field(0.01, gt=0.0, le=1.0)
     # A member has left the H(pi) plateau at the first evaluation where its test loss is below
     # H(pi) - escape_fraction * (H(pi) - entropy rate).
     escape_fraction: float = Field(0.25, gt=0.0, lt=1.0)
@@ -123,47 +124,78 @@ class MarkovInit(Experiment):
             trainer = Trainer(cfg.train, ctx.device, ctx.progress, label=f"{arch}/{init}")
             ctx.fit(f"{arch}/{init}", trainer, lambda s, m=mcfg: GPT(m, s), seeds, task)
 
+    def trivial_error(self, cfg: MarkovInitConfig, arm: str) -> float:
+        return float(np.log(2))  # the uniform predictor over {0, 1}
+
     def analyse(self, cfg: MarkovInitConfig, run: Run) -> Analysis:
+        """Three paper statements, one row per architecture:
+
+        * the proposed init ends at the global minimum: final gap to the Bayes (bigram) predictor on
+          the same evaluation batches ≈ 0 (the finite-sample reference of the entropy rate);
+        * the standard init ends where Thms. 2/8 place it: gap to the unigram predictor (p+q>1, the
+          local minimum H(π)) or to the Bayes predictor (p+q<1) ≈ 0 — a claim about *not* learning
+          the bigram law, so the gate only asks that the arm moved;
+        * the standard init leaves the H(π) plateau later than the proposed one (paired over members;
+          a member that never leaves counts as leaving at the horizon, a lower bound).
+        End-state rows whose gap still moves by more than the tolerance over the last 10% of training
+        are not resolved.
+        """
         p, q = cfg.task.p, cfg.task.q
         h_rate, h_pi = entropy_rate(p, q), marginal_entropy(p, q)
         threshold = h_pi - cfg.claims.escape_fraction * (h_pi - h_rate)
-        std_expected, std_statement = expected_small_init_loss(p, q)
         metrics = run.metrics()
         out = Analysis(measurements={"entropy_rate": h_rate, "marginal_entropy": h_pi, "escape_threshold": threshold})
-        tol, frac = cfg.claims.tol_nats, cfg.claims.min_fraction
+        tol = cfg.claims.tol_nats
+        proposed = out.group("proposed-init-ends-at-global-minimum",
+                             "The proposed init (e=0.5, W1=1, W2=-1) ends at the entropy rate, the global minimum (App. A.3.2, Fig. 4)")
+        std_target = "unigram" if p + q > 1 else "bayes"
+        std_statement = expected_small_init_loss(p, q)[1]
+        standard = out.group("standard-init-ends-at-theory-limit",
+                             f"A small standard init (σ={cfg.model.init_std}) {std_statement}")
+        later = out.group("standard-init-leaves-plateau-later",
+                          "The standard init stays on the H(π) plateau longer than the proposed init (Fig. 4)")
+        horizon = cfg.train.steps + cfg.train.eval_every  # never left: censored at the horizon
+        escapes_by_arm = {}
         for arch, init in self.arms(cfg):
             arm = f"{arch}/{init}"
             steps, values = member_curves(metrics, arm, "test_loss")
-            final = values[:, -1]
+            target = "bayes" if init == "local-to-global" else std_target
+            _, ref = member_curves(metrics, arm, f"test_loss@{target}")
+            gap = values - ref
             escapes = [plateau_escape_step(steps, v, threshold) for v in values]
+            escapes_by_arm[arm] = [float(e) if e is not None else float(horizon) for e in escapes]
             out.measurements[arm] = {
-                "final_test_loss": final.tolist(),
+                "final_test_loss": values[:, -1].tolist(),
+                f"final_gap_to_{target}": gap[:, -1].tolist(),
                 "plateau_escape_step": escapes,
                 "escaped_fraction": float(np.mean([e is not None for e in escapes])),
             }
-            if init == "local-to-global":
-                claim = check(f"{arm}/ends-at-entropy-rate",
-                              f"{arch}: proposed init (e=0.5, W1=1, W2=-1) ends at the entropy rate, the global minimum (App. A.3.2, Fig. 4)",
-                              final, h_rate, tol, "close", frac, " nats")
-            else:
-                claim = check(f"{arm}/ends-at-theory-limit", f"{arch}: standard init σ={cfg.model.init_std} {std_statement}",
-                              final, std_expected, tol, "close", frac, " nats")
-            out.claims.append(claim)
-            out.notes.append(self._finding(arm, claim, escapes, cfg.train.steps, h_pi, h_rate))
+            group = proposed if init == "local-to-global" else standard
+            row = group.value(arch, gap[:, -1], 0.0, tol, "close", arms=[arm], drift=end_drift(steps, gap),
+                              learning_required=(init == "local-to-global"), unit=" nats",
+                              statement=f"{arch}: final test loss − the {target} predictor's loss on the same batches ≈ 0")
+            out.notes.append(self._finding(arm, row, values[:, -1], escapes, cfg.train.steps, h_pi, h_rate))
+        for arch in cfg.archs:
+            std, l2g = f"{arch}/standard", f"{arch}/local-to-global"
+            if std in escapes_by_arm and l2g in escapes_by_arm:
+                later.compare(arch, escapes_by_arm[std], escapes_by_arm[l2g], "gt", paired=True, arms=[std, l2g],
+                              learning_required=False, unit=" steps",
+                              statement=f"{arch}: plateau-escape step, standard − proposed > 0")
         if h_pi - h_rate < 2 * tol:
             out.notes.append(f"H(π) − entropy rate = {h_pi - h_rate:.4f} nats is below twice the tolerance "
                              f"({tol}): at these (p, q) the claims cannot tell the two minima apart.")
         return out
 
     @staticmethod
-    def _finding(arm: str, claim: Claim, escapes: list[int | None], steps: int, h_pi: float, h_rate: float) -> str:
+    def _finding(arm: str, row: Claim, final: np.ndarray, escapes: list[int | None], steps: int, h_pi: float, h_rate: float) -> str:
         n = len(escapes)
         left = [e for e in escapes if e is not None]
-        where = "the entropy rate" if abs(claim.mean - h_rate) < abs(claim.mean - h_pi) else "H(π)"
+        mean = float(np.mean(final))
+        where = "the entropy rate" if abs(mean - h_rate) < abs(mean - h_pi) else "H(π)"
         esc = (f"{len(left)}/{n} members left the H(π) plateau (steps {left})" if left
                else f"no member left the H(π) plateau within {steps} steps")
-        return (f"{arm}: final test loss {claim.mean:.4f} ± {claim.std:.4f} nats, nearer {where}; {esc}; "
-                f"claim {claim.verdict} ({claim.n_hold}/{n} members within tolerance).")
+        return (f"{arm}: final test loss {mean:.4f} ± {float(np.std(final)):.4f} nats, nearer {where}; {esc}; "
+                f"end-state claim {row.verdict}.")
 
     def plot(self, cfg: MarkovInitConfig, run: Run, analysis: Analysis, figdir: Path) -> list[Path]:
         metrics = run.metrics()

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from tdlab.config import ConfigError
-from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext, get
+from tdlab.claims import VERDICTS
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, get
 from tdlab.index import RunIndex
 from tdlab.report.html import write_report
 from rich.console import Console
@@ -21,7 +22,7 @@ from rich.console import Console
 from tdlab.runs import Run, RunDirError, RunWriter, environment
 from tdlab.train.trainer import DivergenceError
 
-__all__ = ["execute", "resume", "rebuild", "check_device"]
+__all__ = ["execute", "resume", "rebuild", "check_device", "claim_counts"]
 
 err_console = Console(stderr=True)
 
@@ -100,11 +101,19 @@ def rebuild(path: Path) -> Run:
 
 
 def _report(exp: Experiment, cfg: ExperimentConfig, run: Run, meta: dict[str, Any]) -> None:
-    analysis = exp.analyse(cfg, run) if meta.get("status") == "done" else None
+    """Health gate, claims, figures, ``summary.json`` and ``report.html`` of a run.
+
+    The gate runs first: every trained arm is checked (:meth:`Experiment.health`), and every claim
+    row that needs an arm that did not train is ``not evaluable``. Counts are over paper claim
+    groups; sanity groups are counted apart.
+    """
+    analysis = None
+    if meta.get("status") == "done":
+        analysis = exp.analyse(cfg, run)
+        analysis.gate(exp.health(cfg, run))
     figures: list[Path] = []
     if analysis is not None:
         figures = exp.plot(cfg, run, analysis, run.path / "figures")
-    claims = [c.to_dict() for c in analysis.claims] if analysis else []
     summary = {
         "experiment": exp.name,
         "paper": exp.paper,
@@ -112,12 +121,29 @@ def _report(exp: Experiment, cfg: ExperimentConfig, run: Run, meta: dict[str, An
         **meta,
         "seed": cfg.seed,
         "members": cfg.members,
-        "claims": claims,
-        "claims_total": len(claims),
-        "claims_failed": sum(not c["holds"] for c in claims),
+        **claim_counts(analysis),
         "measurements": analysis.measurements if analysis else {},
         "notes": analysis.notes if analysis else [],
         "figures": [str(f.relative_to(run.path)) for f in figures],
     }
     run.write_summary(summary)
     write_report(run, summary, exp.description)
+
+
+def claim_counts(analysis: Analysis | None) -> dict[str, Any]:
+    """The summary's claim section: groups (paper and sanity apart), per-verdict counts, arm health."""
+    paper = [g.to_dict() for g in analysis.paper] if analysis else []
+    sanity = [g.to_dict() for g in analysis.sanity_groups] if analysis else []
+    counts = {v: sum(g["verdict"] == v for g in paper) for v in VERDICTS}
+    return {
+        "claims": paper,
+        "sanity": sanity,
+        "claims_total": len(paper),
+        "claims_held": counts["holds"],
+        "claims_failed": counts["fails"],
+        "claims_not_resolved": counts["not resolved"],
+        "claims_not_evaluable": counts["not evaluable"],
+        "sanity_total": len(sanity),
+        "sanity_failed": sum(g["verdict"] == "fails" for g in sanity),
+        "arms": {a: h.to_dict() for a, h in analysis.health.items()} if analysis else {},
+    }

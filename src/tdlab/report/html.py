@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from jinja2 import Environment, select_autoescape
 
+from tdlab.claims import VERDICTS
 from tdlab.runs import Run, atomic_write
 
 __all__ = ["write_report", "render_report"]
@@ -24,7 +25,9 @@ _TEMPLATE = """<!doctype html>
  table { border-collapse: collapse; width: 100%; margin: 1rem 0; font-size: .9rem; }
  th, td { border-bottom: 1px solid #ddd; padding: .35rem .5rem; text-align: left; vertical-align: top; }
  th { background: #f4f4f4; } td.num { font-variant-numeric: tabular-nums; text-align: right; }
- .holds { color: #0a7a2f; font-weight: 600; } .fails { color: #b3261e; font-weight: 600; }
+ .v-holds, .v-trained { color: #0a7a2f; font-weight: 600; } .v-fails, .v-not-trained { color: #b3261e; font-weight: 600; }
+ .v-not-resolved, .v-moved-not-learned { color: #a86400; font-weight: 600; } .v-not-evaluable { color: #777; font-weight: 600; }
+ details.group { margin: .4rem 0; } details.group summary { cursor: pointer; padding: .2rem 0; }
  .status-done { color: #0a7a2f; } .status-diverged { color: #b3261e; }
  img { max-width: 100%; border: 1px solid #eee; margin: .5rem 0; }
  pre { background: #f7f7f7; padding: .8rem; overflow-x: auto; font-size: .8rem; }
@@ -34,15 +37,26 @@ _TEMPLATE = """<!doctype html>
 <p class="sub">Seed {{ s.paper }} · run <code>{{ s.run_id }}</code> · profile <b>{{ s.profile }}</b> ·
  status <b class="status-{{ s.status }}">{{ s.status }}</b>{% if s.error %} ({{ s.error }}){% endif %}</p>
 <p>{{ description }}</p>
-{% if s.claims %}
-<h2>Claims <small>({{ s.claims_total - s.claims_failed }}/{{ s.claims_total }} hold)</small></h2>
-<table><tr><th>claim</th><th>statement</th><th>expected</th><th>measured (mean ± sd, [min, max])</th><th>tol</th><th>members</th><th>verdict</th></tr>
-{% for c in s.claims %}<tr><td><code>{{ c.id }}</code></td><td>{{ c.statement }}</td>
-<td class="num">{{ sym[c.relation] }} {{ "%.4f"|format(c.expected) }}</td>
-<td class="num">{{ "%.4f"|format(c.mean) }} ± {{ "%.4f"|format(c.std) }} [{{ "%.4f"|format(c.min) }}, {{ "%.4f"|format(c.max) }}]</td>
-<td class="num">{{ c.tolerance }}</td><td class="num">{{ c.n_hold }}/{{ c.measured|length }}</td>
-<td class="{{ c.verdict }}">{{ c.verdict }}</td></tr>{% endfor %}
+{% if s.arms %}
+<h2>Training health</h2>
+<table><tr><th>arm</th><th>status</th><th>initial → final loss (per member)</th><th>reasons</th></tr>
+{% for a, h in s.arms.items() %}<tr><td><code>{{ a }}</code></td><td class="v-{{ h.status|replace(' ', '-')|replace(',', '') }}">{{ h.status }}</td>
+<td class="num">{% for i in range(h.initial_loss|length) %}{{ "%.4g"|format(h.initial_loss[i]) }} → {{ "%.4g"|format(h.final_loss[i]) }}{% if not loop.last %}; {% endif %}{% endfor %}</td>
+<td>{{ h.reasons|join("; ") }}</td></tr>{% endfor %}
 </table>{% endif %}
+{% for title, groups in [("Paper claims", s.claims or []), ("Sanity checks", s.sanity or [])] %}{% if groups %}
+<h2>{{ title }} <small>({% for v in verdicts %}{% set n = groups|selectattr("verdict", "equalto", v)|list|length %}{% if n %}{{ n }} {{ v }}{% if not loop.last %}, {% endif %}{% endif %}{% endfor %})</small></h2>
+{% for g in groups %}<details class="group"{% if g.verdict != "holds" %} open{% endif %}>
+<summary><span class="v-{{ g.verdict|replace(' ', '-') }}">{{ g.verdict }}</span> <code>{{ g.id }}</code> — {{ g.statement }}
+ <small>({{ g.rows|length }} row{{ "s" if g.rows|length != 1 }})</small></summary>
+<table><tr><th>row</th><th>test</th><th>expected</th><th>measured: mean ± sd [{{ "%g"|format(100 * (g.rows[0].confidence if g.rows else 0.95)) }}% interval]</th><th>members</th><th>verdict</th></tr>
+{% for c in g.rows %}<tr><td><code>{{ c.id }}</code>{% if c.statement != g.statement %}<br><small>{{ c.statement }}</small>{% endif %}</td>
+<td>{{ c.test }}{% if c.paired %} (paired){% endif %}</td>
+<td class="num">{% if c.test == "compare" %}difference {{ sym[c.relation] }} {{ "-" if c.relation == "lt" else "+" }}{{ c.expected }}{% else %}{{ sym[c.relation] }} {{ "%.4g"|format(c.expected) }} (tol {{ c.tolerance }}){% endif %}</td>
+<td class="num">{{ "%.4g"|format(c.mean) }} ± {{ "%.2g"|format(c.std) }}{{ c.unit }}{% if c.interval %} [{{ "%.4g"|format(c.interval[0]) }}, {{ "%.4g"|format(c.interval[1]) }}]{% endif %}{% if c.reference %}<br><small>vs {{ c.reference|map("round", 4)|join(", ") }}</small>{% endif %}{% if c.drift is not none %}<br><small>end drift {{ "%+.3g"|format(c.drift) }}</small>{% endif %}</td>
+<td class="num">{{ c.measured|map("round", 4)|join(", ") }}</td>
+<td class="v-{{ c.verdict|replace(' ', '-') }}">{{ c.verdict }}{% if c.reason %}<br><small>{{ c.reason }}</small>{% endif %}</td></tr>{% endfor %}
+</table></details>{% endfor %}{% endif %}{% endfor %}
 {% if s.notes %}<h2>Findings</h2><ul class="notes">{% for n in s.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
 {% for f in s.figures %}<img src="{{ f }}" alt="{{ f }}">{% endfor %}
 {% if s.measurements %}<h2>Measurements</h2><pre>{{ measurements }}</pre>{% endif %}
@@ -62,7 +76,8 @@ def render_report(summary: dict[str, Any], config: dict[str, Any], description: 
     return _ENV.from_string(_TEMPLATE).render(
         s=summary,
         description=description,
-        sym={"close": "≈", "le": "≤", "ge": "≥"},
+        sym={"close": "≈", "le": "≤", "ge": "≥", "lt": "<", "gt": ">"},
+        verdicts=VERDICTS,
         env=summary.get("env", {}),
         config=yaml.safe_dump(config, sort_keys=False),
         measurements=yaml.safe_dump(summary.get("measurements", {}), sort_keys=False, default_flow_style=None),

@@ -14,7 +14,7 @@ loop over positions, its main CPU cost, disappears.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -146,6 +146,17 @@ class MarkovChain:
         """Bayes-optimal next-token law given the prefix: ``(..., T)`` tokens -> ``(..., T, 2)``
         probabilities of x_{n+1} given x_1^n (for a first-order chain it depends on x_n only)."""
         return self.kernel.to(tokens.device)[tokens]
+
+    def unigram_probs(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The unigram predictor (the stationary law pi at every position; loss H(pi), the local
+        minimum of Thm. 2): ``(..., T)`` -> ``(..., T, 2)``."""
+        pi = torch.tensor(self.pi, dtype=torch.float64, device=tokens.device)
+        return pi.expand(*tokens.shape, 2)
+
+    def reference_predictors(self) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+        """Predictors the trainer scores on its evaluation batches: ``bayes`` (bigram, the global
+        minima) and ``unigram`` (the local minima)."""
+        return {"bayes": self.optimal_probs, "unigram": self.unigram_probs}
 
     # --- sampling -----------------------------------------------------------------------------
     def sample(
