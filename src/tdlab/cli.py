@@ -83,19 +83,45 @@ def run(
         raise typer.Exit(code=1)
 
 
+_COLORS = {"holds": "green", "fails": "red", "not resolved": "yellow", "not evaluable": "bright_black"}
+
+
 def _print_summary(summary: dict, path: Path) -> None:
+    """One line per claim group (paper claims, then sanity checks apart), arms that did not train."""
     out_console.print(f"\n[bold]{summary['experiment']}[/] ({summary['figure']}) — status {summary['status']}"
                       + (f": {summary['error']}" if summary.get("error") else ""))
-    for c in summary["claims"]:
-        color = "green" if c["holds"] else "red"
-        out_console.print(
-            f"[{color}]{c['verdict'].upper():5}[/] {c['id']}: measured {c['mean']:.4f} ± {c['std']:.4f} "
-            f"(expected {c['expected']:.4f}, tol {c['tolerance']:g}; {c['n_hold']}/{len(c['measured'])} members)",
-            highlight=False, soft_wrap=True,
-        )
+    for arm, h in (summary.get("arms") or {}).items():
+        if not h.get("trained", True):
+            out_console.print(f"[yellow]{h['status'].upper()}[/] arm {arm}: {'; '.join(h.get('reasons', []))}",
+                              highlight=False, soft_wrap=True)
+    for title, key in (("paper claims", "claims"), ("sanity checks", "sanity")):
+        groups = summary.get(key) or []
+        if not groups:
+            continue
+        tally = ", ".join(f"{n} {v}" for v in ("holds", "fails", "not resolved", "not evaluable")
+                          if (n := sum(g["verdict"] == v for g in groups)))
+        out_console.print(f"[bold]{title}[/] ({tally}):", highlight=False)
+        for g in groups:
+            out_console.print(f"  [{_COLORS[g['verdict']]}]{g['verdict'].upper():13}[/] {_group_line(g)}",
+                              highlight=False, soft_wrap=True)
     for n in summary.get("notes", []):
         out_console.print(f"  · {n}", highlight=False, soft_wrap=True)
     out_console.print(f"run directory: {path}\nreport: {path / 'report.html'}", highlight=False, soft_wrap=True)
+
+
+def _group_line(g: dict) -> str:
+    """``id: statement — the numbers`` (one row: its measurement; several: the verdict tally)."""
+    rows = g["rows"]
+    if len(rows) == 1:
+        r = rows[0]
+        iv = r.get("interval") or [float("nan")] * 2
+        if r["test"] == "compare":
+            what = f"difference {(iv[0] + iv[1]) / 2:+.4g} in [{iv[0]:.4g}, {iv[1]:.4g}]"
+        else:
+            what = f"{r['mean']:.4f} in [{iv[0]:.4g}, {iv[1]:.4g}] vs {r['expected']:.4f} ± {r['tolerance']:g}"
+        return f"{g['id']}: {what}" + (f" ({r['reason']})" if r.get("reason") else "")
+    tally = ", ".join(f"{n} {v}" for v, n in g["counts"].items() if n)
+    return f"{g['id']}: {len(rows)} rows — {tally}"
 
 
 @app.command()

@@ -25,7 +25,7 @@ from tdlab.seeding import Purpose, generators
 from tdlab.train.cpu import flush_denormals
 from tdlab.train.progress import ProgressBar
 
-__all__ = ["TrainConfig", "Trainer", "FitResult", "DivergenceError", "next_token_loss", "auto_chunk"]
+__all__ = ["TrainConfig", "Trainer", "FitResult", "DivergenceError", "next_token_loss", "auto_chunk", "reference_predictors"]
 
 
 class TrainConfig(Config):
@@ -90,6 +90,17 @@ def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduce_position
     E, B, T, V = logits.shape
     nll = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="none").reshape(E, B, T)
     return nll.mean(dim=(1, 2)) if reduce_positions else nll.mean(dim=1)
+
+
+def reference_predictors(task: Task) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """The task's reference predictors, ``name -> (tokens (..., T) -> probabilities (..., T, V))``:
+    ``task.reference_predictors()`` when the task defines it, else ``{"bayes": task.optimal_probs}``
+    when it has a Bayes predictor, else none."""
+    if hasattr(task, "reference_predictors"):
+        return dict(task.reference_predictors())
+    if hasattr(task, "optimal_probs"):
+        return {"bayes": task.optimal_probs}
+    return {}
 
 
 def auto_chunk(members: int, batch: int, seq_len: int, device: str | torch.device) -> int:
@@ -186,14 +197,34 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, model: nn.Module, task: Task, gens: Sequence[torch.Generator], batches: int) -> torch.Tensor:
         """Mean next-token loss per member on ``batches`` fresh batches: ``(E,)``."""
+        return self.evaluate_with_references(model, task, gens, batches)[0]
+
+    @torch.no_grad()
+    def evaluate_with_references(
+        self, model: nn.Module, task: Task, gens: Sequence[torch.Generator], batches: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The model's loss and, on the very same batches, the loss of each of the task's reference
+        predictors (:func:`reference_predictors`: the Bayes predictor, the unigram law, ...).
+
+        End-state claims compare the model with these: a finite evaluation set's own Bayes loss
+        deviates from the population entropy rate by more than a claim's tolerance can absorb.
+        Returns ``((E,), {name: (E,)})``, float64.
+        """
         was_training = model.training
         model.eval()
+        refs = reference_predictors(task)
         total = torch.zeros(len(gens), device=self.device, dtype=torch.float64)
+        ref_total = {k: torch.zeros_like(total) for k in refs}
         for _ in range(batches):
             x = task.sample(gens, self.cfg.batch, self.cfg.seq_len + 1, self.device)
-            total += next_token_loss(model(x[..., :-1]), x[..., 1:]).double()
+            inp, tgt = x[..., :-1], x[..., 1:]
+            total += next_token_loss(model(inp), tgt).double()
+            for k, predict in refs.items():
+                probs = predict(inp).to(torch.float64).clamp_min(1e-300)
+                nll = -probs.log().gather(-1, tgt.unsqueeze(-1)).squeeze(-1)  # (E, B, T)
+                ref_total[k] += nll.mean(dim=(1, 2))
         model.train(was_training)
-        return total / batches
+        return total / batches, {k: v / batches for k, v in ref_total.items()}
 
     # ------------------------------------------------------------------------------------------
     # Checkpoints: everything the loop's future depends on, written atomically.
@@ -230,8 +261,11 @@ class Trainer:
         model.train()
 
         def log_eval(step: int) -> None:
-            losses = self.evaluate(model, task, eval_gens, cfg.eval_batches).tolist()
+            loss_t, refs = self.evaluate_with_references(model, task, eval_gens, cfg.eval_batches)
+            losses = loss_t.tolist()
             result.rows.extend((step, offset + e, "test_loss", v) for e, v in enumerate(losses))
+            for name, ref in refs.items():  # same batches: the finite-sample reference of end-state claims
+                result.rows.extend((step, offset + e, f"test_loss@{name}", v) for e, v in enumerate(ref.tolist()))
             bar.set(test=sum(losses) / E)
             bad = [e for e, v in enumerate(losses) if not math.isfinite(v)]
             if bad:  # e.g. the last update produced NaN weights: the training loss never saw them
