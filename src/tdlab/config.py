@@ -3,18 +3,29 @@
 Every config is a pydantic model that forbids unknown fields; ``--set a.b=c`` overrides are applied
 to a plain dict and the whole config is validated once, so a bad key or value fails before anything
 runs, with one message naming the field and what is allowed (:class:`ConfigError`).
+
+Types are strict: a YAML boolean is not an integer, a string is not a number, a float is not an
+integer (an integer is a float); every float is finite. Messages are one line, and every value they
+echo is cut to :data:`ECHO_CHARS` characters, so a hostile ``--set`` cannot produce a huge message.
 """
 
 from __future__ import annotations
 
 import copy
+import re
+import types
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-__all__ = ["Config", "ConfigError", "parse_overrides", "apply_overrides", "build_config", "deep_merge"]
+__all__ = ["Config", "ConfigError", "parse_overrides", "apply_overrides", "build_config", "deep_merge",
+           "validate_config", "echo", "one_line", "ECHO_CHARS"]
+
+ECHO_CHARS = 80  # longest echo of a user value in a message
+MAX_DEPTH = 16  # deepest nesting of lists/mappings a --set value may have
+MAX_ERRORS = 3  # validation errors listed in one message (the rest are counted)
 
 C = TypeVar("C", bound="Config")
 
@@ -26,32 +37,146 @@ class ConfigError(ValueError):
     """
 
 
-class Config(BaseModel):
-    """Base of all tdlab configs: unknown fields are errors, assignments are validated."""
+def echo(value: Any) -> str:
+    """``repr(value)`` for a message: one line, at most :data:`ECHO_CHARS` characters."""
+    try:
+        text = repr(value)
+    except RecursionError:  # a self-referencing or absurdly deep value
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= ECHO_CHARS else text[: ECHO_CHARS - 3] + "..."
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (newlines included) made one space."""
+    return " ".join(str(text).split())
+
+
+class Config(BaseModel):
+    """Base of all tdlab configs: unknown fields are errors, assignments are validated, types are
+    strict (no bool -> int, str -> number or float -> int coercion; int -> float is allowed) and
+    floats must be finite. Lists are accepted where a field holds tuples (YAML and JSON have none)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lists_as_tuples(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {k: _tuples(v, fields[k].annotation) if k in fields else v for k, v in data.items()}
+
+    def updated(self: C, update: Mapping[str, Any]) -> C:
+        """A copy with the fields in ``update`` replaced, validated as a whole (``model_copy(update=...)``
+        validates nothing, so a per-arm change could build a config the validators refuse).
+
+        Raises:
+            ConfigError: one line naming the field, as for ``--set``.
+        """
+        return validate_config(type(self), {**self.model_dump(), **update})
+
+
+def _tuples(value: Any, ann: Any) -> Any:
+    """``value`` with every list that ``ann`` types as a tuple made a tuple (strict mode refuses lists
+    there, and configs re-read from YAML or JSON have only lists)."""
+    origin, args = get_origin(ann), get_args(ann)
+    if origin is Annotated:
+        return _tuples(value, args[0])
+    if origin in (Union, types.UnionType):
+        seqs = [a for a in args if get_origin(a) in (tuple, list) or get_origin(a) is Annotated]
+        return _tuples(value, seqs[0]) if len(seqs) == 1 else value
+    if not isinstance(value, list):
+        return value
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_tuples(v, args[0]) for v in value)
+        if len(args) == len(value):
+            return tuple(_tuples(v, a) for v, a in zip(value, args))
+        return tuple(value)  # the wrong length: pydantic names it
+    if origin is list and args:
+        return [_tuples(v, args[0]) for v in value]
+    return value
+
+
+class _RefusedNode(yaml.YAMLError):
+    """A YAML construct that ``--set`` values may not use."""
+
+
+class _OverrideLoader(yaml.SafeLoader):
+    """The YAML loader of ``--set`` values: safe (no tags that build objects), without anchors and
+    aliases (a few bytes of nested aliases expand to megabytes), and with YAML 1.2 exponent floats
+    (``1e-3`` is a number, not the string PyYAML's YAML 1.1 makes of it)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _RefusedNode("YAML anchors and aliases (&name, *name) are not allowed in --set values")
+        return super().compose_node(parent, index)
+
+
+_OverrideLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of lists/mappings in ``value`` (a scalar has depth 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        deepest = max(deepest, d)
+        if d > MAX_DEPTH:
+            break
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
+def parse_value(raw: str, item: str = "") -> Any:
+    """One ``--set`` value, parsed as YAML with :class:`_OverrideLoader`.
+
+    Raises:
+        ConfigError: one line, for unparseable YAML, anchors/aliases, tags that build objects, or
+            nesting deeper than :data:`MAX_DEPTH`.
+    """
+    where = f"--set {echo(item or raw)}"
+    if not raw.strip():
+        return ""
+    try:
+        value = yaml.load(raw, Loader=_OverrideLoader)  # noqa: S506 - a SafeLoader subclass
+    except _RefusedNode as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ConfigError(f"{where}: cannot parse value {echo(raw)} as YAML: {one_line(problem)[:ECHO_CHARS]}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: value nested too deeply (at most {MAX_DEPTH} levels)") from None
+    if _depth(value) > MAX_DEPTH:
+        raise ConfigError(f"{where}: value nested too deeply (at most {MAX_DEPTH} levels)")
+    return value
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
-    """``["a.b=1", "c=[1, 2]"]`` -> nested dict; values are parsed as YAML scalars/lists."""
+    """``["a.b=1", "c=[1, 2]"]`` -> nested dict; values are parsed as YAML (:func:`parse_value`)."""
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted key, e.g. task.p=0.7")
+            raise ConfigError(f"--set {echo(item)}: expected KEY=VALUE with a dotted key, e.g. task.p=0.7")
         key, raw = item.split("=", 1)
         key = key.strip()
         if not key or any(not part for part in key.split(".")):
-            raise ConfigError(f"--set {item!r}: empty key segment in {key!r}")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item!r}: cannot parse value {raw!r}: {exc}") from None
+            raise ConfigError(f"--set {echo(item)}: empty key segment in {echo(key)}")
+        value = parse_value(raw, item)
         node = out
         *parents, leaf = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"--set {item!r}: {part!r} is set both as a value and as a section")
+                raise ConfigError(f"--set {echo(item)}: {echo(part)} is set both as a value and as a section")
         node[leaf] = value
     return out
 
@@ -68,16 +193,21 @@ def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, 
 
 
 def _format_validation_error(exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(config)"
+    """One line: the first :data:`MAX_ERRORS` errors, each ``field: what is wrong (got VALUE)``."""
+    parts = []
+    errors = exc.errors(include_url=False)
+    for err in errors[:MAX_ERRORS]:
+        loc = ".".join(p if isinstance(p, str) else str(p) for p in err["loc"])
+        loc = (loc if len(loc) <= ECHO_CHARS else echo(loc)) or "(config)"
         if err["type"] == "extra_forbidden":
-            lines.append(f"{loc}: unknown field")
+            parts.append(f"{loc}: unknown field")
         else:
             got = err.get("input")
-            got_s = "" if isinstance(got, dict) else f" (got {got!r})"
-            lines.append(f"{loc}: {err['msg']}{got_s}")
-    return "; ".join(lines)
+            got_s = "" if isinstance(got, dict) else f" (got {echo(got)})"
+            parts.append(f"{loc}: {one_line(err['msg'])[:4 * ECHO_CHARS]}{got_s}")
+    if len(errors) > MAX_ERRORS:
+        parts.append(f"and {len(errors) - MAX_ERRORS} more error(s)")
+    return "; ".join(parts)
 
 
 def _known_fields(model: type[BaseModel], prefix: str = "") -> list[str]:
@@ -100,13 +230,24 @@ def build_config(cls: type[C], *layers: Mapping[str, Any]) -> C:
     merged: dict[str, Any] = {}
     for layer in layers:
         merged = deep_merge(merged, layer)
+    return validate_config(cls, merged)
+
+
+def validate_config(cls: type[C], data: Any) -> C:
+    """``cls.model_validate(data)``, with a validation error raised as a one-line :class:`ConfigError`.
+
+    Raises:
+        ConfigError: naming each bad field and the reason; unknown fields list the known ones.
+    """
     try:
-        return cls.model_validate(merged)
+        return cls.model_validate(data)
     except ValidationError as exc:
         msg = _format_validation_error(exc)
         if "unknown field" in msg:
             msg += ". Known fields: " + ", ".join(_known_fields(cls))
         raise ConfigError(msg) from None
+    except RecursionError:
+        raise ConfigError(f"{cls.__name__}: value nested too deeply") from None
 
 
 def apply_overrides(cfg: C, items: Iterable[str]) -> C:
