@@ -21,7 +21,7 @@ from tdlab.config import Config, ConfigError, build_config, parse_overrides
 from tdlab.runs import Run, RunWriter
 from tdlab.train.trainer import DivergenceError, FitResult, Trainer
 
-__all__ = ["ExperimentConfig", "Experiment", "RunContext", "Analysis", "register", "get", "registry"]
+__all__ = ["ExperimentConfig", "Experiment", "RunContext", "Analysis", "register", "get", "registry", "init_arm", "initial_states"]
 
 
 class ExperimentConfig(Config):
@@ -39,11 +39,14 @@ class RunContext:
     device: str = "cpu"
     progress: bool = True
 
-    def record(self, arm: str, result: FitResult) -> None:
+    def record(self, arm: str, result: FitResult, initial: list[dict[str, Any]] | None = None) -> None:
         """Store a fit's metrics and final parameters under ``arm`` (replacing rows an earlier,
-        cut-off attempt stored before it was killed)."""
+        cut-off attempt stored before it was killed), and its initial parameters under
+        ``ARM@init`` when given (the health gate and "moved from init" claims read them)."""
         self.store_rows(arm, result.rows)
         self.writer.save_arrays(arm, result.states)
+        if initial:
+            self.writer.save_arrays(init_arm(arm), initial)
 
     def store_rows(self, arm: str, rows: list[tuple[int, int, str, float]]) -> None:
         """Store ``(step, member, name, value)`` rows under ``arm``, replacing rows an interrupted
@@ -68,10 +71,22 @@ class RunContext:
         try:
             result = trainer.fit(build, seeds, task)
         except DivergenceError as err:
-            self.record(arm, err.result)
+            self.record(arm, err.result, initial_states(build, seeds))
             raise
-        self.record(arm, result)
+        self.record(arm, result, initial_states(build, seeds))
         return result
+
+
+def init_arm(arm: str) -> str:
+    """The name under which ``arm``'s initial parameters are stored (``run.arrays(init_arm(arm))``)."""
+    return f"{arm}@init"
+
+
+def initial_states(build: Callable[[list[int]], Any], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """Every member's initial parameters, rebuilt from its seed (initialisation derives from the
+    member's seed alone, so this is the state training started from), without the member axis."""
+    model = build(list(seeds))
+    return [{k: v[e].detach().cpu().clone() for k, v in model.named_parameters()} for e in range(len(seeds))]
 
 
 @dataclass
