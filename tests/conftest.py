@@ -56,7 +56,7 @@ def make_markov_run(tmp_path: Path) -> Callable[..., tuple[object, Path]]:
              overrides: Sequence[str] = (), members: int = 3):
         exp = MarkovInit()
         cfg = exp.make_config("quick", [f"task.p={p}", f"task.q={q}", *overrides], members=members)
-        rate, _ = chain_truth(p, q)
+        rate, hpi = chain_truth(p, q)
         with RunWriter(tmp_path / "synthetic", exp.name, run_id=f"synthetic-{next(counter)}") as w:
             w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
             for arch, init in exp.arms(cfg):
@@ -65,6 +65,9 @@ def make_markov_run(tmp_path: Path) -> Callable[..., tuple[object, Path]]:
                 assert len(member_curves) == members
                 rows = [(s, m, "test_loss", float(v)) for m, c in enumerate(member_curves) for s, v in zip(steps, c, strict=True)]
                 rows += [(s, m, "train_loss", float(v)) for m, c in enumerate(member_curves) for s, v in zip(steps, c) if s > 0]
+                # the reference predictors' loss on the evaluation batches: here their population values
+                rows += [(s, m, f"test_loss@{ref}", v) for ref, v in (("bayes", rate), ("unigram", hpi))
+                         for m in range(members) for s in steps]
                 w.add_metrics(arm, rows)
             run = w.finish()
         return cfg, run.path

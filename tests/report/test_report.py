@@ -16,7 +16,7 @@ import pytest
 from tdlab.experiments.runner import rebuild
 from tdlab.report.html import render_report
 
-STEPS = [0, 100, 200]
+STEPS = [0, 100, 200, 300, 400]
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_report.sh"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -55,7 +55,8 @@ class _Page(HTMLParser):
 
 @pytest.fixture
 def report_run(make_markov_run):
-    """A synthetic markov-init run with its report rebuilt: three claims hold, one fails."""
+    """A synthetic markov-init run with its report rebuilt: the gpt2 standard arm ends at the entropy
+    rate instead of H(π) (a failing row), the gpt2 proposed arm never moved (not evaluable)."""
     import math
 
     def h(x):
@@ -64,32 +65,52 @@ def report_run(make_markov_run):
     p, q = 0.5, 0.8
     pi1 = p / (p + q)
     rate, hpi = (1 - pi1) * h(p) + pi1 * h(q), h(pi1)
-    curves = {"sec2/standard": [[0.69, hpi, hpi]] * 3, "gpt2/standard": [[0.69, rate, rate]] * 3}
+    spread = (-0.001, 0.0, 0.001)
+    curves = {"sec2/standard": [[0.69] + [hpi + d] * 4 for d in spread],
+              "gpt2/standard": [[0.69] + [rate + d] * 4 for d in spread],
+              "sec2/local-to-global": [[0.69] + [rate + d] * 4 for d in spread],
+              "gpt2/local-to-global": [[0.7] * 5] * 3}
     cfg, path = make_markov_run(p, q, curves, STEPS)
     return rebuild(path)
 
 
-def test_report_has_the_claims_table_and_the_figure(report_run):
+def test_report_has_grouped_claims_health_and_the_figure(report_run):
     html = (report_run.path / "report.html").read_text()
     page = _Page()
     page.feed(html)
     summary = report_run.summary
-    claims_table = next(t for t in page.tables if t and t[0][0]["text"] == "claim")
-    header = [c["text"] for c in claims_table[0]]
-    assert header[:3] == ["claim", "statement", "expected"] and header[-1] == "verdict"
-    rows = claims_table[1:]
-    assert len(rows) == len(summary["claims"]) == 4
-    for row, c in zip(rows, summary["claims"], strict=True):
-        assert row[0]["text"] == c["id"]
-        assert f"{c['expected']:.4f}" in row[2]["text"]
-        assert f"{c['mean']:.4f}" in row[3]["text"]
-        assert row[-1]["text"] == c["verdict"] and row[-1]["class"] == c["verdict"]
-    assert [r[-1]["text"] for r in rows].count("fails") == 1
-    assert "(3/4 hold)" in html
+    row_tables = [t for t in page.tables if t and t[0][0]["text"] == "row"]
+    assert len(row_tables) == len(summary["claims"]) == 3  # one folded table per paper claim group
+    for table, g in zip(row_tables, summary["claims"], strict=True):
+        header = [c["text"] for c in table[0]]
+        assert header[0] == "row" and header[-1] == "verdict"
+        assert len(table) - 1 == len(g["rows"])
+        for row, c in zip(table[1:], g["rows"], strict=True):
+            assert row[0]["text"].startswith(c["id"])
+            assert f"{c['mean']:.4g}" in row[3]["text"]
+            assert row[-1]["text"].startswith(c["verdict"]) and row[-1]["class"] == "v-" + c["verdict"].replace(" ", "-")
+    verdicts = [r[-1]["class"] for t in row_tables for r in t[1:]]
+    assert "v-fails" in verdicts and "v-not-evaluable" in verdicts
+    health = next(t for t in page.tables if t and t[0][0]["text"] == "arm")
+    status = {r[0]["text"]: r[1]["text"] for r in health[1:]}
+    assert status["gpt2/local-to-global"] == "not trained" and status["sec2/standard"] == "trained"
+    assert "Paper claims" in html and "Sanity checks" not in html
     # The figure is referenced relatively and exists next to the report.
     assert page.imgs == ["figures/fig4_test_loss.png"]
     assert (report_run.path / page.imgs[0]).stat().st_size > 10_000
     assert summary["run_id"] in html and "markov-init" in html
+
+
+def test_report_lists_sanity_groups_apart():
+    row = {"id": "s/r", "statement": "x", "kind": "sanity", "test": "value", "relation": "close", "expected": 0.0,
+           "tolerance": 1e-6, "measured": [0.0], "reference": None, "paired": False, "unit": "", "drift": None,
+           "mean": 0.0, "std": 0.0, "interval": [0.0, 0.0], "confidence": 0.95, "verdict": "holds", "reason": "", "n": 1}
+    summary = {"experiment": "e", "figure": "F", "paper": "P", "run_id": "r", "profile": "quick", "status": "done",
+               "claims": [], "sanity": [{"id": "s", "statement": "energy is conserved", "kind": "sanity",
+                                         "verdict": "holds", "counts": {}, "rows": [row]}],
+               "notes": [], "figures": [], "measurements": {}, "env": {}, "seed": 0, "members": 1, "wall_time_s": 1.0}
+    html = render_report(summary, {"experiment": "e"})
+    assert "Sanity checks" in html and "energy is conserved" in html and "Paper claims" not in html
 
 
 def test_report_escapes_text_and_handles_diverged_runs():
@@ -101,7 +122,7 @@ def test_report_escapes_text_and_handles_diverged_runs():
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert "a &lt; b &amp; c" in html
     assert 'class="status-diverged"' in html and "member 1 at step 7" in html
-    assert "<h2>Claims" not in html
+    assert "Paper claims" not in html
 
 
 def _chromium_screenshot(browser: str, report: Path, png: Path) -> None:
