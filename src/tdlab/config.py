@@ -194,20 +194,31 @@ def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, 
 
 def _format_validation_error(exc: ValidationError) -> str:
     """One line: the first :data:`MAX_ERRORS` errors, each ``field: what is wrong (got VALUE)``."""
-    parts = []
-    errors = exc.errors(include_url=False)
-    for err in errors[:MAX_ERRORS]:
-        loc = ".".join(p if isinstance(p, str) else str(p) for p in err["loc"])
+    by_field: dict[str, tuple[list[str], Any]] = {}  # field -> (what is wrong, the value); union arms merged
+    for err in exc.errors(include_url=False):
+        extra = err["type"] == "extra_forbidden"
+        loc = ".".join(str(p) for p in (err["loc"] if extra else _field_loc(err["loc"])))
         loc = (loc if len(loc) <= ECHO_CHARS else echo(loc)) or "(config)"
-        if err["type"] == "extra_forbidden":
-            parts.append(f"{loc}: unknown field")
-        else:
-            got = err.get("input")
-            got_s = "" if isinstance(got, dict) else f" (got {echo(got)})"
-            parts.append(f"{loc}: {one_line(err['msg'])[:4 * ECHO_CHARS]}{got_s}")
-    if len(errors) > MAX_ERRORS:
-        parts.append(f"and {len(errors) - MAX_ERRORS} more error(s)")
+        msgs, _ = by_field.setdefault(loc, ([], err.get("input")))
+        msg = "unknown field" if extra else one_line(err["msg"])[: 4 * ECHO_CHARS]
+        if msg not in msgs:
+            msgs.append(msg)
+    parts = []
+    for loc, (msgs, got) in list(by_field.items())[:MAX_ERRORS]:
+        got_s = "" if isinstance(got, dict) or msgs == ["unknown field"] else f" (got {echo(got)})"
+        parts.append(f"{loc}: {', or '.join(msgs)}{got_s}")
+    if len(by_field) > MAX_ERRORS:
+        parts.append(f"and {len(by_field) - MAX_ERRORS} more field(s)")
     return "; ".join(parts)
+
+
+_UNION_TAGS = {"int", "float", "str", "bool", "none", "list", "tuple", "dict", "set", "bytes"}
+
+
+def _field_loc(loc: tuple[Any, ...]) -> list[Any]:
+    """The field path of a pydantic error location, without the union-member tags pydantic inserts
+    (``chunk.constrained-int``, ``grad_clip.float``, ``x.function-after[...]``)."""
+    return [p for p in loc if not isinstance(p, str) or (p.isidentifier() and p not in _UNION_TAGS)]
 
 
 def _known_fields(model: type[BaseModel], prefix: str = "") -> list[str]:

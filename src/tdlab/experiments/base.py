@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from tdlab.claims import ArmHealth, Claim, ClaimGroup, Kind, assess_arm
-from tdlab.config import Config, ConfigError, build_config, parse_overrides
+from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides
 from tdlab.runs import Run, RunWriter
 from tdlab.train.trainer import DivergenceError, FitResult, Trainer
 
@@ -140,19 +140,36 @@ class Experiment(ABC):
     description: ClassVar[str]
     Config: ClassVar[type[ExperimentConfig]]
     profiles: ClassVar[dict[str, dict[str, Any]]] = {"quick": {}, "paper": {}}
+    # Config keys the experiment sets itself per arm (a ``--set`` of them would be silently replaced),
+    # each with what to set instead: ``{"model.arch": "archs=[...]"}``.
+    arm_fields: ClassVar[dict[str, str]] = {}
 
     def make_config(
         self, profile: str = "quick", overrides: Sequence[str] = (), members: int | None = None, seed: int | None = None
     ) -> ExperimentConfig:
-        """Defaults < profile < ``--set`` overrides < ``--seeds``/``--seed``; validated once."""
+        """Defaults < profile < ``--set`` overrides < ``--seeds``/``--seed``; validated once.
+
+        Refuses (:class:`ConfigError`, one line) an unknown profile, a bad override, an override of a
+        key the experiment sets per arm (:attr:`arm_fields`), and a configuration that cannot fit in
+        this machine's memory (:func:`tdlab.train.memory.check_memory`): all before anything is written.
+        """
+        from tdlab.train.memory import check_memory
+
         if profile not in self.profiles:
-            raise ConfigError(f"profile: unknown profile {profile!r} for {self.name}; allowed: {', '.join(self.profiles)}")
+            raise ConfigError(f"profile: unknown profile {echo(profile)} for {self.name}; allowed: {', '.join(self.profiles)}")
         top: dict[str, Any] = {}
         if members is not None:
             top["members"] = members
         if seed is not None:
             top["seed"] = seed
-        return build_config(self.Config, self.profiles[profile], parse_overrides(overrides), top)
+        parsed = parse_overrides(overrides)
+        for key in _dotted_keys(parsed):
+            if key in self.arm_fields:
+                raise ConfigError(f"{key}: {self.name} sets it per arm, so --set {key} would be ignored; "
+                                  f"use {self.arm_fields[key]} instead")
+        cfg = build_config(self.Config, self.profiles[profile], parsed, top)
+        check_memory(cfg)
+        return cfg
 
     @abstractmethod
     def run(self, cfg: ExperimentConfig, ctx: RunContext) -> None:
@@ -200,6 +217,16 @@ class Experiment(ABC):
         """Write figures into ``figdir``; return their paths."""
 
 
+def _dotted_keys(tree: dict[str, Any], prefix: str = "") -> list[str]:
+    """Every key of a nested override dict, dotted: ``{"a": {"b": 1}}`` -> ``["a", "a.b"]``."""
+    keys = []
+    for k, v in tree.items():
+        keys.append(f"{prefix}{k}")
+        if isinstance(v, dict):
+            keys.extend(_dotted_keys(v, f"{prefix}{k}."))
+    return keys
+
+
 _REGISTRY: dict[str, Experiment] = {}
 
 
@@ -218,5 +245,5 @@ def registry() -> dict[str, Experiment]:
 def get(name: str) -> Experiment:
     reg = registry()
     if name not in reg:
-        raise ConfigError(f"experiment: unknown experiment {name!r}; allowed: {', '.join(sorted(reg))}")
+        raise ConfigError(f"experiment: unknown experiment {echo(name)}; allowed: {', '.join(sorted(reg))}")
     return reg[name]

@@ -364,9 +364,9 @@ class LsaVsLcaConfig(ExperimentConfig):
 
     def trainer_config(self, objective: str) -> ICLTrainConfig:
         if objective == "pop":
-            return self.train.model_copy(update={"objective": "population", "prompts": self.population_prompts,
-                                                 "target": self.population_target})
-        return self.train.model_copy(update={"context": int(objective[3:])})
+            return self.train.updated({"objective": "population", "prompts": self.population_prompts,
+                                       "target": self.population_target})
+        return self.train.updated({"context": int(objective[3:])})
 
 
 def _lca_builder(task: MultiModalPrompts, model: str, T: int, dtype=torch.float64, **kw):
@@ -391,6 +391,7 @@ class IclLsaVsLca(Experiment):
         "beta_T -> -alpha* (Thms 6.2, 6.3)."
     )
     Config = LsaVsLcaConfig
+    arm_fields = {"train.context": "train_contexts=[...]", "lsa_train.context": "train_contexts=[...]", "train.objective": "population=true"}
     profiles = {
         # ~3 min on 2 free CPU cores (see docs/icl_experiments.md). Scaled: 1000 prompts per L_tr (App. H:
         # 2000), 500 test prompts on a shorter L_te grid, a 16k-prompt population sample, 300 LSA steps.
@@ -428,7 +429,7 @@ class IclLsaVsLca(Experiment):
             for model, objective, T in self.arms(cfg):
                 arm = self.arm_name(model, objective, T)
                 if model == "lsa":
-                    tcfg = cfg.lsa_train.model_copy(update={"context": int(objective[3:])})
+                    tcfg = cfg.lsa_train.updated({"context": int(objective[3:])})
                     build = lambda s: LSA(task.d, s, dtype=torch.float64)  # noqa: E731
                 else:
                     tcfg = cfg.trainer_config(objective)
@@ -907,7 +908,7 @@ class IclLandscape(Experiment):
                         raw = task.sample(gen, cfg.ln_prompts, cfg.ln_context, dtype=torch.float64, device=ctx.device)
                     data, test, n = raw, raw, cfg.ln_grid
                     chunk = max(1, min(cfg.grid_chunk, (1 << 22) // (cfg.ln_prompts * cfg.ln_context * task.d)))
-                    tcfg = cfg.train.model_copy(update={"steps": cfg.ln_steps})
+                    tcfg = cfg.train.updated({"steps": cfg.ln_steps})
                 else:
                     data, test, n, chunk, tcfg = pop, test_pop, cfg.grid, cfg.grid_chunk, cfg.train
                 # the heat map, then its minimiser polished by Nelder-Mead on the same function (a grid argmin is

@@ -110,10 +110,10 @@ class MarkovBridgeConfig(ExperimentConfig):
         return self
 
     def arm_model(self) -> GPTConfig:
-        return self.model.model_copy(update={"max_len": self.train.seq_len})
+        return self.model.updated({"max_len": self.train.seq_len})
 
     def arm_train(self, budget: int) -> TrainConfig:
-        return self.train.model_copy(update={"steps": budget})
+        return self.train.updated({"steps": budget})
 
 
 def cell_arm(p: float, q: float, budget: int) -> str:
@@ -198,6 +198,7 @@ class MarkovBridge(Experiment):
     Config = MarkovBridgeConfig
     profiles = {
         # 2 CPU cores, < 5 minutes (measured). Shrunk from `paper`: 4 cells (two on each side of
+    arm_fields = {"model.max_len": "train.seq_len"}
         # p+q=1, the (0.5, 0.8) and (0.7, 0.9) among them) instead of 12; 3 members instead of 5;
         # sequence length 128 instead of 1024 (~8 ms a step instead of ~100); budgets 500 and 3000 its
         # instead of 2000 and 8000 (at N = 128 the H(π) plateau of (0.5, 0.8) lasts longer than at

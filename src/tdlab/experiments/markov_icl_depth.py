@@ -162,7 +162,7 @@ class MarkovICLDepthConfig(ExperimentConfig):
         return [(k, d, pe) for k in self.ks for d in self.depths for pe in self.positions]
 
     def arm_model(self, depth: int, positions: str) -> GPTConfig:
-        return self.model.model_copy(update={"layers": depth, "positions": positions, "max_len": self.train.seq_len})
+        return self.model.updated({"layers": depth, "positions": positions, "max_len": self.train.seq_len})
 
 
 @register
@@ -178,6 +178,7 @@ class MarkovICLDepth(Experiment):
         "estimator (constant depth suffices). Attention maps and a context-matching score."
     )
     Config = MarkovICLDepthConfig
+    arm_fields = {"model.layers": "depths=[...] or cells=[...]", "model.positions": "positions=[...] or cells=[...]", "model.max_len": "train.seq_len"}
     profiles = {
         # ~5 min on 2 CPU cores. The cells the claims need: k=1 at depth 1 and 2 (absolute PE, the
         # plain induction-head setting), k=2 at depth 3 with relative PE (the talk's theorem) and at

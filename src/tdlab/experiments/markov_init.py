@@ -74,7 +74,7 @@ class MarkovInitConfig(ExperimentConfig):
         return self
 
     def arm_model(self, arch: str, init: str) -> GPTConfig:
-        return self.model.model_copy(update={"arch": arch, "init": init, "max_len": self.train.seq_len})
+        return self.model.updated({"arch": arch, "init": init, "max_len": self.train.seq_len})
 
 
 def plateau_escape_step(steps: np.ndarray, losses: np.ndarray, threshold: float) -> int | None:
@@ -104,6 +104,7 @@ class MarkovInit(Experiment):
         "standard init ends where Thm. 2/8 place it (H(π) when p+q>1). Plateau-escape steps measured."
     )
     Config = MarkovInitConfig
+    arm_fields = {"model.arch": "archs=[...]", "model.init": "inits=[...]", "model.max_len": "train.seq_len"}
     profiles = {
         # 2 CPU cores, a few minutes: the seed's Fig. 4 horizon is long; we keep d, batch and the
         # optimiser and shrink the schedule and sequence length.

@@ -173,7 +173,7 @@ class MarkovRankConfig(ExperimentConfig):
         return self
 
     def arm_model(self) -> GPTConfig:
-        return self.model.model_copy(update={"max_len": self.train.seq_len})
+        return self.model.updated({"max_len": self.train.seq_len})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -307,6 +307,7 @@ class MarkovRank(Experiment):
         "the entropy rate and H(π)."
     )
     Config = MarkovRankConfig
+    arm_fields = {"model.max_len": "train.seq_len"}
     profiles = {
         # 2 CPU cores, < 2 minutes: App. A.3.1's schedule (800 SGD steps, batch 16, d = 8) is kept;
         # only the sequence length shrinks, N = 1024 -> 256 (attention cost ~N²; N = 1024 takes ~0.1 s

@@ -142,7 +142,7 @@ class MarkovTyingConfig(ExperimentConfig):
         upd = {"tie_weights": tied, "max_len": max_len or self.train.seq_len}
         if d is not None:
             upd["d"] = d
-        return self.model.model_copy(update=upd)
+        return self.model.updated(upd)
 
 
 def _tying(tied: bool) -> str:
@@ -163,6 +163,7 @@ class MarkovTying(Experiment):
     Config = MarkovTyingConfig
     profiles = {
         # ~5 min on 2 CPU cores. Landscape: the Fig. 4 chain and the p+q<1 control, d = 2..4, N = 6
+    arm_fields = {"model.tie_weights": "tying=[...]", "model.max_len": "train.seq_len"}
         # (128 sequences; the loss is exact for any N). Training: the Fig. 4 chain (p+q>1, the claim),
         # (0.8, 0.8) (p+q>1, uniform π) and (0.2, 0.3) (p+q<1 control); T = 64, 1500 steps.
         "quick": {

@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, PositiveInt
 from torch import nn
 
 from tdlab.config import Config
@@ -47,7 +47,7 @@ class TrainConfig(Config):
     eval_every: int = Field(100, ge=1)  # evaluation on fresh samples every this many steps (and at the end)
     eval_batches: int = Field(8, ge=1, le=100_000)  # fresh batches per evaluation
     log_every: int = Field(10, ge=1)  # training loss (mean since last log) every this many steps
-    chunk: int | Literal["auto"] = "auto"  # members trained together; auto: see auto_chunk()
+    chunk: PositiveInt | Literal["auto"] = "auto"  # members trained together (>= 1); auto: see auto_chunk()
     checkpoint_every: int | None = Field(None, ge=1)  # save a resumable checkpoint every this many steps
 
 
