@@ -55,11 +55,15 @@ def sec2_reference(model: GPT, m: int, tokens: torch.Tensor) -> torch.Tensor:
                         s = float(qn @ (WK @ xs[i])[sl]) / math.sqrt(dh)
                         if p + "attn.rel_bias" in st:
                             s += float(st[p + "attn.rel_bias"][h, n - i])
+                        if p + "attn.rel_k" in st:  # Shaw et al. 2018: <q_n, a^K_{clip(n-i)}>/sqrt(d_h)
+                            s += float(qn @ st[p + "attn.rel_k"][min(n - i, cfg.rel_clip)]) / math.sqrt(dh)
                         scores.append(s)
                     mx = max(scores)
                     w = [math.exp(s - mx) for s in scores]
                     Z = sum(w)
-                    heads.append(sum((w[i] / Z) * (WV @ xs[i])[sl] for i in range(n + 1)))
+                    val = lambda i: (WV @ xs[i])[sl] + (st[p + "attn.rel_v"][min(n - i, cfg.rel_clip)]  # noqa: E731
+                                                        if p + "attn.rel_v" in st else 0.0)
+                    heads.append(sum((w[i] / Z) * val(i) for i in range(n + 1)))
                 att = torch.cat(heads)
                 if p + "attn.W_O.weight" in st:
                     att = st[p + "attn.W_O.weight"] @ att
@@ -77,6 +81,8 @@ def sec2_reference(model: GPT, m: int, tokens: torch.Tensor) -> torch.Tensor:
         dict(),
         dict(positions="relative"),
         dict(positions="both", heads=2),
+        dict(positions="relative", rel_encoding="kv", rel_clip=3),
+        dict(positions="both", rel_encoding="kv", heads=2, rel_clip=4),
         dict(positions="none", out_proj=False),
         dict(tie_weights=False, layers=2),
         dict(init="local-to-global"),
@@ -199,6 +205,33 @@ def test_relative_positions_run_and_differ_from_absolute():
     _, c2 = rel.run_with_cache(tokens)
     d = (c1["blocks.0.attn.pattern"] - c2["blocks.0.attn.pattern"]).abs().amax(dim=(0, 1, 2, 4))
     assert d[0] == 0 and bool((d[1:] > 0).all())
+
+
+def test_relative_key_value_embeddings_are_clipped_shared_across_heads_and_per_member():
+    seeds = member_seeds(5, 3)
+    cfg = GPTConfig(arch="gpt2", d=8, heads=2, max_len=16, positions="relative", rel_encoding="kv", rel_clip=3, init_std=0.5)
+    model = GPT(cfg, seeds)
+    attn = model.blocks[0].attn
+    assert model.wpe is None and attn.rel_bias is None
+    assert attn.rel_k.shape == attn.rel_v.shape == (3, 4, 4)  # (E, rel_clip + 1, d_h): shared across heads
+    tokens = _tokens(3, 2, 12)
+    out = model(tokens)
+    # Member i of the ensemble is the model built from seed i alone (the member axis is respected).
+    for i in range(3):
+        alone = GPT(cfg, seeds[i:i + 1])
+        torch.testing.assert_close(alone(tokens[i:i + 1]), out[i:i + 1].detach())
+    # Distances beyond rel_clip share the last embedding: changing it moves only positions n >= 3,
+    # and changing another member's embeddings leaves member 0 alone.
+    with torch.no_grad():
+        attn.rel_k[1:, 3] += 1.0
+        attn.rel_v[1:, 3] -= 1.0
+    out2 = model(tokens)
+    torch.testing.assert_close(out2[0], out[0])
+    diff = (out2[1:] - out[1:]).abs().amax(dim=(0, 1, 3))
+    assert bool((diff[:3] == 0).all()) and bool((diff[3:] > 1e-4).all())
+    # Gradients reach the relative embeddings of each member.
+    model(tokens).sum().backward()
+    assert bool((attn.rel_k.grad.abs().sum(dim=(1, 2)) > 0).all()) and bool((attn.rel_v.grad.abs().sum(dim=(1, 2)) > 0).all())
 
 
 # --- members are independent ----------------------------------------------------------------------

@@ -16,6 +16,15 @@ Two architectures are options of this one model:
 * ``arch="gpt2"`` — the GPT-2 variant of the seed's Table 1: token table ``wte (V x d)``, learned
   positions ``wpe (N x d)``, pre-LN blocks, GELU MLP, final LayerNorm, output head tied to ``wte``.
 
+Positions (``positions``): learned absolute ``p_n`` (the seed-000 model), relative, or both. Two
+relative encodings exist (``rel_encoding``), because tdlab's original one is *not* what the seed-003
+authors' RPE code does: ``"bias"`` adds one learned scalar per head and causal distance ``n - i`` to
+the attention score (it can only re-weight keys by distance); ``"kv"`` is Shaw et al. (2018): learned
+relative key and value embeddings ``a^K_{n-i}, a^V_{n-i} in R^{d_h}`` (distance clipped at
+``rel_clip``), so the score is ``<q_n, k_i + a^K_{n-i}>/sqrt(d_h)`` (content-dependent distance
+terms) and the output ``sum_i att_{n,i} (v_i + a^V_{n-i})`` carries where a key is, not only what
+it is.
+
 Both emit ``(E, B, T, V)`` logits so one cross-entropy objective serves both: for the scalar head
 the logits are ``(0, logit_n)``, whose softmax is ``(1 - sigmoid, sigmoid)`` — Eq. (1) exactly.
 
@@ -52,7 +61,18 @@ class GPTConfig(Config):
     mlp_ratio: int = Field(4, ge=1, le=16)  # W_1 in R^{4d x d} (Sec. 2)
     out_proj: bool = True  # attention output projection (Table 1 attn.c_proj)
     tie_weights: bool = True  # a = e (Sec. 2, "weight tying")
-    positions: Literal["absolute", "relative", "both", "none"] = "absolute"  # learned p_n; relative = learned bias per distance
+    # Learned absolute p_n ("absolute"), relative positions ("relative", kind: rel_encoding), or both.
+    positions: Literal["absolute", "relative", "both", "none"] = "absolute"
+    # Kind of relative encoding (used when positions is "relative" or "both"); neither seed states one:
+    # "bias": one learned scalar per head and causal distance n - i added to the attention score
+    #   (ALiBi/T5-style, distances up to max_len - 1, no clipping) -- tdlab's original encoding;
+    # "kv": learned relative *key and value* embeddings a^K_{n-i}, a^V_{n-i} in R^{d_h} (Shaw et al.
+    #   2018, shared across heads), distance clipped at rel_clip -- the kind of the seed-003 authors'
+    #   RPE code: score_{n,i} = <q_n, k_i + a^K_{n-i}>/sqrt(d_h), out_n = sum_i att_{n,i} (v_i + a^V_{n-i}).
+    rel_encoding: Literal["bias", "kv"] = "bias"
+    # "kv" only: distances n - i >= rel_clip share one embedding (Shaw et al. 2018 clip at k = 16 and
+    # report no gain beyond k = 2; not stated by either seed).
+    rel_clip: int = Field(16, ge=1, le=65536)
     init: Literal["standard", "local-to-global"] = "standard"  # App. A.3.2: the two initialisations compared
     init_std: float = Field(0.02, gt=0.0, le=10.0)  # App. A.3.2: sigma = 0.02 for every parameter
     # App. A.3.2 proposed init: every coordinate of e equal to 0.5, W_1 = 1, W_2 = -1 (I_* of Fig. 1d).
@@ -84,11 +104,16 @@ class Attention(nn.Module):
         self.W_K = EnsembleLinear(E, d, d)
         self.W_V = EnsembleLinear(E, d, d)
         self.W_O = EnsembleLinear(E, d, d) if cfg.out_proj else None
-        if cfg.positions in ("relative", "both"):
-            # One learned bias per head and causal distance n - i (relative positional encoding).
+        self.rel_bias = self.rel_k = self.rel_v = None
+        if cfg.positions in ("relative", "both") and cfg.rel_encoding == "bias":
+            # One learned bias per head and causal distance n - i (a scalar, not an embedding).
             self.rel_bias = nn.Parameter(torch.empty(E, cfg.heads, cfg.max_len))
-        else:
-            self.rel_bias = None
+        elif cfg.positions in ("relative", "both"):
+            # Shaw et al. (2018): relative key and value embeddings for distances 0..rel_clip (clipped),
+            # shared across heads; causal attention only sees n - i >= 0.
+            dh = d // cfg.heads
+            self.rel_k = nn.Parameter(torch.empty(E, cfg.rel_clip + 1, dh))
+            self.rel_v = nn.Parameter(torch.empty(E, cfg.rel_clip + 1, dh))
         self._owner = [owner]  # a list, so the owner is not registered as a submodule
 
     def _split(self, t: torch.Tensor) -> torch.Tensor:
@@ -99,6 +124,10 @@ class Attention(nn.Module):
         E, B, T, d = x.shape
         owner, name = self._owner[0], f"blocks.{self.index}.attn"
         q, k, v = self._split(self.W_Q(x)), self._split(self.W_K(x)), self._split(self.W_V(x))  # (E,B,H,T,dh)
+        if self.rel_k is not None:
+            out = self._attend_kv(q, k, v, owner, name)
+            out = out.permute(0, 1, 3, 2, 4).reshape(E, B, T, d)
+            return self.W_O(out) if self.W_O is not None else out
         mask = None
         if self.rel_bias is not None:
             n = torch.arange(T, device=x.device)
@@ -123,6 +152,24 @@ class Attention(nn.Module):
             out = out.reshape(E, B, *out.shape[1:])
         out = out.permute(0, 1, 3, 2, 4).reshape(E, B, T, d)
         return self.W_O(out) if self.W_O is not None else out
+
+
+    def _attend_kv(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, owner: CachingModule, name: str) -> torch.Tensor:
+        """Attention with relative key/value embeddings (Shaw et al. 2018), explicit softmax.
+
+        ``q, k, v``: ``(E, B, H, T, dh)``. The relative terms are gathered per (n, i) pair:
+        ``rk[e, n, i] = rel_k[e, min(n - i, rel_clip)]`` (``(E, T, T, dh)``), the same for values.
+        """
+        E, B, H, T, dh = q.shape
+        n = torch.arange(T, device=q.device)
+        causal = n[None, :] <= n[:, None]
+        dist = (n[:, None] - n[None, :]).clamp(min=0, max=self.cfg.rel_clip)  # (T, T)
+        rk, rv = self.rel_k[:, dist], self.rel_v[:, dist]  # (E, T, T, dh)
+        scores = (q @ k.transpose(-1, -2) + torch.einsum("ebhnd,enid->ebhni", q, rk)) / math.sqrt(dh)
+        att = scores.masked_fill(~causal, float("-inf")).softmax(-1)  # (E, B, H, T, T)
+        if owner.caching(f"{name}.pattern"):
+            owner.record(f"{name}.pattern", att)
+        return att @ v + torch.einsum("ebhni,enid->ebhnd", att, rv)
 
 
 class MLP(nn.Module):
