@@ -254,10 +254,12 @@ def summarise(spec: SweepSpec, points: list[Point], out: Path) -> pd.DataFrame:
                 s = Run(Path(out) / p.run_id).summary
             except RunDirError:
                 s = {}
-            for c in s.get("claims", []):
-                row[f"{c['id']}.measured"] = c["mean"]
-                row[f"{c['id']}.expected"] = c["expected"]
-                row[f"{c['id']}.holds"] = bool(c["holds"])
+            for g in [*s.get("claims", []), *s.get("sanity", [])]:
+                row[f"{g['id']}.verdict"] = g["verdict"]
+                for c in g.get("rows", []):  # one column set per claim row: mean, expected, verdict
+                    row[f"{c['id']}.measured"] = c["mean"]
+                    row[f"{c['id']}.expected"] = c["expected"]
+                    row[f"{c['id']}.verdict"] = c["verdict"]
             row.update({f"m.{k}": v for k, v in _scalars("", s.get("measurements", {})).items()})
         rows.append(row)
     df = pd.DataFrame(rows)
@@ -269,6 +271,9 @@ def summarise(spec: SweepSpec, points: list[Point], out: Path) -> pd.DataFrame:
                  + "".join(f"<img src='figures/{f}'>" for f in _metric_figures(df, list(spec.grid), sdir / "figures", plt, save_figure))
                  + "</body></html>")
     return df
+
+
+_VERDICT_MARK = {"holds": "✓", "fails": "✗", "not resolved": "?", "not evaluable": "–"}
 
 
 def _metric_figures(df: pd.DataFrame, keys: list[str], figdir: Path, plt: Any, save_figure: Any) -> list[str]:
@@ -289,12 +294,12 @@ def _metric_figures(df: pd.DataFrame, keys: list[str], figdir: Path, plt: Any, s
             ax.set_yticks(range(table.shape[0]), [f"{v:g}" if isinstance(v, float) else str(v) for v in table.index])
             ax.set_xlabel(keys[0])
             ax.set_ylabel(keys[1])
-            holds = metric.replace(".measured", ".holds")
-            if holds in data and metric.endswith(".measured"):
-                ht = data.pivot_table(index=keys[1], columns=keys[0], values=holds, aggfunc="mean")
-                for (i, j), v in np.ndenumerate(ht.to_numpy(dtype=float)):
-                    if not np.isnan(v):
-                        ax.text(j, i, "✓" if v == 1 else "✗", ha="center", va="center", color="w", fontsize=11)
+            verdict = metric.replace(".measured", ".verdict")
+            if verdict in data and metric.endswith(".measured"):  # the cell's verdict: ✓ holds, ✗ fails, ? not resolved
+                vt = data.pivot_table(index=keys[1], columns=keys[0], values=verdict, aggfunc="first")
+                for (i, j), v in np.ndenumerate(vt.to_numpy(dtype=object)):
+                    if isinstance(v, str):
+                        ax.text(j, i, _VERDICT_MARK.get(v, "·"), ha="center", va="center", color="w", fontsize=11)
             fig.colorbar(im, ax=ax)
         else:
             d = data.sort_values(keys[0])

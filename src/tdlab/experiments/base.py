@@ -118,6 +118,7 @@ class Analysis:
         for c in self.claims:  # transitional flat claims become one-row groups
             self.groups.append(ClaimGroup(c.id, c.statement, c.kind, [c]))
         self.claims = []
+        self.groups = [g for g in self.groups if g.rows]  # a statement with no arm that ran states nothing
         for g in self.groups:
             for row in g.rows:
                 row.gate(self.health)
