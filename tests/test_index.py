@@ -34,7 +34,9 @@ def _record(writer: int, i: int) -> dict:
         "claims_failed": (k % 7 == 0) + (k % 11 == 0),
         "sweep": f"s{writer}" if i % 4 == 0 else None,
         "config": {"task": {"p": P_VALUES[k % 5], "q": 0.8}, "train": {"steps": 10 + k % 4}},
-        "summary": {"status": "done" if k % 10 else "diverged", "k": k},
+        "summary": {"status": "done" if k % 10 else "diverged", "k": k,
+                    # groups neither held nor failed are not resolved (k % 3 == 1: one of them)
+                    "claims_held": total - ((k % 7 == 0) + (k % 11 == 0)) - (k % 3 == 1)},
     }
 
 
@@ -98,7 +100,8 @@ def test_where_claims_failed_returns_exactly_the_failing_runs(filled):
     assert _ids(index.query("claims.failed > 0")) == want
     assert _ids(index.query("claims_failed > 0")) == want  # the column name works too
     assert _ids(index.query("claims.failed = 2")) == {r["run_id"] for r in _all_records() if r["claims_failed"] == 2}
-    held = {r["run_id"] for r in _all_records() if r["claims_total"] - r["claims_failed"] >= 3}
+    held = {r["run_id"] for r in _all_records() if r["summary"]["claims_held"] >= 3}
+    assert held != {r["run_id"] for r in _all_records() if r["claims_total"] - r["claims_failed"] >= 3}
     assert _ids(index.query("claims.held >= 3")) == held
 
 

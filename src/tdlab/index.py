@@ -24,9 +24,15 @@ INDEX_NAME = "index.sqlite"
 
 _COLUMNS = ["run_id", "path", "experiment", "profile", "status", "created", "wall_time_s", "seed", "members",
             "claims_total", "claims_failed", "sweep", "config", "summary"]
-_ALIASES = {"claims.failed": "claims_failed", "claims.total": "claims_total", "claims.held": "(claims_total - claims_failed)",
+# Claim counts are over paper claim groups; a group holds, fails, is not resolved or is not evaluable,
+# so "held" is its own count, not total − failed.
+_ALIASES = {"claims.failed": "claims_failed", "claims.total": "claims_total",
+            "claims.held": "json_extract(summary, '$.claims_held')",
+            "claims.not_resolved": "json_extract(summary, '$.claims_not_resolved')",
+            "claims.not_evaluable": "json_extract(summary, '$.claims_not_evaluable')",
             "wall_time": "wall_time_s", "id": "run_id"}
-_DOTTED = re.compile(r"\b(config|summary)((?:\.[A-Za-z_][A-Za-z0-9_\-]*)+)\b|\b(claims\.(?:failed|total|held))\b")
+_DOTTED = re.compile(r"\b(config|summary)((?:\.[A-Za-z_][A-Za-z0-9_\-]*)+)\b"
+                     r"|\b(claims\.(?:failed|total|held|not_resolved|not_evaluable))\b")
 
 
 class RunIndex:
