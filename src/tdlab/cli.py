@@ -18,21 +18,61 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
-from tdlab.config import ConfigError
+from tdlab.config import ECHO_CHARS, ConfigError, one_line
 from tdlab.runs import RunDirError, list_runs
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="tdlab: how transformers learn, reproduced with computed verdicts.")
+try:  # typer >= 0.2x carries its own copy of click, whose exceptions are not click's
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - older typer on click
+    from click import exceptions as click_errors
+
 out_console = Console()
 err_console = Console(stderr=True)
 
 DEFAULT_OUT = Path("runs")
+MAX_ERROR_CHARS = 20 * ECHO_CHARS  # an error line is cut here (the known-fields list is the longest)
+
+
+def _error_line(message: str) -> None:
+    """Print ``error: MESSAGE`` on stderr as exactly one line (markup in the message is printed as is)."""
+    text = one_line(message)
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 3] + "..."
+    err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
 
 
 def _fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    _error_line(message)
     raise typer.Exit(code=2)
+
+
+class _OneLineErrors(TyperGroup):
+    """The ``tdlab`` command group. A usage error (unknown option, missing argument, a value click
+    cannot convert or that is out of an option's range) is one line on stderr and exit code 2, not
+    the multi-line box typer draws; the rest of typer's behaviour is kept."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: ANN001
+        if not standalone_mode:  # a caller that handles click's exceptions itself
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name or "tdlab", complete_var, standalone_mode=False, **extra)
+        except click_errors.NoArgsIsHelpError as exc:  # bare `tdlab`: the help, as before
+            out_console.print(exc.ctx.get_help(), highlight=False, markup=False)
+            sys.exit(2)
+        except click_errors.ClickException as exc:
+            _error_line(exc.format_message())
+            sys.exit(2)
+        except typer.Abort:
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(cls=_OneLineErrors, add_completion=False, no_args_is_help=True,
+                  help="tdlab: how transformers learn, reproduced with computed verdicts.")
 
 
 @app.command("list")
@@ -154,11 +194,13 @@ def runs(
         rows = index.query(where)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
-    table = Table("run", "experiment", "profile", "status", "claims held", "wall (s)", "sweep")
+    table = Table("run", "experiment", "profile", "status", "claims held", "fail", "unresolved", "n/e", "wall (s)", "sweep")
     for r in rows:
-        total, failed = r["claims_total"] or 0, r["claims_failed"] or 0
+        s = r["summary"] or {}
         table.add_row(r["run_id"], r["experiment"] or "?", r["profile"] or "?", r["status"] or "?",
-                      f"{total - failed}/{total}", f"{r['wall_time_s'] or 0:.0f}", r["sweep"] or "")
+                      f"{s.get('claims_held', 0)}/{r['claims_total'] or 0}", str(r["claims_failed"] or 0),
+                      str(s.get("claims_not_resolved", 0)), str(s.get("claims_not_evaluable", 0)),
+                      f"{r['wall_time_s'] or 0:.0f}", r["sweep"] or "")
     out_console.print(table)
     out_console.print(f"{len(rows)} run(s)", highlight=False)
 
@@ -172,17 +214,40 @@ def sweep_cmd(
     out: Annotated[Path, typer.Option(help="folder that holds run directories")] = DEFAULT_OUT,
 ) -> None:
     """Run a grid of runs; finished points are skipped when the sweep is started again."""
+    from tdlab.experiments.runner import check_out
     from tdlab.sweep import load_spec, run_sweep
 
     try:
         if backend not in ("local", "ray"):
             raise ConfigError(f"backend: unknown backend {backend!r}; allowed: local, ray")
-        points = run_sweep(load_spec(spec), out, backend, workers, address,
+        plan = load_spec(spec)
+        check_out(out)  # before the first point writes anything
+        points = run_sweep(plan, out, backend, workers, address,
                            echo=lambda m: out_console.print(m, highlight=False, soft_wrap=True))
     except ConfigError as exc:
         _fail(str(exc))
     if any(p.status == "failed" for p in points):
         raise typer.Exit(code=1)
+
+
+@app.command()
+def findings(
+    run_dirs: Annotated[list[Path], typer.Argument(help="run directories, in the order of the table")],
+    readme: Annotated[Optional[Path], typer.Option(help="write between the findings markers of this file instead of printing")] = None,
+) -> None:
+    """The findings table (verdict counts per run, one line per claim group), generated from run
+    directories; with --readme, written between the README's findings markers."""
+    from tdlab.report.findings import findings_markdown, replace_between_markers
+
+    try:
+        text = findings_markdown(run_dirs)
+        if readme is None:
+            out_console.print(text, highlight=False, soft_wrap=True, markup=False)
+        else:
+            replace_between_markers(readme, text)
+            out_console.print(f"findings of {len(run_dirs)} run(s) written to {readme}", highlight=False)
+    except (ConfigError, RunDirError) as exc:
+        _fail(str(exc))
 
 
 @app.callback()

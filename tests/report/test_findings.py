@@ -1,0 +1,71 @@
+"""The README findings table is generated from run directories: counts and lines follow the summaries."""
+
+from __future__ import annotations
+
+import math
+
+from typer.testing import CliRunner
+
+from tdlab.cli import app
+from tdlab.experiments.runner import rebuild
+from tdlab.report.findings import END, START, findings_markdown, replace_between_markers
+
+STEPS = [0, 100, 200, 300, 400]
+
+
+def _run(make_markov_run):
+    def h(x):
+        return -x * math.log(x) - (1 - x) * math.log(1 - x)
+
+    p, q = 0.5, 0.8
+    pi1 = p / (p + q)
+    rate, hpi = (1 - pi1) * h(p) + pi1 * h(q), h(pi1)
+    spread = (-0.001, 0.0, 0.001)
+    curves = {"sec2/standard": [[0.69] + [rate + d] * 4 for d in spread],  # not H(pi): that row fails
+              "gpt2/standard": [[0.69] + [hpi + d] * 4 for d in spread],
+              "sec2/local-to-global": [[0.69] + [rate + d] * 4 for d in spread],
+              "gpt2/local-to-global": [[0.7] * 5] * 3}  # never moved: not trained
+    _, path = make_markov_run(p, q, curves, STEPS)
+    return rebuild(path)
+
+
+def test_findings_table_counts_come_from_the_summary(make_markov_run):
+    run = _run(make_markov_run)
+    s = run.summary
+    text = findings_markdown([run.path])
+    table = [line for line in text.splitlines() if line.startswith("| `markov-init`")]
+    assert len(table) == 1
+    held = sum(g["verdict"] == "holds" for g in s["claims"])
+    assert f"| {held}/{len(s['claims'])}" in table[0]
+    assert s["claims_failed"] >= 1 and f"{s['claims_failed']} fails" in table[0]
+    for g in s["claims"]:
+        assert f"**{g['verdict']}** `{g['id']}`" in text
+    assert "arm `gpt2/local-to-global` **not trained**" in text
+
+
+def test_findings_written_between_markers_and_refused_without_them(make_markov_run, tmp_path):
+    run = _run(make_markov_run)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{START}\nold table\n{END}\noutro\n")
+    result = CliRunner().invoke(app, ["findings", str(run.path), "--readme", str(readme)])
+    assert result.exit_code == 0, result.output
+    doc = readme.read_text()
+    assert doc.startswith("intro\n") and doc.endswith("outro\n") and "old table" not in doc
+    assert findings_markdown([run.path]) in doc
+    bare = tmp_path / "bare.md"
+    bare.write_text("no markers\n")
+    result = CliRunner().invoke(app, ["findings", str(run.path), "--readme", str(bare)])
+    assert result.exit_code == 2 and "markers" in result.output
+    assert bare.read_text() == "no markers\n"
+
+
+def test_findings_on_a_folder_that_is_not_a_run(tmp_path):
+    result = CliRunner().invoke(app, ["findings", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "not a run directory" in result.output
+
+
+def test_replace_between_markers_keeps_the_rest(tmp_path):
+    f = tmp_path / "r.md"
+    f.write_text(f"a\n{START}x{END}\nb {START}y{END}\n")
+    replace_between_markers(f, "new\n")
+    assert f.read_text() == f"a\n{START}\nnew\n{END}\nb {START}y{END}\n"  # only the first block
