@@ -23,17 +23,21 @@ import os
 import platform
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pandas.api.types as ptypes
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 import yaml
 from safetensors.torch import load_file, save_file
+
+from tdlab.config import ECHO_CHARS, echo, one_line
 
 __all__ = ["RunWriter", "Run", "RunDirError", "atomic_write", "environment", "list_runs", "staging_path", "METRIC_COLUMNS"]
 
@@ -189,7 +193,11 @@ def staging_path(final: Path) -> Path:
 
 @dataclass
 class Run:
-    """A finished run directory, read back."""
+    """A finished run directory, read back.
+
+    Every reader checks what it reads: a file that is missing, unreadable, not UTF-8, not the
+    format or not the shape tdlab writes raises :class:`RunDirError` with one line naming the file.
+    """
 
     path: Path
 
@@ -208,12 +216,18 @@ class Run:
 
     @staticmethod
     def read_config(path: Path) -> dict[str, Any]:
+        """``config.yaml``: a mapping with a string ``experiment``, a mapping ``config`` and a string
+        ``profile`` (both optional) and a string or null ``sweep``."""
         try:
-            cfg = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise RunDirError(f"{path} is unreadable or corrupt: {exc}") from None
+            cfg = yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+            raise RunDirError(f"{path} is unreadable or corrupt: {_reason(exc)}") from None
         if not isinstance(cfg, dict) or "experiment" not in cfg:
             raise RunDirError(f"{path} is corrupt: expected a mapping with an 'experiment' key")
+        for key, types, what in (("experiment", (str,), "a string"), ("profile", (str,), "a string"),
+                                 ("config", (dict,), "a mapping"), ("sweep", (str, type(None)), "a string or null")):
+            if key in cfg and not isinstance(cfg[key], types):
+                raise RunDirError(f"{path} is corrupt: '{key}' must be {what}, got {echo(cfg[key])}")
         return cfg
 
     def metrics(self) -> pd.DataFrame:
@@ -222,13 +236,20 @@ class Run:
 
     @staticmethod
     def read_metrics(path: Path) -> pd.DataFrame:
+        """The metrics table, checked: the five columns, ``arm``/``name`` strings, ``step``/``member``
+        integers, ``value`` numbers."""
         try:
             df = pq.read_table(path).to_pandas()
         except Exception as exc:  # pyarrow raises several types for a damaged file
-            raise RunDirError(f"{path} is corrupt: {exc}") from None
+            raise RunDirError(f"{path} is corrupt: {_reason(exc)}") from None
         missing = set(METRIC_COLUMNS) - set(df.columns)
         if missing:
             raise RunDirError(f"{path} is corrupt: missing columns {sorted(missing)}")
+        for col, ok, what in (("step", ptypes.is_integer_dtype, "integers"), ("member", ptypes.is_integer_dtype, "integers"),
+                              ("value", _is_number_dtype, "numbers"), ("arm", _is_string_column, "strings"),
+                              ("name", _is_string_column, "strings")):
+            if not ok(df[col]):
+                raise RunDirError(f"{path} is corrupt: column '{col}' must hold {what}, it holds {df[col].dtype}")
         return df
 
     def arrays(self, arm: str) -> dict[str, torch.Tensor]:
@@ -236,20 +257,59 @@ class Run:
         f = self.path / "arrays" / f"{arm.replace('/', '__')}.safetensors"
         if not f.is_file():
             raise RunDirError(f"{f}: no saved arrays for arm {arm!r}")
-        return load_file(str(f))
+        try:
+            return load_file(str(f))
+        except Exception as exc:  # safetensors raises its own error types for a damaged file
+            raise RunDirError(f"{f} is corrupt: {_reason(exc)}") from None
 
     @property
     def summary(self) -> dict[str, Any]:
+        """``summary.json`` (``{}`` when there is none yet); it must be a JSON object."""
         f = self.path / "summary.json"
         if not f.is_file():
             return {}
         try:
-            return json.loads(f.read_text())
-        except json.JSONDecodeError as exc:
-            raise RunDirError(f"{f} is corrupt: {exc}") from None
+            data = json.loads(f.read_bytes())
+        except (OSError, ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError are ValueErrors
+            raise RunDirError(f"{f} is corrupt: {_reason(exc)}") from None
+        if not isinstance(data, dict):
+            raise RunDirError(f"{f} is corrupt: expected a JSON object, got {echo(data)}")
+        return data
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write(self.path / "summary.json", json.dumps(summary, indent=2, default=float))
+
+    @contextmanager
+    def preserved(self) -> Iterator[None]:
+        """Leave the run directory as it was if the block raises: files it wrote are removed, files
+        it changed get their old bytes back (so a failed ``tdlab report`` changes nothing)."""
+        before = {f: f.read_bytes() for f in self.path.rglob("*") if f.is_file()}
+        try:
+            yield
+        except BaseException:
+            for f in sorted(self.path.rglob("*"), reverse=True):
+                if f not in before and f.is_file():
+                    f.unlink()
+                elif f.is_dir() and not any(f.iterdir()) and not any(g.is_relative_to(f) for g in before):
+                    f.rmdir()
+            for f, data in before.items():
+                if not f.is_file() or f.read_bytes() != data:
+                    atomic_write(f, data)
+            raise
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception's message for a one-line error: whitespace collapsed, cut to a few echo widths."""
+    text = one_line(getattr(exc, "problem", None) or str(exc)) or type(exc).__name__
+    return text if len(text) <= 4 * ECHO_CHARS else text[: 4 * ECHO_CHARS - 3] + "..."
+
+
+def _is_number_dtype(col: pd.Series) -> bool:
+    return ptypes.is_numeric_dtype(col) and not ptypes.is_bool_dtype(col)
+
+
+def _is_string_column(col: pd.Series) -> bool:
+    return ptypes.is_string_dtype(col) and all(isinstance(v, str) for v in col)
 
 
 def list_runs(out: Path) -> list[Run]:

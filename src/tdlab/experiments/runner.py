@@ -6,13 +6,15 @@ run, report included, is written (see :mod:`tdlab.runs`).
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from tdlab.config import ConfigError
+from tdlab.config import ConfigError, echo, validate_config
 from tdlab.claims import VERDICTS
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, get
 from tdlab.index import RunIndex
@@ -22,7 +24,7 @@ from rich.console import Console
 from tdlab.runs import Run, RunDirError, RunWriter, environment
 from tdlab.train.trainer import DivergenceError
 
-__all__ = ["execute", "resume", "rebuild", "check_device", "claim_counts"]
+__all__ = ["execute", "resume", "rebuild", "check_device", "check_out", "claim_counts"]
 
 err_console = Console(stderr=True)
 
@@ -38,6 +40,23 @@ def check_device(device: str) -> str:
     raise ConfigError(f"device: unknown device {device!r}; allowed: cpu, cuda, cuda:N")
 
 
+def check_out(out: Path) -> Path:
+    """Validate ``--out``: a folder run directories can be written in (made if missing). A file, a
+    device, a path under a file or an unwritable place is refused before anything is written."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {echo(str(out))}: not a folder (a file or device); give a folder to hold run directories")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=out, prefix=".tdlab-write-test-")  # root passes os.access everywhere
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"--out {echo(str(out))}: cannot write run directories there "
+                          f"({exc.strerror or type(exc).__name__})") from None
+    return out
+
+
 def execute(
     exp: Experiment, cfg: ExperimentConfig, profile: str, out: Path, device: str = "cpu", progress: bool = True,
     run_id: str | None = None, sweep: str | None = None,
@@ -45,6 +64,7 @@ def execute(
     """Run ``exp`` with a validated ``cfg``; returns the finished run (status ``done`` or ``diverged``),
     indexed in ``out``'s run index (under ``sweep`` when part of one)."""
     device = check_device(device)
+    out = check_out(out)
     writer = RunWriter(Path(out), exp.name, run_id)
     writer.write_config({"experiment": exp.name, "profile": profile, "config": cfg.model_dump(mode="json"), "sweep": sweep})
     return _execute(exp, cfg, profile, writer, device, progress, sweep)
@@ -85,17 +105,28 @@ def rebuild(path: Path) -> Run:
     """Recompute claims, figures, summary and report of an existing run from its stored data."""
     run = Run(Path(path))
     conf = run.config
-    exp = get(conf["experiment"])
     try:
-        cfg = exp.Config.model_validate(conf.get("config", {}))
-    except Exception as exc:
-        raise RunDirError(f"{run.path}/config.yaml does not validate for {exp.name}: {exc}") from None
+        exp = get(conf["experiment"])
+        cfg = validate_config(exp.Config, conf.get("config", {}))
+    except ConfigError as exc:
+        raise RunDirError(f"{run.path / 'config.yaml'} does not hold a valid config: {exc}") from None
     old = run.summary
     meta = {k: old[k] for k in ("run_id", "profile", "wall_time_s", "env", "status", "error", "member", "step") if k in old}
     meta.setdefault("run_id", run.path.name)
     meta.setdefault("profile", conf.get("profile", "?"))
     meta.setdefault("status", "done")
-    _report(exp, cfg, run, meta)
+    if meta["status"] == "done" and run.metrics().empty:
+        raise RunDirError(f"{run.path / 'metrics.parquet'} holds no rows: nothing to compute the claims from")
+    # Analyses index the metrics by the names their experiment writes: a table without them, or a
+    # summary of the wrong shape, fails deep inside. Whatever fails, the run directory is left as it was.
+    with run.preserved():
+        try:
+            _report(exp, cfg, run, meta)
+        except (ConfigError, RunDirError):
+            raise
+        except (KeyError, IndexError, ValueError, TypeError, ZeroDivisionError, AttributeError) as exc:
+            raise RunDirError(f"{run.path}: metrics.parquet / summary.json do not hold what {exp.name} reads "
+                              f"({type(exc).__name__}: {echo(str(exc))})") from None
     RunIndex(run.path.parent).add_run(run, conf.get("sweep"))
     return run
 
