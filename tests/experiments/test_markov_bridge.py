@@ -1,6 +1,8 @@
 """markov-bridge: the predicted basin follows p + q through the theory functions (Thms. 2/8, App. G);
-member classes, verdicts, the table and the disagreement notes are computed from stored metrics
-(synthetic run directories whose final losses the test chooses); one tiny end-to-end run."""
+the two claim groups (p+q<1 ends at the entropy rate, p+q>1 stays at H(π)), their rows per (p, q,
+budget), member classes, the table and the disagreement notes are computed from stored metrics
+(synthetic run directories whose final losses and same-batch reference losses the test chooses);
+one tiny end-to-end run."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ ABOVE = [(0.5, 0.8), (0.7, 0.9)]  # p + q > 1: Thm. 2
 BELOW = [(0.2, 0.3), (0.1, 0.4)]  # p + q < 1: Thm. 8
 GRID = BELOW + ABOVE
 BUDGETS = [100, 300]
+G_BELOW, G_ABOVE = "below-line-ends-at-entropy-rate", "above-line-stays-at-H(pi)"
 
 
 def _grid_set(grid: Sequence[tuple[float, float]]) -> str:
@@ -42,13 +45,15 @@ def _grid_set(grid: Sequence[tuple[float, float]]) -> str:
 
 @pytest.fixture
 def make_bridge_run(tmp_path: Path):
-    """``make(curves, grid=GRID, budgets=BUDGETS, overrides=(), members=3) -> (cfg, run_dir)``.
+    """``make(curves, grid=GRID, budgets=BUDGETS, overrides=(), members=3, refs=None, with_refs=True) -> (cfg, run_dir)``.
 
     ``curves(p, q, budget)`` returns one test-loss curve per member over ``STEPS`` (values are
-    written as they are: nothing is trained)."""
+    written as they are: nothing is trained). ``refs(p, q, budget)`` returns the (Bayes, unigram)
+    losses on the evaluation batches (default: the population values); ``with_refs=False`` leaves them
+    out, as in runs made before the trainer recorded them."""
     counter = iter(range(10_000))
 
-    def make(curves, grid=GRID, budgets=BUDGETS, overrides: Sequence[str] = (), members: int = 3):
+    def make(curves, grid=GRID, budgets=BUDGETS, overrides: Sequence[str] = (), members: int = 3, refs=None, with_refs=True):
         exp = MarkovBridge()
         sets = [_grid_set(grid), f"budgets={list(budgets)}", *overrides]
         cfg = exp.make_config("quick", sets, members=members)
@@ -60,6 +65,10 @@ def make_bridge_run(tmp_path: Path):
                     assert len(member_curves) == members
                     rows = [(s, m, "test_loss", float(v)) for m, c in enumerate(member_curves)
                             for s, v in zip(STEPS, c, strict=True)]
+                    if with_refs:
+                        bayes, unigram = refs(p, q, b) if refs else chain_truth(p, q)
+                        rows += [(s, m, f"test_loss@{name}", float(v)) for name, v in (("bayes", bayes), ("unigram", unigram))
+                                 for m in range(members) for s in STEPS]
                     w.add_metrics(cell_arm(p, q, b), rows)
             run = w.finish()
         return cfg, run.path
@@ -67,17 +76,22 @@ def make_bridge_run(tmp_path: Path):
     return make
 
 
-def _at(which: str, members: int = 3):
-    """Curves that start at log 2 and sit at ``which`` ("rate" or "hpi") from step 100 on."""
+def _at(which: str, members: int = 3, offset: float = 0.0):
+    """Curves that start at log 2 and sit at ``which`` ("rate" or "hpi") (+ offset) from step 100 on."""
     def curves(p, q, b):
         rate, hpi = chain_truth(p, q)
-        v = rate if which == "rate" else hpi
+        v = (rate if which == "rate" else hpi) + offset
         return [[math.log(2), v, v, v] for _ in range(members)]
     return curves
 
 
-def _claims(analysis) -> dict[str, object]:
-    return {c.id.rsplit("/", 1)[0]: c for c in analysis.claims}
+def _rows(analysis) -> dict[str, object]:
+    """``{arm: row}`` over both groups."""
+    return {r.id.split("/", 1)[1]: r for g in analysis.groups for r in g.rows}
+
+
+def _groups(analysis) -> dict[str, object]:
+    return {g.id: g for g in analysis.groups}
 
 
 # --- theory: the predicted basin ---------------------------------------------------------------
@@ -141,6 +155,9 @@ def test_classification_of_final_losses():
         "rate", "rate", "rate", "H(π)", "H(π)", "between", "other", "other"]
     # Overlapping bands (gap < 2 tol): nearer entropy wins.
     assert classify_losses(np.array([rate + 0.02, hpi - 0.02]), rate, hpi, 0.03) == ["rate", "H(π)"]
+    # Per-member references (the predictors' losses on each member's batches).
+    refs_rate, refs_hpi = np.array([rate - 0.008, rate + 0.008]), np.array([hpi - 0.008, hpi + 0.008])
+    assert classify_losses(np.array([rate - 0.005, rate - 0.005]), refs_rate, refs_hpi, 0.001) == ["between", "rate"]
 
 
 # --- claims computed from stored metrics --------------------------------------------------------
@@ -149,36 +166,41 @@ def test_classification_of_final_losses():
 def test_members_at_h_pi_hold_above_the_line_and_fail_below(make_bridge_run):
     cfg, path = make_bridge_run(_at("hpi"))
     a = MarkovBridge().analyse(cfg, Run(path))
-    claims = _claims(a)
-    assert list(claims) == [cell_arm(p, q, b) for p, q in GRID for b in BUDGETS]
+    assert [g.id for g in a.paper] == [G_BELOW, G_ABOVE] and a.sanity_groups == []
+    g = _groups(a)
+    assert [r.id for r in g[G_BELOW].rows] == [f"{G_BELOW}/{cell_arm(p, q, b)}" for p, q in BELOW for b in BUDGETS]
+    assert [r.id for r in g[G_ABOVE].rows] == [f"{G_ABOVE}/{cell_arm(p, q, b)}" for p, q in ABOVE for b in BUDGETS]
+    rows = _rows(a)
     for p, q in GRID:
         rate, hpi = chain_truth(p, q)
         for b in BUDGETS:
-            c = claims[cell_arm(p, q, b)]
-            assert c.id.endswith("/ends-at-predicted-entropy")
-            if p + q > 1:
-                assert c.holds and c.expected == pytest.approx(hpi, abs=1e-12) and c.relation == "close"
-            else:
-                assert not c.holds and c.expected == pytest.approx(rate, abs=1e-12) and c.relation == "le"
+            c = rows[cell_arm(p, q, b)]
+            assert c.expected == 0.0 and c.relation == "close" and c.test == "value" and c.arms == [cell_arm(p, q, b)]
+            if p + q > 1:  # gap to the unigram loss: 0
+                assert c.verdict == "holds" and c.measured == pytest.approx([0.0] * 3, abs=1e-12)
+                assert c.learning_required is False
+            else:  # gap to the Bayes loss: H(pi) - rate
+                assert c.verdict == "fails" and c.mean == pytest.approx(hpi - rate, abs=1e-9) and c.learning_required
             row = a.measurements["cells"][cell_arm(p, q, b)]
             assert row["fraction_at_h_pi"] == 1.0 and row["fraction_at_rate"] == 0.0
             assert row["plateau_escape_step"] == [None, None, None]
             assert row["claim"] == c.verdict
+    assert g[G_ABOVE].verdict == "holds" and g[G_BELOW].verdict == "fails"
     # Disagreements are named with their size in nats.
     p, q = BELOW[0]
     rate, hpi = chain_truth(p, q)
     note = next(n for n in a.notes if n.startswith(f"({p:g}, {q:g})"))
-    assert "DISAGREES with Thm. 8" in note and f"{hpi - rate:.4f} nats above" in note and "100%" in note
+    assert "DISAGREES with Thm. 8" in note and f"{hpi - rate:+.4f} nats" in note and "100%" in note
     assert sum("DISAGREES" in n for n in a.notes) == len(BELOW) * len(BUDGETS)
 
 
 def test_members_at_the_entropy_rate_hold_below_the_line_and_fail_above(make_bridge_run):
     cfg, path = make_bridge_run(_at("rate"))
     a = MarkovBridge().analyse(cfg, Run(path))
-    claims = _claims(a)
+    rows = _rows(a)
     for p, q in GRID:
         for b in BUDGETS:
-            assert claims[cell_arm(p, q, b)].holds == (p + q < 1)
+            assert rows[cell_arm(p, q, b)].verdict == ("holds" if p + q < 1 else "fails")
             row = a.measurements["cells"][cell_arm(p, q, b)]
             assert row["fraction_at_rate"] == 1.0
             assert row["plateau_escape_step"] == [100, 100, 100]
@@ -187,10 +209,43 @@ def test_members_at_the_entropy_rate_hold_below_the_line_and_fail_above(make_bri
     row = a.measurements["cells"][cell_arm(p, q, BUDGETS[0])]
     assert row["deviation_nats"] == pytest.approx(rate - hpi, abs=1e-9)
     note = next(n for n in a.notes if n.startswith(f"({p:g}, {q:g})"))
-    assert "DISAGREES with Thm. 2" in note and f"{hpi - rate:.4f} nats below" in note
+    assert "DISAGREES with Thm. 2" in note and f"{rate - hpi:+.4f} nats" in note
 
 
-def test_mixed_members_min_fraction_and_the_table(make_bridge_run):
+def test_the_reference_is_the_predictors_loss_on_the_same_batches(make_bridge_run):
+    # The issue's case: the batches' Bayes loss is 0.008 below the population entropy rate and a member
+    # sits 0.003 above it. Against the population rate that read as a disagreement; against its own
+    # batches it agrees.
+    def refs(p, q, b):
+        rate, hpi = chain_truth(p, q)
+        return rate - 0.008, hpi - 0.008
+
+    def curves(p, q, b):
+        rate, hpi = chain_truth(p, q)
+        v = (rate if p + q < 1 else hpi) - 0.008
+        return [[math.log(2), v + d, v + d, v + d] for d in (0.002, 0.003, 0.004)]
+
+    cfg, path = make_bridge_run(curves, refs=refs)
+    a = MarkovBridge().analyse(cfg, Run(path))
+    assert all(r.verdict == "holds" for r in _rows(a).values())
+    r = _rows(a)[cell_arm(0.1, 0.4, 100)]
+    assert r.measured == pytest.approx([0.002, 0.003, 0.004], abs=1e-9)
+    assert a.measurements["cells"][cell_arm(0.1, 0.4, 100)]["final_bayes_loss"] == pytest.approx([chain_truth(0.1, 0.4)[0] - 0.008] * 3)
+
+    # The same final losses, but the batches' references at the population values + 0.03: 0.03 above the
+    # members (whose loss is at the population value - 0.005), a gap the tolerance does not cover -> fails.
+    cfg, path = make_bridge_run(curves, refs=lambda p, q, b: tuple(v + 0.03 for v in chain_truth(p, q)))
+    assert all(r.verdict == "fails" for r in _rows(MarkovBridge().analyse(cfg, Run(path))).values())
+
+
+def test_runs_without_reference_losses_use_the_population_values_and_say_so(make_bridge_run):
+    cfg, path = make_bridge_run(_at("hpi"), with_refs=False)
+    a = MarkovBridge().analyse(cfg, Run(path))
+    assert _rows(a)[cell_arm(0.5, 0.8, 100)].verdict == "holds" and _rows(a)[cell_arm(0.2, 0.3, 100)].verdict == "fails"
+    assert any("did not record the reference predictors" in n for n in a.notes)
+
+
+def test_mixed_members_are_not_resolved_and_the_table(make_bridge_run):
     # (0.5, 0.8) at the long budget: 1 member at H(pi), 1 escaped to the rate, 1 in between.
     def curves(p, q, b):
         rate, hpi = chain_truth(p, q)
@@ -202,9 +257,10 @@ def test_mixed_members_min_fraction_and_the_table(make_bridge_run):
     cfg, path = make_bridge_run(curves)
     a = MarkovBridge().analyse(cfg, Run(path))
     arm = cell_arm(0.5, 0.8, 300)
-    c = _claims(a)[arm]
-    assert c.per_member == [True, False, False] and not c.holds
-    assert sum(cl.holds for cl in a.claims) == len(a.claims) - 1
+    c = _rows(a)[arm]
+    assert c.verdict == "not resolved" and "straddles" in c.reason
+    assert sum(r.verdict == "holds" for r in _rows(a).values()) == len(GRID) * len(BUDGETS) - 1
+    assert _groups(a)[G_ABOVE].verdict == "not resolved" and _groups(a)[G_BELOW].verdict == "holds"
     row = a.measurements["cells"][arm]
     assert row["class"] == ["H(π)", "rate", "between"]
     assert row["plateau_escape_step"] == [None, 200, 200]
@@ -213,17 +269,30 @@ def test_mixed_members_min_fraction_and_the_table(make_bridge_run):
     assert len(lines) == 2 + len(GRID) * len(BUDGETS)
     assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
     mine = next(line for line in lines if line.startswith("| 0.5 | 0.8 | 1.30 | 300 |"))
-    assert "1/3 | 1/3 | 1/3" in mine and "fails" in mine and "—, 200, 200" in mine
-    # min_fraction 1/3: one member at H(pi) is enough.
-    cfg, path = make_bridge_run(curves, overrides=["claims.min_fraction=0.3"])
-    assert _claims(MarkovBridge().analyse(cfg, Run(path)))[arm].holds
+    assert "1/3 | 1/3 | 1/3" in mine and "not resolved" in mine and "—, 200, 200" in mine
+    note = next(n for n in a.notes if n.startswith("(0.5, 0.8), p+q=1.30, 300 its"))
+    assert "not resolved against Thm. 2" in note
+
+
+def test_an_end_state_still_moving_is_not_resolved(make_bridge_run):
+    # (0.2, 0.3) at 300: at the Bayes loss at the end, but falling 0.02 nats per evaluation.
+    def curves(p, q, b):
+        rate, hpi = chain_truth(p, q)
+        if (p, q, b) == (0.2, 0.3, 300):
+            return [[0.69, rate + 0.04 + d, rate + 0.02 + d, rate + d] for d in (-0.001, 0.0, 0.001)]
+        return _at("hpi" if p + q > 1 else "rate")(p, q, b)
+
+    cfg, path = make_bridge_run(curves)
+    r = _rows(MarkovBridge().analyse(cfg, Run(path)))[cell_arm(0.2, 0.3, 300)]
+    assert r.verdict == "not resolved" and "still moving" in r.reason and r.drift == pytest.approx(-0.04, rel=1e-6)
 
 
 def test_not_informative_cells_carry_no_claim_but_are_classified(make_bridge_run):
     grid = [(0.3, 0.7), (0.45, 0.52), (0.5, 0.8)]
     cfg, path = make_bridge_run(_at("hpi"), grid=grid)
     a = MarkovBridge().analyse(cfg, Run(path))
-    assert [c.id.rsplit("/", 1)[0] for c in a.claims] == [cell_arm(0.5, 0.8, b) for b in BUDGETS]
+    assert list(_rows(a)) == [cell_arm(0.5, 0.8, b) for b in BUDGETS]
+    assert [g.id for g in a.groups] == [G_ABOVE]  # a statement with no informative cell states nothing
     for p, q in grid[:2]:
         row = a.measurements["cells"][cell_arm(p, q, BUDGETS[0])]
         assert row["claim"] is None and row["class"] == ["H(π)"] * 3
@@ -231,12 +300,34 @@ def test_not_informative_cells_carry_no_claim_but_are_classified(make_bridge_run
     assert "not informative" in a.measurements["table"]
 
 
+def test_health_gate_and_trivial_error(make_bridge_run):
+    exp = MarkovBridge()
+    assert exp.trivial_error(exp.make_config("quick"), cell_arm(0.2, 0.3, 500)) == pytest.approx(math.log(2))
+
+    # (0.2, 0.3) at 100 never moves off log 2: its row is not evaluable. A p+q>1 arm on the H(pi)
+    # plateau is evaluated (a claim about not learning the bigram law).
+    def curves(p, q, b):
+        if (p, q, b) == (0.2, 0.3, 100):
+            return [[math.log(2)] * 4 for _ in range(3)]
+        return _at("hpi" if p + q > 1 else "rate")(p, q, b)
+
+    cfg, path = make_bridge_run(curves)
+    a = exp.analyse(cfg, Run(path))
+    rows = _rows(a)
+    assert rows[cell_arm(0.2, 0.3, 100)].verdict == "not evaluable" and "not trained" in rows[cell_arm(0.2, 0.3, 100)].reason
+    assert a.measurements["cells"][cell_arm(0.2, 0.3, 100)]["claim"] == "not evaluable"
+    assert rows[cell_arm(0.5, 0.8, 100)].verdict == "holds"
+
+
 def test_rebuild_writes_summary_and_figures(make_bridge_run):
     cfg, path = make_bridge_run(_at("hpi"))
     run = rebuild(path)
     s = run.summary
     assert s["status"] == "done"
-    assert s["claims_total"] == len(GRID) * len(BUDGETS) and s["claims_failed"] == len(BELOW) * len(BUDGETS)
+    assert s["claims_total"] == 2 and s["claims_failed"] == 1 and s["claims_held"] == 1
+    groups = {g["id"]: g for g in s["claims"]}
+    assert groups[G_BELOW]["counts"]["fails"] == len(BELOW) * len(BUDGETS)
+    assert groups[G_ABOVE]["counts"]["holds"] == len(ABOVE) * len(BUDGETS)
     assert s["figures"] == ["figures/phase_diagram.png", "figures/loss_curves.png"]
     for f in s["figures"]:
         assert (path / f).stat().st_size > 5000
@@ -282,7 +373,9 @@ def test_tiny_end_to_end_run(runs_dir):
                                     "train.eval_batches=1", "train.log_every=1", "model.d=4"], members=2)
     run = execute(exp, cfg, "quick", runs_dir, progress=False)
     s = run.summary
-    assert s["status"] == "done" and s["claims_total"] == 4
+    assert s["status"] == "done" and s["claims_total"] == 2
+    assert {r["id"] for g in s["claims"] for r in g["rows"]} == {f"{G_BELOW}/{cell_arm(0.2, 0.3, b)}" for b in (3, 6)} | {
+        f"{G_ABOVE}/{cell_arm(0.7, 0.9, b)}" for b in (3, 6)}
     cells = s["measurements"]["cells"]
     assert set(cells) == {cell_arm(p, q, b) for p, q in grid for b in (3, 6)}
     for arm, row in cells.items():
@@ -290,4 +383,5 @@ def test_tiny_end_to_end_run(runs_dir):
         assert (run.path / "arrays" / f"{arm.replace('/', '__')}.safetensors").is_file()
     df = run.metrics()
     assert set(df[df.arm == cell_arm(0.7, 0.9, 6)].step) >= {0, 3, 6}
+    assert {"test_loss@bayes", "test_loss@unigram"} <= set(df.name)
     assert (run.path / "figures" / "phase_diagram.png").is_file() and (run.path / "report.html").is_file()
