@@ -13,6 +13,12 @@ import torch
 torch.set_num_threads(2)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--fuzz-long``: many more examples per property of the bad-input fuzz suite (tests/robustness)."""
+    parser.addoption("--fuzz-long", action="store_true", default=False,
+                     help="run the bad-input fuzz suite with many more hypothesis examples")
+
+
 def h(x: float) -> float:
     """Binary entropy in nats, written independently of tdlab."""
     return 0.0 if x <= 0 or x >= 1 else -x * math.log(x) - (1 - x) * math.log(1 - x)

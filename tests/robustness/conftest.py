@@ -1,0 +1,164 @@
+"""The fuzz suite's machinery: hypothesis profiles, the bad-input promise as one check, a tiny
+finished run built once per session, and the tally of inputs tried / handled as promised.
+
+The promise (README, "Bad input"): one line on stderr naming the field or file and what is allowed,
+exit code 2, no traceback, no run directory (or staging folder) written or changed, and the run
+index (if any) still passing ``PRAGMA integrity_check``.
+
+``--fuzz-long`` (tests/conftest.py) runs many more examples per property.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sqlite3
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, settings
+from typer.testing import CliRunner
+
+import tdlab.cli as cli
+from tdlab.experiments import runner
+
+# Examples that rebuild a report are slow by nature; some strategies filter out valid values.
+_QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much]
+settings.register_profile("fuzz-ci", max_examples=25, deadline=None, derandomize=True,
+                          suppress_health_check=_QUIET)
+settings.register_profile("fuzz-long", max_examples=400, deadline=None,
+                          suppress_health_check=_QUIET)
+
+# category -> inputs tried / handled as promised (a run of the suite prints them at the end)
+TRIED: Counter[str] = Counter()
+HANDLED: Counter[str] = Counter()
+REFUSED: Counter[str] = Counter()  # of the handled: refused with exit 2 (the rest were valid and exited 0)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Load the profile before the test modules are imported (``@given`` reads it then)."""
+    settings.load_profile("fuzz-long" if config.getoption("--fuzz-long", False) else "fuzz-ci")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
+    """The numbers to quote: inputs tried and handled as promised, per category."""
+    if not TRIED:
+        return
+    tr = terminalreporter
+    tr.section("bad-input fuzz: inputs tried / handled as promised")
+    for cat in sorted(TRIED):
+        tr.write_line(f"{cat:28} {HANDLED[cat]:5d} / {TRIED[cat]:5d}   (refused with exit 2: {REFUSED[cat]})")
+    tr.write_line(f"{'total':28} {sum(HANDLED.values()):5d} / {sum(TRIED.values()):5d}")
+    if getattr(config, "cache", None) is not None:  # pytest-cache holds the last numbers for quoting
+        config.cache.set("tdlab/fuzz", {"tried": dict(TRIED), "handled": dict(HANDLED), "refused": dict(REFUSED)})
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    """``relative path -> sha1`` of every file under ``folder`` (folders as ``/``): to prove nothing changed."""
+    if not folder.exists():
+        return {}
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        rel = str(p.relative_to(folder))
+        out[rel] = hashlib.sha1(p.read_bytes()).hexdigest() if p.is_file() else "/"
+    return out
+
+
+def index_ok(out: Path) -> bool:
+    """The run index under ``out``, if there is one, passes ``PRAGMA integrity_check``."""
+    db = out / "index.sqlite"
+    if not db.exists():
+        return True
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+        return con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+@dataclass
+class Outcome:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def invoke(args: Sequence[str]) -> Outcome:
+    """``tdlab ARGS`` in-process (the real command group, console script behaviour included)."""
+    r = CliRunner().invoke(cli.app, list(args))
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise AssertionError(f"tdlab {list(args)!r} raised {r.exception!r}") from r.exception
+    return Outcome(r.exit_code, r.stdout, r.stderr)
+
+
+def check_refused(category: str, result: Outcome, names: Sequence[str], before: dict[str, str], out: Path,
+                  allow_ok: bool = False) -> None:
+    """Assert the promise for one input and count it.
+
+    ``names``: the line must contain one of them (the field or the file). ``before``: the digest of
+    ``out`` before the command; a refusal must leave it as it was. ``allow_ok``: the input may be
+    valid after all (a truncated file that still parses): then exit 0 without an error line is fine.
+    """
+    TRIED[category] += 1
+    text = result.stdout + result.stderr
+    assert "Traceback" not in text, text[-2000:]
+    if allow_ok and result.exit_code == 0:
+        assert "error:" not in result.stderr, result.stderr
+        HANDLED[category] += 1
+        return
+    assert result.exit_code == 2, f"exit {result.exit_code}: {text[-2000:]}"
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, f"{len(lines)} lines on stderr: {result.stderr[:3000]!r}"
+    line = lines[0]
+    assert line.startswith("error: "), line
+    assert any(n in line for n in names), f"none of {list(names)!r} named in: {line[:500]!r}"
+    assert tree_digest(out) == before, "the command changed the output folder"
+    assert not list(out.glob(".staging-*")) if out.exists() else True
+    assert index_ok(out)
+    HANDLED[category] += 1
+    REFUSED[category] += 1
+
+
+@pytest.fixture(scope="session")
+def fz() -> SimpleNamespace:
+    """The helpers of this suite, for the test modules (conftest modules are not importable)."""
+    return SimpleNamespace(invoke=invoke, refused=check_refused, digest=tree_digest, copy_run=copy_run,
+                           index_ok=index_ok, no_training=no_training)
+
+
+@contextmanager
+def no_training() -> Iterator[None]:
+    """Make an accepted ``tdlab run`` fail loudly instead of training: the fuzz only feeds bad input,
+    and an input the CLI wrongly accepts must show up as a failure, not as minutes of training."""
+
+    def refuse_to_train(*args, **kwargs):  # noqa: ANN002, ANN003
+        raise AssertionError("a bad input was accepted and would have trained")
+
+    with mock.patch.object(runner, "execute", refuse_to_train):
+        yield
+
+
+TINY_RUN = ["run", "markov-init", "--set", "train.steps=4", "--set", "train.seq_len=8", "--set", "train.eval_every=2",
+            "--set", "train.eval_batches=1", "--seeds", "1", "--set", "archs=[sec2]", "--set", "inits=[standard]",
+            "--quiet", "--run-id", "tiny"]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small finished ``markov-init`` run (one arm, one member, 4 steps), built once; copy it with
+    :func:`copy_run` before changing it."""
+    out = tmp_path_factory.mktemp("fuzz-origin")
+    r = invoke([*TINY_RUN, "--out", str(out)])
+    assert r.exit_code == 0, r.stdout + r.stderr
+    return out / "tiny"
+
+
+def copy_run(run: Path, dest: Path) -> Path:
+    """A copy of the run directory ``run`` as ``dest/NAME`` (the index is not copied)."""
+    target = dest / run.name
+    shutil.copytree(run, target)
+    return target
+
