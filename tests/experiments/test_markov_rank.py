@@ -235,6 +235,7 @@ def test_app_c_structure_holds_every_group(tmp_path):
     assert rows["fig3-rank-one/W_V"].measured == pytest.approx([0.0] * 3, abs=1e-6)
     assert rows["fig3-aligned-with-embedding/W_1"].measured == pytest.approx([1.0] * 3, abs=1e-6)
     assert any("AdamW" in n for n in a.notes)
+    assert any(n.startswith("Finding (Fig. 3, AdamW") and "5/5 statements hold" in n and "withdrawn" in n for n in a.notes)
 
 
 def _perturbed(good, which: str):
@@ -336,3 +337,4 @@ def test_sgd_runs_say_their_verdicts_are_sgds(tmp_path):
     a, groups, _ = _analyse(cfg, run)
     assert any("SGD at lr 0.3" in n and "not the seed's setting" in n for n in a.notes)
     assert "SGD lr 0.3 (step size not stated by the seed)" in groups["fig3-rank-one"].statement
+    assert not any("withdrawn" in n for n in a.notes)
