@@ -274,6 +274,9 @@ class Run:
             raise RunDirError(f"{f} is corrupt: {_reason(exc)}") from None
         if not isinstance(data, dict):
             raise RunDirError(f"{f} is corrupt: expected a JSON object, got {echo(data)}")
+        for key, kinds, what in _SUMMARY_FIELDS:
+            if key in data and (isinstance(data[key], bool) or not isinstance(data[key], kinds)):
+                raise RunDirError(f"{f} is corrupt: '{key}' must be {what}, got {echo(data[key])}")
         return data
 
     def write_summary(self, summary: dict[str, Any]) -> None:
@@ -296,6 +299,15 @@ class Run:
                 if not f.is_file() or f.read_bytes() != data:
                     atomic_write(f, data)
             raise
+
+
+# The run facts of summary.json that are read back (rebuild, the index): key, types, what is allowed.
+_SUMMARY_FIELDS = (
+    ("experiment", (str,), "a string"), ("run_id", (str,), "a string"), ("profile", (str,), "a string"),
+    ("status", (str,), "a string"), ("error", (str, type(None)), "a string or null"),
+    ("wall_time_s", (int, float), "a number"), ("env", (dict,), "a mapping"),
+    ("member", (int, type(None)), "an integer or null"), ("step", (int, type(None)), "an integer or null"),
+)
 
 
 def _reason(exc: BaseException) -> str:
