@@ -217,8 +217,9 @@ _UNION_TAGS = {"int", "float", "str", "bool", "none", "list", "tuple", "dict", "
 
 def _field_loc(loc: tuple[Any, ...]) -> list[Any]:
     """The field path of a pydantic error location, without the union-member tags pydantic inserts
-    (``chunk.constrained-int``, ``grad_clip.float``, ``x.function-after[...]``)."""
-    return [p for p in loc if not isinstance(p, str) or (p.isidentifier() and p not in _UNION_TAGS)]
+    (``chunk.constrained-int``, ``grad_clip.float``, ``x.function-after[...]``). A tag never comes
+    first, so the first part is kept even when a field's name looks like one (a sweep's ``set``)."""
+    return list(loc[:1]) + [p for p in loc[1:] if not isinstance(p, str) or (p.isidentifier() and p not in _UNION_TAGS)]
 
 
 def _known_fields(model: type[BaseModel], prefix: str = "") -> list[str]:

@@ -43,7 +43,8 @@ import pandas as pd
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
-from tdlab.config import Config, ConfigError, _format_validation_error
+from tdlab.config import ECHO_CHARS, Config, ConfigError, _format_validation_error, one_line
+from tdlab.config import echo as echo_value
 from tdlab.runs import Run, RunDirError, atomic_write, staging_path
 
 __all__ = ["SweepSpec", "Point", "load_spec", "plan", "run_sweep", "summarise"]
@@ -79,9 +80,10 @@ class Point(Config):
 def load_spec(path: Path) -> SweepSpec:
     """Read and validate a sweep spec; bad files raise :class:`ConfigError` naming the field."""
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"sweep spec {path}: cannot read: {exc}") from None
+        raw = yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+        reason = one_line(getattr(exc, "problem", None) or str(exc) or type(exc).__name__)
+        raise ConfigError(f"sweep spec {path}: cannot read: {reason[:4 * ECHO_CHARS]}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"sweep spec {path}: expected a mapping")
     try:
@@ -101,7 +103,7 @@ def _validate_points(spec: SweepSpec) -> None:
         try:
             exp.make_config(spec.profile, _as_sets({**spec.set, **p}), spec.seeds, spec.seed)
         except ConfigError as exc:
-            raise ConfigError(f"sweep spec {spec.name}: point {i} {p}: {exc}") from None
+            raise ConfigError(f"sweep spec {spec.name}: point {i} {echo_value(p)}: {exc}") from None
 
 
 def _points(spec: SweepSpec) -> list[dict[str, Any]]:
@@ -112,7 +114,19 @@ def _points(spec: SweepSpec) -> list[dict[str, Any]]:
 
 
 def _as_sets(overrides: dict[str, Any]) -> list[str]:
-    return [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
+    try:
+        return [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
+    except (TypeError, ValueError, RecursionError):  # YAML dates, bytes, sets: not config values
+        bad = next(k for k, v in overrides.items() if not _json_ok(v))
+        raise ConfigError(f"{bad}: {echo_value(overrides[bad])} is not a config value (numbers, strings, booleans, null, lists, mappings)") from None
+
+
+def _json_ok(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
 
 
 def plan(spec: SweepSpec) -> list[Point]:
