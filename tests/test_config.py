@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 from pydantic import Field
@@ -169,3 +171,170 @@ def test_unknown_profile_and_bad_override_raise_config_error():
         exp.make_config("quick", ["inits=[standard, standard]"])
     with pytest.raises(ConfigError, match="members"):
         exp.make_config("quick", members=0)
+
+
+# --- hardening (issue 12): strict types, finite floats, YAML oddities, one-line capped messages ----
+
+
+def _laughs(levels: int) -> str:
+    """A few hundred bytes of YAML that expand tenfold per level through nested aliases."""
+    parts = ["&l0 [x, x, x, x, x, x, x, x, x, x]"]
+    parts += [f"&l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return "[" + ", ".join(parts) + "]"
+
+
+@pytest.mark.parametrize("raw", ["&a [*a, *a]", "[&x 1, *x]", "&anchor 5", _laughs(6)])
+def test_yaml_anchors_and_aliases_are_refused_in_one_short_line(raw):
+    with pytest.raises(ConfigError, match="anchors and aliases") as err:
+        parse_overrides([f"tags={raw}"])
+    assert "\n" not in str(err.value) and len(str(err.value)) < 400
+
+
+@pytest.mark.parametrize("raw", ["[a, b", "{a: 1", "a: b: c", "- a\n- b: c\n  d", "!!python/object/apply:os.system ['true']"])
+def test_yaml_errors_are_one_line(raw):
+    with pytest.raises(ConfigError, match="tags") as err:
+        parse_overrides([f"tags={raw}"])
+    assert "\n" not in str(err.value)
+
+
+def test_deep_nesting_is_refused():
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        parse_overrides(["tags=" + "[" * 40 + "1" + "]" * 40])
+
+
+def test_exponent_floats_are_numbers():
+    """YAML 1.1 reads ``1e-3`` as a string; --set reads it as the number everybody means."""
+    assert parse_overrides(["a=1e-3", "b=-2E+2", "c=1e3x"]) == {"a": 0.001, "b": -200.0, "c": "1e3x"}
+
+
+@pytest.mark.parametrize(
+    "items, field",
+    [
+        (["inner.n=true"], "inner.n"),  # a YAML boolean is not an integer
+        (["inner.n=on"], "inner.n"),
+        (['inner.n="5"'], "inner.n"),  # a string is not a number
+        (["inner.n=2.0"], "inner.n"),  # a float is not an integer
+        (["inner.rate=true"], "inner.rate"),
+        (['inner.rate="0.5"'], "inner.rate"),
+        (["inner.rate=.nan"], "inner.rate"),  # floats are finite
+        (["inner.rate=.inf"], "inner.rate"),
+        (["name=5"], "name"),  # a number is not a string
+        (["tags=[1]"], "tags.0"),
+    ],
+)
+def test_types_are_strict_and_floats_finite(items, field):
+    with pytest.raises(ConfigError) as err:
+        build_config(Outer, parse_overrides(items))
+    assert str(err.value).startswith(f"{field}: ")
+
+
+class Pair(Config):
+    x: float = 0.0
+    span: tuple[float, float] = (0.0, 1.0)
+    spans: list[tuple[int, int]] = []
+
+
+def test_an_integer_is_a_float():
+    cfg = build_config(Pair, parse_overrides(["x=1"]))
+    assert cfg.x == 1.0 and isinstance(cfg.x, float)
+
+
+def test_lists_are_accepted_for_tuples_as_configs_reread_from_yaml_have_them():
+    cfg = build_config(Pair, {"span": [0.5, 2], "spans": [[1, 2], [3, 4]]})
+    assert cfg.span == (0.5, 2.0) and cfg.spans == [(1, 2), (3, 4)]
+    assert build_config(Pair, yaml.safe_load(to_yaml(cfg))) == cfg
+    with pytest.raises(ConfigError, match="span"):
+        build_config(Pair, {"span": [1, 2, 3]})
+    with pytest.raises(ConfigError, match=r"spans\.0"):
+        build_config(Pair, {"spans": [[1, True]]})
+
+
+def test_echoed_values_are_capped_and_errors_are_counted():
+    with pytest.raises(ConfigError) as err:
+        build_config(Outer, {"inner": {"n": "x" * 100_000}})
+    msg = str(err.value)
+    assert msg.startswith("inner.n: ") and len(msg) < 300 and "..." in msg
+    with pytest.raises(ConfigError) as err:
+        build_config(Outer, {"tags": list(range(50))})
+    assert "and 47 more field(s)" in str(err.value) and len(str(err.value)) < 500
+
+
+def test_union_errors_name_the_field_once():
+    from tdlab.train.trainer import TrainConfig
+
+    with pytest.raises(ConfigError) as err:
+        build_config(TrainConfig, {"chunk": 0})
+    assert str(err.value) == "chunk: Input should be greater than 0, or Input should be 'auto' (got 0)"
+
+
+@pytest.mark.parametrize("chunk", [0, -1, True, "all"])
+def test_train_chunk_must_be_positive_or_auto(chunk):
+    """chunk=0 divided by zero and chunk=-1 trained nothing, both after the run directory existed."""
+    with pytest.raises(ConfigError, match=r"^train\.chunk: "):
+        MarkovInit().make_config("quick", [f"train.chunk={json.dumps(chunk)}"])
+
+
+def test_updated_copies_are_validated():
+    """``model_copy(update=...)`` validates nothing; per-arm configs go through ``Config.updated``."""
+    from tdlab.models.gpt import GPTConfig
+
+    m = GPTConfig(arch="gpt2", vocab=3)
+    assert m.updated({"d": 4}).d == 4 and m.d == 8
+    with pytest.raises(ConfigError, match="vocab must be 2"):
+        m.updated({"arch": "sec2"})
+    with pytest.raises(ConfigError, match="max_len"):
+        m.updated({"max_len": 0})
+
+
+# --- per-arm keys and memory --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("item", ["model.arch=gpt2", "model.init=standard", "model={arch: gpt2}", "model.max_len=64"])
+def test_keys_the_experiment_sets_per_arm_are_refused(item):
+    with pytest.raises(ConfigError, match=r"sets it per arm.*use (archs=|inits=|train\.seq_len)"):
+        MarkovInit().make_config("quick", [item])
+
+
+def test_the_sec2_arm_cannot_get_a_vocabulary_it_does_not_support():
+    """Issue 12: --set model.arch=gpt2 --set model.vocab=3 ran the sec2 arm with vocab 3."""
+    with pytest.raises(ConfigError, match="vocab must be 2"):
+        MarkovInit().make_config("quick", ["model.vocab=3"])
+
+
+def test_every_arm_field_is_a_config_field():
+    from tdlab.config import _known_fields
+    from tdlab.experiments.base import registry
+
+    for name, exp in registry().items():
+        known = set(_known_fields(exp.Config))
+        assert set(exp.arm_fields) <= known, name
+
+
+def test_every_profile_validates_round_trips_and_fits_in_memory():
+    from tdlab.experiments.base import registry
+    from tdlab.train.memory import GB, check_memory, estimate
+
+    for name, exp in registry().items():
+        for profile in exp.profiles:
+            cfg = exp.make_config(profile)  # checks memory against this machine
+            assert exp.Config.model_validate(yaml.safe_load(to_yaml(cfg))) == cfg, (name, profile)
+            assert estimate(cfg).bytes < 4 * GB, (name, profile)  # fits machines much smaller than this one
+            check_memory(cfg, available=4 * GB)
+
+
+def test_a_configuration_that_cannot_fit_is_refused_naming_the_fields():
+    with pytest.raises(ConfigError) as err:
+        MarkovInit().make_config("quick", ["train.batch=1000000", "train.seq_len=65536"])
+    msg = str(err.value)
+    assert "train.batch" in msg and "train.seq_len" in msg and "GB" in msg and "\n" not in msg
+
+
+def test_memory_estimate_grows_with_every_size_it_names():
+    from tdlab.train.memory import check_memory, estimate
+
+    exp = MarkovInit()
+    base = estimate(exp.make_config("quick")).bytes
+    for item in ["train.batch=64", "train.seq_len=512", "model.d=64", "model.layers=4", "members=6"]:
+        assert estimate(exp.make_config("quick", [item])).bytes > base, item
+    with pytest.raises(ConfigError, match="needs at least"):
+        check_memory(exp.make_config("quick"), available=base / 2)
