@@ -150,11 +150,11 @@ def parse_value(raw: str, item: str = "") -> Any:
         value = yaml.load(raw, Loader=_OverrideLoader)  # noqa: S506 - a SafeLoader subclass
     except _RefusedNode as exc:
         raise ConfigError(f"{where}: {exc}") from None
-    except yaml.YAMLError as exc:
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise ConfigError(f"{where}: cannot parse value {echo(raw)} as YAML: {one_line(problem)[:ECHO_CHARS]}") from None
     except RecursionError:
         raise ConfigError(f"{where}: value nested too deeply (at most {MAX_DEPTH} levels)") from None
+    except Exception as exc:  # noqa: BLE001 - YAMLError, and whatever a tag's constructor raises (!!int 1.5)
+        problem = getattr(exc, "problem", None) or str(exc) or type(exc).__name__
+        raise ConfigError(f"{where}: cannot parse value {echo(raw)} as YAML: {one_line(problem)[:ECHO_CHARS]}") from None
     if _depth(value) > MAX_DEPTH:
         raise ConfigError(f"{where}: value nested too deeply (at most {MAX_DEPTH} levels)")
     return value

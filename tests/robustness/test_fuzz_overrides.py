@@ -184,7 +184,8 @@ ALIAS_AND_TAGS = [
     "&a [*a, *a]", "[&x 1, *x]", "{a: &b [1, 2], c: *b}", "&anchor 5",
     "!!python/object/apply:os.system ['true']", "!!python/name:os.system", "!!python/tuple [1, 2]",
     "!!binary aGVsbG8=", "!!set {a, b}", "!!timestamp 2001-12-14", "2001-12-14", "!!omap [a: 1, b: 2]",
-    "!!str 5", "!!float nan", "!!int 1.5", "!custom 3",
+    "!!str 5", "!!float nan", "!!int 1.5", "!custom 3", "!!float abc", "!!timestamp x", "!!bool maybe", "!!binary ###",
+    "!!float 1e999", "!!map [1]", "!!seq {a: 1}",
 ]
 UNPARSEABLE = ["[a, b", "{a: 1", '"unterminated', "a: b: c", "[1]]", "'x", "{[", "- a\n- b: c\n  d", "@x", "%TAG"]
 
