@@ -227,3 +227,74 @@ def test_runs_lists_the_run(tiny_run, invoke):
     row = next(line for line in r.output.splitlines() if dirs[0].name in line)
     s = json.loads((dirs[0] / "summary.json").read_text())
     assert "markov-init" in row and "done" in row and f"{4 - s['claims_failed']}/4" in row
+
+
+# --- one line, exit 2 (issue 12) ---------------------------------------------------------------------
+
+
+def _one_error_line(r) -> str:
+    """The single stderr line of a refused command (and no traceback anywhere)."""
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "Traceback" not in r.output and "╭" not in r.output
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["run", "markov-init", "--seeds", "abc"], "'--seeds'"),
+        (["sweep", "spec.yaml", "--workers", "0"], "'--workers'"),
+        (["run", "markov-init", "--no-such-option"], "--no-such-option"),
+        (["report"], "run_dir"),
+        (["no-such-command"], "no-such-command"),
+        (["runs", "--where"], "--where"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(invoke, args, named):
+    """typer draws a multi-line box for these; tdlab prints one line naming the option."""
+    assert named in _one_error_line(invoke(*args))
+
+
+def test_bare_tdlab_still_prints_the_help(invoke):
+    r = invoke()
+    assert "Usage" in r.stdout and "run" in r.stdout and r.stderr == ""
+
+
+def test_messages_that_look_like_markup_are_printed_as_they_are(invoke, runs_dir):
+    line = _one_error_line(invoke("run", "markov-init", "--set", "[/]=1", "--set", "[bold]x=2", "--out", runs_dir))
+    assert "[/]: unknown field" in line
+    assert not runs_dir.exists()
+
+
+@pytest.mark.parametrize("kind", ["file", "under-a-file", "dev-null", "proc"])
+def test_out_that_cannot_hold_run_directories_exits_2_before_writing(invoke, tmp_path, kind):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    out = {"file": a_file, "under-a-file": a_file / "runs", "dev-null": "/dev/null", "proc": "/proc/tdlab-runs"}[kind]
+    line = _one_error_line(invoke("run", "markov-init", *TINY, "--out", out))
+    assert f"--out '{out}'" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"] and a_file.read_text() == "x"
+
+
+@pytest.mark.parametrize(
+    "sets, named",
+    [
+        (["train.steps=on"], "train.steps"),
+        (["model.init_e=.nan"], "model.init_e"),
+        (["train.chunk=0"], "train.chunk"),
+        (["train.chunk=-1"], "train.chunk"),
+        (["train.batch=1000000", "train.seq_len=65536"], "train.batch"),
+        (["model.arch=gpt2", "model.vocab=3"], "archs="),
+        (["x=" + "[" * 3 + ", ".join(["&a [1, 2]"] + ["*a"] * 9) + "]" * 3], "anchors and aliases"),
+        (["archs=[sec2"], "cannot parse"),
+    ],
+)
+def test_the_issues_bad_inputs_exit_2_with_one_line(invoke, runs_dir, sets, named):
+    args = ["run", "markov-init", "--quiet", "--out", runs_dir]
+    for s in sets:
+        args += ["--set", s]
+    line = _one_error_line(invoke(*args))
+    assert named in line and len(line) < 2000
+    assert not runs_dir.exists()
