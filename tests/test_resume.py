@@ -3,6 +3,7 @@ with exactly the numbers of an uninterrupted run; the trainer resumes mid-chunk 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -63,7 +64,7 @@ def killed_and_resumed(tmp_path_factory):
     ``full``: the same config and seed, never interrupted."""
     out = tmp_path_factory.mktemp("resume") / "runs"
     staging = staging_path(out / "killed")
-    second_arm_ck = staging / "checkpoints" / "sec2__local-to-global.pt"
+    second_arm_ck = staging / "checkpoints" / "sec2__local-to-global.json"
     env = {**os.environ, "TDLAB_THREADS": "2"}  # the same thread count as this process (conftest)
     proc = subprocess.Popen([sys.executable, "-m", "tdlab.cli", *_run_args("killed", out)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -121,13 +122,14 @@ def test_resumed_run_is_finished_indexed_and_clean(killed_and_resumed):
     run = Run(out / "killed")
     s = run.summary
     assert s["status"] == "done" and s["run_id"] == "killed"
-    assert s["claims_total"] == 2 and len(s["claims"]) == 2
+    full = Run(out / "full").summary
+    assert s["claims_total"] == full["claims_total"] == len(s["claims"]) >= 2
     assert (run.path / "report.html").is_file()
     assert not staging_path(out / "killed").exists()
     assert not (run.path / "checkpoints").exists()
     assert not any(p.name.startswith(".staging-") for p in out.iterdir())
-    claims_full = [(c["id"], c["mean"]) for c in Run(out / "full").summary["claims"]]
-    assert [(c["id"], c["mean"]) for c in s["claims"]] == claims_full
+    measured = lambda summ: json.dumps([(g["id"], [r["mean"] for r in g["rows"]]) for g in summ["claims"]])  # noqa: E731
+    assert measured(s) == measured(full)  # NaN-safe: the same numbers, as text
     (row,) = RunIndex(out).query("run_id = 'killed'")
     assert row["status"] == "done" and row["path"] == str((out / "killed").resolve())
 
@@ -158,6 +160,9 @@ class InterruptAfter:
     def __init__(self, task, n: int) -> None:
         self.task, self.n, self.calls, self.vocab = task, n, 0, task.vocab
 
+    def __getattr__(self, name):  # the task's reference predictors (test_loss@bayes rows) too
+        return getattr(self.task, name)
+
     def sample(self, *args, **kwargs):
         self.calls += 1
         if self.calls > self.n:
@@ -186,7 +191,7 @@ def uninterrupted():
 @pytest.mark.parametrize("chunk, calls", [(1, 20), (1, 37), (1, 37 + 30), (2, 16)])
 def test_trainer_resumed_mid_chunk_equals_uninterrupted_fit(tmp_path, uninterrupted, chunk, calls):
     seeds = member_seeds(7, 2)
-    ck = tmp_path / "ck" / "arm.pt"
+    ck = tmp_path / "ck" / "arm.json"
     flaky = InterruptAfter(TASK, calls)
     with pytest.raises(Interrupted):
         Trainer(_train_cfg(chunk), progress=False, checkpoint=ck).fit(_build, seeds, flaky)
@@ -200,7 +205,7 @@ def test_trainer_resumed_mid_chunk_equals_uninterrupted_fit(tmp_path, uninterrup
 
 def test_finished_checkpoint_returns_the_result_without_training(tmp_path, uninterrupted):
     seeds = member_seeds(7, 2)
-    ck = tmp_path / "arm.pt"
+    ck = tmp_path / "arm.json"
     first = Trainer(_train_cfg(1), progress=False, checkpoint=ck).fit(_build, seeds, TASK)
     assert first.rows == uninterrupted[1].rows
     built = []
@@ -212,7 +217,7 @@ def test_finished_checkpoint_returns_the_result_without_training(tmp_path, unint
 
 def test_checkpoint_of_another_config_is_refused(tmp_path):
     seeds = member_seeds(7, 2)
-    ck = tmp_path / "arm.pt"
+    ck = tmp_path / "arm.json"
     with pytest.raises(Interrupted):
         Trainer(_train_cfg(1), progress=False, checkpoint=ck).fit(_build, seeds, InterruptAfter(TASK, 12))
     other = _train_cfg(1).model_copy(update={"lr": 0.5})

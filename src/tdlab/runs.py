@@ -18,13 +18,16 @@ its staging folder, with checkpoints, for ``tdlab run --resume OUT/ID``.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from functools import cache
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,9 +40,10 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-from tdlab.config import ECHO_CHARS, echo, one_line
+from tdlab.config import ECHO_CHARS, ConfigError, echo, one_line
 
-__all__ = ["RunWriter", "Run", "RunDirError", "atomic_write", "environment", "list_runs", "staging_path", "METRIC_COLUMNS"]
+__all__ = ["RunWriter", "Run", "RunDirError", "RunNotMovedError", "atomic_write", "environment", "list_runs", "staging_path",
+           "METRIC_COLUMNS", "check_run_id", "config_hash", "file_mode"]
 
 METRIC_COLUMNS = ["arm", "step", "member", "name", "value"]
 _SCHEMA = pa.schema([("arm", pa.string()), ("step", pa.int64()), ("member", pa.int64()), ("name", pa.string()), ("value", pa.float64())])
@@ -49,14 +53,61 @@ class RunDirError(ValueError):
     """A run directory that is missing, incomplete or corrupt (the CLI exits with code 2)."""
 
 
+class RunNotMovedError(RuntimeError):
+    """A finished run whose staging folder could not be renamed into place; the folder is kept
+    intact, checkpoints included (the CLI prints one line naming it and exits with code 1)."""
+
+
+# A run id is one plain folder name under --out: no separators, no '..', not hidden (staging
+# folders are hidden), not empty.
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` if it matches :data:`RUN_ID_PATTERN`; otherwise a one-line :class:`ConfigError`."""
+    if not isinstance(run_id, str) or not RUN_ID_PATTERN.fullmatch(run_id):
+        raise ConfigError(f"--run-id: {echo(run_id)} is not allowed; a run id is 1-200 letters, digits, '_', '.', '-', "
+                          f"starting with a letter or digit (no '/', no leading '.')")
+    return run_id
+
+
+@cache
+def _umask() -> int:
+    """The process umask, read once: from /proc where it can be read without changing it, else by
+    setting and restoring it (done once, so threads writing files later never see it changed)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode of every file of a run directory: what ``open()`` gives a new file (0o666 & ~umask)."""
+    return 0o666 & ~_umask()
+
+
+def config_hash(conf: dict[str, Any]) -> str:
+    """SHA-256 of a run's identity: ``experiment``, ``profile`` and the full ``config`` of a
+    ``config.yaml`` mapping (key order and YAML formatting do not matter)."""
+    ident = {"experiment": conf.get("experiment"), "profile": conf.get("profile"), "config": conf.get("config", {})}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename. The file
+    gets :func:`file_mode` (mkstemp's 0600 would make some files of a run private and others not)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
+            os.fchmod(f.fileno(), file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -97,20 +148,21 @@ class RunWriter:
     it into place as ``OUT/RUN_ID``.
 
     Use as a context manager. On an exception the staging folder is removed unless it holds
-    checkpoints (then it is kept for ``tdlab run --resume``); a process killed outright leaves it
-    too. A diverged run finishes with ``status="diverged"`` and is kept.
+    checkpoints (then it is kept for ``tdlab run --resume``) or :meth:`finish` could not move it
+    into place (then it holds a finished run); a process killed outright leaves it too. A diverged
+    run finishes with ``status="diverged"`` and is kept.
     """
 
     def __init__(self, out: Path, experiment: str, run_id: str | None = None) -> None:
         self.out = Path(out)
         stamp = _dt.datetime.now().strftime("%Y-%m-%dT%H-%M-%S-%f")
-        self.run_id = run_id or f"{stamp}_{experiment}"
+        self.run_id = check_run_id(run_id) if run_id is not None else f"{stamp}_{experiment}"
         self.final = self.out / self.run_id
         if self.final.exists():
             raise RunDirError(f"run directory {self.final} already exists")
         self.path = staging_path(self.final)
         self.rows: list[tuple[str, int, int, str, float]] = []
-        self.finished = False
+        self.finished = self.keep = False
         if self.path.exists():
             raise RunDirError(f"{self.path} exists: an interrupted run; resume it with `tdlab run --resume {self.final}`")
         self.path.mkdir(parents=True)
@@ -126,8 +178,13 @@ class RunWriter:
             raise RunDirError(f"{final} is a finished run; nothing to resume")
         if not (staging / "config.yaml").is_file():
             raise RunDirError(f"{final}: no interrupted run to resume (expected {staging}/config.yaml)")
+        from tdlab.train.checkpoint import legacy_pickles, refuse_pickle  # it imports this module
+
+        for pickled in legacy_pickles(staging / "checkpoints"):  # refused before anything is read
+            raise refuse_pickle(pickled)
         self = cls.__new__(cls)
-        self.out, self.run_id, self.final, self.path, self.finished = final.parent, final.name, final, staging, False
+        self.out, self.run_id, self.final, self.path = final.parent, final.name, final, staging
+        self.finished = self.keep = False
         self.rows = []
         if (staging / "metrics.parquet").is_file():
             df = Run.read_metrics(staging / "metrics.parquet")
@@ -138,8 +195,13 @@ class RunWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if not self.finished and not (self.path / "checkpoints").is_dir():
+        if not self.finished and not self.keep and not (self.path / "checkpoints").is_dir():
             shutil.rmtree(self.path, ignore_errors=True)
+
+    def config_hash(self) -> str:
+        """:func:`config_hash` of the staged ``config.yaml`` (stored in checkpoints: a resume of an
+        edited config is refused)."""
+        return config_hash(Run.read_config(self.path / "config.yaml"))
 
     def write_config(self, config: dict[str, Any]) -> None:
         atomic_write(self.path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
@@ -178,11 +240,25 @@ class RunWriter:
         return [{k: v[i] for k, v in stacked.items()} for i in range(n)]
 
     def finish(self) -> Run:
-        """Move the staged run into place (checkpoints are dropped); returns the finished :class:`Run`."""
+        """Move the staged run into place, then drop its checkpoints; returns the finished :class:`Run`.
+
+        Nothing is deleted before the rename succeeded: when it fails (``--out`` made read-only,
+        the final name taken meanwhile) the staging folder is kept as it is, checkpoints included.
+
+        Raises:
+            RunNotMovedError: the rename failed; names the staging folder and the cause.
+        """
         self.flush_metrics()
-        shutil.rmtree(self.path / "checkpoints", ignore_errors=True)
-        os.replace(self.path, self.final)
+        try:
+            os.replace(self.path, self.final)
+        except OSError as exc:
+            self.keep = True
+            raise RunNotMovedError(
+                f"run {self.run_id} finished but could not be moved into place ({exc.strerror or type(exc).__name__}: "
+                f"{self.final}); everything is kept in {self.path}; rename it to {self.final.name} or run "
+                f"`tdlab run --resume {self.final}`") from None
         self.finished = True
+        shutil.rmtree(self.final / "checkpoints", ignore_errors=True)
         return Run(self.final)
 
 

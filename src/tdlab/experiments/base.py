@@ -67,7 +67,8 @@ class RunContext:
         finished = self.done(arm)
         if finished is not None:
             return finished
-        trainer.checkpoint = self.writer.path / "checkpoints" / f"{arm.replace('/', '__')}.pt"
+        trainer.checkpoint = self.writer.path / "checkpoints" / f"{arm.replace('/', '__')}.json"
+        trainer.config_hash = self.writer.config_hash()  # a checkpoint of an edited config.yaml is refused
         try:
             result = trainer.fit(build, seeds, task)
         except DivergenceError as err:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,7 @@ from torch import nn
 
 from tdlab.config import Config
 from tdlab.seeding import Purpose, generators
+from tdlab.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tdlab.train.cpu import flush_denormals
 from tdlab.train.progress import ProgressBar
 
@@ -133,12 +134,15 @@ class Trainer:
     def __init__(
         self, cfg: TrainConfig, device: str = "cpu", progress: bool = True, label: str = "", checkpoint: Path | None = None
     ) -> None:
-        """``checkpoint``: file for resumable checkpoints (every ``cfg.checkpoint_every`` steps and
-        after each chunk). When it exists, :meth:`fit` resumes from it: model, optimiser, schedule,
-        random streams and metrics so far, so the run ends with the same numbers as one that was
-        never stopped."""
+        """``checkpoint``: the ``.json`` file of resumable checkpoints (every ``cfg.checkpoint_every``
+        steps and after each chunk; tensors beside it in safetensors, see :mod:`tdlab.train.checkpoint`).
+        When it exists, :meth:`fit` resumes from it: model, optimiser, schedule, random streams and
+        metrics so far, so the run ends with the same numbers as one that was never stopped.
+        ``config_hash`` (set by the caller, e.g. the run context) is stored in every checkpoint; a
+        checkpoint with another hash is refused."""
         self.cfg, self.device, self.progress, self.label = cfg, device, progress, label
         self.checkpoint = Path(checkpoint) if checkpoint is not None else None
+        self.config_hash: str | None = None
 
     # ------------------------------------------------------------------------------------------
     def fit(self, build: Callable[[list[int]], nn.Module], seeds: Sequence[int], task: Task) -> FitResult:
@@ -230,23 +234,68 @@ class Trainer:
     # Checkpoints: everything the loop's future depends on, written atomically.
 
     def _load_checkpoint(self, seeds: list[int], chunk: int) -> dict | None:
-        if self.checkpoint is None or not self.checkpoint.is_file():
+        """The progress saved in :attr:`checkpoint` (``None`` when there is none), checked against
+        this fit: same seeds, chunk size, training config and run config hash.
+
+        Returns ``{"rows", "states", "chunk"}``; ``chunk`` is the unfinished chunk's snapshot
+        (``{"start": -1}`` when every saved chunk had finished).
+
+        Raises:
+            CheckpointError: a pickle where the checkpoint should be (never unpickled), a damaged
+                checkpoint, or one written by another config or seeds.
+        """
+        if self.checkpoint is None:
             return None
-        ck = torch.load(self.checkpoint, map_location=self.device, weights_only=False)
-        if ck["seeds"] != seeds or ck["chunk_size"] != chunk or ck["config"] != self.cfg.model_dump(mode="json"):
-            raise ValueError(f"checkpoint {self.checkpoint} was written by a different config or seeds; refusing to resume")
-        return ck
+        loaded = load_checkpoint(self.checkpoint)
+        if loaded is None:
+            return None
+        meta, tensors = loaded
+        where = self.checkpoint
+        if self.config_hash is not None and meta.get("config_hash") != self.config_hash:
+            raise CheckpointError(f"checkpoint {where} was written for a different run config (config.yaml changed "
+                                  f"after it was written); refusing to resume")
+        if meta.get("seeds") != seeds or meta.get("chunk_size") != chunk or meta.get("config") != self.cfg.model_dump(mode="json"):
+            raise CheckpointError(f"checkpoint {where} was written by a different config or seeds; refusing to resume")
+        try:
+            return _unpack_checkpoint(meta, tensors, seeds, chunk, self.cfg.steps, self.device)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise CheckpointError(f"checkpoint {where} is corrupt: {exc}") from None
 
     def _save_checkpoint(self, seeds: list[int], chunk: int, result: FitResult, state: dict | None) -> None:
+        """Save the fit's progress (finished chunks, and ``state``: the running chunk's snapshot) as
+        JSON + safetensors (:func:`tdlab.train.checkpoint.save_checkpoint`)."""
         if self.checkpoint is None:
             return
-        ck = {"seeds": seeds, "chunk_size": chunk, "config": self.cfg.model_dump(mode="json"),
-              "rows": result.rows, "states": result.states,
-              "chunk": state if state is not None else {"start": -1}}
-        self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.checkpoint.with_name(f".{self.checkpoint.name}.tmp")
-        torch.save(ck, tmp)
-        os.replace(tmp, self.checkpoint)
+        meta = {"seeds": seeds, "chunk_size": chunk, "config": self.cfg.model_dump(mode="json"),
+                "config_hash": self.config_hash, "rows": [list(r) for r in result.rows], "finished": len(result.states)}
+        tensors = {f"states/{i}/{k}": v for i, st in enumerate(result.states) for k, v in st.items()}
+        meta["chunk"] = None
+        if state is not None:
+            meta["chunk"], chunk_tensors = _pack_snapshot(state)
+            tensors.update(chunk_tensors)
+        save_checkpoint(self.checkpoint, meta, tensors)
+
+    @staticmethod
+    def _restore(resume: dict, model: nn.Module, opt: torch.optim.Optimizer, sched: Any,
+                 gens: dict[str, list[torch.Generator]]) -> None:
+        """Load a checkpointed chunk snapshot into the freshly built ``model``, ``opt``, ``sched`` and
+        random streams; a snapshot that does not fit them is a :class:`CheckpointError`."""
+        own = model.state_dict()
+        bad = [k for k in own if k not in resume["model"] or resume["model"][k].shape != own[k].shape
+               or resume["model"][k].dtype != own[k].dtype]
+        if bad or set(resume["model"]) != set(own):
+            raise CheckpointError(f"checkpoint does not fit the model: parameters {sorted(set(bad) or set(resume['model']) ^ set(own))[:3]}")
+        fresh_groups = opt.state_dict()["param_groups"]
+        try:
+            model.load_state_dict(resume["model"])
+            opt.load_state_dict({"state": resume["opt"]["state"],
+                                 "param_groups": _as_tuples_like(resume["opt"]["param_groups"], fresh_groups)})
+            sched.load_state_dict(resume["sched"])
+            for name, gs in gens.items():
+                for g, st in zip(gs, resume[name], strict=True):
+                    g.set_state(st)
+        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
+            raise CheckpointError(f"checkpoint does not fit the model or optimiser: {' '.join(str(exc).split())[:200]}") from None
 
     def _train(
         self, model: nn.Module, task: Task, offset: int, result: FitResult, bar: ProgressBar, resume: dict | None = None
@@ -277,13 +326,7 @@ class Trainer:
         if resume is None:
             log_eval(0)
         else:
-            model.load_state_dict(resume["model"])
-            opt.load_state_dict(resume["opt"])
-            sched.load_state_dict(resume["sched"])
-            for g, st in zip(train_gens, resume["train_gens"]):
-                g.set_state(st)
-            for g, st in zip(eval_gens, resume["eval_gens"]):
-                g.set_state(st)
+            self._restore(resume, model, opt, sched, {"train_gens": train_gens, "eval_gens": eval_gens})
             running, since, first = resume["running"], resume["since"], resume["step"] + 1
             bar.advance(resume["step"])
 
@@ -321,3 +364,104 @@ class Trainer:
                 self._save_checkpoint(list(self._all_seeds), self._chunk, result, snapshot(step))
             bar.advance()
         result.states.extend(model.member_state(e) for e in range(E))
+
+
+# ------------------------------------------------------------------------------------------------
+# Checkpoint contents: a chunk snapshot split into JSON-able scalars and named tensors, and back.
+
+def _pack_snapshot(state: dict) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """A running chunk's snapshot as ``(JSON-able meta, tensors)``: model, optimiser tensors, random
+    streams (uint8) and the running loss go to the tensor file; the rest stays in JSON."""
+    tensors = {f"model/{k}": v for k, v in state["model"].items()}
+    opt_state: dict[str, dict[str, Any]] = {}
+    for pid, st in state["opt"]["state"].items():
+        opt_state[str(pid)] = {}
+        for k, v in st.items():
+            if isinstance(v, torch.Tensor):
+                tensors[f"opt/{pid}/{k}"] = v
+            else:
+                opt_state[str(pid)][k] = v
+    for name in ("train_gens", "eval_gens"):
+        tensors.update({f"{name}/{i}": g for i, g in enumerate(state[name])})
+    tensors["running"] = state["running"]
+    meta = {"start": state["start"], "step": state["step"], "since": state["since"], "sched": state["sched"],
+            "opt": {"state": opt_state, "param_groups": state["opt"]["param_groups"]}, "members": len(state["train_gens"])}
+    return meta, tensors
+
+
+def _unpack_checkpoint(meta: dict[str, Any], tensors: dict[str, torch.Tensor], seeds: list[int], chunk: int,
+                       steps: int, device: str) -> dict:
+    """``{"rows", "states", "chunk"}`` from a loaded checkpoint, every part checked against the fit
+    (member counts, chunk boundaries, step range, tensor groups). Raises ``ValueError`` (or
+    ``KeyError``/``TypeError``) naming what is wrong."""
+    rows = meta["rows"]
+    if not isinstance(rows, list) or not all(_is_row(r) for r in rows):
+        raise ValueError("'rows' must be [step, member, name, value] lists")
+    finished = meta["finished"]
+    if not _is_int(finished) or not 0 <= finished <= len(seeds) or (finished % chunk and finished != len(seeds)):
+        raise ValueError(f"'finished' must be a whole number of chunks of {chunk} members, at most {len(seeds)}")
+    states = [_group(tensors, f"states/{i}/") for i in range(finished)]
+    if any(not st or st.keys() != states[0].keys() for st in states):
+        raise ValueError("finished members' states are missing or differ in their parameters")
+    states = [{k: v.to(device) for k, v in st.items()} for st in states]
+    snap = meta["chunk"]
+    used = {f"states/{i}/{k}" for i, st in enumerate(states) for k in st}
+    if snap is None:
+        if set(tensors) != used:
+            raise ValueError("tensors of an unfinished chunk without its snapshot")
+        return {"rows": [tuple(r) for r in rows], "states": states, "chunk": {"start": -1}}
+    members = len(seeds[finished: finished + chunk])
+    if snap["start"] != finished or snap["members"] != members or not _is_int(snap["step"]) or not 1 <= snap["step"] < steps:
+        raise ValueError("the unfinished chunk's start, members or step do not fit the fit")
+    if not _is_int(snap["since"]) or snap["since"] < 0 or not isinstance(snap["sched"], dict):
+        raise ValueError("'since' must be a count, 'sched' an object")
+    gens = {name: [tensors[f"{name}/{i}"] for i in range(members)] for name in ("train_gens", "eval_gens")}
+    if any(g.dtype != torch.uint8 or g.dim() != 1 for gs in gens.values() for g in gs):
+        raise ValueError("random stream states must be 1-D uint8 tensors")
+    running = tensors["running"]
+    if running.shape != (members,) or not running.is_floating_point():
+        raise ValueError(f"'running' must be a float tensor of {members} values")
+    opt = _unpack_optimizer(snap["opt"], tensors)
+    model = _group(tensors, "model/")
+    used |= {f"model/{k}" for k in model} | {f"{n}/{i}" for n in gens for i in range(members)} | {"running"}
+    used |= {f"opt/{pid}/{k}" for pid, st in opt["state"].items() for k, v in st.items() if isinstance(v, torch.Tensor)}
+    if set(tensors) != used:
+        raise ValueError(f"unexpected tensors {sorted(set(tensors) - used)[:3]}")
+    return {"rows": [tuple(r) for r in rows], "states": states,
+            "chunk": {"start": finished, "step": snap["step"], "since": snap["since"], "sched": snap["sched"], "opt": opt,
+                      "model": model, **gens, "running": running.to(device)}}
+
+
+def _unpack_optimizer(opt: dict[str, Any], tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """An optimiser ``state_dict`` from its JSON part (scalars, param groups) and its tensors."""
+    if not isinstance(opt["state"], dict) or not isinstance(opt["param_groups"], list):
+        raise ValueError("optimiser state must be an object, its param groups a list")
+    state: dict[int, dict[str, Any]] = {}
+    for pid, scalars in opt["state"].items():
+        if not pid.isdigit() or not isinstance(scalars, dict):
+            raise ValueError(f"optimiser state {pid!r} is malformed")
+        state[int(pid)] = {**scalars, **_group(tensors, f"opt/{pid}/")}
+    return {"state": state, "param_groups": opt["param_groups"]}
+
+
+def _as_tuples_like(groups: list[dict[str, Any]], fresh: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Saved param groups with the lists JSON made of tuples (AdamW's ``betas``) tuples again, as in ``fresh``."""
+    if len(groups) != len(fresh):
+        raise ValueError(f"{len(groups)} param groups saved, the optimiser has {len(fresh)}")
+    return [{k: tuple(v) if isinstance(f.get(k), tuple) and isinstance(v, list) else v for k, v in g.items()}
+            for g, f in zip(groups, fresh)]
+
+
+def _group(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The tensors whose name starts with ``prefix``, with the prefix removed."""
+    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_row(r: Any) -> bool:
+    """A metric row ``[step, member, name, value]`` as JSON holds it."""
+    return (isinstance(r, list) and len(r) == 4 and _is_int(r[0]) and _is_int(r[1]) and isinstance(r[2], str)
+            and isinstance(r[3], (int, float)) and not isinstance(r[3], bool))

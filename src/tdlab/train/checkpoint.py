@@ -1,0 +1,168 @@
+"""Checkpoint files that loading never executes: tensors in safetensors, everything else in JSON.
+
+A checkpoint named ``DIR/NAME.json`` is two files::
+
+    DIR/NAME.json                       seeds, config, step, scalars, metric rows, and the name, SHA-256
+                                        and manifest (dtype, shape) of the tensor file
+    DIR/NAME-<sha256[:16]>.safetensors  every tensor (model, optimiser, random streams, ...)
+
+Writing is crash-safe without a folder swap: the tensor file gets a new, content-addressed name
+(temp file + rename), then the JSON is replaced (temp file + rename) and only then the previous
+tensor file is deleted. A process killed at any moment leaves the JSON pointing at a complete
+tensor file whose hash it holds: the old checkpoint or the new one, never a mix.
+
+Reading checks everything before anything is used: the JSON's shape, the tensor file's hash, and
+every tensor's dtype and shape against the manifest. A pickle (``torch.save`` output, a legacy
+``NAME.pt``) is refused unread: unpickling runs arbitrary code. Any problem raises
+:class:`CheckpointError`, one line naming the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load, save
+
+from tdlab.runs import RunDirError, file_mode
+
+__all__ = ["CheckpointError", "FORMAT", "save_checkpoint", "load_checkpoint", "legacy_pickles"]
+
+FORMAT = "tdlab-checkpoint/1"
+_PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin")
+_MAX_JSON_BYTES = 1 << 30  # a checkpoint's JSON holds metric rows; a bigger file is not one tdlab wrote
+
+
+class CheckpointError(RunDirError):
+    """A checkpoint that is missing a part, corrupt, foreign or of another config (CLI: exit code 2)."""
+
+
+def legacy_pickles(folder: Path) -> list[Path]:
+    """Files in ``folder`` that look like pickled checkpoints (``*.pt`` and friends); tdlab never
+    loads them. Returns them sorted (empty when the folder does not exist)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in _PICKLE_SUFFIXES)
+
+
+def refuse_pickle(path: Path) -> CheckpointError:
+    """The error for a pickle found where a checkpoint is expected (it is never opened)."""
+    return CheckpointError(f"{path} is a pickled checkpoint (legacy or foreign); tdlab never unpickles "
+                           f"checkpoints (loading a pickle can run code): remove it to start the run over")
+
+
+def save_checkpoint(path: Path, meta: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
+    """Write ``meta`` (JSON-able: numbers, strings, None, lists, dicts) and ``tensors`` as the
+    checkpoint ``path`` (a ``.json`` file plus its tensor file), crash-safe (see the module)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cpu = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}  # clone: tied weights share memory
+    blob = save(cpu) if cpu else b""
+    digest = hashlib.sha256(blob).hexdigest()
+    tensor_file = path.with_name(f"{path.stem}-{digest[:16]}.safetensors")
+    manifest = {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)} for k, v in cpu.items()}
+    doc = {"format": FORMAT, "meta": meta, "tensors": {"file": tensor_file.name, "sha256": digest, "manifest": manifest}}
+    text = json.dumps(doc, allow_nan=True)  # NaN/inf metric values round-trip; other types raise TypeError
+    _write_atomically(tensor_file, blob)
+    _write_atomically(path, text.encode())
+    for old in path.parent.glob(f"{path.stem}-*.safetensors"):  # only now is the previous tensor file unused
+        if old.name != tensor_file.name:
+            old.unlink(missing_ok=True)
+
+
+def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]] | None:
+    """``(meta, tensors)`` of the checkpoint ``path``, tensors on the CPU; ``None`` when there is none.
+
+    Raises:
+        CheckpointError: a pickle where the checkpoint should be (never unpickled), or a JSON /
+            tensor file that is unreadable, of the wrong shape, or whose hash does not match.
+    """
+    path = Path(path)
+    for legacy in (path.with_suffix(s) for s in _PICKLE_SUFFIXES):
+        if legacy.exists():
+            raise refuse_pickle(legacy)
+    if not path.is_file():
+        return None
+    raw = _read(path, _MAX_JSON_BYTES)
+    if raw[:1] == b"\x80" or raw[:2] == b"PK":  # pickle protocol 2+ / torch.save's zip container
+        raise refuse_pickle(path)
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise CheckpointError(f"{path} is corrupt: not JSON ({_short(exc)})") from None
+    meta, entry = _check_document(path, doc)
+    tensor_file = path.with_name(entry["file"])
+    blob = _read(tensor_file, None)
+    if hashlib.sha256(blob).hexdigest() != entry["sha256"]:
+        raise CheckpointError(f"{tensor_file} is corrupt: its SHA-256 does not match {path.name} (truncated or changed)")
+    try:
+        tensors = load(blob) if blob else {}
+    except Exception as exc:  # safetensors raises its own error types for a damaged file
+        raise CheckpointError(f"{tensor_file} is corrupt: {_short(exc)}") from None
+    _check_manifest(tensor_file, tensors, entry["manifest"])
+    return meta, tensors
+
+
+def _check_document(path: Path, doc: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``meta`` and ``tensors`` entries of a checkpoint JSON, after checking their types."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a tdlab checkpoint (expected format {FORMAT!r})")
+    meta, entry = doc.get("meta"), doc.get("tensors")
+    if not isinstance(meta, dict) or not isinstance(entry, dict):
+        raise CheckpointError(f"{path} is corrupt: 'meta' and 'tensors' must be objects")
+    name, digest, manifest = entry.get("file"), entry.get("sha256"), entry.get("manifest")
+    if not (isinstance(name, str) and name == Path(name).name and name.endswith(".safetensors") and not name.startswith(".")):
+        raise CheckpointError(f"{path} is corrupt: 'tensors.file' must be a .safetensors file name in the same folder")
+    if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+        raise CheckpointError(f"{path} is corrupt: 'tensors.sha256' must be a SHA-256 hex digest")
+    if not isinstance(manifest, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("dtype"), str) and isinstance(v.get("shape"), list)
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in v["shape"]) for v in manifest.values()):
+        raise CheckpointError(f"{path} is corrupt: 'tensors.manifest' must map names to dtype and shape")
+    return meta, entry
+
+
+def _check_manifest(tensor_file: Path, tensors: dict[str, torch.Tensor], manifest: dict[str, Any]) -> None:
+    """Every tensor the manifest lists, no other, each of its dtype and shape."""
+    if set(tensors) != set(manifest):
+        raise CheckpointError(f"{tensor_file} is corrupt: its tensors are not the ones its checkpoint lists")
+    for k, t in tensors.items():
+        if str(t.dtype).removeprefix("torch.") != manifest[k]["dtype"] or list(t.shape) != manifest[k]["shape"]:
+            raise CheckpointError(f"{tensor_file} is corrupt: tensor {k!r} is not of the dtype/shape its checkpoint lists")
+
+
+def _read(path: Path, limit: int | None) -> bytes:
+    """The bytes of ``path``; a missing, unreadable or oversized file is a :class:`CheckpointError`."""
+    try:
+        if limit is not None and path.stat().st_size > limit:
+            raise CheckpointError(f"{path} is corrupt: larger than {limit} bytes")
+        return path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read checkpoint file ({exc.strerror or type(exc).__name__})") from None
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder, fsync and rename (durable across a crash)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            os.fchmod(f.fileno(), file_mode())  # the run directory's one file mode, not mkstemp's 0600
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _short(exc: BaseException) -> str:
+    """An exception's message on one short line."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
