@@ -180,3 +180,122 @@ def test_list_runs_skips_staging_foreign_and_broken_folders(tmp_path):
     assert [r.path.name for r in list_runs(tmp_path)] == ["a", "b"]
     assert list_runs(tmp_path / "missing") == []
     assert json.loads(json.dumps(yaml.safe_load((tmp_path / "a" / "config.yaml").read_text()))) == {"experiment": "exp"}
+
+
+# --- every reader checks what it reads (issue 12) -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (bytes(range(256)), "utf-8"),  # a binary config.yaml
+        (b"experiment: [a, b]\n", "'experiment' must be a string"),
+        (b"experiment: exp\nconfig: 7\n", "'config' must be a mapping"),
+        (b"experiment: exp\nprofile: [quick]\n", "'profile' must be a string"),
+        (b"experiment: exp\nsweep: {a: 1}\n", "'sweep' must be a string or null"),
+        (b"experiment: exp\n  bad: indent\n", "corrupt"),
+    ],
+)
+def test_config_of_the_wrong_shape_raises_one_line(tmp_path, data, words):
+    path = _good_run(tmp_path)
+    (path / "config.yaml").write_bytes(data)
+    with pytest.raises(RunDirError, match=r"config\.yaml") as err:
+        Run(path).config
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text, words", [("null", "got None"), ("7", "got 7"), ("[1]", "got [1]"),
+                                         ('{"status": [1]}', "'status' must be a string"),
+                                         ('{"wall_time_s": "slow"}', "'wall_time_s' must be a number"),
+                                         ('{"member": true}', "'member' must be an integer or null")])
+def test_summary_that_is_not_an_object_of_the_right_shape_raises(tmp_path, text, words):
+    path = _good_run(tmp_path)
+    (path / "summary.json").write_text(text)
+    with pytest.raises(RunDirError, match=r"summary\.json is corrupt") as err:
+        Run(path).summary
+    assert words in str(err.value)
+    (path / "summary.json").write_bytes(b"\xff\xfe{")  # not UTF-8
+    with pytest.raises(RunDirError, match=r"summary\.json is corrupt"):
+        Run(path).summary
+
+
+@pytest.mark.parametrize(
+    "change, column",
+    [
+        (lambda df: df.assign(step=df["step"].astype(str)), "step"),  # a string step column
+        (lambda df: df.assign(member=df["member"] + 0.5), "member"),
+        (lambda df: df.assign(value=df["value"].astype(str)), "value"),
+        (lambda df: df.assign(value=True), "value"),
+        (lambda df: df.assign(arm=1), "arm"),
+        (lambda df: df.assign(name=None), "name"),
+    ],
+)
+def test_metrics_columns_of_the_wrong_type_raise(tmp_path, change, column):
+    path = _good_run(tmp_path)
+    change(pd.read_parquet(path / "metrics.parquet")).to_parquet(path / "metrics.parquet")
+    with pytest.raises(RunDirError, match=rf"metrics\.parquet is corrupt: column '{column}'"):
+        Run(path).metrics()
+
+
+def test_corrupt_arrays_raise(tmp_path):
+    with RunWriter(tmp_path, "exp", run_id="r") as w:
+        w.write_config({"experiment": "exp"})
+        w.save_arrays("arm", [{"w": torch.zeros(2)}])
+        run = w.finish()
+    (run.path / "arrays" / "arm.safetensors").write_bytes(b"garbage")
+    with pytest.raises(RunDirError, match=r"arm\.safetensors is corrupt"):
+        run.arrays("arm")
+
+
+def test_preserved_restores_the_directory_when_the_block_fails(tmp_path):
+    path = _good_run(tmp_path)
+    run = Run(path)
+    run.write_summary({"status": "done"})
+    before = {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    with pytest.raises(ZeroDivisionError), run.preserved():
+        run.write_summary({"status": "rewritten"})
+        (path / "figures").mkdir()
+        (path / "figures" / "new.png").write_bytes(b"png")
+        (path / "metrics.parquet").unlink()
+        1 / 0
+    after = {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    assert after == before and not (path / "figures").exists()
+    with run.preserved():  # success keeps what the block wrote
+        run.write_summary({"status": "kept"})
+    assert run.summary == {"status": "kept"}
+
+
+def _digest(folder):
+    return {p.relative_to(folder): (p.read_bytes() if p.is_file() else None) for p in folder.rglob("*")}
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda df: df.iloc[:0], "holds no rows"),
+        (lambda df: df.assign(name="junk"), "do not hold what markov-init reads"),
+        (lambda df: df[df["name"] != "test_loss"], "do not hold what markov-init reads"),
+    ],
+)
+def test_rebuild_refuses_metrics_without_what_the_experiment_reads_and_writes_nothing(make_markov_run, change, words):
+    from tdlab.experiments.runner import rebuild
+
+    _, path = make_markov_run(0.5, 0.8, {}, [0, 10, 20], members=2)
+    change(pd.read_parquet(path / "metrics.parquet")).to_parquet(path / "metrics.parquet")
+    before = _digest(path.parent)
+    with pytest.raises(RunDirError, match=words) as err:
+        rebuild(path)
+    assert "\n" not in str(err.value) and "metrics.parquet" in str(err.value)
+    assert _digest(path.parent) == before  # nothing written into the run directory, no index made
+
+
+def test_rebuild_names_config_yaml_for_an_unknown_experiment_or_a_bad_config(make_markov_run):
+    from tdlab.experiments.runner import rebuild
+
+    _, path = make_markov_run(0.5, 0.8, {}, [0, 10], members=1)
+    conf = yaml.safe_load((path / "config.yaml").read_text())
+    for edit, words in [({"experiment": "no-such"}, "unknown experiment"),
+                        ({"config": {**conf["config"], "train": {**conf["config"]["train"], "steps": True}}}, "train.steps")]:
+        (path / "config.yaml").write_text(yaml.safe_dump({**conf, **edit}))
+        with pytest.raises(RunDirError, match=rf"config\.yaml does not hold a valid config: .*{words}"):
+            rebuild(path)
