@@ -10,7 +10,7 @@ import pytest
 
 from tdlab.experiments.markov_tying import MarkovTying, chain_tag, normalised_position
 from tdlab.experiments.runner import execute, rebuild
-from tdlab.runs import Run, RunWriter
+from tdlab.runs import RunWriter
 from tdlab.tasks.markov import entropy_rate, marginal_entropy, stationary
 from tdlab.theory import markov_tying as th
 

@@ -60,6 +60,7 @@ from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain
 from tdlab.theory.markov_landscape import CriticalKind, gaussian_basin_probability, optimal_contrast, profile_loss
+from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
 
 __all__ = ["MarkovBridgeConfig", "MarkovBridge", "predict_cell", "classify_losses", "cell_arm"]
@@ -105,6 +106,10 @@ class MarkovBridgeConfig(ExperimentConfig):
     model: GPTConfig = GPTConfig(arch="sec2", d=8, init="standard")  # Sec. 2 model, App. A.3.2 sigma = 0.02
     train: TrainConfig = TrainConfig()  # Table 2: AdamW (0.9, 0.95), lr 1e-3, cosine, wd 1e-3, batch 16
     claims: BridgeClaimConfig = BridgeClaimConfig()
+    # torch threads on CPU (tdlab.train.cpu.cpu_threads; None: torch default). The Sec. 2 model at d = 8
+    # is tiny: a second thread buys little and its spin-waits cost a lot on shared cores (the quick run's
+    # first 500-step arm took 3 min with 2 threads at load 11 on 2 cores). Changes no number's meaning.
+    cpu_threads: int | None = Field(1, ge=1, le=1024)
 
     @model_validator(mode="after")
     def _check(self) -> MarkovBridgeConfig:
@@ -252,12 +257,13 @@ class MarkovBridge(Experiment):
     def run(self, cfg: MarkovBridgeConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)  # same inits in every arm: cells differ only by data
         mcfg = cfg.arm_model()
-        for p, q in cfg.grid:
-            task = MarkovChain(p, q)
-            for budget in cfg.budgets:
-                arm = cell_arm(p, q, budget)
-                trainer = Trainer(cfg.arm_train(budget), ctx.device, ctx.progress, label=f"({p:g}, {q:g}) {budget} its")
-                ctx.fit(arm, trainer, lambda s, m=mcfg: GPT(m, s), seeds, task)
+        with cpu_threads(cfg.cpu_threads, ctx.device):
+            for p, q in cfg.grid:
+                task = MarkovChain(p, q)
+                for budget in cfg.budgets:
+                    arm = cell_arm(p, q, budget)
+                    trainer = Trainer(cfg.arm_train(budget), ctx.device, ctx.progress, label=f"({p:g}, {q:g}) {budget} its")
+                    ctx.fit(arm, trainer, lambda s, m=mcfg: GPT(m, s), seeds, task)
 
     def trivial_error(self, cfg: MarkovBridgeConfig, arm: str) -> float:
         return float(np.log(2))  # the uniform predictor over {0, 1}
