@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from typer.testing import CliRunner
 
 from tdlab.cli import app
 from tdlab.config import ConfigError
-from tdlab.index import INDEX_NAME, RunIndex
+from tdlab.index import INDEX_NAME, QUERY_TIME_LIMIT_S, RunIndex
 
 WRITERS, PER_WRITER = 8, 200
 P_VALUES = [0.1, 0.3, 0.5, 0.7, 0.9]
@@ -208,3 +209,98 @@ def test_many_processes_creating_a_fresh_index_at_once_never_crash(tmp_path):
         with sqlite3.connect(out / INDEX_NAME) as con:
             assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == WRITERS
             assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+# ------------------------------------------------------------------------------------------------
+# --where is SQL with no power beyond reading the runs table, and a time limit.
+
+def _stderr_lines(res) -> list[str]:
+    return [line for line in res.stderr.splitlines() if line.strip()]
+
+
+@pytest.fixture()
+def small(tmp_path) -> Path:
+    out = tmp_path / "runs"
+    RunIndex(out).add_many([_record(4, i) for i in range(30)] + [{**_record(5, 0), "run_id": "a;b"}])
+    return out
+
+
+@pytest.mark.parametrize("where", [
+    "1 UNION SELECT name, sql, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 FROM sqlite_master",
+    "run_id IN (SELECT name FROM sqlite_master)",
+    "run_id IN (SELECT rowid FROM runs)",
+    "hex(run_id) = '00'",
+    "load_extension('x') = 1",
+])
+def test_where_reading_other_tables_or_calling_other_functions_is_refused(small, where):
+    with pytest.raises(ConfigError, match="refused"):
+        RunIndex(small).query(where)
+    res = _cli("runs", "--out", str(small), "--where", where)
+    assert res.exit_code == 2 and len(_stderr_lines(res)) == 1 and "refused" in res.stderr, res.stderr
+    assert "CREATE TABLE" not in res.stdout + res.stderr  # sqlite_master's sql never shown
+
+
+def test_where_recursive_cte_is_stopped_within_the_time_limit(small):
+    cte = "run_id IN (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT x FROM c)"
+    t0 = time.monotonic()
+    res = _cli("runs", "--out", str(small), "--where", cte)
+    elapsed = time.monotonic() - t0
+    assert res.exit_code == 2 and len(_stderr_lines(res)) == 1, res.stderr
+    assert elapsed < QUERY_TIME_LIMIT_S, elapsed
+
+
+def test_slow_where_is_stopped_by_the_progress_handler(small):
+    # Allowed by the authorizer (six reads of runs), but 31^6 ~ 9e8 rows: only the time limit ends it.
+    join = "run_id IN (SELECT a.run_id FROM runs a, runs b, runs c, runs d, runs e, runs f)"
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match="longer than 0.3 s and was stopped"):
+        RunIndex(small).query(join, time_limit=0.3)
+    assert 0.3 <= time.monotonic() - t0 < 3.0
+
+
+def test_where_may_contain_a_semicolon_in_a_string_but_not_two_statements(small):
+    assert [r["run_id"] for r in RunIndex(small).query("run_id = 'a;b'")] == ["a;b"]
+    res = _cli("runs", "--out", str(small), "--where", "run_id = 'a;b'")
+    assert res.exit_code == 0 and "1 run(s)" in res.stdout, res.output
+    with pytest.raises(ConfigError, match="one condition expected"):
+        RunIndex(small).query("1; DELETE FROM runs")
+    assert RunIndex(small).count() == 31
+
+
+def test_where_queries_never_write(small):
+    before = (small / INDEX_NAME).read_bytes()
+    for where in ("1) ; DELETE FROM runs; SELECT (1", "run_id IN (SELECT 1 FROM pragma_table_info('runs'))"):
+        with pytest.raises(ConfigError):
+            RunIndex(small).query(where)
+    assert RunIndex(small).count() == 31 and (small / INDEX_NAME).read_bytes() == before
+
+
+# ------------------------------------------------------------------------------------------------
+# A corrupt index: one line naming --reindex; --reindex moves it aside and rebuilds it.
+
+def _finished_run(out: Path, run_id: str) -> None:
+    """A minimal finished run directory (config, empty metrics, summary), written without training."""
+    from tdlab.runs import RunWriter
+
+    w = RunWriter(out, "markov-init", run_id)
+    w.write_config({"experiment": "markov-init", "profile": "quick", "config": {"seed": 3}, "sweep": None})
+    w.finish().write_summary({"status": "done", "run_id": run_id, "claims_total": 2, "claims_failed": 1})
+
+
+def test_corrupt_index_is_one_line_and_reindex_rebuilds_it(tmp_path):
+    out = tmp_path / "runs"
+    _finished_run(out, "kept")
+    garbage = bytes(range(256)) * 64
+    (out / INDEX_NAME).write_bytes(garbage)
+    res = _cli("runs", "--out", str(out))
+    assert res.exit_code == 2 and len(_stderr_lines(res)) == 1 and "--reindex" in res.stderr, res.stderr
+    assert "Traceback" not in res.output
+    res = _cli("runs", "--out", str(out), "--reindex")
+    assert res.exit_code == 0, res.output
+    assert len(_stderr_lines(res)) == 1 and "moved aside" in res.stderr
+    (aside,) = out.glob(f"{INDEX_NAME}.corrupt-*")
+    assert aside.read_bytes() == garbage  # kept, not deleted
+    assert "kept" in res.stdout and "1 run(s)" in res.stdout
+    assert [r["run_id"] for r in RunIndex(out).query()] == ["kept"]
+    res = _cli("runs", "--out", str(out), "--reindex")  # a sound index is not moved
+    assert res.exit_code == 0 and not _stderr_lines(res) and len(list(out.glob(f"{INDEX_NAME}.corrupt-*"))) == 1

@@ -23,7 +23,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from tdlab.config import ECHO_CHARS, ConfigError, one_line
-from tdlab.runs import RunDirError, list_runs
+from tdlab.runs import RunDirError, RunNotMovedError, list_runs
 
 try:  # typer >= 0.2x carries its own copy of click, whose exceptions are not click's
     from typer._click import exceptions as click_errors
@@ -117,6 +117,9 @@ def run(
             finished = runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
+    except RunNotMovedError as exc:  # a finished run left in its staging folder: kept, named, exit 1
+        _error_line(str(exc))
+        raise typer.Exit(code=1) from None
     summary = finished.summary
     _print_summary(summary, finished.path)
     if summary["status"] != "done":
@@ -183,10 +186,14 @@ def runs(
     reindex: Annotated[bool, typer.Option("--reindex", help="rebuild the index from the run directories first")] = False,
 ) -> None:
     """Table of past runs with their claim verdicts, from the run index (OUT/index.sqlite)."""
-    from tdlab.index import INDEX_NAME, RunIndex
+    from tdlab.index import INDEX_NAME, RunIndex, set_aside_if_corrupt
 
-    fresh = not (out / INDEX_NAME).exists()
     try:
+        aside = set_aside_if_corrupt(out) if reindex else None  # a corrupt index is kept, not deleted
+        if aside is not None:
+            err_console.print(f"{out / INDEX_NAME} was corrupt: moved aside to {aside}; rebuilding the index",
+                              highlight=False, soft_wrap=True, markup=False)
+        fresh = not (out / INDEX_NAME).exists()
         index = RunIndex(out)
         if reindex or fresh:
             for r in list_runs(out):

@@ -4,6 +4,16 @@ Several sweeps with several workers each write to it at once; SQLite's write-ahe
 timeout serialise the writes, and ``run_id`` is the primary key, so a run is never listed twice.
 ``tdlab runs --where 'claims.failed > 0'`` filters it; dotted names map to columns or to JSON paths
 into the stored config and summary (``config.task.p``, ``summary.status``).
+
+A ``--where`` condition is SQL, so it is run with no power beyond reading: on a read-only
+connection, under an SQLite authorizer that allows only ``SELECT``, reading the ``runs`` table's
+columns and the functions of :data:`ALLOWED_FUNCTIONS` (no other table, ``sqlite_master`` included;
+no ``PRAGMA``, ``ATTACH``, recursive CTE or write), and under a progress handler that stops it after
+:data:`QUERY_TIME_LIMIT_S` seconds. A refused or stopped condition is a one-line :class:`ConfigError`.
+
+An index file that is not an SQLite database (or fails its integrity check) is a
+:class:`CorruptIndexError`; ``tdlab runs --reindex`` moves it aside (:func:`set_aside_if_corrupt`) and
+rebuilds the index from the run directories.
 """
 
 from __future__ import annotations
@@ -17,10 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from tdlab.config import ConfigError
+from tdlab.runs import RunDirError
 
-__all__ = ["RunIndex", "INDEX_NAME"]
+__all__ = ["RunIndex", "INDEX_NAME", "CorruptIndexError", "set_aside_if_corrupt", "ALLOWED_FUNCTIONS", "QUERY_TIME_LIMIT_S"]
 
 INDEX_NAME = "index.sqlite"
+QUERY_TIME_LIMIT_S = 5.0  # a --where query running longer than this is stopped
+ALLOWED_FUNCTIONS = frozenset({"json_extract", "abs", "lower", "upper", "length", "coalesce", "ifnull", "min", "max",
+                               "round", "like", "glob", "instr", "substr"})
+_CORRUPT = {"SQLITE_NOTADB", "SQLITE_CORRUPT"}
+
+
+class CorruptIndexError(RunDirError):
+    """The index file is not a readable SQLite database (CLI: one line, exit code 2)."""
 
 _COLUMNS = ["run_id", "path", "experiment", "profile", "status", "created", "wall_time_s", "seed", "members",
             "claims_total", "claims_failed", "sweep", "config", "summary"]
@@ -42,12 +61,19 @@ class RunIndex:
         self.path = Path(out) / INDEX_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.timeout = timeout
-        with self._connect() as con:
-            con.execute(
-                "CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, path TEXT, experiment TEXT, profile TEXT, "
-                "status TEXT, created REAL, wall_time_s REAL, seed INTEGER, members INTEGER, claims_total INTEGER, "
-                "claims_failed INTEGER, sweep TEXT, config TEXT, summary TEXT)"
-            )
+        try:
+            with self._connect() as con:
+                con.execute(
+                    "CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, path TEXT, experiment TEXT, profile TEXT, "
+                    "status TEXT, created REAL, wall_time_s REAL, seed INTEGER, members INTEGER, claims_total INTEGER, "
+                    "claims_failed INTEGER, sweep TEXT, config TEXT, summary TEXT)"
+                )
+        except sqlite3.DatabaseError as exc:
+            raise self._corrupt(exc) if _is_corrupt(exc) else exc
+
+    def _corrupt(self, exc: BaseException) -> CorruptIndexError:
+        return CorruptIndexError(f"{self.path} is corrupt ({exc}); `tdlab runs --reindex --out {self.path.parent}` "
+                                 f"moves it aside and rebuilds it from the run directories")
 
     def _connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
@@ -99,8 +125,7 @@ class RunIndex:
 
     @staticmethod
     def _translate(where: str) -> str:
-        if ";" in where:
-            raise ConfigError("--where: a single condition expected (no ';')")
+        """``where`` with dotted names (``config.task.p``, ``claims.held``) replaced by SQL."""
 
         def repl(m: re.Match) -> str:
             if m.group(3):
@@ -109,17 +134,29 @@ class RunIndex:
 
         return _DOTTED.sub(repl, where)
 
-    def query(self, where: str | None = None, order: str = "created") -> list[dict[str, Any]]:
-        """Runs matching the SQL condition ``where`` (dotted names allowed), oldest first."""
+    def query(self, where: str | None = None, order: str = "created", time_limit: float = QUERY_TIME_LIMIT_S) -> list[dict[str, Any]]:
+        """Runs matching the SQL condition ``where`` (dotted names allowed), ordered by the column
+        ``order`` (oldest first by default).
+
+        Raises:
+            ConfigError: ``where`` is not one valid condition, does more than read the runs table
+                (see the module), or ran longer than ``time_limit`` seconds.
+            CorruptIndexError: the index file is damaged.
+        """
+        if order not in _COLUMNS:
+            raise ValueError(f"order: unknown column {order!r}")
         sql = f"SELECT {', '.join(_COLUMNS)} FROM runs"
         if where:
             sql += f" WHERE {self._translate(where)}"
         sql += f" ORDER BY {order}"
-        con = self._connect()
+        con = self._connect_readonly()
+        deadline = time.monotonic() + time_limit
+        con.set_authorizer(_authorize)
+        con.set_progress_handler(lambda: time.monotonic() > deadline, 1000)  # nonzero return aborts the query
         try:
             rows = con.execute(sql).fetchall()
         except sqlite3.Error as exc:
-            raise ConfigError(f"--where: invalid condition {where!r}: {exc}") from None
+            raise self._query_error(exc, where, time_limit) from None
         finally:
             con.close()
         out = []
@@ -130,9 +167,72 @@ class RunIndex:
             out.append(d)
         return out
 
+    def _connect_readonly(self) -> sqlite3.Connection:
+        """A connection that cannot write, whatever it executes (SQLite's ``mode=ro``)."""
+        try:
+            return sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.timeout,
+                                   isolation_level=None)
+        except sqlite3.DatabaseError as exc:
+            raise self._corrupt(exc) if _is_corrupt(exc) else exc
+
+    def _query_error(self, exc: sqlite3.Error, where: str | None, time_limit: float) -> Exception:
+        """The one-line error for a failed query: corrupt index, stopped, refused, or invalid SQL."""
+        if _is_corrupt(exc):
+            return self._corrupt(exc)
+        if getattr(exc, "sqlite_errorname", "") == "SQLITE_INTERRUPT":
+            return ConfigError(f"--where: the query ran longer than {time_limit:g} s and was stopped: {where!r}")
+        if getattr(exc, "sqlite_errorname", "") == "SQLITE_AUTH" or "not authorized" in str(exc):
+            return ConfigError(f"--where: {where!r} is refused ({exc}): a condition may only read the runs table's "
+                               f"columns, with the functions {', '.join(sorted(ALLOWED_FUNCTIONS))}")
+        if isinstance(exc, sqlite3.ProgrammingError) and "one statement" in str(exc):
+            return ConfigError(f"--where: one condition expected, not several SQL statements: {where!r}")
+        return ConfigError(f"--where: invalid condition {where!r}: {exc}")
+
     def count(self) -> int:
         con = self._connect()
         try:
             return con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
         finally:
             con.close()
+
+
+def _authorize(action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None) -> int:
+    """SQLite authorizer of ``--where`` queries: a SELECT, reading the runs table's columns, calling
+    an allowed function; everything else (other tables, PRAGMA, ATTACH, recursive CTEs, writes) denied."""
+    if action == sqlite3.SQLITE_SELECT:
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_READ and arg1 == "runs" and (arg2 in _COLUMNS or arg2 == ""):  # "": a join reading no column
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in ALLOWED_FUNCTIONS:
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+def _is_corrupt(exc: BaseException) -> bool:
+    """True for SQLite's "not a database" and "disk image is malformed" errors."""
+    return getattr(exc, "sqlite_errorname", "") in _CORRUPT
+
+
+def set_aside_if_corrupt(out: Path) -> Path | None:
+    """Move ``OUT/index.sqlite`` (and its WAL files) aside when it is not a sound SQLite database, so
+    that a fresh index can be built; returns where it went (``None`` when the index is fine or absent)."""
+    path = Path(out) / INDEX_NAME
+    if not path.is_file():
+        return None
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            ok = con.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        if not _is_corrupt(exc):
+            raise
+        ok = False
+    if ok:
+        return None
+    aside = path.with_name(f"{INDEX_NAME}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+    for suffix in ("", "-wal", "-shm"):  # a stale WAL must not be replayed into the new database
+        if Path(f"{path}{suffix}").exists():
+            Path(f"{path}{suffix}").rename(f"{aside}{suffix}")
+    return aside

@@ -7,6 +7,7 @@ run, report included, is written (see :mod:`tdlab.runs`).
 from __future__ import annotations
 
 import os
+import sqlite3
 import tempfile
 import time
 from pathlib import Path
@@ -14,10 +15,10 @@ from typing import Any
 
 import torch
 
-from tdlab.config import ConfigError, echo, validate_config
+from tdlab.config import ConfigError, echo, one_line, validate_config
 from tdlab.claims import VERDICTS
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, get
-from tdlab.index import RunIndex
+from tdlab.index import CorruptIndexError, RunIndex
 from tdlab.report.html import write_report
 from rich.console import Console
 
@@ -75,8 +76,11 @@ def resume(path: Path, device: str = "cpu", progress: bool = True) -> Run:
     uninterrupted run of the same config and seed."""
     writer = RunWriter.reopen(Path(path))
     conf = Run.read_config(writer.path / "config.yaml")
-    exp = get(conf["experiment"])
-    cfg = exp.Config.model_validate(conf.get("config", {}))
+    try:
+        exp = get(conf["experiment"])
+        cfg = validate_config(exp.Config, conf.get("config", {}))
+    except ConfigError as exc:
+        raise RunDirError(f"{writer.path / 'config.yaml'} does not hold a valid config: {exc}") from None
     return _execute(exp, cfg, conf.get("profile", "?"), writer, check_device(device), progress, conf.get("sweep"))
 
 
@@ -97,8 +101,18 @@ def _execute(
                 "env": environment(device), **status}
         _report(exp, cfg, Run(writer.path), meta)
         run = writer.finish()
-    RunIndex(writer.out).add_run(run, sweep)
+    _index(run, writer.out, sweep)
     return run
+
+
+def _index(run: Run, out: Path, sweep: str | None) -> None:
+    """Add a finished run to ``out``'s index. A broken index (corrupt file, disk full) must not lose the
+    run: it is in place already, so say where and how to index it later, in one line, and go on."""
+    try:
+        RunIndex(out).add_run(run, sweep)
+    except (sqlite3.Error, OSError, CorruptIndexError) as exc:
+        err_console.print(f"warning: the run is at {run.path} but not indexed ({one_line(str(exc)) or type(exc).__name__}); "
+                          f"`tdlab runs --reindex --out {out}` will index it", highlight=False, soft_wrap=True, markup=False)
 
 
 def rebuild(path: Path) -> Run:
