@@ -1,6 +1,5 @@
-"""The promise through the real console script (a subprocess), for the two ways in: a usage error
-that click raises and a config error that tdlab raises. The fuzz suite calls the same command
-group in-process; these check that the installed ``tdlab`` behaves the same."""
+"""The promise through the real console script (a subprocess). The fuzz suite calls the same
+command group in-process; this checks that the installed ``tdlab`` behaves the same."""
 
 from __future__ import annotations
 
@@ -14,17 +13,13 @@ TDLAB = shutil.which("tdlab")
 
 
 @pytest.mark.skipif(TDLAB is None, reason="the tdlab console script is not installed")
-@pytest.mark.parametrize(
-    "args, named",
-    [
-        (["run", "markov-init", "--seeds", "abc"], "--seeds"),  # click: a value it cannot convert
-        (["run", "markov-init", "--set", "train.steps=&a [*a, *a]"], "train.steps"),  # tdlab: a YAML alias
-    ],
-    ids=["click-usage-error", "tdlab-config-error"],
-)
-def test_console_script_prints_one_line_and_exits_2(tmp_path: Path, args: list[str], named: str) -> None:
+def test_console_script_prints_one_line_and_exits_2(tmp_path: Path) -> None:
+    """A click usage error: the entry point goes through tdlab's command group, as the in-process
+    fuzz does (a process start costs 10-20 s on a busy machine: one is enough here)."""
     out = tmp_path / "runs"
-    proc = subprocess.run([TDLAB, *args, "--out", str(out)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    named = "'--seeds'"
+    proc = subprocess.run([TDLAB, "run", "markov-init", "--seeds", "abc", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], proc.stderr
