@@ -265,6 +265,8 @@ def _setup() -> None:
         import torch
 
         torch.set_num_threads(max(1, int(threads)))
+        if not threads.strip().isdigit():
+            _fail(f"TDLAB_THREADS: must be a whole number of threads, got {threads[:ECHO_CHARS]!r}")
 
 
 def main() -> None:  # pragma: no cover - entry point

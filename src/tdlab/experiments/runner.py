@@ -36,9 +36,9 @@ def check_device(device: str) -> str:
         return device
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ConfigError(f"device: {device!r} is not available on this machine (no CUDA GPU); allowed: cpu")
+            raise ConfigError(f"device: {echo(device)} is not available on this machine (no CUDA GPU); allowed: cpu")
         return device
-    raise ConfigError(f"device: unknown device {device!r}; allowed: cpu, cuda, cuda:N")
+    raise ConfigError(f"device: unknown device {echo(device)}; allowed: cpu, cuda, cuda:N")
 
 
 def check_out(out: Path) -> Path:
