@@ -7,6 +7,7 @@ import json
 import math
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -239,6 +240,113 @@ def test_unreadable_spec_and_bad_backend_exit_2(tmp_path):
     res = CliRunner().invoke(app, ["sweep", str(_spec_file(tmp_path)), "--backend", "slurm", "--out", str(tmp_path / "runs")])
     assert res.exit_code == 2 and "backend" in res.output
     assert _run_dirs(tmp_path / "runs") == []
+
+
+# ------------------------------------------------------------------------------------------------
+# Sizes: no empty specs, a limit on points checked before any point is built, validation once.
+
+def _stderr_lines(res) -> list[str]:
+    return [line for line in res.stderr.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("fields", [{"grid": {}}, {"grid": {}, "points": []}])
+def test_spec_without_points_is_refused(tmp_path, fields):
+    f = _spec_file(tmp_path, **fields)
+    with pytest.raises(ConfigError, match="no points"):
+        load_spec(f)
+    res = CliRunner().invoke(app, ["sweep", str(f), "--out", str(tmp_path / "runs")], env={"COLUMNS": "250"})
+    assert res.exit_code == 2 and len(_stderr_lines(res)) == 1 and "no points" in res.stderr, res.output
+    assert _run_dirs(tmp_path / "runs") == []
+
+
+def test_huge_grid_is_refused_from_its_size_before_any_point_is_built(tmp_path, monkeypatch):
+    built = []
+    monkeypatch.setattr(sweep_mod, "_points", lambda spec: built.append(1) or [])
+    f = _spec_file(tmp_path, grid={"task.p": [0.1 + i * 1e-6 for i in range(1000)], "train.lr": [1e-3] * 1000,
+                                   "seed": list(range(1000))})  # 10^9 points
+    t0 = time.monotonic()
+    res = CliRunner().invoke(app, ["sweep", str(f), "--out", str(tmp_path / "runs")], env={"COLUMNS": "250"})
+    assert res.exit_code == 2 and len(_stderr_lines(res)) == 1, res.output
+    assert "1000000000 points, more than the limit of 10000" in res.stderr and "--max-points" in res.stderr
+    assert built == [] and time.monotonic() - t0 < 10
+    small = _spec_file(tmp_path, grid={"task.p": [0.2, 0.4, 0.6]}, points=[{"task.q": 0.3}])
+    with pytest.raises(ConfigError, match="4 points, more than the limit of 3"):
+        load_spec(small, max_points=3)
+    res = CliRunner().invoke(app, ["sweep", str(small), "--max-points", "3", "--out", str(tmp_path / "runs")])
+    assert res.exit_code == 2 and "limit of 3" in res.stderr
+    assert _run_dirs(tmp_path / "runs") == []
+
+
+def test_points_are_validated_once(tmp_path, monkeypatch):
+    from tdlab.experiments.base import Experiment
+
+    calls = []
+    real = Experiment.make_config
+    monkeypatch.setattr(Experiment, "make_config", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    monkeypatch.setattr(sweep_mod, "run_point", lambda cmd, threads: (1, "not run in this test"))
+    spec = load_spec(_spec_file(tmp_path, grid={"task.p": [0.2, 0.4, 0.6]}, points=[{"task.q": 0.3}]))
+    run_sweep(spec, tmp_path / "runs", "local", workers=1, echo=lambda m: None)
+    assert len(calls) == 4
+
+
+# ------------------------------------------------------------------------------------------------
+# Only what matches is adopted: a foreign run under a point's run id fails the point.
+
+def _plant_run(out: Path, run_id: str, overrides: dict, staging: bool = False) -> Path:
+    """A run folder ``out/run_id`` (or its staging folder) whose config.yaml holds the sweep's fixed
+    settings with ``overrides``, written without training; finished ones get a summary."""
+    from tdlab.experiments.base import get
+    from tdlab.runs import RunWriter
+
+    exp = get("markov-init")
+    sets = [f"{k}={json.dumps(v)}" for k, v in {**TINY, **overrides}.items()]
+    cfg = exp.make_config("quick", sets, members=2)
+    w = RunWriter(out, exp.name, run_id)
+    w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json"), "sweep": "pq"})
+    if staging:
+        (w.path / "checkpoints").mkdir()
+        return w.path
+    run = w.finish()
+    run.write_summary({"experiment": exp.name, "status": "done", "run_id": run_id, "claims": [], "measurements": {}})
+    return run.path
+
+
+def test_foreign_finished_run_under_a_points_run_id_is_not_adopted(tmp_path, monkeypatch):
+    launched = []
+    monkeypatch.setattr(sweep_mod, "run_point", lambda cmd, threads: launched.append(cmd) or (1, "not run in this test"))
+    spec = load_spec(_spec_file(tmp_path, grid={}, points=[{"task.p": 0.2}]))
+    (point,) = plan(spec)
+    out = tmp_path / "runs"
+    foreign = _plant_run(out, point.run_id, {"task.p": 0.5})
+    before = {f.name: f.read_bytes() for f in foreign.iterdir() if f.is_file()}
+    (got,) = run_sweep(spec, out, "local", workers=1, echo=lambda m: None)
+    assert got.status == "failed" and str(foreign) in got.error and "another config" in got.error
+    assert launched == []  # neither adopted as done nor run over it
+    assert {f.name: f.read_bytes() for f in foreign.iterdir() if f.is_file()} == before
+    res = CliRunner().invoke(app, ["sweep", str(_spec_file(tmp_path, grid={}, points=[{"task.p": 0.2}])), "--out", str(out)],
+                             env={"COLUMNS": "400"})
+    assert res.exit_code == 1 and "another config" in res.stdout and "0 done, 1 failed" in res.stdout, res.output
+    assert launched == []
+
+
+def test_matching_finished_run_is_adopted(tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep_mod, "run_point", lambda cmd, threads: pytest.fail("a finished point was run again"))
+    spec = load_spec(_spec_file(tmp_path, grid={}, points=[{"task.p": 0.2}]))
+    (point,) = plan(spec)
+    _plant_run(tmp_path / "runs", point.run_id, {"task.p": 0.2})
+    (got,) = run_sweep(spec, tmp_path / "runs", "local", workers=1, echo=lambda m: None)
+    assert got.status == "skipped" and got.error is None
+
+
+def test_foreign_staging_folder_is_not_resumed(tmp_path, monkeypatch):
+    launched = []
+    monkeypatch.setattr(sweep_mod, "run_point", lambda cmd, threads: launched.append(cmd) or (1, "not run in this test"))
+    spec = load_spec(_spec_file(tmp_path, grid={}, points=[{"task.p": 0.2}]))
+    (point,) = plan(spec)
+    staging = _plant_run(tmp_path / "runs", point.run_id, {"task.p": 0.5}, staging=True)
+    (got,) = run_sweep(spec, tmp_path / "runs", "local", workers=1, echo=lambda m: None)
+    assert got.status == "failed" and str(staging) in got.error and launched == []
+    assert staging.is_dir() and (staging / "checkpoints").is_dir()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -219,6 +219,7 @@ def sweep_cmd(
     workers: Annotated[int, typer.Option(min=1, help="points run at once")] = 2,
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address HOST:PORT (ray backend; default: a local Ray instance)")] = None,
     out: Annotated[Path, typer.Option(help="folder that holds run directories")] = DEFAULT_OUT,
+    max_points: Annotated[int, typer.Option(min=1, help="refuse specs with more points than this")] = 10_000,
 ) -> None:
     """Run a grid of runs; finished points are skipped when the sweep is started again."""
     from tdlab.experiments.runner import check_out
@@ -227,7 +228,7 @@ def sweep_cmd(
     try:
         if backend not in ("local", "ray"):
             raise ConfigError(f"backend: unknown backend {backend!r}; allowed: local, ray")
-        plan = load_spec(spec)
+        plan = load_spec(spec, max_points)
         check_out(out)  # before the first point writes anything
         points = run_sweep(plan, out, backend, workers, address,
                            echo=lambda m: out_console.print(m, highlight=False, soft_wrap=True))
@@ -264,9 +265,9 @@ def _setup() -> None:
     if threads:  # set by sweeps so that concurrent points share the cores instead of fighting over them
         import torch
 
-        torch.set_num_threads(max(1, int(threads)))
         if not threads.strip().isdigit():
             _fail(f"TDLAB_THREADS: must be a whole number of threads, got {threads[:ECHO_CHARS]!r}")
+        torch.set_num_threads(max(1, int(threads)))
 
 
 def main() -> None:  # pragma: no cover - entry point

@@ -21,8 +21,19 @@ and one figure per swept metric (a line for a 1-D grid, a phase diagram for a 2-
 Each point runs as its own ``tdlab run`` process, so a worker that dies (killed, out of memory)
 marks its point failed with the error and the sweep goes on. Backends: ``local`` (a pool of
 ``--workers`` concurrent processes) and ``ray`` (one Ray task per point, ``ray.init(address)`` for an
-existing cluster, a local Ray instance otherwise). Points already done are skipped when the same
-sweep is started again.
+existing cluster, a local Ray instance otherwise).
+
+Starting the same sweep again skips points already done and resumes killed ones, but only what
+matches: a folder ``OUT/RUN_ID`` or ``OUT/.staging-RUN_ID`` is adopted only when its ``config.yaml``
+holds the point's own config (experiment, profile and full config, compared by hash, see
+:func:`tdlab.runs.config_hash`) and its checkpoints are tdlab's (no pickle). Anything else marks the
+point failed with one line naming the folder; it is never adopted as done, resumed or changed.
+
+Limits: a spec needs at least one grid key or one point (``grid: {}`` alone is refused), and at most
+:data:`MAX_POINTS` points (10,000) unless ``tdlab sweep --max-points N`` allows more; the size is the
+grid's product plus the explicit points, checked before any point is built. Every point's config is
+validated once, before anything runs (about 0.6 ms a point; a progress bar on stderr above
+:data:`PROGRESS_ABOVE` points).
 """
 
 from __future__ import annotations
@@ -30,10 +41,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -41,13 +54,16 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
 from tdlab.config import ECHO_CHARS, Config, ConfigError, _format_validation_error, one_line
 from tdlab.config import echo as echo_value
-from tdlab.runs import Run, RunDirError, atomic_write, staging_path
+from tdlab.runs import Run, RunDirError, atomic_write, config_hash, staging_path
 
-__all__ = ["SweepSpec", "Point", "load_spec", "plan", "run_sweep", "summarise"]
+__all__ = ["SweepSpec", "Point", "load_spec", "plan", "run_sweep", "summarise", "count_points", "MAX_POINTS"]
+
+MAX_POINTS = 10_000  # default limit on a sweep's points (tdlab sweep --max-points N raises it)
+PROGRESS_ABOVE = 300  # validating more points than this shows a progress bar (~0.2 s)
 
 
 class SweepSpec(Config):
@@ -59,6 +75,8 @@ class SweepSpec(Config):
     set: dict[str, Any] = {}
     grid: dict[str, list[Any]] = {}
     points: list[dict[str, Any]] = []
+    # Every point's config hash, filled by the one validation (load_spec, or run_sweep when not loaded).
+    _hashes: list[str] | None = PrivateAttr(None)
 
     @field_validator("grid")
     @classmethod
@@ -77,8 +95,9 @@ class Point(Config):
     error: str | None = None
 
 
-def load_spec(path: Path) -> SweepSpec:
-    """Read and validate a sweep spec; bad files raise :class:`ConfigError` naming the field."""
+def load_spec(path: Path, max_points: int = MAX_POINTS) -> SweepSpec:
+    """Read and validate a sweep spec (its size, then every point's config, once); bad files raise
+    :class:`ConfigError` naming the field. Returns the spec."""
     try:
         raw = yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
@@ -90,27 +109,59 @@ def load_spec(path: Path) -> SweepSpec:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(f"sweep spec {path}: {_format_validation_error(exc)}") from None
-    _validate_points(spec)
+    _validate_points(spec, max_points)
     return spec
 
 
-def _validate_points(spec: SweepSpec) -> None:
-    """Validate every point's config before anything runs."""
+def count_points(spec: SweepSpec) -> int:
+    """How many points ``spec`` has: the grid's product plus the explicit points (nothing enumerated)."""
+    return (math.prod(len(v) for v in spec.grid.values()) if spec.grid else 0) + len(spec.points)
+
+
+def _validate_points(spec: SweepSpec, max_points: int = MAX_POINTS) -> None:
+    """Check the spec's size, then validate every point's config before anything runs (once: the
+    config hashes are kept on the spec for :func:`run_sweep`)."""
     from tdlab.experiments.base import get
 
+    n = count_points(spec)
+    if n == 0:
+        raise ConfigError(f"sweep spec {spec.name}: no points: 'grid' has no keys and 'points' is empty; "
+                          f"give at least one grid key with values or one point")
+    if n > max_points:
+        raise ConfigError(f"sweep spec {spec.name}: {n} points, more than the limit of {max_points}; "
+                          f"shrink the grid or raise the limit with tdlab sweep --max-points N")
     exp = get(spec.experiment)
-    for i, p in enumerate(_points(spec)):
-        try:
-            exp.make_config(spec.profile, _as_sets({**spec.set, **p}), spec.seeds, spec.seed)
-        except ConfigError as exc:
-            raise ConfigError(f"sweep spec {spec.name}: point {i} {echo_value(p)}: {exc}") from None
+    hashes = []
+    with _progress(n) as advance:
+        for i, p in enumerate(_points(spec)):
+            try:
+                cfg = exp.make_config(spec.profile, _as_sets({**spec.set, **p}), spec.seeds, spec.seed)
+            except ConfigError as exc:
+                raise ConfigError(f"sweep spec {spec.name}: point {i} {echo_value(p)}: {exc}") from None
+            hashes.append(config_hash({"experiment": exp.name, "profile": spec.profile, "config": cfg.model_dump(mode="json")}))
+            advance()
+    spec._hashes = hashes
+
+
+@contextmanager
+def _progress(total: int) -> Iterator[Callable[[], None]]:
+    """A function advancing a progress bar on stderr (drawn only above :data:`PROGRESS_ABOVE` points)."""
+    if total <= PROGRESS_ABOVE:
+        yield lambda: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(f"validating {total} points", total=total)
+        yield lambda: bar.advance(task)
 
 
 def _points(spec: SweepSpec) -> list[dict[str, Any]]:
+    """Every point's overrides: the grid's product, then the explicit points."""
     keys = list(spec.grid)
     pts = [dict(zip(keys, vals)) for vals in itertools.product(*(spec.grid[k] for k in keys))] if keys else []
-    pts += [dict(p) for p in spec.points]
-    return pts or [{}]
+    return pts + [dict(p) for p in spec.points]
 
 
 def _as_sets(overrides: dict[str, Any]) -> list[str]:
@@ -136,6 +187,27 @@ def plan(spec: SweepSpec) -> list[Point]:
         h = hashlib.sha1(json.dumps([spec.model_dump(exclude={"grid", "points"}), p], sort_keys=True).encode()).hexdigest()[:8]
         out.append(Point(index=i, overrides=p, run_id=f"{spec.name}__p{i:03d}-{h}"))
     return out
+
+
+def _mismatch(out: Path, point: Point, want: str) -> str | None:
+    """Why the folders of ``point``'s run id in ``out`` (finished or staging) must not be adopted
+    or resumed: a config.yaml that is unreadable or of another config, or a pickled checkpoint.
+    ``None`` when there is no such folder or every one holds the point's own config."""
+    from tdlab.train.checkpoint import legacy_pickles
+
+    for folder in (out / point.run_id, staging_path(out / point.run_id)):
+        if not folder.exists():
+            continue
+        try:
+            got = config_hash(Run.read_config(folder / "config.yaml"))
+        except RunDirError as exc:
+            return f"{folder} is in the way and is not this point's run: {exc}"
+        if got != want:
+            return (f"{folder} holds a run of another config than this point's; not adopted or resumed "
+                    f"(move it away, or use another --out)")
+        if pickles := legacy_pickles(folder / "checkpoints"):
+            return f"{folder} holds a pickled checkpoint ({pickles[0].name}); not resumed (tdlab never unpickles)"
+    return None
 
 
 def _command(spec: SweepSpec, point: Point, out: Path) -> list[str]:
@@ -171,8 +243,12 @@ def run_sweep(
     spec: SweepSpec, out: Path, backend: Literal["local", "ray"] = "local", workers: int = 2, address: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> list[Point]:
-    """Run every point not already done; write status, summary table and figures. Returns the points."""
-    _validate_points(spec)
+    """Run every point not already done; write status, summary table and figures. Returns the points.
+
+    A folder of a point's run id that does not hold the point's config (or holds a pickle) fails the
+    point with one line naming it; it is neither adopted nor resumed."""
+    if spec._hashes is None:  # not validated by load_spec
+        _validate_points(spec, max(MAX_POINTS, count_points(spec)))
     out = Path(out)
     sdir = out / "sweeps" / spec.name
     sdir.mkdir(parents=True, exist_ok=True)
@@ -180,6 +256,10 @@ def run_sweep(
     points = plan(spec)
     todo = []
     for i, p in enumerate(points):
+        problem = _mismatch(out, p, spec._hashes[i])
+        if problem is not None:
+            points[i] = p.model_copy(update={"status": "failed", "error": problem})
+            continue
         done = (out / p.run_id / "summary.json").is_file()
         if done:
             points[i] = _point_status(out, p, 0, "")
