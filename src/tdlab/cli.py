@@ -23,7 +23,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from tdlab.config import ECHO_CHARS, ConfigError, one_line
-from tdlab.runs import RunDirError, RunNotMovedError, list_runs
+from tdlab.runs import RunDirError, RunNotMovedError, check_run_id, list_runs
 
 try:  # typer >= 0.2x carries its own copy of click, whose exceptions are not click's
     from typer._click import exceptions as click_errors
@@ -113,6 +113,8 @@ def run(
             if name is None:
                 raise ConfigError("experiment: missing experiment name; see `tdlab list`")
             exp = get(name)
+            if run_id is not None:  # before --out is made: a bad id leaves nothing behind
+                check_run_id(run_id)
             cfg = exp.make_config(profile, set_ or [], members=seeds, seed=seed)
             finished = runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep)
     except (ConfigError, RunDirError) as exc:

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 import yaml
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from tdlab.config import ECHO_CHARS, ConfigError, echo, one_line
 
@@ -227,11 +227,7 @@ class RunWriter:
         if not states:
             return
         stacked = {k: torch.stack([s[k] for s in states]).contiguous() for k in states[0]}
-        f = self.arrays_path(arm)
-        f.parent.mkdir(exist_ok=True)
-        tmp = f.with_name(f".{f.name}.tmp")
-        save_file(stacked, str(tmp))
-        os.replace(tmp, f)
+        atomic_write(self.arrays_path(arm), save(stacked))  # save_file would make it 0600
 
     def load_arrays(self, arm: str) -> list[dict[str, torch.Tensor]]:
         """Per-member states saved for ``arm`` (the inverse of :meth:`save_arrays`)."""
