@@ -32,7 +32,7 @@ point failed with one line naming the folder; it is never adopted as done, resum
 Limits: a spec needs at least one grid key or one point (``grid: {}`` alone is refused), and at most
 :data:`MAX_POINTS` points (10,000) unless ``tdlab sweep --max-points N`` allows more; the size is the
 grid's product plus the explicit points, checked before any point is built. Every point's config is
-validated once, before anything runs (about 0.6 ms a point; a progress bar on stderr above
+validated once, before anything runs (a few ms a point; a progress bar on stderr above
 :data:`PROGRESS_ABOVE` points).
 """
 
