@@ -336,5 +336,5 @@ def test_memory_estimate_grows_with_every_size_it_names():
     base = estimate(exp.make_config("quick")).bytes
     for item in ["train.batch=64", "train.seq_len=512", "model.d=64", "model.layers=4", "members=6"]:
         assert estimate(exp.make_config("quick", [item])).bytes > base, item
-    with pytest.raises(ConfigError, match="needs at least"):
+    with pytest.raises(ConfigError, match="needs ~"):
         check_memory(exp.make_config("quick"), available=base / 2)

@@ -1,4 +1,4 @@
-"""How much memory a configuration needs at least, checked before anything is allocated or written.
+"""How much memory a configuration needs, estimated before anything is allocated or written.
 
 A run that cannot fit should be refused with one line naming the fields that make it big, not
 killed by the kernel (or fail with an allocator error) after its run directory was made. The
@@ -10,9 +10,12 @@ of training in tdlab:
 * gradient descent on in-context regression prompts (a sub-config with ``prompts`` and ``context``;
   the token width from ``task.dims``).
 
-It counts only the activations one training step must keep for the backward pass of the members
-trained together, in float32 (float64 for regression), so it is a lower bound: a configuration it
-refuses cannot run; one it accepts may still be tight.
+It counts the activations one training step keeps for the backward pass of the members trained
+together, in float32 (float64 for regression), and nothing else (no parameters, optimiser state,
+evaluation or allocator slack). The T x T attention pattern per head is counted as the explicit
+attention path materialises it; a fused kernel may not, so for long sequences the estimate is an
+order of magnitude, not a bound. The check refuses only what exceeds the machine's whole physical
+memory, so the existing profiles pass with a wide margin (tests/test_config.py).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ GB = 1e9
 
 @dataclass(frozen=True)
 class Estimate:
-    """``bytes`` needed at least, and the fields (dotted) whose product makes it."""
+    """``bytes`` needed (estimated), and the fields (dotted) whose product makes it."""
 
     bytes: float
     fields: tuple[str, ...]
@@ -63,7 +66,7 @@ def _sequence_training(cfg: BaseModel) -> Estimate | None:
     tp, train = found
     members = int(getattr(cfg, "members", 1))
     chunk = train.chunk if isinstance(getattr(train, "chunk", "auto"), int) else None
-    if chunk is None:  # "auto": the smallest chunk any device uses (a CPU's), so the bound stays a bound
+    if chunk is None:  # "auto": the smallest chunk any device uses (a CPU's): the estimate errs low
         from tdlab.train.trainer import auto_chunk
 
         chunk = auto_chunk(members, train.batch, train.seq_len, "cpu")
@@ -120,6 +123,6 @@ def check_memory(cfg: BaseModel, available: float | None = None) -> Estimate:
     est = estimate(cfg)
     have = machine_bytes() if available is None else available
     if est.bytes > have:
-        raise ConfigError(f"{est.describe()} needs at least ~{est.bytes / GB:.3g} GB of memory, "
+        raise ConfigError(f"{est.describe()} needs ~{est.bytes / GB:.3g} GB of memory, "
                           f"the machine has {have / GB:.3g} GB; make them smaller")
     return est
