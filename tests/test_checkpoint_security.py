@@ -216,3 +216,64 @@ def test_checkpoint_files_get_the_run_directory_mode(tmp_path):
 
     save_checkpoint(tmp_path / "c.json", {}, _tensors(1.0))
     assert {f.stat().st_mode & 0o777 for f in tmp_path.iterdir()} == {file_mode()}
+
+
+# ------------------------------------------------------------------------------------------------
+# A well-formed checkpoint file (hash and manifest right) whose contents do not fit the fit.
+
+class _StopAfter:
+    """The Markov task, except that the ``n``+1-th ``sample`` call raises (a crash mid-chunk)."""
+
+    def __init__(self, n: int) -> None:
+        from tdlab.tasks.markov import MarkovChain
+
+        self.task, self.n, self.calls = MarkovChain(0.5, 0.8), n, 0
+        self.vocab = self.task.vocab
+
+    def __getattr__(self, name):
+        return getattr(self.task, name)
+
+    def sample(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls > self.n:
+            raise Stop
+        return self.task.sample(*args, **kwargs)
+
+
+def _crafted(tmp_path, change):
+    """Interrupt a tiny fit after its step-5 checkpoint, rewrite the checkpoint through ``change(meta,
+    tensors)`` (hash and manifest made right again), and resume it."""
+    from tdlab.models.gpt import GPT, GPTConfig
+    from tdlab.seeding import member_seeds
+    from tdlab.train.trainer import TrainConfig, Trainer
+
+    cfg = TrainConfig(steps=12, batch=2, seq_len=8, eval_every=6, eval_batches=1, log_every=3, checkpoint_every=5)
+    build = lambda s: GPT(GPTConfig(arch="sec2", d=4, max_len=8), s)  # noqa: E731
+    seeds, ck = member_seeds(1, 1), tmp_path / "arm.json"
+    with pytest.raises(Stop):
+        Trainer(cfg, progress=False, checkpoint=ck).fit(build, seeds, _StopAfter(8))
+    meta, tensors = load_checkpoint(ck)
+    change(meta, tensors)
+    save_checkpoint(ck, meta, tensors)
+    return lambda: Trainer(cfg, progress=False, checkpoint=ck).fit(build, seeds, _StopAfter(10**6))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m, t: m["chunk"]["sched"].update(base_lrs=["x"]), "schedule"),
+    (lambda m, t: m["chunk"]["sched"].update(optimizer="x"), "schedule"),
+    (lambda m, t: t.update({k: torch.zeros(3) for k in t if k.endswith("exp_avg")}), "optimiser"),
+    (lambda m, t: t.update({k: v.double() for k, v in t.items() if k.startswith("model/")}), "model"),
+    (lambda m, t: t.update(running=torch.zeros(2)), "running"),
+    (lambda m, t: m["chunk"].update(step=99), "step"),
+    (lambda m, t: m["rows"].append([1, 0, "x", "not a number"]), "rows"),
+    (lambda m, t: t.update({"states/0/extra": torch.zeros(1)}), "corrupt"),
+])
+def test_crafted_checkpoint_contents_are_refused(tmp_path, change, message):
+    resume = _crafted(tmp_path, change)
+    with pytest.raises(CheckpointError, match=message):
+        resume()
+
+
+def test_unchanged_crafted_checkpoint_resumes(tmp_path):
+    result = _crafted(tmp_path, lambda m, t: None)()
+    assert max(s for s, *_ in result.rows) == 12 and len(result.states) == 1

@@ -286,6 +286,17 @@ class Trainer:
         if bad or set(resume["model"]) != set(own):
             raise CheckpointError(f"checkpoint does not fit the model: parameters {sorted(set(bad) or set(resume['model']) ^ set(own))[:3]}")
         fresh_groups = opt.state_dict()["param_groups"]
+        params = [p for g in opt.param_groups for p in g["params"]]  # state ids are positions in this order
+        for pid, st in resume["opt"]["state"].items():
+            if not 0 <= pid < len(params) or any(isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape != params[pid].shape
+                                                 for v in st.values()):
+                raise CheckpointError(f"checkpoint does not fit the optimiser: state of parameter {pid}")
+        # JSON-held state must have the very structure a fresh optimiser / schedule would save: the
+        # schedule's load_state_dict copies every key into the object.
+        if not _same_structure(resume["sched"], sched.state_dict()) or not _same_structure(
+                [{k: v for k, v in g.items() if k != "params"} for g in resume["opt"]["param_groups"]],
+                [{k: v for k, v in g.items() if k != "params"} for g in fresh_groups]):
+            raise CheckpointError("checkpoint does not fit the optimiser or schedule: their saved settings differ in form")
         try:
             model.load_state_dict(resume["model"])
             opt.load_state_dict({"state": resume["opt"]["state"],
@@ -450,6 +461,20 @@ def _as_tuples_like(groups: list[dict[str, Any]], fresh: list[dict[str, Any]]) -
         raise ValueError(f"{len(groups)} param groups saved, the optimiser has {len(fresh)}")
     return [{k: tuple(v) if isinstance(f.get(k), tuple) and isinstance(v, list) else v for k, v in g.items()}
             for g, f in zip(groups, fresh)]
+
+
+def _same_structure(saved: Any, fresh: Any) -> bool:
+    """True when ``saved`` (from JSON) has the form of ``fresh``: same keys, same lengths, numbers
+    where numbers are, booleans, strings and None where they are (tuples may come back as lists)."""
+    if isinstance(fresh, dict):
+        return isinstance(saved, dict) and saved.keys() == fresh.keys() and all(_same_structure(saved[k], fresh[k]) for k in fresh)
+    if isinstance(fresh, (list, tuple)):
+        return isinstance(saved, list) and len(saved) == len(fresh) and all(map(_same_structure, saved, fresh))
+    if isinstance(fresh, bool) or fresh is None or isinstance(fresh, str):
+        return type(saved) is type(fresh)
+    if isinstance(fresh, (int, float)):
+        return isinstance(saved, (int, float)) and not isinstance(saved, bool)
+    return False
 
 
 def _group(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
