@@ -158,3 +158,61 @@ def test_whitening_error_limit_vs_long_context_model():
     limit = icl.whitening_error_limit(b.m, alpha, T)
     assert torch.allclose(got, limit, atol=0.02)
     assert icl.whitening_error(b.X, inter["F"][0]).sub(1).abs().max() < 1e-12  # F_0 = 0: error = 1
+
+
+def test_response_second_moment_is_the_zero_predictors_risk():
+    from tdlab.theory.icl import response_second_moment
+
+    for zeta in ("gaussian", "rademacher"):
+        task = MultiModalPrompts(dims=(3, 2), zeta=zeta)
+        b = task.sample([torch.Generator().manual_seed(5)], 40_000, 1, dtype=torch.float64)
+        mc = float((b.y_query**2).mean())
+        assert response_second_moment(task) == 1.0
+        assert mc == pytest.approx(1.0, abs=4 * math.sqrt(9.0 if zeta == "gaussian" else 3.0) / 200)
+
+
+def test_variance_floor_is_the_least_squares_excess_on_gaussian_tokens():
+    """d E[1/Z] / (L - d - 1): the excess of the context's least-squares fit, which deep LCA tends to."""
+    from tdlab.theory.icl import bayes_risk, finite_context_variance_floor
+
+    task = MultiModalPrompts(dims=(3, 2))
+    L = 40
+    b = task.sample([torch.Generator().manual_seed(9)], 20_000, L, dtype=torch.float64)
+    G = b.X.transpose(-1, -2) @ b.X
+    w_ols = torch.linalg.solve(G, (b.X * b.y[..., None]).sum(-2, keepdim=False)[..., None])[..., 0]
+    w = (b.zeta[..., None] * b.m) / (1 + (b.m**2).sum(-1, keepdim=True))
+    excess = float((((w_ols - w) * b.x_query).sum(-1) ** 2).mean())
+    assert finite_context_variance_floor(task, L) == pytest.approx(bayes_risk(task) * 5 / (L - 6))
+    assert excess == pytest.approx(finite_context_variance_floor(task, L), rel=0.1)
+    assert finite_context_variance_floor(task, 6) == math.inf
+
+
+def test_finite_context_minimisers_minimise_the_monte_carlo_loss_and_tend_to_alpha_star_T(tmp_path, monkeypatch):
+    from tdlab.theory import icl as th
+
+    monkeypatch.setenv("TDLAB_CACHE", str(tmp_path))
+    task = MultiModalPrompts(dims=(3, 2))
+    T = 4
+    start = {T: (th.alpha_star_T(T, task), -th.alpha_star_T(T, task))}
+    r = th.finite_context_minimisers(task, (1, T), 30, n_prompts=3000, seed=1, two_param_starts=start)
+    # the minimiser of the same Monte-Carlo loss: no nearby point is lower
+    from tdlab.train.regression import sample_stats
+
+    st = sample_stats(task, [torch.Generator().manual_seed(1)], 3000, 30)
+    lam, a = (v[0] for v in st.spectral())
+    f = lambda al, be: float(th.tied_lca_excess(lam, a, st.bayes[0], al, be, T))  # noqa: E731
+    al = r["one"][T]
+    assert f(al, -al) <= min(f(al * 1.01, -al * 1.01), f(al * 0.99, -al * 0.99))
+    a2, b2 = r["two"][T]
+    assert f(a2, b2) <= min(f(a2 * 1.01, b2), f(a2, b2 * 1.01), f(a2 * 0.99, b2), f(a2, b2 * 0.99))
+    assert 0 < r["one_se"][T] < 0.1 * al
+    # cached: the same answer from disk, without sampling
+    files = list((tmp_path / "icl_reference").glob("*.json"))
+    assert len(files) == 1
+    # a long context approaches the L = inf minimiser alpha*_T
+    far_r = th.finite_context_minimisers(task, (T,), 1000, n_prompts=2000, seed=2, use_cache=False)
+    far, far_se = far_r["one"][T], far_r["one_se"][T]
+    monkeypatch.setattr("tdlab.train.regression.sample_stats", lambda *a, **k: (_ for _ in ()).throw(AssertionError("resampled")))
+    assert th.finite_context_minimisers(task, (1, T), 30, n_prompts=3000, seed=1, two_param_starts=start)["one"][T] == al
+    assert abs(far - th.alpha_star_T(T, task)) < 4 * far_se
+    assert abs(al - th.alpha_star_T(T, task)) > 4 * r["one_se"][T]  # L = 30 is resolvably not the limit

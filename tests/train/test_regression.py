@@ -189,3 +189,42 @@ def test_gd_on_a_long_finite_context_lands_near_alpha_star_T():
     r = RegressionTrainer(cfg, progress=False).fit(lambda s: LCA(APP_H.d, 2, s, param="one", alpha0=0.02),
                                                    member_seeds(0, 1), APP_H)
     assert float(r.states[0]["alpha"]) == pytest.approx(alpha_star_T(2, APP_H), rel=0.06)
+
+
+def test_accepted_steps_and_initial_states_are_recorded():
+    """The health gate reads ``accepted_steps`` (rejected backtracking steps excluded) and the test loss at
+    step 0 and at the end; ``init_states`` are the parameters before the first step."""
+    cfg = RegressionConfig(prompts=16, context=10, steps=12, lr=1e3, log_every=1, eval_every=100, grad_tol=None, eval_prompts=8)
+    build = lambda s: LCA(SMALL.d, 3, s, param="one", alpha0=0.05, dtype=torch.float64)  # noqa: E731
+    r = RegressionTrainer(cfg, progress=False).fit(build, [1, 2], SMALL)
+    assert [float(s["alpha"]) for s in r.init_states] == pytest.approx([0.05, 0.05], rel=1e-7)
+    steps, acc = r.series("accepted_steps", 0)
+    _, lr = r.series("lr", 0)
+    assert acc[0] == 0 and acc[-1] < steps[-1]  # lr = 1e3 is far too large: some steps were rejected
+    assert all(b - a in (0, 1) for a, b in zip(acc, acc[1:]))
+    rejected = [i for i in range(1, len(lr)) if lr[i] < lr[i - 1]]
+    assert rejected and all(acc[i] == acc[i - 1] for i in rejected)  # a halved step is a rejected step
+    t_steps, _ = r.series("test_loss", 0)
+    assert t_steps[0] == 0 and t_steps[-1] == steps[-1]
+    # without backtracking every step counts
+    r2 = RegressionTrainer(cfg.updated({"backtrack": False, "lr": 1e-6}), progress=False).fit(build, [1, 2], SMALL)
+    s2, a2 = r2.series("accepted_steps", 1)
+    assert a2 == [float(s) for s in s2]
+
+
+def test_armijo_first_step_trains_where_a_fixed_step_stalls():
+    """A start whose curvature is far above 1/lr (full matrices, large sigma_init): with a fixed first step
+    every step is rejected until the stall criterion stops GD at the init; the Armijo first step moves."""
+    task = MultiModalPrompts(dims=(4, 4))
+    build = lambda s: LCA(task.d, 6, s, param="full", alpha0=0.05, sigma_init=1.0, dtype=torch.float64)  # noqa: E731
+    cfg = RegressionConfig(prompts=32, context=20, steps=40, lr=1.0, stall=1e-6, grad_tol=None, eval_prompts=8, log_every=1)
+    fixed = RegressionTrainer(cfg, progress=False).fit(build, [3], task)
+    _, acc = fixed.series("accepted_steps", 0)
+    _, loss = fixed.series("train_loss", 0)
+    assert acc[-1] == 0 and loss[-1] == loss[0]
+    armijo = RegressionTrainer(cfg.updated({"initial_step": "armijo"}), progress=False).fit(build, [3], task)
+    _, acc = armijo.series("accepted_steps", 0)
+    _, loss = armijo.series("train_loss", 0)
+    assert acc[-1] >= 1 and loss[-1] < loss[0]
+    moved = sum(float((a - b).abs().sum()) for a, b in zip(armijo.states[0].values(), armijo.init_states[0].values()))
+    assert moved > 0

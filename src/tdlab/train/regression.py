@@ -380,6 +380,13 @@ class RegressionConfig(Config):
     # GD with backtracking: stop once every member's step size fell below lr * stall (no decrease left at
     # floating-point resolution)
     stall: float = Field(1e-9, ge=0.0, lt=1.0)
+    # GD: the first step size of each member. "fixed": ``lr``. "armijo" (not in the seed): ``lr`` halved
+    # until the first step decreases the member's loss by at least 1e-4 * step * |grad|^2 (at most
+    # ``max_halvings`` times), so a start whose curvature is far above 1/lr (App. H's full matrices at
+    # sigma_init = 0.1: training loss ~1e11) takes a step that fits it; the stall criterion is then
+    # relative to that first step. The fixed points are those of gradient descent either way.
+    initial_step: Literal["fixed", "armijo"] = "fixed"
+    max_halvings: int = Field(200, ge=0, le=1000)
     resample: bool = False  # population loss: fresh prompts every step (SGD/Adam) instead of one fixed MC sample
     # "response": the paper's (y_q - y_hat)^2. "bayes": (y_q^Bayes - y_hat)^2, which differs from it by the
     # query noise only: the same population loss up to the constant Bayes risk and the same population
@@ -404,8 +411,10 @@ class RegressionTrainer:
     (``Purpose.EVAL_DATA``) at the training context length (population: at infinite context).
 
     Metrics rows ``(step, member, name, value)``: ``train_loss`` (the objective at the current point),
-    ``lr``, ``grad_norm``, ``alpha``/``beta`` (tied scalar models), ``test_loss`` and ``test_excess``
-    (mean ``(y_hat - y^Bayes)^2``). ``states[i]`` is member ``i``'s final parameters. Training stops
+    ``lr``, ``grad_norm``, ``accepted_steps`` (steps taken so far; GD with backtracking rejects steps
+    that raised the loss), ``alpha``/``beta`` (tied scalar models), ``test_loss`` and ``test_excess``
+    (mean ``(y_hat - y^Bayes)^2``; both at step 0, every ``eval_every`` steps and at the last step).
+    ``states[i]`` is member ``i``'s final parameters, ``init_states[i]`` its initial ones. Training stops
     early once every member's gradient norm is below ``grad_tol`` (or, with backtracking, once no
     member can decrease its loss any more); the last logged step says when.
 
@@ -450,7 +459,7 @@ class RegressionTrainer:
         cfg, seeds = self.cfg, list(seeds)
         E = len(seeds)
         t0 = time.perf_counter()
-        result = FitResult()
+        result = FitResult(init_states=[member_state(model, e) for e in range(E)])
         params = [p for p in model.parameters() if p.requires_grad]
         if train is None and fast_path(model) is None:
             raise ValueError("this model needs raw prompts (no fast path): pass train= and test= batches")
@@ -482,7 +491,7 @@ class RegressionTrainer:
             result.rows.extend((step, e, "test_excess", v) for e, v in enumerate(exc.mean(-1).tolist()))
 
         def log_train(step: int, loss: Tensor, lr: Tensor, gnorm: Tensor) -> None:
-            rows = [("train_loss", loss), ("lr", lr), ("grad_norm", gnorm)]
+            rows = [("train_loss", loss), ("lr", lr), ("grad_norm", gnorm), ("accepted_steps", accepted)]
             if isinstance(model, LCA) and model.param in ("one", "two"):
                 rows.append(("alpha", model.alpha.detach()))
                 rows.append(("beta", (-model.alpha if model.param == "one" else model.beta).detach()))
@@ -507,9 +516,13 @@ class RegressionTrainer:
         def factor(step: int) -> float:
             return 1.0 if cfg.schedule == "constant" else 0.5 * (1 + math.cos(math.pi * step / max(1, cfg.steps)))
 
+        accepted = torch.zeros(E, dtype=dt, device=self.device)  # steps taken per member
         log_eval(0)
         loss, grads = loss_and_grad(batch())
         check_finite(0, loss)
+        if backtrack and cfg.initial_step == "armijo":
+            lr = self._armijo(model, params, grads, loss, lr, batch(), cfg, shape)
+        lr_floor = lr * cfg.stall  # a member whose step fell below this has no decrease left
         log_train(0, loss, lr, member_norm(grads))
         prev = ([p.detach().clone() for p in params], loss, grads)  # last accepted point (GD with backtracking)
         velocity = [torch.zeros_like(p) for p in params]  # GD momentum
@@ -537,13 +550,15 @@ class RegressionTrainer:
                             p.copy_(torch.where(shape(worse, p), p_old, p))
                             v.masked_fill_(shape(worse, v).expand_as(v), 0.0)
                     loss = torch.where(worse, prev[1], loss)
+                    accepted = accepted + (~worse).to(accepted.dtype)
                     grads = [torch.where(shape(worse, g), g_old, g) for g, g_old in zip(grads, prev[2])]
                     prev = ([p.detach().clone() for p in params], loss, grads)
                 else:
                     check_finite(step, loss)
+                    accepted = accepted + 1
                 gnorm = member_norm(grads)
                 done = cfg.grad_tol is not None and bool((gnorm <= cfg.grad_tol).all())
-                done = done or (backtrack and bool((lr < cfg.lr * cfg.stall).all()))
+                done = done or (backtrack and bool((lr < lr_floor).all()))
                 if step % cfg.log_every == 0 or step == cfg.steps or done:
                     log_train(step, loss, lr if opt is None else torch.full_like(lr, cfg.lr * factor(step)), gnorm)
                     bar.set(loss=float(loss.mean()))
@@ -555,6 +570,31 @@ class RegressionTrainer:
         result.states = [member_state(model, e) for e in range(E)]
         result.wall_time = time.perf_counter() - t0
         return result
+
+    @staticmethod
+    def _armijo(model: nn.Module, params: list[Tensor], grads: list[Tensor], loss: Tensor, lr: Tensor, data: Prompts,
+                cfg: RegressionConfig, shape: Callable[[Tensor, Tensor], Tensor]) -> Tensor:
+        """Per member, the largest ``lr * 2^-k`` (k <= ``max_halvings``) whose gradient step decreases the
+        loss by at least ``1e-4 * step * |grad|^2`` (Armijo); members that find none keep the smallest."""
+        E = loss.shape[0]
+        g2 = sum(g.detach().reshape(E, -1).pow(2).sum(1) for g in grads)
+        start = [p.detach().clone() for p in params]
+        step, found = lr.clone(), torch.zeros(E, dtype=torch.bool, device=lr.device)
+        target = cfg.target
+        with torch.no_grad():
+            for _ in range(cfg.max_halvings + 1):
+                for p, p0, g in zip(params, start, grads):
+                    p.copy_(p0 - shape(step, p) * g)
+                y = data.y_query if target == "response" else bayes_of(data)
+                trial = ((y - predict_any(model, data)) ** 2).mean(-1)
+                ok = torch.isfinite(trial) & (trial <= loss - 1e-4 * step * g2)
+                found = found | ok
+                if bool(found.all()):
+                    break
+                step = torch.where(found, step, step * 0.5)
+            for p, p0 in zip(params, start):
+                p.copy_(p0)
+        return step
 
 
 def member_state(model: nn.Module, e: int) -> dict[str, Tensor]:

@@ -69,11 +69,13 @@ class Task(Protocol):
 @dataclass
 class FitResult:
     """What a fit measured. ``rows`` are long-format metrics ``(step, member, name, value)``;
-    ``states[i]`` is member ``i``'s final parameters (no member axis)."""
+    ``states[i]`` is member ``i``'s final parameters (no member axis).
+    ``init_states[i]``: member ``i``'s parameters before the first step, when the trainer records them."""
 
     rows: list[tuple[int, int, str, float]] = field(default_factory=list)
     states: list[dict[str, torch.Tensor]] = field(default_factory=list)
     wall_time: float = 0.0
+    init_states: list[dict[str, torch.Tensor]] = field(default_factory=list)
 
     def series(self, name: str, member: int) -> tuple[list[int], list[float]]:
         pts = [(s, v) for s, m, n, v in self.rows if n == name and m == member]
