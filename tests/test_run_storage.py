@@ -81,7 +81,8 @@ def _refuse_dir(src, dst, real):
 
 def test_no_finished_run_is_lost(tmp_path, monkeypatch):
     """A run whose final rename fails is kept whole (one line, exit 1), and resumes into place; a
-    corrupt index then does not lose it (one warning line, exit 0, indexed by --reindex)."""
+    corrupt index then does not lose it (one warning line, exit 0, indexed by --reindex), nor does it
+    fail ``tdlab report``."""
     out = tmp_path / "runs"
     args = ["run", "markov-init", "--seeds", "1", "--quiet", "--run-id", "r", "--out", str(out)]
     for k, v in SETS.items():
@@ -111,3 +112,9 @@ def test_no_finished_run_is_lost(tmp_path, monkeypatch):
     res = _cli("runs", "--out", str(out), "--reindex")
     assert res.exit_code == 0 and "moved aside" in res.stderr
     assert [r["run_id"] for r in RunIndex(out).query()] == ["r"]
+
+    (out / INDEX_NAME).write_bytes(garbage)  # `tdlab report` rebuilds the run and only warns about the index
+    res = _cli("report", str(out / "r"))
+    assert res.exit_code == 0, res.output
+    (line,) = _stderr_lines(res)
+    assert "not indexed" in line and (out / "r" / "report.html").is_file()

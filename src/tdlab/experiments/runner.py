@@ -141,7 +141,7 @@ def rebuild(path: Path) -> Run:
         except (KeyError, IndexError, ValueError, TypeError, ZeroDivisionError, AttributeError) as exc:
             raise RunDirError(f"{run.path}: metrics.parquet / summary.json do not hold what {exp.name} reads "
                               f"({type(exc).__name__}: {echo(str(exc))})") from None
-    RunIndex(run.path.parent).add_run(run, conf.get("sweep"))
+    _index(run, run.path.parent, conf.get("sweep"))
     return run
 
 
