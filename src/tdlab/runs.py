@@ -11,8 +11,13 @@ Layout::
 
 A run is built in a hidden staging folder ``OUT/.staging-ID`` and renamed into place when it ends
 (done, or stopped by a diverging loss: then ``status`` says so), so a run directory that exists is
-never half-written. Single files are replaced with temp-file + rename. A run killed mid-way leaves
-its staging folder, with checkpoints, for ``tdlab run --resume OUT/ID``.
+never half-written. Single files are replaced with temp-file + rename, and every file gets the mode
+a plainly created file would (``0o666 & ~umask``). A run killed mid-way leaves its staging folder,
+with checkpoints (JSON + safetensors, never pickles: :mod:`tdlab.train.checkpoint`), for ``tdlab run
+--resume OUT/ID``; a finished run whose final rename fails keeps its staging folder whole.
+
+A run id is one plain folder name (:func:`check_run_id`): letters, digits, ``_ . -``, not starting
+with ``.``, so it can neither leave ``OUT`` nor pass for a staging folder.
 """
 
 from __future__ import annotations
