@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from tdlab.claims import (
-    ArmHealth, Claim, ClaimGroup, assess_arm, difference_interval, end_drift, mean_interval,
+    ArmHealth, Claim, ClaimGroup, assess_arm, difference_interval, end_drift, mean_interval, proportion_interval,
 )
 from tdlab.experiments.base import Analysis
 
@@ -45,6 +45,25 @@ def test_interval_covers_the_true_mean_at_its_nominal_rate():
         (iv := mean_interval(rng.normal(1.0, 0.3, size=5).tolist(), 0.9)).lo <= 1.0 <= iv.hi for _ in range(4000)
     )
     assert covered / 4000 == pytest.approx(0.9, abs=0.015)  # binomial sd ≈ 0.005
+
+
+@pytest.mark.parametrize("k, n", [(10_000, 10_000), (0, 50), (37, 120), (1, 1)])
+def test_proportion_interval_is_wilsons(k, n):
+    iv = proportion_interval([1.0] * k + [0.0] * (n - k), 0.95)
+    ref = stats.binomtest(k, n).proportion_ci(0.95, method="wilson")
+    assert (iv.lo, iv.hi) == pytest.approx((ref.low, ref.high), abs=1e-12)
+    assert iv.center == pytest.approx(k / n)
+    assert math.isnan(proportion_interval([0.5, 1.0]).center)  # not indicators
+
+
+def test_proportion_rows_resolve_at_full_agreement_and_fail_below():
+    g = ClaimGroup("basins", "every point ends in the predicted basin")
+    assert g.value("all", [1.0] * 10_000, 1.0, 0.01, "ge", proportion=True).verdict == "holds"
+    assert g.value("few", [1.0] * 50, 1.0, 0.01, "ge", proportion=True).verdict == "not resolved"  # [0.929, 1]
+    wrong = g.value("wrong", [1.0] * 9_000 + [0.0] * 1_000, 1.0, 0.01, "ge", proportion=True)
+    assert wrong.verdict == "fails"
+    d = wrong.to_dict()
+    assert (d["successes"], d["trials"], d["measured"]) == (9_000, 10_000, [0.9])
 
 
 def test_difference_interval_paired_and_welch():

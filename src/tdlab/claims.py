@@ -43,7 +43,7 @@ import numpy as np
 from scipy import stats
 
 __all__ = [
-    "Verdict", "Kind", "Relation", "Interval", "mean_interval", "difference_interval", "end_drift",
+    "Verdict", "Kind", "Relation", "Interval", "mean_interval", "proportion_interval", "difference_interval", "end_drift",
     "Claim", "ClaimGroup", "ArmHealth", "assess_arm", "VERDICTS",
 ]
 
@@ -99,6 +99,23 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95, determinist
     se = statistics.stdev(v) / math.sqrt(n)
     h = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
     return Interval(m, m - h, m + h, n)
+
+
+def proportion_interval(indicators: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Wilson score interval of a proportion from 0/1 ``indicators`` (e.g. "this initial point ends in
+    the predicted basin"). Unlike the t-interval it does not collapse to a point when every
+    indicator agrees: 10⁴ successes out of 10⁴ give [0.9996, 1] at 95 %."""
+    v = _finite(indicators)
+    n = len(v)
+    if n == 0 or not all(x in (0.0, 1.0) for x in v):
+        return Interval(float("nan"), float("nan"), float("nan"), n)
+    k = sum(v)
+    p = k / n
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    denom = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return Interval(p, max(0.0, center - h), min(1.0, center + h), n)
 
 
 def difference_interval(
@@ -179,6 +196,8 @@ class Claim:
             arm took steps and stayed finite, not that it beat the trivial predictor).
         drift: for end-state claims, how much the measurement still moves at the end
             (:func:`end_drift`); above ``tolerance`` the row is ``not resolved``.
+        proportion: ``measured`` are 0/1 indicators (one per trial, e.g. per initial point): the
+            interval is Wilson's score interval of the proportion.
     """
 
     id: str
@@ -192,6 +211,7 @@ class Claim:
     member_se: list[float] | None = None
     paired: bool = False
     deterministic: bool = False
+    proportion: bool = False
     confidence: float = 0.95
     unit: str = ""
     arms: list[str] = field(default_factory=list)
@@ -232,7 +252,8 @@ class Claim:
         return {"close": (e - t, e + t), "le": (-math.inf, e + t), "ge": (e - t, math.inf)}[self.relation]
 
     def _decide_value(self) -> tuple[Verdict, str]:
-        iv = self.interval = mean_interval(self.measured, self.confidence, self.deterministic)
+        iv = self.interval = (proportion_interval(self.measured, self.confidence) if self.proportion
+                              else mean_interval(self.measured, self.confidence, self.deterministic))
         if math.isnan(iv.center):
             return "fails", "non-finite measurement"
         lo, hi = self._region()
@@ -341,11 +362,14 @@ class Claim:
         return f"[{self.verdict.upper()}] {self.id}: {body}" + (f" — {self.reason}" if self.reason else "")
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready row. A proportion stores its count (``successes`` of ``trials``), not every
+        indicator."""
         iv = self.interval
+        extra = {"successes": int(sum(self.measured)), "trials": len(self.measured)} if self.proportion else {}
         return {
             "id": self.id, "statement": self.statement, "kind": self.kind, "test": self.test,
-            "relation": self.relation, "expected": self.expected, "tolerance": self.tolerance,
-            "measured": self.measured, "reference": self.reference, "member_se": self.member_se,
+            "relation": self.relation, "expected": self.expected, "tolerance": self.tolerance, **extra,
+            "measured": [self.mean] if self.proportion else self.measured, "reference": self.reference, "member_se": self.member_se,
             "paired": self.paired, "unit": self.unit, "arms": self.arms, "learning_required": self.learning_required,
             "drift": self.drift, "mean": self.mean, "std": self.std,
             "interval": [iv.lo, iv.hi] if iv is not None else None, "confidence": self.confidence,
@@ -392,12 +416,14 @@ class ClaimGroup:
 
     def value(
         self, row: str, measured: Sequence[float], expected: float, tolerance: float, relation: Relation = "close", *,
-        arms: Sequence[str] = (), drift: float | None = None, deterministic: bool = False,
+        arms: Sequence[str] = (), drift: float | None = None, deterministic: bool = False, proportion: bool = False,
         learning_required: bool = True, unit: str = "", statement: str | None = None, confidence: float = 0.95,
     ) -> Claim:
-        """The members' mean, with its t-interval, against ``expected`` ± ``tolerance``."""
+        """The members' mean, with its t-interval, against ``expected`` ± ``tolerance``
+        (``proportion=True``: 0/1 indicators, Wilson's interval of the proportion)."""
         return self._add(row, test="value", relation=relation, expected=float(expected), tolerance=float(tolerance),
                          measured=list(measured), arms=list(arms), drift=drift, deterministic=deterministic,
+                         proportion=proportion,
                          learning_required=learning_required, unit=unit, confidence=confidence,
                          **({"statement": statement} if statement else {}))
 

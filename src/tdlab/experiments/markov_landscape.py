@@ -263,7 +263,7 @@ class MarkovLandscape(_Base):
             # Thms. 2/8 hold for every θ₀ off a null set: expected fraction 1; the tolerance 1 − min_agreement
             # allows endpoints not yet within limit_atol of their set at t_end (slow flows near the saddle's
             # stable manifold), a numerical effect, not a claim of the theorems.
-            basins.value(arm, hits, 1.0, 1.0 - cfg.min_agreement, "ge",
+            basins.value(arm, hits, 1.0, 1.0 - cfg.min_agreement, "ge", proportion=True,
                          statement=f"p={p}, q={q} ({'Thm. 2' if big else 'Thm. 8'}): fraction of {len(hits)} θ₀ "
                                    f"({cfg.members} × {cfg.n_random}) ending in the predicted critical set ≥ {cfg.min_agreement:g}")
             # (iii) small Gaussian init vs App. G's quadrature probability.
@@ -279,7 +279,7 @@ class MarkovLandscape(_Base):
                 meas["gaussian"][f"sigma={s:g}"] = {"local_min_fraction": fr, "global_min_fraction": fr_glob, "quadrature_local_min": P}
                 points = [v for x in local for v in x.tolist()]
                 # prob_tol: the scientific tolerance on a probability (absolute); the quadrature is exact to 1e-9.
-                gauss.value(f"{arm}/sigma{s:g}", points, P, cfg.prob_tol, "close",
+                gauss.value(f"{arm}/sigma{s:g}", points, P, cfg.prob_tol, "close", proportion=True,
                             statement=f"p={p}, q={q} (p+q {'>' if big else '<'} 1), σ={s:g}: the flow goes to {where}; "
                                       f"fraction of {len(points)} endpoints at the local minimum ≈ App. G quadrature {P:.4f}")
             out.measurements[arm] = meas
@@ -439,7 +439,7 @@ class MarkovLandscape3D(_Base):
                                                     "endpoint_counts": {CK(k).name: int(v) for k, v in enumerate(counts) if v}}
                 # Expected fraction 1 (the plane attracts/repels every small init off a null set); the
                 # tolerance 1 − min_fraction allows endpoints not yet within limit_atol at t_end.
-                limit.value(f"{arm}/sigma{s:g}/limit-set", points, 1.0, 1.0 - cfg.min_fraction, "ge",
+                limit.value(f"{arm}/sigma{s:g}/limit-set", points, 1.0, 1.0 - cfg.min_fraction, "ge", proportion=True,
                             statement=f"p={p}, q={q} (p+q {'>' if p + q > 1 else '<'} 1), σ={s:g}: the origin's plane {origin}; "
                                       f"fraction of {len(points)} endpoints on {kind.name.lower()} (Thm. 10 classification of the "
                                       f"t={cfg.t_end:g} endpoint) ≥ {cfg.min_fraction:g}")

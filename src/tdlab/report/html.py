@@ -54,7 +54,7 @@ _TEMPLATE = """<!doctype html>
 <td>{{ c.test }}{% if c.paired %} (paired){% endif %}</td>
 <td class="num">{% if c.test == "compare" %}difference {{ sym[c.relation] }} {{ "-" if c.relation == "lt" else "+" }}{{ c.expected }}{% else %}{{ sym[c.relation] }} {{ "%.4g"|format(c.expected) }} (tol {{ c.tolerance }}){% endif %}</td>
 <td class="num">{{ "%.4g"|format(c.mean) }} ± {{ "%.2g"|format(c.std) }}{{ c.unit }}{% if c.interval %} [{{ "%.4g"|format(c.interval[0]) }}, {{ "%.4g"|format(c.interval[1]) }}]{% endif %}{% if c.reference %}<br><small>vs {{ c.reference|map("round", 4)|join(", ") }}</small>{% endif %}{% if c.drift is not none %}<br><small>end drift {{ "%+.3g"|format(c.drift) }}</small>{% endif %}</td>
-<td class="num">{{ c.measured|map("round", 4)|join(", ") }}</td>
+<td class="num">{% if c.trials %}{{ c.successes }}/{{ c.trials }}{% else %}{{ c.measured[:12]|map("round", 4)|join(", ") }}{% if c.measured|length > 12 %}, … ({{ c.measured|length }} in all){% endif %}{% endif %}</td>
 <td class="v-{{ c.verdict|replace(' ', '-') }}">{{ c.verdict }}{% if c.reason %}<br><small>{{ c.reason }}</small>{% endif %}</td></tr>{% endfor %}
 </table></details>{% endfor %}{% endif %}{% endfor %}
 {% if s.notes %}<h2>Findings</h2><ul class="notes">{% for n in s.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
