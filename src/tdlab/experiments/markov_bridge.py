@@ -55,7 +55,7 @@ from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.experiments.markov_init import plateau_escape_step
 from tdlab.models.gpt import GPT, GPTConfig
-from tdlab.report.figures import curve_with_band, member_curves, plt, reference_lines, save_figure
+from tdlab.report.figures import curve_with_band, member_curves, plt, pq_plane, reference_lines, save_figure
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain
@@ -428,11 +428,7 @@ class MarkovBridge(Experiment):
                 n = len(row["class"])
                 ax.annotate(f"{row['class'].count(AT_H_PI)}/{n}", (row["p"], row["q"]), xytext=(0, 11),
                             textcoords="offset points", ha="center", fontsize=7)
-            ax.set_xlim(0, 1)
-            ax.set_ylim(0, 1)
-            ax.set_aspect("equal")
-            ax.set_xlabel("p = P(1|0)")
-            ax.set_ylabel("q = P(0|1)")
+            pq_plane(ax)
             ax.set_title(f"{budget} iterations")
         sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, 1))
         fig.colorbar(sm, ax=axes[0].tolist(), label="fraction of members at H(π)", shrink=0.85)

@@ -61,7 +61,7 @@ from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.experiments.markov_init import plateau_escape_step
 from tdlab.models.gpt import GPT, GPTConfig
-from tdlab.report.figures import curve_with_band, member_curves, plt, reference_lines, save_figure
+from tdlab.report.figures import curve_with_band, member_curves, plt, pq_plane, reference_lines, save_figure
 from tdlab.runs import Run
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy, stationary
@@ -470,11 +470,7 @@ class MarkovTying(Experiment):
                 ax.text(r["p"], r["q"], "—" if f is None else f"{f:.2f}", ha="center", va="center", fontsize=9)
             xs = np.linspace(0, 1, 2)
             ax.plot(xs, 1 - xs, "k--", lw=1, label="p + q = 1")
-            ax.set_xlim(0, 1)
-            ax.set_ylim(0, 1)
-            ax.set_aspect("equal")
-            ax.set_xlabel("p")
-            ax.set_ylabel("q")
+            pq_plane(ax)
             ax.set_title(f"{t}: fraction on the H(π) plateau at the last step")
             ax.legend(fontsize=7, loc="lower left")
         fig.suptitle(f"Small init (σ = {cfg.model.init_std}), {cfg.train.steps} steps, d = {cfg.model.d}, {cfg.members} members per cell")

@@ -47,3 +47,13 @@ def reference_lines(ax: plt.Axes, lines: Mapping[str, float]) -> None:
     styles = ["--", ":", "-.", (0, (5, 1))]
     for (label, y), ls in zip(lines.items(), styles * 4):
         ax.axhline(y, color="k", ls=ls, lw=1.1, label=label)
+
+
+def pq_plane(ax) -> None:
+    """Axes of the (p, q) plane of a binary chain: the unit square, equal aspect, labelled switching
+    probabilities (seed 000, Sec. 2)."""
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_aspect("equal")
+    ax.set_xlabel("p = P(1|0)")
+    ax.set_ylabel("q = P(0|1)")
