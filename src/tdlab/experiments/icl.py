@@ -629,6 +629,12 @@ class IclLsaVsLca(Experiment):
                 for T in cfg.depths:
                     steps, a_curve = _values(metrics, arms[T], "alpha")
                     _, b_curve = _values(metrics, arms[T], "beta")
+                    # GD stopped on its gradient criterion has converged: no drift (its few logged points would
+                    # otherwise put the initial transient into the end window)
+                    _, gn = _values(metrics, arms[T], "grad_norm")
+                    tcfg = cfg.trainer_config(o)
+                    if tcfg.grad_tol is not None and gn.size and np.all(gn[:, -1] <= tcfg.grad_tol):
+                        steps = np.zeros(0)
                     se = float(ref["one_se"].get(T, 0.0))
                     what = "alpha*_T (Lemma D.1)" if o == "pop" else f"the minimiser of l_(L_tr={o[3:]}) (Monte Carlo, N = {ref.get('n_prompts')})"
                     if model == "one":
