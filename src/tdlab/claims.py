@@ -542,11 +542,3 @@ def assess_arm(
         facts["accepted_steps"] = list(map(float, accepted_steps))
     return ArmHealth(arm, moved, moved and not learned_reasons, reasons + learned_reasons, facts)
 
-
-def check(
-    id: str, statement: str, measured: Sequence[float], expected: float, tolerance: float, relation: Relation = "close",
-    min_fraction: float = 1.0, unit: str = "",
-) -> Claim:
-    """Transitional: a one-row ``every`` claim in the old flat form (experiments move to groups)."""
-    return Claim(id=id, statement=statement, test="every", relation=relation, expected=float(expected),
-                 tolerance=float(tolerance), measured=list(measured), min_fraction=min_fraction, unit=unit)

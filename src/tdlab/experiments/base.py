@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from tdlab.claims import ArmHealth, Claim, ClaimGroup, Kind, assess_arm
+from tdlab.claims import ArmHealth, ClaimGroup, Kind, assess_arm
 from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides
 from tdlab.runs import Run, RunWriter
 from tdlab.train.trainer import DivergenceError, FitResult, Trainer
@@ -100,7 +100,6 @@ class Analysis:
     measurements: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # plain-language findings for the report
     health: dict[str, ArmHealth] = field(default_factory=dict)
-    claims: list[Claim] = field(default_factory=list)  # transitional: flat claims, one group each
 
     def group(self, id: str, statement: str, kind: Kind = "paper") -> ClaimGroup:
         """A new claim group (one paper statement, or one sanity check with ``kind="sanity"``)."""
@@ -116,9 +115,6 @@ class Analysis:
     def gate(self, health: dict[str, ArmHealth]) -> None:
         """Record arm health and mark every row that needs an untrained arm ``not evaluable``."""
         self.health = dict(health)
-        for c in self.claims:  # transitional flat claims become one-row groups
-            self.groups.append(ClaimGroup(c.id, c.statement, c.kind, [c]))
-        self.claims = []
         self.groups = [g for g in self.groups if g.rows]  # a statement with no arm that ran states nothing
         for g in self.groups:
             for row in g.rows:
