@@ -415,6 +415,18 @@ def _regression_health(exp: Experiment, cfg: ExperimentConfig, run: Run) -> dict
     return out
 
 
+class RegressionArms:
+    """The health gate of the seed-002 experiments, whose arms are trained by :class:`RegressionTrainer`:
+    the trivial predictor is the zero predictor (test MSE E[y^2]) and "moved" is judged on the training
+    objective (:func:`_regression_health`)."""
+
+    def trivial_error(self, cfg: ExperimentConfig, arm: str) -> float:
+        return response_second_moment(cfg.task.build())  # the zero predictor's test MSE, E[y^2]
+
+    def health(self, cfg: ExperimentConfig, run: Run) -> dict[str, ArmHealth]:
+        return _regression_health(self, cfg, run)
+
+
 def _lca_builder(task: MultiModalPrompts, model: str, T: int, dtype=torch.float64, **kw):
     if model == "one":
         a0 = one_param_init(task)
@@ -424,7 +436,7 @@ def _lca_builder(task: MultiModalPrompts, model: str, T: int, dtype=torch.float6
 
 
 @register
-class IclLsaVsLca(Experiment):
+class IclLsaVsLca(RegressionArms, Experiment):
     name = "icl-lsa-vs-lca"
     paper = PAPER
     figure = "Fig. 2 (Sec. 7; Thms 4.1, 6.2, 6.3; App. H)"
@@ -484,12 +496,6 @@ class IclLsaVsLca(Experiment):
                 _fit_arm(ctx, arm, trainer, build, seeds, task, tests, pop)
 
     # ------------------------------------------------------------------------------------------
-    def trivial_error(self, cfg: LsaVsLcaConfig, arm: str) -> float:
-        return response_second_moment(cfg.task.build())  # the zero predictor's test MSE, E[y^2]
-
-    def health(self, cfg: LsaVsLcaConfig, run: Run) -> dict[str, ArmHealth]:
-        return _regression_health(self, cfg, run)
-
     @staticmethod
     def references(cfg: LsaVsLcaConfig, task: MultiModalPrompts) -> dict[str, dict]:
         """Expected values per objective: ``{"one": {T: alpha}, "two": {T: (alpha, beta)}, "one_se": {T: se}}``.
@@ -816,7 +822,7 @@ def _relative_move(final: dict[str, np.ndarray], init: dict[str, np.ndarray], ce
 
 
 @register
-class IclUnrestricted(Experiment):
+class IclUnrestricted(RegressionArms, Experiment):
     name = "icl-unrestricted"
     paper = PAPER
     figure = "Fig. 3 (Sec. 7, App. H)"
@@ -883,12 +889,6 @@ class IclUnrestricted(Experiment):
                              for t in range(cfg.depth + 1)]
                 ctx.writer.add_metrics("tied-reference", rows)
                 ctx.writer.save_arrays("tied-reference", [{"alpha": torch.tensor([a_star])} for _ in seeds])
-
-    def trivial_error(self, cfg: UnrestrictedConfig, arm: str) -> float:
-        return response_second_moment(cfg.task.build())  # the zero predictor's test MSE, E[y^2]
-
-    def health(self, cfg: UnrestrictedConfig, run: Run) -> dict[str, ArmHealth]:
-        return _regression_health(self, cfg, run)
 
     def analyse(self, cfg: UnrestrictedConfig, run: Run) -> Analysis:
         """Two paper statements (Fig. 3), one row per arm (parametrisation x sigma_init):
@@ -1077,7 +1077,7 @@ def _grid_loss(task: MultiModalPrompts, depth: int, pre_ln: bool, A: np.ndarray,
 
 
 @register
-class IclLandscape(Experiment):
+class IclLandscape(RegressionArms, Experiment):
     name = "icl-landscape"
     paper = PAPER
     figure = "Fig. 4 (App. F)"
@@ -1153,12 +1153,6 @@ class IclLandscape(Experiment):
                 # one entry per member (the store's layout): GD end point with the shared maps
                 ctx.writer.save_arrays(arm, [{**s, **arrays} for s in result.states])
                 ctx.writer.save_arrays(init_arm(arm), result.init_states)
-
-    def trivial_error(self, cfg: LandscapeConfig, arm: str) -> float:
-        return response_second_moment(cfg.task.build())  # the zero predictor's test MSE, E[y^2]
-
-    def health(self, cfg: LandscapeConfig, run: Run) -> dict[str, ArmHealth]:
-        return _regression_health(self, cfg, run)
 
     @staticmethod
     def valley(a_ax: np.ndarray, b_ax: np.ndarray, loss: np.ndarray, betas: np.ndarray) -> np.ndarray:
@@ -1357,7 +1351,7 @@ class AblationConfig(ExperimentConfig):
 
 
 @register
-class IclAblations(Experiment):
+class IclAblations(RegressionArms, Experiment):
     name = "icl-ablations"
     paper = PAPER
     figure = "Figs. 5, 6 (App. G)"
@@ -1390,12 +1384,6 @@ class IclAblations(Experiment):
                     tcfg, build = cfg.train, _lca_builder(task, model, cfg.depth, **kw)
                 trainer = RegressionTrainer(tcfg, ctx.device, ctx.progress, label=name, cache=cache)
                 _fit_arm(ctx, name, trainer, build, seeds, task, tests, pop)
-
-    def trivial_error(self, cfg: AblationConfig, arm: str) -> float:
-        return response_second_moment(cfg.task.build())  # the zero predictor's test MSE, E[y^2]
-
-    def health(self, cfg: AblationConfig, run: Run) -> dict[str, ArmHealth]:
-        return _regression_health(self, cfg, run)
 
     def analyse(self, cfg: AblationConfig, run: Run) -> Analysis:
         """App. G's statements (Figs. 5, 6) as comparisons between arms on the same test prompts (paired over
