@@ -375,6 +375,8 @@ class Claim:
             "interval": [iv.lo, iv.hi] if iv is not None else None, "confidence": self.confidence,
             "per_member": self.per_member, "verdict": self.verdict, "holds": self.holds, "reason": self.reason,
             "n": len(self.measured),
+            # comparisons: the mean difference the interval is about (measured − reference)
+            "difference": iv.center if self.test == "compare" and iv is not None else None,
         }
 
 

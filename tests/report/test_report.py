@@ -87,7 +87,10 @@ def test_report_has_grouped_claims_health_and_the_figure(report_run):
         assert len(table) - 1 == len(g["rows"])
         for row, c in zip(table[1:], g["rows"], strict=True):
             assert row[0]["text"].startswith(c["id"])
-            assert f"{c['mean']:.4g}" in row[3]["text"]
+            if c["test"] == "compare":  # the difference the interval is about, not one arm's mean
+                assert f"difference {c['difference']:+.4g}" in row[3]["text"]
+            else:
+                assert f"{c['mean']:.4g}" in row[3]["text"]
             assert row[-1]["text"].startswith(c["verdict"]) and row[-1]["class"] == "v-" + c["verdict"].replace(" ", "-")
     verdicts = [r[-1]["class"] for t in row_tables for r in t[1:]]
     assert "v-fails" in verdicts and "v-not-evaluable" in verdicts
@@ -95,6 +98,9 @@ def test_report_has_grouped_claims_health_and_the_figure(report_run):
     status = {r[0]["text"]: r[1]["text"] for r in health[1:]}
     assert status["gpt2/local-to-global"] == "not trained" and status["sec2/standard"] == "trained"
     assert "Paper claims" in html and "Sanity checks" not in html
+    tally = ", ".join(f"{n} {v}" for v in ("holds", "fails", "not resolved", "not evaluable")
+                      if (n := sum(g["verdict"] == v for g in summary["claims"])))
+    assert f"Paper claims <small>({tally})</small>" in html
     # The figure is referenced relatively and exists next to the report.
     assert page.imgs == ["figures/fig4_test_loss.png"]
     assert (report_run.path / page.imgs[0]).stat().st_size > 10_000
