@@ -195,7 +195,9 @@ class Claim:
         learning_required: False for claims *about* failing to learn (the gate then only asks that the
             arm took steps and stayed finite, not that it beat the trivial predictor).
         drift: for end-state claims, how much the measurement still moves at the end
-            (:func:`end_drift`); above ``tolerance`` the row is ``not resolved``.
+            (:func:`end_drift`); above ``drift_tolerance`` (default: ``tolerance``) the row is
+            ``not resolved``. One-sided threshold rows (tolerance 0) name the scale at which a
+            still-moving end matters with ``drift_tolerance``.
         proportion: ``measured`` are 0/1 indicators (one per trial, e.g. per initial point): the
             interval is Wilson's score interval of the proportion.
     """
@@ -217,6 +219,7 @@ class Claim:
     arms: list[str] = field(default_factory=list)
     learning_required: bool = True
     drift: float | None = None
+    drift_tolerance: float | None = None
     min_fraction: float = 1.0
     kind: Kind = "paper"
     # computed
@@ -241,10 +244,10 @@ class Claim:
             verdict, reason = self._decide_every()
         else:
             verdict, reason = self._decide_value()
-        if verdict != "not evaluable" and self.drift is not None and math.isfinite(self.drift) \
-                and abs(self.drift) > self.tolerance:
+        drift_tol = self.tolerance if self.drift_tolerance is None else self.drift_tolerance
+        if verdict != "not evaluable" and self.drift is not None and math.isfinite(self.drift) and abs(self.drift) > drift_tol:
             return "not resolved", (f"still moving: {self.drift:+.4g}{self.unit} over the last 10% of training "
-                                    f"(tolerance {self.tolerance:g}); {reason}")
+                                    f"(tolerance {drift_tol:g}); {reason or verdict + ' at the end'}")
         return verdict, reason
 
     def _region(self) -> tuple[float, float]:
@@ -371,7 +374,7 @@ class Claim:
             "relation": self.relation, "expected": self.expected, "tolerance": self.tolerance, **extra,
             "measured": [self.mean] if self.proportion else self.measured, "reference": self.reference, "member_se": self.member_se,
             "paired": self.paired, "unit": self.unit, "arms": self.arms, "learning_required": self.learning_required,
-            "drift": self.drift, "mean": self.mean, "std": self.std,
+            "drift": self.drift, "drift_tolerance": self.drift_tolerance, "mean": self.mean, "std": self.std,
             "interval": [iv.lo, iv.hi] if iv is not None else None, "confidence": self.confidence,
             "per_member": self.per_member, "verdict": self.verdict, "holds": self.holds, "reason": self.reason,
             "n": len(self.measured),
@@ -418,28 +421,29 @@ class ClaimGroup:
 
     def value(
         self, row: str, measured: Sequence[float], expected: float, tolerance: float, relation: Relation = "close", *,
-        arms: Sequence[str] = (), drift: float | None = None, deterministic: bool = False, proportion: bool = False,
-        learning_required: bool = True, unit: str = "", statement: str | None = None, confidence: float = 0.95,
+        arms: Sequence[str] = (), drift: float | None = None, drift_tolerance: float | None = None,
+        deterministic: bool = False, proportion: bool = False, learning_required: bool = True, unit: str = "", statement: str | None = None, confidence: float = 0.95,
     ) -> Claim:
         """The members' mean, with its t-interval, against ``expected`` ± ``tolerance``
         (``proportion=True``: 0/1 indicators, Wilson's interval of the proportion)."""
         return self._add(row, test="value", relation=relation, expected=float(expected), tolerance=float(tolerance),
-                         measured=list(measured), arms=list(arms), drift=drift, deterministic=deterministic,
-                         proportion=proportion,
+                         measured=list(measured), arms=list(arms), drift=drift, drift_tolerance=drift_tolerance,
+                         deterministic=deterministic, proportion=proportion,
                          learning_required=learning_required, unit=unit, confidence=confidence,
                          **({"statement": statement} if statement else {}))
 
     def every(
         self, row: str, measured: Sequence[float], expected: float, tolerance: float, relation: Relation = "close", *,
         member_se: Sequence[float] | None = None, min_fraction: float = 1.0, arms: Sequence[str] = (),
-        drift: float | None = None, learning_required: bool = True, unit: str = "", statement: str | None = None,
+        drift: float | None = None, drift_tolerance: float | None = None, learning_required: bool = True, unit: str = "", statement: str | None = None,
         confidence: float = 0.95,
     ) -> Claim:
         """Each member (± its own standard error) against ``expected`` ± ``tolerance``; holds when at
         least ``min_fraction`` of the members do. For statements about every member."""
         return self._add(row, test="every", relation=relation, expected=float(expected), tolerance=float(tolerance),
                          measured=list(measured), member_se=list(member_se) if member_se is not None else None,
-                         min_fraction=min_fraction, arms=list(arms), drift=drift, learning_required=learning_required,
+                         min_fraction=min_fraction, arms=list(arms), drift=drift, drift_tolerance=drift_tolerance,
+                         learning_required=learning_required,
                          unit=unit, confidence=confidence, **({"statement": statement} if statement else {}))
 
     def compare(
