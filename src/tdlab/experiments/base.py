@@ -72,10 +72,18 @@ class RunContext:
         try:
             result = trainer.fit(build, seeds, task)
         except DivergenceError as err:
-            self.record(arm, err.result, initial_states(build, seeds))
+            self.record(arm, err.result, self._initial(err.result, build, seeds))
             raise
-        self.record(arm, result, initial_states(build, seeds))
+        self.record(arm, result, self._initial(result, build, seeds))
         return result
+
+    @staticmethod
+    def _initial(result: FitResult, build: Callable[[list[int]], Any], seeds: Sequence[int]) -> list[dict[str, Any]]:
+        """The fit's initial parameters: as the trainer recorded them when it did for every member,
+        else rebuilt from the seeds (a resumed fit skipped the builds of its finished chunks)."""
+        if len(result.init_states) == len(seeds):
+            return result.init_states
+        return initial_states(build, seeds)
 
 
 def init_arm(arm: str) -> str:
@@ -100,6 +108,7 @@ class Analysis:
     measurements: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # plain-language findings for the report
     health: dict[str, ArmHealth] = field(default_factory=dict)
+    gated: bool = False  # set by gate(): an experiment that needs final verdicts inside analyse gates itself
 
     def group(self, id: str, statement: str, kind: Kind = "paper") -> ClaimGroup:
         """A new claim group (one paper statement, or one sanity check with ``kind="sanity"``)."""
@@ -114,7 +123,7 @@ class Analysis:
 
     def gate(self, health: dict[str, ArmHealth]) -> None:
         """Record arm health and mark every row that needs an untrained arm ``not evaluable``."""
-        self.health = dict(health)
+        self.health, self.gated = dict(health), True
         self.groups = [g for g in self.groups if g.rows]  # a statement with no arm that ran states nothing
         for g in self.groups:
             for row in g.rows:

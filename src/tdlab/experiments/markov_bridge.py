@@ -338,8 +338,8 @@ class MarkovBridge(Experiment):
                 finite = np.isfinite(gap[:, -1])
                 row["deviation_nats"] = float(np.mean(gap[finite, -1])) if pred["basin"] is not None and finite.any() else None
                 cells[arm] = row
-        # The table and the notes show the verdicts the report will show: gate here (the runner gates
-        # again; gating is idempotent).
+        # The table and the notes show the verdicts the report will show: gate here (the runner then
+        # leaves the gated analysis as it is).
         out.gate(self.health(cfg, run))
         for arm, row in cells.items():
             claim = rows.get(arm)

@@ -41,6 +41,8 @@ carry the per-member fractions.)
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import math
 import time
 from pathlib import Path
@@ -165,8 +167,9 @@ class _Base(Experiment):
     paper = "000 Local to Global"
     dim: int = 2
 
+    @abstractmethod
     def _member_state(self, cfg: _Common, p: float, q: float, seed: int, m: int) -> tuple[dict, list]:
-        raise NotImplementedError
+        """One member's flows for chain (p, q): the arrays to store and the metric rows."""
 
     def run(self, cfg: _Common, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)

@@ -155,7 +155,8 @@ def _report(exp: Experiment, cfg: ExperimentConfig, run: Run, meta: dict[str, An
     analysis = None
     if meta.get("status") == "done":
         analysis = exp.analyse(cfg, run)
-        analysis.gate(exp.health(cfg, run))
+        if not analysis.gated:
+            analysis.gate(exp.health(cfg, run))
     figures: list[Path] = []
     if analysis is not None:
         figures = exp.plot(cfg, run, analysis, run.path / "figures")
