@@ -155,24 +155,16 @@ def _print_summary(summary: dict, path: Path) -> None:
 
 
 def _group_line(g: dict) -> str:
-    """``id: statement — the numbers`` (one row: its measurement; several: the verdict tally)."""
+    """``id: the numbers`` (one row: what decided it; several: the verdict tally)."""
+    from tdlab.report.findings import row_summary
+
     rows = g["rows"]
     if len(rows) == 1:
         r = rows[0]
-        if r["verdict"] == "not evaluable":
-            return f"{g['id']}: {r.get('reason') or 'no measurement'}"
-        iv = r.get("interval") or [float("nan")] * 2
-        if r["test"] == "compare":
-            what = f"difference {r['mean'] - _mean(r.get('reference')):+.4g} in [{iv[0]:.4g}, {iv[1]:.4g}]"
-        else:
-            what = f"{r['mean']:.4f} in [{iv[0]:.4g}, {iv[1]:.4g}] vs {r['expected']:.4f} ± {r['tolerance']:g}"
-        return f"{g['id']}: {what}" + (f" ({r['reason']})" if r.get("reason") else "")
+        reason = f" ({r['reason']})" if r.get("reason") and r["verdict"] != "not evaluable" else ""
+        return f"{g['id']}: {row_summary(r)}{reason}"
     tally = ", ".join(f"{n} {v}" for v, n in g["counts"].items() if n)
     return f"{g['id']}: {len(rows)} rows — {tally}"
-
-
-def _mean(values: list | None) -> float:
-    return sum(values) / len(values) if values else float("nan")
 
 
 @app.command()

@@ -16,7 +16,7 @@ from typing import Any
 
 from tdlab.runs import Run, RunDirError, atomic_write
 
-__all__ = ["findings_markdown", "group_line", "replace_between_markers", "START", "END"]
+__all__ = ["findings_markdown", "group_line", "row_summary", "replace_between_markers", "START", "END"]
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 _ORDER = ("holds", "fails", "not resolved", "not evaluable")
@@ -28,18 +28,24 @@ def _fmt(x: Any) -> str:
     return "—"
 
 
+def row_summary(r: dict[str, Any]) -> str:
+    """The numbers that decided one claim row (from ``summary.json``): ``mean [lo, hi] vs expected ±
+    tol``, ``Δ lo…hi`` for a comparison, or the reason when the row is not evaluable."""
+    if r["verdict"] == "not evaluable":
+        return r.get("reason") or "no measurement"
+    iv = r.get("interval") or [None, None]
+    if r.get("test") == "compare":
+        return f"Δ {_fmt(iv[0])}…{_fmt(iv[1])}"
+    return f"{_fmt(r.get('mean'))} [{_fmt(iv[0])}, {_fmt(iv[1])}] vs {_fmt(r.get('expected'))} ± {_fmt(r.get('tolerance'))}"
+
+
 def group_line(g: dict[str, Any]) -> str:
     """``**verdict** `id` — statement: the deciding numbers`` for one claim group (markdown)."""
     rows = g.get("rows", [])
     parts = []
     for r in rows[:8]:
-        iv = r.get("interval") or [None, None]
         name = r["id"].split("/", 1)[1] if "/" in r["id"] else r["id"]
-        if r.get("test") == "compare":
-            num = f"Δ {_fmt(iv[0])}…{_fmt(iv[1])}"
-        else:
-            num = f"{_fmt(r.get('mean'))} [{_fmt(iv[0])}, {_fmt(iv[1])}] vs {_fmt(r.get('expected'))} ± {_fmt(r.get('tolerance'))}"
-        parts.append(f"{name}: {num} → {r['verdict']}")
+        parts.append(f"{name}: {row_summary(r)} → {r['verdict']}")
     more = f"; … {len(rows) - 8} more rows" if len(rows) > 8 else ""
     return f"**{g['verdict']}** `{g['id']}` — {g['statement']}. " + "; ".join(parts) + more
 
