@@ -1,0 +1,163 @@
+"""The anchor-function generator (seed 001 §3.1–3.2, §4.5) against a slow per-sequence check written
+from the definitions: block place and type, noise in Z, labels, one memory label per (z_p, a)
+everywhere, test = exactly M, per-tuple counts, F_mem,2 and group labels in range; bad input."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from tdlab.config import ConfigError, validate_config
+from tdlab.tasks.anchors import Anchors, AnchorsConfig
+
+CFG = AnchorsConfig()
+Z = set(range(21, 121))
+MEM, RSN = set(range(1, 11)), set(range(11, 21))
+M = {(11, 13), (13, 11)}
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def slow_check(data: dict, cfg: AnchorsConfig, mem_labels: dict) -> Counter:
+    """Walk every sequence as §3.1 defines it; return the count per (kind, anchor tuple).
+
+    ``mem_labels`` collects y^(z_p, a) across calls: a pair seen twice must carry one label."""
+    Zs = set(range(cfg.key_min, cfg.key_max + 1))
+    mem = set(range(cfg.mem_min, cfg.mem_max + 1))
+    rsn = set(range(cfg.rsn_min, cfg.rsn_max + 1))
+    counts: Counter = Counter()
+    for row, y, kind, kp in zip(data["tokens"].tolist(), data["label"].tolist(), data["kind"].tolist(), data["key_pos"].tolist()):
+        assert len(row) == cfg.L
+        anchor_pos = [i for i, t in enumerate(row) if t not in Zs]
+        # one block of q consecutive anchors, the key right before it, p in 1..L-q (1-based)
+        assert len(anchor_pos) == cfg.q and anchor_pos == list(range(anchor_pos[0], anchor_pos[0] + cfg.q))
+        p = anchor_pos[0]  # 0-based index of the first anchor = 1-based index of z_p
+        assert cfg.p_min <= p <= cfg.p_hi and kp == p - 1
+        z, a = row[p - 1], tuple(row[p : p + cfg.q])
+        assert z in Zs and all(row[i] in Zs for i in range(cfg.L) if i not in anchor_pos)
+        if cfg.mix != "memory" and set(a) <= rsn:  # (memory-only runs may reuse 11..20 as memory anchors)
+            assert y == z + sum(a)
+            assert kind == (2 if a in set(cfg.test_tuples) else 1)
+        else:
+            assert set(a) <= mem and kind == 0  # no mixed-type tuples
+            assert mem_labels.setdefault((z, a), y) == y
+        counts[(kind, a)] += 1
+    return counts
+
+
+def test_train_split_against_slow_check():
+    task = Anchors(CFG)
+    gen = _gen(3)
+    n = 198 * 20 + 7
+    data = task.dataset(gen, n)
+    labels: dict = {}
+    counts = slow_check(data, CFG, labels)
+    assert sum(counts.values()) == n
+    tuples = {a for _, a in counts}
+    assert all(k != 2 for k, _ in counts) and not (tuples & M)
+    assert len(tuples) == 198  # 100 memory + 98 reasoning-train tuples
+    assert set(counts.values()) <= {20, 21} and sum(v == 21 for v in counts.values()) == 7
+    assert all(labels[(z, a)] in Z for (z, a) in labels)  # F_mem,1: y ~ U(Z)
+    # every key position 1..L-q occurs, keys and noise cover Z
+    assert set(data["key_pos"].tolist()) == set(range(CFG.L - CFG.q))
+    # the same member seed gives the same memory labels in another split and another call
+    gen2 = _gen(3)
+    gen2.manual_seed(3)
+    slow_check(task.dataset(gen2, 3000, "mem"), CFG, labels)
+    assert torch.equal(task.memory_table(_gen(3)), task.memory_table(3))
+
+
+def test_test_split_is_exactly_M():
+    task = Anchors(CFG)
+    data = task.dataset(_gen(0), 1000, "test_rsn")
+    counts = slow_check(data, CFG, {})
+    assert {a for _, a in counts} == M and set(counts.values()) == {500}
+    assert set(data["kind"].tolist()) == {2}
+    rt = slow_check(task.dataset(_gen(0), 980, "rsn_train"), CFG, {})
+    assert len(rt) == 98 and set(rt.values()) == {10}
+
+
+def test_deterministic_and_member_seeds_differ():
+    task = Anchors(CFG)
+    a, b, c = task.dataset(_gen(5), 500), task.dataset(_gen(5), 500), task.dataset(_gen(6), 500)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["tokens"], c["tokens"])
+    assert not torch.equal(task.memory_table(5), task.memory_table(6))
+
+
+def test_fixed_key_position_and_emb_mlp_view():
+    cfg = AnchorsConfig(p_min=3, p_max=3)
+    data = Anchors(cfg).dataset(_gen(1), 400)
+    slow_check(data, cfg, {})
+    assert set(data["key_pos"].tolist()) == {2}
+    view = Anchors.emb_mlp_view(data)
+    assert view.shape == (400, 3)
+    assert torch.equal(view[:, 0], data["key"]) and torch.equal(view[:, 1:], data["anchors"])
+    # L = q + 1: the Emb-MLP task itself (p = 1, no noise)
+    d3 = Anchors(AnchorsConfig(L=3)).dataset(_gen(1), 300)
+    assert torch.equal(Anchors.emb_mlp_view(d3), d3["tokens"])
+
+
+def test_window_labels_in_range():
+    cfg = AnchorsConfig(memory_labels="window")
+    task = Anchors(cfg)
+    data = task.dataset(_gen(2), 4000, "mem")
+    labels: dict = {}
+    slow_check(data, cfg, labels)
+    for (z, a), y in labels.items():
+        assert z - sum(a) <= y <= z + sum(a)
+    tab = task.memory_table(2)
+    S = task.mem_tuples.sum(1)[None, :]
+    lo, hi = task.keys[:, None] - S, task.keys[:, None] + S
+    assert bool(((tab >= lo) & (tab <= hi)).all())
+    assert bool((tab == lo).any()) and bool((tab == hi).any())  # both ends reachable
+
+
+@pytest.mark.parametrize("ranges", ["nested", "disjoint"])
+def test_group_labels_in_range(ranges):
+    cfg = AnchorsConfig(mix="memory", mem_max=20, memory_groups=4, group_ranges=ranges)
+    task = Anchors(cfg)
+    data = task.dataset(_gen(4), 3000)
+    labels: dict = {}
+    counts = slow_check(data, cfg, labels)
+    assert len(counts) == 4 * 25  # tuples within one group of 5 anchors
+    for (z, a), y in labels.items():
+        g = (a[0] - 1) // 5
+        assert all((x - 1) // 5 == g for x in a)
+        lo = 30 if ranges == "nested" else 30 + 20 * g
+        assert lo <= y <= 29 + 20 * (g + 1)
+    assert task.group_range(3) == ((30, 109) if ranges == "nested" else (90, 109))
+
+
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ({"q": 9}, "q=9"),
+        ({"key_min": 15}, "disjoint"),
+        ({"rsn_min": 5, "rsn_max": 14}, "disjoint"),
+        ({"test_tuples": [[1, 3]]}, "test_tuples"),
+        ({"test_tuples": [[11, 13, 12]]}, "test_tuples"),
+        ({"d_vob": 150}, "d_vob"),
+        ({"p_min": 8}, "p_min"),
+        ({"memory_groups": 3}, "memory_groups"),
+        ({"memory_labels": "window", "key_min": 15, "mix": "memory"}, "window"),
+        ({"n_train": 0}, "n_train"),
+    ],
+)
+def test_bad_input_names_the_field(bad, field):
+    with pytest.raises(ValidationError, match=field):
+        AnchorsConfig(**bad)
+    with pytest.raises(ConfigError, match=field):
+        validate_config(AnchorsConfig, bad)
+
+
+def test_bad_split():
+    with pytest.raises(ValueError, match="split"):
+        Anchors(CFG).dataset(_gen(0), 10, "heldout")
+    with pytest.raises(ValueError, match="no anchor tuples"):
+        Anchors(AnchorsConfig(mix="memory")).dataset(_gen(0), 10, "test_rsn")
