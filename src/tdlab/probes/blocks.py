@@ -1,0 +1,221 @@
+"""Topic-block statistics of a (V, V) matrix and topic attention averages (seed 004).
+
+Seed 004 (Li, Li & Risteski, ICML 2023) predicts that trained weights carry the topic structure:
+``W^EᵀW^E`` (Thm. 1, Fig. 1) and ``W^V`` (Thms. 2, 4, Figs. 2, 9, 10) are block-wise over topics,
+sometimes diagonal (Fig. 6, Thm. 5), and a word attends more to its own topic (Thm. 3, Tables 3-4).
+This module turns those pictures into numbers.
+
+Vocabulary (Def. 1): ``[MASK] = 0`` and words ``1..Tv``; ``topic(i) = ceil(i / v)``, so word ``i`` is
+in topic ``(i - 1) // v`` (0-based). Only word rows and columns enter every statistic: a ``(Tv+1, Tv+1)``
+matrix loses its row and column 0 first; a ``(Tv, Tv)`` one is taken to be words ``1..Tv`` already.
+
+Block statistics (:func:`block_stats`) of a word matrix ``M`` (``n = Tv`` rows):
+
+* ``S`` / ``D``: mean of the same-topic entries (the ``T`` diagonal ``v x v`` blocks, their diagonal
+  included) / of the different-topic entries;
+* ``sigma``: standard deviation (population, ddof = 0) of the different-topic entries;
+* block contrast ``z = (S - D) / sigma`` (+inf when the off-block part is constant and ``S > D``);
+* uniformity ``u = (mean same-topic off-diagonal entry - D) / (mean diagonal entry - D)``: 1 for
+  uniform blocks, 0 for a diagonal pattern (needs ``v >= 2``);
+* row block-sum gap ``g = mean_i [ Σ_{l in topic(i)} M_il - mean_{t != topic(i)} Σ_{l in t} M_il ]``
+  (needs ``T >= 2``): every squared-loss optimum of Lemma 1 / Thm. 4 has gap ``c3`` in every row.
+
+Attention averages (:func:`attention_averages`, App. G.2-G.3, Tables 3-4): see that function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["BlockStats", "word_block", "topic_of", "block_stats", "AttentionAverages", "cut_documents",
+           "attention_averages", "model_attention_averages"]
+
+
+def word_block(M: torch.Tensor, topics: int, v: int) -> torch.Tensor:
+    """The word rows and columns of ``M (..., V, V)``.
+
+    Args:
+        M: ``(..., Tv + 1, Tv + 1)`` (index 0 = [MASK] is dropped) or ``(..., Tv, Tv)`` (kept).
+        topics: ``T``; v: words per topic.
+    Returns:
+        ``(..., Tv, Tv)`` float64, entry ``[a, b]`` = ``M`` at words ``a + 1``, ``b + 1``.
+    """
+    if topics < 1 or v < 1:
+        raise ValueError(f"topics and v must be >= 1, got T={topics}, v={v}")
+    n = topics * v
+    if M.dim() < 2 or M.shape[-1] != M.shape[-2] or M.shape[-1] not in (n, n + 1):
+        raise ValueError(f"expected a (..., {n + 1}, {n + 1}) or (..., {n}, {n}) matrix for T={topics}, v={v}; got {tuple(M.shape)}")
+    M = M.detach().to(torch.float64)
+    return M[..., 1:, 1:] if M.shape[-1] == n + 1 else M
+
+
+def topic_of(tokens: torch.Tensor, v: int) -> torch.Tensor:
+    """0-based topic of word ids ``1..Tv`` (Def. 1: ``topic(i) = ceil(i / v)``, minus one); -1 for id 0."""
+    return torch.where(tokens >= 1, torch.div(tokens - 1, v, rounding_mode="floor"), torch.full_like(tokens, -1))
+
+
+@dataclass(frozen=True)
+class BlockStats:
+    """Block statistics of one matrix per leading index (each field has the leading shape of the input)."""
+
+    S: torch.Tensor  # mean same-topic entry (diagonal blocks, diagonal included)
+    D: torch.Tensor  # mean different-topic entry
+    sigma: torch.Tensor  # std (ddof 0) of the different-topic entries
+    z: torch.Tensor  # block contrast (S - D) / sigma
+    u: torch.Tensor  # uniformity: 1 uniform blocks, 0 diagonal
+    g: torch.Tensor  # row block-sum gap (= c3 at every squared-loss optimum, Lemma 1 / Thm. 4)
+    diag: torch.Tensor  # mean diagonal entry
+    same_offdiag: torch.Tensor  # mean same-topic off-diagonal entry
+
+    def as_dict(self) -> dict[str, torch.Tensor]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def block_stats(M: torch.Tensor, topics: int, v: int) -> BlockStats:
+    """``S, D, sigma, z, u, g`` of the word part of ``M``, vectorised over leading axes.
+
+    Args:
+        M: ``(..., V, V)`` with ``V = Tv + 1`` (row/column 0 = [MASK] dropped) or ``V = Tv``; e.g.
+            ``(E, V, V)`` for an ensemble's ``W^V`` or ``W^EᵀW^E``.
+        topics: ``T >= 2``; v: words per topic ``>= 2``.
+    Returns:
+        :class:`BlockStats` of float64 tensors of shape ``M.shape[:-2]`` (``()`` for one matrix).
+    """
+    if topics < 2 or v < 2:
+        raise ValueError(f"block statistics need T >= 2 topics (for D and g) and v >= 2 words per topic (for u); got T={topics}, v={v}")
+    W = word_block(M, topics, v)
+    n = topics * v
+    topic = torch.arange(n, device=W.device) // v
+    same = topic[:, None] == topic[None, :]
+    eye = torch.eye(n, dtype=torch.bool, device=W.device)
+    diff, off = ~same, same & ~eye
+
+    S = W[..., same].mean(-1)
+    var, D = torch.var_mean(W[..., diff], dim=-1, correction=0)
+    sigma = var.sqrt()
+    diagonal = torch.diagonal(W, dim1=-2, dim2=-1).mean(-1)
+    same_off = W[..., off].mean(-1)
+    # Row i's sum over each topic's columns: (..., n, T).
+    sums = W.reshape(*W.shape[:-1], topics, v).sum(-1)
+    own = torch.gather(sums, -1, topic.expand(*sums.shape[:-1])[..., None]).squeeze(-1)
+    others = (sums.sum(-1) - own) / (topics - 1)
+    g = (own - others).mean(-1)
+    return BlockStats(S=S, D=D, sigma=sigma, z=(S - D) / sigma, u=(same_off - D) / (diagonal - D), g=g,
+                      diag=diagonal, same_offdiag=same_off)
+
+
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AttentionAverages:
+    """Average (length-normalised) attention between position pairs, each ``(E,)`` float64 (nan: no pair)."""
+
+    same_word: torch.Tensor  # a_sw: the same word at both positions, i = j included
+    same_topic: torch.Tensor  # a_st: different words of the same topic
+    diff_topic: torch.Tensor  # a_dt: words of different topics
+    n_same_word: torch.Tensor  # number of pairs behind each average, (E,) int64
+    n_same_topic: torch.Tensor
+    n_diff_topic: torch.Tensor
+
+    def as_dict(self) -> dict[str, torch.Tensor]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def cut_documents(tokens: torch.Tensor, key_mask: torch.Tensor | None = None, cut: int = 100) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``cut`` positions of every document (the authors' ``cut_sentences_at_length``).
+
+    Returns:
+        ``(tokens[..., :cut], key_mask[..., :cut])``; an all-True mask when ``key_mask`` is None.
+    """
+    if cut < 1:
+        raise ValueError(f"cut must be >= 1, got {cut}")
+    mask = torch.ones_like(tokens, dtype=torch.bool) if key_mask is None else key_mask.to(torch.bool)
+    return tokens[..., :cut], mask[..., :cut]
+
+
+def attention_averages(
+    pattern: torch.Tensor,
+    tokens: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    topics: int,
+    v: int,
+    cut: int = 100,
+    norm_len: int = 100,
+) -> AttentionAverages:
+    """Tables 3-4's average attention: same word, same topic-different word, different topic.
+
+    What is computed, per member ``e`` (App. G.3 and the authors' ``compare_topic_and_non_topic_attention``):
+
+    1. Cut: each document keeps its first ``cut`` positions (``c = min(cut, N)``), and attention is the
+       pattern of the *cut* document. ``pattern`` may come from the full documents: its key rows are
+       restricted to the first ``c`` visible positions and every query column is renormalised over
+       them. That equals running the model on the cut document exactly whenever a score depends on
+       the two tokens only (the topic model: no positions), since a softmax over a subset of keys is
+       the renormalised restriction. Pass patterns of already-cut documents to skip the question.
+    2. Length normalisation (G.3, "normalize the sentence length to 100"): every weight is multiplied by
+       ``n / norm_len``, with ``n`` the number of visible positions of the cut document (its length
+       without padding), so each query's weights average ``1 / norm_len`` whatever ``n``.
+    3. Pairs: every ordered pair ``(i, j)`` of visible positions of a document (``i = j`` included) whose
+       tokens are both words (ids ``1..Tv``; [MASK] and other ids skipped) falls in exactly one class:
+       same word (``w_i = w_j``), same topic-different word, different topic (Def. 1 topics).
+    4. Average: the sum of the normalised weights over all pairs of a class in all documents of the
+       member, divided by their number (pooled over documents, as the authors' running sums do).
+       The classes are symmetric, so which of ``i, j`` is the key does not matter.
+
+    Args:
+        pattern: ``(E, B, N, N)`` attention in the column-softmax layout of :class:`TopicAttention`:
+            ``pattern[e, b, i, j] = A_ij`` (key ``i``, query ``j``); each column sums to one over axis
+            ``-2`` (the keys).
+        tokens: ``(E, B, N)`` the documents the pattern was computed on (unmasked held-out documents).
+        key_mask: ``(E, B, N)`` bool, False on padding (and any position hidden as a key); None = all visible.
+        topics, v: ``T`` and words per topic.
+        cut: positions kept per document (G.3 / the authors' script: 100).
+        norm_len: the reference length of the normalisation (G.3: 100).
+    Returns:
+        :class:`AttentionAverages`, each field ``(E,)``.
+    """
+    if pattern.dim() != 4 or pattern.shape[-1] != pattern.shape[-2] or pattern.shape[:-1] != tokens.shape:
+        raise ValueError(f"expected pattern (E, B, N, N) and tokens (E, B, N); got {tuple(pattern.shape)}, {tuple(tokens.shape)}")
+    if norm_len < 1:
+        raise ValueError(f"norm_len must be >= 1, got {norm_len}")
+    tok, vis = cut_documents(tokens, key_mask, cut)
+    c = tok.shape[-1]
+    A = pattern[..., :c, :c].detach().to(torch.float64) * vis[..., :, None]
+    col = A.sum(-2, keepdim=True)
+    A = torch.where(col > 0, A / col.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(A))
+    n_doc = vis.sum(-1).to(torch.float64)  # (E, B) cut-document lengths
+    A = A * (n_doc / norm_len)[..., None, None]
+
+    word = vis & (tok >= 1) & (tok <= topics * v)
+    pair = word[..., :, None] & word[..., None, :]
+    t = topic_of(tok, v)
+    same_word = tok[..., :, None] == tok[..., None, :]
+    same_topic = t[..., :, None] == t[..., None, :]
+    classes = (pair & same_word, pair & same_topic & ~same_word, pair & ~same_topic)
+    sums = [(A * m).sum((1, 2, 3)) for m in classes]
+    counts = [m.sum((1, 2, 3)) for m in classes]
+    avg = [s / k.to(torch.float64) for s, k in zip(sums, counts)]  # 0/0 -> nan: no pair of that class
+    return AttentionAverages(*avg, *counts)
+
+
+def model_attention_averages(
+    model,
+    tokens: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    topics: int,
+    v: int,
+    cut: int = 100,
+    norm_len: int = 100,
+) -> AttentionAverages:
+    """:func:`attention_averages` of ``model`` on documents cut to ``cut`` positions *before* the forward
+    pass (as the authors' script does), reading the ``attn.pattern`` activation.
+
+    Args:
+        model: a :class:`~tdlab.models.topic_attention.TopicAttention` (anything whose
+            ``run_with_cache(tokens, key_mask=..., names=["attn.pattern"])`` records a column-softmax pattern).
+        tokens, key_mask: ``(E, B, N)`` unmasked documents and their padding mask.
+    """
+    tok, vis = cut_documents(tokens, key_mask, cut)
+    _, cache = model.run_with_cache(tok, key_mask=vis, names=["attn.pattern"])
+    return attention_averages(cache["attn.pattern"], tok, vis, topics, v, cut=cut, norm_len=norm_len)

@@ -1,0 +1,210 @@
+"""Block statistics (z, u, g) on planted matrices and against an entry-by-entry loop; attention
+averages (App. G.2-G.3) on a hand-made document with hand-computed answers."""
+
+import math
+
+import pytest
+import torch
+
+from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
+from tdlab.probes.blocks import attention_averages, block_stats, model_attention_averages, topic_of, word_block
+
+F64 = torch.float64
+
+
+def topic_1based(i: int, v: int) -> int:
+    return math.ceil(i / v)  # Def. 1, word ids 1..Tv
+
+
+def loop_stats(M: torch.Tensor, T: int, v: int) -> dict[str, float]:
+    """z, u, g of a (Tv+1, Tv+1) matrix by plain loops over word ids 1..Tv."""
+    words = range(1, T * v + 1)
+    same, diff, diag, off = [], [], [], []
+    for i in words:
+        for l in words:
+            x = float(M[i, l])
+            (same if topic_1based(i, v) == topic_1based(l, v) else diff).append(x)
+            if i == l:
+                diag.append(x)
+            elif topic_1based(i, v) == topic_1based(l, v):
+                off.append(x)
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    S, D = mean(same), mean(diff)
+    sigma = math.sqrt(mean([(x - D) ** 2 for x in diff]))
+    gaps = []
+    for i in words:
+        sums = {t: sum(float(M[i, l]) for l in words if topic_1based(l, v) == t) for t in range(1, T + 1)}
+        own = sums[topic_1based(i, v)]
+        gaps.append(own - mean([s for t, s in sums.items() if t != topic_1based(i, v)]))
+    return {"z": (S - D) / sigma, "u": (mean(off) - D) / (mean(diag) - D), "g": mean(gaps)}
+
+
+def block_matrix(T: int, v: int, a: float, b: float, with_mask: bool = True) -> torch.Tensor:
+    topic = torch.arange(T * v) // v
+    same = (topic[:, None] == topic[None, :]).to(F64)
+    W = a * same + b * (1 - same)
+    if not with_mask:
+        return W
+    M = torch.full((T * v + 1, T * v + 1), 7.0, dtype=F64)  # row/col 0 ([MASK]) must be ignored
+    M[1:, 1:] = W
+    return M
+
+
+def test_pure_block_matrix():
+    T, v, a, b = 4, 3, 0.7, -0.1
+    st = block_stats(block_matrix(T, v, a, b), T, v)
+    assert st.u.item() == pytest.approx(1.0, abs=1e-14)
+    assert st.g.item() == pytest.approx(v * (a - b), abs=1e-13)  # own block sums v a, the others v b
+    assert st.S.item() == pytest.approx(a) and st.D.item() == pytest.approx(b)
+    assert st.sigma.item() == 0.0 and math.isinf(st.z.item())  # off-block part constant
+
+
+def test_diagonal_matrix_has_zero_uniformity():
+    T, v = 3, 5
+    M = torch.full((T * v + 1, T * v + 1), 0.2, dtype=F64) + 1.5 * torch.eye(T * v + 1, dtype=F64)
+    st = block_stats(M, T, v)
+    assert st.u.item() == pytest.approx(0.0, abs=1e-14)
+    assert st.g.item() == pytest.approx(1.5, abs=1e-13)  # only the diagonal entry differs within the own block
+    assert st.S.item() == pytest.approx(0.2 + 1.5 / v)
+
+
+def c3_family(T: int, v: int, c3: float, gen: torch.Generator) -> torch.Tensor:
+    """A random member of the Lemma 1 / Thm. 4 family: W_il = c3 P_il + u_i + N_il, with P row-stochastic
+    inside the own topic block, u_i a per-row constant and N summing to zero over every other topic's
+    columns of each row; row and column 0 arbitrary. Every row's block-sum gap is c3."""
+    n = T * v
+    topic = torch.arange(n) // v
+    same = topic[:, None] == topic[None, :]
+    P = torch.rand(n, n, generator=gen, dtype=F64) * same
+    P = P / P.sum(1, keepdim=True)
+    noise = torch.randn(n, T, v, generator=gen, dtype=F64)
+    noise = (noise - noise.mean(-1, keepdim=True)).reshape(n, n) * ~same
+    W = c3 * P + torch.randn(n, 1, generator=gen, dtype=F64) + noise
+    M = torch.randn(n + 1, n + 1, generator=gen, dtype=F64)
+    M[1:, 1:] = W
+    return M
+
+
+def test_c3_gap_family_and_ensemble_axis():
+    T, v, p_m, p_c = 5, 4, 0.15, 0.1
+    c3 = 1.0 / (1.0 - (1.0 - p_c) * p_m)
+    g = torch.Generator().manual_seed(0)
+    Ms = torch.stack([c3_family(T, v, c3, g) for _ in range(6)])  # (E, V, V)
+    st = block_stats(Ms, T, v)
+    assert st.g.shape == (6,)
+    assert torch.allclose(st.g, torch.full((6,), c3, dtype=F64), atol=1e-12, rtol=0)
+    for e in range(6):  # the member axis gives each matrix's own statistics
+        one = block_stats(Ms[e], T, v)
+        for k, val in one.as_dict().items():
+            assert torch.allclose(val, st.as_dict()[k][e], atol=1e-14, rtol=0, equal_nan=True), k
+
+
+def test_vectorised_statistics_match_entry_loops():
+    T, v = 3, 4
+    g = torch.Generator().manual_seed(1)
+    M = torch.randn(T * v + 1, T * v + 1, generator=g, dtype=F64) + 2.0 * torch.eye(T * v + 1, dtype=F64)
+    st = block_stats(M, T, v)
+    ref = loop_stats(M, T, v)
+    for k in ("z", "u", "g"):
+        assert getattr(st, k).item() == pytest.approx(ref[k], rel=1e-12, abs=1e-12), k
+    # A word-only (Tv, Tv) matrix gives the same numbers as its (Tv+1, Tv+1) parent.
+    assert torch.allclose(block_stats(M[1:, 1:], T, v).z, st.z, atol=0, rtol=1e-15)
+
+
+def test_bad_shapes_and_sizes():
+    with pytest.raises(ValueError, match="expected"):
+        block_stats(torch.zeros(10, 10), 3, 4)
+    with pytest.raises(ValueError, match="T >= 2"):
+        block_stats(torch.zeros(5, 5), 1, 4)
+    with pytest.raises(ValueError, match="expected"):
+        word_block(torch.zeros(13, 12), 3, 4)
+
+
+def test_topic_of_follows_def_1():
+    v = 3
+    tokens = torch.tensor([0, 1, 3, 4, 6, 7, 30])
+    assert topic_of(tokens, v).tolist() == [-1, 0, 0, 1, 1, 2, 9]  # ceil(i / v) - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# A hand-made document: T = 2 topics, v = 2 words each (words 1, 2 in topic 1; 3, 4 in topic 2),
+# tokens [1, 1, 2, 3]. Pattern in the column-softmax layout (row = key i, column = query j):
+HAND_TOKENS = [1, 1, 2, 3]
+HAND_A = torch.tensor([
+    [0.4, 0.1, 0.25, 0.1],
+    [0.3, 0.5, 0.25, 0.2],
+    [0.2, 0.2, 0.25, 0.3],
+    [0.1, 0.2, 0.25, 0.4],
+], dtype=F64)
+# same word (w_i = w_j): (0,0) .4, (0,1) .1, (1,0) .3, (1,1) .5, (2,2) .25, (3,3) .4 -> 1.95 / 6
+# same topic, different word: (0,2) .25, (2,0) .2, (1,2) .25, (2,1) .2 -> 0.9 / 4
+# different topic: (0,3) .1, (1,3) .2, (2,3) .3, (3,0) .1, (3,1) .2, (3,2) .25 -> 1.15 / 6
+HAND_EXPECT = (1.95 / 6, 0.9 / 4, 1.15 / 6)
+
+
+def hand_inputs(pad: int = 0):
+    N = 4 + pad
+    A = torch.zeros(N, N, dtype=F64)
+    A[:4, :4] = HAND_A
+    A[4:, :] = 0.5  # garbage on padding keys: must be ignored (and renormalised away)
+    tokens = torch.tensor(HAND_TOKENS + [4] * pad)
+    visible = torch.tensor([True] * 4 + [False] * pad)
+    return A[None, None], tokens[None, None], visible[None, None]
+
+
+@pytest.mark.parametrize("pad", [0, 2])
+def test_attention_averages_on_a_hand_made_document(pad):
+    A, tokens, visible = hand_inputs(pad)
+    avg = attention_averages(A, tokens, visible, topics=2, v=2, cut=100, norm_len=4)  # n = 4: scale 1
+    got = (avg.same_word.item(), avg.same_topic.item(), avg.diff_topic.item())
+    assert got == pytest.approx(HAND_EXPECT, abs=1e-15)
+    assert (avg.n_same_word.item(), avg.n_same_topic.item(), avg.n_diff_topic.item()) == (6, 4, 6)
+    # G.3's length normalisation with the default reference length 100: every weight times 4 / 100.
+    avg100 = attention_averages(A, tokens, visible, topics=2, v=2)
+    assert avg100.same_topic.item() == pytest.approx(HAND_EXPECT[1] * 4 / 100, abs=1e-15)
+
+
+def test_attention_averages_cut_renormalises_over_the_kept_keys():
+    # cut = 3 keeps tokens [1, 1, 2]; columns restricted to keys 0..2 and renormalised:
+    # col0 [.4 .3 .2]/.9, col1 [.1 .5 .2]/.8, col2 [1/3 1/3 1/3].
+    # same word: 4/9 + 1/8 + 3/9 + 5/8 + 1/3 = 67/36 over 5 pairs; same topic: 1/3 + 2/9 + 1/3 + 1/4 = 41/36
+    # over 4 pairs; no different-topic pair left.
+    A, tokens, visible = hand_inputs(pad=1)
+    avg = attention_averages(A, tokens, visible, topics=2, v=2, cut=3, norm_len=3)
+    assert avg.same_word.item() == pytest.approx(67 / 180, abs=1e-15)
+    assert avg.same_topic.item() == pytest.approx(41 / 144, abs=1e-15)
+    assert math.isnan(avg.diff_topic.item()) and avg.n_diff_topic.item() == 0
+
+
+def test_attention_averages_pool_pairs_over_documents_and_skip_mask_tokens():
+    A, tokens, visible = hand_inputs()
+    # Second document: the hand document with its word 3 replaced by [MASK] = 0 (its pairs are skipped).
+    tokens2 = torch.cat([tokens, torch.tensor([[[1, 1, 2, 0]]])], dim=1)
+    A2 = torch.cat([A, A], dim=1)
+    avg = attention_averages(A2, tokens2, torch.cat([visible, visible], 1), topics=2, v=2, norm_len=4)
+    # same word: the first document's 1.95 (6 pairs) plus .4 + .1 + .3 + .5 + .25 = 1.55 (5 pairs)
+    assert avg.same_word.item() == pytest.approx((1.95 + 1.55) / 11, abs=1e-15)
+    assert avg.same_topic.item() == pytest.approx(1.8 / 8, abs=1e-15)
+    assert avg.diff_topic.item() == pytest.approx(1.15 / 6, abs=1e-15)
+
+
+def test_cut_pattern_equals_the_model_on_cut_documents():
+    # For the topic model (scores depend on the two tokens only) restricting and renormalising a
+    # full-document pattern equals running the model on the cut documents, the authors' order.
+    T, v, E, B, N, cut = 3, 3, 2, 4, 14, 9
+    model = TopicAttention(TopicModelConfig(vocab=T * v + 1, onehot=True, init_scale=1.0), [0, 1]).double()
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(1, T * v + 1, (E, B, N), generator=g)
+    visible = torch.ones(E, B, N, dtype=torch.bool)
+    visible[:, 1, 11:] = False  # padded, still longer than cut
+    visible[:, 2, 6:] = False  # shorter than cut: n = 6
+    _, cache = model.run_with_cache(tokens, key_mask=visible, names=["attn.pattern"])
+    from_full = attention_averages(cache["attn.pattern"], tokens, visible, T, v, cut=cut)
+    from_cut = model_attention_averages(model, tokens, visible, T, v, cut=cut)
+    for k, val in from_full.as_dict().items():
+        assert torch.allclose(val.double(), getattr(from_cut, k).double(), atol=1e-14, rtol=0), k
+    # The G.3 normalisation makes the mean normalised weight over all pairs of a document 1/norm_len.
+    total = from_cut.same_word * from_cut.n_same_word + from_cut.same_topic * from_cut.n_same_topic \
+        + from_cut.diff_topic * from_cut.n_diff_topic
+    n = torch.tensor([9, 9, 6, 9], dtype=F64)  # cut lengths
+    assert torch.allclose(total, (n * n / 100).sum().expand(E), atol=1e-12)
