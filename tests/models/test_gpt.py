@@ -1,12 +1,16 @@
 """The ensemble-first GPT: members are independent models; Sec. 2 forward against a slow literal
-implementation of the seed's equations; inits; activation cache."""
+implementation of the seed's equations; seed 001's post-LN model (Eqs. 15-18) and seed 003's
+attention-only models against slow references; inits (standard, local-to-global, γ); activation
+cache; existing configurations pinned to the numbers they gave before the seed-001/003 options."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.seeding import member_seeds
@@ -34,9 +38,9 @@ def sec2_reference(model: GPT, m: int, tokens: torch.Tensor) -> torch.Tensor:
     """
     cfg = model.cfg
     st = {k: v.double() for k, v in model.member_state(m).items()}
-    e, b = st["e"], st["b"]
+    e, b = st["e"], st.get("b", torch.zeros((), dtype=F64))
     a = e if cfg.tie_weights else st["a"]
-    H, dh = cfg.heads, cfg.d // cfg.heads
+    H, dh = cfg.heads, cfg.attn_width // cfg.heads
     B, T = tokens.shape
     out = torch.empty(B, T, dtype=F64)
     for bi in range(B):
@@ -68,6 +72,9 @@ def sec2_reference(model: GPT, m: int, tokens: torch.Tensor) -> torch.Tensor:
                 if p + "attn.W_O.weight" in st:
                     att = st[p + "attn.W_O.weight"] @ att
                 ys.append(xs[n] + att)
+            if p + "mlp.W_1.weight" not in st:  # attention-only (seed 003): the block ends here
+                xs = ys
+                continue
             W1, W2 = st[p + "mlp.W_1.weight"], st[p + "mlp.W_2.weight"]
             xs = [y + W2 @ torch.relu(W1 @ y) for y in ys]
         for n in range(T):
@@ -86,6 +93,11 @@ def sec2_reference(model: GPT, m: int, tokens: torch.Tensor) -> torch.Tensor:
         dict(positions="none", out_proj=False),
         dict(tie_weights=False, layers=2),
         dict(init="local-to-global"),
+        # seed 003 attention-only blocks (no MLP, no LayerNorm) and the attention width option
+        dict(mlp=False, layers=3),
+        dict(mlp=False, layers=2, heads=2, positions="relative", rel_encoding="kv", rel_clip=3, head_bias=False),
+        dict(d_attn=6, heads=2, layers=2),
+        dict(d_attn=2, d_ff=5, init="gamma", init_gamma=0.3),
     ],
     ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()) or "default",
 )
@@ -316,3 +328,345 @@ def test_single_member_ensemble_and_input_checks():
         GPTConfig(arch="sec2", vocab=3)
     with pytest.raises(ValueError, match="divisible"):
         GPTConfig(d=6, heads=4)
+
+
+# --- seed 001: the post-LN transformer of App. A.2 (Eqs. 15-18) ------------------------------------
+
+# The seed's model scaled down (A.3: V 200, d_m 200, d_k 64, d_ff 512, 2 layers, 1 head, L = 9).
+SEED001 = dict(arch="gpt2", vocab=7, d=6, d_attn=4, d_ff=10, layers=2, heads=1, max_len=9, norm="post",
+               activation="relu", tie_weights=False, head_bias=True, init="gamma", init_gamma=0.3)
+ATTN_ONLY = dict(arch="gpt2", vocab=5, d=6, d_attn=4, heads=2, layers=3, max_len=12, mlp=False, norm="none",
+                 init_std=0.5)
+
+
+def _ln(x: torch.Tensor, g: torch.Tensor, b: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)  # biased variance, as LayerNorm
+    return (x - mu) / torch.sqrt(var + eps) * g + b
+
+
+def gpt_reference(model: GPT, m: int, seq: torch.Tensor, placement: str, mlp: bool, act: str) -> torch.Tensor:
+    """Logits ``(T, V)`` of member m on one sequence, in seed 001's row-vector notation (App. A.2):
+
+        X^(1) = W^emb[X] + W^pos                                              (15)
+        Q = X W^Q, K = X W^K, V = X W^V  (W^Q, W^K, W^V in R^{d_m x d_k})     (16)
+        Attn = softmax(mask(Q K^T / sqrt(d_k))),  X^qkv = Attn V              (17)
+        X^ao = LN(X + X^qkv W^O),  X^(l+1) = LN(MLP(X^ao) + X^ao)             (18)   [placement "post"]
+        logits = X^(L+1) W^out + b
+
+    ``placement`` "pre" reads X^ao = X + Attn(LN(X)) W^O, X' = X^ao + MLP(LN(X^ao)); "none" drops the
+    LNs; ``mlp=False`` ends each block at X^ao. Heads split d_k (seed 001 has one). A torch weight
+    ``(out, in)`` is the seed's ``W`` transposed; biases, where the model has them, are added.
+    """
+    st = {k: v.double() for k, v in model.member_state(m).items()}
+    H = model.cfg.heads
+    T = seq.shape[0]
+    X = st["wte"][seq] + st["wpe"][:T]  # (15)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+
+    def lin(name, x):
+        return x @ st[name + ".weight"].T + st.get(name + ".bias", torch.zeros((), dtype=F64))
+
+    def ln(name, x):
+        return _ln(x, st[name + ".weight"], st[name + ".bias"]) if placement != "none" else x
+
+    def mlp_f(name, x):
+        h = lin(name + ".W_1", x)
+        h = torch.relu(h) if act == "relu" else 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))
+        return lin(name + ".W_2", h)
+
+    for layer in range(model.cfg.layers):
+        p = f"blocks.{layer}."
+        inp = X if placement in ("post", "none") else ln(p + "ln_1", X)
+        Q, K, V = (lin(p + f"attn.{w}", inp) for w in ("W_Q", "W_K", "W_V"))  # (16)
+        dk = Q.shape[1] // H
+        heads = []
+        for h in range(H):
+            sl = slice(h * dk, (h + 1) * dk)
+            S = (Q[:, sl] @ K[:, sl].T) / math.sqrt(dk)
+            S = torch.where(mask, S, torch.full_like(S, -math.inf))
+            A = torch.exp(S - S.max(-1, keepdim=True).values)
+            heads.append((A / A.sum(-1, keepdim=True)) @ V[:, sl])  # (17)
+        Xqkv = torch.cat(heads, dim=1)
+        att = lin(p + "attn.W_O", Xqkv) if p + "attn.W_O.weight" in st else Xqkv  # out_proj=False: no W^O
+        if placement == "post":
+            Xao = ln(p + "ln_1", X + att)  # (18), first half
+        else:
+            Xao = X + att
+        if not mlp:
+            X = Xao
+        elif placement == "post":
+            X = ln(p + "ln_2", mlp_f(p + "mlp", Xao) + Xao)  # (18), second half
+        else:
+            X = Xao + mlp_f(p + "mlp", ln(p + "ln_2", Xao))
+    if "ln_f.weight" in st:
+        X = _ln(X, st["ln_f.weight"], st["ln_f.bias"])
+    W_out = st["lm_head"] if "lm_head" in st else st["wte"]
+    return X @ W_out.T + st.get("lm_bias", torch.zeros((), dtype=F64))
+
+
+def _randomise_layernorms(model: GPT, seed: int = 0) -> None:
+    """LayerNorm starts at (1, 0); move it so the reference checks that gains and shifts are applied."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, prm in model.named_parameters():
+            if ".ln_" in f".{n}":
+                prm.add_(0.3 * torch.randn(prm.shape, generator=g, dtype=prm.dtype))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),  # seed 001's layout
+        dict(heads=2, bias=True, activation="gelu", tie_weights=True, head_bias=False, final_norm=True),
+        dict(layers=1, d_attn=None, init_fan="in", init_gamma=0.1),
+    ],
+    ids=["seed001", "heads2-bias-gelu-tied-finalLN", "dattn=d-fanin"],
+)
+def test_post_ln_forward_matches_eqs_15_to_18(kw):
+    cfg = GPTConfig(**{**SEED001, **kw})
+    model = GPT(cfg, member_seeds(6, 3)).double()
+    _randomise_layernorms(model)
+    # The seed's model: post-LN blocks, no final LayerNorm (A.2 projects X^do(L) directly), untied
+    # output layer with bias, no biases on Q/K/V/O and the MLP.
+    if not kw:
+        assert model.ln_f is None and model.lm_head is not None and model.lm_bias.shape == (3, 7)
+        attn = model.blocks[0].attn
+        assert attn.W_Q.weight.shape == (3, 4, 6) and attn.W_O.weight.shape == (3, 6, 4)  # d_m x d_k, d_k x d_m
+        assert model.blocks[1].mlp.W_1.weight.shape == (3, 10, 6)
+        assert all(lin.bias is None for lin in (attn.W_Q, attn.W_K, attn.W_V, attn.W_O, model.blocks[0].mlp.W_1))
+    tokens = torch.randint(0, 7, (3, 2, 9), generator=torch.Generator().manual_seed(2))
+    logits = model(tokens)
+    assert logits.shape == (3, 2, 9, 7)
+    for m in (0, 2):
+        for bi in range(2):
+            ref = gpt_reference(model, m, tokens[m, bi], "post", mlp=True, act=cfg.act)
+            torch.testing.assert_close(logits[m, bi], ref, rtol=1e-10, atol=1e-12)
+    out_cached, cache = model.run_with_cache(tokens)  # explicit-softmax path = fused kernel
+    torch.testing.assert_close(out_cached, logits.detach(), rtol=1e-10, atol=1e-12)
+    # blocks.{l}.mid is X^ao, a LayerNorm output: per-position mean = the LN shift's mean (gain applied after).
+    ln1 = model.blocks[0].ln_1
+    mid = cache["blocks.0.mid"]
+    torch.testing.assert_close(mid, _ln(cache["embed"] + model.blocks[0].attn(cache["embed"]).detach(),
+                                         ln1.weight.detach()[:, None, None], ln1.bias.detach()[:, None, None]))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(), dict(heads=1, d_attn=None, out_proj=False, layers=2), dict(norm="pre", final_norm=False)],
+    ids=["default", "no-out-proj", "pre-LN-no-MLP"],
+)
+def test_attention_only_forward_matches_reference(kw):
+    """Seed 003, "depth without non-linearities": x_{l+1} = x_l + W_O Attn(x_l), no MLP, no LayerNorm."""
+    cfg = GPTConfig(**{**ATTN_ONLY, **kw})
+    model = GPT(cfg, member_seeds(8, 2)).double()
+    _randomise_layernorms(model)
+    for blk in model.blocks:
+        assert blk.mlp is None and blk.ln_2 is None
+        assert (blk.ln_1 is None) == (cfg.norm == "none")
+    assert model.ln_f is None and not any("mlp" in n for n, _ in model.named_parameters())
+    tokens = torch.randint(0, 5, (2, 2, 12), generator=torch.Generator().manual_seed(3))
+    logits, cache = model.run_with_cache(tokens)
+    assert not any(".mlp." in k for k in cache)
+    for m in (0, 1):
+        ref = gpt_reference(model, m, tokens[m, 1], cfg.norm_placement, mlp=False, act="relu")
+        torch.testing.assert_close(logits[m, 1], ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(model(tokens).detach(), logits, rtol=1e-10, atol=1e-12)
+
+
+def test_auto_options_resolve_to_the_seed_000_layouts():
+    sec2, gpt2 = GPTConfig(arch="sec2"), GPTConfig(arch="gpt2")
+    assert (sec2.norm_placement, sec2.has_final_norm, sec2.act, sec2.has_head_bias) == ("none", False, "relu", True)
+    assert (gpt2.norm_placement, gpt2.has_final_norm, gpt2.act, gpt2.has_head_bias) == ("pre", True, "gelu", False)
+    assert (gpt2.attn_width, gpt2.ff_width) == (8, 32)
+    post = GPTConfig(arch="gpt2", norm="post")
+    assert not post.has_final_norm and GPTConfig(arch="gpt2", norm="post", final_norm=True).has_final_norm
+
+
+# --- γ-init (seed 001 Sec. 3.4, App. B.4) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("gamma", [0.3, 0.8])
+@pytest.mark.parametrize("fan", ["out", "in"])
+def test_gamma_init_std_is_width_to_the_minus_gamma(gamma, fan):
+    """W in R^{d1 x d2} (in, out): W_ij ~ N(0, (d2^-γ)^2) for fan "out" (Sec. 3.4), d1^-γ for "in";
+    embeddings d_m^-γ either way (B.4); LayerNorm (1, 0); biases 0."""
+    V, d, dk, dff = 300, 256, 128, 512
+    cfg = GPTConfig(arch="gpt2", vocab=V, d=d, d_attn=dk, d_ff=dff, heads=2, layers=1, max_len=256, norm="post",
+                    tie_weights=False, head_bias=True, bias=True, init="gamma", init_gamma=gamma, init_fan=fan)
+    model = GPT(cfg, member_seeds(1, 2))
+    # (d_in, d_out) of each matrix in the seed's layout; embedding tables by their row width.
+    dims = {"attn.W_Q": (d, dk), "attn.W_K": (d, dk), "attn.W_V": (d, dk), "attn.W_O": (dk, d),
+            "mlp.W_1": (d, dff), "mlp.W_2": (dff, d)}
+    expected = {"wte": d ** -gamma, "wpe": d ** -gamma, "lm_head": (d if fan == "in" else V) ** -gamma}
+    for k, (di, do) in dims.items():
+        expected[f"blocks.0.{k}.weight"] = (di if fan == "in" else do) ** -gamma
+    seen = set()
+    for name, prm in model.named_parameters():
+        w = prm.detach().double()
+        if ".ln_" in f".{name}":
+            assert torch.equal(prm, torch.ones_like(prm) if name.endswith("weight") else torch.zeros_like(prm)), name
+        elif name == "lm_bias" or name.endswith(".bias"):
+            assert torch.equal(prm, torch.zeros_like(prm)), name
+        else:
+            assert w.numel() >= 65536, name  # std error of the std <= 1/sqrt(2n) ~ 0.3%: 2% is ~7 sigma
+            assert w.std().item() == pytest.approx(expected[name], rel=0.02), name
+            assert abs(w.mean().item()) < 5 * expected[name] / math.sqrt(w.numel()), name
+            seen.add(name)
+    assert seen == set(expected)
+    # The two fans differ where the widths do: W_Q (d -> d_k) by (d_k / d)^γ.
+    other = GPT(cfg.updated({"init_fan": "in" if fan == "out" else "out"}), member_seeds(1, 2))
+    ratio = (model.blocks[0].attn.W_Q.weight.std() / other.blocks[0].attn.W_Q.weight.std()).item()
+    assert ratio == pytest.approx((dk / d if fan == "in" else d / dk) ** gamma, rel=0.02)
+
+
+def test_gamma_std_of_the_sec2_parameters():
+    """sec2: e is the embedding (d^-γ); the untied head a maps d -> 1 (std 1 for fan out); b is a bias."""
+    for fan, a_std in (("out", 1.0), ("in", 8 ** -0.5)):
+        m = GPT(GPTConfig(arch="sec2", d=8, tie_weights=False, init="gamma", init_gamma=0.5, init_fan=fan), [0])
+        assert m.gamma_std("e") == pytest.approx(8 ** -0.5) and m.gamma_std("a") == pytest.approx(a_std)
+        assert m.gamma_std("b") == 0.0 and torch.equal(m.b, torch.zeros(1))
+
+
+def test_lemma_1_small_init_attention_is_uniform():
+    """Seed 001 Lemma 1 at the seed's sizes (d_m 200, d_k 64, V 200, L 9): at γ = 2 the first layer's
+    attention at init is 1/j within 1e-3; at γ = 0.3 it is not (the check can fail)."""
+    base = dict(SEED001, vocab=200, d=200, d_attn=64, d_ff=512)
+    tokens = torch.randint(0, 200, (2, 8, 9), generator=torch.Generator().manual_seed(0))
+    uniform = torch.ones(9, 9).tril() / torch.arange(1, 10)[:, None]
+    errs = {}
+    for gamma in (2.0, 0.3):
+        model = GPT(GPTConfig(**{**base, "init_gamma": gamma}), member_seeds(3, 2))
+        _, cache = model.run_with_cache(tokens, names=["blocks.0.attn.pattern"])
+        errs[gamma] = (cache["blocks.0.attn.pattern"] - uniform).abs().max().item()
+    assert errs[2.0] <= 1e-3 and errs[0.3] > 1e-3
+
+
+# --- new options: members, gradients, bad input ----------------------------------------------------
+
+
+@pytest.mark.parametrize("kw", [SEED001, ATTN_ONLY, dict(ATTN_ONLY, positions="both", rel_encoding="kv", init="gamma")],
+                         ids=["seed001", "attention-only", "attention-only-kv-gamma"])
+def test_member_of_an_ensemble_equals_the_model_built_alone_new_options(kw):
+    cfg = GPTConfig(**kw)
+    seeds = member_seeds(9, 3)
+    ens = GPT(cfg, seeds)
+    tokens = torch.randint(0, cfg.vocab, (3, 2, 9), generator=torch.Generator().manual_seed(5))
+    out = ens(tokens)
+    for e in range(3):
+        alone = GPT(cfg, [seeds[e]])
+        for k, v in alone.state_dict().items():
+            assert torch.equal(ens.state_dict()[k][e], v[0]), k
+        torch.testing.assert_close(alone(tokens[e:e + 1]), out[e:e + 1].detach(), rtol=1e-5, atol=1e-6)
+    # Gradients: perturbing member 0's input leaves the other members' gradients untouched.
+    def grads(t):
+        ens.zero_grad()
+        next_token_loss(ens(t[..., :-1]), t[..., 1:]).sum().backward()
+        return {n: p.grad.clone() for n, p in ens.named_parameters()}
+    g0 = grads(tokens)
+    t2 = tokens.clone()
+    t2[0] = (t2[0] + 1) % cfg.vocab
+    g1 = grads(t2)
+    for n in g0:
+        assert torch.equal(g0[n][1:], g1[n][1:]), n
+    assert any(not torch.equal(g0[n][0], g1[n][0]) for n in g0)
+
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(d=8, d_attn=6, heads=4), "d_attn=6 must be divisible by heads=4"),
+        (dict(d=8, d_attn=4, out_proj=False), "d_attn=4 differs from d=8: needs out_proj=True"),
+        (dict(init="local-to-global", mlp=False), "needs mlp=True"),
+        (dict(init="gamma", positions="relative"), "rel_encoding='bias'"),
+        (dict(d_attn=0), "d_attn"),
+        (dict(d_ff=0), "d_ff"),
+        (dict(init_gamma=-0.1), "init_gamma"),
+        (dict(init_gamma=11.0), "init_gamma"),
+        (dict(init_fan="both"), "init_fan"),
+        (dict(norm="mid"), "norm"),
+        (dict(activation="tanh"), "activation"),
+        (dict(final_norm=1), "final_norm"),
+        (dict(head_bias="yes"), "head_bias"),
+        (dict(mlp=0), "mlp"),
+    ],
+)
+def test_bad_new_options_name_the_field(kw, field):
+    with pytest.raises(ValidationError) as info:
+        GPTConfig(**kw)
+    msg = str(info.value)
+    assert field in msg
+    if not field[0].isupper() and "=" not in field and " " not in field:  # a field error: pydantic's location
+        assert any(err["loc"] and err["loc"][0] == field for err in info.value.errors()), msg
+
+
+# --- existing configurations are unchanged ---------------------------------------------------------
+
+# Recorded from src/tdlab/models/gpt.py at commit 57b60f7 (before the seed-001/003 options), by building
+# each configuration with member_seeds(11, 2): sha256 over (state_dict key, float32 bytes) of every
+# parameter, and the float64 forward pass on fixed tokens: sum of logits, a weighted sum, and the
+# logits of member 1, sequence 1, last position.
+PINNED_CONFIGS = {
+    "sec2-default": dict(arch="sec2", d=8, max_len=16),
+    "sec2-l2g-both-untied": dict(arch="sec2", d=8, max_len=16, heads=2, layers=2, positions="both", tie_weights=False,
+                                 init="local-to-global", init_std=0.3),
+    "sec2-relbias": dict(arch="sec2", d=4, max_len=16, positions="relative", init_std=0.5),
+    "gpt2-tied": dict(arch="gpt2", vocab=5, d=8, heads=2, layers=2, max_len=16, init_std=0.3),
+    "gpt2-relkv-untied": dict(arch="gpt2", vocab=3, d=8, heads=2, max_len=16, positions="relative", rel_encoding="kv",
+                              rel_clip=3, tie_weights=False, init_std=0.3),
+    "gpt2-nooutproj-both-l2g": dict(arch="gpt2", vocab=2, d=6, heads=3, max_len=16, positions="both", out_proj=False,
+                                    init="local-to-global", init_std=0.3),
+}
+PINNED = {
+    "sec2-default": (
+        "f1cf3592a88abb484b8ae9ab1d5d2675611f829c5d63ad9c21aa96d10e829d96",
+        -0.504204383184286, -0.0281382911195484,
+        [0.0, -0.010885947410591169],
+    ),
+    "sec2-l2g-both-untied": (
+        "525001ad3c64a648294a244b30fc57569488c497e30a5886a603bd0ade0d8641",
+        -57954.5589117968, 1187.1080866344155,
+        [0.0, -16.322827982736474],
+    ),
+    "sec2-relbias": (
+        "28f0b6ae08a0b797d2bd239ca80488dc4c29900691289dd2d952a1b64999f8d4",
+        -20.638778594080613, -4.469746946302944,
+        [0.0, -0.6901529332198607],
+    ),
+    "gpt2-tied": (
+        "1e2f3a6b38c99b749d08af32f3449125b3a98d2ced1ce89917ebe967a933abec",
+        49.14477908650229, -6.105401742220086,
+        [0.23525262941438335, 0.08195699599427542, -0.9465204253890224, -0.2917520220817369, 0.039899893403654685],
+    ),
+    "gpt2-relkv-untied": (
+        "9a2c23d6b68cbac706f5934366d6e7f8a80b89e2f6ff00e9c610deaa1eda2fa5",
+        0.3071166908130569, -33.27851486622815,
+        [-0.9497975320442167, -1.798094211174239, 0.36711820414037],
+    ),
+    "gpt2-nooutproj-both-l2g": (
+        "c254b4735fc84b81cc23dbdcccd32a17d467edfac68ef3cd18ebf91720c2b232",
+        105.32927101313393, -31.021177072259476,
+        [0.005295839238902783, 0.005295811464472],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(PINNED_CONFIGS))
+def test_existing_configurations_give_the_recorded_parameters_and_outputs(name):
+    """Parameters bit for bit (same draws in the same order, same names); outputs to float64 rounding
+    (a BLAS may sum in another order on another machine; any change of the computation is O(1))."""
+    cfg = GPTConfig(**PINNED_CONFIGS[name])
+    model = GPT(cfg, member_seeds(11, 2))
+    h = hashlib.sha256()
+    for k, v in model.state_dict().items():
+        h.update(k.encode())
+        h.update(v.detach().contiguous().numpy().tobytes())
+    digest, total, weighted, last = PINNED[name]
+    assert h.hexdigest() == digest
+    tokens = torch.randint(0, cfg.vocab, (2, 2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = model.double()(tokens)
+    w = torch.linspace(-1, 1, out.numel(), dtype=F64).reshape(out.shape)
+    assert out.sum().item() == pytest.approx(total, rel=1e-12, abs=1e-12)
+    assert (out * w).sum().item() == pytest.approx(weighted, rel=1e-12, abs=1e-12)
+    torch.testing.assert_close(out[1, 1, -1], torch.tensor(last, dtype=F64), rtol=1e-12, atol=1e-14)

@@ -25,6 +25,18 @@ relative key and value embeddings ``a^K_{n-i}, a^V_{n-i} in R^{d_h}`` (distance 
 terms) and the output ``sum_i att_{n,i} (v_i + a^V_{n-i})`` carries where a key is, not only what
 it is.
 
+Options for other seeds (defaults keep the seed-000 models above exactly, parameter draws included):
+
+* seed 001 (Reasoning bias under small initialisation), App. A.2 Eqs. (15)-(18): ``norm="post"``
+  blocks ``X^ao = LN(X + Attn V W^O)``, ``X' = LN(MLP(X^ao) + X^ao)`` with no final LayerNorm, an
+  attention width ``d_attn = d_k`` different from ``d = d_m`` (``W^Q, W^K, W^V in R^{d_m x d_k}``,
+  ``W^O in R^{d_k x d_m}``, Sec. 3.3), ``d_ff``, ReLU, an untied output layer with bias, and the
+  γ-initialisation of Sec. 3.4 (``init="gamma"``). The seed's model: ``GPTConfig(arch="gpt2",
+  vocab=200, d=200, d_attn=64, d_ff=512, layers=2, heads=1, max_len=9, norm="post",
+  activation="relu", tie_weights=False, head_bias=True, init="gamma", init_gamma=0.8)``.
+* seed 003 (Attention with Markov, Part II), "depth without non-linearities": attention-only models,
+  ``mlp=False, norm="none"`` (no MLP, no LayerNorm anywhere).
+
 Both emit ``(E, B, T, V)`` logits so one cross-entropy objective serves both: for the scalar head
 the logits are ``(0, logit_n)``, whose softmax is ``(1 - sigmoid, sigmoid)`` — Eq. (1) exactly.
 
@@ -44,6 +56,7 @@ from torch import nn
 
 from tdlab.config import Config
 from tdlab.models.ensemble import CachingModule, EnsembleLayerNorm, EnsembleLinear
+from tdlab.models.init import gamma_std
 from tdlab.seeding import Purpose, generators
 
 __all__ = ["GPTConfig", "GPT"]
@@ -73,37 +86,105 @@ class GPTConfig(Config):
     # "kv" only: distances n - i >= rel_clip share one embedding (Shaw et al. 2018 clip at k = 16 and
     # report no gain beyond k = 2; not stated by either seed).
     rel_clip: int = Field(16, ge=1, le=65536)
-    init: Literal["standard", "local-to-global"] = "standard"  # App. A.3.2: the two initialisations compared
+    # "standard", "local-to-global": seed 000 App. A.3.2, the two initialisations compared;
+    # "gamma": seed 001 Sec. 3.4, W_ij ~ N(0, (width^-init_gamma)^2) per matrix (see GPT.reset_parameters).
+    init: Literal["standard", "local-to-global", "gamma"] = "standard"
     init_std: float = Field(0.02, gt=0.0, le=10.0)  # App. A.3.2: sigma = 0.02 for every parameter
     # App. A.3.2 proposed init: every coordinate of e equal to 0.5, W_1 = 1, W_2 = -1 (I_* of Fig. 1d).
     init_e: float = 0.5
     init_w1: float = 1.0
     init_w2: float = -1.0
+    # Seed 001 Sec. 3.4: the initialisation rate γ, {0.3, 0.5, 0.8} in the seed's experiments (A.3);
+    # larger γ = smaller init. Used when init is "gamma".
+    init_gamma: float = Field(0.5, ge=0.0, le=10.0)
+    # Which width d2 sets a matrix's std d2^-γ: "out" (Sec. 3.4: "d_2 the output dimension"; B.4 agrees,
+    # W^Q std d_k^-γ) or "in" (the seed-001 group's public code, for linear layers). Embedding tables
+    # use d^-γ either way (B.4: W^emb std d_m^-γ).
+    init_fan: Literal["out", "in"] = "out"
+
+    # --- block layout ------------------------------------------------------------------------------
+    # LayerNorm placement: "pre" (GPT-2, seed 000 Table 1), "post" (seed 001 Eq. 18), "none" (seed 000
+    # Sec. 2; seed 003's attention-only models); "auto": "pre" for gpt2, "none" for sec2.
+    norm: Literal["auto", "pre", "post", "none"] = "auto"
+    # Final LayerNorm before the output layer; None: only for pre-LN blocks (GPT-2's ln_f; seed 001's
+    # post-LN blocks already end in an LN and A.2 projects X^do(L) directly).
+    final_norm: bool | None = None
+    mlp: bool = True  # False: attention-only blocks (seed 003, "depth without non-linearities")
+    # Attention width d_attn (seed 001: d_k = 64 with d_m = 200, A.3): W^Q, W^K, W^V in R^{d x d_attn},
+    # W^O in R^{d_attn x d}; heads split d_attn. None: d (seed 000).
+    d_attn: int | None = Field(None, ge=1, le=4096)
+    d_ff: int | None = Field(None, ge=1, le=65536)  # MLP width; None: mlp_ratio * d. Seed 001: d_f = 512 (A.3)
+    # MLP non-linearity; "auto": ReLU for sec2 (Sec. 2), GELU for gpt2 (GPT-2). Seed 001: ReLU (the
+    # authors' code; the seed does not name one).
+    activation: Literal["auto", "relu", "gelu"] = "auto"
+    bias: bool = False  # biases on W_Q, W_K, W_V, W_O, W_1, W_2 (none in seeds 000 and 001's code)
+    # Output-layer bias; None: b of Sec. 2 for sec2 (seed 000), none for gpt2 (GPT-2's tied head).
+    # Seed 001: an untied output layer with bias (the authors' code).
+    head_bias: bool | None = None
 
     @model_validator(mode="after")
     def _check(self) -> GPTConfig:
         if self.arch == "sec2" and self.vocab != 2:
             raise ValueError("arch 'sec2' embeds scalar binary tokens: vocab must be 2 (use arch 'gpt2' for V > 2)")
-        if self.d % self.heads:
+        if self.d_attn is None and self.d % self.heads:
             raise ValueError(f"d={self.d} must be divisible by heads={self.heads}")
+        if self.d_attn is not None and self.d_attn % self.heads:
+            raise ValueError(f"d_attn={self.d_attn} must be divisible by heads={self.heads}")
+        if not self.out_proj and self.attn_width != self.d:
+            raise ValueError(f"d_attn={self.d_attn} differs from d={self.d}: needs out_proj=True "
+                             "(W_O maps the attention width back to d)")
+        if self.init == "local-to-global" and not self.mlp:
+            raise ValueError("init='local-to-global' sets the MLP weights W_1, W_2: needs mlp=True")
+        if self.init == "gamma" and self.positions in ("relative", "both") and self.rel_encoding == "bias":
+            raise ValueError("init='gamma' scales each matrix by its width; rel_encoding='bias' (one scalar "
+                             "per distance) has none: use rel_encoding='kv' or init='standard'")
         return self
 
+    # Resolved options ("auto" / None made concrete); the model reads these, never the raw fields.
     @property
-    def norm(self) -> bool:
-        return self.arch == "gpt2"
+    def norm_placement(self) -> Literal["pre", "post", "none"]:
+        if self.norm == "auto":
+            return "pre" if self.arch == "gpt2" else "none"
+        return self.norm
+
+    @property
+    def has_final_norm(self) -> bool:
+        return self.norm_placement == "pre" if self.final_norm is None else self.final_norm
+
+    @property
+    def attn_width(self) -> int:
+        return self.d if self.d_attn is None else self.d_attn
+
+    @property
+    def ff_width(self) -> int:
+        return self.mlp_ratio * self.d if self.d_ff is None else self.d_ff
+
+    @property
+    def act(self) -> Literal["relu", "gelu"]:
+        if self.activation == "auto":
+            return "relu" if self.arch == "sec2" else "gelu"
+        return self.activation
+
+    @property
+    def has_head_bias(self) -> bool:
+        return self.arch == "sec2" if self.head_bias is None else self.head_bias
 
 
 class Attention(nn.Module):
-    """Causal softmax attention of every member, ``att_{n,i} ∝ exp(<q_n, k_i> / sqrt(d_h))``."""
+    """Causal softmax attention of every member, ``att_{n,i} ∝ exp(<q_n, k_i> / sqrt(d_h))``.
+
+    ``W_Q, W_K, W_V``: ``d -> d_attn``, ``W_O``: ``d_attn -> d`` (seed 001 Sec. 3.3: ``W^Q, W^K, W^V in
+    R^{d_m x d_k}``, ``W^O in R^{d_k x d_m}``); ``d_h = d_attn / heads``. Input and output ``(E, B, T, d)``.
+    """
 
     def __init__(self, cfg: GPTConfig, E: int, index: int, owner: CachingModule) -> None:
         super().__init__()
-        d = cfg.d
+        d, da = cfg.d, cfg.attn_width
         self.cfg, self.index = cfg, index
-        self.W_Q = EnsembleLinear(E, d, d)
-        self.W_K = EnsembleLinear(E, d, d)
-        self.W_V = EnsembleLinear(E, d, d)
-        self.W_O = EnsembleLinear(E, d, d) if cfg.out_proj else None
+        self.W_Q = EnsembleLinear(E, d, da, bias=cfg.bias)
+        self.W_K = EnsembleLinear(E, d, da, bias=cfg.bias)
+        self.W_V = EnsembleLinear(E, d, da, bias=cfg.bias)
+        self.W_O = EnsembleLinear(E, da, d, bias=cfg.bias) if cfg.out_proj else None
         self.rel_bias = self.rel_k = self.rel_v = None
         if cfg.positions in ("relative", "both") and cfg.rel_encoding == "bias":
             # One learned bias per head and causal distance n - i (a scalar, not an embedding).
@@ -111,7 +192,7 @@ class Attention(nn.Module):
         elif cfg.positions in ("relative", "both"):
             # Shaw et al. (2018): relative key and value embeddings for distances 0..rel_clip (clipped),
             # shared across heads; causal attention only sees n - i >= 0.
-            dh = d // cfg.heads
+            dh = da // cfg.heads
             self.rel_k = nn.Parameter(torch.empty(E, cfg.rel_clip + 1, dh))
             self.rel_v = nn.Parameter(torch.empty(E, cfg.rel_clip + 1, dh))
         self._owner = [owner]  # a list, so the owner is not registered as a submodule
@@ -121,12 +202,13 @@ class Attention(nn.Module):
         return t.reshape(E, B, T, self.cfg.heads, d // self.cfg.heads).permute(0, 1, 3, 2, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        E, B, T, d = x.shape
+        E, B, T, _ = x.shape
+        da = self.cfg.attn_width
         owner, name = self._owner[0], f"blocks.{self.index}.attn"
         q, k, v = self._split(self.W_Q(x)), self._split(self.W_K(x)), self._split(self.W_V(x))  # (E,B,H,T,dh)
         if self.rel_k is not None:
             out = self._attend_kv(q, k, v, owner, name)
-            out = out.permute(0, 1, 3, 2, 4).reshape(E, B, T, d)
+            out = out.permute(0, 1, 3, 2, 4).reshape(E, B, T, da)
             return self.W_O(out) if self.W_O is not None else out
         mask = None
         if self.rel_bias is not None:
@@ -150,7 +232,7 @@ class Attention(nn.Module):
             m = None if mask is None else mask.expand(E, B, *mask.shape[2:]).reshape(E * B, *mask.shape[2:])
             out = F.scaled_dot_product_attention(flat(q), flat(k), flat(v), attn_mask=m, is_causal=m is None)
             out = out.reshape(E, B, *out.shape[1:])
-        out = out.permute(0, 1, 3, 2, 4).reshape(E, B, T, d)
+        out = out.permute(0, 1, 3, 2, 4).reshape(E, B, T, da)
         return self.W_O(out) if self.W_O is not None else out
 
 
@@ -173,13 +255,13 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """``W_2 act(W_1 y)``: ReLU in Sec. 2, GELU in GPT-2."""
+    """``W_2 act(W_1 y)``, ``W_1: d -> d_ff``, ``W_2: d_ff -> d``: ReLU in Sec. 2 and seed 001, GELU in GPT-2."""
 
     def __init__(self, cfg: GPTConfig, E: int, index: int, owner: CachingModule) -> None:
         super().__init__()
-        self.W_1 = EnsembleLinear(E, cfg.d, cfg.mlp_ratio * cfg.d)
-        self.W_2 = EnsembleLinear(E, cfg.mlp_ratio * cfg.d, cfg.d)
-        self.act = F.relu if cfg.arch == "sec2" else F.gelu
+        self.W_1 = EnsembleLinear(E, cfg.d, cfg.ff_width, bias=cfg.bias)
+        self.W_2 = EnsembleLinear(E, cfg.ff_width, cfg.d, bias=cfg.bias)
+        self.act = F.relu if cfg.act == "relu" else F.gelu
         self.index = index
         self._owner = [owner]
 
@@ -190,15 +272,35 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+    """One transformer block, ``(E, B, T, d) -> (E, B, T, d)``; LayerNorm placement per ``cfg.norm``:
+
+    * pre (GPT-2) and none (Sec. 2): ``y = x + Attn(LN_1(x))``, ``x' = y + MLP(LN_2(y))`` (LN = identity for none);
+    * post (seed 001 Eq. 18): ``y = LN_1(x + Attn(x))`` (``X^ao``), ``x' = LN_2(MLP(y) + y)`` (``X^do``).
+
+    Without the MLP (``mlp=False``) the block ends at ``y``. ``y`` is recorded as ``blocks.{l}.mid``.
+    """
+
     def __init__(self, cfg: GPTConfig, E: int, index: int, owner: CachingModule) -> None:
         super().__init__()
-        self.ln_1 = EnsembleLayerNorm(E, cfg.d) if cfg.norm else None
+        self.post = cfg.norm_placement == "post"
+        norm = cfg.norm_placement != "none"
+        self.ln_1 = EnsembleLayerNorm(E, cfg.d) if norm else None
         self.attn = Attention(cfg, E, index, owner)
-        self.ln_2 = EnsembleLayerNorm(E, cfg.d) if cfg.norm else None
-        self.mlp = MLP(cfg, E, index, owner)
+        self.ln_2 = EnsembleLayerNorm(E, cfg.d) if norm and cfg.mlp else None
+        self.mlp = MLP(cfg, E, index, owner) if cfg.mlp else None
+        self.index = index
+        self._owner = [owner]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = x + self.attn(self.ln_1(x) if self.ln_1 is not None else x)  # (Attention) + residual
+        if self.post:
+            y = self.ln_1(x + self.attn(x))  # X^ao = LN(X + Attn V W^O)  (Eq. 18)
+        else:
+            y = x + self.attn(self.ln_1(x) if self.ln_1 is not None else x)  # (Attention) + residual
+        self._owner[0].record(f"blocks.{self.index}.mid", y)
+        if self.mlp is None:
+            return y
+        if self.post:
+            return self.ln_2(self.mlp(y) + y)  # X^do = LN(MLP(X^ao) + X^ao)  (Eq. 18)
         return y + self.mlp(self.ln_2(y) if self.ln_2 is not None else y)  # (FF) + residual
 
 
@@ -212,7 +314,8 @@ class GPT(CachingModule):
 
     ``forward(tokens (E, B, T) int64) -> logits (E, B, T, V)``; ``T <= cfg.max_len``.
     Named activations (:meth:`cache`): ``embed``, ``blocks.{l}.attn.pattern`` (E, B, H, T, T),
-    ``blocks.{l}.mlp.pre`` (E, B, T, 4d), ``blocks.{l}.out`` and ``final`` (E, B, T, d).
+    ``blocks.{l}.mlp.pre`` (E, B, T, d_ff; with the MLP only), ``blocks.{l}.mid`` (after the attention
+    sublayer: ``X^ao`` of seed 001 Eq. 18 for post-LN), ``blocks.{l}.out`` and ``final`` (E, B, T, d).
     """
 
     def __init__(self, cfg: GPTConfig, seeds: list[int]) -> None:
@@ -221,16 +324,19 @@ class GPT(CachingModule):
             raise ValueError("an ensemble needs at least one member seed")
         self.cfg, self.seeds = cfg, list(seeds)
         E, d = len(seeds), cfg.d
+        # Registration order is the order of the init draws (reset_parameters): new parameters only
+        # exist under new options, so the seed-000 models draw exactly as before.
         if cfg.arch == "sec2":
             self.e = nn.Parameter(torch.empty(E, d))  # token embedding vector e
-            self.b = nn.Parameter(torch.empty(E))  # output bias b
+            self.b = nn.Parameter(torch.empty(E)) if cfg.has_head_bias else None  # output bias b
             self.a = None if cfg.tie_weights else nn.Parameter(torch.empty(E, d))
         else:
             self.wte = nn.Parameter(torch.empty(E, cfg.vocab, d))
             self.lm_head = None if cfg.tie_weights else nn.Parameter(torch.empty(E, cfg.vocab, d))
+            self.lm_bias = nn.Parameter(torch.empty(E, cfg.vocab)) if cfg.has_head_bias else None
         self.wpe = nn.Parameter(torch.empty(E, cfg.max_len, d)) if cfg.positions in ("absolute", "both") else None
         self.blocks = nn.ModuleList(Block(cfg, E, i, self) for i in range(cfg.layers))
-        self.ln_f = EnsembleLayerNorm(E, d) if cfg.norm else None
+        self.ln_f = EnsembleLayerNorm(E, d) if cfg.has_final_norm else None
         self.reset_parameters()
 
     @property
@@ -239,12 +345,17 @@ class GPT(CachingModule):
 
     # ------------------------------------------------------------------------------------------
     def reset_parameters(self) -> None:
-        """Initialise every member from its own seed (App. A.3.2).
+        """Initialise every member from its own seed (seed 000 App. A.3.2; seed 001 Sec. 3.4).
 
         ``standard``: every parameter ~ N(0, init_std^2) (LayerNorm gains 1 and shifts 0, as GPT-2).
         ``local-to-global``: as standard, then e = init_e (every coordinate), W_1 = init_w1,
         W_2 = init_w2 in every block. For ``gpt2`` the seed's scalar e is the embedding of token 1
         relative to token 0, so ``wte[1] = wte[0] + init_e`` (our reading; the seed does not say).
+        ``gamma`` (seed 001 Sec. 3.4): every weight matrix ~ N(0, (d2^-γ)^2) with d2 its output width
+        (``init_fan="out"``) or input width (``"in"``), see :meth:`gamma_std`; LayerNorm (1, 0); biases 0.
+
+        Draws: parameters in registration order, members in order, each from member ``e``'s own
+        ``Purpose.INIT`` generator, so member ``e`` equals the model built from ``seeds[e]`` alone.
         """
         cfg = self.cfg
         gens = generators(self.seeds, Purpose.INIT)
@@ -252,8 +363,12 @@ class GPT(CachingModule):
             for name, prm in self.named_parameters():
                 if ".ln_" in f".{name}" or name.startswith("ln_f"):
                     continue  # LayerNorm keeps (1, 0)
+                std = cfg.init_std if cfg.init != "gamma" else self.gamma_std(name)
+                if std == 0.0:
+                    prm.zero_()  # a bias under the γ-init: no draw
+                    continue
                 for e, g in enumerate(gens):
-                    prm[e].normal_(0.0, cfg.init_std, generator=g)
+                    prm[e].normal_(0.0, std, generator=g)
             if cfg.init == "local-to-global":
                 if cfg.arch == "sec2":
                     self.e.fill_(cfg.init_e)
@@ -262,6 +377,34 @@ class GPT(CachingModule):
                 for blk in self.blocks:
                     blk.mlp.W_1.weight.fill_(cfg.init_w1)
                     blk.mlp.W_2.weight.fill_(cfg.init_w2)
+
+    def gamma_std(self, name: str) -> float:
+        """Std of parameter ``name`` under the γ-init (seed 001 Sec. 3.4): ``W in R^{d1 x d2}`` (input
+        ``d1``, output ``d2``), ``W_ij ~ N(0, (d2^-γ)^2)``; ``init_fan="in"`` uses ``d1^-γ`` instead.
+
+        * linear maps (``W_Q ... W_2``, stored ``(E, out, in)``), the untied output layer (``lm_head``
+          ``(E, V, d)``: d -> V; sec2's ``a``: d -> 1): the fan's width;
+        * embedding tables (``wte``, ``wpe``, sec2's ``e``, relative ``rel_k``/``rel_v``): their row
+          width, either fan: B.4 gives ``W^emb`` std ``d_m^-γ`` (the one-hot input width is no fan);
+        * biases (``*.bias``, ``lm_bias``, sec2's ``b``): 0 (our choice: Sec. 3.4 initialises
+          matrices; a zero bias adds no scale of its own, so γ alone sets the init's size).
+
+        Returns:
+            the standard deviation (0.0 for a bias).
+        """
+        cfg, prm = self.cfg, self.get_parameter(name)
+        if name in ("b", "lm_bias") or name.endswith(".bias"):
+            return 0.0
+        if name in ("e", "wte", "wpe") or name.endswith(("rel_k", "rel_v")):
+            # A table (rows, width) maps a one-hot of `rows` to `width`: output width, whatever the fan.
+            return gamma_std(prm.shape[-1], prm.shape[-2] if prm.dim() > 2 else 1, cfg.init_gamma, "out")
+        if name == "a":
+            d_out, d_in = 1, cfg.d
+        elif name == "lm_head" or name.endswith(".weight"):
+            d_out, d_in = prm.shape[1], prm.shape[2]
+        else:
+            raise RuntimeError(f"no γ-init rule for parameter {name!r}")  # a new parameter needs one
+        return gamma_std(d_out, d_in, cfg.init_gamma, cfg.init_fan)
 
     # ------------------------------------------------------------------------------------------
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -286,10 +429,13 @@ class GPT(CachingModule):
         self.record("final", x)
         if self.cfg.arch == "sec2":
             a = self.e if self.a is None else self.a  # a = e under weight tying
-            logit = torch.einsum("ebtd,ed->ebt", x, a) + self.b[:, None, None]  # (Linear)
+            logit = torch.einsum("ebtd,ed->ebt", x, a)  # (Linear)
+            if self.b is not None:
+                logit = logit + self.b[:, None, None]
             return torch.stack([torch.zeros_like(logit), logit], dim=-1)  # softmax = (1 - sigma, sigma)
         head = self.wte if self.lm_head is None else self.lm_head
-        return torch.bmm(x.reshape(E, B * T, -1), head.transpose(1, 2)).reshape(E, B, T, -1)
+        logits = torch.bmm(x.reshape(E, B * T, -1), head.transpose(1, 2)).reshape(E, B, T, -1)
+        return logits if self.lm_bias is None else logits + self.lm_bias[:, None, None, :]
 
     def member_state(self, e: int) -> dict[str, torch.Tensor]:
         """Parameters of member ``e`` (without the member axis), e.g. for saving or probes."""
