@@ -1,4 +1,9 @@
-"""The training loop: fresh samples every step, an ensemble of independent members, per-member metrics.
+"""The training loop: an ensemble of independent members, per-member metrics.
+
+What is learned is the *objective*'s business (:mod:`tdlab.train.objectives`: next token, a label at
+the last position, masked tokens) and where batches come from is the *data regime*'s
+(:mod:`tdlab.train.data`: fresh samples every step, or a fixed data set in shuffled epochs); the
+defaults, next token on a stream, are what seeds 000 and 003 train.
 
 Members are trained as one vectorised ensemble, in chunks of members when the ensemble would not
 pay (long sequences on a CPU, where one member's attention already fills the cores). Chunking never
@@ -16,7 +21,6 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field, PositiveInt
 from torch import nn
 
@@ -24,6 +28,8 @@ from tdlab.config import Config
 from tdlab.seeding import Purpose, generators
 from tdlab.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tdlab.train.cpu import flush_denormals
+from tdlab.train.data import Stream
+from tdlab.train.objectives import NextToken, Objective, next_token_loss
 from tdlab.train.progress import ProgressBar
 
 __all__ = ["TrainConfig", "Trainer", "FitResult", "DivergenceError", "next_token_loss", "auto_chunk", "reference_predictors"]
@@ -50,6 +56,9 @@ class TrainConfig(Config):
     log_every: int = Field(10, ge=1)  # training loss (mean since last log) every this many steps
     chunk: PositiveInt | Literal["auto"] = "auto"  # members trained together (>= 1); auto: see auto_chunk()
     checkpoint_every: int | None = Field(None, ge=1)  # save a resumable checkpoint every this many steps
+    # Explicit L2 penalty lambda * ||theta||^2 on every trained parameter, added to each member's loss with
+    # its gradient (seed 004 Eq. (2)); 0 = none. Unlike weight_decay it acts through the loss, also under Adam.
+    l2: float = Field(0.0, ge=0.0, le=100.0)
 
 
 class DivergenceError(RuntimeError):
@@ -80,19 +89,6 @@ class FitResult:
     def series(self, name: str, member: int) -> tuple[list[int], list[float]]:
         pts = [(s, v) for s, m, n, v in self.rows if n == name and m == member]
         return [s for s, _ in pts], [v for _, v in pts]
-
-
-def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduce_positions: bool = True) -> torch.Tensor:
-    """Cross-entropy of next-token prediction, Eq. (1), per member.
-
-    Args:
-        logits: ``(E, B, T, V)``; targets: ``(E, B, T)``.
-    Returns:
-        ``(E,)`` mean loss per member, or ``(E, T)`` per position when ``reduce_positions=False``.
-    """
-    E, B, T, V = logits.shape
-    nll = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="none").reshape(E, B, T)
-    return nll.mean(dim=(1, 2)) if reduce_positions else nll.mean(dim=1)
 
 
 def reference_predictors(task: Task) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
@@ -134,9 +130,11 @@ class Trainer:
     """
 
     def __init__(
-        self, cfg: TrainConfig, device: str = "cpu", progress: bool = True, label: str = "", checkpoint: Path | None = None
+        self, cfg: TrainConfig, device: str = "cpu", progress: bool = True, label: str = "", checkpoint: Path | None = None,
+        objective: Objective | None = None,
     ) -> None:
-        """``checkpoint``: the ``.json`` file of resumable checkpoints (every ``cfg.checkpoint_every``
+        """``objective``: what is learned (default :class:`NextToken`). ``checkpoint``: the ``.json`` file
+        of resumable checkpoints (every ``cfg.checkpoint_every``
         steps and after each chunk; tensors beside it in safetensors, see :mod:`tdlab.train.checkpoint`).
         When it exists, :meth:`fit` resumes from it: model, optimiser, schedule, random streams and
         metrics so far, so the run ends with the same numbers as one that was never stopped.
@@ -145,10 +143,18 @@ class Trainer:
         self.cfg, self.device, self.progress, self.label = cfg, device, progress, label
         self.checkpoint = Path(checkpoint) if checkpoint is not None else None
         self.config_hash: str | None = None
+        self.objective = objective if objective is not None else NextToken()
+
+    def _regime(self, data: Any) -> Any:
+        """A data regime (:mod:`tdlab.train.data`): ``data`` itself when it is one, else a stream of the task."""
+        if hasattr(data, "bind"):
+            return data
+        return Stream(data, self.cfg.batch, self.cfg.seq_len, self.cfg.eval_batches, self.objective.extra_length)
 
     # ------------------------------------------------------------------------------------------
-    def fit(self, build: Callable[[list[int]], nn.Module], seeds: Sequence[int], task: Task) -> FitResult:
-        """Train one member per seed. Returns metrics for members ``0..len(seeds)-1``."""
+    def fit(self, build: Callable[[list[int]], nn.Module], seeds: Sequence[int], task: Any) -> FitResult:
+        """Train one member per seed on ``task`` (a task, streamed, or a data regime such as
+        :class:`~tdlab.train.data.FixedDataset`). Returns metrics for members ``0..len(seeds)-1``."""
         seeds = list(seeds)
         chunk = self.cfg.chunk if self.cfg.chunk != "auto" else auto_chunk(len(seeds), self.cfg.batch, self.cfg.seq_len, self.device)
         self._all_seeds, self._chunk = seeds, chunk
@@ -172,7 +178,7 @@ class Trainer:
                 self._save_checkpoint(seeds, chunk, result, None)
         return result
 
-    def fit_model(self, model: nn.Module, task: Task) -> FitResult:
+    def fit_model(self, model: nn.Module, task: Any) -> FitResult:
         """Train an already-built ensemble (no chunking, no resuming)."""
         self._all_seeds, self._chunk, self.checkpoint = list(model.seeds), len(model.seeds), None
         result = FitResult()
@@ -193,6 +199,11 @@ class Trainer:
             return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
         return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
 
+    @staticmethod
+    def _squared_norm(model: nn.Module) -> torch.Tensor:
+        """``(E,)``: every member's ||theta||^2 over its trained parameters (Eq. (2) of seed 004)."""
+        return sum(p.pow(2).reshape(p.shape[0], -1).sum(1) for p in model.parameters() if p.requires_grad)
+
     def _clip(self, model: nn.Module) -> None:
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         sq = sum(g.pow(2).reshape(g.shape[0], -1).sum(1) for g in grads)
@@ -201,36 +212,41 @@ class Trainer:
             g.mul_(scale.reshape(-1, *([1] * (g.dim() - 1))))
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, task: Task, gens: Sequence[torch.Generator], batches: int) -> torch.Tensor:
-        """Mean next-token loss per member on ``batches`` fresh batches: ``(E,)``."""
-        return self.evaluate_with_references(model, task, gens, batches)[0]
+    def evaluate(self, model: nn.Module, task: Any, gens: Sequence[torch.Generator], batches: int) -> torch.Tensor:
+        """Mean test loss per member on ``batches`` fresh batches of a streamed task: ``(E,)``."""
+        stream = Stream(task, self.cfg.batch, self.cfg.seq_len, batches, self.objective.extra_length, self.device)
+        return self.evaluate_splits(model, stream, gens)[0]["test_loss"]
 
     @torch.no_grad()
-    def evaluate_with_references(
-        self, model: nn.Module, task: Task, gens: Sequence[torch.Generator], batches: int
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The model's loss and, on the very same batches, the loss of each of the task's reference
-        predictors (:func:`reference_predictors`: the Bayes predictor, the unigram law, ...).
+    def evaluate_splits(self, model: nn.Module, data: Any, gens: Sequence[torch.Generator]
+                        ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Every metric of the objective on every evaluation split of a bound data regime, and, on the very
+        same batches, the loss of each of the task's reference predictors (:func:`reference_predictors`:
+        the Bayes predictor, the unigram law, ...; streamed tasks only).
 
         End-state claims compare the model with these: a finite evaluation set's own Bayes loss
         deviates from the population entropy rate by more than a claim's tolerance can absorb.
-        Returns ``((E,), {name: (E,)})``, float64.
+        Returns ``({"{split}_{metric}": (E,)}, {name: (E,)})``, float64, averaged over a split's batches
+        weighted by their size.
         """
         was_training = model.training
         model.eval()
-        refs = reference_predictors(task)
-        total = torch.zeros(len(gens), device=self.device, dtype=torch.float64)
-        ref_total = {k: torch.zeros_like(total) for k in refs}
-        for _ in range(batches):
-            x = task.sample(gens, self.cfg.batch, self.cfg.seq_len + 1, self.device)
-            inp, tgt = x[..., :-1], x[..., 1:]
-            total += next_token_loss(model(inp), tgt).double()
-            for k, predict in refs.items():
-                probs = predict(inp).to(torch.float64).clamp_min(1e-300)
-                nll = -probs.log().gather(-1, tgt.unsqueeze(-1)).squeeze(-1)  # (E, B, T)
-                ref_total[k] += nll.mean(dim=(1, 2))
+        refs = reference_predictors(data.task) if data.task is not None else {}
+        totals: dict[str, torch.Tensor] = {}
+        counts: dict[str, float] = {}
+        for split, sample in data.eval_samples(gens):
+            batch = self.objective.prepare(sample, gens)
+            size = float(batch.inputs.shape[1])
+            scores = {f"{split}_{k}": v for k, v in self.objective.scores(model, batch).items()}
+            if split == "test":
+                scores.update({f"@{k}": v for k, v in self.objective.reference_scores(refs, batch).items()})
+            for k, v in scores.items():
+                totals[k] = totals.get(k, 0.0) + v * size
+                counts[k] = counts.get(k, 0.0) + size
         model.train(was_training)
-        return total / batches, {k: v / batches for k, v in ref_total.items()}
+        means = {k: v / counts[k] for k, v in totals.items()}
+        return ({k: v for k, v in means.items() if not k.startswith("@")},
+                {k[1:]: v for k, v in means.items() if k.startswith("@")})
 
     # ------------------------------------------------------------------------------------------
     # Checkpoints: everything the loop's future depends on, written atomically.
@@ -311,11 +327,12 @@ class Trainer:
             raise CheckpointError(f"checkpoint does not fit the model or optimiser: {' '.join(str(exc).split())[:200]}") from None
 
     def _train(
-        self, model: nn.Module, task: Task, offset: int, result: FitResult, bar: ProgressBar, resume: dict | None = None
+        self, model: nn.Module, task: Any, offset: int, result: FitResult, bar: ProgressBar, resume: dict | None = None
     ) -> None:
-        cfg = self.cfg
+        cfg, objective = self.cfg, self.objective
         seeds = model.seeds
         E = len(seeds)
+        data = self._regime(task).bind(seeds, self.device)
         train_gens = generators(seeds, Purpose.TRAIN_DATA, self.device)
         eval_gens = generators(seeds, Purpose.EVAL_DATA, self.device)
         opt = self._optimizer(model)
@@ -323,13 +340,15 @@ class Trainer:
         model.train()
 
         def log_eval(step: int) -> None:
-            loss_t, refs = self.evaluate_with_references(model, task, eval_gens, cfg.eval_batches)
-            losses = loss_t.tolist()
-            result.rows.extend((step, offset + e, "test_loss", v) for e, v in enumerate(losses))
+            metrics, refs = self.evaluate_splits(model, data, eval_gens)
+            for name, values in metrics.items():
+                result.rows.extend((step, offset + e, name, v) for e, v in enumerate(values.tolist()))
+            losses = [v for k, t in metrics.items() if k.endswith("_loss") for v in t.tolist()]
             for name, ref in refs.items():  # same batches: the finite-sample reference of end-state claims
                 result.rows.extend((step, offset + e, f"test_loss@{name}", v) for e, v in enumerate(ref.tolist()))
-            bar.set(test=sum(losses) / E)
-            bad = [e for e, v in enumerate(losses) if not math.isfinite(v)]
+            if "test_loss" in metrics:
+                bar.set(test=float(metrics["test_loss"].mean()))
+            bad = [i % E for i, v in enumerate(losses) if not math.isfinite(v)]
             if bad:  # e.g. the last update produced NaN weights: the training loss never saw them
                 result.states.extend(model.member_state(e) for e in range(E))
                 raise DivergenceError(offset + bad[0], step, result)
@@ -349,15 +368,16 @@ class Trainer:
                     "eval_gens": [g.get_state() for g in eval_gens], "running": running.clone(), "since": since}
 
         for step in range(first, cfg.steps + 1):
-            x = task.sample(train_gens, cfg.batch, cfg.seq_len + 1, self.device)  # fresh samples every step
-            losses = next_token_loss(model(x[..., :-1]), x[..., 1:])  # (E,)
+            batch = objective.prepare(data.train_sample(step, train_gens), train_gens)
+            losses = objective.loss(model, batch)  # (E,)
             finite = torch.isfinite(losses)
             if not bool(finite.all()):
                 bad = offset + int((~finite).nonzero()[0, 0])
                 result.states.extend(model.member_state(e) for e in range(E))
                 raise DivergenceError(bad, step, result)
             opt.zero_grad(set_to_none=True)
-            losses.sum().backward()  # members never share gradients: d(sum)/d(theta_e) = dL_e/d(theta_e)
+            total = losses.sum() if cfg.l2 == 0 else losses.sum() + cfg.l2 * self._squared_norm(model).sum()
+            total.backward()  # members never share gradients: d(sum)/d(theta_e) = dL_e/d(theta_e)
             if cfg.grad_clip is not None:
                 self._clip(model)
             opt.step()
