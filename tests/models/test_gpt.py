@@ -444,7 +444,7 @@ def test_post_ln_forward_matches_eqs_15_to_18(kw):
             torch.testing.assert_close(logits[m, bi], ref, rtol=1e-10, atol=1e-12)
     out_cached, cache = model.run_with_cache(tokens)  # explicit-softmax path = fused kernel
     torch.testing.assert_close(out_cached, logits.detach(), rtol=1e-10, atol=1e-12)
-    # blocks.{l}.mid is X^ao, a LayerNorm output: per-position mean = the LN shift's mean (gain applied after).
+    # blocks.{l}.mid is X^ao = LN(X + Attn V W^O) of the first block (Eq. 18), X = the recorded embedding.
     ln1 = model.blocks[0].ln_1
     mid = cache["blocks.0.mid"]
     torch.testing.assert_close(mid, _ln(cache["embed"] + model.blocks[0].attn(cache["embed"]).detach(),
