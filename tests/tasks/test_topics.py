@@ -96,7 +96,7 @@ def test_uniform_tau_documents():
     out = Topics(cfg).sample_latent(generators([3, 4], "data"), 3000)
     theta, topic, km = out["theta"].flatten(0, 1), out["topic"].flatten(0, 1), out["key_mask"].flatten(0, 1)
     chosen = theta > 0
-    assert torch.all(chosen.sum(-1) == cfg.tau) and torch.allclose(theta[chosen], torch.tensor(1 / cfg.tau).double())
+    assert torch.all(chosen.sum(-1) == cfg.tau) and torch.allclose(theta[chosen], torch.tensor(1 / cfg.tau, dtype=torch.float64), rtol=1e-15, atol=0)
     # Every word's topic is one of the document's τ topics ...
     in_doc = chosen.gather(-1, (topic - 1).clamp_min(0))
     assert torch.all(in_doc[km])
@@ -117,7 +117,7 @@ def test_lda_theta_has_dirichlet_moments():
     theta = Topics(cfg).sample_latent(generators([0, 1], "data"), 20000)["theta"].flatten(0, 1)  # (n, T)
     a0 = T * alpha
     mean, var, cov = 1 / T, alpha * (a0 - alpha) / (a0**2 * (a0 + 1)), -alpha * alpha / (a0**2 * (a0 + 1))
-    assert torch.allclose(theta.sum(-1), torch.ones(theta.shape[0], dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(theta.sum(-1), torch.ones(theta.shape[0], dtype=torch.float64), rtol=0, atol=1e-12)
     _close(theta, mean)
     centred = theta - mean
     _close(centred**2, var)
@@ -204,7 +204,7 @@ def test_masked_document_distribution_is_F17(generator):
     km, n = out["key_mask"][0], out["length"][0].double()
     counts = (torch.nn.functional.one_hot(corrupted[0], cfg.vocab) * km[..., None]).sum((0, 1)).double()
     q = masked_distribution(word_distribution(out["theta"][0], cfg.v), p_m, p_c, p_r)  # (B, V)
-    assert torch.allclose(q.sum(-1), torch.ones_like(n), atol=1e-12)
+    assert torch.allclose(q.sum(-1), torch.ones_like(n), rtol=0, atol=1e-12)
     expected = (n[:, None] * q).sum(0)
     se = (n[:, None] * q * (1 - q)).sum(0).sqrt()
     assert torch.all((counts - expected).abs() <= Z * se), ((counts - expected) / se)
@@ -220,7 +220,7 @@ def test_population_is_F17_of_every_tau_subset():
     p2 = p_m * p_r / (v * T)  # F.19
     for theta, p, q in zip(pop["theta"], pop["p"], pop["q"]):
         in_doc = theta.repeat_interleave(v) > 0
-        assert torch.allclose(p[1:], in_doc.double() / (tau * v), atol=0) and p[0] == 0
+        assert torch.allclose(p[1:], in_doc.double() / (tau * v), rtol=1e-15, atol=0) and p[0] == 0
         assert torch.allclose(q[1:][in_doc], torch.tensor(p1, dtype=torch.float64), rtol=1e-15, atol=0)
         assert torch.allclose(q[1:][~in_doc], torch.tensor(p2, dtype=torch.float64), rtol=1e-15, atol=0)
         assert q[0] == pytest.approx(p_m * (1 - p_c - p_r), rel=1e-15)

@@ -1,0 +1,239 @@
+"""Seed 004's optimal value matrices (Lemma 1, Thms. 1, 2, 4, Def. 2) against an independent
+least-squares solve of the exact population objective (every τ-subset document enumerated)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tdlab.tasks.topics import population
+from tdlab.theory.topics import (
+    block_sums,
+    c1,
+    c2,
+    c3,
+    dv,
+    family_member,
+    family_residual,
+    in_optimal_family,
+    min_population_loss,
+    population_loss,
+    thm1_bias,
+    thm1_embedding,
+    wv_star,
+    wv_star_entries,
+)
+
+PAPER = (0.15, 0.1, 0.1)  # p_m, p_c, p_r of §6.1
+SMALL = [(3, 2, 1), (4, 3, 2), (5, 2, 3), (6, 3, 2), (4, 2, 3)]  # (T, v, τ) with 1 <= τ < T
+PROBS = [PAPER, (0.3, 0.2, 0.25), (0.5, 0.05, 0.4)]
+
+
+def _min_norm_lstsq(T: int, v: int, tau: int, p_m: float, p_c: float, p_r: float) -> torch.Tensor:
+    """argmin ‖W‖_F over argmin Σ_S ‖W q_S − p_S‖², by SVD (gelsd): an implementation that shares
+    nothing with the closed form but the population's p and q."""
+    pop = population(T, v, tau, p_m, p_c, p_r)
+    return torch.linalg.lstsq(pop["q"], pop["p"], driver="gelsd").solution.T
+
+
+def test_paper_values():
+    """The issue's evaluation at T = v = 10 and §6.1's probabilities. Thm. 2 does not involve τ."""
+    e = wv_star_entries(10, 10, *PAPER)
+    assert e["same"] == pytest.approx(0.1080, abs=5e-5)
+    assert e["diff"] == pytest.approx(-0.0076, abs=5e-5)
+    assert e["i0"] == pytest.approx(0.0542, abs=5e-5)
+    assert e["c3"] == pytest.approx(1.156, abs=5e-4) and e["c3"] == c3(0.15, 0.1) == 1 / (1 - 0.9 * 0.15)
+    assert c1(10, 10, *PAPER) == pytest.approx(0.1 / (0.8 * 0.865 * 100), rel=1e-15)
+    assert c2(*PAPER) == pytest.approx(1 / 0.12 - 1, rel=1e-15)
+    W = wv_star(10, 10, *PAPER)
+    assert torch.all(W[0] == 0)
+    # The same matrix is the least-squares optimum for every τ in 1..T − 1 (C(10, τ) documents).
+    for tau in (1, 3, 5, 9):
+        assert (W - _min_norm_lstsq(10, 10, tau, *PAPER)).abs().max() < 1e-12
+
+
+@pytest.mark.parametrize("probs", PROBS)
+@pytest.mark.parametrize("T,v,tau", SMALL)
+def test_thm2_is_the_min_norm_least_squares_optimum(T, v, tau, probs):
+    W = wv_star(T, v, *probs)
+    assert (W - _min_norm_lstsq(T, v, tau, *probs)).abs().max() < 1e-12
+    assert population_loss(W, T, v, tau, *probs).item() == pytest.approx(min_population_loss(v, tau), abs=1e-13)
+
+
+@pytest.mark.parametrize("T,v,tau", [(4, 3, 2), (5, 2, 3)])
+def test_ridge_solutions_tend_to_thm2(T, v, tau):
+    """Thm. 2 is a limit: argmin L + λ‖W‖² = P Qᵀ(QQᵀ + Kλ I)⁻¹ → W^{V*} as λ → 0, at rate O(λ)."""
+    pop = population(T, v, tau, *PAPER)
+    Q, P, K = pop["q"].T, pop["p"].T, pop["q"].shape[0]
+    W = wv_star(T, v, *PAPER)
+    errs = []
+    for lam in (1e-3, 1e-4, 1e-5, 1e-6):
+        W_lam = P @ Q.T @ torch.linalg.inv(Q @ Q.T + K * lam * torch.eye(Q.shape[0], dtype=torch.float64))
+        errs.append((W_lam - W).norm().item())
+    assert all(b < a / 5 for a, b in zip(errs, errs[1:])) and errs[-1] < 1e-3
+
+
+@pytest.mark.parametrize("T,v,tau", [(4, 3, 2), (5, 2, 3)])
+def test_gradient_descent_from_zero_reaches_thm2(T, v, tau):
+    """Plain GD on the exact population loss (autograd) from W = 0 stays in the row space of the
+    q_S and so converges to the least-norm minimiser."""
+    pop = population(T, v, tau, *PAPER)
+    lr = 1.0 / (2 * torch.linalg.matrix_norm(pop["q"], ord=2).item() ** 2 / pop["q"].shape[0])  # 1/L
+    V = T * v + 1
+    W = torch.zeros(V, V, dtype=torch.float64, requires_grad=True)
+    for _ in range(2000):
+        (g,) = torch.autograd.grad(population_loss(W, T, v, tau, *PAPER), W)
+        with torch.no_grad():
+            W -= lr * g
+    assert (W.detach() - wv_star(T, v, *PAPER)).abs().max() < 1e-10
+
+
+@pytest.mark.parametrize("T,v,tau", SMALL)
+def test_thm4_family_members_attain_the_minimum(T, v, tau):
+    gen = torch.Generator().manual_seed(T * 100 + v * 10 + tau)
+    best = min_population_loss(v, tau)
+    for probs in PROBS:
+        for scale in (0.1, 1.0, 10.0):
+            W = family_member(T, v, *probs, gen=gen, scale=scale)
+            assert family_residual(W, T, v, *probs) < 1e-12 * max(1.0, scale)
+            assert population_loss(W, T, v, tau, *probs).item() == pytest.approx(best, abs=1e-12 * max(1.0, scale**2))
+            # Leaving the family (a block sum changed by δ) fails the predicate and costs exactly
+            # δ² E_S q_S(1)² (the prediction of word 1 moves by δ q_S(1)).
+            bad, delta = W.clone(), 0.01
+            bad[1, 1] += delta
+            assert not in_optimal_family(bad, T, v, *probs)
+            excess = delta**2 * population(T, v, tau, *probs)["q"][:, 1].pow(2).mean().item()
+            assert population_loss(bad, T, v, tau, *probs).item() - best == pytest.approx(excess, rel=1e-6)
+    W = wv_star(T, v, *PAPER)
+    assert in_optimal_family(W, T, v, *PAPER)
+    # Row block sums of W^{V*}: c3 on the own topic above the others (the gap g of the issue).
+    sums = block_sums(W, T, v)[1:]
+    own = sums.gather(-1, ((torch.arange(T * v) // v)[:, None]))
+    assert torch.allclose(own.squeeze(-1) - sums.sort(-1).values[:, 0], torch.tensor(c3(0.15, 0.1), dtype=torch.float64), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("T,v,tau", SMALL)
+def test_family_is_the_whole_argmin(T, v, tau):
+    """The family's dimension equals the least-squares null space's: per row Tv + 1 − rank(Q) free
+    directions, rank(Q) = T for 1 <= τ < T (one u_i plus T(v − 1) within-block directions)."""
+    pop = population(T, v, tau, *PAPER)
+    rank = torch.linalg.matrix_rank(pop["q"]).item()
+    assert rank == T
+    assert (T * v + 1) - rank == 1 + T * (v - 1)
+    # Every least-squares optimum W* + Z (Z q_S = 0 for all S, Z random in the null space) is a member.
+    null = torch.linalg.svd(pop["q"]).Vh[rank:]  # (Tv + 1 − T, Tv + 1) basis of {z: z·q_S = 0}
+    Z = torch.randn(T * v + 1, null.shape[0], dtype=torch.float64, generator=torch.Generator().manual_seed(0)) @ null
+    assert in_optimal_family(wv_star(T, v, *PAPER) + Z, T, v, *PAPER)
+
+
+@pytest.mark.parametrize("T,v,tau", SMALL)
+def test_dv_is_the_diagonal_optimum(T, v, tau):
+    for u0 in (0.0, 0.7):
+        D = dv(T, v, *PAPER, u0=u0)
+        words = D[1:, 1:]
+        assert torch.equal(words, torch.diag(torch.diagonal(words)))  # Def. 2: no off-diagonal word entries
+        assert torch.allclose(torch.diagonal(words), torch.tensor(c3(0.15, 0.1), dtype=torch.float64), rtol=1e-15, atol=0)
+        assert torch.allclose(D[1:, 0], torch.tensor(-c1(T, v, *PAPER), dtype=torch.float64), rtol=1e-15, atol=0)
+        assert in_optimal_family(D, T, v, *PAPER)
+        assert population_loss(D, T, v, tau, *PAPER).item() == pytest.approx(min_population_loss(v, tau), abs=1e-13)
+    # Least norm among the diagonal optima: row 0 = 0.
+    assert dv(T, v, *PAPER).norm() < dv(T, v, *PAPER, u0=0.01).norm()
+
+
+def test_at_tau_equal_T_thm2_is_optimal_but_not_least_norm():
+    """One document when τ = T: W^{V*} still fits it, but the argmin is larger (rank(Q) = 1) and its
+    least-norm member differs — Thm. 2's "unique limit" needs τ < T."""
+    T, v = 4, 2
+    W = wv_star(T, v, *PAPER)
+    assert population_loss(W, T, v, T, *PAPER).item() == pytest.approx(min_population_loss(v, T), abs=1e-14)
+    assert (W - _min_norm_lstsq(T, v, T, *PAPER)).abs().max() > 0.1
+
+
+def test_family_fits_every_topic_uniform_distribution():
+    """Lemma 1's members satisfy W q(p) = p for every p uniform within topics (LDA θ included)."""
+    from tdlab.tasks.topics import masked_distribution, word_distribution
+
+    T, v = 5, 3
+    gen = torch.Generator().manual_seed(1)
+    theta = torch.distributions.Dirichlet(torch.full((T,), 0.3, dtype=torch.float64)).sample((50,))
+    p = word_distribution(theta, v)
+    q = masked_distribution(p, *PAPER)
+    for W in (wv_star(T, v, *PAPER), dv(T, v, *PAPER), family_member(T, v, *PAPER, gen=gen)):
+        assert (q @ W.T - p).abs().max() < 1e-12
+
+
+@pytest.mark.parametrize("probs", PROBS)
+@pytest.mark.parametrize("T,v,tau", [(3, 2, 1), (4, 3, 2), (10, 10, 2)])
+def test_thm1_embedding_stationarity(T, v, tau, probs):
+    """Thm. 1: W^V = I, uniform attention, b^pred as stated; the squared loss as a function of W^E
+    (f = W^EᵀW^E q + b).
+
+    The issue asks that App. D's W^E = I/√(1 − (1 − p_c)p_m) be stationary. It is not: E = c3 I has
+    E_00 = c3, against Thm. 1 1(a) (E_00 = −c2 u_0 = 0 at u_0 = 0), so the [MASK] output is
+    c3 p_m(1 − p_c − p_r) ≠ 0; the loss is above the minimum by exactly its square and the gradient
+    lives on row and column 0 of W^E. With a zero [MASK] embedding the same construction is a global
+    optimum, hence stationary."""
+    p_m, p_c, p_r = probs
+    b = thm1_bias(T, v, *probs)
+    best = min_population_loss(v, tau)
+    # The literal App. D embedding.
+    WE = thm1_embedding(T, v, p_m, p_c, mask="paper").requires_grad_(True)
+    assert torch.allclose(WE.detach().T @ WE.detach(), c3(p_m, p_c) * torch.eye(T * v + 1, dtype=torch.float64),
+                          rtol=1e-15, atol=0)
+    loss = population_loss(WE.T @ WE, T, v, tau, *probs, b=b)
+    (g,) = torch.autograd.grad(loss, WE)
+    assert loss.item() - best == pytest.approx((c3(p_m, p_c) * p_m * (1 - p_c - p_r)) ** 2, rel=1e-10)
+    assert g[0].abs().max() > 1e-3 and g[1:, 1:].abs().max() < 1e-13
+    # The corrected one: zero [MASK] embedding.
+    WE = thm1_embedding(T, v, p_m, p_c).requires_grad_(True)
+    E = WE.T @ WE
+    assert in_optimal_family(E.detach() - _thm1_shift(T, v, *probs), T, v, *probs)  # D.16: E' is a Lemma 1 member
+    loss = population_loss(E, T, v, tau, *probs, b=b)
+    (g,) = torch.autograd.grad(loss, WE)
+    assert g.abs().max() < 1e-13
+    assert loss.item() == pytest.approx(best, abs=1e-13)
+    # The bias is needed: without it the prediction is p − b, the loss is above the minimum by
+    # exactly ‖b‖², and the corrected W^E is not stationary either.
+    WE0 = thm1_embedding(T, v, p_m, p_c).requires_grad_(True)
+    loss0 = population_loss(WE0.T @ WE0, T, v, tau, *probs)
+    (g0,) = torch.autograd.grad(loss0, WE0)
+    assert loss0.item() - best == pytest.approx(b.pow(2).sum().item(), rel=1e-8)
+    assert g0.abs().max() > 1e-6
+
+
+def _thm1_shift(T: int, v: int, p_m: float, p_c: float, p_r: float) -> torch.Tensor:
+    """App. D's E' − E: the bias moved into column 0 of the word rows (−c1 there)."""
+    S = torch.zeros(T * v + 1, T * v + 1, dtype=torch.float64)
+    S[1:, 0] = c1(T, v, p_m, p_c, p_r)
+    return S
+
+
+def test_population_loss_is_the_expected_squared_loss():
+    """‖W q + b − p‖² + 1 − ‖p‖² = E_{w ~ p} ‖W q + b − e_w‖², checked by summing over w."""
+    T, v, tau = 4, 2, 2
+    gen = torch.Generator().manual_seed(3)
+    W = torch.randn(T * v + 1, T * v + 1, dtype=torch.float64, generator=gen)
+    b = torch.randn(T * v + 1, dtype=torch.float64, generator=gen)
+    pop = population(T, v, tau, *PAPER)
+    eye = torch.eye(T * v + 1, dtype=torch.float64)
+    direct = 0.0
+    for p, q in zip(pop["p"], pop["q"]):
+        f = W @ q + b
+        direct += sum(p[w] * (f - eye[w]).pow(2).sum() for w in range(T * v + 1)).item()
+    direct /= pop["p"].shape[0]
+    assert population_loss(W, T, v, tau, *PAPER, b=b).item() == pytest.approx(direct, rel=1e-13)
+    # Batched over leading axes.
+    batched = population_loss(torch.stack([W, 2 * W]), T, v, tau, *PAPER)
+    assert batched.shape == (2,) and batched[1].item() == pytest.approx(population_loss(2 * W, T, v, tau, *PAPER).item())
+
+
+def test_theory_refuses_degenerate_probabilities():
+    with pytest.raises(ValueError, match="p_m > 0"):
+        c2(0.0, 0.1, 0.1)
+    with pytest.raises(ValueError, match="p_c \\+ p_r < 1"):
+        c1(10, 10, 0.15, 0.5, 0.5)
+    with pytest.raises(ValueError, match="p_r"):
+        wv_star(10, 10, 0.15, 0.1, 1.5)
+    assert math.isfinite(c3(0.15, 0.1))
