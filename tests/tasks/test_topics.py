@@ -96,7 +96,8 @@ def test_uniform_tau_documents():
     out = Topics(cfg).sample_latent(generators([3, 4], "data"), 3000)
     theta, topic, km = out["theta"].flatten(0, 1), out["topic"].flatten(0, 1), out["key_mask"].flatten(0, 1)
     chosen = theta > 0
-    assert torch.all(chosen.sum(-1) == cfg.tau) and torch.allclose(theta[chosen], torch.tensor(1 / cfg.tau, dtype=torch.float64), rtol=1e-15, atol=0)
+    assert torch.all(chosen.sum(-1) == cfg.tau)
+    assert torch.allclose(theta[chosen], torch.tensor(1 / cfg.tau, dtype=torch.float64), rtol=1e-15, atol=0)
     # Every word's topic is one of the document's τ topics ...
     in_doc = chosen.gather(-1, (topic - 1).clamp_min(0))
     assert torch.all(in_doc[km])
@@ -200,7 +201,8 @@ def test_masked_document_distribution_is_F17(generator):
     cfg = TopicsConfig(generator=generator, T=5, v=4, tau=2, alpha=0.3)
     task = Topics(cfg)
     out = task.sample_latent(generators([21], "data"), 3000)
-    corrupted, _ = mask_tokens(out["tokens"], out["key_mask"], generators([21], "mask"), p_m, p_c, p_r, words=task.words)
+    corrupted, _ = mask_tokens(out["tokens"], out["key_mask"], generators([21], "mask"), p_m, p_c, p_r,
+                               words=task.words)
     km, n = out["key_mask"][0], out["length"][0].double()
     counts = (torch.nn.functional.one_hot(corrupted[0], cfg.vocab) * km[..., None]).sum((0, 1)).double()
     q = masked_distribution(word_distribution(out["theta"][0], cfg.v), p_m, p_c, p_r)  # (B, V)

@@ -111,7 +111,8 @@ def test_thm4_family_members_attain_the_minimum(T, v, tau):
     # Row block sums of W^{V*}: c3 on the own topic above the others (the gap g of the issue).
     sums = block_sums(W, T, v)[1:]
     own = sums.gather(-1, ((torch.arange(T * v) // v)[:, None]))
-    assert torch.allclose(own.squeeze(-1) - sums.sort(-1).values[:, 0], torch.tensor(c3(0.15, 0.1), dtype=torch.float64), rtol=0, atol=1e-14)
+    gap = own.squeeze(-1) - sums.sort(-1).values[:, 0]
+    assert torch.allclose(gap, torch.tensor(c3(0.15, 0.1), dtype=torch.float64), rtol=0, atol=1e-14)
 
 
 @pytest.mark.parametrize("T,v,tau", SMALL)
@@ -134,7 +135,8 @@ def test_dv_is_the_diagonal_optimum(T, v, tau):
         D = dv(T, v, *PAPER, u0=u0)
         words = D[1:, 1:]
         assert torch.equal(words, torch.diag(torch.diagonal(words)))  # Def. 2: no off-diagonal word entries
-        assert torch.allclose(torch.diagonal(words), torch.tensor(c3(0.15, 0.1), dtype=torch.float64), rtol=1e-15, atol=0)
+        c3_ = torch.tensor(c3(0.15, 0.1), dtype=torch.float64)
+        assert torch.allclose(torch.diagonal(words), c3_, rtol=1e-15, atol=0)
         assert torch.allclose(D[1:, 0], torch.tensor(-c1(T, v, *PAPER), dtype=torch.float64), rtol=1e-15, atol=0)
         assert in_optimal_family(D, T, v, *PAPER)
         assert population_loss(D, T, v, tau, *PAPER).item() == pytest.approx(min_population_loss(v, tau), abs=1e-13)
@@ -226,7 +228,8 @@ def test_population_loss_is_the_expected_squared_loss():
     assert population_loss(W, T, v, tau, *PAPER, b=b).item() == pytest.approx(direct, rel=1e-13)
     # Batched over leading axes.
     batched = population_loss(torch.stack([W, 2 * W]), T, v, tau, *PAPER)
-    assert batched.shape == (2,) and batched[1].item() == pytest.approx(population_loss(2 * W, T, v, tau, *PAPER).item())
+    assert batched.shape == (2,)
+    assert batched[1].item() == pytest.approx(population_loss(2 * W, T, v, tau, *PAPER).item(), rel=1e-15)
 
 
 def test_theory_refuses_degenerate_probabilities():

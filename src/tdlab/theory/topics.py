@@ -7,7 +7,8 @@ Eq. (1) is exactly (:func:`population_loss`)::
 
     L(W) = E_S ‖W q_S + b − p_S‖² + 1 − E_S ‖p_S‖²,
 
-because a masked position's original word has law ``p_S`` and ``E‖f − e_w‖² = ‖f − p‖² + 1 − ‖p‖²``.
+because a masked position's original word has law ``p_S`` and
+``E‖f − e_w‖² = ‖f − p‖² + 1 − ‖p‖²``.
 The minimum is ``1 − 1/(τv)`` (:func:`min_population_loss`), reached exactly when ``W q = p``.
 
 Constants of Thm. 2 (functions of p_m, p_c, p_r and Tv only)::
@@ -182,7 +183,8 @@ def in_optimal_family(W: Tensor, T: int, v: int, p_m: float, p_c: float, p_r: fl
     return family_residual(W, T, v, p_m, p_c, p_r) <= atol
 
 
-def dv(T: int, v: int, p_m: float, p_c: float, p_r: float, u0: float = 0.0, dtype: torch.dtype = torch.float64) -> Tensor:
+def dv(T: int, v: int, p_m: float, p_c: float, p_r: float, u0: float = 0.0,
+       dtype: torch.dtype = torch.float64) -> Tensor:
     """D^V of Def. 2, ``(Tv + 1, Tv + 1)``: the family member with zero off-diagonal word-word entries,
     which forces ``u_i = 0``: ``W_ii = c3``, ``W_i0 = −c1``. Row 0 is not fixed by Def. 2; it is
     ``W_0l = u0`` (l >= 1), ``W_00 = −c2 u0`` (default u0 = 0: row 0 zero, the least-norm choice)."""
