@@ -60,7 +60,7 @@ import torch
 __all__ = [
     "Masking", "PAPER_MASKING", "c4", "masked_probs", "q_map", "gamma_of", "block_loss", "block_loss_gamma",
     "diagonal_loss", "landscape", "log_grid", "gamma_star", "lambda1", "lambda2", "lambda3", "lambda4", "lambda5",
-    "thm3_interval", "thm5_interval", "diagonal_minimum", "monte_carlo_loss", "Kind", "Version",
+    "thm3_interval", "thm5_interval", "diagonal_minimum", "monte_carlo_loss", "monte_carlo_losses", "Kind", "Version",
 ]
 
 _F64 = torch.float64
@@ -235,6 +235,27 @@ def gamma_star(T: int, v: int, tau: int, m: Masking = PAPER_MASKING, lo: float =
     return math.exp(x), f(x)
 
 
+def diagonal_minimum(T: int, v: int, tau: int, m: Masking = PAPER_MASKING, lo: float = 1e-4, hi: float = 1e7,
+                     start: tuple[float, float] | None = None) -> tuple[float, float, float]:
+    """The minimiser of the diagonal loss over the box ``[lo, hi]²``: bounded Nelder–Mead in
+    ``(log α, log β)`` from ``start`` (default: the argmin of a 121 × 121 log grid). The loss is flat in
+    α once ``(v − 1)α ≪ β`` (the minimiser sits at ``α = lo`` at the paper's settings), so α* is where
+    the box stops it; β* is well determined. Returns ``(α*, β*, L*)``."""
+    from scipy.optimize import minimize
+
+    if start is None:
+        g = log_grid(lo, hi, 121)
+        L = landscape("diagonal", g, g, T, v, tau, m)
+        k = int(torch.argmin(L))
+        start = (float(g[k % 121]), float(g[k // 121]))
+    f = lambda x: float(diagonal_loss(math.exp(x[0]), math.exp(x[1]), T, v, tau, m))  # noqa: E731
+    b = (math.log(lo), math.log(hi))
+    res = minimize(f, np.log(np.asarray(start, dtype=float)), method="Nelder-Mead", bounds=[b, b],
+                   options={"xatol": 1e-10, "fatol": 1e-18, "maxiter": 4000, "maxfev": 4000})
+    a_, b_ = float(np.exp(res.x[0])), float(np.exp(res.x[1]))
+    return a_, b_, float(diagonal_loss(a_, b_, T, v, tau, m))
+
+
 # ---------------------------------------------------------------------------------------------------
 # The constants of Thms. 3 and 5 (statement vs proof where they differ)
 
@@ -296,30 +317,33 @@ def thm5_interval(T: int, v: int, tau: int, m: Masking = PAPER_MASKING, version:
 # Monte Carlo: sampled documents, masks and the model's loss (tests the closed forms)
 
 
-def monte_carlo_loss(
-    kind: Kind, alpha: float, beta: float, T: int, v: int, tau: int, N: int, docs: int,
+def monte_carlo_losses(
+    points: Sequence[tuple[float, float]], T: int, v: int, tau: int, N: int, docs: int,
     generator: torch.Generator, m: Masking = PAPER_MASKING,
-) -> tuple[float, float]:
-    """Estimate ``L(α, β)`` by sampling: ``docs`` documents of ``N`` words from the §3.1 generator
-    (τ distinct topics; each word's topic uniform among them, the word uniform in its topic), MLM
-    masks (§3.2), attention of Assumption 2 computed from the document's *actual* token counts
-    (normalised over word keys, [MASK] keys get none, as Prop. 2), the frozen value map, and the
-    squared error at every masked position whose input is not [MASK] (F.21), divided by the number
-    of masked positions.
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Estimate ``L(α, β)`` of both maps at every ``(α, β)`` of ``points`` by sampling (one set of
+    documents and masks shared by all points): ``docs`` documents of ``N`` words from the §3.1
+    generator (τ distinct topics; each word's topic uniform among them, the word uniform in its
+    topic), MLM masks (§3.2), attention of Assumption 2 computed from the document's *actual* token
+    counts (normalised over word keys, [MASK] keys get none, as Prop. 2), the frozen value map, and
+    the squared error at every masked position whose input is not [MASK] (F.21), divided by the
+    number of masked positions.
 
     Assumption 1 replaces counts by ``N ×`` probabilities, so the estimate converges to
     :func:`block_loss` / :func:`diagonal_loss` as ``N → ∞``, with a bias of order ``1/(N p_2)`` (a
     replaced word of an absent topic is counted once more than ``N p_2``).
 
     Returns:
-        ``(estimate, standard error)``, the error from the spread over documents (ratio estimator).
+        ``{"block": (estimates, standard errors), "diagonal": (...)}``, arrays of ``len(points)``; the
+        errors from the spread over documents (ratio estimator, delta method).
     """
     _check(T, v, tau)
+    if N < 1 or docs < 2:
+        raise ValueError(f"N, docs: need N ≥ 1 and docs ≥ 2, got N={N!r}, docs={docs!r}")
     V = T * v + 1
     g = generator
     topics = torch.rand((docs, T), generator=g).argsort(dim=1)[:, :tau]  # τ distinct topics per document
-    pick = torch.randint(0, tau, (docs, N), generator=g)
-    t = topics.gather(1, pick)
+    t = topics.gather(1, torch.randint(0, tau, (docs, N), generator=g))
     w = t * v + torch.randint(0, v, (docs, N), generator=g) + 1  # words 1..Tv, topic(i) = ⌈i/v⌉
     masked = torch.rand((docs, N), generator=g) < m.p_m
     r = torch.rand((docs, N), generator=g)
@@ -327,60 +351,48 @@ def monte_carlo_loss(
     wt = torch.where(r < m.p_c, w, torch.where(r < m.p_c + m.p_r, rand_word, torch.zeros_like(w)))
     wt = torch.where(masked, wt, w)
     counts = torch.zeros((docs, V), dtype=_F64).scatter_add_(1, wt, torch.ones((docs, N), dtype=_F64))
-    # Attention weight of a key word l for a query word s (Assumption 2), [MASK] keys excluded.
+    # The loss at a query depends on (document, input word w̃_j, target word w_j) only: count those
+    # triples once, then every point is a small weighted sum.
+    query = masked & (wt != 0)
+    key = (torch.arange(docs).view(-1, 1) * V + wt) * V + w
+    trip = torch.zeros(docs * V * V, dtype=_F64).index_add_(0, key[query], torch.ones(int(query.sum()), dtype=_F64))
+    trip = trip.view(docs, V, V)  # (doc, input s, target w)
+    den_d = masked.sum(dim=1).to(_F64)
     words = torch.arange(V)
     topic_of = torch.div(words - 1, v, rounding_mode="floor")  # 0-based topic of word l ≥ 1
+    same_word = words.view(-1, 1) == words.view(1, -1)
     same_topic = topic_of.view(-1, 1) == topic_of.view(1, -1)
-    Wt = torch.where(words.view(-1, 1) == words.view(1, -1), torch.tensor(float(beta), dtype=_F64),
-                     torch.where(same_topic, torch.tensor(float(alpha), dtype=_F64), torch.tensor(1.0, dtype=_F64)))
-    Wt[0, :] = 0.0  # key [MASK]
-    num = counts.unsqueeze(2) * Wt.unsqueeze(0)  # (docs, key l, query s)
-    y = num / num.sum(dim=1, keepdim=True).clamp_min(1e-300)
-    if kind == "block":
-        blocks = y[:, 1:, :].reshape(docs, T, v, V).mean(dim=2)  # (docs, topic, query)
-        out = q_map(blocks.repeat_interleave(v, dim=1), T, v, m)
-    elif kind == "diagonal":
-        out = q_map(y[:, 1:, :], T, v, m)
-    else:
+    out_d: dict[str, tuple[list[float], list[float]]] = {"block": ([], []), "diagonal": ([], [])}
+    for alpha, beta in points:
+        # Attention weight of key word l for query word s (Assumption 2); [MASK] keys get none.
+        Wt = torch.where(same_word, torch.tensor(float(beta), dtype=_F64),
+                         torch.where(same_topic, torch.tensor(float(alpha), dtype=_F64), torch.tensor(1.0, dtype=_F64)))
+        Wt[0, :] = 0.0
+        num = counts.unsqueeze(2) * Wt.unsqueeze(0)  # (docs, key l, query s)
+        y = num / num.sum(dim=1, keepdim=True).clamp_min(1e-300)
+        for kind in ("block", "diagonal"):
+            if kind == "block":
+                blocks = y[:, 1:, :].reshape(docs, T, v, V).mean(dim=2)  # (docs, topic, query)
+                o = q_map(blocks.repeat_interleave(v, dim=1), T, v, m)
+            else:
+                o = q_map(y[:, 1:, :], T, v, m)
+            o = torch.cat([torch.zeros((docs, 1, V), dtype=_F64), o], dim=1)  # (docs, output row i, query s); row [MASK] = 0
+            # ‖o_{:,s} − e_w‖² = ‖o_{:,s}‖² − 2 o_{w,s} + 1 for input s, target w
+            per = (o**2).sum(dim=1).unsqueeze(2) - 2 * o.transpose(1, 2) + 1.0  # (docs, s, w)
+            num_d = (trip * per).sum(dim=(1, 2))
+            est = float(num_d.sum() / den_d.sum())
+            resid = (num_d - est * den_d).numpy()
+            out_d[kind][0].append(est)
+            out_d[kind][1].append(float(np.std(resid, ddof=1) * math.sqrt(docs) / float(den_d.sum())))
+    return {k: (np.asarray(e), np.asarray(s_)) for k, (e, s_) in out_d.items()}
+
+
+def monte_carlo_loss(
+    kind: Kind, alpha: float, beta: float, T: int, v: int, tau: int, N: int, docs: int,
+    generator: torch.Generator, m: Masking = PAPER_MASKING,
+) -> tuple[float, float]:
+    """:func:`monte_carlo_losses` at one point for one map: ``(estimate, standard error)``."""
+    if kind not in ("block", "diagonal"):
         raise ValueError(f"kind: must be 'block' or 'diagonal', got {kind!r}")
-    out = torch.cat([torch.zeros((docs, 1, V), dtype=_F64), out], dim=1)  # row [MASK] = 0
-    sq = (out**2).sum(dim=1)  # (docs, query s): ‖out‖²
-    query = masked & (wt != 0)
-    s_idx = wt.clamp_min(0)
-    b_idx = torch.arange(docs).view(-1, 1).expand(docs, N)
-    # ‖out − e_w‖² = ‖out‖² − 2 out_w + 1 at every (masked, non-[MASK]) query
-    per = sq[b_idx, s_idx] - 2 * out[b_idx, w, s_idx] + 1.0
-    num_d = torch.where(query, per, torch.zeros_like(per)).sum(dim=1)
-    den_d = masked.sum(dim=1).to(_F64)
-    est = float(num_d.sum() / den_d.sum())
-    # Ratio estimator's standard error over documents (delta method).
-    resid = (num_d - est * den_d).numpy()
-    se = float(np.std(resid, ddof=1) * math.sqrt(docs) / float(den_d.sum())) if docs > 1 else float("inf")
-    return est, se
-
-
-def diagonal_minimum(T: int, v: int, tau: int, m: Masking = PAPER_MASKING, lo: float = 1e-4, hi: float = 1e7,
-                     start: tuple[float, float] | None = None) -> tuple[float, float, float]:
-    """The minimiser of the diagonal loss over the box ``[lo, hi]²``: L-BFGS-B in ``(log α, log β)``
-    with autograd gradients, from ``start`` (default: the argmin of a 121 × 121 log grid). The loss is
-    flat in α once ``(v − 1)α ≪ β`` (the minimiser sits at ``α = lo`` at the paper's settings), so α*
-    is where the box stops it; β* is well determined. Returns ``(α*, β*, L*)``."""
-    from scipy.optimize import minimize
-
-    if start is None:
-        g = log_grid(lo, hi, 121)
-        L = landscape("diagonal", g, g, T, v, tau, m)
-        k = int(torch.argmin(L))
-        start = (float(g[k % 121]), float(g[k // 121]))
-
-    def f(x: np.ndarray) -> tuple[float, np.ndarray]:
-        t = torch.tensor(x, dtype=_F64, requires_grad=True)
-        val = diagonal_loss(torch.exp(t[0]), torch.exp(t[1]), T, v, tau, m)
-        val.backward()
-        return float(val.detach()), t.grad.numpy().copy()
-
-    b = (math.log(lo), math.log(hi))
-    res = minimize(f, np.log(np.asarray(start, dtype=float)), jac=True, method="L-BFGS-B", bounds=[b, b],
-                   options={"ftol": 1e-16, "gtol": 1e-14, "maxiter": 2000})
-    a_, b_ = float(np.exp(res.x[0])), float(np.exp(res.x[1]))
-    return a_, b_, float(diagonal_loss(a_, b_, T, v, tau, m))
+    est, se = monte_carlo_losses([(alpha, beta)], T, v, tau, N, docs, generator, m)[kind]
+    return float(est[0]), float(se[0])
