@@ -138,3 +138,39 @@ def test_fixed_data_set_fit_resumes_mid_epoch_with_the_same_numbers(tmp_path):
     assert resumed.rows == full.rows
     for a, b in zip(resumed.states, full.states, strict=True):
         assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_probes_and_snapshots_are_recorded_and_survive_a_resume(tmp_path):
+    """Probes give rows at step 0, every probe_every steps and the end; snapshots keep each member's
+    parameters after the named steps, also across an interruption."""
+    seeds = member_seeds(4, 2)
+    norm = lambda m: {"emb_norm": m.emb.detach().flatten(1).norm(dim=1)}  # noqa: E731
+    kw = dict(objective=LastPosition(), probes=[norm], probe_every=4, snapshot_steps=[0, 5, 9, 99])
+    cfg = TrainConfig(steps=10, batch=8, lr=0.05, eval_every=5, log_every=5, checkpoint_every=6)
+    full = Trainer(cfg, progress=False, **kw).fit(BagModel, seeds, FixedDataset(make, batch=8))
+    steps, values = full.series("emb_norm", 1)
+    assert steps == [0, 4, 8, 10] and values[0] > 0
+    assert sorted(full.snapshots) == [0, 5, 9] and len(full.snapshots[5]) == 2
+    assert torch.equal(full.snapshots[0][1]["emb"], BagModel(seeds).member_state(1)["emb"])
+    assert values[-1] == pytest.approx(float(full.states[1]["emb"].norm()))
+
+    class Stop(Exception):
+        pass
+
+    class Stopping(BagModel):
+        calls = 0
+
+        def forward(self, tokens):
+            if self.training:
+                Stopping.calls += 1
+                if Stopping.calls == 8:
+                    raise Stop
+            return super().forward(tokens)
+
+    ck = tmp_path / "ck.json"
+    with pytest.raises(Stop):
+        Trainer(cfg, progress=False, checkpoint=ck, **kw).fit(Stopping, seeds, FixedDataset(make, batch=8))
+    resumed = Trainer(cfg, progress=False, checkpoint=ck, **kw).fit(BagModel, seeds, FixedDataset(make, batch=8))
+    assert resumed.rows == full.rows and sorted(resumed.snapshots) == [0, 5, 9]
+    for step in (0, 5, 9):
+        assert all(torch.equal(a[k], b[k]) for a, b in zip(resumed.snapshots[step], full.snapshots[step]) for k in a)

@@ -21,7 +21,8 @@ from tdlab.config import Config, ConfigError, build_config, echo, parse_override
 from tdlab.runs import Run, RunWriter
 from tdlab.train.trainer import DivergenceError, FitResult, Trainer
 
-__all__ = ["ExperimentConfig", "Experiment", "RunContext", "Analysis", "register", "get", "registry", "init_arm", "initial_states"]
+__all__ = ["ExperimentConfig", "Experiment", "RunContext", "Analysis", "register", "get", "registry", "init_arm", "snapshot_arm",
+           "initial_states"]
 
 
 class ExperimentConfig(Config):
@@ -45,6 +46,8 @@ class RunContext:
         ``ARM@init`` when given (the health gate and "moved from init" claims read them)."""
         self.store_rows(arm, result.rows)
         self.writer.save_arrays(arm, result.states)
+        for step, states in sorted(result.snapshots.items()):
+            self.writer.save_arrays(snapshot_arm(arm, step), states)
         if initial:
             self.writer.save_arrays(init_arm(arm), initial)
 
@@ -84,6 +87,11 @@ class RunContext:
         if len(result.init_states) == len(seeds):
             return result.init_states
         return initial_states(build, seeds)
+
+
+def snapshot_arm(arm: str, step: int) -> str:
+    """The name under which ``arm``'s parameters after step ``step`` are stored (the trainer's ``snapshot_steps``)."""
+    return f"{arm}@step{step}"
 
 
 def init_arm(arm: str) -> str:

@@ -61,6 +61,9 @@ class TrainConfig(Config):
     l2: float = Field(0.0, ge=0.0, le=100.0)
 
 
+Probe = Callable[[nn.Module], "dict[str, torch.Tensor]"]
+
+
 class DivergenceError(RuntimeError):
     """A member's loss became NaN or infinite. ``result`` holds what was measured until then."""
 
@@ -79,12 +82,15 @@ class Task(Protocol):
 class FitResult:
     """What a fit measured. ``rows`` are long-format metrics ``(step, member, name, value)``;
     ``states[i]`` is member ``i``'s final parameters (no member axis).
-    ``init_states[i]``: member ``i``'s parameters before the first step, when the trainer records them."""
+    ``init_states[i]``: member ``i``'s parameters before the first step, when the trainer records them.
+    ``snapshots[step][i]``: member ``i``'s parameters after training step ``step`` (the trainer's
+    ``snapshot_steps``)."""
 
     rows: list[tuple[int, int, str, float]] = field(default_factory=list)
     states: list[dict[str, torch.Tensor]] = field(default_factory=list)
     wall_time: float = 0.0
     init_states: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    snapshots: dict[int, list[dict[str, torch.Tensor]]] = field(default_factory=dict)
 
     def series(self, name: str, member: int) -> tuple[list[int], list[float]]:
         pts = [(s, v) for s, m, n, v in self.rows if n == name and m == member]
@@ -131,9 +137,14 @@ class Trainer:
 
     def __init__(
         self, cfg: TrainConfig, device: str = "cpu", progress: bool = True, label: str = "", checkpoint: Path | None = None,
-        objective: Objective | None = None,
+        objective: Objective | None = None, probes: Sequence[Probe] = (), probe_every: int = 1,
+        snapshot_steps: Sequence[int] = (),
     ) -> None:
-        """``objective``: what is learned (default :class:`NextToken`). ``checkpoint``: the ``.json`` file
+        """``objective``: what is learned (default :class:`NextToken`). ``probes``: functions
+        ``probe(model) -> {name: (E,) tensor}`` measured before the first step, every ``probe_every`` steps
+        and at the end, stored as rows like the losses (e.g. weight norms along training).
+        ``snapshot_steps``: steps after which every member's parameters are kept (:attr:`FitResult.snapshots`;
+        step 0 = the initialisation). ``checkpoint``: the ``.json`` file
         of resumable checkpoints (every ``cfg.checkpoint_every``
         steps and after each chunk; tensors beside it in safetensors, see :mod:`tdlab.train.checkpoint`).
         When it exists, :meth:`fit` resumes from it: model, optimiser, schedule, random streams and
@@ -144,6 +155,8 @@ class Trainer:
         self.checkpoint = Path(checkpoint) if checkpoint is not None else None
         self.config_hash: str | None = None
         self.objective = objective if objective is not None else NextToken()
+        self.probes, self.probe_every = list(probes), probe_every
+        self.snapshot_steps = sorted({int(k) for k in snapshot_steps if 0 <= int(k) <= cfg.steps})
 
     def _regime(self, data: Any) -> Any:
         """A data regime (:mod:`tdlab.train.data`): ``data`` itself when it is one, else a stream of the task."""
@@ -161,7 +174,7 @@ class Trainer:
         result = FitResult()
         resume = self._load_checkpoint(seeds, chunk)
         if resume is not None:
-            result.rows, result.states = resume["rows"], resume["states"]
+            result.rows, result.states, result.snapshots = resume["rows"], resume["states"], resume["snapshots"]
         t0 = time.perf_counter()
         with flush_denormals(self.device), \
                 ProgressBar(self.cfg.steps * math.ceil(len(seeds) / chunk), self.label, enabled=self.progress) as bar:
@@ -287,6 +300,9 @@ class Trainer:
         meta = {"seeds": seeds, "chunk_size": chunk, "config": self.cfg.model_dump(mode="json"),
                 "config_hash": self.config_hash, "rows": [list(r) for r in result.rows], "finished": len(result.states)}
         tensors = {f"states/{i}/{k}": v for i, st in enumerate(result.states) for k, v in st.items()}
+        tensors.update({f"snapshots/{step}/{i}/{k}": v for step, sts in result.snapshots.items()
+                        for i, st in enumerate(sts) for k, v in st.items()})
+        meta["snapshots"] = {str(step): len(sts) for step, sts in result.snapshots.items()}
         meta["chunk"] = None
         if state is not None:
             meta["chunk"], chunk_tensors = _pack_snapshot(state)
@@ -353,10 +369,20 @@ class Trainer:
                 result.states.extend(model.member_state(e) for e in range(E))
                 raise DivergenceError(offset + bad[0], step, result)
 
+        def measure(step: int) -> None:
+            if self.probes and (step % self.probe_every == 0 or step == cfg.steps):
+                with torch.no_grad():
+                    for probe in self.probes:
+                        for name, values in probe(model).items():
+                            result.rows.extend((step, offset + e, name, float(v)) for e, v in enumerate(values.tolist()))
+            if step in self.snapshot_steps:
+                result.snapshots.setdefault(step, []).extend(model.member_state(e) for e in range(E))
+
         running = torch.zeros(E, device=self.device)
         since, first = 0, 1
         if resume is None:
             log_eval(0)
+            measure(0)
         else:
             self._restore(resume, model, opt, sched, {"train_gens": train_gens, "eval_gens": eval_gens})
             running, since, first = resume["running"], resume["since"], resume["step"] + 1
@@ -393,6 +419,7 @@ class Trainer:
                 since = 0
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 log_eval(step)
+            measure(step)
             if cfg.checkpoint_every is not None and step % cfg.checkpoint_every == 0 and step < cfg.steps:
                 self._save_checkpoint(list(self._all_seeds), self._chunk, result, snapshot(step))
             bar.advance()
@@ -437,12 +464,18 @@ def _unpack_checkpoint(meta: dict[str, Any], tensors: dict[str, torch.Tensor], s
     if any(not st or st.keys() != states[0].keys() for st in states):
         raise ValueError("finished members' states are missing or differ in their parameters")
     states = [{k: v.to(device) for k, v in st.items()} for st in states]
-    snap = meta["chunk"]
     used = {f"states/{i}/{k}" for i, st in enumerate(states) for k in st}
+    counts = meta.get("snapshots", {})
+    if not isinstance(counts, dict) or not all(k.isdigit() and _is_int(n) and 0 <= n <= len(seeds) for k, n in counts.items()):
+        raise ValueError("'snapshots' must map steps to member counts")
+    snapshots = {int(k): [{n: v.to(device) for n, v in _group(tensors, f"snapshots/{k}/{i}/").items()} for i in range(n)]
+                 for k, n in counts.items()}
+    used |= {f"snapshots/{k}/{i}/{n}" for k, sts in snapshots.items() for i, st in enumerate(sts) for n in st}
+    snap = meta["chunk"]
     if snap is None:
         if set(tensors) != used:
             raise ValueError("tensors of an unfinished chunk without its snapshot")
-        return {"rows": [tuple(r) for r in rows], "states": states, "chunk": {"start": -1}}
+        return {"rows": [tuple(r) for r in rows], "states": states, "snapshots": snapshots, "chunk": {"start": -1}}
     members = len(seeds[finished: finished + chunk])
     if snap["start"] != finished or snap["members"] != members or not _is_int(snap["step"]) or not 1 <= snap["step"] < steps:
         raise ValueError("the unfinished chunk's start, members or step do not fit the fit")
@@ -460,7 +493,7 @@ def _unpack_checkpoint(meta: dict[str, Any], tensors: dict[str, torch.Tensor], s
     used |= {f"opt/{pid}/{k}" for pid, st in opt["state"].items() for k, v in st.items() if isinstance(v, torch.Tensor)}
     if set(tensors) != used:
         raise ValueError(f"unexpected tensors {sorted(set(tensors) - used)[:3]}")
-    return {"rows": [tuple(r) for r in rows], "states": states,
+    return {"rows": [tuple(r) for r in rows], "states": states, "snapshots": snapshots,
             "chunk": {"start": finished, "step": snap["step"], "since": snap["since"], "sched": snap["sched"], "opt": opt,
                       "model": model, **gens, "running": running.to(device)}}
 
