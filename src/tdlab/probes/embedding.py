@@ -1,0 +1,148 @@
+"""Probes of an embedding space (seed 001 Figs. 3, 4, 9–11, 13): cosine matrices, distance order,
+nearest-neighbour order, effective rank and PCA.
+
+Plain functions on ``(..., n, d)`` tensors: ``n`` vectors (rows, e.g. the embeddings of tokens
+``ids[0..n-1]``), any leading axes (a member axis ``E``) carried through. Computations run in float64
+on the CPU; results are float64 tensors.
+
+* ``cosine_matrix``: ``cos(w_i, w_j)``.
+* ``distance_spearman`` (ρ): Spearman correlation of ``cos(w_i, w_j)`` with ``|id_i - id_j|`` over the
+  pairs ``i < j`` (ties get average ranks; cosines are rounded to 1e-12 first). Ordered ("hierarchical") embeddings give
+  ρ near -1.
+* ``nn_order``: share of vectors whose cosine-nearest other vector has id ``id ± 1``; chance is exactly
+  ``2/n`` for ids ``0..n-1`` (interior ids have 2 neighbours, the ends 1, among ``n - 1`` others).
+* ``erank``: ``exp(H(p))``, ``p = σ / Σσ`` the normalised singular values.
+* ``pca``: projections on the top principal components of the centred rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy.stats import rankdata
+from torch import Tensor
+
+__all__ = [
+    "cosine_matrix",
+    "offdiag_mean",
+    "distance_spearman",
+    "nn_order",
+    "erank",
+    "pca",
+]
+
+F64 = torch.float64
+
+
+def _rows(w: Tensor | np.ndarray) -> Tensor:
+    t = torch.as_tensor(w).detach().to("cpu", F64)
+    if t.dim() < 2:
+        raise ValueError(f"expected (..., n, d) vectors, got shape {tuple(t.shape)}")
+    return t
+
+
+def _ids(ids, n: int) -> Tensor:
+    out = torch.arange(n, dtype=F64) if ids is None else torch.as_tensor(ids, dtype=F64)
+    if out.shape != (n,):
+        raise ValueError(f"ids must have shape ({n},), got {tuple(out.shape)}")
+    return out
+
+
+def cosine_matrix(w: Tensor | np.ndarray) -> Tensor:
+    """``(..., n, d) -> (..., n, n)`` cosines between rows (a zero row gives NaN cosines)."""
+    x = _rows(w)
+    x = x / x.norm(dim=-1, keepdim=True)
+    return x @ x.transpose(-1, -2)
+
+
+def offdiag_mean(c: Tensor, absolute: bool = False) -> Tensor:
+    """Mean off-diagonal entry of ``(..., n, n)`` matrices (of ``|c|`` when ``absolute``): ``(...)``."""
+    n = c.shape[-1]
+    mask = ~torch.eye(n, dtype=torch.bool)
+    x = c.abs() if absolute else c
+    return x[..., mask].mean(-1)
+
+
+def distance_spearman(w: Tensor | np.ndarray, ids=None) -> Tensor:
+    """ρ: Spearman correlation of ``cos(w_i, w_j)`` with ``|id_i - id_j|`` over pairs ``i < j``.
+
+    Args:
+        w: ``(..., n, d)``, ``n >= 3``.
+        ids: ``(n,)`` the integer each row stands for (default ``0..n-1``).
+    Returns:
+        ``(...)`` float64.
+    """
+    c = cosine_matrix(w)
+    n = c.shape[-1]
+    if n < 3:
+        raise ValueError(f"distance_spearman needs n >= 3 vectors, got {n}")
+    i, j = torch.triu_indices(n, n, 1)
+    idv = _ids(ids, n)
+    dist = (idv[i] - idv[j]).abs()
+    # Cosines equal up to float noise (translation-invariant embeddings give many) are ties, not an
+    # arbitrary order: round to 1e-12 before ranking.
+    cos = torch.round(c[..., i, j], decimals=12)
+    rc = torch.from_numpy(rankdata(cos.numpy(), axis=-1)).to(F64)
+    rd = torch.from_numpy(rankdata(dist.numpy())).to(F64).expand_as(rc)
+    rc, rd = rc - rc.mean(-1, keepdim=True), rd - rd.mean(-1, keepdim=True)
+    return (rc * rd).sum(-1) / (rc.norm(dim=-1) * rd.norm(dim=-1))
+
+
+def nn_order(w: Tensor | np.ndarray, ids=None) -> Tensor:
+    """Share of rows whose cosine-nearest other row has id ``id ± 1`` (chance ``2/n`` for ids 0..n-1).
+
+    Args:
+        w: ``(..., n, d)``, ``n >= 2``.
+        ids: ``(n,)`` integers (default ``0..n-1``).
+    Returns:
+        ``(...)`` float64 in ``[0, 1]``.
+    """
+    c = cosine_matrix(w)
+    n = c.shape[-1]
+    if n < 2:
+        raise ValueError(f"nn_order needs n >= 2 vectors, got {n}")
+    c = c.masked_fill(torch.eye(n, dtype=torch.bool), float("-inf"))
+    nearest = c.argmax(-1)  # (..., n)
+    idv = _ids(ids, n)
+    return ((idv[nearest] - idv).abs() == 1).to(F64).mean(-1)
+
+
+def erank(w: Tensor | np.ndarray) -> Tensor:
+    """Effective rank ``exp(-Σ p_k log p_k)``, ``p = σ/Σσ`` over the singular values of each matrix.
+
+    Args:
+        w: ``(..., m, n)``.
+    Returns:
+        ``(...)`` float64 in ``[1, min(m, n)]`` (NaN for a zero matrix).
+    """
+    s = torch.linalg.svdvals(_rows(w))
+    p = s / s.sum(-1, keepdim=True)
+    h = -(p * torch.log(torch.where(p > 0, p, torch.ones_like(p)))).sum(-1)
+    return torch.exp(h)
+
+
+def pca(w: Tensor | np.ndarray, k: int = 2) -> tuple[Tensor, Tensor, Tensor]:
+    """Projections of the centred rows on their top ``k`` principal components.
+
+    The sign of each component is fixed so that the last row's coordinate is >= the first row's
+    (for ordered tokens the first axis then increases with the id where it tracks it).
+
+    Args:
+        w: ``(..., n, d)``.
+        k: number of components (``<= min(n, d)``).
+    Returns:
+        ``coords (..., n, k)``, ``explained (..., k)`` (share of the total variance) and
+        ``components (..., k, d)`` (unit rows).
+    """
+    x = _rows(w)
+    x = x - x.mean(-2, keepdim=True)
+    u, s, vh = torch.linalg.svd(x, full_matrices=False)
+    if k > s.shape[-1]:
+        raise ValueError(f"k={k} exceeds min(n, d)={s.shape[-1]}")
+    coords = u[..., :, :k] * s[..., None, :k]
+    sign = torch.where(coords[..., -1, :] >= coords[..., 0, :], 1.0, -1.0).to(F64)
+    coords = coords * sign[..., None, :]
+    comps = vh[..., :k, :] * sign[..., :, None]
+    var = s**2
+    explained = var[..., :k] / var.sum(-1, keepdim=True)
+    return coords, explained, comps

@@ -1,0 +1,96 @@
+"""Embedding probes on built inputs: Gaussian bumps (ordered), random vectors (chance), known spectra."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from tdlab.probes.embedding import cosine_matrix, distance_spearman, erank, nn_order, offdiag_mean, pca
+from tdlab.theory.anchors import eq14_vectors
+
+F64 = torch.float64
+
+
+def _bumps(n: int, d: int = 200, start: int = 30) -> torch.Tensor:
+    return eq14_vectors(list(range(start, start + n)), d, kind="key")  # e^{-(i-s)^2/12}
+
+
+def test_cosine_and_offdiag():
+    w = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 2.0]])
+    c = cosine_matrix(w)
+    r = 1 / math.sqrt(2)
+    assert torch.allclose(c, torch.tensor([[1, r, 0], [r, 1, r], [0, r, 1]], dtype=F64))
+    assert float(offdiag_mean(c)) == pytest.approx(4 * r / 6)
+    assert float(offdiag_mean(-c, absolute=True)) == pytest.approx(4 * r / 6)
+
+
+def test_spearman_on_bumps_and_against_scipy():
+    w = _bumps(10)
+    assert float(distance_spearman(w)) == pytest.approx(-1.0, abs=1e-12)  # cos strictly falls with |i-j|
+    rnd = torch.randn(3, 12, 20, generator=torch.Generator().manual_seed(0), dtype=F64)
+    ids = torch.arange(11, 23)
+    got = distance_spearman(rnd, ids)
+    i, j = np.triu_indices(12, 1)
+    for e in range(3):
+        c = np.round(cosine_matrix(rnd[e]).numpy(), 12)
+        want = spearmanr(c[i, j], np.abs(ids.numpy()[i] - ids.numpy()[j])).statistic
+        assert float(got[e]) == pytest.approx(want, abs=1e-12)
+
+
+def test_nn_order_bumps_and_chance():
+    assert float(nn_order(_bumps(100))) == 1.0
+    # shuffled ids destroy the order
+    perm = torch.randperm(100, generator=torch.Generator().manual_seed(1))
+    assert float(nn_order(_bumps(100), ids=perm)) < 0.1
+    # random vectors: chance 2/n, averaged over 400 members
+    n = 20
+    rnd = torch.randn(400, n, 50, generator=torch.Generator().manual_seed(2), dtype=F64)
+    share = nn_order(rnd)
+    assert share.shape == (400,)
+    se = math.sqrt((2 / n) * (1 - 2 / n) / (400 * n))  # rough: rows treated as independent
+    assert abs(float(share.mean()) - 2 / n) < 4 * se
+
+
+def test_erank_known_spectra():
+    g = torch.Generator().manual_seed(3)
+    u, _ = torch.linalg.qr(torch.randn(30, 30, generator=g, dtype=F64))
+    v, _ = torch.linalg.qr(torch.randn(20, 20, generator=g, dtype=F64))
+    for s in ([1.0] * 20, [5.0] + [0.0] * 19, [3.0, 1.0] + [0.0] * 18, [2.0**-k for k in range(20)]):
+        sv = torch.tensor(s, dtype=F64)
+        w = u[:, :20] @ torch.diag(sv) @ v.T
+        p = sv[sv > 0] / sv.sum()
+        want = math.exp(float(-(p * p.log()).sum()))
+        assert float(erank(w)) == pytest.approx(want, rel=1e-9)
+    assert float(erank(torch.eye(7, dtype=F64))) == pytest.approx(7.0)
+    assert erank(torch.randn(4, 6, 5, generator=g)).shape == (4,)
+
+
+def test_pca_recovers_a_line_and_order():
+    # points on a line in R^10 plus small noise: PC1 carries almost everything and keeps the order
+    g = torch.Generator().manual_seed(4)
+    direction = torch.randn(10, generator=g, dtype=F64)
+    direction /= direction.norm()
+    t = torch.linspace(-3, 3, 15, dtype=F64)
+    w = t[:, None] * direction[None, :] + 0.01 * torch.randn(15, 10, generator=g, dtype=F64) + 5.0
+    coords, explained, comps = pca(w, 2)
+    assert coords.shape == (15, 2) and explained.shape == (2,) and comps.shape == (2, 10)
+    assert float(explained[0]) > 0.999
+    assert abs(float(comps[0] @ direction)) > 0.999
+    assert bool((coords[1:, 0] > coords[:-1, 0]).all())
+    # members carried through
+    assert pca(torch.stack([w, w]), 2)[0].shape == (2, 15, 2)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="n >= 3"):
+        distance_spearman(torch.randn(2, 4))
+    with pytest.raises(ValueError, match="ids"):
+        nn_order(torch.randn(5, 4), ids=[1, 2, 3])
+    with pytest.raises(ValueError, match="shape"):
+        cosine_matrix(torch.randn(5))
+    with pytest.raises(ValueError, match="k="):
+        pca(torch.randn(3, 4), 5)
