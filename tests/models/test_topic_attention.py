@@ -61,14 +61,15 @@ def docs(E, B, N, V, seed=0, pad=True):
     dict(d=6, authors_compat=True),
     dict(onehot=True, authors_compat=True),
 ], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
-def test_forward_matches_per_column_loop(kw):
+@pytest.mark.parametrize("N", [6, 11])  # V = 7 >= N: per-position path; V < N: keys merged by token
+def test_forward_matches_per_column_loop(kw, N):
     cfg = TopicModelConfig(vocab=7, init_scale=0.7, **kw)
     model = TopicAttention(cfg, [3]).double()
     with torch.no_grad():  # nonzero biases and a non-trivial LayerNorm, so every term is exercised
         for name, p in model.named_parameters():
             if name.startswith("b_") or name.startswith("ln."):
                 p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name)), dtype=F64) * 0.5)
-    tokens, visible = docs(1, 3, 6, 7)
+    tokens, visible = docs(1, 3, N, 7)
     out = model(tokens, visible)
     state = model.member_state(0)
     for b in range(3):
@@ -130,8 +131,9 @@ def test_thm1_bias_at_paper_settings():
 
 
 @pytest.mark.parametrize("kw", [dict(onehot=True), dict(d=5), dict(onehot=True, uniform_attn=True)])
-def test_hidden_keys_get_zero_attention_and_match_the_truncated_document(kw):
-    V, N, keep = 9, 8, 5
+@pytest.mark.parametrize("N, keep", [(8, 5), (16, 12)])  # V = 9 >= N, and V < N
+def test_hidden_keys_get_zero_attention_and_match_the_truncated_document(kw, N, keep):
+    V = 9
     model = TopicAttention(TopicModelConfig(vocab=V, init_scale=0.5, **kw), [0, 1]).double()
     tokens, _ = docs(2, 3, N, V, seed=4, pad=False)
     visible = torch.zeros(2, 3, N, dtype=torch.bool)
@@ -160,14 +162,15 @@ def test_uniform_attention_is_one_over_visible_length():
         assert torch.allclose(A[b], expect)
 
 
-def test_document_with_no_visible_key_is_finite():
+@pytest.mark.parametrize("N", [5, 12])
+def test_document_with_no_visible_key_is_finite(N):
     model = TopicAttention(TopicModelConfig(vocab=7), [0])
-    tokens, visible = docs(1, 2, 5, 7, pad=False)
+    tokens, visible = docs(1, 2, N, 7, pad=False)
     visible[0, 1] = False
     out = model(tokens, visible)
     assert torch.isfinite(out).all()
     # zero attention: f = W^Eᵀ b^V + b^pred at every position (both start at zero in the normal init)
-    assert torch.allclose(out[0, 1], torch.zeros(5, 7))
+    assert torch.allclose(out[0, 1], torch.zeros(N, 7))
     out.sum().backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
 
@@ -232,3 +235,21 @@ def test_bad_frozen_value_matrix_is_refused():
         TopicAttention(TopicModelConfig(vocab=5, onehot=True), [0], wv=torch.eye(5))
     with pytest.raises(ValueError, match="members"):
         TopicAttention(TopicModelConfig(vocab=5), [0, 1])(torch.zeros(3, 1, 4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("kw", [dict(d=5), dict(onehot=True, uniform_attn=True)])
+def test_recorded_activations_reproduce_the_output(kw):
+    # Per-position activations (built for the cache) against the output of the fast path (V < N here).
+    cfg = TopicModelConfig(vocab=7, init_scale=0.5, **kw)
+    model = TopicAttention(cfg, [0, 1]).double()
+    tokens, visible = docs(2, 3, 12, 7, seed=2)
+    out, c = model.run_with_cache(tokens, key_mask=visible)
+    A, Z = c["attn.pattern"], c["embed"]
+    assert A.shape == (2, 3, 12, 12) and torch.allclose(A.sum(-2), torch.ones(2, 3, 12, dtype=F64))
+    assert torch.all(A[~visible[..., :, None].expand_as(A)] == 0)
+    values = Z @ model.W_V.transpose(1, 2)[:, None] + model.b_V[:, None, None, :]
+    assert torch.allclose(c["attn.values"], values, atol=1e-12)
+    assert torch.allclose(c["attn.out"], A.transpose(-1, -2) @ values, atol=1e-12)
+    W_E = model.W_E.detach()
+    assert torch.allclose(out, c["attn.out"] @ W_E[:, None] + model.b_pred[:, None, None, :], atol=1e-12)
+    assert torch.equal(c["out"], out)

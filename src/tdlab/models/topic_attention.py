@@ -48,6 +48,11 @@ from tdlab.seeding import Purpose, generators
 
 __all__ = ["TopicModelConfig", "TopicAttention", "thm1_bias"]
 
+
+def _rows(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``table[e, idx[e, k]]`` for every member: ``table (E, V, w)``, ``idx (E, K)`` -> ``(E, K, w)``."""
+    return torch.gather(table, 1, idx[..., None].expand(*idx.shape, table.shape[-1]))
+
 BERT_LN_EPS = 1e-12  # BertConfig.layer_norm_eps, the LayerNorm of the authors' embedding
 
 
@@ -246,8 +251,10 @@ class TopicAttention(CachingModule):
                         x.normal_(0.0, 1.0, generator=g)
                     elif name == "b_pred":
                         x.zero_()  # BERT's LM-head bias starts at 0 in every scheme
+                    elif name.startswith("b_") and scheme == "pytorch":  # nn.Linear's bias
+                        x.uniform_(-bound, bound, generator=g)
                     elif name.startswith("b_"):
-                        x.uniform_(-bound, bound, generator=g) if scheme == "pytorch" else x.zero_()
+                        x.zero_()
                     elif scheme == "normal":
                         x.normal_(0.0, s, generator=g)
                     elif scheme == "uniform":
@@ -261,6 +268,33 @@ class TopicAttention(CachingModule):
                 self.ln.bias.fill_(0.0)
 
     # ------------------------------------------------------------------------------------------
+    def token_tables(self) -> dict[str, torch.Tensor]:
+        """Every per-token quantity of Eqs. 5-6, one row per vocabulary id (no positions, so column ``j``
+        of ``Z``, ``W^K Z``, ... depends on the token ``w̃_j`` alone).
+
+        Returns:
+            ``Z (E, V, d)``: row ``a`` = ``W^E e_a`` (LayerNorm'd with the token type under authors_compat);
+            ``K, Q (E, V, d_a)``: ``W^K z_a + b^K``, ``W^Q z_a + b^Q``; ``values (E, V, d)``: ``W^V z_a + b^V``;
+            ``S (E, V, V)``: ``S[a, c] = (W^K z_a + b^K)ᵀ(W^Q z_c + b^Q) / sqrt(d_a)`` (key token ``a``,
+            query token ``c``; absent under uniform_attn); ``F (E, V, V)``: ``W^Eᵀ(W^V z_a + b^V)``, what key
+            token ``a`` adds to ``f`` per unit of attention.
+        """
+        cfg = self.cfg
+        Z = self.W_E.transpose(1, 2)  # row a = column a of W^E (= e_a under onehot, Eq. 7)
+        if cfg.authors_compat:  # the authors' BERT embedding: LayerNorm(W^E X̃ + token-type vector)
+            Z = self.ln(Z + self.token_type[:, None, :])
+        values = Z @ self.W_V.transpose(1, 2)
+        if self.b_V is not None:
+            values = values + self.b_V[:, None, :]
+        out = {"Z": Z, "values": values}
+        if not cfg.uniform_attn:
+            K, Q = Z @ self.W_K.transpose(1, 2), Z @ self.W_Q.transpose(1, 2)
+            if self.b_K is not None:
+                K, Q = K + self.b_K[:, None, :], Q + self.b_Q[:, None, :]
+            out.update(K=K, Q=Q, S=K @ Q.transpose(1, 2) / math.sqrt(cfg.d_attn))  # Eq. 5's scores
+        out["F"] = values if cfg.onehot else values @ self.W_E  # tied head W^pred = W^E (identity, Eq. 7)
+        return out
+
     def forward(self, tokens: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``f(X̃)`` of Eq. 6 (Eq. 7 when ``onehot``) for every member, document and position.
 
@@ -271,65 +305,83 @@ class TopicAttention(CachingModule):
                 whose document has no visible key gets zero attention (no NaN).
         Returns:
             ``(E, B, N, V)``: ``out[e, b, j] = f(X̃)_{:j}`` of member ``e`` on document ``b``.
+
+        Computation. Scores depend on the two tokens only, so all keys carrying the same token ``a`` can
+        be merged: ``Σ_{i: w̃_i = a} exp(S_ij) = n_a exp(S[a, w̃_j])`` with ``n_a`` the number of visible
+        keys equal to ``a``. Eq. 5's column softmax over ``N`` keys is then one over the ``V`` token ids
+        with logits ``S[a, c] + log n_a`` -- the same numbers for ``(V/N)²`` of the cost when ``V < N``
+        (T = v = 10: V = 101, N = 100..150). For ``V >= N`` the per-position form runs. Either way
+        ``f_j = Σ_i A_ij F[w̃_i] + b^pred``. Per-position activations are built only when recorded.
         """
         cfg = self.cfg
         E, B, N = tokens.shape
+        V = cfg.vocab
         if E != self.members:
             raise ValueError(f"tokens have {E} members, the model has {self.members}")
         if key_mask is not None and key_mask.shape != tokens.shape:
             raise ValueError(f"key_mask must have the shape of tokens {tuple(tokens.shape)}, got {tuple(key_mask.shape)}")
-        dt = self.W_V.dtype
-
-        # Z = W^E X̃: column j of Z is column w̃_j of W^E (rows here).
-        if cfg.onehot:
-            Z = nn.functional.one_hot(tokens, cfg.vocab).to(dt)  # W^E = I (Eq. 7)
-        else:
-            table = self.W_E.transpose(1, 2)  # (E, V, d): row i = column i of W^E
-            Z = torch.gather(table, 1, tokens.reshape(E, B * N, 1).expand(E, B * N, cfg.d_model)).reshape(E, B, N, -1)
-        if cfg.authors_compat:  # the authors' BERT embedding: LayerNorm(W^E X̃ + token-type vector)
-            Z = self.ln(Z + self.token_type[:, None, None, :])
-        self.record("embed", Z)
-
-        # W^V Z + b^V 1ᵀ (rows: the value of every key position)
-        values = torch.matmul(Z, self.W_V.transpose(1, 2)[:, None])
-        if self.b_V is not None:
-            values = values + self.b_V[:, None, None, :]
-        self.record("attn.values", values)
-
-        # A(Z), Eq. 5: column softmax over keys i, hidden keys excluded.
         visible = torch.ones_like(tokens, dtype=torch.bool) if key_mask is None else key_mask.to(torch.bool)
-        if cfg.uniform_attn:
-            # W^K = W^Q = 0: every score is equal, so A_ij = 1/n over the n visible keys (App. C.1).
-            n = visible.sum(-1, keepdim=True).to(dt)  # (E, B, 1)
-            weight = visible.to(dt) / n.clamp_min(1.0)  # (E, B, N): A_ij for every query j
-            attended = torch.einsum("ebi,ebid->ebd", weight, values)  # Σ_i A_ij (W^V z_i + b^V), same for all j
-            out = attended[:, :, None, :].expand(E, B, N, -1)
-            if self.caching("attn.pattern"):
-                self.record("attn.pattern", weight[..., :, None].expand(E, B, N, N))
-        else:
-            K = torch.matmul(Z, self.W_K.transpose(1, 2)[:, None])  # rows: W^K z_i + b^K
-            Q = torch.matmul(Z, self.W_Q.transpose(1, 2)[:, None])  # rows: W^Q z_j + b^Q
-            if self.b_K is not None:
-                K = K + self.b_K[:, None, None, :]
-                Q = Q + self.b_Q[:, None, None, :]
-            self.record("attn.keys", K)
-            self.record("attn.queries", Q)
-            S = torch.matmul(K, Q.transpose(-1, -2)) / math.sqrt(cfg.d_attn)  # S_ij = (W^K z_i)ᵀ(W^Q z_j)/sqrt(d_a)
-            S = S.masked_fill(~visible[..., :, None], float("-inf"))
-            self.record("attn.scores", S)
-            A = torch.softmax(S, dim=-2)  # σ: each column j sums to one over the keys i
-            if key_mask is not None:
-                A = A.nan_to_num(0.0)  # a document with no visible key: all -inf column -> zero attention
-            self.record("attn.pattern", A)
-            out = torch.matmul(A.transpose(-1, -2), values)  # column j: Σ_i A_ij (W^V z_i + b^V)
-        self.record("attn.out", out)
+        tab = self.token_tables()
+        dt = tab["F"].dtype
+        # n[e, b, a]: visible keys of document b that carry token a.
+        n = torch.zeros(E, B, V, dtype=dt, device=tokens.device).scatter_add_(-1, tokens, visible.to(dt))
 
-        # f = W^Eᵀ (W^V Z + b^V 1ᵀ) A + b^pred: the head is tied to W^E (the identity under onehot).
-        f = out if cfg.onehot else torch.matmul(out, self.W_E[:, None])
+        if cfg.uniform_attn:
+            # W^K = W^Q = 0: A_ij = 1/|visible| for every query j (App. C.1); f_j is the same for all j.
+            weight = n / n.sum(-1, keepdim=True).clamp_min(1.0)  # (E, B, V)
+            f = (weight @ tab["F"]).unsqueeze(2).expand(E, B, N, V)
+        elif V < N:
+            empty = n.sum(-1, keepdim=True) == 0  # documents without a visible key get zero attention
+            logits = tab["S"][:, None] + n.masked_fill(empty, 1.0).log()[..., :, None]  # (E, B, V_key, V_query)
+            A_tok = torch.softmax(logits, dim=-2)  # column softmax of Eq. 5, equal keys merged; log 0 = -inf
+            if key_mask is not None:
+                A_tok = A_tok.masked_fill(empty[..., None], 0.0)
+            f_tok = A_tok.transpose(-1, -2) @ tab["F"][:, None]  # (E, B, V_query, V): f for each query token
+            f = _rows(f_tok.reshape(E * B, V, V), tokens.reshape(E * B, N)).reshape(E, B, N, V)
+        else:
+            A = self._pattern(tab["S"], tokens, visible, key_mask is not None)
+            f = A.transpose(-1, -2) @ _rows(tab["F"], tokens.reshape(E, B * N)).reshape(E, B, N, V)
         if self.b_pred is not None:
             f = f + self.b_pred[:, None, None, :]
+
+        if self._cache is not None:
+            self._record_positions(tab, tokens, visible, key_mask is not None)
         self.record("out", f)
         return f
+
+    def _pattern(self, S_tab: torch.Tensor, tokens: torch.Tensor, visible: torch.Tensor, masked: bool,
+                 record: bool = False) -> torch.Tensor:
+        """Eq. 5 per position: ``A (E, B, N, N)``, ``A[e, b, i, j] = σ(S)_ij``, columns summing to one over keys ``i``."""
+        E, B, N = tokens.shape
+        rows = _rows(S_tab, tokens.reshape(E, B * N)).reshape(E, B, N, -1)  # S[w̃_i, :]
+        S = torch.gather(rows, -1, tokens[:, :, None, :].expand(E, B, N, N))  # S_ij = S[w̃_i, w̃_j]
+        S = S.masked_fill(~visible[..., :, None], float("-inf"))
+        if record:
+            self.record("attn.scores", S)
+        A = torch.softmax(S, dim=-2)
+        return A.nan_to_num(0.0) if masked else A
+
+    def _record_positions(self, tab: dict[str, torch.Tensor], tokens: torch.Tensor, visible: torch.Tensor,
+                          masked: bool) -> None:
+        """Per-position activations for :meth:`cache` (built only for the names being recorded)."""
+        E, B, N = tokens.shape
+        flat = tokens.reshape(E, B * N)
+        at = lambda t: _rows(t, flat).reshape(E, B, N, -1)  # noqa: E731 - a table's rows at the positions
+        if self.caching("embed"):
+            self.record("embed", at(tab["Z"]))
+        for name in ("keys", "queries"):
+            if self.caching(f"attn.{name}") and "K" in tab:
+                self.record(f"attn.{name}", at(tab["K" if name == "keys" else "Q"]))
+        if not any(self.caching(f"attn.{x}") for x in ("values", "scores", "pattern", "out")):
+            return
+        values = at(tab["values"])
+        self.record("attn.values", values)
+        if self.cfg.uniform_attn:
+            A = (visible / visible.sum(-1, keepdim=True).clamp_min(1)).to(values.dtype)[..., :, None].expand(E, B, N, N)
+        else:
+            A = self._pattern(tab["S"], tokens, visible, masked, record=True)
+        self.record("attn.pattern", A)
+        self.record("attn.out", A.transpose(-1, -2) @ values)  # column j: Σ_i A_ij (W^V z_i + b^V)
 
     # ------------------------------------------------------------------------------------------
     def embedding_gram(self) -> torch.Tensor:
