@@ -161,3 +161,23 @@ def test_bad_split():
         Anchors(CFG).dataset(_gen(0), 10, "heldout")
     with pytest.raises(ValueError, match="no anchor tuples"):
         Anchors(AnchorsConfig(mix="memory")).dataset(_gen(0), 10, "test_rsn")
+
+
+def test_splits_for_a_fixed_dataset():
+    cfg = AnchorsConfig(n_train=198 * 5 + 3, n_test=100)
+    task = Anchors(cfg)
+    sizes = None
+    for seed in (0, 1):
+        sp = task.splits(_gen(seed))
+        assert set(sp) == {"train", "mem", "rsn_train", "test"}
+        labels: dict = {}
+        slow_check(sp["train"], cfg, labels)
+        slow_check(sp["mem"], cfg, labels)  # the same memory labels
+        assert set(sp["mem"]["kind"].tolist()) == {0} and set(sp["rsn_train"]["kind"].tolist()) == {1}
+        assert len(sp["mem"]["label"]) + len(sp["rsn_train"]["label"]) == cfg.n_train
+        assert {tuple(a) for a in sp["test"]["anchors"].tolist()} == M
+        now = {k: len(v["label"]) for k, v in sp.items()}
+        assert sizes is None or now == sizes  # members stack: equal split sizes
+        sizes = now
+    assert sizes["mem"] == 5 * 100 + 3  # the 3 extra sequences go to the first (memory) tuples
+    assert set(Anchors(AnchorsConfig(mix="memory", n_train=300)).splits(_gen(0))) == {"train", "mem"}

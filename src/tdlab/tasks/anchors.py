@@ -24,8 +24,8 @@ Choices where the seed is silent (all options):
 * Set sizes: the seed's "200000 data pairs, an equal number of samples for each anchor pair" is
   1000 per tuple over all 200 tuples (the masked ones included), so the defaults are
   ``n_train = 198000`` (198 training tuples) and ``n_test = 2000`` (the 2 tuples of ``M``). When ``n``
-  is not a multiple of the tuple count, counts differ by at most one (the extra ones go to tuples
-  chosen by the generator).
+  is not a multiple of the tuple count, counts differ by at most one (the extra ones go to the first
+  tuples of the split's list, so every member has the same number of sequences of each kind).
 * Mixed-type tuples (memory and reasoning anchors in one block): none.
 * Fig. 7a (§4.5) memory groups: the seed gives the label ranges ``{30..29 + 20 i}``, i = 1..4 (nested,
   all starting at 30); ``group_ranges="disjoint"`` offers ``{30 + 20(i-1)..29 + 20 i}``. Group make-up
@@ -272,7 +272,7 @@ class Anchors:
             table = self.memory_table(gen)
         base, extra = divmod(n, k)
         counts = torch.full((k,), base, dtype=torch.long)
-        counts[torch.randperm(k, generator=gen)[:extra]] += 1
+        counts[:extra] += 1  # the first tuples of the list: every member gets the same per-kind totals
         tid = torch.repeat_interleave(torch.arange(k), counts)[torch.randperm(n, generator=gen)]
         a = tuples[tid]  # (n, q)
         kind = kinds[tid]
@@ -302,11 +302,29 @@ class Anchors:
             raise ValueError("a memory tuple outside the task's memory tuples")
         return col
 
-    def make(self, split: str = "train"):
-        """``make(gen, n) -> dict`` for :class:`tdlab.train.data.FixedDataset` (one split)."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        return lambda gen, n: self.dataset(gen, n, split)
+    def splits(self, gen: torch.Generator, device: str | torch.device = "cpu") -> dict[str, dict[str, Tensor]]:
+        """One member's data sets, the ``make(generator, device)`` of :class:`tdlab.train.data.FixedDataset`.
+
+        Returns:
+            ``{"train": D_mem ∪ D_rsn,train (cfg.n_train), "mem": its memory rows (D_mem),
+            "rsn_train": its reasoning rows (D_rsn,train), "test": D_rsn,test (cfg.n_test)}``, each a
+            :meth:`dataset` dict on ``device``. ``mem`` and ``rsn_train`` are the very training sequences
+            (the seed reports loss and accuracy on the training sets, §4.1); one memory table serves all.
+            Empty splits (``mix``) are left out. Data are drawn on the CPU; a generator on another device
+            is replaced by a CPU one with its seed, so the data do not depend on the device.
+        """
+        cpu = gen if gen.device.type == "cpu" else torch.Generator().manual_seed(gen.initial_seed())
+        table = self.memory_table(cpu)
+        c = self.cfg
+        train = self.dataset(cpu, c.n_train, "train", table)
+        out = {"train": train}
+        for name, kind in (("mem", KIND_MEM), ("rsn_train", KIND_RSN_TRAIN)):
+            rows = train["kind"] == kind
+            if bool(rows.any()):
+                out[name] = {k: v[rows] for k, v in train.items()}
+        if len(self.test_tuples):
+            out["test"] = self.dataset(cpu, c.n_test, "test_rsn", table)
+        return {k: {n: t.to(device) for n, t in v.items()} for k, v in out.items()}
 
     @staticmethod
     def emb_mlp_view(data: dict[str, Tensor]) -> Tensor:
