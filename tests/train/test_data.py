@@ -174,3 +174,19 @@ def test_probes_and_snapshots_are_recorded_and_survive_a_resume(tmp_path):
     assert resumed.rows == full.rows and sorted(resumed.snapshots) == [0, 5, 9]
     for step in (0, 5, 9):
         assert all(torch.equal(a[k], b[k]) for a, b in zip(resumed.snapshots[step], full.snapshots[step]) for k in a)
+
+
+@pytest.mark.parametrize("optimizer,momentum", [("sgd", 0.9), ("adamw", 0.0)])
+def test_member_learning_rates_equal_members_trained_alone(optimizer, momentum):
+    """A per-member learning rate scales each member's step exactly: the ensemble equals its members
+    trained one by one with their own rates (SGD with momentum; AdamW with weight decay)."""
+    seeds = member_seeds(5, 3)
+    rates = {seeds[0]: 0.01, seeds[1]: 0.05, seeds[2]: 0.2}
+    cfg = TrainConfig(steps=6, batch=8, lr=0.05, optimizer=optimizer, momentum=momentum, weight_decay=0.1,
+                      eval_every=3, log_every=3)
+    together = Trainer(cfg, progress=False, objective=LastPosition(), member_lr=rates).fit(BagModel, seeds, FixedDataset(make, batch=8))
+    for i, s in enumerate(seeds):
+        alone = Trainer(cfg.updated({"lr": rates[s]}), progress=False, objective=LastPosition()).fit(
+            BagModel, [s], FixedDataset(make, batch=8))
+        for k in alone.states[0]:
+            torch.testing.assert_close(together.states[i][k], alone.states[0][k], rtol=1e-5, atol=1e-6)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["EnsembleLinear", "EnsembleLayerNorm", "CachingModule"]
+__all__ = ["EnsembleLinear", "EnsembleLayerNorm", "CachingModule", "assemble"]
 
 
 class EnsembleLinear(nn.Module):
@@ -99,3 +99,21 @@ class CachingModule(nn.Module):
         with self.cache(names) as c, torch.no_grad():
             out = self(*args, **kwargs)
         return out, dict(c)
+
+
+def assemble(into: nn.Module, members: Iterable[nn.Module]) -> nn.Module:
+    """Fill ensemble ``into`` (``E`` members) with the parameters and buffers of ``E`` one-member models.
+
+    Settings that differ only in initialisation (an init scale, seed 001's γ, seed 004's near-zero
+    init) then train as one ensemble: build each member alone with its own config and seed, and copy
+    it into an ensemble of the same architecture. Returns ``into``.
+    """
+    members = list(members)
+    own = into.state_dict()
+    with torch.no_grad():
+        for name, t in own.items():
+            parts = [m.state_dict()[name] for m in members]
+            if len(parts) != t.shape[0] or any(p.shape[0] != 1 or p.shape[1:] != t.shape[1:] for p in parts):
+                raise ValueError(f"assemble: {len(parts)} one-member models do not fit {name} of shape {tuple(t.shape)}")
+            t.copy_(torch.cat(parts))
+    return into

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -138,13 +138,16 @@ class Trainer:
     def __init__(
         self, cfg: TrainConfig, device: str = "cpu", progress: bool = True, label: str = "", checkpoint: Path | None = None,
         objective: Objective | None = None, probes: Sequence[Probe] = (), probe_every: int = 1,
-        snapshot_steps: Sequence[int] = (),
+        snapshot_steps: Sequence[int] = (), member_lr: Mapping[int, float] | None = None,
     ) -> None:
         """``objective``: what is learned (default :class:`NextToken`). ``probes``: functions
         ``probe(model) -> {name: (E,) tensor}`` measured before the first step, every ``probe_every`` steps
         and at the end, stored as rows like the losses (e.g. weight norms along training).
         ``snapshot_steps``: steps after which every member's parameters are kept (:attr:`FitResult.snapshots`;
-        step 0 = the initialisation). ``checkpoint``: the ``.json`` file
+        step 0 = the initialisation). ``member_lr``: a learning rate per member seed (``{seed: lr}``;
+        others use ``cfg.lr``), so settings that differ only in learning rate train as one ensemble: every
+        step of SGD (with momentum) and Adam/AdamW is linear in the learning rate given the gradient
+        history, so member ``e``'s step is scaled by ``lr_e / cfg.lr`` exactly. ``checkpoint``: the ``.json`` file
         of resumable checkpoints (every ``cfg.checkpoint_every``
         steps and after each chunk; tensors beside it in safetensors, see :mod:`tdlab.train.checkpoint`).
         When it exists, :meth:`fit` resumes from it: model, optimiser, schedule, random streams and
@@ -156,6 +159,7 @@ class Trainer:
         self.config_hash: str | None = None
         self.objective = objective if objective is not None else NextToken()
         self.probes, self.probe_every = list(probes), probe_every
+        self.member_lr = dict(member_lr or {})
         self.snapshot_steps = sorted({int(k) for k in snapshot_steps if 0 <= int(k) <= cfg.steps})
 
     def _regime(self, data: Any) -> Any:
@@ -354,6 +358,10 @@ class Trainer:
         opt = self._optimizer(model)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, _cosine(cfg))
         model.train()
+        params = [p for g in opt.param_groups for p in g["params"]]
+        lr_scale = None
+        if any(s in self.member_lr for s in seeds):
+            lr_scale = torch.tensor([self.member_lr.get(s, cfg.lr) / cfg.lr for s in seeds], device=self.device)
 
         def log_eval(step: int) -> None:
             metrics, refs = self.evaluate_splits(model, data, eval_gens)
@@ -406,7 +414,14 @@ class Trainer:
             total.backward()  # members never share gradients: d(sum)/d(theta_e) = dL_e/d(theta_e)
             if cfg.grad_clip is not None:
                 self._clip(model)
-            opt.step()
+            if lr_scale is None:
+                opt.step()
+            else:
+                before = [p.detach().clone() for p in params]
+                opt.step()
+                with torch.no_grad():
+                    for p, p0 in zip(params, before):
+                        p.copy_(p0 + lr_scale.reshape(-1, *([1] * (p.dim() - 1))) * (p - p0))
             sched.step()
             running += losses.detach()
             since += 1
