@@ -1,0 +1,158 @@
+"""topics-landscape: a tiny run through the runner finishes with a verdict per claim (all holding at
+the paper's T, v, τ on a coarse grid), and every claim group fails when the stored landscape or
+minimisers are planted to violate it; the two λ1 / λ4 versions are decided apart."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from tdlab.config import ConfigError
+from tdlab.experiments.runner import execute
+from tdlab.experiments.topics_landscape import MC_ARM, TopicsLandscape, tau_arm
+from tdlab.runs import Run
+from tdlab.theory import topics_landscape as tl
+
+# A small Monte Carlo (1e6 words, standard error ≈ 0.8 %): too few to resolve the 1 % sanity tolerance,
+# which tests/theory/test_topics_landscape.py checks with 1.6e7 words; here it must not fail.
+TINY = ["grid_n=16", "gamma_n=801", "mc_N=10000", "mc_docs=100"]
+PAPER_GROUPS = ["block-gamma-only", "block-gamma-star-above-1", "block-gamma-star-increasing", "block-gamma-star-in-thm3",
+                "block-gamma-star-in-thm3-as-stated", "diag-beta-star-increasing", "diag-alpha-over-beta-below-lambda5",
+                "diag-beta-star-in-thm5", "diag-beta-star-in-thm5-as-stated", "diag-min-below-uniform"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    exp = TopicsLandscape()
+    cfg = exp.make_config("quick", TINY, members=1)
+    return exp, cfg, execute(exp, cfg, "quick", tmp_path_factory.mktemp("runs"), progress=False)
+
+
+def _verdicts(analysis) -> dict[str, str]:
+    return {g.id: g.verdict for g in analysis.groups}
+
+
+def _rows(analysis) -> dict:
+    return {r.id: r for g in analysis.groups for r in g.rows}
+
+
+def _planted(run, tmp_path, arm, **change) -> Run:
+    path = tmp_path / "copy"
+    shutil.copytree(run.path, path)
+    f = path / "arrays" / f"{arm}.safetensors"
+    arrays = load_file(str(f))
+    for k, fn in change.items():
+        arrays[k] = fn(arrays[k]).contiguous()
+    save_file(arrays, str(f))
+    return Run(path)
+
+
+def test_tiny_run_ends_with_verdicts_all_holding(run):
+    _, cfg, r = run
+    s = r.summary
+    assert s["status"] == "done"
+    assert [g["id"] for g in s["claims"]] == PAPER_GROUPS
+    assert [g["id"] for g in s["sanity"]] == ["uniform-attention-maps-agree", "refined-minimum-at-most-grid",
+                                              "monte-carlo-matches-closed-form"]
+    verdicts = {g["id"]: g["verdict"] for g in s["claims"] + s["sanity"]}
+    mc = verdicts.pop("monte-carlo-matches-closed-form")
+    assert set(verdicts.values()) == {"holds"}, verdicts
+    assert mc in ("holds", "not resolved")
+    m = s["measurements"]
+    # γ* and β* are the continuous minimisers, independent of the (coarse) grid
+    for tau in cfg.taus:
+        # (γ* is fixed to ~1e-6 relative: L is flat to float rounding that close to its minimum)
+        assert m[tau_arm(tau)]["gamma_star"] == pytest.approx(tl.gamma_star(cfg.T, cfg.v, tau)[0], rel=1e-5)
+    assert m["lambdas"]["l1_statement"] == pytest.approx(0.5773, abs=5e-5)
+    assert m["lambdas"]["l1_proof"] == pytest.approx(0.3713, abs=5e-5)
+    assert any("λ1" in n and "0.5773" in n and "0.3713" in n for n in s["notes"])
+    assert any("W_diff = 0" in n for n in s["notes"])
+    for f in ("fig7_diagonal.png", "fig8_block.png", "block_gamma_curve.png"):
+        assert (r.path / "figures" / f).stat().st_size > 5000
+
+
+def test_remark5_fails_on_a_landscape_that_depends_on_alpha(run, tmp_path):
+    exp, cfg, r = run
+
+    def tilt(L):  # one α column off by 1e-6 relative: no longer a function of γ
+        L = L.clone()
+        L[..., 3] *= 1 + 1e-6
+        return L
+
+    a = exp.analyse(cfg, _planted(r, tmp_path, tau_arm(40), block=tilt))
+    assert _rows(a)["block-gamma-only/tau40"].verdict == "fails"
+    assert _rows(a)["block-gamma-only/tau20"].verdict == "holds"
+    assert _verdicts(a)["block-gamma-only"] == "fails"
+
+
+def test_gamma_star_claims_fail_when_planted(run, tmp_path):
+    exp, cfg, r = run
+    # γ* = 0.5 at τ = 20: below 1 and below both λ1 bounds; still increasing
+    a = exp.analyse(cfg, _planted(r, tmp_path / "a", tau_arm(20), gamma_star=lambda x: torch.full_like(x, 0.5)))
+    v = _verdicts(a)
+    assert v["block-gamma-star-above-1"] == "fails"
+    assert v["block-gamma-star-in-thm3"] == "fails" and v["block-gamma-star-in-thm3-as-stated"] == "fails"
+    assert v["block-gamma-star-increasing"] == "holds"
+    # γ* at τ = 80 below τ = 60's: not increasing
+    a = exp.analyse(cfg, _planted(r, tmp_path / "b", tau_arm(80), gamma_star=lambda x: torch.full_like(x, 60.0)))
+    assert _rows(a)["block-gamma-star-increasing/tau60-tau80"].verdict == "fails"
+    assert _rows(a)["block-gamma-star-increasing/tau20-tau40"].verdict == "holds"
+    # γ* above λ2 T
+    a = exp.analyse(cfg, _planted(r, tmp_path / "c", tau_arm(80), gamma_star=lambda x: torch.full_like(x, 1e6)))
+    assert _rows(a)["block-gamma-star-in-thm3/tau80/upper"].verdict == "fails"
+    assert _verdicts(a)["block-gamma-star-increasing"] == "holds"
+
+
+def test_lambda1_versions_are_decided_apart(run, tmp_path):
+    exp, cfg, r = run
+    # at τ = 20: proof bound 19 × 0.3713 = 7.06, statement bound 19 × 0.5773 = 10.97; γ* = 9 lies between
+    a = exp.analyse(cfg, _planted(r, tmp_path, tau_arm(20), gamma_star=lambda x: torch.full_like(x, 9.0)))
+    v = _verdicts(a)
+    assert v["block-gamma-star-in-thm3"] == "holds"
+    assert v["block-gamma-star-in-thm3-as-stated"] == "fails"
+    assert any("with the proof's λ1 holds, with the statement's fails" in n for n in a.notes)
+
+
+def test_diagonal_claims_fail_when_planted(run, tmp_path):
+    exp, cfg, r = run
+    # β* at τ = 80 beyond the statement's λ4 T (98687) but below the proof's (2.3e7): versions apart; still increasing
+    a = exp.analyse(cfg, _planted(r, tmp_path / "a", tau_arm(80), diag_beta_star=lambda x: torch.full_like(x, 2e5)))
+    v = _verdicts(a)
+    assert v["diag-beta-star-in-thm5"] == "holds" and v["diag-beta-star-in-thm5-as-stated"] == "fails"
+    assert v["diag-beta-star-increasing"] == "holds"
+    # β* at τ = 40 below τ = 20's: not increasing; β* below λ3 τ
+    a = exp.analyse(cfg, _planted(r, tmp_path / "b", tau_arm(40), diag_beta_star=lambda x: torch.full_like(x, 50.0)))
+    assert _rows(a)["diag-beta-star-increasing/tau20-tau40"].verdict == "fails"
+    assert _rows(a)["diag-beta-star-in-thm5/tau40/lower"].verdict == "fails"
+    # α*/β* above λ5
+    a = exp.analyse(cfg, _planted(r, tmp_path / "c", tau_arm(60), diag_alpha_star=lambda x: torch.full_like(x, 1e3)))
+    assert _rows(a)["diag-alpha-over-beta-below-lambda5/tau60"].verdict == "fails"
+    # minimum not below L(1, 1): the whole landscape and the refined minimum raised above it
+    arm = tau_arm(20)
+    u = float(r.arrays(arm)["diag_uniform"].reshape(-1)[0])
+    a = exp.analyse(cfg, _planted(r, tmp_path / "d", arm, diagonal=lambda x: torch.full_like(x, u + 0.01),
+                                  diag_star_loss=lambda x: torch.full_like(x, u + 0.01)))
+    assert _rows(a)["diag-min-below-uniform/tau20"].verdict == "fails"
+    assert _rows(a)["diag-min-below-uniform/tau40"].verdict == "holds"
+
+
+def test_sanity_groups_fail_when_planted(run, tmp_path):
+    exp, cfg, r = run
+    a = exp.analyse(cfg, _planted(r, tmp_path / "a", MC_ARM, estimate=lambda x: x * 1.05))
+    assert _verdicts(a)["monte-carlo-matches-closed-form"] == "fails"
+    a = exp.analyse(cfg, _planted(r, tmp_path / "b", tau_arm(40), gamma_star_loss=lambda x: x + 1e-3,
+                                  block_uniform=lambda x: x * 1.001))
+    v = _verdicts(a)
+    assert v["refined-minimum-at-most-grid"] == "fails" and v["uniform-attention-maps-agree"] == "fails"
+
+
+@pytest.mark.parametrize("override,field", [
+    (["taus=[20, 100]"], "taus"), (["taus=[40, 20]"], "taus"), (["p_c=0.6", "p_r=0.5"], "p_c + p_r"),
+    (["grid_lo=10.0", "grid_hi=1.0"], "grid_lo"), (["mc_tau=3"], "mc_tau"), (["p_m=1.5"], "p_m"), (["grid_n=3"], "grid_n"),
+])
+def test_bad_config_is_refused_naming_the_field(override, field):
+    with pytest.raises(ConfigError, match=field.replace("+", "\\+")):
+        TopicsLandscape().make_config("quick", override)
