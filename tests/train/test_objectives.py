@@ -114,3 +114,23 @@ def test_batch_round_trips_through_a_dict():
 def test_bad_masking_probabilities_are_refused(kw):
     with pytest.raises(ValueError, match="p_"):
         MaskedTokens(vocab=5, **kw)
+
+
+def test_scoring_only_the_masked_positions_gives_the_same_loss():
+    """gather_queries: the topic model computes f at the masked columns only; Eq. (1) is unchanged."""
+    from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
+    from tdlab.tasks.topics import Topics, TopicsConfig
+
+    task = Topics(TopicsConfig(n_min=20, n_max=30))
+    seeds = [3, 4]
+    docs = task.sample(generators(seeds, "d"), 5, 30)
+    for cfg in (TopicModelConfig(onehot=True), TopicModelConfig(onehot=True, uniform_attn=True),
+                TopicModelConfig(vocab=101, d=16)):
+        model = TopicAttention(cfg, seeds)
+        for loss in ("ce", "squared"):
+            full = MaskedTokens(vocab=101, loss=loss, p_m=0.3)
+            gathered = MaskedTokens(vocab=101, loss=loss, p_m=0.3, gather_queries=True)
+            a = full.prepare(docs, generators(seeds, "m"))
+            b = gathered.prepare(docs, generators(seeds, "m"))
+            torch.testing.assert_close(gathered.loss(model, b), full.loss(model, a), rtol=1e-5, atol=1e-6)
+            assert b.targets.shape[-1] == int((a.weights > 0).sum(-1).max())

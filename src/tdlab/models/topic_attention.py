@@ -295,7 +295,8 @@ class TopicAttention(CachingModule):
         out["F"] = values if cfg.onehot else values @ self.W_E  # tied head W^pred = W^E (identity, Eq. 7)
         return out
 
-    def forward(self, tokens: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, key_mask: torch.Tensor | None = None,
+                queries: torch.Tensor | None = None) -> torch.Tensor:
         """``f(X̃)`` of Eq. 6 (Eq. 7 when ``onehot``) for every member, document and position.
 
         Args:
@@ -303,8 +304,11 @@ class TopicAttention(CachingModule):
             key_mask: ``(E, B, N)`` bool, False where a position may not be attended to as a key
                 (padding; hidden selected positions). ``None``: every position is visible. A query
                 whose document has no visible key gets zero attention (no NaN).
+            queries: ``(E, B, Q)`` long positions: compute ``f`` at these columns only (the masked
+                positions, the only ones Eq. 1 scores: ~p_m N of N, so ~1/p_m less work).
         Returns:
-            ``(E, B, N, V)``: ``out[e, b, j] = f(X̃)_{:j}`` of member ``e`` on document ``b``.
+            ``(E, B, N, V)``: ``out[e, b, j] = f(X̃)_{:j}`` of member ``e`` on document ``b``; with
+            ``queries``, ``(E, B, Q, V)``: ``out[e, b, k] = f(X̃)_{:queries[e, b, k]}``.
 
         Computation. Scores depend on the two tokens only, so all keys carrying the same token ``a`` can
         be merged: ``Σ_{i: w̃_i = a} exp(S_ij) = n_a exp(S[a, w̃_j])`` with ``n_a`` the number of visible
@@ -326,20 +330,32 @@ class TopicAttention(CachingModule):
         # n[e, b, a]: visible keys of document b that carry token a.
         n = torch.zeros(E, B, V, dtype=dt, device=tokens.device).scatter_add_(-1, tokens, visible.to(dt))
 
+        Nq = N if queries is None else queries.shape[-1]
         if cfg.uniform_attn:
             # W^K = W^Q = 0: A_ij = 1/|visible| for every query j (App. C.1); f_j is the same for all j.
             weight = n / n.sum(-1, keepdim=True).clamp_min(1.0)  # (E, B, V)
-            f = (weight @ tab["F"]).unsqueeze(2).expand(E, B, N, V)
+            f = (weight @ tab["F"]).unsqueeze(2).expand(E, B, Nq, V)
         elif V < N:
             empty = n.sum(-1, keepdim=True) == 0  # documents without a visible key get zero attention
-            logits = tab["S"][:, None] + n.masked_fill(empty, 1.0).log()[..., :, None]  # (E, B, V_key, V_query)
+            log_n = n.masked_fill(empty, 1.0).log()[..., :, None]  # (E, B, V_key, 1)
+            if queries is None:
+                logits = tab["S"][:, None] + log_n  # (E, B, V_key, V_query)
+            else:  # only the query tokens asked for: S[:, w̃_j] for j in queries
+                q_tok = torch.gather(tokens, -1, queries)  # (E, B, Q)
+                cols = torch.gather(tab["S"][:, None].expand(E, B, V, V), -1, q_tok[:, :, None, :].expand(E, B, V, Nq))
+                logits = cols + log_n  # (E, B, V_key, Q)
             A_tok = torch.softmax(logits, dim=-2)  # column softmax of Eq. 5, equal keys merged; log 0 = -inf
             if key_mask is not None:
                 A_tok = A_tok.masked_fill(empty[..., None], 0.0)
-            f_tok = A_tok.transpose(-1, -2) @ tab["F"][:, None]  # (E, B, V_query, V): f for each query token
-            f = _rows(f_tok.reshape(E * B, V, V), tokens.reshape(E * B, N)).reshape(E, B, N, V)
+            f_tok = A_tok.transpose(-1, -2) @ tab["F"][:, None]  # (E, B, V_query or Q, V)
+            if queries is None:
+                f = _rows(f_tok.reshape(E * B, V, V), tokens.reshape(E * B, N)).reshape(E, B, N, V)
+            else:
+                f = f_tok
         else:
             A = self._pattern(tab["S"], tokens, visible, key_mask is not None)
+            if queries is not None:
+                A = torch.gather(A, -1, queries[:, :, None, :].expand(E, B, N, Nq))
             f = A.transpose(-1, -2) @ _rows(tab["F"], tokens.reshape(E, B * N)).reshape(E, B, N, V)
         if self.b_pred is not None:
             f = f + self.b_pred[:, None, None, :]

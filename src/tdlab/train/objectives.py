@@ -220,7 +220,7 @@ class MaskedTokens(Objective):
 
     def __init__(self, *, vocab: int, mask_id: int = 0, words: tuple[int, int] | None = None, p_m: float = 0.15,
                  p_c: float = 0.1, p_r: float = 0.1, loss: Literal["ce", "squared"] = "ce", replace_from_all: bool = False,
-                 hide_selected: bool = False, at_least_one: bool = False) -> None:
+                 hide_selected: bool = False, at_least_one: bool = False, gather_queries: bool = False) -> None:
         for name, p in (("p_m", p_m), ("p_c", p_c), ("p_r", p_r)):
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {p}")
@@ -229,7 +229,7 @@ class MaskedTokens(Objective):
         self.vocab, self.mask_id = vocab, mask_id
         self.words = (0, vocab) if replace_from_all else (words if words is not None else (mask_id + 1, vocab))
         self.p_m, self.p_c, self.p_r, self.kind = p_m, p_c, p_r, loss
-        self.hide_selected, self.at_least_one = hide_selected, at_least_one
+        self.hide_selected, self.at_least_one, self.gather_queries = hide_selected, at_least_one, gather_queries
 
     def prepare(self, sample: Sample, gens: Sequence[torch.Generator]) -> Batch:
         if isinstance(sample, Mapping) and "inputs" in sample:
@@ -251,7 +251,15 @@ class MaskedTokens(Objective):
         key_mask = torch.ones_like(sel) if valid is None else valid.clone()
         if self.hide_selected:
             key_mask &= ~sel
-        return Batch(corrupted, tokens, weights, {"key_mask": key_mask})
+        if not self.gather_queries:
+            return Batch(corrupted, tokens, weights, {"key_mask": key_mask})
+        # Score only the masked positions: the model is asked for f at these columns (its ``queries``
+        # argument), padded to the largest |M| of the batch with weight-0 slots.
+        Q = max(1, int(sel.sum(-1).max()))
+        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True)[..., :Q]  # selected positions first
+        slot = torch.arange(Q, device=sel.device) < sel.sum(-1, keepdim=True)
+        return Batch(corrupted, torch.gather(tokens, -1, order), torch.gather(weights, -1, order) * slot,
+                     {"key_mask": key_mask, "queries": order})
 
     def pointwise(self, outputs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         E, B, N, V = outputs.shape
