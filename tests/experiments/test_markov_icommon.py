@@ -1,0 +1,207 @@
+"""markov-icommon: App. D's canonical point set into the full Sec. 2 model gives Eq. (24)'s logits; the
+members' initial points lie in I_common and are the same in every cell; A.3.2's proposed point is
+outside I_common; a tiny end-to-end run stores what the claims need; on synthetic run directories
+every group holds when the stored numbers say so and fails when they contradict it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import tdlab.experiments.markov_icommon  # noqa: F401  (registers the experiment until the package imports it)
+from tdlab.config import ConfigError
+from tdlab.experiments.markov_icommon import (
+    MarkovICommon,
+    bias_step_basins,
+    canonical_init_,
+    cell_arm,
+    initial_points,
+    proposed_point,
+)
+from tdlab.experiments.runner import execute
+from tdlab.models.gpt import GPT
+from tdlab.runs import RunWriter
+from tdlab.seeding import member_seeds
+from tdlab.theory.markov_landscape import CriticalKind
+from tdlab.theory.markov_regions import icommon_boundary, in_icommon
+
+EXP = MarkovICommon()
+GLOBAL, LOCAL = int(CriticalKind.GLOBAL_MIN), int(CriticalKind.LOCAL_MIN)
+
+
+def chain_truth(p: float, q: float) -> tuple[float, float]:
+    """(entropy rate, H(pi)) in nats, from first principles."""
+    h = lambda x: -x * math.log(x) - (1 - x) * math.log(1 - x)  # noqa: E731
+    pi1 = p / (p + q)
+    return (1 - pi1) * h(p) + pi1 * h(q), h(pi1)
+
+
+# --- the canonical init in the full model ------------------------------------------------------------
+
+
+def test_canonical_point_in_the_full_model_gives_eq24_logits_for_both_signs_of_e(one_thread):
+    cfg = EXP.make_config("quick", ["train.seq_len=12"], members=4)
+    seeds = member_seeds(5, 4)
+    theta = torch.tensor([[0.9, -0.4], [-1.3, -1.2], [1.7, 0.6], [-0.5, 0.2]], dtype=torch.float64)
+    model = canonical_init_(GPT(cfg.arm_model(), seeds), theta)
+    with torch.no_grad():
+        model.blocks[0].attn.W_V.weight.zero_()  # App. D: v = 0, the attention path off
+        tokens = torch.randint(0, 2, (4, 3, 12), generator=torch.Generator().manual_seed(0))
+        logit = model(tokens)[..., 1].double()
+    e, w = theta[:, 0], theta[:, 1]
+    b = model.b.detach().double()
+    expected = (e**2 * (1 + 2 * w * w.abs()))[:, None, None] * tokens + (b - e**2 / 2)[:, None, None]  # Eq. (24)
+    assert torch.allclose(logit, expected, atol=1e-5)
+    st = {k: v.detach().double() for k, v in model.state_dict().items()}
+    for m in range(4):
+        alpha = st["e"][m] / st["e"][m].norm()
+        assert st["e"][m].norm() == pytest.approx(abs(float(e[m])), rel=1e-6)
+        assert torch.allclose(alpha.abs(), torch.full((8,), 8**-0.5, dtype=torch.float64), atol=1e-6)  # on the hypercube
+        assert torch.allclose(st["wpe"][m], (-0.5 * st["e"][m]).expand(12, 8), atol=1e-6)  # p_n = -(e/2) alpha
+        w1, w2 = st["blocks.0.mlp.W_1.weight"][m], st["blocks.0.mlp.W_2.weight"][m]
+        assert torch.allclose(w2, torch.sign(w[m]) * w1.T, atol=1e-6)  # W_2 = sign(w) W_1^T
+        assert torch.allclose(w1, abs(float(w[m])) / 8**0.5 * torch.outer(torch.ones(32, dtype=torch.float64), alpha), atol=1e-6)
+
+
+def test_initial_points_are_in_icommon_per_member_and_the_proposed_point_is_not():
+    cfg = EXP.make_config("quick", members=6)
+    seeds = member_seeds(0, 6)
+    pts = initial_points(seeds, cfg.region)
+    assert pts.shape == (6, 2) and in_icommon(pts, cfg.region.energy_margin).all()
+    assert torch.equal(initial_points(seeds[2:4], cfg.region), pts[2:4])  # a member's point is its seed's alone
+    e, w = proposed_point(cfg.model)
+    assert (e, w) == pytest.approx((0.5 * math.sqrt(8), -8.0))
+    assert abs(e) < float(icommon_boundary(torch.tensor(w))) and not bool(in_icommon(torch.tensor([e, w])))
+
+
+def test_bias_step_basins_codes_and_profile_agrees_with_theory_mostly(one_thread):
+    cfg = EXP.make_config("quick", ["bias_step.points=40", "bias_step.steps=400"])
+    res = bias_step_basins(0.2, 0.3, cfg.bias_step, torch.Generator().manual_seed(0))
+    assert res["theta0"].shape == (40, 2)
+    assert (res["theta0"].abs() <= 2.0).all()
+    for k in ("theory", "k0", "k1", "profile"):
+        assert res[k].shape == (40,)
+    # Profile descent is the discretised flow of Thm. 8: it ends where the theorem says for most points.
+    assert float((res["profile"] == res["theory"]).double().mean()) >= 0.9
+
+
+def test_config_refuses_cells_on_the_line_and_bad_regions():
+    with pytest.raises(ConfigError, match="p \\+ q != 1"):
+        EXP.make_config("quick", ["grid=[[0.4, 0.6]]"])
+    with pytest.raises(ConfigError, match="w_lo"):
+        EXP.make_config("quick", ["region.w_lo=-0.01"])
+    with pytest.raises(ConfigError, match="model"):
+        EXP.make_config("quick", ["model.arch=gpt2"])
+
+
+# --- tiny end-to-end run -----------------------------------------------------------------------------
+
+
+def test_tiny_run_stores_what_the_claims_read(runs_dir, one_thread):
+    cfg = EXP.make_config("quick", ["grid=[[0.2, 0.3], [0.7, 0.9]]", "train.steps=6", "train.seq_len=8",
+                                    "train.eval_every=3", "train.eval_batches=1", "train.log_every=3",
+                                    "bias_step.points=20", "bias_step.steps=50", "bias_step.flow_points=3",
+                                    "bias_step.flow_time=200"], members=2)
+    run = execute(EXP, cfg, "quick", runs_dir, progress=False)
+    s = run.summary
+    assert s["status"] == "done"
+    assert {g["id"] for g in s["claims"]} == {"icommon-reaches-entropy-rate", "one-extra-bias-step-suffices"}
+    assert {g["id"] for g in s["sanity"]} == {"sampled-points-in-icommon", "starts-above-entropy-rate"}
+    rows = {r["id"]: r for g in s["claims"] + s["sanity"] for r in g["rows"]}
+    assert set(rows) >= {f"icommon-reaches-entropy-rate/{cell_arm(0.2, 0.3)}", f"one-extra-bias-step-suffices/{cell_arm(0.7, 0.9)}"}
+    assert rows[f"one-extra-bias-step-suffices/{cell_arm(0.2, 0.3)}"]["trials"] == 20
+    assert rows[f"sampled-points-in-icommon/{cell_arm(0.7, 0.9)}"]["n"] == 2 + 3
+    # The same initial points in both cells: the trained members' embeddings start with the same norm |e|.
+    pts = initial_points(member_seeds(cfg.seed, 2), cfg.region)
+    for p, q in cfg.grid:
+        init = run.arrays(f"{cell_arm(p, q)}@init")
+        assert torch.allclose(init["e"].double().norm(dim=1), pts[:, 0].abs(), atol=1e-6)
+    df = run.metrics()
+    gap_rows = df[(df.arm == cell_arm(0.2, 0.3)) & (df.name.isin(["test_loss", "test_loss@bayes"])) & (df.step == 6)]
+    gap = gap_rows.pivot(index="member", columns="name", values="value")
+    assert rows[f"icommon-reaches-entropy-rate/{cell_arm(0.2, 0.3)}"]["measured"] == pytest.approx(
+        (gap["test_loss"] - gap["test_loss@bayes"]).tolist(), abs=1e-12)
+    assert s["figures"] == ["figures/icommon_loss.png", "figures/icommon_points.png"]
+
+
+# --- synthetic run directories -----------------------------------------------------------------------
+
+STEPS = [0, 100, 800, 900, 1000]
+GRID = [(0.2, 0.3), (0.7, 0.9)]
+
+
+def _write(tmp_path, name, *, final_gap=None, start_gap=0.5, k1=None, flow=None, members=4, points=200):
+    """A run directory with chosen numbers: per cell test-loss curves whose gap to the Bayes loss goes
+    from ``start_gap`` to ``final_gap[cell]`` (per member), canonical basins where descent with one
+    extra step agrees with profile descent except where ``k1[cell]`` says, and flow basins
+    ``flow[cell]`` (default all global)."""
+    cfg = EXP.make_config("quick", ["grid=[[0.2, 0.3], [0.7, 0.9]]"], members=members)
+    with RunWriter(tmp_path / "synthetic", EXP.name, run_id=name) as w:
+        w.write_config({"experiment": EXP.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
+        pts = initial_points(member_seeds(cfg.seed, members), cfg.region)
+        w.add_metrics("init-points", [(0, m, f"theta0/{k}", float(pts[m, i])) for m in range(members) for i, k in enumerate("ew")])
+        for p, q in GRID:
+            arm = cell_arm(p, q)
+            rate, _ = chain_truth(p, q)
+            fg = (final_gap or {}).get(arm, [0.0003 * (m - 1) for m in range(members)])
+            rows = []
+            for m in range(members):
+                for i, s in enumerate(STEPS):
+                    g = start_gap if s == 0 else fg[m]
+                    rows += [(s, m, "test_loss@bayes", rate + 0.001 * m), (s, m, "test_loss", rate + 0.001 * m + g)]
+            w.add_metrics(arm, rows)
+            prof = np.where(np.arange(points) % 3 == 0, LOCAL, GLOBAL)
+            k1_codes = (k1 or {}).get(arm, prof)
+            can = [(0, i, f"basin/{k}", float(v[i])) for k, v in (("theory", prof), ("k0", prof), ("k1", k1_codes), ("profile", prof))
+                   for i in range(points)]
+            fb = (flow or {}).get(arm, [GLOBAL] * (members + 3))
+            can += [(0, i, "flow/basin", float(v)) for i, v in enumerate(fb)]
+            can += [(0, i, "flow/in_icommon", 1.0) for i in range(len(fb))]
+            w.add_metrics(f"canonical/{arm}", can)
+        run = w.finish()
+    return cfg, run
+
+
+def _analyse(cfg, run):
+    a = EXP.analyse(cfg, run)
+    a.gate(EXP.health(cfg, run))
+    return a, {g.id: g for g in a.groups}, {r.id: r for g in a.groups for r in g.rows}
+
+
+def test_every_group_holds_on_agreeing_numbers(tmp_path):
+    cfg, run = _write(tmp_path, "good")
+    a, groups, rows = _analyse(cfg, run)
+    assert {g: groups[g].verdict for g in groups} == {"icommon-reaches-entropy-rate": "holds", "one-extra-bias-step-suffices": "holds",
+                                                      "sampled-points-in-icommon": "holds", "starts-above-entropy-rate": "holds"}
+    assert rows[f"one-extra-bias-step-suffices/{cell_arm(0.2, 0.3)}"].proportion
+    assert any("outside I_common" in n for n in a.notes)
+
+
+def test_members_at_h_pi_fail_the_entropy_rate_claim(tmp_path):
+    rate, hpi = chain_truth(0.7, 0.9)
+    cfg, run = _write(tmp_path, "stuck", final_gap={cell_arm(0.7, 0.9): [hpi - rate + 0.0005 * m for m in range(4)]})
+    _, groups, rows = _analyse(cfg, run)
+    assert rows[f"icommon-reaches-entropy-rate/{cell_arm(0.7, 0.9)}"].verdict == "fails"
+    assert rows[f"icommon-reaches-entropy-rate/{cell_arm(0.2, 0.3)}"].verdict == "holds"
+    assert groups["icommon-reaches-entropy-rate"].verdict == "fails"
+
+
+def test_one_extra_step_that_often_ends_elsewhere_fails_the_bias_claim(tmp_path):
+    points = 200
+    prof = np.where(np.arange(points) % 3 == 0, LOCAL, GLOBAL)
+    bad = np.where(np.arange(points) % 5 == 0, int(CriticalKind.NONE), prof)  # 20% of the points unclassified
+    cfg, run = _write(tmp_path, "bias", k1={cell_arm(0.2, 0.3): bad}, points=points)
+    _, groups, rows = _analyse(cfg, run)
+    row = rows[f"one-extra-bias-step-suffices/{cell_arm(0.2, 0.3)}"]
+    assert row.mean == pytest.approx(0.8) and row.verdict == "fails"
+    assert groups["one-extra-bias-step-suffices"].verdict == "fails"
+
+
+def test_sanity_groups_fail_when_their_premise_is_false(tmp_path):
+    cfg, run = _write(tmp_path, "premise", start_gap=0.001, flow={cell_arm(0.2, 0.3): [GLOBAL, LOCAL] + [GLOBAL] * 5})
+    _, groups, _ = _analyse(cfg, run)
+    assert groups["sampled-points-in-icommon"].verdict == "fails"
+    assert groups["starts-above-entropy-rate"].verdict == "fails"
