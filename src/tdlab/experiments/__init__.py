@@ -11,4 +11,6 @@ from tdlab.experiments import (  # noqa: F401
     markov_landscape,
     markov_rank,
     markov_tying,
+    topics_embed,
+    topics_landscape,
 )
