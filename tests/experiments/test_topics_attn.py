@@ -1,0 +1,156 @@
+"""topics-attn: W^V classes on planted (u, z); Tables 3-4's claims on synthetic stored runs with planted
+attention averages -- the paper's own rows hold, a planted violation of each claim fails, no diagonal member
+is "not evaluable"; a tiny training run through the runner ends with verdicts and uniform attention at init."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tdlab.config import ConfigError
+from tdlab.experiments.runner import execute
+from tdlab.experiments.topics_attn import TABLE3, TABLE4, AttnClaims, TopicsAttn, classify, member_lrs, setting_name
+from tdlab.runs import Run, RunWriter
+from tdlab.theory.topics import c3
+
+GROUPS = ["table3-same-topic-over-different-topic", "table3-thm3-topic-average-above-different-topic",
+          "table4-same-word-then-different-topic-then-same-topic", "table4-thm5-same-topic-over-same-word-below-lambda5"]
+BLOCK = (0.9, 20.0)  # (u, z) of a block-wise W^V
+DIAG = (0.05, 8.0)  # of a diagonal one
+
+
+def test_classify_planted_patterns():
+    u = np.array([0.9, 0.5, 0.49, 0.2, 0.21, -0.1, 0.9, np.nan])
+    z = np.array([5.0, 3.0, 4.0, 4.0, 4.0, 10.0, 2.9, 10.0])
+    assert classify(u, z).tolist() == ["block", "block", "mixed", "diagonal", "mixed", "diagonal", "unstructured",
+                                       "unstructured"]
+    assert classify(u[:1], z[:1], AttnClaims(u_block=0.95)).tolist() == ["mixed"]
+    with pytest.raises(ValueError, match="u_diag"):
+        AttnClaims(u_diag=0.6, u_block=0.5)
+
+
+def _config(**kw):
+    return TopicsAttn().make_config("quick", [f"{k}={v}" for k, v in kw.items()], members=2)
+
+
+def _synthetic_run(tmp_path, tag, planted):
+    """A stored run (nothing trained): ``planted[(setting, member_within_setting)] = (u, z, a_sw, a_st, a_dt)``;
+    members not listed are unstructured with uniform attention."""
+    exp = TopicsAttn()
+    cfg = _config(table4_seeds=3)
+    with RunWriter(tmp_path / "synthetic", exp.name, run_id=f"synthetic-{tag}") as w:
+        w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
+        for arm in exp.arms(cfg):
+            lrs = member_lrs(cfg, arm)
+            rows = []
+            for m, lr in enumerate(lrs):
+                k = m - lrs.index(lr)
+                u, z, sw, st, dt = planted.get((setting_name(arm, lr), k), (0.9, 1.0, 0.01, 0.01, 0.01))
+                for step, vals in ((0, (0.5, 0.1, 0.01, 0.01, 0.01)), (100, (u, z, sw, st, dt))):
+                    rows += [(step, m, n, float(x)) for n, x in zip(("wv_u", "wv_z", "attn_sw", "attn_st", "attn_dt"), vals)]
+                rows += [(0, m, "test_loss", 4.62), (100, m, "test_loss", 3.9)]
+            w.add_metrics(arm, rows)
+        run = w.finish()
+    return exp, cfg, Run(run.path)
+
+
+def _paper_plants(jitter=0.0):
+    """Every setting: two block members with Table 3's means; Table 4's settings: one diagonal member more."""
+    out = {}
+    for name, row in TABLE3.items():
+        for k in range(2):
+            f = 1 + jitter * (k - 0.5)
+            out[(name, k)] = (*BLOCK, row["a_sw"][0] * f, row["a_st"][0] * f, row["a_dt"][0])
+    for name, row in TABLE4.items():
+        out[(name, 2)] = (*DIAG, row["a_sw"][0], row["a_st"][0], row["a_dt"][0])
+    return out
+
+
+def _verdicts(a):
+    return {g.id: g.verdict for g in a.groups}
+
+
+def _rows(a):
+    return {r.id: r for g in a.groups for r in g.rows}
+
+
+def test_the_papers_rows_hold(tmp_path):
+    exp, cfg, run = _synthetic_run(tmp_path, "paper", _paper_plants(jitter=0.02))
+    a = exp.analyse(cfg, run)
+    assert [g.id for g in a.paper] == GROUPS
+    assert set(_verdicts(a).values()) == {"holds"}, _verdicts(a)
+    rows = _rows(a)
+    assert rows[f"{GROUPS[0]}/adam/lr0.03"].measured == pytest.approx([0.0116 * 0.99 / 0.00665, 0.0116 * 1.01 / 0.00665])
+    assert rows[f"{GROUPS[3]}/adam/lr0.003"].expected == pytest.approx(c3(0.15, 0.1) / 9)
+    assert rows[f"{GROUPS[3]}/adam/lr0.003"].measured == pytest.approx([0.00185 / 0.0916])
+    m = a.measurements["adam/lr0.003"]
+    assert m["classes"] == {"block": 2, "diagonal": 1, "mixed": 0, "unstructured": 0}
+    assert m["block_mean"]["a_st"] == pytest.approx(0.0108)
+    assert m["paper_table3"]["a_st"] == {"mean": 0.0108, "std": 0.000657}
+    assert m["paper_table4"]["a_sw"]["mean"] == 0.0916
+    # SGD settings have no diagonal member and are not Table 4 rows: no diagonal row for them
+    assert f"{GROUPS[2]}/sgd/lr0.01" not in rows
+
+
+def test_each_claim_fails_on_a_planted_violation(tmp_path):
+    plants = _paper_plants()
+    plants[("adam/lr0.01", 0)] = (*BLOCK, 0.008, 0.0110, 0.010)  # a_st / a_dt = 1.1 < 1.2; Thm. 3 average 1.07 > 1
+    plants[("sgd/lr0.03", 1)] = (*BLOCK, 0.005, 0.009, 0.010)  # a_st < a_dt: both Table 3 claims fail
+    plants[("adam/lr0.003", 2)] = (*DIAG, 0.09, 0.003, 0.002)  # a_dt < a_st: order fails, a_st/a_sw = 0.033 ok
+    plants[("adam/lr0.01", 2)] = (*DIAG, 0.05, 0.010, 0.012)  # order holds, a_st/a_sw = 0.2 > λ5 = 0.128
+    exp, cfg, run = _synthetic_run(tmp_path, "violated", plants)
+    a = exp.analyse(cfg, run)
+    rows = _rows(a)
+    assert set(_verdicts(a).values()) == {"fails"}
+    assert rows[f"{GROUPS[0]}/adam/lr0.01"].verdict == "fails"
+    assert rows[f"{GROUPS[1]}/adam/lr0.01"].verdict == "holds"
+    assert rows[f"{GROUPS[0]}/sgd/lr0.03"].verdict == "fails" and rows[f"{GROUPS[1]}/sgd/lr0.03"].verdict == "fails"
+    assert rows[f"{GROUPS[0]}/adam/lr0.003"].verdict == "holds"
+    assert rows[f"{GROUPS[2]}/adam/lr0.003"].verdict == "fails" and rows[f"{GROUPS[3]}/adam/lr0.003"].verdict == "holds"
+    assert rows[f"{GROUPS[2]}/adam/lr0.01"].verdict == "holds" and rows[f"{GROUPS[3]}/adam/lr0.01"].verdict == "fails"
+
+
+def test_no_diagonal_member_is_not_evaluable_not_a_failure(tmp_path):
+    plants = {k: v for k, v in _paper_plants().items() if k[1] < 2}
+    plants[("adam/lr0.03", 0)] = (0.35, 9.0, 0.01, 0.012, 0.009)  # mixed: judged by neither table
+    exp, cfg, run = _synthetic_run(tmp_path, "nodiag", plants)
+    a = exp.analyse(cfg, run)
+    v = _verdicts(a)
+    assert v[GROUPS[0]] == v[GROUPS[1]] == "holds"
+    assert v[GROUPS[2]] == v[GROUPS[3]] == "not evaluable"
+    rows = _rows(a)
+    assert [r for r in rows if r.startswith(GROUPS[2])] == [f"{GROUPS[2]}/adam/lr0.003", f"{GROUPS[2]}/adam/lr0.01"]
+    assert rows[f"{GROUPS[2]}/adam/lr0.01"].measured == [] and rows[f"{GROUPS[2]}/adam/lr0.01"].verdict == "not evaluable"
+    assert rows[f"{GROUPS[0]}/adam/lr0.03"].measured == pytest.approx([0.0116 / 0.00665])  # the mixed member left out
+    assert a.measurements["adam/lr0.03"]["classes"]["mixed"] == 1
+
+
+def test_tiny_run_through_the_runner_ends_with_verdicts(tmp_path):
+    exp = TopicsAttn()
+    cfg = exp.make_config("quick", ["train.steps=6", "train.eval_every=3", "train.batch=2", "train.eval_batches=1",
+                                    "table4_seeds=2", "heldout_docs=6", "heldout_chunk=4", "sgd_lrs=[0.03]"], members=1)
+    r = execute(exp, cfg, "quick", tmp_path, progress=False)
+    s = r.summary
+    assert s["status"] == "done"
+    assert [g["id"] for g in s["claims"]] == GROUPS
+    assert all(g["verdict"] in ("holds", "fails", "not resolved", "not evaluable") for g in s["claims"])
+    df = r.metrics()
+    att = df[df["name"].isin(["attn_sw", "attn_st", "attn_dt"])]
+    assert sorted(att["step"].unique()) == [0, 6]  # before the first step and at the end
+    assert len(att[(att["arm"] == "adam") & (att["step"] == 0)]) == 3 * 5  # 2 + 2 + 1 Adam members
+    # N(0, 0.02²) init: scores ~1e-4, attention uniform over the 100 kept tokens: every average ≈ 1/100
+    np.testing.assert_allclose(att[att["step"] == 0]["value"], 0.01, rtol=1e-2)
+    for f in ("tables3_4_attention.png", "wv_classes.png"):
+        assert (r.path / "figures" / f).stat().st_size > 5000
+
+
+@pytest.mark.parametrize("override, field", [
+    (["table4_lrs=[0.02]"], "table4_lrs"),
+    (["adam_lrs=[]", "sgd_lrs=[]", "table4_lrs=[]"], "adam_lrs"),
+    (["model.onehot=false"], "model"),
+    (["claims.u_diag=0.7"], "u_diag"),
+    (["heldout_docs=0"], "heldout_docs"),
+])
+def test_bad_config_is_refused(override, field):
+    with pytest.raises(ConfigError, match=field):
+        TopicsAttn().make_config("quick", override)
