@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from tdlab.experiments.markov_rank import MATRICES, MarkovRank, rank_one_init_
+from tdlab.experiments.markov_rank import MATRICES, MarkovRank, app_c_structure, bias_step_excess, rank_one_init_
+from tdlab.experiments.base import Analysis
 from tdlab.experiments.runner import execute
 from tdlab.models.gpt import GPT
 from tdlab.runs import RunWriter
-from tdlab.seeding import member_seeds
+from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import MarkovChain
 from tdlab.train.trainer import TrainConfig, Trainer
 
@@ -116,6 +117,8 @@ def test_rank_one_init_keeps_w_v_rank_one_under_training(optimizer, lr, one_thre
 GROUPS = {"fig3-rank-one", "fig3-aligned-with-embedding", "fig3-embedding-on-hypercube", "fig3-other-matrices-rank-one",
           "fig3-converged", "fig6-stays-rank-one", "fig6-other-matrices-stay-rank-one"}
 SANITY = {"standard-init-not-rank-one", "rank-one-init-is-rank-one"}
+APP_C = {"app-c-positions", "app-c-w2-transpose-w1", "app-c-wo-wv-alpha-v", "app-c-wq-wk-alpha-alpha", "app-c-attention-off"}
+BIAS = {"one-extra-bias-step-full-model"}
 
 
 def test_tiny_run_end_to_end_measurements_match_numpy_recomputation(runs_dir):
@@ -125,7 +128,7 @@ def test_tiny_run_end_to_end_measurements_match_numpy_recomputation(runs_dir):
     s = run.summary
     assert s["status"] == "done"
     groups = {g["id"]: g for g in s["claims"]}
-    assert set(groups) == GROUPS and {g["id"] for g in s["sanity"]} == SANITY
+    assert set(groups) == GROUPS | APP_C | BIAS and {g["id"] for g in s["sanity"]} == SANITY
     rows = {r["id"]: r for g in s["claims"] + s["sanity"] for r in g["rows"]}
     final = {k: v.double().numpy() for k, v in run.arrays("standard").items()}
     e = final["e"]
@@ -161,12 +164,15 @@ def test_tiny_run_end_to_end_measurements_match_numpy_recomputation(runs_dir):
 
 
 def _rank_one_state(d: int, n_pos: int, rng: np.random.Generator, c: float = 0.7) -> dict[str, torch.Tensor]:
-    """One member's parameters with every matrix exactly rank one along e = c·alpha."""
+    """One member's parameters at App. C's optimum: every matrix exactly rank one along e = c·alpha,
+    p_n = -(c/2)·alpha, W_2 = W_1^T, W_O W_V = alpha v^T with v ⊥ alpha, W_Q^T W_K ∝ alpha alpha^T."""
     alpha = rng.choice([-1.0, 1.0], size=d)
     g = lambda n: rng.normal(size=n)  # noqa: E731
     w1 = np.outer(rng.choice([-1.0, 1.0], size=4 * d), alpha)
-    mats = {"W_Q": np.outer(g(d), alpha), "W_K": np.outer(g(d), alpha), "W_V": np.outer(g(d), alpha),
-            "W_O": np.outer(alpha, g(d)), "W_1": w1, "W_2": w1.T}
+    v = g(d)
+    v -= (v @ alpha) / d * alpha  # App. C: W_O W_V = alpha v^T with <v, alpha> = 0
+    mats = {"W_Q": np.outer(g(d), alpha), "W_K": np.outer(g(d), alpha), "W_V": np.outer(alpha, v),
+            "W_O": np.outer(alpha, alpha) / d, "W_1": w1, "W_2": w1.T}
     st = {MATRICES[k]: torch.tensor(v, dtype=torch.float32) for k, v in mats.items()}
     st.update(e=torch.tensor(c * alpha, dtype=torch.float32), b=torch.zeros(()),
               wpe=torch.tensor(np.broadcast_to(-0.5 * c * alpha, (n_pos, d)).copy(), dtype=torch.float32))
@@ -185,14 +191,29 @@ def _gaussian_state(d: int, n_pos: int, rng: np.random.Generator) -> dict[str, t
 STEPS = [0, 400, 720, 760, 800]
 
 
-def _write_run(tmp_path, name, final, gaps=None, init=None, trajectory=None):
+def _bias_tokens(cfg):
+    """The fresh sequences the analysis measures the bias step on (same seeds and stream)."""
+    return MarkovChain(cfg.task.p, cfg.task.q).sample(generators(member_seeds(cfg.seed, cfg.members), "bias-step-eval"),
+                                                      cfg.train.batch * cfg.claims.bias_batches, cfg.train.seq_len)
+
+
+def _at_optimal_bias(cfg, states):
+    """The states with b set to argmin_b L(theta, b) on the analysis' sequences (an optimum is at its
+    optimal bias; the planted weights are not otherwise trained)."""
+    stacked = {k: torch.stack([st[k] for st in states]) for k in states[0]}
+    b_star = bias_step_excess(cfg.arm_model(), stacked, _bias_tokens(cfg), 4.0)["b_star"]
+    return [{**st, "b": torch.tensor(float(b), dtype=torch.float32)} for st, b in zip(states, b_star)]
+
+
+def _write_run(tmp_path, name, final, gaps=None, init=None, trajectory=None, overrides=(), bias_offset=0.0):
     """A run directory: per-arm member states ``final`` ({arm: [state, ...]}), initial states ``init``
     (default: rank-one arm = its final states, standard = Gaussian), test-loss curves whose gap to the
     Bayes predictor on the same batches follows ``gaps`` ({arm: per-member curves over STEPS}, default
-    flat 0), and optional trajectory rows ({arm: rows})."""
+    flat 0), and optional trajectory rows ({arm: rows}). Every stored bias is the optimal one for its
+    weights (:func:`_at_optimal_bias`), the final ones shifted by ``bias_offset``."""
     rng = np.random.default_rng(123)
     members = len(final["standard"])
-    cfg = EXP.make_config("quick", ["train.seq_len=8"], members=members)
+    cfg = EXP.make_config("quick", ["train.seq_len=8", *overrides], members=members)
     rate, _ = chain_truth(0.2, 0.3)
     with RunWriter(tmp_path / "synthetic", EXP.name, run_id=name) as w:
         w.write_config({"experiment": EXP.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
@@ -204,9 +225,9 @@ def _write_run(tmp_path, name, final, gaps=None, init=None, trajectory=None):
                     bayes = rate + 0.002 * m  # the batches' own Bayes loss (finite-sample)
                     rows += [(s, m, "test_loss@bayes", bayes), (s, m, "test_loss", (0.69 if s == 0 else bayes + g[m][i]))]
             w.add_metrics(arm, rows)
-            w.save_arrays(arm, sts)
+            w.save_arrays(arm, [{**st, "b": st["b"] + bias_offset} for st in _at_optimal_bias(cfg, sts)])
             default_init = sts if arm == "rank-one" else [_gaussian_state(8, 8, rng) for _ in sts]
-            w.save_arrays(f"{arm}@init", (init or {}).get(arm, default_init))
+            w.save_arrays(f"{arm}@init", _at_optimal_bias(cfg, (init or {}).get(arm, default_init)))
         for arm, rows in (trajectory or {}).items():
             w.add_metrics(arm, rows)
         run = w.finish()
@@ -229,7 +250,7 @@ def _good(n=3, seed=0):
 def test_app_c_structure_holds_every_group(tmp_path):
     cfg, run = _write_run(tmp_path, "good", {"standard": _good(), "rank-one": _good(seed=1)})
     a, groups, rows = _analyse(cfg, run)
-    assert set(groups) == GROUPS | SANITY
+    assert set(groups) == GROUPS | APP_C | BIAS | SANITY
     assert {g.id for g in a.sanity_groups} == SANITY
     assert all(g.verdict == "holds" for g in groups.values()), [r.describe() for r in rows.values() if not r.holds]
     assert rows["fig3-rank-one/W_V"].measured == pytest.approx([0.0] * 3, abs=1e-6)
@@ -274,7 +295,7 @@ def test_weights_that_contradict_fig3_fail_their_group(tmp_path, which, failing)
     good = _good()
     cfg, run = _write_run(tmp_path, which, {"standard": _perturbed(good, which), "rank-one": _good(seed=1)})
     _, groups, rows = _analyse(cfg, run)
-    verdicts = {gid: g.verdict for gid, g in groups.items()}
+    verdicts = {gid: g.verdict for gid, g in groups.items() if gid in GROUPS}  # App. C's groups: tests below
     assert {gid for gid, v in verdicts.items() if v == "fails"} == failing, verdicts
     if which == "rank":
         assert rows["fig3-rank-one/W_V"].measured == pytest.approx([0.5] * 3, abs=1e-6)
@@ -338,3 +359,131 @@ def test_sgd_runs_say_their_verdicts_are_sgds(tmp_path):
     assert any("SGD at lr 0.3" in n and "not the seed's setting" in n for n in a.notes)
     assert "SGD lr 0.3 (step size not stated by the seed)" in groups["fig3-rank-one"].statement
     assert not any("withdrawn" in n for n in a.notes)
+
+
+# --- App. C's structure and the bias step: each group fails on weights that contradict it -----------
+
+
+def _contradict_app_c(good, which: str):
+    """Every member made to contradict one App. C statement (the others left as planted)."""
+    bad = []
+    for st in good:
+        st = dict(st)
+        e = st["e"].double().numpy()
+        alpha = e / np.linalg.norm(e)
+        ortho = np.zeros(8)
+        ortho[0], ortho[1] = alpha[1], -alpha[0]
+        ortho /= np.linalg.norm(ortho)
+        if which == "positions-sign":  # p_n = +(e/2) alpha: the right length, the wrong side
+            st["wpe"] = -st["wpe"]
+        elif which == "positions-half":  # p_n = -(e/5) alpha
+            st["wpe"] = st["wpe"] * 0.4
+        elif which == "positions-vary":  # p_n alternate between -0.1 e and -0.9 e: mean -e/2, spread 0.8
+            st["wpe"] = st["wpe"] * torch.tensor([0.2, 1.8] * 4, dtype=torch.float32)[:, None]
+        elif which == "w2-sign":  # W_2 = -W_1^T: App. D's p+q>1 structure on a p+q<1 chain
+            st[MATRICES["W_2"]] = -st[MATRICES["W_2"]]
+        elif which == "w2-random":  # W_1^T plus noise three times its size: cos_F ~ 0.3, still positive
+            noise = 3.0 * np.random.default_rng(0).normal(size=(8, 32))
+            st[MATRICES["W_2"]] = st[MATRICES["W_2"]] + torch.tensor(noise, dtype=torch.float32)
+        elif which == "wo-wv-left":  # W_O writes along a direction orthogonal to e: W_O W_V = ortho v^T
+            st[MATRICES["W_O"]] = torch.tensor(np.outer(ortho, e) / 8, dtype=torch.float32)
+        elif which == "qk-left":  # W_Q reads along ortho: W_Q^T W_K = ortho (.)^T
+            st[MATRICES["W_Q"]] = torch.tensor(np.outer(np.arange(1.0, 9.0), ortho), dtype=torch.float32)
+        elif which == "attention-on":  # W_O W_V = alpha alpha^T: <v, alpha> = 1
+            st[MATRICES["W_V"]] = torch.tensor(np.outer(e, e) / (e @ e) * 8, dtype=torch.float32)
+            st[MATRICES["W_O"]] = torch.tensor(np.outer(alpha, alpha) / 8, dtype=torch.float32)
+        bad.append(st)
+    return bad
+
+
+@pytest.mark.parametrize("which,failing_rows", [
+    ("positions-sign", {"app-c-positions/standard/direction", "app-c-positions/standard/half"}),
+    ("positions-half", {"app-c-positions/standard/half"}),
+    ("positions-vary", {"app-c-positions/standard/constant"}),
+    ("w2-sign", {"app-c-w2-transpose-w1/standard/sign"}),
+    ("w2-random", {"app-c-w2-transpose-w1/standard/up-to-sign"}),
+    ("wo-wv-left", {"app-c-wo-wv-alpha-v/standard/left-factor-e"}),
+    ("qk-left", {"app-c-wq-wk-alpha-alpha/standard/left-e"}),
+    ("attention-on", {"app-c-attention-off/standard"}),
+])
+def test_weights_that_contradict_app_c_fail_exactly_their_rows(which, failing_rows):
+    # The App. C rows read only the final weights: build them straight from a stacked state (the
+    # end-to-end path through a run directory is test_app_c_structure_holds_every_group's).
+    cfg = EXP.make_config("quick", ["train.seq_len=8"], members=3)
+    bad = _contradict_app_c(_good(), which)
+    state = {k: torch.stack([st[k] for st in bad]) for k in bad[0]}
+    out = Analysis()
+    EXP._app_c(cfg, out, "standard", state, {}, "AdamW")
+    app_c = {r.id: r for g in out.groups for r in g.rows}
+    assert {rid for rid, r in app_c.items() if r.verdict == "fails"} == failing_rows, {k: r.describe() for k, r in app_c.items()}
+    assert all(r.verdict == "holds" for rid, r in app_c.items() if rid not in failing_rows)
+
+
+def test_app_c_measurements_on_a_planted_optimum_match_closed_forms():
+    """App. C's identities on the planted optimum: p/e = 1/2 exactly, cos(p, e) = -1, W_2 = W_1^T
+    (cos_F = 1), W_O W_V and W_Q^T W_K rank one along e, <v, alpha> = 0."""
+    good = _good(2)
+    st = {k: torch.stack([g[k] for g in good]) for k in good[0]}
+    s = app_c_structure(st)
+    assert s["position_ratio"] == pytest.approx([0.5, 0.5], abs=1e-6)
+    assert s["position_cos"] == pytest.approx([-1.0, -1.0], abs=1e-6)
+    assert s["position_spread"] == pytest.approx([0.0, 0.0], abs=1e-6)
+    assert s["w2_w1t_cos"] == pytest.approx([1.0, 1.0], abs=1e-6)
+    for k in ("wo_wv_ratio", "qk_ratio", "attention_gain"):
+        assert s[k] == pytest.approx([0.0, 0.0], abs=1e-5), k
+    for k in ("wo_wv_left_cos", "qk_left_cos", "qk_right_cos"):
+        assert s[k] == pytest.approx([1.0, 1.0], abs=1e-6), k
+    # W_2 = -W_1^T (App. D, p+q>1) gives cos_F = -1; the ratio follows a rescaled p_n.
+    st[MATRICES["W_2"]] = -st[MATRICES["W_2"]]
+    st["wpe"] = st["wpe"] * 0.6
+    s = app_c_structure(st)
+    assert s["w2_w1t_cos"] == pytest.approx([-1.0, -1.0], abs=1e-6)
+    assert s["position_ratio"] == pytest.approx([0.3, 0.3], abs=1e-6)
+
+
+def test_the_w2_sign_follows_the_chain_that_ran(tmp_path):
+    """Planted W_2 = +W_1^T is App. C's p+q<1 structure: on a p+q>1 chain the sign row fails."""
+    cfg, run = _write_run(tmp_path, "above", {"standard": _good(), "rank-one": _good(seed=1)}, overrides=["task.p=0.5", "task.q=0.8"])
+    _, _, rows = _analyse(cfg, run)
+    assert rows["app-c-w2-transpose-w1/standard/sign"].verdict == "fails"
+    assert rows["app-c-w2-transpose-w1/standard/up-to-sign"].verdict == "holds"
+
+
+def test_bias_step_excess_against_a_direct_computation():
+    """bias_step_excess against the model's own cross-entropy computed directly (float64 weights of
+    moderate size): b* is a minimum (central difference ~ 0, both neighbours higher), the excesses
+    before and after the step are the direct differences."""
+    cfg = EXP.make_config("quick", ["train.seq_len=8"], members=2)
+    rng = np.random.default_rng(4)
+    st = {k: 0.4 * torch.stack([v, _gaussian_state(8, 8, rng)[k]]) for k, v in _gaussian_state(8, 8, rng).items()}
+    st["b"] = torch.tensor([0.3, -0.2])
+    tokens = _bias_tokens(cfg)
+    r = bias_step_excess(cfg.arm_model(), st, tokens, 4.0)
+    model = GPT(cfg.arm_model(), [0, 1]).double()
+
+    def direct(b: np.ndarray) -> np.ndarray:
+        model.load_state_dict({**{k: v.double() for k, v in st.items()}, "b": torch.tensor(b, dtype=torch.float64)})
+        with torch.no_grad():
+            logits = model(tokens[:, :, :-1])
+        return np.array([float(torch.nn.functional.cross_entropy(logits[m].reshape(-1, 2), tokens[m, :, 1:].reshape(-1)))
+                         for m in range(2)])
+
+    low, h = direct(r["b_star"]), 1e-3
+    up, down = direct(r["b_star"] + h), direct(r["b_star"] - h)
+    assert np.abs(up - down).max() / (2 * h) < 1e-5 and (up > low).all() and (down > low).all()
+    assert r["excess_before"] == pytest.approx(direct(np.array([0.3, -0.2])) - low, abs=1e-6)
+    assert r["excess_after"] == pytest.approx(direct(r["b_after"]) - low, abs=1e-6)
+    assert (r["excess_before"] > 1e-3).all() and (r["excess_after"] < r["excess_before"]).all()
+
+
+def test_a_bias_step_too_small_to_reach_the_optimum_fails_the_bias_group(tmp_path):
+    """With the bias 1 off its optimum and an extra step of 1e-3, one step is not enough (fails; at
+    b = b* the group holds: test_app_c_structure_holds_every_group). Weights of moderate size (logits O(1)), so the loss is curved in b."""
+    rng = np.random.default_rng(9)
+    moderate = [{k: 0.4 * v for k, v in _gaussian_state(8, 8, rng).items()} for _ in range(3)]
+    arms = {"standard": moderate, "rank-one": moderate}
+    cfg, run = _write_run(tmp_path, "off", arms, init=arms, overrides=["claims.bias_lr=0.001"], bias_offset=1.0)
+    _, groups, rows = _analyse(cfg, run)
+    row = rows["one-extra-bias-step-full-model/standard/final"]
+    assert row.verdict == "fails" and min(row.measured) > 0.01, row.describe()
+    assert groups["one-extra-bias-step-full-model"].verdict == "fails"

@@ -162,11 +162,6 @@ def cell_arm(p: float, q: float) -> str:
     return f"p{p:g}_q{q:g}"
 
 
-def _cell_of(arm: str) -> tuple[float, float]:
-    ps, qs = arm.split("_")
-    return float(ps[1:]), float(qs[1:])
-
-
 def initial_points(seeds: list[int], region: RegionConfig) -> torch.Tensor:
     """One point of I_common per member seed (:func:`sample_icommon`, stream ``icommon-point``):
     ``(len(seeds), 2)`` float64 ``(e, w)``; member ``i``'s point depends on ``seeds[i]`` alone."""

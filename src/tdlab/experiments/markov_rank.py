@@ -41,6 +41,23 @@ Reading of the seed (App. A.3.1 is terse; where the text is ambiguous we say wha
   both are reported.
 * "The same conclusion for other weight matrices W_{K,Q}, W_2" (Fig. 3) and "a similar conclusion
   holds for the remaining weight matrices" (Fig. 6) are claims of their own (``*-other-matrices-*``).
+
+App. C ("Low-rank structure of the optima", issue 19), one group per statement, one row per arm, on the
+final weights (:func:`app_c_structure`): ``p_n = -p·α`` constant over n with ``p ≈ e/2``
+(``app-c-positions``); ``W_2 = ±W_1^T`` up to scale, the sign App. C (``+``, p + q < 1) / App. D
+(``-``, p + q > 1) give for the chain that ran (``app-c-w2-transpose-w1``); ``W_O W_V = α v^T``
+(``app-c-wo-wv-alpha-v``); ``W_Q^T W_K = (q²d) α α^T`` (``app-c-wq-wk-alpha-alpha``); ``<v, α> ≈ 0``,
+"hence y_n = x_n" (``app-c-attention-off``). W_K, W_Q, W_2 rank one is ``fig3-other-matrices-rank-one``.
+α is the measured direction of the trained embedding e. Tolerances in :class:`RankClaimConfig`.
+
+Sec. 3 / App. A.1, "one additional [bias] step is usually sufficient", on the full model
+(``one-extra-bias-step-full-model``): on fresh sequences, one gradient step on the output bias b alone
+brings the loss within ``tol_bias`` of ``min_b L(θ, b)`` (the profile loss the theory analyses), from
+the initial weights (a stale bias) and from the trained ones (:func:`bias_step_excess`). The step size is
+ours (the seed gives none): 4 = 1/sup of the logistic loss' curvature in b (1/4), the largest step with
+guaranteed descent for any data. Issue 19's "from the local minimum, a single bias step moves the model
+to the global basin" is not checked: at e = 0 no bias step changes the other parameters' gradient
+(:mod:`tdlab.theory.markov_regions`).
 """
 
 from __future__ import annotations
@@ -74,6 +91,8 @@ __all__ = [
     "rank_one_init_",
     "weight_matrices",
     "embedding_alignment",
+    "app_c_structure",
+    "bias_step_excess",
     "MATRICES",
 ]
 
@@ -175,6 +194,23 @@ class RankClaimConfig(Config):
     # An exactly rank-one matrix stored in float32 has sigma2/sigma1 at round-off (~1e-7): the sanity
     # check of the Fig. 6 init allows 1e-5.
     roundoff: float = Field(1e-5, gt=0.0, lt=1.0)
+    # App. C "p ≈ e/2": p/e = -<mean_n p_n, e>/|e|^2 within 0.5 ± 0.1 (±20%), a scientific tolerance (App. C
+    # says only "≈" and "e > p").
+    position_ratio_tol: float = Field(0.1, gt=0.0, le=0.5)
+    # App. C "p_n constant across positions": sqrt(mean_n |p_n - mean p|^2)/|mean p| <= 0.25 (the
+    # hypercube spread's scale: a quarter of the mean's length).
+    position_spread_max: float = Field(0.25, gt=0.0, le=10.0)
+    # App. C "<v, α> ≈ 0 and hence y_n = x_n": the attention path's gain α^T W_O W_V α (α = e/|e|; the
+    # attention adds gain × a weighted mean of the x_i to x_n) within ±0.1, a scientific tolerance.
+    attention_gain_max: float = Field(0.1, gt=0.0, le=10.0)
+    # "One additional step is usually sufficient" (Sec. 3): after one bias step the loss is within 1e-3
+    # nats of min_b L(θ, b), a tenth of tol_nats (the scale at which this experiment compares losses).
+    tol_bias: float = Field(1e-3, gt=0.0, le=1.0)
+    # Step of the extra bias step (not stated by the seed): 1/sup_z sigma'(z) = 4, the largest step of
+    # guaranteed descent on a logistic loss in one scalar.
+    bias_lr: float = Field(4.0, gt=0.0, le=100.0)
+    # Fresh sequences (batch x seq_len each) on which the bias excess is measured.
+    bias_batches: int = Field(4, ge=1, le=10_000)
 
 
 class MarkovRankConfig(ExperimentConfig):
@@ -291,6 +327,85 @@ def embedding_alignment(w: torch.Tensor, e: torch.Tensor) -> dict[str, torch.Ten
         raise ValueError(f"no side of the {tuple(w.shape[1:])} matrices has the embedding's dimension {e.shape[1]}")
     out["best"] = torch.stack(list(out.values())).max(0).values
     return out
+
+
+def app_c_structure(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """App. C's statements about an optimum, measured on a stacked state (member axis first).
+
+    With ``α = e/|e|`` (App. C: ``e = e·α``) and ``p̄ = mean_n p_n``:
+
+    * ``position_cos``: ``cos(p̄, e)`` (App. C: -1, ``p_n = -p·α``);
+    * ``position_ratio``: ``p/e = -<p̄, e>/|e|²`` (App. C: ≈ 1/2, "p ≈ e/2");
+    * ``position_spread``: ``sqrt(mean_n |p_n - p̄|²)/|p̄|`` (App. C: 0, "constant across positions");
+    * ``w2_w1t_cos``: signed Frobenius cosine of ``W_2`` and ``W_1^T`` (Eq. 15: +1; App. D: -1 for p+q>1);
+    * ``wo_wv_ratio``, ``wo_wv_left_cos``: σ₂/σ₁ of ``W_O W_V`` and |cos| of its left singular vector
+      with e (``W_O W_V = α v^T``);
+    * ``attention_gain``: ``α^T W_O W_V α = <v, α>`` (App. C: ≈ 0, "hence y_n = x_n");
+    * ``qk_ratio``, ``qk_left_cos``, ``qk_right_cos``: the same for ``W_Q^T W_K = (q²d) α α^T``.
+
+    Returns: dict of ``(E,)`` float64 numpy arrays.
+    """
+    mats = weight_matrices(state)
+    e = torch.as_tensor(state["e"]).double()
+    alpha = e / e.norm(dim=1, keepdim=True)
+    wpe = torch.as_tensor(state["wpe"]).double()
+    pbar = wpe.mean(1)
+    w1, w2 = mats["W_1"], mats["W_2"]
+    ovs = mats["W_OW_V"]
+    qk = mats["W_Q"].transpose(1, 2) @ mats["W_K"]
+    out = {
+        "position_cos": torch.nn.functional.cosine_similarity(pbar, e, dim=1),
+        "position_ratio": -(pbar * e).sum(1) / (e * e).sum(1),
+        "position_spread": (wpe - pbar[:, None]).pow(2).sum(2).mean(1).sqrt() / pbar.norm(dim=1),
+        "w2_w1t_cos": (w2 * w1.transpose(1, 2)).sum((1, 2)) / (w2.flatten(1).norm(dim=1) * w1.flatten(1).norm(dim=1)),
+        "wo_wv_ratio": sv_ratio(ovs),
+        "wo_wv_left_cos": embedding_alignment(ovs, e)["left"],
+        "attention_gain": torch.einsum("ei,eij,ej->e", alpha, ovs, alpha),
+        "qk_ratio": sv_ratio(qk),
+    }
+    al = embedding_alignment(qk, e)
+    out["qk_left_cos"], out["qk_right_cos"] = al["left"], al["right"]
+    return {k: v.numpy() for k, v in out.items()}
+
+
+def bias_step_excess(model_cfg: GPTConfig, state: dict[str, torch.Tensor], tokens: torch.Tensor, lr: float) -> dict[str, np.ndarray]:
+    """How far the output bias b is from its optimum given the other parameters, before and after one
+    gradient step on b alone (Sec. 3: "one additional step is usually sufficient").
+
+    On next-token prediction of ``tokens`` with the logits' bias-free part ``s`` (the model with b = 0):
+    ``L(b) = mean softplus(-(2y-1)(s + b))``, ``b* = argmin L`` (Newton; L is convex in b),
+    ``b1 = b - lr L'(b)``.
+
+    Args:
+        model_cfg: the Sec. 2 model; state: stacked parameters ``(E, ...)``; tokens: ``(E, B, T)``.
+        lr: the extra step's size.
+    Returns: dict of ``(E,)`` arrays: ``excess_before = L(b) - L(b*)``, ``excess_after = L(b1) - L(b*)``
+    (nats), ``b``, ``b_star``, ``b_after``.
+    """
+    E = tokens.shape[0]
+    model = GPT(model_cfg, list(range(E)))
+    model.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()})
+    b = model.b.detach().double().clone()
+    with torch.no_grad():
+        model.b.zero_()
+        s = model(tokens[:, :, :-1])[..., 1].double()  # bias-free logit of P(x_{n+1} = 1)
+    sign = 2.0 * tokens[:, :, 1:].double() - 1.0
+
+    def L(bb: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.softplus(-sign * (s + bb[:, None, None])).mean((1, 2))
+
+    def dL(bb: torch.Tensor) -> torch.Tensor:
+        return (torch.sigmoid(s + bb[:, None, None]) - (sign + 1) / 2).mean((1, 2))
+
+    bs = b.clone()
+    for _ in range(100):  # Newton on a 1-D convex function; damped by the curvature floor
+        sig = torch.sigmoid(s + bs[:, None, None])
+        h = (sig * (1 - sig)).mean((1, 2)).clamp_min(1e-12)
+        bs = bs - (dL(bs) / h).clamp(-5.0, 5.0)
+    b1 = b - lr * dL(b)
+    low = L(bs)
+    return {"excess_before": (L(b) - low).numpy(), "excess_after": (L(b1) - low).numpy(),
+            "b": b.numpy(), "b_star": bs.numpy(), "b_after": b1.numpy()}
 
 
 def _probe_rows(model: GPT, step: int, offset: int) -> list[tuple[int, int, str, float]]:
@@ -480,6 +595,8 @@ class MarkovRank(Experiment):
                 self._fig3(cfg, out, final, init, metrics, m, steps, losses, ref, loss_statement, target, opt)
             else:
                 self._fig6(cfg, out, final, init, metrics, m, opt)
+            self._app_c(cfg, out, arm, run.arrays(arm), m, opt)
+            self._bias_step(cfg, out, arm, run, m)
             out.notes.append(self._finding(arm, m, final_loss, h_rate, h_pi))
             if arm == "standard":
                 growth = {k: float(np.mean(m[k]["sigma1_growth"])) for k in MATRICES}
@@ -586,6 +703,74 @@ class MarkovRank(Experiment):
             group.value(name, worst, 0.0, c.ratio_max, "le", arms=[arm], statement=f"{name}: max σ₂/σ₁ ({when}) ≤ {c.ratio_max}")
             sanity.value(name, init[name]["sv_ratio"], 0.0, c.roundoff, "le", deterministic=True,
                          statement=f"init {name}: σ₂/σ₁ ≤ {c.roundoff:g}")
+
+    @staticmethod
+    def _group(out: Analysis, id: str, statement: str):
+        """The paper group ``id``, created on first use (its rows come one arm at a time)."""
+        for g in out.groups:
+            if g.id == id:
+                return g
+        return out.group(id, statement)
+
+    def _app_c(self, cfg: MarkovRankConfig, out: Analysis, arm: str, state: dict, m: dict, opt: str) -> None:
+        """App. C's structure of the optimum, one row per arm and statement (:func:`app_c_structure`)."""
+        c, p, q = cfg.claims, cfg.task.p, cfg.task.q
+        s = app_c_structure(state)
+        m["app_c"] = {k: v.tolist() for k, v in s.items()}
+        where = f"{arm} init, {self._where(cfg, opt)}"
+        pos = self._group(out, "app-c-positions",
+                          f"At convergence the positional embeddings are p_n = -p·α, constant over n, with p ≈ e/2 (App. C Eq. (12)): "
+                          f"cos(mean p_n, e) ≈ -1 (tol {1 - c.cos_min:g}), p/e ≈ 1/2 (tol {c.position_ratio_tol:g}), spread over n ≤ "
+                          f"{c.position_spread_max:g}")
+        pos.value(f"{arm}/direction", -s["position_cos"], 1.0, 1.0 - c.cos_min, "ge", arms=[arm],
+                  statement=f"{where}: -cos(mean_n p_n, e) ≥ {c.cos_min:g}")
+        pos.value(f"{arm}/half", s["position_ratio"], 0.5, c.position_ratio_tol, "close", arms=[arm],
+                  statement=f"{where}: p/e = -<mean p_n, e>/|e|² ≈ 1/2")
+        pos.value(f"{arm}/constant", s["position_spread"], 0.0, c.position_spread_max, "le", arms=[arm],
+                  statement=f"{where}: spread of p_n over positions / |mean p_n| ≤ {c.position_spread_max:g}")
+        side = 1.0 if p + q < 1 else -1.0
+        tr = self._group(out, "app-c-w2-transpose-w1",
+                         f"At convergence W_2 = ±W_1^T up to scale (App. C Eq. (15): +, p+q<1; App. D: -, p+q>1): |cos_F(W_2, W_1^T)| ≥ "
+                         f"{c.cos_min:g}, with the sign of this chain (p+q={p + q:g})")
+        tr.value(f"{arm}/up-to-sign", np.abs(s["w2_w1t_cos"]), 1.0, 1.0 - c.cos_min, "ge", arms=[arm],
+                 statement=f"{where}: |cos_F(W_2, W_1^T)| ≥ {c.cos_min:g}")
+        if p + q != 1:
+            tr.value(f"{arm}/sign", side * s["w2_w1t_cos"], 0.0, 0.0, "ge", arms=[arm],
+                     statement=f"{where}: sign of cos_F(W_2, W_1^T) is {'+' if side > 0 else '-'} (p+q{'<' if side > 0 else '>'}1)")
+        ov = self._group(out, "app-c-wo-wv-alpha-v",
+                         f"At convergence W_O W_V = α v^T (App. C): σ₂/σ₁ ≤ {c.ratio_max:g} and |cos(left singular vector, e)| ≥ {c.cos_min:g}")
+        ov.value(f"{arm}/rank-one", s["wo_wv_ratio"], 0.0, c.ratio_max, "le", arms=[arm], statement=f"{where}: σ₂/σ₁ of W_O W_V ≤ {c.ratio_max:g}")
+        ov.value(f"{arm}/left-factor-e", s["wo_wv_left_cos"], 1.0, 1.0 - c.cos_min, "ge", arms=[arm],
+                 statement=f"{where}: |cos(u_1(W_O W_V), e)| ≥ {c.cos_min:g}")
+        qk = self._group(out, "app-c-wq-wk-alpha-alpha",
+                         f"At convergence W_Q^T W_K = (q²d) α α^T (App. C): σ₂/σ₁ ≤ {c.ratio_max:g}, both singular vectors along e "
+                         f"(|cos| ≥ {c.cos_min:g})")
+        qk.value(f"{arm}/rank-one", s["qk_ratio"], 0.0, c.ratio_max, "le", arms=[arm], statement=f"{where}: σ₂/σ₁ of W_Q^T W_K ≤ {c.ratio_max:g}")
+        qk.value(f"{arm}/left-e", s["qk_left_cos"], 1.0, 1.0 - c.cos_min, "ge", arms=[arm], statement=f"{where}: |cos(u_1, e)| ≥ {c.cos_min:g}")
+        qk.value(f"{arm}/right-e", s["qk_right_cos"], 1.0, 1.0 - c.cos_min, "ge", arms=[arm], statement=f"{where}: |cos(v_1, e)| ≥ {c.cos_min:g}")
+        off = self._group(out, "app-c-attention-off",
+                          f"At convergence <v, α> ≈ 0, 'hence y_n = x_n' (App. C after Eq. (13)): |α^T W_O W_V α| ≤ {c.attention_gain_max:g}")
+        off.value(arm, s["attention_gain"], 0.0, c.attention_gain_max, "close", arms=[arm],
+                  statement=f"{where}: α^T W_O W_V α ≈ 0")
+
+    def _bias_step(self, cfg: MarkovRankConfig, out: Analysis, arm: str, run: Run, m: dict) -> None:
+        """Sec. 3 on the full model: one bias step from the initial and the trained weights
+        (:func:`bias_step_excess` on fresh sequences from the chain, stream ``bias-step-eval``)."""
+        c = cfg.claims
+        seeds = member_seeds(cfg.seed, cfg.members)
+        tokens = MarkovChain(cfg.task.p, cfg.task.q).sample(generators(seeds, "bias-step-eval"), cfg.train.batch * c.bias_batches,
+                                                            cfg.train.seq_len)
+        g = self._group(out, "one-extra-bias-step-full-model",
+                        f"'One additional [bias] step is usually sufficient' (Sec. 3, App. A.1) on the Sec. 2 transformer: after one "
+                        f"gradient step on b alone (step {c.bias_lr:g}; the seed gives none) the loss is within {c.tol_bias:g} nats of "
+                        f"min_b L(θ, b), the profile loss of Eq. (9)")
+        m["bias_step"] = {}
+        for when, key in (("init", f"{arm}@init"), ("final", arm)):
+            r = bias_step_excess(cfg.arm_model(), run.arrays(key), tokens, c.bias_lr)
+            m["bias_step"][when] = {k: v.tolist() for k, v in r.items()}
+            g.value(f"{arm}/{when}", r["excess_after"], 0.0, c.tol_bias, "le", arms=[arm] if when == "final" else [],
+                    unit=" nats", statement=f"{arm} arm, {when} weights: L(θ, b − {c.bias_lr:g}·∂_bL) − min_b L(θ, b) ≤ {c.tol_bias:g} "
+                                            f"(before the step: {float(np.mean(r['excess_before'])):.2e})")
 
     @staticmethod
     def _finding(arm: str, m: dict, final_loss: np.ndarray, h_rate: float, h_pi: float) -> str:

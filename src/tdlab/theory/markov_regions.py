@@ -52,7 +52,6 @@ import torch
 
 from tdlab.theory.markov_landscape import (
     ENERGY_SADDLE,
-    CriticalKind,
     classify_critical,
     contrast_and_grad,
     loss,
@@ -304,7 +303,8 @@ def run_joint_flow(theta0: Any, b0: Any, p: float, q: float, t_eval: Any, **inte
 def limit_kind(theta: Any, p: float, q: float, *, atol: float = 1e-3) -> torch.Tensor:
     """Which critical set an end point ``(e, w)`` has reached (Thm. 1), at tolerance ``atol``:
     :func:`tdlab.theory.markov_landscape.classify_critical`, with points within ``atol`` of neither
-    set (still moving) coded ``NONE``. Returns int64 :class:`CriticalKind` codes."""
+    set (still moving) coded ``NONE``. Returns int64
+    :class:`tdlab.theory.markov_landscape.CriticalKind` codes."""
     return classify_critical(_theta2(theta), p, q, atol=atol)
 
 
