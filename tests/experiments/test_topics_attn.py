@@ -14,7 +14,8 @@ from tdlab.runs import Run, RunWriter
 from tdlab.theory.topics import c3
 
 GROUPS = ["table3-same-topic-over-different-topic", "table3-thm3-topic-average-above-different-topic",
-          "table4-same-word-then-different-topic-then-same-topic", "table4-thm5-same-topic-over-same-word-below-lambda5"]
+          "table4-same-word-then-different-topic-then-same-topic",
+          "table4-thm5-same-topic-over-same-word-below-lambda5"]
 BLOCK = (0.9, 20.0)  # (u, z) of a block-wise W^V
 DIAG = (0.05, 8.0)  # of a diagonal one
 
@@ -47,7 +48,8 @@ def _synthetic_run(tmp_path, tag, planted):
                 k = m - lrs.index(lr)
                 u, z, sw, st, dt = planted.get((setting_name(arm, lr), k), (0.9, 1.0, 0.01, 0.01, 0.01))
                 for step, vals in ((0, (0.5, 0.1, 0.01, 0.01, 0.01)), (100, (u, z, sw, st, dt))):
-                    rows += [(step, m, n, float(x)) for n, x in zip(("wv_u", "wv_z", "attn_sw", "attn_st", "attn_dt"), vals)]
+                    names = ("wv_u", "wv_z", "attn_sw", "attn_st", "attn_dt")
+                    rows += [(step, m, n, float(x)) for n, x in zip(names, vals)]
                 rows += [(0, m, "test_loss", 4.62), (100, m, "test_loss", 3.9)]
             w.add_metrics(arm, rows)
         run = w.finish()
@@ -80,7 +82,7 @@ def test_the_papers_rows_hold(tmp_path):
     assert [g.id for g in a.paper] == GROUPS
     assert set(_verdicts(a).values()) == {"holds"}, _verdicts(a)
     rows = _rows(a)
-    assert rows[f"{GROUPS[0]}/adam/lr0.03"].measured == pytest.approx([0.0116 * 0.99 / 0.00665, 0.0116 * 1.01 / 0.00665])
+    assert rows[f"{GROUPS[0]}/adam/lr0.03"].measured == pytest.approx([0.0116 * f / 0.00665 for f in (0.99, 1.01)])
     assert rows[f"{GROUPS[3]}/adam/lr0.003"].expected == pytest.approx(c3(0.15, 0.1) / 9)
     assert rows[f"{GROUPS[3]}/adam/lr0.003"].measured == pytest.approx([0.00185 / 0.0916])
     m = a.measurements["adam/lr0.003"]
@@ -120,7 +122,8 @@ def test_no_diagonal_member_is_not_evaluable_not_a_failure(tmp_path):
     assert v[GROUPS[2]] == v[GROUPS[3]] == "not evaluable"
     rows = _rows(a)
     assert [r for r in rows if r.startswith(GROUPS[2])] == [f"{GROUPS[2]}/adam/lr0.003", f"{GROUPS[2]}/adam/lr0.01"]
-    assert rows[f"{GROUPS[2]}/adam/lr0.01"].measured == [] and rows[f"{GROUPS[2]}/adam/lr0.01"].verdict == "not evaluable"
+    empty = rows[f"{GROUPS[2]}/adam/lr0.01"]
+    assert empty.measured == [] and empty.verdict == "not evaluable"
     assert rows[f"{GROUPS[0]}/adam/lr0.03"].measured == pytest.approx([0.0116 / 0.00665])  # the mixed member left out
     assert a.measurements["adam/lr0.03"]["classes"]["mixed"] == 1
 

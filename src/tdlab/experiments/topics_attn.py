@@ -47,7 +47,7 @@ from pydantic import Field, model_validator
 
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, RunContext, register
-from tdlab.experiments.topics_training import (AUTHORS_NOT_REPRODUCED, Optimizer, TopicsExperimentConfig, TopicsTrain,
+from tdlab.experiments.topics_training import (AUTHORS_NOT_REPRODUCED, TopicsExperimentConfig, TopicsTrain,
                                                final_values, masked_objective, topic_data, trivial_masked_error)
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.probes.blocks import block_stats, model_attention_averages
@@ -92,7 +92,8 @@ class AttnClaims(Config):
     @model_validator(mode="after")
     def _check(self) -> AttnClaims:
         if self.u_diag >= self.u_block:
-            raise ValueError(f"u_diag={self.u_diag} must be below u_block={self.u_block} (the classes must not overlap)")
+            raise ValueError(f"u_diag={self.u_diag} must be below u_block={self.u_block} "
+                             "(the classes must not overlap)")
         return self
 
 
@@ -318,7 +319,8 @@ class TopicsAttn(Experiment):
             for kind in ("block", "diagonal"):
                 sw, st, dt = s.of(kind)
                 if len(sw):
-                    entry[f"{kind}_mean"] = {"a_sw": float(sw.mean()), "a_st": float(st.mean()), "a_dt": float(dt.mean())}
+                    entry[f"{kind}_mean"] = {"a_sw": float(sw.mean()), "a_st": float(st.mean()),
+                                             "a_dt": float(dt.mean())}
             out.measurements[s.name] = entry
             c = entry["classes"]
             line = (f"{s.name}: W^V block {c['block']}, diagonal {c['diagonal']}, mixed {c['mixed']}, unstructured "
