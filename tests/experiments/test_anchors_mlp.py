@@ -10,7 +10,11 @@ import torch
 
 from tdlab.config import ConfigError
 from tdlab.experiments.anchors_mlp import AnchorsMlp, pair_spearman, reasoning_theory_cosines
-from tdlab.experiments.anchors_training import GammaArms
+from tdlab.experiments.anchors_training import GammaArms, epoch_train_config, fixed_data
+from tdlab.models.emb_mlp import EmbMLP
+from tdlab.tasks.anchors import Anchors
+from tdlab.train.objectives import LastPosition
+from tdlab.train.trainer import Trainer
 from tdlab.experiments.runner import execute
 from tdlab.runs import Run, RunWriter
 
@@ -145,7 +149,12 @@ def test_tiny_run_end_to_end_with_an_early_snapshot_equal_to_the_long_fits_start
     assert snap.shape == end.shape == init.shape == (2, 200, 12)
     assert not torch.equal(snap, end) and not torch.equal(snap, init)
     # the snapshot fit is the long fit's first epoch: a 1-epoch fit of the same config gives the same table
-    cfg1 = exp.make_config("quick", [*TINY, "schedule.epochs=1", "snapshot_epochs=[]"], members=2)
-    one = execute(exp, cfg1, "quick", runs_dir, progress=False)
-    assert torch.equal(Run(one.path).arrays("gamma=0.8")["W_emb"], snap)
+    arms, mcfg = exp.gamma_arms(cfg), cfg.model_for_task()
+    tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.task.n_train, 3, epochs=1)
+    data = fixed_data(exp.task(cfg), arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch,
+                      view=Anchors.emb_mlp_view)
+    gam = arms.gamma_of
+    one = Trainer(tcfg, progress=False, objective=LastPosition()).fit(
+        lambda s: EmbMLP(mcfg, s, [gam[x] for x in s]), list(arms.seeds), data)
+    assert torch.equal(torch.stack([st["W_emb"] for st in one.states[4:6]]), snap)  # members of γ = 0.8
     assert np.isfinite(s["wall_time_s"])
