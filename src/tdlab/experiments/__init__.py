@@ -6,6 +6,7 @@ Importing this package registers them all; ``tdlab list`` shows them.
 from tdlab.experiments import (  # noqa: F401
     icl,
     markov_bridge,
+    markov_icommon,
     markov_icl_depth,
     markov_init,
     markov_landscape,
@@ -13,4 +14,5 @@ from tdlab.experiments import (  # noqa: F401
     markov_tying,
     topics_embed,
     topics_landscape,
+    topics_wv,
 )
