@@ -4,6 +4,8 @@ Importing this package registers them all; ``tdlab list`` shows them.
 """
 
 from tdlab.experiments import (  # noqa: F401
+    anchors_bias,
+    anchors_mlp,
     icl,
     markov_bridge,
     markov_icommon,
@@ -14,5 +16,7 @@ from tdlab.experiments import (  # noqa: F401
     markov_tying,
     topics_embed,
     topics_landscape,
+    topics_two_stage,
+    topics_attn,
     topics_wv,
 )
