@@ -229,17 +229,15 @@ def test_population_is_F17_of_every_tau_subset():
         assert q.sum() == pytest.approx(1.0, abs=1e-14)
 
 
-def test_mask_tokens_matches_the_trainer_objective():
-    """tdlab.train.objectives.mask_tokens makes the same draws in the same order: same masks."""
-    objectives = pytest.importorskip("tdlab.train.objectives")
-    if not hasattr(objectives, "mask_tokens"):
-        pytest.skip("tdlab.train.objectives has no mask_tokens")
+def test_the_masked_token_objective_masks_with_this_process():
+    """tdlab.train.objectives.MaskedTokens corrupts documents with mask_tokens: the same masks."""
+    from tdlab.train.objectives import MaskedTokens
+
     task = Topics()
     docs = task.sample(generators([1, 2], "data"), 16)
     mine = mask_tokens(docs["tokens"], docs["key_mask"], generators([1, 2], "mask"), 0.15, 0.1, 0.1, words=task.words)
-    theirs = objectives.mask_tokens(docs["tokens"], generators([1, 2], "mask"), p_m=0.15, p_c=0.1, p_r=0.1, mask_id=0,
-                                    words=task.words, valid=docs["key_mask"])
-    assert torch.equal(mine[0], theirs[0]) and torch.equal(mine[1], theirs[1])
+    batch = MaskedTokens(vocab=task.vocab, words=task.words).prepare(docs, generators([1, 2], "mask"))
+    assert torch.equal(mine[0], batch.inputs) and torch.equal(mine[1], batch.weights > 0)
 
 
 def test_mask_tokens_refuses_bad_arguments():

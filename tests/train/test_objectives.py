@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from tdlab.seeding import Purpose, generators
-from tdlab.train.objectives import Batch, LastPosition, MaskedTokens, NextToken, mask_tokens, next_token_loss, weighted_mean
+from tdlab.tasks.topics import mask_tokens
+from tdlab.train.objectives import Batch, LastPosition, MaskedTokens, NextToken, next_token_loss, weighted_mean
 
 
 def test_next_token_prepares_shifted_pairs_and_scores_the_plain_mean():
@@ -43,7 +44,7 @@ def test_masking_frequencies_follow_section_3_2():
     tokens = torch.randint(1, 101, (E, B, T), generator=torch.Generator().manual_seed(0))
     gens = generators([11, 12], Purpose.TRAIN_DATA)
     p_m, p_c, p_r = 0.15, 0.1, 0.1
-    out, sel = mask_tokens(tokens, gens, p_m=p_m, p_c=p_c, p_r=p_r, mask_id=0, words=(1, 101))
+    out, sel = mask_tokens(tokens, None, gens, p_m, p_c, p_r, mask_id=0, words=(1, 101))
     n, m = E * B * T, int(sel.sum())
     assert abs(m / n - p_m) < 4 * math.sqrt(p_m * (1 - p_m) / n)
     assert torch.equal(out[~sel], tokens[~sel])  # outside M nothing changes
@@ -61,8 +62,8 @@ def test_masking_frequencies_follow_section_3_2():
 def test_member_masks_do_not_depend_on_other_members():
     tokens = torch.randint(1, 21, (3, 8, 30), generator=torch.Generator().manual_seed(0))
     kw = dict(p_m=0.3, p_c=0.1, p_r=0.2, mask_id=0, words=(1, 21))
-    both, sel = mask_tokens(tokens, generators([1, 2, 3], "m"), **kw)
-    alone, sel1 = mask_tokens(tokens[1:2], generators([2], "m"), **kw)
+    both, sel = mask_tokens(tokens, None, generators([1, 2, 3], "m"), **kw)
+    alone, sel1 = mask_tokens(tokens[1:2], None, generators([2], "m"), **kw)
     assert torch.equal(both[1:2], alone) and torch.equal(sel[1:2], sel1)
 
 

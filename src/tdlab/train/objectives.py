@@ -23,8 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Batch", "Objective", "NextToken", "LastPosition", "MaskedTokens", "next_token_loss", "mask_tokens",
-           "weighted_mean"]
+from tdlab.tasks.topics import mask_tokens  # §3.2's corruption: a fact of seed 004's data process
+
+__all__ = ["Batch", "Objective", "NextToken", "LastPosition", "MaskedTokens", "next_token_loss", "weighted_mean"]
 
 Sample = torch.Tensor | Mapping[str, torch.Tensor]
 
@@ -171,36 +172,6 @@ class LastPosition(Objective):
         return nll, logits.argmax(-1) == batch.targets
 
 
-def mask_tokens(tokens: torch.Tensor, gens: Sequence[torch.Generator], *, p_m: float, p_c: float, p_r: float,
-                mask_id: int, words: tuple[int, int], valid: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seed 004 §3.2's corruption: a (valid) position joins the masked set M with probability ``p_m``; a
-    position of M then keeps its token with probability ``p_c``, becomes a uniform draw from
-    ``[words[0], words[1])`` with probability ``p_r``, and becomes ``mask_id`` otherwise.
-
-    Args:
-        tokens: ``(E, B, T)`` long; gens: one generator per member (draws are per member, so member ``e``
-            is masked as it would be alone); valid: ``(E, B, T)`` bool, positions that may be selected.
-    Returns:
-        ``(corrupted (E, B, T), selected (E, B, T) bool)``.
-    """
-    E, B, T = tokens.shape
-    corrupted, selected = tokens.clone(), torch.zeros_like(tokens, dtype=torch.bool)
-    for e, g in enumerate(gens):
-        u = torch.rand((3, B, T), generator=g, device=tokens.device)
-        replacement = torch.randint(words[0], words[1], (B, T), generator=g, device=tokens.device)
-        sel = u[0] < p_m
-        if valid is not None:
-            sel &= valid[e]
-        # One uniform decides the fate of a selected position: [0, p_c) keep, [p_c, p_c + p_r) replace, else mask.
-        replace = sel & (u[1] >= p_c) & (u[1] < p_c + p_r)
-        to_mask = sel & (u[1] >= p_c + p_r)
-        corrupted[e] = torch.where(replace, replacement, corrupted[e])
-        corrupted[e] = corrupted[e].masked_fill(to_mask, mask_id)
-        selected[e] = sel
-    return corrupted, selected
-
-
 class MaskedTokens(Objective):
     """Masked-token prediction (seed 004, §3.2): Eq. (1)'s loss ``mean over documents of
     (1/|M|) Σ_{j in M} ℓ(f(X̃)_j, x_j)``, with ℓ the cross-entropy of Eq. (4) (``loss="ce"``) or the
@@ -236,8 +207,8 @@ class MaskedTokens(Objective):
             return Batch.from_dict(sample)  # masks drawn once, when a fixed data set was built
         tokens = sample if isinstance(sample, torch.Tensor) else sample["tokens"]
         valid = None if isinstance(sample, torch.Tensor) else sample.get("key_mask")
-        corrupted, sel = mask_tokens(tokens, gens, p_m=self.p_m, p_c=self.p_c, p_r=self.p_r, mask_id=self.mask_id,
-                                     words=self.words, valid=valid)
+        corrupted, sel = mask_tokens(tokens, valid, gens, self.p_m, self.p_c, self.p_r, mask_id=self.mask_id,
+                                     words=self.words)
         if self.at_least_one:
             # The authors' builder keeps only documents with a masked token; masking the first valid
             # position of a document whose M came out empty is our deterministic stand-in.
