@@ -57,6 +57,8 @@ from typing import Literal
 import numpy as np
 import torch
 
+from tdlab.theory.topics import c3
+
 __all__ = [
     "Masking", "PAPER_MASKING", "c4", "masked_probs", "q_map", "gamma_of", "block_loss", "block_loss_gamma",
     "diagonal_loss", "landscape", "log_grid", "gamma_star", "lambda1", "lambda2", "lambda3", "lambda4", "lambda5",
@@ -97,8 +99,8 @@ def _check(T: int, v: int, tau: int) -> None:
 
 
 def c4(m: Masking = PAPER_MASKING) -> float:
-    """``c_4 = 1/(1 − (1 − p_c) p_m)`` (F.27; equals Thm. 2's ``c_3``, written here to stay self-contained)."""
-    return 1.0 / (1.0 - (1.0 - m.p_c) * m.p_m)
+    """``c_4 = 1/(1 − (1 − p_c) p_m)`` (F.27): Thm. 2's ``c_3`` (:func:`tdlab.theory.topics.c3`)."""
+    return c3(m.p_m, m.p_c)
 
 
 def masked_probs(T: int, v: int, tau: int, m: Masking = PAPER_MASKING) -> tuple[float, float]:
