@@ -52,11 +52,11 @@ def _emb(kind: str, E=3, d=64, seed=0):
     return W
 
 
-def _planted(tmp_path, emb, acc, members=3):
+def _planted(tmp_path, emb, acc, members=3, overrides=()):
     """A run with given final embeddings per γ (``emb[γ] -> (E, 200, d)``, the snapshot and init take the same
     table) and accuracy jump epochs ``acc[γ] = (mem_at, rsn_at, test_at)``."""
     exp = AnchorsMlp()
-    cfg = exp.make_config("quick", [*TINY, "schedule.epochs=10", "snapshot_epochs=[2]"], members=members)
+    cfg = exp.make_config("quick", [*TINY, "schedule.epochs=10", "snapshot_epochs=[2]", *overrides], members=members)
     spe = cfg.steps_per_epoch
     with RunWriter(tmp_path / "planted", exp.name) as w:
         w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
@@ -115,12 +115,35 @@ def test_the_seeds_picture_holds_and_its_opposite_fails(tmp_path):
 
 def test_memory_accuracy_above_the_order_blind_ceiling_fails_the_sanity_row(tmp_path):
     emb = {g: _emb("paper", seed=i) for i, g in enumerate((0.3, 0.5, 0.8))}
-    exp, cfg, run = _planted(tmp_path, emb, {0.8: (1, 2, 3), 0.5: (6, 4, 5), 0.3: (4, 4, 99)})
+    # 10 sequences per (key, memory tuple): the training-set ceiling is well below the planted 0.9
+    exp, cfg, run = _planted(tmp_path, emb, {0.8: (1, 2, 3), 0.5: (6, 4, 5), 0.3: (4, 4, 99)}, overrides=["task.n_train=20000"])
     a = exp.analyse(cfg, run)
     ceil = a.measurements["order_blind_memory_ceiling"]
     assert all(0.5 < c < 0.75 for c in ceil)  # (10 + 90 E[max of 2 labels in 10 keys]/2)/100 ≈ 0.595, table-dependent
+    assert all(c < 0.8 for c in a.measurements["order_blind_memory_ceiling_train_set"])
     rows = _rows(a)
     assert rows["emb-mlp-order-blind-ceiling/gamma=0.8"].verdict == "fails"  # planted 0.9 > ceiling
+
+
+def test_training_set_ceiling_matches_a_slow_count_and_exceeds_the_population_one():
+    import collections
+
+    from tdlab.seeding import generators
+    from tdlab.train.data import DATASET
+
+    exp = AnchorsMlp()
+    cfg = exp.make_config("quick", TINY, members=2)
+    population, training = exp.memory_ceilings(cfg)
+    task, arms = exp.task(cfg), exp.gamma_arms(cfg)
+    for i in range(2):
+        d = task.dataset(generators([arms.seeds[i]], DATASET)[0], cfg.task.n_train, "train")
+        counts: dict = collections.defaultdict(collections.Counter)
+        for k, a, y, kind in zip(d["key"].tolist(), d["anchors"].tolist(), d["label"].tolist(), d["kind"].tolist()):
+            if kind == 0:
+                counts[(k, tuple(sorted(a)))][y] += 1
+        slow = sum(max(c.values()) for c in counts.values()) / sum(sum(c.values()) for c in counts.values())
+        assert training[i] == pytest.approx(slow, abs=1e-12)
+        assert training[i] > population[i]  # few sequences per (key, tuple): majorities beat the population
 
 
 def test_bad_configs_are_refused():
