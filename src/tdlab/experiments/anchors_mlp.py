@@ -8,11 +8,8 @@ The Emb-MLP ``G(X) = σ(Σ_{s in X} w^{emb,s} W^(1)) W^(2)`` reads ``X = [z, a_1
   Fig. 2A shows at γ = 0.8 against γ = 0.3. Sum-pooling is order-blind, so memory accuracy is capped by
   :func:`tdlab.theory.anchors.order_blind_memory_ceiling` (reported, and a sanity row).
 * Fig. 3A — cosine matrices of the memory and reasoning anchors' embeddings at γ = 0.8, at the
-  snapshot epochs (the seed: 50 and 900). The trainer has no snapshot hook: an early snapshot at epoch
-  ``e`` is a separate fit of ``e`` epochs from the same seeds (with a constant learning rate and the
-  per-epoch shuffles derived from seed and epoch, it is the first ``e`` epochs of the full run; the
-  cost is ``e`` epochs more). The late snapshot is the end of training (epoch 1000 in the paper
-  profile, standing in for the seed's 900).
+  snapshot epochs (the seed: 50 and 900; the trainer's ``snapshot_steps``, stored as
+  ``gamma=<γ>@step<N>``) and at the end.
 * Fig. 3B–C — ``P^s − 1/d_vob`` of every reasoning anchor (Eq. 8/22 on the task's training
   population, :func:`tdlab.theory.anchors.token_label_law`) and their cosines; Eq. 7: every memory
   anchor has the same law.
@@ -45,7 +42,7 @@ from tdlab.experiments.anchors_training import (
     AnchorsHealth, EpochsConfig, GammaArms, Seed001TrainConfig, auc, epoch_curves, epoch_train_config, fit_gamma_arms,
     fixed_data, plot_split_curves, t50,
 )
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register, snapshot_arm
 from tdlab.models.emb_mlp import EmbMLP, EmbMLPConfig
 from tdlab.probes.embedding import cosine_matrix, distance_spearman, offdiag_mean
 from tdlab.report.figures import plt, save_figure
@@ -93,8 +90,8 @@ class AnchorsMlpConfig(ExperimentConfig):
     gammas: list[float] = [0.3, 0.5, 0.8]  # A.3
     train: EmbTrainConfig = EmbTrainConfig()  # A.3: AdamW, batch 100, lr 5e-6, clip 1
     schedule: EpochsConfig = EpochsConfig()  # A.3: 1000 epochs
-    # Fig. 3A's early snapshot(s), epochs < schedule.epochs (the seed: 50); the end is always a snapshot.
-    snapshot_epochs: list[int] = [50]
+    # Fig. 3A's snapshots, epochs < schedule.epochs (the seed: 50 and 900); the end is always one too.
+    snapshot_epochs: list[int] = [50, 900]
     claims: MlpClaims = MlpClaims()
     cpu_threads: int | None = Field(1, ge=1, le=1024)  # small per-step work: one thread (tdlab.train.cpu)
 
@@ -109,10 +106,6 @@ class AnchorsMlpConfig(ExperimentConfig):
         bad = [e for e in self.snapshot_epochs if not 1 <= e < self.schedule.epochs]
         if bad:
             raise ValueError(f"snapshot_epochs {bad} must lie in 1..schedule.epochs-1={self.schedule.epochs - 1}")
-        if self.snapshot_epochs and (self.train.schedule != "constant" or self.train.warmup_steps):
-            raise ValueError("snapshot_epochs need train.schedule='constant' and train.warmup_steps=0 (an early "
-                             "snapshot is a shorter fit, equal to the long one's start only under a constant lr); "
-                             "set snapshot_epochs=[] otherwise")
         if self.task.n_train < self.train.batch:
             raise ValueError(f"task.n_train={self.task.n_train} must hold at least one batch of train.batch={self.train.batch}")
         return self
@@ -179,18 +172,19 @@ class AnchorsMlp(AnchorsHealth, Experiment):
         # * keys Z = 21..40 (N_Z = 20): 5× fewer (key, tuple) pairs for the memory map;
         # * n_train = 20,000 = 5 sequences per (key, tuple) pair (the seed: 1,000,000 / 20,000 = 50), 1,000 of M;
         # * widths d_m 64, d_f 128 (as anchors-bias's quick transformer): CPU time;
-        # * lr 1e-3 (the seed: 5e-6 over 10,000,000 steps), 40 epochs = 8,000 steps; early snapshot at epoch 2
-        #   (the seed's 50 of 1000 epochs, scaled to 40), late snapshot at the end (the seed's 900).
+        # * lr 1e-3 (the seed: 5e-6 over 10,000,000 steps), 40 epochs = 8,000 steps; snapshots at epochs 2
+        #   and 36 (the seed's 50 and 900 of 1000 epochs, scaled to 40).
         "quick": {
             "members": 3,
             "task": {"key_min": 21, "key_max": 40, "n_train": 20_000, "n_test": 1_000},
             "model": {"d_m": 64, "d_f": 128},
             "train": {"lr": 1e-3},
             "schedule": {"epochs": 40, "eval_epochs": 1, "n_eval": 1_000},
-            "snapshot_epochs": [2],
+            "snapshot_epochs": [2, 36],
         },
-        # A.3 exactly: 1,000,000 sequences, d_m 200, d_f 512, lr 5e-6, 1000 epochs; Fig. 3A at epoch 50 and the end.
-        "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}, "snapshot_epochs": [50]},
+        # A.3 exactly: 1,000,000 sequences, d_m 200, d_f 512, lr 5e-6, 1000 epochs; Fig. 3A at epochs 50 and 900.
+        "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000},
+                  "snapshot_epochs": [50, 900]},
     }
 
     @staticmethod
@@ -201,10 +195,6 @@ class AnchorsMlp(AnchorsHealth, Experiment):
     def gamma_arms(cfg: AnchorsMlpConfig) -> GammaArms:
         return GammaArms.make(cfg.seed, cfg.gammas, cfg.members)
 
-    @staticmethod
-    def snapshot_tag(epoch: int) -> str:
-        return f"@epoch{epoch}"
-
     def run(self, cfg: AnchorsMlpConfig, ctx: RunContext) -> None:
         task, arms = self.task(cfg), self.gamma_arms(cfg)
         mcfg = cfg.model_for_task()
@@ -213,13 +203,13 @@ class AnchorsMlp(AnchorsHealth, Experiment):
         def build(seeds: list[int]) -> EmbMLP:
             return EmbMLP(mcfg, seeds, [gamma_of[s] for s in seeds])
 
+        tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.task.n_train, cfg.task.q + 1)
+        data = fixed_data(task, arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch,
+                          view=Anchors.emb_mlp_view)
+        trainer = Trainer(tcfg, ctx.device, ctx.progress, label="γ-sweep", objective=LastPosition(),
+                          snapshot_steps=[e * cfg.steps_per_epoch for e in cfg.snapshot_epochs])
         with cpu_threads(cfg.cpu_threads, ctx.device):
-            for epochs, tag in [(cfg.schedule.epochs, "")] + [(e, self.snapshot_tag(e)) for e in cfg.snapshot_epochs]:
-                tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.task.n_train, cfg.task.q + 1, epochs)
-                data = fixed_data(task, arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch,
-                                  view=Anchors.emb_mlp_view)
-                trainer = Trainer(tcfg, ctx.device, ctx.progress, label=f"γ-sweep{tag}", objective=LastPosition())
-                fit_gamma_arms(ctx, trainer, build, arms, data, tag=tag, rows=not tag)
+            fit_gamma_arms(ctx, trainer, build, arms, data)
 
     # ---- analysis -------------------------------------------------------------------------------
     def snapshots(self, cfg: AnchorsMlpConfig, run: Run, gamma: float) -> dict[str, torch.Tensor]:
@@ -227,7 +217,7 @@ class AnchorsMlp(AnchorsHealth, Experiment):
         arm = GammaArms.arm(gamma)
         out = {"init": run.arrays(init_arm(arm))["W_emb"]}
         for e in cfg.snapshot_epochs:
-            out[f"epoch {e}"] = run.arrays(f"{arm}{self.snapshot_tag(e)}")["W_emb"]
+            out[f"epoch {e}"] = run.arrays(snapshot_arm(arm, e * cfg.steps_per_epoch))["W_emb"]
         out[f"end (epoch {cfg.schedule.epochs})"] = run.arrays(arm)["W_emb"]
         return out
 

@@ -44,7 +44,7 @@ from pydantic import Field
 
 from tdlab.claims import ArmHealth, assess_arm
 from tdlab.config import Config
-from tdlab.experiments.base import RunContext, init_arm, initial_states
+from tdlab.experiments.base import RunContext, init_arm, initial_states, snapshot_arm
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.report.figures import curve_with_band, member_curves, plt
 from tdlab.runs import Run
@@ -195,38 +195,38 @@ def epoch_train_config(train: TrainConfig, ep: EpochsConfig, n_train: int, seq_l
     return train.updated({"steps": e * spe, "eval_every": ep.eval_epochs * spe, "log_every": spe, "seq_len": max(2, seq_len)})
 
 
-def fit_gamma_arms(ctx: RunContext, trainer: Trainer, build: Callable[[list[int]], Any], arms: GammaArms, data: Any,
-                   tag: str = "", rows: bool = True) -> dict[str, FitResult]:
-    """One ensemble fit of every (γ, seed) member, stored as one arm per γ (``gamma=<γ>{tag}``).
+def fit_gamma_arms(ctx: RunContext, trainer: Trainer, build: Callable[[list[int]], Any], arms: GammaArms,
+                   data: Any) -> dict[str, FitResult]:
+    """One ensemble fit of every (γ, seed) member, stored as one arm per γ (``gamma=<γ>``).
 
     Like :meth:`RunContext.fit`: checkpointed in the run's ``checkpoints/``, skipped when a resumed run
-    had finished it, the initial parameters stored under ``ARM@init`` (main fit only), what a diverging
-    fit measured stored before the error goes on up. ``rows=False`` stores parameters only (snapshot
-    fits: they are no arms of the health gate).
+    had finished it, the initial parameters stored under ``ARM@init``, what a diverging fit measured
+    stored before the error goes on up. Parameters the trainer kept at its ``snapshot_steps``
+    are stored per arm as ``ARM@step<N>`` (:func:`tdlab.experiments.base.snapshot_arm`).
 
     Returns:
         ``{arm: FitResult}`` with members renumbered ``0..n-1`` (seed index).
     """
-    names = [f"{a}{tag}" for a in arms.arms]
+    names = arms.arms
     if all(ctx.writer.arrays_path(a).is_file() for a in names):
         return {a: FitResult(rows=ctx.writer.arm_rows(a), states=ctx.writer.load_arrays(a)) for a in names}
-    trainer.checkpoint = ctx.writer.path / "checkpoints" / f"gamma-sweep{tag.replace('@', '_')}.json"
+    trainer.checkpoint = ctx.writer.path / "checkpoints" / "gamma-sweep.json"
     trainer.config_hash = ctx.writer.config_hash()
     seeds = list(arms.seeds)
 
     def store(result: FitResult) -> dict[str, FitResult]:
         out = {}
-        init = initial_states(build, seeds) if not tag else None
+        init = initial_states(build, seeds)
         for g, arm in enumerate(names):
             idx = arms.members_of(g)
             pos = {m: i for i, m in enumerate(idx)}
             sub = FitResult(rows=[(s, pos[m], n, v) for s, m, n, v in result.rows if m in pos],
                             states=[result.states[m] for m in idx if m < len(result.states)])
-            if rows:
-                ctx.store_rows(arm, sub.rows)
+            ctx.store_rows(arm, sub.rows)
             ctx.writer.save_arrays(arm, sub.states)
-            if init is not None:
-                ctx.writer.save_arrays(init_arm(arm), [init[m] for m in idx])
+            ctx.writer.save_arrays(init_arm(arm), [init[m] for m in idx])
+            for step, sts in sorted(result.snapshots.items()):  # the trainer's snapshot_steps, as ARM@stepN
+                ctx.writer.save_arrays(snapshot_arm(arm, step), [sts[m] for m in idx if m < len(sts)])
             out[arm] = sub
         return out
 
