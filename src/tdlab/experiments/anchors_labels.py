@@ -1,0 +1,311 @@
+"""``anchors-labels``: seed 001 §4.5, Fig. 7 — the label distribution steers what a memory task learns.
+
+The seed's text and caption swap left and right; we follow the caption: **left** (a) targets vs
+predictions of four memory groups, **right** (b) learning speed of ``F_mem,1`` vs ``F_mem,2``.
+
+(a) Four groups of memory mappings with labels from ``{30..29 + 20 i}``, ``i = 1..4`` (nested, as
+printed). The group make-up is unstated; ``tasks.anchors`` documents ``mix="memory", mem_max=20,
+memory_groups=4``: memory anchors 1..20 in 4 consecutive groups of 5, anchor tuples within one group,
+memory sequences only, γ = 0.8. The model is trained for ``groups_epochs`` epochs (an early snapshot);
+on ``schedule.n_eval`` training sequences per member its predictions are compared with the targets,
+per group. Claim: at that snapshot accuracy is ``<= 0.3`` (t; else the snapshot is not early and the
+rows are ``not evaluable``) and ``>= 95%`` (t) of each group's predictions lie in its label range.
+
+(b) ``F_mem,1`` (``y ~ U(Z)``) vs ``F_mem,2`` (``y ~ U{z_p − Σa .. z_p + Σa}``), otherwise identical:
+memory sequences only (anchors 1..10), the same member seeds (so the same initialisations and token
+sequences; only the label draws differ), γ = 0.8. Claims (paired over seeds): ``T50`` earlier and
+``AUC`` larger for ``F_mem,2``.
+
+Arms: ``groups`` (a), ``mem1`` and ``mem2`` (b); every arm's accuracy and loss are on the first
+``n_eval`` training sequences (``mem_acc``, ``mem_loss``), as the seed measures memorisation.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+
+from tdlab.claims import ArmHealth, assess_arm
+from tdlab.config import Config
+from tdlab.experiments.anchors_bias import Seed001GPTConfig
+from tdlab.experiments.anchors_training import EpochsConfig, Seed001TrainConfig, auc, epoch_curves, epoch_train_config, t50
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.report.figures import curve_with_band, member_curves, plt, save_figure
+from tdlab.runs import Run
+from tdlab.seeding import generators, member_seeds
+from tdlab.tasks.anchors import Anchors, AnchorsConfig
+from tdlab.train.cpu import cpu_threads
+from tdlab.train.data import DATASET, FixedDataset
+from tdlab.train.objectives import LastPosition
+from tdlab.train.trainer import Trainer
+
+__all__ = ["GroupsTaskConfig", "CompareTaskConfig", "LabelsClaims", "AnchorsLabelsConfig", "AnchorsLabels", "memory_splits",
+           "group_in_range"]
+
+ARMS = {"groups": "Fig. 7 left: 4 memory groups", "mem1": "F_mem,1: y ~ U(Z)", "mem2": "F_mem,2: y ~ U{z − Σa..z + Σa}"}
+
+
+class GroupsTaskConfig(AnchorsConfig):
+    """Fig. 7 left (``tasks.anchors``' documented make-up): memory only, anchors 1..20 in 4 groups of 5."""
+
+    mix: Literal["both", "memory", "reasoning"] = "memory"
+    mem_max: int = Field(20, ge=0, le=65535)
+    memory_groups: int = Field(4, ge=1, le=64)
+
+
+class CompareTaskConfig(AnchorsConfig):
+    """Fig. 7 right: memory only, anchors 1..10; ``memory_labels`` is set per arm (uniform / window)."""
+
+    mix: Literal["both", "memory", "reasoning"] = "memory"
+
+
+class LabelsClaims(Config):
+    """Thresholds (t) of the claims — ours, fixed before any run (issue 15)."""
+
+    early_acc_max: float = Field(0.3, ge=0.0, le=1.0)  # (t) the snapshot is "early": accuracy <= 0.3
+    in_range_min: float = Field(0.95, ge=0.0, le=1.0)  # (t) >= 95% of each group's predictions in its range
+    t50_acc: float = Field(0.5, gt=0.0, lt=1.0)
+
+
+class AnchorsLabelsConfig(ExperimentConfig):
+    members: int = Field(3, ge=1, le=1024)
+    gamma: float = Field(0.8, ge=0.0, le=10.0)  # §4.5: small init
+    model: Seed001GPTConfig = Seed001GPTConfig()
+    groups_task: GroupsTaskConfig = GroupsTaskConfig()
+    compare_task: CompareTaskConfig = CompareTaskConfig()
+    train: Seed001TrainConfig = Seed001TrainConfig()
+    schedule: EpochsConfig = EpochsConfig()  # (b)'s schedule; (a) stops at groups_epochs
+    groups_epochs: int = Field(50, ge=1, le=100_000)  # (a)'s early snapshot (the seed: "early stages"; ours: 50 of 1000)
+    claims: LabelsClaims = LabelsClaims()
+    cpu_threads: int | None = Field(1, ge=1, le=1024)
+
+    @model_validator(mode="after")
+    def _check(self) -> AnchorsLabelsConfig:
+        if self.groups_task.mix != "memory" or self.compare_task.mix != "memory":
+            raise ValueError("groups_task.mix and compare_task.mix must be 'memory' (Fig. 7 trains memory tasks only)")
+        if self.groups_task.memory_groups < 1:
+            raise ValueError("groups_task.memory_groups must be >= 1 (Fig. 7 left: the groups)")
+        if self.model.init != "gamma":
+            raise ValueError(f"model.init must be 'gamma' (seed 001 §3.4), got {self.model.init!r}")
+        for name in ("groups_task", "compare_task"):
+            if getattr(self, name).n_train < self.train.batch:
+                raise ValueError(f"{name}.n_train={getattr(self, name).n_train} must hold one batch of train.batch={self.train.batch}")
+        for lab in ("uniform", "window"):  # both arms of (b) must be valid tasks
+            AnchorsConfig(**{**self.compare_task.model_dump(), "memory_labels": lab})
+        return self
+
+    def model_for(self, task: AnchorsConfig) -> GPTConfig:
+        return self.model.updated({"vocab": task.d_vob, "max_len": task.L, "init_gamma": self.gamma})
+
+    def task_of(self, arm: str) -> Anchors:
+        if arm == "groups":
+            return Anchors(self.groups_task)
+        lab = {"mem1": "uniform", "mem2": "window"}[arm]
+        return Anchors(AnchorsConfig(**{**self.compare_task.model_dump(), "memory_labels": lab}))
+
+    def steps_per_epoch(self, arm: str) -> int:
+        t = self.groups_task if arm == "groups" else self.compare_task
+        return max(1, t.n_train // self.train.batch)
+
+
+def memory_splits(task: Anchors, n_train: int, n_eval: int):
+    """``make(gen, device)`` of a memory-only :class:`FixedDataset`: ``train`` and ``mem`` (its first
+    ``n_eval`` sequences), each ``{"tokens", "label"}``."""
+
+    def make(gen: torch.Generator, device: str | torch.device = "cpu") -> dict[str, dict[str, torch.Tensor]]:
+        d = task.dataset(gen, n_train, "train")
+        out = {"train": {"tokens": d["tokens"], "label": d["label"]},
+               "mem": {"tokens": d["tokens"][:n_eval], "label": d["label"][:n_eval]}}
+        return {k: {n: t.to(device) for n, t in v.items()} for k, v in out.items()}
+
+    return make
+
+
+def group_in_range(pred: torch.Tensor, group: torch.Tensor, ranges: list[tuple[int, int]]) -> torch.Tensor:
+    """Share of each group's predictions inside its label range.
+
+    Args:
+        pred, group: ``(E, n)`` predicted labels and group index of each sequence.
+        ranges: inclusive ``(lo, hi)`` per group.
+    Returns:
+        ``(E, G)`` float64 (NaN for a group with no sequence).
+    """
+    out = torch.full((pred.shape[0], len(ranges)), float("nan"), dtype=torch.float64)
+    for k, (lo, hi) in enumerate(ranges):
+        sel = group == k
+        inside = ((pred >= lo) & (pred <= hi) & sel).sum(-1).double()
+        n = sel.sum(-1).double()
+        out[:, k] = torch.where(n > 0, inside / n.clamp(min=1), torch.full_like(n, float("nan")))
+    return out
+
+
+@register
+class AnchorsLabels(Experiment):
+    name = "anchors-labels"
+    paper = "001 Reasoning bias under small initialisation"
+    figure = "Fig. 7 (§4.5; caption's left/right)"
+    description = (
+        "Memory tasks at γ = 0.8: (left) 4 groups of memory mappings with nested label ranges {30..29+20i}: early "
+        "predictions stay in each group's range; (right) F_mem,1 (y ~ U(Z)) vs F_mem,2 (y ~ U{z−Σa..z+Σa}): the anchor-"
+        "dependent label law is learnt faster (T50, AUC)."
+    )
+    Config = AnchorsLabelsConfig
+    arm_fields = {"compare_task.memory_labels": "the arms mem1 (uniform) and mem2 (window)",
+                  "model.vocab": "groups_task.d_vob / compare_task.d_vob", "model.max_len": "groups_task.L / compare_task.L",
+                  "model.init_gamma": "gamma"}
+    profiles = {
+        # anchors-bias's scale-down (keys 21..40, 20,000 sequences, d_m 64, d_k 32, d_f 128, lr 1e-3), memory
+        # tasks only. (a) stops after 1 epoch (the seed's early stage; 200 steps); (b) 12 epochs as anchors-bias.
+        "quick": {
+            "members": 3,
+            "groups_task": {"key_min": 21, "key_max": 40, "n_train": 20_000},
+            "compare_task": {"key_min": 21, "key_max": 40, "n_train": 20_000},
+            "model": {"d": 64, "d_attn": 32, "d_ff": 128},
+            "train": {"lr": 1e-3},
+            "schedule": {"epochs": 12, "eval_epochs": 1, "n_eval": 1_000},
+            "groups_epochs": 1,
+        },
+        # A.3's optimisation and widths, the seed's task sizes; (a)'s snapshot at epoch 50 (ours).
+        "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}, "groups_epochs": 50},
+    }
+
+    def run(self, cfg: AnchorsLabelsConfig, ctx: RunContext) -> None:
+        seeds = member_seeds(cfg.seed, cfg.members)  # the same seeds in every arm: paired by seed index
+        with cpu_threads(cfg.cpu_threads, ctx.device):
+            for arm in ARMS:
+                task = cfg.task_of(arm)
+                epochs = cfg.groups_epochs if arm == "groups" else cfg.schedule.epochs
+                tcfg = epoch_train_config(cfg.train, cfg.schedule, task.cfg.n_train, task.cfg.L, epochs)
+                data = FixedDataset(memory_splits(task, task.cfg.n_train, cfg.schedule.n_eval), cfg.train.batch,
+                                    eval_splits=("mem",), eval_batch=cfg.schedule.eval_batch)
+                trainer = Trainer(tcfg, ctx.device, ctx.progress, label=arm, objective=LastPosition())
+                mcfg = cfg.model_for(task.cfg)
+                ctx.fit(arm, trainer, lambda s, m=mcfg: GPT(m, s), seeds, data)
+
+    # ---- health: the loss on the training sequences (memory tasks have no held-out set) ---------
+    def health(self, cfg: AnchorsLabelsConfig, run: Run) -> dict[str, ArmHealth]:
+        df = run.metrics()
+        out = {}
+        for arm in ARMS:
+            steps, loss = member_curves(df, arm, "mem_loss")
+            if steps.size == 0:
+                continue
+            sub = df[df["arm"] == arm]
+            d_vob = (cfg.groups_task if arm == "groups" else cfg.compare_task).d_vob
+            out[arm] = assess_arm(arm, loss[:, 0].tolist(), loss[:, -1].tolist(), accepted_steps=[float(steps.max())] * loss.shape[0],
+                                  test_error=loss[:, -1].tolist(), trivial_error=math.log(d_vob),
+                                  all_finite=bool(np.all(np.isfinite(sub["value"].to_numpy(dtype=float)))))
+        return out
+
+    # ---- analysis -------------------------------------------------------------------------------
+    def snapshot_predictions(self, cfg: AnchorsLabelsConfig, run: Run) -> dict[str, torch.Tensor]:
+        """(a) at its snapshot: ``pred``, ``label``, ``group`` ``(E, n_eval)`` on each member's first
+        ``n_eval`` training sequences (rebuilt from the member seeds, as the fit drew them)."""
+        task = cfg.task_of("groups")
+        seeds = member_seeds(cfg.seed, cfg.members)
+        n = min(cfg.schedule.n_eval, cfg.groups_task.n_train)
+        toks, labs, grps = [], [], []
+        size = (cfg.groups_task.mem_max - cfg.groups_task.mem_min + 1) // cfg.groups_task.memory_groups
+        for g in generators(seeds, DATASET):
+            d = task.dataset(g, cfg.groups_task.n_train, "train")
+            toks.append(d["tokens"][:n])
+            labs.append(d["label"][:n])
+            grps.append((d["anchors"][:n, 0] - cfg.groups_task.mem_min) // size)
+        arrays = run.arrays("groups")
+        model = GPT(cfg.model_for(cfg.groups_task), list(range(cfg.members)))
+        model.load_state_dict(arrays)
+        with torch.no_grad():
+            pred = model.eval()(torch.stack(toks))[:, :, -1].argmax(-1)
+        return {"pred": pred, "label": torch.stack(labs), "group": torch.stack(grps)}
+
+    def analyse(self, cfg: AnchorsLabelsConfig, run: Run) -> Analysis:
+        c = cfg.claims
+        df = run.metrics()
+        out = Analysis()
+        # (a)
+        task = cfg.task_of("groups")
+        ranges = [task.group_range(k) for k in range(cfg.groups_task.memory_groups)]
+        snap = self.snapshot_predictions(cfg, run)
+        share = group_in_range(snap["pred"], snap["group"], ranges)
+        target_share = group_in_range(snap["label"], snap["group"], ranges)
+        _, acc = epoch_curves(df, "groups", "mem_acc", cfg.steps_per_epoch("groups"))
+        acc_snap = acc[:, -1].tolist()
+        out.measurements["groups"] = {"epoch": cfg.groups_epochs, "acc": acc_snap, "in_range": share.tolist(),
+                                      "targets_in_range": target_share.tolist(), "ranges": ranges}
+        grp = out.group("fig7-left-predictions-in-label-range",
+                        "Early in training (accuracy still low), each memory group's predictions stay inside its label "
+                        "range (Fig. 7 left, §4.5)")
+        early = float(np.mean(acc_snap)) <= c.early_acc_max
+        for k, (lo, hi) in enumerate(ranges):
+            row = grp.value(f"group{k + 1}", share[:, k].tolist() if early else [], c.in_range_min, 0.0, "ge", arms=["groups"],
+                            statement=f"epoch {cfg.groups_epochs}: share of group {k + 1}'s predictions in {lo}..{hi} ≥ "
+                                      f"{c.in_range_min:g} (t)")
+            if not early:
+                row.reason = (f"the snapshot is not early: accuracy {np.mean(acc_snap):.3f} > {c.early_acc_max:g} (t) at "
+                              f"epoch {cfg.groups_epochs}")
+        out.notes.append(f"(a) epoch {cfg.groups_epochs}: accuracy {np.mean(acc_snap):.3f}; share in range per group "
+                         + ", ".join(f"{lo}..{hi}: {float(share[:, k].mean()):.3f}" for k, (lo, hi) in enumerate(ranges))
+                         + " (seed means; chance for a uniform guess over the vocabulary: "
+                         + ", ".join(f"{(hi - lo + 1) / cfg.groups_task.d_vob:.2f}" for lo, hi in ranges) + ").")
+        # (b)
+        m = {}
+        for arm in ("mem1", "mem2"):
+            epochs, acc = epoch_curves(df, arm, "mem_acc", cfg.steps_per_epoch(arm))
+            horizon = cfg.schedule.epochs + cfg.schedule.eval_epochs
+            m[arm] = {"T50": t50(epochs, acc, horizon, c.t50_acc), "AUC": auc(epochs, acc), "final_acc": acc[:, -1].tolist()}
+        out.measurements.update(m)
+        grp = out.group("fig7-right-window-labels-learnt-faster",
+                        "A memory task whose label law depends on the anchor (F_mem,2) is learnt faster than one with "
+                        "labels from U(Z) (F_mem,1) (Fig. 7 right, §4.5)")
+        horizon = cfg.schedule.epochs + cfg.schedule.eval_epochs
+        both_censored = all(a >= horizon and b >= horizon for a, b in zip(m["mem1"]["T50"], m["mem2"]["T50"]))
+        row = grp.compare("t50", [] if both_censored else m["mem2"]["T50"], m["mem1"]["T50"], "lt", paired=True,
+                          arms=["mem1", "mem2"], unit=" epochs", statement="T50_mem of F_mem,2 minus that of F_mem,1 < 0")
+        if both_censored:
+            row.reason = (f"no member of either task reached acc_mem {c.t50_acc:g} within {cfg.schedule.epochs} epochs: "
+                          "two censored T50s carry no order")
+        grp.compare("auc", m["mem2"]["AUC"], m["mem1"]["AUC"], "gt", paired=True, arms=["mem1", "mem2"],
+                    statement="AUC_mem of F_mem,2 minus that of F_mem,1 > 0")
+        for arm in ("mem1", "mem2"):
+            cens = sum(v >= horizon for v in m[arm]["T50"])
+            out.notes.append(f"(b) {ARMS[arm]}: T50 {m[arm]['T50']} epochs ({cens} censored at {horizon}), AUC "
+                             f"{np.mean(m[arm]['AUC']):.3f}, final acc {np.mean(m[arm]['final_acc']):.3f} (seed means).")
+        out.notes.append("Fig. 7's text and caption swap left and right; we follow the caption. Group make-up (unstated): "
+                         "tasks.anchors' mix='memory', mem_max=20, memory_groups=4, i.e. 4 groups of 5 memory anchors.")
+        return out
+
+    # ---- figures --------------------------------------------------------------------------------
+    def plot(self, cfg: AnchorsLabelsConfig, run: Run, analysis: Analysis, figdir: Path) -> list[Path]:
+        snap = self.snapshot_predictions(cfg, run)
+        ranges = analysis.measurements["groups"]["ranges"]
+        G = len(ranges)
+        fig, axes = plt.subplots(G, 2, figsize=(11, 2.2 * G), squeeze=False, gridspec_kw={"width_ratios": [1.4, 1]})
+        bins = np.arange(0, cfg.groups_task.d_vob + 1) - 0.5
+        for k, (lo, hi) in enumerate(ranges):
+            ax = axes[k][0]
+            sel = snap["group"] == k
+            ax.hist(snap["label"][sel].numpy(), bins=bins, color="tab:red", alpha=0.6, label="target")
+            ax.hist(snap["pred"][sel].numpy(), bins=bins, color="tab:blue", alpha=0.6, label="prediction")
+            ax.axvspan(lo - 0.5, hi + 0.5, color="grey", alpha=0.1)
+            ax.set_title(f"group {k + 1}: labels {lo}..{hi}", fontsize=9)
+            if k == 0:
+                ax.legend(fontsize=8)
+        df = run.metrics()
+        ax = axes[0][1]
+        for arm, color in (("mem1", "tab:red"), ("mem2", "tab:blue")):
+            ep, v = epoch_curves(df, arm, "mem_acc", cfg.steps_per_epoch(arm))
+            curve_with_band(ax, ep, v, ARMS[arm], color)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("accuracy on D_mem")
+        ax.legend(fontsize=8)
+        ax.set_title("Fig. 7 right — learning speed", fontsize=9)
+        for k in range(1, G):
+            axes[k][1].axis("off")
+        fig.suptitle(f"Fig. 7 — left: targets vs predictions at epoch {cfg.groups_epochs} (all {cfg.members} seeds), γ = {cfg.gamma:g}")
+        return [save_figure(fig, figdir / "fig7_label_distribution.png")]

@@ -1,0 +1,79 @@
+"""Def. 3 (p, q)-cliffs on hand-made rows, and Thm. 3: softmax(C·l) of a cliff puts mass 1 on [p, p+q]."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from tdlab.probes.cliffs import is_cliff, window_mass
+
+
+def _slow_is_cliff(l: list[float], p: int, q: int) -> bool:
+    """Def. 3 written out with 1-based indices (p = 1: no plateau lower bound)."""
+    L = len(l)
+    x = {i + 1: v for i, v in enumerate(l)}
+    inc = all(x[i + 1] > x[i] for i in range(1, p))
+    lo = (x[p - 1] + x[p]) / 2 if p >= 2 else -float("inf")
+    plat = all(lo <= x[i] <= x[p] for i in range(p + 1, p + q + 1))
+    desc = all(x[i] < x[1] for i in range(p + q + 1, L + 1))
+    return inc and plat and desc
+
+
+def test_hand_made_rows():
+    # L = 7, key at p = 3, anchors 4..5: rising 1 < 2 < 4, plateau in [3, 4], tail below l_1 = 1
+    good = [1.0, 2.0, 4.0, 3.5, 3.0, 0.5, -1.0]
+    assert bool(is_cliff(torch.tensor(good), 3, 2))
+    # each condition broken on its own
+    assert not bool(is_cliff(torch.tensor([2.0, 1.0, 4.0, 3.5, 3.0, 0.5, -1.0]), 3, 2))  # not increasing
+    assert not bool(is_cliff(torch.tensor([1.0, 2.0, 4.0, 4.5, 3.0, 0.5, -1.0]), 3, 2))  # plateau above l_p
+    assert not bool(is_cliff(torch.tensor([1.0, 2.0, 4.0, 3.5, 2.9, 0.5, -1.0]), 3, 2))  # plateau below (l_2 + l_3)/2 = 3
+    assert not bool(is_cliff(torch.tensor([1.0, 2.0, 4.0, 3.5, 3.0, 1.0, -1.0]), 3, 2))  # tail not below l_1
+    # the plateau's lower bound is inclusive: (l_{p-1} + l_p)/2 itself is allowed
+    assert bool(is_cliff(torch.tensor([1.0, 2.0, 4.0, 3.0, 3.0, 0.5, -1.0]), 3, 2))
+    # anchors at the end (p = L - q): no tail; p = 1: no rise and no lower bound
+    assert bool(is_cliff(torch.tensor([0.0, 1.0, 2.0, 3.0, 5.0, 4.0, 4.5]), 5, 2))
+    assert bool(is_cliff(torch.tensor([3.0, -5.0, 2.0, 0.0, 1.0]), 1, 2))
+    assert not bool(is_cliff(torch.tensor([3.0, -5.0, 2.0, 4.0, 1.0]), 1, 2))  # tail above l_1
+
+
+def test_vectorised_matches_the_definition_written_out():
+    g = torch.Generator().manual_seed(0)
+    L, q = 6, 2
+    rows, ps = [], []
+    for _ in range(400):
+        p = int(torch.randint(1, L - q + 1, (1,), generator=g))
+        base = torch.randint(-3, 4, (L,), generator=g).double()
+        rows.append(base)
+        ps.append(p)
+    # plus rows built to be cliffs (so both outcomes occur)
+    for p in range(1, L - q + 1):
+        l = [float(i) for i in range(1, p + 1)] + [p - 0.2] * q + [0.0] * (L - p - q)
+        rows.append(torch.tensor(l, dtype=torch.float64))
+        ps.append(p)
+    X, P = torch.stack(rows), torch.tensor(ps)
+    got = is_cliff(X, P, q)
+    want = torch.tensor([_slow_is_cliff(r.tolist(), p, q) for r, p in zip(rows, ps)])
+    assert torch.equal(got, want)
+    assert bool(want.any()) and not bool(want.all())
+
+
+@pytest.mark.parametrize("p,q,L", [(3, 2, 9), (1, 2, 9), (7, 2, 9), (4, 3, 8)])
+def test_theorem3_softmax_of_a_scaled_cliff_concentrates_on_the_window(p, q, L):
+    # a cliff: rising to the key, plateau just below it, tail below l_1
+    l = torch.tensor([float(i) for i in range(1, p + 1)] + [p - 0.25] * q + [0.5] * (L - p - q), dtype=torch.float64)
+    assert bool(is_cliff(l, p, q))
+    masses = [float(window_mass(C * l, p, q)) for C in (1.0, 4.0, 16.0, 64.0)]
+    assert all(b >= a - 1e-12 for a, b in itertools.pairwise(masses))  # grows with C
+    assert masses[-1] == pytest.approx(1.0, abs=1e-6)
+    # closed form of the mass at C = 1
+    w = torch.softmax(l, 0)
+    assert masses[0] == pytest.approx(float(w[p - 1: p + q].sum()), abs=1e-12)
+
+
+def test_bad_positions_are_refused():
+    with pytest.raises(ValueError, match="1 <= p <= L - q"):
+        is_cliff(torch.zeros(5), 4, 2)
+    with pytest.raises(ValueError, match="1 <= p"):
+        window_mass(torch.zeros(5), 0, 2)
