@@ -21,7 +21,7 @@ from tdlab.tasks.anchors import KIND_MEM, KIND_RSN_TRAIN, Anchors, AnchorsConfig
 from tdlab.train.data import DATASET, FixedDataset
 
 TINY = ["task.key_min=21", "task.key_max=30", "task.n_train=600", "task.n_test=40", "model.d=8", "model.d_attn=4",
-        "model.d_ff=8", "schedule.epochs=2", "schedule.n_eval=60", "train.lr=0.003"]
+        "model.d_ff=8", "schedule.epochs=2", "schedule.n_eval=60", "train.lr=0.003", "snapshot_epochs=[1]"]
 
 
 # --- measures --------------------------------------------------------------------------------------
@@ -209,6 +209,8 @@ def test_bad_configs_are_refused_naming_the_field():
         exp.make_config("quick", ["model.init_gamma=0.5"])
     with pytest.raises(ConfigError, match="model.init"):
         exp.make_config("quick", ["model.init=standard"])
+    with pytest.raises(ConfigError, match="snapshot_epochs"):
+        exp.make_config("quick", ["snapshot_epochs=[12]"])
     with pytest.raises(ConfigError, match="test_tuples"):
         exp.make_config("quick", ["task.test_tuples=[[1,2]]"])
     paper = exp.make_config("paper")
@@ -238,3 +240,6 @@ def test_tiny_run_end_to_end_writes_per_gamma_arms_and_verdicts(runs_dir, one_th
     init = Run(run.path).arrays("gamma=0.3@init")
     assert arrays["wte"].shape == (2, 200, 8) and init["wte"].shape == (2, 200, 8)
     assert float(init["wte"].std()) == pytest.approx(8 ** -0.3, rel=0.1)
+    snap = Run(run.path).arrays("gamma=0.3@step6")  # after epoch 1 of 6 steps
+    assert snap["wte"].shape == (2, 200, 8) and not torch.equal(snap["wte"], arrays["wte"])
+    assert not torch.equal(snap["wte"], init["wte"])

@@ -17,8 +17,8 @@ Claims (issue 15; thresholds marked (t) are ours, fixed before any run, in :clas
   0.8 × its start (t); final ``acc_rsn,test <= 0.1`` (t);
 * ``AUC_rsn,test − AUC_mem`` increases with γ (paired comparisons of neighbouring γ).
 
-The trained ensemble (``arrays/gamma=<γ>.safetensors``, ``@init`` beside it) is what the probe
-experiments read. Fig. 8 (App. A.1) draws example sequences of the task, coloured by token type.
+The trained ensemble (``arrays/gamma=<γ>.safetensors``, ``@init`` and the ``snapshot_epochs`` as
+``@step<N>`` beside it) is what the probe experiments read. Fig. 8 (App. A.1) draws example sequences of the task, coloured by token type.
 """
 
 from __future__ import annotations
@@ -89,6 +89,9 @@ class AnchorsBiasConfig(ExperimentConfig):
     train: Seed001TrainConfig = Seed001TrainConfig()  # A.3: AdamW, batch 100, lr 1e-5, clip 1
     schedule: EpochsConfig = EpochsConfig()  # A.3: 1000 epochs
     claims: BiasClaims = BiasClaims()
+    # Parameters kept after these epochs (< schedule.epochs), stored as gamma=<γ>@step<N> for the probe
+    # experiments (issue 15: snapshots at epochs 50, 200, 900 and the end; the end and init are always kept).
+    snapshot_epochs: list[int] = [50, 200, 900]
     # torch threads on the CPU (tdlab.train.cpu.cpu_threads): d = 64, batch 100 × 9 tokens is small work;
     # measured under load on the 2-core machine, 100 steps of the quick ensemble: 87 s with 2 threads, 25 s with 1.
     cpu_threads: int | None = Field(1, ge=1, le=1024)
@@ -103,6 +106,9 @@ class AnchorsBiasConfig(ExperimentConfig):
             raise ValueError(f"model.init must be 'gamma' (seed 001 §3.4), got {self.model.init!r}")
         if self.task.n_train < self.train.batch:
             raise ValueError(f"task.n_train={self.task.n_train} must hold at least one batch of train.batch={self.train.batch}")
+        bad = [e for e in self.snapshot_epochs if not 1 <= e < self.schedule.epochs]
+        if bad:
+            raise ValueError(f"snapshot_epochs {bad} must lie in 1..schedule.epochs-1={self.schedule.epochs - 1}")
         return self
 
     def model_for_task(self) -> GPTConfig:
@@ -172,13 +178,15 @@ class AnchorsBias(AnchorsHealth, Experiment):
         #   memory (key, tuple) pair is then seen 60 times (the seed: 10,000): memorisation has little
         #   time to show here, reasoning (a shared rule) does not need it — claims that need γ = 0.3 to
         #   memorise may fail at this scale, and are reported as they come out;
-        # * evaluation every epoch on 1,000 sequences each of D_mem and D_rsn,train.
+        # * evaluation every epoch on 1,000 sequences each of D_mem and D_rsn,train; snapshots at epochs
+        #   1, 2, 11 (the seed's 50, 200, 900 of 1000, scaled to 12 and rounded, at least 1).
         "quick": {
             "members": 3,
             "task": {"key_min": 21, "key_max": 40, "n_train": 20_000, "n_test": 1_000},
             "model": {"d": 64, "d_attn": 32, "d_ff": 128},
             "train": {"lr": 1e-3},
             "schedule": {"epochs": 12, "eval_epochs": 1, "n_eval": 1_000},
+            "snapshot_epochs": [1, 2, 11],
         },
         # A.3 exactly: 200,000 sequences (198,000 train + 2,000 of M), d_m 200, d_k 64, d_f 512, lr 1e-5,
         # 1000 epochs (2,000,000 steps per model; a GPU is advised).
@@ -198,7 +206,8 @@ class AnchorsBias(AnchorsHealth, Experiment):
         mcfg = cfg.model_for_task()
         tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.task.n_train, cfg.task.L)
         data = fixed_data(task, arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch)
-        trainer = Trainer(tcfg, ctx.device, ctx.progress, label="γ-sweep", objective=LastPosition())
+        trainer = Trainer(tcfg, ctx.device, ctx.progress, label="γ-sweep", objective=LastPosition(),
+                          snapshot_steps=[e * cfg.steps_per_epoch for e in cfg.snapshot_epochs])
         gamma_of = arms.gamma_of
         with cpu_threads(cfg.cpu_threads, ctx.device):
             fit_gamma_arms(ctx, trainer, lambda s: gamma_gpt(mcfg, s, gamma_of), arms, data)
