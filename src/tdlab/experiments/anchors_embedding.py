@@ -5,15 +5,15 @@ Also the probe source the three probe experiments share (:class:`ProbeConfig`, :
 ``--set from_run=RUN_DIR`` reads a finished ``anchors-bias`` run (its config must match this one's
 task, model, γ values, members, seed, optimisation and schedule, else one error names the fields) and
 copies its ``gamma=<γ>`` arrays and metrics into this run, so the analysis reads this run alone; without
-it the experiment trains the same γ-sweep itself with the shared code of
-:mod:`tdlab.experiments.anchors_training` (and may keep snapshots).
+it the experiment trains the same γ-sweep itself (``AnchorsBias.run``: parameters kept at init, at
+``snapshot_epochs`` and at the end).
 
 Measured (the small-init arm γ = 0.8 unless said):
 
-* Fig. 4A — cosine matrices of memory and reasoning anchors at the snapshot epochs (the seed: 200,
-  900 of 1000): as Fig. 3A, mean off-diagonal memory cosine ``>= 0.8`` (t) and above the reasoning
-  anchors'; reasoning ``ρ <= −0.8`` (t). A snapshot the run did not keep (an ``anchors-bias`` run keeps
-  none) is ``not evaluable`` with that reason.
+* Fig. 4A — cosine matrices of memory and reasoning anchors at ``fig4a_epochs`` (the seed: 200, 900 of
+  1000; quick: 2, 11 of 12): as Fig. 3A, mean off-diagonal memory cosine ``>= 0.8`` (t) and above the
+  reasoning anchors'; reasoning ``ρ <= −0.8`` (t). An epoch the source run did not keep is
+  ``not evaluable`` with that reason.
 * Fig. 4B / 11 — PCA of the key and reasoning-anchor embeddings (end); key NN-order (share of keys
   whose cosine-nearest key is ``z ± 1``; chance ≈ 2/N_Z) ``>= 0.5`` (t) and above γ = 0.3 and 0.5 (paired).
 * Fig. 4C / 9 — Eq. 14's vectors ``w̃_i^s = e^{−(i−s)²/12} − 1/d_m + ε``, ``ε ~ N(0, d_m^{−2γ})``, one
@@ -35,7 +35,7 @@ from pydantic import Field, model_validator
 from tdlab.config import Config
 from tdlab.experiments.anchors_bias import AnchorsBias, AnchorsBiasConfig
 from tdlab.experiments.anchors_mlp import _heat, pair_spearman, reasoning_theory_cosines
-from tdlab.experiments.anchors_training import GammaArms, epoch_train_config, fit_gamma_arms, fixed_data, gamma_gpt
+from tdlab.experiments.anchors_training import GammaArms
 from tdlab.experiments.base import Analysis, RunContext, init_arm, register, snapshot_arm
 from tdlab.models.gpt import GPT
 from tdlab.probes.embedding import cosine_matrix, distance_spearman, nn_order, offdiag_mean, pca
@@ -44,10 +44,7 @@ from tdlab.runs import Run, RunDirError
 from tdlab.seeding import generators
 from tdlab.tasks.anchors import Anchors
 from tdlab.theory.anchors import eq14_vectors, sigma_p
-from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET
-from tdlab.train.objectives import LastPosition
-from tdlab.train.trainer import Trainer
 
 __all__ = ["SOURCE_KEYS", "ProbeConfig", "ProbeSource", "EmbeddingClaims", "AnchorsEmbeddingConfig", "AnchorsEmbedding",
            "eq14_member_cosines", "error_by_distance"]
@@ -92,24 +89,11 @@ class ProbeSource:
     def gamma_arms(cfg: ProbeConfig) -> GammaArms:
         return GammaArms.make(cfg.seed, cfg.gammas, cfg.members)
 
-    def snapshot_epochs(self, cfg: ProbeConfig) -> list[int]:
-        """Epochs (< the end) at which parameters are kept when training here."""
-        return []
-
     def run(self, cfg: ProbeConfig, ctx: RunContext) -> None:
         if cfg.from_run is not None:
             copy_source(Path(cfg.from_run), ctx, [GammaArms.arm(g) for g in cfg.gammas])
             return
-        task, arms = self.task(cfg), self.gamma_arms(cfg)
-        mcfg = cfg.model_for_task()
-        tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.task.n_train, cfg.task.L)
-        data = fixed_data(task, arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch)
-        spe = cfg.steps_per_epoch
-        trainer = Trainer(tcfg, ctx.device, ctx.progress, label="γ-sweep", objective=LastPosition(),
-                          snapshot_steps=[e * spe for e in self.snapshot_epochs(cfg)])
-        gamma_of = arms.gamma_of
-        with cpu_threads(cfg.cpu_threads, ctx.device):
-            fit_gamma_arms(ctx, trainer, lambda s: gamma_gpt(mcfg, s, gamma_of), arms, data)
+        AnchorsBias.run(self, cfg, ctx)  # the very γ-sweep of anchors-bias, snapshots at cfg.snapshot_epochs
 
     # ---- reading back ----------------------------------------------------------------------------
     @staticmethod
@@ -208,15 +192,16 @@ class EmbeddingClaims(Config):
 
 
 class AnchorsEmbeddingConfig(ProbeConfig):
-    # Fig. 4A's snapshot epochs when training here (the seed: 200 and 900 of 1000 epochs); <= schedule.epochs.
-    snapshot_epochs: list[int] = [200, 900]
+    # Fig. 4A's epochs (the seed: 200 and 900 of 1000): each one of snapshot_epochs (kept by the γ-sweep) or the end.
+    fig4a_epochs: list[int] = [200, 900]
     emb_claims: EmbeddingClaims = EmbeddingClaims()
 
     @model_validator(mode="after")
-    def _snapshots(self) -> AnchorsEmbeddingConfig:
-        bad = [e for e in self.snapshot_epochs if not 1 <= e <= self.schedule.epochs]
+    def _fig4a(self) -> AnchorsEmbeddingConfig:
+        bad = [e for e in self.fig4a_epochs if e not in self.snapshot_epochs and e != self.schedule.epochs]
         if bad:
-            raise ValueError(f"snapshot_epochs {bad} must lie in 1..schedule.epochs={self.schedule.epochs}")
+            raise ValueError(f"fig4a_epochs {bad} must be among snapshot_epochs={self.snapshot_epochs} or the last "
+                             f"epoch schedule.epochs={self.schedule.epochs}")
         if self.emb_claims.small_gamma not in self.gammas:
             raise ValueError(f"emb_claims.small_gamma={self.emb_claims.small_gamma} must be one of gammas={self.gammas}")
         return self
@@ -243,13 +228,10 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
     )
     Config = AnchorsEmbeddingConfig
     profiles = {
-        # anchors-bias's quick scale-down (12 epochs); Fig. 4A's epochs 200 and 900 of 1000 scaled to 2 and 11 of 12.
-        "quick": _quick({"snapshot_epochs": [2, 11]}),
-        "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}, "snapshot_epochs": [200, 900]},
+        # anchors-bias's quick scale-down (12 epochs, snapshots 1, 2, 11); Fig. 4A's 200 and 900 of 1000 -> 2 and 11.
+        "quick": _quick({"fig4a_epochs": [2, 11]}),
+        "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}},
     }
-
-    def snapshot_epochs(self, cfg: AnchorsEmbeddingConfig) -> list[int]:
-        return [e for e in cfg.snapshot_epochs if e < cfg.schedule.epochs]
 
     def _wte(self, cfg, run: Run, gamma: float, when) -> torch.Tensor | None:
         arm = self.state_arm(cfg, gamma, when if when != cfg.schedule.epochs else "end")
@@ -265,7 +247,7 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
         out: dict = {"snap": {}, "end": {}}
         for gi, g in enumerate(cfg.gammas):
             snaps = {}
-            for e in cfg.snapshot_epochs:
+            for e in cfg.fig4a_epochs:
                 W = self._wte(cfg, run, g, e)
                 if W is None:
                     continue
@@ -301,11 +283,10 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
                             "reasoning anchors' (Fig. 4A)")
         ordered = out.group("fig4a-reasoning-anchors-ordered",
                             f"Transformer, γ = {small:g}: the reasoning anchors' cosine falls with |s_i − s_j| (Fig. 4A)")
-        for e in cfg.snapshot_epochs:
+        for e in cfg.fig4a_epochs:
             s = m["snap"][small].get(e)
             if s is None:
-                why = (f"the run keeps no parameters at epoch {e} (an anchors-bias run stores only init and end; "
-                       "train here, without from_run, to keep snapshots)")
+                why = (f"the run keeps no parameters at epoch {e} (not among the source's snapshot_epochs)")
                 for grp, row in ((aligned, f"mem-cos/epoch{e}"), (aligned, f"mem-above-rsn/epoch{e}"), (ordered, f"rho/epoch{e}")):
                     grp.value(row, [], 0.0, 0.0, "ge", arms=[arm]).reason = why
                 continue
@@ -351,7 +332,7 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
         t = cfg.task
         small = cfg.emb_claims.small_gamma
         paths = []
-        panels = [(f"epoch {e}", self._wte(cfg, run, small, e)) for e in cfg.snapshot_epochs]
+        panels = [(f"epoch {e}", self._wte(cfg, run, small, e)) for e in cfg.fig4a_epochs]
         panels = [(k, W) for k, W in panels if W is not None] or [("end", run.arrays(GammaArms.arm(small))["wte"].double())]
         paths.append(self._fig_cos_pca(cfg, panels, f"Fig. 4A–B — γ = {small:g}", figdir / "fig4ab_embedding.png"))
         others = [g for g in cfg.gammas if g != small]

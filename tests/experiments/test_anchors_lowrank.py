@@ -1,0 +1,99 @@
+"""anchors-lowrank (seed 001 Fig. 13): spectra and erank of built matrices, the per-matrix erank
+ordering on planted runs (holds, and fails naming the matrix), and a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tdlab.experiments.anchors_lowrank import AnchorsLowrank, spectra, weight_matrices
+from tdlab.experiments.runner import execute
+from tdlab.models.gpt import GPT
+from tdlab.runs import RunWriter
+
+TINY = ["task.key_min=21", "task.key_max=30", "task.n_train=600", "task.n_test=40", "model.d=8", "model.d_attn=4",
+        "model.d_ff=8", "schedule.epochs=2", "schedule.n_eval=60", "train.lr=0.003", "n_probe=50", "snapshot_epochs=[1]"]
+
+
+def test_spectra_of_built_matrices():
+    g = torch.Generator().manual_seed(0)
+    u, v = torch.randn(2, 6, 1, generator=g, dtype=torch.float64), torch.randn(2, 1, 5, generator=g, dtype=torch.float64)
+    rank1 = u @ v
+    eye = torch.eye(4, dtype=torch.float64).expand(2, 4, 4)
+    s = spectra({"r1": rank1, "eye": eye})
+    assert s["r1"]["erank"] == pytest.approx([1.0, 1.0], abs=1e-6)
+    assert s["eye"]["erank"] == pytest.approx([4.0, 4.0])
+    assert s["eye"]["sv"][0] == pytest.approx([1.0] * 4)
+    # two singular values 2 : 1 -> p = (2/3, 1/3), erank = exp(H)
+    m = torch.diag(torch.tensor([2.0, 1.0], dtype=torch.float64))[None]
+    h = -(2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3))
+    assert spectra({"m": m})["m"]["erank"] == pytest.approx([math.exp(h)])
+
+
+def _planted(tmp_path, swap: str | None = None):
+    exp = AnchorsLowrank()
+    cfg = exp.make_config("quick", TINY, members=3)
+    model = GPT(cfg.model_for_task(), [1, 2, 3])
+    base = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    g = torch.Generator().manual_seed(1)
+
+    def of_rank(W: torch.Tensor, r: int) -> torch.Tensor:
+        """Random singular vectors, singular values 1 (r of them, all when r is large) and 1e-3 after."""
+        E, m, n = W.shape
+        k = min(m, n)
+        u = torch.linalg.qr(torch.randn(E, m, k, generator=g, dtype=torch.float64))[0]
+        v = torch.linalg.qr(torch.randn(E, n, k, generator=g, dtype=torch.float64))[0]
+        s = torch.where(torch.arange(k) < r, 1.0, 1e-3).double() * (1 + 0.01 * torch.rand(E, k, generator=g, dtype=torch.float64))
+        return ((u * s[:, None, :]) @ v.transpose(1, 2)).float()
+
+    names = weight_matrices(base, cfg.model.layers)
+    key = {"W^emb": "wte", "W^pos": "wpe", "W^out": "lm_head"}
+    with RunWriter(tmp_path / "planted", exp.name) as w:
+        w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
+        for gamma, r in ((0.8, 1), (0.5, 2), (0.3, 99)):
+            arrays = dict(base)
+            for name in names:
+                k = key.get(name) or _param(name)
+                arrays[k] = of_rank(base[k], 99 if (name == swap and gamma == 0.8) else r)
+            w.save_arrays(f"gamma={gamma:g}", [{k: v[e] for k, v in arrays.items()} for e in range(3)])
+        run = w.finish()
+    return exp, cfg, run
+
+
+def _param(name: str) -> str:
+    kind, layer = name.split(" (layer ")
+    layer = int(layer.rstrip(")")) - 1
+    k = kind[2:]
+    if k in ("Q", "K", "V", "O"):
+        return f"blocks.{layer}.attn.W_{k}.weight"
+    return f"blocks.{layer}.mlp.W_{k[1]}.weight"
+
+
+def test_planted_low_rank_at_small_init_holds_for_every_matrix(tmp_path, one_thread):
+    exp, cfg, run = _planted(tmp_path)
+    a = exp.analyse(cfg, run)
+    rows = {r.id: r for g in a.groups for r in g.rows}
+    assert len(rows) == 2 * (2 + 6 * cfg.model.layers + 1)
+    assert all(r.verdict == "holds" for r in rows.values()), {k: r.describe() for k, r in rows.items() if r.verdict != "holds"}
+    assert rows["fig13-low-rank-at-small-init/W_V.layer1/0.8-below-0.5"].paired
+
+
+def test_a_matrix_full_rank_at_small_init_fails_and_is_named(tmp_path, one_thread):
+    exp, cfg, run = _planted(tmp_path, swap="W^V (layer 1)")
+    rows = {r.id: r for g in exp.analyse(cfg, run).groups for r in g.rows}
+    failing = sorted(k for k, r in rows.items() if r.verdict == "fails")
+    assert failing == ["fig13-low-rank-at-small-init/W_V.layer1/0.8-below-0.5"]
+    assert "W^V (layer 1)" in rows[failing[0]].statement
+
+
+def test_tiny_end_to_end_run(tmp_path, one_thread):
+    exp = AnchorsLowrank()
+    cfg = exp.make_config("quick", TINY, members=2)
+    run = execute(exp, cfg, "quick", tmp_path / "runs", progress=False)
+    s = run.summary
+    assert s["status"] == "done"
+    groups = {g["id"]: g for g in s["claims"]}
+    assert len(groups["fig13-low-rank-at-small-init"]["rows"]) == 2 * 15
+    assert s["figures"] == ["figures/fig13_singular_values.png"]
