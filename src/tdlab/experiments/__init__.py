@@ -4,7 +4,11 @@ Importing this package registers them all; ``tdlab list`` shows them.
 """
 
 from tdlab.experiments import (  # noqa: F401
+    anchors_attention,
     anchors_bias,
+    anchors_embedding,
+    anchors_labels,
+    anchors_lowrank,
     anchors_mlp,
     icl,
     markov_bridge,
