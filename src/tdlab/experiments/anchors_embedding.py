@@ -56,7 +56,8 @@ SOURCE_KEYS: tuple[str, ...] = ("seed", "members", "task", "model", "gammas", "t
 class ProbeConfig(AnchorsBiasConfig):
     """An ``anchors-bias`` γ-sweep to probe: trained here, or read from ``from_run``."""
 
-    from_run: Path | None = None  # a finished anchors-bias run directory (its config must match, SOURCE_KEYS)
+    # A finished anchors-bias run directory to read instead of training (its config must match: SOURCE_KEYS).
+    from_run: str | None = Field(None, min_length=1, max_length=4096)
     n_probe: int = Field(1000, ge=1, le=1_000_000)  # training sequences per member fed through the model
 
     @model_validator(mode="after")
@@ -64,7 +65,7 @@ class ProbeConfig(AnchorsBiasConfig):
         if self.from_run is None:
             return self
         try:
-            conf = Run(self.from_run).config
+            conf = Run(Path(self.from_run)).config
         except RunDirError as exc:
             raise ValueError(f"from_run: {exc}") from None
         if conf.get("experiment") != "anchors-bias":
