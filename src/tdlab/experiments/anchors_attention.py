@@ -199,7 +199,9 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
                     m["pos_rho"] = distance_spearman(wpe, ids).tolist()
                     d = (ids[:, None] - ids[None, :]).abs().double()
                     assumption = torch.cos(math.pi * d / L)
-                    m["pos_vs_assumption4"] = pair_spearman(pc, assumption).tolist() if L - 1 >= 3 else []
+                    # cosines equal up to float32 noise (equal |i − j| under Assumption 4) are ties, not an order
+                    m["pos_vs_assumption4"] = (pair_spearman(torch.round(pc, decimals=6), assumption).tolist()
+                                               if L - 1 >= 3 else [])
                     m["pos_cos"] = pc.mean(0).tolist()
                 per[when] = m
             out[g] = per

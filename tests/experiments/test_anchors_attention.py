@@ -1,0 +1,157 @@
+"""anchors-attention (seed 001 Figs. 5, 12, 14): the probes on built inputs (average-operator error, SVD
+finds u in u vᵀ + noise, layer-2 scores vs the model's own attention and a slow recomputation), the
+claims on planted runs (hold and fail), bad configs and a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tdlab.config import ConfigError
+from tdlab.experiments.anchors_attention import (
+    AnchorsAttention, average_operator_error, layer2_rows, spearman_rows, wv_spectrum,
+)
+from tdlab.experiments.runner import execute
+from tdlab.models.gpt import GPT
+from tdlab.runs import RunWriter
+
+TINY = ["task.key_min=21", "task.key_max=30", "task.n_train=600", "task.n_test=40", "model.d=8", "model.d_attn=4",
+        "model.d_ff=8", "schedule.epochs=2", "schedule.n_eval=60", "train.lr=0.003", "snapshot_epochs=[1]", "n_probe=50"]
+
+
+def test_average_operator_error_on_built_matrices():
+    T = 4
+    uniform = torch.tril(torch.ones(T, T, dtype=torch.float64)) / torch.arange(1, T + 1)[:, None]
+    assert torch.allclose(average_operator_error(uniform), torch.zeros(2 + 3 + 4, dtype=torch.float64))
+    one_hot = torch.eye(T)  # each row attends to itself only
+    err = average_operator_error(one_hot[None])
+    want = []
+    for j in range(2, T + 1):  # 1-based rows j >= 2, k <= j
+        for k in range(1, j + 1):
+            want.append(abs((1.0 if k == j else 0.0) - 1 / j) * j)
+    assert err.shape == (1, 9) and torch.allclose(err[0], torch.tensor(want, dtype=torch.float64))
+
+
+def test_svd_finds_u_in_u_vT_plus_noise():
+    g = torch.Generator().manual_seed(0)
+    d_m, d_k = 16, 6
+    u = torch.randn(d_m, generator=g, dtype=torch.float64)
+    u /= u.norm()
+    v = torch.randn(d_k, generator=g, dtype=torch.float64)
+    W_paper = 5 * torch.outer(u, v) + 0.05 * torch.randn(d_m, d_k, generator=g, dtype=torch.float64)  # V = X W^V
+    emb = torch.randn(1, 30, d_m, generator=g, dtype=torch.float64)
+    emb[0, 10:20] = u + 0.05 * torch.randn(10, d_m, generator=g, dtype=torch.float64)  # "reasoning": along u
+    emb[0, 0:10] -= (emb[0, 0:10] @ u)[:, None] * u  # "memory": orthogonal to u
+    out = wv_spectrum(W_paper.T[None], emb, slice(10, 20), slice(0, 10))  # torch stores (d_k, d_m)
+    assert out["sv_ratio"][0] > 20
+    assert out["rsn_align"][0] > 0.99 and out["mem_align"][0] < 0.05
+
+
+def test_layer2_scores_are_the_models_attention_and_positional_scores_a_slow_loop(one_thread):
+    exp = AnchorsAttention()
+    cfg = exp.make_config("quick", TINY)
+    model = GPT(cfg.model_for_task().updated({"init_gamma": 0.1}), [3, 4])  # large init: a peaked attention
+    tokens = torch.randint(21, 31, (2, 5, 9), generator=torch.Generator().manual_seed(1))
+    r = layer2_rows(model, tokens)
+    assert torch.allclose(torch.softmax(r["scores"], -1), r["pattern"], atol=1e-6)
+    _, cache = model.run_with_cache(tokens, names=["blocks.0.out"])
+    x = cache["blocks.0.out"]
+    e, b = 1, 3
+    Wq, Wk = model.blocks[1].attn.W_Q.weight[e].detach(), model.blocks[1].attn.W_K.weight[e].detach()
+    q = Wq @ x[e, b, -1]
+    for t in range(8):
+        slow = float(q @ (Wk @ model.wpe[e, t].detach())) / math.sqrt(4)
+        assert float(r["pos_scores"][e, b, t]) == pytest.approx(slow, rel=1e-4, abs=1e-6)
+    assert spearman_rows(torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]]), torch.arange(3)).tolist() == pytest.approx([1.0, -1.0])
+
+
+def _state(model: GPT) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _planted(tmp_path, world: str):
+    exp = AnchorsAttention()
+    cfg = exp.make_config("quick", TINY, members=3)
+    base = _state(GPT(cfg.model_for_task(), [5, 6, 7]))
+    g = torch.Generator().manual_seed(2)
+    d, L = 8, 9
+    u = torch.zeros(d)
+    u[0] = 1.0
+    wte = torch.randn(3, 200, d, generator=g)
+    wte[:, 1:11, 0] = 0.0  # memory anchors orthogonal to u
+    wte[:, 11:21] = u + 0.05 * torch.randn(3, 10, d, generator=g)  # reasoning anchors along u
+    ang = math.pi * torch.arange(L) / L
+    wpe = torch.zeros(3, L, d)
+    wpe[:, :, 0], wpe[:, :, 1] = torch.cos(ang), torch.sin(ang)  # Assumption 4: cos(π|i−j|/L)
+    scale = {0.8: 0.0, 0.5: 0.05, 0.3: 0.3} if world == "holds" else {0.8: 1.0, 0.5: 0.0, 0.3: 0.0}
+    with RunWriter(tmp_path / "planted", exp.name) as w:
+        w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
+        for gamma in cfg.gammas:
+            st = dict(base)
+            st["blocks.0.attn.W_Q.weight"] = base["blocks.0.attn.W_Q.weight"] * scale[gamma] / base["blocks.0.attn.W_Q.weight"].std()
+            st["blocks.0.attn.W_K.weight"] = base["blocks.0.attn.W_K.weight"] / base["blocks.0.attn.W_K.weight"].std()
+            small = (gamma == 0.8) == (world == "holds")
+            if small:  # rank one along u, and ordered positions
+                a = torch.full((3, 4, 1), 0.5)  # |a| = 1: σ1 ≈ 10, σ2 ≈ 0.3 (√4 + √8)
+                st["blocks.0.attn.W_V.weight"] = 10 * a * u + 0.3 * torch.randn(3, 4, d, generator=g)
+                st["wte"], st["wpe"] = wte, wpe
+            else:
+                st["blocks.0.attn.W_V.weight"] = torch.randn(3, 4, d, generator=g)
+                st["wte"], st["wpe"] = torch.randn(3, 200, d, generator=g), torch.randn(3, L, d, generator=g)
+            st["blocks.1.attn.W_Q.weight"] = torch.zeros(3, 4, d)  # layer 2 attends uniformly: mass (q+1)/L
+            for arm in (f"gamma={gamma:g}", f"gamma={gamma:g}@init"):
+                w.save_arrays(arm, [{k: v[e] for k, v in st.items()} for e in range(3)])
+        run = w.finish()
+    return exp, cfg, run
+
+
+def _rows(a):
+    return {r.id: r for g in a.groups for r in g.rows}
+
+
+def test_planted_holds_and_fails(tmp_path, one_thread):
+    exp, cfg, run = _planted(tmp_path / "h", "holds")
+    a = exp.analyse(cfg, run)
+    rows = _rows(a)
+    for rid in ("layer1-average-operator-trained/median", "layer1-average-operator-trained/0.8-below-0.5",
+                "layer1-average-operator-trained/0.5-below-0.3", "layer1-average-operator-initialisation/median",
+                "layer1-average-operator-initialisation/0.8-below-0.5", "layer1-wv-low-rank-reasoning/sv-ratio",
+                "layer1-wv-low-rank-reasoning/sv-ratio-above-0.3", "layer1-wv-low-rank-reasoning/rsn-aligned",
+                "layer1-wv-low-rank-reasoning/mem-orthogonal", "layer2-extracts-key/positional-cosines-fall",
+                "layer2-scores-reproduce-pattern/max-abs-diff"):
+        assert rows[rid].verdict == "holds", rows[rid].describe()
+    m = a.measurements["gamma=0.8"]["end"]
+    assert m["avg_err_median"] == pytest.approx([0.0] * 3, abs=1e-6)
+    assert m["window_mass"] == pytest.approx([3 / 9] * 3)  # uniform layer 2: the window's share
+    assert rows["layer2-extracts-key/window-mass"].verdict == "fails"
+    assert m["pos_vs_assumption4"] == pytest.approx([1.0] * 3)
+    exp, cfg, run = _planted(tmp_path / "f", "fails")
+    rows = _rows(exp.analyse(cfg, run))
+    for rid in ("layer1-average-operator-trained/median", "layer1-average-operator-trained/0.8-below-0.5",
+                "layer1-average-operator-initialisation/median", "layer1-average-operator-initialisation/0.8-below-0.5",
+                "layer1-wv-low-rank-reasoning/sv-ratio", "layer1-wv-low-rank-reasoning/sv-ratio-above-0.3",
+                "layer1-wv-low-rank-reasoning/rsn-aligned", "layer2-extracts-key/positional-cosines-fall"):
+        assert rows[rid].verdict == "fails", rows[rid].describe()
+
+
+def test_bad_configs_are_refused_naming_the_field():
+    exp = AnchorsAttention()
+    with pytest.raises(ConfigError, match="model.heads"):
+        exp.make_config("quick", ["model.heads=2"])
+    with pytest.raises(ConfigError, match="model.layers"):
+        exp.make_config("quick", ["model.layers=1"])
+    with pytest.raises(ConfigError, match="attn_claims.large_gamma"):
+        exp.make_config("quick", ["attn_claims.large_gamma=0.4"])
+
+
+def test_tiny_end_to_end_run(tmp_path, one_thread):
+    exp = AnchorsAttention()
+    cfg = exp.make_config("quick", TINY, members=2)
+    run = execute(exp, cfg, "quick", tmp_path / "runs", progress=False)
+    s = run.summary
+    assert s["status"] == "done"
+    groups = {g["id"] for g in s["claims"]}
+    assert {"layer1-average-operator-trained", "layer1-wv-low-rank-reasoning", "layer2-extracts-key"} <= groups
+    assert s["figures"] == ["figures/fig5_fig12_layer1.png", "figures/fig14_layer2.png"]
