@@ -115,10 +115,16 @@ class CosineAttention(nn.Module):
         n = torch.arange(T, device=h.device)
         causal = n[None, :] <= n[:, None]  # (T, T): key i <= query n
         dist = (n[:, None] - n[None, :]).clamp(min=0, max=self.cfg.rel_clip)
-        q = F.normalize(self.W_Q(h), dim=-1, eps=1e-12)  # (E, B, T, d)
-        # keys carry their distance to the query: k_i + a^K_{n-i}, one per (n, i) pair
-        keys = self.W_K(h)[:, :, None, :, :] + self.rel_k[:, dist][:, None]  # (E, B, T, T, d)
-        cos = torch.einsum("ebnd,ebnid->ebni", q, F.normalize(keys, dim=-1, eps=1e-12))
+        q, k = F.normalize(self.W_Q(h), dim=-1, eps=1e-12), self.W_K(h)  # (E, B, T, d)
+        # cos(q_n, k_i + a_j), j = min(n - i, clip), without the (E, B, T, T, d) tensor of shifted keys:
+        # <q, k + a> = <q, k> + <q, a_j> and |k + a|^2 = |k|^2 + 2 <k, a_j> + |a_j|^2, each (E, B, T, T).
+        rk = self.rel_k[:, None]  # (E, 1, R, d)
+        qa = torch.gather(q @ rk.transpose(-1, -2), -1, dist.expand(E, B, T, T))  # <q_n, a_{n-i}>
+        ka = (k @ rk.transpose(-1, -2))  # (E, B, T_i, R): <k_i, a_j>
+        ka = torch.gather(ka.transpose(-1, -2), -2, dist.expand(E, B, T, T))  # [n, i] = <k_i, a_{n-i}>
+        a2 = (self.rel_k * self.rel_k).sum(-1)[:, dist][:, None]  # (E, 1, T, T): |a_{n-i}|^2
+        norm2 = (k * k).sum(-1)[:, :, None, :] + 2 * ka + a2
+        cos = (q @ k.transpose(-1, -2) + qa) / norm2.clamp_min(0).sqrt().clamp_min(1e-12)
         kappa = self.log_kappa.exp()[:, None, None, None]
         scores = (kappa * cos).masked_fill(~causal, float("-inf"))
         if self.null_v is not None:
@@ -128,7 +134,10 @@ class CosineAttention(nn.Module):
         real = att[..., :T]
         owner, name = self._owner[0], f"blocks.{self.index}.attn"
         owner.record(f"{name}.pattern", real.unsqueeze(2))  # (E, B, 1, T, T): one head
-        out = real @ self.W_V(h) + torch.einsum("ebni,enid->ebnd", real, self.rel_v[:, dist])
+        # Σ_i att_ni a^V_{n-i} = Σ_j (attention mass at distance j) a^V_j
+        by_dist = torch.zeros(E, B, T, self.cfg.rel_clip + 1, dtype=real.dtype, device=real.device)
+        by_dist.scatter_add_(-1, dist.expand(E, B, T, T), real)
+        out = real @ self.W_V(h) + by_dist @ self.rel_v[:, None]
         if self.null_v is not None:
             owner.record(f"{name}.null", att[..., T].unsqueeze(2))
             out = out + att[..., T:] * self.null_v[:, None, None, :]

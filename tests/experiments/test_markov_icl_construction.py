@@ -1,0 +1,132 @@
+"""markov-icl-construction (seed 003 Part II, 'Intuition'): the gap helper against the estimator; every
+claim group holds on planted numbers that say so and fails on contradicting ones (synthetic run
+directories); bad configs are refused; a tiny end-to-end run through the runner."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tdlab.config import ConfigError
+from tdlab.experiments.markov_icl_construction import (
+    MarkovICLConstruction, construction_arm, construction_gaps, train_arm)
+from tdlab.experiments.runner import execute
+from tdlab.runs import RunWriter
+from tdlab.tasks.markov_kth import InContextMarkov
+
+EXP = MarkovICLConstruction()
+GROUPS = ["construction-reaches-estimator", "construction-gap-decreases-with-kappa", "trained-matches-like-construction"]
+
+
+def test_construction_gaps_fall_to_zero_on_sampled_sequences():
+    x = InContextMarkov(2, 2, 1.0).sample([torch.Generator().manual_seed(0)], 16, 24)[0]
+    res = construction_gaps(x, 2, [2.0, 20.0, 400.0], 1.0)
+    gaps, kls = [r[0] for r in res], [r[1] for r in res]
+    assert gaps[0] > 1e-2 and gaps[-1] < 1e-12 and gaps[0] > gaps[1] > gaps[2] >= 0.0
+    assert all(m >= g for m, g in zip(kls, gaps))  # the largest KL bounds the mean
+    assert abs(res[-1][2]) < 1e-10  # the loss gap vanishes with it
+
+
+def synthetic_run(tmp_path, cfg, gaps: dict[int, list[float]], scores: dict[int, list[float]], cscore: float = 0.6,
+                  untrained: set[int] = frozenset()):
+    """Construction rows with the planted gaps per κ; trained arms whose layer-3 score per member is
+    ``scores[k]`` against a construction score ``cscore``; arms in ``untrained`` end above log 2."""
+    with RunWriter(tmp_path, EXP.name) as w:
+        w.write_config({"experiment": EXP.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
+        for k, g in gaps.items():
+            rows = []
+            for i, (kap, v) in enumerate(zip(cfg.kappas, g)):
+                rows += [(i, 0, "kappa", kap), (i, 0, "gap", v), (i, 0, "max_kl", 3 * v), (i, 0, "loss_gap", -v)]
+            w.add_metrics(construction_arm(k), rows)
+        step = cfg.train.steps
+        for k, sc in scores.items():
+            rows, train = [], []
+            for m, s in enumerate(sc):
+                rows += [(step, m, "probe_loss", 0.56), (step, m, "est_loss", 0.55), (step, m, "construction_score", cscore)]
+                for layer in range(cfg.model.layers):
+                    rows += [(step, m, f"match_score_layer{layer}", s if layer == cfg.model.layers - 1 else 0.3),
+                             (step, m, f"match_chance_layer{layer}", 0.3), (step, m, f"kappa_layer{layer}", 9.0)]
+                for s_ in (0, step // 2, step):
+                    loss = 0.69 if s_ == 0 else (0.70 if k in untrained else 0.56)
+                    train += [(s_, m, "test_loss", loss), (s_, m, "test_loss@bayes", 0.55)]
+            w.add_metrics(f"{train_arm(k)}/probe", rows)
+            w.add_metrics(train_arm(k), train)
+        return w.finish()
+
+
+def analyse(cfg, run):
+    a = EXP.analyse(cfg, run)
+    a.gate(EXP.health(cfg, run))
+    return {g.id: g for g in a.groups}, {r.id: r for g in a.groups for r in g.rows}, a
+
+
+CFG_OVR = ["kappas=[1, 10, 100]"]
+FALLING = [0.05, 1e-3, 1e-9]
+
+
+def test_planted_faithful_numbers_hold_every_group(tmp_path):
+    cfg = EXP.make_config("quick", CFG_OVR)
+    groups, rows, a = analyse(cfg, synthetic_run(tmp_path, cfg, {1: FALLING, 2: [0.08, 2e-2, 1e-4]}, {1: [0.55, 0.53, 0.6], 2: [0.5, 0.52, 0.55]}))
+    assert [g.id for g in a.groups] == GROUPS
+    assert {gid: g.verdict for gid, g in groups.items()} == dict.fromkeys(GROUPS, "holds")
+    assert rows["trained-matches-like-construction/k1"].measured == pytest.approx([0.25 / 0.3, 0.23 / 0.3, 1.0])  # above chance 0.3
+    assert a.measurements["construction"]["k2"]["gap"] == [0.08, 2e-2, 1e-4]
+    assert any("construction k1: gap by κ" in n for n in a.notes)
+
+
+def test_planted_contradicting_numbers_fail_every_group(tmp_path):
+    cfg = EXP.make_config("quick", CFG_OVR)
+    # Gap stuck above the tolerance at the largest κ, and rising along the grid; trained scores at chance
+    # (0.3) or below it: a raw score of 0.35 is 58% of the construction's 0.6 but only 17% above chance.
+    groups, rows, _ = analyse(cfg, synthetic_run(tmp_path, cfg, {1: [0.01, 0.02, 0.03], 2: [0.02, 0.03, 0.05]},
+                                                 {1: [0.35, 0.34, 0.36], 2: [0.25, 0.3, 0.28]}))
+    assert {gid: g.verdict for gid, g in groups.items()} == dict.fromkeys(GROUPS, "fails")
+    # A single rise along the grid beyond rounding fails the decrease alone.
+    groups, rows, _ = analyse(cfg, synthetic_run(tmp_path / "b", cfg, {1: [0.05, 1e-9, 1e-6]}, {1: [0.5, 0.5, 0.5]}))
+    assert rows["construction-gap-decreases-with-kappa/k1"].verdict == "fails"
+    assert rows["construction-reaches-estimator/k1"].verdict == "holds"
+    # rises at rounding level are not rises
+    groups, rows, _ = analyse(cfg, synthetic_run(tmp_path / "c", cfg, {1: [0.05, 1e-16, 3e-16]}, {1: [0.5, 0.5, 0.5]}))
+    assert rows["construction-gap-decreases-with-kappa/k1"].verdict == "holds"
+
+
+def test_untrained_arm_or_missing_orders_are_not_evaluable(tmp_path):
+    cfg = EXP.make_config("quick", CFG_OVR + ["train_ks=[]"])
+    groups, rows, _ = analyse(cfg, synthetic_run(tmp_path, cfg, {1: FALLING, 2: FALLING}, {}))
+    assert rows["trained-matches-like-construction/not-in-run"].verdict == "not evaluable"
+    cfg = EXP.make_config("quick", CFG_OVR)
+    groups, rows, _ = analyse(cfg, synthetic_run(tmp_path / "b", cfg, {1: FALLING, 2: FALLING},
+                                                 {1: [0.55, 0.53, 0.6], 2: [0.55, 0.53, 0.6]}, untrained={2}))
+    assert rows["trained-matches-like-construction/k2"].verdict == "not evaluable"
+    assert rows["trained-matches-like-construction/k1"].verdict == "holds"
+
+
+def test_bad_config_is_refused():
+    with pytest.raises(ConfigError, match="kappas"):
+        EXP.make_config("quick", ["kappas=[5, 2]"])
+    with pytest.raises(ConfigError, match="kappas"):
+        EXP.make_config("quick", ["ks=[4]", "kappas=[0.5, 10]"])
+    with pytest.raises(ConfigError, match="ks"):
+        EXP.make_config("quick", ["ks=[0]"])
+    with pytest.raises(ConfigError, match="model.readout"):
+        EXP.make_config("quick", ["model.readout=prob"])
+    assert EXP.make_config("paper").ks == [1, 2, 3, 4]
+
+
+def test_tiny_end_to_end_run(tmp_path):
+    cfg = EXP.make_config("quick", ["ks=[1, 2]", "train_ks=[2]", "kappas=[2, 50]", "train.steps=3", "train.eval_every=3",
+                                    "train.eval_batches=1", "train.batch=4", "train.seq_len=16", "probe.sequences=8",
+                                    "probe.seq_len=16", "probe.map_len=10", "model.d=6"], members=2)
+    run = execute(EXP, cfg, "quick", tmp_path, progress=False)
+    s = run.summary
+    assert s["status"] == "done"
+    assert [g["id"] for g in s["claims"]] == GROUPS
+    assert {r["id"] for g in s["claims"] for r in g["rows"]} == {
+        "construction-reaches-estimator/k1", "construction-reaches-estimator/k2", "construction-gap-decreases-with-kappa/k1",
+        "construction-gap-decreases-with-kappa/k2", "trained-matches-like-construction/k2"}
+    m = run.metrics()
+    assert sorted(m[(m.arm == "construction/k2") & (m.name == "kappa")].value) == [2.0, 50.0]
+    probe = m[m.arm == "train/k2/probe"]
+    assert set(probe.name) >= {"construction_score", "match_score_layer2", "kappa_layer0", "probe_loss", "est_loss"}
+    assert len(probe[probe.name == "construction_score"]) == 2
+    assert all((run.path / f).is_file() for f in s["figures"]) and len(s["figures"]) == 2
