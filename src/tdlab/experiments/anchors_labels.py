@@ -307,5 +307,6 @@ class AnchorsLabels(Experiment):
         ax.set_title("Fig. 7 right — learning speed", fontsize=9)
         for k in range(1, G):
             axes[k][1].axis("off")
+        fig.subplots_adjust(hspace=0.6)  # room for each group's title above the previous axis
         fig.suptitle(f"Fig. 7 — left: targets vs predictions at epoch {cfg.groups_epochs} (all {cfg.members} seeds), γ = {cfg.gamma:g}")
         return [save_figure(fig, figdir / "fig7_label_distribution.png")]
