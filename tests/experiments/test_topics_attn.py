@@ -157,3 +157,15 @@ def test_tiny_run_through_the_runner_ends_with_verdicts(tmp_path):
 def test_bad_config_is_refused(override, field):
     with pytest.raises(ConfigError, match=field):
         TopicsAttn().make_config("quick", override)
+
+
+def test_uniform_blocks_with_weak_contrast_are_reported_not_judged(tmp_path):
+    plants = {k: v for k, v in _paper_plants().items() if k[1] < 2}
+    plants[("adam/lr0.01", 0)] = (0.99, 2.5, 0.012, 0.015, 0.0045)  # u ≈ 1 but z < 3
+    exp, cfg, run = _synthetic_run(tmp_path, "weak", plants)
+    a = exp.analyse(cfg, run)
+    assert _rows(a)[f"{GROUPS[0]}/adam/lr0.01"].measured == pytest.approx([0.010 / 0.00707])  # only member 1
+    assert a.measurements["adam/lr0.01"]["classes"]["unstructured"] == 2  # the weak one and the third member
+    # the planted member and the unplanted third one (u = 0.9, z = 1, uniform attention)
+    [note] = [n for n in a.notes if "weak contrast" in n and n.startswith("adam/lr0.01:")]
+    assert "2 member(s)" in note and "z = 2.50, 1.00" in note and "a_st / a_dt = 3.33, 1.00" in note

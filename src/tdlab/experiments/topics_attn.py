@@ -332,6 +332,14 @@ class TopicsAttn(Experiment):
                 if ours and paper:
                     line += f" ({label}: {paper['a_sw'][0]:.4g}/{paper['a_st'][0]:.4g}/{paper['a_dt'][0]:.4g})"
             out.notes.append(line)
+            weak = (s.cls == "unstructured") & (s.u >= cfg.claims.u_block)
+            if weak.any():  # reported, not judged: the z gate was fixed before any run
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    r = s.a_st[weak] / s.a_dt[weak]
+                out.notes.append(f"{s.name}: {int(weak.sum())} member(s) with uniform blocks "
+                                 f"(u ≥ {cfg.claims.u_block}, u = {', '.join(f'{x:.2f}' for x in s.u[weak])}) but weak contrast z = "
+                                 f"{', '.join(f'{x:.2f}' for x in s.z[weak])} < {cfg.claims.z_min}: not classified "
+                                 f"block, not judged; their a_st / a_dt = {', '.join(f'{x:.2f}' for x in r)}")
         start = metrics[(metrics["step"] == 0) & metrics["name"].isin(ATTN)].groupby("name")["value"].mean()
         if len(start):
             out.measurements["at_init_mean"] = {k: float(x) for k, x in start.items()}
