@@ -66,7 +66,8 @@ FALLING = [0.05, 1e-3, 1e-9]
 
 def test_planted_faithful_numbers_hold_every_group(tmp_path):
     cfg = EXP.make_config("quick", CFG_OVR)
-    groups, rows, a = analyse(cfg, synthetic_run(tmp_path, cfg, {1: FALLING, 2: [0.08, 2e-2, 1e-4]}, {1: [0.55, 0.53, 0.6], 2: [0.5, 0.52, 0.55]}))
+    run = synthetic_run(tmp_path, cfg, {1: FALLING, 2: [0.08, 2e-2, 1e-4]}, {1: [0.55, 0.53, 0.6], 2: [0.5, 0.52, 0.55]})
+    groups, rows, a = analyse(cfg, run)
     assert [g.id for g in a.groups] == GROUPS
     assert {gid: g.verdict for gid, g in groups.items()} == dict.fromkeys(GROUPS, "holds")
     assert rows["trained-matches-like-construction/k1"].measured == pytest.approx([0.25 / 0.3, 0.23 / 0.3, 1.0])  # above chance 0.3

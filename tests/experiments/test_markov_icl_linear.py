@@ -100,9 +100,10 @@ def test_linear_planted_contradictions_fail_every_group(tmp_path):
 
 def test_linear_censored_smaller_k_or_moving_end_is_not_resolved(tmp_path):
     cfg = LIN.make_config("quick", ["ks=[1, 2]"])
-    groups, rows, _ = analyse(LIN, cfg, synthetic_run(tmp_path, LIN, cfg, lambda f, k, d, h, m: 0.06))
+    groups, rows, a = analyse(LIN, cfg, synthetic_run(tmp_path, LIN, cfg, lambda f, k, d, h, m: 0.06))
     row = rows["attention-only-depth-grows-with-k/k2-vs-k1"]
     assert row.verdict == "not resolved" and "no lower bound" in row.reason
+    assert any("training budget" in n for n in a.notes)  # nothing reached, not even the MLP reference
     # Not reached, but the deepest cell's gap still falls by 0.05 over the last 10%: not resolved.
     groups, rows, _ = analyse(LIN, cfg, synthetic_run(tmp_path / "b", LIN, cfg, lambda f, k, d, h, m: 0.06,
                                                       falling={cell_arm("attn", 1, 3)}))

@@ -8,7 +8,8 @@ a k-th order induction head ("capture context", then "match contexts & count"). 
   that module) against the order-k add-α in-context estimator (:func:`tdlab.theory.kgram.kgram_probs`,
   α = 1: Laplace, the Bayes predictor of the source) on the same fresh sequences of
   :class:`~tdlab.tasks.markov_kth.InContextMarkov`, for a grid of κ. Claims (deterministic: no seed
-  noise): the gap (mean KL of the estimator's next-token law from the construction's) decreases along the κ grid, and at the largest κ it is below ``claims.tol_nats``.
+  noise): the gap (mean KL of the estimator's next-token law from the construction's) decreases
+  along the κ grid, and at the largest κ it is below ``claims.tol_nats``.
 * **The same model, trained** (3 layers, cosine attention, learned κ, relative key/value embeddings,
   random init): its last layer's context-matching score (:func:`tdlab.probes.attention.context_matching_score`:
   attention mass on keys whose preceding k tokens equal the query's current k-context) against the
@@ -19,7 +20,8 @@ a k-th order induction head ("capture context", then "match contexts & count"). 
 
 Metric layout: arm ``construction/k{k}``: per κ index ``i`` (the step column) ``kappa``, ``gap``
 (mean per-position KL(estimator || construction), nats per token, member 0), ``max_kl`` (its largest
-value), ``loss_gap`` (construction's loss − estimator's on the realised tokens, either sign); arm ``train/k{k}`` the trainer's curves, ``train/k{k}/probe``
+value), ``loss_gap`` (construction's loss − estimator's on the realised tokens, either sign); arm
+``train/k{k}`` the trainer's curves, ``train/k{k}/probe``
 ``probe_loss``, ``est_loss``, ``match_score_layer{l}``, ``match_chance_layer{l}``,
 ``construction_score``, ``kappa_layer{l}`` per member.
 """
@@ -295,7 +297,8 @@ class MarkovICLConstruction(Experiment):
                 row.reason = f"{need} is empty in this run's config"
         for key, c in cons.items():
             out.notes.append(f"construction {key}: gap by κ " + ", ".join(f"{a:g}: {g:.2e}" for a, g in zip(c["kappa"], c["gap"]))
-                             + f" nats (mean KL); largest per-position KL at the largest κ {c['max_kl'][-1]:.2e}; loss gap on the realised tokens "
+                             + f" nats (mean KL); largest per-position KL at the largest κ {c['max_kl'][-1]:.2e}; "
+                             "loss gap on the realised tokens "
                              + ", ".join(f"{g:+.1e}" for g in c["loss_gap"]) + ".")
         for key, t in tr.items():
             out.notes.append(f"trained {key}: gap to the estimator {np.mean(t['gap']):+.4f} nats; layer scores "

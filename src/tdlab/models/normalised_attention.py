@@ -58,7 +58,8 @@ from tdlab.config import Config
 from tdlab.models.ensemble import CachingModule, EnsembleLinear
 from tdlab.seeding import Purpose, generators
 
-__all__ = ["NormAttnConfig", "NormalisedAttention", "construction", "CONSTRUCTION_D", "SLOTS"]
+__all__ = ["NormAttnConfig", "NormalisedAttention", "construction", "construction_probs", "code_weights", "full_mean_distance",
+           "CONSTRUCTION_D", "SLOTS"]
 
 # Residual-stream coordinates of the construction (d = 10): one-hot token, a constant 1, the context
 # code u and mean distance m (layer 1), their copies from the previous position u', m' and the
@@ -219,8 +220,8 @@ def full_mean_distance(k: int) -> float:
 
 
 @torch.no_grad()
-def construction(k: int, kappa: float, beta: float = 1.0, members: int = 1, dtype: torch.dtype = torch.float64,
-                 max_len: int | None = None) -> NormalisedAttention:
+def construction(k: int, kappa: float, beta: float = 1.0, members: int = 1,
+                 dtype: torch.dtype = torch.float64) -> NormalisedAttention:
     """The 3-layer normalised-attention model that computes the order-``k`` add-``beta`` in-context
     estimator as ``kappa`` → ∞ (module docstring for the derivation; weights set by hand, ours where
     the talk is silent).
@@ -229,8 +230,7 @@ def construction(k: int, kappa: float, beta: float = 1.0, members: int = 1, dtyp
         k: context order ``>= 1``.
         kappa: κ of every layer (``> (k - 1) ln 2 / 2`` so that layer 1's cosines stay in [-1, 1]).
         beta: smoothing ``> 0`` (the null slot's logit is ``κ + ln(2 beta)``); 1 = Laplace.
-        members: copies (all identical; ``E``).
-        max_len: unused (any length works; kept for symmetry with the trained models).
+        members: copies (all identical; ``E``); any sequence length works.
     Returns:
         ``NormalisedAttention`` with ``d = CONSTRUCTION_D``, ``readout="prob"``, in ``dtype``: its
         ``exp(logits)[..., t, :]`` approximates ``kgram_probs(tokens, k, 2, beta)[..., t, :]``.
