@@ -338,3 +338,13 @@ def test_memory_estimate_grows_with_every_size_it_names():
         assert estimate(exp.make_config("quick", [item])).bytes > base, item
     with pytest.raises(ConfigError, match="needs ~"):
         check_memory(exp.make_config("quick"), available=base / 2)
+
+
+def test_a_nested_override_changes_one_field_of_the_experiments_default_model():
+    """``--set model.d_a=7`` keeps the rest of the experiment's default model (topics-wv's one-hot model),
+    instead of replacing it with the nested class's own defaults (onehot=False)."""
+    from tdlab.experiments.topics_wv import TopicsWV
+
+    cfg = TopicsWV().make_config("quick", ["model.d_a=7"])
+    assert cfg.model.onehot is True and cfg.model.d_a == 7
+    assert TopicsWV().make_config("quick").model.onehot is True

@@ -239,10 +239,23 @@ def build_config(cls: type[C], *layers: Mapping[str, Any]) -> C:
     Raises:
         ConfigError: naming each bad field and the reason; unknown fields list the known ones.
     """
-    merged: dict[str, Any] = {}
+    merged: dict[str, Any] = _field_defaults(cls)
     for layer in layers:
         merged = deep_merge(merged, layer)
     return validate_config(cls, merged)
+
+
+def _field_defaults(cls: type[BaseModel]) -> dict[str, Any]:
+    """``cls``'s defaults as a nested dict, so a layer that sets ``model.d`` changes that field of the
+    *default model* (e.g. an experiment's ``TopicModelConfig(onehot=True)``) instead of replacing it by
+    the nested class's own defaults. Required fields are left out."""
+    out: dict[str, Any] = {}
+    for name, f in cls.model_fields.items():
+        if f.is_required():
+            continue
+        value = f.get_default(call_default_factory=True)
+        out[name] = value.model_dump() if isinstance(value, BaseModel) else value
+    return out
 
 
 def validate_config(cls: type[C], data: Any) -> C:
