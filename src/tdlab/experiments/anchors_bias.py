@@ -193,14 +193,6 @@ class AnchorsBias(AnchorsHealth, Experiment):
         "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}},
     }
 
-    @staticmethod
-    def task(cfg: AnchorsBiasConfig) -> Anchors:
-        return Anchors(cfg.task)
-
-    @staticmethod
-    def gamma_arms(cfg: AnchorsBiasConfig) -> GammaArms:
-        return GammaArms.make(cfg.seed, cfg.gammas, cfg.members)
-
     def run(self, cfg: AnchorsBiasConfig, ctx: RunContext) -> None:
         task, arms = self.task(cfg), self.gamma_arms(cfg)
         mcfg = cfg.model_for_task()

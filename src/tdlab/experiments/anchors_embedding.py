@@ -82,14 +82,6 @@ class ProbeConfig(AnchorsBiasConfig):
 class ProbeSource:
     """Train (or copy from ``from_run``) the γ-sweep and read its members back as models and data."""
 
-    @staticmethod
-    def task(cfg: ProbeConfig) -> Anchors:
-        return Anchors(cfg.task)
-
-    @staticmethod
-    def gamma_arms(cfg: ProbeConfig) -> GammaArms:
-        return GammaArms.make(cfg.seed, cfg.gammas, cfg.members)
-
     def run(self, cfg: ProbeConfig, ctx: RunContext) -> None:
         if cfg.from_run is not None:
             copy_source(Path(cfg.from_run), ctx, [GammaArms.arm(g) for g in cfg.gammas])

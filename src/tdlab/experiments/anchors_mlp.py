@@ -187,14 +187,6 @@ class AnchorsMlp(AnchorsHealth, Experiment):
                   "snapshot_epochs": [50, 900]},
     }
 
-    @staticmethod
-    def task(cfg: AnchorsMlpConfig) -> Anchors:
-        return Anchors(cfg.task)
-
-    @staticmethod
-    def gamma_arms(cfg: AnchorsMlpConfig) -> GammaArms:
-        return GammaArms.make(cfg.seed, cfg.gammas, cfg.members)
-
     def run(self, cfg: AnchorsMlpConfig, ctx: RunContext) -> None:
         task, arms = self.task(cfg), self.gamma_arms(cfg)
         mcfg = cfg.model_for_task()

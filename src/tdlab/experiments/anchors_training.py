@@ -277,10 +277,17 @@ def epoch_curves(metrics: pd.DataFrame, arm: str, name: str, steps_per_epoch: in
 
 
 class AnchorsHealth:
-    """The health gate of the anchor experiments: on the training-set loss (module docstring).
-
-    Needs ``self.task(cfg) -> Anchors``.
+    """What every γ-sweep experiment of seed 001 shares: its task and γ × seed members (from the config's
+    ``task``, ``seed``, ``gammas``, ``members``) and the health gate on the training-set loss (module docstring).
     """
+
+    @staticmethod
+    def task(cfg: Any) -> Anchors:
+        return Anchors(cfg.task)
+
+    @staticmethod
+    def gamma_arms(cfg: Any) -> GammaArms:
+        return GammaArms.make(cfg.seed, cfg.gammas, cfg.members)
 
     def trivial_error(self, cfg: Any, arm: str) -> float:
         return math.log(cfg.task.d_vob)  # the uniform predictor over the vocabulary
