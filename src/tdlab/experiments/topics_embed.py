@@ -35,7 +35,7 @@ from tdlab.experiments.topics_training import (AUTHORS_NOT_REPRODUCED, PANELS, L
                                                trivial_masked_error)
 from tdlab.models.topic_attention import TopicModelConfig
 from tdlab.probes.blocks import block_stats
-from tdlab.report.figures import member_curves, plt, save_figure
+from tdlab.report.figures import heatmap_panels, member_curves, plt, save_figure
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.theory.topics import c3
@@ -159,17 +159,12 @@ class TopicsEmbed(Experiment):
         cols = min(3, len(arms))
         rows = -(-len(arms) // cols)
         fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.8 * rows), squeeze=False)
-        for ax, arm in zip(axes.flat, arms):
+        panels = []
+        for arm in arms:
             W = stacked(run, arm, "W_E")[0]  # member 0, (d, V)
-            gram = (W.T @ W)[1:, 1:].numpy()  # word rows/columns (Fig. 1 leaves [MASK] out)
-            im = ax.imshow(gram, cmap="viridis")
-            fig.colorbar(im, ax=ax, fraction=0.046)
             z = analysis.measurements.get(arm, {}).get("z", [np.nan])[0]
-            ax.set_title(f"{arm} (z = {z:.1f})", fontsize=9)
-            ax.set_xticks([])
-            ax.set_yticks([])
-        for ax in list(axes.flat)[len(arms):]:
-            ax.axis("off")
+            panels.append(((W.T @ W)[1:, 1:].numpy(), f"{arm} (z = {z:.1f})"))  # word rows/columns (Fig. 1 leaves [MASK] out)
+        heatmap_panels(fig, axes, panels)
         fig.suptitle("Fig. 1 — W^E'W^E of member 0 (paper: one block per topic, T = 10 blocks)")
         paths = [save_figure(fig, figdir / "fig1_embedding_gram.png")]
         metrics = run.metrics()

@@ -36,7 +36,7 @@ from tdlab.experiments.topics_training import (AUTHORS_NOT_REPRODUCED, PANELS, L
                                                fit_topics, loss_kind, panel_name, stacked, trivial_masked_error)
 from tdlab.models.topic_attention import TopicModelConfig
 from tdlab.probes.blocks import block_stats
-from tdlab.report.figures import member_curves, plt, save_figure
+from tdlab.report.figures import heatmap_panels, member_curves, plt, save_figure
 from tdlab.runs import Run
 from tdlab.seeding import Purpose, generators, member_seeds
 from tdlab.tasks.topics import population
@@ -242,16 +242,9 @@ class TopicsWV(Experiment):
         for setting in cfg.settings:
             arms = [panel_name(loss, opt, setting) for loss, opt in cfg.panels]
             fig, axes = plt.subplots(2, 2, figsize=(8.5, 7.5), squeeze=False)
-            for ax, arm in zip(axes.flat, arms):
-                W = stacked(run, arm, "W_V")[0][1:, 1:].numpy()  # member 0, word rows/columns
-                im = ax.imshow(W, cmap="viridis")
-                fig.colorbar(im, ax=ax, fraction=0.046)
-                z = analysis.measurements.get(arm, {}).get("z", [np.nan])[0]
-                ax.set_title(f"{arm} (z = {z:.1f})", fontsize=9)
-                ax.set_xticks([])
-                ax.set_yticks([])
-            for ax in list(axes.flat)[len(arms):]:
-                ax.axis("off")
+            heatmap_panels(fig, axes, [(stacked(run, arm, "W_V")[0][1:, 1:].numpy(),  # member 0, word rows/columns
+                                        f"{arm} (z = {analysis.measurements.get(arm, {}).get('z', [np.nan])[0]:.1f})")
+                                       for arm in arms])
             fig.suptitle(f"{SETTINGS[setting]} — trained W^V of member 0 (paper: one block per topic)")
             paths.append(save_figure(fig, figdir / f"{SETTINGS[setting].replace('. ', '').lower()}_{setting}_wv.png"))
         if cfg.population is not None:
@@ -259,9 +252,6 @@ class TopicsWV(Experiment):
             star = wv_star(t.T, t.v, t.p_m, t.p_c, t.p_r)[1:, 1:].numpy()
             W = stacked(run, POPULATION, "W_V")[0][1:, 1:].numpy()
             fig, axes = plt.subplots(1, 2, figsize=(9, 4))
-            for ax, M, title in ((axes[0], W, "population mode, trained"), (axes[1], star, "Thm. 2: W^V*")):
-                im = ax.imshow(M, cmap="viridis")
-                fig.colorbar(im, ax=ax, fraction=0.046)
-                ax.set_title(title)
+            heatmap_panels(fig, axes, [(W, "population mode, trained"), (star, "Thm. 2: W^V*")])
             paths.append(save_figure(fig, figdir / "thm2_population_wv.png"))
         return paths

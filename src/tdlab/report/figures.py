@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -57,3 +57,16 @@ def pq_plane(ax) -> None:
     ax.set_aspect("equal")
     ax.set_xlabel("p = P(1|0)")
     ax.set_ylabel("q = P(0|1)")
+
+
+def heatmap_panels(fig: plt.Figure, axes: np.ndarray, panels: Sequence[tuple[np.ndarray, str]]) -> None:
+    """One heatmap with its colour bar per ``(matrix, title)`` on ``axes`` (flattened); spare axes hidden."""
+    flat = list(np.asarray(axes).flat)
+    for ax, (matrix, title) in zip(flat, panels):
+        im = ax.imshow(matrix, cmap="viridis")
+        fig.colorbar(im, ax=ax, fraction=0.046)
+        ax.set_title(title, fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    for ax in flat[len(panels):]:
+        ax.axis("off")
