@@ -45,6 +45,7 @@ from pydantic import Field
 from tdlab.claims import ArmHealth, assess_arm
 from tdlab.config import Config
 from tdlab.experiments.base import RunContext, init_arm, initial_states, snapshot_arm
+from tdlab.models.ensemble import assemble
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.report.figures import curve_with_band, member_curves, plt
 from tdlab.runs import Run
@@ -137,17 +138,7 @@ def gamma_gpt(cfg: GPTConfig, seeds: Sequence[int], gamma_of: Mapping[int, float
     if cfg.init != "gamma":
         raise ValueError(f"model.init must be 'gamma' for a γ-sweep, got {cfg.init!r}")
     seeds = list(seeds)
-    model = GPT(cfg, seeds)
-    with torch.no_grad():
-        for e, s in enumerate(seeds):
-            g = float(gamma_of[s])
-            if g == cfg.init_gamma:
-                continue  # already drawn with this γ
-            one = GPT(cfg.updated({"init_gamma": g}), [s])
-            for (name, p), (name1, p1) in zip(model.named_parameters(), one.named_parameters(), strict=True):
-                assert name == name1
-                p[e].copy_(p1[0])
-    return model
+    return assemble(GPT(cfg, seeds), (GPT(cfg.updated({"init_gamma": float(gamma_of[s])}), [s]) for s in seeds))
 
 
 def anchor_splits(task: Anchors, n_train: int, n_eval: int, n_test: int,
