@@ -246,15 +246,18 @@ def build_config(cls: type[C], *layers: Mapping[str, Any]) -> C:
 
 
 def _field_defaults(cls: type[BaseModel]) -> dict[str, Any]:
-    """``cls``'s defaults as a nested dict, so a layer that sets ``model.d`` changes that field of the
-    *default model* (e.g. an experiment's ``TopicModelConfig(onehot=True)``) instead of replacing it by
-    the nested class's own defaults. Required fields are left out."""
+    """The explicitly set fields of ``cls``'s default sub-configs, as a nested dict, so a layer that sets
+    ``model.d`` changes that field of the *default model* (e.g. an experiment's
+    ``TopicModelConfig(onehot=True)``) instead of replacing it by the nested class's own defaults."""
     out: dict[str, Any] = {}
     for name, f in cls.model_fields.items():
         if f.is_required():
             continue
         value = f.get_default(call_default_factory=True)
-        out[name] = value.model_dump() if isinstance(value, BaseModel) else value
+        if isinstance(value, BaseModel):
+            # Only what the default instance sets explicitly: a field left at its class default stays
+            # "unset", so validators that ask whether the user gave a value (model_fields_set) still can.
+            out[name] = value.model_dump(exclude_unset=True)
     return out
 
 
