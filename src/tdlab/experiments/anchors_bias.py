@@ -32,7 +32,7 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.config import Config
-from tdlab.experiments.anchors_training import (
+from tdlab.experiments.anchors_training import (check_gammas,
     AnchorsHealth, EpochsConfig, GammaArms, Seed001TrainConfig, auc, epoch_curves, epoch_train_config, fit_gamma_arms, fixed_data, gamma_gpt,
     plot_split_curves, t50,
 )
@@ -98,10 +98,7 @@ class AnchorsBiasConfig(ExperimentConfig):
 
     @model_validator(mode="after")
     def _check(self) -> AnchorsBiasConfig:
-        if not self.gammas or len(set(self.gammas)) != len(self.gammas):
-            raise ValueError(f"gammas must list distinct values, got {self.gammas}")
-        if any(not 0.0 <= g <= 10.0 for g in self.gammas):
-            raise ValueError(f"gammas must lie in [0, 10], got {self.gammas}")
+        check_gammas(self.gammas)
         if self.model.init != "gamma":
             raise ValueError(f"model.init must be 'gamma' (seed 001 §3.4), got {self.model.init!r}")
         if self.task.n_train < self.train.batch:

@@ -38,7 +38,7 @@ from scipy.stats import rankdata
 
 from tdlab.claims import ClaimGroup
 from tdlab.config import Config
-from tdlab.experiments.anchors_training import (
+from tdlab.experiments.anchors_training import (check_gammas,
     AnchorsHealth, EpochsConfig, GammaArms, Seed001TrainConfig, auc, epoch_curves, epoch_train_config, fit_gamma_arms,
     fixed_data, plot_split_curves, t50,
 )
@@ -97,10 +97,7 @@ class AnchorsMlpConfig(ExperimentConfig):
 
     @model_validator(mode="after")
     def _check(self) -> AnchorsMlpConfig:
-        if not self.gammas or len(set(self.gammas)) != len(self.gammas):
-            raise ValueError(f"gammas must list distinct values, got {self.gammas}")
-        if any(not 0.0 <= g <= 10.0 for g in self.gammas):
-            raise ValueError(f"gammas must lie in [0, 10], got {self.gammas}")
+        check_gammas(self.gammas)
         if self.task.mix != "both":
             raise ValueError(f"task.mix must be 'both' (D_mem and D_rsn are both measured), got {self.task.mix!r}")
         bad = [e for e in self.snapshot_epochs if not 1 <= e < self.schedule.epochs]

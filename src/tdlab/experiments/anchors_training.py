@@ -327,3 +327,11 @@ def plot_split_curves(metrics: pd.DataFrame, arms: Sequence[tuple[str, str]], st
     if title:
         fig.suptitle(title)
     return fig
+
+
+def check_gammas(gammas: Sequence[float]) -> None:
+    """A γ-sweep's values: at least one, distinct, each in [0, 10] (ValueError naming ``gammas``)."""
+    if not gammas or len(set(gammas)) != len(gammas):
+        raise ValueError(f"gammas must list distinct values, got {gammas}")
+    if any(not 0.0 <= g <= 10.0 for g in gammas):
+        raise ValueError(f"gammas must lie in [0, 10], got {gammas}")

@@ -59,7 +59,26 @@ class EmbMLPConfig(Config):
     fan: Literal["out", "in"] = "out"  # §3.4: output width (the paper); "in": the group's code
 
 
-class EmbMLP(CachingModule):
+class _GammaEnsemble(CachingModule):
+    """Members, seeds and per-member γ of a γ-initialised ensemble (both models below)."""
+
+    def _members(self, cfg, seeds: Sequence[int], gammas: Sequence[float] | None) -> int:
+        """Set ``cfg``, ``seeds`` and ``gammas`` (one per member; ``cfg.gamma`` when None); returns ``E``."""
+        if not seeds:
+            raise ValueError("an ensemble needs at least one member seed")
+        self.cfg, self.seeds = cfg, list(seeds)
+        E = len(self.seeds)
+        self.gammas = [cfg.gamma] * E if gammas is None else [float(g) for g in gammas]
+        if len(self.gammas) != E:
+            raise ValueError(f"gammas has {len(self.gammas)} values for {E} members")
+        return E
+
+    @property
+    def members(self) -> int:
+        return len(self.seeds)
+
+
+class EmbMLP(_GammaEnsemble):
     """``E`` independent Emb-MLPs (Def. 1).
 
     Args:
@@ -75,22 +94,12 @@ class EmbMLP(CachingModule):
 
     def __init__(self, cfg: EmbMLPConfig, seeds: Sequence[int], gammas: Sequence[float] | None = None) -> None:
         super().__init__()
-        if not seeds:
-            raise ValueError("an ensemble needs at least one member seed")
-        self.cfg, self.seeds = cfg, list(seeds)
-        E = len(self.seeds)
-        self.gammas = [cfg.gamma] * E if gammas is None else [float(g) for g in gammas]
-        if len(self.gammas) != E:
-            raise ValueError(f"gammas has {len(self.gammas)} values for {E} members")
+        E = self._members(cfg, seeds, gammas)
         self.W_emb = nn.Parameter(torch.empty(E, cfg.vocab, cfg.d_m))
         self.W_1 = EnsembleLinear(E, cfg.d_m, cfg.d_f)
         self.W_2 = EnsembleLinear(E, cfg.d_f, cfg.vocab)
         self.act = ACTIVATIONS[cfg.activation]
         self.reset_parameters()
-
-    @property
-    def members(self) -> int:
-        return len(self.seeds)
 
     def reset_parameters(self) -> None:
         """γ-init (§3.4) per member, in the order W_emb, W_1, W_2 from the member's INIT stream."""
@@ -139,7 +148,7 @@ class Def2Config(Config):
         return self
 
 
-class Def2Transformer(CachingModule):
+class Def2Transformer(_GammaEnsemble):
     """``E`` independent Def. 2 models (Eq. 9): one attention layer read at the last position, a
     residual FFN, no LayerNorm, logits ``f(X) in R^{d_m}``.
 
@@ -150,13 +159,7 @@ class Def2Transformer(CachingModule):
 
     def __init__(self, cfg: Def2Config, seeds: Sequence[int], gammas: Sequence[float] | None = None) -> None:
         super().__init__()
-        if not seeds:
-            raise ValueError("an ensemble needs at least one member seed")
-        self.cfg, self.seeds = cfg, list(seeds)
-        E = len(self.seeds)
-        self.gammas = [cfg.gamma] * E if gammas is None else [float(g) for g in gammas]
-        if len(self.gammas) != E:
-            raise ValueError(f"gammas has {len(self.gammas)} values for {E} members")
+        E = self._members(cfg, seeds, gammas)
         self.W_emb = nn.Parameter(torch.empty(E, cfg.vocab, cfg.d_m))
         self.W_Q = EnsembleLinear(E, cfg.d_m, cfg.d_k)
         self.W_K = EnsembleLinear(E, cfg.d_m, cfg.d_k)
@@ -166,10 +169,6 @@ class Def2Transformer(CachingModule):
         self.W_f2 = EnsembleLinear(E, cfg.d_f, cfg.d_m)
         self.act = ACTIVATIONS[cfg.activation]
         self.reset_parameters()
-
-    @property
-    def members(self) -> int:
-        return len(self.seeds)
 
     def reset_parameters(self) -> None:
         gens = generators(self.seeds, Purpose.INIT)
