@@ -76,3 +76,22 @@ def test_tiny_end_to_end_run(runs_dir):
     assert {g["id"] for g in s["claims"]} == {"embedding-gram-is-block-structured", "thm1-embedding-block-sum-gap",
                                               "embed-only-loss-near-all-trained"}
     assert (run.path / "figures" / "fig1_embedding_gram.png").is_file()
+
+
+def test_authors_compat_trains_on_a_fixed_document_set_with_masks_drawn_once(runs_dir):
+    """authors_compat: a fixed set of n_docs documents per member, masks drawn once (the authors' code)."""
+    from tdlab.experiments.topics_training import masked_objective, topic_data
+    from tdlab.train.data import FixedDataset
+
+    exp = TopicsEmbed()
+    cfg = exp.make_config("quick", SMALL + ["authors_compat=true", "n_docs=40", "n_heldout=8", "train.steps=4",
+                                           "train.eval_every=2", "panels=[[squared,adam]]"], members=2)
+    obj = masked_objective(cfg, "squared")
+    assert obj.hide_selected and obj.at_least_one and obj.words == (0, 10) and not obj.gather_queries
+    data = topic_data(cfg, obj)
+    assert isinstance(data, FixedDataset) and data.prepare_once
+    data.bind([1, 2], "cpu")
+    assert data.splits["train"]["inputs"].shape[:2] == (2, 40)
+    assert bool(((data.splits["train"]["weights"] > 0).sum(-1) >= 1).all())  # ≥ 1 masked token per document
+    run = execute(exp, cfg, "quick", runs_dir, progress=False)
+    assert run.summary["status"] == "done" and any("authors_compat" in n for n in run.summary["notes"])

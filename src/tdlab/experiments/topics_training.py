@@ -79,7 +79,8 @@ def masked_objective(cfg: TopicsExperimentConfig, loss: Loss) -> MaskedTokens:
     t, compat = cfg.task, cfg.authors_compat
     return MaskedTokens(vocab=t.T * t.v + 1, mask_id=0, words=(1, t.T * t.v + 1), p_m=t.p_m, p_c=t.p_c, p_r=t.p_r,
                         loss=loss, replace_from_all=compat, hide_selected=compat, at_least_one=compat,
-                        gather_queries=True)
+                        # masks drawn once (compat) are stored per position: a member's |M| varies, so no gathering
+                        gather_queries=not compat)
 
 
 def topic_data(cfg: TopicsExperimentConfig, objective: MaskedTokens) -> Any:
