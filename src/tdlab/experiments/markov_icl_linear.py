@@ -35,6 +35,8 @@ Rows whose cells were not run are ``not evaluable`` and say so.
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import math
 from pathlib import Path
 from typing import Literal
@@ -137,8 +139,9 @@ class _GridConfig(ExperimentConfig):
             raise ValueError("must list distinct orders in 1..8")
         return sorted(v)
 
+    @abstractmethod
     def grid(self) -> list[Cell]:
-        raise NotImplementedError
+        """Every cell the experiment trains (each subclass defines its grid)."""
 
     def cell_model(self, family: str, depth: int, heads: int) -> GPTConfig:
         mlp = family == "mlp"
