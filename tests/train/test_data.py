@@ -190,3 +190,15 @@ def test_member_learning_rates_equal_members_trained_alone(optimizer, momentum):
             BagModel, [s], FixedDataset(make, batch=8))
         for k in alone.states[0]:
             torch.testing.assert_close(together.states[i][k], alone.states[0][k], rtol=1e-5, atol=1e-6)
+
+
+def test_rebinding_to_another_chunk_of_members_does_not_reuse_the_previous_shuffle():
+    """The trainer binds one FixedDataset to each chunk in turn: the second chunk's epoch-0 batches
+    are its own members' shuffle, not the cached one of the chunk before (same epoch number)."""
+    seeds = member_seeds(6, 3)
+    data = FixedDataset(make, batch=8)
+    data.bind(seeds[:2], "cpu")
+    data.train_sample(1, [])
+    data.bind(seeds[2:], "cpu")
+    alone = FixedDataset(make, batch=8).bind(seeds[2:], "cpu")
+    assert torch.equal(data.train_sample(1, [])["tokens"], alone.train_sample(1, [])["tokens"])

@@ -103,6 +103,7 @@ class FixedDataset:
         self.prepare_once, self.objective, self.data_seeds = prepare_once, objective, dict(data_seeds or {})
         self.seeds: list[int] = []
         self.splits: dict[str, dict[str, torch.Tensor]] = {}
+        self._order: tuple[int, torch.Tensor] | None = None  # (epoch, its shuffle) of the bound members
 
     @property
     def task(self) -> None:
@@ -110,7 +111,7 @@ class FixedDataset:
 
     def bind(self, seeds: Sequence[int], device: str | torch.device) -> FixedDataset:
         """Build the chunk's data sets, ``{split: {name: (E, n, ...)}}``, on ``device`` (one tensor each)."""
-        self.seeds, self.device = list(seeds), device
+        self.seeds, self.device, self._order = list(seeds), device, None
         per_member = []
         for s in self.seeds:
             g = generators([self.data_seeds.get(s, s)], DATASET, device)[0]
@@ -151,9 +152,9 @@ class FixedDataset:
     def train_sample(self, step: int, gens: Sequence[torch.Generator]) -> dict[str, torch.Tensor]:
         spe = self.steps_per_epoch
         epoch, k = divmod(step - 1, spe)
-        if getattr(self, "_order_epoch", None) != epoch:
-            self._order, self._order_epoch = self.epoch_order(epoch), epoch
-        idx = self._order[:, k * self.batch:(k + 1) * self.batch]  # (E, B)
+        if self._order is None or self._order[0] != epoch:
+            self._order = (epoch, self.epoch_order(epoch))
+        idx = self._order[1][:, k * self.batch:(k + 1) * self.batch]  # (E, B)
         return _take(self.splits["train"], idx)
 
     def eval_samples(self, gens: Sequence[torch.Generator]) -> Iterator[tuple[str, Any]]:

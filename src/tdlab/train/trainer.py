@@ -249,21 +249,21 @@ class Trainer:
         was_training = model.training
         model.eval()
         refs = reference_predictors(data.task) if data.task is not None else {}
-        totals: dict[str, torch.Tensor] = {}
-        counts: dict[str, float] = {}
+        metrics: dict[str, torch.Tensor] = {}
+        ref_losses: dict[str, torch.Tensor] = {}
+        counts: dict[str, float] = {}  # items behind each metric (reference predictors score the test split)
         for split, sample in data.eval_samples(gens):
             batch = self.objective.prepare(sample, gens)
             size = float(batch.inputs.shape[1])
-            scores = {f"{split}_{k}": v for k, v in self.objective.scores(model, batch).items()}
+            counts[split] = counts.get(split, 0.0) + size
+            for k, v in self.objective.scores(model, batch).items():
+                metrics[f"{split}_{k}"] = metrics.get(f"{split}_{k}", 0.0) + v * size
             if split == "test":
-                scores.update({f"@{k}": v for k, v in self.objective.reference_scores(refs, batch).items()})
-            for k, v in scores.items():
-                totals[k] = totals.get(k, 0.0) + v * size
-                counts[k] = counts.get(k, 0.0) + size
+                for k, v in self.objective.reference_scores(refs, batch).items():
+                    ref_losses[k] = ref_losses.get(k, 0.0) + v * size
         model.train(was_training)
-        means = {k: v / counts[k] for k, v in totals.items()}
-        return ({k: v for k, v in means.items() if not k.startswith("@")},
-                {k[1:]: v for k, v in means.items() if k.startswith("@")})
+        return ({k: v / counts[k.rsplit("_", 1)[0]] for k, v in metrics.items()},
+                {k: v / counts["test"] for k, v in ref_losses.items()})
 
     # ------------------------------------------------------------------------------------------
     # Checkpoints: everything the loop's future depends on, written atomically.
