@@ -670,3 +670,70 @@ def test_existing_configurations_give_the_recorded_parameters_and_outputs(name):
     assert out.sum().item() == pytest.approx(total, rel=1e-12, abs=1e-12)
     assert (out * w).sum().item() == pytest.approx(weighted, rel=1e-12, abs=1e-12)
     torch.testing.assert_close(out[1, 1, -1], torch.tensor(last, dtype=F64), rtol=1e-12, atol=1e-14)
+
+
+# --- seed 004 (real text): the bidirectional encoder option --------------------------------------
+
+
+def _encoder(causal, **kw):
+    cfg = GPTConfig(arch="gpt2", vocab=11, d=16, layers=2, heads=2, max_len=12, norm="post", causal=causal, **kw)
+    return GPT(cfg, [3, 4]).double()
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_bidirectional_encoder_sees_later_tokens_and_causal_does_not(norm):
+    """causal=False: changing the last token changes the output at position 0; causal=True: positions before
+    the change are untouched (to the last bit), the changed position itself moves."""
+    x = torch.randint(0, 11, (2, 3, 8), generator=torch.Generator().manual_seed(1))
+    y = x.clone()
+    y[..., -1] = (y[..., -1] + 1) % 11
+    for causal in (False, True):
+        m = GPT(GPTConfig(arch="gpt2", vocab=11, d=16, layers=2, heads=2, max_len=12, norm=norm, causal=causal), [3, 4]).double()
+        a, b = m(x), m(y)
+        if causal:
+            assert torch.equal(a[..., :-1, :], b[..., :-1, :])
+        else:
+            assert (a[..., 0, :] - b[..., 0, :]).abs().amax(-1).min() > 1e-6  # every member and sequence
+        assert (a[..., -1, :] - b[..., -1, :]).abs().max() > 1e-6
+
+
+def test_bidirectional_attention_matches_a_slow_reference_with_key_mask():
+    """The encoder's pattern is softmax(QK'/sqrt(dh)) over every unmasked key (no triangle); the SDPA path and
+    the cached explicit path give the same outputs; a hidden key gets weight 0 and changing it changes nothing."""
+    m = _encoder(False)
+    x = torch.randint(0, 11, (2, 2, 7), generator=torch.Generator().manual_seed(2))
+    keep = torch.ones(2, 2, 7, dtype=torch.bool)
+    keep[:, 1, 5:] = False
+    fast = m(x, key_mask=keep)
+    with m.cache(["blocks.0.attn.pattern", "embed"]) as c:
+        slow = m(x, key_mask=keep)
+    torch.testing.assert_close(fast, slow)
+    att = c["blocks.0.attn.pattern"]  # (E, B, H, T, T)
+    h = c["embed"]
+    blk = m.blocks[0].attn
+    dh = 8
+    for e in range(2):
+        q = h[e] @ blk.W_Q.weight[e].T
+        k = h[e] @ blk.W_K.weight[e].T
+        for head in range(2):
+            sl = slice(head * dh, (head + 1) * dh)
+            s = q[..., sl] @ k[..., sl].transpose(-1, -2) / math.sqrt(dh)  # (B, T, T)
+            s = s.masked_fill(~keep[e][:, None, :], float("-inf"))
+            torch.testing.assert_close(att[e, :, head], s.softmax(-1))
+    assert float(att[:, 1, :, :, 5:].abs().max()) == 0.0
+    z = x.clone()
+    z[:, 1, 5:] = (z[:, 1, 5:] + 3) % 11
+    torch.testing.assert_close(m(z, key_mask=keep)[:, 1, :5], fast[:, 1, :5])
+
+
+def test_queries_gather_the_output_layer_and_bad_encoder_options_are_refused():
+    m = _encoder(False)
+    x = torch.randint(0, 11, (2, 3, 9), generator=torch.Generator().manual_seed(5))
+    full = m(x)
+    q = torch.tensor([[2, 0], [8, 8], [1, 4]]).expand(2, 3, 2)
+    got = m(x, queries=q)
+    torch.testing.assert_close(got, torch.gather(full, 2, q.unsqueeze(-1).expand(2, 3, 2, 11)))
+    with pytest.raises(ValueError, match="causal=False"):
+        _encoder(True)(x, key_mask=torch.ones(2, 3, 9, dtype=torch.bool))
+    with pytest.raises(ValidationError, match="causal"):
+        GPTConfig(arch="gpt2", vocab=11, d=16, causal=False, positions="relative")

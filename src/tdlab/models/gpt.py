@@ -36,6 +36,11 @@ Options for other seeds (defaults keep the seed-000 models above exactly, parame
   activation="relu", tie_weights=False, head_bias=True, init="gamma", init_gamma=0.8)``.
 * seed 003 (Attention with Markov, Part II), "depth without non-linearities": attention-only models,
   ``mlp=False, norm="none"`` (no MLP, no LayerNorm anywhere).
+* seed 004 (real text, Sec. 6 / App. G.3): a BERT-shaped *encoder*, ``causal=False``: every position
+  attends to every position (bidirectional attention), keys masked out by ``key_mask`` (padding), and
+  the masked-token objective's ``queries`` (the output layer applied at the masked positions only).
+  ``GPTConfig(arch="gpt2", causal=False, norm="post", tie_weights=True)`` is BERT's layout (post-LN,
+  learned positions, output tied to the token table).
 
 Both emit ``(E, B, T, V)`` logits so one cross-entropy objective serves both: for the scalar head
 the logits are ``(0, logit_n)``, whose softmax is ``(1 - sigmoid, sigmoid)`` — Eq. (1) exactly.
@@ -97,6 +102,10 @@ class GPTConfig(Config):
     # Seed 001 Sec. 3.4: the initialisation rate γ, {0.3, 0.5, 0.8} in the seed's experiments (A.3);
     # larger γ = smaller init. Used when init is "gamma".
     init_gamma: float = Field(0.5, ge=0.0, le=10.0)
+    # Seed 004 (real text): False = bidirectional attention (a BERT-style encoder for masked-token
+    # training); True = causal (every other seed). Needs absolute or no positions: the relative
+    # encodings are defined on causal distances n - i >= 0.
+    causal: bool = True
     # Which width d2 sets a matrix's std d2^-γ: "out" (Sec. 3.4: "d_2 the output dimension"; B.4 agrees,
     # W^Q std d_k^-γ) or "in" (the seed-001 group's public code, for linear layers). Embedding tables
     # use d^-γ either way (B.4: W^emb std d_m^-γ).
@@ -135,6 +144,9 @@ class GPTConfig(Config):
                              "(W_O maps the attention width back to d)")
         if self.init == "local-to-global" and not self.mlp:
             raise ValueError("init='local-to-global' sets the MLP weights W_1, W_2: needs mlp=True")
+        if not self.causal and self.positions in ("relative", "both"):
+            raise ValueError("causal=False (bidirectional attention) needs positions 'absolute' or 'none': the "
+                             "relative encodings are defined on causal distances n - i >= 0")
         if self.init == "gamma" and self.positions in ("relative", "both") and self.rel_encoding == "bias":
             raise ValueError("init='gamma' scales each matrix by its width; rel_encoding='bias' (one scalar "
                              "per distance) has none: use rel_encoding='kv' or init='standard'")
@@ -171,7 +183,8 @@ class GPTConfig(Config):
 
 
 class Attention(nn.Module):
-    """Causal softmax attention of every member, ``att_{n,i} ∝ exp(<q_n, k_i> / sqrt(d_h))``.
+    """Causal softmax attention of every member, ``att_{n,i} ∝ exp(<q_n, k_i> / sqrt(d_h))`` over ``i <= n``
+    (``causal=False``: over every ``i`` whose ``key_mask`` is True).
 
     ``W_Q, W_K, W_V``: ``d -> d_attn``, ``W_O``: ``d_attn -> d`` (seed 001 Sec. 3.3: ``W^Q, W^K, W^V in
     R^{d_m x d_k}``, ``W^O in R^{d_k x d_m}``); ``d_h = d_attn / heads``. Input and output ``(E, B, T, d)``.
@@ -201,11 +214,13 @@ class Attention(nn.Module):
         E, B, T, d = t.shape
         return t.reshape(E, B, T, self.cfg.heads, d // self.cfg.heads).permute(0, 1, 3, 2, 4)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         E, B, T, _ = x.shape
         da = self.cfg.attn_width
         owner, name = self._owner[0], f"blocks.{self.index}.attn"
         q, k, v = self._split(self.W_Q(x)), self._split(self.W_K(x)), self._split(self.W_V(x))  # (E,B,H,T,dh)
+        if not self.cfg.causal:
+            return self._attend_bidirectional(q, k, v, key_mask, owner, name)
         if self.rel_k is not None:
             out = self._attend_kv(q, k, v, owner, name)
             out = out.permute(0, 1, 3, 2, 4).reshape(E, B, T, da)
@@ -235,6 +250,27 @@ class Attention(nn.Module):
         out = out.permute(0, 1, 3, 2, 4).reshape(E, B, T, da)
         return self.W_O(out) if self.W_O is not None else out
 
+
+    def _attend_bidirectional(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,
+                              owner: CachingModule, name: str) -> torch.Tensor:
+        """Encoder attention (``causal=False``): ``att_{n,i} ∝ exp(<q_n, k_i>/sqrt(d_h))`` over every key ``i``
+        with ``key_mask[e, b, i]`` True (all keys when ``key_mask`` is None). ``q, k, v``: ``(E, B, H, T, dh)``;
+        returns the block's attention output ``(E, B, T, d)``."""
+        E, B, H, T, dh = q.shape
+        keep = None if key_mask is None else key_mask.to(torch.bool)[:, :, None, None, :]  # (E, B, 1, 1, T)
+        if owner.caching(f"{name}.pattern"):
+            scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
+            if keep is not None:
+                scores = scores.masked_fill(~keep, float("-inf"))
+            att = scores.softmax(-1)
+            owner.record(f"{name}.pattern", att)  # (E, B, H, T, T)
+            out = att @ v
+        else:
+            flat = lambda t: t.reshape(E * B, *t.shape[2:])  # noqa: E731
+            m = None if keep is None else keep.reshape(E * B, 1, 1, T)
+            out = F.scaled_dot_product_attention(flat(q), flat(k), flat(v), attn_mask=m).reshape(E, B, H, T, dh)
+        out = out.permute(0, 1, 3, 2, 4).reshape(E, B, T, H * dh)
+        return self.W_O(out) if self.W_O is not None else out
 
     def _attend_kv(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, owner: CachingModule, name: str) -> torch.Tensor:
         """Attention with relative key/value embeddings (Shaw et al. 2018), explicit softmax.
@@ -291,11 +327,11 @@ class Block(nn.Module):
         self.index = index
         self._owner = [owner]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.post:
-            y = self.ln_1(x + self.attn(x))  # X^ao = LN(X + Attn V W^O)  (Eq. 18)
+            y = self.ln_1(x + self.attn(x, key_mask))  # X^ao = LN(X + Attn V W^O)  (Eq. 18)
         else:
-            y = x + self.attn(self.ln_1(x) if self.ln_1 is not None else x)  # (Attention) + residual
+            y = x + self.attn(self.ln_1(x) if self.ln_1 is not None else x, key_mask)  # (Attention) + residual
         self._owner[0].record(f"blocks.{self.index}.mid", y)
         if self.mlp is None:
             return y
@@ -312,7 +348,9 @@ class GPT(CachingModule):
         seeds: one seed per member (``E = len(seeds)``); member ``e`` is initialised from
             ``seeds[e]`` alone, so it equals ``GPT(cfg, [seeds[e]])``.
 
-    ``forward(tokens (E, B, T) int64) -> logits (E, B, T, V)``; ``T <= cfg.max_len``.
+    ``forward(tokens (E, B, T) int64) -> logits (E, B, T, V)``; ``T <= cfg.max_len``. Encoder options
+    (``causal=False``, seed 004's masked-token training): ``key_mask (E, B, T)`` bool hides the keys where it
+    is False (padding); ``queries (E, B, Q)`` long returns logits ``(E, B, Q, V)`` at those positions only.
     Named activations (:meth:`cache`): ``embed``, ``blocks.{l}.attn.pattern`` (E, B, H, T, T),
     ``blocks.{l}.mlp.pre`` (E, B, T, d_ff; with the MLP only), ``blocks.{l}.mid`` (after the attention
     sublayer: ``X^ao`` of seed 001 Eq. 18 for post-LN), ``blocks.{l}.out`` and ``final`` (E, B, T, d).
@@ -407,8 +445,13 @@ class GPT(CachingModule):
         return gamma_std(d_out, d_in, cfg.init_gamma, cfg.init_fan)
 
     # ------------------------------------------------------------------------------------------
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, key_mask: torch.Tensor | None = None,
+                queries: torch.Tensor | None = None) -> torch.Tensor:
         E, B, T = tokens.shape
+        if key_mask is not None and self.cfg.causal:
+            raise ValueError("key_mask is an encoder option: set causal=False")
+        if queries is not None and self.cfg.arch == "sec2":
+            raise ValueError("queries need the token-table head of arch 'gpt2'")
         if E != self.members:
             raise ValueError(f"tokens have {E} members, the model has {self.members}")
         if T > self.cfg.max_len:
@@ -422,7 +465,7 @@ class GPT(CachingModule):
             x = x + self.wpe[:, None, :T, :]  # + p_n
         self.record("embed", x)
         for i, blk in enumerate(self.blocks):
-            x = blk(x)
+            x = blk(x, key_mask)
             self.record(f"blocks.{i}.out", x)
         if self.ln_f is not None:
             x = self.ln_f(x)
@@ -434,6 +477,9 @@ class GPT(CachingModule):
                 logit = logit + self.b[:, None, None]
             return torch.stack([torch.zeros_like(logit), logit], dim=-1)  # softmax = (1 - sigma, sigma)
         head = self.wte if self.lm_head is None else self.lm_head
+        if queries is not None:  # the output layer at the asked positions only (masked-token training)
+            x = torch.gather(x, 2, queries.unsqueeze(-1).expand(*queries.shape, x.shape[-1]))
+            T = queries.shape[-1]
         logits = torch.bmm(x.reshape(E, B * T, -1), head.transpose(1, 2)).reshape(E, B, T, -1)
         return logits if self.lm_bias is None else logits + self.lm_bias[:, None, None, :]
 
