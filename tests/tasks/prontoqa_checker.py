@@ -171,8 +171,9 @@ def check_parts(context: str, query: str, chain: list[str] | tuple[str, ...], an
     elif (q.obj, not q.negated) in props:
         decided = "False"
     else:
-        return errors + ["the query is not decided by the context"]
-    if decided != answer:
+        decided = None
+        errors.append("the query is not decided by the context")
+    if decided is not None and decided != answer:
         errors.append(f"answer {answer} but the context entails {decided}")
 
     # Chain: fact, then (rule, derived statement) pairs; each step modus ponens.
@@ -197,16 +198,22 @@ def check_parts(context: str, query: str, chain: list[str] | tuple[str, ...], an
             errors.append(f"step {step}: {chain[i + 1]!r} does not follow from {chain[i]!r}")
             break
         current = st
-    if errors:
-        return errors
-    if current.kind != "prop":
+    else:  # every step checked and followed: judge the conclusion
+        return errors + _conclusion_errors(current, q, chain[-1], answer)
+    return errors
+
+
+def _conclusion_errors(last: Statement, q: Statement, sentence: str, answer: str) -> list[str]:
+    """What is wrong with a (step-wise valid) chain's last statement given the query and answer."""
+    errors: list[str] = []
+    if last.kind != "prop":
         return ["the chain does not end with a property statement"]
-    if (current.obj, current.negated) == (q.obj, q.negated):
+    if (last.obj, last.negated) == (q.obj, q.negated):
         from_chain = "True"
-    elif current.obj == q.obj:
+    elif last.obj == q.obj:
         from_chain = "False"
     else:
-        return [f"the chain's last statement {chain[-1]!r} is neither the query's statement nor its negation"]
+        return [f"the chain's last statement {sentence!r} is neither the query's statement nor its negation"]
     if from_chain != answer:
         errors.append(f"answer {answer} but the chain concludes {from_chain}")
     return errors

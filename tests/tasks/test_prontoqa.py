@@ -87,9 +87,10 @@ def _corruptions(ex: Example) -> dict[str, tuple[str, str, list[str], str]]:
         "negated conclusion": (ctx, query, chain[:-1] + [_negate(chain[-1])], answer),
         "rule missing from the context": (ctx.replace(chain[1] + " ", ""), query, chain, answer),
         "query about another property": (ctx, re.sub(r"\w+\.$", "purple.", query), chain, answer),
-        "chain stops early": (ctx, query, chain[:-2], answer),
+        "chain is only the fact": (ctx, query, chain[:1], answer),
     }
     if ex.hops >= 2:
+        out["chain stops early"] = (ctx, query, chain[:-2], answer)
         out["step skipped"] = (ctx, query, chain[:1] + chain[3:], answer)
         out["steps swapped"] = (ctx, query, chain[:1] + chain[3:5] + chain[1:3] + chain[5:], answer)
     if other_rules:
@@ -101,16 +102,31 @@ def _negate(statement: str) -> str:
     return statement.replace(" is not ", " is ") if " is not " in statement else statement.replace(" is ", " is not ")
 
 
+# The error each corruption must produce (a substring of one of the checker's messages): the
+# checker rejects it for the right reason, not by accident.
+_EXPECTED = {
+    "flipped answer": ("the context entails", "the chain concludes"),
+    "negated conclusion": ("does not follow from",),
+    "rule missing from the context": ("is not in the context",),
+    "query about another property": ("not decided by the context", "neither the query's statement"),
+    "chain stops early": ("does not end with a property statement",),
+    "chain is only the fact": ("chain has 1 sentences",),
+    "step skipped": ("does not apply to the previous statement",),
+    "steps swapped": ("does not apply to the previous statement",),
+    "wrong rule": ("step 1: ",),  # located at the replaced step (does not apply, or does not follow)
+}
+
+
 def test_checker_rejects_corrupted_examples():
     seen: dict[str, int] = {}
     for ex in generate(300, seed=11, cfg=ProntoQAConfig(hops=(1, 2, 3, 4, 5))):
         assert checker.check_parts(ex.context, ex.query, list(ex.chain), ex.answer) == []
         for name, parts in _corruptions(ex).items():
-            assert checker.check_parts(*parts) != [], (name, parts)
+            errors = checker.check_parts(*parts)
+            for expected in _EXPECTED[name]:
+                assert any(expected in e for e in errors), (name, expected, errors, parts)
             seen[name] = seen.get(name, 0) + 1
-    assert set(seen) == {"flipped answer", "negated conclusion", "rule missing from the context",
-                         "query about another property", "chain stops early", "step skipped",
-                         "steps swapped", "wrong rule"}
+    assert set(seen) == set(_EXPECTED)
 
 
 def test_checker_rejects_bad_layout_and_an_inconsistent_context():
