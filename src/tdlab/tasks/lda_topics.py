@@ -61,7 +61,7 @@ class LDAConfig(Config):
     chunksize: int = Field(2000, ge=1, le=1_000_000)  # gensim default: documents per online update
     alpha: Literal["symmetric", "asymmetric", "auto"] = "symmetric"  # gensim default: document-topic prior
     eta: Literal["symmetric", "auto"] = "symmetric"  # gensim default (None = symmetric 1/K): topic-word prior
-    decay: float = Field(0.5, gt=0.5, le=1.0)  # gensim default (κ of online VB; (0.5, 1] for convergence)
+    decay: float = Field(0.5, ge=0.5, le=1.0)  # gensim default (κ of online VB, Hoffman et al. 2010: [0.5, 1])
     offset: float = Field(1.0, ge=1.0, le=1e6)  # gensim default (τ0 of online VB)
     gamma_threshold: float = Field(0.001, gt=0.0, le=1.0)  # gensim default: E-step convergence
 
