@@ -49,6 +49,7 @@ Noise default: see :data:`NOISE_DEFAULT`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -58,6 +59,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -205,6 +207,36 @@ def _espeak() -> str:
     return exe
 
 
+@functools.lru_cache(maxsize=4)
+def _known_voices(exe: str) -> tuple[frozenset[str], frozenset[str]]:
+    """Voice names and variant names espeak-ng lists (``--voices``, ``--voices=variant``), lower case.
+
+    Needed because espeak-ng does not refuse every unknown name: ``-v no-such-voice`` speaks Norwegian
+    (the "no" prefix) and an unknown ``+variant`` is silently ignored, both with exit status 0.
+    """
+    def table(arg: str) -> list[list[str]]:
+        out = subprocess.run([exe, arg], capture_output=True, timeout=30, check=False).stdout
+        return [line.split() for line in out.decode(errors="replace").splitlines()[1:] if line.split()]
+
+    voices: set[str] = set()
+    for row in table("--voices"):  # Pty Language Age/Gender VoiceName File [(other-language priority) ...]
+        voices.update(x.lower() for x in row[1:2] + row[3:5])
+        voices.update(x.strip("(").lower() for x in row[5:] if x.startswith("("))
+    variants = {row[4].split("/")[-1].lower() for row in table("--voices=variant") if len(row) >= 5}
+    return frozenset(voices), frozenset(variants)
+
+
+def _check_voice(exe: str, voice: str) -> None:
+    if not _NAME.match(voice):
+        raise ConfigError(f"voices: {voice!r} is not an espeak-ng voice name")
+    known, variants = _known_voices(exe)
+    base, _, variant = voice.partition("+")
+    if base.lower() not in known:
+        raise ConfigError(f"voices: espeak-ng has no voice {base!r}; `espeak-ng --voices=en` lists them")
+    if variant and variant.lower() not in variants:
+        raise ConfigError(f"voices: espeak-ng has no variant {variant!r}; `espeak-ng --voices=variant` lists them")
+
+
 def synthesize_digit(digit: int, voice: str, speed: int, pitch: int) -> tuple[np.ndarray, int]:
     """The spoken word for ``digit`` ("zero".."nine") by ``espeak-ng --stdout``: samples and sampling rate.
 
@@ -212,13 +244,14 @@ def synthesize_digit(digit: int, voice: str, speed: int, pitch: int) -> tuple[np
         ``(wave, sr)``: ``wave`` float64 ``(n,)`` in [-1, 1), ``sr`` in Hz (22,050 for espeak-ng).
 
     Raises:
-        ConfigError: espeak-ng is missing (with how to install it) or refuses the voice.
+        ConfigError: espeak-ng is missing (with how to install it), does not list the voice or variant,
+            or fails.
     """
     if not 0 <= digit <= 9:
         raise ValueError(f"digit must be in 0..9, got {digit}")
-    if not _NAME.match(voice):
-        raise ConfigError(f"voices: {voice!r} is not an espeak-ng voice name")
-    cmd = [_espeak(), "-v", voice, "-s", str(int(speed)), "-p", str(int(pitch)), "--stdout", WORDS[digit]]
+    exe = _espeak()
+    _check_voice(exe, voice)
+    cmd = [exe, "-v", voice, "-s", str(int(speed)), "-p", str(int(pitch)), "--stdout", WORDS[digit]]
     try:
         proc = subprocess.run(cmd, capture_output=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -286,13 +319,19 @@ def audio_pool(cfg: AVDigitsConfig, progress: bool = True) -> tuple[np.ndarray, 
     combos = [(v, s, p) for v in cfg.voices for s in cfg.speeds for p in cfg.pitches]
     total, t0 = 10 * len(combos), time.perf_counter()
     spec = np.empty((total, SIDE, SIDE), dtype=np.float32)
-    for c, (v, s, p) in enumerate(combos):
-        for d in range(10):
-            wave, sr = synthesize_digit(d, v, s, p)
-            spec[10 * c + d] = spectrogram01(wave, sr, cfg.duration, cfg.fmax)
-        if progress and (c + 1) % max(1, len(combos) // 10) == 0:
-            print(f"avdigits: synthesised {10 * (c + 1)}/{total} recordings ({time.perf_counter() - t0:.1f} s)",
-                  file=sys.stderr, flush=True)
+
+    def one(r: int) -> np.ndarray:
+        wave, sr = synthesize_digit(r % 10, *combos[r // 10])
+        return spectrogram01(wave, sr, cfg.duration, cfg.fmax)
+
+    # espeak-ng runs as a subprocess (the GIL is released while it runs), so threads overlap the
+    # ~20 ms start-up of each process; map() keeps the recording order, so the pool is deterministic.
+    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+        for r, s in enumerate(pool.map(one, range(total))):
+            spec[r] = s
+            if progress and (r + 1) % max(1, total // 10) == 0:
+                print(f"avdigits: synthesised {r + 1}/{total} recordings ({time.perf_counter() - t0:.1f} s)",
+                      file=sys.stderr, flush=True)
     digit = np.tile(np.arange(10, dtype=np.int64), len(combos))
     combo = np.repeat(np.arange(len(combos), dtype=np.int64), 10)
     if cfg.cache:
@@ -416,8 +455,8 @@ def build(cfg: AVDigitsConfig, seed: int, progress: bool = True) -> AVDigits:
         raise ConfigError(f"seed must be >= 0, got {seed}")
     if cfg.path is not None:
         return _build_real(cfg, seed)
+    spec, spec_digit, spec_combo, version = audio_pool(cfg, progress)  # first: a missing espeak-ng fails fast
     images, img_labels, img_source = load_images(cfg.images)
-    spec, spec_digit, spec_combo, version = audio_pool(cfg, progress)
 
     g = _generator(seed, "avdigits-split")
     img_test = _split_classes(img_labels, cfg.test_fraction, g)
