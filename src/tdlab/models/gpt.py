@@ -71,7 +71,7 @@ class GPTConfig(Config):
     """Architecture and initialisation of :class:`GPT`."""
 
     arch: Literal["sec2", "gpt2"] = "sec2"  # seed 000: Sec. 2 equations, or Table 1 (GPT-2)
-    vocab: int = Field(2, ge=2, le=4096)  # binary Markov chains (Sec. 2)
+    vocab: int = Field(2, ge=2, le=1 << 20)  # binary Markov chains (Sec. 2); word-level corpora need ~10^4-10^5
     d: int = Field(8, ge=1, le=4096)  # embedding dimension; Table 2 grid {4, 8, 16, 32, 64}, A.3.1 uses 8
     layers: int = Field(1, ge=1, le=64)  # Table 2: 1 transformer layer
     heads: int = Field(1, ge=1, le=64)  # Table 2: 1 attention head
