@@ -335,7 +335,7 @@ def top_cooccurring_pairs(lda_docs: list[list[int]], words: np.ndarray, k: int, 
     cnt, a, b = C.data, C.row.astype(np.int64), C.col.astype(np.int64)
     keep = cnt > 0
     cnt, a, b = cnt[keep], a[keep], b[keep]
-    if k < cnt.size:  # only the pairs at or above the k-th largest count need sorting
+    if 0 < k < cnt.size:  # only the pairs at or above the k-th largest count need sorting
         kth = np.partition(cnt, cnt.size - k)[cnt.size - k]
         sel = cnt >= kth
         cnt, a, b = cnt[sel], a[sel], b[sel]
