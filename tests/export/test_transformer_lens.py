@@ -178,6 +178,22 @@ def test_logits_equal_tdlab(name, one_thread):
     assert (got64 - want64).abs().max().item() <= 1e-12
 
 
+def test_local_to_global_init_is_exact_in_float64(one_thread):
+    """Seed 000's proposed init (wte[1] = wte[0] + 0.5 in every coordinate, W_1 = 1, W_2 = -1) puts the
+    token signal along the all-ones direction, which every LayerNorm removes: LN reads a small
+    difference of O(0.5) numbers, so float32 rounding is amplified and tdlab's own float32 logits are
+    ~6e-6 from the exact ones (TL's ~1e-5; measured, docs/export.md). In float64 the mapping is exact."""
+    pytest.importorskip("transformer_lens")
+    cfg = GPTConfig(arch="gpt2", d=8, init="local-to-global", max_len=64)
+    model = GPT(cfg, [1, 2, 3]).double()
+    x = torch.randint(0, 2, (3, 8, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = model(x)[1]
+        got = _bridge(to_tl_config(cfg), to_state_dict(model.member_state(1), cfg), torch.float64)(x[1], return_type="logits")
+    assert want.abs().max() > 0.1
+    assert (got - want).abs().max().item() <= 1e-12
+
+
 def test_another_member_differs(one_thread):
     """The check above could not tell member 1 from member 0 if members were equal: they are not."""
     pytest.importorskip("transformer_lens")
