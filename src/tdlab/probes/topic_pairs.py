@@ -218,8 +218,8 @@ class PairAttention:
         Returns:
             ``self``.
         """
-        A = attn.detach().to("cpu", F64)
-        ids = torch.as_tensor(word_ids)
+        A = attn.detach()
+        ids = torch.as_tensor(word_ids).cpu()
         if batch_dim is None:
             if ids.dim() != 1:
                 raise ValueError(f"word_ids of one document must be (T,), got {tuple(ids.shape)}; pass batch_dim for a batch")
@@ -239,11 +239,19 @@ class PairAttention:
         pair = word[:, :, None] & word[:, None, :]
         safe = idx.clamp_min(0)
         scale = vis.sum(-1).to(F64) / self.norm_len if self.debias else torch.ones(B, dtype=F64)
-        for name, mk in self.masks.items():
-            pm = mk[safe[:, :, None], safe[:, None, :]] & pair  # (B, T, T)
-            s = torch.einsum("...btu,btu->...", A, pm.to(F64) * scale[:, None, None])
+        names = list(self.masks)
+        pm = torch.stack([self.masks[k][safe[:, :, None], safe[:, None, :]] for k in names]) & pair  # (C, B, T, T)
+        # only the position pairs of some class are read: a gather (A stays on its device, in its dtype)
+        # instead of a float64 copy of the whole (..., B, T, T) tensor
+        b, t, u = pm.any(0).nonzero(as_tuple=True)
+        dev = A.device
+        vals = A[..., b.to(dev), t.to(dev), u.to(dev)].to("cpu", F64)  # (*lead, P)
+        weight = pm[:, b, t, u].to(F64) * scale[b][None, :]  # (C, P)
+        sums = vals @ weight.T  # (*lead, C)
+        for c, name in enumerate(names):
+            s = sums[..., c]
             self.sums[name] = s if self.sums[name] is None else self.sums[name] + s
-            self.counts[name] += int(pm.sum())
+            self.counts[name] += int(pm[c].sum())
         self.documents += B
         return self
 
