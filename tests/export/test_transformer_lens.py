@@ -247,6 +247,9 @@ def test_export_from_a_real_run(init_run, tmp_path, one_thread):
     assert p0.parent == tmp_path and p0.name.endswith(".gpt2_standard_init.m0.tl.safetensors")
     with torch.no_grad():
         assert (load(p0)(x[0], return_type="logits") - GPT(mcfg, member_seeds(rc.seed, rc.members))(x)[0]).abs().max() <= TOL
+        # float64 on request: the exact function of the float32 weights.
+        got64 = load(path, dtype=torch.float64)(x[1], return_type="logits")
+        assert got64.dtype == torch.float64 and (got64 - model.double()(x)[1]).abs().max().item() <= 1e-12
 
 
 def test_run_errors_name_what_exists(init_run, tmp_path):

@@ -418,7 +418,7 @@ def read_export(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
     return cfg, meta
 
 
-def load(path: Path) -> TransformerBridge:
+def load(path: Path, dtype: torch.dtype | None = None) -> TransformerBridge:
     """The TransformerLens model of an exported member: ``TransformerBridge.boot_native(cfg)`` +
     ``load_state_dict(weights, strict=True)``, no weight processing (no LayerNorm folding, centring or
     compatibility mode: the weights are tdlab's own), in eval mode.
@@ -426,6 +426,10 @@ def load(path: Path) -> TransformerBridge:
     ``model(tokens (B, T) int64, return_type="logits") -> (B, T, V)`` equals tdlab's member logits
     (``GPT(cfg, seeds)(tokens[None])[member]``).
 
+    Args:
+        path: a file :func:`export_member` wrote.
+        dtype: compute in this dtype (weights cast); ``None``: the stored one. ``torch.float64`` gives
+            the exact function of float32-trained weights where float32 rounding matters (docs/export.md).
     Raises:
         ConfigError: TransformerLens is not installed (how to install it), or the file is not an export.
     """
@@ -434,7 +438,8 @@ def load(path: Path) -> TransformerBridge:
         from transformer_lens import TransformerBridge
     except ImportError:
         raise ConfigError(f"loading an export needs TransformerLens: {_INSTALL}") from None
-    dtype = getattr(torch, meta.get("dtype", "float32"), torch.float32)
+    if dtype is None:
+        dtype = getattr(torch, meta.get("dtype", "float32"), torch.float32)
     model = TransformerBridge.boot_native(cfg, dtype=dtype, model_name=meta.get("model_name", "tdlab"))
-    model.load_state_dict(load_file(str(path)), strict=True)
+    model.load_state_dict({k: v.to(dtype) for k, v in load_file(str(path)).items()}, strict=True)
     return model.eval()
