@@ -181,3 +181,12 @@ def test_missing_gensim_names_the_package(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setitem(sys.modules, "gensim.corpora", None)
     with pytest.raises(ConfigError, match=r"gensim.*pip install"):
         load_corpus(CorpusConfig(source="wiki"))
+
+
+def test_missing_shipped_data_names_the_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import gensim.test.utils
+
+    monkeypatch.setattr(gensim.test.utils, "datapath", lambda name: str(tmp_path / name))
+    for source in ("wiki", "lee"):
+        with pytest.raises(ConfigError, match=r"corpus\.source: .*missing.*gensim.*pip install"):
+            load_corpus(CorpusConfig(source=source))
