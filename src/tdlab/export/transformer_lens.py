@@ -280,8 +280,10 @@ def arm_model_config(run_dir: Path, arm: str) -> GPTConfig:
     In order: the experiment's own ``arm_gpt_config(cfg, arm)`` if it defines one; the per-arm model
     methods of the experiments whose arms differ in their model (``markov-init``, ``markov-icl-depth``,
     ``markov-icl-depth-linear``, ``markov-icl-heads``); the config's one ``arm_model()`` /
-    ``model_for_task()``; its ``model`` field. The caller checks the stored parameters against it
-    (:func:`to_state_dict`), so a wrong guess is an error, never a silently different model.
+    ``model_for_task()``; its ``model`` field. The caller checks the stored parameters against it name
+    by name and shape by shape (:func:`to_state_dict`). Shapes cannot show the head count, the
+    activation or pre- vs post-LN: those come from the experiment's own per-arm method, so an
+    experiment that varies them per arm needs an entry above (or ``arm_gpt_config``) to export right.
 
     Raises:
         ConfigError: the experiment trains no tdlab GPT.
