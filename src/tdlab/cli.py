@@ -4,6 +4,9 @@
     tdlab run NAME [--profile quick|paper] [--set a.b=c ...] [--seeds N] [--seed S] [--device cpu|cuda] [--out DIR]
     tdlab report RUN_DIR                         rebuild claims, figures, summary.json and report.html
     tdlab runs [--out DIR]                       table of past runs with their claim verdicts
+    tdlab atlas run|build|serve                  the claims atlas: sweep each experiment's atlas axes, build
+                                                 a static site of where each claim holds, serve it
+    tdlab export RUN_DIR --arm A --member I --to transformer-lens [--out FILE]
 
 Bad input (unknown experiment, bad ``--set``, corrupt run directory) prints one message naming the
 field and what is allowed, exits with code 2 and leaves no run directory behind.
@@ -256,6 +259,103 @@ def findings(
             out_console.print(f"findings of {len(run_dirs)} run(s) written to {readme}", highlight=False)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
+
+
+atlas_app = typer.Typer(cls=_OneLineErrors, no_args_is_help=True,
+                        help="The claims atlas: where each paper claim holds, as a static site built from the run index.")
+app.add_typer(atlas_app, name="atlas")
+
+
+@atlas_app.command("run")
+def atlas_run(
+    experiments: Annotated[Optional[list[str]], typer.Argument(help="experiments (default: every one that declares atlas axes)")] = None,
+    profile: Annotated[str, typer.Option(help="quick (a coarser grid, minutes) or paper (the declared ranges)")] = "quick",
+    backend: Annotated[str, typer.Option(help="local (process pool) or ray")] = "local",
+    workers: Annotated[int, typer.Option(min=1, help="points run at once")] = 2,
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster address HOST:PORT (ray backend)")] = None,
+    runs_dir: Annotated[Path, typer.Option("--runs", help="folder that holds run directories and the index")] = DEFAULT_OUT,
+) -> None:
+    """Sweep each experiment's atlas axes (points already in the runs folder are skipped, killed ones resumed)."""
+    from tdlab.atlas.axes import atlas_spec, experiments_with_axes
+    from tdlab.experiments.runner import check_out
+    from tdlab.sweep import run_sweep
+
+    try:
+        if backend not in ("local", "ray"):
+            raise ConfigError(f"backend: unknown backend {backend!r}; allowed: local, ray")
+        exps = experiments_with_axes(experiments or [])
+        specs = [atlas_spec(e, profile) for e in exps]  # every name and profile checked before anything runs
+        check_out(runs_dir)
+        failed = False
+        for spec in specs:
+            points = run_sweep(spec, runs_dir, backend, workers, address,
+                               echo=lambda m: out_console.print(m, highlight=False, soft_wrap=True))
+            failed |= any(p.status == "failed" for p in points)
+    except (ConfigError, RunDirError) as exc:
+        _fail(str(exc))
+    out_console.print(f"next: tdlab atlas build --runs {runs_dir}", highlight=False, soft_wrap=True)
+    if failed:
+        raise typer.Exit(code=1)
+
+
+@atlas_app.command("build")
+def atlas_build(
+    runs_dir: Annotated[Path, typer.Option("--runs", help="folder that holds run directories and the index")] = DEFAULT_OUT,
+    out: Annotated[Optional[Path], typer.Option(help="site folder (default: RUNS/atlas)")] = None,
+) -> None:
+    """Write the static atlas site (front page, one page per experiment, every run's report) from the run index."""
+    from tdlab.atlas.site import build_site
+
+    try:
+        front = build_site(runs_dir, out if out is not None else runs_dir / "atlas")
+    except (ConfigError, RunDirError) as exc:
+        _fail(str(exc))
+    out_console.print(f"atlas: {front}", highlight=False, soft_wrap=True)
+
+
+@atlas_app.command("serve")
+def atlas_serve(
+    out: Annotated[Path, typer.Option(help="site folder written by tdlab atlas build")] = DEFAULT_OUT / "atlas",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one)")] = 8000,
+) -> None:
+    """Serve the site folder with Python's own static HTTP server (the site also opens from disk)."""
+    import functools
+    import http.server
+
+    if not (out / "index.html").is_file():
+        _fail(f"--out: {out} holds no atlas site (index.html); build one with tdlab atlas build --out {out}")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError as exc:
+        _fail(f"--port: cannot listen on 127.0.0.1:{port}: {exc}")
+    out_console.print(f"serving {out} at http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", highlight=False)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@app.command("export")
+def export_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+    arm: Annotated[str, typer.Option(help="the arm whose trained parameters to export")],
+    member: Annotated[int, typer.Option(min=0, help="ensemble member index")],
+    to: Annotated[str, typer.Option(help="target format: transformer-lens")] = "transformer-lens",
+    out: Annotated[Optional[Path], typer.Option(help="output file (default: next to the run)")] = None,
+) -> None:
+    """Export one trained member to another library (TransformerLens: state dict + HookedTransformerConfig)."""
+    try:
+        if to != "transformer-lens":
+            raise ConfigError(f"--to: unknown target {to!r}; allowed: transformer-lens")
+        from tdlab.export.transformer_lens import export_member  # lazy: the optional extra is never needed by the core
+
+        path = export_member(run_dir, arm, member, out)
+    except (ConfigError, RunDirError) as exc:
+        _fail(str(exc))
+    out_console.print(f"exported {arm} member {member} to {path}", highlight=False, soft_wrap=True)
 
 
 @app.callback()

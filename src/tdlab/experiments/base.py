@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
+from tdlab.atlas.axes import AtlasAxes
 from tdlab.claims import ArmHealth, ClaimGroup, Kind, assess_arm
 from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides
 from tdlab.runs import Run, RunWriter
@@ -158,6 +159,9 @@ class Experiment(ABC):
     # Config keys the experiment sets itself per arm (a ``--set`` of them would be silently replaced),
     # each with what to set instead: ``{"model.arch": "archs=[...]"}``.
     arm_fields: ClassVar[dict[str, str]] = {}
+    # The atlas axes (issue 18): the few settings the claims are most sensitive to, with their ranges;
+    # ``tdlab atlas run`` sweeps them, ``tdlab atlas build`` maps each claim over them. None: no atlas map.
+    atlas_axes: ClassVar[AtlasAxes | None] = None
 
     def make_config(
         self, profile: str = "quick", overrides: Sequence[str] = (), members: int | None = None, seed: int | None = None

@@ -39,6 +39,7 @@ import torch
 from pydantic import Field, model_validator
 from scipy.optimize import minimize
 
+from tdlab.atlas.axes import AtlasAxes, AtlasAxis
 from tdlab.claims import ArmHealth, assess_arm, end_drift
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register
@@ -449,6 +450,15 @@ class IclLsaVsLca(RegressionArms, Experiment):
         "beta_T -> -alpha* (Thms 6.2, 6.3)."
     )
     Config = LsaVsLcaConfig
+    # Atlas (issue 18): T is the depth of the fixed-depth panel (fixed_depth must be one of depths, whose
+    # default lists every value below), L_tr the training context (train_contexts=[L_tr]; the finite-L_tr
+    # minimiser is 0.85 alpha*_T at T = 10 and 0.33 at T = 50 for L_tr = 100, docs/icl.md).
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis("fixed_depth", (1, 2, 5, 10, 20, 50), quick=(2, 10, 50), label="T"),
+              AtlasAxis("train_contexts", (30, 100, 300, 1000), quick=(100, 1000), label="L_tr", as_list=True)),
+        why="The learned alpha_T sits far from alpha*_T at finite L_tr and large T (0.85 alpha*_T at T = 10, 0.33 at "
+            "T = 50 for L_tr = 100, docs/icl.md): the alpha and depth claims are measured to depend on T × L_tr.",
+    )
     arm_fields = {"train.context": "train_contexts=[...]", "lsa_train.context": "train_contexts=[...]", "train.objective": "population=true"}
     profiles = {
         # ~3 min on 2 free CPU cores (see docs/icl_experiments.md). Scaled: 1000 prompts per L_tr (App. H:

@@ -52,6 +52,7 @@ import pandas as pd
 import torch
 from pydantic import Field, field_validator, model_validator
 
+from tdlab.atlas.axes import AtlasAxes, AtlasAxis
 from tdlab.claims import end_drift
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
@@ -192,6 +193,16 @@ class MarkovICLDepth(Experiment):
         "Attention maps and a context-matching score."
     )
     Config = MarkovICLDepthConfig
+    # Atlas (issue 18): one cell per point (cells=[] so that ks, depths, positions decide the grid).
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis("depths", (1, 2, 3), quick=(1, 2), label="depth", as_list=True),
+              AtlasAxis("positions", ("absolute", "relative", "relative-kv", "both"), quick=("absolute", "relative"),
+                        label="PE", as_list=True),
+              AtlasAxis("ks", (1, 2, 3), quick=(1,), label="k", as_list=True)),
+        set={"cells": []},
+        why="The claims are about depth against the chain's order k (depth 1 does not reach the k = 1 estimator, "
+            "depth 2 does; depth 3 for k >= 2), and the seed states relative PE for its construction only.",
+    )
     arm_fields = {"model.layers": "depths=[...] or cells=[...]", "model.positions": "positions=[...] or cells=[...]",
                   "model.rel_encoding": "positions=[...] (relative-kv, both-kv) or cells=[...]", "model.max_len": "train.seq_len"}
     profiles = {

@@ -1,0 +1,342 @@
+"""The claims atlas (issue 18): axes -> sweep points, the static site built from a runs folder's index
+(front page, per-claim maps, links), bad input, and rendering in headless Chromium where it exists."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+import tdlab.cli as cli
+from tdlab.atlas.axes import (AtlasAxes, AtlasAxis, atlas_spec, check_fields, experiments_with_axes, field_exists,
+                              linspace, sweep_name)
+from tdlab.atlas.site import MARKS, build_site
+from tdlab.config import ConfigError
+from tdlab.experiments.base import registry
+from tdlab.index import RunIndex
+from tdlab.sweep import _as_sets, _validate_points, count_points, plan
+
+STEPS = [0, 100, 200, 300, 400]
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1200,1400"]
+
+
+# ---------------------------------------------------------------------------------------------- axes
+def test_every_declaration_becomes_a_valid_sweep_of_the_declared_size():
+    declaring = experiments_with_axes()
+    assert {"markov-init", "markov-icl-depth", "icl-lsa-vs-lca", "markov-rank"} <= {e.name for e in declaring}
+    for exp in declaring:
+        check_fields(exp)  # every swept and fixed path is a field of the experiment's config class
+        decl = exp.atlas_axes
+        for profile in exp.profiles:
+            spec = atlas_spec(exp, profile)
+            n = math.prod(len(a.range(profile)) for a in decl.axes)
+            assert count_points(spec) == decl.size(profile) == n
+            points = plan(spec)
+            assert len({p.run_id for p in points}) == n
+            assert all(p.run_id.startswith(f"{sweep_name(exp.name, profile)}__p") for p in points)
+            _validate_points(spec)  # the sweep's own check: every point's config is built and validated
+            assert len(spec._hashes) == len(set(spec._hashes)) == n  # distinct configs: every axis changes the run
+            # each point's config holds the axis values it was planned with (read back as the map does)
+            for p in points[:4]:
+                cfg = exp.make_config(profile, _as_sets({**spec.set, **p.overrides})).model_dump(mode="json")
+                for a in decl.axes:
+                    got = a.read(cfg)
+                    want = p.overrides[a.field][0] if a.as_list else p.overrides[a.field]
+                    assert got == want, (exp.name, a.field)
+
+
+def test_markov_init_grid_covers_both_sides_of_p_plus_q_equals_one():
+    decl = registry()["markov-init"].atlas_axes
+    ps, qs = decl.axes[0].range("quick"), decl.axes[1].range("quick")
+    assert (decl.axes[0].field, decl.axes[1].field) == ("task.p", "task.q") and len(ps) * len(qs) >= 16
+    sums = [p + q for p in ps for q in qs]
+    assert any(s < 1 for s in sums) and any(s > 1 for s in sums)
+    assert all(abs(s - 1) > 0.05 for s in sums)  # p + q = 1: both minima coincide, nothing to decide
+    assert "train.steps" in [a.field for a in decl.axes]
+
+
+def test_axis_declarations_refuse_bad_input():
+    with pytest.raises(ValueError, match="empty"):
+        AtlasAxis("task.p", ())
+    with pytest.raises(ValueError, match="repeats"):
+        AtlasAxis("task.p", (0.1, 0.1))
+    with pytest.raises(ValueError, match="dotted"):
+        AtlasAxis("task..p", (0.1,))
+    with pytest.raises(ValueError, match="swept twice"):
+        AtlasAxes(axes=(AtlasAxis("a", (1,)), AtlasAxis("a", (2,))))
+    with pytest.raises(ValueError, match="both swept and fixed"):
+        AtlasAxes(axes=(AtlasAxis("a", (1,)),), set={"a": 2})
+    exp = registry()["markov-init"]
+    assert field_exists(exp.Config, "task.p") and field_exists(exp.Config, "train.steps")
+    assert not field_exists(exp.Config, "task.r") and not field_exists(exp.Config, "task.p.x")
+    assert linspace(0.1, 0.9, 5) == (0.1, 0.3, 0.5, 0.7, 0.9)
+    a = AtlasAxis("depths", (1, 2), as_list=True)
+    assert a.override(2) == [2] and a.read({"depths": [2]}) == 2 and a.read({"depths": [1, 2]}) is None
+
+
+def test_experiment_names_are_checked():
+    with pytest.raises(ConfigError, match="unknown experiment"):
+        experiments_with_axes(["no-such-experiment"])
+    bare = next(n for n, e in sorted(registry().items()) if e.atlas_axes is None)
+    with pytest.raises(ConfigError, match="declares no atlas axes"):
+        experiments_with_axes([bare])
+    with pytest.raises(ConfigError, match="unknown profile"):
+        atlas_spec(registry()["markov-init"], "huge")
+
+
+# ------------------------------------------------------------------------------------- a runs folder
+def _h(x: float) -> float:
+    return -x * math.log(x) - (1 - x) * math.log(1 - x)
+
+
+def _truth(p: float, q: float) -> tuple[float, float]:
+    pi1 = p / (p + q)
+    return (1 - pi1) * _h(p) + pi1 * _h(q), _h(pi1)
+
+
+def _planted_point(runs: Path, spec, point, std_at: str, run_id: str | None = None) -> Path:
+    """A markov-init run of ``point`` of the atlas sweep, with chosen test-loss curves, analysed by the
+    real code (``rebuild``) and indexed under the sweep: the proposed init ends at the entropy rate;
+    the standard init ends at ``std_at`` ("rate" or "hpi") after leaving its plateau later."""
+    from tdlab.experiments.markov_init import MarkovInit
+    from tdlab.experiments.runner import rebuild
+    from tdlab.runs import RunWriter
+
+    exp = MarkovInit()
+    cfg = exp.make_config(spec.profile, _as_sets({**spec.set, **point.overrides}), members=3)
+    rate, hpi = _truth(cfg.task.p, cfg.task.q)
+    end = rate if std_at == "rate" else hpi
+    spread = (-0.001, 0.0, 0.001)
+    curves = {"local-to-global": [[0.69, rate + d, rate + d, rate + d, rate + d] for d in spread],
+              "standard": [[0.69, 0.69, end + d, end + d, end + d] for d in spread]}
+    with RunWriter(runs, exp.name, run_id=run_id or point.run_id) as w:
+        w.write_config({"experiment": exp.name, "profile": spec.profile, "config": cfg.model_dump(mode="json"),
+                        "sweep": spec.name})
+        for arch, init in exp.arms(cfg):
+            rows = [(s, m, "test_loss", v) for m, c in enumerate(curves[init]) for s, v in zip(STEPS, c)]
+            rows += [(s, m, "train_loss", v) for m, c in enumerate(curves[init]) for s, v in zip(STEPS, c) if s > 0]
+            rows += [(s, m, f"test_loss@{ref}", v) for ref, v in (("bayes", rate), ("unigram", hpi))
+                     for m in range(3) for s in STEPS]
+            w.add_metrics(f"{arch}/{init}", rows)
+        run = w.finish()
+    return rebuild(run.path).path
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """A runs folder with 6 of markov-init's 16 quick atlas points (the standard init planted at the entropy
+    rate when p + q < 1 and at H(π) when p + q > 1, except at (0.8, 0.9) where it ends at the entropy
+    rate: a failing cell), an older and a newer run of the same point, a point whose run folder was
+    deleted after indexing, and a run of another experiment; then the site."""
+    tmp = tmp_path_factory.mktemp("atlas")
+    runs, out = tmp / "runs", tmp / "site"
+    exp = registry()["markov-init"]
+    spec = atlas_spec(exp, "quick")
+    pts = {(p.overrides["task.p"], p.overrides["task.q"]): p for p in plan(spec)}
+    chosen = [(0.2, 0.1), (0.2, 0.3), (0.4, 0.9), (0.8, 0.3), (0.8, 0.9), (0.6, 0.7)]
+    for pq in chosen:
+        std_at = "rate" if sum(pq) < 1 or pq == (0.8, 0.9) else "hpi"
+        _planted_point(runs, spec, pts[pq], std_at)
+    # (0.6, 0.7) again, newer, failing: the map shows the newest run of a point
+    _planted_point(runs, spec, pts[(0.6, 0.7)], "rate", run_id=pts[(0.6, 0.7)].run_id + "-again")
+    # a point whose folder is gone: the site still shows it, with a report rendered from the index
+    gone = _planted_point(runs, spec, pts[(0.4, 0.1)], "rate")
+    shutil.rmtree(gone)
+    front = build_site(runs, out)
+    return {"runs": runs, "out": out, "front": front, "points": pts, "chosen": chosen + [(0.4, 0.1)]}
+
+
+class _Page(HTMLParser):
+    """Links, and the map tables (their aria-label, rows of cells with text, class, title, href)."""
+
+    def __init__(self):
+        super().__init__()
+        self.links, self.maps, self.text = [], [], []
+        self._map = self._row = self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        for k in ("href", "src"):
+            if a.get(k):
+                self.links.append(a[k])
+        if tag == "table" and "map" in (a.get("class") or "").split():
+            self._map = {"label": a.get("aria-label"), "rows": []}
+            self.maps.append(self._map)
+        elif tag == "tr" and self._map is not None:
+            self._row = []
+            self._map["rows"].append(self._row)
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = {"tag": tag, "text": "", "class": a.get("class") or "", "title": a.get("title"), "href": None}
+            self._row.append(self._cell)
+        elif tag == "a" and self._cell is not None:
+            self._cell["href"] = a.get("href")
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._map = self._row = None
+        elif tag in ("td", "th"):
+            self._cell = None
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._cell is not None:
+            self._cell["text"] += data.strip()
+
+
+def _parse(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text())
+    return page
+
+
+def test_front_page_lists_every_registered_experiment(site):
+    page = _parse(site["front"])
+    text = " ".join(page.text)
+    reg = registry()
+    for name, exp in reg.items():
+        assert f"experiments/{name}.html" in page.links, name
+        assert (site["out"] / "experiments" / f"{name}.html").is_file()
+    # markov-init: swept claims with their held counts; no default-config run in this folder
+    assert "7/16 points" in text  # 7 of the 16 grid points have a run
+    assert "not run" in text and "no atlas axes" in text
+
+
+def test_markov_init_page_maps_each_claim_with_the_runs_verdicts(site):
+    page = _parse(site["out"] / "experiments" / "markov-init.html")
+    idx = RunIndex(site["runs"]).query("experiment = 'markov-init'")
+    newest = {}
+    for r in idx:  # oldest first: the newest run of a point wins
+        newest[(r["config"]["task"]["p"], r["config"]["task"]["q"])] = r
+    claims = [g["id"] for g in newest[(0.2, 0.1)]["summary"]["claims"]]
+    assert len(claims) == 3
+    assert sorted(m["label"].split()[0] for m in page.maps) == sorted(claims)  # one map per claim (one steps facet)
+    ps, qs = (0.2, 0.4, 0.6, 0.8), (0.1, 0.3, 0.7, 0.9)
+    marks_seen = set()
+    for m in page.maps:
+        cid = m["label"].split()[0]
+        body, header = m["rows"][:-1], m["rows"][-1]
+        assert [c["text"] for c in header[1:]] == [f"{p:g}" for p in ps]  # columns: p
+        assert [r[0]["text"] for r in body] == [f"{q:g}" for q in reversed(qs)]  # rows: q, largest on top
+        for i, q in enumerate(reversed(qs)):
+            for j, p in enumerate(ps):
+                cell = body[i][j + 1]
+                assert f"p = {p:g}, q = {q:g}" in cell["title"]
+                r = newest.get((p, q))
+                if r is None:
+                    assert cell["text"] == "·" and cell["href"] is None and "not run" in cell["title"]
+                    marks_seen.add(cell["text"])
+                    continue
+                g = next(g for g in r["summary"]["claims"] if g["id"] == cid)
+                assert cell["text"] == MARKS[g["verdict"]] and f"v-{g['verdict'].replace(' ', '-')}" in cell["class"]
+                assert cell["href"] == f"../runs/{r['run_id']}/report.html"
+                for row in g["rows"]:  # measured vs expected of every row, on hover
+                    assert row["id"].split("/", 1)[1] in cell["title"]
+                marks_seen.add(cell["text"])
+    assert {"✓", "✗", "·"} <= marks_seen
+    # the planted failure: at p + q > 1 a standard init ending at the entropy rate fails the Thm. 2 claim
+    std = newest[(0.8, 0.9)]["summary"]["claims"]
+    assert next(g for g in std if g["id"] == "standard-init-ends-at-theory-limit")["verdict"] == "fails"
+    assert next(g for g in newest[(0.4, 0.9)]["summary"]["claims"]
+                if g["id"] == "standard-init-ends-at-theory-limit")["verdict"] == "holds"
+    text = " ".join(page.text)
+    assert "final test loss" in text  # the findings text of the points
+
+
+def test_every_link_in_the_site_resolves_to_a_file_in_the_site(site):
+    out = site["out"].resolve()
+    pages = sorted(out.rglob("*.html"))
+    assert len(pages) >= len(registry()) + 1 + 8  # front, experiments, 8 run reports
+    checked = 0
+    for html in pages:
+        for link in _parse(html).links:
+            url = urlparse(link)
+            assert not url.scheme and not url.netloc and not link.startswith("/"), (html, link)  # relative only
+            if not url.path:
+                continue
+            target = (html.parent / unquote(url.path)).resolve()
+            assert target.is_file() and target.is_relative_to(out), (html, link)
+            checked += 1
+    assert checked > 50
+    # the deleted run folder's report was rendered from the index
+    gone = site["points"][(0.4, 0.1)].run_id
+    assert (out / "runs" / gone / "report.html").is_file()
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+@pytest.fixture
+def invoke(monkeypatch):
+    monkeypatch.setattr(cli, "out_console", Console(width=400))
+    monkeypatch.setattr(cli, "err_console", Console(stderr=True, width=400))
+    runner = CliRunner()
+    return lambda *args: runner.invoke(cli.app, [str(a) for a in args])
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(invoke, tmp_path):
+    bare = next(n for n, e in sorted(registry().items()) if e.atlas_axes is None)
+    for args, msg in ((["atlas", "run", "nope", "--runs", tmp_path / "r"], "unknown experiment"),
+                      (["atlas", "run", bare, "--runs", tmp_path / "r"], "declares no atlas axes"),
+                      (["atlas", "run", "markov-init", "--profile", "huge", "--runs", tmp_path / "r"], "unknown profile"),
+                      (["atlas", "run", "markov-init", "--backend", "slurm", "--runs", tmp_path / "r"], "unknown backend"),
+                      (["atlas", "build", "--runs", tmp_path / "empty", "--out", tmp_path / "s"], "holds no run index"),
+                      (["atlas", "serve", "--out", tmp_path / "nosite"], "holds no atlas site"),
+                      (["export", tmp_path, "--arm", "a", "--member", "0", "--to", "onnx"], "unknown target")):
+        res = invoke(*args)
+        assert res.exit_code == 2, (args, res.output)
+        err = res.stderr.strip()
+        assert err.count("\n") == 0 and msg in err, (args, err)
+    assert not (tmp_path / "r").exists() and not (tmp_path / "empty").exists() and not (tmp_path / "s").exists()
+
+
+def test_cli_atlas_run_hands_the_axes_sweep_to_the_sweep_runner(invoke, tmp_path, monkeypatch):
+    import tdlab.sweep as sweep
+
+    seen = []
+    monkeypatch.setattr(sweep, "run_sweep", lambda spec, out, backend, workers, address, echo: seen.append(
+        (spec, out, backend, workers)) or plan(spec))
+    res = invoke("atlas", "run", "markov-rank", "markov-init", "--runs", tmp_path / "runs", "--workers", 3)
+    assert res.exit_code == 0, res.output
+    assert [s.name for s, *_ in seen] == ["atlas-markov-rank-quick", "atlas-markov-init-quick"]
+    spec, out, backend, workers = seen[1]
+    assert out == tmp_path / "runs" and backend == "local" and workers == 3
+    assert spec.grid["task.p"] == [0.2, 0.4, 0.6, 0.8] and spec.set == {"train.seq_len": 64, "train.eval_batches": 2}
+    seen.clear()
+    assert invoke("atlas", "run", "--runs", tmp_path / "runs").exit_code == 0  # no names: every declaring experiment
+    assert {s.experiment for s, *_ in seen} == {e.name for e in experiments_with_axes()}
+
+
+def test_cli_atlas_build(invoke, site, tmp_path):
+    res = invoke("atlas", "build", "--runs", site["runs"], "--out", tmp_path / "s2")
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "s2" / "index.html").is_file() and (tmp_path / "s2" / "experiments" / "markov-init.html").is_file()
+
+
+# --------------------------------------------------------------------------------------- Chromium
+def _chromium(args: list[str], url: Path) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run([shutil.which("chromium"), *FLAGS, f"--user-data-dir={profile}", *args,
+                               f"file://{url.resolve()}"], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium is not installed")
+def test_pages_render_in_headless_chromium(site, tmp_path):
+    import matplotlib.image as mpimg
+
+    for page, must in ((site["front"], ["tdlab claims atlas", "markov-init", "7/16 points"]),
+                       (site["out"] / "experiments" / "markov-init.html", ["standard-init-ends-at-theory-limit", "✓", "✗"])):
+        dom = _chromium(["--dump-dom"], page).stdout
+        for text in must:
+            assert text in dom, (page, text)
+        png = tmp_path / f"{page.stem}.png"
+        _chromium([f"--screenshot={png}"], page)
+        img = mpimg.imread(png)
+        assert img.shape[0] > 500 and img.shape[1] > 500
+        assert img[..., :3].std() > 0.02  # not a blank page
