@@ -305,9 +305,10 @@ def test_top_pairs_against_a_sorted_loop(seed: int) -> None:
                     key=lambda x: (-x[0], x[1], x[2]))
     ranked = [r for r in ranked if r[0] > 0]
     for k in (0, 1, 7, 30, 10_000):
-        pairs, counts = top_cooccurring_pairs(docs, words, k, return_counts=True)
-        want = ranked[:k]
-        assert pairs.tolist() == [[a, b] for _, a, b in want] and counts.tolist() == [c for c, _, _ in want]
+        for block in (1, 100, 1 << 25):  # one word row per block, a few rows, everything at once
+            pairs, counts = top_cooccurring_pairs(docs, words, k, return_counts=True, block_bytes=block)
+            want = ranked[:k]
+            assert pairs.tolist() == [[a, b] for _, a, b in want] and counts.tolist() == [c for c, _, _ in want]
     assert pairs.shape == (len(ranked), 2)  # k beyond the co-occurring pairs: all of them
 
 

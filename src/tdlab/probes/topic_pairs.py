@@ -303,34 +303,55 @@ def attention_pair_means(attn: Tensor, word_ids: Tensor, assignment: Mapping[int
     return into.add(attn, word_ids, key_mask=key_mask, batch_dim=batch_dim)
 
 
-def cooccurrence_matrix(lda_docs: list[list[int]], words: np.ndarray) -> sparse.csr_matrix:
-    """``(m, m)`` int64 sparse: entry ``[a, b]`` = number of documents holding both ``words[a]`` and
-    ``words[b]`` (the window is the document, Table 2); the diagonal = documents holding the word."""
+def _doc_word_matrix(lda_docs: list[list[int]], words: np.ndarray) -> sparse.csc_matrix:
+    """``(D, m)`` 0/1 sparse: document ``r`` holds ``words[a]``."""
     words = np.asarray(words, dtype=np.int64)
     top = max([int(words.max()) + 1 if words.size else 0] + [max(d) + 1 for d in lda_docs if d])
     lookup = np.full(top, -1, dtype=np.int64)
     lookup[words] = np.arange(words.size)
-    rows, cols = [], []
+    rows, cols = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for r, d in enumerate(lda_docs):
         c = np.unique(lookup[np.asarray(d, dtype=np.int64)]) if d else np.zeros(0, np.int64)
         c = c[c >= 0]
         rows.append(np.full(c.size, r, dtype=np.int64))
         cols.append(c)
-    X = sparse.csr_matrix((np.ones(sum(c.size for c in cols), dtype=np.int64),
-                           (np.concatenate(rows + [np.zeros(0, np.int64)]), np.concatenate(cols + [np.zeros(0, np.int64)]))),
-                          shape=(len(lda_docs), words.size))
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    return sparse.csc_matrix((np.ones(r.size, dtype=np.int32), (r, c)), shape=(len(lda_docs), words.size))
+
+
+def cooccurrence_matrix(lda_docs: list[list[int]], words: np.ndarray) -> sparse.csr_matrix:
+    """``(m, m)`` sparse counts: entry ``[a, b]`` = number of documents holding both ``words[a]`` and
+    ``words[b]`` (the window is the document, Table 2); the diagonal = documents holding the word.
+    Memory grows with the number of co-occurring pairs; :func:`top_cooccurring_pairs` works in blocks."""
+    X = _doc_word_matrix(lda_docs, words)
     return (X.T @ X).tocsr()
 
 
-def top_cooccurring_pairs(lda_docs: list[list[int]], words: np.ndarray, k: int, return_counts: bool = False):
+def _top(cnt: np.ndarray, a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first ``k`` of ``(count, a, b)`` triples in the order (count descending, a, b ascending)."""
+    if 0 < k < cnt.size:  # only the triples at or above the k-th largest count need sorting
+        kth = np.partition(cnt, cnt.size - k)[cnt.size - k]
+        sel = cnt >= kth
+        cnt, a, b = cnt[sel], a[sel], b[sel]
+    order = np.lexsort((b, a, -cnt))[:k]
+    return cnt[order], a[order], b[order]
+
+
+def top_cooccurring_pairs(lda_docs: list[list[int]], words: np.ndarray, k: int, return_counts: bool = False,
+                          block_bytes: int = 1 << 24):
     """Table 2's top co-occurring pairs: the ``k`` pairs of distinct words of ``words`` that occur
     together in the most documents.
+
+    Counted in blocks of word rows (``X[:, block]ᵀ X`` densified, about ``block_bytes`` each) keeping each
+    block's top ``k``: the order is total, so the top ``k`` of the union is the top ``k`` of the blocks'
+    top ``k``, and memory stays bounded whatever the vocabulary.
 
     Args:
         lda_docs: per document its word ids (stop words already removed, as Table 2 says).
         words: candidate word ids (e.g. the LDA vocabulary, or the assigned words).
         k: number of pairs ``>= 0``.
         return_counts: also return each pair's document count.
+        block_bytes: memory of one block of counts.
     Returns:
         ``(k', 2)`` int64 pairs ``(w, w')``, ``w < w'``, by decreasing count, ties by ``w`` then ``w'``
         (deterministic); ``k' = min(k, number of pairs co-occurring at least once)``. With
@@ -339,17 +360,23 @@ def top_cooccurring_pairs(lda_docs: list[list[int]], words: np.ndarray, k: int, 
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     words = np.unique(np.asarray(words, dtype=np.int64))
-    C = sparse.triu(cooccurrence_matrix(lda_docs, words), k=1).tocoo()
-    cnt, a, b = C.data, C.row.astype(np.int64), C.col.astype(np.int64)
-    keep = cnt > 0
-    cnt, a, b = cnt[keep], a[keep], b[keep]
-    if 0 < k < cnt.size:  # only the pairs at or above the k-th largest count need sorting
-        kth = np.partition(cnt, cnt.size - k)[cnt.size - k]
-        sel = cnt >= kth
-        cnt, a, b = cnt[sel], a[sel], b[sel]
-    order = np.lexsort((words[b], words[a], -cnt))[:k]  # words sorted, so a < b means words[a] < words[b]
-    pairs = np.stack([words[a[order]], words[b[order]]], axis=1).astype(np.int64).reshape(-1, 2)
-    return (pairs, cnt[order].astype(np.int64)) if return_counts else pairs
+    m = words.size
+    X = _doc_word_matrix(lda_docs, words)
+    XT = X.T.tocsr()
+    best = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    rows = max(1, int(block_bytes) // (4 * max(m, 1)))
+    for i0 in range(0, m, rows):
+        i1 = min(m, i0 + rows)
+        C = (XT[i0:i1] @ X).toarray()  # (rows, m) counts of words i0..i1-1 with every word
+        C[np.arange(i1 - i0)[:, None] >= np.arange(m)[None, :] - i0] = 0  # keep b > a: distinct, unordered
+        floor = best[0][-1] if best[0].size == k and k > 0 else 1  # below the current k-th count: never kept
+        a, b = np.nonzero(C >= floor)
+        cnt = C[a, b].astype(np.int64)
+        blk = _top(cnt, a.astype(np.int64) + i0, b.astype(np.int64), k)
+        best = _top(*(np.concatenate([x, y]) for x, y in zip(best, blk)), k)
+    cnt, a, b = best  # words sorted: a < b means words[a] < words[b], and the order by index is by id
+    pairs = np.stack([words[a], words[b]], axis=1).astype(np.int64).reshape(-1, 2)
+    return (pairs, cnt.astype(np.int64)) if return_counts else pairs
 
 
 def table2_means(pairs: Mapping[str, np.ndarray], emb: Tensor | np.ndarray, attention: PairAttention | None = None,
