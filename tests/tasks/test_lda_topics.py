@@ -74,6 +74,8 @@ def test_same_seed_same_topics_other_seed_other_init(planted: tuple[Corpus, Topi
     again = fit_lda(c, QUICK, seed=3, progress=False)
     assert np.array_equal(t.word_topic, again.word_topic)
     other = fit_lda(c, QUICK.updated({"passes": 1}), seed=4, progress=False)
+    big = fit_lda(c, QUICK.updated({"passes": 1}), seed=4 + 2**32, progress=False)  # 63-bit derived seeds: mod 2**32
+    assert np.array_equal(big.word_topic, other.word_topic)
     assert not np.array_equal(fit_lda(c, QUICK.updated({"passes": 1}), seed=3, progress=False).word_topic, other.word_topic)
 
 

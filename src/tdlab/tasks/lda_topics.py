@@ -123,7 +123,8 @@ def fit_lda(corpus: Corpus, cfg: LDAConfig, seed: int, progress: bool = True) ->
     Args:
         corpus: the corpus (:func:`tdlab.tasks.text_corpus.load_corpus`).
         cfg: LDA settings.
-        seed: the random state (derive it from the run's root seed).
+        seed: the random state ``>= 0`` (derive it from the run's root seed); NumPy's ``RandomState``
+            that gensim builds takes 32 bits, so ``seed mod 2**32`` is used (63-bit derived seeds work).
         progress: a rich progress bar over passes (stderr).
     Returns:
         :class:`Topics` with ``word_topic`` of shape ``(cfg.topics, len(corpus.vocab))``.
@@ -136,6 +137,8 @@ def fit_lda(corpus: Corpus, cfg: LDAConfig, seed: int, progress: bool = True) ->
         raise ConfigError(f"lda: fitting LDA needs gensim; {GENSIM_HINT}") from None
     from tdlab.train.progress import ProgressBar
 
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
     lda_ids, bow = _bow(corpus)
     if lda_ids.size == 0:
         raise ConfigError("corpus: no document has a non-stop in-vocabulary word for LDA (lower corpus.min_count)")
@@ -145,7 +148,7 @@ def fit_lda(corpus: Corpus, cfg: LDAConfig, seed: int, progress: bool = True) ->
         model = LdaModel(corpus=bow, num_topics=cfg.topics, id2word=id2word, chunksize=cfg.chunksize,
                          passes=cfg.passes, alpha=cfg.alpha, eta=None if cfg.eta == "symmetric" else cfg.eta,
                          decay=cfg.decay, offset=cfg.offset, eval_every=None, iterations=cfg.iterations,
-                         gamma_threshold=cfg.gamma_threshold, random_state=int(seed), callbacks=[_pass_tick(bar)])
+                         gamma_threshold=cfg.gamma_threshold, random_state=int(seed) % 2**32, callbacks=[_pass_tick(bar)])
     word_topic = np.zeros((cfg.topics, len(corpus.vocab)), dtype=np.float64)
     word_topic[:, lda_ids] = model.get_topics()
     word_topic /= word_topic.sum(axis=1, keepdims=True)  # float32 rows: renormalise in float64
