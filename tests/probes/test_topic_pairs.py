@@ -166,6 +166,18 @@ def test_random_embeddings_give_one_within_the_derived_bound() -> None:
     assert 6 * sd_cos / mean_cos < 0.015  # so "≈ 1" means within 1.5%
 
 
+def test_cosine_gap_z_of_isotropic_random_embeddings_is_standard_normal() -> None:
+    """Zero-mean embeddings: both mean cosines ≈ 0, so the ratio is noise over noise; the gap's z-score
+    is exactly standardised (cosines of distinct pairs: mean 0, variance 1/d, uncorrelated)."""
+    words, same, diff = same_topic_pairs(_unbalanced_assignment())
+    g = torch.Generator().manual_seed(2)
+    x = embedding_ratios(torch.randn(200, words.size, 64, generator=g, dtype=torch.float64), same, diff)
+    z = x["cos_gap_z"]
+    assert abs(np.mean(z)) < 4 / math.sqrt(200) and np.std(z) == pytest.approx(1.0, rel=0.15)
+    assert np.ptp(x["cosine"]) > 2  # the ratio itself is not ≈ 1
+    np.testing.assert_allclose(x["cos_gap"], x["cos_same"] - x["cos_diff"], rtol=1e-12)
+
+
 def uniform(T: int, visible: int | None = None) -> torch.Tensor:
     v = T if visible is None else visible
     A = torch.zeros(T, T, dtype=torch.float64)
