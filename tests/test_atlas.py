@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
@@ -103,7 +107,7 @@ def _truth(p: float, q: float) -> tuple[float, float]:
     return (1 - pi1) * _h(p) + pi1 * _h(q), _h(pi1)
 
 
-def _planted_point(runs: Path, spec, point, std_at: str, run_id: str | None = None) -> Path:
+def _planted_point(runs: Path, spec, point, std_at: str, run_id: str | None = None, default: bool = False) -> Path:
     """A markov-init run of ``point`` of the atlas sweep, with chosen test-loss curves, analysed by the
     real code (``rebuild``) and indexed under the sweep: the proposed init ends at the entropy rate;
     the standard init ends at ``std_at`` ("rate" or "hpi") after leaving its plateau later."""
@@ -112,7 +116,7 @@ def _planted_point(runs: Path, spec, point, std_at: str, run_id: str | None = No
     from tdlab.runs import RunWriter
 
     exp = MarkovInit()
-    cfg = exp.make_config(spec.profile, _as_sets({**spec.set, **point.overrides}), members=3)
+    cfg = exp.make_config(spec.profile, [] if default else _as_sets({**spec.set, **point.overrides}))
     rate, hpi = _truth(cfg.task.p, cfg.task.q)
     end = rate if std_at == "rate" else hpi
     spread = (-0.001, 0.0, 0.001)
@@ -120,7 +124,7 @@ def _planted_point(runs: Path, spec, point, std_at: str, run_id: str | None = No
               "standard": [[0.69, 0.69, end + d, end + d, end + d] for d in spread]}
     with RunWriter(runs, exp.name, run_id=run_id or point.run_id) as w:
         w.write_config({"experiment": exp.name, "profile": spec.profile, "config": cfg.model_dump(mode="json"),
-                        "sweep": spec.name})
+                        "sweep": None if default else spec.name})
         for arch, init in exp.arms(cfg):
             rows = [(s, m, "test_loss", v) for m, c in enumerate(curves[init]) for s, v in zip(STEPS, c)]
             rows += [(s, m, "train_loss", v) for m, c in enumerate(curves[init]) for s, v in zip(STEPS, c) if s > 0]
@@ -151,8 +155,10 @@ def site(tmp_path_factory):
     # a point whose folder is gone: the site still shows it, with a report rendered from the index
     gone = _planted_point(runs, spec, pts[(0.4, 0.1)], "rate")
     shutil.rmtree(gone)
+    # a run at markov-init's default quick config (p, q = 0.5, 0.8): the front page's default setting
+    default = _planted_point(runs, spec, None, "hpi", run_id="default-quick", default=True)
     front = build_site(runs, out)
-    return {"runs": runs, "out": out, "front": front, "points": pts, "chosen": chosen + [(0.4, 0.1)]}
+    return {"runs": runs, "out": out, "front": front, "points": pts, "default": default}
 
 
 class _Page(HTMLParser):
@@ -254,7 +260,7 @@ def test_markov_init_page_maps_each_claim_with_the_runs_verdicts(site):
 def test_every_link_in_the_site_resolves_to_a_file_in_the_site(site):
     out = site["out"].resolve()
     pages = sorted(out.rglob("*.html"))
-    assert len(pages) >= len(registry()) + 1 + 8  # front, experiments, 8 run reports
+    assert len(pages) >= len(registry()) + 1 + 9  # front, experiments, 9 run reports
     checked = 0
     for html in pages:
         for link in _parse(html).links:
@@ -311,6 +317,21 @@ def test_cli_atlas_run_hands_the_axes_sweep_to_the_sweep_runner(invoke, tmp_path
     seen.clear()
     assert invoke("atlas", "run", "--runs", tmp_path / "runs").exit_code == 0  # no names: every declaring experiment
     assert {s.experiment for s, *_ in seen} == {e.name for e in experiments_with_axes()}
+
+
+def test_cli_atlas_serve_serves_the_site(site):
+    import urllib.request
+
+    proc = subprocess.Popen([sys.executable, "-m", "tdlab.cli", "atlas", "serve", "--out", str(site["out"]), "--port", "0"],
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "300"})
+    try:
+        line = proc.stdout.readline()
+        port = int(re.search(r"127\.0\.0\.1:(\d+)", line).group(1))
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/experiments/markov-init.html", timeout=30).read().decode()
+        assert "standard-init-ends-at-theory-limit" in body
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_cli_atlas_build(invoke, site, tmp_path):

@@ -231,9 +231,13 @@ def _sweep(exp: Any, decl: AtlasAxes, profile: str, rows: list[dict[str, Any]], 
     facet_axes = axes[2:]
     facets = list(itertools.product(*levels[2:])) if facet_axes else [()]
     claim_ids: dict[str, str] = {}
+    statements: dict[str, list[str]] = {}  # a statement may depend on the point (markov-init: Thm. 2 or 8)
     for p in points.values():
         for g in (p["row"]["summary"] or {}).get("claims", []):
-            claim_ids.setdefault(g["id"], g["statement"])
+            seen = statements.setdefault(g["id"], [])
+            if g["statement"] not in seen:
+                seen.append(g["statement"])
+            claim_ids[g["id"]] = " | ".join(seen)
     for p in points.values():
         p["href"] = reports.link(p["row"])
         p["groups"] = {g["id"]: g for g in (p["row"]["summary"] or {}).get("claims", [])}
