@@ -1,0 +1,603 @@
+"""``anchors-text``: seed 001 Figs. 1 and 6 (§1, §4.4, A.3) — reasoning bias on real text (issue 16).
+
+A GPT-2-shaped transformer with small initialisation (§3.4, γ = 0.8) is trained by next-token
+prediction on a 50/50 mix of PrOntoQA (question answering with an explicit chain of thought; tdlab's
+own generator, :mod:`tdlab.tasks.prontoqa`, or the released JSON with ``--set data.prontoqa=PATH``) and
+TinyStories (``--set data.stories=PATH``; without it the built-in stand-in stories of
+:mod:`tdlab.tasks.stories`, and every claim is labelled "stand-in data"). A γ = 0.3 control arm trains
+beside it: the γ × seed grid is one ensemble (:class:`~tdlab.experiments.anchors_training.GammaArms`;
+all members train on the run's one corpus and differ in initial draw and epoch shuffles).
+
+Data. ``data.n_sequences`` texts, half from each source, each tokenised (GPT-2's byte-level BPE, or a
+byte-level BPE trained on the corpus: :mod:`tdlab.tasks.bpe`), ``<|endoftext|>`` appended, cut to
+``train.seq_len`` tokens and right-padded to the longest kept sequence; padding carries weight 0 in
+the loss (:class:`PaddedNextToken`). The tokenised corpus and the tokenizer are cached in the run
+directory (``data/``) and the analysis reads them from there.
+
+Measured (per epoch, on every training sequence of each source, or the first ``schedule.n_eval``):
+next-token loss ``prontoqa_loss`` and ``stories_loss`` (Fig. 1 plots the *training* loss per source).
+
+Claims (thresholds (t) are ours, fixed before any run, in :class:`TextClaims`):
+
+* Fig. 1, γ = 0.8 — PrOntoQA's loss falls faster: the area under ``loss(t)/loss(0)`` (mean over the
+  evaluations at epochs ≥ 1, :func:`~tdlab.experiments.anchors_training.auc`) is lower, and the
+  halving epoch (first evaluated epoch with ``loss(t)/loss(0) <= 0.5``, censored at the horizon plus one
+  evaluation) is earlier; paired over seeds.
+* Fig. 6, γ = 0.8 — at 10 % of training ("early stages", §4.4) the mean pairwise cosine among the
+  ``top_tokens`` (t = 100, the seed's figure) most frequent tokens exclusive to PrOntoQA is below that of
+  the tokens exclusive to the stories; paired over seeds. The seed's 0.123 vs 0.531 is printed beside
+  ours, never used to decide. Init and end of training are reported.
+* Small-init effect — the Fig. 6 gap (stories − PrOntoQA cosine at 10 %) is larger at γ = 0.8 than at
+  γ = 0.3, paired over seeds. A claim rather than a report: the seed's explanation of Fig. 6 (§4.3–4.4,
+  Eqs. 13–14) is that the embedding structure set by the label distributions dominates only when the
+  random initial part (std ``d^{-γ}``) is small, so the statement is falsifiable with the control arm
+  the issue asks for; a run where the gap is as large at γ = 0.3 shows the seed's mechanism is not the
+  cause, whatever Fig. 6 shows.
+* Sanity — at initialisation the two token sets' mean cosines agree within ``init_gap_tol`` (t): the
+  measure has no built-in bias between the sets (random i.i.d. embeddings).
+
+Health gate: an arm trained when its loss over both sources (mean of the two splits' losses) fell and
+ends below the uniform predictor's ``log V``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+
+from tdlab.claims import ArmHealth, assess_arm
+from tdlab.config import Config, ConfigError
+from tdlab.experiments.anchors_training import (EpochsConfig, GammaArms, Seed001TrainConfig, auc, check_gammas,
+                                                epoch_curves, epoch_train_config, fit_gamma_arms, gamma_gpt, t50)
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register, snapshot_arm
+from tdlab.models.gpt import GPTConfig
+from tdlab.probes.embedding import cosine_matrix, offdiag_mean
+from tdlab.report.figures import curve_with_band, member_curves, plt, save_figure
+from tdlab.runs import Run, atomic_write
+from tdlab.seeding import derive_seed
+from tdlab.tasks.bpe import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, load_tokenizer_json, train_local_bpe
+from tdlab.tasks.prontoqa import ProntoQAConfig, generate, read_json
+from tdlab.tasks.stories import STANDIN_LABEL, read_stories, standin_stories
+from tdlab.train.cpu import cpu_threads
+from tdlab.train.data import FixedDataset
+from tdlab.train.objectives import Batch, NextToken, Objective
+from tdlab.train.trainer import Trainer
+
+__all__ = ["SOURCES", "TextDataConfig", "TextGPTConfig", "TextTrainConfig", "TextClaims", "AnchorsTextConfig",
+           "AnchorsText", "Corpus", "build_corpus", "PaddedNextToken", "token_counts", "exclusive_tokens",
+           "mean_pairwise_cosine", "halving_epoch", "loss_auc"]
+
+SOURCES: tuple[str, str] = ("prontoqa", "stories")  # source 0, source 1; also the eval split names
+SOURCE_LABELS = {"prontoqa": "PrOntoQA", "stories": "stories"}
+SOURCE_COLORS = {"prontoqa": "tab:red", "stories": "tab:blue"}  # Fig. 1's colours
+SEED_COSINES = {"prontoqa": 0.123, "stories": 0.531}  # §4.4 / Fig. 6, reference only
+DATA_DIR = "data"  # the run directory's cache of the tokenised corpus
+
+
+class TextDataConfig(Config):
+    """The mixed corpus (A.3: 10,000 sequences, half PrOntoQA, half TinyStories)."""
+
+    n_sequences: int = Field(10_000, ge=4, le=10_000_000)  # A.3: 10,000, half from each source
+    tokenizer: Literal["gpt2", "local"] = "gpt2"  # A.3: GPT-2 (its BPE); "local": a BPE trained on the corpus
+    min_frequency: int = Field(2, ge=1, le=1_000_000)  # local BPE: a pair merged occurs at least this often (ours)
+    # A TinyStories text file (stories separated by <|endoftext|>); None: the built-in stand-in stories.
+    stories: str | None = Field(None, min_length=1, max_length=4096)
+    # A PrOntoQA file in the released JSON format; None: tdlab's generator (prontoqa_task).
+    prontoqa: str | None = Field(None, min_length=1, max_length=4096)
+    prontoqa_task: ProntoQAConfig = ProntoQAConfig()  # 1, 3, 5 hops (issue 16 after Saparov & He 2023)
+
+    @property
+    def n_prontoqa(self) -> int:
+        return self.n_sequences // 2
+
+    @property
+    def n_stories(self) -> int:
+        return self.n_sequences - self.n_sequences // 2
+
+    @property
+    def standin(self) -> bool:
+        return self.stories is None
+
+    @model_validator(mode="after")
+    def _files(self) -> TextDataConfig:
+        # Read the user's files now, before a run directory exists: a bad file is one error, exit 2.
+        if self.stories is not None:
+            read_stories(self.stories, self.n_stories)
+        if self.prontoqa is not None:
+            got = len(read_json(self.prontoqa))
+            if got < self.n_prontoqa:
+                raise ConfigError(f"data.prontoqa: {self.prontoqa!r} holds {got} examples, the run needs "
+                                  f"{self.n_prontoqa} (half of data.n_sequences)")
+        return self
+
+
+class TextGPTConfig(GPTConfig):
+    """GPT-2 small (Radford et al. 2019; the seed's "GPT-2 model", A.3) as field defaults, γ-initialised
+    (§3.4). ``vocab`` is the tokenizer's (GPT-2: 50,257, so the bound is raised from GPTConfig's 4096);
+    ``max_len`` is set from ``train.seq_len``."""
+
+    arch: Literal["sec2", "gpt2"] = "gpt2"
+    vocab: int = Field(GPT2_VOCAB, ge=258, le=65536)  # GPT-2's 50,257; local BPE: its trained size
+    d: int = Field(768, ge=1, le=4096)  # GPT-2 small
+    layers: int = Field(12, ge=1, le=64)  # GPT-2 small
+    heads: int = Field(12, ge=1, le=64)  # GPT-2 small (head width 64)
+    max_len: int = Field(1024, ge=1, le=65536)  # set from train.seq_len
+    tie_weights: bool = True  # GPT-2's tied head
+    init: Literal["standard", "local-to-global", "gamma"] = "gamma"  # §3.4
+    init_gamma: float = Field(0.8, ge=0.0, le=10.0)  # set per member from `gammas`
+
+
+class TextTrainConfig(Seed001TrainConfig):
+    """A.3 for Figs. 1/6: AdamW, lr 1e-5 (constant, as in anchors-bias). Batch and sequence length are not
+    stated: ours, see the profiles."""
+
+    batch: int = Field(32, ge=1, le=1_000_000)  # not stated in A.3 (ours)
+    seq_len: int = Field(512, ge=8, le=65536)  # tokens kept per sequence, <|endoftext|> included (ours)
+
+
+class TextClaims(Config):
+    """Thresholds (t) of the claims — ours, fixed before any run (issue 16)."""
+
+    top_tokens: int = Field(100, ge=2, le=100_000)  # (t) Fig. 6: the 100 most frequent exclusive tokens
+    min_tokens: int = Field(10, ge=2, le=100_000)  # (t) fewer exclusive tokens in a source: not evaluable
+    early_fraction: float = Field(0.1, gt=0.0, lt=1.0)  # (t) "early stages" (§4.4) = 10 % of training (issue 16)
+    halving: float = Field(0.5, gt=0.0, lt=1.0)  # halving epoch: first loss(t)/loss(0) <= 0.5 (issue 16)
+    init_gap_tol: float = Field(0.05, gt=0.0, le=2.0)  # (t) sanity: |cos_s − cos_p| at init <= 0.05
+    main_gamma: float = Field(0.8, ge=0.0, le=10.0)  # A.3: γ = 0.8
+    control_gamma: float = Field(0.3, ge=0.0, le=10.0)  # issue 16's control (large init)
+
+
+class AnchorsTextConfig(ExperimentConfig):
+    members: int = Field(3, ge=1, le=256)  # seeds per γ (the seed trains one model)
+    data: TextDataConfig = TextDataConfig()
+    model: TextGPTConfig = TextGPTConfig()
+    gammas: list[float] = [0.8, 0.3]  # A.3's γ = 0.8 and issue 16's γ = 0.3 control
+    train: TextTrainConfig = TextTrainConfig()
+    schedule: EpochsConfig = EpochsConfig(epochs=200, n_eval=5_000, eval_batch=100)  # A.3: 200 epochs
+    claims: TextClaims = TextClaims()
+    cpu_threads: int | None = Field(None, ge=1, le=1024)  # torch threads on the CPU; None: leave as is
+
+    @model_validator(mode="after")
+    def _check(self) -> AnchorsTextConfig:
+        check_gammas(self.gammas)
+        for name in ("main_gamma", "control_gamma"):
+            if getattr(self.claims, name) not in self.gammas:
+                raise ValueError(f"claims.{name}={getattr(self.claims, name)} must be one of gammas={self.gammas}")
+        if self.data.tokenizer == "gpt2" and self.model.vocab != GPT2_VOCAB:
+            raise ValueError(f"model.vocab must be GPT-2's {GPT2_VOCAB} with data.tokenizer=gpt2, got {self.model.vocab}")
+        if self.data.n_sequences < self.train.batch:
+            raise ValueError(f"data.n_sequences={self.data.n_sequences} must hold one batch of train.batch={self.train.batch}")
+        return self
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return max(1, self.data.n_sequences // self.train.batch)
+
+    @property
+    def early_epoch(self) -> int:
+        """The epoch of "10 % of training": ``round(early_fraction × epochs)``, at least 1."""
+        return max(1, round(self.claims.early_fraction * self.schedule.epochs))
+
+    def model_for(self, seq_len: int) -> GPTConfig:
+        return self.model.updated({"max_len": max(1, seq_len - 1)})
+
+
+# ------------------------------------------------------------------------------------------------
+# Corpus
+
+
+class Corpus:
+    """The tokenised mix: ``tokens (N, L)`` int64 (right-padded with ``<|endoftext|>``), ``mask (N, L)``
+    float32 (1 on kept tokens, ``<|endoftext|>`` included; 0 on padding), ``source (N,)`` int64 (index
+    into :data:`SOURCES`), and what was cut (``truncated (N,)`` bool)."""
+
+    def __init__(self, tokens: torch.Tensor, mask: torch.Tensor, source: torch.Tensor, truncated: torch.Tensor,
+                 tokenizer: Tokenizer, meta: dict) -> None:
+        self.tokens, self.mask, self.source, self.truncated = tokens, mask, source, truncated
+        self.tokenizer, self.meta = tokenizer, meta
+
+    def of(self, src: str) -> torch.Tensor:
+        """Row indices of one source."""
+        return torch.nonzero(self.source == SOURCES.index(src)).squeeze(1)
+
+    # ---- the run directory's cache -------------------------------------------------------------
+    def save(self, folder: Path) -> None:
+        from safetensors.torch import save
+
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write(folder / "corpus.safetensors", save({"tokens": self.tokens.contiguous(), "mask": self.mask.contiguous(),
+                                                          "source": self.source.contiguous(),
+                                                          "truncated": self.truncated.to(torch.int8).contiguous()}))
+        atomic_write(folder / "tokenizer.json", self.tokenizer.to_json())
+        atomic_write(folder / "corpus.json", json.dumps(self.meta, indent=1))
+
+    @classmethod
+    def load(cls, folder: Path) -> Corpus:
+        from safetensors.torch import load
+
+        t = load((folder / "corpus.safetensors").read_bytes())
+        meta = json.loads((folder / "corpus.json").read_text(encoding="utf-8"))
+        tok = load_tokenizer_json(meta["tokenizer"], (folder / "tokenizer.json").read_text(encoding="utf-8"))
+        return cls(t["tokens"], t["mask"], t["source"], t["truncated"].bool(), tok, meta)
+
+    @staticmethod
+    def cached(folder: Path) -> bool:
+        return all((folder / f).is_file() for f in ("corpus.safetensors", "tokenizer.json", "corpus.json"))
+
+
+def source_texts(cfg: TextDataConfig, seed: int) -> dict[str, list[str]]:
+    """The raw texts of each source: PrOntoQA (generated from ``seed``, or the user's JSON) and stories
+    (the user's TinyStories file, or stand-in stories from ``seed``)."""
+    if cfg.prontoqa is not None:
+        pq = [e.text() for e in read_json(cfg.prontoqa)[: cfg.n_prontoqa]]
+    else:
+        pq = [e.text() for e in generate(cfg.n_prontoqa, derive_seed(seed, "prontoqa"), cfg.prontoqa_task)]
+    if cfg.stories is not None:
+        st = read_stories(cfg.stories, cfg.n_stories)
+    else:
+        st = standin_stories(cfg.n_stories, derive_seed(seed, "stories"))
+    return {"prontoqa": pq, "stories": st}
+
+
+def build_corpus(texts: dict[str, list[str]], tokenizer: str, vocab: int, seq_len: int, min_frequency: int = 2) -> Corpus:
+    """Tokenise ``texts`` (``{source: [text]}``) into a :class:`Corpus`.
+
+    Args:
+        tokenizer: ``"gpt2"`` or ``"local"`` (a byte-level BPE of ``vocab`` ids trained on all the texts).
+        seq_len: tokens kept per sequence (``<|endoftext|>`` appended first, then cut); padded to the longest.
+    """
+    all_texts = [t for s in SOURCES for t in texts[s]]
+    tok = gpt2_tokenizer() if tokenizer == "gpt2" else train_local_bpe(all_texts, vocab, min_frequency)
+    if tok.vocab_size > vocab:
+        raise ConfigError(f"model.vocab={vocab} is smaller than the tokenizer's {tok.vocab_size} ids")
+    eos = tok.eos_id
+    ids = [s + [eos] for s in tok.encode_batch(all_texts)]
+    lengths = [len(s) for s in ids]
+    L = min(seq_len, max(lengths))
+    tokens = torch.full((len(ids), L), eos, dtype=torch.long)
+    mask = torch.zeros(len(ids), L, dtype=torch.float32)
+    for i, s in enumerate(ids):
+        s = s[:L]
+        tokens[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = 1.0
+    source = torch.tensor([k for k, s in enumerate(SOURCES) for _ in texts[s]], dtype=torch.long)
+    truncated = torch.tensor([n > L for n in lengths])
+    meta = {"tokenizer": tok.name, "tokenizer_vocab": tok.vocab_size, "eos_id": eos, "seq_len": L,
+            "mean_tokens": {s: float(np.mean([n for n, k in zip(lengths, source.tolist()) if SOURCES[k] == s]))
+                            for s in SOURCES},
+            "truncated_share": {s: float(truncated[source == k].float().mean()) for k, s in enumerate(SOURCES)}}
+    return Corpus(tokens, mask, source, truncated, tok, meta)
+
+
+class PaddedNextToken(NextToken):
+    """Next-token cross-entropy on right-padded sequences: sample ``{"tokens": (E, B, L), "mask": (E, B, L)}``;
+    a position's target counts when it is a kept token (``mask`` 1), so a batch's loss is the mean over its
+    real targets (:func:`~tdlab.train.objectives.weighted_mean`) and padding never enters it."""
+
+    name = "padded-next-token"
+
+    def prepare(self, sample, gens) -> Batch:
+        x = sample["tokens"]
+        return Batch(x[..., :-1], x[..., 1:], sample["mask"][..., 1:].to(torch.get_default_dtype()))
+
+    # The weighted versions of Objective (NextToken's own average every position).
+    loss = Objective.loss
+    scores = Objective.scores
+
+
+# ------------------------------------------------------------------------------------------------
+# Measures
+
+
+def token_counts(tokens: torch.Tensor, mask: torch.Tensor, source: torch.Tensor, vocab: int,
+                 ignore: Sequence[int] = ()) -> dict[str, np.ndarray]:
+    """How often each token id occurs among the kept tokens of each source: ``{source: (vocab,) int64}``
+    (``ignore``: ids never counted, e.g. ``<|endoftext|>``)."""
+    out = {}
+    for k, s in enumerate(SOURCES):
+        rows = source == k
+        kept = tokens[rows][mask[rows] > 0]
+        c = torch.bincount(kept, minlength=vocab).numpy().astype(np.int64)
+        c[list(ignore)] = 0
+        out[s] = c
+    return out
+
+
+def exclusive_tokens(counts: np.ndarray, other: np.ndarray, top: int) -> list[int]:
+    """The ``top`` most frequent ids of ``counts`` that never occur in ``other`` (ties: smaller id first)."""
+    ids = np.nonzero((counts > 0) & (other == 0))[0]
+    order = np.lexsort((ids, -counts[ids]))  # primary key: count descending, then id
+    return ids[order][:top].tolist()
+
+
+def mean_pairwise_cosine(wte: torch.Tensor, ids: Sequence[int]) -> list[float]:
+    """Mean cosine over the pairs ``i ≠ j`` of the embeddings of ``ids`` (Fig. 6's number), per member.
+
+    Args:
+        wte: ``(E, V, d)`` token embeddings; ids: ``n >= 2`` token ids.
+    Returns:
+        ``E`` floats.
+    """
+    if len(ids) < 2:
+        raise ValueError(f"mean pairwise cosine needs at least 2 tokens, got {len(ids)}")
+    return offdiag_mean(cosine_matrix(wte[:, list(ids)])).tolist()
+
+
+def loss_auc(epochs: np.ndarray, loss: np.ndarray) -> list[float]:
+    """Area under ``loss(t)/loss(0)`` per member: the mean ratio over the evaluations at epochs >= 1."""
+    return auc(epochs, loss / loss[:, :1])
+
+
+def halving_epoch(epochs: np.ndarray, loss: np.ndarray, horizon: float, level: float = 0.5) -> list[float]:
+    """First evaluated epoch with ``loss(t)/loss(0) <= level`` per member; ``horizon`` where none is."""
+    return t50(epochs, -(loss / loss[:, :1]), horizon, -level)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+@register
+class AnchorsText(Experiment):
+    name = "anchors-text"
+    paper = "001 Reasoning bias under small initialisation"
+    figure = "Figs. 1, 6 (§1, §4.4, A.3)"
+    description = (
+        "GPT-2-shaped transformer, γ-init 0.8 (and a 0.3 control), next-token training on a 50/50 mix of PrOntoQA "
+        "(tdlab's generator) and children's stories (a TinyStories file, or built-in stand-in stories). Claims: "
+        "PrOntoQA's loss falls faster (Fig. 1); early in training its exclusive tokens' embeddings are less similar "
+        "than the stories' (Fig. 6), a small-init effect."
+    )
+    Config = AnchorsTextConfig
+    arm_fields = {"model.init_gamma": "gammas=[...]", "model.max_len": "train.seq_len",
+                  "train.steps": "schedule.epochs", "train.eval_every": "schedule.eval_epochs",
+                  "train.log_every": "schedule.eval_epochs"}
+    profiles = {
+        # One scale-down for 2 CPU cores, fixed before any run (issue 16: 1,000 sequences of <= 128 tokens,
+        # a 2-layer d = 64 GPT, the local BPE, lr 1e-3, <= 10 min). Kept: the 50/50 mix, γ = 0.8 and the 0.3
+        # control, GPT-2's block shape (pre-LN, GELU, tied head, learned positions, head width 64), AdamW
+        # constant lr with clip 1, the measures. Changed: 1,000 sequences (not 10,000), 128 tokens (a 5-hop
+        # PrOntoQA example is cut: its chain is longer), local BPE of 2,048 ids (not GPT-2's 50,257),
+        # 2 layers × d 64 × 1 head, lr 1e-3 (not 1e-5: 100× fewer steps), 30 epochs (not 200; "10 %" = epoch 3).
+        "quick": {
+            "members": 3,
+            "data": {"n_sequences": 1_000, "tokenizer": "local"},
+            "model": {"vocab": 2048, "d": 64, "layers": 2, "heads": 1},
+            "train": {"lr": 1e-3, "batch": 50, "seq_len": 128},
+            "schedule": {"epochs": 30, "eval_epochs": 1, "n_eval": 500, "eval_batch": 100},
+            "cpu_threads": 2,
+        },
+        # A.3: GPT-2 small, GPT-2's BPE, 10,000 sequences, AdamW lr 1e-5, 200 epochs (a GPU is advised;
+        # members train one at a time: the 50,257-way logits of a batch of 32 × 512 take ~20 GB).
+        "paper": {"members": 3, "train": {"chunk": 1}},
+    }
+
+    # ---- training -------------------------------------------------------------------------------
+    def corpus(self, cfg: AnchorsTextConfig, folder: Path) -> Corpus:
+        """The run's tokenised corpus: from the cache in ``folder`` when present, else built and cached."""
+        if Corpus.cached(folder):
+            return Corpus.load(folder)
+        c = build_corpus(source_texts(cfg.data, cfg.seed), cfg.data.tokenizer, cfg.model.vocab, cfg.train.seq_len,
+                         cfg.data.min_frequency)
+        c.meta["standin"] = cfg.data.standin
+        c.save(folder)
+        return c
+
+    def run(self, cfg: AnchorsTextConfig, ctx: RunContext) -> None:
+        with cpu_threads(cfg.cpu_threads, ctx.device):
+            corpus = self.corpus(cfg, ctx.writer.path / DATA_DIR)
+            arms = GammaArms.make(cfg.seed, cfg.gammas, cfg.members)
+            L = corpus.tokens.shape[1]
+            mcfg = cfg.model_for(L)
+            tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.data.n_sequences, L)
+            n_eval = cfg.schedule.n_eval
+
+            def make(gen: torch.Generator, device="cpu") -> dict[str, dict[str, torch.Tensor]]:
+                # One corpus for every member (the run's data draw); members differ in init and shuffles.
+                out = {"train": {"tokens": corpus.tokens, "mask": corpus.mask}}
+                for s in SOURCES:
+                    idx = corpus.of(s)[:n_eval]
+                    out[s] = {"tokens": corpus.tokens[idx], "mask": corpus.mask[idx]}
+                return {k: {n: t.to(device) for n, t in v.items()} for k, v in out.items()}
+
+            data = FixedDataset(make, cfg.train.batch, eval_splits=SOURCES, eval_batch=cfg.schedule.eval_batch)
+            trainer = Trainer(tcfg, ctx.device, ctx.progress, label="γ × seed", objective=PaddedNextToken(),
+                              snapshot_steps=[cfg.early_epoch * cfg.steps_per_epoch])
+            gamma_of = arms.gamma_of
+            fit_gamma_arms(ctx, trainer, lambda seeds: gamma_gpt(mcfg, seeds, gamma_of), arms, data)
+
+    # ---- health ---------------------------------------------------------------------------------
+    def trivial_error(self, cfg: AnchorsTextConfig, arm: str) -> float:
+        return math.log(cfg.model.vocab)  # the uniform predictor over the vocabulary
+
+    def health(self, cfg: AnchorsTextConfig, run: Run) -> dict[str, ArmHealth]:
+        df = run.metrics()
+        out: dict[str, ArmHealth] = {}
+        for arm, sub in df.groupby("arm", sort=False):
+            if not {f"{s}_loss" for s in SOURCES} <= set(sub["name"]):
+                continue
+            steps, a = member_curves(sub, str(arm), "prontoqa_loss")
+            _, b = member_curves(sub, str(arm), "stories_loss")
+            fit = (a + b) / 2  # the loss over both sources (equal shares of the mix)
+            finite = bool(np.all(np.isfinite(sub["value"].to_numpy(dtype=float))))
+            out[str(arm)] = assess_arm(str(arm), fit[:, 0].tolist(), fit[:, -1].tolist(),
+                                       accepted_steps=[float(steps.max())] * fit.shape[0], test_error=fit[:, -1].tolist(),
+                                       trivial_error=self.trivial_error(cfg, str(arm)), all_finite=finite)
+        return out
+
+    # ---- analysis -------------------------------------------------------------------------------
+    def exclusive(self, cfg: AnchorsTextConfig, corpus: Corpus) -> dict[str, list[int]]:
+        """Fig. 6's token sets: each source's most frequent exclusive tokens, both cut to the same size
+        ``min(top_tokens, available in either)`` so the two means are over equally many pairs."""
+        counts = token_counts(corpus.tokens, corpus.mask, corpus.source, cfg.model.vocab, ignore=[corpus.meta["eos_id"]])
+        ex = {s: exclusive_tokens(counts[s], counts[o], cfg.claims.top_tokens)
+              for s, o in ((SOURCES[0], SOURCES[1]), (SOURCES[1], SOURCES[0]))}
+        k = min(len(v) for v in ex.values())
+        return {s: v[:k] for s, v in ex.items()}
+
+    def measures(self, cfg: AnchorsTextConfig, run: Run) -> dict:
+        corpus = Corpus.load(run.path / DATA_DIR)
+        arms = GammaArms.make(cfg.seed, cfg.gammas, cfg.members)
+        spe = cfg.steps_per_epoch
+        df = run.metrics()
+        ex = self.exclusive(cfg, corpus)
+        out: dict = {"exclusive_tokens": {s: len(v) for s, v in ex.items()}, "corpus": corpus.meta, "gamma": {}}
+        out["exclusive_examples"] = {s: [corpus.tokenizer.decode([i]) for i in v[:12]] for s, v in ex.items()}
+        for g in cfg.gammas:
+            arm = GammaArms.arm(g)
+            m: dict = {}
+            for s in SOURCES:
+                ep, loss = epoch_curves(df, arm, f"{s}_loss", spe)
+                horizon = float(ep[-1] + cfg.schedule.eval_epochs)
+                m[s] = {"auc": loss_auc(ep, loss), "halving_epoch": halving_epoch(ep, loss, horizon, cfg.claims.halving),
+                        "initial_loss": loss[:, 0].tolist(), "final_loss": loss[:, -1].tolist()}
+            cos: dict = {}
+            if len(ex[SOURCES[0]]) >= 2:
+                for when, name in (("init", init_arm(arm)), ("early", snapshot_arm(arm, cfg.early_epoch * spe)), ("end", arm)):
+                    path = run.path / "arrays" / f"{name}.safetensors"
+                    if not path.is_file():
+                        continue
+                    W = run.arrays(name)["wte"].double()
+                    cos[when] = {s: mean_pairwise_cosine(W, ex[s]) for s in SOURCES}
+            m["cosine"] = cos
+            out["gamma"][g] = m
+        return out
+
+    def analyse(self, cfg: AnchorsTextConfig, run: Run) -> Analysis:
+        c = cfg.claims
+        m = self.measures(cfg, run)
+        standin = cfg.data.standin
+        label = f" [{STANDIN_LABEL}]" if standin else ""
+        prov = self.provenance(cfg)
+        out = Analysis(measurements={"data_provenance": prov, "stand_in_data": standin, "corpus": m["corpus"],
+                                     "exclusive_tokens": m["exclusive_tokens"], "exclusive_examples": m["exclusive_examples"],
+                                     "early_epoch": cfg.early_epoch, "seed_reference_cosines": SEED_COSINES,
+                                     "per_gamma": {f"gamma={g:g}": v for g, v in m["gamma"].items()}})
+        main, ctrl = m["gamma"][c.main_gamma], m["gamma"][c.control_gamma]
+        a_main, a_ctrl = GammaArms.arm(c.main_gamma), GammaArms.arm(c.control_gamma)
+        P, S = SOURCES
+        # Fig. 1
+        grp = out.group("fig1-prontoqa-loss-falls-faster",
+                        f"γ = {c.main_gamma:g}: PrOntoQA's training loss falls faster than the stories' (Fig. 1){label}")
+        grp.compare("auc", main[P]["auc"], main[S]["auc"], "lt", paired=True, arms=[a_main],
+                    statement=f"area under loss(t)/loss(0), PrOntoQA − stories < 0{label}")
+        grp.compare("halving-epoch", main[P]["halving_epoch"], main[S]["halving_epoch"], "lt", paired=True, arms=[a_main],
+                    unit=" epochs", statement=f"first epoch with loss(t)/loss(0) ≤ {c.halving:g}, PrOntoQA − stories < 0{label}")
+        # Fig. 6
+        k = m["exclusive_tokens"][P]
+        enough = k >= c.min_tokens
+        why = (f"only {k} tokens exclusive to one source (need {c.min_tokens}, claims.min_tokens): the sources share "
+               "their vocabulary")
+        grp = out.group("fig6-prontoqa-tokens-less-similar",
+                        f"γ = {c.main_gamma:g}, {c.early_fraction:.0%} of training (epoch {cfg.early_epoch}): the embeddings "
+                        f"of the {k} most frequent tokens exclusive to PrOntoQA are less similar to each other than those "
+                        f"exclusive to the stories (Fig. 6; the seed: 0.123 vs 0.531){label}")
+        early = main["cosine"].get("early")
+        if enough and early is not None:
+            grp.compare("early", early[P], early[S], "lt", paired=True, arms=[a_main],
+                        statement=f"mean pairwise cosine, PrOntoQA − stories < 0 at epoch {cfg.early_epoch}{label}")
+        else:
+            grp.compare("early", [], [], "lt", arms=[a_main]).reason = why if not enough else "no snapshot at 10 % of training"
+        grp = out.group("fig6-gap-small-init-effect",
+                        f"the Fig. 6 gap (stories − PrOntoQA cosine at epoch {cfg.early_epoch}) is larger at γ = "
+                        f"{c.main_gamma:g} than at γ = {c.control_gamma:g}: a small-initialisation effect (§4.3–4.4){label}")
+        ce = ctrl["cosine"].get("early")
+        if enough and early is not None and ce is not None:
+            gap_m = [s - p for p, s in zip(early[P], early[S])]
+            gap_c = [s - p for p, s in zip(ce[P], ce[S])]
+            grp.compare("gap", gap_m, gap_c, "gt", paired=True, arms=[a_main, a_ctrl],
+                        statement=f"gap at γ = {c.main_gamma:g} − gap at γ = {c.control_gamma:g} > 0{label}")
+        else:
+            grp.compare("gap", [], [], "gt", arms=[a_main, a_ctrl]).reason = why if not enough else "no snapshot at 10 % of training"
+        san = out.sanity("fig6-no-gap-at-init", "at initialisation the two token sets' mean cosines agree (the measure "
+                         "has no built-in bias between the sets)")
+        for g in cfg.gammas:
+            ini = m["gamma"][g]["cosine"].get("init")
+            if enough and ini is not None:
+                san.value(f"gamma={g:g}", [s - p for p, s in zip(ini[P], ini[S])], 0.0, c.init_gap_tol, "close",
+                          arms=[GammaArms.arm(g)], learning_required=False,
+                          statement=f"γ = {g:g}: stories − PrOntoQA cosine at init ≈ 0 (tol {c.init_gap_tol:g}, t)")
+        if standin:
+            for g in out.paper:
+                for r in g.rows:
+                    r.reason = "; ".join(x for x in (r.reason, STANDIN_LABEL) if x)
+        # ---- notes -----------------------------------------------------------------------------------
+        if standin:
+            out.notes.append(f"{STANDIN_LABEL.upper()}: the stories are tdlab's built-in stand-in (templates over a "
+                             "child-level lexicon), not TinyStories; every paper claim above was measured on them. "
+                             "Use --set data.stories=PATH with a TinyStories text file for the real corpus.")
+        out.notes.append(f"Data: {prov}.")
+        meta = m["corpus"]
+        out.notes.append(f"Corpus: {cfg.data.n_sequences} sequences ≤ {meta['seq_len']} tokens; mean tokens before the cut "
+                         f"PrOntoQA {meta['mean_tokens'][P]:.0f}, stories {meta['mean_tokens'][S]:.0f}; cut: PrOntoQA "
+                         f"{meta['truncated_share'][P]:.0%}, stories {meta['truncated_share'][S]:.0%}; tokenizer "
+                         f"{meta['tokenizer']} ({meta['tokenizer_vocab']} ids).")
+        out.notes.append(f"Fig. 6 token sets: {k} tokens exclusive to each source (of claims.top_tokens = {c.top_tokens}), "
+                         f"e.g. PrOntoQA {m['exclusive_examples'][P][:6]}, stories {m['exclusive_examples'][S][:6]}.")
+        for g in cfg.gammas:
+            gm = m["gamma"][g]
+            line = [f"γ = {g:g}: AUC of loss/loss(0) PrOntoQA {np.mean(gm[P]['auc']):.3f} vs stories {np.mean(gm[S]['auc']):.3f}; "
+                    f"halving epoch {np.mean(gm[P]['halving_epoch']):.1f} vs {np.mean(gm[S]['halving_epoch']):.1f}"]
+            for when in ("init", "early", "end"):
+                cw = gm["cosine"].get(when)
+                if cw is not None:
+                    line.append(f"cosine at {when if when != 'early' else f'epoch {cfg.early_epoch}'}: PrOntoQA "
+                                f"{np.mean(cw[P]):.3f} vs stories {np.mean(cw[S]):.3f}")
+            out.notes.append("; ".join(line) + " (seed means; the seed, Fig. 6: 0.123 vs 0.531).")
+        return out
+
+    @staticmethod
+    def provenance(cfg: AnchorsTextConfig) -> str:
+        d = cfg.data
+        pq = f"PrOntoQA from {d.prontoqa}" if d.prontoqa else "PrOntoQA from tdlab's generator (approximate: our samples)"
+        st = f"TinyStories from {d.stories}" if d.stories else f"stories: {STANDIN_LABEL} (built-in templates)"
+        tk = "GPT-2's BPE" if d.tokenizer == "gpt2" else f"a local BPE of {cfg.model.vocab} ids trained on the corpus"
+        return f"{pq}; {st}; tokenizer: {tk}"
+
+    # ---- figures --------------------------------------------------------------------------------
+    def plot(self, cfg: AnchorsTextConfig, run: Run, analysis: Analysis, figdir: Path) -> list[Path]:
+        df = run.metrics()
+        spe = cfg.steps_per_epoch
+        label = f" — {STANDIN_LABEL}" if cfg.data.standin else ""
+        paths = []
+        fig, axes = plt.subplots(1, len(cfg.gammas), figsize=(5 * len(cfg.gammas), 3.8), squeeze=False)
+        for ax, g in zip(axes[0], cfg.gammas):
+            for s in SOURCES:
+                ep, v = epoch_curves(df, GammaArms.arm(g), f"{s}_loss", spe)
+                curve_with_band(ax, ep, v, SOURCE_LABELS[s], SOURCE_COLORS[s])
+            ax.axvline(cfg.early_epoch, color="grey", ls=":", lw=0.8, label=f"{cfg.claims.early_fraction:.0%} of training")
+            ax.set_xlabel("epoch")
+            ax.set_ylabel("training loss (next token)")
+            ax.set_title(f"γ = {g:g}")
+            ax.legend(fontsize=8)
+        fig.suptitle(f"Fig. 1 — loss per source, mean and min–max over {cfg.members} seeds{label}")
+        paths.append(save_figure(fig, figdir / "fig1_loss_per_source.png"))
+        corpus = Corpus.load(run.path / DATA_DIR)
+        ex = self.exclusive(cfg, corpus)
+        if len(ex[SOURCES[0]]) >= 2:
+            fig, axes = plt.subplots(len(cfg.gammas), 2, figsize=(9, 4.2 * len(cfg.gammas)), squeeze=False)
+            for r, g in enumerate(cfg.gammas):
+                name = snapshot_arm(GammaArms.arm(g), cfg.early_epoch * spe)
+                if not (run.path / "arrays" / f"{name}.safetensors").is_file():
+                    continue
+                W = run.arrays(name)["wte"].double()
+                for col, s in enumerate(SOURCES):
+                    C = cosine_matrix(W[:1, ex[s]])[0].numpy()  # seed 0 (the seed shows one model)
+                    ax = axes[r][col]
+                    im = ax.imshow(C, vmin=-1, vmax=1, cmap="RdBu_r")
+                    mean = float(np.mean(mean_pairwise_cosine(W, ex[s])))
+                    ax.set_title(f"γ = {g:g}, {SOURCE_LABELS[s]}: mean cos {mean:.3f} (seed: {SEED_COSINES[s]})", fontsize=9)
+                    ax.set_xlabel(f"{len(ex[s])} most frequent exclusive tokens")
+                    plt.colorbar(im, ax=ax, fraction=0.046)
+            fig.suptitle(f"Fig. 6 — cosine among exclusive tokens' embeddings at epoch {cfg.early_epoch} "
+                         f"({cfg.claims.early_fraction:.0%} of training; seed 0; mean over all seeds in titles){label}")
+            paths.append(save_figure(fig, figdir / "fig6_exclusive_token_cosines.png"))
+        return paths
+

@@ -1,0 +1,265 @@
+"""anchors-text (seed 001 Figs. 1, 6; issue 16): the exclusive-token sets against a Counter-based slow
+version, the cosine measure on planted embeddings, the padded next-token loss against a direct
+computation, the loss-speed measures on built curves, every claim on planted runs (holds and fails),
+bad data files through the CLI (exit 2, nothing written), and a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from typer.testing import CliRunner
+
+from tdlab.cli import app
+from tdlab.config import ConfigError, build_config
+from tdlab.experiments.anchors_text import (DATA_DIR, SOURCES, AnchorsText, AnchorsTextConfig, Corpus, PaddedNextToken, build_corpus,
+                                            exclusive_tokens, halving_epoch, loss_auc, mean_pairwise_cosine, token_counts)
+from tdlab.experiments.base import init_arm, snapshot_arm
+from tdlab.experiments.runner import execute
+from tdlab.runs import RunWriter
+from tdlab.tasks.stories import STANDIN_LABEL, standin_stories
+
+TINY = ["data.n_sequences=40", "model.vocab=300", "model.d=16", "train.seq_len=32", "train.batch=20",
+        "schedule.epochs=2", "schedule.n_eval=20", "claims.min_tokens=2"]
+
+
+# ---- exclusive tokens ---------------------------------------------------------------------------------
+
+
+def _slow_exclusive(seqs, sources, src, top, ignore):
+    """Counter-based reference: tokens of source ``src`` never seen in the other, by count, then id."""
+    mine = Counter(t for s, k in zip(seqs, sources) if k == src for t in s if t != ignore)
+    other = {t for s, k in zip(seqs, sources) if k != src for t in s}
+    return sorted((t for t in mine if t not in other), key=lambda t: (-mine[t], t))[:top]
+
+
+def test_exclusive_tokens_match_a_counter_and_are_disjoint():
+    rng = np.random.default_rng(0)
+    V, eos = 60, 0
+    seqs, sources = [], []
+    for i in range(80):
+        k = i % 2
+        n = int(rng.integers(3, 30))
+        # overlapping ranges with skewed frequencies: shared and exclusive ids, many count ties
+        ids = (rng.zipf(1.5, n) % 35 + (1 if k == 0 else 20)).tolist()
+        seqs.append(ids + [eos])
+        sources.append(k)
+    L = max(map(len, seqs))
+    tokens = torch.zeros(len(seqs), L + 3, dtype=torch.long)  # padding with eos (id 0) beyond the mask
+    mask = torch.zeros(len(seqs), L + 3)
+    for i, s in enumerate(seqs):
+        tokens[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s)] = 1
+    tokens[:, -1] = 59  # a padded position holding a token id: masked out, never counted
+    counts = token_counts(tokens, mask, torch.tensor(sources), V, ignore=[eos])
+    assert counts["prontoqa"][59] == 0 and counts["prontoqa"][eos] == 0
+    ex = {s: exclusive_tokens(counts[s], counts[o], 10) for s, o in (("prontoqa", "stories"), ("stories", "prontoqa"))}
+    for k, s in enumerate(SOURCES):
+        assert ex[s] == _slow_exclusive(seqs, sources, k, 10, eos)
+    assert not set(ex["prontoqa"]) & set(ex["stories"])
+    for s in SOURCES:
+        c = counts[s][ex[s]]
+        assert np.all(np.diff(c) <= 0)  # ranked by frequency
+        assert len(ex[s]) == 10
+
+
+# ---- the cosine measure ---------------------------------------------------------------------------------
+
+
+def test_mean_pairwise_cosine_on_planted_embeddings():
+    d, n, theta = 32, 8, 0.7
+    W = torch.zeros(2, 20, d, dtype=torch.float64)
+    W[:, :n] = torch.eye(d, dtype=torch.float64)[:n] * torch.tensor([1.0, 3.0], dtype=torch.float64).view(2, 1, 1)
+    e0 = torch.eye(d, dtype=torch.float64)[n]
+    for i in range(n):  # cos(v_i, v_j) = cos²θ for i ≠ j, whatever the norms
+        W[:, 10 + i] = (i + 1) * (math.cos(theta) * e0 + math.sin(theta) * torch.eye(d, dtype=torch.float64)[n + 1 + i])
+    assert mean_pairwise_cosine(W, range(n)) == pytest.approx([0.0, 0.0], abs=1e-12)
+    assert mean_pairwise_cosine(W, range(10, 10 + n)) == pytest.approx([math.cos(theta) ** 2] * 2, rel=1e-12)
+    mixed = [0, 1, 10, 11]  # pairs: 1 orthogonal, 1 at cos²θ, 4 at cos θ · 0 = 0 -> mean over 6 ordered-pair classes
+    assert mean_pairwise_cosine(W, mixed) == pytest.approx([math.cos(theta) ** 2 / 6] * 2, rel=1e-12)
+    with pytest.raises(ValueError):
+        mean_pairwise_cosine(W, [3])
+
+
+# ---- the padded objective and the loss-speed measures -------------------------------------------------
+
+
+def test_padded_next_token_ignores_padding(one_thread):
+    g = torch.Generator().manual_seed(0)
+    E, B, L, V = 2, 3, 7, 11
+    logits_fn = torch.nn.Linear(1, V)
+    tokens = torch.randint(0, V, (E, B, L), generator=g)
+    mask = torch.ones(E, B, L)
+    mask[:, 1, 4:] = 0  # sequence 1 padded after 4 tokens
+    tokens_padded = tokens.clone()
+    tokens_padded[:, 1, 4:] = 5  # whatever the padding holds
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Parameter(torch.randn(V, V, generator=g))
+
+        def forward(self, x):
+            return self.table[x]
+
+    model = Model()
+    obj = PaddedNextToken()
+    a = obj.loss(model, obj.prepare({"tokens": tokens, "mask": mask}, []))
+    b = obj.loss(model, obj.prepare({"tokens": tokens_padded, "mask": mask}, []))
+    assert torch.allclose(a, b)
+    # direct: mean cross-entropy over the real targets (positions 1..L-1 with mask 1)
+    nll = F.cross_entropy(model.table[tokens[..., :-1]].reshape(-1, V), tokens[..., 1:].reshape(-1), reduction="none").view(E, B, L - 1)
+    w = mask[..., 1:]
+    assert torch.allclose(a, (nll * w).sum((1, 2)) / w.sum((1, 2)))
+    assert obj.scores(model, obj.prepare({"tokens": tokens, "mask": mask}, []))["loss"].shape == (E,)
+    del logits_fn
+
+
+def test_halving_epoch_and_auc_on_built_curves():
+    ep = np.arange(6.0)
+    loss = np.array([[4.0, 3.0, 2.0, 1.0, 1.0, 1.0],   # halves at epoch 2
+                     [2.0, 2.0, 2.0, 2.0, 2.0, 2.0]])  # never: censored at the horizon
+    assert halving_epoch(ep, loss, horizon=6.0) == [2.0, 6.0]
+    assert loss_auc(ep, loss) == pytest.approx([np.mean([0.75, 0.5, 0.25, 0.25, 0.25]), 1.0])
+
+
+# ---- planted runs: each claim holds and fails -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_corpus():
+    texts = {"prontoqa": ["Every wumpus is a yumpus. Max is a wumpus. True or false: Max is a yumpus. A: True"] * 10
+             + ["Each zumpus is not hot. Rex is a zumpus. True or false: Rex is hot. A: False"] * 10,
+             "stories": standin_stories(20, 0)}
+    return build_corpus(texts, "local", 300, 64)
+
+
+def _planted(tmp_path, corpus, prontoqa_faster: bool, main: str | None, control: str | None = None, init: str | None = None):
+    """A run whose losses and embeddings are planted: ``main``/``control``/``init`` name the source whose
+    exclusive tokens share a direction in that arm's (or the initial) embeddings (``None``: none do)."""
+    exp = AnchorsText()
+    cfg = exp.make_config("quick", ["data.n_sequences=40", "model.vocab=300", "train.batch=20", "schedule.epochs=10",
+                                    "claims.min_tokens=2"], members=3)
+    spe, early = cfg.steps_per_epoch, cfg.early_epoch
+    ex = exp.exclusive(cfg, corpus)
+    g = torch.Generator().manual_seed(1)
+    epochs = np.arange(11)
+    fast = 6.0 * np.exp(-epochs / 2.0)
+    slow = 6.0 * np.exp(-epochs / 6.0)
+    with RunWriter(tmp_path / "planted", exp.name) as w:
+        w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
+        corpus.save(w.path / DATA_DIR)
+        for gamma in cfg.gammas:
+            arm = f"gamma={gamma:g}"
+            rows = []
+            for m in range(3):
+                jitter = 1 + 0.01 * m
+                p, s = (fast, slow) if prontoqa_faster else (slow, fast)
+                rows += [(int(e * spe), m, "prontoqa_loss", float(p[e] * jitter)) for e in epochs]
+                rows += [(int(e * spe), m, "stories_loss", float(s[e] * jitter)) for e in epochs]
+            w.add_metrics(arm, rows)
+
+            def wte(aligned: str | None):
+                # orthonormal rows: every cosine exactly 0 (the idealised random init of a wide model)
+                W = torch.linalg.qr(torch.randn(3, 512, 300, generator=g))[0].transpose(1, 2).contiguous()
+                if aligned is not None:  # one source's exclusive tokens share a direction (cos 0.5)
+                    W[:, ex[aligned]] = W[:, 299:300] + W[:, ex[aligned]]
+                return [{"wte": t} for t in W]
+
+            small = gamma == cfg.claims.main_gamma
+            w.save_arrays(init_arm(arm), wte(init))
+            w.save_arrays(snapshot_arm(arm, early * spe), wte(main if small else control))
+            w.save_arrays(arm, wte(main if small else control))
+        run = w.finish()
+    return exp, cfg, run
+
+
+def _rows(a):
+    return {r.id: r for grp in a.groups for r in grp.rows}
+
+
+def test_planted_run_where_the_seed_holds(tmp_path, tiny_corpus, one_thread):
+    exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=True, main="stories")
+    a = exp.analyse(cfg, run)
+    rows = _rows(a)
+    for rid in ("fig1-prontoqa-loss-falls-faster/auc", "fig1-prontoqa-loss-falls-faster/halving-epoch",
+                "fig6-prontoqa-tokens-less-similar/early", "fig6-gap-small-init-effect/gap",
+                "fig6-no-gap-at-init/gamma=0.8", "fig6-no-gap-at-init/gamma=0.3"):
+        assert rows[rid].verdict == "holds", rows[rid].describe()
+    # stand-in stories: every paper claim carries the label, in its statement, its reason and the notes
+    for grp in a.paper:
+        assert STANDIN_LABEL in grp.statement and all(STANDIN_LABEL in r.reason for r in grp.rows)
+    assert a.notes[0].startswith(STANDIN_LABEL.upper()) and a.measurements["stand_in_data"] is True
+    assert a.measurements["seed_reference_cosines"] == {"prontoqa": 0.123, "stories": 0.531}
+
+
+def test_planted_run_where_the_seed_fails(tmp_path, tiny_corpus, one_thread):
+    exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=False, main="prontoqa", control="stories",
+                             init="stories")
+    rows = _rows(exp.analyse(cfg, run))
+    for rid in ("fig1-prontoqa-loss-falls-faster/auc", "fig1-prontoqa-loss-falls-faster/halving-epoch",
+                "fig6-prontoqa-tokens-less-similar/early", "fig6-gap-small-init-effect/gap", "fig6-no-gap-at-init/gamma=0.8"):
+        assert rows[rid].verdict == "fails", rows[rid].describe()
+
+
+def test_too_few_exclusive_tokens_is_not_evaluable(tmp_path, tiny_corpus, one_thread):
+    exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=True, main="stories")
+    cfg = cfg.updated({"claims": cfg.claims.updated({"min_tokens": 10_000})})
+    r = _rows(exp.analyse(cfg, run))["fig6-prontoqa-tokens-less-similar/early"]
+    assert r.verdict == "not evaluable" and "claims.min_tokens" in r.reason
+
+
+# ---- bad input: one error, exit 2, nothing written ------------------------------------------------------
+
+
+@pytest.mark.parametrize("make_file", ["missing", "malformed"])
+def test_bad_stories_file_through_the_cli(tmp_path, make_file):
+    path = tmp_path / "nonexistent"
+    if make_file == "malformed":
+        path = tmp_path / "stories.txt"
+        path.write_text("just text without any end-of-story marker", encoding="utf-8")
+    out = tmp_path / "runs"
+    res = CliRunner().invoke(app, ["run", "anchors-text", "--set", f"data.stories={path}", "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    err = res.output.strip().splitlines()
+    assert len(err) == 1 and "data.stories" in err[0]
+    assert not out.exists()
+
+
+def test_config_errors_name_the_field(tmp_path):
+    exp = AnchorsText()
+    with pytest.raises(ConfigError, match="data.prontoqa"):
+        exp.make_config("quick", [f"data.prontoqa={tmp_path / 'none.json'}"])
+    with pytest.raises(ConfigError, match="model.vocab must be GPT-2's 50257"):
+        exp.make_config("quick", ["data.tokenizer=gpt2"])
+    with pytest.raises(ConfigError, match="claims.main_gamma"):
+        exp.make_config("quick", ["gammas=[0.5, 0.3]"])
+    cfg = build_config(AnchorsTextConfig, AnchorsText.profiles["paper"])  # (no memory check: a GPU machine's)
+    assert (cfg.data.n_sequences, cfg.data.tokenizer, cfg.model.layers, cfg.model.d, cfg.train.lr, cfg.schedule.epochs) == \
+        (10_000, "gpt2", 12, 768, 1e-5, 200)
+    assert exp.make_config("quick").early_epoch == 3  # 10 % of 30 epochs
+
+
+# ---- a tiny end-to-end run -------------------------------------------------------------------------------
+
+
+def test_tiny_end_to_end_run(tmp_path, one_thread):
+    exp = AnchorsText()
+    cfg = exp.make_config("quick", TINY, members=2)
+    run = execute(exp, cfg, "quick", tmp_path / "runs", progress=False)
+    s = run.summary
+    assert s["status"] == "done"
+    assert {g["id"] for g in s["claims"]} == {"fig1-prontoqa-loss-falls-faster", "fig6-prontoqa-tokens-less-similar",
+                                              "fig6-gap-small-init-effect"}
+    assert all(STANDIN_LABEL in g["statement"] for g in s["claims"]) and STANDIN_LABEL in s["notes"][0].lower()
+    assert s["figures"] == ["figures/fig1_loss_per_source.png", "figures/fig6_exclusive_token_cosines.png"]
+    corpus = Corpus.load(run.path / DATA_DIR)  # the tokenisation cache
+    assert corpus.tokens.shape == (40, 32) and int(corpus.source.sum()) == 20
+    assert corpus.tokenizer.decode(corpus.tokens[0][corpus.mask[0] > 0].tolist()).endswith("<|endoftext|>") or corpus.truncated[0]
+    m = run.metrics()
+    assert {"prontoqa_loss", "stories_loss"} <= set(m["name"]) and set(m["arm"]) == {"gamma=0.8", "gamma=0.3"}
