@@ -151,7 +151,7 @@ def _unbalanced_assignment() -> dict[int, frozenset[int]]:
 
 def test_random_embeddings_give_one_within_the_derived_bound() -> None:
     words, same, diff = same_topic_pairs(_unbalanced_assignment())
-    d, c, n = 256, 1.0, 200
+    d, c, n = 128, 1.0, 200
     sd_dot, sd_cos = _random_bounds(same, diff, d, c)
     g = torch.Generator().manual_seed(1)
     x = embedding_ratios(c + torch.randn(n, words.size, d, generator=g, dtype=torch.float64), same, diff)  # n draws at once
@@ -163,7 +163,7 @@ def test_random_embeddings_give_one_within_the_derived_bound() -> None:
     mean_dot, mean_cos = c * c * d, c * c / (1 + c * c)
     assert np.all(np.abs(x["dot"] - 1) < 6 * sd_dot / mean_dot * 1.01)
     assert np.all(np.abs(x["cosine"] - 1) < 6 * sd_cos / mean_cos * 1.01)
-    assert 6 * sd_cos / mean_cos < 0.015  # so "≈ 1" means within 1.5%
+    assert 6 * sd_cos / mean_cos < 0.02  # so "≈ 1" means within 2% here
 
 
 def test_cosine_gap_z_of_isotropic_random_embeddings_is_standard_normal() -> None:
@@ -225,7 +225,7 @@ def test_topic_preferring_attention_against_a_loop(planted) -> None:
 def test_uniform_attention_is_exactly_one_after_debiasing(planted) -> None:
     corpus, assignment = planted
     raw, deb = None, None
-    for d in range(len(corpus.docs)):
+    for d in range(30):  # 20 one-topic and 10 two-topic documents
         ids = torch.as_tensor(corpus.ids(d))
         A = uniform(len(ids)).expand(2, 3, -1, -1)  # (L, H, T, T)
         raw = attention_pair_means(A, ids, assignment, debias=False, into=raw)
