@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import pandas as pd
 import torch
 from pydantic import Field, model_validator
 
@@ -187,9 +188,9 @@ class TopicsRealTwoStage(Experiment):
         return getattr(self, "_trivial", None) if arm == ARM else None
 
     @staticmethod
-    def curves(cfg: RealTwoStageConfig, run: Run, name: str, layer: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(steps (S,), values (E, S))`` of ``{name}/L{layer}`` up to the horizon."""
-        steps, vals = member_curves(run.metrics(), ARM, f"{name}/L{layer}")
+    def curves(cfg: RealTwoStageConfig, metrics: pd.DataFrame, name: str, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(steps (S,), values (E, S))`` of ``{name}/L{layer}`` up to the horizon (``metrics``: ``run.metrics()``)."""
+        steps, vals = member_curves(metrics, ARM, f"{name}/L{layer}")
         keep = steps <= cfg.claims.horizon
         return steps[keep], vals[:, keep]
 
@@ -208,13 +209,14 @@ class TopicsRealTwoStage(Experiment):
                         f"Fig. 5: W^V rotates faster in stage 1 (steps {cfg.rotation_lag}-{c.stage1_end}) than in stage 2 "
                         f"(steps {c.stage1_end + 1}-{c.horizon}), per layer, paired over members")
         L = cfg.model.layers
+        metrics = run.metrics()
         t = {n: [] for n in NORMS}
         per_layer: dict[str, Any] = {}
         for l in range(L):
             for n in NORMS:
-                steps, v = self.curves(cfg, run, n, l)
+                steps, v = self.curves(cfg, metrics, n, l)
                 t[n].append(half_growth_steps(steps, v, c.half))
-            rs, r = self.curves(cfg, run, ROTATION, l)
+            rs, r = self.curves(cfg, metrics, ROTATION, l)
             s1, s2 = rotation_means(rs, r, c.stage1_end, c.horizon)
             per_layer[f"L{l}"] = {"t_half_K": t["norm_K"][-1].tolist(), "t_half_Q": t["norm_Q"][-1].tolist(),
                                   "t_half_V": t["norm_V"][-1].tolist(), "rotation_stage1": s1.tolist(),
@@ -238,12 +240,13 @@ class TopicsRealTwoStage(Experiment):
 
     def plot(self, cfg: RealTwoStageConfig, run: Run, analysis: Analysis, figdir: Path) -> list[Path]:
         L = cfg.model.layers
+        metrics = run.metrics()
         fig, axes = plt.subplots(4, L, figsize=(3.2 * L, 9), sharex=True, squeeze=False)
         labels = {"norm_K": "‖W^K‖_F", "norm_Q": "‖W^Q‖_F", "norm_V": "‖W^V‖_F", ROTATION: "rotation of W^V"}
         for l in range(L):
             for r, name in enumerate((*NORMS, ROTATION)):
                 ax = axes[r, l]
-                steps, v = self.curves(cfg, run, name, l)
+                steps, v = self.curves(cfg, metrics, name, l)
                 for e in range(v.shape[0]):
                     ax.plot(steps, v[e], lw=0.9, alpha=0.8)
                 ax.axvline(cfg.claims.stage1_end, ls="--", c="k", lw=0.6)

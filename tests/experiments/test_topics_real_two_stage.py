@@ -1,0 +1,157 @@
+"""topics-real-two-stage (seed 004 Fig. 5): t½ and the W^V-first count on hand-made norm curves, the rotation
+probe against the closed form of planted W^V's, the near-zero init, both claims holding and failing on planted
+runs, a tiny end-to-end run, bad configs refused."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tdlab.config import ConfigError
+from tdlab.experiments.base import Analysis
+from tdlab.experiments.runner import execute
+from tdlab.experiments.topics_real import ARM
+from tdlab.experiments.topics_real_two_stage import (TopicsRealTwoStage, WeightProbe, half_growth_steps, near_zero_qkv,
+                                                     rotation_means, value_first_layers)
+from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.runs import RunWriter
+
+STEPS = np.arange(0, 401)
+
+
+def _ramp(t0, t1, lo=0.01, hi=5.0):
+    return lo + (hi - lo) * np.clip((STEPS - t0) / (t1 - t0), 0.0, 1.0)
+
+
+def test_half_growth_steps_and_value_first_count():
+    curves = np.stack([_ramp(0, 100), _ramp(100, 300), np.full(STEPS.size, 0.3)])
+    t = half_growth_steps(STEPS, curves)
+    assert t[0] == 50 and t[1] == 200 and math.isinf(t[2])  # a flat norm never makes half its growth
+    # (E=2, L=3): member 0: V first in layers 0 and 2; member 1: tie in layer 0 (not strictly first), K first in 1
+    tk = np.array([[100.0, 50.0, np.inf], [30.0, 20.0, 90.0]])
+    tq = np.array([[120.0, 10.0, 200.0], [80.0, 90.0, 95.0]])
+    tv = np.array([[40.0, 60.0, 150.0], [30.0, 40.0, 10.0]])
+    assert value_first_layers(tk, tq, tv).tolist() == [2, 1]
+
+
+def test_rotation_means_split_at_stage1_end():
+    steps = np.arange(10, 401)
+    rot = np.where(steps <= 100, 0.2, 0.05)[None].repeat(2, 0)
+    s1, s2 = rotation_means(steps, rot, 100, 400)
+    np.testing.assert_allclose(s1, 0.2)
+    np.testing.assert_allclose(s2, 0.05)
+
+
+def test_weight_probe_rotation_matches_the_closed_form_and_restarts_per_model():
+    """W^V_t = cos(ωt) A + sin(ωt) B with orthonormal A, B (as vectors): cos(W_t, W_{t-lag}) = cos(ω lag), so the
+    rotation is (1 − cos(ω lag))/2 from step lag on; norms are 1 for W^V and the planted ones for W^K, W^Q."""
+    cfg = GPTConfig(arch="gpt2", vocab=7, d=4, layers=2, heads=2, max_len=8, causal=False)
+    model = GPT(cfg, [1, 2]).double()
+    A = torch.zeros(16, dtype=torch.float64)
+    A[0] = 1.0
+    B = torch.zeros(16, dtype=torch.float64)
+    B[5] = 1.0
+    w, lag = 0.07, 3
+    probe = WeightProbe(lag)
+    out = []
+    for t in range(6):
+        with torch.no_grad():
+            for blk in model.blocks:
+                blk.attn.W_V.weight[:] = (math.cos(w * t) * A + math.sin(w * t) * B).reshape(4, 4)
+                blk.attn.W_K.weight[:] = 2.0 * torch.eye(4)
+        out.append(probe(model))
+    assert "rotation_V/L0" not in out[lag - 1] and "rotation_V/L1" in out[lag]
+    np.testing.assert_allclose(out[lag]["rotation_V/L1"].numpy(), (1 - math.cos(w * lag)) / 2, rtol=1e-9)
+    np.testing.assert_allclose(out[5]["norm_V/L0"].numpy(), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(out[5]["norm_K/L1"].numpy(), 4.0, rtol=1e-6)  # ‖2 I_4‖_F
+    assert "rotation_V/L0" not in probe(GPT(cfg, [1, 2]))  # a new model (chunk): the history restarts
+
+
+def test_near_zero_init_is_uniform_in_0_s_per_member_and_equals_the_member_built_alone():
+    cfg = GPTConfig(arch="gpt2", vocab=7, d=8, layers=2, heads=2, max_len=8, causal=False)
+    ens = near_zero_qkv(GPT(cfg, [3, 4]), 1e-3)
+    alone = near_zero_qkv(GPT(cfg, [4]), 1e-3)
+    for blk, one in zip(ens.blocks, alone.blocks):
+        for name in ("W_Q", "W_K", "W_V"):
+            w = getattr(blk.attn, name).weight
+            assert float(w.detach().min()) >= 0.0 and float(w.detach().max()) < 1e-3
+            torch.testing.assert_close(w[1], getattr(one.attn, name).weight[0])
+        assert float(blk.mlp.W_1.weight.detach().std()) > 0.01  # everything else keeps the BERT init
+    assert not torch.equal(ens.blocks[0].attn.W_V.weight[0], ens.blocks[0].attn.W_V.weight[1])
+    normal = near_zero_qkv(GPT(cfg, [3]), 1e-3, "normal").blocks[0].attn.W_V.weight.detach()
+    assert float(normal.min()) < 0.0 < float(normal.max())
+
+
+def _planted(tmp_path, exp, cfg, v_first: bool, rot_fast_early: bool, loss=(7.0, 5.0)):
+    w = RunWriter(tmp_path, exp.name)
+    w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
+    rows = [(s, e, "test_loss", v) for e in range(cfg.members) for s, v in ((0, loss[0]), (400, loss[1]))]
+    early, late = (_ramp(0, 100), _ramp(100, 400)) if v_first else (_ramp(100, 400), _ramp(0, 100))
+    for e in range(cfg.members):
+        for l in range(cfg.model.layers):
+            for name, curve in (("norm_V", early), ("norm_K", late), ("norm_Q", late * 1.1)):
+                rows += [(int(s), e, f"{name}/L{l}", float(v) * (1 + 0.01 * e)) for s, v in zip(STEPS, curve)]
+            rot = np.where(STEPS <= 100, 0.2, 0.02) if rot_fast_early else np.where(STEPS <= 100, 0.02, 0.2)
+            rows += [(int(s), e, f"rotation_V/L{l}", float(r) + 0.001 * e) for s, r in zip(STEPS, rot) if s >= 10]
+    w.add_metrics(ARM, rows)
+    (w.path / "cache").mkdir()
+    (w.path / "cache" / "info.json").write_text('{"provenance": "planted", "vocab": 1000}')
+    return w.finish()
+
+
+@pytest.mark.parametrize("v_first, rot_early, expect", [
+    (True, True, ("holds", "holds")),
+    (False, False, ("fails", "fails")),
+])
+def test_claims_hold_and_fail_on_planted_runs(tmp_path, v_first, rot_early, expect):
+    exp = TopicsRealTwoStage()
+    cfg = exp.make_config("quick", members=3)
+    run = _planted(tmp_path, exp, cfg, v_first, rot_early)
+    a: Analysis = exp.analyse(cfg, run)
+    a.gate(exp.health(cfg, run))
+    v = {g.id: g.verdict for g in a.groups}
+    assert (v["value-grows-first"], v["value-rotates-fast-in-stage-1"]) == expect
+    assert a.measurements["value_first_layers"] == ([4, 4, 4] if v_first else [0, 0, 0])
+
+
+def test_not_trained_arm_makes_the_claims_not_evaluable(tmp_path):
+    exp = TopicsRealTwoStage()
+    cfg = exp.make_config("quick", members=3)
+    run = _planted(tmp_path, exp, cfg, True, True, loss=(7.0, 7.2))  # loss above log(1000) = 6.9
+    a = exp.analyse(cfg, run)
+    a.gate(exp.health(cfg, run))
+    assert {g.verdict for g in a.groups} == {"not evaluable"}
+
+
+def test_tiny_run_end_to_end(tmp_path):
+    exp = TopicsRealTwoStage()
+    cfg = exp.make_config("quick", ["corpus.source=lee", "corpus.max_docs=30", "corpus.min_count=3", "lda.topics=3",
+                                    "lda.passes=1", "lda.iterations=10", "model.d=8", "model.layers=2", "model.heads=2",
+                                    "train.steps=20", "train.batch=4", "train.seq_len=12", "train.eval_every=10",
+                                    "claims.stage1_end=14", "claims.horizon=20", "claims.min_layers=1"], members=2)
+    r = execute(exp, cfg, "quick", tmp_path, progress=False)
+    s = r.summary
+    assert s["status"] == "done" and {g["id"] for g in s["claims"]} == {"value-grows-first", "value-rotates-fast-in-stage-1"}
+    df = r.metrics()
+    v = df[(df["arm"] == ARM) & (df["name"] == "norm_V/L1")]
+    assert sorted(v["step"].unique()) == list(range(21))  # every step
+    rot = df[(df["arm"] == ARM) & (df["name"] == "rotation_V/L0")]
+    assert rot["step"].min() == 10  # (1 − cos(W_t, W_{t−10}))/2 needs 10 steps of history
+    init = r.arrays(ARM + "@init")
+    assert float(init["blocks.0.attn.W_V.weight"].max()) < 1e-3  # near-zero start stored as the arm's init
+    assert (r.path / "figures" / "fig5_two_stage.png").stat().st_size > 5000
+
+
+@pytest.mark.parametrize("override, field", [
+    (["claims.horizon=500"], "horizon"),
+    (["claims.stage1_end=5"], "stage1_end"),
+    (["claims.min_layers=5"], "min_layers"),
+    (["init_scale=0"], "init_scale"),
+    (["model.checkpoint=/tmp/x"], "checkpoint"),
+])
+def test_bad_config_is_refused(override, field):
+    with pytest.raises(ConfigError, match=field):
+        TopicsRealTwoStage().make_config("quick", override)
