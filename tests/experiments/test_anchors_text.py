@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,7 +91,6 @@ def test_mean_pairwise_cosine_on_planted_embeddings():
 def test_padded_next_token_ignores_padding(one_thread):
     g = torch.Generator().manual_seed(0)
     E, B, L, V = 2, 3, 7, 11
-    logits_fn = torch.nn.Linear(1, V)
     tokens = torch.randint(0, V, (E, B, L), generator=g)
     mask = torch.ones(E, B, L)
     mask[:, 1, 4:] = 0  # sequence 1 padded after 4 tokens
@@ -117,7 +115,6 @@ def test_padded_next_token_ignores_padding(one_thread):
     w = mask[..., 1:]
     assert torch.allclose(a, (nll * w).sum((1, 2)) / w.sum((1, 2)))
     assert obj.scores(model, obj.prepare({"tokens": tokens, "mask": mask}, []))["loss"].shape == (E,)
-    del logits_fn
 
 
 def test_halving_epoch_and_auc_on_built_curves():
@@ -242,7 +239,7 @@ def test_config_errors_name_the_field(tmp_path):
     cfg = build_config(AnchorsTextConfig, AnchorsText.profiles["paper"])  # (no memory check: a GPU machine's)
     assert (cfg.data.n_sequences, cfg.data.tokenizer, cfg.model.layers, cfg.model.d, cfg.train.lr, cfg.schedule.epochs) == \
         (10_000, "gpt2", 12, 768, 1e-5, 200)
-    assert exp.make_config("quick").early_epoch == 3  # 10 % of 30 epochs
+    assert exp.make_config("quick").early_epoch == 1  # 10 % of 10 epochs
 
 
 # ---- a tiny end-to-end run -------------------------------------------------------------------------------
