@@ -136,12 +136,13 @@ def tiny_corpus():
     return build_corpus(texts, "local", 300, 64)
 
 
-def _planted(tmp_path, corpus, prontoqa_faster: bool, main: str | None, control: str | None = None, init: str | None = None):
+def _planted(tmp_path, corpus, prontoqa_faster: bool, main: str | None, control: str | None = None, init: str | None = None,
+             extra: tuple[str, ...] = ()):
     """A run whose losses and embeddings are planted: ``main``/``control``/``init`` name the source whose
     exclusive tokens share a direction in that arm's (or the initial) embeddings (``None``: none do)."""
     exp = AnchorsText()
     cfg = exp.make_config("quick", ["data.n_sequences=40", "model.vocab=300", "train.batch=20", "schedule.epochs=10",
-                                    "claims.min_tokens=2"], members=3)
+                                    "claims.min_tokens=2", *extra], members=3)
     spe, early = cfg.steps_per_epoch, cfg.early_epoch
     ex = exp.exclusive(cfg, corpus)
     g = torch.Generator().manual_seed(1)
@@ -209,6 +210,21 @@ def test_too_few_exclusive_tokens_is_not_evaluable(tmp_path, tiny_corpus, one_th
     cfg = cfg.updated({"claims": cfg.claims.updated({"min_tokens": 10_000})})
     r = _rows(exp.analyse(cfg, run))["fig6-prontoqa-tokens-less-similar/early"]
     assert r.verdict == "not evaluable" and "claims.min_tokens" in r.reason
+
+
+def test_a_user_stories_file_is_used_and_claims_are_not_labelled(tmp_path, tiny_corpus, one_thread):
+    from tdlab.experiments.anchors_text import source_texts
+
+    stories = [f"Story {i}: Tom saw a red ball and was happy." for i in range(25)]
+    path = tmp_path / "TinyStories-valid.txt"
+    path.write_text("\n<|endoftext|>\n".join(stories), encoding="utf-8")
+    cfg = AnchorsText().make_config("quick", ["data.n_sequences=40", "train.batch=20", f"data.stories={path}"])
+    assert not cfg.data.standin and source_texts(cfg.data, 0)["stories"] == stories[:20]
+    exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=True, main="stories", extra=(f"data.stories={path}",))
+    a = exp.analyse(cfg, run)
+    assert a.measurements["stand_in_data"] is False and str(path) in a.measurements["data_provenance"]
+    assert not any(STANDIN_LABEL in g.statement or any(STANDIN_LABEL in r.reason for r in g.rows) for g in a.groups)
+    assert not any(STANDIN_LABEL in n.lower() and "tinystories from" not in n.lower() for n in a.notes)
 
 
 # ---- bad input: one error, exit 2, nothing written ------------------------------------------------------
