@@ -1,0 +1,89 @@
+"""HFEncoder on a tiny randomly initialised BertModel saved to tmp_path (no download): input-embedding rows of
+single-piece words, words split into pieces (or unknown) skipped and counted, attention restricted to the
+words' first pieces equals the model's own attention, the random-init control differs; a missing folder is a
+ConfigError naming model.checkpoint; topics-real runs end to end on the checkpoint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from tdlab.config import ConfigError  # noqa: E402
+from tdlab.models.hf_encoder import HFEncoder  # noqa: E402
+
+PIECES = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "apple", "banana", "##s", "boat", "ship", "sail", "the"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bert")
+    (d / "vocab.txt").write_text("\n".join(PIECES) + "\n")
+    tok = transformers.BertTokenizer(str(d / "vocab.txt"))
+    tok.save_pretrained(str(d))
+    cfg = transformers.BertConfig(vocab_size=len(PIECES), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=32, max_position_embeddings=64)
+    torch.manual_seed(0)
+    transformers.BertModel(cfg).save_pretrained(str(d))
+    return d
+
+
+VOCAB = ["apple", "bananas", "boat", "zebra", "ship"]  # "bananas" = banana ##s (2 pieces), "zebra" = [UNK]
+
+
+def test_embeddings_of_single_piece_words_and_skipped_words(checkpoint):
+    enc = HFEncoder(checkpoint, VOCAB, offset=2)
+    assert enc.skipped == 2 and enc.excluded == frozenset({1, 3})
+    table = enc.model.get_input_embeddings().weight.detach().double()
+    emb = enc.word_embeddings()
+    assert emb.shape == (1, 5, 16)
+    torch.testing.assert_close(emb[0, 0], table[PIECES.index("apple")])
+    torch.testing.assert_close(emb[0, 4], table[PIECES.index("ship")])
+    assert torch.isnan(emb[0, 1]).all() and torch.isnan(emb[0, 3]).all()
+
+
+def test_window_attention_is_the_models_attention_at_the_first_pieces(checkpoint):
+    enc = HFEncoder(checkpoint, VOCAB, offset=2)
+    win = torch.tensor([[2, 3, 4, 6, 0]])  # apple bananas boat ship [MASK]-id (not a word: [UNK])
+    att = enc.window_attention(win)
+    assert att.shape == (1, 1, 2, 2, 5, 5)
+    ids = [2, 5, 6, 7, 8, 9, 1, 3]  # [CLS] apple banana ##s boat ship [UNK] [SEP]
+    ref = enc.model(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    first = [1, 2, 4, 5, 6]
+    for layer in range(2):
+        torch.testing.assert_close(att[0, 0, layer], ref[layer][0][:, first][:, :, first].float())
+    control = HFEncoder(checkpoint, VOCAB, offset=2, random_init=True, seed=3)
+    assert not torch.allclose(control.word_embeddings()[0, 0], enc.word_embeddings()[0, 0])
+    again = HFEncoder(checkpoint, VOCAB, offset=2, random_init=True, seed=3)
+    torch.testing.assert_close(again.word_embeddings(), control.word_embeddings(), equal_nan=True)
+
+
+def test_missing_folder_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="model.checkpoint"):
+        HFEncoder(tmp_path / "nope", VOCAB)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="model.checkpoint"):
+        HFEncoder(tmp_path / "empty", VOCAB)
+
+
+def test_topics_real_measures_a_local_checkpoint_end_to_end(checkpoint, tmp_path):
+    """A planted text file whose words are the checkpoint's pieces: the run trains nothing and measures it."""
+    from tdlab.experiments.runner import execute
+    from tdlab.experiments.topics_real import MEASURE_ARMS, TopicsReal
+
+    rng = np.random.default_rng(0)
+    words = ["apple", "banana", "boat", "ship", "sail", "bananas"]
+    f = tmp_path / "text.txt"
+    f.write_text("\n".join(" ".join(rng.choice(words, size=30)) for _ in range(20)) + "\n")
+    exp = TopicsReal()
+    cfg = exp.make_config("quick", ["corpus.source=text", f"corpus.path={f}", "corpus.min_count=1", "lda.topics=2",
+                                    "lda.passes=1", "thetas=[0.5]", "train.seq_len=10", "train.batch=2",
+                                    f"model.checkpoint={checkpoint}", "attn_windows=8"], members=1)
+    r = execute(exp, cfg, "quick", tmp_path / "runs", progress=False)
+    s = r.summary
+    assert s["status"] == "done" and "checkpoint" in s["notes"][0]
+    assert s["measurements"]["corpus"]["skipped_words"] == 1  # "bananas"
+    df = r.metrics()
+    assert set(df["arm"]) == {MEASURE_ARMS["trained"], MEASURE_ARMS["untrained"]}  # nothing trained
