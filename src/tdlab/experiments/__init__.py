@@ -10,6 +10,7 @@ from tdlab.experiments import (  # noqa: F401
     anchors_labels,
     anchors_lowrank,
     anchors_mlp,
+    anchors_text,
     icl,
     icl_avdigits,
     markov_bridge,
