@@ -246,3 +246,20 @@ def test_missing_or_corrupt_corpus_file_exits_2_and_writes_nothing(tmp_path, mon
         assert not out.exists() or not [p for p in out.iterdir() if not p.name.startswith("index")]
     with pytest.raises(ConfigError, match="thetas"):
         TopicsReal().make_config("quick", ["thetas=[0.0]"])
+
+
+def test_prepare_data_reads_the_cached_lda_fit_instead_of_refitting(tmp_path, monkeypatch):
+    """A resumed run (same cache folder) must not refit LDA: the second call finds the .npz and never calls fit_lda."""
+    import tdlab.experiments.topics_real as tr
+
+    cfg = TopicsReal().make_config("quick", TINY, members=1)
+    first = tr.prepare_data(cfg, tmp_path / "cache", progress=False)
+
+    def refit(*a, **k):
+        raise AssertionError("LDA refitted although its fit is cached")
+
+    monkeypatch.setattr(tr, "fit_lda", refit)
+    again = tr.prepare_data(cfg, tmp_path / "cache", progress=False)
+    np.testing.assert_array_equal(again.topics.word_topic, first.topics.word_topic)
+    assert torch.equal(again.windows, first.windows) and again.n_test == first.n_test
+    assert int(first.windows.min()) >= OFFSET and int(first.windows.max()) == len(first.corpus.vocab) + OFFSET  # [UNK] = n + 2
