@@ -224,6 +224,8 @@ class ICLAVDigits(Experiment):
         # * 2 seeds per model. With two seeds the paired t-interval is 12.7 standard errors wide: Table 1's
         #   differences (1-3 points) cannot be resolved here; the quick profile shows the pipeline and the
         #   order of magnitude, the paper profile decides.
+        # Measured afterwards (docs/icl_avdigits.md): in 90 steps no model leaves chance (the CLS / mean-pool
+        # readout has a plateau of several hundred steps), so every paper claim is not evaluable here.
         "quick": {
             "members": 2,
             "data": {"n_train": 1_500, "n_test": 500},
