@@ -341,7 +341,8 @@ def measure(model: GPT | Any, data: RealData, cfg: TopicsRealConfig, *, cooc: bo
             configs.append((th, mode, words, same, diff, len(sets[0])))
             accs[(th, mode)] = tp.PairAttention.from_assignment(a, debias=True, offset=OFFSET)
             if cooc and mode == "single":
-                top = tp.top_cooccurring_pairs(corpus.lda_docs, lda_vocab, cooc_k(len(sets[0])))
+                cand = np.array([w for w in lda_vocab if w not in excluded], dtype=np.int64)
+                top = tp.top_cooccurring_pairs(corpus.lda_docs, cand, cooc_k(len(sets[0])))
                 cooc_pairs[th] = {"same": tp.pair_list(words, same), "cooc": top}
                 cooc_accs[th] = tp.PairAttention.from_pairs(cooc_pairs[th], debias=True, offset=OFFSET)
     # attention on unmasked windows spread evenly over the corpus, every member at once
