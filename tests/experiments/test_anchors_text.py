@@ -16,12 +16,24 @@ from typer.testing import CliRunner
 
 from tdlab.cli import app
 from tdlab.config import ConfigError, build_config
-from tdlab.experiments.anchors_text import (DATA_DIR, SOURCES, AnchorsText, AnchorsTextConfig, Corpus, PaddedNextToken, build_corpus,
-                                            exclusive_tokens, halving_epoch, loss_auc, mean_pairwise_cosine, token_counts)
+from tdlab.experiments.anchors_text import (
+    DATA_DIR,
+    SOURCES,
+    AnchorsText,
+    AnchorsTextConfig,
+    Corpus,
+    build_corpus,
+    exclusive_tokens,
+    halving_epoch,
+    loss_auc,
+    mean_pairwise_cosine,
+    token_counts,
+)
 from tdlab.experiments.base import init_arm, snapshot_arm
 from tdlab.experiments.runner import execute
 from tdlab.runs import RunWriter
 from tdlab.tasks.stories import STANDIN_LABEL, standin_stories
+from tdlab.train.objectives import NextToken
 
 TINY = ["data.n_sequences=40", "model.vocab=300", "model.d=16", "train.seq_len=32", "train.batch=20",
         "schedule.epochs=2", "schedule.n_eval=20", "claims.min_tokens=2"]
@@ -106,7 +118,7 @@ def test_padded_next_token_ignores_padding(one_thread):
             return self.table[x]
 
     model = Model()
-    obj = PaddedNextToken()
+    obj = NextToken()
     a = obj.loss(model, obj.prepare({"tokens": tokens, "mask": mask}, []))
     b = obj.loss(model, obj.prepare({"tokens": tokens_padded, "mask": mask}, []))
     assert torch.allclose(a, b)

@@ -11,7 +11,7 @@ all members train on the run's one corpus and differ in initial draw and epoch s
 Data. ``data.n_sequences`` texts, half from each source, each tokenised (GPT-2's byte-level BPE, or a
 byte-level BPE trained on the corpus: :mod:`tdlab.tasks.bpe`), ``<|endoftext|>`` appended, cut to
 ``train.seq_len`` tokens and right-padded to the longest kept sequence; padding carries weight 0 in
-the loss (:class:`PaddedNextToken`). The tokenised corpus and the tokenizer are cached in the run
+the loss (:class:`~tdlab.train.objectives.NextToken` with a mask). The tokenised corpus and the tokenizer are cached in the run
 directory (``data/``) and the analysis reads them from there.
 
 Measured (per epoch, on every training sequence of each source, or the first ``schedule.n_eval``):
@@ -67,11 +67,11 @@ from tdlab.tasks.prontoqa import ProntoQAConfig, generate, read_json
 from tdlab.tasks.stories import STANDIN_LABEL, read_stories, standin_stories
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import FixedDataset
-from tdlab.train.objectives import Batch, NextToken, Objective
+from tdlab.train.objectives import NextToken
 from tdlab.train.trainer import Trainer
 
 __all__ = ["SOURCES", "TextDataConfig", "TextGPTConfig", "TextTrainConfig", "TextClaims", "AnchorsTextConfig",
-           "AnchorsText", "Corpus", "build_corpus", "PaddedNextToken", "token_counts", "exclusive_tokens",
+           "AnchorsText", "Corpus", "build_corpus", "token_counts", "exclusive_tokens",
            "mean_pairwise_cosine", "halving_epoch", "loss_auc"]
 
 SOURCES: tuple[str, str] = ("prontoqa", "stories")  # source 0, source 1; also the eval split names
@@ -276,22 +276,6 @@ def build_corpus(texts: dict[str, list[str]], tokenizer: str, vocab: int, seq_le
     return Corpus(tokens, mask, source, truncated, tok, meta)
 
 
-class PaddedNextToken(NextToken):
-    """Next-token cross-entropy on right-padded sequences: sample ``{"tokens": (E, B, L), "mask": (E, B, L)}``;
-    a position's target counts when it is a kept token (``mask`` 1), so a batch's loss is the mean over its
-    real targets (:func:`~tdlab.train.objectives.weighted_mean`) and padding never enters it."""
-
-    name = "padded-next-token"
-
-    def prepare(self, sample, gens) -> Batch:
-        x = sample["tokens"]
-        return Batch(x[..., :-1], x[..., 1:], sample["mask"][..., 1:].to(torch.get_default_dtype()))
-
-    # The weighted versions of Objective (NextToken's own average every position).
-    loss = Objective.loss
-    scores = Objective.scores
-
-
 # ------------------------------------------------------------------------------------------------
 # Measures
 
@@ -410,7 +394,7 @@ class AnchorsText(Experiment):
                 return {k: {n: t.to(device) for n, t in v.items()} for k, v in out.items()}
 
             data = FixedDataset(make, cfg.train.batch, eval_splits=SOURCES, eval_batch=cfg.schedule.eval_batch)
-            trainer = Trainer(tcfg, ctx.device, ctx.progress, label="γ × seed", objective=PaddedNextToken(),
+            trainer = Trainer(tcfg, ctx.device, ctx.progress, label="γ × seed", objective=NextToken(),
                               snapshot_steps=[cfg.early_epoch * cfg.steps_per_epoch])
             gamma_of = arms.gamma_of
             fit_gamma_arms(ctx, trainer, lambda seeds: gamma_gpt(mcfg, seeds, gamma_of), arms, data)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -118,14 +118,21 @@ class Objective(ABC):
 
 
 class NextToken(Objective):
-    """Next-token cross-entropy (seed 000 Eq. (1)): the sample's tokens ``0..T-1`` predict ``1..T``."""
+    """Next-token cross-entropy (seed 000 Eq. (1)): the sample's tokens ``0..T-1`` predict ``1..T``.
+
+    A sample ``{"tokens": (E, B, T), "mask": (E, B, T)}`` holds right-padded sequences (seed 001's text
+    mix): a target counts when ``mask`` is 1 there, so a batch's loss is the mean over its real targets
+    (:func:`weighted_mean`) and padding never enters it. Without a mask every position counts equally.
+    """
 
     name = "next-token"
     extra_length = 1
 
     def prepare(self, sample: Sample, gens: Sequence[torch.Generator]) -> Batch:
         x = sample if isinstance(sample, torch.Tensor) else sample["tokens"]
-        return Batch(x[..., :-1], x[..., 1:])
+        mask = None if isinstance(sample, torch.Tensor) else sample.get("mask")
+        weights = None if mask is None else mask[..., 1:].to(torch.get_default_dtype())
+        return Batch(x[..., :-1], x[..., 1:], weights)
 
     def pointwise(self, outputs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         E, B, T, V = outputs.shape
@@ -133,9 +140,13 @@ class NextToken(Objective):
         return nll, outputs.argmax(-1) == batch.targets
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        return next_token_loss(self.outputs(model, batch), batch.targets)
+        if batch.weights is not None:
+            return super().loss(model, batch)
+        return next_token_loss(self.outputs(model, batch), batch.targets)  # the unweighted path, bit for bit as before
 
     def scores(self, model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
+        if batch.weights is not None:
+            return super().scores(model, batch)
         return {"loss": self.loss(model, batch).double()}
 
     def reference_scores(self, predictors: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], batch: Batch
