@@ -79,6 +79,14 @@ class CorpusConfig(Config):
     min_count: int = Field(5, ge=1, le=1_000_000)  # ours: rarer words are [UNK] / dropped from LDA
     max_vocab: int = Field(5000, ge=2, le=1_000_000)  # ours: model vocabulary cap (most frequent words)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _path_means_text(cls, data: Any) -> Any:
+        # One --set points the analysis at a user's file: a path given without a source reads that file.
+        if isinstance(data, dict) and data.get("path") is not None and "source" not in data:
+            return {**data, "source": "text"}
+        return data
+
     @model_validator(mode="after")
     def _path_iff_text(self) -> CorpusConfig:
         if self.source == "text" and not self.path:
