@@ -200,7 +200,9 @@ def _format_validation_error(exc: ValidationError) -> str:
         loc = ".".join(str(p) for p in (err["loc"] if extra else _field_loc(err["loc"])))
         loc = (loc if len(loc) <= ECHO_CHARS else echo(loc)) or "(config)"
         msgs, _ = by_field.setdefault(loc, ([], err.get("input")))
-        msg = "unknown field" if extra else one_line(err["msg"])[: 4 * ECHO_CHARS]
+        # a validator's own message already says what is wrong: pydantic's "Value error, " prefix adds nothing
+        text = err["msg"].removeprefix("Value error, ") if err["type"] == "value_error" else err["msg"]
+        msg = "unknown field" if extra else one_line(text)[: 4 * ECHO_CHARS]
         if msg not in msgs:
             msgs.append(msg)
     parts = []
