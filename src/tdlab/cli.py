@@ -344,9 +344,9 @@ def export_cmd(
     arm: Annotated[str, typer.Option(help="the arm whose trained parameters to export")],
     member: Annotated[int, typer.Option(min=0, help="ensemble member index")],
     to: Annotated[str, typer.Option(help="target format: transformer-lens")] = "transformer-lens",
-    out: Annotated[Optional[Path], typer.Option(help="output file (default: next to the run)")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="output file or folder (default: RUNID.ARM.mI.tl.safetensors in the current directory)")] = None,
 ) -> None:
-    """Export one trained member to another library (TransformerLens: state dict + HookedTransformerConfig)."""
+    """Export one trained member to another library (TransformerLens 4: one safetensors file holding the weights and a `TransformerBridge.boot_native` config)."""
     try:
         if to != "transformer-lens":
             raise ConfigError(f"--to: unknown target {to!r}; allowed: transformer-lens")
