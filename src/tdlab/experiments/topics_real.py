@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import pandas as pd
 import torch
 from pydantic import Field, model_validator
 
@@ -495,9 +496,9 @@ class _RealBase(Experiment):
         return getattr(self, "_trivial", None) if arm == ARM else None
 
     @staticmethod
-    def values(run: Run, which: str, name: str) -> np.ndarray:
-        """``(E,)`` stored measure ``name`` of the trained or untrained members (NaN where not stored)."""
-        df = run.metrics()
+    def values(df: pd.DataFrame, which: str, name: str) -> np.ndarray:
+        """``(E,)`` stored measure ``name`` of the trained or untrained members, from the run's metrics
+        ``df`` (read once per analysis: every claim row reads one measure)."""
         sub = df[(df["arm"] == MEASURE_ARMS[which]) & (df["name"] == name)].sort_values("member")
         return sub["value"].to_numpy(dtype=float)
 
@@ -539,6 +540,7 @@ class TopicsReal(_RealBase):
     def analyse(self, cfg: TopicsRealConfig, run: Run) -> Analysis:
         out = Analysis()
         self._common_notes(cfg, run, out)
+        df = run.metrics()
         c = cfg.claims
         trained_arms = [] if cfg.model.checkpoint else [ARM]
         det = bool(cfg.model.checkpoint)  # one checkpoint: a measurement without seed spread
@@ -569,7 +571,7 @@ class TopicsReal(_RealBase):
                 ref = (TABLE1_BERT if mode == "single" else TABLE5_BERT)
                 for which in ("trained", "untrained"):
                     for i, m in enumerate(MEASURES):
-                        v = self.values(run, which, f"{mode}/{th}/{m}")
+                        v = self.values(df, which, f"{mode}/{th}/{m}")
                         table.setdefault(which, {}).setdefault(mode, {}).setdefault(th, {})[m] = v.tolist()
                         r = ref[which].get(theta)
                         refs = f" (seed's BERT at θ = {theta:g}: {r[i]:g})" if r else ""
@@ -583,13 +585,13 @@ class TopicsReal(_RealBase):
                             ctl.value(f"{mode}/θ={th}/{m}", v, 1.0, c.control_tol, "close", learning_required=False,
                                       deterministic=det,
                                       statement=f"untrained {m} ratio ({mode}) at θ = {th} within 1 ± {c.control_tol:g}{refs}")
-                z = self.values(run, "untrained", f"{mode}/{th}/cos_gap_z")
+                z = self.values(df, "untrained", f"{mode}/{th}/cos_gap_z")
                 if z.size:
                     table.setdefault("untrained", {}).setdefault(mode, {}).setdefault(th, {})["cos_gap_z"] = z.tolist()
                     ctl.every(f"{mode}/θ={th}/cos_gap_z", z, 0.0, c.control_z, "close", learning_required=False,
                               statement=f"untrained cosine gap z-score ({mode}) at θ = {th} within ± {c.control_z:g}")
                 for key in ("words", "same_pairs", "diff_pairs", "set_size"):
-                    v = self.values(run, "trained", f"{mode}/{th}/{key}")
+                    v = self.values(df, "trained", f"{mode}/{th}/{key}")
                     if v.size:
                         table.setdefault("pairs", {}).setdefault(mode, {}).setdefault(th, {})[key] = int(v[0])
         for which in ("trained", "untrained"):
@@ -719,6 +721,7 @@ class TopicsRealCooc(_RealBase):
     def analyse(self, cfg: TopicsRealConfig, run: Run) -> Analysis:
         out = Analysis()
         self._common_notes(cfg, run, out)
+        df = run.metrics()
         trained_arms = [] if cfg.model.checkpoint else [ARM]
         att = out.group("table2-same-topic-attention-below-cooc",
                         "Table 2: same-topic pairs get lower mean (debiased) attention than the top co-occurring pairs")
@@ -727,8 +730,8 @@ class TopicsRealCooc(_RealBase):
         table: dict[str, Any] = {}
         for theta in cfg.thetas:
             th = theta_key(theta)
-            v = {k: self.values(run, "trained", f"cooc/{th}/{k}") for k in ("attn_same", "attn_cooc", "cos_same", "cos_cooc", "pairs")}
-            u = {k: self.values(run, "untrained", f"cooc/{th}/{k}") for k in ("attn_same", "attn_cooc", "cos_same", "cos_cooc")}
+            v = {k: self.values(df, "trained", f"cooc/{th}/{k}") for k in ("attn_same", "attn_cooc", "cos_same", "cos_cooc", "pairs")}
+            u = {k: self.values(df, "untrained", f"cooc/{th}/{k}") for k in ("attn_same", "attn_cooc", "cos_same", "cos_cooc")}
             table[th] = {"trained": {k: x.tolist() for k, x in v.items()}, "untrained": {k: x.tolist() for k, x in u.items()}}
             r = TABLE2_BERT.get(theta)
             refs = f" (seed's BERT, {r[0]} pairs: {r[1]:g} vs {r[2]:g})" if r else ""
