@@ -16,26 +16,18 @@ from __future__ import annotations
 import argparse
 
 import torch
-from timing import best_time
+from timing import best_time, objective_steps
 
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
-from tdlab.seeding import Purpose, generators, member_seeds
+from tdlab.seeding import member_seeds
 from tdlab.tasks.topics import Topics, TopicsConfig
 from tdlab.theory import topics_landscape as tl
 from tdlab.train.objectives import MaskedTokens
 
 
 def train_steps(model: TopicAttention, task: Topics, objective: MaskedTokens, batch: int, steps: int, device: str) -> None:
-    gens = generators(model.seeds, Purpose.TRAIN_DATA, device)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    for _ in range(steps):
-        b = objective.prepare(task.sample(gens, batch, 150, device), gens)
-        loss = objective.loss(model, b)
-        opt.zero_grad()
-        loss.sum().backward()
-        opt.step()
-    if device != "cpu":
-        torch.cuda.synchronize()
+    objective_steps(model, torch.optim.Adam(model.parameters(), lr=0.01), objective,
+                    lambda gens: task.sample(gens, batch, 150, device), steps, device)
 
 
 def main() -> None:

@@ -18,28 +18,20 @@ from __future__ import annotations
 import argparse
 
 import torch
-from timing import best_time
+from timing import best_time, objective_steps
 
 from tdlab.models.gpt import GPT, GPTConfig
-from tdlab.seeding import Purpose, generators, member_seeds
+from tdlab.seeding import member_seeds
 from tdlab.train.objectives import MaskedTokens
 
 OFFSET = 2  # [MASK], [PAD] below the words (topics_real's layout)
 
 
 def train_steps(model: GPT, windows: torch.Tensor, objective: MaskedTokens, batch: int, steps: int, device: str) -> None:
-    gens = generators(model.seeds, Purpose.TRAIN_DATA, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     E = model.members
-    for _ in range(steps):
-        idx = torch.randint(0, windows.shape[0], (E, batch), device=device)
-        b = objective.prepare({"tokens": windows[idx]}, gens)
-        loss = objective.loss(model, b)
-        opt.zero_grad()
-        loss.sum().backward()
-        opt.step()
-    if device != "cpu":
-        torch.cuda.synchronize()
+    objective_steps(model, torch.optim.AdamW(model.parameters(), lr=1e-3), objective,
+                    lambda gens: {"tokens": windows[torch.randint(0, windows.shape[0], (E, batch), device=device)]},
+                    steps, device)
 
 
 def main() -> None:
