@@ -53,7 +53,7 @@ def make_markov_run(tmp_path: Path) -> Callable[..., tuple[object, Path]]:
     arms left out get the entropy rate everywhere. The run is written with :class:`RunWriter`, as a
     real run would be, and nothing is trained.
     """
-    from tdlab.experiments.markov_init import MarkovInit
+    from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
     from tdlab.runs import RunWriter
 
     counter = iter(range(10_000))
@@ -65,8 +65,7 @@ def make_markov_run(tmp_path: Path) -> Callable[..., tuple[object, Path]]:
         rate, hpi = chain_truth(p, q)
         with RunWriter(tmp_path / "synthetic", exp.name, run_id=f"synthetic-{next(counter)}") as w:
             w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
-            for arch, init in exp.arms(cfg):
-                arm = f"{arch}/{init}"
+            for arm in (a.name for a in exp.arms(cfg)):
                 member_curves = curves.get(arm, [[rate] * len(steps)] * members)
                 assert len(member_curves) == members
                 rows = [(s, m, "test_loss", float(v)) for m, c in enumerate(member_curves) for s, v in zip(steps, c, strict=True)]

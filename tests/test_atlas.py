@@ -111,7 +111,7 @@ def _planted_point(runs: Path, spec, point, std_at: str, run_id: str | None = No
     """A markov-init run of ``point`` of the atlas sweep, with chosen test-loss curves, analysed by the
     real code (``rebuild``) and indexed under the sweep: the proposed init ends at the entropy rate;
     the standard init ends at ``std_at`` ("rate" or "hpi") after leaving its plateau later."""
-    from tdlab.experiments.markov_init import MarkovInit
+    from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
     from tdlab.experiments.runner import rebuild
     from tdlab.runs import RunWriter
 
@@ -125,12 +125,12 @@ def _planted_point(runs: Path, spec, point, std_at: str, run_id: str | None = No
     with RunWriter(runs, exp.name, run_id=run_id or point.run_id) as w:
         w.write_config({"experiment": exp.name, "profile": spec.profile, "config": cfg.model_dump(mode="json"),
                         "sweep": None if default else spec.name})
-        for arch, init in exp.arms(cfg):
-            rows = [(s, m, "test_loss", v) for m, c in enumerate(curves[init]) for s, v in zip(STEPS, c)]
-            rows += [(s, m, "train_loss", v) for m, c in enumerate(curves[init]) for s, v in zip(STEPS, c) if s > 0]
+        for arm in exp.arms(cfg):
+            rows = [(s, m, "test_loss", v) for m, c in enumerate(curves[arm.init]) for s, v in zip(STEPS, c)]
+            rows += [(s, m, "train_loss", v) for m, c in enumerate(curves[arm.init]) for s, v in zip(STEPS, c) if s > 0]
             rows += [(s, m, f"test_loss@{ref}", v) for ref, v in (("bayes", rate), ("unigram", hpi))
                      for m in range(3) for s in STEPS]
-            w.add_metrics(f"{arch}/{init}", rows)
+            w.add_metrics(arm.name, rows)
         run = w.finish()
     return rebuild(run.path).path
 

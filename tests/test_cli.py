@@ -21,7 +21,7 @@ from scipy import stats
 from typer.testing import CliRunner
 
 import tdlab.cli as cli
-from tdlab.experiments.markov_init import MarkovInit
+from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
 from tdlab.models.gpt import GPT
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain

@@ -9,7 +9,7 @@ import yaml
 from pydantic import Field
 
 from tdlab.config import Config, ConfigError, apply_overrides, build_config, deep_merge, parse_overrides, to_yaml
-from tdlab.experiments.markov_init import MarkovInit, MarkovInitConfig
+from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit, MarkovInitConfig
 
 
 class Inner(Config):

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from tdlab.config import ConfigError
 from tdlab.experiments.base import init_arm
 from tdlab.experiments.markov_icl_depth import MarkovICLDepth
-from tdlab.experiments.markov_init import MarkovInit
+from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
 from tdlab.experiments.runner import execute
 from tdlab.export.transformer_lens import (CONFIG_KEY, FORMAT, export_member, load, read_export, tl_shapes,
                                            to_state_dict, to_tl_config, unsupported)

@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from tdlab.experiments.markov_init import MarkovInit
+from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
 
 EXP = MarkovInit()
 VALID = ["task.p=0.3", "train.steps=7", "model.d=4", "claims.tol_nats=0.02"]  # mixed in: refusal must still name the bad key

@@ -1,15 +1,9 @@
-"""The claims atlas (issue 18): where each paper claim holds, as one static site built from the run index.
+"""The claims atlas: where each paper claim holds, as one static site built from the run index.
 
-An experiment declares :class:`~tdlab.atlas.axes.AtlasAxes` (``Experiment.atlas_axes``): the few config
-fields its claims are most sensitive to, with ranges per profile. ``tdlab atlas run`` turns them into an
-ordinary sweep (:mod:`tdlab.sweep`: same run ids, skipping and resuming), ``tdlab atlas build`` renders
-the run index into a static site (:mod:`tdlab.atlas.site`, jinja2 templates beside the run report's),
-``tdlab atlas serve`` serves that folder with Python's own HTTP server.
-
-Only :mod:`tdlab.atlas.axes` is imported here: experiment modules import the declaration at load time,
-so this package must not import the experiments, the sweep machinery or the site builder.
+An experiment declares :class:`~tdlab.experiments.axes.AtlasAxes` (``Experiment.atlas_axes``): the few
+config fields its claims are most sensitive to, with ranges per profile. ``tdlab atlas run`` turns them
+into an ordinary sweep (:mod:`tdlab.atlas.axes`, :mod:`tdlab.sweep`: same run ids, skipping and
+resuming), ``tdlab atlas build`` renders the run index into a static site (:mod:`tdlab.atlas.site`,
+jinja2 templates beside the run report's), ``tdlab atlas serve`` serves that folder with Python's own
+HTTP server.
 """
-
-from tdlab.atlas.axes import AtlasAxes, AtlasAxis, linspace
-
-__all__ = ["AtlasAxes", "AtlasAxis", "linspace"]

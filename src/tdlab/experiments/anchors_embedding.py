@@ -25,7 +25,6 @@ Measured (the small-init arm γ = 0.8 unless said):
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +41,6 @@ from tdlab.probes.embedding import cosine_matrix, distance_spearman, nn_order, o
 from tdlab.report.figures import plt, save_figure
 from tdlab.runs import Run, RunDirError
 from tdlab.seeding import generators
-from tdlab.tasks.anchors import Anchors
 from tdlab.theory.anchors import eq14_vectors, sigma_p
 from tdlab.train.data import DATASET
 
@@ -84,7 +82,7 @@ class ProbeSource:
 
     def run(self, cfg: ProbeConfig, ctx: RunContext) -> None:
         if cfg.from_run is not None:
-            copy_source(Path(cfg.from_run), ctx, [GammaArms.arm(g) for g in cfg.gammas])
+            ctx.copy_arms(Path(cfg.from_run), [GammaArms.arm(g) for g in cfg.gammas])
             return
         AnchorsBias.run(self, cfg, ctx)  # the very γ-sweep of anchors-bias, snapshots at cfg.snapshot_epochs
 
@@ -122,26 +120,6 @@ class ProbeSource:
             for k in out:
                 out[k].append(d[k][:b])
         return {k: torch.stack(v) for k, v in out.items()}
-
-
-def copy_source(source: Path, ctx: RunContext, arms: list[str]) -> None:
-    """Copy the stored arrays (``ARM``, ``ARM@init``, ``ARM@step<N>``) and metric rows of ``arms`` from a
-    finished run into this one."""
-    run = Run(source)
-    df = run.metrics()
-    src = run.path / "arrays"
-    for arm in arms:
-        files = sorted(src.glob(f"{arm.replace('/', '__')}*.safetensors"))
-        if not any(f.name == f"{arm}.safetensors" for f in files):
-            raise RunDirError(f"{src}: no saved arrays for arm {arm!r}")
-        for f in files:
-            if f.name == f"{arm}.safetensors" or f.name.startswith(f"{arm}@"):
-                dst = ctx.writer.arrays_path(f.name[: -len(".safetensors")])
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(f, dst)
-        sub = df[df["arm"] == arm]
-        ctx.store_rows(arm, [(int(s), int(m), str(n), float(v)) for s, m, n, v in
-                             zip(sub["step"], sub["member"], sub["name"], sub["value"], strict=True)])
 
 
 # ------------------------------------------------------------------------------------------------

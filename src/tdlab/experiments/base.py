@@ -1,12 +1,16 @@
-"""What an experiment is: a config with profiles, a ``run``, an ``analyse`` that computes claims
-from the run's own data, and a ``plot``.
+"""What an experiment is: a config with profiles, a ``run`` that trains and stores, a ``measure``
+that reads the stored run back into typed measurements, its claims declared as data
+(:class:`~tdlab.claims.ClaimSpec`), optional ``notes`` written after judging, and a ``plot``.
 
-Experiments are where tasks, models, trainers and theory meet; each module under
-``tdlab.experiments`` reproduces one figure or table and registers itself with :func:`register`.
+Experiments are where tasks, models, trainers and theory meet; each module of a seed's package
+(``tdlab.experiments.seed000_local_to_global`` ...) reproduces one figure or table and registers
+itself with :func:`register`. Verdicts are never an experiment's: :meth:`Experiment.analyse` hands
+the measurements, the declared claims and the arms' health to :func:`tdlab.claims.judge`.
 """
 
 from __future__ import annotations
 
+import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,10 +20,11 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from tdlab.atlas.axes import AtlasAxes
-from tdlab.claims import ArmHealth, ClaimGroup, Kind, assess_arm
+from tdlab.experiments.axes import AtlasAxes
+from tdlab.claims import ArmHealth, ClaimGroup, ClaimSpec, GroupResult, Kind, Measurements, assess_arm, judge
 from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides
-from tdlab.runs import Run, RunWriter
+from tdlab.experiments.view import RunView
+from tdlab.runs import Run, RunDirError, RunWriter
 from tdlab.train.trainer import DivergenceError, FitResult, Trainer
 
 __all__ = ["ExperimentConfig", "Experiment", "RunContext", "Analysis", "register", "get", "registry", "init_arm", "snapshot_arm",
@@ -57,6 +62,26 @@ class RunContext:
         attempt of a resumed run may have stored for it."""
         self.writer.rows = [r for r in self.writer.rows if r[0] != arm]
         self.writer.add_metrics(arm, rows)
+
+    def copy_arms(self, source: Path, arms: Sequence[str]) -> None:
+        """Copy the stored arrays (``ARM``, ``ARM@init``, ``ARM@step<N>``) and metric rows of ``arms``
+        from the finished run ``source`` into this one (probing another run's trained models)."""
+        run = Run(Path(source))
+        df = run.metrics()
+        src = run.path / "arrays"
+        for arm in arms:
+            stem = arm.replace("/", "__")
+            files = sorted(src.glob(f"{stem}*.safetensors"))
+            if not any(f.name == f"{stem}.safetensors" for f in files):
+                raise RunDirError(f"{src}: no saved arrays for arm {arm!r}")
+            for f in files:
+                if f.name == f"{stem}.safetensors" or f.name.startswith(f"{stem}@"):
+                    dst = self.writer.arrays_path(f.name[: -len(".safetensors")])
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(f, dst)
+            sub = df[df["arm"] == arm]
+            self.store_rows(arm, [(int(s), int(m), str(n), float(v)) for s, m, n, v in
+                                  zip(sub["step"], sub["member"], sub["name"], sub["value"], strict=True)])
 
     def done(self, arm: str) -> FitResult | None:
         """The stored result of ``arm`` if an earlier (interrupted) attempt of this run finished it."""
@@ -109,15 +134,23 @@ def initial_states(build: Callable[[list[int]], Any], seeds: Sequence[int]) -> l
 
 @dataclass
 class Analysis:
-    """What :meth:`Experiment.analyse` computes from a run: claim groups (paper statements and
-    sanity checks, each with its rows), measurements, plain-language findings, and the health of
-    every trained arm (filled in by the runner before the groups are gated)."""
+    """What :meth:`Experiment.analyse` computes from a run: judged claim groups (paper statements and
+    sanity checks, each with its rows), measurements, plain-language findings written after judging,
+    and the health of every trained arm."""
 
-    groups: list[ClaimGroup] = field(default_factory=list)
+    groups: list[Any] = field(default_factory=list)  # GroupResult (declared claims); ClaimGroup (transitional)
     measurements: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # plain-language findings for the report
     health: dict[str, ArmHealth] = field(default_factory=dict)
     gated: bool = False  # set by gate(): an experiment that needs final verdicts inside analyse gates itself
+    measured: Measurements | None = None  # what measure() returned (declared claims)
+
+    def result(self, claim: str) -> GroupResult:
+        """The judged group ``claim``."""
+        for g in self.groups:
+            if g.id == claim:
+                return g
+        raise KeyError(claim)
 
     def group(self, id: str, statement: str, kind: Kind = "paper") -> ClaimGroup:
         """A new claim group (one paper statement, or one sanity check with ``kind="sanity"``)."""
@@ -162,6 +195,8 @@ class Experiment(ABC):
     # The atlas axes (issue 18): the few settings the claims are most sensitive to, with their ranges;
     # ``tdlab atlas run`` sweeps them, ``tdlab atlas build`` maps each claim over them. None: no atlas map.
     atlas_axes: ClassVar[AtlasAxes | None] = None
+    # The paper statements and sanity checks this experiment's measurements are judged against.
+    claims: ClassVar[tuple[ClaimSpec, ...]] = ()
 
     def make_config(
         self, profile: str = "quick", overrides: Sequence[str] = (), members: int | None = None, seed: int | None = None
@@ -194,16 +229,30 @@ class Experiment(ABC):
     def run(self, cfg: ExperimentConfig, ctx: RunContext) -> None:
         """Train and measure; store everything through ``ctx``."""
 
-    @abstractmethod
-    def analyse(self, cfg: ExperimentConfig, run: Run) -> Analysis:
-        """Claims and measurements, computed from the stored run alone."""
+    def measure(self, cfg: ExperimentConfig, run: RunView) -> Measurements:
+        """Typed measurements of the stored run: one row per declared claim and arm, the stage checks
+        the claims' gates read, and the values the report shows. No verdicts."""
+        raise NotImplementedError(f"{self.name} declares no measure()")
+
+    def notes(self, cfg: ExperimentConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        """Plain-language findings for the report, written after judging (they may quote verdicts)."""
+        return []
+
+    def analyse(self, cfg: ExperimentConfig, run: Run | RunView) -> Analysis:
+        """Measure, gate and judge the stored run: the declared claims decided by :func:`tdlab.claims.judge`
+        on :meth:`measure`'s rows and :meth:`health`'s gate, then :meth:`notes`."""
+        view = run if isinstance(run, RunView) else RunView(run)
+        measured = self.measure(cfg, view)
+        health = self.health(cfg, view)
+        groups = judge(self.claims, measured, cfg, health)
+        return Analysis(groups, measured.values, self.notes(cfg, measured, groups), health, gated=True, measured=measured)
 
     def trivial_error(self, cfg: ExperimentConfig, arm: str) -> float | None:
         """The test error of the trivial predictor for ``arm`` (log V, H(π), E[y²]); ``None`` skips that
         part of the health gate. Experiments override it."""
         return None
 
-    def health(self, cfg: ExperimentConfig, run: Run) -> dict[str, ArmHealth]:
+    def health(self, cfg: ExperimentConfig, run: Run | RunView) -> dict[str, ArmHealth]:
         """The training-health gate of every trained arm, from the stored metrics.
 
         An arm is an arm with a ``test_loss`` series. Initial and final loss are its first and last
@@ -232,7 +281,7 @@ class Experiment(ABC):
         return out
 
     @abstractmethod
-    def plot(self, cfg: ExperimentConfig, run: Run, analysis: Analysis, figdir: Path) -> list[Path]:
+    def plot(self, cfg: ExperimentConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         """Write figures into ``figdir``; return their paths."""
 
 

@@ -39,7 +39,7 @@ import torch
 from pydantic import Field, model_validator
 from scipy.optimize import minimize
 
-from tdlab.atlas.axes import AtlasAxes, AtlasAxis
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.claims import ArmHealth, assess_arm, end_drift
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register

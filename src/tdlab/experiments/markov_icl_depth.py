@@ -52,7 +52,7 @@ import pandas as pd
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from tdlab.atlas.axes import AtlasAxes, AtlasAxis
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.claims import end_drift
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register

@@ -53,7 +53,7 @@ from pydantic import Field, field_validator
 
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
-from tdlab.experiments.markov_init import ChainConfig
+from tdlab.tasks.markov import ChainConfig
 from tdlab.report.figures import plt, save_figure
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds

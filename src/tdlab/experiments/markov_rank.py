@@ -69,12 +69,12 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.atlas.axes import AtlasAxes, AtlasAxis
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.claims import end_drift
 from tdlab.config import Config
-from tdlab.experiments.markov_init import expected_small_init_loss
+from tdlab.experiments.seed000_local_to_global.initialisation import expected_small_init_loss
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
-from tdlab.experiments.markov_init import ChainConfig
+from tdlab.tasks.markov import ChainConfig
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.spectrum import abs_cosine, hypercube_spread, leading_singular_vectors, singular_values, sv_ratio
 from tdlab.report.figures import curve_with_band, member_curves, plt, reference_lines, save_figure

@@ -59,7 +59,7 @@ from pydantic import Field, field_validator, model_validator
 from tdlab.claims import end_drift
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
-from tdlab.experiments.markov_init import plateau_escape_step
+from tdlab.probes.curves import plateau_escape_step
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.report.figures import curve_with_band, member_curves, plt, pq_plane, reference_lines, save_figure
 from tdlab.runs import Run

@@ -18,6 +18,7 @@ import torch
 from tdlab.config import ConfigError, echo, one_line, validate_config
 from tdlab.claims import VERDICTS
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, get
+from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
 from tdlab.report.html import write_report
 from rich.console import Console
@@ -153,13 +154,14 @@ def _report(exp: Experiment, cfg: ExperimentConfig, run: Run, meta: dict[str, An
     groups; sanity groups are counted apart.
     """
     analysis = None
+    view = RunView(run)  # one read of the metrics table for measuring, gating and plotting
     if meta.get("status") == "done":
-        analysis = exp.analyse(cfg, run)
+        analysis = exp.analyse(cfg, view)
         if not analysis.gated:
-            analysis.gate(exp.health(cfg, run))
+            analysis.gate(exp.health(cfg, view))
     figures: list[Path] = []
     if analysis is not None:
-        figures = exp.plot(cfg, run, analysis, run.path / "figures")
+        figures = exp.plot(cfg, view, analysis, run.path / "figures")
     summary = {
         "experiment": exp.name,
         "paper": exp.paper,

@@ -49,12 +49,12 @@ _TEMPLATE = """<!doctype html>
 <h2>{{ title }} <small>({{ tally|join(", ") }})</small></h2>
 {% for g in groups %}<details class="group"{% if g.verdict != "holds" %} open{% endif %}>
 <summary><span class="v-{{ g.verdict|replace(' ', '-') }}">{{ g.verdict }}</span> <code>{{ g.id }}</code> — {{ g.statement }}
- <small>({{ g.rows|length }} row{{ "s" if g.rows|length != 1 }})</small></summary>
+ <small>({{ g.rows|length }} row{{ "s" if g.rows|length != 1 }}{% if g.horizon %}; horizon: {{ g.horizon }}{% endif %}{% if g.stage %}; stage: {{ g.stage }}{% endif %}{% if g.verdict != "holds" and g.cause %}; cause: {{ g.cause }}{% endif %})</small>{% if g.reason %}<br><small>{{ g.reason }}</small>{% endif %}</summary>
 <table><tr><th>row</th><th>test</th><th>expected</th><th>measured: mean ± sd, or difference [{{ "%g"|format(100 * (g.rows[0].confidence if g.rows else 0.95)) }}% interval]</th><th>members</th><th>verdict</th></tr>
-{% for c in g.rows %}<tr><td><code>{{ c.id }}</code>{% if c.statement != g.statement %}<br><small>{{ c.statement }}</small>{% endif %}</td>
+{% for c in g.rows %}<tr><td><code>{{ c.id }}</code>{% if c.provenance == "ours" %} <small>[ours: shown, does not decide]</small>{% endif %}{% if c.statement != g.statement %}<br><small>{{ c.statement }}</small>{% endif %}</td>
 <td>{{ c.test }}{% if c.paired %} (paired){% endif %}</td>
 <td class="num">{% if c.test == "compare" %}difference {{ sym[c.relation] }} {{ "-" if c.relation == "lt" else "+" }}{{ c.expected }}{% else %}{{ sym[c.relation] }} {{ "%.4g"|format(c.expected) }} (tol {{ c.tolerance }}){% endif %}</td>
-<td class="num">{% if c.test == "compare" %}difference {{ "%+.4g"|format(c.difference if c.difference is not none else c.mean) }}{{ c.unit }}{% else %}{{ "%.4g"|format(c.mean) }} ± {{ "%.2g"|format(c.std) }}{{ c.unit }}{% endif %}{% if c.interval %} [{{ "%.4g"|format(c.interval[0]) }}, {{ "%.4g"|format(c.interval[1]) }}]{% endif %}{% if c.reference %}<br><small>{{ c.measured|map("round", 4)|join(", ") }} vs {{ c.reference|map("round", 4)|join(", ") }}</small>{% endif %}{% if c.drift is not none %}<br><small>end drift {{ "%+.3g"|format(c.drift) }}</small>{% endif %}</td>
+<td class="num">{% if c.test == "compare" %}difference {{ "%+.4g"|format(c.difference if c.difference is not none else c.mean) }}{{ c.unit }}{% else %}{{ "%.4g"|format(c.mean) }} ± {{ "%.2g"|format(c.std) }}{{ c.unit }}{% endif %}{% if c.interval %} [{{ c.interval[0]|bound(-1) }}, {{ c.interval[1]|bound(1) }}]{% endif %}{% if c.reference %}<br><small>{{ c.measured|map("round", 4)|join(", ") }} vs {{ c.reference|map("round", 4)|join(", ") }}</small>{% endif %}{% if c.drift is not none %}<br><small>end drift {{ "%+.3g"|format(c.drift) }}</small>{% endif %}</td>
 <td class="num">{% if c.trials %}{{ c.successes }}/{{ c.trials }}{% else %}{{ c.measured[:12]|map("round", 4)|join(", ") }}{% if c.measured|length > 12 %}, … ({{ c.measured|length }} in all){% endif %}{% endif %}</td>
 <td class="v-{{ c.verdict|replace(' ', '-') }}">{{ c.verdict }}{% if c.reason %}<br><small>{{ c.reason }}</small>{% endif %}</td></tr>{% endfor %}
 </table></details>{% endfor %}{% endif %}{% endfor %}
@@ -70,6 +70,8 @@ _TEMPLATE = """<!doctype html>
 """
 
 _ENV = Environment(autoescape=select_autoescape(default=True))
+# an interval end that is infinite is stored as null (JSON has no infinity): −∞ below, +∞ above
+_ENV.filters["bound"] = lambda x, side: ("−∞" if side < 0 else "+∞") if x is None else f"{x:.4g}"
 
 
 def render_report(summary: dict[str, Any], config: dict[str, Any], description: str = "") -> str:

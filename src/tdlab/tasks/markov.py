@@ -18,8 +18,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from pydantic import Field
+
+from tdlab.config import Config
 
 __all__ = [
+    "ChainConfig",
     "binary_entropy",
     "stationary",
     "entropy_rate",
@@ -32,6 +36,13 @@ __all__ = [
 
 # ----------------------------------------------------------------------------------------------
 # Ground truth of the binary first-order chain (plain functions of (p, q))
+
+
+class ChainConfig(Config):
+    """A binary first-order Markov chain (seed 000, Sec. 2): P(1|0) = p, P(0|1) = q."""
+
+    p: float = Field(0.5, gt=0.0, lt=1.0)  # seed 000 Fig. 4: p = 0.5
+    q: float = Field(0.8, gt=0.0, lt=1.0)  # seed 000 Fig. 4: q = 0.8
 
 
 def _check_pq(p: float, q: float) -> None:

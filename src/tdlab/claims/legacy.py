@@ -1,4 +1,7 @@
-"""Claims: a paper's statements, decided on a run's own measurements with their seed-to-seed spread.
+"""TRANSITIONAL: the builder API experiments used before claims were declared; removed once every
+experiment measures and declares.
+
+Claims: a paper's statements, decided on a run's own measurements with their seed-to-seed spread.
 
 A claim is never written in. Its expected value comes from theory functions of the parameters of the
 setting that ran, its measurements from the run's metrics (one value per ensemble member), and its
@@ -35,17 +38,16 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
 from scipy import stats
 
-__all__ = [
-    "Verdict", "Kind", "Relation", "Interval", "mean_interval", "proportion_interval", "difference_interval", "end_drift",
-    "Claim", "ClaimGroup", "ArmHealth", "assess_arm", "VERDICTS",
-]
+from tdlab.claims.health import ArmHealth
+from tdlab.claims.stats import Interval, _floats as _finite, difference_interval, mean_interval, proportion_interval
+
+__all__ = ["Claim", "ClaimGroup"]
 
 Verdict = Literal["holds", "fails", "not resolved", "not evaluable"]
 Kind = Literal["paper", "sanity"]
@@ -55,121 +57,6 @@ Test = Literal["value", "every", "compare"]
 
 VERDICTS: tuple[str, ...] = ("holds", "fails", "not resolved", "not evaluable")
 _SYMBOL = {"close": "≈", "le": "≤", "ge": "≥", "lt": "<", "gt": ">"}
-
-
-# --------------------------------------------------------------------------------------------------
-# Intervals
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A two-sided confidence interval ``[lo, hi]`` around ``center`` from ``n`` values."""
-
-    center: float
-    lo: float
-    hi: float
-    n: int
-
-    @property
-    def half_width(self) -> float:
-        return (self.hi - self.lo) / 2
-
-
-def _finite(values: Iterable[float]) -> list[float]:
-    return [float(v) for v in values]
-
-
-def mean_interval(values: Sequence[float], confidence: float = 0.95, deterministic: bool = False) -> Interval:
-    """Student-t interval of the mean of ``values`` (members are independent seeds).
-
-    With one value and ``deterministic=False`` the spread is unknown: the interval is infinite (the
-    claim cannot be resolved from one seed). ``deterministic=True`` is for measurements with no seed
-    noise (closed forms, exact enumerations): the interval is the point (or the min–max range).
-    Non-finite values give an interval of NaNs, which no relation accepts.
-    """
-    v = _finite(values)
-    n = len(v)
-    if n == 0 or not all(math.isfinite(x) for x in v):
-        return Interval(float("nan"), float("nan"), float("nan"), n)
-    m = statistics.fmean(v)
-    if deterministic:
-        return Interval(m, min(v), max(v), n)
-    if n < 2:
-        return Interval(m, -math.inf, math.inf, n)
-    se = statistics.stdev(v) / math.sqrt(n)
-    h = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
-    return Interval(m, m - h, m + h, n)
-
-
-def proportion_interval(indicators: Sequence[float], confidence: float = 0.95) -> Interval:
-    """Wilson score interval of a proportion from 0/1 ``indicators`` (e.g. "this initial point ends in
-    the predicted basin"). Unlike the t-interval it does not collapse to a point when every
-    indicator agrees: 10⁴ successes out of 10⁴ give [0.9996, 1] at 95 %."""
-    v = _finite(indicators)
-    n = len(v)
-    if n == 0 or not all(x in (0.0, 1.0) for x in v):
-        return Interval(float("nan"), float("nan"), float("nan"), n)
-    k = sum(v)
-    p = k / n
-    z = float(stats.norm.ppf(0.5 + confidence / 2))
-    denom = 1 + z * z / n
-    center = (p + z * z / (2 * n)) / denom
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Interval(p, max(0.0, center - h), min(1.0, center + h), n)
-
-
-def difference_interval(
-    a: Sequence[float], b: Sequence[float], paired: bool = False, confidence: float = 0.95
-) -> Interval:
-    """Interval of ``mean(a) − mean(b)``: paired t over members (same seeds in both arms), or Welch.
-
-    Identical samples with zero spread give a zero-width interval at the observed difference.
-    """
-    a, b = _finite(a), _finite(b)
-    if not a or not b or not all(math.isfinite(x) for x in a + b):
-        return Interval(float("nan"), float("nan"), float("nan"), min(len(a), len(b)))
-    if paired:
-        if len(a) != len(b):
-            raise ValueError(f"paired comparison needs equal member counts, got {len(a)} and {len(b)}")
-        return mean_interval([x - y for x, y in zip(a, b)], confidence)
-    na, nb = len(a), len(b)
-    d = statistics.fmean(a) - statistics.fmean(b)
-    if na < 2 or nb < 2:
-        return Interval(d, -math.inf, math.inf, min(na, nb))
-    va, vb = statistics.variance(a) / na, statistics.variance(b) / nb
-    se = math.sqrt(va + vb)
-    if se == 0.0:
-        return Interval(d, d, d, min(na, nb))
-    df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))  # Welch–Satterthwaite
-    h = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
-    return Interval(d, d - h, d + h, min(na, nb))
-
-
-def end_drift(steps: Sequence[float], values: np.ndarray, fraction: float = 0.1, min_points: int = 3) -> float:
-    """How much a curve still moves at the end of training: the least-squares slope over the last
-    ``fraction`` of the steps (at least ``min_points`` evaluations), times the window's length.
-
-    Args:
-        steps: ``(S,)`` evaluation steps; values: ``(E, S)`` one curve per member.
-    Returns:
-        the mean over members of the fitted change across the window (same unit as ``values``);
-        NaN when fewer than two evaluations exist.
-    """
-    s = np.asarray(steps, dtype=float)
-    v = np.atleast_2d(np.asarray(values, dtype=float))
-    if s.size < 2:
-        return float("nan")
-    start = s[-1] - fraction * (s[-1] - s[0])
-    idx = np.nonzero(s >= start)[0]
-    if idx.size < min_points:
-        idx = np.arange(max(0, s.size - min_points), s.size)
-    x = s[idx]
-    span = x[-1] - x[0]
-    if span <= 0:
-        return float("nan")
-    xc = x - x.mean()
-    slopes = (v[:, idx] - v[:, idx].mean(axis=1, keepdims=True)) @ xc / (xc @ xc)
-    return float(np.mean(slopes) * span)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -479,72 +366,4 @@ class ClaimGroup:
         return {"id": self.id, "statement": self.statement, "kind": self.kind, "verdict": self.verdict,
                 "counts": self.counts, "rows": [r.to_dict() for r in self.rows]}
 
-
-# --------------------------------------------------------------------------------------------------
-# Training health
-
-
-@dataclass
-class ArmHealth:
-    """Whether an arm trained, with the reasons when it did not.
-
-    ``moved``: at least one accepted step, final loss below the initial one, every value finite.
-    ``trained``: ``moved`` and the test error below the trivial predictor's (where one is given).
-    """
-
-    arm: str
-    moved: bool
-    trained: bool
-    reasons: list[str] = field(default_factory=list)
-    facts: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def status(self) -> str:
-        return "trained" if self.trained else ("moved, not learned" if self.moved else "not trained")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"arm": self.arm, "status": self.status, "moved": self.moved, "trained": self.trained,
-                "reasons": self.reasons, **self.facts}
-
-
-def assess_arm(
-    arm: str, initial_loss: Sequence[float], final_loss: Sequence[float], *, accepted_steps: Sequence[float] | None = None,
-    test_error: Sequence[float] | None = None, trivial_error: float | None = None, all_finite: bool = True,
-) -> ArmHealth:
-    """The training-health gate of one arm (every member must pass).
-
-    Args:
-        initial_loss, final_loss: per member, the objective at the start and the end of training.
-        accepted_steps: per member, optimiser steps that were taken (rejected backtracking steps
-            excluded); ``None`` when the trainer accepts every step.
-        test_error, trivial_error: per-member final test error and the trivial predictor's (E[y²],
-            H(π), log V); ``None`` skips that check.
-        all_finite: whether every stored value of the arm is finite.
-    """
-    reasons: list[str] = []
-    init, final = np.asarray(initial_loss, float), np.asarray(final_loss, float)
-    if not all_finite or not (np.all(np.isfinite(init)) and np.all(np.isfinite(final))):
-        reasons.append("non-finite values")
-    if accepted_steps is not None:
-        acc = np.asarray(accepted_steps, float)
-        if np.any(acc < 1):
-            members = np.nonzero(acc < 1)[0].tolist()
-            reasons.append(f"no accepted step (members {members})")
-    with np.errstate(invalid="ignore"):
-        not_lower = np.nonzero(~(final < init))[0].tolist()
-    if not_lower:
-        reasons.append(f"final loss not below the initial one (members {not_lower}: "
-                       f"{', '.join(f'{init[i]:.4g} → {final[i]:.4g}' for i in not_lower[:4])})")
-    moved = not reasons
-    learned_reasons: list[str] = []
-    if test_error is not None and trivial_error is not None:
-        te = np.asarray(test_error, float)
-        with np.errstate(invalid="ignore"):
-            above = np.nonzero(~(te < trivial_error))[0].tolist()
-        if above:
-            learned_reasons.append(f"test error not below the trivial predictor's {trivial_error:.4g} (members {above})")
-    facts = {"initial_loss": init.tolist(), "final_loss": final.tolist(), "trivial_error": trivial_error}
-    if accepted_steps is not None:
-        facts["accepted_steps"] = list(map(float, accepted_steps))
-    return ArmHealth(arm, moved, moved and not learned_reasons, reasons + learned_reasons, facts)
 

@@ -1,0 +1,287 @@
+"""Claims as data: what an experiment declares, and what its ``measure()`` hands the judge.
+
+An experiment states each paper statement (or sanity check) once, as a :class:`ClaimSpec`: its id,
+the statement with the seed's figure or equation, the test and relation, where the expected value
+comes from (a number, a config field or a theory function of the setting that ran), the tolerance
+field, the horizon, the training stage an arm must pass before the claim can fail, and how its group
+of rows is combined. Its ``measure()`` returns :class:`Measurements`: per claim, one :class:`Row` per
+arm / depth / cell, each a :class:`Sample` of per-member values that carries its own resolution
+(discrete, censored, Monte-Carlo error), and per arm the :class:`StageCheck` values the stage gates
+read. Nothing here decides anything: :mod:`tdlab.claims.judge` does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = [
+    "Kind", "Test", "Relation", "Horizon", "Provenance", "ClaimSpec", "Stage", "StageCheck", "Sample", "Row",
+    "Measurements", "resolve",
+]
+
+Kind = Literal["paper", "sanity"]
+Test = Literal["value", "every", "compare"]
+Relation = Literal["close", "le", "ge", "lt", "gt"]
+# The horizon a claim speaks of: the seed's training budget (a statement about step N, never judged
+# by convergence and never extended), convergence (judged where the learning rate still moves the
+# model: a row still drifting is not resolved), or static (no training: closed forms, enumerations,
+# untrained models, gradient flows to a stated time).
+Horizon = Literal["budget", "convergence", "static"]
+# A row's setting: the seed's own (decides a paper group) or ours (an extension: judged and shown,
+# never deciding a paper group).
+Provenance = Literal["seed", "ours"]
+
+# A value a spec names: a number, a dotted config path ("claims.tol_nats"), or a function of the
+# validated config and the row (its ``context``), e.g. a theory function of the row's parameters.
+Value = float | str | Callable[[Any, "Row"], float]
+
+
+def resolve(value: Value | None, cfg: Any, row: Row | None = None) -> float | None:
+    """The number a spec's ``expected`` / ``tolerance`` / ``margin`` stands for, for ``row``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        obj = cfg
+        for part in value.split("."):
+            obj = obj[part] if isinstance(obj, Mapping) else getattr(obj, part)
+        return float(obj)
+    if callable(value):
+        return float(value(cfg, row))
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A training stage an arm must have passed before a claim about reaching something can fail:
+    "past the order-(k−1) in-context estimator", "above the label marginal", "above chance".
+
+    Its check is measured per arm and member (:meth:`Measurements.stage`); the gate is the judge's.
+    """
+
+    id: str
+    description: str
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One declared paper statement or sanity check (a claim group).
+
+    Attributes:
+        id: stable across runs (sweeps, the atlas and findings key on it).
+        statement: the statement, with the seed's figure / equation / theorem.
+        kind: ``paper`` (counted) or ``sanity`` (consistency checks, statements true by construction).
+        test: ``value`` (the members' mean against the expected value), ``every`` (each member against
+            it; for statements about every member) or ``compare`` (a direction between two arms).
+        relation: ``close`` / ``le`` / ``ge`` for value and every tests (within ``tolerance`` of,
+            at most, at least the expected value); ``lt`` / ``gt`` for comparisons (the difference
+            measured − reference below ``−margin`` / above ``margin``).
+        expected: the theory value: a number, a config path, or ``f(cfg, row)`` (a theory function of
+            the row's parameters); ``None`` when each row carries a measured reference (a finite-setting
+            reference drawn by Monte Carlo, with its error).
+        tolerance: the declared scientific tolerance (number or config path).
+        margin: the margin of a comparison (number or config path).
+        horizon: ``budget`` / ``convergence`` / ``static`` (see :data:`Horizon`).
+        stage: the :class:`Stage` every arm of a row must have passed (every member) before the row
+            can be decided; otherwise it is not evaluable, with the stage named. A function of the
+            config where the setting decides whether the claim is about reaching something.
+        learning_required: the health gate asks that the arms *trained* (test error below the trivial
+            predictor's); ``False`` for claims about failing to learn (the arms need only have moved).
+        drift_tolerance: the change over the end of training above which a ``convergence`` row is not
+            resolved (default: ``tolerance``; one-sided thresholds name it).
+        min_fraction: ``every`` tests: the share of members that must satisfy the relation.
+        paired: ``compare`` tests: both arms' members share seeds.
+        unit: printed after numbers.
+        needs: what rows the claim needs, for the message when a run has none.
+        quantity: what each row's measurement is (documentation: the report and the docs print it).
+        example: a row context at which the spec's theory functions can be evaluated (the planted-
+            measurement test over every declared claim resolves ``expected`` there).
+    """
+
+    id: str
+    statement: str
+    test: Test
+    relation: Relation
+    quantity: str
+    kind: Kind = "paper"
+    expected: Value | None = 0.0
+    tolerance: Value = 0.0
+    margin: Value = 0.0
+    horizon: Horizon = "convergence"
+    stage: Stage | Callable[[Any], Stage | None] | None = None
+    learning_required: bool = True
+    drift_tolerance: Value | None = None
+    min_fraction: float = 1.0
+    paired: bool = True
+    unit: str = ""
+    needs: str = ""
+    example: Mapping[str, Any] = field(default_factory=dict)
+
+    def stage_for(self, cfg: Any) -> Stage | None:
+        """The stage the rows must pass in the setting ``cfg``."""
+        return self.stage if self.stage is None or isinstance(self.stage, Stage) else self.stage(cfg)
+
+    def __post_init__(self) -> None:
+        if self.test == "compare" and self.relation not in ("lt", "gt"):
+            raise ValueError(f"{self.id}: a compare test takes relation lt or gt, not {self.relation!r}")
+        if self.test != "compare" and self.relation not in ("close", "le", "ge"):
+            raise ValueError(f"{self.id}: a {self.test} test takes relation close, le or ge, not {self.relation!r}")
+        if not 0.0 < self.min_fraction <= 1.0:
+            raise ValueError(f"{self.id}: min_fraction must lie in (0, 1]")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Per-member values of one quantity, with what limits how well they are known.
+
+    Attributes:
+        values: one value per member (or per trial, for a proportion).
+        se: per-member standard errors (a finite evaluation set), read by ``every`` tests.
+        censored: per member, whether the value is only a bound (a time never reached within the
+            horizon is stored as the horizon).
+        censor: ``above`` — a censored value's true value is at least the stored one; ``below`` — at most.
+        resolution: the measurement's discretisation: an evaluation interval, a grid cell. Each value
+            is known to ± resolution / 2, so it never gives a zero-width interval.
+        mc_se: the standard error of the values from Monte-Carlo sampling (replicate draws or a
+            bootstrap), added in quadrature to the members' spread.
+        deterministic: no seed noise (closed forms, exact enumerations): the interval is the range
+            of the values (plus ``mc_se`` and ``resolution``).
+        proportion: 0/1 indicators, decided on Wilson's interval.
+        drift: how much the quantity still moves at the end of training (:func:`tdlab.claims.end_drift`);
+            read for ``convergence`` claims.
+    """
+
+    values: tuple[float, ...]
+    se: tuple[float, ...] | None = None
+    censored: tuple[bool, ...] | None = None
+    censor: Literal["above", "below"] = "above"
+    resolution: float = 0.0
+    mc_se: float = 0.0
+    deterministic: bool = False
+    proportion: bool = False
+    drift: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", tuple(float(v) for v in np.asarray(self.values, dtype=float).ravel()))
+        if self.se is not None:
+            object.__setattr__(self, "se", tuple(float(s) for s in np.asarray(self.se, dtype=float).ravel()))
+            if len(self.se) != len(self.values):
+                raise ValueError(f"se has {len(self.se)} entries for {len(self.values)} values")
+        if self.censored is not None:
+            object.__setattr__(self, "censored", tuple(bool(c) for c in np.asarray(self.censored).ravel()))
+            if len(self.censored) != len(self.values):
+                raise ValueError(f"censored has {len(self.censored)} entries for {len(self.values)} values")
+        if self.resolution < 0 or self.mc_se < 0 or not math.isfinite(self.resolution):
+            raise ValueError("resolution and mc_se must be finite and ≥ 0")
+        if self.drift is not None:
+            object.__setattr__(self, "drift", float(self.drift))
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def n_censored(self) -> int:
+        return sum(self.censored) if self.censored else 0
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.values)) if self.values else math.nan
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a claim group: one arm's (or depth's, cell's) measurement.
+
+    Attributes:
+        key: the row's name within the group ("sec2", "k2/relative").
+        measured: the measurement.
+        reference: ``compare`` tests: the other arm's values (paired by member when the spec says
+            so); ``value``/``every`` tests with ``expected=None``: a measured reference the values are
+            compared with (its spread and Monte-Carlo error enter the interval).
+        arms: the trained arms the row depends on (the health and stage gates read them).
+        provenance: ``seed`` (a setting the seed runs) or ``ours`` (an extension: never decides a
+            paper group).
+        context: the row's parameters (k, depth, T, …) for the spec's theory functions and the report.
+        label: the row's own statement (printed under the group's).
+    """
+
+    key: str
+    measured: Sample
+    reference: Sample | None = None
+    arms: tuple[str, ...] = ()
+    provenance: Provenance = "seed"
+    context: Mapping[str, Any] = field(default_factory=dict)
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class StageCheck:
+    """Whether one arm's members passed a :class:`Stage`: member ``i`` passed when ``value[i]``
+    is below (``relation="lt"``) or above (``"gt"``) ``bound[i]``. ``evidence`` names the quantities
+    ("test loss vs the order-0 estimator's loss, nats")."""
+
+    stage: str
+    value: tuple[float, ...]
+    bound: tuple[float, ...]
+    relation: Literal["lt", "gt"] = "lt"
+    evidence: str = ""
+
+    @property
+    def passed(self) -> list[bool]:
+        if self.relation == "lt":
+            return [bool(v < b) for v, b in zip(self.value, self.bound)]
+        return [bool(v > b) for v, b in zip(self.value, self.bound)]
+
+
+def _tuple(x: Iterable[float] | float, n: int | None = None) -> tuple[float, ...]:
+    arr = np.asarray(x, dtype=float).ravel()
+    if arr.size == 1 and n is not None:
+        arr = np.full(n, float(arr[0]))
+    return tuple(float(v) for v in arr)
+
+
+class Measurements:
+    """What ``measure()`` returns: claim rows, stage checks, and everything else the report shows.
+
+    ``values`` is the summary's ``measurements`` section (JSON-ready numbers, lists, tables).
+    """
+
+    def __init__(self, values: dict[str, Any] | None = None) -> None:
+        self.rows: dict[str, list[Row]] = {}
+        self.stages: dict[str, dict[str, StageCheck]] = {}
+        self.values: dict[str, Any] = dict(values or {})
+
+    def row(
+        self, claim: str, key: str, measured: Sample | Sequence[float], reference: Sample | Sequence[float] | None = None,
+        *, arms: Sequence[str] = (), provenance: Provenance = "seed", context: Mapping[str, Any] | None = None,
+        label: str = "",
+    ) -> Row:
+        """Add row ``key`` of claim ``claim`` (plain sequences become plain :class:`Sample` s)."""
+        if not isinstance(measured, Sample):
+            measured = Sample(tuple(measured))
+        if reference is not None and not isinstance(reference, Sample):
+            reference = Sample(tuple(reference))
+        rows = self.rows.setdefault(claim, [])
+        if any(r.key == key for r in rows):
+            raise ValueError(f"claim row {claim}/{key} measured twice")
+        r = Row(key, measured, reference, tuple(str(a) for a in arms), provenance, dict(context or {}), label)
+        rows.append(r)
+        return r
+
+    def stage(
+        self, arm: str, stage: Stage | str, value: Iterable[float] | float, bound: Iterable[float] | float,
+        relation: Literal["lt", "gt"] = "lt", evidence: str = "",
+    ) -> StageCheck:
+        """Record whether ``arm``'s members passed ``stage`` (``value`` vs ``bound``, per member)."""
+        sid = stage.id if isinstance(stage, Stage) else stage
+        v = _tuple(value)
+        check = StageCheck(sid, v, _tuple(bound, len(v)), relation, evidence)
+        if len(check.bound) != len(v):
+            raise ValueError(f"stage {sid} of {arm}: {len(check.bound)} bounds for {len(v)} values")
+        self.stages.setdefault(str(arm), {})[sid] = check
+        return check

@@ -1,0 +1,86 @@
+"""Every declared claim of every experiment can hold, fail and stay unresolved.
+
+For each :class:`~tdlab.claims.ClaimSpec` an experiment declares, measurements are planted at the
+spec's own expected value, tolerance and margin (resolved from the experiment's quick config at the
+spec's ``example`` row): a faithful one must hold, a violated one fail, one straddling the boundary
+stay not resolved. A claim that cannot fail (or cannot hold) is a declaration defect.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tdlab.claims import ClaimSpec, Measurements, Row, Sample, judge, resolve
+from tdlab.experiments.base import registry
+
+MEMBERS = 8
+
+
+def _declared() -> list[tuple[str, ClaimSpec]]:
+    return [(name, spec) for name, exp in sorted(registry().items()) for spec in exp.claims]
+
+
+DECLARED = _declared()
+
+
+def _spread(center: float, width: float) -> list[float]:
+    return (center + width * np.linspace(-1, 1, MEMBERS)).tolist()
+
+
+def _plants(spec: ClaimSpec, cfg) -> dict[str, tuple[list[float], list[float] | None]]:
+    """``{kind: (measured, reference)}`` for the faithful, violated and boundary plants."""
+    probe = Row("planted", Sample((0.0,)), context=dict(spec.example))
+    if spec.test == "compare":
+        m = resolve(spec.margin, cfg, probe)
+        s = max(abs(m), 1.0)
+        sign = 1.0 if spec.relation == "gt" else -1.0
+        ref = [0.0] * MEMBERS
+        return {"holds": (_spread(sign * (m + 2 * s), s / 10), ref),
+                "fails": (_spread(-sign * (m + 2 * s), s / 10), ref),
+                "not resolved": (_spread(sign * m, s), ref)}
+    e = resolve(spec.expected, cfg, probe) if spec.expected is not None else 0.0
+    t = resolve(spec.tolerance, cfg, probe)
+    s = max(t, 0.05 * abs(e), 1e-2)
+    ref = [e] * MEMBERS if spec.expected is None else None
+    edge = {"close": e + t, "le": e + t, "ge": e - t}[spec.relation]
+    inside = {"close": e, "le": e + t - 2 * s, "ge": e - t + 2 * s}[spec.relation]
+    outside = {"close": e + t + 2 * s, "le": e + t + 2 * s, "ge": e - t - 2 * s}[spec.relation]
+    narrow = (t / 10) if spec.relation == "close" else s / 10
+    return {"holds": (_spread(inside, narrow), ref), "fails": (_spread(outside, narrow), ref),
+            "not resolved": (_spread(edge, s), ref)}
+
+
+@pytest.mark.parametrize("name, spec", DECLARED, ids=[f"{n}:{s.id}" for n, s in DECLARED])
+@pytest.mark.parametrize("kind", ["holds", "fails", "not resolved"])
+def test_a_planted_measurement_gives_its_verdict(name: str, spec: ClaimSpec, kind: str) -> None:
+    exp = registry()[name]
+    cfg = exp.make_config("quick")
+    measured, reference = _plants(spec, cfg)[kind]
+    m = Measurements()
+    m.row(spec.id, "planted", Sample(measured), Sample(reference) if reference is not None else None,
+          context=dict(spec.example))
+    (group,) = judge([spec], m, cfg)
+    row = group.rows[0]
+    assert row.verdict == kind, f"{name}:{spec.id}: planted {kind} judged {row.verdict} ({row.describe()})"
+    assert group.verdict == kind
+
+
+@pytest.mark.parametrize("name, spec", DECLARED, ids=[f"{n}:{s.id}" for n, s in DECLARED])
+def test_a_declaration_is_complete(name: str, spec: ClaimSpec) -> None:
+    assert spec.statement and spec.quantity, f"{name}:{spec.id} states no statement or quantity"
+    cfg = registry()[name].make_config("quick")
+    probe = Row("planted", Sample((0.0,)), context=dict(spec.example))
+    for value in (spec.tolerance, spec.margin, spec.drift_tolerance):
+        v = resolve(value, cfg, probe)
+        assert v is None or (math.isfinite(v) and v >= 0), f"{name}:{spec.id}: a tolerance or margin below 0"
+    if spec.kind == "paper":
+        assert any(ch.isdigit() for ch in spec.statement), f"{name}:{spec.id}: cite the seed's figure/equation"
+
+
+def test_every_experiment_declares_unique_claim_ids() -> None:
+    for name, exp in registry().items():
+        ids = [s.id for s in exp.claims]
+        assert len(ids) == len(set(ids)), name
