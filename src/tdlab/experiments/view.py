@@ -55,6 +55,7 @@ class RunView:
         self._arrays: dict[str, dict[str, torch.Tensor]] = {}
         self._cache: dict[tuple[str, str], _Series] = {}
         self._metrics: pd.DataFrame | None = None
+        self._arm_members: dict[str, np.ndarray] = {}
 
     # ---- the run ------------------------------------------------------------------------------
     @property
@@ -83,6 +84,12 @@ class RunView:
             return {}
         return {(str(a), str(n)): idx for (a, n), idx in df.groupby(["arm", "name"], sort=False).indices.items()}
 
+    def _members(self, arm: str) -> np.ndarray:
+        if arm not in self._arm_members:
+            df = self.metrics()
+            self._arm_members[arm] = np.unique(df["member"].to_numpy()[df["arm"].to_numpy() == arm])
+        return self._arm_members[arm]
+
     def _series(self, key: tuple[str, str]) -> _Series | None:
         if key not in self._cache:
             idx = self._rows.get(key)
@@ -93,7 +100,8 @@ class RunView:
             member = df["member"].to_numpy()[idx]
             value = df["value"].to_numpy(dtype=float)[idx]
             steps, s_at = np.unique(step, return_inverse=True)
-            members, m_at = np.unique(member, return_inverse=True)
+            members = self._members(key[0])  # every member of the arm, so rows line up across metrics
+            m_at = np.searchsorted(members, member)
             table = np.full((members.size, steps.size), np.nan)
             table[m_at, s_at] = value  # a later row for the same (member, step) wins
             self._cache[key] = _Series(steps, table)

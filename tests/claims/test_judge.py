@@ -1,0 +1,316 @@
+"""The one layer that decides: every rule of :mod:`tdlab.claims.judge` at its boundary — decision,
+resolution, censoring, Monte-Carlo references, convergence, the health and stage gates,
+provenance, multiplicity and the group rule — each shown able to hold, fail and stay unresolved."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tdlab.claims import ArmHealth, ClaimSpec, Measurements, Sample, Stage, judge
+from tdlab.config import Config
+
+
+class _Claims(Config):
+    tol: float = 0.01
+
+
+class _Cfg(Config):
+    claims: _Claims = _Claims()
+    k: int = 2
+
+
+CFG = _Cfg()
+
+
+def spec(test="value", relation="close", **kw) -> ClaimSpec:
+    kw.setdefault("quantity", "a number")
+    return ClaimSpec(kw.pop("id", "c"), "a statement (Fig. 1)", test=test, relation=relation, **kw)
+
+
+def one(s: ClaimSpec, measured, reference=None, *, health=None, stages=(), arms=(), provenance="seed", context=None):
+    """Judge a one-row group; returns (group, row)."""
+    m = Measurements()
+    m.row(s.id, "r", measured if isinstance(measured, Sample) else Sample(measured),
+          reference if reference is None or isinstance(reference, Sample) else Sample(reference),
+          arms=arms, provenance=provenance, context=context)
+    for arm, st, value, bound in stages:
+        m.stage(arm, st, value, bound)
+    (g,) = judge([s], m, CFG, health)
+    return g, g.rows[0]
+
+
+# --------------------------------------------------------------------------------------------------
+# Decision
+
+
+@pytest.mark.parametrize("values, verdict, cause", [
+    ([0.001, -0.002, 0.002, 0.000], "holds", "decided"),
+    ([0.05, 0.052, 0.049, 0.051], "fails", "decided"),
+    ([0.002, 0.018, 0.006, 0.014], "not resolved", "spread"),
+    ([0.003], "not resolved", "one member"),
+    ([0.0, float("nan"), 0.0], "fails", "non-finite"),
+])
+def test_value_close(values, verdict, cause):
+    _, r = one(spec(tolerance=0.01), values)
+    assert (r.verdict, r.cause) == (verdict, cause)
+
+
+def test_every_relation_can_hold_and_fail():
+    assert one(spec(relation="le", expected=0.5), [0.4, 0.41, 0.39])[1].verdict == "holds"
+    assert one(spec(relation="le", expected=0.5), [1.0, 1.01, 0.99])[1].verdict == "fails"
+    assert one(spec(relation="ge", expected=0.5), [0.6, 0.61, 0.59])[1].verdict == "holds"
+    assert one(spec(relation="ge", expected=0.5), [0.0, 0.01, -0.01])[1].verdict == "fails"
+
+
+def test_expected_and_tolerance_from_config_paths_and_theory_functions():
+    s = spec(expected=lambda cfg, row: 0.1 * row.context["k"] + cfg.k, tolerance="claims.tol")
+    _, r = one(s, [2.3, 2.301, 2.299], context={"k": 3})
+    assert r.expected == pytest.approx(2.3) and r.tolerance == 0.01 and r.verdict == "holds"
+    assert one(s, [2.4, 2.401, 2.399], context={"k": 3})[1].verdict == "fails"
+
+
+def test_a_deterministic_value_is_decided_from_one_member():
+    assert one(spec(tolerance=0.01), Sample([0.0], deterministic=True))[1].verdict == "holds"
+    assert one(spec(tolerance=0.01), Sample([0.5], deterministic=True))[1].verdict == "fails"
+
+
+def test_a_proportion_is_decided_on_wilsons_interval():
+    s = spec(relation="ge", expected=1.0, tolerance=0.01)
+    assert one(s, Sample([1.0] * 10_000, proportion=True))[1].verdict == "holds"
+    assert one(s, Sample([1.0] * 90 + [0.0] * 10, proportion=True))[1].verdict == "fails"
+    assert one(s, Sample([1.0] * 100, proportion=True))[1].verdict == "not resolved"  # [0.963, 1]
+
+
+# --------------------------------------------------------------------------------------------------
+# Resolution, censoring, Monte-Carlo references
+
+
+def test_a_discrete_value_never_gives_a_zero_width_interval():
+    s = spec(relation="le", expected=250.0)
+    _, r = one(s, Sample([300.0] * 3, resolution=100.0))  # known to ±50: [250, 350] touches the bound
+    assert r.verdict == "not resolved" and r.interval.lo == 250.0
+    assert one(s, Sample([300.0] * 3))[1].verdict == "fails"  # the same values read as exact would fail
+
+
+def test_a_tolerance_finer_than_the_resolution_cannot_hold():
+    _, r = one(spec(tolerance=0.01), Sample([0.0, 0.001, -0.001], resolution=0.043))
+    assert r.verdict == "not resolved" and r.cause == "resolution" and "finer than" in r.reason
+    assert one(spec(tolerance=0.05), Sample([0.0, 0.001, -0.001], resolution=0.043))[1].verdict == "holds"
+
+
+def test_every_member_censored_is_never_a_verdict():
+    _, r = one(spec(relation="ge", expected=100.0), Sample([2000.0] * 3, censored=[True] * 3))
+    assert r.verdict == "not resolved" and r.cause == "censored" and "never reached" in r.reason
+
+
+def test_a_censored_member_opens_its_side_of_the_interval():
+    # true values ≥ stored: "at least 100" can hold on the bound, "at most 100" cannot be decided
+    data = Sample([400.0, 420.0, 450.0], censored=[False, False, True])
+    assert one(spec(relation="ge", expected=100.0), data)[1].verdict == "holds"
+    assert one(spec(relation="le", expected=100.0), data)[1].verdict == "fails"  # the lower bound already exceeds it
+    _, r = one(spec(relation="le", expected=5000.0), data)
+    assert r.verdict == "not resolved" and r.cause == "censored" and math.isinf(r.interval.hi)
+
+
+def test_a_measured_reference_carries_its_sampling_error():
+    s = spec(expected=None, tolerance=0.01)
+    values = [0.100, 0.101, 0.099, 0.100]
+    assert one(s, values, Sample([0.1], deterministic=True))[1].verdict == "holds"
+    _, r = one(s, values, Sample([0.1], deterministic=True, mc_se=0.01))  # the reference known to ±0.02
+    assert r.verdict == "not resolved" and r.expected == pytest.approx(0.1)
+    assert one(s, values, Sample([0.2], deterministic=True, mc_se=0.001))[1].verdict == "fails"
+    with pytest.raises(ValueError, match="no expected value"):
+        one(s, values)
+
+
+# --------------------------------------------------------------------------------------------------
+# Comparisons
+
+
+def test_compare_lt_margin_and_ties_at_the_boundary():
+    s = spec(test="compare", relation="lt", margin=0.1, paired=True)
+    ref = [1.0, 1.0, 1.0]
+    assert one(s, [0.8, 0.81, 0.79], ref)[1].verdict == "holds"  # Δ = −0.2 < −0.1
+    assert one(s, [0.9, 0.9, 0.9], ref)[1].verdict == "fails"  # Δ = −0.1 exactly: a tie is not "below −margin"
+    assert one(s, [0.95, 0.96, 0.94], ref)[1].verdict == "fails"  # below 0 but not by the margin
+    assert one(s, [0.89999, 0.89999, 0.89999], ref)[1].verdict == "holds"
+    assert one(s, [0.7, 1.05, 0.9], ref)[1].verdict == "not resolved"
+
+
+def test_compare_gt_margin_and_ties():
+    s = spec(test="compare", relation="gt", margin=0.0, paired=True)
+    assert one(s, [1.0, 1.2, 0.9], [0.4, 0.4, 0.3])[1].verdict == "holds"
+    assert one(s, [0.4, 0.4, 0.3], [1.0, 1.2, 0.9])[1].verdict == "fails"
+    assert one(s, [1.0] * 3, [1.0] * 3)[1].verdict == "fails"  # equal exactly: not greater
+
+
+def test_paired_discrete_directions_use_the_exact_sign_test():
+    s = spec(test="compare", relation="gt", paired=True)
+    later = Sample([1000.0, 1200.0, 900.0], resolution=100.0)
+    earlier = Sample([400.0, 400.0, 300.0], resolution=100.0)
+    _, r = one(s, later, earlier)
+    assert r.verdict == "not resolved" and r.p_hold == pytest.approx(0.25) and "sign test" in r.reason
+    _, r6 = one(s, Sample([1000.0] * 6, resolution=100.0), Sample([400.0] * 6, resolution=100.0))
+    assert r6.verdict == "holds" and r6.p_hold == pytest.approx(2 / 64)
+    _, wrong = one(s, Sample([300.0] * 6, resolution=100.0), Sample([400.0] * 6, resolution=100.0))
+    assert wrong.verdict == "fails"
+
+
+def test_censored_directions():
+    s = spec(test="compare", relation="gt", paired=True)
+    never = Sample([1500.0] * 6, censored=[True] * 6, resolution=100.0)
+    _, r = one(s, never, Sample([300.0] * 6, resolution=100.0))
+    assert r.verdict == "holds"  # never left vs left at 300: later in 6/6, exact p = 1/32
+    _, both = one(s, never, Sample([1500.0] * 6, censored=[True] * 6, resolution=100.0))
+    assert both.verdict == "not resolved" and both.cause == "censored"
+
+
+def test_unpaired_comparison_is_welch():
+    s = spec(test="compare", relation="gt", paired=False)
+    assert one(s, [1.0, 1.1, 0.9, 1.05], [0.2, 0.3])[1].verdict == "holds"
+    assert one(s, [1.0, 1.1, 0.9], [1.0])[1].verdict == "not resolved"  # one reference member
+
+
+# --------------------------------------------------------------------------------------------------
+# Convergence
+
+
+def test_still_moving_is_not_resolved_only_for_convergence_claims():
+    values = [0.0, 0.001, -0.001]
+    _, r = one(spec(tolerance=0.01, horizon="convergence"), Sample(values, drift=-0.03))
+    assert r.verdict == "not resolved" and r.cause == "still moving"
+    assert one(spec(tolerance=0.01, horizon="convergence"), Sample(values, drift=-0.003))[1].verdict == "holds"
+    assert one(spec(tolerance=0.01, horizon="budget"), Sample(values, drift=-0.03))[1].verdict == "holds"
+    threshold = spec(relation="ge", expected=0.5, tolerance=0.0, drift_tolerance=0.01, horizon="convergence")
+    assert one(threshold, Sample([0.6, 0.61, 0.6], drift=0.02))[1].verdict == "not resolved"
+
+
+# --------------------------------------------------------------------------------------------------
+# Gates
+
+
+TRAINED = ArmHealth("a", moved=True, trained=True)
+PLATEAU = ArmHealth("a", moved=True, trained=False, reasons=["test error not below the trivial predictor's"])
+STUCK = ArmHealth("a", moved=False, trained=False, reasons=["no accepted step"])
+
+
+def test_health_gate_learned_versus_moved():
+    ok = [0.0, 0.001, -0.001]
+    assert one(spec(tolerance=0.01), ok, arms=["a"], health={"a": TRAINED})[1].verdict == "holds"
+    _, r = one(spec(tolerance=0.01), ok, arms=["a"], health={"a": PLATEAU})
+    assert r.verdict == "not evaluable" and r.cause == "not trained" and "moved, not learned" in r.reason
+    about_not_learning = spec(tolerance=0.01, learning_required=False)
+    assert one(about_not_learning, ok, arms=["a"], health={"a": PLATEAU})[1].verdict == "holds"
+    assert one(about_not_learning, ok, arms=["a"], health={"a": STUCK})[1].verdict == "not evaluable"
+
+
+PAST = Stage("past-order-0", "below the order-0 estimator's loss")
+
+
+def test_stage_gate_names_the_stage_and_the_members():
+    s = spec(relation="le", expected=0.0, tolerance=0.01, stage=PAST)
+    wrong = [0.06, 0.064, 0.065]  # would fail: far from the estimator
+    _, r = one(s, wrong, arms=["a"], stages=[("a", PAST, [0.50, 0.59, 0.50], [0.594, 0.594, 0.594])])
+    assert r.verdict == "fails"  # every member passed the stage: a finding
+    g, r = one(s, wrong, arms=["a"], stages=[("a", PAST, [0.50, 0.60, 0.50], 0.594)])
+    assert r.verdict == "not evaluable" and r.cause == "stage not reached"
+    assert "members [1]" in r.reason and "order-0" in r.reason and "0.6 vs 0.594" in r.reason
+    assert g.verdict == "not evaluable" and g.cause == "stage not reached"
+    with pytest.raises(ValueError, match="not measured"):
+        one(s, wrong, arms=["a"])
+
+
+def test_a_stage_may_depend_on_the_setting():
+    s = spec(tolerance=0.01, stage=lambda cfg: PAST if cfg.k > 5 else None)
+    assert one(s, [0.0, 0.001, -0.001], arms=["a"])[1].verdict == "holds"  # k = 2: no stage to pass
+
+
+# --------------------------------------------------------------------------------------------------
+# Provenance, multiplicity, the group rule
+
+
+def _group(s: ClaimSpec, rows: list[tuple[str, list[float], str]]):
+    m = Measurements()
+    for key, values, prov in rows:
+        m.row(s.id, key, values, provenance=prov)
+    return judge([s], m, CFG)[0]
+
+
+OK, BAD, WIDE = [0.0, 0.001, -0.001], [0.5, 0.51, 0.49], [0.002, 0.018, 0.006, 0.014]
+
+
+def test_ours_rows_never_decide_a_paper_group():
+    g = _group(spec(tolerance=0.01), [("seed", OK, "seed"), ("ours", BAD, "ours")])
+    assert g.verdict == "holds" and g.row("ours").verdict == "fails" and g.row("ours").provenance == "ours"
+    only_ours = _group(spec(tolerance=0.01), [("ours", BAD, "ours")])
+    assert only_ours.verdict == "not evaluable" and only_ours.cause == "no seed rows"
+    sanity = _group(spec(tolerance=0.01, kind="sanity"), [("seed", OK, "seed"), ("ours", BAD, "ours")])
+    assert sanity.verdict == "fails"  # a sanity check is ours by nature: every row counts
+
+
+def test_group_rule_and_not_evaluable_rows():
+    s = spec(tolerance=0.01)
+    assert _group(s, [("a", OK, "seed"), ("b", WIDE, "seed")]).verdict == "not resolved"
+    assert _group(s, [("a", OK, "seed"), ("b", WIDE, "seed"), ("c", BAD, "seed")]).verdict == "fails"
+    empty = judge([spec(needs="cells (k ≥ 2, depth 3)")], Measurements(), CFG)[0]
+    assert empty.verdict == "not evaluable" and empty.cause == "no rows" and "k ≥ 2" in empty.reason
+
+
+def test_holm_keeps_a_lone_marginal_failure_from_failing_a_large_group():
+    s = spec(relation="le", expected=0.0, tolerance=0.0)
+    marginal = [0.02, 0.0, 0.04, 0.01, 0.03]  # fails alone: t-interval just above 0
+    rows = [(f"r{i}", [-0.05, -0.06, -0.04, -0.05, -0.055], "seed") for i in range(9)] + [("m", marginal, "seed")]
+    alone = _group(s, rows[-1:])
+    assert alone.verdict == "fails" and 0.01 < alone.rows[0].p_fail < 0.05
+    g = _group(s, rows)
+    m = g.row("m")
+    assert m.verdict == "not resolved" and m.cause == "multiplicity" and m.alone == "fails" and "Holm" in m.reason
+    assert g.verdict == "not resolved"
+    certain = _group(s, rows[:-1] + [("m", [0.5, 0.51, 0.49, 0.5, 0.5], "seed")])
+    assert certain.verdict == "fails"
+
+
+def test_every_member_test():
+    s = spec(test="every", tolerance=0.01)
+    _, r = one(s, [0.0, 0.005, -0.004])
+    assert r.verdict == "holds" and r.per_member == ["holds"] * 3
+    _, r = one(s, [0.0, 0.05, -0.004])
+    assert r.verdict == "fails" and r.per_member == ["holds", "fails", "holds"] and r.p_fail == 0.0
+    assert one(s, Sample([0.0, 0.009], se=[0.001, 0.002]))[1].verdict == "not resolved"
+    assert one(spec(test="every", tolerance=0.01, min_fraction=0.6), [0.0, 0.05, 0.0])[1].verdict == "holds"
+
+
+# --------------------------------------------------------------------------------------------------
+# Declarations and the summary
+
+
+def test_bad_declarations_and_measurements_are_refused():
+    with pytest.raises(ValueError, match="compare test"):
+        spec(test="compare", relation="close")
+    with pytest.raises(ValueError, match="value test"):
+        spec(test="value", relation="gt")
+    with pytest.raises(ValueError, match="undeclared"):
+        m = Measurements()
+        m.row("other", "r", [1.0])
+        judge([spec()], m, CFG)
+    with pytest.raises(ValueError, match="declared twice"):
+        judge([spec(), spec()], Measurements(), CFG)
+    with pytest.raises(ValueError, match="measured twice"):
+        m = Measurements()
+        m.row("c", "r", [1.0])
+        m.row("c", "r", [1.0])
+
+
+def test_row_and_group_dicts_say_what_decided_them():
+    g, r = one(spec(relation="ge", expected=100.0, horizon="budget"),
+               Sample([400.0, 420.0, 450.0], censored=[False, False, True], resolution=10.0), arms=["a"])
+    d = r.to_dict()
+    assert d["interval"][1] is None and np.isfinite(d["interval"][0])  # JSON has no infinity
+    assert d["provenance"] == "seed" and d["horizon"] == "budget" and d["resolution"] == 10.0
+    assert d["censored"] == [False, False, True] and d["cause"] == "decided" and d["verdict"] == "holds"
+    gd = g.to_dict()
+    assert gd["verdict"] == "holds" and gd["horizon"] == "budget" and gd["rows"][0]["id"] == "c/r"
+    assert "[HOLDS] c/r" in r.describe()
