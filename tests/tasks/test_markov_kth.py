@@ -15,12 +15,12 @@ from tdlab.tasks.markov_kth import (
     InContextMarkov,
     KthOrderMarkov,
     conditional_entropy,
-    context_states,
     entropy_rate,
     sample_dirichlet,
     sample_log_gamma,
     stationary_law,
 )
+from tdlab.theory.kgram import context_states
 
 
 def gens_of(*seeds: int) -> list[torch.Generator]:
@@ -57,15 +57,6 @@ def slow_stationary(kernel: np.ndarray, k: int, V: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------
 # Encoding and ground truth
-
-
-def test_context_states_most_recent_last():
-    x = torch.tensor([[1, 0, 2, 2, 1, 0]])
-    for k in (0, 1, 2, 3):
-        s = context_states(x, k, 3)[0]
-        for i in range(6):
-            want = -1 if i < k - 1 else slow_state(x[0, max(i - k + 1, 0) : i + 1].tolist() if k else [], 3)
-            assert s[i].item() == want, (k, i)
 
 
 @pytest.mark.parametrize("k,V,seed", [(1, 2, 0), (2, 2, 1), (3, 2, 2), (2, 3, 3)])

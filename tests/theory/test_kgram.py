@@ -11,6 +11,7 @@ import torch
 
 from tdlab.tasks.markov_kth import InContextMarkov, KthOrderMarkov
 from tdlab.theory.kgram import (
+    context_states,
     cross_entropy,
     estimator_loss_curves,
     incontext_bayes_loss_curve,
@@ -24,6 +25,23 @@ from tdlab.theory.kgram import (
 
 def gens_of(*seeds: int) -> list[torch.Generator]:
     return [torch.Generator().manual_seed(s) for s in seeds]
+
+
+def slow_state(block, V):
+    """Base-V number of a token block, most recent (last) token least significant."""
+    s = 0
+    for x in block:
+        s = s * V + int(x)
+    return s
+
+
+def test_context_states_most_recent_last():
+    x = torch.tensor([[1, 0, 2, 2, 1, 0]])
+    for k in (0, 1, 2, 3):
+        s = context_states(x, k, 3)[0]
+        for i in range(6):
+            want = -1 if i < k - 1 else slow_state(x[0, max(i - k + 1, 0) : i + 1].tolist() if k else [], 3)
+            assert s[i].item() == want, (k, i)
 
 
 def slow_kgram(x: list[int], k: int, V: int, beta: float) -> list[list[float]]:

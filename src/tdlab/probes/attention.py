@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from tdlab.report.figures import plt
-from tdlab.tasks.markov_kth import context_states
+from tdlab.theory.kgram import context_states
 
 __all__ = ["context_match_mask", "context_matching_score", "attention_patterns", "plot_attention_maps"]
 

@@ -36,9 +36,9 @@ from collections.abc import Sequence
 import torch
 
 from tdlab.tasks.markov import iterate_random_maps, stack_uniforms
+from tdlab.theory.kgram import context_states, incontext_bayes_loss_curve, kgram_probs
 
 __all__ = [
-    "context_states",
     "kernel_order",
     "state_chain",
     "stationary_law",
@@ -54,31 +54,7 @@ _INITS = ("stationary", "uniform")
 
 
 # ----------------------------------------------------------------------------------------------
-# State encoding
-
-
-def context_states(tokens: torch.Tensor, k: int, vocab: int) -> torch.Tensor:
-    """State (last ``k`` tokens, base ``vocab``, most recent last) after each position.
-
-    Args:
-        tokens: ``(..., T)`` integer tokens.
-        k: context length (``k = 0`` gives the single empty state 0 everywhere).
-        vocab: alphabet size ``V``.
-    Returns:
-        ``(..., T)`` int64; entry ``i`` is the state of ``x_{i-k+1..i}`` (0-based), or ``-1`` where
-        fewer than ``k`` tokens have been seen (``i < k - 1``).
-    """
-    if k < 0:
-        raise ValueError(f"k must be >= 0, got {k}")
-    x = tokens.long()
-    T = x.shape[-1]
-    s = torch.zeros_like(x)
-    for m in range(min(k, T)):
-        # Digit m (weight V**m) is the token m steps back.
-        s[..., m:] += x[..., : T - m] * vocab**m
-    if k > 0:
-        s[..., : k - 1] = -1
-    return s
+# State encoding (the states of a token sequence: tdlab.theory.kgram.context_states)
 
 
 def _shift_base(k: int, vocab: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -497,8 +473,6 @@ class InContextMarkov:
         Returns:
             ``(..., T, V)`` float64, entry ``i`` predicting ``x_{i+1}`` from ``x_0..x_i``.
         """
-        from tdlab.theory.kgram import kgram_probs  # theory imports this module
-
         return kgram_probs(tokens, self.k, self.vocab, beta=self.alpha)
 
     def bayes_loss_curve(
@@ -510,8 +484,6 @@ class InContextMarkov:
         Returns:
             ``(mean, sem)``, each ``(length - 1,)`` float64.
         """
-        from tdlab.theory.kgram import incontext_bayes_loss_curve
-
         if self.init != "uniform":
             raise ValueError("the add-alpha estimator is the Bayes predictor only for init='uniform'")
         x = self.sample([generator], num_sequences, length)[0]

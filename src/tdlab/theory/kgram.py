@@ -16,6 +16,10 @@ it is the posterior predictive (hence Bayes-optimal) under iid Dirichlet(beta) k
 for :class:`tdlab.tasks.markov_kth.InContextMarkov` with ``alpha = beta`` and its default uniform
 initial block (beta = 1: Laplace's add-one rule). ``beta = 0`` is the seed's raw ratio.
 
+States (:func:`context_states`): the last ``k`` tokens read as a base-``V`` number, most recent token
+least significant, as the sources of :mod:`tdlab.tasks.markov_kth` encode their kernels' rows (the
+sources import this function; it is a function of the sequence alone).
+
 Indexing (0-based, as in ``MarkovChain.optimal_probs``): for tokens ``(..., T)`` the estimator
 returns ``(..., T, V)``; entry ``i`` is the law of ``x_{i+1}`` given ``x_0..x_i``. Counts use the
 transitions ``x_{j-k..j-1} -> x_j`` for ``k <= j <= i``. Positions with fewer than ``k`` previous
@@ -32,9 +36,8 @@ from collections.abc import Iterable
 
 import torch
 
-from tdlab.tasks.markov_kth import context_states
-
 __all__ = [
+    "context_states",
     "kgram_counts",
     "kgram_probs",
     "cross_entropy",
@@ -44,6 +47,30 @@ __all__ = [
     "incontext_bayes_loss_curve",
     "incontext_bayes_loss_exact",
 ]
+
+
+def context_states(tokens: torch.Tensor, k: int, vocab: int) -> torch.Tensor:
+    """State (last ``k`` tokens, base ``vocab``, most recent last) after each position.
+
+    Args:
+        tokens: ``(..., T)`` integer tokens.
+        k: context length (``k = 0`` gives the single empty state 0 everywhere).
+        vocab: alphabet size ``V``.
+    Returns:
+        ``(..., T)`` int64; entry ``i`` is the state of ``x_{i-k+1..i}`` (0-based), or ``-1`` where
+        fewer than ``k`` tokens have been seen (``i < k - 1``).
+    """
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    x = tokens.long()
+    T = x.shape[-1]
+    s = torch.zeros_like(x)
+    for m in range(min(k, T)):
+        # Digit m (weight V**m) is the token m steps back.
+        s[..., m:] += x[..., : T - m] * vocab**m
+    if k > 0:
+        s[..., : k - 1] = -1
+    return s
 
 
 def _transition_ids(tokens: torch.Tensor, k: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
