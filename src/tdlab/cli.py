@@ -245,13 +245,18 @@ def sweep_cmd(
 def findings(
     run_dirs: Annotated[list[Path], typer.Argument(help="run directories, in the order of the table")],
     readme: Annotated[Optional[Path], typer.Option(help="write between the findings markers of this file instead of printing")] = None,
+    before: Annotated[Optional[Path], typer.Option(help="a folder of earlier run directories (one per experiment): add what changed")] = None,
 ) -> None:
-    """The findings table (verdict counts per run, one line per claim group), generated from run
-    directories; with --readme, written between the README's findings markers."""
-    from tdlab.report.findings import findings_markdown, replace_between_markers
+    """The findings table (verdict counts per run, causes, one line per claim group), generated from run
+    directories; with --readme, written between the README's findings markers; with --before, the
+    groups whose verdict changed since the runs under that folder."""
+    from tdlab.report.findings import changes_markdown, findings_markdown, replace_between_markers
 
     try:
         text = findings_markdown(run_dirs)
+        if before is not None:
+            text += "\n**What changed** (each experiment's paper groups against its run under `" + before.name + "`):\n\n"
+            text += changes_markdown(run_dirs, before)
         if readme is None:
             out_console.print(text, highlight=False, soft_wrap=True, markup=False)
         else:

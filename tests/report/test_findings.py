@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from tdlab.cli import app
 from tdlab.experiments.runner import rebuild
-from tdlab.report.findings import END, START, findings_markdown, replace_between_markers
+from tdlab.report.findings import END, START, changes_markdown, findings_markdown, replace_between_markers
 
 STEPS = [0, 100, 200, 300, 400]
 
@@ -39,8 +39,48 @@ def test_findings_table_counts_come_from_the_summary(make_markov_run):
     assert f"| {held}/{len(s['claims'])}" in table[0]
     assert s["claims_failed"] >= 1 and f"{s['claims_failed']} fails" in table[0]
     for g in s["claims"]:
-        assert f"**{g['verdict']}** `{g['id']}`" in text
+        assert f"**{g['verdict']}**" in text and f"`{g['id']}`" in text
+    failing = [g for g in s["claims"] if g["verdict"] == "fails"]
+    assert f"{len(failing)} finding" in table[0]  # a failing group past every gate is a finding
+    assert "**fails** (finding) `standard-init-ends-at-theory-limit`" in text
     assert "arm `gpt2/local-to-global` **not trained**" in text
+
+
+def test_what_changed_against_earlier_runs(make_markov_run, tmp_path):
+    import json
+    import shutil
+
+    run = _run(make_markov_run)
+    before = tmp_path / "before"
+    before.mkdir()
+    shutil.copytree(run.path, before / "old")
+    s = json.loads((before / "old" / "summary.json").read_text())
+    s["claims"][0]["verdict"] = "fails"
+    s["claims"].append({"id": "gone-group", "verdict": "holds", "rows": []})
+    (before / "old" / "summary.json").write_text(json.dumps(s))
+    text = changes_markdown([run.path], before)
+    g = run.summary["claims"][0]
+    assert f"`{g['id']}` fails → {g['verdict']}" in text and "`gone-group` was holds" in text
+    result = CliRunner().invoke(app, ["findings", str(run.path), "--before", str(tmp_path / "empty")])
+    assert result.exit_code == 2 and "no run directories" in result.output
+
+
+def test_bad_readme_and_bad_summaries_are_one_line(make_markov_run, tmp_path):
+    import json
+
+    run = _run(make_markov_run)
+    for bad, words in ((tmp_path / "missing.md", "no such file"), (tmp_path, "a directory")):
+        result = CliRunner().invoke(app, ["findings", str(run.path), "--readme", str(bad)])
+        assert result.exit_code == 2 and words in result.output and len(result.output.strip().splitlines()) == 1
+    latin = tmp_path / "latin.md"
+    latin.write_bytes(f"{START}\n\xe9t\xe9\n{END}\n".encode("latin-1"))
+    result = CliRunner().invoke(app, ["findings", str(run.path), "--readme", str(latin)])
+    assert result.exit_code == 2 and "not UTF-8" in result.output
+    s = json.loads((run.path / "summary.json").read_text())
+    for broken in ({**s, "claims": "all hold"}, {**s, "claims": [{"id": "g", "rows": []}]}):
+        (run.path / "summary.json").write_text(json.dumps(broken))
+        result = CliRunner().invoke(app, ["findings", str(run.path)])
+        assert result.exit_code == 2 and "summary.json" in result.output, result.output
 
 
 def test_findings_written_between_markers_and_refused_without_them(make_markov_run, tmp_path):

@@ -1,90 +1,187 @@
 """The README's findings table, generated from run directories (never typed by hand).
 
 ``tdlab findings RUN_DIR... --readme README.md`` renders one row per run (experiment, seed paper and
-figure, paper-claim verdict counts, sanity counts, wall time) and, under it, one line per claim group
-with its verdict and the numbers that decided it, and writes them between the markers
-``<!-- findings:start -->`` and ``<!-- findings:end -->`` of the README.
+figure, paper-claim verdict counts, what left groups failing or undecided, sanity counts, wall time)
+and, under it, one line per claim group with its verdict, the cause the claims layer recorded and the
+numbers that decided it, and writes them between the markers ``<!-- findings:start -->`` and
+``<!-- findings:end -->`` of the README. ``--before DIR`` adds, per experiment, the groups whose
+verdict differs from the run of the same experiment under ``DIR`` (an earlier state of the code).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tdlab.runs import Run, RunDirError, atomic_write
 
-__all__ = ["findings_markdown", "group_line", "row_summary", "replace_between_markers", "START", "END"]
+__all__ = ["findings_markdown", "changes_markdown", "group_line", "row_summary", "replace_between_markers",
+           "read_summary", "START", "END"]
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 _ORDER = ("holds", "fails", "not resolved", "not evaluable")
+# A failing group, as the layer decided it, is a finding about the paper's claim in a faithful run.
+_CAUSE_WORDS = {"decided": "finding", "stage not reached": "stage not reached", "not trained": "arm not trained"}
 
 
 def _fmt(x: Any) -> str:
-    if isinstance(x, (int, float)) and math.isfinite(x):
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x):
         return f"{x:.4g}"
     return "—"
 
 
-def row_summary(r: dict[str, Any]) -> str:
+def _bound(x: Any, side: int) -> str:
+    if x is None:
+        return "−∞" if side < 0 else "+∞"
+    return _fmt(x)
+
+
+def row_summary(r: Mapping[str, Any]) -> str:
     """The numbers that decided one claim row (from ``summary.json``): ``mean [lo, hi] vs expected ±
     tol``, ``Δ lo…hi`` for a comparison, or the reason when the row is not evaluable."""
-    if r["verdict"] == "not evaluable":
-        return r.get("reason") or "no measurement"
+    if r.get("verdict") == "not evaluable":
+        return str(r.get("reason") or "no measurement")
     iv = r.get("interval") or [None, None]
     if r.get("test") == "compare":
-        return f"Δ {_fmt(iv[0])}…{_fmt(iv[1])}"
-    return f"{_fmt(r.get('mean'))} [{_fmt(iv[0])}, {_fmt(iv[1])}] vs {_fmt(r.get('expected'))} ± {_fmt(r.get('tolerance'))}"
+        return f"Δ {_bound(iv[0], -1)}…{_bound(iv[1], 1)}"
+    return (f"{_fmt(r.get('mean'))} [{_bound(iv[0], -1)}, {_bound(iv[1], 1)}] vs {_fmt(r.get('expected'))} "
+            f"± {_fmt(r.get('tolerance'))}")
 
 
-def group_line(g: dict[str, Any]) -> str:
-    """``**verdict** `id` — statement: the deciding numbers`` for one claim group (markdown)."""
+def cause_word(g: Mapping[str, Any]) -> str:
+    """What left a group failing or undecided, in the findings' words (empty for a group that holds)."""
+    if g.get("verdict") == "holds":
+        return ""
+    cause = str(g.get("cause") or "")
+    return _CAUSE_WORDS.get(cause, cause)
+
+
+def group_line(g: Mapping[str, Any]) -> str:
+    """``**verdict** (cause) `id` — statement: the deciding numbers`` for one claim group (markdown)."""
     rows = g.get("rows", [])
     parts = []
     for r in rows[:8]:
         name = r["id"].split("/", 1)[1] if "/" in r["id"] else r["id"]
-        parts.append(f"{name}: {row_summary(r)} → {r['verdict']}")
+        tag = " [ours]" if r.get("provenance") == "ours" else ""
+        parts.append(f"{name}{tag}: {row_summary(r)} → {r['verdict']}")
     more = f"; … {len(rows) - 8} more rows" if len(rows) > 8 else ""
-    return f"**{g['verdict']}** `{g['id']}` — {g['statement']}. " + "; ".join(parts) + more
+    cause = cause_word(g)
+    why = f" ({cause})" if cause else ""
+    extra = f" {g['reason']}." if g.get("reason") else ""
+    return f"**{g['verdict']}**{why} `{g['id']}` — {g['statement']}.{extra} " + "; ".join(parts) + more
 
 
-def _counts(groups: Sequence[dict[str, Any]]) -> str:
+def _counts(groups: Sequence[Mapping[str, Any]]) -> str:
     c = {v: sum(g["verdict"] == v for g in groups) for v in _ORDER}
     return f"{c['holds']}/{len(groups)}" + "".join(f", {c[v]} {v}" for v in _ORDER[1:] if c[v])
 
 
+def _causes(groups: Sequence[Mapping[str, Any]]) -> str:
+    tally: dict[str, int] = {}
+    for g in groups:
+        w = cause_word(g)
+        if w:
+            tally[w] = tally.get(w, 0) + 1
+    return ", ".join(f"{n} {w}" for w, n in tally.items()) or "—"
+
+
+def read_summary(run_dir: Path) -> tuple[Run, dict[str, Any]]:
+    """A run and its ``summary.json``, checked for what the findings read: a claims list of groups,
+    each with an id, a verdict and its rows. Anything else: :class:`RunDirError`, one line."""
+    run = Run(Path(run_dir))
+    s = run.summary
+    where = run.path / "summary.json"
+    if not s or "claims" not in s:
+        raise RunDirError(f"{run_dir}: no summary.json with claims (rebuild it with `tdlab report {run_dir}`)")
+    for key in ("claims", "sanity"):
+        groups = s.get(key, [])
+        if not isinstance(groups, list):
+            raise RunDirError(f"{where}: '{key}' is not a list of claim groups")
+        for g in groups:
+            if not isinstance(g, dict) or not isinstance(g.get("id"), str) or g.get("verdict") not in _ORDER \
+                    or not isinstance(g.get("rows", []), list) or not all(isinstance(r, dict) and "id" in r and "verdict" in r
+                                                                         for r in g.get("rows", [])):
+                raise RunDirError(f"{where}: a claim group of '{key}' lacks an id, a verdict ({', '.join(_ORDER)}) or rows")
+    for key in ("experiment", "paper", "figure"):
+        if not isinstance(s.get(key), str):
+            raise RunDirError(f"{where}: '{key}' is missing or not text")
+    return run, s
+
+
 def findings_markdown(run_dirs: Sequence[Path]) -> str:
     """The findings table and per-group lines of ``run_dirs``, in the order given."""
-    runs = []
-    for d in run_dirs:
-        run = Run(Path(d))
-        s = run.summary
-        if not s or "claims" not in s:
-            raise RunDirError(f"{d}: no summary.json with claims (rebuild it with `tdlab report {d}`)")
-        runs.append((run, s))
-    lines = ["| experiment | seed, figure | profile | paper claims held | sanity held | wall |",
-             "|---|---|---|---|---|---|"]
+    runs = [read_summary(d) for d in run_dirs]
+    lines = ["| experiment | seed, figure | profile | paper claims held | not holding, by cause | sanity held | wall |",
+             "|---|---|---|---|---|---|---|"]
     for run, s in runs:
+        wall = s.get("wall_time_s", 0)
         lines.append(f"| `{s['experiment']}` | {s['paper']}, {s['figure']} | {s.get('profile', '?')} | "
-                     f"{_counts(s['claims'])} | {_counts(s.get('sanity', []))} | {s.get('wall_time_s', 0):.0f} s |")
+                     f"{_counts(s['claims'])} | {_causes(s['claims'])} | {_counts(s.get('sanity', []))} | "
+                     f"{_fmt(wall) if isinstance(wall, (int, float)) else '—'} s |")
     for run, s in runs:
         lines += ["", f"**`{s['experiment']}`** (run `{run.path.name}`, {s.get('members', '?')} members, "
-                      f"seed {s.get('seed', '?')}, {s.get('env', {}).get('device', '?')}):", ""]
+                      f"seed {s.get('seed', '?')}, {(s.get('env') or {}).get('device', '?')}):", ""]
         for arm, h in (s.get("arms") or {}).items():
-            if not h.get("trained", True):
-                lines.append(f"- arm `{arm}` **{h['status']}**: {'; '.join(h.get('reasons', []))}")
+            if isinstance(h, dict) and not h.get("trained", True):
+                lines.append(f"- arm `{arm}` **{h.get('status', 'not trained')}**: {'; '.join(map(str, h.get('reasons', [])))}")
         lines += [f"- {group_line(g)}" for g in s["claims"]]
         if s.get("sanity"):
             lines.append("- sanity: " + "; ".join(f"`{g['id']}` {g['verdict']}" for g in s["sanity"]))
     return "\n".join(lines) + "\n"
 
 
+def changes_markdown(run_dirs: Sequence[Path], before: Path) -> str:
+    """Per experiment, the paper groups whose verdict differs from the run of the same experiment
+    found under ``before`` (one run directory per experiment, matched by name): ``id: before → after
+    (cause)``, and groups that appeared or went."""
+    old: dict[str, dict[str, Any]] = {}
+    for d in sorted(Path(before).iterdir()) if Path(before).is_dir() else []:
+        if d.is_dir() and (d / "summary.json").is_file():
+            _, s = read_summary(d)
+            old[s["experiment"]] = s
+    if not old:
+        raise RunDirError(f"--before {before}: no run directories with a summary.json there")
+    lines = ["| experiment | paper groups before → after | groups that changed verdict (before → after, cause) |",
+             "|---|---|---|"]
+    for d in run_dirs:
+        _, s = read_summary(d)
+        prev = old.get(s["experiment"])
+        if prev is None:
+            lines.append(f"| `{s['experiment']}` | — → {_counts(s['claims'])} | new experiment |")
+            continue
+        was = {g["id"]: g["verdict"] for g in prev["claims"]}
+        now = {g["id"]: g for g in s["claims"]}
+        moved = []
+        for gid, g in now.items():
+            if gid not in was:
+                moved.append(f"`{gid}` new: {g['verdict']}")
+            elif was[gid] != g["verdict"]:
+                cause = cause_word(g)
+                moved.append(f"`{gid}` {was[gid]} → {g['verdict']}{f' ({cause})' if cause else ''}")
+        moved += [f"`{gid}` was {v}, now sanity or gone" for gid, v in was.items() if gid not in now]
+        lines.append(f"| `{s['experiment']}` | {_counts(prev['claims'])} → {_counts(s['claims'])} | "
+                     f"{'; '.join(moved) or 'no change'} |")
+    return "\n".join(lines) + "\n"
+
+
 def replace_between_markers(path: Path, text: str) -> None:
-    """Replace what lies between :data:`START` and :data:`END` in ``path`` with ``text``."""
-    doc = Path(path).read_text()
+    """Replace what lies between :data:`START` and :data:`END` in ``path`` with ``text``.
+
+    A missing file, a directory, a file that is not UTF-8 text, or one without both markers is
+    refused with one line (:class:`RunDirError`) and left as it was."""
+    path = Path(path)
+    if not path.is_file():
+        raise RunDirError(f"--readme {path}: {'a directory' if path.is_dir() else 'no such file'}; give the README to write into")
+    try:
+        doc = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise RunDirError(f"--readme {path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise RunDirError(f"--readme {path}: cannot read it ({exc.strerror or type(exc).__name__})") from None
     pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
     if not pattern.search(doc):
         raise RunDirError(f"{path}: no {START} … {END} markers to replace")
-    atomic_write(Path(path), pattern.sub(lambda _: f"{START}\n{text}{END}", doc, count=1))
+    atomic_write(path, pattern.sub(lambda _: f"{START}\n{text}{END}", doc, count=1))
