@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from tdlab.config import ConfigError
 from tdlab.experiments.base import init_arm
-from tdlab.experiments.markov_icl_depth import MarkovICLDepth
+from tdlab.experiments.seed003_attention_markov.icl_depth import MarkovICLDepth
 from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
 from tdlab.experiments.runner import execute
 from tdlab.export.transformer_lens import (CONFIG_KEY, FORMAT, export_member, load, read_export, tl_shapes,

@@ -1,9 +1,19 @@
 """Seed 003 — *Attention with Markov* (the talk: tied vs untied embeddings on first-order chains;
-k-th order in-context Markov sources, the k-gram estimator and depth): one module per statement."""
+k-th order in-context Markov sources, the k-gram estimator and depth): one module per statement.
 
+* :mod:`.tying` (``markov-tying``): θ_π, a bad local minimum tied and a saddle untied; escape from it;
+* :mod:`.icl_depth` (``markov-icl-depth``): depth 1, 2, 3 against the in-context estimator;
+* :mod:`.icl_depth_linear` (``markov-icl-depth-linear``): without non-linearities, logarithmic depth;
+* :mod:`.icl_heads` (``markov-icl-heads``): one head per layer suffices at depth 3;
+* :mod:`.icl_construction` (``markov-icl-construction``): att ∝ exp(κ cos) realises the induction head;
+* shared: :mod:`.estimator_stage` (the in-context estimators and the stage they define) and
+  :mod:`.icl_grid` (the family × k × depth × heads grid of the two grid experiments).
+"""
 
-# TRANSITIONAL: the flat modules not yet moved into this package are imported from where they are.
-from tdlab.experiments import markov_tying  # noqa: F401
-from tdlab.experiments import markov_icl_depth  # noqa: F401
-from tdlab.experiments import markov_icl_linear  # noqa: F401
-from tdlab.experiments import markov_icl_construction  # noqa: F401
+from tdlab.experiments.seed003_attention_markov import (  # noqa: F401  (importing registers the experiments)
+    icl_construction,
+    icl_depth,
+    icl_depth_linear,
+    icl_heads,
+    tying,
+)

@@ -3,27 +3,30 @@
 The talk's reading of its 3-layer result: attention weights ``att_{T,n} ∝ exp(κ cos(v_n, u_T))`` realise
 a k-th order induction head ("capture context", then "match contexts & count"). Two parts:
 
-* **The construction, no training** (:func:`tdlab.models.normalised_attention.construction`): the
-  3-layer normalised-attention model with weights set by hand (the talk gives none; ours, derived in
+* **The construction, no training** (horizon ``static``; :func:`tdlab.models.normalised_attention.construction`):
+  the 3-layer normalised-attention model with weights set by hand (the talk gives none; ours, derived in
   that module) against the order-k add-α in-context estimator (:func:`tdlab.theory.kgram.kgram_probs`,
   α = 1: Laplace, the Bayes predictor of the source) on the same fresh sequences of
-  :class:`~tdlab.tasks.markov_kth.InContextMarkov`, for a grid of κ. Claims (deterministic: no seed
-  noise): the gap (mean KL of the estimator's next-token law from the construction's) decreases
-  along the κ grid, and at the largest κ it is below ``claims.tol_nats``.
+  :class:`~tdlab.tasks.markov_kth.InContextMarkov`, for a grid of κ. Claims (exact computations, no seed
+  noise: ``deterministic`` samples): at the largest κ the gap (mean KL of the estimator's next-token law
+  from the construction's) is below ``claims.tol_nats``, and it decreases along the κ grid.
 * **The same model, trained** (3 layers, cosine attention, learned κ, relative key/value embeddings,
   random init): its last layer's context-matching score (:func:`tdlab.probes.attention.context_matching_score`:
   attention mass on keys whose preceding k tokens equal the query's current k-context) against the
-  construction's on the same sequences. Claim (ours, stated in the config: the talk shows the maps,
-  no number): the trained score's excess over chance (uniform causal attention) is at least
-  ``claims.score_fraction`` of the construction's excess over chance. (The raw ratio would not test
-  matching: uniform attention alone scores ~70% of the construction at k = 1.)
+  construction's on the same sequences. Claim (the fraction ours: the talk shows the maps, no number):
+  the trained score's excess over chance (uniform causal attention) is at least ``claims.score_fraction``
+  of the construction's excess over chance. (The raw ratio would not test matching: uniform attention
+  alone scores ~70% of the construction at k = 1.) Its stage: the trained members are past the
+  order-(k−1) in-context estimator (:data:`~.estimator_stage.PAST_LOWER_ORDER`): a model still counting
+  (k−1)-contexts has no k-th order induction head to compare, whatever the budget would give later.
+  The score is measured once, at the end of training: no drift is known for it.
 
 Metric layout: arm ``construction/k{k}``: per κ index ``i`` (the step column) ``kappa``, ``gap``
 (mean per-position KL(estimator || construction), nats per token, member 0), ``max_kl`` (its largest
 value), ``loss_gap`` (construction's loss − estimator's on the realised tokens, either sign); arm
-``train/k{k}`` the trainer's curves, ``train/k{k}/probe``
-``probe_loss``, ``est_loss``, ``match_score_layer{l}``, ``match_chance_layer{l}``,
-``construction_score``, ``kappa_layer{l}`` per member.
+``train/k{k}`` the trainer's curves, ``train/k{k}/probe`` ``probe_loss``, ``est_loss_order{j}``
+(``j = 0..k``), ``match_score_layer{l}``, ``match_chance_layer{l}``, ``construction_score``,
+``kappa_layer{l}`` per member.
 """
 
 from __future__ import annotations
@@ -32,17 +35,19 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from tdlab.claims import end_drift
+from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.seed003_attention_markov.estimator_stage import (
+    PAST_LOWER_ORDER, PROBE_DATA, estimator_losses, record_stage)
+from tdlab.experiments.view import RunView
 from tdlab.models.normalised_attention import NormAttnConfig, NormalisedAttention, construction
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
-from tdlab.report.figures import member_curves, plt, save_figure
-from tdlab.runs import Run
+from tdlab.report.figures import plt, save_figure
+from tdlab.runs import RunDirError
 from tdlab.seeding import derive_seed, generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov
 from tdlab.theory.kgram import cross_entropy, kgram_probs
@@ -50,9 +55,7 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
 
 __all__ = ["ConstructionClaimConfig", "ConstructionProbeConfig", "MarkovICLConstructionConfig", "MarkovICLConstruction",
-           "construction_gaps", "construction_arm", "train_arm"]
-
-PROBE_DATA = "probe-data"
+           "construction_gaps", "construction_arm", "train_arm", "CLAIMS"]
 
 
 def construction_arm(k: int) -> str:
@@ -91,6 +94,9 @@ class ConstructionClaimConfig(Config):
     # Trained layer-3 context-matching score above chance >= this fraction of the construction's above
     # chance, on the same sequences (ours: the talk shows attention maps, no number).
     score_fraction: float = Field(0.5, gt=0.0, le=2.0)
+    # The stage the trained claim needs (estimator_stage.PAST_LOWER_ORDER): past the order-(k-1) estimator
+    # by this share of the gap to the order-k one (seed 000's plateau-escape share; why: estimator_stage).
+    stage_share: float = Field(0.25, gt=0.0, lt=1.0)
 
 
 class ConstructionProbeConfig(Config):
@@ -157,6 +163,32 @@ class MarkovICLConstructionConfig(ExperimentConfig):
         return self
 
 
+CLAIMS = (
+    ClaimSpec(
+        "construction-reaches-estimator",
+        "The normalised-attention construction (3 layers, att ∝ exp(κ cos)) computes the order-k in-context estimator "
+        "as κ grows (seed 003 talk, Part II, 'Intuition'; weights ours, derived)",
+        test="value", relation="le", quantity="mean per-position KL(order-k add-α estimator || construction) at the "
+        "largest κ of the grid, on fresh sequences, nats per token", expected=0.0, tolerance="claims.tol_nats",
+        horizon="static", learning_required=False, unit=" nats", needs="ks non-empty"),
+    ClaimSpec(
+        "construction-gap-decreases-with-kappa",
+        "The construction's gap to the estimator decreases along the κ grid (seed 003 talk, Part II, 'Intuition': att ∝ exp(κ cos) "
+        "'realizes a k-th order induction head' as the attention sharpens)",
+        test="value", relation="le", quantity="the largest step of the gap along the κ grid, max_i gap(κ_{i+1}) − gap(κ_i), "
+        "nats (rises up to claims.rounding are float rounding)", expected=0.0, tolerance="claims.rounding", horizon="static",
+        learning_required=False, unit=" nats", needs="ks non-empty"),
+    ClaimSpec(
+        "trained-matches-like-construction",
+        "Trained from a random init, the same normalised-attention model learns the construction's k-th order induction "
+        "head (seed 003 talk, Part II, 'Intuition': 'match contexts & count')",
+        test="value", relation="ge", quantity="(trained last-layer context-matching score − chance) / (construction's at "
+        "the largest κ − chance), same sequences, per member (fraction ours: the talk shows maps, no number)",
+        expected="claims.score_fraction", tolerance=0.0, horizon="convergence", stage=PAST_LOWER_ORDER,
+        needs="train_ks non-empty"),
+)
+
+
 @register
 class MarkovICLConstruction(Experiment):
     name = "markov-icl-construction"
@@ -168,6 +200,7 @@ class MarkovICLConstruction(Experiment):
         "in-context Markov chains: its layer-3 context-matching score against the construction's."
     )
     Config = MarkovICLConstructionConfig
+    claims = CLAIMS
     arm_fields = {"model.readout": "(the trained model reads out linearly)"}
     profiles = {
         # Construction: k = 1, 2 on 128 sequences of length 64; training: k = 1, 2, 3 members, 600 steps.
@@ -205,21 +238,21 @@ class MarkovICLConstruction(Experiment):
     @torch.no_grad()
     def probe(cls, model: NormalisedAttention, task: InContextMarkov, cfg: MarkovICLConstructionConfig, seeds: list[int],
               device: str = "cpu") -> list[tuple[int, int, str, float]]:
-        """Loss vs the estimator, every layer's matching score, and the construction's score (largest κ)
-        on the same fresh sequences of each member."""
+        """Loss vs the order-0..k estimators, every layer's matching score, and the construction's score
+        (largest κ) on the same fresh sequences of each member."""
         model.eval()
         k, step = task.k, cfg.train.steps
         x = cls.probe_tokens(task, cfg, seeds, device)  # (E, S, T)
         loss = next_token_loss(model(x[..., :-1]), x[..., 1:]).double()  # (E,)
-        est = cross_entropy(kgram_probs(x, k, 2, cfg.alpha), x).mean((-1, -2))
+        est = {j: v.mean(-1) for j, v in estimator_losses(x, k, 2, cfg.alpha).items()}
         pats = attention_patterns(model, x)
         built = construction(k, cfg.kappas[-1], cfg.alpha, members=len(seeds))
         cpat = attention_patterns(built, x)[-1]
         cscore, _ = context_matching_score(cpat, x[:, :, None], k, keep_dims=1)
         rows = []
         for e in range(len(seeds)):
-            rows += [(step, e, "probe_loss", float(loss[e])), (step, e, "est_loss", float(est[e])),
-                     (step, e, "construction_score", float(cscore[e]))]
+            rows += [(step, e, "probe_loss", float(loss[e])), (step, e, "construction_score", float(cscore[e]))]
+            rows += [(step, e, f"est_loss_order{j}", float(v[e])) for j, v in est.items()]
         for layer, pat in enumerate(pats):
             score, chance = context_matching_score(pat, x[:, :, None], k, keep_dims=1)
             kap = model.blocks[layer].log_kappa.exp()
@@ -232,86 +265,70 @@ class MarkovICLConstruction(Experiment):
     def trivial_error(self, cfg: MarkovICLConstructionConfig, arm: str) -> float:
         return math.log(2)
 
-    @staticmethod
-    def _final(metrics: pd.DataFrame, arm: str, name: str) -> list[float]:
-        df = metrics[(metrics["arm"] == arm) & (metrics["name"] == name)].sort_values(["step", "member"])
-        return df["value"].tolist()
-
-    def analyse(self, cfg: MarkovICLConstructionConfig, run: Run) -> Analysis:
-        metrics = run.metrics()
+    def measure(self, cfg: MarkovICLConstructionConfig, run: RunView) -> Measurements:
         cl = cfg.claims
-        out = Analysis(measurements={"tol_nats": cl.tol_nats, "score_fraction": cl.score_fraction})
-        limit = out.group("construction-reaches-estimator",
-                          "The normalised-attention construction (3 layers, att ∝ exp(κ cos)) computes the order-k in-context "
-                          f"estimator as κ grows: its gap to the order-k Laplace estimator (mean KL per token) at the largest κ is "
-                          f"≤ {cl.tol_nats} nats (talk Part II, 'Intuition'; weights ours, derived)")
-        falls = out.group("construction-gap-decreases-with-kappa",
-                          "The construction's gap to the estimator decreases along the κ grid (talk: 'realizes a k-th order "
-                          "induction head' as the attention sharpens)")
-        trained = out.group("trained-matches-like-construction",
-                            "Trained with random init, the same normalised-attention model learns the construction's induction "
-                            f"head: its layer-3 context-matching score above chance is ≥ {cl.score_fraction} × the construction's "
-                            "above chance, on the same sequences (fraction ours)")
+        out = Measurements({"tol_nats": cl.tol_nats, "score_fraction": cl.score_fraction, "stage_share": cl.stage_share})
         cons: dict[str, dict] = {}
         for k in cfg.ks:
             arm = construction_arm(k)
-            gaps, kls, kaps, lgaps = (self._final(metrics, arm, n) for n in ("gap", "max_kl", "kappa", "loss_gap"))
-            if not gaps:
-                continue
+            if not run.has(arm, "gap"):
+                continue  # not measured (a run cut off before this order): the rows it would give are absent
+            # one draw of sequences, stored as member 0 with the κ index in the step column
+            gaps, kls, kaps, lgaps = (run.curves(arm, n)[1][0].tolist() for n in ("gap", "max_kl", "kappa", "loss_gap"))
             cons[f"k{k}"] = {"kappa": kaps, "gap": gaps, "max_kl": kls, "loss_gap": lgaps}
-            limit.value(f"k{k}", [gaps[-1]], 0.0, cl.tol_nats, "le", deterministic=True, unit=" nats",
-                        statement=f"k={k}: gap at κ={kaps[-1]:g} ≤ {cl.tol_nats} nats (measured {gaps[-1]:.3g})")
-            steps = [b - a for a, b in zip(gaps, gaps[1:])]
-            falls.every(f"k{k}", steps, 0.0, cl.rounding, "le", unit=" nats",
-                        statement=f"k={k}: every step along κ = {', '.join(f'{v:g}' for v in kaps)} lowers the gap "
-                                  f"(rises ≤ {cl.rounding:g} count as rounding)")
-        out.measurements["construction"] = cons
+            out.row("construction-reaches-estimator", f"k{k}", Sample([gaps[-1]], deterministic=True),
+                    context={"k": k, "kappa": kaps[-1]}, label=f"k={k}: gap at κ={kaps[-1]:g} ≤ {cl.tol_nats} nats")
+            out.row("construction-gap-decreases-with-kappa", f"k{k}",
+                    Sample([max(b - a for a, b in zip(gaps, gaps[1:]))], deterministic=True), context={"k": k},
+                    label=f"k={k}: every step along κ = {', '.join(f'{v:g}' for v in kaps)} lowers the gap "
+                          f"(rises ≤ {cl.rounding:g} count as rounding)")
+        out.values["construction"] = cons
         tr: dict[str, dict] = {}
+        last = cfg.model.layers - 1
         for k in cfg.train_ks:
             arm, pa = train_arm(k), f"{train_arm(k)}/probe"
-            last = cfg.model.layers - 1
-            score = np.array(self._final(metrics, pa, f"match_score_layer{last}"))
-            cscore = np.array(self._final(metrics, pa, "construction_score"))
-            loss, est = np.array(self._final(metrics, pa, "probe_loss")), np.array(self._final(metrics, pa, "est_loss"))
-            steps, test = member_curves(metrics, arm, "test_loss")
-            _, bayes = member_curves(metrics, arm, "test_loss@bayes")
-            drift = end_drift(steps, test - bayes) if test.size and bayes.shape == test.shape else None
-            if score.size == 0 or cscore.size != score.size:
-                continue
-            chance = np.array(self._final(metrics, pa, f"match_chance_layer{last}"))
+            if not run.has(pa, "probe_loss"):
+                continue  # not probed (a run cut off before this order)
+            score, chance = run.final(pa, f"match_score_layer{last}"), run.final(pa, f"match_chance_layer{last}")
+            cscore, loss = run.final(pa, "construction_score"), run.final(pa, "probe_loss")
+            lower, est = run.final(pa, f"est_loss_order{k - 1}"), run.final(pa, f"est_loss_order{k}")
+            record_stage(out, arm, loss, lower, est, cl.stage_share, k)
             # Above chance: uniform causal attention already scores `chance` (~0.6 at k = 1), a large
             # fraction of the construction's raw score, so the raw ratio would not test matching.
             ratio = (score - chance) / (cscore - chance)
             tr[f"k{k}"] = {"score_last_layer": score.tolist(), "construction_score": cscore.tolist(), "ratio": ratio.tolist(),
                            "chance_last_layer": chance.tolist(),
-                           "score_by_layer": [self._final(metrics, pa, f"match_score_layer{i}") for i in range(cfg.model.layers)],
-                           "kappa_by_layer": [self._final(metrics, pa, f"kappa_layer{i}") for i in range(cfg.model.layers)],
-                           "gap": (loss - est).tolist(), "eval_gap_drift": drift}
-            trained.value(f"k{k}", ratio.tolist(), cl.score_fraction, 0.0, "ge", arms=[arm], unit="",
-                          statement=f"k={k}: (trained layer-{last + 1} score − chance) / (construction's (κ={cfg.kappas[-1]:g}) − chance) "
-                                    f"≥ {cl.score_fraction}")
-        out.measurements["trained"] = tr
-        for group, need in ((limit, "ks"), (falls, "ks"), (trained, "train_ks")):
-            if not group.rows:
-                row = group.value("not-in-run", [], 0.0, 0.0, "le", statement=f"needs {need} non-empty")
-                row.reason = f"{need} is empty in this run's config"
-        for key, c in cons.items():
-            out.notes.append(f"construction {key}: gap by κ " + ", ".join(f"{a:g}: {g:.2e}" for a, g in zip(c["kappa"], c["gap"]))
-                             + f" nats (mean KL); largest per-position KL at the largest κ {c['max_kl'][-1]:.2e}; "
-                             "loss gap on the realised tokens "
-                             + ", ".join(f"{g:+.1e}" for g in c["loss_gap"]) + ".")
-        for key, t in tr.items():
-            out.notes.append(f"trained {key}: gap to the estimator {np.mean(t['gap']):+.4f} nats; layer scores "
-                             + ", ".join(f"{np.mean(s):.3f}" for s in t["score_by_layer"])
-                             + f" (chance {np.mean(t['chance_last_layer']):.3f}); construction {np.mean(t['construction_score']):.3f}; "
-                             "learned κ by layer " + ", ".join(f"{np.mean(v):.1f}" for v in t["kappa_by_layer"]) + ".")
-        out.notes.append("The construction's weights are ours (the talk shows the cosine attention and the embedding layout only): "
-                         "layer 1 codes the last k tokens as a binary fraction by positional attention ∝ 2^-j, layer 2 copies the "
-                         "previous position's code, layer 3 matches codes by cosine; a null slot (logit κ + ln 2α) gives the "
-                         "Laplace smoothing and the uniform law when the context has no earlier occurrence.")
+                           "score_by_layer": [run.final(pa, f"match_score_layer{i}").tolist() for i in range(cfg.model.layers)],
+                           "kappa_by_layer": [run.final(pa, f"kappa_layer{i}").tolist() for i in range(cfg.model.layers)],
+                           "gap": (loss - est).tolist(), "gap_vs_lower_order": (loss - lower).tolist(),
+                           "past_lower_order": out.stages[arm][PAST_LOWER_ORDER.id].passed,
+                           "eval_gap_drift": run.drift(arm, "test_loss", minus="test_loss@bayes")}
+            out.row("trained-matches-like-construction", f"k{k}", Sample(ratio), arms=[arm], context={"k": k},
+                    label=f"k={k}: (trained layer-{last + 1} score − chance) / (construction's (κ={cfg.kappas[-1]:g}) − chance) "
+                          f"≥ {cl.score_fraction}")
+        out.values["trained"] = tr
         return out
 
-    def plot(self, cfg: MarkovICLConstructionConfig, run: Run, analysis: Analysis, figdir: Path) -> list[Path]:
+    def notes(self, cfg: MarkovICLConstructionConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        notes = []
+        for key, c in measured.values["construction"].items():
+            notes.append(f"construction {key}: gap by κ " + ", ".join(f"{a:g}: {g:.2e}" for a, g in zip(c["kappa"], c["gap"]))
+                         + f" nats (mean KL); largest per-position KL at the largest κ {c['max_kl'][-1]:.2e}; "
+                         "loss gap on the realised tokens " + ", ".join(f"{g:+.1e}" for g in c["loss_gap"]) + ".")
+        for key, t in measured.values["trained"].items():
+            notes.append(f"trained {key}: gap to the estimator {np.mean(t['gap']):+.4f} nats (vs the order-{int(key[1:]) - 1} "
+                         f"one {np.mean(t['gap_vs_lower_order']):+.4f}; {sum(t['past_lower_order'])}/{len(t['gap'])} members "
+                         f"past that stage; drift {t['eval_gap_drift']:+.4f}); layer scores "
+                         + ", ".join(f"{np.mean(s):.3f}" for s in t["score_by_layer"])
+                         + f" (chance {np.mean(t['chance_last_layer']):.3f}); construction {np.mean(t['construction_score']):.3f}; "
+                         "learned κ by layer " + ", ".join(f"{np.mean(v):.1f}" for v in t["kappa_by_layer"]) + ".")
+        notes.append("The construction's weights are ours (the talk shows the cosine attention and the embedding layout only): "
+                     "layer 1 codes the last k tokens as a binary fraction by positional attention ∝ 2^-j, layer 2 copies the "
+                     "previous position's code, layer 3 matches codes by cosine; a null slot (logit κ + ln 2α) gives the "
+                     "Laplace smoothing and the uniform law when the context has no earlier occurrence.")
+        return notes
+
+    def plot(self, cfg: MarkovICLConstructionConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         paths = []
         cons = analysis.measurements["construction"]
         fig, ax = plt.subplots(figsize=(5.5, 4))
@@ -329,7 +346,7 @@ class MarkovICLConstruction(Experiment):
         for k in cfg.train_ks:
             try:
                 states = run.arrays(train_arm(k))
-            except Exception:  # noqa: BLE001  (an arm that did not finish has no arrays)
+            except RunDirError:  # an arm that did not finish has no arrays
                 continue
             model = NormalisedAttention(cfg.model, seeds)
             model.load_state_dict(states)

@@ -1,6 +1,8 @@
-"""markov-tying (seed 003 Part I): every claim group of ``analyse`` on synthetic metrics (holds on
-faithful ones, fails on a wrong measurement), the censored escape-step direction claim, and a tiny
-end-to-end run."""
+"""markov-tying (seed 003 Part I): every declared claim judged on synthetic metrics (holds on faithful
+ones, fails on a wrong measurement); provenance (the p+q<1 control never decides a paper group); the
+escape-step direction is an exact sign test on discrete, censored steps (three members never decide it,
+six can; both arms censored is not resolved, never "fails"); the p+q<1 end state needs the plateau
+left; a tiny end-to-end run."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import math
 
 import pytest
 
-from tdlab.experiments.markov_tying import MarkovTying, chain_tag, normalised_position
+from tdlab.experiments.seed003_attention_markov.tying import MarkovTying, chain_tag, normalised_position
 from tdlab.experiments.runner import execute, rebuild
 from tdlab.runs import RunWriter
 from tdlab.tasks.markov import entropy_rate, marginal_entropy, stationary
@@ -33,7 +35,7 @@ def _curve(p, q, leave_at, end="rate", spread=0.0):
 def faithful_curves(p, q, tied, m):
     """Tied members leave the plateau late or never (censored), untied early; p+q<1 both reach the rate."""
     if p + q > 1:
-        return _curve(p, q, [None, 500, None][m] if tied else [100, 200, 100][m])
+        return _curve(p, q, [None, 500, None][m % 3] if tied else [100, 200, 100][m % 3])
     return _curve(p, q, 100, spread=0.001 * m)
 
 
@@ -85,12 +87,19 @@ def cfg():
     return EXP.make_config("quick", OVERRIDES, members=3)
 
 
-def test_faithful_metrics_hold_every_group(tmp_path, cfg):
-    a = EXP.analyse(cfg, synthetic_run(tmp_path, cfg))
+@pytest.fixture
+def cfg6():
+    """Six members: the fewest with which an exact sign test can decide a direction at 95 % (2/64 < 0.05)."""
+    return EXP.make_config("quick", OVERRIDES, members=6)
+
+
+def test_faithful_metrics_hold_every_group(tmp_path, cfg6):
+    a = EXP.analyse(cfg6, synthetic_run(tmp_path, cfg6))
     g = groups_of(a)
-    assert [x.id for x in a.paper] == ["theta-pi-stationary", "tied-theta-pi-local-minimum", "theta-pi-saddle",
-                                       "tied-leaves-plateau-later", "below-line-reaches-entropy-rate"]
-    assert [x.id for x in a.sanity_groups] == ["theta-pi-loss-is-H(pi)", "theta-pi-canonical-spectrum"]
+    assert [x.id for x in a.groups if x.kind == "paper"] == [
+        "theta-pi-stationary", "tied-theta-pi-local-minimum", "theta-pi-saddle", "tied-leaves-plateau-later",
+        "below-line-reaches-entropy-rate"]
+    assert [x.id for x in a.groups if x.kind == "sanity"] == ["theta-pi-loss-is-H(pi)", "theta-pi-canonical-spectrum"]
     assert all(x.verdict == "holds" for x in a.groups), [r.describe() for r in rows_of(a).values() if not r.holds]
     r = rows_of(a)
     assert set(r) >= {f"theta-pi-stationary/{ABOVE}", f"tied-theta-pi-local-minimum/{ABOVE}/hessian-psd",
@@ -101,30 +110,48 @@ def test_faithful_metrics_hold_every_group(tmp_path, cfg):
                       f"below-line-reaches-entropy-rate/{BELOW}/untied"}
     # no local-minimum row for the p+q<1 chain: the closed form makes it a saddle there
     assert not any(k.startswith(f"tied-theta-pi-local-minimum/{BELOW}") for k in r)
-    assert all(x.deterministic for x in g["theta-pi-stationary"].rows + g["theta-pi-saddle"].rows)
-    # the direction claim: censored at the horizon, paired
+    assert all(x.measured.deterministic for x in g["theta-pi-stationary"].rows + g["theta-pi-saddle"].rows)
+    # the theorem's hypothesis is p+q>1: the control's rows are ours, the Fig. 4 chain's the seed's; the talk's
+    # saddle is the untied one above the line
+    assert r[f"theta-pi-stationary/{BELOW}"].provenance == "ours" and r[f"theta-pi-stationary/{ABOVE}"].provenance == "seed"
+    assert r[f"theta-pi-saddle/{ABOVE}/untied/hessian-negative"].provenance == "seed"
+    assert r[f"theta-pi-saddle/{BELOW}/tied/hessian-negative"].provenance == "ours"
+    assert all(x.horizon == "static" for x in g["theta-pi-saddle"].rows)
+    # the direction claim: discrete, censored at the last evaluation, an exact sign test over 6 paired members
     later = r[f"tied-leaves-plateau-later/{ABOVE}"]
-    horizon = cfg.train.steps + cfg.train.eval_every
-    assert later.paired and later.measured == [float(horizon), 500.0, float(horizon)] and later.reference == [100.0, 200.0, 100.0]
-    assert later.learning_required is False and later.arms == [f"train/tied/{ABOVE}", f"train/untied/{ABOVE}"]
-    assert a.measurements["training"][ABOVE]["tied"]["plateau_escape_step"] == [None, 500, None]
-    assert a.measurements["training"][ABOVE]["tied"]["stuck_fraction"] == pytest.approx(2 / 3)
-    assert a.measurements["training"]["p0.5_q0.5"]["tied"]["stuck_fraction"] is None  # i.i.d. chain: not informative
+    assert later.paired and "sign test" in later.reason and later.p_hold == pytest.approx(2 / 64)
+    assert later.measured.values == (600.0, 500.0, 600.0) * 2 and later.reference.values == (100.0, 200.0, 100.0) * 2
+    assert later.measured.censored == (True, False, True) * 2 and later.measured.resolution == 100.0
+    assert later.learning_required is False and later.arms == (f"train/tied/{ABOVE}", f"train/untied/{ABOVE}")
+    assert later.horizon == "budget"
+    t = a.measurements["training"]
+    assert t[ABOVE]["tied"]["plateau_escape_step"] == [None, 500, None] * 2
+    assert t[ABOVE]["tied"]["stuck_fraction"] == pytest.approx(2 / 3)
+    assert t["p0.5_q0.5"]["tied"]["stuck_fraction"] is None  # i.i.d. chain: not informative
     assert "| (0.5, 0.8) | p+q>1 |" in a.measurements["stuck_table"]
-    assert any("censored" in n for n in a.notes)
-    # the end-state row reads the gap to the Bayes predictor on the same batches
-    assert r[f"below-line-reaches-entropy-rate/{BELOW}/untied"].measured == pytest.approx([0.0, 0.001, 0.002], abs=1e-12)
+    assert any("censored" in n and "sign test" in n for n in a.notes)
+    # the end-state row reads the gap to the Bayes predictor on the same batches, and its stage
+    below = r[f"below-line-reaches-entropy-rate/{BELOW}/untied"]
+    assert below.measured.values == pytest.approx([0.001 * m for m in range(6)], abs=1e-12)
+    assert below.stage == "left-plateau" and below.measured.drift == pytest.approx(0.0, abs=1e-12)
+
+
+def test_three_members_never_decide_the_direction(tmp_path, cfg):
+    # 3/3 members with tied later (two censored): p = 2/8 = 0.25, not a certain "holds"
+    later = rows_of(EXP.analyse(cfg, synthetic_run(tmp_path, cfg)))[f"tied-leaves-plateau-later/{ABOVE}"]
+    assert later.verdict == "not resolved" and later.cause == "censored" and later.p_hold == pytest.approx(0.25)
 
 
 @pytest.mark.parametrize("group,row,change", [
     ("theta-pi-loss-is-H(pi)", ABOVE, lambda tag, t, v: {**v, "loss": v["loss"] + 1e-6} if tag == ABOVE else v),
     ("theta-pi-canonical-spectrum", f"{ABOVE}/untied", lambda tag, t, v: {**v, "spectrum_err": 1e-5} if t == "untied" else v),
-    ("theta-pi-stationary", BELOW, lambda tag, t, v: {**v, "grad_max": 1e-4} if tag == BELOW else v),
+    ("theta-pi-stationary", ABOVE, lambda tag, t, v: {**v, "grad_max": 1e-4} if tag == ABOVE else v),
     ("tied-theta-pi-local-minimum", f"{ABOVE}/hessian-psd", lambda tag, t, v: {**v, "eig_min": -0.01} if t == "tied" else v),
     ("tied-theta-pi-local-minimum", f"{ABOVE}/no-descent-direction",
      lambda tag, t, v: {**v, "probe_random": -1e-6} if t == "tied" else v),
     ("theta-pi-saddle", f"{ABOVE}/untied/hessian-negative", lambda tag, t, v: {**v, "eig_min": 0.0} if t == "untied" else v),
-    ("theta-pi-saddle", f"{BELOW}/tied/descent-direction", lambda tag, t, v: {**v, "probe_bottom": 0.0} if tag == BELOW else v),
+    ("theta-pi-saddle", f"{ABOVE}/untied/descent-direction",
+     lambda tag, t, v: {**v, "probe_bottom": 0.0} if tag == ABOVE and t == "untied" else v),
 ])
 def test_each_landscape_group_fails_on_a_wrong_measurement(tmp_path, cfg, group, row, change):
     a = EXP.analyse(cfg, synthetic_run(tmp_path, cfg, landscape=change))
@@ -132,44 +159,59 @@ def test_each_landscape_group_fails_on_a_wrong_measurement(tmp_path, cfg, group,
     assert groups_of(a)[group].verdict == "fails"
 
 
-def test_direction_fails_when_tied_leaves_first_or_neither_leaves(tmp_path, cfg):
+def test_the_control_below_the_line_never_decides_a_paper_group(tmp_path, cfg):
+    # ∇L ≠ 0 at the p+q<1 control: its (ours) row fails, the talk's statement (p+q>1) still holds
+    a = EXP.analyse(cfg, synthetic_run(tmp_path, cfg, landscape=lambda tag, t, v: {**v, "grad_max": 1e-4} if tag == BELOW else v))
+    assert rows_of(a)[f"theta-pi-stationary/{BELOW}"].verdict == "fails"
+    assert groups_of(a)["theta-pi-stationary"].verdict == "holds"
+
+
+def test_direction_fails_when_tied_leaves_first_and_is_unresolved_when_neither_leaves(tmp_path, cfg6):
     def tied_first(p, q, tied, m):
         return _curve(p, q, 100 if tied else 400) if p + q > 1 else faithful_curves(p, q, tied, m)
 
-    a = EXP.analyse(cfg, synthetic_run(tmp_path / "a", cfg, tied_first))
-    assert rows_of(a)[f"tied-leaves-plateau-later/{ABOVE}"].verdict == "fails"
+    later = rows_of(EXP.analyse(cfg6, synthetic_run(tmp_path / "a", cfg6, tied_first)))[f"tied-leaves-plateau-later/{ABOVE}"]
+    assert later.verdict == "fails" and later.p_fail == pytest.approx(2 / 64)
 
-    def never(p, q, tied, m):  # both censored at the horizon: no difference, not "later"
+    def never(p, q, tied, m):  # both censored at the last evaluation: nothing is known of the direction
         return _curve(p, q, None) if p + q > 1 else faithful_curves(p, q, tied, m)
 
-    a = EXP.analyse(cfg, synthetic_run(tmp_path / "b", cfg, never))
-    later = rows_of(a)[f"tied-leaves-plateau-later/{ABOVE}"]
-    assert later.verdict == "fails" and later.interval.center == 0.0
+    later = rows_of(EXP.analyse(cfg6, synthetic_run(tmp_path / "b", cfg6, never)))[f"tied-leaves-plateau-later/{ABOVE}"]
+    assert later.verdict == "not resolved" and later.cause == "censored"
 
-    def mixed(p, q, tied, m):  # tied later in two members, earlier in one: the paired interval straddles 0
-        if p + q > 1:
-            return _curve(p, q, [500, 300, 100][m] if tied else [100, 100, 400][m])
-        return faithful_curves(p, q, tied, m)
+    def one_interval(p, q, tied, m):  # tied one evaluation later in every member: within the resolution
+        return _curve(p, q, 200 if tied else 100) if p + q > 1 else faithful_curves(p, q, tied, m)
 
-    a = EXP.analyse(cfg, synthetic_run(tmp_path / "c", cfg, mixed))
-    assert rows_of(a)[f"tied-leaves-plateau-later/{ABOVE}"].verdict == "not resolved"
+    later = rows_of(EXP.analyse(cfg6, synthetic_run(tmp_path / "c", cfg6, one_interval)))[f"tied-leaves-plateau-later/{ABOVE}"]
+    assert later.verdict == "not resolved" and later.cause == "resolution"
 
 
-def test_below_line_fails_at_h_pi_and_is_not_resolved_while_falling(tmp_path, cfg):
-    def stuck(p, q, tied, m):
+def test_below_line_fails_past_the_plateau_is_not_evaluable_on_it_and_not_resolved_while_falling(tmp_path, cfg):
+    rate, h_pi = entropy_rate(0.2, 0.3), marginal_entropy(0.2, 0.3)
+
+    def stuck(p, q, tied, m):  # the tied arm never leaves H(π): the budget, not Thm. 8, set its end
         return _curve(p, q, None, spread=0.001 * m) if p + q < 1 and tied else faithful_curves(p, q, tied, m)
 
     r = rows_of(EXP.analyse(cfg, synthetic_run(tmp_path / "a", cfg, stuck)))
-    assert r[f"below-line-reaches-entropy-rate/{BELOW}/tied"].verdict == "fails"
+    row = r[f"below-line-reaches-entropy-rate/{BELOW}/tied"]
+    assert row.verdict == "not evaluable" and row.cause == "stage not reached" and "unigram stage" in row.reason
     assert r[f"below-line-reaches-entropy-rate/{BELOW}/untied"].verdict == "holds"
+
+    def short(p, q, tied, m):  # past the plateau but stopped 0.05 nats short of the rate, flat: a finding
+        if p + q < 1 and tied:
+            return [math.log(2)] + [rate + 0.05 + 0.001 * m] * (len(STEPS) - 1)
+        return faithful_curves(p, q, tied, m)
+
+    assert rate + 0.05 < h_pi - 0.25 * (h_pi - rate)
+    r = rows_of(EXP.analyse(cfg, synthetic_run(tmp_path / "b", cfg, short)))
+    assert r[f"below-line-reaches-entropy-rate/{BELOW}/tied"].verdict == "fails"
 
     def falling(p, q, tied, m):  # ends at the rate but still falling by 0.03 nats over the last 100 steps
         if p + q < 1 and not tied:
-            rate = entropy_rate(p, q)
             return [math.log(2)] + [rate + 0.03 * (600 - s) / 100 + 0.001 * m for s in STEPS[1:]]
         return faithful_curves(p, q, tied, m)
 
-    row = rows_of(EXP.analyse(cfg, synthetic_run(tmp_path / "b", cfg, falling)))[f"below-line-reaches-entropy-rate/{BELOW}/untied"]
+    row = rows_of(EXP.analyse(cfg, synthetic_run(tmp_path / "c", cfg, falling)))[f"below-line-reaches-entropy-rate/{BELOW}/untied"]
     assert row.verdict == "not resolved" and "still moving" in row.reason
 
 

@@ -1,0 +1,202 @@
+"""``markov-icl-depth-linear``: seed 003 ("Attention with Markov", talk), Part II, "What's happening":
+"Without non-linearities, you need logarithmic depth", beside "Constant depth suffices: 3 layers,
+1 head per layer, relative PE and layer norm".
+
+Two families of GPTs (:mod:`.icl_grid`), one head per layer, relative key/value positions:
+
+* ``attn``: attention-only (``mlp=False, norm="none"``: no MLP, no LayerNorm anywhere), depth 1..5;
+* ``mlp``: pre-LN GPT-2 blocks (MLP + LayerNorm), depth 1..3.
+
+Every claim compares a cell's probe loss with the order-k add-α in-context estimator on the same fresh
+sequences (the Bayes predictor of the source) and needs the cell past the order-(k−1) estimator
+(:data:`~.estimator_stage.PAST_LOWER_ORDER`): a member still counting (k−1)-contexts says what the
+budget did, not what the architecture can do, and its row is not evaluable with the stage named.
+
+Claims:
+
+* attention-only models still reach the estimator, with depth: the deepest attention-only cell's gap
+  is within the tolerance, for every k;
+* the depth they need grows with k: the smallest attention-only depth reaching the estimator is larger
+  at ``k' ≥ 4k`` than at ``k``, paired over members. A smallest depth is found on the discrete depth grid
+  (``resolution`` = its spacing: a difference of two is known to ± 1 layer, so only a two-layer rise —
+  what two doublings of k give under logarithmic depth — can be resolved; hence k vs 4k, not k vs 2k)
+  and a member reaching it at no depth of the grid is ``censored`` at max depth + 1 (a lower bound): the
+  judge decides with an exact sign test (at least 6 members at 95 %). This row needs the deepest
+  attention-only cell of both orders past its stage (:data:`DEEPEST_LEARNS`): otherwise "never reached"
+  is the budget's;
+* with MLP + LN the theorem's constant depth suffices: the ``claims.constant_depth``-layer MLP cell's gap
+  is within the tolerance for every k.
+
+Rows whose cells were not run are absent: a group without rows is not evaluable and names what it needs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import field_validator, model_validator
+
+from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.experiments.base import register
+from tdlab.experiments.seed003_attention_markov.estimator_stage import PAST_LOWER_ORDER, record_stage
+from tdlab.experiments.seed003_attention_markov.icl_grid import Cell, GridConfig, ICLGrid, cell_arm, depth_list
+from tdlab.experiments.view import RunView
+from tdlab.probes.curves import Crossings
+
+__all__ = ["MarkovICLDepthLinearConfig", "MarkovICLDepthLinear", "min_depths", "DEEPEST_LEARNS", "CLAIMS"]
+
+
+def min_depths(gaps: dict[int, list[float]], tol: float) -> Crossings:
+    """Per member, the smallest depth whose gap is ≤ ``tol``.
+
+    Args:
+        gaps: ``{depth: per-member gaps}`` (equal lengths).
+    Returns:
+        :class:`~tdlab.probes.curves.Crossings` over depths: ``steps`` the smallest reaching depth, or
+        ``max(depths) + 1`` (the least depth it could need) where none reaches, then ``censored``;
+        ``resolution`` the largest spacing of the depth grid (1 for a contiguous one).
+    """
+    depths = sorted(gaps)
+    n = len(gaps[depths[0]])
+    values, censored = [], []
+    for e in range(n):
+        reach = [d for d in depths if gaps[d][e] <= tol]
+        values.append(reach[0] if reach else depths[-1] + 1)
+        censored.append(not reach)
+    spacing = max((b - a for a, b in zip(depths, depths[1:])), default=1)
+    return Crossings(np.asarray(values, dtype=float), np.asarray(censored), float(spacing))
+
+
+DEEPEST_LEARNS = Stage(
+    "deepest-attention-only-past-order-(k-1)",
+    "the deepest attention-only cell of the row's order is past the order-(k−1) in-context estimator by "
+    "claims.stage_share of the gap to the order-k one: the budget taught the grid's most capable "
+    "attention-only model, so a depth that does not reach the estimator is the depth's, not the budget's")
+
+CLAIMS = (
+    ClaimSpec(
+        "attention-only-reaches-estimator",
+        "Without non-linearities the order-k in-context estimator is still reached, with more depth (seed 003 talk, "
+        "Part II, 'Without non-linearities, you need logarithmic depth'): the deepest attention-only cell of the grid reaches it",
+        test="value", relation="le", quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh "
+        "sequences, deepest attention-only cell, nats per token", expected=0.0, tolerance="claims.tol_nats",
+        horizon="convergence", stage=PAST_LOWER_ORDER, unit=" nats", needs="attention-only cells"),
+    ClaimSpec(
+        "attention-only-depth-grows-with-k",
+        "Without non-linearities the depth needed grows with k (talk Part II, 'you need logarithmic depth'): the "
+        "smallest attention-only depth reaching the estimator is larger at k' ≥ 4k than at k",
+        test="compare", relation="gt", quantity="smallest attention-only depth with gap ≤ claims.tol_nats, at k' − at k, "
+        "paired over members (grid spacing = resolution; censored at max depth + 1 where no depth reaches)", margin=0.0,
+        horizon="convergence", stage=DEEPEST_LEARNS, unit=" layers",
+        needs="attention-only cells at k and k' ≥ 4k (the paper profile: k = 1 and 4)"),
+    ClaimSpec(
+        "mlp-depth-stays-constant",
+        "With non-linearities (MLP + LayerNorm) constant depth suffices: a 3-layer model (claims.constant_depth) "
+        "reaches the order-k in-context estimator for every k (talk Part II, main result: '3 layers, 1 head per "
+        "layer, relative positional encodings and layer norm')",
+        test="value", relation="le", quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh "
+        "sequences, MLP + LN cell of claims.constant_depth layers, nats per token", expected=0.0,
+        tolerance="claims.tol_nats", horizon="convergence", stage=PAST_LOWER_ORDER, unit=" nats",
+        needs="MLP + LN cells at depth claims.constant_depth"),
+)
+
+
+class MarkovICLDepthLinearConfig(GridConfig):
+    depths: list[int] = [1, 2, 3, 4, 5]  # attention-only depths: room for 1 + log2(k) layers up to k = 4
+    mlp_depths: list[int] = [1, 2, 3]  # MLP + LN depths (talk: 3 layers suffice)
+
+    _d = field_validator("depths", "mlp_depths")(classmethod(lambda cls, v: depth_list(v)))
+
+    @model_validator(mode="after")
+    def _check(self) -> MarkovICLDepthLinearConfig:
+        if not self.depths:
+            raise ValueError("depths must list at least one attention-only depth")
+        return self
+
+    def grid(self) -> list[Cell]:
+        return ([("attn", k, d, 1) for k in self.ks for d in self.depths]
+                + [("mlp", k, d, 1) for k in self.ks for d in self.mlp_depths])
+
+
+@register
+class MarkovICLDepthLinear(ICLGrid):
+    name = "markov-icl-depth-linear"
+    paper = "003 Attention with Markov (talk), Part II"
+    figure = "Without non-linearities, you need logarithmic depth: attention-only depth 1-5 x k vs MLP+LN"
+    description = (
+        "In-context k-th order binary Markov chains: attention-only GPTs (no MLP, no LayerNorm, relative k/v positions) "
+        "of depth 1-5 and pre-LN GPTs with MLPs of depth 1-3, against the order-k Laplace (Bayes) estimator. Claims: "
+        "the deepest attention-only model reaches the estimator; the smallest attention-only depth reaching it grows "
+        "with k (k vs 4k, paired); with MLP + LN 3 layers reach it for every k."
+    )
+    Config = MarkovICLDepthLinearConfig
+    claims = CLAIMS
+    profiles = {
+        # ≤ 5 min on 2 CPU cores: k = 1, 2; attention-only and MLP depth 1..3; 3 members; T = 64, batch 32,
+        # 250 steps. A smoke run of the pipeline: no cell leaves its order-(k−1) plateau in 250 steps, so
+        # every row is not evaluable (the stage named). Cells k = 3, 4, depths 4, 5 and the budget that
+        # decides: the paper profile.
+        "quick": {"ks": [1, 2], "depths": [1, 2, 3], "mlp_depths": [1, 2, 3],
+                  "train": {"steps": 250, "eval_every": 25}, "probe": {"sequences": 128}},
+        "paper": {"members": 5, "ks": [1, 2, 3, 4], "depths": [1, 2, 3, 4, 5], "mlp_depths": [1, 2, 3],
+                  "model": {"d": 32}, "train": {"steps": 6000, "batch": 64, "seq_len": 128, "lr": 3e-3, "eval_every": 250},
+                  "probe": {"sequences": 512}},
+    }
+
+    def measure(self, cfg: MarkovICLDepthLinearConfig, run: RunView) -> Measurements:
+        cl = cfg.claims
+        out = Measurements({"tol_nats": cl.tol_nats, "stage_share": cl.stage_share})
+        cells = out.values["cells"] = self.cells(cfg, run, out)
+        mins: dict[str, dict[str, dict]] = {"attn": {}, "mlp": {}}
+        for family, depths in (("attn", cfg.depths), ("mlp", cfg.mlp_depths)):
+            for k in cfg.ks:
+                arms = [cell_arm(family, k, d) for d in depths]
+                if not depths or any(a not in cells for a in arms):
+                    continue
+                found = min_depths({d: cells[a]["gap"] for d, a in zip(depths, arms)}, cl.tol_nats)
+                mins[family][f"k{k}"] = {"depth": found.as_optional(), "resolution": found.resolution, "found": found}
+                if family != "attn":
+                    continue
+                deepest = cells[arms[-1]]
+                for a in arms:  # the stage of every depth's arm is the deepest cell's, member by member
+                    record_stage(out, a, deepest["probe_loss"], deepest["est_loss_lower_order"], deepest["est_loss"],
+                                 cl.stage_share, k, DEEPEST_LEARNS, source=arms[-1])
+                out.row("attention-only-reaches-estimator", f"k{k}", Sample(deepest["gap"], drift=deepest["eval_gap_drift"]),
+                        arms=[arms[-1]], context={"k": k, "depth": depths[-1]},
+                        label=f"k={k}: the {depths[-1]}-layer attention-only cell's gap ≤ {cl.tol_nats} nats")
+        for k in cfg.ks:
+            hi = f"k{k}"
+            mlp_arm = cell_arm("mlp", k, cl.constant_depth)
+            if mlp_arm in cells:
+                c = cells[mlp_arm]
+                out.row("mlp-depth-stays-constant", hi, Sample(c["gap"], drift=c["eval_gap_drift"]), arms=[mlp_arm],
+                        context={"k": k, "depth": cl.constant_depth},
+                        label=f"k={k}: the {cl.constant_depth}-layer MLP + LN cell's gap ≤ {cl.tol_nats} nats")
+            for k2 in cfg.ks:
+                if k2 < 4 * k or f"k{k2}" not in mins["attn"] or hi not in mins["attn"]:
+                    continue
+                x, y = mins["attn"][f"k{k2}"]["found"], mins["attn"][hi]["found"]
+                out.row("attention-only-depth-grows-with-k", f"k{k2}-vs-k{k}",
+                        Sample(x.steps, censored=x.censored, resolution=x.resolution),
+                        Sample(y.steps, censored=y.censored, resolution=y.resolution),
+                        arms=[cell_arm("attn", kk, d) for kk in (k, k2) for d in cfg.depths], context={"k": k, "k2": k2},
+                        label=f"smallest attention-only depth at k={k2} > at k={k} (paired)")
+        out.values["min_depth"] = {f: {kk: {"depth": v["depth"], "resolution": v["resolution"]} for kk, v in d.items()}
+                                   for f, d in mins.items()}
+        return out
+
+    def notes(self, cfg: MarkovICLDepthLinearConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        tol = cfg.claims.tol_nats
+        notes = []
+        for f, d in measured.values["min_depth"].items():
+            for k, v in d.items():
+                notes.append(f"{f}, {k}: smallest depth with gap ≤ {tol} per member: "
+                             + ", ".join("not reached (censored)" if x is None else str(x) for x in v["depth"]))
+        missing = [k for k in (3, 4) if k not in cfg.ks]
+        if missing:
+            notes.append(f"k = {', '.join(map(str, missing))} and depths beyond {max(cfg.depths)} were not run (paper profile): "
+                         "the k = 1..4 × depth 1..5 grid, and the k vs 4k depth comparison, are covered by the paper profile only.")
+        return notes + self.cell_notes(cfg, measured.values["cells"])
+
+    def plot_gap_axes(self) -> tuple:
+        return (lambda c: f"{c['family']} L{c['depth']}", lambda c: f"k={c['k']}",
+                "Gap to the order-k estimator, mean over members", "gap_table.png")

@@ -1,0 +1,253 @@
+"""The cell grid ``markov-icl-depth-linear`` and ``markov-icl-heads`` share: GPTs of a given family
+(attention-only, or pre-LN blocks with MLPs), order ``k``, depth and head count, each trained as one
+ensemble on in-context k-th order binary Markov chains
+(:class:`~tdlab.tasks.markov_kth.InContextMarkov`, Dirichlet(α) rows) and probed against the add-α
+in-context estimators of orders ``0..k`` on the same fresh sequences (:mod:`.estimator_stage`).
+
+Each cell's members differ by seed only; member i of every cell shares its training and probe
+sequences. Arms ``{family}/k{k}/L{depth}/H{heads}``; the probe arm ``.../probe`` holds ``probe_loss``,
+``est_loss_order{j}`` (``j = 0..k``), ``match_score_last`` and ``match_chance_last`` at the final step.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field, field_validator
+
+from tdlab.claims import Measurements
+from tdlab.config import Config
+from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext
+from tdlab.experiments.seed003_attention_markov.estimator_stage import (
+    PAST_LOWER_ORDER, PROBE_DATA, estimator_losses, record_stage, stage_leaves_room)
+from tdlab.experiments.view import RunView
+from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.probes.attention import attention_patterns, context_matching_score
+from tdlab.report.figures import plt, save_figure
+from tdlab.seeding import generators, member_seeds
+from tdlab.tasks.markov_kth import InContextMarkov
+from tdlab.train.cpu import cpu_threads
+from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
+
+__all__ = ["LinearModelConfig", "LinearTrainConfig", "LinearProbeConfig", "LinearClaimConfig", "GridConfig", "ICLGrid",
+           "Family", "Cell", "cell_arm", "depth_list"]
+
+Family = Literal["attn", "mlp"]
+Cell = tuple[str, int, int, int]  # (family, k, depth, heads)
+
+
+def cell_arm(family: str, k: int, depth: int, heads: int = 1) -> str:
+    """Training arm of a cell: ``attn/k2/L3/H1``."""
+    return f"{family}/k{k}/L{depth}/H{heads}"
+
+
+def depth_list(v: list[int]) -> list[int]:
+    """Validate a depth list: distinct depths in 1..64, sorted."""
+    if len(set(v)) != len(v) or any(d < 1 or d > 64 for d in v):
+        raise ValueError("must list distinct depths in 1..64")
+    return sorted(v)
+
+
+class LinearModelConfig(GPTConfig):
+    """GPT-2 layout, d = 16 (ours; the depth grid's quick width), relative key/value positions (the
+    talk's relative PE, the kind of the seed authors' RPE code)."""
+
+    arch: Literal["sec2", "gpt2"] = "gpt2"
+    d: int = Field(16, ge=4, le=4096)
+    positions: Literal["absolute", "relative", "both", "none"] = "relative"
+    rel_encoding: Literal["bias", "kv"] = "kv"
+
+
+class LinearTrainConfig(TrainConfig):
+    """Ours (the talk gives no schedule): AdamW lr 1e-2 cosine, T = 64, batch 32."""
+
+    steps: int = Field(3000, ge=1, le=10_000_000)
+    batch: int = Field(32, ge=1, le=1_000_000)
+    seq_len: int = Field(64, ge=4, le=65536)
+    lr: float = Field(1e-2, gt=0.0, le=100.0)
+    eval_every: int = Field(100, ge=1)
+    eval_batches: int = Field(4, ge=1, le=100_000)
+
+
+class LinearProbeConfig(Config):
+    sequences: int = Field(256, ge=8, le=100_000)  # fresh sequences per member (ours)
+    batch: int = Field(64, ge=1, le=100_000)
+    attention_sequences: int = Field(32, ge=1, le=100_000)
+
+
+class LinearClaimConfig(Config):
+    # "Reaches the estimator": gap ≤ 0.02 nats per token, markov-icl-depth's scientific tolerance.
+    tol_nats: float = Field(0.02, gt=0.0, le=1.0)
+    # The stage a claim needs (estimator_stage.PAST_LOWER_ORDER): past the order-(k-1) estimator by this
+    # share of the gap to the order-k one (seed 000's plateau-escape share; why: estimator_stage).
+    stage_share: float = Field(0.25, gt=0.0, lt=1.0)
+    # The theorem's constant depth with non-linearities (talk: "3 layers").
+    constant_depth: int = Field(3, ge=1, le=64)
+
+
+class GridConfig(ExperimentConfig):
+    members: int = Field(3, ge=1, le=4096)
+    ks: list[int] = [1, 2]
+    alpha: float = Field(1.0, gt=0.0, le=100.0)
+    model: LinearModelConfig = LinearModelConfig()
+    train: LinearTrainConfig = LinearTrainConfig()
+    probe: LinearProbeConfig = LinearProbeConfig()
+    claims: LinearClaimConfig = LinearClaimConfig()
+    cpu_threads: int | None = Field(1, ge=1, le=1024)
+
+    @field_validator("ks")
+    @classmethod
+    def _ks(cls, v: list[int]) -> list[int]:
+        if not v or len(set(v)) != len(v) or any(k < 1 or k > 8 for k in v):
+            raise ValueError("must list distinct orders in 1..8")
+        return sorted(v)
+
+    @abstractmethod
+    def grid(self) -> list[Cell]:
+        """Every cell the experiment trains (each subclass defines its grid)."""
+
+    def cell_model(self, family: str, depth: int, heads: int) -> GPTConfig:
+        mlp = family == "mlp"
+        return self.model.updated({"layers": depth, "heads": heads, "mlp": mlp, "norm": "pre" if mlp else "none",
+                                   "max_len": self.train.seq_len})
+
+
+class ICLGrid(Experiment):
+    """Train every cell of ``cfg.grid()`` as one ensemble, probe it against the in-context estimators."""
+
+    arm_fields = {"model.layers": "depths=[...]", "model.heads": "heads=[...]", "model.mlp": "(set per family)",
+                  "model.norm": "(set per family)", "model.max_len": "train.seq_len"}
+
+    def run(self, cfg: GridConfig, ctx: RunContext) -> None:
+        seeds = member_seeds(cfg.seed, cfg.members)
+        with cpu_threads(cfg.cpu_threads, ctx.device):
+            for family, k, depth, heads in cfg.grid():
+                arm = cell_arm(family, k, depth, heads)
+                task = InContextMarkov(k, 2, cfg.alpha)
+                mcfg = cfg.cell_model(family, depth, heads)
+                trainer = Trainer(cfg.train, ctx.device, ctx.progress, label=arm)
+                result = ctx.fit(arm, trainer, lambda s, m=mcfg: GPT(m, s), seeds, task)
+                if ctx.writer.arm_rows(f"{arm}/probe"):
+                    continue
+                model = GPT(mcfg, seeds)
+                model.load_state_dict({n: torch.stack([s[n] for s in result.states]) for n in result.states[0]})
+                ctx.store_rows(f"{arm}/probe", self.probe(model.to(ctx.device), task, cfg, seeds, ctx.device))
+
+    @staticmethod
+    @torch.no_grad()
+    def probe(model: GPT, task: InContextMarkov, cfg: GridConfig, seeds: list[int],
+              device: str = "cpu") -> list[tuple[int, int, str, float]]:
+        """Model and order-0..k estimator losses on fresh sequences (each member's own ``probe-data``
+        stream, the same in every cell of one k), and the last layer's context-matching score."""
+        model.eval()
+        k, T, step = task.k, cfg.train.seq_len, cfg.train.steps
+        x = task.sample(generators(seeds, PROBE_DATA, device), cfg.probe.sequences, T + 1, device)
+        E = x.shape[0]
+        loss = torch.zeros(E, dtype=torch.float64, device=device)
+        for i in range(0, x.shape[1], cfg.probe.batch):
+            xb = x[:, i : i + cfg.probe.batch]
+            loss += next_token_loss(model(xb[..., :-1]), xb[..., 1:]).double() * xb.shape[1]
+        loss /= x.shape[1]
+        est = {j: v.mean(-1) for j, v in estimator_losses(x, k, task.vocab, cfg.alpha).items()}
+        xa = x[:, : cfg.probe.attention_sequences, :-1]
+        pat = attention_patterns(model, xa)[-1]
+        score, chance = context_matching_score(pat, xa[:, :, None], k, keep_dims=1)
+        rows = []
+        for e in range(E):
+            rows += [(step, e, "probe_loss", float(loss[e])), (step, e, "match_score_last", float(score[e])),
+                     (step, e, "match_chance_last", float(chance[e]))]
+            rows += [(step, e, f"est_loss_order{j}", float(v[e])) for j, v in est.items()]
+        return rows
+
+    def trivial_error(self, cfg: GridConfig, arm: str) -> float:
+        return math.log(2)
+
+    def cells(self, cfg: GridConfig, run: RunView, out: Measurements) -> dict[str, dict]:
+        """Per cell: per-member gap to the order-k estimator, the stage check (recorded in ``out``), the
+        drift of the evaluation gap in learning-rate time, the last layer's match score."""
+        cl = cfg.claims
+        cells = {}
+        for family, k, depth, heads in cfg.grid():
+            arm = cell_arm(family, k, depth, heads)
+            pa = f"{arm}/probe"
+            loss = run.final(pa, "probe_loss")
+            lower, upper = run.final(pa, f"est_loss_order{k - 1}"), run.final(pa, f"est_loss_order{k}")
+            record_stage(out, arm, loss, lower, upper, cl.stage_share, k)
+            cells[arm] = {"family": family, "k": k, "depth": depth, "heads": heads, "probe_loss": loss.tolist(),
+                          "est_loss_lower_order": lower.tolist(), "est_loss": upper.tolist(),
+                          "gap": (loss - upper).tolist(), "gap_mean": float((loss - upper).mean()),
+                          "gap_vs_lower_order": (loss - lower).tolist(),
+                          "past_lower_order": out.stages[arm][PAST_LOWER_ORDER.id].passed,
+                          "stage_leaves_room": stage_leaves_room(lower, upper, cl.stage_share, cl.tol_nats),
+                          "eval_gap_drift": run.drift(arm, "test_loss", minus="test_loss@bayes"),
+                          "match_score_last": run.final(pa, "match_score_last").tolist(),
+                          "match_chance_last": run.final(pa, "match_chance_last").tolist()}
+        return cells
+
+    @staticmethod
+    def cell_notes(cfg: GridConfig, cells: dict[str, dict]) -> list[str]:
+        notes = []
+        for arm, c in cells.items():
+            g = np.array(c["gap"])
+            notes.append(f"{arm}: gap {g.mean():+.4f} ± {g.std():.4f} (members {', '.join(f'{x:+.4f}' for x in g)}); vs "
+                         f"order-{c['k'] - 1} {np.mean(c['gap_vs_lower_order']):+.4f}; {sum(c['past_lower_order'])}/{g.size} "
+                         f"members past the order-{c['k'] - 1} stage; drift {c['eval_gap_drift']:+.4f}; last-layer match "
+                         f"{np.mean(c['match_score_last']):.3f} vs chance {np.mean(c['match_chance_last']):.3f}.")
+        if cells and not any(any(c["past_lower_order"]) for c in cells.values()):
+            notes.append(f"No member of any cell left its order-(k−1) plateau (stage share {cfg.claims.stage_share:g}) within "
+                         f"{cfg.train.steps} steps: this run's budget, not depth or heads, sets every gap, so no claim is "
+                         "evaluable (markov-icl-depth needs 4000+ steps for k = 1; the paper profile trains 6000).")
+        return notes
+
+    @abstractmethod
+    def plot_gap_axes(self) -> tuple:
+        """``(rows_of, cols_of, title, file name)`` of the gap table figure."""
+
+    def plot(self, cfg: GridConfig, run: RunView, analysis, figdir: Path) -> list[Path]:
+        cells = analysis.measurements["cells"]
+        if not cells:
+            return []
+        return [self._plot_gaps(cfg, cells, figdir, *self.plot_gap_axes()), self._plot_training(cfg, run, cells, figdir)]
+
+    @staticmethod
+    def _plot_gaps(cfg: GridConfig, cells: dict, figdir: Path, rows_of, cols_of, title: str, name: str) -> Path:
+        rows = sorted({rows_of(c) for c in cells.values()})
+        cols = sorted({cols_of(c) for c in cells.values()})
+        grid = np.full((len(rows), len(cols)), np.nan)
+        for c in cells.values():
+            grid[rows.index(rows_of(c)), cols.index(cols_of(c))] = c["gap_mean"]
+        fig, ax = plt.subplots(figsize=(1.4 * len(cols) + 2.5, 0.5 * len(rows) + 1.8))
+        vmax = max(0.08, float(np.nanmax(grid))) if np.isfinite(grid).any() else 0.08
+        im = ax.imshow(grid, cmap="Reds", vmin=0, vmax=vmax)
+        for i in range(len(rows)):
+            for j in range(len(cols)):
+                ax.text(j, i, "—" if np.isnan(grid[i, j]) else f"{grid[i, j]:+.3f}", ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(cols)), [str(c) for c in cols])
+        ax.set_yticks(range(len(rows)), [str(r) for r in rows])
+        fig.colorbar(im, ax=ax, label="gap to order-k Laplace (nats)")
+        ax.set_title(f"{title} (reach tolerance {cfg.claims.tol_nats})", fontsize=9)
+        return save_figure(fig, figdir / name)
+
+    @staticmethod
+    def _plot_training(cfg: GridConfig, run: RunView, cells: dict, figdir: Path) -> Path:
+        ks = sorted({c["k"] for c in cells.values()})
+        fig, axes = plt.subplots(1, len(ks), figsize=(5.5 * len(ks), 4), squeeze=False)
+        for ax, k in zip(axes[0], ks):
+            for arm, c in cells.items():
+                if c["k"] != k:
+                    continue
+                steps, test = run.curves(arm, "test_loss")
+                _, bayes = run.curves(arm, "test_loss@bayes")
+                ax.plot(steps, (test - bayes).mean(0), label=arm)
+            ax.axhline(cfg.claims.tol_nats, color="k", ls=":", lw=0.8)
+            ax.set_yscale("symlog", linthresh=1e-2)
+            ax.set_xlabel("iteration")
+            ax.set_ylabel("test loss − Bayes (nats)")
+            ax.set_title(f"k = {k}")
+            ax.legend(fontsize=6)
+        return save_figure(fig, figdir / "training_gaps.png")

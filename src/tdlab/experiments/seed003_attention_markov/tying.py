@@ -1,0 +1,575 @@
+"""``markov-tying``: seed 003 ("Attention with Markov", talk), Part I, "Theoretical results".
+
+The talk's claim: for a binary first-order chain with ``p + q > 1`` and tied input/output embeddings
+(``a = e``) the single-layer transformer has an explicitly constructed bad local minimum ``θ_π``
+whose prediction is the marginal ``π_1``, with ``L(θ_π) = H(π)`` and ``∇L(θ_π) = 0``; without weight
+tying the same point is a saddle ("Hessian is (almost) positive-definite" vs "indefinite").
+
+Two parts, both on seed 000's Sec. 2 model (``GPT(arch="sec2")``, ``tie_weights`` True/False):
+
+* **Landscape** (no training, horizon ``static``). ``θ_π`` is built in the full model (``e = a = 0``,
+  ``σ(b) = π_1``; :mod:`tdlab.theory.markov_tying`), at the canonical point (other weights 0, exact
+  closed-form spectrum) and at the ``θ_π`` nearest each member's standard init (other weights kept:
+  a generic point of the same family, which the talk's construction leaves free). On the exact
+  population loss (all ``2^(N+1)`` sequences weighted by their probabilities) we measure
+  ``L(θ_π) − H(π)``, ``max |∇L(θ_π)|``, the Hessian's extreme eigenvalues (exact, autograd, float64,
+  ``d = 2..4``) and the loss change along random directions and the bottom eigenvector. These are
+  exact computations with no seed noise: their samples are ``deterministic`` (the interval is the
+  min–max over the points measured). ``L(θ_π) = H(π)`` holds by construction (``σ(b) = π_1`` and a
+  token-free logit) and the autograd spectrum at the canonical point against
+  :func:`tdlab.theory.markov_tying.theta_pi_spectrum` compares two computations of one matrix: both are
+  ``sanity`` checks. The paper groups are the talk's statements (iv) ``∇L(θ_π) = 0``, (i) "bad local
+  minimum with tying" and "saddle without tying", decided by the ``p + q > 1`` chains the talk's
+  theorem speaks of; the ``p + q < 1`` control (where the closed form ``2c < 0`` makes θ_π a saddle
+  even tied: the hypothesis is needed) is ours.
+* **Training**. From the standard small init (σ = 0.02) on a grid of ``(p, q)``, tied and untied.
+  "Tied models stay at H(π)" would be a statement about the budget: with a cosine schedule that
+  reaches zero at 1500 steps every tied member is still on the plateau there, while a 6000-step run
+  sees every tied member of (0.5, 0.8) leave it (at 1300–1900 steps; untied at 100–200). The talk's
+  "sometimes fail to learn" is therefore decided as a *direction*: tied members leave the H(π) plateau
+  (seed 000's rule, ``claims.escape_fraction``) later than untied ones, paired over members (which share
+  seeds across the two arms). Escape steps are known to one evaluation interval and a member that
+  never leaves is censored at the last evaluation (:func:`tdlab.probes.curves.first_crossing`), so the
+  judge decides the direction with an exact sign test (three members never decide one). The ``p+q<1``
+  control (seed 000 Thm. 8; talk: "Gaussian init converges to global minima") is an end-state claim:
+  final test loss − the Bayes predictor's loss on the same evaluation batches ≈ 0, once the member has
+  left the H(π) plateau (its stage), not resolved while it still moves in learning-rate time.
+  A chain with ``p + q = 1`` (i.i.d.: ``H(π)`` is the entropy rate) or too small a gap carries no
+  training claim.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field, field_validator, model_validator
+
+from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.config import Config
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.view import RunView
+from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.probes.curves import first_crossing
+from tdlab.report.figures import curve_with_band, plt, pq_plane, reference_lines, save_figure
+from tdlab.seeding import derive_seed, member_seeds
+from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy, stationary
+from tdlab.theory import markov_tying as th
+from tdlab.train.cpu import cpu_threads
+from tdlab.train.trainer import TrainConfig, Trainer
+
+__all__ = ["LandscapeConfig", "TyingClaimConfig", "MarkovTyingConfig", "MarkovTying", "chain_tag", "normalised_position",
+           "LEFT_PLATEAU", "CLAIMS"]
+
+Others = Literal["zero", "keep"]
+Pair = tuple[float, float]
+
+
+def chain_tag(p: float, q: float) -> str:
+    """Arm-name fragment of a chain: ``p0.5_q0.8``."""
+    return f"p{p:g}_q{q:g}"
+
+
+def normalised_position(loss: float | np.ndarray, p: float, q: float) -> float | np.ndarray:
+    """``u = (loss - entropy rate) / (H(π) - entropy rate)``: 1 at ``L(θ_π) = H(π)``, 0 at the
+    global minimum (undefined for ``p + q = 1``, where the two coincide)."""
+    h_pi, h_rate = marginal_entropy(p, q), entropy_rate(p, q)
+    return (loss - h_rate) / (h_pi - h_rate)
+
+
+def _check_pairs(v: list[Pair]) -> list[Pair]:
+    for p, q in v:
+        if not (0 < p < 1 and 0 < q < 1):
+            raise ValueError(f"(p, q) = ({p}, {q}): both must lie in (0, 1)")
+    if len(set(v)) != len(v):
+        raise ValueError("chains must not repeat")
+    return v
+
+
+class LandscapeConfig(Config):
+    """θ_π in the full model, on the exact population loss."""
+
+    # (0.5, 0.8): the p+q>1 chain of seed 000 Fig. 4 (and markov-init); (0.2, 0.3): a p+q<1 control,
+    # where the closed form says θ_π is a saddle even with tying (2c < 0).
+    chains: list[Pair] = [(0.5, 0.8), (0.2, 0.3)]
+    dims: list[int] = [2, 3, 4]  # the Hessian exactly, with autograd: small d (it is dense)
+    seq_len: int = Field(8, ge=1, le=10)  # N: 2^(N+1) sequences enumerated
+    # zero: canonical point (positions and weights 0: closed-form spectrum); keep: the θ_π nearest
+    # each member's standard init (weights kept), i.e. a generic point of the θ_π family.
+    others: list[Others] = ["zero", "keep"]
+    # Perturbation probe (our addition, beyond the Hessian): ||Δθ|| = radius, loss change ~ λ r²/2.
+    radius: float = Field(1e-2, gt=0.0, le=1.0)
+    directions: int = Field(32, ge=1, le=4096)  # random directions of the probe (each tried as ±u)
+
+    @field_validator("chains")
+    @classmethod
+    def _chains(cls, v: list[Pair]) -> list[Pair]:
+        return _check_pairs(v)
+
+    @field_validator("dims")
+    @classmethod
+    def _dims(cls, v: list[int]) -> list[int]:
+        if not v or any(d < 1 or d > 8 for d in v) or len(set(v)) != len(v):
+            raise ValueError("dims must be distinct values in 1..8 (the Hessian is dense)")
+        return v
+
+
+class TyingClaimConfig(Config):
+    """Tolerances of the computed verdicts."""
+
+    exact_tol: float = Field(1e-9, gt=0.0)  # |L(θ_π) - H(π)|, max|∇L|, |λ - closed form|: float64 rounding of exact computations
+    psd_rel_tol: float = Field(1e-6, gt=0.0)  # "almost PSD": λ_min >= -psd_rel_tol * λ_max (float64 rounding of the Hessian)
+    # "clearly negative": λ_min <= -negative_fraction * |c|, c = π0 π1 (p+q-1) the closed-form curvature
+    # (the canonical point's λ_min is -|c| untied and 2c tied; half of it separates a saddle from rounding)
+    negative_fraction: float = Field(0.5, gt=0.0, le=1.0)
+    # markov-init's plateau rule: a member has left the H(π) plateau at the first evaluation with
+    # loss < H(π) - escape_fraction (H(π) - rate)
+    escape_fraction: float = Field(0.25, gt=0.0, lt=1.0)
+    # Chains with H(π) - rate below this carry no training claim (the plateau and the minimum cannot be told apart)
+    min_gap_nats: float = Field(0.02, ge=0.0)
+    # Scientific tolerance (nats) on the members' mean gap to the Bayes predictor on the same evaluation
+    # batches (markov-init's); the seed-to-seed spread is added by the verdict.
+    tol_nats: float = Field(0.01, gt=0.0, le=1.0)
+
+
+class MarkovTyingConfig(ExperimentConfig):
+    members: int = Field(4, ge=1, le=4096)  # members per (p, q, tying) cell
+    landscape: LandscapeConfig = LandscapeConfig()
+    # Training grid: explicit (p, q) pairs. Default: the 3x3 grid {0.2, 0.5, 0.8}^2 (p+q<1, =1, >1).
+    grid: list[Pair] = [(p, q) for p in (0.2, 0.5, 0.8) for q in (0.2, 0.5, 0.8)]
+    # Seed 000 Sec. 2 model (A.3 uses d = 8, σ = 0.02); tie_weights is set per arm.
+    model: GPTConfig = GPTConfig(arch="sec2", d=8)
+    tying: list[bool] = [True, False]  # talk: "Weight tying" vs "No weight tying"
+    train: TrainConfig = TrainConfig()  # seed 000 Table 2: AdamW (0.9, 0.95), lr 1e-3, cosine, batch 16
+    claims: TyingClaimConfig = TyingClaimConfig()
+    cpu_threads: int | None = Field(1, ge=1, le=1024)  # torch threads on CPU (tdlab.train.cpu.cpu_threads); None: torch default
+
+    @field_validator("grid")
+    @classmethod
+    def _grid(cls, v: list[Pair]) -> list[Pair]:
+        return _check_pairs(v)
+
+    @model_validator(mode="after")
+    def _check(self) -> MarkovTyingConfig:
+        if self.model.arch != "sec2":
+            raise ValueError("model.arch must be 'sec2': θ_π is built in the Sec. 2 model")
+        if not self.tying or len(set(self.tying)) != len(self.tying):
+            raise ValueError("tying must list True and/or False, without repeats")
+        return self
+
+    def arm_model(self, tied: bool, max_len: int | None = None, d: int | None = None) -> GPTConfig:
+        upd = {"tie_weights": tied, "max_len": max_len or self.train.seq_len}
+        if d is not None:
+            upd["d"] = d
+        return self.model.updated(upd)
+
+
+def _tying(tied: bool) -> str:
+    return "tied" if tied else "untied"
+
+
+def _regime(p: float, q: float) -> str:
+    return "p+q>1" if p + q > 1 else ("p+q<1" if p + q < 1 else "p+q=1")
+
+
+def _pq(row) -> tuple[float, float]:
+    return float(row.context["p"]), float(row.context["q"])
+
+
+def _theta_pi_loss(cfg: MarkovTyingConfig, row) -> float:
+    return marginal_entropy(*_pq(row))
+
+
+def _local_min_tolerance(cfg: MarkovTyingConfig, row) -> float:
+    # the Hessian ratio is PSD up to float64 rounding of the matrix; the loss probe up to rounding of the loss
+    return cfg.claims.psd_rel_tol if row.context["check"] == "hessian-psd" else cfg.claims.exact_tol
+
+
+def _saddle_bound(cfg: MarkovTyingConfig, row) -> float:
+    """``−negative_fraction·|c|`` for the smallest eigenvalue; times ``r²/2`` for the loss change along
+    the bottom eigenvector at radius ``r`` (second order)."""
+    bound = -cfg.claims.negative_fraction * abs(th.switching_curvature(*_pq(row)))
+    return bound if row.context["check"] == "hessian-negative" else bound * cfg.landscape.radius**2 / 2
+
+
+LEFT_PLATEAU = Stage("left-plateau", "the member's final test loss is below the H(π) plateau "
+                     "(H(π) − escape_fraction · (H(π) − entropy rate)): it has left the unigram stage")
+
+_FIG4 = {"p": 0.5, "q": 0.8}
+CLAIMS = (
+    ClaimSpec(
+        "theta-pi-stationary",
+        "∇L(θ_π) = 0: θ_π is a stationary point (talk, Part I, Theoretical results (iv))",
+        test="value", relation="close", kind="paper", quantity="max |∂L/∂θ_i| over all parameters at θ_π, exact "
+        "population loss (every point measured: d, canonical and kept weights)", expected=0.0,
+        tolerance="claims.exact_tol", horizon="static", learning_required=False),
+    ClaimSpec(
+        "tied-theta-pi-local-minimum",
+        "With tied weights and p+q>1, θ_π is a (bad) local minimum (talk, Part I, Theoretical results (i); 'Hessian "
+        "is (almost) positive-definite')",
+        test="value", relation="ge", quantity="hessian-psd: λ_min/λ_max of the exact Hessian at θ_π (≥ −psd_rel_tol); "
+        "no-descent-direction: the least loss change along random directions and the bottom eigenvector at "
+        "landscape.radius (≥ −exact_tol; our probe beyond second order)", expected=0.0,
+        tolerance=_local_min_tolerance, horizon="static", learning_required=False,
+        example={**_FIG4, "check": "hessian-psd"}),
+    ClaimSpec(
+        "theta-pi-saddle",
+        "Without weight tying θ_π is a saddle (talk, Part I, Theoretical results: 'Hessian is indefinite'); with tying "
+        "it is a saddle too when p+q<1 (closed form 2c < 0: the theorem's hypothesis p+q>1 is needed; ours)",
+        test="value", relation="le", quantity="hessian-negative: the exact Hessian's λ_min at θ_π (≤ −negative_fraction·|c|, "
+        "c = π0π1(p+q−1)); descent-direction: the loss change along the bottom eigenvector at radius r "
+        "(≤ −negative_fraction·|c|·r²/2)", expected=_saddle_bound, tolerance=0.0, horizon="static",
+        learning_required=False, example={**_FIG4, "check": "hessian-negative"}),
+    ClaimSpec(
+        "tied-leaves-plateau-later",
+        "With tied weights and p+q>1 a small init stays on the H(π) plateau of θ_π longer than without tying (talk, "
+        "Part I: tied single-layer transformers 'sometimes fail to learn even first-order Markov chains'; θ_π is a "
+        "local minimum tied, a saddle untied)",
+        test="compare", relation="gt", quantity="plateau-escape step, tied − untied, paired over members (known to one "
+        "evaluation interval; censored at the last evaluation for a member that never leaves)", margin=0.0,
+        horizon="budget", learning_required=False, unit=" steps", needs="a p+q>1 chain of the training grid, tied and untied"),
+    ClaimSpec(
+        "below-line-reaches-entropy-rate",
+        "With p+q<1 a small init ends at the entropy rate, tied or not (talk, Part I, p+q<1: 'Gaussian init converges "
+        "to global minima'; seed 000 Thm. 8)",
+        test="value", relation="close", quantity="final test loss − the Bayes predictor's loss on the same evaluation "
+        "batches, nats", expected=0.0, tolerance="claims.tol_nats", horizon="convergence", stage=LEFT_PLATEAU,
+        unit=" nats", needs="a p+q<1 chain of the training grid"),
+    ClaimSpec(
+        "theta-pi-loss-is-H(pi)",
+        "L(θ_π) = H(π) on the exact population loss, tied and untied: true by construction (σ(b) = π_1, token-free "
+        "logit; talk (ii), (iii)); checks the model and the enumerated loss",
+        test="value", relation="close", kind="sanity", quantity="L(θ_π) at every point measured, nats",
+        expected=_theta_pi_loss, tolerance="claims.exact_tol", horizon="static", learning_required=False,
+        unit=" nats", example=_FIG4),
+    ClaimSpec(
+        "theta-pi-canonical-spectrum",
+        "The autograd Hessian at the canonical θ_π equals the closed form {π0π1, 2c (×d), 0} tied, {π0π1, ±c (×d), 0} "
+        "untied, c = π0π1(p+q−1): two computations of the same matrix",
+        test="value", relation="close", kind="sanity", quantity="max |λ_autograd − λ_closed form| at the canonical θ_π",
+        expected=0.0, tolerance="claims.exact_tol", horizon="static", learning_required=False),
+)
+
+
+@register
+class MarkovTying(Experiment):
+    name = "markov-tying"
+    paper = "003 Attention with Markov (talk), Part I"
+    figure = "Theoretical results: bad local minimum θ_π (tied) vs saddle (untied); Hessian signs"
+    description = (
+        "θ_π (e = a = 0, σ(b) = π1) built in the full single-layer Sec. 2 transformer: on the exact "
+        "population loss L(θ_π) = H(π), ∇L = 0, and the exact Hessian is positive semi-definite with "
+        "tied embeddings (p+q>1) but has a negative eigenvalue untied. Then training from a small init "
+        "on a (p, q) grid: tied members leave the H(π) plateau later than untied ones (paired escape steps); "
+        "p+q<1 chains reach the entropy rate."
+    )
+    Config = MarkovTyingConfig
+    claims = CLAIMS
+    arm_fields = {"model.tie_weights": "tying=[...]", "model.max_len": "train.seq_len"}
+    profiles = {
+        # ~5 min on 2 CPU cores. Landscape: the Fig. 4 chain and the p+q<1 control, d = 2..4, N = 6
+        # (128 sequences; the loss is exact for any N). Training: the Fig. 4 chain (p+q>1, the claim),
+        # (0.8, 0.8) (p+q>1, uniform π) and (0.2, 0.3) (p+q<1 control); T = 64, 1500 steps (the cosine
+        # schedule ends there: tied members still on the plateau are censored in the direction claim).
+        "quick": {
+            "members": 3,
+            "landscape": {"seq_len": 6, "directions": 16},
+            "grid": [(0.5, 0.8), (0.8, 0.8), (0.2, 0.3)],
+            "train": {"steps": 1500, "seq_len": 64, "eval_every": 100, "eval_batches": 8},
+        },
+        # Full grid {0.1, 0.3, 0.5, 0.7, 0.9}^2, N = 10, seed 000 Table 2 schedule (8000 its) at T = 256.
+        "paper": {
+            "members": 5,
+            "landscape": {"seq_len": 10, "directions": 64},
+            "grid": [(p, q) for p in (0.1, 0.3, 0.5, 0.7, 0.9) for q in (0.1, 0.3, 0.5, 0.7, 0.9)],
+            "train": {"steps": 8000, "seq_len": 256, "eval_every": 200, "eval_batches": 8},
+        },
+    }
+
+    # ------------------------------------------------------------------------------------------
+    def run(self, cfg: MarkovTyingConfig, ctx: RunContext) -> None:
+        seeds = member_seeds(cfg.seed, cfg.members)
+        with cpu_threads(cfg.cpu_threads, ctx.device):
+            self._landscape(cfg, ctx, seeds)
+            for p, q in cfg.grid:
+                task = MarkovChain(p, q)
+                for tied in cfg.tying:
+                    arm = self.train_arm(tied, p, q)
+                    mcfg = cfg.arm_model(tied)
+                    trainer = Trainer(cfg.train, ctx.device, ctx.progress, label=arm)
+                    ctx.fit(arm, trainer, lambda s, m=mcfg: GPT(m, s), seeds, task)
+
+    @staticmethod
+    def train_arm(tied: bool, p: float, q: float) -> str:
+        return f"train/{_tying(tied)}/{chain_tag(p, q)}"
+
+    @staticmethod
+    def landscape_arm(p: float, q: float, tying: str, others: str, d: int) -> str:
+        return f"landscape/{chain_tag(p, q)}/{tying}/{others}/d{d}"
+
+    def _landscape(self, cfg: MarkovTyingConfig, ctx: RunContext, seeds: list[int]) -> None:
+        """θ_π measurements, on the CPU in float64 (tiny models; exact Hessians)."""
+        ls = cfg.landscape
+        n = ls.seq_len
+        for p, q in ls.chains:
+            for tied in cfg.tying:
+                for others in ls.others:
+                    for d in ls.dims:
+                        arm = self.landscape_arm(p, q, _tying(tied), others, d)
+                        if ctx.writer.arm_rows(arm):
+                            continue  # measured by an interrupted attempt of this (resumed) run
+                        # The canonical point is the same for every member: measure it once.
+                        mseeds = seeds[:1] if others == "zero" else seeds
+                        model = th.set_theta_pi(GPT(cfg.arm_model(tied, max_len=n, d=d), mseeds).double(), p, q, others)
+                        losses = th.population_loss(model, p, q, n).tolist()
+                        rows: list[tuple[int, int, str, float]] = []
+                        for e in range(len(mseeds)):
+                            H = th.hessian(model, p, q, n, e)
+                            ev = torch.linalg.eigvalsh(H)
+                            g = th.gradient(model, p, q, n, e)
+                            gen = torch.Generator().manual_seed(derive_seed(mseeds[e], "probe"))
+                            rnd, bottom = th.perturbation_probe(model, p, q, n, ls.radius, ls.directions, gen, e, H=H)
+                            vals = {"loss": losses[e], "grad_max": float(g.abs().max()), "eig_min": float(ev[0]),
+                                    "eig_max": float(ev[-1]), "num_params": float(H.shape[0]),
+                                    "probe_random": rnd, "probe_bottom": bottom}
+                            if others == "zero":
+                                cf = th.theta_pi_spectrum(p, q, d, tied, H.shape[0])
+                                vals["spectrum_err"] = float((ev - cf).abs().max())
+                            rows.extend((0, e, k, v) for k, v in vals.items())
+                        ctx.store_rows(arm, rows)
+
+    def trivial_error(self, cfg: MarkovTyingConfig, arm: str) -> float | None:
+        # Training arms predict a binary next token: the uniform predictor's loss is log 2. The landscape
+        # "arms" store no test_loss series and are not gated.
+        return float(np.log(2)) if arm.startswith("train/") else None
+
+    # ------------------------------------------------------------------------------------------
+    def measure(self, cfg: MarkovTyingConfig, run: RunView) -> Measurements:
+        """The landscape rows (exact, deterministic samples) and the training rows (paired escape steps,
+        the p+q<1 end state with its drift and stage); see the module docstring."""
+        out = Measurements()
+        self._measure_landscape(cfg, run, out)
+        self._measure_training(cfg, run, out)
+        return out
+
+    def _measure_landscape(self, cfg: MarkovTyingConfig, run: RunView, out: Measurements) -> None:
+        ls = cfg.landscape
+        points = [(o, d) for o in ls.others for d in ls.dims]
+        table = {}
+        for p, q in ls.chains:
+            tag = chain_tag(p, q)
+            c = th.switching_curvature(p, q)
+            pi0, pi1 = stationary(p, q)
+            prov = "seed" if p + q > 1 else "ours"  # the theorem's hypothesis is p + q > 1
+            ctx = {"p": p, "q": q}
+
+            def get(t: str, name: str, only: str | None = None) -> list[float]:
+                return [v for o, d in points if only in (None, o)
+                        for v in run.final(self.landscape_arm(p, q, t, o, d), name).tolist()]
+
+            ties = [_tying(t) for t in cfg.tying]
+            det = {"deterministic": True}
+            out.row("theta-pi-loss-is-H(pi)", tag, Sample([v for t in ties for v in get(t, "loss")], **det),
+                    provenance=prov, context=ctx, label=f"(p, q) = ({p}, {q}): L(θ_π) = H(π) at every point measured")
+            out.row("theta-pi-stationary", tag, Sample([v for t in ties for v in get(t, "grad_max")], **det),
+                    provenance=prov, context=ctx,
+                    label=f"(p, q) = ({p}, {q}), {_regime(p, q)}: max |∂L/∂θ_i| at θ_π = 0 at every point measured")
+            table[tag] = {"H_pi": float(marginal_entropy(p, q)), "entropy_rate": float(entropy_rate(p, q)),
+                          "L_theta_pi_minus_rate": float(marginal_entropy(p, q) - entropy_rate(p, q)),
+                          "curvature_c": float(c), "pi0_pi1": float(pi0 * pi1)}
+            for tied in cfg.tying:
+                t = _tying(tied)
+                if "zero" in ls.others:
+                    out.row("theta-pi-canonical-spectrum", f"{tag}/{t}", Sample(get(t, "spectrum_err", "zero"), **det),
+                            provenance=prov, context=ctx,
+                            label=f"(p, q) = ({p}, {q}), {t}: max |λ − closed form| at the canonical θ_π, c = {c:.4f}")
+                eig_min, eig_max = get(t, "eig_min"), get(t, "eig_max")
+                # The closed form says: tied is a (flat) minimum iff c > 0; untied is a saddle iff c != 0.
+                if tied and c > 0:
+                    ratio = [lo / hi for lo, hi in zip(eig_min, eig_max)]
+                    out.row("tied-theta-pi-local-minimum", f"{tag}/hessian-psd", Sample(ratio, **det), provenance=prov,
+                            context={**ctx, "check": "hessian-psd"},
+                            label=f"(p, q) = ({p}, {q}), tied: λ_min/λ_max ≥ −{cfg.claims.psd_rel_tol:g} at every point")
+                    probe = [min(a, b) for a, b in zip(get(t, "probe_random"), get(t, "probe_bottom"))]
+                    out.row("tied-theta-pi-local-minimum", f"{tag}/no-descent-direction", Sample(probe, **det),
+                            provenance=prov, context={**ctx, "check": "no-descent-direction"},
+                            label=f"(p, q) = ({p}, {q}), tied: no random direction nor the bottom eigenvector lowers "
+                                  f"the loss at radius {ls.radius:g}")
+                elif c != 0:
+                    # the talk's saddle: untied, p + q > 1; a saddle tied or untied below the line is ours
+                    sprov = "seed" if (not tied and p + q > 1) else "ours"
+                    out.row("theta-pi-saddle", f"{tag}/{t}/hessian-negative", Sample(eig_min, **det), provenance=sprov,
+                            context={**ctx, "check": "hessian-negative"},
+                            label=f"(p, q) = ({p}, {q}), {t}: λ_min ≤ −{cfg.claims.negative_fraction:g}|c| at every point")
+                    out.row("theta-pi-saddle", f"{tag}/{t}/descent-direction", Sample(get(t, "probe_bottom"), **det),
+                            provenance=sprov, context={**ctx, "check": "descent-direction"},
+                            label=f"(p, q) = ({p}, {q}), {t}: the loss drops along the bottom eigenvector at radius "
+                                  f"{ls.radius:g} by at least {cfg.claims.negative_fraction:g}|c| r²/2")
+                table[tag][t] = {
+                    "eig_min": eig_min, "eig_max": eig_max,
+                    "points": [{"others": o, "d": d, "member": m, "eig_min": lo, "eig_max": hi}
+                               for o, d in points
+                               for m, (lo, hi) in enumerate(zip(run.final(self.landscape_arm(p, q, t, o, d), "eig_min").tolist(),
+                                                                run.final(self.landscape_arm(p, q, t, o, d), "eig_max").tolist()))],
+                }
+        out.values["landscape"] = table
+
+    def _measure_training(self, cfg: MarkovTyingConfig, run: RunView, out: Measurements) -> None:
+        cl = cfg.claims
+        cells: dict[str, dict] = {}
+        for p, q in cfg.grid:
+            tag = chain_tag(p, q)
+            h_pi, h_rate = marginal_entropy(p, q), entropy_rate(p, q)
+            gap = h_pi - h_rate
+            informative = gap >= max(cl.min_gap_nats, 1e-12)
+            regime = _regime(p, q)
+            threshold = h_pi - cl.escape_fraction * gap
+            row = {"p": p, "q": q, "regime": regime, "H_pi": float(h_pi), "entropy_rate": float(h_rate),
+                   "informative": bool(informative), "escape_threshold": float(threshold)}
+            escapes = {}
+            for tied in cfg.tying:
+                t = _tying(tied)
+                arm = self.train_arm(tied, p, q)
+                steps, loss = run.curves(arm, "test_loss")
+                final = loss[:, -1]
+                u = normalised_position(final, p, q) if gap > 0 else np.full_like(final, np.nan)
+                stuck = u >= 1 - cl.escape_fraction
+                esc = escapes[t] = first_crossing(steps, loss, threshold)
+                row[t] = {"final_test_loss": final.tolist(), "u": u.tolist(),
+                          "plateau_escape_step": esc.as_optional() if gap > 0 else [None] * final.size,
+                          "stuck_fraction": float(np.mean(stuck)) if informative else None}
+                if informative and regime == "p+q<1":
+                    _, ref = run.curves(arm, "test_loss@bayes")
+                    d = loss[:, -1] - ref[:, -1]
+                    row[t]["final_gap_to_bayes"] = d.tolist()
+                    out.stage(arm, LEFT_PLATEAU, final, threshold, "lt", evidence="final test loss vs the plateau level, nats")
+                    out.row("below-line-reaches-entropy-rate", f"{tag}/{t}",
+                            Sample(d, drift=run.drift(arm, "test_loss", minus="test_loss@bayes")), arms=[arm],
+                            context={"p": p, "q": q, "tying": t},
+                            label=f"(p, q) = ({p:g}, {q:g}), {t}: final test loss − Bayes loss on the same batches ≈ 0")
+            if informative and regime == "p+q>1" and {"tied", "untied"} <= set(escapes):
+                a, b = escapes["tied"], escapes["untied"]
+                out.row("tied-leaves-plateau-later", tag,
+                        Sample(a.steps, censored=a.censored, resolution=a.resolution),
+                        Sample(b.steps, censored=b.censored, resolution=b.resolution),
+                        arms=[self.train_arm(True, p, q), self.train_arm(False, p, q)], context={"p": p, "q": q},
+                        label=f"(p, q) = ({p:g}, {q:g}): plateau-escape step, tied − untied > 0")
+            cells[tag] = row
+        out.values["training"] = cells
+        # The stuck-at-the-horizon table, tied vs untied (a measurement: where each arm is when the run stops).
+        ties = list(map(_tying, cfg.tying))
+        lines = ["| (p, q) | regime | H(π) − rate | " + " | ".join(f"stuck at the end, {t}" for t in ties) + " |",
+                 "|" + "---|" * (3 + len(ties))]
+        for r in cells.values():
+            fr = [("—" if r[t]["stuck_fraction"] is None else f"{r[t]['stuck_fraction']:.2f}") for t in ties]
+            lines.append(f"| ({r['p']:g}, {r['q']:g}) | {r['regime']} | {r['H_pi'] - r['entropy_rate']:.4f} | " + " | ".join(fr) + " |")
+        out.values["stuck_table"] = "\n".join(lines)
+
+    # ------------------------------------------------------------------------------------------
+    def notes(self, cfg: MarkovTyingConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        ls = cfg.landscape
+        notes = []
+        for tag, row in measured.values["landscape"].items():
+            for t in map(_tying, cfg.tying):
+                if t in row and row[t]["eig_min"]:
+                    notes.append(f"θ_π at {tag}, {t}: λ_min ∈ [{min(row[t]['eig_min']):.3g}, {max(row[t]['eig_min']):.3g}], "
+                                 f"λ_max ∈ [{min(row[t]['eig_max']):.3g}, {max(row[t]['eig_max']):.3g}] over d = {ls.dims} "
+                                 f"and points {ls.others}; closed-form c = π0π1(p+q-1) = {row['curvature_c']:.4f}.")
+        thr = 1 - cfg.claims.escape_fraction
+        cells = measured.values["training"]
+        for r in cells.values():
+            parts = []
+            for t in map(_tying, cfg.tying):
+                u = np.array(r[t]["u"])
+                left = [e for e in r[t]["plateau_escape_step"] if e is not None]
+                parts.append(f"{t} " + ("not informative" if r[t]["stuck_fraction"] is None else
+                                        f"{int(np.sum(u >= thr))}/{len(u)} on the plateau at step {cfg.train.steps} "
+                                        f"(u = {u.mean():.2f} ± {u.std():.2f}); "
+                                        + (f"left it at steps {left}" if left else "none left it")))
+            notes.append(f"Training at (p, q) = ({r['p']:g}, {r['q']:g}), {r['regime']}, H(π) − rate = "
+                         f"{r['H_pi'] - r['entropy_rate']:.4f} nats: " + "; ".join(parts) + ".")
+        later = next((g for g in groups if g.id == "tied-leaves-plateau-later"), None)
+        if later is not None and later.rows:
+            notes.append("A member that never left the plateau is censored at the last evaluation (a lower bound of its "
+                         "escape step), and escape steps are known to one evaluation interval: the direction is decided by "
+                         f"an exact sign test over the {cfg.members} paired members, which needs at least 6 members at 95 % "
+                         f"(3/3 gives p = 0.25). Verdict: {later.verdict}. A 6000-step run sees every tied member of "
+                         "(0.5, 0.8) leave the plateau, so 'tied stays at H(π)' is not what the runs show; 'tied leaves later' is.")
+        return notes
+
+    # ------------------------------------------------------------------------------------------
+    def plot(self, cfg: MarkovTyingConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        return [self._plot_landscape(cfg, analysis, figdir), self._plot_grid(cfg, analysis, figdir),
+                self._plot_curves(cfg, run, figdir)]
+
+    @staticmethod
+    def _plot_landscape(cfg: MarkovTyingConfig, analysis: Analysis, figdir: Path) -> Path:
+        ls = cfg.landscape
+        table = analysis.measurements["landscape"]
+        fig, axes = plt.subplots(1, len(ls.chains), figsize=(5.2 * len(ls.chains), 4), squeeze=False)
+        for ax, (p, q) in zip(axes[0], ls.chains):
+            row = table[chain_tag(p, q)]
+            c = row["curvature_c"]
+            for tied, color in zip(cfg.tying, ("C0", "C3")):
+                t = _tying(tied)
+                if t not in row:
+                    continue
+                pts = row[t]["points"]
+                jitter = 0.08 if tied else -0.08
+                for o, marker in zip(ls.others, ("o", "x", "^")):
+                    sel = [pt for pt in pts if pt["others"] == o]
+                    ax.scatter([pt["d"] + jitter for pt in sel], [pt["eig_min"] for pt in sel], color=color, marker=marker,
+                               s=22, label=f"{t}, {o}: λ_min (measured)")
+                cf = 0.0 if (tied and c > 0) else (2 * c if tied else -abs(c))
+                ax.axhline(cf, color=color, ls="--", lw=1, label=f"{t}: closed form λ_min = {cf:.3f}")
+            ax.axhline(0, color="k", lw=0.6)
+            ax.set_xticks(ls.dims)
+            ax.set_xlabel("embedding dimension d")
+            ax.set_ylabel("smallest Hessian eigenvalue at θ_π")
+            ax.set_title(f"(p, q) = ({p}, {q}), p+q {'>' if p + q > 1 else '<'} 1, N = {ls.seq_len}")
+            ax.legend(fontsize=7)
+        fig.suptitle("θ_π: tied = (almost) PSD Hessian (local min) vs untied = negative eigenvalue (saddle)")
+        return save_figure(fig, figdir / "theta_pi_hessian.png")
+
+    @staticmethod
+    def _plot_grid(cfg: MarkovTyingConfig, analysis: Analysis, figdir: Path) -> Path:
+        cells = analysis.measurements["training"]
+        fig, axes = plt.subplots(1, len(cfg.tying), figsize=(4.8 * len(cfg.tying), 4.2), squeeze=False)
+        for ax, tied in zip(axes[0], cfg.tying):
+            t = _tying(tied)
+            for r in cells.values():
+                f = r[t]["stuck_fraction"]
+                color = "lightgray" if f is None else plt.cm.Reds(0.15 + 0.85 * f)
+                ax.scatter(r["p"], r["q"], s=900, color=color, edgecolor="k", marker="s")
+                ax.text(r["p"], r["q"], "—" if f is None else f"{f:.2f}", ha="center", va="center", fontsize=9)
+            xs = np.linspace(0, 1, 2)
+            ax.plot(xs, 1 - xs, "k--", lw=1, label="p + q = 1")
+            pq_plane(ax)
+            ax.set_title(f"{t}: fraction on the H(π) plateau at the last step")
+            ax.legend(fontsize=7, loc="lower left")
+        fig.suptitle(f"Small init (σ = {cfg.model.init_std}), {cfg.train.steps} steps, d = {cfg.model.d}, {cfg.members} members per cell")
+        return save_figure(fig, figdir / "stuck_fraction_grid.png")
+
+    def _plot_curves(self, cfg: MarkovTyingConfig, run: RunView, figdir: Path) -> Path:
+        n = len(cfg.grid)
+        cols = min(n, 3)
+        rows = math.ceil(n / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+        for ax, (p, q) in zip(axes.flat, cfg.grid):
+            for tied in cfg.tying:
+                steps, values = run.curves(self.train_arm(tied, p, q), "test_loss")
+                curve_with_band(ax, steps, values, _tying(tied))
+            h_pi, h_rate = marginal_entropy(p, q), entropy_rate(p, q)
+            reference_lines(ax, {f"H(π) = {h_pi:.3f}": h_pi, f"rate = {h_rate:.3f}": h_rate})
+            ax.set_ylim(h_rate - 0.03, max(h_pi, math.log(2)) + 0.03)
+            ax.set_title(f"(p, q) = ({p}, {q})", fontsize=9)
+            ax.set_xlabel("iteration")
+            ax.set_ylabel("test loss (nats)")
+            ax.legend(fontsize=6)
+        for ax in list(axes.flat)[n:]:
+            ax.axis("off")
+        fig.suptitle("Test loss, tied vs untied (mean, band: min–max over members)")
+        return save_figure(fig, figdir / "test_loss_grid.png")

@@ -1,0 +1,65 @@
+"""The in-context estimators the seed-003 probes measure, and the stage they define: per-position
+losses against a slow loop over the seed's context-matching rule; the stage bound and its check per
+member; the default share leaves every reach claim a failure region at the profiles' settings."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tdlab.claims import Measurements
+from tdlab.experiments.seed003_attention_markov.estimator_stage import (
+    PAST_LOWER_ORDER, estimator_losses, record_stage, stage_bound, stage_leaves_room)
+from tdlab.tasks.markov_kth import InContextMarkov
+
+
+def slow_loss(seq: list[int], j: int, alpha: float) -> list[float]:
+    """−log of the add-α order-j estimator at the realised next token, by explicit counting (binary)."""
+    out = []
+    for i in range(len(seq) - 1):
+        ctx = seq[i - j + 1 : i + 1] if j else []
+        if len(ctx) < j:
+            out.append(math.log(2))
+            continue
+        n = [0, 0]
+        for t in range(j, i + 1):
+            if seq[t - j : t] == ctx:
+                n[seq[t]] += 1
+        out.append(-math.log((n[seq[i + 1]] + alpha) / (sum(n) + 2 * alpha)))
+    return out
+
+
+def test_estimator_losses_match_a_slow_count():
+    x = InContextMarkov(2, 2, 1.0).sample([torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)], 3, 12)
+    got = estimator_losses(x, 2, 2, 0.5)
+    assert sorted(got) == [0, 1, 2] and got[2].shape == (2, 11)
+    for j in range(3):
+        for e in range(2):
+            want = np.mean([slow_loss(x[e, b].tolist(), j, 0.5) for b in range(3)], axis=0)
+            np.testing.assert_allclose(got[j][e].numpy(), want, rtol=1e-12)
+
+
+def test_stage_bound_and_check_per_member():
+    lower, upper = np.array([0.60, 0.60, 0.60]), np.array([0.52, 0.52, 0.52])
+    bound = stage_bound(lower, upper, 0.25)
+    np.testing.assert_allclose(bound, [0.58] * 3)
+    out = Measurements()
+    record_stage(out, "a", [0.53, 0.579, 0.59], lower, upper, 0.25, 1)
+    check = out.stages["a"][PAST_LOWER_ORDER.id]
+    assert check.passed == [True, True, False] and "order-0 estimator" in check.evidence
+    record_stage(out, "b", [0.5] * 3, lower, upper, 0.25, 1, source="a")
+    assert "a's probe loss" in out.stages["b"][PAST_LOWER_ORDER.id].evidence
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_the_default_share_leaves_the_reach_claims_room_to_fail(k, one_thread):
+    # T = 64 (the grids' quick length, the shortest of the profiles): the order-(k−1)/order-k gap is
+    # 0.034–0.057 nats, so a member at the stage boundary is ≥ 0.026 nats above the estimator (> 0.02)
+    x = InContextMarkov(k, 2, 1.0).sample([torch.Generator().manual_seed(k)], 400, 65)
+    est = estimator_losses(x, k, 2, 1.0)
+    lower, upper = est[k - 1].mean(-1).numpy(), est[k].mean(-1).numpy()
+    assert stage_leaves_room(lower, upper, 0.25, 0.02)
+    assert not stage_leaves_room(lower, upper, 0.75, 0.02)  # a late stage would swallow the failure region
