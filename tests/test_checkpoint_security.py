@@ -122,6 +122,7 @@ def test_planted_pickle_is_refused_by_a_sweep(tmp_path):
     marker = tmp_path / "marker"
     (w.path / "checkpoints").mkdir()
     (w.path / "checkpoints" / f"{ARM_CK}.pt").write_bytes(pickle.dumps(Planted(marker)))
+    w.release()  # an interrupted run: no process holds it
     res = _cli("sweep", str(spec_file), "--out", str(out))
     assert res.exit_code == 1, res.output  # the point failed (README: a failed point exits 1)
     assert "pickled checkpoint" in res.stdout and "0 done, 1 failed" in res.stdout

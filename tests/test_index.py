@@ -221,7 +221,7 @@ def _stderr_lines(res) -> list[str]:
 @pytest.fixture()
 def small(tmp_path) -> Path:
     out = tmp_path / "runs"
-    RunIndex(out).add_many([_record(4, i) for i in range(30)] + [{**_record(5, 0), "run_id": "a;b"}])
+    RunIndex(out).add_many([_record(4, i) for i in range(30)] + [{**_record(5, 0), "run_id": "semi", "experiment": "a;b"}])
     return out
 
 
@@ -259,8 +259,8 @@ def test_slow_where_is_stopped_by_the_progress_handler(small):
 
 
 def test_where_may_contain_a_semicolon_in_a_string_but_not_two_statements(small):
-    assert [r["run_id"] for r in RunIndex(small).query("run_id = 'a;b'")] == ["a;b"]
-    res = _cli("runs", "--out", str(small), "--where", "run_id = 'a;b'")
+    assert [r["run_id"] for r in RunIndex(small).query("experiment = 'a;b'")] == ["semi"]
+    res = _cli("runs", "--out", str(small), "--where", "experiment = 'a;b'")
     assert res.exit_code == 0 and "1 run(s)" in res.stdout, res.output
     with pytest.raises(ConfigError, match="one condition expected"):
         RunIndex(small).query("1; DELETE FROM runs")

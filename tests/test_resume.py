@@ -246,6 +246,7 @@ def test_arm_killed_between_metrics_and_arrays_is_not_stored_twice(tmp_path, uni
     w.save_arrays = die  # the process dies right after the arm's metrics were flushed
     with pytest.raises(Killed):
         RunContext(w, progress=False).fit("sec2/a", Trainer(cfg, progress=False), _build, seeds, TASK)
+    w.release()  # the killed process's lock on the run ends with it
     reopened = RunWriter.reopen(tmp_path / "r")
     result = RunContext(reopened, progress=False).fit("sec2/a", Trainer(cfg, progress=False), _build, seeds, TASK)
     assert result.rows == uninterrupted[1].rows

@@ -100,7 +100,7 @@ def test_sweep_status_json_lists_every_point_done(grid_sweep):
 def test_sweep_points_are_indexed_with_the_sweep_tag(grid_sweep):
     rows = RunIndex(grid_sweep["out"]).query("sweep = 'pq'")
     assert sorted(r["run_id"] for r in rows) == grid_sweep["dirs"]
-    assert all(r["status"] == "done" and r["claims_total"] == 1 for r in rows)
+    assert all(r["status"] == "done" and r["claims_total"] == len(r["summary"]["claims"]) >= 1 for r in rows)
     assert len(RunIndex(grid_sweep["out"]).query("sweep = 'pq' AND config.task.p = 0.7")) == 2
 
 
@@ -114,8 +114,7 @@ def test_sweep_summary_table_has_one_row_per_point_with_claims(grid_sweep):
     assert set(df["status"]) == {"done"}
     for _, row in df.iterrows():
         run = Run(grid_sweep["out"] / row["run_id"])
-        (group,) = run.summary["claims"]
-        (claim,) = group["rows"]
+        (claim,) = [r for g in run.summary["claims"] for r in g["rows"] if r["id"] == CLAIM]
         assert row[f"{CLAIM}.measured"] == pytest.approx(claim["mean"])
         assert row[f"{CLAIM}.verdict"] == claim["verdict"]
         assert row[f"{CLAIM}.expected"] == 0.0  # the gap to the Bayes predictor on the same batches

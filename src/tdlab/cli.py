@@ -8,12 +8,15 @@
                                                  a static site of where each claim holds, serve it
     tdlab export RUN_DIR --arm A --member I --to transformer-lens [--out FILE]
 
-Bad input (unknown experiment, bad ``--set``, corrupt run directory) prints one message naming the
-field and what is allowed, exits with code 2 and leaves no run directory behind.
+Bad input (unknown experiment, bad ``--set``, corrupt run directory, a path that is not allowed) prints
+one message naming the field and what is allowed, exits with code 2 and leaves no run directory behind.
+A finished run directory is read-only to every command but ``run --resume`` and ``report``
+(:mod:`tdlab.safeio`). ``tdlab run NAME --help`` lists the experiment's config keys.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -22,11 +25,14 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
-from typer.core import TyperGroup
+from rich.text import Text
+from typer.core import TyperCommand, TyperGroup
 
 from tdlab.config import ECHO_CHARS, ConfigError, one_line
 from tdlab.runs import RunDirError, RunNotMovedError, check_run_id, list_runs
+from tdlab.safeio import check_not_in_run, check_output_folder
 
 try:  # typer >= 0.2x carries its own copy of click, whose exceptions are not click's
     from typer._click import exceptions as click_errors
@@ -83,13 +89,67 @@ def list_experiments() -> None:
     """List every experiment with the seed paper and figure it reproduces."""
     from tdlab.experiments.base import registry
 
-    table = Table("experiment", "seed", "reproduces", "profiles")
-    for name, exp in sorted(registry().items()):
+    reg = registry()
+    table = Table(show_lines=False)
+    # names are what one types: never cut, whatever the terminal's width (the other columns wrap)
+    table.add_column("experiment", no_wrap=True, min_width=max(map(len, reg), default=10))
+    for col in ("seed", "reproduces", "profiles"):
+        table.add_column(col, overflow="fold")
+    for name, exp in sorted(reg.items()):
         table.add_row(name, exp.paper, exp.figure, ", ".join(exp.profiles))
     out_console.print(table)
 
 
-@app.command()
+class _RunCommand(TyperCommand):
+    """``tdlab run``: ``tdlab run NAME --help`` adds the experiment's config keys to the help."""
+
+    def parse_args(self, ctx, args):  # noqa: ANN001, ANN201
+        ctx.meta["tdlab.args"] = list(args)  # the eager --help runs before NAME is parsed
+        return super().parse_args(ctx, args)
+
+    def format_help(self, ctx, formatter):  # noqa: ANN001, ANN201
+        super().format_help(ctx, formatter)
+        from tdlab.experiments.base import registry
+
+        args = ctx.meta.get("tdlab.args", [])
+        reg = registry() if any(not a.startswith("-") for a in args) else {}
+        name = next((a for a in args if a in reg), None)
+        if name is not None:
+            _print_config_keys(reg[name])
+
+
+def _print_config_keys(exp) -> None:  # noqa: ANN001
+    """Every ``--set`` key of ``exp``: type, default under each profile, what its source says."""
+    from tdlab.config import build_config
+    from tdlab.config_fields import config_fields
+
+    defaults = {}
+    for profile, layer in exp.profiles.items():
+        try:
+            defaults[profile] = build_config(exp.Config, layer).model_dump(mode="json")
+        except ConfigError:
+            continue
+
+    def value(tree: dict, key: str) -> str:
+        for part in key.split("."):
+            tree = tree.get(part) if isinstance(tree, dict) else None
+        return "null" if tree is None else json.dumps(tree, default=str)
+
+    out_console.print(f"\n[bold]{exp.name}[/]: seed {exp.paper}, {exp.figure}. Config keys (--set KEY=VALUE), "
+                      f"each with its type, its default under each profile (--profile) and what it is:",
+                      highlight=False, soft_wrap=True)
+    for f in config_fields(exp.Config):
+        values = {p: value(d, f.key) for p, d in defaults.items()}
+        shown = (f"= {next(iter(values.values()))}" if len(set(values.values())) == 1
+                 else ", ".join(f"{p} {v}" for p, v in values.items()))
+        out_console.print(f"  [bold]{escape(f.key)}[/]  {escape(f.type_text)}  {escape(shown)}", highlight=False,
+                          soft_wrap=True)
+        doc = f.doc + (f" [set per arm: use {exp.arm_fields[f.key]}]" if f.key in exp.arm_fields else "")
+        if doc:
+            out_console.print(Padding(Text(doc), (0, 0, 0, 6)), highlight=False)
+
+
+@app.command(cls=_RunCommand)
 def run(
     name: Annotated[Optional[str], typer.Argument(help="experiment name (see `tdlab list`)")] = None,
     profile: Annotated[str, typer.Option(help="quick (minutes on 2 CPU cores) or paper (the seed's settings)")] = "quick",
@@ -103,7 +163,8 @@ def run(
     run_id: Annotated[Optional[str], typer.Option(help="name of the run directory (default: time stamp + experiment)")] = None,
     sweep: Annotated[Optional[str], typer.Option(hidden=True, help="tag the run with the sweep it belongs to")] = None,
 ) -> None:
-    """Run an experiment: progress bar, then a computed verdict per claim; writes a run directory."""
+    """Run an experiment: progress bar, then a computed verdict per claim; writes a run directory.
+    `tdlab run NAME --help` lists NAME's config keys with their types and defaults."""
     from tdlab.experiments.base import get
     from tdlab.experiments import runner
 
@@ -118,6 +179,7 @@ def run(
             exp = get(name)
             if run_id is not None:  # before --out is made: a bad id leaves nothing behind
                 check_run_id(run_id)
+            check_not_in_run(out, "--out")
             cfg = exp.make_config(profile, set_ or [], members=seeds, seed=seed)
             finished = runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep)
     except (ConfigError, RunDirError) as exc:
@@ -192,6 +254,7 @@ def runs(
     from tdlab.index import INDEX_NAME, RunIndex, set_aside_if_corrupt
 
     try:
+        check_not_in_run(out, "--out")
         aside = set_aside_if_corrupt(out) if reindex else None  # a corrupt index is kept, not deleted
         if aside is not None:
             err_console.print(f"{out / INDEX_NAME} was corrupt: moved aside to {aside}; rebuilding the index",
@@ -232,6 +295,7 @@ def sweep_cmd(
         if backend not in ("local", "ray"):
             raise ConfigError(f"backend: unknown backend {backend!r}; allowed: local, ray")
         plan = load_spec(spec, max_points)
+        check_not_in_run(out, "--out")
         check_out(out)  # before the first point writes anything
         points = run_sweep(plan, out, backend, workers, address,
                            echo=lambda m: out_console.print(m, highlight=False, soft_wrap=True))
@@ -282,7 +346,6 @@ def atlas_run(
 ) -> None:
     """Sweep each experiment's atlas axes (points already in the runs folder are skipped, killed ones resumed)."""
     from tdlab.atlas.axes import atlas_spec, experiments_with_axes
-    from tdlab.experiments.runner import check_out
     from tdlab.sweep import run_sweep
 
     try:
@@ -290,7 +353,7 @@ def atlas_run(
             raise ConfigError(f"backend: unknown backend {backend!r}; allowed: local, ray")
         exps = experiments_with_axes(experiments or [])
         specs = [atlas_spec(e, profile) for e in exps]  # every name and profile checked before anything runs
-        check_out(runs_dir)
+        check_output_folder(runs_dir, "--runs")
         failed = False
         for spec in specs:
             points = run_sweep(spec, runs_dir, backend, workers, address,
@@ -311,8 +374,11 @@ def atlas_build(
     """Write the static atlas site (front page, one page per experiment, every run's report) from the run index."""
     from tdlab.atlas.site import build_site
 
+    def warn(message: str) -> None:
+        err_console.print(f"warning: {message}", highlight=False, soft_wrap=True, markup=False)
+
     try:
-        front = build_site(runs_dir, out if out is not None else runs_dir / "atlas")
+        front = build_site(runs_dir, out if out is not None else runs_dir / "atlas", warn)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     out_console.print(f"atlas: {front}", highlight=False, soft_wrap=True)
@@ -349,7 +415,7 @@ def export_cmd(
     arm: Annotated[str, typer.Option(help="the arm whose trained parameters to export")],
     member: Annotated[int, typer.Option(min=0, help="ensemble member index")],
     to: Annotated[str, typer.Option(help="target format: transformer-lens")] = "transformer-lens",
-    out: Annotated[Optional[Path], typer.Option(help="output file or folder (default: RUNID.ARM.mI.tl.safetensors in the current directory)")] = None,
+    out: Annotated[Optional[str], typer.Option(help="output file, or an existing folder (default: RUNID.ARM.mI.tl.safetensors in the current directory); never inside a run directory")] = None,
 ) -> None:
     """Export one trained member to another library (TransformerLens 4: one safetensors file holding the weights and a `TransformerBridge.boot_native` config)."""
     try:

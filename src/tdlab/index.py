@@ -11,9 +11,11 @@ columns and the functions of :data:`ALLOWED_FUNCTIONS` (no other table, ``sqlite
 no ``PRAGMA``, ``ATTACH``, recursive CTE or write), and under a progress handler that stops it after
 :data:`QUERY_TIME_LIMIT_S` seconds. A refused or stopped condition is a one-line :class:`ConfigError`.
 
-An index file that is not an SQLite database (or fails its integrity check) is a
-:class:`CorruptIndexError`; ``tdlab runs --reindex`` moves it aside (:func:`set_aside_if_corrupt`) and
-rebuilds the index from the run directories.
+Rows are checked as they are read, as every file tdlab reads is: a run id that ``--run-id`` would
+refuse (``../x``: it names folders) or a config/summary that is not a JSON object is a
+:class:`CorruptIndexError`, as is an index file that is not an SQLite database or fails its
+integrity check. ``tdlab runs --reindex`` moves such an index aside (:func:`set_aside_if_corrupt`)
+and rebuilds it from the run directories.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tdlab.config import ConfigError
-from tdlab.runs import RunDirError
+from tdlab.config import ConfigError, echo
+from tdlab.runs import RUN_ID_PATTERN, RunDirError, check_run_id
 
 __all__ = ["RunIndex", "INDEX_NAME", "CorruptIndexError", "set_aside_if_corrupt", "ALLOWED_FUNCTIONS", "QUERY_TIME_LIMIT_S"]
 
@@ -62,14 +64,19 @@ class RunIndex:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.timeout = timeout
         try:
-            with self._connect() as con:
-                con.execute(
-                    "CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, path TEXT, experiment TEXT, profile TEXT, "
-                    "status TEXT, created REAL, wall_time_s REAL, seed INTEGER, members INTEGER, claims_total INTEGER, "
-                    "claims_failed INTEGER, sweep TEXT, config TEXT, summary TEXT)"
-                )
+            con = self._connect()
         except sqlite3.DatabaseError as exc:
             raise self._corrupt(exc) if _is_corrupt(exc) else exc
+        try:  # closed here, not when collected: a connection kept alive by a traceback keeps the WAL unmerged
+            con.execute(
+                "CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, path TEXT, experiment TEXT, profile TEXT, "
+                "status TEXT, created REAL, wall_time_s REAL, seed INTEGER, members INTEGER, claims_total INTEGER, "
+                "claims_failed INTEGER, sweep TEXT, config TEXT, summary TEXT)"
+            )
+        except sqlite3.DatabaseError as exc:
+            raise self._corrupt(exc) if _is_corrupt(exc) else exc
+        finally:
+            con.close()
 
     def _corrupt(self, exc: BaseException) -> CorruptIndexError:
         return CorruptIndexError(f"{self.path} is corrupt ({exc}); `tdlab runs --reindex --out {self.path.parent}` "
@@ -87,8 +94,9 @@ class RunIndex:
             try:
                 con.execute("PRAGMA journal_mode=WAL")
                 return con
-            except sqlite3.OperationalError as err:
-                if "locked" not in str(err) or time.monotonic() > deadline:
+            except sqlite3.Error as err:  # closed before raising: a corrupt file's error must not keep it open
+                if not isinstance(err, sqlite3.OperationalError) or "locked" not in str(err) \
+                        or time.monotonic() > deadline:
                     con.close()
                     raise
                 time.sleep(0.01)
@@ -159,13 +167,31 @@ class RunIndex:
             raise self._query_error(exc, where, time_limit) from None
         finally:
             con.close()
-        out = []
-        for row in rows:
-            d = dict(zip(_COLUMNS, row))
-            for c in ("config", "summary"):
+        return [self._row(row) for row in rows]
+
+    def _row(self, row: tuple[Any, ...]) -> dict[str, Any]:
+        """One stored row as a dict, checked as every file tdlab reads is: the run id is one that
+        ``--run-id`` would accept (it names a folder), config and summary are JSON objects.
+
+        Raises:
+            CorruptIndexError: naming the index and the bad value (a row tdlab never writes).
+        """
+        d = dict(zip(_COLUMNS, row))
+        try:
+            check_run_id(d["run_id"])
+        except ConfigError:
+            raise CorruptIndexError(f"{self.path} is corrupt: run id {echo(d['run_id'])} is not a run id (1-200 letters, "
+                                    f"digits, '_', '.', '-', no '/', no leading '.'); `tdlab runs --reindex --out "
+                                    f"{self.path.parent}` moves it aside and rebuilds it from the run directories") from None
+        for c in ("config", "summary"):
+            try:
                 d[c] = json.loads(d[c]) if d[c] else {}
-            out.append(d)
-        return out
+            except (TypeError, ValueError, RecursionError):
+                d[c] = None
+            if not isinstance(d[c], dict):
+                raise CorruptIndexError(f"{self.path} is corrupt: the {c} of run {d['run_id']} is not a JSON object; "
+                                        f"`tdlab runs --reindex --out {self.path.parent}` rebuilds it")
+        return d
 
     def _connect_readonly(self) -> sqlite3.Connection:
         """A connection that cannot write, whatever it executes (SQLite's ``mode=ro``)."""
@@ -213,6 +239,15 @@ def _is_corrupt(exc: BaseException) -> bool:
     return getattr(exc, "sqlite_errorname", "") in _CORRUPT
 
 
+def _rows_ok(con: sqlite3.Connection) -> bool:
+    """Every stored run id is one tdlab could have written (see :meth:`RunIndex._row`)."""
+    try:
+        ids = con.execute("SELECT run_id FROM runs").fetchall()
+    except sqlite3.OperationalError:  # no runs table yet: nothing wrong in it
+        return True
+    return all(isinstance(i, str) and RUN_ID_PATTERN.fullmatch(i) for (i,) in ids)
+
+
 def set_aside_if_corrupt(out: Path) -> Path | None:
     """Move ``OUT/index.sqlite`` (and its WAL files) aside when it is not a sound SQLite database, so
     that a fresh index can be built; returns where it went (``None`` when the index is fine or absent)."""
@@ -222,7 +257,7 @@ def set_aside_if_corrupt(out: Path) -> Path | None:
     try:
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
-            ok = con.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+            ok = con.execute("PRAGMA quick_check").fetchone()[0] == "ok" and _rows_ok(con)
         finally:
             con.close()
     except sqlite3.DatabaseError as exc:

@@ -16,6 +16,14 @@ a plainly created file would (``0o666 & ~umask``). A run killed mid-way leaves i
 with checkpoints (JSON + safetensors, never pickles: :mod:`tdlab.train.checkpoint`), for ``tdlab run
 --resume OUT/ID``; a finished run whose final rename fails keeps its staging folder whole.
 
+While a process writes a run (a new one or ``--resume``) it holds an exclusive lock (``flock``) on
+the staging folder, released when the run ends or the process dies: a second ``tdlab run`` of the
+same run id, or a ``--resume`` of it, is refused with "is running" (:class:`RunBusyError`) instead of
+writing into the same folder.
+
+Reading a run never follows a symlink inside it and never reads more than a run file can hold
+(:func:`tdlab.safeio.open_inside`).
+
 A run id is one plain folder name (:func:`check_run_id`): letters, digits, ``_ . -``, not starting
 with ``.``, so it can neither leave ``OUT`` nor pass for a staging folder.
 """
@@ -23,16 +31,17 @@ with ``.``, so it can neither leave ``OUT`` nor pass for a staging folder.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import platform
 import re
 import shutil
-import tempfile
+import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from functools import cache
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,19 +52,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 import yaml
+from safetensors import safe_open
 from safetensors.torch import load_file, save
 
 from tdlab.config import ECHO_CHARS, ConfigError, echo, one_line
+from tdlab.safeio import (RunDirError, atomic_write, copy_inside, file_mode, legacy_pickles, open_inside, read_inside,
+                          refuse_pickle)
 
-__all__ = ["RunWriter", "Run", "RunDirError", "RunNotMovedError", "atomic_write", "environment", "list_runs", "staging_path",
-           "METRIC_COLUMNS", "check_run_id", "config_hash", "file_mode"]
+__all__ = ["RunWriter", "Run", "RunDirError", "RunBusyError", "RunNotMovedError", "atomic_write", "environment", "list_runs", "staging_path",
+           "METRIC_COLUMNS", "check_run_id", "config_hash", "file_mode", "arm_files", "copy_arrays"]
 
 METRIC_COLUMNS = ["arm", "step", "member", "name", "value"]
+MAX_TEXT_BYTES = 1 << 30  # config.yaml and summary.json: a larger one is not a file tdlab wrote
 _SCHEMA = pa.schema([("arm", pa.string()), ("step", pa.int64()), ("member", pa.int64()), ("name", pa.string()), ("value", pa.float64())])
 
 
-class RunDirError(ValueError):
-    """A run directory that is missing, incomplete or corrupt (the CLI exits with code 2)."""
+class RunBusyError(RunDirError):
+    """A run directory another tdlab process is writing right now (it holds the run's lock)."""
 
 
 class RunNotMovedError(RuntimeError):
@@ -76,47 +89,11 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-@cache
-def _umask() -> int:
-    """The process umask, read once: from /proc where it can be read without changing it, else by
-    setting and restoring it (done once, so threads writing files later never see it changed)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def file_mode() -> int:
-    """The mode of every file of a run directory: what ``open()`` gives a new file (0o666 & ~umask)."""
-    return 0o666 & ~_umask()
-
-
 def config_hash(conf: dict[str, Any]) -> str:
     """SHA-256 of a run's identity: ``experiment``, ``profile`` and the full ``config`` of a
     ``config.yaml`` mapping (key order and YAML formatting do not matter)."""
     ident = {"experiment": conf.get("experiment"), "profile": conf.get("profile"), "config": conf.get("config", {})}
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename. The file
-    gets :func:`file_mode` (mkstemp's 0600 would make some files of a run private and others not)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            os.fchmod(f.fileno(), file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -168,9 +145,26 @@ class RunWriter:
         self.path = staging_path(self.final)
         self.rows: list[tuple[str, int, int, str, float]] = []
         self.finished = self.keep = False
-        if self.path.exists():
-            raise RunDirError(f"{self.path} exists: an interrupted run; resume it with `tdlab run --resume {self.final}`")
-        self.path.mkdir(parents=True)
+        self._lock: int | None = None
+        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir()
+        except FileExistsError:
+            raise self._taken() from None
+        self._lock = _try_lock(self.path)
+        if self._lock is None:  # another process created the same staging folder this very moment
+            raise self._taken()
+
+    def _taken(self) -> RunDirError:
+        """The error for a staging folder that already exists: running (locked) or interrupted."""
+        fd = _try_lock(self.path)
+        if fd is None:
+            return _busy(self.final, self.path)
+        os.close(fd)
+        if not (self.path / "config.yaml").is_file():
+            return RunDirError(f"{self.path} exists but holds no config.yaml (a run that failed as it started); "
+                               f"remove it, or choose another --run-id")
+        return RunDirError(f"{self.path} exists: an interrupted run; resume it with `tdlab run --resume {self.final}`")
 
     @classmethod
     def reopen(cls, final: Path) -> RunWriter:
@@ -183,14 +177,15 @@ class RunWriter:
             raise RunDirError(f"{final} is a finished run; nothing to resume")
         if not (staging / "config.yaml").is_file():
             raise RunDirError(f"{final}: no interrupted run to resume (expected {staging}/config.yaml)")
-        from tdlab.train.checkpoint import legacy_pickles, refuse_pickle  # it imports this module
-
         for pickled in legacy_pickles(staging / "checkpoints"):  # refused before anything is read
             raise refuse_pickle(pickled)
         self = cls.__new__(cls)
         self.out, self.run_id, self.final, self.path = final.parent, final.name, final, staging
         self.finished = self.keep = False
         self.rows = []
+        self._lock = _try_lock(staging)
+        if self._lock is None:
+            raise _busy(final, staging)
         if (staging / "metrics.parquet").is_file():
             df = Run.read_metrics(staging / "metrics.parquet")
             self.rows = list(df[METRIC_COLUMNS].itertuples(index=False, name=None))
@@ -202,6 +197,15 @@ class RunWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if not self.finished and not self.keep and not (self.path / "checkpoints").is_dir():
             shutil.rmtree(self.path, ignore_errors=True)
+        self.release()
+
+    def release(self) -> None:
+        """Give up the run's lock (done at the end of the ``with`` block and by :meth:`finish`)."""
+        fd, self._lock = getattr(self, "_lock", None), None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor drops the flock
+
+    __del__ = release  # a writer dropped without its ``with`` block must not keep the run locked
 
     def config_hash(self) -> str:
         """:func:`config_hash` of the staged ``config.yaml`` (stored in checkpoints: a resume of an
@@ -260,7 +264,26 @@ class RunWriter:
                 f"`tdlab run --resume {self.final}`") from None
         self.finished = True
         shutil.rmtree(self.final / "checkpoints", ignore_errors=True)
+        self.release()
         return Run(self.final)
+
+
+def _try_lock(folder: Path) -> int | None:
+    """A descriptor of ``folder`` holding an exclusive ``flock`` on it; ``None`` when another open
+    descriptor (another process, or another writer in this one) holds it."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _busy(final: Path, staging: Path) -> RunBusyError:
+    return RunBusyError(f"run {final.name} is running: another tdlab process is writing {staging} (it holds the "
+                        f"run's lock); wait for it to finish (`tdlab runs --out {final.parent}` lists it then), or "
+                        f"choose another --run-id")
 
 
 def staging_path(final: Path) -> Path:
@@ -280,11 +303,21 @@ class Run:
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
+        try:
+            os.stat(self.path)
+        except OSError as exc:
+            what = "a symlink loop" if exc.errno == errno.ELOOP else "no such folder"
+            raise RunDirError(f"{self.path}: not a run directory ({what})") from None
         if not self.path.is_dir():
-            raise RunDirError(f"{self.path}: not a run directory (no such folder)")
+            raise RunDirError(f"{self.path}: not a run directory (not a folder)")
         for need in ("config.yaml", "metrics.parquet"):
-            if not (self.path / need).is_file():
-                raise RunDirError(f"{self.path}: not a run directory ({need} is missing)")
+            try:
+                st = os.lstat(self.path / need)
+            except OSError:
+                raise RunDirError(f"{self.path}: not a run directory ({need} is missing)") from None
+            if not stat.S_ISREG(st.st_mode):
+                raise RunDirError(f"{self.path}: not a run directory ({need} is not a regular file: a symlink, "
+                                  f"folder or device; tdlab never follows symlinks in a run directory)")
 
     @property
     def config(self) -> dict[str, Any]:
@@ -295,8 +328,11 @@ class Run:
     def read_config(path: Path) -> dict[str, Any]:
         """``config.yaml``: a mapping with a string ``experiment``, a mapping ``config`` and a string
         ``profile`` (both optional) and a string or null ``sweep``."""
+        path = Path(path)
         try:
-            cfg = yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
+            cfg = yaml.safe_load(read_inside(path.parent, path.name, MAX_TEXT_BYTES).decode("utf-8"))
+        except RunDirError:
+            raise
         except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
             raise RunDirError(f"{path} is unreadable or corrupt: {_reason(exc)}") from None
         if not isinstance(cfg, dict) or "experiment" not in cfg:
@@ -315,8 +351,10 @@ class Run:
     def read_metrics(path: Path) -> pd.DataFrame:
         """The metrics table, checked: the five columns, ``arm``/``name`` strings, ``step``/``member``
         integers, ``value`` numbers."""
+        path = Path(path)
+        data = read_inside(path.parent, path.name)
         try:
-            df = pq.read_table(path).to_pandas()
+            df = pq.read_table(pa.BufferReader(data)).to_pandas()
         except Exception as exc:  # pyarrow raises several types for a damaged file
             raise RunDirError(f"{path} is corrupt: {_reason(exc)}") from None
         missing = set(METRIC_COLUMNS) - set(df.columns)
@@ -331,9 +369,11 @@ class Run:
 
     def arrays(self, arm: str) -> dict[str, torch.Tensor]:
         """Saved parameters of ``arm``, each with a leading member axis."""
-        f = self.path / "arrays" / f"{arm.replace('/', '__')}.safetensors"
-        if not f.is_file():
+        rel = Path("arrays", f"{arm.replace('/', '__')}.safetensors")
+        f = self.path / rel
+        if not f.exists() and not f.is_symlink():
             raise RunDirError(f"{f}: no saved arrays for arm {arm!r}")
+        os.close(open_inside(self.path, rel)[0])  # a regular file of the run, no symlink on the way
         try:
             return load_file(str(f))
         except Exception as exc:  # safetensors raises its own error types for a damaged file
@@ -343,10 +383,12 @@ class Run:
     def summary(self) -> dict[str, Any]:
         """``summary.json`` (``{}`` when there is none yet); it must be a JSON object."""
         f = self.path / "summary.json"
-        if not f.is_file():
+        if not f.exists() and not f.is_symlink():
             return {}
         try:
-            data = json.loads(f.read_bytes())
+            data = json.loads(read_inside(self.path, f.name, MAX_TEXT_BYTES))
+        except RunDirError:
+            raise
         except (OSError, ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError are ValueErrors
             raise RunDirError(f"{f} is corrupt: {_reason(exc)}") from None
         if not isinstance(data, dict):
@@ -415,3 +457,42 @@ def list_runs(out: Path) -> list[Run]:
         except RunDirError:
             continue
     return runs
+
+
+def arm_files(run_dir: Path, arm: str) -> list[Path]:
+    """The stored arrays of ``arm`` in the run ``run_dir``, as paths relative to it: ``arrays/ARM.safetensors``
+    and its ``ARM@init`` / ``ARM@stepN`` companions, sorted. Entries are listed without following
+    symlinks (a symlink is then refused by :func:`copy_arrays`).
+
+    Raises:
+        RunDirError: ``ARM.safetensors`` is not there (naming the folder).
+    """
+    stem = arm.replace("/", "__")
+    folder = Path(run_dir) / "arrays"
+    try:
+        names = sorted(e.name for e in os.scandir(folder))
+    except OSError:
+        names = []
+    if f"{stem}.safetensors" not in names:
+        raise RunDirError(f"{folder}: no saved arrays for arm {arm!r}")
+    return [Path("arrays", n) for n in names
+            if n.endswith(".safetensors") and (n == f"{stem}.safetensors" or n.startswith(f"{stem}@"))]
+
+
+def copy_arrays(run_dir: Path, rel: Path, dst: Path) -> None:
+    """Copy the arrays file ``run_dir/rel`` to ``dst``: a regular file of the run reached through no
+    symlink, never more bytes than it had when opened (:func:`tdlab.safeio.copy_inside`), and a
+    safetensors file (its header parsed; nothing in it is executed).
+
+    Raises:
+        RunDirError: naming the source file (the copy is removed): a symlink, not a regular file, too
+            large, or not safetensors.
+    """
+    copy_inside(run_dir, rel, dst)
+    try:
+        with safe_open(str(dst), "pt"):
+            pass
+    except Exception as exc:  # safetensors raises its own error types for a foreign file
+        Path(dst).unlink(missing_ok=True)
+        raise RunDirError(f"{Path(run_dir) / rel} is not a safetensors arrays file ({_reason(exc)}); a run's "
+                          f"arrays are only ever safetensors (tdlab never unpickles)") from None

@@ -59,6 +59,7 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator
 from tdlab.config import ECHO_CHARS, Config, ConfigError, _format_validation_error, one_line
 from tdlab.config import echo as echo_value
 from tdlab.runs import Run, RunDirError, atomic_write, config_hash, staging_path
+from tdlab.safeio import legacy_pickles
 
 __all__ = ["SweepSpec", "Point", "load_spec", "plan", "run_sweep", "summarise", "count_points", "MAX_POINTS"]
 
@@ -193,8 +194,6 @@ def _mismatch(out: Path, point: Point, want: str) -> str | None:
     """Why the folders of ``point``'s run id in ``out`` (finished or staging) must not be adopted
     or resumed: a config.yaml that is unreadable or of another config, or a pickled checkpoint.
     ``None`` when there is no such folder or every one holds the point's own config."""
-    from tdlab.train.checkpoint import legacy_pickles
-
     for folder in (out / point.run_id, staging_path(out / point.run_id)):
         if not folder.exists():
             continue

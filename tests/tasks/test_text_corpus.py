@@ -136,7 +136,7 @@ def test_windows_drop_or_pad_the_tail() -> None:
 
 
 def test_missing_file_names_corpus_path(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"corpus\.path: no such file"):
+    with pytest.raises(ConfigError, match=r"corpus\.path: .*absent.txt': no such file"):
         load_corpus(CorpusConfig(source="text", path=str(tmp_path / "absent.txt")))
     assert not any(tmp_path.iterdir())
 

@@ -6,11 +6,16 @@ Layout of ``OUT/``::
     experiments/NAME.html           each claim's map over the atlas axes, the default run, every run
     runs/RUN_ID/report.html         every indexed run's report (copied, with its figures/)
 
-Claims, verdicts and configs come from the index (``index.sqlite``); run folders are read only to copy
-their ``report.html`` and figures (a missing report is generated with :func:`tdlab.report.html.write_report`;
-a missing run folder gets a report rendered from the index's summary, without figures). Every link is
-relative, so the folder works from ``file://`` and from any static host; no script is needed to read it
-(a few lines of inline JS only toggle the per-point tables).
+Claims, verdicts and configs come from the index (``index.sqlite``, its run ids checked: each names one
+folder); run folders ``RUNS/RUN_ID`` are only read, to copy their ``report.html`` and figures -- regular
+files only, never through a symlink (a report that is missing is rendered into the site, never into the
+run folder; a missing or damaged run folder gets a report rendered from the index's summary, without
+figures). Every link is relative, so the folder works from ``file://`` and from any static host; no
+script is needed to read it (a few lines of inline JS only toggle the per-point tables).
+
+The site never overlaps what it reads (``--out`` is not the runs folder, above it, or in a run
+directory) and is built in a staging folder swapped in when complete: an interrupted build leaves the
+earlier site as it was.
 
 The default setting of an experiment is its newest indexed run whose config equals the experiment's
 default config under that run's profile (``tdlab run NAME --profile P`` with nothing set); its map
@@ -22,8 +27,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
-from collections.abc import Sequence
+import stat
+import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,10 +39,11 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from tdlab.atlas.axes import AtlasAxes, AtlasAxis, sweep_name
-from tdlab.config import ConfigError
+from tdlab.config import ConfigError, echo
 from tdlab.index import INDEX_NAME, RunIndex
 from tdlab.report.findings import group_line, row_summary
-from tdlab.runs import RunDirError, atomic_write
+from tdlab.runs import RunDirError
+from tdlab.safeio import atomic_write, check_output_folder, copy_inside, enclosing_run, folder_mode, is_run_dir
 
 __all__ = ["build_site", "load_index", "MARKS", "TEMPLATES", "ClaimMap", "ExperimentPage"]
 
@@ -147,11 +156,19 @@ def _default_configs(exp: Any) -> dict[str, str]:
 
 
 class _Reports:
-    """Copies (or generates) each run's report into ``OUT/runs/RUN_ID/`` once."""
+    """Copies (or renders) each run's report into ``SITE/runs/RUN_ID/`` once.
+
+    Only ``RUNS/RUN_ID`` is read (the run id is checked by the index, so it is one folder name), and
+    only its regular files, never through a symlink and never more than their size
+    (:func:`tdlab.safeio.copy_inside`); nothing in the run folder is written. A file that cannot be
+    copied is left out and named in :attr:`skipped`; a run folder that is missing or damaged gets a
+    report rendered from the index's summary, without figures.
+    """
 
     def __init__(self, runs: Path, out: Path, descriptions: dict[str, str]) -> None:
         self.runs, self.out, self.descriptions = Path(runs), Path(out), descriptions
         self.done: dict[str, str] = {}
+        self.skipped: list[str] = []
 
     def link(self, row: dict[str, Any]) -> str:
         """``runs/RUN_ID/report.html``, relative to the site's root (pages prefix their way up)."""
@@ -161,31 +178,26 @@ class _Reports:
             self.done[row["run_id"]] = rel
         return rel
 
-    def _source(self, row: dict[str, Any]) -> Path | None:
-        for cand in (Path(row["path"]) if row.get("path") else None, self.runs / row["run_id"]):
-            if cand is not None and (cand / "summary.json").is_file():
-                return cand
-        return None
-
     def _publish(self, row: dict[str, Any]) -> str:
-        from tdlab.report.html import render_report, write_report
+        from tdlab.report.html import render_report
         from tdlab.runs import Run
 
         dest = self.out / "runs" / row["run_id"]
         dest.mkdir(parents=True, exist_ok=True)
         description = self.descriptions.get(row["experiment"] or "", "")
-        src = self._source(row)
-        if src is not None:
+        rel = f"runs/{row['run_id']}/report.html"
+        src = self.runs / row["run_id"]
+        if src.exists() or src.is_symlink():
             try:
-                if not (src / "report.html").is_file():  # generated where `tdlab report` would put it
-                    run = Run(src)
-                    write_report(run, run.summary, description)
-                shutil.copyfile(src / "report.html", dest / "report.html")
-                if (src / "figures").is_dir():
-                    shutil.copytree(src / "figures", dest / "figures", dirs_exist_ok=True)
-                return f"runs/{row['run_id']}/report.html"
-            except (OSError, RunDirError):
-                pass  # a read-only or damaged run folder: render from the index below
+                run = Run(src)
+                if (src / "report.html").exists() or (src / "report.html").is_symlink():
+                    copy_inside(src, "report.html", dest / "report.html")
+                else:  # rendered into the site: the run folder is never written
+                    atomic_write(dest / "report.html", render_report(run.summary, run.config, description))
+                self._copy_folder(src, Path("figures"), dest)
+                return rel
+            except (OSError, RunDirError) as exc:
+                self.skipped.append(f"{src}: {exc}" if isinstance(exc, OSError) else str(exc))
         summary = {**row["summary"], "figures": []}  # no figure files to link to
         summary.setdefault("run_id", row["run_id"])
         for k, v in (("experiment", row["experiment"]), ("figure", ""), ("paper", ""), ("profile", row["profile"]),
@@ -193,7 +205,27 @@ class _Reports:
             summary.setdefault(k, v)
         conf = {"experiment": row["experiment"], "profile": row["profile"], "config": row["config"]}
         atomic_write(dest / "report.html", render_report(summary, conf, description))
-        return f"runs/{row['run_id']}/report.html"
+        return rel
+
+    def _copy_folder(self, run: Path, rel: Path, dest: Path) -> None:
+        """Copy the regular files under ``run/rel`` to ``dest/rel``; symlinks (loops included), devices and
+        the like are left out and named in :attr:`skipped`."""
+        folder = run / rel
+        try:
+            st = os.lstat(folder)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            self.skipped.append(f"{folder}: not copied (not a folder: a symlink or a file)")
+            return
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            if entry.is_dir(follow_symlinks=False):
+                self._copy_folder(run, rel / entry.name, dest)
+                continue
+            try:
+                copy_inside(run, rel / entry.name, dest / rel / entry.name)
+            except RunDirError as exc:
+                self.skipped.append(f"{exc} (not copied)")
 
 
 def _cell_title(axes: Sequence[AtlasAxis], values: Sequence[Any], row: dict[str, Any], group: dict[str, Any] | None) -> str:
@@ -307,24 +339,85 @@ def _overrides(row: dict[str, Any], decl: AtlasAxes | None) -> str:
     return ", ".join(f"{a.name} = {_fmt(a.read(row['config']))}" for a in decl.axes)
 
 
-def build_site(runs: Path, out: Path) -> Path:
-    """Write the atlas site of ``runs``' index into ``out``; returns the front page's path.
+SITE_MARK = ".tdlab-atlas"  # in every site folder: marks a folder that a new build may replace
+
+
+def _check_target(runs: Path, out: Path) -> Path:
+    """``out`` (symlinks resolved) as the site folder of ``runs``: a new folder, an empty one or an
+    earlier site, in a folder that can be written, overlapping no run it reads.
 
     Raises:
-        ConfigError: ``runs`` has no index, or ``out`` is not a folder that can be written.
+        ConfigError: one line naming ``--out``.
+    """
+    site = out.expanduser().resolve()
+    source = Path(runs).expanduser().resolve()
+    if site == source or site in source.parents:
+        raise ConfigError(f"--out {echo(str(out))}: holds the runs folder {runs} the site is built from; the site "
+                          f"never overlaps the runs it reads: give another folder (default: RUNS/atlas)")
+    if site.exists() or site.is_symlink():
+        if not site.is_dir():
+            raise ConfigError(f"--out {echo(str(out))}: exists and is not a folder; give a folder for the site")
+        earlier = (site / SITE_MARK).is_file() or ((site / "index.html").is_file() and (site / "experiments").is_dir())
+        if not earlier and any(site.iterdir()):
+            raise ConfigError(f"--out {echo(str(out))}: a folder holding other files, not an atlas site; a build "
+                              f"replaces its --out folder as a whole: give a new or empty folder")
+    check_output_folder(site.parent, "--out")  # writable, and no run directory
+    if enclosing_run(site) is not None or is_run_dir(site):
+        raise ConfigError(f"--out {echo(str(out))}: a run directory, which is read-only to every command but "
+                          f"`tdlab run --resume` and `tdlab report`: give another folder")
+    return site
+
+
+def _swap(staging: Path, site: Path) -> None:
+    """Put the finished ``staging`` folder in place of ``site`` (an earlier site is removed after)."""
+    if not (site.exists() or site.is_symlink()):
+        os.rename(staging, site)
+        return
+    old = staging.with_name(staging.name.replace(".building-", ".old-"))
+    os.rename(site, old)
+    try:
+        os.rename(staging, site)
+    except BaseException:
+        os.rename(old, site)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def build_site(runs: Path, out: Path, warn: Callable[[str], None] | None = None) -> Path:
+    """Write the atlas site of ``runs``' index into ``out``; returns the front page's path.
+
+    The site is built in a hidden staging folder beside ``out`` and swapped in when complete, so an
+    interrupted build leaves the earlier site (or none) as it was, never half a site. ``warn`` gets
+    one line naming the run files that were not copied (symlinks, devices), if any.
+
+    Raises:
+        ConfigError: ``runs`` has no index; ``out`` overlaps ``runs`` or a run directory, holds other
+            files, or is not a folder that can be written.
+        CorruptIndexError: the index is damaged or holds a row tdlab never writes (a run id that is
+            not one folder name).
     """
     from tdlab.claims import VERDICTS
     from tdlab.experiments.base import registry
 
     rows = load_index(runs)
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out: {out} exists and is not a folder")
-    (out / "experiments").mkdir(parents=True, exist_ok=True)
-    reports = _Reports(runs, out, {n: e.description for n, e in registry().items()})
-    pages = _pages(rows, reports, out)
-    common = {"marks": MARKS, "not_run": NOT_RUN, "verdicts": VERDICTS, "runs_dir": str(runs), "n_runs": len(rows)}
-    for page in pages:
-        atomic_write(out / page.href, _ENV.get_template("atlas_experiment.html.j2").render(p=page, root="../", **common))
-    atomic_write(out / "index.html", _ENV.get_template("atlas_index.html.j2").render(pages=pages, root="", **common))
-    return out / "index.html"
+    site = _check_target(Path(runs), Path(out))
+    staging = Path(tempfile.mkdtemp(dir=site.parent, prefix=f".{site.name}.building-"))
+    try:
+        os.chmod(staging, folder_mode())  # mkdtemp's 0700 would make the site private
+        (staging / "experiments").mkdir()
+        reports = _Reports(runs, staging, {n: e.description for n, e in registry().items()})
+        pages = _pages(rows, reports, staging)
+        common = {"marks": MARKS, "not_run": NOT_RUN, "verdicts": VERDICTS, "runs_dir": str(runs), "n_runs": len(rows)}
+        for page in pages:
+            atomic_write(staging / page.href,
+                         _ENV.get_template("atlas_experiment.html.j2").render(p=page, root="../", **common))
+        atomic_write(staging / "index.html", _ENV.get_template("atlas_index.html.j2").render(pages=pages, root="", **common))
+        atomic_write(staging / SITE_MARK, f"atlas site of {Path(runs).resolve()}\n")
+        _swap(staging, site)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if reports.skipped and warn is not None:
+        warn(f"{len(reports.skipped)} run file(s) not copied into the site: {reports.skipped[0]}"
+             + (f" (and {len(reports.skipped) - 1} more)" if len(reports.skipped) > 1 else ""))
+    return site / "index.html"

@@ -10,7 +10,6 @@ the measurements, the declared claims and the arms' health to :func:`tdlab.claim
 
 from __future__ import annotations
 
-import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from tdlab.experiments.axes import AtlasAxes
 from tdlab.claims import ArmHealth, ClaimGroup, ClaimSpec, GroupResult, Kind, Measurements, assess_arm, judge
 from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides
 from tdlab.experiments.view import RunView
-from tdlab.runs import Run, RunDirError, RunWriter
+from tdlab.runs import Run, RunWriter, arm_files, copy_arrays
 from tdlab.train.trainer import DivergenceError, FitResult, Trainer
 
 __all__ = ["ExperimentConfig", "Experiment", "RunContext", "Analysis", "register", "get", "registry", "init_arm", "snapshot_arm",
@@ -65,20 +64,14 @@ class RunContext:
 
     def copy_arms(self, source: Path, arms: Sequence[str]) -> None:
         """Copy the stored arrays (``ARM``, ``ARM@init``, ``ARM@step<N>``) and metric rows of ``arms``
-        from the finished run ``source`` into this one (probing another run's trained models)."""
+        from the finished run ``source`` into this one (probing another run's trained models).
+        Only regular safetensors files of ``source`` are copied, never through a symlink and never
+        more than their size (:func:`tdlab.runs.copy_arrays`); an error names the source file."""
         run = Run(Path(source))
         df = run.metrics()
-        src = run.path / "arrays"
         for arm in arms:
-            stem = arm.replace("/", "__")
-            files = sorted(src.glob(f"{stem}*.safetensors"))
-            if not any(f.name == f"{stem}.safetensors" for f in files):
-                raise RunDirError(f"{src}: no saved arrays for arm {arm!r}")
-            for f in files:
-                if f.name == f"{stem}.safetensors" or f.name.startswith(f"{stem}@"):
-                    dst = self.writer.arrays_path(f.name[: -len(".safetensors")])
-                    dst.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(f, dst)
+            for rel in arm_files(run.path, arm):
+                copy_arrays(run.path, rel, self.writer.arrays_path(rel.name[: -len(".safetensors")]))
             sub = df[df["arm"] == arm]
             self.store_rows(arm, [(int(s), int(m), str(n), float(v)) for s, m, n, v in
                                   zip(sub["step"], sub["member"], sub["name"], sub["value"], strict=True)])

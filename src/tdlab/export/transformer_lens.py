@@ -1,5 +1,4 @@
-"""One member of a trained tdlab GPT as a TransformerLens model (issue 18, "Trained models out to
-TransformerLens").
+"""One member of a trained tdlab GPT as a TransformerLens model.
 
 TransformerLens 4 removed ``HookedTransformer``/``HookedTransformerConfig``; its own from-scratch
 model is the "TL-native" transformer behind ``TransformerBridge.boot_native(config)`` (a pre-LN GPT:
@@ -43,6 +42,7 @@ from safetensors.torch import load_file, save
 from tdlab.config import ConfigError, echo, validate_config
 from tdlab.models.gpt import GPTConfig
 from tdlab.runs import Run, RunDirError, atomic_write
+from tdlab.safeio import check_output_file
 
 if TYPE_CHECKING:  # the optional dependency is imported only inside load()
     from transformer_lens import TransformerBridge
@@ -321,7 +321,7 @@ def default_name(run_dir: Path, arm: str, member: int) -> str:
     return f"{Path(run_dir).name}.{slug}.m{member}.tl.safetensors"
 
 
-def export_member(run_dir: Path, arm: str, member: int, out: Path | None = None) -> Path:
+def export_member(run_dir: Path, arm: str, member: int, out: str | Path | None = None) -> Path:
     """Write member ``member`` of arm ``arm`` of a run as a TransformerLens checkpoint; return its path.
 
     One ``.safetensors`` file: the weights (:func:`to_state_dict`) and, in its metadata, the
@@ -334,8 +334,9 @@ def export_member(run_dir: Path, arm: str, member: int, out: Path | None = None)
         run_dir: a finished run directory.
         arm: an arm with stored parameters (``tdlab export`` lists them when it is unknown).
         member: ensemble member index, ``0 <= member < E``.
-        out: the file to write; a folder: :func:`default_name` inside it; ``None``: that name in the
-            current directory. Written atomically (temp file + rename).
+        out: the file to write (a regular file or a new name in an existing folder, outside every run
+            directory); a folder: :func:`default_name` inside it (a name ending in ``/`` must be one);
+            ``None``: that name in the current directory. Written atomically (temp file + rename).
     Raises:
         ConfigError: unknown arm or member (naming those that exist), an architecture TransformerLens
             cannot express (naming what it lacks), parameters that do not fit the arm's config, or
@@ -343,6 +344,7 @@ def export_member(run_dir: Path, arm: str, member: int, out: Path | None = None)
         RunDirError: a missing or corrupt run directory or arrays file.
     """
     run = Run(Path(run_dir))
+    path = _out_path(run.path, arm, member, out)  # before any work: a bad --out is refused at once
     if isinstance(member, bool) or not isinstance(member, int):
         raise ConfigError(f"--member: {echo(member)} is not an integer member index")
     arms = _stored_arms(run)
@@ -377,20 +379,21 @@ def export_member(run_dir: Path, arm: str, member: int, out: Path | None = None)
         "source": json.dumps({"run": str(run.path.resolve()), "experiment": conf["experiment"], "arm": arm,
                               "member": member}),
     }
-    path = _out_path(run.path, arm, member, out)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, save(state, metadata=meta))
     except OSError as exc:
         raise ConfigError(f"--out {echo(str(path))}: cannot write there ({exc.strerror or type(exc).__name__})") from None
     return path
 
 
-def _out_path(run_dir: Path, arm: str, member: int, out: Path | None) -> Path:
+def _out_path(run_dir: Path, arm: str, member: int, out: str | Path | None) -> Path:
+    """The file to write: ``out``, or :func:`default_name` in the folder ``out`` (the current one when
+    ``None``); checked by :func:`tdlab.safeio.check_output_file` (a regular file or a new name in an
+    existing folder, never a device, never in a run directory)."""
     if out is None:
-        return Path.cwd() / default_name(run_dir, arm, member)
-    out = Path(out)
-    return out / default_name(run_dir, arm, member) if out.is_dir() else out
+        return check_output_file(Path.cwd() / default_name(run_dir, arm, member))
+    folder = Path(out).expanduser()
+    return check_output_file(folder / default_name(run_dir, arm, member) if folder.is_dir() else out)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 The seed measures pretrained BERT-like models "downloaded from Huggingface"; tdlab never downloads: the user
 names a **local folder** (``--set model.checkpoint=DIR``) holding a model and its tokenizer, read with
-``local_files_only=True``. ``transformers`` (extra ``hf``) is imported only here, lazily.
+``local_files_only=True``. Nothing in the folder is executed (:func:`check_checkpoint`): a config naming
+custom code (``auto_map``) is refused, ``trust_remote_code=False`` is passed (transformers never offers
+to run it), and only safetensors weights are loaded (a ``pytorch_model.bin`` is a pickle). ``transformers`` (extra ``hf``) is imported only here, lazily.
 
 The analysis is word-level (one position = one corpus word). A corpus word whose tokenizer splits it into
 several pieces (or maps it to the tokenizer's unknown token) has no input embedding of its own: it is
@@ -18,15 +20,16 @@ The object quacks like a one-member ensemble for :func:`tdlab.experiments.topics
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from tdlab.config import ConfigError, echo
+from tdlab.config import ConfigError, echo, one_line
 
-__all__ = ["HFEncoder", "transformers_module"]
+__all__ = ["HFEncoder", "transformers_module", "check_checkpoint"]
 
 HINT = "install the extra: pip install 'tdlab[hf]' (transformers)"
 
@@ -38,6 +41,44 @@ def transformers_module() -> Any:
     except ImportError:
         raise ConfigError(f"model.checkpoint: reading a Hugging Face checkpoint needs transformers; {HINT}") from None
     return transformers
+
+
+_CODE_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
+_PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
+
+
+def check_checkpoint(path: str | Path, weights: bool = True) -> Path:
+    """The folder ``path`` as a checkpoint tdlab may read: a folder, whose JSON configs name no custom
+    code (``auto_map``: classes shipped as Python files in the folder, which transformers would run)
+    and, when ``weights``, that holds safetensors weights (a ``pytorch_model.bin`` is a pickle: never
+    loaded).
+
+    Raises:
+        ConfigError: one line naming ``model.checkpoint`` and what is allowed.
+    """
+    p = Path(path).expanduser()
+    where = f"model.checkpoint: {echo(str(path))}"
+    if not p.is_dir():
+        what = "not a folder" if p.exists() else "no such folder"
+        raise ConfigError(f"{where}: {what} (a local Hugging Face checkpoint folder; tdlab never downloads)")
+    for name in _CODE_FILES:
+        f = p / name
+        if not f.is_file():
+            continue
+        try:
+            doc = json.loads(f.read_bytes()[: 16 << 20])
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{where}: {name} is not readable JSON ({type(exc).__name__})") from None
+        if isinstance(doc, dict) and ("auto_map" in doc or "custom_pipelines" in doc):
+            raise ConfigError(f"{where}: {name} names custom code (auto_map), which tdlab never runs; give a "
+                              f"checkpoint of a model class transformers ships (BERT, RoBERTa, ...)")
+    if weights and not any(p.glob("*.safetensors")):
+        pickled = [n for n in _PICKLED_WEIGHTS if (p / n).exists()]
+        if pickled:
+            raise ConfigError(f"{where}: holds {pickled[0]} and no model.safetensors; tdlab never loads pickled "
+                              f"weights (loading a pickle can run code): save the model with safetensors "
+                              f"(model.save_pretrained(DIR, safe_serialization=True))")
+    return p
 
 
 class HFEncoder:
@@ -57,22 +98,23 @@ class HFEncoder:
     def __init__(self, path: str | Path, vocab: list[str], offset: int = 0, random_init: bool = False,
                  seed: int = 0) -> None:
         tf = transformers_module()
-        p = Path(path).expanduser()
-        if not p.is_dir():
-            raise ConfigError(f"model.checkpoint: no such folder {echo(str(path))} (a local Hugging Face checkpoint "
-                              "folder; tdlab never downloads)")
+        p = check_checkpoint(path, weights=not random_init)
+        # Never code from the folder (trust_remote_code=False: no custom classes, no prompt offering them),
+        # never pickled weights (use_safetensors=True: a pytorch_model.bin is not unpickled).
+        local = {"local_files_only": True, "trust_remote_code": False}
         try:
-            self.tokenizer = tf.AutoTokenizer.from_pretrained(str(p), local_files_only=True)
+            self.tokenizer = tf.AutoTokenizer.from_pretrained(str(p), **local)
             if random_init:
-                config = tf.AutoConfig.from_pretrained(str(p), local_files_only=True)
+                config = tf.AutoConfig.from_pretrained(str(p), **local)
                 with torch.random.fork_rng():
                     torch.manual_seed(int(seed) & 0x7FFFFFFFFFFFFFFF)
-                    self.model = tf.AutoModel.from_config(config, attn_implementation="eager")
+                    self.model = tf.AutoModel.from_config(config, attn_implementation="eager", trust_remote_code=False)
             else:
-                self.model = tf.AutoModel.from_pretrained(str(p), local_files_only=True, attn_implementation="eager")
-        except (OSError, ValueError, KeyError) as exc:
+                self.model = tf.AutoModel.from_pretrained(str(p), use_safetensors=True, attn_implementation="eager",
+                                                          **local)
+        except Exception as exc:  # transformers raises many types for a folder that is not a checkpoint
             raise ConfigError(f"model.checkpoint: {echo(str(path))} is not a loadable local model + tokenizer "
-                              f"({type(exc).__name__}: {echo(str(exc))})") from None
+                              f"({type(exc).__name__}: {echo(one_line(str(exc)))})") from None
         self.model.eval()
         self.vocab, self.offset = list(vocab), int(offset)
         tok = self.tokenizer

@@ -42,7 +42,8 @@ Real avMNIST (``path=``): either an ``.npz`` with ``image_train`` ``(N, 28, 28)`
 ``train_labels.npy``, ``test_labels.npy``). 112 × 112 spectrograms are average-pooled 4 × 4 to
 28 × 28 (the seed uses 28 × 28). Arrays are read with ``allow_pickle=False``; each example is min-max
 scaled to [0, 1] per modality, then corrupted as above; ``n_train``/``n_test`` take a seed-drawn
-subset (without replacement) when smaller than the file's split.
+subset (without replacement) when smaller than the file's split. The arrays' headers are checked before
+anything is loaded (:func:`check_avmnist`); every problem is one line naming ``data.path``.
 
 Noise default: see :data:`NOISE_DEFAULT`.
 """
@@ -59,17 +60,18 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor
 
-from tdlab.config import Config, ConfigError
+from tdlab.config import ECHO_CHARS, Config, ConfigError
 from tdlab.seeding import derive_seed
 from tdlab.tasks.spectrogram import fix_length, log_mel, trim_silence
 
@@ -82,6 +84,7 @@ __all__ = [
     "audio_pool",
     "load_images",
     "load_avmnist",
+    "check_avmnist",
     "corrupt",
     "cache_root",
     "WORDS",
@@ -501,61 +504,146 @@ def build(cfg: AVDigitsConfig, seed: int, progress: bool = True) -> AVDigits:
 # ------------------------------------------------------------------------------------------- real avMNIST
 
 
-def _to_side(x: np.ndarray, what: str) -> np.ndarray:
+FIELD = "data.path"
+_KEYS = ("image_train", "audio_train", "label_train", "image_test", "audio_test", "label_test")
+_DIR_FILES = {"image_train": "image/train_data.npy", "image_test": "image/test_data.npy",
+              "audio_train": "audio/train_data.npy", "audio_test": "audio/test_data.npy",
+              "label_train": "train_labels.npy", "label_test": "test_labels.npy"}
+_EXPECTED = (f"an .npz holding {', '.join(_KEYS)}, or a MultiBench avMNIST folder ({', '.join(_DIR_FILES.values())})")
+
+
+def _bad(path: Path | str, what: str) -> ConfigError:
+    return ConfigError(f"{FIELD}: {str(path)[:ECHO_CHARS]}: {what}; expected {_EXPECTED}")
+
+
+def _side_shape(shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The ``(N, 28, 28)`` shape an array of ``shape`` becomes (:func:`_to_side`), or None."""
+    if len(shape) == 4 and shape[1] == 1:
+        shape = (shape[0], *shape[2:])
+    if len(shape) == 2 and shape[1] == SIDE * SIDE:
+        return (shape[0], SIDE, SIDE)
+    if len(shape) == 3 and shape[1:] in ((SIDE, SIDE), (4 * SIDE, 4 * SIDE)):
+        return (shape[0], SIDE, SIDE)
+    return None
+
+
+def _to_side(x: np.ndarray, what: str, path: Path | str) -> np.ndarray:
     """``(N, 28, 28)`` float32 from ``(N, 784)``, ``(N, 28, 28)`` or ``(N, 112, 112)`` (4 × 4 mean pool)."""
     x = np.asarray(x)
-    if x.ndim == 4 and x.shape[1] == 1:
+    if _side_shape(x.shape) is None:
+        raise _bad(path, f"{what} must be (N, 28, 28), (N, 784) or (N, 112, 112), got {x.shape}")
+    if x.ndim == 4:
         x = x[:, 0]
-    if x.ndim == 2 and x.shape[1] == SIDE * SIDE:
+    if x.ndim == 2:
         x = x.reshape(-1, SIDE, SIDE)
-    if x.ndim == 3 and x.shape[1:] == (4 * SIDE, 4 * SIDE):
+    if x.shape[1:] == (4 * SIDE, 4 * SIDE):
         x = x.reshape(-1, SIDE, 4, SIDE, 4).mean(axis=(2, 4))
-    if x.ndim != 3 or x.shape[1:] != (SIDE, SIDE):
-        raise ConfigError(f"path: {what} must be (N, 28, 28), (N, 784) or (N, 112, 112), got {x.shape}")
     if not np.issubdtype(x.dtype, np.number) or not np.isfinite(x).all():
-        raise ConfigError(f"path: {what} must hold finite numbers")
+        raise _bad(path, f"{what} must hold finite numbers")
     return x.astype(np.float32)
+
+
+def _npy_header(f: Any, what: str, path: Path | str) -> tuple[tuple[int, ...], np.dtype]:
+    """``(shape, dtype)`` from the header of the ``.npy`` stream ``f`` (the data is not read)."""
+    try:
+        version = np.lib.format.read_magic(f)
+        read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read is None:
+            raise ValueError(f".npy format version {version} is not supported")
+        shape, _, dtype = read(f)
+    except (OSError, ValueError, EOFError, SyntaxError) as exc:
+        raise _bad(path, f"{what} is not a readable .npy array ({type(exc).__name__}: {str(exc)[:ECHO_CHARS]})") from None
+    if dtype.hasobject or not (np.issubdtype(dtype, np.number) or dtype == np.bool_):
+        raise _bad(path, f"{what} holds {dtype} values, not numbers (object arrays are pickles: never read)")
+    return tuple(shape), dtype
+
+
+def check_avmnist(path: str | Path) -> Path:
+    """Check the avMNIST arrays at ``path`` from their headers alone (nothing large is read): the
+    layout (module doc), every array present and numeric, the shapes, equal lengths per split.
+
+    Raises:
+        ConfigError: one line naming ``data.path``: missing, a folder without the files, a single
+            ``.npy``, a damaged ``.npz``, a missing key, a wrong shape or dtype, mismatched lengths.
+    """
+    p = Path(path).expanduser()
+    headers: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    if p.is_dir():
+        for key, rel in _DIR_FILES.items():
+            f = p / rel
+            if not f.is_file():
+                raise _bad(p, f"the folder lacks {rel}")
+            try:
+                with open(f, "rb") as fh:
+                    headers[key] = _npy_header(fh, rel, p)
+            except OSError as exc:
+                raise _bad(p, f"cannot read {rel} ({exc.strerror or type(exc).__name__})") from None
+    elif p.is_file():
+        try:
+            with open(p, "rb") as fh:
+                magic = fh.read(6)
+        except OSError as exc:
+            raise _bad(p, f"cannot read it ({exc.strerror or type(exc).__name__})") from None
+        if magic == b"\x93NUMPY":
+            raise _bad(p, "a single .npy array, not the six arrays")
+        try:
+            with zipfile.ZipFile(p) as z:
+                names = set(z.namelist())
+                missing = [k for k in _KEYS if f"{k}.npy" not in names]
+                if missing:
+                    raise _bad(p, f"lacks {', '.join(missing)}")
+                for k in _KEYS:
+                    with z.open(f"{k}.npy") as fh:
+                        headers[k] = _npy_header(fh, k, p)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, RuntimeError) as exc:
+            raise _bad(p, f"not a readable .npz file ({type(exc).__name__}: {str(exc)[:ECHO_CHARS]})") from None
+    elif p.exists():
+        raise _bad(p, "not a regular file or a folder (a device, FIFO or socket)")
+    else:
+        raise _bad(p, "no such file or folder")
+    for split in ("train", "test"):
+        n = []
+        for kind in ("image", "audio"):
+            shape = headers[f"{kind}_{split}"][0]
+            if _side_shape(shape) is None:
+                raise _bad(p, f"{kind}_{split} must be (N, 28, 28), (N, 784) or (N, 112, 112), got {shape}")
+            n.append(shape[0])
+        lab = headers[f"label_{split}"][0]
+        n.append(int(np.prod(lab)) if lab else 1)
+        if len(set(n)) != 1 or n[0] == 0:
+            raise _bad(p, f"{split} arrays have lengths {n[0]}, {n[1]}, {n[2]} (they must be equal and > 0)")
+    return p
 
 
 def load_avmnist(path: str | Path) -> dict[str, np.ndarray]:
     """The six avMNIST arrays (``image_train``, ``audio_train``, ``label_train`` and ``*_test``) from an
     ``.npz`` or a MultiBench-layout directory (module doc); images/audio ``(N, 28, 28)`` float32.
+    Read with ``allow_pickle=False`` after :func:`check_avmnist`.
 
     Raises:
-        ConfigError: a missing file or key, a wrong shape, labels outside 0..9, or mismatched lengths.
+        ConfigError: naming ``data.path``: what :func:`check_avmnist` refuses, values that are not
+            finite, labels outside 0..9, or a file that cannot be read.
     """
-    path = Path(path).expanduser()
+    p = check_avmnist(path)
     try:
-        if path.is_dir():
-            files = {"image_train": "image/train_data.npy", "image_test": "image/test_data.npy",
-                     "audio_train": "audio/train_data.npy", "audio_test": "audio/test_data.npy",
-                     "label_train": "train_labels.npy", "label_test": "test_labels.npy"}
-            raw = {k: np.load(path / f, allow_pickle=False) for k, f in files.items()}
-        elif path.is_file():
-            with np.load(path, allow_pickle=False) as z:
-                keys = ("image_train", "audio_train", "label_train", "image_test", "audio_test", "label_test")
-                missing = [k for k in keys if k not in z.files]
-                if missing:
-                    raise ConfigError(f"path: {str(path)[:80]} lacks {missing}; expected keys {list(keys)}")
-                raw = {k: z[k] for k in keys}
+        if p.is_dir():
+            raw = {k: np.load(p / f, allow_pickle=False) for k, f in _DIR_FILES.items()}
         else:
-            raise ConfigError(f"path: {str(path)[:80]} is neither an .npz file nor an avMNIST directory")
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise ConfigError(f"path: cannot read avMNIST arrays from {str(path)[:80]}: {str(exc)[:120]}") from exc
+            with np.load(p, allow_pickle=False) as z:
+                raw = {k: z[k] for k in _KEYS}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise _bad(p, f"cannot read the arrays ({type(exc).__name__}: {str(exc)[:ECHO_CHARS]})") from None
     out = {}
     for split in ("train", "test"):
-        img, aud = _to_side(raw[f"image_{split}"], f"image_{split}"), _to_side(raw[f"audio_{split}"], f"audio_{split}")
+        img = _to_side(raw[f"image_{split}"], f"image_{split}", p)
+        aud = _to_side(raw[f"audio_{split}"], f"audio_{split}", p)
         lab = np.asarray(raw[f"label_{split}"]).reshape(-1)
         if not np.issubdtype(lab.dtype, np.integer) and not (np.issubdtype(lab.dtype, np.floating)
                                                               and np.all(lab == np.round(lab))):
-            raise ConfigError(f"path: label_{split} must hold integers 0..9")
+            raise _bad(p, f"label_{split} must hold integers 0..9")
         lab = lab.astype(np.int64)
         if lab.size and (lab.min() < 0 or lab.max() > 9):
-            raise ConfigError(f"path: label_{split} must be in 0..9")
-        if not img.shape[0] == aud.shape[0] == lab.shape[0] or lab.shape[0] == 0:
-            raise ConfigError(f"path: {split} arrays have lengths {img.shape[0]}, {aud.shape[0]}, {lab.shape[0]}")
+            raise _bad(p, f"label_{split} must be in 0..9")
         out.update({f"image_{split}": img, f"audio_{split}": aud, f"label_{split}": lab})
     return out
 

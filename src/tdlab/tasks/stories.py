@@ -1,4 +1,4 @@
-"""Children's stories for the real-text experiment of seed 001 (Figs. 1, 6; issue 16).
+"""Children's stories for the real-text experiment of seed 001 (Figs. 1, 6).
 
 The seed mixes PrOntoQA with TinyStories (Eldan & Li 2023: short stories in the words a 3-4 year old
 understands). TinyStories is not installable from a package index, so:
@@ -16,18 +16,22 @@ A missing, unreadable or malformed file is a :class:`ConfigError` naming ``data.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from tdlab.config import ConfigError, echo
 from tdlab.seeding import derive_seed
+from tdlab.train.progress import ProgressBar
 
-__all__ = ["END_MARKER", "read_stories", "standin_stories", "STANDIN_LABEL"]
+__all__ = ["END_MARKER", "read_stories", "standin_stories", "STANDIN_LABEL", "MAX_STORY_BYTES"]
 
 END_MARKER = "<|endoftext|>"  # TinyStories' end-of-story marker
 STANDIN_LABEL = "stand-in data"  # the label of every claim measured on standin_stories()
 _CHUNK = 1 << 20  # bytes read at a time: a 2 GB TinyStories file is read only as far as needed
+MAX_STORY_BYTES = 1 << 20  # longest text read for one story (TinyStories' longest are a few KiB)
+PROGRESS_BYTES = 64 << 20  # a larger file shows a progress bar while it is read
 
 # ---- the stand-in lexicon (child-level words; TinyStories' register) ----------------------------
 _NAMES = ("Lily", "Tom", "Ben", "Mia", "Sam", "Anna", "Max", "Lucy", "Tim", "Sue", "Jack", "Emma", "Leo", "Zoe")
@@ -100,7 +104,10 @@ def read_stories(path: str | Path, n: int | None = None) -> list[str]:
 
     Stories are the stripped, non-empty pieces between end-of-story markers ``<|endoftext|>``; the file
     is read in 1 MiB chunks only as far as ``n`` stories need (a story cut by the chunk boundary is
-    completed from the next chunk).
+    completed from the next chunk). Reading is linear in the bytes read: the unfinished story carried
+    from chunk to chunk is at most :data:`MAX_STORY_BYTES` (a longer run of text without a marker is
+    not TinyStories' format and is refused there, not read to the end). A file over
+    :data:`PROGRESS_BYTES` shows a progress bar on a terminal.
 
     Raises:
         ConfigError: naming ``data.stories``: no such file, not a regular file, unreadable, not UTF-8
@@ -115,12 +122,15 @@ def read_stories(path: str | Path, n: int | None = None) -> list[str]:
         raise ConfigError(f"{where}: not a regular file; give a TinyStories text file (stories separated by {END_MARKER})")
     stories: list[str] = []
     seen_marker = False
-    buf = ""
+    buf = ""  # the text after the last marker seen: the unfinished story
     try:
-        with p.open("rb") as f:
+        size = p.stat().st_size
+        with p.open("rb") as f, ProgressBar(max(1, size >> 20), "reading data.stories (MiB)",
+                                            enabled=size > PROGRESS_BYTES and sys.stderr.isatty()) as bar:
             tail = b""
             while n is None or len(stories) < n:
                 raw = f.read(_CHUNK)
+                bar.advance(len(raw) / _CHUNK)
                 end = not raw
                 data = tail + raw
                 try:
@@ -131,13 +141,16 @@ def read_stories(path: str | Path, n: int | None = None) -> list[str]:
                         raise ConfigError(f"{where}: not UTF-8 text (byte {exc.start} of a chunk); "
                                           "give a TinyStories .txt file") from None
                     text, tail = data[: exc.start].decode("utf-8"), data[exc.start:]
-                buf += text
                 if "\x00" in text:
                     raise ConfigError(f"{where}: holds NUL bytes (a binary file?); give a TinyStories .txt file")
-                pieces = buf.split(END_MARKER)
+                pieces = (buf + text).split(END_MARKER)
                 seen_marker = seen_marker or len(pieces) > 1
                 buf = pieces.pop()  # the unfinished last piece
                 stories.extend(s.strip() for s in pieces if s.strip())
+                if len(buf) > MAX_STORY_BYTES:
+                    raise ConfigError(f"{where}: {len(buf) >> 10} KiB of text without an end-of-story marker "
+                                      f"{END_MARKER} (a TinyStories story is a few KiB; at most "
+                                      f"{MAX_STORY_BYTES >> 20} MiB is read for one): not TinyStories' format")
                 if end:
                     if buf.strip() and seen_marker:
                         stories.append(buf.strip())

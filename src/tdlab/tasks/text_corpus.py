@@ -192,7 +192,10 @@ def _file_of(cfg: CorpusConfig) -> Path:
         return shipped_path(LEE)
     p = Path(str(cfg.path)).expanduser()
     if not p.is_file():
-        raise ConfigError(f"corpus.path: no such file {echo(str(cfg.path))}")
+        what = ("a folder" if p.is_dir() else "not a regular file (a device, FIFO or socket)") if p.exists() else \
+            "no such file"
+        raise ConfigError(f"corpus.path: {echo(str(cfg.path))}: {what}; give a UTF-8 text file (one document per "
+                          f"line) or a Wikipedia .xml.bz2 dump")
     return p
 
 

@@ -13,8 +13,8 @@ tensor file whose hash it holds: the old checkpoint or the new one, never a mix.
 
 Reading checks everything before anything is used: the JSON's shape, the tensor file's hash, and
 every tensor's dtype and shape against the manifest. A pickle (``torch.save`` output, a legacy
-``NAME.pt``) is refused unread: unpickling runs arbitrary code. Any problem raises
-:class:`CheckpointError`, one line naming the file.
+``NAME.pt``) is refused unread: unpickling runs arbitrary code (:mod:`tdlab.safeio`). Any problem
+raises :class:`CheckpointError`, one line naming the file.
 """
 
 from __future__ import annotations
@@ -29,32 +29,12 @@ from typing import Any
 import torch
 from safetensors.torch import load, save
 
-from tdlab.runs import RunDirError, file_mode
+from tdlab.safeio import PICKLE_SUFFIXES, CheckpointError, file_mode, legacy_pickles, refuse_pickle
 
-__all__ = ["CheckpointError", "FORMAT", "save_checkpoint", "load_checkpoint", "legacy_pickles"]
+__all__ = ["CheckpointError", "FORMAT", "save_checkpoint", "load_checkpoint", "legacy_pickles", "refuse_pickle"]
 
 FORMAT = "tdlab-checkpoint/1"
-_PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin")
 _MAX_JSON_BYTES = 1 << 30  # a checkpoint's JSON holds metric rows; a bigger file is not one tdlab wrote
-
-
-class CheckpointError(RunDirError):
-    """A checkpoint that is missing a part, corrupt, foreign or of another config (CLI: exit code 2)."""
-
-
-def legacy_pickles(folder: Path) -> list[Path]:
-    """Files in ``folder`` that look like pickled checkpoints (``*.pt`` and friends); tdlab never
-    loads them. Returns them sorted (empty when the folder does not exist)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.suffix.lower() in _PICKLE_SUFFIXES)
-
-
-def refuse_pickle(path: Path) -> CheckpointError:
-    """The error for a pickle found where a checkpoint is expected (it is never opened)."""
-    return CheckpointError(f"{path} is a pickled checkpoint (legacy or foreign); tdlab never unpickles "
-                           f"checkpoints (loading a pickle can run code): remove it to start the run over")
 
 
 def save_checkpoint(path: Path, meta: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
@@ -84,7 +64,7 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]
             tensor file that is unreadable, of the wrong shape, or whose hash does not match.
     """
     path = Path(path)
-    for legacy in (path.with_suffix(s) for s in _PICKLE_SUFFIXES):
+    for legacy in (path.with_suffix(s) for s in PICKLE_SUFFIXES):
         if legacy.exists():
             raise refuse_pickle(legacy)
     if not path.is_file():
