@@ -187,32 +187,31 @@ def test_variance_floor_is_the_least_squares_excess_on_gaussian_tokens():
     assert finite_context_variance_floor(task, 6) == math.inf
 
 
-def test_finite_context_minimisers_minimise_the_monte_carlo_loss_and_tend_to_alpha_star_T(tmp_path, monkeypatch):
-    from tdlab.theory import icl as th
+def test_lsa_floor_is_min_over_c_of_the_odd_part_and_an_lsa_attains_it():
+    from tdlab.models.linear_attention import LSA
+    from tdlab.train.regression import population_stats, predict
 
-    monkeypatch.setenv("TDLAB_CACHE", str(tmp_path))
-    task = MultiModalPrompts(dims=(3, 2))
-    T = 4
-    start = {T: (th.alpha_star_T(T, task), -th.alpha_star_T(T, task))}
-    r = th.finite_context_minimisers(task, (1, T), 30, n_prompts=3000, seed=1, two_param_starts=start)
-    # the minimiser of the same Monte-Carlo loss: no nearby point is lower
-    from tdlab.train.regression import sample_stats
+    z, w = icl.z_quadrature(APP_H)
+    c = np.sum(w * (z - 1)) / np.sum(w * (z - 1) * z)
+    floor = np.sum(w * (z - 1) * z * (c - 1 / z) ** 2)
+    assert icl.lsa_infinite_context_floor(APP_H) == pytest.approx(floor, rel=1e-9)
+    assert floor == pytest.approx(0.2060, abs=1e-3)
+    # W^KQ = C.1 (K_x = I), last row of W^PV = (0, c): at infinite context the LSA predicts c zeta m.x_q
+    lsa = LSA(APP_H.d, [0], dtype=F64)
+    with torch.no_grad():
+        lsa.W_PV[0, -1, -1] = float(c)
+    st = population_stats(APP_H, [gen(0)], 40_000)
+    with torch.no_grad():
+        exc = ((predict(lsa, st) - st.bayes) ** 2).mean()
+    assert float(exc) == pytest.approx(floor, rel=0.1)
 
-    st = sample_stats(task, [torch.Generator().manual_seed(1)], 3000, 30)
-    lam, a = (v[0] for v in st.spectral())
-    f = lambda al, be: float(th.tied_lca_excess(lam, a, st.bayes[0], al, be, T))  # noqa: E731
-    al = r["one"][T]
-    assert f(al, -al) <= min(f(al * 1.01, -al * 1.01), f(al * 0.99, -al * 0.99))
-    a2, b2 = r["two"][T]
-    assert f(a2, b2) <= min(f(a2 * 1.01, b2), f(a2, b2 * 1.01), f(a2 * 0.99, b2), f(a2, b2 * 0.99))
-    assert 0 < r["one_se"][T] < 0.1 * al
-    # cached: the same answer from disk, without sampling
-    files = list((tmp_path / "icl_reference").glob("*.json"))
-    assert len(files) == 1
-    # a long context approaches the L = inf minimiser alpha*_T
-    far_r = th.finite_context_minimisers(task, (T,), 1000, n_prompts=2000, seed=2, use_cache=False)
-    far, far_se = far_r["one"][T], far_r["one_se"][T]
-    monkeypatch.setattr("tdlab.train.regression.sample_stats", lambda *a, **k: (_ for _ in ()).throw(AssertionError("resampled")))
-    assert th.finite_context_minimisers(task, (1, T), 30, n_prompts=3000, seed=1, two_param_starts=start)["one"][T] == al
-    assert abs(far - th.alpha_star_T(T, task)) < 4 * far_se
-    assert abs(al - th.alpha_star_T(T, task)) > 4 * r["one_se"][T]  # L = 30 is resolvably not the limit
+
+def test_two_parameter_stationary_point_is_stationary_and_tends_to_alpha_star():
+    beta0 = -1.0 / (APP_H.m_sq_range[1] + 1.0)  # the middle of Thm 6.3's window
+    for T in (2, 20):
+        a, b = icl.two_param_stationary(APP_H, T, icl.alpha_of_beta(beta0, T, APP_H), beta0)
+        h = 1e-7
+        ga = (icl.infinite_context_excess_risk(a + h, T, APP_H, beta=b) - icl.infinite_context_excess_risk(a - h, T, APP_H, beta=b)) / (2 * h)
+        gb = (icl.infinite_context_excess_risk(a, T, APP_H, beta=b + h) - icl.infinite_context_excess_risk(a, T, APP_H, beta=b - h)) / (2 * h)
+        assert abs(ga) < 1e-5 and abs(gb) < 1e-5
+    assert a == pytest.approx(icl.alpha_star(APP_H), rel=0.02) and b == pytest.approx(-icl.alpha_star(APP_H), rel=0.02)

@@ -24,15 +24,11 @@ degree below ``2 n_quad`` (``(1 - alpha Z)^{2T}`` needs ``n_quad > 2T``). ``n_qu
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 import torch
-from scipy.optimize import brentq
+from scipy.optimize import brentq, minimize
 from scipy.special import roots_legendre
 from torch import Tensor
 
@@ -54,11 +50,9 @@ __all__ = [
     "whitening_error_limit",
     "response_second_moment",
     "finite_context_variance_floor",
-    "tied_lca_excess",
-    "finite_context_minimisers",
-    "cache_dir",
+    "lsa_infinite_context_floor",
+    "two_param_stationary",
 ]
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,7 +294,7 @@ def whitening_error_limit(m: Tensor, alpha: float, T: int, beta: float | None = 
 
 
 # ---------------------------------------------------------------------------------------------
-# The trivial predictor, the finite-context variance floor, the finite-L_tr reference
+# The trivial predictor and the finite-context variance floor
 
 
 def response_second_moment(task: MultiModalPrompts) -> float:
@@ -321,127 +315,33 @@ def finite_context_variance_floor(task: MultiModalPrompts, L: int) -> float:
     return math.inf if L <= d + 1 else bayes_risk(task) * d / (L - d - 1)
 
 
-def tied_lca_excess(lam: Tensor, a: Tensor, bayes: Tensor, alpha, beta, T: int) -> Tensor:
-    """Mean ``(y_hat - y^Bayes)^2`` of the tied LCA_T (``beta = -alpha`` for the one-parameter model) on
-    prompts given by their spectral statistics: ``y_hat = sum_k a_k p_T(lambda_k)`` with
-    ``p_T(lambda) = alpha sum_{j<T} (1 + beta lambda)^j`` (Eq. C.2, frozen C.1 readout).
+# ---------------------------------------------------------------------------------------------
+# Derived bounds and stationary points used by the seed-002 experiments
 
-    Args:
-        lam, a: (N, K) eigenvalues of ``Lambda_hat`` and ``(u_k . c)(u_k . x_q)``; bayes: (N,).
-        alpha, beta: tensors of any common shape S (broadcast against the prompts).
-    Returns:
-        (S) the mean excess for every parameter point.
+
+def lsa_infinite_context_floor(task: MultiModalPrompts) -> float:
+    """The smallest ``L_te -> inf`` excess risk of *any* single-layer LSA (Eq. 4.2), a quantitative Thm 4.1.
+
+    At infinite context the LSA output is ``p^T Sigma k`` with ``Sigma`` the joint covariance of
+    ``(x, y)`` (Eq. 3.2), ``p`` the last row of ``W^PV`` and ``k = W^KQ [x_q; 0]``. The target
+    ``<w, x_q> = zeta m^T x_q / Z`` is odd in ``zeta``; the part of the output odd in ``zeta`` is
+    ``zeta m^T B x_q`` with ``B = p_y K_x + p_x k_y^T`` (any matrix), the even part only adds error
+    (``E[zeta] = 0``). By the rotation invariance of each modality block and the exchangeability of
+    the blocks the best ``B`` is ``c I``, so the floor is ``min_c E[(Z - 1) Z (c - 1/Z)^2]``: exactly
+    the one-parameter LCA_1 loss of Lemma D.1 at its minimiser ``alpha*_1`` (App. H: 0.206).
+    Derived here, not stated in the seed.
     """
-    al = torch.as_tensor(alpha, dtype=lam.dtype)
-    be = torch.as_tensor(beta, dtype=lam.dtype)
-    al, be = torch.broadcast_tensors(al, be)
-    shape = al.shape
-    al, be = al.reshape(-1, 1, 1), be.reshape(-1, 1, 1)
-    s = torch.zeros(al.shape[0], *lam.shape, dtype=lam.dtype)
-    q = 1.0 + be * lam
-    for _ in range(T):  # Horner: sum_{j<T} q^j
-        s = s * q + 1.0
-    y_hat = (a * al * s).sum(-1)
-    return ((y_hat - bayes) ** 2).mean(-1).reshape(shape)
+    return float(infinite_context_excess_risk(alpha_star_T(1, task), 1, task))
 
 
-def cache_dir() -> Path:
-    """Where results of expensive reference computations are kept: ``$TDLAB_CACHE`` or
-    ``$XDG_CACHE_HOME/tdlab`` (default ``~/.cache/tdlab``)."""
-    root = os.environ.get("TDLAB_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tdlab")
-    return Path(root)
+@functools.lru_cache(maxsize=256)
+def two_param_stationary(task: MultiModalPrompts, T: int, alpha0: float, beta0: float) -> tuple[float, float]:
+    """The stationary point of the infinite-context two-parameter loss (Lemma D.1 with Eq. C.2) that
+    descent reaches from ``(alpha0, beta0)`` (Thm 6.3.1): a local minimisation of the closed form."""
 
+    def f(v: np.ndarray) -> float:
+        return float(infinite_context_excess_risk(v[0], T, task, beta=v[1]))
 
-_REFERENCE_VERSION = 2
-
-
-def finite_context_minimisers(
-    task: MultiModalPrompts, depths: tuple[int, ...], L: int, *, n_prompts: int = 1 << 16, seed: int = 0,
-    two_param_starts: dict[int, tuple[float, float]] | None = None, use_cache: bool = True,
-) -> dict[str, dict[int, object]]:
-    """Minimisers of the finite-context population loss ``l_{L_tr}`` (Sec. 6, ``N -> inf`` at fixed
-    ``L_tr = L``) of the tied LCA_T, by Monte Carlo on ``n_prompts`` prompts of context ``L`` drawn from
-    ``seed``: the reference for models trained on ``l_{N, L_tr}`` with finite ``L_tr`` (App. H), whose
-    ``L_tr -> inf`` limit is :func:`alpha_star_T` (Thm 6.2 is a statement about that limit).
-
-    ``l_{L}(theta) = E[1/Z] + E[(y_hat - y^Bayes)^2]`` (the query noise is independent of the context), so
-    the second term is minimised. One-parameter model: a bounded scalar minimisation around
-    ``alpha*_T``. Two-parameter model: Nelder-Mead started from ``two_param_starts[T]`` (the stationary
-    point of the closed-form loss that gradient flow reaches from the Thm 6.3 init): the loss is quadratic
-    in ``alpha`` at fixed ``beta`` (App. E.1), so its profile in ``beta`` is minimised on a bracket around
-    that start, i.e. the stationary point of ``l_L`` in the same basin. ``alpha_se``: the Monte-Carlo standard error of the one-parameter
-    minimiser (delta method: sd of the per-prompt gradient / (sqrt(n) * curvature)).
-
-    Results are cached on disk (:func:`cache_dir`) under a key of every parameter.
-
-    Returns:
-        ``{"one": {T: alpha}, "one_se": {T: se}, "two": {T: (alpha, beta)}}``.
-    """
-    from scipy.optimize import minimize_scalar
-
-    depths = tuple(int(T) for T in depths)
-    starts = {int(T): (float(a), float(b)) for T, (a, b) in (two_param_starts or {}).items()}
-    key = json.dumps({"v": _REFERENCE_VERSION, "task": [list(task.dims), list(task.norm_range), task.norm_mode, task.zeta],
-                      "depths": depths, "L": int(L), "n": int(n_prompts), "seed": int(seed),
-                      "starts": sorted(starts.items())}, sort_keys=True)
-    path = cache_dir() / "icl_reference" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
-    if use_cache and path.is_file():
-        try:
-            raw = json.loads(path.read_text())
-            return {"one": {int(k): v for k, v in raw["one"].items()}, "one_se": {int(k): v for k, v in raw["one_se"].items()},
-                    "two": {int(k): tuple(v) for k, v in raw["two"].items()}}
-        except (OSError, ValueError, KeyError):
-            pass
-    from tdlab.train.regression import sample_stats  # lazy: regression imports this module
-
-    st = sample_stats(task, [torch.Generator().manual_seed(int(seed))], int(n_prompts), int(L))
-    lam, a = (v[0] for v in st.spectral())
-    bayes = st.bayes[0]
-    out: dict[str, dict[int, object]] = {"one": {}, "one_se": {}, "two": {}}
-    for T in depths:
-        a_inf = alpha_star_T(T, task)
-
-        def f1(x: float, T=T) -> float:
-            return float(_per_prompt(lam, a, bayes, x, -x, T).mean())
-
-        res = minimize_scalar(f1, bounds=(0.05 * a_inf, 2.0 * a_inf), method="bounded", options={"xatol": 1e-9 * a_inf})
-        al = float(res.x)
-        out["one"][T] = al
-        # delta-method Monte-Carlo error of the minimiser: per-prompt gradients by central differences
-        h = 1e-4 * al
-        g = (_per_prompt(lam, a, bayes, al + h, -al - h, T) - _per_prompt(lam, a, bayes, al - h, -al + h, T)) / (2 * h)
-        curv = (f1(al + h) - 2 * f1(al) + f1(al - h)) / h**2
-        out["one_se"][T] = float(g.std() / math.sqrt(g.numel()) / curv) if curv > 0 else float("nan")
-        if T in starts and T > 1:
-            # the loss is quadratic in alpha at fixed beta (App. E.1): minimise the profile over beta
-            def profile(b: float, T=T) -> tuple[float, float]:
-                hb = (a * _tied_sum(lam, b, T)).sum(-1)  # y_hat = alpha * hb
-                alpha_b = float((hb * bayes).mean() / (hb * hb).mean())
-                return float(((alpha_b * hb - bayes) ** 2).mean()), alpha_b
-
-            b0 = starts[T][1]
-            rb = minimize_scalar(lambda b: profile(b)[0], bounds=(2.0 * b0, 0.05 * b0) if b0 < 0 else (0.05 * b0, 2.0 * b0),
-                                 method="bounded", options={"xatol": 1e-9 * abs(b0)})
-            out["two"][T] = (profile(float(rb.x))[1], float(rb.x))
-    if use_cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({k: {str(T): v for T, v in d.items()} for k, d in out.items()}))
-            tmp.replace(path)
-        except OSError:
-            pass
-    return out
-
-
-def _tied_sum(lam: Tensor, beta: float, T: int) -> Tensor:
-    """``sum_{j<T} (1 + beta lambda)^j``, closed form ``((1 + beta lambda)^T - 1) / (beta lambda)``."""
-    x = beta * lam
-    small = x.abs() < 1e-6
-    xs = torch.where(small, torch.ones_like(x), x)
-    return torch.where(small, T + x * (T * (T - 1) / 2), ((1.0 + xs) ** T - 1.0) / xs)
-
-
-def _per_prompt(lam: Tensor, a: Tensor, bayes: Tensor, alpha: float, beta: float, T: int) -> Tensor:
-    """Per-prompt ``(y_hat - y^Bayes)^2`` of the tied LCA_T at ``(alpha, beta)``: (N,)."""
-    return ((alpha * a * _tied_sum(lam, beta, T)).sum(-1) - bayes) ** 2
+    res = minimize(f, np.array([alpha0, beta0]), method="Nelder-Mead",
+                   options={"xatol": 1e-11, "fatol": 1e-18, "maxiter": 20_000, "maxfev": 40_000})
+    return float(res.x[0]), float(res.x[1])

@@ -1,7 +1,13 @@
 """Seed 002 — *Multi-layer cross-attention for multi-modal in-context learning* (LSA fails, LCA_T is
-optimal with depth): one module per reproduced figure or table."""
+optimal with depth): one module per reproduced figure or table.
 
+* :mod:`.lsa_vs_lca` — ``icl-lsa-vs-lca``, Fig. 2 (Thms 4.1, 6.2, 6.3);
+* :mod:`.unrestricted` — ``icl-unrestricted``, Fig. 3 (App. H);
+* :mod:`.landscape` — ``icl-landscape``, Fig. 4 (App. F);
+* :mod:`.ablations` — ``icl-ablations``, Figs. 5-6 (App. G);
+* :mod:`.avdigits` — ``icl-avdigits``, Table 1 (App. I);
+* :mod:`.common` — the synthetic experiments' shared set-up; :mod:`.reference` — the finite-context
+  references (replicate Monte-Carlo minimisers of the trained losses).
+"""
 
-# TRANSITIONAL: the flat modules not yet moved into this package are imported from where they are.
-from tdlab.experiments import icl  # noqa: F401
-from tdlab.experiments import icl_avdigits  # noqa: F401
+from tdlab.experiments.seed002_cross_attention import ablations, avdigits, landscape, lsa_vs_lca, unrestricted  # noqa: F401

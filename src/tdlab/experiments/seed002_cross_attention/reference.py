@@ -1,0 +1,178 @@
+"""The finite-context references of seed 002's trained models: the minimisers of the loss the models
+are trained on, by replicate Monte-Carlo draws.
+
+Thms 6.2 and 6.3 speak of the population loss ``l`` (``N -> inf``, ``L_tr -> inf``), whose minimisers
+have closed forms (:func:`tdlab.theory.icl.alpha_star_T`, :func:`tdlab.theory.icl.two_param_stationary`).
+App. H trains at ``L_tr = 100``, where the loss ``l_{L_tr}`` (``N -> inf`` at fixed ``L_tr``) has other
+minimisers (0.82 ``alpha*_T`` at ``T = 10``, 0.33 at ``T = 50``): the theory of the setting that ran.
+They have no closed form; each replicate draw here minimises a large-``N`` Monte-Carlo estimate of
+``l_{L_tr}`` on its own prompts, and the replicates' spread is the reference's Monte-Carlo error
+(the claims layer adds it to the members' interval: :class:`tdlab.claims.Row` ``reference``).
+
+The losses are evaluated with the trainer's own prediction path (:func:`tdlab.train.regression.predict`
+on prompt statistics), so a reference minimises exactly the objective the arms were trained on, up
+to the number of prompts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.optimize import minimize_scalar
+
+from tdlab.models.linear_attention import LCA
+from tdlab.tasks.multimodal import MultiModalPrompts
+from tdlab.theory.icl import alpha_star, alpha_star_T
+from tdlab.train.regression import PromptStats, predict, sample_stats
+
+__all__ = ["cache_dir", "tied_excess", "finite_context_minimisers", "untied_optimum"]
+
+_VERSION = 3  # the cache key's version: bumped whenever what is computed changes
+
+
+def cache_dir() -> Path:
+    """Where results of expensive reference computations are kept: ``$TDLAB_CACHE`` or
+    ``$XDG_CACHE_HOME/tdlab`` (default ``~/.cache/tdlab``)."""
+    root = os.environ.get("TDLAB_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tdlab")
+    return Path(root)
+
+
+def _cached(kind: str, key: dict, compute, use_cache: bool):
+    """``compute()``, kept on disk under a hash of ``key`` (JSON-ready results only)."""
+    text = json.dumps({"v": _VERSION, "kind": kind, **key}, sort_keys=True)
+    path = cache_dir() / "icl_reference" / f"{kind}-{hashlib.sha256(text.encode()).hexdigest()[:24]}.json"
+    if use_cache and path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            pass
+    out = compute()
+    if use_cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(out))
+            tmp.replace(path)
+        except OSError:
+            pass
+    return out
+
+
+def _task_key(task: MultiModalPrompts) -> list:
+    return [list(task.dims), list(task.norm_range), task.norm_mode, task.zeta]
+
+
+def tied_excess(stats: PromptStats, T: int, alpha: Sequence[float], beta: Sequence[float] | None = None) -> torch.Tensor:
+    """Per-prompt ``(y_hat - y^Bayes)^2`` of the tied LCA_T (App. C.1 readout, ``F_0 = 0``) at each of
+    ``P`` parameter points: ``(P, N)``. ``beta=None``: the one-parameter model (``beta = -alpha``).
+
+    Args:
+        stats: one member's prompts (member axis of size 1).
+    """
+    P = len(alpha)
+    model = LCA(stats.shape[-1], T, list(range(P)), param="one" if beta is None else "two", dtype=torch.float64)
+    with torch.no_grad():
+        model.alpha.copy_(torch.as_tensor(np.asarray(alpha, dtype=float)))
+        if beta is not None:
+            model.beta.copy_(torch.as_tensor(np.asarray(beta, dtype=float)))
+        return (predict(model, stats) - stats.bayes) ** 2
+
+
+def finite_context_minimisers(
+    task: MultiModalPrompts, depths: Sequence[int], L: int, *, n_prompts: int, seed: int,
+    two_param_starts: Mapping[int, tuple[float, float]] | None = None, use_cache: bool = True,
+) -> dict[str, dict[int, object]]:
+    """One replicate of the minimisers of ``l_{L}`` for the tied LCA_T, on ``n_prompts`` prompts of
+    context ``L`` drawn from ``seed``.
+
+    ``l_L(theta) = E[1/Z] + E[(y_hat - y^Bayes)^2]`` (the query noise is independent of the context),
+    so the second term is minimised. One-parameter model: a bounded scalar minimisation around
+    ``alpha*_T``. Two-parameter model (``T > 1`` with a start): ``y_hat`` is linear in ``alpha`` at fixed
+    ``beta`` (App. E.1), so the profile over ``beta`` is minimised on a bracket around
+    ``two_param_starts[T]`` (the stationary point of the closed-form loss that gradient flow reaches from
+    the Thm 6.3 init), i.e. the stationary point of ``l_L`` in the same basin.
+
+    Returns:
+        ``{"one": {T: alpha}, "two": {T: (alpha, beta)}}``, cached on disk (:func:`cache_dir`).
+    """
+    depths = [int(T) for T in depths]
+    starts = {int(T): (float(a), float(b)) for T, (a, b) in (two_param_starts or {}).items()}
+
+    def compute() -> dict:
+        st = sample_stats(task, [torch.Generator().manual_seed(int(seed))], int(n_prompts), int(L))
+        st.spectral()  # once, shared by every evaluation
+        out: dict[str, dict[str, object]] = {"one": {}, "two": {}}
+        for T in depths:
+            a_inf = alpha_star_T(T, task)
+            res = minimize_scalar(lambda x, T=T: float(tied_excess(st, T, [x]).mean()), bounds=(0.05 * a_inf, 2.0 * a_inf),
+                                  method="bounded", options={"xatol": 1e-9 * a_inf})
+            out["one"][str(T)] = float(res.x)
+            if T in starts and T > 1:
+                def profile(b: float, T=T) -> tuple[float, float]:
+                    h = predict_unit(st, T, b)  # y_hat at alpha = 1: y_hat(alpha) = alpha * h
+                    a_b = float((h * st.bayes[0]).mean() / (h * h).mean())
+                    return float(((a_b * h - st.bayes[0]) ** 2).mean()), a_b
+
+                b0 = starts[T][1]
+                rb = minimize_scalar(lambda b: profile(b)[0], bounds=(2.0 * b0, 0.05 * b0) if b0 < 0 else (0.05 * b0, 2.0 * b0),
+                                     method="bounded", options={"xatol": 1e-9 * abs(b0)})
+                out["two"][str(T)] = [profile(float(rb.x))[1], float(rb.x)]
+        return out
+
+    key = {"task": _task_key(task), "depths": depths, "L": int(L), "n": int(n_prompts), "seed": int(seed),
+           "starts": sorted(starts.items())}
+    raw = _cached("tied", key, compute, use_cache)
+    return {"one": {int(T): float(v) for T, v in raw["one"].items()},
+            "two": {int(T): (float(v[0]), float(v[1])) for T, v in raw["two"].items()}}
+
+
+def predict_unit(stats: PromptStats, T: int, beta: float) -> torch.Tensor:
+    """``y_hat`` of the two-parameter tied LCA_T at ``alpha = 1`` and ``beta``: (N,)."""
+    model = LCA(stats.shape[-1], T, [0], param="two", dtype=torch.float64)
+    with torch.no_grad():
+        model.alpha.fill_(1.0)
+        model.beta.fill_(float(beta))
+        return predict(model, stats)[0]
+
+
+def untied_optimum(task: MultiModalPrompts, T: int, L: int, *, n_prompts: int, seed: int, max_iter: int = 1000,
+                   use_cache: bool = True) -> dict[str, object]:
+    """One replicate of the optimum of ``l_{L}`` for the untied scalar LCA_T of Fig. 3 (App. H:
+    ``(W^S_t, W^V_t) = (alpha_t I, beta_t I)``), on ``n_prompts`` prompts of context ``L`` from ``seed``,
+    reached by L-BFGS (strong-Wolfe line search) from the tied point ``(alpha*, -alpha*)`` where App. H
+    centres its initialisation.
+
+    ``beta_0`` multiplies ``F_0 = 0`` and gets no gradient: it stays at ``-alpha*``.
+
+    Returns:
+        ``{"alpha": [alpha_t], "beta": [beta_t], "grad_norm": g, "iterations": k}`` (cached on disk).
+    """
+
+    def compute() -> dict:
+        st = sample_stats(task, [torch.Generator().manual_seed(int(seed))], int(n_prompts), int(L))
+        st.spectral()
+        model = LCA(task.d, T, [0], param="untied", alpha0=alpha_star(task), sigma_init=0.0, dtype=torch.float64)
+        params = [model.alpha, model.beta]
+        opt = torch.optim.LBFGS(params, lr=1.0, max_iter=max_iter, tolerance_grad=1e-10, tolerance_change=1e-16,
+                                history_size=50, line_search_fn="strong_wolfe")
+
+        def closure() -> torch.Tensor:
+            opt.zero_grad()
+            loss = ((predict(model, st) - st.bayes) ** 2).mean()
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        closure()
+        g = float(torch.cat([p.grad.flatten() for p in params]).norm())
+        return {"alpha": model.alpha[0].tolist(), "beta": model.beta[0].tolist(), "grad_norm": g,
+                "iterations": int(opt.state[opt._params[0]].get("n_iter", 0))}
+
+    key = {"task": _task_key(task), "T": int(T), "L": int(L), "n": int(n_prompts), "seed": int(seed), "max_iter": int(max_iter)}
+    return _cached("untied", key, compute, use_cache)
