@@ -71,7 +71,8 @@ def test_missing_folder_is_a_config_error(tmp_path):
 def test_topics_real_measures_a_local_checkpoint_end_to_end(checkpoint, tmp_path):
     """A planted text file whose words are the checkpoint's pieces: the run trains nothing and measures it."""
     from tdlab.experiments.runner import execute
-    from tdlab.experiments.topics_real import MEASURE_ARMS, TopicsReal
+    from tdlab.experiments.seed004_topics.real import TopicsReal
+    from tdlab.experiments.seed004_topics.real_text import MEASURE_ARMS
 
     rng = np.random.default_rng(0)
     words = ["apple", "banana", "boat", "ship", "sail", "bananas"]

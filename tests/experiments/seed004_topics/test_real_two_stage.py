@@ -1,6 +1,7 @@
-"""topics-real-two-stage (seed 004 Fig. 5): t½ and the W^V-first count on hand-made norm curves, the rotation
-probe against the closed form of planted W^V's, the near-zero init, both claims holding and failing on planted
-runs, a tiny end-to-end run, bad configs refused."""
+"""topics-real-two-stage (seed 004 Fig. 5): the rotation probe against the closed form of planted W^V's, the
+near-zero init, both claims (the two-stage lag shared with topics-two-stage, the rotation) holding and failing on
+planted runs, not evaluable when the encoder did not train or W^K, W^Q never grew, a tiny end-to-end run, bad
+configs refused."""
 
 from __future__ import annotations
 
@@ -11,11 +12,10 @@ import pytest
 import torch
 
 from tdlab.config import ConfigError
-from tdlab.experiments.base import Analysis
 from tdlab.experiments.runner import execute
-from tdlab.experiments.topics_real import ARM
-from tdlab.experiments.topics_real_two_stage import (TopicsRealTwoStage, WeightProbe, half_growth_steps, near_zero_qkv,
-                                                     rotation_means, value_first_layers)
+from tdlab.experiments.seed004_topics.real_text import ARM
+from tdlab.experiments.seed004_topics.real_two_stage import TopicsRealTwoStage, WeightProbe, near_zero_qkv, rotation_means
+from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.runs import RunWriter
 
@@ -24,17 +24,6 @@ STEPS = np.arange(0, 401)
 
 def _ramp(t0, t1, lo=0.01, hi=5.0):
     return lo + (hi - lo) * np.clip((STEPS - t0) / (t1 - t0), 0.0, 1.0)
-
-
-def test_half_growth_steps_and_value_first_count():
-    curves = np.stack([_ramp(0, 100), _ramp(100, 300), np.full(STEPS.size, 0.3)])
-    t = half_growth_steps(STEPS, curves)
-    assert t[0] == 50 and t[1] == 200 and math.isinf(t[2])  # a flat norm never makes half its growth
-    # (E=2, L=3): member 0: V first in layers 0 and 2; member 1: tie in layer 0 (not strictly first), K first in 1
-    tk = np.array([[100.0, 50.0, np.inf], [30.0, 20.0, 90.0]])
-    tq = np.array([[120.0, 10.0, 200.0], [80.0, 90.0, 95.0]])
-    tv = np.array([[40.0, 60.0, 150.0], [30.0, 40.0, 10.0]])
-    assert value_first_layers(tk, tq, tv).tolist() == [2, 1]
 
 
 def test_rotation_means_split_at_stage1_end():
@@ -85,21 +74,22 @@ def test_near_zero_init_is_uniform_in_0_s_per_member_and_equals_the_member_built
     assert float(normal.min()) < 0.0 < float(normal.max())
 
 
-def _planted(tmp_path, exp, cfg, v_first: bool, rot_fast_early: bool, loss=(7.0, 5.0)):
+def _planted(tmp_path, exp, cfg, v_first: bool, rot_fast_early: bool, loss=(7.0, 5.0), kq_hi=5.0):
     w = RunWriter(tmp_path, exp.name)
     w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
     rows = [(s, e, "test_loss", v) for e in range(cfg.members) for s, v in ((0, loss[0]), (400, loss[1]))]
-    early, late = (_ramp(0, 100), _ramp(100, 400)) if v_first else (_ramp(100, 400), _ramp(0, 100))
+    early, late = _ramp(0, 100), _ramp(100, 400, hi=kq_hi)
+    v_curve, kq = (early, late) if v_first else (late, early)
     for e in range(cfg.members):
         for l in range(cfg.model.layers):
-            for name, curve in (("norm_V", early), ("norm_K", late), ("norm_Q", late * 1.1)):
+            for name, curve in (("norm_V", v_curve), ("norm_K", kq), ("norm_Q", kq * 1.1)):
                 rows += [(int(s), e, f"{name}/L{l}", float(v) * (1 + 0.01 * e)) for s, v in zip(STEPS, curve)]
             rot = np.where(STEPS <= 100, 0.2, 0.02) if rot_fast_early else np.where(STEPS <= 100, 0.02, 0.2)
             rows += [(int(s), e, f"rotation_V/L{l}", float(r) + 0.001 * e) for s, r in zip(STEPS, rot) if s >= 10]
     w.add_metrics(ARM, rows)
     (w.path / "cache").mkdir()
     (w.path / "cache" / "info.json").write_text('{"provenance": "planted", "vocab": 1000}')
-    return w.finish()
+    return RunView(w.finish())
 
 
 @pytest.mark.parametrize("v_first, rot_early, expect", [
@@ -109,21 +99,25 @@ def _planted(tmp_path, exp, cfg, v_first: bool, rot_fast_early: bool, loss=(7.0,
 def test_claims_hold_and_fail_on_planted_runs(tmp_path, v_first, rot_early, expect):
     exp = TopicsRealTwoStage()
     cfg = exp.make_config("quick", members=3)
-    run = _planted(tmp_path, exp, cfg, v_first, rot_early)
-    a: Analysis = exp.analyse(cfg, run)
-    a.gate(exp.health(cfg, run))
+    a = exp.analyse(cfg, _planted(tmp_path, exp, cfg, v_first, rot_early))
     v = {g.id: g.verdict for g in a.groups}
     assert (v["value-grows-first"], v["value-rotates-fast-in-stage-1"]) == expect
-    assert a.measurements["value_first_layers"] == ([4, 4, 4] if v_first else [0, 0, 0])
+    lag = a.result("value-grows-first").row("L2").measured
+    # V half-grown at 50, K and Q at 250 (or the reverse): a lag of ±200/400, known to one step of 400
+    assert lag.values == pytest.approx([0.5 if v_first else -0.5] * 3) and lag.resolution == pytest.approx(1 / 400)
+    assert [r.provenance for r in a.result("value-grows-first").rows] == ["seed"] * 4
 
 
-def test_not_trained_arm_makes_the_claims_not_evaluable(tmp_path):
+def test_not_trained_arm_or_no_stage_2_makes_the_claims_not_evaluable(tmp_path):
     exp = TopicsRealTwoStage()
     cfg = exp.make_config("quick", members=3)
-    run = _planted(tmp_path, exp, cfg, True, True, loss=(7.0, 7.2))  # loss above log(1000) = 6.9
-    a = exp.analyse(cfg, run)
-    a.gate(exp.health(cfg, run))
+    a = exp.analyse(cfg, _planted(tmp_path / "a", exp, cfg, True, True, loss=(7.0, 7.2)))  # above log(1000) = 6.9
     assert {g.verdict for g in a.groups} == {"not evaluable"}
+    # W^K, W^Q rise from 0.01 to 0.015 only: no stage 2 to lag, the lag claim is not evaluable (the rotation is judged)
+    a = exp.analyse(cfg, _planted(tmp_path / "b", exp, cfg, True, True, kq_hi=0.015))
+    g = a.result("value-grows-first")
+    assert g.verdict == "not evaluable" and g.cause == "stage not reached" and "double" in g.rows[0].reason
+    assert a.result("value-rotates-fast-in-stage-1").verdict == "holds"
 
 
 def test_tiny_run_end_to_end(tmp_path):
@@ -131,7 +125,7 @@ def test_tiny_run_end_to_end(tmp_path):
     cfg = exp.make_config("quick", ["corpus.source=lee", "corpus.max_docs=30", "corpus.min_count=3", "lda.topics=3",
                                     "lda.passes=1", "lda.iterations=10", "model.d=8", "model.layers=2", "model.heads=2",
                                     "train.steps=20", "train.batch=4", "train.seq_len=12", "train.eval_every=10",
-                                    "claims.stage1_end=14", "claims.horizon=20", "claims.min_layers=1"], members=2)
+                                    "claims.stage1_end=14", "claims.horizon=20"], members=2)
     r = execute(exp, cfg, "quick", tmp_path, progress=False)
     s = r.summary
     assert s["status"] == "done" and {g["id"] for g in s["claims"]} == {"value-grows-first", "value-rotates-fast-in-stage-1"}
@@ -148,7 +142,7 @@ def test_tiny_run_end_to_end(tmp_path):
 @pytest.mark.parametrize("override, field", [
     (["claims.horizon=500"], "horizon"),
     (["claims.stage1_end=5"], "stage1_end"),
-    (["claims.min_layers=5"], "min_layers"),
+    (["claims.lag_share=1.5"], "lag_share"),
     (["init_scale=0"], "init_scale"),
     (["model.checkpoint=/tmp/x"], "checkpoint"),
 ])

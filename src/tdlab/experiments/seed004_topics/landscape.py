@@ -1,0 +1,553 @@
+"""``topics-landscape``: seed 004 (Li, Li, Risteski), Figs. 7, 8, App. F.5 — no training.
+
+The exact finite-T loss ``L(α, β)`` of the one-layer model with one-hot embeddings, W^V frozen, and
+attention of Assumption 2 (same word β, same topic α, other topic 1), under Assumption 1, evaluated
+from the case terms of App. F.3 / F.4 *before* their asymptotic step
+(:mod:`tdlab.theory.topics_landscape`), on a log grid of α, β ∈ [1e-4, 1e7], T = 100, v = 300,
+τ ∈ {20, 40, 60, 80} (App. F.5), masking p_m = 0.15, p_c = p_r = 0.1 (§6.1; App. F.5 states none).
+
+* Fig. 8 — the **block** map: uniform blocks with **W_diff = 0** and the constant of q (F.21), the map
+  the proof of Thm. 3 uses, *not exactly* Thm. 2's W^{V*}. Claims: L depends on (α, β) only through
+  γ = ((v − 1)α + β)/v (Remark 5), tested by Monte Carlo — sampled documents, masks and the model's loss
+  at pairs of (α, β) with equal γ, one estimate per member (independent seeds), the same documents for
+  every point of a member; γ* > 1 (Remark 4); γ* increasing in τ; γ* inside Thm. 3's (λ1(τ − 1), λ2 T).
+* Fig. 7 — the **diagonal** map D^V (Def. 2). Claims: β* increasing in τ, α*/β* < λ5, β* inside
+  Thm. 5's (λ3 τ, λ4 T), min L below L(1, 1) (uniform attention).
+
+Seed ambiguities, recorded (also in the config comments and the notes):
+
+* Thm. 3's λ1 differs between statement (0.577) and proof (c_5 = 0.371 at the paper's masking);
+  Thm. 5's λ4 divides by (√(v−1) − 2 + (1−p_c)p_m) in the statement and multiplies in the proof.
+  Both are evaluated. The *headline* groups use the proof's constants (what F.28 / F.4's case
+  analysis actually derives); the as-stated versions are separate groups, and the notes say which
+  of the two the landscape is consistent with.
+* Thms. 3, 5 are asymptotic (T → ∞, τ = o(T), Assumption 3); here T = 100 and τ/T up to 0.8, as
+  App. F.5 plots them. The interval claims test the theorems' bounds at the finite setting.
+* The diagonal loss is flat in α once (v − 1)α ≪ β: at the paper's settings its minimiser over the box
+  sits at the box's lower α edge, so α* is only an upper bound there (a censored value: α*/β* < λ5 holds
+  by a wide margin); elsewhere (e.g. T = 6, v = 60, τ = 3: α* ≈ 0.94) it is interior and judged as it is.
+
+Every exact computation is one deterministic measurement. Orderings are ``value`` rows on
+log10(x*(τ_{k+1}) / x*(τ_k)) ≥ ``order_margin_log10``. γ* and (α*, β*) are the continuous minimisers
+(golden section on a fine γ grid; Nelder–Mead from the grid argmin); each is known only as well as the
+loss is flat around it, so every row on a minimiser carries that *resolution*: the log10 half-width over
+which L stays within ``flat_rel`` (relative) of its minimum. The grid argmins are reported beside them.
+Sanity groups: the block map's (α, β) case terms equal its γ form (two derivations of one closed form);
+the block and diagonal maps agree at uniform attention; the refined minima are at or below the grid's;
+Monte Carlo matches the closed forms at small (T, v, τ).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import Field, field_validator, model_validator
+
+from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.view import RunView
+from tdlab.report.figures import plt, save_figure
+from tdlab.seeding import generators, member_seeds
+from tdlab.theory import topics_landscape as tl
+from tdlab.train.cpu import cpu_threads
+from tdlab.train.trainer import FitResult
+
+__all__ = ["TopicsLandscapeConfig", "TopicsLandscape", "tau_arm", "MC_ARM", "CLAIMS", "equal_gamma_points",
+           "flat_halfwidth"]
+
+MC_ARM = "monte-carlo"
+
+
+def tau_arm(tau: int) -> str:
+    """Arm name of one τ, e.g. ``tau20``."""
+    return f"tau{tau}"
+
+
+class TopicsLandscapeConfig(ExperimentConfig):
+    # The landscape is a closed form (no seed); members replicate the Monte Carlo checks.
+    members: int = Field(2, ge=1, le=64)
+    T: int = Field(100, ge=2, le=100_000)  # App. F.5: T = 100 (the Wikipedia setting of §6)
+    v: int = Field(300, ge=2, le=100_000)  # App. F.5: v = 300 (Tv = 30000, the BERT vocabulary)
+    taus: tuple[int, ...] = (20, 40, 60, 80)  # App. F.5, Figs. 7/8 left to right
+    # App. F.5 does not state the masking; §6.1's BERT values (Devlin et al.)
+    p_m: float = Field(0.15, gt=0.0, lt=1.0)
+    p_c: float = Field(0.1, gt=0.0, lt=1.0)
+    p_r: float = Field(0.1, gt=0.0, lt=1.0)
+    grid_lo: float = Field(1e-4, gt=0.0)  # Figs. 7/8: α, β ∈ [1e-4, 1e7], log axes
+    grid_hi: float = Field(1e7, gt=0.0)
+    grid_n: int = Field(200, ge=8, le=2000)  # points per axis (quick 60, paper 200)
+    gamma_n: int = Field(4001, ge=101, le=200_000)  # fine 1-D γ grid for γ* (then golden section)
+    # Sanity: max |L(α, β) − L_γ(γ(α, β))| / L over the grid between the two derivations of the block map;
+    # floating-point rounding is ~1e-16
+    remark5_tol: float = Field(1e-9, gt=0.0, le=1e-3)
+    # "increasing in τ": log10(x*(τ_{k+1}) / x*(τ_k)) must exceed this (well below the observed steps, ≥ 0.019
+    # at the paper's settings; each minimiser's resolution is added on top by the judge)
+    order_margin_log10: float = Field(1e-3, gt=0.0, le=1.0)
+    # A minimiser is known to the log10 half-width where L stays within this relative rise of its minimum
+    # (the refined-minimum sanity check's rounding allowance)
+    flat_rel: float = Field(1e-12, gt=0.0, le=1e-3)
+    # Monte Carlo (closed form vs sampled documents, masks and the model's loss), small setting
+    mc_T: int = Field(3, ge=2, le=50)
+    mc_v: int = Field(2, ge=1, le=50)
+    mc_tau: int = Field(2, ge=1, le=49)
+    mc_N: int = Field(40_000, ge=100, le=1_000_000)  # words per document (Assumption 1 is N → ∞; bias ~1/(N p_2))
+    mc_docs: int = Field(400, ge=2, le=100_000)  # 1.6e7 words: standard error ≈ 0.2 % per member
+    mc_points: tuple[tuple[float, float], ...] = ((1.0, 1.0), (0.2, 30.0), (5.0, 3.0))  # (α, β)
+    mc_tol: float = Field(0.01, gt=0.0, le=1.0)  # relative |MC − closed form| / closed form (1 %)
+    # Remark 5 by Monte Carlo: at each γ, (α, β) = (γ, γ) against a same-word-heavy and a same-topic-heavy
+    # pair with the same γ (the lighter weight remark5_eps · γ); the same documents for every point
+    remark5_gammas: tuple[float, ...] = (0.5, 3.0, 20.0)
+    remark5_eps: float = Field(0.1, gt=0.0, lt=1.0)
+    # torch intra-op threads while evaluating (CPU). The grid's elementwise ops cross torch's parallel
+    # threshold at 200 × 200; on the shared 2-core machine two threads' OpenMP spin-waits made the paper
+    # grid (4 τ × 2 maps) take 6.9 s instead of 0.03 s with one thread (measured). null: leave as is.
+    threads: int | None = Field(1, ge=1, le=256)
+
+    @field_validator("taus")
+    @classmethod
+    def _taus(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v:
+            raise ValueError("taus must list at least one τ")
+        if any(b <= a for a, b in zip(v, v[1:])):
+            raise ValueError(f"taus must be strictly increasing, got {list(v)}")
+        return v
+
+    @field_validator("mc_points")
+    @classmethod
+    def _points(cls, v: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+        if not v or any(a <= 0 or b <= 0 for a, b in v):
+            raise ValueError("mc_points must be a non-empty list of [alpha, beta] pairs, both > 0")
+        return v
+
+    @field_validator("remark5_gammas")
+    @classmethod
+    def _gammas(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if not v or any(g <= 0 for g in v):
+            raise ValueError("remark5_gammas must be a non-empty list of γ > 0")
+        return v
+
+    @model_validator(mode="after")
+    def _ranges(self) -> TopicsLandscapeConfig:
+        if any(not (1 <= t < self.T) for t in self.taus):
+            raise ValueError(f"taus: every τ must satisfy 1 ≤ τ < T = {self.T}, got {list(self.taus)}")
+        if not (1 <= self.mc_tau < self.mc_T):
+            raise ValueError(f"mc_tau: must satisfy 1 ≤ mc_tau < mc_T = {self.mc_T}, got {self.mc_tau}")
+        if self.mc_v < 2:
+            raise ValueError("mc_v: Remark 5 compares same-word and same-topic weights; it needs mc_v ≥ 2")
+        if self.p_c + self.p_r > 1.0:
+            raise ValueError(f"p_c + p_r: must be at most 1 (keep + replace probabilities), got {self.p_c + self.p_r:g}")
+        if not self.grid_lo < self.grid_hi:
+            raise ValueError(f"grid_lo: must be below grid_hi, got {self.grid_lo:g} ≥ {self.grid_hi:g}")
+        return self
+
+    @property
+    def masking(self) -> tl.Masking:
+        return tl.Masking(self.p_m, self.p_c, self.p_r)
+
+
+def _lam(cfg: TopicsLandscapeConfig) -> dict[str, float]:
+    m, v = cfg.masking, cfg.v
+    return {"l1_statement": tl.lambda1(m, "statement"), "l1_proof": tl.lambda1(m, "proof"), "l2": tl.lambda2(m),
+            "l3": tl.lambda3(v, m), "l4_statement": tl.lambda4(v, m, "statement"), "l4_proof": tl.lambda4(v, m, "proof"),
+            "l5": tl.lambda5(v, m), "c4": tl.c4(m)}
+
+
+def thm_interval(cfg: TopicsLandscapeConfig, kind: str, ver: str, tau: int) -> tuple[float, float]:
+    """Thm. 3's (λ1(τ − 1), λ2 T) (``kind="thm3"``) or Thm. 5's (λ3 τ, λ4 T), with λ1 / λ4 of ``ver``."""
+    if kind == "thm3":
+        return tl.thm3_interval(cfg.T, tau, cfg.masking, ver)
+    return tl.thm5_interval(cfg.T, cfg.v, tau, cfg.masking, ver)
+
+
+def log_margin(x: float, lo: float, hi: float) -> float:
+    """How far inside (lo, hi) ``x`` lies, in log10 units: ``min(log10 x − log10 lo, log10 hi − log10 x)``
+    (negative outside; a bound ≤ 0 counts as met from its side)."""
+    below = math.log10(x) - math.log10(lo) if lo > 0 else math.inf
+    return min(below, math.log10(hi) - math.log10(x))
+
+
+def _interval_spec(kind: str, ver: str) -> ClaimSpec:
+    thm, x, bounds = ("Thm. 3", "γ*", "(λ1(τ−1), λ2 T)") if kind == "thm3" else ("Thm. 5", "β*", "(λ3 τ, λ4 T)")
+    how = {("thm3", "proof"): "λ1 as the proof derives it (F.28: c_5); the statement's λ1 is the -as-stated group",
+           ("thm3", "statement"): "λ1 as stated, not what the proof derives (c_5)",
+           ("thm5", "proof"): "λ4 as the proof derives it, c_7(1/(c_4 p_m p_r) + 1)v; the statement's is the -as-stated group",
+           ("thm5", "statement"): "λ4 as stated: divides by √(v−1) − 2 + (1−p_c)p_m"}[(kind, ver)]
+    gid = {"thm3": "block-gamma-star-in-thm3", "thm5": "diag-beta-star-in-thm5"}[kind] + ("" if ver == "proof" else "-as-stated")
+    what = "with block W^V the optimal γ" if kind == "thm3" else "with diagonal W^V the optimal β"
+    return ClaimSpec(
+        gid, f"{thm}{' (headline)' if ver == 'proof' else ' as stated'}: {what} lies in {bounds} ({how}; Figs. 7, 8)",
+        test="value", relation="ge", quantity=f"min(log10 {x} − log10 lower, log10 upper − log10 {x}) at τ: how far inside "
+        f"the interval {x} (the refined minimiser, known to the loss's flatness around it) lies",
+        expected=0.0, tolerance=0.0, horizon="static", learning_required=False)
+
+
+CLAIMS = (
+    ClaimSpec(
+        "block-gamma-only",
+        "Remark 5: with block W^V (uniform blocks) the loss depends on (α, β) only through γ = ((v−1)α + β)/v "
+        "(F.3, Fig. 8)",
+        test="value", relation="close", quantity="Monte Carlo block-map loss at an (α, β) pair relative to the loss at "
+        "(γ, γ), same γ, same documents and masks (one estimate per member): L(α, β)/L(γ, γ) − 1",
+        expected=0.0, tolerance="mc_tol", horizon="static", learning_required=False),
+    ClaimSpec(
+        "block-gamma-star-above-1",
+        "Remark 4 / Thm. 3: with block W^V the optimal γ exceeds 1 (same-topic attention above different-topic "
+        "attention on average; Fig. 8)",
+        test="value", relation="ge", quantity="γ* (the refined minimiser of the block loss over γ) at τ", expected=1.0,
+        tolerance=0.0, horizon="static", learning_required=False),
+    ClaimSpec(
+        "block-gamma-star-increasing", "Fig. 8: with block W^V the optimal γ grows with τ",
+        test="value", relation="ge", quantity="log10(γ*(τ_{k+1}) / γ*(τ_k))", expected="order_margin_log10",
+        tolerance=0.0, horizon="static", learning_required=False),
+    *(_interval_spec("thm3", ver) for ver in ("proof", "statement")),
+    ClaimSpec(
+        "diag-beta-star-increasing", "Fig. 7 / Thm. 5: with diagonal W^V the optimal β grows with τ",
+        test="value", relation="ge", quantity="log10(β*(τ_{k+1}) / β*(τ_k))", expected="order_margin_log10",
+        tolerance=0.0, horizon="static", learning_required=False),
+    ClaimSpec(
+        "diag-alpha-over-beta-below-lambda5", "Thm. 5: with diagonal W^V the optimal α < λ5 β (Fig. 7)",
+        test="value", relation="le", quantity="α*/β* of the refined minimiser of the diagonal loss (an upper bound, "
+        "censored, when α* sits at the box's lower edge)", expected=lambda cfg, row: tl.lambda5(cfg.v, cfg.masking),
+        tolerance=0.0, horizon="static", learning_required=False),
+    *(_interval_spec("thm5", ver) for ver in ("proof", "statement")),
+    ClaimSpec(
+        "diag-min-below-uniform", "Fig. 7: with diagonal W^V the minimal loss is below the loss at uniform attention L(1, 1)",
+        test="value", relation="le", quantity="min L (refined minimum or grid minimum, the lower) − L(1, 1)",
+        expected=0.0, tolerance=0.0, horizon="static", learning_required=False),
+    ClaimSpec(
+        "block-map-case-terms-match-gamma-form", "The block map's (α, β) case terms (F.3) equal its γ form on the grid "
+        "(two derivations of one closed form agree)",
+        kind="sanity", test="value", relation="le", quantity="max |L(α, β) − L_γ(γ(α, β))| / L_γ over the grid",
+        expected=0.0, tolerance="remark5_tol", horizon="static", learning_required=False),
+    ClaimSpec(
+        "uniform-attention-maps-agree", "At α = β = 1 (uniform attention over word keys) the block and diagonal maps "
+        "predict the same (every word of a present topic has the same attention)",
+        kind="sanity", test="value", relation="le", quantity="|L_block(1, 1) − L_diag(1, 1)| / L_diag(1, 1)",
+        expected=0.0, tolerance=1e-12, horizon="static", learning_required=False),
+    ClaimSpec(
+        "refined-minimum-at-most-grid", "The refined minimisers (golden section on γ; Nelder–Mead on (log α, log β)) "
+        "reach a loss at or below the grid's minimum (they refine, not replace, the figure's argmin)",
+        kind="sanity", test="value", relation="le", quantity="(L at the refined minimiser − min over the grid) / |min "
+        "over the grid|", expected=0.0, tolerance="flat_rel", horizon="static", learning_required=False),
+    ClaimSpec(
+        "monte-carlo-matches-closed-form", "Closed-form L(α, β) (F.3/F.4 case terms) = Monte Carlo over sampled "
+        "documents (§3.1), MLM masks (§3.2) and the model's loss, at small (T, v, τ)",
+        kind="sanity", test="value", relation="close", quantity="(MC estimate − closed form) / closed form, mean over "
+        "the members (independent Monte Carlo replicates: no seed noise, their standard errors combined)",
+        expected=0.0, tolerance="mc_tol", horizon="static", learning_required=False),
+)
+
+
+def equal_gamma_points(gamma: float, v: int, eps: float) -> tuple[tuple[float, float], ...]:
+    """Three (α, β) with the same γ = ((v − 1)α + β)/v: (γ, γ); same-word heavy (α = εγ); same-topic heavy (β = εγ)."""
+    return ((gamma, gamma), (eps * gamma, (v - eps * (v - 1)) * gamma), ((v - eps) * gamma / (v - 1), eps * gamma))
+
+
+def flat_halfwidth(f: Callable[[float], float], x: float, rel: float, lo: float = 1e-12, hi: float = 4.0) -> float:
+    """The log10 half-width around ``x`` over which ``f`` stays within ``rel`` (relative) of ``f(x)``: the
+    largest ``δ`` (bisection in log δ between ``lo`` and ``hi``) with ``f(x·10^{±δ}) − f(x) ≤ rel |f(x)|`` on both
+    sides. A minimiser of ``f`` is known no better than this."""
+    f0 = f(x)
+    ok = lambda d: all(f(x * 10.0 ** s) - f0 <= rel * abs(f0) for s in (d, -d))  # noqa: E731
+    if ok(hi):
+        return hi
+    if not ok(lo):
+        return 0.0
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(60):
+        mid = (a + b) / 2
+        a, b = (mid, b) if ok(math.exp(mid)) else (a, mid)
+    return math.exp(a)
+
+
+@register
+class TopicsLandscape(Experiment):
+    name = "topics-landscape"
+    paper = "004 Topic structure (Li, Li, Risteski)"
+    figure = "Figs. 7, 8 (App. F.5; Thms. 3, 5, Remark 5)"
+    description = (
+        "No training: the exact finite-T squared loss L(α, β) of the one-layer model with one-hot embeddings, "
+        "W^V frozen and Assumption-2 attention (same word β, same topic α, other 1), from App. F.3/F.4's case "
+        "terms before the asymptotic step, on a log grid α, β ∈ [1e-4, 1e7], T = 100, v = 300, τ ∈ {20, 40, 60, 80}. "
+        "Fig. 8, block W^V (W_diff = 0, the proof's map): L depends on γ = ((v−1)α + β)/v only (Remark 5, by Monte "
+        "Carlo at equal γ); γ* > 1, increasing in τ, inside Thm. 3's (λ1(τ−1), λ2 T), λ1 as in the proof and as "
+        "stated. Fig. 7, diagonal D^V: β* increasing in τ, α*/β* < λ5, β* inside Thm. 5's (λ3 τ, λ4 T) (λ4 as in the "
+        "proof and as stated), min L below uniform attention L(1, 1)."
+    )
+    Config = TopicsLandscapeConfig
+    claims = CLAIMS
+    profiles = {
+        "quick": {"grid_n": 60, "members": 2},  # 60 × 60
+        "paper": {"grid_n": 200, "members": 4},  # 200 × 200
+    }
+
+    # ---- run --------------------------------------------------------------------------------------
+    def run(self, cfg: TopicsLandscapeConfig, ctx: RunContext) -> None:
+        with cpu_threads(cfg.threads, ctx.device):
+            self._run(cfg, ctx)
+
+    def _run(self, cfg: TopicsLandscapeConfig, ctx: RunContext) -> None:
+        m = cfg.masking
+        grid = tl.log_grid(cfg.grid_lo, cfg.grid_hi, cfg.grid_n)
+        for tau in cfg.taus:
+            arm = tau_arm(tau)
+            if ctx.done(arm) is not None:
+                continue
+            t0 = time.perf_counter()
+            block = tl.landscape("block", grid, grid, cfg.T, cfg.v, tau, m)
+            diag = tl.landscape("diagonal", grid, grid, cfg.T, cfg.v, tau, m)
+            wall = time.perf_counter() - t0
+            gam = tl.gamma_of(grid.view(1, -1), grid.view(-1, 1), cfg.v)
+            block_gamma = tl.block_loss_gamma(gam, cfg.T, cfg.v, tau, m)
+            curve_g = tl.log_grid(cfg.grid_lo, cfg.grid_hi, cfg.gamma_n)
+            curve = tl.block_loss_gamma(curve_g, cfg.T, cfg.v, tau, m)
+            g_star, g_loss = tl.gamma_star(cfg.T, cfg.v, tau, m, lo=cfg.grid_lo, hi=cfg.grid_hi, n=cfg.gamma_n)
+            k = int(torch.argmin(diag))
+            a_star, b_star, d_loss = tl.diagonal_minimum(cfg.T, cfg.v, tau, m, lo=cfg.grid_lo, hi=cfg.grid_hi,
+                                                         start=(float(grid[k % cfg.grid_n]), float(grid[k // cfg.grid_n])))
+            f = lambda x: torch.tensor(float(x), dtype=torch.float64)  # noqa: E731
+            state = {
+                "grid": grid, "block": block, "block_via_gamma": block_gamma, "diagonal": diag,
+                "gamma_curve_g": curve_g, "gamma_curve": curve,
+                "gamma_star": f(g_star), "gamma_star_loss": f(g_loss),
+                "diag_alpha_star": f(a_star), "diag_beta_star": f(b_star), "diag_star_loss": f(d_loss),
+                "block_uniform": f(tl.block_loss(1.0, 1.0, cfg.T, cfg.v, tau, m)),
+                "diag_uniform": f(tl.diagonal_loss(1.0, 1.0, cfg.T, cfg.v, tau, m)),
+            }
+            rows = [(0, 0, "grid_eval_s", wall), (0, 0, "gamma_star", g_star), (0, 0, "diag_beta_star", b_star),
+                    (0, 0, "block_min", float(block.min())), (0, 0, "diag_min", float(diag.min()))]
+            ctx.record(arm, FitResult(rows=rows, states=[state]))
+        if ctx.done(MC_ARM) is None:
+            self._monte_carlo(cfg, ctx)
+
+    @staticmethod
+    def remark5_points(cfg: TopicsLandscapeConfig) -> list[tuple[float, float]]:
+        """Every γ's three equal-γ points (:func:`equal_gamma_points`), γ-major."""
+        return [p for g in cfg.remark5_gammas for p in equal_gamma_points(g, cfg.mc_v, cfg.remark5_eps)]
+
+    def _monte_carlo(self, cfg: TopicsLandscapeConfig, ctx: RunContext) -> None:
+        """Per member (its own seed): the closed-form check at ``mc_points`` and Remark 5's equal-γ points, all
+        on one set of documents and masks."""
+        m = cfg.masking
+        points = [*cfg.mc_points, *self.remark5_points(cfg)]
+        n = len(cfg.mc_points)
+        states, rows = [], []
+        for e, seed in enumerate(member_seeds(cfg.seed, cfg.members)):
+            g = generators([seed], "monte-carlo")[0]
+            res = tl.monte_carlo_losses(points, cfg.mc_T, cfg.mc_v, cfg.mc_tau, cfg.mc_N, cfg.mc_docs, g, m)
+            est, se, exact = [], [], []
+            for kind in ("block", "diagonal"):
+                fn = tl.block_loss if kind == "block" else tl.diagonal_loss
+                est += res[kind][0][:n].tolist()
+                se += res[kind][1][:n].tolist()
+                exact += [float(fn(a, b, cfg.mc_T, cfg.mc_v, cfg.mc_tau, m)) for a, b in cfg.mc_points]
+            t64 = lambda x: torch.tensor(np.asarray(x), dtype=torch.float64)  # noqa: E731
+            states.append({"estimate": t64(est), "se": t64(se), "closed_form": t64(exact),
+                           "remark5_block": t64(res["block"][0][n:]).view(-1, 3),
+                           "remark5_diagonal": t64(res["diagonal"][0][n:]).view(-1, 3)})
+            rows += [(i, e, "mc_rel_dev", (x - c) / c) for i, (x, c) in enumerate(zip(est, exact))]
+        ctx.record(MC_ARM, FitResult(rows=rows, states=states))
+
+    # ---- measure ----------------------------------------------------------------------------------
+    def measure(self, cfg: TopicsLandscapeConfig, run: RunView) -> Measurements:
+        """Every τ's minimisers (each with the resolution its flat neighbourhood allows), the interval and
+        ordering rows, Remark 5 by Monte Carlo at equal γ, and the sanity rows. Exact computations are one
+        deterministic value each."""
+        m, T, v = cfg.masking, cfg.T, cfg.v
+        lam = _lam(cfg)
+        out = Measurements({"lambdas": lam})
+        det = {"deterministic": True}
+        s = lambda x: float(x.reshape(-1)[0])  # noqa: E731  (stored scalars carry a member axis of 1)
+        lg = {}  # τ -> (log10 γ*, its half-width), (log10 β*, its half-width)
+        for tau in cfg.taus:
+            a, arm = run.arrays(tau_arm(tau)), tau_arm(tau)
+            ctx = {"tau": tau}
+            grid, block, via, diag = a["grid"][0], a["block"][0], a["block_via_gamma"][0], a["diagonal"][0]
+            dev = float(((block - via).abs() / via.abs()).max())
+            out.row("block-map-case-terms-match-gamma-form", arm, Sample((dev,), **det), context=ctx,
+                    label=f"τ={tau}: max |L(α,β) − L_γ(γ)|/L_γ = {dev:.2e}")
+            g, g_loss = s(a["gamma_star"]), s(a["gamma_star_loss"])
+            dg = flat_halfwidth(lambda x: float(tl.block_loss_gamma(x, T, v, tau, m)), g, cfg.flat_rel)
+            g_res = 2 * g * (10 ** dg - 1)
+            out.row("block-gamma-star-above-1", arm, Sample((g,), resolution=g_res, **det), context=ctx,
+                    label=f"τ={tau}: γ* = {g:.4g} > 1")
+            al, be, dl = s(a["diag_alpha_star"]), s(a["diag_beta_star"]), s(a["diag_star_loss"])
+            db = flat_halfwidth(lambda x: float(tl.diagonal_loss(al, x, T, v, tau, m)), be, cfg.flat_rel)
+            da = flat_halfwidth(lambda x: float(tl.diagonal_loss(x, be, T, v, tau, m)), al, cfg.flat_rel)
+            for kind, x, half, name in (("thm3", g, dg, "block-gamma-star-in-thm3"),
+                                        ("thm5", be, db, "diag-beta-star-in-thm5")):
+                for ver in ("proof", "statement"):
+                    lo, hi = thm_interval(cfg, kind, ver, tau)
+                    out.row(f"{name}{'' if ver == 'proof' else '-as-stated'}", arm,
+                            Sample((log_margin(x, lo, hi),), resolution=2 * half, **det), context=ctx,
+                            label=f"τ={tau}: {x:.5g} in ({lo:.4g}, {hi:.6g})")
+            edge = al <= cfg.grid_lo * (1 + 1e-9)
+            ratio = al / be
+            # At the box edge α*/β* is an upper bound: it decides "below λ5" when it is below, and nothing
+            # otherwise (censored: the judge leaves an all-censored row unresolved).
+            out.row("diag-alpha-over-beta-below-lambda5", arm,
+                    Sample((ratio,), resolution=0.0 if edge else 2 * ratio * (10 ** (da + db) - 1),
+                           censored=(edge and ratio > lam["l5"],), censor="below", **det), context=ctx,
+                    label=f"τ={tau}: α*/β* = {ratio:.3g}" + (f" (α* at the box edge {cfg.grid_lo:g}, where the loss is "
+                                                             "flat in α: an upper bound)" if edge else ""))
+            u_d, u_b = s(a["diag_uniform"]), s(a["block_uniform"])
+            dmin = min(dl, float(diag.min()))
+            out.row("diag-min-below-uniform", arm, Sample((dmin - u_d,), **det), context=ctx,
+                    label=f"τ={tau}: min L = {dmin:.6f} vs L(1, 1) = {u_d:.6f}")
+            out.row("uniform-attention-maps-agree", arm, Sample((abs(u_b - u_d) / abs(u_d),), **det), context=ctx)
+            bmin, gmin = float(block.min()), float(diag.min())
+            out.row("refined-minimum-at-most-grid", f"{arm}/block", Sample(((g_loss - bmin) / abs(bmin),), **det),
+                    context=ctx, label=f"τ={tau}: (L(γ*) − grid minimum)/|grid minimum| ≤ rounding")
+            out.row("refined-minimum-at-most-grid", f"{arm}/diagonal", Sample(((dl - gmin) / abs(gmin),), **det),
+                    context=ctx, label=f"τ={tau}: (L(α*, β*) − grid minimum)/|grid minimum| ≤ rounding")
+            lg[tau] = ((math.log10(g) if g > 0 else math.nan, dg), (math.log10(be) if be > 0 else math.nan, db))
+            kb, n = int(torch.argmin(block)), grid.numel()
+            kd = int(torch.argmin(diag))
+            out.values[arm] = {
+                "gamma_star": g, "gamma_star_loss": g_loss, "gamma_star_log10_halfwidth": dg,
+                "block_grid_argmin": {"alpha": float(grid[kb % n]), "beta": float(grid[kb // n]),
+                                      "gamma": float(tl.gamma_of(grid[kb % n], grid[kb // n], v)), "loss": bmin},
+                "block_uniform_loss": u_b, "remark5_max_rel_dev": dev,
+                "thm3_interval_proof": list(tl.thm3_interval(T, tau, m, "proof")),
+                "thm3_interval_statement": list(tl.thm3_interval(T, tau, m, "statement")),
+                "diag_alpha_star": al, "diag_alpha_star_at_box_edge": edge, "diag_beta_star": be,
+                "diag_beta_star_log10_halfwidth": db, "diag_alpha_star_log10_halfwidth": da, "diag_star_loss": dl,
+                "diag_grid_argmin": {"alpha": float(grid[kd % n]), "beta": float(grid[kd // n]), "loss": gmin},
+                "diag_uniform_loss": u_d,
+                "thm5_interval_proof": list(tl.thm5_interval(T, v, tau, m, "proof")),
+                "thm5_interval_statement": list(tl.thm5_interval(T, v, tau, m, "statement")),
+            }
+        for t0, t1 in zip(cfg.taus, cfg.taus[1:]):
+            row, ctx = f"tau{t0}-tau{t1}", {"taus": f"{t0}-{t1}"}
+            for gid, j, x in (("block-gamma-star-increasing", 0, "γ*"), ("diag-beta-star-increasing", 1, "β*")):
+                (l0, d0), (l1, d1) = lg[t0][j], lg[t1][j]
+                out.row(gid, row, Sample((l1 - l0,), resolution=2 * (d0 + d1), **det), context=ctx,
+                        label=f"log10 {x}(τ={t1}) − log10 {x}(τ={t0}) = {l1 - l0:.4f}")
+        self._measure_monte_carlo(cfg, run, out)
+        out.values["grid_eval_s"] = {tau_arm(t): float(np.nansum(run.final(tau_arm(t), "grid_eval_s"))) for t in cfg.taus}
+        return out
+
+    def _measure_monte_carlo(self, cfg: TopicsLandscapeConfig, run: RunView, out: Measurements) -> None:
+        mc = run.arrays(MC_ARM)
+        labels = [f"{kind}/a{a:g}_b{b:g}" for kind in ("block", "diagonal") for a, b in cfg.mc_points]
+        est, se, exact = mc["estimate"], mc["se"], mc["closed_form"]
+        for i, lab in enumerate(labels):
+            c = exact[:, i]
+            rel_se = (se[:, i] / c.abs()).numpy()
+            out.row("monte-carlo-matches-closed-form", lab,
+                    Sample(((est[:, i] - c) / c).numpy(), deterministic=True,
+                           mc_se=float(np.sqrt(np.sum(rel_se**2))) / len(rel_se)), context={"point": lab})
+        out.values["monte_carlo"] = {lab: {"closed_form": float(exact[0, i]), "estimates": est[:, i].tolist(),
+                                           "se": se[:, i].tolist()} for i, lab in enumerate(labels)}
+        block, diag = mc["remark5_block"], mc["remark5_diagonal"]  # (E, n_gamma, 3)
+        remark5 = {}
+        for j, gam in enumerate(cfg.remark5_gammas):
+            pts = equal_gamma_points(gam, cfg.mc_v, cfg.remark5_eps)
+            for k, what in ((1, "same-word heavy"), (2, "same-topic heavy")):
+                a, b = pts[k]
+                rel = (block[:, j, k] / block[:, j, 0] - 1).numpy()
+                contrast = (diag[:, j, k] / diag[:, j, 0] - 1).numpy()
+                key = f"gamma{gam:g}/a{a:.3g}_b{b:.3g}"
+                out.row("block-gamma-only", key, Sample(rel), context={"gamma": gam, "alpha": a, "beta": b},
+                        label=f"γ = {gam:g}, {what} (α, β) = ({a:.3g}, {b:.3g}) vs ({gam:g}, {gam:g}): L_block ratio − 1 ≈ 0")
+                remark5[key] = {"block_rel_diff": rel.tolist(), "diagonal_rel_diff": contrast.tolist()}
+        out.values["remark5_monte_carlo"] = remark5
+
+    def notes(self, cfg: TopicsLandscapeConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        lam = measured.values["lambdas"]
+        by = {g.id: g.verdict for g in groups}
+
+        t3p, t3s = by["block-gamma-star-in-thm3"], by["block-gamma-star-in-thm3-as-stated"]
+        t5p, t5s = by["diag-beta-star-in-thm5"], by["diag-beta-star-in-thm5-as-stated"]
+        T, v = cfg.T, cfg.v
+        vals = {t: measured.values[tau_arm(t)] for t in cfg.taus}
+        edge = [t for t in cfg.taus if vals[t]["diag_alpha_star_at_box_edge"]]
+        inner = [t for t in cfg.taus if t not in edge]
+        where = []
+        if edge:
+            where.append(f"at τ = {', '.join(map(str, edge))} α* sits at the box edge α = {cfg.grid_lo:g} (the loss is "
+                         "flat in α for (v−1)α ≪ β): α*/β* is an upper bound there")
+        if inner:
+            where.append(f"at τ = {', '.join(map(str, inner))} α* is interior: "
+                         + ", ".join(f"{vals[t]['diag_alpha_star']:.3g}" for t in inner))
+        r5 = measured.values["remark5_monte_carlo"]
+        worst = max(abs(x) for r in r5.values() for x in r["block_rel_diff"])
+        contrast = min(abs(x) for r in r5.values() for x in r["diagonal_rel_diff"])
+        return [
+            f"Ambiguity (Thm. 3, λ1): statement {lam['l1_statement']:.4f} vs proof c_5 {lam['l1_proof']:.4f}. γ* in "
+            f"(λ1(τ−1), λ2 T): with the proof's λ1 {t3p}, with the statement's {t3s}; the headline groups use the "
+            "proof's (what F.28 derives)" + ("; both are consistent with the landscape here." if t3p == t3s == "holds" else "."),
+            f"Ambiguity (Thm. 5, λ4): statement divides by (√(v−1) − 2 + (1−p_c)p_m) → {lam['l4_statement']:.6g}, proof "
+            f"multiplies → {lam['l4_proof']:.6g}. β* in (λ3 τ, λ4 T): proof {t5p}, statement {t5s}; headline on the proof's.",
+            "Fig. 8 uses the block map with W_diff = 0 and q's constant (the map of F.21), not exactly Thm. 2's W^{V*}; "
+            "the [MASK]-query term is left out of L, as in F.21; [MASK] keys get no attention (Prop. 2's normalisers); "
+            "masking p_m, p_c, p_r from §6.1 (App. F.5 states none); Thms. 3, 5 are asymptotic (T → ∞, τ = o(T)) and are "
+            f"tested here at T = {T}, v = {v}, τ/T up to {max(cfg.taus) / T:.2f}.",
+            "γ*: " + ", ".join(f"τ={t}: {vals[t]['gamma_star']:.4g}" for t in cfg.taus) + "; diagonal β*: "
+            + ", ".join(f"τ={t}: {vals[t]['diag_beta_star']:.5g}" for t in cfg.taus) + "; " + "; ".join(where) + ".",
+            f"Remark 5 by Monte Carlo (T={cfg.mc_T}, v={cfg.mc_v}, τ={cfg.mc_tau}, N={cfg.mc_N}, {cfg.mc_docs} documents "
+            f"per member): the block map's loss moves by at most {worst:.2g} (relative) between (α, β) pairs of equal γ, "
+            f"while the diagonal map's moves by at least {contrast:.2g} at the same points (the test can tell).",
+        ]
+
+    # ---- plot -------------------------------------------------------------------------------------
+    def plot(self, cfg: TopicsLandscapeConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        m = cfg.masking
+        paths = []
+        lo, hi = math.log10(cfg.grid_lo), math.log10(cfg.grid_hi)
+        ext = (lo, hi, lo, hi)
+        n = len(cfg.taus)
+        for kind, fname, title in (
+            ("diagonal", "fig7_diagonal.png", f"Fig. 7 — diagonal W^V: L(α, β), T={cfg.T}, v={cfg.v} (darker = lower)"),
+            ("block", "fig8_block.png", f"Fig. 8 — block W^V (W_diff = 0, the map of F.21): L(α, β), T={cfg.T}, v={cfg.v}"),
+        ):
+            fig, axes = plt.subplots(1, n, figsize=(5.0 * n, 4.4), squeeze=False, layout="constrained")
+            for ax, tau in zip(axes[0], cfg.taus):
+                a = run.arrays(tau_arm(tau))
+                L = a[kind][0].numpy()
+                im = ax.imshow(L, origin="lower", extent=ext, aspect="auto", cmap="viridis")
+                fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+                xs = np.linspace(lo, hi, 200)
+                if kind == "block":
+                    g = float(a["gamma_star"].reshape(-1)[0])
+                    for gam, style, lab in ((g, "-", f"γ* = {g:.3g}"),
+                                            (tl.lambda1(m, "proof") * (tau - 1), ":", "γ = λ1(τ−1), proof"),
+                                            (tl.lambda1(m, "statement") * (tau - 1), "--", "γ = λ1(τ−1), statement"),
+                                            (tl.lambda2(m) * cfg.T, "-.", "γ = λ2 T")):
+                        # the line γ = const, parametrised so both asymptotes are drawn: α = t vγ/(v−1), β = (1−t) vγ
+                        tt = 1.0 / (1.0 + np.exp(-np.linspace(-40, 40, 801)))
+                        al_, be_ = tt * cfg.v * gam / (cfg.v - 1), (1 - tt) * cfg.v * gam
+                        ok = (al_ > 0) & (be_ > 0)
+                        ax.plot(np.log10(al_[ok]), np.log10(be_[ok]), style, color="w" if style == "-" else "orange", lw=1.2, label=lab)
+                else:
+                    al = float(a["diag_alpha_star"].reshape(-1)[0])
+                    be = float(a["diag_beta_star"].reshape(-1)[0])
+                    ax.plot([math.log10(al)], [math.log10(be)], "*", color="w", ms=12, mec="k", label=f"(α*, β*) β*={be:.3g}")
+                    for ver, style in (("proof", ":"), ("statement", "--")):
+                        b_lo, b_hi = tl.thm5_interval(cfg.T, cfg.v, tau, m, ver)
+                        for b in (b_lo, b_hi):
+                            if b > 0:
+                                ax.axhline(math.log10(b), ls=style, color="orange", lw=1.0)
+                        ax.plot([], [], style, color="orange", label=f"λ3τ, λ4T ({ver})")
+                    ax.plot(xs, xs - math.log10(tl.lambda5(cfg.v, m)), "-.", color="r", lw=1.0, label="α = λ5 β")
+                ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="log10 α", ylabel="log10 β", title=f"τ = {tau}")
+                ax.legend(fontsize=6, loc="lower right")
+            fig.suptitle(title)
+            paths.append(save_figure(fig, figdir / fname))
+        # L(γ) for the block map, one curve per τ, with γ* and Thm. 3's bounds
+        fig, ax = plt.subplots(figsize=(6.5, 4.2))
+        for tau in cfg.taus:
+            a = run.arrays(tau_arm(tau))
+            g, c = a["gamma_curve_g"][0].numpy(), a["gamma_curve"][0].numpy()
+            line, = ax.plot(g, c, label=f"τ = {tau}")
+            gs = float(a["gamma_star"].reshape(-1)[0])
+            ax.axvline(gs, color=line.get_color(), lw=0.8, ls="--")
+        ax.set(xscale="log", xlabel="γ = ((v−1)α + β)/v", ylabel="L (block W^V)", title="Block W^V: L depends on γ only (Remark 5); dashed: γ*")
+        ax.legend(fontsize=8)
+        paths.append(save_figure(fig, figdir / "block_gamma_curve.png"))
+        return paths

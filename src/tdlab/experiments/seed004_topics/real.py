@@ -1,0 +1,269 @@
+"""``topics-real``: seed 004 (Li, Li & Risteski, ICML 2023) on real text, §6.2 (Tables 1 and 5, Fig. 3) with
+App. G.3's method; the corpus, encoder and measures are :mod:`~tdlab.experiments.seed004_topics.real_text`'s.
+
+Claims (thresholds ours, fixed before any run). The seed's rows are *pretrained* models: only a run on a
+local pretrained checkpoint (``model.checkpoint=DIR``) gives rows that decide the paper groups (at the seed's
+θ); a locally trained encoder's rows are ours, and only once it is past the unigram model
+(:data:`~.real_text.PAST_UNIGRAM`).
+
+* Table 1 (``single``): per θ, the trained cosine, dot and attention ratios > 1 (members' t-interval above 1;
+  a checkpoint is one deterministic model);
+* Table 5 (``multi``): per θ, the trained attention ratio > 1 (the seed's own embedding ratios have
+  exceptions: reported, no verdict);
+* Fig. 3: on a 9 × 9 cosine map of 3 words from each of 3 topics, the within-topic mean cosine minus the
+  cross-topic mean is above 0 (per member);
+* sanity: the untrained control has no topic structure (by construction): its attention ratio within
+  1 ± ``control_tol`` (0.05; paper 0.998-1.002), and its cosine gap z-score within ± ``control_z`` (members'
+  mean) (the cosine and dot *ratios* of a zero-mean random table are noise over noise: reported, not judged).
+
+The seed's BERT rows are printed beside ours (reference only, never a pass criterion).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.experiments.base import Analysis, register
+from tdlab.experiments.seed004_topics.real_text import (MEASURE_ARMS, MEASURES, MODES, RealTextExperiment,
+                                                        TopicsRealConfig, theta_key, trained_model_stage)
+from tdlab.experiments.view import RunView
+from tdlab.report.figures import plt, save_figure
+from tdlab.runs import RunDirError
+
+__all__ = ["TopicsReal", "TABLE1_BERT", "TABLE5_BERT", "CLAIMS", "fig3_within_cross", "fig3_word_strings", "plot_real"]
+
+# The seed's pretrained BERT rows (reference only, never a pass criterion): θ -> (cosine, dot, attention).
+TABLE1_BERT = {  # Table 1 ("Bert" rows; one topic per word) and its "Bert (randomly initialized)" rows
+    "trained": {0.0005: (1.21, 1.19, 1.32), 0.001: (1.13, 1.15, 1.28), 0.002: (1.11, 1.13, 1.22)},
+    "untrained": {0.0005: (1.00080, 1.00063, 0.99943), 0.001: (0.99974, 1.00036, 0.99996),
+                  0.002: (1.00016, 1.00027, 1.00007)},
+}
+TABLE5_BERT = {  # Table 5 (App. G.3; one or more topics per word), same rows
+    "trained": {0.0005: (1.14, 1.04, 1.23), 0.001: (0.97, 1.05, 1.17), 0.002: (0.99, 0.93, 1.13)},
+    "untrained": {0.0005: (0.99814, 0.99957, 1.00009), 0.001: (0.99820, 1.00167, 1.00013),
+                  0.002: (0.99964, 0.99928, 0.99978)},
+}
+
+CLAIMS = (
+    ClaimSpec(
+        "table1-same-topic-ratios-above-1",
+        "Table 1 (one topic per word): a pretrained model's same-topic / different-topic ratios of embedding cosine, "
+        "dot product and debiased attention are > 1 at every ambiguity threshold θ",
+        test="value", relation="ge", quantity="mean same-topic / mean different-topic over distinct word pairs "
+        "(embedding cosine, dot product, or attention × len/100 averaged over layers and heads)",
+        expected="claims.ratio_min", tolerance=0.0, horizon="budget", stage=trained_model_stage),
+    ClaimSpec(
+        "table5-attention-ratio-above-1",
+        "Table 5 (a word may belong to several topics): a pretrained model's attention ratio > 1 at every θ",
+        test="value", relation="ge", quantity="mean same-topic / mean different-topic attention × len/100 over "
+        "distinct word pairs (one or more topics per word)", expected="claims.ratio_min", tolerance=0.0,
+        horizon="budget", stage=trained_model_stage),
+    ClaimSpec(
+        "fig3-within-topic-cosine-above-cross",
+        "Fig. 3: on the 9 x 9 embedding-cosine map of 3 words from each of 3 topics, words of one topic are more "
+        "similar than words of different topics",
+        test="value", relation="ge", quantity="mean within-topic cosine − mean cross-topic cosine of the 9 x 9 map, "
+        "per member", expected=0.0, tolerance=0.0, horizon="budget", stage=trained_model_stage),
+    ClaimSpec(
+        "untrained-control-attention-ratio-near-1",
+        "The untrained control shows no topic structure in its attention (G.3's debiasing; Tables 1, 5: random BERT "
+        "0.998-1.002)",
+        kind="sanity", test="value", relation="close", quantity="attention ratio (same-topic / different-topic) of "
+        "the untrained control", expected=1.0, tolerance="claims.control_tol", horizon="static",
+        learning_required=False),
+    ClaimSpec(
+        "untrained-control-cosine-gap-null",
+        "The untrained control shows no topic structure in its embeddings: same- minus different-topic cosine within "
+        "± control_z standard deviations of its null (i.i.d. isotropic embeddings)",
+        kind="sanity", test="value", relation="close", quantity="z-score of the same- minus different-topic mean "
+        "cosine of the untrained token table under i.i.d. isotropic embeddings, mean over members", expected=0.0,
+        tolerance="claims.control_z", horizon="static", learning_required=False),
+)
+
+
+@register
+class TopicsReal(RealTextExperiment):
+    name = "topics-real"
+    figure = "Tables 1, 5, Fig. 3 (§6.2, App. G.3)"
+    description = ("LDA topics of a Wikipedia sample vs a pretrained checkpoint (seed rows) or a locally trained "
+                   "BERT-shaped encoder (ours): same-topic / different-topic ratios of embedding cosine, dot product "
+                   "and debiased attention > 1 per ambiguity threshold (Table 1: one topic per word; Table 5: several, "
+                   "attention only); Fig. 3's 9 x 9 cosine map has higher within-topic cosine; the untrained control "
+                   "(sanity) without topic structure.")
+    Config = TopicsRealConfig
+    claims = CLAIMS
+    profiles = {
+        # One scale-down, fixed before any run: a 2-layer encoder (d = 64, not BERT-small's 4 layers) trained 1000
+        # steps of batch 32 x 64 words (2 M tokens, ≈ 4.5 epochs of the 0.45 M-token sample); 3 seeds.
+        "quick": {"members": 3, "lda": {"topics": 20}, "thetas": [0.002, 0.005, 0.01],
+                  "model": {"d": 64, "layers": 2, "heads": 4},
+                  "train": {"steps": 1000, "batch": 32, "seq_len": 64, "eval_every": 250}},
+        # §6.2: 100 topics, Table 1's thresholds, a BERT-small-sized encoder (GPU advised).
+        "paper": {"members": 3, "lda": {"topics": 100}, "thetas": [0.0005, 0.001, 0.002],
+                  "model": {"d": 512, "layers": 4, "heads": 8},
+                  "train": {"steps": 20000, "batch": 64, "seq_len": 128, "lr": 1e-4, "warmup_steps": 1000,
+                            "eval_every": 1000}},
+    }
+
+    def measure(self, cfg: TopicsRealConfig, run: RunView) -> Measurements:
+        """Per θ the trained model's ratios (Tables 1, 5), the control's attention ratio and cosine gap z-score,
+        Fig. 3's within − cross cosine; the encoder's stage; the pair counts and the seed's BERT rows."""
+        out = self.start(cfg, run)
+        c, arms, det = cfg.claims, self.trained_arms(cfg), bool(cfg.model.checkpoint)
+        table: dict[str, Any] = {}
+        for theta in cfg.thetas:
+            th = theta_key(theta)
+            prov = self.provenance(cfg, theta)
+            for mode in MODES:
+                ref = TABLE1_BERT if mode == "single" else TABLE5_BERT
+                for which in ("trained", "untrained"):
+                    for i, m in enumerate(MEASURES):
+                        v = self.values(run, which, f"{mode}/{th}/{m}")
+                        table.setdefault(which, {}).setdefault(mode, {}).setdefault(th, {})[m] = v.tolist()
+                        r = ref[which].get(theta)
+                        refs = f" (seed's BERT at θ = {theta:g}: {r[i]:g})" if r else ""
+                        if v.size == 0:
+                            continue
+                        if which == "trained" and (mode == "single" or m == "attention"):
+                            gid = CLAIMS[0].id if mode == "single" else CLAIMS[1].id
+                            out.row(gid, f"θ={th}/{m}", Sample(v, deterministic=det), arms=arms, provenance=prov,
+                                    context={"theta": theta, "measure": m, "mode": mode},
+                                    label=f"trained {m} ratio (same/diff topic, {mode}) at θ = {th} > {c.ratio_min:g}{refs}")
+                        elif which == "untrained" and m == "attention":
+                            out.row(CLAIMS[3].id, f"{mode}/θ={th}", Sample(v, deterministic=det),
+                                    context={"theta": theta, "mode": mode},
+                                    label=f"untrained attention ratio ({mode}) at θ = {th} within 1 ± {c.control_tol:g}{refs}")
+                z = self.values(run, "untrained", f"{mode}/{th}/cos_gap_z")
+                if z.size:
+                    table.setdefault("untrained", {}).setdefault(mode, {}).setdefault(th, {})["cos_gap_z"] = z.tolist()
+                    out.row(CLAIMS[4].id, f"{mode}/θ={th}", Sample(z, deterministic=det), context={"theta": theta, "mode": mode},
+                            label=f"untrained cosine gap z-score ({mode}) at θ = {th} within ± {c.control_z:g}")
+                for key in ("words", "same_pairs", "diff_pairs", "set_size"):
+                    v = self.values(run, "trained", f"{mode}/{th}/{key}")
+                    if v.size:
+                        table.setdefault("pairs", {}).setdefault(mode, {}).setdefault(th, {})[key] = int(v[0])
+        for which in ("trained", "untrained"):
+            within, cross = fig3_within_cross(run, which)
+            table.setdefault("fig3", {})[which] = {"within": within.tolist(), "cross": cross.tolist()}
+            if which == "trained" and within.size:
+                out.row(CLAIMS[2].id, "trained", Sample(within - cross, deterministic=det), arms=arms,
+                        provenance=self.provenance(cfg), context={"which": which},
+                        label="trained: mean within-topic cosine − mean cross-topic cosine (9 x 9 map) > 0")
+        out.values["ratios"] = table
+        out.values["reference_bert"] = {"table1": _ref_json(TABLE1_BERT), "table5": _ref_json(TABLE5_BERT)}
+        words = fig3_word_strings(run)
+        if words:
+            out.values["fig3_words"] = words
+        return out
+
+    def notes(self, cfg: TopicsRealConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        notes = self.common_notes(cfg, measured)
+        table = measured.values["ratios"]
+        for mode, ref, name in (("single", TABLE1_BERT, "Table 1"), ("multi", TABLE5_BERT, "Table 5")):
+            ours = "; ".join(
+                f"θ={th}: " + ", ".join(f"{m} {np.mean(table['trained'][mode][th][m]):.3f}"
+                                        for m in MEASURES if table['trained'][mode][th][m])
+                for th in table.get("trained", {}).get(mode, {}))
+            theirs = "; ".join(f"θ={t:g}: cosine {r[0]:g}, dot {r[1]:g}, attention {r[2]:g}" for t, r in ref["trained"].items())
+            notes.append(f"{name} ({mode}), ours (member means): {ours}. Seed's BERT (reference, 100 topics on its "
+                         f"full Wikipedia, other θ scale): {theirs}.")
+        words = measured.values.get("fig3_words")
+        if words:
+            notes.append("Fig. 3 words (3 unambiguous top words of the 3 topics with the clearest top words): "
+                         + " | ".join(", ".join(g) for g in words))
+        return notes
+
+    def plot(self, cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        return plot_real(cfg, run, analysis, figdir)
+
+
+def _ref_json(ref: dict) -> dict:
+    return {w: {f"{t:g}": dict(zip(MEASURES, r)) for t, r in rows.items()} for w, rows in ref.items()}
+
+
+def fig3_within_cross(run: RunView, which: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(within (E,), cross (E,))`` mean cosines of the stored 9 x 9 maps (3 groups of 3 words, distinct pairs)."""
+    try:
+        cos = run.arrays(f"fig3/{which}")["cos"].double()  # (E, 9, 9)
+    except (RunDirError, KeyError, OSError, ValueError):  # a run that stopped before measuring
+        return np.zeros(0), np.zeros(0)
+    g = torch.arange(cos.shape[-1]) // 3
+    same = (g[:, None] == g[None, :]) & ~torch.eye(cos.shape[-1], dtype=torch.bool)
+    cross = g[:, None] != g[None, :]
+    return cos[:, same].mean(-1).numpy(), cos[:, cross].mean(-1).numpy()
+
+
+def fig3_word_strings(run: RunView) -> list[list[str]]:
+    """The Fig. 3 words as strings (from the cached corpus vocabulary), 3 groups of 3."""
+    try:
+        ids = run.arrays("fig3/trained")["ids"][0].tolist()
+        vocab = json.loads((run.path / "cache" / "vocab.json").read_text())
+    except (RunDirError, KeyError, OSError, ValueError):
+        return []
+    return [[vocab[i] for i in ids[k:k + 3]] for k in range(0, len(ids), 3)]
+
+
+def plot_real(cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+    """Fig. 3 (9 x 9 cosine maps, trained and untrained member 0), the ratios per θ beside the seed's BERT,
+    and the per-layer / per-head attention ratio heatmaps."""
+    paths = []
+    words = sum(fig3_word_strings(run), [])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
+    for ax, which in zip(axes, ("trained", "untrained")):
+        try:
+            cos = run.arrays(f"fig3/{which}")["cos"][0].numpy()
+        except (RunDirError, KeyError, OSError, ValueError):
+            continue
+        im = ax.imshow(cos, cmap="viridis")
+        ax.set_xticks(range(len(words)))
+        ax.set_yticks(range(len(words)))
+        ax.set_xticklabels(words, rotation=60, fontsize=7)
+        ax.set_yticklabels(words, fontsize=7)
+        ax.set_title(f"{which} (member 0)", fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.suptitle("Fig. 3 — input-embedding cosine of 3 words from each of 3 LDA topics", fontsize=10)
+    paths.append(save_figure(fig, figdir / "fig3_cosine_map.png"))
+    table = analysis.measurements.get("ratios", {})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, mode in zip(axes, MODES):
+        for i, m in enumerate(MEASURES):
+            for which, ls in (("trained", "-"), ("untrained", ":")):
+                ths = list(table.get(which, {}).get(mode, {}))
+                ys = [np.mean(table[which][mode][t][m]) if table[which][mode][t][m] else np.nan for t in ths]
+                ax.plot([float(t) for t in ths], ys, ls, marker="o", color=f"C{i}", label=f"{which} {m}")
+        ref = TABLE1_BERT if mode == "single" else TABLE5_BERT
+        for i, m in enumerate(MEASURES):
+            ax.plot(list(ref["trained"]), [r[i] for r in ref["trained"].values()], "x--", color=f"C{i}", alpha=0.5,
+                    label=f"seed's BERT {m}")
+        ax.axhline(1.0, c="k", lw=0.7)
+        ax.set_xscale("log")
+        ax.set_xlabel("ambiguity threshold θ")
+        ax.set_title(f"{'Table 1' if mode == 'single' else 'Table 5'} ({mode})", fontsize=9)
+    axes[0].set_ylabel("same-topic / different-topic")
+    axes[1].legend(fontsize=6, ncol=2)
+    paths.append(save_figure(fig, figdir / "ratios_vs_theta.png"))
+    metrics = run.metrics()
+    sub = metrics[metrics["arm"] == MEASURE_ARMS["trained"]]
+    for mode in MODES:
+        ths = [theta_key(t) for t in cfg.thetas]
+        fig, axes = plt.subplots(1, len(ths), figsize=(3.6 * len(ths), 3.2), squeeze=False)
+        for ax, th in zip(axes[0], ths):
+            rows = sub[sub["name"].str.startswith(f"{mode}/{th}/attention/L")]
+            if rows.empty:
+                continue
+            lh = rows["name"].str.extract(r"L(\d+)H(\d+)$").astype(int)
+            mean = rows.assign(l=lh[0], h=lh[1]).groupby(["l", "h"])["value"].mean().unstack().to_numpy()
+            im = ax.imshow(mean, cmap="coolwarm", vmin=min(0.8, np.nanmin(mean)), vmax=max(1.2, np.nanmax(mean)))
+            ax.set_xlabel("head")
+            ax.set_ylabel("layer")
+            ax.set_title(f"θ = {th}", fontsize=9)
+            fig.colorbar(im, ax=ax, fraction=0.046)
+        fig.suptitle(f"attention ratio per layer and head, trained, member mean ({mode})", fontsize=9)
+        paths.append(save_figure(fig, figdir / f"attention_ratio_heads_{mode}.png"))
+    return paths

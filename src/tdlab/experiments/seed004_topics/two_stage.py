@@ -1,0 +1,429 @@
+"""``topics-two-stage``: seed 004 (Li, Li & Risteski, ICML 2023), Fig. 4, §5.1 and §8; and the two-stage rule
+that ``topics-real-two-stage`` (Fig. 5) shares.
+
+The one-hot model of Eq. 7 (``W^E = I`` frozen) with ``W^K``, ``W^Q``, ``W^V`` (and ``b^K, b^Q, b^V, b^pred``)
+started near zero and trained *jointly* under the cross-entropy loss (Eq. 4) on §6.1's LDA documents.
+Fig. 4 plots ``‖W^K‖_F``, ``‖W^Q‖_F``, ``‖W^V‖_F`` against the step and sees two stages: first ``W^V`` grows
+while ``W^K, W^Q`` stay near zero, then ``W^K, W^Q`` grow while ``‖W^V‖`` stays flat. §8's reason: at a
+near-zero init ``∇_{W^K} L`` carries the factor ``W^Q ≈ 0`` (Eq. 5) while ``∇_{W^V} L`` carries the
+attention ``A``, whose columns sum to one (Eq. 7). §8 also says the phenomenon "is sensitive to
+hyperparameters like initialization and learning rate".
+
+Settings (Fig. 4: "different settings of the hyperparameters as well as different runs"; the seed does not
+list them): {SGD, Adam} × lr {0.003, 0.01, 0.03} × init scale {1e-3, 1e-2}. Each optimiser is one arm, one
+ensemble over lr × init × seeds: per-member learning rates are exact (``Trainer(member_lr=...)``) and
+per-member init scales come from building each member alone and
+:func:`~tdlab.models.ensemble.assemble`-ing them.
+
+Init (the seed: "random matrices near zero"): ``init="uniform"``, ``W ~ U[0, init_scale)`` entrywise -- the
+authors' code (``zero_init_noise * torch.rand``); biases start at 0. We take it over a centred normal
+because it is what produced Fig. 4; note that it has a nonzero mean (``‖W_0‖_F ≈ init_scale · d/√3``).
+
+**The two-stage rule** (one measurement, one claim shape; ``topics-real-two-stage`` applies it per layer):
+over the first ``horizon`` steps (Fig. 4's x-axis, 1000; Fig. 5's, 400) each norm's relative growth is
+``g_X(t) = (‖X_t‖ − ‖X_0‖)/(max_s ‖X_s‖ − ‖X_0‖)`` and its half-growth step ``t½(X)`` the first step with
+``g_X ≥ 0.5``. A member's **lag** is ``(min(t½(K), t½(Q)) − t½(V)) / horizon``: how much later the earlier of
+W^K, W^Q makes half its growth than W^V does, as a share of the horizon (known to one logging interval;
+censored when neither W^K nor W^Q grows within the horizon). Claim: the members' mean lag is at least
+``lag_share`` (a tenth of the horizon: Fig. 4's stages split at 400 of 1000 steps, Fig. 5's at 100 of 400),
+decided on the members' spread. It is judged only where stage 2 began (:data:`KQ_GREW`: ‖W^K‖ and ‖W^Q‖ at least
+double within the horizon), and only on members that trained.
+
+Rows: one per setting (per-member settings, so each setting's health and stage are its members' own); the
+headline setting (Adam, lr 0.01, init 1e-3, fixed before any run: Adam at lr 0.01 is the authors' optimiser
+and §6.1's learning rate, 1e-3 the nearer-to-zero scale) decides the group with ``headline_members`` seeds;
+the other settings' rows are ours (§8: the phenomenon depends on init and lr).
+
+Under AdamW the start is not lr-sized for every weight: ``∇W^K``, ``∇W^Q`` carry ``W^Q``, ``W^K`` ≈ init
+(Eq. 5) and sit far below Adam's ``eps`` at first, which damps their first steps (their first-step norm
+change relative to W^V's is measured and reported); they lag W^V by the few steps it takes their
+gradients to outgrow ``eps``, and move by ~lr per step after that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+
+from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.config import Config
+from tdlab.experiments.base import Analysis, Experiment, RunContext, register
+from tdlab.experiments.seed004_topics.training import (AUTHORS_NOT_REPRODUCED, Optimizer, TopicsExperimentConfig,
+                                                       TopicsTrain, masked_objective, setting_health, topic_data,
+                                                       trivial_masked_error)
+from tdlab.experiments.view import RunView
+from tdlab.models.ensemble import assemble
+from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
+from tdlab.report.figures import plt, save_figure
+from tdlab.seeding import member_seeds
+from tdlab.train.trainer import Trainer
+
+__all__ = ["TopicsTwoStageConfig", "TopicsTwoStage", "LagClaims", "Setting", "settings", "member_settings",
+           "relative_growth", "stage_split", "half_growth_steps", "Lags", "lags", "value_first_claim", "KQ_GREW",
+           "NORMS", "setting_name", "CLAIMS"]
+
+NORMS = ("norm_K", "norm_Q", "norm_V")  # metric names of ‖W^K‖_F, ‖W^Q‖_F, ‖W^V‖_F
+# One-hot (Eq. 7), near-zero uniform init (the authors' code); d = d_a = V (seed silent). In the profiles
+# too, so that a ``--set model.x=...`` merges into it instead of replacing the whole model config.
+MODEL = {"onehot": True, "init": "uniform", "init_scale": 1e-3}
+
+KQ_GREW = Stage("kq-grew", "‖W^K‖ and ‖W^Q‖ at least double their initial norm within the horizon "
+                "(claims.kq_growth_min; in every layer): stage 2 began, so there is a lag to measure")
+
+
+class LagClaims(Config):
+    """The two-stage rule's thresholds (ours, fixed before any run; shared by Figs. 4 and 5)."""
+
+    half: float = Field(0.5, gt=0.0, lt=1.0)  # t½: the first step where g_X reaches this
+    lag_share: float = Field(0.1, ge=0.0, lt=1.0)  # the earlier of W^K, W^Q at least this share of the horizon after W^V
+    kq_growth_min: float = Field(2.0, gt=1.0)  # the stage: ‖W^K‖, ‖W^Q‖ at the horizon / at the start ≥ this
+
+
+def value_first_claim(statement: str) -> ClaimSpec:
+    """The two-stage claim: W^V makes half its growth a tenth of the horizon before W^K and W^Q (Fig. 4, Fig. 5)."""
+    return ClaimSpec(
+        "value-grows-first", statement, test="value", relation="ge",
+        quantity="lag = (min(t½(W^K), t½(W^Q)) − t½(W^V)) / horizon, mean over the members: t½(X) = first step where "
+        "‖X‖ has made half its growth over the horizon (known to one logging interval; censored when neither W^K "
+        "nor W^Q grows)", expected="claims.lag_share", tolerance=0.0, horizon="budget", stage=KQ_GREW)
+
+
+CLAIMS = (value_first_claim(
+    "Fig. 4 / §5.1: from a near-zero init, W^V grows first while W^K, W^Q stay near zero; W^K, W^Q grow later "
+    "(the headline setting's runs)"),)
+
+
+class TopicsTwoStageConfig(TopicsExperimentConfig):
+    members: int = Field(3, ge=1, le=4096)  # seeds per setting (Fig. 4: "different runs in each setting")
+    optimizers: list[Optimizer] = ["sgd", "adam"]  # one arm each
+    lrs: list[float] = [0.003, 0.01, 0.03]  # a grid around §6.1's 0.01
+    inits: list[float] = [1e-3, 1e-2]  # U[0, init) near-zero init scales
+    # The headline setting (fixed before any run; module docstring) and its seeds.
+    headline_optimizer: Optimizer = "adam"
+    headline_lr: float = Field(0.01, gt=0.0, le=100.0)
+    headline_init: float = Field(1e-3, gt=0.0, le=10.0)
+    headline_members: int = Field(20, ge=1, le=4096)
+    horizon: int = Field(1000, ge=2, le=10_000_000)  # steps the rule reads: Fig. 4's x-axis (0-1000)
+    model: TopicModelConfig = TopicModelConfig(**MODEL)
+    claims: LagClaims = LagClaims()
+
+    @model_validator(mode="after")
+    def _check(self) -> TopicsTwoStageConfig:
+        if not self.optimizers or len(set(self.optimizers)) != len(self.optimizers):
+            raise ValueError("optimizers: list 'sgd' and/or 'adam', without repeats")
+        for name in ("lrs", "inits"):
+            vals = getattr(self, name)
+            if not vals or len(set(vals)) != len(vals) or any(not 0.0 < x <= 10.0 for x in vals):
+                raise ValueError(f"{name}: list at least one value in (0, 10], without repeats")
+        if self.headline_optimizer not in self.optimizers or self.headline_lr not in self.lrs \
+                or self.headline_init not in self.inits:
+            raise ValueError("headline_optimizer / headline_lr / headline_init: the headline setting must be one of "
+                             f"optimizers={self.optimizers} x lrs={self.lrs} x inits={self.inits}")
+        m = self.model
+        if not m.onehot or m.uniform_attn or m.embed_only or m.frozen_wv:
+            raise ValueError("model: Fig. 4 trains W^K, W^Q, W^V on one-hot inputs; set onehot=true and leave "
+                             "uniform_attn, embed_only, frozen_wv unset")
+        if m.init_scheme != "uniform":
+            raise ValueError("model.init: the two-stage experiment starts near zero: init must be 'uniform' "
+                             "(U[0, init_scale), the authors' code)")
+        if m.vocab != self.task.T * self.task.v + 1:
+            raise ValueError(f"model.vocab must be T*v + 1 = {self.task.T * self.task.v + 1}")
+        return self
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One hyperparameter setting of Fig. 4: optimiser, learning rate, init scale."""
+
+    optimizer: str
+    lr: float
+    init: float
+
+    @property
+    def name(self) -> str:
+        return setting_name(self.optimizer, self.lr, self.init)
+
+
+def setting_name(optimizer: str, lr: float, init: float) -> str:
+    """``"adam/lr0.01/init0.001"``."""
+    return f"{optimizer}/lr{lr:g}/init{init:g}"
+
+
+def settings(cfg: TopicsTwoStageConfig, optimizer: str) -> list[Setting]:
+    """The settings of one arm, lr-major then init (the order of their members in the ensemble)."""
+    return [Setting(optimizer, lr, init) for lr in cfg.lrs for init in cfg.inits]
+
+
+def member_settings(cfg: TopicsTwoStageConfig, optimizer: str) -> list[Setting]:
+    """The setting of every member of arm ``optimizer``, in member order: each setting's members are
+    contiguous, ``cfg.members`` of them (``cfg.headline_members`` for the headline setting)."""
+    out = []
+    for s in settings(cfg, optimizer):
+        head = (s.optimizer, s.lr, s.init) == (cfg.headline_optimizer, cfg.headline_lr, cfg.headline_init)
+        out.extend([s] * (cfg.headline_members if head else cfg.members))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The two-stage rule on norm curves
+
+
+def relative_growth(norms: np.ndarray) -> np.ndarray:
+    """``g(t) = (n_t − n_0)/(max_s n_s − n_0)`` along the last axis.
+
+    Args:
+        norms: ``(..., S)`` norm curves, step 0 first.
+    Returns:
+        ``(..., S)`` float; a curve that never rises above its start (``max = n_0``) gets ``g = 0``.
+    """
+    n = np.asarray(norms, dtype=float)
+    rise = n.max(-1, keepdims=True) - n[..., :1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        g = (n - n[..., :1]) / rise
+    return np.where(rise > 0, g, 0.0)
+
+
+def stage_split(g: np.ndarray, threshold: float) -> np.ndarray:
+    """Index of the first step with ``g ≥ threshold`` along the last axis; -1 where there is none.
+
+    Args:
+        g: ``(..., S)`` relative growth (:func:`relative_growth`).
+    Returns:
+        ``(...)`` int64 indices into the step axis.
+    """
+    hit = np.asarray(g) >= threshold
+    return np.where(hit.any(-1), hit.argmax(-1), -1).astype(np.int64)
+
+
+def half_growth_steps(steps: np.ndarray, norms: np.ndarray, half: float = 0.5) -> np.ndarray:
+    """``(E,)`` t½: the first step at which ``g(t) ≥ half`` (inf where it never does: a norm that never rises
+    above its start).
+
+    Args:
+        steps: ``(S,)``; norms: ``(E, S)``."""
+    idx = stage_split(relative_growth(norms), half)
+    return np.where(idx >= 0, np.asarray(steps, dtype=float)[np.maximum(idx, 0)], np.inf)
+
+
+@dataclass(frozen=True)
+class Lags:
+    """The two-stage rule's measurements of ``E`` members, each field ``(E,)``."""
+
+    t_k: np.ndarray  # t½(W^K), steps (inf: never grows)
+    t_q: np.ndarray
+    t_v: np.ndarray
+    lag: np.ndarray  # (min(t½K, t½Q) − t½V) / horizon
+    censored: np.ndarray  # bool: neither W^K nor W^Q grows, the lag is a lower bound
+    growth: np.ndarray  # min(‖W^K‖, ‖W^Q‖ at the horizon / at the start)
+    first_step: np.ndarray  # first-step norm change of W^K (the smaller of K, Q) relative to W^V's
+
+    def member(self, e: int) -> dict[str, float | bool]:
+        return {k: (bool(v[e]) if v.dtype == bool else float(v[e])) for k, v in self.__dict__.items()}
+
+
+def lags(steps: np.ndarray, norm_k: np.ndarray, norm_q: np.ndarray, norm_v: np.ndarray, half: float = 0.5) -> Lags:
+    """The two-stage rule's measurements of every member from its norm curves over the horizon.
+
+    Args:
+        steps: ``(S,)`` the steps of the curves (the first is the start, increasing; the last is the horizon).
+        norm_k, norm_q, norm_v: ``(E, S)`` Frobenius norms of ``W^K``, ``W^Q``, ``W^V``.
+        half: the growth share that defines t½.
+    Returns:
+        :class:`Lags`. A member whose W^K and W^Q never grow has its lag censored at ``(horizon − t½V)/span``
+        (a lower bound); one whose W^V never grows gets ``(min(t½K, t½Q) − span)/span`` (an upper bound ≤ 0).
+    """
+    steps = np.asarray(steps, dtype=float)
+    K, Q, V = (np.atleast_2d(np.asarray(x, dtype=float)) for x in (norm_k, norm_q, norm_v))
+    if not (K.shape == Q.shape == V.shape) or K.shape[-1] != steps.size or steps.size < 2:
+        raise ValueError(f"norm curves must share one (E, S) shape with S = len(steps) = {steps.size} ≥ 2; "
+                         f"got {K.shape}, {Q.shape}, {V.shape}")
+    t_k, t_q, t_v = (half_growth_steps(steps, x, half) for x in (K, Q, V))
+    start, end = steps[0], steps[-1]
+    span = end - start
+    kq = np.minimum(t_k, t_q)
+    censored = ~np.isfinite(kq) & np.isfinite(t_v)
+    lag = (np.where(np.isfinite(kq), kq, end) - np.where(np.isfinite(t_v), t_v, end)) / span
+    with np.errstate(invalid="ignore", divide="ignore"):
+        growth = np.minimum(K[:, -1] / K[:, 0], Q[:, -1] / Q[:, 0])
+        first = np.minimum(np.abs(K[:, 1] - K[:, 0]), np.abs(Q[:, 1] - Q[:, 0])) / np.abs(V[:, 1] - V[:, 0])
+    return Lags(t_k=t_k, t_q=t_q, t_v=t_v, lag=lag, censored=censored, growth=growth, first_step=first)
+
+
+def _norm_probe(model) -> dict[str, torch.Tensor]:
+    n = model.norms()
+    return {"norm_K": n["W_K"], "norm_Q": n["W_Q"], "norm_V": n["W_V"]}
+
+
+@register
+class TopicsTwoStage(Experiment):
+    name = "topics-two-stage"
+    paper = "004 Topic structure"
+    figure = "Fig. 4, §5.1, §8"
+    description = ("One-hot one-layer transformer, W^K, W^Q, W^V from near-zero init trained jointly on LDA documents "
+                   "over {SGD, Adam} x lr {0.003, 0.01, 0.03} x init {1e-3, 1e-2}: W^V makes half its growth at least "
+                   "a tenth of the horizon before W^K and W^Q (mean over the headline setting's members, Adam lr 0.01 "
+                   "init 1e-3), judged where W^K, W^Q grew; other settings ours.")
+    Config = TopicsTwoStageConfig
+    claims = CLAIMS
+    arm_fields = {"model.init_scale": "inits=[...]", "train.lr": "lrs=[...]", "train.optimizer": "optimizers=[...]"}
+    profiles = {
+        # 2 CPU cores: documents, vocabulary, lrs and inits as in the paper; batch 16 (not 40), 1000 steps
+        # (Fig. 4's x-axis), 2 seeds per setting, 16 for the headline.
+        "quick": {"members": 2, "headline_members": 16, "model": MODEL,
+                  "train": {"steps": 1000, "batch": 16, "eval_every": 100, "eval_batches": 2}},
+        # The authors' budget (≈ 5,000 steps at batch 40), 3 seeds per setting, 20 for the headline;
+        # the rule still reads Fig. 4's first 1000 steps (horizon).
+        "paper": {"members": 3, "headline_members": 20, "model": MODEL,
+                  "train": {"steps": 5000, "batch": 40, "eval_every": 250, "eval_batches": 8}},
+    }
+
+    @staticmethod
+    def arms(cfg: TopicsTwoStageConfig) -> list[str]:
+        return list(cfg.optimizers)
+
+    @staticmethod
+    def headline(cfg: TopicsTwoStageConfig) -> str:
+        return setting_name(cfg.headline_optimizer, cfg.headline_lr, cfg.headline_init)
+
+    def run(self, cfg: TopicsTwoStageConfig, ctx: RunContext) -> None:
+        model = cfg.model.updated({"p_m": cfg.task.p_m, "p_c": cfg.task.p_c, "p_r": cfg.task.p_r,
+                                   "authors_compat": cfg.authors_compat})
+        objective = masked_objective(cfg, "ce")
+        for opt in cfg.optimizers:
+            per_member = member_settings(cfg, opt)
+            seeds = member_seeds(cfg.seed, len(per_member))
+            setting_of = dict(zip(seeds, per_member))
+
+            def build(chunk: list[int], setting_of=setting_of) -> TopicAttention:
+                # each member alone with its own init scale, then one ensemble (members never mix)
+                alone = [TopicAttention(model.updated({"init_scale": setting_of[s].init}), [s]) for s in chunk]
+                return assemble(TopicAttention(model, chunk), alone)
+
+            tcfg: TopicsTrain = cfg.train.updated({"optimizer": "adamw" if opt == "adam" else "sgd",
+                                                   "lr": cfg.lrs[0]})
+            trainer = Trainer(tcfg, ctx.device, ctx.progress, label=opt, objective=objective, probes=[_norm_probe],
+                              probe_every=1, member_lr={s: setting_of[s].lr for s in seeds})
+            ctx.fit(opt, trainer, build, seeds, topic_data(cfg, objective))
+
+    def trivial_error(self, cfg: TopicsTwoStageConfig, arm: str) -> float:
+        return trivial_masked_error(cfg.task, "ce")
+
+    @staticmethod
+    def members_of(cfg: TopicsTwoStageConfig, arm: str) -> dict[str, list[int]]:
+        """``{setting name: its member indices in arm}``."""
+        out: dict[str, list[int]] = {}
+        for e, s in enumerate(member_settings(cfg, arm)):
+            out.setdefault(s.name, []).append(e)
+        return out
+
+    @staticmethod
+    def curves(cfg: TopicsTwoStageConfig, run: RunView, arm: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """``(steps (S,), {norm name: (E, S)})`` of ``arm`` up to ``cfg.horizon``."""
+        out = {}
+        for name in NORMS:
+            steps, vals = run.curves(arm, name)
+            keep = steps <= cfg.horizon
+            out[name] = vals[:, keep]
+        return steps[keep], out
+
+    def health(self, cfg: TopicsTwoStageConfig, run: RunView) -> dict[str, ArmHealth]:
+        """Every arm's health and every setting's (the rows' arms)."""
+        out = super().health(cfg, run)
+        for arm in self.arms(cfg):
+            out.update(setting_health(run, arm, self.members_of(cfg, arm), self.trivial_error(cfg, arm)))
+        return out
+
+    def measure(self, cfg: TopicsTwoStageConfig, run: RunView) -> Measurements:
+        """Per setting: the members' lags (the claim's row), K/Q growth (the stage), half-growth steps and the
+        first-step ratio."""
+        c = cfg.claims
+        head = self.headline(cfg)
+        out = Measurements({"horizon": cfg.horizon, "headline": head})
+        table = {}
+        for arm in self.arms(cfg):
+            steps, n = self.curves(cfg, run, arm)
+            lg = lags(steps, n["norm_K"], n["norm_Q"], n["norm_V"], c.half)
+            res = float(np.min(np.diff(steps))) / float(steps[-1] - steps[0])
+            for name, idx in self.members_of(cfg, arm).items():
+                out.stage(name, KQ_GREW, lg.growth[idx], c.kq_growth_min, "gt",
+                          evidence="min(‖W^K‖, ‖W^Q‖) at the horizon / at the start")
+                out.row("value-grows-first", name, Sample(lg.lag[idx], censored=lg.censored[idx], resolution=res),
+                        arms=[name], provenance="seed" if name == head else "ours", context={"setting": name},
+                        label=f"{name}: mean lag of W^K, W^Q behind W^V ≥ {c.lag_share:g} of the horizon "
+                              f"({len(idx)} members)")
+                table[name] = {"members": len(idx), "lag": lg.lag[idx].tolist(),
+                               "lag_at_least": int(np.sum(lg.lag[idx] >= c.lag_share)),
+                               "t_half_K": lg.t_k[idx].tolist(), "t_half_Q": lg.t_q[idx].tolist(),
+                               "t_half_V": lg.t_v[idx].tolist(), "kq_growth": lg.growth[idx].tolist(),
+                               "first_step_kq_over_v": float(np.median(lg.first_step[idx]))}
+        out.values["settings"] = table
+        return out
+
+    def notes(self, cfg: TopicsTwoStageConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        c, head = cfg.claims, self.headline(cfg)
+        table = measured.values["settings"]
+        notes = []
+        for name, t in table.items():
+            tag = "headline" if name == head else "ours, no verdict on the paper group (§8: depends on init and lr)"
+            notes.append(f"{name} ({tag}): {t['lag_at_least']}/{t['members']} members with W^K, W^Q half-grown ≥ "
+                         f"{c.lag_share:g} of the horizon after W^V; median t½ K/Q/V = {_med(t['t_half_K'])}/"
+                         f"{_med(t['t_half_Q'])}/{_med(t['t_half_V'])}; K/Q growth ≥ {min(t['kq_growth']):.3g}x; "
+                         f"first-step norm change of W^K, W^Q / W^V's: {t['first_step_kq_over_v']:.2g}")
+        adam = [t["first_step_kq_over_v"] for n, t in table.items() if n.startswith("adam/")]
+        if adam:
+            notes.append("Init: U[0, init_scale) entrywise (the authors' code), a nonzero-mean start. Under AdamW the "
+                         "first steps are not lr-sized for every weight: ∇W^K, ∇W^Q carry W^Q, W^K ≈ init (Eq. 5) and sit "
+                         "below Adam's eps, which damps them (first-step norm change of W^K, W^Q relative to W^V's: "
+                         f"{min(adam):.2g}-{max(adam):.2g} in the Adam settings); once their gradients outgrow eps every "
+                         "coordinate moves by ~lr per step, so under Adam §8's argument fixes only the first few steps.")
+        if cfg.authors_compat:
+            notes.append(AUTHORS_NOT_REPRODUCED)
+        return notes
+
+    def plot(self, cfg: TopicsTwoStageConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        head = self.headline(cfg)
+        all_settings = [s for arm in self.arms(cfg) for s in settings(cfg, arm)]
+        colors = {s.name: plt.cm.tab20(i % 20) for i, s in enumerate(all_settings)}
+        fig, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
+        labels = {"norm_K": "‖W^K‖_F", "norm_Q": "‖W^Q‖_F", "norm_V": "‖W^V‖_F"}
+        for arm in self.arms(cfg):
+            steps, n = self.curves(cfg, run, arm)
+            seen = set()
+            for e, s in enumerate(member_settings(cfg, arm)):
+                for ax, name in zip(axes, NORMS):
+                    ax.plot(steps, n[name][e], color=colors[s.name], lw=1.4 if s.name == head else 0.7,
+                            alpha=0.9 if s.name == head else 0.6, ls="-" if arm == "adam" else "--",
+                            label=s.name if s.name not in seen and name == "norm_K" else None)
+                seen.add(s.name)
+        for ax, name in zip(axes, NORMS):
+            ax.set_ylabel(labels[name])
+        axes[-1].set_xlabel("step")
+        axes[0].legend(fontsize=6, ncol=3)
+        table = analysis.measurements.get("settings", {})
+        h = table.get(head, {})
+        fig.suptitle(f"Fig. 4 — norms along training, one curve per member (paper: stage 1 ≈ steps 0-400, stage 2 "
+                     f"400-1000)\nheadline {head}: {h.get('lag_at_least', '?')}/{h.get('members', '?')} members lag ≥ "
+                     f"{cfg.claims.lag_share:g}", fontsize=9)
+        paths = [save_figure(fig, figdir / "fig4_norms.png")]
+        if table:
+            names = list(table)
+            fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(names)), 3.8))
+            for i, k in enumerate(names):
+                ys = table[k]["lag"]
+                ax.scatter(np.full(len(ys), i) + np.linspace(-0.2, 0.2, len(ys)), ys, s=10, color=colors.get(k, "C0"))
+            ax.axhline(cfg.claims.lag_share, ls="--", c="k", lw=0.8, label=f"lag share {cfg.claims.lag_share:g}")
+            ax.set_xticks(range(len(names)))
+            ax.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
+            ax.set_ylabel("(t½(first of W^K, W^Q) − t½(W^V)) / horizon")
+            ax.legend(fontsize=7)
+            paths.append(save_figure(fig, figdir / "two_stage_lag_per_setting.png"))
+        return paths
+
+
+def _med(x: list[float]) -> str:
+    a = np.asarray(x, dtype=float)
+    return "∞" if not np.isfinite(a).any() else f"{np.median(a[np.isfinite(a)]):g}"

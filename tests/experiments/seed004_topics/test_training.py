@@ -1,0 +1,87 @@
+"""seed004 training: the optimum masked-word loss against Monte Carlo over Dirichlet / τ-subset documents, the
+gap-closed stage's bound, the initial block contrast read from ``ARM@init``, and per-setting health."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tdlab.claims import Measurements
+from tdlab.experiments.seed004_topics.training import (GAP_CLOSED, gap_bound, init_block_z, optimum_masked_loss,
+                                                       record_gap_stage, setting_health, trivial_masked_error)
+from tdlab.experiments.view import RunView
+from tdlab.probes.blocks import block_stats
+from tdlab.runs import RunWriter
+from tdlab.tasks.topics import TopicsConfig
+
+
+def _mc_optimum(task: TopicsConfig, n: int = 400_000, seed: int = 0) -> tuple[float, float]:
+    """Monte Carlo of ``(1 − E‖p‖², E[H(p)])`` over documents (p_i = θ_topic(i)/v), independent of the closed form."""
+    rng = np.random.default_rng(seed)
+    if task.generator == "lda":
+        theta = rng.dirichlet(np.full(task.T, task.alpha), size=n)
+    else:
+        theta = np.zeros((n, task.T))
+        idx = np.argsort(rng.random((n, task.T)), axis=1)[:, : task.tau]
+        np.put_along_axis(theta, idx, 1.0 / task.tau, axis=1)
+    p = np.repeat(theta / task.v, task.v, axis=1)  # (n, Tv)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -np.where(p > 0, p * np.log(p), 0.0).sum(1)
+    return float(1 - (p**2).sum(1).mean()), float(h.mean())
+
+
+@pytest.mark.parametrize("task", [TopicsConfig(), TopicsConfig(T=5, v=4, alpha=0.5),
+                                  TopicsConfig(generator="uniform-tau", T=6, v=3, tau=2)], ids=["s6.1", "lda", "tau"])
+def test_optimum_masked_loss_matches_monte_carlo(task):
+    sq, ce = _mc_optimum(task)
+    assert optimum_masked_loss(task, "squared") == pytest.approx(sq, abs=3e-4)
+    assert optimum_masked_loss(task, "ce") == pytest.approx(ce, abs=3e-3)
+    # the optimum lies below the uniform predictor's loss, by §6.1's gap (0.045 squared, 1.46 nats CE)
+    assert optimum_masked_loss(task, "squared") < trivial_masked_error(task, "squared")
+    assert optimum_masked_loss(task, "ce") < trivial_masked_error(task, "ce")
+
+
+def test_section_6_1_values():
+    t = TopicsConfig()
+    assert optimum_masked_loss(t, "squared") == pytest.approx(1 - 0.055)  # E Σθ² = 1.1/2 over v = 10
+    assert trivial_masked_error(t, "ce") == pytest.approx(math.log(100))
+
+
+def test_gap_stage_passes_only_past_the_share():
+    out = Measurements()
+    assert gap_bound(1.0, 0.8, 0.5) == pytest.approx(0.9)
+    record_gap_stage(out, "arm", np.array([0.95, 0.89, 0.7]), 1.0, 0.8, 0.5)
+    check = out.stages["arm"][GAP_CLOSED.id]
+    assert check.passed == [False, True, True] and check.bound == (0.9, 0.9, 0.9)
+    assert "uniform predictor" in check.evidence
+
+
+def test_init_block_z_reads_the_stored_initial_arrays(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    W = [torch.randn(13, 13, generator=g) for _ in range(2)]  # T = 4, v = 3: V = 13
+    with RunWriter(tmp_path, "x", run_id="r") as w:
+        w.write_config({"experiment": "x", "profile": "quick", "config": {}})
+        w.add_metrics("a", [(0, 0, "test_loss", 1.0)])
+        w.save_arrays("a@init", [{"W_V": m, "W_E": m} for m in W])
+        run = w.finish()
+    view = RunView(run)
+    z_v = init_block_z(view, "a", "W_V", 4, 3)
+    z_e = init_block_z(view, "a", "W_E", 4, 3)
+    for e, m in enumerate(W):
+        m = m.double()
+        assert z_v[e] == pytest.approx(float(block_stats(m, 4, 3).z))
+        assert z_e[e] == pytest.approx(float(block_stats(m.T @ m, 4, 3).z))  # the gram W^EᵀW^E
+
+
+def test_setting_health_splits_an_ensemble_by_setting(tmp_path):
+    with RunWriter(tmp_path, "x", run_id="r") as w:
+        w.write_config({"experiment": "x", "profile": "quick", "config": {}})
+        # members 0, 1 learn (4.6 -> 3.5); member 2 moves but stays above the trivial 4.6; member 3 goes up
+        ends = (3.5, 3.4, 4.65, 4.8)
+        w.add_metrics("adam", [(s, e, "test_loss", v) for e, end in enumerate(ends) for s, v in ((0, 4.7), (10, end))])
+        run = w.finish()
+    h = setting_health(RunView(run), "adam", {"a": [0, 1], "b": [2], "c": [3]}, trivial=4.6)
+    assert h["a"].trained and h["b"].moved and not h["b"].trained and not h["c"].moved

@@ -1,0 +1,164 @@
+"""topics-two-stage: g_X, t½ and the two-stage lag on hand-made norm curves (with the censored and the
+never-growing cases); the headline setting decided on synthetic stored runs (holds when W^K, W^Q lag by half of
+the horizon, fails when they grow with W^V, not evaluable when they never double); other settings are ours
+and gated on their own members; a tiny training run ends with a verdict; per-member lr and init reach the right
+members; bad configs are refused."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tdlab.config import ConfigError
+from tdlab.experiments.runner import execute
+from tdlab.experiments.seed004_topics.two_stage import (TopicsTwoStage, half_growth_steps, lags, member_settings,
+                                                        relative_growth, setting_name, stage_split)
+from tdlab.experiments.view import RunView
+from tdlab.runs import RunWriter
+
+STEPS = np.arange(0, 11) * 100  # 0, 100, ..., 1000
+
+
+def _ramp(start, end, t0, t1, lo=0.05):
+    """A norm that sits at ``lo`` (or ``start``) until step ``t0``, rises linearly to ``end`` at ``t1``, then stays."""
+    x = np.clip((STEPS - t0) / (t1 - t0), 0.0, 1.0)
+    return lo + (end - lo) * x if start is None else start + (end - start) * x
+
+
+# Fig. 4's picture: V rises over steps 0-300, K and Q over 350-1000.
+V_OK = _ramp(None, 30.0, 0, 300)
+K_OK = _ramp(None, 20.0, 350, 1000)
+Q_OK = _ramp(None, 25.0, 350, 1000)
+
+
+def test_relative_growth_and_stage_split_closed_forms():
+    n = np.array([[1.0, 2.0, 5.0, 3.0], [2.0, 2.0, 2.0, 2.0], [4.0, 3.0, 6.0, 8.0]])
+    g = relative_growth(n)
+    np.testing.assert_allclose(g[0], [0.0, 0.25, 1.0, 0.5])
+    np.testing.assert_allclose(g[1], 0.0)  # never rises: g = 0, not NaN
+    np.testing.assert_allclose(g[2], [0.0, -0.25, 0.5, 1.0])
+    assert stage_split(g, 0.8).tolist() == [2, -1, 3]
+    assert stage_split(g, 0.25).tolist() == [1, -1, 2]
+    t = half_growth_steps(STEPS, np.stack([V_OK, K_OK, np.full(STEPS.size, 0.3)]))
+    assert t[0] == 200 and t[1] == 700 and math.isinf(t[2])  # g_V(200) = 2/3 ≥ 0.5 > g_V(100); flat: never
+
+
+def test_lags_on_hand_made_curves():
+    K = np.stack([K_OK, _ramp(None, 20.0, 0, 300), np.full(STEPS.size, 0.05), K_OK])
+    Q = np.stack([Q_OK, Q_OK, np.full(STEPS.size, 0.05), Q_OK])
+    V = np.stack([V_OK, V_OK, V_OK, np.full(STEPS.size, 0.05)])
+    lg = lags(STEPS, K, Q, V)
+    # member 0: t½ K = 700, Q = 700, V = 200 -> lag 0.5; member 1: K with V (200, 200): lag 0
+    assert lg.lag[:2].tolist() == pytest.approx([0.5, 0.0])
+    assert lg.growth[0] == pytest.approx(20.0 / 0.05) and lg.growth[2] == pytest.approx(1.0)
+    # member 2: K, Q never grow: the lag is censored at (1000 − 200)/1000 (a lower bound)
+    assert lg.censored.tolist() == [False, False, True, False] and lg.lag[2] == pytest.approx(0.8)
+    # member 3: V never grows: (700 − 1000)/1000, an upper bound at or below 0
+    assert lg.lag[3] == pytest.approx(-0.3) and not lg.censored[3]
+    with pytest.raises(ValueError, match="shape"):
+        lags(STEPS[:-1], K, Q, V)
+
+
+def _synthetic_run(tmp_path, K, tag: str, extra_settings: bool = False):
+    """A stored run of the headline setting (16 members; with ``extra_settings`` also Adam lr 0.03: 2 members that
+    never learn), norms over Fig. 4's 1000 steps; nothing trained."""
+    exp = TopicsTwoStage()
+    lrs = "[0.01,0.03]" if extra_settings else "[0.01]"
+    cfg = exp.make_config("quick", ["optimizers=[adam]", f"lrs={lrs}", "inits=[0.001]"])
+    per = member_settings(cfg, "adam")
+    with RunWriter(tmp_path / "synthetic", exp.name, run_id=f"synthetic-{tag}") as w:
+        w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
+        rows = []
+        for m, s in enumerate(per):
+            scale = 1.0 + 0.01 * m
+            for name, curve in (("norm_K", K), ("norm_Q", Q_OK), ("norm_V", V_OK)):
+                rows += [(int(st), m, name, float(v * scale)) for st, v in zip(STEPS, curve)]
+            end = 4.61 if s.lr == 0.03 else 3.5
+            rows += [(int(st), m, "test_loss", 4.6 + (end - 4.6) * st / 1000) for st in STEPS]
+        w.add_metrics("adam", rows)
+        run = w.finish()
+    return exp, cfg, RunView(run)
+
+
+@pytest.mark.parametrize("K, verdict", [(K_OK, "holds"), (_ramp(None, 20.0, 0, 300), "fails")], ids=["lag", "together"])
+def test_headline_is_decided_on_stored_norms(tmp_path, K, verdict):
+    exp, cfg, run = _synthetic_run(tmp_path, K, verdict)
+    a = exp.analyse(cfg, run)
+    head = setting_name("adam", 0.01, 0.001)
+    [g] = a.paper
+    assert g.id == "value-grows-first" and g.verdict == verdict
+    [row] = g.rows
+    assert row.provenance == "seed" and row.arms == (head,) and row.stage == "kq-grew"
+    assert row.measured.resolution == pytest.approx(0.1)  # one logging interval of the 1000-step horizon
+    assert row.measured.values == pytest.approx([0.5 if verdict == "holds" else 0.0] * 16)
+    assert a.measurements["settings"][head]["t_half_V"] == [200.0] * 16
+
+
+def test_no_stage_2_is_not_evaluable_and_other_settings_are_ours(tmp_path):
+    exp, cfg, run = _synthetic_run(tmp_path, _ramp(0.05, 0.09, 400, 1000, lo=0.05), "flat", extra_settings=True)
+    a = exp.analyse(cfg, run)
+    rows = {r.id.split("/", 1)[1]: r for r in a.result("value-grows-first").rows}
+    head = rows[setting_name("adam", 0.01, 0.001)]
+    assert head.verdict == "not evaluable" and head.cause == "stage not reached" and "double" in head.reason
+    other = rows[setting_name("adam", 0.03, 0.001)]
+    assert other.provenance == "ours" and other.verdict == "not evaluable" and other.cause == "not trained"
+    assert a.health[setting_name("adam", 0.01, 0.001)].trained  # the headline's own members trained
+    assert a.result("value-grows-first").verdict == "not evaluable"
+
+
+def test_tiny_run_through_the_runner_ends_with_verdicts(tmp_path):
+    exp = TopicsTwoStage()
+    cfg = exp.make_config("quick", ["train.steps=12", "train.eval_every=6", "train.batch=2", "train.eval_batches=1",
+                                    "headline_members=2", "lrs=[0.01,0.03]", "inits=[0.001]", "horizon=12"], members=1)
+    r = execute(exp, cfg, "quick", tmp_path, progress=False)
+    s = r.summary
+    assert s["status"] == "done"
+    assert [g["id"] for g in s["claims"]] == ["value-grows-first"]
+    assert s["claims"][0]["verdict"] in ("holds", "fails", "not resolved", "not evaluable")
+    table = s["measurements"]["settings"]
+    assert set(table) == {setting_name(o, lr, 0.001) for o in ("sgd", "adam") for lr in (0.01, 0.03)}
+    assert table[setting_name("adam", 0.01, 0.001)]["members"] == 2
+    df = r.metrics()
+    norms = df[(df["arm"] == "adam") & (df["name"] == "norm_V")]
+    assert sorted(norms["step"].unique()) == list(range(13))  # logged every step
+    # each member started from its own U[0, init) scale: ‖W_0‖ ≈ init · V/√3 for a V x V matrix
+    v0 = norms[norms["step"] == 0]["value"].to_numpy()
+    np.testing.assert_allclose(v0, 0.001 * 101 / np.sqrt(3), rtol=0.05)
+    assert any("eps" in n for n in s["notes"])  # AdamW's damped first steps of W^K, W^Q, measured
+    for f in ("fig4_norms.png", "two_stage_lag_per_setting.png"):
+        assert (r.path / "figures" / f).stat().st_size > 5000
+
+
+def test_member_lr_and_init_reach_the_right_members(tmp_path):
+    """Per-member learning rates and init scales: the members of an lr-0.03 setting move 3x as far in the
+    first SGD step as those of lr 0.01 (one step is linear in lr), and init 1e-2 starts 10x larger."""
+    exp = TopicsTwoStage()
+    cfg = exp.make_config("quick", ["train.steps=1", "train.eval_every=1", "train.batch=2", "train.eval_batches=1",
+                                    "optimizers=[sgd]", "headline_optimizer=sgd", "headline_members=1",
+                                    "lrs=[0.01,0.03]", "inits=[0.001,0.01]", "horizon=2"], members=1)
+    r = execute(exp, cfg, "quick", tmp_path, progress=False)
+    init = r.arrays("sgd@init")["W_V"].double()
+    final = r.arrays("sgd")["W_V"].double()
+    per = [(s.lr, s.init) for s in member_settings(cfg, "sgd")]
+    assert per == [(0.01, 0.001), (0.01, 0.01), (0.03, 0.001), (0.03, 0.01)]
+    n0 = init.flatten(1).norm(dim=1)
+    np.testing.assert_allclose((n0[1] / n0[0]).item(), 10.0, rtol=0.05)
+    assert float(init[0].max()) < 0.001 and float(init[0].min()) >= 0.0
+    moved = (final - init).flatten(1).norm(dim=1)
+    assert moved.min() > 0
+    # members draw their own documents (own seeds), so the step sizes compare only roughly: x3 in lr, > 1.5x moved
+    assert float(moved[2:].mean() / moved[:2].mean()) > 1.5
+
+
+@pytest.mark.parametrize("override, field", [
+    (["headline_lr=0.02"], "headline"),
+    (["model.init=normal"], "model.init"),
+    (["model.onehot=false"], "model"),
+    (["lrs=[]"], "lrs"),
+    (["claims.half=1.5"], "half"),
+])
+def test_bad_config_is_refused(override, field):
+    with pytest.raises(ConfigError, match=field):
+        TopicsTwoStage().make_config("quick", override)
