@@ -1,4 +1,4 @@
-"""Throughput of seed 001's γ-sweep (issue 15): the γ × seed members as one ensemble vs the same members
+"""Throughput of seed 001's γ-sweep: the γ × seed members as one ensemble vs the same members
 trained one after the other, in one process.
 
 Model: the seed-001 post-LN transformer at the quick profile's widths (d_m 64, d_k 32, d_ff 128; A.3's
@@ -16,8 +16,7 @@ import argparse
 import torch
 from timing import best_time
 
-from tdlab.experiments.anchors_bias import Seed001GPTConfig
-from tdlab.experiments.anchors_training import GammaArms, gamma_gpt
+from tdlab.experiments.seed001_reasoning_bias.training import GammaArms, Seed001GPTConfig, gamma_gpt
 from tdlab.seeding import Purpose, generators
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
 from tdlab.train.objectives import LastPosition

@@ -1,5 +1,6 @@
 """anchors-lowrank (seed 001 Fig. 13): spectra and erank of built matrices, the per-matrix erank
-ordering on planted runs (holds, and fails naming the matrix), and a tiny end-to-end run."""
+ordering on planted runs in the seed's setting (holds, and fails naming the matrix), the same spectra
+read after a shorter run at a larger lr being ours, and a tiny end-to-end run."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import math
 import pytest
 import torch
 
-from tdlab.experiments.anchors_lowrank import AnchorsLowrank, spectra, weight_matrices
 from tdlab.experiments.runner import execute
+from tdlab.experiments.seed001_reasoning_bias.lowrank import AnchorsLowrank, spectra, weight_matrices
 from tdlab.models.gpt import GPT
-from tdlab.runs import RunWriter
+from tdlab.runs import Run, RunWriter
 
 TINY = ["task.key_min=21", "task.key_max=30", "task.n_train=600", "task.n_test=40", "model.d=8", "model.d_attn=4",
         "model.d_ff=8", "schedule.epochs=2", "schedule.n_eval=60", "train.lr=0.003", "n_probe=50", "snapshot_epochs=[1]"]
+SEED = [*TINY, "train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]"]  # A.3's lr and budget
 
 
 def test_spectra_of_built_matrices():
@@ -32,9 +34,9 @@ def test_spectra_of_built_matrices():
     assert spectra({"m": m})["m"]["erank"] == pytest.approx([math.exp(h)])
 
 
-def _planted(tmp_path, swap: str | None = None):
+def _planted(tmp_path, swap: str | None = None, overrides=SEED):
     exp = AnchorsLowrank()
-    cfg = exp.make_config("quick", TINY, members=3)
+    cfg = exp.make_config("quick", overrides, members=3)
     model = GPT(cfg.model_for_task(), [1, 2, 3])
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
     g = torch.Generator().manual_seed(1)
@@ -73,19 +75,30 @@ def _param(name: str) -> str:
 
 def test_planted_low_rank_at_small_init_holds_for_every_matrix(tmp_path, one_thread):
     exp, cfg, run = _planted(tmp_path)
-    a = exp.analyse(cfg, run)
+    a = exp.analyse(cfg, Run(run.path))
     rows = {r.id: r for g in a.groups for r in g.rows}
     assert len(rows) == 2 * (2 + 6 * cfg.model.layers + 1)
     assert all(r.verdict == "holds" for r in rows.values()), {k: r.describe() for k, r in rows.items() if r.verdict != "holds"}
     assert rows["fig13-low-rank-at-small-init/W_V.layer1/0.8-below-0.5"].paired
+    assert a.result("fig13-low-rank-at-small-init").verdict == "holds"
+    assert {r.provenance for r in rows.values()} == {"seed"}
 
 
 def test_a_matrix_full_rank_at_small_init_fails_and_is_named(tmp_path, one_thread):
     exp, cfg, run = _planted(tmp_path, swap="W^V (layer 1)")
-    rows = {r.id: r for g in exp.analyse(cfg, run).groups for r in g.rows}
+    a = exp.analyse(cfg, Run(run.path))
+    rows = {r.id: r for g in a.groups for r in g.rows}
     failing = sorted(k for k, r in rows.items() if r.verdict == "fails")
     assert failing == ["fig13-low-rank-at-small-init/W_V.layer1/0.8-below-0.5"]
     assert "W^V (layer 1)" in rows[failing[0]].statement
+    assert a.result("fig13-low-rank-at-small-init").verdict == "fails"
+
+
+def test_spectra_after_a_shorter_run_at_a_larger_lr_are_ours(tmp_path, one_thread):
+    exp, cfg, run = _planted(tmp_path, overrides=TINY)
+    g = exp.analyse(cfg, Run(run.path)).result("fig13-low-rank-at-small-init")
+    assert g.verdict == "not evaluable" and g.cause == "no seed rows"
+    assert all(r.provenance == "ours" and r.verdict == "holds" for r in g.rows)
 
 
 def test_tiny_end_to_end_run(tmp_path, one_thread):

@@ -6,11 +6,11 @@ Layer 1 (Fig. 5 at γ = 0.8, Fig. 12 at 0.3 and 0.5):
 * A — the attention matrix of one training sequence (heatmap);
 * B — ``|A_jk − 1/j|·j`` (relative error against the average operator) over all entries ``k <= j``,
   rows ``j >= 2`` (1-based), of ``n_probe`` training sequences per member; claims: median ``<= 0.1`` (t)
-  at γ = 0.8, the median falls with γ (paired, neighbouring γ), and both also at initialisation
-  (Lemma 1: at small init the attention is ``1/j``);
+  at γ = 0.8 and smaller the larger γ (paired, neighbouring γ), at the end of training (Fig. 5) and at
+  initialisation (Lemma 1: at small init the attention is ``1/j``);
 * C–D — ``W^V`` (paper layout ``d_m × d_k``; torch stores its transpose): ``σ1/σ2 >= 3`` (t) at γ = 0.8 and
-  above γ = 0.3 (paired); the top left singular vector (in the embedding space) has ``|cos| >= 0.8`` (t)
-  with the mean reasoning-anchor embedding and ``<= 0.3`` (t) with the mean memory-anchor one.
+  larger than at γ = 0.3 (paired); the top left singular vector (in the embedding space) has ``|cos| >= 0.8``
+  (t) with the mean reasoning-anchor embedding and ``<= 0.3`` (t) with the mean memory-anchor one.
 
 Layer 2 (App. D, Fig. 14; γ = 0.8): on the same sequences, the pre-softmax last row
 ``l = q_L K^T/√d_k`` (``q_L`` from layer 1's output at the last position):
@@ -21,36 +21,45 @@ Layer 2 (App. D, Fig. 14; γ = 0.8): on the same sequences, the pre-softmax last
   Spearman with the position ``>= 0.8`` (t);
 * positional cosines ``cos(w^{pos,i}, w^{pos,j})``, ``i, j <= L−1``: ``ρ <= −0.8`` (t) with ``|i − j|``,
   beside Assumption 4's ``cos(π|i − j|/L)`` (Spearman reported).
+
+Rows read from trained parameters are the seed's setting only at its learning rate, budget and epoch
+(:func:`~tdlab.experiments.seed001_reasoning_bias.training.parameter_reading`); the quick profile's
+layer 1 is near the average operator at epochs 1–2 and far from it at its last epoch, so its end-of-
+training rows are ours. The initialisation rows (Lemma 1) need no training: they are the seed's.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from pydantic import Field, model_validator
 from scipy.stats import rankdata
 
+from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.config import Config
-from tdlab.experiments.anchors_embedding import ProbeConfig, ProbeSource, _quick
-from tdlab.experiments.anchors_bias import AnchorsBias
-from tdlab.experiments.anchors_mlp import _heat, pair_spearman
-from tdlab.experiments.anchors_training import GammaArms
 from tdlab.experiments.base import Analysis, register
+from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
+from tdlab.experiments.seed001_reasoning_bias.embedding import ProbeConfig, ProbeSource, quick_profile
+from tdlab.experiments.seed001_reasoning_bias.mlp import pair_spearman
+from tdlab.experiments.seed001_reasoning_bias.training import (
+    SEED_LR_TRANSFORMER, GammaArms, cosine_heatmap, parameter_reading, reading_note,
+)
+from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
 from tdlab.probes.cliffs import is_cliff, window_mass
 from tdlab.probes.embedding import cosine_matrix, distance_spearman
 from tdlab.report.figures import plt, save_figure
-from tdlab.runs import Run
 
 __all__ = ["AttentionClaims", "AnchorsAttentionConfig", "AnchorsAttention", "average_operator_error", "wv_spectrum",
            "layer2_rows", "spearman_rows"]
 
 
 class AttentionClaims(Config):
-    """Thresholds (t) of the claims — ours, fixed before any run (issue 15)."""
+    """Thresholds (t) of the claims — ours, fixed before any run."""
 
     avg_err_max: float = Field(0.1, ge=0.0, le=100.0)  # (t) median |A_jk − 1/j|·j <= 0.1 at γ = 0.8
     sv_ratio_min: float = Field(3.0, ge=1.0, le=1e6)  # (t) W^V σ1/σ2 >= 3 at γ = 0.8
@@ -153,6 +162,74 @@ def spearman_rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (rx * ry).sum(-1) / (rx.norm(dim=-1) * ry.norm(dim=-1))
 
 
+# Thresholds of the rows of one "at least" statement, by the row's quantity (its context).
+_GE = {"sv-ratio": "sv_ratio_min", "rsn-aligned": "rsn_align_min", "window-mass": "window_mass_min",
+       "positional-score-rising": "pos_score_spearman_min"}
+
+
+def _at_least(cfg: AnchorsAttentionConfig, row: Any) -> float:
+    return float(getattr(cfg.attn_claims, _GE[row.context["quantity"]]))
+
+
+CLAIMS = (
+    ClaimSpec(
+        "layer1-average-operator",
+        "Small init (γ = 0.8): the first attention layer acts as the average operator, A_jk ≈ 1/j (§4.3, Fig. 5B)",
+        test="value", relation="le", expected="attn_claims.avg_err_max", tolerance=0.0, horizon="budget",
+        quantity="median over training sequences of |A_jk − 1/j|·j (layer 1, rows j ≥ 2, k ≤ j), trained model"),
+    ClaimSpec(
+        "layer1-closer-to-average-at-small-init",
+        "The smaller the init, the closer layer 1 is to the average operator (Figs. 5B, 12B; App. C.3)",
+        test="compare", relation="lt", margin=0.0, horizon="budget",
+        quantity="median |A_jk − 1/j|·j at the larger γ minus at the smaller (neighbouring γ, paired), trained model"),
+    ClaimSpec(
+        "lemma1-average-operator-at-init",
+        "At small init (γ = 0.8) the attention is the average operator, |A_ij − 1/i| ≤ ε (Lemma 1)",
+        test="value", relation="le", expected="attn_claims.avg_err_max", tolerance=0.0, horizon="static",
+        quantity="median over training sequences of |A_jk − 1/j|·j (layer 1) at initialisation"),
+    ClaimSpec(
+        "lemma1-closer-at-small-init",
+        "At initialisation, the larger γ the closer the attention is to the average operator (Lemma 1)",
+        test="compare", relation="lt", margin=0.0, horizon="static",
+        quantity="median |A_jk − 1/j|·j at initialisation, larger γ minus smaller (neighbouring γ, paired)"),
+    ClaimSpec(
+        "layer1-wv-low-rank-reasoning",
+        "Small init (γ = 0.8): W^V has one dominant singular value whose left singular vector is aligned with the "
+        "reasoning anchors' embeddings (§4.3, Fig. 5C–D)",
+        test="value", relation="ge", expected=_at_least, tolerance=0.0, horizon="budget", example={"quantity": "sv-ratio"},
+        quantity="σ1/σ2 of W^V; |cos(u1, mean reasoning-anchor embedding)| (u1: W^V's top left singular vector)"),
+    ClaimSpec(
+        "layer1-wv-orthogonal-to-memory",
+        "Small init (γ = 0.8): W^V's top left singular vector is nearly orthogonal to the memory anchors' embeddings "
+        "(§4.3, Fig. 5D)",
+        test="value", relation="le", expected="attn_claims.mem_align_max", tolerance=0.0, horizon="budget",
+        quantity="|cos(u1, mean memory-anchor embedding)|"),
+    ClaimSpec(
+        "layer1-wv-dominance-larger-at-small-init",
+        "W^V's dominant direction is more pronounced at small init than at large init (Figs. 5C, 12C)",
+        test="compare", relation="gt", margin=0.0, horizon="budget",
+        quantity="σ1/σ2 of W^V at γ = 0.8 minus at γ = 0.3 (paired over seeds)"),
+    ClaimSpec(
+        "layer2-extracts-key",
+        "Small init (γ = 0.8): layer 2's last row attends to the key and anchors through positional scores rising "
+        "with the position (App. D, Fig. 14A–C)",
+        test="value", relation="ge", expected=_at_least, tolerance=0.0, horizon="budget",
+        example={"quantity": "window-mass"},
+        quantity="mean attention mass of the last row on positions p..p+q; Spearman of q_L (W^pos W^K)ᵀ/√d_k over "
+        "positions 1..L−1 with the position"),
+    ClaimSpec(
+        "layer2-positional-cosines-fall",
+        "Small init (γ = 0.8): the positional embeddings' cosines fall with |i − j| (App. D, Fig. 14D; Assumption 4)",
+        test="value", relation="le", expected="attn_claims.pos_rho_max", tolerance=0.0, horizon="budget",
+        quantity="Spearman ρ of cos(w^pos,i, w^pos,j) with |i − j| over positions 1..L−1"),
+    ClaimSpec(
+        "layer2-scores-reproduce-pattern",
+        "The recomputed layer-2 scores q_L Kᵀ/√d_k give the model's own attention row after softmax",
+        kind="sanity", test="value", relation="close", expected=0.0, tolerance=1e-5, horizon="static",
+        quantity="max |softmax(scores) − cached pattern| over members and sequences"),
+)
+
+
 @register
 class AnchorsAttention(ProbeSource, AnchorsBias):
     name = "anchors-attention"
@@ -165,27 +242,29 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
         "positional scores and positional cosines (Fig. 14, Def. 3, Thm. 3, Assumption 4)."
     )
     Config = AnchorsAttentionConfig
+    claims = CLAIMS
     profiles = {
-        "quick": _quick({"n_probe": 1000}),  # anchors-bias's quick scale-down; 1,000 training sequences per member
+        "quick": quick_profile({"n_probe": 1000}),  # anchors-bias's quick scale-down; 1,000 training sequences per member
         "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}, "n_probe": 10_000},
     }
 
-    def measures(self, cfg: AnchorsAttentionConfig, run: Run) -> dict:
+    def probe(self, cfg: AnchorsAttentionConfig, run: RunView, data: dict[str, torch.Tensor]) -> dict[float, dict[str, Any]]:
+        """``{γ: {"init": ..., "end": ...}}``: per member, layer 1's median average-operator error (both),
+        and at the end W^V's spectrum and alignment, layer 2's cliff share, window mass, positional scores
+        and positional cosines."""
         t = cfg.task
-        data = self.probe_sequences(cfg)
         tokens = data["tokens"]
         p1 = data["key_pos"] + 1  # 1-based key position
         L = t.L
         ids = torch.arange(1, L)
-        out: dict = {}
+        out: dict[float, dict[str, Any]] = {}
         for g in cfg.gammas:
-            per: dict = {}
+            per: dict[str, Any] = {}
             for when in ("init", "end"):
                 arrays = run.arrays(self.state_arm(cfg, g, when))
-                model = self.model(cfg, arrays)
-                r = layer2_rows(model, tokens)
+                r = layer2_rows(self.model(cfg, arrays), tokens)
                 err = average_operator_error(r["pattern1"]).reshape(tokens.shape[0], -1)
-                m = {"avg_err_median": err.median(-1).values.tolist()}
+                m: dict[str, Any] = {"avg_err_median": err.median(-1).values.tolist()}
                 if when == "end":
                     m.update(wv_spectrum(arrays["blocks.0.attn.W_V.weight"], arrays["wte"],
                                          slice(t.rsn_min, t.rsn_max + 1), slice(t.mem_min, t.mem_max + 1)))
@@ -204,66 +283,91 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
                                                if L - 1 >= 3 else [])
                     m["pos_cos"] = pc.mean(0).tolist()
                 per[when] = m
+            per["snapshots"] = {}
+            for e in cfg.snapshot_epochs:  # layer 1 along training (reported: where the average operator is left)
+                arm = self.state_arm(cfg, g, e)
+                if self.has_state(run, arm):
+                    p = layer2_rows(self.model(cfg, run.arrays(arm)), tokens)["pattern1"]
+                    per["snapshots"][f"epoch {e}"] = average_operator_error(p).reshape(tokens.shape[0], -1).median(-1).values.tolist()
             out[g] = per
         return out
 
-    def analyse(self, cfg: AnchorsAttentionConfig, run: Run) -> Analysis:
+    def measure(self, cfg: AnchorsAttentionConfig, run: RunView) -> Measurements:
         c = cfg.attn_claims
-        m = self.measures(cfg, run)
-        out = Analysis(measurements={f"gamma={g:g}": v for g, v in m.items()})
+        m = self.probe(cfg, run, self.probe_sequences(cfg))
+        out = Measurements({GammaArms.arm(g): v for g, v in m.items()})
+        end = cfg.schedule.epochs
+        r = parameter_reading(end, end, cfg.train.lr, SEED_LR_TRANSFORMER)
         small, large = c.small_gamma, c.large_gamma
         s_arm, l_arm = GammaArms.arm(small), GammaArms.arm(large)
+        e_s = m[small]["end"]
+        out.row("layer1-average-operator", f"gamma={small:g}", e_s["avg_err_median"], arms=[s_arm], provenance=r.provenance,
+                context={"gamma": small, "epoch": end},
+                label=f"trained, γ = {small:g}: median |A_jk − 1/j|·j ≤ {c.avg_err_max:g} (t); {r.label}")
+        out.row("lemma1-average-operator-at-init", f"gamma={small:g}", m[small]["init"]["avg_err_median"],
+                context={"gamma": small, "epoch": 0},
+                label=f"initialisation, γ = {small:g}: median |A_jk − 1/j|·j ≤ {c.avg_err_max:g} (t)")
         ordered = sorted(cfg.gammas)
-        for when, label in (("end", "trained"), ("init", "initialisation")):
-            grp = out.group(f"layer1-average-operator-{label}",
-                            f"Layer 1 attention ≈ the average operator 1/j at small init, closer the smaller the init "
-                            f"({label}; Figs. 5B, 12B; Lemma 1)")
-            arms = [s_arm] if when == "end" else []
-            grp.value("median", m[small][when]["avg_err_median"], c.avg_err_max, 0.0, "le", arms=arms,
-                      statement=f"{label}, γ = {small:g}: median over training sequences of |A_jk − 1/j|·j ≤ {c.avg_err_max:g} (t)")
-            for lo, hi in zip(ordered, ordered[1:]):
-                grp.compare(f"{hi:g}-below-{lo:g}", m[hi][when]["avg_err_median"], m[lo][when]["avg_err_median"], "lt",
-                            paired=True, arms=[GammaArms.arm(hi), GammaArms.arm(lo)] if when == "end" else [],
-                            statement=f"{label}: median |A_jk − 1/j|·j at γ = {hi:g} minus at γ = {lo:g} < 0")
-        e_s, e_l = m[small]["end"], m[large]["end"]
-        grp = out.group("layer1-wv-low-rank-reasoning",
-                        f"γ = {small:g}: W^V has one dominant singular value whose left singular vector is aligned with the "
-                        "reasoning anchors' embeddings and nearly orthogonal to the memory anchors' (Figs. 5C–D, 12C–D)")
-        grp.value("sv-ratio", e_s["sv_ratio"], c.sv_ratio_min, 0.0, "ge", arms=[s_arm],
-                  statement=f"γ = {small:g}: σ1/σ2 of W^V ≥ {c.sv_ratio_min:g} (t)")
-        grp.compare(f"sv-ratio-above-{large:g}", e_s["sv_ratio"], e_l["sv_ratio"], "gt", paired=True, arms=[s_arm, l_arm],
-                    statement=f"σ1/σ2 of W^V at γ = {small:g} minus at γ = {large:g} > 0")
-        grp.value("rsn-aligned", e_s["rsn_align"], c.rsn_align_min, 0.0, "ge", arms=[s_arm],
-                  statement=f"γ = {small:g}: |cos(u1, mean reasoning-anchor embedding)| ≥ {c.rsn_align_min:g} (t)")
-        grp.value("mem-orthogonal", e_s["mem_align"], c.mem_align_max, 0.0, "le", arms=[s_arm],
-                  statement=f"γ = {small:g}: |cos(u1, mean memory-anchor embedding)| ≤ {c.mem_align_max:g} (t)")
-        grp = out.group("layer2-extracts-key",
-                        f"γ = {small:g}: layer 2's last row attends to the key and anchors through rising positional "
-                        "scores and ordered positional embeddings (App. D, Fig. 14)")
-        grp.value("window-mass", e_s["window_mass"], c.window_mass_min, 0.0, "ge", arms=[s_arm],
-                  statement=f"γ = {small:g}: mean attention mass of the last row on positions p..p+q ≥ {c.window_mass_min:g} (t)")
-        grp.value("positional-score-rising", e_s["pos_score_spearman"], c.pos_score_spearman_min, 0.0, "ge", arms=[s_arm],
-                  statement=f"γ = {small:g}: Spearman(q_L (W^pos W^K)ᵀ/√d_k over 1..L−1, position) ≥ {c.pos_score_spearman_min:g} (t)")
-        grp.value("positional-cosines-fall", e_s["pos_rho"], c.pos_rho_max, 0.0, "le", arms=[s_arm],
-                  statement=f"γ = {small:g}: ρ(cos(w^pos,i, w^pos,j), |i − j|) over 1..L−1 ≤ {c.pos_rho_max:g} (t)")
-        chk = out.sanity("layer2-scores-reproduce-pattern",
-                         "The recomputed layer-2 scores q_L Kᵀ/√d_k give the model's own attention row after softmax")
-        chk.value("max-abs-diff", [m[g]["end"]["pattern_check"] for g in cfg.gammas], 0.0, 1e-5, "close", deterministic=True,
-                  statement="max |softmax(scores) − cached pattern| over γ, members and sequences ≤ 1e-5")
+        for lo, hi in zip(ordered, ordered[1:]):
+            key, ctx = f"{hi:g}-below-{lo:g}", {"gamma": hi, "reference_gamma": lo}
+            out.row("layer1-closer-to-average-at-small-init", key, m[hi]["end"]["avg_err_median"],
+                    m[lo]["end"]["avg_err_median"], arms=[GammaArms.arm(hi), GammaArms.arm(lo)], provenance=r.provenance,
+                    context={**ctx, "epoch": end},
+                    label=f"trained: median |A_jk − 1/j|·j at γ = {hi:g} minus at γ = {lo:g} < 0; {r.label}")
+            out.row("lemma1-closer-at-small-init", key, m[hi]["init"]["avg_err_median"], m[lo]["init"]["avg_err_median"],
+                    context={**ctx, "epoch": 0},
+                    label=f"initialisation: median |A_jk − 1/j|·j at γ = {hi:g} minus at γ = {lo:g} < 0")
+        for q, key, what in (("sv-ratio", "sv_ratio", f"σ1/σ2 of W^V ≥ {c.sv_ratio_min:g} (t)"),
+                             ("rsn-aligned", "rsn_align", f"|cos(u1, mean reasoning-anchor embedding)| ≥ {c.rsn_align_min:g} (t)")):
+            out.row("layer1-wv-low-rank-reasoning", q, e_s[key], arms=[s_arm], provenance=r.provenance,
+                    context={"gamma": small, "quantity": q}, label=f"γ = {small:g}: {what}; {r.label}")
+        out.row("layer1-wv-orthogonal-to-memory", f"gamma={small:g}", e_s["mem_align"], arms=[s_arm], provenance=r.provenance,
+                context={"gamma": small},
+                label=f"γ = {small:g}: |cos(u1, mean memory-anchor embedding)| ≤ {c.mem_align_max:g} (t); {r.label}")
+        out.row("layer1-wv-dominance-larger-at-small-init", f"{small:g}-above-{large:g}", e_s["sv_ratio"],
+                m[large]["end"]["sv_ratio"], arms=[s_arm, l_arm], provenance=r.provenance,
+                context={"gamma": small, "reference_gamma": large},
+                label=f"σ1/σ2 of W^V at γ = {small:g} minus at γ = {large:g} > 0; {r.label}")
+        for q, key, what in (("window-mass", "window_mass", f"mean attention mass of the last row on p..p+q ≥ {c.window_mass_min:g} (t)"),
+                             ("positional-score-rising", "pos_score_spearman",
+                              f"Spearman(q_L (W^pos W^K)ᵀ/√d_k over 1..L−1, position) ≥ {c.pos_score_spearman_min:g} (t)")):
+            out.row("layer2-extracts-key", q, e_s[key], arms=[s_arm], provenance=r.provenance,
+                    context={"gamma": small, "quantity": q}, label=f"γ = {small:g}: {what}; {r.label}")
+        out.row("layer2-positional-cosines-fall", f"gamma={small:g}", e_s["pos_rho"], arms=[s_arm], provenance=r.provenance,
+                context={"gamma": small},
+                label=f"γ = {small:g}: ρ(cos(w^pos,i, w^pos,j), |i − j|) over 1..L−1 ≤ {c.pos_rho_max:g} (t); {r.label}")
+        out.row("layer2-scores-reproduce-pattern", "max-abs-diff",
+                Sample([m[g]["end"]["pattern_check"] for g in cfg.gammas], deterministic=True),
+                label="max |softmax(scores) − cached pattern| over γ, members and sequences ≤ 1e-5")
+        return out
+
+    def notes(self, cfg: AnchorsAttentionConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        notes = []
         for g in cfg.gammas:
-            e = m[g]["end"]
-            out.notes.append(
-                f"γ = {g:g}: median |A−1/j|·j init {np.mean(m[g]['init']['avg_err_median']):.3f} → end "
+            m = measured.values[GammaArms.arm(g)]
+            e = m["end"]
+            a4 = np.mean(e["pos_vs_assumption4"]) if e["pos_vs_assumption4"] else float("nan")
+            notes.append(
+                f"γ = {g:g}: median |A−1/j|·j init {np.mean(m['init']['avg_err_median']):.3f} → end "
                 f"{np.mean(e['avg_err_median']):.3f}; W^V σ1/σ2 {np.mean(e['sv_ratio']):.2f}, |cos| with mean rsn / mem "
                 f"anchor {np.mean(e['rsn_align']):.2f} / {np.mean(e['mem_align']):.2f}; layer 2: (p, q)-cliff share "
                 f"{np.mean(e['cliff_share']):.3f}, mass on p..p+q {np.mean(e['window_mass']):.3f}, positional-score Spearman "
                 f"{np.mean(e['pos_score_spearman']):.2f}, positional ρ {np.mean(e['pos_rho']):.2f}, Spearman with Assumption 4's "
-                f"cos(π|i−j|/L) {np.mean(e['pos_vs_assumption4']) if e['pos_vs_assumption4'] else float('nan'):.2f} (seed means).")
-        out.notes.append("Def. 3 at p = 1 has no l_0: the plateau's lower bound is dropped there (our reading).")
-        return out
+                f"cos(π|i−j|/L) {a4:.2f} (seed means).")
+        small = measured.values[GammaArms.arm(cfg.attn_claims.small_gamma)]
+        path = {"init": small["init"]["avg_err_median"], **small["snapshots"],
+                f"epoch {cfg.schedule.epochs} (end)": small["end"]["avg_err_median"]}
+        notes.append(f"γ = {cfg.attn_claims.small_gamma:g}, layer 1's median |A−1/j|·j along training: "
+                     + ", ".join(f"{k} {np.mean(v):.3f}" for k, v in path.items())
+                     + " (seed means): where the run leaves the average operator.")
+        notes.append("Def. 3 at p = 1 has no l_0: the plateau's lower bound is dropped there (our reading).")
+        line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TRANSFORMER)
+        if line:
+            notes.append(line)
+        return notes
 
     # ---- figures --------------------------------------------------------------------------------
-    def plot(self, cfg: AnchorsAttentionConfig, run: Run, analysis: Analysis, figdir: Path) -> list[Path]:
+    def plot(self, cfg: AnchorsAttentionConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         t = cfg.task
         data = self.probe_sequences(cfg)
         tok = data["tokens"][:, :1]  # one training sequence per seed index
@@ -271,18 +375,16 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
         fig, axes = plt.subplots(len(cfg.gammas), 4, figsize=(16, 3.6 * len(cfg.gammas)), squeeze=False)
         for row, g in enumerate(sorted(cfg.gammas, reverse=True)):
             arrays = run.arrays(GammaArms.arm(g))
-            model = self.model(cfg, arrays)
-            r = layer2_rows(model, data["tokens"])
-            a = r["pattern1"][0, 0]
+            r = layer2_rows(self.model(cfg, arrays), data["tokens"])
             ax = axes[row][0]
-            im = ax.imshow(a.numpy(), vmin=0, vmax=1, cmap="viridis")
+            im = ax.imshow(r["pattern1"][0, 0].numpy(), vmin=0, vmax=1, cmap="viridis")
             ax.set_xticks(range(t.L), [str(int(v)) for v in tok[0, 0]], fontsize=7)
             ax.set_title(f"γ = {g:g}: A — layer-1 attention, one sequence", fontsize=9)
             plt.colorbar(im, ax=ax, fraction=0.046)
             err = average_operator_error(r["pattern1"]).reshape(-1).numpy()
             axes[row][1].hist(err, bins=50, color="tab:blue")
             axes[row][1].set_title(f"B — |A_jk − 1/j|·j (median {np.median(err):.3f})", fontsize=9)
-            sv = np.array(analysis.measurements[f"gamma={g:g}"]["end"]["sv"])
+            sv = np.array(analysis.measurements[GammaArms.arm(g)]["end"]["sv"])
             for k in range(sv.shape[0]):
                 axes[row][2].plot(np.arange(1, sv.shape[1] + 1), sv[k], "o-", ms=3)
             axes[row][2].set_yscale("log")
@@ -291,20 +393,21 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
             emb = arrays["wte"][0].double()
             means = torch.stack([emb[t.mem_min: t.mem_max + 1].mean(0), emb[t.rsn_min: t.rsn_max + 1].mean(0)])
             cos = (vh[:5] @ means.T) / (vh[:5].norm(dim=1)[:, None] * means.norm(dim=1)[None, :])
-            _heat(axes[row][3], cos.abs().T, 1, "D — |cos(u_k, mean anchor emb)|, rows mem / rsn")
+            cosine_heatmap(axes[row][3], cos.abs().T, 1, "D — |cos(u_k, mean anchor emb)|, rows mem / rsn")
         fig.suptitle("Figs. 5 (γ = 0.8) and 12 — first attention module")
         paths.append(save_figure(fig, figdir / "fig5_fig12_layer1.png"))
         # Fig. 14 at the small γ
         g = cfg.attn_claims.small_gamma
         arrays = run.arrays(GammaArms.arm(g))
-        r = layer2_rows(self.model(cfg, arrays), data["tokens"])
+        model = self.model(cfg, arrays)
+        r = layer2_rows(model, data["tokens"])
         p = int(data["key_pos"][0, 0]) + 1
         fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
         axes[0].bar(np.arange(1, t.L + 1), r["scores"][0, 0].numpy(), color=["tab:orange" if p <= i <= p + t.q else "tab:gray"
                                                                              for i in range(1, t.L + 1)])
         axes[0].set_title(f"A — layer-2 last row before softmax (key at {p}, cliff: "
                           f"{bool(is_cliff(r['scores'][0, 0], p, t.q))})", fontsize=9)
-        _, cache = self.model(cfg, arrays).run_with_cache(data["tokens"][:, :1], names=["blocks.1.attn.pattern"])
+        _, cache = model.run_with_cache(data["tokens"][:, :1], names=["blocks.1.attn.pattern"])
         im = axes[1].imshow(cache["blocks.1.attn.pattern"][0, 0, 0].numpy(), vmin=0, vmax=1, cmap="viridis")
         plt.colorbar(im, ax=axes[1], fraction=0.046)
         axes[1].set_title("B — layer-2 attention, same sequence", fontsize=9)
@@ -313,8 +416,8 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
             axes[2].plot(np.arange(1, t.L), ps[k].numpy(), "o-", ms=3)
         axes[2].set_title("C — q_L (W^pos W^K)ᵀ/√d_k (mean over sequences, per seed)", fontsize=9)
         axes[2].set_xlabel("position")
-        pc = torch.tensor(analysis.measurements[f"gamma={g:g}"]["end"]["pos_cos"])
-        _heat(axes[3], pc, 1, "D — cos(w^pos,i, w^pos,j), i, j ≤ L−1")
+        pc = torch.tensor(analysis.measurements[GammaArms.arm(g)]["end"]["pos_cos"])
+        cosine_heatmap(axes[3], pc, 1, "D — cos(w^pos,i, w^pos,j), i, j ≤ L−1")
         fig.suptitle(f"Fig. 14 — second attention module, γ = {g:g}")
         paths.append(save_figure(fig, figdir / "fig14_layer2.png"))
         return paths

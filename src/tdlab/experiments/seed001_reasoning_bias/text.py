@@ -1,18 +1,19 @@
-"""``anchors-text``: seed 001 Figs. 1 and 6 (§1, §4.4, A.3) — reasoning bias on real text (issue 16).
+"""``anchors-text``: seed 001 Figs. 1 and 6 (§1, §4.4, A.3) — reasoning bias on real text.
 
 A GPT-2-shaped transformer with small initialisation (§3.4, γ = 0.8) is trained by next-token
 prediction on a 50/50 mix of PrOntoQA (question answering with an explicit chain of thought; tdlab's
 own generator, :mod:`tdlab.tasks.prontoqa`, or the released JSON with ``--set data.prontoqa=PATH``) and
 TinyStories (``--set data.stories=PATH``; without it the built-in stand-in stories of
-:mod:`tdlab.tasks.stories`, and every claim is labelled "stand-in data"). A γ = 0.3 control arm trains
-beside it: the γ × seed grid is one ensemble (:class:`~tdlab.experiments.anchors_training.GammaArms`;
-all members train on the run's one corpus and differ in initial draw and epoch shuffles).
+:mod:`tdlab.tasks.stories`: not the seed's data, so every paper row is ours and labelled "stand-in
+data"). A γ = 0.3 control arm trains beside it: the γ × seed grid is one ensemble
+(:class:`~tdlab.experiments.seed001_reasoning_bias.training.GammaArms`; all members train on the run's
+one corpus and differ in initial draw and epoch shuffles).
 
 Data. ``data.n_sequences`` texts, half from each source, each tokenised (GPT-2's byte-level BPE, or a
 byte-level BPE trained on the corpus: :mod:`tdlab.tasks.bpe`), ``<|endoftext|>`` appended, cut to
 ``train.seq_len`` tokens and right-padded to the longest kept sequence; padding carries weight 0 in
-the loss (:class:`~tdlab.train.objectives.NextToken` with a mask). The tokenised corpus and the tokenizer are cached in the run
-directory (``data/``) and the analysis reads them from there.
+the loss (:class:`~tdlab.train.objectives.NextToken` with a mask). The tokenised corpus and the tokenizer
+are cached in the run directory (``data/``) and the analysis reads them from there.
 
 Measured (per epoch, on every training sequence of each source, or the first ``schedule.n_eval``):
 next-token loss ``prontoqa_loss`` and ``stories_loss`` (Fig. 1 plots the *training* loss per source).
@@ -20,21 +21,24 @@ next-token loss ``prontoqa_loss`` and ``stories_loss`` (Fig. 1 plots the *traini
 Claims (thresholds (t) are ours, fixed before any run, in :class:`TextClaims`):
 
 * Fig. 1, γ = 0.8 — PrOntoQA's loss falls faster: the area under ``loss(t)/loss(0)`` (mean over the
-  evaluations at epochs ≥ 1, :func:`~tdlab.experiments.anchors_training.auc`) is lower, and the
-  halving epoch (first evaluated epoch with ``loss(t)/loss(0) <= 0.5``, censored at the horizon plus one
-  evaluation) is earlier; paired over seeds.
+  evaluations at epochs ≥ 1) is lower, and the halving epoch (first evaluated epoch with
+  ``loss(t)/loss(0) < 0.5``; known to one evaluation interval, censored at the last evaluation) is
+  earlier; paired over seeds.
 * Fig. 6, γ = 0.8 — at 10 % of training ("early stages", §4.4) the mean pairwise cosine among the
   ``top_tokens`` (t = 100, the seed's figure) most frequent tokens exclusive to PrOntoQA is below that of
   the tokens exclusive to the stories; paired over seeds. The seed's 0.123 vs 0.531 is printed beside
   ours, never used to decide. Init and end of training are reported.
 * Small-init effect — the Fig. 6 gap (stories − PrOntoQA cosine at 10 %) is larger at γ = 0.8 than at
-  γ = 0.3, paired over seeds. A claim rather than a report: the seed's explanation of Fig. 6 (§4.3–4.4,
-  Eqs. 13–14) is that the embedding structure set by the label distributions dominates only when the
-  random initial part (std ``d^{-γ}``) is small, so the statement is falsifiable with the control arm
-  the issue asks for; a run where the gap is as large at γ = 0.3 shows the seed's mechanism is not the
-  cause, whatever Fig. 6 shows.
+  γ = 0.3, paired over seeds: the seed's explanation of Fig. 6 (§4.3–4.4, Eqs. 13–14) is that the
+  embedding structure set by the label distributions dominates only when the random initial part
+  (std ``d^{-γ}``) is small, the comparison between init scales its Fig. 2 makes on the anchors.
 * Sanity — at initialisation the two token sets' mean cosines agree within ``init_gap_tol`` (t): the
   measure has no built-in bias between the sets (random i.i.d. embeddings).
+
+Provenance. The loss curves are the seed's comparison when the stories are TinyStories. The Fig. 6
+rows read parameters at 10 % of training: they are the seed's setting only at its learning rate (1e-5)
+and budget (200 epochs) (:func:`~tdlab.experiments.seed001_reasoning_bias.training.parameter_reading`);
+the quick profile's epoch 1 of 10 at lr 1e-3 is not, so those rows are ours.
 
 Health gate: an arm trained when its loss over both sources (mean of the two splits' losses) fell and
 ends below the uniform predictor's ``log V``.
@@ -46,20 +50,24 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.claims import ArmHealth, assess_arm
+from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm
 from tdlab.config import Config, ConfigError
-from tdlab.experiments.anchors_training import (EpochsConfig, GammaArms, Seed001TrainConfig, auc, check_gammas,
-                                                epoch_curves, epoch_train_config, fit_gamma_arms, gamma_gpt, t50)
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register, snapshot_arm
+from tdlab.experiments.seed001_reasoning_bias.training import (
+    EpochsConfig, GammaArms, Seed001TrainConfig, auc, check_gammas, epoch_train_config, fit_gamma_arms, gamma_gpt,
+    parameter_reading, reading_note, t50_sample,
+)
+from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPTConfig
+from tdlab.probes.curves import Crossings, first_crossing
 from tdlab.probes.embedding import cosine_matrix, offdiag_mean
-from tdlab.report.figures import curve_with_band, member_curves, plt, save_figure
+from tdlab.report.figures import curve_with_band, plt, save_figure
 from tdlab.runs import Run, atomic_write
 from tdlab.seeding import derive_seed
 from tdlab.tasks.bpe import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, load_tokenizer_json, train_local_bpe
@@ -91,7 +99,7 @@ class TextDataConfig(Config):
     stories: str | None = Field(None, min_length=1, max_length=4096)
     # A PrOntoQA file in the released JSON format; None: tdlab's generator (prontoqa_task).
     prontoqa: str | None = Field(None, min_length=1, max_length=4096)
-    prontoqa_task: ProntoQAConfig = ProntoQAConfig()  # 1, 3, 5 hops (issue 16 after Saparov & He 2023)
+    prontoqa_task: ProntoQAConfig = ProntoQAConfig()  # 1, 3, 5 hops (after Saparov & He 2023)
 
     @property
     def n_prontoqa(self) -> int:
@@ -143,22 +151,22 @@ class TextTrainConfig(Seed001TrainConfig):
 
 
 class TextClaims(Config):
-    """Thresholds (t) of the claims — ours, fixed before any run (issue 16)."""
+    """Thresholds (t) of the claims — ours, fixed before any run."""
 
     top_tokens: int = Field(100, ge=2, le=100_000)  # (t) Fig. 6: the 100 most frequent exclusive tokens
     min_tokens: int = Field(10, ge=2, le=100_000)  # (t) fewer exclusive tokens in a source: not evaluable
-    early_fraction: float = Field(0.1, gt=0.0, lt=1.0)  # (t) "early stages" (§4.4) = 10 % of training (issue 16)
-    halving: float = Field(0.5, gt=0.0, lt=1.0)  # halving epoch: first loss(t)/loss(0) <= 0.5 (issue 16)
+    early_fraction: float = Field(0.1, gt=0.0, lt=1.0)  # (t) "early stages" (§4.4) = 10 % of training
+    halving: float = Field(0.5, gt=0.0, lt=1.0)  # halving epoch: first loss(t)/loss(0) < 0.5
     init_gap_tol: float = Field(0.05, gt=0.0, le=2.0)  # (t) sanity: |cos_s − cos_p| at init <= 0.05
     main_gamma: float = Field(0.8, ge=0.0, le=10.0)  # A.3: γ = 0.8
-    control_gamma: float = Field(0.3, ge=0.0, le=10.0)  # issue 16's control (large init)
+    control_gamma: float = Field(0.3, ge=0.0, le=10.0)  # our control (large init, as Fig. 2's γ = 0.3)
 
 
 class AnchorsTextConfig(ExperimentConfig):
     members: int = Field(3, ge=1, le=256)  # seeds per γ (the seed trains one model)
     data: TextDataConfig = TextDataConfig()
     model: TextGPTConfig = TextGPTConfig()
-    gammas: list[float] = [0.8, 0.3]  # A.3's γ = 0.8 and issue 16's γ = 0.3 control
+    gammas: list[float] = [0.8, 0.3]  # A.3's γ = 0.8 and our γ = 0.3 control
     train: TextTrainConfig = TextTrainConfig()
     schedule: EpochsConfig = EpochsConfig(epochs=200, n_eval=5_000, eval_batch=100)  # A.3: 200 epochs
     claims: TextClaims = TextClaims()
@@ -319,12 +327,45 @@ def loss_auc(epochs: np.ndarray, loss: np.ndarray) -> list[float]:
     return auc(epochs, loss / loss[:, :1])
 
 
-def halving_epoch(epochs: np.ndarray, loss: np.ndarray, horizon: float, level: float = 0.5) -> list[float]:
-    """First evaluated epoch with ``loss(t)/loss(0) <= level`` per member; ``horizon`` where none is."""
-    return t50(epochs, -(loss / loss[:, :1]), horizon, -level)
+def halving_epoch(epochs: np.ndarray, loss: np.ndarray, level: float = 0.5) -> Crossings:
+    """First evaluated epoch ``> 0`` with ``loss(t)/loss(0) < level`` per member, censored at the last
+    evaluation where there is none (:func:`~tdlab.probes.curves.first_crossing`)."""
+    return first_crossing(epochs, loss / loss[:, :1], level, below=True)
 
 
 # ------------------------------------------------------------------------------------------------
+
+
+SEED_LR_TEXT = 1e-5  # A.3: Figs. 1 and 6, AdamW at lr 1e-5
+SEED_EPOCHS_TEXT = 200  # A.3: 200 epochs
+
+CLAIMS = (
+    ClaimSpec(
+        "fig1-prontoqa-loss-falls-faster",
+        "Small init (γ = 0.8): PrOntoQA's training loss falls faster than TinyStories' (Fig. 1, §1)",
+        test="compare", relation="lt", margin=0.0, horizon="budget",
+        quantity="PrOntoQA − stories: the area under loss(t)/loss(0) (mean over epochs ≥ 1), and the first epoch with "
+        "loss(t)/loss(0) < claims.halving (one evaluation interval; censored at the last evaluation); paired over seeds"),
+    ClaimSpec(
+        "fig6-prontoqa-tokens-less-similar",
+        "Small init (γ = 0.8), early in training: the embeddings of tokens exclusive to PrOntoQA are less similar to "
+        "each other than those exclusive to TinyStories (Fig. 6, §4.4; the seed: 0.123 vs 0.531)",
+        test="compare", relation="lt", margin=0.0, horizon="budget",
+        needs="at least claims.min_tokens tokens exclusive to each source and parameters kept at 10 % of training",
+        quantity="mean pairwise cosine of the most frequent exclusive tokens' embeddings, PrOntoQA − stories, at "
+        "claims.early_fraction of training (paired over seeds)"),
+    ClaimSpec(
+        "fig6-gap-small-init-effect",
+        "The Fig. 6 gap is a small-initialisation effect: larger at γ = 0.8 than at γ = 0.3 (§4.3–4.4, Eqs. 13–14)",
+        test="compare", relation="gt", margin=0.0, horizon="budget",
+        needs="at least claims.min_tokens tokens exclusive to each source and parameters kept at 10 % of training",
+        quantity="(stories − PrOntoQA mean pairwise cosine) at 10 % of training, γ = 0.8 minus γ = 0.3 (paired)"),
+    ClaimSpec(
+        "fig6-no-gap-at-init",
+        "At initialisation the two token sets' mean cosines agree (the measure has no built-in bias between the sets)",
+        kind="sanity", test="value", relation="close", expected=0.0, tolerance="claims.init_gap_tol", horizon="static",
+        learning_required=False, quantity="stories − PrOntoQA mean pairwise cosine at initialisation"),
+)
 
 
 @register
@@ -339,11 +380,12 @@ class AnchorsText(Experiment):
         "than the stories' (Fig. 6), a small-init effect."
     )
     Config = AnchorsTextConfig
+    claims = CLAIMS
     arm_fields = {"model.init_gamma": "gammas=[...]", "model.max_len": "train.seq_len",
                   "train.steps": "schedule.epochs", "train.eval_every": "schedule.eval_epochs",
                   "train.log_every": "schedule.eval_epochs"}
     profiles = {
-        # One scale-down for 2 CPU cores (issue 16: 1,000 sequences of <= 128 tokens, a 2-layer d = 64 GPT, the
+        # One scale-down for 2 CPU cores (1,000 sequences of <= 128 tokens, a 2-layer d = 64 GPT, the
         # local BPE, lr 1e-3, <= 10 min). Kept: the 50/50 mix, γ = 0.8 and the 0.3 control, GPT-2's block shape
         # (pre-LN, GELU, tied head, learned positions, head width 64), AdamW at a constant lr with clip 1, the
         # measures. Changed: 1,000 sequences (not 10,000); 128 tokens (a 3- or 5-hop PrOntoQA example is cut:
@@ -403,22 +445,21 @@ class AnchorsText(Experiment):
     def trivial_error(self, cfg: AnchorsTextConfig, arm: str) -> float:
         return math.log(cfg.model.vocab)  # the uniform predictor over the vocabulary
 
-    def health(self, cfg: AnchorsTextConfig, run: Run) -> dict[str, ArmHealth]:
-        df = run.metrics()
+    def health(self, cfg: AnchorsTextConfig, run: Run | RunView) -> dict[str, ArmHealth]:
+        run = run if isinstance(run, RunView) else RunView(run)
         out: dict[str, ArmHealth] = {}
-        for arm, sub in df.groupby("arm", sort=False):
-            if not {f"{s}_loss" for s in SOURCES} <= set(sub["name"]):
+        for arm in run.arms():
+            if not all(run.has(arm, f"{s}_loss") for s in SOURCES):
                 continue
-            steps, a = member_curves(sub, str(arm), "prontoqa_loss")
-            _, b = member_curves(sub, str(arm), "stories_loss")
+            steps, a = run.curves(arm, "prontoqa_loss")
+            _, b = run.curves(arm, "stories_loss")
             fit = (a + b) / 2  # the loss over both sources (equal shares of the mix)
-            finite = bool(np.all(np.isfinite(sub["value"].to_numpy(dtype=float))))
-            out[str(arm)] = assess_arm(str(arm), fit[:, 0].tolist(), fit[:, -1].tolist(),
-                                       accepted_steps=[float(steps.max())] * fit.shape[0], test_error=fit[:, -1].tolist(),
-                                       trivial_error=self.trivial_error(cfg, str(arm)), all_finite=finite)
+            finite = all(bool(np.all(np.isfinite(run.curves(arm, n)[1]))) for n in run.names(arm))
+            out[arm] = assess_arm(arm, fit[:, 0].tolist(), fit[:, -1].tolist(), accepted_steps=[float(steps.max())] * fit.shape[0],
+                                  test_error=fit[:, -1].tolist(), trivial_error=self.trivial_error(cfg, arm), all_finite=finite)
         return out
 
-    # ---- analysis -------------------------------------------------------------------------------
+    # ---- measurement ----------------------------------------------------------------------------
     def exclusive(self, cfg: AnchorsTextConfig, corpus: Corpus) -> dict[str, list[int]]:
         """Fig. 6's token sets: each source's most frequent exclusive tokens, both cut to the same size
         ``min(top_tokens, available in either)`` so the two means are over equally many pairs."""
@@ -428,119 +469,112 @@ class AnchorsText(Experiment):
         k = min(len(v) for v in ex.values())
         return {s: v[:k] for s, v in ex.items()}
 
-    def measures(self, cfg: AnchorsTextConfig, run: Run) -> dict:
+    def measure(self, cfg: AnchorsTextConfig, run: RunView) -> Measurements:
+        c = cfg.claims
         corpus = Corpus.load(run.path / DATA_DIR)
-        arms = GammaArms.make(cfg.seed, cfg.gammas, cfg.members)
         spe = cfg.steps_per_epoch
-        df = run.metrics()
         ex = self.exclusive(cfg, corpus)
-        out: dict = {"exclusive_tokens": {s: len(v) for s, v in ex.items()}, "corpus": corpus.meta, "gamma": {}}
-        out["exclusive_examples"] = {s: [corpus.tokenizer.decode([i]) for i in v[:12]] for s, v in ex.items()}
+        standin = cfg.data.standin
+        out = Measurements({"data_provenance": self.data_provenance(cfg), "stand_in_data": standin, "corpus": corpus.meta,
+                            "exclusive_tokens": {s: len(v) for s, v in ex.items()},
+                            "exclusive_examples": {s: [corpus.tokenizer.decode([i]) for i in v[:12]] for s, v in ex.items()},
+                            "early_epoch": cfg.early_epoch, "seed_reference_cosines": SEED_COSINES})
+        halving: dict[float, dict[str, Crossings]] = {}
         for g in cfg.gammas:
             arm = GammaArms.arm(g)
-            m: dict = {}
+            m: dict[str, Any] = {}
+            halving[g] = {}
             for s in SOURCES:
-                ep, loss = epoch_curves(df, arm, f"{s}_loss", spe)
-                horizon = float(ep[-1] + cfg.schedule.eval_epochs)
-                m[s] = {"auc": loss_auc(ep, loss), "halving_epoch": halving_epoch(ep, loss, horizon, cfg.claims.halving),
+                steps, loss = run.curves(arm, f"{s}_loss")
+                ep = steps / spe
+                halving[g][s] = h = halving_epoch(ep, loss, c.halving)
+                m[s] = {"auc": loss_auc(ep, loss), "halving_epoch": h.as_optional(),
                         "initial_loss": loss[:, 0].tolist(), "final_loss": loss[:, -1].tolist()}
-            cos: dict = {}
+            cos: dict[str, Any] = {}
             if len(ex[SOURCES[0]]) >= 2:
                 for when, name in (("init", init_arm(arm)), ("early", snapshot_arm(arm, cfg.early_epoch * spe)), ("end", arm)):
-                    path = run.path / "arrays" / f"{name}.safetensors"
-                    if not path.is_file():
-                        continue
-                    W = run.arrays(name)["wte"].double()
-                    cos[when] = {s: mean_pairwise_cosine(W, ex[s]) for s in SOURCES}
+                    if (run.path / "arrays" / f"{name}.safetensors").is_file():
+                        W = run.arrays(name)["wte"].double()
+                        cos[when] = {s: mean_pairwise_cosine(W, ex[s]) for s in SOURCES}
             m["cosine"] = cos
-            out["gamma"][g] = m
+            out.values[arm] = m
+        self._rows(cfg, out, halving, len(ex[SOURCES[0]]))
         return out
 
-    def analyse(self, cfg: AnchorsTextConfig, run: Run) -> Analysis:
+    def _rows(self, cfg: AnchorsTextConfig, out: Measurements, halving: dict[float, dict[str, Crossings]], k: int) -> None:
         c = cfg.claims
-        m = self.measures(cfg, run)
-        standin = cfg.data.standin
-        label = f" [{STANDIN_LABEL}]" if standin else ""
-        prov = self.provenance(cfg)
-        out = Analysis(measurements={"data_provenance": prov, "stand_in_data": standin, "corpus": m["corpus"],
-                                     "exclusive_tokens": m["exclusive_tokens"], "exclusive_examples": m["exclusive_examples"],
-                                     "early_epoch": cfg.early_epoch, "seed_reference_cosines": SEED_COSINES,
-                                     "per_gamma": {f"gamma={g:g}": v for g, v in m["gamma"].items()}})
-        main, ctrl = m["gamma"][c.main_gamma], m["gamma"][c.control_gamma]
-        a_main, a_ctrl = GammaArms.arm(c.main_gamma), GammaArms.arm(c.control_gamma)
         P, S = SOURCES
-        # Fig. 1
-        grp = out.group("fig1-prontoqa-loss-falls-faster",
-                        f"γ = {c.main_gamma:g}: PrOntoQA's training loss falls faster than the stories' (Fig. 1){label}")
-        grp.compare("auc", main[P]["auc"], main[S]["auc"], "lt", paired=True, arms=[a_main],
-                    statement=f"area under loss(t)/loss(0), PrOntoQA − stories < 0{label}")
-        grp.compare("halving-epoch", main[P]["halving_epoch"], main[S]["halving_epoch"], "lt", paired=True, arms=[a_main],
-                    unit=" epochs", statement=f"first epoch with loss(t)/loss(0) ≤ {c.halving:g}, PrOntoQA − stories < 0{label}")
-        # Fig. 6
-        k = m["exclusive_tokens"][P]
-        enough = k >= c.min_tokens
-        why = (f"only {k} tokens exclusive to one source (need {c.min_tokens}, claims.min_tokens): the sources share "
-               "their vocabulary")
-        grp = out.group("fig6-prontoqa-tokens-less-similar",
-                        f"γ = {c.main_gamma:g}, {c.early_fraction:.0%} of training (epoch {cfg.early_epoch}): the embeddings "
-                        f"of the {k} most frequent tokens exclusive to PrOntoQA are less similar to each other than those "
-                        f"exclusive to the stories (Fig. 6; the seed: 0.123 vs 0.531){label}")
-        early = main["cosine"].get("early")
-        if enough and early is not None:
-            grp.compare("early", early[P], early[S], "lt", paired=True, arms=[a_main],
-                        statement=f"mean pairwise cosine, PrOntoQA − stories < 0 at epoch {cfg.early_epoch}{label}")
-        else:
-            grp.compare("early", [], [], "lt", arms=[a_main]).reason = why if not enough else "no snapshot at 10 % of training"
-        grp = out.group("fig6-gap-small-init-effect",
-                        f"the Fig. 6 gap (stories − PrOntoQA cosine at epoch {cfg.early_epoch}) is larger at γ = "
-                        f"{c.main_gamma:g} than at γ = {c.control_gamma:g}: a small-initialisation effect (§4.3–4.4){label}")
-        ce = ctrl["cosine"].get("early")
-        if enough and early is not None and ce is not None:
-            gap_m = [s - p for p, s in zip(early[P], early[S])]
-            gap_c = [s - p for p, s in zip(ce[P], ce[S])]
-            grp.compare("gap", gap_m, gap_c, "gt", paired=True, arms=[a_main, a_ctrl],
-                        statement=f"gap at γ = {c.main_gamma:g} − gap at γ = {c.control_gamma:g} > 0{label}")
-        else:
-            grp.compare("gap", [], [], "gt", arms=[a_main, a_ctrl]).reason = why if not enough else "no snapshot at 10 % of training"
-        san = out.sanity("fig6-no-gap-at-init", "at initialisation the two token sets' mean cosines agree (the measure "
-                         "has no built-in bias between the sets)")
+        tag = f" [{STANDIN_LABEL}]" if cfg.data.standin else ""
+        data_prov = "ours" if cfg.data.standin else "seed"
+        main, ctrl = out.values[GammaArms.arm(c.main_gamma)], out.values[GammaArms.arm(c.control_gamma)]
+        a_main, a_ctrl = GammaArms.arm(c.main_gamma), GammaArms.arm(c.control_gamma)
+        claim = "fig1-prontoqa-loss-falls-faster"
+        out.row(claim, "auc", main[P]["auc"], main[S]["auc"], arms=[a_main], provenance=data_prov,
+                context={"gamma": c.main_gamma}, label=f"area under loss(t)/loss(0), PrOntoQA − stories < 0{tag}")
+        h = halving[c.main_gamma]
+        out.row(claim, "halving-epoch", t50_sample(h[P]), t50_sample(h[S]), arms=[a_main], provenance=data_prov,
+                context={"gamma": c.main_gamma},
+                label=f"first epoch with loss(t)/loss(0) < {c.halving:g}, PrOntoQA − stories < 0{tag}")
+        # Fig. 6 reads parameters at 10 % of training: the seed's setting only at its lr and budget.
+        r = parameter_reading(cfg.early_epoch, cfg.schedule.epochs, cfg.train.lr, SEED_LR_TEXT,
+                              (round(c.early_fraction * SEED_EPOCHS_TEXT),), SEED_EPOCHS_TEXT)
+        prov = "ours" if cfg.data.standin else r.provenance
+        early, ce = main["cosine"].get("early"), ctrl["cosine"].get("early")
+        ctx = {"gamma": c.main_gamma, "epoch": cfg.early_epoch, "tokens": k}
+        if k >= c.min_tokens and early is not None:
+            out.row("fig6-prontoqa-tokens-less-similar", "early", early[P], early[S], arms=[a_main], provenance=prov,
+                    context=ctx, label=f"mean pairwise cosine of {k} exclusive tokens, PrOntoQA − stories < 0 at epoch "
+                                       f"{cfg.early_epoch}; {r.label}{tag}")
+            if ce is not None:
+                gap_m = [s - p for p, s in zip(early[P], early[S])]
+                gap_c = [s - p for p, s in zip(ce[P], ce[S])]
+                out.row("fig6-gap-small-init-effect", "gap", gap_m, gap_c, arms=[a_main, a_ctrl], provenance=prov,
+                        context={**ctx, "reference_gamma": c.control_gamma},
+                        label=f"gap at γ = {c.main_gamma:g} − gap at γ = {c.control_gamma:g} > 0; {r.label}{tag}")
         for g in cfg.gammas:
-            ini = m["gamma"][g]["cosine"].get("init")
-            if enough and ini is not None:
-                san.value(f"gamma={g:g}", [s - p for p, s in zip(ini[P], ini[S])], 0.0, c.init_gap_tol, "close",
-                          arms=[GammaArms.arm(g)], learning_required=False,
-                          statement=f"γ = {g:g}: stories − PrOntoQA cosine at init ≈ 0 (tol {c.init_gap_tol:g}, t)")
-        if standin:
-            for g in out.paper:
-                for r in g.rows:
-                    r.reason = "; ".join(x for x in (r.reason, STANDIN_LABEL) if x)
-        # ---- notes -----------------------------------------------------------------------------------
-        if standin:
-            out.notes.append(f"{STANDIN_LABEL.upper()}: the stories are tdlab's built-in stand-in (templates over a "
-                             "child-level lexicon), not TinyStories; every paper claim above was measured on them. "
-                             "Use --set data.stories=PATH with a TinyStories text file for the real corpus.")
-        out.notes.append(f"Data: {prov}.")
+            ini = out.values[GammaArms.arm(g)]["cosine"].get("init")
+            if k >= c.min_tokens and ini is not None:
+                out.row("fig6-no-gap-at-init", f"gamma={g:g}", [s - p for p, s in zip(ini[P], ini[S])],
+                        arms=[GammaArms.arm(g)], context={"gamma": g},
+                        label=f"γ = {g:g}: stories − PrOntoQA cosine at init ≈ 0 (tol {c.init_gap_tol:g}, t)")
+
+    def notes(self, cfg: AnchorsTextConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        c = cfg.claims
+        m = measured.values
+        P, S = SOURCES
+        notes = []
+        if cfg.data.standin:
+            notes.append(f"{STANDIN_LABEL.upper()}: the stories are tdlab's built-in stand-in (templates over a "
+                         "child-level lexicon), not TinyStories; every paper row above was measured on them and is ours "
+                         "(never deciding a paper claim). Use --set data.stories=PATH with a TinyStories text file for the "
+                         "real corpus.")
+        notes.append(f"Data: {m['data_provenance']}.")
         meta = m["corpus"]
-        out.notes.append(f"Corpus: {cfg.data.n_sequences} sequences ≤ {meta['seq_len']} tokens; mean tokens before the cut "
-                         f"PrOntoQA {meta['mean_tokens'][P]:.0f}, stories {meta['mean_tokens'][S]:.0f}; cut: PrOntoQA "
-                         f"{meta['truncated_share'][P]:.0%}, stories {meta['truncated_share'][S]:.0%}; tokenizer "
-                         f"{meta['tokenizer']} ({meta['tokenizer_vocab']} ids).")
-        out.notes.append(f"Fig. 6 token sets: {k} tokens exclusive to each source (of claims.top_tokens = {c.top_tokens}), "
-                         f"e.g. PrOntoQA {m['exclusive_examples'][P][:6]}, stories {m['exclusive_examples'][S][:6]}.")
+        notes.append(f"Corpus: {cfg.data.n_sequences} sequences ≤ {meta['seq_len']} tokens; mean tokens before the cut "
+                     f"PrOntoQA {meta['mean_tokens'][P]:.0f}, stories {meta['mean_tokens'][S]:.0f}; cut: PrOntoQA "
+                     f"{meta['truncated_share'][P]:.0%}, stories {meta['truncated_share'][S]:.0%}; tokenizer "
+                     f"{meta['tokenizer']} ({meta['tokenizer_vocab']} ids).")
+        k = m["exclusive_tokens"][P]
+        notes.append(f"Fig. 6 token sets: {k} tokens exclusive to each source (of claims.top_tokens = {c.top_tokens}; "
+                     f"fewer than claims.min_tokens = {c.min_tokens}: no Fig. 6 row), e.g. PrOntoQA "
+                     f"{m['exclusive_examples'][P][:6]}, stories {m['exclusive_examples'][S][:6]}.")
         for g in cfg.gammas:
-            gm = m["gamma"][g]
+            gm = m[GammaArms.arm(g)]
             line = [f"γ = {g:g}: AUC of loss/loss(0) PrOntoQA {np.mean(gm[P]['auc']):.3f} vs stories {np.mean(gm[S]['auc']):.3f}; "
-                    f"halving epoch {np.mean(gm[P]['halving_epoch']):.1f} vs {np.mean(gm[S]['halving_epoch']):.1f}"]
+                    f"halving epoch {gm[P]['halving_epoch']} vs {gm[S]['halving_epoch']} (None: not within the run)"]
             for when in ("init", "early", "end"):
                 cw = gm["cosine"].get(when)
                 if cw is not None:
                     line.append(f"cosine at {when if when != 'early' else f'epoch {cfg.early_epoch}'}: PrOntoQA "
                                 f"{np.mean(cw[P]):.3f} vs stories {np.mean(cw[S]):.3f}")
-            out.notes.append("; ".join(line) + " (seed means; the seed, Fig. 6: 0.123 vs 0.531).")
-        return out
+            notes.append("; ".join(line) + " (seed means; the seed, Fig. 6: 0.123 vs 0.531).")
+        line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TEXT, SEED_EPOCHS_TEXT)
+        if line:
+            notes.append(line)
+        return notes
 
     @staticmethod
-    def provenance(cfg: AnchorsTextConfig) -> str:
+    def data_provenance(cfg: AnchorsTextConfig) -> str:
         d = cfg.data
         pq = f"PrOntoQA from {d.prontoqa}" if d.prontoqa else "PrOntoQA from tdlab's generator (approximate: our samples)"
         st = f"TinyStories from {d.stories}" if d.stories else f"stories: {STANDIN_LABEL} (built-in templates)"
@@ -548,16 +582,15 @@ class AnchorsText(Experiment):
         return f"{pq}; {st}; tokenizer: {tk}"
 
     # ---- figures --------------------------------------------------------------------------------
-    def plot(self, cfg: AnchorsTextConfig, run: Run, analysis: Analysis, figdir: Path) -> list[Path]:
-        df = run.metrics()
+    def plot(self, cfg: AnchorsTextConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         spe = cfg.steps_per_epoch
         label = f" — {STANDIN_LABEL}" if cfg.data.standin else ""
         paths = []
         fig, axes = plt.subplots(1, len(cfg.gammas), figsize=(5 * len(cfg.gammas), 3.8), squeeze=False)
         for ax, g in zip(axes[0], cfg.gammas):
             for s in SOURCES:
-                ep, v = epoch_curves(df, GammaArms.arm(g), f"{s}_loss", spe)
-                curve_with_band(ax, ep, v, SOURCE_LABELS[s], SOURCE_COLORS[s])
+                steps, v = run.curves(GammaArms.arm(g), f"{s}_loss")
+                curve_with_band(ax, steps / spe, v, SOURCE_LABELS[s], SOURCE_COLORS[s])
             ax.axvline(cfg.early_epoch, color="grey", ls=":", lw=0.8, label=f"{cfg.claims.early_fraction:.0%} of training")
             ax.set_xlabel("epoch")
             ax.set_ylabel("training loss (next token)")

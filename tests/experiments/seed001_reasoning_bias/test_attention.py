@@ -1,6 +1,8 @@
 """anchors-attention (seed 001 Figs. 5, 12, 14): the probes on built inputs (average-operator error, SVD
 finds u in u vᵀ + noise, layer-2 scores vs the model's own attention and a slow recomputation), the
-claims on planted runs (hold and fail), bad configs and a tiny end-to-end run."""
+claims on planted models in the seed's setting (hold and fail), every group on planted probe values
+(hold and fail, the sanity check included), trained rows read at a scaled epoch under a larger lr being
+ours while the initialisation rows stay the seed's, bad configs and a tiny end-to-end run."""
 
 from __future__ import annotations
 
@@ -10,15 +12,16 @@ import pytest
 import torch
 
 from tdlab.config import ConfigError
-from tdlab.experiments.anchors_attention import (
+from tdlab.experiments.runner import execute
+from tdlab.experiments.seed001_reasoning_bias.attention import (
     AnchorsAttention, average_operator_error, layer2_rows, spearman_rows, wv_spectrum,
 )
-from tdlab.experiments.runner import execute
 from tdlab.models.gpt import GPT
-from tdlab.runs import RunWriter
+from tdlab.runs import Run, RunWriter
 
 TINY = ["task.key_min=21", "task.key_max=30", "task.n_train=600", "task.n_test=40", "model.d=8", "model.d_attn=4",
         "model.d_ff=8", "schedule.epochs=2", "schedule.n_eval=60", "train.lr=0.003", "snapshot_epochs=[1]", "n_probe=50"]
+SEED = [*TINY, "train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]"]  # A.3's lr and budget
 
 
 def test_average_operator_error_on_built_matrices():
@@ -71,9 +74,9 @@ def _state(model: GPT) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def _planted(tmp_path, world: str):
+def _planted(tmp_path, world: str, overrides=SEED):
     exp = AnchorsAttention()
-    cfg = exp.make_config("quick", TINY, members=3)
+    cfg = exp.make_config("quick", overrides, members=3)
     base = _state(GPT(cfg.model_for_task(), [5, 6, 7]))
     g = torch.Generator().manual_seed(2)
     d, L = 8, 9
@@ -111,29 +114,66 @@ def _rows(a):
     return {r.id: r for g in a.groups for r in g.rows}
 
 
-def test_planted_holds_and_fails(tmp_path, one_thread):
+def test_planted_models_hold_and_fail_in_the_seeds_setting(tmp_path, one_thread):
     exp, cfg, run = _planted(tmp_path / "h", "holds")
-    a = exp.analyse(cfg, run)
+    a = exp.analyse(cfg, Run(run.path))
     rows = _rows(a)
-    for rid in ("layer1-average-operator-trained/median", "layer1-average-operator-trained/0.8-below-0.5",
-                "layer1-average-operator-trained/0.5-below-0.3", "layer1-average-operator-initialisation/median",
-                "layer1-average-operator-initialisation/0.8-below-0.5", "layer1-wv-low-rank-reasoning/sv-ratio",
-                "layer1-wv-low-rank-reasoning/sv-ratio-above-0.3", "layer1-wv-low-rank-reasoning/rsn-aligned",
-                "layer1-wv-low-rank-reasoning/mem-orthogonal", "layer2-extracts-key/positional-cosines-fall",
+    for rid in ("layer1-average-operator/gamma=0.8", "layer1-closer-to-average-at-small-init/0.8-below-0.5",
+                "layer1-closer-to-average-at-small-init/0.5-below-0.3", "lemma1-average-operator-at-init/gamma=0.8",
+                "lemma1-closer-at-small-init/0.8-below-0.5", "layer1-wv-low-rank-reasoning/sv-ratio",
+                "layer1-wv-dominance-larger-at-small-init/0.8-above-0.3", "layer1-wv-low-rank-reasoning/rsn-aligned",
+                "layer1-wv-orthogonal-to-memory/gamma=0.8", "layer2-positional-cosines-fall/gamma=0.8",
                 "layer2-scores-reproduce-pattern/max-abs-diff"):
         assert rows[rid].verdict == "holds", rows[rid].describe()
+    assert rows["layer1-average-operator/gamma=0.8"].provenance == "seed"
     m = a.measurements["gamma=0.8"]["end"]
     assert m["avg_err_median"] == pytest.approx([0.0] * 3, abs=1e-6)
     assert m["window_mass"] == pytest.approx([3 / 9] * 3)  # uniform layer 2: the window's share
     assert rows["layer2-extracts-key/window-mass"].verdict == "fails"
     assert m["pos_vs_assumption4"] == pytest.approx([1.0] * 3)
     exp, cfg, run = _planted(tmp_path / "f", "fails")
-    rows = _rows(exp.analyse(cfg, run))
-    for rid in ("layer1-average-operator-trained/median", "layer1-average-operator-trained/0.8-below-0.5",
-                "layer1-average-operator-initialisation/median", "layer1-average-operator-initialisation/0.8-below-0.5",
-                "layer1-wv-low-rank-reasoning/sv-ratio", "layer1-wv-low-rank-reasoning/sv-ratio-above-0.3",
-                "layer1-wv-low-rank-reasoning/rsn-aligned", "layer2-extracts-key/positional-cosines-fall"):
+    rows = _rows(exp.analyse(cfg, Run(run.path)))
+    for rid in ("layer1-average-operator/gamma=0.8", "layer1-closer-to-average-at-small-init/0.8-below-0.5",
+                "lemma1-average-operator-at-init/gamma=0.8", "lemma1-closer-at-small-init/0.8-below-0.5",
+                "layer1-wv-low-rank-reasoning/sv-ratio", "layer1-wv-dominance-larger-at-small-init/0.8-above-0.3",
+                "layer1-wv-low-rank-reasoning/rsn-aligned", "layer2-positional-cosines-fall/gamma=0.8"):
         assert rows[rid].verdict == "fails", rows[rid].describe()
+
+
+def test_trained_rows_at_a_scaled_epoch_under_a_larger_lr_are_ours_init_rows_the_seeds(tmp_path, one_thread):
+    exp, cfg, run = _planted(tmp_path, "holds", overrides=TINY)
+    a = exp.analyse(cfg, Run(run.path))
+    for g in a.paper:
+        if g.id.startswith("lemma1"):
+            assert g.verdict == "holds" and all(r.provenance == "seed" for r in g.rows)
+        else:
+            assert g.verdict == "not evaluable" and g.cause == "no seed rows", g.describe()
+    assert any("not the seed's setting" in n for n in a.notes)
+
+
+def _probe_values(world: str) -> dict:
+    """Planted probe values per γ (members 3) for the groups a small random model cannot show."""
+    good = world == "holds"
+    out = {}
+    for g in (0.3, 0.5, 0.8):
+        small = g == 0.8
+        end = {"avg_err_median": [0.5 - 0.55 * g if good else 0.1 + 0.5 * g] * 3, "sv_ratio": [5.0 if small == good else 1.2] * 3,
+               "rsn_align": [0.9 if good else 0.1] * 3, "mem_align": [0.1 if good else 0.6] * 3,
+               "window_mass": [0.8 if good else 0.2] * 3, "pos_score_spearman": [0.95 if good else -0.5] * 3,
+               "pos_rho": [-0.95 if good else 0.3] * 3, "pattern_check": 0.0 if good else 1e-3,
+               "cliff_share": [0.5] * 3, "pos_vs_assumption4": [], "sv": [[1.0, 0.2]] * 3, "pos_cos": [[1.0]]}
+        init = {"avg_err_median": [(0.001 if good else 0.5) / (1 + 10 * g * good)] * 3}
+        out[g] = {"init": init, "end": end, "snapshots": {}}
+    return out
+
+
+@pytest.mark.parametrize("world", ["holds", "fails"])
+def test_every_group_holds_and_fails_on_planted_probe_values(tmp_path, world, monkeypatch, one_thread):
+    exp, cfg, run = _planted(tmp_path, "holds")
+    monkeypatch.setattr(AnchorsAttention, "probe", lambda self, cfg, run, data: _probe_values(world))
+    a = exp.analyse(cfg, Run(run.path))
+    verdicts = {g.id: g.verdict for g in a.groups}
+    assert verdicts == {c.id: world for c in AnchorsAttention.claims}, verdicts
 
 
 def test_bad_configs_are_refused_naming_the_field():
@@ -153,5 +193,6 @@ def test_tiny_end_to_end_run(tmp_path, one_thread):
     s = run.summary
     assert s["status"] == "done"
     groups = {g["id"] for g in s["claims"]}
-    assert {"layer1-average-operator-trained", "layer1-wv-low-rank-reasoning", "layer2-extracts-key"} <= groups
+    assert {"layer1-average-operator", "lemma1-average-operator-at-init", "layer1-wv-low-rank-reasoning",
+            "layer2-extracts-key"} <= groups
     assert s["figures"] == ["figures/fig5_fig12_layer1.png", "figures/fig14_layer2.png"]

@@ -8,13 +8,17 @@ printed). The group make-up is unstated; ``tasks.anchors`` documents ``mix="memo
 memory_groups=4``: memory anchors 1..20 in 4 consecutive groups of 5, anchor tuples within one group,
 memory sequences only, γ = 0.8. The model is trained for ``groups_epochs`` epochs (an early snapshot);
 on ``schedule.n_eval`` training sequences per member its predictions are compared with the targets,
-per group. Claim: at that snapshot accuracy is ``<= 0.3`` (t; else the snapshot is not early and the
-rows are ``not evaluable``) and ``>= 95%`` (t) of each group's predictions lie in its label range.
+per group. With nested ranges every label in 30..49 lies in every group's range, so "inside the range"
+alone is passed by a constant prediction of 30..49: the claim asks both that ``>= 95%`` (t) of each
+group's predictions lie in its range *and* that the mean prediction rises from group ``i`` to ``i + 1`` by
+at least half (t) of the targets' rise (a group-blind predictor's rise is 0). The snapshot is the
+seed's "early stage" when its accuracy is still low (``<= 0.3``, t: else the rows are ours), and the
+model must have learnt something of the group laws (its loss below the group-blind label marginal's).
 
 (b) ``F_mem,1`` (``y ~ U(Z)``) vs ``F_mem,2`` (``y ~ U{z_p − Σa .. z_p + Σa}``), otherwise identical:
 memory sequences only (anchors 1..10), the same member seeds (so the same initialisations and token
-sequences; only the label draws differ), γ = 0.8. Claims (paired over seeds): ``T50`` earlier and
-``AUC`` larger for ``F_mem,2``.
+sequences; only the label draws differ), γ = 0.8. Claim (paired over seeds): ``T50`` earlier (censored,
+discrete: a sign test) and ``AUC`` larger for ``F_mem,2``, once both arms are past their label marginal.
 
 Arms: ``groups`` (a), ``mem1`` and ``mem2`` (b); every arm's accuracy and loss are on the first
 ``n_eval`` training sequences (``mem_acc``, ``mem_loss``), as the seed measures memorisation.
@@ -26,17 +30,22 @@ import math
 from pathlib import Path
 from typing import Literal
 
+from typing import Any
+
 import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.claims import ArmHealth, assess_arm
+from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Stage, assess_arm
 from tdlab.config import Config
-from tdlab.experiments.anchors_bias import Seed001GPTConfig
-from tdlab.experiments.anchors_training import EpochsConfig, Seed001TrainConfig, auc, epoch_curves, epoch_train_config, t50
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.seed001_reasoning_bias.training import (
+    EpochsConfig, Seed001GPTConfig, Seed001TrainConfig, auc, epoch_train_config, label_marginal_losses, t50,
+    t50_sample,
+)
+from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
-from tdlab.report.figures import curve_with_band, member_curves, plt, save_figure
+from tdlab.report.figures import curve_with_band, plt, save_figure
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
@@ -46,7 +55,7 @@ from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import Trainer
 
 __all__ = ["GroupsTaskConfig", "CompareTaskConfig", "LabelsClaims", "AnchorsLabelsConfig", "AnchorsLabels", "memory_splits",
-           "group_in_range"]
+           "group_in_range", "group_mean", "GROUPS_PAST_MARGINAL", "PAST_MARGINAL"]
 
 ARMS = {"groups": "Fig. 7 left: 4 memory groups", "mem1": "F_mem,1: y ~ U(Z)", "mem2": "F_mem,2: y ~ U{z − Σa..z + Σa}"}
 
@@ -66,10 +75,11 @@ class CompareTaskConfig(AnchorsConfig):
 
 
 class LabelsClaims(Config):
-    """Thresholds (t) of the claims — ours, fixed before any run (issue 15)."""
+    """Thresholds (t) of the claims — ours, fixed before any run."""
 
     early_acc_max: float = Field(0.3, ge=0.0, le=1.0)  # (t) the snapshot is "early": accuracy <= 0.3
     in_range_min: float = Field(0.95, ge=0.0, le=1.0)  # (t) >= 95% of each group's predictions in its range
+    rise_min: float = Field(0.5, ge=0.0, le=10.0)  # (t) mean prediction rises by >= half the targets' rise
     t50_acc: float = Field(0.5, gt=0.0, lt=1.0)
 
 
@@ -145,6 +155,51 @@ def group_in_range(pred: torch.Tensor, group: torch.Tensor, ranges: list[tuple[i
     return out
 
 
+def group_mean(values: torch.Tensor, group: torch.Tensor, groups: int) -> torch.Tensor:
+    """Mean of ``values (E, n)`` over each group's sequences (``group (E, n)``): ``(E, groups)`` float64 (NaN
+    for an empty group)."""
+    out = torch.full((values.shape[0], groups), float("nan"), dtype=torch.float64)
+    for k in range(groups):
+        sel = (group == k).double()
+        n = sel.sum(-1)
+        out[:, k] = torch.where(n > 0, (values.double() * sel).sum(-1) / n.clamp(min=1), out[:, k])
+    return out
+
+
+GROUPS_PAST_MARGINAL = Stage(
+    "groups-past-label-marginal", "at the snapshot the groups arm's loss on its training sequences is below that of "
+    "the group-blind label marginal (the pooled law of the four groups' labels): it has learnt something of the "
+    "groups' label laws")
+PAST_MARGINAL = Stage(
+    "mem-past-label-marginal", "the arm's final loss on its training sequences is below that of its label marginal "
+    "(the best input-blind predictor): it has learnt something of its map")
+
+_AT_LEAST = {"share": "in_range_min", "rise": "rise_min"}
+
+
+def _at_least(cfg: AnchorsLabelsConfig, row: Any) -> float:
+    return float(getattr(cfg.claims, _AT_LEAST[row.context["quantity"]]))
+
+
+CLAIMS = (
+    ClaimSpec(
+        "fig7-left-predictions-follow-label-ranges",
+        "Early in training (accuracy still low), each memory group's predictions stay inside its own label range "
+        "(Fig. 7 left, §4.5)",
+        test="value", relation="ge", expected=_at_least, tolerance=0.0, horizon="budget", stage=GROUPS_PAST_MARGINAL,
+        example={"quantity": "share"},
+        quantity="share of group i's predictions in its range 30..29+20i; rise of the mean prediction from group i to "
+        "i+1 as a fraction of the targets' rise (a group-blind predictor: 0)"),
+    ClaimSpec(
+        "fig7-right-window-labels-learnt-faster",
+        "A memory task whose label law depends on the anchors (F_mem,2) is learnt faster than one with labels from "
+        "U(Z) (F_mem,1) (Fig. 7 right, §4.5)",
+        test="compare", relation="lt", margin=0.0, horizon="budget", stage=PAST_MARGINAL,
+        quantity="T50_mem of F_mem,2 minus that of F_mem,1 (censored, one evaluation interval); AUC_mem of F_mem,1 "
+        "minus that of F_mem,2; paired over seeds", unit=" epochs"),
+)
+
+
 @register
 class AnchorsLabels(Experiment):
     name = "anchors-labels"
@@ -156,6 +211,7 @@ class AnchorsLabels(Experiment):
         "dependent label law is learnt faster (T50, AUC)."
     )
     Config = AnchorsLabelsConfig
+    claims = CLAIMS
     arm_fields = {"compare_task.memory_labels": "the arms mem1 (uniform) and mem2 (window)",
                   "model.vocab": "groups_task.d_vob / compare_task.d_vob", "model.max_len": "groups_task.L / compare_task.L",
                   "model.init_gamma": "gamma"}
@@ -189,22 +245,21 @@ class AnchorsLabels(Experiment):
                 ctx.fit(arm, trainer, lambda s, m=mcfg: GPT(m, s), seeds, data)
 
     # ---- health: the loss on the training sequences (memory tasks have no held-out set) ---------
-    def health(self, cfg: AnchorsLabelsConfig, run: Run) -> dict[str, ArmHealth]:
-        df = run.metrics()
+    def health(self, cfg: AnchorsLabelsConfig, run: Run | RunView) -> dict[str, ArmHealth]:
+        run = run if isinstance(run, RunView) else RunView(run)
         out = {}
         for arm in ARMS:
-            steps, loss = member_curves(df, arm, "mem_loss")
-            if steps.size == 0:
+            if not run.has(arm, "mem_loss"):
                 continue
-            sub = df[df["arm"] == arm]
+            steps, loss = run.curves(arm, "mem_loss")
             d_vob = (cfg.groups_task if arm == "groups" else cfg.compare_task).d_vob
+            finite = all(bool(np.all(np.isfinite(run.curves(arm, n)[1]))) for n in run.names(arm))
             out[arm] = assess_arm(arm, loss[:, 0].tolist(), loss[:, -1].tolist(), accepted_steps=[float(steps.max())] * loss.shape[0],
-                                  test_error=loss[:, -1].tolist(), trivial_error=math.log(d_vob),
-                                  all_finite=bool(np.all(np.isfinite(sub["value"].to_numpy(dtype=float)))))
+                                  test_error=loss[:, -1].tolist(), trivial_error=math.log(d_vob), all_finite=finite)
         return out
 
-    # ---- analysis -------------------------------------------------------------------------------
-    def snapshot_predictions(self, cfg: AnchorsLabelsConfig, run: Run) -> dict[str, torch.Tensor]:
+    # ---- measurement ----------------------------------------------------------------------------
+    def snapshot_predictions(self, cfg: AnchorsLabelsConfig, run: RunView) -> dict[str, torch.Tensor]:
         """(a) at its snapshot: ``pred``, ``label``, ``group`` ``(E, n_eval)`` on each member's first
         ``n_eval`` training sequences (rebuilt from the member seeds, as the fit drew them)."""
         task = cfg.task_of("groups")
@@ -217,71 +272,96 @@ class AnchorsLabels(Experiment):
             toks.append(d["tokens"][:n])
             labs.append(d["label"][:n])
             grps.append((d["anchors"][:n, 0] - cfg.groups_task.mem_min) // size)
-        arrays = run.arrays("groups")
         model = GPT(cfg.model_for(cfg.groups_task), list(range(cfg.members)))
-        model.load_state_dict(arrays)
+        model.load_state_dict(run.arrays("groups"))
         with torch.no_grad():
             pred = model.eval()(torch.stack(toks))[:, :, -1].argmax(-1)
         return {"pred": pred, "label": torch.stack(labs), "group": torch.stack(grps)}
 
-    def analyse(self, cfg: AnchorsLabelsConfig, run: Run) -> Analysis:
+    def measure(self, cfg: AnchorsLabelsConfig, run: RunView) -> Measurements:
         c = cfg.claims
-        df = run.metrics()
-        out = Analysis()
-        # (a)
-        task = cfg.task_of("groups")
-        ranges = [task.group_range(k) for k in range(cfg.groups_task.memory_groups)]
-        snap = self.snapshot_predictions(cfg, run)
-        share = group_in_range(snap["pred"], snap["group"], ranges)
-        target_share = group_in_range(snap["label"], snap["group"], ranges)
-        _, acc = epoch_curves(df, "groups", "mem_acc", cfg.steps_per_epoch("groups"))
-        acc_snap = acc[:, -1].tolist()
-        out.measurements["groups"] = {"epoch": cfg.groups_epochs, "acc": acc_snap, "in_range": share.tolist(),
-                                      "targets_in_range": target_share.tolist(), "ranges": ranges}
-        grp = out.group("fig7-left-predictions-in-label-range",
-                        "Early in training (accuracy still low), each memory group's predictions stay inside its label "
-                        "range (Fig. 7 left, §4.5)")
-        early = float(np.mean(acc_snap)) <= c.early_acc_max
-        for k, (lo, hi) in enumerate(ranges):
-            row = grp.value(f"group{k + 1}", share[:, k].tolist() if early else [], c.in_range_min, 0.0, "ge", arms=["groups"],
-                            statement=f"epoch {cfg.groups_epochs}: share of group {k + 1}'s predictions in {lo}..{hi} ≥ "
-                                      f"{c.in_range_min:g} (t)")
-            if not early:
-                row.reason = (f"the snapshot is not early: accuracy {np.mean(acc_snap):.3f} > {c.early_acc_max:g} (t) at "
-                              f"epoch {cfg.groups_epochs}")
-        out.notes.append(f"(a) epoch {cfg.groups_epochs}: accuracy {np.mean(acc_snap):.3f}; share in range per group "
-                         + ", ".join(f"{lo}..{hi}: {float(share[:, k].mean()):.3f}" for k, (lo, hi) in enumerate(ranges))
-                         + " (seed means; chance for a uniform guess over the vocabulary: "
-                         + ", ".join(f"{(hi - lo + 1) / cfg.groups_task.d_vob:.2f}" for lo, hi in ranges) + ").")
-        # (b)
-        m = {}
+        out = Measurements()
+        self._groups(cfg, run, out)
+        curves = {}
         for arm in ("mem1", "mem2"):
-            epochs, acc = epoch_curves(df, arm, "mem_acc", cfg.steps_per_epoch(arm))
-            horizon = cfg.schedule.epochs + cfg.schedule.eval_epochs
-            m[arm] = {"T50": t50(epochs, acc, horizon, c.t50_acc), "AUC": auc(epochs, acc), "final_acc": acc[:, -1].tolist()}
-        out.measurements.update(m)
-        grp = out.group("fig7-right-window-labels-learnt-faster",
-                        "A memory task whose label law depends on the anchor (F_mem,2) is learnt faster than one with "
-                        "labels from U(Z) (F_mem,1) (Fig. 7 right, §4.5)")
-        horizon = cfg.schedule.epochs + cfg.schedule.eval_epochs
-        both_censored = all(a >= horizon and b >= horizon for a, b in zip(m["mem1"]["T50"], m["mem2"]["T50"]))
-        row = grp.compare("t50", [] if both_censored else m["mem2"]["T50"], m["mem1"]["T50"], "lt", paired=True,
-                          arms=["mem1", "mem2"], unit=" epochs", statement="T50_mem of F_mem,2 minus that of F_mem,1 < 0")
-        if both_censored:
-            row.reason = (f"no member of either task reached acc_mem {c.t50_acc:g} within {cfg.schedule.epochs} epochs: "
-                          "two censored T50s carry no order")
-        grp.compare("auc", m["mem2"]["AUC"], m["mem1"]["AUC"], "gt", paired=True, arms=["mem1", "mem2"],
-                    statement="AUC_mem of F_mem,2 minus that of F_mem,1 > 0")
-        for arm in ("mem1", "mem2"):
-            cens = sum(v >= horizon for v in m[arm]["T50"])
-            out.notes.append(f"(b) {ARMS[arm]}: T50 {m[arm]['T50']} epochs ({cens} censored at {horizon}), AUC "
-                             f"{np.mean(m[arm]['AUC']):.3f}, final acc {np.mean(m[arm]['final_acc']):.3f} (seed means).")
-        out.notes.append("Fig. 7's text and caption swap left and right; we follow the caption. Group make-up (unstated): "
-                         "tasks.anchors' mix='memory', mem_max=20, memory_groups=4, i.e. 4 groups of 5 memory anchors.")
+            steps, acc = run.curves(arm, "mem_acc")
+            _, loss = run.curves(arm, "mem_loss")
+            epochs = steps / cfg.steps_per_epoch(arm)
+            curves[arm] = (t50(epochs, acc, c.t50_acc), auc(epochs, acc))
+            marginal = label_marginal_losses(cfg.task_of(arm))["mem"]
+            out.stage(arm, PAST_MARGINAL, loss[:, -1], marginal, "lt",
+                      evidence="final loss on the training sequences vs the label marginal's, nats")
+            out.values[arm] = {"T50": curves[arm][0].as_optional(), "AUC": curves[arm][1], "final_acc": acc[:, -1].tolist(),
+                               "final_loss": loss[:, -1].tolist(), "label_marginal_loss": marginal}
+        (t1, a1), (t2, a2) = curves["mem1"], curves["mem2"]
+        claim, arms = "fig7-right-window-labels-learnt-faster", ["mem1", "mem2"]
+        out.row(claim, "t50", t50_sample(t2), t50_sample(t1), arms=arms, label="T50_mem of F_mem,2 minus that of F_mem,1 < 0")
+        out.row(claim, "auc", a1, a2, arms=arms, label="AUC_mem of F_mem,1 minus that of F_mem,2 < 0")
         return out
 
+    def _groups(self, cfg: AnchorsLabelsConfig, run: RunView, out: Measurements) -> None:
+        """(a)'s rows: per group the share of predictions in range, per pair of neighbouring groups the rise of
+        the mean prediction as a fraction of the targets' rise; the stage and whether the snapshot is early."""
+        c = cfg.claims
+        task = cfg.task_of("groups")
+        G = cfg.groups_task.memory_groups
+        ranges = [task.group_range(k) for k in range(G)]
+        snap = self.snapshot_predictions(cfg, run)
+        share = group_in_range(snap["pred"], snap["group"], ranges)
+        pred_mean = group_mean(snap["pred"], snap["group"], G)
+        target_mean = group_mean(snap["label"], snap["group"], G)
+        _, acc = run.curves("groups", "mem_acc")
+        _, loss = run.curves("groups", "mem_loss")
+        acc_snap = acc[:, -1]
+        marginal = label_marginal_losses(task)["mem"]
+        out.stage("groups", GROUPS_PAST_MARGINAL, loss[:, -1], marginal, "lt",
+                  evidence="snapshot loss on the training sequences vs the group-blind label marginal's, nats")
+        early = float(np.mean(acc_snap)) <= c.early_acc_max
+        provenance = "seed" if early else "ours"
+        when = (f"epoch {cfg.groups_epochs}, accuracy {np.mean(acc_snap):.3f}"
+                + ("" if early else f" > {c.early_acc_max:g} (t): not the seed's early stage"))
+        claim = "fig7-left-predictions-follow-label-ranges"
+        for k, (lo, hi) in enumerate(ranges):
+            out.row(claim, f"share/group{k + 1}", share[:, k].tolist(), arms=["groups"], provenance=provenance,
+                    context={"quantity": "share", "group": k + 1},
+                    label=f"{when}: share of group {k + 1}'s predictions in {lo}..{hi} ≥ {c.in_range_min:g} (t)")
+        rise = []
+        for k in range(G - 1):
+            r = ((pred_mean[:, k + 1] - pred_mean[:, k]) / (target_mean[:, k + 1] - target_mean[:, k])).tolist()
+            rise.append(r)
+            out.row(claim, f"rise/group{k + 1}-{k + 2}", r, arms=["groups"], provenance=provenance,
+                    context={"quantity": "rise", "group": k + 1},
+                    label=f"{when}: mean prediction of group {k + 2} minus group {k + 1}, over the targets' difference, "
+                          f"≥ {c.rise_min:g} (t)")
+        out.values["groups"] = {"epoch": cfg.groups_epochs, "acc": acc_snap.tolist(), "in_range": share.tolist(),
+                                "mean_prediction": pred_mean.tolist(), "mean_target": target_mean.tolist(), "rise": rise,
+                                "ranges": ranges, "label_marginal_loss": marginal, "final_loss": loss[:, -1].tolist(),
+                                "early": early}
+
+    def notes(self, cfg: AnchorsLabelsConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        m = measured.values
+        a = m["groups"]
+        share = np.asarray(a["in_range"])
+        notes = [f"(a) epoch {cfg.groups_epochs}: accuracy {np.mean(a['acc']):.3f}; share in range per group "
+                 + ", ".join(f"{lo}..{hi}: {float(share[:, k].mean()):.3f}" for k, (lo, hi) in enumerate(a["ranges"]))
+                 + "; mean prediction per group " + ", ".join(f"{v:.1f}" for v in np.nanmean(a["mean_prediction"], 0))
+                 + " vs targets " + ", ".join(f"{v:.1f}" for v in np.nanmean(a["mean_target"], 0))
+                 + f" (seed means); snapshot loss {np.mean(a['final_loss']):.3f} vs the group-blind marginal's "
+                 f"{a['label_marginal_loss']:.3f} nats. A constant prediction in 30..49 would be in every nested range: "
+                 "the rise rows are what it cannot pass."]
+        for arm in ("mem1", "mem2"):
+            t = m[arm]["T50"]
+            cens = sum(v is None for v in t)
+            notes.append(f"(b) {ARMS[arm]}: T50 {t} epochs ({cens} never within {cfg.schedule.epochs} epochs), AUC "
+                         f"{np.mean(m[arm]['AUC']):.3f}, final acc {np.mean(m[arm]['final_acc']):.3f}, final loss "
+                         f"{np.mean(m[arm]['final_loss']):.3f} vs the label marginal's {m[arm]['label_marginal_loss']:.3f} "
+                         "nats (seed means).")
+        notes.append("Fig. 7's text and caption swap left and right; we follow the caption. Group make-up (unstated): "
+                     "tasks.anchors' mix='memory', mem_max=20, memory_groups=4, i.e. 4 groups of 5 memory anchors.")
+        return notes
+
     # ---- figures --------------------------------------------------------------------------------
-    def plot(self, cfg: AnchorsLabelsConfig, run: Run, analysis: Analysis, figdir: Path) -> list[Path]:
+    def plot(self, cfg: AnchorsLabelsConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         snap = self.snapshot_predictions(cfg, run)
         ranges = analysis.measurements["groups"]["ranges"]
         G = len(ranges)
@@ -296,11 +376,10 @@ class AnchorsLabels(Experiment):
             ax.set_title(f"group {k + 1}: labels {lo}..{hi}", fontsize=9)
             if k == 0:
                 ax.legend(fontsize=8)
-        df = run.metrics()
         ax = axes[0][1]
         for arm, color in (("mem1", "tab:red"), ("mem2", "tab:blue")):
-            ep, v = epoch_curves(df, arm, "mem_acc", cfg.steps_per_epoch(arm))
-            curve_with_band(ax, ep, v, ARMS[arm], color)
+            steps, v = run.curves(arm, "mem_acc")
+            curve_with_band(ax, steps / cfg.steps_per_epoch(arm), v, ARMS[arm], color)
         ax.set_xlabel("epoch")
         ax.set_ylabel("accuracy on D_mem")
         ax.legend(fontsize=8)

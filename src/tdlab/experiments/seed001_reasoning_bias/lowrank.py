@@ -7,7 +7,9 @@ embedding tables include the rows of tokens the data never show: the seed's figu
 matrices). The seed: "as the initialization scale decreases, the parameter matrices exhibit a
 pronounced low-rank structure". Claim, per matrix: ``erank(γ=0.8) < erank(γ=0.5) < erank(γ=0.3)``
 (paired over seeds; erank = exp of the entropy of the normalised singular values), one row per matrix
-and neighbouring pair of γ, so a failure names its matrix.
+and neighbouring pair of γ, so a failure names its matrix. The rows read trained parameters: they are
+the seed's setting only at its learning rate and budget
+(:func:`~tdlab.experiments.seed001_reasoning_bias.training.parameter_reading`), else ours.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tdlab.experiments.anchors_bias import AnchorsBias
-from tdlab.experiments.anchors_embedding import ProbeConfig, ProbeSource, _quick
-from tdlab.experiments.anchors_training import GammaArms
+from tdlab.claims import ClaimSpec, GroupResult, Measurements
 from tdlab.experiments.base import Analysis, register
+from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
+from tdlab.experiments.seed001_reasoning_bias.embedding import ProbeConfig, ProbeSource, quick_profile
+from tdlab.experiments.seed001_reasoning_bias.training import (
+    SEED_LR_TRANSFORMER, GammaArms, parameter_reading, reading_note,
+)
+from tdlab.experiments.view import RunView
 from tdlab.probes.embedding import erank
 from tdlab.report.figures import plt, save_figure
-from tdlab.runs import Run
 
 __all__ = ["AnchorsLowrankConfig", "AnchorsLowrank", "weight_matrices", "spectra"]
 
@@ -59,6 +64,17 @@ def _slug(name: str) -> str:
     return name.replace("^", "_").replace(" (layer ", ".layer").replace(")", "")
 
 
+CLAIMS = (
+    ClaimSpec(
+        "fig13-low-rank-at-small-init",
+        "Every weight matrix's effective rank is lower the smaller the initialisation: erank(γ = 0.8) < erank(γ = 0.5) "
+        "< erank(γ = 0.3) (Fig. 13, App. C.4)",
+        test="compare", relation="lt", margin=0.0, horizon="budget",
+        quantity="effective rank (exp of the entropy of the normalised singular values) at the end of training, larger "
+        "γ minus smaller γ (neighbouring γ, paired over seeds), one row per matrix"),
+)
+
+
 @register
 class AnchorsLowrank(ProbeSource, AnchorsBias):
     name = "anchors-lowrank"
@@ -70,34 +86,38 @@ class AnchorsLowrank(ProbeSource, AnchorsBias):
         "falls as γ grows (smaller init, lower rank)."
     )
     Config = AnchorsLowrankConfig
+    claims = CLAIMS
     profiles = {
-        "quick": _quick({}),  # anchors-bias's quick scale-down
+        "quick": quick_profile({}),  # anchors-bias's quick scale-down
         "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}},
     }
 
-    def measures(self, cfg: AnchorsLowrankConfig, run: Run) -> dict[float, dict[str, dict[str, list]]]:
-        return {g: spectra(weight_matrices(run.arrays(GammaArms.arm(g)), cfg.model.layers)) for g in cfg.gammas}
-
-    def analyse(self, cfg: AnchorsLowrankConfig, run: Run) -> Analysis:
-        m = self.measures(cfg, run)
-        out = Analysis(measurements={f"gamma={g:g}": v for g, v in m.items()})
+    def measure(self, cfg: AnchorsLowrankConfig, run: RunView) -> Measurements:
+        m = {g: spectra(weight_matrices(run.arrays(GammaArms.arm(g)), cfg.model.layers)) for g in cfg.gammas}
+        out = Measurements({GammaArms.arm(g): v for g, v in m.items()})
+        end = cfg.schedule.epochs
+        r = parameter_reading(end, end, cfg.train.lr, SEED_LR_TRANSFORMER)
         ordered = sorted(cfg.gammas, reverse=True)  # smallest init first
-        grp = out.group("fig13-low-rank-at-small-init",
-                        "Every weight matrix's effective rank is lower the smaller the initialisation: "
-                        "erank(γ = 0.8) < erank(γ = 0.5) < erank(γ = 0.3) (Fig. 13)")
-        names = list(next(iter(m.values())))
-        for name in names:
+        for name in next(iter(m.values())):
             for hi, lo in zip(ordered, ordered[1:]):
-                grp.compare(f"{_slug(name)}/{hi:g}-below-{lo:g}", m[hi][name]["erank"], m[lo][name]["erank"], "lt", paired=True,
-                            arms=[GammaArms.arm(hi), GammaArms.arm(lo)],
-                            statement=f"{name}: erank at γ = {hi:g} minus at γ = {lo:g} < 0")
-        for name in names:
-            out.notes.append(f"{name}: erank " + ", ".join(f"γ = {g:g} {np.mean(m[g][name]['erank']):.2f}" for g in ordered)
-                             + " (seed means).")
+                out.row("fig13-low-rank-at-small-init", f"{_slug(name)}/{hi:g}-below-{lo:g}", m[hi][name]["erank"],
+                        m[lo][name]["erank"], arms=[GammaArms.arm(hi), GammaArms.arm(lo)], provenance=r.provenance,
+                        context={"matrix": name, "gamma": hi, "reference_gamma": lo, "epoch": end},
+                        label=f"{name}: erank at γ = {hi:g} minus at γ = {lo:g} < 0; {r.label}")
         return out
 
-    def plot(self, cfg: AnchorsLowrankConfig, run: Run, analysis: Analysis, figdir: Path) -> list[Path]:
-        m = {g: analysis.measurements[f"gamma={g:g}"] for g in cfg.gammas}
+    def notes(self, cfg: AnchorsLowrankConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        m = {g: measured.values[GammaArms.arm(g)] for g in cfg.gammas}
+        ordered = sorted(cfg.gammas, reverse=True)
+        notes = [f"{name}: erank " + ", ".join(f"γ = {g:g} {np.mean(m[g][name]['erank']):.2f}" for g in ordered)
+                 + " (seed means)." for name in next(iter(m.values()))]
+        line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TRANSFORMER)
+        if line:
+            notes.append(line)
+        return notes
+
+    def plot(self, cfg: AnchorsLowrankConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        m = {g: analysis.measurements[GammaArms.arm(g)] for g in cfg.gammas}
         names = list(next(iter(m.values())))
         cols = 5
         rows = -(-len(names) // cols)

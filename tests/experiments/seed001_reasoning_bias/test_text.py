@@ -1,7 +1,8 @@
-"""anchors-text (seed 001 Figs. 1, 6; issue 16): the exclusive-token sets against a Counter-based slow
-version, the cosine measure on planted embeddings, the padded next-token loss against a direct
-computation, the loss-speed measures on built curves, every claim on planted runs (holds and fails),
-bad data files through the CLI (exit 2, nothing written), and a tiny end-to-end run."""
+"""anchors-text (seed 001 Figs. 1, 6): the exclusive-token sets against a Counter-based slow version,
+the cosine measure on planted embeddings, the padded next-token loss against a direct computation,
+the loss-speed measures on built curves, every claim on planted runs in the seed's setting (holds and
+fails), stand-in stories and a faster, shorter schedule making the rows ours, bad data files through
+the CLI (exit 2, nothing written), and a tiny end-to-end run."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 
 from tdlab.cli import app
 from tdlab.config import ConfigError, build_config
-from tdlab.experiments.anchors_text import (
+from tdlab.experiments.seed001_reasoning_bias.text import (
     DATA_DIR,
     SOURCES,
     AnchorsText,
@@ -31,7 +32,7 @@ from tdlab.experiments.anchors_text import (
 )
 from tdlab.experiments.base import init_arm, snapshot_arm
 from tdlab.experiments.runner import execute
-from tdlab.runs import RunWriter
+from tdlab.runs import Run, RunWriter
 from tdlab.tasks.stories import STANDIN_LABEL, standin_stories
 from tdlab.train.objectives import NextToken
 
@@ -131,13 +132,18 @@ def test_padded_next_token_ignores_padding(one_thread):
 
 def test_halving_epoch_and_auc_on_built_curves():
     ep = np.arange(6.0)
-    loss = np.array([[4.0, 3.0, 2.0, 1.0, 1.0, 1.0],   # halves at epoch 2
-                     [2.0, 2.0, 2.0, 2.0, 2.0, 2.0]])  # never: censored at the horizon
-    assert halving_epoch(ep, loss, horizon=6.0) == [2.0, 6.0]
+    loss = np.array([[4.0, 3.0, 2.0, 1.0, 1.0, 1.0],   # below half first at epoch 3 (2.0 is exactly half)
+                     [2.0, 2.0, 2.0, 2.0, 2.0, 2.0]])  # never: censored at the last evaluation
+    h = halving_epoch(ep, loss)
+    assert h.steps.tolist() == [3.0, 5.0] and h.censored.tolist() == [False, True] and h.resolution == 1.0
     assert loss_auc(ep, loss) == pytest.approx([np.mean([0.75, 0.5, 0.25, 0.25, 0.25]), 1.0])
 
 
 # ---- planted runs: each claim holds and fails -------------------------------------------------------------
+
+MEMBERS = 8  # an exact sign test over 8 members survives Holm over a group's two rows
+# The seed's setting for Figs. 1 and 6 (A.3: lr 1e-5, 200 epochs; "early" = epoch 20), evaluated every 20 epochs.
+SEED = ["train.lr=1e-5", "schedule.epochs=200", "schedule.eval_epochs=20"]
 
 
 @pytest.fixture(scope="module")
@@ -148,35 +154,44 @@ def tiny_corpus():
     return build_corpus(texts, "local", 300, 64)
 
 
+@pytest.fixture(scope="module")
+def stories_file(tmp_path_factory):
+    """A TinyStories-format file of 25 stories (the run reads 20)."""
+    path = tmp_path_factory.mktemp("data") / "TinyStories-valid.txt"
+    path.write_text("\n<|endoftext|>\n".join(f"Story {i}: Tom saw a red ball and was happy." for i in range(25)),
+                    encoding="utf-8")
+    return path
+
+
 def _planted(tmp_path, corpus, prontoqa_faster: bool, main: str | None, control: str | None = None, init: str | None = None,
-             extra: tuple[str, ...] = ()):
+             extra: tuple[str, ...] = SEED):
     """A run whose losses and embeddings are planted: ``main``/``control``/``init`` name the source whose
     exclusive tokens share a direction in that arm's (or the initial) embeddings (``None``: none do)."""
     exp = AnchorsText()
     cfg = exp.make_config("quick", ["data.n_sequences=40", "model.vocab=300", "train.batch=20", "schedule.epochs=10",
-                                    "claims.min_tokens=2", *extra], members=3)
+                                    "claims.min_tokens=2", *extra], members=MEMBERS)
     spe, early = cfg.steps_per_epoch, cfg.early_epoch
     ex = exp.exclusive(cfg, corpus)
     g = torch.Generator().manual_seed(1)
-    epochs = np.arange(11)
-    fast = 6.0 * np.exp(-epochs / 2.0)
-    slow = 6.0 * np.exp(-epochs / 6.0)
+    epochs = np.arange(0, cfg.schedule.epochs + 1, cfg.schedule.eval_epochs)
+    x = epochs / epochs[-1] * 10  # the curves' shape over ten units of training
+    fast, slow = 6.0 * np.exp(-x / 2.0), 6.0 * np.exp(-x / 6.0)
     with RunWriter(tmp_path / "planted", exp.name) as w:
         w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
         corpus.save(w.path / DATA_DIR)
         for gamma in cfg.gammas:
             arm = f"gamma={gamma:g}"
             rows = []
-            for m in range(3):
+            for m in range(MEMBERS):
                 jitter = 1 + 0.01 * m
                 p, s = (fast, slow) if prontoqa_faster else (slow, fast)
-                rows += [(int(e * spe), m, "prontoqa_loss", float(p[e] * jitter)) for e in epochs]
-                rows += [(int(e * spe), m, "stories_loss", float(s[e] * jitter)) for e in epochs]
+                rows += [(int(e * spe), m, "prontoqa_loss", float(p[k] * jitter)) for k, e in enumerate(epochs)]
+                rows += [(int(e * spe), m, "stories_loss", float(s[k] * jitter)) for k, e in enumerate(epochs)]
             w.add_metrics(arm, rows)
 
             def wte(aligned: str | None):
                 # orthonormal rows: every cosine exactly 0 (the idealised random init of a wide model)
-                W = torch.linalg.qr(torch.randn(3, 512, 300, generator=g))[0].transpose(1, 2).contiguous()
+                W = torch.linalg.qr(torch.randn(MEMBERS, 512, 300, generator=g))[0].transpose(1, 2).contiguous()
                 if aligned is not None:  # one source's exclusive tokens share a direction (cos 0.5)
                     W[:, ex[aligned]] = W[:, 299:300] + W[:, ex[aligned]]
                 return [{"wte": t} for t in W]
@@ -186,57 +201,74 @@ def _planted(tmp_path, corpus, prontoqa_faster: bool, main: str | None, control:
             w.save_arrays(snapshot_arm(arm, early * spe), wte(main if small else control))
             w.save_arrays(arm, wte(main if small else control))
         run = w.finish()
-    return exp, cfg, run
+    return exp, cfg, Run(run.path)
 
 
 def _rows(a):
     return {r.id: r for grp in a.groups for r in grp.rows}
 
 
-def test_planted_run_where_the_seed_holds(tmp_path, tiny_corpus, one_thread):
-    exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=True, main="stories")
+def test_planted_run_where_the_seed_holds(tmp_path, tiny_corpus, stories_file, one_thread):
+    exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=True, main="stories",
+                             extra=(*SEED, f"data.stories={stories_file}"))
     a = exp.analyse(cfg, run)
-    rows = _rows(a)
+    assert cfg.early_epoch == 20
     for rid in ("fig1-prontoqa-loss-falls-faster/auc", "fig1-prontoqa-loss-falls-faster/halving-epoch",
                 "fig6-prontoqa-tokens-less-similar/early", "fig6-gap-small-init-effect/gap",
                 "fig6-no-gap-at-init/gamma=0.8", "fig6-no-gap-at-init/gamma=0.3"):
-        assert rows[rid].verdict == "holds", rows[rid].describe()
-    # stand-in stories: every paper claim carries the label, in its statement, its reason and the notes
-    for grp in a.paper:
-        assert STANDIN_LABEL in grp.statement and all(STANDIN_LABEL in r.reason for r in grp.rows)
-    assert a.notes[0].startswith(STANDIN_LABEL.upper()) and a.measurements["stand_in_data"] is True
+        assert _rows(a)[rid].verdict == "holds", _rows(a)[rid].describe()
+    assert all(g.verdict == "holds" for g in a.groups)
+    assert {r.provenance for g in a.paper for r in g.rows} == {"seed"}
+    assert a.measurements["stand_in_data"] is False and str(stories_file) in a.measurements["data_provenance"]
+    assert not any(STANDIN_LABEL in r.statement for g in a.groups for r in g.rows)
     assert a.measurements["seed_reference_cosines"] == {"prontoqa": 0.123, "stories": 0.531}
 
 
-def test_planted_run_where_the_seed_fails(tmp_path, tiny_corpus, one_thread):
+def test_planted_run_where_the_seed_fails(tmp_path, tiny_corpus, stories_file, one_thread):
     exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=False, main="prontoqa", control="stories",
-                             init="stories")
-    rows = _rows(exp.analyse(cfg, run))
+                             init="stories", extra=(*SEED, f"data.stories={stories_file}"))
+    a = exp.analyse(cfg, run)
     for rid in ("fig1-prontoqa-loss-falls-faster/auc", "fig1-prontoqa-loss-falls-faster/halving-epoch",
                 "fig6-prontoqa-tokens-less-similar/early", "fig6-gap-small-init-effect/gap", "fig6-no-gap-at-init/gamma=0.8"):
-        assert rows[rid].verdict == "fails", rows[rid].describe()
+        assert _rows(a)[rid].verdict == "fails", _rows(a)[rid].describe()
+    assert all(g.verdict == "fails" for g in a.groups)
 
 
-def test_too_few_exclusive_tokens_is_not_evaluable(tmp_path, tiny_corpus, one_thread):
+def test_stand_in_stories_make_every_paper_row_ours(tmp_path, tiny_corpus, one_thread):
+    exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=True, main="stories")
+    a = exp.analyse(cfg, run)
+    for g in a.paper:
+        assert g.verdict == "not evaluable" and g.cause == "no seed rows", g.describe()
+        assert all(r.provenance == "ours" and r.verdict == "holds" and STANDIN_LABEL in r.statement for r in g.rows)
+    assert a.result("fig6-no-gap-at-init").verdict == "holds"  # a sanity check: decided by every row
+    assert a.notes[0].startswith(STANDIN_LABEL.upper()) and a.measurements["stand_in_data"] is True
+
+
+def test_a_faster_shorter_schedule_makes_the_fig6_rows_ours(tmp_path, tiny_corpus, stories_file, one_thread):
+    exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=True, main="stories",
+                             extra=(f"data.stories={stories_file}",))  # the quick profile's lr 1e-3 over 10 epochs
+    a = exp.analyse(cfg, run)
+    assert a.result("fig1-prontoqa-loss-falls-faster").verdict == "holds"  # the curves: the seed's comparison
+    for gid in ("fig6-prontoqa-tokens-less-similar", "fig6-gap-small-init-effect"):
+        g = a.result(gid)
+        assert g.verdict == "not evaluable" and g.cause == "no seed rows"
+        assert "100× the seed's" in g.rows[0].statement
+    assert any("not the seed's setting" in n for n in a.notes)
+
+
+def test_too_few_exclusive_tokens_leaves_fig6_without_rows(tmp_path, tiny_corpus, one_thread):
     exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=True, main="stories")
     cfg = cfg.updated({"claims": cfg.claims.updated({"min_tokens": 10_000})})
-    r = _rows(exp.analyse(cfg, run))["fig6-prontoqa-tokens-less-similar/early"]
-    assert r.verdict == "not evaluable" and "claims.min_tokens" in r.reason
+    g = exp.analyse(cfg, run).result("fig6-prontoqa-tokens-less-similar")
+    assert g.verdict == "not evaluable" and g.cause == "no rows" and "claims.min_tokens" in g.reason
 
 
-def test_a_user_stories_file_is_used_and_claims_are_not_labelled(tmp_path, tiny_corpus, one_thread):
-    from tdlab.experiments.anchors_text import source_texts
+def test_a_user_stories_file_is_read(tmp_path, stories_file):
+    from tdlab.experiments.seed001_reasoning_bias.text import source_texts
 
-    stories = [f"Story {i}: Tom saw a red ball and was happy." for i in range(25)]
-    path = tmp_path / "TinyStories-valid.txt"
-    path.write_text("\n<|endoftext|>\n".join(stories), encoding="utf-8")
-    cfg = AnchorsText().make_config("quick", ["data.n_sequences=40", "train.batch=20", f"data.stories={path}"])
-    assert not cfg.data.standin and source_texts(cfg.data, 0)["stories"] == stories[:20]
-    exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=True, main="stories", extra=(f"data.stories={path}",))
-    a = exp.analyse(cfg, run)
-    assert a.measurements["stand_in_data"] is False and str(path) in a.measurements["data_provenance"]
-    assert not any(STANDIN_LABEL in g.statement or any(STANDIN_LABEL in r.reason for r in g.rows) for g in a.groups)
-    assert not any(STANDIN_LABEL in n.lower() and "tinystories from" not in n.lower() for n in a.notes)
+    cfg = AnchorsText().make_config("quick", ["data.n_sequences=40", "train.batch=20", f"data.stories={stories_file}"])
+    assert not cfg.data.standin
+    assert source_texts(cfg.data, 0)["stories"] == [f"Story {i}: Tom saw a red ball and was happy." for i in range(20)]
 
 
 # ---- bad input: one error, exit 2, nothing written ------------------------------------------------------
@@ -281,7 +313,7 @@ def test_tiny_end_to_end_run(tmp_path, one_thread):
     assert s["status"] == "done"
     assert {g["id"] for g in s["claims"]} == {"fig1-prontoqa-loss-falls-faster", "fig6-prontoqa-tokens-less-similar",
                                               "fig6-gap-small-init-effect"}
-    assert all(STANDIN_LABEL in g["statement"] for g in s["claims"]) and STANDIN_LABEL in s["notes"][0].lower()
+    assert all(r["provenance"] == "ours" for g in s["claims"] for r in g["rows"]) and STANDIN_LABEL in s["notes"][0].lower()
     assert s["figures"] == ["figures/fig1_loss_per_source.png", "figures/fig6_exclusive_token_cosines.png"]
     corpus = Corpus.load(run.path / DATA_DIR)  # the tokenisation cache
     assert corpus.tokens.shape == (40, 32) and int(corpus.source.sum()) == 20

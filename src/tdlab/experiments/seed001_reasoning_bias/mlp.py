@@ -1,0 +1,503 @@
+"""``anchors-mlp``: seed 001 §4.2, Figs. 2B, 3 and 10 — the Emb-MLP (Def. 1) on the anchor task.
+
+The Emb-MLP ``G(X) = σ(Σ_{s in X} w^{emb,s} W^(1)) W^(2)`` reads ``X = [z, a_1, a_2]`` (§4.2: ``p ≡ 1``,
+``L = q + 1``) and is trained from γ ∈ {0.3, 0.5, 0.8} as one ensemble
+(:mod:`~tdlab.experiments.seed001_reasoning_bias.training`; ``EmbMLP`` takes one γ per member). Measured:
+
+* Fig. 2B — accuracy on D_mem, D_rsn,train, D_rsn,test per epoch; the seed: the reasoning bias of
+  Fig. 2A shows at γ = 0.8 against γ = 0.3. Sum-pooling is order-blind, so memory accuracy is capped by
+  :func:`tdlab.theory.anchors.order_blind_memory_ceiling` (a sanity check).
+* Fig. 3A — cosine matrices of the memory and reasoning anchors' embeddings at γ = 0.8, at the
+  snapshot epochs (the seed: 50 and 900 of 1000; the trainer's ``snapshot_steps``, stored as
+  ``gamma=<γ>@step<N>``).
+* Fig. 3B–C — ``P^s − 1/d_vob`` of every reasoning anchor (Eq. 8/22 on the task's training
+  population, :func:`tdlab.theory.anchors.token_label_law`) and their cosines; Eq. 7: every memory
+  anchor has the same law. The measured reasoning cosines are judged by their *value* error against the
+  ``P^s`` cosines (an ordering alone cannot tell two theories apart).
+* Fig. 10 — the cosine matrices at γ = 0.3 and 0.5 (end of training).
+
+Claims ((t) = ours, in :class:`MlpClaims`): Fig. 2A's orderings at γ = 0.8 and a larger reasoning bias
+at γ = 0.8 than at 0.3 (learning curves: the seed's comparison over the run's schedule); at each
+Fig. 3A snapshot, the memory anchors' mean off-diagonal cosine ``>= 0.8`` (t) and above the reasoning
+anchors', the reasoning anchors' ``ρ <= −0.8`` (t) (ρ = Spearman of cos with ``|i − j|``), and the mean
+``|cos − cos_P|`` over reasoning pairs ``<= 0.1`` (t); at γ = 0.3 (end) mean ``|off-diagonal cos| <= 0.2``
+(t) for both anchor types; the memory anchors' mean cosine grows with γ. The parameter claims are the
+seed's setting only at its learning rate, budget and epochs (:func:`parameter_reading`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+from scipy.stats import rankdata
+
+from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.config import Config
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register, snapshot_arm
+from tdlab.experiments.seed001_reasoning_bias.training import (
+    RSN_PAST_MARGINAL, SEED_LR_EMB_MLP, AnchorsHealth, ArmCurves, EpochsConfig, GammaArms, Seed001TrainConfig,
+    bias_gap, check_gammas, cosine_heatmap, epoch_train_config, fit_gamma_arms, fixed_data, label_marginal_losses,
+    Reading, parameter_reading, plot_split_curves, reading_note, reasoning_first_claim, reasoning_first_rows,
+    record_rsn_past_marginal,
+)
+from tdlab.experiments.view import RunView
+from tdlab.models.emb_mlp import EmbMLP, EmbMLPConfig
+from tdlab.probes.embedding import cosine_matrix, distance_spearman, offdiag_mean
+from tdlab.report.figures import plt, save_figure
+from tdlab.seeding import generators
+from tdlab.tasks.anchors import KIND_MEM, Anchors, AnchorsConfig
+from tdlab.theory.anchors import label_law_cosines, order_blind_memory_ceiling, token_label_law
+from tdlab.train.cpu import cpu_threads
+from tdlab.train.data import DATASET
+from tdlab.train.objectives import LastPosition
+from tdlab.train.trainer import Trainer
+
+__all__ = ["EmbTaskConfig", "EmbTrainConfig", "MlpClaims", "AnchorsMlpConfig", "AnchorsMlp", "anchor_embeddings",
+           "reasoning_theory_cosines", "pair_spearman", "pair_abs_error", "FIG3A_EPOCHS", "anchor_cosine_claims",
+           "anchor_cosine_rows"]
+
+FIG3A_EPOCHS = (50, 900)  # the seed's Fig. 3A snapshots (of 1000 epochs)
+
+
+class EmbTaskConfig(AnchorsConfig):
+    """The Emb-MLP task (§4.2: ``p ≡ 1``, ``L = q + 1``; A.3: 1,000,000 sequences, 5,000 per tuple)."""
+
+    L: int = Field(3, ge=2, le=512)  # L = q + 1
+    n_train: int = Field(990_000, ge=1, le=100_000_000)  # 5,000 per training tuple (A.3: 1,000,000 in all)
+    n_test: int = Field(10_000, ge=1, le=100_000_000)  # 5,000 per tuple of M
+
+
+class EmbTrainConfig(Seed001TrainConfig):
+    lr: float = Field(5e-6, gt=0.0, le=100.0)  # A.3: Emb-MLP "initial" lr 5e-6
+
+
+class MlpClaims(Config):
+    """Thresholds (t) of the claims — ours, fixed before any run."""
+
+    t50_acc: float = Field(0.5, gt=0.0, lt=1.0)
+    mem_cos_min: float = Field(0.8, ge=-1.0, le=1.0)  # (t) 3A: memory anchors' mean off-diagonal cos >= 0.8
+    rsn_rho_max: float = Field(-0.8, ge=-1.0, le=1.0)  # (t) 3A: reasoning ρ <= -0.8
+    theory_cos_err_max: float = Field(0.1, ge=0.0, le=2.0)  # (t) 3A vs 3C: mean |cos − cos_P| <= 0.1
+    large_abs_cos_max: float = Field(0.2, ge=0.0, le=1.0)  # (t) Fig. 10: γ = 0.3 mean |off-diag cos| <= 0.2
+    small_gamma: float = Field(0.8, ge=0.0, le=10.0)
+    large_gamma: float = Field(0.3, ge=0.0, le=10.0)
+
+
+class AnchorsMlpConfig(ExperimentConfig):
+    members: int = Field(3, ge=1, le=1024)  # seeds per γ
+    task: EmbTaskConfig = EmbTaskConfig()
+    model: EmbMLPConfig = EmbMLPConfig()  # A.3: d_vob 200, d_m 200, d_f 512; σ = tanh (Assumption 1)
+    gammas: list[float] = [0.3, 0.5, 0.8]  # A.3
+    train: EmbTrainConfig = EmbTrainConfig()  # A.3: AdamW, batch 100, lr 5e-6, clip 1
+    schedule: EpochsConfig = EpochsConfig()  # A.3: 1000 epochs
+    # Fig. 3A's snapshots, epochs < schedule.epochs (the seed: 50 and 900); the end is always kept too.
+    snapshot_epochs: list[int] = [50, 900]
+    claims: MlpClaims = MlpClaims()
+    cpu_threads: int | None = Field(1, ge=1, le=1024)  # small per-step work: one thread (tdlab.train.cpu)
+
+    @model_validator(mode="after")
+    def _check(self) -> AnchorsMlpConfig:
+        check_gammas(self.gammas)
+        if self.task.mix != "both":
+            raise ValueError(f"task.mix must be 'both' (D_mem and D_rsn are both measured), got {self.task.mix!r}")
+        bad = [e for e in self.snapshot_epochs if not 1 <= e < self.schedule.epochs]
+        if bad:
+            raise ValueError(f"snapshot_epochs {bad} must lie in 1..schedule.epochs-1={self.schedule.epochs - 1}")
+        if self.task.n_train < self.train.batch:
+            raise ValueError(f"task.n_train={self.task.n_train} must hold at least one batch of train.batch={self.train.batch}")
+        return self
+
+    def model_for_task(self) -> EmbMLPConfig:
+        return self.model.updated({"vocab": self.task.d_vob})
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return max(1, self.task.n_train // self.train.batch)
+
+
+# ------------------------------------------------------------------------------------------------
+# Measures
+
+
+def anchor_embeddings(W_emb: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """Rows ``lo..hi`` (token ids) of an embedding table ``(E, vocab, d)``: ``(E, hi - lo + 1, d)``."""
+    return W_emb[:, lo : hi + 1]
+
+
+def reasoning_theory_cosines(task: Anchors) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fig. 3B–C: the laws ``P^s`` of the reasoning anchors on the task's training population and the
+    cosines of ``P^s − 1/d_vob``. Returns ``(laws (n, d_vob), cosines (n, n))`` float64."""
+    c = task.cfg
+    laws = torch.stack([token_label_law(task, s) for s in range(c.rsn_min, c.rsn_max + 1)])
+    return laws, label_law_cosines(laws, c.d_vob)
+
+
+def _pairs(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return tuple(torch.triu_indices(n, n, 1))  # type: ignore[return-value]
+
+
+def pair_spearman(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Spearman correlation of the off-diagonal upper-triangle entries of ``a (..., n, n)`` with those of
+    ``b (n, n)``: ``(...)`` float64."""
+    i, j = _pairs(b.shape[-1])
+    x = torch.from_numpy(rankdata(a[..., i, j].double().numpy(), axis=-1))
+    y = torch.from_numpy(rankdata(b[i, j].double().numpy())).expand_as(x)
+    x, y = x - x.mean(-1, keepdim=True), y - y.mean(-1, keepdim=True)
+    return (x * y).sum(-1) / (x.norm(dim=-1) * y.norm(dim=-1))
+
+
+def pair_abs_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Mean ``|a_ij − b_ij|`` over the pairs ``i < j`` of cosine matrices ``a (..., n, n)`` and ``b`` (the same
+    shape or ``(n, n)``): ``(...)`` float64."""
+    i, j = _pairs(a.shape[-1])
+    return (a.double() - b.double())[..., i, j].abs().mean(-1)
+
+
+def _ceiling_se(c: float, n: int) -> float:
+    return math.sqrt(max(c * (1 - c), 1e-12) / n)
+
+
+def _label_law_expected(cfg: AnchorsMlpConfig, row: Any) -> float:
+    return 0.0 if row.context.get("check") == "memory-laws-equal" else cfg.claims.rsn_rho_max
+
+
+def _label_law_tol(cfg: AnchorsMlpConfig, row: Any) -> float:
+    return 1e-12 if row.context.get("check") == "memory-laws-equal" else 0.0
+
+
+def anchor_cosine_claims(prefix: str, figure: str, section: str) -> tuple[ClaimSpec, ...]:
+    """The three statements of Figs. 3A and 4A about the anchors' embedding cosines at γ = 0.8 (thresholds
+    from the config section ``section``); rows from :func:`anchor_cosine_rows`."""
+    return (
+        ClaimSpec(
+            f"{prefix}-memory-anchors-aligned",
+            f"Small init (γ = 0.8): the memory anchors' embeddings are highly similar to each other ({figure})",
+            test="value", relation="ge", expected=f"{section}.mem_cos_min", tolerance=0.0, horizon="budget",
+            quantity=f"mean off-diagonal cosine of the memory anchors' embeddings at a {figure} snapshot"),
+        ClaimSpec(
+            f"{prefix}-memory-above-reasoning",
+            f"Small init (γ = 0.8): memory anchors are more alike than reasoning anchors ({figure})",
+            test="compare", relation="gt", margin=0.0, horizon="budget",
+            quantity=f"mean off-diagonal cosine, memory − reasoning anchors, at a {figure} snapshot (paired by member)"),
+        ClaimSpec(
+            f"{prefix}-reasoning-anchors-ordered",
+            f"Small init (γ = 0.8): the reasoning anchors' cosine falls with |s_i − s_j| ({figure})",
+            test="value", relation="le", expected=f"{section}.rsn_rho_max", tolerance=0.0, horizon="budget",
+            quantity="Spearman ρ of cos(w^s_i, w^s_j) with |s_i − s_j| over reasoning-anchor pairs"),
+    )
+
+
+def anchor_cosine_rows(out: Measurements, prefix: str, arm: str, epoch: int, m: dict[str, list[float]],
+                       reading: Reading, gamma: float, mem_cos_min: float, rsn_rho_max: float) -> None:
+    """The rows of :func:`anchor_cosine_claims` for one snapshot (``m``: :meth:`AnchorsMlp.embedding_measures`'
+    ``mem_cos``, ``rsn_cos`` and ``rsn_rho``, per member)."""
+    ctx = {"gamma": gamma, "epoch": epoch}
+    key, when = f"epoch{epoch}", f"γ = {gamma:g}, epoch {epoch}"
+    out.row(f"{prefix}-memory-anchors-aligned", key, m["mem_cos"], arms=[arm], provenance=reading.provenance, context=ctx,
+            label=f"{when}: mean off-diagonal cos of memory anchors ≥ {mem_cos_min:g} (t); {reading.label}")
+    out.row(f"{prefix}-memory-above-reasoning", key, m["mem_cos"], m["rsn_cos"], arms=[arm], provenance=reading.provenance,
+            context=ctx, label=f"{when}: mean off-diagonal cos, memory − reasoning anchors > 0; {reading.label}")
+    out.row(f"{prefix}-reasoning-anchors-ordered", key, m["rsn_rho"], arms=[arm], provenance=reading.provenance,
+            context=ctx, label=f"{when}: Spearman ρ(cos, |s_i − s_j|) of reasoning anchors ≤ {rsn_rho_max:g} (t); "
+                               f"{reading.label}")
+
+
+CLAIMS = (
+    reasoning_first_claim(
+        "emb-mlp-small-init-learns-reasoning-first",
+        "Emb-MLP, small init (γ = 0.8): D_rsn,train and D_rsn,test are learnt before D_mem (Fig. 2B, Fig. 2A's "
+        "orderings)"),
+    ClaimSpec(
+        "emb-mlp-bias-larger-at-small-init",
+        "Emb-MLP: the reasoning bias is stronger at γ = 0.8 than at γ = 0.3 (Fig. 2B)",
+        test="compare", relation="gt", margin=0.0, horizon="budget", stage=RSN_PAST_MARGINAL,
+        quantity="AUC_rsn,test − AUC_mem at the small init minus at the large init, paired over seeds"),
+    *anchor_cosine_claims("fig3a", "Fig. 3A", "claims"),
+    ClaimSpec(
+        "fig3c-embedding-follows-label-law",
+        "Small init (γ = 0.8): the reasoning anchors' embedding cosines are those of P^s − 1/d_vob (Figs. 3A, 3C; "
+        "Prop. 1, Eq. 8)",
+        test="value", relation="le", expected=0.0, tolerance="claims.theory_cos_err_max", horizon="budget",
+        quantity="mean over reasoning-anchor pairs of |cos(w^s_i, w^s_j) − cos(P^s_i − 1/d_vob, P^s_j − 1/d_vob)|"),
+    ClaimSpec(
+        "fig10-large-init-orthogonal",
+        "Large init (γ = 0.3): the anchors' embeddings stay near-orthogonal, not shaped by the label laws (Fig. 10, "
+        "App. C.1)",
+        test="value", relation="le", expected="claims.large_abs_cos_max", tolerance=0.0, horizon="budget",
+        learning_required=False, example={"kind": "memory"},
+        quantity="mean |off-diagonal cosine| of the memory or reasoning anchors' embeddings at the end"),
+    ClaimSpec(
+        "fig10-memory-alignment-grows-with-gamma",
+        "The smaller the init, the more alike the memory anchors' embeddings (Figs. 3A, 10)",
+        test="compare", relation="gt", margin=0.0, horizon="budget",
+        quantity="memory anchors' mean off-diagonal cosine at the end, larger γ minus smaller γ (neighbouring γ, "
+        "paired over seeds)"),
+    ClaimSpec(
+        "fig3b-label-laws", "Eq. 7: every memory anchor has the same label law; Eq. 8: the reasoning anchors' laws "
+        "shift with s, so their cosines fall with |s_i − s_j| (Fig. 3B–C)",
+        kind="sanity", test="value", relation="le", expected=_label_law_expected, tolerance=_label_law_tol,
+        horizon="static", example={"check": "memory-laws-equal"},
+        quantity="max |P^s − P^s'| over memory anchors (≤ 0); Spearman ρ of the P^s cosines with |s_i − s_j| "
+        "(≤ claims.rsn_rho_max)"),
+    ClaimSpec(
+        "emb-mlp-order-blind-ceiling",
+        "Sum-pooling is order-blind: final D_mem accuracy ≤ the order-blind ceiling of the training set (Def. 1; "
+        "D_mem is a subset of the training set)",
+        kind="sanity", test="every", relation="le", expected=0.0, tolerance=0.0, horizon="budget",
+        learning_required=False, quantity="final D_mem accuracy − the training set's order-blind ceiling, per member "
+        "(± its evaluation-set standard error)"),
+)
+
+
+@register
+class AnchorsMlp(AnchorsHealth, Experiment):
+    name = "anchors-mlp"
+    paper = "001 Reasoning bias under small initialisation"
+    figure = "Figs. 2B, 3, 10 (§4.2, B.2, A.3)"
+    description = (
+        "Emb-MLP (Def. 1) on [z, a1, a2] from γ-init 0.3, 0.5, 0.8 (one ensemble): accuracy on D_mem, D_rsn,train, "
+        "D_rsn,test per epoch (Fig. 2B); anchor-embedding cosines at snapshots (Fig. 3A, 10) beside the label-law "
+        "cosines of Eq. 8/22 (Fig. 3B-C). Claims: reasoning learnt first at γ=0.8; memory anchors aligned, reasoning "
+        "anchors ordered and valued like P^s at γ=0.8; near-orthogonal anchors at γ=0.3."
+    )
+    Config = AnchorsMlpConfig
+    claims = CLAIMS
+    arm_fields = {"model.gamma": "gammas=[...]", "model.vocab": "task.d_vob", "train.steps": "schedule.epochs",
+                  "train.eval_every": "schedule.eval_epochs", "train.log_every": "schedule.eval_epochs",
+                  "train.seq_len": "task.L"}
+    profiles = {
+        # One scale-down for 2 CPU cores, set once before any run, the same as anchors-bias's where it applies.
+        # Kept: q = 2, L = q + 1 = 3 (p = 1), anchors and M, d_vob = 200, γ values, tanh, AdamW, batch 100,
+        # clip 1. Changed, and why:
+        # * keys Z = 21..40 (N_Z = 20): 5× fewer (key, tuple) pairs for the memory map;
+        # * n_train = 20,000 = 5 sequences per (key, tuple) pair (the seed: 1,000,000 / 20,000 = 50), 1,000 of M;
+        # * widths d_m 64, d_f 128 (as anchors-bias's quick transformer): CPU time;
+        # * lr 1e-3 (the seed: 5e-6 over 10,000,000 steps), 40 epochs = 8,000 steps; snapshots at epochs 2
+        #   and 36 (the seed's 50 and 900 as fractions of 40 epochs). At 200× the seed's lr these are not
+        #   the seed's phases: the rows read there are ours.
+        "quick": {
+            "members": 3,
+            "task": {"key_min": 21, "key_max": 40, "n_train": 20_000, "n_test": 1_000},
+            "model": {"d_m": 64, "d_f": 128},
+            "train": {"lr": 1e-3},
+            "schedule": {"epochs": 40, "eval_epochs": 1, "n_eval": 1_000},
+            "snapshot_epochs": [2, 36],
+        },
+        # A.3 exactly: 1,000,000 sequences, d_m 200, d_f 512, lr 5e-6, 1000 epochs; Fig. 3A at epochs 50 and 900.
+        "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000},
+                  "snapshot_epochs": [50, 900]},
+    }
+
+    def run(self, cfg: AnchorsMlpConfig, ctx: RunContext) -> None:
+        task, arms = self.task(cfg), self.gamma_arms(cfg)
+        mcfg = cfg.model_for_task()
+        gamma_of = arms.gamma_of
+
+        def build(seeds: list[int]) -> EmbMLP:
+            return EmbMLP(mcfg, seeds, [gamma_of[s] for s in seeds])
+
+        tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.task.n_train, cfg.task.q + 1)
+        data = fixed_data(task, arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch,
+                          view=Anchors.emb_mlp_view)
+        trainer = Trainer(tcfg, ctx.device, ctx.progress, label="γ-sweep", objective=LastPosition(),
+                          snapshot_steps=[e * cfg.steps_per_epoch for e in cfg.snapshot_epochs])
+        with cpu_threads(cfg.cpu_threads, ctx.device):
+            fit_gamma_arms(ctx, trainer, build, arms, data)
+
+    # ---- measurement ----------------------------------------------------------------------------
+    def snapshots(self, cfg: AnchorsMlpConfig, run: RunView, gamma: float) -> dict[int, torch.Tensor]:
+        """``{epoch: W_emb (E, vocab, d_m)}`` of one γ: ``0`` (init), each snapshot epoch and the last epoch."""
+        arm = GammaArms.arm(gamma)
+        out = {0: run.arrays(init_arm(arm))["W_emb"]}
+        for e in cfg.snapshot_epochs:
+            out[e] = run.arrays(snapshot_arm(arm, e * cfg.steps_per_epoch))["W_emb"]
+        out[cfg.schedule.epochs] = run.arrays(arm)["W_emb"]
+        return out
+
+    @staticmethod
+    def embedding_measures(cfg: AnchorsMlpConfig, W: torch.Tensor, theory_cos: torch.Tensor) -> dict[str, list[float]]:
+        """Per member: the anchors' mean (and mean absolute) off-diagonal cosines, the reasoning anchors'
+        ρ with distance, and their cosines' Spearman and mean absolute error against the ``P^s`` cosines."""
+        t = cfg.task
+        mem = cosine_matrix(anchor_embeddings(W, t.mem_min, t.mem_max))
+        rsn_w = anchor_embeddings(W, t.rsn_min, t.rsn_max)
+        rsn = cosine_matrix(rsn_w)
+        return {
+            "mem_cos": offdiag_mean(mem).tolist(), "rsn_cos": offdiag_mean(rsn).tolist(),
+            "mem_abs_cos": offdiag_mean(mem, absolute=True).tolist(), "rsn_abs_cos": offdiag_mean(rsn, absolute=True).tolist(),
+            "rsn_rho": distance_spearman(rsn_w, torch.arange(t.rsn_min, t.rsn_max + 1)).tolist(),
+            "theory_spearman": pair_spearman(rsn, theory_cos).tolist(),
+            "theory_abs_err": pair_abs_error(rsn, theory_cos).tolist(),
+        }
+
+    def memory_ceilings(self, cfg: AnchorsMlpConfig) -> tuple[list[float], list[float]]:
+        """Per seed index, the order-blind memory ceilings of that member's data: on the population
+        (:func:`order_blind_memory_ceiling`, tuples and keys equally likely) and on its training set.
+
+        D_mem is measured on training sequences, where the two orderings of an anchor pair occur a
+        random number of times each (keys are drawn per sequence): predicting a class's most frequent
+        training label beats the population ceiling there. Any one predictor's expected accuracy on a
+        random subset of the training set is its training-set accuracy, so the training-set ceiling
+        bounds the expected D_mem accuracy of any order-blind model.
+        """
+        task, arms = self.task(cfg), self.gamma_arms(cfg)
+        population, training = [], []
+        for g in generators(list(arms.seeds[: arms.n]), DATASET):  # data seeds = the first arm's seeds
+            population.append(order_blind_memory_ceiling(task, task.memory_table(g)))
+            d = task.dataset(g, cfg.task.n_train, "train")  # as anchor_splits draws it
+            mem = d["kind"] == KIND_MEM
+            key = torch.cat([d["key"][mem][:, None], torch.sort(d["anchors"][mem], dim=1).values,
+                             d["label"][mem][:, None]], 1)  # (order-blind class, label) of every memory sequence
+            groups, counts = torch.unique(key, dim=0, return_counts=True)  # (class, label) -> count
+            _, cls = torch.unique(groups[:, :-1], dim=0, return_inverse=True)
+            best = torch.zeros(int(cls.max()) + 1, dtype=torch.long).scatter_reduce(0, cls, counts, "amax")
+            training.append(float(best.sum()) / int(mem.sum()))
+        return population, training
+
+    def measure(self, cfg: AnchorsMlpConfig, run: RunView) -> Measurements:
+        c = cfg.claims
+        task = self.task(cfg)
+        laws, theory_cos = reasoning_theory_cosines(task)
+        marginal = label_marginal_losses(task)
+        population, ceilings = self.memory_ceilings(cfg)
+        out = Measurements({"label_marginal_loss": marginal, "order_blind_memory_ceiling": population,
+                            "order_blind_memory_ceiling_train_set": ceilings, "theory_rsn_cosines": theory_cos.tolist()})
+        curves = {g: ArmCurves.read(run, GammaArms.arm(g), cfg.steps_per_epoch) for g in cfg.gammas}
+        emb = {g: {e: self.embedding_measures(cfg, W, theory_cos) for e, W in self.snapshots(cfg, run, g).items()}
+               for g in cfg.gammas}
+        for g in cfg.gammas:
+            arm = GammaArms.arm(g)
+            record_rsn_past_marginal(out, arm, curves[g], marginal)
+            out.values[arm] = {"curves": {**curves[g].summary(c.t50_acc), "auc_gap": bias_gap(curves[g])},
+                               "embedding": {f"epoch {e}": v for e, v in emb[g].items()}}
+        small, large = c.small_gamma, c.large_gamma
+        end = cfg.schedule.epochs
+        if small in curves:
+            arm = GammaArms.arm(small)
+            reasoning_first_rows(out, "emb-mlp-small-init-learns-reasoning-first", arm, curves[small], c.t50_acc, small)
+            for e in cfg.snapshot_epochs:
+                self._fig3a_rows(out, cfg, arm, e, emb[small][e])
+        if small in curves and large in curves:
+            out.row("emb-mlp-bias-larger-at-small-init", f"{small:g}-above-{large:g}", bias_gap(curves[small]),
+                    bias_gap(curves[large]), arms=[GammaArms.arm(small), GammaArms.arm(large)],
+                    context={"gamma": small, "reference_gamma": large},
+                    label=f"(AUC_rsn,test − AUC_mem) at γ = {small:g} minus at γ = {large:g} > 0")
+        at_end = parameter_reading(end, end, cfg.train.lr, SEED_LR_EMB_MLP)
+        if large in emb:
+            for kind, key in (("memory", "mem_abs_cos"), ("reasoning", "rsn_abs_cos")):
+                out.row("fig10-large-init-orthogonal", kind, emb[large][end][key], arms=[GammaArms.arm(large)],
+                        provenance=at_end.provenance, context={"gamma": large, "kind": kind, "epoch": end},
+                        label=f"γ = {large:g}, end: mean |off-diagonal cos| of {kind} anchors ≤ {c.large_abs_cos_max:g} (t); "
+                              f"{at_end.label}")
+        ordered = sorted(emb)
+        for lo, hi in zip(ordered, ordered[1:]):
+            out.row("fig10-memory-alignment-grows-with-gamma", f"{hi:g}-above-{lo:g}", emb[hi][end]["mem_cos"],
+                    emb[lo][end]["mem_cos"], arms=[GammaArms.arm(hi), GammaArms.arm(lo)], provenance=at_end.provenance,
+                    context={"gamma": hi, "reference_gamma": lo, "epoch": end},
+                    label=f"end: memory anchors' mean cos at γ = {hi:g} minus at γ = {lo:g} > 0; {at_end.label}")
+        self._sanity(cfg, out, task, theory_cos, curves, ceilings)
+        return out
+
+    @staticmethod
+    def _fig3a_rows(out: Measurements, cfg: AnchorsMlpConfig, arm: str, epoch: int, m: dict[str, list[float]]) -> None:
+        c = cfg.claims
+        r = parameter_reading(epoch, cfg.schedule.epochs, cfg.train.lr, SEED_LR_EMB_MLP, FIG3A_EPOCHS)
+        anchor_cosine_rows(out, "fig3a", arm, epoch, m, r, c.small_gamma, c.mem_cos_min, c.rsn_rho_max)
+        out.row("fig3c-embedding-follows-label-law", f"epoch{epoch}", m["theory_abs_err"], arms=[arm],
+                provenance=r.provenance, context={"gamma": c.small_gamma, "epoch": epoch},
+                label=f"γ = {c.small_gamma:g}, epoch {epoch}: mean |cos − cos_P| over reasoning pairs ≤ "
+                      f"{c.theory_cos_err_max:g} (t); {r.label}")
+
+    def _sanity(self, cfg: AnchorsMlpConfig, out: Measurements, task: Anchors, theory_cos: torch.Tensor,
+                curves: dict[float, ArmCurves], ceilings: list[float]) -> None:
+        t = cfg.task
+        mem_laws = torch.stack([token_label_law(task, s) for s in range(t.mem_min, t.mem_max + 1)])
+        spread = float((mem_laws - mem_laws[0]).abs().max())
+        out.row("fig3b-label-laws", "memory-laws-equal", Sample((spread,), deterministic=True),
+                context={"check": "memory-laws-equal"}, label="Eq. 7: max |P^s − P^s'| over memory anchors = 0")
+        i, j = _pairs(theory_cos.shape[0])
+        rho = _spearman(theory_cos[i, j], (i - j).abs().double())
+        out.row("fig3b-label-laws", "theory-rsn-rho", Sample((rho,), deterministic=True), context={"check": "theory-rsn-rho"},
+                label=f"Spearman ρ(cos(P^s_i − 1/d_vob, P^s_j − 1/d_vob), |s_i − s_j|) ≤ {cfg.claims.rsn_rho_max:g} "
+                      "(each row falls with distance; pairs of equal |Δ| differ by the edges and M)")
+        se = [_ceiling_se(cl, cfg.schedule.n_eval) for cl in ceilings]
+        for g, cv in curves.items():
+            gaps = [a - cl for a, cl in zip(cv.final_acc("mem"), ceilings)]
+            out.row("emb-mlp-order-blind-ceiling", f"gamma={g:g}", Sample(gaps, se=se), arms=[GammaArms.arm(g)],
+                    context={"gamma": g},
+                    label=f"γ = {g:g}: final acc_mem − ceiling ≤ 0 (each member, ± its evaluation-set error)")
+
+    def notes(self, cfg: AnchorsMlpConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        m = measured.values
+        ceilings, population = m["order_blind_memory_ceiling_train_set"], m["order_blind_memory_ceiling"]
+        notes = []
+        for g in cfg.gammas:
+            s = m[GammaArms.arm(g)]["curves"]
+            notes.append(
+                f"γ = {g:g}: T50 mem/rsn-train/rsn-test = {s['T50_mem']} / {s['T50_rsn_train']} / {s['T50_test']} epochs "
+                f"(None: never within the run); final acc mem {np.mean(s['final_acc_mem']):.3f} (order-blind ceiling "
+                f"{np.mean(ceilings):.3f} on the training set, {np.mean(population):.3f} on the population), "
+                f"rsn-train {np.mean(s['final_acc_rsn_train']):.3f}, rsn-test {np.mean(s['final_acc_test']):.3f} (seed means).")
+        small = m.get(GammaArms.arm(cfg.claims.small_gamma))
+        if small is not None:
+            for e in cfg.snapshot_epochs:
+                v = small["embedding"][f"epoch {e}"]
+                notes.append(f"γ = {cfg.claims.small_gamma:g}, epoch {e}: reasoning cosines vs the P^s cosines — Spearman "
+                             f"{np.mean(v['theory_spearman']):.3f}, mean |Δcos| {np.mean(v['theory_abs_err']):.3f} (an ordering "
+                             "can agree while the values do not; the value error decides).")
+        line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_EMB_MLP)
+        if line:
+            notes.append(line)
+        return notes
+
+    # ---- figures --------------------------------------------------------------------------------
+    def plot(self, cfg: AnchorsMlpConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        chance = 1.0 / (cfg.task.key_max - cfg.task.key_min + 1)
+        arms = [(GammaArms.arm(g), f"γ = {g:g}") for g in cfg.gammas]
+        paths = [save_figure(plot_split_curves(run, arms, cfg.steps_per_epoch, chance,
+                                               f"Fig. 2B — Emb-MLP, {cfg.members} seeds per γ (mean, band min–max)"),
+                             figdir / "fig2b_emb_mlp_accuracy.png")]
+        task = self.task(cfg)
+        laws, theory_cos = reasoning_theory_cosines(task)
+        t = cfg.task
+        kinds = ((t.mem_min, t.mem_max, "memory"), (t.rsn_min, t.rsn_max, "reasoning"))
+        small = cfg.claims.small_gamma
+        if small in cfg.gammas:
+            snaps = {e: W for e, W in self.snapshots(cfg, run, small).items() if e > 0}
+            fig, axes = plt.subplots(2, len(snaps), figsize=(3.6 * len(snaps), 6.6), squeeze=False)
+            for col, (e, W) in enumerate(snaps.items()):
+                for row, (lo, hi, kind) in enumerate(kinds):
+                    cosine_heatmap(axes[row][col], cosine_matrix(anchor_embeddings(W, lo, hi)).mean(0), lo,
+                                   f"{kind}, epoch {e}")
+            fig.suptitle(f"Fig. 3A — cosine of anchor embeddings, γ = {small:g} (mean over {cfg.members} seeds)")
+            paths.append(save_figure(fig, figdir / "fig3a_anchor_cosines.png"))
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for k, s in enumerate(range(t.rsn_min, t.rsn_max + 1)):
+            axes[0].plot(np.arange(t.d_vob), (laws[k] - 1.0 / t.d_vob).numpy(), lw=1, label=f"s = {s}")
+        axes[0].set_xlabel("label i")
+        axes[0].set_ylabel("P^s(i) − 1/d_vob")
+        axes[0].legend(fontsize=6, ncol=2)
+        axes[0].set_title("Fig. 3B — label laws of reasoning anchors")
+        cosine_heatmap(axes[1], theory_cos, t.rsn_min, "Fig. 3C — cos(P^si − 1/d_vob, P^sj − 1/d_vob)")
+        paths.append(save_figure(fig, figdir / "fig3bc_label_laws.png"))
+        others = [g for g in cfg.gammas if g != small]
+        if others:
+            fig, axes = plt.subplots(2, len(others), figsize=(3.6 * len(others), 6.6), squeeze=False)
+            for col, g in enumerate(others):
+                W = run.arrays(GammaArms.arm(g))["W_emb"]
+                for row, (lo, hi, kind) in enumerate(kinds):
+                    cosine_heatmap(axes[row][col], cosine_matrix(anchor_embeddings(W, lo, hi)).mean(0), lo, f"{kind}, γ = {g:g}")
+            fig.suptitle(f"Fig. 10 — cosine of anchor embeddings at the end (epoch {cfg.schedule.epochs})")
+            paths.append(save_figure(fig, figdir / "fig10_anchor_cosines.png"))
+        return paths
+
+
+def _spearman(x: torch.Tensor, y: torch.Tensor) -> float:
+    rx = torch.from_numpy(rankdata(x.numpy())) - (len(x) + 1) / 2
+    ry = torch.from_numpy(rankdata(y.numpy())) - (len(y) + 1) / 2
+    return float((rx * ry).sum() / (rx.norm() * ry.norm()))

@@ -1,0 +1,126 @@
+"""seed 001 shared set-up: the γ-sweep as one ensemble (per-member γ, shared data), T50 with censoring and
+resolution, AUC, the label-marginal baselines against an empirical count over generated data, the
+provenance of a parameter reading, and the training-set health gate."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
+from tdlab.experiments.seed001_reasoning_bias.training import (
+    SEED_LR_TRANSFORMER, GammaArms, anchor_splits, auc, gamma_gpt, label_marginal_losses, parameter_reading,
+    split_label_laws, t50, t50_sample,
+)
+from tdlab.models.gpt import GPT
+from tdlab.seeding import generators
+from tdlab.tasks.anchors import KIND_MEM, KIND_RSN_TRAIN, Anchors, AnchorsConfig
+from tdlab.train.data import DATASET, FixedDataset
+
+TINY = ["task.key_min=21", "task.key_max=30", "task.n_train=600", "task.n_test=40", "model.d=8", "model.d_attn=4",
+        "model.d_ff=8", "schedule.epochs=2", "schedule.n_eval=60", "train.lr=0.003", "snapshot_epochs=[1]"]
+
+
+# --- measures --------------------------------------------------------------------------------------
+
+def test_t50_is_the_first_epoch_above_the_threshold_censored_at_the_last_evaluation():
+    epochs = np.array([0, 1, 2, 3, 4])
+    acc = np.array([[0.0, 0.2, 0.51, 0.9, 0.4],  # above 0.5 first at epoch 2
+                    [0.0, 0.1, 0.2, 0.3, 0.5],   # never strictly above: censored at the last evaluation
+                    [0.6, 0.7, 0.8, 0.9, 1.0]])  # already at init: epoch 0 does not count
+    c = t50(epochs, acc)
+    assert c.steps.tolist() == [2.0, 4.0, 1.0] and c.censored.tolist() == [False, True, False]
+    assert c.resolution == 1.0
+    s = t50_sample(c)
+    assert s.censored == (False, True, False) and s.resolution == 1.0 and s.censor == "above"
+    assert t50(epochs, acc, 0.85).steps.tolist() == [3.0, 4.0, 3.0]
+
+
+def test_auc_is_the_mean_accuracy_after_epoch_zero():
+    epochs = np.array([0, 1, 2, 3])
+    acc = np.array([[0.9, 0.0, 0.5, 1.0], [0.0, 0.3, 0.3, 0.3]])
+    assert auc(epochs, acc) == pytest.approx([0.5, 0.3])
+    with pytest.raises(ValueError, match="no evaluation"):
+        auc(np.array([0]), np.array([[0.1]]))
+
+
+def test_label_marginal_losses_match_an_empirical_count_over_generated_data():
+    task = Anchors(AnchorsConfig(key_min=21, key_max=30, n_train=600, n_test=40))
+    n = 200_000
+    g = torch.Generator().manual_seed(0)
+    train = task.dataset(g, n, "train", table=None)
+    test = task.dataset(g, n // 4, "test_rsn")
+    # memory labels come from one drawn table: average the empirical law over several tables
+    mem = [task.dataset(torch.Generator().manual_seed(s), n // 10, "mem")["label"] for s in range(20)]
+    marg = Counter(train["label"][train["kind"] == KIND_RSN_TRAIN].tolist())
+    n_rsn = int((train["kind"] == KIND_RSN_TRAIN).sum())
+    mem_all = torch.cat(mem).tolist()
+    n_mem_share = len(task.mem_tuples) / (len(task.mem_tuples) + len(task.rsn_train_tuples))
+    p = {y: (1 - n_mem_share) * c / n_rsn for y, c in marg.items()}
+    for y, c in Counter(mem_all).items():
+        p[y] = p.get(y, 0.0) + n_mem_share * c / len(mem_all)
+    ce = {"rsn_train": np.mean([-math.log(p[y]) for y in train["label"][train["kind"] == KIND_RSN_TRAIN].tolist()]),
+          "mem": np.mean([-math.log(p[y]) for y in mem_all]),
+          "test": np.mean([-math.log(p[y]) for y in test["label"].tolist()])}
+    got = label_marginal_losses(task)
+    for split, want in ce.items():
+        assert got[split] == pytest.approx(want, abs=0.02), split
+    # the memory law is U(Z) and the reasoning-train law that of z + a1 + a2 over the training tuples
+    laws = split_label_laws(task)
+    assert laws["mem"][21:31] == pytest.approx([0.1] * 10) and laws["mem"].sum() == pytest.approx(1.0)
+    assert laws["test_rsn"][45:55] == pytest.approx([0.1] * 10)  # z + 24 for the tuples of M
+    # a model that knows only the marginal scores exactly this loss; one that knows more scores less
+    assert got["mem"] > math.log(10)  # log N_Z: the loss of U(Z) on memory sequences
+
+
+def test_a_parameter_reading_is_the_seeds_only_at_its_lr_budget_and_epoch():
+    r = parameter_reading(200, 1000, 1e-5, SEED_LR_TRANSFORMER, (200, 900))
+    assert r.provenance == "seed"
+    quick = parameter_reading(2, 12, 1e-3, SEED_LR_TRANSFORMER, (200, 900))
+    assert quick.provenance == "ours" and "100× the seed's" in quick.label and "epoch 200 of 1000" in quick.label
+    assert parameter_reading(11, 12, 1e-3, SEED_LR_TRANSFORMER, (200, 900)).label.count("epoch 900 of 1000") == 1
+    assert parameter_reading(300, 1000, 1e-5, SEED_LR_TRANSFORMER, (200, 900)).provenance == "ours"  # not the epoch
+    assert parameter_reading(1000, 1000, 2e-5, SEED_LR_TRANSFORMER).provenance == "ours"  # not the lr
+    assert parameter_reading(1000, 1000, 1e-5, SEED_LR_TRANSFORMER).provenance == "seed"  # the end
+
+
+# --- the γ-sweep ensemble ---------------------------------------------------------------------------
+
+def test_members_of_a_gamma_sweep_equal_one_member_models_of_their_own_gamma(one_thread):
+    exp = AnchorsBias()
+    cfg = exp.make_config("quick", TINY, members=2)
+    arms = GammaArms.make(7, [0.3, 0.5, 0.8], 2)
+    assert len(set(arms.seeds)) == 6 and arms.arms == ["gamma=0.3", "gamma=0.5", "gamma=0.8"]
+    mcfg = cfg.model_for_task()
+    model = gamma_gpt(mcfg, list(arms.seeds), arms.gamma_of)
+    for e, s in enumerate(arms.seeds):
+        alone = GPT(mcfg.updated({"init_gamma": arms.gamma_of[s]}), [s])
+        for (name, p), (_, q) in zip(model.named_parameters(), alone.named_parameters(), strict=True):
+            assert torch.equal(p[e], q[0]), (name, e)
+    # the γ sets the scale: embedding std d^-γ (B.4), here d = 8
+    wte = model.wte.detach()
+    for e, s in enumerate(arms.seeds):
+        assert float(wte[e].std()) == pytest.approx(8 ** -arms.gamma_of[s], rel=0.1)
+    # a chunk of members (as the trainer may hand it) keeps each member's γ
+    part = gamma_gpt(mcfg, list(arms.seeds[3:5]), arms.gamma_of)
+    assert torch.equal(part.wte[0], model.wte[3]) and torch.equal(part.wte[1], model.wte[4])
+
+
+def test_arms_of_one_seed_index_share_their_data_and_splits_are_what_they_say():
+    task = Anchors(AnchorsConfig(key_min=21, key_max=30, n_train=500, n_test=40))
+    arms = GammaArms.make(3, [0.3, 0.8], 2)
+    make = anchor_splits(task, 500, 50, 40)
+    data = FixedDataset(make, 50, eval_splits=("mem", "rsn_train", "test"), data_seeds=arms.data_seeds).bind(list(arms.seeds), "cpu")
+    tok = data.splits["train"]["tokens"]
+    assert torch.equal(tok[0], tok[2]) and torch.equal(tok[1], tok[3]) and not torch.equal(tok[0], tok[1])
+    g = generators([arms.seeds[1]], DATASET)[0]
+    full = task.dataset(g, 500, "train")
+    assert torch.equal(data.splits["mem"]["tokens"][1], full["tokens"][full["kind"] == KIND_MEM][:50])
+    assert torch.equal(data.splits["rsn_train"]["tokens"][1], full["tokens"][full["kind"] == KIND_RSN_TRAIN][:50])
+    test = data.splits["test"]["tokens"][1]
+    anchors = test[(test >= 11) & (test <= 20)].reshape(-1, 2)
+    assert {tuple(a) for a in anchors.tolist()} <= {(11, 13), (13, 11)} and len(anchors) == 40
