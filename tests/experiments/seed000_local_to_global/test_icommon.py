@@ -184,6 +184,7 @@ def test_every_group_holds_on_agreeing_numbers(tmp_path):
     # the flow's 7 points are the canonical arm's first members: the other 193 are not read as points
     assert a.measurements["cells"][cell_arm(0.2, 0.3)]["icommon_points"] == 4 + 3
     assert any("outside I_common" in n for n in a.notes)
+    assert any("canonical" in n and "hardly tells one extra step from none" in n for n in a.notes)
 
 
 def test_members_off_the_rate_fail_and_members_on_the_plateau_are_not_evaluable(tmp_path):

@@ -190,6 +190,7 @@ def test_app_c_structure_holds_every_group(write_run, good):
     assert any("AdamW" in n for n in a.notes)
     assert any(n.startswith("Fig. 3 (AdamW") and "5/5 statements hold" in n for n in a.notes)
     assert any(n.startswith("Fig. 6: the rank-one init stays rank one by construction") for n in a.notes)
+    assert any(n.startswith("standard, one extra bias step") and "leaves nothing for the step to do" in n for n in a.notes)
 
 
 def _perturbed(good, which: str):

@@ -462,8 +462,9 @@ class MarkovICommon(Experiment):
                 b = cell["bias_step"]
                 row = rows[("one-extra-bias-step-suffices", arm)]
                 notes.append(f"{head} canonical: basin agreement with profile descent — one extra bias step "
-                             f"{b['agree_k1_with_profile']:.4f} ({row.verdict}), none {b['agree_k0_with_profile']:.4f}; of the "
-                             f"{b['k0_disagreements']} points plain descent sends elsewhere, one extra step fixes "
+                             f"{b['agree_k1_with_profile']:.4f} ({row.verdict}), none {b['agree_k0_with_profile']:.4f}: plain "
+                             f"descent agrees nearly as often, so this measurement hardly tells one extra step from none; of "
+                             f"the {b['k0_disagreements']} points plain descent sends elsewhere, one extra step fixes "
                              f"{b['k0_disagreements_fixed_by_one_step']}; profile descent vs Thm. 2/8 flow basins "
                              f"{b['profile_agrees_with_flow_theory']:.4f}.")
         return notes

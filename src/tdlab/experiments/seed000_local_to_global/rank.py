@@ -51,7 +51,8 @@ Reading of the seed (App. A.3.1 is terse; where the text is ambiguous we say wha
   The statement has content only where the bias is stale: a member whose bias is already within
   ``tol_bias`` of its optimum before the step (the trained weights, whose bias training already fitted)
   does not pass :data:`STALE_BIAS`, and that row is not evaluable. The step size 4 = 1/sup of the
-  logistic loss' curvature in b is ours (the seed gives none). At e = 0 (the local minimum) no bias
+  logistic loss' curvature in b is ours (the seed gives none); from the σ = 0.001 init the logits are
+  ≈ b, where that step is nearly Newton's on a one-parameter logistic fit (the notes say so). At e = 0 (the local minimum) no bias
   step changes the other parameters' gradient (:mod:`tdlab.theory.markov_regions`), so "a bias step
   moves the model off the local minimum" is not a statement checked here.
 
@@ -579,6 +580,19 @@ class MarkovRank(Experiment):
             notes.append(f"Fig. 6: the rank-one init stays rank one by construction (every gradient keeps the α factor under "
                          f"SGD and AdamW); the largest σ₂/σ₁ over training, {worst:.1e}, is round-off. A sanity check, not a "
                          "test of the seed's Fig. 6.")
+        bias = {r.context["arm"] + "/" + r.context["weights"]: r for g in groups if g.id == "one-extra-bias-step-full-model"
+                for r in g.rows}
+        for arm in cfg.arms:
+            b = v[arm]["bias_step"]
+            notes.append(
+                f"{arm}, one extra bias step (step {c.bias_lr:g}): from the initial weights L − min_b L "
+                f"{np.mean(b['init']['excess_before']):.1e} → {np.mean(b['init']['excess_after']):.1e} nats "
+                f"({bias[f'{arm}/init'].verdict}); from the trained weights {np.mean(b['final']['excess_before']):.1e} → "
+                f"{np.mean(b['final']['excess_after']):.1e} ({bias[f'{arm}/final'].verdict}"
+                + (": a bias that training already fitted leaves nothing for the step to do)"
+                   if bias[f"{arm}/final"].cause == "stage not reached" else ")")
+                + (f"; from a σ = {cfg.model.init_std:g} init the logits are ≈ b, where a step of 4 = 1/σ'(0) is nearly "
+                   "Newton's on a one-parameter logistic fit." if arm == "standard" else "."))
         for arm in cfg.arms:
             if not v[arm]["trajectory_stored"]:
                 notes.append(f"{arm}: no σ₂/σ₁ trajectory stored (run resumed mid-arm); claims use init and final weights, no drift.")
