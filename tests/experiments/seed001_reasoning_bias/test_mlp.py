@@ -188,8 +188,11 @@ def test_memory_accuracy_above_the_order_blind_ceiling_fails_the_sanity_row(tmp_
                              overrides=[*SEED, "task.n_train=20000"])
     df = run.metrics()
     df.loc[(df.arm == "gamma=0.8") & (df.name == "mem_acc") & (df.value > 0.5), "value"] = 0.9
+    df.loc[(df.arm == "gamma=0.5") & (df.name == "mem_acc") & (df.value > 0.5) & (df.member == 3), "value"] = 0.9
     df.to_parquet(run.path / "metrics.parquet")
     a = exp.analyse(cfg, Run(run.path))
+    one = a.result("emb-mlp-order-blind-ceiling").row("gamma=0.5")  # a statement about every member: one over fails it
+    assert one.verdict == "fails" and one.context["member"] == 3 and one.measured.mc_se > 0
     ceil = a.measurements["order_blind_memory_ceiling"]
     assert all(0.5 < c < 0.75 for c in ceil)  # (10 + 90 E[max of 2 labels in 10 keys]/2)/100 ≈ 0.595, table-dependent
     assert all(c < 0.8 for c in a.measurements["order_blind_memory_ceiling_train_set"])

@@ -248,9 +248,9 @@ CLAIMS = (
         "emb-mlp-order-blind-ceiling",
         "Sum-pooling is order-blind: final D_mem accuracy ≤ the order-blind ceiling of the training set (Def. 1; "
         "D_mem is a subset of the training set)",
-        kind="sanity", test="every", relation="le", expected=0.0, tolerance=0.0, horizon="budget",
-        learning_required=False, quantity="final D_mem accuracy − the training set's order-blind ceiling, per member "
-        "(± its evaluation-set standard error)"),
+        kind="sanity", test="value", relation="le", expected=0.0, tolerance=0.0, horizon="budget",
+        learning_required=False, quantity="the largest over members of final D_mem accuracy − that member's training-set "
+        "order-blind ceiling (a statement about every member), known to its evaluation-set standard error"),
 )
 
 
@@ -428,9 +428,11 @@ class AnchorsMlp(AnchorsHealth, Experiment):
         se = [_ceiling_se(cl, cfg.schedule.n_eval) for cl in ceilings]
         for g, cv in curves.items():
             gaps = [a - cl for a, cl in zip(cv.final_acc("mem"), ceilings)]
-            out.row("emb-mlp-order-blind-ceiling", f"gamma={g:g}", Sample(gaps, se=se), arms=[GammaArms.arm(g)],
-                    context={"gamma": g},
-                    label=f"γ = {g:g}: final acc_mem − ceiling ≤ 0 (each member, ± its evaluation-set error)")
+            worst = int(np.argmax(gaps))
+            # every member must respect its own ceiling: the largest gap decides, known to its evaluation error
+            out.row("emb-mlp-order-blind-ceiling", f"gamma={g:g}", Sample([gaps[worst]], deterministic=True, mc_se=se[worst]),
+                    arms=[GammaArms.arm(g)], context={"gamma": g, "member": worst},
+                    label=f"γ = {g:g}: max over members of final acc_mem − ceiling ≤ 0 (± the evaluation-set error)")
 
     def notes(self, cfg: AnchorsMlpConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         m = measured.values
