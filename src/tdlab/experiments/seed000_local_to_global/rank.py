@@ -415,7 +415,7 @@ class MarkovRank(Experiment):
         target = "unigram" if p + q > 1 else "bayes"
         for arm in cfg.arms:
             final, init = snapshot(run.arrays(arm)), snapshot(run.arrays(f"{arm}@init"))
-            steps, loss = run.curves(arm, "test_loss")
+            _, loss = run.curves(arm, "test_loss")
             gap = {ref: loss[:, -1] - run.curves(arm, f"test_loss@{ref}")[1][:, -1] for ref in ("bayes", "unigram")}
             out.stage(arm, AT_A_MINIMUM, np.minimum(np.abs(gap["bayes"]), np.abs(gap["unigram"])), c.tol_nats, "lt",
                       evidence="|final test loss − the nearer of the Bayes / unigram losses on the same batches|")
