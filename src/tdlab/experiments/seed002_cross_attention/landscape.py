@@ -267,7 +267,8 @@ class IclLandscape(RegressionArms, Experiment):
                         raw = task.sample(gen, cfg.ln_prompts, cfg.ln_context, dtype=torch.float64, device=ctx.device)
                     data, test, n = raw, raw, cfg.ln_grid
                     chunk = max(1, min(cfg.grid_chunk, (1 << 22) // (cfg.ln_prompts * cfg.ln_context * task.d)))
-                    tcfg = cfg.train.updated({"steps": cfg.ln_steps})
+                    # logged often enough that the end drift is read off the end of training, not its whole path
+                    tcfg = cfg.train.updated({"steps": cfg.ln_steps, "log_every": max(1, cfg.ln_steps // 50)})
                 else:
                     data, test, n, chunk, tcfg = pop, test_pop, cfg.grid, cfg.grid_chunk, cfg.train
                 # the heat map (one per prompt group), then its minimiser polished by Nelder-Mead on the same function

@@ -30,7 +30,7 @@ from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.experiments.seed002_cross_attention.common import (
     APP_H_CONTEXT, PAPER, ICLTrainConfig, LSATrainConfig, RegressionArms, TaskConfig, TestConfig, at, context_provenance,
-    curve_by_step, fit_arm, lca_builder, prepare_test_sets, threads_field, two_param_init,
+    curve_by_step, fit_arm, lca_builder, one_param_init, prepare_test_sets, threads_field, two_param_init,
 )
 from tdlab.experiments.seed002_cross_attention.reference import finite_context_minimisers
 from tdlab.experiments.view import RunView
@@ -236,7 +236,7 @@ class IclLsaVsLca(RegressionArms, Experiment):
     def _draw_references(self, cfg: LsaVsLcaConfig, task, ctx: RunContext) -> None:
         """Replicate draws of the finite-L_tr minimisers, stored as arm ``reference/Ltr<L>``: step = T,
         member = replicate, names ``alpha_one``, ``alpha_two``, ``beta_two``."""
-        starts = self.population_stationary(cfg, task)
+        starts = {T: two_param_init(task, T) for T in cfg.depths if T > 1}  # the arms' inits (Thm 6.3)
         for o in cfg.objectives():
             arm = self.reference_arm(o)
             if o == "pop" or ctx.done(arm):
@@ -246,7 +246,7 @@ class IclLsaVsLca(RegressionArms, Experiment):
             rows = []
             for r in range(cfg.claims.reference_draws):
                 ref = finite_context_minimisers(task, cfg.depths, L, n_prompts=n, seed=derive_seed(cfg.seed, "reference", L, r),
-                                                two_param_starts=starts)
+                                                one_param_start=one_param_init(task), two_param_starts=starts)
                 rows += [(T, r, "alpha_one", a) for T, a in ref["one"].items()]
                 rows += [(T, r, name, v) for T, ab in ref["two"].items() for name, v in zip(("alpha_two", "beta_two"), ab)]
                 rows += [(0, r, "prompts", float(n))]

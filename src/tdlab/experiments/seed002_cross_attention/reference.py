@@ -31,7 +31,7 @@ from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_star, alpha_star_T
 from tdlab.train.regression import PromptStats, predict, sample_stats
 
-__all__ = ["cache_dir", "tied_excess", "finite_context_minimisers", "untied_optimum"]
+__all__ = ["cache_dir", "tied_predict", "tied_excess", "descend", "finite_context_minimisers", "untied_optimum"]
 
 _VERSION = 3  # the cache key's version: bumped whenever what is computed changes
 
@@ -69,84 +69,105 @@ def _task_key(task: MultiModalPrompts) -> list:
 
 
 def tied_excess(stats: PromptStats, T: int, alpha: Sequence[float], beta: Sequence[float] | None = None) -> torch.Tensor:
-    """Per-prompt ``(y_hat - y^Bayes)^2`` of the tied LCA_T (App. C.1 readout, ``F_0 = 0``) at each of
-    ``P`` parameter points: ``(P, N)``. ``beta=None``: the one-parameter model (``beta = -alpha``).
+    """Per-prompt ``(y_hat - y^Bayes)^2`` of the tied LCA_T (App. C.1 readout, ``F_0 = 0``) at each of ``P``
+    parameter points: ``(P, N)``. ``beta=None``: the one-parameter model (``beta = -alpha``).
 
     Args:
         stats: one member's prompts (member axis of size 1).
     """
-    P = len(alpha)
-    model = LCA(stats.shape[-1], T, list(range(P)), param="one" if beta is None else "two", dtype=torch.float64)
-    with torch.no_grad():
-        model.alpha.copy_(torch.as_tensor(np.asarray(alpha, dtype=float)))
-        if beta is not None:
-            model.beta.copy_(torch.as_tensor(np.asarray(beta, dtype=float)))
-        return (predict(model, stats) - stats.bayes) ** 2
+    return (tied_predict(stats, T, alpha, beta) - stats.bayes) ** 2
+
+
+def descend(f, lo: float, hi: float, start: float, points: int = 25) -> float:
+    """The local minimiser of ``f`` on ``[lo, hi]`` that descent from ``start`` reaches: walk downhill on a grid of
+    ``points`` values from the one nearest ``start``, then refine between the grid neighbours (bounded Brent).
+    ``f`` maps an array of points to an array of values. A global bounded search can land in another basin: at
+    large T the finite-context losses are not convex (prompts whose sample covariance has an eigenvalue beyond
+    2/alpha make (1 - alpha lambda)^T explode)."""
+    xs = np.linspace(lo, hi, points)
+    fs = np.asarray(f(xs), dtype=float)
+    i = int(np.argmin(np.abs(xs - start)))
+    while True:
+        j = min((k for k in (i - 1, i + 1) if 0 <= k < points), key=lambda k: fs[k])
+        if fs[j] >= fs[i]:
+            break
+        i = j
+    a, b = xs[max(i - 1, 0)], xs[min(i + 1, points - 1)]
+    res = minimize_scalar(lambda x: float(f(np.array([x]))[0]), bounds=(a, b), method="bounded",
+                          options={"xatol": 1e-10 * max(abs(a), abs(b))})
+    return float(res.x) if res.fun <= fs[i] else float(xs[i])
 
 
 def finite_context_minimisers(
-    task: MultiModalPrompts, depths: Sequence[int], L: int, *, n_prompts: int, seed: int,
+    task: MultiModalPrompts, depths: Sequence[int], L: int, *, n_prompts: int, seed: int, one_param_start: float,
     two_param_starts: Mapping[int, tuple[float, float]] | None = None, use_cache: bool = True,
 ) -> dict[str, dict[int, object]]:
-    """One replicate of the minimisers of ``l_{L}`` for the tied LCA_T, on ``n_prompts`` prompts of
-    context ``L`` drawn from ``seed``.
+    """One replicate of the minimisers of ``l_{L}`` for the tied LCA_T reached from the trained arms'
+    initialisations, on ``n_prompts`` prompts of context ``L`` drawn from ``seed``.
 
     ``l_L(theta) = E[1/Z] + E[(y_hat - y^Bayes)^2]`` (the query noise is independent of the context),
-    so the second term is minimised. One-parameter model: a bounded scalar minimisation around
-    ``alpha*_T``. Two-parameter model (``T > 1`` with a start): ``y_hat`` is linear in ``alpha`` at fixed
-    ``beta`` (App. E.1), so the profile over ``beta`` is minimised on a bracket around
-    ``two_param_starts[T]`` (the stationary point of the closed-form loss that gradient flow reaches from
-    the Thm 6.3 init), i.e. the stationary point of ``l_L`` in the same basin.
+    so the second term is minimised. One-parameter model: descent in ``alpha`` from ``one_param_start``
+    (the Thm 6.2 arms' init) on ``(0.05, 2) alpha*_T``. Two-parameter model (``T > 1`` with a start):
+    ``y_hat`` is linear in ``alpha`` at fixed ``beta`` (App. E.1), so the profile over ``beta`` (alpha at its
+    optimum) is descended from ``two_param_starts[T]``'s beta (the Thm 6.3 init) on twice Thm 6.3's window.
 
     Returns:
         ``{"one": {T: alpha}, "two": {T: (alpha, beta)}}``, cached on disk (:func:`cache_dir`).
     """
     depths = [int(T) for T in depths]
     starts = {int(T): (float(a), float(b)) for T, (a, b) in (two_param_starts or {}).items()}
+    window = 2.0 / (task.m_sq_range[1] + 1.0)
 
     def compute() -> dict:
         st = sample_stats(task, [torch.Generator().manual_seed(int(seed))], int(n_prompts), int(L))
         st.spectral()  # once, shared by every evaluation
+        y = st.bayes[0]
         out: dict[str, dict[str, object]] = {"one": {}, "two": {}}
         for T in depths:
             a_inf = alpha_star_T(T, task)
-            res = minimize_scalar(lambda x, T=T: float(tied_excess(st, T, [x]).mean()), bounds=(0.05 * a_inf, 2.0 * a_inf),
-                                  method="bounded", options={"xatol": 1e-9 * a_inf})
-            out["one"][str(T)] = float(res.x)
+            out["one"][str(T)] = descend(lambda xs, T=T: tied_excess(st, T, xs).mean(-1).numpy(), 0.05 * a_inf, 2.0 * a_inf,
+                                         float(one_param_start))
             if T in starts and T > 1:
-                def profile(b: float, T=T) -> tuple[float, float]:
-                    h = predict_unit(st, T, b)  # y_hat at alpha = 1: y_hat(alpha) = alpha * h
-                    a_b = float((h * st.bayes[0]).mean() / (h * h).mean())
-                    return float(((a_b * h - st.bayes[0]) ** 2).mean()), a_b
+                def profile(bs: np.ndarray, T=T) -> tuple[np.ndarray, np.ndarray]:
+                    h = predict_unit(st, T, bs)  # (P, N): y_hat at alpha = 1, and y_hat(alpha) = alpha * h
+                    a_b = (h * y).mean(-1) / (h * h).mean(-1)
+                    return ((a_b[:, None] * h - y) ** 2).mean(-1).numpy(), a_b.numpy()
 
-                b0 = starts[T][1]
-                rb = minimize_scalar(lambda b: profile(b)[0], bounds=(2.0 * b0, 0.05 * b0) if b0 < 0 else (0.05 * b0, 2.0 * b0),
-                                     method="bounded", options={"xatol": 1e-9 * abs(b0)})
-                out["two"][str(T)] = [profile(float(rb.x))[1], float(rb.x)]
+                b = descend(lambda bs: profile(bs)[0], -2.0 * window, -0.01 * window, starts[T][1])
+                out["two"][str(T)] = [float(profile(np.array([b]))[1][0]), b]
         return out
 
     key = {"task": _task_key(task), "depths": depths, "L": int(L), "n": int(n_prompts), "seed": int(seed),
-           "starts": sorted(starts.items())}
+           "one_start": float(one_param_start), "starts": sorted(starts.items())}
     raw = _cached("tied", key, compute, use_cache)
     return {"one": {int(T): float(v) for T, v in raw["one"].items()},
             "two": {int(T): (float(v[0]), float(v[1])) for T, v in raw["two"].items()}}
 
 
-def predict_unit(stats: PromptStats, T: int, beta: float) -> torch.Tensor:
-    """``y_hat`` of the two-parameter tied LCA_T at ``alpha = 1`` and ``beta``: (N,)."""
-    model = LCA(stats.shape[-1], T, [0], param="two", dtype=torch.float64)
+def predict_unit(stats: PromptStats, T: int, beta: Sequence[float]) -> torch.Tensor:
+    """``y_hat`` of the two-parameter tied LCA_T at ``alpha = 1`` and each ``beta``: (P, N)."""
+    return tied_predict(stats, T, np.ones(len(beta)), beta)
+
+
+def tied_predict(stats: PromptStats, T: int, alpha: Sequence[float], beta: Sequence[float] | None = None) -> torch.Tensor:
+    """``y_hat`` of the tied LCA_T (App. C.1 readout, ``F_0 = 0``) at each of ``P`` parameter points: (P, N).
+    ``beta=None``: the one-parameter model (``beta = -alpha``); ``stats``: one member's prompts."""
+    P = len(alpha)
+    model = LCA(stats.shape[-1], T, list(range(P)), param="one" if beta is None else "two", dtype=torch.float64)
     with torch.no_grad():
-        model.alpha.fill_(1.0)
-        model.beta.fill_(float(beta))
-        return predict(model, stats)[0]
+        model.alpha.copy_(torch.as_tensor(np.asarray(alpha, dtype=float)))
+        if beta is not None:
+            model.beta.copy_(torch.as_tensor(np.asarray(beta, dtype=float)))
+        return predict(model, stats)
 
 
-def untied_optimum(task: MultiModalPrompts, T: int, L: int, *, n_prompts: int, seed: int, max_iter: int = 1000,
-                   use_cache: bool = True) -> dict[str, object]:
+def untied_optimum(task: MultiModalPrompts, T: int, L: int, *, n_prompts: int, seed: int, max_iter: int = 4000,
+                   grad_tol: float = 1e-7, use_cache: bool = True) -> dict[str, object]:
     """One replicate of the optimum of ``l_{L}`` for the untied scalar LCA_T of Fig. 3 (App. H:
     ``(W^S_t, W^V_t) = (alpha_t I, beta_t I)``), on ``n_prompts`` prompts of context ``L`` from ``seed``,
     reached by L-BFGS (strong-Wolfe line search) from the tied point ``(alpha*, -alpha*)`` where App. H
-    centres its initialisation.
+    centres its initialisation, restarted (fresh curvature history) until the gradient norm is below
+    ``grad_tol`` or ``max_iter`` iterations were spent.
 
     ``beta_0`` multiplies ``F_0 = 0`` and gets no gradient: it stays at ``-alpha*``.
 
@@ -159,20 +180,24 @@ def untied_optimum(task: MultiModalPrompts, T: int, L: int, *, n_prompts: int, s
         st.spectral()
         model = LCA(task.d, T, [0], param="untied", alpha0=alpha_star(task), sigma_init=0.0, dtype=torch.float64)
         params = [model.alpha, model.beta]
-        opt = torch.optim.LBFGS(params, lr=1.0, max_iter=max_iter, tolerance_grad=1e-10, tolerance_change=1e-16,
-                                history_size=50, line_search_fn="strong_wolfe")
+        spent, g = 0, float("inf")
+        while spent < max_iter and g > grad_tol:
+            opt = torch.optim.LBFGS(params, lr=1.0, max_iter=min(1000, max_iter - spent), tolerance_grad=grad_tol,
+                                    tolerance_change=1e-16, history_size=50, line_search_fn="strong_wolfe")
 
-        def closure() -> torch.Tensor:
-            opt.zero_grad()
-            loss = ((predict(model, st) - st.bayes) ** 2).mean()
-            loss.backward()
-            return loss
+            def closure() -> torch.Tensor:
+                opt.zero_grad()
+                loss = ((predict(model, st) - st.bayes) ** 2).mean()
+                loss.backward()
+                return loss
 
-        opt.step(closure)
-        closure()
-        g = float(torch.cat([p.grad.flatten() for p in params]).norm())
-        return {"alpha": model.alpha[0].tolist(), "beta": model.beta[0].tolist(), "grad_norm": g,
-                "iterations": int(opt.state[opt._params[0]].get("n_iter", 0))}
+            opt.step(closure)
+            closure()
+            g = float(torch.cat([p.grad.flatten() for p in params]).norm())
+            done = int(opt.state[opt._params[0]].get("n_iter", 0))
+            spent += max(done, 1)
+        return {"alpha": model.alpha[0].tolist(), "beta": model.beta[0].tolist(), "grad_norm": g, "iterations": spent}
 
-    key = {"task": _task_key(task), "T": int(T), "L": int(L), "n": int(n_prompts), "seed": int(seed), "max_iter": int(max_iter)}
+    key = {"task": _task_key(task), "T": int(T), "L": int(L), "n": int(n_prompts), "seed": int(seed), "max_iter": int(max_iter),
+           "grad_tol": float(grad_tol)}
     return _cached("untied", key, compute, use_cache)
