@@ -357,6 +357,7 @@ class TopicsTwoStage(Experiment):
                               f"({len(idx)} members)")
                 table[name] = {"members": len(idx), "lag": lg.lag[idx].tolist(),
                                "lag_at_least": int(np.sum(lg.lag[idx] >= c.lag_share)),
+                               "kq_never_grew": int(np.sum(lg.censored[idx])),
                                "t_half_K": lg.t_k[idx].tolist(), "t_half_Q": lg.t_q[idx].tolist(),
                                "t_half_V": lg.t_v[idx].tolist(), "kq_growth": lg.growth[idx].tolist(),
                                "first_step_kq_over_v": float(np.median(lg.first_step[idx]))}
@@ -369,8 +370,9 @@ class TopicsTwoStage(Experiment):
         notes = []
         for name, t in table.items():
             tag = "headline" if name == head else "ours, no verdict on the paper group (§8: depends on init and lr)"
+            never = f" ({t['kq_never_grew']} of them because W^K, W^Q never grew)" if t["kq_never_grew"] else ""
             notes.append(f"{name} ({tag}): {t['lag_at_least']}/{t['members']} members with W^K, W^Q half-grown ≥ "
-                         f"{c.lag_share:g} of the horizon after W^V; median t½ K/Q/V = {_med(t['t_half_K'])}/"
+                         f"{c.lag_share:g} of the horizon after W^V{never}; median t½ K/Q/V = {_med(t['t_half_K'])}/"
                          f"{_med(t['t_half_Q'])}/{_med(t['t_half_V'])}; K/Q growth ≥ {min(t['kq_growth']):.3g}x; "
                          f"first-step norm change of W^K, W^Q / W^V's: {t['first_step_kq_over_v']:.2g}")
         adam = [t["first_step_kq_over_v"] for n, t in table.items() if n.startswith("adam/")]
