@@ -136,13 +136,14 @@ class TopicsReal(RealTextExperiment):
                                     context={"theta": theta, "measure": m, "mode": mode},
                                     label=f"trained {m} ratio (same/diff topic, {mode}) at θ = {th} > {c.ratio_min:g}{refs}")
                         elif which == "untrained" and m == "attention":
-                            out.row(CLAIMS[3].id, f"{mode}/θ={th}", Sample(v, deterministic=det),
+                            out.row(CLAIMS[3].id, f"{mode}/θ={th}", Sample(v, deterministic=det), provenance=prov,
                                     context={"theta": theta, "mode": mode},
                                     label=f"untrained attention ratio ({mode}) at θ = {th} within 1 ± {c.control_tol:g}{refs}")
                 z = self.values(run, "untrained", f"{mode}/{th}/cos_gap_z")
                 if z.size:
                     table.setdefault("untrained", {}).setdefault(mode, {}).setdefault(th, {})["cos_gap_z"] = z.tolist()
-                    out.row(CLAIMS[4].id, f"{mode}/θ={th}", Sample(z, deterministic=det), context={"theta": theta, "mode": mode},
+                    out.row(CLAIMS[4].id, f"{mode}/θ={th}", Sample(z, deterministic=det), provenance=prov,
+                            context={"theta": theta, "mode": mode},
                             label=f"untrained cosine gap z-score ({mode}) at θ = {th} within ± {c.control_z:g}")
                 for key in ("words", "same_pairs", "diff_pairs", "set_size"):
                     v = self.values(run, "trained", f"{mode}/{th}/{key}")
