@@ -191,9 +191,10 @@ class IclUnrestricted(RegressionArms, Experiment):
     claims = CLAIMS
     profiles = {
         # Scaled for 2 CPU cores: 3 runs, 500 training prompts, 300 GD steps, the App. H sigma and a smaller
-        # one (ours) to separate the effect of the initial noise; 4 replicate draws of the reference.
+        # one (ours) to separate the effect of the initial noise; 4 replicate draws of 8192 prompts for the reference.
         "quick": {"members": 3, "sigmas": [APP_H_SIGMA, 0.01], "train": {"prompts": 500, "steps": 300, "eval_prompts": 200},
-                  "whitening_prompts": 200, "whitening_contexts": [100, 1000], "claims": {"reference_draws": 4}},
+                  "whitening_prompts": 200, "whitening_contexts": [100, 1000],
+                  "claims": {"reference_draws": 4, "reference_prompts": 8192}},
         # App. H: N = 2000, L_tr = 100, sigma_init = 0.1, ten runs (GPU advised for the full matrices).
         "paper": {"members": 10, "sigmas": [APP_H_SIGMA, 0.01], "train": {"steps": 3000}},
     }
