@@ -140,6 +140,8 @@ class RowResult:
             "provenance": self.provenance, "horizon": self.horizon, "stage": self.stage, "cause": self.cause,
             "resolution": m.resolution, "mc_se": m.mc_se, "censored": list(m.censored) if m.censored else None,
             "p_fail": self.p_fail, "p_hold": self.p_hold, "alone": self.alone,
+            # a measured reference's own standard error and resolution bound (value / every tests)
+            "reference_se": _ref_error(self.reference)[0] if self.reference is not None and self.test != "compare" else None,
             "context": {k: v for k, v in self.context.items() if isinstance(v, (int, float, str, bool)) or v is None},
         }
 
