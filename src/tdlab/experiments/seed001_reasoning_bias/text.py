@@ -556,7 +556,7 @@ class AnchorsText(Experiment):
                      f"{meta['tokenizer']} ({meta['tokenizer_vocab']} ids).")
         k = m["exclusive_tokens"][P]
         notes.append(f"Fig. 6 token sets: {k} tokens exclusive to each source (of claims.top_tokens = {c.top_tokens}; "
-                     f"fewer than claims.min_tokens = {c.min_tokens}: no Fig. 6 row), e.g. PrOntoQA "
+                     f"a Fig. 6 row needs at least claims.min_tokens = {c.min_tokens}), e.g. PrOntoQA "
                      f"{m['exclusive_examples'][P][:6]}, stories {m['exclusive_examples'][S][:6]}.")
         for g in cfg.gammas:
             gm = m[GammaArms.arm(g)]
