@@ -110,3 +110,13 @@ def test_no_verdict_is_set_outside_the_claims_layer():
                 if isinstance(t, ast.Attribute) and t.attr in ("verdict", "cause"):
                     offenders.append(f"{path.relative_to(SRC)}:{node.lineno}")
     assert offenders == []
+
+
+def test_every_experiment_declares_its_claims_and_leaves_judging_to_the_framework():
+    from tdlab.experiments.base import Experiment, registry
+
+    for name, exp in registry().items():
+        assert type(exp).analyse is Experiment.analyse, f"{name} overrides analyse"
+        assert exp.claims, f"{name} declares no claims"
+        assert type(exp).measure is not Experiment.measure, f"{name} has no measure()"
+        assert any(s.kind == "paper" for s in exp.claims), f"{name} declares no paper claim"

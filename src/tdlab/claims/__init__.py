@@ -11,7 +11,6 @@
 from tdlab.claims.declare import ClaimSpec, Kind, Measurements, Row, Sample, Stage, StageCheck, resolve
 from tdlab.claims.health import ArmHealth, assess_arm, end_drift
 from tdlab.claims.judge import VERDICTS, GroupResult, RowResult, Verdict, group_verdict, judge, judge_row
-from tdlab.claims.legacy import Claim, ClaimGroup  # transitional
 from tdlab.claims.stats import (
     Interval, difference_interval, holm, mean_interval, p_outside, proportion_interval, proportion_p_outside, sign_test,
 )
@@ -21,5 +20,5 @@ __all__ = [
     "ArmHealth", "assess_arm", "end_drift",
     "VERDICTS", "GroupResult", "RowResult", "Verdict", "group_verdict", "judge", "judge_row",
     "Interval", "difference_interval", "holm", "mean_interval", "p_outside", "proportion_interval",
-    "proportion_p_outside", "sign_test", "Claim", "ClaimGroup",
+    "proportion_p_outside", "sign_test",
 ]

@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import Field
 
 from tdlab.experiments.axes import AtlasAxes
-from tdlab.claims import ArmHealth, ClaimGroup, ClaimSpec, GroupResult, Kind, Measurements, assess_arm, judge
+from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm, judge
 from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run, RunWriter, arm_files, copy_arrays
@@ -131,11 +131,10 @@ class Analysis:
     sanity checks, each with its rows), measurements, plain-language findings written after judging,
     and the health of every trained arm."""
 
-    groups: list[Any] = field(default_factory=list)  # GroupResult (declared claims); ClaimGroup (transitional)
+    groups: list[GroupResult] = field(default_factory=list)
     measurements: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # plain-language findings for the report
     health: dict[str, ArmHealth] = field(default_factory=dict)
-    gated: bool = False  # set by gate(): an experiment that needs final verdicts inside analyse gates itself
     measured: Measurements | None = None  # what measure() returned (declared claims)
 
     def result(self, claim: str) -> GroupResult:
@@ -145,31 +144,12 @@ class Analysis:
                 return g
         raise KeyError(claim)
 
-    def group(self, id: str, statement: str, kind: Kind = "paper") -> ClaimGroup:
-        """A new claim group (one paper statement, or one sanity check with ``kind="sanity"``)."""
-        if any(g.id == id for g in self.groups):
-            raise ValueError(f"claim group {id!r} defined twice")
-        g = ClaimGroup(id, statement, kind)
-        self.groups.append(g)
-        return g
-
-    def sanity(self, id: str, statement: str) -> ClaimGroup:
-        return self.group(id, statement, "sanity")
-
-    def gate(self, health: dict[str, ArmHealth]) -> None:
-        """Record arm health and mark every row that needs an untrained arm ``not evaluable``."""
-        self.health, self.gated = dict(health), True
-        self.groups = [g for g in self.groups if g.rows]  # a statement with no arm that ran states nothing
-        for g in self.groups:
-            for row in g.rows:
-                row.gate(self.health)
-
     @property
-    def paper(self) -> list[ClaimGroup]:
+    def paper(self) -> list[GroupResult]:
         return [g for g in self.groups if g.kind == "paper"]
 
     @property
-    def sanity_groups(self) -> list[ClaimGroup]:
+    def sanity_groups(self) -> list[GroupResult]:
         return [g for g in self.groups if g.kind == "sanity"]
 
 
@@ -238,7 +218,7 @@ class Experiment(ABC):
         measured = self.measure(cfg, view)
         health = self.health(cfg, view)
         groups = judge(self.claims, measured, cfg, health)
-        return Analysis(groups, measured.values, self.notes(cfg, measured, groups), health, gated=True, measured=measured)
+        return Analysis(groups, measured.values, self.notes(cfg, measured, groups), health, measured=measured)
 
     def trivial_error(self, cfg: ExperimentConfig, arm: str) -> float | None:
         """The test error of the trivial predictor for ``arm`` (log V, H(π), E[y²]); ``None`` skips that

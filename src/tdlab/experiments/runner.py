@@ -157,8 +157,6 @@ def _report(exp: Experiment, cfg: ExperimentConfig, run: Run, meta: dict[str, An
     view = RunView(run)  # one read of the metrics table for measuring, gating and plotting
     if meta.get("status") == "done":
         analysis = exp.analyse(cfg, view)
-        if not analysis.gated:
-            analysis.gate(exp.health(cfg, view))
     figures: list[Path] = []
     if analysis is not None:
         figures = exp.plot(cfg, view, analysis, run.path / "figures")
