@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -299,3 +300,168 @@ def test_rebuild_names_config_yaml_for_an_unknown_experiment_or_a_bad_config(mak
         (path / "config.yaml").write_text(yaml.safe_dump({**conf, **edit}))
         with pytest.raises(RunDirError, match=rf"config\.yaml does not hold a valid config: .*{words}"):
             rebuild(path)
+
+
+# ---- a running run holds a lock -------------------------------------------------------------------
+
+
+def test_a_running_run_is_locked_against_a_second_writer_and_a_resume(tmp_path):
+    """Two `tdlab run --run-id X` at once: the second is told X is running (not "resume it"), and a
+    --resume while it runs is refused the same way, so following the advice cannot break the first."""
+    from tdlab.runs import RunBusyError
+
+    with RunWriter(tmp_path, "exp", run_id="X") as first:
+        first.write_config({"experiment": "exp"})
+        (first.path / "checkpoints").mkdir()
+        with pytest.raises(RunBusyError, match="run X is running") as err:
+            RunWriter(tmp_path, "exp", run_id="X")
+        assert "\n" not in str(err.value) and "resume" not in str(err.value)
+        with pytest.raises(RunBusyError, match="run X is running"):
+            RunWriter.reopen(tmp_path / "X")
+        first.add_metrics("a", [(0, 0, "test_loss", 1.0)])
+        assert first.path.is_dir()
+    # the first ended (killed: checkpoints kept): now it is an interrupted run, and --resume may take it
+    with pytest.raises(RunDirError, match="an interrupted run; resume it"):
+        RunWriter(tmp_path, "exp", run_id="X")
+    again = RunWriter.reopen(tmp_path / "X")
+    assert again.rows == [("a", 0, 0, "test_loss", 1.0)]
+    run = again.finish()
+    assert run.path.is_dir() and not (tmp_path / ".staging-X").exists()
+    again.release()  # idempotent
+
+
+def test_the_lock_is_released_when_the_run_finishes_or_is_dropped(tmp_path):
+    from tdlab.runs import _try_lock
+
+    w = RunWriter(tmp_path, "exp", run_id="r")
+    w.write_config({"experiment": "exp"})
+    staging = w.path
+    assert _try_lock(staging) is None
+    del w  # a writer dropped without its with-block (a test, a crash handler) gives the run up
+    fd = _try_lock(staging)
+    assert fd is not None
+    os.close(fd)
+
+
+def test_a_lock_holder_in_another_process_is_seen(tmp_path):
+    """flock is per open file: a child process holding the staging folder blocks this one."""
+    w = RunWriter(tmp_path, "exp", run_id="r")
+    w.write_config({"experiment": "exp"})
+    (w.path / "checkpoints").mkdir()
+    w.release()  # before the fork: a forked child would share this descriptor's lock
+    pid = os.fork()
+    if pid == 0:  # the child takes its own lock on the run, as a second tdlab process would
+        import time
+
+        from tdlab.runs import _try_lock
+
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            fd = _try_lock(tmp_path / ".staging-r")
+            if fd is not None:
+                (tmp_path / "child-holds").touch()
+                time.sleep(30)
+                os._exit(0)
+            time.sleep(0.02)
+        os._exit(1)
+    try:
+        import time
+
+        deadline = time.time() + 30
+        while not (tmp_path / "child-holds").exists() and time.time() < deadline:
+            time.sleep(0.02)
+        from tdlab.runs import RunBusyError
+
+        with pytest.raises(RunBusyError, match="is running"):
+            RunWriter.reopen(tmp_path / "r")
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    RunWriter.reopen(tmp_path / "r").release()  # the holder died: the lock went with it
+
+
+# ---- from_run: copying another run's arrays ------------------------------------------------------
+
+
+def _source_run(tmp_path, arrays: dict[str, object]):
+    """A finished run ``tmp_path/src`` with arm "a"'s metric rows and the given arrays files
+    (name -> bytes, or a callable making the entry)."""
+    from safetensors.torch import save
+
+    with RunWriter(tmp_path, "exp", run_id="src") as w:
+        w.write_config({"experiment": "exp"})
+        w.add_metrics("a", [(0, 0, "test_loss", 1.0)])
+        run = w.finish()
+    (run.path / "arrays").mkdir()
+    good = save({"w": torch.ones(2, 3)})
+    for name, what in arrays.items():
+        f = run.path / "arrays" / name
+        if callable(what):
+            what(f)
+        else:
+            f.write_bytes(good if what is None else what)
+    return run.path
+
+
+def _context(tmp_path):
+    from tdlab.experiments.base import RunContext
+
+    w = RunWriter(tmp_path / "out", "probe", run_id="p")
+    w.write_config({"experiment": "probe"})
+    return w, RunContext(w, progress=False)
+
+
+def test_copy_arms_copies_an_arm_its_companions_and_its_rows(tmp_path):
+    src = _source_run(tmp_path, {"a.safetensors": None, "a@init.safetensors": None, "a@step4.safetensors": None,
+                                 "ab.safetensors": None})
+    w, ctx = _context(tmp_path)
+    ctx.copy_arms(src, ["a"])
+    assert sorted(p.name for p in (w.path / "arrays").iterdir()) == ["a.safetensors", "a@init.safetensors",
+                                                                     "a@step4.safetensors"]
+    assert w.arm_rows("a") == [(0, 0, "test_loss", 1.0)]
+    assert torch.equal(w.load_arrays("a")[0]["w"], torch.ones(3))
+    w.release()
+
+
+@pytest.mark.parametrize("entry, words", [
+    (lambda f: os.symlink("/dev/zero", f), "symlink"),  # copied without end before: a disk filled
+    (lambda f: os.symlink("/etc/passwd", f), "symlink"),
+    (lambda f: os.symlink(f.name, f), "symlink"),  # a loop: a traceback before
+    (lambda f: os.mkfifo(f), "not a regular file"),
+    (b"\x80\x04\x95planted pickle", "not a safetensors arrays file"),  # named the deleted staging copy before
+    (b"", "not a safetensors arrays file"),
+])
+def test_copy_arms_refuses_what_a_run_never_holds_naming_the_source(tmp_path, entry, words):
+    src = _source_run(tmp_path, {"a.safetensors": None, "a@init.safetensors": entry})
+    w, ctx = _context(tmp_path)
+    with pytest.raises(RunDirError, match=words) as err:
+        ctx.copy_arms(src, ["a"])
+    msg = str(err.value)
+    assert "\n" not in msg and str(src / "arrays" / "a@init.safetensors") in msg and ".staging-" not in msg
+    assert not (w.path / "arrays" / "a@init.safetensors").exists()
+    w.release()
+
+
+def test_copy_arms_of_a_missing_arm_names_the_arrays_folder(tmp_path):
+    src = _source_run(tmp_path, {"b.safetensors": None})
+    w, ctx = _context(tmp_path)
+    with pytest.raises(RunDirError, match="no saved arrays for arm 'a'"):
+        ctx.copy_arms(src, ["a"])
+    w.release()
+
+
+def test_a_run_read_through_a_symlinked_file_is_refused(tmp_path):
+    src = _source_run(tmp_path, {"a.safetensors": None})
+    (src / "summary.json").unlink(missing_ok=True)
+    os.symlink("/dev/zero", src / "summary.json")
+    with pytest.raises(RunDirError, match="summary.json.*symlink"):
+        Run(src).summary
+    os.symlink("/etc/passwd", tmp_path / "cfg")
+    (src / "config.yaml").unlink()
+    os.symlink(tmp_path / "cfg", src / "config.yaml")
+    with pytest.raises(RunDirError, match="config.yaml is not a regular file"):
+        Run(src)
+    loop = tmp_path / "loop"
+    os.symlink(loop.name, loop)
+    with pytest.raises(RunDirError, match="symlink loop"):
+        Run(loop)

@@ -254,7 +254,7 @@ def runs(
     from tdlab.index import INDEX_NAME, RunIndex, set_aside_if_corrupt
 
     try:
-        check_not_in_run(out, "--out")
+        check_output_folder(out, "--out")  # the index is written there: a folder, writable, not a run directory
         aside = set_aside_if_corrupt(out) if reindex else None  # a corrupt index is kept, not deleted
         if aside is not None:
             err_console.print(f"{out / INDEX_NAME} was corrupt: moved aside to {aside}; rebuilding the index",

@@ -42,6 +42,7 @@ class ConfigField:
     lo_open: bool = False
     hi_open: bool = False
     type_names: list[str] = field(default_factory=list)  # the annotation's parts, as written for people
+    item_kinds: set[str] = field(default_factory=set)  # a list's (or tuple's) items: the kinds they take
     doc: str = ""
 
     @property
@@ -89,6 +90,7 @@ def _describe(leaf: ConfigField, ann: Any, meta: list[Any]) -> None:
         for a in inner:
             _describe(sub, a, [])
         leaf.literals.update(sub.literals)
+        leaf.item_kinds.update(sub.kinds)
         leaf.type_names.append(f"list of {' | '.join(dict.fromkeys(sub.type_names)) or 'values'}")
         return
     if ann is type(None):

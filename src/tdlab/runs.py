@@ -173,7 +173,8 @@ class RunWriter:
         staging = final if final.name.startswith(".staging-") else staging_path(final)
         if staging.name.startswith(".staging-"):
             final = staging.with_name(staging.name[len(".staging-"):])
-        if final.exists() and not staging.exists():
+        if (final.exists() or final.is_symlink()) and not staging.exists():
+            Run(final)  # not a run directory at all: says why
             raise RunDirError(f"{final} is a finished run; nothing to resume")
         if not (staging / "config.yaml").is_file():
             raise RunDirError(f"{final}: no interrupted run to resume (expected {staging}/config.yaml)")

@@ -33,7 +33,7 @@ from tdlab.config import ConfigError, echo
 
 __all__ = ["RunDirError", "CheckpointError", "PICKLE_SUFFIXES", "legacy_pickles", "refuse_pickle", "file_mode", "folder_mode",
            "atomic_write", "MAX_RUN_FILE_BYTES", "open_inside", "read_inside", "copy_inside", "is_run_dir",
-           "enclosing_run", "check_not_in_run", "check_output_file", "check_output_folder"]
+           "enclosing_run", "path_kind", "check_not_in_run", "check_output_file", "check_output_folder"]
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin")
 # The largest file a run can hold: a paper-profile arrays file (GPT-2 small x members x snapshots) is a
@@ -212,6 +212,21 @@ def copy_inside(root: Path, rel: str | Path, dst: Path, limit: int = MAX_RUN_FIL
             Path(tmp).unlink(missing_ok=True)
 
 
+def path_kind(path: str | Path) -> str:
+    """What ``path`` is, in the words of an error line: ``"a regular file"``, ``"a folder"``, ``"no such
+    file"``, ``"a symlink that leads nowhere (broken, or a loop)"``, ``"a device, FIFO or socket"``."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except OSError as exc:
+        if os.path.islink(p):
+            return "a symlink that leads nowhere (broken, or a loop)"
+        return "no such file" if exc.errno in (errno.ENOENT, errno.ENOTDIR) else (exc.strerror or "unreadable")
+    if stat.S_ISREG(st.st_mode):
+        return "a regular file"
+    return "a folder" if stat.S_ISDIR(st.st_mode) else "a device, FIFO or socket"
+
+
 # ------------------------------------------------------------------------------------- where output goes
 
 
@@ -278,6 +293,12 @@ def check_output_file(path: str | Path, option: str = "--out") -> Path:
         raise ConfigError(f"{option} {echo(text)}: the folder {echo(str(p.parent))} does not exist; give a "
                           f"file name in an existing folder")
     check_not_in_run(p, option)
+    try:  # before any work is done: a folder that cannot be written in (/proc, read-only) is refused now
+        fd, probe = tempfile.mkstemp(dir=p.parent, prefix=".tdlab-write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"{option} {echo(text)}: cannot write there ({_why(exc)})") from None
     return p
 
 

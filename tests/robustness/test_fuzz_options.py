@@ -34,7 +34,7 @@ def test_bad_run_options_are_refused(fz, tmp_path_factory, case):
     out = tmp_path_factory.mktemp("fuzz-opt", numbered=True) / "runs"
     with fz.no_training():
         result = fz.invoke(["run", "markov-init", "--quiet", "--out", str(out), option, value])
-    fz.refused("run options", result, names, {}, out)
+    fz.refused("run options", result, names, {}, out, key=(option, value))
     assert not out.exists()
 
 
@@ -54,4 +54,4 @@ def test_bad_sweep_options_are_refused(fz, tmp_path_factory, case):
     before = fz.digest(tmp)
     with mock.patch.object(tdlab.sweep, "run_sweep", _no_points):
         result = fz.invoke(["sweep", str(spec), "--out", str(tmp / "runs"), option, value])
-    fz.refused("sweep options", result, names, before, tmp)
+    fz.refused("sweep options", result, names, before, tmp, key=(option, value))

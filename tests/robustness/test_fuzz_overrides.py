@@ -1,9 +1,11 @@
-"""Fuzz ``tdlab run markov-init --set ...`` with inputs that are bad by construction.
+"""Fuzz ``tdlab run EXPERIMENT --set ...`` for every registered experiment with inputs that are bad
+by construction.
 
-Every field of the experiment's config is read from its pydantic model (type, bounds, allowed
-literals), and for each a value is drawn that the field must refuse: the wrong type (a YAML boolean
-for an integer, a string for a number, a fraction for an integer), a non-finite float, a value
-beyond a bound, a literal outside the allowed set. Besides: unknown and nested keys, keys the
+Every field of each experiment's config is read from its pydantic model (type, bounds, allowed
+literals, a list's item kinds: :func:`tdlab.config_fields.config_fields`), and for each a value is
+drawn that the field must refuse: the wrong type (a YAML boolean for an integer, a string for a
+number, a fraction for an integer), a non-finite float, a value beyond a bound, a literal outside the
+allowed set, a list with an item of the wrong kind. Besides: unknown and nested keys, keys the
 experiment sets per arm, malformed items and YAML oddities (anchors and aliases, tags that build
 Python objects or bytes or dates, unparseable text, deep nesting, huge strings, control characters).
 Each input must be refused as the README promises (see conftest.check_refused); training is
@@ -14,83 +16,23 @@ from __future__ import annotations
 
 import json
 import math
-import types
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Any
 
-import annotated_types as at
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import BaseModel
 
-from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
+from tdlab.config_fields import ConfigField, config_fields
+from tdlab.experiments.base import registry
 
-EXP = MarkovInit()
-VALID = ["task.p=0.3", "train.steps=7", "model.d=4", "claims.tol_nats=0.02"]  # mixed in: refusal must still name the bad key
-
-
-@dataclass
-class Leaf:
-    """One config field: its dotted key, the kinds of value it takes, its bounds and literals."""
-
-    key: str
-    kinds: set[str] = field(default_factory=set)  # int, float, bool, str, none, list
-    literals: set[Any] = field(default_factory=set)
-    lo: float = -math.inf  # smallest allowed value (inclusive or not: see lo_open)
-    hi: float = math.inf
-    lo_open: bool = False
-    hi_open: bool = False
-
-
-def _describe(leaf: Leaf, ann: Any, meta: list[Any]) -> None:
-    origin, args = get_origin(ann), get_args(ann)
-    if origin is Annotated:
-        _describe(leaf, args[0], [*meta, *args[1:]])
-        return
-    if origin in (Union, types.UnionType):
-        for a in args:
-            _describe(leaf, a, meta)
-        return
-    if origin is Literal:
-        leaf.kinds.add("literal")
-        leaf.literals.update(args)
-        return
-    if origin is list:
-        leaf.kinds.add("list")
-        return
-    if ann is type(None):
-        leaf.kinds.add("none")
-        return
-    leaf.kinds.add({int: "int", float: "float", bool: "bool", str: "str"}.get(ann, "other"))
-    for m in meta:
-        for cons in getattr(m, "metadata", [m]):
-            if isinstance(cons, at.Ge):
-                leaf.lo = cons.ge
-            elif isinstance(cons, at.Gt):
-                leaf.lo, leaf.lo_open = cons.gt, True
-            elif isinstance(cons, at.Le):
-                leaf.hi = cons.le
-            elif isinstance(cons, at.Lt):
-                leaf.hi, leaf.hi_open = cons.lt, True
-
-
-def leaves(model: type[BaseModel], prefix: str = "") -> list[Leaf]:
-    """Every field of ``model`` (nested configs walked), described from its annotation and metadata."""
-    out = []
-    for name, f in model.model_fields.items():
-        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
-            out.extend(leaves(f.annotation, f"{prefix}{name}."))
-            continue
-        leaf = Leaf(f"{prefix}{name}")
-        _describe(leaf, f.annotation, list(f.metadata))
-        out.append(leaf)
-    return out
-
-
-LEAVES = [leaf for leaf in leaves(EXP.Config) if leaf.key not in EXP.arm_fields]
-SECTIONS = sorted({leaf.key.split(".")[0] for leaf in LEAVES if "." in leaf.key})
-KNOWN = {leaf.key for leaf in leaves(EXP.Config)} | set(SECTIONS)
+EXPS = dict(sorted(registry().items()))
+# Fields a value is drawn for: not the per-arm ones (refused for another reason, see ARM_FIELDS) and
+# not those of a type the generator does not describe (an optional sub-config, a list of configs).
+LEAVES = {name: [f for f in config_fields(e.Config) if f.key not in e.arm_fields
+                 and "other" not in f.kinds and "other" not in f.item_kinds] for name, e in EXPS.items()}
+SECTIONS = {name: sorted({f.key.split(".")[0] for f in leaves if "." in f.key}) for name, leaves in LEAVES.items()}
+KNOWN = {name: {f.key for f in config_fields(e.Config)} | set(SECTIONS[name]) for name, e in EXPS.items()}
+VALID = ["seed=7", "members=1"]  # mixed in: refusal must still name the bad key (every experiment has both)
 
 
 def yaml_text(value: Any) -> str:
@@ -100,7 +42,7 @@ def yaml_text(value: Any) -> str:
     return json.dumps(value)
 
 
-def _beyond(leaf: Leaf) -> st.SearchStrategy[Any]:
+def _beyond(leaf: ConfigField) -> st.SearchStrategy[Any]:
     """Numbers just beyond the field's bounds (integers for integer fields)."""
     opts = []
     integer = "float" not in leaf.kinds
@@ -119,7 +61,7 @@ _JUNK_WORDS = st.from_regex(r"\A[a-z][a-z0-9_-]{0,12}\Z").filter(
     lambda w: w not in {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "nan", "inf"})
 
 
-def bad_values(leaf: Leaf) -> st.SearchStrategy[str]:
+def bad_values(leaf: ConfigField) -> st.SearchStrategy[str]:
     """YAML texts that ``leaf`` must refuse."""
     k = leaf.kinds
     numeric = k & {"int", "float"}
@@ -133,8 +75,8 @@ def bad_values(leaf: Leaf) -> st.SearchStrategy[str]:
         opts.append(st.none())
     if "list" not in k:
         opts.append(st.lists(st.integers(), min_size=1, max_size=3))
-    else:  # a list of things that are not the allowed literals
-        opts.append(st.lists(st.one_of(st.integers(), _JUNK_WORDS.filter(lambda w: w not in leaf.literals)), min_size=1, max_size=3))
+    else:  # a list holding an item of a kind its items may not be
+        opts.append(st.lists(_bad_item(leaf), min_size=1, max_size=3))
     if not numeric and "list" not in k:
         opts.append(st.integers(-5, 5))
     if "float" not in k and "list" not in k:
@@ -151,33 +93,52 @@ def bad_values(leaf: Leaf) -> st.SearchStrategy[str]:
     return st.one_of(opts).map(yaml_text)
 
 
+def _bad_item(leaf: ConfigField) -> st.SearchStrategy[Any]:
+    """One list item that ``leaf``'s items must refuse (a mapping is never an allowed item)."""
+    k = leaf.item_kinds
+    opts: list[st.SearchStrategy[Any]] = [st.just({"a": 1})]
+    if "str" not in k:
+        opts.append(_JUNK_WORDS.filter(lambda w: w not in leaf.literals))
+    if "float" not in k and "str" not in k:
+        opts.append(st.just(1.5))
+    if "bool" not in k and "str" not in k:
+        opts.append(st.booleans())
+    return st.one_of(opts)
+
+
+experiment_names = st.sampled_from(sorted(EXPS))
+
+
 @st.composite
-def bad_field_value(draw: st.DrawFn) -> tuple[list[str], list[str]]:
-    """One known field set to a value it must refuse, among valid overrides."""
-    leaf = draw(st.sampled_from(LEAVES))
+def bad_field_value(draw: st.DrawFn) -> tuple[str, list[str], list[str]]:
+    """One known field of one experiment set to a value it must refuse, among valid overrides."""
+    name = draw(experiment_names)
+    leaf = draw(st.sampled_from(LEAVES[name]))
     item = f"{leaf.key}={draw(bad_values(leaf))}"
     others = draw(st.lists(st.sampled_from([v for v in VALID if not v.startswith(leaf.key + "=")]), max_size=2, unique=True))
     items = draw(st.permutations([item, *others]))
-    return items, [leaf.key]
+    return name, items, [leaf.key]
 
 
 _SEGMENT = st.text(st.characters(categories=["L", "N", "P", "S"], exclude_characters="=.[]"), min_size=1, max_size=16)
 
 
 @st.composite
-def unknown_key(draw: st.DrawFn) -> tuple[list[str], list[str]]:
+def unknown_key(draw: st.DrawFn) -> tuple[str, list[str], list[str]]:
     """A key that is not a field: new at the top, inside a section, or below a leaf."""
-    where = draw(st.sampled_from(["top", "section", "below-leaf"]))
-    seg = draw(_SEGMENT.filter(lambda s: s.strip() == s and s not in KNOWN and all(s != k.split(".")[-1] for k in KNOWN)))
+    name = draw(experiment_names)
+    known = KNOWN[name]
+    where = draw(st.sampled_from(["top", "section", "below-leaf"] if SECTIONS[name] else ["top"]))
+    seg = draw(_SEGMENT.filter(lambda s: s.strip() == s and s not in known and all(s != k.split(".")[-1] for k in known)))
     if where == "top":
-        key, name = seg, seg
+        key, named = seg, seg
     elif where == "section":
-        key = f"{draw(st.sampled_from(SECTIONS))}.{seg}"
-        name = key
+        key = f"{draw(st.sampled_from(SECTIONS[name]))}.{seg}"
+        named = key
     else:  # a.b.c where a.b is a value: the value is not a mapping
-        leaf = draw(st.sampled_from([lf for lf in LEAVES if "." in lf.key]))
-        key, name = f"{leaf.key}.{seg}", leaf.key
-    return [f"{key}={draw(st.sampled_from(['1', '0.5', 'x', '[1]']))}"], [name]
+        leaf = draw(st.sampled_from([lf for lf in LEAVES[name] if "." in lf.key]))
+        key, named = f"{leaf.key}.{seg}", leaf.key
+    return name, [f"{key}={draw(st.sampled_from(['1', '0.5', 'x', '[1]']))}"], [named]
 
 
 ALIAS_AND_TAGS = [
@@ -198,9 +159,10 @@ def _laughs(levels: int) -> str:
 
 
 @st.composite
-def yaml_oddity(draw: st.DrawFn) -> tuple[list[str], list[str]]:
+def yaml_oddity(draw: st.DrawFn) -> tuple[str, list[str], list[str]]:
     """A known field set to YAML that must be refused whatever the field takes."""
-    leaf = draw(st.sampled_from(LEAVES))
+    name = draw(experiment_names)
+    leaf = draw(st.sampled_from(LEAVES[name]))
     text = draw(st.one_of(
         st.sampled_from(ALIAS_AND_TAGS + UNPARSEABLE),
         st.integers(2, 6).map(_laughs),
@@ -208,38 +170,34 @@ def yaml_oddity(draw: st.DrawFn) -> tuple[list[str], list[str]]:
         st.text(st.characters(categories=["Cc"], exclude_characters="\n\r\t"), min_size=1, max_size=5)
           .map(lambda c: f"a{c}b"),  # control characters
     ))
-    return [f"{leaf.key}={text}"], [leaf.key]
+    return name, [f"{leaf.key}={text}"], [leaf.key]
 
 
 @st.composite
-def malformed(draw: st.DrawFn) -> tuple[list[str], list[str]]:
+def malformed(draw: st.DrawFn) -> tuple[str, list[str], list[str]]:
     """Items that are not KEY=VALUE with a dotted key."""
     kind = draw(st.sampled_from(["no-equals", "empty-segment"]))
     if kind == "no-equals":
         item = draw(st.text(st.characters(categories=["L", "N", "P"], exclude_characters="="), min_size=1, max_size=20))
     else:
         item = draw(st.sampled_from(["=1", ".p=1", "p.=1", "task..p=1", "a...b=2", " =3"]))
-    return [item], ["--set"]
+    return draw(experiment_names), [item], ["--set"]
 
 
-ARM_FIELDS = st.sampled_from(sorted(EXP.arm_fields)).map(lambda k: ([f"{k}=gpt2"], [k]))
-
-
-def _run(fz, tmp: Path, items: list[str]):  # noqa: ANN001
-    out = tmp / "runs"
-    before = fz.digest(out)
-    args = ["run", "markov-init", "--quiet", "--out", str(out)]
-    for it in items:
-        args += ["--set", it]
-    return fz.invoke(args), out, before
+# Every experiment's per-arm keys (set by the experiment itself): refused whatever the value.
+ARM_FIELDS = st.sampled_from(sorted((n, k) for n, e in EXPS.items() for k in e.arm_fields)).map(
+    lambda nk: (nk[0], [f"{nk[1]}=1"], [nk[1]]))
 
 
 def _case(category: str, fz, tmp_path_factory, case) -> None:  # noqa: ANN001
-    items, names = case
-    tmp = tmp_path_factory.mktemp("fuzz-set", numbered=True)
+    name, items, names = case
+    out = tmp_path_factory.mktemp("fuzz-set", numbered=True) / "runs"
+    args = ["run", name, "--quiet", "--out", str(out)]
+    for it in items:
+        args += ["--set", it]
     with fz.no_training():
-        result, out, before = _run(fz, tmp, items)
-    fz.refused(category, result, names, before, out)
+        result = fz.invoke(args)
+    fz.refused(category, result, names, {}, out, key=(name, *items))
     assert not out.exists(), "a refused run created --out"
 
 
@@ -263,10 +221,21 @@ def test_malformed_items_and_per_arm_keys_are_refused(fz, tmp_path_factory, case
     _case("--set malformed/per-arm", fz, tmp_path_factory, case)
 
 
-def test_the_generator_knows_the_config():
-    """The fuzz reads the config's fields: if it found none (or no bounds), it would test nothing."""
-    keys = {leaf.key: leaf for leaf in LEAVES}
+def test_the_generator_knows_every_config():
+    """The fuzz reads every experiment's fields: if it found none (or no bounds), it would test nothing."""
+    assert len(EXPS) >= 20 and all(LEAVES[n] for n in EXPS)
+    keys = {leaf.key: leaf for leaf in LEAVES["markov-init"]}
     assert {"train.steps", "task.p", "model.init_e", "train.chunk", "archs"} <= set(keys)
     assert keys["train.steps"].kinds == {"int"} and keys["train.steps"].lo == 1
     assert keys["task.p"].lo == 0.0 and keys["task.p"].lo_open and keys["task.p"].hi_open
     assert keys["train.chunk"].kinds == {"int", "literal"} and keys["train.chunk"].literals == {"auto"}
+    assert keys["archs"].kinds == {"list"} and keys["archs"].item_kinds == {"literal"}
+    described = sum(len(v) for v in LEAVES.values())
+    total = sum(len(config_fields(e.Config)) for e in EXPS.values())
+    assert described >= 0.95 * total, (described, total)  # only a few fields of types it cannot draw for
+
+
+def test_every_experiment_is_valid_with_the_mixed_in_overrides():
+    """The valid overrides mixed into the examples are valid for every experiment on their own."""
+    for name, exp in EXPS.items():
+        exp.make_config("quick", VALID)

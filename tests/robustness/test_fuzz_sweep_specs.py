@@ -78,7 +78,7 @@ def test_bad_sweep_specs_are_refused(fz, tmp_path_factory, case):
     before = fz.digest(tmp)
     with mock.patch.object(tdlab.sweep, "run_sweep", _no_points):
         result = fz.invoke(["sweep", str(spec), "--out", str(out)])
-    fz.refused("sweep spec", result, names, before, tmp)
+    fz.refused("sweep spec", result, names, before, tmp, key=text)
     assert not out.exists()
 
 

@@ -349,8 +349,12 @@ def _check_target(runs: Path, out: Path) -> Path:
     Raises:
         ConfigError: one line naming ``--out``.
     """
-    site = out.expanduser().resolve()
-    source = Path(runs).expanduser().resolve()
+    try:
+        site = out.expanduser().resolve()
+        source = Path(runs).expanduser().resolve()
+    except (OSError, RuntimeError):  # RuntimeError: pathlib's word for a symlink loop
+        raise ConfigError(f"--out {echo(str(out))}: a symlink loop or a path that cannot be resolved; give a "
+                          f"folder for the site") from None
     if site == source or site in source.parents:
         raise ConfigError(f"--out {echo(str(out))}: holds the runs folder {runs} the site is built from; the site "
                           f"never overlaps the runs it reads: give another folder (default: RUNS/atlas)")

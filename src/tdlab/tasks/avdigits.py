@@ -72,6 +72,7 @@ from pydantic import Field, model_validator
 from torch import Tensor
 
 from tdlab.config import ECHO_CHARS, Config, ConfigError
+from tdlab.safeio import path_kind
 from tdlab.seeding import derive_seed
 from tdlab.tasks.spectrogram import fix_length, log_mel, trim_silence
 
@@ -597,10 +598,8 @@ def check_avmnist(path: str | Path) -> Path:
                         headers[k] = _npy_header(fh, k, p)
         except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, RuntimeError) as exc:
             raise _bad(p, f"not a readable .npz file ({type(exc).__name__}: {str(exc)[:ECHO_CHARS]})") from None
-    elif p.exists():
-        raise _bad(p, "not a regular file or a folder (a device, FIFO or socket)")
     else:
-        raise _bad(p, "no such file or folder")
+        raise _bad(p, f"{path_kind(p)}, not a regular file or a folder")
     for split in ("train", "test"):
         n = []
         for kind in ("image", "audio"):

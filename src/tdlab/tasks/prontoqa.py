@@ -75,6 +75,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from tdlab.config import Config, ConfigError, echo
+from tdlab.safeio import path_kind
 from tdlab.seeding import derive_seed
 
 __all__ = [
@@ -270,6 +271,7 @@ def generate(n: int, seed: int, cfg: ProntoQAConfig | None = None) -> list[Examp
 # The released JSON format
 
 _RECORD_KEYS = ("question", "query", "chain_of_thought", "answer")
+MAX_JSON_BYTES = 1 << 30  # read at most this much of a PrOntoQA JSON file (a larger one is not the released data)
 _IN_CONTEXT = re.compile(r"in_context_example(\d+)$")
 
 
@@ -310,7 +312,12 @@ def read_json(path: str | Path, field: str = "data.prontoqa") -> list[Example]:
             names ``field`` and what was expected (the CLI exits with code 2).
     """
     path = Path(path)
+    kind = path_kind(path)
+    if kind != "a regular file":  # a FIFO or /dev/zero would be read without end
+        raise _bad(field, path, f"{kind}, not a regular file")
     try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise _bad(field, path, f"{path.stat().st_size >> 20} MiB, more than the {MAX_JSON_BYTES >> 20} MiB read")
         raw = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise _bad(field, path, f"cannot read the file ({type(exc).__name__})") from None

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tdlab.config import ConfigError, echo
+from tdlab.safeio import path_kind
 from tdlab.seeding import derive_seed
 from tdlab.train.progress import ProgressBar
 
@@ -115,11 +116,10 @@ def read_stories(path: str | Path, n: int | None = None) -> list[str]:
     """
     p = Path(path)
     where = f"data.stories: {echo(str(p))}"
-    if not p.exists():
-        raise ConfigError(f"{where}: no such file; give a TinyStories text file (stories separated by {END_MARKER}) "
-                          "or leave data.stories unset for the built-in stand-in stories")
-    if not p.is_file():
-        raise ConfigError(f"{where}: not a regular file; give a TinyStories text file (stories separated by {END_MARKER})")
+    kind = path_kind(p)
+    if kind != "a regular file":
+        raise ConfigError(f"{where}: {kind}, not a regular file; give a TinyStories text file (stories separated by "
+                          f"{END_MARKER}) or leave data.stories unset for the built-in stand-in stories")
     stories: list[str] = []
     seen_marker = False
     buf = ""  # the text after the last marker seen: the unfinished story

@@ -49,6 +49,7 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.config import Config, ConfigError, echo
+from tdlab.safeio import path_kind
 
 __all__ = [
     "WIKI_SAMPLE",
@@ -191,11 +192,10 @@ def _file_of(cfg: CorpusConfig) -> Path:
     if cfg.source == "lee":
         return shipped_path(LEE)
     p = Path(str(cfg.path)).expanduser()
-    if not p.is_file():
-        what = ("a folder" if p.is_dir() else "not a regular file (a device, FIFO or socket)") if p.exists() else \
-            "no such file"
-        raise ConfigError(f"corpus.path: {echo(str(cfg.path))}: {what}; give a UTF-8 text file (one document per "
-                          f"line) or a Wikipedia .xml.bz2 dump")
+    kind = path_kind(p)
+    if kind != "a regular file":
+        raise ConfigError(f"corpus.path: {echo(str(cfg.path))}: {kind}, not a regular file; give a UTF-8 text file "
+                          f"(one document per line) or a Wikipedia .xml.bz2 dump")
     return p
 
 
