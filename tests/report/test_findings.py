@@ -60,7 +60,7 @@ def test_what_changed_against_earlier_runs(make_markov_run, tmp_path):
     (before / "old" / "summary.json").write_text(json.dumps(s))
     text = changes_markdown([run.path], before)
     g = run.summary["claims"][0]
-    assert f"`{g['id']}` fails → {g['verdict']}" in text and "`gone-group` was holds" in text
+    assert f"`{g['id']}` fails → {g['verdict']}" in text and "`gone-group` was holds, restated or dropped" in text
     result = CliRunner().invoke(app, ["findings", str(run.path), "--before", str(tmp_path / "empty")])
     assert result.exit_code == 2 and "no run directories" in result.output
 

@@ -120,7 +120,7 @@ def findings_markdown(run_dirs: Sequence[Path]) -> str:
         wall = s.get("wall_time_s", 0)
         lines.append(f"| `{s['experiment']}` | {s['paper']}, {s['figure']} | {s.get('profile', '?')} | "
                      f"{_counts(s['claims'])} | {_causes(s['claims'])} | {_counts(s.get('sanity', []))} | "
-                     f"{_fmt(wall) if isinstance(wall, (int, float)) else '—'} s |")
+                     f"{f'{wall:.0f}' if isinstance(wall, (int, float)) and math.isfinite(wall) else '—'} s |")
     for run, s in runs:
         lines += ["", f"**`{s['experiment']}`** (run `{run.path.name}`, {s.get('members', '?')} members, "
                       f"seed {s.get('seed', '?')}, {(s.get('env') or {}).get('device', '?')}):", ""]
@@ -161,7 +161,9 @@ def changes_markdown(run_dirs: Sequence[Path], before: Path) -> str:
             elif was[gid] != g["verdict"]:
                 cause = cause_word(g)
                 moved.append(f"`{gid}` {was[gid]} → {g['verdict']}{f' ({cause})' if cause else ''}")
-        moved += [f"`{gid}` was {v}, now sanity or gone" for gid, v in was.items() if gid not in now]
+        sanity = {g["id"] for g in s.get("sanity", [])}
+        moved += [f"`{gid}` was {v}, {'now a sanity check' if gid in sanity else 'restated or dropped'}"
+                  for gid, v in was.items() if gid not in now]
         lines.append(f"| `{s['experiment']}` | {_counts(prev['claims'])} → {_counts(s['claims'])} | "
                      f"{'; '.join(moved) or 'no change'} |")
     return "\n".join(lines) + "\n"
