@@ -125,8 +125,7 @@ def rebuild(path: Path) -> Run:
         cfg = validate_config(exp.Config, conf.get("config", {}))
     except ConfigError as exc:
         raise RunDirError(f"{run.path / 'config.yaml'} does not hold a valid config: {exc}") from None
-    old = run.summary
-    meta = {k: old[k] for k in ("run_id", "profile", "wall_time_s", "env", "status", "error", "member", "step") if k in old}
+    meta = _stored_meta(run)
     meta.setdefault("run_id", run.path.name)
     meta.setdefault("profile", conf.get("profile", "?"))
     meta.setdefault("status", "done")
@@ -144,6 +143,30 @@ def rebuild(path: Path) -> Run:
                               f"({type(exc).__name__}: {echo(str(exc))})") from None
     _index(run, run.path.parent, conf.get("sweep"))
     return run
+
+
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": (str,), "profile": (str,), "wall_time_s": (int, float), "env": (dict,), "status": (str,),
+    "error": (str, type(None)), "member": (int, type(None)), "step": (int, type(None)),
+}
+
+
+def _stored_meta(run: Run) -> dict[str, Any]:
+    """What a rebuilt report keeps of the old ``summary.json`` (run id, profile, wall time, environment,
+    status), each checked: a value of the wrong type is a damaged summary, refused in one line."""
+    old = run.summary
+    meta = {k: old[k] for k in _META_TYPES if k in old}
+    where = run.path / "summary.json"
+    for key, value in meta.items():
+        if not isinstance(value, _META_TYPES[key]) or isinstance(value, bool):
+            raise RunDirError(f"{where}: '{key}' holds {type(value).__name__}, not what tdlab writes there")
+    if "status" in meta and meta["status"] not in ("done", "diverged"):
+        raise RunDirError(f"{where}: 'status' is {echo(meta['status'])}; allowed: done, diverged")
+    env = meta.get("env")
+    if env is not None and not (isinstance(env.get("device"), str)
+                                and all(isinstance(v, (str, int, float, type(None))) for v in env.values())):
+        raise RunDirError(f"{where}: 'env' is not the environment tdlab records (device, versions)")
+    return meta
 
 
 def _report(exp: Experiment, cfg: ExperimentConfig, run: Run, meta: dict[str, Any]) -> None:
