@@ -361,3 +361,104 @@ def test_pages_render_in_headless_chromium(site, tmp_path):
         img = mpimg.imread(png)
         assert img.shape[0] > 500 and img.shape[1] > 500
         assert img[..., :3].std() > 0.02  # not a blank page
+
+
+# ------------------------------------------------------------------- the site never touches what it reads
+def _runs_copy(site, tmp_path) -> Path:
+    runs = tmp_path / "runs"
+    shutil.copytree(site["runs"], runs, symlinks=True)
+    return runs
+
+
+def _tree(folder: Path) -> dict[str, bytes | str]:
+    return {str(p.relative_to(folder)): (os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else "/")
+            for p in sorted(folder.rglob("*")) if not p.name.endswith(("-wal", "-shm"))}
+
+
+def test_a_run_id_read_from_the_index_is_checked_like_run_id(invoke, site, tmp_path):
+    """An index row naming ``../../escape`` wrote report.html and figures/ outside the site, rc 0."""
+    import sqlite3
+
+    runs = _runs_copy(site, tmp_path)
+    with sqlite3.connect(runs / "index.sqlite") as con:
+        row = con.execute("SELECT * FROM runs LIMIT 1").fetchone()
+        con.execute(f"INSERT INTO runs VALUES ({', '.join('?' * len(row))})", ("../../escape", *row[1:]))
+    con.close()
+    res = invoke("atlas", "build", "--runs", runs, "--out", tmp_path / "site")
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.output
+    assert "index.sqlite is corrupt: run id '../../escape'" in res.stderr and "--reindex" in res.stderr
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "site").exists()
+    assert invoke("runs", "--out", runs, "--reindex").exit_code == 0  # the advice works: the index is rebuilt
+    assert "../../escape" not in {r["run_id"] for r in RunIndex(runs).query()}
+
+
+def test_symlinks_in_a_run_are_never_followed_and_a_loop_drops_nothing_else(invoke, site, tmp_path):
+    runs = _runs_copy(site, tmp_path)
+    run = site["default"].name
+    figs = sorted(p.name for p in (runs / run / "figures").iterdir())
+    os.symlink("/etc/passwd", runs / run / "figures" / "leak.png")
+    os.symlink("loop.png", runs / run / "figures" / "loop.png")
+    before = _tree(runs)
+    res = invoke("atlas", "build", "--runs", runs, "--out", tmp_path / "site")
+    assert res.exit_code == 0, res.output
+    copied = tmp_path / "site" / "runs" / run
+    assert sorted(p.name for p in (copied / "figures").iterdir()) == figs  # the regular figures, nothing else
+    report = (copied / "report.html").read_text()
+    assert all(f"figures/{f}" in report for f in figs)  # the run's own report, not one rebuilt without figures
+    assert not any(b"root:" in p.read_bytes() for p in (tmp_path / "site").rglob("*") if p.is_file())
+    assert res.stderr.count("\n") == 1 and "2 run file(s) not copied" in res.stderr and "symlink" in res.stderr
+    assert _tree(runs) == before
+
+
+def test_a_missing_report_is_rendered_into_the_site_never_into_the_run(invoke, site, tmp_path):
+    runs = _runs_copy(site, tmp_path)
+    run = site["default"].name
+    (runs / run / "report.html").unlink()
+    before = _tree(runs)
+    assert invoke("atlas", "build", "--runs", runs, "--out", tmp_path / "site").exit_code == 0
+    assert (tmp_path / "site" / "runs" / run / "report.html").is_file() and _tree(runs) == before
+
+
+@pytest.mark.parametrize("where", ["runs", "parent", "in-run", "run"])
+def test_the_site_never_overlaps_the_runs_it_reads(invoke, site, tmp_path, where):
+    """`--out .` above the runs folder rewrote every run's report.html (a swallowed same-file error)."""
+    runs = _runs_copy(site, tmp_path)
+    run = runs / site["default"].name
+    out = {"runs": runs, "parent": tmp_path, "in-run": run / "site", "run": run}[where]
+    before = _tree(tmp_path)
+    res = invoke("atlas", "build", "--runs", runs, "--out", out)
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1 and "--out" in res.stderr, res.output
+    assert _tree(tmp_path) == before
+
+
+def test_out_that_cannot_be_written_or_holds_other_files_is_refused(invoke, site, tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("x")
+    for out, words in ((Path("/proc/tdlab-x"), "cannot write there"), (tmp_path / "mine", "holding other files"),
+                       (tmp_path / "mine" / "thesis.tex", "not a folder")):
+        res = invoke("atlas", "build", "--runs", site["runs"], "--out", out)
+        assert res.exit_code == 2 and res.stderr.count("\n") == 1 and words in res.stderr, res.output
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["thesis.tex"]
+
+
+def test_an_interrupted_build_leaves_the_earlier_site_whole(invoke, site, tmp_path, monkeypatch):
+    """Ctrl-C mid-build left a 0-byte PNG and no index.html: the site is built aside and swapped in."""
+    import jinja2
+
+    out = tmp_path / "site"
+    assert invoke("atlas", "build", "--runs", site["runs"], "--out", out).exit_code == 0
+    earlier = _tree(out)
+    calls = []
+
+    def interrupt(self, *args, **kwargs):
+        calls.append(1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jinja2.Template, "render", interrupt)
+    res = invoke("atlas", "build", "--runs", site["runs"], "--out", out)
+    assert calls and res.exit_code != 0
+    assert _tree(out) == earlier  # the earlier site, complete
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]  # no staging folder left beside it
+    shutil.rmtree(out)
+    res = invoke("atlas", "build", "--runs", site["runs"], "--out", out)  # interrupted with no earlier site: nothing
+    assert res.exit_code != 0 and not out.exists() and not list(tmp_path.iterdir())

@@ -21,6 +21,7 @@ from scipy import stats
 from typer.testing import CliRunner
 
 import tdlab.cli as cli
+from tdlab.experiments.base import registry
 from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
 from tdlab.models.gpt import GPT
 from tdlab.seeding import member_seeds
@@ -310,3 +311,65 @@ def test_the_issues_bad_inputs_exit_2_with_one_line(invoke, runs_dir, sets, name
     line = _one_error_line(invoke(*args))
     assert named in line and len(line) < 2000
     assert not runs_dir.exists()
+
+
+# --- newcomer friction and targets inside run directories ---------------------------------------------
+
+
+def test_list_never_cuts_a_name_at_80_columns(monkeypatch):
+    monkeypatch.setattr(cli, "out_console", Console(width=80))
+    res = CliRunner().invoke(cli.app, ["list"])
+    assert res.exit_code == 0
+    assert "…" not in res.stdout
+    for name in registry():
+        assert name in res.stdout, name
+
+
+@pytest.mark.parametrize("name", sorted(registry()))
+def test_run_name_help_lists_every_config_key_with_type_default_and_meaning(monkeypatch, name):
+    from tdlab.config_fields import config_fields
+    from tdlab.experiments.base import get
+
+    monkeypatch.setattr(cli, "out_console", Console(width=300))
+    exp = get(name)
+    res = CliRunner().invoke(cli.app, ["run", name, "--help"])
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert f"{exp.name}: seed {exp.paper}, {exp.figure}" in out and "--set" in out
+    lines = out.splitlines()
+    for f in config_fields(exp.Config):
+        (line,) = [ln for ln in lines if ln.startswith(f"  {f.key}  ")]
+        assert f.type_text in line and ("= " in line or "quick " in line), line
+        if f.doc:
+            assert f.doc.split()[0] in out
+
+
+def test_run_help_shows_a_field_comment_and_both_profiles_defaults(monkeypatch):
+    monkeypatch.setattr(cli, "out_console", Console(width=300))
+    out = CliRunner().invoke(cli.app, ["run", "icl-avdigits", "--help"]).stdout
+    assert "  data.n_train  int in [10, 1000000]  quick 1500, paper 60000" in out
+    assert "App. I.1: 60,000 training examples" in out
+    bare = CliRunner().invoke(cli.app, ["run", "--help"]).stdout  # no name: the command's own help only
+    assert "data.n_train" not in bare and "NAME --help" in bare
+
+
+def test_no_command_writes_into_a_run_directory(invoke, tmp_path):
+    from tdlab.runs import RunWriter
+
+    with RunWriter(tmp_path / "runs", "markov-init", run_id="r") as w:
+        w.write_config({"experiment": "markov-init"})
+        run = w.finish()
+    (tmp_path / "spec.yaml").write_text("name: s\nexperiment: markov-init\npoints: [{task.p: 0.3}]\n")
+    before = sorted(p.name for p in run.path.rglob("*"))
+    for args in (["run", "markov-init", *TINY, "--out", run.path], ["run", "markov-init", *TINY, "--out", run.path / "sub"],
+                 ["sweep", tmp_path / "spec.yaml", "--out", run.path], ["runs", "--out", run.path],
+                 ["atlas", "run", "markov-init", "--runs", run.path / "x"]):
+        res = invoke(*args)
+        assert res.exit_code == 2 and "read-only to every command but" in _one_error_line(res), (args, res.output)
+    assert sorted(p.name for p in run.path.rglob("*")) == before
+
+
+def test_atlas_run_names_its_own_option(invoke, tmp_path):
+    (tmp_path / "file").write_text("x")
+    line = _one_error_line(invoke("atlas", "run", "markov-init", "--runs", tmp_path / "file"))
+    assert line.startswith("error: --runs ") and "--out" not in line

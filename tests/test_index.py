@@ -304,3 +304,22 @@ def test_corrupt_index_is_one_line_and_reindex_rebuilds_it(tmp_path):
     assert [r["run_id"] for r in RunIndex(out).query()] == ["kept"]
     res = _cli("runs", "--out", str(out), "--reindex")  # a sound index is not moved
     assert res.exit_code == 0 and not _stderr_lines(res) and len(list(out.glob(f"{INDEX_NAME}.corrupt-*"))) == 1
+
+
+def test_a_row_tdlab_never_writes_is_a_corrupt_index_and_reindex_sets_it_aside(tmp_path):
+    """Run ids are read back as the CLI reads --run-id: one that names other folders (../x) is refused."""
+    import sqlite3
+
+    from tdlab.index import CorruptIndexError, set_aside_if_corrupt
+
+    out = tmp_path / "runs"
+    RunIndex(out).add_many([_record(4, 0)])
+    assert set_aside_if_corrupt(out) is None
+    con = sqlite3.connect(out / INDEX_NAME)
+    with con:
+        con.execute("INSERT INTO runs (run_id, config, summary) VALUES ('../../../tmp/x', '{}', '{}')")
+    con.close()
+    with pytest.raises(CorruptIndexError, match=r"is corrupt: run id '../../../tmp/x' is not a run id") as err:
+        RunIndex(out).query()
+    assert "\n" not in str(err.value) and "--reindex" in str(err.value)
+    assert set_aside_if_corrupt(out) is not None and not (out / INDEX_NAME).exists()

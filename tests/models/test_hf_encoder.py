@@ -88,3 +88,88 @@ def test_topics_real_measures_a_local_checkpoint_end_to_end(checkpoint, tmp_path
     assert s["measurements"]["corpus"]["skipped_words"] == 1  # "bananas"
     df = r.metrics()
     assert set(df["arm"]) == {MEASURE_ARMS["trained"], MEASURE_ARMS["untrained"]}  # nothing trained
+
+
+# --- nothing in a checkpoint folder is executed ----------------------------------------------------------
+
+
+def _planted(checkpoint, tmp_path, marker):
+    """The checkpoint with an ``auto_map`` naming planted modules that each leave ``marker`` when run."""
+    import json
+    import shutil
+
+    ck = tmp_path / "ck"
+    shutil.copytree(checkpoint, ck)
+    conf = json.loads((ck / "config.json").read_text())
+    conf["auto_map"] = {"AutoConfig": "configuration_evil.EvilConfig", "AutoModel": "modeling_evil.EvilModel"}
+    (ck / "config.json").write_text(json.dumps(conf))
+    for mod in ("configuration_evil", "modeling_evil"):
+        (ck / f"{mod}.py").write_text(f"open({str(marker)!r}, 'a').write({mod!r})\n"
+                                      "from transformers import BertConfig as EvilConfig, BertModel as EvilModel\n")
+    return ck
+
+
+@pytest.mark.parametrize("random_init", [False, True])
+def test_a_config_naming_custom_code_is_refused_without_asking(checkpoint, tmp_path, monkeypatch, random_init):
+    """transformers asked at the terminal whether to run the folder's code; answering y ran it."""
+    marker = tmp_path / "code-ran"
+    ck = _planted(checkpoint, tmp_path, marker)
+    monkeypatch.setattr("builtins.input", lambda *a: pytest.fail("transformers asked to run the folder's code"))
+    with pytest.raises(ConfigError, match="model.checkpoint: .*config.json names custom code") as err:
+        HFEncoder(ck, VOCAB, random_init=random_init)
+    assert "\n" not in str(err.value) and not marker.exists()
+
+
+def test_transformers_is_told_never_to_trust_remote_code(checkpoint, monkeypatch):
+    """Besides the refusal: every from_pretrained gets trust_remote_code=False (and safetensors only)."""
+    seen = []
+    for cls in (transformers.AutoTokenizer, transformers.AutoConfig, transformers.AutoModel):
+        real = cls.from_pretrained.__func__
+
+        def spy(klass, *args, _real=real, **kwargs):
+            seen.append((klass.__name__, kwargs))
+            return _real(klass, *args, **kwargs)
+        monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
+    HFEncoder(checkpoint, VOCAB)
+    HFEncoder(checkpoint, VOCAB, random_init=True)
+    assert {name for name, _ in seen} >= {"AutoTokenizer", "AutoConfig", "AutoModel"}
+    assert all(kw.get("trust_remote_code") is False and kw.get("local_files_only") is True for _, kw in seen)
+    assert all(kw.get("use_safetensors") is True for name, kw in seen if name == "AutoModel")
+
+
+class _Planted:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_pickled_weights_are_never_loaded(checkpoint, tmp_path):
+    """A malicious pytorch_model.bin was not executed but ended in a 137-line traceback: one line now."""
+    import pickle
+    import shutil
+
+    ck = tmp_path / "ck"
+    shutil.copytree(checkpoint, ck)
+    for f in ck.glob("*.safetensors"):
+        f.unlink()
+    marker = tmp_path / "unpickled"
+    (ck / "pytorch_model.bin").write_bytes(pickle.dumps({"w": _Planted(str(marker))}))
+    with pytest.raises(ConfigError, match="model.checkpoint: .*pytorch_model.bin and no model.safetensors") as err:
+        HFEncoder(ck, VOCAB)
+    assert "\n" not in str(err.value) and not marker.exists()
+
+
+def test_a_folder_transformers_cannot_read_is_one_line(checkpoint, tmp_path):
+    import shutil
+
+    ck = tmp_path / "ck"
+    shutil.copytree(checkpoint, ck)
+    (ck / "model.safetensors").write_bytes(b"\x00" * 64)
+    with pytest.raises(ConfigError, match="model.checkpoint: .*not a loadable local model") as err:
+        HFEncoder(ck, VOCAB)
+    assert "\n" not in str(err.value)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="not a folder"):
+        HFEncoder(tmp_path / "file", VOCAB)

@@ -13,8 +13,8 @@ other 69 are the cases of the same surfaces that the review found handled. Run a
     python tests/robustness/hardening_inputs.py            # prints every case and "N of 92 handled as promised"
     python tests/robustness/hardening_inputs.py ID ...     # only these cases
 
-Each case runs in a forked child (the CLI in-process, stdin given, files limited to 64 MB so a copy
-from /dev/zero cannot fill the disk) under a time limit (a hang is a failure). The script uses only
+Each case runs in a child process forked from a fork server (the CLI in-process, stdin given, files
+limited to 64 MB so a copy from /dev/zero cannot fill the disk) under a time limit (a hang is a failure). The script uses only
 what every tdlab version has (the CLI, ``RunIndex``), so the same inputs can be counted on old code
 (``PYTHONPATH=OLD/src python tests/robustness/hardening_inputs.py``).
 ``test_hardening_inputs.py`` runs every case as a test.
@@ -27,7 +27,6 @@ import json
 import os
 import pickle
 import resource
-import select
 import shutil
 import signal
 import sqlite3
@@ -164,48 +163,57 @@ def judge(spec: Spec) -> str | None:
     return None
 
 
-def run_case(c: Case, ctx: Any) -> tuple[bool, str, float]:
-    """``(kept the promise, why not, seconds)`` of one case, run in a forked child under a time limit."""
-    t0 = time.monotonic()
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its own process group, so a hang is killed with everything it started
-        os.close(rfd)
-        os.setpgid(0, 0)
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past FILE_LIMIT fails (EFBIG) instead of killing
-        try:
-            w = Path(tempfile.mkdtemp(dir=ctx.root, prefix=f"{c.id}-"))
-            made = c.make(ctx, w)
-            problems = []
-            if callable(made):
-                problems.append(made())
-            else:
-                problems.extend(judge(s) for s in made)
-            why = "; ".join(p for p in problems if p)
-        except BaseException as exc:  # noqa: BLE001 - the harness reports, never dies
-            why = f"harness: {type(exc).__name__}: {exc}"[:500]
-        os.write(wfd, json.dumps(why).encode())
-        os._exit(0)
-    os.close(wfd)
-    ready, _, _ = select.select([rfd], [], [], c.timeout)
-    if not ready:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        os.waitpid(pid, 0)
-        os.close(rfd)
-        return False, f"hang: no answer in {c.timeout:.0f} s", time.monotonic() - t0
-    data = b""
-    while chunk := os.read(rfd, 65536):
-        data += chunk
-    os.close(rfd)
-    os.waitpid(pid, 0)
+def _server() -> Any:
+    """The multiprocessing context cases run in: children forked from a fork server, a fresh process
+    that imported tdlab and never ran torch (a fork of a process whose thread pools ran can deadlock,
+    and pytest's process has trained by then)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["tdlab.cli", "tdlab.experiments.base", "hardening_inputs"])
+    return ctx
+
+
+def _child(case_id: str, ctx: Any, conn: Any) -> None:
+    """A case in its own process group (so a hang is killed with everything it started)."""
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past FILE_LIMIT fails (EFBIG) instead of killing
     try:
-        os.killpg(pid, signal.SIGKILL)  # anything the case left running
+        from tdlab.experiments.base import registry
+
+        registry()
+        c = next(c for c in CASES if c.id == case_id)
+        w = Path(tempfile.mkdtemp(dir=ctx.root, prefix=f"{c.id}-"))
+        made = c.make(ctx, w)
+        problems = [made()] if callable(made) else [judge(s) for s in made]
+        why = "; ".join(p for p in problems if p)
+    except BaseException as exc:  # noqa: BLE001 - the harness reports, never dies
+        why = f"harness: {type(exc).__name__}: {exc}"[:500]
+    conn.send(why)
+    conn.close()
+
+
+def run_case(c: Case, ctx: Any) -> tuple[bool, str, float]:
+    """``(kept the promise, why not, seconds)`` of one case, run in a child process under a time limit."""
+    t0 = time.monotonic()
+    mp = _server()
+    recv, send = mp.Pipe(duplex=False)
+    proc = mp.Process(target=_child, args=(c.id, ctx, send))
+    proc.start()
+    send.close()
+    why = "hang" if not recv.poll(c.timeout) else None
+    if why is None:
+        try:
+            why = recv.recv()
+        except EOFError:
+            why = "the case's process died"
+    else:
+        why = f"hang: no answer in {c.timeout:.0f} s"
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # anything the case left running
     except (ProcessLookupError, PermissionError):
         pass
-    why = json.loads(data) if data else "the case's process died"
+    proc.join()
     return not why, why, time.monotonic() - t0
 
 
@@ -221,23 +229,14 @@ class Ctx:
 
 
 def build_fixtures(root: Path) -> Ctx:
-    """The shared inputs, built in a child process (torch's thread pool must not exist in the parent
-    that forks every case)."""
+    """The shared inputs, built in a child of the fork server (the process that forks the cases never
+    runs torch)."""
     ctx = Ctx(root, root / "fixture-runs", root / "bert", root / "corpus.txt")
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            r = invoke(["run", "markov-init", *TINY, "--run-id", "tiny", "--out", ctx.runs])
-            if r.exit_code != 0:
-                print(r.stdout + r.stderr, file=sys.stderr)
-            else:
-                _bert(ctx.bert)
-                code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    if status != 0:
+    mp = _server()
+    proc = mp.Process(target=_build, args=(ctx,))
+    proc.start()
+    proc.join()
+    if proc.exitcode != 0:
         raise RuntimeError("building the fixtures failed")
     words = ["apple", "banana", "boat", "ship", "sail", "bananas"]
     rows = [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(30)) for i in range(20)]
@@ -245,6 +244,14 @@ def build_fixtures(root: Path) -> Ctx:
     if not (ctx.bert / "config.json").is_file():
         ctx.bert = None
     return ctx
+
+
+def _build(ctx: Ctx) -> None:
+    r = invoke(["run", "markov-init", *TINY, "--run-id", "tiny", "--out", ctx.runs])
+    if r.exit_code != 0:
+        print(r.stdout + r.stderr, file=sys.stderr)
+        sys.exit(1)
+    _bert(ctx.bert)
 
 
 def _bert(folder: Path) -> None:

@@ -3,7 +3,8 @@ test id names the review's item: a regression test per item) and the 69 cases of
 each kept to the promise (one line, exit 2, no traceback, nothing half-written, no code run, nothing
 outside the target touched, no run directory changed) or, for a valid input, exit 0.
 
-Each case runs in a forked child under a time limit and a 64 MB file-size limit (a hang or a copy
+Each case runs in a child of a fork server (never a fork of pytest's process, whose torch thread pools
+have run) under a time limit and a 64 MB file-size limit (a hang or a copy
 without end is a failure, not a stuck suite). ``python tests/robustness/hardening_inputs.py`` counts
 them ("N of 92 handled as promised").
 """
@@ -23,10 +24,6 @@ import hardening_inputs as hi  # noqa: E402
 
 @pytest.fixture(scope="module")
 def ctx():
-    import tdlab.cli  # noqa: F401 - imported before the cases fork
-    from tdlab.experiments.base import registry
-
-    registry()
     root = Path(tempfile.mkdtemp(prefix="tdlab-hardening-"))
     try:
         yield hi.build_fixtures(root)

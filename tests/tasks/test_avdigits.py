@@ -7,6 +7,7 @@ missing-espeak-ng error. Synthesis-dependent tests use a tiny set (4 voice/speed
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 import struct
 
@@ -157,6 +158,39 @@ def test_real_avmnist_npz_and_directory(tmp_path) -> None:
         build(AVDigitsConfig(path=str(tmp_path / "bad.npz"), n_train=20, n_test=20), seed=0)
     with pytest.raises(ConfigError, match="path"):
         build(AVDigitsConfig(path=str(tmp_path / "nowhere.npz"), n_train=20, n_test=20), seed=0)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda d: np.save(d / "x.npy", np.zeros((3, 28, 28))) or d / "x.npy", "a single .npy array"),
+    (lambda d: (d / "c.npz").write_bytes(b"PK\x03\x04 cut short") and d / "c.npz", "not a readable .npz"),
+    (lambda d: np.savez(d / "o.npz", **{k: np.array([{"a": 1}] * 3, dtype=object) for k in
+                                         ("image_train", "audio_train", "label_train", "image_test", "audio_test",
+                                          "label_test")}) or d / "o.npz", "object arrays are pickles"),
+    (lambda d: os.mkfifo(d / "f") or d / "f", "FIFO"),
+    (lambda d: os.symlink("loop", d / "loop") or d / "loop", "leads nowhere"),
+    (lambda d: (d / "folder").mkdir() or d / "folder", "lacks image/train_data.npy"),
+])
+def test_bad_avmnist_paths_are_one_line_naming_data_path(tmp_path, make, words) -> None:
+    """A single .npy and a corrupt .npz ended in tracebacks; messages said 'path:', not the key."""
+    from tdlab.tasks.avdigits import check_avmnist, load_avmnist
+
+    path = make(tmp_path)
+    for read in (check_avmnist, load_avmnist):
+        with pytest.raises(ConfigError, match=words) as err:
+            read(path)
+        assert str(err.value).startswith("data.path: ") and "\n" not in str(err.value)
+
+
+def test_mismatched_lengths_are_found_from_the_headers(tmp_path) -> None:
+    from tdlab.tasks.avdigits import check_avmnist
+
+    rng = np.random.default_rng(0)
+    tr, te = _fake_avmnist(rng, 30), _fake_avmnist(rng, 12)
+    arrays = {f"{k}_{s}": v for s, d in (("train", tr), ("test", te)) for k, v in d.items()}
+    arrays["label_test"] = arrays["label_test"][:5]
+    np.savez(tmp_path / "av.npz", **arrays)
+    with pytest.raises(ConfigError, match="data.path: .*test arrays have lengths 12, 12, 5"):
+        check_avmnist(tmp_path / "av.npz")
 
 
 # -------------------------------------------------------------------------------------------- with espeak

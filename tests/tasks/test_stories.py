@@ -55,3 +55,45 @@ def test_bad_files_are_one_config_error_naming_the_field(tmp_path, content, matc
         p.write_text(content, encoding="utf-8")
     with pytest.raises(ConfigError, match=f"data.stories: .*{match}"):
         read_stories(p, 5)
+
+
+def test_text_without_markers_is_refused_after_one_story_s_worth_not_read_to_the_end(tmp_path, monkeypatch):
+    """1 GB without end-of-story markers hung: the reader was superlinear (32/64/128 MB: 0.5/1.4/7.2 s)
+    and read to the end. Now the unfinished story is bounded, so reading stops within MAX_STORY_BYTES."""
+    p = tmp_path / "big.txt"
+    block = ("once upon a time there was a dog. " * 30000).encode()  # ~1 MiB
+    with open(p, "wb") as f:
+        for _ in range(64):
+            f.write(block)
+    read = []
+    real_open = type(p).open
+
+    def counting_open(self, *args, **kwargs):
+        fh = real_open(self, *args, **kwargs)
+        real_read = fh.read
+
+        def counted(n=-1):
+            data = real_read(n)
+            read.append(len(data))
+            return data
+        fh.read = counted
+        return fh
+    monkeypatch.setattr(type(p), "open", counting_open)
+    with pytest.raises(ConfigError, match="data.stories: .*without an end-of-story marker") as err:
+        read_stories(p, 10)
+    assert "\n" not in str(err.value)
+    assert sum(read) <= st.MAX_STORY_BYTES + 2 * st._CHUNK  # not the 64 MiB
+
+
+def test_reading_many_stories_is_linear_in_the_bytes(tmp_path):
+    """Every chunk is split once, with at most one unfinished story carried over: the work per chunk is
+    bounded, so the stories of a file come out whole, whatever their count (and long ones across chunks)."""
+    p = tmp_path / "many.txt"
+    long_story = "word " * 700_000  # 3.5 MB: far longer than any story (MAX_STORY_BYTES), refused
+    stories = [f"story {i} " + "a b c " * (i % 50) for i in range(40_000)]
+    p.write_text(END_MARKER.join(stories) + END_MARKER)
+    got = read_stories(p)
+    assert got == [s.strip() for s in stories]
+    p.write_text(f"short.{END_MARKER}{long_story}{END_MARKER}")
+    with pytest.raises(ConfigError, match="without an end-of-story marker"):
+        read_stories(p)

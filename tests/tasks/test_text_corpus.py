@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bz2
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -200,3 +201,15 @@ def test_a_path_alone_reads_the_users_file_and_a_path_with_another_source_is_ref
         CorpusConfig(source="lee", path="my.txt")
     with pytest.raises(ValueError, match="corpus.path is required"):
         CorpusConfig(source="text")
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda d: (d / "texts").mkdir() or d / "texts", "a folder, not a regular file"),
+    (lambda d: Path("/dev/zero"), "a device, FIFO or socket, not a regular file"),
+    (lambda d: os.symlink("loop", d / "loop") or d / "loop", "leads nowhere"),
+])
+def test_a_path_that_is_not_a_file_is_named_for_what_it_is(tmp_path: Path, make, words) -> None:
+    """corpus.path=DIR or /dev/zero was reported as "no such file"."""
+    with pytest.raises(ConfigError, match=words) as err:
+        load_corpus(CorpusConfig(source="text", path=str(make(tmp_path))))
+    assert str(err.value).startswith("corpus.path: ") and "no such file" not in str(err.value)
