@@ -229,7 +229,9 @@ def _group_line(g: dict) -> str:
         reason = f" ({r['reason']})" if r.get("reason") and r["verdict"] != "not evaluable" else ""
         return f"{g['id']}: {row_summary(r)}{reason}"
     tally = ", ".join(f"{n} {v}" for v, n in g["counts"].items() if n)
-    return f"{g['id']}: {len(rows)} rows — {tally}"
+    cause = f" ({g['cause']})" if g.get("cause") and g["verdict"] != "holds" and not g.get("reason") else ""
+    why = f" — {g['reason']}" if g.get("reason") else ""
+    return f"{g['id']}: {len(rows)} rows{f' — {tally}' if tally else ''}{cause}{why}"
 
 
 @app.command()

@@ -6,9 +6,7 @@ run, report included, is written (see :mod:`tdlab.runs`).
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from tdlab.report.html import write_report
 from rich.console import Console
 
 from tdlab.runs import Run, RunDirError, RunWriter, environment
+from tdlab.safeio import check_output_folder
 from tdlab.train.trainer import DivergenceError
 
 __all__ = ["execute", "resume", "rebuild", "check_device", "check_out", "claim_counts"]
@@ -44,19 +43,9 @@ def check_device(device: str) -> str:
 
 def check_out(out: Path) -> Path:
     """Validate ``--out``: a folder run directories can be written in (made if missing). A file, a
-    device, a path under a file or an unwritable place is refused before anything is written."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {echo(str(out))}: not a folder (a file or device); give a folder to hold run directories")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=out, prefix=".tdlab-write-test-")  # root passes os.access everywhere
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise ConfigError(f"--out {echo(str(out))}: cannot write run directories there "
-                          f"({exc.strerror or type(exc).__name__})") from None
-    return out
+    device, a path under a file, an unwritable place or a run directory is refused before anything is
+    written (:func:`tdlab.safeio.check_output_folder`)."""
+    return check_output_folder(out, "--out")
 
 
 def execute(
