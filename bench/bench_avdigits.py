@@ -1,4 +1,4 @@
-"""Throughput of seed 002's Table 1 models (issue 17, ``icl-avdigits``).
+"""Throughput of seed 002's Table 1 models (``icl-avdigits``).
 
 Prints, in one process:
 

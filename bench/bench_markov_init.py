@@ -6,7 +6,7 @@ Prints, in one process:
    lengths 256 and 1024 for both architectures, against an in-process baseline written the way the
    seed authors' public code works (a Python loop over positions drawing one multinomial per
    position, plus evaluation on 24 fresh batches after every step is NOT included: we compare
-   steps only), and against the reference figures measured on this machine class (issue 3);
+   steps only), and against the reference figures measured on this machine class;
 2. E members as one vectorised ensemble (chunked automatically) vs E single models one after the
    other, at lengths 64, 256 and 1024;
 3. the same on CUDA when a GPU is available.

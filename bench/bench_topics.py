@@ -1,4 +1,4 @@
-"""Throughput of seed 004's topic model (issue 13) and its loss landscape.
+"""Throughput of seed 004's topic model and its loss landscape.
 
 Prints, in one process:
 

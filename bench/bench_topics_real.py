@@ -1,4 +1,4 @@
-"""Throughput of the real-text encoder's masked-token training step (seed 004 §6.2, issue 14).
+"""Throughput of the real-text encoder's masked-token training step (seed 004 §6.2).
 
 Prints, in one process, tokens/s (every window position counts as a token) of the BERT-shaped encoder of
 ``topics-real`` (``GPT(arch="gpt2", causal=False, norm="post")``, tied output, word-level vocabulary) trained by

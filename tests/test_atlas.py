@@ -1,4 +1,4 @@
-"""The claims atlas (issue 18): axes -> sweep points, the static site built from a runs folder's index
+"""The claims atlas: axes -> sweep points, the static site built from a runs folder's index
 (front page, per-claim maps, links), bad input, and rendering in headless Chromium where it exists."""
 
 from __future__ import annotations

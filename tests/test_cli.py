@@ -242,7 +242,7 @@ def test_runs_lists_the_run(tiny_run, invoke):
     assert "markov-init" in row and "done" in row and f"{s['claims_held']}/{s['claims_total']}" in row
 
 
-# --- one line, exit 2 (issue 12) ---------------------------------------------------------------------
+# --- one line, exit 2 ---------------------------------------------------------------------
 
 
 def _one_error_line(r) -> str:

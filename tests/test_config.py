@@ -173,7 +173,7 @@ def test_unknown_profile_and_bad_override_raise_config_error():
         exp.make_config("quick", members=0)
 
 
-# --- hardening (issue 12): strict types, finite floats, YAML oddities, one-line capped messages ----
+# --- hardening: strict types, finite floats, YAML oddities, one-line capped messages ----
 
 
 def _laughs(levels: int) -> str:

@@ -183,7 +183,7 @@ def test_list_runs_skips_staging_foreign_and_broken_folders(tmp_path):
     assert json.loads(json.dumps(yaml.safe_load((tmp_path / "a" / "config.yaml").read_text()))) == {"experiment": "exp"}
 
 
-# --- every reader checks what it reads (issue 12) -------------------------------------------------
+# --- every reader checks what it reads -------------------------------------------------
 
 
 @pytest.mark.parametrize(

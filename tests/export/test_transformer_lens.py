@@ -1,4 +1,4 @@
-"""Export of trained GPT members to TransformerLens (issue 18).
+"""Export of trained GPT members to TransformerLens.
 
 Without TransformerLens: the name/shape mapping against shapes written out by hand, the zero/identity
 fills, the refusals. With it (``importorskip``): an exported member loaded as
@@ -28,7 +28,7 @@ from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.runs import Run, RunWriter
 from tdlab.seeding import member_seeds
 
-TOL = 1e-5  # issue 18: logits equal "to 1e-5" (float32)
+TOL = 1e-5  # the export's promise: logits equal "to 1e-5" (float32)
 
 
 def gpt2(**kw) -> GPTConfig:

@@ -1,4 +1,4 @@
-"""Tokenizers of the real-text experiment (issue 16): GPT-2's BPE files give GPT-2's known ids and
+"""Tokenizers of the real-text experiment: GPT-2's BPE files give GPT-2's known ids and
 round-trip text exactly; the local BPE is deterministic and round-trips; the missing package is one
 clear error naming how to install it."""
 

@@ -1,4 +1,4 @@
-"""PrOntoQA-style generator (seed 001 Figs. 1, 6; issue 16): every generated example is checked by an
+"""PrOntoQA-style generator (seed 001 Figs. 1, 6): every generated example is checked by an
 independent text-only checker (tests/tasks/prontoqa_checker.py), which is itself shown to reject
 corrupted examples; determinism, the hops and answer distributions, and the released JSON reader."""
 

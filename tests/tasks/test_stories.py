@@ -1,4 +1,4 @@
-"""Stories for the real-text experiment (issue 16): the stand-in generator is deterministic; a
+"""Stories for the real-text experiment: the stand-in generator is deterministic; a
 TinyStories file is split on its end-of-story marker, read only as far as needed; a missing or
 malformed file is one ConfigError naming data.stories."""
 

@@ -194,7 +194,7 @@ def test_missing_shipped_data_names_the_package(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_a_path_alone_reads_the_users_file_and_a_path_with_another_source_is_refused():
-    # issue 14: one --set points the analysis at a user's own text
+    # one --set points the analysis at a user's own text
     assert CorpusConfig(path="my.txt").source == "text"
     assert CorpusConfig().source == "wiki"
     with pytest.raises(ValueError, match="corpus.path is only read when corpus.source is 'text'"):

@@ -165,7 +165,7 @@ class Experiment(ABC):
     # Config keys the experiment sets itself per arm (a ``--set`` of them would be silently replaced),
     # each with what to set instead: ``{"model.arch": "archs=[...]"}``.
     arm_fields: ClassVar[dict[str, str]] = {}
-    # The atlas axes (issue 18): the few settings the claims are most sensitive to, with their ranges;
+    # The atlas axes: the few settings the claims are most sensitive to, with their ranges;
     # ``tdlab atlas run`` sweeps them, ``tdlab atlas build`` maps each claim over them. None: no atlas map.
     atlas_axes: ClassVar[AtlasAxes | None] = None
     # The paper statements and sanity checks this experiment's measurements are judged against.

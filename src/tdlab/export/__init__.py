@@ -1,4 +1,4 @@
-"""Trained models out of tdlab, into other tools (issue 18).
+"""Trained models out of tdlab, into other tools.
 
 * :mod:`tdlab.export.transformer_lens` — one member of a trained GPT arm as a TransformerLens model
   (``tdlab export RUN_DIR --arm ARM --member I --to transformer-lens``).

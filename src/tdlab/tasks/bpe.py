@@ -1,4 +1,4 @@
-"""Byte-level BPE tokenizers for the real-text experiment of seed 001 (Figs. 1, 6; issue 16).
+"""Byte-level BPE tokenizers for the real-text experiment of seed 001 (Figs. 1, 6).
 
 Two tokenizers behind one small interface (:class:`Tokenizer`: ``encode``, ``decode``, ``eos_id``,
 ``vocab_size``, ``name``):

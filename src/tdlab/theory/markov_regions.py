@@ -33,7 +33,7 @@ step (``b <- b - lr dL/db``) shrinks ``dL/db`` and with it this drift.
 Seed readings resolved here (see also the experiments that use this module):
 
 1. "From the local minimum, a single gradient step on the bias moves the model to the global basin"
-   (issue 19's wording) cannot hold as written: on the w-axis ``e = 0`` every component of the
+   (as first worded) cannot hold as written: on the w-axis ``e = 0`` every component of the
    gradient but ``dL/db`` vanishes for *any* b, so ``{e = 0}`` is invariant under joint gradient
    descent and no bias step leaves it (:func:`joint_gradient`; tested). What one bias step can do is
    remove a stale bias *before* the trajectory has fallen into the local-minimum basin: from a point
