@@ -134,7 +134,9 @@ def test_compare_lt_margin_and_ties_at_the_boundary():
     s = spec(test="compare", relation="lt", margin=0.1, paired=True)
     ref = [1.0, 1.0, 1.0]
     assert one(s, [0.8, 0.81, 0.79], ref)[1].verdict == "holds"  # Δ = −0.2 < −0.1
-    assert one(s, [0.9, 0.9, 0.9], ref)[1].verdict == "fails"  # Δ = −0.1 exactly: a tie is not "below −margin"
+    tie = spec(test="compare", relation="lt", margin=0.25, paired=True)
+    assert one(tie, [0.5, 0.5, 0.5], [0.75, 0.75, 0.75])[1].verdict == "fails"  # Δ = −0.25 exactly (binary-exact): not below −margin
+    assert one(spec(test="compare", relation="gt", margin=0.25, paired=True), [0.75] * 3, [0.5] * 3)[1].verdict == "fails"
     assert one(s, [0.95, 0.96, 0.94], ref)[1].verdict == "fails"  # below 0 but not by the margin
     assert one(s, [0.89999, 0.89999, 0.89999], ref)[1].verdict == "holds"
     assert one(s, [0.7, 1.05, 0.9], ref)[1].verdict == "not resolved"
