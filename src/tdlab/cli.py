@@ -162,6 +162,10 @@ def run(
     resume: Annotated[Optional[Path], typer.Option(help="finish an interrupted run (OUT/RUN_ID) from its checkpoints")] = None,
     run_id: Annotated[Optional[str], typer.Option(help="name of the run directory (default: time stamp + experiment)")] = None,
     sweep: Annotated[Optional[str], typer.Option(hidden=True, help="tag the run with the sweep it belongs to")] = None,
+    decide: Annotated[bool, typer.Option("--decide", help="add members in rounds until the paper claims are settled "
+                                         "(a fixed schedule of looks, the error rate split across them)")] = False,
+    budget: Annotated[str, typer.Option(help="--decide: wall time for all rounds (90s, 30m, 1.5h)")] = "30m",
+    looks: Annotated[int, typer.Option(help="--decide: looks in all, the first pass included; members double at each")] = 4,
 ) -> None:
     """Run an experiment: progress bar, then a computed verdict per claim; writes a run directory.
     `tdlab run NAME --help` lists NAME's config keys with their types and defaults."""
@@ -181,7 +185,8 @@ def run(
                 check_run_id(run_id)
             check_not_in_run(out, "--out")
             cfg = exp.make_config(profile, set_ or [], members=seeds, seed=seed)
-            finished = runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep)
+            plan = _decide_plan(budget, looks) if decide else None
+            finished = runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep, plan)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     except RunNotMovedError as exc:  # a finished run left in its staging folder: kept, named, exit 1
@@ -191,6 +196,19 @@ def run(
     _print_summary(summary, finished.path)
     if summary["status"] != "done":
         raise typer.Exit(code=1)
+
+
+def _decide_plan(budget: str, looks: int):
+    """The ``--decide`` plan from ``--budget`` and ``--looks``, refused in one line naming the option."""
+    from pydantic import ValidationError
+
+    from tdlab.experiments.decide import DecidePlan, parse_budget
+
+    seconds = parse_budget(budget)
+    try:
+        return DecidePlan(budget_s=seconds, looks=looks)
+    except ValidationError:
+        raise ConfigError(f"--looks: {looks} is out of range; allowed: 1 to 8") from None
 
 
 _COLORS = {"holds": "green", "fails": "red", "not resolved": "yellow", "not evaluable": "bright_black"}

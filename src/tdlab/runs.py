@@ -328,7 +328,7 @@ class Run:
     @staticmethod
     def read_config(path: Path) -> dict[str, Any]:
         """``config.yaml``: a mapping with a string ``experiment``, a mapping ``config`` and a string
-        ``profile`` (both optional) and a string or null ``sweep``."""
+        ``profile`` (both optional), a string or null ``sweep`` and, for a ``--decide`` run, a mapping ``decide``."""
         path = Path(path)
         try:
             cfg = yaml.safe_load(read_inside(path.parent, path.name, MAX_TEXT_BYTES).decode("utf-8"))
@@ -339,7 +339,8 @@ class Run:
         if not isinstance(cfg, dict) or "experiment" not in cfg:
             raise RunDirError(f"{path} is corrupt: expected a mapping with an 'experiment' key")
         for key, types, what in (("experiment", (str,), "a string"), ("profile", (str,), "a string"),
-                                 ("config", (dict,), "a mapping"), ("sweep", (str, type(None)), "a string or null")):
+                                 ("config", (dict,), "a mapping"), ("sweep", (str, type(None)), "a string or null"),
+                                 ("decide", (dict, type(None)), "a mapping or null")):
             if key in cfg and not isinstance(cfg[key], types):
                 raise RunDirError(f"{path} is corrupt: '{key}' must be {what}, got {echo(cfg[key])}")
         return cfg

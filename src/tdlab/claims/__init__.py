@@ -5,19 +5,21 @@
 * :mod:`tdlab.claims.judge` — the one place verdicts are made (holds / fails / not resolved / not
   evaluable), with every rule that keeps them honest;
 * :mod:`tdlab.claims.stats` — intervals, exact tests, Holm's correction;
-* :mod:`tdlab.claims.health` — the training-health gate and end drift.
+* :mod:`tdlab.claims.health` — the training-health gate and end drift;
+* :mod:`tdlab.claims.sequential` — the fixed schedule of looks that ``--decide`` adds members by.
 """
 
 from tdlab.claims.declare import ClaimSpec, Kind, Measurements, Row, Sample, Stage, StageCheck, resolve
 from tdlab.claims.health import ArmHealth, assess_arm, end_drift
 from tdlab.claims.judge import VERDICTS, GroupResult, RowResult, Verdict, group_verdict, judge, judge_row
+from tdlab.claims.sequential import Looks, growable, round_plan
 from tdlab.claims.stats import (
     Interval, difference_interval, holm, mean_interval, p_outside, proportion_interval, proportion_p_outside, sign_test,
 )
 
 __all__ = [
     "ClaimSpec", "Kind", "Measurements", "Row", "Sample", "Stage", "StageCheck", "resolve",
-    "ArmHealth", "assess_arm", "end_drift",
+    "ArmHealth", "assess_arm", "end_drift", "Looks", "growable", "round_plan",
     "VERDICTS", "GroupResult", "RowResult", "Verdict", "group_verdict", "judge", "judge_row",
     "Interval", "difference_interval", "holm", "mean_interval", "p_outside", "proportion_interval",
     "proportion_p_outside", "sign_test",

@@ -27,7 +27,7 @@ from tdlab.runs import Run, RunWriter, arm_files, copy_arrays
 from tdlab.train.trainer import DivergenceError, FitResult, Trainer
 
 __all__ = ["ExperimentConfig", "Experiment", "RunContext", "Analysis", "register", "get", "registry", "init_arm", "snapshot_arm",
-           "initial_states"]
+           "initial_states", "extend_fit"]
 
 
 class ExperimentConfig(Config):
@@ -44,6 +44,21 @@ class RunContext:
     writer: RunWriter
     device: str = "cpu"
     progress: bool = True
+    # The fits of this round (arm -> member seeds, result), and those of the round before, which a
+    # ``--decide`` round extends with its new members instead of training them again.
+    fits: dict[str, tuple[list[int], FitResult]] = field(default_factory=dict)
+    reuse: dict[str, tuple[list[int], FitResult]] = field(default_factory=dict)
+
+    def start_round(self) -> None:
+        """Begin a ``--decide`` round: the staged metrics, arrays and checkpoints of the last round go
+        (the experiment runs again with more members and stores every arm anew), its fits are kept in
+        memory so :meth:`fit` trains only the new members of an arm whose seeds extend the old ones."""
+        self.reuse, self.fits = self.fits, {}
+        self.writer.rows = []
+        self.writer.flush_metrics()
+        for folder in ("arrays", "checkpoints"):
+            for f in (self.writer.path / folder).glob("*"):
+                f.unlink()
 
     def record(self, arm: str, result: FitResult, initial: list[dict[str, Any]] | None = None) -> None:
         """Store a fit's metrics and final parameters under ``arm`` (replacing rows an earlier,
@@ -86,17 +101,27 @@ class RunContext:
         """``trainer.fit(build, seeds, task)``, stored under ``arm``, checkpointed in the run's
         ``checkpoints/`` folder, skipped when a resumed run had finished it. A diverging fit stores
         what it measured before the :class:`DivergenceError` goes on up."""
+        seeds = [int(s) for s in seeds]
         finished = self.done(arm)
         if finished is not None:
+            self.fits[arm] = (seeds, finished)
             return finished
-        trainer.checkpoint = self.writer.path / "checkpoints" / f"{arm.replace('/', '__')}.json"
+        # A --decide round: members 0..k-1 were trained by the last round with the same seeds; member i's
+        # numbers depend on its seed alone (tdlab.seeding), so only the new members are trained.
+        old_seeds, old = self.reuse.get(arm, ([], FitResult()))
+        k = len(old_seeds) if 0 < len(old_seeds) <= len(seeds) and seeds[: len(old_seeds)] == old_seeds else 0
+        tag = f"+{k}" if k else ""
+        trainer.checkpoint = self.writer.path / "checkpoints" / f"{arm.replace('/', '__')}{tag}.json"
         trainer.config_hash = self.writer.config_hash()  # a checkpoint of an edited config.yaml is refused
         try:
-            result = trainer.fit(build, seeds, task)
+            result = extend_fit(old, trainer.fit(build, seeds[k:], task), k) if k < len(seeds) else old
         except DivergenceError as err:
+            if k:  # the member named as the whole ensemble numbers it
+                err = DivergenceError(err.member + k, err.step, extend_fit(old, err.result, k))
             self.record(arm, err.result, self._initial(err.result, build, seeds))
-            raise
+            raise err from None
         self.record(arm, result, self._initial(result, build, seeds))
+        self.fits[arm] = (seeds, result)
         return result
 
     @staticmethod
@@ -106,6 +131,18 @@ class RunContext:
         if len(result.init_states) == len(seeds):
             return result.init_states
         return initial_states(build, seeds)
+
+
+def extend_fit(first: FitResult, more: FitResult, k: int) -> FitResult:
+    """``first`` (members ``0..k-1``) followed by ``more`` (members ``k..``): rows renumbered, states,
+    initial states and snapshots concatenated (the initial states only when both fits recorded them)."""
+    if k == 0:
+        return more
+    steps = sorted(set(first.snapshots) & set(more.snapshots))
+    init = first.init_states + more.init_states if first.init_states and more.init_states else []
+    return FitResult(rows=first.rows + [(s, m + k, n, v) for s, m, n, v in more.rows], states=first.states + more.states,
+                     wall_time=first.wall_time + more.wall_time, init_states=init,
+                     snapshots={t: first.snapshots[t] + more.snapshots[t] for t in steps})
 
 
 def snapshot_arm(arm: str, step: int) -> str:
@@ -211,13 +248,14 @@ class Experiment(ABC):
         """Plain-language findings for the report, written after judging (they may quote verdicts)."""
         return []
 
-    def analyse(self, cfg: ExperimentConfig, run: Run | RunView) -> Analysis:
+    def analyse(self, cfg: ExperimentConfig, run: Run | RunView, confidence: float = 0.95) -> Analysis:
         """Measure, gate and judge the stored run: the declared claims decided by :func:`tdlab.claims.judge`
-        on :meth:`measure`'s rows and :meth:`health`'s gate, then :meth:`notes`."""
+        on :meth:`measure`'s rows and :meth:`health`'s gate at ``confidence`` (a ``--decide`` run's looks
+        judge at ``1 − alpha / looks``), then :meth:`notes`."""
         view = run if isinstance(run, RunView) else RunView(run)
         measured = self.measure(cfg, view)
         health = self.health(cfg, view)
-        groups = judge(self.claims, measured, cfg, health)
+        groups = judge(self.claims, measured, cfg, health, confidence)
         return Analysis(groups, measured.values, self.notes(cfg, measured, groups), health, measured=measured)
 
     def trivial_error(self, cfg: ExperimentConfig, arm: str) -> float | None:

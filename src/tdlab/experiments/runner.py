@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
 from tdlab.config import ConfigError, echo, one_line, validate_config
 from tdlab.claims import VERDICTS
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, get
+from tdlab.experiments.decide import DecidePlan, run_rounds
 from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
 from tdlab.report.html import write_report
@@ -50,15 +52,23 @@ def check_out(out: Path) -> Path:
 
 def execute(
     exp: Experiment, cfg: ExperimentConfig, profile: str, out: Path, device: str = "cpu", progress: bool = True,
-    run_id: str | None = None, sweep: str | None = None,
+    run_id: str | None = None, sweep: str | None = None, decide: DecidePlan | None = None,
 ) -> Run:
     """Run ``exp`` with a validated ``cfg``; returns the finished run (status ``done`` or ``diverged``),
-    indexed in ``out``'s run index (under ``sweep`` when part of one)."""
+    indexed in ``out``'s run index (under ``sweep`` when part of one). With ``decide``, the run goes
+    on in rounds of more members until its paper claims are settled (:mod:`tdlab.experiments.decide`)."""
     device = check_device(device)
     out = check_out(out)
     writer = RunWriter(Path(out), exp.name, run_id)
-    writer.write_config({"experiment": exp.name, "profile": profile, "config": cfg.model_dump(mode="json"), "sweep": sweep})
-    return _execute(exp, cfg, profile, writer, device, progress, sweep)
+    writer.write_config(_config_record(exp, cfg, profile, sweep))
+    return _execute(exp, cfg, profile, writer, device, progress, sweep, decide)
+
+
+def _config_record(exp: Experiment, cfg: ExperimentConfig, profile: str, sweep: str | None,
+                   decide: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``config.yaml`` holds: experiment, profile, config, sweep and, for ``--decide``, its rounds."""
+    rec = {"experiment": exp.name, "profile": profile, "config": cfg.model_dump(mode="json"), "sweep": sweep}
+    return {**rec, "decide": decide} if decide is not None else rec
 
 
 def resume(path: Path, device: str = "cpu", progress: bool = True) -> Run:
@@ -69,27 +79,43 @@ def resume(path: Path, device: str = "cpu", progress: bool = True) -> Run:
     try:
         exp = get(conf["experiment"])
         cfg = validate_config(exp.Config, conf.get("config", {}))
+        plan = DecidePlan.model_validate(conf["decide"]) if conf.get("decide") is not None else None
     except ConfigError as exc:
         raise RunDirError(f"{writer.path / 'config.yaml'} does not hold a valid config: {exc}") from None
-    return _execute(exp, cfg, conf.get("profile", "?"), writer, check_device(device), progress, conf.get("sweep"))
+    except ValidationError as exc:
+        raise RunDirError(f"{writer.path / 'config.yaml'}: its 'decide' block is not what tdlab writes "
+                          f"({one_line(str(exc))})") from None
+    return _execute(exp, cfg, conf.get("profile", "?"), writer, check_device(device), progress, conf.get("sweep"),
+                    plan, conf.get("decide") or {})
 
 
 def _execute(
-    exp: Experiment, cfg: ExperimentConfig, profile: str, writer: RunWriter, device: str, progress: bool, sweep: str | None = None
+    exp: Experiment, cfg: ExperimentConfig, profile: str, writer: RunWriter, device: str, progress: bool,
+    sweep: str | None = None, decide: DecidePlan | None = None, decide_state: dict[str, Any] | None = None,
 ) -> Run:
     if progress:
         err_console.print(f"run {writer.run_id}: building in {writer.path}", highlight=False, soft_wrap=True)
     with writer:
         status: dict[str, Any] = {"status": "done", "error": None}
         t0 = time.perf_counter()
+        ctx = RunContext(writer, device, progress)
+        analysis, record = None, None
         try:
-            exp.run(cfg, RunContext(writer, device, progress))
+            if decide is None:
+                exp.run(cfg, ctx)
+            else:
+                cfg, analysis, record = run_rounds(
+                    exp, cfg, ctx, decide, decide_state or {},
+                    lambda c, block: writer.write_config(_config_record(exp, c, profile, sweep, block)),
+                    lambda line: err_console.print(line, highlight=False, soft_wrap=True, markup=False))
         except DivergenceError as err:
             # What was measured is already stored; the run finishes as "diverged", naming member and step.
             status = {"status": "diverged", "error": str(err), "member": err.member, "step": err.step}
         meta = {"run_id": writer.run_id, "profile": profile, "wall_time_s": time.perf_counter() - t0,
                 "env": environment(device), **status}
-        _report(exp, cfg, Run(writer.path), meta)
+        if record is not None:
+            meta["decide"] = record
+        _report(exp, cfg, Run(writer.path), meta, analysis)
         run = writer.finish()
     _index(run, writer.out, sweep)
     return run
@@ -136,7 +162,7 @@ def rebuild(path: Path) -> Run:
 
 _META_TYPES: dict[str, tuple[type, ...]] = {
     "run_id": (str,), "profile": (str,), "wall_time_s": (int, float), "env": (dict,), "status": (str,),
-    "error": (str, type(None)), "member": (int, type(None)), "step": (int, type(None)),
+    "error": (str, type(None)), "member": (int, type(None)), "step": (int, type(None)), "decide": (dict,),
 }
 
 
@@ -149,6 +175,8 @@ def _stored_meta(run: Run) -> dict[str, Any]:
     for key, value in meta.items():
         if not isinstance(value, _META_TYPES[key]) or isinstance(value, bool):
             raise RunDirError(f"{where}: '{key}' holds {type(value).__name__}, not what tdlab writes there")
+    if "decide" in meta and not _confidence_ok(meta["decide"].get("confidence")):
+        raise RunDirError(f"{where}: 'decide' holds no confidence in (0.5, 1), not what tdlab writes there")
     if "status" in meta and meta["status"] not in ("done", "diverged"):
         raise RunDirError(f"{where}: 'status' is {echo(meta['status'])}; allowed: done, diverged")
     env = meta.get("env")
@@ -158,17 +186,23 @@ def _stored_meta(run: Run) -> dict[str, Any]:
     return meta
 
 
-def _report(exp: Experiment, cfg: ExperimentConfig, run: Run, meta: dict[str, Any]) -> None:
+def _confidence_ok(c: Any) -> bool:
+    return isinstance(c, float) and 0.5 < c < 1.0
+
+
+def _report(exp: Experiment, cfg: ExperimentConfig, run: Run, meta: dict[str, Any], analysis: Analysis | None = None) -> None:
     """Health gate, claims, figures, ``summary.json`` and ``report.html`` of a run.
 
     The gate runs first: every trained arm is checked (:meth:`Experiment.health`), and every claim
     row that needs an arm that did not train is ``not evaluable``. Counts are over paper claim
-    groups; sanity groups are counted apart.
+    groups; sanity groups are counted apart. A ``--decide`` run is judged at its looks' confidence
+    (``meta["decide"]``); ``analysis``, when given, is the last look's, already judged.
     """
-    analysis = None
     view = RunView(run)  # one read of the metrics table for measuring, gating and plotting
-    if meta.get("status") == "done":
-        analysis = exp.analyse(cfg, view)
+    if meta.get("status") != "done":
+        analysis = None
+    elif analysis is None:
+        analysis = exp.analyse(cfg, view, confidence=(meta.get("decide") or {}).get("confidence", 0.95))
     figures: list[Path] = []
     if analysis is not None:
         figures = exp.plot(cfg, view, analysis, run.path / "figures")

@@ -1,0 +1,209 @@
+"""``--decide``: rounds of more members on a run, with the looks' confidence, resumable, recorded.
+
+A toy experiment whose "trainer" gives member ``i`` a value drawn from its seed alone (as tdlab's
+trainers do) makes the rounds fast; one real experiment checks that a grown run has the numbers of a
+run trained with its final members from the start.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tdlab.claims import ClaimSpec, Measurements, Sample
+from tdlab.experiments import runner
+from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext
+from tdlab.experiments.decide import DecidePlan, parse_budget
+from tdlab.runs import Run
+from tdlab.seeding import member_seeds
+from tdlab.train.trainer import FitResult
+
+
+class ToyConfig(ExperimentConfig):
+    mean: float = 0.0  # the members' true mean
+    steps: int = 10  # the "training budget" (never extended by --decide)
+
+
+class ToyTrainer:
+    """Member with seed s ends at mean + N(0, 1) drawn from s; counts the members it trained."""
+
+    trained: list[int] = []
+    stop_after: int | None = None  # raise KeyboardInterrupt after this many members (an interrupted round)
+
+    def __init__(self, cfg: ToyConfig) -> None:
+        self.cfg = cfg
+        self.checkpoint = self.config_hash = None
+
+    def fit(self, build, seeds, task) -> FitResult:
+        rows, states = [], []
+        for i, s in enumerate(seeds):
+            if ToyTrainer.stop_after is not None and len(ToyTrainer.trained) >= ToyTrainer.stop_after:
+                raise KeyboardInterrupt
+            ToyTrainer.trained.append(s)
+            v = self.cfg.mean + float(np.random.default_rng(s).normal())
+            rows += [(0, i, "test_loss", 10.0), (self.cfg.steps, i, "test_loss", 1.0 + 0.01 * abs(v))]
+            states.append({"w": torch.tensor([v])})
+        return FitResult(rows=rows, states=states, init_states=[{"w": torch.zeros(1)} for _ in states])
+
+
+class Toy(Experiment):
+    name = "toy-decide"
+    paper = "none"
+    figure = "none"
+    description = "a toy for --decide"
+    Config = ToyConfig
+    claims = (
+        ClaimSpec(id="near-zero", statement="the mean is within 1 of 0", test="value", relation="close", quantity="w",
+                  expected=0.0, tolerance=1.0, horizon="budget"),
+        ClaimSpec(id="sanity", statement="a check", kind="sanity", test="value", relation="close", quantity="w",
+                  expected=0.0, tolerance=100.0, horizon="budget"),
+    )
+
+    def run(self, cfg: ToyConfig, ctx: RunContext) -> None:
+        ctx.fit("a", ToyTrainer(cfg), lambda s: None, member_seeds(cfg.seed, cfg.members), None)
+        ctx.writer.save_arrays("shared", [{"x": torch.ones(1)}])  # not per member: recomputed every round
+
+    def measure(self, cfg: ToyConfig, run) -> Measurements:
+        m = Measurements()
+        w = run.arrays("a")["w"][:, 0].tolist()
+        m.row("near-zero", "a", Sample(tuple(w)), arms=["a"])
+        m.row("sanity", "a", Sample(tuple(w)), arms=["a"])
+        return m
+
+    def plot(self, cfg, run, analysis, figdir):
+        return []
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    ToyTrainer.trained, ToyTrainer.stop_after = [], None
+    yield
+    ToyTrainer.trained, ToyTrainer.stop_after = [], None
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    exp = Toy()
+    monkeypatch.setattr(runner, "get", lambda name: exp)
+    return exp
+
+
+def _decide(toy, tmp_path, run_id="r", mean=0.0, looks=4, budget=3600.0):
+    cfg = toy.make_config("quick", [f"mean={mean}"], members=3)
+    return runner.execute(toy, cfg, "quick", tmp_path, progress=False, run_id=run_id,
+                          decide=DecidePlan(looks=looks, budget_s=budget))
+
+
+def test_rounds_add_members_train_only_the_new_ones_and_judge_at_the_looks_confidence(toy, tmp_path):
+    run = _decide(toy, tmp_path)
+    s = run.summary
+    d = s["decide"]
+    assert d["confidence"] == pytest.approx(1 - 0.05 / 4) and d["schedule"] == [3, 6, 12, 24]
+    members = [r["members"] for r in d["rounds"]]
+    assert members == d["schedule"][: len(members)] and len(members) >= 2
+    assert s["members"] == members[-1] == run.config["config"]["members"]
+    # each member trained once: the rounds extended the arm, they did not retrain it
+    assert ToyTrainer.trained == member_seeds(0, members[-1])
+    g = s["claims"][0]
+    assert g["rows"][0]["confidence"] == pytest.approx(d["confidence"]) and g["rows"][0]["n"] == members[-1]
+    assert d["stopped"] and d["rounds"][-1]["decided"] == d["decided"]
+    # the grown run holds the numbers of a run trained with its final members from the start
+    fresh = runner.execute(toy, toy.make_config("quick", ["mean=0.0"], members=members[-1]), "quick", tmp_path,
+                           progress=False, run_id="fresh")
+    assert Run(run.path).metrics().equals(Run(fresh.path).metrics())
+    assert torch.equal(Run(run.path).arrays("a")["w"], Run(fresh.path).arrays("a")["w"])
+    # the training budget is never extended
+    assert run.config["config"]["steps"] == 10
+
+
+def test_a_claim_settled_at_the_first_look_stops_the_rounds(toy, tmp_path):
+    run = _decide(toy, tmp_path, mean=50.0)  # far outside: fails at once
+    d = run.summary["decide"]
+    assert len(d["rounds"]) == 1 and d["stopped"] == "every paper group is decided"
+    assert run.summary["claims"][0]["verdict"] == "fails"
+
+
+def test_the_budget_stops_the_rounds(toy, tmp_path, monkeypatch):
+    import tdlab.experiments.decide as decide
+
+    clock = iter(range(0, 10_000, 100))  # every round "takes" 100 s
+    monkeypatch.setattr(decide.time, "perf_counter", lambda: float(next(clock)))
+    run = _decide(toy, tmp_path, mean=0.0, budget=250.0)
+    d = run.summary["decide"]
+    assert d["stopped"].startswith("budget") and [r["members"] for r in d["rounds"]] == [3, 6]
+
+
+def test_a_run_interrupted_in_a_round_resumes_to_the_same_numbers(toy, tmp_path):
+    whole = _decide(toy, tmp_path / "a")
+    ToyTrainer.trained = []
+    ToyTrainer.stop_after = 3 + 3 + 2  # in the third round, two of its six new members trained
+    with pytest.raises(KeyboardInterrupt):
+        _decide(toy, tmp_path / "b")
+    ToyTrainer.stop_after = None
+    staged = Run.read_config(tmp_path / "b" / ".staging-r" / "config.yaml")
+    assert staged["decide"]["rounds"][-1]["members"] == 6 and staged["config"]["members"] == 12
+    resumed = runner.resume(tmp_path / "b" / "r", progress=False)
+    a, b = whole.summary, resumed.summary
+    assert [r["members"] for r in a["decide"]["rounds"]] == [r["members"] for r in b["decide"]["rounds"]]
+    assert a["claims"] == b["claims"]
+    assert Run(whole.path).metrics().equals(Run(resumed.path).metrics())
+
+
+def test_report_rebuilds_a_decided_run_at_its_looks_confidence(toy, tmp_path):
+    run = _decide(toy, tmp_path)
+    before = run.summary["claims"]
+    runner.rebuild(run.path)
+    assert Run(run.path).summary["claims"] == before
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("30m", 1800), ("1.5h", 5400), ("45", 45)])
+def test_budget_parses(text, seconds):
+    assert parse_budget(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "m", "-5m", "0", "ten", "2w", "nan", "inf", "1e9h"])
+def test_a_bad_budget_is_one_line_naming_the_option(text):
+    from tdlab.config import ConfigError
+
+    with pytest.raises(ConfigError, match="^--budget: "):
+        parse_budget(text)
+
+
+def test_a_real_round_trains_only_the_new_members_and_matches_a_fresh_run(tmp_path, monkeypatch):
+    """markov-init (GPT, Trainer): 2 members, then a round to 4, equals 4 members from the start."""
+    from tdlab.experiments.base import get
+    from tdlab.runs import RunWriter
+    from tdlab.train import trainer as trainer_mod
+
+    exp = get("markov-init")
+    sets = ["train.steps=30", "train.seq_len=16", "train.eval_every=10", "train.eval_batches=1", "archs=[sec2]"]
+    fitted: list[int] = []
+    real_fit = trainer_mod.Trainer.fit
+    monkeypatch.setattr(trainer_mod.Trainer, "fit", lambda self, b, seeds, t: fitted.append(len(seeds)) or real_fit(self, b, seeds, t))
+
+    def staged(run_id, members):
+        w = RunWriter(tmp_path, exp.name, run_id)
+        w.write_config({"experiment": exp.name, "config": exp.make_config("quick", sets, members=members).model_dump(mode="json")})
+        return w
+
+    grown = staged("grown", 2)
+    ctx = RunContext(grown, progress=False)
+    exp.run(exp.make_config("quick", sets, members=2), ctx)
+    ctx.start_round()
+    grown.write_config({"experiment": exp.name, "config": exp.make_config("quick", sets, members=4).model_dump(mode="json")})
+    exp.run(exp.make_config("quick", sets, members=4), ctx)
+    arms = len(fitted) // 2
+    assert arms >= 1
+    assert fitted == [2] * arms + [2] * arms  # the round trained the two new members of each arm only
+    fresh = staged("fresh", 4)
+    exp.run(exp.make_config("quick", sets, members=4), RunContext(fresh, progress=False))
+    a, b = Run(grown.path).metrics(), Run(fresh.path).metrics()
+    pd_cols = ["arm", "step", "member", "name"]
+    a, b = a.sort_values(pd_cols).reset_index(drop=True), b.sort_values(pd_cols).reset_index(drop=True)
+    assert a[pd_cols].equals(b[pd_cols])
+    np.testing.assert_allclose(a["value"].to_numpy(), b["value"].to_numpy(), rtol=1e-6, atol=1e-7)
+    for f in sorted((fresh.path / "arrays").glob("*.safetensors")):
+        x, y = Run(grown.path).arrays(f.stem), Run(fresh.path).arrays(f.stem)
+        assert x.keys() == y.keys() and all(torch.allclose(x[k], y[k], rtol=1e-6, atol=1e-7) for k in x)
+    grown.release(), fresh.release()
