@@ -170,6 +170,15 @@ def test_plan_is_deterministic_and_depends_on_the_spec(tmp_path):
     assert len(d) == 5 and d[4].overrides == {"task.p": 0.9, "task.q": 0.9}
 
 
+def test_a_sweep_with_decide_runs_every_point_with_decide_and_its_budget(tmp_path):
+    from tdlab.sweep import _command
+
+    spec = load_spec(_spec_file(tmp_path, decide="10m"))
+    cmd = _command(spec, plan(spec)[0], tmp_path / "runs")
+    assert cmd[-3:] == ["--decide", "--budget", "10m"]
+    assert "--decide" not in _command(load_spec(_spec_file(tmp_path)), plan(spec)[0], tmp_path / "runs")
+
+
 # ------------------------------------------------------------------------------------------------
 # A point whose worker dies.
 
@@ -217,6 +226,7 @@ def test_a_point_whose_worker_is_killed_fails_and_the_sweep_goes_on(tmp_path, mo
     ({"name": "has space"}, "name"),
     ({"bogus": 1}, "bogus"),
     ({"profile": "huge"}, "profile"),
+    ({"decide": "soon"}, "decide"),
 ])
 def test_bad_spec_is_refused_before_any_run(tmp_path, fields, message):
     f = _spec_file(tmp_path, **fields)

@@ -30,7 +30,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
-from tdlab.config import ECHO_CHARS, ConfigError, one_line
+from tdlab.config import ECHO_CHARS, ConfigError, one_line, parse_duration
 from tdlab.runs import RunDirError, RunNotMovedError, check_run_id, list_runs
 from tdlab.safeio import check_not_in_run, check_output_folder
 
@@ -202,9 +202,9 @@ def _decide_plan(budget: str, looks: int):
     """The ``--decide`` plan from ``--budget`` and ``--looks``, refused in one line naming the option."""
     from pydantic import ValidationError
 
-    from tdlab.experiments.decide import DecidePlan, parse_budget
+    from tdlab.experiments.decide import DecidePlan
 
-    seconds = parse_budget(budget)
+    seconds = parse_duration(budget, "--budget")
     try:
         return DecidePlan(budget_s=seconds, looks=looks)
     except ValidationError:
@@ -234,6 +234,10 @@ def _print_summary(summary: dict, path: Path) -> None:
                               highlight=False, soft_wrap=True)
     for n in summary.get("notes", []):
         out_console.print(f"  · {n}", highlight=False, soft_wrap=True)
+    if summary.get("decide"):
+        from tdlab.report.findings import decided_by
+
+        out_console.print(f"decided by {decided_by(summary)}", highlight=False, soft_wrap=True)
     out_console.print(f"run directory: {path}\nreport: {path / 'report.html'}", highlight=False, soft_wrap=True)
 
 
@@ -363,6 +367,8 @@ def atlas_run(
     workers: Annotated[int, typer.Option(min=1, help="points run at once")] = 2,
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address HOST:PORT (ray backend)")] = None,
     runs_dir: Annotated[Path, typer.Option("--runs", help="folder that holds run directories and the index")] = DEFAULT_OUT,
+    decide: Annotated[Optional[str], typer.Option(help="run every point with --decide and this budget (90s, 30m, 1.5h); "
+                                                  "use another --runs than the undecided atlas's")] = None,
 ) -> None:
     """Sweep each experiment's atlas axes (points already in the runs folder are skipped, killed ones resumed)."""
     from tdlab.atlas.axes import atlas_spec, experiments_with_axes
@@ -372,7 +378,10 @@ def atlas_run(
         if backend not in ("local", "ray"):
             raise ConfigError(f"backend: unknown backend {backend!r}; allowed: local, ray")
         exps = experiments_with_axes(experiments or [])
-        specs = [atlas_spec(e, profile) for e in exps]  # every name and profile checked before anything runs
+        if decide is not None:
+            parse_duration(decide, "--decide")
+        # every name and profile checked before anything runs
+        specs = [atlas_spec(e, profile).model_copy(update={"decide": decide}) for e in exps]
         check_output_folder(runs_dir, "--runs")
         failed = False
         for spec in specs:

@@ -12,6 +12,7 @@ echo is cut to :data:`ECHO_CHARS` characters, so a hostile ``--set`` cannot prod
 from __future__ import annotations
 
 import copy
+import math
 import re
 import types
 from collections.abc import Iterable, Mapping
@@ -21,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 __all__ = ["Config", "ConfigError", "parse_overrides", "apply_overrides", "build_config", "deep_merge",
-           "validate_config", "echo", "one_line", "ECHO_CHARS"]
+           "validate_config", "echo", "one_line", "ECHO_CHARS", "parse_duration"]
 
 ECHO_CHARS = 80  # longest echo of a user value in a message
 MAX_DEPTH = 16  # deepest nesting of lists/mappings a --set value may have
@@ -287,3 +288,19 @@ def apply_overrides(cfg: C, items: Iterable[str]) -> C:
 
 def to_yaml(cfg: BaseModel) -> str:
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def parse_duration(text: str, option: str = "--budget") -> float:
+    """Seconds from ``90s``, ``30m``, ``1.5h`` or a plain number of seconds (at most a week); anything
+    else is a :class:`ConfigError` naming ``option``."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    t = str(text).strip().lower()
+    scale = units.get(t[-1:])
+    try:
+        value = float(t[:-1] if scale else t) * (scale or 1.0)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 7 * 24 * 3600:
+        raise ConfigError(f"{option}: {echo(text)} is not a wall time; allowed: a positive number of seconds, or 90s, 30m, "
+                          f"1.5h (at most a week)")
+    return value

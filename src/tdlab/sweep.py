@@ -56,7 +56,7 @@ import pandas as pd
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
-from tdlab.config import ECHO_CHARS, Config, ConfigError, _format_validation_error, one_line
+from tdlab.config import ECHO_CHARS, Config, ConfigError, _format_validation_error, one_line, parse_duration
 from tdlab.config import echo as echo_value
 from tdlab.runs import Run, RunDirError, atomic_write, config_hash, staging_path
 from tdlab.safeio import legacy_pickles
@@ -76,8 +76,16 @@ class SweepSpec(Config):
     set: dict[str, Any] = {}
     grid: dict[str, list[Any]] = {}
     points: list[dict[str, Any]] = []
+    decide: str | None = None  # run every point with --decide and this --budget (90s, 30m, 1.5h)
     # Every point's config hash, filled by the one validation (load_spec, or run_sweep when not loaded).
     _hashes: list[str] | None = PrivateAttr(None)
+
+    @field_validator("decide")
+    @classmethod
+    def _budget(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_duration(v, "decide")
+        return v
 
     @field_validator("grid")
     @classmethod
@@ -220,6 +228,8 @@ def _command(spec: SweepSpec, point: Point, out: Path) -> list[str]:
         cmd += ["--seeds", str(spec.seeds)]
     if spec.seed is not None:
         cmd += ["--seed", str(spec.seed)]
+    if spec.decide is not None:
+        cmd += ["--decide", "--budget", spec.decide]
     return cmd
 
 

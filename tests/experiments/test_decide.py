@@ -14,7 +14,8 @@ import torch
 from tdlab.claims import ClaimSpec, Measurements, Sample
 from tdlab.experiments import runner
 from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext
-from tdlab.experiments.decide import DecidePlan, parse_budget
+from tdlab.config import parse_duration
+from tdlab.experiments.decide import DecidePlan
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.train.trainer import FitResult
@@ -155,11 +156,25 @@ def test_report_rebuilds_a_decided_run_at_its_looks_confidence(toy, tmp_path):
     before = run.summary["claims"]
     runner.rebuild(run.path)
     assert Run(run.path).summary["claims"] == before
+    html = (run.path / "report.html").read_text()
+    assert "Rounds (--decide)" in html and "0.9875" in html
+    assert html.count("<tr><td>") >= len(run.summary["decide"]["rounds"])
+
+
+def test_the_cli_runs_decide_and_refuses_bad_options_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from tdlab.cli import app
+
+    for args, msg in ((["--budget", "soon"], "--budget:"), (["--looks", "9"], "--looks:")):
+        res = CliRunner().invoke(app, ["run", "markov-init", "--decide", "--out", str(tmp_path / "o"), *args])
+        assert res.exit_code == 2 and msg in res.output and "Traceback" not in res.output
+        assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("30m", 1800), ("1.5h", 5400), ("45", 45)])
 def test_budget_parses(text, seconds):
-    assert parse_budget(text) == seconds
+    assert parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "m", "-5m", "0", "ten", "2w", "nan", "inf", "1e9h"])
@@ -167,7 +182,7 @@ def test_a_bad_budget_is_one_line_naming_the_option(text):
     from tdlab.config import ConfigError
 
     with pytest.raises(ConfigError, match="^--budget: "):
-        parse_budget(text)
+        parse_duration(text)
 
 
 def test_a_real_round_trains_only_the_new_members_and_matches_a_fresh_run(tmp_path, monkeypatch):

@@ -46,6 +46,18 @@ def test_findings_table_counts_come_from_the_summary(make_markov_run):
     assert "arm `gpt2/local-to-global` **not trained**" in text
 
 
+def test_decided_by_names_the_profile_or_the_rounds():
+    from tdlab.report.findings import decided_by
+
+    assert decided_by({"profile": "quick", "claims": []}) == "quick"
+    rounds = [{"members": 3}, {"members": 6}, {"members": 12}]
+    s = {"profile": "quick", "decide": {"rounds": rounds, "confidence": 0.9875, "stopped": "budget: …"},
+         "claims": [{"verdict": "holds"}, {"verdict": "not resolved"}]}
+    assert decided_by(s) == "decide: 12 members, 3 looks at 0.9875, 1 undecided (budget: …)"
+    s["claims"][1]["verdict"] = "fails"
+    assert decided_by(s) == "decide: 12 members, 3 looks at 0.9875"
+
+
 def test_what_changed_against_earlier_runs(make_markov_run, tmp_path):
     import json
     import shutil

@@ -41,7 +41,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from tdlab.atlas.axes import AtlasAxes, AtlasAxis, sweep_name
 from tdlab.config import ConfigError, echo
 from tdlab.index import INDEX_NAME, RunIndex
-from tdlab.report.findings import group_line, row_summary
+from tdlab.report.findings import decided_by, group_line, row_summary
 from tdlab.runs import RunDirError
 from tdlab.safeio import atomic_write, check_output_folder, copy_inside, enclosing_run, folder_mode, is_run_dir
 
@@ -234,6 +234,8 @@ def _cell_title(axes: Sequence[AtlasAxis], values: Sequence[Any], row: dict[str,
         s = row["summary"] or {}
         return f"{where}: run {row['run_id']} ({row['status']}{': ' + s['error'] if s.get('error') else ''}), no verdict for this claim"
     lines = [f"{where}: {group['verdict']}"]
+    if (row.get("summary") or {}).get("decide"):
+        lines.append(f"decided by {decided_by(row['summary'])}")
     for r in group.get("rows", []):
         name = r["id"].split("/", 1)[1] if "/" in r["id"] else r["id"]
         lines.append(f"{name}: {row_summary(r)} → {r['verdict']}")

@@ -27,30 +27,13 @@ from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunCo
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run
 
-__all__ = ["DecidePlan", "run_rounds", "parse_budget"]
+__all__ = ["DecidePlan", "run_rounds"]
 
 
 class DecidePlan(Looks, frozen=True):
     """A ``--decide`` run's schedule of looks and its wall-time budget."""
 
     budget_s: float = Field(1800.0, gt=0.0, le=7 * 24 * 3600.0)  # wall time for all rounds, the first pass included
-
-
-def parse_budget(text: str) -> float:
-    """``--budget``: seconds from ``90s``, ``30m``, ``1.5h`` or a plain number of seconds."""
-    from tdlab.config import ConfigError, echo
-
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
-    t = text.strip().lower()
-    scale = units.get(t[-1:], None)
-    try:
-        value = float(t[:-1] if scale else t) * (scale or 1.0)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value > 7 * 24 * 3600:
-        raise ConfigError(f"--budget: {echo(text)} is not a wall time; allowed: a positive number of seconds, or 90s, 30m, 1.5h "
-                          f"(at most a week)")
-    return value
 
 
 def run_rounds(exp: Experiment, cfg: ExperimentConfig, ctx: RunContext, plan: DecidePlan, state: dict[str, Any],

@@ -18,7 +18,7 @@ from typing import Any
 
 from tdlab.runs import Run, RunDirError, atomic_write
 
-__all__ = ["findings_markdown", "changes_markdown", "group_line", "row_summary", "replace_between_markers",
+__all__ = ["decided_by", "findings_markdown", "changes_markdown", "group_line", "row_summary", "replace_between_markers",
            "read_summary", "START", "END"]
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
@@ -88,6 +88,18 @@ def _causes(groups: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(f"{n} {w}" for w, n in tally.items()) or "—"
 
 
+def decided_by(s: Mapping[str, Any]) -> str:
+    """What settled a run's paper groups: its profile's single pass, or the ``--decide`` rounds (members,
+    looks, and whether groups were left undecided when the rounds stopped)."""
+    d = s.get("decide")
+    if not isinstance(d, dict) or not isinstance(d.get("rounds"), list) or not d["rounds"]:
+        return str(s.get("profile", "?"))
+    last = d["rounds"][-1] if isinstance(d["rounds"][-1], dict) else {}
+    left = sum(g.get("verdict") not in ("holds", "fails") for g in s.get("claims", []) if isinstance(g, dict))
+    tail = f", {left} undecided ({d.get('stopped', '?')})" if left else ""
+    return f"decide: {last.get('members', '?')} members, {len(d['rounds'])} looks at {d.get('confidence', 0):.4g}{tail}"
+
+
 def read_summary(run_dir: Path) -> tuple[Run, dict[str, Any]]:
     """A run and its ``summary.json``, checked for what the findings read: a claims list of groups,
     each with an id, a verdict and its rows. Anything else: :class:`RunDirError`, one line."""
@@ -114,12 +126,12 @@ def read_summary(run_dir: Path) -> tuple[Run, dict[str, Any]]:
 def findings_markdown(run_dirs: Sequence[Path]) -> str:
     """The findings table and per-group lines of ``run_dirs``, in the order given."""
     runs = [read_summary(d) for d in run_dirs]
-    lines = ["| experiment | seed, figure | profile | paper claims held | not holding, by cause | sanity held | wall |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| experiment | seed, figure | profile | paper claims held | not holding, by cause | decided by | sanity held | wall |",
+             "|---|---|---|---|---|---|---|---|"]
     for run, s in runs:
         wall = s.get("wall_time_s", 0)
         lines.append(f"| `{s['experiment']}` | {s['paper']}, {s['figure']} | {s.get('profile', '?')} | "
-                     f"{_counts(s['claims'])} | {_causes(s['claims'])} | {_counts(s.get('sanity', []))} | "
+                     f"{_counts(s['claims'])} | {_causes(s['claims'])} | {decided_by(s)} | {_counts(s.get('sanity', []))} | "
                      f"{f'{wall:.0f}' if isinstance(wall, (int, float)) and math.isfinite(wall) else '—'} s |")
     for run, s in runs:
         lines += ["", f"**`{s['experiment']}`** (run `{run.path.name}`, {s.get('members', '?')} members, "
