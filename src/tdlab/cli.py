@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -87,16 +88,15 @@ app = typer.Typer(cls=_OneLineErrors, add_completion=False, no_args_is_help=True
 @app.command("list")
 def list_experiments() -> None:
     """List every experiment with the seed paper and figure it reproduces."""
-    from tdlab.experiments.base import registry
+    from tdlab.experiments.catalog import CATALOG  # the table, no experiment imported
 
-    reg = registry()
     table = Table(show_lines=False)
     # names are what one types: never cut, whatever the terminal's width (the other columns wrap)
-    table.add_column("experiment", no_wrap=True, min_width=max(map(len, reg), default=10))
+    table.add_column("experiment", no_wrap=True, min_width=max(map(len, CATALOG), default=10))
     for col in ("seed", "reproduces", "profiles"):
         table.add_column(col, overflow="fold")
-    for name, exp in sorted(reg.items()):
-        table.add_row(name, exp.paper, exp.figure, ", ".join(exp.profiles))
+    for name, entry in sorted(CATALOG.items()):
+        table.add_row(name, entry.paper, entry.figure, ", ".join(entry.profiles))
     out_console.print(table)
 
 
@@ -109,13 +109,14 @@ class _RunCommand(TyperCommand):
 
     def format_help(self, ctx, formatter):  # noqa: ANN001, ANN201
         super().format_help(ctx, formatter)
-        from tdlab.experiments.base import registry
+        from tdlab.experiments.catalog import CATALOG
 
         args = ctx.meta.get("tdlab.args", [])
-        reg = registry() if any(not a.startswith("-") for a in args) else {}
-        name = next((a for a in args if a in reg), None)
+        name = next((a for a in args if a in CATALOG), None)
         if name is not None:
-            _print_config_keys(reg[name])
+            from tdlab.experiments.base import get  # NAME's module only
+
+            _print_config_keys(get(name))
 
 
 def _print_config_keys(exp) -> None:  # noqa: ANN001
@@ -334,6 +335,7 @@ def findings(
     run_dirs: Annotated[list[Path], typer.Argument(help="run directories, in the order of the table")],
     readme: Annotated[Optional[Path], typer.Option(help="write between the findings markers of this file instead of printing")] = None,
     before: Annotated[Optional[Path], typer.Option(help="a folder of earlier run directories (one per experiment): add what changed")] = None,
+    section: Annotated[str, typer.Option(help="--readme: write between <!-- SECTION:start --> and <!-- SECTION:end -->")] = "findings",
 ) -> None:
     """The findings table (verdict counts per run, causes, one line per claim group), generated from run
     directories; with --readme, written between the README's findings markers; with --before, the
@@ -348,7 +350,9 @@ def findings(
         if readme is None:
             out_console.print(text, highlight=False, soft_wrap=True, markup=False)
         else:
-            replace_between_markers(readme, text)
+            if not re.fullmatch(r"[a-z][a-z0-9-]*", section):
+                raise ConfigError(f"--section: {section!r} is not a marker name; allowed: lower-case letters, digits, '-'")
+            replace_between_markers(readme, text, section)
             out_console.print(f"findings of {len(run_dirs)} run(s) written to {readme}", highlight=False)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tdlab.claims import ClaimSpec, Measurements, Sample, judge
-from tdlab.claims.sequential import Looks, distance, growable, round_plan
+from tdlab.claims.sequential import Looks, blocker, distance, growable, round_plan
 
 SPEC = ClaimSpec(id="c", statement="the mean is within 1 of 0", test="value", relation="close", quantity="x",
                  expected=0.0, tolerance=1.0, horizon="budget")
@@ -24,7 +24,8 @@ def test_members_grow_by_the_schedule_and_the_confidence_is_split():
 
 
 def _group(verdict, cause, kind="paper", test="value", p=0.5):
-    row = {"provenance": "seed", "verdict": verdict, "p_fail": p, "p_hold": 1.0}
+    row = {"provenance": "seed", "verdict": verdict, "cause": cause, "test": test, "p_fail": p, "p_hold": 1.0,
+           "n": 3, "std": 1.0, "mc_se": 0.0, "reference_se": None}
     return {"id": f"{verdict}-{cause}", "kind": kind, "verdict": verdict, "cause": cause, "test": test, "rows": [row]}
 
 
@@ -42,6 +43,28 @@ def test_a_row_whose_every_member_is_censored_does_not_grow():
     g["rows"][0]["censored"] = [True, True, True]
     assert not growable(g)
     g["rows"][0]["censored"] = [True, False, True]
+    assert growable(g)
+
+
+def test_a_row_whose_width_the_reference_sets_does_not_grow():
+    g = _group("not resolved", "spread")
+    g["rows"][0].update(n=24, std=0.002, reference_se=0.0009)  # members' se 0.0004 < the reference's
+    assert blocker(g).startswith("the reference's Monte-Carlo error")
+    g["rows"][0].update(reference_se=0.0001)
+    assert growable(g)
+
+
+def test_each_member_on_its_own_error_does_not_grow():
+    assert blocker(_group("not resolved", "spread", test="every")) == "each member is judged on its own error"
+
+
+def test_one_growable_seed_row_makes_the_group_grow_and_ours_never_do():
+    g = _group("not resolved", "spread")
+    blocked = dict(g["rows"][0], cause="still moving")
+    ours = dict(g["rows"][0], provenance="ours")
+    g["rows"] = [blocked, ours]
+    assert blocker(g) == "still moving"
+    g["rows"].append(dict(blocked, cause="spread"))
     assert growable(g)
 
 

@@ -121,3 +121,15 @@ def test_replace_between_markers_keeps_the_rest(tmp_path):
     f.write_text(f"a\n{START}x{END}\nb {START}y{END}\n")
     replace_between_markers(f, "new\n")
     assert f.read_text() == f"a\n{START}\nnew\n{END}\nb {START}y{END}\n"  # only the first block
+
+
+def test_findings_write_into_a_named_section(tmp_path, make_markov_run):
+    run = _run(make_markov_run)
+    readme = tmp_path / "R.md"
+    readme.write_text("a\n<!-- findings:start -->\nold\n<!-- findings:end -->\n<!-- decide:start -->\n<!-- decide:end -->\n")
+    res = CliRunner().invoke(app, ["findings", str(run.path), "--readme", str(readme), "--section", "decide"])
+    assert res.exit_code == 0, res.output
+    text = readme.read_text()
+    assert "<!-- findings:start -->\nold\n" in text and "decided by" in text.split("<!-- decide:start -->")[1]
+    res = CliRunner().invoke(app, ["findings", str(run.path), "--readme", str(readme), "--section", "Bad name"])
+    assert res.exit_code == 2 and "--section" in res.output

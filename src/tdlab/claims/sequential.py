@@ -14,8 +14,9 @@ a claim that the plain quick run decided at 95 %.
 
 Which undecided groups more members can settle (:func:`growable`) is read from the cause the
 judge recorded: an interval that straddles its boundary, one member, a failure not confirmed after
-Holm's correction, an exact sign test or a censored interval short of members (not a row whose
-every member is censored: more members that never reach do not reach either). Training too short
+Holm's correction, an exact sign test or a censored interval short of members (:func:`row_blocker`
+says when not: a row whose every member never reached, an ``every`` test judging each member on its
+own error, an interval whose width the reference's Monte-Carlo error sets, not the members' spread). Training too short
 (``stage not reached``, ``still moving``), an arm that did not train, a tolerance finer than the
 measurement's resolution, and rows of tdlab's own settings (which never decide a paper claim) are
 not helped by more members.
@@ -30,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-__all__ = ["Looks", "GROWABLE_CAUSES", "growable", "decided", "round_plan", "RoundPlan", "distance"]
+__all__ = ["Looks", "GROWABLE_CAUSES", "growable", "blocker", "row_blocker", "decided", "round_plan", "RoundPlan", "distance"]
 
 # Rounds in a row that decide nothing and bring no undecided group closer before the rounds stop.
 STALL_ROUNDS = 2
@@ -68,19 +69,63 @@ def decided(group: Any) -> bool:
     return _get(group, "verdict") in ("holds", "fails")
 
 
+def blocker(group: Any) -> str:
+    """Why more members cannot settle ``group`` ("" when they may): a decided group, a sanity group,
+    or one whose every undecided seed row is blocked (:func:`row_blocker`)."""
+    if _get(group, "kind") != "paper":
+        return "a sanity check"
+    if decided(group):
+        return "decided"
+    rows = [r for r in _rows(group) if r.get("provenance") == "seed" and r.get("verdict") == "not resolved"]
+    if not rows:
+        return str(_get(group, "cause"))
+    why = [row_blocker(r) for r in rows]
+    return "" if "" in why else why[0]
+
+
+def row_blocker(row: Mapping[str, Any]) -> str:
+    """Why more members cannot settle one not-resolved row (its ``to_dict()``), "" when they may.
+
+    They may when its interval straddles the boundary (``spread``), it has one member, it failed alone
+    but not after Holm's correction, or a censored interval or an exact sign test is short of members;
+    not when every member (of both arms) never reached within the horizon, when the tolerance is
+    finer than the measurement's resolution, when each member is judged on its own error (``every``
+    tests), or when the reference's Monte-Carlo error, not the members' spread, sets the width.
+    """
+    cause, test = row.get("cause"), row.get("test")
+    if cause == "resolution" and test != "compare":
+        return "the tolerance is finer than the measurement's resolution"
+    if not (cause in GROWABLE_CAUSES or (cause == "resolution" and test == "compare")):
+        return str(cause)
+    if test == "every":
+        return "each member is judged on its own error"
+    censored = row.get("censored")
+    if cause == "censored" and censored and all(censored) and (test != "compare" or row.get("both_censored", True)):
+        return "no member reached within the horizon"
+    n, sd = int(row.get("n") or 0), row.get("std")
+    extra = math.hypot(float(row.get("mc_se") or 0.0), float(row.get("reference_se") or 0.0))
+    if test != "compare" and n >= 2 and sd is not None and math.isfinite(sd) and sd / math.sqrt(n) < extra:
+        return "the reference's Monte-Carlo error, not the members' spread, sets the interval's width"
+    return ""
+
+
 def growable(group: Any) -> bool:
-    """An undecided paper group that more members may settle (see the module docstring): not
-    resolved for a cause in :data:`GROWABLE_CAUSES`, or a paired sign test short of members."""
-    if _get(group, "kind") != "paper" or _get(group, "verdict") != "not resolved":
-        return False
-    cause = _get(group, "cause")
-    if cause == "censored":  # members never reaching within the horizon are not helped by more of them
-        return any(not _never_reached(r) for r in _get(group, "rows")
-                   if _get(r, "provenance") == "seed" and _get(r, "verdict") == "not resolved")
-    if cause in GROWABLE_CAUSES:
-        return True
-    # a paired direction on discrete values: the exact sign test needs more members, not finer steps
-    return cause == "resolution" and _get(group, "test") == "compare"
+    """An undecided paper group that more members may settle (:func:`blocker` is empty)."""
+    return blocker(group) == ""
+
+
+def _rows(group: Any) -> list[Mapping[str, Any]]:
+    rows = _get(group, "rows") or []
+    out = []
+    for r in rows:
+        if isinstance(r, Mapping):
+            out.append(r)
+        else:  # a RowResult: its dict, with whether the reference arm was censored throughout too
+            d = r.to_dict()
+            ref = r.reference
+            d["both_censored"] = ref is None or (bool(ref.censored) and all(ref.censored))
+            out.append(d)
+    return out
 
 
 @dataclass(frozen=True)
@@ -144,15 +189,6 @@ def round_plan(looks: Looks, schedule: Sequence[int], done_looks: int, groups: S
         return RoundPlan(None, f"budget: the next round (+{nxt - schedule[done_looks - 1]} members, ~{cost:.0f} s) "
                                f"does not fit in the {max(seconds_left, 0):.0f} s left", grow)
     return RoundPlan(nxt, "", grow)
-
-
-def _never_reached(row: Any) -> bool:
-    """Every member of the row's arm (and of its reference arm) censored: never reached in the horizon."""
-    if isinstance(row, dict):
-        c = row.get("censored")
-        return bool(c) and all(c)
-    samples = [row.measured] + ([row.reference] if row.reference is not None else [])
-    return all(bool(x.censored) and all(x.censored) for x in samples)
 
 
 def _get(group: Any, key: str) -> Any:

@@ -4,12 +4,14 @@ that reads the stored run back into typed measurements, its claims declared as d
 
 Experiments are where tasks, models, trainers and theory meet; each module of a seed's package
 (``tdlab.experiments.seed000_local_to_global`` ...) reproduces one figure or table and registers
-itself with :func:`register`. Verdicts are never an experiment's: :meth:`Experiment.analyse` hands
+itself with :func:`register`; :data:`tdlab.experiments.catalog.CATALOG` names that module, so
+:func:`get` imports only the one asked for. Verdicts are never an experiment's: :meth:`Experiment.analyse` hands
 the measurements, the declared claims and the arms' health to :func:`tdlab.claims.judge`.
 """
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,10 +22,13 @@ import numpy as np
 from pydantic import Field
 
 from tdlab.experiments.axes import AtlasAxes
+from tdlab.experiments.catalog import CATALOG
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm, judge
 from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run, RunWriter, arm_files, copy_arrays
+from tdlab.train.live import MetricSink, arm_stream
+from tdlab.train.live import current as live_sink
 from tdlab.train.trainer import DivergenceError, FitResult, Trainer
 
 __all__ = ["ExperimentConfig", "Experiment", "RunContext", "Analysis", "register", "get", "registry", "init_arm", "snapshot_arm",
@@ -48,6 +53,10 @@ class RunContext:
     # ``--decide`` round extends with its new members instead of training them again.
     fits: dict[str, tuple[list[int], FitResult]] = field(default_factory=dict)
     reuse: dict[str, tuple[list[int], FitResult]] = field(default_factory=dict)
+    # Where metric rows also go as they are recorded (``tdlab run --tensorboard DIR``): the trainer of
+    # :meth:`fit` streams its rows at every evaluation and logged step, :meth:`store_rows` hands on every
+    # stored arm's. Default: the sink set by :func:`tdlab.train.live.streaming_to`, else none.
+    live: MetricSink | None = field(default_factory=live_sink)
 
     def start_round(self) -> None:
         """Begin a ``--decide`` round: the staged metrics, arrays and checkpoints of the last round go
@@ -76,6 +85,8 @@ class RunContext:
         attempt of a resumed run may have stored for it."""
         self.writer.rows = [r for r in self.writer.rows if r[0] != arm]
         self.writer.add_metrics(arm, rows)
+        if self.live is not None:  # rows the trainer streamed already are written once
+            self.live.add(arm, self.writer.arm_rows(arm))
 
     def copy_arms(self, source: Path, arms: Sequence[str]) -> None:
         """Copy the stored arrays (``ARM``, ``ARM@init``, ``ARM@step<N>``) and metric rows of ``arms``
@@ -113,6 +124,7 @@ class RunContext:
         tag = f"+{k}" if k else ""
         trainer.checkpoint = self.writer.path / "checkpoints" / f"{arm.replace('/', '__')}{tag}.json"
         trainer.config_hash = self.writer.config_hash()  # a checkpoint of an edited config.yaml is refused
+        trainer.live = arm_stream(self.live, arm, k)  # members k.. of the arm, as the trainer's 0..
         try:
             result = extend_fit(old, trainer.fit(build, seeds[k:], task), k) if k < len(seeds) else old
         except DivergenceError as err:
@@ -120,6 +132,8 @@ class RunContext:
                 err = DivergenceError(err.member + k, err.step, extend_fit(old, err.result, k))
             self.record(arm, err.result, self._initial(err.result, build, seeds))
             raise err from None
+        finally:
+            trainer.live = None
         self.record(arm, result, self._initial(result, build, seeds))
         self.fits[arm] = (seeds, result)
         return result
@@ -310,19 +324,36 @@ _REGISTRY: dict[str, Experiment] = {}
 
 
 def register(cls: type[Experiment]) -> type[Experiment]:
-    """Class decorator: make an experiment available to ``tdlab list`` and ``tdlab run``."""
+    """Class decorator: make an experiment available to ``tdlab list`` and ``tdlab run`` (its module
+    must also be in :data:`tdlab.experiments.catalog.CATALOG`, which names it without importing it)."""
     _REGISTRY[cls.name] = cls()
     return cls
 
 
 def registry() -> dict[str, Experiment]:
-    from tdlab import experiments  # noqa: F401  (importing the package registers every experiment)
-
+    """Every experiment by name, each module of the catalog imported (all of them: for what needs the
+    objects, e.g. the atlas; a name's metadata alone is in :data:`~tdlab.experiments.catalog.CATALOG`)."""
+    for name in CATALOG:
+        _load(name)
     return dict(_REGISTRY)
 
 
 def get(name: str) -> Experiment:
-    reg = registry()
-    if name not in reg:
-        raise ConfigError(f"experiment: unknown experiment {echo(name)}; allowed: {', '.join(sorted(reg))}")
-    return reg[name]
+    """The experiment ``name``; imports its module only (:data:`~tdlab.experiments.catalog.CATALOG`),
+    or one registered already (an experiment defined outside tdlab's packages)."""
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if name not in CATALOG:
+        known = sorted(set(CATALOG) | set(_REGISTRY))
+        raise ConfigError(f"experiment: unknown experiment {echo(name)}; allowed: {', '.join(known)}")
+    return _load(name)
+
+
+def _load(name: str) -> Experiment:
+    """Import the catalog's module of ``name`` (registering it) and return the registered experiment."""
+    if name not in _REGISTRY:
+        # The module is named by the catalog (data), not imported here: experiment modules import this one.
+        importlib.import_module(CATALOG[name].module)
+    if name not in _REGISTRY:
+        raise RuntimeError(f"the catalog names {CATALOG[name].module} for {name!r}, which registers no such experiment")
+    return _REGISTRY[name]

@@ -18,12 +18,15 @@ Patterns come from ``GPT.run_with_cache(tokens, names=["blocks.{l}.attn.pattern"
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from tdlab.report.figures import plt
 from tdlab.theory.kgram import context_states
+
+if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module
+    from matplotlib.figure import Figure
 
 __all__ = ["context_match_mask", "context_matching_score", "attention_patterns", "plot_attention_maps"]
 
@@ -98,7 +101,7 @@ def plot_attention_maps(
     titles: Sequence[str],
     match: torch.Tensor | np.ndarray | None = None,
     suptitle: str = "",
-) -> plt.Figure:
+) -> Figure:
     """One heat map per pattern (``(T, T)``, rows = queries), side by side.
 
     Args:
@@ -110,6 +113,8 @@ def plot_attention_maps(
     Returns:
         the figure (save it with :func:`tdlab.report.figures.save_figure`).
     """
+    from tdlab.report.figures import plt
+
     n = len(patterns)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 4.2), squeeze=False)
     T = len(tokens)

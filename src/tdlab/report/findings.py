@@ -181,11 +181,13 @@ def changes_markdown(run_dirs: Sequence[Path], before: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def replace_between_markers(path: Path, text: str) -> None:
-    """Replace what lies between :data:`START` and :data:`END` in ``path`` with ``text``.
+def replace_between_markers(path: Path, text: str, section: str = "findings") -> None:
+    """Replace what lies between the markers ``<!-- SECTION:start -->`` and ``<!-- SECTION:end -->``
+    (:data:`START` and :data:`END` for the default section) in ``path`` with ``text``.
 
     A missing file, a directory, a file that is not UTF-8 text, or one without both markers is
     refused with one line (:class:`RunDirError`) and left as it was."""
+    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
     path = Path(path)
     if not path.is_file():
         raise RunDirError(f"--readme {path}: {'a directory' if path.is_dir() else 'no such file'}; give the README to write into")
@@ -195,7 +197,7 @@ def replace_between_markers(path: Path, text: str) -> None:
         raise RunDirError(f"--readme {path}: not UTF-8 text") from None
     except OSError as exc:
         raise RunDirError(f"--readme {path}: cannot read it ({exc.strerror or type(exc).__name__})") from None
-    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     if not pattern.search(doc):
-        raise RunDirError(f"{path}: no {START} … {END} markers to replace")
-    atomic_write(path, pattern.sub(lambda _: f"{START}\n{text}{END}", doc, count=1))
+        raise RunDirError(f"{path}: no {start} … {end} markers to replace")
+    atomic_write(path, pattern.sub(lambda _: f"{start}\n{text}{end}", doc, count=1))

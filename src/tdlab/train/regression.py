@@ -422,13 +422,15 @@ class RegressionTrainer:
         cache: a dict shared by trainers of one run: prompts drawn for the same seeds, objective,
             ``N`` and ``L`` are drawn once (every arm of an experiment trains on the same prompts).
     ``checkpoint`` is accepted for :meth:`RunContext.fit` and unused: fits are short and a run
-    resumes arm by arm.
+    resumes arm by arm. ``live`` (default ``None``; set by :meth:`RunContext.fit`) is called with the
+    rows recorded since its last call, after every evaluation and every logged step (:mod:`tdlab.train.live`).
     """
 
     def __init__(self, cfg: RegressionConfig, device: str = "cpu", progress: bool = True, label: str = "",
                  cache: dict | None = None) -> None:
         self.cfg, self.device, self.progress, self.label = cfg, device, progress, label
         self.checkpoint: Path | None = None
+        self.live: Callable[[Sequence[tuple[int, int, str, float]]], None] | None = None
         self.cache = cache if cache is not None else {}
 
     def data(self, task: MultiModalPrompts, seeds: Sequence[int], purpose: str, n: int, *, fresh: bool = False) -> PromptStats:
@@ -484,11 +486,20 @@ class RegressionTrainer:
         def member_norm(gs: list[Tensor]) -> Tensor:
             return torch.sqrt(sum(g.detach().reshape(E, -1).pow(2).sum(1) for g in gs))
 
+        live, sent = self.live, 0
+
+        def stream() -> None:  # the rows recorded since the last call, to the live sink
+            nonlocal sent
+            if live is not None and len(result.rows) > sent:
+                live(result.rows[sent:])
+                sent = len(result.rows)
+
         def log_eval(step: int) -> None:
             with torch.no_grad():
                 mse, exc = query_errors(model, test)
             result.rows.extend((step, e, "test_loss", v) for e, v in enumerate(mse.mean(-1).tolist()))
             result.rows.extend((step, e, "test_excess", v) for e, v in enumerate(exc.mean(-1).tolist()))
+            stream()
 
         def log_train(step: int, loss: Tensor, lr: Tensor, gnorm: Tensor) -> None:
             rows = [("train_loss", loss), ("lr", lr), ("grad_norm", gnorm), ("accepted_steps", accepted)]
@@ -497,6 +508,7 @@ class RegressionTrainer:
                 rows.append(("beta", (-model.alpha if model.param == "one" else model.beta).detach()))
             for name, vals in rows:
                 result.rows.extend((step, e, name, float(v)) for e, v in enumerate(vals.tolist()))
+            stream()
 
         def check_finite(step: int, loss: Tensor) -> None:
             bad = (~torch.isfinite(loss)).nonzero()

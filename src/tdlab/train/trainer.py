@@ -153,8 +153,11 @@ class Trainer:
         When it exists, :meth:`fit` resumes from it: model, optimiser, schedule, random streams and
         metrics so far, so the run ends with the same numbers as one that was never stopped.
         ``config_hash`` (set by the caller, e.g. the run context) is stored in every checkpoint; a
-        checkpoint with another hash is refused."""
+        checkpoint with another hash is refused. ``live`` (set by the caller, e.g. the run context; default
+        ``None``) is called with the rows recorded since its last call, after every evaluation and at the
+        end of every step that logged (:mod:`tdlab.train.live`)."""
         self.cfg, self.device, self.progress, self.label = cfg, device, progress, label
+        self.live: Callable[[Sequence[tuple[int, int, str, float]]], None] | None = None
         self.checkpoint = Path(checkpoint) if checkpoint is not None else None
         self.config_hash: str | None = None
         self.objective = objective if objective is not None else NextToken()
@@ -363,6 +366,14 @@ class Trainer:
         if any(s in self.member_lr for s in seeds):
             lr_scale = torch.tensor([self.member_lr.get(s, cfg.lr) / cfg.lr for s in seeds], device=self.device)
 
+        live, sent = self.live, len(result.rows)
+
+        def stream() -> None:  # the rows recorded since the last call, to the live sink
+            nonlocal sent
+            if len(result.rows) > sent:
+                live(result.rows[sent:])
+                sent = len(result.rows)
+
         def log_eval(step: int) -> None:
             metrics, refs = self.evaluate_splits(model, data, eval_gens)
             for name, values in metrics.items():
@@ -370,6 +381,8 @@ class Trainer:
             losses = [v for k, t in metrics.items() if k.endswith("_loss") for v in t.tolist()]
             for name, ref in refs.items():  # same batches: the finite-sample reference of end-state claims
                 result.rows.extend((step, offset + e, f"test_loss@{name}", v) for e, v in enumerate(ref.tolist()))
+            if live is not None:
+                stream()
             if "test_loss" in metrics:
                 bar.set(test=float(metrics["test_loss"].mean()))
             bad = [i % E for i, v in enumerate(losses) if not math.isfinite(v)]
@@ -395,6 +408,8 @@ class Trainer:
             self._restore(resume, model, opt, sched, {"train_gens": train_gens, "eval_gens": eval_gens})
             running, since, first = resume["running"], resume["since"], resume["step"] + 1
             bar.advance(resume["step"])
+        if live is not None:
+            stream()
 
         def snapshot(step: int) -> dict:
             return {"start": offset, "step": step, "model": model.state_dict(), "opt": opt.state_dict(),
@@ -437,6 +452,8 @@ class Trainer:
             measure(step)
             if cfg.checkpoint_every is not None and step % cfg.checkpoint_every == 0 and step < cfg.steps:
                 self._save_checkpoint(list(self._all_seeds), self._chunk, result, snapshot(step))
+            if live is not None:
+                stream()
             bar.advance()
         result.states.extend(model.member_state(e) for e in range(E))
 

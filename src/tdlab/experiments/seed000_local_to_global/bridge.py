@@ -58,7 +58,6 @@ from tdlab.experiments.seed000_local_to_global.initialisation import LEFT_PLATEA
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import first_crossing
-from tdlab.report.figures import curve_with_band, plt, pq_plane, reference_lines, save_figure
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain
 from tdlab.theory.markov_landscape import CriticalKind, gaussian_basin_probability, optimal_contrast, profile_loss
@@ -437,6 +436,8 @@ class MarkovBridge(Experiment):
     @staticmethod
     def _phase_diagram(cfg: MarkovBridgeConfig, cells: dict[str, dict[str, Any]], verdicts: dict[str, str],
                        path: Path) -> Path:
+        from tdlab.report.figures import plt, pq_plane, save_figure
+
         nb = len(cfg.budgets)
         fig, axes = plt.subplots(1, nb, figsize=(4.6 * nb + 0.8, 4.4), squeeze=False)
         cmap = plt.get_cmap("coolwarm")
@@ -474,6 +475,8 @@ class MarkovBridge(Experiment):
 
     @staticmethod
     def _loss_curves(cfg: MarkovBridgeConfig, run: RunView, cells: dict[str, dict[str, Any]], path: Path) -> Path:
+        from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
+
         n = len(cfg.grid)
         cols = min(4, n)
         rows = math.ceil(n / cols)

@@ -71,7 +71,6 @@ from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunCo
 from tdlab.experiments.seed000_local_to_global.initialisation import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
-from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy
 from tdlab.theory.markov_landscape import ENERGY_SADDLE, CriticalKind, energy, predict_basin, run_flow
@@ -471,6 +470,8 @@ class MarkovICommon(Experiment):
 
     # ------------------------------------------------------------------------------------------
     def plot(self, cfg: MarkovICommonConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
+
         n = len(cfg.grid)
         fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
         for ax, (p, q) in zip(axes[0], cfg.grid):

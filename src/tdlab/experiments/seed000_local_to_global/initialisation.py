@@ -31,7 +31,6 @@ from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunCo
 from tdlab.experiments.view import ArmKey, RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import first_crossing
-from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import ChainConfig, MarkovChain, entropy_rate, marginal_entropy
 from tdlab.train.trainer import TrainConfig, Trainer
@@ -255,6 +254,8 @@ class MarkovInit(Experiment):
         return notes
 
     def plot(self, cfg: MarkovInitConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
+
         h_rate, h_pi = analysis.measurements["entropy_rate"], analysis.measurements["marginal_entropy"]
         fig, axes = plt.subplots(1, len(cfg.archs), figsize=(5.5 * len(cfg.archs), 4), squeeze=False)
         for ax, arch in zip(axes[0], cfg.archs):

@@ -43,7 +43,6 @@ from pydantic import Field, field_validator
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.experiments.view import RunView
-from tdlab.report.figures import plt, save_figure
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import ChainConfig
 from tdlab.theory import markov_landscape as ml
@@ -361,6 +360,8 @@ class MarkovLandscape(FlowExperiment):
         return notes
 
     def plot(self, cfg: LandscapeConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         n = len(cfg.chains)
         fig, axes = plt.subplots(n, 3, figsize=(16, 4.8 * n), squeeze=False)
         elim, wlim = 2.5, (-2.5, 2.5)

@@ -39,7 +39,6 @@ from tdlab.experiments.seed000_local_to_global.landscape import (
     max_energy_drift, save_times, trajectory,
 )
 from tdlab.experiments.view import RunView
-from tdlab.report.figures import plt, save_figure
 from tdlab.tasks.markov import entropy_rate, marginal_entropy
 from tdlab.theory import markov_landscape as ml
 from tdlab.theory.markov_landscape import CriticalKind as CK
@@ -189,6 +188,8 @@ class MarkovLandscape3D(FlowExperiment):
         return notes
 
     def plot(self, cfg: Landscape3Config, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         n = len(cfg.chains)
         names = ("e", "w", "a")
         pairs = ((0, 1), (0, 2), (1, 2))

@@ -85,7 +85,6 @@ from tdlab.experiments.seed000_local_to_global.low_rank import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
-from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import ChainConfig, MarkovChain, entropy_rate, marginal_entropy
 from tdlab.train.cpu import cpu_threads
@@ -626,6 +625,8 @@ class MarkovRank(Experiment):
                 self._plot_evolution(cfg, run, analysis, figdir)]
 
     def _plot_spectra(self, cfg: MarkovRankConfig, run: RunView, figdir: Path) -> Path:
+        from tdlab.report.figures import plt, save_figure
+
         names = list(MATRICES)
         fig, axes = plt.subplots(len(cfg.arms), len(names), figsize=(2.3 * len(names), 2.6 * len(cfg.arms)), squeeze=False)
         for row, arm in zip(axes, cfg.arms):
@@ -649,6 +650,8 @@ class MarkovRank(Experiment):
         return save_figure(fig, figdir / "spectra.png")
 
     def _plot_heatmaps(self, cfg: MarkovRankConfig, run: RunView, figdir: Path) -> Path:
+        from tdlab.report.figures import plt, save_figure
+
         panels = [("W_V", "init"), ("W_V", "final"), ("W_1", "init"), ("W_1", "final"), ("e", "final")]
         fig, axes = plt.subplots(len(cfg.arms), len(panels), figsize=(13, 4.2 * len(cfg.arms)), squeeze=False,
                                  gridspec_kw={"width_ratios": [8, 8, 8, 8, 1.2]})
@@ -669,6 +672,8 @@ class MarkovRank(Experiment):
         return save_figure(fig, figdir / "fig3_fig6_matrices.png")
 
     def _plot_evolution(self, cfg: MarkovRankConfig, run: RunView, analysis: Analysis, figdir: Path) -> Path:
+        from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
+
         fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
         for ax, name in zip(axes[:2], CLAIMED):
             for arm in cfg.arms:

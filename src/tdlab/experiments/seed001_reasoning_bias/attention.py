@@ -52,7 +52,6 @@ from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
 from tdlab.probes.cliffs import is_cliff, window_mass
 from tdlab.probes.embedding import cosine_matrix, distance_spearman
-from tdlab.report.figures import plt, save_figure
 
 __all__ = ["AttentionClaims", "AnchorsAttentionConfig", "AnchorsAttention", "average_operator_error", "wv_spectrum",
            "layer2_rows", "spearman_rows"]
@@ -368,6 +367,8 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
 
     # ---- figures --------------------------------------------------------------------------------
     def plot(self, cfg: AnchorsAttentionConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         t = cfg.task
         data = self.probe_sequences(cfg)
         tok = data["tokens"][:, :1]  # one training sequence per seed index

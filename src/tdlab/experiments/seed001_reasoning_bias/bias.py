@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -45,11 +46,13 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPTConfig
-from tdlab.report.figures import plt, save_figure
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import Trainer
+
+if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module
+    from matplotlib.figure import Figure
 
 __all__ = ["BiasClaims", "AnchorsBiasConfig", "AnchorsBias", "draw_examples", "chance_acc_test", "RSN_TRAIN_REACHED",
            "BOTH_REACHED"]
@@ -299,6 +302,8 @@ class AnchorsBias(AnchorsHealth, Experiment):
 
     # ---- figures --------------------------------------------------------------------------------
     def plot(self, cfg: AnchorsBiasConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import save_figure
+
         arms = [(GammaArms.arm(g), f"γ = {g:g}") for g in cfg.gammas]
         fig = plot_split_curves(run, arms, cfg.steps_per_epoch, chance_acc_test(cfg.task),
                                 f"Fig. 2A — transformer, {cfg.members} seeds per γ (mean, band min–max)")
@@ -306,8 +311,10 @@ class AnchorsBias(AnchorsHealth, Experiment):
         paths.append(save_figure(self.fig8(cfg), figdir / "fig8_examples.png"))
         return paths
 
-    def fig8(self, cfg: AnchorsBiasConfig) -> plt.Figure:
+    def fig8(self, cfg: AnchorsBiasConfig) -> Figure:
         """Fig. 8: example sequences, one row each, tokens coloured by type (noise, key, anchor), label at right."""
+        from tdlab.report.figures import plt
+
         task = self.task(cfg)
         ex = draw_examples(task, cfg.seed)
         colors = {"noise": "#9ecae1", "key": "#fdae6b", "anchor": "#a1d99b", "label": "#eeeeee"}

@@ -50,7 +50,6 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
 from tdlab.probes.embedding import cosine_matrix, distance_spearman, nn_order, offdiag_mean, pca
-from tdlab.report.figures import plt, save_figure
 from tdlab.runs import Run, RunDirError
 from tdlab.seeding import generators
 from tdlab.theory.anchors import eq14_vectors, sigma_p
@@ -332,6 +331,8 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
 
     # ---- figures --------------------------------------------------------------------------------
     def plot(self, cfg: AnchorsEmbeddingConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         t = cfg.task
         small = cfg.emb_claims.small_gamma
         paths = []
@@ -381,6 +382,8 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
         return paths
 
     def _fig_cos_pca(self, cfg: AnchorsEmbeddingConfig, panels: list[tuple[str, torch.Tensor]], title: str, path: Path) -> Path:
+        from tdlab.report.figures import plt, save_figure
+
         t = cfg.task
         fig, axes = plt.subplots(2, len(panels) + 1, figsize=(3.6 * (len(panels) + 1), 6.6), squeeze=False)
         for col, (label, W) in enumerate(panels):

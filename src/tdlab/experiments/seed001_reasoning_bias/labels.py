@@ -45,7 +45,6 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
-from tdlab.report.figures import curve_with_band, plt, save_figure
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
@@ -362,6 +361,8 @@ class AnchorsLabels(Experiment):
 
     # ---- figures --------------------------------------------------------------------------------
     def plot(self, cfg: AnchorsLabelsConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import curve_with_band, plt, save_figure
+
         snap = self.snapshot_predictions(cfg, run)
         ranges = analysis.measurements["groups"]["ranges"]
         G = len(ranges)

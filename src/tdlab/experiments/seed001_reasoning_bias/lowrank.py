@@ -28,7 +28,6 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.probes.embedding import erank
-from tdlab.report.figures import plt, save_figure
 
 __all__ = ["AnchorsLowrankConfig", "AnchorsLowrank", "weight_matrices", "spectra"]
 
@@ -117,6 +116,8 @@ class AnchorsLowrank(ProbeSource, AnchorsBias):
         return notes
 
     def plot(self, cfg: AnchorsLowrankConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         m = {g: analysis.measurements[GammaArms.arm(g)] for g in cfg.gammas}
         names = list(next(iter(m.values())))
         cols = 5

@@ -48,7 +48,6 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
 from tdlab.experiments.view import RunView
 from tdlab.models.emb_mlp import EmbMLP, EmbMLPConfig
 from tdlab.probes.embedding import cosine_matrix, distance_spearman, offdiag_mean
-from tdlab.report.figures import plt, save_figure
 from tdlab.seeding import generators
 from tdlab.tasks.anchors import KIND_MEM, Anchors, AnchorsConfig
 from tdlab.theory.anchors import label_law_cosines, order_blind_memory_ceiling, token_label_law
@@ -459,6 +458,8 @@ class AnchorsMlp(AnchorsHealth, Experiment):
 
     # ---- figures --------------------------------------------------------------------------------
     def plot(self, cfg: AnchorsMlpConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         chance = 1.0 / (cfg.task.key_max - cfg.task.key_min + 1)
         arms = [(GammaArms.arm(g), f"γ = {g:g}") for g in cfg.gammas]
         paths = [save_figure(plot_split_curves(run, arms, cfg.steps_per_epoch, chance,

@@ -67,7 +67,6 @@ from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPTConfig
 from tdlab.probes.curves import Crossings, first_crossing
 from tdlab.probes.embedding import cosine_matrix, offdiag_mean
-from tdlab.report.figures import curve_with_band, plt, save_figure
 from tdlab.runs import Run, atomic_write
 from tdlab.seeding import derive_seed
 from tdlab.tasks.bpe import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, load_tokenizer_json, train_local_bpe
@@ -583,6 +582,8 @@ class AnchorsText(Experiment):
 
     # ---- figures --------------------------------------------------------------------------------
     def plot(self, cfg: AnchorsTextConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import curve_with_band, plt, save_figure
+
         spe = cfg.steps_per_epoch
         label = f" — {STANDIN_LABEL}" if cfg.data.standin else ""
         paths = []

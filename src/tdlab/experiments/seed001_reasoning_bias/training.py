@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -56,12 +56,15 @@ from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import Crossings, first_crossing
-from tdlab.report.figures import curve_with_band, plt
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.tasks.anchors import KIND_MEM, KIND_RSN_TRAIN, Anchors
 from tdlab.train.data import FixedDataset
 from tdlab.train.trainer import DivergenceError, FitResult, TrainConfig, Trainer
+
+if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = [
     "SPLIT_NAMES", "SPLIT_LABELS", "SEED_EPOCHS", "SEED_LR_TRANSFORMER", "SEED_LR_EMB_MLP", "EpochsConfig",
@@ -498,9 +501,11 @@ class AnchorsHealth:
 
 
 def plot_split_curves(view: RunView, arms: Sequence[tuple[str, str]], steps_per_epoch: int,
-                      chance: float | None = None, title: str = "") -> plt.Figure:
+                      chance: float | None = None, title: str = "") -> Figure:
     """Fig. 2-style panels: loss (top) and accuracy (bottom) on D_mem, D_rsn,train, D_rsn,test over
     epochs, one column per ``(arm, column title)``; mean over members with a min–max band."""
+    from tdlab.report.figures import curve_with_band, plt
+
     fig, axes = plt.subplots(2, len(arms), figsize=(4.2 * len(arms), 6.4), squeeze=False, sharex="col")
     for col, (arm, label) in enumerate(arms):
         for row, metric in enumerate(("loss", "acc")):
@@ -524,8 +529,10 @@ def plot_split_curves(view: RunView, arms: Sequence[tuple[str, str]], steps_per_
     return fig
 
 
-def cosine_heatmap(ax: plt.Axes, c: torch.Tensor, first: int, title: str) -> None:
+def cosine_heatmap(ax: Axes, c: torch.Tensor, first: int, title: str) -> None:
     """A cosine matrix ``(n, n)`` as a heatmap on ``[-1, 1]``, ticks labelled with token ids from ``first``."""
+    from tdlab.report.figures import plt
+
     n = c.shape[0]
     im = ax.imshow(c.numpy(), vmin=-1, vmax=1, cmap="RdBu_r")
     ticks = list(range(0, n, max(1, n // 5)))

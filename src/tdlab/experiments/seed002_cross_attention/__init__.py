@@ -8,6 +8,7 @@ optimal with depth): one module per reproduced figure or table.
 * :mod:`.avdigits` — ``icl-avdigits``, Table 1 (App. I);
 * :mod:`.common` — the synthetic experiments' shared set-up; :mod:`.reference` — the finite-context
   references (replicate Monte-Carlo minimisers of the trained losses).
-"""
 
-from tdlab.experiments.seed002_cross_attention import ablations, avdigits, landscape, lsa_vs_lca, unrestricted  # noqa: F401
+Importing the package imports none of its modules (``tdlab run NAME`` imports NAME's only:
+:data:`tdlab.experiments.catalog.CATALOG`).
+"""

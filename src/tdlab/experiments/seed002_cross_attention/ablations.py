@@ -28,7 +28,6 @@ from tdlab.experiments.seed002_cross_attention.common import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LSA
-from tdlab.report.figures import plt, save_figure
 from tdlab.seeding import member_seeds
 from tdlab.theory.icl import bayes_risk, response_second_moment, sample_mean_risk
 from tdlab.train.cpu import cpu_threads
@@ -238,6 +237,8 @@ class IclAblations(RegressionArms, Experiment):
         return notes
 
     def plot(self, cfg: AblationConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         Ls = cfg.test.contexts
         meas = analysis.measurements
         figs = []

@@ -56,7 +56,6 @@ from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.models.multimodal_ca import BiCAConfig, BidirectionalCA, MultimodalCA, MultimodalCAConfig, parameter_count
 from tdlab.experiments.view import RunView
-from tdlab.report.figures import curve_with_band, plt, save_figure
 from tdlab.runs import atomic_write
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks import avdigits
@@ -389,6 +388,8 @@ class ICLAVDigits(Experiment):
 
     # ---- figures -------------------------------------------------------------------------------------
     def plot(self, cfg: ICLAVDigitsConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import curve_with_band, plt, save_figure
+
         spe = cfg.steps_per_epoch
         fig, axes = plt.subplots(1, 3, figsize=(15, 4))
         for arm in cfg.models:

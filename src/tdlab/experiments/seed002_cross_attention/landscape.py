@@ -29,7 +29,6 @@ from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunCo
 from tdlab.experiments.seed002_cross_attention.common import PAPER, ICLTrainConfig, RegressionArms, TaskConfig, at, threads_field
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LCA
-from tdlab.report.figures import plt, save_figure
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_of_beta, alpha_star, bayes_risk, infinite_context_excess_risk, two_param_stationary
@@ -466,6 +465,8 @@ class IclLandscape(RegressionArms, Experiment):
         return notes
 
     def plot(self, cfg: LandscapeConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         task = cfg.task.build()
         n = len(cfg.panels)
         fig, axes = plt.subplots(1, n, figsize=(5.6 * n, 4.8), squeeze=False)

@@ -35,7 +35,6 @@ from tdlab.experiments.seed002_cross_attention.common import (
 from tdlab.experiments.seed002_cross_attention.reference import finite_context_minimisers
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LSA
-from tdlab.report.figures import plt, save_figure
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.icl import (
     alpha_star, alpha_star_T, bayes_risk, finite_context_variance_floor, infinite_context_excess_risk,
@@ -437,6 +436,8 @@ class IclLsaVsLca(RegressionArms, Experiment):
         return notes
 
     def plot(self, cfg: LsaVsLcaConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         task = cfg.task.build()
         meas = analysis.measurements
         styles = {o: ls for o, ls in zip(cfg.objectives(), ["-", "--", ":", "-."])}

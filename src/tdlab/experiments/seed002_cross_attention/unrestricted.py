@@ -35,7 +35,6 @@ from tdlab.experiments.seed002_cross_attention.common import (
 from tdlab.experiments.seed002_cross_attention.reference import untied_optimum
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LCA
-from tdlab.report.figures import plt, save_figure
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.icl import alpha_star, response_second_moment, whitening_error, whitening_error_limit
 from tdlab.train.cpu import cpu_threads
@@ -362,6 +361,8 @@ class IclUnrestricted(RegressionArms, Experiment):
         return notes
 
     def plot(self, cfg: UnrestrictedConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         a_star = analysis.measurements["alpha_star"]
         u = analysis.measurements["untied_optimum"]
         L0 = cfg.whitening_contexts[0]

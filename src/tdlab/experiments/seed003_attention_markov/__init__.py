@@ -8,12 +8,7 @@ k-th order in-context Markov sources, the k-gram estimator and depth): one modul
 * :mod:`.icl_construction` (``markov-icl-construction``): att ∝ exp(κ cos) realises the induction head;
 * shared: :mod:`.estimator_stage` (the in-context estimators and the stage they define) and
   :mod:`.icl_grid` (the family × k × depth × heads grid of the two grid experiments).
-"""
 
-from tdlab.experiments.seed003_attention_markov import (  # noqa: F401  (importing registers the experiments)
-    icl_construction,
-    icl_depth,
-    icl_depth_linear,
-    icl_heads,
-    tying,
-)
+Importing the package imports none of its modules (``tdlab run NAME`` imports NAME's only:
+:data:`tdlab.experiments.catalog.CATALOG`).
+"""

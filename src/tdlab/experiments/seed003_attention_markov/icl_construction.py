@@ -46,7 +46,6 @@ from tdlab.experiments.seed003_attention_markov.estimator_stage import (
 from tdlab.experiments.view import RunView
 from tdlab.models.normalised_attention import NormAttnConfig, NormalisedAttention, construction
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
-from tdlab.report.figures import plt, save_figure
 from tdlab.runs import RunDirError
 from tdlab.seeding import derive_seed, generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov
@@ -329,6 +328,8 @@ class MarkovICLConstruction(Experiment):
         return notes
 
     def plot(self, cfg: MarkovICLConstructionConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         paths = []
         cons = analysis.measurements["construction"]
         fig, ax = plt.subplots(figsize=(5.5, 4))

@@ -62,7 +62,6 @@ from tdlab.experiments.seed003_attention_markov.estimator_stage import (
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
-from tdlab.report.figures import curve_with_band, plt, save_figure
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov
 from tdlab.train.cpu import cpu_threads
@@ -480,6 +479,8 @@ class MarkovICLDepth(Experiment):
         return np.convolve(pad, kernel, mode="valid")
 
     def _plot_positions(self, cfg: MarkovICLDepthConfig, run: RunView, cells: dict, figdir: Path) -> Path:
+        from tdlab.report.figures import plt, save_figure
+
         ks = sorted({c["k"] for c in cells.values()})
         pes = [pe for pe in PES if any(c["positions"] == pe for c in cells.values())]
         fig, axes = plt.subplots(len(ks), len(pes), figsize=(5 * len(pes), 3.6 * len(ks)), squeeze=False)
@@ -506,6 +507,8 @@ class MarkovICLDepth(Experiment):
 
     @staticmethod
     def _plot_training(cfg: MarkovICLDepthConfig, run: RunView, cells: dict, figdir: Path) -> Path:
+        from tdlab.report.figures import curve_with_band, plt, save_figure
+
         ks = sorted({c["k"] for c in cells.values()})
         fig, axes = plt.subplots(1, len(ks), figsize=(5.5 * len(ks), 4), squeeze=False)
         for ax, k in zip(axes[0], ks):
@@ -526,6 +529,8 @@ class MarkovICLDepth(Experiment):
 
     @staticmethod
     def _plot_gaps(cfg: MarkovICLDepthConfig, cells: dict, figdir: Path) -> Path:
+        from tdlab.report.figures import plt, save_figure
+
         pes = [pe for pe in PES if any(c["positions"] == pe for c in cells.values())]
         rows = sorted({(c["k"], c["depth"]) for c in cells.values()})
         grid = np.full((len(rows), len(pes)), np.nan)
@@ -550,6 +555,8 @@ class MarkovICLDepth(Experiment):
     def _plot_attention(self, cfg: MarkovICLDepthConfig, run: RunView, cells: dict, figdir: Path) -> list[Path]:
         """Attention maps of every layer, member 0, one probe sequence: for each k the deepest
         cell (relative PE preferred: the talk's construction)."""
+        from tdlab.report.figures import save_figure
+
         paths = []
         seeds = member_seeds(cfg.seed, cfg.members)
         for k in sorted({c["k"] for c in cells.values()}):

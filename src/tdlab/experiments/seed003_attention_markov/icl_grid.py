@@ -28,7 +28,6 @@ from tdlab.experiments.seed003_attention_markov.estimator_stage import (
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.attention import attention_patterns, context_matching_score
-from tdlab.report.figures import plt, save_figure
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov
 from tdlab.train.cpu import cpu_threads
@@ -216,6 +215,8 @@ class ICLGrid(Experiment):
 
     @staticmethod
     def _plot_gaps(cfg: GridConfig, cells: dict, figdir: Path, rows_of, cols_of, title: str, name: str) -> Path:
+        from tdlab.report.figures import plt, save_figure
+
         rows = sorted({rows_of(c) for c in cells.values()})
         cols = sorted({cols_of(c) for c in cells.values()})
         grid = np.full((len(rows), len(cols)), np.nan)
@@ -235,6 +236,8 @@ class ICLGrid(Experiment):
 
     @staticmethod
     def _plot_training(cfg: GridConfig, run: RunView, cells: dict, figdir: Path) -> Path:
+        from tdlab.report.figures import plt, save_figure
+
         ks = sorted({c["k"] for c in cells.values()})
         fig, axes = plt.subplots(1, len(ks), figsize=(5.5 * len(ks), 4), squeeze=False)
         for ax, k in zip(axes[0], ks):

@@ -54,7 +54,6 @@ from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunCo
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import first_crossing
-from tdlab.report.figures import curve_with_band, plt, pq_plane, reference_lines, save_figure
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy, stationary
 from tdlab.theory import markov_tying as th
@@ -507,6 +506,8 @@ class MarkovTying(Experiment):
 
     @staticmethod
     def _plot_landscape(cfg: MarkovTyingConfig, analysis: Analysis, figdir: Path) -> Path:
+        from tdlab.report.figures import plt, save_figure
+
         ls = cfg.landscape
         table = analysis.measurements["landscape"]
         fig, axes = plt.subplots(1, len(ls.chains), figsize=(5.2 * len(ls.chains), 4), squeeze=False)
@@ -536,6 +537,8 @@ class MarkovTying(Experiment):
 
     @staticmethod
     def _plot_grid(cfg: MarkovTyingConfig, analysis: Analysis, figdir: Path) -> Path:
+        from tdlab.report.figures import plt, pq_plane, save_figure
+
         cells = analysis.measurements["training"]
         fig, axes = plt.subplots(1, len(cfg.tying), figsize=(4.8 * len(cfg.tying), 4.2), squeeze=False)
         for ax, tied in zip(axes[0], cfg.tying):
@@ -554,6 +557,8 @@ class MarkovTying(Experiment):
         return save_figure(fig, figdir / "stuck_fraction_grid.png")
 
     def _plot_curves(self, cfg: MarkovTyingConfig, run: RunView, figdir: Path) -> Path:
+        from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
+
         n = len(cfg.grid)
         cols = min(n, 3)
         rows = math.ceil(n / cols)

@@ -58,7 +58,6 @@ from tdlab.experiments.seed004_topics.training import (AUTHORS_NOT_REPRODUCED, G
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.probes.blocks import block_stats, model_attention_averages
-from tdlab.report.figures import plt, save_figure
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.topics import Topics
 from tdlab.theory.topics import c3
@@ -401,6 +400,8 @@ class TopicsAttn(Experiment):
         return notes
 
     def plot(self, cfg: TopicsAttnConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         found = self.settings(cfg, run)
         paths = []
         fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))

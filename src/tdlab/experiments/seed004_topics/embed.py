@@ -44,7 +44,6 @@ from tdlab.experiments.seed004_topics.training import (AUTHORS_NOT_REPRODUCED, G
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicModelConfig
 from tdlab.probes.blocks import block_stats
-from tdlab.report.figures import heatmap_panels, plt, save_figure
 from tdlab.seeding import member_seeds
 from tdlab.theory.topics import c3
 
@@ -208,6 +207,8 @@ class TopicsEmbed(Experiment):
         return notes
 
     def plot(self, cfg: TopicsEmbedConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import heatmap_panels, plt, save_figure
+
         arms = self.arms(cfg)
         cols = min(3, len(arms))
         rows = -(-len(arms) // cols)

@@ -51,7 +51,6 @@ from pydantic import Field, field_validator, model_validator
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.experiments.view import RunView
-from tdlab.report.figures import plt, save_figure
 from tdlab.seeding import generators, member_seeds
 from tdlab.theory import topics_landscape as tl
 from tdlab.train.cpu import cpu_threads
@@ -497,6 +496,8 @@ class TopicsLandscape(Experiment):
 
     # ---- plot -------------------------------------------------------------------------------------
     def plot(self, cfg: TopicsLandscapeConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         m = cfg.masking
         paths = []
         lo, hi = math.log10(cfg.grid_lo), math.log10(cfg.grid_hi)

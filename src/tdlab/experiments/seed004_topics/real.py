@@ -33,7 +33,6 @@ from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed004_topics.real_text import (MEASURE_ARMS, MEASURES, MODES, RealTextExperiment,
                                                         TopicsRealConfig, theta_key, trained_model_stage)
 from tdlab.experiments.view import RunView
-from tdlab.report.figures import plt, save_figure
 from tdlab.runs import RunDirError
 
 __all__ = ["TopicsReal", "TABLE1_BERT", "TABLE5_BERT", "CLAIMS", "fig3_within_cross", "fig3_word_strings", "plot_real"]
@@ -214,6 +213,8 @@ def fig3_word_strings(run: RunView) -> list[list[str]]:
 def plot_real(cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
     """Fig. 3 (9 x 9 cosine maps, trained and untrained member 0), the ratios per θ beside the seed's BERT,
     and the per-layer / per-head attention ratio heatmaps."""
+    from tdlab.report.figures import plt, save_figure
+
     paths = []
     words = sum(fig3_word_strings(run), [])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))

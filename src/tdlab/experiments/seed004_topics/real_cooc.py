@@ -22,7 +22,6 @@ from tdlab.experiments.seed004_topics.real import TopicsReal
 from tdlab.experiments.seed004_topics.real_text import (RealTextExperiment, TopicsRealConfig, theta_key,
                                                         trained_model_stage)
 from tdlab.experiments.view import RunView
-from tdlab.report.figures import plt, save_figure
 
 __all__ = ["TopicsRealCooc", "TopicsRealCoocConfig", "TABLE2_BERT", "CLAIMS"]
 
@@ -96,6 +95,8 @@ class TopicsRealCooc(RealTextExperiment):
                 "cutoff: 105, 435, 1711 = C(15, 2), C(30, 2), C(59, 2))."]
 
     def plot(self, cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         table = analysis.measurements.get("table2", {})
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
         ths = list(table)

@@ -44,7 +44,6 @@ from tdlab.experiments.seed004_topics.real_text import (ARM, EncoderConfig, Real
 from tdlab.experiments.seed004_topics.two_stage import KQ_GREW, LagClaims, lags, value_first_claim
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
-from tdlab.report.figures import plt, save_figure
 from tdlab.seeding import generators
 
 __all__ = ["RealTwoStageConfig", "TopicsRealTwoStage", "TwoStageRealClaims", "WeightProbe", "near_zero_qkv",
@@ -226,6 +225,8 @@ class TopicsRealTwoStage(RealTextExperiment):
         ]
 
     def plot(self, cfg: RealTwoStageConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         L = cfg.model.layers
         fig, axes = plt.subplots(4, L, figsize=(3.2 * L, 9), sharex=True, squeeze=False)
         labels = {"norm_K": "‖W^K‖_F", "norm_Q": "‖W^Q‖_F", "norm_V": "‖W^V‖_F", ROTATION: "rotation of W^V"}

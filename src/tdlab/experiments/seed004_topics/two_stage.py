@@ -58,7 +58,6 @@ from tdlab.experiments.seed004_topics.training import (AUTHORS_NOT_REPRODUCED, O
 from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
-from tdlab.report.figures import plt, save_figure
 from tdlab.seeding import member_seeds
 from tdlab.train.trainer import Trainer
 
@@ -387,6 +386,8 @@ class TopicsTwoStage(Experiment):
         return notes
 
     def plot(self, cfg: TopicsTwoStageConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import plt, save_figure
+
         head = self.headline(cfg)
         all_settings = [s for arm in self.arms(cfg) for s in settings(cfg, arm)]
         colors = {s.name: plt.cm.tab20(i % 20) for i, s in enumerate(all_settings)}

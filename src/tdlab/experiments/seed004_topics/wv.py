@@ -47,7 +47,6 @@ from tdlab.experiments.seed004_topics.training import (AUTHORS_NOT_REPRODUCED, G
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicModelConfig
 from tdlab.probes.blocks import block_stats
-from tdlab.report.figures import heatmap_panels, plt, save_figure
 from tdlab.seeding import Purpose, generators, member_seeds
 from tdlab.tasks.topics import population
 from tdlab.theory.topics import c3, min_population_loss, wv_star
@@ -308,6 +307,8 @@ class TopicsWV(Experiment):
         return notes
 
     def plot(self, cfg: TopicsWVConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        from tdlab.report.figures import heatmap_panels, plt, save_figure
+
         paths = []
         for setting in cfg.settings:
             arms = [panel_name(loss, opt, setting) for loss, opt in cfg.panels]
