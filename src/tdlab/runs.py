@@ -89,10 +89,23 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
+# What identifies a ``--decide`` run besides its config: its plan (not the rounds it went through).
+DECIDE_IDENTITY = ("looks", "alpha", "growth", "max_members", "budget_s")
+
+
 def config_hash(conf: dict[str, Any]) -> str:
     """SHA-256 of a run's identity: ``experiment``, ``profile`` and the full ``config`` of a
-    ``config.yaml`` mapping (key order and YAML formatting do not matter)."""
-    ident = {"experiment": conf.get("experiment"), "profile": conf.get("profile"), "config": conf.get("config", {})}
+    ``config.yaml`` mapping (key order and YAML formatting do not matter). A ``--decide`` run is the
+    run that was asked for: its config with the first look's members, and its plan (the members its
+    rounds reached are not part of its identity, so a sweep finds a decided point again)."""
+    config = conf.get("config", {})
+    ident = {"experiment": conf.get("experiment"), "profile": conf.get("profile"), "config": config}
+    decide = conf.get("decide")
+    if isinstance(decide, dict):
+        schedule = decide.get("schedule")
+        if isinstance(schedule, list) and schedule and isinstance(config, dict):
+            ident["config"] = {**config, "members": schedule[0]}
+        ident["decide"] = {k: decide.get(k) for k in DECIDE_IDENTITY}
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -147,7 +147,10 @@ def _validate_points(spec: SweepSpec, max_points: int = MAX_POINTS) -> None:
                 cfg = exp.make_config(spec.profile, _as_sets({**spec.set, **p}), spec.seeds, spec.seed)
             except ConfigError as exc:
                 raise ConfigError(f"sweep spec {spec.name}: point {i} {echo_value(p)}: {exc}") from None
-            hashes.append(config_hash({"experiment": exp.name, "profile": spec.profile, "config": cfg.model_dump(mode="json")}))
+            conf = {"experiment": exp.name, "profile": spec.profile, "config": cfg.model_dump(mode="json")}
+            if spec.decide is not None:  # the identity a --decide point's run records (tdlab.runs.config_hash)
+                conf["decide"] = {**_decide_plan(spec.decide), "schedule": [cfg.members]}
+            hashes.append(config_hash(conf))
             advance()
     spec._hashes = hashes
 
@@ -187,6 +190,13 @@ def _json_ok(value: Any) -> bool:
     except (TypeError, ValueError, RecursionError):
         return False
     return True
+
+
+def _decide_plan(budget: str) -> dict[str, Any]:
+    """The plan a point run with ``--decide --budget BUDGET`` (and the CLI's other defaults) records."""
+    from tdlab.experiments.decide import DecidePlan
+
+    return DecidePlan(budget_s=parse_duration(budget, "decide")).model_dump()
 
 
 def plan(spec: SweepSpec) -> list[Point]:

@@ -222,3 +222,18 @@ def test_a_real_round_trains_only_the_new_members_and_matches_a_fresh_run(tmp_pa
         x, y = Run(grown.path).arrays(f.stem), Run(fresh.path).arrays(f.stem)
         assert x.keys() == y.keys() and all(torch.allclose(x[k], y[k], rtol=1e-6, atol=1e-7) for k in x)
     grown.release(), fresh.release()
+
+
+def test_a_decided_run_keeps_the_identity_it_was_asked_for(toy, tmp_path):
+    """A sweep finds a decided point again: the run's config hash is that of the config asked for (the
+    first look's members) and its plan, not of the members its rounds reached."""
+    from tdlab.runs import config_hash
+
+    run = _decide(toy, tmp_path)
+    conf = run.config
+    assert conf["config"]["members"] > 3
+    asked = {"experiment": conf["experiment"], "profile": "quick", "config": {**conf["config"], "members": 3},
+             "decide": {**DecidePlan(budget_s=3600.0).model_dump(), "schedule": [3]}}
+    assert config_hash(conf) == config_hash(asked)
+    assert config_hash(conf) != config_hash({**asked, "decide": {**asked["decide"], "budget_s": 60.0}})
+    assert config_hash(conf) != config_hash({k: v for k, v in asked.items() if k != "decide"})
