@@ -166,8 +166,8 @@ class LCA(nn.Module):
             ``"diagonal"``: ``(diag(alpha_t), diag(beta_t))``, alpha, beta (E, T, d) (Fig. 3, App. H,
             which write ``b_t`` for both vectors; we read them as two independent vectors);
             ``"full"``: unconstrained, alpha, beta (E, T, d, d) (Fig. 3, App. H).
-        alpha0, beta0: initial value of the ``W^S`` and ``W^V`` scalars (matrices: times I);
-            ``beta0=None`` means ``-alpha0``. App. H: ``(alpha*, -alpha*)``.
+        alpha0: initial value of the ``W^S`` scalar (matrices: times I). App. H: ``alpha*``.
+        beta0: the same for ``W^V``; ``None`` means ``-alpha0``. App. H: ``-alpha*``.
         sigma_init: std of the Gaussian added to the initialisation (App. H: 0.1; the appendix says
             "noise variance" but its formulas multiply a standard Gaussian by sigma_init, which we
             follow). ``None``: 0.1 for untied/diagonal/full, 0 for the tied forms. Draw order per

@@ -169,7 +169,8 @@ def attention_averages(
             ``-2`` (the keys).
         tokens: ``(E, B, N)`` the documents the pattern was computed on (unmasked held-out documents).
         key_mask: ``(E, B, N)`` bool, False on padding (and any position hidden as a key); None = all visible.
-        topics, v: ``T`` and words per topic.
+        topics: ``T``.
+        v: words per topic.
         cut: positions kept per document (G.3 / the authors' script: 100).
         norm_len: the reference length of the normalisation (G.3: 100).
     Returns:
@@ -212,9 +213,10 @@ def model_attention_averages(
     pass (as the authors' script does), reading the ``attn.pattern`` activation.
 
     Args:
-        model: a :class:`~tdlab.models.topic_attention.TopicAttention` (anything whose
+        model (TopicAttention): a :class:`~tdlab.models.topic_attention.TopicAttention` (anything whose
             ``run_with_cache(tokens, key_mask=..., names=["attn.pattern"])`` records a column-softmax pattern).
-        tokens, key_mask: ``(E, B, N)`` unmasked documents and their padding mask.
+        tokens: ``(E, B, N)`` unmasked documents.
+        key_mask: ``(E, B, N)`` their padding mask.
     """
     tok, vis = cut_documents(tokens, key_mask, cut)
     _, cache = model.run_with_cache(tok, key_mask=vis, names=["attn.pattern"])

@@ -68,7 +68,7 @@ def distance_spearman(w: Tensor | np.ndarray, ids=None) -> Tensor:
 
     Args:
         w: ``(..., n, d)``, ``n >= 3``.
-        ids: ``(n,)`` the integer each row stands for (default ``0..n-1``).
+        ids (Sequence[int] | None): ``(n,)`` the integer each row stands for (default ``0..n-1``).
     Returns:
         ``(...)`` float64.
     """
@@ -93,7 +93,7 @@ def nn_order(w: Tensor | np.ndarray, ids=None) -> Tensor:
 
     Args:
         w: ``(..., n, d)``, ``n >= 2``.
-        ids: ``(n,)`` integers (default ``0..n-1``).
+        ids (Sequence[int] | None): ``(n,)`` integers (default ``0..n-1``).
     Returns:
         ``(...)`` float64 in ``[0, 1]``.
     """

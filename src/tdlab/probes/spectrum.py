@@ -82,7 +82,8 @@ def abs_cosine(x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray) -> to
     singular vector is arbitrary), 0 when orthogonal; NaN when either vector is zero.
 
     Args:
-        x, y: ``(E, n)``.
+        x: ``(E, n)``.
+        y: ``(E, n)``.
     Returns:
         ``(E,)``.
     """

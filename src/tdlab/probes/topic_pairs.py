@@ -107,7 +107,8 @@ def embedding_ratios(emb: Tensor | np.ndarray, same: np.ndarray, diff: np.ndarra
     Args:
         emb: ``(..., m, d)`` embeddings of ``words`` (row ``a`` = word ``words[a]``); leading axes (a
             member axis) are carried through.
-        same, diff: ``(m, m)`` bool from :func:`same_topic_pairs`.
+        same: ``(m, m)`` bool from :func:`same_topic_pairs`.
+        diff: ``(m, m)`` bool, the same.
     Returns:
         ``{"cosine", "dot", "cos_same", "cos_diff", "dot_same", "dot_diff", "cos_gap", "cos_gap_z"}``:
         floats for 2-D ``emb``, else arrays of the leading shape. A class without a pair gives nan.
@@ -305,7 +306,10 @@ def attention_pair_means(attn: Tensor, word_ids: Tensor, assignment: Mapping[int
         word_ids: ``(T,)`` token ids; ``offset`` is subtracted to get word ids.
         assignment: word -> topics (needed when ``into`` is None).
         debias: multiply each document's weights by ``len / 100``.
-        into, key_mask, batch_dim, offset: see :class:`PairAttention`.
+        into: see :class:`PairAttention`.
+        key_mask: see :class:`PairAttention`.
+        batch_dim: see :class:`PairAttention`.
+        offset: see :class:`PairAttention`.
     Returns:
         the accumulator.
     """

@@ -389,8 +389,10 @@ def eq28_embedding_flow(
                               + sum_{i in ñ_s} (y^i - 1/d_m)(W^{f,T} + I) ]
 
     Args:
-        counts_all, n_all: label counts ``(d_m,)`` and number of occurrences of ``s`` at any position.
-        counts_last, n_last: the same over sequences whose last token is ``s``.
+        counts_all: label counts ``(d_m,)`` of ``s`` at any position.
+        n_all: number of occurrences of ``s`` at any position.
+        counts_last: the label counts over sequences whose last token is ``s``.
+        n_last: the number of those sequences.
         n: number of sequences in the loss average; L: sequence length.
         W_VO: ``W^V W^O`` ``(d_m, d_m)``; W_f: ``W^{f1} W^{f2}`` ``(d_m, d_m)`` (paper convention).
     Returns:

@@ -301,7 +301,8 @@ def loss(theta: Any, p: Any, q: Any, form: str | None = None) -> torch.Tensor:
 
     Args:
         theta: ``(..., 2)`` or ``(..., 3)``.
-        p, q: floats or tensors broadcastable to ``theta.shape[:-1]``.
+        p: float or tensor broadcastable to ``theta.shape[:-1]``.
+        q: the same.
         form: see :func:`contrast_and_grad`.
     Returns:
         float64 tensor of the broadcast batch shape, in nats. Differentiable (autograd).
@@ -428,7 +429,8 @@ def critical_loci(
     """Loci of Thm. 1's critical sets in the (e, w) plane, for plotting (cf. Fig. 1a/c).
 
     Args:
-        p, q: chain, ``p + q != 1``.
+        p: chain switching probability 0 → 1.
+        q: chain switching probability 1 → 0; ``p + q != 1``.
         w_lim: w range; e_lim: curves are clipped to ``|e| <= e_lim``; n: samples along w.
     Returns:
         dict name -> list of ``(M, 2)`` float64 numpy arrays of ``(e, w)`` points (one per connected
@@ -557,7 +559,8 @@ def predict_basin(theta0: Any, p: Any, q: Any) -> torch.Tensor:
 
     Args:
         theta0: ``(..., 2)`` initial points (2-param model only: App. H leaves the 3-param basins open).
-        p, q: broadcastable to ``theta0.shape[:-1]``, ``p + q != 1``.
+        p: broadcastable to ``theta0.shape[:-1]``.
+        q: the same; ``p + q != 1``.
     Returns:
         int64 :class:`CriticalKind` codes, broadcast batch shape.
     """
@@ -680,7 +683,8 @@ def run_flow(
 
     Args:
         theta0: ``(N, 2)`` or ``(N, 3)`` initial points.
-        p, q: floats or ``(N,)`` tensors (one chain per trajectory).
+        p: float or ``(N,)`` tensor (one chain per trajectory).
+        q: the same.
         t_eval: ``(K,)`` save times.
         gradient: ``"closed"`` (:func:`grad_loss`'s formula, with the (p, q) constants precomputed
             per row) or ``"autograd"`` (backward through :func:`loss`, b*(theta) included).

@@ -131,7 +131,8 @@ def block_loss(alpha, beta, T: int, v: int, tau: int, m: Masking = PAPER_MASKING
     dependence on γ alone (Remark 5) is a property to check, not an input.
 
     Args:
-        alpha, beta: broadcastable (any shape), > 0.
+        alpha (float | torch.Tensor): broadcastable (any shape), > 0.
+        beta (float | torch.Tensor): broadcastable (any shape), > 0.
     Returns:
         ``L(α, β)``, float64, the broadcast shape.
     """

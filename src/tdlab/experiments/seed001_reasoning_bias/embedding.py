@@ -151,7 +151,8 @@ def error_by_distance(measured: torch.Tensor, theory: torch.Tensor) -> dict[int,
     """Mean ``|measured − theory|`` over pairs ``i < j`` at each distance ``|i − j|``, per member.
 
     Args:
-        measured, theory: ``(E, n, n)`` cosine matrices (``theory`` may be ``(n, n)``).
+        measured: ``(E, n, n)`` cosine matrices.
+        theory: ``(E, n, n)`` or ``(n, n)`` cosine matrices.
     Returns:
         ``{Δ: [per member]}`` for ``Δ = 1..n-1``.
     """

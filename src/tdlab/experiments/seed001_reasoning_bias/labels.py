@@ -140,7 +140,8 @@ def group_in_range(pred: torch.Tensor, group: torch.Tensor, ranges: list[tuple[i
     """Share of each group's predictions inside its label range.
 
     Args:
-        pred, group: ``(E, n)`` predicted labels and group index of each sequence.
+        pred: ``(E, n)`` predicted labels of each sequence.
+        group: ``(E, n)`` group index of each sequence.
         ranges: inclusive ``(lo, hi)`` per group.
     Returns:
         ``(E, G)`` float64 (NaN for a group with no sequence).

@@ -170,7 +170,8 @@ def table1_measures(epochs: np.ndarray, val_acc: np.ndarray, test_acc: np.ndarra
 
     Args:
         epochs: ``(S,)`` evaluation epochs (0 = before training, excluded from every choice);
-        val_acc, test_acc: ``(members, S)``.
+        val_acc: ``(members, S)``.
+        test_acc: ``(members, S)``.
     Returns:
         ``val_choice`` (test acc at the first epoch of best validation acc) and ``val_choice_epoch``,
         ``best_test`` and ``best_epoch`` (first epoch of best test acc), ``final`` (last epoch's test acc).

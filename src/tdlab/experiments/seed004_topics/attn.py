@@ -187,7 +187,8 @@ def classify(u: np.ndarray, z: np.ndarray, claims: AttnClaims = AttnClaims()) ->
     """Each member's ``W^V`` pattern: ``"block"``, ``"diagonal"``, ``"mixed"`` or ``"unstructured"``.
 
     Args:
-        u, z: ``(E,)`` uniformity and block contrast of the word block of ``W^V`` (:func:`block_stats`).
+        u: ``(E,)`` uniformity of the word block of ``W^V`` (:func:`block_stats`).
+        z: ``(E,)`` block contrast of the same block.
     Returns:
         ``(E,)`` array of class names (module docstring for the rule); NaN statistics are ``"unstructured"``.
     """

@@ -229,7 +229,9 @@ def lags(steps: np.ndarray, norm_k: np.ndarray, norm_q: np.ndarray, norm_v: np.n
 
     Args:
         steps: ``(S,)`` the steps of the curves (the first is the start, increasing; the last is the horizon).
-        norm_k, norm_q, norm_v: ``(E, S)`` Frobenius norms of ``W^K``, ``W^Q``, ``W^V``.
+        norm_k: ``(E, S)`` Frobenius norms of ``W^K``.
+        norm_q: ``(E, S)`` the same of ``W^Q``.
+        norm_v: ``(E, S)`` the same of ``W^V``.
         half: the growth share that defines t½.
     Returns:
         :class:`Lags`. A member whose W^K and W^Q never grow has its lag censored at ``(horizon − t½V)/span``
