@@ -6,7 +6,9 @@
     tdlab runs [--out DIR]                       table of past runs with their claim verdicts
     tdlab atlas run|build|serve                  the claims atlas: sweep each experiment's atlas axes, build
                                                  a static site of where each claim holds, serve it
+    tdlab docs build [--runs DIR] [--site DIR]   the documentation site: seed pages from the runs, mkdocs --strict
     tdlab export RUN_DIR --arm A --member I --to transformer-lens [--out FILE]
+    tdlab export RUN_DIR --to tensorboard [--out DIR] [--arm A] [--member I]
 
 Bad input (unknown experiment, bad ``--set``, corrupt run directory, a path that is not allowed) prints
 one message naming the field and what is allowed, exits with code 2 and leaves no run directory behind.
@@ -16,6 +18,7 @@ A finished run directory is read-only to every command but ``run --resume`` and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -31,9 +34,10 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
-from tdlab.config import ECHO_CHARS, ConfigError, one_line, parse_duration
+from tdlab.config import ECHO_CHARS, ConfigError, echo, one_line, parse_duration
 from tdlab.runs import RunDirError, RunNotMovedError, check_run_id, list_runs
 from tdlab.safeio import check_not_in_run, check_output_folder
+from tdlab.train.live import streaming_to
 
 try:  # typer >= 0.2x carries its own copy of click, whose exceptions are not click's
     from typer._click import exceptions as click_errors
@@ -167,6 +171,8 @@ def run(
                                          "(a fixed schedule of looks, the error rate split across them)")] = False,
     budget: Annotated[str, typer.Option(help="--decide: wall time for all rounds (90s, 30m, 1.5h)")] = "30m",
     looks: Annotated[int, typer.Option(help="--decide: looks in all, the first pass included; members double at each")] = 4,
+    tensorboard: Annotated[Optional[Path], typer.Option(help="also write the metrics live as TensorBoard scalars to this "
+                                                        "folder (one run per member, tags ARM/NAME): tensorboard --logdir DIR")] = None,
 ) -> None:
     """Run an experiment: progress bar, then a computed verdict per claim; writes a run directory.
     `tdlab run NAME --help` lists NAME's config keys with their types and defaults."""
@@ -177,6 +183,9 @@ def run(
         if resume is not None:
             if name is not None or set_:
                 raise ConfigError("--resume: takes no experiment name or --set (the run's own config is used)")
+            if tensorboard is not None:
+                raise ConfigError("--tensorboard: not with --resume (the rows before the interruption are not streamed); "
+                                  "export the finished run: tdlab export RUN_DIR --to tensorboard --out DIR")
             finished = runner.resume(resume, runner.check_device(device), progress=not quiet)
         else:
             if name is None:
@@ -187,7 +196,9 @@ def run(
             check_not_in_run(out, "--out")
             cfg = exp.make_config(profile, set_ or [], members=seeds, seed=seed)
             plan = _decide_plan(budget, looks) if decide else None
-            finished = runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep, plan)
+            sink = _tensorboard_sink(tensorboard, out, run_id) if tensorboard is not None else None
+            with sink if sink is not None else contextlib.nullcontext(), streaming_to(sink):
+                finished = runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep, plan)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     except RunNotMovedError as exc:  # a finished run left in its staging folder: kept, named, exit 1
@@ -197,6 +208,23 @@ def run(
     _print_summary(summary, finished.path)
     if summary["status"] != "done":
         raise typer.Exit(code=1)
+
+
+def _tensorboard_sink(folder: Path, out: Path, run_id: Optional[str]):
+    """The live TensorBoard sink of ``run --tensorboard DIR``: ``DIR`` checked like an output folder
+    (:func:`tdlab.export.tensorboard.check_folder`; nothing written until the first scalar), and not the
+    run directory this run will write."""
+    from tdlab.export.tensorboard import TensorBoardScalars, check_folder
+    from tdlab.runs import staging_path
+
+    path = check_folder(folder, "--tensorboard")
+    if run_id is not None:
+        here, final = path.resolve(), (out / run_id).expanduser().resolve()
+        for run_dir in (final, staging_path(final)):
+            if here == run_dir or run_dir in here.parents:
+                raise ConfigError(f"--tensorboard {echo(str(folder))}: inside the run directory {final} this run writes; "
+                                  f"write somewhere else")
+    return TensorBoardScalars(path)
 
 
 def _decide_plan(budget: str, looks: int):
@@ -442,18 +470,79 @@ def atlas_serve(
         server.server_close()
 
 
+docs_app = typer.Typer(cls=_OneLineErrors, no_args_is_help=True,
+                       help="The documentation site: seed pages generated from the registry and the runs, then mkdocs build --strict.")
+app.add_typer(docs_app, name="docs")
+
+
+@docs_app.command("build")
+def docs_build(
+    runs_dir: Annotated[Path, typer.Option("--runs", help="folder of run directories: the newest run of each experiment "
+                                                          "gives its seed page's verdicts and figures (none: 'no run yet')")] = DEFAULT_OUT,
+    site: Annotated[Optional[Path], typer.Option(help="site folder (default: mkdocs.yml's site_dir)")] = None,
+    config: Annotated[Optional[Path], typer.Option(help="mkdocs.yml (default: here, else tdlab's checkout)")] = None,
+) -> None:
+    """Write docs/seeds/ (one page per seed paper) and build the site with mkdocs build --strict."""
+    from tdlab.report.docs_site import build_site
+
+    def warn(message: str) -> None:
+        err_console.print(f"warning: {message}", highlight=False, soft_wrap=True, markup=False)
+
+    try:
+        result = build_site(runs_dir, site, config, warn)
+    except (ConfigError, RunDirError) as exc:
+        _fail(str(exc))
+    out_console.print(f"seed pages: {len(result.pages)} from {result.runs_found} run(s) in {result.generate_s:.1f} s; "
+                      f"mkdocs build --strict: {result.build_s:.1f} s; site: {result.site}", highlight=False, soft_wrap=True)
+
+
+@docs_app.command("serve")
+def docs_serve(
+    runs_dir: Annotated[Path, typer.Option("--runs", help="folder of run directories for the seed pages")] = DEFAULT_OUT,
+    config: Annotated[Optional[Path], typer.Option(help="mkdocs.yml (default: here, else tdlab's checkout)")] = None,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port")] = 8000,
+) -> None:
+    """Write the seed pages, then mkdocs serve (a live preview on 127.0.0.1; Ctrl-C stops)."""
+    import subprocess
+    import sys
+
+    from tdlab.report.docs_site import check_runs, docs_folder, find_config, require_mkdocs, write_seed_pages
+
+    try:
+        require_mkdocs()
+        cfg = find_config(config)
+        write_seed_pages(docs_folder(cfg), check_runs(runs_dir))
+    except (ConfigError, RunDirError) as exc:
+        _fail(str(exc))
+    try:
+        subprocess.run([sys.executable, "-m", "mkdocs", "serve", "--config-file", str(cfg), "--dev-addr",
+                        f"127.0.0.1:{port}"], cwd=cfg.parent, env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
+    except KeyboardInterrupt:
+        pass
+
+
 @app.command("export")
 def export_cmd(
     run_dir: Annotated[Path, typer.Argument(help="a run directory")],
-    arm: Annotated[str, typer.Option(help="the arm whose trained parameters to export")],
-    member: Annotated[int, typer.Option(min=0, help="ensemble member index")],
-    to: Annotated[str, typer.Option(help="target format: transformer-lens")] = "transformer-lens",
-    out: Annotated[Optional[str], typer.Option(help="output file, or an existing folder (default: RUNID.ARM.mI.tl.safetensors in the current directory); never inside a run directory")] = None,
+    arm: Annotated[Optional[str], typer.Option(help="the arm to export (transformer-lens: required; tensorboard: only this arm's metrics)")] = None,
+    member: Annotated[Optional[int], typer.Option(min=0, help="ensemble member index (transformer-lens: required; tensorboard: only this member's metrics)")] = None,
+    to: Annotated[str, typer.Option(help="target format: transformer-lens or tensorboard")] = "transformer-lens",
+    out: Annotated[Optional[str], typer.Option(help="transformer-lens: output file, or an existing folder (default: RUNID.ARM.mI.tl.safetensors in the current directory); tensorboard: a folder (default: RUNID.tensorboard); never inside a run directory")] = None,
 ) -> None:
-    """Export one trained member to another library (TransformerLens 4: one safetensors file holding the weights and a `TransformerBridge.boot_native` config)."""
+    """Export one trained member to another library (TransformerLens 4: one safetensors file holding the weights and a `TransformerBridge.boot_native` config), or a run's metrics as TensorBoard scalars (one run per member, tags ARM/NAME)."""
     try:
+        if to == "tensorboard":
+            from tdlab.export.tensorboard import export_run
+
+            done = export_run(run_dir, out, arm, member)
+            out_console.print(f"exported {done.scalars} scalars ({len(done.arms)} arm(s), {len(done.members)} member(s)) "
+                              f"to {done.folder}; view: tensorboard --logdir {done.folder}", highlight=False, soft_wrap=True)
+            return
         if to != "transformer-lens":
-            raise ConfigError(f"--to: unknown target {to!r}; allowed: transformer-lens")
+            raise ConfigError(f"--to: unknown target {to!r}; allowed: transformer-lens, tensorboard")
+        if arm is None or member is None:
+            raise ConfigError(f"{'--arm' if arm is None else '--member'}: required with --to transformer-lens "
+                              f"(the member to export)")
         from tdlab.export.transformer_lens import export_member  # lazy: the optional extra is never needed by the core
 
         path = export_member(run_dir, arm, member, out)

@@ -169,8 +169,12 @@ def _server() -> Any:
     and pytest's process has trained by then)."""
     import multiprocessing as mp
 
+    from tdlab.experiments.catalog import CATALOG
+
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["tdlab.cli", "tdlab.experiments.base", "hardening_inputs"])
+    # every experiment module too (importing the package no longer does): children fork with them imported
+    experiments = sorted({e.module for e in CATALOG.values()})
+    ctx.set_forkserver_preload(["tdlab.cli", "tdlab.experiments.base", *experiments, "hardening_inputs"])
     return ctx
 
 

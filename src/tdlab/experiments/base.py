@@ -87,6 +87,7 @@ class RunContext:
         self.writer.add_metrics(arm, rows)
         if self.live is not None:  # rows the trainer streamed already are written once
             self.live.add(arm, self.writer.arm_rows(arm))
+            self.live.flush()
 
     def copy_arms(self, source: Path, arms: Sequence[str]) -> None:
         """Copy the stored arrays (``ARM``, ``ARM@init``, ``ARM@step<N>``) and metric rows of ``arms``
@@ -134,6 +135,8 @@ class RunContext:
             raise err from None
         finally:
             trainer.live = None
+            if self.live is not None:
+                self.live.flush()
         self.record(arm, result, self._initial(result, build, seeds))
         self.fits[arm] = (seeds, result)
         return result

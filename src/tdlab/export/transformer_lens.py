@@ -251,7 +251,7 @@ def _named(names: list[str], limit: int = 30) -> str:
 
 def _experiment_config(run: Run) -> tuple[str, Any, Any]:
     """``(name, experiment, validated config)`` of a run (as :func:`tdlab.experiments.runner.rebuild`)."""
-    from tdlab.experiments.base import get  # the registry imports every experiment: only when needed
+    from tdlab.experiments.base import get  # imports the run's experiment (its libraries): only when needed
 
     conf = run.config
     try:

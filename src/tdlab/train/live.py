@@ -34,7 +34,11 @@ class MetricSink(Protocol):
     """Where rows go as they are recorded."""
 
     def add(self, arm: str, rows: Sequence[Row]) -> None:
-        """Take ``arm``'s rows (each ``(arm, member, name, step)`` is written once, later copies dropped)."""
+        """Take ``arm``'s rows (each ``(arm, member, name, step)`` is written once, later copies dropped);
+        a sink may hold them for a moment (it writes at least every second or so)."""
+
+    def flush(self) -> None:
+        """Write what is held (called at the end of every fit and every stored arm)."""
 
 
 _SINK: ContextVar[MetricSink | None] = ContextVar("tdlab_metric_sink", default=None)

@@ -65,6 +65,7 @@ from tdlab.models.linear_attention import LCA, LSA
 from tdlab.seeding import Purpose, generators
 from tdlab.tasks.multimodal import MultiModalBatch, MultiModalPrompts
 from tdlab.theory.icl import bayes_predictor
+from tdlab.train.optim import EagerAdam
 from tdlab.train.progress import ProgressBar
 from tdlab.train.trainer import DivergenceError, FitResult
 
@@ -522,7 +523,7 @@ class RegressionTrainer:
 
         dt = params[0].dtype if params else _dtype(cfg.dtype)
         lr = torch.full((E,), cfg.lr, dtype=dt, device=self.device)
-        opt = torch.optim.Adam(params, lr=cfg.lr) if cfg.optimizer == "adam" else None
+        opt = EagerAdam(params, lr=cfg.lr) if cfg.optimizer == "adam" else None  # torch's Adam, no torch._dynamo import
         backtrack = opt is None and cfg.backtrack
 
         def factor(step: int) -> float:

@@ -30,6 +30,7 @@ from tdlab.train.checkpoint import CheckpointError, load_checkpoint, save_checkp
 from tdlab.train.cpu import flush_denormals
 from tdlab.train.data import Stream
 from tdlab.train.objectives import NextToken, Objective, next_token_loss
+from tdlab.train.optim import EagerAdamW, EagerSGD
 from tdlab.train.progress import ProgressBar
 
 __all__ = ["TrainConfig", "Trainer", "FitResult", "DivergenceError", "next_token_loss", "auto_chunk", "reference_predictors"]
@@ -215,9 +216,10 @@ class Trainer:
         decay = [p for p in model.parameters() if p.dim() >= 3]
         no_decay = [p for p in model.parameters() if p.dim() < 3]
         groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        # torch's SGD / AdamW, same numbers, minus their torch._dynamo import (seconds of a small run)
         if cfg.optimizer == "sgd":
-            return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+            return EagerSGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+        return EagerAdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
 
     @staticmethod
     def _squared_norm(model: nn.Module) -> torch.Tensor:

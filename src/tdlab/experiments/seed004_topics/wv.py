@@ -50,6 +50,7 @@ from tdlab.probes.blocks import block_stats
 from tdlab.seeding import Purpose, generators, member_seeds
 from tdlab.tasks.topics import population
 from tdlab.theory.topics import c3, min_population_loss, wv_star
+from tdlab.train.optim import EagerAdam
 
 __all__ = ["TopicsWVConfig", "TopicsWV", "population_moments", "moment_loss", "fit_population_wv", "ridge_wv",
            "ridge_distance", "SETTINGS", "UNIFORM_ATTENTION", "POPULATION", "CLAIMS"]
@@ -174,7 +175,7 @@ def fit_population_wv(m: dict[str, torch.Tensor], seeds: list[int], pcfg: Popula
     W0 = torch.stack([torch.randn(V, V, generator=g, dtype=torch.float64) * pcfg.init_scale
                       for g in generators(seeds, Purpose.INIT)])
     W = W0.clone().requires_grad_()
-    opt = torch.optim.Adam([W], lr=pcfg.lr)
+    opt = EagerAdam([W], lr=pcfg.lr)  # torch's Adam, no torch._dynamo import
     rows: list[tuple[int, int, str, float]] = []
     for step in range(pcfg.steps + 1):
         loss = moment_loss(W, m)
