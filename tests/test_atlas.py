@@ -87,10 +87,11 @@ def test_axis_declarations_refuse_bad_input():
     assert a.override(2) == [2] and a.read({"depths": [2]}) == 2 and a.read({"depths": [1, 2]}) is None
 
 
-def test_experiment_names_are_checked():
+def test_experiment_names_are_checked(monkeypatch):
     with pytest.raises(ConfigError, match="unknown experiment"):
         experiments_with_axes(["no-such-experiment"])
-    bare = next(n for n, e in sorted(registry().items()) if e.atlas_axes is None)
+    bare = "topics-landscape"  # every experiment declares axes: take one's away
+    monkeypatch.setattr(type(registry()[bare]), "atlas_axes", None)
     with pytest.raises(ConfigError, match="declares no atlas axes"):
         experiments_with_axes([bare])
     with pytest.raises(ConfigError, match="unknown profile"):
@@ -181,7 +182,8 @@ class _Page(HTMLParser):
             self._row = []
             self._map["rows"].append(self._row)
         elif tag in ("td", "th") and self._row is not None:
-            self._cell = {"tag": tag, "text": "", "class": a.get("class") or "", "title": a.get("title"), "href": None}
+            self._cell = {"tag": tag, "text": "", "class": a.get("class") or "", "title": a.get("title"), "href": None,
+                          "style": a.get("style"), "score": a.get("data-score")}
             self._row.append(self._cell)
         elif tag == "a" and self._cell is not None:
             self._cell["href"] = a.get("href")
@@ -213,7 +215,7 @@ def test_front_page_lists_every_registered_experiment(site):
         assert (site["out"] / "experiments" / f"{name}.html").is_file()
     # markov-init: swept claims with their held counts; no default-config run in this folder
     assert "7/16 points" in text  # 7 of the 16 grid points have a run
-    assert "not run" in text and "no atlas axes" in text
+    assert "not run" in text and "not swept yet" in text  # every experiment declares axes; most are not swept here
 
 
 def test_markov_init_page_maps_each_claim_with_the_runs_verdicts(site):
@@ -286,8 +288,9 @@ def invoke(monkeypatch):
     return lambda *args: runner.invoke(cli.app, [str(a) for a in args])
 
 
-def test_cli_bad_input_is_one_line_and_exit_2(invoke, tmp_path):
-    bare = next(n for n, e in sorted(registry().items()) if e.atlas_axes is None)
+def test_cli_bad_input_is_one_line_and_exit_2(invoke, tmp_path, monkeypatch):
+    bare = "topics-landscape"  # every experiment declares axes: take one's away
+    monkeypatch.setattr(type(registry()[bare]), "atlas_axes", None)
     for args, msg in ((["atlas", "run", "nope", "--runs", tmp_path / "r"], "unknown experiment"),
                       (["atlas", "run", bare, "--runs", tmp_path / "r"], "declares no atlas axes"),
                       (["atlas", "run", "markov-init", "--profile", "huge", "--runs", tmp_path / "r"], "unknown profile"),
@@ -462,3 +465,93 @@ def test_an_interrupted_build_leaves_the_earlier_site_whole(invoke, site, tmp_pa
     shutil.rmtree(out)
     res = invoke("atlas", "build", "--runs", site["runs"], "--out", out)  # interrupted with no earlier site: nothing
     assert res.exit_code != 0 and not out.exists() and not list(tmp_path.iterdir())
+
+
+# ------------------------------------------------------------------------- every experiment's atlas
+@pytest.mark.parametrize("name", sorted(registry()))
+def test_every_experiment_has_a_quick_atlas_sweep_that_validates(name):
+    """`tdlab atlas run NAME --profile quick` for every registered experiment: the declaration exists,
+    names config fields, sweeps at least two quick values on some axis, and every point's config is built and
+    validated exactly as the sweep runner does before running anything (no training)."""
+    assert name in {e.name for e in experiments_with_axes()}
+    exp = registry()[name]
+    decl = exp.atlas_axes
+    check_fields(exp)
+    assert any(len(a.range("quick")) >= 2 for a in decl.axes), name  # something is swept
+    assert decl.size("quick") <= 16, name  # markov-init's 4 x 4 is the largest quick grid
+    assert decl.why, name
+    for a in decl.axes:  # the paper range is at least as wide as the quick one
+        assert len(a.values) >= len(a.range("quick")), (name, a.field)
+    spec = atlas_spec(exp, "quick")
+    _validate_points(spec)
+    assert len(spec._hashes) == len(set(spec._hashes)) == decl.size("quick") == len(plan(spec))
+
+
+def test_every_registered_experiment_declares_atlas_axes():
+    assert [e.name for e in experiments_with_axes()] == sorted(registry())
+
+
+# ------------------------------------------------------------------------------- cell colour scale
+def test_cell_score_places_the_measured_value_against_the_tolerance_boundary():
+    from tdlab.atlas.site import cell_score, score_colour
+
+    close = {"relation": "close", "expected": 1.0, "tolerance": 0.1}
+    assert cell_score({**close, "mean": 1.0}) == pytest.approx(1.0)  # at the centre: one tolerance inside
+    assert cell_score({**close, "mean": 1.1}) == pytest.approx(0.0)  # on the boundary
+    assert cell_score({**close, "mean": 0.85}) == pytest.approx(-0.5)
+    assert cell_score({**close, "mean": 9.0}) == -2.0  # clipped
+    assert cell_score({"relation": "le", "expected": 0.0, "tolerance": 0.5, "mean": -0.5}) == pytest.approx(2.0)
+    assert cell_score({"relation": "ge", "expected": 1.0, "tolerance": 0.0, "mean": 0.5}) == pytest.approx(-0.5)
+    # a comparison reads the difference against the margin
+    assert cell_score({"test": "compare", "relation": "lt", "expected": 0.1, "tolerance": 0.0, "difference": -0.3}) > 0
+    assert cell_score({"test": "compare", "relation": "gt", "expected": 0.1, "tolerance": 0.0, "interval": [0.0, 0.1]}) < 0
+    assert cell_score({**close, "mean": None}) is None and cell_score({**close, "mean": float("nan")}) is None
+    assert score_colour(0.0) == "#ffffff"
+    hold, fail = score_colour(1.0), score_colour(-1.0)
+    assert int(hold[3:5], 16) > int(hold[1:3], 16) and int(fail[1:3], 16) > int(fail[3:5], 16)  # green vs red
+
+
+def _rgb(style: str) -> tuple[int, int, int]:
+    h = re.search(r"background:\s*#([0-9a-f]{6})", style).group(1)
+    return int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)
+
+
+def test_map_cells_are_coloured_by_the_measured_value_with_the_boundary_in_the_legend(site):
+    html = (site["out"] / "experiments" / "markov-init.html").read_text()
+    assert 'class="scale"' in html and "boundary" in html and "tolerance region" in html  # the legend
+    page = _parse(site["out"] / "experiments" / "markov-init.html")
+    cid = "standard-init-ends-at-theory-limit"
+    m = next(m for m in page.maps if m["label"].split()[0] == cid)
+    body = m["rows"][:-1]
+    qs, ps = (0.9, 0.7, 0.3, 0.1), (0.2, 0.4, 0.6, 0.8)
+    cell = {(p, q): body[i][j + 1] for i, q in enumerate(qs) for j, p in enumerate(ps)}
+    holding, failing = cell[(0.4, 0.9)], cell[(0.8, 0.9)]
+    assert holding["text"] == "✓" and failing["text"] == "✗"  # the verdict mark stays in the cell
+    for c in (holding, failing):
+        assert c["style"] and "background" in c["style"] and c["score"] is not None
+    assert float(holding["score"]) > 0 > float(failing["score"])  # opposite sides of the boundary
+    (hr, hg, _), (fr, fg, _) = _rgb(holding["style"]), _rgb(failing["style"])
+    assert hg > hr and fr > fg  # green inside the tolerance region, red outside
+    assert cell[(0.2, 0.9)]["text"] == "·" and cell[(0.2, 0.9)]["style"] is None  # no value: as before
+
+
+# ------------------------------------------------------------------------------ atlas run end to end
+def test_atlas_run_and_build_end_to_end_on_a_tiny_axis(invoke, tmp_path, monkeypatch):
+    """`tdlab atlas run topics-landscape --profile quick` for real (its own axis, the closed-form
+    landscape shrunk by fixed overrides), then `tdlab atlas build`: two points run and mapped."""
+    exp = registry()["topics-landscape"]
+    real = exp.atlas_axes
+    tiny = AtlasAxes(axes=real.axes, set={"grid_n": 8, "gamma_n": 101, "mc_docs": 2, "mc_N": 100, "members": 1})
+    monkeypatch.setattr(type(exp), "atlas_axes", tiny)
+    runs = tmp_path / "runs"
+    res = invoke("atlas", "run", "topics-landscape", "--profile", "quick", "--runs", runs, "--workers", 2)
+    assert res.exit_code == 0, res.output
+    idx = RunIndex(runs).query("experiment = 'topics-landscape'")
+    assert len(idx) == 2 and {r["status"] for r in idx} == {"done"}
+    assert {r["config"][real.axes[0].field] for r in idx} == set(real.axes[0].range("quick"))
+    assert all(r["sweep"] == sweep_name("topics-landscape", "quick") for r in idx)
+    res = invoke("atlas", "build", "--runs", runs, "--out", tmp_path / "site")
+    assert res.exit_code == 0, res.output
+    page = _parse(tmp_path / "site" / "experiments" / "topics-landscape.html")
+    assert page.maps and all(len(m["rows"][0]) == 2 for m in page.maps)  # one row of two points per claim
+    assert any(c["style"] for m in page.maps for c in m["rows"][0])

@@ -841,7 +841,8 @@ def _(ctx, w):
 
 
 for _id, _args, _names in (("unknown-experiment", ["no-such"], ["experiment"]),
-                           ("no-axes", ["anchors-text"], ["atlas axes"]),
+                           # every experiment declares atlas axes now ("no axes" is tested in tests/test_atlas.py)
+                           ("bad-decide", ["markov-init", "--decide", "soon"], ["--decide"]),
                            ("bad-profile", ["markov-init", "--profile", "slow"], ["profile"]),
                            ("bad-backend", ["markov-init", "--backend", "mpi"], ["backend"]),
                            ("zero-workers", ["markov-init", "--workers", "0"], ["--workers"])):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import shutil
 import stat
@@ -45,7 +46,8 @@ from tdlab.report.findings import decided_by, group_line, row_summary
 from tdlab.runs import RunDirError
 from tdlab.safeio import atomic_write, check_output_folder, copy_inside, enclosing_run, folder_mode, is_run_dir
 
-__all__ = ["build_site", "load_index", "MARKS", "TEMPLATES", "ClaimMap", "ExperimentPage"]
+__all__ = ["build_site", "load_index", "MARKS", "TEMPLATES", "ClaimMap", "ExperimentPage", "cell_score", "score_colour",
+           "legend_stops", "SCORE_CLIP"]
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "report" / "templates"  # beside the run report's template
 MARKS = {"holds": "✓", "fails": "✗", "not resolved": "?", "not evaluable": "–"}  # as the sweep's phase diagrams
@@ -92,6 +94,80 @@ class Cell:
     verdict: str  # a verdict, or "not run" / the run's status when it has no verdict for this claim
     title: str
     href: str | None = None
+    score: float | None = None  # the measured value's signed distance to the tolerance boundary (cell_score)
+
+    @property
+    def colour(self) -> str | None:
+        """The cell's background on the diverging scale (None: no measured value, the verdict's colour)."""
+        return score_colour(self.score) if self.score is not None else None
+
+
+# The colour scale of a map cell: the measured value's signed distance to the boundary of the region where the
+# claim holds, in units of the tolerance (positive inside, negative outside), clipped to ± SCORE_CLIP.
+SCORE_CLIP = 2.0
+HOLD_RGB, FAIL_RGB, BOUNDARY_RGB = (26, 152, 80), (215, 48, 39), (255, 255, 255)
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def cell_score(row: dict[str, Any]) -> float | None:
+    """Where one summary row's measured value lies relative to its tolerance region: the signed distance
+    to the region's boundary in units of the tolerance (> 0: inside, where the claim holds; < 0: outside;
+    0: on the boundary). A ``close`` row's region is ``expected ± tolerance``, ``le`` is ``≤ expected +
+    tolerance``, ``ge`` is ``≥ expected − tolerance``; a comparison (``lt``/``gt``) reads the difference
+    (the interval's centre) against the margin ``expected``. A zero tolerance scales by the boundary's
+    size instead. None: the row has no finite measured value."""
+    rel, exp, tol = row.get("relation"), row.get("expected"), row.get("tolerance")
+    if not _finite(exp):
+        return None
+    tol = float(tol) if _finite(tol) and tol > 0 else 0.0
+    if row.get("test") == "compare" or rel in ("lt", "gt"):
+        val = row.get("difference")
+        iv = row.get("interval") or [None, None]
+        if not _finite(val) and len(iv) == 2 and all(_finite(x) for x in iv):
+            val = (iv[0] + iv[1]) / 2
+        if not _finite(val):
+            return None
+        boundary = -exp if rel == "lt" else exp
+        inside = (boundary - val) if rel == "lt" else (val - boundary)
+    else:
+        val = row.get("mean")
+        if not _finite(val):
+            return None
+        if rel == "close":
+            boundary, inside = exp + tol, tol - abs(val - exp)
+        elif rel == "le":
+            boundary = exp + tol
+            inside = boundary - val
+        elif rel == "ge":
+            boundary = exp - tol
+            inside = val - boundary
+        else:
+            return None
+    scale = tol or abs(boundary) or abs(val) or 1.0
+    return max(-SCORE_CLIP, min(SCORE_CLIP, inside / scale))
+
+
+def score_colour(score: float) -> str:
+    """The diverging colour of ``score``: white on the boundary, deepening to green inside the tolerance
+    region and to red outside it (saturated at ± :data:`SCORE_CLIP` tolerances)."""
+    t = max(-1.0, min(1.0, score / SCORE_CLIP))
+    end = HOLD_RGB if t >= 0 else FAIL_RGB
+    f = 0.15 + 0.85 * abs(t) if t != 0 else 0.0  # a cell just off the boundary is still visibly on its side
+    return "#" + "".join(f"{round(b + (e - b) * f):02x}" for b, e in zip(BOUNDARY_RGB, end))
+
+
+def legend_stops() -> list[tuple[str, str]]:
+    """``(label, colour)`` stops of the scale's legend, from far outside to far inside (the boundary at 0)."""
+    return [(f"{s:+g} tol" if s else "boundary", score_colour(s)) for s in (-SCORE_CLIP, -1.0, 0.0, 1.0, SCORE_CLIP)]
+
+
+def _first_seed_row(group: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A group's first paper (``seed``) row, else its first row: the one value a cell is coloured by."""
+    rows = (group or {}).get("rows") or []
+    return next((r for r in rows if r.get("provenance") == "seed"), rows[0] if rows else None)
 
 
 @dataclass
@@ -103,6 +179,11 @@ class ClaimMap:
     facets: list[tuple[str, list[tuple[str, list[Cell]]]]]  # (facet label, [(row label, cells)])
     counts: dict[str, int]
     points: int  # grid points run (with or without a verdict for this claim)
+
+    @property
+    def scored(self) -> bool:
+        """Whether some cell has a measured value (the map then shows the colour scale's legend)."""
+        return any(c.score is not None for _, table in self.facets for _, cells in table for c in cells)
 
     @property
     def held(self) -> str:
@@ -294,7 +375,10 @@ def _sweep(exp: Any, decl: AtlasAxes, profile: str, rows: list[dict[str, Any]], 
                     g = p["groups"].get(cid)
                     verdict = g["verdict"] if g else (p["row"]["status"] or "no verdict")
                     counts[verdict] = counts.get(verdict, 0) + 1
-                    cells.append(Cell(MARKS.get(verdict, NOT_RUN), verdict, _cell_title(axes, values, p["row"], g), p["href"]))
+                    first = _first_seed_row(g) if g and g["verdict"] != "not evaluable" else None
+                    score = cell_score(first) if first is not None else None
+                    cells.append(Cell(MARKS.get(verdict, NOT_RUN), verdict, _cell_title(axes, values, p["row"], g), p["href"],
+                                      score))
                 table.append((_fmt(yv) if yv is not None else "", cells))
             built.append((label, table))
         maps.append(ClaimMap(cid, statement, built, counts, len(points)))
@@ -413,7 +497,7 @@ def build_site(runs: Path, out: Path, warn: Callable[[str], None] | None = None)
         (staging / "experiments").mkdir()
         reports = _Reports(runs, staging, {n: e.description for n, e in registry().items()})
         pages = _pages(rows, reports, staging)
-        common = {"marks": MARKS, "not_run": NOT_RUN, "verdicts": VERDICTS, "runs_dir": str(runs), "n_runs": len(rows)}
+        common = {"marks": MARKS, "legend": legend_stops(), "not_run": NOT_RUN, "verdicts": VERDICTS, "runs_dir": str(runs), "n_runs": len(rows)}
         for page in pages:
             atomic_write(staging / page.href,
                          _ENV.get_template("atlas_experiment.html.j2").render(p=page, root="../", **common))

@@ -77,6 +77,7 @@ from tdlab.theory.markov_landscape import ENERGY_SADDLE, CriticalKind, energy, p
 from tdlab.theory.markov_regions import descend, icommon_boundary, in_icommon, limit_kind, sample_icommon
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["MarkovICommonConfig", "MarkovICommon", "RegionConfig", "BiasStepConfig", "ICommonClaimConfig",
            "canonical_init_", "initial_points", "bias_step_basins", "cell_arm", "proposed_point", "DESCENT_SETTLED"]
@@ -317,6 +318,11 @@ class MarkovICommon(Experiment):
                   "bias_step": {"points": 10000},
                   "train": {"steps": 8000, "seq_len": 1024, "eval_every": 200, "eval_batches": 8}},
     }
+    # atlas: the trained cells' limits (Thm. 2 vs Thm. 8) depend on the horizon
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('train.steps', (2000, 8000, 16000), quick=(500, 1000), label='steps'),),
+        why="Measured (README, markov-init): the standard init's verdicts depend on the horizon (stuck at H(π) at 2000 steps, at the global minimum after 8000); the I_common claims read trained limits.",
+    )
 
     # ------------------------------------------------------------------------------------------
     def run(self, cfg: MarkovICommonConfig, ctx: RunContext) -> None:

@@ -48,6 +48,7 @@ from tdlab.tasks.markov import ChainConfig
 from tdlab.theory import markov_landscape as ml
 from tdlab.theory.markov_landscape import CriticalKind as CK
 from tdlab.train.trainer import FitResult
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["FlowConfig", "LandscapeConfig", "FlowExperiment", "MarkovLandscape", "chain_arm", "max_energy_drift",
            "save_times", "FLOW_SETTLED", "settled_bound", "energy_claim", "energy_sample", "KIND_COLOR"]
@@ -277,6 +278,11 @@ class MarkovLandscape(FlowExperiment):
         "quick": {"members": 2, "n_random": 1000, "n_gaussian": 500, "n_traj": 8},
         "paper": {"members": 5, "n_random": 2000, "n_gaussian": 2000, "n_traj": 12},  # 10^4 random inits
     }
+    # atlas: the basin flows run to t_end standing in for t → ∞; too short a flow time misclassifies endpoints
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('t_end', (250.0, 500.0, 2000.0, 8000.0), quick=(500.0, 2000.0), label='t_end'),),
+        why='The basin-probability claims classify gradient-flow endpoints at t_end as a stand-in for t → ∞: the flow time is the budget of this closed-form experiment.',
+    )
 
     def _member_state(self, cfg: LandscapeConfig, p: float, q: float, seed: int) -> tuple[dict, list]:
         g = self._draws(seed)

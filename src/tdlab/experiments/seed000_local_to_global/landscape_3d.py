@@ -42,6 +42,7 @@ from tdlab.experiments.view import RunView
 from tdlab.tasks.markov import entropy_rate, marginal_entropy
 from tdlab.theory import markov_landscape as ml
 from tdlab.theory.markov_landscape import CriticalKind as CK
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["Landscape3Config", "MarkovLandscape3D"]
 
@@ -103,6 +104,11 @@ class MarkovLandscape3D(FlowExperiment):
         "quick": {"members": 2, "n_gaussian": 500, "n_traj": 8},
         "paper": {"members": 5, "n_gaussian": 2000, "n_traj": 12},
     }
+    # atlas: the basin flows run to t_end standing in for t → ∞; too short a flow time misclassifies endpoints
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('t_end', (250.0, 500.0, 2000.0, 8000.0), quick=(500.0, 2000.0), label='t_end'),),
+        why='The 3-parameter basin claims classify gradient-flow endpoints at t_end as a stand-in for t → ∞: the flow time is the budget of this closed-form experiment.',
+    )
 
     def _member_state(self, cfg: Landscape3Config, p: float, q: float, seed: int) -> tuple[dict, list]:
         g = self._draws(seed)

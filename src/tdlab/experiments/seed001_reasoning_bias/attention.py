@@ -52,6 +52,7 @@ from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
 from tdlab.probes.cliffs import is_cliff, window_mass
 from tdlab.probes.embedding import cosine_matrix, distance_spearman
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["AttentionClaims", "AnchorsAttentionConfig", "AnchorsAttention", "average_operator_error", "wv_spectrum",
            "layer2_rows", "spearman_rows"]
@@ -246,6 +247,13 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
         "quick": quick_profile({"n_probe": 1000}),  # anchors-bias's quick scale-down; 1,000 training sequences per member
         "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}, "n_probe": 10_000},
     }
+    # atlas: the layer-1 operator claims are read at snapshots along training and at the end; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
+        profile_set={"quick": {"snapshot_epochs": [1, 2, 5]},
+                     "paper": {"snapshot_epochs": [50, 200, 450]}},
+        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
+    )
 
     def probe(self, cfg: AnchorsAttentionConfig, run: RunView, data: dict[str, torch.Tensor]) -> dict[float, dict[str, Any]]:
         """``{γ: {"init": ..., "end": ...}}``: per member, layer 1's median average-operator error (both),

@@ -50,6 +50,7 @@ from tdlab.tasks.anchors import Anchors, AnchorsConfig
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import Trainer
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module
     from matplotlib.figure import Figure
@@ -219,6 +220,13 @@ class AnchorsBias(AnchorsHealth, Experiment):
         # 1000 epochs (2,000,000 steps per model; a GPU is advised).
         "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}},
     }
+    # atlas: the γ-bias claims (small γ learns reasoning first, t50 ratios, final accuracy) depend on the epoch budget (snapshots rescaled to fit every budget)
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
+        profile_set={"quick": {"snapshot_epochs": [1, 2, 5]},
+                     "paper": {"snapshot_epochs": [50, 200, 450]}},
+        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
+    )
 
     def run(self, cfg: AnchorsBiasConfig, ctx: RunContext) -> None:
         task, arms = self.task(cfg), self.gamma_arms(cfg)

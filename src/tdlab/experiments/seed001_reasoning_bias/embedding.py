@@ -54,6 +54,7 @@ from tdlab.runs import Run, RunDirError
 from tdlab.seeding import generators
 from tdlab.theory.anchors import eq14_vectors, sigma_p
 from tdlab.train.data import DATASET
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["SOURCE_KEYS", "ProbeConfig", "ProbeSource", "EmbeddingClaims", "AnchorsEmbeddingConfig", "AnchorsEmbedding",
            "eq14_member_cosines", "error_by_distance", "quick_profile", "FIG4A_EPOCHS"]
@@ -236,6 +237,13 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
         "quick": quick_profile({"fig4a_epochs": [2, 11]}),
         "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}},
     }
+    # atlas: Fig. 4's anchor cosines are read at fig4a_epochs and the end; the budget decides how formed the embedding is (snapshots and Fig. 4A epochs rescaled to fit every budget)
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
+        profile_set={"quick": {"snapshot_epochs": [1, 2, 5], "fig4a_epochs": [2, 5]},
+                     "paper": {"snapshot_epochs": [50, 200, 450], "fig4a_epochs": [200, 450]}},
+        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
+    )
 
     def _wte(self, cfg: AnchorsEmbeddingConfig, run: RunView, gamma: float, epoch: int) -> torch.Tensor | None:
         arm = self.state_arm(cfg, gamma, epoch if epoch != cfg.schedule.epochs else "end")

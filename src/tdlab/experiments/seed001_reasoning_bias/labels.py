@@ -52,6 +52,7 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET, FixedDataset
 from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import Trainer
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["GroupsTaskConfig", "CompareTaskConfig", "LabelsClaims", "AnchorsLabelsConfig", "AnchorsLabels", "memory_splits",
            "group_in_range", "group_mean", "GROUPS_PAST_MARGINAL", "PAST_MARGINAL"]
@@ -230,6 +231,11 @@ class AnchorsLabels(Experiment):
         # A.3's optimisation and widths, the seed's task sizes; (a)'s snapshot at epoch 50 (ours).
         "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}, "groups_epochs": 50},
     }
+    # atlas: (b)'s label-marginal comparison is read over schedule.epochs ((a) stops at groups_epochs, kept per profile)
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
+        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
+    )
 
     def run(self, cfg: AnchorsLabelsConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)  # the same seeds in every arm: paired by seed index

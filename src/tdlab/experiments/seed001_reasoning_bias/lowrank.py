@@ -28,6 +28,7 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.probes.embedding import erank
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["AnchorsLowrankConfig", "AnchorsLowrank", "weight_matrices", "spectra"]
 
@@ -90,6 +91,13 @@ class AnchorsLowrank(ProbeSource, AnchorsBias):
         "quick": quick_profile({}),  # anchors-bias's quick scale-down
         "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}},
     }
+    # atlas: the low-rank readings are of the trained parameters; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
+        profile_set={"quick": {"snapshot_epochs": [1, 2, 5]},
+                     "paper": {"snapshot_epochs": [50, 200, 450]}},
+        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
+    )
 
     def measure(self, cfg: AnchorsLowrankConfig, run: RunView) -> Measurements:
         m = {g: spectra(weight_matrices(run.arrays(GammaArms.arm(g)), cfg.model.layers)) for g in cfg.gammas}

@@ -55,6 +55,7 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET
 from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import Trainer
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["EmbTaskConfig", "EmbTrainConfig", "MlpClaims", "AnchorsMlpConfig", "AnchorsMlp", "anchor_embeddings",
            "reasoning_theory_cosines", "pair_spearman", "pair_abs_error", "FIG3A_EPOCHS", "anchor_cosine_claims",
@@ -291,6 +292,12 @@ class AnchorsMlp(AnchorsHealth, Experiment):
         "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000},
                   "snapshot_epochs": [50, 900]},
     }
+    # atlas: the emb-MLP reasoning-first and cosine claims depend on the epoch budget (snapshots rescaled to fit every budget)
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(20, 40), label="epochs"),),
+        profile_set={"quick": {"snapshot_epochs": [2, 18]}, "paper": {"snapshot_epochs": [50, 450]}},
+        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
+    )
 
     def run(self, cfg: AnchorsMlpConfig, ctx: RunContext) -> None:
         task, arms = self.task(cfg), self.gamma_arms(cfg)

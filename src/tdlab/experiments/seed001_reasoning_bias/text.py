@@ -76,6 +76,7 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import NextToken
 from tdlab.train.trainer import Trainer
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["SOURCES", "TextDataConfig", "TextGPTConfig", "TextTrainConfig", "TextClaims", "AnchorsTextConfig",
            "AnchorsText", "Corpus", "build_corpus", "token_counts", "exclusive_tokens",
@@ -405,6 +406,11 @@ class AnchorsText(Experiment):
         # members train one at a time: the 50,257-way logits of a batch of 32 × 512 take ~20 GB).
         "paper": {"members": 3, "train": {"chunk": 1}},
     }
+    # atlas: the text-model claims (init gap, anchor cosines, t50) are read at the end of the epoch budget
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis("schedule.epochs", (100, 200, 400), quick=(5, 10), label="epochs"),),
+        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
+    )
 
     # ---- training -------------------------------------------------------------------------------
     def corpus(self, cfg: AnchorsTextConfig, folder: Path) -> Corpus:

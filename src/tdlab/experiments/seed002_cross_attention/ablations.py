@@ -32,6 +32,7 @@ from tdlab.seeding import member_seeds
 from tdlab.theory.icl import bayes_risk, response_second_moment, sample_mean_risk
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.regression import RegressionTrainer
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["ABLATIONS", "AblationClaims", "AblationConfig", "IclAblations", "CLAIMS", "ZERO_PREDICTORS", "F0X"]
 
@@ -140,6 +141,11 @@ class IclAblations(RegressionArms, Experiment):
                   "test": {"prompts": 500, "contexts": [10, 30, 100, 300, 1000, 3000], "population_prompts": 20000}},
         "paper": {"members": 10, "lsa_train": {"steps": 5000}},
     }
+    # atlas: the ablations compare against a trained LSA; its GD budget decides how close it is to its floor
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('lsa_train.steps', (1000, 5000, 20000), quick=(150, 300), label='LSA steps'),),
+        why="The ablation claims compare the cross-attention readouts with an LSA trained by gradient descent; at the quick profile's 300 steps the LSA may sit above its floor, so its step budget is the setting the comparisons hinge on.",
+    )
 
     def run(self, cfg: AblationConfig, ctx: RunContext) -> None:
         task = cfg.task.build()

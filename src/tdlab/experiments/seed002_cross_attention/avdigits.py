@@ -64,6 +64,7 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import TrainConfig, Trainer
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["ARMS", "SEED_TABLE1", "AVDigitsTrainConfig", "Table1Claims", "ICLAVDigitsConfig", "ICLAVDigits",
            "build_model", "table1_measures", "chance_bound", "ABOVE_CHANCE", "CLAIMS", "DATA_FILE"]
@@ -257,6 +258,11 @@ class ICLAVDigits(Experiment):
         # 5,000 of the 60,000 training examples held out for validation. A GPU is advised.
         "paper": {"members": 3},
     }
+    # atlas: the audio-visual ICL accuracies are read at the end of the epoch budget
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('schedule.epochs', (50, 100, 200), quick=(3, 5), label='epochs'),),
+        why='The AV-digits claims are final test accuracies after a fixed epoch budget (quick 5, paper 100): the horizon decides whether the cross-attention model has learned the task.',
+    )
 
     # ---- run ---------------------------------------------------------------------------------------
     def data(self, cfg: ICLAVDigitsConfig, seeds: Sequence[int], progress: bool) -> tuple[FixedDataset, str]:

@@ -34,6 +34,7 @@ from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_of_beta, alpha_star, bayes_risk, infinite_context_excess_risk, two_param_stationary
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.regression import RegressionTrainer, population_stats, query_errors
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["Panel", "LandscapeClaims", "LandscapeConfig", "IclLandscape", "CLAIMS", "valley", "jackknife_se", "group_maps"]
 
@@ -244,6 +245,11 @@ class IclLandscape(RegressionArms, Experiment):
         "paper": {"members": 3, "grid": 121, "population_prompts": 262144,
                   "ln_prompts": 1000, "ln_context": 500, "ln_grid": 41, "ln_steps": 1000},
     }
+    # atlas: the valley/minimiser claims compare a trained LSA with the landscape; its GD budget decides whether it reached the minimiser
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('train.steps', (5000, 20000, 50000), quick=(2500, 5000), label='steps'),),
+        why='The landscape claims place the trained model at the minimiser of the population loss (valley within claims.valley_rel_tol); whether gradient descent gets there depends on its step budget.',
+    )
 
     def run(self, cfg: LandscapeConfig, ctx: RunContext) -> None:
         task = cfg.task.build()

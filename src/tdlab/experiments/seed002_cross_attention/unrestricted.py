@@ -39,6 +39,7 @@ from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.icl import alpha_star, response_second_moment, whitening_error, whitening_error_limit
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.regression import PromptStats, RegressionTrainer, load_member_states
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["UnrestrictedClaims", "UnrestrictedConfig", "IclUnrestricted", "whitening_by_layer", "whitening_from_stats",
            "whitening_noise", "MOVED", "CLAIMS", "APP_H_SIGMA"]
@@ -197,6 +198,11 @@ class IclUnrestricted(RegressionArms, Experiment):
         # App. H: N = 2000, L_tr = 100, sigma_init = 0.1, ten runs (GPU advised for the full matrices).
         "paper": {"members": 10, "sigmas": [APP_H_SIGMA, 0.01], "train": {"steps": 3000}},
     }
+    # atlas: the projection/whitening claims are read from the trained unrestricted model; its step budget decides whether it converged
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('train.steps', (1000, 3000, 10000), quick=(150, 300), label='steps'),),
+        why="The unrestricted-attention claims (projection onto the LSA family within proj_rel_tol) are read from the trained model; quick trains 300 steps against the paper's 3000.",
+    )
 
     @staticmethod
     def arm(param: str, sigma: float) -> str:

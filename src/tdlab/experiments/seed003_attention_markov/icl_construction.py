@@ -52,6 +52,7 @@ from tdlab.tasks.markov_kth import InContextMarkov
 from tdlab.theory.kgram import cross_entropy, kgram_probs
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["ConstructionClaimConfig", "ConstructionProbeConfig", "MarkovICLConstructionConfig", "MarkovICLConstruction",
            "construction_gaps", "construction_arm", "train_arm", "CLAIMS"]
@@ -208,6 +209,11 @@ class MarkovICLConstruction(Experiment):
                   "kappas": [2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 400.0, 800.0, 1600.0],
                   "train": {"steps": 3000, "batch": 64, "seq_len": 128}, "probe": {"sequences": 512, "seq_len": 128}},
     }
+    # atlas: the construction claims compare the trained model with the closed-form estimator; its step budget decides how close it gets
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('train.steps', (1000, 3000, 6000), quick=(300, 600), label='steps'),),
+        why="The construction claims compare trained models with the explicit ICL estimator; the quick profile trains 600 steps against the paper's 3000.",
+    )
 
     def run(self, cfg: MarkovICLConstructionConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)

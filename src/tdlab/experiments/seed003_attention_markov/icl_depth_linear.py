@@ -41,6 +41,7 @@ from tdlab.experiments.seed003_attention_markov.estimator_stage import PAST_LOWE
 from tdlab.experiments.seed003_attention_markov.icl_grid import Cell, GridConfig, ICLGrid, cell_arm, depth_list
 from tdlab.experiments.view import RunView
 from tdlab.probes.curves import Crossings
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["MarkovICLDepthLinearConfig", "MarkovICLDepthLinear", "min_depths", "DEEPEST_LEARNS", "CLAIMS"]
 
@@ -141,6 +142,11 @@ class MarkovICLDepthLinear(ICLGrid):
                   "model": {"d": 32}, "train": {"steps": 6000, "batch": 64, "seq_len": 128, "lr": 3e-3, "eval_every": 250},
                   "probe": {"sequences": 512}},
     }
+    # atlas: the depth claims (which depth reaches the k-gram estimator) are read after a step budget; quick's 250 steps are far below the paper's 6000
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('train.steps', (2000, 6000, 12000), quick=(125, 250), label='steps'),),
+        why='Whether a depth reaches the in-context k-gram estimator is read at the end of training; the budget (quick 250, paper 6000) decides whether the deeper models got there.',
+    )
 
     def measure(self, cfg: MarkovICLDepthLinearConfig, run: RunView) -> Measurements:
         cl = cfg.claims

@@ -22,6 +22,7 @@ from tdlab.experiments.base import register
 from tdlab.experiments.seed003_attention_markov.estimator_stage import PAST_LOWER_ORDER
 from tdlab.experiments.seed003_attention_markov.icl_grid import Cell, GridConfig, ICLGrid, cell_arm, depth_list
 from tdlab.experiments.view import RunView
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["MarkovICLHeadsConfig", "MarkovICLHeads", "CLAIMS"]
 
@@ -89,6 +90,11 @@ class MarkovICLHeads(ICLGrid):
         "paper": {"members": 5, "ks": [1, 2, 3], "heads": [1, 2, 4], "model": {"d": 32},
                   "train": {"steps": 6000, "batch": 64, "seq_len": 128, "lr": 3e-3, "eval_every": 250}, "probe": {"sequences": 512}},
     }
+    # atlas: the head-count claims are read after a step budget; quick's 200 steps are far below the paper's 6000
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('train.steps', (2000, 6000, 12000), quick=(100, 200), label='steps'),),
+        why='Whether more heads reach the in-context estimator is read at the end of training; the budget (quick 200, paper 6000) decides whether the models got there.',
+    )
 
     def measure(self, cfg: MarkovICLHeadsConfig, run: RunView) -> Measurements:
         cl = cfg.claims

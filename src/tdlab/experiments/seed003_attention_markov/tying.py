@@ -59,6 +59,7 @@ from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy, stat
 from tdlab.theory import markov_tying as th
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["LandscapeConfig", "TyingClaimConfig", "MarkovTyingConfig", "MarkovTying", "chain_tag", "normalised_position",
            "LEFT_PLATEAU", "CLAIMS"]
@@ -287,6 +288,11 @@ class MarkovTying(Experiment):
             "train": {"steps": 8000, "seq_len": 256, "eval_every": 200, "eval_batches": 8},
         },
     }
+    # atlas: the tied/untied trained claims read the limit reached after the step budget
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('train.steps', (2000, 8000, 16000), quick=(750, 1500), label='steps'),),
+        why='The trained claims of the tying experiment read the limit reached after a fixed budget (quick 1500, paper 8000); the horizon decides which critical point training sits at.',
+    )
 
     # ------------------------------------------------------------------------------------------
     def run(self, cfg: MarkovTyingConfig, ctx: RunContext) -> None:

@@ -62,6 +62,7 @@ from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.topics import Topics
 from tdlab.theory.topics import c3
 from tdlab.train.trainer import Trainer
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["TopicsAttnConfig", "TopicsAttn", "AttnClaims", "TABLE3", "TABLE4", "classify", "SettingAttention",
            "member_lrs", "setting_name", "ATTN", "HELDOUT", "CLAIMS", "KINDS"]
@@ -277,6 +278,11 @@ class TopicsAttn(Experiment):
         "paper": {"members": 3, "table4_seeds": 10, "heldout_docs": 1000, "model": MODEL,
                   "train": {"steps": 5000, "batch": 40, "eval_every": 250, "eval_batches": 8}},
     }
+    # atlas: the attention-pattern claims (same-topic over different-topic attention) are read at the end of training
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('train.steps', (2500, 5000, 10000), quick=(750, 1500), label='steps'),),
+        why="The same-topic/different-topic attention ratio (≥ claims.st_over_dt_min) is read at the end of training; quick trains 1500 steps against the paper's 5000.",
+    )
 
     @staticmethod
     def arms(cfg: TopicsAttnConfig) -> list[str]:

@@ -46,6 +46,7 @@ from tdlab.models.topic_attention import TopicModelConfig
 from tdlab.probes.blocks import block_stats
 from tdlab.seeding import member_seeds
 from tdlab.theory.topics import c3
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["TopicsEmbedConfig", "TopicsEmbed", "EMBED_ONLY", "CLAIMS"]
 
@@ -129,6 +130,11 @@ class TopicsEmbed(Experiment):
         # The authors' budget: 20 epochs of 10,000 documents at batch 40 = 5,000 steps; 3 seeds.
         "paper": {"members": 3, "train": {"steps": 5000, "batch": 40, "eval_every": 250, "eval_batches": 8}},
     }
+    # atlas: the embedding-gap claims are read at the end of training
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('train.steps', (2500, 5000, 10000), quick=(750, 1500), label='steps'),),
+        why="The embedding claims (same-topic vs different-topic gap within gap_rel_tol) are read at the end of training; quick trains 1500 steps against the paper's 5000.",
+    )
 
     @staticmethod
     def arms(cfg: TopicsEmbedConfig) -> list[str]:

@@ -55,6 +55,7 @@ from tdlab.seeding import generators, member_seeds
 from tdlab.theory import topics_landscape as tl
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import FitResult
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["TopicsLandscapeConfig", "TopicsLandscape", "tau_arm", "MC_ARM", "CLAIMS", "equal_gamma_points",
            "flat_halfwidth"]
@@ -284,6 +285,11 @@ class TopicsLandscape(Experiment):
         "quick": {"grid_n": 60, "members": 2},  # 60 × 60
         "paper": {"grid_n": 200, "members": 4},  # 200 × 200
     }
+    # atlas: a closed-form landscape (no training): its minimiser and flatness depend on the masking probability p_m
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('p_m', (0.05, 0.15, 0.3, 0.5), quick=(0.15, 0.3), label='p_m'),),
+        why='No training: the claims are about the closed-form masked-LM loss over (α, β), whose shape depends on the masking probability p_m (App. F.5 uses 0.15).',
+    )
 
     # ---- run --------------------------------------------------------------------------------------
     def run(self, cfg: TopicsLandscapeConfig, ctx: RunContext) -> None:

@@ -34,6 +34,7 @@ from tdlab.experiments.seed004_topics.real_text import (MEASURE_ARMS, MEASURES, 
                                                         TopicsRealConfig, theta_key, trained_model_stage)
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunDirError
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["TopicsReal", "TABLE1_BERT", "TABLE5_BERT", "CLAIMS", "fig3_within_cross", "fig3_word_strings", "plot_real"]
 
@@ -110,6 +111,11 @@ class TopicsReal(RealTextExperiment):
                   "train": {"steps": 20000, "batch": 64, "seq_len": 128, "lr": 1e-4, "warmup_steps": 1000,
                             "eval_every": 1000}},
     }
+    # atlas: the real-text topic-attention claims are read at the end of training
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('train.steps', (5000, 20000, 40000), quick=(500, 1000), label='steps'),),
+        why="The real-text claims compare trained attention against the LDA topics at the end of training; quick trains 1000 steps against the paper's 20000.",
+    )
 
     def measure(self, cfg: TopicsRealConfig, run: RunView) -> Measurements:
         """Per θ the trained model's ratios (Tables 1, 5), the control's attention ratio and cosine gap z-score,

@@ -22,6 +22,7 @@ from tdlab.experiments.seed004_topics.real import TopicsReal
 from tdlab.experiments.seed004_topics.real_text import (RealTextExperiment, TopicsRealConfig, theta_key,
                                                         trained_model_stage)
 from tdlab.experiments.view import RunView
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["TopicsRealCooc", "TopicsRealCoocConfig", "TABLE2_BERT", "CLAIMS"]
 
@@ -63,6 +64,11 @@ class TopicsRealCooc(RealTextExperiment):
     claims = CLAIMS
     cooc = True
     profiles = TopicsReal.profiles
+    # atlas: the co-occurrence claims are read at the end of training
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('train.steps', (5000, 20000, 40000), quick=(500, 1000), label='steps'),),
+        why="The co-occurrence claims are read from the trained model at the end of training; quick trains 1000 steps against the paper's 20000.",
+    )
 
     def measure(self, cfg: TopicsRealConfig, run: RunView) -> Measurements:
         """Per θ the same-topic and top co-occurring means (trained and untrained) and the two differences."""

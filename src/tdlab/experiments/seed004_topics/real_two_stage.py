@@ -45,6 +45,7 @@ from tdlab.experiments.seed004_topics.two_stage import KQ_GREW, LagClaims, lags,
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
 from tdlab.seeding import generators
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["RealTwoStageConfig", "TopicsRealTwoStage", "TwoStageRealClaims", "WeightProbe", "near_zero_qkv",
            "rotation_means", "NORMS", "CLAIMS"]
@@ -160,6 +161,11 @@ class TopicsRealTwoStage(RealTextExperiment):
         "paper": {"members": 3, "lda": {"topics": 100}, "model": {"d": 512, "layers": 4, "heads": 4},
                   "train": {"steps": 400, "batch": 64, "seq_len": 128, "lr": 1e-4, "eval_every": 50}},
     }
+    # atlas: the two-stage lag is a share of the horizon read (Fig. 5: the first 400 steps); train.steps stays at the profile's 400 >= every horizon
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('claims.horizon', (150, 200, 300, 400), quick=(200, 400), label='horizon'),),
+        why='The two-stage claim (W^K, W^Q grow a tenth of the horizon after W^V) is read over the first claims.horizon steps: the read window is the budget the verdict depends on.',
+    )
 
     def run(self, cfg: RealTwoStageConfig, ctx: RunContext) -> None:
         data = prepare_data(cfg, ctx.writer.path / "cache", ctx.progress)

@@ -60,6 +60,7 @@ from tdlab.models.ensemble import assemble
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.seeding import member_seeds
 from tdlab.train.trainer import Trainer
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["TopicsTwoStageConfig", "TopicsTwoStage", "LagClaims", "Setting", "settings", "member_settings",
            "relative_growth", "stage_split", "half_growth_steps", "Lags", "lags", "value_first_claim", "KQ_GREW",
@@ -281,6 +282,11 @@ class TopicsTwoStage(Experiment):
         "paper": {"members": 3, "headline_members": 20, "model": MODEL,
                   "train": {"steps": 5000, "batch": 40, "eval_every": 250, "eval_batches": 8}},
     }
+    # atlas: the lag is a share of the horizon the rule reads (Fig. 4's x-axis, 1000 steps); train.steps stays at the profile's value >= every horizon
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('horizon', (250, 500, 1000), quick=(500, 1000), label='horizon'),),
+        why='The two-stage claim (W^K, W^Q grow a tenth of the horizon after W^V) is read over the first horizon steps: the read window is the budget the verdict depends on.',
+    )
 
     @staticmethod
     def arms(cfg: TopicsTwoStageConfig) -> list[str]:

@@ -51,6 +51,7 @@ from tdlab.seeding import Purpose, generators, member_seeds
 from tdlab.tasks.topics import population
 from tdlab.theory.topics import c3, min_population_loss, wv_star
 from tdlab.train.optim import EagerAdam
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["TopicsWVConfig", "TopicsWV", "population_moments", "moment_loss", "fit_population_wv", "ridge_wv",
            "ridge_distance", "SETTINGS", "UNIFORM_ATTENTION", "POPULATION", "CLAIMS"]
@@ -220,6 +221,11 @@ class TopicsWV(Experiment):
         "paper": {"members": 3, "train": {"steps": 5000, "batch": 40, "eval_every": 250, "eval_batches": 8},
                   "population": {"steps": 20000}},
     }
+    # atlas: the W^V claims are read at the end of training
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis('train.steps', (2500, 5000, 10000), quick=(750, 1500), label='steps'),),
+        why="The W^V claims (gap within gap_rel_tol of the population optimum) are read at the end of training; quick trains 1500 steps against the paper's 5000.",
+    )
 
     @staticmethod
     def arms(cfg: TopicsWVConfig) -> list[str]:
