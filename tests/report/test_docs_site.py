@@ -323,3 +323,46 @@ def test_site_folder_that_is_not_a_site_is_refused(tmp_path, monkeypatch):
         lines = [ln for ln in r.output.splitlines() if ln.strip()]
         assert r.exit_code == 2 and len(lines) == 1 and option in lines[0] and words in lines[0], (option, r.output)
     assert docs_site.GENERATED == "seeds"
+
+
+def _fake_atlas(monkeypatch, runs: Path, names=("markov-init",)) -> None:
+    """An index in ``runs`` and an atlas build that writes one page per name (the real build is
+    tested in tests/test_atlas.py)."""
+    import tdlab.atlas.site as atlas_site
+
+    runs.mkdir(parents=True, exist_ok=True)
+    (runs / "index.sqlite").write_bytes(b"")
+
+    def fake_build(r, out, warn=None):
+        (out / "experiments").mkdir(parents=True)
+        (out / "index.html").write_text("<html>atlas</html>")
+        for n in names:
+            (out / "experiments" / f"{n}.html").write_text(f"<html>{n}</html>")
+        return out / "index.html"
+
+    monkeypatch.setattr(atlas_site, "build_site", fake_build)
+
+
+def test_each_experiment_lists_its_atlas_axes_and_links_its_atlas_page(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    _fake_atlas(monkeypatch, runs)
+    docs = tmp_path / "docs"
+    write_seed_pages(docs, runs)
+    page = (docs / "seeds" / "seed000.md").read_text(encoding="utf-8")
+    sec = _section(page, "markov-init")
+    assert "### Atlas" in sec and "`task.p`" in sec
+    assert "(atlas/experiments/markov-init.html)" in sec
+    assert (docs / "seeds" / "atlas" / "experiments" / "markov-init.html").is_file()
+    other = _section(page, "markov-rank")
+    assert "No atlas of `markov-rank`" in other and "tdlab atlas run markov-rank" in other
+    for exp in registry().values():  # every experiment declares axes: every section names them
+        seed = (docs / "seeds" / f"seed{exp.paper[:3]}.md").read_text(encoding="utf-8")
+        assert "### Atlas" in _section(seed, exp.name), exp.name
+
+
+@needs_mkdocs
+def test_the_atlas_link_builds_strict(tmp_path, monkeypatch):
+    root = _site_copy(tmp_path, api=False)
+    _fake_atlas(monkeypatch, tmp_path / "runs")
+    build_site(tmp_path / "runs", tmp_path / "site", root / "mkdocs.yml")
+    assert (tmp_path / "site" / "seeds" / "atlas" / "experiments" / "markov-init.html").is_file()
