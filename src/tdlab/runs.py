@@ -242,6 +242,15 @@ class RunWriter:
         pq.write_table(_metrics_table(self.rows), tmp)
         os.replace(tmp, self.path / "metrics.parquet")
 
+    def clear_staged(self) -> None:
+        """Drop the staged metrics, arrays and checkpoints (``config.yaml`` stays): the run is built
+        again in the same staging folder (a ``--decide`` round)."""
+        self.rows = []
+        self.flush_metrics()
+        for folder in ("arrays", "checkpoints"):
+            for f in (self.path / folder).glob("*"):
+                f.unlink()
+
     def arrays_path(self, arm: str) -> Path:
         return self.path / "arrays" / f"{arm.replace('/', '__')}.safetensors"
 

@@ -63,11 +63,7 @@ class RunContext:
         (the experiment runs again with more members and stores every arm anew), its fits are kept in
         memory so :meth:`fit` trains only the new members of an arm whose seeds extend the old ones."""
         self.reuse, self.fits = self.fits, {}
-        self.writer.rows = []
-        self.writer.flush_metrics()
-        for folder in ("arrays", "checkpoints"):
-            for f in (self.writer.path / folder).glob("*"):
-                f.unlink()
+        self.writer.clear_staged()
 
     def record(self, arm: str, result: FitResult, initial: list[dict[str, Any]] | None = None) -> None:
         """Store a fit's metrics and final parameters under ``arm`` (replacing rows an earlier,

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import Field
 
-from tdlab.claims.sequential import Looks, RoundPlan, blocker, decided, distance, growable, round_plan
+from tdlab.claims.sequential import Looks, RoundPlan, blocker, decided, distance, round_plan
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run
@@ -74,9 +74,9 @@ def run_rounds(exp: Experiment, cfg: ExperimentConfig, ctx: RunContext, plan: De
                "decided": sum(g.verdict in ("holds", "fails") for g in paper), "groups": len(paper),
                "undecided": {g.id: g.cause for g in paper if g.verdict not in ("holds", "fails")},
                "distance": history[-1], "growing": list(plan_next.growing),
-               "not_helped": {g.id: blocker(g) for g in paper if not decided(g) and not growable(g)}}
+               "not_helped": {g.id: why for g in paper if not decided(g) and (why := blocker(g))}}
         rounds.append(rec)
-        waiting = [f"{g.id} ({blocker(g)})" for g in paper if g.verdict not in ("holds", "fails") and not growable(g)]
+        waiting = [f"{gid} ({why})" for gid, why in rec["not_helped"].items()]
         say(f"look {look + 1}/{len(schedule)}: {schedule[look]} members per arm, {wall:.0f} s — "
             f"{rec['decided']}/{len(paper)} paper groups decided"
             + (f"; more members for {', '.join(plan_next.growing)}" if plan_next.members else "")
