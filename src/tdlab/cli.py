@@ -167,8 +167,9 @@ def run(
     resume: Annotated[Optional[Path], typer.Option(help="finish an interrupted run (OUT/RUN_ID) from its checkpoints")] = None,
     run_id: Annotated[Optional[str], typer.Option(help="name of the run directory (default: time stamp + experiment)")] = None,
     sweep: Annotated[Optional[str], typer.Option(hidden=True, help="tag the run with the sweep it belongs to")] = None,
-    decide: Annotated[bool, typer.Option("--decide", help="add members in rounds until the paper claims are settled "
-                                         "(a fixed schedule of looks, the error rate split across them)")] = False,
+    decide: Annotated[bool, typer.Option("--decide", help="add members (and, for claims at convergence, training) in "
+                                         "rounds until the paper claims are settled (a fixed schedule of looks, the "
+                                         "error rate split across them)")] = False,
     budget: Annotated[str, typer.Option(help="--decide: wall time for all rounds (90s, 30m, 1.5h)")] = "30m",
     looks: Annotated[int, typer.Option(help="--decide: looks in all, the first pass included; members double at each")] = 4,
     tensorboard: Annotated[Optional[Path], typer.Option(help="also write the metrics live as TensorBoard scalars to this "

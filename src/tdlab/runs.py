@@ -93,11 +93,23 @@ def check_run_id(run_id: str) -> str:
 DECIDE_IDENTITY = ("looks", "alpha", "growth", "max_members", "budget_s")
 
 
+def _with_field(config: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
+    """A copy of the nested mapping ``config`` with ``path`` set to ``value`` (where the path exists)."""
+    head, *rest = path
+    if head not in config:
+        return config
+    if not rest:
+        return {**config, head: value}
+    inner = config[head]
+    return {**config, head: _with_field(inner, rest, value)} if isinstance(inner, dict) else config
+
+
 def config_hash(conf: dict[str, Any]) -> str:
     """SHA-256 of a run's identity: ``experiment``, ``profile`` and the full ``config`` of a
     ``config.yaml`` mapping (key order and YAML formatting do not matter). A ``--decide`` run is the
     run that was asked for: its config with the first look's members, and its plan (the members its
-    rounds reached are not part of its identity, so a sweep finds a decided point again)."""
+    rounds reached, and the training length they grew to, are not part of its identity, so a sweep finds
+    a decided point again)."""
     config = conf.get("config", {})
     ident = {"experiment": conf.get("experiment"), "profile": conf.get("profile"), "config": config}
     decide = conf.get("decide")
@@ -105,6 +117,10 @@ def config_hash(conf: dict[str, Any]) -> str:
         schedule = decide.get("schedule")
         if isinstance(schedule, list) and schedule and isinstance(config, dict):
             ident["config"] = {**config, "members": schedule[0]}
+        first = decide.get("first_length")
+        if isinstance(first, dict) and isinstance(ident["config"], dict):  # the training length it began with
+            for dotted, value in first.items():
+                ident["config"] = _with_field(ident["config"], str(dotted).split("."), value)
         ident["decide"] = {k: decide.get(k) for k in DECIDE_IDENTITY}
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -135,3 +135,48 @@ def test_without_the_split_the_same_looks_decide_wrongly_too_often():
 def test_well_inside_the_procedure_decides_in_most_runs():
     out = _simulate(0.0, Looks(), 2000, seed=2)
     assert out["holds"] / 2000 > 0.8 and out["fails"] / 2000 <= 0.05, out
+
+
+def _waiting(cause="still moving", horizon="convergence", verdict="not resolved"):
+    g = _group(verdict, cause)
+    g["rows"][0]["horizon"] = horizon
+    return g
+
+
+@pytest.mark.parametrize("cause, horizon, verdict, waits", [
+    ("still moving", "convergence", "not resolved", True), ("stage not reached", "convergence", "not evaluable", True),
+    ("still moving", "budget", "not resolved", False), ("stage not reached", "budget", "not evaluable", False),
+    ("spread", "convergence", "not resolved", False), ("not trained", "convergence", "not evaluable", False)])
+def test_only_claims_at_convergence_wait_on_training(cause, horizon, verdict, waits):
+    from tdlab.claims.sequential import waits_on_training
+
+    assert waits_on_training(_waiting(cause, horizon, verdict)) is waits
+
+
+def test_a_group_every_member_of_which_never_reached_waits_on_training():
+    from tdlab.claims.sequential import waits_on_training
+
+    g = _waiting("censored")
+    g["rows"][0]["censored"] = [True, True, True]
+    assert waits_on_training(g)
+    g["rows"][0]["censored"] = [True, False, True]
+    assert not waits_on_training(g)  # some reached: more members, not more training
+
+
+def test_the_rounds_train_longer_up_to_the_cap_and_never_when_blocked():
+    from tdlab.claims.sequential import Extension
+
+    looks, sched, moving = Looks(), [3, 6, 12, 24], _waiting()
+    ext = Extension("train.steps", 100, 800)
+    p = round_plan(looks, sched, 1, [moving], [], 1e9, 1.0, extension=ext)
+    assert (p.members, p.length, p.training, p.growing) == (3, 200, (moving["id"],), ())
+    both = round_plan(looks, sched, 1, [moving, _group("not resolved", "spread")], [], 1e9, 1.0, extension=ext)
+    assert both.members == 6 and both.length == 200  # members and length grow together
+    assert round_plan(looks, sched, 1, [moving], [], 1e9, 1.0, extension=Extension("train.steps", 800, 800)).members is None
+    blocked = round_plan(looks, sched, 1, [moving], [], 1e9, 1.0,
+                         extension=Extension("train.steps", 100, 800, "its paper claims x are judged at the seed's budget"))
+    assert blocked.members is None and "seed's budget" in blocked.stop
+    # cost: every member trains anew at twice the length: 3 members × 2 × 10 s = 60 s > 50 s
+    assert round_plan(looks, sched, 1, [moving], [], 50.0, 10.0, extension=ext).stop.startswith("budget")
+    assert round_plan(looks, sched, 1, [moving], [], 61.0, 10.0, extension=ext).members == 3
+    assert Extension("schedule.epochs", 6, 1000).next() == 12 and Extension("t", 0.5, 0.8).next() == 0.8

@@ -237,3 +237,108 @@ def test_a_decided_run_keeps_the_identity_it_was_asked_for(toy, tmp_path):
     assert config_hash(conf) == config_hash(asked)
     assert config_hash(conf) != config_hash({**asked, "decide": {**asked["decide"], "budget_s": 60.0}})
     assert config_hash(conf) != config_hash({k: v for k, v in asked.items() if k != "decide"})
+
+
+# ------------------------------------------------------------------------------------------------
+# Training longer: claims judged at convergence that are still moving.
+
+class SlowConfig(ToyConfig):
+    steps: int = 10
+    moving: float = 1.0  # end drift × steps: a member has drifted by moving / steps at the end
+
+
+class Slow(Toy):
+    """A toy whose members settle as they train longer: the end drift is ``moving / steps``."""
+
+    name = "toy-slow"
+    Config = SlowConfig
+    profiles = {"quick": {}, "paper": {"steps": 80}}
+    train_length = "steps"
+    claims = (
+        ClaimSpec(id="settles", statement="the mean is within 10 of 0 at convergence", test="value", relation="close",
+                  quantity="w", expected=0.0, tolerance=10.0, drift_tolerance=0.03, horizon="convergence"),
+    )
+
+    def measure(self, cfg: SlowConfig, run) -> Measurements:
+        m = Measurements()
+        w = run.arrays("a")["w"][:, 0].tolist()
+        m.row("settles", "a", Sample(tuple(w), drift=cfg.moving / cfg.steps), arms=["a"])
+        return m
+
+
+class SlowWithBudget(Slow):
+    name = "toy-slow-budget"
+    claims = Slow.claims + (ClaimSpec(id="at-budget", statement="within 10 at the budget", test="value",
+                                      relation="close", quantity="w", expected=0.0, tolerance=10.0, horizon="budget"),)
+
+    def measure(self, cfg, run) -> Measurements:
+        m = super().measure(cfg, run)
+        m.row("at-budget", "a", Sample(tuple(run.arrays("a")["w"][:, 0].tolist())), arms=["a"])
+        return m
+
+
+def _decide_exp(exp, monkeypatch, tmp_path, sets=(), members=3, budget=3600.0, run_id="r"):
+    monkeypatch.setattr(runner, "get", lambda name: exp)
+    cfg = exp.make_config("quick", list(sets), members=members)
+    return runner.execute(exp, cfg, "quick", tmp_path, progress=False, run_id=run_id,
+                          decide=DecidePlan(budget_s=budget))
+
+
+def test_a_claim_still_moving_at_convergence_trains_longer_every_member_anew(monkeypatch, tmp_path):
+    run = _decide_exp(Slow(), monkeypatch, tmp_path)
+    d, g = run.summary["decide"], run.summary["claims"][0]
+    # 10 steps: drift 0.1 > 0.03 (still moving); 20: 0.05; 40: 0.025 settles -> holds
+    assert [r["length"] for r in d["rounds"]] == [10, 20, 40]
+    assert [r["longer"] for r in d["rounds"]] == [False, True, True]
+    assert [r["members"] for r in d["rounds"]] == [3, 3, 3]  # nothing for members to settle: they do not grow
+    assert d["rounds"][0]["training"] == ["settles"] and g["verdict"] == "holds"
+    assert ToyTrainer.trained == member_seeds(0, 3) * 3  # every member trained anew at each length
+    assert run.config["config"]["steps"] == 40 and d["first_length"] == {"steps": 10}
+    html = (run.path / "report.html").read_text()
+    assert "longer training for" in html and "(longer: every member anew)" in html
+    from tdlab.report.findings import decided_by
+    assert "steps 10 → 40" in decided_by(run.summary)
+
+
+def test_training_stops_when_it_brings_nothing_closer_and_never_passes_the_seeds_length(monkeypatch, tmp_path):
+    run = _decide_exp(Slow(), monkeypatch, tmp_path, sets=["moving=100.0"])  # drifts 10, 5, ... never settles
+    d = run.summary["decide"]
+    assert [r["length"] for r in d["rounds"]] == [10, 20, 40]  # two longer rounds that brought it no closer
+    assert run.summary["claims"][0]["verdict"] == "not resolved" and "decided nothing new" in d["stopped"]
+    capped = _decide_exp(Slow(), monkeypatch, tmp_path, sets=["moving=100.0", "steps=80"], run_id="capped")
+    assert [r["length"] for r in capped.summary["decide"]["rounds"]] == [80]  # the paper profile's length: no longer
+    assert "the paper profile's" in capped.summary["decide"]["stopped"]
+
+
+def test_an_experiment_with_a_budget_claim_never_trains_longer(monkeypatch, tmp_path):
+    run = _decide_exp(SlowWithBudget(), monkeypatch, tmp_path)
+    d = run.summary["decide"]
+    assert all(r["length"] == 10 and not r["longer"] for r in d["rounds"])
+    assert run.config["config"]["steps"] == 10
+    assert "at-budget" in d["stopped"] and "seed's budget" in d["stopped"]
+
+
+def test_a_run_that_trained_longer_keeps_the_identity_it_was_asked_for(monkeypatch, tmp_path):
+    from tdlab.runs import config_hash
+
+    conf = _decide_exp(Slow(), monkeypatch, tmp_path).config
+    asked = {**conf, "config": {**conf["config"], "steps": 10}}
+    assert conf["config"]["steps"] == 40 and config_hash(conf) == config_hash(asked)
+    plain = {k: v for k, v in asked.items() if k != "decide"}
+    assert config_hash(conf) != config_hash(plain)
+
+
+def test_a_longer_round_interrupted_resumes_to_the_same_numbers(monkeypatch, tmp_path):
+    whole = _decide_exp(Slow(), monkeypatch, tmp_path / "a")
+    ToyTrainer.trained = []
+    ToyTrainer.stop_after = 3 + 3 + 1  # in the third round (40 steps), one member trained
+    with pytest.raises(KeyboardInterrupt):
+        _decide_exp(Slow(), monkeypatch, tmp_path / "b")
+    ToyTrainer.stop_after = None
+    staged = Run.read_config(tmp_path / "b" / ".staging-r" / "config.yaml")
+    assert staged["config"]["steps"] == 40 and staged["decide"]["rounds"][-1]["length"] == 20
+    resumed = runner.resume(tmp_path / "b" / "r", progress=False)
+    a, b = whole.summary["decide"]["rounds"], resumed.summary["decide"]["rounds"]
+    assert [(r["members"], r["length"], r["longer"]) for r in a] == [(r["members"], r["length"], r["longer"]) for r in b]
+    assert whole.summary["claims"] == resumed.summary["claims"]
+    assert Run(whole.path).metrics().equals(Run(resumed.path).metrics())

@@ -19,7 +19,8 @@ says when not: a row whose every member never reached, an ``every`` test judging
 own error, an interval whose width the reference's Monte-Carlo error sets, not the members' spread). Training too short
 (``stage not reached``, ``still moving``), an arm that did not train, a tolerance finer than the
 measurement's resolution, and rows of tdlab's own settings (which never decide a paper claim) are
-not helped by more members.
+not helped by more members. Training too short is helped by longer training (:func:`waits_on_training`,
+:class:`Extension`) when the claim is judged at convergence, never when it is judged at the seed's budget.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-__all__ = ["Looks", "GROWABLE_CAUSES", "growable", "blocker", "row_blocker", "decided", "round_plan", "RoundPlan", "distance"]
+__all__ = ["Looks", "GROWABLE_CAUSES", "growable", "blocker", "row_blocker", "decided", "round_plan", "RoundPlan", "distance",
+           "Extension", "waits_on_training"]
 
 # Rounds in a row that decide nothing and bring no undecided group closer before the rounds stop.
 STALL_ROUNDS = 2
@@ -128,6 +130,43 @@ def _rows(group: Any) -> list[Mapping[str, Any]]:
     return out
 
 
+def waits_on_training(group: Any) -> bool:
+    """An undecided paper group that longer training may settle: one of its undecided seed rows is judged
+    at convergence (``horizon="convergence"``) and is still moving, short of its stage, or censored in
+    every member (never reached). A claim judged at the seed's budget never waits on training."""
+    if _get(group, "kind") != "paper" or decided(group):
+        return False
+    rows = [r for r in _rows(group) if r.get("provenance") == "seed" and r.get("verdict") in ("not resolved", "not evaluable")]
+    return any(r.get("horizon") == "convergence" and (
+        r.get("cause") in ("still moving", "stage not reached")
+        or (r.get("cause") == "censored" and row_blocker(r) == "no member reached within the horizon")) for r in rows)
+
+
+@dataclass(frozen=True)
+class Extension:
+    """How a ``--decide`` run may train longer: the config ``field`` that sets every arm's training length,
+    its ``current`` value, the ``cap`` it never exceeds (the paper profile's value: the seed's own length),
+    and ``blocked``, why it may not train longer at all ("" when it may): an experiment with a paper claim
+    judged at the seed's budget keeps its budget (a longer run would change what those claims read)."""
+
+    field: str
+    current: float
+    cap: float
+    blocked: str = ""
+    factor: float = 2.0
+
+    def next(self) -> float | None:
+        """The next training length, ``current · factor`` capped at :attr:`cap` and kept an integer where the
+        field is one; ``None`` when it may not grow (blocked, or at the cap)."""
+        if self.blocked or self.current >= self.cap:
+            return None
+        nxt = min(self.cap, self.current * self.factor)
+        return int(round(nxt)) if float(self.current).is_integer() and float(self.cap).is_integer() else nxt
+
+    def why_not(self) -> str:
+        return self.blocked or f"{self.field} = {self.current:g} is the paper profile's (the seed's) length already"
+
+
 @dataclass(frozen=True)
 class RoundPlan:
     """What the next round does, or why there is none."""
@@ -135,12 +174,15 @@ class RoundPlan:
     members: int | None  # members of the next round; None: stop
     stop: str = ""  # why the rounds end ("" while they go on)
     growing: tuple[str, ...] = ()  # the groups it adds members for
+    length: float | None = None  # the next round's training length when it trains longer (every member anew)
+    training: tuple[str, ...] = ()  # the groups it trains longer for
 
 
 def distance(group: Any) -> float:
     """How far an undecided group is from a decision: over its undecided deciding rows (the seed rows
     of a paper group), the largest p-value of the nearer decision, ``min(p_fail, p_hold)``; a look
-    decides a row when it falls below ``alpha / looks``. 0 for a decided group."""
+    decides a row when it falls below ``alpha / looks``. 0 for a decided group, 1 for one none of whose
+    rows could be judged (not evaluable)."""
     if decided(group):
         return 0.0
     rows = _get(group, "rows")
@@ -150,45 +192,66 @@ def distance(group: Any) -> float:
 
 
 def round_plan(looks: Looks, schedule: Sequence[int], done_looks: int, groups: Sequence[Any],
-               history: Sequence[Mapping[str, float]], seconds_left: float, seconds_per_member: float) -> RoundPlan:
-    """After look ``done_looks`` (1-based) judged ``groups``: the next round's members, or why the rounds stop.
+               history: Sequence[Mapping[str, float]], seconds_left: float, seconds_per_member: float, *,
+               at: int | None = None, extension: Extension | None = None) -> RoundPlan:
+    """After look ``done_looks`` (1-based) judged ``groups``: the next round's members (and training length),
+    or why the rounds stop.
 
-    Stops when every paper group is decided, when no undecided one can be helped by members, when the
-    schedule's looks are used, when the last :data:`STALL_ROUNDS` rounds decided nothing new and brought
-    no growable group closer to a decision (``history``: each group's :func:`distance` at every look so
-    far, this one last), or when the next round would not fit in ``seconds_left`` at
-    ``seconds_per_member`` (the measured cost of one member of the last round).
+    Members grow along ``schedule`` (the current count is ``schedule[at]``, default ``done_looks − 1``) for
+    groups more members can settle (:func:`growable`); the training length grows by ``extension`` for groups
+    waiting on training (:func:`waits_on_training`) when the experiment may train longer. A round that trains
+    longer trains every member anew (a cosine plan that ended at its floor cannot be resumed into a longer
+    one); one that only adds members trains the new ones.
+
+    Stops when every paper group is decided, when no undecided one can be helped by members or training,
+    when the plan's looks are used (every round is a look, whatever it grew), when the last
+    :data:`STALL_ROUNDS` rounds decided nothing new and brought no helped group closer (``history``: each
+    group's :func:`distance` at every look so far, this one last), or when the next round would not fit in
+    ``seconds_left`` (``seconds_per_member``: the measured cost of training one member of the last round).
 
     One round that decides nothing is no reason to stop: an interval shrinks by about √2 per doubling,
     and a claim a standard deviation inside its tolerance is typically decided at the third or fourth
     look (simulated, 2,000 runs: stopping after one such round decides 77 % of them, after two 96 %).
     """
+    at = done_looks - 1 if at is None else at
     paper = [g for g in groups if _get(g, "kind") == "paper"]
     n_decided = sum(decided(g) for g in paper)
     grow = tuple(_get(g, "id") for g in paper if growable(g))
+    waiting = tuple(_get(g, "id") for g in paper if waits_on_training(g))
+    longer = extension.next() if extension is not None and waiting else None
+    train = waiting if longer is not None else ()
     if n_decided == len(paper):
         return RoundPlan(None, "every paper group is decided")
-    if not grow:
-        return RoundPlan(None, "no undecided paper group is one that more members can settle")
+    if not grow and not train:
+        why = f" (longer training is not possible: {extension.why_not()})" if waiting and extension is not None else ""
+        return RoundPlan(None, "no undecided paper group is one that more members or longer training can settle" + why)
+    helped = grow + train
     if history:
-        stalled = 0  # the rounds at the end that decided nothing and brought no growable group closer
+        stalled = 0  # the rounds at the end that decided nothing and brought no helped group closer
         for earlier, later in zip(reversed(history[:-1]), reversed(history)):
             newly = [i for i, d in later.items() if d == 0.0 and earlier.get(i, 1.0) > 0.0]
-            closer = [i for i in grow if later.get(i, 1.0) < earlier.get(i, 1.0)]
+            closer = [i for i in helped if later.get(i, 1.0) < earlier.get(i, 1.0)]
             if newly or closer:
                 break
             stalled += 1
         if stalled >= STALL_ROUNDS:
             return RoundPlan(None, f"the last {stalled} rounds decided nothing new and brought no undecided group closer",
-                             grow)
-    if done_looks >= len(schedule):
-        return RoundPlan(None, f"the schedule's {len(schedule)} looks are used", grow)
-    nxt = schedule[done_looks]
-    cost = (nxt - schedule[done_looks - 1]) * seconds_per_member
+                             grow, None, train)
+    if done_looks >= looks.looks:
+        return RoundPlan(None, f"the schedule's {looks.looks} looks are used", grow, None, train)
+    now = schedule[at]
+    members = schedule[at + 1] if grow and at + 1 < len(schedule) else now
+    if members == now and longer is None:
+        return RoundPlan(None, f"the schedule's largest member count ({now}) is reached", grow)
+    grow = grow if members > now else ()
+    scale = longer / extension.current if longer is not None else 1.0
+    cost = (members if longer is not None else members - now) * scale * seconds_per_member
     if cost > seconds_left:
-        return RoundPlan(None, f"budget: the next round (+{nxt - schedule[done_looks - 1]} members, ~{cost:.0f} s) "
-                               f"does not fit in the {max(seconds_left, 0):.0f} s left", grow)
-    return RoundPlan(nxt, "", grow)
+        what = ", ".join(([f"+{members - now} members"] if members > now else [])
+                         + ([f"{extension.field} {extension.current:g} → {longer:g}"] if longer is not None else []))
+        return RoundPlan(None, f"budget: the next round ({what}, ~{cost:.0f} s) does not fit in the "
+                               f"{max(seconds_left, 0):.0f} s left", grow, None, train)
+    return RoundPlan(members, "", grow, longer, train)
 
 
 def _get(group: Any, key: str) -> Any:

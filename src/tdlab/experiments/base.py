@@ -29,6 +29,7 @@ from tdlab.experiments.view import RunView
 from tdlab.runs import Run, RunWriter, arm_files, copy_arrays
 from tdlab.train.live import MetricSink, arm_stream
 from tdlab.train.live import current as live_sink
+from tdlab.train.phases import phase
 from tdlab.train.trainer import DivergenceError, FitResult, Trainer
 
 __all__ = ["ExperimentConfig", "Experiment", "RunContext", "Analysis", "register", "get", "registry", "init_arm", "snapshot_arm",
@@ -58,23 +59,25 @@ class RunContext:
     # stored arm's. Default: the sink set by :func:`tdlab.train.live.streaming_to`, else none.
     live: MetricSink | None = field(default_factory=live_sink)
 
-    def start_round(self) -> None:
+    def start_round(self, reuse: bool = True) -> None:
         """Begin a ``--decide`` round: the staged metrics, arrays and checkpoints of the last round go
-        (the experiment runs again with more members and stores every arm anew), its fits are kept in
-        memory so :meth:`fit` trains only the new members of an arm whose seeds extend the old ones."""
-        self.reuse, self.fits = self.fits, {}
+        (the experiment runs again with more members and stores every arm anew). With ``reuse``, its fits
+        are kept in memory so :meth:`fit` trains only the new members of an arm whose seeds extend the old
+        ones; without (a round that trains longer), every member trains anew."""
+        self.reuse, self.fits = (self.fits if reuse else {}), {}
         self.writer.clear_staged()
 
     def record(self, arm: str, result: FitResult, initial: list[dict[str, Any]] | None = None) -> None:
         """Store a fit's metrics and final parameters under ``arm`` (replacing rows an earlier,
         cut-off attempt stored before it was killed), and its initial parameters under
         ``ARM@init`` when given (the health gate and "moved from init" claims read them)."""
-        self.store_rows(arm, result.rows)
-        self.writer.save_arrays(arm, result.states)
-        for step, states in sorted(result.snapshots.items()):
-            self.writer.save_arrays(snapshot_arm(arm, step), states)
-        if initial:
-            self.writer.save_arrays(init_arm(arm), initial)
+        with phase("io"):
+            self.store_rows(arm, result.rows)
+            self.writer.save_arrays(arm, result.states)
+            for step, states in sorted(result.snapshots.items()):
+                self.writer.save_arrays(snapshot_arm(arm, step), states)
+            if initial:
+                self.writer.save_arrays(init_arm(arm), initial)
 
     def store_rows(self, arm: str, rows: list[tuple[int, int, str, float]]) -> None:
         """Store ``(step, member, name, value)`` rows under ``arm``, replacing rows an interrupted
@@ -220,6 +223,17 @@ class Experiment(ABC):
     atlas_axes: ClassVar[AtlasAxes | None] = None
     # The paper statements and sanity checks this experiment's measurements are judged against.
     claims: ClassVar[tuple[ClaimSpec, ...]] = ()
+    # The config field that sets how long every arm trains (``--decide`` doubles it for paper groups that
+    # wait on training); default: the atlas's ``...steps`` or ``...epochs`` axis; None: no single field.
+    train_length: ClassVar[str | None] = None
+
+    @classmethod
+    def training_length_field(cls) -> str | None:
+        """:attr:`train_length`, else the first atlas axis over a scalar ``steps``/``epochs`` field."""
+        if cls.train_length is not None:
+            return cls.train_length
+        axes = cls.atlas_axes.axes if cls.atlas_axes is not None else ()
+        return next((a.field for a in axes if not a.as_list and a.field.rsplit(".", 1)[-1] in ("steps", "epochs")), None)
 
     def make_config(
         self, profile: str = "quick", overrides: Sequence[str] = (), members: int | None = None, seed: int | None = None
@@ -265,11 +279,12 @@ class Experiment(ABC):
         """Measure, gate and judge the stored run: the declared claims decided by :func:`tdlab.claims.judge`
         on :meth:`measure`'s rows and :meth:`health`'s gate at ``confidence`` (a ``--decide`` run's looks
         judge at ``1 − alpha / looks``), then :meth:`notes`."""
-        view = run if isinstance(run, RunView) else RunView(run)
-        measured = self.measure(cfg, view)
-        health = self.health(cfg, view)
-        groups = judge(self.claims, measured, cfg, health, confidence)
-        return Analysis(groups, measured.values, self.notes(cfg, measured, groups), health, measured=measured)
+        with phase("analysis"):
+            view = run if isinstance(run, RunView) else RunView(run)
+            measured = self.measure(cfg, view)
+            health = self.health(cfg, view)
+            groups = judge(self.claims, measured, cfg, health, confidence)
+            return Analysis(groups, measured.values, self.notes(cfg, measured, groups), health, measured=measured)
 
     def trivial_error(self, cfg: ExperimentConfig, arm: str) -> float | None:
         """The test error of the trivial predictor for ``arm`` (log V, H(π), E[y²]); ``None`` skips that

@@ -1,17 +1,27 @@
-"""``tdlab run NAME --decide``: rounds of more members until the paper claims are settled.
+"""``tdlab run NAME --decide``: rounds of more members, and longer training, until the paper claims are settled.
 
 The first pass runs the profile as it is. After each pass the claims are judged at the look
 confidence of :class:`~tdlab.claims.sequential.Looks` (the error rate split over a fixed schedule of
-looks, so stopping at a decision keeps it); while some paper group is not resolved for a reason more
-members can settle, the next round runs the experiment again with the schedule's next member count.
-An arm trained through :meth:`RunContext.fit` keeps its members and trains only the new ones (member
-``i`` depends on its seed alone); everything else of the experiment is recomputed at the new size.
+looks, so stopping at a decision keeps it). The next round grows what leaves paper groups undecided:
+
+* **members**, for groups whose interval straddles a boundary (and the other causes more members settle,
+  :func:`~tdlab.claims.sequential.growable`): the schedule's next member count. An arm trained through
+  :meth:`RunContext.fit` keeps its members and trains only the new ones (member ``i`` depends on its seed
+  alone); everything else of the experiment is recomputed at the new size;
+* **training**, for groups judged at convergence that are still moving, short of their stage or never
+  reached (:func:`~tdlab.claims.sequential.waits_on_training`): the experiment's training-length field
+  (:meth:`Experiment.training_length_field`, ``train.steps``) doubles, capped at the paper profile's value.
+  The learning-rate plan is stretched to the new length and every member trains anew: the plans tdlab's
+  profiles use are cosines that end at zero, which a resumed run cannot extend (held at its final rate a
+  continuation would not move, and a restart would change the plan), so "the same plan, longer" is a
+  longer run of that plan. The decided run is then exactly ``tdlab run NAME --set FIELD=N --seeds M``.
+  An experiment with a paper claim judged at the seed's budget never trains longer (that claim would read
+  another budget): its groups waiting on training are reported, not grown.
 
 The rounds live in the run's staging folder: its ``config.yaml`` holds the current round's config
 and a ``decide`` block (the schedule, the budget, the rounds done, the time spent), so
 ``tdlab run --resume`` of a run interrupted in a round finishes that round and goes on with the
-same schedule. Training is never extended: a claim judged at the seed's budget keeps it, and a
-group waiting on training (``stage not reached``, ``still moving``) is reported, not grown.
+same schedule.
 """
 
 from __future__ import annotations
@@ -22,18 +32,42 @@ from typing import Any
 
 from pydantic import Field
 
-from tdlab.claims.sequential import Looks, RoundPlan, blocker, decided, distance, round_plan
+from tdlab.claims.sequential import Extension, Looks, RoundPlan, blocker, decided, distance, round_plan
+from tdlab.config import apply_overrides
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run
 
-__all__ = ["DecidePlan", "run_rounds"]
+__all__ = ["DecidePlan", "run_rounds", "training_extension", "read_field"]
 
 
 class DecidePlan(Looks, frozen=True):
     """A ``--decide`` run's schedule of looks and its wall-time budget."""
 
     budget_s: float = Field(1800.0, gt=0.0, le=7 * 24 * 3600.0)  # wall time for all rounds, the first pass included
+
+
+def training_extension(exp: Experiment, cfg: ExperimentConfig) -> Extension | None:
+    """How ``exp`` may train longer in a ``--decide`` run (:class:`~tdlab.claims.sequential.Extension`), or
+    ``None`` when it has no single training-length field. The cap is the field's value under the paper
+    profile (never train longer than the seed did); an experiment with paper claims judged at the seed's
+    budget may not train longer at all: its budget claims would then read another budget."""
+    name = exp.training_length_field()
+    if name is None:
+        return None
+    current, cap = read_field(cfg, name), read_field(exp.make_config("paper"), name)
+    budget = [c.id for c in exp.claims if c.kind == "paper" and c.horizon == "budget"]
+    blocked = (f"its paper claims {', '.join(budget)} are judged at the seed's budget, which a longer run would change"
+               if budget else "")
+    return Extension(name, float(current), float(max(cap, current)), blocked)
+
+
+def read_field(cfg: ExperimentConfig, dotted: str) -> Any:
+    """The value of the dotted config field ``dotted`` (``train.steps``) of ``cfg``."""
+    value: Any = cfg
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def run_rounds(exp: Experiment, cfg: ExperimentConfig, ctx: RunContext, plan: DecidePlan, state: dict[str, Any],
@@ -48,16 +82,26 @@ def run_rounds(exp: Experiment, cfg: ExperimentConfig, ctx: RunContext, plan: De
     """
     rounds: list[dict[str, Any]] = list(state.get("rounds", []))
     schedule: list[int] = list(state.get("schedule") or plan.members(cfg.members))
+    length_field = exp.training_length_field()
+    first_length = state.get("first_length") or ({length_field: read_field(cfg, length_field)} if length_field else {})
     spent = float(state.get("spent_s", 0.0))
     resumed_round = bool(state)
     analysis: Analysis | None = None
+    plan_next: RoundPlan | None = None
     while True:
         look = len(rounds)  # 0-based index of this round's look
-        cfg = cfg.model_copy(update={"members": schedule[look]})
+        longer = False
+        if plan_next is not None:  # a new round (a resumed one's config is already the round's)
+            longer = plan_next.length is not None
+            cfg = cfg.model_copy(update={"members": plan_next.members})
+            if longer:
+                cfg = apply_overrides(cfg, [f"{length_field}={plan_next.length!r}"])
+        elif resumed_round and rounds:
+            longer = read_field(cfg, length_field) != rounds[-1]["length"] if length_field else False
         block = {**plan.model_dump(), "confidence": plan.confidence, "schedule": schedule, "rounds": rounds,
-                 "spent_s": spent}
+                 "spent_s": spent, "first_length": first_length}
         if look > 0 and not resumed_round:
-            ctx.start_round()
+            ctx.start_round(reuse=not longer)
         resumed_round = False
         write_config(cfg, block)
         t0 = time.perf_counter()
@@ -67,20 +111,30 @@ def run_rounds(exp: Experiment, cfg: ExperimentConfig, ctx: RunContext, plan: De
         spent += wall
         ctx.writer.keep = True  # a look is done: an interrupted later round is resumed, never thrown away
         paper = analysis.paper
-        added = schedule[look] - (schedule[look - 1] if look else 0)
+        before = rounds[-1]["members"] if rounds else 0
+        trained = cfg.members if (longer or not rounds) else cfg.members - before  # members trained this round
+        extension = training_extension(exp, cfg)
         history = [r["distance"] for r in rounds] + [{g.id: distance(g) for g in paper}]
-        plan_next: RoundPlan = round_plan(plan, schedule, look + 1, paper, history, plan.budget_s - spent, wall / added)
-        rec = {"look": look + 1, "members": schedule[look], "added": added, "wall_s": round(wall, 3),
+        plan_next = round_plan(plan, schedule, look + 1, paper, history, plan.budget_s - spent, wall / max(trained, 1),
+                               at=schedule.index(cfg.members) if cfg.members in schedule else len(schedule) - 1,
+                               extension=extension)
+        rec = {"look": look + 1, "members": cfg.members, "added": cfg.members - before, "trained": trained,
+               "length": read_field(cfg, length_field) if length_field else None, "longer": longer,
+               "wall_s": round(wall, 3),
                "decided": sum(g.verdict in ("holds", "fails") for g in paper), "groups": len(paper),
                "undecided": {g.id: g.cause for g in paper if g.verdict not in ("holds", "fails")},
-               "distance": history[-1], "growing": list(plan_next.growing),
-               "not_helped": {g.id: why for g in paper if not decided(g) and (why := blocker(g))}}
+               "distance": history[-1], "growing": list(plan_next.growing), "training": list(plan_next.training),
+               "not_helped": {g.id: why for g in paper if not decided(g) and (why := blocker(g))
+                              and g.id not in plan_next.training}}
         rounds.append(rec)
         waiting = [f"{gid} ({why})" for gid, why in rec["not_helped"].items()]
-        say(f"look {look + 1}/{len(schedule)}: {schedule[look]} members per arm, {wall:.0f} s — "
+        say(f"look {look + 1}/{plan.looks}: {cfg.members} members per arm"
+            + (f", {length_field} = {rec['length']:g}" if length_field else "") + f", {wall:.0f} s — "
             f"{rec['decided']}/{len(paper)} paper groups decided"
-            + (f"; more members for {', '.join(plan_next.growing)}" if plan_next.members else "")
-            + (f"; not helped by members: {', '.join(waiting)}" if waiting else ""))
+            + (f"; more members for {', '.join(plan_next.growing)}" if plan_next.members and plan_next.growing else "")
+            + (f"; {length_field} → {plan_next.length:g} for {', '.join(plan_next.training)}"
+               if plan_next.members and plan_next.length is not None else "")
+            + (f"; not helped by members or training: {', '.join(waiting)}" if waiting else ""))
         if plan_next.members is None:
             say(f"decide: stopped — {plan_next.stop}")
             record = {**block, "rounds": rounds, "spent_s": round(spent, 3), "stopped": plan_next.stop,

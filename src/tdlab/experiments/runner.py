@@ -25,6 +25,7 @@ from rich.console import Console
 
 from tdlab.runs import Run, RunDirError, RunWriter, environment
 from tdlab.safeio import check_output_folder
+from tdlab.train.phases import phase
 from tdlab.train.trainer import DivergenceError
 
 __all__ = ["execute", "resume", "rebuild", "check_device", "check_out", "claim_counts"]
@@ -205,7 +206,8 @@ def _report(exp: Experiment, cfg: ExperimentConfig, run: Run, meta: dict[str, An
         analysis = exp.analyse(cfg, view, confidence=(meta.get("decide") or {}).get("confidence", 0.95))
     figures: list[Path] = []
     if analysis is not None:
-        figures = exp.plot(cfg, view, analysis, run.path / "figures")
+        with phase("report"):
+            figures = exp.plot(cfg, view, analysis, run.path / "figures")
     summary = {
         "experiment": exp.name,
         "paper": exp.paper,
@@ -218,8 +220,9 @@ def _report(exp: Experiment, cfg: ExperimentConfig, run: Run, meta: dict[str, An
         "notes": analysis.notes if analysis else [],
         "figures": [str(f.relative_to(run.path)) for f in figures],
     }
-    run.write_summary(summary)
-    write_report(run, summary, exp.description)
+    with phase("report"):
+        run.write_summary(summary)
+        write_report(run, summary, exp.description)
 
 
 def claim_counts(analysis: Analysis | None) -> dict[str, Any]:

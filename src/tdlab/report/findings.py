@@ -90,14 +90,19 @@ def _causes(groups: Sequence[Mapping[str, Any]]) -> str:
 
 def decided_by(s: Mapping[str, Any]) -> str:
     """What settled a run's paper groups: its profile's single pass, or the ``--decide`` rounds (members,
-    looks, and whether groups were left undecided when the rounds stopped)."""
+    the training length when it grew, looks, and whether groups were left undecided when the rounds stopped)."""
     d = s.get("decide")
     if not isinstance(d, dict) or not isinstance(d.get("rounds"), list) or not d["rounds"]:
         return str(s.get("profile", "?"))
     last = d["rounds"][-1] if isinstance(d["rounds"][-1], dict) else {}
     left = sum(g.get("verdict") not in ("holds", "fails") for g in s.get("claims", []) if isinstance(g, dict))
     tail = f", {left} undecided ({d.get('stopped', '?')})" if left else ""
-    return f"decide: {last.get('members', '?')} members, {len(d['rounds'])} looks at {d.get('confidence', 0):.4g}{tail}"
+    first = d.get("first_length") if isinstance(d.get("first_length"), dict) else {}
+    length = last.get("length")
+    steps = (f", {next(iter(first))} {next(iter(first.values()))} → {length:g}"
+             if first and isinstance(length, (int, float)) and length != next(iter(first.values())) else "")
+    return (f"decide: {last.get('members', '?')} members{steps}, {len(d['rounds'])} looks at "
+            f"{d.get('confidence', 0):.4g}{tail}")
 
 
 def read_summary(run_dir: Path) -> tuple[Run, dict[str, Any]]:

@@ -66,6 +66,7 @@ from tdlab.seeding import Purpose, generators
 from tdlab.tasks.multimodal import MultiModalBatch, MultiModalPrompts
 from tdlab.theory.icl import bayes_predictor
 from tdlab.train.optim import EagerAdam
+from tdlab.train.phases import phase
 from tdlab.train.progress import ProgressBar
 from tdlab.train.trainer import DivergenceError, FitResult
 
@@ -467,21 +468,25 @@ class RegressionTrainer:
         if train is None and fast_path(model) is None:
             raise ValueError("this model needs raw prompts (no fast path): pass train= and test= batches")
         resample = cfg.objective == "population" and cfg.resample and train is None
-        if train is None and not resample:
-            train = self.data(task, seeds, Purpose.TRAIN_DATA, cfg.prompts)
-        if test is None:
-            test = self.data(task, seeds, Purpose.EVAL_DATA, cfg.eval_prompts)
+        with phase("data"):
+            if train is None and not resample:
+                train = self.data(task, seeds, Purpose.TRAIN_DATA, cfg.prompts)
+            if test is None:
+                test = self.data(task, seeds, Purpose.EVAL_DATA, cfg.eval_prompts)
         train_gens = generators(seeds, Purpose.TRAIN_DATA, self.device) if resample else []
 
         def batch() -> Prompts:
             if resample:
-                return population_stats(task, train_gens, cfg.prompts, dtype=_dtype(cfg.dtype), device=self.device)
+                with phase("data"):
+                    return population_stats(task, train_gens, cfg.prompts, dtype=_dtype(cfg.dtype), device=self.device)
             return train  # type: ignore[return-value]
 
         def loss_and_grad(data: Prompts) -> tuple[Tensor, list[Tensor]]:
-            target = data.y_query if cfg.target == "response" else bayes_of(data)
-            losses = ((target - predict_any(model, data)) ** 2).mean(-1)  # (E,)
-            grads = torch.autograd.grad(losses.sum(), params, allow_unused=True)  # members never share gradients
+            with phase("forward"):
+                target = data.y_query if cfg.target == "response" else bayes_of(data)
+                losses = ((target - predict_any(model, data)) ** 2).mean(-1)  # (E,)
+            with phase("backward"):
+                grads = torch.autograd.grad(losses.sum(), params, allow_unused=True)  # members never share gradients
             return losses.detach(), [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
 
         def member_norm(gs: list[Tensor]) -> Tensor:
@@ -496,7 +501,7 @@ class RegressionTrainer:
                 sent = len(result.rows)
 
         def log_eval(step: int) -> None:
-            with torch.no_grad():
+            with phase("evaluation"), torch.no_grad():
                 mse, exc = query_errors(model, test)
             result.rows.extend((step, e, "test_loss", v) for e, v in enumerate(mse.mean(-1).tolist()))
             result.rows.extend((step, e, "test_excess", v) for e, v in enumerate(exc.mean(-1).tolist()))
@@ -541,17 +546,18 @@ class RegressionTrainer:
         velocity = [torch.zeros_like(p) for p in params]  # GD momentum
         with ProgressBar(cfg.steps, self.label, enabled=self.progress) as bar:
             for step in range(1, cfg.steps + 1):
-                if opt is not None:  # Adam on (loss, grads) at the current point
-                    for p, g in zip(params, grads):
-                        p.grad = g
-                    for group in opt.param_groups:
-                        group["lr"] = cfg.lr * factor(step - 1)
-                    opt.step()
-                else:
-                    with torch.no_grad():
-                        for p, g, v in zip(params, grads, velocity):
-                            v.mul_(cfg.momentum).sub_(shape(lr * factor(step - 1), p) * g)
-                            p.add_(v)
+                with phase("optimiser"):
+                    if opt is not None:  # Adam on (loss, grads) at the current point
+                        for p, g in zip(params, grads):
+                            p.grad = g
+                        for group in opt.param_groups:
+                            group["lr"] = cfg.lr * factor(step - 1)
+                        opt.step()
+                    else:
+                        with torch.no_grad():
+                            for p, g, v in zip(params, grads, velocity):
+                                v.mul_(cfg.momentum).sub_(shape(lr * factor(step - 1), p) * g)
+                                p.add_(v)
                 loss, grads = loss_and_grad(batch())
                 if backtrack:
                     # Reject members whose loss rose (or is not finite): back to the last accepted point

@@ -31,6 +31,7 @@ from tdlab.train.cpu import flush_denormals
 from tdlab.train.data import Stream
 from tdlab.train.objectives import NextToken, Objective, next_token_loss
 from tdlab.train.optim import EagerAdamW, EagerSGD
+from tdlab.train.phases import phase
 from tdlab.train.progress import ProgressBar
 
 __all__ = ["TrainConfig", "Trainer", "FitResult", "DivergenceError", "next_token_loss", "auto_chunk", "reference_predictors"]
@@ -196,7 +197,8 @@ class Trainer:
                     self._train(model, task, start, result, bar, state)
                 finally:
                     result.wall_time = time.perf_counter() - t0
-                self._save_checkpoint(seeds, chunk, result, None)
+                with phase("checkpoint"):
+                    self._save_checkpoint(seeds, chunk, result, None)
         return result
 
     def fit_model(self, model: nn.Module, task: Any) -> FitResult:
@@ -357,7 +359,8 @@ class Trainer:
         cfg, objective = self.cfg, self.objective
         seeds = model.seeds
         E = len(seeds)
-        data = self._regime(task).bind(seeds, self.device)
+        with phase("data"):
+            data = self._regime(task).bind(seeds, self.device)
         train_gens = generators(seeds, Purpose.TRAIN_DATA, self.device)
         eval_gens = generators(seeds, Purpose.EVAL_DATA, self.device)
         opt = self._optimizer(model)
@@ -404,8 +407,10 @@ class Trainer:
         running = torch.zeros(E, device=self.device)
         since, first = 0, 1
         if resume is None:
-            log_eval(0)
-            measure(0)
+            with phase("evaluation"):
+                log_eval(0)
+            with phase("probes"):
+                measure(0)
         else:
             self._restore(resume, model, opt, sched, {"train_gens": train_gens, "eval_gens": eval_gens})
             running, since, first = resume["running"], resume["since"], resume["step"] + 1
@@ -419,44 +424,54 @@ class Trainer:
                     "eval_gens": [g.get_state() for g in eval_gens], "running": running.clone(), "since": since}
 
         for step in range(first, cfg.steps + 1):
-            batch = objective.prepare(data.train_sample(step, train_gens), train_gens)
-            losses = objective.loss(model, batch)  # (E,)
+            with phase("data"):
+                batch = objective.prepare(data.train_sample(step, train_gens), train_gens)
+            with phase("forward"):
+                losses = objective.loss(model, batch)  # (E,)
             finite = torch.isfinite(losses)
             if not bool(finite.all()):
                 bad = offset + int((~finite).nonzero()[0, 0])
                 result.states.extend(model.member_state(e) for e in range(E))
                 raise DivergenceError(bad, step, result)
-            opt.zero_grad(set_to_none=True)
-            total = losses.sum() if cfg.l2 == 0 else losses.sum() + cfg.l2 * self._squared_norm(model).sum()
-            total.backward()  # members never share gradients: d(sum)/d(theta_e) = dL_e/d(theta_e)
-            if cfg.grad_clip is not None:
-                self._clip(model)
-            if lr_scale is None:
-                opt.step()
-            else:
-                before = [p.detach().clone() for p in params]
-                opt.step()
-                with torch.no_grad():
-                    for p, p0 in zip(params, before):
-                        p.copy_(p0 + lr_scale.reshape(-1, *([1] * (p.dim() - 1))) * (p - p0))
-            sched.step()
-            running += losses.detach()
-            since += 1
-            if step % cfg.log_every == 0 or step == cfg.steps:
-                mean = (running / since).tolist()
-                result.rows.extend((step, offset + e, "train_loss", v) for e, v in enumerate(mean))
-                result.rows.extend((step, offset + e, "lr", sched.get_last_lr()[0]) for e in range(E))
-                bar.set(loss=sum(mean) / E)
-                running.zero_()
-                since = 0
+            with phase("optimiser"):
+                opt.zero_grad(set_to_none=True)
+            with phase("backward"):
+                total = losses.sum() if cfg.l2 == 0 else losses.sum() + cfg.l2 * self._squared_norm(model).sum()
+                total.backward()  # members never share gradients: d(sum)/d(theta_e) = dL_e/d(theta_e)
+            with phase("optimiser"):
+                if cfg.grad_clip is not None:
+                    self._clip(model)
+                if lr_scale is None:
+                    opt.step()
+                else:
+                    before = [p.detach().clone() for p in params]
+                    opt.step()
+                    with torch.no_grad():
+                        for p, p0 in zip(params, before):
+                            p.copy_(p0 + lr_scale.reshape(-1, *([1] * (p.dim() - 1))) * (p - p0))
+                sched.step()
+            with phase("logging"):
+                running += losses.detach()
+                since += 1
+                if step % cfg.log_every == 0 or step == cfg.steps:
+                    mean = (running / since).tolist()
+                    result.rows.extend((step, offset + e, "train_loss", v) for e, v in enumerate(mean))
+                    result.rows.extend((step, offset + e, "lr", sched.get_last_lr()[0]) for e in range(E))
+                    bar.set(loss=sum(mean) / E)
+                    running.zero_()
+                    since = 0
             if step % cfg.eval_every == 0 or step == cfg.steps:
-                log_eval(step)
-            measure(step)
+                with phase("evaluation"):
+                    log_eval(step)
+            with phase("probes"):
+                measure(step)
             if cfg.checkpoint_every is not None and step % cfg.checkpoint_every == 0 and step < cfg.steps:
-                self._save_checkpoint(list(self._all_seeds), self._chunk, result, snapshot(step))
-            if live is not None:
-                stream()
-            bar.advance()
+                with phase("checkpoint"):
+                    self._save_checkpoint(list(self._all_seeds), self._chunk, result, snapshot(step))
+            with phase("logging"):
+                if live is not None:
+                    stream()
+                bar.advance()
         result.states.extend(model.member_state(e) for e in range(E))
 
 

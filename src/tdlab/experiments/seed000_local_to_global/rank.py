@@ -324,6 +324,7 @@ CLAIMS = (
 @register
 class MarkovRank(Experiment):
     name = "markov-rank"
+    train_length = "train.steps"  # every arm trains this many steps (--decide doubles it)
     paper = "000 Local to Global"
     figure = "Fig. 3 and Fig. 6 (App. A.3.1, App. N), App. C"
     description = (

@@ -232,6 +232,7 @@ CLAIMS = (
 @register
 class MarkovICLDepth(Experiment):
     name = "markov-icl-depth"
+    train_length = "train.steps"  # every arm trains this many steps (--decide doubles it)
     paper = "003 Attention with Markov (talk), Part II"
     figure = "Memory = k, Depth?: 1/2/3-layer transformers vs the in-context k-gram estimator"
     description = (
