@@ -46,14 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-import pandas.api.types as ptypes
-import pyarrow as pa
-import pyarrow.parquet as pq
-import torch
+from typing import TYPE_CHECKING
+
 import yaml
-from safetensors import safe_open
-from safetensors.torch import load_file, save
 
 from tdlab.config import ECHO_CHARS, ConfigError, echo, one_line
 from tdlab.safeio import (RunDirError, atomic_write, copy_inside, file_mode, legacy_pickles, open_inside, read_inside,
@@ -64,7 +59,10 @@ __all__ = ["RunWriter", "Run", "RunDirError", "RunBusyError", "RunNotMovedError"
 
 METRIC_COLUMNS = ["arm", "step", "member", "name", "value"]
 MAX_TEXT_BYTES = 1 << 30  # config.yaml and summary.json: a larger one is not a file tdlab wrote
-_SCHEMA = pa.schema([("arm", pa.string()), ("step", pa.int64()), ("member", pa.int64()), ("name", pa.string()), ("value", pa.float64())])
+if TYPE_CHECKING:  # torch, pandas, pyarrow and safetensors are imported where used: `tdlab list` needs none
+    import pandas as pd
+    import pyarrow as pa
+    import torch
 
 
 class RunBusyError(RunDirError):
@@ -134,24 +132,34 @@ def environment(device: str) -> dict[str, Any]:
     env = {
         "tdlab": tdlab.__version__,
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": torch_module().__version__,
         "numpy": numpy.__version__,
         "platform": platform.platform(),
         "processor": platform.machine(),
         "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": torch_module().get_num_threads(),
         "device": device,
     }
-    if device.startswith("cuda") and torch.cuda.is_available():
-        env["gpu"] = torch.cuda.get_device_name(0)
+    if device.startswith("cuda") and torch_module().cuda.is_available():
+        env["gpu"] = torch_module().cuda.get_device_name(0)
     return env
+
+
+def torch_module() -> Any:
+    import torch
+
+    return torch
 
 
 def _metrics_table(rows: Iterable[tuple[str, int, int, str, float]]) -> pa.Table:
     arm, step, member, name, value = zip(*rows) if rows else ([], [], [], [], [])
+    import pyarrow as pa
+
+    schema = pa.schema([("arm", pa.string()), ("step", pa.int64()), ("member", pa.int64()), ("name", pa.string()),
+                        ("value", pa.float64())])
     return pa.Table.from_arrays(
         [pa.array(arm, pa.string()), pa.array(step, pa.int64()), pa.array(member, pa.int64()),
-         pa.array(name, pa.string()), pa.array(value, pa.float64())], schema=_SCHEMA)
+         pa.array(name, pa.string()), pa.array(value, pa.float64())], schema=schema)
 
 
 class RunWriter:
@@ -255,6 +263,8 @@ class RunWriter:
 
     def flush_metrics(self) -> None:
         tmp = self.path / ".metrics.parquet.tmp"
+        import pyarrow.parquet as pq
+
         pq.write_table(_metrics_table(self.rows), tmp)
         os.replace(tmp, self.path / "metrics.parquet")
 
@@ -274,11 +284,16 @@ class RunWriter:
         """Stack per-member states along a leading member axis and save them as safetensors."""
         if not states:
             return
+        from safetensors.torch import save
+
+        torch = torch_module()
         stacked = {k: torch.stack([s[k] for s in states]).contiguous() for k in states[0]}
         atomic_write(self.arrays_path(arm), save(stacked))  # save_file would make it 0600
 
     def load_arrays(self, arm: str) -> list[dict[str, torch.Tensor]]:
         """Per-member states saved for ``arm`` (the inverse of :meth:`save_arrays`)."""
+        from safetensors.torch import load_file
+
         stacked = load_file(str(self.arrays_path(arm)))
         n = next(iter(stacked.values())).shape[0]
         return [{k: v[i] for k, v in stacked.items()} for i in range(n)]
@@ -394,6 +409,10 @@ class Run:
         path = Path(path)
         data = read_inside(path.parent, path.name)
         try:
+            import pandas.api.types as ptypes
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
             df = pq.read_table(pa.BufferReader(data)).to_pandas()
         except Exception as exc:  # pyarrow raises several types for a damaged file
             raise RunDirError(f"{path} is corrupt: {_reason(exc)}") from None
@@ -415,6 +434,8 @@ class Run:
             raise RunDirError(f"{f}: no saved arrays for arm {arm!r}")
         os.close(open_inside(self.path, rel)[0])  # a regular file of the run, no symlink on the way
         try:
+            from safetensors.torch import load_file
+
             return load_file(str(f))
         except Exception as exc:  # safetensors raises its own error types for a damaged file
             raise RunDirError(f"{f} is corrupt: {_reason(exc)}") from None
@@ -476,10 +497,14 @@ def _reason(exc: BaseException) -> str:
 
 
 def _is_number_dtype(col: pd.Series) -> bool:
+    import pandas.api.types as ptypes
+
     return ptypes.is_numeric_dtype(col) and not ptypes.is_bool_dtype(col)
 
 
 def _is_string_column(col: pd.Series) -> bool:
+    import pandas.api.types as ptypes
+
     return ptypes.is_string_dtype(col) and all(isinstance(v, str) for v in col)
 
 
@@ -530,6 +555,8 @@ def copy_arrays(run_dir: Path, rel: Path, dst: Path) -> None:
     """
     copy_inside(run_dir, rel, dst)
     try:
+        from safetensors import safe_open
+
         with safe_open(str(dst), "pt"):
             pass
     except Exception as exc:  # safetensors raises its own error types for a foreign file

@@ -98,3 +98,15 @@ def test_the_catalog_and_the_seed_packages_import_no_experiment():
         "import tdlab.experiments.seed004_topics\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('torch', 'tdlab.experiments.base')))))\n")
     assert seen == []
+
+
+def test_tdlab_list_imports_no_torch_pandas_or_pyarrow():
+    """``tdlab list`` reads the catalog only: the run storage imports its heavy libraries where it uses them."""
+    seen = _fresh(
+        "import contextlib, io, json, sys\n"
+        "from typer.testing import CliRunner\n"
+        "from tdlab.cli import app\n"
+        "res = CliRunner().invoke(app, ['list'])\n"
+        "assert res.exit_code == 0 and 'markov-init' in res.output, res.output\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas', 'pyarrow', 'safetensors'))))\n")
+    assert seen == []
