@@ -1,26 +1,53 @@
-"""A local Hugging Face checkpoint as the measured model of ``topics-real`` (seed 004 §6.2, App. G.3).
+"""A local Hugging Face checkpoint as the measured model of ``topics-real`` (seed 004 §6.2, Tables 1, 5, App. G.3).
 
-The seed measures pretrained BERT-like models "downloaded from Huggingface"; tdlab never downloads: the user
-names a **local folder** (``--set model.checkpoint=DIR``) holding a model and its tokenizer, read with
-``local_files_only=True``. Nothing in the folder is executed (:func:`check_checkpoint`): a config naming
-custom code (``auto_map``) is refused, ``trust_remote_code=False`` is passed (transformers never offers
-to run it), and only safetensors weights are loaded (a ``pytorch_model.bin`` is a pickle). ``transformers`` (extra ``hf``) is imported only here, lazily.
+The seed measures pretrained BERT, ALBERT, BART, ELECTRA and RoBERTa "downloaded from Huggingface"; tdlab never
+downloads: the user names a **local folder** (``--set model.checkpoint=DIR``) holding a model and its tokenizer,
+read with ``local_files_only=True``. Nothing in the folder is executed (:func:`check_checkpoint`): a config
+naming custom code (``auto_map``) is refused, ``trust_remote_code=False`` is passed (transformers never offers
+to run it), and only safetensors weights are loaded (a ``pytorch_model.bin`` is a pickle). ``transformers``
+(extra ``hf``) is imported only here, lazily.
+
+**Architectures** (:data:`READERS`, keyed by ``config.json``'s ``model_type``; any other is a
+:class:`ConfigError` naming these). Each :class:`Reader` says, in one place, what its architecture's "input
+embedding" and "attention" are:
+
+* the embedding is the **token table** -- the per-token parameters of the embedding layer, one row per token,
+  the matrix §3.3 calls W^E and weight-ties to the prediction head (the seed: "embedding layer *parameters*",
+  §7). ALBERT factorises it (a V x ``embedding_size`` table, then ``embedding_hidden_mapping_in`` to the hidden
+  size) and ELECTRA-small projects it (``embeddings_project``): the table is read, not the projection, which is
+  one linear map shared by every token and not tied to the output layer (both tie their MLM decoders to the
+  table). BART's is the encoder's ``embed_tokens`` (tied to ``shared``; its ``embed_scale`` is a constant factor
+  the cosine and dot *ratios* do not see);
+* the attention is the self-attention of every layer and head of the **encoder**, run eagerly
+  (``attn_implementation="eager"``: transformers 5's fused kernels return no weights); BART is
+  encoder-decoder and only its encoder (``get_encoder()``) reads the text, so only that is run;
+* a word is tokenised **as it appears mid-text**: byte-level BPE (RoBERTa, BART) spells a word after a space
+  with a leading ``Ġ`` (``" apple"`` -> ``Ġapple``, while ``"apple"`` -> ``a p p l e`` or another token), so its
+  words are tokenised with the leading space; WordPiece (BERT, ELECTRA) and SentencePiece (ALBERT) give
+  the same pieces either way;
+* a window is the sequence the model was trained on: ``[CLS] pieces [SEP]`` (BERT, ALBERT, ELECTRA) or
+  ``<s> pieces </s>`` (RoBERTa, BART).
 
 The analysis is word-level (one position = one corpus word). A corpus word whose tokenizer splits it into
 several pieces (or maps it to the tokenizer's unknown token) has no input embedding of its own: it is
 **skipped** -- left out of every word pair -- and counted (:attr:`HFEncoder.skipped`). Attention is read on
-the piece sequence of a window (``[CLS] pieces [SEP]`` when the tokenizer has them) and restricted to the
-positions of the first piece of every word, so it is again a (words x words) matrix; skipped words' positions
-are still in the text, just in no pair. The control (``random_init=True``) is the same architecture built from
-the checkpoint's config with fresh weights (the seed's "randomly initialized" rows), from ``seed``.
+the piece sequence of a window and restricted to the positions of the first piece of every word, so it is again
+a (words x words) matrix of the model's own weights (not renormalised: a row keeps the mass it gives to the
+special tokens and later pieces, as G.3's raw weights do); skipped words' positions are still in the text, just
+in no pair. The control (``random_init=True``) is the same architecture built from the checkpoint's config with
+fresh weights (the seed's "randomly initialized" rows), from ``seed``.
 
-The object quacks like a one-member ensemble for :func:`tdlab.experiments.topics_real.measure`:
-:meth:`word_embeddings` ``(1, n, d)`` and :meth:`window_attention` ``(1, B, L, H, T, T)``.
+The object quacks like a one-member ensemble for :func:`tdlab.experiments.seed004_topics.real_text.measure`:
+:meth:`word_embeddings` ``(1, n, d)`` (``d`` the table's width: ALBERT's ``embedding_size``) and
+:meth:`window_attention` ``(1, B, L, H, T, T)``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +56,7 @@ import torch
 
 from tdlab.config import ConfigError, echo, one_line
 
-__all__ = ["HFEncoder", "transformers_module", "check_checkpoint"]
+__all__ = ["HFEncoder", "Reader", "READERS", "transformers_module", "check_checkpoint", "reader_for"]
 
 HINT = "install the extra: pip install 'tdlab[hf]' (transformers)"
 
@@ -42,6 +69,89 @@ def transformers_module() -> Any:
         raise ConfigError(f"model.checkpoint: reading a Hugging Face checkpoint needs transformers; {HINT}") from None
     return transformers
 
+
+# ----------------------------------------------------------------------------------------------
+# What is read, per architecture
+
+
+def _token_table(model: Any) -> torch.nn.Embedding:
+    """The embedding layer's token table (``embeddings.word_embeddings``; ALBERT's and ELECTRA-small's before
+    their projection to the hidden size)."""
+    return model.get_input_embeddings()
+
+
+def _encoder_token_table(model: Any) -> torch.nn.Embedding:
+    """BART: the encoder's token table ``encoder.embed_tokens`` (tied to ``shared``)."""
+    return model.get_encoder().embed_tokens
+
+
+def _self_attention(model: Any, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """An encoder-only model's self-attention: one ``(1, H, T, T)`` per layer for ``ids (1, T)``."""
+    return model(input_ids=ids, output_attentions=True).attentions
+
+
+def _encoder_self_attention(model: Any, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """BART: the encoder's self-attention, one ``(1, H, T, T)`` per encoder layer (the decoder is not run)."""
+    return model.get_encoder()(input_ids=ids, output_attentions=True).attentions
+
+
+def _absolute_positions(config: Any) -> int:
+    """Tokens a window may hold: one learned position each (BART's offset of 2 is inside its table)."""
+    return int(config.max_position_embeddings)
+
+
+def _positions_after_padding(config: Any) -> int:
+    """RoBERTa: position ids start after the padding id (``pad_token_id + 1``), 514 - 2 = 512 tokens."""
+    return int(config.max_position_embeddings) - int(config.pad_token_id) - 1
+
+
+@dataclass(frozen=True)
+class Reader:
+    """How one architecture's checkpoint is read: its token table, its self-attention, the tokens around a
+    window, how a word is spelt mid-text, and how many tokens fit (module docstring)."""
+
+    name: str  # as the seed writes it
+    embedding: Callable[[Any], torch.nn.Embedding]  # the token table the cosine / dot measures read
+    attention: Callable[[Any, torch.Tensor], tuple[torch.Tensor, ...]]  # every layer's (1, H, T, T)
+    specials: tuple[str, str]  # the tokenizer's attributes naming the tokens before and after a window
+    word_prefix: str  # prepended to a word to tokenise it as it appears mid-text
+    positions: Callable[[Any], int]  # tokens a window may hold, from the config
+    table: str  # what `embedding` reads, in words (reports, docs)
+
+
+_CLS_SEP, _S = ("cls_token", "sep_token"), ("bos_token", "eos_token")
+READERS: dict[str, Reader] = {  # config.json's model_type -> reader
+    "bert": Reader("BERT", _token_table, _self_attention, _CLS_SEP, "", _absolute_positions,
+                   "the token table embeddings.word_embeddings (vocab x hidden_size)"),
+    "roberta": Reader("RoBERTa", _token_table, _self_attention, _S, " ", _positions_after_padding,
+                      "the token table embeddings.word_embeddings (vocab x hidden_size)"),
+    "albert": Reader("ALBERT", _token_table, _self_attention, _CLS_SEP, "", _absolute_positions,
+                     "the factorised token table embeddings.word_embeddings (vocab x embedding_size), before "
+                     "embedding_hidden_mapping_in"),
+    "electra": Reader("ELECTRA", _token_table, _self_attention, _CLS_SEP, "", _absolute_positions,
+                      "the token table embeddings.word_embeddings (vocab x embedding_size), before "
+                      "embeddings_project when embedding_size != hidden_size"),
+    "bart": Reader("BART", _encoder_token_table, _encoder_self_attention, _S, " ", _absolute_positions,
+                   "the encoder's token table encoder.embed_tokens = shared (vocab x d_model), before embed_scale"),
+}
+
+
+def reader_for(config: Any, path: str | Path = "") -> Reader:
+    """The :class:`Reader` of a checkpoint's config (its ``model_type``).
+
+    Raises:
+        ConfigError: an architecture outside :data:`READERS`, naming the supported ones.
+    """
+    kind = getattr(config, "model_type", None)
+    if kind not in READERS:
+        names = ", ".join(f"{k} ({r.name})" for k, r in READERS.items())
+        raise ConfigError(f"model.checkpoint: {echo(str(path))} is a {echo(kind)} model; tdlab reads the seed's "
+                          f"architectures only: {names}")
+    return READERS[kind]
+
+
+# ----------------------------------------------------------------------------------------------
+# The folder
 
 _CODE_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
 _PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
@@ -81,18 +191,32 @@ def check_checkpoint(path: str | Path, weights: bool = True) -> Path:
     return p
 
 
+@contextmanager
+def _loading(path: str | Path) -> Iterator[None]:
+    """Whatever transformers raises for a folder it cannot read, as one line naming ``model.checkpoint``."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except Exception as exc:  # transformers raises many types for a folder that is not a checkpoint
+        raise ConfigError(f"model.checkpoint: {echo(str(path))} is not a loadable local model + tokenizer "
+                          f"({type(exc).__name__}: {echo(one_line(str(exc)))})") from None
+
+
 class HFEncoder:
-    """A local checkpoint's input embeddings and attentions, per corpus word.
+    """A local checkpoint's input embeddings and attentions, per corpus word (module docstring).
 
     Args:
-        path: a local folder with the model (``config.json`` + weights) and its tokenizer.
+        path: a local folder with the model (``config.json`` + safetensors weights) and its tokenizer.
         vocab: the corpus words; word ``i`` is model id ``i + offset`` in the windows given to
             :meth:`window_attention` (ids outside ``[offset, offset + n)`` are the tokenizer's unknown token).
         offset: the caller's special tokens below the words.
         random_init: the same architecture with fresh weights (the control) instead of the checkpoint's.
         seed: the fresh weights' seed.
     Raises:
-        ConfigError: transformers missing, the folder missing, or not a loadable model + tokenizer.
+        ConfigError: transformers missing, the folder missing, an architecture outside :data:`READERS`, a
+            tokenizer without the special tokens its architecture's windows need, or not a loadable model +
+            tokenizer.
     """
 
     def __init__(self, path: str | Path, vocab: list[str], offset: int = 0, random_init: bool = False,
@@ -102,41 +226,54 @@ class HFEncoder:
         # Never code from the folder (trust_remote_code=False: no custom classes, no prompt offering them),
         # never pickled weights (use_safetensors=True: a pytorch_model.bin is not unpickled).
         local = {"local_files_only": True, "trust_remote_code": False}
-        try:
+        with _loading(path):
             self.tokenizer = tf.AutoTokenizer.from_pretrained(str(p), **local)
+            config = tf.AutoConfig.from_pretrained(str(p), **local)
+        self.reader = reader_for(config, path)
+        # eager attention: transformers 5's sdpa / flash kernels return no attention weights
+        with _loading(path):
             if random_init:
-                config = tf.AutoConfig.from_pretrained(str(p), **local)
                 with torch.random.fork_rng():
                     torch.manual_seed(int(seed) & 0x7FFFFFFFFFFFFFFF)
                     self.model = tf.AutoModel.from_config(config, attn_implementation="eager", trust_remote_code=False)
             else:
-                self.model = tf.AutoModel.from_pretrained(str(p), use_safetensors=True, attn_implementation="eager",
-                                                          **local)
-        except Exception as exc:  # transformers raises many types for a folder that is not a checkpoint
-            raise ConfigError(f"model.checkpoint: {echo(str(path))} is not a loadable local model + tokenizer "
-                              f"({type(exc).__name__}: {echo(one_line(str(exc)))})") from None
+                self.model = tf.AutoModel.from_pretrained(str(p), config=config, use_safetensors=True,
+                                                          attn_implementation="eager", dtype=torch.float32, **local)
         self.model.eval()
         self.vocab, self.offset = list(vocab), int(offset)
+        self.max_tokens = self.reader.positions(config)
         tok = self.tokenizer
-        unk = tok.unk_token_id
-        self.pieces = [tok(w, add_special_tokens=False)["input_ids"] for w in self.vocab]
-        single = np.array([len(p) == 1 and p[0] != unk for p in self.pieces])
+        self._open, self._close, self._unk = (self._token_id(path, a) for a in (*self.reader.specials, "unk_token"))
+        # every word as it appears mid-text (RoBERTa, BART: after a space, "Ġword")
+        self.pieces = [tok(self.reader.word_prefix + w, add_special_tokens=False)["input_ids"] for w in self.vocab]
+        single = np.array([len(p) == 1 and p[0] != self._unk for p in self.pieces])
         self.piece = np.array([p[0] if ok else -1 for p, ok in zip(self.pieces, single)], dtype=np.int64)
         self.excluded = frozenset(np.flatnonzero(~single).tolist())  # corpus ids in no pair
         self.skipped = int((~single).sum())
-        self._unk = [unk] if unk is not None else []
-        self._cls = [tok.cls_token_id] if tok.cls_token_id is not None else ([tok.bos_token_id] if tok.bos_token_id is not None else [])
-        self._sep = [tok.sep_token_id] if tok.sep_token_id is not None else ([tok.eos_token_id] if tok.eos_token_id is not None else [])
+
+    def _token_id(self, path: str | Path, attr: str) -> int:
+        """The id of the tokenizer's special token ``attr`` (``cls_token``, ``bos_token``, ...)."""
+        i = getattr(self.tokenizer, f"{attr}_id", None)
+        if i is None:
+            raise ConfigError(f"model.checkpoint: {echo(str(path))}: its tokenizer has no {attr}, which "
+                              f"{self.reader.name}'s windows need")
+        return int(i)
 
     @property
     def members(self) -> int:
         return 1
 
+    def describe(self) -> dict[str, Any]:
+        """What is read, for the report: the architecture, the embedding matrix and its shape."""
+        table = self.reader.embedding(self.model).weight
+        return {"architecture": self.reader.name, "embedding": self.reader.table,
+                "embedding_shape": list(table.shape)}
+
     @torch.no_grad()
     def word_embeddings(self) -> torch.Tensor:
-        """``(1, n, d)`` float64 input-embedding rows of the corpus words (the token table); NaN rows for
-        skipped words."""
-        table = self.model.get_input_embeddings().weight.detach().to(torch.float64)
+        """``(1, n, d)`` float64 token-table rows of the corpus words (:attr:`Reader.embedding`; ``d`` the table's
+        width); NaN rows for skipped words."""
+        table = self.reader.embedding(self.model).weight.detach().to(torch.float64)
         out = torch.full((len(self.vocab), table.shape[1]), float("nan"), dtype=torch.float64)
         ok = torch.as_tensor(self.piece >= 0)
         out[ok] = table[torch.as_tensor(self.piece[self.piece >= 0])]
@@ -145,18 +282,26 @@ class HFEncoder:
     @torch.no_grad()
     def window_attention(self, windows: torch.Tensor) -> torch.Tensor:
         """``(1, B, L, H, T, T)`` attention of every layer and head among the first pieces of the ``T`` words of
-        each window (``windows (B, T)`` model ids), the window tokenised word by word."""
+        each window (``windows (B, T)`` model ids), the window tokenised word by word between its architecture's
+        special tokens (``[CLS] ... [SEP]``, ``<s> ... </s>``).
+
+        Raises:
+            ConfigError: a window longer (in tokens) than the model's positions, naming ``train.seq_len``.
+        """
         out = []
         n = len(self.vocab)
         for row in windows.tolist():
-            ids, first = list(self._cls), []
+            ids, first = [self._open], []
             for i in row:
                 w = i - self.offset
                 first.append(len(ids))
-                ids.extend(self.pieces[w] if 0 <= w < n else self._unk)
-            ids.extend(self._sep)
-            res = self.model(input_ids=torch.tensor([ids]), output_attentions=True)
-            att = torch.stack([a[0] for a in res.attentions])  # (L, H, T', T')
+                ids.extend(self.pieces[w] if 0 <= w < n else [self._unk])
+            ids.append(self._close)
+            if len(ids) > self.max_tokens:
+                raise ConfigError(f"train.seq_len: a window of {len(row)} words is {len(ids)} {self.reader.name} "
+                                  f"tokens, more than the checkpoint's {self.max_tokens} positions; use a smaller "
+                                  f"train.seq_len")
+            att = torch.stack([a[0] for a in self.reader.attention(self.model, torch.tensor([ids]))])  # (L, H, T', T')
             f = torch.as_tensor(first)
             out.append(att[:, :, f][:, :, :, f].float())
         return torch.stack(out).unsqueeze(0)

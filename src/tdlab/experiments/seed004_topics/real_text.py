@@ -99,7 +99,8 @@ class EncoderConfig(Config):
     norm: Literal["post", "pre"] = "post"  # BERT: post-LN
     tie_weights: bool = True  # BERT ties the output layer to the token table
     init_std: float = Field(0.02, gt=0.0, le=10.0)  # BERT: N(0, 0.02²)
-    # A local Hugging Face checkpoint folder: measure it instead of training (extra "hf"; never downloads).
+    # A local Hugging Face checkpoint folder of BERT, RoBERTa, ALBERT, ELECTRA or BART (the seed's five, Tables 1, 5):
+    # measure it instead of training (extra "hf"; never downloads; tdlab.models.hf_encoder.READERS).
     checkpoint: str | None = None
 
     @model_validator(mode="after")
@@ -488,6 +489,7 @@ class RealTextExperiment(Experiment):
             trained = HFEncoder(cfg.model.checkpoint, data.corpus.vocab, offset=OFFSET)
             control = HFEncoder(cfg.model.checkpoint, data.corpus.vocab, offset=OFFSET, random_init=True, seed=seeds[0])
             info["skipped_words"] = trained.skipped
+            info["checkpoint"] = trained.describe()  # the architecture and the matrix read as "the embedding"
             models = {"trained": trained, "untrained": control}
         else:
             fit_encoder(ctx, cfg, data)
@@ -569,8 +571,11 @@ class RealTextExperiment(Experiment):
                          "topic): at this scale a topic is close to a handful of articles, not the seed's 100 topics "
                          "over Wikipedia.")
         if "skipped_words" in info:
-            notes.append(f"Checkpoint: {info['skipped_words']} corpus words are split into several word pieces by "
-                         f"its tokenizer and are skipped (no single input embedding).")
+            ck = info.get("checkpoint", {})
+            read = (f"{ck['architecture']}: the embedding is {ck['embedding']}, shape {ck['embedding_shape']}; the "
+                    f"attention is its encoder's self-attention, every layer and head. ") if ck else ""
+            notes.append(f"Checkpoint {read}{info['skipped_words']} corpus words are split into several word pieces "
+                         f"(or unknown) by its tokenizer and are skipped (no single input embedding).")
         notes.append("Windows of train.seq_len words play the seed's 'sentences': every window has the same "
                      "length, so G.3's × len/100 debiasing is one factor for all of them and leaves the "
                      "attention ratio unchanged (it matters for the absolute values of Table 2).")
