@@ -394,7 +394,8 @@ def both(v: tuple[float, float], fmt: str) -> str:
 def bench(case: Case, E: int, threads: Sequence[int], steps: int, repeats: int) -> tuple[list[Row], float]:
     """Every layout of ``case`` timed at each thread count, and the ensemble-vs-loop check (at the first)."""
     seeds, data = member_seeds(0, E), case.data(E)
-    auto = E if case.seq_len is None else auto_chunk(E, case.batch, case.seq_len, DEVICE)
+    width = case.objective.output_width(None) if hasattr(case.objective, "output_width") else 0  # as the Trainer asks
+    auto = E if case.seq_len is None else auto_chunk(E, case.batch, case.seq_len, DEVICE, width)
     chunks = sorted({c for c in (1, 2, 4, E, auto) if c <= E})
     layouts = {c: Layout(case, seeds, data, c) for c in chunks}
     rows, diff = [], None

@@ -171,6 +171,11 @@ def test_auto_chunk():
     assert auto_chunk(20, 16, 2048, "cpu") == 4
     assert auto_chunk(5, 64, 4096, "cpu") == 1
     assert auto_chunk(64, 16, 4096, "cuda") == 64
+    # wide outputs: a chunk's logits, softmax and gradient within OUTPUT_BYTES (32 MB)
+    assert auto_chunk(8, 32, 64, "cpu", out_width=5003) == 1  # 123 MB a member
+    assert auto_chunk(24, 16, 150, "cpu", out_width=101) == 11  # 2.9 MB a member
+    assert auto_chunk(8, 16, 256, "cpu", out_width=2) == 8
+    assert auto_chunk(8, 32, 64, "cuda", out_width=5003) == 8
 
 
 def test_markov_init_numbers_are_those_of_the_trainer_before_objectives_and_data_regimes():

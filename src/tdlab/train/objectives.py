@@ -17,7 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -98,6 +98,12 @@ class Objective(ABC):
     def outputs(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return model(batch.inputs, **batch.model_kwargs)
 
+    def output_width(self, task: Any) -> int:
+        """Scores a training step keeps per input position (the output layer's width where every position
+        is scored: the vocabulary), 0 when it keeps few (one label per sequence). The trainer's CPU chunk
+        of members keeps their logits within a cache (:func:`tdlab.train.trainer.auto_chunk`)."""
+        return 0
+
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """The training loss of every member: ``(E,)``."""
         return weighted_mean(self.pointwise(self.outputs(model, batch), batch)[0], batch.weights)
@@ -127,6 +133,9 @@ class NextToken(Objective):
 
     name = "next-token"
     extra_length = 1
+
+    def output_width(self, task: Any) -> int:
+        return int(getattr(task, "vocab", 0) or 0)
 
     def prepare(self, sample: Sample, gens: Sequence[torch.Generator]) -> Batch:
         x = sample if isinstance(sample, torch.Tensor) else sample["tokens"]
@@ -212,6 +221,9 @@ class MaskedTokens(Objective):
         self.words = (0, vocab) if replace_from_all else (words if words is not None else (mask_id + 1, vocab))
         self.p_m, self.p_c, self.p_r, self.kind = p_m, p_c, p_r, loss
         self.hide_selected, self.at_least_one, self.gather_queries = hide_selected, at_least_one, gather_queries
+
+    def output_width(self, task: Any) -> int:
+        return self.vocab
 
     def prepare(self, sample: Sample, gens: Sequence[torch.Generator]) -> Batch:
         if isinstance(sample, Mapping) and "inputs" in sample:

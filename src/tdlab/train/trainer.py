@@ -110,12 +110,24 @@ def reference_predictors(task: Task) -> dict[str, Callable[[torch.Tensor], torch
     return {}
 
 
-def auto_chunk(members: int, batch: int, seq_len: int, device: str | torch.device) -> int:
-    """Members per chunk. On a GPU, all of them. On a CPU, at most ~128k tokens a chunk: at long
-    sequences the attention kernel of a few members already fills the cores (see bench/)."""
+# A CPU chunk's output-layer logits, their softmax and gradient stay within this many bytes (a last-level
+# cache): an ensemble of wide-vocabulary members whose logits spill it is slower than its members one after
+# another (bench/bench_ensembles.py, topics-real: V = 5003, 32 x 64 tokens a member, one thread: 0.71x as one
+# ensemble of 8, chunks of 1-2 the fastest).
+OUTPUT_BYTES = 32 << 20
+
+
+def auto_chunk(members: int, batch: int, seq_len: int, device: str | torch.device, out_width: int = 0) -> int:
+    """Members per chunk. On a GPU, all of them. On a CPU, at most ~128k tokens a chunk (at long
+    sequences the attention kernel of a few members already fills the cores), and, for an objective
+    that scores ``out_width`` outputs at every position, at most as many members as keep their logits,
+    softmax and gradient (``3 · 4`` bytes each) within :data:`OUTPUT_BYTES` (see bench/)."""
     if torch.device(device).type != "cpu":
         return members
-    return max(1, min(members, (1 << 17) // (batch * seq_len)))
+    chunk = (1 << 17) // (batch * seq_len)
+    if out_width > 0:
+        chunk = min(chunk, OUTPUT_BYTES // (12 * batch * seq_len * out_width))
+    return max(1, min(members, chunk))
 
 
 def _cosine(cfg: TrainConfig) -> Callable[[int], float]:
@@ -178,7 +190,8 @@ class Trainer:
         """Train one member per seed on ``task`` (a task, streamed, or a data regime such as
         :class:`~tdlab.train.data.FixedDataset`). Returns metrics for members ``0..len(seeds)-1``."""
         seeds = list(seeds)
-        chunk = self.cfg.chunk if self.cfg.chunk != "auto" else auto_chunk(len(seeds), self.cfg.batch, self.cfg.seq_len, self.device)
+        chunk = self.cfg.chunk if self.cfg.chunk != "auto" else auto_chunk(
+            len(seeds), self.cfg.batch, self.cfg.seq_len, self.device, self.objective.output_width(task))
         self._all_seeds, self._chunk = seeds, chunk
         result = FitResult()
         resume = self._load_checkpoint(seeds, chunk)
