@@ -64,13 +64,18 @@ CATALOG: dict[str, Entry] = {
     "anchors-attention": Entry(
         "tdlab.experiments.seed001_reasoning_bias.attention",
         "001 Reasoning bias under small initialisation",
-        "Figs. 5, 12, 14 (§4.3, B.8, App. D, E.3)",
-        "Attention of the anchors-bias transformers (γ 0.3, 0.5, 0.8; trained here or --set from_run=RUN): layer 1 as an average operator (|A_jk − 1/j|·j, also at init, Lemma 1), W^V's spectrum and its top singular vector vs anchor embeddings (Figs. 5, 12); layer 2's last row as a (p, q)-cliff, its mass on the key and anchors, positional scores and positional cosines (Fig. 14, Def. 3, Thm. 3, Assumption 4)."),
+        "Figs. 5, 12, 14 (§4.3, B.8, App. D, E.2–E.3)",
+        "Attention of the anchors-bias transformers (γ 0.3, 0.5, 0.8; trained here or --set from_run=RUN): layer 1 as an average operator (|A_jk − 1/j|·j, also at init, Lemma 1), W^V's spectrum and its top singular vector vs anchor embeddings (Figs. 5, 12); layer 2's last row as a (p, q)-cliff, its mass on the key and anchors, positional scores and positional cosines (Fig. 14, Def. 3, Thm. 3, Assumption 4); Thm. 2 read on this model (−∇W^V's top singular vector vs the mean reasoning-anchor embedding at the snapshots); App. E.2's value-path tags (memory sequences untagged, the tag from the anchors on, set by the anchor pair)."),
     "anchors-bias": Entry(
         "tdlab.experiments.seed001_reasoning_bias.bias",
         "001 Reasoning bias under small initialisation",
         "Fig. 2A, Fig. 8 (§4.1, A.1–A.3)",
         "2-layer post-LN transformer on composite anchor functions from γ-init 0.3, 0.5, 0.8 (one ensemble): accuracy on D_mem, D_rsn,train and held-out D_rsn,test per epoch. Claims: at γ=0.8 reasoning is learnt before memory and generalises to M; at γ=0.3 memory and reasoning-train together, no generalisation; AUC_rsn,test − AUC_mem grows with γ."),
+    "anchors-flows": Entry(
+        "tdlab.experiments.seed001_reasoning_bias.flows",
+        "001 Reasoning bias under small initialisation",
+        "Props. 2–3, Thm. 2 (App. B.5, B.8; Eqs. 28, 29, 36)",
+        "Def. 2 one-layer transformer on the anchor task from γ-init, full-batch gradient descent (Euler steps of the gradient flow) to stated early flow times: the exact flow of every token embedding against Eq. 28 and the compact Props. 2–3 (Eq. 29), and of W^V against Eq. 36 and Thm. 2 — direction (Frobenius cosine; W^V's displacement vs the mean reasoning-anchor embedding) and rate (speed along Thm. 2's matrix over its own)."),
     "anchors-embedding": Entry(
         "tdlab.experiments.seed001_reasoning_bias.embedding",
         "001 Reasoning bias under small initialisation",
@@ -187,7 +192,7 @@ CATALOG: dict[str, Entry] = {
     "topics-wv": Entry(
         "tdlab.experiments.seed004_topics.wv",
         "004 Topic structure",
-        "Figs. 2, 6, 9, 10; Thm. 2",
-        "One-hot model: W^V trained with uniform attention (with/without L2) or with W^K, W^Q; {CE, squared} x {SGD, Adam}. Training adds >= 3 to W^V's block contrast; squared loss with uniform attention: g = c3; population mode reaches Thm. 2's W^V*. Rows need the arm half way to the optimum loss. Fig. 6's diagonal share reported."),
+        "Figs. 2, 6, 9, 10; Thm. 2; §5.2, App. G.1",
+        "One-hot model: W^V trained with uniform attention (with/without L2) or with W^K, W^Q; {CE, squared} x {SGD, Adam}. Training adds >= 3 to W^V's block contrast; squared loss with uniform attention: g = c3; population mode reaches Thm. 2's W^V*; with L2 S, D are W^V*'s entries; S ≥ 10|D| (Figs. 9, 10); W^V-only loss within a tenth of the learnable gap of all-weights; no-L2 W^V sometimes diagonal (Fig. 6). Rows need the arm half way to the optimum loss."),
 }
 

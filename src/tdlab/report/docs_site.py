@@ -139,6 +139,9 @@ SEEDS: tuple[Seed, ...] = (
         _I("Fig. 13", "singular values of every parameter matrix per initialisation scale", ("anchors-lowrank",)),
         _I("Fig. 14", "the second attention module: the key-extracting row, its heat map, positional scores",
            ("anchors-attention",)),
+        _I("Props. 2–3, Thm. 2", "the small-initialisation gradient flows of the embeddings (Eqs. 28, 29) and of W^V "
+                                 "(Eq. 36, Thm. 2) on the Def. 2 model", ("anchors-flows",),
+           "Thm. 2 on the trained post-LN model and App. E's value path: `anchors-attention`"),
     )),
     Seed("002", "Multi-layer Cross-attention is Provably Optimal for Multi-modal In-context Learning "
                 "(Barnfield, Sen, Sur)", "Multi-modal cross-attention",
@@ -189,7 +192,8 @@ SEEDS: tuple[Seed, ...] = (
            ("topics-wv",)),
         _I("Fig. 3", "word-embedding cosines of a pretrained BERT on Wikipedia encode topics", ("topics-real",),
            "the seed's rows need a pretrained model: `--set model.checkpoint=DIR`"),
-        _I("Fig. 4", "two-stage dynamics of a single-layer transformer on LDA data", ("topics-two-stage",)),
+        _I("Fig. 4", "two-stage dynamics of a single-layer transformer on LDA data", ("topics-two-stage",),
+           "`tdlab atlas run topics-two-stage` searches optimiser × lr × init × authors_compat for where the stages appear"),
         _I("Table 1", "pretrained models on Wikipedia: same- vs different-topic embedding and attention ratios, "
                       "one topic per word", ("topics-real",), "needs `--set model.checkpoint=DIR` for seed rows"),
         _I("Fig. 5", "two-stage dynamics of a 4-layer, 4-head transformer on Wikipedia", ("topics-real-two-stage",)),
@@ -205,6 +209,8 @@ SEEDS: tuple[Seed, ...] = (
         _I("Table 4", "average attention weights when W^V converges to a diagonal pattern", ("topics-attn",)),
         _I("Table 5", "as Table 1, each word assigned one or more topics", ("topics-real",),
            "needs `--set model.checkpoint=DIR` for seed rows"),
+        _I("§5.2, App. G.1", "training only W^V is only slightly worse than training all weights; the block means "
+                             "of the trained W^V against Thm. 2's W^V* and Figs. 9–10's S ≥ 10|D|", ("topics-wv",)),
     )),
 )
 

@@ -14,7 +14,7 @@ import torch
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
 from tdlab.experiments.seed001_reasoning_bias.attention import (
-    AnchorsAttention, average_operator_error, layer2_rows, spearman_rows, wv_spectrum,
+    AnchorsAttention, average_operator_error, layer2_rows, pair_share, spearman_rows, value_tags, wv_spectrum,
 )
 from tdlab.models.gpt import GPT
 from tdlab.runs import Run, RunWriter
@@ -161,9 +161,13 @@ def _probe_values(world: str) -> dict:
                "rsn_align": [0.9 if good else 0.1] * 3, "mem_align": [0.1 if good else 0.6] * 3,
                "window_mass": [0.8 if good else 0.2] * 3, "pos_score_spearman": [0.95 if good else -0.5] * 3,
                "pos_rho": [-0.95 if good else 0.3] * 3, "pattern_check": 0.0 if good else 1e-3,
-               "cliff_share": [0.5] * 3, "pos_vs_assumption4": [], "sv": [[1.0, 0.2]] * 3, "pos_cos": [[1.0]]}
+               "cliff_share": [0.5] * 3, "pos_vs_assumption4": [], "sv": [[1.0, 0.2]] * 3, "pos_cos": [[1.0]],
+               "untagged_ratio": [0.1 if good else 0.9] * 3, "before_ratio": [0.2 if good else 1.1] * 3,
+               "pair_share": [0.95 if good else 0.3] * 3, "shift_spearman": [0.5] * 3}
+        flow = {"rsn_align": [0.999 if good else 0.1] * 3, "mem_align": [0.1] * 3}
+        end["flow"] = flow
         init = {"avg_err_median": [(0.001 if good else 0.5) / (1 + 10 * g * good)] * 3}
-        out[g] = {"init": init, "end": end, "snapshots": {}}
+        out[g] = {"init": init, "end": end, "snapshots": {}, "flow": {200: flow, 900: flow}}
     return out
 
 
@@ -196,3 +200,25 @@ def test_tiny_end_to_end_run(tmp_path, one_thread):
     assert {"layer1-average-operator", "lemma1-average-operator-at-init", "layer1-wv-low-rank-reasoning",
             "layer2-extracts-key"} <= groups
     assert s["figures"] == ["figures/fig5_fig12_layer1.png", "figures/fig14_layer2.png"]
+
+
+def test_value_tags_and_pair_share_against_loops():
+    """App. E.2's tags: O = Attn^(1) W^{emb,X} W^V (paper layout) term by term, its coordinate on W^V's top right
+    singular vector; η² = 1 for a value set by the group, ≈ 0 for one independent of it."""
+    exp = AnchorsAttention()
+    cfg = exp.make_config("quick", TINY, members=2)
+    model = GPT(cfg.model_for_task(), [1, 2]).eval()
+    tokens = torch.randint(1, 31, (2, 5, 9), generator=torch.Generator().manual_seed(0))
+    tags = value_tags(model, tokens)
+    _, cache = model.run_with_cache(tokens, names=["blocks.0.attn.pattern"])
+    e, b, j = 1, 2, 6
+    A = cache["blocks.0.attn.pattern"][e, b, 0].double()
+    W = model.blocks[0].attn.W_V.weight[e].detach().double().T  # (d_m, d_k): the paper's W^V
+    o = sum(A[j, k] * model.wte[e, tokens[e, b, k]].detach().double() for k in range(j + 1)) @ W
+    assert float(tags["norm"][e, b, j]) == pytest.approx(float(o.norm()), rel=1e-6)
+    v = torch.linalg.svd(W.T)[0][:, 0]
+    assert float(tags["coord"][e, b, j]) == pytest.approx(float(o @ v), rel=1e-6, abs=1e-9)
+    g = torch.Generator().manual_seed(1)
+    pairs = torch.randint(0, 4, (2, 400), generator=g)
+    assert pair_share(pairs.double() * 3 + 1, pairs).tolist() == pytest.approx([1.0, 1.0])
+    assert pair_share(torch.randn(2, 400, generator=g, dtype=torch.float64), pairs).max() < 0.05

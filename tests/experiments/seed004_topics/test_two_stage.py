@@ -162,3 +162,29 @@ def test_member_lr_and_init_reach_the_right_members(tmp_path):
 def test_bad_config_is_refused(override, field):
     with pytest.raises(ConfigError, match=field):
         TopicsTwoStage().make_config("quick", override)
+
+
+def test_headline_only_trains_one_setting_off_the_grid(tmp_path):
+    """``headline_only`` (the atlas's points): a headline outside the lists is accepted, the run has the headline
+    optimiser's arm alone with its members at the headline lr and init, and the one row is the seed's; without it
+    the same headline is refused."""
+    over = ["headline_optimizer=sgd", "headline_lr=0.2", "headline_init=0.005", "headline_members=2"]
+    with pytest.raises(ConfigError, match="headline"):
+        TopicsTwoStage().make_config("quick", over)
+    exp = TopicsTwoStage()
+    cfg = exp.make_config("quick", [*over, "headline_only=true", "train.steps=2", "train.eval_every=1",
+                                    "train.batch=2", "train.eval_batches=1", "horizon=2"])
+    assert exp.arms(cfg) == ["sgd"] and member_settings(cfg, "adam") == []
+    assert [(s.lr, s.init) for s in member_settings(cfg, "sgd")] == [(0.2, 0.005)] * 2
+    r = execute(exp, cfg, "quick", tmp_path, progress=False)
+    init = r.arrays("sgd@init")["W_V"].double()
+    assert 0.0 <= float(init.min()) and float(init.max()) < 0.005 and float(init.max()) > 0.001  # U[0, 0.005)
+    (row,) = next(g for g in r.summary["claims"] if g["id"] == "value-grows-first")["rows"]
+    assert row["id"].endswith(setting_name("sgd", 0.2, 0.005)) and row["provenance"] == "seed"
+
+
+def test_the_atlas_searches_optimiser_lr_init_and_authors_compat():
+    decl = TopicsTwoStage.atlas_axes
+    assert [a.field for a in decl.axes] == ["headline_lr", "headline_init", "headline_optimizer", "authors_compat"]
+    assert decl.set == {"headline_only": True}
+    assert set(decl.axes[2].range("quick")) == {"sgd", "adam"} and set(decl.axes[3].range("paper")) == {False, True}

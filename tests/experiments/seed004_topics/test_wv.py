@@ -12,6 +12,7 @@ from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.training import optimum_masked_loss, trivial_masked_error
 from tdlab.experiments.seed004_topics.wv import (POPULATION, PopulationConfig, TopicsWV, fit_population_wv, moment_loss,
                                                  population_moments, ridge_distance, ridge_wv)
+from tdlab.theory.topics import wv_star_entries
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunWriter
 from tdlab.theory.topics import c3, min_population_loss, population_loss, wv_star
@@ -45,12 +46,13 @@ def test_population_training_reaches_the_ridge_optimum_and_logs_its_distance():
     np.testing.assert_allclose(dist, ((W - star).flatten(1).norm(dim=1) / star.norm()).numpy(), rtol=1e-12)
 
 
-def _planted(tmp_path, z, g, u, pop_scale, share=0.9, members=2, overrides=(), tag="x"):
+def _planted(tmp_path, z, g, u, pop_scale, share=0.9, members=2, overrides=(), tag="x", shares=None, wv=None):
     """A topics-wv run with chosen final statistics per arm, initial W^V = 0.02 · randn (the same for every
-    member), final losses ``share`` of the way to the optimum, population W^V = pop_scale · W^V*."""
+    member), final losses ``share`` of the way to the optimum (reached at step 50, flat after) (``shares[arm]`` where given), trained W^V = ``wv``
+    (default W^V*), ``u`` one value or one per member, population W^V = pop_scale · W^V*."""
     exp = TopicsWV()
     cfg = exp.make_config("quick", [*SMALL, *overrides], members=members)
-    steps = [0, 50, 100]
+    steps = [0, 25, 50, 75, 100]
     star = wv_star(3, 3, 0.15, 0.1, 0.1)
     w0 = 0.02 * torch.randn(10, 10, generator=torch.Generator().manual_seed(3))
     with RunWriter(tmp_path, exp.name, run_id=f"planted-{tag}") as w:
@@ -58,15 +60,16 @@ def _planted(tmp_path, z, g, u, pop_scale, share=0.9, members=2, overrides=(), t
         for arm in exp.arms(cfg):
             loss = "squared" if "/squared/" in arm else "ce"
             triv, opt = trivial_masked_error(cfg.task, loss), optimum_masked_loss(cfg.task, loss)
-            end = triv - share * (triv - opt)
+            end = triv - (shares or {}).get(arm, share) * (triv - opt)
+            us = u if isinstance(u, (list, tuple)) else [u] * members
             rows = []
             for m in range(members):
                 jitter = 0.01 * m
                 for s in steps:
-                    rows += [(s, m, "test_loss", triv + (end - triv) * s / 100), (s, m, "wv_z", z + jitter),
-                             (s, m, "wv_g", g + jitter), (s, m, "wv_u", u)]
+                    rows += [(s, m, "test_loss", triv + (end - triv) * min(s / 50, 1.0)), (s, m, "wv_z", z + jitter),
+                             (s, m, "wv_g", g + jitter), (s, m, "wv_u", us[m])]
             w.add_metrics(arm, rows)
-            w.save_arrays(arm, [{"W_V": star.float()} for _ in range(members)])
+            w.save_arrays(arm, [{"W_V": (star if wv is None else wv).float()} for _ in range(members)])
             w.save_arrays(f"{arm}@init", [{"W_V": w0} for _ in range(members)])
         opt = min_population_loss(3, 1)
         w.add_metrics(POPULATION, [(s, m, "test_loss", 1.0 - (1.0 - opt) * share * s / 100) for m in range(members) for s in steps]
@@ -98,6 +101,67 @@ def test_planted_block_structure_holds_and_its_absence_fails(tmp_path):
     assert set(v["wv-block-sum-gap-is-c3"].values()) == {"fails"}
     assert list(v["population-wv-is-thm2-optimum"].values()) == ["fails"]
     assert a.measurements["fig6_diagonal"] == [8, 8]  # u = 0.1 ≤ 0.2 for every no-L2 member
+
+
+def test_block_means_match_thm2_and_a_shifted_wv_fails_them(tmp_path):
+    """W^V* planted: S, D are Thm. 2's entries and S ≥ 10|D| (its own ratio statistic, a closed form); every word-word
+    entry shifted by +0.1 (a row-sum change Lemma 1 allows only with a matching column-0 change): both fail."""
+    e = wv_star_entries(3, 3, 0.15, 0.1, 0.1)
+    exp, cfg, run = _planted(tmp_path, z=6.0, g=GAP, u=0.9, pop_scale=1.0, tag="star")
+    a = exp.analyse(cfg, run)
+    rows = a.result("wv-block-means-thm2").rows
+    assert sorted(r.id.split("/", 1)[1] for r in rows) == ["l2/squared/adam/diff", "l2/squared/adam/same",
+                                                            "l2/squared/sgd/diff", "l2/squared/sgd/same"]
+    same = a.result("wv-block-means-thm2").row("l2/squared/adam/same")
+    assert same.measured.values == pytest.approx([e["same"]] * 2, rel=1e-6) and same.expected == pytest.approx(e["same"])
+    assert a.result("wv-block-means-thm2").verdict == "holds"
+    ratio = a.result("wv-block-mean-over-10x-nonblock")
+    assert sorted(r.id.split("/", 1)[1] for r in ratio.rows) == sorted(f"{s}/{p}" for s in ("no-l2", "attn") for p in
+                                                                        ("ce/sgd", "ce/adam", "squared/sgd", "squared/adam"))
+    want = (e["same"] - 10 * abs(e["diff"])) / (GAP / 3)
+    assert ratio.rows[0].measured.values == pytest.approx([want] * 2, rel=1e-6) and want > 0
+    assert ratio.verdict == "holds"
+    star = wv_star(3, 3, 0.15, 0.1, 0.1)
+    shifted = star.clone()
+    shifted[1:, 1:] += 0.1
+    exp, cfg, run = _planted(tmp_path, z=6.0, g=GAP, u=0.9, pop_scale=1.0, tag="shift", wv=shifted)
+    a = exp.analyse(cfg, run)
+    assert a.result("wv-block-means-thm2").verdict == "fails"
+    assert a.result("wv-block-mean-over-10x-nonblock").verdict == "fails"  # D = 0.08: S < 10|D|
+    exp, cfg, run = _planted(tmp_path, z=6.0, g=GAP, u=0.9, pop_scale=1.0, tag="flip", wv=-star)
+    assert exp.analyse(cfg, run).result("wv-block-mean-over-10x-nonblock").verdict == "fails"  # S < 0 < D
+
+
+@pytest.mark.parametrize("l2_share,verdict", [(0.9, "holds"), (0.6, "fails")])
+def test_wv_only_against_all_weights_is_the_paired_excess_share(tmp_path, l2_share, verdict):
+    """l2 arms (W^V only) close l2_share of the learnable gap, attn arms (all weights) 0.95: the row is the per-seed
+    excess difference 0.95 − l2_share of the gap; 0.05 ≤ 0.1 holds, 0.35 fails."""
+    arms = TopicsWV.arms(TopicsWV().make_config("quick", SMALL))
+    shares = {a: (l2_share if a.startswith("l2/") else 0.95) for a in arms}
+    exp, cfg, run = _planted(tmp_path, z=6.0, g=GAP, u=0.9, pop_scale=1.0, shares=shares, tag=f"worse{l2_share}")
+    res = exp.analyse(cfg, run).result("wv-only-loss-near-all-trained")
+    assert len(res.rows) == 4 and res.rows[0].arms == ("l2/ce/sgd", "attn/ce/sgd")
+    for r in res.rows:
+        assert r.measured.values == pytest.approx([0.95 - l2_share] * 2, abs=1e-6)
+    assert res.verdict == verdict
+
+
+@pytest.mark.parametrize("criterion,k,verdict", [("sometimes", 10, "holds"), ("sometimes", 20, "fails"),
+                                                 ("sometimes", 0, "fails"), ("often", 10, "not resolved"),
+                                                 ("often", 20, "holds")])
+def test_fig6_share_of_diagonal_members_under_each_criterion(tmp_path, criterion, k, verdict):
+    """20 members per no-L2 adam panel (the sgd panels stop short of the stage and are left out of the pool):
+    k of them diagonal (u = 0.05) in each, so k/20 of the 40 pooled; Wilson at 95 %: 20/40 in [0.35, 0.65], 40/40
+    above 0.91, 0/40 below 0.088."""
+    arms = TopicsWV.arms(TopicsWV().make_config("quick", SMALL))
+    shares = {a: 0.2 for a in arms if a.endswith("/sgd")}
+    u = [0.05] * k + [0.9] * (20 - k)
+    exp, cfg, run = _planted(tmp_path, z=6.0, g=GAP, u=u, pop_scale=1.0, members=20, shares=shares,
+                             overrides=[f"claims.fig6_criterion={criterion}"], tag=f"fig6{criterion}{k}")
+    a = exp.analyse(cfg, run)
+    assert a.measurements["fig6_diagonal"] == [2 * k, 40]
+    assert a.measurements["fig6_arms"] == ["no-l2/ce/adam", "no-l2/squared/adam"]
+    assert a.result("fig6-diagonal-sometimes").verdict == verdict
 
 
 def test_arms_short_of_the_gap_stage_are_not_evaluable(tmp_path):
@@ -137,7 +201,7 @@ def test_tiny_end_to_end_run_has_a_verdict_per_claim(runs_dir):
                                            "panels=[[squared,adam]]", "settings=[l2]"], members=2)
     run = execute(exp, cfg, "quick", runs_dir, progress=False)
     summary = run.summary
-    assert summary["status"] == "done" and summary["claims_total"] == 3
+    assert summary["status"] == "done" and summary["claims_total"] == 7  # every declared paper claim
     assert all(g["verdict"] in ("holds", "fails", "not resolved", "not evaluable") for g in summary["claims"])
     assert (run.path / "arrays" / "population.safetensors").is_file()
     assert (run.path / "arrays" / "population@init.safetensors").is_file()

@@ -22,6 +22,22 @@ Layer 2 (App. D, Fig. 14; γ = 0.8): on the same sequences, the pre-softmax last
 * positional cosines ``cos(w^{pos,i}, w^{pos,j})``, ``i, j <= L−1``: ``ρ <= −0.8`` (t) with ``|i − j|``,
   beside Assumption 4's ``cos(π|i − j|/L)`` (Spearman reported).
 
+Theorem 2 on this model (B.8; the Def. 2 model's flow is ``anchors-flows``): at each snapshot epoch, the top left
+singular vector of ``−∇_{W^V} R`` (layer 1, last-position cross-entropy over the probe sequences) against the
+mean reasoning-anchor embedding, ``|cos| >= 1 − d_m^{−γ}`` (the size of the terms the theorem's small-init
+limit drops). The theorem's other factor, ``E_Y[Y − 1/d_m] W^O (W^f + I)``, has no counterpart through
+LayerNorm, layer 2 and the output layer, so only the embedding side is read here.
+
+App. E.2 (γ = 0.8, end), on the word part of layer 1's value path ``O = Attn^(1) W^{emb,X} W^V`` (Assumption 3
+leaves the positions out; Eq. 40 makes ``W^V`` rank one, ``O_j = c_j v``):
+
+* Eq. 42 vs 43 — memory sequences are not tagged: median ``‖O_L‖`` on memory / on reasoning sequences ``<= 0.5`` (t);
+* Eq. 43 — the tag starts at the anchors: median over reasoning sequences of mean ``‖O_j‖`` on rows ``j <= p`` over
+  rows ``j >= p+q`` ``<= 0.5`` (t);
+* Eqs. 41, 43 — the last position's tag ``⟨O_L, v⟩`` is the composite of the anchor pair
+  (``∝ Σ_i w^{emb,a_i} w̄ᵀ``): the pair explains ``>= 0.8`` (t) of its variance over reasoning sequences (η²);
+  its |Spearman| with the shift ``Σa`` is reported (E does not say the tag is monotone in it).
+
 Rows read from trained parameters are the seed's setting only at its learning rate, budget and epoch
 (:func:`~tdlab.experiments.seed001_reasoning_bias.training.parameter_reading`); the quick profile's
 layer 1 is near the average operator at epochs 1–2 and far from it at its last epoch, so its end-of-
@@ -36,6 +52,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from pydantic import Field, model_validator
 from scipy.stats import rankdata
 
@@ -55,7 +72,7 @@ from tdlab.probes.embedding import cosine_matrix, distance_spearman
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["AttentionClaims", "AnchorsAttentionConfig", "AnchorsAttention", "average_operator_error", "wv_spectrum",
-           "layer2_rows", "spearman_rows"]
+           "layer2_rows", "spearman_rows", "wv_flow", "value_tags", "pair_share"]
 
 
 class AttentionClaims(Config):
@@ -68,6 +85,9 @@ class AttentionClaims(Config):
     window_mass_min: float = Field(0.5, ge=0.0, le=1.0)  # (t) layer-2 attention mass on p..p+q >= 0.5
     pos_score_spearman_min: float = Field(0.8, ge=-1.0, le=1.0)  # (t) positional score rising: Spearman >= 0.8
     pos_rho_max: float = Field(-0.8, ge=-1.0, le=1.0)  # (t) positional cosines ρ <= -0.8
+    untagged_ratio_max: float = Field(0.5, ge=0.0, le=100.0)  # (t) App. E: ‖tag‖ memory / reasoning <= 0.5 (Eq. 42: 0)
+    before_ratio_max: float = Field(0.5, ge=0.0, le=100.0)  # (t) App. E: ‖tag‖ rows j <= p / rows j >= p+q <= 0.5 (Eq. 43: 0)
+    pair_share_min: float = Field(0.8, ge=0.0, le=1.0)  # (t) App. E: share of the last tag's variance the anchor pair explains
     small_gamma: float = Field(0.8, ge=0.0, le=10.0)
     large_gamma: float = Field(0.3, ge=0.0, le=10.0)
 
@@ -162,6 +182,51 @@ def spearman_rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (rx * ry).sum(-1) / (rx.norm(dim=-1) * ry.norm(dim=-1))
 
 
+def wv_flow(model: GPT, tokens: torch.Tensor, labels: torch.Tensor, emb: torch.Tensor, rsn: slice, mem: slice) -> dict[str, list]:
+    """Thm. 2 on the post-LN model: :func:`wv_spectrum` of ``−∇_{W^V}`` (layer 1) of the last-position
+    cross-entropy, mean over the sequences of each member (the flow's right-hand side at these parameters).
+
+    Args:
+        tokens: ``(E, B, L)``; labels ``(E, B)``; emb: ``(E, vocab, d_m)`` the word embeddings.
+    """
+    model.zero_grad()
+    logits = model(tokens)[:, :, -1]
+    F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape).mean(1).sum().backward()
+    flow = -model.blocks[0].attn.W_V.weight.grad.detach()
+    model.zero_grad()
+    return wv_spectrum(flow, emb, rsn, mem)
+
+
+def value_tags(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Layer 1's value path on the word embeddings (App. E.2, Eqs. 41–43; Assumption 3 leaves the positions
+    out): ``O = Attn^(1) W^{emb,X} W^V`` (paper layout) and its coordinate on ``W^V``'s top right singular
+    vector ``v`` (the ``d_k`` side of Eq. 40's rank-one ``W^V``; its sign is arbitrary).
+
+    Returns:
+        ``norm (E, B, L)`` ``‖O_j‖`` and ``coord (E, B, L)`` ``⟨O_j, v⟩``.
+    """
+    _, cache = model.run_with_cache(tokens, names=["blocks.0.attn.pattern"])
+    A = cache["blocks.0.attn.pattern"][:, :, 0].double()  # (E, B, L, L)
+    W = model.blocks[0].attn.W_V.weight.detach().double()  # (E, d_k, d_m): torch's, the paper's transposed
+    word = torch.stack([model.wte[e].detach().double()[tokens[e]] for e in range(tokens.shape[0])])  # (E, B, L, d_m)
+    O = torch.einsum("ebjk,ebkd,ecd->ebjc", A, word, W)
+    v = torch.linalg.svd(W, full_matrices=False)[0][:, :, 0]  # (E, d_k)
+    return {"norm": O.norm(dim=-1), "coord": torch.einsum("ebjc,ec->ebj", O, v)}
+
+
+def pair_share(x: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
+    """The share of the variance of ``x (E, B)`` that the group ``pairs (E, B)`` (an id per sequence) explains
+    (η² = 1 − within-group / total sum of squares), per member: ``(E,)`` float64."""
+    out = []
+    for e in range(x.shape[0]):
+        xe, g = x[e].double(), pairs[e]
+        _, inv = torch.unique(g, return_inverse=True)
+        k = int(inv.max()) + 1
+        means = torch.zeros(k, dtype=torch.float64).index_add_(0, inv, xe) / torch.bincount(inv, minlength=k)
+        out.append(1.0 - float(((xe - means[inv]) ** 2).sum() / ((xe - xe.mean()) ** 2).sum()))
+    return torch.tensor(out, dtype=torch.float64)
+
+
 # Thresholds of the rows of one "at least" statement, by the row's quantity (its context).
 _GE = {"sv-ratio": "sv_ratio_min", "rsn-aligned": "rsn_align_min", "window-mass": "window_mass_min",
        "positional-score-rising": "pos_score_spearman_min"}
@@ -169,6 +234,12 @@ _GE = {"sv-ratio": "sv_ratio_min", "rsn-aligned": "rsn_align_min", "window-mass"
 
 def _at_least(cfg: AnchorsAttentionConfig, row: Any) -> float:
     return float(getattr(cfg.attn_claims, _GE[row.context["quantity"]]))
+
+
+def _thm2_floor(cfg: AnchorsAttentionConfig, row: Any) -> float:
+    """``1 − d_m^{−γ}``: Thm. 2's direction up to the terms of relative size ``d_m^{−γ}`` its small-init limit
+    drops (as ``anchors-flows``' :func:`~tdlab.experiments.seed001_reasoning_bias.flows.small_init_tolerance`)."""
+    return 1.0 - cfg.model.d ** -float(row.context["gamma"])
 
 
 CLAIMS = (
@@ -223,6 +294,33 @@ CLAIMS = (
         test="value", relation="le", expected="attn_claims.pos_rho_max", tolerance=0.0, horizon="budget",
         quantity="Spearman ρ of cos(w^pos,i, w^pos,j) with |i − j| over positions 1..L−1"),
     ClaimSpec(
+        "thm2-layer1-wv-flow-along-reasoning-anchors",
+        "Small init (γ = 0.8), early training: layer 1's W^V flows along the mean reasoning-anchor embedding (Thm. 2, "
+        "B.8, read on the post-LN model)",
+        test="value", relation="ge", expected=_thm2_floor, tolerance=0.0, horizon="budget", example={"gamma": 0.8},
+        quantity="|cos(u1, mean reasoning-anchor embedding)|, u1 the top left singular vector of −∇_{W^V} R (layer 1; "
+        "last-position cross-entropy over the probe sequences) at a snapshot epoch; ≥ 1 − d_m^{−γ}"),
+    ClaimSpec(
+        "appE-memory-sequences-untagged",
+        "Small init (γ = 0.8): layer 1's value path tags reasoning sequences and leaves memory sequences untagged "
+        "(App. E.2, Eqs. 42–43)",
+        test="value", relation="le", expected="attn_claims.untagged_ratio_max", tolerance=0.0, horizon="budget",
+        quantity="median ‖(Attn^(1) W^{emb,X} W^V)_L‖ over memory sequences / the same over reasoning sequences "
+        "(word part, Assumption 3; end of training)"),
+    ClaimSpec(
+        "appE-tag-follows-the-anchors",
+        "Small init (γ = 0.8): on a reasoning sequence the tag is carried from the anchors on, not before them (App. E.2, "
+        "Eq. 43)",
+        test="value", relation="le", expected="attn_claims.before_ratio_max", tolerance=0.0, horizon="budget",
+        quantity="median over reasoning sequences of mean_{j ≤ p} ‖O_j‖ / mean_{j ≥ p+q} ‖O_j‖, O = Attn^(1) W^{emb,X} W^V"),
+    ClaimSpec(
+        "appE-tag-is-the-anchor-pair",
+        "Small init (γ = 0.8): the last position's tag is the composite of the reasoning anchors — set by the anchor pair "
+        "through Σ_i w^{emb,a_i} w̄ᵀ v (App. E.2, Eqs. 41, 43)",
+        test="value", relation="ge", expected="attn_claims.pair_share_min", tolerance=0.0, horizon="budget",
+        quantity="share of the variance of ⟨O_L, v⟩ over reasoning sequences that the anchor pair explains (η²; v: W^V's "
+        "top right singular vector)"),
+    ClaimSpec(
         "layer2-scores-reproduce-pattern",
         "The recomputed layer-2 scores q_L Kᵀ/√d_k give the model's own attention row after softmax",
         kind="sanity", test="value", relation="close", expected=0.0, tolerance=1e-5, horizon="static",
@@ -234,12 +332,12 @@ CLAIMS = (
 class AnchorsAttention(ProbeSource, AnchorsBias):
     name = "anchors-attention"
     paper = "001 Reasoning bias under small initialisation"
-    figure = "Figs. 5, 12, 14 (§4.3, B.8, App. D, E.3)"
+    figure = "Figs. 5, 12, 14 (§4.3, B.8, App. D, E.2–E.3)"
     description = (
         "Attention of the anchors-bias transformers (γ 0.3, 0.5, 0.8; trained here or --set from_run=RUN): layer 1 "
         "as an average operator (|A_jk − 1/j|·j, also at init, Lemma 1), W^V's spectrum and its top singular vector "
         "vs anchor embeddings (Figs. 5, 12); layer 2's last row as a (p, q)-cliff, its mass on the key and anchors, "
-        "positional scores and positional cosines (Fig. 14, Def. 3, Thm. 3, Assumption 4)."
+        "positional scores and positional cosines (Fig. 14, Def. 3, Thm. 3, Assumption 4); Thm. 2 read on this model (−∇W^V's top singular vector vs the mean reasoning-anchor embedding at the snapshots); App. E.2's value-path tags (memory sequences untagged, the tag from the anchors on, set by the anchor pair)."
     )
     Config = AnchorsAttentionConfig
     claims = CLAIMS
@@ -264,6 +362,7 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
         p1 = data["key_pos"] + 1  # 1-based key position
         L = t.L
         ids = torch.arange(1, L)
+        rsn, mem = slice(t.rsn_min, t.rsn_max + 1), slice(t.mem_min, t.mem_max + 1)
         out: dict[float, dict[str, Any]] = {}
         for g in cfg.gammas:
             per: dict[str, Any] = {}
@@ -289,14 +388,45 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
                     m["pos_vs_assumption4"] = (pair_spearman(torch.round(pc, decimals=6), assumption).tolist()
                                                if L - 1 >= 3 else [])
                     m["pos_cos"] = pc.mean(0).tolist()
+                    m.update(self._app_e(cfg, self.model(cfg, arrays), data))
+                    m["flow"] = wv_flow(self.model(cfg, arrays), tokens, data["label"], arrays["wte"], rsn, mem)
                 per[when] = m
-            per["snapshots"] = {}
+            per["snapshots"], per["flow"] = {}, {}
             for e in cfg.snapshot_epochs:  # layer 1 along training (reported: where the average operator is left)
                 arm = self.state_arm(cfg, g, e)
                 if self.has_state(run, arm):
-                    p = layer2_rows(self.model(cfg, run.arrays(arm)), tokens)["pattern1"]
+                    arrays = run.arrays(arm)
+                    p = layer2_rows(self.model(cfg, arrays), tokens)["pattern1"]
                     per["snapshots"][f"epoch {e}"] = average_operator_error(p).reshape(tokens.shape[0], -1).median(-1).values.tolist()
+                    per["flow"][e] = wv_flow(self.model(cfg, arrays), tokens, data["label"], arrays["wte"], rsn, mem)
             out[g] = per
+        return out
+
+    @staticmethod
+    def _app_e(cfg: AnchorsAttentionConfig, model: GPT, data: dict[str, torch.Tensor]) -> dict[str, list[float]]:
+        """App. E.2's tags per member: ``untagged_ratio`` (memory / reasoning ‖O_L‖ medians), ``before_ratio``
+        (median over reasoning sequences of ‖O‖ on rows ``j <= p`` over rows ``j >= p+q``), ``pair_share`` (η² of
+        ``⟨O_L, v⟩`` by anchor pair) and ``shift_spearman`` (|Spearman| of ``⟨O_L, v⟩`` with ``Σa``), reasoning
+        sequences of the probe set."""
+        q, L = cfg.task.q, cfg.task.L
+        tags = value_tags(model, data["tokens"])
+        p1 = data["key_pos"] + 1  # 1-based p
+        j = torch.arange(1, L + 1)[None, None, :]
+        before, after = j <= p1[..., None], j >= (p1 + q)[..., None]
+        n = tags["norm"]
+        ratio = ((n * before).sum(-1) / before.sum(-1)) / ((n * after).sum(-1) / after.sum(-1))
+        pos = p1[..., None] + torch.arange(q)  # 0-based positions of the anchors
+        anchors = torch.gather(data["tokens"], 2, pos)  # (E, B, q)
+        pid = (anchors * (cfg.task.d_vob ** torch.arange(q))).sum(-1)
+        out: dict[str, list[float]] = {k: [] for k in ("untagged_ratio", "before_ratio", "pair_share", "shift_spearman")}
+        for e in range(n.shape[0]):
+            is_mem, is_rsn = data["kind"][e] == 0, data["kind"][e] == 1
+            nl = n[e, :, -1]
+            out["untagged_ratio"].append(float(nl[is_mem].median() / nl[is_rsn].median()))
+            out["before_ratio"].append(float(ratio[e, is_rsn].median()))
+            c = tags["coord"][e, is_rsn, -1]
+            out["pair_share"].append(float(pair_share(c[None], pid[e, is_rsn][None])[0]))
+            out["shift_spearman"].append(abs(float(spearman_rows(c[None], anchors[e, is_rsn].sum(-1).double())[0])))
         return out
 
     def measure(self, cfg: AnchorsAttentionConfig, run: RunView) -> Measurements:
@@ -343,6 +473,22 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
         out.row("layer2-positional-cosines-fall", f"gamma={small:g}", e_s["pos_rho"], arms=[s_arm], provenance=r.provenance,
                 context={"gamma": small},
                 label=f"γ = {small:g}: ρ(cos(w^pos,i, w^pos,j), |i − j|) over 1..L−1 ≤ {c.pos_rho_max:g} (t); {r.label}")
+        for e in cfg.snapshot_epochs:  # Thm. 2's early phase: the snapshots, not the end
+            re = parameter_reading(e, end, cfg.train.lr, SEED_LR_TRANSFORMER, tuple(cfg.snapshot_epochs))
+            fl = m[small]["flow"].get(e)
+            out.row("thm2-layer1-wv-flow-along-reasoning-anchors", f"epoch{e}", Sample(fl["rsn_align"] if fl else ()),
+                    arms=[s_arm], provenance=re.provenance, context={"gamma": small, "epoch": e},
+                    label=(f"γ = {small:g}, epoch {e}: |cos(u1(−∇W^V), mean reasoning-anchor embedding)| ≥ 1 − d_m^-γ = "
+                           f"{1 - cfg.model.d ** -small:.4f}; {re.label}") if fl else
+                          f"epoch {e}: the run keeps no parameters there")
+        for claim, key, what in (("appE-memory-sequences-untagged", "untagged_ratio",
+                                  f"median ‖O_L‖ memory / reasoning sequences ≤ {c.untagged_ratio_max:g} (t)"),
+                                 ("appE-tag-follows-the-anchors", "before_ratio",
+                                  f"median of mean ‖O_j‖ over j ≤ p / over j ≥ p+q ≤ {c.before_ratio_max:g} (t)"),
+                                 ("appE-tag-is-the-anchor-pair", "pair_share",
+                                  f"η² of ⟨O_L, v⟩ by anchor pair ≥ {c.pair_share_min:g} (t)")):
+            out.row(claim, f"gamma={small:g}", e_s[key], arms=[s_arm], provenance=r.provenance,
+                    context={"gamma": small, "epoch": end}, label=f"γ = {small:g}: {what}; {r.label}")
         out.row("layer2-scores-reproduce-pattern", "max-abs-diff",
                 Sample([m[g]["end"]["pattern_check"] for g in cfg.gammas], deterministic=True),
                 label="max |softmax(scores) − cached pattern| over γ, members and sequences ≤ 1e-5")
@@ -360,7 +506,11 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
                 f"anchor {np.mean(e['rsn_align']):.2f} / {np.mean(e['mem_align']):.2f}; layer 2: (p, q)-cliff share "
                 f"{np.mean(e['cliff_share']):.3f}, mass on p..p+q {np.mean(e['window_mass']):.3f}, positional-score Spearman "
                 f"{np.mean(e['pos_score_spearman']):.2f}, positional ρ {np.mean(e['pos_rho']):.2f}, Spearman with Assumption 4's "
-                f"cos(π|i−j|/L) {a4:.2f} (seed means).")
+                f"cos(π|i−j|/L) {a4:.2f}; App. E tags: ‖O_L‖ memory/reasoning {np.mean(e['untagged_ratio']):.2f}, before/after "
+                f"the anchors {np.mean(e['before_ratio']):.2f}, η² by anchor pair {np.mean(e['pair_share']):.2f}, |Spearman| "
+                f"with Σa {np.mean(e['shift_spearman']):.2f}; −∇W^V's u1 |cos| with mean reasoning / memory anchor "
+                + ", ".join(f"epoch {k}: {np.mean(f['rsn_align']):.2f} / {np.mean(f['mem_align']):.2f}" for k, f in m["flow"].items())
+                + f", end: {np.mean(e['flow']['rsn_align']):.2f} / {np.mean(e['flow']['mem_align']):.2f} (seed means).")
         small = measured.values[GammaArms.arm(cfg.attn_claims.small_gamma)]
         path = {"init": small["init"]["avg_err_median"], **small["snapshots"],
                 f"epoch {cfg.schedule.epochs} (end)": small["end"]["avg_err_median"]}

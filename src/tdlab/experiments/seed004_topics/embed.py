@@ -34,13 +34,13 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, end_drift
+from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.experiments.base import Analysis, Experiment, RunContext, register
 from tdlab.experiments.seed004_topics.training import (AUTHORS_NOT_REPRODUCED, GAP_CLOSED, PANELS, Loss, Optimizer,
                                                        StageClaims, TopicsExperimentConfig, fit_topics, init_block_z,
                                                        loss_kind, fmt_members, optimum_masked_loss, panel_name,
-                                                       record_gap_stage,
-                                                       stacked, trivial_masked_error)
+                                                       paired_loss_excess_share, record_gap_stage, stacked,
+                                                       trivial_masked_error)
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicModelConfig
 from tdlab.probes.blocks import block_stats
@@ -186,15 +186,9 @@ class TopicsEmbed(Experiment):
         if cfg.embed_only:
             eo, full = embed_only_arm(cfg), panel_name("squared", cfg.embed_only_optimizer)
             if full in self.arms(cfg):
-                steps, a = run.curves(eo, "test_loss")
-                s2, b = run.curves(full, "test_loss")
-                diff = (a - b) / gaps[eo] if np.array_equal(steps, s2) else None
-                sched = run.lr(eo)
-                drift = end_drift(steps, diff, lr_steps=sched[0] if sched else None,
-                                  lr=sched[1] if sched else None) if diff is not None else None
-                worse = (run.final(eo, "test_loss") - run.final(full, "test_loss")) / gaps[eo]
-                out.values["embed_only_excess_share"] = worse.tolist()
-                out.row("embed-only-loss-near-all-trained", f"{eo} vs {full}", Sample(worse, drift=drift),
+                worse = paired_loss_excess_share(run, eo, full, gaps[eo])
+                out.values["embed_only_excess_share"] = list(worse.values)
+                out.row("embed-only-loss-near-all-trained", f"{eo} vs {full}", worse,
                         arms=[eo, full], context={"arms": f"{eo} vs {full}"},
                         label=f"({eo} − {full}) final test loss / learnable gap ≤ {cfg.claims.worse_share_max:g}, by seed")
         return out
