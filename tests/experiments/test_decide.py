@@ -342,3 +342,22 @@ def test_a_longer_round_interrupted_resumes_to_the_same_numbers(monkeypatch, tmp
     assert [(r["members"], r["length"], r["longer"]) for r in a] == [(r["members"], r["length"], r["longer"]) for r in b]
     assert whole.summary["claims"] == resumed.summary["claims"]
     assert Run(whole.path).metrics().equals(Run(resumed.path).metrics())
+
+
+def test_real_experiments_say_how_they_may_train_longer():
+    """The training-length field comes from the experiment; the cap is its paper profile's; an experiment with
+    a claim at the seed's budget may not train longer."""
+    from tdlab.experiments.base import get
+    from tdlab.experiments.decide import read_field, training_extension
+
+    heads = get("markov-icl-heads")
+    ext = training_extension(heads, heads.make_config("quick"))
+    assert ext.field == "train.steps" and not ext.blocked
+    assert ext.current == read_field(heads.make_config("quick"), "train.steps")
+    assert ext.cap == read_field(heads.make_config("paper"), "train.steps") > ext.current
+    assert ext.next() == min(ext.cap, 2 * ext.current)
+    init = get("markov-init")
+    blocked = training_extension(init, init.make_config("quick"))
+    assert blocked.next() is None and "standard-init-leaves-plateau-later" in blocked.blocked
+    landscape = get("markov-landscape")  # no training-length field (a flow's time)
+    assert training_extension(landscape, landscape.make_config("quick")) is None
