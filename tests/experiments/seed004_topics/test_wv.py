@@ -118,6 +118,8 @@ def test_block_means_match_thm2_and_a_shifted_wv_fails_them(tmp_path):
     ratio = a.result("wv-block-mean-over-10x-nonblock")
     assert sorted(r.id.split("/", 1)[1] for r in ratio.rows) == sorted(f"{s}/{p}" for s in ("no-l2", "attn") for p in
                                                                         ("ce/sgd", "ce/adam", "squared/sgd", "squared/adam"))
+    assert sorted(r.id.split("/", 1)[1] for r in ratio.rows if r.provenance == "seed") == [
+        "attn/squared/sgd", "no-l2/squared/sgd"]  # the captions' third panel; the others are ours
     want = (e["same"] - 10 * abs(e["diff"])) / (GAP / 3)
     assert ratio.rows[0].measured.values == pytest.approx([want] * 2, rel=1e-6) and want > 0
     assert ratio.verdict == "holds"
@@ -209,3 +211,16 @@ def test_tiny_end_to_end_run_has_a_verdict_per_claim(runs_dir):
     pop = next(g for g in summary["claims"] if g["id"] == "population-wv-is-thm2-optimum")["rows"][0]
     assert pop["drift"] is not None  # the distance is logged along training
     assert (run.path / "figures").is_dir() and any((run.path / "figures").iterdir())
+
+
+def test_the_10x_ratio_is_decided_by_the_captions_panel_only(tmp_path):
+    """Rows of the other panels fail (a shifted W^V) but the squared/SGD panels never trained: the group is not
+    evaluable, not failed — our panels never decide the seed's statement."""
+    star = wv_star(3, 3, 0.15, 0.1, 0.1)
+    shifted = star.clone()
+    shifted[1:, 1:] += 0.1
+    short = {"no-l2/squared/sgd": 0.1, "attn/squared/sgd": 0.1}
+    exp, cfg, run = _planted(tmp_path, z=6.0, g=GAP, u=0.9, pop_scale=1.0, tag="short", wv=shifted, shares=short)
+    ratio = exp.analyse(cfg, run).result("wv-block-mean-over-10x-nonblock")
+    assert {r.verdict for r in ratio.rows if r.provenance == "ours" and "/ce/" not in r.id} == {"fails"}
+    assert ratio.verdict == "not evaluable"
