@@ -30,6 +30,7 @@ with ``.``, so it can neither leave ``OUT`` nor pass for a staging folder.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import fcntl
@@ -50,7 +51,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from tdlab.config import ECHO_CHARS, ConfigError, echo, one_line
+from tdlab.config import ECHO_CHARS, ConfigError, deep_merge, echo, one_line, parse_overrides
 from tdlab.safeio import (RunDirError, atomic_write, copy_inside, file_mode, legacy_pickles, open_inside, read_inside,
                           refuse_pickle)
 
@@ -91,17 +92,6 @@ def check_run_id(run_id: str) -> str:
 DECIDE_IDENTITY = ("looks", "alpha", "growth", "max_members", "budget_s")
 
 
-def _with_field(config: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
-    """A copy of the nested mapping ``config`` with ``path`` set to ``value`` (where the path exists)."""
-    head, *rest = path
-    if head not in config:
-        return config
-    if not rest:
-        return {**config, head: value}
-    inner = config[head]
-    return {**config, head: _with_field(inner, rest, value)} if isinstance(inner, dict) else config
-
-
 def config_hash(conf: dict[str, Any]) -> str:
     """SHA-256 of a run's identity: ``experiment``, ``profile`` and the full ``config`` of a
     ``config.yaml`` mapping (key order and YAML formatting do not matter). A ``--decide`` run is the
@@ -116,9 +106,10 @@ def config_hash(conf: dict[str, Any]) -> str:
         if isinstance(schedule, list) and schedule and isinstance(config, dict):
             ident["config"] = {**config, "members": schedule[0]}
         first = decide.get("first_length")
-        if isinstance(first, dict) and isinstance(ident["config"], dict):  # the training length it began with
-            for dotted, value in first.items():
-                ident["config"] = _with_field(ident["config"], str(dotted).split("."), value)
+        if isinstance(first, dict) and first and isinstance(ident["config"], dict):  # the training length it began with
+            with contextlib.suppress(ConfigError):  # a damaged block: the identity keeps the stored length
+                ident["config"] = deep_merge(ident["config"],
+                                             parse_overrides(f"{k}={json.dumps(v)}" for k, v in first.items()))
         ident["decide"] = {k: decide.get(k) for k in DECIDE_IDENTITY}
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -161,8 +161,14 @@ class RunView:
             if not np.array_equal(s2, steps):
                 raise RunDirError(f"{self.path}: {name!r} and {minus!r} of {_name(arm)!r} are not on the same steps")
             v = v - ref
+        return self.curve_drift(arm, steps, v, fraction)
+
+    def curve_drift(self, arm: str | ArmKey, steps: np.ndarray, values: np.ndarray, fraction: float = 0.1) -> float:
+        """:func:`~tdlab.claims.end_drift` of a curve ``values (E, S)`` derived from ``arm``'s metrics on its
+        evaluation ``steps (S,)`` (a ratio of two of them, a difference between arms), in ``arm``'s
+        learning-rate time."""
         sched = self.lr(arm)
-        return end_drift(steps, v, fraction, lr_steps=sched[0] if sched else None, lr=sched[1] if sched else None)
+        return end_drift(steps, values, fraction, lr_steps=sched[0] if sched else None, lr=sched[1] if sched else None)
 
     def arrays(self, arm: str | ArmKey) -> dict[str, torch.Tensor]:
         """Saved parameters of ``arm``, each with a leading member axis (read once)."""

@@ -32,7 +32,7 @@ import torch
 from pydantic import Field
 from scipy.special import digamma
 
-from tdlab.claims import ArmHealth, Measurements, Sample, Stage, assess_arm, end_drift
+from tdlab.claims import ArmHealth, Measurements, Sample, Stage, assess_arm
 from tdlab.config import Config
 from tdlab.experiments.base import ExperimentConfig, RunContext
 from tdlab.experiments.view import RunView
@@ -46,7 +46,7 @@ from tdlab.train.trainer import FitResult, Probe, TrainConfig, Trainer
 __all__ = ["Loss", "Optimizer", "TopicsTrain", "TopicsExperimentConfig", "StageClaims", "panel_name",
            "masked_objective", "topic_data", "fit_topics", "trivial_masked_error", "optimum_masked_loss",
            "GAP_CLOSED", "gap_bound", "record_gap_stage", "stacked", "init_block_z", "fmt_members", "loss_kind", "setting_health",
-           "AUTHORS_NOT_REPRODUCED", "PANELS", "curve_drift", "paired_loss_excess_share"]
+           "AUTHORS_NOT_REPRODUCED", "PANELS", "paired_loss_excess_share"]
 
 Loss = Literal["ce", "squared"]
 Optimizer = Literal["sgd", "adam"]
@@ -218,13 +218,6 @@ def setting_health(view: RunView, arm: str, settings: Mapping[str, Sequence[int]
     return out
 
 
-def curve_drift(view: RunView, arm: str, steps: np.ndarray, values: np.ndarray) -> float:
-    """:func:`~tdlab.claims.end_drift` of a curve ``values (E, S)`` derived from ``arm``'s logged metrics
-    (on its evaluation ``steps (S,)``), in ``arm``'s learning-rate time."""
-    sched = view.lr(arm)
-    return end_drift(steps, values, lr_steps=sched[0] if sched else None, lr=sched[1] if sched else None)
-
-
 def paired_loss_excess_share(view: RunView, arm: str, ref: str, gap: float) -> Sample:
     """Per member seed (the arms share seeds): ``(L_arm − L_ref) / gap``, final test losses; ``gap`` = the
     uniform predictor's loss − the closed-form optimum (:func:`optimum_masked_loss`), so that this is the
@@ -232,5 +225,5 @@ def paired_loss_excess_share(view: RunView, arm: str, ref: str, gap: float) -> S
     drift is that of the same difference along training (None when the arms were evaluated on different steps)."""
     steps, a = view.curves(arm, "test_loss")
     s2, b = view.curves(ref, "test_loss")
-    drift = curve_drift(view, arm, steps, (a - b) / gap) if np.array_equal(steps, s2) else None
+    drift = view.curve_drift(arm, steps, (a - b) / gap) if np.array_equal(steps, s2) else None
     return Sample((view.final(arm, "test_loss") - view.final(ref, "test_loss")) / gap, drift=drift)

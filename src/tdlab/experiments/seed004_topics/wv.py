@@ -55,7 +55,7 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, RunContext, init_arm, register
 from tdlab.experiments.seed004_topics.training import (AUTHORS_NOT_REPRODUCED, GAP_CLOSED, PANELS, Loss, Optimizer,
-                                                       StageClaims, TopicsExperimentConfig, curve_drift, fit_topics,
+                                                       StageClaims, TopicsExperimentConfig, fit_topics,
                                                        gap_bound, init_block_z, loss_kind, fmt_members,
                                                        optimum_masked_loss, paired_loss_excess_share, panel_name,
                                                        record_gap_stage, stacked, trivial_masked_error)
@@ -376,7 +376,7 @@ class TopicsWV(Experiment):
                 drift = None
                 if run.has(arm, "wv_S") and run.has(arm, "wv_D"):
                     steps, Sc = run.curves(arm, "wv_S")
-                    drift = curve_drift(run, arm, steps, block_ratio_stat(Sc, run.curves(arm, "wv_D")[1],
+                    drift = run.curve_drift(arm, steps, block_ratio_stat(Sc, run.curves(arm, "wv_D")[1],
                                                                           c.block_ratio_min))
                 # The captions check the ratio in their third panel only (squared loss, SGD): the other panels'
                 # rows are ours, judged and shown, never deciding the group.
