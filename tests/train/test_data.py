@@ -66,6 +66,20 @@ def test_a_members_data_do_not_depend_on_its_neighbours_and_can_be_shared():
     assert torch.equal(shared.splits["train"]["tokens"][0], shared.splits["train"]["tokens"][1])
 
 
+def test_a_data_set_is_drawn_on_the_cpu_and_moved_so_every_device_gets_the_same_data():
+    seen = []
+
+    def cpu_only(gen, device="cpu"):
+        seen.append((gen.device.type, device))
+        return make(gen, device)
+
+    on_meta = FixedDataset(cpu_only, batch=8).bind(member_seeds(0, 2), "meta")  # a device that is not the CPU
+    assert seen == [("cpu", "cpu")] * 2  # the maker never sees the target device (randperm refuses a GPU generator)
+    assert all(t.device.type == "meta" for split in on_meta.splits.values() for t in split.values())
+    on_cpu = FixedDataset(make, batch=8).bind(member_seeds(0, 2), "cpu")
+    assert on_meta.splits["train"]["tokens"].shape == on_cpu.splits["train"]["tokens"].shape == (2, 40, L)
+
+
 def test_evaluation_covers_each_split_in_full_or_up_to_its_limit():
     data = FixedDataset(make, batch=8, eval_splits=("test", "probe"), eval_batch=6).bind(member_seeds(0, 2), "cpu")
     got = {}

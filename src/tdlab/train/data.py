@@ -110,12 +110,15 @@ class FixedDataset:
         return None
 
     def bind(self, seeds: Sequence[int], device: str | torch.device) -> FixedDataset:
-        """Build the chunk's data sets, ``{split: {name: (E, n, ...)}}``, on ``device`` (one tensor each)."""
+        """Build the chunk's data sets, ``{split: {name: (E, n, ...)}}``, on ``device`` (one tensor each).
+
+        They are drawn on the CPU, with a CPU generator, and moved: a data set is made once, so this
+        costs little, and the same seed gives the same data on every device."""
         self.seeds, self.device, self._order = list(seeds), device, None
         per_member = []
         for s in self.seeds:
-            g = generators([self.data_seeds.get(s, s)], DATASET, device)[0]
-            splits = {k: dict(v) for k, v in self.make(g, device).items()}
+            g = generators([self.data_seeds.get(s, s)], DATASET, "cpu")[0]
+            splits = {k: dict(v) for k, v in self.make(g, "cpu").items()}
             if self.prepare_once:
                 splits = {k: self.objective.prepare({n: t.unsqueeze(0) for n, t in v.items()}, [g]).as_dict()
                           for k, v in splits.items()}
@@ -126,7 +129,8 @@ class FixedDataset:
         missing = [s for s in self.eval_splits if s not in per_member[0]]
         if missing:
             raise ValueError(f"eval_splits {missing} not among the data set's splits {sorted(per_member[0])}")
-        self.splits = {k: {n: torch.stack([m[k][n] for m in per_member]) for n in per_member[0][k]} for k in per_member[0]}
+        self.splits = {k: {n: torch.stack([m[k][n] for m in per_member]).to(device) for n in per_member[0][k]}
+                       for k in per_member[0]}
         n = self.n_train
         if n < self.batch:
             raise ValueError(f"train split has {n} items, fewer than one batch of {self.batch}")

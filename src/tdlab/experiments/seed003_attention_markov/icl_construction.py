@@ -251,7 +251,7 @@ class MarkovICLConstruction(Experiment):
         loss = next_token_loss(model(x[..., :-1]), x[..., 1:]).double()  # (E,)
         est = {j: v.mean(-1) for j, v in estimator_losses(x, k, 2, cfg.alpha).items()}
         pats = attention_patterns(model, x)
-        built = construction(k, cfg.kappas[-1], cfg.alpha, members=len(seeds))
+        built = construction(k, cfg.kappas[-1], cfg.alpha, members=len(seeds)).to(x.device)
         cpat = attention_patterns(built, x)[-1]
         cscore, _ = context_matching_score(cpat, x[:, :, None], k, keep_dims=1)
         rows = []
