@@ -344,10 +344,11 @@ def test_run_name_help_lists_every_config_key_with_type_default_and_meaning(monk
             assert f.doc.split()[0] in out
 
 
-def test_run_help_shows_a_field_comment_and_both_profiles_defaults(monkeypatch):
+def test_run_help_shows_a_field_comment_and_every_profiles_defaults(monkeypatch):
     monkeypatch.setattr(cli, "out_console", Console(width=300))
     out = CliRunner().invoke(cli.app, ["run", "icl-avdigits", "--help"]).stdout
-    assert "  data.n_train  int in [10, 1000000]  quick 1500, paper 60000" in out
+    assert "  data.n_train  int in [10, 1000000]  quick 1500, standard 1500, paper 60000" in out
+    assert "  schedule.epochs  int in [1, 10000]  quick 5, standard 40, paper 100" in out
     assert "App. I.1: 60,000 training examples" in out
     bare = CliRunner().invoke(cli.app, ["run", "--help"]).stdout  # no name: the command's own help only
     assert "data.n_train" not in bare and "NAME --help" in bare

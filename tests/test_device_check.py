@@ -26,7 +26,7 @@ def dc():
 def test_every_experiment_gets_a_valid_length_no_longer_than_quick(dc):
     from tdlab.experiments.base import get
     from tdlab.experiments.catalog import CATALOG
-    from tdlab.experiments.decide import read_field
+    from tdlab.config import read_field
 
     for name in CATALOG:
         exp = get(name)

@@ -1,7 +1,7 @@
 """The ``tdlab`` command.
 
     tdlab list                                   every experiment, with its seed paper and figure
-    tdlab run NAME [--profile quick|paper] [--set a.b=c ...] [--seeds N] [--seed S] [--device cpu|cuda] [--out DIR]
+    tdlab run NAME [--profile quick|standard|paper] [--set a.b=c ...] [--seeds N] [--seed S] [--device cpu|cuda] [--out DIR]
     tdlab report RUN_DIR                         rebuild claims, figures, summary.json and report.html
     tdlab runs [--out DIR]                       table of past runs with their claim verdicts
     tdlab atlas run|build|serve                  the claims atlas: sweep each experiment's atlas axes, build
@@ -157,7 +157,7 @@ def _print_config_keys(exp) -> None:  # noqa: ANN001
 @app.command(cls=_RunCommand)
 def run(
     name: Annotated[Optional[str], typer.Argument(help="experiment name (see `tdlab list`)")] = None,
-    profile: Annotated[str, typer.Option(help="quick (minutes on 2 CPU cores) or paper (the seed's settings)")] = "quick",
+    profile: Annotated[str, typer.Option(help="quick (minutes on 2 CPU cores), standard (~30 min on 2 CPU cores: quick trained longer, see tdlab.experiments.standard) or paper (the seed's settings)")] = "quick",
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a config field: --set task.p=0.7")] = None,
     seeds: Annotated[Optional[int], typer.Option("--seeds", help="ensemble members (independent seeds) per arm")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="root seed of the run")] = None,
@@ -395,7 +395,7 @@ app.add_typer(atlas_app, name="atlas")
 @atlas_app.command("run")
 def atlas_run(
     experiments: Annotated[Optional[list[str]], typer.Argument(help="experiments (default: every one that declares atlas axes)")] = None,
-    profile: Annotated[str, typer.Option(help="quick (a coarser grid, minutes) or paper (the declared ranges)")] = "quick",
+    profile: Annotated[str, typer.Option(help="quick (a coarser grid, minutes), standard or paper (the declared ranges)")] = "quick",
     backend: Annotated[str, typer.Option(help="local (process pool) or ray")] = "local",
     workers: Annotated[int, typer.Option(min=1, help="points run at once")] = 2,
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address HOST:PORT (ray backend)")] = None,

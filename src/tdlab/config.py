@@ -21,7 +21,7 @@ from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-__all__ = ["Config", "ConfigError", "parse_overrides", "apply_overrides", "build_config", "deep_merge",
+__all__ = ["Config", "ConfigError", "parse_overrides", "apply_overrides", "build_config", "deep_merge", "read_field",
            "validate_config", "echo", "one_line", "ECHO_CHARS", "parse_duration"]
 
 ECHO_CHARS = 80  # longest echo of a user value in a message
@@ -180,6 +180,14 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
                 raise ConfigError(f"--set {echo(item)}: {echo(part)} is set both as a value and as a section")
         node[leaf] = value
     return out
+
+
+def read_field(cfg: BaseModel, dotted: str) -> Any:
+    """The value of the dotted config field ``dotted`` (``train.steps``) of ``cfg``."""
+    value: Any = cfg
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

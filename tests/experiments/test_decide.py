@@ -348,7 +348,8 @@ def test_real_experiments_say_how_they_may_train_longer():
     """The training-length field comes from the experiment; the cap is its paper profile's; an experiment with
     a claim at the seed's budget may not train longer."""
     from tdlab.experiments.base import get
-    from tdlab.experiments.decide import read_field, training_extension
+    from tdlab.config import read_field
+    from tdlab.experiments.decide import training_extension
 
     heads = get("markov-icl-heads")
     ext = training_extension(heads, heads.make_config("quick"))

@@ -337,9 +337,21 @@ def _dotted_keys(tree: dict[str, Any], prefix: str = "") -> list[str]:
 _REGISTRY: dict[str, Experiment] = {}
 
 
+_INSTALLED: set[int] = set()  # ids of the profile dicts register() made (a subclass inherits them)
+
+
 def register(cls: type[Experiment]) -> type[Experiment]:
     """Class decorator: make an experiment available to ``tdlab list`` and ``tdlab run`` (its module
-    must also be in :data:`tdlab.experiments.catalog.CATALOG`, which names it without importing it)."""
+    must also be in :data:`tdlab.experiments.catalog.CATALOG`, which names it without importing it).
+
+    Installs the ``standard`` profile between ``quick`` and ``paper`` (:mod:`tdlab.experiments.standard`)
+    unless the class declares its own."""
+    from tdlab.experiments.standard import standard_layer
+
+    if "standard" not in cls.profiles or id(cls.profiles) in _INSTALLED:  # a parent's installed one is not this class's
+        rest = {k: v for k, v in cls.profiles.items() if k not in ("quick", "standard", "paper")}
+        cls.profiles = {"quick": cls.profiles["quick"], "standard": standard_layer(cls), "paper": cls.profiles["paper"], **rest}
+        _INSTALLED.add(id(cls.profiles))
     _REGISTRY[cls.name] = cls()
     return cls
 

@@ -25,7 +25,7 @@ class Entry:
     paper: str
     figure: str
     description: str
-    profiles: tuple[str, ...] = ("quick", "paper")
+    profiles: tuple[str, ...] = ("quick", "standard", "paper")
 
 
 CATALOG: dict[str, Entry] = {

@@ -33,12 +33,12 @@ from typing import Any
 from pydantic import Field
 
 from tdlab.claims.sequential import Extension, Looks, RoundPlan, blocker, decided, distance, round_plan
-from tdlab.config import apply_overrides
+from tdlab.config import apply_overrides, read_field
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run
 
-__all__ = ["DecidePlan", "run_rounds", "training_extension", "read_field"]
+__all__ = ["DecidePlan", "run_rounds", "training_extension"]
 
 
 class DecidePlan(Looks, frozen=True):
@@ -60,14 +60,6 @@ def training_extension(exp: Experiment, cfg: ExperimentConfig) -> Extension | No
     blocked = (f"its paper claims {', '.join(budget)} are judged at the seed's budget, which a longer run would change"
                if budget else "")
     return Extension(name, float(current), float(max(cap, current)), blocked)
-
-
-def read_field(cfg: ExperimentConfig, dotted: str) -> Any:
-    """The value of the dotted config field ``dotted`` (``train.steps``) of ``cfg``."""
-    value: Any = cfg
-    for part in dotted.split("."):
-        value = getattr(value, part)
-    return value
 
 
 def run_rounds(exp: Experiment, cfg: ExperimentConfig, ctx: RunContext, plan: DecidePlan, state: dict[str, Any],

@@ -1,0 +1,34 @@
+"""The profiles of every experiment side by side: quick, standard (:mod:`tdlab.experiments.standard`) and
+paper, as the README's table (``python -m tdlab.report.profiles``)."""
+
+from __future__ import annotations
+
+from tdlab.config import read_field
+from tdlab.experiments.standard import EXPLICIT, QUICK_SECONDS, standard_of
+
+__all__ = ["table"]
+
+
+def table() -> str:
+    """Markdown: every experiment's standard settings against quick's and paper's, and why
+    (``python -m tdlab.report.profiles``; the README's table between ``standard:start/end``)."""
+    from tdlab.experiments.base import get
+    from tdlab.experiments.catalog import CATALOG
+
+    lines = ["| experiment | length field | quick | standard | paper | members q/s/p | quick time | predicted |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name in CATALOG:
+        exp = get(name)
+        field = exp.training_length_field()
+        cfgs = [exp.make_config(p) for p in ("quick", "standard", "paper")]
+        lengths = [read_field(c, field) if field else "–" for c in cfgs]
+        st = standard_of(exp, exp.profiles["quick"], exp.profiles["paper"])
+        measured = f"{QUICK_SECONDS[name][0]:g} s ({QUICK_SECONDS[name][1].split(',')[0]})" if name in QUICK_SECONDS else "–"
+        note = EXPLICIT[name][1] if name in EXPLICIT else (f"~{st.predicted_s:.0f} s" if st.predicted_s else st.reason)
+        lines.append(f"| `{name}` | {field or '–'} | {lengths[0]} | {lengths[1]} | {lengths[2]} | "
+                     f"{'/'.join(str(c.members) for c in cfgs)} | {measured} | {note} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table())

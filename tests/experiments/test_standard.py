@@ -1,0 +1,100 @@
+"""The standard profile: one rule from a measured quick time, between quick and paper, within its budget."""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import pytest
+
+from tdlab.config import read_field
+from tdlab.experiments.base import ExperimentConfig
+from tdlab.experiments.catalog import CATALOG
+from tdlab.experiments.standard import EXPLICIT, MARGIN, QUICK_SECONDS, TARGET_SECONDS, standard_of
+from tdlab.train.trainer import TrainConfig
+
+BUDGET = MARGIN * TARGET_SECONDS
+
+
+class _Cfg(ExperimentConfig):
+    train: TrainConfig = TrainConfig()
+
+
+class _Fake:
+    """The attributes the rule reads, for a made-up experiment."""
+
+    name = "fake"
+    Config = _Cfg
+    field: ClassVar[str | None] = "train.steps"
+
+    @classmethod
+    def training_length_field(cls) -> str | None:
+        return cls.field
+
+
+QUICK = {"members": 3, "train": {"steps": 1000}}
+PAPER = {"members": 5, "train": {"steps": 8000}}
+
+
+def test_a_cheap_quick_profile_gets_the_seeds_length_and_members_with_the_time_left():
+    st = standard_of(_Fake, QUICK, PAPER, seconds=60)  # 8x the length: 480 s; 5 members: 800 s <= 1440 s
+    assert st.layer["train"]["steps"] == 8000 and st.layer["members"] == 5
+    assert st.predicted_s == pytest.approx(60 * 8 * 5 / 3)
+
+
+def test_members_grow_only_as_far_as_the_budget_allows():
+    st = standard_of(_Fake, QUICK, PAPER, seconds=170)  # 8x: 1360 s for 3 members; a 4th would not fit
+    assert st.layer["train"]["steps"] == 8000 and st.layer["members"] == 3
+
+
+def test_an_expensive_quick_profile_trains_longer_by_what_fits_rounded_down():
+    st = standard_of(_Fake, QUICK, PAPER, seconds=290)  # 1440 / 290 = 4.97: 4900 steps, quick's members
+    assert st.layer["train"]["steps"] == 4900 and st.layer["members"] == 3
+    assert st.predicted_s <= BUDGET
+    slow = standard_of(_Fake, QUICK, PAPER, seconds=5000)  # not even one quick pass fits: quick's length
+    assert slow.layer["train"]["steps"] == 1000 and slow.layer["members"] == 3
+
+
+def test_without_a_length_field_or_a_measured_time_standard_is_quick():
+    class NoField(_Fake):
+        field = None
+
+    assert standard_of(NoField, QUICK, PAPER, seconds=10).layer == QUICK
+    assert standard_of(_Fake, QUICK, PAPER).layer == QUICK  # "fake" has no QUICK_SECONDS entry
+
+
+@pytest.mark.parametrize("name", sorted(CATALOG))
+def test_every_standard_profile_lies_between_quick_and_paper_and_fits_its_budget(name):
+    from tdlab.experiments.base import get
+
+    exp = get(name)
+    assert list(exp.profiles)[:3] == ["quick", "standard", "paper"] and CATALOG[name].profiles == tuple(exp.profiles)
+    quick, std, paper = (exp.make_config(p) for p in ("quick", "standard", "paper"))
+    assert quick.members <= std.members <= max(quick.members, paper.members)
+    field = exp.training_length_field()
+    if field is not None and name not in EXPLICIT:
+        lq, ls, lp = (read_field(c, field) for c in (quick, std, paper))
+        assert lq <= ls <= max(lq, lp)
+        if name in QUICK_SECONDS:
+            t = QUICK_SECONDS[name][0]
+            assert t * (ls / lq) * (std.members / quick.members) <= max(BUDGET, t) + 1e-9
+            assert ls == lp or ls > lq or t * 1.1 > BUDGET  # it grew, unless quick alone nearly fills the budget
+    if field is None and name not in EXPLICIT:
+        assert std == quick
+    if EXPLICIT.get(name, (None,))[0] == "paper":
+        assert std == paper
+    rest = {k: v for k, v in std.model_dump().items() if k != "members"}
+    qrest = {k: v for k, v in quick.model_dump().items() if k != "members"}
+    if field is not None and "." in field:  # only the length field (and members) differ from quick
+        head, leaf = field.rsplit(".", 1)
+        node_s, node_q = rest, qrest
+        for part in head.split("."):
+            node_s, node_q = node_s[part], node_q[part]
+        node_s.pop(leaf), node_q.pop(leaf)
+    if name not in EXPLICIT:
+        assert rest == qrest
+
+
+def test_every_measured_time_says_where_it_comes_from():
+    assert set(QUICK_SECONDS) <= set(CATALOG)
+    assert all(t > 0 and math.isfinite(t) and src for t, src in QUICK_SECONDS.values())
