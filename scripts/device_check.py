@@ -40,7 +40,7 @@ def shortened(name: str, scale: float) -> list[str]:
     A length the config refuses (a snapshot epoch past the end, say) is doubled until it is valid."""
     from tdlab.config import ConfigError
     from tdlab.experiments.base import get
-    from tdlab.experiments.decide import read_field
+    from tdlab.config import read_field
 
     exp = get(name)
     field = exp.training_length_field()

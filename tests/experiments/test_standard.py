@@ -10,7 +10,7 @@ import pytest
 from tdlab.config import read_field
 from tdlab.experiments.base import ExperimentConfig
 from tdlab.experiments.catalog import CATALOG
-from tdlab.experiments.standard import EXPLICIT, MARGIN, QUICK_SECONDS, TARGET_SECONDS, standard_of
+from tdlab.experiments.standard import EXPLICIT, MARGIN, QUICK_SECONDS, TARGET_SECONDS, seed_learning_rates, standard_of
 from tdlab.train.trainer import TrainConfig
 
 BUDGET = MARGIN * TARGET_SECONDS
@@ -55,6 +55,17 @@ def test_an_expensive_quick_profile_trains_longer_by_what_fits_rounded_down():
     assert slow.layer["train"]["steps"] == 1000 and slow.layer["members"] == 3
 
 
+def test_the_seeds_learning_rate_comes_back_only_where_the_longer_schedule_covers_quicks():
+    quick = {**QUICK, "train": {"steps": 1000, "lr": 1e-2}}
+    paper = {**PAPER, "train": {"steps": 8000, "lr": 3e-3}}
+    long = standard_of(_Fake, quick, paper, seconds=290)  # 4900 steps x 3e-3 = 14.7 >= 1000 x 1e-2 = 10
+    assert long.layer["train"]["lr"] == 3e-3 and "the seed's train.lr" in long.reason
+    short = standard_of(_Fake, quick, paper, seconds=1000)  # 1400 steps x 3e-3 = 4.2 < 10: quick's rate stays
+    assert short.layer["train"]["lr"] == 1e-2 and short.layer["train"]["steps"] == 1400
+    slower = standard_of(_Fake, {**quick, "train": {"steps": 1000, "lr": 1e-3}}, paper, seconds=60)
+    assert slower.layer["train"]["lr"] == 1e-3  # quick's rate is below the seed's: nothing to take back
+
+
 def test_without_a_length_field_or_a_measured_time_standard_is_quick():
     class NoField(_Fake):
         field = None
@@ -91,6 +102,12 @@ def test_every_standard_profile_lies_between_quick_and_paper_and_fits_its_budget
         for part in head.split("."):
             node_s, node_q = node_s[part], node_q[part]
         node_s.pop(leaf), node_q.pop(leaf)
+    for f in seed_learning_rates(quick, paper, (read_field(std, field) / read_field(quick, field)) if field else 1.0):
+        head, leaf = f.rsplit(".", 1) if "." in f else ("", f)
+        node_s, node_q = rest, qrest
+        for part in filter(None, head.split(".")):
+            node_s, node_q = node_s[part], node_q[part]
+        assert node_s.pop(leaf) == read_field(paper, f) and node_q.pop(leaf) == read_field(quick, f)
     if name not in EXPLICIT:
         assert rest == qrest
 

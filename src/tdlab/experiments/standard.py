@@ -12,8 +12,12 @@ Rule (one for every experiment, from a measured quick time):
    (whole epochs), never below quick's, and set to paper's when ``k`` reaches it.
 3. Only where the seed's length fits, members grow towards paper's with what is left:
    ``m = min(paper members, floor(quick members * B / (t_q * k)))``.
-4. Everything else stays quick's (sequence lengths, learning rates, grids): they change what is
-   measured, and their cost is not linear in anything we measured. ``--decide`` adds members and
+4. A learning rate that quick raises above the seed's goes back to the seed's where the longer
+   schedule covers at least quick's learning-rate time (length x rate), so arms get at least as far
+   as in quick (:func:`seed_learning_rates`; e.g. markov-icl-heads: 2300 steps at 3e-3 against quick's
+   200 at 1e-2). Elsewhere it stays quick's: the seed's rate would need more steps than the budget.
+5. Everything else stays quick's (sequence lengths, grids): they change what is measured, and their
+   cost is not linear in anything we measured. ``--decide`` adds members and
    training where a group stays undecided.
 
 Experiments with no single training-length field, or with no measured quick time, run quick's settings
@@ -30,7 +34,7 @@ from pydantic import BaseModel
 
 from tdlab.config import build_config, deep_merge, parse_overrides, read_field
 
-__all__ = ["TARGET_SECONDS", "MARGIN", "QUICK_SECONDS", "EXPLICIT", "Sized", "Standard", "standard_of", "standard_layer"]
+__all__ = ["TARGET_SECONDS", "MARGIN", "QUICK_SECONDS", "EXPLICIT", "Sized", "Standard", "standard_of", "standard_layer", "seed_learning_rates"]
 
 TARGET_SECONDS = 1800.0  # the first pass of `--profile standard` on 2 CPU cores
 MARGIN = 0.8
@@ -137,11 +141,33 @@ def standard_of(exp: Sized, quick: dict[str, Any], paper: dict[str, Any],
     members = mq
     if length == lp and mp > mq:
         members = max(mq, min(mp, math.floor(mq * budget / (seconds * k))))
-    layer = deep_merge(quick, parse_overrides([f"{field}={length}", f"members={members}"]))
+    lrs = seed_learning_rates(q_cfg, p_cfg, length / lq)
+    sets = [f"{field}={length}", f"members={members}", *(f"{f}={v!r}" for f, v in lrs.items())]
+    layer = deep_merge(quick, parse_overrides(sets))
     predicted = seconds * k * members / mq
     why = (f"quick {seconds:g} s ({QUICK_SECONDS.get(exp.name, (0, 'given'))[1]}) for {field}={lq}, {mq} members; "
-           f"{field} x{k:.3g} = {length} (paper {lp}), {members} members (paper {mp}): ~{predicted:.0f} s predicted")
+           f"{field} x{k:.3g} = {length} (paper {lp}), {members} members (paper {mp})"
+           + "".join(f", the seed's {f} {v:g}" for f, v in lrs.items()) + f": ~{predicted:.0f} s predicted")
     return Standard(layer, why, predicted)
+
+
+def seed_learning_rates(quick: BaseModel, paper: BaseModel, k: float) -> dict[str, float]:
+    """The learning rates (fields named ``lr`` or ``*_lr``) that quick inflates above the seed's and that
+    standard can take back: those where ``k`` times quick's length at the seed's rate covers at least
+    quick's learning-rate time (``k * lr_paper >= lr_quick``), so the arms get at least as far as in quick."""
+    out: dict[str, float] = {}
+
+    def walk(q: Any, p: Any, prefix: str) -> None:
+        for name in type(q).model_fields:
+            vq, vp = getattr(q, name), getattr(p, name)
+            if isinstance(vq, BaseModel) and isinstance(vp, BaseModel):
+                walk(vq, vp, f"{prefix}{name}.")
+            elif ((name == "lr" or name.endswith("_lr")) and isinstance(vq, float) and isinstance(vp, float)
+                  and vp < vq <= k * vp):
+                out[prefix + name] = vp
+
+    walk(quick, paper, "")
+    return out
 
 
 def standard_layer(exp: Any) -> dict[str, Any]:
