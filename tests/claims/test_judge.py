@@ -190,6 +190,23 @@ def test_still_moving_is_not_resolved_only_for_convergence_claims():
     assert one(threshold, Sample([0.6, 0.61, 0.6], drift=0.02))[1].verdict == "not resolved"
 
 
+def test_a_fail_at_convergence_needs_the_measurement_to_have_stopped_moving_towards_the_claim():
+    """A slow creep far below the claim (drift under the tolerance, so "settled" by the drift rule) is
+    training too short: at its pace as much training again would cover the tolerance. The topics-wv case:
+    W^V's block-sum gap 0.357 against c3 = 1.156 ± 0.116, rising by 0.021 per tenth of training."""
+    far = [0.35, 0.36, 0.35]
+    claim = spec(expected=1.156, tolerance=0.1156, horizon="convergence")
+    _, creeping = one(claim, Sample(far, drift=0.021))
+    assert creeping.verdict == "not resolved" and creeping.cause == "still moving" and "towards the claim" in creeping.reason
+    assert one(claim, Sample(far, drift=0.005))[1].verdict == "fails"  # 10 x 0.005 < 0.1156: it has stopped
+    assert one(claim, Sample(far, drift=-0.021))[1].verdict == "fails"  # moving away from the claim
+    assert one(spec(expected=1.156, tolerance=0.1156, horizon="budget"), Sample(far, drift=0.021))[1].verdict == "fails"
+    above = spec(relation="le", expected=0.0, tolerance=0.01, horizon="convergence")  # a bound from above
+    assert one(above, Sample([0.2, 0.21, 0.2], drift=-0.002))[1].verdict == "not resolved"  # falling towards it
+    assert one(above, Sample([0.2, 0.21, 0.2], drift=+0.002))[1].verdict == "fails"
+    assert one(claim, Sample([1.15, 1.16, 1.15], drift=0.005))[1].verdict == "holds"  # holds are untouched
+
+
 # --------------------------------------------------------------------------------------------------
 # Gates
 

@@ -10,7 +10,10 @@ A row's verdict, in order:
    that side, and a row whose every member is censored is not resolved; a paired direction on
    discrete or censored values is decided by an exact sign test, not a t-interval.
 2. **Convergence**: a ``convergence`` claim whose measurement still drifts at the end of training
-   (in learning-rate time) by more than its drift tolerance is not resolved.
+   (in learning-rate time) by more than its drift tolerance is not resolved. A ``fails`` at convergence
+   also needs the measurement to have stopped moving *towards* the claim: one still approaching it at
+   a pace that, over as much training again (:data:`AGAIN` end windows), would cover its tolerance is
+   not resolved: a slow creep far from the claim is training too short, not a finding.
 3. **Health gate**: a row needing an arm that did not train (moved, for claims about failing to
    learn) is not evaluable.
 4. **Stage gate**: a row whose arms have not passed the claim's declared stage in every member is not
@@ -43,6 +46,10 @@ from tdlab.claims.stats import (
 )
 
 __all__ = ["Verdict", "VERDICTS", "Cause", "RowResult", "GroupResult", "judge", "judge_row", "group_verdict"]
+
+# End-drift windows in as much training again: the drift is measured over the last tenth of training
+# (tdlab.claims.health.end_drift's fraction), so ten windows make the whole of it once more.
+AGAIN = 10
 
 Verdict = Literal["holds", "fails", "not resolved", "not evaluable"]
 VERDICTS: tuple[str, ...] = ("holds", "fails", "not resolved", "not evaluable")
@@ -342,6 +349,15 @@ def judge_row(spec: ClaimSpec, row: Row, cfg: Any, confidence: float = 0.95) -> 
         res.set("not resolved", "still moving",
                 f"still moving: {m.drift:+.4g}{spec.unit} over the last tenth of training (learning-rate time), "
                 f"tolerance {drift_tol:g}; {res.verdict} at the end")
+    elif (spec.horizon == "convergence" and res.verdict == "fails" and m.drift is not None and math.isfinite(m.drift)
+          and drift_tol is not None):
+        centre = statistics.fmean(m.values)
+        toward = (centre < lo and m.drift > 0) or (centre > hi and m.drift < 0)
+        if toward and abs(m.drift) * AGAIN >= drift_tol:
+            res.set("not resolved", "still moving",
+                    f"still moving towards the claim: {m.drift:+.4g}{spec.unit} over the last tenth of training "
+                    f"(learning-rate time), so as much training again at that pace moves it by "
+                    f"{abs(m.drift) * AGAIN:.4g}, at least its tolerance {drift_tol:g}; fails at the end, not at convergence")
     return res
 
 
