@@ -161,6 +161,26 @@ def test_report_rebuilds_a_decided_run_at_its_looks_confidence(toy, tmp_path):
     assert html.count("<tr><td>") >= len(run.summary["decide"]["rounds"])
 
 
+def test_a_run_decided_before_rounds_recorded_their_training_length_still_rebuilds(toy, tmp_path):
+    """Rounds written before ``length``/``longer`` existed (members-only rounds) report as "—", not a crash."""
+    import json
+
+    import yaml
+
+    run = _decide(toy, tmp_path)
+    conf = Run.read_config(run.path / "config.yaml")
+    for r in conf["decide"]["rounds"]:
+        r.pop("length", None), r.pop("longer", None)
+    (run.path / "config.yaml").write_text(yaml.safe_dump(conf))
+    summary = json.loads((run.path / "summary.json").read_text())
+    for r in summary["decide"]["rounds"]:
+        r.pop("length", None), r.pop("longer", None)
+    (run.path / "summary.json").write_text(json.dumps(summary))
+    runner.rebuild(run.path)
+    html = (run.path / "report.html").read_text()
+    assert "Rounds (--decide)" in html and html.count("<td>—</td>") >= len(summary["decide"]["rounds"])
+
+
 def test_the_cli_runs_decide_and_refuses_bad_options_in_one_line(tmp_path):
     from typer.testing import CliRunner
 
