@@ -337,7 +337,7 @@ def _dotted_keys(tree: dict[str, Any], prefix: str = "") -> list[str]:
 _REGISTRY: dict[str, Experiment] = {}
 
 
-_INSTALLED: set[int] = set()  # ids of the profile dicts register() made (a subclass inherits them)
+_INSTALLED: set[int] = set()  # ids of the profile dicts register() made
 
 
 def register(cls: type[Experiment]) -> type[Experiment]:
@@ -348,7 +348,8 @@ def register(cls: type[Experiment]) -> type[Experiment]:
     unless the class declares its own."""
     from tdlab.experiments.standard import standard_layer
 
-    if "standard" not in cls.profiles or id(cls.profiles) in _INSTALLED:  # a parent's installed one is not this class's
+    # A standard installed here for another class (a parent's, or a dict shared with one) is sized for that one.
+    if "standard" not in cls.profiles or id(cls.profiles) in _INSTALLED:
         rest = {k: v for k, v in cls.profiles.items() if k not in ("quick", "standard", "paper")}
         cls.profiles = {"quick": cls.profiles["quick"], "standard": standard_layer(cls), "paper": cls.profiles["paper"], **rest}
         _INSTALLED.add(id(cls.profiles))

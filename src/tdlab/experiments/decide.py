@@ -89,7 +89,8 @@ def run_rounds(exp: Experiment, cfg: ExperimentConfig, ctx: RunContext, plan: De
             if longer:
                 cfg = apply_overrides(cfg, [f"{length_field}={plan_next.length!r}"])
         elif resumed_round and rounds:
-            longer = read_field(cfg, length_field) != rounds[-1].get("length", read_field(cfg, length_field)) if length_field else False
+            current = read_field(cfg, length_field) if length_field else None
+            longer = current != rounds[-1].get("length", current)  # rounds recorded before lengths were: not longer
         block = {**plan.model_dump(), "confidence": plan.confidence, "schedule": schedule, "rounds": rounds,
                  "spent_s": spent, "first_length": first_length}
         if look > 0 and not resumed_round:

@@ -28,6 +28,7 @@ reason and measurement).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -95,14 +96,15 @@ class Sized(Protocol):
     def training_length_field(self) -> str | None: ...
 
 
+@dataclass(frozen=True)
 class Standard:
-    """What the rule chose for one experiment: the layer over quick's settings and why."""
+    """What the rule chose for one experiment: the layer over quick's settings, why, the predicted first
+    pass in seconds (None where nothing was sized) and the seed's learning rates it took back."""
 
-    def __init__(self, layer: dict[str, Any], reason: str, predicted_s: float | None) -> None:
-        self.layer, self.reason, self.predicted_s = layer, reason, predicted_s
-
-    def __repr__(self) -> str:
-        return f"Standard({self.layer!r}, predicted_s={self.predicted_s})"
+    layer: dict[str, Any]
+    reason: str
+    predicted_s: float | None
+    seed_lrs: dict[str, float] = field(default_factory=dict)
 
 
 def _round_down(x: float, integer: bool) -> float:
@@ -123,13 +125,13 @@ def standard_of(exp: Sized, quick: dict[str, Any], paper: dict[str, Any],
         return Standard(dict(paper) if layer == "paper" else deep_merge(quick, layer), why, None)
     if seconds is None and exp.name in QUICK_SECONDS:
         seconds = QUICK_SECONDS[exp.name][0]
-    field = exp.training_length_field()
-    if field is None:
+    length_field = exp.training_length_field()
+    if length_field is None:
         return Standard(dict(quick), "no single training-length field: quick's settings", None)
     if seconds is None:
         return Standard(dict(quick), "no measured quick time: quick's settings", None)
     q_cfg, p_cfg = build_config(exp.Config, quick), build_config(exp.Config, paper)
-    lq, lp = read_field(q_cfg, field), read_field(p_cfg, field)
+    lq, lp = read_field(q_cfg, length_field), read_field(p_cfg, length_field)
     mq, mp = q_cfg.members, p_cfg.members
     budget = MARGIN * TARGET_SECONDS
     if lp <= lq:
@@ -142,13 +144,13 @@ def standard_of(exp: Sized, quick: dict[str, Any], paper: dict[str, Any],
     if length == lp and mp > mq:
         members = max(mq, min(mp, math.floor(mq * budget / (seconds * k))))
     lrs = seed_learning_rates(q_cfg, p_cfg, length / lq)
-    sets = [f"{field}={length}", f"members={members}", *(f"{f}={v!r}" for f, v in lrs.items())]
+    sets = [f"{length_field}={length}", f"members={members}", *(f"{f}={v!r}" for f, v in lrs.items())]
     layer = deep_merge(quick, parse_overrides(sets))
     predicted = seconds * k * members / mq
-    why = (f"quick {seconds:g} s ({QUICK_SECONDS.get(exp.name, (0, 'given'))[1]}) for {field}={lq}, {mq} members; "
-           f"{field} x{k:.3g} = {length} (paper {lp}), {members} members (paper {mp})"
+    why = (f"quick {seconds:g} s ({QUICK_SECONDS.get(exp.name, (0, 'given'))[1]}) for {length_field}={lq}, {mq} members; "
+           f"{length_field} x{k:.3g} = {length} (paper {lp}), {members} members (paper {mp})"
            + "".join(f", the seed's {f} {v:g}" for f, v in lrs.items()) + f": ~{predicted:.0f} s predicted")
-    return Standard(layer, why, predicted)
+    return Standard(layer, why, predicted, lrs)
 
 
 def seed_learning_rates(quick: BaseModel, paper: BaseModel, k: float) -> dict[str, float]:

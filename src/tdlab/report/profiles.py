@@ -4,7 +4,7 @@ paper, as the README's table (``python -m tdlab.report.profiles``)."""
 from __future__ import annotations
 
 from tdlab.config import read_field
-from tdlab.experiments.standard import EXPLICIT, QUICK_SECONDS, seed_learning_rates, standard_of
+from tdlab.experiments.standard import QUICK_SECONDS, standard_of
 
 __all__ = ["table"]
 
@@ -24,10 +24,8 @@ def table() -> str:
         lengths = [read_field(c, field) if field else "–" for c in cfgs]
         st = standard_of(exp, exp.profiles["quick"], exp.profiles["paper"])
         measured = f"{QUICK_SECONDS[name][0]:g} s ({QUICK_SECONDS[name][1].split(',')[0]})" if name in QUICK_SECONDS else "–"
-        note = EXPLICIT[name][1] if name in EXPLICIT else (f"~{st.predicted_s:.0f} s" if st.predicted_s else st.reason)
-        if field and name not in EXPLICIT:
-            lrs = seed_learning_rates(cfgs[0], cfgs[2], lengths[1] / lengths[0])
-            note += "".join(f"; the seed's {f} {v:g}" for f, v in lrs.items())
+        note = (f"~{st.predicted_s:.0f} s" if st.predicted_s else st.reason)
+        note += "".join(f"; the seed's {f} {v:g}" for f, v in st.seed_lrs.items())
         lines.append(f"| `{name}` | {field or '–'} | {lengths[0]} | {lengths[1]} | {lengths[2]} | "
                      f"{'/'.join(str(c.members) for c in cfgs)} | {measured} | {note} |")
     return "\n".join(lines)
