@@ -51,7 +51,7 @@ Families (default: all; the experiment whose quick profile gives the shapes):
   uniform-attention setting, masked tokens;
 * ``topics-real``: the BERT-shaped encoder of ``topics-real`` (bench_topics_real.py), masked tokens;
 * ``avdigits``: the full multimodal CA model and bi-CA of ``icl-avdigits`` (bench_avdigits.py), last position
-  (the experiment pins ``chunk = members``; the auto chunk column says what auto_chunk would pick);
+  (the experiment's chunk is auto_chunk's with the conv tokeniser's full-resolution maps as ``member_bytes``);
 * ``linear-attn``: LSA and the tied LCA_T (one / two parameters) of ``icl-lsa-vs-lca``, float64, query loss
   (the experiment steps them by GD with backtracking; here AdamW: the step's cost is the loss and its
   gradient; its RegressionTrainer never chunks, so auto chunk = E).
@@ -97,6 +97,7 @@ class Case:
     batch: int
     seq_len: int | None
     lr: float = 1e-3
+    member_bytes: int = 0  # a member's largest activation that is not an output (auto_chunk's member_bytes)
 
 
 class QueryLoss:
@@ -259,6 +260,7 @@ def avdigits() -> list[Case]:
     """``icl-avdigits`` quick: the full multimodal CA model and the bi-CA baseline on (image, spectrogram)
     pairs (2 x 28 x 28), 10-class label."""
     from tdlab.experiments.seed002_cross_attention.avdigits import build_model
+    from tdlab.models.multimodal_ca import activation_bytes
 
     cfg = quick("icl-avdigits")
     m, B, S = cfg.model, cfg.train.batch, cfg.model.image_size
@@ -268,9 +270,9 @@ def avdigits() -> list[Case]:
                 "targets": torch.randint(0, m.classes, (E, B), generator=_gen())}
 
     shapes = f"d{m.d} L{m.layers} H{m.heads} d_h{m.d_h} B{B} 2x{S}x{S}"
-    # the experiment pins chunk = members (trainer_config); auto chunk here is what auto_chunk would pick
+    # the experiment's chunk (trainer_config): auto_chunk with the conv tokeniser's full-resolution maps
     return [Case(f"avdigits/{arm}", shapes, lambda s, a=arm: build_model(cfg, a, s), data, LastPosition(), B,
-                 cfg.train.seq_len, cfg.train.lr) for arm in ("full", "bi-ca")]
+                 cfg.train.seq_len, cfg.train.lr, activation_bytes(m, B)) for arm in ("full", "bi-ca")]
 
 
 def linear_attn() -> list[Case]:
@@ -395,7 +397,7 @@ def bench(case: Case, E: int, threads: Sequence[int], steps: int, repeats: int) 
     """Every layout of ``case`` timed at each thread count, and the ensemble-vs-loop check (at the first)."""
     seeds, data = member_seeds(0, E), case.data(E)
     width = case.objective.output_width(None) if hasattr(case.objective, "output_width") else 0  # as the Trainer asks
-    auto = E if case.seq_len is None else auto_chunk(E, case.batch, case.seq_len, DEVICE, width)
+    auto = E if case.seq_len is None else auto_chunk(E, case.batch, case.seq_len, DEVICE, width, case.member_bytes)
     chunks = sorted({c for c in (1, 2, 4, E, auto) if c <= E})
     layouts = {c: Layout(case, seeds, data, c) for c in chunks}
     rows, diff = [], None

@@ -308,3 +308,19 @@ def test_bad_configs_and_inputs_are_refused():
         model(torch.rand(2, 1, 2, 28, 28))
     with pytest.raises(ValueError, match="at least one member"):
         MultimodalCA(MultimodalCAConfig(**SMALL), [])
+
+
+def test_activation_bytes_is_the_size_of_a_full_resolution_conv_map():
+    """The bytes the CPU chunking reads are those of the largest tensor the encoder makes: every output of
+    its first two convolutions, (B, E·2·conv_width, 28, 28) float32, per member."""
+    from tdlab.models.multimodal_ca import activation_bytes
+
+    cfg = MultimodalCAConfig(**SMALL)
+    model = MultimodalCA(cfg, [0, 1])
+    sizes: list[int] = []
+    hooks = [c.register_forward_hook(lambda m, i, o: sizes.append(o.numel() * o.element_size()))
+             for c in model.encoder.convs]
+    model(_x(2, 3))
+    for h in hooks:
+        h.remove()
+    assert max(sizes) == 2 * activation_bytes(cfg, 3)  # two members

@@ -166,16 +166,27 @@ def test_per_member_gradient_clipping():
 
 
 def test_auto_chunk():
+    # equal chunks: as many as the bound needs, sizes within one
+    for members in range(1, 40):
+        for bound_tokens in (1, 3, 7, 11, 64):
+            c = auto_chunk(members, 1, (1 << 17) // bound_tokens, "cpu")
+            n = -(-members // min(members, bound_tokens))
+            assert c <= bound_tokens and -(-members // c) == n and c * n - members < n
     assert auto_chunk(8, 16, 256, "cpu") == 8
     assert auto_chunk(8, 16, 1024, "cpu") == 8
     assert auto_chunk(20, 16, 2048, "cpu") == 4
     assert auto_chunk(5, 64, 4096, "cpu") == 1
     assert auto_chunk(64, 16, 4096, "cuda") == 64
-    # wide outputs: a chunk's logits, softmax and gradient within OUTPUT_BYTES (32 MB)
+    # wide outputs: a chunk's logits, softmax and gradient within CACHE_BYTES (32 MB)
     assert auto_chunk(8, 32, 64, "cpu", out_width=5003) == 1  # 123 MB a member
-    assert auto_chunk(24, 16, 150, "cpu", out_width=101) == 11  # 2.9 MB a member
+    assert auto_chunk(24, 16, 150, "cpu", out_width=101) == 8  # 2.9 MB a member: at most 11, in 3 equal chunks
     assert auto_chunk(8, 16, 256, "cpu", out_width=2) == 8
     assert auto_chunk(8, 32, 64, "cuda", out_width=5003) == 8
+    # a large activation that is not an output: a chunk's copies within CACHE_BYTES
+    assert auto_chunk(8, 64, 33, "cpu", member_bytes=64 * 2 * 16 * 28 * 28 * 4) == 4  # 6.4 MB a member: 5, 2 chunks
+    assert auto_chunk(3, 256, 33, "cpu", member_bytes=256 * 2 * 16 * 28 * 28 * 4) == 1  # 25.7 MB a member
+    assert auto_chunk(2, 64, 33, "cpu", member_bytes=1 << 20) == 2
+    assert auto_chunk(8, 64, 33, "cuda", member_bytes=1 << 30) == 8
 
 
 def test_markov_init_numbers_are_those_of_the_trainer_before_objectives_and_data_regimes():

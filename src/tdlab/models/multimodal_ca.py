@@ -66,7 +66,8 @@ from tdlab.models.ensemble import CachingModule, EnsembleLayerNorm, EnsembleLine
 from tdlab.seeding import Purpose, generators
 
 __all__ = ["MultimodalCAConfig", "BiCAConfig", "EnsembleConv2d", "DualConvEncoder", "EnsembleMHA", "EnsembleFFN",
-           "ClassifierHead", "MultimodalCA", "BidirectionalCA", "TOKENS_PER_MODALITY", "parameter_count"]
+           "ClassifierHead", "MultimodalCA", "BidirectionalCA", "TOKENS_PER_MODALITY", "parameter_count",
+           "activation_bytes"]
 
 TOKENS_PER_MODALITY = 16  # I.2: adaptive average pooling to a 4 × 4 grid
 
@@ -103,6 +104,13 @@ class MultimodalCAConfig(_Common):
 
 class BiCAConfig(_Common):
     """The bidirectional cross-attention baseline (I.4)."""
+
+
+def activation_bytes(cfg: _Common, batch: int) -> int:
+    """Bytes of one member's largest activation in a step on ``batch`` examples: a full-resolution map of
+    the conv tokeniser, ``(B, 2 modalities, conv_width, image_size, image_size)`` in float32 (the CPU
+    trainer keeps a chunk's copies of it within a cache, :func:`tdlab.train.trainer.auto_chunk`)."""
+    return batch * 2 * cfg.conv_width * cfg.image_size ** 2 * 4
 
 
 # --------------------------------------------------------------------------------------------------

@@ -113,21 +113,31 @@ def reference_predictors(task: Task) -> dict[str, Callable[[torch.Tensor], torch
 # A CPU chunk's output-layer logits, their softmax and gradient stay within this many bytes (a last-level
 # cache): an ensemble of wide-vocabulary members whose logits spill it is slower than its members one after
 # another (bench/bench_ensembles.py, topics-real: V = 5003, 32 x 64 tokens a member, one thread: 0.71x as one
-# ensemble of 8, chunks of 1-2 the fastest).
-OUTPUT_BYTES = 32 << 20
+# ensemble of 8, chunks of 1-2 the fastest). A model with a large activation that is not an output (the
+# seed-002 conv tokeniser's full-resolution maps) keeps a chunk's copies of it within the same bytes.
+CACHE_BYTES = 32 << 20
 
 
-def auto_chunk(members: int, batch: int, seq_len: int, device: str | torch.device, out_width: int = 0) -> int:
+def auto_chunk(members: int, batch: int, seq_len: int, device: str | torch.device, out_width: int = 0,
+               member_bytes: int = 0) -> int:
     """Members per chunk. On a GPU, all of them. On a CPU, at most ~128k tokens a chunk (at long
-    sequences the attention kernel of a few members already fills the cores), and, for an objective
-    that scores ``out_width`` outputs at every position, at most as many members as keep their logits,
-    softmax and gradient (``3 · 4`` bytes each) within :data:`OUTPUT_BYTES` (see bench/)."""
+    sequences the attention kernel of a few members already fills the cores); for an objective that
+    scores ``out_width`` outputs at every position, at most as many members as keep their logits, softmax
+    and gradient (``3 · 4`` bytes each) within :data:`CACHE_BYTES`; and for a model whose largest
+    activation is ``member_bytes`` a member for the batch, at most as many as keep those within
+    :data:`CACHE_BYTES` (see bench/). The members are then split into that many chunks of equal size
+    (within one)."""
     if torch.device(device).type != "cpu":
         return members
     chunk = (1 << 17) // (batch * seq_len)
     if out_width > 0:
-        chunk = min(chunk, OUTPUT_BYTES // (12 * batch * seq_len * out_width))
-    return max(1, min(members, chunk))
+        chunk = min(chunk, CACHE_BYTES // (12 * batch * seq_len * out_width))
+    if member_bytes > 0:
+        chunk = min(chunk, CACHE_BYTES // member_bytes)
+    chunk = max(1, min(members, chunk))
+    # as many chunks as that bound needs, of equal size: a short last chunk pays a whole step's overhead for
+    # few members (icl-avdigits, 8 members: chunks of 4 + 4 are 1.27x the loop at one thread, 5 + 3 1.12x)
+    return -(-members // -(-members // chunk))
 
 
 def _cosine(cfg: TrainConfig) -> Callable[[int], float]:

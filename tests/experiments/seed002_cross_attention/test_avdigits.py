@@ -194,6 +194,17 @@ def test_configs_are_validated_and_profiles_follow_the_seed():
     assert build_model(quick, "no-cross", [1]).cfg.cross is False and build_model(quick, "neither", [1]).cfg.inject is False
 
 
+def test_members_are_chunked_on_a_cpu_so_a_chunks_conv_maps_stay_within_a_cache():
+    exp = ICLAVDigits()
+    quick = exp.make_config("quick")
+    assert exp.trainer_config(quick, "cpu").chunk == quick.members == 2  # 6.4 MB a member at batch 64
+    eight = exp.make_config("quick", ["members=8"])
+    assert exp.trainer_config(eight, "cpu").chunk == 4 and exp.trainer_config(eight, "cuda").chunk == 8
+    paper = exp.make_config("paper")
+    assert exp.trainer_config(paper, "cpu").chunk == 1  # 25.7 MB a member at batch 256
+    assert exp.trainer_config(paper, "cuda").chunk == paper.members
+
+
 # --- end to end ---------------------------------------------------------------------------------------------
 
 def test_a_tiny_run_goes_through_the_runner(tmp_path, monkeypatch, one_thread):

@@ -54,7 +54,8 @@ from pydantic import Field, model_validator
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
-from tdlab.models.multimodal_ca import BiCAConfig, BidirectionalCA, MultimodalCA, MultimodalCAConfig, parameter_count
+from tdlab.models.multimodal_ca import BiCAConfig, BidirectionalCA, MultimodalCA, MultimodalCAConfig, activation_bytes, \
+    parameter_count
 from tdlab.experiments.view import RunView
 from tdlab.runs import atomic_write
 from tdlab.seeding import derive_seed, member_seeds
@@ -63,7 +64,7 @@ from tdlab.tasks.avdigits import AVDigitsConfig
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import LastPosition
-from tdlab.train.trainer import TrainConfig, Trainer
+from tdlab.train.trainer import TrainConfig, Trainer, auto_chunk
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["ARMS", "SEED_TABLE1", "AVDigitsTrainConfig", "Table1Claims", "ICLAVDigitsConfig", "ICLAVDigits",
@@ -295,10 +296,16 @@ class ICLAVDigits(Experiment):
 
         return FixedDataset(make, cfg.train.batch, eval_splits=("val", "test"), eval_batch=cfg.schedule.eval_batch), provenance
 
-    def trainer_config(self, cfg: ICLAVDigitsConfig) -> TrainConfig:
+    def trainer_config(self, cfg: ICLAVDigitsConfig, device: str = "cpu") -> TrainConfig:
+        """The trainer's settings: epochs as steps, evaluation every epoch; members per chunk from the
+        conv tokeniser's full-resolution maps (on a CPU, a chunk's copies of them within a cache: at batch
+        64, 8 members train as 4 + 4; bench/bench_ensembles.py)."""
         spe = cfg.steps_per_epoch
+        chunk = auto_chunk(cfg.members, cfg.train.batch, cfg.train.seq_len, device,
+                           member_bytes=max(activation_bytes(cfg.model, cfg.train.batch),
+                                            activation_bytes(cfg.baseline, cfg.train.batch)))
         return cfg.train.updated({"steps": cfg.schedule.epochs * spe, "eval_every": spe, "log_every": spe,
-                                  "chunk": cfg.members})
+                                  "chunk": chunk})
 
     def run(self, cfg: ICLAVDigitsConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)  # shared by every model: paired by seed index
@@ -306,7 +313,7 @@ class ICLAVDigits(Experiment):
         info = {"provenance": provenance, "n_fit": cfg.n_fit, "n_val": cfg.schedule.n_val, "n_test": cfg.data.n_test,
                 "data_per_seed": cfg.data_per_seed}
         atomic_write(ctx.writer.path / DATA_FILE, json.dumps(info, indent=1))
-        tcfg = self.trainer_config(cfg)
+        tcfg = self.trainer_config(cfg, ctx.device)
         with cpu_threads(cfg.cpu_threads, ctx.device):
             for arm in cfg.models:
                 # Dropout draws from torch's global generator: seeded per model from the root seed, so a run
