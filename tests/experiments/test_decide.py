@@ -382,3 +382,17 @@ def test_real_experiments_say_how_they_may_train_longer():
     assert blocked.next() is None and "standard-init-leaves-plateau-later" in blocked.blocked
     landscape = get("markov-landscape")  # no training-length field (a flow's time)
     assert training_extension(landscape, landscape.make_config("quick")) is None
+
+
+@pytest.mark.parametrize("horizon, cause, says_budget", [("budget", "stage not reached", True),
+                                                          ("budget", "not trained", True),
+                                                          ("convergence", "stage not reached", False),
+                                                          ("budget", "no seed rows", False)])
+def test_a_group_short_of_training_at_the_seeds_budget_says_why_it_is_not_trained_longer(horizon, cause, says_budget):
+    from tdlab.claims.judge import GroupResult
+    from tdlab.experiments.decide import not_helped
+
+    spec = ClaimSpec(id="g", statement="s", test="value", relation="close", quantity="w", expected=0.0,
+                     tolerance=1.0, horizon=horizon)
+    why = not_helped(GroupResult(spec=spec, rows=[], verdict="not evaluable", cause=cause))
+    assert why.startswith(cause) and ("seed's budget" in why) == says_budget

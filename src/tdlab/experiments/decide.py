@@ -38,7 +38,7 @@ from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunCo
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run
 
-__all__ = ["DecidePlan", "run_rounds", "training_extension"]
+__all__ = ["DecidePlan", "not_helped", "run_rounds", "training_extension"]
 
 
 class DecidePlan(Looks, frozen=True):
@@ -60,6 +60,15 @@ def training_extension(exp: Experiment, cfg: ExperimentConfig) -> Extension | No
     blocked = (f"its paper claims {', '.join(budget)} are judged at the seed's budget, which a longer run would change"
                if budget else "")
     return Extension(name, float(current), float(max(cap, current)), blocked)
+
+
+def not_helped(group: Any) -> str:
+    """Why more members cannot settle ``group`` (:func:`~tdlab.claims.sequential.blocker`), and, for a group
+    short of training whose claim is judged at the seed's budget, that longer training may not either."""
+    why = blocker(group)
+    if why in ("stage not reached", "still moving", "not trained") and group.spec.horizon == "budget":
+        return f"{why}; judged at the seed's budget, which longer training would change"
+    return why
 
 
 def run_rounds(exp: Experiment, cfg: ExperimentConfig, ctx: RunContext, plan: DecidePlan, state: dict[str, Any],
@@ -117,7 +126,7 @@ def run_rounds(exp: Experiment, cfg: ExperimentConfig, ctx: RunContext, plan: De
                "decided": sum(g.verdict in ("holds", "fails") for g in paper), "groups": len(paper),
                "undecided": {g.id: g.cause for g in paper if g.verdict not in ("holds", "fails")},
                "distance": history[-1], "growing": list(plan_next.growing), "training": list(plan_next.training),
-               "not_helped": {g.id: why for g in paper if not decided(g) and (why := blocker(g))
+               "not_helped": {g.id: why for g in paper if not decided(g) and (why := not_helped(g))
                               and g.id not in plan_next.training}}
         rounds.append(rec)
         waiting = [f"{gid} ({why})" for gid, why in rec["not_helped"].items()]
