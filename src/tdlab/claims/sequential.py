@@ -32,13 +32,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-__all__ = ["Looks", "GROWABLE_CAUSES", "growable", "blocker", "row_blocker", "decided", "round_plan", "RoundPlan", "distance",
+__all__ = ["Looks", "GROWABLE_CAUSES", "TRAINING_CAUSES", "growable", "blocker", "row_blocker", "decided", "round_plan", "RoundPlan", "distance",
            "Extension", "waits_on_training"]
 
 # Rounds in a row that decide nothing and bring no undecided group closer before the rounds stop.
 STALL_ROUNDS = 2
 # Causes of an undecided paper group that more members can settle.
 GROWABLE_CAUSES = frozenset({"spread", "one member", "multiplicity", "censored"})
+# Causes of a not-resolved or not-evaluable row that say its training was too short.
+TRAINING_CAUSES = frozenset({"still moving", "stage not reached"})
 
 
 class Looks(BaseModel, frozen=True):
@@ -138,7 +140,7 @@ def waits_on_training(group: Any) -> bool:
         return False
     rows = [r for r in _rows(group) if r.get("provenance") == "seed" and r.get("verdict") in ("not resolved", "not evaluable")]
     return any(r.get("horizon") == "convergence" and (
-        r.get("cause") in ("still moving", "stage not reached")
+        r.get("cause") in TRAINING_CAUSES
         or (r.get("cause") == "censored" and row_blocker(r) == "no member reached within the horizon")) for r in rows)
 
 

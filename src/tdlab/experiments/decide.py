@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import Field
 
-from tdlab.claims.sequential import Extension, Looks, RoundPlan, blocker, decided, distance, round_plan
+from tdlab.claims.sequential import TRAINING_CAUSES, Extension, Looks, RoundPlan, blocker, decided, distance, round_plan
 from tdlab.config import apply_overrides, read_field
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext
 from tdlab.experiments.view import RunView
@@ -66,7 +66,7 @@ def not_helped(group: Any) -> str:
     """Why more members cannot settle ``group`` (:func:`~tdlab.claims.sequential.blocker`), and, for a group
     short of training whose claim is judged at the seed's budget, that longer training may not either."""
     why = blocker(group)
-    if why in ("stage not reached", "still moving", "not trained") and group.spec.horizon == "budget":
+    if (why in TRAINING_CAUSES or why == "not trained") and group.spec.horizon == "budget":
         return f"{why}; judged at the seed's budget, which longer training would change"
     return why
 

@@ -134,10 +134,11 @@ def auto_chunk(members: int, batch: int, seq_len: int, device: str | torch.devic
         chunk = min(chunk, CACHE_BYTES // (12 * batch * seq_len * out_width))
     if member_bytes > 0:
         chunk = min(chunk, CACHE_BYTES // member_bytes)
-    chunk = max(1, min(members, chunk))
+    chunks = math.ceil(members / max(1, min(members, chunk)))
     # as many chunks as that bound needs, of equal size: a short last chunk pays a whole step's overhead for
-    # few members (icl-avdigits, 8 members: chunks of 4 + 4 are 1.27x the loop at one thread, 5 + 3 1.12x)
-    return -(-members // -(-members // chunk))
+    # few members (icl-avdigits, 8 members, one thread, the cache shared with two other jobs: 4 + 4 are
+    # 1.27x the loop, 5 + 3 1.12x)
+    return math.ceil(members / chunks)
 
 
 def _cosine(cfg: TrainConfig) -> Callable[[int], float]:
