@@ -37,6 +37,7 @@ from typer.core import TyperCommand, TyperGroup
 from tdlab.config import ECHO_CHARS, ConfigError, echo, one_line, parse_duration
 from tdlab.runs import RunDirError, RunNotMovedError, check_run_id, list_runs
 from tdlab.safeio import check_not_in_run, check_output_folder
+from tdlab.train.lanes import limited_to
 from tdlab.train.live import streaming_to
 
 try:  # typer >= 0.2x carries its own copy of click, whose exceptions are not click's
@@ -174,6 +175,9 @@ def run(
     looks: Annotated[int, typer.Option(help="--decide: looks in all, the first pass included; members double at each")] = 4,
     tensorboard: Annotated[Optional[Path], typer.Option(help="also write the metrics live as TensorBoard scalars to this "
                                                         "folder (one run per member, tags ARM/NAME): tensorboard --logdir DIR")] = None,
+    lanes: Annotated[Optional[int], typer.Option(min=1, help="independent fits trained at once on one-thread CPU lanes, "
+                                                 "where the experiment trains on one thread (same numbers; default: "
+                                                 "the usable cores; 1: one after another)")] = None,
 ) -> None:
     """Run an experiment: progress bar, then a computed verdict per claim; writes a run directory.
     `tdlab run NAME --help` lists NAME's config keys with their types and defaults."""
@@ -187,7 +191,8 @@ def run(
             if tensorboard is not None:
                 raise ConfigError("--tensorboard: not with --resume (the rows before the interruption are not streamed); "
                                   "export the finished run: tdlab export RUN_DIR --to tensorboard --out DIR")
-            finished = runner.resume(resume, runner.check_device(device), progress=not quiet)
+            with limited_to(lanes):
+                finished = runner.resume(resume, runner.check_device(device), progress=not quiet)
         else:
             if name is None:
                 raise ConfigError("experiment: missing experiment name; see `tdlab list`")
@@ -198,7 +203,7 @@ def run(
             cfg = exp.make_config(profile, set_ or [], members=seeds, seed=seed)
             plan = _decide_plan(budget, looks) if decide else None
             sink = _tensorboard_sink(tensorboard, out, run_id) if tensorboard is not None else None
-            with sink if sink is not None else contextlib.nullcontext(), streaming_to(sink):
+            with sink if sink is not None else contextlib.nullcontext(), streaming_to(sink), limited_to(lanes):
                 finished = runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep, plan)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))

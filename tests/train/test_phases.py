@@ -53,3 +53,27 @@ def test_the_trainer_marks_its_phases_and_they_change_no_number():
         assert clock.calls[name] >= 1, name
     assert clock.calls["forward"] == 6 and clock.calls["backward"] == 6
     assert sum(clock.seconds.values()) <= clock.total
+
+
+def test_phases_on_two_threads_nest_on_their_own_thread_and_add_up():
+    import threading
+
+    both = threading.Barrier(2, timeout=10)
+
+    def lane(name):
+        with phase(name):
+            both.wait()  # both threads are inside their phase at once
+            time.sleep(0.05)
+            with phase(f"{name}-inner"):
+                time.sleep(0.05)
+
+    with PhaseClock() as clock:
+        threads = [threading.Thread(target=lane, args=(n,)) for n in ("a", "b")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for n in ("a", "b"):  # each thread's inner phase is taken out of its own outer phase, not the other's
+        assert clock.seconds[n] == pytest.approx(0.05, abs=0.03)
+        assert clock.seconds[f"{n}-inner"] == pytest.approx(0.05, abs=0.03)
+    assert sum(clock.seconds.values()) > clock.total and clock.other == 0.0  # thread time adds up

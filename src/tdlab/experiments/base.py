@@ -15,8 +15,9 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from pydantic import Field
@@ -27,12 +28,14 @@ from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess
 from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run, RunWriter, arm_files, copy_arrays
-from tdlab.train.live import MetricSink, arm_stream
+from tdlab.train.lanes import in_lanes, lane_count
+from tdlab.train.lanes import limit as lane_limit
+from tdlab.train.live import LockedSink, MetricSink, arm_stream
 from tdlab.train.live import current as live_sink
 from tdlab.train.phases import phase
 from tdlab.train.trainer import DivergenceError, FitResult, Trainer
 
-__all__ = ["ExperimentConfig", "Experiment", "RunContext", "Analysis", "register", "get", "registry", "init_arm", "snapshot_arm",
+__all__ = ["ExperimentConfig", "Experiment", "RunContext", "Fit", "Analysis", "register", "get", "registry", "init_arm", "snapshot_arm",
            "initial_states", "extend_fit"]
 
 
@@ -41,6 +44,16 @@ class ExperimentConfig(Config):
 
     seed: int = Field(0, ge=0, le=2**62)  # root seed: every random draw of the run derives from it
     members: int = Field(3, ge=1, le=4096)  # ensemble members (independent seeds) per arm
+
+
+class Fit(NamedTuple):
+    """One fit for :meth:`RunContext.fit_all`: ``trainer.fit(build, seeds, task)`` stored under ``arm``."""
+
+    arm: str
+    trainer: Trainer
+    build: Callable[[list[int]], Any]
+    seeds: Sequence[int]
+    task: Any
 
 
 @dataclass
@@ -58,6 +71,9 @@ class RunContext:
     # :meth:`fit` streams its rows at every evaluation and logged step, :meth:`store_rows` hands on every
     # stored arm's. Default: the sink set by :func:`tdlab.train.live.streaming_to`, else none.
     live: MetricSink | None = field(default_factory=live_sink)
+    # Fits :meth:`fit_all` may train at once on one-thread CPU lanes (``None``: as many as there are usable
+    # cores; ``tdlab run --lanes``). Lanes never change a number (tdlab.train.lanes).
+    lanes: int | None = field(default_factory=lane_limit)
 
     def start_round(self, reuse: bool = True) -> None:
         """Begin a ``--decide`` round: the staged metrics, arrays and checkpoints of the last round go
@@ -112,33 +128,63 @@ class RunContext:
         """``trainer.fit(build, seeds, task)``, stored under ``arm``, checkpointed in the run's
         ``checkpoints/`` folder, skipped when a resumed run had finished it. A diverging fit stores
         what it measured before the :class:`DivergenceError` goes on up."""
-        seeds = [int(s) for s in seeds]
-        finished = self.done(arm)
-        if finished is not None:
-            self.fits[arm] = (seeds, finished)
-            return finished
+        return self.fit_all([Fit(arm, trainer, build, seeds, task)])[0]
+
+    def fit_all(self, fits: Sequence[Fit]) -> list[FitResult]:
+        """:meth:`fit` of every fit in ``fits``, stored in their order; independent fits train at once on
+        :mod:`lanes <tdlab.train.lanes>` where every fit runs on one CPU thread (the same numbers, bit for
+        bit), at most :attr:`lanes` of them. A diverging fit is stored with the others before its
+        :class:`DivergenceError` goes on up (the first in ``fits``' order)."""
+        seeds = [[int(s) for s in f.seeds] for f in fits]
+        results: list[FitResult | None] = [self.done(f.arm) for f in fits]
+        for f, s, r in zip(fits, seeds, results):
+            if r is not None:
+                self.fits[f.arm] = (s, r)
+        todo = [i for i, r in enumerate(results) if r is None]
+        n = lane_count(self.lanes, len(todo), self.device)
+        live, self.live = self.live, (LockedSink(self.live) if n > 1 and self.live is not None else self.live)
+        config_hash = self.writer.config_hash()
+        first_error: DivergenceError | None = None
+        try:
+            jobs = [partial(self._train, fits[i], seeds[i], config_hash) for i in todo]
+            for j, outcome in in_lanes(jobs, n):
+                i = todo[j]
+                if outcome.error is not None and not isinstance(outcome.error, DivergenceError):
+                    raise outcome.error
+                result = outcome.value if outcome.error is None else outcome.error.result
+                self.record(fits[i].arm, result, self._initial(result, fits[i].build, seeds[i]))
+                if outcome.error is not None:
+                    first_error = first_error or outcome.error
+                    continue
+                self.fits[fits[i].arm] = (seeds[i], result)
+                results[i] = result
+        finally:
+            self.live = live
+        if first_error is not None:
+            raise first_error from None
+        return results
+
+    def _train(self, fit: Fit, seeds: list[int], config_hash: str) -> FitResult:
+        """The training half of :meth:`fit_all` (runs on a lane: it writes only the fit's own checkpoint)."""
+        arm, trainer = fit.arm, fit.trainer
         # A --decide round: members 0..k-1 were trained by the last round with the same seeds; member i's
         # numbers depend on its seed alone (tdlab.seeding), so only the new members are trained.
         old_seeds, old = self.reuse.get(arm, ([], FitResult()))
         k = len(old_seeds) if 0 < len(old_seeds) <= len(seeds) and seeds[: len(old_seeds)] == old_seeds else 0
         tag = f"+{k}" if k else ""
         trainer.checkpoint = self.writer.path / "checkpoints" / f"{arm.replace('/', '__')}{tag}.json"
-        trainer.config_hash = self.writer.config_hash()  # a checkpoint of an edited config.yaml is refused
+        trainer.config_hash = config_hash  # a checkpoint of an edited config.yaml is refused
         trainer.live = arm_stream(self.live, arm, k)  # members k.. of the arm, as the trainer's 0..
         try:
-            result = extend_fit(old, trainer.fit(build, seeds[k:], task), k) if k < len(seeds) else old
+            return extend_fit(old, trainer.fit(fit.build, seeds[k:], fit.task), k) if k < len(seeds) else old
         except DivergenceError as err:
             if k:  # the member named as the whole ensemble numbers it
-                err = DivergenceError(err.member + k, err.step, extend_fit(old, err.result, k))
-            self.record(arm, err.result, self._initial(err.result, build, seeds))
-            raise err from None
+                raise DivergenceError(err.member + k, err.step, extend_fit(old, err.result, k)) from None
+            raise
         finally:
             trainer.live = None
             if self.live is not None:
                 self.live.flush()
-        self.record(arm, result, self._initial(result, build, seeds))
-        self.fits[arm] = (seeds, result)
-        return result
 
     @staticmethod
     def _initial(result: FitResult, build: Callable[[list[int]], Any], seeds: Sequence[int]) -> list[dict[str, Any]]:

@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from threading import Lock
 from typing import Protocol
 
-__all__ = ["Row", "MetricSink", "current", "streaming_to", "arm_stream"]
+__all__ = ["Row", "MetricSink", "LockedSink", "current", "streaming_to", "arm_stream"]
 
 Row = tuple[int, int, str, float]  # (step, member, name, value), as FitResult.rows
 
@@ -39,6 +40,22 @@ class MetricSink(Protocol):
 
     def flush(self) -> None:
         """Write what is held (called at the end of every fit and every stored arm)."""
+
+
+class LockedSink:
+    """A sink that several threads share (fits training at once on lanes, :mod:`tdlab.train.lanes`): one
+    call at a time reaches ``sink``."""
+
+    def __init__(self, sink: MetricSink) -> None:
+        self.sink, self._lock = sink, Lock()
+
+    def add(self, arm: str, rows: Sequence[Row]) -> None:
+        with self._lock:
+            self.sink.add(arm, rows)
+
+    def flush(self) -> None:
+        with self._lock:
+            self.sink.flush()
 
 
 _SINK: ContextVar[MetricSink | None] = ContextVar("tdlab_metric_sink", default=None)

@@ -24,6 +24,7 @@ Phases the trainers mark (the breakdown ``bench/profile_quick.py`` prints):
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -39,14 +40,17 @@ class PhaseClock:
 
     ``seconds[name]``: time inside ``phase(name)`` minus time inside phases nested in it; ``calls[name]``:
     how often it was entered; :attr:`total`: the clock's own wall time; :attr:`other`: total − the phases.
-    One clock runs at a time (entering a second one raises ``RuntimeError``).
+    One clock runs at a time (entering a second one raises ``RuntimeError``). Phases marked on several
+    threads at once (fits on lanes, :mod:`tdlab.train.lanes`) each nest on their own thread and add up, so
+    their sum can then exceed the wall time (and :attr:`other` is floored at zero).
     """
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
         self.total = 0.0
-        self._stack: list[float] = []  # time spent in children of each open phase
+        self._local = threading.local()  # per thread: time spent in children of each open phase
+        self._lock = threading.Lock()
         self._t0 = 0.0
 
     def __enter__(self) -> PhaseClock:
@@ -63,17 +67,19 @@ class PhaseClock:
 
     @contextmanager
     def timing(self, name: str) -> Iterator[None]:
-        self._stack.append(0.0)
+        stack = self._local.__dict__.setdefault("stack", [])
+        stack.append(0.0)
         t0 = time.perf_counter()
         try:
             yield
         finally:
             elapsed = time.perf_counter() - t0
-            children = self._stack.pop()
-            self.seconds[name] += elapsed - children
-            self.calls[name] += 1
-            if self._stack:
-                self._stack[-1] += elapsed
+            children = stack.pop()
+            with self._lock:
+                self.seconds[name] += elapsed - children
+                self.calls[name] += 1
+            if stack:
+                stack[-1] += elapsed
 
     @property
     def other(self) -> float:

@@ -204,3 +204,19 @@ def test_tiny_end_to_end_run(tmp_path):
     pos = m[(m.arm == "k2/L3/relative-kv/probe") & (m.name == "pos_loss_order2")]
     assert sorted(pos.step.unique()) == list(range(16)) and len(pos) == 2 * 16
     assert not m[(m.arm == "k2/L3/relative-kv") & (m.name == "test_loss@bayes")].empty
+
+
+def test_cells_on_two_lanes_give_the_numbers_of_one_lane(tmp_path):
+    from tdlab.train.lanes import limited_to
+
+    cfg = EXP.make_config("quick", ["cells=[[1, 1, absolute], [1, 2, absolute]]", "model.d=8", "train.steps=6",
+                                    "train.seq_len=16", "train.batch=4", "train.eval_every=3", "train.eval_batches=1",
+                                    "probe.sequences=16", "probe.batch=8", "probe.attention_sequences=8", "probe.map_len=10"],
+                          members=2)
+    runs = {}
+    for lanes in (1, 2):
+        with limited_to(lanes):
+            runs[lanes] = execute(EXP, cfg, "quick", tmp_path / f"l{lanes}", progress=False)
+    a, b = (runs[n].metrics().sort_values(["arm", "name", "member", "step"]).reset_index(drop=True) for n in (1, 2))
+    assert len(a) > 0 and a.equals(b)  # bit for bit: every op of a cell runs serially on its lane
+    assert runs[1].summary["claims"] == runs[2].summary["claims"]

@@ -56,7 +56,7 @@ from pydantic import Field, field_validator, model_validator
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed003_attention_markov.estimator_stage import (
     PAST_LOWER_ORDER, PROBE_DATA, estimator_losses, record_stage, stage_leaves_room)
 from tdlab.experiments.view import RunView
@@ -281,17 +281,16 @@ class MarkovICLDepth(Experiment):
     def run(self, cfg: MarkovICLDepthConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)
         with cpu_threads(cfg.cpu_threads, ctx.device):
-            for k, depth, pe in cfg.grid():
-                arm = cell_arm(k, depth, pe)
-                task = InContextMarkov(k, 2, cfg.alpha)
-                mcfg = cfg.arm_model(depth, pe)
-                trainer = Trainer(cfg.train, ctx.device, ctx.progress, label=arm)
-                result = ctx.fit(arm, trainer, lambda s, m=mcfg: GPT(m, s), seeds, task)
-                if ctx.writer.arm_rows(probe_arm(arm)):
+            # The cells are independent: they train at once on one-thread lanes (tdlab.train.lanes).
+            fits = [Fit(cell_arm(k, depth, pe), Trainer(cfg.train, ctx.device, ctx.progress, label=cell_arm(k, depth, pe)),
+                        lambda s, m=cfg.arm_model(depth, pe): GPT(m, s), seeds, InContextMarkov(k, 2, cfg.alpha))
+                    for k, depth, pe in cfg.grid()]
+            for (k, depth, pe), fit, result in zip(cfg.grid(), fits, ctx.fit_all(fits)):
+                if ctx.writer.arm_rows(probe_arm(fit.arm)):
                     continue  # probed by an interrupted attempt of this (resumed) run
-                model = GPT(mcfg, seeds)
+                model = GPT(cfg.arm_model(depth, pe), seeds)
                 model.load_state_dict({n: torch.stack([s[n] for s in result.states]) for n in result.states[0]})
-                ctx.store_rows(probe_arm(arm), self.probe(model.to(ctx.device), task, cfg, seeds, ctx.device))
+                ctx.store_rows(probe_arm(fit.arm), self.probe(model.to(ctx.device), fit.task, cfg, seeds, ctx.device))
 
     @staticmethod
     def probe_tokens(task: InContextMarkov, cfg: MarkovICLDepthConfig, seeds: list[int], device: str = "cpu") -> torch.Tensor:

@@ -22,7 +22,7 @@ from pydantic import Field, field_validator
 
 from tdlab.claims import Measurements
 from tdlab.config import Config
-from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext
+from tdlab.experiments.base import Experiment, ExperimentConfig, Fit, RunContext
 from tdlab.experiments.seed003_attention_markov.estimator_stage import (
     PAST_LOWER_ORDER, PROBE_DATA, estimator_losses, record_stage, stage_leaves_room)
 from tdlab.experiments.view import RunView
@@ -125,17 +125,17 @@ class ICLGrid(Experiment):
     def run(self, cfg: GridConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)
         with cpu_threads(cfg.cpu_threads, ctx.device):
-            for family, k, depth, heads in cfg.grid():
-                arm = cell_arm(family, k, depth, heads)
-                task = InContextMarkov(k, 2, cfg.alpha)
-                mcfg = cfg.cell_model(family, depth, heads)
-                trainer = Trainer(cfg.train, ctx.device, ctx.progress, label=arm)
-                result = ctx.fit(arm, trainer, lambda s, m=mcfg: GPT(m, s), seeds, task)
-                if ctx.writer.arm_rows(f"{arm}/probe"):
-                    continue
-                model = GPT(mcfg, seeds)
+            # The cells are independent: they train at once on one-thread lanes (tdlab.train.lanes).
+            arms = [cell_arm(*cell) for cell in cfg.grid()]
+            fits = [Fit(arm, Trainer(cfg.train, ctx.device, ctx.progress, label=arm),
+                        lambda s, m=cfg.cell_model(family, depth, heads): GPT(m, s), seeds, InContextMarkov(k, 2, cfg.alpha))
+                    for arm, (family, k, depth, heads) in zip(arms, cfg.grid())]
+            for (family, k, depth, heads), fit, result in zip(cfg.grid(), fits, ctx.fit_all(fits)):
+                if ctx.writer.arm_rows(f"{fit.arm}/probe"):
+                    continue  # probed by an interrupted attempt of this (resumed) run
+                model = GPT(cfg.cell_model(family, depth, heads), seeds)
                 model.load_state_dict({n: torch.stack([s[n] for s in result.states]) for n in result.states[0]})
-                ctx.store_rows(f"{arm}/probe", self.probe(model.to(ctx.device), task, cfg, seeds, ctx.device))
+                ctx.store_rows(f"{fit.arm}/probe", self.probe(model.to(ctx.device), fit.task, cfg, seeds, ctx.device))
 
     @staticmethod
     @torch.no_grad()

@@ -1,0 +1,84 @@
+"""RunContext.fit_all: fits stored in their order whatever lane ends first, a diverging fit stored
+with the others before its error goes up, fits a resumed run finished not trained again."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tdlab.experiments.base import Fit, RunContext
+from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.runs import RunWriter
+from tdlab.seeding import member_seeds
+from tdlab.tasks.markov import MarkovChain
+from tdlab.train.trainer import DivergenceError, TrainConfig, Trainer
+
+TASK = MarkovChain(0.3, 0.6)
+CFG = TrainConfig(steps=6, batch=4, seq_len=16, eval_every=3, eval_batches=1, log_every=1)
+SEEDS = member_seeds(2, 2)
+
+
+class NaNFrom(GPT):
+    """A GPT whose training loss is NaN from its ``at``-th training forward on."""
+
+    def __init__(self, cfg, seeds, at):
+        super().__init__(cfg, seeds)
+        self.at, self.calls = at, 0
+
+    def forward(self, tokens):
+        out = super().forward(tokens)
+        if self.training:
+            self.calls += 1
+            if self.calls >= self.at:
+                out = out * float("nan")
+        return out
+
+
+def _fits(steps=(6, 2, 4), bad=None):
+    fits = []
+    for i, n in enumerate(steps):
+        model = GPTConfig(arch="sec2", d=4 + 2 * i, max_len=16)
+        build = (lambda s, m=model: NaNFrom(m, s, at=2)) if i == bad else (lambda s, m=model: GPT(m, s))
+        fits.append(Fit(f"cell{i}", Trainer(CFG.updated({"steps": n}), progress=False, label=f"cell{i}"), build, SEEDS, TASK))
+    return fits
+
+
+def _context(tmp_path, lanes):
+    w = RunWriter(tmp_path / "out", "probe", run_id=f"lanes{lanes}")
+    w.write_config({"experiment": "probe"})
+    return w, RunContext(w, progress=False, lanes=lanes)
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_fits_are_stored_in_their_order_with_the_numbers_of_fits_one_after_another(tmp_path, one_thread, lanes):
+    w, ctx = _context(tmp_path, lanes)
+    results = ctx.fit_all(_fits())
+    assert [a for a, *_ in w.rows] == sorted(a for a, *_ in w.rows)  # cell0's rows, then cell1's, cell2's
+    alone = [Trainer(f.trainer.cfg, progress=False).fit(f.build, SEEDS, TASK) for f in _fits()]
+    for f, got, ref in zip(_fits(), results, alone, strict=True):
+        assert got.rows == ref.rows and w.arm_rows(f.arm) == ref.rows
+        assert all(torch.equal(a[k], b[k]) for a, b in zip(got.states, ref.states) for k in a)
+        assert ctx.fits[f.arm][0] == SEEDS and (w.path / "arrays" / f"{f.arm}.safetensors").is_file()
+    w.release()
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_a_diverging_fit_is_stored_with_the_others_before_its_error_goes_up(tmp_path, one_thread, lanes):
+    w, ctx = _context(tmp_path, lanes)
+    with pytest.raises(DivergenceError) as err:
+        ctx.fit_all(_fits(bad=1))
+    assert err.value.step == 2
+    assert {a for a, *_ in w.rows} == {"cell0", "cell1", "cell2"}  # the fits after it trained and were stored
+    assert "cell1" not in ctx.fits and {"cell0", "cell2"} <= set(ctx.fits)
+    assert max(s for a, s, *_ in w.rows if a == "cell1") < 2  # what it measured before the NaN
+    w.release()
+
+
+def test_a_fit_a_resumed_run_finished_is_not_trained_again(tmp_path, one_thread):
+    w, ctx = _context(tmp_path, 2)
+    first = ctx.fit_all(_fits()[:1])
+    fits = _fits()
+    fits[0].trainer.fit = None  # would fail if called
+    again = ctx.fit_all(fits)
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(first[0].states, again[0].states) for k in a)
+    w.release()
