@@ -53,7 +53,7 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.config import Config
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed000_local_to_global.initialisation import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
@@ -293,13 +293,11 @@ class MarkovBridge(Experiment):
     def run(self, cfg: MarkovBridgeConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)  # same inits in every arm: cells differ only by data
         mcfg = cfg.arm_model()
-        with cpu_threads(cfg.cpu_threads, ctx.device):
-            for p, q in cfg.grid:
-                task = MarkovChain(p, q)
-                for budget in cfg.budgets:
-                    arm = cell_arm(p, q, budget)
-                    trainer = Trainer(cfg.arm_train(budget), ctx.device, ctx.progress, label=f"({p:g}, {q:g}) {budget} its")
-                    ctx.fit(arm, trainer, lambda s, m=mcfg: GPT(m, s), seeds, task)
+        with cpu_threads(cfg.cpu_threads, ctx.device):  # the cells train at once on one-thread lanes
+            ctx.fit_all([Fit(cell_arm(p, q, budget), Trainer(cfg.arm_train(budget), ctx.device, ctx.progress,
+                                                             label=f"({p:g}, {q:g}) {budget} its"),
+                             lambda s, m=mcfg: GPT(m, s), seeds, MarkovChain(p, q))
+                         for p, q in cfg.grid for budget in cfg.budgets])
 
     def trivial_error(self, cfg: MarkovBridgeConfig, arm: str) -> float:
         return float(np.log(2))  # the uniform predictor over {0, 1}

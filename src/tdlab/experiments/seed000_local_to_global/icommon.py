@@ -67,7 +67,7 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.config import Config
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed000_local_to_global.initialisation import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
@@ -337,10 +337,8 @@ class MarkovICommon(Experiment):
             return canonical_init_(GPT(mcfg, chunk), torch.stack([by_seed[s] for s in chunk]))
 
         with cpu_threads(cfg.cpu_threads, ctx.device):
-            for p, q in cfg.grid:
-                arm = cell_arm(p, q)
-                trainer = Trainer(cfg.train, ctx.device, ctx.progress, label=f"I_common ({p:g}, {q:g})")
-                ctx.fit(arm, trainer, build, seeds, MarkovChain(p, q))
+            ctx.fit_all([Fit(cell_arm(p, q), Trainer(cfg.train, ctx.device, ctx.progress, label=f"I_common ({p:g}, {q:g})"),
+                             build, seeds, MarkovChain(p, q)) for p, q in cfg.grid])  # at once, on one-thread lanes
             for ci, (p, q) in enumerate(cfg.grid):
                 self._canonical(cfg, ctx, ci, p, q)
 

@@ -66,6 +66,7 @@ ours and its notes say so.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -76,7 +77,7 @@ from pydantic import Field, model_validator
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed000_local_to_global.initialisation import (
     LEFT_PLATEAU, escape_level, small_init_stage,
 )
@@ -359,23 +360,22 @@ class MarkovRank(Experiment):
         task = MarkovChain(cfg.task.p, cfg.task.q)
         seeds = member_seeds(cfg.seed, cfg.members)
         mcfg = cfg.arm_model()
+        probes: dict[str, list[TrajectoryProbe]] = {arm: [] for arm in cfg.arms}
+
+        def build(chunk: list[int], arm: str) -> GPT:
+            model = rank_one_init_(GPT(mcfg, chunk), cfg.rank_one) if arm == "rank-one" else GPT(mcfg, chunk)
+            probe = TrajectoryProbe(cfg.probe_every, seeds.index(chunk[0]), len(chunk))
+            model.register_forward_pre_hook(probe)
+            probes[arm].append(probe)
+            return model
+
         with cpu_threads(cfg.cpu_threads, ctx.device):
+            # fit_all stores the final parameters and, under ARM@init, the initial ones (rebuilt from the
+            # seeds: that build's probe never sees a training step); the arms train at once on lanes.
+            ctx.fit_all([Fit(arm, Trainer(cfg.train, ctx.device, ctx.progress, label=arm), partial(build, arm=arm), seeds, task)
+                         for arm in cfg.arms])
             for arm in cfg.arms:
-                init = (lambda s: rank_one_init_(GPT(mcfg, s), cfg.rank_one)) if arm == "rank-one" else (lambda s: GPT(mcfg, s))
-                probes: list[TrajectoryProbe] = []
-
-                def build(chunk: list[int], init=init, probes=probes) -> GPT:
-                    model = init(chunk)
-                    probe = TrajectoryProbe(cfg.probe_every, seeds.index(chunk[0]), len(chunk))
-                    model.register_forward_pre_hook(probe)
-                    probes.append(probe)
-                    return model
-
-                trainer = Trainer(cfg.train, ctx.device, ctx.progress, label=arm)
-                # ctx.fit stores the final parameters and, under ARM@init, the initial ones (rebuilt
-                # from the seeds: that build's probe never sees a training step).
-                ctx.fit(arm, trainer, build, seeds, task)
-                trained = [p for p in probes if p.seen > 0]
+                trained = [p for p in probes[arm] if p.seen > 0]
                 # Store the trajectory only when this process saw every member's whole training (a
                 # run resumed mid-arm has no complete trajectory; the claims then use init + final).
                 if sum(p.members for p in trained) == len(seeds) and all(p.seen == cfg.train.steps for p in trained):

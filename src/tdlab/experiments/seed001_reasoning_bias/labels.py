@@ -38,7 +38,7 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Stage, assess_arm
 from tdlab.config import Config
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed001_reasoning_bias.training import (
     EpochsConfig, Seed001GPTConfig, Seed001TrainConfig, auc, epoch_train_config, label_marginal_losses, t50,
     t50_sample,
@@ -240,6 +240,7 @@ class AnchorsLabels(Experiment):
     def run(self, cfg: AnchorsLabelsConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)  # the same seeds in every arm: paired by seed index
         with cpu_threads(cfg.cpu_threads, ctx.device):
+            fits = []
             for arm in ARMS:
                 task = cfg.task_of(arm)
                 epochs = cfg.groups_epochs if arm == "groups" else cfg.schedule.epochs
@@ -247,8 +248,8 @@ class AnchorsLabels(Experiment):
                 data = FixedDataset(memory_splits(task, task.cfg.n_train, cfg.schedule.n_eval), cfg.train.batch,
                                     eval_splits=("mem",), eval_batch=cfg.schedule.eval_batch)
                 trainer = Trainer(tcfg, ctx.device, ctx.progress, label=arm, objective=LastPosition())
-                mcfg = cfg.model_for(task.cfg)
-                ctx.fit(arm, trainer, lambda s, m=mcfg: GPT(m, s), seeds, data)
+                fits.append(Fit(arm, trainer, lambda s, m=cfg.model_for(task.cfg): GPT(m, s), seeds, data))
+            ctx.fit_all(fits)  # the arms train at once on one-thread lanes
 
     # ---- health: the loss on the training sequences (memory tasks have no held-out set) ---------
     def health(self, cfg: AnchorsLabelsConfig, run: Run | RunView) -> dict[str, ArmHealth]:

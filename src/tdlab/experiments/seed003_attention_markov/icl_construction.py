@@ -40,7 +40,7 @@ from pydantic import Field, field_validator, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.config import Config
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed003_attention_markov.estimator_stage import (
     PAST_LOWER_ORDER, PROBE_DATA, estimator_losses, record_stage)
 from tdlab.experiments.view import RunView
@@ -226,11 +226,11 @@ class MarkovICLConstruction(Experiment):
                 for i, (kap, (gap, kl, lgap)) in enumerate(zip(cfg.kappas, construction_gaps(x, k, cfg.kappas, cfg.alpha))):
                     rows += [(i, 0, "kappa", kap), (i, 0, "gap", gap), (i, 0, "max_kl", kl), (i, 0, "loss_gap", lgap)]
                 ctx.store_rows(construction_arm(k), rows)
-            for k in cfg.train_ks:
-                arm = train_arm(k)
-                task = InContextMarkov(k, 2, cfg.alpha)
-                trainer = Trainer(cfg.train, ctx.device, ctx.progress, label=arm)
-                result = ctx.fit(arm, trainer, lambda s: NormalisedAttention(cfg.model, s), seeds, task)
+            fits = [Fit(train_arm(k), Trainer(cfg.train, ctx.device, ctx.progress, label=train_arm(k)),
+                        lambda s: NormalisedAttention(cfg.model, s), seeds, InContextMarkov(k, 2, cfg.alpha))
+                    for k in cfg.train_ks]
+            for fit, result in zip(fits, ctx.fit_all(fits)):  # the orders train at once on one-thread lanes
+                arm, task = fit.arm, fit.task
                 model = NormalisedAttention(cfg.model, seeds)
                 model.load_state_dict({n: torch.stack([s[n] for s in result.states]) for n in result.states[0]})
                 ctx.store_rows(f"{arm}/probe", self.probe(model.to(ctx.device), task, cfg, seeds, ctx.device))

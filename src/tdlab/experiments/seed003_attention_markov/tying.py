@@ -50,7 +50,7 @@ from pydantic import Field, field_validator, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.config import Config
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import first_crossing
@@ -299,13 +299,10 @@ class MarkovTying(Experiment):
         seeds = member_seeds(cfg.seed, cfg.members)
         with cpu_threads(cfg.cpu_threads, ctx.device):
             self._landscape(cfg, ctx, seeds)
-            for p, q in cfg.grid:
-                task = MarkovChain(p, q)
-                for tied in cfg.tying:
-                    arm = self.train_arm(tied, p, q)
-                    mcfg = cfg.arm_model(tied)
-                    trainer = Trainer(cfg.train, ctx.device, ctx.progress, label=arm)
-                    ctx.fit(arm, trainer, lambda s, m=mcfg: GPT(m, s), seeds, task)
+            arms = [(self.train_arm(tied, p, q), tied, p, q) for p, q in cfg.grid for tied in cfg.tying]
+            ctx.fit_all([Fit(arm, Trainer(cfg.train, ctx.device, ctx.progress, label=arm),
+                             lambda s, m=cfg.arm_model(tied): GPT(m, s), seeds, MarkovChain(p, q))
+                         for arm, tied, p, q in arms])  # at once, on one-thread lanes
 
     @staticmethod
     def train_arm(tied: bool, p: float, q: float) -> str:
