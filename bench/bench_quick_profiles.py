@@ -15,6 +15,7 @@ is missing (a long table can be built over several calls).
 
     python bench/bench_quick_profiles.py markov-icl-depth --before-args "--lanes 1"
     python bench/bench_quick_profiles.py --before-src /tmp/before/src --json quick.json --markdown
+    python bench/bench_quick_profiles.py --after-only --json quick.json --markdown   # this checkout only
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def main() -> None:
     ap.add_argument("--before-args", default="", help="extra `tdlab run` options of the before runs, one string")
     ap.add_argument("--after-args", default="", help="extra `tdlab run` options of the after runs, one string")
     ap.add_argument("--pairs", type=int, default=1, help="before/after pairs per experiment (median shown)")
+    ap.add_argument("--after-only", action="store_true", help="time this checkout only (no before runs)")
     ap.add_argument("--json", type=Path, help="keep every record here; runs already in it are not run again")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = ap.parse_args()
@@ -81,7 +83,8 @@ def main() -> None:
     for name in names:
         rec: dict[str, list] = records.setdefault(name, {"before": [], "after": []})
         for pair in range(args.pairs):
-            for side in (("before", "after") if pair % 2 == 0 else ("after", "before")):
+            order = ("before", "after") if pair % 2 == 0 else ("after", "before")
+            for side in (("after",) if args.after_only else order):
                 if len(rec[side]) > pair:
                     continue  # kept from an earlier call
                 out = Path(tempfile.mkdtemp(prefix="tdlab-bench-quick-"))
@@ -100,19 +103,20 @@ def main() -> None:
     else:
         print(sep.join(head))
     for name in names:
-        rec = records[name]
+        rec = {side: runs for side, runs in records[name].items() if runs}
         med = {side: statistics.median(r["wall"] for r in rec[side]) for side in rec}
         load = max(r["load"] for side in rec for r in rec[side])
         first = {side: rec[side][0] for side in rec}
-        if any("verdicts" not in r for r in first.values()):
-            same, v = "—", {side: first[side]["status"] for side in rec}
+        v = {side: counts(first[side]["verdicts"]) if "verdicts" in first[side] else first[side]["status"] for side in rec}
+        if len(rec) < 2 or any("verdicts" not in r for r in first.values()):
+            same = "—"
         else:
             same = "yes" if first["before"]["verdicts"] == first["after"]["verdicts"] else "verdicts differ"
             if same == "yes" and json.dumps(first["before"]["measured"]) != json.dumps(first["after"]["measured"]):  # NaN too
                 same = "verdicts; values differ"
-            v = {side: counts(first[side]["verdicts"]) for side in rec}
-        cells = [name, f"{med['before']:.0f}", f"{med['after']:.0f}", f"{med['before'] / med['after']:.2f}×",
-                 f"≤ {load:.1f}", v["before"], v["after"], same]
+        ratio = f"{med['before'] / med['after']:.2f}×" if len(med) == 2 else "—"
+        cells = [name, f"{med['before']:.0f}" if "before" in med else "—", f"{med['after']:.0f}", ratio,
+                 f"≤ {load:.1f}", v.get("before", "—"), v["after"], same]
         print(("| " if args.markdown else "") + sep.join(cells) + (" |" if args.markdown else ""))
 
 

@@ -374,3 +374,32 @@ def test_atlas_run_names_its_own_option(invoke, tmp_path):
     (tmp_path / "file").write_text("x")
     line = _one_error_line(invoke("atlas", "run", "markov-init", "--runs", tmp_path / "file"))
     assert line.startswith("error: --runs ") and "--out" not in line
+
+
+@pytest.mark.parametrize("share, args, want", [(None, [], None), ("1", [], 1), (None, ["--lanes", "3"], 3),
+                                               ("1", ["--lanes", "2"], 2)])
+def test_run_takes_its_lanes_from_lanes_else_from_a_sweeps_share_of_the_cores(monkeypatch, invoke, runs_dir, share, args, want):
+    from tdlab.config import ConfigError
+    from tdlab.experiments import runner
+    from tdlab.train import lanes
+
+    seen = []
+
+    def execute(*a, **kw):
+        seen.append(lanes.limit())
+        raise ConfigError("stopped by the test")
+
+    monkeypatch.setattr(runner, "execute", execute)
+    if share is not None:
+        monkeypatch.setenv("TDLAB_THREADS", share)
+    threads = torch.get_num_threads()
+    try:
+        r = invoke("run", "markov-init", "--out", runs_dir, "--quiet", *args)
+    finally:
+        torch.set_num_threads(threads)  # TDLAB_THREADS sets them for the process
+    assert r.exit_code == 2 and "stopped by the test" in r.output and seen == [want]
+
+
+def test_run_refuses_zero_lanes(invoke, runs_dir):
+    r = invoke("run", "markov-init", "--out", runs_dir, "--quiet", "--lanes", "0")
+    assert r.exit_code == 2 and "--lanes" in r.output and not runs_dir.exists()

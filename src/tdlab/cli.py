@@ -191,7 +191,7 @@ def run(
             if tensorboard is not None:
                 raise ConfigError("--tensorboard: not with --resume (the rows before the interruption are not streamed); "
                                   "export the finished run: tdlab export RUN_DIR --to tensorboard --out DIR")
-            with limited_to(lanes):
+            with limited_to(lanes or _cores_share()):
                 finished = runner.resume(resume, runner.check_device(device), progress=not quiet)
         else:
             if name is None:
@@ -203,7 +203,7 @@ def run(
             cfg = exp.make_config(profile, set_ or [], members=seeds, seed=seed)
             plan = _decide_plan(budget, looks) if decide else None
             sink = _tensorboard_sink(tensorboard, out, run_id) if tensorboard is not None else None
-            with sink if sink is not None else contextlib.nullcontext(), streaming_to(sink), limited_to(lanes):
+            with sink if sink is not None else contextlib.nullcontext(), streaming_to(sink), limited_to(lanes or _cores_share()):
                 finished = runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep, plan)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
@@ -555,6 +555,13 @@ def export_cmd(
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     out_console.print(f"exported {arm} member {member} to {path}", highlight=False, soft_wrap=True)
+
+
+def _cores_share() -> int | None:
+    """The cores a sweep gives this run (``TDLAB_THREADS``, checked by :func:`_setup`), which caps its lanes
+    as it caps its threads; ``None`` outside a sweep."""
+    threads = os.environ.get("TDLAB_THREADS", "").strip()
+    return max(1, int(threads)) if threads.isdigit() else None
 
 
 @app.callback()
