@@ -184,6 +184,7 @@ def run(
     from tdlab.experiments.base import get
     from tdlab.experiments import runner
 
+    lane_cap = lanes or _cores_share()
     try:
         if resume is not None:
             if name is not None or set_:
@@ -191,7 +192,7 @@ def run(
             if tensorboard is not None:
                 raise ConfigError("--tensorboard: not with --resume (the rows before the interruption are not streamed); "
                                   "export the finished run: tdlab export RUN_DIR --to tensorboard --out DIR")
-            with limited_to(lanes or _cores_share()):
+            with limited_to(lane_cap):
                 finished = runner.resume(resume, runner.check_device(device), progress=not quiet)
         else:
             if name is None:
@@ -203,7 +204,7 @@ def run(
             cfg = exp.make_config(profile, set_ or [], members=seeds, seed=seed)
             plan = _decide_plan(budget, looks) if decide else None
             sink = _tensorboard_sink(tensorboard, out, run_id) if tensorboard is not None else None
-            with sink if sink is not None else contextlib.nullcontext(), streaming_to(sink), limited_to(lanes or _cores_share()):
+            with sink if sink is not None else contextlib.nullcontext(), streaming_to(sink), limited_to(lane_cap):
                 finished = runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep, plan)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
@@ -571,9 +572,9 @@ def _setup() -> None:
     if threads:  # set by sweeps so that concurrent points share the cores instead of fighting over them
         import torch
 
-        if not threads.strip().isdigit():
+        if _cores_share() is None:
             _fail(f"TDLAB_THREADS: must be a whole number of threads, got {threads[:ECHO_CHARS]!r}")
-        torch.set_num_threads(max(1, int(threads)))
+        torch.set_num_threads(_cores_share())
 
 
 def main() -> None:  # pragma: no cover - entry point

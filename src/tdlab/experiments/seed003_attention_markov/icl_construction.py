@@ -230,10 +230,9 @@ class MarkovICLConstruction(Experiment):
                         lambda s: NormalisedAttention(cfg.model, s), seeds, InContextMarkov(k, 2, cfg.alpha))
                     for k in cfg.train_ks]
             for fit, result in zip(fits, ctx.fit_all(fits)):  # the orders train at once on one-thread lanes
-                arm, task = fit.arm, fit.task
-                model = NormalisedAttention(cfg.model, seeds)
+                model = fit.build(seeds)
                 model.load_state_dict({n: torch.stack([s[n] for s in result.states]) for n in result.states[0]})
-                ctx.store_rows(f"{arm}/probe", self.probe(model.to(ctx.device), task, cfg, seeds, ctx.device))
+                ctx.store_rows(f"{fit.arm}/probe", self.probe(model.to(ctx.device), fit.task, cfg, seeds, ctx.device))
 
     @staticmethod
     def probe_tokens(task: InContextMarkov, cfg: MarkovICLConstructionConfig, seeds: list[int], device: str = "cpu") -> torch.Tensor:

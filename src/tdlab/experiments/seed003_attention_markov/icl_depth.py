@@ -282,13 +282,13 @@ class MarkovICLDepth(Experiment):
         seeds = member_seeds(cfg.seed, cfg.members)
         with cpu_threads(cfg.cpu_threads, ctx.device):
             # The cells are independent: they train at once on one-thread lanes (tdlab.train.lanes).
-            fits = [Fit(cell_arm(k, depth, pe), Trainer(cfg.train, ctx.device, ctx.progress, label=cell_arm(k, depth, pe)),
-                        lambda s, m=cfg.arm_model(depth, pe): GPT(m, s), seeds, InContextMarkov(k, 2, cfg.alpha))
-                    for k, depth, pe in cfg.grid()]
-            for (k, depth, pe), fit, result in zip(cfg.grid(), fits, ctx.fit_all(fits)):
+            arms = [(cell_arm(k, depth, pe), k, cfg.arm_model(depth, pe)) for k, depth, pe in cfg.grid()]
+            fits = [Fit(arm, Trainer(cfg.train, ctx.device, ctx.progress, label=arm), lambda s, m=mcfg: GPT(m, s), seeds,
+                        InContextMarkov(k, 2, cfg.alpha)) for arm, k, mcfg in arms]
+            for fit, result in zip(fits, ctx.fit_all(fits)):
                 if ctx.writer.arm_rows(probe_arm(fit.arm)):
                     continue  # probed by an interrupted attempt of this (resumed) run
-                model = GPT(cfg.arm_model(depth, pe), seeds)
+                model = fit.build(seeds)
                 model.load_state_dict({n: torch.stack([s[n] for s in result.states]) for n in result.states[0]})
                 ctx.store_rows(probe_arm(fit.arm), self.probe(model.to(ctx.device), fit.task, cfg, seeds, ctx.device))
 

@@ -130,10 +130,10 @@ class ICLGrid(Experiment):
             fits = [Fit(arm, Trainer(cfg.train, ctx.device, ctx.progress, label=arm),
                         lambda s, m=cfg.cell_model(family, depth, heads): GPT(m, s), seeds, InContextMarkov(k, 2, cfg.alpha))
                     for arm, (family, k, depth, heads) in zip(arms, cfg.grid())]
-            for (family, k, depth, heads), fit, result in zip(cfg.grid(), fits, ctx.fit_all(fits)):
+            for fit, result in zip(fits, ctx.fit_all(fits)):
                 if ctx.writer.arm_rows(f"{fit.arm}/probe"):
                     continue  # probed by an interrupted attempt of this (resumed) run
-                model = GPT(cfg.cell_model(family, depth, heads), seeds)
+                model = fit.build(seeds)
                 model.load_state_dict({n: torch.stack([s[n] for s in result.states]) for n in result.states[0]})
                 ctx.store_rows(f"{fit.arm}/probe", self.probe(model.to(ctx.device), fit.task, cfg, seeds, ctx.device))
 
