@@ -87,6 +87,14 @@ handful of parameters; they are part of what "whole process" measures):
 * seeding: the reference seeds nothing (``generator.seed()``, random chain samples each run); tdlab uses root
   seed 0. The amount of work is the same either way.
 
+The floor. Both programs compute the causal attention with the same kernel, PyTorch's
+``scaled_dot_product_attention(q, k, v, is_causal=True)`` on ``(16, 1, 256, 8)`` (the reference's
+``models/base.py`` calls it when ``memory < 0``, its default). After the pairs the script times, in this
+process at the runs' thread count, that kernel's forward and backward at the work's shapes and, as fresh
+processes, ``python -c "import torch"``. Any program doing the work with this kernel takes at least
+``import torch + steps x kernel``, so ``reference / floor`` bounds the whole-process ratio any such
+program can reach; the script prints it beside the measured ratio.
+
 Usage::
 
     python bench/bench_reference.py --reference /path/to/Local-to-Global/Markov-LLM-k/src [--pairs 3] [--threads N]
@@ -168,6 +176,30 @@ def check_reference_log(log: Path, steps: int) -> str:
     return evals[0]
 
 
+def attention_kernel_ms(repeats: int = 50) -> float:
+    """Milliseconds of one forward + backward of the causal attention kernel at the work's shapes
+    (batch 16, one head, T = 256, head width 8), median of ``repeats`` after a warm-up."""
+    q, k, v = (torch.randn(16, 1, 256, 8, requires_grad=True) for _ in range(3))
+    grad = torch.randn(16, 1, 256, 8)
+    times = []
+    for i in range(repeats + 5):
+        t0 = time.perf_counter()
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+        if i >= 5:
+            times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times)
+
+
+def import_torch_s(env: dict[str, str], repeats: int = 3) -> float:
+    """Median wall seconds of a fresh ``python -c "import torch"``."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import torch"], check=True, env=env)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def with_path(env: dict[str, str], first: str) -> dict[str, str]:
     env = dict(env)
     env["PYTHONPATH"] = first + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -224,6 +256,14 @@ def main() -> None:
     load1 = os.getloadavg()
     print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
     print(f"reference's last evaluation: {last_eval}")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    kernel_ms, imp = attention_kernel_ms(), import_torch_s(base)
+    floor = imp + args.steps * kernel_ms / 1000
+    print(f"floor: import torch {imp:.1f} s + {args.steps} x attention kernel {kernel_ms:.2f} ms "
+          f"(forward + backward, {torch.get_num_threads()} threads) = {floor:.1f} s; "
+          f"reference / floor = {med_ref / floor:.2f}x, the most any program with this kernel can reach "
+          f"(measured: {med_ref / med_td:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ so when you quote them). Timings are printed, never asserted.
     python bench/profile_quick.py markov anchors --threads 2
     python bench/profile_quick.py --experiment topics-wv --set train.steps=200
     python bench/profile_quick.py --markdown               # the README's table
+    python bench/profile_quick.py markov-kth --lanes 1     # a grid's fits one after another
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 
 from tdlab.experiments import runner
 from tdlab.experiments.base import get
+from tdlab.train.lanes import limited_to
 from tdlab.train.phases import PhaseClock
 
 # One experiment per model family (the one whose quick run is most typical of the family's training).
@@ -54,6 +56,9 @@ def main() -> None:
     ap.add_argument("--experiment", help="profile this experiment instead of the families' representatives")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override, as tdlab run --set")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--lanes", type=int, default=None,
+                    help="cap the lanes (as tdlab run --lanes); phases on concurrent lanes add up over the lanes, "
+                         "so with more than one the shares of the wall time can sum past 100 %%")
     ap.add_argument("--markdown", action="store_true", help="print one Markdown table (seconds and shares)")
     args = ap.parse_args()
     unknown = [f for f in args.families if f not in FAMILIES]
@@ -62,7 +67,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     names = [args.experiment] if args.experiment else [FAMILIES[f] for f in (args.families or FAMILIES)]
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, limited_to(args.lanes):
         for name in names:
             t0 = time.perf_counter()
             clock = profile(name, args.overrides, Path(tmp))
