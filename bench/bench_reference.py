@@ -190,16 +190,6 @@ def attention_kernel_ms(repeats: int = 50) -> float:
     return 1000 * statistics.median(times)
 
 
-def import_torch_s(env: dict[str, str], repeats: int = 3) -> float:
-    """Median wall seconds of a fresh ``python -c "import torch"``."""
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import torch"], check=True, env=env)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def with_path(env: dict[str, str], first: str) -> dict[str, str]:
     env = dict(env)
     env["PYTHONPATH"] = first + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -250,6 +240,9 @@ def main() -> None:
             last_eval = check_reference_log(root / f"ref{i}.log", args.steps)
             rows.append((t_td, t_ref))
             print(f"{i + 1:>4} {t_td:>9.1f} {t_ref:>12.1f} {t_ref / t_td:>10.2f}", flush=True)
+        # the floor's start-up: a fresh process that only imports torch, median of 3
+        imp = statistics.median(timed([sys.executable, "-c", "import torch"], base, root, root / "import.log")
+                                for _ in range(3))
     med_td, med_ref = statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
     print(f"{'med':>4} {med_td:>9.1f} {med_ref:>12.1f} {statistics.median(r[1] / r[0] for r in rows):>10.2f}"
           f"   (ratio column: median of the pairs' ratios)")
@@ -258,7 +251,7 @@ def main() -> None:
     print(f"reference's last evaluation: {last_eval}")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    kernel_ms, imp = attention_kernel_ms(), import_torch_s(base)
+    kernel_ms = attention_kernel_ms()
     floor = imp + args.steps * kernel_ms / 1000
     print(f"floor: import torch {imp:.1f} s + {args.steps} x attention kernel {kernel_ms:.2f} ms "
           f"(forward + backward, {torch.get_num_threads()} threads) = {floor:.1f} s; "

@@ -61,6 +61,8 @@ def main() -> None:
                          "so with more than one the shares of the wall time can sum past 100 %%")
     ap.add_argument("--markdown", action="store_true", help="print one Markdown table (seconds and shares)")
     args = ap.parse_args()
+    if args.lanes is not None and args.lanes < 1:
+        ap.error(f"--lanes must be >= 1 (got {args.lanes})")
     unknown = [f for f in args.families if f not in FAMILIES]
     if unknown:
         ap.error(f"unknown families {unknown}; allowed: {list(FAMILIES)}")
