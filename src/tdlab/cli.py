@@ -178,43 +178,68 @@ def run(
     lanes: Annotated[Optional[int], typer.Option(min=1, help="independent fits trained at once on one-thread CPU lanes, "
                                                  "where the experiment trains on one thread (same numbers; default: "
                                                  "the usable cores; 1: one after another)")] = None,
+    checkpoint_every: Annotated[str, typer.Option(help="save a resumable checkpoint of every training fit after this "
+                                                  "much wall time (90s, 5m; 'off': only at the end of each chunk)")] = "5m",
+    until: Annotated[Optional[str], typer.Option(help="stop cleanly after this wall time (90s, 9m, 1h): checkpoint, "
+                                                 "keep the staging folder, exit 3; --resume continues it")] = None,
 ) -> None:
     """Run an experiment: progress bar, then a computed verdict per claim; writes a run directory.
-    `tdlab run NAME --help` lists NAME's config keys with their types and defaults."""
-    from tdlab.experiments.base import get
-    from tdlab.experiments import runner
+    `tdlab run NAME --help` lists NAME's config keys with their types and defaults. SIGTERM, or --until,
+    stops it after the step each fit is in, with a checkpoint: `tdlab run --resume OUT/RUN_ID` continues it
+    to the numbers of a run never stopped."""
+    from tdlab.train.stopping import STOPPED_EXIT_CODE, RunStopped, stopping
 
     lane_cap = lanes or _cores_share()
     try:
-        if resume is not None:
-            if name is not None or set_:
-                raise ConfigError("--resume: takes no experiment name or --set (the run's own config is used)")
-            if tensorboard is not None:
-                raise ConfigError("--tensorboard: not with --resume (the rows before the interruption are not streamed); "
-                                  "export the finished run: tdlab export RUN_DIR --to tensorboard --out DIR")
-            with limited_to(lane_cap):
-                finished = runner.resume(resume, runner.check_device(device), progress=not quiet)
-        else:
-            if name is None:
-                raise ConfigError("experiment: missing experiment name; see `tdlab list`")
-            exp = get(name)
-            if run_id is not None:  # before --out is made: a bad id leaves nothing behind
-                check_run_id(run_id)
-            check_not_in_run(out, "--out")
-            cfg = exp.make_config(profile, set_ or [], members=seeds, seed=seed)
-            plan = _decide_plan(budget, looks) if decide else None
-            sink = _tensorboard_sink(tensorboard, out, run_id) if tensorboard is not None else None
-            with sink if sink is not None else contextlib.nullcontext(), streaming_to(sink), limited_to(lane_cap):
-                finished = runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep, plan)
+        every_s = None if checkpoint_every.strip().lower() == "off" else parse_duration(checkpoint_every, "--checkpoint-every")
+        until_s = None if until is None else parse_duration(until, "--until")
+    except ConfigError as exc:
+        _fail(str(exc))
+    try:
+        with stopping(every_s, until_s):
+            finished = _run_or_resume(name, profile, set_, seeds, seed, device, out, quiet, resume, run_id, sweep,
+                                      decide, budget, looks, tensorboard, lane_cap)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     except RunNotMovedError as exc:  # a finished run left in its staging folder: kept, named, exit 1
         _error_line(str(exc))
         raise typer.Exit(code=1) from None
+    except RunStopped as stop:
+        where = getattr(stop, "run_dir", None)
+        _error_line(f"{stop}; the staging folder keeps the checkpoints: `tdlab run --resume {where}` continues it"
+                    if where is not None else str(stop))
+        raise typer.Exit(code=STOPPED_EXIT_CODE) from None
     summary = finished.summary
     _print_summary(summary, finished.path)
     if summary["status"] != "done":
         raise typer.Exit(code=1)
+
+
+def _run_or_resume(name, profile, set_, seeds, seed, device, out, quiet, resume, run_id, sweep, decide, budget, looks,
+                   tensorboard, lane_cap):
+    """The body of :func:`run`: resume ``resume``, or run ``name`` (config, decide plan, TensorBoard sink)."""
+    from tdlab.experiments import runner
+    from tdlab.experiments.base import get
+
+    if resume is not None:
+        if name is not None or set_:
+            raise ConfigError("--resume: takes no experiment name or --set (the run's own config is used)")
+        if tensorboard is not None:
+            raise ConfigError("--tensorboard: not with --resume (the rows before the interruption are not streamed); "
+                              "export the finished run: tdlab export RUN_DIR --to tensorboard --out DIR")
+        with limited_to(lane_cap):
+            return runner.resume(resume, runner.check_device(device), progress=not quiet)
+    if name is None:
+        raise ConfigError("experiment: missing experiment name; see `tdlab list`")
+    exp = get(name)
+    if run_id is not None:  # before --out is made: a bad id leaves nothing behind
+        check_run_id(run_id)
+    check_not_in_run(out, "--out")
+    cfg = exp.make_config(profile, set_ or [], members=seeds, seed=seed)
+    plan = _decide_plan(budget, looks) if decide else None
+    sink = _tensorboard_sink(tensorboard, out, run_id) if tensorboard is not None else None
+    with sink if sink is not None else contextlib.nullcontext(), streaming_to(sink), limited_to(lane_cap):
+        return runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep, plan)
 
 
 def _tensorboard_sink(folder: Path, out: Path, run_id: Optional[str]):
@@ -365,9 +390,118 @@ def sweep_cmd(
         raise typer.Exit(code=1)
 
 
+@app.command("batch")
+def batch_cmd(
+    names: Annotated[Optional[list[str]], typer.Argument(help="experiments (default: every one)")] = None,
+    profile: Annotated[str, typer.Option(help="the profile every run uses (paper: the seeds' settings)")] = "paper",
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a config field of every run: --set train.steps=300")] = None,
+    device: Annotated[str, typer.Option(help="cpu, or cuda / cuda:N where a GPU exists")] = "cpu",
+    until: Annotated[Optional[str], typer.Option(help="stop after this wall time (9m, 1.5h): running runs checkpoint "
+                                                 "and exit; the next batch continues them")] = None,
+    jobs: Annotated[Optional[int], typer.Option(min=1, help="runs at once (default: cores / threads on the CPU; up to "
+                                                "8 on a GPU, as its free memory allows)")] = None,
+    threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads per run (default: cores / jobs)")] = None,
+    out: Annotated[Path, typer.Option(help="the batch folder: its runs and its state")] = Path("batch"),
+    results: Annotated[str, typer.Option(help="publish each finished run's record to RESULTS/PROFILE/NAME.json "
+                                         "('' : do not publish)")] = "results",
+    checkpoint_every: Annotated[str, typer.Option(help="each run saves a checkpoint after this much wall time")] = "3m",
+    backend: Annotated[str, typer.Option(help="local (processes on this machine) or ray")] = "local",
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster address HOST:PORT (ray backend; its nodes must "
+                                                   "see --out)")] = None,
+) -> None:
+    """Run a queue of experiments whose state is its output folder: invoked again (here or on any machine
+    with the folder) it resumes every unfinished run from its checkpoints. Prints what finished, what is
+    left and the estimated time to finish; exit 0 when all finished, 3 when runs are left, 1 when one failed."""
+    from tdlab.batch import run_batch, status_table
+    from tdlab.experiments.runner import check_device
+
+    try:
+        if backend not in ("local", "ray"):
+            raise ConfigError(f"--backend: unknown backend {echo(backend)}; allowed: local, ray")
+        until_s = None if until is None else parse_duration(until, "--until")
+        parse_duration(checkpoint_every, "--checkpoint-every")
+        check_not_in_run(out, "--out")
+        check_device(device)
+        done = run_batch(names or [], profile, out, device=device, until_s=until_s, jobs=jobs, threads=threads,
+                         results=Path(results) if results else None, checkpoint_every=checkpoint_every,
+                         backend=backend, address=address, sets=set_ or [],  # type: ignore[arg-type]
+                         say=lambda m: out_console.print(m, highlight=False, soft_wrap=True, markup=False))
+    except (ConfigError, RunDirError) as exc:
+        _fail(str(exc))
+    rows, line = status_table(done, jobs or 1)
+    table = Table("experiment", "state", "wall", "estimate left", "note")
+    for r in rows:
+        table.add_row(*(escape(c) for c in r))
+    out_console.print(table)
+    out_console.print(line, highlight=False)
+    if any(j.state == "failed" for j in done):
+        raise typer.Exit(code=1)
+    if any(j.state not in ("done", "diverged") for j in done):
+        raise typer.Exit(code=3)
+
+
+results_app = typer.Typer(cls=_OneLineErrors, no_args_is_help=True,
+                          help="Published records (results/PROFILE/NAME.json): publish finished runs, check and re-judge.")
+app.add_typer(results_app, name="results")
+
+
+@results_app.command("publish")
+def results_publish(
+    run_dirs: Annotated[list[Path], typer.Argument(help="finished run directories")],
+    to: Annotated[Path, typer.Option(help="the results folder")] = Path("results"),
+    commit: Annotated[Optional[str], typer.Option(help="the commit that trained them, for runs of a tdlab that "
+                                                  "recorded none")] = None,
+) -> None:
+    """Write each run's record to TO/PROFILE/NAME.json (a run with no record.json is analysed again)."""
+    from tdlab.results import publish
+    from tdlab.runs import COMMIT_FORM
+
+    try:
+        if commit is not None and not COMMIT_FORM.match(commit):
+            raise ConfigError(f"--commit: {echo(commit)} is not a git commit; allowed: 7-40 lowercase hex digits")
+        paths = publish(run_dirs, to, commit)
+    except (ConfigError, RunDirError) as exc:
+        _fail(str(exc))
+    for p in paths:
+        out_console.print(f"wrote {p}", highlight=False, soft_wrap=True, markup=False)
+
+
+@results_app.command("check")
+def results_check(
+    folder: Annotated[Path, typer.Argument(help="a results folder of one profile (results/paper)")] = Path("results/paper"),
+) -> None:
+    """Load every record (schema, experiment, profile, commits) and re-judge it with the current claims layer
+    on its stored measurements: lists the groups whose verdict the current rules would move (exit 1 if any)."""
+    from tdlab.results import load_records, rejudge
+
+    try:
+        if not folder.is_dir():
+            raise ConfigError(f"folder: {folder} is not a folder of records")
+        records = load_records(folder)
+        moved = []
+        for name, rec in records.items():
+            if rec.measured is None:
+                continue
+            stored = {g["id"]: g["verdict"] for g in rec.claims + rec.sanity}
+            for g in rejudge(rec):
+                if stored.get(g.id) != g.verdict:
+                    moved.append(f"{name} {g.id}: {stored.get(g.id, 'absent')} -> {g.verdict}")
+    except (ConfigError, RunDirError) as exc:
+        _fail(str(exc))
+    out_console.print(f"{len(records)} records in {folder}; {len(moved)} groups the current rules would move",
+                      highlight=False, markup=False)
+    for m in moved:
+        out_console.print(f"  {m}", highlight=False, markup=False, soft_wrap=True)
+    if moved:
+        raise typer.Exit(code=1)
+
+
 @app.command()
 def findings(
-    run_dirs: Annotated[list[Path], typer.Argument(help="run directories, in the order of the table")],
+    run_dirs: Annotated[Optional[list[Path]], typer.Argument(help="run directories, in the order of the table")] = None,
+    results: Annotated[Optional[Path], typer.Option(help="a results folder (results/): the verdicts at the seeds' own "
+                                                    "settings (its paper records) beside quick's, by seed and by experiment, "
+                                                    "instead of run directories")] = None,
     readme: Annotated[Optional[Path], typer.Option(help="write between the findings markers of this file instead of printing")] = None,
     before: Annotated[Optional[Path], typer.Option(help="a folder of earlier run directories (one per experiment): add what changed")] = None,
     section: Annotated[str, typer.Option(help="--readme: write between <!-- SECTION:start --> and <!-- SECTION:end -->")] = "findings",
@@ -378,7 +512,9 @@ def findings(
     from tdlab.report.findings import changes_markdown, findings_markdown, replace_between_markers
 
     try:
-        text = findings_markdown(run_dirs)
+        if (results is None) == (not run_dirs):
+            raise ConfigError("findings: give run directories or --results DIR, one of them")
+        text = _published_markdown(results) if results is not None else findings_markdown(run_dirs or [])
         if before is not None:
             text += "\n**What changed** (each experiment's paper groups against its run under `" + before.name + "`):\n\n"
             text += changes_markdown(run_dirs, before)
@@ -388,9 +524,28 @@ def findings(
             if not re.fullmatch(r"[a-z][a-z0-9-]*", section):
                 raise ConfigError(f"--section: {section!r} is not a marker name; allowed: lower-case letters, digits, '-'")
             replace_between_markers(readme, text, section)
-            out_console.print(f"findings of {len(run_dirs)} run(s) written to {readme}", highlight=False)
+            what = f"records of {results}" if results is not None else f"{len(run_dirs or [])} run(s)"
+            out_console.print(f"findings of {what} written to {readme}", highlight=False)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
+
+
+def _published_markdown(results: Path) -> str:
+    """The by-seed and by-experiment tables of the records under ``results`` (tdlab.report.records)."""
+    from tdlab.experiments.base import registry
+    from tdlab.report.records import experiment_table, load_published, seed_table, undecided_lines
+
+    if not results.is_dir():
+        raise ConfigError(f"--results: {results} is not a folder of records (results/PROFILE/NAME.json)")
+    pub = load_published(results)
+    if not pub.paper:
+        raise ConfigError(f"--results: {results}/paper holds no record; `tdlab batch --profile paper` writes them")
+    exps = list(registry().values())
+    undecided = undecided_lines(pub)
+    return ("**By seed** (paper claim groups; the seed's settings from `results/paper`, quick from `results/quick` over "
+            "the same experiments):\n\n" + seed_table(pub, exps) + "\n**By experiment:**\n\n" + experiment_table(pub, exps)
+            + (f"\n**Not decided at the seed's settings** ({len(undecided)} groups):\n\n"
+               + "\n".join(f"- {u}" for u in undecided) + "\n" if undecided else ""))
 
 
 atlas_app = typer.Typer(cls=_OneLineErrors, no_args_is_help=True,

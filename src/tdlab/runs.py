@@ -41,8 +41,10 @@ import platform
 import re
 import shutil
 import stat
+import subprocess
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,10 +132,38 @@ def environment(device: str) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch_module().get_num_threads(),
         "device": device,
+        "commit": source_commit(),
     }
     if device.startswith("cuda") and torch_module().cuda.is_available():
         env["gpu"] = torch_module().cuda.get_device_name(0)
     return env
+
+
+# A git commit as records and environments name it: 7-40 hex digits, "+dirty" when the tree had changes.
+COMMIT_FORM = re.compile(r"^[0-9a-f]{7,40}(\+dirty)?$")
+
+
+@lru_cache(maxsize=1)
+def source_commit() -> str | None:
+    """The git commit of the tdlab source that is running (``+dirty`` when the package's folder has uncommitted
+    changes), ``TDLAB_COMMIT`` when set (a copy of the tree without ``.git``), ``None`` when unknown (an
+    installed wheel). Read once per process."""
+    env = os.environ.get("TDLAB_COMMIT", "").strip()
+    if env:
+        return env if COMMIT_FORM.match(env) else None
+    src = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--", "."], capture_output=True,
+                               text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = head.stdout.strip()
+    if not COMMIT_FORM.match(commit):
+        return None
+    return commit + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
 
 def torch_module() -> Any:

@@ -33,6 +33,7 @@ from tdlab.train.lanes import limit as lane_limit
 from tdlab.train.live import LockedSink, MetricSink, arm_stream
 from tdlab.train.live import current as live_sink
 from tdlab.train.phases import phase
+from tdlab.train.stopping import RunStopped
 from tdlab.train.trainer import DivergenceError, FitResult, Trainer
 
 __all__ = ["ExperimentConfig", "Experiment", "RunContext", "Fit", "Analysis", "register", "get", "registry", "init_arm", "snapshot_arm",
@@ -145,10 +146,14 @@ class RunContext:
         live, self.live = self.live, (LockedSink(self.live) if n > 1 and self.live is not None else self.live)
         config_hash = self.writer.config_hash()
         first_error: DivergenceError | None = None
+        stopped: RunStopped | None = None
         try:
             jobs = [partial(self._train, fits[i], seeds[i], config_hash) for i in todo]
             for j, outcome in in_lanes(jobs, n):
                 i = todo[j]
+                if isinstance(outcome.error, RunStopped):  # checkpointed; the fits that finish are still stored
+                    stopped = stopped or outcome.error
+                    continue
                 if outcome.error is not None and not isinstance(outcome.error, DivergenceError):
                     raise outcome.error
                 result = outcome.value if outcome.error is None else outcome.error.result
@@ -162,6 +167,8 @@ class RunContext:
             self.live = live
         if first_error is not None:
             raise first_error from None
+        if stopped is not None:
+            raise stopped
         return results
 
     def _train(self, fit: Fit, seeds: list[int], config_hash: str) -> FitResult:

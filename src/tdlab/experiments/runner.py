@@ -21,11 +21,13 @@ from tdlab.experiments.decide import DecidePlan, run_rounds
 from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
 from tdlab.report.html import write_report
+from tdlab.results import write_record
 from rich.console import Console
 
 from tdlab.runs import Run, RunDirError, RunWriter, environment
 from tdlab.safeio import check_output_folder
 from tdlab.train.phases import phase
+from tdlab.train.stopping import RunStopped
 from tdlab.train.trainer import DivergenceError
 
 __all__ = ["execute", "resume", "rebuild", "check_device", "check_out", "claim_counts"]
@@ -112,6 +114,9 @@ def _execute(
         except DivergenceError as err:
             # What was measured is already stored; the run finishes as "diverged", naming member and step.
             status = {"status": "diverged", "error": str(err), "member": err.member, "step": err.step}
+        except RunStopped as stop:  # checkpointed: the staging folder stays for --resume
+            stop.run_dir = writer.final
+            raise
         meta = {"run_id": writer.run_id, "profile": profile, "wall_time_s": time.perf_counter() - t0,
                 "env": environment(device), **status}
         if record is not None:
@@ -222,6 +227,7 @@ def _report(exp: Experiment, cfg: ExperimentConfig, run: Run, meta: dict[str, An
     }
     with phase("report"):
         run.write_summary(summary)
+        write_record(run, summary, analysis)  # what results/PROFILE/NAME.json publishes
         write_report(run, summary, exp.description)
 
 

@@ -33,6 +33,8 @@ from tdlab.train.objectives import NextToken, Objective, next_token_loss
 from tdlab.train.optim import EagerAdamW, EagerSGD
 from tdlab.train.phases import phase
 from tdlab.train.progress import ProgressBar
+from tdlab.train.stopping import RunStopped
+from tdlab.train.stopping import current as stop_policy
 
 __all__ = ["TrainConfig", "Trainer", "FitResult", "DivergenceError", "next_token_loss", "auto_chunk", "reference_predictors"]
 
@@ -447,6 +449,9 @@ class Trainer:
                     "sched": sched.state_dict(), "train_gens": [g.get_state() for g in train_gens],
                     "eval_gens": [g.get_state() for g in eval_gens], "running": running.clone(), "since": since}
 
+        # Wall-time checkpoints and stops on request (tdlab.train.stopping): only a fit with a checkpoint file.
+        policy = stop_policy() if self.checkpoint is not None else None
+        last_saved = time.monotonic()
         for step in range(first, cfg.steps + 1):
             with phase("data"):
                 batch = objective.prepare(data.train_sample(step, train_gens), train_gens)
@@ -492,6 +497,12 @@ class Trainer:
             if cfg.checkpoint_every is not None and step % cfg.checkpoint_every == 0 and step < cfg.steps:
                 with phase("checkpoint"):
                     self._save_checkpoint(list(self._all_seeds), self._chunk, result, snapshot(step))
+            if policy is not None and step < cfg.steps and policy.due(last_saved):
+                with phase("checkpoint"):
+                    self._save_checkpoint(list(self._all_seeds), self._chunk, result, snapshot(step))
+                last_saved = time.monotonic()
+                if policy.stop_requested():
+                    raise RunStopped(step, self.label)
             with phase("logging"):
                 if live is not None:
                     stream()

@@ -1,0 +1,454 @@
+"""``tdlab batch``: a queue of runs whose state is its output folder, for machines lent for minutes.
+
+``tdlab batch --profile paper [NAME...] [--device cuda] [--until 9m] [--jobs N] [--out DIR]`` runs every named
+experiment (default: all) at the profile as ``OUT/NAME``, each a ``tdlab run`` process. What the folder holds
+is the whole state:
+
+- ``OUT/NAME`` (a finished run directory): done; its record is published to ``RESULTS/PROFILE/NAME.json``
+  (:mod:`tdlab.results`) if it is not there yet.
+- ``OUT/.staging-NAME`` (an interrupted run): resumed from its checkpoints (``tdlab run --resume``), to the
+  numbers it would have had uninterrupted (bit for bit on the CPU; tested).
+- nothing: started.
+
+So invoking the batch again, on this machine or another that has the folder, continues it. Every run
+checkpoints by wall time (``--checkpoint-every``, :mod:`tdlab.train.stopping`); at ``--until`` (or on SIGTERM /
+Ctrl-C to the batch) each running run gets SIGTERM ``grace`` seconds before the end, checkpoints after the step
+it is in and exits 3; one still running at the end is killed (SIGKILL), and continues from its last
+checkpoint next time.
+
+Runs are ordered by a cost model (:func:`estimates`), shortest first, so a batch cut off by ``--until`` has
+finished as many runs as it could. On a GPU several runs share the device up to its free memory
+(:func:`tdlab.train.memory.estimate` of each run's config), at most ``--jobs``. ``--backend ray --address
+HOST:PORT`` spreads the same queue over a Ray cluster whose nodes see ``OUT``: each run a task asking for
+``--threads`` CPUs and its share of a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tdlab.config import ConfigError, build_config, echo, read_field
+from tdlab.runs import Run, RunDirError, staging_path
+from tdlab.safeio import atomic_write, check_output_folder
+
+__all__ = ["BATCH_FILE", "Job", "Outcome", "estimates", "plan_batch", "run_job", "run_batch", "status_table"]
+
+BATCH_FILE = "batch.json"
+FORMAT = "tdlab-batch/1"
+STOPPED = 3  # tdlab.train.stopping.STOPPED_EXIT_CODE (not imported: that module's users import torch)
+DEFAULT_SECONDS = 600.0  # the prior of an experiment with no quick time measured
+
+
+@dataclass
+class Job:
+    """One run of the queue: its experiment, what it is now, its estimated seconds."""
+
+    name: str
+    state: Literal["done", "diverged", "stopped", "new", "failed", "busy"]
+    estimate_s: float
+    wall_s: float | None = None
+    note: str = ""
+    memory_bytes: float = 0.0
+
+
+@dataclass
+class Outcome:
+    """What one ``tdlab run`` process ended with."""
+
+    name: str
+    rc: int
+    wall_s: float
+    tail: str = ""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The cost model
+
+
+def _prior(name: str, profile: str) -> float:
+    """Seconds predicted from the quick profile's measured time (:data:`tdlab.experiments.standard.QUICK_SECONDS`)
+    scaled by the profile's training length and members against quick's; :data:`DEFAULT_SECONDS` unmeasured."""
+    from tdlab.experiments.base import get
+    from tdlab.experiments.standard import QUICK_SECONDS
+
+    exp = get(name)
+    if name not in QUICK_SECONDS:
+        return DEFAULT_SECONDS
+    seconds = QUICK_SECONDS[name][0]
+    q = build_config(exp.Config, exp.profiles["quick"])
+    p = build_config(exp.Config, exp.profiles.get(profile, {}))
+    scale = p.members / q.members
+    length = exp.training_length_field()
+    if length is not None:
+        scale *= float(read_field(p, length)) / float(read_field(q, length))
+    return seconds * scale
+
+
+def _device_kind(device: str) -> str:
+    return "cuda" if str(device).startswith("cuda") else "cpu"
+
+
+def measured_times(out: Path, results: Path | None, profile: str, device: str) -> dict[str, float]:
+    """Wall seconds of finished runs of ``profile`` on this kind of device: the batch folder's runs, then the
+    published records (a run of the folder wins)."""
+    from tdlab.results import load_records
+
+    times: dict[str, float] = {}
+    kind = _device_kind(device)
+    if results is not None:
+        for name, rec in load_records(Path(results) / profile).items():
+            if _device_kind(rec.device) == kind and rec.status == "done":
+                times[name] = rec.wall_time_s
+    for d in sorted(Path(out).iterdir()) if Path(out).is_dir() else []:
+        if d.name.startswith(".") or not (d / "summary.json").is_file():
+            continue
+        try:
+            s = Run(d).summary
+        except RunDirError:
+            continue
+        if s.get("profile") == profile and _device_kind((s.get("env") or {}).get("device", "cpu")) == kind \
+                and isinstance(s.get("wall_time_s"), (int, float)):
+            times[str(s.get("experiment", d.name))] = float(s["wall_time_s"])
+    return times
+
+
+def estimates(names: Sequence[str], profile: str, measured: dict[str, float]) -> dict[str, float]:
+    """Seconds each run is expected to take: its own measured time where one exists, else its prior times
+    the median ratio measured / prior over the runs that have both (the model fitted to this kind of device;
+    1 before anything was measured)."""
+    priors = {n: _prior(n, profile) for n in set(names) | set(measured)}
+    ratios = [measured[n] / priors[n] for n in measured if priors[n] > 0]
+    scale = statistics.median(ratios) if ratios else 1.0
+    return {n: measured.get(n, priors[n] * scale) for n in names}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The queue
+
+
+def _state(out: Path, name: str) -> tuple[str, float | None, str]:
+    """``(state, wall seconds, note)`` of ``name`` in the batch folder."""
+    final = out / name
+    if final.exists() or final.is_symlink():
+        try:
+            s = Run(final).summary
+        except RunDirError as exc:
+            return "failed", None, str(exc)
+        status = s.get("status")
+        if status in ("done", "diverged"):
+            return str(status), float(s.get("wall_time_s", 0.0)), str(s.get("error") or "")
+        return "failed", None, f"{final}/summary.json has no status done or diverged"
+    staging = staging_path(final)
+    if (staging / "config.yaml").is_file():
+        from tdlab.runs import _try_lock
+
+        fd = _try_lock(staging)
+        if fd is None:
+            return "busy", None, "running in another process"
+        os.close(fd)
+        return "stopped", None, "resumes from its checkpoints"
+    return "new", None, ""
+
+
+def _check_folder(out: Path, profile: str, device: str, sets: Sequence[str]) -> None:
+    """The batch folder's ``batch.json``: written on first use; a folder of another profile or other ``--set``
+    overrides is refused (its runs would not be the runs asked for)."""
+    f = out / BATCH_FILE
+    if f.is_file():
+        try:
+            doc = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise ConfigError(f"--out {out}: {BATCH_FILE} is not what tdlab batch writes; use another --out") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise ConfigError(f"--out {out}: {BATCH_FILE} is not what tdlab batch writes; use another --out")
+        if doc.get("profile") != profile:
+            raise ConfigError(f"--profile: {echo(profile)}, but {out} holds a batch of profile "
+                              f"{echo(str(doc.get('profile')))}; use that profile or another --out")
+        if doc.get("set", []) != list(sets):
+            raise ConfigError(f"--set: {echo(' '.join(sets)) or 'none'}, but {out} holds a batch run with "
+                              f"{echo(' '.join(map(str, doc.get('set', [])))) or 'none'}; use the same --set or another --out")
+        return
+    atomic_write(f, json.dumps({"format": FORMAT, "profile": profile, "set": list(sets), "device": device}, indent=1) + "\n")
+
+
+def plan_batch(names: Sequence[str], profile: str, out: Path, device: str, results: Path | None,
+               sets: Sequence[str] = ()) -> list[Job]:
+    """The queue: every experiment in ``names`` with its state in ``out`` and its estimate, the runs still
+    to do ordered shortest first."""
+    from tdlab.experiments.base import get
+    from tdlab.train.memory import estimate
+
+    measured = measured_times(out, results, profile, device)
+    est = estimates(names, profile, measured)
+    jobs = []
+    for n in names:
+        state, wall, note = _state(out, n)
+        exp = get(n)
+        if profile not in exp.profiles:
+            raise ConfigError(f"--profile: unknown profile {echo(profile)} for {n}; allowed: {', '.join(exp.profiles)}")
+        cfg = exp.make_config(profile, sets)  # a bad --set or profile is refused before anything runs
+        mem = float(estimate(cfg).bytes) if _device_kind(device) == "cuda" else 0.0
+        jobs.append(Job(n, state, est[n], wall, note, mem))  # type: ignore[arg-type]
+    finished = [j for j in jobs if j.state in ("done", "diverged")]
+    todo = sorted((j for j in jobs if j.state not in ("done", "diverged")), key=lambda j: j.estimate_s)
+    return finished + todo
+
+
+def check_names(names: Sequence[str]) -> list[str]:
+    """The experiments to run (default: every one), each known and named once."""
+    from tdlab.experiments.base import registry
+
+    known = list(registry())
+    if not names:
+        return known
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"experiment: unknown experiment {echo(unknown[0])}; see `tdlab list`")
+    return list(dict.fromkeys(names))
+
+
+def _command(job: Job, profile: str, out: Path, device: str, every: str, sets: Sequence[str]) -> list[str]:
+    base = [sys.executable, "-m", "tdlab.cli", "run"]
+    tail = ["--device", device, "--quiet", "--checkpoint-every", every]
+    if job.state == "stopped":
+        return base + ["--resume", str(out / job.name)] + tail
+    return base + [job.name, "--profile", profile, "--out", str(out), "--run-id", job.name,
+                   *(a for s in sets for a in ("--set", s))] + tail
+
+
+def run_job(name: str, cmd: list[str], env: dict[str, str], log: str, deadline: float | None, grace: float,
+            stop_file: str | None = None) -> Outcome:
+    """Run one ``tdlab run`` process, its output appended to ``log``. With ``deadline`` (``time.time()``):
+    SIGTERM ``grace`` seconds before it (the run checkpoints and exits 3), SIGKILL at it. Once ``stop_file``
+    exists (the batch was asked to stop), the same with the deadline ``grace`` seconds from then. Runs on a
+    batch thread, or as a Ray task on a cluster node that sees the batch folder."""
+    t0 = time.time()
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        termed = False
+        while True:
+            try:
+                rc = proc.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.time()
+            if stop_file is not None and not termed and os.path.exists(stop_file):
+                deadline = now + grace if deadline is None else min(deadline, now + grace)
+            if deadline is not None and not termed and now >= deadline - grace:
+                proc.send_signal(signal.SIGTERM)
+                termed = True
+            if deadline is not None and now >= deadline:
+                proc.kill()
+                rc = proc.wait()
+                break
+    return Outcome(name, rc, time.time() - t0, _tail(Path(log)))
+
+
+def _tail(log: Path, lines: int = 3) -> str:
+    try:
+        text = log.read_bytes()[-4000:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:] if line.strip())
+
+
+@dataclass
+class _Local:
+    """Runs on this machine: a thread per running job, each waiting on its process."""
+
+    jobs: int
+    pool: ThreadPoolExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=max(1, self.jobs))
+
+    def submit(self, *args: Any) -> Future:
+        return self.pool.submit(run_job, *args)
+
+    def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, Outcome]]:
+        done, _ = wait(handles, timeout=timeout, return_when=FIRST_COMPLETED)
+        return [(h, h.result()) for h in done]
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+class _Ray:
+    """Runs on a Ray cluster: each run a task asking for ``threads`` CPUs and ``gpu`` of a GPU."""
+
+    def __init__(self, address: str | None, threads: int, gpu: float) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--backend: ray is not installed; pip install 'tdlab[ray]' or use --backend local") from None
+        self.ray, self.started = ray, not ray.is_initialized()
+        if self.started:
+            ray.init(address=address, log_to_driver=False) if address else ray.init(include_dashboard=False, log_to_driver=False)
+        self.remote = ray.remote(num_cpus=threads, num_gpus=gpu, max_retries=0)(run_job)
+
+    def submit(self, *args: Any) -> Any:
+        return self.remote.remote(*args)
+
+    def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, Outcome]]:
+        ready, _ = self.ray.wait(handles, num_returns=1, timeout=timeout)
+        out = []
+        for h in ready:
+            try:
+                out.append((h, self.ray.get(h)))
+            except Exception as exc:  # noqa: BLE001 - a crashed worker fails its run, the batch goes on
+                out.append((h, Outcome("?", -1, 0.0, f"{type(exc).__name__}: {exc}")))
+        return out
+
+    def close(self) -> None:
+        if self.started:
+            self.ray.shutdown()
+
+
+def _gpu_free_bytes(device: str) -> float:
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return float(free)
+
+
+def run_batch(
+    names: Sequence[str], profile: str, out: Path, *, device: str = "cpu", until_s: float | None = None, jobs: int | None = None,
+    threads: int | None = None, results: Path | None = Path("results"), checkpoint_every: str = "3m",
+    backend: Literal["local", "ray"] = "local", address: str | None = None, grace_s: float | None = None,
+    sets: Sequence[str] = (), say: Callable[[str], None] = print,
+) -> list[Job]:
+    """Run the queue (see the module) until every run finished, ``until_s`` passed or a run failed to start
+    again; publish each finished run's record to ``results`` (``None``: do not). Returns the jobs with their
+    final states."""
+    from tdlab.results import publish, record_path
+    from tdlab.train.lanes import usable_cores
+
+    names = check_names(names)
+    out = check_output_folder(out, "--out")
+    queue = plan_batch(names, profile, out, device, results, sets)  # every config checked before anything is written
+    _check_folder(out, profile, device, sets)
+    cores = usable_cores()
+    if jobs is None:
+        jobs = max(1, cores // (threads or 1)) if _device_kind(device) == "cpu" else 8
+    threads = threads or max(1, cores // jobs)
+    deadline = None if until_s is None else time.time() + until_s
+    grace = grace_s if grace_s is not None else (60.0 if until_s is None else min(60.0, 0.2 * until_s))
+    (out / "logs").mkdir(exist_ok=True)
+    env = {"TDLAB_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE"}
+    runner = _Ray(address, threads, 1.0 / jobs if _device_kind(device) == "cuda" else 0.0) if backend == "ray" else _Local(jobs)
+    by_name = {j.name: j for j in queue}
+    todo = [j for j in queue if j.state in ("new", "stopped")]
+    say(f"batch {out} ({profile}, {device}, {backend}): {len(queue)} runs, "
+        f"{sum(j.state in ('done', 'diverged') for j in queue)} finished, {len(todo)} to run on {jobs} jobs x {threads} "
+        f"threads; estimated {_duration(sum(j.estimate_s for j in todo) / jobs)}")
+
+    def publish_one(job: Job, replace: bool) -> None:
+        if results is None or job.state not in ("done", "diverged"):
+            return
+        if not replace and record_path(results, profile, job.name).is_file():
+            return
+        try:
+            publish([out / job.name], results)
+        except (RunDirError, ConfigError) as exc:
+            job.note = f"record not published: {exc}"
+
+    for j in queue:  # runs that finished while no batch watched them
+        publish_one(j, replace=False)
+    running: dict[Any, Job] = {}
+    stop_file = out / "logs" / ".stop"
+    stop_file.unlink(missing_ok=True)
+    asked = threading.Event()
+    main = threading.current_thread() is threading.main_thread()
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
+    for s in old:
+        signal.signal(s, lambda signum, frame: asked.set())
+    stopping = False
+    try:
+        while todo or running:
+            if asked.is_set() and not stopping:  # every running run checkpoints within grace seconds and exits
+                stopping = True
+                stop_file.touch()
+                say(f"stopping: every running run checkpoints within {grace:.0f} s and exits; run the batch again to continue")
+            past = stopping or (deadline is not None and time.time() >= deadline - grace)
+            while todo and len(running) < jobs and not past and _fits(todo[0], running, device):
+                job = todo.pop(0)
+                cmd = _command(job, profile, out, device, checkpoint_every, sets)
+                handle = runner.submit(job.name, cmd, env, str(out / "logs" / f"{job.name}.log"), deadline, grace,
+                                       str(stop_file))
+                running[handle] = job
+                say(f"start    {job.name} ({'resume' if job.state == 'stopped' else 'new'}; ~{_duration(job.estimate_s)})")
+                job.state = "busy"
+            if not running:
+                break
+            for handle, outcome in runner.wait(list(running), timeout=2.0):
+                job = running.pop(handle)
+                job.wall_s = outcome.wall_s
+                job.state, job.note = _after(out, job.name, outcome)
+                say(f"{job.state:8} {job.name} (exit code {outcome.rc}, {_duration(outcome.wall_s)})"
+                    + (f": {job.note}" if job.note else ""))
+                publish_one(job, replace=True)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        runner.close()
+        stop_file.unlink(missing_ok=True)
+    for j in todo:
+        j.note = j.note or "not started: the batch stopped"
+    return [by_name[j.name] for j in queue]
+
+
+def _fits(job: Job, running: dict[Any, Job], device: str) -> bool:
+    """Whether ``job`` may start beside ``running``: always on the CPU (``--jobs`` caps it); on a GPU while the
+    running runs' estimated memory plus its own stays under 80 % of the device's free memory at the start."""
+    if _device_kind(device) == "cpu" or not running:
+        return True
+    return job.memory_bytes + sum(j.memory_bytes for j in running.values()) <= 0.8 * _gpu_free_bytes(device)
+
+
+def _after(out: Path, name: str, outcome: Outcome) -> tuple[str, str]:
+    """The job's state after its process ended."""
+    state, _, note = _state(out, name)
+    if state in ("done", "diverged"):
+        return state, note
+    if state == "stopped":
+        return "stopped", "stopped at the deadline; resumes next time" if outcome.rc in (STOPPED, -9, -15) else \
+            f"exit code {outcome.rc}: {outcome.tail}"
+    return "failed", f"exit code {outcome.rc}: {outcome.tail}"
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def status_table(jobs: Sequence[Job], parallel: int) -> tuple[list[tuple[str, str, str, str, str]], str]:
+    """Rows ``(experiment, state, wall, estimate left, note)`` and the line under them: finished, left, and
+    the estimated time to finish on ``parallel`` jobs."""
+    rows = []
+    for j in jobs:
+        left = "" if j.state in ("done", "diverged") else _duration(j.estimate_s)
+        rows.append((j.name, j.state, _duration(j.wall_s) if j.wall_s is not None else "", left, j.note))
+    left = [j for j in jobs if j.state not in ("done", "diverged")]
+    eta = sum(j.estimate_s for j in left) / max(1, parallel)
+    line = (f"{len(jobs) - len(left)} finished, {len(left)} left"
+            + (f"; about {_duration(eta)} more on {parallel} jobs" if left else ""))
+    return rows, line

@@ -1,0 +1,136 @@
+"""Tables from published records (:mod:`tdlab.results`): the verdicts at the seeds' own settings (the
+``paper`` profile) beside the ``quick`` profile's, by seed, by experiment and by claim group.
+
+``tdlab findings --results results`` prints them (``--readme README.md --section paper-scale`` writes the
+by-seed and by-experiment tables into the README); ``tdlab docs build`` puts the group table of each seed
+on its page. Every number comes from a committed record, never from a run folder on this machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tdlab.claims import VERDICTS
+from tdlab.results import Record, load_records
+
+__all__ = ["Published", "load_published", "seed_table", "experiment_table", "group_table", "undecided_lines"]
+
+_SHORT = {"holds": "holds", "fails": "fails", "not resolved": "not resolved", "not evaluable": "not evaluable"}
+
+
+class Published:
+    """The records of two profiles: ``paper`` (the seeds' settings) and ``quick``, by experiment."""
+
+    def __init__(self, paper: Mapping[str, Record], quick: Mapping[str, Record]) -> None:
+        self.paper, self.quick = dict(paper), dict(quick)
+
+
+def load_published(results: Path) -> Published:
+    """``results/paper`` and ``results/quick`` (each may be absent)."""
+    return Published(load_records(Path(results) / "paper"), load_records(Path(results) / "quick"))
+
+
+def _seed(exp: Any) -> str:
+    return str(exp.paper)[:3]
+
+
+def _tally(groups: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    return {v: sum(g["verdict"] == v for g in groups) for v in VERDICTS}
+
+
+def _cells(t: Mapping[str, int], total: int) -> str:
+    return " | ".join(str(t[v]) for v in VERDICTS) + f" | {total}"
+
+
+def _safe(text: Any) -> str:
+    """Text for a markdown table cell: no raw HTML, no links or emphasis from the text, no cell breaks."""
+    out = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    for ch in "*_[]`|":
+        out = out.replace(ch, "\\" + ch)
+    return out.replace("\n", " ")
+
+
+def seed_table(pub: Published, experiments: Sequence[Any]) -> str:
+    """One row per seed: experiments with a paper record, their paper groups held / failed / not resolved /
+    not evaluable at the seed's settings, and quick's over the same experiments; a total row."""
+    lines = ["| seed | experiments at the seed's settings | holds | fails | not resolved | not evaluable | paper groups "
+             "| quick over the same: holds | fails | not resolved | not evaluable | paper groups |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    by_seed: dict[str, list[Any]] = {}
+    for e in experiments:
+        by_seed.setdefault(_seed(e), []).append(e)
+    all_p: list[Mapping[str, Any]] = []
+    all_q: list[Mapping[str, Any]] = []
+    n_all = n_rec = 0
+    for seed in sorted(by_seed):
+        exps = by_seed[seed]
+        recs = [pub.paper[e.name] for e in exps if e.name in pub.paper]
+        gp = [g for r in recs for g in r.claims]
+        gq = [g for r in recs if r.experiment in pub.quick for g in pub.quick[r.experiment].claims]
+        all_p += gp
+        all_q += gq
+        n_all, n_rec = n_all + len(exps), n_rec + len(recs)
+        lines.append(f"| {seed} | {len(recs)} of {len(exps)} | {_cells(_tally(gp), len(gp))} | "
+                     f"{_cells(_tally(gq), len(gq)) if gq else '— | — | — | — | —'} |")
+    lines.append(f"| all | {n_rec} of {n_all} | {_cells(_tally(all_p), len(all_p))} | "
+                 f"{_cells(_tally(all_q), len(all_q)) if all_q else '— | — | — | — | —'} |")
+    return "\n".join(lines) + "\n"
+
+
+def _counts(rec: Record | None) -> str:
+    if rec is None:
+        return "—"
+    t = rec.counts()
+    return f"{t['holds']}/{len(rec.claims)}" + "".join(f", {t[v]} {v}" for v in VERDICTS[1:] if t[v])
+
+
+def experiment_table(pub: Published, experiments: Sequence[Any]) -> str:
+    """One row per experiment with a paper record: its paper groups at the seed's settings and in quick,
+    members, device, wall time and the commit that trained it."""
+    lines = ["| experiment | seed's settings: paper groups held | quick | members | device | wall | trained by |",
+             "|---|---|---|---|---|---|---|"]
+    for e in experiments:
+        rec = pub.paper.get(e.name)
+        if rec is None:
+            continue
+        dev = rec.gpu or rec.device
+        lines.append(f"| `{e.name}` | {_counts(rec)} | {_counts(pub.quick.get(e.name))} | {rec.members} | {_safe(dev)}"
+                     f"{f', {rec.threads} thread(s)' if rec.threads and rec.device == 'cpu' else ''} | "
+                     f"{rec.wall_time_s:.0f} s | `{(rec.commit or 'not recorded')[:12]}` |")
+    return "\n".join(lines) + "\n"
+
+
+def _verdict_cell(g: Mapping[str, Any] | None) -> str:
+    if g is None:
+        return "—"
+    cause = g.get("cause") if g["verdict"] != "holds" else ""
+    return f"**{_SHORT[g['verdict']]}**" + (f" ({_safe(cause)})" if cause else "")
+
+
+def group_table(pub: Published, exp: Any) -> str:
+    """Every paper group of ``exp``: its verdict at the seed's settings (with the deciding numbers of its
+    first seed row) beside quick's, and the command that reproduces the seed's settings."""
+    rec, quick = pub.paper.get(exp.name), pub.quick.get(exp.name)
+    lines = ["| claim group | at the seed's settings | quick |", "|---|---|---|"]
+    paper_groups = {g["id"]: g for g in rec.claims} if rec else {}
+    quick_groups = {g["id"]: g for g in quick.claims} if quick else {}
+    for spec in (s for s in exp.claims if s.kind == "paper"):
+        lines.append(f"| `{spec.id}` | {_verdict_cell(paper_groups.get(spec.id))} | {_verdict_cell(quick_groups.get(spec.id))} |")
+    seed = rec.seed if rec else 0
+    how = f"`tdlab run {exp.name} --profile paper --seed {seed}`"
+    made = (f"Recorded: {rec.members} members, {_safe(rec.gpu or rec.device)}, {rec.wall_time_s:.0f} s, commit "
+            f"`{(rec.commit or 'not recorded')[:12]}`." if rec else "No record at the seed's settings yet.")
+    return "\n".join(lines) + f"\n\n{made} Reproduce: {how}.\n"
+
+
+def undecided_lines(pub: Published) -> list[str]:
+    """Every paper group not decided at the seed's settings, with the cause its record gives."""
+    out = []
+    for name, rec in pub.paper.items():
+        for g in rec.claims:
+            if g["verdict"] in ("not resolved", "not evaluable"):
+                out.append(f"`{name}` `{g['id']}`: {g['verdict']} ({_safe(g.get('cause') or '')})"
+                           + (f" — {_safe(g['reason'])}" if g.get("reason") else ""))
+    return out
