@@ -80,9 +80,12 @@ class Outcome:
 
 def _prior(name: str, profile: str) -> float:
     """Seconds predicted from the quick profile's measured time (:data:`tdlab.experiments.standard.QUICK_SECONDS`)
-    scaled by the profile's training length and members against quick's; :data:`DEFAULT_SECONDS` unmeasured."""
+    times the profile's training length over quick's, times its activations per step over quick's
+    (:func:`tdlab.train.memory.estimate`: members x batch x sequence x width, what a step's work grows with;
+    the members' ratio where no estimate applies); :data:`DEFAULT_SECONDS` where quick was never measured."""
     from tdlab.experiments.base import get
     from tdlab.experiments.standard import QUICK_SECONDS
+    from tdlab.train.memory import estimate
 
     exp = get(name)
     if name not in QUICK_SECONDS:
@@ -90,7 +93,8 @@ def _prior(name: str, profile: str) -> float:
     seconds = QUICK_SECONDS[name][0]
     q = build_config(exp.Config, exp.profiles["quick"])
     p = build_config(exp.Config, exp.profiles.get(profile, {}))
-    scale = p.members / q.members
+    bq, bp = estimate(q).bytes, estimate(p).bytes
+    scale = bp / bq if bq > 0 and bp > 0 else p.members / q.members
     length = exp.training_length_field()
     if length is not None:
         scale *= float(read_field(p, length)) / float(read_field(q, length))
@@ -237,7 +241,10 @@ def run_job(name: str, cmd: list[str], env: dict[str, str], log: str, deadline: 
     batch thread, or as a Ray task on a cluster node that sees the batch folder."""
     t0 = time.time()
     with open(log, "ab") as fh:
+        # Its own session: a Ctrl-C at the batch's terminal reaches the batch, which stops its runs cleanly.
         proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        pid_file = Path(log).with_suffix(".pid")  # what is running now, for a person (or a test) to see
+        pid_file.write_text(f"{proc.pid}\n")
         termed = False
         while True:
             try:
@@ -255,6 +262,7 @@ def run_job(name: str, cmd: list[str], env: dict[str, str], log: str, deadline: 
                 proc.kill()
                 rc = proc.wait()
                 break
+    pid_file.unlink(missing_ok=True)
     return Outcome(name, rc, time.time() - t0, _tail(Path(log)))
 
 

@@ -1,0 +1,138 @@
+"""Published records: written with every run, published to results/PROFILE/NAME.json, checked on load,
+re-judged from their stored measurements (the same verdicts; a changed measurement moves them), and every
+committed record re-judges to the verdicts it stores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tdlab.cli import app
+from tdlab.results import RECORD_NAME, Record, RecordError, load_record, load_records, publish, record_of_run, rejudge
+
+REPO = Path(__file__).resolve().parents[1]
+SETS = ["train.steps=60", "train.seq_len=16", "train.eval_every=10", "train.eval_batches=1", "archs=[sec2]"]
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "250"})
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("records") / "runs"
+    args = ["run", "markov-init", "--seeds", "2", "--quiet", "--run-id", "r", "--out", str(out)]
+    for s in SETS:
+        args += ["--set", s]
+    res = _cli(*args)
+    assert res.exit_code == 0, res.output
+    return out / "r"
+
+
+def _verdicts(groups):
+    return {g["id"]: g["verdict"] for g in groups}
+
+
+def test_every_run_writes_a_record_that_rejudges_to_its_own_verdicts(run_dir):
+    rec = Record.model_validate(json.loads((run_dir / RECORD_NAME).read_text()))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert rec.experiment == "markov-init" and rec.profile == "quick" and rec.members == 2
+    assert _verdicts(rec.claims) == _verdicts(summary["claims"]) and rec.claims
+    assert rec.measured is not None and rec.measured["rows"]
+    assert {g.id: g.verdict for g in rejudge(rec)} == _verdicts(rec.claims + rec.sanity)
+
+
+def test_a_changed_measurement_moves_the_rejudged_verdict(run_dir):
+    rec = Record.model_validate(json.loads((run_dir / RECORD_NAME).read_text()))
+    doc = rec.model_dump(mode="json")
+    # Plant a final loss 5 nats from the theory limit, the same in every member and no longer moving, in
+    # every row of the claim that the standard init ends at it: the claim cannot hold on those numbers.
+    claim = "standard-init-ends-at-theory-limit"
+    assert claim in doc["measured"]["rows"], sorted(doc["measured"]["rows"])
+    before = {g.id: g.verdict for g in rejudge(rec)}[claim]
+    for row in doc["measured"]["rows"][claim]:
+        row["measured"]["values"] = [row["measured"]["values"][0] + 5.0] * len(row["measured"]["values"])
+        row["measured"]["drift"] = 0.0
+    after = {g.id: g.verdict for g in rejudge(Record.model_validate(doc))}[claim]
+    assert before != "fails" and after == "fails"
+
+
+def test_publish_writes_profile_and_name_and_the_cli_checks_them(run_dir, tmp_path):
+    res = tmp_path / "results"
+    [path] = publish([run_dir], res)
+    assert path == res / "quick" / "markov-init.json"
+    assert load_record(path).config_hash == Record.model_validate(json.loads((run_dir / RECORD_NAME).read_text())).config_hash
+    assert set(load_records(res / "quick")) == {"markov-init"}
+    ok = _cli("results", "check", str(res / "quick"))
+    assert ok.exit_code == 0 and "1 records" in ok.output and "0 groups" in ok.output, ok.output
+    # A record whose stored verdict the current rules would not give is named, exit 1.
+    doc = json.loads(path.read_text())
+    g = doc["claims"][0]
+    g["verdict"] = "fails" if g["verdict"] != "fails" else "holds"
+    path.write_text(json.dumps(doc))
+    moved = _cli("results", "check", str(res / "quick"))
+    assert moved.exit_code == 1 and g["id"] in moved.output
+
+
+def test_a_run_without_a_record_is_analysed_again(run_dir, tmp_path):
+    import shutil
+
+    copy_dir = tmp_path / "old"
+    shutil.copytree(run_dir, copy_dir)
+    (copy_dir / RECORD_NAME).unlink()
+    doc = record_of_run(copy_dir, commit="abcdef1")
+    own = json.loads((run_dir / RECORD_NAME).read_text())
+    assert doc["commit"] == "abcdef1"
+    assert _verdicts(doc["claims"]) == _verdicts(own["claims"]) and doc["measured"] == own["measured"]
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda d: d.update(format="other/1"), "format"),
+    (lambda d: d.update(commit="not-a-commit"), "commit"),
+    (lambda d: d.update(members=0), "members"),
+    (lambda d: d["claims"][0].update(verdict="maybe"), "claims"),
+    (lambda d: d.update(surprise=1), "surprise"),
+    (lambda d: d.pop("config_hash"), "config_hash"),
+])
+def test_a_damaged_record_is_refused_naming_the_field(run_dir, tmp_path, change, field):
+    doc = json.loads((run_dir / RECORD_NAME).read_text())
+    change(doc)
+    f = tmp_path / "quick" / "markov-init.json"
+    f.parent.mkdir()
+    f.write_text(json.dumps(doc))
+    with pytest.raises(RecordError, match=field):
+        load_record(f)
+
+
+def test_records_must_name_a_known_experiment_and_be_named_for_it(run_dir, tmp_path):
+    doc = json.loads((run_dir / RECORD_NAME).read_text())
+    f = tmp_path / "markov-rank.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(RecordError, match="named for its experiment"):
+        load_record(f)
+    g = tmp_path / "nope.json"
+    g.write_text(json.dumps({**doc, "experiment": "nope"}))
+    with pytest.raises(RecordError, match="not one tdlab has"):
+        load_record(g)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(RecordError, match="not a JSON record"):
+        load_record(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize("profile", ["paper", "quick", "standard"])
+def test_every_committed_record_loads_and_rejudges_to_its_stored_verdicts(profile):
+    """The records under results/ are the source of every published table: each must still be what the
+    current claims layer says of its measurements (re-publish the records when a rule changes)."""
+    records = load_records(REPO / "results" / profile)
+    for name, rec in records.items():
+        if rec.measured is None:
+            continue
+        again = {g.id: g.verdict for g in rejudge(rec)}
+        stored = _verdicts(rec.claims + rec.sanity)
+        assert again == stored, f"{profile}/{name}: re-judged {again} vs stored {stored}"
+    if profile == "paper":
+        assert len(records) >= 15, "results/paper holds the records of the seeds' settings"
+
