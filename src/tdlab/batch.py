@@ -346,8 +346,8 @@ def run_batch(
     from tdlab.train.lanes import usable_cores
 
     names = check_names(names)
+    queue = plan_batch(names, profile, Path(out), device, results, sets)  # every config checked before anything is written
     out = check_output_folder(out, "--out")
-    queue = plan_batch(names, profile, out, device, results, sets)  # every config checked before anything is written
     _check_folder(out, profile, device, sets)
     cores = usable_cores()
     if jobs is None:

@@ -1,0 +1,152 @@
+"""``tdlab batch``: a queue whose state is its folder. Stopped by ``--until`` (exit 3, checkpoints kept),
+killed outright (SIGKILL, the batch and its run), and invoked again, it finishes with the numbers of an
+uninterrupted run, bit for bit on the CPU, and publishes the run's record. Its cost model, order and bad
+input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from tdlab.batch import Job, _prior, estimates, plan_batch, status_table
+from tdlab.cli import app
+from tdlab.runs import Run, staging_path
+
+# A markov-init run long enough to be stopped mid-training (two arms, a few thousand tiny steps).
+SETS = ["train.steps=3000", "train.seq_len=16", "train.eval_every=250", "train.eval_batches=1", "archs=[sec2]",
+        "members=2"]
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "250"})
+
+
+def _batch_cmd(out: Path, results: Path, *extra: str) -> list[str]:
+    cmd = [sys.executable, "-m", "tdlab.cli", "batch", "markov-init", "--profile", "quick", "--out", str(out),
+           "--results", str(results), "--jobs", "1", "--threads", "1", *extra]
+    for s in SETS:
+        cmd += ["--set", s]
+    return cmd
+
+
+def _metrics(run_dir: Path) -> pd.DataFrame:
+    return Run(run_dir).metrics().sort_values(["arm", "name", "member", "step"]).reset_index(drop=True)
+
+
+def _same_run(a: Path, b: Path) -> None:
+    pd.testing.assert_frame_equal(_metrics(a), _metrics(b), check_exact=True)
+    files = sorted(p.name for p in (a / "arrays").glob("*.safetensors"))
+    assert files and files == sorted(p.name for p in (b / "arrays").glob("*.safetensors"))
+    for f in files:
+        x, y = load_file(str(a / "arrays" / f)), load_file(str(b / "arrays" / f))
+        assert x.keys() == y.keys() and all((x[k] == y[k]).all() for k in x), f
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plain")
+    args = ["run", "markov-init", "--quiet", "--out", str(out), "--run-id", "plain"]
+    for s in SETS:
+        args += ["--set", s]
+    env = {**os.environ, "TDLAB_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "tdlab.cli", *args], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out / "plain"
+
+
+def test_a_batch_stopped_then_killed_then_run_again_ends_with_the_numbers_of_one_never_stopped(tmp_path, uninterrupted):
+    out, results = tmp_path / "batch", tmp_path / "results"
+    staging = staging_path(out / "markov-init")
+    # 1. --until: the run checkpoints and exits 3; the batch says what is left and exits 3.
+    first = subprocess.run(_batch_cmd(out, results, "--until", "20s", "--checkpoint-every", "1m"), capture_output=True,
+                           text=True, timeout=300)
+    assert first.returncode == 3, first.stdout[-2000:] + first.stderr[-2000:]
+    assert "0 finished, 1 left" in first.stdout and "stopped" in first.stdout
+    assert list((staging / "checkpoints").glob("*.json")), "the stopped run kept its checkpoints"
+    assert not (out / "markov-init").exists() and not (results / "quick" / "markov-init.json").exists()
+    # 2. Invoked again and killed outright (the batch and its run) once a newer checkpoint was written.
+    before = {p: p.stat().st_mtime_ns for p in (staging / "checkpoints").glob("*.json")}
+    proc = subprocess.Popen(_batch_cmd(out, results, "--checkpoint-every", "1s"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    pid_file = out / "logs" / "markov-init.pid"
+    try:
+        while True:
+            assert proc.poll() is None, "the batch ended before it could be killed"
+            assert time.monotonic() < deadline, "no newer checkpoint appeared"
+            now = {p: p.stat().st_mtime_ns for p in (staging / "checkpoints").glob("*.json")}
+            if pid_file.is_file() and any(before.get(p) != t for p, t in now.items()):
+                break
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        os.kill(proc.pid, signal.SIGKILL)
+        os.kill(child, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert staging.is_dir() and not (out / "markov-init").exists()
+    # 3. Invoked again: resumed to the end, the record published, exit 0.
+    last = subprocess.run(_batch_cmd(out, results), capture_output=True, text=True, timeout=600)
+    assert last.returncode == 0, last.stdout[-2000:] + last.stderr[-2000:]
+    assert "resume" in last.stdout and "1 finished, 0 left" in last.stdout
+    _same_run(out / "markov-init", uninterrupted)
+    record = json.loads((results / "quick" / "markov-init.json").read_text())
+    assert record["experiment"] == "markov-init" and record["members"] == 2
+    # 4. Once more: nothing to do.
+    again = subprocess.run(_batch_cmd(out, results), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "0 to run" in again.stdout
+
+
+def test_the_cost_model_uses_measured_times_and_scales_the_rest_by_their_median_ratio():
+    names = ["markov-rank", "topics-wv", "markov-landscape"]
+    prior = {n: _prior(n, "paper") for n in names}
+    assert prior["markov-rank"] > 59  # quick's 59 s, grown by the paper's longer sequences
+    measured = {"markov-rank": 2 * prior["markov-rank"]}
+    est = estimates(names, "paper", measured)
+    assert est["markov-rank"] == measured["markov-rank"]
+    assert est["topics-wv"] == pytest.approx(2 * prior["topics-wv"])  # the fitted factor, 2
+    assert est == estimates(names, "paper", measured)
+    assert estimates(names, "paper", {})["topics-wv"] == pytest.approx(prior["topics-wv"])
+
+
+def test_the_queue_runs_shortest_first_after_what_finished(tmp_path):
+    jobs = plan_batch(["markov-init", "topics-wv", "markov-rank"], "paper", tmp_path, "cpu", None)
+    assert [j.state for j in jobs] == ["new"] * 3
+    assert [j.estimate_s for j in jobs] == sorted(j.estimate_s for j in jobs)
+    rows, line = status_table(jobs + [Job("x", "done", 10.0, 12.0)], 2)
+    assert line.startswith("1 finished, 3 left; about") and rows[-1][1] == "done"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nope"], "experiment: unknown experiment"),
+    (["markov-rank", "--profile", "huge"], "--profile: unknown profile"),
+    (["markov-rank", "--until", "soon"], "--until"),
+    (["markov-rank", "--backend", "slurm"], "--backend: unknown backend"),
+    (["markov-rank", "--set", "train.steps=-1"], "train.steps"),
+])
+def test_bad_input_exits_2_in_one_line_and_writes_nothing(tmp_path, args, message):
+    out = tmp_path / "b"
+    res = _cli("batch", *args, "--out", str(out), "--results", str(tmp_path / "r"))
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert not out.exists() and not (tmp_path / "r").exists()
+
+
+def test_a_folder_of_another_profile_or_set_is_refused(tmp_path):
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / "batch.json").write_text(json.dumps({"format": "tdlab-batch/1", "profile": "paper", "set": []}))
+    res = _cli("batch", "markov-landscape", "--profile", "quick", "--out", str(out), "--results", "")
+    assert res.exit_code == 2 and "holds a batch of profile 'paper'" in res.output, res.output
+    res = _cli("batch", "markov-landscape", "--profile", "paper", "--set", "n_traj=3", "--out", str(out), "--results", "")
+    assert res.exit_code == 2 and "--set" in res.output, res.output
