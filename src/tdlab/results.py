@@ -32,7 +32,7 @@ from tdlab.config import echo, one_line, validate_config
 from tdlab.runs import COMMIT_FORM, Run, RunDirError, config_hash, source_commit
 from tdlab.safeio import atomic_write
 
-__all__ = ["FORMAT", "RECORD_NAME", "Record", "RecordError", "make_record", "write_record", "record_of_run",
+__all__ = ["FORMAT", "RECORD_NAME", "Record", "RecordError", "make_record", "write_record", "record_text", "record_of_run",
            "publish", "load_record", "load_records", "rejudge", "record_path"]
 
 FORMAT = "tdlab-record/1"
@@ -158,10 +158,18 @@ def record_of_run(run_dir: Path, commit: str | None = None) -> dict[str, Any]:
     return make_record(run, summary, analysis, commit, source_commit())
 
 
+def record_text(doc: dict[str, Any]) -> str:
+    """A record as committed: one field a line (readable diffs), the per-member measurements (``measured``,
+    ``measurements``) compact on theirs."""
+    lines = [f" {json.dumps(k)}: {json.dumps(v, allow_nan=True, separators=(',', ':')) if k in ('measured', 'measurements') else json.dumps(v, indent=1, allow_nan=True)}"
+             for k, v in doc.items()]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
 def write_record(run: Run, summary: dict[str, Any], analysis: Any | None) -> None:
     """``record.json`` of a run being reported: trained by the commit its environment names, judged now."""
     doc = make_record(run, summary, analysis, (summary.get("env") or {}).get("commit"), source_commit())
-    atomic_write(run.path / RECORD_NAME, json.dumps(doc, indent=1, allow_nan=True) + "\n")
+    atomic_write(run.path / RECORD_NAME, record_text(doc))
 
 
 def record_path(results: Path, profile: str, experiment: str) -> Path:
@@ -183,7 +191,7 @@ def publish(run_dirs: Sequence[Path], results: Path, commit: str | None = None) 
     for doc in docs:
         path = record_path(results, doc["profile"], doc["experiment"])
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(doc, indent=1, allow_nan=True) + "\n")
+        atomic_write(path, record_text(doc))
         written.append(path)
     return written
 

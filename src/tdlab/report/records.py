@@ -109,15 +109,27 @@ def _verdict_cell(g: Mapping[str, Any] | None) -> str:
     return f"**{_SHORT[g['verdict']]}**" + (f" ({_safe(cause)})" if cause else "")
 
 
+def _deciding(g: Mapping[str, Any] | None) -> str:
+    """The numbers of a group's first seed row (``mean [lo, hi] vs expected ± tol``, or why not evaluable)."""
+    from tdlab.report.findings import row_summary
+
+    rows = [r for r in (g or {}).get("rows", []) if r.get("provenance", "seed") == "seed"]
+    if not rows:
+        return "—"
+    more = f" (+{len(rows) - 1} rows)" if len(rows) > 1 else ""
+    return _safe(f"{rows[0]['id'].split('/', 1)[-1]}: {row_summary(rows[0])}")[:300] + more
+
+
 def group_table(pub: Published, exp: Any) -> str:
     """Every paper group of ``exp``: its verdict at the seed's settings (with the deciding numbers of its
     first seed row) beside quick's, and the command that reproduces the seed's settings."""
     rec, quick = pub.paper.get(exp.name), pub.quick.get(exp.name)
-    lines = ["| claim group | at the seed's settings | quick |", "|---|---|---|"]
+    lines = ["| claim group | at the seed's settings | what decided it (first seed row) | quick |", "|---|---|---|---|"]
     paper_groups = {g["id"]: g for g in rec.claims} if rec else {}
     quick_groups = {g["id"]: g for g in quick.claims} if quick else {}
     for spec in (s for s in exp.claims if s.kind == "paper"):
-        lines.append(f"| `{spec.id}` | {_verdict_cell(paper_groups.get(spec.id))} | {_verdict_cell(quick_groups.get(spec.id))} |")
+        g = paper_groups.get(spec.id)
+        lines.append(f"| `{spec.id}` | {_verdict_cell(g)} | {_deciding(g)} | {_verdict_cell(quick_groups.get(spec.id))} |")
     seed = rec.seed if rec else 0
     how = f"`tdlab run {exp.name} --profile paper --seed {seed}`"
     made = (f"Recorded: {rec.members} members, {_safe(rec.gpu or rec.device)}, {rec.wall_time_s:.0f} s, commit "

@@ -1,0 +1,85 @@
+"""Tables from published records: counts by seed add up to the records' groups, quick beside the seed's
+settings, text from a record never becomes markup, and `tdlab findings --results` prints and writes them."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from tdlab.cli import app
+from tdlab.experiments.base import get, registry
+from tdlab.report.records import Published, experiment_table, group_table, load_published, seed_table, undecided_lines
+from tdlab.results import Record, load_record
+
+REPO = Path(__file__).resolve().parents[2]
+PAPER = REPO / "results" / "paper"
+
+
+def _record(name: str) -> Record:
+    return load_record(PAPER / f"{name}.json")
+
+
+def test_seed_table_counts_every_paper_group_of_the_records():
+    pub = load_published(REPO / "results")
+    assert pub.paper, "results/paper holds records"
+    table = seed_table(pub, list(registry().values()))
+    total = sum(len(r.claims) for r in pub.paper.values())
+    held = sum(r.counts()["holds"] for r in pub.paper.values())
+    last = table.strip().splitlines()[-1].split("|")
+    assert last[1].strip() == "all" and last[2].strip() == f"{len(pub.paper)} of {len(registry())}"
+    assert int(last[3]) == held and int(last[7]) == total
+
+
+def test_group_table_sets_quick_beside_the_seed_settings_and_says_how_to_reproduce():
+    rec = _record("markov-landscape")
+    quick = rec.model_copy(update={"profile": "quick", "claims": [{**g, "verdict": "not resolved", "cause": "spread"}
+                                                                  for g in rec.claims]})
+    text = group_table(Published({"markov-landscape": rec}, {"markov-landscape": quick}), get("markov-landscape"))
+    for g in rec.claims:
+        line = next(ln for ln in text.splitlines() if f"`{g['id']}`" in ln)
+        assert f"**{g['verdict']}**" in line and "**not resolved** (spread)" in line
+    assert "tdlab run markov-landscape --profile paper --seed 0" in text
+    empty = group_table(Published({}, {}), get("markov-landscape"))
+    assert "No record at the seed's settings yet" in empty
+
+
+def test_text_from_a_record_never_becomes_markup():
+    rec = _record("markov-landscape")
+    evil = "<script>alert(1)</script> [x](javascript:alert(1)) *bold* | cell"
+    bad = rec.model_copy(update={"claims": [{**g, "verdict": "fails", "cause": evil, "reason": evil,
+                                             "rows": [{**r, "reason": evil, "verdict": "not evaluable"} for r in g["rows"]]}
+                                            for g in rec.claims], "gpu": evil, "device": "cuda"})
+    pub = Published({"markov-landscape": bad}, {})
+    for text in (group_table(pub, get("markov-landscape")), experiment_table(pub, [get("markov-landscape")]),
+                 "\n".join(undecided_lines(Published({"markov-landscape": bad.model_copy(update={
+                     "claims": [{**g, "verdict": "not resolved"} for g in bad.claims]})}, {})))):
+        assert "<script" not in text
+        assert not re.search(r"(?<!\\)\]\(javascript", text) and not re.search(r"(?<!\\)\*bold", text)  # escaped
+
+
+def test_findings_results_prints_and_writes_the_tables(tmp_path):
+    res = CliRunner().invoke(app, ["findings", "--results", str(REPO / "results")], env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    assert "**By seed**" in res.output and "| all |" in res.output and "`markov-landscape`" in res.output
+    readme = tmp_path / "README.md"
+    readme.write_text("a\n<!-- paper-scale:start -->\nold\n<!-- paper-scale:end -->\nb\n")
+    res = CliRunner().invoke(app, ["findings", "--results", str(REPO / "results"), "--readme", str(readme),
+                                   "--section", "paper-scale"])
+    assert res.exit_code == 0, res.output
+    text = readme.read_text()
+    assert "\nold\n" not in text and "| all |" in text and text.startswith("a\n") and text.endswith("b\n")
+    # one source at a time, and a folder of records
+    both = CliRunner().invoke(app, ["findings", str(tmp_path), "--results", str(REPO / "results")])
+    assert both.exit_code == 2 and "one of them" in both.output
+    empty = tmp_path / "empty"
+    (empty / "paper").mkdir(parents=True)
+    none = CliRunner().invoke(app, ["findings", "--results", str(empty)])
+    assert none.exit_code == 2 and "holds no record" in none.output
+    shutil.copy(PAPER / "markov-landscape.json", empty / "paper" / "markov-rank.json")
+    wrong = CliRunner().invoke(app, ["findings", "--results", str(empty)])
+    assert wrong.exit_code == 2 and "named for its experiment" in wrong.output
+    assert json.loads((PAPER / "markov-landscape.json").read_text())["experiment"] == "markov-landscape"
