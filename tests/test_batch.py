@@ -150,3 +150,16 @@ def test_a_folder_of_another_profile_or_set_is_refused(tmp_path):
     assert res.exit_code == 2 and "holds a batch of profile 'paper'" in res.output, res.output
     res = _cli("batch", "markov-landscape", "--profile", "paper", "--set", "n_traj=3", "--out", str(out), "--results", "")
     assert res.exit_code == 2 and "--set" in res.output, res.output
+
+
+def test_ray_backend_runs_the_queue_as_tasks_and_publishes(tmp_path):
+    from tdlab.batch import run_batch
+
+    out, results = tmp_path / "b", tmp_path / "results"
+    tiny = ["train.steps=20", "train.seq_len=16", "train.eval_every=10", "train.eval_batches=1", "archs=[sec2]", "members=2"]
+    said: list[str] = []
+    jobs = run_batch(["markov-init"], "quick", out, jobs=1, threads=1, results=results, backend="ray", sets=tiny,
+                     say=said.append)
+    assert [j.state for j in jobs] == ["done"], [j.note for j in jobs]
+    assert "ray" in said[0] and (results / "quick" / "markov-init.json").is_file()
+    assert Run(out / "markov-init").summary["status"] == "done"

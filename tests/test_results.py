@@ -136,3 +136,23 @@ def test_every_committed_record_loads_and_rejudges_to_its_stored_verdicts(profil
     if profile == "paper":
         assert len(records) >= 15, "results/paper holds the records of the seeds' settings"
 
+
+
+def test_a_recorded_paper_run_reproduces_its_numbers(tmp_path):
+    """The committed record of topics-landscape at the seed's settings (a CPU-sized closed form), run again
+    from its command: every measured value of every claim row is the recorded one."""
+    path = REPO / "results" / "paper" / "topics-landscape.json"
+    if not path.is_file():
+        pytest.skip("no committed record of topics-landscape at the seed's settings")
+    rec = load_record(path)
+    res = _cli("run", "topics-landscape", "--profile", "paper", "--seed", str(rec.seed), "--quiet", "--out",
+               str(tmp_path), "--run-id", "again")
+    assert res.exit_code == 0, res.output
+    again = Record.model_validate(json.loads((tmp_path / "again" / RECORD_NAME).read_text()))
+    assert again.config_hash == rec.config_hash and again.members == rec.members
+    assert _verdicts(again.claims + again.sanity) == _verdicts(rec.claims + rec.sanity)
+    for claim, rows in rec.measured["rows"].items():
+        for r, a in zip(rows, again.measured["rows"][claim], strict=True):
+            assert r["key"] == a["key"]
+            assert a["measured"]["values"] == pytest.approx(r["measured"]["values"], rel=1e-9, abs=1e-12, nan_ok=True), \
+                f"{claim}/{r['key']}"
