@@ -18,7 +18,7 @@ import pytest
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from tdlab.batch import Job, _prior, estimates, plan_batch, status_table
+from tdlab.batch import DEFAULT_SECONDS, Job, _prior, estimates, plan_batch, status_table
 from tdlab.cli import app
 from tdlab.runs import Run, staging_path
 
@@ -118,6 +118,9 @@ def test_the_cost_model_uses_measured_times_and_scales_the_rest_by_their_median_
     assert est["topics-wv"] == pytest.approx(2 * prior["topics-wv"])  # the fitted factor, 2
     assert est == estimates(names, "paper", measured)
     assert estimates(names, "paper", {})["topics-wv"] == pytest.approx(prior["topics-wv"])
+    # markov-landscape has no measured quick time: no prior, the default, never part of the fit
+    assert prior["markov-landscape"] is None and est["markov-landscape"] == DEFAULT_SECONDS
+    assert estimates(names, "paper", {"markov-landscape": 5.0})["topics-wv"] == pytest.approx(prior["topics-wv"])
 
 
 def test_the_queue_runs_shortest_first_after_what_finished(tmp_path):

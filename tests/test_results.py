@@ -75,6 +75,9 @@ def test_publish_writes_profile_and_name_and_the_cli_checks_them(run_dir, tmp_pa
     path.write_text(json.dumps(doc))
     moved = _cli("results", "check", str(res / "quick"))
     assert moved.exit_code == 1 and g["id"] in moved.output
+    fixed = _cli("results", "check", str(res / "quick"), "--write")
+    assert fixed.exit_code == 0 and "1 records rewritten" in fixed.output, fixed.output
+    assert _cli("results", "check", str(res / "quick")).exit_code == 0
 
 
 def test_a_run_without_a_record_is_analysed_again(run_dir, tmp_path):
@@ -130,8 +133,8 @@ def test_every_committed_record_loads_and_rejudges_to_its_stored_verdicts(profil
     for name, rec in records.items():
         if rec.measured is None:
             continue
-        again = {g.id: g.verdict for g in rejudge(rec)}
-        stored = _verdicts(rec.claims + rec.sanity)
+        again = {g.id: (g.verdict, g.cause) for g in rejudge(rec)}
+        stored = {g["id"]: (g["verdict"], g["cause"]) for g in rec.claims + rec.sanity}
         assert again == stored, f"{profile}/{name}: re-judged {again} vs stored {stored}"
     if profile == "paper":
         assert len(records) >= 15, "results/paper holds the records of the seeds' settings"

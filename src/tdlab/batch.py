@@ -78,18 +78,18 @@ class Outcome:
 # The cost model
 
 
-def _prior(name: str, profile: str) -> float:
+def _prior(name: str, profile: str) -> float | None:
     """Seconds predicted from the quick profile's measured time (:data:`tdlab.experiments.standard.QUICK_SECONDS`)
     times the profile's training length over quick's, times its activations per step over quick's
     (:func:`tdlab.train.memory.estimate`: members x batch x sequence x width, what a step's work grows with;
-    the members' ratio where no estimate applies); :data:`DEFAULT_SECONDS` where quick was never measured."""
+    the members' ratio where no estimate applies); ``None`` where quick was never measured."""
     from tdlab.experiments.base import get
     from tdlab.experiments.standard import QUICK_SECONDS
     from tdlab.train.memory import estimate
 
     exp = get(name)
     if name not in QUICK_SECONDS:
-        return DEFAULT_SECONDS
+        return None
     seconds = QUICK_SECONDS[name][0]
     q = build_config(exp.Config, exp.profiles["quick"])
     p = build_config(exp.Config, exp.profiles.get(profile, {}))
@@ -132,11 +132,13 @@ def measured_times(out: Path, results: Path | None, profile: str, device: str) -
 def estimates(names: Sequence[str], profile: str, measured: dict[str, float]) -> dict[str, float]:
     """Seconds each run is expected to take: its own measured time where one exists, else its prior times
     the median ratio measured / prior over the runs that have both (the model fitted to this kind of device;
-    1 before anything was measured)."""
+    1 before anything was measured); :data:`DEFAULT_SECONDS` for a run with neither."""
     priors = {n: _prior(n, profile) for n in set(names) | set(measured)}
-    ratios = [measured[n] / priors[n] for n in measured if priors[n] > 0]
+    ratios = [measured[n] / p for n in measured if (p := priors[n]) is not None and p > 0]
     scale = statistics.median(ratios) if ratios else 1.0
-    return {n: measured.get(n, priors[n] * scale) for n in names}
+    # An experiment whose quick time was never measured has no prior: DEFAULT_SECONDS, not scaled by a fit
+    # it took no part in.
+    return {n: measured.get(n, DEFAULT_SECONDS if priors[n] is None else priors[n] * scale) for n in names}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -469,30 +469,40 @@ def results_publish(
 @results_app.command("check")
 def results_check(
     folder: Annotated[Path, typer.Argument(help="a results folder of one profile (results/paper)")] = Path("results/paper"),
+    write: Annotated[bool, typer.Option("--write", help="rewrite the records the current rules judge differently")] = False,
 ) -> None:
     """Load every record (schema, experiment, profile, commits) and re-judge it with the current claims layer
-    on its stored measurements: lists the groups whose verdict the current rules would move (exit 1 if any)."""
-    from tdlab.results import load_records, rejudge
+    on its stored measurements: lists the groups whose verdict or cause the current rules would move (exit 1
+    if any; with --write, rewrites those records with the new verdicts and exits 0)."""
+    from tdlab.results import load_records, record_path, record_text, rejudged
+    from tdlab.safeio import atomic_write
 
     try:
         if not folder.is_dir():
             raise ConfigError(f"folder: {folder} is not a folder of records")
         records = load_records(folder)
-        moved = []
+        moved, changed = [], []
         for name, rec in records.items():
             if rec.measured is None:
                 continue
-            stored = {g["id"]: g["verdict"] for g in rec.claims + rec.sanity}
-            for g in rejudge(rec):
-                if stored.get(g.id) != g.verdict:
-                    moved.append(f"{name} {g.id}: {stored.get(g.id, 'absent')} -> {g.verdict}")
+            new = rejudged(rec)
+            before = {g["id"]: (g["verdict"], g["cause"]) for g in rec.claims + rec.sanity}
+            after = {g["id"]: (g["verdict"], g["cause"]) for g in new.claims + new.sanity}
+            lines = [f"{name} {gid}: {' / '.join(before.get(gid, ('absent', '')))} -> {' / '.join(v)}"
+                     for gid, v in after.items() if before.get(gid) != v]
+            moved += lines
+            if lines:
+                changed.append(new)
+        if write:
+            for rec in changed:
+                atomic_write(record_path(folder.parent, rec.profile, rec.experiment), record_text(rec.model_dump(mode="json")))
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
-    out_console.print(f"{len(records)} records in {folder}; {len(moved)} groups the current rules would move",
-                      highlight=False, markup=False)
+    out_console.print(f"{len(records)} records in {folder}; {len(moved)} groups the current rules would move"
+                      + (f"; {len(changed)} records rewritten" if write else ""), highlight=False, markup=False)
     for m in moved:
         out_console.print(f"  {m}", highlight=False, markup=False, soft_wrap=True)
-    if moved:
+    if moved and not write:
         raise typer.Exit(code=1)
 
 

@@ -33,7 +33,7 @@ from tdlab.runs import COMMIT_FORM, Run, RunDirError, config_hash, source_commit
 from tdlab.safeio import atomic_write
 
 __all__ = ["FORMAT", "RECORD_NAME", "Record", "RecordError", "make_record", "write_record", "record_text", "record_of_run",
-           "publish", "load_record", "load_records", "rejudge", "record_path"]
+           "publish", "load_record", "load_records", "rejudge", "rejudged", "record_path"]
 
 FORMAT = "tdlab-record/1"
 RECORD_NAME = "record.json"  # inside a run directory
@@ -235,6 +235,16 @@ def load_records(folder: Path) -> dict[str, Record]:
     if not folder.is_dir():
         return {}
     return {rec.experiment: rec for rec in (load_record(p) for p in sorted(folder.glob("*.json")))}
+
+
+def rejudged(rec: Record) -> Record:
+    """``rec`` with its paper and sanity groups as the current claims layer judges its stored measurements
+    (:func:`rejudge`), and ``judged_commit`` this source's commit; the numbers it was trained to are kept."""
+    groups = [g.to_dict() for g in rejudge(rec)]
+    doc = rec.model_dump(mode="json")
+    doc.update(claims=[g for g in groups if g["kind"] == "paper"], sanity=[g for g in groups if g["kind"] == "sanity"],
+               judged_commit=source_commit())
+    return Record.model_validate(json.loads(json.dumps(doc, default=_jsonable)))
 
 
 def rejudge(rec: Record) -> list[Any]:

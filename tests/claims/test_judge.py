@@ -30,7 +30,8 @@ def spec(test="value", relation="close", **kw) -> ClaimSpec:
     return ClaimSpec(kw.pop("id", "c"), "a statement (Fig. 1)", test=test, relation=relation, **kw)
 
 
-def one(s: ClaimSpec, measured, reference=None, *, health=None, stages=(), arms=(), provenance="seed", context=None):
+def one(s: ClaimSpec, measured, reference=None, *, health=None, stages=(), arms=(), provenance="seed", context=None,
+        confidence=0.95):
     """Judge a one-row group; returns (group, row)."""
     m = Measurements()
     m.row(s.id, "r", measured if isinstance(measured, Sample) else Sample(measured),
@@ -38,7 +39,7 @@ def one(s: ClaimSpec, measured, reference=None, *, health=None, stages=(), arms=
           arms=arms, provenance=provenance, context=context)
     for arm, st, value, bound in stages:
         m.stage(arm, st, value, bound)
-    (g,) = judge([s], m, CFG, health)
+    (g,) = judge([s], m, CFG, health, confidence)
     return g, g.rows[0]
 
 
@@ -159,6 +160,27 @@ def test_paired_discrete_directions_use_the_exact_sign_test():
     assert r6.verdict == "holds" and r6.p_hold == pytest.approx(2 / 64)
     _, wrong = one(s, Sample([300.0] * 6, resolution=100.0), Sample([400.0] * 6, resolution=100.0))
     assert wrong.verdict == "fails"
+
+
+@pytest.mark.parametrize("confidence", [0.95, 0.9875])
+def test_a_sign_test_on_too_few_members_says_the_member_count_is_the_limit(confidence):
+    """At N − 1 members an exact sign test cannot decide whatever the data: not resolved, cause "members",
+    naming N; at N members the same data decide it."""
+    from tdlab.claims.stats import min_sign_members
+
+    s = spec(test="compare", relation="gt", paired=True)
+    need = min_sign_members(1 - confidence)
+    _, short = one(s, Sample([1000.0] * (need - 1), resolution=100.0), Sample([400.0] * (need - 1), resolution=100.0),
+                   confidence=confidence)
+    assert short.verdict == "not resolved" and short.cause == "members"
+    assert f"needs ≥ {need}" in short.reason and short.p_hold >= 1 - confidence
+    _, enough = one(s, Sample([1000.0] * need, resolution=100.0), Sample([400.0] * need, resolution=100.0),
+                    confidence=confidence)
+    assert enough.verdict == "holds" and enough.cause == "decided"
+    # Enough members that disagree: not resolved by the data, not by the count.
+    _, mixed = one(s, Sample([1000.0, 300.0] * need, resolution=100.0), Sample([400.0] * (2 * need), resolution=100.0),
+                   confidence=confidence)
+    assert mixed.verdict == "not resolved" and mixed.cause == "resolution"
 
 
 def test_censored_directions():

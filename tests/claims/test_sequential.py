@@ -70,6 +70,7 @@ def test_one_growable_seed_row_makes_the_group_grow_and_ours_never_do():
 
 def test_a_sign_test_short_of_members_grows():
     assert growable(_group("not resolved", "resolution", test="compare"))
+    assert growable(_group("not resolved", "members", test="compare"))
 
 
 def test_the_rounds_stop_for_the_reason_they_stop():

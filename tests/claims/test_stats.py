@@ -111,6 +111,15 @@ def test_proportion_p_outside_inverts_wilson():
             assert (iv.hi < lo) == (p < 0.05), (k, n, lo, p)
 
 
+def test_min_sign_members_is_the_first_count_whose_best_p_is_below_alpha():
+    from tdlab.claims.stats import min_sign_members
+
+    assert [min_sign_members(a) for a in (0.5, 0.25, 0.05, 0.0125)] == [3, 4, 6, 8]
+    for a in (0.05, 0.0125, 0.001):
+        n = min_sign_members(a)
+        assert sign_test([1.0] * n, [2.0] * n, 0.0, "gt").p_hold < a <= sign_test([1.0] * (n - 1), [2.0] * (n - 1), 0.0, "gt").p_hold
+
+
 def test_sign_test_is_the_exact_binomial_tail():
     t = sign_test([1.0, 2.0, 3.0], [5.0, 6.0, 7.0], 0.0, "gt")
     assert (t.n_for, t.n_against) == (3, 0) and t.p_hold == pytest.approx(0.25)  # 2 · (1/2)^3

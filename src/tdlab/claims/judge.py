@@ -42,7 +42,7 @@ from tdlab.claims.declare import ClaimSpec, Measurements, Row, Sample, Stage, re
 from tdlab.claims.health import ArmHealth
 from tdlab.claims.stats import (
     NAN_INTERVAL, Interval, difference_interval, holm, mean_interval, p_outside, proportion_interval,
-    proportion_p_outside, sign_test,
+    proportion_p_outside, sign_test, min_sign_members,
 )
 
 __all__ = ["Verdict", "VERDICTS", "Cause", "RowResult", "GroupResult", "judge", "judge_row", "group_verdict"]
@@ -54,7 +54,7 @@ AGAIN = 10
 Verdict = Literal["holds", "fails", "not resolved", "not evaluable"]
 VERDICTS: tuple[str, ...] = ("holds", "fails", "not resolved", "not evaluable")
 # What set a verdict: the findings table groups failing and undecided claims by it.
-Cause = Literal["decided", "spread", "one member", "censored", "resolution", "still moving", "multiplicity",
+Cause = Literal["decided", "spread", "one member", "members", "censored", "resolution", "still moving", "multiplicity",
                 "not trained", "stage not reached", "no rows", "no seed rows", "non-finite"]
 _SYMBOL = {"close": "≈", "le": "≤", "ge": "≥", "lt": "<", "gt": ">"}
 
@@ -496,10 +496,15 @@ def _decide_compare(spec: ClaimSpec, res: RowResult, row: Row, margin: float, co
         what = (f"exact sign test over {t.n} members: {t.n_for} beyond the margin, {t.n_against} not, "
                 f"{t.n - t.n_for - t.n_against} undetermined (resolution ± {w:g}"
                 f"{', censored values' if any(ca) or any(cb) else ''})")
+        need = min_sign_members(alpha)
         if t.p_hold < alpha:
             res.set("holds", "decided", f"{what}; p = {t.p_hold:.3g}")
         elif t.p_fail < alpha:
             res.set("fails", "decided", f"{what}; p = {t.p_fail:.3g}")
+        elif t.n < need:  # no data could decide it: the member count is the limit, not the measurement
+            res.set("not resolved", "members",
+                    f"{what}: on {t.n} members the test's p is at least {2 * 0.5**t.n:.3g} whatever the data; "
+                    f"members: needs ≥ {need} at {confidence:.4g}")
         else:
             res.set("not resolved", "censored" if any(ca) or any(cb) else "resolution",
                     f"{what}: p = {min(t.p_hold, t.p_fail):.3g}, not below {alpha:g}")

@@ -38,7 +38,7 @@ __all__ = ["Looks", "GROWABLE_CAUSES", "TRAINING_CAUSES", "growable", "blocker",
 # Rounds in a row that decide nothing and bring no undecided group closer before the rounds stop.
 STALL_ROUNDS = 2
 # Causes of an undecided paper group that more members can settle.
-GROWABLE_CAUSES = frozenset({"spread", "one member", "multiplicity", "censored"})
+GROWABLE_CAUSES = frozenset({"spread", "one member", "members", "multiplicity", "censored"})
 # Causes of a not-resolved or not-evaluable row that say its training was too short.
 TRAINING_CAUSES = frozenset({"still moving", "stage not reached"})
 

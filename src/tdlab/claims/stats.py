@@ -18,7 +18,7 @@ from scipy import stats
 
 __all__ = [
     "Interval", "mean_interval", "proportion_interval", "difference_interval", "p_outside", "proportion_p_outside",
-    "sign_test", "SignTest", "holm",
+    "sign_test", "SignTest", "min_sign_members", "holm",
 ]
 
 
@@ -205,6 +205,15 @@ def sign_test(lower: Sequence[float], upper: Sequence[float], margin: float, dir
         return 1.0 if k == 0 else float(min(1.0, 2 * stats.binom.sf(k - 1, n, 0.5)))
 
     return SignTest(n, n_for, n_against, tail(n_for), tail(n_against))
+
+
+def min_sign_members(alpha: float) -> int:
+    """The fewest members on which an exact sign test (:func:`sign_test`) can reach ``p < alpha`` at all:
+    with every member on one side, ``p = 2 · 0.5^n`` (3 members: 0.25; 5: 0.0625; 6: 0.031)."""
+    n = 1
+    while 2 * 0.5**n >= alpha:
+        n += 1
+    return n
 
 
 def holm(p_values: Sequence[float], alpha: float) -> list[bool]:
