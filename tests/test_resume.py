@@ -94,6 +94,30 @@ def killed_and_resumed(tmp_path_factory):
     return out, left, resumed, full
 
 
+def test_ctrl_c_stops_after_the_step_keeps_a_checkpoint_says_how_to_resume_and_the_resume_says_where(killed_and_resumed):
+    """Ctrl-C (SIGINT) on `tdlab run`: the fit in training checkpoints after its step and the run exits 130
+    naming the resume command; the resume says where it continues and ends with the uninterrupted numbers."""
+    out, _, _, _ = killed_and_resumed
+    staging = staging_path(out / "ctrlc")
+    env = {**os.environ, "TDLAB_THREADS": "2"}
+    proc = subprocess.Popen([sys.executable, "-m", "tdlab.cli", *_run_args("ctrlc", out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (staging / "config.yaml").is_file():  # written inside the stopping block: the handler is set
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be interrupted"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Ctrl-C: stopping after the current step" in err and f"tdlab run --resume {out / 'ctrlc'}" in err
+    assert list((staging / "checkpoints").glob("*.json"))
+    resumed = subprocess.run([sys.executable, "-m", "tdlab.cli", "run", "--resume", str(out / "ctrlc"), "--quiet"],
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming sec2/standard" in resumed.stderr and "continue from step" in resumed.stderr
+    pd.testing.assert_frame_equal(_sorted_metrics(out / "ctrlc"), _sorted_metrics(out / "full"), check_exact=True)
+
+
 def test_killed_process_leaves_only_its_staging_folder(killed_and_resumed):
     _, left, _, _ = killed_and_resumed
     assert left == {"final_exists": False, "staging_exists": True, "first_arm_arrays": True,

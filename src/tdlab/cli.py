@@ -52,6 +52,11 @@ DEFAULT_OUT = Path("runs")
 MAX_ERROR_CHARS = 20 * ECHO_CHARS  # an error line is cut here (the known-fields list is the longest)
 
 
+def _notice(message: str) -> None:
+    """Print one line on stderr, not an error (a stop asked for, what an interruption kept)."""
+    err_console.print(message, highlight=False, soft_wrap=True, markup=False)
+
+
 def _error_line(message: str) -> None:
     """Print ``error: MESSAGE`` on stderr as exactly one line (markup in the message is printed as is)."""
     text = one_line(message)
@@ -187,7 +192,7 @@ def run(
     `tdlab run NAME --help` lists NAME's config keys with their types and defaults. SIGTERM, or --until,
     stops it after the step each fit is in, with a checkpoint: `tdlab run --resume OUT/RUN_ID` continues it
     to the numbers of a run never stopped."""
-    from tdlab.train.stopping import STOPPED_EXIT_CODE, RunStopped, stopping
+    from tdlab.train.stopping import INTERRUPTED_EXIT_CODE, STOPPED_EXIT_CODE, RunStopped, stopping
 
     lane_cap = lanes or _cores_share()
     try:
@@ -195,8 +200,12 @@ def run(
         until_s = None if until is None else parse_duration(until, "--until")
     except ConfigError as exc:
         _fail(str(exc))
+    def said(signal_name: str) -> None:
+        _notice(f"{'Ctrl-C' if signal_name == 'SIGINT' else signal_name}: stopping after the current step with a "
+                    f"checkpoint ({'Ctrl-C' if signal_name == 'SIGINT' else signal_name} again: at once)")
+
     try:
-        with stopping(every_s, until_s):
+        with stopping(every_s, until_s, on_signal=said) as policy:
             finished = _run_or_resume(name, profile, set_, seeds, seed, device, out, quiet, resume, run_id, sweep,
                                       decide, budget, looks, tensorboard, lane_cap)
     except (ConfigError, RunDirError) as exc:
@@ -206,13 +215,30 @@ def run(
         raise typer.Exit(code=1) from None
     except RunStopped as stop:
         where = getattr(stop, "run_dir", None)
-        _error_line(f"{stop}; the staging folder keeps the checkpoints: `tdlab run --resume {where}` continues it"
-                    if where is not None else str(stop))
-        raise typer.Exit(code=STOPPED_EXIT_CODE) from None
+        _notice(f"{stop}; the staging folder keeps the checkpoints: `tdlab run --resume {where}` continues it"
+                if where is not None else str(stop))
+        raise typer.Exit(code=INTERRUPTED_EXIT_CODE if policy.signal_name == "SIGINT" else STOPPED_EXIT_CODE) from None
+    except KeyboardInterrupt as stop:  # a second Ctrl-C, or one where no checkpointed fit was training
+        _notice(_kept(getattr(stop, "run_dir", None)))
+        raise typer.Exit(code=INTERRUPTED_EXIT_CODE) from None
     summary = finished.summary
     _print_summary(summary, finished.path)
     if summary["status"] != "done":
         raise typer.Exit(code=1)
+
+
+def _kept(final: Optional[Path]) -> str:
+    """What an interrupted run kept: its staging folder's checkpoints and the command that resumes it."""
+    from tdlab.runs import staging_path
+
+    if final is None:
+        return "interrupted before the run started: nothing written"
+    staging = staging_path(final)
+    checkpoints = sorted((staging / "checkpoints").glob("*.json")) if staging.is_dir() else []
+    if not checkpoints:
+        return "interrupted: no fit had saved a checkpoint, so nothing was kept"
+    return (f"interrupted: {len(checkpoints)} checkpoint(s) kept in {staging}; `tdlab run --resume {final}` continues "
+            f"from them")
 
 
 def _run_or_resume(name, profile, set_, seeds, seed, device, out, quiet, resume, run_id, sweep, decide, budget, looks,

@@ -114,8 +114,8 @@ def _execute(
         except DivergenceError as err:
             # What was measured is already stored; the run finishes as "diverged", naming member and step.
             status = {"status": "diverged", "error": str(err), "member": err.member, "step": err.step}
-        except RunStopped as stop:  # checkpointed: the staging folder stays for --resume
-            stop.run_dir = writer.final
+        except (RunStopped, KeyboardInterrupt) as stop:  # the staging folder stays for --resume if it has checkpoints
+            stop.run_dir = writer.final  # type: ignore[union-attr]
             raise
         meta = {"run_id": writer.run_id, "profile": profile, "wall_time_s": time.perf_counter() - t0,
                 "env": environment(device), **status}

@@ -7,7 +7,7 @@ would lose the training a run had done since its start. Inside :func:`stopping`,
 - saves a resumable checkpoint whenever ``every_s`` seconds of wall time have passed since its last one
   (the trainer's checkpoints are exact at any step: model, optimiser, schedule, random streams and the
   running loss, so a resumed run ends with the numbers of one never stopped, bit for bit on the CPU), and
-- once a stop is requested (SIGTERM, :func:`request_stop`, or the ``deadline`` passed), saves a checkpoint
+- once a stop is requested (SIGTERM, Ctrl-C, :func:`request_stop`, or the ``deadline`` passed), saves a checkpoint
   after the step it is in and raises :class:`RunStopped`; the run's staging folder keeps the checkpoint for
   ``tdlab run --resume`` (and ``tdlab batch`` resumes it by itself).
 
@@ -21,15 +21,17 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["Stopping", "RunStopped", "stopping", "current", "request_stop", "STOPPED_EXIT_CODE"]
+__all__ = ["Stopping", "RunStopped", "stopping", "current", "request_stop", "STOPPED_EXIT_CODE", "INTERRUPTED_EXIT_CODE"]
 
 # The exit code of a ``tdlab run`` stopped on request with its checkpoints kept (resumable): distinct from
-# 0 (done), 1 (diverged or failed), 2 (bad input) and 130 (Ctrl-C).
+# 0 (done), 1 (diverged or failed) and 2 (bad input); a stop asked by Ctrl-C exits 130, as Ctrl-C does.
 STOPPED_EXIT_CODE = 3
+INTERRUPTED_EXIT_CODE = 130
 
 
 class RunStopped(Exception):
@@ -49,6 +51,7 @@ class Stopping:
     every_s: float | None = None
     deadline: float | None = None
     requested: threading.Event = field(default_factory=threading.Event)
+    signal_name: str | None = None  # the signal that asked for the stop (SIGINT, SIGTERM), None otherwise
 
     def stop_requested(self) -> bool:
         return self.requested.is_set() or (self.deadline is not None and time.monotonic() >= self.deadline)
@@ -73,29 +76,38 @@ def request_stop() -> None:
 
 
 @contextmanager
-def stopping(every_s: float | None = None, until_s: float | None = None, sigterm: bool = True) -> Iterator[Stopping]:
+def stopping(every_s: float | None = None, until_s: float | None = None, signals: bool = True,
+             on_signal: Callable[[str], None] | None = None) -> Iterator[Stopping]:
     """Within the block, checkpointed fits save every ``every_s`` seconds and stop after ``until_s`` seconds
-    or on SIGTERM (with ``sigterm``, from the main thread only: a second SIGTERM is not caught again, so it
-    ends the process as usual). Restores the previous policy and handler afterwards."""
+    or on SIGTERM or Ctrl-C (SIGINT) (with ``signals``, from the main thread only). The first such signal asks
+    for the stop (``on_signal(name)`` is told, e.g. to say so); a second one is not caught again, so it acts as
+    usual (SIGTERM ends the process, Ctrl-C raises ``KeyboardInterrupt``). Restores the previous policy and
+    handlers afterwards."""
     global _active
     if every_s is not None and every_s <= 0:
         raise ValueError(f"every_s must be > 0 (got {every_s})")
     if until_s is not None and until_s < 0:
         raise ValueError(f"until_s must be >= 0 (got {until_s})")
     policy = Stopping(every_s, None if until_s is None else time.monotonic() + until_s)
-    previous, old_handler = _active, None
-    install = sigterm and threading.current_thread() is threading.main_thread()
+    previous = _active
+    install = signals and threading.current_thread() is threading.main_thread()
+    old: dict[int, Any] = {}
 
-    def on_term(signum: int, frame: object) -> None:
+    def on_stop_signal(signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        policy.signal_name = policy.signal_name or name
         policy.requested.set()
-        signal.signal(signal.SIGTERM, old_handler if old_handler is not None else signal.SIG_DFL)
+        signal.signal(signum, old.get(signum) or signal.SIG_DFL)  # the next one acts as it did before
+        if on_signal is not None:
+            on_signal(name)
 
     if install:
-        old_handler = signal.signal(signal.SIGTERM, on_term)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            old[sig] = signal.signal(sig, on_stop_signal)
     _active = policy
     try:
         yield policy
     finally:
         _active = previous
-        if install:
-            signal.signal(signal.SIGTERM, old_handler if old_handler is not None else signal.SIG_DFL)
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -210,6 +211,9 @@ class Trainer:
         resume = self._load_checkpoint(seeds, chunk)
         if resume is not None:
             result.rows, result.states, result.snapshots = resume["rows"], resume["states"], resume["snapshots"]
+            at, done = resume["chunk"].get("step"), len(result.states)
+            more = f"; members {done + 1}-{min(done + chunk, len(seeds))} continue from step {at} of {self.cfg.steps}" if at else ""
+            sys.stderr.write(f"resuming {self.label or 'the fit'}: {done} of {len(seeds)} members finished before{more}\n")
         t0 = time.perf_counter()
         with flush_denormals(self.device), \
                 ProgressBar(self.cfg.steps * math.ceil(len(seeds) / chunk), self.label, enabled=self.progress) as bar:
