@@ -166,3 +166,15 @@ def test_ray_backend_runs_the_queue_as_tasks_and_publishes(tmp_path):
     assert [j.state for j in jobs] == ["done"], [j.note for j in jobs]
     assert "ray" in said[0] and (results / "quick" / "markov-init.json").is_file()
     assert Run(out / "markov-init").summary["status"] == "done"
+
+
+def test_runs_share_a_gpu_while_their_estimated_memory_fits(monkeypatch):
+    import tdlab.batch as batch
+
+    monkeypatch.setattr(batch, "_gpu_free_bytes", lambda device: 10e9)
+    a, b, big = Job("a", "new", 1.0, memory_bytes=3e9), Job("b", "new", 1.0, memory_bytes=4e9), Job("c", "new", 1.0, memory_bytes=9e9)
+    assert batch._fits(a, {}, "cuda")  # the first run always starts
+    assert batch._fits(b, {"h1": a}, "cuda")  # 7 GB of 8 (80 % of the free 10)
+    assert not batch._fits(big, {"h1": a}, "cuda") and batch._fits(big, {}, "cuda")
+    assert not batch._fits(Job("d", "new", 1.0, memory_bytes=2e9), {"h1": a, "h2": b}, "cuda")  # 9 GB > 8
+    assert batch._fits(big, {"h1": a, "h2": b}, "cpu")  # the CPU: --jobs alone caps it

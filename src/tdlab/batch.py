@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -328,7 +329,10 @@ class _Ray:
             self.ray.shutdown()
 
 
+@lru_cache(maxsize=None)
 def _gpu_free_bytes(device: str) -> float:
+    """The device's free memory when the batch first asked (before its runs allocated any): the running runs'
+    estimates are counted against it, not against what they left free."""
     import torch
 
     free, _ = torch.cuda.mem_get_info(torch.device(device))
@@ -423,7 +427,7 @@ def run_batch(
 
 def _fits(job: Job, running: dict[Any, Job], device: str) -> bool:
     """Whether ``job`` may start beside ``running``: always on the CPU (``--jobs`` caps it); on a GPU while the
-    running runs' estimated memory plus its own stays under 80 % of the device's free memory at the start."""
+    running runs' estimated memory plus its own stays under 80 % of the device's free memory before the batch."""
     if _device_kind(device) == "cpu" or not running:
         return True
     return job.memory_bytes + sum(j.memory_bytes for j in running.values()) <= 0.8 * _gpu_free_bytes(device)
