@@ -8,7 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
-import torch
+
+from tdlab.cores import passive_openmp
+
+passive_openmp()  # before torch is imported: the suite beside a run (or a run beside the suite) does not spin
+
+import torch  # noqa: E402
 
 torch.set_num_threads(2)
 

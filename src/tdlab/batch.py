@@ -349,7 +349,7 @@ def run_batch(
     again; publish each finished run's record to ``results`` (``None``: do not). Returns the jobs with their
     final states."""
     from tdlab.results import publish, record_path
-    from tdlab.train.lanes import usable_cores
+    from tdlab.cores import usable_cores
 
     names = check_names(names)
     queue = plan_batch(names, profile, Path(out), device, results, sets)  # every config checked before anything is written

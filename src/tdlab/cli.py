@@ -18,6 +18,10 @@ A finished run directory is read-only to every command but ``run --resume`` and 
 
 from __future__ import annotations
 
+from tdlab.cores import passive_openmp
+
+passive_openmp()  # before anything imports torch: idle OpenMP threads sleep instead of spinning against other runs
+
 import contextlib
 import json
 import os
@@ -187,14 +191,16 @@ def run(
                                                   "much wall time (90s, 5m; 'off': only at the end of each chunk)")] = "5m",
     until: Annotated[Optional[str], typer.Option(help="stop cleanly after this wall time (90s, 9m, 1h): checkpoint, "
                                                  "keep the staging folder, exit 3; --resume continues it")] = None,
+    threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads for this run (default: the usable cores "
+                                                   "that other tdlab processes do not hold, at least 1)")] = None,
 ) -> None:
     """Run an experiment: progress bar, then a computed verdict per claim; writes a run directory.
     `tdlab run NAME --help` lists NAME's config keys with their types and defaults. SIGTERM, or --until,
     stops it after the step each fit is in, with a checkpoint: `tdlab run --resume OUT/RUN_ID` continues it
     to the numbers of a run never stopped."""
+    from tdlab.cores import claim_threads, release_threads
     from tdlab.train.stopping import INTERRUPTED_EXIT_CODE, STOPPED_EXIT_CODE, RunStopped, stopping
 
-    lane_cap = lanes or _cores_share()
     try:
         every_s = None if checkpoint_every.strip().lower() == "off" else parse_duration(checkpoint_every, "--checkpoint-every")
         until_s = None if until is None else parse_duration(until, "--until")
@@ -204,6 +210,12 @@ def run(
         _notice(f"{'Ctrl-C' if signal_name == 'SIGINT' else signal_name}: stopping after the current step with a "
                     f"checkpoint ({'Ctrl-C' if signal_name == 'SIGINT' else signal_name} again: at once)")
 
+    import torch
+
+    share = claim_threads(threads or _cores_share())  # this run's share of the cores, held until it exits
+    lane_cap = lanes or share
+    before = torch.get_num_threads()
+    torch.set_num_threads(share)
     try:
         with stopping(every_s, until_s, on_signal=said) as policy:
             finished = _run_or_resume(name, profile, set_, seeds, seed, device, out, quiet, resume, run_id, sweep,
@@ -221,6 +233,9 @@ def run(
     except KeyboardInterrupt as stop:  # a second Ctrl-C, or one where no checkpointed fit was training
         _notice(_kept(getattr(stop, "run_dir", None)))
         raise typer.Exit(code=INTERRUPTED_EXIT_CODE) from None
+    finally:
+        torch.set_num_threads(before)  # an in-process caller (tests, notebooks) keeps its own count
+        release_threads()
     summary = finished.summary
     _print_summary(summary, finished.path)
     if summary["status"] != "done":

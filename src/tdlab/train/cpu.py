@@ -12,8 +12,8 @@ __all__ = ["cpu_threads", "flush_denormals"]
 
 @contextmanager
 def cpu_threads(n: int | None, device: str) -> Iterator[None]:
-    """Run with ``n`` torch intra-op threads on the CPU, restored afterwards (``None``, or a non-CPU
-    ``device``: leave them as they are).
+    """Run with ``n`` torch intra-op threads on the CPU (at most the threads this process has: its share of the
+    cores, :mod:`tdlab.cores`), restored afterwards (``None``, or a non-CPU ``device``: leave them as they are).
 
     Why: the models of the Markov-tying, in-context-Markov and multi-modal ICL experiments work on many
     tiny tensors (d <= 32, a few thousand tokens a step). A second thread buys little there, and on
@@ -26,7 +26,7 @@ def cpu_threads(n: int | None, device: str) -> Iterator[None]:
         yield
         return
     old = torch.get_num_threads()
-    torch.set_num_threads(n)
+    torch.set_num_threads(min(n, old))  # never more than this process's share (tdlab.cores)
     try:
         yield
     finally:

@@ -15,13 +15,14 @@ the CPU, so they never change a number. ``tdlab run --lanes N`` caps them (1: on
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Generic, TypeVar
+
+from tdlab.cores import usable_cores
 
 __all__ = ["usable_cores", "lane_count", "limit", "limited_to", "Outcome", "in_lanes"]
 
@@ -45,14 +46,6 @@ def limited_to(n: int | None) -> Iterator[None]:
         yield
     finally:
         _LIMIT.reset(token)
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the platform has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def lane_count(requested: int | None, jobs: int, device: str) -> int:

@@ -1,0 +1,66 @@
+"""Sharing cores: passive OpenMP unless chosen, a thread count from the cores other tdlab processes do not
+hold (dead processes' counts ignored), ``--threads`` wins, and a run gives its threads back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from tdlab.cli import app
+from tdlab.cores import claim_threads, held_by_others, passive_openmp, release_threads, usable_cores
+
+
+def test_passive_openmp_unless_the_environment_chose(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    passive_openmp()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    passive_openmp()
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_the_cli_sets_passive_waiting_before_torch_is_imported():
+    code = ("import os, sys; os.environ.pop('OMP_WAIT_POLICY', None); import tdlab.cli; "
+            "print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={
+        k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}).stdout.split()
+    assert out == ["PASSIVE", "False"]
+
+
+def test_a_share_is_what_other_live_processes_leave(tmp_path):
+    folder = tmp_path / "cores"
+    folder.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (folder / f"{sleeper.pid}.threads").write_text("1\n")
+        (folder / "999999999.threads").write_text("8\n")  # a process that is gone: ignored
+        (folder / "junk.threads").write_text("x")  # not tdlab's: ignored
+        assert held_by_others(folder) == 1
+        assert claim_threads(None, folder) == max(1, usable_cores() - 1)
+        assert (folder / f"{os.getpid()}.threads").read_text().strip() == str(max(1, usable_cores() - 1))
+        assert held_by_others(folder) == 1  # this process's own count is never counted against it
+        assert claim_threads(3, folder) == 3  # --threads wins
+        (folder / f"{sleeper.pid}.threads").write_text(f"{usable_cores() + 5}\n")
+        assert claim_threads(None, folder) == 1  # at least one
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    release_threads(folder)
+    assert not (folder / f"{os.getpid()}.threads").exists()
+
+
+def test_run_threads_is_checked_and_the_run_gives_its_threads_back(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("TDLAB_CORES_DIR", str(tmp_path / "cores"))
+    bad = CliRunner().invoke(app, ["run", "markov-landscape", "--threads", "0", "--out", str(tmp_path / "r")])
+    assert bad.exit_code == 2 and "--threads" in bad.output
+    before = torch.get_num_threads()
+    ok = CliRunner().invoke(app, ["run", "markov-init", "--threads", "1", "--quiet", "--out", str(tmp_path / "r"),
+                                  "--set", "train.steps=5", "--set", "train.seq_len=8", "--set", "archs=[sec2]",
+                                  "--set", "members=1", "--set", "train.eval_every=5", "--set", "train.eval_batches=1"])
+    assert ok.exit_code in (0, 1), ok.output  # done (verdicts of 5 steps are beside the point)
+    assert torch.get_num_threads() == before and not list((tmp_path / "cores").glob("*.threads"))
