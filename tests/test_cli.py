@@ -376,12 +376,16 @@ def test_atlas_run_names_its_own_option(invoke, tmp_path):
     assert line.startswith("error: --runs ") and "--out" not in line
 
 
-@pytest.mark.parametrize("share, args, want", [(None, [], None), ("1", [], 1), (None, ["--lanes", "3"], 3),
-                                               ("1", ["--lanes", "2"], 2)])
-def test_run_takes_its_lanes_from_lanes_else_from_a_sweeps_share_of_the_cores(monkeypatch, invoke, runs_dir, share, args, want):
+@pytest.mark.parametrize("share, args, want", [(None, [], "cores"), ("1", [], 1), (None, ["--lanes", "3"], 3),
+                                               ("1", ["--lanes", "2"], 2), (None, ["--threads", "1"], 1)])
+def test_run_takes_its_lanes_from_lanes_else_from_its_share_of_the_cores(monkeypatch, invoke, runs_dir, tmp_path, share, args, want):
     from tdlab.config import ConfigError
+    from tdlab.cores import usable_cores
     from tdlab.experiments import runner
     from tdlab.train import lanes
+
+    monkeypatch.setenv("TDLAB_CORES_DIR", str(tmp_path / "cores"))  # no other tdlab process holds a core
+    want = usable_cores() if want == "cores" else want
 
     seen = []
 
