@@ -366,3 +366,50 @@ def test_the_atlas_link_builds_strict(tmp_path, monkeypatch):
     _fake_atlas(monkeypatch, tmp_path / "runs")
     build_site(tmp_path / "runs", tmp_path / "site", root / "mkdocs.yml")
     assert (tmp_path / "site" / "seeds" / "atlas" / "experiments" / "markov-init.html").is_file()
+
+
+EVIL = '<script>alert(1)</script> [x](javascript:alert(2)) ![i](javascript:alert(3)) <a href="javascript:alert(4)">a</a> `'
+
+
+def _hostile_html(markdown_text: str) -> list[tuple[str, dict[str, str]]]:
+    """The elements of ``markdown_text`` rendered as MkDocs renders it (tables, attribute lists)."""
+    from html.parser import HTMLParser
+
+    markdown = pytest.importorskip("markdown")
+    html = markdown.markdown(markdown_text, extensions=["tables", "attr_list"])
+    found: list[tuple[str, dict[str, str]]] = []
+
+    class Collect(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.append((tag, {k: v or "" for k, v in attrs}))
+
+    Collect().feed(html)
+    return found
+
+
+def test_a_hostile_run_folder_puts_no_script_or_javascript_link_into_the_pages(tmp_path):
+    """Every field of a run's summary that a page shows (profile, device, status, group ids, verdicts, causes,
+    statements, reasons, arm names) is text: rendered, the seed page and the findings have no <script> element
+    and no javascript: URL."""
+    from tdlab.report.findings import findings_markdown
+
+    runs = tmp_path / "runs"
+    d = _fake_run(runs, "r", "markov-init", "fails", 0.5, mtime=1_000_000)
+    s = json.loads((d / "summary.json").read_text())
+    s.update(profile=EVIL, status=EVIL, env={"device": EVIL}, members=EVIL, seed=EVIL,
+             arms={EVIL: {"trained": False, "status": EVIL, "reasons": [EVIL]}})
+    for g in s["claims"]:
+        g.update(statement=EVIL, reason=EVIL, cause=EVIL)
+        for r in g["rows"]:
+            r.update(id=f"{g['id']}/{EVIL}", verdict=EVIL, reason=EVIL)
+    s["sanity"] = [{"id": EVIL, "verdict": "holds", "statement": EVIL, "rows": []}]
+    (d / "summary.json").write_text(json.dumps(s))
+    write_seed_pages(tmp_path / "docs", runs)
+    page = (tmp_path / "docs" / "seeds" / "seed000.md").read_text(encoding="utf-8")
+    for text in (page, findings_markdown([d])):
+        elements = _hostile_html(text)
+        assert elements, "the page rendered"
+        assert not [t for t, _ in elements if t == "script"]
+        assert not [(t, a) for t, a in elements for k, v in a.items()
+                    if k in ("href", "src") and v.strip().lower().startswith("javascript:")]
+        assert not [t for t, _ in elements if t == "a" and "alert" in json.dumps(_)]

@@ -19,7 +19,6 @@ build needs no training. Only regular files are read from run directories, never
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import os
 import shutil
@@ -34,6 +33,7 @@ from typing import Any
 import yaml
 
 from tdlab.config import ConfigError, echo
+from tdlab.report.mdtext import md_cell, md_code, md_text
 from tdlab.report.records import Published, group_table, load_published
 from tdlab.runs import Run, RunDirError, list_runs
 from tdlab.safeio import check_not_in_run, check_output_folder, copy_inside, path_kind
@@ -221,26 +221,9 @@ def seed_of(exp: Any) -> str:
     return str(exp.paper)[:3]
 
 
-def _md(text: Any) -> str:
-    """Plain text for markdown: no raw HTML (``<v, α>`` is not a tag), no emphasis from stray asterisks."""
-    return str(text).replace("<", "&lt;").replace("*", r"\*")
-
-
-def _cell(text: Any) -> str:
-    return _md(text).replace("|", r"\|").replace("\n", " ")
-
-
-def _escaped_group(g: Mapping[str, Any]) -> dict[str, Any]:
-    """A claim group of ``summary.json`` with its free text (statement, reasons) made safe for markdown."""
-    g = copy.deepcopy(dict(g))
-    g.setdefault("statement", "")
-    for key in ("statement", "reason"):
-        if g.get(key):
-            g[key] = _md(g[key])
-    for r in g.get("rows", []):
-        if r.get("reason"):
-            r["reason"] = _md(r["reason"])
-    return g
+# Text for markdown: no raw HTML (``<v, α>`` is not a tag), no link, emphasis or code span from the text.
+_md = md_text
+_cell = md_cell
 
 
 def latest_runs(runs: Path | None, warn: Callable[[str], None] | None = None) -> dict[str, tuple[Run, dict[str, Any]]]:
@@ -299,7 +282,7 @@ def _run_line(run: Run, s: Mapping[str, Any]) -> str:
     env = s.get("env") if isinstance(s.get("env"), dict) else {}
     how = decided_by(s)
     decided = f"; decided by {_md(how)}" if how != s.get("profile", "?") else ""
-    return (f"**Latest run:** `{run.path.name}` — {_md(s.get('profile', '?'))} profile, {_md(s.get('members', '?'))} "
+    return (f"**Latest run:** `{md_code(run.path.name)}` — {_md(s.get('profile', '?'))} profile, {_md(s.get('members', '?'))} "
             f"members, seed {_md(s.get('seed', '?'))}, {_md(env.get('device', '?'))}{wall_s}, "
             f"status {_md(s.get('status', '?'))}{decided}.")
 
@@ -319,7 +302,7 @@ def _atlas_lines(exp: Any, atlas: set[str]) -> list[str]:
     name = exp.name
     axes = "; ".join(f"`{a.field}` (quick {', '.join(map(str, a.range('quick')))}; paper {', '.join(map(str, a.values))})"
                      for a in decl.axes)
-    lines = ["### Atlas", "", f"Axes: {_md(axes)}.", ""]
+    lines = ["### Atlas", "", f"Axes: {axes}.", ""]  # the declaration's own fields and values, as code spans
     if name in atlas:
         lines.append(f"Where each claim holds over these axes: [the atlas page of `{name}`](atlas/experiments/{name}.html).")
     else:
@@ -352,7 +335,7 @@ def _experiment_section(exp: Any, found: tuple[Run, dict[str, Any]] | None, figu
         untrained = [(a, h) for a, h in arms.items() if isinstance(h, dict) and not h.get("trained", True)]
         for arm, h in untrained:
             reasons = h.get("reasons") if isinstance(h.get("reasons"), list) else []
-            lines.append(f"- arm `{arm}` **{_md(h.get('status', 'not trained'))}**: {_md('; '.join(map(str, reasons)))}")
+            lines.append(f"- arm `{md_code(arm)}` **{_md(h.get('status', 'not trained'))}**: {_md('; '.join(map(str, reasons)))}")
         if untrained:
             lines.append("")
     for kind, title in (("paper", "Paper claims"), ("sanity", "Sanity checks")):
@@ -364,7 +347,7 @@ def _experiment_section(exp: Any, found: tuple[Run, dict[str, Any]] | None, figu
             if found is None:
                 lines.append(f"- **no run yet** `{c.id}` — {_md(c.statement)}. Run `tdlab run {name}`.")
             elif c.id in groups:
-                lines.append(f"- {group_line(_escaped_group(groups[c.id]))}")
+                lines.append(f"- {group_line(groups[c.id])}")
             else:
                 lines.append(f"- **not in the run** `{c.id}` — {_md(c.statement)}. Declared after the run was judged: "
                              f"`tdlab report RUN_DIR` re-judges it.")
@@ -415,7 +398,7 @@ def seed_page(seed: Seed, experiments: Sequence[Any], found: Mapping[str, tuple[
             run_cell, paper, sanity = f"no run yet: `tdlab run {exp.name}`", "—", "—"
         else:
             run, s = f
-            run_cell = f"`{run.path.name}` ({s.get('profile', '?')})"
+            run_cell = f"`{md_code(run.path.name)}` ({md_cell(s.get('profile', '?'))})"
             paper, sanity = _counts(s.get("claims", [])), _counts(s.get("sanity", []))
         lines.append(f"| [`{exp.name}`](#{exp.name}) | {_cell(exp.figure)} | {run_cell} | {paper} | {sanity} |")
     lines.append("")

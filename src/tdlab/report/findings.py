@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tdlab.report.mdtext import md_cell, md_code, md_text
 from tdlab.runs import Run, RunDirError, atomic_write
 
 __all__ = ["decided_by", "findings_markdown", "changes_markdown", "group_line", "row_summary", "replace_between_markers",
@@ -41,7 +42,8 @@ def _bound(x: Any, side: int) -> str:
 
 def row_summary(r: Mapping[str, Any]) -> str:
     """The numbers that decided one claim row (from ``summary.json``): ``mean [lo, hi] vs expected ±
-    tol``, ``Δ lo…hi`` for a comparison, or the reason when the row is not evaluable."""
+    tol``, ``Δ lo…hi`` for a comparison, or the reason when the row is not evaluable (plain text: a
+    markdown writer escapes it)."""
     if r.get("verdict") == "not evaluable":
         return str(r.get("reason") or "no measurement")
     iv = r.get("interval") or [None, None]
@@ -60,18 +62,21 @@ def cause_word(g: Mapping[str, Any]) -> str:
 
 
 def group_line(g: Mapping[str, Any]) -> str:
-    """``**verdict** (cause) `id` — statement: the deciding numbers`` for one claim group (markdown)."""
+    """``**verdict** (cause) `id` — statement: the deciding numbers`` for one claim group (markdown; every
+    text read from the run is escaped, :mod:`tdlab.report.mdtext`)."""
     rows = g.get("rows", [])
     parts = []
     for r in rows[:8]:
-        name = r["id"].split("/", 1)[1] if "/" in r["id"] else r["id"]
-        tag = " [ours]" if r.get("provenance") == "ours" else ""
-        parts.append(f"{name}{tag}: {row_summary(r)} → {r['verdict']}")
+        rid = str(r["id"])
+        name = rid.split("/", 1)[1] if "/" in rid else rid
+        tag = " \\[ours\\]" if r.get("provenance") == "ours" else ""
+        parts.append(f"{md_text(name)}{tag}: {md_text(row_summary(r))} → {md_text(r['verdict'])}")
     more = f"; … {len(rows) - 8} more rows" if len(rows) > 8 else ""
     cause = cause_word(g)
-    why = f" ({cause})" if cause else ""
-    extra = f" {g['reason']}." if g.get("reason") else ""
-    return f"**{g['verdict']}**{why} `{g['id']}` — {g['statement']}.{extra} " + "; ".join(parts) + more
+    why = f" ({md_text(cause)})" if cause else ""
+    extra = f" {md_text(g['reason'])}." if g.get("reason") else ""
+    return (f"**{md_text(g['verdict'])}**{why} `{md_code(g['id'])}` — {md_text(g.get('statement', ''))}.{extra} "
+            + "; ".join(parts) + more)
 
 
 def _counts(groups: Sequence[Mapping[str, Any]]) -> str:
@@ -135,18 +140,20 @@ def findings_markdown(run_dirs: Sequence[Path]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for run, s in runs:
         wall = s.get("wall_time_s", 0)
-        lines.append(f"| `{s['experiment']}` | {s['paper']}, {s['figure']} | {s.get('profile', '?')} | "
-                     f"{_counts(s['claims'])} | {_causes(s['claims'])} | {decided_by(s)} | {_counts(s.get('sanity', []))} | "
+        lines.append(f"| `{md_code(s['experiment'])}` | {md_cell(s['paper'])}, {md_cell(s['figure'])} | "
+                     f"{md_cell(s.get('profile', '?'))} | {_counts(s['claims'])} | {md_cell(_causes(s['claims']))} | "
+                     f"{md_cell(decided_by(s))} | {_counts(s.get('sanity', []))} | "
                      f"{f'{wall:.0f}' if isinstance(wall, (int, float)) and math.isfinite(wall) else '—'} s |")
     for run, s in runs:
-        lines += ["", f"**`{s['experiment']}`** (run `{run.path.name}`, {s.get('members', '?')} members, "
-                      f"seed {s.get('seed', '?')}, {(s.get('env') or {}).get('device', '?')}):", ""]
+        lines += ["", f"**`{md_code(s['experiment'])}`** (run `{md_code(run.path.name)}`, {md_text(s.get('members', '?'))} "
+                      f"members, seed {md_text(s.get('seed', '?'))}, {md_text((s.get('env') or {}).get('device', '?'))}):", ""]
         for arm, h in (s.get("arms") or {}).items():
             if isinstance(h, dict) and not h.get("trained", True):
-                lines.append(f"- arm `{arm}` **{h.get('status', 'not trained')}**: {'; '.join(map(str, h.get('reasons', [])))}")
+                lines.append(f"- arm `{md_code(arm)}` **{md_text(h.get('status', 'not trained'))}**: "
+                             f"{md_text('; '.join(map(str, h.get('reasons', []))))}")
         lines += [f"- {group_line(g)}" for g in s["claims"]]
         if s.get("sanity"):
-            lines.append("- sanity: " + "; ".join(f"`{g['id']}` {g['verdict']}" for g in s["sanity"]))
+            lines.append("- sanity: " + "; ".join(f"`{md_code(g['id'])}` {md_text(g['verdict'])}" for g in s["sanity"]))
     return "\n".join(lines) + "\n"
 
 
@@ -167,21 +174,22 @@ def changes_markdown(run_dirs: Sequence[Path], before: Path) -> str:
         _, s = read_summary(d)
         prev = old.get(s["experiment"])
         if prev is None:
-            lines.append(f"| `{s['experiment']}` | — → {_counts(s['claims'])} | new experiment |")
+            lines.append(f"| `{md_code(s['experiment'])}` | — → {_counts(s['claims'])} | new experiment |")
             continue
         was = {g["id"]: g["verdict"] for g in prev["claims"]}
         now = {g["id"]: g for g in s["claims"]}
         moved = []
         for gid, g in now.items():
             if gid not in was:
-                moved.append(f"`{gid}` new: {g['verdict']}")
+                moved.append(f"`{md_code(gid)}` new: {md_cell(g['verdict'])}")
             elif was[gid] != g["verdict"]:
                 cause = cause_word(g)
-                moved.append(f"`{gid}` {was[gid]} → {g['verdict']}{f' ({cause})' if cause else ''}")
+                moved.append(f"`{md_code(gid)}` {md_cell(was[gid])} → {md_cell(g['verdict'])}"
+                             f"{f' ({md_cell(cause)})' if cause else ''}")
         sanity = {g["id"] for g in s.get("sanity", [])}
-        moved += [f"`{gid}` was {v}, {'now a sanity check' if gid in sanity else 'restated or dropped'}"
+        moved += [f"`{md_code(gid)}` was {md_cell(v)}, {'now a sanity check' if gid in sanity else 'restated or dropped'}"
                   for gid, v in was.items() if gid not in now]
-        lines.append(f"| `{s['experiment']}` | {_counts(prev['claims'])} → {_counts(s['claims'])} | "
+        lines.append(f"| `{md_code(s['experiment'])}` | {_counts(prev['claims'])} → {_counts(s['claims'])} | "
                      f"{'; '.join(moved) or 'no change'} |")
     return "\n".join(lines) + "\n"
 

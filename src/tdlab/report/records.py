@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tdlab.claims import VERDICTS
+from tdlab.report.mdtext import md_cell, md_code
 from tdlab.results import Record, load_records
 
 __all__ = ["Published", "load_published", "seed_table", "experiment_table", "group_table", "undecided_lines"]
@@ -42,14 +43,6 @@ def _tally(groups: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 
 def _cells(t: Mapping[str, int], total: int) -> str:
     return " | ".join(str(t[v]) for v in VERDICTS) + f" | {total}"
-
-
-def _safe(text: Any) -> str:
-    """Text for a markdown table cell: no raw HTML, no links or emphasis from the text, no cell breaks."""
-    out = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    for ch in "*_[]`|":
-        out = out.replace(ch, "\\" + ch)
-    return out.replace("\n", " ")
 
 
 def seed_table(pub: Published, experiments: Sequence[Any]) -> str:
@@ -96,7 +89,7 @@ def experiment_table(pub: Published, experiments: Sequence[Any]) -> str:
         if rec is None:
             continue
         dev = rec.gpu or rec.device
-        lines.append(f"| `{e.name}` | {_counts(rec)} | {_counts(pub.quick.get(e.name))} | {rec.members} | {_safe(dev)}"
+        lines.append(f"| `{e.name}` | {_counts(rec)} | {_counts(pub.quick.get(e.name))} | {rec.members} | {md_cell(dev)}"
                      f"{f', {rec.threads} thread(s)' if rec.threads and rec.device == 'cpu' else ''} | "
                      f"{rec.wall_time_s:.0f} s | `{(rec.commit or 'not recorded')[:12]}` |")
     return "\n".join(lines) + "\n"
@@ -106,7 +99,7 @@ def _verdict_cell(g: Mapping[str, Any] | None) -> str:
     if g is None:
         return "—"
     cause = g.get("cause") if g["verdict"] != "holds" else ""
-    return f"**{_SHORT[g['verdict']]}**" + (f" ({_safe(cause)})" if cause else "")
+    return f"**{_SHORT[g['verdict']]}**" + (f" ({md_cell(cause)})" if cause else "")
 
 
 def _deciding(g: Mapping[str, Any] | None) -> str:
@@ -117,7 +110,7 @@ def _deciding(g: Mapping[str, Any] | None) -> str:
     if not rows:
         return "—"
     more = f" (+{len(rows) - 1} rows)" if len(rows) > 1 else ""
-    return _safe(f"{rows[0]['id'].split('/', 1)[-1]}: {row_summary(rows[0])}")[:300] + more
+    return md_cell(f"{rows[0]['id'].split('/', 1)[-1]}: {row_summary(rows[0])}"[:300]) + more
 
 
 def group_table(pub: Published, exp: Any) -> str:
@@ -132,7 +125,7 @@ def group_table(pub: Published, exp: Any) -> str:
         lines.append(f"| `{spec.id}` | {_verdict_cell(g)} | {_deciding(g)} | {_verdict_cell(quick_groups.get(spec.id))} |")
     seed = rec.seed if rec else 0
     how = f"`tdlab run {exp.name} --profile paper --seed {seed}`"
-    made = (f"Recorded: {rec.members} members, {_safe(rec.gpu or rec.device)}, {rec.wall_time_s:.0f} s, commit "
+    made = (f"Recorded: {rec.members} members, {md_cell(rec.gpu or rec.device)}, {rec.wall_time_s:.0f} s, commit "
             f"`{(rec.commit or 'not recorded')[:12]}`." if rec else "No record at the seed's settings yet.")
     return "\n".join(lines) + f"\n\n{made} Reproduce: {how}.\n"
 
@@ -143,6 +136,6 @@ def undecided_lines(pub: Published) -> list[str]:
     for name, rec in pub.paper.items():
         for g in rec.claims:
             if g["verdict"] in ("not resolved", "not evaluable"):
-                out.append(f"`{name}` `{g['id']}`: {g['verdict']} ({_safe(g.get('cause') or '')})"
-                           + (f" — {_safe(g['reason'])}" if g.get("reason") else ""))
+                out.append(f"`{name}` `{md_code(g['id'])}`: {g['verdict']} ({md_cell(g.get('cause') or '')})"
+                           + (f" — {md_cell(g['reason'])}" if g.get("reason") else ""))
     return out
