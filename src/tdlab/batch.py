@@ -73,6 +73,7 @@ class Outcome:
     rc: int
     wall_s: float
     tail: str = ""
+    stopped_by_batch: bool = False  # the batch sent SIGTERM (its deadline, or it was asked to stop)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -266,7 +267,7 @@ def run_job(name: str, cmd: list[str], env: dict[str, str], log: str, deadline: 
                 rc = proc.wait()
                 break
     pid_file.unlink(missing_ok=True)
-    return Outcome(name, rc, time.time() - t0, _tail(Path(log)))
+    return Outcome(name, rc, time.time() - t0, _tail(Path(log)), termed)
 
 
 def _tail(log: Path, lines: int = 3) -> str:
@@ -439,8 +440,11 @@ def _after(out: Path, name: str, outcome: Outcome) -> tuple[str, str]:
     if state in ("done", "diverged"):
         return state, note
     if state == "stopped":
-        return "stopped", "stopped at the deadline; resumes next time" if outcome.rc in (STOPPED, -9, -15) else \
-            f"exit code {outcome.rc}: {outcome.tail}"
+        if outcome.stopped_by_batch:
+            return "stopped", "stopped by the batch; resumes from its checkpoints next time"
+        if outcome.rc in (STOPPED, 130, -2, -9, -15):
+            return "stopped", f"stopped from outside the batch (exit code {outcome.rc}); resumes from its checkpoints next time"
+        return "stopped", f"exit code {outcome.rc}: {outcome.tail}"
     return "failed", f"exit code {outcome.rc}: {outcome.tail}"
 
 
