@@ -407,3 +407,12 @@ def test_run_takes_its_lanes_from_lanes_else_from_its_share_of_the_cores(monkeyp
 def test_run_refuses_zero_lanes(invoke, runs_dir):
     r = invoke("run", "markov-init", "--out", runs_dir, "--quiet", "--lanes", "0")
     assert r.exit_code == 2 and "--lanes" in r.output and not runs_dir.exists()
+
+
+def test_version_and_a_near_miss_experiment_name(invoke):
+    import tdlab
+
+    v = invoke("--version")
+    assert v.exit_code == 0 and v.output.startswith(f"tdlab {tdlab.__version__}")
+    miss = invoke("run", "markov-int")
+    assert miss.exit_code == 2 and "did you mean markov-init?" in miss.output

@@ -771,8 +771,21 @@ def _cores_share() -> int | None:
     return max(1, int(threads)) if threads.isdigit() else None
 
 
+def _version(value: bool) -> None:
+    if value:
+        import tdlab
+        from tdlab.runs import source_commit
+
+        commit = source_commit()
+        out_console.print(f"tdlab {tdlab.__version__}" + (f" ({commit})" if commit else ""), highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _setup() -> None:
+def _setup(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="print tdlab's version (and the git commit it runs from) and exit")] = False,
+) -> None:
     """tdlab: how transformers learn, reproduced with computed verdicts."""
     threads = os.environ.get("TDLAB_THREADS")
     if threads:  # set by sweeps so that concurrent points share the cores instead of fighting over them

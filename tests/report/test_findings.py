@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
+
+import pytest
 
 from typer.testing import CliRunner
 
@@ -133,3 +136,25 @@ def test_findings_write_into_a_named_section(tmp_path, make_markov_run):
     assert "<!-- findings:start -->\nold\n" in text and "decided by" in text.split("<!-- decide:start -->")[1]
     res = CliRunner().invoke(app, ["findings", str(run.path), "--readme", str(readme), "--section", "Bad name"])
     assert res.exit_code == 2 and "--section" in res.output
+
+
+@pytest.mark.parametrize("change", [
+    lambda r: r.update(id=7),
+    lambda r: r.update(interval=[0.1]),
+    lambda r: r.update(verdict="maybe"),
+])
+def test_a_row_of_the_wrong_shape_is_refused_in_one_line_not_a_traceback(tmp_path, change):
+    from tdlab.report.findings import findings_markdown
+    from tdlab.runs import RunDirError
+
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / "config.yaml").write_text("experiment: markov-init\nprofile: quick\nconfig: {}\n")
+    (d / "metrics.parquet").write_bytes(b"")
+    row = {"id": "c/r", "verdict": "holds", "interval": [0.0, 1.0], "mean": 0.5, "expected": 0.5, "tolerance": 0.1}
+    change(row)
+    summary = {"experiment": "markov-init", "paper": "000", "figure": "Fig. 4",
+               "claims": [{"id": "c", "verdict": "holds", "statement": "s", "rows": [row]}], "sanity": []}
+    (d / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(RunDirError, match="rows of that form"):
+        findings_markdown([d])

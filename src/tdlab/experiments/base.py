@@ -11,6 +11,8 @@ the measurements, the declared claims and the arms' health to :func:`tdlab.claim
 
 from __future__ import annotations
 
+import difflib
+
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -425,7 +427,9 @@ def get(name: str) -> Experiment:
         return _REGISTRY[name]
     if name not in CATALOG:
         known = sorted(set(CATALOG) | set(_REGISTRY))
-        raise ConfigError(f"experiment: unknown experiment {echo(name)}; allowed: {', '.join(known)}")
+        close = difflib.get_close_matches(str(name), known, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise ConfigError(f"experiment: unknown experiment {echo(name)}; {hint}allowed: {', '.join(known)}")
     return _load(name)
 
 

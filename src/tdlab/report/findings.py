@@ -110,6 +110,13 @@ def decided_by(s: Mapping[str, Any]) -> str:
             f"{d.get('confidence', 0):.4g}{tail}")
 
 
+def _is_row(r: Any) -> bool:
+    """A claim row as the findings read it: a text id, a known verdict, an interval of two bounds or none."""
+    iv = r.get("interval") if isinstance(r, dict) else None
+    return (isinstance(r, dict) and isinstance(r.get("id"), str) and r.get("verdict") in _ORDER
+            and (iv is None or (isinstance(iv, list) and len(iv) == 2)))
+
+
 def read_summary(run_dir: Path) -> tuple[Run, dict[str, Any]]:
     """A run and its ``summary.json``, checked for what the findings read: a claims list of groups,
     each with an id, a verdict and its rows. Anything else: :class:`RunDirError`, one line."""
@@ -124,9 +131,9 @@ def read_summary(run_dir: Path) -> tuple[Run, dict[str, Any]]:
             raise RunDirError(f"{where}: '{key}' is not a list of claim groups")
         for g in groups:
             if not isinstance(g, dict) or not isinstance(g.get("id"), str) or g.get("verdict") not in _ORDER \
-                    or not isinstance(g.get("rows", []), list) or not all(isinstance(r, dict) and "id" in r and "verdict" in r
-                                                                         for r in g.get("rows", [])):
-                raise RunDirError(f"{where}: a claim group of '{key}' lacks an id, a verdict ({', '.join(_ORDER)}) or rows")
+                    or not isinstance(g.get("rows", []), list) or not all(_is_row(r) for r in g.get("rows", [])):
+                raise RunDirError(f"{where}: a claim group of '{key}' lacks a text id, a verdict ({', '.join(_ORDER)}) "
+                                  f"or rows of that form (a text id, a verdict, an interval of two bounds or none)")
     for key in ("experiment", "paper", "figure"):
         if not isinstance(s.get(key), str):
             raise RunDirError(f"{where}: '{key}' is missing or not text")
