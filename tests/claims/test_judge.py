@@ -355,3 +355,35 @@ def test_row_and_group_dicts_say_what_decided_them():
     gd = g.to_dict()
     assert gd["verdict"] == "holds" and gd["horizon"] == "budget" and gd["rows"][0]["id"] == "c/r"
     assert "[HOLDS] c/r" in r.describe()
+
+
+def test_a_claim_that_something_stays_cannot_hold_from_a_run_shorter_than_the_seeds():
+    """Planted: the measurement sits at the plateau (it holds as a value). At 2,000 of the seed's 8,000 steps it
+    is not resolved, naming both lengths; at 8,000 it holds; a row that already left still fails."""
+    from types import SimpleNamespace
+
+    s = spec(stays=True, length="train.steps", seed_length=8000.0, tolerance=0.01)
+    m = Measurements()
+    m.row(s.id, "r", Sample([0.001, -0.001, 0.0005, 0.0]))
+    short, full = (SimpleNamespace(train=SimpleNamespace(steps=n)) for n in (2000, 8000))
+    (g,) = judge([s], m, short)
+    assert g.rows[0].verdict == "not resolved" and g.rows[0].cause == "shorter than the seed's length"
+    assert "2000" in g.rows[0].reason and "8000" in g.rows[0].reason
+    assert judge([s], m, full)[0].rows[0].verdict == "holds"
+    left = Measurements()
+    left.row(s.id, "r", Sample([0.2, 0.21, 0.19, 0.2]))
+    assert judge([s], left, short)[0].rows[0].verdict == "fails"
+    # stays can depend on the setting; a spec that says so must name both lengths
+    cond = spec(stays=lambda cfg: cfg.train.steps > 5000, length="train.steps", seed_length=8000.0, tolerance=0.01)
+    assert judge([cond], m, short)[0].rows[0].verdict == "holds"  # not a "stays" claim in that setting
+    with pytest.raises(ValueError, match="names the run's length"):
+        spec(stays=True)
+
+
+def test_markov_init_standard_claim_stays_only_beyond_p_plus_q_one():
+    from tdlab.experiments.base import get
+
+    exp = get("markov-init")
+    c = next(c for c in exp.claims if c.id == "standard-init-ends-at-theory-limit")
+    assert c.stays_for(exp.make_config("quick", ["task.p=0.5", "task.q=0.8"]))
+    assert not c.stays_for(exp.make_config("quick", ["task.p=0.2", "task.q=0.3"]))

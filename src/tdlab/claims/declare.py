@@ -100,6 +100,10 @@ class ClaimSpec:
         quantity: what each row's measurement is (documentation: the report and the docs print it).
         example: a row context at which the spec's theory functions can be evaluated (the planted-
             measurement test over every declared claim resolves ``expected`` there).
+        stays: the statement is that something *stays* (on a plateau, unlearned, unchanged) over the seed's
+            training (a bool, or a function of the config): a row cannot hold from a run whose training
+            length (``length``, a config path) is shorter than ``seed_length`` (the seed's, a number or
+            config path), since what stays at step N may still leave before the seed's horizon. It can fail.
     """
 
     id: str
@@ -120,6 +124,13 @@ class ClaimSpec:
     unit: str = ""
     needs: str = ""
     example: Mapping[str, Any] = field(default_factory=dict)
+    stays: bool | Callable[[Any], bool] = False
+    length: str | None = None
+    seed_length: Value | None = None
+
+    def stays_for(self, cfg: Any) -> bool:
+        """Whether, in the setting ``cfg``, the statement is about something staying (see ``stays``)."""
+        return bool(self.stays(cfg)) if callable(self.stays) else bool(self.stays)
 
     def stage_for(self, cfg: Any) -> Stage | None:
         """The stage the rows must pass in the setting ``cfg``."""
@@ -132,6 +143,8 @@ class ClaimSpec:
             raise ValueError(f"{self.id}: a {self.test} test takes relation close, le or ge, not {self.relation!r}")
         if not 0.0 < self.min_fraction <= 1.0:
             raise ValueError(f"{self.id}: min_fraction must lie in (0, 1]")
+        if self.stays is not False and (self.length is None or self.seed_length is None):
+            raise ValueError(f"{self.id}: a claim that something stays names the run's length and the seed's")
 
 
 @dataclass(frozen=True)

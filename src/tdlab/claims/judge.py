@@ -54,7 +54,8 @@ AGAIN = 10
 Verdict = Literal["holds", "fails", "not resolved", "not evaluable"]
 VERDICTS: tuple[str, ...] = ("holds", "fails", "not resolved", "not evaluable")
 # What set a verdict: the findings table groups failing and undecided claims by it.
-Cause = Literal["decided", "spread", "one member", "members", "censored", "resolution", "still moving", "multiplicity",
+Cause = Literal["decided", "spread", "one member", "members", "censored", "resolution", "still moving",
+                "shorter than the seed's length", "multiplicity",
                 "not trained", "stage not reached", "no rows", "no seed rows", "non-finite"]
 _SYMBOL = {"close": "≈", "le": "≤", "ge": "≥", "lt": "<", "gt": ">"}
 
@@ -349,6 +350,11 @@ def judge_row(spec: ClaimSpec, row: Row, cfg: Any, confidence: float = 0.95) -> 
         res.set("not resolved", "still moving",
                 f"still moving: {m.drift:+.4g}{spec.unit} over the last tenth of training (learning-rate time), "
                 f"tolerance {drift_tol:g}; {res.verdict} at the end")
+    elif res.verdict == "holds" and spec.stays_for(cfg) and _short_of_seed(spec, cfg, row):
+        run_len, seed_len = resolve(spec.length, cfg, row), resolve(spec.seed_length, cfg, row)
+        res.set("not resolved", "shorter than the seed's length",
+                f"it stays through {run_len:g} of training ({spec.length}), shorter than the seed's {seed_len:g}: "
+                f"what stays at {run_len:g} may still leave before {seed_len:g}")
     elif (spec.horizon == "convergence" and res.verdict == "fails" and m.drift is not None and math.isfinite(m.drift)
           and drift_tol is not None):
         centre = statistics.fmean(m.values)
@@ -359,6 +365,11 @@ def judge_row(spec: ClaimSpec, row: Row, cfg: Any, confidence: float = 0.95) -> 
                     f"(learning-rate time), so as much training again at that pace moves it by "
                     f"{abs(m.drift) * AGAIN:.4g}, at least its tolerance {drift_tol:g}; fails at the end, not at convergence")
     return res
+
+
+def _short_of_seed(spec: ClaimSpec, cfg: Any, row: Row) -> bool:
+    """Whether the run trained for less than the seed's length (a claim that something stays)."""
+    return resolve(spec.length, cfg, row) < resolve(spec.seed_length, cfg, row)
 
 
 def _ref_error(ref: Sample | None) -> tuple[float, float]:

@@ -40,7 +40,7 @@ STALL_ROUNDS = 2
 # Causes of an undecided paper group that more members can settle.
 GROWABLE_CAUSES = frozenset({"spread", "one member", "members", "multiplicity", "censored"})
 # Causes of a not-resolved or not-evaluable row that say its training was too short.
-TRAINING_CAUSES = frozenset({"still moving", "stage not reached"})
+TRAINING_CAUSES = frozenset({"still moving", "stage not reached", "shorter than the seed's length"})
 
 
 class Looks(BaseModel, frozen=True):
