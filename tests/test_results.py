@@ -47,7 +47,7 @@ def test_every_run_writes_a_record_that_rejudges_to_its_own_verdicts(run_dir):
 
 def test_a_changed_measurement_moves_the_rejudged_verdict(run_dir):
     rec = Record.model_validate(json.loads((run_dir / RECORD_NAME).read_text()))
-    doc = rec.model_dump(mode="json")
+    doc = rec.model_dump()
     # Plant a final loss 5 nats from the theory limit, the same in every member and no longer moving, in
     # every row of the claim that the standard init ends at it: the claim cannot hold on those numbers.
     claim = "standard-init-ends-at-theory-limit"
@@ -159,3 +159,23 @@ def test_a_recorded_paper_run_reproduces_its_numbers(tmp_path):
             assert r["key"] == a["key"]
             assert a["measured"]["values"] == pytest.approx(r["measured"]["values"], rel=1e-9, abs=1e-12, nan_ok=True), \
                 f"{claim}/{r['key']}"
+
+
+def test_a_nan_measurement_survives_publishing_and_rejudges(run_dir, tmp_path):
+    """NaN (a member with no value) is kept as NaN through record.json, publish and re-judging, never turned
+    into null (pydantic's JSON mode would)."""
+    import math
+    import shutil
+
+    from tdlab.results import record_text
+
+    copy_dir = tmp_path / "nan"
+    shutil.copytree(run_dir, copy_dir)
+    doc = json.loads((copy_dir / RECORD_NAME).read_text())
+    claim = next(iter(doc["measured"]["rows"]))
+    doc["measured"]["rows"][claim][0]["measured"]["values"][0] = float("nan")
+    (copy_dir / RECORD_NAME).write_text(record_text(doc))
+    [path] = publish([copy_dir], tmp_path / "results")
+    rec = load_record(path)
+    assert math.isnan(rec.measured["rows"][claim][0]["measured"]["values"][0])
+    assert {g.id for g in rejudge(rec)} == {g["id"] for g in rec.claims + rec.sanity}

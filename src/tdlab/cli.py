@@ -536,7 +536,7 @@ def results_check(
                 changed.append(new)
         if write:
             for rec in changed:
-                atomic_write(record_path(folder.parent, rec.profile, rec.experiment), record_text(rec.model_dump(mode="json")))
+                atomic_write(record_path(folder.parent, rec.profile, rec.experiment), record_text(rec.model_dump()))
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     out_console.print(f"{len(records)} records in {folder}; {len(moved)} groups the current rules would move"

@@ -142,7 +142,7 @@ def record_of_run(run_dir: Path, commit: str | None = None) -> dict[str, Any]:
     run = Run(Path(run_dir))
     own = run.path / RECORD_NAME
     if own.is_file() and not own.is_symlink():
-        return _parse(own).model_dump(mode="json")
+        return _parse(own).model_dump()  # python mode: NaN stays NaN (JSON mode would make it null)
     summary = run.summary
     if not summary.get("claims") and summary.get("status") != "diverged":
         raise RecordError(f"{run.path}: no summary.json with claims; rebuild it with `tdlab report {run.path}`")
@@ -241,7 +241,7 @@ def rejudged(rec: Record) -> Record:
     """``rec`` with its paper and sanity groups as the current claims layer judges its stored measurements
     (:func:`rejudge`), and ``judged_commit`` this source's commit; the numbers it was trained to are kept."""
     groups = [g.to_dict() for g in rejudge(rec)]
-    doc = rec.model_dump(mode="json")
+    doc = rec.model_dump()
     doc.update(claims=[g for g in groups if g["kind"] == "paper"], sanity=[g for g in groups if g["kind"] == "sanity"],
                judged_commit=source_commit())
     return Record.model_validate(json.loads(json.dumps(doc, default=_jsonable)))
