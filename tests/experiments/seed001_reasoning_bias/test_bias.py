@@ -137,11 +137,11 @@ def test_memory_never_learnt_is_censored_and_pace_is_not_evaluable(tmp_path):
     assert a.measurements["gamma=0.8"]["T50_mem"] == [None] * N
     pace = a.result("large-init-memorises-at-reasoning-pace")
     assert pace.verdict == "not evaluable" and "D_mem and D_rsn,train" in pace.rows[0].reason
-    # three members can never decide a censored direction (2 · 1/8 = 0.25)
+    # three members can never decide a censored direction (2 · 1/8 = 0.25): the member count is the limit
     three = {k: {n: c[:3] for n, c in v.items()} for k, v in arms.items()}
     a = _analyse(tmp_path / "three", three, members=3)
     r = a.result("small-init-learns-reasoning-first").row("t50-rsn-train-before-mem")
-    assert r.verdict == "not resolved" and r.cause == "censored"
+    assert r.verdict == "not resolved" and r.cause == "members" and "needs ≥ 6" in r.reason
     # both arms never above 0.5: every member of both censored, nothing is known
     both = _paper_arms()
     both["gamma=0.8"] = _arm(mem_at=99, rsn_at=99, test_at=99, mem_top=0.05, test_top=0.05)
