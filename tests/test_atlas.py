@@ -253,8 +253,9 @@ def test_markov_init_page_maps_each_claim_with_the_runs_verdicts(site):
     # the planted failure: at p + q > 1 a standard init ending at the entropy rate fails the Thm. 2 claim
     std = newest[(0.8, 0.9)]["summary"]["claims"]
     assert next(g for g in std if g["id"] == "standard-init-ends-at-theory-limit")["verdict"] == "fails"
-    assert next(g for g in newest[(0.4, 0.9)]["summary"]["claims"]
-                if g["id"] == "standard-init-ends-at-theory-limit")["verdict"] == "holds"
+    # at H(π) where Thm. 2 says it stays, but after the quick 1,000 of the seed's 8,000 steps: not resolved yet
+    at_hpi = next(g for g in newest[(0.4, 0.9)]["summary"]["claims"] if g["id"] == "standard-init-ends-at-theory-limit")
+    assert at_hpi["verdict"] == "not resolved" and at_hpi["cause"] == "shorter than the seed's length"
     text = " ".join(page.text)
     assert "final test loss" in text  # the findings text of the points
 
@@ -525,8 +526,10 @@ def test_map_cells_are_coloured_by_the_measured_value_with_the_boundary_in_the_l
     body = m["rows"][:-1]
     qs, ps = (0.9, 0.7, 0.3, 0.1), (0.2, 0.4, 0.6, 0.8)
     cell = {(p, q): body[i][j + 1] for i, q in enumerate(qs) for j, p in enumerate(ps)}
+    # (0.4, 0.9) sits at H(π) as Thm. 2 says, but a "stays" claim needs the seed's 8,000 steps: the mark says not
+    # resolved while the colour says which side of the boundary the measurement lies
     holding, failing = cell[(0.4, 0.9)], cell[(0.8, 0.9)]
-    assert holding["text"] == "✓" and failing["text"] == "✗"  # the verdict mark stays in the cell
+    assert holding["text"] == "?" and failing["text"] == "✗"  # the verdict mark stays in the cell
     for c in (holding, failing):
         assert c["style"] and "background" in c["style"] and c["score"] is not None
     assert float(holding["score"]) > 0 > float(failing["score"])  # opposite sides of the boundary

@@ -73,10 +73,25 @@ def _judge_planted(spec: ClaimSpec, cfg, kind: str):
 @pytest.mark.parametrize("name, spec", DECLARED, ids=[f"{n}:{s.id}" for n, s in DECLARED])
 @pytest.mark.parametrize("kind", ["holds", "fails", "not resolved"])
 def test_a_planted_measurement_gives_its_verdict(name: str, spec: ClaimSpec, kind: str) -> None:
-    group = _judge_planted(spec, registry()[name].make_config("quick"), kind)
+    cfg = registry()[name].make_config("quick")
+    if spec.stays_for(cfg):  # a claim that something stays is judged at the seed's length (tested apart below)
+        cfg = registry()[name].make_config("quick", [f"{spec.length}={int(resolve(spec.seed_length, cfg))}"])
+    group = _judge_planted(spec, cfg, kind)
     row = group.rows[0]
     assert row.verdict == kind, f"{name}:{spec.id}: planted {kind} judged {row.verdict} ({row.describe()})"
     assert group.verdict == kind
+
+
+@pytest.mark.parametrize("name, spec", [(n, s) for n, s in DECLARED if s.stays is not False],
+                         ids=[f"{n}:{s.id}" for n, s in DECLARED if s.stays is not False])
+def test_a_planted_stay_in_a_run_shorter_than_the_seeds_is_not_resolved(name: str, spec: ClaimSpec) -> None:
+    cfg = registry()[name].make_config("quick")
+    if not spec.stays_for(cfg):
+        pytest.skip("not a claim that something stays in the quick setting")
+    assert resolve(spec.length, cfg) < resolve(spec.seed_length, cfg)
+    row = _judge_planted(spec, cfg, "holds").rows[0]
+    assert row.verdict == "not resolved" and row.cause == "shorter than the seed's length"
+    assert _judge_planted(spec, cfg, "fails").rows[0].verdict == "fails"
 
 
 @pytest.mark.parametrize("relation", ["close", "le", "ge"])

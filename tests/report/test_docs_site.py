@@ -400,8 +400,8 @@ def test_a_hostile_run_folder_puts_no_script_or_javascript_link_into_the_pages(t
              arms={EVIL: {"trained": False, "status": EVIL, "reasons": [EVIL]}})
     for g in s["claims"]:
         g.update(statement=EVIL, reason=EVIL, cause=EVIL)
-        for r in g["rows"]:
-            r.update(id=f"{g['id']}/{EVIL}", verdict=EVIL, reason=EVIL)
+        for r in g["rows"]:  # a verdict tdlab never writes is refused (one line); every other field is hostile
+            r.update(id=f"{g['id']}/{EVIL}", verdict="not evaluable", reason=EVIL)
     s["sanity"] = [{"id": EVIL, "verdict": "holds", "statement": EVIL, "rows": []}]
     (d / "summary.json").write_text(json.dumps(s))
     write_seed_pages(tmp_path / "docs", runs)

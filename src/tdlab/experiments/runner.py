@@ -21,7 +21,7 @@ from tdlab.experiments.decide import DecidePlan, run_rounds
 from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
 from tdlab.report.html import write_report
-from tdlab.results import write_record
+from tdlab.record import write_record
 from rich.console import Console
 
 from tdlab.runs import Run, RunDirError, RunWriter, environment
