@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tdlab.config import ConfigError, build_config, echo, read_field
-from tdlab.runs import Run, RunDirError, staging_path
+from tdlab.runs import Run, RunDirError, staging_busy, staging_path
 from tdlab.safeio import atomic_write, check_output_folder
 
 __all__ = ["BATCH_FILE", "Job", "Outcome", "estimates", "plan_batch", "run_job", "run_batch", "status_table"]
@@ -161,12 +161,8 @@ def _state(out: Path, name: str) -> tuple[str, float | None, str]:
         return "failed", None, f"{final}/summary.json has no status done or diverged"
     staging = staging_path(final)
     if (staging / "config.yaml").is_file():
-        from tdlab.runs import _try_lock
-
-        fd = _try_lock(staging)
-        if fd is None:
+        if staging_busy(staging):
             return "busy", None, "running in another process"
-        os.close(fd)
         return "stopped", None, "resumes from its checkpoints"
     return "new", None, ""
 

@@ -215,10 +215,8 @@ class RunWriter:
 
     def _taken(self) -> RunDirError:
         """The error for a staging folder that already exists: running (locked) or interrupted."""
-        fd = _try_lock(self.path)
-        if fd is None:
+        if staging_busy(self.path):
             return _busy(self.final, self.path)
-        os.close(fd)
         if not (self.path / "config.yaml").is_file():
             return RunDirError(f"{self.path} exists but holds no config.yaml (a run that failed as it started); "
                                f"remove it, or choose another --run-id")
@@ -341,6 +339,15 @@ class RunWriter:
         shutil.rmtree(self.final / "checkpoints", ignore_errors=True)
         self.release()
         return Run(self.final)
+
+
+def staging_busy(staging: Path) -> bool:
+    """Whether a process holds the run lock of the staging folder ``staging`` (a run still building there)."""
+    fd = _try_lock(staging)
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
 
 
 def _try_lock(folder: Path) -> int | None:
