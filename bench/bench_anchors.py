@@ -53,7 +53,9 @@ def main() -> None:
     task = Anchors(AnchorsConfig(key_min=21, key_max=40, n_train=4_000, n_test=200))
     widths = {} if args.paper_widths else {"d": 64, "d_attn": 32, "d_ff": 128}
     cfg = Seed001GPTConfig(**widths, vocab=task.vocab, max_len=task.cfg.L)
-    print(f"seed-001 transformer {widths or 'A.3 widths'}, batch 100, {args.steps} steps, device {dev}, threads {args.threads}")
+    print(
+        f"seed-001 transformer {widths or 'A.3 widths'}, batch 100, {args.steps} steps, device {dev}, threads {args.threads}"
+    )
     for per_gamma in (2, 8):
         arms = GammaArms.make(0, (0.3, 0.5, 0.8), per_gamma)
         seeds = list(arms.seeds)
@@ -62,10 +64,13 @@ def main() -> None:
         ens = gamma_gpt(cfg, seeds, arms.gamma_of).to(dev)
         singles = [gamma_gpt(cfg, [s], arms.gamma_of).to(dev) for s in seeds]
         t_ens = best_time(lambda: steps(ens, data, args.steps, 100, dev), repeats=2)
-        t_loop = best_time(lambda: [steps(m, {k: v[:1] for k, v in data.items()}, args.steps, 100, dev) for m in singles],
-                           repeats=1)
-        print(f"  E = {len(seeds):2d}: ensemble {args.steps / t_ens:7.2f} steps/s, members one after another "
-              f"{args.steps / t_loop:7.2f} steps/s, speed-up x{t_loop / t_ens:.2f}")
+        t_loop = best_time(
+            lambda: [steps(m, {k: v[:1] for k, v in data.items()}, args.steps, 100, dev) for m in singles], repeats=1
+        )
+        print(
+            f"  E = {len(seeds):2d}: ensemble {args.steps / t_ens:7.2f} steps/s, members one after another "
+            f"{args.steps / t_loop:7.2f} steps/s, speed-up x{t_loop / t_ens:.2f}"
+        )
 
 
 if __name__ == "__main__":

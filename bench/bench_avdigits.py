@@ -56,7 +56,7 @@ def vmap_encoder(enc: DualConvEncoder):
     def one(p: dict, x: torch.Tensor) -> torch.Tensor:  # x (B, 2, H, W), p without the member axis
         outs = []
         for m, ln in ((0, "ln_image"), (1, "ln_audio")):
-            h = x[:, m:m + 1]
+            h = x[:, m : m + 1]
             for i in range(4):
                 h = F.relu(F.conv2d(h, p[f"convs.{i}.weight"][m], p[f"convs.{i}.bias"][m], padding=1))
                 if i in (1, 3):
@@ -82,17 +82,23 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     x = torch.rand(E, B, 2, 28, 28, generator=g).to(dev)
     y = torch.randint(0, 10, (E, B), generator=g).to(dev)
-    print(f"seed 002 Table 1 models (d 16, T 10, 4 heads, d_h 32), batch {B}, {args.steps} steps, E = {E}, "
-          f"device {dev}, {torch.get_num_threads()} threads; examples/s counted per member")
+    print(
+        f"seed 002 Table 1 models (d 16, T 10, 4 heads, d_h 32), batch {B}, {args.steps} steps, E = {E}, "
+        f"device {dev}, {torch.get_num_threads()} threads; examples/s counted per member"
+    )
     for name, make in MODELS.items():
         ens = make(seeds).to(dev)
         singles = [make([s]).to(dev) for s in seeds]
         t_ens = best_time(lambda: train_steps(ens, x, y, args.steps, dev), repeats=2)
-        t_loop = best_time(lambda: [train_steps(m, x[e:e + 1], y[e:e + 1], args.steps, dev)
-                                    for e, m in enumerate(singles)], repeats=1)
+        t_loop = best_time(
+            lambda: [train_steps(m, x[e : e + 1], y[e : e + 1], args.steps, dev) for e, m in enumerate(singles)],
+            repeats=1,
+        )
         n = E * B * args.steps
-        print(f"  {name:13s} ensemble: {n / t_ens:8.1f} ex/s   loop over {E} members: {n / t_loop:8.1f} ex/s   "
-              f"ensemble/loop x{t_loop / t_ens:.2f}")
+        print(
+            f"  {name:13s} ensemble: {n / t_ens:8.1f} ex/s   loop over {E} members: {n / t_loop:8.1f} ex/s   "
+            f"ensemble/loop x{t_loop / t_ens:.2f}"
+        )
     enc = DualConvEncoder(E, MultimodalCAConfig()).to(dev)
     enc.reset_parameters(generators(seeds, "init"))
     params, venc = vmap_encoder(enc)
@@ -108,8 +114,10 @@ def main() -> None:
         sync(dev)
 
     t_g, t_v = best_time(grouped, repeats=3), best_time(vmapped, repeats=3)
-    print(f"  conv tokeniser, forward + backward, E = {E}: grouped conv {E * B / t_g:8.1f} ex/s   vmap {E * B / t_v:8.1f} ex/s"
-          f"   grouped/vmap x{t_v / t_g:.2f}   (max |difference| {diff:.1e})")
+    print(
+        f"  conv tokeniser, forward + backward, E = {E}: grouped conv {E * B / t_g:8.1f} ex/s   vmap {E * B / t_v:8.1f} ex/s"
+        f"   grouped/vmap x{t_v / t_g:.2f}   (max |difference| {diff:.1e})"
+    )
 
 
 if __name__ == "__main__":

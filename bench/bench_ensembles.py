@@ -155,26 +155,50 @@ def gamma_of(gammas: Sequence[float]) -> Callable[[int], float]:
 
 def markov(arch: str) -> Callable[[], list[Case]]:
     """``markov-init`` quick (seed 000 Sec. 2 / GPT-2 model, binary chain), next token."""
+
     def cases() -> list[Case]:
         from tdlab.models.gpt import GPT
 
         cfg = quick("markov-init")
         m, t = cfg.arm_model(arch, "standard"), cfg.train
-        return [Case(f"markov-{arch}", f"d{m.d} L{m.layers} V{m.vocab} B{t.batch} T{t.seq_len}", lambda s: GPT(m, s),
-                     lambda E: tokens(E, t.batch, t.seq_len + 1, m.vocab), NextToken(), t.batch, t.seq_len, t.lr)]
+        return [
+            Case(
+                f"markov-{arch}",
+                f"d{m.d} L{m.layers} V{m.vocab} B{t.batch} T{t.seq_len}",
+                lambda s: GPT(m, s),
+                lambda E: tokens(E, t.batch, t.seq_len + 1, m.vocab),
+                NextToken(),
+                t.batch,
+                t.seq_len,
+                t.lr,
+            )
+        ]
+
     return cases
 
 
 def gpt_cell(family: str, experiment: str, model: Callable[[Any], Any]) -> Callable[[], list[Case]]:
     """A seed-003 in-context Markov GPT: ``model(cfg)`` picks the experiment's cell config; next token."""
+
     def cases() -> list[Case]:
         from tdlab.models.gpt import GPT
 
         cfg = quick(experiment)
         m, t = model(cfg), cfg.train
         shapes = f"d{m.d} L{m.layers} H{m.heads} mlp={m.mlp} norm={m.norm_placement} V{m.vocab} B{t.batch} T{t.seq_len}"
-        return [Case(family, shapes, lambda s: GPT(m, s), lambda E: tokens(E, t.batch, t.seq_len + 1, m.vocab),
-                     NextToken(), t.batch, t.seq_len, t.lr)]
+        return [
+            Case(
+                family,
+                shapes,
+                lambda s: GPT(m, s),
+                lambda E: tokens(E, t.batch, t.seq_len + 1, m.vocab),
+                NextToken(),
+                t.batch,
+                t.seq_len,
+                t.lr,
+            )
+        ]
+
     return cases
 
 
@@ -184,8 +208,18 @@ def norm_attn() -> list[Case]:
 
     cfg = quick("markov-icl-construction")
     m, t = cfg.model, cfg.train
-    return [Case("norm-attn", f"d{m.d} L{m.layers} V{m.vocab} B{t.batch} T{t.seq_len}", lambda s: NormalisedAttention(m, s),
-                 lambda E: tokens(E, t.batch, t.seq_len + 1, m.vocab), NextToken(), t.batch, t.seq_len, t.lr)]
+    return [
+        Case(
+            "norm-attn",
+            f"d{m.d} L{m.layers} V{m.vocab} B{t.batch} T{t.seq_len}",
+            lambda s: NormalisedAttention(m, s),
+            lambda E: tokens(E, t.batch, t.seq_len + 1, m.vocab),
+            NextToken(),
+            t.batch,
+            t.seq_len,
+            t.lr,
+        )
+    ]
 
 
 def anchors() -> list[Case]:
@@ -196,8 +230,18 @@ def anchors() -> list[Case]:
     m, B, L = cfg.model_for_task(), cfg.train.batch, cfg.task.L
     gamma = gamma_of(cfg.gammas)
     shapes = f"d{m.d} d_k{m.d_attn} d_ff{m.d_ff} L{m.layers} V{m.vocab} B{B} T{L}"
-    return [Case("anchors", shapes, lambda s: gamma_gpt(m, s, {x: gamma(x) for x in s}), lambda E: labelled(E, B, L, m.vocab, m.vocab),
-                 LastPosition(), B, L, cfg.train.lr)]
+    return [
+        Case(
+            "anchors",
+            shapes,
+            lambda s: gamma_gpt(m, s, {x: gamma(x) for x in s}),
+            lambda E: labelled(E, B, L, m.vocab, m.vocab),
+            LastPosition(),
+            B,
+            L,
+            cfg.train.lr,
+        )
+    ]
 
 
 def anchors_mlp() -> list[Case]:
@@ -211,10 +255,26 @@ def anchors_mlp() -> list[Case]:
     gamma = gamma_of(cfg.gammas)
     data = lambda E: labelled(E, B, L, V, V)
     return [
-        Case("anchors-mlp/emb-mlp", f"d_m{m.d_m} d_f{m.d_f} V{V} B{B} T{L}",
-             lambda s: EmbMLP(m, s, [gamma(x) for x in s]), data, LastPosition(), B, L, cfg.train.lr),
-        Case("anchors-mlp/def2", f"d_m{d2.d_m} d_k{d2.d_k} d_f{d2.d_f} V{V} B{B} T{L}",
-             lambda s: Def2Transformer(d2, s, [gamma(x) for x in s]), data, LastPosition(), B, L, cfg.train.lr),
+        Case(
+            "anchors-mlp/emb-mlp",
+            f"d_m{m.d_m} d_f{m.d_f} V{V} B{B} T{L}",
+            lambda s: EmbMLP(m, s, [gamma(x) for x in s]),
+            data,
+            LastPosition(),
+            B,
+            L,
+            cfg.train.lr,
+        ),
+        Case(
+            "anchors-mlp/def2",
+            f"d_m{d2.d_m} d_k{d2.d_k} d_f{d2.d_f} V{V} B{B} T{L}",
+            lambda s: Def2Transformer(d2, s, [gamma(x) for x in s]),
+            data,
+            LastPosition(),
+            B,
+            L,
+            cfg.train.lr,
+        ),
     ]
 
 
@@ -229,9 +289,16 @@ def topic_case(experiment: str, variant: str, update: dict[str, Any]) -> Case:
     task = Topics(cfg.task)
     m = cfg.model.updated({"vocab": task.cfg.T * task.cfg.v + 1, **update})
     B, N = cfg.train.batch, cfg.train.seq_len
-    return Case(f"topics/{variant}", f"V{m.vocab} onehot={m.onehot} B{B} N<={N}", lambda s: TopicAttention(m, s),
-                lambda E: task.sample(generators(member_seeds(0, E), Purpose.TRAIN_DATA), B, N),
-                masked_objective(cfg, "ce"), B, N, cfg.train.lr)
+    return Case(
+        f"topics/{variant}",
+        f"V{m.vocab} onehot={m.onehot} B{B} N<={N}",
+        lambda s: TopicAttention(m, s),
+        lambda E: task.sample(generators(member_seeds(0, E), Purpose.TRAIN_DATA), B, N),
+        masked_objective(cfg, "ce"),
+        B,
+        N,
+        cfg.train.lr,
+    )
 
 
 def topics() -> list[Case]:
@@ -252,8 +319,18 @@ def topics_real() -> list[Case]:
     cfg = quick("topics-real")
     V, B, T = cfg.corpus.max_vocab + OFFSET + 1, cfg.train.batch, cfg.train.seq_len
     m = encoder_config(cfg, V)
-    return [Case("topics-real", f"d{m.d} L{m.layers} H{m.heads} V{V} B{B} T{T}", lambda s: GPT(m, s),
-                 lambda E: tokens(E, B, T, V, low=OFFSET), masked_objective(cfg, V), B, T, cfg.train.lr)]
+    return [
+        Case(
+            "topics-real",
+            f"d{m.d} L{m.layers} H{m.heads} V{V} B{B} T{T}",
+            lambda s: GPT(m, s),
+            lambda E: tokens(E, B, T, V, low=OFFSET),
+            masked_objective(cfg, V),
+            B,
+            T,
+            cfg.train.lr,
+        )
+    ]
 
 
 def avdigits() -> list[Case]:
@@ -266,13 +343,27 @@ def avdigits() -> list[Case]:
     m, B, S = cfg.model, cfg.train.batch, cfg.model.image_size
 
     def data(E: int) -> dict[str, torch.Tensor]:
-        return {"inputs": torch.rand(E, B, 2, S, S, generator=_gen()),
-                "targets": torch.randint(0, m.classes, (E, B), generator=_gen())}
+        return {
+            "inputs": torch.rand(E, B, 2, S, S, generator=_gen()),
+            "targets": torch.randint(0, m.classes, (E, B), generator=_gen()),
+        }
 
     shapes = f"d{m.d} L{m.layers} H{m.heads} d_h{m.d_h} B{B} 2x{S}x{S}"
     # the experiment's chunk (trainer_config): auto_chunk with the conv tokeniser's full-resolution maps
-    return [Case(f"avdigits/{arm}", shapes, lambda s, a=arm: build_model(cfg, a, s), data, LastPosition(), B,
-                 cfg.train.seq_len, cfg.train.lr, activation_bytes(m, B)) for arm in ("full", "bi-ca")]
+    return [
+        Case(
+            f"avdigits/{arm}",
+            shapes,
+            lambda s, a=arm: build_model(cfg, a, s),
+            data,
+            LastPosition(),
+            B,
+            cfg.train.seq_len,
+            cfg.train.lr,
+            activation_bytes(m, B),
+        )
+        for arm in ("full", "bi-ca")
+    ]
 
 
 def linear_attn() -> list[Case]:
@@ -286,11 +377,16 @@ def linear_attn() -> list[Case]:
     task, t, T = cfg.task.build(), cfg.train, cfg.fixed_depth
     data = lambda E: sample_stats(task, generators(member_seeds(0, E), Purpose.TRAIN_DATA), t.prompts, t.context)
     shapes = f"d{task.d} N{t.prompts} L{t.context}"
-    builds = {"lsa": lambda s: LSA(task.d, s, dtype=torch.float64),
-              "lca-one": lca_builder(task, "one", T), "lca-two": lca_builder(task, "two", T)}
+    builds = {
+        "lsa": lambda s: LSA(task.d, s, dtype=torch.float64),
+        "lca-one": lca_builder(task, "one", T),
+        "lca-two": lca_builder(task, "two", T),
+    }
     # RegressionTrainer trains every member at once (no chunking): auto chunk = E
-    return [Case(f"linear-attn/{k}", shapes + ("" if k == "lsa" else f" T{T}"), b, data, QueryLoss(), t.prompts,
-                 None, t.lr) for k, b in builds.items()]
+    return [
+        Case(f"linear-attn/{k}", shapes + ("" if k == "lsa" else f" T{T}"), b, data, QueryLoss(), t.prompts, None, t.lr)
+        for k, b in builds.items()
+    ]
 
 
 FAMILIES: dict[str, Callable[[], list[Case]]] = {
@@ -334,8 +430,11 @@ class Layout:
 
     def states(self) -> list[dict[str, torch.Tensor]]:
         """Every member's parameters, in member order."""
-        return [(m.member_state(e) if hasattr(m, "member_state") else member_state(m, e))
-                for m in self.models for e in range(len(m.seeds))]
+        return [
+            (m.member_state(e) if hasattr(m, "member_state") else member_state(m, e))
+            for m in self.models
+            for e in range(len(m.seeds))
+        ]
 
 
 def best_times(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
@@ -385,8 +484,14 @@ class Row:
         """ensemble ms, loop ms, loop/ensemble, auto chunk, chunked ratio, best chunk: each "cpu / wall"."""
         E = self.members
         auto = f"{self.auto}" + ("" if self.auto < E else " (= E)")
-        return [both(self.ms[E], ".2f"), both(self.ms[1], ".2f"), both(self.ratio(E), ".2f"), auto,
-                both(self.ratio(self.auto), ".2f"), both(self.best(), "d")]
+        return [
+            both(self.ms[E], ".2f"),
+            both(self.ms[1], ".2f"),
+            both(self.ratio(E), ".2f"),
+            auto,
+            both(self.ratio(self.auto), ".2f"),
+            both(self.best(), "d"),
+        ]
 
 
 def both(v: tuple[float, float], fmt: str) -> str:
@@ -405,8 +510,10 @@ def bench(case: Case, E: int, threads: Sequence[int], steps: int, repeats: int) 
         torch.set_num_threads(n)
         if diff is None:
             diff = max_diff(case, seeds, data, steps)
-        ms = {c: tuple(1e3 * t / steps for t in best_times(lambda lay=lay: lay.train(steps), repeats))
-              for c, lay in layouts.items()}
+        ms = {
+            c: tuple(1e3 * t / steps for t in best_times(lambda lay=lay: lay.train(steps), repeats))
+            for c, lay in layouts.items()
+        }
         rows.append(Row(case.family, case.shapes, n, ms, E, auto))
     return rows, diff
 
@@ -428,8 +535,9 @@ def markdown(rows: list[Row]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("families", nargs="*", metavar="FAMILY",
-                    help=f"families to time (default: all): {' '.join(FAMILIES)}")
+    ap.add_argument(
+        "families", nargs="*", metavar="FAMILY", help=f"families to time (default: all): {' '.join(FAMILIES)}"
+    )
     ap.add_argument("--members", type=int, default=8, help="ensemble members E")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch.set_num_threads values to time")
     ap.add_argument("--steps", type=int, default=3, help="training steps per timed call")
@@ -441,8 +549,10 @@ def main() -> None:
     unknown = [n for n in names if n not in FAMILIES]
     if unknown:
         ap.error(f"unknown family {', '.join(unknown)}; choose from {' '.join(FAMILIES)}")
-    print(f"torch {torch.__version__}, E = {args.members}, threads {args.threads}, {args.steps} steps x best of "
-          f"{args.repeats}; times are ms per step of all E members, cpu (process_time) / wall (perf_counter)")
+    print(
+        f"torch {torch.__version__}, E = {args.members}, threads {args.threads}, {args.steps} steps x best of "
+        f"{args.repeats}; times are ms per step of all E members, cpu (process_time) / wall (perf_counter)"
+    )
     rows, flagged = [], []
     for name in names:
         for case in FAMILIES[name]():
@@ -452,18 +562,22 @@ def main() -> None:
             bad = not diff <= args.tol  # NaN counts as a disagreement
             if bad:
                 flagged.append(case.family)
-            print(f"{case.family:22s} {case.shapes}   max |θ_ensemble − θ_loop| after {args.steps} steps: {diff:.1e}"
-                  f"{'   ENSEMBLE ≠ LOOP' if bad else ''}   ({time.perf_counter() - t0:.1f} s)")
+            print(
+                f"{case.family:22s} {case.shapes}   max |θ_ensemble − θ_loop| after {args.steps} steps: {diff:.1e}"
+                f"{'   ENSEMBLE ≠ LOOP' if bad else ''}   ({time.perf_counter() - t0:.1f} s)"
+            )
             if not args.markdown:
                 for r in got:
                     print_row(r)
     if args.markdown:
         print()
         markdown(rows)
-    print("\nEvery time and ratio is cpu / wall: cpu = time.process_time() (CPU seconds of this process, all its "
-          "threads), wall = time.perf_counter(); best of the repeats, per step of all members. Ratios >= 1: the "
-          "ensemble (or the auto-chunked loop) is not slower than the loop of single models. best chunk: the fastest "
-          "chunk size timed (1, 2, 4, E, auto).")
+    print(
+        "\nEvery time and ratio is cpu / wall: cpu = time.process_time() (CPU seconds of this process, all its "
+        "threads), wall = time.perf_counter(); best of the repeats, per step of all members. Ratios >= 1: the "
+        "ensemble (or the auto-chunked loop) is not slower than the loop of single models. best chunk: the fastest "
+        "chunk size timed (1, 2, 4, E, auto)."
+    )
     if flagged:
         print(f"\nensemble and loop disagree beyond {args.tol:g}: {', '.join(flagged)}")
 

@@ -51,23 +51,30 @@ def main() -> None:
     ap.add_argument("--p", type=float, default=0.2)
     ap.add_argument("--q", type=float, default=0.3)
     ap.add_argument("--methods", default="rosenbrock23,dopri5", help="integrators for the 2-param model")
-    ap.add_argument("--methods3", default="rosenbrock23",
-                    help="integrators for the 3-param model (dopri5 is stability-limited there: rows on the "
-                         "global-minimum surface at large |e| take >10^4 explicit steps)")
+    ap.add_argument(
+        "--methods3",
+        default="rosenbrock23",
+        help="integrators for the 3-param model (dopri5 is stability-limited there: rows on the "
+        "global-minimum surface at large |e| take >10^4 explicit steps)",
+    )
     ap.add_argument("--skip-autograd-flow", action="store_true", help="only time single autograd calls")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
-          f"torch threads {torch.get_num_threads()} (the integrator runs single-threaded)")
+    print(
+        f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
+        f"torch threads {torch.get_num_threads()} (the integrator runs single-threaded)"
+    )
     print(f"N={args.n} sigma={args.sigma} (p, q)=({args.p}, {args.q}) t_end={args.t_end} saves={args.saves}")
     g = torch.Generator().manual_seed(args.seed)
     t_eval = torch.linspace(0.0, args.t_end, args.saves)
     for dim in (2, 3):
         th0 = args.sigma * torch.randn(args.n, dim, generator=g, dtype=torch.float64)
         tc, ta = _grad_call_ratio(th0, args.p, args.q, reps=50)
-        print(f"\n[{dim}-param] gradient call on {args.n} points: closed {tc * 1e3:.2f} ms, "
-              f"autograd {ta * 1e3:.2f} ms, ratio autograd/closed = {ta / tc:.1f}x")
+        print(
+            f"\n[{dim}-param] gradient call on {args.n} points: closed {tc * 1e3:.2f} ms, "
+            f"autograd {ta * 1e3:.2f} ms, ratio autograd/closed = {ta / tc:.1f}x"
+        )
         methods = (args.methods if dim == 2 else args.methods3).split(",")
         for method in methods:
             opts = {"method": method}
@@ -79,15 +86,20 @@ def main() -> None:
                 res, wall, cpu = _timed(lambda: ml.run_flow(th0, args.p, args.q, t_eval, gradient=grad, **opts))
                 walls[grad] = wall
                 codes = ml.classify_critical(res.final, args.p, args.q, atol=1e-4)
-                frac = {c.name: round(float((codes == int(c)).double().mean()), 4) for c in CriticalKind
-                        if bool((codes == int(c)).any())}
+                frac = {
+                    c.name: round(float((codes == int(c)).double().mean()), 4)
+                    for c in CriticalKind
+                    if bool((codes == int(c)).any())
+                }
                 E0, E1 = ml.energy(th0), ml.energy(res.final)
-                drift = ((E1 - E0).abs() / E0.abs().clamp_min(1.0))
+                drift = (E1 - E0).abs() / E0.abs().clamp_min(1.0)
                 drift = drift[torch.isfinite(drift)].max().item()
-                print(f"  {method:13s} {grad:8s} wall {wall:7.2f} s  cpu {cpu:7.2f} s  "
-                      f"{args.n / wall:8.0f} traj/s  grad-rows/traj {res.n_grad_rows / args.n:6.0f}  "
-                      f"max steps {int(res.n_steps.max())}  finished {float(res.finished.double().mean()):.4f}  "
-                      f"at rest {float(res.frozen.double().mean()):.3f}  energy drift {drift:.1e}  limits {frac}")
+                print(
+                    f"  {method:13s} {grad:8s} wall {wall:7.2f} s  cpu {cpu:7.2f} s  "
+                    f"{args.n / wall:8.0f} traj/s  grad-rows/traj {res.n_grad_rows / args.n:6.0f}  "
+                    f"max steps {int(res.n_steps.max())}  finished {float(res.finished.double().mean()):.4f}  "
+                    f"at rest {float(res.frozen.double().mean()):.3f}  energy drift {drift:.1e}  limits {frac}"
+                )
             if "autograd" in walls:
                 print(f"  flow ratio autograd/closed ({method}) = {walls['autograd'] / walls['closed']:.1f}x")
 

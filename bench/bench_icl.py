@@ -34,8 +34,6 @@ def forward_backward(model: LCA, predict, batch) -> tuple[float, list[torch.Tens
     return loss.item(), [p.grad.clone() for p in model.parameters()]
 
 
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", nargs="+", default=["one", "full"], help="LCA parametrisations to time")

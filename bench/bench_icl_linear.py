@@ -49,17 +49,40 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     task = InContextMarkov(args.k, 2, 1.0)
     seeds = member_seeds(0, args.members)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; E={args.members}, k={args.k}, d={args.d}, "
-          f"T={args.seq_len}, batch {args.batch}, {args.steps} steps; attention-only GPT, relative k/v positions")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; E={args.members}, k={args.k}, d={args.d}, "
+        f"T={args.seq_len}, batch {args.batch}, {args.steps} steps; attention-only GPT, relative k/v positions"
+    )
     print(f"{'depth':>5} {'ensemble member-steps/s':>24} {'loop member-steps/s':>20} {'ratio':>7} {'max |dθ|':>10}")
     tot_ens = tot_loop = 0.0
-    warm = GPTConfig(arch="gpt2", d=args.d, layers=1, mlp=False, norm="none", positions="relative", rel_encoding="kv",
-                     max_len=args.seq_len)
-    fit_time(warm, TrainConfig(steps=2, batch=args.batch, seq_len=args.seq_len, eval_every=2, eval_batches=1), seeds, task)  # warm-up
+    warm = GPTConfig(
+        arch="gpt2",
+        d=args.d,
+        layers=1,
+        mlp=False,
+        norm="none",
+        positions="relative",
+        rel_encoding="kv",
+        max_len=args.seq_len,
+    )
+    fit_time(
+        warm, TrainConfig(steps=2, batch=args.batch, seq_len=args.seq_len, eval_every=2, eval_batches=1), seeds, task
+    )  # warm-up
     for depth in args.depths:
-        cfg = GPTConfig(arch="gpt2", d=args.d, layers=depth, heads=1, mlp=False, norm="none", positions="relative",
-                        rel_encoding="kv", max_len=args.seq_len)
-        base = dict(steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=1e-2, eval_every=args.steps, eval_batches=1)
+        cfg = GPTConfig(
+            arch="gpt2",
+            d=args.d,
+            layers=depth,
+            heads=1,
+            mlp=False,
+            norm="none",
+            positions="relative",
+            rel_encoding="kv",
+            max_len=args.seq_len,
+        )
+        base = dict(
+            steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=1e-2, eval_every=args.steps, eval_batches=1
+        )
         t_ens, s_ens = fit_time(cfg, TrainConfig(**base, chunk=args.members), seeds, task)
         t_loop, s_loop = fit_time(cfg, TrainConfig(**base, chunk=1), seeds, task)
         diff = max(float((a[n] - b[n]).abs().max()) for a, b in zip(s_ens, s_loop) for n in a)

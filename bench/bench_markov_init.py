@@ -105,14 +105,18 @@ def main() -> None:
     print(f"torch {torch.__version__}, device {dev}, threads {torch.get_num_threads()}")
     if not args.skip_single:
         print("\n1. one model, ms per training step (batch 16, d 8, data generation included, no evaluation)")
-        print(f"{'arch':6} {'T':>5} {'tdlab':>9} {'loop-data baseline':>19} {'ratio':>6} {'reference':>10} {'ratio':>6}")
+        print(
+            f"{'arch':6} {'T':>5} {'tdlab':>9} {'loop-data baseline':>19} {'ratio':>6} {'reference':>10} {'ratio':>6}"
+        )
         for arch in ("sec2", "gpt2"):
             for T in (256, 1024):
                 ours = time_steps(single_model_step(arch, T, dev, False), args.steps, dev) * 1e3
                 base = time_steps(single_model_step(arch, T, dev, True), max(3, args.steps // 3), dev) * 1e3
                 ref = REFERENCE_MS[(arch, T)]
                 print(f"{arch:6} {T:5d} {ours:9.1f} {base:19.1f} {base / ours:6.2f} {ref:10.1f} {ref / ours:6.2f}")
-    print(f"\n2. {args.members} members (sec2): ensemble (auto chunk) vs one model after another, ms per step of all members")
+    print(
+        f"\n2. {args.members} members (sec2): ensemble (auto chunk) vs one model after another, ms per step of all members"
+    )
     print(f"{'T':>5} {'chunk':>5} {'ensemble':>10} {'loop':>10} {'speed-up':>9}")
     for T in (64, 256, 1024):
         ens, loop, chunk = ensemble_vs_loop(T, args.members, args.steps, dev)

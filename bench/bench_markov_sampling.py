@@ -39,8 +39,6 @@ def loop_sample(task, gens: list[torch.Generator], batch: int, length: int) -> t
     return torch.stack(out)
 
 
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--members", type=int, default=1, help="ensemble members E")

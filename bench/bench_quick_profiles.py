@@ -41,17 +41,26 @@ def run_once(name: str, src: Path, extra: list[str], out: Path) -> dict:
     load = os.getloadavg()[0]
     env = {**os.environ, "PYTHONPATH": str(src)}  # ahead of the editable install's path
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "tdlab.cli", "run", name, "--quiet", "--out", str(out), "--run-id", "r",
-                           *extra], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tdlab.cli", "run", name, "--quiet", "--out", str(out), "--run-id", "r", *extra],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     summary_file = out / "r" / "summary.json"
     if not summary_file.is_file():
         return {"wall": wall, "load": load, "status": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"}
     s = json.loads(summary_file.read_text())
     paper = [g for g in s["claims"] if g.get("kind", "paper") == "paper"]
-    return {"wall": wall, "load": load, "status": s["status"],
-            "verdicts": {g["id"]: g["verdict"] for g in paper},
-            "measured": {r["id"]: r.get("measured") for g in paper for r in g.get("rows", [])}}
+    return {
+        "wall": wall,
+        "load": load,
+        "status": s["status"],
+        "verdicts": {g["id"]: g["verdict"] for g in paper},
+        "measured": {r["id"]: r.get("measured") for g in paper for r in g.get("rows", [])},
+    }
 
 
 def counts(verdicts: dict[str, str]) -> str:
@@ -77,14 +86,16 @@ def main() -> None:
     unknown = [n for n in names if n not in CATALOG]
     if unknown:
         ap.error(f"unknown experiments {unknown}; see `tdlab list`")
-    sides = {"before": ((args.before_src or HERE_SRC).resolve(), shlex.split(args.before_args)),
-             "after": (HERE_SRC, shlex.split(args.after_args))}
+    sides = {
+        "before": ((args.before_src or HERE_SRC).resolve(), shlex.split(args.before_args)),
+        "after": (HERE_SRC, shlex.split(args.after_args)),
+    }
     records: dict[str, dict] = json.loads(args.json.read_text()) if args.json and args.json.is_file() else {}
     for name in names:
         rec: dict[str, list] = records.setdefault(name, {"before": [], "after": []})
         for pair in range(args.pairs):
             order = ("before", "after") if pair % 2 == 0 else ("after", "before")
-            for side in (("after",) if args.after_only else order):
+            for side in ("after",) if args.after_only else order:
                 if len(rec[side]) > pair:
                     continue  # kept from an earlier call
                 out = Path(tempfile.mkdtemp(prefix="tdlab-bench-quick-"))
@@ -92,12 +103,25 @@ def main() -> None:
                     rec[side].append(run_once(name, *sides[side], out))
                 finally:
                     shutil.rmtree(out, ignore_errors=True)
-                print(f"{name} {side}: {rec[side][-1]['wall']:.1f} s (load {rec[side][-1]['load']:.2f}) "
-                      f"{rec[side][-1]['status']}", file=sys.stderr, flush=True)
+                print(
+                    f"{name} {side}: {rec[side][-1]['wall']:.1f} s (load {rec[side][-1]['load']:.2f}) "
+                    f"{rec[side][-1]['status']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if args.json:
                     args.json.write_text(json.dumps(records, indent=1))
     sep = " | " if args.markdown else "  "
-    head = ["experiment", "before (s)", "after (s)", "before / after", "load", "verdicts before", "verdicts after", "same"]
+    head = [
+        "experiment",
+        "before (s)",
+        "after (s)",
+        "before / after",
+        "load",
+        "verdicts before",
+        "verdicts after",
+        "same",
+    ]
     if args.markdown:
         print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     else:
@@ -107,16 +131,29 @@ def main() -> None:
         med = {side: statistics.median(r["wall"] for r in rec[side]) for side in rec}
         load = max(r["load"] for side in rec for r in rec[side])
         first = {side: rec[side][0] for side in rec}
-        v = {side: counts(first[side]["verdicts"]) if "verdicts" in first[side] else first[side]["status"] for side in rec}
+        v = {
+            side: counts(first[side]["verdicts"]) if "verdicts" in first[side] else first[side]["status"]
+            for side in rec
+        }
         if len(rec) < 2 or any("verdicts" not in r for r in first.values()):
             same = "—"
         else:
             same = "yes" if first["before"]["verdicts"] == first["after"]["verdicts"] else "verdicts differ"
-            if same == "yes" and json.dumps(first["before"]["measured"]) != json.dumps(first["after"]["measured"]):  # NaN too
+            if same == "yes" and json.dumps(first["before"]["measured"]) != json.dumps(
+                first["after"]["measured"]
+            ):  # NaN too
                 same = "verdicts; values differ"
         ratio = f"{med['before'] / med['after']:.2f}×" if len(med) == 2 else "—"
-        cells = [name, f"{med['before']:.0f}" if "before" in med else "—", f"{med['after']:.0f}", ratio,
-                 f"≤ {load:.1f}", v.get("before", "—"), v["after"], same]
+        cells = [
+            name,
+            f"{med['before']:.0f}" if "before" in med else "—",
+            f"{med['after']:.0f}",
+            ratio,
+            f"≤ {load:.1f}",
+            v.get("before", "—"),
+            v["after"],
+            same,
+        ]
         print(("| " if args.markdown else "") + sep.join(cells) + (" |" if args.markdown else ""))
 
 

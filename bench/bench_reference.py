@@ -127,21 +127,92 @@ def get_encoding(name):
 
 def reference_cmd(main: Path, steps: int, out: Path) -> list[str]:
     """The reference's command line for the work in the module docstring."""
-    return [sys.executable, str(main), "--config_format", "markov", "--device", "cpu", "--no_compile",
-            "--batch_size", "16", "--acc_steps", "1", "--iterations", str(steps), "--eval_freq", str(steps),
-            "--sequence_length", "256", "--n_embd", "8", "--n_layer", "1", "--n_head", "1", "--dropout", "0",
-            "--vocab_size", "2", "--chain", "switch", "--p", "0.5", "--q", "0.8", "--order", "1",
-            "--opt", "adamw", "--lr", "0.001", "--beta1", "0.9", "--beta2", "0.95", "--weight_decay", "0.001",
-            "--scheduler", "cos", "--results_base_folder", str(out / "exps")]
+    return [
+        sys.executable,
+        str(main),
+        "--config_format",
+        "markov",
+        "--device",
+        "cpu",
+        "--no_compile",
+        "--batch_size",
+        "16",
+        "--acc_steps",
+        "1",
+        "--iterations",
+        str(steps),
+        "--eval_freq",
+        str(steps),
+        "--sequence_length",
+        "256",
+        "--n_embd",
+        "8",
+        "--n_layer",
+        "1",
+        "--n_head",
+        "1",
+        "--dropout",
+        "0",
+        "--vocab_size",
+        "2",
+        "--chain",
+        "switch",
+        "--p",
+        "0.5",
+        "--q",
+        "0.8",
+        "--order",
+        "1",
+        "--opt",
+        "adamw",
+        "--lr",
+        "0.001",
+        "--beta1",
+        "0.9",
+        "--beta2",
+        "0.95",
+        "--weight_decay",
+        "0.001",
+        "--scheduler",
+        "cos",
+        "--results_base_folder",
+        str(out / "exps"),
+    ]
 
 
 def tdlab_cmd(steps: int, out: Path) -> list[str]:
     """tdlab's command line for the same work."""
-    sets = ["archs=[gpt2]", "inits=[standard]", "model.d=8", "model.layers=1", "model.heads=1", "task.p=0.5",
-            "task.q=0.8", f"train.steps={steps}", "train.seq_len=256", "train.batch=16", "train.lr=0.001",
-            f"train.eval_every={steps}", "train.eval_batches=1", "model.tie_weights=false", "model.head_bias=true"]
-    cmd = [sys.executable, "-m", "tdlab.cli", "run", "markov-init", "--quiet", "--out", str(out),
-           "--profile", "quick", "--seeds", "1"]
+    sets = [
+        "archs=[gpt2]",
+        "inits=[standard]",
+        "model.d=8",
+        "model.layers=1",
+        "model.heads=1",
+        "task.p=0.5",
+        "task.q=0.8",
+        f"train.steps={steps}",
+        "train.seq_len=256",
+        "train.batch=16",
+        "train.lr=0.001",
+        f"train.eval_every={steps}",
+        "train.eval_batches=1",
+        "model.tie_weights=false",
+        "model.head_bias=true",
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tdlab.cli",
+        "run",
+        "markov-init",
+        "--quiet",
+        "--out",
+        str(out),
+        "--profile",
+        "quick",
+        "--seeds",
+        "1",
+    ]
     for s in sets:
         cmd += ["--set", s]
     return cmd
@@ -152,8 +223,10 @@ def find_main(folder: Path) -> Path:
     for cand in (folder, folder / "src"):
         if (cand / "main.py").is_file() and (cand / "config" / "markov.py").is_file():
             return cand / "main.py"
-    sys.exit(f"--reference {folder}: no main.py with config/markov.py there (expected the Markov-LLM-k/src "
-             f"folder of github.com/Bond1995/Local-to-Global)")
+    sys.exit(
+        f"--reference {folder}: no main.py with config/markov.py there (expected the Markov-LLM-k/src "
+        f"folder of github.com/Bond1995/Local-to-Global)"
+    )
 
 
 def timed(cmd: list[str], env: dict[str, str], cwd: Path, log: Path) -> float:
@@ -198,11 +271,19 @@ def with_path(env: dict[str, str], first: str) -> dict[str, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reference", type=Path, required=True,
-                    help="local checkout of Local-to-Global's Markov-LLM-k/src (the folder with main.py)")
+    ap.add_argument(
+        "--reference",
+        type=Path,
+        required=True,
+        help="local checkout of Local-to-Global's Markov-LLM-k/src (the folder with main.py)",
+    )
     ap.add_argument("--pairs", type=int, default=3, help="alternating (tdlab, reference) pairs")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="OMP_NUM_THREADS / MKL_NUM_THREADS / TDLAB_THREADS for both (default: torch's default)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="OMP_NUM_THREADS / MKL_NUM_THREADS / TDLAB_THREADS for both (default: torch's default)",
+    )
     ap.add_argument("--steps", type=int, default=1000, help="training steps of both (the measurement: 1000)")
     args = ap.parse_args()
     if args.pairs < 1 or args.steps < 1 or (args.threads is not None and args.threads < 1):
@@ -215,8 +296,10 @@ def main() -> None:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TDLAB_THREADS"):
             base[var] = str(args.threads)
 
-    print(f"python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} cores, "
-          f"threads: {args.threads if args.threads is not None else 'torch default'}")
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} cores, "
+        f"threads: {args.threads if args.threads is not None else 'torch default'}"
+    )
     print(f"work: gpt2, 1 layer, d=8, T=256, batch 16, {args.steps} steps, eval at the end, 1 member, fp32 CPU")
     print(f"reference: {main_py}")
     load0 = os.getloadavg()
@@ -241,11 +324,14 @@ def main() -> None:
             rows.append((t_td, t_ref))
             print(f"{i + 1:>4} {t_td:>9.1f} {t_ref:>12.1f} {t_ref / t_td:>10.2f}", flush=True)
         # the floor's start-up: a fresh process that only imports torch, median of 3
-        imp = statistics.median(timed([sys.executable, "-c", "import torch"], base, root, root / "import.log")
-                                for _ in range(3))
+        imp = statistics.median(
+            timed([sys.executable, "-c", "import torch"], base, root, root / "import.log") for _ in range(3)
+        )
     med_td, med_ref = statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
-    print(f"{'med':>4} {med_td:>9.1f} {med_ref:>12.1f} {statistics.median(r[1] / r[0] for r in rows):>10.2f}"
-          f"   (ratio column: median of the pairs' ratios)")
+    print(
+        f"{'med':>4} {med_td:>9.1f} {med_ref:>12.1f} {statistics.median(r[1] / r[0] for r in rows):>10.2f}"
+        f"   (ratio column: median of the pairs' ratios)"
+    )
     load1 = os.getloadavg()
     print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
     print(f"reference's last evaluation: {last_eval}")
@@ -253,10 +339,12 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     kernel_ms = attention_kernel_ms()
     floor = imp + args.steps * kernel_ms / 1000
-    print(f"floor: import torch {imp:.1f} s + {args.steps} x attention kernel {kernel_ms:.2f} ms "
-          f"(forward + backward, {torch.get_num_threads()} threads) = {floor:.1f} s; "
-          f"reference / floor = {med_ref / floor:.2f}x, the most any program with this kernel can reach "
-          f"(measured: {med_ref / med_td:.2f}x)")
+    print(
+        f"floor: import torch {imp:.1f} s + {args.steps} x attention kernel {kernel_ms:.2f} ms "
+        f"(forward + backward, {torch.get_num_threads()} threads) = {floor:.1f} s; "
+        f"reference / floor = {med_ref / floor:.2f}x, the most any program with this kernel can reach "
+        f"(measured: {med_ref / med_td:.2f}x)"
+    )
 
 
 if __name__ == "__main__":

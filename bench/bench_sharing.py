@@ -27,8 +27,20 @@ from pathlib import Path
 
 
 def _cmd(out: Path, run_id: str, steps: int, threads: int | None) -> list[str]:
-    cmd = [sys.executable, "-m", "tdlab.cli", "run", "markov-init", "--quiet", "--out", str(out), "--run-id", run_id,
-           "--set", f"train.steps={steps}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tdlab.cli",
+        "run",
+        "markov-init",
+        "--quiet",
+        "--out",
+        str(out),
+        "--run-id",
+        run_id,
+        "--set",
+        f"train.steps={steps}",
+    ]
     return cmd + (["--threads", str(threads)] if threads else [])
 
 
@@ -41,8 +53,12 @@ def _timed(n: int, steps: int, before: bool, folder: Path, tag: str) -> float:
     else:
         env.pop("OMP_WAIT_POLICY", None)
     t0 = time.perf_counter()
-    procs = [subprocess.Popen(_cmd(folder, f"{tag}-{i}", steps, threads), env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL) for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            _cmd(folder, f"{tag}-{i}", steps, threads), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for i in range(n)
+    ]
     codes = [p.wait() for p in procs]
     wall = time.perf_counter() - t0
     if any(c not in (0, 1) for c in codes):

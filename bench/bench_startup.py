@@ -34,8 +34,19 @@ import time
 from pathlib import Path
 
 HERE_SRC = Path(__file__).resolve().parents[1] / "src"
-TINY_RUN = ["run", "markov-init", "--quiet", "--set", "train.steps=20", "--set", "train.seq_len=16",
-            "--set", "archs=[sec2]", "--seeds", "1"]
+TINY_RUN = [
+    "run",
+    "markov-init",
+    "--quiet",
+    "--set",
+    "train.steps=20",
+    "--set",
+    "train.seq_len=16",
+    "--set",
+    "archs=[sec2]",
+    "--seeds",
+    "1",
+]
 CASES: dict[str, list[str]] = {
     "import tdlab.experiments": ["-c", "import tdlab.experiments"],
     "get('markov-init')": ["-c", "from tdlab.experiments.base import get; get('markov-init')"],
@@ -71,13 +82,14 @@ def _env(src: Path) -> dict[str, str]:
 def _once(args: list[str], src: Path) -> float:
     """Wall seconds of one fresh ``python ARGS`` process on the code in ``src``."""
     out = None
-    if args[-len(TINY_RUN):] == TINY_RUN:
+    if args[-len(TINY_RUN) :] == TINY_RUN:
         out = tempfile.mkdtemp(prefix="tdlab-bench-startup-")
         args = [*args, "--out", out]
     try:
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, *args], env=_env(src), check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, *args], env=_env(src), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         return time.perf_counter() - t0
     finally:
         if out is not None:
@@ -85,8 +97,9 @@ def _once(args: list[str], src: Path) -> float:
 
 
 def _probe(src: Path, action: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", PROBE.format(action=action)], env=_env(src), check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(action=action)], env=_env(src), check=True, capture_output=True, text=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -99,8 +112,10 @@ def main() -> None:
     trees = {"this": HERE_SRC}
     if args.baseline_src is not None:
         trees = {"baseline": args.baseline_src.resolve(), **trees}
-    print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, {args.repeats} runs per case; "
-          + ", ".join(f"{k} = {v}" for k, v in trees.items()))
+    print(
+        f"python {platform.python_version()}, {os.cpu_count()} CPUs, {args.repeats} runs per case; "
+        + ", ".join(f"{k} = {v}" for k, v in trees.items())
+    )
     tiny_out = tempfile.mkdtemp(prefix="tdlab-bench-startup-")
     try:
         for name, src in trees.items():  # an untimed first run writes the bytecode caches
@@ -116,7 +131,11 @@ def main() -> None:
         for case in args.cases:
             for name, src in trees.items():  # alternating, so a change of load hits both alike
                 times[case, name].append(_once(CASES[case], src))
-    print(f"\n{'case':<26}" + "".join(f"{name + ' (s)':>16}" for name in trees) + ("   baseline / this" if len(trees) > 1 else ""))
+    print(
+        f"\n{'case':<26}"
+        + "".join(f"{name + ' (s)':>16}" for name in trees)
+        + ("   baseline / this" if len(trees) > 1 else "")
+    )
     for case in args.cases:
         med = {name: statistics.median(times[case, name]) for name in trees}
         line = f"{case:<26}" + "".join(f"{med[name]:>16.2f}" for name in trees)

@@ -25,9 +25,17 @@ from tdlab.theory import topics_landscape as tl
 from tdlab.train.objectives import MaskedTokens
 
 
-def train_steps(model: TopicAttention, task: Topics, objective: MaskedTokens, batch: int, steps: int, device: str) -> None:
-    objective_steps(model, torch.optim.Adam(model.parameters(), lr=0.01), objective,
-                    lambda gens: task.sample(gens, batch, 150, device), steps, device)
+def train_steps(
+    model: TopicAttention, task: Topics, objective: MaskedTokens, batch: int, steps: int, device: str
+) -> None:
+    objective_steps(
+        model,
+        torch.optim.Adam(model.parameters(), lr=0.01),
+        objective,
+        lambda gens: task.sample(gens, batch, 150, device),
+        steps,
+        device,
+    )
 
 
 def main() -> None:
@@ -43,15 +51,20 @@ def main() -> None:
     task = Topics(TopicsConfig())
     seeds = member_seeds(0, E)
     print(f"topic model, T = v = 10, N ~ U{{100..150}}, batch {args.batch}, {args.steps} steps, device {dev}")
-    for label, mcfg in (("all trained", TopicModelConfig()), ("one-hot, uniform attention", TopicModelConfig(onehot=True, uniform_attn=True))):
+    for label, mcfg in (
+        ("all trained", TopicModelConfig()),
+        ("one-hot, uniform attention", TopicModelConfig(onehot=True, uniform_attn=True)),
+    ):
         obj = MaskedTokens(vocab=101, gather_queries=True)
         ens = TopicAttention(mcfg, seeds).to(dev)
         singles = [TopicAttention(mcfg, [s]).to(dev) for s in seeds]
         t_ens = best_time(lambda: train_steps(ens, task, obj, args.batch, args.steps, dev), repeats=2)
         t_loop = best_time(lambda: [train_steps(m, task, obj, args.batch, args.steps, dev) for m in singles], repeats=1)
         sps_ens, sps_loop = args.steps / t_ens, args.steps / t_loop
-        print(f"  {label:28s} ensemble of {E}: {sps_ens:7.2f} steps/s   {E} single models: {sps_loop:7.2f} steps/s"
-              f"   speed-up x{t_loop / t_ens:.2f}")
+        print(
+            f"  {label:28s} ensemble of {E}: {sps_ens:7.2f} steps/s   {E} single models: {sps_loop:7.2f} steps/s"
+            f"   speed-up x{t_loop / t_ens:.2f}"
+        )
     model = TopicAttention(TopicModelConfig(), seeds[:8]).to(dev)
     for gather in (False, True):
         obj = MaskedTokens(vocab=101, gather_queries=gather)
@@ -64,6 +77,7 @@ def main() -> None:
             for tau in (20, 40, 60, 80):
                 for kind in ("block", "diagonal"):
                     tl.landscape(kind, grid, grid, 100, 300, tau)
+
         print(f"  landscape, {n} x {n} grid, 4 τ x 2 maps: {best_time(landscape, repeats=3) * 1e3:8.1f} ms")
 
 

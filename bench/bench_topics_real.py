@@ -27,11 +27,18 @@ from tdlab.train.objectives import MaskedTokens
 OFFSET = 2  # [MASK], [PAD] below the words (seed004_topics.real_text's layout)
 
 
-def train_steps(model: GPT, windows: torch.Tensor, objective: MaskedTokens, batch: int, steps: int, device: str) -> None:
+def train_steps(
+    model: GPT, windows: torch.Tensor, objective: MaskedTokens, batch: int, steps: int, device: str
+) -> None:
     E = model.members
-    objective_steps(model, torch.optim.AdamW(model.parameters(), lr=1e-3), objective,
-                    lambda gens: {"tokens": windows[torch.randint(0, windows.shape[0], (E, batch), device=device)]},
-                    steps, device)
+    objective_steps(
+        model,
+        torch.optim.AdamW(model.parameters(), lr=1e-3),
+        objective,
+        lambda gens: {"tokens": windows[torch.randint(0, windows.shape[0], (E, batch), device=device)]},
+        steps,
+        device,
+    )
 
 
 def main() -> None:
@@ -49,20 +56,32 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     E, dev, V = args.members, args.device, args.vocab + OFFSET + 1
-    cfg = GPTConfig(arch="gpt2", vocab=V, d=args.d, layers=args.layers, heads=args.heads, max_len=args.seq_len,
-                    norm="post", causal=False)
+    cfg = GPTConfig(
+        arch="gpt2",
+        vocab=V,
+        d=args.d,
+        layers=args.layers,
+        heads=args.heads,
+        max_len=args.seq_len,
+        norm="post",
+        causal=False,
+    )
     windows = torch.randint(OFFSET, V, (4096, args.seq_len), generator=torch.Generator().manual_seed(0)).to(dev)
     seeds = member_seeds(0, E)
     tokens = args.steps * args.batch * args.seq_len  # per member
-    print(f"encoder d={args.d} L={args.layers} H={args.heads}, {args.vocab} words, batch {args.batch} x {args.seq_len}, "
-          f"{args.steps} steps, device {dev}")
+    print(
+        f"encoder d={args.d} L={args.layers} H={args.heads}, {args.vocab} words, batch {args.batch} x {args.seq_len}, "
+        f"{args.steps} steps, device {dev}"
+    )
     obj = MaskedTokens(vocab=V, mask_id=0, words=(OFFSET, V), gather_queries=True)
     ens = GPT(cfg, seeds).to(dev)
     singles = [GPT(cfg, [s]).to(dev) for s in seeds]
     t_ens = best_time(lambda: train_steps(ens, windows, obj, args.batch, args.steps, dev), repeats=2)
     t_loop = best_time(lambda: [train_steps(m, windows, obj, args.batch, args.steps, dev) for m in singles], repeats=1)
-    print(f"  ensemble of {E}: {E * tokens / t_ens:10.0f} tokens/s   {E} single models: {E * tokens / t_loop:10.0f} "
-          f"tokens/s   ensemble / singles = x{t_loop / t_ens:.2f}")
+    print(
+        f"  ensemble of {E}: {E * tokens / t_ens:10.0f} tokens/s   {E} single models: {E * tokens / t_loop:10.0f} "
+        f"tokens/s   ensemble / singles = x{t_loop / t_ens:.2f}"
+    )
     for gather in (False, True):
         o = MaskedTokens(vocab=V, mask_id=0, words=(OFFSET, V), gather_queries=gather)
         t = best_time(lambda: train_steps(ens, windows, o, args.batch, args.steps, dev), repeats=2)

@@ -29,16 +29,28 @@ from tdlab.train.phases import PhaseClock
 
 # One experiment per model family (the one whose quick run is most typical of the family's training).
 FAMILIES: dict[str, str] = {
-    "markov": "markov-init",                 # seed 000: one-layer GPT on a Markov chain
-    "markov-kth": "markov-icl-depth",        # seed 003: k-th order / in-context chains, depth
-    "icl-regression": "icl-lsa-vs-lca",      # seed 002: LSA / LCA regression trainer
-    "avdigits": "icl-avdigits",              # seed 002 Table 1: multimodal CA on digits
-    "anchors": "anchors-bias",               # seed 001: post-LN transformer on anchor functions
-    "topics": "topics-wv",                   # seed 004: one-layer topic attention
-    "topics-real": "topics-real",            # seed 004: BERT-shaped encoder on Wikipedia text
+    "markov": "markov-init",  # seed 000: one-layer GPT on a Markov chain
+    "markov-kth": "markov-icl-depth",  # seed 003: k-th order / in-context chains, depth
+    "icl-regression": "icl-lsa-vs-lca",  # seed 002: LSA / LCA regression trainer
+    "avdigits": "icl-avdigits",  # seed 002 Table 1: multimodal CA on digits
+    "anchors": "anchors-bias",  # seed 001: post-LN transformer on anchor functions
+    "topics": "topics-wv",  # seed 004: one-layer topic attention
+    "topics-real": "topics-real",  # seed 004: BERT-shaped encoder on Wikipedia text
 }
-PHASES = ("data", "forward", "backward", "optimiser", "evaluation", "probes", "logging", "checkpoint", "io",
-          "analysis", "report", "other")
+PHASES = (
+    "data",
+    "forward",
+    "backward",
+    "optimiser",
+    "evaluation",
+    "probes",
+    "logging",
+    "checkpoint",
+    "io",
+    "analysis",
+    "report",
+    "other",
+)
 
 
 def profile(name: str, overrides: list[str], out: Path) -> PhaseClock:
@@ -56,9 +68,13 @@ def main() -> None:
     ap.add_argument("--experiment", help="profile this experiment instead of the families' representatives")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override, as tdlab run --set")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
-    ap.add_argument("--lanes", type=int, default=None,
-                    help="cap the lanes (as tdlab run --lanes); phases on concurrent lanes add up over the lanes, "
-                         "so with more than one the shares of the wall time can sum past 100 %%")
+    ap.add_argument(
+        "--lanes",
+        type=int,
+        default=None,
+        help="cap the lanes (as tdlab run --lanes); phases on concurrent lanes add up over the lanes, "
+        "so with more than one the shares of the wall time can sum past 100 %%",
+    )
     ap.add_argument("--markdown", action="store_true", help="print one Markdown table (seconds and shares)")
     args = ap.parse_args()
     if args.lanes is not None and args.lanes < 1:

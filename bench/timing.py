@@ -23,8 +23,14 @@ def best_time(fn: Callable[[], object], repeats: int, warmup: bool = True) -> fl
     return min(times)
 
 
-def objective_steps(model: torch.nn.Module, opt: torch.optim.Optimizer, objective: Any,
-                    sample: Callable[[list[torch.Generator]], Any], steps: int, device: str) -> None:
+def objective_steps(
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    objective: Any,
+    sample: Callable[[list[torch.Generator]], Any],
+    steps: int,
+    device: str,
+) -> None:
     """``steps`` training steps of ``model`` (an ensemble) with a tdlab objective: ``sample(gens)`` draws a
     raw sample from the members' train-data generators, the objective prepares and scores it, the summed
     per-member losses are stepped. Synchronises a GPU at the end so a timer sees the work."""

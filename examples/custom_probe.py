@@ -34,10 +34,12 @@ def attention_stats(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]
     att = cache[NAME].mean(2)  # (E, B, T, T): heads averaged; rows are queries n, columns keys i <= n
     n = torch.arange(att.shape[-1], dtype=att.dtype)
     entropy = -(att * att.clamp_min(1e-12).log()).sum(-1)[..., 1:]  # query 0 has one key: skip it
-    return {"rel_entropy": (entropy / (n[1:] + 1).log()).mean(-1),
-            "on_current": att.diagonal(dim1=-2, dim2=-1).mean(-1),
-            "on_previous": att.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1),
-            "distance": (att * (n[:, None] - n[None, :]).clamp(min=0)).sum(-1).mean(-1)}
+    return {
+        "rel_entropy": (entropy / (n[1:] + 1).log()).mean(-1),
+        "on_current": att.diagonal(dim1=-2, dim2=-1).mean(-1),
+        "on_previous": att.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1),
+        "distance": (att * (n[:, None] - n[None, :]).clamp(min=0)).sum(-1).mean(-1),
+    }
 
 
 def main() -> None:
@@ -58,18 +60,29 @@ def main() -> None:
 
     s = attention_stats(model, probe_tokens)  # fit_model trained `model` in place
     T = args.seq_len
-    print(f"uniform causal attention: on current {sum(1 / (t + 1) for t in range(T)) / T:.4f}, "
-          f"distance {(T - 1) / 4:.2f}")
+    print(
+        f"uniform causal attention: on current {sum(1 / (t + 1) for t in range(T)) / T:.4f}, distance {(T - 1) / 4:.2f}"
+    )
     for e in range(args.members):
         steps, ent = fit.series("attn_rel_entropy", member=e)
-        print(f"member {e}: test loss {fit.series('test_loss', e)[1][-1]:.4f}; rel. entropy along training "
-              + " ".join(f"{v:.3f}@{st}" for st, v in zip(steps, ent))
-              + f"; on current {s['on_current'][e].mean():.4f}, previous {s['on_previous'][e].mean():.4f}, "
-              f"distance {s['distance'][e].mean():.2f}")
+        print(
+            f"member {e}: test loss {fit.series('test_loss', e)[1][-1]:.4f}; rel. entropy along training "
+            + " ".join(f"{v:.3f}@{st}" for st, v in zip(steps, ent))
+            + f"; on current {s['on_current'][e].mean():.4f}, previous {s['on_previous'][e].mean():.4f}, "
+            f"distance {s['distance'][e].mean():.2f}"
+        )
 
-    spec = ClaimSpec("attention-stays-uniform", "Block 0's attention stays near uniform on a first-order chain",
-                     test="every", relation="ge", quantity="attention entropy / uniform causal attention's",
-                     expected=1.0, tolerance=0.05, horizon="budget", kind="sanity")
+    spec = ClaimSpec(
+        "attention-stays-uniform",
+        "Block 0's attention stays near uniform on a first-order chain",
+        test="every",
+        relation="ge",
+        quantity="attention entropy / uniform causal attention's",
+        expected=1.0,
+        tolerance=0.05,
+        horizon="budget",
+        kind="sanity",
+    )
     ent = s["rel_entropy"]  # (E, B)
     m = Measurements()
     m.row(spec.id, args.arch, Sample(ent.mean(1).tolist(), se=(ent.std(1) / ent.shape[1] ** 0.5).tolist()))

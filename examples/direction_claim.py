@@ -45,16 +45,24 @@ def main() -> None:
 
     small, large = (f"lr={lr:g}" for lr in args.lrs)
     spec = ClaimSpec(
-        "larger-lr-ends-lower", f"After {args.steps} steps the larger learning rate ends at a lower test loss",
-        test="compare", relation="lt", quantity="final test loss, nats (large-lr arm − small-lr arm)",
-        margin=args.margin, horizon="budget", paired=True, unit=" nats",
+        "larger-lr-ends-lower",
+        f"After {args.steps} steps the larger learning rate ends at a lower test loss",
+        test="compare",
+        relation="lt",
+        quantity="final test loss, nats (large-lr arm − small-lr arm)",
+        margin=args.margin,
+        horizon="budget",
+        paired=True,
+        unit=" nats",
     )
     m = Measurements()
     m.row(spec.id, "sec2", Sample(arms[large][1]), reference=Sample(arms[small][1]), arms=[large, small])
     health = {arm: assess_arm(arm, initial, final) for arm, (initial, final) in arms.items()}
     (group,) = judge([spec], m, cfg=None, health=health)
     row = group.rows[0]
-    print(f"paired difference {row.interval.center:+.4f}, 95% interval [{row.interval.lo:+.4f}, {row.interval.hi:+.4f}] nats")
+    print(
+        f"paired difference {row.interval.center:+.4f}, 95% interval [{row.interval.lo:+.4f}, {row.interval.hi:+.4f}] nats"
+    )
     print(f"verdict: {group.verdict}")
     print(row.describe())
 

@@ -35,19 +35,27 @@ def main() -> None:
 
     task = MultiModalPrompts()  # App. H defaults
     cfg = RegressionConfig(objective="population", prompts=args.prompts, steps=args.steps, eval_prompts=1000)
-    fit = RegressionTrainer(cfg, progress=False).fit(lambda s: LCA(task.d, args.depth, s),
-                                                     member_seeds(args.seed, args.members), task)
+    fit = RegressionTrainer(cfg, progress=False).fit(
+        lambda s: LCA(task.d, args.depth, s), member_seeds(args.seed, args.members), task
+    )
     alpha = [fit.series("alpha", member=e)[1][-1] for e in range(args.members)]
     risk = [fit.series("test_loss", member=e)[1][-1] for e in range(args.members)]
     a_star = alpha_star_T(args.depth, task)
-    print(f"LCA_{args.depth}: trained alpha {', '.join(f'{a:.5f}' for a in alpha)} "
-          f"(last step {fit.series('alpha', member=0)[0][-1]}); alpha*_T = {a_star:.5f}")
-    print(f"test risk {', '.join(f'{r:.4f}' for r in risk)}; theory (L = inf) "
-          f"{bayes_risk(task) + infinite_context_excess_risk(a_star, args.depth, task):.4f}")
+    print(
+        f"LCA_{args.depth}: trained alpha {', '.join(f'{a:.5f}' for a in alpha)} "
+        f"(last step {fit.series('alpha', member=0)[0][-1]}); alpha*_T = {a_star:.5f}"
+    )
+    print(
+        f"test risk {', '.join(f'{r:.4f}' for r in risk)}; theory (L = inf) "
+        f"{bayes_risk(task) + infinite_context_excess_risk(a_star, args.depth, task):.4f}"
+    )
 
     spec = ClaimSpec(
-        "one-param-lca-learns-alpha-star-T", "GD on the population loss drives LCA_T's alpha to alpha*_T (Thm 6.2)",
-        test="value", relation="close", quantity="trained alpha of the one-parameter LCA_T",
+        "one-param-lca-learns-alpha-star-T",
+        "GD on the population loss drives LCA_T's alpha to alpha*_T (Thm 6.2)",
+        test="value",
+        relation="close",
+        quantity="trained alpha of the one-parameter LCA_T",
         expected=lambda _cfg, row: alpha_star_T(row.context["T"], task),
         tolerance=lambda _cfg, row: args.rel_tol * alpha_star_T(row.context["T"], task),
         horizon="convergence",

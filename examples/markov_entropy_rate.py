@@ -38,7 +38,9 @@ def main() -> None:
     task = MarkovChain(p=args.p, q=args.q)
     cfg = GPTConfig(arch="sec2", d=8, max_len=args.seq_len, init=args.init)
     train = TrainConfig(steps=args.steps, seq_len=args.seq_len, lr=args.lr, eval_every=max(1, args.steps // 10))
-    result = Trainer(train, progress=False).fit(lambda seeds: GPT(cfg, seeds), member_seeds(args.seed, args.members), task)
+    result = Trainer(train, progress=False).fit(
+        lambda seeds: GPT(cfg, seeds), member_seeds(args.seed, args.members), task
+    )
 
     # The fit's rows are long-format (step, member, name, value); the last evaluation is the end state.
     final = [result.series("test_loss", member=e)[1][-1] for e in range(args.members)]
@@ -48,10 +50,15 @@ def main() -> None:
     print(f"entropy rate {h_rate:.4f} nats (global minima), H(pi) {h_pi:.4f} nats (local minima)")
 
     spec = ClaimSpec(
-        "ends-at-entropy-rate", f"The {args.init} init ends at the entropy rate (seed 000 Thm. 1)",
-        test="value", relation="close", quantity="final test loss, nats",
+        "ends-at-entropy-rate",
+        f"The {args.init} init ends at the entropy rate (seed 000 Thm. 1)",
+        test="value",
+        relation="close",
+        quantity="final test loss, nats",
         expected=lambda _cfg, row: entropy_rate(*row.context["pq"]),  # theory, from the row's own (p, q)
-        tolerance=args.tol, horizon="budget", unit=" nats",
+        tolerance=args.tol,
+        horizon="budget",
+        unit=" nats",
     )
     m = Measurements()
     m.row(spec.id, "sec2", Sample(final), arms=["sec2"], context={"pq": (args.p, args.q)})

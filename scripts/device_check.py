@@ -38,9 +38,8 @@ def shortened(name: str, scale: float) -> list[str]:
     """The ``--set`` override that scales ``name``'s training length (none when it has no such field).
 
     A length the config refuses (a snapshot epoch past the end, say) is doubled until it is valid."""
-    from tdlab.config import ConfigError
+    from tdlab.config import ConfigError, read_field
     from tdlab.experiments.base import get
-    from tdlab.config import read_field
 
     exp = get(name)
     field = exp.training_length_field()
@@ -72,14 +71,29 @@ def check_one(name: str, device: str, out: str, scale: float, threads: int) -> d
         overrides = shortened(name, scale)
         rec["overrides"] = overrides
         cfg = exp.make_config("quick", overrides, members=2)
-        run = execute(exp, cfg, "quick", Path(out), device=device, progress=False, run_id=f"{name}-{device.replace(':', '')}")
+        run = execute(
+            exp, cfg, "quick", Path(out), device=device, progress=False, run_id=f"{name}-{device.replace(':', '')}"
+        )
         s = run.summary
-        rec.update(status=s["status"], error=s["error"], verdicts={k: s[k] for k in (
-            "claims_total", "claims_held", "claims_failed", "claims_not_resolved", "claims_not_evaluable", "sanity_failed")})
+        rec.update(
+            status=s["status"],
+            error=s["error"],
+            verdicts={
+                k: s[k]
+                for k in (
+                    "claims_total",
+                    "claims_held",
+                    "claims_failed",
+                    "claims_not_resolved",
+                    "claims_not_evaluable",
+                    "sanity_failed",
+                )
+            },
+        )
         m = run.metrics()
         last = m.sort_values("step").groupby(["arm", "name", "member"]).tail(1)
         rec["digest"] = {f"{a}|{k}": float(v) for (a, k), v in last.groupby(["arm", "name"])["value"].mean().items()}
-    except BaseException as exc:  # noqa: BLE001 - the record is the report
+    except BaseException as exc:
         rec.update(status="error", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-3000:])
     rec["wall_s"] = round(time.perf_counter() - t0, 1)
     return rec
@@ -93,15 +107,20 @@ def run_all(args: argparse.Namespace) -> int:
     names = args.only or list(CATALOG)
     out = args.out or tempfile.mkdtemp(prefix="device_check_")
     records = []
-    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:  # CUDA needs spawn
+    with ProcessPoolExecutor(
+        max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")
+    ) as pool:  # CUDA needs spawn
         futs = {pool.submit(check_one, n, args.device, out, args.scale, args.threads): n for n in names}
         for fut in as_completed(futs):
             rec = fut.result()
             records.append(rec)
             Path(args.json).write_text(json.dumps(sorted(records, key=lambda r: r["experiment"]), indent=1))
             v = rec.get("verdicts", {})
-            print(f"{rec['experiment']:28s} {rec['status']:8s} {rec['wall_s']:7.1f} s  "
-                  f"{v.get('claims_held', '-')}/{v.get('claims_total', '-')} hold  {rec.get('error') or ''}"[:220], flush=True)
+            print(
+                f"{rec['experiment']:28s} {rec['status']:8s} {rec['wall_s']:7.1f} s  "
+                f"{v.get('claims_held', '-')}/{v.get('claims_total', '-')} hold  {rec.get('error') or ''}"[:220],
+                flush=True,
+            )
     records.sort(key=lambda r: r["experiment"])
     Path(args.json).write_text(json.dumps(records, indent=1))
     bad = [r["experiment"] for r in records if r["status"] == "error"]
@@ -118,7 +137,9 @@ def compare(a_path: str, b_path: str) -> int:
         keys = [k for k in set(da) & set(db) if math.isfinite(da[k]) and math.isfinite(db[k])]
         rel = max((abs(da[k] - db[k]) / max(abs(da[k]), abs(db[k]), 1e-6) for k in keys), default=float("nan"))
         va, vb = a[name].get("verdicts", {}), b[name].get("verdicts", {})
-        fmt = lambda v: f"{v.get('claims_held', '-')}h/{v.get('claims_failed', '-')}f/{v.get('claims_not_resolved', '-')}nr"  # noqa: E731
+        fmt = lambda v: (
+            f"{v.get('claims_held', '-')}h/{v.get('claims_failed', '-')}f/{v.get('claims_not_resolved', '-')}nr"
+        )
         print(f"{name:28s} {a[name]['wall_s']:8.1f} {b[name]['wall_s']:8.1f} {rel:13.2e}  {fmt(va)} -> {fmt(vb)}")
     return 0
 

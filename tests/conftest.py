@@ -20,8 +20,12 @@ torch.set_num_threads(2)
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """``--fuzz-long``: many more examples per property of the bad-input fuzz suite (tests/robustness)."""
-    parser.addoption("--fuzz-long", action="store_true", default=False,
-                     help="run the bad-input fuzz suite with many more hypothesis examples")
+    parser.addoption(
+        "--fuzz-long",
+        action="store_true",
+        default=False,
+        help="run the bad-input fuzz suite with many more hypothesis examples",
+    )
 
 
 def h(x: float) -> float:
@@ -63,8 +67,14 @@ def make_markov_run(tmp_path: Path) -> Callable[..., tuple[object, Path]]:
 
     counter = iter(range(10_000))
 
-    def make(p: float, q: float, curves: Mapping[str, Sequence[Sequence[float]]], steps: Sequence[int],
-             overrides: Sequence[str] = (), members: int = 3):
+    def make(
+        p: float,
+        q: float,
+        curves: Mapping[str, Sequence[Sequence[float]]],
+        steps: Sequence[int],
+        overrides: Sequence[str] = (),
+        members: int = 3,
+    ):
         exp = MarkovInit()
         cfg = exp.make_config("quick", [f"task.p={p}", f"task.q={q}", *overrides], members=members)
         rate, hpi = chain_truth(p, q)
@@ -73,11 +83,24 @@ def make_markov_run(tmp_path: Path) -> Callable[..., tuple[object, Path]]:
             for arm in (a.name for a in exp.arms(cfg)):
                 member_curves = curves.get(arm, [[rate] * len(steps)] * members)
                 assert len(member_curves) == members
-                rows = [(s, m, "test_loss", float(v)) for m, c in enumerate(member_curves) for s, v in zip(steps, c, strict=True)]
-                rows += [(s, m, "train_loss", float(v)) for m, c in enumerate(member_curves) for s, v in zip(steps, c) if s > 0]
+                rows = [
+                    (s, m, "test_loss", float(v))
+                    for m, c in enumerate(member_curves)
+                    for s, v in zip(steps, c, strict=True)
+                ]
+                rows += [
+                    (s, m, "train_loss", float(v))
+                    for m, c in enumerate(member_curves)
+                    for s, v in zip(steps, c)
+                    if s > 0
+                ]
                 # the reference predictors' loss on the evaluation batches: here their population values
-                rows += [(s, m, f"test_loss@{ref}", v) for ref, v in (("bayes", rate), ("unigram", hpi))
-                         for m in range(members) for s in steps]
+                rows += [
+                    (s, m, f"test_loss@{ref}", v)
+                    for ref, v in (("bayes", rate), ("unigram", hpi))
+                    for m in range(members)
+                    for s in steps
+                ]
                 w.add_metrics(arm, rows)
             run = w.finish()
         return cfg, run.path

@@ -41,7 +41,9 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             for a in node.names:
                 sub = f"{base}.{a.name}"
                 out.add(sub if sub in known else base)
@@ -89,8 +91,10 @@ def test_no_import_circle_between_modules():
     mods = _modules()
     known = set(mods)
     # a package's __init__ re-exporting its own modules is not a dependency of those modules
-    graph = {m: {d for d in _imports(m, p, known) if not (p.name == "__init__.py" and d.startswith(m + "."))}
-             for m, p in mods.items()}
+    graph = {
+        m: {d for d in _imports(m, p, known) if not (p.name == "__init__.py" and d.startswith(m + "."))}
+        for m, p in mods.items()
+    }
     assert _cycles(graph) == []
 
 
@@ -105,7 +109,13 @@ def test_no_verdict_is_set_outside_the_claims_layer():
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AugAssign | ast.AnnAssign)
+                else []
+            )
             for t in targets:
                 if isinstance(t, ast.Attribute) and t.attr in ("verdict", "cause"):
                     offenders.append(f"{path.relative_to(SRC)}:{node.lineno}")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -20,8 +19,16 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import tdlab.cli as cli
-from tdlab.atlas.axes import (AtlasAxes, AtlasAxis, atlas_spec, check_fields, experiments_with_axes, field_exists,
-                              linspace, sweep_name)
+from tdlab.atlas.axes import (
+    AtlasAxes,
+    AtlasAxis,
+    atlas_spec,
+    check_fields,
+    experiments_with_axes,
+    field_exists,
+    linspace,
+    sweep_name,
+)
 from tdlab.atlas.site import MARKS, build_site
 from tdlab.config import ConfigError
 from tdlab.experiments.base import registry
@@ -29,8 +36,17 @@ from tdlab.index import RunIndex
 from tdlab.sweep import _as_sets, _validate_points, count_points, plan
 
 STEPS = [0, 100, 200, 300, 400]
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1200,1400"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1200,1400",
+]
 
 
 # ---------------------------------------------------------------------------------------------- axes
@@ -112,8 +128,8 @@ def _planted_point(runs: Path, spec, point, std_at: str, run_id: str | None = No
     """A markov-init run of ``point`` of the atlas sweep, with chosen test-loss curves, analysed by the
     real code (``rebuild``) and indexed under the sweep: the proposed init ends at the entropy rate;
     the standard init ends at ``std_at`` ("rate" or "hpi") after leaving its plateau later."""
-    from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
     from tdlab.experiments.runner import rebuild
+    from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
     from tdlab.runs import RunWriter
 
     exp = MarkovInit()
@@ -121,16 +137,28 @@ def _planted_point(runs: Path, spec, point, std_at: str, run_id: str | None = No
     rate, hpi = _truth(cfg.task.p, cfg.task.q)
     end = rate if std_at == "rate" else hpi
     spread = (-0.001, 0.0, 0.001)
-    curves = {"local-to-global": [[0.69, rate + d, rate + d, rate + d, rate + d] for d in spread],
-              "standard": [[0.69, 0.69, end + d, end + d, end + d] for d in spread]}
+    curves = {
+        "local-to-global": [[0.69, rate + d, rate + d, rate + d, rate + d] for d in spread],
+        "standard": [[0.69, 0.69, end + d, end + d, end + d] for d in spread],
+    }
     with RunWriter(runs, exp.name, run_id=run_id or point.run_id) as w:
-        w.write_config({"experiment": exp.name, "profile": spec.profile, "config": cfg.model_dump(mode="json"),
-                        "sweep": None if default else spec.name})
+        w.write_config(
+            {
+                "experiment": exp.name,
+                "profile": spec.profile,
+                "config": cfg.model_dump(mode="json"),
+                "sweep": None if default else spec.name,
+            }
+        )
         for arm in exp.arms(cfg):
             rows = [(s, m, "test_loss", v) for m, c in enumerate(curves[arm.init]) for s, v in zip(STEPS, c)]
             rows += [(s, m, "train_loss", v) for m, c in enumerate(curves[arm.init]) for s, v in zip(STEPS, c) if s > 0]
-            rows += [(s, m, f"test_loss@{ref}", v) for ref, v in (("bayes", rate), ("unigram", hpi))
-                     for m in range(3) for s in STEPS]
+            rows += [
+                (s, m, f"test_loss@{ref}", v)
+                for ref, v in (("bayes", rate), ("unigram", hpi))
+                for m in range(3)
+                for s in STEPS
+            ]
             w.add_metrics(arm.name, rows)
         run = w.finish()
     return rebuild(run.path).path
@@ -182,8 +210,15 @@ class _Page(HTMLParser):
             self._row = []
             self._map["rows"].append(self._row)
         elif tag in ("td", "th") and self._row is not None:
-            self._cell = {"tag": tag, "text": "", "class": a.get("class") or "", "title": a.get("title"), "href": None,
-                          "style": a.get("style"), "score": a.get("data-score")}
+            self._cell = {
+                "tag": tag,
+                "text": "",
+                "class": a.get("class") or "",
+                "title": a.get("title"),
+                "href": None,
+                "style": a.get("style"),
+                "score": a.get("data-score"),
+            }
             self._row.append(self._cell)
         elif tag == "a" and self._cell is not None:
             self._cell["href"] = a.get("href")
@@ -292,13 +327,15 @@ def invoke(monkeypatch):
 def test_cli_bad_input_is_one_line_and_exit_2(invoke, tmp_path, monkeypatch):
     bare = "topics-landscape"  # every experiment declares axes: take one's away
     monkeypatch.setattr(type(registry()[bare]), "atlas_axes", None)
-    for args, msg in ((["atlas", "run", "nope", "--runs", tmp_path / "r"], "unknown experiment"),
-                      (["atlas", "run", bare, "--runs", tmp_path / "r"], "declares no atlas axes"),
-                      (["atlas", "run", "markov-init", "--profile", "huge", "--runs", tmp_path / "r"], "unknown profile"),
-                      (["atlas", "run", "markov-init", "--backend", "slurm", "--runs", tmp_path / "r"], "unknown backend"),
-                      (["atlas", "build", "--runs", tmp_path / "empty", "--out", tmp_path / "s"], "holds no run index"),
-                      (["atlas", "serve", "--out", tmp_path / "nosite"], "holds no atlas site"),
-                      (["export", tmp_path, "--arm", "a", "--member", "0", "--to", "onnx"], "unknown target")):
+    for args, msg in (
+        (["atlas", "run", "nope", "--runs", tmp_path / "r"], "unknown experiment"),
+        (["atlas", "run", bare, "--runs", tmp_path / "r"], "declares no atlas axes"),
+        (["atlas", "run", "markov-init", "--profile", "huge", "--runs", tmp_path / "r"], "unknown profile"),
+        (["atlas", "run", "markov-init", "--backend", "slurm", "--runs", tmp_path / "r"], "unknown backend"),
+        (["atlas", "build", "--runs", tmp_path / "empty", "--out", tmp_path / "s"], "holds no run index"),
+        (["atlas", "serve", "--out", tmp_path / "nosite"], "holds no atlas site"),
+        (["export", tmp_path, "--arm", "a", "--member", "0", "--to", "onnx"], "unknown target"),
+    ):
         res = invoke(*args)
         assert res.exit_code == 2, (args, res.output)
         err = res.stderr.strip()
@@ -310,8 +347,11 @@ def test_cli_atlas_run_hands_the_axes_sweep_to_the_sweep_runner(invoke, tmp_path
     import tdlab.sweep as sweep
 
     seen = []
-    monkeypatch.setattr(sweep, "run_sweep", lambda spec, out, backend, workers, address, echo: seen.append(
-        (spec, out, backend, workers)) or plan(spec))
+    monkeypatch.setattr(
+        sweep,
+        "run_sweep",
+        lambda spec, out, backend, workers, address, echo: seen.append((spec, out, backend, workers)) or plan(spec),
+    )
     res = invoke("atlas", "run", "markov-rank", "markov-init", "--runs", tmp_path / "runs", "--workers", 3)
     assert res.exit_code == 0, res.output
     assert [s.name for s, *_ in seen] == ["atlas-markov-rank-quick", "atlas-markov-init-quick"]
@@ -326,12 +366,18 @@ def test_cli_atlas_run_hands_the_axes_sweep_to_the_sweep_runner(invoke, tmp_path
 def test_cli_atlas_serve_serves_the_site(site):
     import urllib.request
 
-    proc = subprocess.Popen([sys.executable, "-m", "tdlab.cli", "atlas", "serve", "--out", str(site["out"]), "--port", "0"],
-                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "300"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tdlab.cli", "atlas", "serve", "--out", str(site["out"]), "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "300"},
+    )
     try:
         line = proc.stdout.readline()
         port = int(re.search(r"127\.0\.0\.1:(\d+)", line).group(1))
-        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/experiments/markov-init.html", timeout=30).read().decode()
+        body = (
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/experiments/markov-init.html", timeout=30).read().decode()
+        )
         assert "standard-init-ends-at-theory-limit" in body
     finally:
         proc.terminate()
@@ -341,22 +387,30 @@ def test_cli_atlas_serve_serves_the_site(site):
 def test_cli_atlas_build(invoke, site, tmp_path):
     res = invoke("atlas", "build", "--runs", site["runs"], "--out", tmp_path / "s2")
     assert res.exit_code == 0, res.output
-    assert (tmp_path / "s2" / "index.html").is_file() and (tmp_path / "s2" / "experiments" / "markov-init.html").is_file()
+    assert (tmp_path / "s2" / "index.html").is_file() and (
+        tmp_path / "s2" / "experiments" / "markov-init.html"
+    ).is_file()
 
 
 # --------------------------------------------------------------------------------------- Chromium
 def _chromium(args: list[str], url: Path) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory() as profile:
-        return subprocess.run([shutil.which("chromium"), *FLAGS, f"--user-data-dir={profile}", *args,
-                               f"file://{url.resolve()}"], capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [shutil.which("chromium"), *FLAGS, f"--user-data-dir={profile}", *args, f"file://{url.resolve()}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium is not installed")
 def test_pages_render_in_headless_chromium(site, tmp_path):
     import matplotlib.image as mpimg
 
-    for page, must in ((site["front"], ["tdlab claims atlas", "markov-init", "7/16 points"]),
-                       (site["out"] / "experiments" / "markov-init.html", ["standard-init-ends-at-theory-limit", "✓", "✗"])):
+    for page, must in (
+        (site["front"], ["tdlab claims atlas", "markov-init", "7/16 points"]),
+        (site["out"] / "experiments" / "markov-init.html", ["standard-init-ends-at-theory-limit", "✓", "✗"]),
+    ):
         dom = _chromium(["--dump-dom"], page).stdout
         for text in must:
             assert text in dom, (page, text)
@@ -375,8 +429,11 @@ def _runs_copy(site, tmp_path) -> Path:
 
 
 def _tree(folder: Path) -> dict[str, bytes | str]:
-    return {str(p.relative_to(folder)): (os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else "/")
-            for p in sorted(folder.rglob("*")) if not p.name.endswith(("-wal", "-shm"))}
+    return {
+        str(p.relative_to(folder)): (os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else "/")
+        for p in sorted(folder.rglob("*"))
+        if not p.name.endswith(("-wal", "-shm"))
+    }
 
 
 def test_a_run_id_read_from_the_index_is_checked_like_run_id(invoke, site, tmp_path):
@@ -438,8 +495,11 @@ def test_the_site_never_overlaps_the_runs_it_reads(invoke, site, tmp_path, where
 def test_out_that_cannot_be_written_or_holds_other_files_is_refused(invoke, site, tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "thesis.tex").write_text("x")
-    for out, words in ((Path("/proc/tdlab-x"), "cannot write there"), (tmp_path / "mine", "holding other files"),
-                       (tmp_path / "mine" / "thesis.tex", "not a folder")):
+    for out, words in (
+        (Path("/proc/tdlab-x"), "cannot write there"),
+        (tmp_path / "mine", "holding other files"),
+        (tmp_path / "mine" / "thesis.tex", "not a folder"),
+    ):
         res = invoke("atlas", "build", "--runs", site["runs"], "--out", out)
         assert res.exit_code == 2 and res.stderr.count("\n") == 1 and words in res.stderr, res.output
     assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["thesis.tex"]
@@ -505,7 +565,9 @@ def test_cell_score_places_the_measured_value_against_the_tolerance_boundary():
     assert cell_score({"relation": "ge", "expected": 1.0, "tolerance": 0.0, "mean": 0.5}) == pytest.approx(-0.5)
     # a comparison reads the difference against the margin
     assert cell_score({"test": "compare", "relation": "lt", "expected": 0.1, "tolerance": 0.0, "difference": -0.3}) > 0
-    assert cell_score({"test": "compare", "relation": "gt", "expected": 0.1, "tolerance": 0.0, "interval": [0.0, 0.1]}) < 0
+    assert (
+        cell_score({"test": "compare", "relation": "gt", "expected": 0.1, "tolerance": 0.0, "interval": [0.0, 0.1]}) < 0
+    )
     assert cell_score({**close, "mean": None}) is None and cell_score({**close, "mean": float("nan")}) is None
     assert score_colour(0.0) == "#ffffff"
     hold, fail = score_colour(1.0), score_colour(-1.0)

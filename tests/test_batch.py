@@ -23,8 +23,14 @@ from tdlab.cli import app
 from tdlab.runs import Run, staging_path
 
 # A markov-init run long enough to be stopped mid-training (two arms, a few thousand tiny steps).
-SETS = ["train.steps=3000", "train.seq_len=16", "train.eval_every=250", "train.eval_batches=1", "archs=[sec2]",
-        "members=2"]
+SETS = [
+    "train.steps=3000",
+    "train.seq_len=16",
+    "train.eval_every=250",
+    "train.eval_batches=1",
+    "archs=[sec2]",
+    "members=2",
+]
 
 
 def _cli(*args: str):
@@ -32,8 +38,24 @@ def _cli(*args: str):
 
 
 def _batch_cmd(out: Path, results: Path, *extra: str) -> list[str]:
-    cmd = [sys.executable, "-m", "tdlab.cli", "batch", "markov-init", "--profile", "quick", "--out", str(out),
-           "--results", str(results), "--jobs", "1", "--threads", "1", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tdlab.cli",
+        "batch",
+        "markov-init",
+        "--profile",
+        "quick",
+        "--out",
+        str(out),
+        "--results",
+        str(results),
+        "--jobs",
+        "1",
+        "--threads",
+        "1",
+        *extra,
+    ]
     for s in SETS:
         cmd += ["--set", s]
     return cmd
@@ -68,16 +90,21 @@ def test_a_batch_stopped_then_killed_then_run_again_ends_with_the_numbers_of_one
     out, results = tmp_path / "batch", tmp_path / "results"
     staging = staging_path(out / "markov-init")
     # 1. --until: the run checkpoints and exits 3; the batch says what is left and exits 3.
-    first = subprocess.run(_batch_cmd(out, results, "--until", "20s", "--checkpoint-every", "1m"), capture_output=True,
-                           text=True, timeout=300)
+    first = subprocess.run(
+        _batch_cmd(out, results, "--until", "20s", "--checkpoint-every", "1m"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert first.returncode == 3, first.stdout[-2000:] + first.stderr[-2000:]
     assert "0 finished, 1 left" in first.stdout and "stopped" in first.stdout
     assert list((staging / "checkpoints").glob("*.json")), "the stopped run kept its checkpoints"
     assert not (out / "markov-init").exists() and not (results / "quick" / "markov-init.json").exists()
     # 2. Invoked again and killed outright (the batch and its run) once a newer checkpoint was written.
     before = {p: p.stat().st_mtime_ns for p in (staging / "checkpoints").glob("*.json")}
-    proc = subprocess.Popen(_batch_cmd(out, results, "--checkpoint-every", "1s"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _batch_cmd(out, results, "--checkpoint-every", "1s"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 240
     pid_file = out / "logs" / "markov-init.pid"
     try:
@@ -131,13 +158,16 @@ def test_the_queue_runs_shortest_first_after_what_finished(tmp_path):
     assert line.startswith("1 finished, 3 left; about") and rows[-1][1] == "done"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["nope"], "experiment: unknown experiment"),
-    (["markov-rank", "--profile", "huge"], "--profile: unknown profile"),
-    (["markov-rank", "--until", "soon"], "--until"),
-    (["markov-rank", "--backend", "slurm"], "--backend: unknown backend"),
-    (["markov-rank", "--set", "train.steps=-1"], "train.steps"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nope"], "experiment: unknown experiment"),
+        (["markov-rank", "--profile", "huge"], "--profile: unknown profile"),
+        (["markov-rank", "--until", "soon"], "--until"),
+        (["markov-rank", "--backend", "slurm"], "--backend: unknown backend"),
+        (["markov-rank", "--set", "train.steps=-1"], "train.steps"),
+    ],
+)
 def test_bad_input_exits_2_in_one_line_and_writes_nothing(tmp_path, args, message):
     out = tmp_path / "b"
     res = _cli("batch", *args, "--out", str(out), "--results", str(tmp_path / "r"))
@@ -151,7 +181,9 @@ def test_a_folder_of_another_profile_or_set_is_refused(tmp_path):
     (out / "batch.json").write_text(json.dumps({"format": "tdlab-batch/1", "profile": "paper", "set": []}))
     res = _cli("batch", "markov-landscape", "--profile", "quick", "--out", str(out), "--results", "")
     assert res.exit_code == 2 and "holds a batch of profile 'paper'" in res.output, res.output
-    res = _cli("batch", "markov-landscape", "--profile", "paper", "--set", "n_traj=3", "--out", str(out), "--results", "")
+    res = _cli(
+        "batch", "markov-landscape", "--profile", "paper", "--set", "n_traj=3", "--out", str(out), "--results", ""
+    )
     assert res.exit_code == 2 and "--set" in res.output, res.output
 
 
@@ -159,10 +191,18 @@ def test_ray_backend_runs_the_queue_as_tasks_and_publishes(tmp_path):
     from tdlab.batch import run_batch
 
     out, results = tmp_path / "b", tmp_path / "results"
-    tiny = ["train.steps=20", "train.seq_len=16", "train.eval_every=10", "train.eval_batches=1", "archs=[sec2]", "members=2"]
+    tiny = [
+        "train.steps=20",
+        "train.seq_len=16",
+        "train.eval_every=10",
+        "train.eval_batches=1",
+        "archs=[sec2]",
+        "members=2",
+    ]
     said: list[str] = []
-    jobs = run_batch(["markov-init"], "quick", out, jobs=1, threads=1, results=results, backend="ray", sets=tiny,
-                     say=said.append)
+    jobs = run_batch(
+        ["markov-init"], "quick", out, jobs=1, threads=1, results=results, backend="ray", sets=tiny, say=said.append
+    )
     assert [j.state for j in jobs] == ["done"], [j.note for j in jobs]
     assert "ray" in said[0] and (results / "quick" / "markov-init.json").is_file()
     assert Run(out / "markov-init").summary["status"] == "done"
@@ -172,7 +212,11 @@ def test_runs_share_a_gpu_while_their_estimated_memory_fits(monkeypatch):
     import tdlab.batch as batch
 
     monkeypatch.setattr(batch, "_gpu_free_bytes", lambda device: 10e9)
-    a, b, big = Job("a", "new", 1.0, memory_bytes=3e9), Job("b", "new", 1.0, memory_bytes=4e9), Job("c", "new", 1.0, memory_bytes=9e9)
+    a, b, big = (
+        Job("a", "new", 1.0, memory_bytes=3e9),
+        Job("b", "new", 1.0, memory_bytes=4e9),
+        Job("c", "new", 1.0, memory_bytes=9e9),
+    )
     assert batch._fits(a, {}, "cuda")  # the first run always starts
     assert batch._fits(b, {"h1": a}, "cuda")  # 7 GB of 8 (80 % of the free 10)
     assert not batch._fits(big, {"h1": a}, "cuda") and batch._fits(big, {}, "cuda")

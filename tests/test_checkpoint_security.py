@@ -27,8 +27,15 @@ from tdlab.runs import RunWriter, staging_path
 from tdlab.sweep import load_spec, plan
 from tdlab.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
-SETS = {"train.steps": 20, "train.seq_len": 16, "train.eval_every": 10, "train.eval_batches": 1, "archs": ["sec2"],
-        "inits": ["standard"], "train.checkpoint_every": 5}
+SETS = {
+    "train.steps": 20,
+    "train.seq_len": 16,
+    "train.eval_every": 10,
+    "train.eval_batches": 1,
+    "archs": ["sec2"],
+    "inits": ["standard"],
+    "train.checkpoint_every": 5,
+}
 ARM_CK = "sec2__standard"  # the checkpoint name of the one arm
 
 
@@ -111,8 +118,11 @@ def test_planted_pickle_is_refused_unread_by_resume(copy, tmp_path):
 
 def test_planted_pickle_is_refused_by_a_sweep(tmp_path):
     spec_file = tmp_path / "pq.yaml"
-    spec_file.write_text(yaml.safe_dump({"name": "pq", "experiment": "markov-init", "seeds": 1, "set": SETS,
-                                         "points": [{"task.p": 0.2}]}))
+    spec_file.write_text(
+        yaml.safe_dump(
+            {"name": "pq", "experiment": "markov-init", "seeds": 1, "set": SETS, "points": [{"task.p": 0.2}]}
+        )
+    )
     (point,) = plan(load_spec(spec_file))
     out = tmp_path / "runs"
     exp = get("markov-init")
@@ -153,6 +163,7 @@ def test_binary_config_is_refused(copy):
 # ------------------------------------------------------------------------------------------------
 # The checkpoint files: round trip, crash safety, tampering.
 
+
 def _tensors(x: float) -> dict[str, torch.Tensor]:
     return {"a": torch.full((2, 3), x), "g": torch.arange(5, dtype=torch.uint8)}
 
@@ -161,7 +172,11 @@ def test_round_trip_is_exact(tmp_path):
     meta = {"step": 7, "rows": [[1, 0, "loss", 0.1 + 0.2], [2, 0, "loss", float("nan")]], "none": None}
     save_checkpoint(tmp_path / "c.json", meta, _tensors(1.5))
     got_meta, got = load_checkpoint(tmp_path / "c.json")
-    assert got_meta["step"] == 7 and got_meta["rows"][0][3] == 0.1 + 0.2 and got_meta["rows"][1][3] != got_meta["rows"][1][3]
+    assert (
+        got_meta["step"] == 7
+        and got_meta["rows"][0][3] == 0.1 + 0.2
+        and got_meta["rows"][1][3] != got_meta["rows"][1][3]
+    )
     assert got.keys() == {"a", "g"} and torch.equal(got["a"], _tensors(1.5)["a"]) and got["g"].dtype == torch.uint8
     assert load_checkpoint(tmp_path / "missing.json") is None
 
@@ -222,6 +237,7 @@ def test_checkpoint_files_get_the_run_directory_mode(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # A well-formed checkpoint file (hash and manifest right) whose contents do not fit the fit.
 
+
 class _StopAfter:
     """The Markov task, except that the ``n``+1-th ``sample`` call raises (a crash mid-chunk)."""
 
@@ -259,16 +275,19 @@ def _crafted(tmp_path, change):
     return lambda: Trainer(cfg, progress=False, checkpoint=ck).fit(build, seeds, _StopAfter(10**6))
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda m, t: m["chunk"]["sched"].update(base_lrs=["x"]), "schedule"),
-    (lambda m, t: m["chunk"]["sched"].update(optimizer="x"), "schedule"),
-    (lambda m, t: t.update({k: torch.zeros(3) for k in t if k.endswith("exp_avg")}), "optimiser"),
-    (lambda m, t: t.update({k: v.double() for k, v in t.items() if k.startswith("model/")}), "model"),
-    (lambda m, t: t.update(running=torch.zeros(2)), "running"),
-    (lambda m, t: m["chunk"].update(step=99), "step"),
-    (lambda m, t: m["rows"].append([1, 0, "x", "not a number"]), "rows"),
-    (lambda m, t: t.update({"states/0/extra": torch.zeros(1)}), "corrupt"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda m, t: m["chunk"]["sched"].update(base_lrs=["x"]), "schedule"),
+        (lambda m, t: m["chunk"]["sched"].update(optimizer="x"), "schedule"),
+        (lambda m, t: t.update({k: torch.zeros(3) for k in t if k.endswith("exp_avg")}), "optimiser"),
+        (lambda m, t: t.update({k: v.double() for k, v in t.items() if k.startswith("model/")}), "model"),
+        (lambda m, t: t.update(running=torch.zeros(2)), "running"),
+        (lambda m, t: m["chunk"].update(step=99), "step"),
+        (lambda m, t: m["rows"].append([1, 0, "x", "not a number"]), "rows"),
+        (lambda m, t: t.update({"states/0/extra": torch.zeros(1)}), "corrupt"),
+    ],
+)
 def test_crafted_checkpoint_contents_are_refused(tmp_path, change, message):
     resume = _crafted(tmp_path, change)
     with pytest.raises(CheckpointError, match=message):

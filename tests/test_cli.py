@@ -28,12 +28,27 @@ from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain
 from tdlab.train.trainer import Trainer
 
-TINY = ["--set", "train.steps=20", "--set", "train.seq_len=16", "--set", "train.eval_every=10",
-        "--set", "train.eval_batches=1", "--seeds", "2", "--quiet"]
+TINY = [
+    "--set",
+    "train.steps=20",
+    "--set",
+    "train.seq_len=16",
+    "--set",
+    "train.eval_every=10",
+    "--set",
+    "train.eval_batches=1",
+    "--seeds",
+    "2",
+    "--quiet",
+]
 ARMS = ["sec2/standard", "sec2/local-to-global", "gpt2/standard", "gpt2/local-to-global"]
 # One printed line per claim group: "VERDICT  group-id: numbers".
 VERDICT = re.compile(r"^(HOLDS|FAILS|NOT RESOLVED|NOT EVALUABLE)\s+(\S+): ")
-GROUPS = ["proposed-init-ends-at-global-minimum", "standard-init-ends-at-theory-limit", "standard-init-leaves-plateau-later"]
+GROUPS = [
+    "proposed-init-ends-at-global-minimum",
+    "standard-init-ends-at-theory-limit",
+    "standard-init-leaves-plateau-later",
+]
 
 
 @pytest.fixture
@@ -131,8 +146,13 @@ def tiny_run(tmp_path_factory):
     """``tdlab run markov-init`` in a real subprocess: (completed process, out folder, run dir)."""
     out = tmp_path_factory.mktemp("cli") / "runs"
     env = {**os.environ, "OMP_NUM_THREADS": "2", "COLUMNS": "300"}
-    proc = subprocess.run([sys.executable, "-m", "tdlab.cli", "run", "markov-init", *TINY, "--out", str(out)],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tdlab.cli", "run", "markov-init", *TINY, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     dirs = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")] if out.exists() else []
     return proc, out, dirs
 
@@ -187,7 +207,11 @@ def test_tiny_run_directory_is_complete_and_consistent(tiny_run):
             assert arm.startswith(arch)
             ref = "unigram" if arm.endswith("/standard") else "bayes"  # p + q > 1: H(pi) is the standard init's limit
             final = test[(test.arm == arm) & (test.step == 20)].sort_values("member").value.to_numpy()
-            r = df[(df.arm == arm) & (df.name == f"test_loss@{ref}") & (df.step == 20)].sort_values("member").value.to_numpy()
+            r = (
+                df[(df.arm == arm) & (df.name == f"test_loss@{ref}") & (df.step == 20)]
+                .sort_values("member")
+                .value.to_numpy()
+            )
             assert c["expected"] == 0.0 and c["measured"] == pytest.approx((final - r).tolist(), abs=1e-12)
             # the interval is the Student-t interval of the members' mean (scipy, independently)
             lo, hi = stats.t.interval(0.95, len(final) - 1, loc=np.mean(final - r), scale=stats.sem(final - r))
@@ -209,8 +233,9 @@ def test_tiny_run_arrays_equal_a_member_trained_alone(tiny_run):
     exp = MarkovInit()
     cfg = exp.Config.model_validate(yaml.safe_load((run / "config.yaml").read_text())["config"])
     mcfg = cfg.arm_model("sec2", "local-to-global")
-    alone = Trainer(cfg.train, progress=False).fit(lambda s: GPT(mcfg, s), [member_seeds(cfg.seed, 2)[1]],
-                                                   MarkovChain(cfg.task.p, cfg.task.q))
+    alone = Trainer(cfg.train, progress=False).fit(
+        lambda s: GPT(mcfg, s), [member_seeds(cfg.seed, 2)[1]], MarkovChain(cfg.task.p, cfg.task.q)
+    )
     stored = load_file(str(run / "arrays" / "sec2__local-to-global.safetensors"))
     for k, v in alone.states[0].items():
         torch.testing.assert_close(stored[k][1], v, rtol=1e-5, atol=1e-6)
@@ -362,9 +387,13 @@ def test_no_command_writes_into_a_run_directory(invoke, tmp_path):
         run = w.finish()
     (tmp_path / "spec.yaml").write_text("name: s\nexperiment: markov-init\npoints: [{task.p: 0.3}]\n")
     before = sorted(p.name for p in run.path.rglob("*"))
-    for args in (["run", "markov-init", *TINY, "--out", run.path], ["run", "markov-init", *TINY, "--out", run.path / "sub"],
-                 ["sweep", tmp_path / "spec.yaml", "--out", run.path], ["runs", "--out", run.path],
-                 ["atlas", "run", "markov-init", "--runs", run.path / "x"]):
+    for args in (
+        ["run", "markov-init", *TINY, "--out", run.path],
+        ["run", "markov-init", *TINY, "--out", run.path / "sub"],
+        ["sweep", tmp_path / "spec.yaml", "--out", run.path],
+        ["runs", "--out", run.path],
+        ["atlas", "run", "markov-init", "--runs", run.path / "x"],
+    ):
         res = invoke(*args)
         assert res.exit_code == 2 and "read-only to every command but" in _one_error_line(res), (args, res.output)
     assert sorted(p.name for p in run.path.rglob("*")) == before
@@ -376,9 +405,19 @@ def test_atlas_run_names_its_own_option(invoke, tmp_path):
     assert line.startswith("error: --runs ") and "--out" not in line
 
 
-@pytest.mark.parametrize("share, args, want", [(None, [], "cores"), ("1", [], 1), (None, ["--lanes", "3"], 3),
-                                               ("1", ["--lanes", "2"], 2), (None, ["--threads", "1"], 1)])
-def test_run_takes_its_lanes_from_lanes_else_from_its_share_of_the_cores(monkeypatch, invoke, runs_dir, tmp_path, share, args, want):
+@pytest.mark.parametrize(
+    "share, args, want",
+    [
+        (None, [], "cores"),
+        ("1", [], 1),
+        (None, ["--lanes", "3"], 3),
+        ("1", ["--lanes", "2"], 2),
+        (None, ["--threads", "1"], 1),
+    ],
+)
+def test_run_takes_its_lanes_from_lanes_else_from_its_share_of_the_cores(
+    monkeypatch, invoke, runs_dir, tmp_path, share, args, want
+):
     from tdlab.config import ConfigError
     from tdlab.cores import usable_cores
     from tdlab.experiments import runner

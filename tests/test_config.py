@@ -27,8 +27,18 @@ class Outer(Config):
 
 
 def test_parse_overrides_builds_nested_dicts_with_yaml_values():
-    got = parse_overrides(["task.p=0.7", "train.steps=20", "archs=[sec2, gpt2]", "model.out_proj=false",
-                           "name=hello world", "train.grad_clip=null", "a.b.c=1.5e+3", "empty="])
+    got = parse_overrides(
+        [
+            "task.p=0.7",
+            "train.steps=20",
+            "archs=[sec2, gpt2]",
+            "model.out_proj=false",
+            "name=hello world",
+            "train.grad_clip=null",
+            "a.b.c=1.5e+3",
+            "empty=",
+        ]
+    )
     assert got == {
         "task": {"p": 0.7},
         "train": {"steps": 20, "grad_clip": None},
@@ -190,7 +200,9 @@ def test_yaml_anchors_and_aliases_are_refused_in_one_short_line(raw):
     assert "\n" not in str(err.value) and len(str(err.value)) < 400
 
 
-@pytest.mark.parametrize("raw", ["[a, b", "{a: 1", "a: b: c", "- a\n- b: c\n  d", "!!python/object/apply:os.system ['true']"])
+@pytest.mark.parametrize(
+    "raw", ["[a, b", "{a: 1", "a: b: c", "- a\n- b: c\n  d", "!!python/object/apply:os.system ['true']"]
+)
 def test_yaml_errors_are_one_line(raw):
     with pytest.raises(ConfigError, match="tags") as err:
         parse_overrides([f"tags={raw}"])

@@ -31,7 +31,10 @@ def test_fields_are_walked_and_described():
     f = {x.key: x for x in config_fields(Outer)}
     assert list(f) == ["inner.rate", "inner.count", "mode", "chunk", "names", "pair", "path"]
     assert f["inner.rate"].type_text == "float in (0, 1)" and f["inner.rate"].doc == "Eq. (3): the rate"
-    assert f["inner.count"].type_text == "int in [1, 4096]" and f["inner.count"].doc == "An explanation above the field, on two lines."
+    assert (
+        f["inner.count"].type_text == "int in [1, 4096]"
+        and f["inner.count"].doc == "An explanation above the field, on two lines."
+    )
     assert f["mode"].literals == {"a", "b"} and f["mode"].type_text == "'a' | 'b'" and f["mode"].doc == "which mode"
     assert f["chunk"].kinds == {"int", "literal"} and f["chunk"].doc == ""
     assert f["names"].kinds == {"list"} and f["names"].item_kinds == {"literal"} and f["names"].literals == {"x", "y"}

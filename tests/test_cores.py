@@ -23,10 +23,16 @@ def test_passive_openmp_unless_the_environment_chose(monkeypatch):
 
 
 def test_the_cli_sets_passive_waiting_before_torch_is_imported():
-    code = ("import os, sys; os.environ.pop('OMP_WAIT_POLICY', None); import tdlab.cli; "
-            "print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={
-        k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}).stdout.split()
+    code = (
+        "import os, sys; os.environ.pop('OMP_WAIT_POLICY', None); import tdlab.cli; "
+        "print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"},
+    ).stdout.split()
     assert out == ["PASSIVE", "False"]
 
 
@@ -59,8 +65,29 @@ def test_run_threads_is_checked_and_the_run_gives_its_threads_back(tmp_path, mon
     bad = CliRunner().invoke(app, ["run", "markov-landscape", "--threads", "0", "--out", str(tmp_path / "r")])
     assert bad.exit_code == 2 and "--threads" in bad.output
     before = torch.get_num_threads()
-    ok = CliRunner().invoke(app, ["run", "markov-init", "--threads", "1", "--quiet", "--out", str(tmp_path / "r"),
-                                  "--set", "train.steps=5", "--set", "train.seq_len=8", "--set", "archs=[sec2]",
-                                  "--set", "members=1", "--set", "train.eval_every=5", "--set", "train.eval_batches=1"])
+    ok = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "markov-init",
+            "--threads",
+            "1",
+            "--quiet",
+            "--out",
+            str(tmp_path / "r"),
+            "--set",
+            "train.steps=5",
+            "--set",
+            "train.seq_len=8",
+            "--set",
+            "archs=[sec2]",
+            "--set",
+            "members=1",
+            "--set",
+            "train.eval_every=5",
+            "--set",
+            "train.eval_batches=1",
+        ],
+    )
     assert ok.exit_code in (0, 1), ok.output  # done (verdicts of 5 steps are beside the point)
     assert torch.get_num_threads() == before and not list((tmp_path / "cores").glob("*.threads"))

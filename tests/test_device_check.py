@@ -24,9 +24,9 @@ def dc():
 
 
 def test_every_experiment_gets_a_valid_length_no_longer_than_quick(dc):
+    from tdlab.config import read_field
     from tdlab.experiments.base import get
     from tdlab.experiments.catalog import CATALOG
-    from tdlab.config import read_field
 
     for name in CATALOG:
         exp = get(name)
@@ -43,15 +43,40 @@ def test_every_experiment_gets_a_valid_length_no_longer_than_quick(dc):
 
 def test_a_run_and_its_comparison_with_itself(dc, tmp_path):
     rec = tmp_path / "cpu.json"
-    done = subprocess.run([sys.executable, str(SCRIPT), "run", "--device", "cpu", "--out", str(tmp_path / "runs"), "--json",
-                           str(rec), "--jobs", "1", "--only", "markov-landscape-3d", "--cache", str(tmp_path / "cache")],
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "run",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "runs"),
+            "--json",
+            str(rec),
+            "--jobs",
+            "1",
+            "--only",
+            "markov-landscape-3d",
+            "--cache",
+            str(tmp_path / "cache"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     (r,) = json.loads(rec.read_text())
     assert r["status"] == "done" and r["experiment"] == "markov-landscape-3d" and r["verdicts"]["claims_total"] == 2
     assert r["digest"] and all(math.isfinite(v) for v in r["digest"].values())
-    cmp = subprocess.run([sys.executable, str(SCRIPT), "compare", str(rec), str(rec)], capture_output=True, text=True,
-                         timeout=120, check=True)
+    cmp = subprocess.run(
+        [sys.executable, str(SCRIPT), "compare", str(rec), str(rec)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert "0.00e+00" in cmp.stdout  # a record against itself differs by nothing
 
 

@@ -35,8 +35,15 @@ def test_every_example_is_listed() -> None:
 @pytest.mark.parametrize("script", sorted(CASES))
 def test_example_runs_and_prints_a_verdict(script: str, tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(EXAMPLES / script), *CASES[script]], check=False,
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *CASES[script]],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert VERDICT.search(done.stdout), done.stdout
     assert DESCRIBED.search(done.stdout), done.stdout

@@ -35,9 +35,12 @@ def _record(writer: int, i: int) -> dict:
         "claims_failed": (k % 7 == 0) + (k % 11 == 0),
         "sweep": f"s{writer}" if i % 4 == 0 else None,
         "config": {"task": {"p": P_VALUES[k % 5], "q": 0.8}, "train": {"steps": 10 + k % 4}},
-        "summary": {"status": "done" if k % 10 else "diverged", "k": k,
-                    # groups neither held nor failed are not resolved (k % 3 == 1: one of them)
-                    "claims_held": total - ((k % 7 == 0) + (k % 11 == 0)) - (k % 3 == 1)},
+        "summary": {
+            "status": "done" if k % 10 else "diverged",
+            "k": k,
+            # groups neither held nor failed are not resolved (k % 3 == 1: one of them)
+            "claims_held": total - ((k % 7 == 0) + (k % 11 == 0)) - (k % 3 == 1),
+        },
     }
 
 
@@ -88,8 +91,20 @@ def test_concurrent_writers_lose_nothing_and_duplicate_nothing(filled):
 def test_stored_fields_round_trip(filled):
     want = _record(3, 17)
     (got,) = RunIndex(filled).query("run_id = 'w3-r017'")
-    for key in ("path", "experiment", "profile", "status", "wall_time_s", "seed", "members", "claims_total",
-                "claims_failed", "sweep", "config", "summary"):
+    for key in (
+        "path",
+        "experiment",
+        "profile",
+        "status",
+        "wall_time_s",
+        "seed",
+        "members",
+        "claims_total",
+        "claims_failed",
+        "sweep",
+        "config",
+        "summary",
+    ):
         assert got[key] == want[key], key
     assert isinstance(got["created"], float)
 
@@ -112,16 +127,20 @@ def test_where_json_paths_into_config_and_summary(filled):
     assert _ids(index.query("config.task.p >= 0.5")) == {r["run_id"] for r in recs if r["config"]["task"]["p"] >= 0.5}
     assert _ids(index.query("config.task.p = 0.3")) == {r["run_id"] for r in recs if r["config"]["task"]["p"] == 0.3}
     both = index.query("config.task.p > 0.6 AND config.train.steps = 11 AND experiment = 'markov-init'")
-    assert _ids(both) == {r["run_id"] for r in recs if r["config"]["task"]["p"] > 0.6
-                          and r["config"]["train"]["steps"] == 11 and r["experiment"] == "markov-init"}
+    assert _ids(both) == {
+        r["run_id"]
+        for r in recs
+        if r["config"]["task"]["p"] > 0.6 and r["config"]["train"]["steps"] == 11 and r["experiment"] == "markov-init"
+    }
     assert both and all(r["config"]["task"]["p"] > 0.6 for r in both)
     assert _ids(index.query("summary.status = 'diverged'")) == {r["run_id"] for r in recs if r["status"] == "diverged"}
     assert _ids(index.query("sweep = 's5'")) == {r["run_id"] for r in recs if r["sweep"] == "s5"}
     assert index.query("config.task.nothing_here = 1") == []
 
 
-@pytest.mark.parametrize("where", ["claims.failed >", "no_such_column > 1", "1; DROP TABLE runs", "config.task.p >>> 2",
-                                   "status = 'done"])
+@pytest.mark.parametrize(
+    "where", ["claims.failed >", "no_such_column > 1", "1; DROP TABLE runs", "config.task.p >>> 2", "status = 'done"]
+)
 def test_bad_where_is_a_config_error_and_harms_nothing(filled, where):
     index = RunIndex(filled)
     with pytest.raises(ConfigError, match="--where"):
@@ -214,6 +233,7 @@ def test_many_processes_creating_a_fresh_index_at_once_never_crash(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # --where is SQL with no power beyond reading the runs table, and a time limit.
 
+
 def _stderr_lines(res) -> list[str]:
     return [line for line in res.stderr.splitlines() if line.strip()]
 
@@ -221,17 +241,22 @@ def _stderr_lines(res) -> list[str]:
 @pytest.fixture()
 def small(tmp_path) -> Path:
     out = tmp_path / "runs"
-    RunIndex(out).add_many([_record(4, i) for i in range(30)] + [{**_record(5, 0), "run_id": "semi", "experiment": "a;b"}])
+    RunIndex(out).add_many(
+        [_record(4, i) for i in range(30)] + [{**_record(5, 0), "run_id": "semi", "experiment": "a;b"}]
+    )
     return out
 
 
-@pytest.mark.parametrize("where", [
-    "1 UNION SELECT name, sql, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 FROM sqlite_master",
-    "run_id IN (SELECT name FROM sqlite_master)",
-    "run_id IN (SELECT rowid FROM runs)",
-    "hex(run_id) = '00'",
-    "load_extension('x') = 1",
-])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "1 UNION SELECT name, sql, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 FROM sqlite_master",
+        "run_id IN (SELECT name FROM sqlite_master)",
+        "run_id IN (SELECT rowid FROM runs)",
+        "hex(run_id) = '00'",
+        "load_extension('x') = 1",
+    ],
+)
 def test_where_reading_other_tables_or_calling_other_functions_is_refused(small, where):
     with pytest.raises(ConfigError, match="refused"):
         RunIndex(small).query(where)
@@ -277,6 +302,7 @@ def test_where_queries_never_write(small):
 
 # ------------------------------------------------------------------------------------------------
 # A corrupt index: one line naming --reindex; --reindex moves it aside and rebuilds it.
+
 
 def _finished_run(out: Path, run_id: str) -> None:
     """A minimal finished run directory (config, empty metrics, summary), written without training."""

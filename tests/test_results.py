@@ -64,7 +64,10 @@ def test_publish_writes_profile_and_name_and_the_cli_checks_them(run_dir, tmp_pa
     res = tmp_path / "results"
     [path] = publish([run_dir], res)
     assert path == res / "quick" / "markov-init.json"
-    assert load_record(path).config_hash == Record.model_validate(json.loads((run_dir / RECORD_NAME).read_text())).config_hash
+    assert (
+        load_record(path).config_hash
+        == Record.model_validate(json.loads((run_dir / RECORD_NAME).read_text())).config_hash
+    )
     assert set(load_records(res / "quick")) == {"markov-init"}
     ok = _cli("results", "check", str(res / "quick"))
     assert ok.exit_code == 0 and "1 records" in ok.output and "0 groups" in ok.output, ok.output
@@ -92,14 +95,17 @@ def test_a_run_without_a_record_is_analysed_again(run_dir, tmp_path):
     assert _verdicts(doc["claims"]) == _verdicts(own["claims"]) and doc["measured"] == own["measured"]
 
 
-@pytest.mark.parametrize("change, field", [
-    (lambda d: d.update(format="other/1"), "format"),
-    (lambda d: d.update(commit="not-a-commit"), "commit"),
-    (lambda d: d.update(members=0), "members"),
-    (lambda d: d["claims"][0].update(verdict="maybe"), "claims"),
-    (lambda d: d.update(surprise=1), "surprise"),
-    (lambda d: d.pop("config_hash"), "config_hash"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda d: d.update(format="other/1"), "format"),
+        (lambda d: d.update(commit="not-a-commit"), "commit"),
+        (lambda d: d.update(members=0), "members"),
+        (lambda d: d["claims"][0].update(verdict="maybe"), "claims"),
+        (lambda d: d.update(surprise=1), "surprise"),
+        (lambda d: d.pop("config_hash"), "config_hash"),
+    ],
+)
 def test_a_damaged_record_is_refused_naming_the_field(run_dir, tmp_path, change, field):
     doc = json.loads((run_dir / RECORD_NAME).read_text())
     change(doc)
@@ -140,7 +146,6 @@ def test_every_committed_record_loads_and_rejudges_to_its_stored_verdicts(profil
         assert records, "results/paper holds the records of the seeds' settings"
 
 
-
 def test_a_recorded_paper_run_reproduces_its_numbers(tmp_path):
     """The committed record of topics-landscape at the seed's settings (a CPU-sized closed form), run again
     from its command: every measured value of every claim row is the recorded one."""
@@ -148,8 +153,19 @@ def test_a_recorded_paper_run_reproduces_its_numbers(tmp_path):
     if not path.is_file():
         pytest.skip("no committed record of topics-landscape at the seed's settings")
     rec = load_record(path)
-    res = _cli("run", "topics-landscape", "--profile", "paper", "--seed", str(rec.seed), "--quiet", "--out",
-               str(tmp_path), "--run-id", "again")
+    res = _cli(
+        "run",
+        "topics-landscape",
+        "--profile",
+        "paper",
+        "--seed",
+        str(rec.seed),
+        "--quiet",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "again",
+    )
     assert res.exit_code == 0, res.output
     again = Record.model_validate(json.loads((tmp_path / "again" / RECORD_NAME).read_text()))
     assert again.config_hash == rec.config_hash and again.members == rec.members
@@ -157,8 +173,9 @@ def test_a_recorded_paper_run_reproduces_its_numbers(tmp_path):
     for claim, rows in rec.measured["rows"].items():
         for r, a in zip(rows, again.measured["rows"][claim], strict=True):
             assert r["key"] == a["key"]
-            assert a["measured"]["values"] == pytest.approx(r["measured"]["values"], rel=1e-9, abs=1e-12, nan_ok=True), \
-                f"{claim}/{r['key']}"
+            assert a["measured"]["values"] == pytest.approx(
+                r["measured"]["values"], rel=1e-9, abs=1e-12, nan_ok=True
+            ), f"{claim}/{r['key']}"
 
 
 def test_a_nan_measurement_survives_publishing_and_rejudges(run_dir, tmp_path):

@@ -28,8 +28,14 @@ from tdlab.train.trainer import TrainConfig, Trainer
 
 TASK = MarkovChain(0.5, 0.8)
 MODEL = GPTConfig(arch="sec2", d=4, max_len=16)
-SETS = ["train.steps=40", "train.seq_len=16", "train.eval_every=10", "train.eval_batches=1", "archs=[sec2]",
-        "train.checkpoint_every=10"]
+SETS = [
+    "train.steps=40",
+    "train.seq_len=16",
+    "train.eval_every=10",
+    "train.eval_batches=1",
+    "archs=[sec2]",
+    "train.checkpoint_every=10",
+]
 
 
 def _run_args(run_id: str, out: Path) -> list[str]:
@@ -58,6 +64,7 @@ def _assert_same_states(a: list[dict[str, torch.Tensor]], b: list[dict[str, torc
 # ------------------------------------------------------------------------------------------------
 # A real process, killed outright.
 
+
 @pytest.fixture(scope="module")
 def killed_and_resumed(tmp_path_factory):
     """``killed``: a ``tdlab run`` process SIGKILLed while training its second arm, then resumed;
@@ -66,8 +73,12 @@ def killed_and_resumed(tmp_path_factory):
     staging = staging_path(out / "killed")
     second_arm_ck = staging / "checkpoints" / "sec2__local-to-global.json"
     env = {**os.environ, "TDLAB_THREADS": "2"}  # the same thread count as this process (conftest)
-    proc = subprocess.Popen([sys.executable, "-m", "tdlab.cli", *_run_args("killed", out)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tdlab.cli", *_run_args("killed", out)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 300  # importing torch on a loaded machine can take a while
     try:
         while not second_arm_ck.is_file():
@@ -94,14 +105,21 @@ def killed_and_resumed(tmp_path_factory):
     return out, left, resumed, full
 
 
-def test_ctrl_c_stops_after_the_step_keeps_a_checkpoint_says_how_to_resume_and_the_resume_says_where(killed_and_resumed):
+def test_ctrl_c_stops_after_the_step_keeps_a_checkpoint_says_how_to_resume_and_the_resume_says_where(
+    killed_and_resumed,
+):
     """Ctrl-C (SIGINT) on `tdlab run`: the fit in training checkpoints after its step and the run exits 130
     naming the resume command; the resume says where it continues and ends with the uninterrupted numbers."""
     out, _, _, _ = killed_and_resumed
     staging = staging_path(out / "ctrlc")
     env = {**os.environ, "TDLAB_THREADS": "2"}
-    proc = subprocess.Popen([sys.executable, "-m", "tdlab.cli", *_run_args("ctrlc", out)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tdlab.cli", *_run_args("ctrlc", out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while not (staging / "config.yaml").is_file():  # written inside the stopping block: the handler is set
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be interrupted"
@@ -111,8 +129,13 @@ def test_ctrl_c_stops_after_the_step_keeps_a_checkpoint_says_how_to_resume_and_t
     assert proc.returncode == 130, err[-2000:]
     assert "Ctrl-C: stopping after the current step" in err and f"tdlab run --resume {out / 'ctrlc'}" in err
     assert list((staging / "checkpoints").glob("*.json"))
-    resumed = subprocess.run([sys.executable, "-m", "tdlab.cli", "run", "--resume", str(out / "ctrlc"), "--quiet"],
-                             env=env, capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "tdlab.cli", "run", "--resume", str(out / "ctrlc"), "--quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming sec2/standard" in resumed.stderr and "continue from step" in resumed.stderr
     pd.testing.assert_frame_equal(_sorted_metrics(out / "ctrlc"), _sorted_metrics(out / "full"), check_exact=True)
@@ -120,8 +143,13 @@ def test_ctrl_c_stops_after_the_step_keeps_a_checkpoint_says_how_to_resume_and_t
 
 def test_killed_process_leaves_only_its_staging_folder(killed_and_resumed):
     _, left, _, _ = killed_and_resumed
-    assert left == {"final_exists": False, "staging_exists": True, "first_arm_arrays": True,
-                    "second_arm_arrays": False, "stored_arms": {"sec2/standard"}}
+    assert left == {
+        "final_exists": False,
+        "staging_exists": True,
+        "first_arm_arrays": True,
+        "second_arm_arrays": False,
+        "stored_arms": {"sec2/standard"},
+    }
 
 
 def test_resumed_run_equals_uninterrupted_run_exactly(killed_and_resumed):
@@ -174,6 +202,7 @@ def test_resume_of_a_finished_or_missing_run_exits_2(killed_and_resumed):
 # ------------------------------------------------------------------------------------------------
 # The trainer, interrupted in-process.
 
+
 class Interrupted(Exception):
     pass
 
@@ -197,8 +226,9 @@ class InterruptAfter:
 def _train_cfg(chunk) -> TrainConfig:
     # log_every and eval_every not multiples of checkpoint_every: the running loss and the random
     # streams must be restored mid-window.
-    return TrainConfig(steps=23, batch=4, seq_len=16, eval_every=4, eval_batches=2, log_every=3, checkpoint_every=5,
-                       chunk=chunk)
+    return TrainConfig(
+        steps=23, batch=4, seq_len=16, eval_every=4, eval_batches=2, log_every=3, checkpoint_every=5, chunk=chunk
+    )
 
 
 def _build(s):
@@ -233,8 +263,9 @@ def test_finished_checkpoint_returns_the_result_without_training(tmp_path, unint
     first = Trainer(_train_cfg(1), progress=False, checkpoint=ck).fit(_build, seeds, TASK)
     assert first.rows == uninterrupted[1].rows
     built = []
-    again = Trainer(_train_cfg(1), progress=False, checkpoint=ck).fit(lambda s: built.append(s) or _build(s), seeds,
-                                                                    InterruptAfter(TASK, 0))
+    again = Trainer(_train_cfg(1), progress=False, checkpoint=ck).fit(
+        lambda s: built.append(s) or _build(s), seeds, InterruptAfter(TASK, 0)
+    )
     assert built == [] and again.rows == first.rows
     _assert_same_states(again.states, first.states)
 
@@ -253,6 +284,7 @@ def test_checkpoint_of_another_config_is_refused(tmp_path):
 
 # ------------------------------------------------------------------------------------------------
 # The run context: an arm whose metrics were stored but whose arrays were not (killed in between).
+
 
 class Killed(BaseException):
     pass

@@ -16,8 +16,14 @@ from tdlab.config import ConfigError
 from tdlab.index import INDEX_NAME, RunIndex
 from tdlab.runs import RunNotMovedError, RunWriter, atomic_write, file_mode, staging_path
 
-SETS = {"train.steps": 20, "train.seq_len": 16, "train.eval_every": 10, "train.eval_batches": 1, "archs": ["sec2"],
-        "inits": ["standard"]}
+SETS = {
+    "train.steps": 20,
+    "train.seq_len": 16,
+    "train.eval_every": 10,
+    "train.eval_batches": 1,
+    "archs": ["sec2"],
+    "inits": ["standard"],
+}
 
 
 def _cli(*args: str):
@@ -32,7 +38,9 @@ def _tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-@pytest.mark.parametrize("run_id", ["../x", "/tmp/abs-run", "a/b", "", ".staging-x", ".hidden", "..", "a\nb", "x" * 201])
+@pytest.mark.parametrize(
+    "run_id", ["../x", "/tmp/abs-run", "a/b", "", ".staging-x", ".hidden", "..", "a\nb", "x" * 201]
+)
 def test_bad_run_ids_are_refused_and_write_nothing(tmp_path, run_id):
     before = _tree(tmp_path)
     res = _cli("run", "markov-init", "--run-id", run_id, "--out", str(tmp_path / "runs"), "--quiet")
@@ -105,7 +113,9 @@ def test_no_finished_run_is_lost(tmp_path, monkeypatch):
     (line,) = _stderr_lines(res)
     assert str(out / "r") in line and "not indexed" in line and "--reindex" in line
     assert (out / "r" / "summary.json").is_file() and not staging.exists() and not (out / "r" / "checkpoints").exists()
-    modes = {f.relative_to(out / "r").as_posix(): f.stat().st_mode & 0o777 for f in (out / "r").rglob("*") if f.is_file()}
+    modes = {
+        f.relative_to(out / "r").as_posix(): f.stat().st_mode & 0o777 for f in (out / "r").rglob("*") if f.is_file()
+    }
     assert {"config.yaml", "summary.json", "report.html", "metrics.parquet"} <= modes.keys()
     assert set(modes.values()) == {file_mode()}, modes  # one mode for the whole run directory
 

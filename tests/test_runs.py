@@ -53,12 +53,11 @@ def test_finished_run_moves_into_place_without_staging(tmp_path):
 
 
 def test_failing_run_leaves_no_run_directory_and_no_staging(tmp_path):
-    with pytest.raises(RuntimeError, match="boom"):
-        with RunWriter(tmp_path, "exp", run_id="r2") as w:
-            w.write_config({"experiment": "exp"})
-            w.add_metrics("a", _rows())
-            w.save_arrays("a", [{"w": torch.ones(2)}])
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), RunWriter(tmp_path, "exp", run_id="r2") as w:
+        w.write_config({"experiment": "exp"})
+        w.add_metrics("a", _rows())
+        w.save_arrays("a", [{"w": torch.ones(2)}])
+        raise RuntimeError("boom")
     assert _entries(tmp_path) == []
     assert list_runs(tmp_path) == []
 
@@ -205,10 +204,17 @@ def test_config_of_the_wrong_shape_raises_one_line(tmp_path, data, words):
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("text, words", [("null", "got None"), ("7", "got 7"), ("[1]", "got [1]"),
-                                         ('{"status": [1]}', "'status' must be a string"),
-                                         ('{"wall_time_s": "slow"}', "'wall_time_s' must be a number"),
-                                         ('{"member": true}', "'member' must be an integer or null")])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("null", "got None"),
+        ("7", "got 7"),
+        ("[1]", "got [1]"),
+        ('{"status": [1]}', "'status' must be a string"),
+        ('{"wall_time_s": "slow"}', "'wall_time_s' must be a number"),
+        ('{"member": true}', "'member' must be an integer or null"),
+    ],
+)
 def test_summary_that_is_not_an_object_of_the_right_shape_raises(tmp_path, text, words):
     path = _good_run(tmp_path)
     (path / "summary.json").write_text(text)
@@ -295,8 +301,10 @@ def test_rebuild_names_config_yaml_for_an_unknown_experiment_or_a_bad_config(mak
 
     _, path = make_markov_run(0.5, 0.8, {}, [0, 10], members=1)
     conf = yaml.safe_load((path / "config.yaml").read_text())
-    for edit, words in [({"experiment": "no-such"}, "unknown experiment"),
-                        ({"config": {**conf["config"], "train": {**conf["config"]["train"], "steps": True}}}, "train.steps")]:
+    for edit, words in [
+        ({"experiment": "no-such"}, "unknown experiment"),
+        ({"config": {**conf["config"], "train": {**conf["config"]["train"], "steps": True}}}, "train.steps"),
+    ]:
         (path / "config.yaml").write_text(yaml.safe_dump({**conf, **edit}))
         with pytest.raises(RunDirError, match=rf"config\.yaml does not hold a valid config: .*{words}"):
             rebuild(path)
@@ -412,25 +420,33 @@ def _context(tmp_path):
 
 
 def test_copy_arms_copies_an_arm_its_companions_and_its_rows(tmp_path):
-    src = _source_run(tmp_path, {"a.safetensors": None, "a@init.safetensors": None, "a@step4.safetensors": None,
-                                 "ab.safetensors": None})
+    src = _source_run(
+        tmp_path,
+        {"a.safetensors": None, "a@init.safetensors": None, "a@step4.safetensors": None, "ab.safetensors": None},
+    )
     w, ctx = _context(tmp_path)
     ctx.copy_arms(src, ["a"])
-    assert sorted(p.name for p in (w.path / "arrays").iterdir()) == ["a.safetensors", "a@init.safetensors",
-                                                                     "a@step4.safetensors"]
+    assert sorted(p.name for p in (w.path / "arrays").iterdir()) == [
+        "a.safetensors",
+        "a@init.safetensors",
+        "a@step4.safetensors",
+    ]
     assert w.arm_rows("a") == [(0, 0, "test_loss", 1.0)]
     assert torch.equal(w.load_arrays("a")[0]["w"], torch.ones(3))
     w.release()
 
 
-@pytest.mark.parametrize("entry, words", [
-    (lambda f: os.symlink("/dev/zero", f), "symlink"),  # copied without end before: a disk filled
-    (lambda f: os.symlink("/etc/passwd", f), "symlink"),
-    (lambda f: os.symlink(f.name, f), "symlink"),  # a loop: a traceback before
-    (lambda f: os.mkfifo(f), "not a regular file"),
-    (b"\x80\x04\x95planted pickle", "not a safetensors arrays file"),  # named the deleted staging copy before
-    (b"", "not a safetensors arrays file"),
-])
+@pytest.mark.parametrize(
+    "entry, words",
+    [
+        (lambda f: os.symlink("/dev/zero", f), "symlink"),  # copied without end before: a disk filled
+        (lambda f: os.symlink("/etc/passwd", f), "symlink"),
+        (lambda f: os.symlink(f.name, f), "symlink"),  # a loop: a traceback before
+        (lambda f: os.mkfifo(f), "not a regular file"),
+        (b"\x80\x04\x95planted pickle", "not a safetensors arrays file"),  # named the deleted staging copy before
+        (b"", "not a safetensors arrays file"),
+    ],
+)
 def test_copy_arms_refuses_what_a_run_never_holds_naming_the_source(tmp_path, entry, words):
     src = _source_run(tmp_path, {"a.safetensors": None, "a@init.safetensors": entry})
     w, ctx = _context(tmp_path)

@@ -12,8 +12,17 @@ from pathlib import Path
 import pytest
 
 from tdlab.config import ConfigError
-from tdlab.safeio import (RunDirError, check_output_file, check_output_folder, copy_inside, enclosing_run, file_mode,
-                          folder_mode, open_inside, read_inside)
+from tdlab.safeio import (
+    RunDirError,
+    check_output_file,
+    check_output_folder,
+    copy_inside,
+    enclosing_run,
+    file_mode,
+    folder_mode,
+    open_inside,
+    read_inside,
+)
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tdlab"
 
@@ -34,18 +43,23 @@ def test_a_regular_file_is_read_and_copied_whole(root, tmp_path):
     assert not list((tmp_path / "out").glob(".*.tmp"))
 
 
-@pytest.mark.parametrize("plant, words", [
-    (lambda r: os.symlink("/dev/zero", r / "arrays" / "z.safetensors"), "symlink"),
-    (lambda r: os.symlink("/etc/passwd", r / "arrays" / "z.safetensors"), "symlink"),
-    (lambda r: os.symlink("z.safetensors", r / "arrays" / "z.safetensors"), "symlink"),  # a loop
-    (lambda r: os.mkfifo(r / "arrays" / "z.safetensors"), "not a regular file"),  # must not wait for a writer
-    (lambda r: (r / "arrays" / "z.safetensors").mkdir(), "not a regular file"),
-    (lambda r: None, "No such file"),
-])
+@pytest.mark.parametrize(
+    "plant, words",
+    [
+        (lambda r: os.symlink("/dev/zero", r / "arrays" / "z.safetensors"), "symlink"),
+        (lambda r: os.symlink("/etc/passwd", r / "arrays" / "z.safetensors"), "symlink"),
+        (lambda r: os.symlink("z.safetensors", r / "arrays" / "z.safetensors"), "symlink"),  # a loop
+        (lambda r: os.mkfifo(r / "arrays" / "z.safetensors"), "not a regular file"),  # must not wait for a writer
+        (lambda r: (r / "arrays" / "z.safetensors").mkdir(), "not a regular file"),
+        (lambda r: None, "No such file"),
+    ],
+)
 def test_anything_but_a_regular_file_of_the_folder_is_refused_in_one_line(root, tmp_path, plant, words):
     plant(root)
-    for read in (lambda: read_inside(root, "arrays/z.safetensors"),
-                 lambda: copy_inside(root, "arrays/z.safetensors", tmp_path / "copy")):
+    for read in (
+        lambda: read_inside(root, "arrays/z.safetensors"),
+        lambda: copy_inside(root, "arrays/z.safetensors", tmp_path / "copy"),
+    ):
         with pytest.raises(RunDirError, match=words) as err:
             read()
         assert "\n" not in str(err.value) and "z.safetensors" in str(err.value)
@@ -107,9 +121,14 @@ def test_output_files(tmp_path):
     assert check_output_file(tmp_path / "file") == tmp_path / "file"  # an existing regular file is rewritten
     os.mkfifo(tmp_path / "fifo")
     os.symlink(tmp_path / "file", tmp_path / "link")
-    bad = {tmp_path / "fifo": "FIFO", tmp_path / "link": "symlink", tmp_path / "dir": "folder",
-           tmp_path / "nodir" / "x": "does not exist", tmp_path / "file" / "x": "not a folder",
-           f"{tmp_path / 'newdir'}/": "no such folder"}
+    bad = {
+        tmp_path / "fifo": "FIFO",
+        tmp_path / "link": "symlink",
+        tmp_path / "dir": "folder",
+        tmp_path / "nodir" / "x": "does not exist",
+        tmp_path / "file" / "x": "not a folder",
+        f"{tmp_path / 'newdir'}/": "no such folder",
+    }
     if os.geteuid() == 0:
         os.mknod(tmp_path / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
         bad[tmp_path / "null"] = "device"
@@ -125,8 +144,11 @@ def test_output_folders(tmp_path):
     assert check_output_folder(tmp_path / "a" / "b", "--runs").is_dir()
     assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == folder_mode()
     (tmp_path / "file").write_text("x")
-    for path, words in ((tmp_path / "file", "not a folder"), ("/proc/tdlab-x", "cannot write there"),
-                        (tmp_path / "file" / "x", "cannot write there")):
+    for path, words in (
+        (tmp_path / "file", "not a folder"),
+        ("/proc/tdlab-x", "cannot write there"),
+        (tmp_path / "file" / "x", "cannot write there"),
+    ):
         with pytest.raises(ConfigError, match=words) as err:
             check_output_folder(path, "--runs")
         assert str(err.value).startswith("--runs ")
@@ -137,8 +159,11 @@ def test_no_target_inside_a_run_directory(tmp_path):
     run.mkdir()
     (run / "config.yaml").write_text("experiment: x\n")
     (run / "metrics.parquet").write_bytes(b"x")
-    for check in (lambda: check_output_file(run / "arrays.st"), lambda: check_output_folder(run / "sub"),
-                  lambda: check_output_folder(run)):
+    for check in (
+        lambda: check_output_file(run / "arrays.st"),
+        lambda: check_output_folder(run / "sub"),
+        lambda: check_output_folder(run),
+    ):
         with pytest.raises(ConfigError, match="read-only to every command but"):
             check()
     assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "metrics.parquet"]

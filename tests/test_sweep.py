@@ -22,14 +22,26 @@ from tdlab.index import RunIndex
 from tdlab.runs import Run
 from tdlab.sweep import load_spec, plan, run_sweep
 
-TINY = {"train.steps": 20, "train.seq_len": 16, "train.eval_every": 10, "train.eval_batches": 1,
-        "archs": ["sec2"], "inits": ["local-to-global"]}
+TINY = {
+    "train.steps": 20,
+    "train.seq_len": 16,
+    "train.eval_every": 10,
+    "train.eval_batches": 1,
+    "archs": ["sec2"],
+    "inits": ["local-to-global"],
+}
 CLAIM = "proposed-init-ends-at-global-minimum/sec2"  # a claim row: the sec2 arm's gap to the Bayes predictor
 
 
 def _spec_file(folder: Path, **fields) -> Path:
-    spec = {"name": "pq", "experiment": "markov-init", "profile": "quick", "seeds": 2, "set": TINY,
-            "grid": {"task.p": [0.3, 0.7], "task.q": [0.4, 0.8]}}
+    spec = {
+        "name": "pq",
+        "experiment": "markov-init",
+        "profile": "quick",
+        "seeds": 2,
+        "set": TINY,
+        "grid": {"task.p": [0.3, 0.7], "task.q": [0.4, 0.8]},
+    }
     spec.update(fields)
     f = folder / f"{spec['name']}.yaml"
     f.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -53,6 +65,7 @@ def _entropy_rate(p: float, q: float) -> float:
 # ------------------------------------------------------------------------------------------------
 # A 2x2 local sweep, then the same sweep again.
 
+
 @pytest.fixture(scope="module")
 def grid_sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
@@ -66,8 +79,18 @@ def grid_sweep(tmp_path_factory):
     summary_after_first = pd.read_parquet(out / "sweeps" / "pq" / "summary.parquet")
     again_msgs: list[str] = []
     again = run_sweep(load_spec(_spec_file(root)), out, "local", workers=2, echo=again_msgs.append)
-    return {"out": out, "spec": spec, "first": first, "first_msgs": first_msgs, "dirs": dirs_after_first,
-            "status": status_after_first, "summary": summary_after_first, "mtimes": mtimes, "again": again, "again_msgs": again_msgs}
+    return {
+        "out": out,
+        "spec": spec,
+        "first": first,
+        "first_msgs": first_msgs,
+        "dirs": dirs_after_first,
+        "status": status_after_first,
+        "summary": summary_after_first,
+        "mtimes": mtimes,
+        "again": again,
+        "again_msgs": again_msgs,
+    }
 
 
 def test_sweep_makes_one_run_directory_per_point(grid_sweep):
@@ -76,7 +99,8 @@ def test_sweep_makes_one_run_directory_per_point(grid_sweep):
     assert [p.error for p in first] == [None] * 4
     assert grid_sweep["dirs"] == sorted(p.run_id for p in plan(spec))
     assert {tuple(sorted(p.overrides.items())) for p in first} == {
-        (("task.p", p), ("task.q", q)) for p in (0.3, 0.7) for q in (0.4, 0.8)}
+        (("task.p", p), ("task.q", q)) for p in (0.3, 0.7) for q in (0.4, 0.8)
+    }
     for p in first:
         run = Run(out / p.run_id)
         cfg = run.config
@@ -182,6 +206,7 @@ def test_a_sweep_with_decide_runs_every_point_with_decide_and_its_budget(tmp_pat
 # ------------------------------------------------------------------------------------------------
 # A point whose worker dies.
 
+
 def test_a_point_whose_worker_is_killed_fails_and_the_sweep_goes_on(tmp_path, monkeypatch):
     out = tmp_path / "runs"
     spec = load_spec(_spec_file(tmp_path, name="dies", grid={"task.p": [0.3, 0.7]}))
@@ -216,18 +241,22 @@ def test_a_point_whose_worker_is_killed_fails_and_the_sweep_goes_on(tmp_path, mo
 # ------------------------------------------------------------------------------------------------
 # Specs refused before anything runs.
 
-@pytest.mark.parametrize("fields, message", [
-    ({"experiment": "no-such-experiment"}, "unknown experiment"),
-    ({"grid": {"task.x": [0.1, 0.2]}}, "task.x"),
-    ({"grid": {"task.p": [0.5, 1.5]}}, "task.p"),
-    ({"points": [{"train.steps": 0}]}, "train.steps"),
-    ({"set": {**TINY, "archs": ["lstm"]}}, "archs"),
-    ({"grid": {"task.p": []}}, "no values"),
-    ({"name": "has space"}, "name"),
-    ({"bogus": 1}, "bogus"),
-    ({"profile": "huge"}, "profile"),
-    ({"decide": "soon"}, "decide"),
-])
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"experiment": "no-such-experiment"}, "unknown experiment"),
+        ({"grid": {"task.x": [0.1, 0.2]}}, "task.x"),
+        ({"grid": {"task.p": [0.5, 1.5]}}, "task.p"),
+        ({"points": [{"train.steps": 0}]}, "train.steps"),
+        ({"set": {**TINY, "archs": ["lstm"]}}, "archs"),
+        ({"grid": {"task.p": []}}, "no values"),
+        ({"name": "has space"}, "name"),
+        ({"bogus": 1}, "bogus"),
+        ({"profile": "huge"}, "profile"),
+        ({"decide": "soon"}, "decide"),
+    ],
+)
 def test_bad_spec_is_refused_before_any_run(tmp_path, fields, message):
     f = _spec_file(tmp_path, **fields)
     out = tmp_path / "runs"
@@ -246,13 +275,16 @@ def test_unreadable_spec_and_bad_backend_exit_2(tmp_path):
     assert res.exit_code == 2 and "expected a mapping" in res.output
     res = CliRunner().invoke(app, ["sweep", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "runs")])
     assert res.exit_code == 2 and "cannot read" in res.output
-    res = CliRunner().invoke(app, ["sweep", str(_spec_file(tmp_path)), "--backend", "slurm", "--out", str(tmp_path / "runs")])
+    res = CliRunner().invoke(
+        app, ["sweep", str(_spec_file(tmp_path)), "--backend", "slurm", "--out", str(tmp_path / "runs")]
+    )
     assert res.exit_code == 2 and "backend" in res.output
     assert _run_dirs(tmp_path / "runs") == []
 
 
 # ------------------------------------------------------------------------------------------------
 # Sizes: no empty specs, a limit on points checked before any point is built, validation once.
+
 
 def _stderr_lines(res) -> list[str]:
     return [line for line in res.stderr.splitlines() if line.strip()]
@@ -271,8 +303,10 @@ def test_spec_without_points_is_refused(tmp_path, fields):
 def test_huge_grid_is_refused_from_its_size_before_any_point_is_built(tmp_path, monkeypatch):
     built = []
     monkeypatch.setattr(sweep_mod, "_points", lambda spec: built.append(1) or [])
-    f = _spec_file(tmp_path, grid={"task.p": [0.1 + i * 1e-6 for i in range(1000)], "train.lr": [1e-3] * 1000,
-                                   "seed": list(range(1000))})  # 10^9 points
+    f = _spec_file(
+        tmp_path,
+        grid={"task.p": [0.1 + i * 1e-6 for i in range(1000)], "train.lr": [1e-3] * 1000, "seed": list(range(1000))},
+    )  # 10^9 points
     t0 = time.monotonic()
     res = CliRunner().invoke(app, ["sweep", str(f), "--out", str(tmp_path / "runs")], env={"COLUMNS": "250"})
     assert res.exit_code == 2 and len(_stderr_lines(res)) == 1, res.output
@@ -301,6 +335,7 @@ def test_points_are_validated_once(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------------
 # Only what matches is adopted: a foreign run under a point's run id fails the point.
 
+
 def _plant_run(out: Path, run_id: str, overrides: dict, staging: bool = False) -> Path:
     """A run folder ``out/run_id`` (or its staging folder) whose config.yaml holds the sweep's fixed
     settings with ``overrides``, written without training; finished ones get a summary."""
@@ -322,7 +357,9 @@ def _plant_run(out: Path, run_id: str, overrides: dict, staging: bool = False) -
 
 def test_foreign_finished_run_under_a_points_run_id_is_not_adopted(tmp_path, monkeypatch):
     launched = []
-    monkeypatch.setattr(sweep_mod, "run_point", lambda cmd, threads: launched.append(cmd) or (1, "not run in this test"))
+    monkeypatch.setattr(
+        sweep_mod, "run_point", lambda cmd, threads: launched.append(cmd) or (1, "not run in this test")
+    )
     spec = load_spec(_spec_file(tmp_path, grid={}, points=[{"task.p": 0.2}]))
     (point,) = plan(spec)
     out = tmp_path / "runs"
@@ -332,8 +369,11 @@ def test_foreign_finished_run_under_a_points_run_id_is_not_adopted(tmp_path, mon
     assert got.status == "failed" and str(foreign) in got.error and "another config" in got.error
     assert launched == []  # neither adopted as done nor run over it
     assert {f.name: f.read_bytes() for f in foreign.iterdir() if f.is_file()} == before
-    res = CliRunner().invoke(app, ["sweep", str(_spec_file(tmp_path, grid={}, points=[{"task.p": 0.2}])), "--out", str(out)],
-                             env={"COLUMNS": "400"})
+    res = CliRunner().invoke(
+        app,
+        ["sweep", str(_spec_file(tmp_path, grid={}, points=[{"task.p": 0.2}])), "--out", str(out)],
+        env={"COLUMNS": "400"},
+    )
     assert res.exit_code == 1 and "another config" in res.stdout and "0 done, 1 failed" in res.stdout, res.output
     assert launched == []
 
@@ -349,7 +389,9 @@ def test_matching_finished_run_is_adopted(tmp_path, monkeypatch):
 
 def test_foreign_staging_folder_is_not_resumed(tmp_path, monkeypatch):
     launched = []
-    monkeypatch.setattr(sweep_mod, "run_point", lambda cmd, threads: launched.append(cmd) or (1, "not run in this test"))
+    monkeypatch.setattr(
+        sweep_mod, "run_point", lambda cmd, threads: launched.append(cmd) or (1, "not run in this test")
+    )
     spec = load_spec(_spec_file(tmp_path, grid={}, points=[{"task.p": 0.2}]))
     (point,) = plan(spec)
     staging = _plant_run(tmp_path / "runs", point.run_id, {"task.p": 0.5}, staging=True)
@@ -360,6 +402,7 @@ def test_foreign_staging_folder_is_not_resumed(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------------------------------
 # Ray: a local Ray instance, one task per point.
+
 
 def test_ray_backend_runs_and_indexes_every_point(tmp_path):
     out = tmp_path / "runs"

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,7 +45,7 @@ from tdlab.config import ConfigError, build_config, echo, read_field
 from tdlab.runs import Run, RunDirError, staging_busy, staging_path
 from tdlab.safeio import atomic_write, check_output_folder
 
-__all__ = ["BATCH_FILE", "Job", "Outcome", "estimates", "plan_batch", "run_job", "run_batch", "status_table"]
+__all__ = ["BATCH_FILE", "Job", "Outcome", "estimates", "plan_batch", "run_batch", "run_job", "status_table"]
 
 BATCH_FILE = "batch.json"
 FORMAT = "tdlab-batch/1"
@@ -125,8 +125,11 @@ def measured_times(out: Path, results: Path | None, profile: str, device: str) -
             s = Run(d).summary
         except RunDirError:
             continue
-        if s.get("profile") == profile and _device_kind((s.get("env") or {}).get("device", "cpu")) == kind \
-                and isinstance(s.get("wall_time_s"), (int, float)):
+        if (
+            s.get("profile") == profile
+            and _device_kind((s.get("env") or {}).get("device", "cpu")) == kind
+            and isinstance(s.get("wall_time_s"), (int, float))
+        ):
             times[str(s.get("experiment", d.name))] = float(s["wall_time_s"])
     return times
 
@@ -179,17 +182,24 @@ def _check_folder(out: Path, profile: str, device: str, sets: Sequence[str]) -> 
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ConfigError(f"--out {out}: {BATCH_FILE} is not what tdlab batch writes; use another --out")
         if doc.get("profile") != profile:
-            raise ConfigError(f"--profile: {echo(profile)}, but {out} holds a batch of profile "
-                              f"{echo(str(doc.get('profile')))}; use that profile or another --out")
+            raise ConfigError(
+                f"--profile: {echo(profile)}, but {out} holds a batch of profile "
+                f"{echo(str(doc.get('profile')))}; use that profile or another --out"
+            )
         if doc.get("set", []) != list(sets):
-            raise ConfigError(f"--set: {echo(' '.join(sets)) or 'none'}, but {out} holds a batch run with "
-                              f"{echo(' '.join(map(str, doc.get('set', [])))) or 'none'}; use the same --set or another --out")
+            raise ConfigError(
+                f"--set: {echo(' '.join(sets)) or 'none'}, but {out} holds a batch run with "
+                f"{echo(' '.join(map(str, doc.get('set', [])))) or 'none'}; use the same --set or another --out"
+            )
         return
-    atomic_write(f, json.dumps({"format": FORMAT, "profile": profile, "set": list(sets), "device": device}, indent=1) + "\n")
+    atomic_write(
+        f, json.dumps({"format": FORMAT, "profile": profile, "set": list(sets), "device": device}, indent=1) + "\n"
+    )
 
 
-def plan_batch(names: Sequence[str], profile: str, out: Path, device: str, results: Path | None,
-               sets: Sequence[str] = ()) -> list[Job]:
+def plan_batch(
+    names: Sequence[str], profile: str, out: Path, device: str, results: Path | None, sets: Sequence[str] = ()
+) -> list[Job]:
     """The queue: every experiment in ``names`` with its state in ``out`` and its estimate, the runs still
     to do ordered shortest first."""
     from tdlab.experiments.base import get
@@ -229,12 +239,31 @@ def _command(job: Job, profile: str, out: Path, device: str, every: str, sets: S
     tail = ["--device", device, "--quiet", "--checkpoint-every", every]
     if job.state == "stopped":
         return base + ["--resume", str(out / job.name)] + tail
-    return base + [job.name, "--profile", profile, "--out", str(out), "--run-id", job.name,
-                   *(a for s in sets for a in ("--set", s))] + tail
+    return (
+        base
+        + [
+            job.name,
+            "--profile",
+            profile,
+            "--out",
+            str(out),
+            "--run-id",
+            job.name,
+            *(a for s in sets for a in ("--set", s)),
+        ]
+        + tail
+    )
 
 
-def run_job(name: str, cmd: list[str], env: dict[str, str], log: str, deadline: float | None, grace: float,
-            stop_file: str | None = None) -> Outcome:
+def run_job(
+    name: str,
+    cmd: list[str],
+    env: dict[str, str],
+    log: str,
+    deadline: float | None,
+    grace: float,
+    stop_file: str | None = None,
+) -> Outcome:
     """Run one ``tdlab run`` process, its output appended to ``log``. With ``deadline`` (``time.time()``):
     SIGTERM ``grace`` seconds before it (the run checkpoints and exits 3), SIGKILL at it. Once ``stop_file``
     exists (the batch was asked to stop), the same with the deadline ``grace`` seconds from then. Runs on a
@@ -242,7 +271,9 @@ def run_job(name: str, cmd: list[str], env: dict[str, str], log: str, deadline: 
     t0 = time.time()
     with open(log, "ab") as fh:
         # Its own session: a Ctrl-C at the batch's terminal reaches the batch, which stops its runs cleanly.
-        proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, env={**os.environ, **env}, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
         pid_file = Path(log).with_suffix(".pid")  # what is running now, for a person (or a test) to see
         pid_file.write_text(f"{proc.pid}\n")
         termed = False
@@ -302,10 +333,14 @@ class _Ray:
         try:
             import ray
         except ImportError:
-            raise ConfigError("--backend: ray is not installed; pip install 'tdlab[ray]' or use --backend local") from None
+            raise ConfigError(
+                "--backend: ray is not installed; pip install 'tdlab[ray]' or use --backend local"
+            ) from None
         self.ray, self.started = ray, not ray.is_initialized()
         if self.started:
-            ray.init(address=address, log_to_driver=False) if address else ray.init(include_dashboard=False, log_to_driver=False)
+            ray.init(address=address, log_to_driver=False) if address else ray.init(
+                include_dashboard=False, log_to_driver=False
+            )
         self.remote = ray.remote(num_cpus=threads, num_gpus=gpu, max_retries=0)(run_job)
 
     def submit(self, *args: Any) -> Any:
@@ -317,7 +352,7 @@ class _Ray:
         for h in ready:
             try:
                 out.append((h, self.ray.get(h)))
-            except Exception as exc:  # noqa: BLE001 - a crashed worker fails its run, the batch goes on
+            except Exception as exc:
                 out.append((h, Outcome("?", -1, 0.0, f"{type(exc).__name__}: {exc}")))
         return out
 
@@ -326,7 +361,7 @@ class _Ray:
             self.ray.shutdown()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gpu_free_bytes(device: str) -> float:
     """The device's free memory when the batch first asked (before its runs allocated any): the running runs'
     estimates are counted against it, not against what they left free."""
@@ -337,19 +372,32 @@ def _gpu_free_bytes(device: str) -> float:
 
 
 def run_batch(
-    names: Sequence[str], profile: str, out: Path, *, device: str = "cpu", until_s: float | None = None, jobs: int | None = None,
-    threads: int | None = None, results: Path | None = Path("results"), checkpoint_every: str = "3m",
-    backend: Literal["local", "ray"] = "local", address: str | None = None, grace_s: float | None = None,
-    sets: Sequence[str] = (), say: Callable[[str], None] = print,
+    names: Sequence[str],
+    profile: str,
+    out: Path,
+    *,
+    device: str = "cpu",
+    until_s: float | None = None,
+    jobs: int | None = None,
+    threads: int | None = None,
+    results: Path | None = Path("results"),
+    checkpoint_every: str = "3m",
+    backend: Literal["local", "ray"] = "local",
+    address: str | None = None,
+    grace_s: float | None = None,
+    sets: Sequence[str] = (),
+    say: Callable[[str], None] = print,
 ) -> list[Job]:
     """Run the queue (see the module) until every run finished, ``until_s`` passed or a run failed to start
     again; publish each finished run's record to ``results`` (``None``: do not). Returns the jobs with their
     final states."""
-    from tdlab.results import publish, record_path
     from tdlab.cores import usable_cores
+    from tdlab.results import publish, record_path
 
     names = check_names(names)
-    queue = plan_batch(names, profile, Path(out), device, results, sets)  # every config checked before anything is written
+    queue = plan_batch(
+        names, profile, Path(out), device, results, sets
+    )  # every config checked before anything is written
     out = check_output_folder(out, "--out")
     _check_folder(out, profile, device, sets)
     cores = usable_cores()
@@ -360,12 +408,18 @@ def run_batch(
     grace = grace_s if grace_s is not None else (60.0 if until_s is None else min(60.0, 0.2 * until_s))
     (out / "logs").mkdir(exist_ok=True)
     env = {"TDLAB_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE"}
-    runner = _Ray(address, threads, 1.0 / jobs if _device_kind(device) == "cuda" else 0.0) if backend == "ray" else _Local(jobs)
+    runner = (
+        _Ray(address, threads, 1.0 / jobs if _device_kind(device) == "cuda" else 0.0)
+        if backend == "ray"
+        else _Local(jobs)
+    )
     by_name = {j.name: j for j in queue}
     todo = [j for j in queue if j.state in ("new", "stopped")]
-    say(f"batch {out} ({profile}, {device}, {backend}): {len(queue)} runs, "
+    say(
+        f"batch {out} ({profile}, {device}, {backend}): {len(queue)} runs, "
         f"{sum(j.state in ('done', 'diverged') for j in queue)} finished, {len(todo)} to run on {jobs} jobs x {threads} "
-        f"threads; estimated {_duration(sum(j.estimate_s for j in todo) / jobs)}")
+        f"threads; estimated {_duration(sum(j.estimate_s for j in todo) / jobs)}"
+    )
 
     def publish_one(job: Job, replace: bool) -> None:
         if results is None or job.state not in ("done", "diverged"):
@@ -393,15 +447,20 @@ def run_batch(
             if asked.is_set() and not stopping:  # every running run checkpoints within grace seconds and exits
                 stopping = True
                 stop_file.touch()
-                say(f"stopping: every running run checkpoints within {grace:.0f} s and exits; run the batch again to continue")
+                say(
+                    f"stopping: every running run checkpoints within {grace:.0f} s and exits; run the batch again to continue"
+                )
             past = stopping or (deadline is not None and time.time() >= deadline - grace)
             while todo and len(running) < jobs and not past and _fits(todo[0], running, device):
                 job = todo.pop(0)
                 cmd = _command(job, profile, out, device, checkpoint_every, sets)
-                handle = runner.submit(job.name, cmd, env, str(out / "logs" / f"{job.name}.log"), deadline, grace,
-                                       str(stop_file))
+                handle = runner.submit(
+                    job.name, cmd, env, str(out / "logs" / f"{job.name}.log"), deadline, grace, str(stop_file)
+                )
                 running[handle] = job
-                say(f"start    {job.name} ({'resume' if job.state == 'stopped' else 'new'}; ~{_duration(job.estimate_s)})")
+                say(
+                    f"start    {job.name} ({'resume' if job.state == 'stopped' else 'new'}; ~{_duration(job.estimate_s)})"
+                )
                 job.state = "busy"
             if not running:
                 break
@@ -409,8 +468,10 @@ def run_batch(
                 job = running.pop(handle)
                 job.wall_s = outcome.wall_s
                 job.state, job.note = _after(out, job.name, outcome)
-                say(f"{job.state:8} {job.name} (exit code {outcome.rc}, {_duration(outcome.wall_s)})"
-                    + (f": {job.note}" if job.note else ""))
+                say(
+                    f"{job.state:8} {job.name} (exit code {outcome.rc}, {_duration(outcome.wall_s)})"
+                    + (f": {job.note}" if job.note else "")
+                )
                 publish_one(job, replace=True)
     finally:
         for s, h in old.items():
@@ -439,7 +500,10 @@ def _after(out: Path, name: str, outcome: Outcome) -> tuple[str, str]:
         if outcome.stopped_by_batch:
             return "stopped", "stopped by the batch; resumes from its checkpoints next time"
         if outcome.rc in (STOPPED, 130, -2, -9, -15):
-            return "stopped", f"stopped from outside the batch (exit code {outcome.rc}); resumes from its checkpoints next time"
+            return (
+                "stopped",
+                f"stopped from outside the batch (exit code {outcome.rc}); resumes from its checkpoints next time",
+            )
         return "stopped", f"exit code {outcome.rc}: {outcome.tail}"
     return "failed", f"exit code {outcome.rc}: {outcome.tail}"
 
@@ -463,6 +527,7 @@ def status_table(jobs: Sequence[Job], parallel: int) -> tuple[list[tuple[str, st
         rows.append((j.name, j.state, _duration(j.wall_s) if j.wall_s is not None else "", left, j.note))
     left = [j for j in jobs if j.state not in ("done", "diverged")]
     eta = sum(j.estimate_s for j in left) / max(1, parallel)
-    line = (f"{len(jobs) - len(left)} finished, {len(left)} left"
-            + (f"; about {_duration(eta)} more on {parallel} jobs" if left else ""))
+    line = f"{len(jobs) - len(left)} finished, {len(left)} left" + (
+        f"; about {_duration(eta)} more on {parallel} jobs" if left else ""
+    )
     return rows, line

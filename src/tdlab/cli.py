@@ -28,7 +28,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -79,7 +79,7 @@ class _OneLineErrors(TyperGroup):
     cannot convert or that is out of an option's range) is one line on stderr and exit code 2, not
     the multi-line box typer draws; the rest of typer's behaviour is kept."""
 
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: ANN001
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:  # a caller that handles click's exceptions itself
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -95,8 +95,12 @@ class _OneLineErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-app = typer.Typer(cls=_OneLineErrors, add_completion=False, no_args_is_help=True,
-                  help="tdlab: how transformers learn, reproduced with computed verdicts.")
+app = typer.Typer(
+    cls=_OneLineErrors,
+    add_completion=False,
+    no_args_is_help=True,
+    help="tdlab: how transformers learn, reproduced with computed verdicts.",
+)
 
 
 @app.command("list")
@@ -117,11 +121,11 @@ def list_experiments() -> None:
 class _RunCommand(TyperCommand):
     """``tdlab run``: ``tdlab run NAME --help`` adds the experiment's config keys to the help."""
 
-    def parse_args(self, ctx, args):  # noqa: ANN001, ANN201
+    def parse_args(self, ctx, args):
         ctx.meta["tdlab.args"] = list(args)  # the eager --help runs before NAME is parsed
         return super().parse_args(ctx, args)
 
-    def format_help(self, ctx, formatter):  # noqa: ANN001, ANN201
+    def format_help(self, ctx, formatter):
         super().format_help(ctx, formatter)
         from tdlab.experiments.catalog import CATALOG
 
@@ -133,7 +137,7 @@ class _RunCommand(TyperCommand):
             _print_config_keys(get(name))
 
 
-def _print_config_keys(exp) -> None:  # noqa: ANN001
+def _print_config_keys(exp) -> None:
     """Every ``--set`` key of ``exp``: type, default under each profile, what its source says."""
     from tdlab.config import build_config
     from tdlab.config_fields import config_fields
@@ -150,15 +154,22 @@ def _print_config_keys(exp) -> None:  # noqa: ANN001
             tree = tree.get(part) if isinstance(tree, dict) else None
         return "null" if tree is None else json.dumps(tree, default=str)
 
-    out_console.print(f"\n[bold]{exp.name}[/]: seed {exp.paper}, {exp.figure}. Config keys (--set KEY=VALUE), "
-                      f"each with its type, its default under each profile (--profile) and what it is:",
-                      highlight=False, soft_wrap=True)
+    out_console.print(
+        f"\n[bold]{exp.name}[/]: seed {exp.paper}, {exp.figure}. Config keys (--set KEY=VALUE), "
+        f"each with its type, its default under each profile (--profile) and what it is:",
+        highlight=False,
+        soft_wrap=True,
+    )
     for f in config_fields(exp.Config):
         values = {p: value(d, f.key) for p, d in defaults.items()}
-        shown = (f"= {next(iter(values.values()))}" if len(set(values.values())) == 1
-                 else ", ".join(f"{p} {v}" for p, v in values.items()))
-        out_console.print(f"  [bold]{escape(f.key)}[/]  {escape(f.type_text)}  {escape(shown)}", highlight=False,
-                          soft_wrap=True)
+        shown = (
+            f"= {next(iter(values.values()))}"
+            if len(set(values.values())) == 1
+            else ", ".join(f"{p} {v}" for p, v in values.items())
+        )
+        out_console.print(
+            f"  [bold]{escape(f.key)}[/]  {escape(f.type_text)}  {escape(shown)}", highlight=False, soft_wrap=True
+        )
         doc = f.doc + (f" [set per arm: use {exp.arm_fields[f.key]}]" if f.key in exp.arm_fields else "")
         if doc:
             out_console.print(Padding(Text(doc), (0, 0, 0, 6)), highlight=False)
@@ -166,33 +177,77 @@ def _print_config_keys(exp) -> None:  # noqa: ANN001
 
 @app.command(cls=_RunCommand)
 def run(
-    name: Annotated[Optional[str], typer.Argument(help="experiment name (see `tdlab list`)")] = None,
-    profile: Annotated[str, typer.Option(help="quick (minutes on 2 CPU cores), standard (~30 min on 2 CPU cores: quick trained longer, see tdlab.experiments.standard) or paper (the seed's settings)")] = "quick",
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a config field: --set task.p=0.7")] = None,
-    seeds: Annotated[Optional[int], typer.Option("--seeds", help="ensemble members (independent seeds) per arm")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="root seed of the run")] = None,
+    name: Annotated[str | None, typer.Argument(help="experiment name (see `tdlab list`)")] = None,
+    profile: Annotated[
+        str,
+        typer.Option(
+            help="quick (minutes on 2 CPU cores), standard (~30 min on 2 CPU cores: quick trained longer, see tdlab.experiments.standard) or paper (the seed's settings)"
+        ),
+    ] = "quick",
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override a config field: --set task.p=0.7")] = None,
+    seeds: Annotated[int | None, typer.Option("--seeds", help="ensemble members (independent seeds) per arm")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="root seed of the run")] = None,
     device: Annotated[str, typer.Option(help="cpu, or cuda / cuda:N where a GPU exists")] = "cpu",
     out: Annotated[Path, typer.Option(help="folder that holds run directories")] = DEFAULT_OUT,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
-    resume: Annotated[Optional[Path], typer.Option(help="finish an interrupted run (OUT/RUN_ID) from its checkpoints")] = None,
-    run_id: Annotated[Optional[str], typer.Option(help="name of the run directory (default: time stamp + experiment)")] = None,
-    sweep: Annotated[Optional[str], typer.Option(hidden=True, help="tag the run with the sweep it belongs to")] = None,
-    decide: Annotated[bool, typer.Option("--decide", help="add members (and, for claims at convergence, training) in "
-                                         "rounds until the paper claims are settled (a fixed schedule of looks, the "
-                                         "error rate split across them)")] = False,
+    resume: Annotated[
+        Path | None, typer.Option(help="finish an interrupted run (OUT/RUN_ID) from its checkpoints")
+    ] = None,
+    run_id: Annotated[
+        str | None, typer.Option(help="name of the run directory (default: time stamp + experiment)")
+    ] = None,
+    sweep: Annotated[str | None, typer.Option(hidden=True, help="tag the run with the sweep it belongs to")] = None,
+    decide: Annotated[
+        bool,
+        typer.Option(
+            "--decide",
+            help="add members (and, for claims at convergence, training) in "
+            "rounds until the paper claims are settled (a fixed schedule of looks, the "
+            "error rate split across them)",
+        ),
+    ] = False,
     budget: Annotated[str, typer.Option(help="--decide: wall time for all rounds (90s, 30m, 1.5h)")] = "30m",
-    looks: Annotated[int, typer.Option(help="--decide: looks in all, the first pass included; members double at each")] = 4,
-    tensorboard: Annotated[Optional[Path], typer.Option(help="also write the metrics live as TensorBoard scalars to this "
-                                                        "folder (one run per member, tags ARM/NAME): tensorboard --logdir DIR")] = None,
-    lanes: Annotated[Optional[int], typer.Option(min=1, help="independent fits trained at once on one-thread CPU lanes, "
-                                                 "where the experiment trains on one thread (same numbers; default: "
-                                                 "the usable cores; 1: one after another)")] = None,
-    checkpoint_every: Annotated[str, typer.Option(help="save a resumable checkpoint of every training fit after this "
-                                                  "much wall time (90s, 5m; 'off': only at the end of each chunk)")] = "5m",
-    until: Annotated[Optional[str], typer.Option(help="stop cleanly after this wall time (90s, 9m, 1h): checkpoint, "
-                                                 "keep the staging folder, exit 3; --resume continues it")] = None,
-    threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads for this run (default: the usable cores "
-                                                   "that other tdlab processes do not hold, at least 1)")] = None,
+    looks: Annotated[
+        int, typer.Option(help="--decide: looks in all, the first pass included; members double at each")
+    ] = 4,
+    tensorboard: Annotated[
+        Path | None,
+        typer.Option(
+            help="also write the metrics live as TensorBoard scalars to this "
+            "folder (one run per member, tags ARM/NAME): tensorboard --logdir DIR"
+        ),
+    ] = None,
+    lanes: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="independent fits trained at once on one-thread CPU lanes, "
+            "where the experiment trains on one thread (same numbers; default: "
+            "the usable cores; 1: one after another)",
+        ),
+    ] = None,
+    checkpoint_every: Annotated[
+        str,
+        typer.Option(
+            help="save a resumable checkpoint of every training fit after this "
+            "much wall time (90s, 5m; 'off': only at the end of each chunk)"
+        ),
+    ] = "5m",
+    until: Annotated[
+        str | None,
+        typer.Option(
+            help="stop cleanly after this wall time (90s, 9m, 1h): checkpoint, "
+            "keep the staging folder, exit 3; --resume continues it"
+        ),
+    ] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="CPU threads for this run (default: the usable cores "
+            "that other tdlab processes do not hold, at least 1)",
+        ),
+    ] = None,
 ) -> None:
     """Run an experiment: progress bar, then a computed verdict per claim; writes a run directory.
     `tdlab run NAME --help` lists NAME's config keys with their types and defaults. SIGTERM, or --until,
@@ -202,13 +257,20 @@ def run(
     from tdlab.train.stopping import INTERRUPTED_EXIT_CODE, STOPPED_EXIT_CODE, RunStopped, stopping
 
     try:
-        every_s = None if checkpoint_every.strip().lower() == "off" else parse_duration(checkpoint_every, "--checkpoint-every")
+        every_s = (
+            None
+            if checkpoint_every.strip().lower() == "off"
+            else parse_duration(checkpoint_every, "--checkpoint-every")
+        )
         until_s = None if until is None else parse_duration(until, "--until")
     except ConfigError as exc:
         _fail(str(exc))
+
     def said(signal_name: str) -> None:
-        _notice(f"{'Ctrl-C' if signal_name == 'SIGINT' else signal_name}: stopping after the current step with a "
-                    f"checkpoint ({'Ctrl-C' if signal_name == 'SIGINT' else signal_name} again: at once)")
+        _notice(
+            f"{'Ctrl-C' if signal_name == 'SIGINT' else signal_name}: stopping after the current step with a "
+            f"checkpoint ({'Ctrl-C' if signal_name == 'SIGINT' else signal_name} again: at once)"
+        )
 
     import torch
 
@@ -218,8 +280,24 @@ def run(
     torch.set_num_threads(share)
     try:
         with stopping(every_s, until_s, on_signal=said) as policy:
-            finished = _run_or_resume(name, profile, set_, seeds, seed, device, out, quiet, resume, run_id, sweep,
-                                      decide, budget, looks, tensorboard, lane_cap)
+            finished = _run_or_resume(
+                name,
+                profile,
+                set_,
+                seeds,
+                seed,
+                device,
+                out,
+                quiet,
+                resume,
+                run_id,
+                sweep,
+                decide,
+                budget,
+                looks,
+                tensorboard,
+                lane_cap,
+            )
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     except RunNotMovedError as exc:  # a finished run left in its staging folder: kept, named, exit 1
@@ -227,8 +305,11 @@ def run(
         raise typer.Exit(code=1) from None
     except RunStopped as stop:
         where = getattr(stop, "run_dir", None)
-        _notice(f"{stop}; the staging folder keeps the checkpoints: `tdlab run --resume {where}` continues it"
-                if where is not None else str(stop))
+        _notice(
+            f"{stop}; the staging folder keeps the checkpoints: `tdlab run --resume {where}` continues it"
+            if where is not None
+            else str(stop)
+        )
         raise typer.Exit(code=INTERRUPTED_EXIT_CODE if policy.signal_name == "SIGINT" else STOPPED_EXIT_CODE) from None
     except KeyboardInterrupt as stop:  # a second Ctrl-C, or one where no checkpointed fit was training
         _notice(_kept(getattr(stop, "run_dir", None)))
@@ -242,7 +323,7 @@ def run(
         raise typer.Exit(code=1)
 
 
-def _kept(final: Optional[Path]) -> str:
+def _kept(final: Path | None) -> str:
     """What an interrupted run kept: its staging folder's checkpoints and the command that resumes it."""
     from tdlab.runs import staging_path
 
@@ -252,12 +333,30 @@ def _kept(final: Optional[Path]) -> str:
     checkpoints = sorted((staging / "checkpoints").glob("*.json")) if staging.is_dir() else []
     if not checkpoints:
         return "interrupted: no fit had saved a checkpoint, so nothing was kept"
-    return (f"interrupted: {len(checkpoints)} checkpoint(s) kept in {staging}; `tdlab run --resume {final}` continues "
-            f"from them")
+    return (
+        f"interrupted: {len(checkpoints)} checkpoint(s) kept in {staging}; `tdlab run --resume {final}` continues "
+        f"from them"
+    )
 
 
-def _run_or_resume(name, profile, set_, seeds, seed, device, out, quiet, resume, run_id, sweep, decide, budget, looks,
-                   tensorboard, lane_cap):
+def _run_or_resume(
+    name,
+    profile,
+    set_,
+    seeds,
+    seed,
+    device,
+    out,
+    quiet,
+    resume,
+    run_id,
+    sweep,
+    decide,
+    budget,
+    looks,
+    tensorboard,
+    lane_cap,
+):
     """The body of :func:`run`: resume ``resume``, or run ``name`` (config, decide plan, TensorBoard sink)."""
     from tdlab.experiments import runner
     from tdlab.experiments.base import get
@@ -266,8 +365,10 @@ def _run_or_resume(name, profile, set_, seeds, seed, device, out, quiet, resume,
         if name is not None or set_:
             raise ConfigError("--resume: takes no experiment name or --set (the run's own config is used)")
         if tensorboard is not None:
-            raise ConfigError("--tensorboard: not with --resume (the rows before the interruption are not streamed); "
-                              "export the finished run: tdlab export RUN_DIR --to tensorboard --out DIR")
+            raise ConfigError(
+                "--tensorboard: not with --resume (the rows before the interruption are not streamed); "
+                "export the finished run: tdlab export RUN_DIR --to tensorboard --out DIR"
+            )
         with limited_to(lane_cap):
             return runner.resume(resume, runner.check_device(device), progress=not quiet)
     if name is None:
@@ -283,7 +384,7 @@ def _run_or_resume(name, profile, set_, seeds, seed, device, out, quiet, resume,
         return runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep, plan)
 
 
-def _tensorboard_sink(folder: Path, out: Path, run_id: Optional[str]):
+def _tensorboard_sink(folder: Path, out: Path, run_id: str | None):
     """The live TensorBoard sink of ``run --tensorboard DIR``: ``DIR`` checked like an output folder
     (:func:`tdlab.export.tensorboard.check_folder`; nothing written until the first scalar), and not the
     run directory this run will write."""
@@ -295,8 +396,10 @@ def _tensorboard_sink(folder: Path, out: Path, run_id: Optional[str]):
         here, final = path.resolve(), (out / run_id).expanduser().resolve()
         for run_dir in (final, staging_path(final)):
             if here == run_dir or run_dir in here.parents:
-                raise ConfigError(f"--tensorboard {echo(str(folder))}: inside the run directory {final} this run writes; "
-                                  f"write somewhere else")
+                raise ConfigError(
+                    f"--tensorboard {echo(str(folder))}: inside the run directory {final} this run writes; "
+                    f"write somewhere else"
+                )
     return TensorBoardScalars(path)
 
 
@@ -318,22 +421,33 @@ _COLORS = {"holds": "green", "fails": "red", "not resolved": "yellow", "not eval
 
 def _print_summary(summary: dict, path: Path) -> None:
     """One line per claim group (paper claims, then sanity checks apart), arms that did not train."""
-    out_console.print(f"\n[bold]{summary['experiment']}[/] ({summary['figure']}) — status {summary['status']}"
-                      + (f": {summary['error']}" if summary.get("error") else ""))
+    out_console.print(
+        f"\n[bold]{summary['experiment']}[/] ({summary['figure']}) — status {summary['status']}"
+        + (f": {summary['error']}" if summary.get("error") else "")
+    )
     for arm, h in (summary.get("arms") or {}).items():
         if not h.get("trained", True):
-            out_console.print(f"[yellow]{h['status'].upper()}[/] arm {arm}: {'; '.join(h.get('reasons', []))}",
-                              highlight=False, soft_wrap=True)
+            out_console.print(
+                f"[yellow]{h['status'].upper()}[/] arm {arm}: {'; '.join(h.get('reasons', []))}",
+                highlight=False,
+                soft_wrap=True,
+            )
     for title, key in (("paper claims", "claims"), ("sanity checks", "sanity")):
         groups = summary.get(key) or []
         if not groups:
             continue
-        tally = ", ".join(f"{n} {v}" for v in ("holds", "fails", "not resolved", "not evaluable")
-                          if (n := sum(g["verdict"] == v for g in groups)))
+        tally = ", ".join(
+            f"{n} {v}"
+            for v in ("holds", "fails", "not resolved", "not evaluable")
+            if (n := sum(g["verdict"] == v for g in groups))
+        )
         out_console.print(f"[bold]{title}[/] ({tally}):", highlight=False)
         for g in groups:
-            out_console.print(f"  [{_COLORS[g['verdict']]}]{g['verdict'].upper():13}[/] {_group_line(g)}",
-                              highlight=False, soft_wrap=True)
+            out_console.print(
+                f"  [{_COLORS[g['verdict']]}]{g['verdict'].upper():13}[/] {_group_line(g)}",
+                highlight=False,
+                soft_wrap=True,
+            )
     for n in summary.get("notes", []):
         out_console.print(f"  · {n}", highlight=False, soft_wrap=True)
     if summary.get("decide"):
@@ -373,8 +487,15 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")]) -> 
 @app.command()
 def runs(
     out: Annotated[Path, typer.Option(help="folder that holds run directories")] = DEFAULT_OUT,
-    where: Annotated[Optional[str], typer.Option(help="SQL condition, e.g. 'claims.failed > 0', \"experiment = 'markov-init'\", 'config.task.p >= 0.5'")] = None,
-    reindex: Annotated[bool, typer.Option("--reindex", help="rebuild the index from the run directories first")] = False,
+    where: Annotated[
+        str | None,
+        typer.Option(
+            help="SQL condition, e.g. 'claims.failed > 0', \"experiment = 'markov-init'\", 'config.task.p >= 0.5'"
+        ),
+    ] = None,
+    reindex: Annotated[
+        bool, typer.Option("--reindex", help="rebuild the index from the run directories first")
+    ] = False,
 ) -> None:
     """Table of past runs with their claim verdicts, from the run index (OUT/index.sqlite)."""
     from tdlab.index import INDEX_NAME, RunIndex, set_aside_if_corrupt
@@ -383,8 +504,12 @@ def runs(
         check_output_folder(out, "--out")  # the index is written there: a folder, writable, not a run directory
         aside = set_aside_if_corrupt(out) if reindex else None  # a corrupt index is kept, not deleted
         if aside is not None:
-            err_console.print(f"{out / INDEX_NAME} was corrupt: moved aside to {aside}; rebuilding the index",
-                              highlight=False, soft_wrap=True, markup=False)
+            err_console.print(
+                f"{out / INDEX_NAME} was corrupt: moved aside to {aside}; rebuilding the index",
+                highlight=False,
+                soft_wrap=True,
+                markup=False,
+            )
         fresh = not (out / INDEX_NAME).exists()
         index = RunIndex(out)
         if reindex or fresh:
@@ -393,13 +518,23 @@ def runs(
         rows = index.query(where)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
-    table = Table("run", "experiment", "profile", "status", "claims held", "fail", "unresolved", "n/e", "wall (s)", "sweep")
+    table = Table(
+        "run", "experiment", "profile", "status", "claims held", "fail", "unresolved", "n/e", "wall (s)", "sweep"
+    )
     for r in rows:
         s = r["summary"] or {}
-        table.add_row(r["run_id"], r["experiment"] or "?", r["profile"] or "?", r["status"] or "?",
-                      f"{s.get('claims_held', 0)}/{r['claims_total'] or 0}", str(r["claims_failed"] or 0),
-                      str(s.get("claims_not_resolved", 0)), str(s.get("claims_not_evaluable", 0)),
-                      f"{r['wall_time_s'] or 0:.0f}", r["sweep"] or "")
+        table.add_row(
+            r["run_id"],
+            r["experiment"] or "?",
+            r["profile"] or "?",
+            r["status"] or "?",
+            f"{s.get('claims_held', 0)}/{r['claims_total'] or 0}",
+            str(r["claims_failed"] or 0),
+            str(s.get("claims_not_resolved", 0)),
+            str(s.get("claims_not_evaluable", 0)),
+            f"{r['wall_time_s'] or 0:.0f}",
+            r["sweep"] or "",
+        )
     out_console.print(table)
     out_console.print(f"{len(rows)} run(s)", highlight=False)
 
@@ -409,7 +544,9 @@ def sweep_cmd(
     spec: Annotated[Path, typer.Argument(help="sweep spec (YAML): experiment, profile, set, grid, points")],
     backend: Annotated[str, typer.Option(help="local (process pool) or ray")] = "local",
     workers: Annotated[int, typer.Option(min=1, help="points run at once")] = 2,
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster address HOST:PORT (ray backend; default: a local Ray instance)")] = None,
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address HOST:PORT (ray backend; default: a local Ray instance)")
+    ] = None,
     out: Annotated[Path, typer.Option(help="folder that holds run directories")] = DEFAULT_OUT,
     max_points: Annotated[int, typer.Option(min=1, help="refuse specs with more points than this")] = 10_000,
 ) -> None:
@@ -423,8 +560,9 @@ def sweep_cmd(
         plan = load_spec(spec, max_points)
         check_not_in_run(out, "--out")
         check_out(out)  # before the first point writes anything
-        points = run_sweep(plan, out, backend, workers, address,
-                           echo=lambda m: out_console.print(m, highlight=False, soft_wrap=True))
+        points = run_sweep(
+            plan, out, backend, workers, address, echo=lambda m: out_console.print(m, highlight=False, soft_wrap=True)
+        )
     except ConfigError as exc:
         _fail(str(exc))
     if any(p.status == "failed" for p in points):
@@ -433,22 +571,35 @@ def sweep_cmd(
 
 @app.command("batch")
 def batch_cmd(
-    names: Annotated[Optional[list[str]], typer.Argument(help="experiments (default: every one)")] = None,
+    names: Annotated[list[str] | None, typer.Argument(help="experiments (default: every one)")] = None,
     profile: Annotated[str, typer.Option(help="the profile every run uses (paper: the seeds' settings)")] = "paper",
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a config field of every run: --set train.steps=300")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="override a config field of every run: --set train.steps=300")
+    ] = None,
     device: Annotated[str, typer.Option(help="cpu, or cuda / cuda:N where a GPU exists")] = "cpu",
-    until: Annotated[Optional[str], typer.Option(help="stop after this wall time (9m, 1.5h): running runs checkpoint "
-                                                 "and exit; the next batch continues them")] = None,
-    jobs: Annotated[Optional[int], typer.Option(min=1, help="runs at once (default: cores / threads on the CPU; up to "
-                                                "8 on a GPU, as its free memory allows)")] = None,
-    threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads per run (default: cores / jobs)")] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            help="stop after this wall time (9m, 1.5h): running runs checkpoint and exit; the next batch continues them"
+        ),
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="runs at once (default: cores / threads on the CPU; up to 8 on a GPU, as its free memory allows)",
+        ),
+    ] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads per run (default: cores / jobs)")] = None,
     out: Annotated[Path, typer.Option(help="the batch folder: its runs and its state")] = Path("batch"),
-    results: Annotated[str, typer.Option(help="publish each finished run's record to RESULTS/PROFILE/NAME.json "
-                                         "('' : do not publish)")] = "results",
+    results: Annotated[
+        str, typer.Option(help="publish each finished run's record to RESULTS/PROFILE/NAME.json ('' : do not publish)")
+    ] = "results",
     checkpoint_every: Annotated[str, typer.Option(help="each run saves a checkpoint after this much wall time")] = "3m",
     backend: Annotated[str, typer.Option(help="local (processes on this machine) or ray")] = "local",
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster address HOST:PORT (ray backend; its nodes must "
-                                                   "see --out)")] = None,
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address HOST:PORT (ray backend; its nodes must see --out)")
+    ] = None,
 ) -> None:
     """Run a queue of experiments whose state is its output folder: invoked again (here or on any machine
     with the folder) it resumes every unfinished run from its checkpoints. Prints what finished, what is
@@ -463,10 +614,21 @@ def batch_cmd(
         parse_duration(checkpoint_every, "--checkpoint-every")
         check_not_in_run(out, "--out")
         check_device(device)
-        done = run_batch(names or [], profile, out, device=device, until_s=until_s, jobs=jobs, threads=threads,
-                         results=Path(results) if results else None, checkpoint_every=checkpoint_every,
-                         backend=backend, address=address, sets=set_ or [],  # type: ignore[arg-type]
-                         say=lambda m: out_console.print(m, highlight=False, soft_wrap=True, markup=False))
+        done = run_batch(
+            names or [],
+            profile,
+            out,
+            device=device,
+            until_s=until_s,
+            jobs=jobs,
+            threads=threads,
+            results=Path(results) if results else None,
+            checkpoint_every=checkpoint_every,
+            backend=backend,
+            address=address,
+            sets=set_ or [],  # type: ignore[arg-type]
+            say=lambda m: out_console.print(m, highlight=False, soft_wrap=True, markup=False),
+        )
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     rows, line = status_table(done, jobs or 1)
@@ -481,8 +643,11 @@ def batch_cmd(
         raise typer.Exit(code=3)
 
 
-results_app = typer.Typer(cls=_OneLineErrors, no_args_is_help=True,
-                          help="Published records (results/PROFILE/NAME.json): publish finished runs, check and re-judge.")
+results_app = typer.Typer(
+    cls=_OneLineErrors,
+    no_args_is_help=True,
+    help="Published records (results/PROFILE/NAME.json): publish finished runs, check and re-judge.",
+)
 app.add_typer(results_app, name="results")
 
 
@@ -490,8 +655,9 @@ app.add_typer(results_app, name="results")
 def results_publish(
     run_dirs: Annotated[list[Path], typer.Argument(help="finished run directories")],
     to: Annotated[Path, typer.Option(help="the results folder")] = Path("results"),
-    commit: Annotated[Optional[str], typer.Option(help="the commit that trained them, for runs of a tdlab that "
-                                                  "recorded none")] = None,
+    commit: Annotated[
+        str | None, typer.Option(help="the commit that trained them, for runs of a tdlab that recorded none")
+    ] = None,
 ) -> None:
     """Write each run's record to TO/PROFILE/NAME.json (a run with no record.json is analysed again)."""
     from tdlab.results import publish
@@ -509,8 +675,12 @@ def results_publish(
 
 @results_app.command("check")
 def results_check(
-    folder: Annotated[Path, typer.Argument(help="a results folder of one profile (results/paper)")] = Path("results/paper"),
-    write: Annotated[bool, typer.Option("--write", help="rewrite the records the current rules judge differently")] = False,
+    folder: Annotated[Path, typer.Argument(help="a results folder of one profile (results/paper)")] = Path(
+        "results/paper"
+    ),
+    write: Annotated[
+        bool, typer.Option("--write", help="rewrite the records the current rules judge differently")
+    ] = False,
 ) -> None:
     """Load every record (schema, experiment, profile, commits) and re-judge it with the current claims layer
     on its stored measurements: lists the groups whose verdict or cause the current rules would move (exit 1
@@ -529,8 +699,11 @@ def results_check(
             new = rejudged(rec)
             before = {g["id"]: (g["verdict"], g["cause"]) for g in rec.claims + rec.sanity}
             after = {g["id"]: (g["verdict"], g["cause"]) for g in new.claims + new.sanity}
-            lines = [f"{name} {gid}: {' / '.join(before.get(gid, ('absent', '')))} -> {' / '.join(v)}"
-                     for gid, v in after.items() if before.get(gid) != v]
+            lines = [
+                f"{name} {gid}: {' / '.join(before.get(gid, ('absent', '')))} -> {' / '.join(v)}"
+                for gid, v in after.items()
+                if before.get(gid) != v
+            ]
             moved += lines
             if lines:
                 changed.append(new)
@@ -539,8 +712,12 @@ def results_check(
                 atomic_write(record_path(folder.parent, rec.profile, rec.experiment), record_text(rec.model_dump()))
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
-    out_console.print(f"{len(records)} records in {folder}; {len(moved)} groups the current rules would move"
-                      + (f"; {len(changed)} records rewritten" if write else ""), highlight=False, markup=False)
+    out_console.print(
+        f"{len(records)} records in {folder}; {len(moved)} groups the current rules would move"
+        + (f"; {len(changed)} records rewritten" if write else ""),
+        highlight=False,
+        markup=False,
+    )
     for m in moved:
         out_console.print(f"  {m}", highlight=False, markup=False, soft_wrap=True)
     if moved and not write:
@@ -549,13 +726,24 @@ def results_check(
 
 @app.command()
 def findings(
-    run_dirs: Annotated[Optional[list[Path]], typer.Argument(help="run directories, in the order of the table")] = None,
-    results: Annotated[Optional[Path], typer.Option(help="a results folder (results/): the verdicts at the seeds' own "
-                                                    "settings (its paper records) beside quick's, by seed and by experiment, "
-                                                    "instead of run directories")] = None,
-    readme: Annotated[Optional[Path], typer.Option(help="write between the findings markers of this file instead of printing")] = None,
-    before: Annotated[Optional[Path], typer.Option(help="a folder of earlier run directories (one per experiment): add what changed")] = None,
-    section: Annotated[str, typer.Option(help="--readme: write between <!-- SECTION:start --> and <!-- SECTION:end -->")] = "findings",
+    run_dirs: Annotated[list[Path] | None, typer.Argument(help="run directories, in the order of the table")] = None,
+    results: Annotated[
+        Path | None,
+        typer.Option(
+            help="a results folder (results/): the verdicts at the seeds' own "
+            "settings (its paper records) beside quick's, by seed and by experiment, "
+            "instead of run directories"
+        ),
+    ] = None,
+    readme: Annotated[
+        Path | None, typer.Option(help="write between the findings markers of this file instead of printing")
+    ] = None,
+    before: Annotated[
+        Path | None, typer.Option(help="a folder of earlier run directories (one per experiment): add what changed")
+    ] = None,
+    section: Annotated[
+        str, typer.Option(help="--readme: write between <!-- SECTION:start --> and <!-- SECTION:end -->")
+    ] = "findings",
 ) -> None:
     """The findings table (verdict counts per run, causes, one line per claim group), generated from run
     directories; with --readme, written between the README's findings markers; with --before, the
@@ -567,13 +755,17 @@ def findings(
             raise ConfigError("findings: give run directories or --results DIR, one of them")
         text = _published_markdown(results) if results is not None else findings_markdown(run_dirs or [])
         if before is not None:
-            text += "\n**What changed** (each experiment's paper groups against its run under `" + before.name + "`):\n\n"
+            text += (
+                "\n**What changed** (each experiment's paper groups against its run under `" + before.name + "`):\n\n"
+            )
             text += changes_markdown(run_dirs, before)
         if readme is None:
             out_console.print(text, highlight=False, soft_wrap=True, markup=False)
         else:
             if not re.fullmatch(r"[a-z][a-z0-9-]*", section):
-                raise ConfigError(f"--section: {section!r} is not a marker name; allowed: lower-case letters, digits, '-'")
+                raise ConfigError(
+                    f"--section: {section!r} is not a marker name; allowed: lower-case letters, digits, '-'"
+                )
             replace_between_markers(readme, text, section)
             what = f"records of {results}" if results is not None else f"{len(run_dirs or [])} run(s)"
             out_console.print(f"findings of {what} written to {readme}", highlight=False)
@@ -593,27 +785,51 @@ def _published_markdown(results: Path) -> str:
         raise ConfigError(f"--results: {results}/paper holds no record; `tdlab batch --profile paper` writes them")
     exps = list(registry().values())
     undecided = undecided_lines(pub)
-    return ("**By seed** (paper claim groups; the seed's settings from `results/paper`, quick from `results/quick` over "
-            "the same experiments):\n\n" + seed_table(pub, exps) + "\n**By experiment:**\n\n" + experiment_table(pub, exps)
-            + (f"\n**Not decided at the seed's settings** ({len(undecided)} groups):\n\n"
-               + "\n".join(f"- {u}" for u in undecided) + "\n" if undecided else ""))
+    return (
+        "**By seed** (paper claim groups; the seed's settings from `results/paper`, quick from `results/quick` over "
+        "the same experiments):\n\n"
+        + seed_table(pub, exps)
+        + "\n**By experiment:**\n\n"
+        + experiment_table(pub, exps)
+        + (
+            f"\n**Not decided at the seed's settings** ({len(undecided)} groups):\n\n"
+            + "\n".join(f"- {u}" for u in undecided)
+            + "\n"
+            if undecided
+            else ""
+        )
+    )
 
 
-atlas_app = typer.Typer(cls=_OneLineErrors, no_args_is_help=True,
-                        help="The claims atlas: where each paper claim holds, as a static site built from the run index.")
+atlas_app = typer.Typer(
+    cls=_OneLineErrors,
+    no_args_is_help=True,
+    help="The claims atlas: where each paper claim holds, as a static site built from the run index.",
+)
 app.add_typer(atlas_app, name="atlas")
 
 
 @atlas_app.command("run")
 def atlas_run(
-    experiments: Annotated[Optional[list[str]], typer.Argument(help="experiments (default: every one that declares atlas axes)")] = None,
-    profile: Annotated[str, typer.Option(help="quick (a coarser grid, minutes), standard or paper (the declared ranges)")] = "quick",
+    experiments: Annotated[
+        list[str] | None, typer.Argument(help="experiments (default: every one that declares atlas axes)")
+    ] = None,
+    profile: Annotated[
+        str, typer.Option(help="quick (a coarser grid, minutes), standard or paper (the declared ranges)")
+    ] = "quick",
     backend: Annotated[str, typer.Option(help="local (process pool) or ray")] = "local",
     workers: Annotated[int, typer.Option(min=1, help="points run at once")] = 2,
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster address HOST:PORT (ray backend)")] = None,
-    runs_dir: Annotated[Path, typer.Option("--runs", help="folder that holds run directories and the index")] = DEFAULT_OUT,
-    decide: Annotated[Optional[str], typer.Option(help="run every point with --decide and this budget (90s, 30m, 1.5h); "
-                                                  "use another --runs than the undecided atlas's")] = None,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address HOST:PORT (ray backend)")] = None,
+    runs_dir: Annotated[
+        Path, typer.Option("--runs", help="folder that holds run directories and the index")
+    ] = DEFAULT_OUT,
+    decide: Annotated[
+        str | None,
+        typer.Option(
+            help="run every point with --decide and this budget (90s, 30m, 1.5h); "
+            "use another --runs than the undecided atlas's"
+        ),
+    ] = None,
 ) -> None:
     """Sweep each experiment's atlas axes (points already in the runs folder are skipped, killed ones resumed)."""
     from tdlab.atlas.axes import atlas_spec, experiments_with_axes
@@ -630,8 +846,14 @@ def atlas_run(
         check_output_folder(runs_dir, "--runs")
         failed = False
         for spec in specs:
-            points = run_sweep(spec, runs_dir, backend, workers, address,
-                               echo=lambda m: out_console.print(m, highlight=False, soft_wrap=True))
+            points = run_sweep(
+                spec,
+                runs_dir,
+                backend,
+                workers,
+                address,
+                echo=lambda m: out_console.print(m, highlight=False, soft_wrap=True),
+            )
             failed |= any(p.status == "failed" for p in points)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
@@ -642,8 +864,10 @@ def atlas_run(
 
 @atlas_app.command("build")
 def atlas_build(
-    runs_dir: Annotated[Path, typer.Option("--runs", help="folder that holds run directories and the index")] = DEFAULT_OUT,
-    out: Annotated[Optional[Path], typer.Option(help="site folder (default: RUNS/atlas)")] = None,
+    runs_dir: Annotated[
+        Path, typer.Option("--runs", help="folder that holds run directories and the index")
+    ] = DEFAULT_OUT,
+    out: Annotated[Path | None, typer.Option(help="site folder (default: RUNS/atlas)")] = None,
 ) -> None:
     """Write the static atlas site (front page, one page per experiment, every run's report) from the run index."""
     from tdlab.atlas.site import build_site
@@ -683,17 +907,26 @@ def atlas_serve(
         server.server_close()
 
 
-docs_app = typer.Typer(cls=_OneLineErrors, no_args_is_help=True,
-                       help="The documentation site: seed pages generated from the registry and the runs, then mkdocs build --strict.")
+docs_app = typer.Typer(
+    cls=_OneLineErrors,
+    no_args_is_help=True,
+    help="The documentation site: seed pages generated from the registry and the runs, then mkdocs build --strict.",
+)
 app.add_typer(docs_app, name="docs")
 
 
 @docs_app.command("build")
 def docs_build(
-    runs_dir: Annotated[Path, typer.Option("--runs", help="folder of run directories: the newest run of each experiment "
-                                                          "gives its seed page's verdicts and figures (none: 'no run yet')")] = DEFAULT_OUT,
-    site: Annotated[Optional[Path], typer.Option(help="site folder (default: mkdocs.yml's site_dir)")] = None,
-    config: Annotated[Optional[Path], typer.Option(help="mkdocs.yml (default: here, else tdlab's checkout)")] = None,
+    runs_dir: Annotated[
+        Path,
+        typer.Option(
+            "--runs",
+            help="folder of run directories: the newest run of each experiment "
+            "gives its seed page's verdicts and figures (none: 'no run yet')",
+        ),
+    ] = DEFAULT_OUT,
+    site: Annotated[Path | None, typer.Option(help="site folder (default: mkdocs.yml's site_dir)")] = None,
+    config: Annotated[Path | None, typer.Option(help="mkdocs.yml (default: here, else tdlab's checkout)")] = None,
 ) -> None:
     """Write docs/seeds/ (one page per seed paper) and build the site with mkdocs build --strict."""
     from tdlab.report.docs_site import build_site
@@ -705,14 +938,20 @@ def docs_build(
         result = build_site(runs_dir, site, config, warn)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
-    out_console.print(f"seed pages: {len(result.pages)} from {result.runs_found} run(s) in {result.generate_s:.1f} s; "
-                      f"mkdocs build --strict: {result.build_s:.1f} s; site: {result.site}", highlight=False, soft_wrap=True)
+    out_console.print(
+        f"seed pages: {len(result.pages)} from {result.runs_found} run(s) in {result.generate_s:.1f} s; "
+        f"mkdocs build --strict: {result.build_s:.1f} s; site: {result.site}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @docs_app.command("serve")
 def docs_serve(
-    runs_dir: Annotated[Path, typer.Option("--runs", help="folder of run directories for the seed pages")] = DEFAULT_OUT,
-    config: Annotated[Optional[Path], typer.Option(help="mkdocs.yml (default: here, else tdlab's checkout)")] = None,
+    runs_dir: Annotated[
+        Path, typer.Option("--runs", help="folder of run directories for the seed pages")
+    ] = DEFAULT_OUT,
+    config: Annotated[Path | None, typer.Option(help="mkdocs.yml (default: here, else tdlab's checkout)")] = None,
     port: Annotated[int, typer.Option(min=0, max=65535, help="port")] = 8000,
 ) -> None:
     """Write the seed pages, then mkdocs serve (a live preview on 127.0.0.1; Ctrl-C stops)."""
@@ -728,8 +967,11 @@ def docs_serve(
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     try:
-        subprocess.run([sys.executable, "-m", "mkdocs", "serve", "--config-file", str(cfg), "--dev-addr",
-                        f"127.0.0.1:{port}"], cwd=cfg.parent, env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
+        subprocess.run(
+            [sys.executable, "-m", "mkdocs", "serve", "--config-file", str(cfg), "--dev-addr", f"127.0.0.1:{port}"],
+            cwd=cfg.parent,
+            env=dict(os.environ, NO_MKDOCS_2_WARNING="1"),
+        )
     except KeyboardInterrupt:
         pass
 
@@ -737,10 +979,23 @@ def docs_serve(
 @app.command("export")
 def export_cmd(
     run_dir: Annotated[Path, typer.Argument(help="a run directory")],
-    arm: Annotated[Optional[str], typer.Option(help="the arm to export (transformer-lens: required; tensorboard: only this arm's metrics)")] = None,
-    member: Annotated[Optional[int], typer.Option(min=0, help="ensemble member index (transformer-lens: required; tensorboard: only this member's metrics)")] = None,
+    arm: Annotated[
+        str | None,
+        typer.Option(help="the arm to export (transformer-lens: required; tensorboard: only this arm's metrics)"),
+    ] = None,
+    member: Annotated[
+        int | None,
+        typer.Option(
+            min=0, help="ensemble member index (transformer-lens: required; tensorboard: only this member's metrics)"
+        ),
+    ] = None,
     to: Annotated[str, typer.Option(help="target format: transformer-lens or tensorboard")] = "transformer-lens",
-    out: Annotated[Optional[str], typer.Option(help="transformer-lens: output file, or an existing folder (default: RUNID.ARM.mI.tl.safetensors in the current directory); tensorboard: a folder (default: RUNID.tensorboard); never inside a run directory")] = None,
+    out: Annotated[
+        str | None,
+        typer.Option(
+            help="transformer-lens: output file, or an existing folder (default: RUNID.ARM.mI.tl.safetensors in the current directory); tensorboard: a folder (default: RUNID.tensorboard); never inside a run directory"
+        ),
+    ] = None,
 ) -> None:
     """Export one trained member to another library (TransformerLens 4: one safetensors file holding the weights and a `TransformerBridge.boot_native` config), or a run's metrics as TensorBoard scalars (one run per member, tags ARM/NAME)."""
     try:
@@ -748,14 +1003,19 @@ def export_cmd(
             from tdlab.export.tensorboard import export_run
 
             done = export_run(run_dir, out, arm, member)
-            out_console.print(f"exported {done.scalars} scalars ({len(done.arms)} arm(s), {len(done.members)} member(s)) "
-                              f"to {done.folder}; view: tensorboard --logdir {done.folder}", highlight=False, soft_wrap=True)
+            out_console.print(
+                f"exported {done.scalars} scalars ({len(done.arms)} arm(s), {len(done.members)} member(s)) "
+                f"to {done.folder}; view: tensorboard --logdir {done.folder}",
+                highlight=False,
+                soft_wrap=True,
+            )
             return
         if to != "transformer-lens":
             raise ConfigError(f"--to: unknown target {to!r}; allowed: transformer-lens, tensorboard")
         if arm is None or member is None:
-            raise ConfigError(f"{'--arm' if arm is None else '--member'}: required with --to transformer-lens "
-                              f"(the member to export)")
+            raise ConfigError(
+                f"{'--arm' if arm is None else '--member'}: required with --to transformer-lens (the member to export)"
+            )
         from tdlab.export.transformer_lens import export_member  # lazy: the optional extra is never needed by the core
 
         path = export_member(run_dir, arm, member, out)
@@ -783,8 +1043,15 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _setup(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="print tdlab's version (and the git commit it runs from) and exit")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_version,
+            is_eager=True,
+            help="print tdlab's version (and the git commit it runs from) and exit",
+        ),
+    ] = False,
 ) -> None:
     """tdlab: how transformers learn, reproduced with computed verdicts."""
     threads = os.environ.get("TDLAB_THREADS")

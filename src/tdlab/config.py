@@ -21,8 +21,20 @@ from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-__all__ = ["Config", "ConfigError", "parse_overrides", "apply_overrides", "build_config", "deep_merge", "read_field",
-           "validate_config", "echo", "one_line", "ECHO_CHARS", "parse_duration"]
+__all__ = [
+    "ECHO_CHARS",
+    "Config",
+    "ConfigError",
+    "apply_overrides",
+    "build_config",
+    "deep_merge",
+    "echo",
+    "one_line",
+    "parse_duration",
+    "parse_overrides",
+    "read_field",
+    "validate_config",
+]
 
 ECHO_CHARS = 80  # longest echo of a user value in a message
 MAX_DEPTH = 16  # deepest nesting of lists/mappings a --set value may have
@@ -148,14 +160,16 @@ def parse_value(raw: str, item: str = "") -> Any:
     if not raw.strip():
         return ""
     try:
-        value = yaml.load(raw, Loader=_OverrideLoader)  # noqa: S506 - a SafeLoader subclass
+        value = yaml.load(raw, Loader=_OverrideLoader)
     except _RefusedNode as exc:
         raise ConfigError(f"{where}: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{where}: value nested too deeply (at most {MAX_DEPTH} levels)") from None
-    except Exception as exc:  # noqa: BLE001 - YAMLError, and whatever a tag's constructor raises (!!int 1.5)
+    except Exception as exc:
         problem = getattr(exc, "problem", None) or str(exc) or type(exc).__name__
-        raise ConfigError(f"{where}: cannot parse value {echo(raw)} as YAML: {one_line(problem)[:ECHO_CHARS]}") from None
+        raise ConfigError(
+            f"{where}: cannot parse value {echo(raw)} as YAML: {one_line(problem)[:ECHO_CHARS]}"
+        ) from None
     if _depth(value) > MAX_DEPTH:
         raise ConfigError(f"{where}: value nested too deeply (at most {MAX_DEPTH} levels)")
     return value
@@ -309,6 +323,8 @@ def parse_duration(text: str, option: str = "--budget") -> float:
     except ValueError:
         value = math.nan
     if not 0 < value <= 7 * 24 * 3600:
-        raise ConfigError(f"{option}: {echo(text)} is not a wall time; allowed: a positive number of seconds, or 90s, 30m, "
-                          f"1.5h (at most a week)")
+        raise ConfigError(
+            f"{option}: {echo(text)} is not a wall time; allowed: a positive number of seconds, or 90s, 30m, "
+            f"1.5h (at most a week)"
+        )
     return value

@@ -144,8 +144,11 @@ def _class_comments(klass: type) -> dict[str, str]:
         return {}
     try:
         tree = ast.parse(source)
-        comments = {tok.start[0]: tok.string.lstrip("#").strip()
-                    for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+        comments = {
+            tok.start[0]: tok.string.lstrip("#").strip()
+            for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+            if tok.type == tokenize.COMMENT
+        }
     except (SyntaxError, tokenize.TokenError):
         return {}
     lines = source.splitlines()

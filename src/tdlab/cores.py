@@ -21,7 +21,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["passive_openmp", "registry", "held_by_others", "claim_threads", "release_threads"]
+__all__ = ["claim_threads", "held_by_others", "passive_openmp", "registry", "release_threads"]
 
 
 def passive_openmp() -> None:

@@ -31,29 +31,73 @@ from typing import Any
 from tdlab.config import ConfigError, echo
 from tdlab.runs import RUN_ID_PATTERN, RunDirError, check_run_id
 
-__all__ = ["RunIndex", "INDEX_NAME", "CorruptIndexError", "set_aside_if_corrupt", "ALLOWED_FUNCTIONS", "QUERY_TIME_LIMIT_S"]
+__all__ = [
+    "ALLOWED_FUNCTIONS",
+    "INDEX_NAME",
+    "QUERY_TIME_LIMIT_S",
+    "CorruptIndexError",
+    "RunIndex",
+    "set_aside_if_corrupt",
+]
 
 INDEX_NAME = "index.sqlite"
 QUERY_TIME_LIMIT_S = 5.0  # a --where query running longer than this is stopped
-ALLOWED_FUNCTIONS = frozenset({"json_extract", "abs", "lower", "upper", "length", "coalesce", "ifnull", "min", "max",
-                               "round", "like", "glob", "instr", "substr"})
+ALLOWED_FUNCTIONS = frozenset(
+    {
+        "json_extract",
+        "abs",
+        "lower",
+        "upper",
+        "length",
+        "coalesce",
+        "ifnull",
+        "min",
+        "max",
+        "round",
+        "like",
+        "glob",
+        "instr",
+        "substr",
+    }
+)
 _CORRUPT = {"SQLITE_NOTADB", "SQLITE_CORRUPT"}
 
 
 class CorruptIndexError(RunDirError):
     """The index file is not a readable SQLite database (CLI: one line, exit code 2)."""
 
-_COLUMNS = ["run_id", "path", "experiment", "profile", "status", "created", "wall_time_s", "seed", "members",
-            "claims_total", "claims_failed", "sweep", "config", "summary"]
+
+_COLUMNS = [
+    "run_id",
+    "path",
+    "experiment",
+    "profile",
+    "status",
+    "created",
+    "wall_time_s",
+    "seed",
+    "members",
+    "claims_total",
+    "claims_failed",
+    "sweep",
+    "config",
+    "summary",
+]
 # Claim counts are over paper claim groups; a group holds, fails, is not resolved or is not evaluable,
 # so "held" is its own count, not total − failed.
-_ALIASES = {"claims.failed": "claims_failed", "claims.total": "claims_total",
-            "claims.held": "json_extract(summary, '$.claims_held')",
-            "claims.not_resolved": "json_extract(summary, '$.claims_not_resolved')",
-            "claims.not_evaluable": "json_extract(summary, '$.claims_not_evaluable')",
-            "wall_time": "wall_time_s", "id": "run_id"}
-_DOTTED = re.compile(r"\b(config|summary)((?:\.[A-Za-z_][A-Za-z0-9_\-]*)+)\b"
-                     r"|\b(claims\.(?:failed|total|held|not_resolved|not_evaluable))\b")
+_ALIASES = {
+    "claims.failed": "claims_failed",
+    "claims.total": "claims_total",
+    "claims.held": "json_extract(summary, '$.claims_held')",
+    "claims.not_resolved": "json_extract(summary, '$.claims_not_resolved')",
+    "claims.not_evaluable": "json_extract(summary, '$.claims_not_evaluable')",
+    "wall_time": "wall_time_s",
+    "id": "run_id",
+}
+_DOTTED = re.compile(
+    r"\b(config|summary)((?:\.[A-Za-z_][A-Za-z0-9_\-]*)+)\b"
+    r"|\b(claims\.(?:failed|total|held|not_resolved|not_evaluable))\b"
+)
 
 
 class RunIndex:
@@ -79,8 +123,10 @@ class RunIndex:
             con.close()
 
     def _corrupt(self, exc: BaseException) -> CorruptIndexError:
-        return CorruptIndexError(f"{self.path} is corrupt ({exc}); `tdlab runs --reindex --out {self.path.parent}` "
-                                 f"moves it aside and rebuilds it from the run directories")
+        return CorruptIndexError(
+            f"{self.path} is corrupt ({exc}); `tdlab runs --reindex --out {self.path.parent}` "
+            f"moves it aside and rebuilds it from the run directories"
+        )
 
     def _connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
@@ -95,8 +141,11 @@ class RunIndex:
                 con.execute("PRAGMA journal_mode=WAL")
                 return con
             except sqlite3.Error as err:  # closed before raising: a corrupt file's error must not keep it open
-                if not isinstance(err, sqlite3.OperationalError) or "locked" not in str(err) \
-                        or time.monotonic() > deadline:
+                if (
+                    not isinstance(err, sqlite3.OperationalError)
+                    or "locked" not in str(err)
+                    or time.monotonic() > deadline
+                ):
                     con.close()
                     raise
                 time.sleep(0.01)
@@ -117,7 +166,9 @@ class RunIndex:
         con = self._connect()
         try:
             con.execute("BEGIN IMMEDIATE")
-            con.executemany(f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", rows)
+            con.executemany(
+                f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", rows
+            )
             con.execute("COMMIT")
         finally:
             con.close()
@@ -125,11 +176,23 @@ class RunIndex:
     def add_run(self, run: Any, sweep: str | None = None) -> None:
         """Index a finished :class:`tdlab.runs.Run` from its summary and config."""
         s, conf = run.summary, run.config
-        self.add({"run_id": run.path.name, "path": str(run.path.resolve()), "experiment": conf.get("experiment"),
-                  "profile": conf.get("profile"), "status": s.get("status"), "wall_time_s": s.get("wall_time_s"),
-                  "seed": s.get("seed"), "members": s.get("members"), "claims_total": s.get("claims_total", 0),
-                  "claims_failed": s.get("claims_failed", 0), "sweep": sweep, "config": conf.get("config", {}),
-                  "summary": s})
+        self.add(
+            {
+                "run_id": run.path.name,
+                "path": str(run.path.resolve()),
+                "experiment": conf.get("experiment"),
+                "profile": conf.get("profile"),
+                "status": s.get("status"),
+                "wall_time_s": s.get("wall_time_s"),
+                "seed": s.get("seed"),
+                "members": s.get("members"),
+                "claims_total": s.get("claims_total", 0),
+                "claims_failed": s.get("claims_failed", 0),
+                "sweep": sweep,
+                "config": conf.get("config", {}),
+                "summary": s,
+            }
+        )
 
     @staticmethod
     def _translate(where: str) -> str:
@@ -142,7 +205,9 @@ class RunIndex:
 
         return _DOTTED.sub(repl, where)
 
-    def query(self, where: str | None = None, order: str = "created", time_limit: float = QUERY_TIME_LIMIT_S) -> list[dict[str, Any]]:
+    def query(
+        self, where: str | None = None, order: str = "created", time_limit: float = QUERY_TIME_LIMIT_S
+    ) -> list[dict[str, Any]]:
         """Runs matching the SQL condition ``where`` (dotted names allowed), ordered by the column
         ``order`` (oldest first by default).
 
@@ -180,24 +245,29 @@ class RunIndex:
         try:
             check_run_id(d["run_id"])
         except ConfigError:
-            raise CorruptIndexError(f"{self.path} is corrupt: run id {echo(d['run_id'])} is not a run id (1-200 letters, "
-                                    f"digits, '_', '.', '-', no '/', no leading '.'); `tdlab runs --reindex --out "
-                                    f"{self.path.parent}` moves it aside and rebuilds it from the run directories") from None
+            raise CorruptIndexError(
+                f"{self.path} is corrupt: run id {echo(d['run_id'])} is not a run id (1-200 letters, "
+                f"digits, '_', '.', '-', no '/', no leading '.'); `tdlab runs --reindex --out "
+                f"{self.path.parent}` moves it aside and rebuilds it from the run directories"
+            ) from None
         for c in ("config", "summary"):
             try:
                 d[c] = json.loads(d[c]) if d[c] else {}
             except (TypeError, ValueError, RecursionError):
                 d[c] = None
             if not isinstance(d[c], dict):
-                raise CorruptIndexError(f"{self.path} is corrupt: the {c} of run {d['run_id']} is not a JSON object; "
-                                        f"`tdlab runs --reindex --out {self.path.parent}` rebuilds it")
+                raise CorruptIndexError(
+                    f"{self.path} is corrupt: the {c} of run {d['run_id']} is not a JSON object; "
+                    f"`tdlab runs --reindex --out {self.path.parent}` rebuilds it"
+                )
         return d
 
     def _connect_readonly(self) -> sqlite3.Connection:
         """A connection that cannot write, whatever it executes (SQLite's ``mode=ro``)."""
         try:
-            return sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.timeout,
-                                   isolation_level=None)
+            return sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.timeout, isolation_level=None
+            )
         except sqlite3.DatabaseError as exc:
             raise self._corrupt(exc) if _is_corrupt(exc) else exc
 
@@ -208,8 +278,10 @@ class RunIndex:
         if getattr(exc, "sqlite_errorname", "") == "SQLITE_INTERRUPT":
             return ConfigError(f"--where: the query ran longer than {time_limit:g} s and was stopped: {where!r}")
         if getattr(exc, "sqlite_errorname", "") == "SQLITE_AUTH" or "not authorized" in str(exc):
-            return ConfigError(f"--where: {where!r} is refused ({exc}): a condition may only read the runs table's "
-                               f"columns, with the functions {', '.join(sorted(ALLOWED_FUNCTIONS))}")
+            return ConfigError(
+                f"--where: {where!r} is refused ({exc}): a condition may only read the runs table's "
+                f"columns, with the functions {', '.join(sorted(ALLOWED_FUNCTIONS))}"
+            )
         if isinstance(exc, sqlite3.ProgrammingError) and "one statement" in str(exc):
             return ConfigError(f"--where: one condition expected, not several SQL statements: {where!r}")
         return ConfigError(f"--where: invalid condition {where!r}: {exc}")
@@ -227,7 +299,9 @@ def _authorize(action: int, arg1: str | None, arg2: str | None, db: str | None, 
     an allowed function; everything else (other tables, PRAGMA, ATTACH, recursive CTEs, writes) denied."""
     if action == sqlite3.SQLITE_SELECT:
         return sqlite3.SQLITE_OK
-    if action == sqlite3.SQLITE_READ and arg1 == "runs" and (arg2 in _COLUMNS or arg2 == ""):  # "": a join reading no column
+    if (
+        action == sqlite3.SQLITE_READ and arg1 == "runs" and (arg2 in _COLUMNS or arg2 == "")
+    ):  # "": a join reading no column
         return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in ALLOWED_FUNCTIONS:
         return sqlite3.SQLITE_OK

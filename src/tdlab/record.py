@@ -20,8 +20,17 @@ from tdlab.config import one_line
 from tdlab.runs import COMMIT_FORM, Run, RunDirError, config_hash, source_commit
 from tdlab.safeio import atomic_write
 
-__all__ = ["FORMAT", "RECORD_NAME", "Record", "RecordError", "make_record", "record_text", "write_record", "parse_record",
-           "jsonable"]
+__all__ = [
+    "FORMAT",
+    "RECORD_NAME",
+    "Record",
+    "RecordError",
+    "jsonable",
+    "make_record",
+    "parse_record",
+    "record_text",
+    "write_record",
+]
 
 FORMAT = "tdlab-record/1"
 RECORD_NAME = "record.json"  # inside a run directory
@@ -74,11 +83,19 @@ class Record(BaseModel):
     @classmethod
     def _groups(cls, groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for g in groups:
-            if not isinstance(g.get("id"), str) or g.get("verdict") not in VERDICTS or not isinstance(g.get("rows"), list) \
-                    or not all(isinstance(r, dict) and isinstance(r.get("id"), str) and r.get("verdict") in VERDICTS
-                               for r in g["rows"]):
-                raise ValueError(f"each claim group needs an id (text), a verdict ({', '.join(VERDICTS)}) and rows with "
-                                 f"an id and a verdict")
+            if (
+                not isinstance(g.get("id"), str)
+                or g.get("verdict") not in VERDICTS
+                or not isinstance(g.get("rows"), list)
+                or not all(
+                    isinstance(r, dict) and isinstance(r.get("id"), str) and r.get("verdict") in VERDICTS
+                    for r in g["rows"]
+                )
+            ):
+                raise ValueError(
+                    f"each claim group needs an id (text), a verdict ({', '.join(VERDICTS)}) and rows with "
+                    f"an id and a verdict"
+                )
         return groups
 
     def counts(self) -> dict[str, int]:
@@ -86,8 +103,9 @@ class Record(BaseModel):
         return {v: sum(g["verdict"] == v for g in self.claims) for v in VERDICTS}
 
 
-def make_record(run: Run, summary: dict[str, Any], analysis: Any | None, commit: str | None,
-                judged_commit: str | None) -> dict[str, Any]:
+def make_record(
+    run: Run, summary: dict[str, Any], analysis: Any | None, commit: str | None, judged_commit: str | None
+) -> dict[str, Any]:
     """The record of a finished ``run`` from its ``summary`` and the ``analysis`` that judged it (``commit``:
     the commit that trained it, ``judged_commit``: the one that judged it)."""
     import tdlab
@@ -96,17 +114,33 @@ def make_record(run: Run, summary: dict[str, Any], analysis: Any | None, commit:
     env = summary.get("env") or {}
     decide = summary.get("decide") or {}
     doc = {
-        "format": FORMAT, "experiment": summary["experiment"], "paper": summary["paper"], "figure": summary["figure"],
-        "profile": str(summary.get("profile", conf.get("profile", "?"))), "seed": int(summary["seed"]),
-        "members": int(summary["members"]), "status": summary.get("status", "done"), "error": summary.get("error"),
-        "device": str(env.get("device", "?")), "gpu": env.get("gpu"), "threads": env.get("torch_threads"),
-        "wall_time_s": float(summary.get("wall_time_s", 0.0)), "tdlab_version": str(env.get("tdlab", tdlab.__version__)),
-        "commit": commit, "judged_commit": judged_commit, "config_hash": config_hash(conf),
-        "config": conf.get("config", {}), "confidence": float(decide.get("confidence", 0.95)),
-        "claims": summary.get("claims", []), "sanity": summary.get("sanity", []), "arms": summary.get("arms", {}),
-        "measured": measurements_to_json(analysis.measured) if analysis is not None and analysis.measured is not None else None,
+        "format": FORMAT,
+        "experiment": summary["experiment"],
+        "paper": summary["paper"],
+        "figure": summary["figure"],
+        "profile": str(summary.get("profile", conf.get("profile", "?"))),
+        "seed": int(summary["seed"]),
+        "members": int(summary["members"]),
+        "status": summary.get("status", "done"),
+        "error": summary.get("error"),
+        "device": str(env.get("device", "?")),
+        "gpu": env.get("gpu"),
+        "threads": env.get("torch_threads"),
+        "wall_time_s": float(summary.get("wall_time_s", 0.0)),
+        "tdlab_version": str(env.get("tdlab", tdlab.__version__)),
+        "commit": commit,
+        "judged_commit": judged_commit,
+        "config_hash": config_hash(conf),
+        "config": conf.get("config", {}),
+        "confidence": float(decide.get("confidence", 0.95)),
+        "claims": summary.get("claims", []),
+        "sanity": summary.get("sanity", []),
+        "arms": summary.get("arms", {}),
+        "measured": measurements_to_json(analysis.measured)
+        if analysis is not None and analysis.measured is not None
+        else None,
         "measurements": summary.get("measurements", {}),
-        "created": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "created": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
     }
     if analysis is not None:
         doc["arms"] = health_to_json(analysis.health)
@@ -143,8 +177,10 @@ def parse_record(path: Path) -> Record:
 def record_text(doc: dict[str, Any]) -> str:
     """A record as committed: one field a line (readable diffs), the per-member measurements (``measured``,
     ``measurements``) compact on theirs."""
-    lines = [f" {json.dumps(k)}: {json.dumps(v, allow_nan=True, separators=(',', ':')) if k in ('measured', 'measurements') else json.dumps(v, indent=1, allow_nan=True)}"
-             for k, v in doc.items()]
+    lines = [
+        f" {json.dumps(k)}: {json.dumps(v, allow_nan=True, separators=(',', ':')) if k in ('measured', 'measurements') else json.dumps(v, indent=1, allow_nan=True)}"
+        for k, v in doc.items()
+    ]
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 

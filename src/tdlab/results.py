@@ -26,13 +26,37 @@ from typing import Any
 
 from tdlab.claims.serial import SerialError, health_from_json, measurements_from_json
 from tdlab.config import echo, validate_config
-from tdlab.record import (FORMAT, RECORD_NAME, Record, RecordError, jsonable, make_record, parse_record, record_text,
-                          write_record)
+from tdlab.record import (
+    FORMAT,
+    RECORD_NAME,
+    Record,
+    RecordError,
+    jsonable,
+    make_record,
+    parse_record,
+    record_text,
+    write_record,
+)
 from tdlab.runs import Run, source_commit
 from tdlab.safeio import atomic_write
 
-__all__ = ["FORMAT", "RECORD_NAME", "Record", "RecordError", "make_record", "write_record", "record_text", "record_of_run",
-           "publish", "load_record", "load_records", "rejudge", "rejudged", "record_path"]
+__all__ = [
+    "FORMAT",
+    "RECORD_NAME",
+    "Record",
+    "RecordError",
+    "load_record",
+    "load_records",
+    "make_record",
+    "publish",
+    "record_of_run",
+    "record_path",
+    "record_text",
+    "rejudge",
+    "rejudged",
+    "write_record",
+]
+
 
 def record_of_run(run_dir: Path, commit: str | None = None) -> dict[str, Any]:
     """The record of the finished run ``run_dir``: its ``record.json``, or, for a run a tdlab that kept no
@@ -112,8 +136,11 @@ def rejudged(rec: Record) -> Record:
     (:func:`rejudge`), and ``judged_commit`` this source's commit; the numbers it was trained to are kept."""
     groups = [g.to_dict() for g in rejudge(rec)]
     doc = rec.model_dump()
-    doc.update(claims=[g for g in groups if g["kind"] == "paper"], sanity=[g for g in groups if g["kind"] == "sanity"],
-               judged_commit=source_commit())
+    doc.update(
+        claims=[g for g in groups if g["kind"] == "paper"],
+        sanity=[g for g in groups if g["kind"] == "sanity"],
+        judged_commit=source_commit(),
+    )
     return Record.model_validate(json.loads(json.dumps(doc, default=jsonable)))
 
 

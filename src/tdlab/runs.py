@@ -44,21 +44,42 @@ import stat
 import subprocess
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from tdlab.config import ECHO_CHARS, ConfigError, deep_merge, echo, one_line, parse_overrides
-from tdlab.safeio import (RunDirError, atomic_write, copy_inside, file_mode, legacy_pickles, open_inside, read_inside,
-                          refuse_pickle)
+from tdlab.safeio import (
+    RunDirError,
+    atomic_write,
+    copy_inside,
+    file_mode,
+    legacy_pickles,
+    open_inside,
+    read_inside,
+    refuse_pickle,
+)
 
-__all__ = ["RunWriter", "Run", "RunDirError", "RunBusyError", "RunNotMovedError", "atomic_write", "environment", "list_runs", "staging_path",
-           "METRIC_COLUMNS", "check_run_id", "config_hash", "file_mode", "arm_files", "copy_arrays"]
+__all__ = [
+    "METRIC_COLUMNS",
+    "Run",
+    "RunBusyError",
+    "RunDirError",
+    "RunNotMovedError",
+    "RunWriter",
+    "arm_files",
+    "atomic_write",
+    "check_run_id",
+    "config_hash",
+    "copy_arrays",
+    "environment",
+    "file_mode",
+    "list_runs",
+    "staging_path",
+]
 
 METRIC_COLUMNS = ["arm", "step", "member", "name", "value"]
 MAX_TEXT_BYTES = 1 << 30  # config.yaml and summary.json: a larger one is not a file tdlab wrote
@@ -85,8 +106,10 @@ RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
 def check_run_id(run_id: str) -> str:
     """``run_id`` if it matches :data:`RUN_ID_PATTERN`; otherwise a one-line :class:`ConfigError`."""
     if not isinstance(run_id, str) or not RUN_ID_PATTERN.fullmatch(run_id):
-        raise ConfigError(f"--run-id: {echo(run_id)} is not allowed; a run id is 1-200 letters, digits, '_', '.', '-', "
-                          f"starting with a letter or digit (no '/', no leading '.')")
+        raise ConfigError(
+            f"--run-id: {echo(run_id)} is not allowed; a run id is 1-200 letters, digits, '_', '.', '-', "
+            f"starting with a letter or digit (no '/', no leading '.')"
+        )
     return run_id
 
 
@@ -110,8 +133,9 @@ def config_hash(conf: dict[str, Any]) -> str:
         first = decide.get("first_length")
         if isinstance(first, dict) and first and isinstance(ident["config"], dict):  # the training length it began with
             with contextlib.suppress(ConfigError):  # a damaged block: the identity keeps the stored length
-                ident["config"] = deep_merge(ident["config"],
-                                             parse_overrides(f"{k}={json.dumps(v)}" for k, v in first.items()))
+                ident["config"] = deep_merge(
+                    ident["config"], parse_overrides(f"{k}={json.dumps(v)}" for k, v in first.items())
+                )
         ident["decide"] = {k: decide.get(k) for k in DECIDE_IDENTITY}
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -156,8 +180,9 @@ def source_commit() -> str | None:
         head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--", "."], capture_output=True,
-                               text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "-C", str(src), "status", "--porcelain", "--", "."], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     commit = head.stdout.strip()
@@ -176,11 +201,25 @@ def _metrics_table(rows: Iterable[tuple[str, int, int, str, float]]) -> pa.Table
     arm, step, member, name, value = zip(*rows) if rows else ([], [], [], [], [])
     import pyarrow as pa
 
-    schema = pa.schema([("arm", pa.string()), ("step", pa.int64()), ("member", pa.int64()), ("name", pa.string()),
-                        ("value", pa.float64())])
+    schema = pa.schema(
+        [
+            ("arm", pa.string()),
+            ("step", pa.int64()),
+            ("member", pa.int64()),
+            ("name", pa.string()),
+            ("value", pa.float64()),
+        ]
+    )
     return pa.Table.from_arrays(
-        [pa.array(arm, pa.string()), pa.array(step, pa.int64()), pa.array(member, pa.int64()),
-         pa.array(name, pa.string()), pa.array(value, pa.float64())], schema=schema)
+        [
+            pa.array(arm, pa.string()),
+            pa.array(step, pa.int64()),
+            pa.array(member, pa.int64()),
+            pa.array(name, pa.string()),
+            pa.array(value, pa.float64()),
+        ],
+        schema=schema,
+    )
 
 
 class RunWriter:
@@ -218,8 +257,10 @@ class RunWriter:
         if staging_busy(self.path):
             return _busy(self.final, self.path)
         if not (self.path / "config.yaml").is_file():
-            return RunDirError(f"{self.path} exists but holds no config.yaml (a run that failed as it started); "
-                               f"remove it, or choose another --run-id")
+            return RunDirError(
+                f"{self.path} exists but holds no config.yaml (a run that failed as it started); "
+                f"remove it, or choose another --run-id"
+            )
         return RunDirError(f"{self.path} exists: an interrupted run; resume it with `tdlab run --resume {self.final}`")
 
     @classmethod
@@ -228,7 +269,7 @@ class RunWriter:
         final = Path(final)
         staging = final if final.name.startswith(".staging-") else staging_path(final)
         if staging.name.startswith(".staging-"):
-            final = staging.with_name(staging.name[len(".staging-"):])
+            final = staging.with_name(staging.name[len(".staging-") :])
         if (final.exists() or final.is_symlink()) and not staging.exists():
             Run(final)  # not a run directory at all: says why
             raise RunDirError(f"{final} is a finished run; nothing to resume")
@@ -334,7 +375,8 @@ class RunWriter:
             raise RunNotMovedError(
                 f"run {self.run_id} finished but could not be moved into place ({exc.strerror or type(exc).__name__}: "
                 f"{self.final}); everything is kept in {self.path}; rename it to {self.final.name} or run "
-                f"`tdlab run --resume {self.final}`") from None
+                f"`tdlab run --resume {self.final}`"
+            ) from None
         self.finished = True
         shutil.rmtree(self.final / "checkpoints", ignore_errors=True)
         self.release()
@@ -363,9 +405,11 @@ def _try_lock(folder: Path) -> int | None:
 
 
 def _busy(final: Path, staging: Path) -> RunBusyError:
-    return RunBusyError(f"run {final.name} is running: another tdlab process is writing {staging} (it holds the "
-                        f"run's lock); wait for it to finish (`tdlab runs --out {final.parent}` lists it then), or "
-                        f"choose another --run-id")
+    return RunBusyError(
+        f"run {final.name} is running: another tdlab process is writing {staging} (it holds the "
+        f"run's lock); wait for it to finish (`tdlab runs --out {final.parent}` lists it then), or "
+        f"choose another --run-id"
+    )
 
 
 def staging_path(final: Path) -> Path:
@@ -398,8 +442,10 @@ class Run:
             except OSError:
                 raise RunDirError(f"{self.path}: not a run directory ({need} is missing)") from None
             if not stat.S_ISREG(st.st_mode):
-                raise RunDirError(f"{self.path}: not a run directory ({need} is not a regular file: a symlink, "
-                                  f"folder or device; tdlab never follows symlinks in a run directory)")
+                raise RunDirError(
+                    f"{self.path}: not a run directory ({need} is not a regular file: a symlink, "
+                    f"folder or device; tdlab never follows symlinks in a run directory)"
+                )
 
     @property
     def config(self) -> dict[str, Any]:
@@ -419,9 +465,13 @@ class Run:
             raise RunDirError(f"{path} is unreadable or corrupt: {_reason(exc)}") from None
         if not isinstance(cfg, dict) or "experiment" not in cfg:
             raise RunDirError(f"{path} is corrupt: expected a mapping with an 'experiment' key")
-        for key, types, what in (("experiment", (str,), "a string"), ("profile", (str,), "a string"),
-                                 ("config", (dict,), "a mapping"), ("sweep", (str, type(None)), "a string or null"),
-                                 ("decide", (dict, type(None)), "a mapping or null")):
+        for key, types, what in (
+            ("experiment", (str,), "a string"),
+            ("profile", (str,), "a string"),
+            ("config", (dict,), "a mapping"),
+            ("sweep", (str, type(None)), "a string or null"),
+            ("decide", (dict, type(None)), "a mapping or null"),
+        ):
             if key in cfg and not isinstance(cfg[key], types):
                 raise RunDirError(f"{path} is corrupt: '{key}' must be {what}, got {echo(cfg[key])}")
         return cfg
@@ -447,9 +497,13 @@ class Run:
         missing = set(METRIC_COLUMNS) - set(df.columns)
         if missing:
             raise RunDirError(f"{path} is corrupt: missing columns {sorted(missing)}")
-        for col, ok, what in (("step", ptypes.is_integer_dtype, "integers"), ("member", ptypes.is_integer_dtype, "integers"),
-                              ("value", _is_number_dtype, "numbers"), ("arm", _is_string_column, "strings"),
-                              ("name", _is_string_column, "strings")):
+        for col, ok, what in (
+            ("step", ptypes.is_integer_dtype, "integers"),
+            ("member", ptypes.is_integer_dtype, "integers"),
+            ("value", _is_number_dtype, "numbers"),
+            ("arm", _is_string_column, "strings"),
+            ("name", _is_string_column, "strings"),
+        ):
             if not ok(df[col]):
                 raise RunDirError(f"{path} is corrupt: column '{col}' must hold {what}, it holds {df[col].dtype}")
         return df
@@ -511,10 +565,15 @@ class Run:
 
 # The run facts of summary.json that are read back (rebuild, the index): key, types, what is allowed.
 _SUMMARY_FIELDS = (
-    ("experiment", (str,), "a string"), ("run_id", (str,), "a string"), ("profile", (str,), "a string"),
-    ("status", (str,), "a string"), ("error", (str, type(None)), "a string or null"),
-    ("wall_time_s", (int, float), "a number"), ("env", (dict,), "a mapping"),
-    ("member", (int, type(None)), "an integer or null"), ("step", (int, type(None)), "an integer or null"),
+    ("experiment", (str,), "a string"),
+    ("run_id", (str,), "a string"),
+    ("profile", (str,), "a string"),
+    ("status", (str,), "a string"),
+    ("error", (str, type(None)), "a string or null"),
+    ("wall_time_s", (int, float), "a number"),
+    ("env", (dict,), "a mapping"),
+    ("member", (int, type(None)), "an integer or null"),
+    ("step", (int, type(None)), "an integer or null"),
 )
 
 
@@ -568,8 +627,11 @@ def arm_files(run_dir: Path, arm: str) -> list[Path]:
         names = []
     if f"{stem}.safetensors" not in names:
         raise RunDirError(f"{folder}: no saved arrays for arm {arm!r}")
-    return [Path("arrays", n) for n in names
-            if n.endswith(".safetensors") and (n == f"{stem}.safetensors" or n.startswith(f"{stem}@"))]
+    return [
+        Path("arrays", n)
+        for n in names
+        if n.endswith(".safetensors") and (n == f"{stem}.safetensors" or n.startswith(f"{stem}@"))
+    ]
 
 
 def copy_arrays(run_dir: Path, rel: Path, dst: Path) -> None:
@@ -589,5 +651,7 @@ def copy_arrays(run_dir: Path, rel: Path, dst: Path) -> None:
             pass
     except Exception as exc:  # safetensors raises its own error types for a foreign file
         Path(dst).unlink(missing_ok=True)
-        raise RunDirError(f"{Path(run_dir) / rel} is not a safetensors arrays file ({_reason(exc)}); a run's "
-                          f"arrays are only ever safetensors (tdlab never unpickles)") from None
+        raise RunDirError(
+            f"{Path(run_dir) / rel} is not a safetensors arrays file ({_reason(exc)}); a run's "
+            f"arrays are only ever safetensors (tdlab never unpickles)"
+        ) from None

@@ -31,9 +31,26 @@ from pathlib import Path
 
 from tdlab.config import ConfigError, echo
 
-__all__ = ["RunDirError", "CheckpointError", "PICKLE_SUFFIXES", "legacy_pickles", "refuse_pickle", "file_mode", "folder_mode",
-           "atomic_write", "MAX_RUN_FILE_BYTES", "open_inside", "read_inside", "copy_inside", "is_run_dir",
-           "enclosing_run", "path_kind", "check_not_in_run", "check_output_file", "check_output_folder"]
+__all__ = [
+    "MAX_RUN_FILE_BYTES",
+    "PICKLE_SUFFIXES",
+    "CheckpointError",
+    "RunDirError",
+    "atomic_write",
+    "check_not_in_run",
+    "check_output_file",
+    "check_output_folder",
+    "copy_inside",
+    "enclosing_run",
+    "file_mode",
+    "folder_mode",
+    "is_run_dir",
+    "legacy_pickles",
+    "open_inside",
+    "path_kind",
+    "read_inside",
+    "refuse_pickle",
+]
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin")
 # The largest file a run can hold: a paper-profile arrays file (GPT-2 small x members x snapshots) is a
@@ -64,8 +81,10 @@ def legacy_pickles(folder: Path) -> list[Path]:
 
 def refuse_pickle(path: Path) -> CheckpointError:
     """The error for a pickle found where a checkpoint is expected (it is never opened)."""
-    return CheckpointError(f"{path} is a pickled checkpoint (legacy or foreign); tdlab never unpickles "
-                           f"checkpoints (loading a pickle can run code): remove it to start the run over")
+    return CheckpointError(
+        f"{path} is a pickled checkpoint (legacy or foreign); tdlab never unpickles "
+        f"checkpoints (loading a pickle can run code): remove it to start the run over"
+    )
 
 
 # ------------------------------------------------------------------------------------------ atomic write
@@ -154,8 +173,10 @@ def open_inside(root: Path, rel: str | Path) -> tuple[int, int]:
             fd = nxt
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise RunDirError(f"{shown}: not a regular file (a folder, device, FIFO or socket); tdlab reads only "
-                              f"the regular files a run writes")
+            raise RunDirError(
+                f"{shown}: not a regular file (a folder, device, FIFO or socket); tdlab reads only "
+                f"the regular files a run writes"
+            )
         if st.st_size > MAX_RUN_FILE_BYTES:
             raise RunDirError(f"{shown}: {st.st_size} bytes, more than any run file can be ({MAX_RUN_FILE_BYTES})")
         os.set_blocking(fd, True)
@@ -259,9 +280,11 @@ def check_not_in_run(path: Path, option: str) -> None:
     """Refuse (:class:`ConfigError` naming ``option``) a ``path`` that is or lies in a run directory."""
     run = enclosing_run(path)
     if run is not None:
-        raise ConfigError(f"{option} {echo(str(path))}: inside the run directory {run}; a run directory is "
-                          f"read-only to every command but `tdlab run --resume` and `tdlab report`: "
-                          f"write somewhere else")
+        raise ConfigError(
+            f"{option} {echo(str(path))}: inside the run directory {run}; a run directory is "
+            f"read-only to every command but `tdlab run --resume` and `tdlab report`: "
+            f"write somewhere else"
+        )
 
 
 def check_output_file(path: str | Path, option: str = "--out") -> Path:
@@ -276,8 +299,10 @@ def check_output_file(path: str | Path, option: str = "--out") -> Path:
     text = str(path)
     p = Path(text).expanduser()
     if text.endswith(("/", os.sep)) and not p.is_dir():
-        raise ConfigError(f"{option} {echo(text)}: no such folder (a name ending in '/' is a folder); "
-                          f"give an existing folder or a file name")
+        raise ConfigError(
+            f"{option} {echo(text)}: no such folder (a name ending in '/' is a folder); "
+            f"give an existing folder or a file name"
+        )
     try:
         st = os.lstat(p)
     except FileNotFoundError:
@@ -285,13 +310,22 @@ def check_output_file(path: str | Path, option: str = "--out") -> Path:
     except OSError as exc:
         raise ConfigError(f"{option} {echo(text)}: cannot use this path ({_why(exc)})") from None
     if st is not None and not stat.S_ISREG(st.st_mode):
-        kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else \
-            "a device, FIFO or socket"
-        raise ConfigError(f"{option} {echo(text)}: {kind}, not a regular file; give a regular file or a new "
-                          f"file name in an existing folder")
+        kind = (
+            "a symlink"
+            if stat.S_ISLNK(st.st_mode)
+            else "a folder"
+            if stat.S_ISDIR(st.st_mode)
+            else "a device, FIFO or socket"
+        )
+        raise ConfigError(
+            f"{option} {echo(text)}: {kind}, not a regular file; give a regular file or a new "
+            f"file name in an existing folder"
+        )
     if not p.parent.is_dir():
-        raise ConfigError(f"{option} {echo(text)}: the folder {echo(str(p.parent))} does not exist; give a "
-                          f"file name in an existing folder")
+        raise ConfigError(
+            f"{option} {echo(text)}: the folder {echo(str(p.parent))} does not exist; give a "
+            f"file name in an existing folder"
+        )
     check_not_in_run(p, option)
     try:  # before any work is done: a folder that cannot be written in (/proc, read-only) is refused now
         fd, probe = tempfile.mkstemp(dir=p.parent, prefix=".tdlab-write-test-")

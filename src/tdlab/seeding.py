@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-__all__ = ["derive_seed", "member_seeds", "generators", "Purpose"]
+__all__ = ["Purpose", "derive_seed", "generators", "member_seeds"]
 
 
 class Purpose:

@@ -46,8 +46,8 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -61,7 +61,7 @@ from tdlab.config import echo as echo_value
 from tdlab.runs import Run, RunDirError, atomic_write, config_hash, staging_path
 from tdlab.safeio import legacy_pickles
 
-__all__ = ["SweepSpec", "Point", "load_spec", "plan", "run_sweep", "summarise", "count_points", "MAX_POINTS"]
+__all__ = ["MAX_POINTS", "Point", "SweepSpec", "count_points", "load_spec", "plan", "run_sweep", "summarise"]
 
 MAX_POINTS = 10_000  # default limit on a sweep's points (tdlab sweep --max-points N raises it)
 PROGRESS_ABOVE = 300  # validating more points than this shows a progress bar (~0.2 s)
@@ -111,7 +111,7 @@ def load_spec(path: Path, max_points: int = MAX_POINTS) -> SweepSpec:
         raw = yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
         reason = one_line(getattr(exc, "problem", None) or str(exc) or type(exc).__name__)
-        raise ConfigError(f"sweep spec {path}: cannot read: {reason[:4 * ECHO_CHARS]}") from None
+        raise ConfigError(f"sweep spec {path}: cannot read: {reason[: 4 * ECHO_CHARS]}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"sweep spec {path}: expected a mapping")
     try:
@@ -134,11 +134,15 @@ def _validate_points(spec: SweepSpec, max_points: int = MAX_POINTS) -> None:
 
     n = count_points(spec)
     if n == 0:
-        raise ConfigError(f"sweep spec {spec.name}: no points: 'grid' has no keys and 'points' is empty; "
-                          f"give at least one grid key with values or one point")
+        raise ConfigError(
+            f"sweep spec {spec.name}: no points: 'grid' has no keys and 'points' is empty; "
+            f"give at least one grid key with values or one point"
+        )
     if n > max_points:
-        raise ConfigError(f"sweep spec {spec.name}: {n} points, more than the limit of {max_points}; "
-                          f"shrink the grid or raise the limit with tdlab sweep --max-points N")
+        raise ConfigError(
+            f"sweep spec {spec.name}: {n} points, more than the limit of {max_points}; "
+            f"shrink the grid or raise the limit with tdlab sweep --max-points N"
+        )
     exp = get(spec.experiment)
     hashes = []
     with _progress(n) as advance:
@@ -181,7 +185,9 @@ def _as_sets(overrides: dict[str, Any]) -> list[str]:
         return [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
     except (TypeError, ValueError, RecursionError):  # YAML dates, bytes, sets: not config values
         bad = next(k for k, v in overrides.items() if not _json_ok(v))
-        raise ConfigError(f"{bad}: {echo_value(overrides[bad])} is not a config value (numbers, strings, booleans, null, lists, mappings)") from None
+        raise ConfigError(
+            f"{bad}: {echo_value(overrides[bad])} is not a config value (numbers, strings, booleans, null, lists, mappings)"
+        ) from None
 
 
 def _json_ok(value: Any) -> bool:
@@ -203,7 +209,9 @@ def plan(spec: SweepSpec) -> list[Point]:
     """The points of a sweep with deterministic run ids (same spec, same ids)."""
     out = []
     for i, p in enumerate(_points(spec)):
-        h = hashlib.sha1(json.dumps([spec.model_dump(exclude={"grid", "points"}), p], sort_keys=True).encode()).hexdigest()[:8]
+        h = hashlib.sha1(
+            json.dumps([spec.model_dump(exclude={"grid", "points"}), p], sort_keys=True).encode()
+        ).hexdigest()[:8]
         out.append(Point(index=i, overrides=p, run_id=f"{spec.name}__p{i:03d}-{h}"))
     return out
 
@@ -220,8 +228,10 @@ def _mismatch(out: Path, point: Point, want: str) -> str | None:
         except RunDirError as exc:
             return f"{folder} is in the way and is not this point's run: {exc}"
         if got != want:
-            return (f"{folder} holds a run of another config than this point's; not adopted or resumed "
-                    f"(move it away, or use another --out)")
+            return (
+                f"{folder} holds a run of another config than this point's; not adopted or resumed "
+                f"(move it away, or use another --out)"
+            )
         if pickles := legacy_pickles(folder / "checkpoints"):
             return f"{folder} holds a pickled checkpoint ({pickles[0].name}); not resumed (tdlab never unpickles)"
     return None
@@ -230,8 +240,22 @@ def _mismatch(out: Path, point: Point, want: str) -> str | None:
 def _command(spec: SweepSpec, point: Point, out: Path) -> list[str]:
     if (staging_path(Path(out) / point.run_id) / "config.yaml").is_file():  # a killed attempt: finish it
         return [sys.executable, "-m", "tdlab.cli", "run", "--resume", str(Path(out) / point.run_id), "--quiet"]
-    cmd = [sys.executable, "-m", "tdlab.cli", "run", spec.experiment, "--profile", spec.profile, "--out", str(out),
-           "--run-id", point.run_id, "--sweep", spec.name, "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tdlab.cli",
+        "run",
+        spec.experiment,
+        "--profile",
+        spec.profile,
+        "--out",
+        str(out),
+        "--run-id",
+        point.run_id,
+        "--sweep",
+        spec.name,
+        "--quiet",
+    ]
     for s in _as_sets({**spec.set, **point.overrides}):
         cmd += ["--set", s]
     if spec.seeds is not None:
@@ -255,11 +279,17 @@ def _point_status(out: Path, point: Point, rc: int, err: str) -> Point:
         s = Run(out / point.run_id).summary
         return point.model_copy(update={"status": s.get("status", "failed"), "error": s.get("error")})
     except RunDirError:
-        return point.model_copy(update={"status": "failed", "error": f"exit code {rc}: {err}" if err else f"exit code {rc}"})
+        return point.model_copy(
+            update={"status": "failed", "error": f"exit code {rc}: {err}" if err else f"exit code {rc}"}
+        )
 
 
 def run_sweep(
-    spec: SweepSpec, out: Path, backend: Literal["local", "ray"] = "local", workers: int = 2, address: str | None = None,
+    spec: SweepSpec,
+    out: Path,
+    backend: Literal["local", "ray"] = "local",
+    workers: int = 2,
+    address: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> list[Point]:
     """Run every point not already done; write status, summary table and figures. Returns the points.
@@ -286,10 +316,16 @@ def run_sweep(
                 points[i] = points[i].model_copy(update={"status": "skipped"})
         else:
             todo.append(p)
-    echo(f"sweep {spec.name}: {len(points)} points, {len(points) - len(todo)} already done, {len(todo)} to run ({backend})")
+    echo(
+        f"sweep {spec.name}: {len(points)} points, {len(points) - len(todo)} already done, {len(todo)} to run ({backend})"
+    )
     _write_status(sdir, points)
     threads = max(1, (os.cpu_count() or 2) // max(1, workers))
-    finished = _run_ray(spec, todo, out, workers, address, threads) if backend == "ray" else _run_local(spec, todo, out, workers, threads)
+    finished = (
+        _run_ray(spec, todo, out, workers, address, threads)
+        if backend == "ray"
+        else _run_local(spec, todo, out, workers, threads)
+    )
     by_index = {p.index: p for p in finished}
     points = [by_index.get(p.index, p) for p in points]
     _write_status(sdir, points)
@@ -297,7 +333,9 @@ def run_sweep(
     failed = [p for p in points if p.status == "failed"]
     for p in failed:
         echo(f"point {p.index} {p.overrides} failed: {p.error}")
-    echo(f"sweep {spec.name}: {sum(p.status in ('done', 'skipped') for p in points)} done, {len(failed)} failed; see {sdir}")
+    echo(
+        f"sweep {spec.name}: {sum(p.status in ('done', 'skipped') for p in points)} done, {len(failed)} failed; see {sdir}"
+    )
     return points
 
 
@@ -310,7 +348,9 @@ def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, thre
         return list(pool.map(one, todo))
 
 
-def _run_ray(spec: SweepSpec, todo: list[Point], out: Path, workers: int, address: str | None, threads: int) -> list[Point]:
+def _run_ray(
+    spec: SweepSpec, todo: list[Point], out: Path, workers: int, address: str | None, threads: int
+) -> list[Point]:
     try:
         import ray
     except ImportError:
@@ -379,10 +419,15 @@ def summarise(spec: SweepSpec, points: list[Point], out: Path) -> pd.DataFrame:
     tmp = sdir / ".summary.parquet.tmp"
     df.to_parquet(tmp)
     os.replace(tmp, sdir / "summary.parquet")
-    atomic_write(sdir / "summary.html", f"<html><head><meta charset='utf-8'><title>sweep {spec.name}</title></head><body>"
-                 f"<h1>sweep {spec.name} — {spec.experiment} ({spec.profile})</h1>{df.to_html(index=False, na_rep='')}"
-                 + "".join(f"<img src='figures/{f}'>" for f in _metric_figures(df, list(spec.grid), sdir / "figures", plt, save_figure))
-                 + "</body></html>")
+    atomic_write(
+        sdir / "summary.html",
+        f"<html><head><meta charset='utf-8'><title>sweep {spec.name}</title></head><body>"
+        f"<h1>sweep {spec.name} — {spec.experiment} ({spec.profile})</h1>{df.to_html(index=False, na_rep='')}"
+        + "".join(
+            f"<img src='figures/{f}'>" for f in _metric_figures(df, list(spec.grid), sdir / "figures", plt, save_figure)
+        )
+        + "</body></html>",
+    )
     return df
 
 

@@ -9,8 +9,9 @@ from tdlab.claims import assess_arm, end_drift
 
 
 def test_assess_arm_reasons():
-    ok = assess_arm("a", [0.69, 0.69], [0.62, 0.63], accepted_steps=[100, 100], test_error=[0.62, 0.63],
-                    trivial_error=0.6931)
+    ok = assess_arm(
+        "a", [0.69, 0.69], [0.62, 0.63], accepted_steps=[100, 100], test_error=[0.62, 0.63], trivial_error=0.6931
+    )
     assert ok.trained and ok.moved and ok.status == "trained"
     stuck = assess_arm("b", [3e11, 3e11], [3e11, 3e11], accepted_steps=[0, 0])  # a full-matrix arm at σ = 0.1
     assert not stuck.moved and any("no accepted step" in r for r in stuck.reasons)

@@ -30,13 +30,29 @@ def spec(test="value", relation="close", **kw) -> ClaimSpec:
     return ClaimSpec(kw.pop("id", "c"), "a statement (Fig. 1)", test=test, relation=relation, **kw)
 
 
-def one(s: ClaimSpec, measured, reference=None, *, health=None, stages=(), arms=(), provenance="seed", context=None,
-        confidence=0.95):
+def one(
+    s: ClaimSpec,
+    measured,
+    reference=None,
+    *,
+    health=None,
+    stages=(),
+    arms=(),
+    provenance="seed",
+    context=None,
+    confidence=0.95,
+):
     """Judge a one-row group; returns (group, row)."""
     m = Measurements()
-    m.row(s.id, "r", measured if isinstance(measured, Sample) else Sample(measured),
-          reference if reference is None or isinstance(reference, Sample) else Sample(reference),
-          arms=arms, provenance=provenance, context=context)
+    m.row(
+        s.id,
+        "r",
+        measured if isinstance(measured, Sample) else Sample(measured),
+        reference if reference is None or isinstance(reference, Sample) else Sample(reference),
+        arms=arms,
+        provenance=provenance,
+        context=context,
+    )
     for arm, st, value, bound in stages:
         m.stage(arm, st, value, bound)
     (g,) = judge([s], m, CFG, health, confidence)
@@ -47,13 +63,16 @@ def one(s: ClaimSpec, measured, reference=None, *, health=None, stages=(), arms=
 # Decision
 
 
-@pytest.mark.parametrize("values, verdict, cause", [
-    ([0.001, -0.002, 0.002, 0.000], "holds", "decided"),
-    ([0.05, 0.052, 0.049, 0.051], "fails", "decided"),
-    ([0.002, 0.018, 0.006, 0.014], "not resolved", "spread"),
-    ([0.003], "not resolved", "one member"),
-    ([0.0, float("nan"), 0.0], "fails", "non-finite"),
-])
+@pytest.mark.parametrize(
+    "values, verdict, cause",
+    [
+        ([0.001, -0.002, 0.002, 0.000], "holds", "decided"),
+        ([0.05, 0.052, 0.049, 0.051], "fails", "decided"),
+        ([0.002, 0.018, 0.006, 0.014], "not resolved", "spread"),
+        ([0.003], "not resolved", "one member"),
+        ([0.0, float("nan"), 0.0], "fails", "non-finite"),
+    ],
+)
 def test_value_close(values, verdict, cause):
     _, r = one(spec(tolerance=0.01), values)
     assert (r.verdict, r.cause) == (verdict, cause)
@@ -136,8 +155,12 @@ def test_compare_lt_margin_and_ties_at_the_boundary():
     ref = [1.0, 1.0, 1.0]
     assert one(s, [0.8, 0.81, 0.79], ref)[1].verdict == "holds"  # Δ = −0.2 < −0.1
     tie = spec(test="compare", relation="lt", margin=0.25, paired=True)
-    assert one(tie, [0.5, 0.5, 0.5], [0.75, 0.75, 0.75])[1].verdict == "fails"  # Δ = −0.25 exactly (binary-exact): not below −margin
-    assert one(spec(test="compare", relation="gt", margin=0.25, paired=True), [0.75] * 3, [0.5] * 3)[1].verdict == "fails"
+    assert (
+        one(tie, [0.5, 0.5, 0.5], [0.75, 0.75, 0.75])[1].verdict == "fails"
+    )  # Δ = −0.25 exactly (binary-exact): not below −margin
+    assert (
+        one(spec(test="compare", relation="gt", margin=0.25, paired=True), [0.75] * 3, [0.5] * 3)[1].verdict == "fails"
+    )
     assert one(s, [0.95, 0.96, 0.94], ref)[1].verdict == "fails"  # below 0 but not by the margin
     assert one(s, [0.89999, 0.89999, 0.89999], ref)[1].verdict == "holds"
     assert one(s, [0.7, 1.05, 0.9], ref)[1].verdict == "not resolved"
@@ -170,16 +193,25 @@ def test_a_sign_test_on_too_few_members_says_the_member_count_is_the_limit(confi
 
     s = spec(test="compare", relation="gt", paired=True)
     need = min_sign_members(1 - confidence)
-    _, short = one(s, Sample([1000.0] * (need - 1), resolution=100.0), Sample([400.0] * (need - 1), resolution=100.0),
-                   confidence=confidence)
+    _, short = one(
+        s,
+        Sample([1000.0] * (need - 1), resolution=100.0),
+        Sample([400.0] * (need - 1), resolution=100.0),
+        confidence=confidence,
+    )
     assert short.verdict == "not resolved" and short.cause == "members"
     assert f"needs ≥ {need}" in short.reason and short.p_hold >= 1 - confidence
-    _, enough = one(s, Sample([1000.0] * need, resolution=100.0), Sample([400.0] * need, resolution=100.0),
-                    confidence=confidence)
+    _, enough = one(
+        s, Sample([1000.0] * need, resolution=100.0), Sample([400.0] * need, resolution=100.0), confidence=confidence
+    )
     assert enough.verdict == "holds" and enough.cause == "decided"
     # Enough members that disagree: not resolved by the data, not by the count.
-    _, mixed = one(s, Sample([1000.0, 300.0] * need, resolution=100.0), Sample([400.0] * (2 * need), resolution=100.0),
-                   confidence=confidence)
+    _, mixed = one(
+        s,
+        Sample([1000.0, 300.0] * need, resolution=100.0),
+        Sample([400.0] * (2 * need), resolution=100.0),
+        confidence=confidence,
+    )
     assert mixed.verdict == "not resolved" and mixed.cause == "resolution"
 
 
@@ -219,7 +251,11 @@ def test_a_fail_at_convergence_needs_the_measurement_to_have_stopped_moving_towa
     far = [0.35, 0.36, 0.35]
     claim = spec(expected=1.156, tolerance=0.1156, horizon="convergence")
     _, creeping = one(claim, Sample(far, drift=0.021))
-    assert creeping.verdict == "not resolved" and creeping.cause == "still moving" and "towards the claim" in creeping.reason
+    assert (
+        creeping.verdict == "not resolved"
+        and creeping.cause == "still moving"
+        and "towards the claim" in creeping.reason
+    )
     assert one(claim, Sample(far, drift=0.005))[1].verdict == "fails"  # 10 x 0.005 < 0.1156: it has stopped
     assert one(claim, Sample(far, drift=-0.021))[1].verdict == "fails"  # moving away from the claim
     assert one(spec(expected=1.156, tolerance=0.1156, horizon="budget"), Sample(far, drift=0.021))[1].verdict == "fails"
@@ -346,8 +382,11 @@ def test_bad_declarations_and_measurements_are_refused():
 
 
 def test_row_and_group_dicts_say_what_decided_them():
-    g, r = one(spec(relation="ge", expected=100.0, horizon="budget"),
-               Sample([400.0, 420.0, 450.0], censored=[False, False, True], resolution=10.0), arms=["a"])
+    g, r = one(
+        spec(relation="ge", expected=100.0, horizon="budget"),
+        Sample([400.0, 420.0, 450.0], censored=[False, False, True], resolution=10.0),
+        arms=["a"],
+    )
     d = r.to_dict()
     assert d["interval"][1] is None and np.isfinite(d["interval"][0])  # JSON has no infinity
     assert d["provenance"] == "seed" and d["horizon"] == "budget" and d["resolution"] == 10.0

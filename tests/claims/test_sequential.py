@@ -10,8 +10,16 @@ import pytest
 from tdlab.claims import ClaimSpec, Measurements, Sample, judge
 from tdlab.claims.sequential import Looks, blocker, distance, growable, round_plan
 
-SPEC = ClaimSpec(id="c", statement="the mean is within 1 of 0", test="value", relation="close", quantity="x",
-                 expected=0.0, tolerance=1.0, horizon="budget")
+SPEC = ClaimSpec(
+    id="c",
+    statement="the mean is within 1 of 0",
+    test="value",
+    relation="close",
+    quantity="x",
+    expected=0.0,
+    tolerance=1.0,
+    horizon="budget",
+)
 
 
 def test_members_grow_by_the_schedule_and_the_confidence_is_split():
@@ -24,14 +32,34 @@ def test_members_grow_by_the_schedule_and_the_confidence_is_split():
 
 
 def _group(verdict, cause, kind="paper", test="value", p=0.5):
-    row = {"provenance": "seed", "verdict": verdict, "cause": cause, "test": test, "p_fail": p, "p_hold": 1.0,
-           "n": 3, "std": 1.0, "mc_se": 0.0, "reference_se": None}
+    row = {
+        "provenance": "seed",
+        "verdict": verdict,
+        "cause": cause,
+        "test": test,
+        "p_fail": p,
+        "p_hold": 1.0,
+        "n": 3,
+        "std": 1.0,
+        "mc_se": 0.0,
+        "reference_se": None,
+    }
     return {"id": f"{verdict}-{cause}", "kind": kind, "verdict": verdict, "cause": cause, "test": test, "rows": [row]}
 
 
-@pytest.mark.parametrize("cause, grows", [("spread", True), ("one member", True), ("multiplicity", True),
-                                          ("censored", True), ("resolution", False), ("still moving", False),
-                                          ("stage not reached", False), ("not trained", False)])
+@pytest.mark.parametrize(
+    "cause, grows",
+    [
+        ("spread", True),
+        ("one member", True),
+        ("multiplicity", True),
+        ("censored", True),
+        ("resolution", False),
+        ("still moving", False),
+        ("stage not reached", False),
+        ("not trained", False),
+    ],
+)
 def test_only_what_more_members_can_settle_grows(cause, grows):
     verdict = "not evaluable" if cause in ("stage not reached", "not trained") else "not resolved"
     assert growable(_group(verdict, cause)) is grows
@@ -85,11 +113,23 @@ def test_the_rounds_stop_for_the_reason_they_stop():
     # two rounds that decided nothing and left the undecided group as far from a decision as before
     assert "nothing new" in round_plan(looks, sched, 3, [spread, done], [now, now, now], 1e9, 1.0).stop
     assert round_plan(looks, sched, 2, [spread, done], [now, now], 1e9, 1.0).members == 12  # one such round: go on
-    assert round_plan(looks, sched, 3, [spread, done], [{s: 0.6, d: 0.0}, now, now], 1e9, 1.0).stop.startswith("the last 1") is False
+    assert (
+        round_plan(looks, sched, 3, [spread, done], [{s: 0.6, d: 0.0}, now, now], 1e9, 1.0).stop.startswith(
+            "the last 1"
+        )
+        is False
+    )
     assert round_plan(looks, sched, 3, [spread, done], [now, {s: 0.6, d: 0.0}, now], 1e9, 1.0).members == 24  # closer
-    assert round_plan(looks, sched, 3, [spread, done], [now, {s: 0.5, d: 0.2}, now], 1e9, 1.0).members == 24  # newly decided
-    assert "looks are used" in round_plan(looks, sched, 4, [spread, done], [{s: 0.9}, {s: 0.8}, {s: 0.7}, now], 1e9, 1.0).stop
-    p = round_plan(looks, sched, 2, [spread], [{spread["id"]: 0.6}, {spread["id"]: 0.5}], 50.0, 10.0)  # +6 members at 10 s each: 60 s > 50 s
+    assert (
+        round_plan(looks, sched, 3, [spread, done], [now, {s: 0.5, d: 0.2}, now], 1e9, 1.0).members == 24
+    )  # newly decided
+    assert (
+        "looks are used"
+        in round_plan(looks, sched, 4, [spread, done], [{s: 0.9}, {s: 0.8}, {s: 0.7}, now], 1e9, 1.0).stop
+    )
+    p = round_plan(
+        looks, sched, 2, [spread], [{spread["id"]: 0.6}, {spread["id"]: 0.5}], 50.0, 10.0
+    )  # +6 members at 10 s each: 60 s > 50 s
     assert p.members is None and p.stop.startswith("budget") and p.growing == (spread["id"],)
 
 
@@ -124,6 +164,7 @@ def test_at_the_boundary_the_procedure_decides_wrongly_at_most_five_percent_of_r
 def test_without_the_split_the_same_looks_decide_wrongly_too_often():
     """The test above can fail: judged at 95 % at each of four looks, the boundary is decided in more
     than 5 % of runs (the inflation the split prevents)."""
+
     class Naive(Looks, frozen=True):
         @property
         def confidence(self) -> float:
@@ -144,10 +185,17 @@ def _waiting(cause="still moving", horizon="convergence", verdict="not resolved"
     return g
 
 
-@pytest.mark.parametrize("cause, horizon, verdict, waits", [
-    ("still moving", "convergence", "not resolved", True), ("stage not reached", "convergence", "not evaluable", True),
-    ("still moving", "budget", "not resolved", False), ("stage not reached", "budget", "not evaluable", False),
-    ("spread", "convergence", "not resolved", False), ("not trained", "convergence", "not evaluable", False)])
+@pytest.mark.parametrize(
+    "cause, horizon, verdict, waits",
+    [
+        ("still moving", "convergence", "not resolved", True),
+        ("stage not reached", "convergence", "not evaluable", True),
+        ("still moving", "budget", "not resolved", False),
+        ("stage not reached", "budget", "not evaluable", False),
+        ("spread", "convergence", "not resolved", False),
+        ("not trained", "convergence", "not evaluable", False),
+    ],
+)
 def test_only_claims_at_convergence_wait_on_training(cause, horizon, verdict, waits):
     from tdlab.claims.sequential import waits_on_training
 
@@ -173,9 +221,20 @@ def test_the_rounds_train_longer_up_to_the_cap_and_never_when_blocked():
     assert (p.members, p.length, p.training, p.growing) == (3, 200, (moving["id"],), ())
     both = round_plan(looks, sched, 1, [moving, _group("not resolved", "spread")], [], 1e9, 1.0, extension=ext)
     assert both.members == 6 and both.length == 200  # members and length grow together
-    assert round_plan(looks, sched, 1, [moving], [], 1e9, 1.0, extension=Extension("train.steps", 800, 800)).members is None
-    blocked = round_plan(looks, sched, 1, [moving], [], 1e9, 1.0,
-                         extension=Extension("train.steps", 100, 800, "its paper claims x are judged at the seed's budget"))
+    assert (
+        round_plan(looks, sched, 1, [moving], [], 1e9, 1.0, extension=Extension("train.steps", 800, 800)).members
+        is None
+    )
+    blocked = round_plan(
+        looks,
+        sched,
+        1,
+        [moving],
+        [],
+        1e9,
+        1.0,
+        extension=Extension("train.steps", 100, 800, "its paper claims x are judged at the seed's budget"),
+    )
     assert blocked.members is None and "seed's budget" in blocked.stop
     # cost: every member trains anew at twice the length: 3 members × 2 × 10 s = 60 s > 50 s
     assert round_plan(looks, sched, 1, [moving], [], 50.0, 10.0, extension=ext).stop.startswith("budget")

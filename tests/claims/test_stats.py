@@ -11,7 +11,14 @@ import pytest
 from scipy import stats
 
 from tdlab.claims.stats import (
-    Interval, difference_interval, holm, mean_interval, p_outside, proportion_interval, proportion_p_outside, sign_test,
+    Interval,
+    difference_interval,
+    holm,
+    mean_interval,
+    p_outside,
+    proportion_interval,
+    proportion_p_outside,
+    sign_test,
 )
 
 
@@ -47,7 +54,9 @@ def test_extra_error_and_resolution_widen_the_interval():
 
 def test_interval_covers_the_true_mean_at_its_nominal_rate():
     rng = np.random.default_rng(0)
-    covered = sum((iv := mean_interval(rng.normal(1.0, 0.3, size=5).tolist(), 0.9)).lo <= 1.0 <= iv.hi for _ in range(4000))
+    covered = sum(
+        (iv := mean_interval(rng.normal(1.0, 0.3, size=5).tolist(), 0.9)).lo <= 1.0 <= iv.hi for _ in range(4000)
+    )
     assert covered / 4000 == pytest.approx(0.9, abs=0.015)  # binomial sd ≈ 0.005
 
 
@@ -117,7 +126,11 @@ def test_min_sign_members_is_the_first_count_whose_best_p_is_below_alpha():
     assert [min_sign_members(a) for a in (0.5, 0.25, 0.05, 0.0125)] == [3, 4, 6, 8]
     for a in (0.05, 0.0125, 0.001):
         n = min_sign_members(a)
-        assert sign_test([1.0] * n, [2.0] * n, 0.0, "gt").p_hold < a <= sign_test([1.0] * (n - 1), [2.0] * (n - 1), 0.0, "gt").p_hold
+        assert (
+            sign_test([1.0] * n, [2.0] * n, 0.0, "gt").p_hold
+            < a
+            <= sign_test([1.0] * (n - 1), [2.0] * (n - 1), 0.0, "gt").p_hold
+        )
 
 
 def test_sign_test_is_the_exact_binomial_tail():

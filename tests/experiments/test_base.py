@@ -39,7 +39,9 @@ def _fits(steps=(6, 2, 4), bad=None):
     for i, n in enumerate(steps):
         model = GPTConfig(arch="sec2", d=4 + 2 * i, max_len=16)
         build = (lambda s, m=model: NaNFrom(m, s, at=2)) if i == bad else (lambda s, m=model: GPT(m, s))
-        fits.append(Fit(f"cell{i}", Trainer(CFG.updated({"steps": n}), progress=False, label=f"cell{i}"), build, SEEDS, TASK))
+        fits.append(
+            Fit(f"cell{i}", Trainer(CFG.updated({"steps": n}), progress=False, label=f"cell{i}"), build, SEEDS, TASK)
+        )
     return fits
 
 

@@ -25,16 +25,20 @@ def _registering_modules() -> list[str]:
     out = []
     for path in sorted(EXPERIMENTS.glob("seed*/*.py")):
         tree = ast.parse(path.read_text())
-        if any(isinstance(node, ast.ClassDef) and any(ast.unparse(d) == "register" for d in node.decorator_list)
-               for node in ast.walk(tree)):
+        if any(
+            isinstance(node, ast.ClassDef) and any(ast.unparse(d) == "register" for d in node.decorator_list)
+            for node in ast.walk(tree)
+        ):
             out.append("tdlab.experiments." + ".".join(path.relative_to(EXPERIMENTS).with_suffix("").parts))
     return out
 
 
-def _entry_source(exp) -> str:  # noqa: ANN001
+def _entry_source(exp) -> str:
     """The catalog entry of ``exp`` as it should read (printed when the table drifted)."""
-    return (f'    "{exp.name}": Entry(\n        "{type(exp).__module__}",\n        {json.dumps(exp.paper, ensure_ascii=False)},\n'
-            f"        {json.dumps(exp.figure, ensure_ascii=False)},\n        {json.dumps(exp.description, ensure_ascii=False)}),")
+    return (
+        f'    "{exp.name}": Entry(\n        "{type(exp).__module__}",\n        {json.dumps(exp.paper, ensure_ascii=False)},\n'
+        f"        {json.dumps(exp.figure, ensure_ascii=False)},\n        {json.dumps(exp.description, ensure_ascii=False)}),"
+    )
 
 
 def test_every_registering_module_is_in_the_catalog_under_the_names_it_registers():
@@ -49,7 +53,9 @@ def test_every_registering_module_is_in_the_catalog_under_the_names_it_registers
     assert set(by_module) == set(modules)  # every @register class registered itself on import
     expected = {name: module for module, names in by_module.items() for name in names}
     missing = sorted(set(expected) - set(CATALOG))
-    assert not missing, "add to tdlab/experiments/catalog.py:\n" + "\n".join(_entry_source(_REGISTRY[n]) for n in missing)
+    assert not missing, "add to tdlab/experiments/catalog.py:\n" + "\n".join(
+        _entry_source(_REGISTRY[n]) for n in missing
+    )
     assert sorted(set(CATALOG) - set(expected)) == []  # no entry without its experiment
     assert {name: e.module for name, e in CATALOG.items()} == expected
 
@@ -85,7 +91,8 @@ def test_get_imports_its_module_only_and_nothing_heavy_it_does_not_use():
         "exp = get('markov-init')\n"
         "from tdlab.experiments.catalog import CATALOG\n"
         "print(json.dumps({'experiments': sorted(n for n, e in CATALOG.items() if e.module in sys.modules),\n"
-        "                  'modules': sorted(m for m in sys.modules if m.startswith(('matplotlib', 'torch._dynamo')))}))\n")
+        "                  'modules': sorted(m for m in sys.modules if m.startswith(('matplotlib', 'torch._dynamo')))}))\n"
+    )
     assert seen == {"experiments": ["markov-init"], "modules": []}
 
 
@@ -96,7 +103,8 @@ def test_the_catalog_and_the_seed_packages_import_no_experiment():
         "import tdlab.experiments.seed000_local_to_global, tdlab.experiments.seed001_reasoning_bias\n"
         "import tdlab.experiments.seed002_cross_attention, tdlab.experiments.seed003_attention_markov\n"
         "import tdlab.experiments.seed004_topics\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('torch', 'tdlab.experiments.base')))))\n")
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('torch', 'tdlab.experiments.base')))))\n"
+    )
     assert seen == []
 
 
@@ -108,5 +116,6 @@ def test_tdlab_list_imports_no_torch_pandas_or_pyarrow():
         "from tdlab.cli import app\n"
         "res = CliRunner().invoke(app, ['list'])\n"
         "assert res.exit_code == 0 and 'markov-init' in res.output, res.output\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas', 'pyarrow', 'safetensors'))))\n")
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas', 'pyarrow', 'safetensors'))))\n"
+    )
     assert seen == []

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from tdlab.claims import ClaimSpec, Measurements, Sample
+from tdlab.config import parse_duration
 from tdlab.experiments import runner
 from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext
-from tdlab.config import parse_duration
 from tdlab.experiments.decide import DecidePlan
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
@@ -55,10 +55,27 @@ class Toy(Experiment):
     description = "a toy for --decide"
     Config = ToyConfig
     claims = (
-        ClaimSpec(id="near-zero", statement="the mean is within 1 of 0", test="value", relation="close", quantity="w",
-                  expected=0.0, tolerance=1.0, horizon="budget"),
-        ClaimSpec(id="sanity", statement="a check", kind="sanity", test="value", relation="close", quantity="w",
-                  expected=0.0, tolerance=100.0, horizon="budget"),
+        ClaimSpec(
+            id="near-zero",
+            statement="the mean is within 1 of 0",
+            test="value",
+            relation="close",
+            quantity="w",
+            expected=0.0,
+            tolerance=1.0,
+            horizon="budget",
+        ),
+        ClaimSpec(
+            id="sanity",
+            statement="a check",
+            kind="sanity",
+            test="value",
+            relation="close",
+            quantity="w",
+            expected=0.0,
+            tolerance=100.0,
+            horizon="budget",
+        ),
     )
 
     def run(self, cfg: ToyConfig, ctx: RunContext) -> None:
@@ -92,8 +109,9 @@ def toy(monkeypatch):
 
 def _decide(toy, tmp_path, run_id="r", mean=0.0, looks=4, budget=3600.0):
     cfg = toy.make_config("quick", [f"mean={mean}"], members=3)
-    return runner.execute(toy, cfg, "quick", tmp_path, progress=False, run_id=run_id,
-                          decide=DecidePlan(looks=looks, budget_s=budget))
+    return runner.execute(
+        toy, cfg, "quick", tmp_path, progress=False, run_id=run_id, decide=DecidePlan(looks=looks, budget_s=budget)
+    )
 
 
 def test_rounds_add_members_train_only_the_new_ones_and_judge_at_the_looks_confidence(toy, tmp_path):
@@ -110,8 +128,14 @@ def test_rounds_add_members_train_only_the_new_ones_and_judge_at_the_looks_confi
     assert g["rows"][0]["confidence"] == pytest.approx(d["confidence"]) and g["rows"][0]["n"] == members[-1]
     assert d["stopped"] and d["rounds"][-1]["decided"] == d["decided"]
     # the grown run holds the numbers of a run trained with its final members from the start
-    fresh = runner.execute(toy, toy.make_config("quick", ["mean=0.0"], members=members[-1]), "quick", tmp_path,
-                           progress=False, run_id="fresh")
+    fresh = runner.execute(
+        toy,
+        toy.make_config("quick", ["mean=0.0"], members=members[-1]),
+        "quick",
+        tmp_path,
+        progress=False,
+        run_id="fresh",
+    )
     assert Run(run.path).metrics().equals(Run(fresh.path).metrics())
     assert torch.equal(Run(run.path).arrays("a")["w"], Run(fresh.path).arrays("a")["w"])
     # the training budget is never extended
@@ -215,18 +239,24 @@ def test_a_real_round_trains_only_the_new_members_and_matches_a_fresh_run(tmp_pa
     sets = ["train.steps=30", "train.seq_len=16", "train.eval_every=10", "train.eval_batches=1", "archs=[sec2]"]
     fitted: list[int] = []
     real_fit = trainer_mod.Trainer.fit
-    monkeypatch.setattr(trainer_mod.Trainer, "fit", lambda self, b, seeds, t: fitted.append(len(seeds)) or real_fit(self, b, seeds, t))
+    monkeypatch.setattr(
+        trainer_mod.Trainer, "fit", lambda self, b, seeds, t: fitted.append(len(seeds)) or real_fit(self, b, seeds, t)
+    )
 
     def staged(run_id, members):
         w = RunWriter(tmp_path, exp.name, run_id)
-        w.write_config({"experiment": exp.name, "config": exp.make_config("quick", sets, members=members).model_dump(mode="json")})
+        w.write_config(
+            {"experiment": exp.name, "config": exp.make_config("quick", sets, members=members).model_dump(mode="json")}
+        )
         return w
 
     grown = staged("grown", 2)
     ctx = RunContext(grown, progress=False)
     exp.run(exp.make_config("quick", sets, members=2), ctx)
     ctx.start_round()
-    grown.write_config({"experiment": exp.name, "config": exp.make_config("quick", sets, members=4).model_dump(mode="json")})
+    grown.write_config(
+        {"experiment": exp.name, "config": exp.make_config("quick", sets, members=4).model_dump(mode="json")}
+    )
     exp.run(exp.make_config("quick", sets, members=4), ctx)
     arms = len(fitted) // 2
     assert arms >= 1
@@ -252,8 +282,12 @@ def test_a_decided_run_keeps_the_identity_it_was_asked_for(toy, tmp_path):
     run = _decide(toy, tmp_path)
     conf = run.config
     assert conf["config"]["members"] > 3
-    asked = {"experiment": conf["experiment"], "profile": "quick", "config": {**conf["config"], "members": 3},
-             "decide": {**DecidePlan(budget_s=3600.0).model_dump(), "schedule": [3]}}
+    asked = {
+        "experiment": conf["experiment"],
+        "profile": "quick",
+        "config": {**conf["config"], "members": 3},
+        "decide": {**DecidePlan(budget_s=3600.0).model_dump(), "schedule": [3]},
+    }
     assert config_hash(conf) == config_hash(asked)
     assert config_hash(conf) != config_hash({**asked, "decide": {**asked["decide"], "budget_s": 60.0}})
     assert config_hash(conf) != config_hash({k: v for k, v in asked.items() if k != "decide"})
@@ -261,6 +295,7 @@ def test_a_decided_run_keeps_the_identity_it_was_asked_for(toy, tmp_path):
 
 # ------------------------------------------------------------------------------------------------
 # Training longer: claims judged at convergence that are still moving.
+
 
 class SlowConfig(ToyConfig):
     steps: int = 10
@@ -275,8 +310,17 @@ class Slow(Toy):
     profiles = {"quick": {}, "paper": {"steps": 80}}
     train_length = "steps"
     claims = (
-        ClaimSpec(id="settles", statement="the mean is within 10 of 0 at convergence", test="value", relation="close",
-                  quantity="w", expected=0.0, tolerance=10.0, drift_tolerance=0.03, horizon="convergence"),
+        ClaimSpec(
+            id="settles",
+            statement="the mean is within 10 of 0 at convergence",
+            test="value",
+            relation="close",
+            quantity="w",
+            expected=0.0,
+            tolerance=10.0,
+            drift_tolerance=0.03,
+            horizon="convergence",
+        ),
     )
 
     def measure(self, cfg: SlowConfig, run) -> Measurements:
@@ -288,8 +332,18 @@ class Slow(Toy):
 
 class SlowWithBudget(Slow):
     name = "toy-slow-budget"
-    claims = Slow.claims + (ClaimSpec(id="at-budget", statement="within 10 at the budget", test="value",
-                                      relation="close", quantity="w", expected=0.0, tolerance=10.0, horizon="budget"),)
+    claims = Slow.claims + (
+        ClaimSpec(
+            id="at-budget",
+            statement="within 10 at the budget",
+            test="value",
+            relation="close",
+            quantity="w",
+            expected=0.0,
+            tolerance=10.0,
+            horizon="budget",
+        ),
+    )
 
     def measure(self, cfg, run) -> Measurements:
         m = super().measure(cfg, run)
@@ -300,8 +354,9 @@ class SlowWithBudget(Slow):
 def _decide_exp(exp, monkeypatch, tmp_path, sets=(), members=3, budget=3600.0, run_id="r"):
     monkeypatch.setattr(runner, "get", lambda name: exp)
     cfg = exp.make_config("quick", list(sets), members=members)
-    return runner.execute(exp, cfg, "quick", tmp_path, progress=False, run_id=run_id,
-                          decide=DecidePlan(budget_s=budget))
+    return runner.execute(
+        exp, cfg, "quick", tmp_path, progress=False, run_id=run_id, decide=DecidePlan(budget_s=budget)
+    )
 
 
 def test_a_claim_still_moving_at_convergence_trains_longer_every_member_anew(monkeypatch, tmp_path):
@@ -317,6 +372,7 @@ def test_a_claim_still_moving_at_convergence_trains_longer_every_member_anew(mon
     html = (run.path / "report.html").read_text()
     assert "longer training for" in html and "(longer: every member anew)" in html
     from tdlab.report.findings import decided_by
+
     assert "steps 10 → 40" in decided_by(run.summary)
 
 
@@ -359,7 +415,9 @@ def test_a_longer_round_interrupted_resumes_to_the_same_numbers(monkeypatch, tmp
     assert staged["config"]["steps"] == 40 and staged["decide"]["rounds"][-1]["length"] == 20
     resumed = runner.resume(tmp_path / "b" / "r", progress=False)
     a, b = whole.summary["decide"]["rounds"], resumed.summary["decide"]["rounds"]
-    assert [(r["members"], r["length"], r["longer"]) for r in a] == [(r["members"], r["length"], r["longer"]) for r in b]
+    assert [(r["members"], r["length"], r["longer"]) for r in a] == [
+        (r["members"], r["length"], r["longer"]) for r in b
+    ]
     assert whole.summary["claims"] == resumed.summary["claims"]
     assert Run(whole.path).metrics().equals(Run(resumed.path).metrics())
 
@@ -367,8 +425,8 @@ def test_a_longer_round_interrupted_resumes_to_the_same_numbers(monkeypatch, tmp
 def test_real_experiments_say_how_they_may_train_longer():
     """The training-length field comes from the experiment; the cap is its paper profile's; an experiment with
     a claim at the seed's budget may not train longer."""
-    from tdlab.experiments.base import get
     from tdlab.config import read_field
+    from tdlab.experiments.base import get
     from tdlab.experiments.decide import training_extension
 
     heads = get("markov-icl-heads")
@@ -384,15 +442,28 @@ def test_real_experiments_say_how_they_may_train_longer():
     assert training_extension(landscape, landscape.make_config("quick")) is None
 
 
-@pytest.mark.parametrize("horizon, cause, says_budget", [("budget", "stage not reached", True),
-                                                          ("budget", "not trained", True),
-                                                          ("convergence", "stage not reached", False),
-                                                          ("budget", "no seed rows", False)])
+@pytest.mark.parametrize(
+    "horizon, cause, says_budget",
+    [
+        ("budget", "stage not reached", True),
+        ("budget", "not trained", True),
+        ("convergence", "stage not reached", False),
+        ("budget", "no seed rows", False),
+    ],
+)
 def test_a_group_short_of_training_at_the_seeds_budget_says_why_it_is_not_trained_longer(horizon, cause, says_budget):
     from tdlab.claims.judge import GroupResult
     from tdlab.experiments.decide import not_helped
 
-    spec = ClaimSpec(id="g", statement="s", test="value", relation="close", quantity="w", expected=0.0,
-                     tolerance=1.0, horizon=horizon)
+    spec = ClaimSpec(
+        id="g",
+        statement="s",
+        test="value",
+        relation="close",
+        quantity="w",
+        expected=0.0,
+        tolerance=1.0,
+        horizon=horizon,
+    )
     why = not_helped(GroupResult(spec=spec, rows=[], verdict="not evaluable", cause=cause))
     assert why.startswith(cause) and ("seed's budget" in why) == says_budget

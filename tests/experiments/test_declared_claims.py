@@ -38,9 +38,11 @@ def _plants(spec: ClaimSpec, cfg) -> dict[str, tuple[list[float], list[float] | 
         s = max(abs(m), 1.0)
         sign = 1.0 if spec.relation == "gt" else -1.0
         ref = [0.0] * MEMBERS
-        return {"holds": (_spread(sign * (m + 2 * s), s / 10), ref),
-                "fails": (_spread(-sign * (m + 2 * s), s / 10), ref),
-                "not resolved": (_spread(sign * m, s), ref)}
+        return {
+            "holds": (_spread(sign * (m + 2 * s), s / 10), ref),
+            "fails": (_spread(-sign * (m + 2 * s), s / 10), ref),
+            "not resolved": (_spread(sign * m, s), ref),
+        }
     e = resolve(spec.expected, cfg, probe) if spec.expected is not None else 0.0
     t = resolve(spec.tolerance, cfg, probe)
     s = max(t, 0.05 * abs(e), 1e-2)
@@ -49,8 +51,11 @@ def _plants(spec: ClaimSpec, cfg) -> dict[str, tuple[list[float], list[float] | 
     inside = {"close": e, "le": e + t - 2 * s, "ge": e - t + 2 * s}[spec.relation]
     outside = {"close": e + t + 2 * s, "le": e + t + 2 * s, "ge": e - t - 2 * s}[spec.relation]
     narrow = (t / 10) if spec.relation == "close" else s / 10
-    return {"holds": (_spread(inside, narrow), ref), "fails": (_spread(outside, narrow), ref),
-            "not resolved": (_spread(edge, s), ref)}
+    return {
+        "holds": (_spread(inside, narrow), ref),
+        "fails": (_spread(outside, narrow), ref),
+        "not resolved": (_spread(edge, s), ref),
+    }
 
 
 def _judge_planted(spec: ClaimSpec, cfg, kind: str):
@@ -64,8 +69,13 @@ def _judge_planted(spec: ClaimSpec, cfg, kind: str):
         if kind == "not resolved":
             measured = [float(np.mean(measured))] * MEMBERS
     m = Measurements()
-    m.row(spec.id, "planted", Sample(measured, se=se), Sample(reference) if reference is not None else None,
-          context=dict(spec.example))
+    m.row(
+        spec.id,
+        "planted",
+        Sample(measured, se=se),
+        Sample(reference) if reference is not None else None,
+        context=dict(spec.example),
+    )
     (group,) = judge([spec], m, cfg)
     return group
 
@@ -82,8 +92,11 @@ def test_a_planted_measurement_gives_its_verdict(name: str, spec: ClaimSpec, kin
     assert group.verdict == kind
 
 
-@pytest.mark.parametrize("name, spec", [(n, s) for n, s in DECLARED if s.stays is not False],
-                         ids=[f"{n}:{s.id}" for n, s in DECLARED if s.stays is not False])
+@pytest.mark.parametrize(
+    "name, spec",
+    [(n, s) for n, s in DECLARED if s.stays is not False],
+    ids=[f"{n}:{s.id}" for n, s in DECLARED if s.stays is not False],
+)
 def test_a_planted_stay_in_a_run_shorter_than_the_seeds_is_not_resolved(name: str, spec: ClaimSpec) -> None:
     cfg = registry()[name].make_config("quick")
     if not spec.stays_for(cfg):
@@ -97,8 +110,15 @@ def test_a_planted_stay_in_a_run_shorter_than_the_seeds_is_not_resolved(name: st
 @pytest.mark.parametrize("relation", ["close", "le", "ge"])
 @pytest.mark.parametrize("kind", ["holds", "fails", "not resolved"])
 def test_the_plants_cover_every_member_claims(relation: str, kind: str) -> None:
-    spec = ClaimSpec("every-member", "each member at the limit (Fig. 1)", test="every", relation=relation,
-                     quantity="a gap", expected=0.5, tolerance=0.01)
+    spec = ClaimSpec(
+        "every-member",
+        "each member at the limit (Fig. 1)",
+        test="every",
+        relation=relation,
+        quantity="a gap",
+        expected=0.5,
+        tolerance=0.01,
+    )
     assert _judge_planted(spec, registry()["markov-init"].make_config("quick"), kind).verdict == kind
 
 

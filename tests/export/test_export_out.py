@@ -12,8 +12,23 @@ from typer.testing import CliRunner
 
 import tdlab.cli as cli
 
-TINY = ["--set", "train.steps=4", "--set", "train.seq_len=8", "--set", "train.eval_every=2", "--set",
-        "train.eval_batches=1", "--seeds", "1", "--set", "archs=[gpt2]", "--set", "inits=[standard]", "--quiet"]
+TINY = [
+    "--set",
+    "train.steps=4",
+    "--set",
+    "train.seq_len=8",
+    "--set",
+    "train.eval_every=2",
+    "--set",
+    "train.eval_batches=1",
+    "--seeds",
+    "1",
+    "--set",
+    "archs=[gpt2]",
+    "--set",
+    "inits=[standard]",
+    "--quiet",
+]
 ARM = "gpt2/standard"
 
 
@@ -31,6 +46,7 @@ def export(monkeypatch, run):
 
     def go(out):
         return CliRunner().invoke(cli.app, ["export", str(run), "--arm", ARM, "--member", "0", "--out", str(out)])
+
     return go
 
 
@@ -60,7 +76,9 @@ def test_a_name_ending_in_slash_is_a_folder_that_must_exist(export, tmp_path):
     assert not (tmp_path / "newdir").exists()
     (tmp_path / "newdir").mkdir()
     res = export(f"{tmp_path / 'newdir'}/")
-    assert res.exit_code == 0 and [p.name for p in (tmp_path / "newdir").iterdir()] == ["r.gpt2_standard.m0.tl.safetensors"]
+    assert res.exit_code == 0 and [p.name for p in (tmp_path / "newdir").iterdir()] == [
+        "r.gpt2_standard.m0.tl.safetensors"
+    ]
 
 
 def test_the_run_directory_is_read_only_to_export(export, run):

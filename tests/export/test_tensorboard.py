@@ -28,8 +28,19 @@ from tdlab.train.live import arm_stream, streaming_to
 from tdlab.train.regression import RegressionConfig, RegressionTrainer
 from tdlab.train.trainer import TrainConfig, Trainer
 
-TINY = ["--seeds", "2", "--set", "train.steps=20", "--set", "train.seq_len=16", "--set", "train.eval_every=5",
-        "--set", "archs=[sec2]", "--quiet"]
+TINY = [
+    "--seeds",
+    "2",
+    "--set",
+    "train.steps=20",
+    "--set",
+    "train.seq_len=16",
+    "--set",
+    "train.eval_every=5",
+    "--set",
+    "archs=[sec2]",
+    "--quiet",
+]
 
 
 def _invoke(*args):
@@ -52,8 +63,10 @@ def wide(monkeypatch):
 
 def _expected(df):
     """``{(member, tag, step): value}`` of a metrics table."""
-    return {(int(m), tag(a, n), int(s)): float(v)
-            for a, s, m, n, v in zip(df["arm"], df["step"], df["member"], df["name"], df["value"], strict=True)}
+    return {
+        (int(m), tag(a, n), int(s)): float(v)
+        for a, s, m, n, v in zip(df["arm"], df["step"], df["member"], df["name"], df["value"], strict=True)
+    }
 
 
 def _assert_round_trip(folder, df):
@@ -78,6 +91,7 @@ def _refused(res, option, words):
 
 
 # ------------------------------------------------------------------------------------------------ after the fact
+
 
 def test_export_writes_every_metric_of_the_run_one_run_per_member(run, tmp_path):
     run_dir, _ = run
@@ -107,10 +121,16 @@ def test_export_filters_by_arm_and_member(run, tmp_path):
 
 def test_unknown_arm_or_member_is_one_line_and_nothing_written(run, tmp_path, wide):
     run_dir, _ = run
-    _refused(_invoke("export", run_dir, "--to", "tensorboard", "--arm", "nope", "--out", tmp_path / "x"), "--arm",
-             "arms with metrics: sec2/local-to-global, sec2/standard")
-    _refused(_invoke("export", run_dir, "--to", "tensorboard", "--member", "7", "--out", tmp_path / "x"), "--member",
-             "members 0..1")
+    _refused(
+        _invoke("export", run_dir, "--to", "tensorboard", "--arm", "nope", "--out", tmp_path / "x"),
+        "--arm",
+        "arms with metrics: sec2/local-to-global, sec2/standard",
+    )
+    _refused(
+        _invoke("export", run_dir, "--to", "tensorboard", "--member", "7", "--out", tmp_path / "x"),
+        "--member",
+        "members 0..1",
+    )
     _refused(_invoke("export", run_dir, "--to", "transformer-lens", "--out", tmp_path / "x"), "--arm", "required")
     assert list(tmp_path.iterdir()) == []
 
@@ -121,14 +141,20 @@ def test_bad_out_is_one_line_exit_2_and_nothing_written(run, tmp_path, wide):
     (tmp_path / "used").mkdir()
     assert _invoke("export", run_dir, "--to", "tensorboard", "--out", tmp_path / "used").exit_code == 0
     before, run_before = _tree(tmp_path), _tree(run_dir)
-    for out, words in ((tmp_path / "file", "not a folder"), (tmp_path / "file" / "sub", "is not a folder"),
-                       ("/proc/tdlab-tensorboard", "cannot write there"), (run_dir, "read-only to every command"),
-                       (run_dir / "arrays" / "tb", "read-only to every command"), (tmp_path / "used", "holds TensorBoard event files")):
+    for out, words in (
+        (tmp_path / "file", "not a folder"),
+        (tmp_path / "file" / "sub", "is not a folder"),
+        ("/proc/tdlab-tensorboard", "cannot write there"),
+        (run_dir, "read-only to every command"),
+        (run_dir / "arrays" / "tb", "read-only to every command"),
+        (tmp_path / "used", "holds TensorBoard event files"),
+    ):
         _refused(_invoke("export", run_dir, "--to", "tensorboard", "--out", out), "--out", words)
     assert _tree(tmp_path) == before and _tree(run_dir) == run_before
 
 
 # ------------------------------------------------------------------------------------------------ live
+
 
 def test_run_tensorboard_streams_every_stored_metric(run):
     run_dir, live = run
@@ -140,18 +166,37 @@ def test_bad_tensorboard_folder_is_one_line_exit_2_and_no_run(run, tmp_path, wid
     run_dir, live = run
     (tmp_path / "file").write_text("x")
     before, run_before = _tree(tmp_path), _tree(run_dir)
-    for tb, words in ((tmp_path / "file", "not a folder"), (tmp_path / "file" / "sub", "is not a folder"),
-                      ("/proc/tdlab-tensorboard", "cannot write there"), (run_dir / "tb", "read-only to every command"),
-                      (live, "holds TensorBoard event files"), (tmp_path / "runs" / "new", "inside the run directory")):
-        _refused(_invoke("run", "markov-init", *TINY, "--run-id", "new", "--out", tmp_path / "runs", "--tensorboard", tb),
-                 "--tensorboard", words)
-    _refused(_invoke("run", "--resume", run_dir, "--tensorboard", tmp_path / "tb"), "--tensorboard", "not with --resume")
+    for tb, words in (
+        (tmp_path / "file", "not a folder"),
+        (tmp_path / "file" / "sub", "is not a folder"),
+        ("/proc/tdlab-tensorboard", "cannot write there"),
+        (run_dir / "tb", "read-only to every command"),
+        (live, "holds TensorBoard event files"),
+        (tmp_path / "runs" / "new", "inside the run directory"),
+    ):
+        _refused(
+            _invoke("run", "markov-init", *TINY, "--run-id", "new", "--out", tmp_path / "runs", "--tensorboard", tb),
+            "--tensorboard",
+            words,
+        )
+    _refused(
+        _invoke("run", "--resume", run_dir, "--tensorboard", tmp_path / "tb"), "--tensorboard", "not with --resume"
+    )
     assert _tree(tmp_path) == before and _tree(run_dir) == run_before
 
 
 def test_a_bad_config_leaves_the_tensorboard_folder_unmade(tmp_path, wide):
-    res = _invoke("run", "markov-init", *TINY, "--set", "train.steps=-1", "--out", tmp_path / "runs",
-                  "--tensorboard", tmp_path / "tb")
+    res = _invoke(
+        "run",
+        "markov-init",
+        *TINY,
+        "--set",
+        "train.steps=-1",
+        "--out",
+        tmp_path / "runs",
+        "--tensorboard",
+        tmp_path / "tb",
+    )
     assert res.exit_code == 2 and not (tmp_path / "tb").exists()
     (tmp_path / "file").write_text("x")
     res = _invoke("run", "markov-init", *TINY, "--out", tmp_path / "file" / "runs", "--tensorboard", tmp_path / "tb")
@@ -198,7 +243,11 @@ def test_scalars_are_in_the_event_files_while_the_run_trains(tmp_path):
 
     for member in (0, 1):
         for step in (0, 4, 8):  # each evaluation, reference losses included, readable before the member's last
-            assert first("test_loss", step, member) == first("test_loss@bayes", step, member) < first("test_loss", 12, member)
+            assert (
+                first("test_loss", step, member)
+                == first("test_loss@bayes", step, member)
+                < first("test_loss", 12, member)
+            )
         assert first("train_loss", 3, member) < first("train_loss", 6, member) < first("test_loss", 12, member)
     assert first("test_loss", 12, 0) < first("test_loss", 0, 1)  # member 1 is the second chunk
     _assert_round_trip(tmp_path / "tb", Run.read_metrics(w.path / "metrics.parquet"))
@@ -229,9 +278,15 @@ def test_stored_rows_reach_the_sink_once_and_a_decide_round_numbers_the_new_memb
 
 def test_regression_trainer_streams_its_rows():
     got = []
-    trainer = RegressionTrainer(RegressionConfig(prompts=40, context=20, steps=20, eval_prompts=20, eval_every=10,
-                                                 log_every=5, lr=1e-2, grad_tol=None), progress=False)
-    trainer.live = arm_stream(type("Sink", (), {"add": lambda self, arm, rows: got.append((arm, list(rows)))})(), "lca", 3)
+    trainer = RegressionTrainer(
+        RegressionConfig(
+            prompts=40, context=20, steps=20, eval_prompts=20, eval_every=10, log_every=5, lr=1e-2, grad_tol=None
+        ),
+        progress=False,
+    )
+    trainer.live = arm_stream(
+        type("Sink", (), {"add": lambda self, arm, rows: got.append((arm, list(rows)))})(), "lca", 3
+    )
     small = MultiModalPrompts(dims=(3, 2))
     result = trainer.fit(lambda s: LCA(small.d, 4, s, param="one", alpha0=0.0), member_seeds(1, 2), small)
     assert {a for a, _ in got} == {"lca"} and len(got) > 2
@@ -239,10 +294,12 @@ def test_regression_trainer_streams_its_rows():
 
 
 def test_without_a_sink_nothing_is_streamed_and_tensorboard_is_not_imported():
-    code = ("import sys, tdlab.cli, tdlab.experiments.base, tdlab.train.trainer, tdlab.train.regression;"
-            "from tdlab.train.trainer import Trainer, TrainConfig;"
-            "assert Trainer(TrainConfig(), progress=False).live is None;"
-            "assert not [m for m in sys.modules if m.startswith(('tensorboard', 'torch.utils.tensorboard'))], 'imported'")
+    code = (
+        "import sys, tdlab.cli, tdlab.experiments.base, tdlab.train.trainer, tdlab.train.regression;"
+        "from tdlab.train.trainer import Trainer, TrainConfig;"
+        "assert Trainer(TrainConfig(), progress=False).live is None;"
+        "assert not [m for m in sys.modules if m.startswith(('tensorboard', 'torch.utils.tensorboard'))], 'imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

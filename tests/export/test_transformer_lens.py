@@ -19,11 +19,20 @@ from safetensors.torch import load_file
 
 from tdlab.config import ConfigError
 from tdlab.experiments.base import init_arm
-from tdlab.experiments.seed003_attention_markov.icl_depth import MarkovICLDepth
-from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
 from tdlab.experiments.runner import execute
-from tdlab.export.transformer_lens import (CONFIG_KEY, FORMAT, export_member, load, read_export, tl_shapes,
-                                           to_state_dict, to_tl_config, unsupported)
+from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
+from tdlab.experiments.seed003_attention_markov.icl_depth import MarkovICLDepth
+from tdlab.export.transformer_lens import (
+    CONFIG_KEY,
+    FORMAT,
+    export_member,
+    load,
+    read_export,
+    tl_shapes,
+    to_state_dict,
+    to_tl_config,
+    unsupported,
+)
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.runs import Run, RunWriter
 from tdlab.seeding import member_seeds
@@ -58,16 +67,34 @@ def test_state_dict_names_and_shapes_by_hand():
     # d = 32, V = 11, N = 16, d_attn = 24 (4 heads of 6), d_ff = 40, untied head with bias, biases on.
     cfg = gpt2(d_attn=24, d_ff=40, tie_weights=False, head_bias=True, bias=True)
     sd = to_state_dict(perturbed(cfg).member_state(1), cfg)
-    want = {"embed.weight": (11, 32), "pos_embed.weight": (16, 32), "ln_final.weight": (32,), "ln_final.bias": (32,),
-            "unembed.weight": (11, 32), "unembed.bias": (11,)}
+    want = {
+        "embed.weight": (11, 32),
+        "pos_embed.weight": (16, 32),
+        "ln_final.weight": (32,),
+        "ln_final.bias": (32,),
+        "unembed.weight": (11, 32),
+        "unembed.bias": (11,),
+    }
     for l in range(2):
         b = f"blocks.{l}"
-        want |= {f"{b}.ln1.weight": (32,), f"{b}.ln1.bias": (32,), f"{b}.ln2.weight": (32,), f"{b}.ln2.bias": (32,),
-                 f"{b}.attn.q.weight": (24, 32), f"{b}.attn.k.weight": (24, 32), f"{b}.attn.v.weight": (24, 32),
-                 f"{b}.attn.q.bias": (24,), f"{b}.attn.k.bias": (24,), f"{b}.attn.v.bias": (24,),
-                 f"{b}.attn.o.weight": (32, 24), f"{b}.attn.o.bias": (32,),
-                 f"{b}.mlp.in.weight": (40, 32), f"{b}.mlp.in.bias": (40,),
-                 f"{b}.mlp.out.weight": (32, 40), f"{b}.mlp.out.bias": (32,)}
+        want |= {
+            f"{b}.ln1.weight": (32,),
+            f"{b}.ln1.bias": (32,),
+            f"{b}.ln2.weight": (32,),
+            f"{b}.ln2.bias": (32,),
+            f"{b}.attn.q.weight": (24, 32),
+            f"{b}.attn.k.weight": (24, 32),
+            f"{b}.attn.v.weight": (24, 32),
+            f"{b}.attn.q.bias": (24,),
+            f"{b}.attn.k.bias": (24,),
+            f"{b}.attn.v.bias": (24,),
+            f"{b}.attn.o.weight": (32, 24),
+            f"{b}.attn.o.bias": (32,),
+            f"{b}.mlp.in.weight": (40, 32),
+            f"{b}.mlp.in.bias": (40,),
+            f"{b}.mlp.out.weight": (32, 40),
+            f"{b}.mlp.out.bias": (32,),
+        }
     assert {k: tuple(v.shape) for k, v in sd.items()} == want == tl_shapes(cfg)
     m = perturbed(cfg).member_state(1)
     assert torch.equal(sd["blocks.1.attn.o.weight"], m["blocks.1.attn.W_O.weight"])
@@ -92,22 +119,44 @@ def test_fills_for_what_tdlab_lacks():
 
 def test_tl_config_by_hand():
     assert to_tl_config(gpt2(d_attn=24, d_ff=40, activation="relu")) == {
-        "n_layers": 2, "d_model": 32, "n_ctx": 16, "d_head": 6, "n_heads": 4, "d_mlp": 40, "d_vocab": 11,
-        "d_vocab_out": 11, "act_fn": "relu", "normalization_type": "LN", "positional_embedding_type": "standard",
-        "attn_only": False, "eps": 1e-5, "default_prepend_bos": False, "init_weights": False}
+        "n_layers": 2,
+        "d_model": 32,
+        "n_ctx": 16,
+        "d_head": 6,
+        "n_heads": 4,
+        "d_mlp": 40,
+        "d_vocab": 11,
+        "d_vocab_out": 11,
+        "act_fn": "relu",
+        "normalization_type": "LN",
+        "positional_embedding_type": "standard",
+        "attn_only": False,
+        "eps": 1e-5,
+        "default_prepend_bos": False,
+        "init_weights": False,
+    }
     c = to_tl_config(gpt2(mlp=False, norm="none"))
-    assert (c["act_fn"], c["normalization_type"], c["attn_only"], c["d_mlp"], c["d_head"]) == ("gelu", None, True, None, 8)
+    assert (c["act_fn"], c["normalization_type"], c["attn_only"], c["d_mlp"], c["d_head"]) == (
+        "gelu",
+        None,
+        True,
+        None,
+        8,
+    )
     json.dumps(c)  # goes into the file's metadata as JSON
 
 
-@pytest.mark.parametrize("kw, needle", [
-    ({"arch": "sec2", "vocab": 2}, "scalar token"),
-    ({"norm": "post"}, "post-LN"),
-    ({"positions": "relative"}, "relative-position bias"),
-    ({"positions": "both", "rel_encoding": "kv"}, "relative key/value"),
-    ({"final_norm": False}, "without a final LayerNorm"),
-    ({"norm": "none", "final_norm": True}, "final LayerNorm without block LayerNorms"),
-])
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        ({"arch": "sec2", "vocab": 2}, "scalar token"),
+        ({"norm": "post"}, "post-LN"),
+        ({"positions": "relative"}, "relative-position bias"),
+        ({"positions": "both", "rel_encoding": "kv"}, "relative key/value"),
+        ({"final_norm": False}, "without a final LayerNorm"),
+        ({"norm": "none", "final_norm": True}, "final LayerNorm without block LayerNorms"),
+    ],
+)
 def test_unsupported_architectures_are_named(kw, needle):
     cfg = gpt2(**kw)
     assert any(needle in m for m in unsupported(cfg))
@@ -122,7 +171,9 @@ def test_parameters_that_do_not_fit_the_config():
     m = GPT(cfg, [0]).member_state(0)
     with pytest.raises(ConfigError, match="'lm_head' .* is missing"):
         to_state_dict(m, cfg.updated({"tie_weights": False}))
-    with pytest.raises(ConfigError, match=r"'blocks.0.mlp.W_1.weight' has shape \(128, 32\), the config needs \(64, 32\)"):
+    with pytest.raises(
+        ConfigError, match=r"'blocks.0.mlp.W_1.weight' has shape \(128, 32\), the config needs \(64, 32\)"
+    ):
         to_state_dict(m, cfg.updated({"d_ff": 64}))
     with pytest.raises(ConfigError, match="blocks.1.attn.W_Q.weight.* are not part of it"):
         to_state_dict(m, cfg.updated({"layers": 1}))
@@ -174,7 +225,9 @@ def test_logits_equal_tdlab(name, one_thread):
     m64 = perturbed(cfg, scale, dtype=torch.float64)
     with torch.no_grad():
         want64 = m64(x)[1]
-        got64 = _bridge(to_tl_config(cfg), to_state_dict(m64.member_state(1), cfg), torch.float64)(x[1], return_type="logits")
+        got64 = _bridge(to_tl_config(cfg), to_state_dict(m64.member_state(1), cfg), torch.float64)(
+            x[1], return_type="logits"
+        )
     assert (got64 - want64).abs().max().item() <= 1e-12
 
 
@@ -189,7 +242,9 @@ def test_local_to_global_init_is_exact_in_float64(one_thread):
     x = torch.randint(0, 2, (3, 8, 64), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         want = model(x)[1]
-        got = _bridge(to_tl_config(cfg), to_state_dict(model.member_state(1), cfg), torch.float64)(x[1], return_type="logits")
+        got = _bridge(to_tl_config(cfg), to_state_dict(model.member_state(1), cfg), torch.float64)(
+            x[1], return_type="logits"
+        )
     assert want.abs().max() > 0.1
     assert (got - want).abs().max().item() <= 1e-12
 
@@ -214,8 +269,19 @@ def init_run(tmp_path_factory) -> Run:
     old = torch.get_num_threads()
     torch.set_num_threads(1)
     exp = MarkovInit()
-    cfg = exp.make_config("quick", ["archs=[sec2, gpt2]", "inits=[standard]", "train.steps=3", "train.seq_len=16",
-                                    "train.eval_every=3", "train.eval_batches=1", "model.d=8"], members=2)
+    cfg = exp.make_config(
+        "quick",
+        [
+            "archs=[sec2, gpt2]",
+            "inits=[standard]",
+            "train.steps=3",
+            "train.seq_len=16",
+            "train.eval_every=3",
+            "train.eval_batches=1",
+            "model.d=8",
+        ],
+        members=2,
+    )
     try:
         return execute(exp, cfg, "quick", tmp_path_factory.mktemp("runs"), progress=False)
     finally:
@@ -246,7 +312,9 @@ def test_export_from_a_real_run(init_run, tmp_path, one_thread):
     p0 = export_member(init_run.path, init_arm("gpt2/standard"), 0, tmp_path)
     assert p0.parent == tmp_path and p0.name.endswith(".gpt2_standard_init.m0.tl.safetensors")
     with torch.no_grad():
-        assert (load(p0)(x[0], return_type="logits") - GPT(mcfg, member_seeds(rc.seed, rc.members))(x)[0]).abs().max() <= TOL
+        assert (
+            load(p0)(x[0], return_type="logits") - GPT(mcfg, member_seeds(rc.seed, rc.members))(x)[0]
+        ).abs().max() <= TOL
         # float64 on request: the exact function of the float32 weights.
         got64 = load(path, dtype=torch.float64)(x[1], return_type="logits")
         assert got64.dtype == torch.float64 and (got64 - model.double()(x)[1]).abs().max().item() <= 1e-12
@@ -268,9 +336,13 @@ def _planted_icl_depth(out: Path, cells: dict[str, tuple[int, str]]) -> Path:
     """A markov-icl-depth run directory holding freshly initialised members for the given arms
     (``arm -> (depth, positions)``), built with the experiment's own per-arm model config."""
     exp = MarkovICLDepth()
-    cfg = exp.make_config("quick", ["train.seq_len=16", "probe.map_len=8", "ks=[1]", "depths=[1, 2]", "model.d=16"], members=2)
+    cfg = exp.make_config(
+        "quick", ["train.seq_len=16", "probe.map_len=8", "ks=[1]", "depths=[1, 2]", "model.d=16"], members=2
+    )
     with RunWriter(out, exp.name, run_id="planted") as w:
-        w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json"), "sweep": None})
+        w.write_config(
+            {"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json"), "sweep": None}
+        )
         for arm, (depth, pe) in cells.items():
             w.save_arrays(arm, [GPT(cfg.arm_model(depth, pe), [s]).member_state(0) for s in (5, 6)])
             w.add_metrics(arm, [(0, 0, "test_loss", 0.7)])
@@ -278,10 +350,20 @@ def _planted_icl_depth(out: Path, cells: dict[str, tuple[int, str]]) -> Path:
 
 
 def test_multi_layer_arm_of_a_planted_run(tmp_path, one_thread):
-    run = _planted_icl_depth(tmp_path / "runs", {"k1/L2/absolute": (2, "absolute"), "k1/L1/relative": (1, "relative"),
-                                                 "k1/L2/relative-kv": (2, "relative-kv"), "k1/L1/both": (1, "both")})
-    for arm, needle in (("k1/L1/relative", "relative-position bias"), ("k1/L2/relative-kv", "relative key/value"),
-                        ("k1/L1/both", "relative-position bias")):
+    run = _planted_icl_depth(
+        tmp_path / "runs",
+        {
+            "k1/L2/absolute": (2, "absolute"),
+            "k1/L1/relative": (1, "relative"),
+            "k1/L2/relative-kv": (2, "relative-kv"),
+            "k1/L1/both": (1, "both"),
+        },
+    )
+    for arm, needle in (
+        ("k1/L1/relative", "relative-position bias"),
+        ("k1/L2/relative-kv", "relative key/value"),
+        ("k1/L1/both", "relative-position bias"),
+    ):
         with pytest.raises(ConfigError, match=f"arm '{arm}' cannot be exported.*{needle}"):
             export_member(run, arm, 0, tmp_path / "x.safetensors")
     with RunWriter(tmp_path / "runs", "markov-icl-depth", run_id="other") as w:  # a probe arm: measurements only

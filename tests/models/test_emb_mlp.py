@@ -62,7 +62,13 @@ def test_gamma_init_std_per_parameter_kind(fan):
             want = (d_out if fan == "out" else d_in) ** -g
             assert float(w[e].detach().std()) == pytest.approx(want, rel=0.02)
     d2 = Def2Transformer(Def2Config(d_k=64, d_f=512, fan=fan, gamma=0.8), [3])
-    for name, d_out, d_in in [("W_Q", 64, 200), ("W_V", 64, 200), ("W_O", 200, 64), ("W_f1", 512, 200), ("W_f2", 200, 512)]:
+    for name, d_out, d_in in [
+        ("W_Q", 64, 200),
+        ("W_V", 64, 200),
+        ("W_O", 200, 64),
+        ("W_f1", 512, 200),
+        ("W_f2", 200, 512),
+    ]:
         want = (d_out if fan == "out" else d_in) ** -0.8
         assert float(getattr(d2, name).weight[0].detach().std()) == pytest.approx(want, rel=0.02)
     assert float(d2.W_emb[0].detach().std()) == pytest.approx(200**-0.8, rel=0.02)

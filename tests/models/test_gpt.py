@@ -31,10 +31,10 @@ def _tokens(E, B, T, seed=0):
 def sec2_reference(model: GPT, m: int, tokens: torch.Tensor) -> torch.Tensor:
     """P(x_{n+1} = 1 | x_1^n) for member m, written position by position from the Sec. 2 equations:
 
-        x_n = x_n e + p_n
-        y_n = x_n + W_O sum_{i<=n} att_{n,i} W_V x_i,  att_{n,.} = softmax_i(<W_Q x_n, W_K x_i>/sqrt(d_h) [+ r_{n-i}])
-        z_n = y_n + W_2 ReLU(W_1 y_n)
-        P(x_{n+1}=1 | x_1^n) = sigmoid(<e, z_n> + b)
+    x_n = x_n e + p_n
+    y_n = x_n + W_O sum_{i<=n} att_{n,i} W_V x_i,  att_{n,.} = softmax_i(<W_Q x_n, W_K x_i>/sqrt(d_h) [+ r_{n-i}])
+    z_n = y_n + W_2 ReLU(W_1 y_n)
+    P(x_{n+1}=1 | x_1^n) = sigmoid(<e, z_n> + b)
     """
     cfg = model.cfg
     st = {k: v.double() for k, v in model.member_state(m).items()}
@@ -65,8 +65,10 @@ def sec2_reference(model: GPT, m: int, tokens: torch.Tensor) -> torch.Tensor:
                     mx = max(scores)
                     w = [math.exp(s - mx) for s in scores]
                     Z = sum(w)
-                    val = lambda i: (WV @ xs[i])[sl] + (st[p + "attn.rel_v"][min(n - i, cfg.rel_clip)]  # noqa: E731
-                                                        if p + "attn.rel_v" in st else 0.0)
+                    val = lambda i: (
+                        (WV @ xs[i])[sl]
+                        + (st[p + "attn.rel_v"][min(n - i, cfg.rel_clip)] if p + "attn.rel_v" in st else 0.0)
+                    )
                     heads.append(sum((w[i] / Z) * val(i) for i in range(n + 1)))
                 att = torch.cat(heads)
                 if p + "attn.W_O.weight" in st:
@@ -221,7 +223,9 @@ def test_relative_positions_run_and_differ_from_absolute():
 
 def test_relative_key_value_embeddings_are_clipped_shared_across_heads_and_per_member():
     seeds = member_seeds(5, 3)
-    cfg = GPTConfig(arch="gpt2", d=8, heads=2, max_len=16, positions="relative", rel_encoding="kv", rel_clip=3, init_std=0.5)
+    cfg = GPTConfig(
+        arch="gpt2", d=8, heads=2, max_len=16, positions="relative", rel_encoding="kv", rel_clip=3, init_std=0.5
+    )
     model = GPT(cfg, seeds)
     attn = model.blocks[0].attn
     assert model.wpe is None and attn.rel_bias is None
@@ -230,8 +234,8 @@ def test_relative_key_value_embeddings_are_clipped_shared_across_heads_and_per_m
     out = model(tokens)
     # Member i of the ensemble is the model built from seed i alone (the member axis is respected).
     for i in range(3):
-        alone = GPT(cfg, seeds[i:i + 1])
-        torch.testing.assert_close(alone(tokens[i:i + 1]), out[i:i + 1].detach())
+        alone = GPT(cfg, seeds[i : i + 1])
+        torch.testing.assert_close(alone(tokens[i : i + 1]), out[i : i + 1].detach())
     # Distances beyond rel_clip share the last embedding: changing it moves only positions n >= 3,
     # and changing another member's embeddings leaves member 0 alone.
     with torch.no_grad():
@@ -243,7 +247,9 @@ def test_relative_key_value_embeddings_are_clipped_shared_across_heads_and_per_m
     assert bool((diff[:3] == 0).all()) and bool((diff[3:] > 1e-4).all())
     # Gradients reach the relative embeddings of each member.
     model(tokens).sum().backward()
-    assert bool((attn.rel_k.grad.abs().sum(dim=(1, 2)) > 0).all()) and bool((attn.rel_v.grad.abs().sum(dim=(1, 2)) > 0).all())
+    assert bool((attn.rel_k.grad.abs().sum(dim=(1, 2)) > 0).all()) and bool(
+        (attn.rel_v.grad.abs().sum(dim=(1, 2)) > 0).all()
+    )
 
 
 # --- members are independent ----------------------------------------------------------------------
@@ -333,10 +339,25 @@ def test_single_member_ensemble_and_input_checks():
 # --- seed 001: the post-LN transformer of App. A.2 (Eqs. 15-18) ------------------------------------
 
 # The seed's model scaled down (A.3: V 200, d_m 200, d_k 64, d_ff 512, 2 layers, 1 head, L = 9).
-SEED001 = dict(arch="gpt2", vocab=7, d=6, d_attn=4, d_ff=10, layers=2, heads=1, max_len=9, norm="post",
-               activation="relu", tie_weights=False, head_bias=True, init="gamma", init_gamma=0.3)
-ATTN_ONLY = dict(arch="gpt2", vocab=5, d=6, d_attn=4, heads=2, layers=3, max_len=12, mlp=False, norm="none",
-                 init_std=0.5)
+SEED001 = dict(
+    arch="gpt2",
+    vocab=7,
+    d=6,
+    d_attn=4,
+    d_ff=10,
+    layers=2,
+    heads=1,
+    max_len=9,
+    norm="post",
+    activation="relu",
+    tie_weights=False,
+    head_bias=True,
+    init="gamma",
+    init_gamma=0.3,
+)
+ATTN_ONLY = dict(
+    arch="gpt2", vocab=5, d=6, d_attn=4, heads=2, layers=3, max_len=12, mlp=False, norm="none", init_std=0.5
+)
 
 
 def _ln(x: torch.Tensor, g: torch.Tensor, b: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
@@ -447,8 +468,14 @@ def test_post_ln_forward_matches_eqs_15_to_18(kw):
     # blocks.{l}.mid is X^ao = LN(X + Attn V W^O) of the first block (Eq. 18), X = the recorded embedding.
     ln1 = model.blocks[0].ln_1
     mid = cache["blocks.0.mid"]
-    torch.testing.assert_close(mid, _ln(cache["embed"] + model.blocks[0].attn(cache["embed"]).detach(),
-                                         ln1.weight.detach()[:, None, None], ln1.bias.detach()[:, None, None]))
+    torch.testing.assert_close(
+        mid,
+        _ln(
+            cache["embed"] + model.blocks[0].attn(cache["embed"]).detach(),
+            ln1.weight.detach()[:, None, None],
+            ln1.bias.detach()[:, None, None],
+        ),
+    )
 
 
 @pytest.mark.parametrize(
@@ -492,13 +519,34 @@ def test_gamma_init_std_is_width_to_the_minus_gamma(gamma, fan):
     """W in R^{d1 x d2} (in, out): W_ij ~ N(0, (d2^-γ)^2) for fan "out" (Sec. 3.4), d1^-γ for "in";
     embeddings d_m^-γ either way (B.4); LayerNorm (1, 0); biases 0."""
     V, d, dk, dff = 300, 256, 128, 512
-    cfg = GPTConfig(arch="gpt2", vocab=V, d=d, d_attn=dk, d_ff=dff, heads=2, layers=1, max_len=256, norm="post",
-                    tie_weights=False, head_bias=True, bias=True, init="gamma", init_gamma=gamma, init_fan=fan)
+    cfg = GPTConfig(
+        arch="gpt2",
+        vocab=V,
+        d=d,
+        d_attn=dk,
+        d_ff=dff,
+        heads=2,
+        layers=1,
+        max_len=256,
+        norm="post",
+        tie_weights=False,
+        head_bias=True,
+        bias=True,
+        init="gamma",
+        init_gamma=gamma,
+        init_fan=fan,
+    )
     model = GPT(cfg, member_seeds(1, 2))
     # (d_in, d_out) of each matrix in the seed's layout; embedding tables by their row width.
-    dims = {"attn.W_Q": (d, dk), "attn.W_K": (d, dk), "attn.W_V": (d, dk), "attn.W_O": (dk, d),
-            "mlp.W_1": (d, dff), "mlp.W_2": (dff, d)}
-    expected = {"wte": d ** -gamma, "wpe": d ** -gamma, "lm_head": (d if fan == "in" else V) ** -gamma}
+    dims = {
+        "attn.W_Q": (d, dk),
+        "attn.W_K": (d, dk),
+        "attn.W_V": (d, dk),
+        "attn.W_O": (dk, d),
+        "mlp.W_1": (d, dff),
+        "mlp.W_2": (dff, d),
+    }
+    expected = {"wte": d**-gamma, "wpe": d**-gamma, "lm_head": (d if fan == "in" else V) ** -gamma}
     for k, (di, do) in dims.items():
         expected[f"blocks.0.{k}.weight"] = (di if fan == "in" else do) ** -gamma
     seen = set()
@@ -522,9 +570,9 @@ def test_gamma_init_std_is_width_to_the_minus_gamma(gamma, fan):
 
 def test_gamma_std_of_the_sec2_parameters():
     """sec2: e is the embedding (d^-γ); the untied head a maps d -> 1 (std 1 for fan out); b is a bias."""
-    for fan, a_std in (("out", 1.0), ("in", 8 ** -0.5)):
+    for fan, a_std in (("out", 1.0), ("in", 8**-0.5)):
         m = GPT(GPTConfig(arch="sec2", d=8, tie_weights=False, init="gamma", init_gamma=0.5, init_fan=fan), [0])
-        assert m.gamma_std("e") == pytest.approx(8 ** -0.5) and m.gamma_std("a") == pytest.approx(a_std)
+        assert m.gamma_std("e") == pytest.approx(8**-0.5) and m.gamma_std("a") == pytest.approx(a_std)
         assert m.gamma_std("b") == 0.0 and torch.equal(m.b, torch.zeros(1))
 
 
@@ -545,8 +593,11 @@ def test_lemma_1_small_init_attention_is_uniform():
 # --- new options: members, gradients, bad input ----------------------------------------------------
 
 
-@pytest.mark.parametrize("kw", [SEED001, ATTN_ONLY, dict(ATTN_ONLY, positions="both", rel_encoding="kv", init="gamma")],
-                         ids=["seed001", "attention-only", "attention-only-kv-gamma"])
+@pytest.mark.parametrize(
+    "kw",
+    [SEED001, ATTN_ONLY, dict(ATTN_ONLY, positions="both", rel_encoding="kv", init="gamma")],
+    ids=["seed001", "attention-only", "attention-only-kv-gamma"],
+)
 def test_member_of_an_ensemble_equals_the_model_built_alone_new_options(kw):
     cfg = GPTConfig(**kw)
     seeds = member_seeds(9, 3)
@@ -557,12 +608,14 @@ def test_member_of_an_ensemble_equals_the_model_built_alone_new_options(kw):
         alone = GPT(cfg, [seeds[e]])
         for k, v in alone.state_dict().items():
             assert torch.equal(ens.state_dict()[k][e], v[0]), k
-        torch.testing.assert_close(alone(tokens[e:e + 1]), out[e:e + 1].detach(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(alone(tokens[e : e + 1]), out[e : e + 1].detach(), rtol=1e-5, atol=1e-6)
+
     # Gradients: perturbing member 0's input leaves the other members' gradients untouched.
     def grads(t):
         ens.zero_grad()
         next_token_loss(ens(t[..., :-1]), t[..., 1:]).sum().backward()
         return {n: p.grad.clone() for n, p in ens.named_parameters()}
+
     g0 = grads(tokens)
     t2 = tokens.clone()
     t2[0] = (t2[0] + 1) % cfg.vocab
@@ -608,44 +661,78 @@ def test_bad_new_options_name_the_field(kw, field):
 # logits of member 1, sequence 1, last position.
 PINNED_CONFIGS = {
     "sec2-default": dict(arch="sec2", d=8, max_len=16),
-    "sec2-l2g-both-untied": dict(arch="sec2", d=8, max_len=16, heads=2, layers=2, positions="both", tie_weights=False,
-                                 init="local-to-global", init_std=0.3),
+    "sec2-l2g-both-untied": dict(
+        arch="sec2",
+        d=8,
+        max_len=16,
+        heads=2,
+        layers=2,
+        positions="both",
+        tie_weights=False,
+        init="local-to-global",
+        init_std=0.3,
+    ),
     "sec2-relbias": dict(arch="sec2", d=4, max_len=16, positions="relative", init_std=0.5),
     "gpt2-tied": dict(arch="gpt2", vocab=5, d=8, heads=2, layers=2, max_len=16, init_std=0.3),
-    "gpt2-relkv-untied": dict(arch="gpt2", vocab=3, d=8, heads=2, max_len=16, positions="relative", rel_encoding="kv",
-                              rel_clip=3, tie_weights=False, init_std=0.3),
-    "gpt2-nooutproj-both-l2g": dict(arch="gpt2", vocab=2, d=6, heads=3, max_len=16, positions="both", out_proj=False,
-                                    init="local-to-global", init_std=0.3),
+    "gpt2-relkv-untied": dict(
+        arch="gpt2",
+        vocab=3,
+        d=8,
+        heads=2,
+        max_len=16,
+        positions="relative",
+        rel_encoding="kv",
+        rel_clip=3,
+        tie_weights=False,
+        init_std=0.3,
+    ),
+    "gpt2-nooutproj-both-l2g": dict(
+        arch="gpt2",
+        vocab=2,
+        d=6,
+        heads=3,
+        max_len=16,
+        positions="both",
+        out_proj=False,
+        init="local-to-global",
+        init_std=0.3,
+    ),
 }
 PINNED = {
     "sec2-default": (
         "f1cf3592a88abb484b8ae9ab1d5d2675611f829c5d63ad9c21aa96d10e829d96",
-        -0.504204383184286, -0.0281382911195484,
+        -0.504204383184286,
+        -0.0281382911195484,
         [0.0, -0.010885947410591169],
     ),
     "sec2-l2g-both-untied": (
         "525001ad3c64a648294a244b30fc57569488c497e30a5886a603bd0ade0d8641",
-        -57954.5589117968, 1187.1080866344155,
+        -57954.5589117968,
+        1187.1080866344155,
         [0.0, -16.322827982736474],
     ),
     "sec2-relbias": (
         "28f0b6ae08a0b797d2bd239ca80488dc4c29900691289dd2d952a1b64999f8d4",
-        -20.638778594080613, -4.469746946302944,
+        -20.638778594080613,
+        -4.469746946302944,
         [0.0, -0.6901529332198607],
     ),
     "gpt2-tied": (
         "1e2f3a6b38c99b749d08af32f3449125b3a98d2ced1ce89917ebe967a933abec",
-        49.14477908650229, -6.105401742220086,
+        49.14477908650229,
+        -6.105401742220086,
         [0.23525262941438335, 0.08195699599427542, -0.9465204253890224, -0.2917520220817369, 0.039899893403654685],
     ),
     "gpt2-relkv-untied": (
         "9a2c23d6b68cbac706f5934366d6e7f8a80b89e2f6ff00e9c610deaa1eda2fa5",
-        0.3071166908130569, -33.27851486622815,
+        0.3071166908130569,
+        -33.27851486622815,
         [-0.9497975320442167, -1.798094211174239, 0.36711820414037],
     ),
     "gpt2-nooutproj-both-l2g": (
         "c254b4735fc84b81cc23dbdcccd32a17d467edfac68ef3cd18ebf91720c2b232",
-        105.32927101313393, -31.021177072259476,
+        105.32927101313393,
+        -31.021177072259476,
         [0.005295839238902783, 0.005295811464472],
     ),
 }
@@ -688,7 +775,9 @@ def test_bidirectional_encoder_sees_later_tokens_and_causal_does_not(norm):
     y = x.clone()
     y[..., -1] = (y[..., -1] + 1) % 11
     for causal in (False, True):
-        m = GPT(GPTConfig(arch="gpt2", vocab=11, d=16, layers=2, heads=2, max_len=12, norm=norm, causal=causal), [3, 4]).double()
+        m = GPT(
+            GPTConfig(arch="gpt2", vocab=11, d=16, layers=2, heads=2, max_len=12, norm=norm, causal=causal), [3, 4]
+        ).double()
         a, b = m(x), m(y)
         if causal:
             assert torch.equal(a[..., :-1, :], b[..., :-1, :])

@@ -46,29 +46,66 @@ def byte_level_bpe(cls):
 def unigram(cls):
     """ALBERT: a SentencePiece unigram model with pieces "▁word", "s" and single letters."""
     specials = [("<pad>", 0.0), ("<unk>", 0.0), ("[CLS]", 0.0), ("[SEP]", 0.0), ("[MASK]", 0.0)]
-    return cls(vocab=specials + [("▁" + w, -1.0) for w in WORDS] + [("s", -2.0), ("▁", -3.0)]
-               + [(c, -5.0) for c in "abcdefghijklmnopqrstuvwxyz"])
+    return cls(
+        vocab=specials
+        + [("▁" + w, -1.0) for w in WORDS]
+        + [("s", -2.0), ("▁", -3.0)]
+        + [(c, -5.0) for c in "abcdefghijklmnopqrstuvwxyz"]
+    )
 
 
-SIZES = {"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 16, "intermediate_size": 32,
-         "max_position_embeddings": 64}
+SIZES = {
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "max_position_embeddings": 64,
+}
 # architecture -> (tokenizer, config of vocabulary size V, spelling of a word mid-text, the token table's key in
 # model.safetensors): read independently of the reader table
 ARCHS = {
-    "bert": (lambda: wordpiece(T.BertTokenizer), lambda V: T.BertConfig(vocab_size=V, **SIZES), "{}",
-             "embeddings.word_embeddings.weight"),
-    "roberta": (lambda: byte_level_bpe(T.RobertaTokenizer),
-                lambda V: T.RobertaConfig(vocab_size=V, **{**SIZES, "max_position_embeddings": 66}, pad_token_id=1,
-                                          bos_token_id=0, eos_token_id=2), "Ġ{}", "embeddings.word_embeddings.weight"),
-    "albert": (lambda: unigram(T.AlbertTokenizer), lambda V: T.AlbertConfig(vocab_size=V, embedding_size=8, **SIZES),
-               "▁{}", "embeddings.word_embeddings.weight"),
-    "electra": (lambda: wordpiece(T.ElectraTokenizer),
-                lambda V: T.ElectraConfig(vocab_size=V, embedding_size=8, **SIZES), "{}",
-                "embeddings.word_embeddings.weight"),
-    "bart": (lambda: byte_level_bpe(T.BartTokenizer),
-             lambda V: T.BartConfig(vocab_size=V, d_model=16, encoder_layers=2, decoder_layers=2,
-                                    encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
-                                    decoder_ffn_dim=32, max_position_embeddings=64), "Ġ{}", "shared.weight"),
+    "bert": (
+        lambda: wordpiece(T.BertTokenizer),
+        lambda V: T.BertConfig(vocab_size=V, **SIZES),
+        "{}",
+        "embeddings.word_embeddings.weight",
+    ),
+    "roberta": (
+        lambda: byte_level_bpe(T.RobertaTokenizer),
+        lambda V: T.RobertaConfig(
+            vocab_size=V, **{**SIZES, "max_position_embeddings": 66}, pad_token_id=1, bos_token_id=0, eos_token_id=2
+        ),
+        "Ġ{}",
+        "embeddings.word_embeddings.weight",
+    ),
+    "albert": (
+        lambda: unigram(T.AlbertTokenizer),
+        lambda V: T.AlbertConfig(vocab_size=V, embedding_size=8, **SIZES),
+        "▁{}",
+        "embeddings.word_embeddings.weight",
+    ),
+    "electra": (
+        lambda: wordpiece(T.ElectraTokenizer),
+        lambda V: T.ElectraConfig(vocab_size=V, embedding_size=8, **SIZES),
+        "{}",
+        "embeddings.word_embeddings.weight",
+    ),
+    "bart": (
+        lambda: byte_level_bpe(T.BartTokenizer),
+        lambda V: T.BartConfig(
+            vocab_size=V,
+            d_model=16,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=32,
+            decoder_ffn_dim=32,
+            max_position_embeddings=64,
+        ),
+        "Ġ{}",
+        "shared.weight",
+    ),
 }
 
 
@@ -104,8 +141,13 @@ WINDOWS = [[0, 1, 2, 4, 3], [5, 4, 0, 2, 1]]  # corpus word ids
 
 def test_the_reader_table_is_the_seeds_five_architectures():
     assert set(READERS) == {"bert", "roberta", "albert", "electra", "bart"}
-    assert {k: r.word_prefix for k, r in READERS.items()} == {"bert": "", "roberta": " ", "albert": "", "electra": "",
-                                                             "bart": " "}
+    assert {k: r.word_prefix for k, r in READERS.items()} == {
+        "bert": "",
+        "roberta": " ",
+        "albert": "",
+        "electra": "",
+        "bart": " ",
+    }
 
 
 def test_word_embeddings_are_the_saved_token_tables_rows(tiny):
@@ -164,8 +206,9 @@ def test_the_control_is_the_same_architecture_with_fresh_weights(tiny):
     assert not torch.allclose(control.word_embeddings()[0, 0], enc.word_embeddings()[0, 0])
     again = HFEncoder(d, VOCAB, offset=2, random_init=True, seed=3)
     torch.testing.assert_close(again.word_embeddings(), control.word_embeddings(), equal_nan=True)
-    torch.testing.assert_close(again.window_attention(torch.tensor(WINDOWS) + 2),
-                               control.window_attention(torch.tensor(WINDOWS) + 2))
+    torch.testing.assert_close(
+        again.window_attention(torch.tensor(WINDOWS) + 2), control.window_attention(torch.tensor(WINDOWS) + 2)
+    )
 
 
 def test_an_id_outside_the_words_is_the_unknown_token(checkpoint):
@@ -181,11 +224,16 @@ def test_an_id_outside_the_words_is_the_unknown_token(checkpoint):
 def test_an_architecture_outside_the_table_is_refused_naming_the_supported_ones(tmp_path):
     d = tmp_path / "gpt2"
     wordpiece(T.BertTokenizer).save_pretrained(str(d))
-    T.GPT2Model(T.GPT2Config(vocab_size=len(PIECES), n_embd=16, n_layer=1, n_head=2, n_positions=32)).save_pretrained(str(d))
+    T.GPT2Model(T.GPT2Config(vocab_size=len(PIECES), n_embd=16, n_layer=1, n_head=2, n_positions=32)).save_pretrained(
+        str(d)
+    )
     for random_init in (False, True):
-        with pytest.raises(ConfigError, match="model.checkpoint: .*'gpt2' model; .*bert \\(BERT\\), roberta "
-                                              "\\(RoBERTa\\), albert \\(ALBERT\\), electra \\(ELECTRA\\), bart "
-                                              "\\(BART\\)") as err:
+        with pytest.raises(
+            ConfigError,
+            match="model.checkpoint: .*'gpt2' model; .*bert \\(BERT\\), roberta "
+            "\\(RoBERTa\\), albert \\(ALBERT\\), electra \\(ELECTRA\\), bart "
+            "\\(BART\\)",
+        ) as err:
             HFEncoder(d, VOCAB, random_init=random_init)
         assert "\n" not in str(err.value)
 
@@ -223,9 +271,22 @@ def test_topics_real_measures_a_local_checkpoint_end_to_end(tiny, tmp_path, monk
     exp = TopicsReal()
     if kind != "bert":
         monkeypatch.setattr(exp, "plot", lambda *args: [])
-    cfg = exp.make_config("quick", ["corpus.source=text", f"corpus.path={f}", "corpus.min_count=1", "lda.topics=2",
-                                    "lda.passes=1", "thetas=[0.5]", "train.seq_len=10", "train.batch=2",
-                                    f"model.checkpoint={checkpoint}", "attn_windows=4"], members=1)
+    cfg = exp.make_config(
+        "quick",
+        [
+            "corpus.source=text",
+            f"corpus.path={f}",
+            "corpus.min_count=1",
+            "lda.topics=2",
+            "lda.passes=1",
+            "thetas=[0.5]",
+            "train.seq_len=10",
+            "train.batch=2",
+            f"model.checkpoint={checkpoint}",
+            "attn_windows=4",
+        ],
+        members=1,
+    )
     r = execute(exp, cfg, "quick", tmp_path / "runs", progress=False)
     s = r.summary
     assert s["status"] == "done" and "checkpoint" in s["notes"][0]
@@ -250,8 +311,10 @@ def _planted(checkpoint, tmp_path, marker):
     conf["auto_map"] = {"AutoConfig": "configuration_evil.EvilConfig", "AutoModel": "modeling_evil.EvilModel"}
     (ck / "config.json").write_text(json.dumps(conf))
     for mod in ("configuration_evil", "modeling_evil"):
-        (ck / f"{mod}.py").write_text(f"open({str(marker)!r}, 'a').write({mod!r})\n"
-                                      "from transformers import BertConfig as EvilConfig, BertModel as EvilModel\n")
+        (ck / f"{mod}.py").write_text(
+            f"open({str(marker)!r}, 'a').write({mod!r})\n"
+            "from transformers import BertConfig as EvilConfig, BertModel as EvilModel\n"
+        )
     return ck
 
 
@@ -275,6 +338,7 @@ def test_transformers_is_told_never_to_trust_remote_code(checkpoint, monkeypatch
         def spy(klass, *args, _real=real, **kwargs):
             seen.append((klass.__name__, kwargs))
             return _real(klass, *args, **kwargs)
+
         monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
     HFEncoder(checkpoint, VOCAB)
     HFEncoder(checkpoint, VOCAB, random_init=True)

@@ -9,8 +9,8 @@ from tdlab.models.init import gamma_normal_, gamma_std
 
 
 def test_gamma_std_values():
-    assert gamma_std(200, 64, 0.5) == pytest.approx(200 ** -0.5)
-    assert gamma_std(200, 64, 0.5, fan="in") == pytest.approx(64 ** -0.5)
+    assert gamma_std(200, 64, 0.5) == pytest.approx(200**-0.5)
+    assert gamma_std(200, 64, 0.5, fan="in") == pytest.approx(64**-0.5)
     assert gamma_std(10, 10, 0.0) == 1.0
     with pytest.raises(ValueError, match="fan"):
         gamma_std(2, 2, 0.5, fan="both")

@@ -11,8 +11,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from tdlab.config import ConfigError
-from tdlab.models.multimodal_ca import (BiCAConfig, BidirectionalCA, EnsembleMHA, MultimodalCA, MultimodalCAConfig,
-                                        parameter_count)
+from tdlab.models.multimodal_ca import (
+    BiCAConfig,
+    BidirectionalCA,
+    EnsembleMHA,
+    MultimodalCA,
+    MultimodalCAConfig,
+    parameter_count,
+)
 
 SMALL = dict(d=8, layers=2, heads=2, d_h=12, conv_width=4)  # a small instance for speed; counts use I.5's sizes
 VARIANTS = [(True, True), (False, True), (True, False), (False, False)]
@@ -24,11 +30,12 @@ def _x(E: int, B: int, seed: int = 0) -> torch.Tensor:
 
 # --- an independent forward pass, written from Appendix I with torch's layers ---------------------------
 
+
 def _ref_tokens(P: dict, x: torch.Tensor, d: int) -> list[torch.Tensor]:
     """Φ_I(I), Φ_A(A) of I.2 for one member: ``x (B, 2, 28, 28)`` -> two ``(B, 16, d)``."""
     out = []
     for m, ln in ((0, "ln_image"), (1, "ln_audio")):
-        h = x[:, m:m + 1]
+        h = x[:, m : m + 1]
         for i in range(4):
             w, b = P[f"encoder.convs.{i}.weight"][m], P[f"encoder.convs.{i}.bias"][m]
             h = F.relu(F.conv2d(h, w, b, padding=w.shape[-1] // 2))
@@ -66,8 +73,10 @@ def ref_ca(P: dict, cfg: MultimodalCAConfig, x: torch.Tensor) -> torch.Tensor:
     d = cfg.d
     phi_i, phi_a = _ref_tokens(P, x, d)
     B = x.shape[0]
-    X = torch.cat([P["cls"].expand(B, 1, d), phi_i + P["pos_image"] + P["mod_image"],
-                   phi_a + P["pos_audio"] + P["mod_audio"]], dim=1)
+    X = torch.cat(
+        [P["cls"].expand(B, 1, d), phi_i + P["pos_image"] + P["mod_image"], phi_a + P["pos_audio"] + P["mod_audio"]],
+        dim=1,
+    )
     Fs = _lin(P, "W_0", X)
     for t in range(cfg.layers):
         b = f"blocks.{t}"
@@ -138,6 +147,7 @@ def test_named_activations_have_the_documented_shapes(one_thread):
 
 # --- the ablations ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("train", [False, True])
 def test_no_injection_equals_the_full_model_with_its_gate_closed(train, one_thread):
     """σ(F̃ W^Gᵀ + b^G) with W^G = 0, b^G = −∞ is exactly 0, so S ≡ 0: the two models agree bit for bit
@@ -196,6 +206,7 @@ def test_ensemble_mha_equals_torch_multihead_attention(one_thread):
     d, H = 8, 2
     mha = EnsembleMHA(2, d, H, dropout=0.0)
     from tdlab.seeding import generators
+
     mha.reset_parameters(generators([1, 2], "init"))
     q, kv = torch.randn(2, 3, 5, d), torch.randn(2, 3, 7, d)
     out = mha(q, kv)
@@ -207,6 +218,7 @@ def test_ensemble_mha_equals_torch_multihead_attention(one_thread):
 
 # --- parameter counts -----------------------------------------------------------------------------------
 
+
 def _hand_counts(d: int = 16, w: int = 16, k: int = 3, T: int = 10, d_h: int = 32, classes: int = 10) -> dict[str, int]:
     """Counts from the layer sizes of I.2–I.5 (weights + biases), written out by hand."""
     conv = (1 * w * k * k + w) + (w * w * k * k + w) + (w * w * k * k + w) + (w * d * k * k + d)
@@ -217,23 +229,32 @@ def _hand_counts(d: int = 16, w: int = 16, k: int = 3, T: int = 10, d_h: int = 3
     lin = d * d + d
     head = lambda n: 2 * n + (n * n + n) + (n * classes + classes)  # noqa: E731  LN + n→n→classes MLP
     tokens = encoders + 2 * 16 * d + 2 * d + d  # + P_I, P_A, M_I, M_A, CLS
-    layer = {("inj", "cross"): ln + ln + mha + 2 * lin + ln + ffn,  # LN(F), LN(X), MHA, W^G, W^S, LN, FFN
-             ("cross",): ln + ln + mha + ln + ffn,
-             ("inj",): ln + mha + 2 * lin + ln + ffn,
-             (): ln + mha + ln + ffn}
+    layer = {
+        ("inj", "cross"): ln + ln + mha + 2 * lin + ln + ffn,  # LN(F), LN(X), MHA, W^G, W^S, LN, FFN
+        ("cross",): ln + ln + mha + ln + ffn,
+        ("inj",): ln + mha + 2 * lin + ln + ffn,
+        (): ln + mha + ln + ffn,
+    }
     out = {key: tokens + lin + T * layer[key] + head(d) for key in layer}  # + W_0
     bica = encoders + 2 * 16 * d + T * 2 * (ln + mha + ln + ffn) + head(2 * d)
-    return {"full": out[("inj", "cross")], "no-injection": out[("cross",)], "no-cross": out[("inj",)],
-            "neither": out[()], "bi-ca": bica}
+    return {
+        "full": out[("inj", "cross")],
+        "no-injection": out[("cross",)],
+        "no-cross": out[("inj",)],
+        "neither": out[()],
+        "bi-ca": bica,
+    }
 
 
 def test_parameter_counts_equal_a_hand_count_and_round_to_the_seeds():
     hand = _hand_counts()
-    ours = {"full": parameter_count(MultimodalCA(MultimodalCAConfig(), [0])),
-            "no-injection": parameter_count(MultimodalCA(MultimodalCAConfig(inject=False), [0])),
-            "no-cross": parameter_count(MultimodalCA(MultimodalCAConfig(cross=False), [0])),
-            "neither": parameter_count(MultimodalCA(MultimodalCAConfig(inject=False, cross=False), [0])),
-            "bi-ca": parameter_count(BidirectionalCA(BiCAConfig(), [0]))}
+    ours = {
+        "full": parameter_count(MultimodalCA(MultimodalCAConfig(), [0])),
+        "no-injection": parameter_count(MultimodalCA(MultimodalCAConfig(inject=False), [0])),
+        "no-cross": parameter_count(MultimodalCA(MultimodalCAConfig(cross=False), [0])),
+        "neither": parameter_count(MultimodalCA(MultimodalCAConfig(inject=False, cross=False), [0])),
+        "bi-ca": parameter_count(BidirectionalCA(BiCAConfig(), [0])),
+    }
     assert ours == hand
     assert ours == {"full": 43_610, "no-injection": 38_170, "no-cross": 43_290, "neither": 37_850, "bi-ca": 60_746}
     # Table 1's three significant digits: 4.36e4, 3.82e4, 6.07e4 (no-cross: the seed kept an unused LN(X))
@@ -241,10 +262,12 @@ def test_parameter_counts_equal_a_hand_count_and_round_to_the_seeds():
         assert float(f"{ours[arm]:.3g}") == seed
     # per member, whatever the ensemble size
     assert parameter_count(MultimodalCA(MultimodalCAConfig(**SMALL), [0, 1, 2])) == parameter_count(
-        MultimodalCA(MultimodalCAConfig(**SMALL), [0]))
+        MultimodalCA(MultimodalCAConfig(**SMALL), [0])
+    )
 
 
 # --- ensembles ----------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["ca", "bica"])
 def test_a_member_equals_the_same_model_built_and_trained_alone(kind, one_thread):
@@ -276,7 +299,7 @@ def test_a_member_equals_the_same_model_built_and_trained_alone(kind, one_thread
 
     train(ens, x, y)
     for e, m in enumerate(alone):
-        train(m, x[e:e + 1], y[e:e + 1])
+        train(m, x[e : e + 1], y[e : e + 1])
         for (name, p), (_, q) in zip(ens.named_parameters(), m.named_parameters(), strict=True):
             torch.testing.assert_close(p[e], q[0], atol=2e-5, rtol=1e-4, msg=f"{name} member {e}")
 
@@ -318,8 +341,9 @@ def test_activation_bytes_is_the_size_of_a_full_resolution_conv_map():
     cfg = MultimodalCAConfig(**SMALL)
     model = MultimodalCA(cfg, [0, 1])
     sizes: list[int] = []
-    hooks = [c.register_forward_hook(lambda m, i, o: sizes.append(o.numel() * o.element_size()))
-             for c in model.encoder.convs]
+    hooks = [
+        c.register_forward_hook(lambda m, i, o: sizes.append(o.numel() * o.element_size())) for c in model.encoder.convs
+    ]
     model(_x(2, 3))
     for h in hooks:
         h.remove()

@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from tdlab.models.normalised_attention import (
-    NormAttnConfig, NormalisedAttention, code_weights, construction, construction_probs, full_mean_distance)
+    NormalisedAttention,
+    NormAttnConfig,
+    code_weights,
+    construction,
+    construction_probs,
+    full_mean_distance,
+)
 from tdlab.theory.kgram import kgram_probs
 
 
@@ -45,7 +51,7 @@ def test_construction_with_other_smoothing_and_causality():
     # β = 1/2 (Krichevsky-Trofimov): the null slot's logit κ + ln(2β) sets the pseudo-counts.
     x = all_sequences(10)
     torch.testing.assert_close(construction_probs(x, 2, 400.0, beta=0.5), kgram_probs(x, 2, 2, 0.5), atol=1e-9, rtol=0)
-        # It is not some other estimator: the order-1 estimator differs from the order-2 construction.
+    # It is not some other estimator: the order-1 estimator differs from the order-2 construction.
     assert float((construction_probs(x, 2, 400.0) - kgram_probs(x, 1, 2, 1.0)).abs().max()) > 0.1
     # Causal: the prediction at t does not depend on later tokens.
     y = x.clone()
@@ -143,7 +149,9 @@ def test_member_of_an_ensemble_equals_the_model_alone_in_training():
     train(alone, x[1:2])
     for name, p in alone.state_dict().items():
         torch.testing.assert_close(ens.state_dict()[name][1:2], p, atol=1e-10, rtol=1e-9)
-    assert ens.kappas().shape == (3, 3) and not torch.allclose(ens.kappas(), torch.full((3, 3), cfg.kappa, dtype=torch.float64))
+    assert ens.kappas().shape == (3, 3) and not torch.allclose(
+        ens.kappas(), torch.full((3, 3), cfg.kappa, dtype=torch.float64)
+    )
 
 
 def test_bad_input_is_refused():

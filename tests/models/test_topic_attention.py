@@ -50,17 +50,21 @@ def docs(E, B, N, V, seed=0, pad=True):
     visible = torch.ones(E, B, N, dtype=torch.bool)
     if pad:  # variable lengths: document b keeps N - b positions
         for b in range(B):
-            visible[:, b, N - b:] = False
+            visible[:, b, N - b :] = False
     return tokens, visible
 
 
-@pytest.mark.parametrize("kw", [
-    dict(onehot=True),  # Eq. 7
-    dict(onehot=True, bias_qk=False, bias_v=False, bias_pred=False),
-    dict(d=5, d_a=3),  # Eq. 6 with trained W^E, d != V, d_a != d
-    dict(d=6, authors_compat=True),
-    dict(onehot=True, authors_compat=True),
-], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(onehot=True),  # Eq. 7
+        dict(onehot=True, bias_qk=False, bias_v=False, bias_pred=False),
+        dict(d=5, d_a=3),  # Eq. 6 with trained W^E, d != V, d_a != d
+        dict(d=6, authors_compat=True),
+        dict(onehot=True, authors_compat=True),
+    ],
+    ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()),
+)
 @pytest.mark.parametrize("N", [6, 11])  # V = 7 >= N: per-position path; V < N: keys merged by token
 def test_forward_matches_per_column_loop(kw, N):
     cfg = TopicModelConfig(vocab=7, init_scale=0.7, **kw)
@@ -87,7 +91,7 @@ def test_member_e_equals_single_model_with_seed_e():
         single = TopicAttention(cfg, [s])
         for k, v in single.member_state(0).items():
             assert torch.equal(v, ens.member_state(e)[k]), k
-        assert torch.allclose(single(tokens[e:e + 1], visible[e:e + 1])[0], out[e], atol=1e-6, rtol=0)
+        assert torch.allclose(single(tokens[e : e + 1], visible[e : e + 1])[0], out[e], atol=1e-6, rtol=0)
     assert not torch.equal(ens.W_V[0], ens.W_V[1])  # members differ
 
 
@@ -95,17 +99,32 @@ def trained_and_frozen(model):
     return {n for n, _ in model.named_parameters()}, {n for n, _ in model.named_buffers()}
 
 
-@pytest.mark.parametrize("kw, wv, params, buffers", [
-    (dict(onehot=True), None, {"W_K", "W_Q", "b_K", "b_Q", "W_V", "b_V", "b_pred"}, {"W_E"}),
-    (dict(onehot=True, uniform_attn=True), None, {"W_V", "b_V", "b_pred"}, {"W_E", "W_K", "W_Q"}),
-    (dict(uniform_attn=True, embed_only=True, bias_v=False), None, {"W_E"}, {"W_K", "W_Q", "W_V", "b_pred"}),
-    (dict(onehot=True, frozen_wv="block", bias_v=False), "block", {"W_K", "W_Q", "b_K", "b_Q", "b_pred"}, {"W_E", "W_V"}),
-    (dict(onehot=True, frozen_wv="diag", bias_v=False), "diag", {"W_K", "W_Q", "b_K", "b_Q", "b_pred"}, {"W_E", "W_V"}),
-])
+@pytest.mark.parametrize(
+    "kw, wv, params, buffers",
+    [
+        (dict(onehot=True), None, {"W_K", "W_Q", "b_K", "b_Q", "W_V", "b_V", "b_pred"}, {"W_E"}),
+        (dict(onehot=True, uniform_attn=True), None, {"W_V", "b_V", "b_pred"}, {"W_E", "W_K", "W_Q"}),
+        (dict(uniform_attn=True, embed_only=True, bias_v=False), None, {"W_E"}, {"W_K", "W_Q", "W_V", "b_pred"}),
+        (
+            dict(onehot=True, frozen_wv="block", bias_v=False),
+            "block",
+            {"W_K", "W_Q", "b_K", "b_Q", "b_pred"},
+            {"W_E", "W_V"},
+        ),
+        (
+            dict(onehot=True, frozen_wv="diag", bias_v=False),
+            "diag",
+            {"W_K", "W_Q", "b_K", "b_Q", "b_pred"},
+            {"W_E", "W_V"},
+        ),
+    ],
+)
 def test_frozen_parts_are_buffers_and_never_move(kw, wv, params, buffers):
     V, E = 7, 2
     topic = (torch.arange(V) - 1).clamp_min(0) // 3
-    block = ((topic[:, None] == topic[None, :]) & (torch.arange(V)[:, None] > 0) & (torch.arange(V)[None, :] > 0)).float()
+    block = (
+        (topic[:, None] == topic[None, :]) & (torch.arange(V)[:, None] > 0) & (torch.arange(V)[None, :] > 0)
+    ).float()
     matrix = {"block": 0.3 * block, "diag": torch.diag(torch.arange(V, dtype=torch.float32)), None: None}[wv]
     model = TopicAttention(TopicModelConfig(vocab=V, **kw), list(range(E)), wv=matrix)
     assert trained_and_frozen(model) == (params, buffers)
@@ -201,23 +220,26 @@ def test_authors_compat_defaults_to_pytorch_init_and_has_token_type_and_layernor
     assert {"token_type", "ln.weight", "ln.bias"} <= params and buffers == {"W_E"}
 
 
-@pytest.mark.parametrize("kw, field", [
-    (dict(onehot=True, d=50), "d"),
-    (dict(vocab=1), "vocab"),
-    (dict(d=0), "d"),
-    (dict(p_c=0.6, p_r=0.5), "p_r"),
-    (dict(p_m=0.0), "p_m"),
-    (dict(init_scale=0.0), "init_scale"),
-    (dict(init="xavier"), "init"),
-    (dict(frozen_wv="full"), "frozen_wv"),
-    (dict(embed_only=True, bias_v=False), "uniform_attn"),
-    (dict(embed_only=True, uniform_attn=True), "bias_v"),
-    (dict(embed_only=True, uniform_attn=True, bias_v=False, onehot=True), "embed_only"),
-    (dict(embed_only=True, uniform_attn=True, bias_v=False, bias_pred=False), "bias_pred"),
-    (dict(embed_only=True, uniform_attn=True, bias_v=False, frozen_wv="block"), "frozen_wv"),
-    (dict(onehot=1), "onehot"),
-    (dict(width=3), "width"),
-])
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(onehot=True, d=50), "d"),
+        (dict(vocab=1), "vocab"),
+        (dict(d=0), "d"),
+        (dict(p_c=0.6, p_r=0.5), "p_r"),
+        (dict(p_m=0.0), "p_m"),
+        (dict(init_scale=0.0), "init_scale"),
+        (dict(init="xavier"), "init"),
+        (dict(frozen_wv="full"), "frozen_wv"),
+        (dict(embed_only=True, bias_v=False), "uniform_attn"),
+        (dict(embed_only=True, uniform_attn=True), "bias_v"),
+        (dict(embed_only=True, uniform_attn=True, bias_v=False, onehot=True), "embed_only"),
+        (dict(embed_only=True, uniform_attn=True, bias_v=False, bias_pred=False), "bias_pred"),
+        (dict(embed_only=True, uniform_attn=True, bias_v=False, frozen_wv="block"), "frozen_wv"),
+        (dict(onehot=1), "onehot"),
+        (dict(width=3), "width"),
+    ],
+)
 def test_bad_config_names_the_field(kw, field):
     with pytest.raises(ValidationError) as err:
         TopicModelConfig(**kw)

@@ -85,7 +85,9 @@ def test_patterns_from_a_model_and_the_figure():
     pats = attention_patterns(m, x)
     assert len(pats) == 2 and pats[0].shape == (2, 3, 1, 16, 16)
     torch.testing.assert_close(pats[1].sum(-1), torch.ones(2, 3, 1, 16))
-    fig = plot_attention_maps([p[0, 0, 0] for p in pats], x[0, 0].tolist(), ["layer 0", "layer 1"], context_match_mask(x[0, 0], 1))
+    fig = plot_attention_maps(
+        [p[0, 0, 0] for p in pats], x[0, 0].tolist(), ["layer 0", "layer 1"], context_match_mask(x[0, 0], 1)
+    )
     assert len(fig.axes) >= 2
 
 

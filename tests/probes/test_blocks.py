@@ -130,12 +130,15 @@ def test_topic_of_follows_def_1():
 # A hand-made document: T = 2 topics, v = 2 words each (words 1, 2 in topic 1; 3, 4 in topic 2),
 # tokens [1, 1, 2, 3]. Pattern in the column-softmax layout (row = key i, column = query j):
 HAND_TOKENS = [1, 1, 2, 3]
-HAND_A = torch.tensor([
-    [0.4, 0.1, 0.25, 0.1],
-    [0.3, 0.5, 0.25, 0.2],
-    [0.2, 0.2, 0.25, 0.3],
-    [0.1, 0.2, 0.25, 0.4],
-], dtype=F64)
+HAND_A = torch.tensor(
+    [
+        [0.4, 0.1, 0.25, 0.1],
+        [0.3, 0.5, 0.25, 0.2],
+        [0.2, 0.2, 0.25, 0.3],
+        [0.1, 0.2, 0.25, 0.4],
+    ],
+    dtype=F64,
+)
 # same word (w_i = w_j): (0,0) .4, (0,1) .1, (1,0) .3, (1,1) .5, (2,2) .25, (3,3) .4 -> 1.95 / 6
 # same topic, different word: (0,2) .25, (2,0) .2, (1,2) .25, (2,1) .2 -> 0.9 / 4
 # different topic: (0,3) .1, (1,3) .2, (2,3) .3, (3,0) .1, (3,1) .2, (3,2) .25 -> 1.15 / 6
@@ -204,7 +207,10 @@ def test_cut_pattern_equals_the_model_on_cut_documents():
     for k, val in from_full.as_dict().items():
         assert torch.allclose(val.double(), getattr(from_cut, k).double(), atol=1e-14, rtol=0), k
     # The G.3 normalisation makes the mean normalised weight over all pairs of a document 1/norm_len.
-    total = from_cut.same_word * from_cut.n_same_word + from_cut.same_topic * from_cut.n_same_topic \
+    total = (
+        from_cut.same_word * from_cut.n_same_word
+        + from_cut.same_topic * from_cut.n_same_topic
         + from_cut.diff_topic * from_cut.n_diff_topic
+    )
     n = torch.tensor([9, 9, 6, 9], dtype=F64)  # cut lengths
     assert torch.allclose(total, (n * n / 100).sum().expand(E), atol=1e-12)

@@ -28,7 +28,9 @@ def test_hand_made_rows():
     # each condition broken on its own
     assert not bool(is_cliff(torch.tensor([2.0, 1.0, 4.0, 3.5, 3.0, 0.5, -1.0]), 3, 2))  # not increasing
     assert not bool(is_cliff(torch.tensor([1.0, 2.0, 4.0, 4.5, 3.0, 0.5, -1.0]), 3, 2))  # plateau above l_p
-    assert not bool(is_cliff(torch.tensor([1.0, 2.0, 4.0, 3.5, 2.9, 0.5, -1.0]), 3, 2))  # plateau below (l_2 + l_3)/2 = 3
+    assert not bool(
+        is_cliff(torch.tensor([1.0, 2.0, 4.0, 3.5, 2.9, 0.5, -1.0]), 3, 2)
+    )  # plateau below (l_2 + l_3)/2 = 3
     assert not bool(is_cliff(torch.tensor([1.0, 2.0, 4.0, 3.5, 3.0, 1.0, -1.0]), 3, 2))  # tail not below l_1
     # the plateau's lower bound is inclusive: (l_{p-1} + l_p)/2 itself is allowed
     assert bool(is_cliff(torch.tensor([1.0, 2.0, 4.0, 3.0, 3.0, 0.5, -1.0]), 3, 2))
@@ -69,7 +71,7 @@ def test_theorem3_softmax_of_a_scaled_cliff_concentrates_on_the_window(p, q, L):
     assert masses[-1] == pytest.approx(1.0, abs=1e-6)
     # closed form of the mass at C = 1
     w = torch.softmax(l, 0)
-    assert masses[0] == pytest.approx(float(w[p - 1: p + q].sum()), abs=1e-12)
+    assert masses[0] == pytest.approx(float(w[p - 1 : p + q].sum()), abs=1e-12)
 
 
 def test_bad_positions_are_refused():

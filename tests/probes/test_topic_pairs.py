@@ -20,7 +20,7 @@ import torch
 
 pytest.importorskip("gensim")
 
-from tdlab.probes.topic_pairs import (  # noqa: E402
+from tdlab.probes.topic_pairs import (
     PairAttention,
     attention_pair_means,
     cooccurrence_matrix,
@@ -30,11 +30,11 @@ from tdlab.probes.topic_pairs import (  # noqa: E402
     table2_means,
     top_cooccurring_pairs,
 )
-from tdlab.tasks.lda_topics import LDAConfig, assign, fit_lda, topic_word_sets  # noqa: E402
-from tdlab.tasks.text_corpus import CorpusConfig, load_corpus  # noqa: E402
+from tdlab.tasks.lda_topics import LDAConfig, assign, fit_lda, topic_word_sets
+from tdlab.tasks.text_corpus import CorpusConfig, load_corpus
 
-FRUIT = "apple banana cherry grape lemon mango peach pear plum melon".split()
-MUSIC = "piano violin guitar drums flute cello harp organ trumpet oboe".split()
+FRUIT = ["apple", "banana", "cherry", "grape", "lemon", "mango", "peach", "pear", "plum", "melon"]
+MUSIC = ["piano", "violin", "guitar", "drums", "flute", "cello", "harp", "organ", "trumpet", "oboe"]
 STOP = ["the", "and", "of", "with"]
 
 
@@ -49,7 +49,9 @@ def write_planted(path: Path, seed: int = 0) -> None:
         if d % 3 < 2:
             words = list(rng.choice(FRUIT if d % 3 == 0 else MUSIC, size=int(rng.integers(8, 16))))
         else:
-            words = list(rng.choice(FRUIT, size=int(rng.integers(10, 30)))) + list(rng.choice(MUSIC, size=int(rng.integers(10, 30))))
+            words = list(rng.choice(FRUIT, size=int(rng.integers(10, 30)))) + list(
+                rng.choice(MUSIC, size=int(rng.integers(10, 30)))
+            )
             rng.shuffle(words)
         lines.append(" ".join(t for w in words for t in (str(w), str(rng.choice(STOP)))))
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -134,7 +136,7 @@ def _random_bounds(same: np.ndarray, diff: np.ndarray, d: int, c: float) -> tupl
     pair = d * (1 / S + 1 / D)
     sd_dot = math.sqrt(c * c * d * float((a * a).sum()) + pair)
     N4 = (d * (1 + c * c)) ** 2
-    word_cos = d * (c * c + c ** 4 / 2) / ((1 + c * c) ** 2 * N4)
+    word_cos = d * (c * c + c**4 / 2) / ((1 + c * c) ** 2 * N4)
     sd_cos = math.sqrt(word_cos * float((a * a).sum()) + pair / N4)
     return sd_dot, sd_cos
 
@@ -154,7 +156,9 @@ def test_random_embeddings_give_one_within_the_derived_bound() -> None:
     d, c, n = 128, 1.0, 200
     sd_dot, sd_cos = _random_bounds(same, diff, d, c)
     g = torch.Generator().manual_seed(1)
-    x = embedding_ratios(c + torch.randn(n, words.size, d, generator=g, dtype=torch.float64), same, diff)  # n draws at once
+    x = embedding_ratios(
+        c + torch.randn(n, words.size, d, generator=g, dtype=torch.float64), same, diff
+    )  # n draws at once
     dd, dc = x["dot_same"] - x["dot_diff"], x["cos_same"] - x["cos_diff"]
     # the derivation: the spread over draws matches (200 draws: the sample sd is within 3 × 5% of the truth)
     assert np.std(dd) == pytest.approx(sd_dot, rel=0.15) and np.std(dc) == pytest.approx(sd_cos, rel=0.15)
@@ -240,10 +244,9 @@ def test_uniform_attention_is_exactly_one_after_debiasing(planted) -> None:
 # ---------------------------------------------------------------- App. G.3's debiasing by hand
 
 ASG = {10: frozenset({0}), 11: frozenset({0}), 12: frozenset({1})}
-A1 = torch.tensor([[0.1, 0.4, 0.2, 0.3],
-                   [0.5, 0.1, 0.2, 0.2],
-                   [0.3, 0.3, 0.2, 0.2],
-                   [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)
+A1 = torch.tensor(
+    [[0.1, 0.4, 0.2, 0.3], [0.5, 0.1, 0.2, 0.2], [0.3, 0.3, 0.2, 0.2], [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64
+)
 IDS1 = torch.tensor([10, 11, 12, 99])  # 99: a stop word, in no pair
 A2 = torch.tensor([[0.6, 0.4], [0.7, 0.3]], dtype=torch.float64)
 IDS2 = torch.tensor([10, 12])
@@ -261,7 +264,7 @@ def test_debiasing_hand_made_documents() -> None:
     np.testing.assert_allclose(acc.mean("diff"), [0.0103333333333333333, 0.01], rtol=1e-12)
     np.testing.assert_allclose(acc.per_head(), [0.018 / (0.062 / 6), 1.0], rtol=1e-12)
     assert acc.ratio() == pytest.approx((0.018 + 0.01) / (0.062 / 6 + 0.01), rel=1e-12)
-    assert SAME_DEB == pytest.approx(0.018) and DIFF_DEB == pytest.approx(0.062 / 6)
+    assert pytest.approx(0.018) == SAME_DEB and pytest.approx(0.062 / 6) == DIFF_DEB
     raw = attention_pair_means(A1[None], IDS1, ASG, debias=False)
     raw = attention_pair_means(A2[None], IDS2, into=raw)
     assert raw.per_head()[0] == pytest.approx(SAME_RAW / DIFF_RAW, rel=1e-12)  # 9/7
@@ -313,8 +316,10 @@ def test_cooccurrence_counts_against_a_loop() -> None:
 def test_top_pairs_against_a_sorted_loop(seed: int) -> None:
     docs = random_docs(seed)
     words = np.arange(3, 30, 2)[::-1]  # any order in, sorted pairs out
-    ranked = sorted(((sum(1 for d in docs if a in d and b in d), a, b) for a in sorted(words) for b in sorted(words) if a < b),
-                    key=lambda x: (-x[0], x[1], x[2]))
+    ranked = sorted(
+        ((sum(1 for d in docs if a in d and b in d), a, b) for a in sorted(words) for b in sorted(words) if a < b),
+        key=lambda x: (-x[0], x[1], x[2]),
+    )
     ranked = [r for r in ranked if r[0] > 0]
     for k in (0, 1, 7, 30, 10_000):
         for block in (1, 100, 1 << 25):  # one word row per block, a few rows, everything at once

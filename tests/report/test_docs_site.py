@@ -31,14 +31,16 @@ from tdlab.report.docs_site import SEEDS, build_site, seed_of, write_seed_pages
 ROOT = Path(__file__).resolve().parents[2]
 SEED_TEXTS = [Path(os.environ.get("TDLAB_SEEDS", ROOT.parent / "shared" / "seeds")), ROOT / "shared" / "seeds"]
 HAVE_MKDOCS = all(importlib.util.find_spec(m) is not None for m in ("mkdocs", "material", "mkdocstrings_handlers"))
-needs_mkdocs = pytest.mark.skipif(not HAVE_MKDOCS, reason='MkDocs Material / mkdocstrings not installed: pip install -e ".[docs]"')
+needs_mkdocs = pytest.mark.skipif(
+    not HAVE_MKDOCS, reason='MkDocs Material / mkdocstrings not installed: pip install -e ".[docs]"'
+)
 
 
 def _section(page: str, name: str) -> str:
     """The text of one experiment's section of a seed page."""
     start = page.index(f"## `{name}` {{#{name}}}")
     nxt = page.find("\n## ", start + 1)
-    return page[start:nxt if nxt >= 0 else None]
+    return page[start : nxt if nxt >= 0 else None]
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +99,10 @@ def test_page_lists_every_figure_and_table_of_the_seed_text(seed, pages_without_
         pytest.skip(f"seed text {seed.number}_*.txt not found in {[str(p) for p in SEED_TEXTS]} (set TDLAB_SEEDS)")
     labels = {i.label for i in seed.items}
     page = pages_without_runs[seed.number]
-    captions = {f"{'Fig.' if kind == 'Figure' else 'Table'} {n}"
-                for kind, n in re.findall(r"^(Figure|Table) (\d+)[.:]", text, flags=re.M)}
+    captions = {
+        f"{'Fig.' if kind == 'Figure' else 'Table'} {n}"
+        for kind, n in re.findall(r"^(Figure|Table) (\d+)[.:]", text, flags=re.M)
+    }
     assert captions <= labels, f"seed {seed.number}: figures/tables not in SEEDS: {sorted(captions - labels)}"
     if not captions:  # a talk: its result slides, each a slide title of the text
         flat = " ".join(text.replace("*", "").split()).lower()
@@ -109,26 +113,64 @@ def test_page_lists_every_figure_and_table_of_the_seed_text(seed, pages_without_
         assert f"| {label} |" in page, label
 
 
-def _fake_run(runs: Path, run_id: str, exp_name: str, verdict: str, number: float, mtime: float,
-              sweep: str | None = None, figure: bytes | None = b"\x89PNG fake") -> Path:
+def _fake_run(
+    runs: Path,
+    run_id: str,
+    exp_name: str,
+    verdict: str,
+    number: float,
+    mtime: float,
+    sweep: str | None = None,
+    figure: bytes | None = b"\x89PNG fake",
+) -> Path:
     exp = registry()[exp_name]
     d = runs / run_id
     (d / "figures").mkdir(parents=True)
-    (d / "config.yaml").write_text(yaml.safe_dump({"experiment": exp_name, "profile": "quick", "config": {},
-                                                   "sweep": sweep}))
+    (d / "config.yaml").write_text(
+        yaml.safe_dump({"experiment": exp_name, "profile": "quick", "config": {}, "sweep": sweep})
+    )
     (d / "metrics.parquet").write_bytes(b"")
-    groups = [{"id": c.id, "statement": c.statement, "verdict": verdict, "cause": "decided",
-               "rows": [{"id": f"{c.id}/rowA", "verdict": verdict, "test": "value", "mean": number,
-                         "interval": [number - 0.01, number + 0.01], "expected": 0.0, "tolerance": 0.01,
-                         "provenance": "seed"}]}
-              for c in exp.claims[1:] if c.kind == "paper"]  # the first claim: declared after this run
+    groups = [
+        {
+            "id": c.id,
+            "statement": c.statement,
+            "verdict": verdict,
+            "cause": "decided",
+            "rows": [
+                {
+                    "id": f"{c.id}/rowA",
+                    "verdict": verdict,
+                    "test": "value",
+                    "mean": number,
+                    "interval": [number - 0.01, number + 0.01],
+                    "expected": 0.0,
+                    "tolerance": 0.01,
+                    "provenance": "seed",
+                }
+            ],
+        }
+        for c in exp.claims[1:]
+        if c.kind == "paper"
+    ]  # the first claim: declared after this run
     figures = []
     if figure is not None:
         (d / "figures" / "curve.png").write_bytes(figure)
         figures = ["figures/curve.png"]
-    summary = {"experiment": exp_name, "paper": exp.paper, "figure": exp.figure, "run_id": run_id,
-               "profile": "quick", "status": "done", "seed": 0, "members": 3, "wall_time_s": 12.0,
-               "env": {"device": "cpu"}, "claims": groups, "sanity": [], "figures": figures}
+    summary = {
+        "experiment": exp_name,
+        "paper": exp.paper,
+        "figure": exp.figure,
+        "run_id": run_id,
+        "profile": "quick",
+        "status": "done",
+        "seed": 0,
+        "members": 3,
+        "wall_time_s": 12.0,
+        "env": {"device": "cpu"},
+        "claims": groups,
+        "sanity": [],
+        "figures": figures,
+    }
     (d / "summary.json").write_text(json.dumps(summary))
     os.utime(d / "summary.json", (mtime, mtime))
     return d
@@ -192,8 +234,9 @@ def test_a_seeds_folder_tdlab_did_not_write_is_refused_and_kept(tmp_path):
     shutil.rmtree(docs / "seeds")
     write_seed_pages(docs, None)
     write_seed_pages(docs, None)  # its own folder is replaced
-    assert sorted(p.name for p in (docs / "seeds").iterdir() if not p.name.startswith(".")) == \
-        ["index.md"] + [f"seed{s.number}.md" for s in SEEDS]
+    assert sorted(p.name for p in (docs / "seeds").iterdir() if not p.name.startswith(".")) == ["index.md"] + [
+        f"seed{s.number}.md" for s in SEEDS
+    ]
 
 
 def test_getting_started_carries_the_readmes_set_up_commands():
@@ -211,26 +254,34 @@ def test_api_reference_covers_every_package_and_module():
     modules = {f"tdlab.{p.stem}" for p in src.glob("*.py") if p.stem != "__init__"}
     assert packages | modules <= directives, sorted((packages | modules) - directives)
     nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
-    assert "seeds/seed000.md" in json.dumps(nav) and all(f"api/{p.split('.')[1]}.md" in json.dumps(nav) for p in packages)
+    assert "seeds/seed000.md" in json.dumps(nav) and all(
+        f"api/{p.split('.')[1]}.md" in json.dumps(nav) for p in packages
+    )
 
 
 def test_joined_parameter_lines_get_an_entry_per_name():
     pytest.importorskip("griffe", reason='griffe (mkdocstrings-python) not installed: pip install -e ".[docs]"')
     from tdlab.report.docs_hook import split_joined_parameters
 
-    doc = ("Sum.\n\nArgs:\n    p, q: the chain,\n        p + q != 1.\n    r: alone, x, y: kept\n"
-           "Returns:\n    a, b: not parameters.")
-    assert split_joined_parameters(doc) == ("Sum.\n\nArgs:\n    p: the chain,\n        p + q != 1.\n"
-                                            "    q: the chain,\n        p + q != 1.\n    r: alone, x, y: kept\n"
-                                            "Returns:\n    a, b: not parameters.")
+    doc = (
+        "Sum.\n\nArgs:\n    p, q: the chain,\n        p + q != 1.\n    r: alone, x, y: kept\n"
+        "Returns:\n    a, b: not parameters."
+    )
+    assert split_joined_parameters(doc) == (
+        "Sum.\n\nArgs:\n    p: the chain,\n        p + q != 1.\n"
+        "    q: the chain,\n        p + q != 1.\n    r: alone, x, y: kept\n"
+        "Returns:\n    a, b: not parameters."
+    )
 
 
 def test_sphinx_roles_show_as_code():
     pytest.importorskip("griffe", reason='griffe (mkdocstrings-python) not installed: pip install -e ".[docs]"')
     from tdlab.report.docs_hook import plain_roles
 
-    assert plain_roles("see :func:`judge` and :class:`~tdlab.claims.declare.ClaimSpec`, :mod:`tdlab.sweep`") == \
-        "see `judge` and `ClaimSpec`, `tdlab.sweep`"
+    assert (
+        plain_roles("see :func:`judge` and :class:`~tdlab.claims.declare.ClaimSpec`, :mod:`tdlab.sweep`")
+        == "see `judge` and `ClaimSpec`, `tdlab.sweep`"
+    )
 
 
 # --- the strict build --------------------------------------------------------------------------------
@@ -293,10 +344,18 @@ def test_plain_mkdocs_build_writes_the_missing_seed_pages(tmp_path):
     import sys
 
     root = _site_copy(tmp_path, api=False)
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
-                          cwd=root, capture_output=True, text=True, check=False, env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=dict(os.environ, NO_MKDOCS_2_WARNING="1"),
+    )
     assert proc.returncode == 0, proc.stderr
-    assert (root / "docs" / "seeds" / "seed004.md").is_file() and (tmp_path / "site" / "seeds" / "seed004.html").is_file()
+    assert (root / "docs" / "seeds" / "seed004.md").is_file() and (
+        tmp_path / "site" / "seeds" / "seed004.html"
+    ).is_file()
 
 
 def test_site_folder_that_is_not_a_site_is_refused(tmp_path, monkeypatch):
@@ -304,20 +363,32 @@ def test_site_folder_that_is_not_a_site_is_refused(tmp_path, monkeypatch):
     keep = tmp_path / "home"
     keep.mkdir()
     (keep / "thesis.tex").write_text("precious")
-    r = CliRunner().invoke(cli.app, ["docs", "build", "--runs", str(tmp_path / "none"), "--site", str(keep),
-                                     "--config", str(ROOT / "mkdocs.yml")])
+    r = CliRunner().invoke(
+        cli.app,
+        ["docs", "build", "--runs", str(tmp_path / "none"), "--site", str(keep), "--config", str(ROOT / "mkdocs.yml")],
+    )
     assert r.exit_code == 2 and "mkdocs would delete it" in r.output
     assert (keep / "thesis.tex").read_text() == "precious"
-    r = CliRunner().invoke(cli.app, ["docs", "build", "--site", str(ROOT / "docs" / "out"), "--config", str(ROOT / "mkdocs.yml")])
+    r = CliRunner().invoke(
+        cli.app, ["docs", "build", "--site", str(ROOT / "docs" / "out"), "--config", str(ROOT / "mkdocs.yml")]
+    )
     assert r.exit_code == 2 and "overlaps the docs folder" in r.output
     assert not (ROOT / "docs" / "out").exists()
     (tmp_path / "afile").write_text("x")
     os.mkfifo(tmp_path / "fifo")
     os.symlink("loop", tmp_path / "loop")
-    for option, bad, words in (("--runs", tmp_path / "afile", "a regular file"), ("--site", tmp_path / "fifo", "FIFO"),
-                               ("--site", tmp_path / "afile" / "x", "cannot write"), ("--config", tmp_path / "loop", "symlink"),
-                               ("--config", tmp_path, "a folder")):
-        args = {"--runs": str(tmp_path / "none"), "--site": str(tmp_path / "site"), "--config": str(ROOT / "mkdocs.yml")}
+    for option, bad, words in (
+        ("--runs", tmp_path / "afile", "a regular file"),
+        ("--site", tmp_path / "fifo", "FIFO"),
+        ("--site", tmp_path / "afile" / "x", "cannot write"),
+        ("--config", tmp_path / "loop", "symlink"),
+        ("--config", tmp_path, "a folder"),
+    ):
+        args = {
+            "--runs": str(tmp_path / "none"),
+            "--site": str(tmp_path / "site"),
+            "--config": str(ROOT / "mkdocs.yml"),
+        }
         args[option] = str(bad)
         r = CliRunner().invoke(cli.app, ["docs", "build", *[x for kv in args.items() for x in kv]])
         lines = [ln for ln in r.output.splitlines() if ln.strip()]
@@ -368,7 +439,9 @@ def test_the_atlas_link_builds_strict(tmp_path, monkeypatch):
     assert (tmp_path / "site" / "seeds" / "atlas" / "experiments" / "markov-init.html").is_file()
 
 
-EVIL = '<script>alert(1)</script> [x](javascript:alert(2)) ![i](javascript:alert(3)) <a href="javascript:alert(4)">a</a> `'
+EVIL = (
+    '<script>alert(1)</script> [x](javascript:alert(2)) ![i](javascript:alert(3)) <a href="javascript:alert(4)">a</a> `'
+)
 
 
 def _hostile_html(markdown_text: str) -> list[tuple[str, dict[str, str]]]:
@@ -396,8 +469,14 @@ def test_a_hostile_run_folder_puts_no_script_or_javascript_link_into_the_pages(t
     runs = tmp_path / "runs"
     d = _fake_run(runs, "r", "markov-init", "fails", 0.5, mtime=1_000_000)
     s = json.loads((d / "summary.json").read_text())
-    s.update(profile=EVIL, status=EVIL, env={"device": EVIL}, members=EVIL, seed=EVIL,
-             arms={EVIL: {"trained": False, "status": EVIL, "reasons": [EVIL]}})
+    s.update(
+        profile=EVIL,
+        status=EVIL,
+        env={"device": EVIL},
+        members=EVIL,
+        seed=EVIL,
+        arms={EVIL: {"trained": False, "status": EVIL, "reasons": [EVIL]}},
+    )
     for g in s["claims"]:
         g.update(statement=EVIL, reason=EVIL, cause=EVIL)
         for r in g["rows"]:  # a verdict tdlab never writes is refused (one line); every other field is hostile
@@ -410,6 +489,10 @@ def test_a_hostile_run_folder_puts_no_script_or_javascript_link_into_the_pages(t
         elements = _hostile_html(text)
         assert elements, "the page rendered"
         assert not [t for t, _ in elements if t == "script"]
-        assert not [(t, a) for t, a in elements for k, v in a.items()
-                    if k in ("href", "src") and v.strip().lower().startswith("javascript:")]
+        assert not [
+            (t, a)
+            for t, a in elements
+            for k, v in a.items()
+            if k in ("href", "src") and v.strip().lower().startswith("javascript:")
+        ]
         assert not [t for t, _ in elements if t == "a" and "alert" in json.dumps(_)]

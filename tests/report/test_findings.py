@@ -6,7 +6,6 @@ import json
 import math
 
 import pytest
-
 from typer.testing import CliRunner
 
 from tdlab.cli import app
@@ -24,10 +23,12 @@ def _run(make_markov_run):
     pi1 = p / (p + q)
     rate, hpi = (1 - pi1) * h(p) + pi1 * h(q), h(pi1)
     spread = (-0.001, 0.0, 0.001)
-    curves = {"sec2/standard": [[0.69] + [rate + d] * 4 for d in spread],  # not H(pi): that row fails
-              "gpt2/standard": [[0.69] + [hpi + d] * 4 for d in spread],
-              "sec2/local-to-global": [[0.69] + [rate + d] * 4 for d in spread],
-              "gpt2/local-to-global": [[0.7] * 5] * 3}  # never moved: not trained
+    curves = {
+        "sec2/standard": [[0.69] + [rate + d] * 4 for d in spread],  # not H(pi): that row fails
+        "gpt2/standard": [[0.69] + [hpi + d] * 4 for d in spread],
+        "sec2/local-to-global": [[0.69] + [rate + d] * 4 for d in spread],
+        "gpt2/local-to-global": [[0.7] * 5] * 3,
+    }  # never moved: not trained
     _, path = make_markov_run(p, q, curves, STEPS)
     return rebuild(path)
 
@@ -54,8 +55,11 @@ def test_decided_by_names_the_profile_or_the_rounds():
 
     assert decided_by({"profile": "quick", "claims": []}) == "quick"
     rounds = [{"members": 3}, {"members": 6}, {"members": 12}]
-    s = {"profile": "quick", "decide": {"rounds": rounds, "confidence": 0.9875, "stopped": "budget: …"},
-         "claims": [{"verdict": "holds"}, {"verdict": "not resolved"}]}
+    s = {
+        "profile": "quick",
+        "decide": {"rounds": rounds, "confidence": 0.9875, "stopped": "budget: …"},
+        "claims": [{"verdict": "holds"}, {"verdict": "not resolved"}],
+    }
     assert decided_by(s) == "decide: 12 members, 3 looks at 0.9875, 1 undecided (budget: …)"
     s["claims"][1]["verdict"] = "fails"
     assert decided_by(s) == "decide: 12 members, 3 looks at 0.9875"
@@ -129,7 +133,9 @@ def test_replace_between_markers_keeps_the_rest(tmp_path):
 def test_findings_write_into_a_named_section(tmp_path, make_markov_run):
     run = _run(make_markov_run)
     readme = tmp_path / "R.md"
-    readme.write_text("a\n<!-- findings:start -->\nold\n<!-- findings:end -->\n<!-- decide:start -->\n<!-- decide:end -->\n")
+    readme.write_text(
+        "a\n<!-- findings:start -->\nold\n<!-- findings:end -->\n<!-- decide:start -->\n<!-- decide:end -->\n"
+    )
     res = CliRunner().invoke(app, ["findings", str(run.path), "--readme", str(readme), "--section", "decide"])
     assert res.exit_code == 0, res.output
     text = readme.read_text()
@@ -138,11 +144,14 @@ def test_findings_write_into_a_named_section(tmp_path, make_markov_run):
     assert res.exit_code == 2 and "--section" in res.output
 
 
-@pytest.mark.parametrize("change", [
-    lambda r: r.update(id=7),
-    lambda r: r.update(interval=[0.1]),
-    lambda r: r.update(verdict="maybe"),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda r: r.update(id=7),
+        lambda r: r.update(interval=[0.1]),
+        lambda r: r.update(verdict="maybe"),
+    ],
+)
 def test_a_row_of_the_wrong_shape_is_refused_in_one_line_not_a_traceback(tmp_path, change):
     from tdlab.report.findings import findings_markdown
     from tdlab.runs import RunDirError
@@ -153,8 +162,13 @@ def test_a_row_of_the_wrong_shape_is_refused_in_one_line_not_a_traceback(tmp_pat
     (d / "metrics.parquet").write_bytes(b"")
     row = {"id": "c/r", "verdict": "holds", "interval": [0.0, 1.0], "mean": 0.5, "expected": 0.5, "tolerance": 0.1}
     change(row)
-    summary = {"experiment": "markov-init", "paper": "000", "figure": "Fig. 4",
-               "claims": [{"id": "c", "verdict": "holds", "statement": "s", "rows": [row]}], "sanity": []}
+    summary = {
+        "experiment": "markov-init",
+        "paper": "000",
+        "figure": "Fig. 4",
+        "claims": [{"id": "c", "verdict": "holds", "statement": "s", "rows": [row]}],
+        "sanity": [],
+    }
     (d / "summary.json").write_text(json.dumps(summary))
     with pytest.raises(RunDirError, match="rows of that form"):
         findings_markdown([d])

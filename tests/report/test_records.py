@@ -36,8 +36,9 @@ def test_seed_table_counts_every_paper_group_of_the_records():
 
 def test_group_table_sets_quick_beside_the_seed_settings_and_says_how_to_reproduce():
     rec = _record("markov-landscape")
-    quick = rec.model_copy(update={"profile": "quick", "claims": [{**g, "verdict": "not resolved", "cause": "spread"}
-                                                                  for g in rec.claims]})
+    quick = rec.model_copy(
+        update={"profile": "quick", "claims": [{**g, "verdict": "not resolved", "cause": "spread"} for g in rec.claims]}
+    )
     text = group_table(Published({"markov-landscape": rec}, {"markov-landscape": quick}), get("markov-landscape"))
     for g in rec.claims:
         line = next(ln for ln in text.splitlines() if f"`{g['id']}`" in ln)
@@ -50,13 +51,39 @@ def test_group_table_sets_quick_beside_the_seed_settings_and_says_how_to_reprodu
 def test_text_from_a_record_never_becomes_markup():
     rec = _record("markov-landscape")
     evil = "<script>alert(1)</script> [x](javascript:alert(1)) *bold* | cell"
-    bad = rec.model_copy(update={"claims": [{**g, "verdict": "fails", "cause": evil, "reason": evil,
-                                             "rows": [{**r, "reason": evil, "verdict": "not evaluable"} for r in g["rows"]]}
-                                            for g in rec.claims], "gpu": evil, "device": "cuda"})
+    bad = rec.model_copy(
+        update={
+            "claims": [
+                {
+                    **g,
+                    "verdict": "fails",
+                    "cause": evil,
+                    "reason": evil,
+                    "rows": [{**r, "reason": evil, "verdict": "not evaluable"} for r in g["rows"]],
+                }
+                for g in rec.claims
+            ],
+            "gpu": evil,
+            "device": "cuda",
+        }
+    )
     pub = Published({"markov-landscape": bad}, {})
-    for text in (group_table(pub, get("markov-landscape")), experiment_table(pub, [get("markov-landscape")]),
-                 "\n".join(undecided_lines(Published({"markov-landscape": bad.model_copy(update={
-                     "claims": [{**g, "verdict": "not resolved"} for g in bad.claims]})}, {})))):
+    for text in (
+        group_table(pub, get("markov-landscape")),
+        experiment_table(pub, [get("markov-landscape")]),
+        "\n".join(
+            undecided_lines(
+                Published(
+                    {
+                        "markov-landscape": bad.model_copy(
+                            update={"claims": [{**g, "verdict": "not resolved"} for g in bad.claims]}
+                        )
+                    },
+                    {},
+                )
+            )
+        ),
+    ):
         assert "<script" not in text
         assert not re.search(r"(?<!\\)\]\(javascript", text) and not re.search(r"(?<!\\)\*bold", text)  # escaped
 
@@ -67,8 +94,9 @@ def test_findings_results_prints_and_writes_the_tables(tmp_path):
     assert "**By seed**" in res.output and "| all |" in res.output and "`markov-landscape`" in res.output
     readme = tmp_path / "README.md"
     readme.write_text("a\n<!-- paper-scale:start -->\nold\n<!-- paper-scale:end -->\nb\n")
-    res = CliRunner().invoke(app, ["findings", "--results", str(REPO / "results"), "--readme", str(readme),
-                                   "--section", "paper-scale"])
+    res = CliRunner().invoke(
+        app, ["findings", "--results", str(REPO / "results"), "--readme", str(readme), "--section", "paper-scale"]
+    )
     assert res.exit_code == 0, res.output
     text = readme.read_text()
     assert "\nold\n" not in text and "| all |" in text and text.startswith("a\n") and text.endswith("b\n")

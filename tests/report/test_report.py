@@ -18,9 +18,17 @@ from tdlab.report.html import render_report
 
 STEPS = [0, 100, 200, 300, 400]
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_report.sh"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=1200,1600"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1200,1600",
+]
 
 
 class _Page(HTMLParser):
@@ -66,10 +74,12 @@ def report_run(make_markov_run):
     pi1 = p / (p + q)
     rate, hpi = (1 - pi1) * h(p) + pi1 * h(q), h(pi1)
     spread = (-0.001, 0.0, 0.001)
-    curves = {"sec2/standard": [[0.69] + [hpi + d] * 4 for d in spread],
-              "gpt2/standard": [[0.69] + [rate + d] * 4 for d in spread],
-              "sec2/local-to-global": [[0.69] + [rate + d] * 4 for d in spread],
-              "gpt2/local-to-global": [[0.7] * 5] * 3}
+    curves = {
+        "sec2/standard": [[0.69] + [hpi + d] * 4 for d in spread],
+        "gpt2/standard": [[0.69] + [rate + d] * 4 for d in spread],
+        "sec2/local-to-global": [[0.69] + [rate + d] * 4 for d in spread],
+        "gpt2/local-to-global": [[0.7] * 5] * 3,
+    }
     cfg, path = make_markov_run(p, q, curves, STEPS)
     return rebuild(path)
 
@@ -91,15 +101,20 @@ def test_report_has_grouped_claims_health_and_the_figure(report_run):
                 assert f"difference {c['difference']:+.4g}" in row[3]["text"]
             else:
                 assert f"{c['mean']:.4g}" in row[3]["text"]
-            assert row[-1]["text"].startswith(c["verdict"]) and row[-1]["class"] == "v-" + c["verdict"].replace(" ", "-")
+            assert row[-1]["text"].startswith(c["verdict"]) and row[-1]["class"] == "v-" + c["verdict"].replace(
+                " ", "-"
+            )
     verdicts = [r[-1]["class"] for t in row_tables for r in t[1:]]
     assert "v-fails" in verdicts and "v-not-evaluable" in verdicts
     health = next(t for t in page.tables if t and t[0][0]["text"] == "arm")
     status = {r[0]["text"]: r[1]["text"] for r in health[1:]}
     assert status["gpt2/local-to-global"] == "not trained" and status["sec2/standard"] == "trained"
     assert "Paper claims" in html and "Sanity checks" not in html
-    tally = ", ".join(f"{n} {v}" for v in ("holds", "fails", "not resolved", "not evaluable")
-                      if (n := sum(g["verdict"] == v for g in summary["claims"])))
+    tally = ", ".join(
+        f"{n} {v}"
+        for v in ("holds", "fails", "not resolved", "not evaluable")
+        if (n := sum(g["verdict"] == v for g in summary["claims"]))
+    )
     assert f"Paper claims <small>({tally})</small>" in html
     # The figure is referenced relatively and exists next to the report.
     assert page.imgs == ["figures/fig4_test_loss.png"]
@@ -108,22 +123,77 @@ def test_report_has_grouped_claims_health_and_the_figure(report_run):
 
 
 def test_report_lists_sanity_groups_apart():
-    row = {"id": "s/r", "statement": "x", "kind": "sanity", "test": "value", "relation": "close", "expected": 0.0,
-           "tolerance": 1e-6, "measured": [0.0], "reference": None, "paired": False, "unit": "", "drift": None,
-           "mean": 0.0, "std": 0.0, "interval": [0.0, 0.0], "confidence": 0.95, "verdict": "holds", "reason": "", "n": 1}
-    summary = {"experiment": "e", "figure": "F", "paper": "P", "run_id": "r", "profile": "quick", "status": "done",
-               "claims": [], "sanity": [{"id": "s", "statement": "energy is conserved", "kind": "sanity",
-                                         "verdict": "holds", "counts": {}, "rows": [row]}],
-               "notes": [], "figures": [], "measurements": {}, "env": {}, "seed": 0, "members": 1, "wall_time_s": 1.0}
+    row = {
+        "id": "s/r",
+        "statement": "x",
+        "kind": "sanity",
+        "test": "value",
+        "relation": "close",
+        "expected": 0.0,
+        "tolerance": 1e-6,
+        "measured": [0.0],
+        "reference": None,
+        "paired": False,
+        "unit": "",
+        "drift": None,
+        "mean": 0.0,
+        "std": 0.0,
+        "interval": [0.0, 0.0],
+        "confidence": 0.95,
+        "verdict": "holds",
+        "reason": "",
+        "n": 1,
+    }
+    summary = {
+        "experiment": "e",
+        "figure": "F",
+        "paper": "P",
+        "run_id": "r",
+        "profile": "quick",
+        "status": "done",
+        "claims": [],
+        "sanity": [
+            {
+                "id": "s",
+                "statement": "energy is conserved",
+                "kind": "sanity",
+                "verdict": "holds",
+                "counts": {},
+                "rows": [row],
+            }
+        ],
+        "notes": [],
+        "figures": [],
+        "measurements": {},
+        "env": {},
+        "seed": 0,
+        "members": 1,
+        "wall_time_s": 1.0,
+    }
     html = render_report(summary, {"experiment": "e"})
     assert "Sanity checks" in html and "energy is conserved" in html and "Paper claims" not in html
 
 
 def test_report_escapes_text_and_handles_diverged_runs():
-    summary = {"experiment": "e", "figure": "F", "paper": "P", "run_id": "r", "profile": "quick",
-               "status": "diverged", "error": "loss diverged (non-finite) for member 1 at step 7",
-               "claims": [], "claims_total": 0, "claims_failed": 0, "notes": ["a < b & c"], "figures": [],
-               "measurements": {}, "env": {"python": "3.x"}, "seed": 0, "members": 2, "wall_time_s": 1.0}
+    summary = {
+        "experiment": "e",
+        "figure": "F",
+        "paper": "P",
+        "run_id": "r",
+        "profile": "quick",
+        "status": "diverged",
+        "error": "loss diverged (non-finite) for member 1 at step 7",
+        "claims": [],
+        "claims_total": 0,
+        "claims_failed": 0,
+        "notes": ["a < b & c"],
+        "figures": [],
+        "measurements": {},
+        "env": {"python": "3.x"},
+        "seed": 0,
+        "members": 2,
+        "wall_time_s": 1.0,
+    }
     html = render_report(summary, {"experiment": "e"}, "<script>alert(1)</script>")
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert "a &lt; b &amp; c" in html
@@ -133,8 +203,11 @@ def test_report_escapes_text_and_handles_diverged_runs():
 
 def _chromium_screenshot(browser: str, report: Path, png: Path) -> None:
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={png}",
-                        f"file://{report.resolve()}"], capture_output=True, timeout=120)
+        subprocess.run(
+            [browser, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={png}", f"file://{report.resolve()}"],
+            capture_output=True,
+            timeout=120,
+        )
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium is not installed")
@@ -148,7 +221,9 @@ def test_report_renders_in_headless_chromium(report_run, tmp_path):
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium is not installed")
 def test_screenshot_script_with_real_chromium(report_run, tmp_path):
     out = tmp_path / "shots" / "r.png"
-    proc = subprocess.run(["bash", str(SCRIPT), str(report_run.path), str(out)], capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), str(report_run.path), str(out)], capture_output=True, text=True, timeout=180
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(out.resolve()) and out.stat().st_size > 10_000
 
@@ -165,7 +240,9 @@ def test_screenshot_script_invokes_the_browser_offline_on_the_report(report_run,
     )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     env = {**os.environ, "CHROMIUM": str(fake)}
-    proc = subprocess.run(["bash", str(SCRIPT), str(report_run.path)], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), str(report_run.path)], capture_output=True, text=True, env=env, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     args = argv.read_text().splitlines()
     assert set(FLAGS) <= set(args)

@@ -66,7 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
     SEED.append(seed)
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     """The numbers to quote: inputs tried, handled as promised and failed, per category; the seed."""
     if not TRIED:
         return
@@ -74,15 +74,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
     tr.section("bad-input fuzz: inputs tried / handled as promised")
     for cat in sorted(TRIED):
         tried, failed = len(TRIED[cat]), len(FAILED[cat])
-        tr.write_line(f"{cat:36} {tried - failed:5d} / {tried:5d}   failed {failed:3d}   (refused with exit 2: "
-                      f"{len(REFUSED[cat])})")
+        tr.write_line(
+            f"{cat:36} {tried - failed:5d} / {tried:5d}   failed {failed:3d}   (refused with exit 2: "
+            f"{len(REFUSED[cat])})"
+        )
     tried, failed = sum(map(len, TRIED.values())), sum(map(len, FAILED.values()))
     tr.write_line(f"{'total':36} {tried - failed:5d} / {tried:5d}   failed {failed:3d}")
     if SEED:
         tr.write_line(f"fuzz seed {SEED[0]}: replay with TDLAB_FUZZ_SEED={SEED[0]} (or --hypothesis-seed={SEED[0]})")
     if getattr(config, "cache", None) is not None:  # pytest-cache holds the last numbers for quoting
-        config.cache.set("tdlab/fuzz", {"seed": SEED[:1], "tried": {k: len(v) for k, v in TRIED.items()},
-                                        "failed": {k: len(v) for k, v in FAILED.items()}})
+        config.cache.set(
+            "tdlab/fuzz",
+            {
+                "seed": SEED[:1],
+                "tried": {k: len(v) for k, v in TRIED.items()},
+                "failed": {k: len(v) for k, v in FAILED.items()},
+            },
+        )
 
 
 def tree_digest(folder: Path) -> dict[str, str]:
@@ -130,8 +138,15 @@ def invoke(args: Sequence[str]) -> Outcome:
     return Outcome(r.exit_code, r.stdout, err)
 
 
-def check_refused(category: str, result: Outcome, names: Sequence[str], before: dict[str, str], out: Path,
-                  allow_ok: bool = False, key: object = None) -> None:
+def check_refused(
+    category: str,
+    result: Outcome,
+    names: Sequence[str],
+    before: dict[str, str],
+    out: Path,
+    allow_ok: bool = False,
+    key: object = None,
+) -> None:
     """Assert the promise for one input and count it (``key``: the input, for the tally).
 
     ``names``: the line must contain one of them (the field or the file). ``before``: the digest of
@@ -169,8 +184,15 @@ def _promise(result: Outcome, names: Sequence[str], before: dict[str, str], out:
 @pytest.fixture(scope="session")
 def fz() -> SimpleNamespace:
     """The helpers of this suite, for the test modules (conftest modules are not importable)."""
-    return SimpleNamespace(invoke=invoke, refused=check_refused, digest=tree_digest, copy_run=copy_run,
-                           index_ok=index_ok, no_training=no_training, record=record)
+    return SimpleNamespace(
+        invoke=invoke,
+        refused=check_refused,
+        digest=tree_digest,
+        copy_run=copy_run,
+        index_ok=index_ok,
+        no_training=no_training,
+        record=record,
+    )
 
 
 @contextmanager
@@ -178,16 +200,34 @@ def no_training() -> Iterator[None]:
     """Make an accepted ``tdlab run`` fail loudly instead of training: the fuzz only feeds bad input,
     and an input the CLI wrongly accepts must show up as a failure, not as minutes of training."""
 
-    def refuse_to_train(*args, **kwargs):  # noqa: ANN002, ANN003
+    def refuse_to_train(*args, **kwargs):
         raise AssertionError("a bad input was accepted and would have trained")
 
     with mock.patch.object(runner, "execute", refuse_to_train):
         yield
 
 
-TINY_RUN = ["run", "markov-init", "--set", "train.steps=4", "--set", "train.seq_len=8", "--set", "train.eval_every=2",
-            "--set", "train.eval_batches=1", "--seeds", "1", "--set", "archs=[sec2]", "--set", "inits=[standard]",
-            "--quiet", "--run-id", "tiny"]
+TINY_RUN = [
+    "run",
+    "markov-init",
+    "--set",
+    "train.steps=4",
+    "--set",
+    "train.seq_len=8",
+    "--set",
+    "train.eval_every=2",
+    "--set",
+    "train.eval_batches=1",
+    "--seeds",
+    "1",
+    "--set",
+    "archs=[sec2]",
+    "--set",
+    "inits=[standard]",
+    "--quiet",
+    "--run-id",
+    "tiny",
+]
 
 
 @pytest.fixture(scope="session")
@@ -205,4 +245,3 @@ def copy_run(run: Path, dest: Path) -> Path:
     target = dest / run.name
     shutil.copytree(run, target)
     return target
-

@@ -40,8 +40,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TINY = ["--set", "train.steps=4", "--set", "train.seq_len=8", "--set", "train.eval_every=2", "--set",
-        "train.eval_batches=1", "--seeds", "1", "--set", "archs=[gpt2]", "--set", "inits=[standard]", "--quiet"]
+TINY = [
+    "--set",
+    "train.steps=4",
+    "--set",
+    "train.seq_len=8",
+    "--set",
+    "train.eval_every=2",
+    "--set",
+    "train.eval_batches=1",
+    "--seeds",
+    "1",
+    "--set",
+    "archs=[gpt2]",
+    "--set",
+    "inits=[standard]",
+    "--quiet",
+]
 ARM = "gpt2/standard"
 ARM_FILE = "gpt2__standard.safetensors"
 FILE_LIMIT = 64 << 20  # RLIMIT_FSIZE of a case: a copy without end stops here
@@ -85,10 +100,11 @@ class Case:
 CASES: list[Case] = []
 
 
-def case(id: str, surface: str, item: str | None = None, timeout: float = 120.0):  # noqa: ANN201
-    def deco(fn):  # noqa: ANN001, ANN202
+def case(id: str, surface: str, item: str | None = None, timeout: float = 120.0):
+    def deco(fn):
         CASES.append(Case(id, surface, item, fn, timeout))
         return fn
+
     return deco
 
 
@@ -191,7 +207,7 @@ def _child(case_id: str, ctx: Any, conn: Any) -> None:
         made = c.make(ctx, w)
         problems = [made()] if callable(made) else [judge(s) for s in made]
         why = "; ".join(p for p in problems if p)
-    except BaseException as exc:  # noqa: BLE001 - the harness reports, never dies
+    except BaseException as exc:
         why = f"harness: {type(exc).__name__}: {exc}"[:500]
     conn.send(why)
     conn.close()
@@ -267,8 +283,14 @@ def _bert(folder: Path) -> None:
     folder.mkdir(parents=True)
     (folder / "vocab.txt").write_text("\n".join(PIECES) + "\n")
     transformers.BertTokenizer(str(folder / "vocab.txt")).save_pretrained(str(folder))
-    cfg = transformers.BertConfig(vocab_size=len(PIECES), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                  intermediate_size=32, max_position_embeddings=64)
+    cfg = transformers.BertConfig(
+        vocab_size=len(PIECES),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     transformers.BertModel(cfg).save_pretrained(str(folder))
 
@@ -278,15 +300,26 @@ def runs_copy(ctx: Ctx, w: Path) -> Path:
     shutil.copytree(ctx.runs, w / "runs", symlinks=True)
     con = sqlite3.connect(w / "runs" / "index.sqlite")
     with con:
-        con.execute("UPDATE runs SET path = replace(path, ?, ?)", (str(ctx.runs.resolve()), str((w / "runs").resolve())))
+        con.execute(
+            "UPDATE runs SET path = replace(path, ?, ?)", (str(ctx.runs.resolve()), str((w / "runs").resolve()))
+        )
     con.close()
     return w / "runs"
 
 
 def topics(ctx: Ctx, w: Path, *sets: str) -> list[str]:
     """``tdlab run topics-real`` on the tiny corpus, nothing trained (a checkpoint measured) or refused."""
-    base = ["corpus.source=text", f"corpus.path={ctx.corpus}", "corpus.min_count=1", "lda.topics=2", "lda.passes=1",
-            "thetas=[0.5]", "train.seq_len=10", "train.batch=2", "attn_windows=8"]
+    base = [
+        "corpus.source=text",
+        f"corpus.path={ctx.corpus}",
+        "corpus.min_count=1",
+        "lda.topics=2",
+        "lda.passes=1",
+        "thetas=[0.5]",
+        "train.seq_len=10",
+        "train.batch=2",
+        "attn_windows=8",
+    ]
     merged = {s.split("=", 1)[0]: s for s in [*base, *sets]}
     argv = ["run", "topics-real", "--quiet", "--seeds", "1", "--out", w / "out"]
     for s in merged.values():
@@ -296,15 +329,18 @@ def topics(ctx: Ctx, w: Path, *sets: str) -> list[str]:
 
 def no_run_written(out: Path) -> Callable[[Result], str | None]:
     """The refused run left no run directory or staging folder in ``out`` (an empty ``out`` may stay)."""
+
     def check(_: Result) -> str | None:
         left = [p.name for p in out.iterdir()] if out.exists() else []
         return f"left in {out}: {left}" if left else None
+
     return check
 
 
 def all_of(*checks: Callable[[Result], str | None]) -> Callable[[Result], str | None]:
     def check(r: Result) -> str | None:
         return next((p for c in checks if (p := c(r))), None)
+
     return check
 
 
@@ -312,6 +348,7 @@ def absent(*paths: Path) -> Callable[[Result], str | None]:
     def check(_: Result) -> str | None:
         there = [str(p) for p in paths if os.path.lexists(p)]
         return f"exists: {there}" if there else None
+
     return check
 
 
@@ -319,6 +356,7 @@ def line_lacks(*words: str) -> Callable[[Result], str | None]:
     def check(r: Result) -> str | None:
         bad = [x for x in words if x in r.stderr]
         return f"the line says {bad}: {r.stderr.strip()[:200]}" if bad else None
+
     return check
 
 
@@ -337,11 +375,18 @@ def probe_source(w: Path, files: Callable[[Path, list[str]], None]) -> tuple[Pat
     cfg = exp.make_config("quick")
     src = w / "source"
     (src / "arrays").mkdir(parents=True)
-    (src / "config.yaml").write_text(yaml.safe_dump({"experiment": "anchors-bias", "profile": "quick",
-                                                     "config": cfg.model_dump(mode="json")}))
-    pd.DataFrame({"arm": pd.Series([], dtype=str), "step": pd.Series([], dtype="int64"),
-                  "member": pd.Series([], dtype="int64"), "name": pd.Series([], dtype=str),
-                  "value": pd.Series([], dtype=float)}).to_parquet(src / "metrics.parquet")
+    (src / "config.yaml").write_text(
+        yaml.safe_dump({"experiment": "anchors-bias", "profile": "quick", "config": cfg.model_dump(mode="json")})
+    )
+    pd.DataFrame(
+        {
+            "arm": pd.Series([], dtype=str),
+            "step": pd.Series([], dtype="int64"),
+            "member": pd.Series([], dtype="int64"),
+            "name": pd.Series([], dtype=str),
+            "value": pd.Series([], dtype=float),
+        }
+    ).to_parquet(src / "metrics.parquet")
     arms = [f"gamma={g:g}" for g in cfg.gammas]
     files(src / "arrays", arms)
     argv = ["run", "anchors-embedding", "--quiet", "--set", f"from_run={src}", "--out", w / "out"]
@@ -349,8 +394,8 @@ def probe_source(w: Path, files: Callable[[Path, list[str]], None]) -> tuple[Pat
 
 
 def real_arrays(folder: Path, arms: list[str]) -> None:
-    from safetensors.torch import save_file
     import torch
+    from safetensors.torch import save_file
 
     for a in arms:
         save_file({"wte": torch.zeros(3, 2, 4)}, str(folder / f"{a}.safetensors"))
@@ -363,9 +408,14 @@ def npz(path: Path, **change: Any) -> Path:
     import numpy as np
 
     rng = np.random.default_rng(0)
-    arrays = {"image_train": rng.random((20, 28, 28)), "audio_train": rng.random((20, 28, 28)),
-              "label_train": np.arange(20) % 10, "image_test": rng.random((10, 28, 28)),
-              "audio_test": rng.random((10, 28, 28)), "label_test": np.arange(10) % 10}
+    arrays = {
+        "image_train": rng.random((20, 28, 28)),
+        "audio_train": rng.random((20, 28, 28)),
+        "label_train": np.arange(20) % 10,
+        "image_test": rng.random((10, 28, 28)),
+        "audio_test": rng.random((10, 28, 28)),
+        "label_test": np.arange(10) % 10,
+    }
     arrays.update(change)
     np.savez(path, **{k: v for k, v in arrays.items() if v is not None})
     return path
@@ -388,15 +438,27 @@ def _(ctx, w):
     ck = w / "ck"
     shutil.copytree(ctx.bert, ck)
     conf = json.loads((ck / "config.json").read_text())
-    conf["auto_map"] = {"AutoConfig": "configuration_evil.EvilConfig", "AutoModel": "modeling_evil.EvilModel",
-                        "AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}
+    conf["auto_map"] = {
+        "AutoConfig": "configuration_evil.EvilConfig",
+        "AutoModel": "modeling_evil.EvilModel",
+        "AutoTokenizer": ["tokenization_evil.EvilTokenizer", None],
+    }
     (ck / "config.json").write_text(json.dumps(conf))
     for mod in ("configuration_evil", "modeling_evil", "tokenization_evil"):
-        (ck / f"{mod}.py").write_text(f"open({str(marker)!r}, 'a').write({mod!r})\n"
-                                      "from transformers import BertConfig as EvilConfig, BertModel as EvilModel\n"
-                                      "from transformers import BertTokenizer as EvilTokenizer\n")
-    return [Spec(topics(ctx, w, f"model.checkpoint={ck}"), ["model.checkpoint"], input="y\ny\ny\n", watch=[ck],
-                 check=all_of(absent(marker), no_run_written(w / "out")))]
+        (ck / f"{mod}.py").write_text(
+            f"open({str(marker)!r}, 'a').write({mod!r})\n"
+            "from transformers import BertConfig as EvilConfig, BertModel as EvilModel\n"
+            "from transformers import BertTokenizer as EvilTokenizer\n"
+        )
+    return [
+        Spec(
+            topics(ctx, w, f"model.checkpoint={ck}"),
+            ["model.checkpoint"],
+            input="y\ny\ny\n",
+            watch=[ck],
+            check=all_of(absent(marker), no_run_written(w / "out")),
+        )
+    ]
 
 
 @case("export-out-device-node", "export --out", "2")
@@ -407,20 +469,35 @@ def _(ctx, w):
 
     def still_a_device(_: Result) -> str | None:
         return None if stat.S_ISCHR(os.lstat(node).st_mode) else f"{node} is no longer a device node"
-    return [Spec(["export", runs / "tiny", "--arm", ARM, "--member", "0", "--out", node], ["--out"], watch=[runs],
-                 check=still_a_device)]
+
+    return [
+        Spec(
+            ["export", runs / "tiny", "--arm", ARM, "--member", "0", "--out", node],
+            ["--out"],
+            watch=[runs],
+            check=still_a_device,
+        )
+    ]
 
 
 @case("export-out-new-folder-slash", "export --out", "2")
 def _(ctx, w):
     runs = runs_copy(ctx, w)
-    return [Spec(["export", runs / "tiny", "--arm", ARM, "--member", "0", "--out", f"{w / 'newdir'}/"], ["--out"],
-                 watch=[runs], check=absent(w / "newdir"))]
+    return [
+        Spec(
+            ["export", runs / "tiny", "--arm", ARM, "--member", "0", "--out", f"{w / 'newdir'}/"],
+            ["--out"],
+            watch=[runs],
+            check=absent(w / "newdir"),
+        )
+    ]
 
 
 @case("from-run-arrays-symlink-dev-zero", "from_run", "3", timeout=180)
 def _(ctx, w):
-    src, argv = probe_source(w, lambda folder, arms: [os.symlink("/dev/zero", folder / f"{a}.safetensors") for a in arms])
+    src, argv = probe_source(
+        w, lambda folder, arms: [os.symlink("/dev/zero", folder / f"{a}.safetensors") for a in arms]
+    )
     return [Spec(argv, ["from_run", str(src)], watch=[src], check=no_run_written(w / "out"))]
 
 
@@ -431,8 +508,14 @@ def _(ctx, w):
         row = con.execute("SELECT * FROM runs WHERE run_id = 'tiny'").fetchone()
         con.execute(f"INSERT INTO runs VALUES ({', '.join('?' * len(row))})", ("../../escape", *row[1:]))
     con.close()
-    return [Spec(["atlas", "build", "--runs", runs, "--out", w / "site"], ["index.sqlite", "run id"], watch=[runs],
-                 check=absent(w / "escape"))]
+    return [
+        Spec(
+            ["atlas", "build", "--runs", runs, "--out", w / "site"],
+            ["index.sqlite", "run id"],
+            watch=[runs],
+            check=absent(w / "escape"),
+        )
+    ]
 
 
 @case("atlas-figure-symlink-leak", "atlas build", "5")
@@ -443,6 +526,7 @@ def _(ctx, w):
     def no_leak(_: Result) -> str | None:
         leaked = [str(p) for p in (w / "site").rglob("*") if p.is_file() and b"root:" in p.read_bytes()[:4096]]
         return f"/etc/passwd copied into the site: {leaked}" if leaked else None
+
     return [Spec(["atlas", "build", "--runs", runs, "--out", w / "site"], expect="ok", watch=[runs], check=no_leak)]
 
 
@@ -457,16 +541,27 @@ def _(ctx, w):
         got = sorted(p.name for p in (site / "figures").glob("*")) if (site / "figures").is_dir() else []
         report = (site / "report.html").read_text() if (site / "report.html").is_file() else ""
         shown = [f for f in figs if f"figures/{f}" in report]
-        return None if got == figs and shown == figs else f"the site has {got}, its report shows {shown}; the run has {figs}"
-    return [Spec(["atlas", "build", "--runs", runs, "--out", w / "site"], expect="ok", watch=[runs],
-                 check=figures_copied)]
+        return (
+            None
+            if got == figs and shown == figs
+            else f"the site has {got}, its report shows {shown}; the run has {figs}"
+        )
+
+    return [
+        Spec(["atlas", "build", "--runs", runs, "--out", w / "site"], expect="ok", watch=[runs], check=figures_copied)
+    ]
 
 
 @case("export-out-into-run-arrays", "export --out", "6")
 def _(ctx, w):
     runs = runs_copy(ctx, w)
-    return [Spec(["export", runs / "tiny", "--arm", ARM, "--member", "0", "--out", runs / "tiny" / "arrays" / ARM_FILE],
-                 ["--out"], watch=[runs])]
+    return [
+        Spec(
+            ["export", runs / "tiny", "--arm", ARM, "--member", "0", "--out", runs / "tiny" / "arrays" / ARM_FILE],
+            ["--out"],
+            watch=[runs],
+        )
+    ]
 
 
 @case("atlas-out-holds-runs", "atlas build", "7")
@@ -486,11 +581,12 @@ def _(ctx, w):
         if pid == 0:  # the first run: its report waits until the others have tried
             real = runner._report
 
-            def waiting(*a, **k):  # noqa: ANN002, ANN003, ANN202
+            def waiting(*a, **k):
                 deadline = time.time() + 240
                 while not release.exists() and time.time() < deadline:
                     time.sleep(0.05)
                 return real(*a, **k)
+
             runner._report = waiting
             r = invoke(argv)
             os._exit(0 if r.exit_code == 0 and "Traceback" not in r.stderr else 3)
@@ -504,7 +600,11 @@ def _(ctx, w):
         release.touch()
         _, status = os.waitpid(pid, 0)
         first = None if status == 0 and (out / "X" / "summary.json").is_file() else "the first run did not finish"
-        return "; ".join(f"{k}: {v}" for k, v in (("second run", second), ("--resume", third), ("first", first)) if v) or None
+        return (
+            "; ".join(f"{k}: {v}" for k, v in (("second run", second), ("--resume", third), ("first", first)) if v)
+            or None
+        )
+
     return go
 
 
@@ -513,16 +613,19 @@ def _(ctx, w):
     runs = runs_copy(ctx, w)
     (w / "dir").mkdir()
     (w / "latin1.md").write_bytes("caf\xe9 <!-- findings -->".encode("latin-1"))
-    return [Spec(["findings", runs / "tiny", "--readme", f], ["--readme", str(f)], watch=[runs])
-            for f in (w / "missing.md", w / "dir", w / "latin1.md")]
+    return [
+        Spec(["findings", runs / "tiny", "--readme", f], ["--readme", str(f)], watch=[runs])
+        for f in (w / "missing.md", w / "dir", w / "latin1.md")
+    ]
 
 
 @case("findings-summary-malformed-groups", "findings", "9")
 def _(ctx, w):
     runs = runs_copy(ctx, w)
     specs = []
-    for i, change in enumerate((lambda s: [g.pop("verdict", None) for g in s["claims"]],
-                                lambda s: s.__setitem__("claims", "holds"))):
+    for i, change in enumerate(
+        (lambda s: [g.pop("verdict", None) for g in s["claims"]], lambda s: s.__setitem__("claims", "holds"))
+    ):
         run = w / f"r{i}"
         shutil.copytree(runs / "tiny", run)
         s = json.loads((run / "summary.json").read_text())
@@ -552,6 +655,7 @@ def _(ctx, w):
     def loops(folder: Path, arms: list[str]) -> None:
         for a in arms:
             os.symlink(f"{a}.safetensors", folder / f"{a}.safetensors")
+
     src, argv = probe_source(w, loops)
     return [Spec(argv, ["from_run", str(src)], watch=[src], check=no_run_written(w / "out"))]
 
@@ -560,7 +664,7 @@ class _Planted:
     def __init__(self, marker: str) -> None:
         self.marker = marker
 
-    def __reduce__(self):  # noqa: ANN204
+    def __reduce__(self):
         return (open, (self.marker, "w"))
 
 
@@ -572,8 +676,14 @@ def _(ctx, w):
     for f in ck.glob("*.safetensors"):
         f.unlink()
     (ck / "pytorch_model.bin").write_bytes(pickle.dumps({"x": _Planted(str(marker))}))
-    return [Spec(topics(ctx, w, f"model.checkpoint={ck}"), ["model.checkpoint"], watch=[ck],
-                 check=all_of(absent(marker), no_run_written(w / "out")))]
+    return [
+        Spec(
+            topics(ctx, w, f"model.checkpoint={ck}"),
+            ["model.checkpoint"],
+            watch=[ck],
+            check=all_of(absent(marker), no_run_written(w / "out")),
+        )
+    ]
 
 
 @case("atlas-out-proc", "atlas build", "9")
@@ -600,8 +710,9 @@ def _(ctx, w):
         runs = runs_copy(ctx, w)
         before = digest(runs)
 
-        def interrupt(*a, **k):  # noqa: ANN002, ANN003, ANN202 - Ctrl-C while the first page is written
+        def interrupt(*a, **k):
             raise KeyboardInterrupt
+
         jinja2.Template.render = interrupt
         r = invoke(["atlas", "build", "--runs", runs, "--out", w / "site"])
         if "Traceback" in r.stderr:
@@ -610,6 +721,7 @@ def _(ctx, w):
         if left:
             return f"an interrupted build left {left[:4]}"
         return None if digest(runs) == before else "the runs changed"
+
     return go
 
 
@@ -622,8 +734,14 @@ def _(ctx, w):
 @case("corpus-path-folder-or-device", "corpus.path", "11")
 def _(ctx, w):
     (w / "texts").mkdir()
-    return [Spec(topics(ctx, w, f"corpus.path={p}"), ["corpus.path"],
-                 check=all_of(line_lacks("no such file"), no_run_written(w / "out"))) for p in (w / "texts", "/dev/zero")]
+    return [
+        Spec(
+            topics(ctx, w, f"corpus.path={p}"),
+            ["corpus.path"],
+            check=all_of(line_lacks("no such file"), no_run_written(w / "out")),
+        )
+        for p in (w / "texts", "/dev/zero")
+    ]
 
 
 @case("from-run-planted-pickle", "from_run", "11")
@@ -631,9 +749,16 @@ def _(ctx, w):
     def planted(folder: Path, arms: list[str]) -> None:
         for a in arms:
             (folder / f"{a}.safetensors").write_bytes(pickle.dumps({"x": _Planted(str(w / "unpickled"))}))
+
     src, argv = probe_source(w, planted)
-    return [Spec(argv, [str(src / "arrays")], watch=[src],
-                 check=all_of(line_lacks(".staging-"), absent(w / "unpickled"), no_run_written(w / "out")))]
+    return [
+        Spec(
+            argv,
+            [str(src / "arrays")],
+            watch=[src],
+            check=all_of(line_lacks(".staging-"), absent(w / "unpickled"), no_run_written(w / "out")),
+        )
+    ]
 
 
 # ====================================================================================== the 69 others
@@ -643,10 +768,13 @@ def _out_dir(w: Path) -> Path:
     return w / "out"
 
 
-for _id, _sets in (("missing-folder", lambda w: [f"model.checkpoint={w / 'nope'}"]),
-                   ("a-file", lambda w: [f"model.checkpoint={w / 'file'}"]),
-                   ("empty-folder", lambda w: [f"model.checkpoint={w / 'empty'}"]),
-                   ("garbage-config", lambda w: [f"model.checkpoint={w / 'garbage'}"])):
+for _id, _sets in (
+    ("missing-folder", lambda w: [f"model.checkpoint={w / 'nope'}"]),
+    ("a-file", lambda w: [f"model.checkpoint={w / 'file'}"]),
+    ("empty-folder", lambda w: [f"model.checkpoint={w / 'empty'}"]),
+    ("garbage-config", lambda w: [f"model.checkpoint={w / 'garbage'}"]),
+):
+
     @case(f"checkpoint-{_id}", "model.checkpoint")
     def _(ctx, w, _sets=_sets):
         (w / "file").write_text("x")
@@ -656,8 +784,16 @@ for _id, _sets in (("missing-folder", lambda w: [f"model.checkpoint={w / 'nope'}
         return [Spec(topics(ctx, w, *_sets(w)), ["model.checkpoint"], check=no_run_written(w / "out"))]
 
 
-def _export(ctx, w, *extra: Any, names: list[str] | None = None, expect: str = "refuse", run: str = "tiny",
-            check: Callable | None = None, cwd: Path | None = None) -> list[Spec]:
+def _export(
+    ctx,
+    w,
+    *extra: Any,
+    names: list[str] | None = None,
+    expect: str = "refuse",
+    run: str = "tiny",
+    check: Callable | None = None,
+    cwd: Path | None = None,
+) -> list[Spec]:
     runs = runs_copy(ctx, w)
     base = {"--arm": ARM, "--member": "0"}
     args = list(extra)
@@ -696,21 +832,31 @@ def _(ctx, w):
 def _(ctx, w):
     runs = runs_copy(ctx, w)
     (runs / "plain").mkdir()
-    return [Spec(["export", runs / "plain", "--arm", ARM, "--member", "0", "--out", w / "x.st"], ["plain"], watch=[runs])]
+    return [
+        Spec(["export", runs / "plain", "--arm", ARM, "--member", "0", "--out", w / "x.st"], ["plain"], watch=[runs])
+    ]
 
 
 @case("export-corrupt-arrays", "export")
 def _(ctx, w):
     runs = runs_copy(ctx, w)
     (runs / "tiny" / "arrays" / ARM_FILE).write_bytes(b"\x00garbage" * 10)
-    return [Spec(["export", runs / "tiny", "--arm", ARM, "--member", "0", "--out", w / "x.st"], [ARM_FILE], watch=[runs])]
+    return [
+        Spec(["export", runs / "tiny", "--arm", ARM, "--member", "0", "--out", w / "x.st"], [ARM_FILE], watch=[runs])
+    ]
 
 
 @case("export-valid-folder-with-slash", "export")
 def _(ctx, w):
     (w / "exports").mkdir()
-    return _export(ctx, w, "--out", f"{w / 'exports'}/", expect="ok",
-                   check=lambda r: None if len(list((w / "exports").glob("*.safetensors"))) == 1 else "no file written")
+    return _export(
+        ctx,
+        w,
+        "--out",
+        f"{w / 'exports'}/",
+        expect="ok",
+        check=lambda r: None if len(list((w / "exports").glob("*.safetensors"))) == 1 else "no file written",
+    )
 
 
 @case("export-out-under-a-file", "export")
@@ -723,45 +869,83 @@ def _(ctx, w):
 def _(ctx, w):
     runs = runs_copy(ctx, w)
     shutil.copy(runs / "tiny" / "arrays" / ARM_FILE, runs / "tiny" / "arrays" / "sec2__standard.safetensors")
-    return [Spec(["export", runs / "tiny", "--arm", "sec2/standard", "--member", "0", "--out", w / "x.st"],
-                 ["--arm", "sec2"], watch=[runs])]
+    return [
+        Spec(
+            ["export", runs / "tiny", "--arm", "sec2/standard", "--member", "0", "--out", w / "x.st"],
+            ["--arm", "sec2"],
+            watch=[runs],
+        )
+    ]
 
 
 @case("export-valid-new-file", "export")
 def _(ctx, w):
-    return _export(ctx, w, "--out", w / "x.safetensors", expect="ok",
-                   check=lambda r: None if (w / "x.safetensors").is_file() else "no file written")
+    return _export(
+        ctx,
+        w,
+        "--out",
+        w / "x.safetensors",
+        expect="ok",
+        check=lambda r: None if (w / "x.safetensors").is_file() else "no file written",
+    )
 
 
 @case("export-valid-into-folder", "export")
 def _(ctx, w):
     (w / "exports").mkdir()
-    return _export(ctx, w, "--out", w / "exports", expect="ok",
-                   check=lambda r: None if len(list((w / "exports").glob("*.safetensors"))) == 1 else "no file written")
+    return _export(
+        ctx,
+        w,
+        "--out",
+        w / "exports",
+        expect="ok",
+        check=lambda r: None if len(list((w / "exports").glob("*.safetensors"))) == 1 else "no file written",
+    )
 
 
 @case("export-valid-overwrite", "export")
 def _(ctx, w):
     (w / "x.safetensors").write_text("old")
-    return _export(ctx, w, "--out", w / "x.safetensors", expect="ok",
-                   check=lambda r: None if (w / "x.safetensors").read_bytes() != b"old" else "not rewritten")
+    return _export(
+        ctx,
+        w,
+        "--out",
+        w / "x.safetensors",
+        expect="ok",
+        check=lambda r: None if (w / "x.safetensors").read_bytes() != b"old" else "not rewritten",
+    )
 
 
-for _id, _what in (("missing", lambda w: w / "nope"), ("a-file", lambda w: w / "file"),
-                   ("not-a-run", lambda w: w / "plain")):
+for _id, _what in (
+    ("missing", lambda w: w / "nope"),
+    ("a-file", lambda w: w / "file"),
+    ("not-a-run", lambda w: w / "plain"),
+):
+
     @case(f"from-run-{_id}", "from_run")
     def _(ctx, w, _what=_what):
         (w / "file").write_text("x")
         (w / "plain").mkdir()
-        return [Spec(["run", "anchors-embedding", "--quiet", "--set", f"from_run={_what(w)}", "--out", w / "out"],
-                     ["from_run"], check=absent(w / "out"))]
+        return [
+            Spec(
+                ["run", "anchors-embedding", "--quiet", "--set", f"from_run={_what(w)}", "--out", w / "out"],
+                ["from_run"],
+                check=absent(w / "out"),
+            )
+        ]
 
 
 @case("from-run-other-experiment", "from_run")
 def _(ctx, w):
     runs = runs_copy(ctx, w)
-    return [Spec(["run", "anchors-embedding", "--quiet", "--set", f"from_run={runs / 'tiny'}", "--out", w / "out"],
-                 ["from_run"], watch=[runs], check=absent(w / "out"))]
+    return [
+        Spec(
+            ["run", "anchors-embedding", "--quiet", "--set", f"from_run={runs / 'tiny'}", "--out", w / "out"],
+            ["from_run"],
+            watch=[runs],
+            check=absent(w / "out"),
+        )
+    ]
 
 
 @case("from-run-other-config", "from_run")
@@ -772,8 +956,14 @@ def _(ctx, w):
     conf = yaml.safe_load((src / "config.yaml").read_text())
     conf["config"]["seed"] = 99
     (src / "config.yaml").write_text(yaml.safe_dump(conf))
-    return [Spec(["run", "anchors-embedding", "--quiet", "--set", f"from_run={src}", "--out", w / "out"],
-                 ["from_run"], watch=[src], check=absent(w / "out"))]
+    return [
+        Spec(
+            ["run", "anchors-embedding", "--quiet", "--set", f"from_run={src}", "--out", w / "out"],
+            ["from_run"],
+            watch=[src],
+            check=absent(w / "out"),
+        )
+    ]
 
 
 @case("from-run-arm-missing", "from_run")
@@ -785,14 +975,25 @@ def _(ctx, w):
 @case("atlas-build-no-index", "atlas build")
 def _(ctx, w):
     (w / "runs").mkdir()
-    return [Spec(["atlas", "build", "--runs", w / "runs", "--out", w / "site"], ["--runs"], watch=[w / "runs"],
-                 check=absent(w / "site"))]
+    return [
+        Spec(
+            ["atlas", "build", "--runs", w / "runs", "--out", w / "site"],
+            ["--runs"],
+            watch=[w / "runs"],
+            check=absent(w / "site"),
+        )
+    ]
 
 
 @case("atlas-build-runs-missing", "atlas build")
 def _(ctx, w):
-    return [Spec(["atlas", "build", "--runs", w / "nope", "--out", w / "site"], ["--runs"],
-                 check=absent(w / "nope", w / "site"))]
+    return [
+        Spec(
+            ["atlas", "build", "--runs", w / "nope", "--out", w / "site"],
+            ["--runs"],
+            check=absent(w / "nope", w / "site"),
+        )
+    ]
 
 
 @case("atlas-build-runs-is-a-file", "atlas build")
@@ -821,31 +1022,53 @@ def _(ctx, w):
 def _(ctx, w):
     runs = runs_copy(ctx, w)
     shutil.rmtree(runs / "tiny")
-    return [Spec(["atlas", "build", "--runs", runs, "--out", w / "site"], expect="ok", watch=[runs],
-                 check=lambda r: None if (w / "site" / "runs" / "tiny" / "report.html").is_file() else "no report")]
+    return [
+        Spec(
+            ["atlas", "build", "--runs", runs, "--out", w / "site"],
+            expect="ok",
+            watch=[runs],
+            check=lambda r: None if (w / "site" / "runs" / "tiny" / "report.html").is_file() else "no report",
+        )
+    ]
 
 
 @case("atlas-build-valid", "atlas build")
 def _(ctx, w):
     runs = runs_copy(ctx, w)
-    return [Spec(["atlas", "build", "--runs", runs, "--out", w / "site"], expect="ok", watch=[runs],
-                 check=lambda r: None if (w / "site" / "index.html").is_file() else "no index.html")]
+    return [
+        Spec(
+            ["atlas", "build", "--runs", runs, "--out", w / "site"],
+            expect="ok",
+            watch=[runs],
+            check=lambda r: None if (w / "site" / "index.html").is_file() else "no index.html",
+        )
+    ]
 
 
 @case("atlas-build-over-earlier-site", "atlas build")
 def _(ctx, w):
     runs = runs_copy(ctx, w)
     first = Spec(["atlas", "build", "--runs", runs, "--out", w / "site"], expect="ok", watch=[runs])
-    return [first, Spec(first.argv, expect="ok", watch=[runs],
-                        check=lambda r: None if (w / "site" / "index.html").is_file() else "no index.html")]
+    return [
+        first,
+        Spec(
+            first.argv,
+            expect="ok",
+            watch=[runs],
+            check=lambda r: None if (w / "site" / "index.html").is_file() else "no index.html",
+        ),
+    ]
 
 
-for _id, _args, _names in (("unknown-experiment", ["no-such"], ["experiment"]),
-                           # every experiment declares atlas axes now ("no axes" is tested in tests/test_atlas.py)
-                           ("bad-decide", ["markov-init", "--decide", "soon"], ["--decide"]),
-                           ("bad-profile", ["markov-init", "--profile", "slow"], ["profile"]),
-                           ("bad-backend", ["markov-init", "--backend", "mpi"], ["backend"]),
-                           ("zero-workers", ["markov-init", "--workers", "0"], ["--workers"])):
+for _id, _args, _names in (
+    ("unknown-experiment", ["no-such"], ["experiment"]),
+    # every experiment declares atlas axes now ("no axes" is tested in tests/test_atlas.py)
+    ("bad-decide", ["markov-init", "--decide", "soon"], ["--decide"]),
+    ("bad-profile", ["markov-init", "--profile", "slow"], ["profile"]),
+    ("bad-backend", ["markov-init", "--backend", "mpi"], ["backend"]),
+    ("zero-workers", ["markov-init", "--workers", "0"], ["--workers"]),
+):
+
     @case(f"atlas-run-{_id}", "atlas run")
     def _(ctx, w, _args=_args, _names=_names):
         return [Spec(["atlas", "run", *_args, "--runs", w / "runs"], _names, check=absent(w / "runs"))]
@@ -887,8 +1110,9 @@ def _(ctx, w):
 def _(ctx, w):
     import numpy as np
 
-    return [Spec(avdigits(w, npz(w / "a.npz", image_train=np.zeros((20, 5, 5)))), ["path"],
-                 check=no_run_written(w / "out"))]
+    return [
+        Spec(avdigits(w, npz(w / "a.npz", image_train=np.zeros((20, 5, 5)))), ["path"], check=no_run_written(w / "out"))
+    ]
 
 
 @case("avdigits-path-labels-out-of-range", "data.path")
@@ -904,33 +1128,44 @@ def _(ctx, w):
     return [Spec(avdigits(w, w / "avmnist"), ["path"], check=no_run_written(w / "out"))]
 
 
-def _stories(make: Callable[[Path], Path]):  # noqa: ANN202
-    def fn(ctx, w):  # noqa: ANN001, ANN202
+def _stories(make: Callable[[Path], Path]):
+    def fn(ctx, w):
         return [Spec(stories_argv(w, make(w)), ["data.stories"], check=absent(w / "out"))]
+
     return fn
 
 
-for _id, _make in (("missing", lambda w: w / "nope.txt"),
-                   ("folder", lambda w: (w / "d").mkdir() or w / "d"),
-                   ("not-utf8", lambda w: (w / "s.txt").write_bytes(b"caf\xe9 <|endoftext|>" * 3) and w / "s.txt"),
-                   ("no-marker", lambda w: (w / "s.txt").write_text("a story without a marker") and w / "s.txt"),
-                   ("nul-bytes", lambda w: (w / "s.txt").write_bytes(b"a\x00b<|endoftext|>" * 3) and w / "s.txt"),
-                   ("too-few", lambda w: (w / "s.txt").write_text("one.<|endoftext|>two.<|endoftext|>") and w / "s.txt")):
+for _id, _make in (
+    ("missing", lambda w: w / "nope.txt"),
+    ("folder", lambda w: (w / "d").mkdir() or w / "d"),
+    ("not-utf8", lambda w: (w / "s.txt").write_bytes(b"caf\xe9 <|endoftext|>" * 3) and w / "s.txt"),
+    ("no-marker", lambda w: (w / "s.txt").write_text("a story without a marker") and w / "s.txt"),
+    ("nul-bytes", lambda w: (w / "s.txt").write_bytes(b"a\x00b<|endoftext|>" * 3) and w / "s.txt"),
+    ("too-few", lambda w: (w / "s.txt").write_text("one.<|endoftext|>two.<|endoftext|>") and w / "s.txt"),
+):
     case(f"stories-{_id}", "data.stories")(_stories(_make))
 
 
-def _prontoqa(make: Callable[[Path], Path]):  # noqa: ANN202
-    def fn(ctx, w):  # noqa: ANN001, ANN202
-        return [Spec(["run", "anchors-text", "--quiet", "--set", f"data.prontoqa={make(w)}", "--out", w / "out"],
-                     ["data.prontoqa"], check=absent(w / "out"))]
+def _prontoqa(make: Callable[[Path], Path]):
+    def fn(ctx, w):
+        return [
+            Spec(
+                ["run", "anchors-text", "--quiet", "--set", f"data.prontoqa={make(w)}", "--out", w / "out"],
+                ["data.prontoqa"],
+                check=absent(w / "out"),
+            )
+        ]
+
     return fn
 
 
 _REC = {"question": "q", "query": "x", "chain_of_thought": ["a"], "answer": "True"}
-for _id, _make in (("missing", lambda w: w / "nope.json"),
-                   ("not-json", lambda w: (w / "p.json").write_text("{not json") and w / "p.json"),
-                   ("wrong-layout", lambda w: (w / "p.json").write_text(json.dumps([1, 2])) and w / "p.json"),
-                   ("too-few", lambda w: (w / "p.json").write_text(json.dumps([_REC])) and w / "p.json")):
+for _id, _make in (
+    ("missing", lambda w: w / "nope.json"),
+    ("not-json", lambda w: (w / "p.json").write_text("{not json") and w / "p.json"),
+    ("wrong-layout", lambda w: (w / "p.json").write_text(json.dumps([1, 2])) and w / "p.json"),
+    ("too-few", lambda w: (w / "p.json").write_text(json.dumps([_REC])) and w / "p.json"),
+):
     case(f"prontoqa-{_id}", "data.prontoqa")(_prontoqa(_make))
 
 
@@ -946,10 +1181,16 @@ def _(ctx, w):
 
 
 for _id, _rid in (("dot-dot", "../x"), ("hidden", ".hidden"), ("empty", ""), ("slash", "a/b")):
+
     @case(f"run-id-{_id}", "run --run-id")
     def _(ctx, w, _rid=_rid):
-        return [Spec(["run", "markov-init", *TINY, "--run-id", _rid, "--out", w / "out"], ["--run-id"],
-                     check=absent(w / "out", w / "x"))]
+        return [
+            Spec(
+                ["run", "markov-init", *TINY, "--run-id", _rid, "--out", w / "out"],
+                ["--run-id"],
+                check=absent(w / "out", w / "x"),
+            )
+        ]
 
 
 @case("run-id-taken", "run --run-id")
@@ -975,8 +1216,14 @@ def _(ctx, w):
     (staging / "checkpoints").mkdir(parents=True)
     shutil.copy(ctx.runs / "tiny" / "config.yaml", staging / "config.yaml")
     (staging / "checkpoints" / "gpt2__standard.pt").write_bytes(pickle.dumps(_Planted(str(w / "unpickled"))))
-    return [Spec(["run", "--resume", w / "out" / "r", "--quiet"], ["pickle"], watch=[w / "out"],
-                 check=absent(w / "unpickled"))]
+    return [
+        Spec(
+            ["run", "--resume", w / "out" / "r", "--quiet"],
+            ["pickle"],
+            watch=[w / "out"],
+            check=absent(w / "unpickled"),
+        )
+    ]
 
 
 @case("resume-with-a-name", "run --resume")
@@ -1016,14 +1263,17 @@ def _(ctx, w):
 
 def main(ids: list[str]) -> int:
     import tdlab
-    import tdlab.cli  # noqa: F401 - imported once, before the cases fork
+    import tdlab.cli
     from tdlab.experiments.base import registry
 
     registry()
     chosen = [c for c in CASES if not ids or c.id in ids]
     root = Path(tempfile.mkdtemp(prefix="tdlab-hardening-"))
-    print(f"tdlab from {Path(tdlab.__file__).parent}; {len(CASES)} inputs ({sum(c.item is not None for c in CASES)} "
-          f"the review found mishandled); work folder {root}", flush=True)
+    print(
+        f"tdlab from {Path(tdlab.__file__).parent}; {len(CASES)} inputs ({sum(c.item is not None for c in CASES)} "
+        f"the review found mishandled); work folder {root}",
+        flush=True,
+    )
     try:
         ctx = build_fixtures(root)
         handled = 0

@@ -18,8 +18,13 @@ def test_console_script_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     fuzz does (a process start costs 10-20 s on a busy machine: one is enough here)."""
     out = tmp_path / "runs"
     named = "'--seeds'"
-    proc = subprocess.run([TDLAB, "run", "markov-init", "--seeds", "abc", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(
+        [TDLAB, "run", "markov-init", "--seeds", "abc", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], proc.stderr

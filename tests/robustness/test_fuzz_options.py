@@ -13,17 +13,26 @@ from hypothesis import strategies as st
 import tdlab.sweep
 
 # Not integers. An integral float ("2.0") is left out: typer reads it as the integer, as click did.
-NOT_AN_INT = st.one_of(st.from_regex(r"\A[a-z][a-z0-9.]{0,8}\Z"),
-                       st.floats().filter(lambda x: not (math.isfinite(x) and x == int(x))).map(str))
+NOT_AN_INT = st.one_of(
+    st.from_regex(r"\A[a-z][a-z0-9.]{0,8}\Z"),
+    st.floats().filter(lambda x: not (math.isfinite(x) and x == int(x))).map(str),
+)
 WORDS = st.from_regex(r"\A[a-z][a-z0-9_-]{0,10}\Z")
 
 RUN_OPTIONS = st.one_of(
-    st.tuples(st.just("--seeds"), st.one_of(NOT_AN_INT, st.integers(-10**6, 0).map(str), st.integers(4097, 10**9).map(str)))
-    .map(lambda t: (t, ["--seeds", "members"])),
-    st.tuples(st.just("--seed"), st.one_of(NOT_AN_INT, st.integers(-10**6, -1).map(str), st.integers(2**62 + 1, 2**70).map(str)))
-    .map(lambda t: (t, ["--seed", "seed"])),
-    st.tuples(st.just("--profile"), WORDS.filter(lambda w: w not in ("quick", "paper"))).map(lambda t: (t, ["profile"])),
-    st.tuples(st.just("--device"), WORDS.filter(lambda w: w != "cpu" and not w.startswith("cuda"))).map(lambda t: (t, ["device"])),
+    st.tuples(
+        st.just("--seeds"), st.one_of(NOT_AN_INT, st.integers(-(10**6), 0).map(str), st.integers(4097, 10**9).map(str))
+    ).map(lambda t: (t, ["--seeds", "members"])),
+    st.tuples(
+        st.just("--seed"),
+        st.one_of(NOT_AN_INT, st.integers(-(10**6), -1).map(str), st.integers(2**62 + 1, 2**70).map(str)),
+    ).map(lambda t: (t, ["--seed", "seed"])),
+    st.tuples(st.just("--profile"), WORDS.filter(lambda w: w not in ("quick", "paper"))).map(
+        lambda t: (t, ["profile"])
+    ),
+    st.tuples(st.just("--device"), WORDS.filter(lambda w: w != "cpu" and not w.startswith("cuda"))).map(
+        lambda t: (t, ["device"])
+    ),
     WORDS.map(lambda w: ((f"--{w}x", "1"), [f"--{w}x"])),  # an unknown option (no tdlab option ends in x)
 )
 
@@ -38,14 +47,20 @@ def test_bad_run_options_are_refused(fz, tmp_path_factory, case):
     assert not out.exists()
 
 
-def _no_points(*args, **kwargs):  # noqa: ANN002, ANN003
+def _no_points(*args, **kwargs):
     raise AssertionError("a bad sweep option was accepted and would have run")
 
 
-@given(case=st.one_of(
-    st.tuples(st.just("--workers"), st.one_of(NOT_AN_INT, st.integers(-10**6, 0).map(str))).map(lambda t: (t, ["--workers"])),
-    st.tuples(st.just("--backend"), WORDS.filter(lambda w: w not in ("local", "ray"))).map(lambda t: (t, ["backend"])),
-))
+@given(
+    case=st.one_of(
+        st.tuples(st.just("--workers"), st.one_of(NOT_AN_INT, st.integers(-(10**6), 0).map(str))).map(
+            lambda t: (t, ["--workers"])
+        ),
+        st.tuples(st.just("--backend"), WORDS.filter(lambda w: w not in ("local", "ray"))).map(
+            lambda t: (t, ["backend"])
+        ),
+    )
+)
 def test_bad_sweep_options_are_refused(fz, tmp_path_factory, case):
     (option, value), names = case
     tmp = tmp_path_factory.mktemp("fuzz-sweep-opt", numbered=True)

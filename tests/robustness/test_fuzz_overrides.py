@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 from hypothesis import given
@@ -28,8 +27,14 @@ from tdlab.experiments.base import registry
 EXPS = dict(sorted(registry().items()))
 # Fields a value is drawn for: not the per-arm ones (refused for another reason, see ARM_FIELDS) and
 # not those of a type the generator does not describe (an optional sub-config, a list of configs).
-LEAVES = {name: [f for f in config_fields(e.Config) if f.key not in e.arm_fields
-                 and "other" not in f.kinds and "other" not in f.item_kinds] for name, e in EXPS.items()}
+LEAVES = {
+    name: [
+        f
+        for f in config_fields(e.Config)
+        if f.key not in e.arm_fields and "other" not in f.kinds and "other" not in f.item_kinds
+    ]
+    for name, e in EXPS.items()
+}
 SECTIONS = {name: sorted({f.key.split(".")[0] for f in leaves if "." in f.key}) for name, leaves in LEAVES.items()}
 KNOWN = {name: {f.key for f in config_fields(e.Config)} | set(SECTIONS[name]) for name, e in EXPS.items()}
 VALID = ["seed=7", "members=1"]  # mixed in: refusal must still name the bad key (every experiment has both)
@@ -48,17 +53,24 @@ def _beyond(leaf: ConfigField) -> st.SearchStrategy[Any]:
     integer = "float" not in leaf.kinds
     if math.isfinite(leaf.lo):
         edge = leaf.lo if leaf.lo_open else (leaf.lo - 1 if integer else leaf.lo - 1e-9 * max(1, abs(leaf.lo)))
-        opts.append(st.integers(-10**6, int(math.floor(edge))) if integer else
-                    st.floats(-1e9, edge, allow_nan=False, exclude_max=not leaf.lo_open))
+        opts.append(
+            st.integers(-(10**6), int(math.floor(edge)))
+            if integer
+            else st.floats(-1e9, edge, allow_nan=False, exclude_max=not leaf.lo_open)
+        )
     if math.isfinite(leaf.hi):
         edge = leaf.hi if leaf.hi_open else (leaf.hi + 1 if integer else leaf.hi + 1e-9 * max(1, abs(leaf.hi)))
-        opts.append(st.integers(int(math.ceil(edge)), int(edge) + 10**12) if integer else
-                    st.floats(edge, 1e12, allow_nan=False, exclude_min=not leaf.hi_open))
+        opts.append(
+            st.integers(int(math.ceil(edge)), int(edge) + 10**12)
+            if integer
+            else st.floats(edge, 1e12, allow_nan=False, exclude_min=not leaf.hi_open)
+        )
     return st.one_of(opts) if opts else st.nothing()
 
 
 _JUNK_WORDS = st.from_regex(r"\A[a-z][a-z0-9_-]{0,12}\Z").filter(
-    lambda w: w not in {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "nan", "inf"})
+    lambda w: w not in {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "nan", "inf"}
+)
 
 
 def bad_values(leaf: ConfigField) -> st.SearchStrategy[str]:
@@ -115,7 +127,9 @@ def bad_field_value(draw: st.DrawFn) -> tuple[str, list[str], list[str]]:
     name = draw(experiment_names)
     leaf = draw(st.sampled_from(LEAVES[name]))
     item = f"{leaf.key}={draw(bad_values(leaf))}"
-    others = draw(st.lists(st.sampled_from([v for v in VALID if not v.startswith(leaf.key + "=")]), max_size=2, unique=True))
+    others = draw(
+        st.lists(st.sampled_from([v for v in VALID if not v.startswith(leaf.key + "=")]), max_size=2, unique=True)
+    )
     items = draw(st.permutations([item, *others]))
     return name, items, [leaf.key]
 
@@ -129,7 +143,9 @@ def unknown_key(draw: st.DrawFn) -> tuple[str, list[str], list[str]]:
     name = draw(experiment_names)
     known = KNOWN[name]
     where = draw(st.sampled_from(["top", "section", "below-leaf"] if SECTIONS[name] else ["top"]))
-    seg = draw(_SEGMENT.filter(lambda s: s.strip() == s and s not in known and all(s != k.split(".")[-1] for k in known)))
+    seg = draw(
+        _SEGMENT.filter(lambda s: s.strip() == s and s not in known and all(s != k.split(".")[-1] for k in known))
+    )
     if where == "top":
         key, named = seg, seg
     elif where == "section":
@@ -142,11 +158,29 @@ def unknown_key(draw: st.DrawFn) -> tuple[str, list[str], list[str]]:
 
 
 ALIAS_AND_TAGS = [
-    "&a [*a, *a]", "[&x 1, *x]", "{a: &b [1, 2], c: *b}", "&anchor 5",
-    "!!python/object/apply:os.system ['true']", "!!python/name:os.system", "!!python/tuple [1, 2]",
-    "!!binary aGVsbG8=", "!!set {a, b}", "!!timestamp 2001-12-14", "2001-12-14", "!!omap [a: 1, b: 2]",
-    "!!str 5", "!!float nan", "!!int 1.5", "!custom 3", "!!float abc", "!!timestamp x", "!!bool maybe", "!!binary ###",
-    "!!float 1e999", "!!map [1]", "!!seq {a: 1}",
+    "&a [*a, *a]",
+    "[&x 1, *x]",
+    "{a: &b [1, 2], c: *b}",
+    "&anchor 5",
+    "!!python/object/apply:os.system ['true']",
+    "!!python/name:os.system",
+    "!!python/tuple [1, 2]",
+    "!!binary aGVsbG8=",
+    "!!set {a, b}",
+    "!!timestamp 2001-12-14",
+    "2001-12-14",
+    "!!omap [a: 1, b: 2]",
+    "!!str 5",
+    "!!float nan",
+    "!!int 1.5",
+    "!custom 3",
+    "!!float abc",
+    "!!timestamp x",
+    "!!bool maybe",
+    "!!binary ###",
+    "!!float 1e999",
+    "!!map [1]",
+    "!!seq {a: 1}",
 ]
 UNPARSEABLE = ["[a, b", "{a: 1", '"unterminated', "a: b: c", "[1]]", "'x", "{[", "- a\n- b: c\n  d", "@x", "%TAG"]
 
@@ -163,13 +197,16 @@ def yaml_oddity(draw: st.DrawFn) -> tuple[str, list[str], list[str]]:
     """A known field set to YAML that must be refused whatever the field takes."""
     name = draw(experiment_names)
     leaf = draw(st.sampled_from(LEAVES[name]))
-    text = draw(st.one_of(
-        st.sampled_from(ALIAS_AND_TAGS + UNPARSEABLE),
-        st.integers(2, 6).map(_laughs),
-        st.integers(20, 200).map(lambda n: "[" * n + "1" + "]" * n),  # deep nesting
-        st.text(st.characters(categories=["Cc"], exclude_characters="\n\r\t"), min_size=1, max_size=5)
-          .map(lambda c: f"a{c}b"),  # control characters
-    ))
+    text = draw(
+        st.one_of(
+            st.sampled_from(ALIAS_AND_TAGS + UNPARSEABLE),
+            st.integers(2, 6).map(_laughs),
+            st.integers(20, 200).map(lambda n: "[" * n + "1" + "]" * n),  # deep nesting
+            st.text(st.characters(categories=["Cc"], exclude_characters="\n\r\t"), min_size=1, max_size=5).map(
+                lambda c: f"a{c}b"
+            ),  # control characters
+        )
+    )
     return name, [f"{leaf.key}={text}"], [leaf.key]
 
 
@@ -186,10 +223,11 @@ def malformed(draw: st.DrawFn) -> tuple[str, list[str], list[str]]:
 
 # Every experiment's per-arm keys (set by the experiment itself): refused whatever the value.
 ARM_FIELDS = st.sampled_from(sorted((n, k) for n, e in EXPS.items() for k in e.arm_fields)).map(
-    lambda nk: (nk[0], [f"{nk[1]}=1"], [nk[1]]))
+    lambda nk: (nk[0], [f"{nk[1]}=1"], [nk[1]])
+)
 
 
-def _case(category: str, fz, tmp_path_factory, case) -> None:  # noqa: ANN001
+def _case(category: str, fz, tmp_path_factory, case) -> None:
     name, items, names = case
     out = tmp_path_factory.mktemp("fuzz-set", numbered=True) / "runs"
     args = ["run", name, "--quiet", "--out", str(out)]

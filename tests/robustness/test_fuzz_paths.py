@@ -68,7 +68,7 @@ def make_path(kind: str, w: Path, run: Path, folder_wanted: bool) -> Path | str:
     return p
 
 
-def _refuse_to_run(*args, **kwargs):  # noqa: ANN002, ANN003
+def _refuse_to_run(*args, **kwargs):
     raise AssertionError("a bad path was accepted and would have run")
 
 
@@ -76,36 +76,116 @@ def _refuse_to_run(*args, **kwargs):  # noqa: ANN002, ANN003
 #             what to replace by a failure: "train", "sweep" or None)
 Surface = tuple[list[str], Callable[[str, Path, Path], list[str]], list[str], bool, str | None]
 SURFACES: dict[str, Surface] = {
-    "export RUN": (RUN_KINDS, lambda p, r, w: ["export", p, "--arm", "a", "--member", "0", "--out", w / "x.st"],
-                   ["target"], True, None),
-    "export --out": (OUT_FILE_KINDS, lambda p, r, w: ["export", r, "--arm", "a", "--member", "0", "--out", p],
-                     ["--out"], False, None),
+    "export RUN": (
+        RUN_KINDS,
+        lambda p, r, w: ["export", p, "--arm", "a", "--member", "0", "--out", w / "x.st"],
+        ["target"],
+        True,
+        None,
+    ),
+    "export --out": (
+        OUT_FILE_KINDS,
+        lambda p, r, w: ["export", r, "--arm", "a", "--member", "0", "--out", p],
+        ["--out"],
+        False,
+        None,
+    ),
     "report": (RUN_KINDS, lambda p, r, w: ["report", p], ["target"], True, None),
     "findings": (RUN_KINDS, lambda p, r, w: ["findings", p], ["target"], True, None),
     "run --resume": (RUN_KINDS, lambda p, r, w: ["run", "--resume", p, "--quiet"], ["target"], True, None),
-    "run --out": (OUT_FOLDER_KINDS, lambda p, r, w: ["run", "markov-init", "--quiet", "--out", p], ["--out"], True,
-                  "train"),
+    "run --out": (
+        OUT_FOLDER_KINDS,
+        lambda p, r, w: ["run", "markov-init", "--quiet", "--out", p],
+        ["--out"],
+        True,
+        "train",
+    ),
     "sweep --out": (OUT_FOLDER_KINDS, lambda p, r, w: ["sweep", w / "spec.yaml", "--out", p], ["--out"], True, "sweep"),
-    "runs --out": (["file", "device", "fifo", "zero-link", "under-file", "in-run"],
-                   lambda p, r, w: ["runs", "--out", p], ["--out"], True, None),
-    "atlas build --runs": (RUN_KINDS, lambda p, r, w: ["atlas", "build", "--runs", p, "--out", w / "site"],
-                           ["--runs", "target"], True, None),
-    "atlas build --out": (OUT_FOLDER_KINDS + ["loop"], lambda p, r, w: ["atlas", "build", "--runs", r.parent, "--out", p],
-                          ["--out"], True, None),
-    "atlas run --runs": (OUT_FOLDER_KINDS, lambda p, r, w: ["atlas", "run", "markov-init", "--runs", p], ["--runs"],
-                         True, "sweep"),
-    "data.stories": (INPUT_KINDS, lambda p, r, w: ["run", "anchors-text", "--quiet", "--set", f"data.stories={p}",
-                                                   "--out", w / "out"], ["data.stories"], False, "train"),
-    "data.prontoqa": (INPUT_KINDS, lambda p, r, w: ["run", "anchors-text", "--quiet", "--set", f"data.prontoqa={p}",
-                                                    "--out", w / "out"], ["data.prontoqa"], False, "train"),
-    "data.path": (INPUT_KINDS, lambda p, r, w: ["run", "icl-avdigits", "--quiet", "--seeds", "1", "--set",
-                                                f"data.path={p}", "--out", w / "out"], ["data.path"], False, None),
-    "corpus.path": (INPUT_KINDS, lambda p, r, w: ["run", "topics-real", "--quiet", "--seeds", "1", "--set",
-                                                  f"corpus.path={p}", "--set", "corpus.min_count=1", "--out", w / "out"],
-                    ["corpus.path"], False, None),
-    "from_run": (INPUT_KINDS + ["file"], lambda p, r, w: ["run", "anchors-embedding", "--quiet", "--set",
-                                                         f"from_run={p}", "--out", w / "out"], ["from_run"], True,
-                 "train"),
+    "runs --out": (
+        ["file", "device", "fifo", "zero-link", "under-file", "in-run"],
+        lambda p, r, w: ["runs", "--out", p],
+        ["--out"],
+        True,
+        None,
+    ),
+    "atlas build --runs": (
+        RUN_KINDS,
+        lambda p, r, w: ["atlas", "build", "--runs", p, "--out", w / "site"],
+        ["--runs", "target"],
+        True,
+        None,
+    ),
+    "atlas build --out": (
+        OUT_FOLDER_KINDS + ["loop"],
+        lambda p, r, w: ["atlas", "build", "--runs", r.parent, "--out", p],
+        ["--out"],
+        True,
+        None,
+    ),
+    "atlas run --runs": (
+        OUT_FOLDER_KINDS,
+        lambda p, r, w: ["atlas", "run", "markov-init", "--runs", p],
+        ["--runs"],
+        True,
+        "sweep",
+    ),
+    "data.stories": (
+        INPUT_KINDS,
+        lambda p, r, w: ["run", "anchors-text", "--quiet", "--set", f"data.stories={p}", "--out", w / "out"],
+        ["data.stories"],
+        False,
+        "train",
+    ),
+    "data.prontoqa": (
+        INPUT_KINDS,
+        lambda p, r, w: ["run", "anchors-text", "--quiet", "--set", f"data.prontoqa={p}", "--out", w / "out"],
+        ["data.prontoqa"],
+        False,
+        "train",
+    ),
+    "data.path": (
+        INPUT_KINDS,
+        lambda p, r, w: [
+            "run",
+            "icl-avdigits",
+            "--quiet",
+            "--seeds",
+            "1",
+            "--set",
+            f"data.path={p}",
+            "--out",
+            w / "out",
+        ],
+        ["data.path"],
+        False,
+        None,
+    ),
+    "corpus.path": (
+        INPUT_KINDS,
+        lambda p, r, w: [
+            "run",
+            "topics-real",
+            "--quiet",
+            "--seeds",
+            "1",
+            "--set",
+            f"corpus.path={p}",
+            "--set",
+            "corpus.min_count=1",
+            "--out",
+            w / "out",
+        ],
+        ["corpus.path"],
+        False,
+        None,
+    ),
+    "from_run": (
+        INPUT_KINDS + ["file"],
+        lambda p, r, w: ["run", "anchors-embedding", "--quiet", "--set", f"from_run={p}", "--out", w / "out"],
+        ["from_run"],
+        True,
+        "train",
+    ),
 }
 CASES = sorted((surface, kind) for surface, (kinds, *_) in SURFACES.items() for kind in kinds)
 

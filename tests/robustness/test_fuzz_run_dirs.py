@@ -24,9 +24,11 @@ from hypothesis import strategies as st
 READ = ["config.yaml", "metrics.parquet", "summary.json"]
 OTHER = ["report.html", "arrays/sec2__standard.safetensors", "figures/fig4_test_loss.png"]
 
-JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
-                           lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=5), kids, max_size=3),
-                           max_leaves=8)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=5), kids, max_size=3),
+    max_leaves=8,
+)
 
 
 @st.composite
@@ -59,31 +61,45 @@ def wrong_content(name: str) -> st.SearchStrategy[tuple[Callable[[Path], None], 
         return st.one_of(
             JSON_VALUES.filter(lambda v: not isinstance(v, dict)).map(lambda v: _write_yaml(v)),
             st.sampled_from(["experiment", "config", "profile", "sweep"]).flatmap(
-                lambda key: JSON_VALUES.filter(lambda v: not isinstance(v, (str, dict, type(None))))
-                .map(lambda v, key=key: _edit_yaml(key, v))),
-            st.sampled_from([("train", "steps", True), ("train", "steps", "many"), ("model", "init_e", float("nan")),
-                             ("train", "chunk", 0), ("task", "p", 2.0), ("model", "vocab", 3)])
-            .map(lambda t: _edit_yaml_config(*t)),
+                lambda key: JSON_VALUES.filter(lambda v: not isinstance(v, (str, dict, type(None)))).map(
+                    lambda v, key=key: _edit_yaml(key, v)
+                )
+            ),
+            st.sampled_from(
+                [
+                    ("train", "steps", True),
+                    ("train", "steps", "many"),
+                    ("model", "init_e", float("nan")),
+                    ("train", "chunk", 0),
+                    ("task", "p", 2.0),
+                    ("model", "vocab", 3),
+                ]
+            ).map(lambda t: _edit_yaml_config(*t)),
             st.just(_edit_yaml("experiment", "no-such-experiment")),
         ).map(lambda f: (f, True))
     if name == "summary.json":
         return st.one_of(
             JSON_VALUES.filter(lambda v: not isinstance(v, dict)).map(lambda v: _write_json(v)),
             st.sampled_from(["status", "run_id", "wall_time_s", "env", "member"]).flatmap(
-                lambda key: st.sampled_from([[1], {"a": 1}, "x" * 3, True]).filter(
-                    lambda v, key=key: not (key in ("status", "run_id") and isinstance(v, str)))
-                .map(lambda v, key=key: _edit_json(key, v))),
+                lambda key: (
+                    st.sampled_from([[1], {"a": 1}, "x" * 3, True])
+                    .filter(lambda v, key=key: not (key in ("status", "run_id") and isinstance(v, str)))
+                    .map(lambda v, key=key: _edit_json(key, v))
+                )
+            ),
         ).map(lambda f: (f, True))
-    return st.sampled_from([
-        lambda df: df.iloc[:0],  # zero rows
-        lambda df: df.assign(name="junk"),  # none of the expected names
-        lambda df: df[df["name"] != "test_loss"],  # the main series missing
-        lambda df: df.assign(step=df["step"].astype(str)),  # a string step column
-        lambda df: df.assign(value=df["value"].astype(str)),
-        lambda df: df.assign(member=df["member"].astype(float) + 0.5),
-        lambda df: df.drop(columns=["arm"]),
-        lambda df: df.assign(arm=1),
-    ]).map(lambda f: (lambda d: _edit_metrics(d, f), True))
+    return st.sampled_from(
+        [
+            lambda df: df.iloc[:0],  # zero rows
+            lambda df: df.assign(name="junk"),  # none of the expected names
+            lambda df: df[df["name"] != "test_loss"],  # the main series missing
+            lambda df: df.assign(step=df["step"].astype(str)),  # a string step column
+            lambda df: df.assign(value=df["value"].astype(str)),
+            lambda df: df.assign(member=df["member"].astype(float) + 0.5),
+            lambda df: df.drop(columns=["arm"]),
+            lambda df: df.assign(arm=1),
+        ]
+    ).map(lambda f: (lambda d: _edit_metrics(d, f), True))
 
 
 def _write_yaml(value: object) -> Callable[[Path], None]:
@@ -95,6 +111,7 @@ def _edit_yaml(key: str, value: object) -> Callable[[Path], None]:
         conf = yaml.safe_load((d / "config.yaml").read_text())
         conf[key] = value
         (d / "config.yaml").write_text(yaml.safe_dump(conf))
+
     return f
 
 
@@ -103,6 +120,7 @@ def _edit_yaml_config(section: str, key: str, value: object) -> Callable[[Path],
         conf = yaml.safe_load((d / "config.yaml").read_text())
         conf["config"][section][key] = value
         (d / "config.yaml").write_text(yaml.safe_dump(conf))
+
     return f
 
 
@@ -115,6 +133,7 @@ def _edit_json(key: str, value: object) -> Callable[[Path], None]:
         s = json.loads((d / "summary.json").read_text())
         s[key] = value
         (d / "summary.json").write_text(json.dumps(s))
+
     return f
 
 
@@ -135,15 +154,21 @@ def test_damage_to_other_files_is_rebuilt_or_refused(fz, tiny_run, tmp_path_fact
     _report_on_damaged_copy(fz, tiny_run, tmp_path_factory, case)
 
 
-def _report_on_damaged_copy(fz, tiny_run, tmp_path_factory, case) -> None:  # noqa: ANN001
+def _report_on_damaged_copy(fz, tiny_run, tmp_path_factory, case) -> None:
     name, how, apply, must_refuse = case
     out = tmp_path_factory.mktemp("fuzz-run", numbered=True)
     run = fz.copy_run(tiny_run, out)
     apply(run)
     before = fz.digest(out)
     result = fz.invoke(["report", str(run)])
-    fz.refused(f"report: {how}", result, [Path(name).name] if must_refuse else [Path(name).name, str(run)],
-               before, out, allow_ok=not must_refuse)
+    fz.refused(
+        f"report: {how}",
+        result,
+        [Path(name).name] if must_refuse else [Path(name).name, str(run)],
+        before,
+        out,
+        allow_ok=not must_refuse,
+    )
 
 
 def test_the_tiny_run_is_what_the_fuzz_damages(tiny_run):

@@ -18,15 +18,36 @@ from hypothesis import strategies as st
 
 import tdlab.sweep
 
-BASE = {"name": "fz", "experiment": "markov-init", "profile": "quick", "seeds": 1,
-        "set": {"train.steps": 3, "archs": ["sec2"], "inits": ["standard"]}, "grid": {"task.p": [0.2, 0.5]}}
+BASE = {
+    "name": "fz",
+    "experiment": "markov-init",
+    "profile": "quick",
+    "seeds": 1,
+    "set": {"train.steps": 3, "archs": ["sec2"], "inits": ["standard"]},
+    "grid": {"task.p": [0.2, 0.5]},
+}
 
-BAD_OVERRIDES = st.sampled_from([
-    ("train.steps", True), ("train.steps", "many"), ("train.steps", 2.5), ("train.steps", 0), ("task.p", 1.5),
-    ("task.p", float("nan")), ("model.init_e", float("inf")), ("train.chunk", 0), ("train.lr", -1.0),
-    ("no_such.key", 1), ("task.bogus", 2), ("model.arch", "gpt2"), ("archs", ["bogus"]), ("train.seq_len", [1]),
-    ("train.batch", {"a": 1}), ("task.q", dt.date(2020, 1, 1)), ("task.q", b"\x00\x01"),
-])
+BAD_OVERRIDES = st.sampled_from(
+    [
+        ("train.steps", True),
+        ("train.steps", "many"),
+        ("train.steps", 2.5),
+        ("train.steps", 0),
+        ("task.p", 1.5),
+        ("task.p", float("nan")),
+        ("model.init_e", float("inf")),
+        ("train.chunk", 0),
+        ("train.lr", -1.0),
+        ("no_such.key", 1),
+        ("task.bogus", 2),
+        ("model.arch", "gpt2"),
+        ("archs", ["bogus"]),
+        ("train.seq_len", [1]),
+        ("train.batch", {"a": 1}),
+        ("task.q", dt.date(2020, 1, 1)),
+        ("task.q", b"\x00\x01"),
+    ]
+)
 
 
 @st.composite
@@ -35,11 +56,28 @@ def bad_spec(draw: st.DrawFn) -> tuple[str, list[str]]:
     spec = {k: (dict(v) if isinstance(v, dict) else v) for k, v in BASE.items()}
     where = draw(st.sampled_from(["top", "unknown", "set", "grid", "points", "file"]))
     if where == "top":
-        key, value = draw(st.sampled_from([
-            ("name", "../escape"), ("name", ""), ("name", "a b"), ("name", 5), ("experiment", "no-such"),
-            ("experiment", ["a", "b"]), ("profile", "slow"), ("profile", 3), ("seeds", 0), ("seeds", "x"),
-            ("seeds", True), ("seed", -1), ("seed", 1.5), ("set", [1, 2]), ("grid", "task.p"), ("points", {"a": 1}),
-        ]))
+        key, value = draw(
+            st.sampled_from(
+                [
+                    ("name", "../escape"),
+                    ("name", ""),
+                    ("name", "a b"),
+                    ("name", 5),
+                    ("experiment", "no-such"),
+                    ("experiment", ["a", "b"]),
+                    ("profile", "slow"),
+                    ("profile", 3),
+                    ("seeds", 0),
+                    ("seeds", "x"),
+                    ("seeds", True),
+                    ("seed", -1),
+                    ("seed", 1.5),
+                    ("set", [1, 2]),
+                    ("grid", "task.p"),
+                    ("points", {"a": 1}),
+                ]
+            )
+        )
         spec[key] = value
         names = [key]
     elif where == "unknown":
@@ -56,15 +94,17 @@ def bad_spec(draw: st.DrawFn) -> tuple[str, list[str]]:
             spec["points"] = [{"task.p": 0.3}, {key: value}]
         names = [key, key.split(".")[0], where]
     else:
-        text = draw(st.one_of(
-            st.sampled_from(["", "- a\n- b\n", "just a string", "[1, 2", "{a: &x [*x]}", "\t- bad indent", "7"]),
-            st.binary(min_size=1, max_size=300).map(lambda b: b.decode("latin-1")),
-        ))
+        text = draw(
+            st.one_of(
+                st.sampled_from(["", "- a\n- b\n", "just a string", "[1, 2", "{a: &x [*x]}", "\t- bad indent", "7"]),
+                st.binary(min_size=1, max_size=300).map(lambda b: b.decode("latin-1")),
+            )
+        )
         return text, ["sweep spec"]
     return yaml.dump(spec, sort_keys=False), names
 
 
-def _no_points(*args, **kwargs):  # noqa: ANN002, ANN003
+def _no_points(*args, **kwargs):
     raise AssertionError("a bad sweep spec was accepted and would have run")
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the inputs live beside this file (tests are not a package)
-import hardening_inputs as hi  # noqa: E402
+import hardening_inputs as hi
 
 
 @pytest.fixture(scope="module")

@@ -132,7 +132,7 @@ def check_parts(context: str, query: str, chain: list[str] | tuple[str, ...], an
     chain = [c.strip() for c in chain]
     if not query.startswith("True or false: "):
         return [f"query {query!r} does not start with 'True or false: '"]
-    q_sentence = query[len("True or false: "):]
+    q_sentence = query[len("True or false: ") :]
     concepts = concepts_of(ctx + chain + [q_sentence])
 
     # Context: rules, then exactly one fact (the last sentence).

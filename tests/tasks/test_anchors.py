@@ -31,7 +31,9 @@ def slow_check(data: dict, cfg: AnchorsConfig, mem_labels: dict) -> Counter:
     mem = set(range(cfg.mem_min, cfg.mem_max + 1))
     rsn = set(range(cfg.rsn_min, cfg.rsn_max + 1))
     counts: Counter = Counter()
-    for row, y, kind, kp in zip(data["tokens"].tolist(), data["label"].tolist(), data["kind"].tolist(), data["key_pos"].tolist()):
+    for row, y, kind, kp in zip(
+        data["tokens"].tolist(), data["label"].tolist(), data["kind"].tolist(), data["key_pos"].tolist()
+    ):
         assert len(row) == cfg.L
         anchor_pos = [i for i, t in enumerate(row) if t not in Zs]
         # one block of q consecutive anchors, the key right before it, p in 1..L-q (1-based)

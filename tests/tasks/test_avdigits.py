@@ -24,8 +24,16 @@ FIELDS = ("image_train", "audio_train", "label_train", "image_test", "audio_test
 
 
 def _tiny(cache_dir, **kw) -> AVDigitsConfig:
-    base = dict(images="digits", n_train=300, n_test=100, voices=("en", "en-us"), speeds=(170,), pitches=(40, 60),
-                test_fraction=0.25, cache_dir=str(cache_dir))
+    base = dict(
+        images="digits",
+        n_train=300,
+        n_test=100,
+        voices=("en", "en-us"),
+        speeds=(170,),
+        pitches=(40, 60),
+        test_fraction=0.25,
+        cache_dir=str(cache_dir),
+    )
     return AVDigitsConfig(**{**base, **kw})
 
 
@@ -58,11 +66,17 @@ def _match(arrays: torch.Tensor, pool: np.ndarray) -> np.ndarray:
 
 
 def test_config_validation() -> None:
-    for bad, field in [({"voices": ("en; rm",)}, "voices"), ({"speeds": (50,)}, "speeds"),
-                       ({"pitches": (40, 40)}, "pitches"), ({"voices": ()}, "voices"), ({"n_train": 5}, "n_train"),
-                       ({"noise": -0.1}, "noise"), ({"test_fraction": 1.0}, "test_fraction"),
-                       ({"voices": ("en",), "speeds": (150,), "pitches": (50,)}, "combinations"),
-                       ({"normalize": "median"}, "normalize")]:
+    for bad, field in [
+        ({"voices": ("en; rm",)}, "voices"),
+        ({"speeds": (50,)}, "speeds"),
+        ({"pitches": (40, 40)}, "pitches"),
+        ({"voices": ()}, "voices"),
+        ({"n_train": 5}, "n_train"),
+        ({"noise": -0.1}, "noise"),
+        ({"test_fraction": 1.0}, "test_fraction"),
+        ({"voices": ("en",), "speeds": (150,), "pitches": (50,)}, "combinations"),
+        ({"normalize": "median"}, "normalize"),
+    ]:
         with pytest.raises(ConfigError, match=field):
             validate_config(AVDigitsConfig, bad)
     assert validate_config(AVDigitsConfig, {"speeds": [120, 200]}).speeds == (120, 200)  # YAML lists
@@ -80,8 +94,17 @@ def test_parse_streaming_wav_header() -> None:
     """espeak-ng --stdout declares a placeholder data size; the samples run to the end of the stream."""
     samples = np.array([0, 16384, -32768, 32767, -1], dtype="<i2")
     fmt = struct.pack("<HHIIHH", 1, 1, 22050, 44100, 2, 16)
-    data = (b"RIFF" + struct.pack("<I", 0x7FFFF024) + b"WAVE" + b"fmt " + struct.pack("<I", 16) + fmt
-            + b"data" + struct.pack("<I", 0x7FFFF000) + samples.tobytes())
+    data = (
+        b"RIFF"
+        + struct.pack("<I", 0x7FFFF024)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<I", 16)
+        + fmt
+        + b"data"
+        + struct.pack("<I", 0x7FFFF000)
+        + samples.tobytes()
+    )
     wave, sr = av._parse_wav(data)
     assert sr == 22050
     np.testing.assert_array_equal(wave, samples / 32768.0)
@@ -93,7 +116,7 @@ def test_digits_images_resized_and_scaled() -> None:
     images, labels, what = load_images("digits")
     assert images.shape == (1797, 28, 28) and images.dtype == np.float32
     assert labels.shape == (1797,) and set(labels.tolist()) == set(range(10))
-    assert 0.0 <= images.min() and images.max() <= 1.0
+    assert images.min() >= 0.0 and images.max() <= 1.0
     from sklearn.datasets import load_digits
 
     small = load_digits().images / 16.0
@@ -122,8 +145,11 @@ def test_mnist5k_reads_the_wheel_csv(tmp_path, monkeypatch) -> None:
 
 
 def _fake_avmnist(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
-    return {"image": rng.integers(0, 256, (n, 784)).astype(np.uint8), "audio": rng.standard_normal((n, 112, 112)),
-            "label": rng.integers(0, 10, n)}
+    return {
+        "image": rng.integers(0, 256, (n, 784)).astype(np.uint8),
+        "audio": rng.standard_normal((n, 112, 112)),
+        "label": rng.integers(0, 10, n),
+    }
 
 
 def test_real_avmnist_npz_and_directory(tmp_path) -> None:
@@ -146,8 +172,7 @@ def test_real_avmnist_npz_and_directory(tmp_path) -> None:
         np.testing.assert_array_equal(data.label_test.numpy(), te["label"])
         pooled = te["audio"].reshape(12, 28, 4, 28, 4).mean((2, 4))
         np.testing.assert_allclose(data.audio_test.numpy(), _minmax(pooled), atol=1e-6)
-        np.testing.assert_allclose(data.image_test.numpy(), _minmax(te["image"].reshape(12, 28, 28) / 1.0),
-                                   atol=1e-6)
+        np.testing.assert_allclose(data.image_test.numpy(), _minmax(te["image"].reshape(12, 28, 28) / 1.0), atol=1e-6)
         # the train subset is 20 distinct examples of the file's 30
         idx = _match(data.image_train, tr["image"].reshape(30, 28, 28))
         assert len(set(idx.tolist())) == 20
@@ -160,16 +185,29 @@ def test_real_avmnist_npz_and_directory(tmp_path) -> None:
         build(AVDigitsConfig(path=str(tmp_path / "nowhere.npz"), n_train=20, n_test=20), seed=0)
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda d: np.save(d / "x.npy", np.zeros((3, 28, 28))) or d / "x.npy", "a single .npy array"),
-    (lambda d: (d / "c.npz").write_bytes(b"PK\x03\x04 cut short") and d / "c.npz", "not a readable .npz"),
-    (lambda d: np.savez(d / "o.npz", **{k: np.array([{"a": 1}] * 3, dtype=object) for k in
-                                         ("image_train", "audio_train", "label_train", "image_test", "audio_test",
-                                          "label_test")}) or d / "o.npz", "object arrays are pickles"),
-    (lambda d: os.mkfifo(d / "f") or d / "f", "FIFO"),
-    (lambda d: os.symlink("loop", d / "loop") or d / "loop", "leads nowhere"),
-    (lambda d: (d / "folder").mkdir() or d / "folder", "lacks image/train_data.npy"),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda d: np.save(d / "x.npy", np.zeros((3, 28, 28))) or d / "x.npy", "a single .npy array"),
+        (lambda d: (d / "c.npz").write_bytes(b"PK\x03\x04 cut short") and d / "c.npz", "not a readable .npz"),
+        (
+            lambda d: (
+                np.savez(
+                    d / "o.npz",
+                    **{
+                        k: np.array([{"a": 1}] * 3, dtype=object)
+                        for k in ("image_train", "audio_train", "label_train", "image_test", "audio_test", "label_test")
+                    },
+                )
+                or d / "o.npz"
+            ),
+            "object arrays are pickles",
+        ),
+        (lambda d: os.mkfifo(d / "f") or d / "f", "FIFO"),
+        (lambda d: os.symlink("loop", d / "loop") or d / "loop", "leads nowhere"),
+        (lambda d: (d / "folder").mkdir() or d / "folder", "lacks image/train_data.npy"),
+    ],
+)
 def test_bad_avmnist_paths_are_one_line_naming_data_path(tmp_path, make, words) -> None:
     """A single .npy and a corrupt .npz ended in tracebacks; messages said 'path:', not the key."""
     from tdlab.tasks.avdigits import check_avmnist, load_avmnist

@@ -10,9 +10,15 @@ from tdlab.config import ConfigError
 from tdlab.tasks import bpe
 from tdlab.tasks.bpe import EOS, gpt2_tokenizer, load_tokenizer_json, train_local_bpe
 
-TEXTS = ["Hello world", "Once upon a time, there was a little cat named Lily.\nShe was happy!",
-         "Every wumpus is a yumpus. Max is a wumpus. True or false: Max is not small.",
-         "héllo ünïcode ✓ 😀  two  spaces\ttab", "", " leading space", "<|endoftext|> after the marker"]
+TEXTS = [
+    "Hello world",
+    "Once upon a time, there was a little cat named Lily.\nShe was happy!",
+    "Every wumpus is a yumpus. Max is a wumpus. True or false: Max is not small.",
+    "héllo ünïcode ✓ 😀  two  spaces\ttab",
+    "",
+    " leading space",
+    "<|endoftext|> after the marker",
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +53,7 @@ def test_local_bpe_is_deterministic_and_round_trips():
     for t in TEXTS + ["text never seen: zyx ⊕ qü"]:  # byte-level: any text round-trips
         assert a.decode(a.encode(t)) == t
     merged = a.encode("Every wumpus is a yumpus.")
-    assert len(merged) < len("Every wumpus is a yumpus.".encode())  # merges were learnt
+    assert len(merged) < len(b"Every wumpus is a yumpus.")  # merges were learnt
     c = load_tokenizer_json("local", a.to_json())  # the run directory's cache
     assert c.encode(TEXTS[2]) == a.encode(TEXTS[2])
 

@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("gensim")
 
-from gensim.models import LdaModel  # noqa: E402
+from gensim.models import LdaModel
 
-from tdlab.config import ConfigError, validate_config  # noqa: E402
-from tdlab.tasks.lda_topics import (  # noqa: E402
+from tdlab.config import ConfigError, validate_config
+from tdlab.tasks.lda_topics import (
     LDAConfig,
     Topics,
     _bow,
@@ -25,10 +25,10 @@ from tdlab.tasks.lda_topics import (  # noqa: E402
     topic_word_sets,
     words_per_topic,
 )
-from tdlab.tasks.text_corpus import Corpus  # noqa: E402
+from tdlab.tasks.text_corpus import Corpus
 
-FRUIT = "apple banana cherry grape lemon mango peach pear plum melon".split()
-MUSIC = "piano violin guitar drums flute cello harp organ trumpet oboe".split()
+FRUIT = ["apple", "banana", "cherry", "grape", "lemon", "mango", "peach", "pear", "plum", "melon"]
+MUSIC = ["piano", "violin", "guitar", "drums", "flute", "cello", "harp", "organ", "trumpet", "oboe"]
 STOP = ["the", "and", "of"]
 
 
@@ -76,7 +76,9 @@ def test_same_seed_same_topics_other_seed_other_init(planted: tuple[Corpus, Topi
     other = fit_lda(c, QUICK.updated({"passes": 1}), seed=4, progress=False)
     big = fit_lda(c, QUICK.updated({"passes": 1}), seed=4 + 2**32, progress=False)  # 63-bit derived seeds: mod 2**32
     assert np.array_equal(big.word_topic, other.word_topic)
-    assert not np.array_equal(fit_lda(c, QUICK.updated({"passes": 1}), seed=3, progress=False).word_topic, other.word_topic)
+    assert not np.array_equal(
+        fit_lda(c, QUICK.updated({"passes": 1}), seed=3, progress=False).word_topic, other.word_topic
+    )
 
 
 def test_progress_bar_run_is_gensims_passes(planted: tuple[Corpus, Topics]) -> None:
@@ -85,8 +87,20 @@ def test_progress_bar_run_is_gensims_passes(planted: tuple[Corpus, Topics]) -> N
     # chunks of 16 documents: several online updates per pass, where a loop of update() calls would differ
     cfg = QUICK.updated({"chunksize": 16, "passes": 4})
     mine = fit_lda(c, cfg, seed=11, progress=True)
-    ref = LdaModel(bow, num_topics=2, id2word={i: c.vocab[w] for i, w in enumerate(lda_ids)}, chunksize=16,
-                   passes=4, iterations=50, eval_every=None, random_state=11).get_topics().astype(np.float64)
+    ref = (
+        LdaModel(
+            bow,
+            num_topics=2,
+            id2word={i: c.vocab[w] for i, w in enumerate(lda_ids)},
+            chunksize=16,
+            passes=4,
+            iterations=50,
+            eval_every=None,
+            random_state=11,
+        )
+        .get_topics()
+        .astype(np.float64)
+    )
     ref /= ref.sum(1, keepdims=True)
     assert mine.passes == 4
     np.testing.assert_allclose(mine.word_topic[:, lda_ids], ref, rtol=1e-12, atol=0)
@@ -150,8 +164,8 @@ def test_theta_filter_and_assignment_against_brute_force(seed: int, ties: bool) 
         assert set(single) == set(multi) == set().union(*brute)
         # same-topic / different-topic pair counts of the filter, by a loop over word pairs
         words = sorted(multi)
-        same_multi = sum(1 for i, a in enumerate(words) for b in words[i + 1:] if multi[a] & multi[b])
-        same_single = sum(1 for i, a in enumerate(words) for b in words[i + 1:] if single[a] == single[b])
+        same_multi = sum(1 for i, a in enumerate(words) for b in words[i + 1 :] if multi[a] & multi[b])
+        same_single = sum(1 for i, a in enumerate(words) for b in words[i + 1 :] if single[a] == single[b])
         topic_sizes = Counter(next(iter(single[w])) for w in words)
         assert same_single == sum(math.comb(k, 2) for k in topic_sizes.values())
         assert same_multi >= same_single
@@ -161,7 +175,12 @@ def test_assign_hand_example() -> None:
     wt = np.array([[0.5, 0.3, 0.2, 0.0], [0.1, 0.4, 0.5, 0.0], [0.1, 0.3, 0.1, 0.5]])
     t = Topics(word_topic=wt)
     sets = [np.array([0, 1]), np.array([2, 1]), np.array([3, 1])]
-    assert assign(sets, t, "multi") == {0: frozenset({0}), 1: frozenset({0, 1, 2}), 2: frozenset({1}), 3: frozenset({2})}
+    assert assign(sets, t, "multi") == {
+        0: frozenset({0}),
+        1: frozenset({0, 1, 2}),
+        2: frozenset({1}),
+        3: frozenset({2}),
+    }
     # word 1: p = 0.3, 0.4, 0.3 -> topic 1
     assert assign(sets, t, "single") == {0: frozenset({0}), 1: frozenset({1}), 2: frozenset({1}), 3: frozenset({2})}
     with pytest.raises(ValueError, match="mode"):
@@ -176,4 +195,3 @@ def test_config_bounds_and_empty_corpus() -> None:
     c = Corpus(docs=[["the"]], vocab=["the"], lda_docs=[[]], provenance="stop words only")
     with pytest.raises(ConfigError, match="LDA"):
         fit_lda(c, QUICK, seed=0, progress=False)
-

@@ -14,8 +14,8 @@ from tdlab.tasks.markov import (
     entropy_rate,
     iterate_random_maps,
     marginal_entropy,
-    stationary,
     stack_uniforms,
+    stationary,
 )
 
 PQ = [(0.5, 0.8), (0.2, 0.3), (0.9, 0.95), (0.05, 0.6), (0.3, 0.7)]
@@ -169,7 +169,9 @@ def test_same_seed_same_tokens_and_members_do_not_depend_on_each_other():
     assert not torch.equal(c[0], a[0])
 
 
-@pytest.mark.parametrize("p,q", [(0.0, 0.5), (1.0, 0.5), (0.5, 0.0), (0.5, 1.0), (-0.1, 0.5), (0.5, 1.5), (math.nan, 0.5)])
+@pytest.mark.parametrize(
+    "p,q", [(0.0, 0.5), (1.0, 0.5), (0.5, 0.0), (0.5, 1.0), (-0.1, 0.5), (0.5, 1.5), (math.nan, 0.5)]
+)
 def test_bad_parameters_raise(p, q):
     with pytest.raises(ValueError):
         MarkovChain(p, q)

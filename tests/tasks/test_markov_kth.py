@@ -162,6 +162,7 @@ def test_optimal_probs_prefix_conditionals_stationary():
     for prefix in itertools.product(range(2), repeat=2):
         x = torch.tensor(list(prefix) + [0])
         p = src.optimal_probs(x).numpy()
+
         # P(x1 | x0) and P(x2 | x0 x1) by summing the stationary law of (x0, x1, x2) by hand.
         def joint(*t):
             rest = itertools.product(range(2), repeat=3 - len(t))

@@ -173,15 +173,32 @@ def test_hops_uniform_and_answers_balanced():
 
 
 def test_text_layout():
-    ex = Example(context="Every wumpus is small. Max is a wumpus.", query="True or false: Max is small.",
-                 chain=("Max is a wumpus.", "Every wumpus is small.", "Max is small."), answer="True", hops=1)
-    assert ex.text() == ("Q: Every wumpus is small. Max is a wumpus. True or false: Max is small.\n"
-                         "A: Max is a wumpus. Every wumpus is small. Max is small. True")
+    ex = Example(
+        context="Every wumpus is small. Max is a wumpus.",
+        query="True or false: Max is small.",
+        chain=("Max is a wumpus.", "Every wumpus is small.", "Max is small."),
+        answer="True",
+        hops=1,
+    )
+    assert ex.text() == (
+        "Q: Every wumpus is small. Max is a wumpus. True or false: Max is small.\n"
+        "A: Max is a wumpus. Every wumpus is small. Max is small. True"
+    )
     assert checker.check_text(ex.text()) == []
 
 
-@pytest.mark.parametrize("bad", [{"hops": ()}, {"hops": (0,)}, {"hops": (9,)}, {"hops": (1, 1)},
-                                 {"true_share": 1.5}, {"ontology": "true"}, {"distractors": 1}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"hops": ()},
+        {"hops": (0,)},
+        {"hops": (9,)},
+        {"hops": (1, 1)},
+        {"true_share": 1.5},
+        {"ontology": "true"},
+        {"distractors": 1},
+    ],
+)
 def test_config_rejects_bad_values(bad):
     with pytest.raises(ValidationError) as info:
         ProntoQAConfig(**bad)
@@ -199,8 +216,11 @@ def _record(ex: Example) -> dict:
 def test_read_json_released_layout(tmp_path):
     exs = generate(6, seed=9)
     data = {
-        "example1": {"in_context_example1": _record(exs[1]), "in_context_example0": _record(exs[0]),
-                     "test_example": _record(exs[2])},
+        "example1": {
+            "in_context_example1": _record(exs[1]),
+            "in_context_example0": _record(exs[0]),
+            "test_example": _record(exs[2]),
+        },
         "example2": {"in_context_example0": _record(exs[3]), "test_example": _record(exs[4])},
     }
     path = tmp_path / "5hop.json"
@@ -212,11 +232,18 @@ def test_read_json_released_layout(tmp_path):
 
 
 def test_read_json_hand_written_record(tmp_path):
-    rec = {"question": "Each jompus is a wumpus. Wumpuses are not shy. Impuses are shy. Alex is a jompus.",
-           "query": "True or false: Alex is shy.",
-           "chain_of_thought": ["Alex is a jompus.", "Each jompus is a wumpus.", "Alex is a wumpus.",
-                                "Wumpuses are not shy.", "Alex is not shy."],
-           "answer": "False"}
+    rec = {
+        "question": "Each jompus is a wumpus. Wumpuses are not shy. Impuses are shy. Alex is a jompus.",
+        "query": "True or false: Alex is shy.",
+        "chain_of_thought": [
+            "Alex is a jompus.",
+            "Each jompus is a wumpus.",
+            "Alex is a wumpus.",
+            "Wumpuses are not shy.",
+            "Alex is not shy.",
+        ],
+        "answer": "False",
+    }
     path = tmp_path / "one.json"
     path.write_text(json.dumps({"example1": {"test_example": rec}}))
     (ex,) = read_json(path)
@@ -224,17 +251,20 @@ def test_read_json_hand_written_record(tmp_path):
     assert checker.check_text(ex.text()) == []
 
 
-@pytest.mark.parametrize("content", [
-    None,  # missing file
-    "{not json",
-    "42",
-    "{}",
-    '{"example1": {"foo": 1}}',
-    '{"example1": {"test_example": {"question": "q", "query": "q", "answer": "True"}}}',
-    '{"example1": {"test_example": {"question": "q", "query": "q", "chain_of_thought": "x", "answer": "True"}}}',
-    '{"example1": {"test_example": {"question": "q", "query": "q", "chain_of_thought": [], "answer": "yes"}}}',
-    '[1, 2]',
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        None,  # missing file
+        "{not json",
+        "42",
+        "{}",
+        '{"example1": {"foo": 1}}',
+        '{"example1": {"test_example": {"question": "q", "query": "q", "answer": "True"}}}',
+        '{"example1": {"test_example": {"question": "q", "query": "q", "chain_of_thought": "x", "answer": "True"}}}',
+        '{"example1": {"test_example": {"question": "q", "query": "q", "chain_of_thought": [], "answer": "yes"}}}',
+        "[1, 2]",
+    ],
+)
 def test_read_json_malformed_names_the_field(tmp_path, content):
     path = tmp_path / "bad.json"
     if content is not None:

@@ -75,8 +75,9 @@ def test_log_mel_matches_frame_by_frame_rfft() -> None:
     n_mels, frames = 16, 10
     hop = 6000 // (frames + 1)
     win = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(2 * hop) / (2 * hop))  # periodic Hann (scipy's "hann")
-    power = np.stack([np.abs(np.fft.rfft(win * wave[i * hop: i * hop + 2 * hop]) / win.sum()) ** 2
-                      for i in range(frames)], axis=1)
+    power = np.stack(
+        [np.abs(np.fft.rfft(win * wave[i * hop : i * hop + 2 * hop]) / win.sum()) ** 2 for i in range(frames)], axis=1
+    )
     mel = mel_filterbank(n_mels, 2 * hop, SR) @ power
     db = 10 * np.log10(mel)
     db = np.maximum(db, db.max() - 80.0)

@@ -22,8 +22,10 @@ def test_standin_is_deterministic_and_prefix_stable():
 
 def test_reads_tinystories_format(tmp_path):
     p = tmp_path / "ts.txt"
-    p.write_text(f"One day a cat.\n{END_MARKER}\n  Tom ran home.  \n{END_MARKER}\n\n{END_MARKER}\nLast story without marker.\n",
-                 encoding="utf-8")
+    p.write_text(
+        f"One day a cat.\n{END_MARKER}\n  Tom ran home.  \n{END_MARKER}\n\n{END_MARKER}\nLast story without marker.\n",
+        encoding="utf-8",
+    )
     assert read_stories(p) == ["One day a cat.", "Tom ran home.", "Last story without marker."]
     assert read_stories(p, 2) == ["One day a cat.", "Tom ran home."]
 
@@ -37,14 +39,17 @@ def test_chunk_boundaries_do_not_cut_stories_or_characters(tmp_path, monkeypatch
     assert read_stories(p, 13) == stories[:13]
 
 
-@pytest.mark.parametrize("content, match", [
-    (None, "no such file"),
-    ("dir", "not a regular file"),
-    (b"\xff\xfe\x00binary", "not UTF-8"),
-    ("a story but no marker at all", "no end-of-story marker"),
-    (f"{END_MARKER}\n  \n{END_MARKER}", "holds no story"),
-    (f"one\n{END_MARKER}\ntwo\n{END_MARKER}", "holds 2 stories, the run needs 5"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (None, "no such file"),
+        ("dir", "not a regular file"),
+        (b"\xff\xfe\x00binary", "not UTF-8"),
+        ("a story but no marker at all", "no end-of-story marker"),
+        (f"{END_MARKER}\n  \n{END_MARKER}", "holds no story"),
+        (f"one\n{END_MARKER}\ntwo\n{END_MARKER}", "holds 2 stories, the run needs 5"),
+    ],
+)
 def test_bad_files_are_one_config_error_naming_the_field(tmp_path, content, match):
     p = tmp_path / "ts.txt"
     if content == "dir":
@@ -76,8 +81,10 @@ def test_text_without_markers_is_refused_after_one_story_s_worth_not_read_to_the
             data = real_read(n)
             read.append(len(data))
             return data
+
         fh.read = counted
         return fh
+
     monkeypatch.setattr(type(p), "open", counting_open)
     with pytest.raises(ConfigError, match="data.stories: .*without an end-of-story marker") as err:
         read_stories(p, 10)

@@ -17,13 +17,13 @@ import torch
 
 pytest.importorskip("gensim")
 
-from gensim.corpora.wikicorpus import WikiCorpus  # noqa: E402
-from gensim.corpora.wikicorpus import tokenize as gensim_tokenize  # noqa: E402
-from gensim.parsing.preprocessing import STOPWORDS  # noqa: E402
-from gensim.test.utils import datapath  # noqa: E402
+from gensim.corpora.wikicorpus import WikiCorpus
+from gensim.corpora.wikicorpus import tokenize as gensim_tokenize
+from gensim.parsing.preprocessing import STOPWORDS
+from gensim.test.utils import datapath
 
-from tdlab.config import ConfigError, validate_config  # noqa: E402
-from tdlab.tasks.text_corpus import (  # noqa: E402
+from tdlab.config import ConfigError, validate_config
+from tdlab.tasks.text_corpus import (
     LEE,
     WIKI_SAMPLE,
     Corpus,
@@ -107,7 +107,11 @@ def test_user_text_file_one_document_per_line(tmp_path: Path) -> None:
     f.write_text("The cat sat on the mat.\n\n  \nA dog, the DOG and 42 cats!\nx y\nlast one here\n", encoding="utf-8")
     c = load_corpus(CorpusConfig(source="text", path=str(f), min_count=1))
     # empty lines and a line of 1-character tokens hold no document
-    assert c.docs == [["the", "cat", "sat", "on", "the", "mat"], ["dog", "the", "dog", "and", "cats"], ["last", "one", "here"]]
+    assert c.docs == [
+        ["the", "cat", "sat", "on", "the", "mat"],
+        ["dog", "the", "dog", "and", "cats"],
+        ["last", "one", "here"],
+    ]
     assert c.vocab[:2] == ["the", "dog"]
     assert str(f) in c.provenance
     two = load_corpus(CorpusConfig(source="text", path=str(f), min_count=1, max_docs=2))
@@ -123,8 +127,12 @@ def test_user_bz2_is_read_as_a_wikipedia_dump(tmp_path: Path) -> None:
 
 
 def test_windows_drop_or_pad_the_tail() -> None:
-    c = Corpus(docs=[list("abcdefg"), list("ab"), list("xyzabc")], vocab=["a", "b", "c", "d", "e", "f", "g"],
-               lda_docs=[[], [], []], provenance="test")
+    c = Corpus(
+        docs=[list("abcdefg"), list("ab"), list("xyzabc")],
+        vocab=["a", "b", "c", "d", "e", "f", "g"],
+        lda_docs=[[], [], []],
+        provenance="test",
+    )
     # doc 0: ids 0..6; doc 1: 0, 1; doc 2: x, y, z unknown (7), then 0, 1, 2
     w = encode_windows(c, 3, offset=2)
     assert w.dtype == torch.long
@@ -142,12 +150,15 @@ def test_missing_file_names_corpus_path(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("name, content, what", [
-    ("garbage.xml.bz2", b"\x00\x01 not a bz2 stream at all" * 10, "Wikipedia .xml.bz2 dump"),
-    ("notxml.xml.bz2", bz2.compress(b"<<< not xml >>>" * 10), "Wikipedia .xml.bz2 dump"),
-    ("latin1.txt", "caf\xe9 ol\xe9 words here\n".encode("latin-1"), "UTF-8 text"),
-    ("empty.txt", b"\n \n1 2 3\n", "no document"),
-])
+@pytest.mark.parametrize(
+    "name, content, what",
+    [
+        ("garbage.xml.bz2", b"\x00\x01 not a bz2 stream at all" * 10, "Wikipedia .xml.bz2 dump"),
+        ("notxml.xml.bz2", bz2.compress(b"<<< not xml >>>" * 10), "Wikipedia .xml.bz2 dump"),
+        ("latin1.txt", "caf\xe9 ol\xe9 words here\n".encode("latin-1"), "UTF-8 text"),
+        ("empty.txt", b"\n \n1 2 3\n", "no document"),
+    ],
+)
 def test_corrupt_file_names_corpus_path(tmp_path: Path, name: str, content: bytes, what: str) -> None:
     f = tmp_path / name
     f.write_bytes(content)
@@ -203,11 +214,14 @@ def test_a_path_alone_reads_the_users_file_and_a_path_with_another_source_is_ref
         CorpusConfig(source="text")
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda d: (d / "texts").mkdir() or d / "texts", "a folder, not a regular file"),
-    (lambda d: Path("/dev/zero"), "a device, FIFO or socket, not a regular file"),
-    (lambda d: os.symlink("loop", d / "loop") or d / "loop", "leads nowhere"),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda d: (d / "texts").mkdir() or d / "texts", "a folder, not a regular file"),
+        (lambda d: Path("/dev/zero"), "a device, FIFO or socket, not a regular file"),
+        (lambda d: os.symlink("loop", d / "loop") or d / "loop", "leads nowhere"),
+    ],
+)
 def test_a_path_that_is_not_a_file_is_named_for_what_it_is(tmp_path: Path, make, words) -> None:
     """corpus.path=DIR or /dev/zero was reported as "no such file"."""
     with pytest.raises(ConfigError, match=words) as err:

@@ -201,15 +201,16 @@ def test_masked_document_distribution_is_F17(generator):
     cfg = TopicsConfig(generator=generator, T=5, v=4, tau=2, alpha=0.3)
     task = Topics(cfg)
     out = task.sample_latent(generators([21], "data"), 3000)
-    corrupted, _ = mask_tokens(out["tokens"], out["key_mask"], generators([21], "mask"), p_m, p_c, p_r,
-                               words=task.words)
+    corrupted, _ = mask_tokens(
+        out["tokens"], out["key_mask"], generators([21], "mask"), p_m, p_c, p_r, words=task.words
+    )
     km, n = out["key_mask"][0], out["length"][0].double()
     counts = (torch.nn.functional.one_hot(corrupted[0], cfg.vocab) * km[..., None]).sum((0, 1)).double()
     q = masked_distribution(word_distribution(out["theta"][0], cfg.v), p_m, p_c, p_r)  # (B, V)
     assert torch.allclose(q.sum(-1), torch.ones_like(n), rtol=0, atol=1e-12)
     expected = (n[:, None] * q).sum(0)
     se = (n[:, None] * q * (1 - q)).sum(0).sqrt()
-    assert torch.all((counts - expected).abs() <= Z * se), ((counts - expected) / se)
+    assert torch.all((counts - expected).abs() <= Z * se), (counts - expected) / se
 
 
 def test_population_is_F17_of_every_tau_subset():

@@ -56,7 +56,9 @@ def test_eq22_and_trapezoid_vs_enumeration():
         assert torch.allclose(eq22_reasoning_law(CFG, s), brute, atol=1e-15)
         assert torch.allclose(trapezoid_law(CFG, s), brute, atol=1e-15)
     # q = 3 on a small task: Eq. 22's extended binomials
-    cfg3 = AnchorsConfig(key_min=10, key_max=19, mem_min=1, mem_max=3, rsn_min=4, rsn_max=7, q=3, L=5, d_vob=64, test_tuples=[[4, 5, 6]])
+    cfg3 = AnchorsConfig(
+        key_min=10, key_max=19, mem_min=1, mem_max=3, rsn_min=4, rsn_max=7, q=3, L=5, d_vob=64, test_tuples=[[4, 5, 6]]
+    )
     tuples3 = list(itertools.product(range(4, 8), repeat=3))
     for s in range(4, 8):
         assert torch.allclose(eq22_reasoning_law(cfg3, s), _brute_reasoning(cfg3, s, tuples3), atol=1e-15)
@@ -76,7 +78,9 @@ def test_exact_law_on_training_population():
 def _occurrence_histogram(data, s: int, positions: str, V: int) -> np.ndarray:
     tok, y = data["tokens"], data["label"]
     anchors = torch.zeros_like(tok, dtype=torch.bool)
-    anchors[torch.arange(len(tok))[:, None], data["key_pos"][:, None] + 1 + torch.arange(data["anchors"].shape[1])] = True
+    anchors[torch.arange(len(tok))[:, None], data["key_pos"][:, None] + 1 + torch.arange(data["anchors"].shape[1])] = (
+        True
+    )
     hit = (tok == s) & (anchors if positions == "anchor" else ~anchors)
     mult = hit.sum(1)
     return np.bincount(np.repeat(y.numpy(), mult.numpy()), minlength=V).astype(float)

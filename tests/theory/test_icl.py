@@ -211,7 +211,13 @@ def test_two_parameter_stationary_point_is_stationary_and_tends_to_alpha_star():
     for T in (2, 20):
         a, b = icl.two_param_stationary(APP_H, T, icl.alpha_of_beta(beta0, T, APP_H), beta0)
         h = 1e-7
-        ga = (icl.infinite_context_excess_risk(a + h, T, APP_H, beta=b) - icl.infinite_context_excess_risk(a - h, T, APP_H, beta=b)) / (2 * h)
-        gb = (icl.infinite_context_excess_risk(a, T, APP_H, beta=b + h) - icl.infinite_context_excess_risk(a, T, APP_H, beta=b - h)) / (2 * h)
+        ga = (
+            icl.infinite_context_excess_risk(a + h, T, APP_H, beta=b)
+            - icl.infinite_context_excess_risk(a - h, T, APP_H, beta=b)
+        ) / (2 * h)
+        gb = (
+            icl.infinite_context_excess_risk(a, T, APP_H, beta=b + h)
+            - icl.infinite_context_excess_risk(a, T, APP_H, beta=b - h)
+        ) / (2 * h)
         assert abs(ga) < 1e-5 and abs(gb) < 1e-5
     assert a == pytest.approx(icl.alpha_star(APP_H), rel=0.02) and b == pytest.approx(-icl.alpha_star(APP_H), rel=0.02)

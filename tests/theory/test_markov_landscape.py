@@ -96,8 +96,11 @@ def test_optimal_bias_minimises_loss_numerically():
                     th[2] = -1.5 / th[0] ** 2  # 1 + a e^2 < 0: where the two 3-param forms differ
                 for form in forms:
                     bstar = ml.optimal_bias(th, p, q, form=form).item()
-                    res = minimize_scalar(lambda b: ml.loss_with_bias(th, b, p, q, form=form).item(),
-                                          bracket=(bstar - 3, bstar + 3), tol=1e-12)
+                    res = minimize_scalar(
+                        lambda b: ml.loss_with_bias(th, b, p, q, form=form).item(),
+                        bracket=(bstar - 3, bstar + 3),
+                        tol=1e-12,
+                    )
                     assert res.x == pytest.approx(bstar, abs=1e-5)
                     assert ml.loss(th, p, q, form=form).item() <= res.fun + 1e-13
 
@@ -115,8 +118,11 @@ def test_optimal_bias_lemma5_formula_and_consequences():
         w_ = 0.3 if ds > 0 else -1.5
         e_ = math.sqrt(ds / (1 + 2 * w_ * abs(w_)))
         assert ml.optimal_bias(torch.tensor([e_, w_], dtype=F64), p, q).item() - e_ * e_ / 2 == pytest.approx(
-            math.log(p / (1 - p)), abs=1e-12)
-        assert ml.optimal_bias(torch.tensor([0.0, w], dtype=F64), p, q).item() == pytest.approx(math.log(p / q), abs=1e-14)
+            math.log(p / (1 - p)), abs=1e-12
+        )
+        assert ml.optimal_bias(torch.tensor([0.0, w], dtype=F64), p, q).item() == pytest.approx(
+            math.log(p / q), abs=1e-14
+        )
     # Extreme contrasts stay finite (log-space evaluation), both signs of q - p.
     for D in (-700.0, -50.0, 50.0, 700.0):
         for p, q in ((0.2, 0.3), (0.3, 0.2), (0.4, 0.4)):
@@ -201,8 +207,12 @@ def test_three_parameter_forms_differ_only_in_bias():
 def test_thm1_critical_sets_gradient_loss_values_and_codes(p, q):
     loci = ml.critical_loci(p, q)
     H_rate, H_marg = entropy_rate(p, q), marginal_entropy(p, q)
-    expect = {"global_min": (CK.GLOBAL_MIN, H_rate), "local_min": (CK.LOCAL_MIN, H_marg),
-              "local_max": (CK.LOCAL_MAX, H_marg), "saddle": (CK.SADDLE, H_marg)}
+    expect = {
+        "global_min": (CK.GLOBAL_MIN, H_rate),
+        "local_min": (CK.LOCAL_MIN, H_marg),
+        "local_max": (CK.LOCAL_MAX, H_marg),
+        "saddle": (CK.SADDLE, H_marg),
+    }
     for key, (code, value) in expect.items():
         pts = torch.as_tensor(np.concatenate(loci[key]))
         if key != "saddle":  # keep the segments' interior away from the saddle point
@@ -229,7 +239,9 @@ def test_thm1_nature_of_critical_points_by_perturbation(p, q):
             assert d.min().item() >= -1e-15
         else:
             assert code == CK.LOCAL_MAX and d.max().item() <= 1e-15
-    d = ml.loss(torch.tensor([0.0, ml.SADDLE_W], dtype=F64) + ring, p, q) - ml.loss(torch.tensor([0.0, ml.SADDLE_W], dtype=F64), p, q)
+    d = ml.loss(torch.tensor([0.0, ml.SADDLE_W], dtype=F64) + ring, p, q) - ml.loss(
+        torch.tensor([0.0, ml.SADDLE_W], dtype=F64), p, q
+    )
     assert d.min().item() < -1e-12 and d.max().item() > 1e-12
     # Global minima: nothing anywhere is below the entropy rate.
     th = 3 * torch.randn(5000, 2, generator=g, dtype=F64)
@@ -253,9 +265,13 @@ def test_thm1_no_other_critical_points_on_a_grid(p, q):
 def test_thm10_critical_sets_with_attention(p, q):
     loci = ml.critical_loci_3(p, q, n=41)
     H_rate, H_marg = entropy_rate(p, q), marginal_entropy(p, q)
-    for key, value, code in (("global_min", H_rate, CK.GLOBAL_MIN), ("stationary", H_marg, CK.STATIONARY),
-                             ("saddle", H_marg, CK.SADDLE), ("local_min", H_marg, CK.LOCAL_MIN),
-                             ("local_max", H_marg, CK.LOCAL_MAX)):
+    for key, value, code in (
+        ("global_min", H_rate, CK.GLOBAL_MIN),
+        ("stationary", H_marg, CK.STATIONARY),
+        ("saddle", H_marg, CK.SADDLE),
+        ("local_min", H_marg, CK.LOCAL_MIN),
+        ("local_max", H_marg, CK.LOCAL_MAX),
+    ):
         pts = torch.as_tensor(loci[key])
         if key in ("local_min", "local_max"):
             pts = pts[(1 + 2 * pts[:, 1] * pts[:, 1].abs()).abs() > 1e-3]
@@ -312,14 +328,51 @@ def test_linearised_escape_rate_near_the_w_axis():
 
 def test_predict_basin_on_named_sets():
     s = ml.SADDLE_W
-    pts = torch.tensor([[0.0, -1.0], [0.0, s], [0.0, -0.3], [0.0, 0.0], [0.5, 0.0], [0.3, 0.5],
-                        [math.sqrt(0.09 - math.log(0.3) + ml.ENERGY_SADDLE), -0.3],
-                        [math.sqrt(4.0 - math.log(2.0) + ml.ENERGY_SADDLE), -2.0], [0.1, -0.3], [2.0, -0.3],
-                        [0.1, -2.0], [2.0, -2.0]], dtype=F64)
-    big = [CK.LOCAL_MAX, CK.SADDLE, CK.LOCAL_MIN, CK.LOCAL_MIN, CK.LOCAL_MIN, CK.LOCAL_MIN, CK.SADDLE,
-           CK.GLOBAL_MIN, CK.LOCAL_MIN, CK.GLOBAL_MIN, CK.GLOBAL_MIN, CK.GLOBAL_MIN]
-    small = [CK.LOCAL_MIN, CK.SADDLE, CK.LOCAL_MAX, CK.LOCAL_MAX, CK.GLOBAL_MIN, CK.GLOBAL_MIN,
-             CK.GLOBAL_MIN, CK.SADDLE, CK.GLOBAL_MIN, CK.GLOBAL_MIN, CK.LOCAL_MIN, CK.GLOBAL_MIN]
+    pts = torch.tensor(
+        [
+            [0.0, -1.0],
+            [0.0, s],
+            [0.0, -0.3],
+            [0.0, 0.0],
+            [0.5, 0.0],
+            [0.3, 0.5],
+            [math.sqrt(0.09 - math.log(0.3) + ml.ENERGY_SADDLE), -0.3],
+            [math.sqrt(4.0 - math.log(2.0) + ml.ENERGY_SADDLE), -2.0],
+            [0.1, -0.3],
+            [2.0, -0.3],
+            [0.1, -2.0],
+            [2.0, -2.0],
+        ],
+        dtype=F64,
+    )
+    big = [
+        CK.LOCAL_MAX,
+        CK.SADDLE,
+        CK.LOCAL_MIN,
+        CK.LOCAL_MIN,
+        CK.LOCAL_MIN,
+        CK.LOCAL_MIN,
+        CK.SADDLE,
+        CK.GLOBAL_MIN,
+        CK.LOCAL_MIN,
+        CK.GLOBAL_MIN,
+        CK.GLOBAL_MIN,
+        CK.GLOBAL_MIN,
+    ]
+    small = [
+        CK.LOCAL_MIN,
+        CK.SADDLE,
+        CK.LOCAL_MAX,
+        CK.LOCAL_MAX,
+        CK.GLOBAL_MIN,
+        CK.GLOBAL_MIN,
+        CK.GLOBAL_MIN,
+        CK.SADDLE,
+        CK.GLOBAL_MIN,
+        CK.GLOBAL_MIN,
+        CK.LOCAL_MIN,
+        CK.GLOBAL_MIN,
+    ]
     # The separatrix points are built from g(w); exact float equality E == E_sad is not guaranteed,
     # so compare everything else exactly and those two within the construction.
     for (p, q), want in (((0.7, 0.8), big), ((0.2, 0.3), small)):
@@ -387,6 +440,5 @@ def test_small_gaussian_init_goes_local_for_pq_above_one_and_global_below():
     s = np.array([0.1, 0.5, 1.0, 2.0])
     assert np.all(np.diff(ml.gaussian_basin_probability(s, 0.7, 0.8)[CK.LOCAL_MIN]) < 0)
     for (p, q), code in (((0.7, 0.8), CK.LOCAL_MIN), ((0.2, 0.3), CK.GLOBAL_MIN)):
-        mc = ml.gaussian_basin_probability_mc(0.05, p, q, n=300, dim=3, method="flow", t_end=2000.0,
-                                              generator=_gen(11))
+        mc = ml.gaussian_basin_probability_mc(0.05, p, q, n=300, dim=3, method="flow", t_end=2000.0, generator=_gen(11))
         assert mc[code][0] >= 0.99

@@ -110,7 +110,9 @@ def test_complement_is_rejected_and_bad_boxes_refused():
 def test_region_is_in_the_global_basin_on_both_sides_and_nothing_else_with_w_negative_is(p, q):
     """I_common = I_*(p+q>1) ∩ I_*(p+q<1) within w < 0 (Sec. 4), checked with Thm. 2/8's basins."""
     g = torch.Generator().manual_seed(7)
-    pts = torch.stack([6 * torch.rand(20000, generator=g, dtype=F64) - 3, -3 * torch.rand(20000, generator=g, dtype=F64)], -1)
+    pts = torch.stack(
+        [6 * torch.rand(20000, generator=g, dtype=F64) - 3, -3 * torch.rand(20000, generator=g, dtype=F64)], -1
+    )
     pts = pts[pts[:, 1] < 0]
     inside = in_icommon(pts)
     basin = predict_basin(pts, p, q)

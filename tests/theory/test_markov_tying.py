@@ -56,7 +56,9 @@ def test_theta_pi_loss_is_marginal_entropy_and_gradient_vanishes(tied, others, p
     p, q = pq
     m = th.set_theta_pi(model(3, tied, seeds=(5, 6), std=0.3), p, q, others)
     loss = th.population_loss(m, p, q, N)
-    torch.testing.assert_close(loss.detach(), torch.full((2,), marginal_entropy(p, q), dtype=torch.float64), rtol=0, atol=1e-13)
+    torch.testing.assert_close(
+        loss.detach(), torch.full((2,), marginal_entropy(p, q), dtype=torch.float64), rtol=0, atol=1e-13
+    )
     assert loss.min() > entropy_rate(p, q)  # a *bad* stationary point: above the global minimum
     for e in range(2):
         assert th.gradient(m, p, q, N, e).abs().max() < 1e-13

@@ -182,8 +182,9 @@ def test_thm1_embedding_stationarity(T, v, tau, probs):
     best = min_population_loss(v, tau)
     # The literal App. D embedding.
     WE = thm1_embedding(T, v, p_m, p_c, mask="paper").requires_grad_(True)
-    assert torch.allclose(WE.detach().T @ WE.detach(), c3(p_m, p_c) * torch.eye(T * v + 1, dtype=torch.float64),
-                          rtol=1e-15, atol=0)
+    assert torch.allclose(
+        WE.detach().T @ WE.detach(), c3(p_m, p_c) * torch.eye(T * v + 1, dtype=torch.float64), rtol=1e-15, atol=0
+    )
     loss = population_loss(WE.T @ WE, T, v, tau, *probs, b=b)
     (g,) = torch.autograd.grad(loss, WE)
     assert loss.item() - best == pytest.approx((c3(p_m, p_c) * p_m * (1 - p_c - p_r)) ** 2, rel=1e-10)

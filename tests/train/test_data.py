@@ -16,9 +16,11 @@ V, L = 8, 3
 
 def make(gen: torch.Generator, device="cpu", n=40, n_test=16):
     """Label = the first token: learnable from the sequence, different data per generator."""
+
     def split(k):
         tokens = torch.randint(0, V, (k, L), generator=gen)
         return {"tokens": tokens, "label": tokens[:, 0].clone()}
+
     return {"train": split(n), "test": split(n_test), "probe": split(5)}
 
 
@@ -104,6 +106,7 @@ def test_bad_data_sets_are_refused():
 def test_masks_drawn_once_are_the_same_every_epoch():
     def docs(gen, device="cpu"):
         return {k: {"tokens": torch.randint(1, 9, (16, 20), generator=gen)} for k in ("train", "test")}
+
     obj = MaskedTokens(vocab=9, p_m=0.3)
     data = FixedDataset(docs, batch=16, prepare_once=True, objective=obj).bind([5], "cpu")
     a, b = data.train_sample(1, []), data.train_sample(2, [])  # one batch per epoch: two epochs
@@ -115,8 +118,9 @@ def test_masks_drawn_once_are_the_same_every_epoch():
 
 def test_trainer_learns_a_fixed_data_set_and_reports_each_split():
     seeds = member_seeds(2, 2)
-    cfg = TrainConfig(steps=steps_for(20, 40, 8), batch=8, lr=0.05, schedule="constant", weight_decay=0.0,
-                      eval_every=25, log_every=5)
+    cfg = TrainConfig(
+        steps=steps_for(20, 40, 8), batch=8, lr=0.05, schedule="constant", weight_decay=0.0, eval_every=25, log_every=5
+    )
     data = FixedDataset(make, batch=8, eval_splits=("test", "probe"))
     res = Trainer(cfg, progress=False, objective=LastPosition()).fit(BagModel, seeds, data)
     names = {r[2] for r in res.rows}
@@ -196,12 +200,16 @@ def test_member_learning_rates_equal_members_trained_alone(optimizer, momentum):
     trained one by one with their own rates (SGD with momentum; AdamW with weight decay)."""
     seeds = member_seeds(5, 3)
     rates = {seeds[0]: 0.01, seeds[1]: 0.05, seeds[2]: 0.2}
-    cfg = TrainConfig(steps=6, batch=8, lr=0.05, optimizer=optimizer, momentum=momentum, weight_decay=0.1,
-                      eval_every=3, log_every=3)
-    together = Trainer(cfg, progress=False, objective=LastPosition(), member_lr=rates).fit(BagModel, seeds, FixedDataset(make, batch=8))
+    cfg = TrainConfig(
+        steps=6, batch=8, lr=0.05, optimizer=optimizer, momentum=momentum, weight_decay=0.1, eval_every=3, log_every=3
+    )
+    together = Trainer(cfg, progress=False, objective=LastPosition(), member_lr=rates).fit(
+        BagModel, seeds, FixedDataset(make, batch=8)
+    )
     for i, s in enumerate(seeds):
         alone = Trainer(cfg.updated({"lr": rates[s]}), progress=False, objective=LastPosition()).fit(
-            BagModel, [s], FixedDataset(make, batch=8))
+            BagModel, [s], FixedDataset(make, batch=8)
+        )
         for k in alone.states[0]:
             torch.testing.assert_close(together.states[i][k], alone.states[0][k], rtol=1e-5, atol=1e-6)
 

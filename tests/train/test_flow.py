@@ -41,8 +41,11 @@ def _rotated_problem(n: int, g: torch.Generator):
 
 @pytest.mark.parametrize(
     "method,opts,tol",
-    [("rk4", {"dt": 0.01}, 1e-7), ("dopri5", {"rtol": 1e-9, "atol": 1e-12}, 1e-7),
-     ("rosenbrock23", {"rtol": 1e-6, "atol": 1e-9}, 1e-4)],
+    [
+        ("rk4", {"dt": 0.01}, 1e-7),
+        ("dopri5", {"rtol": 1e-9, "atol": 1e-12}, 1e-7),
+        ("rosenbrock23", {"rtol": 1e-6, "atol": 1e-9}, 1e-4),
+    ],
 )
 def test_linear_flow_matches_matrix_exponential(method, opts, tol):
     g = torch.Generator().manual_seed(0)
@@ -69,8 +72,9 @@ def test_per_row_args_follow_rows_through_compaction():
     res = gradient_flow(_quad_grad, x0, [1.0, 4.0], args=(lam,), method="dopri5", rtol=1e-10, atol=1e-13)
     exact = x0 * torch.exp(-lam * 4.0)
     assert (res.final - exact).abs().max().item() < 1e-9
-    single = gradient_flow(_quad_grad, x0[40:41], [1.0, 4.0], args=(lam[40:41],), method="dopri5",
-                           rtol=1e-10, atol=1e-13)
+    single = gradient_flow(
+        _quad_grad, x0[40:41], [1.0, 4.0], args=(lam[40:41],), method="dopri5", rtol=1e-10, atol=1e-13
+    )
     assert torch.allclose(single.final, res.final[40:41], rtol=0, atol=1e-15)
     assert res.n_steps[0] < res.n_steps[-1]  # slow rows took fewer steps than fast ones
 
@@ -82,8 +86,7 @@ def test_stiff_rows_rest_with_rosenbrock_but_not_with_explicit_steps():
     > 600 steps for t in [0, 0.3] alone."""
     lam = torch.tensor([[1e4, 1.0]], dtype=F64)
     x0 = torch.tensor([[1.0, 0.0]], dtype=F64)
-    ros = gradient_flow(_quad_grad, x0, [10.0], args=(lam,), method="rosenbrock23", rtol=1e-6, atol=1e-9,
-                        g_tol=1e-10)
+    ros = gradient_flow(_quad_grad, x0, [10.0], args=(lam,), method="rosenbrock23", rtol=1e-6, atol=1e-9, g_tol=1e-10)
     assert bool(ros.frozen.all()) and bool(ros.finished.all())
     assert ros.final.abs().max().item() < 1e-12
     assert int(ros.n_steps[0]) < 1000

@@ -24,6 +24,7 @@ def test_results_come_back_in_job_order_whatever_order_the_jobs_end_in():
             time.sleep(wait)
             ended.append(i)
             return i * i
+
         return run
 
     got = list(in_lanes([job(0, 0.2), job(1, 0.0), job(2, 0.05)], lanes=2))

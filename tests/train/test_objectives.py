@@ -29,7 +29,9 @@ def test_last_position_reads_the_last_position_or_a_pooled_output():
     b = LastPosition().prepare({"tokens": tokens, "label": label}, [])
     logits = torch.randn(2, 4, 5, 7, generator=torch.Generator().manual_seed(2))
     loss, correct = LastPosition().pointwise(logits, b)
-    manual = torch.stack([torch.stack([F.cross_entropy(logits[e, i, -1], label[e, i]) for i in range(4)]) for e in range(2)])
+    manual = torch.stack(
+        [torch.stack([F.cross_entropy(logits[e, i, -1], label[e, i]) for i in range(4)]) for e in range(2)]
+    )
     torch.testing.assert_close(loss, manual)
     assert torch.equal(correct, logits[:, :, -1].argmax(-1) == label)
     pooled_loss, _ = LastPosition().pointwise(logits[:, :, -1], b)  # (E, B, V) outputs of a pooled model
@@ -104,8 +106,12 @@ def test_authors_compat_options():
 
 
 def test_batch_round_trips_through_a_dict():
-    b = Batch(torch.zeros(1, 2, 3, dtype=torch.long), torch.ones(1, 2, 3, dtype=torch.long), torch.ones(1, 2, 3),
-              {"key_mask": torch.ones(1, 2, 3, dtype=torch.bool)})
+    b = Batch(
+        torch.zeros(1, 2, 3, dtype=torch.long),
+        torch.ones(1, 2, 3, dtype=torch.long),
+        torch.ones(1, 2, 3),
+        {"key_mask": torch.ones(1, 2, 3, dtype=torch.bool)},
+    )
     c = Batch.from_dict(b.as_dict())
     assert torch.equal(c.inputs, b.inputs) and torch.equal(c.weights, b.weights)
     assert torch.equal(c.model_kwargs["key_mask"], b.model_kwargs["key_mask"])
@@ -125,8 +131,11 @@ def test_scoring_only_the_masked_positions_gives_the_same_loss():
     task = Topics(TopicsConfig(n_min=20, n_max=30))
     seeds = [3, 4]
     docs = task.sample(generators(seeds, "d"), 5, 30)
-    for cfg in (TopicModelConfig(onehot=True), TopicModelConfig(onehot=True, uniform_attn=True),
-                TopicModelConfig(vocab=101, d=16)):
+    for cfg in (
+        TopicModelConfig(onehot=True),
+        TopicModelConfig(onehot=True, uniform_attn=True),
+        TopicModelConfig(vocab=101, d=16),
+    ):
         model = TopicAttention(cfg, seeds)
         for loss in ("ce", "squared"):
             full = MaskedTokens(vocab=101, loss=loss, p_m=0.3)

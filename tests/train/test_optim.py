@@ -20,7 +20,7 @@ CASES = [
 ]
 
 
-def _train(cls, kw, steps=6, state=None):  # noqa: ANN001, ANN202
+def _train(cls, kw, steps=6, state=None):
     """A small least-squares fit with two groups (decayed matrix, undecayed bias) and a schedule;
     returns the parameters, the optimiser's state dict and the step hook's count."""
     torch.manual_seed(0)
@@ -41,9 +41,15 @@ def _train(cls, kw, steps=6, state=None):  # noqa: ANN001, ANN202
 
 
 def _same_state(a: dict, b: dict) -> bool:
-    return a["param_groups"] == b["param_groups"] and a["state"].keys() == b["state"].keys() and all(
-        torch.equal(torch.as_tensor(x), torch.as_tensor(y))
-        for k in a["state"] for x, y in zip(a["state"][k].values(), b["state"][k].values(), strict=True))
+    return (
+        a["param_groups"] == b["param_groups"]
+        and a["state"].keys() == b["state"].keys()
+        and all(
+            torch.equal(torch.as_tensor(x), torch.as_tensor(y))
+            for k in a["state"]
+            for x, y in zip(a["state"][k].values(), b["state"][k].values(), strict=True)
+        )
+    )
 
 
 @pytest.mark.parametrize(("torch_cls", "eager_cls", "kw"), CASES)
@@ -65,12 +71,14 @@ def test_a_state_dict_of_one_resumes_in_the_other(torch_cls, eager_cls, kw):
 
 
 def test_a_fresh_process_trains_without_importing_torch_dynamo():
-    code = ("import json, sys, torch\n"
-            "from tdlab.train.optim import EagerAdamW, EagerSGD\n"
-            "for cls in (EagerAdamW, EagerSGD):\n"
-            "    p = torch.nn.Parameter(torch.ones(3))\n"
-            "    opt = cls([p], lr=0.1)\n"
-            "    opt.zero_grad(); (p ** 2).sum().backward(); opt.step(); opt.load_state_dict(opt.state_dict())\n"
-            "print(json.dumps('torch._dynamo' in sys.modules))\n")
+    code = (
+        "import json, sys, torch\n"
+        "from tdlab.train.optim import EagerAdamW, EagerSGD\n"
+        "for cls in (EagerAdamW, EagerSGD):\n"
+        "    p = torch.nn.Parameter(torch.ones(3))\n"
+        "    opt = cls([p], lr=0.1)\n"
+        "    opt.zero_grad(); (p ** 2).sum().backward(); opt.step(); opt.load_state_dict(opt.state_dict())\n"
+        "print(json.dumps('torch._dynamo' in sys.modules))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) is False

@@ -104,8 +104,16 @@ def test_population_prediction_is_the_infinite_context_limit(T):
     assert torch.allclose(predict(full, st), predict(model, st), rtol=1e-8, atol=1e-12)
     # and a very long context approaches it
     long = sample_stats(SMALL, [torch.Generator().manual_seed(4)], 50, 20000)
-    pop = PromptStats(c=long.zeta[..., None] * long.m, yy=long.zeta**2, ybar=0 * long.zeta, x_query=long.x_query,
-                      y_query=long.y_query, m=long.m, zeta=long.zeta, L=math.inf)
+    pop = PromptStats(
+        c=long.zeta[..., None] * long.m,
+        yy=long.zeta**2,
+        ybar=0 * long.zeta,
+        x_query=long.x_query,
+        y_query=long.y_query,
+        m=long.m,
+        zeta=long.zeta,
+        L=math.inf,
+    )
     small = LCA(SMALL.d, T, [0], param="one", alpha0=0.02, dtype=torch.float64)
     with torch.no_grad():
         p_long, p_pop = predict(small, long), predict(small, pop)
@@ -118,7 +126,9 @@ def _cfg(**kw):
     return RegressionConfig(**base)
 
 
-@pytest.mark.parametrize("kw", [dict(param="two", alpha0=0.05, beta0=-0.05), dict(param="diagonal", alpha0=0.05, sigma_init=0.01)])
+@pytest.mark.parametrize(
+    "kw", [dict(param="two", alpha0=0.05, beta0=-0.05), dict(param="diagonal", alpha0=0.05, sigma_init=0.01)]
+)
 @pytest.mark.parametrize("opt", ["gd", "adam"])
 def test_member_i_equals_single_model_with_seed_i(kw, opt):
     seeds = member_seeds(5, 3)
@@ -140,7 +150,9 @@ def test_member_i_equals_single_model_with_seed_i(kw, opt):
 
 def test_backtracking_gd_never_raises_the_loss_and_stops_when_converged():
     cfg = _cfg(steps=400, lr=10.0, grad_tol=1e-7, log_every=1)  # absurd first step: must be rejected, not diverge
-    r = RegressionTrainer(cfg, progress=False).fit(lambda s: LCA(SMALL.d, 4, s, param="one", alpha0=0.0), member_seeds(1, 2), SMALL)
+    r = RegressionTrainer(cfg, progress=False).fit(
+        lambda s: LCA(SMALL.d, 4, s, param="one", alpha0=0.0), member_seeds(1, 2), SMALL
+    )
     for m in (0, 1):
         losses = r.series("train_loss", m)[1]
         assert all(b <= a for a, b in zip(losses, losses[1:]))
@@ -169,10 +181,19 @@ def test_gd_on_the_population_loss_converges_to_alpha_star_T(T):
     # alpha*_T by the sample's noise (about 1% at T = 10 with 2^13 prompts): check convergence per member,
     # then the ensemble mean against alpha*_T within 3 standard errors of the members' own spread.
     E = 8
-    cfg = RegressionConfig(objective="population", prompts=1 << 13, target="bayes", steps=300, eval_prompts=64,
-                           eval_every=1000, log_every=100, grad_tol=1e-9)
-    r = RegressionTrainer(cfg, progress=False).fit(lambda s: LCA(APP_H.d, T, s, param="one", alpha0=0.02),
-                                                   member_seeds(0, E), APP_H)
+    cfg = RegressionConfig(
+        objective="population",
+        prompts=1 << 13,
+        target="bayes",
+        steps=300,
+        eval_prompts=64,
+        eval_every=1000,
+        log_every=100,
+        grad_tol=1e-9,
+    )
+    r = RegressionTrainer(cfg, progress=False).fit(
+        lambda s: LCA(APP_H.d, T, s, param="one", alpha0=0.02), member_seeds(0, E), APP_H
+    )
     for m in range(E):
         assert r.series("grad_norm", m)[1][-1] < 1e-7  # every member sits at its sample's minimiser
     a = torch.stack([s["alpha"] for s in r.states]).numpy()
@@ -180,21 +201,26 @@ def test_gd_on_the_population_loss_converges_to_alpha_star_T(T):
     assert abs(a.mean() - alpha_star_T(T, APP_H)) < 3 * sem
     assert a.std(ddof=1) < 0.03 * alpha_star_T(T, APP_H)  # and the scatter itself is small
     # and its final MC loss is the closed-form excess at that alpha
-    assert r.series("train_loss", 0)[1][-1] == pytest.approx(infinite_context_excess_risk(float(a[0]), T, APP_H), rel=0.1)
+    assert r.series("train_loss", 0)[1][-1] == pytest.approx(
+        infinite_context_excess_risk(float(a[0]), T, APP_H), rel=0.1
+    )
 
 
 def test_gd_on_a_long_finite_context_lands_near_alpha_star_T():
     # l_{N, L_tr} with L_tr = 1000 >> d: the learned alpha is within a few percent of the L = inf minimiser.
     cfg = RegressionConfig(prompts=400, context=1000, steps=200, eval_prompts=20, eval_every=1000, log_every=50)
-    r = RegressionTrainer(cfg, progress=False).fit(lambda s: LCA(APP_H.d, 2, s, param="one", alpha0=0.02),
-                                                   member_seeds(0, 1), APP_H)
+    r = RegressionTrainer(cfg, progress=False).fit(
+        lambda s: LCA(APP_H.d, 2, s, param="one", alpha0=0.02), member_seeds(0, 1), APP_H
+    )
     assert float(r.states[0]["alpha"]) == pytest.approx(alpha_star_T(2, APP_H), rel=0.06)
 
 
 def test_accepted_steps_and_initial_states_are_recorded():
     """The health gate reads ``accepted_steps`` (rejected backtracking steps excluded) and the test loss at
     step 0 and at the end; ``init_states`` are the parameters before the first step."""
-    cfg = RegressionConfig(prompts=16, context=10, steps=12, lr=1e3, log_every=1, eval_every=100, grad_tol=None, eval_prompts=8)
+    cfg = RegressionConfig(
+        prompts=16, context=10, steps=12, lr=1e3, log_every=1, eval_every=100, grad_tol=None, eval_prompts=8
+    )
     build = lambda s: LCA(SMALL.d, 3, s, param="one", alpha0=0.05, dtype=torch.float64)  # noqa: E731
     r = RegressionTrainer(cfg, progress=False).fit(build, [1, 2], SMALL)
     assert [float(s["alpha"]) for s in r.init_states] == pytest.approx([0.05, 0.05], rel=1e-7)
@@ -217,7 +243,9 @@ def test_armijo_first_step_trains_where_a_fixed_step_stalls():
     every step is rejected until the stall criterion stops GD at the init; the Armijo first step moves."""
     task = MultiModalPrompts(dims=(4, 4))
     build = lambda s: LCA(task.d, 6, s, param="full", alpha0=0.05, sigma_init=1.0, dtype=torch.float64)  # noqa: E731
-    cfg = RegressionConfig(prompts=32, context=20, steps=40, lr=1.0, stall=1e-6, grad_tol=None, eval_prompts=8, log_every=1)
+    cfg = RegressionConfig(
+        prompts=32, context=20, steps=40, lr=1.0, stall=1e-6, grad_tol=None, eval_prompts=8, log_every=1
+    )
     fixed = RegressionTrainer(cfg, progress=False).fit(build, [3], task)
     _, acc = fixed.series("accepted_steps", 0)
     _, loss = fixed.series("train_loss", 0)

@@ -63,9 +63,8 @@ def test_policy_is_due_by_time_by_request_and_at_the_deadline():
     assert Stopping(deadline=time.monotonic() - 1).stop_requested()
     p.requested.set()
     assert p.due(time.monotonic()) and p.stop_requested()
-    with pytest.raises(ValueError):
-        with stopping(every_s=0):
-            pass
+    with pytest.raises(ValueError), stopping(every_s=0):
+        pass
 
 
 def test_sigterm_inside_the_block_asks_for_a_stop_and_the_handler_is_restored():
@@ -84,9 +83,8 @@ def test_sigterm_inside_the_block_asks_for_a_stop_and_the_handler_is_restored():
 def test_a_stop_saves_the_checkpoint_and_the_resumed_fit_equals_one_never_stopped(tmp_path):
     full = _trainer(tmp_path / "full.json", [_zero_probe]).fit(_build, SEEDS, TASK)
     ck = tmp_path / "stopped.json"
-    with stopping():
-        with pytest.raises(RunStopped) as info:
-            _trainer(ck, [_stop_after(12)]).fit(_build, SEEDS, TASK)
+    with stopping(), pytest.raises(RunStopped) as info:
+        _trainer(ck, [_stop_after(12)]).fit(_build, SEEDS, TASK)
     assert info.value.step == 12
     meta, _ = load_checkpoint(ck)
     assert meta["finished"] == 0 and meta["chunk"]["step"] == 12  # mid-chunk, mid-run
@@ -102,9 +100,8 @@ def test_a_stop_saves_the_checkpoint_and_the_resumed_fit_equals_one_never_stoppe
 
 def test_a_deadline_in_the_past_stops_after_the_first_step_and_wall_time_checkpoints_keep_progress(tmp_path):
     ck = tmp_path / "ck.json"
-    with stopping(until_s=0):
-        with pytest.raises(RunStopped) as info:
-            _trainer(ck).fit(_build, SEEDS, TASK)
+    with stopping(until_s=0), pytest.raises(RunStopped) as info:
+        _trainer(ck).fit(_build, SEEDS, TASK)
     assert info.value.step == 1
     # Every step due (a tiny interval): a checkpoint after every step; the fit runs on to its end.
     ck2 = tmp_path / "every.json"

@@ -197,10 +197,22 @@ def test_markov_init_numbers_are_those_of_the_trainer_before_objectives_and_data
     model = GPTConfig(d=8, max_len=32)
     res = Trainer(cfg, progress=False).fit(lambda s: GPT(model, s), member_seeds(0, 3), MarkovChain(0.5, 0.8))
     final = {(m, n): v for s, m, n, v in res.rows if s == 40}
-    recorded = {"train_loss": [0.6902578473091125, 0.6908420324325562, 0.6898119449615479],
-                "test_loss": [0.6901467740535736, 0.6909642219543457, 0.6901048421859741]}
+    recorded = {
+        "train_loss": [0.6902578473091125, 0.6908420324325562, 0.6898119449615479],
+        "test_loss": [0.6901467740535736, 0.6909642219543457, 0.6901048421859741],
+    }
     for name, values in recorded.items():
         assert [final[(m, name)] for m in range(3)] == pytest.approx(values, rel=1e-5, abs=0)
     sums = [float(v.double().sum()) for v in res.states[0].values()][:6]
-    assert sums == pytest.approx([0.024449251342957723, -0.02310882695019245, -0.25030857710225973,
-                                  -0.22252501637558453, 0.20719857087897253, -0.3110890961252153], rel=1e-5, abs=1e-7)
+    assert sums == pytest.approx(
+        [
+            0.024449251342957723,
+            -0.02310882695019245,
+            -0.25030857710225973,
+            -0.22252501637558453,
+            0.20719857087897253,
+            -0.3110890961252153,
+        ],
+        rel=1e-5,
+        abs=1e-7,
+    )

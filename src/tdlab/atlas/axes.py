@@ -16,8 +16,16 @@ from tdlab.experiments.axes import AtlasAxes, AtlasAxis, linspace
 from tdlab.experiments.base import Experiment, get, registry
 from tdlab.sweep import SweepSpec
 
-__all__ = ["AtlasAxis", "AtlasAxes", "linspace", "sweep_name", "atlas_spec", "experiments_with_axes", "check_fields",
-           "field_exists"]
+__all__ = [
+    "AtlasAxes",
+    "AtlasAxis",
+    "atlas_spec",
+    "check_fields",
+    "experiments_with_axes",
+    "field_exists",
+    "linspace",
+    "sweep_name",
+]
 
 SWEEP_PREFIX = "atlas-"
 
@@ -35,12 +43,19 @@ def atlas_spec(exp: Experiment, profile: str = "quick") -> SweepSpec:
     """
     decl = exp.atlas_axes
     if decl is None:
-        raise ConfigError(f"experiment: {exp.name} declares no atlas axes; "
-                          f"experiments with axes: {', '.join(e.name for e in experiments_with_axes()) or 'none'}")
+        raise ConfigError(
+            f"experiment: {exp.name} declares no atlas axes; "
+            f"experiments with axes: {', '.join(e.name for e in experiments_with_axes()) or 'none'}"
+        )
     if profile not in exp.profiles:
         raise ConfigError(f"profile: unknown profile {profile!r} for {exp.name}; allowed: {', '.join(exp.profiles)}")
-    return SweepSpec(name=sweep_name(exp.name, profile), experiment=exp.name, profile=profile,
-                     set=decl.overrides(profile), grid=decl.grid(profile))
+    return SweepSpec(
+        name=sweep_name(exp.name, profile),
+        experiment=exp.name,
+        profile=profile,
+        set=decl.overrides(profile),
+        grid=decl.grid(profile),
+    )
 
 
 def experiments_with_axes(names: Sequence[str] = ()) -> list[Experiment]:
@@ -56,8 +71,10 @@ def experiments_with_axes(names: Sequence[str] = ()) -> list[Experiment]:
         exp = get(n)  # unknown: ConfigError naming the allowed ones
         if exp.atlas_axes is None:
             with_axes = ", ".join(e.name for _, e in sorted(registry().items()) if e.atlas_axes is not None)
-            raise ConfigError(f"experiment: {n} declares no atlas axes, so it has no atlas sweep; "
-                              f"experiments with axes: {with_axes or 'none'}")
+            raise ConfigError(
+                f"experiment: {n} declares no atlas axes, so it has no atlas sweep; "
+                f"experiments with axes: {with_axes or 'none'}"
+            )
         if exp not in out:
             out.append(exp)
     return out

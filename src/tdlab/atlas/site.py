@@ -46,14 +46,25 @@ from tdlab.report.findings import decided_by, group_line, row_summary
 from tdlab.runs import RunDirError
 from tdlab.safeio import atomic_write, check_output_folder, copy_inside, enclosing_run, folder_mode, is_run_dir
 
-__all__ = ["build_site", "load_index", "MARKS", "TEMPLATES", "ClaimMap", "ExperimentPage", "cell_score", "score_colour",
-           "legend_stops", "SCORE_CLIP"]
+__all__ = [
+    "MARKS",
+    "SCORE_CLIP",
+    "TEMPLATES",
+    "ClaimMap",
+    "ExperimentPage",
+    "build_site",
+    "cell_score",
+    "legend_stops",
+    "load_index",
+    "score_colour",
+]
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "report" / "templates"  # beside the run report's template
 MARKS = {"holds": "✓", "fails": "✗", "not resolved": "?", "not evaluable": "–"}  # as the sweep's phase diagrams
 NOT_RUN = "·"
-_ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True),
-                   trim_blocks=True, lstrip_blocks=True)
+_ENV = Environment(
+    loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True), trim_blocks=True, lstrip_blocks=True
+)
 
 
 def load_index(runs: Path) -> list[dict[str, Any]]:
@@ -63,9 +74,11 @@ def load_index(runs: Path) -> list[dict[str, Any]]:
         ConfigError: ``runs`` holds no ``index.sqlite`` (nothing is created there).
     """
     if not (Path(runs) / INDEX_NAME).is_file():
-        raise ConfigError(f"--runs: {runs} holds no run index ({INDEX_NAME}); run experiments there first "
-                          f"(tdlab atlas run --runs {runs}), or index existing run folders with "
-                          f"`tdlab runs --reindex --out {runs}`")
+        raise ConfigError(
+            f"--runs: {runs} holds no run index ({INDEX_NAME}); run experiments there first "
+            f"(tdlab atlas run --runs {runs}), or index existing run folders with "
+            f"`tdlab runs --reindex --out {runs}`"
+        )
     return RunIndex(runs).query(order="created")
 
 
@@ -281,8 +294,15 @@ class _Reports:
                 self.skipped.append(f"{src}: {exc}" if isinstance(exc, OSError) else str(exc))
         summary = {**row["summary"], "figures": []}  # no figure files to link to
         summary.setdefault("run_id", row["run_id"])
-        for k, v in (("experiment", row["experiment"]), ("figure", ""), ("paper", ""), ("profile", row["profile"]),
-                     ("status", row["status"]), ("seed", row["seed"]), ("members", row["members"])):
+        for k, v in (
+            ("experiment", row["experiment"]),
+            ("figure", ""),
+            ("paper", ""),
+            ("profile", row["profile"]),
+            ("status", row["status"]),
+            ("seed", row["seed"]),
+            ("members", row["members"]),
+        ):
             summary.setdefault(k, v)
         conf = {"experiment": row["experiment"], "profile": row["profile"], "config": row["config"]}
         atomic_write(dest / "report.html", render_report(summary, conf, description))
@@ -309,7 +329,9 @@ class _Reports:
                 self.skipped.append(f"{exc} (not copied)")
 
 
-def _cell_title(axes: Sequence[AtlasAxis], values: Sequence[Any], row: dict[str, Any], group: dict[str, Any] | None) -> str:
+def _cell_title(
+    axes: Sequence[AtlasAxis], values: Sequence[Any], row: dict[str, Any], group: dict[str, Any] | None
+) -> str:
     where = ", ".join(f"{a.name} = {_fmt(v)}" for a, v in zip(axes, values))
     if group is None:
         s = row["summary"] or {}
@@ -377,18 +399,35 @@ def _sweep(exp: Any, decl: AtlasAxes, profile: str, rows: list[dict[str, Any]], 
                     counts[verdict] = counts.get(verdict, 0) + 1
                     first = _first_seed_row(g) if g and g["verdict"] != "not evaluable" else None
                     score = cell_score(first) if first is not None else None
-                    cells.append(Cell(MARKS.get(verdict, NOT_RUN), verdict, _cell_title(axes, values, p["row"], g), p["href"],
-                                      score))
+                    cells.append(
+                        Cell(
+                            MARKS.get(verdict, NOT_RUN),
+                            verdict,
+                            _cell_title(axes, values, p["row"], g),
+                            p["href"],
+                            score,
+                        )
+                    )
                 table.append((_fmt(yv) if yv is not None else "", cells))
             built.append((label, table))
         maps.append(ClaimMap(cid, statement, built, counts, len(points)))
     table = []
     for p in sorted(points.values(), key=lambda p: [_key(v) for v in p["values"]]):
-        table.append({"values": [_fmt(v) for v in p["values"]], "run_id": p["row"]["run_id"], "href": p["href"],
-                      "status": p["row"]["status"],
-                      "claims": [(cid, p["groups"][cid]["verdict"], group_line(p["groups"][cid])) if cid in p["groups"]
-                                 else (cid, "—", "") for cid in claim_ids],
-                      "notes": (p["row"]["summary"] or {}).get("notes", [])})
+        table.append(
+            {
+                "values": [_fmt(v) for v in p["values"]],
+                "run_id": p["row"]["run_id"],
+                "href": p["href"],
+                "status": p["row"]["status"],
+                "claims": [
+                    (cid, p["groups"][cid]["verdict"], group_line(p["groups"][cid]))
+                    if cid in p["groups"]
+                    else (cid, "—", "")
+                    for cid in claim_ids
+                ],
+                "notes": (p["row"]["summary"] or {}).get("notes", []),
+            }
+        )
     return Sweep(profile, name, axes, [_fmt(c) for c in cols], maps, table, decl.size(profile))
 
 
@@ -404,16 +443,22 @@ def _pages(rows: list[dict[str, Any]], reports: _Reports, out: Path) -> list[Exp
             if r["profile"] in defaults and r["status"] == "done" and _canonical(r["config"]) == defaults[r["profile"]]:
                 default = r
                 break
-        page = ExperimentPage(name, exp.paper, exp.figure, exp.description, exp.atlas_axes, default,
-                              reports.link(default) if default else None)
+        page = ExperimentPage(
+            name,
+            exp.paper,
+            exp.figure,
+            exp.description,
+            exp.atlas_axes,
+            default,
+            reports.link(default) if default else None,
+        )
         if exp.atlas_axes is not None:
             for profile in exp.profiles:
                 s = _sweep(exp, exp.atlas_axes, profile, mine, reports)
                 if s is not None:
                     page.sweeps.append(s)
         for r in reversed(mine):
-            page.runs.append({"row": r, "href": reports.link(r),
-                              "overrides": _overrides(r, exp.atlas_axes)})
+            page.runs.append({"row": r, "href": reports.link(r), "overrides": _overrides(r, exp.atlas_axes)})
         pages.append(page)
     return pages
 
@@ -439,22 +484,29 @@ def _check_target(runs: Path, out: Path) -> Path:
         site = out.expanduser().resolve()
         source = Path(runs).expanduser().resolve()
     except (OSError, RuntimeError):  # RuntimeError: pathlib's word for a symlink loop
-        raise ConfigError(f"--out {echo(str(out))}: a symlink loop or a path that cannot be resolved; give a "
-                          f"folder for the site") from None
+        raise ConfigError(
+            f"--out {echo(str(out))}: a symlink loop or a path that cannot be resolved; give a folder for the site"
+        ) from None
     if site == source or site in source.parents:
-        raise ConfigError(f"--out {echo(str(out))}: holds the runs folder {runs} the site is built from; the site "
-                          f"never overlaps the runs it reads: give another folder (default: RUNS/atlas)")
+        raise ConfigError(
+            f"--out {echo(str(out))}: holds the runs folder {runs} the site is built from; the site "
+            f"never overlaps the runs it reads: give another folder (default: RUNS/atlas)"
+        )
     if site.exists() or site.is_symlink():
         if not site.is_dir():
             raise ConfigError(f"--out {echo(str(out))}: exists and is not a folder; give a folder for the site")
         earlier = (site / SITE_MARK).is_file() or ((site / "index.html").is_file() and (site / "experiments").is_dir())
         if not earlier and any(site.iterdir()):
-            raise ConfigError(f"--out {echo(str(out))}: a folder holding other files, not an atlas site; a build "
-                              f"replaces its --out folder as a whole: give a new or empty folder")
+            raise ConfigError(
+                f"--out {echo(str(out))}: a folder holding other files, not an atlas site; a build "
+                f"replaces its --out folder as a whole: give a new or empty folder"
+            )
     check_output_folder(site.parent, "--out")  # writable, and no run directory
     if enclosing_run(site) is not None or is_run_dir(site):
-        raise ConfigError(f"--out {echo(str(out))}: a run directory, which is read-only to every command but "
-                          f"`tdlab run --resume` and `tdlab report`: give another folder")
+        raise ConfigError(
+            f"--out {echo(str(out))}: a run directory, which is read-only to every command but "
+            f"`tdlab run --resume` and `tdlab report`: give another folder"
+        )
     return site
 
 
@@ -497,17 +549,29 @@ def build_site(runs: Path, out: Path, warn: Callable[[str], None] | None = None)
         (staging / "experiments").mkdir()
         reports = _Reports(runs, staging, {n: e.description for n, e in registry().items()})
         pages = _pages(rows, reports, staging)
-        common = {"marks": MARKS, "legend": legend_stops(), "not_run": NOT_RUN, "verdicts": VERDICTS, "runs_dir": str(runs), "n_runs": len(rows)}
+        common = {
+            "marks": MARKS,
+            "legend": legend_stops(),
+            "not_run": NOT_RUN,
+            "verdicts": VERDICTS,
+            "runs_dir": str(runs),
+            "n_runs": len(rows),
+        }
         for page in pages:
-            atomic_write(staging / page.href,
-                         _ENV.get_template("atlas_experiment.html.j2").render(p=page, root="../", **common))
-        atomic_write(staging / "index.html", _ENV.get_template("atlas_index.html.j2").render(pages=pages, root="", **common))
+            atomic_write(
+                staging / page.href, _ENV.get_template("atlas_experiment.html.j2").render(p=page, root="../", **common)
+            )
+        atomic_write(
+            staging / "index.html", _ENV.get_template("atlas_index.html.j2").render(pages=pages, root="", **common)
+        )
         atomic_write(staging / SITE_MARK, f"atlas site of {Path(runs).resolve()}\n")
         _swap(staging, site)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     if reports.skipped and warn is not None:
-        warn(f"{len(reports.skipped)} run file(s) not copied into the site: {reports.skipped[0]}"
-             + (f" (and {len(reports.skipped) - 1} more)" if len(reports.skipped) > 1 else ""))
+        warn(
+            f"{len(reports.skipped)} run file(s) not copied into the site: {reports.skipped[0]}"
+            + (f" (and {len(reports.skipped) - 1} more)" if len(reports.skipped) > 1 else "")
+        )
     return site / "index.html"

@@ -20,8 +20,18 @@ from typing import Any, Literal
 import numpy as np
 
 __all__ = [
-    "Kind", "Test", "Relation", "Horizon", "Provenance", "ClaimSpec", "Stage", "StageCheck", "Sample", "Row",
-    "Measurements", "resolve",
+    "ClaimSpec",
+    "Horizon",
+    "Kind",
+    "Measurements",
+    "Provenance",
+    "Relation",
+    "Row",
+    "Sample",
+    "Stage",
+    "StageCheck",
+    "Test",
+    "resolve",
 ]
 
 Kind = Literal["paper", "sanity"]
@@ -270,8 +280,15 @@ class Measurements:
         self.values: dict[str, Any] = dict(values or {})
 
     def row(
-        self, claim: str, key: str, measured: Sample | Sequence[float], reference: Sample | Sequence[float] | None = None,
-        *, arms: Sequence[str] = (), provenance: Provenance = "seed", context: Mapping[str, Any] | None = None,
+        self,
+        claim: str,
+        key: str,
+        measured: Sample | Sequence[float],
+        reference: Sample | Sequence[float] | None = None,
+        *,
+        arms: Sequence[str] = (),
+        provenance: Provenance = "seed",
+        context: Mapping[str, Any] | None = None,
         label: str = "",
     ) -> Row:
         """Add row ``key`` of claim ``claim`` (plain sequences become plain :class:`Sample` s)."""
@@ -287,8 +304,13 @@ class Measurements:
         return r
 
     def stage(
-        self, arm: str, stage: Stage | str, value: Iterable[float] | float, bound: Iterable[float] | float,
-        relation: Literal["lt", "gt"] = "lt", evidence: str = "",
+        self,
+        arm: str,
+        stage: Stage | str,
+        value: Iterable[float] | float,
+        bound: Iterable[float] | float,
+        relation: Literal["lt", "gt"] = "lt",
+        evidence: str = "",
     ) -> StageCheck:
         """Record whether ``arm``'s members passed ``stage`` (``value`` vs ``bound``, per member)."""
         sid = stage.id if isinstance(stage, Stage) else stage

@@ -33,13 +33,25 @@ class ArmHealth:
         return "trained" if self.trained else ("moved, not learned" if self.moved else "not trained")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"arm": self.arm, "status": self.status, "moved": self.moved, "trained": self.trained,
-                "reasons": self.reasons, **self.facts}
+        return {
+            "arm": self.arm,
+            "status": self.status,
+            "moved": self.moved,
+            "trained": self.trained,
+            "reasons": self.reasons,
+            **self.facts,
+        }
 
 
 def assess_arm(
-    arm: str, initial_loss: Sequence[float], final_loss: Sequence[float], *, accepted_steps: Sequence[float] | None = None,
-    test_error: Sequence[float] | None = None, trivial_error: float | None = None, all_finite: bool = True,
+    arm: str,
+    initial_loss: Sequence[float],
+    final_loss: Sequence[float],
+    *,
+    accepted_steps: Sequence[float] | None = None,
+    test_error: Sequence[float] | None = None,
+    trivial_error: float | None = None,
+    all_finite: bool = True,
 ) -> ArmHealth:
     """The training-health gate of one arm (every member must pass).
 
@@ -62,8 +74,10 @@ def assess_arm(
     with np.errstate(invalid="ignore"):
         not_lower = np.nonzero(~(final < init))[0].tolist()
     if not_lower:
-        reasons.append(f"final loss not below the initial one (members {not_lower}: "
-                       f"{', '.join(f'{init[i]:.4g} → {final[i]:.4g}' for i in not_lower[:4])})")
+        reasons.append(
+            f"final loss not below the initial one (members {not_lower}: "
+            f"{', '.join(f'{init[i]:.4g} → {final[i]:.4g}' for i in not_lower[:4])})"
+        )
     moved = not reasons
     learned_reasons: list[str] = []
     if test_error is not None and trivial_error is not None:
@@ -71,16 +85,27 @@ def assess_arm(
         with np.errstate(invalid="ignore"):
             above = np.nonzero(~(te < trivial_error))[0].tolist()
         if above:
-            learned_reasons.append(f"test error not below the trivial predictor's {trivial_error:.4g} (members {above})")
-    facts: dict[str, Any] = {"initial_loss": init.tolist(), "final_loss": final.tolist(), "trivial_error": trivial_error}
+            learned_reasons.append(
+                f"test error not below the trivial predictor's {trivial_error:.4g} (members {above})"
+            )
+    facts: dict[str, Any] = {
+        "initial_loss": init.tolist(),
+        "final_loss": final.tolist(),
+        "trivial_error": trivial_error,
+    }
     if accepted_steps is not None:
         facts["accepted_steps"] = list(map(float, accepted_steps))
     return ArmHealth(arm, moved, moved and not learned_reasons, reasons + learned_reasons, facts)
 
 
 def end_drift(
-    steps: Sequence[float], values: np.ndarray, fraction: float = 0.1, min_points: int = 3, *,
-    lr_steps: Sequence[float] | None = None, lr: Sequence[float] | None = None,
+    steps: Sequence[float],
+    values: np.ndarray,
+    fraction: float = 0.1,
+    min_points: int = 3,
+    *,
+    lr_steps: Sequence[float] | None = None,
+    lr: Sequence[float] | None = None,
 ) -> float:
     """How much a curve still moves at the end of training: the least-squares slope over the end
     window times the window's length.

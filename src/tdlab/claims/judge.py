@@ -41,11 +41,19 @@ from scipy import stats
 from tdlab.claims.declare import ClaimSpec, Measurements, Row, Sample, Stage, resolve
 from tdlab.claims.health import ArmHealth
 from tdlab.claims.stats import (
-    NAN_INTERVAL, Interval, difference_interval, holm, mean_interval, p_outside, proportion_interval,
-    proportion_p_outside, sign_test, min_sign_members,
+    NAN_INTERVAL,
+    Interval,
+    difference_interval,
+    holm,
+    mean_interval,
+    min_sign_members,
+    p_outside,
+    proportion_interval,
+    proportion_p_outside,
+    sign_test,
 )
 
-__all__ = ["Verdict", "VERDICTS", "Cause", "RowResult", "GroupResult", "judge", "judge_row", "group_verdict"]
+__all__ = ["VERDICTS", "Cause", "GroupResult", "RowResult", "Verdict", "group_verdict", "judge", "judge_row"]
 
 # End-drift windows in as much training again: the drift is measured over the last tenth of training
 # (tdlab.claims.health.end_drift's fraction), so ten windows make the whole of it once more.
@@ -54,9 +62,22 @@ AGAIN = 10
 Verdict = Literal["holds", "fails", "not resolved", "not evaluable"]
 VERDICTS: tuple[str, ...] = ("holds", "fails", "not resolved", "not evaluable")
 # What set a verdict: the findings table groups failing and undecided claims by it.
-Cause = Literal["decided", "spread", "one member", "members", "censored", "resolution", "still moving",
-                "shorter than the seed's length", "multiplicity",
-                "not trained", "stage not reached", "no rows", "no seed rows", "non-finite"]
+Cause = Literal[
+    "decided",
+    "spread",
+    "one member",
+    "members",
+    "censored",
+    "resolution",
+    "still moving",
+    "shorter than the seed's length",
+    "multiplicity",
+    "not trained",
+    "stage not reached",
+    "no rows",
+    "no seed rows",
+    "non-finite",
+]
 _SYMBOL = {"close": "≈", "le": "≤", "ge": "≥", "lt": "<", "gt": ">"}
 
 
@@ -117,11 +138,15 @@ class RowResult:
         ci = f" [{iv.lo:.4g}, {iv.hi:.4g}]" if math.isfinite(iv.lo) or math.isfinite(iv.hi) else ""
         if self.test == "compare":
             ref = self.reference.mean if self.reference is not None else math.nan
-            body = (f"difference {iv.center:+.4g}{ci}{self.unit} {_SYMBOL[self.relation]} "
-                    f"{'-' if self.relation == 'lt' else '+'}{self.expected:g} ({self.mean:.4g} vs {ref:.4g})")
+            body = (
+                f"difference {iv.center:+.4g}{ci}{self.unit} {_SYMBOL[self.relation]} "
+                f"{'-' if self.relation == 'lt' else '+'}{self.expected:g} ({self.mean:.4g} vs {ref:.4g})"
+            )
         else:
-            body = (f"measured {self.mean:.4f} ± {self.std:.4f}{ci}{self.unit} {_SYMBOL[self.relation]} "
-                    f"expected {self.expected:.4f} (tol {self.tolerance:g})")
+            body = (
+                f"measured {self.mean:.4f} ± {self.std:.4f}{ci}{self.unit} {_SYMBOL[self.relation]} "
+                f"expected {self.expected:.4f} (tol {self.tolerance:g})"
+            )
             if self.test == "every":
                 body += f"; {self.per_member.count('holds')}/{self.measured.n} members hold"
         tag = "" if self.provenance == "seed" else " [ours]"
@@ -135,21 +160,47 @@ class RowResult:
             extra = {"successes": int(sum(m.values)), "trials": m.n}
         finite = [x if math.isfinite(x) else None for x in (iv.lo, iv.hi)]
         return {
-            "id": self.id, "statement": self.statement, "kind": self.kind, "test": self.test, "relation": self.relation,
-            "expected": self.expected, "tolerance": self.tolerance, **extra,
+            "id": self.id,
+            "statement": self.statement,
+            "kind": self.kind,
+            "test": self.test,
+            "relation": self.relation,
+            "expected": self.expected,
+            "tolerance": self.tolerance,
+            **extra,
             "measured": [m.mean] if m.proportion else list(m.values),
             "reference": list(self.reference.values) if self.reference is not None else None,
-            "member_se": list(m.se) if m.se is not None else None, "paired": self.paired, "unit": self.unit,
-            "arms": list(self.arms), "learning_required": self.learning_required, "drift": m.drift,
-            "drift_tolerance": self.drift_tolerance, "mean": self.mean, "std": self.std,
-            "interval": finite if not math.isnan(iv.center) else None, "confidence": self.confidence,
-            "per_member": self.per_member, "verdict": self.verdict, "holds": self.holds, "reason": self.reason,
-            "n": m.n, "difference": iv.center if self.test == "compare" and not math.isnan(iv.center) else None,
-            "provenance": self.provenance, "horizon": self.horizon, "stage": self.stage, "cause": self.cause,
-            "resolution": m.resolution, "mc_se": m.mc_se, "censored": list(m.censored) if m.censored else None,
-            "p_fail": self.p_fail, "p_hold": self.p_hold, "alone": self.alone,
+            "member_se": list(m.se) if m.se is not None else None,
+            "paired": self.paired,
+            "unit": self.unit,
+            "arms": list(self.arms),
+            "learning_required": self.learning_required,
+            "drift": m.drift,
+            "drift_tolerance": self.drift_tolerance,
+            "mean": self.mean,
+            "std": self.std,
+            "interval": finite if not math.isnan(iv.center) else None,
+            "confidence": self.confidence,
+            "per_member": self.per_member,
+            "verdict": self.verdict,
+            "holds": self.holds,
+            "reason": self.reason,
+            "n": m.n,
+            "difference": iv.center if self.test == "compare" and not math.isnan(iv.center) else None,
+            "provenance": self.provenance,
+            "horizon": self.horizon,
+            "stage": self.stage,
+            "cause": self.cause,
+            "resolution": m.resolution,
+            "mc_se": m.mc_se,
+            "censored": list(m.censored) if m.censored else None,
+            "p_fail": self.p_fail,
+            "p_hold": self.p_hold,
+            "alone": self.alone,
             # a measured reference's own standard error and resolution bound (value / every tests)
-            "reference_se": _ref_error(self.reference)[0] if self.reference is not None and self.test != "compare" else None,
+            "reference_se": _ref_error(self.reference)[0]
+            if self.reference is not None and self.test != "compare"
+            else None,
             "context": {k: v for k, v in self.context.items() if isinstance(v, (int, float, str, bool)) or v is None},
         }
 
@@ -203,10 +254,21 @@ class GroupResult:
 
     def to_dict(self) -> dict[str, Any]:
         s = self.spec
-        return {"id": s.id, "statement": s.statement, "kind": s.kind, "verdict": self.verdict, "cause": self.cause,
-                "reason": self.reason, "horizon": s.horizon, "stage": self.stage.id if self.stage else None,
-                "stage_description": self.stage.description if self.stage else None, "test": s.test, "quantity": s.quantity,
-                "counts": self.counts, "rows": [r.to_dict() for r in self.rows]}
+        return {
+            "id": s.id,
+            "statement": s.statement,
+            "kind": s.kind,
+            "verdict": self.verdict,
+            "cause": self.cause,
+            "reason": self.reason,
+            "horizon": s.horizon,
+            "stage": self.stage.id if self.stage else None,
+            "stage_description": self.stage.description if self.stage else None,
+            "test": s.test,
+            "quantity": s.quantity,
+            "counts": self.counts,
+            "rows": [r.to_dict() for r in self.rows],
+        }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -214,7 +276,10 @@ class GroupResult:
 
 
 def judge(
-    specs: Sequence[ClaimSpec], measured: Measurements, cfg: Any, health: Mapping[str, ArmHealth] | None = None,
+    specs: Sequence[ClaimSpec],
+    measured: Measurements,
+    cfg: Any,
+    health: Mapping[str, ArmHealth] | None = None,
     confidence: float = 0.95,
 ) -> list[GroupResult]:
     """Every declared claim judged on ``measured`` (rows of undeclared claims are an error)."""
@@ -229,7 +294,11 @@ def judge(
 
 
 def judge_group(
-    spec: ClaimSpec, rows: Sequence[Row], measured: Measurements, cfg: Any, health: Mapping[str, ArmHealth],
+    spec: ClaimSpec,
+    rows: Sequence[Row],
+    measured: Measurements,
+    cfg: Any,
+    health: Mapping[str, ArmHealth],
     confidence: float = 0.95,
 ) -> GroupResult:
     stage = spec.stage_for(cfg)
@@ -253,8 +322,11 @@ def group_verdict(spec: ClaimSpec, rows: Sequence[RowResult]) -> tuple[Verdict, 
         return "not evaluable", "no rows", f"no row ran{f': needs {spec.needs}' if spec.needs else ''}"
     deciding = _deciding(spec, rows)
     if not deciding:
-        return ("not evaluable", "no seed rows",
-                f"no row in the seed's own setting ran ({len(rows)} row(s) of ours){f'; needs {spec.needs}' if spec.needs else ''}")
+        return (
+            "not evaluable",
+            "no seed rows",
+            f"no row in the seed's own setting ran ({len(rows)} row(s) of ours){f'; needs {spec.needs}' if spec.needs else ''}",
+        )
     for v in ("fails", "not resolved"):
         hit = [r for r in deciding if r.verdict == v]
         if hit:
@@ -273,12 +345,21 @@ def _multiplicity(rows: Sequence[RowResult], alpha: float) -> None:
     for r, rej in zip(family, rejected):
         if r.verdict == "fails" and not rej:
             r.alone = "fails"
-            r.set("not resolved", "multiplicity",
-                  f"fails alone (p = {r.p_fail:.3g}) but not after Holm's correction over {len(family)} rows")
+            r.set(
+                "not resolved",
+                "multiplicity",
+                f"fails alone (p = {r.p_fail:.3g}) but not after Holm's correction over {len(family)} rows",
+            )
 
 
-def _gate(spec: ClaimSpec, stage: Stage | None, res: RowResult, row: Row, measured: Measurements,
-          health: Mapping[str, ArmHealth]) -> None:
+def _gate(
+    spec: ClaimSpec,
+    stage: Stage | None,
+    res: RowResult,
+    row: Row,
+    measured: Measurements,
+    health: Mapping[str, ArmHealth],
+) -> None:
     if res.verdict == "not evaluable":
         return
     bad = []
@@ -304,10 +385,11 @@ def _gate(spec: ClaimSpec, stage: Stage | None, res: RowResult, row: Row, measur
         if below:
             rel = "<" if check.relation == "lt" else ">"
             shown = ", ".join(f"{check.value[i]:.4g} vs {check.bound[i]:.4g}" for i in below[:4])
-            missing.append(f"{arm} members {below} not {rel} bound ({check.evidence + ': ' if check.evidence else ''}{shown})")
+            missing.append(
+                f"{arm} members {below} not {rel} bound ({check.evidence + ': ' if check.evidence else ''}{shown})"
+            )
     if missing:
-        res.set("not evaluable", "stage not reached",
-                f"stage not reached — {stage.description}: " + "; ".join(missing))
+        res.set("not evaluable", "stage not reached", f"stage not reached — {stage.description}: " + "; ".join(missing))
 
 
 def judge_row(spec: ClaimSpec, row: Row, cfg: Any, confidence: float = 0.95) -> RowResult:
@@ -321,49 +403,86 @@ def judge_row(spec: ClaimSpec, row: Row, cfg: Any, confidence: float = 0.95) -> 
             raise ValueError(f"{spec.id}/{row.key}: no expected value declared and no measured reference given")
         expected = row.reference.mean
     res = RowResult(
-        id=f"{spec.id}/{row.key}" if row.key else spec.id, statement=row.label or spec.statement, kind=spec.kind,
-        test=spec.test, relation=spec.relation, expected=float(margin if spec.test == "compare" else expected),
-        tolerance=float(tol or 0.0), measured=row.measured, reference=row.reference, provenance=row.provenance,
-        horizon=spec.horizon, arms=row.arms, unit=spec.unit, context=row.context,
-        learning_required=spec.learning_required, paired=spec.paired, confidence=confidence, drift_tolerance=drift_tol,
+        id=f"{spec.id}/{row.key}" if row.key else spec.id,
+        statement=row.label or spec.statement,
+        kind=spec.kind,
+        test=spec.test,
+        relation=spec.relation,
+        expected=float(margin if spec.test == "compare" else expected),
+        tolerance=float(tol or 0.0),
+        measured=row.measured,
+        reference=row.reference,
+        provenance=row.provenance,
+        horizon=spec.horizon,
+        arms=row.arms,
+        unit=spec.unit,
+        context=row.context,
+        learning_required=spec.learning_required,
+        paired=spec.paired,
+        confidence=confidence,
+        drift_tolerance=drift_tol,
     )
     m = row.measured
     if m.n == 0:
         res.set("not evaluable", "no rows", "no measurement")
         return res
-    if not all(math.isfinite(v) for v in m.values) or (row.reference is not None and
-                                                       not all(math.isfinite(v) for v in row.reference.values)):
+    if not all(math.isfinite(v) for v in m.values) or (
+        row.reference is not None and not all(math.isfinite(v) for v in row.reference.values)
+    ):
         res.p_fail, res.p_hold = 0.0, 1.0
         res.set("fails", "non-finite", "non-finite measurement")
         return res
     if spec.test == "compare":
         _decide_compare(spec, res, row, float(margin or 0.0), confidence)
         return res
-    lo, hi = {"close": (expected - tol, expected + tol), "le": (-math.inf, expected + tol),
-              "ge": (expected - tol, math.inf)}[spec.relation]
+    lo, hi = {
+        "close": (expected - tol, expected + tol),
+        "le": (-math.inf, expected + tol),
+        "ge": (expected - tol, math.inf),
+    }[spec.relation]
     if spec.test == "every":
         _decide_every(spec, res, row, lo, hi, confidence)
     else:
         _decide_value(res, row, lo, hi, confidence)
-    if (spec.horizon == "convergence" and res.verdict in ("holds", "fails") and m.drift is not None
-            and math.isfinite(m.drift) and drift_tol is not None and abs(m.drift) > drift_tol):
-        res.set("not resolved", "still moving",
-                f"still moving: {m.drift:+.4g}{spec.unit} over the last tenth of training (learning-rate time), "
-                f"tolerance {drift_tol:g}; {res.verdict} at the end")
+    if (
+        spec.horizon == "convergence"
+        and res.verdict in ("holds", "fails")
+        and m.drift is not None
+        and math.isfinite(m.drift)
+        and drift_tol is not None
+        and abs(m.drift) > drift_tol
+    ):
+        res.set(
+            "not resolved",
+            "still moving",
+            f"still moving: {m.drift:+.4g}{spec.unit} over the last tenth of training (learning-rate time), "
+            f"tolerance {drift_tol:g}; {res.verdict} at the end",
+        )
     elif res.verdict == "holds" and spec.stays_for(cfg) and _short_of_seed(spec, cfg, row):
         run_len, seed_len = resolve(spec.length, cfg, row), resolve(spec.seed_length, cfg, row)
-        res.set("not resolved", "shorter than the seed's length",
-                f"it stays through {run_len:g} of training ({spec.length}), shorter than the seed's {seed_len:g}: "
-                f"what stays at {run_len:g} may still leave before {seed_len:g}")
-    elif (spec.horizon == "convergence" and res.verdict == "fails" and m.drift is not None and math.isfinite(m.drift)
-          and drift_tol is not None):
+        res.set(
+            "not resolved",
+            "shorter than the seed's length",
+            f"it stays through {run_len:g} of training ({spec.length}), shorter than the seed's {seed_len:g}: "
+            f"what stays at {run_len:g} may still leave before {seed_len:g}",
+        )
+    elif (
+        spec.horizon == "convergence"
+        and res.verdict == "fails"
+        and m.drift is not None
+        and math.isfinite(m.drift)
+        and drift_tol is not None
+    ):
         centre = statistics.fmean(m.values)
         toward = (centre < lo and m.drift > 0) or (centre > hi and m.drift < 0)
         if toward and abs(m.drift) * AGAIN >= drift_tol:
-            res.set("not resolved", "still moving",
-                    f"still moving towards the claim: {m.drift:+.4g}{spec.unit} over the last tenth of training "
-                    f"(learning-rate time), so as much training again at that pace moves it by "
-                    f"{abs(m.drift) * AGAIN:.4g}, at least its tolerance {drift_tol:g}; fails at the end, not at convergence")
+            res.set(
+                "not resolved",
+                "still moving",
+                f"still moving towards the claim: {m.drift:+.4g}{spec.unit} over the last tenth of training "
+                f"(learning-rate time), so as much training again at that pace moves it by "
+                f"{abs(m.drift) * AGAIN:.4g}, at least its tolerance {drift_tol:g}; fails at the end, not at convergence",
+            )
     return res
 
 
@@ -386,7 +505,11 @@ def _decide_value(res: RowResult, row: Row, lo: float, hi: float, confidence: fl
     m = row.measured
     if m.censored and all(m.censored):
         res.interval = mean_interval(m.values, confidence, deterministic=True)
-        res.set("not resolved", "censored", f"every member censored at its bound ({m.mean:.4g}): never reached within the horizon")
+        res.set(
+            "not resolved",
+            "censored",
+            f"every member censored at its bound ({m.mean:.4g}): never reached within the horizon",
+        )
         return
     if m.proportion:
         iv = res.interval = proportion_interval(m.values, confidence)
@@ -396,8 +519,9 @@ def _decide_value(res: RowResult, row: Row, lo: float, hi: float, confidence: fl
         res.p_hold = _p_inside_proportion(int(sum(m.values)), m.n, lo, hi)
     else:
         ref_se, ref_w = _ref_error(row.reference)
-        iv = mean_interval(m.values, confidence, m.deterministic, extra_se=math.hypot(m.mc_se, ref_se),
-                           widen=m.resolution / 2 + ref_w)
+        iv = mean_interval(
+            m.values, confidence, m.deterministic, extra_se=math.hypot(m.mc_se, ref_se), widen=m.resolution / 2 + ref_w
+        )
         can_fail_low = can_fail_high = True
         if m.censored and any(m.censored):  # a bound: the interval is open on the censored side
             if m.censor == "above":
@@ -409,8 +533,10 @@ def _decide_value(res: RowResult, row: Row, lo: float, hi: float, confidence: fl
         if (iv.center < lo and not can_fail_low) or (iv.center > hi and not can_fail_high):
             p = 1.0
         res.p_fail = p
-        res.p_hold = max(p_outside(iv, -math.inf, lo) if lo > -math.inf else 0.0,
-                         p_outside(iv, hi, math.inf) if hi < math.inf else 0.0)
+        res.p_hold = max(
+            p_outside(iv, -math.inf, lo) if lo > -math.inf else 0.0,
+            p_outside(iv, hi, math.inf) if hi < math.inf else 0.0,
+        )
     if lo <= iv.lo and iv.hi <= hi:
         res.set("holds", "decided")
     elif iv.hi < lo or iv.lo > hi:
@@ -418,8 +544,11 @@ def _decide_value(res: RowResult, row: Row, lo: float, hi: float, confidence: fl
     elif iv.n < 2 and not m.deterministic and not m.proportion:
         res.set("not resolved", "one member", "one member: the seed-to-seed spread is unknown")
     elif 2 * iv.widen > hi - lo:
-        res.set("not resolved", "resolution",
-                f"the tolerance ({(hi - lo) / 2:g}) is finer than the measurement's resolution (± {iv.widen:g})")
+        res.set(
+            "not resolved",
+            "resolution",
+            f"the tolerance ({(hi - lo) / 2:g}) is finer than the measurement's resolution (± {iv.widen:g})",
+        )
     elif m.censored and any(m.censored):
         res.set("not resolved", "censored", f"{m.n_censored}/{m.n} members censored: only a bound is known")
     else:
@@ -469,7 +598,11 @@ def _decide_every(spec: ClaimSpec, res: RowResult, row: Row, lo: float, hi: floa
     elif n - failed < need:
         res.set("fails", "decided", f"{failed}/{n} members outside")
     else:
-        res.set("not resolved", "spread", f"{marks.count('not resolved')}/{n} members within their own error of the boundary")
+        res.set(
+            "not resolved",
+            "spread",
+            f"{marks.count('not resolved')}/{n} members within their own error of the boundary",
+        )
 
 
 def _decide_compare(spec: ClaimSpec, res: RowResult, row: Row, margin: float, confidence: float) -> None:
@@ -499,32 +632,46 @@ def _decide_compare(spec: ClaimSpec, res: RowResult, row: Row, margin: float, co
         t = sign_test(lower, upper, margin, spec.relation)
         fin_lo = [x for x in lower if math.isfinite(x)]
         fin_hi = [x for x in upper if math.isfinite(x)]
-        res.interval = Interval(statistics.fmean(x - y for x, y in zip(a.values, b.values)),
-                                statistics.fmean(lower) if len(fin_lo) == len(lower) else -math.inf,
-                                statistics.fmean(upper) if len(fin_hi) == len(upper) else math.inf, t.n, widen=w)
+        res.interval = Interval(
+            statistics.fmean(x - y for x, y in zip(a.values, b.values)),
+            statistics.fmean(lower) if len(fin_lo) == len(lower) else -math.inf,
+            statistics.fmean(upper) if len(fin_hi) == len(upper) else math.inf,
+            t.n,
+            widen=w,
+        )
         res.p_fail, res.p_hold = t.p_fail, t.p_hold
         alpha = 1 - confidence
-        what = (f"exact sign test over {t.n} members: {t.n_for} beyond the margin, {t.n_against} not, "
-                f"{t.n - t.n_for - t.n_against} undetermined (resolution ± {w:g}"
-                f"{', censored values' if any(ca) or any(cb) else ''})")
+        what = (
+            f"exact sign test over {t.n} members: {t.n_for} beyond the margin, {t.n_against} not, "
+            f"{t.n - t.n_for - t.n_against} undetermined (resolution ± {w:g}"
+            f"{', censored values' if any(ca) or any(cb) else ''})"
+        )
         need = min_sign_members(alpha)
         if t.p_hold < alpha:
             res.set("holds", "decided", f"{what}; p = {t.p_hold:.3g}")
         elif t.p_fail < alpha:
             res.set("fails", "decided", f"{what}; p = {t.p_fail:.3g}")
         elif t.n < need:  # no data could decide it: the member count is the limit, not the measurement
-            res.set("not resolved", "members",
-                    f"{what}: on {t.n} members the test's p is at least {2 * 0.5**t.n:.3g} whatever the data; "
-                    f"members: needs ≥ {need} at {confidence:.4g}")
+            res.set(
+                "not resolved",
+                "members",
+                f"{what}: on {t.n} members the test's p is at least {2 * 0.5**t.n:.3g} whatever the data; "
+                f"members: needs ≥ {need} at {confidence:.4g}",
+            )
         else:
-            res.set("not resolved", "censored" if any(ca) or any(cb) else "resolution",
-                    f"{what}: p = {min(t.p_hold, t.p_fail):.3g}, not below {alpha:g}")
+            res.set(
+                "not resolved",
+                "censored" if any(ca) or any(cb) else "resolution",
+                f"{what}: p = {min(t.p_hold, t.p_fail):.3g}, not below {alpha:g}",
+            )
         return
     iv = difference_interval(a.values, b.values, spec.paired, confidence, widen=w)
     if any(ca) or any(cb):  # unpaired with censored values: the difference is a bound on that side
         up_open = (any(ca) and a.censor == "above") or (any(cb) and b.censor == "below")
         down_open = (any(ca) and a.censor == "below") or (any(cb) and b.censor == "above")
-        iv = Interval(iv.center, -math.inf if down_open else iv.lo, math.inf if up_open else iv.hi, iv.n, iv.se, iv.df, iv.widen)
+        iv = Interval(
+            iv.center, -math.inf if down_open else iv.lo, math.inf if up_open else iv.hi, iv.n, iv.se, iv.df, iv.widen
+        )
     res.interval = iv
     if spec.relation == "lt":
         hold_region, fail_side = (-math.inf, -margin), (-margin, math.inf)

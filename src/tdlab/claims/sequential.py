@@ -32,8 +32,20 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-__all__ = ["Looks", "GROWABLE_CAUSES", "TRAINING_CAUSES", "growable", "blocker", "row_blocker", "decided", "round_plan", "RoundPlan", "distance",
-           "Extension", "waits_on_training"]
+__all__ = [
+    "GROWABLE_CAUSES",
+    "TRAINING_CAUSES",
+    "Extension",
+    "Looks",
+    "RoundPlan",
+    "blocker",
+    "decided",
+    "distance",
+    "growable",
+    "round_plan",
+    "row_blocker",
+    "waits_on_training",
+]
 
 # Rounds in a row that decide nothing and bring no undecided group closer before the rounds stop.
 STALL_ROUNDS = 2
@@ -138,10 +150,19 @@ def waits_on_training(group: Any) -> bool:
     every member (never reached). A claim judged at the seed's budget never waits on training."""
     if _get(group, "kind") != "paper" or decided(group):
         return False
-    rows = [r for r in _rows(group) if r.get("provenance") == "seed" and r.get("verdict") in ("not resolved", "not evaluable")]
-    return any(r.get("horizon") == "convergence" and (
-        r.get("cause") in TRAINING_CAUSES
-        or (r.get("cause") == "censored" and row_blocker(r) == "no member reached within the horizon")) for r in rows)
+    rows = [
+        r
+        for r in _rows(group)
+        if r.get("provenance") == "seed" and r.get("verdict") in ("not resolved", "not evaluable")
+    ]
+    return any(
+        r.get("horizon") == "convergence"
+        and (
+            r.get("cause") in TRAINING_CAUSES
+            or (r.get("cause") == "censored" and row_blocker(r) == "no member reached within the horizon")
+        )
+        for r in rows
+    )
 
 
 @dataclass(frozen=True)
@@ -193,9 +214,18 @@ def distance(group: Any) -> float:
     return max(ps, default=1.0)
 
 
-def round_plan(looks: Looks, schedule: Sequence[int], done_looks: int, groups: Sequence[Any],
-               history: Sequence[Mapping[str, float]], seconds_left: float, seconds_per_member: float, *,
-               at: int | None = None, extension: Extension | None = None) -> RoundPlan:
+def round_plan(
+    looks: Looks,
+    schedule: Sequence[int],
+    done_looks: int,
+    groups: Sequence[Any],
+    history: Sequence[Mapping[str, float]],
+    seconds_left: float,
+    seconds_per_member: float,
+    *,
+    at: int | None = None,
+    extension: Extension | None = None,
+) -> RoundPlan:
     """After look ``done_looks`` (1-based) judged ``groups``: the next round's members (and training length),
     or why the rounds stop.
 
@@ -237,8 +267,13 @@ def round_plan(looks: Looks, schedule: Sequence[int], done_looks: int, groups: S
                 break
             stalled += 1
         if stalled >= STALL_ROUNDS:
-            return RoundPlan(None, f"the last {stalled} rounds decided nothing new and brought no undecided group closer",
-                             grow, None, train)
+            return RoundPlan(
+                None,
+                f"the last {stalled} rounds decided nothing new and brought no undecided group closer",
+                grow,
+                None,
+                train,
+            )
     if done_looks >= looks.looks:
         return RoundPlan(None, f"the schedule's {looks.looks} looks are used", grow, None, train)
     now = schedule[at]
@@ -249,10 +284,17 @@ def round_plan(looks: Looks, schedule: Sequence[int], done_looks: int, groups: S
     scale = longer / extension.current if longer is not None else 1.0
     cost = (members if longer is not None else members - now) * scale * seconds_per_member
     if cost > seconds_left:
-        what = ", ".join(([f"+{members - now} members"] if members > now else [])
-                         + ([f"{extension.field} {extension.current:g} → {longer:g}"] if longer is not None else []))
-        return RoundPlan(None, f"budget: the next round ({what}, ~{cost:.0f} s) does not fit in the "
-                               f"{max(seconds_left, 0):.0f} s left", grow, None, train)
+        what = ", ".join(
+            ([f"+{members - now} members"] if members > now else [])
+            + ([f"{extension.field} {extension.current:g} → {longer:g}"] if longer is not None else [])
+        )
+        return RoundPlan(
+            None,
+            f"budget: the next round ({what}, ~{cost:.0f} s) does not fit in the {max(seconds_left, 0):.0f} s left",
+            grow,
+            None,
+            train,
+        )
     return RoundPlan(members, "", grow, longer, train)
 
 

@@ -17,8 +17,16 @@ from dataclasses import dataclass
 from scipy import stats
 
 __all__ = [
-    "Interval", "mean_interval", "proportion_interval", "difference_interval", "p_outside", "proportion_p_outside",
-    "sign_test", "SignTest", "min_sign_members", "holm",
+    "Interval",
+    "SignTest",
+    "difference_interval",
+    "holm",
+    "mean_interval",
+    "min_sign_members",
+    "p_outside",
+    "proportion_interval",
+    "proportion_p_outside",
+    "sign_test",
 ]
 
 
@@ -57,7 +65,11 @@ def _quantile(confidence: float, df: float) -> float:
 
 
 def mean_interval(
-    values: Sequence[float], confidence: float = 0.95, deterministic: bool = False, *, extra_se: float = 0.0,
+    values: Sequence[float],
+    confidence: float = 0.95,
+    deterministic: bool = False,
+    *,
+    extra_se: float = 0.0,
     widen: float = 0.0,
 ) -> Interval:
     """Student-t interval of the mean of ``values`` (members are independent seeds).

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AtlasAxis", "AtlasAxes", "linspace"]
+__all__ = ["AtlasAxes", "AtlasAxis", "linspace"]
 
 
 def linspace(start: float, stop: float, num: int, digits: int = 6) -> tuple[float, ...]:

@@ -12,7 +12,6 @@ the measurements, the declared claims and the arms' health to :func:`tdlab.claim
 from __future__ import annotations
 
 import difflib
-
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -24,10 +23,10 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 from pydantic import Field
 
-from tdlab.experiments.axes import AtlasAxes
-from tdlab.experiments.catalog import CATALOG
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm, judge
 from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides
+from tdlab.experiments.axes import AtlasAxes
+from tdlab.experiments.catalog import CATALOG
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run, RunWriter, arm_files, copy_arrays
 from tdlab.train.lanes import in_lanes, lane_count
@@ -38,8 +37,20 @@ from tdlab.train.phases import phase
 from tdlab.train.stopping import RunStopped
 from tdlab.train.trainer import DivergenceError, FitResult, Trainer
 
-__all__ = ["ExperimentConfig", "Experiment", "RunContext", "Fit", "Analysis", "register", "get", "registry", "init_arm", "snapshot_arm",
-           "initial_states", "extend_fit"]
+__all__ = [
+    "Analysis",
+    "Experiment",
+    "ExperimentConfig",
+    "Fit",
+    "RunContext",
+    "extend_fit",
+    "get",
+    "init_arm",
+    "initial_states",
+    "register",
+    "registry",
+    "snapshot_arm",
+]
 
 
 class ExperimentConfig(Config):
@@ -118,8 +129,13 @@ class RunContext:
             for rel in arm_files(run.path, arm):
                 copy_arrays(run.path, rel, self.writer.arrays_path(rel.name[: -len(".safetensors")]))
             sub = df[df["arm"] == arm]
-            self.store_rows(arm, [(int(s), int(m), str(n), float(v)) for s, m, n, v in
-                                  zip(sub["step"], sub["member"], sub["name"], sub["value"], strict=True)])
+            self.store_rows(
+                arm,
+                [
+                    (int(s), int(m), str(n), float(v))
+                    for s, m, n, v in zip(sub["step"], sub["member"], sub["name"], sub["value"], strict=True)
+                ],
+            )
 
     def done(self, arm: str) -> FitResult | None:
         """The stored result of ``arm`` if an earlier (interrupted) attempt of this run finished it."""
@@ -127,7 +143,9 @@ class RunContext:
             return None
         return FitResult(rows=self.writer.arm_rows(arm), states=self.writer.load_arrays(arm))
 
-    def fit(self, arm: str, trainer: Trainer, build: Callable[[list[int]], Any], seeds: Sequence[int], task: Any) -> FitResult:
+    def fit(
+        self, arm: str, trainer: Trainer, build: Callable[[list[int]], Any], seeds: Sequence[int], task: Any
+    ) -> FitResult:
         """``trainer.fit(build, seeds, task)``, stored under ``arm``, checkpointed in the run's
         ``checkpoints/`` folder, skipped when a resumed run had finished it. A diverging fit stores
         what it measured before the :class:`DivergenceError` goes on up."""
@@ -211,9 +229,13 @@ def extend_fit(first: FitResult, more: FitResult, k: int) -> FitResult:
         return more
     steps = sorted(set(first.snapshots) & set(more.snapshots))
     init = first.init_states + more.init_states if first.init_states and more.init_states else []
-    return FitResult(rows=first.rows + [(s, m + k, n, v) for s, m, n, v in more.rows], states=first.states + more.states,
-                     wall_time=first.wall_time + more.wall_time, init_states=init,
-                     snapshots={t: first.snapshots[t] + more.snapshots[t] for t in steps})
+    return FitResult(
+        rows=first.rows + [(s, m + k, n, v) for s, m, n, v in more.rows],
+        states=first.states + more.states,
+        wall_time=first.wall_time + more.wall_time,
+        init_states=init,
+        snapshots={t: first.snapshots[t] + more.snapshots[t] for t in steps},
+    )
 
 
 def snapshot_arm(arm: str, step: int) -> str:
@@ -288,7 +310,9 @@ class Experiment(ABC):
         if cls.train_length is not None:
             return cls.train_length
         axes = cls.atlas_axes.axes if cls.atlas_axes is not None else ()
-        return next((a.field for a in axes if not a.as_list and a.field.rsplit(".", 1)[-1] in ("steps", "epochs")), None)
+        return next(
+            (a.field for a in axes if not a.as_list and a.field.rsplit(".", 1)[-1] in ("steps", "epochs")), None
+        )
 
     def make_config(
         self, profile: str = "quick", overrides: Sequence[str] = (), members: int | None = None, seed: int | None = None
@@ -302,7 +326,9 @@ class Experiment(ABC):
         from tdlab.train.memory import check_memory
 
         if profile not in self.profiles:
-            raise ConfigError(f"profile: unknown profile {echo(profile)} for {self.name}; allowed: {', '.join(self.profiles)}")
+            raise ConfigError(
+                f"profile: unknown profile {echo(profile)} for {self.name}; allowed: {', '.join(self.profiles)}"
+            )
         top: dict[str, Any] = {}
         if members is not None:
             top["members"] = members
@@ -311,8 +337,10 @@ class Experiment(ABC):
         parsed = parse_overrides(overrides)
         for key in _dotted_keys(parsed):
             if key in self.arm_fields:
-                raise ConfigError(f"{key}: {self.name} sets it per arm, so --set {key} would be ignored; "
-                                  f"use {self.arm_fields[key]} instead")
+                raise ConfigError(
+                    f"{key}: {self.name} sets it per arm, so --set {key} would be ignored; "
+                    f"use {self.arm_fields[key]} instead"
+                )
         cfg = build_config(self.Config, self.profiles[profile], parsed, top)
         check_memory(cfg)
         return cfg
@@ -365,13 +393,21 @@ class Experiment(ABC):
             last = loss.groupby("member")["value"].last()
             acc = sub[sub["name"] == "accepted_steps"]
             if not acc.empty:
-                accepted = acc.sort_values("step").groupby("member")["value"].last().reindex(first.index).fillna(0).tolist()
+                accepted = (
+                    acc.sort_values("step").groupby("member")["value"].last().reindex(first.index).fillna(0).tolist()
+                )
             else:
                 accepted = loss.groupby("member")["step"].max().tolist()
             finite = bool(np.all(np.isfinite(sub["value"].to_numpy(dtype=float))))
-            out[str(arm)] = assess_arm(str(arm), first.tolist(), last.tolist(), accepted_steps=accepted,
-                                       test_error=last.tolist(), trivial_error=self.trivial_error(cfg, str(arm)),
-                                       all_finite=finite)
+            out[str(arm)] = assess_arm(
+                str(arm),
+                first.tolist(),
+                last.tolist(),
+                accepted_steps=accepted,
+                test_error=last.tolist(),
+                trivial_error=self.trivial_error(cfg, str(arm)),
+                all_finite=finite,
+            )
         return out
 
     @abstractmethod
@@ -406,7 +442,12 @@ def register(cls: type[Experiment]) -> type[Experiment]:
     # A standard installed here for another class (a parent's, or a dict shared with one) is sized for that one.
     if "standard" not in cls.profiles or id(cls.profiles) in _INSTALLED:
         rest = {k: v for k, v in cls.profiles.items() if k not in ("quick", "standard", "paper")}
-        cls.profiles = {"quick": cls.profiles["quick"], "standard": standard_layer(cls), "paper": cls.profiles["paper"], **rest}
+        cls.profiles = {
+            "quick": cls.profiles["quick"],
+            "standard": standard_layer(cls),
+            "paper": cls.profiles["paper"],
+            **rest,
+        }
         _INSTALLED.add(id(cls.profiles))
     _REGISTRY[cls.name] = cls()
     return cls

@@ -57,8 +57,11 @@ def training_extension(exp: Experiment, cfg: ExperimentConfig) -> Extension | No
         return None
     current, cap = read_field(cfg, name), read_field(exp.make_config("paper"), name)
     budget = [c.id for c in exp.claims if c.kind == "paper" and c.horizon == "budget"]
-    blocked = (f"its paper claims {', '.join(budget)} are judged at the seed's budget, which a longer run would change"
-               if budget else "")
+    blocked = (
+        f"its paper claims {', '.join(budget)} are judged at the seed's budget, which a longer run would change"
+        if budget
+        else ""
+    )
     return Extension(name, float(current), float(max(cap, current)), blocked)
 
 
@@ -71,9 +74,15 @@ def not_helped(group: Any) -> str:
     return why
 
 
-def run_rounds(exp: Experiment, cfg: ExperimentConfig, ctx: RunContext, plan: DecidePlan, state: dict[str, Any],
-               write_config: Callable[[ExperimentConfig, dict[str, Any]], None], say: Callable[[str], None]
-               ) -> tuple[ExperimentConfig, Analysis, dict[str, Any]]:
+def run_rounds(
+    exp: Experiment,
+    cfg: ExperimentConfig,
+    ctx: RunContext,
+    plan: DecidePlan,
+    state: dict[str, Any],
+    write_config: Callable[[ExperimentConfig, dict[str, Any]], None],
+    say: Callable[[str], None],
+) -> tuple[ExperimentConfig, Analysis, dict[str, Any]]:
     """Run the rounds of ``plan`` in ``ctx``'s staging folder; returns the last round's config, its
     analysis (judged at the look confidence) and the record the summary keeps.
 
@@ -100,8 +109,14 @@ def run_rounds(exp: Experiment, cfg: ExperimentConfig, ctx: RunContext, plan: De
         elif resumed_round and rounds:
             current = read_field(cfg, length_field) if length_field else None
             longer = current != rounds[-1].get("length", current)  # rounds recorded before lengths were: not longer
-        block = {**plan.model_dump(), "confidence": plan.confidence, "schedule": schedule, "rounds": rounds,
-                 "spent_s": spent, "first_length": first_length}
+        block = {
+            **plan.model_dump(),
+            "confidence": plan.confidence,
+            "schedule": schedule,
+            "rounds": rounds,
+            "spent_s": spent,
+            "first_length": first_length,
+        }
         if look > 0 and not resumed_round:
             ctx.start_round(reuse=not longer)
         resumed_round = False
@@ -117,28 +132,58 @@ def run_rounds(exp: Experiment, cfg: ExperimentConfig, ctx: RunContext, plan: De
         trained = cfg.members if (longer or not rounds) else cfg.members - before  # members trained this round
         extension = training_extension(exp, cfg)
         history = [r["distance"] for r in rounds] + [{g.id: distance(g) for g in paper}]
-        plan_next = round_plan(plan, schedule, look + 1, paper, history, plan.budget_s - spent, wall / max(trained, 1),
-                               at=schedule.index(cfg.members) if cfg.members in schedule else len(schedule) - 1,
-                               extension=extension)
-        rec = {"look": look + 1, "members": cfg.members, "added": cfg.members - before, "trained": trained,
-               "length": read_field(cfg, length_field) if length_field else None, "longer": longer,
-               "wall_s": round(wall, 3),
-               "decided": sum(g.verdict in ("holds", "fails") for g in paper), "groups": len(paper),
-               "undecided": {g.id: g.cause for g in paper if g.verdict not in ("holds", "fails")},
-               "distance": history[-1], "growing": list(plan_next.growing), "training": list(plan_next.training),
-               "not_helped": {g.id: why for g in paper if not decided(g) and (why := not_helped(g))
-                              and g.id not in plan_next.training}}
+        plan_next = round_plan(
+            plan,
+            schedule,
+            look + 1,
+            paper,
+            history,
+            plan.budget_s - spent,
+            wall / max(trained, 1),
+            at=schedule.index(cfg.members) if cfg.members in schedule else len(schedule) - 1,
+            extension=extension,
+        )
+        rec = {
+            "look": look + 1,
+            "members": cfg.members,
+            "added": cfg.members - before,
+            "trained": trained,
+            "length": read_field(cfg, length_field) if length_field else None,
+            "longer": longer,
+            "wall_s": round(wall, 3),
+            "decided": sum(g.verdict in ("holds", "fails") for g in paper),
+            "groups": len(paper),
+            "undecided": {g.id: g.cause for g in paper if g.verdict not in ("holds", "fails")},
+            "distance": history[-1],
+            "growing": list(plan_next.growing),
+            "training": list(plan_next.training),
+            "not_helped": {
+                g.id: why for g in paper if not decided(g) and (why := not_helped(g)) and g.id not in plan_next.training
+            },
+        }
         rounds.append(rec)
         waiting = [f"{gid} ({why})" for gid, why in rec["not_helped"].items()]
-        say(f"look {look + 1}/{plan.looks}: {cfg.members} members per arm"
-            + (f", {length_field} = {rec['length']:g}" if length_field else "") + f", {wall:.0f} s — "
+        say(
+            f"look {look + 1}/{plan.looks}: {cfg.members} members per arm"
+            + (f", {length_field} = {rec['length']:g}" if length_field else "")
+            + f", {wall:.0f} s — "
             f"{rec['decided']}/{len(paper)} paper groups decided"
             + (f"; more members for {', '.join(plan_next.growing)}" if plan_next.members and plan_next.growing else "")
-            + (f"; {length_field} → {plan_next.length:g} for {', '.join(plan_next.training)}"
-               if plan_next.members and plan_next.length is not None else "")
-            + (f"; not helped by members or training: {', '.join(waiting)}" if waiting else ""))
+            + (
+                f"; {length_field} → {plan_next.length:g} for {', '.join(plan_next.training)}"
+                if plan_next.members and plan_next.length is not None
+                else ""
+            )
+            + (f"; not helped by members or training: {', '.join(waiting)}" if waiting else "")
+        )
         if plan_next.members is None:
             say(f"decide: stopped — {plan_next.stop}")
-            record = {**block, "rounds": rounds, "spent_s": round(spent, 3), "stopped": plan_next.stop,
-                      "decided": rec["decided"], "groups": len(paper)}
+            record = {
+                **block,
+                "rounds": rounds,
+                "spent_s": round(spent, 3),
+                "stopped": plan_next.stop,
+                "decided": rec["decided"],
+                "groups": len(paper),
+            }
             return cfg, analysis, record

@@ -13,24 +13,23 @@ from typing import Any
 
 import torch
 from pydantic import ValidationError
+from rich.console import Console
 
-from tdlab.config import ConfigError, echo, one_line, validate_config
 from tdlab.claims import VERDICTS
+from tdlab.config import ConfigError, echo, one_line, validate_config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, get
 from tdlab.experiments.decide import DecidePlan, run_rounds
 from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
-from tdlab.report.html import write_report
 from tdlab.record import write_record
-from rich.console import Console
-
+from tdlab.report.html import write_report
 from tdlab.runs import Run, RunDirError, RunWriter, environment
 from tdlab.safeio import check_output_folder
 from tdlab.train.phases import phase
 from tdlab.train.stopping import RunStopped
 from tdlab.train.trainer import DivergenceError
 
-__all__ = ["execute", "resume", "rebuild", "check_device", "check_out", "claim_counts"]
+__all__ = ["check_device", "check_out", "claim_counts", "execute", "rebuild", "resume"]
 
 err_console = Console(stderr=True)
 
@@ -54,8 +53,15 @@ def check_out(out: Path) -> Path:
 
 
 def execute(
-    exp: Experiment, cfg: ExperimentConfig, profile: str, out: Path, device: str = "cpu", progress: bool = True,
-    run_id: str | None = None, sweep: str | None = None, decide: DecidePlan | None = None,
+    exp: Experiment,
+    cfg: ExperimentConfig,
+    profile: str,
+    out: Path,
+    device: str = "cpu",
+    progress: bool = True,
+    run_id: str | None = None,
+    sweep: str | None = None,
+    decide: DecidePlan | None = None,
 ) -> Run:
     """Run ``exp`` with a validated ``cfg``; returns the finished run (status ``done`` or ``diverged``),
     indexed in ``out``'s run index (under ``sweep`` when part of one). With ``decide``, the run goes
@@ -67,8 +73,9 @@ def execute(
     return _execute(exp, cfg, profile, writer, device, progress, sweep, decide)
 
 
-def _config_record(exp: Experiment, cfg: ExperimentConfig, profile: str, sweep: str | None,
-                   decide: dict[str, Any] | None = None) -> dict[str, Any]:
+def _config_record(
+    exp: Experiment, cfg: ExperimentConfig, profile: str, sweep: str | None, decide: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """What ``config.yaml`` holds: experiment, profile, config, sweep and, for ``--decide``, its rounds."""
     rec = {"experiment": exp.name, "profile": profile, "config": cfg.model_dump(mode="json"), "sweep": sweep}
     return {**rec, "decide": decide} if decide is not None else rec
@@ -86,15 +93,32 @@ def resume(path: Path, device: str = "cpu", progress: bool = True) -> Run:
     except ConfigError as exc:
         raise RunDirError(f"{writer.path / 'config.yaml'} does not hold a valid config: {exc}") from None
     except ValidationError as exc:
-        raise RunDirError(f"{writer.path / 'config.yaml'}: its 'decide' block is not what tdlab writes "
-                          f"({one_line(str(exc))})") from None
-    return _execute(exp, cfg, conf.get("profile", "?"), writer, check_device(device), progress, conf.get("sweep"),
-                    plan, conf.get("decide") or {})
+        raise RunDirError(
+            f"{writer.path / 'config.yaml'}: its 'decide' block is not what tdlab writes ({one_line(str(exc))})"
+        ) from None
+    return _execute(
+        exp,
+        cfg,
+        conf.get("profile", "?"),
+        writer,
+        check_device(device),
+        progress,
+        conf.get("sweep"),
+        plan,
+        conf.get("decide") or {},
+    )
 
 
 def _execute(
-    exp: Experiment, cfg: ExperimentConfig, profile: str, writer: RunWriter, device: str, progress: bool,
-    sweep: str | None = None, decide: DecidePlan | None = None, decide_state: dict[str, Any] | None = None,
+    exp: Experiment,
+    cfg: ExperimentConfig,
+    profile: str,
+    writer: RunWriter,
+    device: str,
+    progress: bool,
+    sweep: str | None = None,
+    decide: DecidePlan | None = None,
+    decide_state: dict[str, Any] | None = None,
 ) -> Run:
     if progress:
         err_console.print(f"run {writer.run_id}: building in {writer.path}", highlight=False, soft_wrap=True)
@@ -108,17 +132,27 @@ def _execute(
                 exp.run(cfg, ctx)
             else:
                 cfg, analysis, record = run_rounds(
-                    exp, cfg, ctx, decide, decide_state or {},
+                    exp,
+                    cfg,
+                    ctx,
+                    decide,
+                    decide_state or {},
                     lambda c, block: writer.write_config(_config_record(exp, c, profile, sweep, block)),
-                    lambda line: err_console.print(line, highlight=False, soft_wrap=True, markup=False))
+                    lambda line: err_console.print(line, highlight=False, soft_wrap=True, markup=False),
+                )
         except DivergenceError as err:
             # What was measured is already stored; the run finishes as "diverged", naming member and step.
             status = {"status": "diverged", "error": str(err), "member": err.member, "step": err.step}
         except (RunStopped, KeyboardInterrupt) as stop:  # the staging folder stays for --resume if it has checkpoints
             stop.run_dir = writer.final  # type: ignore[union-attr]
             raise
-        meta = {"run_id": writer.run_id, "profile": profile, "wall_time_s": time.perf_counter() - t0,
-                "env": environment(device), **status}
+        meta = {
+            "run_id": writer.run_id,
+            "profile": profile,
+            "wall_time_s": time.perf_counter() - t0,
+            "env": environment(device),
+            **status,
+        }
         if record is not None:
             meta["decide"] = record
         _report(exp, cfg, Run(writer.path), meta, analysis)
@@ -133,8 +167,13 @@ def _index(run: Run, out: Path, sweep: str | None) -> None:
     try:
         RunIndex(out).add_run(run, sweep)
     except (sqlite3.Error, OSError, CorruptIndexError) as exc:
-        err_console.print(f"warning: the run is at {run.path} but not indexed ({one_line(str(exc)) or type(exc).__name__}); "
-                          f"`tdlab runs --reindex --out {out}` will index it", highlight=False, soft_wrap=True, markup=False)
+        err_console.print(
+            f"warning: the run is at {run.path} but not indexed ({one_line(str(exc)) or type(exc).__name__}); "
+            f"`tdlab runs --reindex --out {out}` will index it",
+            highlight=False,
+            soft_wrap=True,
+            markup=False,
+        )
 
 
 def rebuild(path: Path) -> Run:
@@ -160,15 +199,24 @@ def rebuild(path: Path) -> Run:
         except (ConfigError, RunDirError):
             raise
         except (KeyError, IndexError, ValueError, TypeError, ZeroDivisionError, AttributeError) as exc:
-            raise RunDirError(f"{run.path}: metrics.parquet / summary.json do not hold what {exp.name} reads "
-                              f"({type(exc).__name__}: {echo(str(exc))})") from None
+            raise RunDirError(
+                f"{run.path}: metrics.parquet / summary.json do not hold what {exp.name} reads "
+                f"({type(exc).__name__}: {echo(str(exc))})"
+            ) from None
     _index(run, run.path.parent, conf.get("sweep"))
     return run
 
 
 _META_TYPES: dict[str, tuple[type, ...]] = {
-    "run_id": (str,), "profile": (str,), "wall_time_s": (int, float), "env": (dict,), "status": (str,),
-    "error": (str, type(None)), "member": (int, type(None)), "step": (int, type(None)), "decide": (dict,),
+    "run_id": (str,),
+    "profile": (str,),
+    "wall_time_s": (int, float),
+    "env": (dict,),
+    "status": (str,),
+    "error": (str, type(None)),
+    "member": (int, type(None)),
+    "step": (int, type(None)),
+    "decide": (dict,),
 }
 
 
@@ -186,8 +234,9 @@ def _stored_meta(run: Run) -> dict[str, Any]:
     if "status" in meta and meta["status"] not in ("done", "diverged"):
         raise RunDirError(f"{where}: 'status' is {echo(meta['status'])}; allowed: done, diverged")
     env = meta.get("env")
-    if env is not None and not (isinstance(env.get("device"), str)
-                                and all(isinstance(v, (str, int, float, type(None))) for v in env.values())):
+    if env is not None and not (
+        isinstance(env.get("device"), str) and all(isinstance(v, (str, int, float, type(None))) for v in env.values())
+    ):
         raise RunDirError(f"{where}: 'env' is not the environment tdlab records (device, versions)")
     return meta
 
@@ -196,7 +245,9 @@ def _confidence_ok(c: Any) -> bool:
     return isinstance(c, float) and 0.5 < c < 1.0
 
 
-def _report(exp: Experiment, cfg: ExperimentConfig, run: Run, meta: dict[str, Any], analysis: Analysis | None = None) -> None:
+def _report(
+    exp: Experiment, cfg: ExperimentConfig, run: Run, meta: dict[str, Any], analysis: Analysis | None = None
+) -> None:
     """Health gate, claims, figures, ``summary.json`` and ``report.html`` of a run.
 
     The gate runs first: every trained arm is checked (:meth:`Experiment.health`), and every claim

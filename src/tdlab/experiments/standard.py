@@ -35,7 +35,17 @@ from pydantic import BaseModel
 
 from tdlab.config import build_config, deep_merge, parse_overrides, read_field
 
-__all__ = ["TARGET_SECONDS", "MARGIN", "QUICK_SECONDS", "EXPLICIT", "Sized", "Standard", "standard_of", "standard_layer", "seed_learning_rates"]
+__all__ = [
+    "EXPLICIT",
+    "MARGIN",
+    "QUICK_SECONDS",
+    "TARGET_SECONDS",
+    "Sized",
+    "Standard",
+    "seed_learning_rates",
+    "standard_layer",
+    "standard_of",
+]
 
 TARGET_SECONDS = 1800.0  # the first pass of `--profile standard` on 2 CPU cores
 MARGIN = 0.8
@@ -116,8 +126,7 @@ def _round_down(x: float, integer: bool) -> float:
     return int(out) if integer or float(out).is_integer() else out
 
 
-def standard_of(exp: Sized, quick: dict[str, Any], paper: dict[str, Any],
-                seconds: float | None = None) -> Standard:
+def standard_of(exp: Sized, quick: dict[str, Any], paper: dict[str, Any], seconds: float | None = None) -> Standard:
     """The rule of this module for ``exp``; ``quick``/``paper``: its profile layers, ``seconds``: its
     measured quick time (default :data:`QUICK_SECONDS`)."""
     if exp.name in EXPLICIT:
@@ -147,9 +156,12 @@ def standard_of(exp: Sized, quick: dict[str, Any], paper: dict[str, Any],
     sets = [f"{length_field}={length}", f"members={members}", *(f"{f}={v!r}" for f, v in lrs.items())]
     layer = deep_merge(quick, parse_overrides(sets))
     predicted = seconds * k * members / mq
-    why = (f"quick {seconds:g} s ({QUICK_SECONDS.get(exp.name, (0, 'given'))[1]}) for {length_field}={lq}, {mq} members; "
-           f"{length_field} x{k:.3g} = {length} (paper {lp}), {members} members (paper {mp})"
-           + "".join(f", the seed's {f} {v:g}" for f, v in lrs.items()) + f": ~{predicted:.0f} s predicted")
+    why = (
+        f"quick {seconds:g} s ({QUICK_SECONDS.get(exp.name, (0, 'given'))[1]}) for {length_field}={lq}, {mq} members; "
+        f"{length_field} x{k:.3g} = {length} (paper {lp}), {members} members (paper {mp})"
+        + "".join(f", the seed's {f} {v:g}" for f, v in lrs.items())
+        + f": ~{predicted:.0f} s predicted"
+    )
     return Standard(layer, why, predicted, lrs)
 
 
@@ -164,8 +176,12 @@ def seed_learning_rates(quick: BaseModel, paper: BaseModel, k: float) -> dict[st
             vq, vp = getattr(q, name), getattr(p, name)
             if isinstance(vq, BaseModel) and isinstance(vp, BaseModel):
                 walk(vq, vp, f"{prefix}{name}.")
-            elif ((name == "lr" or name.endswith("_lr")) and isinstance(vq, float) and isinstance(vp, float)
-                  and vp < vq <= k * vp):
+            elif (
+                (name == "lr" or name.endswith("_lr"))
+                and isinstance(vq, float)
+                and isinstance(vp, float)
+                and vp < vq <= k * vp
+            ):
                 out[prefix + name] = vp
 
     walk(quick, paper, "")
@@ -175,4 +191,3 @@ def seed_learning_rates(quick: BaseModel, paper: BaseModel, k: float) -> dict[st
 def standard_layer(exp: Any) -> dict[str, Any]:
     """The ``standard`` profile layer of ``exp`` (what :func:`tdlab.experiments.base.register` installs)."""
     return standard_of(exp, exp.profiles["quick"], exp.profiles["paper"]).layer
-

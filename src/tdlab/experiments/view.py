@@ -19,7 +19,7 @@ import torch
 from tdlab.claims.health import end_drift
 from tdlab.runs import Run, RunDirError
 
-__all__ = ["RunView", "ArmKey"]
+__all__ = ["ArmKey", "RunView"]
 
 
 class ArmKey:

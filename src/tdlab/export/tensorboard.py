@@ -49,8 +49,17 @@ from tdlab.safeio import check_not_in_run
 if TYPE_CHECKING:  # imported when the first scalar is written
     from torch.utils.tensorboard import SummaryWriter
 
-__all__ = ["EVENT_GLOB", "member_folder", "tag", "check_folder", "TensorBoardScalars", "ExportedScalars",
-           "export_run", "default_folder", "read_scalars"]
+__all__ = [
+    "EVENT_GLOB",
+    "ExportedScalars",
+    "TensorBoardScalars",
+    "check_folder",
+    "default_folder",
+    "export_run",
+    "member_folder",
+    "read_scalars",
+    "tag",
+]
 
 EVENT_GLOB = "events.out.tfevents.*"  # the names TensorBoard's writer gives its event files
 Row = tuple[int, int, str, float]  # (step, member, name, value)
@@ -85,20 +94,25 @@ def check_folder(path: str | Path, option: str = "--out") -> Path:
     while not base.exists() and not base.is_symlink() and base != base.parent:
         base = base.parent
     if not base.is_dir():
-        raise ConfigError(f"{option} {echo(str(p))}: {base} is not a folder (a file, device or broken symlink); "
-                          f"give a folder")
+        raise ConfigError(
+            f"{option} {echo(str(p))}: {base} is not a folder (a file, device or broken symlink); give a folder"
+        )
     try:
         fd, probe = tempfile.mkstemp(dir=base, prefix=".tdlab-write-test-")
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise ConfigError(f"{option} {echo(str(p))}: cannot write there ({exc.strerror or type(exc).__name__})") from None
+        raise ConfigError(
+            f"{option} {echo(str(p))}: cannot write there ({exc.strerror or type(exc).__name__})"
+        ) from None
     if base == p:
         old = sorted(p.glob(f"member-*/{EVENT_GLOB}"))
         if old:
-            raise ConfigError(f"{option} {echo(str(p))}: holds TensorBoard event files already "
-                              f"({old[0].relative_to(p)}, {len(old)} in all), which TensorBoard would draw as one "
-                              f"curve with the new ones; give a new or empty folder")
+            raise ConfigError(
+                f"{option} {echo(str(p))}: holds TensorBoard event files already "
+                f"({old[0].relative_to(p)}, {len(old)} in all), which TensorBoard would draw as one "
+                f"curve with the new ones; give a new or empty folder"
+            )
     return p
 
 
@@ -135,8 +149,9 @@ class TensorBoardScalars:
         if w is None:
             from torch.utils.tensorboard import SummaryWriter
 
-            w = self._writers[member] = SummaryWriter(str(self.folder / member_folder(member)), max_queue=10_000,
-                                                      flush_secs=max(1, int(self.every or 120)))
+            w = self._writers[member] = SummaryWriter(
+                str(self.folder / member_folder(member)), max_queue=10_000, flush_secs=max(1, int(self.every or 120))
+            )
         return w
 
     def add(self, arm: str, rows: Sequence[Row]) -> None:
@@ -206,8 +221,9 @@ def default_folder(run_dir: Path) -> Path:
     return Path(f"{Path(run_dir).resolve().name}.tensorboard")
 
 
-def export_run(run_dir: str | Path, out: str | Path | None = None, arm: str | None = None,
-               member: int | None = None) -> ExportedScalars:
+def export_run(
+    run_dir: str | Path, out: str | Path | None = None, arm: str | None = None, member: int | None = None
+) -> ExportedScalars:
     """Write every metric of a finished run (``metrics.parquet``) as TensorBoard scalars under ``out``
     (the module's layout: ``out/member-I/``, tags ``ARM/NAME``). Nothing in the run directory changes.
 
@@ -236,19 +252,29 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, arm: str | No
         members = sorted(int(m) for m in df["member"].unique())
         if member not in members:
             where = f"arm {arm!r}" if arm is not None else "the run"
-            raise ConfigError(f"--member: {member} is out of range: {where} has metrics of members "
-                              f"{_span(members)}")
+            raise ConfigError(f"--member: {member} is out of range: {where} has metrics of members {_span(members)}")
         df = df[df["member"] == member]
     df = df.sort_values(["member", "arm", "name", "step"], kind="stable")
     with TensorBoardScalars(folder, every=None) as tb:
         for m, sub in df.groupby("member", sort=True):
             for a, rows in sub.groupby("arm", sort=False):
-                tb.add(str(a), list(zip(rows["step"].tolist(), rows["member"].tolist(), rows["name"].tolist(),
-                                        rows["value"].tolist(), strict=True)))
+                tb.add(
+                    str(a),
+                    list(
+                        zip(
+                            rows["step"].tolist(),
+                            rows["member"].tolist(),
+                            rows["name"].tolist(),
+                            rows["value"].tolist(),
+                            strict=True,
+                        )
+                    ),
+                )
             tb.close_member(int(m))  # one event file open at a time, whatever the ensemble's size
         scalars = tb.scalars
-    return ExportedScalars(folder, scalars, tuple(sorted(df["arm"].unique())),
-                           tuple(sorted(int(m) for m in df["member"].unique())))
+    return ExportedScalars(
+        folder, scalars, tuple(sorted(df["arm"].unique())), tuple(sorted(int(m) for m in df["member"].unique()))
+    )
 
 
 def _span(members: list[int]) -> str:

@@ -47,8 +47,19 @@ from tdlab.safeio import check_output_file
 if TYPE_CHECKING:  # the optional dependency is imported only inside load()
     from transformer_lens import TransformerBridge
 
-__all__ = ["FORMAT", "CONFIG_KEY", "unsupported", "to_tl_config", "tl_shapes", "to_state_dict", "arm_model_config",
-           "export_member", "default_name", "read_export", "load"]
+__all__ = [
+    "CONFIG_KEY",
+    "FORMAT",
+    "arm_model_config",
+    "default_name",
+    "export_member",
+    "load",
+    "read_export",
+    "tl_shapes",
+    "to_state_dict",
+    "to_tl_config",
+    "unsupported",
+]
 
 FORMAT = "tdlab-transformer-lens/1"  # metadata "format": what wrote the file, and which layout
 CONFIG_KEY = "transformer_lens_config"  # metadata key of the TransformerBridgeConfig kwargs (JSON)
@@ -71,22 +82,32 @@ def unsupported(cfg: GPTConfig) -> list[str]:
     """
     out = []
     if cfg.arch == "sec2":
-        out.append("arch 'sec2' (seed 000 Sec. 2) embeds a scalar token x_n e and predicts with a scalar "
-                   "sigmoid head: TransformerLens needs a token-embedding table W_E and a V-way unembedding")
+        out.append(
+            "arch 'sec2' (seed 000 Sec. 2) embeds a scalar token x_n e and predicts with a scalar "
+            "sigmoid head: TransformerLens needs a token-embedding table W_E and a V-way unembedding"
+        )
     norm = cfg.norm_placement
     if norm == "post":
         out.append("post-LN blocks (norm='post', seed 001 Eq. 18): TransformerLens blocks are pre-LN only")
     elif cfg.has_final_norm != (norm == "pre"):
-        have = "pre-LN blocks without a final LayerNorm" if norm == "pre" else "a final LayerNorm without block LayerNorms"
-        out.append(f"{have} (final_norm={cfg.final_norm}, norm={cfg.norm!r}): TransformerLens applies one "
-                   "normalisation type to every block and the final norm alike")
+        have = (
+            "pre-LN blocks without a final LayerNorm" if norm == "pre" else "a final LayerNorm without block LayerNorms"
+        )
+        out.append(
+            f"{have} (final_norm={cfg.final_norm}, norm={cfg.norm!r}): TransformerLens applies one "
+            "normalisation type to every block and the final norm alike"
+        )
     if cfg.positions in ("relative", "both"):
         if cfg.rel_encoding == "bias":
-            out.append(f"relative-position bias (positions={cfg.positions!r}, rel_encoding='bias': a learned score "
-                       "per head and distance): TransformerLens has no learned relative-position attention bias")
+            out.append(
+                f"relative-position bias (positions={cfg.positions!r}, rel_encoding='bias': a learned score "
+                "per head and distance): TransformerLens has no learned relative-position attention bias"
+            )
         else:
-            out.append(f"relative key/value embeddings (positions={cfg.positions!r}, rel_encoding='kv', Shaw et al. "
-                       "2018): TransformerLens has no relative key/value position embeddings")
+            out.append(
+                f"relative key/value embeddings (positions={cfg.positions!r}, rel_encoding='kv', Shaw et al. "
+                "2018): TransformerLens has no relative key/value position embeddings"
+            )
     return out
 
 
@@ -142,8 +163,12 @@ def tl_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
         if cfg.mlp:
             if ln:
                 shapes |= {f"{b}.ln2.weight": (d,), f"{b}.ln2.bias": (d,)}
-            shapes |= {f"{b}.mlp.in.weight": (ff, d), f"{b}.mlp.in.bias": (ff,),
-                       f"{b}.mlp.out.weight": (d, ff), f"{b}.mlp.out.bias": (d,)}
+            shapes |= {
+                f"{b}.mlp.in.weight": (ff, d),
+                f"{b}.mlp.in.bias": (ff,),
+                f"{b}.mlp.out.weight": (d, ff),
+                f"{b}.mlp.out.bias": (d,),
+            }
     if ln:
         shapes |= {"ln_final.weight": (d,), "ln_final.bias": (d,)}
     shapes |= {"unembed.weight": (V, d), "unembed.bias": (V,)}
@@ -175,12 +200,15 @@ def to_state_dict(params: Mapping[str, torch.Tensor], cfg: GPTConfig) -> dict[st
 
     def take(name: str, shape: tuple[int, ...]) -> torch.Tensor:
         if name not in params:
-            raise ConfigError(f"parameters do not fit the model config: {name!r} {shape} is missing "
-                              f"(have: {', '.join(sorted(params))})")
+            raise ConfigError(
+                f"parameters do not fit the model config: {name!r} {shape} is missing "
+                f"(have: {', '.join(sorted(params))})"
+            )
         t = params[name]
         if tuple(t.shape) != shape:
-            raise ConfigError(f"parameters do not fit the model config: {name!r} has shape {tuple(t.shape)}, "
-                              f"the config needs {shape}")
+            raise ConfigError(
+                f"parameters do not fit the model config: {name!r} has shape {tuple(t.shape)}, the config needs {shape}"
+            )
         used.add(name)
         return t
 
@@ -193,8 +221,10 @@ def to_state_dict(params: Mapping[str, torch.Tensor], cfg: GPTConfig) -> dict[st
 
     d, V, N, da, ff = cfg.d, cfg.vocab, cfg.max_len, cfg.attn_width, cfg.ff_width
     ln = cfg.norm_placement == "pre"
-    out: dict[str, torch.Tensor] = {"embed.weight": take("wte", (V, d)),
-                                    "pos_embed.weight": opt("wpe", (N, d), cfg.positions in ("absolute", "both"))}
+    out: dict[str, torch.Tensor] = {
+        "embed.weight": take("wte", (V, d)),
+        "pos_embed.weight": opt("wpe", (N, d), cfg.positions in ("absolute", "both")),
+    }
     for l in range(cfg.layers):
         b = f"blocks.{l}"
         if ln:
@@ -229,8 +259,11 @@ def to_state_dict(params: Mapping[str, torch.Tensor], cfg: GPTConfig) -> dict[st
 def _check_supported(cfg: GPTConfig) -> None:
     missing = unsupported(cfg)
     if missing:
-        raise ConfigError("TransformerLens cannot express this model: " + "; ".join(missing)
-                          + ". Probe it with tdlab's named activations (GPT.run_with_cache) instead")
+        raise ConfigError(
+            "TransformerLens cannot express this model: "
+            + "; ".join(missing)
+            + ". Probe it with tdlab's named activations (GPT.run_with_cache) instead"
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -269,7 +302,9 @@ def _resolve_known(name: str, cfg: Any, arm: str) -> GPTConfig | None:
         return cfg.arm_model(m[1], m[2])
     if name == "markov-icl-depth" and (m := re.fullmatch(r"k(\d+)/L(\d+)/([^/]+)", arm)):
         return cfg.arm_model(int(m[2]), m[3])
-    if name in ("markov-icl-depth-linear", "markov-icl-heads") and (m := re.fullmatch(r"([a-z]+)/k(\d+)/L(\d+)/H(\d+)", arm)):
+    if name in ("markov-icl-depth-linear", "markov-icl-heads") and (
+        m := re.fullmatch(r"([a-z]+)/k(\d+)/L(\d+)/H(\d+)", arm)
+    ):
         return cfg.cell_model(m[1], int(m[3]), int(m[4]))
     return None
 
@@ -310,8 +345,10 @@ def arm_model_config(run_dir: Path, arm: str) -> GPTConfig:
     except ConfigError as exc:
         raise ConfigError(f"--arm {echo(arm)}: cannot rebuild its model config: {exc}") from None
     if not isinstance(found, GPTConfig):
-        raise ConfigError(f"--arm {echo(arm)}: experiment {name} does not train a tdlab GPT "
-                          f"(tdlab.models.gpt); only GPT members export to TransformerLens")
+        raise ConfigError(
+            f"--arm {echo(arm)}: experiment {name} does not train a tdlab GPT "
+            f"(tdlab.models.gpt); only GPT members export to TransformerLens"
+        )
     return found
 
 
@@ -352,23 +389,29 @@ def export_member(run_dir: Path, arm: str, member: int, out: str | Path | None =
         raise ConfigError(f"--arm: unknown arm {echo(arm)} in {run.path}; arms with stored parameters: {_named(arms)}")
     arrays = run.arrays(arm)
     if "wte" not in arrays and "e" not in arrays:  # GPT's token table (gpt2) or token vector (sec2)
-        raise ConfigError(f"--arm {arm!r} holds no GPT parameters (it stores: {_named(sorted(arrays), 10)}); "
-                          f"only trained GPT members export to TransformerLens")
+        raise ConfigError(
+            f"--arm {arm!r} holds no GPT parameters (it stores: {_named(sorted(arrays), 10)}); "
+            f"only trained GPT members export to TransformerLens"
+        )
     E = next(iter(arrays.values())).shape[0]
     if not 0 <= member < E:
         raise ConfigError(f"--member: {member} is out of range: arm {arm!r} has {E} members (0..{E - 1})")
     mcfg = arm_model_config(run.path, arm)
     missing = unsupported(mcfg)
     if missing:
-        raise ConfigError(f"--to transformer-lens: arm {arm!r} cannot be exported, TransformerLens cannot express "
-                          f"this model: {'; '.join(missing)}. Probe it with tdlab's named activations "
-                          f"(GPT.run_with_cache) instead")
+        raise ConfigError(
+            f"--to transformer-lens: arm {arm!r} cannot be exported, TransformerLens cannot express "
+            f"this model: {'; '.join(missing)}. Probe it with tdlab's named activations "
+            f"(GPT.run_with_cache) instead"
+        )
     params = {k: v[member] for k, v in arrays.items()}
     try:
         state = to_state_dict(params, mcfg)
     except ConfigError as exc:
-        raise ConfigError(f"--arm {arm!r}: the stored parameters do not match the model config rebuilt from "
-                          f"{run.path / 'config.yaml'}: {exc}") from None
+        raise ConfigError(
+            f"--arm {arm!r}: the stored parameters do not match the model config rebuilt from "
+            f"{run.path / 'config.yaml'}: {exc}"
+        ) from None
     conf = run.config
     meta = {
         "format": FORMAT,
@@ -376,13 +419,16 @@ def export_member(run_dir: Path, arm: str, member: int, out: str | Path | None =
         "dtype": str(next(iter(state.values())).dtype).removeprefix("torch."),
         "model_name": f"tdlab/{conf['experiment']}/{run.path.name}/{arm}/m{member}",
         "tdlab_model": json.dumps(mcfg.model_dump(mode="json")),
-        "source": json.dumps({"run": str(run.path.resolve()), "experiment": conf["experiment"], "arm": arm,
-                              "member": member}),
+        "source": json.dumps(
+            {"run": str(run.path.resolve()), "experiment": conf["experiment"], "arm": arm, "member": member}
+        ),
     }
     try:
         atomic_write(path, save(state, metadata=meta))
     except OSError as exc:
-        raise ConfigError(f"--out {echo(str(path))}: cannot write there ({exc.strerror or type(exc).__name__})") from None
+        raise ConfigError(
+            f"--out {echo(str(path))}: cannot write there ({exc.strerror or type(exc).__name__})"
+        ) from None
     return path
 
 
@@ -414,8 +460,10 @@ def read_export(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
     except (SafetensorError, OSError, ValueError) as exc:
         raise ConfigError(f"{path}: not a safetensors file ({exc})") from None
     if meta.get("format") != FORMAT or CONFIG_KEY not in meta:
-        raise ConfigError(f"{path}: not a tdlab TransformerLens export (metadata format {echo(meta.get('format'))}, "
-                          f"expected {FORMAT!r})")
+        raise ConfigError(
+            f"{path}: not a tdlab TransformerLens export (metadata format {echo(meta.get('format'))}, "
+            f"expected {FORMAT!r})"
+        )
     try:
         cfg = json.loads(meta[CONFIG_KEY])
     except ValueError as exc:

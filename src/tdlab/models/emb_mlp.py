@@ -38,7 +38,7 @@ from tdlab.models.ensemble import CachingModule, EnsembleLinear
 from tdlab.models.init import gamma_normal_
 from tdlab.seeding import Purpose, generators
 
-__all__ = ["EmbMLPConfig", "EmbMLP", "Def2Config", "Def2Transformer", "ACTIVATIONS"]
+__all__ = ["ACTIVATIONS", "Def2Config", "Def2Transformer", "EmbMLP", "EmbMLPConfig"]
 
 ACTIVATIONS = {
     "tanh": torch.tanh,
@@ -113,7 +113,7 @@ class EmbMLP(_GammaEnsemble):
         if tokens.dim() != 3:
             raise ValueError(f"tokens must be (E, B, L), got shape {tuple(tokens.shape)}")
         E, B, L = tokens.shape
-        if E != self.members:
+        if self.members != E:
             raise ValueError(f"tokens have {E} members, the model has {self.members}")
         x = torch.gather(self.W_emb, 1, tokens.reshape(E, B * L, 1).expand(E, B * L, self.cfg.d_m)).reshape(E, B, L, -1)
         self.record("embed", x)
@@ -144,7 +144,9 @@ class Def2Config(Config):
     @model_validator(mode="after")
     def _check(self) -> Def2Config:
         if self.d_m < self.vocab:
-            raise ValueError(f"d_m={self.d_m} must be >= vocab={self.vocab}: Def. 2 outputs in R^d_m, one class per token")
+            raise ValueError(
+                f"d_m={self.d_m} must be >= vocab={self.vocab}: Def. 2 outputs in R^d_m, one class per token"
+            )
         return self
 
 
@@ -181,7 +183,7 @@ class Def2Transformer(_GammaEnsemble):
         if tokens.dim() != 3:
             raise ValueError(f"tokens must be (E, B, L), got shape {tuple(tokens.shape)}")
         E, B, L = tokens.shape
-        if E != self.members:
+        if self.members != E:
             raise ValueError(f"tokens have {E} members, the model has {self.members}")
         x = torch.gather(self.W_emb, 1, tokens.reshape(E, B * L, 1).expand(E, B * L, self.cfg.d_m)).reshape(E, B, L, -1)
         self.record("embed", x)

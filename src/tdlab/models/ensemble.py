@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["EnsembleLinear", "EnsembleLayerNorm", "CachingModule", "assemble"]
+__all__ = ["CachingModule", "EnsembleLayerNorm", "EnsembleLinear", "assemble"]
 
 
 class EnsembleLinear(nn.Module):
@@ -114,6 +114,8 @@ def assemble(into: nn.Module, members: Iterable[nn.Module]) -> nn.Module:
         for name, t in own.items():
             parts = [m.state_dict()[name] for m in members]
             if len(parts) != t.shape[0] or any(p.shape[0] != 1 or p.shape[1:] != t.shape[1:] for p in parts):
-                raise ValueError(f"assemble: {len(parts)} one-member models do not fit {name} of shape {tuple(t.shape)}")
+                raise ValueError(
+                    f"assemble: {len(parts)} one-member models do not fit {name} of shape {tuple(t.shape)}"
+                )
             t.copy_(torch.cat(parts))
     return into

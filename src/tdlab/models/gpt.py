@@ -64,7 +64,7 @@ from tdlab.models.ensemble import CachingModule, EnsembleLayerNorm, EnsembleLine
 from tdlab.models.init import gamma_std
 from tdlab.seeding import Purpose, generators
 
-__all__ = ["GPTConfig", "GPT"]
+__all__ = ["GPT", "GPTConfig"]
 
 
 class GPTConfig(Config):
@@ -140,16 +140,22 @@ class GPTConfig(Config):
         if self.d_attn is not None and self.d_attn % self.heads:
             raise ValueError(f"d_attn={self.d_attn} must be divisible by heads={self.heads}")
         if not self.out_proj and self.attn_width != self.d:
-            raise ValueError(f"d_attn={self.d_attn} differs from d={self.d}: needs out_proj=True "
-                             "(W_O maps the attention width back to d)")
+            raise ValueError(
+                f"d_attn={self.d_attn} differs from d={self.d}: needs out_proj=True "
+                "(W_O maps the attention width back to d)"
+            )
         if self.init == "local-to-global" and not self.mlp:
             raise ValueError("init='local-to-global' sets the MLP weights W_1, W_2: needs mlp=True")
         if not self.causal and self.positions in ("relative", "both"):
-            raise ValueError("causal=False (bidirectional attention) needs positions 'absolute' or 'none': the "
-                             "relative encodings are defined on causal distances n - i >= 0")
+            raise ValueError(
+                "causal=False (bidirectional attention) needs positions 'absolute' or 'none': the "
+                "relative encodings are defined on causal distances n - i >= 0"
+            )
         if self.init == "gamma" and self.positions in ("relative", "both") and self.rel_encoding == "bias":
-            raise ValueError("init='gamma' scales each matrix by its width; rel_encoding='bias' (one scalar "
-                             "per distance) has none: use rel_encoding='kv' or init='standard'")
+            raise ValueError(
+                "init='gamma' scales each matrix by its width; rel_encoding='bias' (one scalar "
+                "per distance) has none: use rel_encoding='kv' or init='standard'"
+            )
         return self
 
     # Resolved options ("auto" / None made concrete); the model reads these, never the raw fields.
@@ -250,9 +256,15 @@ class Attention(nn.Module):
         out = out.permute(0, 1, 3, 2, 4).reshape(E, B, T, da)
         return self.W_O(out) if self.W_O is not None else out
 
-
-    def _attend_bidirectional(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,
-                              owner: CachingModule, name: str) -> torch.Tensor:
+    def _attend_bidirectional(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        key_mask: torch.Tensor | None,
+        owner: CachingModule,
+        name: str,
+    ) -> torch.Tensor:
         """Encoder attention (``causal=False``): ``att_{n,i} ∝ exp(<q_n, k_i>/sqrt(d_h))`` over every key ``i``
         with ``key_mask[e, b, i]`` True (all keys when ``key_mask`` is None). ``q, k, v``: ``(E, B, H, T, dh)``;
         returns the block's attention output ``(E, B, T, d)``."""
@@ -272,7 +284,9 @@ class Attention(nn.Module):
         out = out.permute(0, 1, 3, 2, 4).reshape(E, B, T, H * dh)
         return self.W_O(out) if self.W_O is not None else out
 
-    def _attend_kv(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, owner: CachingModule, name: str) -> torch.Tensor:
+    def _attend_kv(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, owner: CachingModule, name: str
+    ) -> torch.Tensor:
         """Attention with relative key/value embeddings (Shaw et al. 2018), explicit softmax.
 
         ``q, k, v``: ``(E, B, H, T, dh)``. The relative terms are gathered per (n, i) pair:
@@ -445,16 +459,17 @@ class GPT(CachingModule):
         return gamma_std(d_out, d_in, cfg.init_gamma, cfg.init_fan)
 
     # ------------------------------------------------------------------------------------------
-    def forward(self, tokens: torch.Tensor, key_mask: torch.Tensor | None = None,
-                queries: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, key_mask: torch.Tensor | None = None, queries: torch.Tensor | None = None
+    ) -> torch.Tensor:
         E, B, T = tokens.shape
         if key_mask is not None and self.cfg.causal:
             raise ValueError("key_mask is an encoder option: set causal=False")
         if queries is not None and self.cfg.arch == "sec2":
             raise ValueError("queries need the token-table head of arch 'gpt2'")
-        if E != self.members:
+        if self.members != E:
             raise ValueError(f"tokens have {E} members, the model has {self.members}")
-        if T > self.cfg.max_len:
+        if self.cfg.max_len < T:
             raise ValueError(f"sequence length {T} exceeds max_len={self.cfg.max_len}")
         if self.cfg.arch == "sec2":
             x = tokens.unsqueeze(-1).to(self.e.dtype) * self.e[:, None, None, :]  # x_n e

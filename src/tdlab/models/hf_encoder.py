@@ -56,7 +56,7 @@ import torch
 
 from tdlab.config import ConfigError, echo, one_line
 
-__all__ = ["HFEncoder", "Reader", "READERS", "transformers_module", "check_checkpoint", "reader_for"]
+__all__ = ["READERS", "HFEncoder", "Reader", "check_checkpoint", "reader_for", "transformers_module"]
 
 HINT = "install the extra: pip install 'tdlab[hf]' (transformers)"
 
@@ -121,18 +121,53 @@ class Reader:
 
 _CLS_SEP, _S = ("cls_token", "sep_token"), ("bos_token", "eos_token")
 READERS: dict[str, Reader] = {  # config.json's model_type -> reader
-    "bert": Reader("BERT", _token_table, _self_attention, _CLS_SEP, "", _absolute_positions,
-                   "the token table embeddings.word_embeddings (vocab x hidden_size)"),
-    "roberta": Reader("RoBERTa", _token_table, _self_attention, _S, " ", _positions_after_padding,
-                      "the token table embeddings.word_embeddings (vocab x hidden_size)"),
-    "albert": Reader("ALBERT", _token_table, _self_attention, _CLS_SEP, "", _absolute_positions,
-                     "the factorised token table embeddings.word_embeddings (vocab x embedding_size), before "
-                     "embedding_hidden_mapping_in"),
-    "electra": Reader("ELECTRA", _token_table, _self_attention, _CLS_SEP, "", _absolute_positions,
-                      "the token table embeddings.word_embeddings (vocab x embedding_size), before "
-                      "embeddings_project when embedding_size != hidden_size"),
-    "bart": Reader("BART", _encoder_token_table, _encoder_self_attention, _S, " ", _absolute_positions,
-                   "the encoder's token table encoder.embed_tokens = shared (vocab x d_model), before embed_scale"),
+    "bert": Reader(
+        "BERT",
+        _token_table,
+        _self_attention,
+        _CLS_SEP,
+        "",
+        _absolute_positions,
+        "the token table embeddings.word_embeddings (vocab x hidden_size)",
+    ),
+    "roberta": Reader(
+        "RoBERTa",
+        _token_table,
+        _self_attention,
+        _S,
+        " ",
+        _positions_after_padding,
+        "the token table embeddings.word_embeddings (vocab x hidden_size)",
+    ),
+    "albert": Reader(
+        "ALBERT",
+        _token_table,
+        _self_attention,
+        _CLS_SEP,
+        "",
+        _absolute_positions,
+        "the factorised token table embeddings.word_embeddings (vocab x embedding_size), before "
+        "embedding_hidden_mapping_in",
+    ),
+    "electra": Reader(
+        "ELECTRA",
+        _token_table,
+        _self_attention,
+        _CLS_SEP,
+        "",
+        _absolute_positions,
+        "the token table embeddings.word_embeddings (vocab x embedding_size), before "
+        "embeddings_project when embedding_size != hidden_size",
+    ),
+    "bart": Reader(
+        "BART",
+        _encoder_token_table,
+        _encoder_self_attention,
+        _S,
+        " ",
+        _absolute_positions,
+        "the encoder's token table encoder.embed_tokens = shared (vocab x d_model), before embed_scale",
+    ),
 }
 
 
@@ -145,8 +180,10 @@ def reader_for(config: Any, path: str | Path = "") -> Reader:
     kind = getattr(config, "model_type", None)
     if kind not in READERS:
         names = ", ".join(f"{k} ({r.name})" for k, r in READERS.items())
-        raise ConfigError(f"model.checkpoint: {echo(str(path))} is a {echo(kind)} model; tdlab reads the seed's "
-                          f"architectures only: {names}")
+        raise ConfigError(
+            f"model.checkpoint: {echo(str(path))} is a {echo(kind)} model; tdlab reads the seed's "
+            f"architectures only: {names}"
+        )
     return READERS[kind]
 
 
@@ -180,14 +217,18 @@ def check_checkpoint(path: str | Path, weights: bool = True) -> Path:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{where}: {name} is not readable JSON ({type(exc).__name__})") from None
         if isinstance(doc, dict) and ("auto_map" in doc or "custom_pipelines" in doc):
-            raise ConfigError(f"{where}: {name} names custom code (auto_map), which tdlab never runs; give a "
-                              f"checkpoint of a model class transformers ships (BERT, RoBERTa, ...)")
+            raise ConfigError(
+                f"{where}: {name} names custom code (auto_map), which tdlab never runs; give a "
+                f"checkpoint of a model class transformers ships (BERT, RoBERTa, ...)"
+            )
     if weights and not any(p.glob("*.safetensors")):
         pickled = [n for n in _PICKLED_WEIGHTS if (p / n).exists()]
         if pickled:
-            raise ConfigError(f"{where}: holds {pickled[0]} and no model.safetensors; tdlab never loads pickled "
-                              f"weights (loading a pickle can run code): save the model with safetensors "
-                              f"(model.save_pretrained(DIR, safe_serialization=True))")
+            raise ConfigError(
+                f"{where}: holds {pickled[0]} and no model.safetensors; tdlab never loads pickled "
+                f"weights (loading a pickle can run code): save the model with safetensors "
+                f"(model.save_pretrained(DIR, safe_serialization=True))"
+            )
     return p
 
 
@@ -199,8 +240,10 @@ def _loading(path: str | Path) -> Iterator[None]:
     except ConfigError:
         raise
     except Exception as exc:  # transformers raises many types for a folder that is not a checkpoint
-        raise ConfigError(f"model.checkpoint: {echo(str(path))} is not a loadable local model + tokenizer "
-                          f"({type(exc).__name__}: {echo(one_line(str(exc)))})") from None
+        raise ConfigError(
+            f"model.checkpoint: {echo(str(path))} is not a loadable local model + tokenizer "
+            f"({type(exc).__name__}: {echo(one_line(str(exc)))})"
+        ) from None
 
 
 class HFEncoder:
@@ -219,8 +262,9 @@ class HFEncoder:
             tokenizer.
     """
 
-    def __init__(self, path: str | Path, vocab: list[str], offset: int = 0, random_init: bool = False,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, path: str | Path, vocab: list[str], offset: int = 0, random_init: bool = False, seed: int = 0
+    ) -> None:
         tf = transformers_module()
         p = check_checkpoint(path, weights=not random_init)
         # Never code from the folder (trust_remote_code=False: no custom classes, no prompt offering them),
@@ -237,8 +281,14 @@ class HFEncoder:
                     torch.manual_seed(int(seed) & 0x7FFFFFFFFFFFFFFF)
                     self.model = tf.AutoModel.from_config(config, attn_implementation="eager", trust_remote_code=False)
             else:
-                self.model = tf.AutoModel.from_pretrained(str(p), config=config, use_safetensors=True,
-                                                          attn_implementation="eager", dtype=torch.float32, **local)
+                self.model = tf.AutoModel.from_pretrained(
+                    str(p),
+                    config=config,
+                    use_safetensors=True,
+                    attn_implementation="eager",
+                    dtype=torch.float32,
+                    **local,
+                )
         self.model.eval()
         self.vocab, self.offset = list(vocab), int(offset)
         self.max_tokens = self.reader.positions(config)
@@ -255,8 +305,10 @@ class HFEncoder:
         """The id of the tokenizer's special token ``attr`` (``cls_token``, ``bos_token``, ...)."""
         i = getattr(self.tokenizer, f"{attr}_id", None)
         if i is None:
-            raise ConfigError(f"model.checkpoint: {echo(str(path))}: its tokenizer has no {attr}, which "
-                              f"{self.reader.name}'s windows need")
+            raise ConfigError(
+                f"model.checkpoint: {echo(str(path))}: its tokenizer has no {attr}, which "
+                f"{self.reader.name}'s windows need"
+            )
         return int(i)
 
     @property
@@ -266,8 +318,7 @@ class HFEncoder:
     def describe(self) -> dict[str, Any]:
         """What is read, for the report: the architecture, the embedding matrix and its shape."""
         table = self.reader.embedding(self.model).weight
-        return {"architecture": self.reader.name, "embedding": self.reader.table,
-                "embedding_shape": list(table.shape)}
+        return {"architecture": self.reader.name, "embedding": self.reader.table, "embedding_shape": list(table.shape)}
 
     @torch.no_grad()
     def word_embeddings(self) -> torch.Tensor:
@@ -298,9 +349,11 @@ class HFEncoder:
                 ids.extend(self.pieces[w] if 0 <= w < n else [self._unk])
             ids.append(self._close)
             if len(ids) > self.max_tokens:
-                raise ConfigError(f"train.seq_len: a window of {len(row)} words is {len(ids)} {self.reader.name} "
-                                  f"tokens, more than the checkpoint's {self.max_tokens} positions; use a smaller "
-                                  f"train.seq_len")
+                raise ConfigError(
+                    f"train.seq_len: a window of {len(row)} words is {len(ids)} {self.reader.name} "
+                    f"tokens, more than the checkpoint's {self.max_tokens} positions; use a smaller "
+                    f"train.seq_len"
+                )
             att = torch.stack([a[0] for a in self.reader.attention(self.model, torch.tensor([ids]))])  # (L, H, T', T')
             f = torch.as_tensor(first)
             out.append(att[:, :, f][:, :, :, f].float())

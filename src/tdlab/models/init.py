@@ -27,7 +27,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-__all__ = ["Fan", "Layout", "gamma_std", "gamma_normal_"]
+__all__ = ["Fan", "Layout", "gamma_normal_", "gamma_std"]
 
 Fan = Literal["out", "in"]
 Layout = Literal["out_in", "in_out"]

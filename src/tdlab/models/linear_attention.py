@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor, nn
 
-__all__ = ["LSA", "LCA", "lsa_readout", "c1_readout_weights", "per_prompt_reference"]
+__all__ = ["LCA", "LSA", "c1_readout_weights", "lsa_readout", "per_prompt_reference"]
 
 Parametrization = Literal["one", "two", "untied", "diagonal", "full"]
 
@@ -341,4 +341,3 @@ def per_prompt_reference(model: LSA | LCA, X: Tensor, y: Tensor, x_query: Tensor
             preds.append(out[d, L])
         rows.append(torch.stack(preds))
     return torch.stack(rows)
-

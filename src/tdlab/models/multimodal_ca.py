@@ -65,9 +65,20 @@ from tdlab.config import Config
 from tdlab.models.ensemble import CachingModule, EnsembleLayerNorm, EnsembleLinear
 from tdlab.seeding import Purpose, generators
 
-__all__ = ["MultimodalCAConfig", "BiCAConfig", "EnsembleConv2d", "DualConvEncoder", "EnsembleMHA", "EnsembleFFN",
-           "ClassifierHead", "MultimodalCA", "BidirectionalCA", "TOKENS_PER_MODALITY", "parameter_count",
-           "activation_bytes"]
+__all__ = [
+    "TOKENS_PER_MODALITY",
+    "BiCAConfig",
+    "BidirectionalCA",
+    "ClassifierHead",
+    "DualConvEncoder",
+    "EnsembleConv2d",
+    "EnsembleFFN",
+    "EnsembleMHA",
+    "MultimodalCA",
+    "MultimodalCAConfig",
+    "activation_bytes",
+    "parameter_count",
+]
 
 TOKENS_PER_MODALITY = 16  # I.2: adaptive average pooling to a 4 × 4 grid
 
@@ -110,7 +121,7 @@ def activation_bytes(cfg: _Common, batch: int) -> int:
     """Bytes of one member's largest activation in a step on ``batch`` examples: a full-resolution map of
     the conv tokeniser, ``(B, 2 modalities, conv_width, image_size, image_size)`` in float32 (the CPU
     trainer keeps a chunk's copies of it within a cache, :func:`tdlab.train.trainer.auto_chunk`)."""
-    return batch * 2 * cfg.conv_width * cfg.image_size ** 2 * 4
+    return batch * 2 * cfg.conv_width * cfg.image_size**2 * 4
 
 
 # --------------------------------------------------------------------------------------------------
@@ -161,8 +172,9 @@ class EnsembleConv2d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         E, M, c_out, c_in, k, _ = self.weight.shape
-        return F.conv2d(x, self.weight.reshape(E * M * c_out, c_in, k, k), self.bias.reshape(-1), padding=k // 2,
-                        groups=E * M)
+        return F.conv2d(
+            x, self.weight.reshape(E * M * c_out, c_in, k, k), self.bias.reshape(-1), padding=k // 2, groups=E * M
+        )
 
 
 class DualConvEncoder(nn.Module):
@@ -172,8 +184,14 @@ class DualConvEncoder(nn.Module):
     def __init__(self, members: int, cfg: _Common) -> None:
         super().__init__()
         w, d, k = cfg.conv_width, cfg.d, cfg.kernel
-        self.convs = nn.ModuleList([EnsembleConv2d(members, 2, 1, w, k), EnsembleConv2d(members, 2, w, w, k),
-                                    EnsembleConv2d(members, 2, w, w, k), EnsembleConv2d(members, 2, w, d, k)])
+        self.convs = nn.ModuleList(
+            [
+                EnsembleConv2d(members, 2, 1, w, k),
+                EnsembleConv2d(members, 2, w, w, k),
+                EnsembleConv2d(members, 2, w, w, k),
+                EnsembleConv2d(members, 2, w, d, k),
+            ]
+        )
         self.ln_image = EnsembleLayerNorm(members, d)
         self.ln_audio = EnsembleLayerNorm(members, d)
 

@@ -58,8 +58,16 @@ from tdlab.config import Config
 from tdlab.models.ensemble import CachingModule, EnsembleLinear
 from tdlab.seeding import Purpose, generators
 
-__all__ = ["NormAttnConfig", "NormalisedAttention", "construction", "construction_probs", "code_weights", "full_mean_distance",
-           "CONSTRUCTION_D", "SLOTS"]
+__all__ = [
+    "CONSTRUCTION_D",
+    "SLOTS",
+    "NormAttnConfig",
+    "NormalisedAttention",
+    "code_weights",
+    "construction",
+    "construction_probs",
+    "full_mean_distance",
+]
 
 # Residual-stream coordinates of the construction (d = 10): one-hot token, a constant 1, the context
 # code u and mean distance m (layer 1), their copies from the previous position u', m' and the
@@ -84,7 +92,9 @@ class NormAttnConfig(Config):
     @model_validator(mode="after")
     def _check(self) -> NormAttnConfig:
         if self.readout == "prob" and self.d < CONSTRUCTION_D:
-            raise ValueError(f"readout='prob' reads the construction's slots: d must be >= {CONSTRUCTION_D}, got {self.d}")
+            raise ValueError(
+                f"readout='prob' reads the construction's slots: d must be >= {CONSTRUCTION_D}, got {self.d}"
+            )
         return self
 
 
@@ -121,7 +131,7 @@ class CosineAttention(nn.Module):
         # <q, k + a> = <q, k> + <q, a_j> and |k + a|^2 = |k|^2 + 2 <k, a_j> + |a_j|^2, each (E, B, T, T).
         rk = self.rel_k[:, None]  # (E, 1, R, d)
         qa = torch.gather(q @ rk.transpose(-1, -2), -1, dist.expand(E, B, T, T))  # <q_n, a_{n-i}>
-        ka = (k @ rk.transpose(-1, -2))  # (E, B, T_i, R): <k_i, a_j>
+        ka = k @ rk.transpose(-1, -2)  # (E, B, T_i, R): <k_i, a_j>
         ka = torch.gather(ka.transpose(-1, -2), -2, dist.expand(E, B, T, T))  # [n, i] = <k_i, a_{n-i}>
         a2 = (self.rel_k * self.rel_k).sum(-1)[:, dist][:, None]  # (E, 1, T, T): |a_{n-i}|^2
         norm2 = (k * k).sum(-1)[:, :, None, :] + 2 * ka + a2
@@ -187,7 +197,7 @@ class NormalisedAttention(CachingModule):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         E, B, T = tokens.shape
-        if E != self.members:
+        if self.members != E:
             raise ValueError(f"tokens have {E} members, the model has {self.members}")
         h = torch.gather(self.wte, 1, tokens.reshape(E, B * T, 1).expand(E, B * T, self.cfg.d)).reshape(E, B, T, -1)
         self.record("embed", h)
@@ -220,8 +230,9 @@ def full_mean_distance(k: int) -> float:
 
 
 @torch.no_grad()
-def construction(k: int, kappa: float, beta: float = 1.0, members: int = 1,
-                 dtype: torch.dtype = torch.float64) -> NormalisedAttention:
+def construction(
+    k: int, kappa: float, beta: float = 1.0, members: int = 1, dtype: torch.dtype = torch.float64
+) -> NormalisedAttention:
     """The 3-layer normalised-attention model that computes the order-``k`` add-``beta`` in-context
     estimator as ``kappa`` → ∞ (module docstring for the derivation; weights set by hand, ours where
     the talk is silent).
@@ -240,7 +251,9 @@ def construction(k: int, kappa: float, beta: float = 1.0, members: int = 1,
     if beta <= 0:
         raise ValueError(f"beta must be > 0 (the null slot carries the smoothing), got {beta}")
     if kappa <= (k - 1) * math.log(2) / 2:
-        raise ValueError(f"kappa must exceed (k - 1) ln2 / 2 = {(k - 1) * math.log(2) / 2:.3g} for k = {k}, got {kappa}")
+        raise ValueError(
+            f"kappa must exceed (k - 1) ln2 / 2 = {(k - 1) * math.log(2) / 2:.3g} for k = {k}, got {kappa}"
+        )
     S = SLOTS
     clip = max(k, 2)
     cfg = NormAttnConfig(d=CONSTRUCTION_D, layers=3, rel_clip=clip, kappa=kappa, learn_kappa=False, readout="prob")

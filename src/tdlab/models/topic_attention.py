@@ -46,12 +46,13 @@ from tdlab.config import Config
 from tdlab.models.ensemble import CachingModule, EnsembleLayerNorm
 from tdlab.seeding import Purpose, generators
 
-__all__ = ["TopicModelConfig", "TopicAttention", "thm1_bias"]
+__all__ = ["TopicAttention", "TopicModelConfig", "thm1_bias"]
 
 
 def _rows(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``table[e, idx[e, k]]`` for every member: ``table (E, V, w)``, ``idx (E, K)`` -> ``(E, K, w)``."""
     return torch.gather(table, 1, idx[..., None].expand(*idx.shape, table.shape[-1]))
+
 
 BERT_LN_EPS = 1e-12  # BertConfig.layer_norm_eps, the LayerNorm of the authors' embedding
 
@@ -115,12 +116,16 @@ class TopicModelConfig(Config):
     def _check(self) -> TopicModelConfig:
         V = self.vocab
         if self.onehot and self.d is not None and self.d != V:
-            raise ValueError(f"d: onehot (Eq. 7) freezes W^E = I, so d must equal vocab = {V} (or be left unset); got d={self.d}")
+            raise ValueError(
+                f"d: onehot (Eq. 7) freezes W^E = I, so d must equal vocab = {V} (or be left unset); got d={self.d}"
+            )
         if self.p_c + self.p_r > 1.0:
             raise ValueError(f"p_r: p_c + p_r must be at most 1 (§3.2), got p_c={self.p_c}, p_r={self.p_r}")
         if self.embed_only:
             if self.onehot:
-                raise ValueError("embed_only: Thm. 1 trains W^E, but onehot freezes it (nothing would train); set one of them false")
+                raise ValueError(
+                    "embed_only: Thm. 1 trains W^E, but onehot freezes it (nothing would train); set one of them false"
+                )
             if not self.uniform_attn:
                 raise ValueError("uniform_attn: embed_only (Thm. 1) has W^K = W^Q = 0; set uniform_attn=true with it")
             if self.frozen_wv is not None:
@@ -128,7 +133,9 @@ class TopicModelConfig(Config):
             if self.bias_v:
                 raise ValueError("bias_v: embed_only (Thm. 1) has W^V = I and no b^V; set bias_v=false")
             if not self.bias_pred:
-                raise ValueError("bias_pred: embed_only (Thm. 1) fixes b^pred = -p_m p_r/((1-(1-p_c)p_m)Tv); leave bias_pred true")
+                raise ValueError(
+                    "bias_pred: embed_only (Thm. 1) fixes b^pred = -p_m p_r/((1-(1-p_c)p_m)Tv); leave bias_pred true"
+                )
         return self
 
     @property
@@ -222,8 +229,12 @@ class TopicAttention(CachingModule):
         wv = torch.as_tensor(wv, dtype=torch.get_default_dtype()).detach()
         if wv.shape not in ((d, d), (E, d, d)):
             raise ValueError(f"wv: expected shape ({d}, {d}) or ({E}, {d}, {d}), got {tuple(wv.shape)}")
-        if cfg.frozen_wv == "diag" and bool((wv - torch.diag_embed(torch.diagonal(wv, dim1=-2, dim2=-1))).abs().max() > 0):
-            raise ValueError("wv: frozen_wv='diag' (Thm. 5's D^V) needs a diagonal matrix; this one has off-diagonal entries")
+        if cfg.frozen_wv == "diag" and bool(
+            (wv - torch.diag_embed(torch.diagonal(wv, dim1=-2, dim2=-1))).abs().max() > 0
+        ):
+            raise ValueError(
+                "wv: frozen_wv='diag' (Thm. 5's D^V) needs a diagonal matrix; this one has off-diagonal entries"
+            )
         return wv
 
     @property
@@ -295,8 +306,9 @@ class TopicAttention(CachingModule):
         out["F"] = values if cfg.onehot else values @ self.W_E  # tied head W^pred = W^E (identity, Eq. 7)
         return out
 
-    def forward(self, tokens: torch.Tensor, key_mask: torch.Tensor | None = None,
-                queries: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, key_mask: torch.Tensor | None = None, queries: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``f(X̃)`` of Eq. 6 (Eq. 7 when ``onehot``) for every member, document and position.
 
         Args:
@@ -320,10 +332,12 @@ class TopicAttention(CachingModule):
         cfg = self.cfg
         E, B, N = tokens.shape
         V = cfg.vocab
-        if E != self.members:
+        if self.members != E:
             raise ValueError(f"tokens have {E} members, the model has {self.members}")
         if key_mask is not None and key_mask.shape != tokens.shape:
-            raise ValueError(f"key_mask must have the shape of tokens {tuple(tokens.shape)}, got {tuple(key_mask.shape)}")
+            raise ValueError(
+                f"key_mask must have the shape of tokens {tuple(tokens.shape)}, got {tuple(key_mask.shape)}"
+            )
         visible = torch.ones_like(tokens, dtype=torch.bool) if key_mask is None else key_mask.to(torch.bool)
         tab = self.token_tables()
         dt = tab["F"].dtype
@@ -365,8 +379,9 @@ class TopicAttention(CachingModule):
         self.record("out", f)
         return f
 
-    def _pattern(self, S_tab: torch.Tensor, tokens: torch.Tensor, visible: torch.Tensor, masked: bool,
-                 record: bool = False) -> torch.Tensor:
+    def _pattern(
+        self, S_tab: torch.Tensor, tokens: torch.Tensor, visible: torch.Tensor, masked: bool, record: bool = False
+    ) -> torch.Tensor:
         """Eq. 5 per position: ``A (E, B, N, N)``, ``A[e, b, i, j] = σ(S)_ij``, columns summing to one over keys ``i``."""
         E, B, N = tokens.shape
         rows = _rows(S_tab, tokens.reshape(E, B * N)).reshape(E, B, N, -1)  # S[w̃_i, :]
@@ -377,8 +392,9 @@ class TopicAttention(CachingModule):
         A = torch.softmax(S, dim=-2)
         return A.nan_to_num(0.0) if masked else A
 
-    def _record_positions(self, tab: dict[str, torch.Tensor], tokens: torch.Tensor, visible: torch.Tensor,
-                          masked: bool) -> None:
+    def _record_positions(
+        self, tab: dict[str, torch.Tensor], tokens: torch.Tensor, visible: torch.Tensor, masked: bool
+    ) -> None:
         """Per-position activations for :meth:`cache` (built only for the names being recorded)."""
         E, B, N = tokens.shape
         flat = tokens.reshape(E, B * N)

@@ -28,7 +28,7 @@ from tdlab.theory.kgram import context_states
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module
     from matplotlib.figure import Figure
 
-__all__ = ["context_match_mask", "context_matching_score", "attention_patterns", "plot_attention_maps"]
+__all__ = ["attention_patterns", "context_match_mask", "context_matching_score", "plot_attention_maps"]
 
 
 def context_match_mask(tokens: torch.Tensor, k: int, vocab: int = 2) -> torch.Tensor:

@@ -29,8 +29,16 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["BlockStats", "word_block", "topic_of", "block_stats", "AttentionAverages", "cut_documents",
-           "attention_averages", "model_attention_averages"]
+__all__ = [
+    "AttentionAverages",
+    "BlockStats",
+    "attention_averages",
+    "block_stats",
+    "cut_documents",
+    "model_attention_averages",
+    "topic_of",
+    "word_block",
+]
 
 
 def word_block(M: torch.Tensor, topics: int, v: int) -> torch.Tensor:
@@ -46,7 +54,9 @@ def word_block(M: torch.Tensor, topics: int, v: int) -> torch.Tensor:
         raise ValueError(f"topics and v must be >= 1, got T={topics}, v={v}")
     n = topics * v
     if M.dim() < 2 or M.shape[-1] != M.shape[-2] or M.shape[-1] not in (n, n + 1):
-        raise ValueError(f"expected a (..., {n + 1}, {n + 1}) or (..., {n}, {n}) matrix for T={topics}, v={v}; got {tuple(M.shape)}")
+        raise ValueError(
+            f"expected a (..., {n + 1}, {n + 1}) or (..., {n}, {n}) matrix for T={topics}, v={v}; got {tuple(M.shape)}"
+        )
     M = M.detach().to(torch.float64)
     return M[..., 1:, 1:] if M.shape[-1] == n + 1 else M
 
@@ -84,7 +94,9 @@ def block_stats(M: torch.Tensor, topics: int, v: int) -> BlockStats:
         :class:`BlockStats` of float64 tensors of shape ``M.shape[:-2]`` (``()`` for one matrix).
     """
     if topics < 2 or v < 2:
-        raise ValueError(f"block statistics need T >= 2 topics (for D and g) and v >= 2 words per topic (for u); got T={topics}, v={v}")
+        raise ValueError(
+            f"block statistics need T >= 2 topics (for D and g) and v >= 2 words per topic (for u); got T={topics}, v={v}"
+        )
     W = word_block(M, topics, v)
     n = topics * v
     topic = torch.arange(n, device=W.device) // v
@@ -102,8 +114,16 @@ def block_stats(M: torch.Tensor, topics: int, v: int) -> BlockStats:
     own = torch.gather(sums, -1, topic.expand(*sums.shape[:-1])[..., None]).squeeze(-1)
     others = (sums.sum(-1) - own) / (topics - 1)
     g = (own - others).mean(-1)
-    return BlockStats(S=S, D=D, sigma=sigma, z=(S - D) / sigma, u=(same_off - D) / (diagonal - D), g=g,
-                      diag=diagonal, same_offdiag=same_off)
+    return BlockStats(
+        S=S,
+        D=D,
+        sigma=sigma,
+        z=(S - D) / sigma,
+        u=(same_off - D) / (diagonal - D),
+        g=g,
+        diag=diagonal,
+        same_offdiag=same_off,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -122,7 +142,9 @@ class AttentionAverages:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def cut_documents(tokens: torch.Tensor, key_mask: torch.Tensor | None = None, cut: int = 100) -> tuple[torch.Tensor, torch.Tensor]:
+def cut_documents(
+    tokens: torch.Tensor, key_mask: torch.Tensor | None = None, cut: int = 100
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The first ``cut`` positions of every document (the authors' ``cut_sentences_at_length``).
 
     Returns:
@@ -177,7 +199,9 @@ def attention_averages(
         :class:`AttentionAverages`, each field ``(E,)``.
     """
     if pattern.dim() != 4 or pattern.shape[-1] != pattern.shape[-2] or pattern.shape[:-1] != tokens.shape:
-        raise ValueError(f"expected pattern (E, B, N, N) and tokens (E, B, N); got {tuple(pattern.shape)}, {tuple(tokens.shape)}")
+        raise ValueError(
+            f"expected pattern (E, B, N, N) and tokens (E, B, N); got {tuple(pattern.shape)}, {tuple(tokens.shape)}"
+        )
     if norm_len < 1:
         raise ValueError(f"norm_len must be >= 1, got {norm_len}")
     tok, vis = cut_documents(tokens, key_mask, cut)

@@ -24,10 +24,10 @@ from torch import Tensor
 
 __all__ = [
     "cosine_matrix",
-    "offdiag_mean",
     "distance_spearman",
-    "nn_order",
     "erank",
+    "nn_order",
+    "offdiag_mean",
     "pca",
 ]
 

@@ -19,18 +19,20 @@ import numpy as np
 import torch
 
 __all__ = [
-    "singular_values",
-    "sv_ratio",
-    "leading_singular_vectors",
     "abs_cosine",
     "hypercube_spread",
+    "leading_singular_vectors",
+    "singular_values",
+    "sv_ratio",
 ]
 
 
 def _as_batch(w: torch.Tensor | np.ndarray, ndim: int, what: str) -> torch.Tensor:
     t = torch.as_tensor(w).detach().to("cpu", torch.float64)
     if t.dim() != ndim:
-        raise ValueError(f"{what} must have shape {'(E, m, n)' if ndim == 3 else '(E, n)'} (leading member axis), got {tuple(t.shape)}")
+        raise ValueError(
+            f"{what} must have shape {'(E, m, n)' if ndim == 3 else '(E, n)'} (leading member axis), got {tuple(t.shape)}"
+        )
     return t
 
 
@@ -92,7 +94,9 @@ def abs_cosine(x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray) -> to
         raise ValueError(f"x and y must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     den = a.norm(dim=1) * b.norm(dim=1)
     num = (a * b).sum(1).abs()
-    return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.full_like(den, float("nan")))
+    return torch.where(
+        den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.full_like(den, float("nan"))
+    )
 
 
 def hypercube_spread(e: torch.Tensor | np.ndarray) -> torch.Tensor:
@@ -111,4 +115,6 @@ def hypercube_spread(e: torch.Tensor | np.ndarray) -> torch.Tensor:
     mag = _as_batch(e, 2, "e").abs()
     mean = mag.mean(1)
     std = mag.std(1, correction=0)
-    return torch.where(mean > 0, std / torch.where(mean > 0, mean, torch.ones_like(mean)), torch.full_like(mean, float("nan")))
+    return torch.where(
+        mean > 0, std / torch.where(mean > 0, mean, torch.ones_like(mean)), torch.full_like(mean, float("nan"))
+    )

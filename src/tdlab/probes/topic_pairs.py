@@ -45,14 +45,14 @@ from torch import Tensor
 
 __all__ = [
     "NORM_LEN",
-    "same_topic_pairs",
-    "pair_list",
-    "embedding_ratios",
     "PairAttention",
     "attention_pair_means",
     "cooccurrence_matrix",
-    "top_cooccurring_pairs",
+    "embedding_ratios",
+    "pair_list",
+    "same_topic_pairs",
     "table2_means",
+    "top_cooccurring_pairs",
 ]
 
 F64 = torch.float64
@@ -139,7 +139,9 @@ def embedding_ratios(emb: Tensor | np.ndarray, same: np.ndarray, diff: np.ndarra
     out["dot"] = out["dot_same"] / out["dot_diff"]
     out["cos_gap"] = out["cos_same"] - out["cos_diff"]
     n_s, n_d = float(s.sum()) / 2, float(d.sum()) / 2  # unordered pairs
-    out["cos_gap_z"] = out["cos_gap"] / math.sqrt((1 / n_s + 1 / n_d) / w.shape[-1]) if n_s and n_d else out["cos_gap"] * math.nan
+    out["cos_gap_z"] = (
+        out["cos_gap"] / math.sqrt((1 / n_s + 1 / n_d) / w.shape[-1]) if n_s and n_d else out["cos_gap"] * math.nan
+    )
     return {k: _out(v) for k, v in out.items()}
 
 
@@ -189,15 +191,17 @@ class PairAttention:
         self._lookup[torch.as_tensor(self.words)] = torch.arange(m)
 
     @classmethod
-    def from_assignment(cls, assignment: Mapping[int, frozenset[int]], debias: bool = True, offset: int = 0,
-                        norm_len: int = NORM_LEN) -> PairAttention:
+    def from_assignment(
+        cls, assignment: Mapping[int, frozenset[int]], debias: bool = True, offset: int = 0, norm_len: int = NORM_LEN
+    ) -> PairAttention:
         """Classes ``"same"`` (distinct words sharing a topic) and ``"diff"`` (sharing none)."""
         words, same, diff = same_topic_pairs(assignment)
         return cls(words, {"same": same, "diff": diff}, debias=debias, offset=offset, norm_len=norm_len)
 
     @classmethod
-    def from_pairs(cls, pairs: Mapping[str, np.ndarray], debias: bool = True, offset: int = 0,
-                   norm_len: int = NORM_LEN) -> PairAttention:
+    def from_pairs(
+        cls, pairs: Mapping[str, np.ndarray], debias: bool = True, offset: int = 0, norm_len: int = NORM_LEN
+    ) -> PairAttention:
         """One class per named ``(P, 2)`` array of word-id pairs (order within a pair irrelevant)."""
         arrs = {k: np.asarray(v, dtype=np.int64).reshape(-1, 2) for k, v in pairs.items()}
         for k, p in arrs.items():
@@ -217,7 +221,9 @@ class PairAttention:
         top = self._lookup.numel() - 1
         return self._lookup[torch.where((ids >= 0) & (ids < top), ids, torch.full_like(ids, top))]
 
-    def add(self, attn: Tensor, word_ids: Tensor, key_mask: Tensor | None = None, batch_dim: int | None = None) -> PairAttention:
+    def add(
+        self, attn: Tensor, word_ids: Tensor, key_mask: Tensor | None = None, batch_dim: int | None = None
+    ) -> PairAttention:
         """Accumulate the attention of one document or a batch of documents.
 
         Args:
@@ -236,7 +242,9 @@ class PairAttention:
         ids = torch.as_tensor(word_ids).cpu()
         if batch_dim is None:
             if ids.dim() != 1:
-                raise ValueError(f"word_ids of one document must be (T,), got {tuple(ids.shape)}; pass batch_dim for a batch")
+                raise ValueError(
+                    f"word_ids of one document must be (T,), got {tuple(ids.shape)}; pass batch_dim for a batch"
+                )
             A, ids = A.unsqueeze(-3), ids[None]
             key_mask = None if key_mask is None else torch.as_tensor(key_mask)[None]
         else:
@@ -246,8 +254,14 @@ class PairAttention:
             A = A.movedim(bd, -3)
         B, T = ids.shape
         if A.dim() < 3 or A.shape[-3:] != (B, T, T):
-            raise ValueError(f"attention {tuple(attn.shape)} does not match word_ids {tuple(torch.as_tensor(word_ids).shape)}")
-        vis = torch.ones(B, T, dtype=torch.bool) if key_mask is None else torch.as_tensor(key_mask, dtype=torch.bool).reshape(B, T)
+            raise ValueError(
+                f"attention {tuple(attn.shape)} does not match word_ids {tuple(torch.as_tensor(word_ids).shape)}"
+            )
+        vis = (
+            torch.ones(B, T, dtype=torch.bool)
+            if key_mask is None
+            else torch.as_tensor(key_mask, dtype=torch.bool).reshape(B, T)
+        )
         idx = self._index(ids)  # (B, T) row in words or -1
         word = vis & (idx >= 0)
         pair = word[:, :, None] & word[:, None, :]
@@ -289,9 +303,17 @@ class PairAttention:
         return float(r) if np.ndim(r) == 0 else r
 
 
-def attention_pair_means(attn: Tensor, word_ids: Tensor, assignment: Mapping[int, frozenset[int]] | None = None,
-                         debias: bool = True, *, into: PairAttention | None = None, key_mask: Tensor | None = None,
-                         batch_dim: int | None = None, offset: int = 0) -> PairAttention:
+def attention_pair_means(
+    attn: Tensor,
+    word_ids: Tensor,
+    assignment: Mapping[int, frozenset[int]] | None = None,
+    debias: bool = True,
+    *,
+    into: PairAttention | None = None,
+    key_mask: Tensor | None = None,
+    batch_dim: int | None = None,
+    offset: int = 0,
+) -> PairAttention:
     """App. G.3's debiased attention between same-topic / different-topic distinct words.
 
     Accumulates one document (or a batch) into ``into``, or into a new :class:`PairAttention` built
@@ -354,8 +376,9 @@ def _top(cnt: np.ndarray, a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndar
     return cnt[order], a[order], b[order]
 
 
-def top_cooccurring_pairs(lda_docs: list[list[int]], words: np.ndarray, k: int, return_counts: bool = False,
-                          block_bytes: int = 1 << 24):
+def top_cooccurring_pairs(
+    lda_docs: list[list[int]], words: np.ndarray, k: int, return_counts: bool = False, block_bytes: int = 1 << 24
+):
     """Table 2's top co-occurring pairs: the ``k`` pairs of distinct words of ``words`` that occur
     together in the most documents.
 
@@ -387,7 +410,7 @@ def top_cooccurring_pairs(lda_docs: list[list[int]], words: np.ndarray, k: int, 
         C = (XT[i0:i1] @ X).toarray()  # (rows, m) counts of words i0..i1-1 with every word
         C[np.arange(i1 - i0)[:, None] >= np.arange(m)[None, :] - i0] = 0  # keep b > a: distinct, unordered
         floor = best[0][-1] if best[0].size == k and k > 0 else 1  # below the current k-th count: never kept
-        a, b = np.nonzero(C >= floor)
+        a, b = np.nonzero(floor <= C)
         cnt = C[a, b].astype(np.int64)
         blk = _top(cnt, a.astype(np.int64) + i0, b.astype(np.int64), k)
         best = _top(*(np.concatenate([x, y]) for x, y in zip(best, blk)), k)
@@ -396,8 +419,9 @@ def top_cooccurring_pairs(lda_docs: list[list[int]], words: np.ndarray, k: int, 
     return (pairs, cnt.astype(np.int64)) if return_counts else pairs
 
 
-def table2_means(pairs: Mapping[str, np.ndarray], emb: Tensor | np.ndarray, attention: PairAttention | None = None,
-                 offset: int = 0) -> dict[str, dict[str, float | int | np.ndarray]]:
+def table2_means(
+    pairs: Mapping[str, np.ndarray], emb: Tensor | np.ndarray, attention: PairAttention | None = None, offset: int = 0
+) -> dict[str, dict[str, float | int | np.ndarray]]:
     """Table 2: mean debiased attention and mean embedding cosine over named lists of word pairs
     (e.g. ``{"same": pair_list(words, same), "cooc": top_cooccurring_pairs(...)}``).
 
@@ -417,8 +441,12 @@ def table2_means(pairs: Mapping[str, np.ndarray], emb: Tensor | np.ndarray, atte
     out: dict[str, dict[str, float | int | np.ndarray]] = {}
     for name, p in pairs.items():
         p = torch.as_tensor(np.asarray(p, dtype=np.int64).reshape(-1, 2)) + offset
-        cos = (w[..., p[:, 0], :] * w[..., p[:, 1], :]).sum(-1).mean(-1) if len(p) else torch.full(w.shape[:-2], float("nan"), dtype=F64)
-        row: dict[str, float | int | np.ndarray] = {"pairs": int(len(p)), "cosine": _out(cos)}
+        cos = (
+            (w[..., p[:, 0], :] * w[..., p[:, 1], :]).sum(-1).mean(-1)
+            if len(p)
+            else torch.full(w.shape[:-2], float("nan"), dtype=F64)
+        )
+        row: dict[str, float | int | np.ndarray] = {"pairs": len(p), "cosine": _out(cos)}
         if attention is not None:
             row["attention"] = float(np.mean(attention.mean(name)))
         out[name] = row

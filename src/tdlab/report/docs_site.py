@@ -38,9 +38,25 @@ from tdlab.report.records import Published, group_table, load_published
 from tdlab.runs import Run, RunDirError, list_runs
 from tdlab.safeio import check_not_in_run, check_output_folder, copy_inside, path_kind
 
-__all__ = ["SeedItem", "Seed", "SEEDS", "GENERATED", "MARKER", "seed_of", "latest_runs", "seed_page",
-           "seeds_index", "write_seed_pages", "seed_pages_present", "build_site", "find_config", "docs_folder", "check_runs", "require_mkdocs",
-           "BuildResult"]
+__all__ = [
+    "GENERATED",
+    "MARKER",
+    "SEEDS",
+    "BuildResult",
+    "Seed",
+    "SeedItem",
+    "build_site",
+    "check_runs",
+    "docs_folder",
+    "find_config",
+    "latest_runs",
+    "require_mkdocs",
+    "seed_of",
+    "seed_page",
+    "seed_pages_present",
+    "seeds_index",
+    "write_seed_pages",
+]
 
 GENERATED = "seeds"  # the generated folder, inside the docs folder (git-ignored)
 MARKER = ".generated-by-tdlab-docs"  # proves a seeds folder is ours to replace
@@ -87,132 +103,313 @@ class Seed:
 _I = SeedItem
 # Read from the seed texts (shared/seeds/NNN_*.txt): every "Figure N" and "Table N" caption, in order.
 SEEDS: tuple[Seed, ...] = (
-    Seed("000", "Local to Global: Learning Dynamics and Effect of Initialization for Transformers", "Local to Global",
-         (("Markov landscape and gradient flow", "markov_theory.md"),), (
-        _I("Fig. 1", "gradient flow of the canonical (e, w) parameters along energy contours, p + q < 1 and > 1 "
-                     "(Thms. 1, 2, 8, Lemma 1)", ("markov-landscape",)),
-        _I("Fig. 2", "gradient flow of (e, w, a) with the attention scalar a: Gaussian init near the origin for "
-                     "p + q below and above one (§ A.2)", ("markov-landscape-3d",)),
-        _I("Fig. 3", "W_1 and W_V across training from a standard Gaussian init: rank one at convergence "
-                     "(App. A.3.1)", ("markov-rank",)),
-        _I("Fig. 4", "loss curves of the standard Gaussian init and the proposed init, p = 0.5, q = 0.8 "
-                     "(App. A.3.2)", ("markov-init",),
-           "`markov-bridge` carries Thms. 2 and 8 over a (p, q) grid on the same transformer"),
-        _I("Fig. 5", "gradient flow in ℝ³ near the origin: the local minima repel for p + q < 1 and attract for "
-                     "p + q > 1 (Thm. 10, Lemma 14, App. H)", ("markov-landscape-3d",)),
-        _I("Fig. 6", "W_1 and W_V from a rank-one init: rank one throughout training (App. N)", ("markov-rank",)),
-        _I("Table 1", "the parameters of the transformer and their shapes", (),
-           "not reproduced: a description of the Sec. 2 model, not a result; `tdlab.models.gpt` builds it "
-           "(`arch=\"sec2\"`)"),
-        _I("Table 2", "settings and parameters of the experiments", (),
-           "settings, not a result: [`markov-init`](#markov-init)'s paper profile uses them "
-           "(`tdlab run markov-init --profile paper`: 8000 iterations, N = 1024, d = 8, 5 repetitions)"),
-        _I("Thms. 2, 8 (App. G)", "where a small standard init ends on either side of p + q = 1, on the Sec. 2 "
-                                  "transformer rather than the canonical model", ("markov-bridge",)),
-        _I("Sec. 4, Sec. 3 / App. A.1", "initialisation in I_common reaches the entropy rate; one extra bias step "
-                                        "suffices", ("markov-icommon",)),
-    )),
-    Seed("001", "An Analysis for Reasoning Bias of Language Models with Small Initialization "
-                "(Yao, Zhang, Xu)", "Reasoning bias",
-         (("Anchor functions", "anchors.md"), ("PrOntoQA and stories", "anchors_text.md")), (
-        _I("Fig. 1", "training loss of PrOntoQA and TinyStories in one next-token training on the mixed data",
-           ("anchors-text",), "stand-in stories unless `--set data.stories=FILE` points at TinyStories"),
-        _I("Fig. 2", "A: loss and accuracy on D_mem, D_rsn,train, D_rsn,test for γ = 0.3, 0.5, 0.8 (transformer); "
-                     "B: accuracy of Emb-MLP at γ = 0.3 and 0.8", ("anchors-bias", "anchors-mlp"),
-           "2A: `anchors-bias`; 2B: `anchors-mlp`"),
-        _I("Fig. 3", "Emb-MLP: anchor cosine matrices at epochs 50 and 900, the label laws P^s, embedding vs law",
-           ("anchors-mlp",)),
-        _I("Fig. 4", "transformer embedding structure at small init: anchor cosines, PCA, Eq. 14",
-           ("anchors-embedding",)),
-        _I("Fig. 5", "the first attention module at small init: attention map, the average operator, W^V",
-           ("anchors-attention",)),
-        _I("Fig. 6", "cosine similarity of the embeddings of PrOntoQA and TinyStories tokens", ("anchors-text",),
-           "stand-in stories unless `--set data.stories=FILE`"),
-        _I("Fig. 7", "left: targets and predictions of 4 memory groups; right: learning speed of F_mem,1 vs F_mem,2",
-           ("anchors-labels",)),
-        _I("Fig. 8", "schematic of the synthetic composition task", ("anchors-bias",),
-           "a schematic: `tdlab.tasks.anchors` builds the task every anchors experiment trains on"),
-        _I("Fig. 9", "measured anchor cosines against the theoretical approximation of Eq. 12",
-           ("anchors-embedding",)),
-        _I("Fig. 10", "Emb-MLP anchor cosines at γ = 0.3, 0.5", ("anchors-mlp",)),
-        _I("Fig. 11", "transformer embedding space at γ = 0.3, 0.5", ("anchors-embedding",)),
-        _I("Fig. 12", "the first attention module at γ = 0.3 and 0.5", ("anchors-attention",)),
-        _I("Fig. 13", "singular values of every parameter matrix per initialisation scale", ("anchors-lowrank",)),
-        _I("Fig. 14", "the second attention module: the key-extracting row, its heat map, positional scores",
-           ("anchors-attention",)),
-        _I("Props. 2–3, Thm. 2", "the small-initialisation gradient flows of the embeddings (Eqs. 28, 29) and of W^V "
-                                 "(Eq. 36, Thm. 2) on the Def. 2 model", ("anchors-flows",),
-           "Thm. 2 on the trained post-LN model and App. E's value path: `anchors-attention`"),
-    )),
-    Seed("002", "Multi-layer Cross-attention is Provably Optimal for Multi-modal In-context Learning "
-                "(Barnfield, Sen, Sur)", "Multi-modal cross-attention",
-         (("In-context regression", "icl.md"), ("avMNIST stand-in", "icl_avdigits.md")), (
-        _I("Fig. 1", "re-injection of the covariates X through the CA_T (LCA_T) embeddings", (),
-           "not reproduced: a schematic of the model, no data; `tdlab.models.linear_attention` implements LCA_T"),
-        _I("Fig. 2", "ICL error of the one- and two-parameter LCA models and LSA against L_te and depth T",
-           ("icl-lsa-vs-lca",)),
-        _I("Fig. 3", "less-restricted LCA parametrisations: layerwise scalar projections, whitening error",
-           ("icl-unrestricted",)),
-        _I("Table 1", "avMNIST classification: the paper-inspired model, three ablations, a bidirectional CA "
-                      "transformer", ("icl-avdigits",),
-           "stand-in data (MNIST-5k digits with espeak-ng speech) unless your avMNIST arrays are given"),
-        _I("Fig. 4", "log-scale heat maps of the two-parameter loss ℓ(α, β) at depths T = 10 and 5",
-           ("icl-landscape",)),
-        _I("Fig. 5", "in-context performance of the LCA models, ablations without S_t, and the sample mean",
-           ("icl-ablations",)),
-        _I("Fig. 6", "in-context performance of the LCA models, deep LSA, the LSA model of (4.2), the sample mean",
-           ("icl-ablations",)),
-    )),
-    Seed("003", "Attention with Markov: A Markovian Tale of Transformers (talk)",
-         "Attention with Markov", (("Markov landscape and gradient flow", "markov_theory.md"),), (
-        _I("Part I: Single-layer transformers sometimes fail to learn even first-order Markov chains!",
-           "the loss of a tied single-layer transformer stuck at H(π)", ("markov-tying",)),
-        _I("Part I: Theoretical results", "θ_π is a bad local minimum with weight tying and a saddle without; "
-           "∇L(θ_π) = 0, L(θ_π) = H(π); Intuition: the Hessian's signs", ("markov-tying",)),
-        _I("Part I: How does the flow look like?", "the (e, w) gradient flow for p + q < 1 (global minima) and "
-           "p + q > 1 (stuck at local minima)", ("markov-landscape",), "seed 000's Fig. 1"),
-        _I("Part I: Can we escape it?", "initialise in the right region and converge to a global minimum",
-           ("markov-init", "markov-icommon"), "seed 000's Fig. 4 and Sec. 4"),
-        _I("Part II: In-context learning (ICL) emerges!", "Depth > 1: 2- and 3-layer transformers against the "
-           "in-context k-gram estimator", ("markov-icl-depth",)),
-        _I("Part II: What we know so far", "Memory = k, Depth?: should heads and layers scale with k?",
-           ("markov-icl-heads", "markov-icl-depth")),
-        _I("Part II: Main result (constant depth suffices)", "3 layers, 1 head per layer, relative PE and layer "
-           "norm represent any order-k in-context estimator", ("markov-icl-depth", "markov-icl-heads")),
-        _I("Part II: Without non-linearities, you need logarithmic depth", "attention-only depth against k",
-           ("markov-icl-depth-linear",)),
-        _I("Part II: Match contexts & count", "Intuition: att ∝ exp(κ cos(v_n, u_T)) realises a k-th order "
-           "induction head", ("markov-icl-construction",)),
-    )),
-    Seed("004", "How Do Transformers Learn Topic Structure: Towards a Mechanistic Understanding "
-                "(Li, Li, Risteski)", "Topic structure",
-         (("Topic model", "topics.md"), ("Real text", "topics_real.md")), (
-        _I("Fig. 1", "embedding dot products trained on synthetic topic data: cross-entropy / squared loss, "
-                     "SGD / Adam", ("topics-embed",)),
-        _I("Fig. 2", "trained W^V with L2 regularisation, frozen uniform attention and one-hot embedding",
-           ("topics-wv",)),
-        _I("Fig. 3", "word-embedding cosines of a pretrained BERT on Wikipedia encode topics", ("topics-real",),
-           "the seed's rows need a pretrained model: `--set model.checkpoint=DIR`"),
-        _I("Fig. 4", "two-stage dynamics of a single-layer transformer on LDA data", ("topics-two-stage",),
-           "`tdlab atlas run topics-two-stage` searches optimiser × lr × init × authors_compat for where the stages appear"),
-        _I("Table 1", "pretrained models on Wikipedia: same- vs different-topic embedding and attention ratios, "
-                      "one topic per word", ("topics-real",), "needs `--set model.checkpoint=DIR` for seed rows"),
-        _I("Fig. 5", "two-stage dynamics of a 4-layer, 4-head transformer on Wikipedia", ("topics-real-two-stage",)),
-        _I("Table 2", "BERT's topic-wise behaviour is not explained by co-occurrence alone", ("topics-real-cooc",),
-           "needs `--set model.checkpoint=DIR` for seed rows"),
-        _I("Fig. 6", "without L2 regularisation W^V is sometimes diagonal (Thm. 4)", ("topics-wv",)),
-        _I("Fig. 7", "squared-loss landscape under diagonal W^V, τ = 20 … 80", ("topics-landscape",)),
-        _I("Fig. 8", "squared-loss landscape for block-wise W^V with uniform blocks, τ = 20 … 80",
-           ("topics-landscape",)),
-        _I("Fig. 9", "trained W^V without L2 regularisation, frozen attention and embedding", ("topics-wv",)),
-        _I("Fig. 10", "trained W^V with frozen one-hot embedding and trained attention", ("topics-wv",)),
-        _I("Table 3", "average attention weights when W^V converges to near-uniform blocks", ("topics-attn",)),
-        _I("Table 4", "average attention weights when W^V converges to a diagonal pattern", ("topics-attn",)),
-        _I("Table 5", "as Table 1, each word assigned one or more topics", ("topics-real",),
-           "needs `--set model.checkpoint=DIR` for seed rows"),
-        _I("§5.2, App. G.1", "training only W^V is only slightly worse than training all weights; the block means "
-                             "of the trained W^V against Thm. 2's W^V* and Figs. 9–10's S ≥ 10|D|", ("topics-wv",)),
-    )),
+    Seed(
+        "000",
+        "Local to Global: Learning Dynamics and Effect of Initialization for Transformers",
+        "Local to Global",
+        (("Markov landscape and gradient flow", "markov_theory.md"),),
+        (
+            _I(
+                "Fig. 1",
+                "gradient flow of the canonical (e, w) parameters along energy contours, p + q < 1 and > 1 "
+                "(Thms. 1, 2, 8, Lemma 1)",
+                ("markov-landscape",),
+            ),
+            _I(
+                "Fig. 2",
+                "gradient flow of (e, w, a) with the attention scalar a: Gaussian init near the origin for "
+                "p + q below and above one (§ A.2)",
+                ("markov-landscape-3d",),
+            ),
+            _I(
+                "Fig. 3",
+                "W_1 and W_V across training from a standard Gaussian init: rank one at convergence (App. A.3.1)",
+                ("markov-rank",),
+            ),
+            _I(
+                "Fig. 4",
+                "loss curves of the standard Gaussian init and the proposed init, p = 0.5, q = 0.8 (App. A.3.2)",
+                ("markov-init",),
+                "`markov-bridge` carries Thms. 2 and 8 over a (p, q) grid on the same transformer",
+            ),
+            _I(
+                "Fig. 5",
+                "gradient flow in ℝ³ near the origin: the local minima repel for p + q < 1 and attract for "
+                "p + q > 1 (Thm. 10, Lemma 14, App. H)",
+                ("markov-landscape-3d",),
+            ),
+            _I("Fig. 6", "W_1 and W_V from a rank-one init: rank one throughout training (App. N)", ("markov-rank",)),
+            _I(
+                "Table 1",
+                "the parameters of the transformer and their shapes",
+                (),
+                "not reproduced: a description of the Sec. 2 model, not a result; `tdlab.models.gpt` builds it "
+                '(`arch="sec2"`)',
+            ),
+            _I(
+                "Table 2",
+                "settings and parameters of the experiments",
+                (),
+                "settings, not a result: [`markov-init`](#markov-init)'s paper profile uses them "
+                "(`tdlab run markov-init --profile paper`: 8000 iterations, N = 1024, d = 8, 5 repetitions)",
+            ),
+            _I(
+                "Thms. 2, 8 (App. G)",
+                "where a small standard init ends on either side of p + q = 1, on the Sec. 2 "
+                "transformer rather than the canonical model",
+                ("markov-bridge",),
+            ),
+            _I(
+                "Sec. 4, Sec. 3 / App. A.1",
+                "initialisation in I_common reaches the entropy rate; one extra bias step suffices",
+                ("markov-icommon",),
+            ),
+        ),
+    ),
+    Seed(
+        "001",
+        "An Analysis for Reasoning Bias of Language Models with Small Initialization (Yao, Zhang, Xu)",
+        "Reasoning bias",
+        (("Anchor functions", "anchors.md"), ("PrOntoQA and stories", "anchors_text.md")),
+        (
+            _I(
+                "Fig. 1",
+                "training loss of PrOntoQA and TinyStories in one next-token training on the mixed data",
+                ("anchors-text",),
+                "stand-in stories unless `--set data.stories=FILE` points at TinyStories",
+            ),
+            _I(
+                "Fig. 2",
+                "A: loss and accuracy on D_mem, D_rsn,train, D_rsn,test for γ = 0.3, 0.5, 0.8 (transformer); "
+                "B: accuracy of Emb-MLP at γ = 0.3 and 0.8",
+                ("anchors-bias", "anchors-mlp"),
+                "2A: `anchors-bias`; 2B: `anchors-mlp`",
+            ),
+            _I(
+                "Fig. 3",
+                "Emb-MLP: anchor cosine matrices at epochs 50 and 900, the label laws P^s, embedding vs law",
+                ("anchors-mlp",),
+            ),
+            _I(
+                "Fig. 4",
+                "transformer embedding structure at small init: anchor cosines, PCA, Eq. 14",
+                ("anchors-embedding",),
+            ),
+            _I(
+                "Fig. 5",
+                "the first attention module at small init: attention map, the average operator, W^V",
+                ("anchors-attention",),
+            ),
+            _I(
+                "Fig. 6",
+                "cosine similarity of the embeddings of PrOntoQA and TinyStories tokens",
+                ("anchors-text",),
+                "stand-in stories unless `--set data.stories=FILE`",
+            ),
+            _I(
+                "Fig. 7",
+                "left: targets and predictions of 4 memory groups; right: learning speed of F_mem,1 vs F_mem,2",
+                ("anchors-labels",),
+            ),
+            _I(
+                "Fig. 8",
+                "schematic of the synthetic composition task",
+                ("anchors-bias",),
+                "a schematic: `tdlab.tasks.anchors` builds the task every anchors experiment trains on",
+            ),
+            _I(
+                "Fig. 9",
+                "measured anchor cosines against the theoretical approximation of Eq. 12",
+                ("anchors-embedding",),
+            ),
+            _I("Fig. 10", "Emb-MLP anchor cosines at γ = 0.3, 0.5", ("anchors-mlp",)),
+            _I("Fig. 11", "transformer embedding space at γ = 0.3, 0.5", ("anchors-embedding",)),
+            _I("Fig. 12", "the first attention module at γ = 0.3 and 0.5", ("anchors-attention",)),
+            _I("Fig. 13", "singular values of every parameter matrix per initialisation scale", ("anchors-lowrank",)),
+            _I(
+                "Fig. 14",
+                "the second attention module: the key-extracting row, its heat map, positional scores",
+                ("anchors-attention",),
+            ),
+            _I(
+                "Props. 2–3, Thm. 2",
+                "the small-initialisation gradient flows of the embeddings (Eqs. 28, 29) and of W^V "
+                "(Eq. 36, Thm. 2) on the Def. 2 model",
+                ("anchors-flows",),
+                "Thm. 2 on the trained post-LN model and App. E's value path: `anchors-attention`",
+            ),
+        ),
+    ),
+    Seed(
+        "002",
+        "Multi-layer Cross-attention is Provably Optimal for Multi-modal In-context Learning (Barnfield, Sen, Sur)",
+        "Multi-modal cross-attention",
+        (("In-context regression", "icl.md"), ("avMNIST stand-in", "icl_avdigits.md")),
+        (
+            _I(
+                "Fig. 1",
+                "re-injection of the covariates X through the CA_T (LCA_T) embeddings",
+                (),
+                "not reproduced: a schematic of the model, no data; `tdlab.models.linear_attention` implements LCA_T",
+            ),
+            _I(
+                "Fig. 2",
+                "ICL error of the one- and two-parameter LCA models and LSA against L_te and depth T",
+                ("icl-lsa-vs-lca",),
+            ),
+            _I(
+                "Fig. 3",
+                "less-restricted LCA parametrisations: layerwise scalar projections, whitening error",
+                ("icl-unrestricted",),
+            ),
+            _I(
+                "Table 1",
+                "avMNIST classification: the paper-inspired model, three ablations, a bidirectional CA transformer",
+                ("icl-avdigits",),
+                "stand-in data (MNIST-5k digits with espeak-ng speech) unless your avMNIST arrays are given",
+            ),
+            _I(
+                "Fig. 4",
+                "log-scale heat maps of the two-parameter loss ℓ(α, β) at depths T = 10 and 5",
+                ("icl-landscape",),
+            ),
+            _I(
+                "Fig. 5",
+                "in-context performance of the LCA models, ablations without S_t, and the sample mean",
+                ("icl-ablations",),
+            ),
+            _I(
+                "Fig. 6",
+                "in-context performance of the LCA models, deep LSA, the LSA model of (4.2), the sample mean",
+                ("icl-ablations",),
+            ),
+        ),
+    ),
+    Seed(
+        "003",
+        "Attention with Markov: A Markovian Tale of Transformers (talk)",
+        "Attention with Markov",
+        (("Markov landscape and gradient flow", "markov_theory.md"),),
+        (
+            _I(
+                "Part I: Single-layer transformers sometimes fail to learn even first-order Markov chains!",
+                "the loss of a tied single-layer transformer stuck at H(π)",
+                ("markov-tying",),
+            ),
+            _I(
+                "Part I: Theoretical results",
+                "θ_π is a bad local minimum with weight tying and a saddle without; "
+                "∇L(θ_π) = 0, L(θ_π) = H(π); Intuition: the Hessian's signs",
+                ("markov-tying",),
+            ),
+            _I(
+                "Part I: How does the flow look like?",
+                "the (e, w) gradient flow for p + q < 1 (global minima) and p + q > 1 (stuck at local minima)",
+                ("markov-landscape",),
+                "seed 000's Fig. 1",
+            ),
+            _I(
+                "Part I: Can we escape it?",
+                "initialise in the right region and converge to a global minimum",
+                ("markov-init", "markov-icommon"),
+                "seed 000's Fig. 4 and Sec. 4",
+            ),
+            _I(
+                "Part II: In-context learning (ICL) emerges!",
+                "Depth > 1: 2- and 3-layer transformers against the in-context k-gram estimator",
+                ("markov-icl-depth",),
+            ),
+            _I(
+                "Part II: What we know so far",
+                "Memory = k, Depth?: should heads and layers scale with k?",
+                ("markov-icl-heads", "markov-icl-depth"),
+            ),
+            _I(
+                "Part II: Main result (constant depth suffices)",
+                "3 layers, 1 head per layer, relative PE and layer norm represent any order-k in-context estimator",
+                ("markov-icl-depth", "markov-icl-heads"),
+            ),
+            _I(
+                "Part II: Without non-linearities, you need logarithmic depth",
+                "attention-only depth against k",
+                ("markov-icl-depth-linear",),
+            ),
+            _I(
+                "Part II: Match contexts & count",
+                "Intuition: att ∝ exp(κ cos(v_n, u_T)) realises a k-th order induction head",
+                ("markov-icl-construction",),
+            ),
+        ),
+    ),
+    Seed(
+        "004",
+        "How Do Transformers Learn Topic Structure: Towards a Mechanistic Understanding (Li, Li, Risteski)",
+        "Topic structure",
+        (("Topic model", "topics.md"), ("Real text", "topics_real.md")),
+        (
+            _I(
+                "Fig. 1",
+                "embedding dot products trained on synthetic topic data: cross-entropy / squared loss, SGD / Adam",
+                ("topics-embed",),
+            ),
+            _I(
+                "Fig. 2",
+                "trained W^V with L2 regularisation, frozen uniform attention and one-hot embedding",
+                ("topics-wv",),
+            ),
+            _I(
+                "Fig. 3",
+                "word-embedding cosines of a pretrained BERT on Wikipedia encode topics",
+                ("topics-real",),
+                "the seed's rows need a pretrained model: `--set model.checkpoint=DIR`",
+            ),
+            _I(
+                "Fig. 4",
+                "two-stage dynamics of a single-layer transformer on LDA data",
+                ("topics-two-stage",),
+                "`tdlab atlas run topics-two-stage` searches optimiser × lr × init × authors_compat for where the stages appear",
+            ),
+            _I(
+                "Table 1",
+                "pretrained models on Wikipedia: same- vs different-topic embedding and attention ratios, "
+                "one topic per word",
+                ("topics-real",),
+                "needs `--set model.checkpoint=DIR` for seed rows",
+            ),
+            _I(
+                "Fig. 5", "two-stage dynamics of a 4-layer, 4-head transformer on Wikipedia", ("topics-real-two-stage",)
+            ),
+            _I(
+                "Table 2",
+                "BERT's topic-wise behaviour is not explained by co-occurrence alone",
+                ("topics-real-cooc",),
+                "needs `--set model.checkpoint=DIR` for seed rows",
+            ),
+            _I("Fig. 6", "without L2 regularisation W^V is sometimes diagonal (Thm. 4)", ("topics-wv",)),
+            _I("Fig. 7", "squared-loss landscape under diagonal W^V, τ = 20 … 80", ("topics-landscape",)),
+            _I(
+                "Fig. 8",
+                "squared-loss landscape for block-wise W^V with uniform blocks, τ = 20 … 80",
+                ("topics-landscape",),
+            ),
+            _I("Fig. 9", "trained W^V without L2 regularisation, frozen attention and embedding", ("topics-wv",)),
+            _I("Fig. 10", "trained W^V with frozen one-hot embedding and trained attention", ("topics-wv",)),
+            _I("Table 3", "average attention weights when W^V converges to near-uniform blocks", ("topics-attn",)),
+            _I("Table 4", "average attention weights when W^V converges to a diagonal pattern", ("topics-attn",)),
+            _I(
+                "Table 5",
+                "as Table 1, each word assigned one or more topics",
+                ("topics-real",),
+                "needs `--set model.checkpoint=DIR` for seed rows",
+            ),
+            _I(
+                "§5.2, App. G.1",
+                "training only W^V is only slightly worse than training all weights; the block means "
+                "of the trained W^V against Thm. 2's W^V* and Figs. 9–10's S ≥ 10|D|",
+                ("topics-wv",),
+            ),
+        ),
+    ),
 )
 
 
@@ -282,9 +479,11 @@ def _run_line(run: Run, s: Mapping[str, Any]) -> str:
     env = s.get("env") if isinstance(s.get("env"), dict) else {}
     how = decided_by(s)
     decided = f"; decided by {_md(how)}" if how != s.get("profile", "?") else ""
-    return (f"**Latest run:** `{md_code(run.path.name)}` — {_md(s.get('profile', '?'))} profile, {_md(s.get('members', '?'))} "
-            f"members, seed {_md(s.get('seed', '?'))}, {_md(env.get('device', '?'))}{wall_s}, "
-            f"status {_md(s.get('status', '?'))}{decided}.")
+    return (
+        f"**Latest run:** `{md_code(run.path.name)}` — {_md(s.get('profile', '?'))} profile, {_md(s.get('members', '?'))} "
+        f"members, seed {_md(s.get('seed', '?'))}, {_md(env.get('device', '?'))}{wall_s}, "
+        f"status {_md(s.get('status', '?'))}{decided}."
+    )
 
 
 def _counts(groups: Sequence[Mapping[str, Any]]) -> str:
@@ -300,31 +499,50 @@ def _atlas_lines(exp: Any, atlas: set[str]) -> list[str]:
     if decl is None:
         return []
     name = exp.name
-    axes = "; ".join(f"`{a.field}` (quick {', '.join(map(str, a.range('quick')))}; paper {', '.join(map(str, a.values))})"
-                     for a in decl.axes)
+    axes = "; ".join(
+        f"`{a.field}` (quick {', '.join(map(str, a.range('quick')))}; paper {', '.join(map(str, a.values))})"
+        for a in decl.axes
+    )
     lines = ["### Atlas", "", f"Axes: {axes}.", ""]  # the declaration's own fields and values, as code spans
     if name in atlas:
-        lines.append(f"Where each claim holds over these axes: [the atlas page of `{name}`](atlas/experiments/{name}.html).")
+        lines.append(
+            f"Where each claim holds over these axes: [the atlas page of `{name}`](atlas/experiments/{name}.html)."
+        )
     else:
-        lines.append(f"No atlas of `{name}` in these runs: `tdlab atlas run {name} --runs runs`, then "
-                     f"`tdlab docs build --runs runs` links its maps here.")
+        lines.append(
+            f"No atlas of `{name}` in these runs: `tdlab atlas run {name} --runs runs`, then "
+            f"`tdlab docs build --runs runs` links its maps here."
+        )
     return lines + [""]
 
 
-def _experiment_section(exp: Any, found: tuple[Run, dict[str, Any]] | None, figures: Sequence[str],
-                        atlas: set[str] = frozenset()) -> list[str]:
+def _experiment_section(
+    exp: Any, found: tuple[Run, dict[str, Any]] | None, figures: Sequence[str], atlas: set[str] = frozenset()
+) -> list[str]:
     from tdlab.report.findings import group_line
 
     name = exp.name
-    lines = [f"## `{name}` {{#{name}}}", "", f"**Reproduces:** {exp.figure}", "", _md(exp.description), "",
-             "```bash", f"tdlab run {name}                  # quick profile: minutes on 2 CPU cores"]
+    lines = [
+        f"## `{name}` {{#{name}}}",
+        "",
+        f"**Reproduces:** {exp.figure}",
+        "",
+        _md(exp.description),
+        "",
+        "```bash",
+        f"tdlab run {name}                  # quick profile: minutes on 2 CPU cores",
+    ]
     if "paper" in getattr(exp, "profiles", {}):
         lines.append(f"tdlab run {name} --profile paper  # the seed's own settings")
     lines += ["```", ""]
     groups: dict[str, Mapping[str, Any]] = {}
     if found is None:
-        lines += ['!!! note "No run yet"', f"    No run of `{name}` was found: run `tdlab run {name}`, then "
-                  f"`tdlab docs build --runs runs` to show its verdicts here.", ""]
+        lines += [
+            '!!! note "No run yet"',
+            f"    No run of `{name}` was found: run `tdlab run {name}`, then "
+            f"`tdlab docs build --runs runs` to show its verdicts here.",
+            "",
+        ]
     else:
         run, s = found
         for key in ("claims", "sanity"):
@@ -335,7 +553,9 @@ def _experiment_section(exp: Any, found: tuple[Run, dict[str, Any]] | None, figu
         untrained = [(a, h) for a, h in arms.items() if isinstance(h, dict) and not h.get("trained", True)]
         for arm, h in untrained:
             reasons = h.get("reasons") if isinstance(h.get("reasons"), list) else []
-            lines.append(f"- arm `{md_code(arm)}` **{_md(h.get('status', 'not trained'))}**: {_md('; '.join(map(str, reasons)))}")
+            lines.append(
+                f"- arm `{md_code(arm)}` **{_md(h.get('status', 'not trained'))}**: {_md('; '.join(map(str, reasons)))}"
+            )
         if untrained:
             lines.append("")
     for kind, title in (("paper", "Paper claims"), ("sanity", "Sanity checks")):
@@ -349,8 +569,10 @@ def _experiment_section(exp: Any, found: tuple[Run, dict[str, Any]] | None, figu
             elif c.id in groups:
                 lines.append(f"- {group_line(groups[c.id])}")
             else:
-                lines.append(f"- **not in the run** `{c.id}` — {_md(c.statement)}. Declared after the run was judged: "
-                             f"`tdlab report RUN_DIR` re-judges it.")
+                lines.append(
+                    f"- **not in the run** `{c.id}` — {_md(c.statement)}. Declared after the run was judged: "
+                    f"`tdlab report RUN_DIR` re-judges it."
+                )
         lines.append("")
     lines += _atlas_lines(exp, atlas)
     if figures:
@@ -368,20 +590,34 @@ def _experiment_link(name: str, here: str, where: Mapping[str, str]) -> str:
     return f"[`{name}`]({page}#{name})"
 
 
-def seed_page(seed: Seed, experiments: Sequence[Any], found: Mapping[str, tuple[Run, dict[str, Any]]],
-              figures: Mapping[str, Sequence[str]], where: Mapping[str, str], atlas: set[str] = frozenset(),
-              published: Published | None = None) -> str:
+def seed_page(
+    seed: Seed,
+    experiments: Sequence[Any],
+    found: Mapping[str, tuple[Run, dict[str, Any]]],
+    figures: Mapping[str, Sequence[str]],
+    where: Mapping[str, str],
+    atlas: set[str] = frozenset(),
+    published: Published | None = None,
+) -> str:
     """The markdown of one seed's page: its figure and table inventory, a verdict overview, the verdicts at
     the seed's own settings from the published records (``published``), then one section per experiment
     (``where``: every experiment's seed, for links across seed pages; ``atlas``: the experiments whose atlas
     page the build copied into the site)."""
-    lines = [f"# Seed {seed.number} — {_md(seed.title)}", "",
-             "*Generated by `tdlab docs build` from the experiment registry and the newest run of each "
-             "experiment; do not edit.*", ""]
+    lines = [
+        f"# Seed {seed.number} — {_md(seed.title)}",
+        "",
+        "*Generated by `tdlab docs build` from the experiment registry and the newest run of each "
+        "experiment; do not edit.*",
+        "",
+    ]
     if seed.notes:
         lines += ["Notes on this seed: " + ", ".join(f"[{t}](../{p})" for t, p in seed.notes) + ".", ""]
-    lines += ["## Figures and tables of the seed {#figures-and-tables}", "",
-              "| figure / table | what it shows | reproduced by |", "|---|---|---|"]
+    lines += [
+        "## Figures and tables of the seed {#figures-and-tables}",
+        "",
+        "| figure / table | what it shows | reproduced by |",
+        "|---|---|---|",
+    ]
     for item in seed.items:
         if item.experiments:
             by = ", ".join(_experiment_link(n, seed.number, where) for n in item.experiments)
@@ -390,8 +626,13 @@ def seed_page(seed: Seed, experiments: Sequence[Any], found: Mapping[str, tuple[
         else:
             by = item.note.replace("|", "\\|") or "not reproduced"
         lines.append(f"| {_cell(item.label)} | {_cell(item.shows)} | {by} |")
-    lines += ["", "## Verdicts at a glance {#verdicts}", "",
-              "| experiment | reproduces | latest run | paper claims held | sanity checks held |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Verdicts at a glance {#verdicts}",
+        "",
+        "| experiment | reproduces | latest run | paper claims held | sanity checks held |",
+        "|---|---|---|---|---|",
+    ]
     for exp in experiments:
         f = found.get(exp.name)
         if f is None:
@@ -411,43 +652,69 @@ def seed_page(seed: Seed, experiments: Sequence[Any], found: Mapping[str, tuple[
 def _seed_settings_section(experiments: Sequence[Any], published: Published | None) -> list[str]:
     """Every paper group of the seed's experiments at the seed's own settings (the ``paper`` profile's
     committed record) beside quick's, and how to reproduce it (:mod:`tdlab.report.records`)."""
-    lines = ["## At the seed's settings {#seed-settings}", "",
-             "From the records committed under `results/` (`results/paper`: the seed's own settings; `results/quick`: "
-             "the quick profile), never from a run on this machine. Each is re-judged by the current claims layer "
-             "in the test suite.", ""]
+    lines = [
+        "## At the seed's settings {#seed-settings}",
+        "",
+        "From the records committed under `results/` (`results/paper`: the seed's own settings; `results/quick`: "
+        "the quick profile), never from a run on this machine. Each is re-judged by the current claims layer "
+        "in the test suite.",
+        "",
+    ]
     if published is None or not any(e.name in published.paper or e.name in published.quick for e in experiments):
         return lines + ["No record yet: `tdlab batch --profile paper` writes them.", ""]
     for exp in experiments:
-        lines += [f"### `{exp.name}` at the seed's settings {{#{exp.name}-seed-settings}}", "", group_table(published, exp), ""]
+        lines += [
+            f"### `{exp.name}` at the seed's settings {{#{exp.name}-seed-settings}}",
+            "",
+            group_table(published, exp),
+            "",
+        ]
     return lines
 
 
-def seeds_index(seeds: Sequence[Seed], by_seed: Mapping[str, Sequence[Any]],
-                found: Mapping[str, tuple[Run, dict[str, Any]]], runs: Path | None) -> str:
+def seeds_index(
+    seeds: Sequence[Seed],
+    by_seed: Mapping[str, Sequence[Any]],
+    found: Mapping[str, tuple[Run, dict[str, Any]]],
+    runs: Path | None,
+) -> str:
     """The overview page of the seeds: one row per seed."""
-    where = f"the newest run of each experiment under `{runs}`" if found else \
-        "no run directories (every page says how to get a run)"
-    lines = ["# Seeds", "", "tdlab reproduces five seed papers. Each page lists every figure and table of its seed "
-             "with the experiment that reproduces it (or why none does), the command that runs it, and every "
-             f"declared claim with its latest computed verdict. Generated by `tdlab docs build` from {where}.", "",
-             "| seed | paper | experiments | figures and tables reproduced | experiments run | paper claims held |",
-             "|---|---|---|---|---|---|"]
+    where = (
+        f"the newest run of each experiment under `{runs}`"
+        if found
+        else "no run directories (every page says how to get a run)"
+    )
+    lines = [
+        "# Seeds",
+        "",
+        "tdlab reproduces five seed papers. Each page lists every figure and table of its seed "
+        "with the experiment that reproduces it (or why none does), the command that runs it, and every "
+        f"declared claim with its latest computed verdict. Generated by `tdlab docs build` from {where}.",
+        "",
+        "| seed | paper | experiments | figures and tables reproduced | experiments run | paper claims held |",
+        "|---|---|---|---|---|---|",
+    ]
     for seed in seeds:
         exps = by_seed.get(seed.number, [])
         done = [found[e.name][1] for e in exps if e.name in found]
         groups = [g for s in done for g in s.get("claims", [])]
         reproduced = sum(bool(i.experiments) for i in seed.items)
-        lines.append(f"| [{seed.number}](seed{seed.number}.md) | {_cell(seed.title)} | {len(exps)} | "
-                     f"{reproduced}/{len(seed.items)} | {len(done)}/{len(exps)} | "
-                     f"{_counts(groups) if groups else '—'} |")
+        lines.append(
+            f"| [{seed.number}](seed{seed.number}.md) | {_cell(seed.title)} | {len(exps)} | "
+            f"{reproduced}/{len(seed.items)} | {len(done)}/{len(exps)} | "
+            f"{_counts(groups) if groups else '—'} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def seed_pages_present(docs: Path) -> bool:
     """Whether ``docs/seeds/`` holds a generated page for every seed."""
     folder = Path(docs) / GENERATED
-    return (folder / MARKER).is_file() and all((folder / f"seed{s.number}.md").is_file() for s in SEEDS) \
+    return (
+        (folder / MARKER).is_file()
+        and all((folder / f"seed{s.number}.md").is_file() for s in SEEDS)
         and (folder / "index.md").is_file()
+    )
 
 
 class _TagsAsNone(yaml.SafeLoader):
@@ -477,8 +744,9 @@ def _write(docs: Path, runs: Path | None, warn: Callable[[str], None] | None) ->
     docs = Path(docs)
     target = docs / GENERATED
     if target.exists() and not (target / MARKER).is_file():
-        raise ConfigError(f"{target}: holds files tdlab docs did not write (no {MARKER}); move them, "
-                          f"the folder is generated")
+        raise ConfigError(
+            f"{target}: holds files tdlab docs did not write (no {MARKER}); move them, the folder is generated"
+        )
     numbers = {s.number for s in SEEDS}
     exps = list(registry().values())
     by_seed: dict[str, list[Any]] = {}
@@ -504,8 +772,9 @@ def _write(docs: Path, runs: Path | None, warn: Callable[[str], None] | None) ->
         written = []
         for seed in SEEDS:
             page = staging / f"seed{seed.number}.md"
-            page.write_text(seed_page(seed, by_seed.get(seed.number, []), found, figures, where, atlas, published),
-                            encoding="utf-8")
+            page.write_text(
+                seed_page(seed, by_seed.get(seed.number, []), found, figures, where, atlas, published), encoding="utf-8"
+            )
             written.append(target / page.name)
         (staging / "index.md").write_text(seeds_index(SEEDS, by_seed, found, runs), encoding="utf-8")
         (staging / MARKER).write_text("generated by `tdlab docs build`; replaced on every build\n", encoding="utf-8")
@@ -591,9 +860,15 @@ def _check_site(site: Path, docs: Path) -> Path:
         raise ConfigError(f"--site {echo(str(site))}: cannot be resolved (a symlink loop on the way?)") from None
     if s == d or s in d.parents or d in s.parents:
         raise ConfigError(f"--site {echo(str(site))}: overlaps the docs folder {docs}; give another folder")
-    if kind == "a folder" and any(site.iterdir()) and not ((site / "sitemap.xml").is_file() or (site / "search").is_dir()):
-        raise ConfigError(f"--site {echo(str(site))}: a folder that holds something other than a built site; "
-                          f"mkdocs would delete it: give a new or empty folder")
+    if (
+        kind == "a folder"
+        and any(site.iterdir())
+        and not ((site / "sitemap.xml").is_file() or (site / "search").is_dir())
+    ):
+        raise ConfigError(
+            f"--site {echo(str(site))}: a folder that holds something other than a built site; "
+            f"mkdocs would delete it: give a new or empty folder"
+        )
     return check_output_folder(site, "--site")
 
 
@@ -616,11 +891,12 @@ def require_mkdocs() -> None:
     """One line (:class:`ConfigError`) when MkDocs, its Material theme or mkdocstrings is missing."""
     missing = [m for m in ("mkdocs", "material", "mkdocstrings") if importlib.util.find_spec(m) is None]
     if missing:
-        raise ConfigError(f"{', '.join(missing)} not installed: pip install -e \".[docs]\"")
+        raise ConfigError(f'{", ".join(missing)} not installed: pip install -e ".[docs]"')
 
 
-def build_site(runs: Path | None, site: Path | None = None, config: Path | None = None,
-               warn: Callable[[str], None] | None = None) -> BuildResult:
+def build_site(
+    runs: Path | None, site: Path | None = None, config: Path | None = None, warn: Callable[[str], None] | None = None
+) -> BuildResult:
     """Write the seed pages from ``runs``, then ``mkdocs build --strict`` into ``site`` (default: the
     config's ``site_dir``). Any MkDocs warning (a broken link, a missing page, a docstring griffe cannot
     read) fails the build: :class:`ConfigError` with MkDocs' own lines."""
@@ -635,8 +911,17 @@ def build_site(runs: Path | None, site: Path | None = None, config: Path | None 
     t0 = time.perf_counter()
     pages, n_runs = _write(docs, runs, warn)
     t1 = time.perf_counter()
-    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(cfg_path), "--site-dir",
-           str(site.resolve())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mkdocs",
+        "build",
+        "--strict",
+        "--config-file",
+        str(cfg_path),
+        "--site-dir",
+        str(site.resolve()),
+    ]
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
     t2 = time.perf_counter()
@@ -646,5 +931,3 @@ def build_site(runs: Path | None, site: Path | None = None, config: Path | None 
         more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
         raise ConfigError(f"mkdocs build --strict failed: {shown}{more}")
     return BuildResult(pages, site, t1 - t0, t2 - t1, n_runs)
-
-

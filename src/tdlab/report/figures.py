@@ -9,13 +9,13 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from tdlab.runs import atomic_write  # noqa: E402
+from tdlab.runs import atomic_write
 
-__all__ = ["plt", "save_figure", "curve_with_band", "member_curves", "reference_lines"]
+__all__ = ["curve_with_band", "member_curves", "plt", "reference_lines", "save_figure"]
 
 
 def save_figure(fig: plt.Figure, path: Path) -> Path:
@@ -68,5 +68,5 @@ def heatmap_panels(fig: plt.Figure, axes: np.ndarray, panels: Sequence[tuple[np.
         ax.set_title(title, fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
-    for ax in flat[len(panels):]:
+    for ax in flat[len(panels) :]:
         ax.axis("off")

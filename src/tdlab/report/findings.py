@@ -19,8 +19,17 @@ from typing import Any
 from tdlab.report.mdtext import md_cell, md_code, md_text
 from tdlab.runs import Run, RunDirError, atomic_write
 
-__all__ = ["decided_by", "findings_markdown", "changes_markdown", "group_line", "row_summary", "replace_between_markers",
-           "read_summary", "START", "END"]
+__all__ = [
+    "END",
+    "START",
+    "changes_markdown",
+    "decided_by",
+    "findings_markdown",
+    "group_line",
+    "read_summary",
+    "replace_between_markers",
+    "row_summary",
+]
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 _ORDER = ("holds", "fails", "not resolved", "not evaluable")
@@ -49,8 +58,10 @@ def row_summary(r: Mapping[str, Any]) -> str:
     iv = r.get("interval") or [None, None]
     if r.get("test") == "compare":
         return f"Δ {_bound(iv[0], -1)}…{_bound(iv[1], 1)}"
-    return (f"{_fmt(r.get('mean'))} [{_bound(iv[0], -1)}, {_bound(iv[1], 1)}] vs {_fmt(r.get('expected'))} "
-            f"± {_fmt(r.get('tolerance'))}")
+    return (
+        f"{_fmt(r.get('mean'))} [{_bound(iv[0], -1)}, {_bound(iv[1], 1)}] vs {_fmt(r.get('expected'))} "
+        f"± {_fmt(r.get('tolerance'))}"
+    )
 
 
 def cause_word(g: Mapping[str, Any]) -> str:
@@ -75,8 +86,11 @@ def group_line(g: Mapping[str, Any]) -> str:
     cause = cause_word(g)
     why = f" ({md_text(cause)})" if cause else ""
     extra = f" {md_text(g['reason'])}." if g.get("reason") else ""
-    return (f"**{md_text(g['verdict'])}**{why} `{md_code(g['id'])}` — {md_text(g.get('statement', ''))}.{extra} "
-            + "; ".join(parts) + more)
+    return (
+        f"**{md_text(g['verdict'])}**{why} `{md_code(g['id'])}` — {md_text(g.get('statement', ''))}.{extra} "
+        + "; ".join(parts)
+        + more
+    )
 
 
 def _counts(groups: Sequence[Mapping[str, Any]]) -> str:
@@ -104,17 +118,26 @@ def decided_by(s: Mapping[str, Any]) -> str:
     tail = f", {left} undecided ({d.get('stopped', '?')})" if left else ""
     first = d.get("first_length") if isinstance(d.get("first_length"), dict) else {}
     length = last.get("length")
-    steps = (f", {next(iter(first))} {next(iter(first.values()))} → {length:g}"
-             if first and isinstance(length, (int, float)) and length != next(iter(first.values())) else "")
-    return (f"decide: {last.get('members', '?')} members{steps}, {len(d['rounds'])} looks at "
-            f"{d.get('confidence', 0):.4g}{tail}")
+    steps = (
+        f", {next(iter(first))} {next(iter(first.values()))} → {length:g}"
+        if first and isinstance(length, (int, float)) and length != next(iter(first.values()))
+        else ""
+    )
+    return (
+        f"decide: {last.get('members', '?')} members{steps}, {len(d['rounds'])} looks at "
+        f"{d.get('confidence', 0):.4g}{tail}"
+    )
 
 
 def _is_row(r: Any) -> bool:
     """A claim row as the findings read it: a text id, a known verdict, an interval of two bounds or none."""
     iv = r.get("interval") if isinstance(r, dict) else None
-    return (isinstance(r, dict) and isinstance(r.get("id"), str) and r.get("verdict") in _ORDER
-            and (iv is None or (isinstance(iv, list) and len(iv) == 2)))
+    return (
+        isinstance(r, dict)
+        and isinstance(r.get("id"), str)
+        and r.get("verdict") in _ORDER
+        and (iv is None or (isinstance(iv, list) and len(iv) == 2))
+    )
 
 
 def read_summary(run_dir: Path) -> tuple[Run, dict[str, Any]]:
@@ -130,10 +153,17 @@ def read_summary(run_dir: Path) -> tuple[Run, dict[str, Any]]:
         if not isinstance(groups, list):
             raise RunDirError(f"{where}: '{key}' is not a list of claim groups")
         for g in groups:
-            if not isinstance(g, dict) or not isinstance(g.get("id"), str) or g.get("verdict") not in _ORDER \
-                    or not isinstance(g.get("rows", []), list) or not all(_is_row(r) for r in g.get("rows", [])):
-                raise RunDirError(f"{where}: a claim group of '{key}' lacks a text id, a verdict ({', '.join(_ORDER)}) "
-                                  f"or rows of that form (a text id, a verdict, an interval of two bounds or none)")
+            if (
+                not isinstance(g, dict)
+                or not isinstance(g.get("id"), str)
+                or g.get("verdict") not in _ORDER
+                or not isinstance(g.get("rows", []), list)
+                or not all(_is_row(r) for r in g.get("rows", []))
+            ):
+                raise RunDirError(
+                    f"{where}: a claim group of '{key}' lacks a text id, a verdict ({', '.join(_ORDER)}) "
+                    f"or rows of that form (a text id, a verdict, an interval of two bounds or none)"
+                )
     for key in ("experiment", "paper", "figure"):
         if not isinstance(s.get(key), str):
             raise RunDirError(f"{where}: '{key}' is missing or not text")
@@ -143,21 +173,31 @@ def read_summary(run_dir: Path) -> tuple[Run, dict[str, Any]]:
 def findings_markdown(run_dirs: Sequence[Path]) -> str:
     """The findings table and per-group lines of ``run_dirs``, in the order given."""
     runs = [read_summary(d) for d in run_dirs]
-    lines = ["| experiment | seed, figure | profile | paper claims held | not holding, by cause | decided by | sanity held | wall |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| experiment | seed, figure | profile | paper claims held | not holding, by cause | decided by | sanity held | wall |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for run, s in runs:
         wall = s.get("wall_time_s", 0)
-        lines.append(f"| `{md_code(s['experiment'])}` | {md_cell(s['paper'])}, {md_cell(s['figure'])} | "
-                     f"{md_cell(s.get('profile', '?'))} | {_counts(s['claims'])} | {md_cell(_causes(s['claims']))} | "
-                     f"{md_cell(decided_by(s))} | {_counts(s.get('sanity', []))} | "
-                     f"{f'{wall:.0f}' if isinstance(wall, (int, float)) and math.isfinite(wall) else '—'} s |")
+        lines.append(
+            f"| `{md_code(s['experiment'])}` | {md_cell(s['paper'])}, {md_cell(s['figure'])} | "
+            f"{md_cell(s.get('profile', '?'))} | {_counts(s['claims'])} | {md_cell(_causes(s['claims']))} | "
+            f"{md_cell(decided_by(s))} | {_counts(s.get('sanity', []))} | "
+            f"{f'{wall:.0f}' if isinstance(wall, (int, float)) and math.isfinite(wall) else '—'} s |"
+        )
     for run, s in runs:
-        lines += ["", f"**`{md_code(s['experiment'])}`** (run `{md_code(run.path.name)}`, {md_text(s.get('members', '?'))} "
-                      f"members, seed {md_text(s.get('seed', '?'))}, {md_text((s.get('env') or {}).get('device', '?'))}):", ""]
+        lines += [
+            "",
+            f"**`{md_code(s['experiment'])}`** (run `{md_code(run.path.name)}`, {md_text(s.get('members', '?'))} "
+            f"members, seed {md_text(s.get('seed', '?'))}, {md_text((s.get('env') or {}).get('device', '?'))}):",
+            "",
+        ]
         for arm, h in (s.get("arms") or {}).items():
             if isinstance(h, dict) and not h.get("trained", True):
-                lines.append(f"- arm `{md_code(arm)}` **{md_text(h.get('status', 'not trained'))}**: "
-                             f"{md_text('; '.join(map(str, h.get('reasons', []))))}")
+                lines.append(
+                    f"- arm `{md_code(arm)}` **{md_text(h.get('status', 'not trained'))}**: "
+                    f"{md_text('; '.join(map(str, h.get('reasons', []))))}"
+                )
         lines += [f"- {group_line(g)}" for g in s["claims"]]
         if s.get("sanity"):
             lines.append("- sanity: " + "; ".join(f"`{md_code(g['id'])}` {md_text(g['verdict'])}" for g in s["sanity"]))
@@ -175,8 +215,10 @@ def changes_markdown(run_dirs: Sequence[Path], before: Path) -> str:
             old[s["experiment"]] = s
     if not old:
         raise RunDirError(f"--before {before}: no run directories with a summary.json there")
-    lines = ["| experiment | paper groups before → after | groups that changed verdict (before → after, cause) |",
-             "|---|---|---|"]
+    lines = [
+        "| experiment | paper groups before → after | groups that changed verdict (before → after, cause) |",
+        "|---|---|---|",
+    ]
     for d in run_dirs:
         _, s = read_summary(d)
         prev = old.get(s["experiment"])
@@ -191,13 +233,20 @@ def changes_markdown(run_dirs: Sequence[Path], before: Path) -> str:
                 moved.append(f"`{md_code(gid)}` new: {md_cell(g['verdict'])}")
             elif was[gid] != g["verdict"]:
                 cause = cause_word(g)
-                moved.append(f"`{md_code(gid)}` {md_cell(was[gid])} → {md_cell(g['verdict'])}"
-                             f"{f' ({md_cell(cause)})' if cause else ''}")
+                moved.append(
+                    f"`{md_code(gid)}` {md_cell(was[gid])} → {md_cell(g['verdict'])}"
+                    f"{f' ({md_cell(cause)})' if cause else ''}"
+                )
         sanity = {g["id"] for g in s.get("sanity", [])}
-        moved += [f"`{md_code(gid)}` was {md_cell(v)}, {'now a sanity check' if gid in sanity else 'restated or dropped'}"
-                  for gid, v in was.items() if gid not in now]
-        lines.append(f"| `{md_code(s['experiment'])}` | {_counts(prev['claims'])} → {_counts(s['claims'])} | "
-                     f"{'; '.join(moved) or 'no change'} |")
+        moved += [
+            f"`{md_code(gid)}` was {md_cell(v)}, {'now a sanity check' if gid in sanity else 'restated or dropped'}"
+            for gid, v in was.items()
+            if gid not in now
+        ]
+        lines.append(
+            f"| `{md_code(s['experiment'])}` | {_counts(prev['claims'])} → {_counts(s['claims'])} | "
+            f"{'; '.join(moved) or 'no change'} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -210,7 +259,9 @@ def replace_between_markers(path: Path, text: str, section: str = "findings") ->
     start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
     path = Path(path)
     if not path.is_file():
-        raise RunDirError(f"--readme {path}: {'a directory' if path.is_dir() else 'no such file'}; give the README to write into")
+        raise RunDirError(
+            f"--readme {path}: {'a directory' if path.is_dir() else 'no such file'}; give the README to write into"
+        )
     try:
         doc = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:

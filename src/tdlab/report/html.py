@@ -14,7 +14,7 @@ from jinja2 import Environment, select_autoescape
 from tdlab.claims import VERDICTS
 from tdlab.runs import Run, atomic_write
 
-__all__ = ["write_report", "render_report"]
+__all__ = ["render_report", "write_report"]
 
 _TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["md_text", "md_cell", "md_code"]
+__all__ = ["md_cell", "md_code", "md_text"]
 
 _ESCAPE = str.maketrans({"\\": "\\\\", "<": "&lt;", "*": "\\*", "[": "\\[", "]": "\\]", "`": "\\`"})
 

@@ -15,19 +15,25 @@ def table() -> str:
     from tdlab.experiments.base import get
     from tdlab.experiments.catalog import CATALOG
 
-    lines = ["| experiment | length field | quick | standard | paper | members q/s/p | quick time | predicted |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| experiment | length field | quick | standard | paper | members q/s/p | quick time | predicted |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name in CATALOG:
         exp = get(name)
         field = exp.training_length_field()
         cfgs = [exp.make_config(p) for p in ("quick", "standard", "paper")]
         lengths = [read_field(c, field) if field else "–" for c in cfgs]
         st = standard_of(exp, exp.profiles["quick"], exp.profiles["paper"])
-        measured = f"{QUICK_SECONDS[name][0]:g} s ({QUICK_SECONDS[name][1].split(',')[0]})" if name in QUICK_SECONDS else "–"
+        measured = (
+            f"{QUICK_SECONDS[name][0]:g} s ({QUICK_SECONDS[name][1].split(',')[0]})" if name in QUICK_SECONDS else "–"
+        )
         note = f"~{st.predicted_s:.0f} s" if st.predicted_s else st.reason
         note += "".join(f"; the seed's {f} {v:g}" for f, v in st.seed_lrs.items())
-        lines.append(f"| `{name}` | {field or '–'} | {lengths[0]} | {lengths[1]} | {lengths[2]} | "
-                     f"{'/'.join(str(c.members) for c in cfgs)} | {measured} | {note} |")
+        lines.append(
+            f"| `{name}` | {field or '–'} | {lengths[0]} | {lengths[1]} | {lengths[2]} | "
+            f"{'/'.join(str(c.members) for c in cfgs)} | {measured} | {note} |"
+        )
     return "\n".join(lines)
 
 

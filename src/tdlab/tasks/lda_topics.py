@@ -42,11 +42,11 @@ from tdlab.tasks.text_corpus import GENSIM_HINT, Corpus
 __all__ = [
     "LDAConfig",
     "Topics",
-    "fit_lda",
-    "words_per_topic",
-    "consistent_vocab_sizes",
-    "topic_word_sets",
     "assign",
+    "consistent_vocab_sizes",
+    "fit_lda",
+    "topic_word_sets",
+    "words_per_topic",
 ]
 
 
@@ -98,7 +98,9 @@ def _bow(corpus: Corpus) -> tuple[np.ndarray, list[list[tuple[int, int]]]]:
     lda_ids = corpus.lda_vocab
     compact = np.full(len(corpus.vocab) + 1, -1, dtype=np.int64)
     compact[lda_ids] = np.arange(lda_ids.size)
-    bow = [sorted(Counter(compact[np.asarray(d, dtype=np.int64)].tolist()).items()) if d else [] for d in corpus.lda_docs]
+    bow = [
+        sorted(Counter(compact[np.asarray(d, dtype=np.int64)].tolist()).items()) if d else [] for d in corpus.lda_docs
+    ]
     return lda_ids, bow
 
 
@@ -145,10 +147,22 @@ def fit_lda(corpus: Corpus, cfg: LDAConfig, seed: int, progress: bool = True) ->
     t0 = time.perf_counter()
     id2word = {i: corpus.vocab[int(w)] for i, w in enumerate(lda_ids)}
     with ProgressBar(cfg.passes, f"LDA {cfg.topics} topics", enabled=progress) as bar:
-        model = LdaModel(corpus=bow, num_topics=cfg.topics, id2word=id2word, chunksize=cfg.chunksize,
-                         passes=cfg.passes, alpha=cfg.alpha, eta=None if cfg.eta == "symmetric" else cfg.eta,
-                         decay=cfg.decay, offset=cfg.offset, eval_every=None, iterations=cfg.iterations,
-                         gamma_threshold=cfg.gamma_threshold, random_state=int(seed) % 2**32, callbacks=[_pass_tick(bar)])
+        model = LdaModel(
+            corpus=bow,
+            num_topics=cfg.topics,
+            id2word=id2word,
+            chunksize=cfg.chunksize,
+            passes=cfg.passes,
+            alpha=cfg.alpha,
+            eta=None if cfg.eta == "symmetric" else cfg.eta,
+            decay=cfg.decay,
+            offset=cfg.offset,
+            eval_every=None,
+            iterations=cfg.iterations,
+            gamma_threshold=cfg.gamma_threshold,
+            random_state=int(seed) % 2**32,
+            callbacks=[_pass_tick(bar)],
+        )
     word_topic = np.zeros((cfg.topics, len(corpus.vocab)), dtype=np.float64)
     word_topic[:, lda_ids] = model.get_topics()
     word_topic /= word_topic.sum(axis=1, keepdims=True)  # float32 rows: renormalise in float64

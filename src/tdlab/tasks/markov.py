@@ -24,13 +24,13 @@ from tdlab.config import Config
 
 __all__ = [
     "ChainConfig",
-    "binary_entropy",
-    "stationary",
-    "entropy_rate",
-    "marginal_entropy",
-    "iterate_random_maps",
-    "stack_uniforms",
     "MarkovChain",
+    "binary_entropy",
+    "entropy_rate",
+    "iterate_random_maps",
+    "marginal_entropy",
+    "stack_uniforms",
+    "stationary",
 ]
 
 

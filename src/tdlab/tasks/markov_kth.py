@@ -39,15 +39,15 @@ from tdlab.tasks.markov import iterate_random_maps, stack_uniforms
 from tdlab.theory.kgram import context_states, incontext_bayes_loss_curve, kgram_probs
 
 __all__ = [
+    "InContextMarkov",
+    "KthOrderMarkov",
+    "conditional_entropy",
+    "entropy_rate",
     "kernel_order",
+    "sample_dirichlet",
+    "sample_log_gamma",
     "state_chain",
     "stationary_law",
-    "entropy_rate",
-    "conditional_entropy",
-    "sample_log_gamma",
-    "sample_dirichlet",
-    "KthOrderMarkov",
-    "InContextMarkov",
 ]
 
 _INITS = ("stationary", "uniform")
@@ -239,9 +239,7 @@ def sample_dirichlet(
 # Shared sampler
 
 
-def _sample_from_kernels(
-    kernels: torch.Tensor, u: torch.Tensor, init: str, pi: torch.Tensor | None
-) -> torch.Tensor:
+def _sample_from_kernels(kernels: torch.Tensor, u: torch.Tensor, init: str, pi: torch.Tensor | None) -> torch.Tensor:
     """Tokens of k-th order chains driven by uniforms.
 
     Args:
@@ -258,7 +256,7 @@ def _sample_from_kernels(
     T = u.shape[-1]
     if init == "uniform":
         first = (u[..., :k] * V).long().clamp_(max=V - 1)  # (E, B, min(k, T))
-        if T <= k:
+        if k >= T:
             return first
         s0 = (first * V ** torch.arange(k - 1, -1, -1, device=u.device)).sum(-1)
     else:
@@ -266,7 +264,7 @@ def _sample_from_kernels(
         cdf = pi.cumsum(-1)[..., :-1]
         s0 = (u[..., 0, None] >= cdf).sum(-1)
         first = _digits(s0, k, V)
-        if T <= k:
+        if k >= T:
             return first[..., :T]
     # Map of step j: f_j(s) = shift(s) + (number of cdf[s, :V-1] <= u_j). The uniforms are float32
     # (stack_uniforms), so probabilities are resolved to 2**-24.

@@ -40,7 +40,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-__all__ = ["MultiModalPrompts", "MultiModalBatch", "NormMode", "ZetaLaw"]
+__all__ = ["MultiModalBatch", "MultiModalPrompts", "NormMode", "ZetaLaw"]
 
 NormMode = Literal["per_modality", "total"]
 ZetaLaw = Literal["gaussian", "rademacher"]

@@ -79,29 +79,55 @@ from tdlab.safeio import path_kind
 from tdlab.seeding import derive_seed
 
 __all__ = [
-    "ProntoQAConfig",
-    "Example",
-    "generate",
-    "read_json",
     "CONCEPTS",
+    "MAX_HOPS",
     "NAMES",
     "PROPERTY_FAMILIES",
-    "MAX_HOPS",
+    "Example",
+    "ProntoQAConfig",
+    "generate",
+    "read_json",
 ]
 
 MAX_HOPS = 8
 
 # Fictional concept names, as in the paper's "fictional" ontology. Plural: + "es".
 CONCEPTS: tuple[str, ...] = (
-    "wumpus", "yumpus", "zumpus", "dumpus", "rompus", "numpus", "tumpus", "vumpus", "impus",
-    "jompus", "gorpus", "shumpus", "lempus", "sterpus", "grimpus", "lorpus", "brimpus",
+    "wumpus",
+    "yumpus",
+    "zumpus",
+    "dumpus",
+    "rompus",
+    "numpus",
+    "tumpus",
+    "vumpus",
+    "impus",
+    "jompus",
+    "gorpus",
+    "shumpus",
+    "lempus",
+    "sterpus",
+    "grimpus",
+    "lorpus",
+    "brimpus",
 )
 NAMES: tuple[str, ...] = ("Max", "Alex", "Sam", "Fae", "Rex", "Wren", "Polly", "Sally", "Stella")
 # Antonym pairs: a concept's property is one adjective of one family, possibly with "not".
 PROPERTY_FAMILIES: tuple[tuple[str, str], ...] = (
-    ("small", "large"), ("red", "blue"), ("hot", "cold"), ("happy", "sad"), ("bright", "dull"),
-    ("kind", "mean"), ("wooden", "metallic"), ("transparent", "opaque"), ("sweet", "sour"),
-    ("fast", "slow"), ("loud", "quiet"), ("shy", "bold"), ("liquid", "solid"), ("fruity", "bitter"),
+    ("small", "large"),
+    ("red", "blue"),
+    ("hot", "cold"),
+    ("happy", "sad"),
+    ("bright", "dull"),
+    ("kind", "mean"),
+    ("wooden", "metallic"),
+    ("transparent", "opaque"),
+    ("sweet", "sour"),
+    ("fast", "slow"),
+    ("loud", "quiet"),
+    ("shy", "bold"),
+    ("liquid", "solid"),
+    ("fruity", "bitter"),
 )
 # Tree nodes with distractors: the h spine concepts plus p, c, s.
 _EXTRA = 3
@@ -294,8 +320,13 @@ def _record(rec: Any, where: str, field: str, path: Path) -> Example:
     if answer not in ("True", "False"):
         raise _bad(field, path, f"{where}: answer must be 'True' or 'False', got {echo(answer)}")
     chain_t = tuple(s.strip() for s in chain)
-    return Example(context=question.strip(), query=query.strip(), chain=chain_t, answer=answer,
-                   hops=max(0, (len(chain_t) - 1) // 2))
+    return Example(
+        context=question.strip(),
+        query=query.strip(),
+        chain=chain_t,
+        answer=answer,
+        hops=max(0, (len(chain_t) - 1) // 2),
+    )
 
 
 def read_json(path: str | Path, field: str = "data.prontoqa") -> list[Example]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.signal
 
-__all__ = ["hz_to_mel", "mel_to_hz", "mel_filterbank", "log_mel", "fix_length", "trim_silence"]
+__all__ = ["fix_length", "hz_to_mel", "log_mel", "mel_filterbank", "mel_to_hz", "trim_silence"]
 
 
 def hz_to_mel(f: np.ndarray | float) -> np.ndarray:
@@ -56,7 +56,7 @@ def trim_silence(wave: np.ndarray, threshold: float = 0.01) -> np.ndarray:
     if peak == 0.0:
         return wave
     loud = np.flatnonzero(np.abs(wave) > threshold * peak)
-    return wave[loud[0]: loud[-1] + 1]
+    return wave[loud[0] : loud[-1] + 1]
 
 
 def fix_length(wave: np.ndarray, length: int) -> np.ndarray:
@@ -66,8 +66,15 @@ def fix_length(wave: np.ndarray, length: int) -> np.ndarray:
     return np.concatenate([wave, np.zeros(length - wave.shape[0], dtype=wave.dtype)])
 
 
-def log_mel(wave: np.ndarray, sr: int, n_mels: int = 28, frames: int = 28, fmin: float = 0.0,
-            fmax: float | None = None, top_db: float = 80.0) -> np.ndarray:
+def log_mel(
+    wave: np.ndarray,
+    sr: int,
+    n_mels: int = 28,
+    frames: int = 28,
+    fmin: float = 0.0,
+    fmax: float | None = None,
+    top_db: float = 80.0,
+) -> np.ndarray:
     """Log-mel spectrogram of a mono waveform, shape ``(n_mels, frames)``, float64, in dB.
 
     The hop is ``len(wave) // (frames + 1)`` and the window ``2 × hop`` (Hann, 50 % overlap, no
@@ -86,8 +93,9 @@ def log_mel(wave: np.ndarray, sr: int, n_mels: int = 28, frames: int = 28, fmin:
     if hop < 1:
         raise ValueError(f"log_mel: {wave.shape[0]} samples are too few for {frames} frames")
     nperseg = 2 * hop
-    _, _, spec = scipy.signal.stft(wave[: hop * (frames + 1)], fs=sr, window="hann", nperseg=nperseg,
-                                   noverlap=hop, boundary=None, padded=False)
+    _, _, spec = scipy.signal.stft(
+        wave[: hop * (frames + 1)], fs=sr, window="hann", nperseg=nperseg, noverlap=hop, boundary=None, padded=False
+    )
     power = np.abs(spec) ** 2  # (nperseg // 2 + 1, frames)
     assert power.shape[1] == frames, power.shape
     mel = mel_filterbank(n_mels, nperseg, sr, fmin, fmax) @ power  # (n_mels, frames)

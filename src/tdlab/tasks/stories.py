@@ -26,7 +26,7 @@ from tdlab.safeio import path_kind
 from tdlab.seeding import derive_seed
 from tdlab.train.progress import ProgressBar
 
-__all__ = ["END_MARKER", "read_stories", "standin_stories", "STANDIN_LABEL", "MAX_STORY_BYTES"]
+__all__ = ["END_MARKER", "MAX_STORY_BYTES", "STANDIN_LABEL", "read_stories", "standin_stories"]
 
 END_MARKER = "<|endoftext|>"  # TinyStories' end-of-story marker
 STANDIN_LABEL = "stand-in data"  # the label of every claim measured on standin_stories()
@@ -43,29 +43,35 @@ _FEELINGS = ("happy", "sad", "scared", "excited", "tired", "angry", "proud", "su
 _ADJ = ("little", "big", "shiny", "soft", "pretty", "funny", "old", "new", "tiny", "bright")
 _WEATHER = ("sunny", "rainy", "windy", "warm", "cold", "cloudy")
 _VERBS_PLAY = ("played", "ran", "jumped", "danced", "sang", "laughed")
-_OPENINGS = ("Once upon a time, there was a {adj} {animal} named {name}.",
-             "One day, a {adj} girl named {name} went to the {place}.",
-             "There was a {adj} boy named {name} who loved his {thing}.",
-             "Once upon a time, {name} lived in a small house near the {place}.")
-_MIDDLES = ("{name} saw a {adj2} {thing} under a tree.",
-            "It was a {weather} day, and {name} wanted to play.",
-            "{name} {played} with a {animal2} in the {place}.",
-            "{name} felt {feeling} because the {thing} was lost.",
-            "{name} asked, \"Can you help me find my {thing}?\"",
-            "The {animal2} said, \"I will help you!\"",
-            "They looked and looked, but the {thing} was not there.",
-            "Mom said, \"Be careful, {name}!\"",
-            "{name} shared the {thing} with the {animal2}.",
-            "Then the sky got dark and it began to rain.",
-            "\"This is my {thing}!\" said {name}. \"It is very {adj2}.\"",
-            "Every day, {name} went to the {place} with the {animal2}.",
-            "Each {animal2} in the {place} was {feeling}.",
-            "{name} is a kind friend, and the {animal2} is not {feeling}.")
-_ENDINGS = ("In the end, {name} found the {thing} and felt {feeling2}.",
-            "{name} and the {animal2} became best friends.",
-            "From that day on, {name} always played nicely with friends.",
-            "{name} went home, ate a cookie, and went to sleep.",
-            "{name} learned that sharing makes everyone {feeling2}.")
+_OPENINGS = (
+    "Once upon a time, there was a {adj} {animal} named {name}.",
+    "One day, a {adj} girl named {name} went to the {place}.",
+    "There was a {adj} boy named {name} who loved his {thing}.",
+    "Once upon a time, {name} lived in a small house near the {place}.",
+)
+_MIDDLES = (
+    "{name} saw a {adj2} {thing} under a tree.",
+    "It was a {weather} day, and {name} wanted to play.",
+    "{name} {played} with a {animal2} in the {place}.",
+    "{name} felt {feeling} because the {thing} was lost.",
+    '{name} asked, "Can you help me find my {thing}?"',
+    'The {animal2} said, "I will help you!"',
+    "They looked and looked, but the {thing} was not there.",
+    'Mom said, "Be careful, {name}!"',
+    "{name} shared the {thing} with the {animal2}.",
+    "Then the sky got dark and it began to rain.",
+    '"This is my {thing}!" said {name}. "It is very {adj2}."',
+    "Every day, {name} went to the {place} with the {animal2}.",
+    "Each {animal2} in the {place} was {feeling}.",
+    "{name} is a kind friend, and the {animal2} is not {feeling}.",
+)
+_ENDINGS = (
+    "In the end, {name} found the {thing} and felt {feeling2}.",
+    "{name} and the {animal2} became best friends.",
+    "From that day on, {name} always played nicely with friends.",
+    "{name} went home, ate a cookie, and went to sleep.",
+    "{name} learned that sharing makes everyone {feeling2}.",
+)
 
 
 def standin_stories(n: int, seed: int, sentences: tuple[int, int] = (4, 9)) -> list[str]:
@@ -90,9 +96,19 @@ def standin_stories(n: int, seed: int, sentences: tuple[int, int] = (4, 9)) -> l
         def pick(words: tuple[str, ...]) -> str:
             return words[int(rng.integers(len(words)))]
 
-        fill = {"name": pick(_NAMES), "animal": pick(_ANIMALS), "animal2": pick(_ANIMALS), "thing": pick(_THINGS),
-                "place": pick(_PLACES), "adj": pick(_ADJ), "adj2": pick(_ADJ), "feeling": pick(_FEELINGS),
-                "feeling2": pick(_FEELINGS), "weather": pick(_WEATHER), "played": pick(_VERBS_PLAY)}
+        fill = {
+            "name": pick(_NAMES),
+            "animal": pick(_ANIMALS),
+            "animal2": pick(_ANIMALS),
+            "thing": pick(_THINGS),
+            "place": pick(_PLACES),
+            "adj": pick(_ADJ),
+            "adj2": pick(_ADJ),
+            "feeling": pick(_FEELINGS),
+            "feeling2": pick(_FEELINGS),
+            "weather": pick(_WEATHER),
+            "played": pick(_VERBS_PLAY),
+        }
         k = int(rng.integers(lo, hi + 1))
         middle = [_MIDDLES[int(j)] for j in rng.choice(len(_MIDDLES), size=min(k, len(_MIDDLES)), replace=False)]
         parts = [pick(_OPENINGS), *middle, pick(_ENDINGS)]
@@ -118,15 +134,21 @@ def read_stories(path: str | Path, n: int | None = None) -> list[str]:
     where = f"data.stories: {echo(str(p))}"
     kind = path_kind(p)
     if kind != "a regular file":
-        raise ConfigError(f"{where}: {kind}, not a regular file; give a TinyStories text file (stories separated by "
-                          f"{END_MARKER}) or leave data.stories unset for the built-in stand-in stories")
+        raise ConfigError(
+            f"{where}: {kind}, not a regular file; give a TinyStories text file (stories separated by "
+            f"{END_MARKER}) or leave data.stories unset for the built-in stand-in stories"
+        )
     stories: list[str] = []
     seen_marker = False
     buf = ""  # the text after the last marker seen: the unfinished story
     try:
         size = p.stat().st_size
-        with p.open("rb") as f, ProgressBar(max(1, size >> 20), "reading data.stories (MiB)",
-                                            enabled=size > PROGRESS_BYTES and sys.stderr.isatty()) as bar:
+        with (
+            p.open("rb") as f,
+            ProgressBar(
+                max(1, size >> 20), "reading data.stories (MiB)", enabled=size > PROGRESS_BYTES and sys.stderr.isatty()
+            ) as bar,
+        ):
             tail = b""
             while n is None or len(stories) < n:
                 raw = f.read(_CHUNK)
@@ -138,9 +160,10 @@ def read_stories(path: str | Path, n: int | None = None) -> list[str]:
                     tail = b""
                 except UnicodeDecodeError as exc:
                     if end or exc.start < len(data) - 4:  # not a multi-byte character cut by the chunk
-                        raise ConfigError(f"{where}: not UTF-8 text (byte {exc.start} of a chunk); "
-                                          "give a TinyStories .txt file") from None
-                    text, tail = data[: exc.start].decode("utf-8"), data[exc.start:]
+                        raise ConfigError(
+                            f"{where}: not UTF-8 text (byte {exc.start} of a chunk); give a TinyStories .txt file"
+                        ) from None
+                    text, tail = data[: exc.start].decode("utf-8"), data[exc.start :]
                 if "\x00" in text:
                     raise ConfigError(f"{where}: holds NUL bytes (a binary file?); give a TinyStories .txt file")
                 pieces = (buf + text).split(END_MARKER)
@@ -148,9 +171,11 @@ def read_stories(path: str | Path, n: int | None = None) -> list[str]:
                 buf = pieces.pop()  # the unfinished last piece
                 stories.extend(s.strip() for s in pieces if s.strip())
                 if len(buf) > MAX_STORY_BYTES:
-                    raise ConfigError(f"{where}: {len(buf) >> 10} KiB of text without an end-of-story marker "
-                                      f"{END_MARKER} (a TinyStories story is a few KiB; at most "
-                                      f"{MAX_STORY_BYTES >> 20} MiB is read for one): not TinyStories' format")
+                    raise ConfigError(
+                        f"{where}: {len(buf) >> 10} KiB of text without an end-of-story marker "
+                        f"{END_MARKER} (a TinyStories story is a few KiB; at most "
+                        f"{MAX_STORY_BYTES >> 20} MiB is read for one): not TinyStories' format"
+                    )
                 if end:
                     if buf.strip() and seen_marker:
                         stories.append(buf.strip())
@@ -158,11 +183,14 @@ def read_stories(path: str | Path, n: int | None = None) -> list[str]:
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read it ({exc.strerror or type(exc).__name__})") from None
     if not seen_marker:
-        raise ConfigError(f"{where}: no end-of-story marker {END_MARKER} found; TinyStories' text files separate "
-                          "stories with it")
+        raise ConfigError(
+            f"{where}: no end-of-story marker {END_MARKER} found; TinyStories' text files separate stories with it"
+        )
     if not stories:
         raise ConfigError(f"{where}: holds no story (only markers and white space)")
     if n is not None and len(stories) < n:
-        raise ConfigError(f"{where}: holds {len(stories)} stories, the run needs {n} (half of data.n_sequences); "
-                          "give a larger file or lower data.n_sequences")
+        raise ConfigError(
+            f"{where}: holds {len(stories)} stories, the run needs {n} (half of data.n_sequences); "
+            "give a larger file or lower data.n_sequences"
+        )
     return stories[:n] if n is not None else stories

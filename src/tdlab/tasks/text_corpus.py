@@ -52,15 +52,15 @@ from tdlab.config import Config, ConfigError, echo
 from tdlab.safeio import path_kind
 
 __all__ = [
-    "WIKI_SAMPLE",
-    "LEE",
     "CACHE_VERSION",
-    "CorpusConfig",
+    "LEE",
+    "WIKI_SAMPLE",
     "Corpus",
-    "load_corpus",
+    "CorpusConfig",
     "encode_windows",
-    "stop_words",
+    "load_corpus",
     "shipped_path",
+    "stop_words",
 ]
 
 WIKI_SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"  # gensim 4.4 test data
@@ -91,11 +91,15 @@ class CorpusConfig(Config):
     @model_validator(mode="after")
     def _path_iff_text(self) -> CorpusConfig:
         if self.source == "text" and not self.path:
-            raise ValueError("corpus.path is required when corpus.source is 'text' (a text file, one document "
-                             "per line, or a Wikipedia .xml.bz2 dump)")
+            raise ValueError(
+                "corpus.path is required when corpus.source is 'text' (a text file, one document "
+                "per line, or a Wikipedia .xml.bz2 dump)"
+            )
         if self.source != "text" and self.path is not None:
-            raise ValueError(f"corpus.path is only read when corpus.source is 'text' (got source={self.source!r}); "
-                             "set corpus.source=text to read your own file")
+            raise ValueError(
+                f"corpus.path is only read when corpus.source is 'text' (got source={self.source!r}); "
+                "set corpus.source=text to read your own file"
+            )
         return self
 
 
@@ -181,8 +185,10 @@ def shipped_path(name: str) -> Path:
 
     p = Path(datapath(name))
     if not p.is_file():
-        raise ConfigError(f"corpus.source: the shipped corpus file {name} is missing from gensim's test data "
-                          f"({p.parent}); {GENSIM_HINT}, or set corpus.source=text and corpus.path=FILE")
+        raise ConfigError(
+            f"corpus.source: the shipped corpus file {name} is missing from gensim's test data "
+            f"({p.parent}); {GENSIM_HINT}, or set corpus.source=text and corpus.path=FILE"
+        )
     return p
 
 
@@ -194,8 +200,10 @@ def _file_of(cfg: CorpusConfig) -> Path:
     p = Path(str(cfg.path)).expanduser()
     kind = path_kind(p)
     if kind != "a regular file":
-        raise ConfigError(f"corpus.path: {echo(str(cfg.path))}: {kind}, not a regular file; give a UTF-8 text file "
-                          f"(one document per line) or a Wikipedia .xml.bz2 dump")
+        raise ConfigError(
+            f"corpus.path: {echo(str(cfg.path))}: {kind}, not a regular file; give a UTF-8 text file "
+            f"(one document per line) or a Wikipedia .xml.bz2 dump"
+        )
     return p
 
 
@@ -210,16 +218,19 @@ def _read_wiki(path: Path, max_docs: int | None, where: str) -> list[list[str]]:
     try:
         with bz2.BZ2File(path) as fh:
             for title, text, pageid in wk.extract_pages(fh, ("0",), None):
-                tokens, title, _ = wk.process_article((text, title, pageid), token_min_len=TOKEN_MIN_LEN,
-                                                      token_max_len=TOKEN_MAX_LEN, lower=True)
+                tokens, title, _ = wk.process_article(
+                    (text, title, pageid), token_min_len=TOKEN_MIN_LEN, token_max_len=TOKEN_MAX_LEN, lower=True
+                )
                 if len(tokens) < ARTICLE_MIN_TOKENS or any(title.startswith(ns + ":") for ns in wk.IGNORED_NAMESPACES):
                     continue
                 docs.append(tokens)
                 if max_docs is not None and len(docs) >= max_docs:
                     break
-    except Exception as exc:  # noqa: BLE001 - OSError (not bz2), EOFError (truncated), ParseError (not XML) ...
-        raise ConfigError(f"{where}: cannot read {echo(str(path))} as a Wikipedia .xml.bz2 dump "
-                          f"({type(exc).__name__}: {echo(str(exc))})") from None
+    except Exception as exc:
+        raise ConfigError(
+            f"{where}: cannot read {echo(str(path))} as a Wikipedia .xml.bz2 dump "
+            f"({type(exc).__name__}: {echo(str(exc))})"
+        ) from None
     return docs
 
 
@@ -236,15 +247,26 @@ def _read_lines(path: Path, max_docs: int | None, where: str) -> list[list[str]]
                     if max_docs is not None and len(docs) >= max_docs:
                         break
     except (UnicodeDecodeError, OSError) as exc:
-        raise ConfigError(f"{where}: cannot read {echo(str(path))} as UTF-8 text, one document per line "
-                          f"({type(exc).__name__}: {echo(str(exc))})") from None
+        raise ConfigError(
+            f"{where}: cannot read {echo(str(path))} as UTF-8 text, one document per line "
+            f"({type(exc).__name__}: {echo(str(exc))})"
+        ) from None
     return docs
 
 
 def _cache_file(cfg: CorpusConfig, path: Path, cache_dir: Path) -> Path:
     st = path.stat()
-    key = json.dumps({"v": CACHE_VERSION, "source": cfg.source, "path": str(path.resolve()), "size": st.st_size,
-                      "mtime": st.st_mtime_ns, "max_docs": cfg.max_docs}, sort_keys=True)
+    key = json.dumps(
+        {
+            "v": CACHE_VERSION,
+            "source": cfg.source,
+            "path": str(path.resolve()),
+            "size": st.st_size,
+            "mtime": st.st_mtime_ns,
+            "max_docs": cfg.max_docs,
+        },
+        sort_keys=True,
+    )
     return cache_dir / f"corpus-{cfg.source}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
@@ -284,10 +306,16 @@ def tokenised_documents(cfg: CorpusConfig, cache_dir: Path | None = None) -> tup
     cache = _cache_file(cfg, path, Path(cache_dir)) if cache_dir is not None else None
     docs = _read_cache(cache) if cache is not None and cache.is_file() else None
     if docs is None:
-        docs = _read_wiki(path, cfg.max_docs, where) if _is_wiki_dump(cfg, path) else _read_lines(path, cfg.max_docs, where)
+        docs = (
+            _read_wiki(path, cfg.max_docs, where)
+            if _is_wiki_dump(cfg, path)
+            else _read_lines(path, cfg.max_docs, where)
+        )
         if not docs:
-            raise ConfigError(f"{where}: {echo(str(path))} holds no document with a word token"
-                              + (f" (a Wikipedia article needs at least {ARTICLE_MIN_TOKENS})" if _is_wiki_dump(cfg, path) else ""))
+            raise ConfigError(
+                f"{where}: {echo(str(path))} holds no document with a word token"
+                + (f" (a Wikipedia article needs at least {ARTICLE_MIN_TOKENS})" if _is_wiki_dump(cfg, path) else "")
+            )
         if cache is not None:
             _write_cache(cache, docs)
     return docs, path, time.perf_counter() - t0
@@ -323,13 +351,19 @@ def load_corpus(cfg: CorpusConfig, cache_dir: Path | None = None) -> Corpus:
     lda_docs = [[index[w] for w in d if w in index and not stop[index[w]]] for d in docs]
     import gensim
 
-    what = {"wiki": f"gensim {gensim.__version__} test data {WIKI_SAMPLE} (a Wikipedia sample, not the seed's full dump)",
-            "lee": f"gensim {gensim.__version__} test data {LEE} (news, not Wikipedia)"}.get(cfg.source, str(path))
+    what = {
+        "wiki": f"gensim {gensim.__version__} test data {WIKI_SAMPLE} (a Wikipedia sample, not the seed's full dump)",
+        "lee": f"gensim {gensim.__version__} test data {LEE} (news, not Wikipedia)",
+    }.get(cfg.source, str(path))
     n_tok = sum(len(d) for d in docs)
-    lda_n = int(np.unique(np.concatenate([np.asarray(d, dtype=np.int64) for d in lda_docs] + [np.zeros(0, np.int64)])).size)
-    provenance = (f"{what}: {len(docs)} documents, {n_tok / 1e6:.2f} M tokens; model vocabulary {len(vocab)} words "
-                  f"(count >= {cfg.min_count}, at most {cfg.max_vocab}, stop words kept), LDA vocabulary {lda_n} "
-                  f"(stop words dropped); read+tokenised in {seconds:.1f} s")
+    lda_n = int(
+        np.unique(np.concatenate([np.asarray(d, dtype=np.int64) for d in lda_docs] + [np.zeros(0, np.int64)])).size
+    )
+    provenance = (
+        f"{what}: {len(docs)} documents, {n_tok / 1e6:.2f} M tokens; model vocabulary {len(vocab)} words "
+        f"(count >= {cfg.min_count}, at most {cfg.max_vocab}, stop words kept), LDA vocabulary {lda_n} "
+        f"(stop words dropped); read+tokenised in {seconds:.1f} s"
+    )
     return Corpus(docs=docs, vocab=vocab, lda_docs=lda_docs, provenance=provenance, counts=counts, stop=stop)
 
 
@@ -357,7 +391,7 @@ def encode_windows(corpus: Corpus, seq_len: int, offset: int = 0, pad_id: int | 
         full = len(ids) // seq_len
         if full:
             rows.append(ids[: full * seq_len].reshape(full, seq_len))
-        tail = ids[full * seq_len:]
+        tail = ids[full * seq_len :]
         if pad_id is not None and len(tail):
             rows.append(np.concatenate([tail, np.full(seq_len - len(tail), pad_id, dtype=np.int64)])[None])
     if not rows:

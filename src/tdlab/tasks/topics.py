@@ -57,16 +57,16 @@ from tdlab.config import Config
 
 __all__ = [
     "MASK_ID",
-    "TopicsConfig",
     "Topics",
+    "TopicsConfig",
+    "draw_theta",
+    "mask_tokens",
+    "masked_distribution",
+    "population",
+    "tau_subsets",
     "topic_of",
     "topic_words",
     "word_distribution",
-    "masked_distribution",
-    "tau_subsets",
-    "population",
-    "draw_theta",
-    "mask_tokens",
 ]
 
 MASK_ID = 0  # §3.2: [MASK] = 0
@@ -162,8 +162,9 @@ def tau_subsets(T: int, tau: int, dtype: torch.dtype = torch.float64) -> Tensor:
     return theta
 
 
-def population(T: int, v: int, tau: int, p_m: float, p_c: float, p_r: float,
-               max_docs: int = 200_000) -> dict[str, Tensor]:
+def population(
+    T: int, v: int, tau: int, p_m: float, p_c: float, p_r: float, max_docs: int = 200_000
+) -> dict[str, Tensor]:
     """Assumption 1's population of uniform-τ documents, exactly: every τ-subset once (all equally
     likely under §3.1's step 1).
 
@@ -211,8 +212,9 @@ class Topics:
         c = self.cfg
         return population(c.T, c.v, c.tau, c.p_m, c.p_c, c.p_r)
 
-    def sample(self, gens: Sequence[torch.Generator], batch: int, length: int | None = None,
-               device: str | torch.device = "cpu") -> dict[str, Tensor]:
+    def sample(
+        self, gens: Sequence[torch.Generator], batch: int, length: int | None = None, device: str | torch.device = "cpu"
+    ) -> dict[str, Tensor]:
         """Documents of every member.
 
         Args:
@@ -226,8 +228,9 @@ class Topics:
         out = self.sample_latent(gens, batch, length, device)
         return {"tokens": out["tokens"], "key_mask": out["key_mask"]}
 
-    def sample_latent(self, gens: Sequence[torch.Generator], batch: int, length: int | None = None,
-                      device: str | torch.device = "cpu") -> dict[str, Tensor]:
+    def sample_latent(
+        self, gens: Sequence[torch.Generator], batch: int, length: int | None = None, device: str | torch.device = "cpu"
+    ) -> dict[str, Tensor]:
         """:meth:`sample` with the latent variables: also ``theta`` ``(E, B, T)`` float64 (the topic
         proportions; ``1_S/τ`` for uniform-τ), ``topic`` ``(E, B, W)`` long (1-based topic of each
         position, 0 on padding) and ``length`` ``(E, B)`` long (N of each document)."""
@@ -271,17 +274,23 @@ class Topics:
 
         tokens = fit(words).masked_fill(~key_mask, 0)
         topic = (fit(topics) + 1).masked_fill(~key_mask, 0)
-        return {"tokens": tokens, "key_mask": key_mask, "theta": torch.stack(thetas), "topic": topic,
-                "length": n}
+        return {"tokens": tokens, "key_mask": key_mask, "theta": torch.stack(thetas), "topic": topic, "length": n}
 
 
 # ----------------------------------------------------------------------------------------------
 # Masking
 
 
-def mask_tokens(tokens: Tensor, key_mask: Tensor | None, gens: Sequence[torch.Generator], p_m: float = 0.15,
-                p_c: float = 0.1, p_r: float = 0.1, mask_id: int = MASK_ID,
-                words: tuple[int, int] | None = None) -> tuple[Tensor, Tensor]:
+def mask_tokens(
+    tokens: Tensor,
+    key_mask: Tensor | None,
+    gens: Sequence[torch.Generator],
+    p_m: float = 0.15,
+    p_c: float = 0.1,
+    p_r: float = 0.1,
+    mask_id: int = MASK_ID,
+    words: tuple[int, int] | None = None,
+) -> tuple[Tensor, Tensor]:
     """The masking process of §3.2.
 
     A real position (``key_mask`` True) joins M with probability ``p_m``; a position of M then keeps

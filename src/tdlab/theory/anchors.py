@@ -37,20 +37,20 @@ from torch import Tensor
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
 
 __all__ = [
-    "extended_binomial",
-    "eq7_memory_law",
-    "eq22_reasoning_law",
-    "trapezoid_law",
     "b2_key_law",
-    "sigma_p",
-    "token_label_law",
+    "eq7_memory_law",
+    "eq14_cosine",
+    "eq14_vectors",
+    "eq20_embedding_flow",
+    "eq22_reasoning_law",
+    "eq28_embedding_flow",
+    "expected_order_blind_memory_ceiling",
+    "extended_binomial",
     "label_law_cosines",
     "order_blind_memory_ceiling",
-    "expected_order_blind_memory_ceiling",
-    "eq14_vectors",
-    "eq14_cosine",
-    "eq20_embedding_flow",
-    "eq28_embedding_flow",
+    "sigma_p",
+    "token_label_law",
+    "trapezoid_law",
 ]
 
 F64 = torch.float64
@@ -104,7 +104,9 @@ def eq22_reasoning_law(cfg: AnchorsConfig, s: int) -> Tensor:
     nz, na, q = cfg.key_max - cfg.key_min + 1, cfg.rsn_max - cfg.rsn_min + 1, cfg.q
     p = torch.zeros(cfg.d_vob, dtype=F64)
     for i in range(cfg.d_vob):
-        tot = sum(extended_binomial(q - 1, i - s - z - (q - 1) * cfg.rsn_min, na) for z in range(cfg.key_min, cfg.key_max + 1))
+        tot = sum(
+            extended_binomial(q - 1, i - s - z - (q - 1) * cfg.rsn_min, na) for z in range(cfg.key_min, cfg.key_max + 1)
+        )
         p[i] = tot / (nz * na ** (q - 1))
     return p
 

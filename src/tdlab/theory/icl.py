@@ -35,23 +35,23 @@ from torch import Tensor
 from tdlab.tasks.multimodal import MultiModalPrompts
 
 __all__ = [
+    "alpha_of_beta",
+    "alpha_star",
+    "alpha_star_T",
     "bayes_predictor",
-    "sample_mean_predictor",
-    "posterior_mean_predictor",
-    "z_quadrature",
     "bayes_risk",
     "bayes_risk_mc",
-    "sample_mean_risk",
-    "alpha_star",
+    "finite_context_variance_floor",
     "infinite_context_excess_risk",
-    "alpha_star_T",
-    "alpha_of_beta",
+    "lsa_infinite_context_floor",
+    "posterior_mean_predictor",
+    "response_second_moment",
+    "sample_mean_predictor",
+    "sample_mean_risk",
+    "two_param_stationary",
     "whitening_error",
     "whitening_error_limit",
-    "response_second_moment",
-    "finite_context_variance_floor",
-    "lsa_infinite_context_floor",
-    "two_param_stationary",
+    "z_quadrature",
 ]
 
 
@@ -312,7 +312,7 @@ def finite_context_variance_floor(task: MultiModalPrompts, L: int) -> float:
     level differences between depths are not resolvable at test context ``L``; infinite for ``L <= d + 1``.
     Derived here (standard OLS risk), not stated in the seed."""
     d = task.d
-    return math.inf if L <= d + 1 else bayes_risk(task) * d / (L - d - 1)
+    return math.inf if d + 1 >= L else bayes_risk(task) * d / (L - d - 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,6 +342,10 @@ def two_param_stationary(task: MultiModalPrompts, T: int, alpha0: float, beta0: 
     def f(v: np.ndarray) -> float:
         return float(infinite_context_excess_risk(v[0], T, task, beta=v[1]))
 
-    res = minimize(f, np.array([alpha0, beta0]), method="Nelder-Mead",
-                   options={"xatol": 1e-11, "fatol": 1e-18, "maxiter": 20_000, "maxfev": 40_000})
+    res = minimize(
+        f,
+        np.array([alpha0, beta0]),
+        method="Nelder-Mead",
+        options={"xatol": 1e-11, "fatol": 1e-18, "maxiter": 20_000, "maxfev": 40_000},
+    )
     return float(res.x[0]), float(res.x[1])

@@ -38,14 +38,14 @@ import torch
 
 __all__ = [
     "context_states",
-    "kgram_counts",
-    "kgram_probs",
     "cross_entropy",
-    "kgram_loss_curve",
     "estimator_loss_curves",
-    "incontext_log_marginal",
     "incontext_bayes_loss_curve",
     "incontext_bayes_loss_exact",
+    "incontext_log_marginal",
+    "kgram_counts",
+    "kgram_loss_curve",
+    "kgram_probs",
 ]
 
 
@@ -199,7 +199,7 @@ def incontext_log_marginal(tokens: torch.Tensor, k: int, vocab: int, alpha: floa
     """
     x = tokens.long()
     lead, T = x.shape[:-1], x.shape[-1]
-    if T <= k:
+    if k >= T:
         return torch.full(lead, -T * math.log(vocab), dtype=torch.float64, device=x.device)
     _, pair = _transition_ids(x.reshape(-1, T), k, vocab)
     S = vocab**k

@@ -60,31 +60,31 @@ import numpy as np
 import torch
 
 __all__ = [
-    "SADDLE_W",
     "ENERGY_SADDLE",
+    "SADDLE_W",
     "CriticalKind",
-    "optimal_contrast",
+    "autograd_grad_loss",
+    "basin_boundaries",
+    "classify_critical",
     "contrast",
     "contrast_and_grad",
-    "logit_offset",
-    "optimal_intercept",
-    "profile_loss",
-    "profile_loss_slope",
-    "optimal_bias",
-    "loss_with_bias",
-    "loss",
-    "grad_loss",
-    "autograd_grad_loss",
-    "energy",
-    "classify_critical",
     "critical_loci",
     "critical_loci_3",
-    "basin_boundaries",
-    "predict_basin",
-    "predict_limit",
-    "run_flow",
+    "energy",
     "gaussian_basin_probability",
     "gaussian_basin_probability_mc",
+    "grad_loss",
+    "logit_offset",
+    "loss",
+    "loss_with_bias",
+    "optimal_bias",
+    "optimal_contrast",
+    "optimal_intercept",
+    "predict_basin",
+    "predict_limit",
+    "profile_loss",
+    "profile_loss_slope",
+    "run_flow",
 ]
 
 SADDLE_W = -1.0 / math.sqrt(2.0)
@@ -576,8 +576,9 @@ def predict_basin(theta0: Any, p: Any, q: Any) -> torch.Tensor:
     below = E < ENERGY_SADDLE
     at = E == ENERGY_SADDLE
     on_axis = e == 0
-    G, LMIN, SAD, LMAX = (int(c) for c in (CriticalKind.GLOBAL_MIN, CriticalKind.LOCAL_MIN,
-                                            CriticalKind.SADDLE, CriticalKind.LOCAL_MAX))
+    G, LMIN, SAD, LMAX = (
+        int(c) for c in (CriticalKind.GLOBAL_MIN, CriticalKind.LOCAL_MIN, CriticalKind.SADDLE, CriticalKind.LOCAL_MAX)
+    )
     # p + q > 1
     c_big = torch.full_like(w, G, dtype=torch.long)
     c_big = torch.where((w < 0) & (w > SADDLE_W) & below, LMIN, c_big)
@@ -650,8 +651,9 @@ def predict_limit(theta0: Any, p: Any, q: Any) -> torch.Tensor:
 
     solve = (is_glob | is_min) & (e0 != 0) & (w0 != 0)
     wr = _bisect(F, lo, hi)
-    er = torch.where(is_glob, torch.sign(e0) * torch.sqrt((Ds / (1.0 + 2.0 * wr * wr.abs())).clamp_min(0)),
-                     torch.zeros_like(wr))
+    er = torch.where(
+        is_glob, torch.sign(e0) * torch.sqrt((Ds / (1.0 + 2.0 * wr * wr.abs())).clamp_min(0)), torch.zeros_like(wr)
+    )
     e_lim = torch.where(solve, er, e0)
     w_lim = torch.where(solve, wr, w0)
     # e-axis starts (w0 = 0, e0 != 0): move along the axis.

@@ -60,16 +60,16 @@ from tdlab.theory.markov_landscape import (
 )
 
 __all__ = [
+    "bias_excess",
+    "bias_gradient",
+    "bias_step",
+    "descend",
     "icommon_boundary",
     "in_icommon",
-    "sample_icommon",
-    "bias_gradient",
     "joint_gradient",
-    "bias_step",
-    "bias_excess",
-    "descend",
-    "run_joint_flow",
     "limit_kind",
+    "run_joint_flow",
+    "sample_icommon",
 ]
 
 _F64 = torch.float64
@@ -165,8 +165,10 @@ def sample_icommon(
             if have >= n:
                 break
         else:
-            raise ValueError(f"the box |e| <= {e_max}, w in {w_range} holds (almost) no point of I_common "
-                             f"with energy margin {energy_margin}")
+            raise ValueError(
+                f"the box |e| <= {e_max}, w in {w_range} holds (almost) no point of I_common "
+                f"with energy margin {energy_margin}"
+            )
         out.append(torch.cat(kept)[:n])
     return torch.stack(out)
 
@@ -306,5 +308,3 @@ def limit_kind(theta: Any, p: float, q: float, *, atol: float = 1e-3) -> torch.T
     set (still moving) coded ``NONE``. Returns int64
     :class:`tdlab.theory.markov_landscape.CriticalKind` codes."""
     return classify_critical(_theta2(theta), p, q, atol=atol)
-
-

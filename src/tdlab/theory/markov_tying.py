@@ -53,17 +53,17 @@ from tdlab.tasks.markov import marginal_entropy, stationary
 
 __all__ = [
     "enumerate_chain",
-    "theta_pi_bias",
-    "set_theta_pi",
-    "population_loss",
     "flat_loss",
     "gradient",
     "hessian",
     "hessian_extremes",
-    "switching_curvature",
-    "theta_pi_spectrum",
-    "perturbation_probe",
     "loss_closed_form",
+    "perturbation_probe",
+    "population_loss",
+    "set_theta_pi",
+    "switching_curvature",
+    "theta_pi_bias",
+    "theta_pi_spectrum",
 ]
 
 Others = Literal["zero", "keep"]
@@ -152,7 +152,9 @@ def _single_member(model: GPT, member: int) -> tuple[GPT, list[str], list[torch.
     return one, names, shapes
 
 
-def flat_loss(model: GPT, p: float, q: float, n: int, member: int = 0) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor, list[str]]:
+def flat_loss(
+    model: GPT, p: float, q: float, n: int, member: int = 0
+) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor, list[str]]:
     """The population loss of member ``member`` as a function of its flattened parameters.
 
     Returns:
@@ -191,7 +193,9 @@ def _all_tokens(p: float, q: float, n: int, device: torch.device) -> torch.Tenso
     return _enumerated(p, q, n, device)[0][None, :, :-1]
 
 
-def _weighted_nll(logits: torch.Tensor, p: float, q: float, n: int, device: torch.device, reduce: bool = True) -> torch.Tensor:
+def _weighted_nll(
+    logits: torch.Tensor, p: float, q: float, n: int, device: torch.device, reduce: bool = True
+) -> torch.Tensor:
     """``(E, 2**(n+1), n, 2)`` logits of all sequences -> ``(E,)`` expected loss (``(E, n)`` unreduced)."""
     tokens, probs = _enumerated(p, q, n, device)
     tgt = tokens[None, :, 1:].expand(logits.shape[0], -1, -1)

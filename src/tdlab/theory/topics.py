@@ -55,20 +55,20 @@ from torch import Tensor
 from tdlab.tasks.topics import population, topic_of
 
 __all__ = [
+    "block_sums",
     "c1",
     "c2",
     "c3",
-    "wv_star_entries",
-    "wv_star",
+    "dv",
     "family_member",
     "family_residual",
     "in_optimal_family",
-    "dv",
+    "min_population_loss",
+    "population_loss",
     "thm1_bias",
     "thm1_embedding",
-    "population_loss",
-    "min_population_loss",
-    "block_sums",
+    "wv_star",
+    "wv_star_entries",
 ]
 
 
@@ -106,8 +106,7 @@ def wv_star_entries(T: int, v: int, p_m: float, p_c: float, p_r: float) -> dict[
     a, b, c = c1(T, v, p_m, p_c, p_r), c2(p_m, p_c, p_r), c3(p_m, p_c)
     den = b * b + T * v
     diff = -(a * b + c) / den
-    return {"same": diff + c / v, "diff": diff, "i0": (b * c - a * T * v) / den, "row0": 0.0,
-            "c1": a, "c2": b, "c3": c}
+    return {"same": diff + c / v, "diff": diff, "i0": (b * c - a * T * v) / den, "row0": 0.0, "c1": a, "c2": b, "c3": c}
 
 
 def _same_topic(T: int, v: int, device: str | torch.device = "cpu") -> Tensor:
@@ -128,8 +127,16 @@ def wv_star(T: int, v: int, p_m: float, p_c: float, p_r: float, dtype: torch.dty
     return W
 
 
-def family_member(T: int, v: int, p_m: float, p_c: float, p_r: float, gen: torch.Generator,
-                  scale: float = 1.0, dtype: torch.dtype = torch.float64) -> Tensor:
+def family_member(
+    T: int,
+    v: int,
+    p_m: float,
+    p_c: float,
+    p_r: float,
+    gen: torch.Generator,
+    scale: float = 1.0,
+    dtype: torch.dtype = torch.float64,
+) -> Tensor:
     """A random member of the Lemma 1 / Thm. 4 family of minimisers, ``(Tv + 1, Tv + 1)``.
 
     ``u_0..u_Tv ~ N(0, scale²)``; each row's block sums are then the ones Lemma 1 prescribes, spread
@@ -183,8 +190,9 @@ def in_optimal_family(W: Tensor, T: int, v: int, p_m: float, p_c: float, p_r: fl
     return family_residual(W, T, v, p_m, p_c, p_r) <= atol
 
 
-def dv(T: int, v: int, p_m: float, p_c: float, p_r: float, u0: float = 0.0,
-       dtype: torch.dtype = torch.float64) -> Tensor:
+def dv(
+    T: int, v: int, p_m: float, p_c: float, p_r: float, u0: float = 0.0, dtype: torch.dtype = torch.float64
+) -> Tensor:
     """D^V of Def. 2, ``(Tv + 1, Tv + 1)``: the family member with zero off-diagonal word-word entries,
     which forces ``u_i = 0``: ``W_ii = c3``, ``W_i0 = −c1``. Row 0 is not fixed by Def. 2; it is
     ``W_0l = u0`` (l >= 1), ``W_00 = −c2 u0`` (default u0 = 0: row 0 zero, the least-norm choice)."""
@@ -207,8 +215,9 @@ def thm1_bias(T: int, v: int, p_m: float, p_c: float, p_r: float, dtype: torch.d
     return b
 
 
-def thm1_embedding(T: int, v: int, p_m: float, p_c: float, mask: Literal["zero", "paper"] = "zero",
-                   dtype: torch.dtype = torch.float64) -> Tensor:
+def thm1_embedding(
+    T: int, v: int, p_m: float, p_c: float, mask: Literal["zero", "paper"] = "zero", dtype: torch.dtype = torch.float64
+) -> Tensor:
     """A realisable optimum of Thm. 1 (d = Tv + 1, with W^V = I, uniform attention, :func:`thm1_bias`).
 
     ``mask="paper"``: App. D's "simplest example" ``W^E = I/√(1 − (1 − p_c)p_m)``, ``E = c3 I``. It is
@@ -226,8 +235,9 @@ def thm1_embedding(T: int, v: int, p_m: float, p_c: float, mask: Literal["zero",
     return WE
 
 
-def population_loss(W: Tensor, T: int, v: int, tau: int, p_m: float, p_c: float, p_r: float,
-                    b: Tensor | None = None) -> Tensor:
+def population_loss(
+    W: Tensor, T: int, v: int, tau: int, p_m: float, p_c: float, p_r: float, b: Tensor | None = None
+) -> Tensor:
     """Eq. (1) with the squared loss (Eq. 3) under Assumption 1, one-hot embeddings and uniform
     attention (Eq. 7 / C.8, ``f = W q + b``), exactly: the mean over every τ-subset document of
     ``‖W q_S + b − p_S‖² + 1 − ‖p_S‖²``. Differentiable in ``W`` and ``b``.

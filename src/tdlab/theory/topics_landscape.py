@@ -60,9 +60,30 @@ import torch
 from tdlab.theory.topics import c3
 
 __all__ = [
-    "Masking", "PAPER_MASKING", "c4", "masked_probs", "q_map", "gamma_of", "block_loss", "block_loss_gamma",
-    "diagonal_loss", "landscape", "log_grid", "gamma_star", "lambda1", "lambda2", "lambda3", "lambda4", "lambda5",
-    "thm3_interval", "thm5_interval", "diagonal_minimum", "monte_carlo_loss", "monte_carlo_losses", "Kind", "Version",
+    "PAPER_MASKING",
+    "Kind",
+    "Masking",
+    "Version",
+    "block_loss",
+    "block_loss_gamma",
+    "c4",
+    "diagonal_loss",
+    "diagonal_minimum",
+    "gamma_of",
+    "gamma_star",
+    "lambda1",
+    "lambda2",
+    "lambda3",
+    "lambda4",
+    "lambda5",
+    "landscape",
+    "log_grid",
+    "masked_probs",
+    "monte_carlo_loss",
+    "monte_carlo_losses",
+    "q_map",
+    "thm3_interval",
+    "thm5_interval",
 ]
 
 _F64 = torch.float64
@@ -95,7 +116,9 @@ def _check(T: int, v: int, tau: int) -> None:
     if T < 2 or v < 1:
         raise ValueError(f"T, v: need T ≥ 2 and v ≥ 1, got T={T!r}, v={v!r}")
     if not (1 <= tau < T):
-        raise ValueError(f"tau: need 1 ≤ tau < T (a document must leave an absent topic for case 3/4), got tau={tau!r}, T={T!r}")
+        raise ValueError(
+            f"tau: need 1 ≤ tau < T (a document must leave an absent topic for case 3/4), got tau={tau!r}, T={T!r}"
+        )
 
 
 def c4(m: Masking = PAPER_MASKING) -> float:
@@ -189,13 +212,29 @@ def diagonal_loss(alpha, beta, T: int, v: int, tau: int, m: Masking = PAPER_MASK
     # case 2: w̃_j ≠ w_j in the same topic, probability (p_r/T)(1 − 1/v)
     l2 = (1 - q(st)) ** 2 + q(sw) ** 2 + q(st) ** 2 * (v - 2) + rest1
     # case 3: w̃_j in another document topic, probability p_r (τ − 1)/T
-    l3 = (1 - q(dt)) ** 2 + q(sw) ** 2 + q(st) ** 2 * (v - 1) + q(dt) ** 2 * (v * (tau - 1) - 1) + q(at) ** 2 * v * (T - tau)
+    l3 = (
+        (1 - q(dt)) ** 2
+        + q(sw) ** 2
+        + q(st) ** 2 * (v - 1)
+        + q(dt) ** 2 * (v * (tau - 1) - 1)
+        + q(at) ** 2 * v * (T - tau)
+    )
     # case 4: w̃_j in an absent topic, probability p_r (1 − τ/T)
     z2 = b * p2 + a * p2 * (v - 1) + p1 * v * tau + p2 * v * (T - tau - 1)
     sw2, st2, dt2, at2 = p2 * b / z2, p2 * a / z2, p1 / z2, p2 / z2
-    l4 = (1 - q(dt2)) ** 2 + q(dt2) ** 2 * (v * tau - 1) + q(sw2) ** 2 + q(st2) ** 2 * (v - 1) + q(at2) ** 2 * v * (T - tau - 1)
-    return ((m.p_c + m.p_r / (v * T)) * l1 + m.p_r / T * (1 - 1 / v) * l2 + m.p_r * (tau - 1) / T * l3
-            + m.p_r * (1 - tau / T) * l4)
+    l4 = (
+        (1 - q(dt2)) ** 2
+        + q(dt2) ** 2 * (v * tau - 1)
+        + q(sw2) ** 2
+        + q(st2) ** 2 * (v - 1)
+        + q(at2) ** 2 * v * (T - tau - 1)
+    )
+    return (
+        (m.p_c + m.p_r / (v * T)) * l1
+        + m.p_r / T * (1 - 1 / v) * l2
+        + m.p_r * (tau - 1) / T * l3
+        + m.p_r * (1 - tau / T) * l4
+    )
 
 
 def log_grid(lo: float, hi: float, n: int) -> torch.Tensor:
@@ -216,8 +255,9 @@ def landscape(kind: Kind, alphas, betas, T: int, v: int, tau: int, m: Masking = 
     raise ValueError(f"kind: must be 'block' or 'diagonal', got {kind!r}")
 
 
-def gamma_star(T: int, v: int, tau: int, m: Masking = PAPER_MASKING, lo: float = 1e-4, hi: float = 1e7,
-               n: int = 4001) -> tuple[float, float]:
+def gamma_star(
+    T: int, v: int, tau: int, m: Masking = PAPER_MASKING, lo: float = 1e-4, hi: float = 1e7, n: int = 4001
+) -> tuple[float, float]:
     """The minimiser of the block loss over γ ∈ [lo, hi] and its loss: the argmin of an ``n``-point
     log grid, refined by golden-section search in log γ between its neighbours (the loss is smooth
     and, at the settings we use, unimodal there). Returns ``(γ*, L(γ*))``."""
@@ -238,8 +278,15 @@ def gamma_star(T: int, v: int, tau: int, m: Masking = PAPER_MASKING, lo: float =
     return math.exp(x), f(x)
 
 
-def diagonal_minimum(T: int, v: int, tau: int, m: Masking = PAPER_MASKING, lo: float = 1e-4, hi: float = 1e7,
-                     start: tuple[float, float] | None = None) -> tuple[float, float, float]:
+def diagonal_minimum(
+    T: int,
+    v: int,
+    tau: int,
+    m: Masking = PAPER_MASKING,
+    lo: float = 1e-4,
+    hi: float = 1e7,
+    start: tuple[float, float] | None = None,
+) -> tuple[float, float, float]:
     """The minimiser of the diagonal loss over the box ``[lo, hi]²``: bounded Nelder–Mead in
     ``(log α, log β)`` from ``start`` (default: the argmin of a 121 × 121 log grid). The loss is flat in
     α once ``(v − 1)α ≪ β`` (the minimiser sits at ``α = lo`` at the paper's settings), so α* is where
@@ -253,8 +300,13 @@ def diagonal_minimum(T: int, v: int, tau: int, m: Masking = PAPER_MASKING, lo: f
         start = (float(g[k % 121]), float(g[k // 121]))
     f = lambda x: float(diagonal_loss(math.exp(x[0]), math.exp(x[1]), T, v, tau, m))  # noqa: E731
     b = (math.log(lo), math.log(hi))
-    res = minimize(f, np.log(np.asarray(start, dtype=float)), method="Nelder-Mead", bounds=[b, b],
-                   options={"xatol": 1e-10, "fatol": 1e-18, "maxiter": 4000, "maxfev": 4000})
+    res = minimize(
+        f,
+        np.log(np.asarray(start, dtype=float)),
+        method="Nelder-Mead",
+        bounds=[b, b],
+        options={"xatol": 1e-10, "fatol": 1e-18, "maxiter": 4000, "maxfev": 4000},
+    )
     a_, b_ = float(np.exp(res.x[0])), float(np.exp(res.x[1]))
     return a_, b_, float(diagonal_loss(a_, b_, T, v, tau, m))
 
@@ -311,7 +363,9 @@ def thm3_interval(T: int, tau: int, m: Masking = PAPER_MASKING, version: Version
     return lambda1(m, version) * (tau - 1), lambda2(m) * T
 
 
-def thm5_interval(T: int, v: int, tau: int, m: Masking = PAPER_MASKING, version: Version = "statement") -> tuple[float, float]:
+def thm5_interval(
+    T: int, v: int, tau: int, m: Masking = PAPER_MASKING, version: Version = "statement"
+) -> tuple[float, float]:
     """Thm. 5: the optimal β lies in ``(λ3 τ, λ4 T)`` (and α < λ5 β)."""
     return lambda3(v, m) * tau, lambda4(v, m, version) * T
 
@@ -321,8 +375,14 @@ def thm5_interval(T: int, v: int, tau: int, m: Masking = PAPER_MASKING, version:
 
 
 def monte_carlo_losses(
-    points: Sequence[tuple[float, float]], T: int, v: int, tau: int, N: int, docs: int,
-    generator: torch.Generator, m: Masking = PAPER_MASKING,
+    points: Sequence[tuple[float, float]],
+    T: int,
+    v: int,
+    tau: int,
+    N: int,
+    docs: int,
+    generator: torch.Generator,
+    m: Masking = PAPER_MASKING,
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Estimate ``L(α, β)`` of both maps at every ``(α, β)`` of ``points`` by sampling (one set of
     documents and masks shared by all points): ``docs`` documents of ``N`` words from the §3.1
@@ -368,8 +428,11 @@ def monte_carlo_losses(
     out_d: dict[str, tuple[list[float], list[float]]] = {"block": ([], []), "diagonal": ([], [])}
     for alpha, beta in points:
         # Attention weight of key word l for query word s (Assumption 2); [MASK] keys get none.
-        Wt = torch.where(same_word, torch.tensor(float(beta), dtype=_F64),
-                         torch.where(same_topic, torch.tensor(float(alpha), dtype=_F64), torch.tensor(1.0, dtype=_F64)))
+        Wt = torch.where(
+            same_word,
+            torch.tensor(float(beta), dtype=_F64),
+            torch.where(same_topic, torch.tensor(float(alpha), dtype=_F64), torch.tensor(1.0, dtype=_F64)),
+        )
         Wt[0, :] = 0.0
         num = counts.unsqueeze(2) * Wt.unsqueeze(0)  # (docs, key l, query s)
         y = num / num.sum(dim=1, keepdim=True).clamp_min(1e-300)
@@ -379,7 +442,9 @@ def monte_carlo_losses(
                 o = q_map(blocks.repeat_interleave(v, dim=1), T, v, m)
             else:
                 o = q_map(y[:, 1:, :], T, v, m)
-            o = torch.cat([torch.zeros((docs, 1, V), dtype=_F64), o], dim=1)  # (docs, output row i, query s); row [MASK] = 0
+            o = torch.cat(
+                [torch.zeros((docs, 1, V), dtype=_F64), o], dim=1
+            )  # (docs, output row i, query s); row [MASK] = 0
             # ‖o_{:,s} − e_w‖² = ‖o_{:,s}‖² − 2 o_{w,s} + 1 for input s, target w
             per = (o**2).sum(dim=1).unsqueeze(2) - 2 * o.transpose(1, 2) + 1.0  # (docs, s, w)
             num_d = (trip * per).sum(dim=(1, 2))
@@ -391,8 +456,16 @@ def monte_carlo_losses(
 
 
 def monte_carlo_loss(
-    kind: Kind, alpha: float, beta: float, T: int, v: int, tau: int, N: int, docs: int,
-    generator: torch.Generator, m: Masking = PAPER_MASKING,
+    kind: Kind,
+    alpha: float,
+    beta: float,
+    T: int,
+    v: int,
+    tau: int,
+    N: int,
+    docs: int,
+    generator: torch.Generator,
+    m: Masking = PAPER_MASKING,
 ) -> tuple[float, float]:
     """:func:`monte_carlo_losses` at one point for one map: ``(estimate, standard error)``."""
     if kind not in ("block", "diagonal"):

@@ -31,7 +31,7 @@ from safetensors.torch import load, save
 
 from tdlab.safeio import PICKLE_SUFFIXES, CheckpointError, file_mode, legacy_pickles, refuse_pickle
 
-__all__ = ["CheckpointError", "FORMAT", "save_checkpoint", "load_checkpoint", "legacy_pickles", "refuse_pickle"]
+__all__ = ["FORMAT", "CheckpointError", "legacy_pickles", "load_checkpoint", "refuse_pickle", "save_checkpoint"]
 
 FORMAT = "tdlab-checkpoint/1"
 _MAX_JSON_BYTES = 1 << 30  # a checkpoint's JSON holds metric rows; a bigger file is not one tdlab wrote
@@ -47,7 +47,11 @@ def save_checkpoint(path: Path, meta: dict[str, Any], tensors: dict[str, torch.T
     digest = hashlib.sha256(blob).hexdigest()
     tensor_file = path.with_name(f"{path.stem}-{digest[:16]}.safetensors")
     manifest = {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)} for k, v in cpu.items()}
-    doc = {"format": FORMAT, "meta": meta, "tensors": {"file": tensor_file.name, "sha256": digest, "manifest": manifest}}
+    doc = {
+        "format": FORMAT,
+        "meta": meta,
+        "tensors": {"file": tensor_file.name, "sha256": digest, "manifest": manifest},
+    }
     text = json.dumps(doc, allow_nan=True)  # NaN/inf metric values round-trip; other types raise TypeError
     _write_atomically(tensor_file, blob)
     _write_atomically(path, text.encode())
@@ -80,7 +84,9 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]
     tensor_file = path.with_name(entry["file"])
     blob = _read(tensor_file, None)
     if hashlib.sha256(blob).hexdigest() != entry["sha256"]:
-        raise CheckpointError(f"{tensor_file} is corrupt: its SHA-256 does not match {path.name} (truncated or changed)")
+        raise CheckpointError(
+            f"{tensor_file} is corrupt: its SHA-256 does not match {path.name} (truncated or changed)"
+        )
     try:
         tensors = load(blob) if blob else {}
     except Exception as exc:  # safetensors raises its own error types for a damaged file
@@ -97,13 +103,19 @@ def _check_document(path: Path, doc: Any) -> tuple[dict[str, Any], dict[str, Any
     if not isinstance(meta, dict) or not isinstance(entry, dict):
         raise CheckpointError(f"{path} is corrupt: 'meta' and 'tensors' must be objects")
     name, digest, manifest = entry.get("file"), entry.get("sha256"), entry.get("manifest")
-    if not (isinstance(name, str) and name == Path(name).name and name.endswith(".safetensors") and not name.startswith(".")):
+    if not (
+        isinstance(name, str) and name == Path(name).name and name.endswith(".safetensors") and not name.startswith(".")
+    ):
         raise CheckpointError(f"{path} is corrupt: 'tensors.file' must be a .safetensors file name in the same folder")
     if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
         raise CheckpointError(f"{path} is corrupt: 'tensors.sha256' must be a SHA-256 hex digest")
     if not isinstance(manifest, dict) or not all(
-            isinstance(v, dict) and isinstance(v.get("dtype"), str) and isinstance(v.get("shape"), list)
-            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in v["shape"]) for v in manifest.values()):
+        isinstance(v, dict)
+        and isinstance(v.get("dtype"), str)
+        and isinstance(v.get("shape"), list)
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in v["shape"])
+        for v in manifest.values()
+    ):
         raise CheckpointError(f"{path} is corrupt: 'tensors.manifest' must map names to dtype and shape")
     return meta, entry
 
@@ -114,7 +126,9 @@ def _check_manifest(tensor_file: Path, tensors: dict[str, torch.Tensor], manifes
         raise CheckpointError(f"{tensor_file} is corrupt: its tensors are not the ones its checkpoint lists")
     for k, t in tensors.items():
         if str(t.dtype).removeprefix("torch.") != manifest[k]["dtype"] or list(t.shape) != manifest[k]["shape"]:
-            raise CheckpointError(f"{tensor_file} is corrupt: tensor {k!r} is not of the dtype/shape its checkpoint lists")
+            raise CheckpointError(
+                f"{tensor_file} is corrupt: tensor {k!r} is not of the dtype/shape its checkpoint lists"
+            )
 
 
 def _read(path: Path, limit: int | None) -> bytes:

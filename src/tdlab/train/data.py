@@ -20,7 +20,7 @@ import torch
 from tdlab.seeding import derive_seed, generators
 from tdlab.train.objectives import Objective
 
-__all__ = ["Stream", "FixedDataset", "BoundData", "DATASET", "EPOCHS", "steps_for"]
+__all__ = ["DATASET", "EPOCHS", "BoundData", "FixedDataset", "Stream", "steps_for"]
 
 DATASET = "dataset"  # purpose of the stream a member's fixed data set is drawn from
 EPOCHS = "epochs"  # purpose of the per-epoch shuffles
@@ -29,7 +29,9 @@ EPOCHS = "epochs"  # purpose of the per-epoch shuffles
 class Task(Protocol):
     vocab: int
 
-    def sample(self, gens: Sequence[torch.Generator], batch: int, length: int, device: str | torch.device = "cpu") -> Any: ...
+    def sample(
+        self, gens: Sequence[torch.Generator], batch: int, length: int, device: str | torch.device = "cpu"
+    ) -> Any: ...
 
 
 class BoundData(Protocol):
@@ -52,9 +54,22 @@ class Stream:
     Evaluation draws ``eval_batches`` fresh batches from the members' evaluation streams, split ``test``.
     """
 
-    def __init__(self, task: Task, batch: int, seq_len: int, eval_batches: int, extra_length: int = 0,
-                 device: str | torch.device = "cpu") -> None:
-        self._task, self.batch, self.length, self.eval_batches, self.device = task, batch, seq_len + extra_length, eval_batches, device
+    def __init__(
+        self,
+        task: Task,
+        batch: int,
+        seq_len: int,
+        eval_batches: int,
+        extra_length: int = 0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        self._task, self.batch, self.length, self.eval_batches, self.device = (
+            task,
+            batch,
+            seq_len + extra_length,
+            eval_batches,
+            device,
+        )
 
     def bind(self, seeds: Sequence[int], device: str | torch.device) -> Stream:
         self.device = device
@@ -93,9 +108,17 @@ class FixedDataset:
             that should share one data set, e.g. arms that differ only in initialisation).
     """
 
-    def __init__(self, make: Maker, batch: int, eval_splits: Sequence[str] = ("test",), eval_limit: int | None = None,
-                 eval_batch: int | None = None, prepare_once: bool = False, objective: Objective | None = None,
-                 data_seeds: Mapping[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        make: Maker,
+        batch: int,
+        eval_splits: Sequence[str] = ("test",),
+        eval_limit: int | None = None,
+        eval_batch: int | None = None,
+        prepare_once: bool = False,
+        objective: Objective | None = None,
+        data_seeds: Mapping[int, int] | None = None,
+    ) -> None:
         if prepare_once and objective is None:
             raise ValueError("prepare_once needs the objective that prepares the data")
         self.make, self.batch, self.eval_splits, self.eval_limit = make, batch, tuple(eval_splits), eval_limit
@@ -120,8 +143,10 @@ class FixedDataset:
             g = generators([self.data_seeds.get(s, s)], DATASET, "cpu")[0]
             splits = {k: dict(v) for k, v in self.make(g, "cpu").items()}
             if self.prepare_once:
-                splits = {k: self.objective.prepare({n: t.unsqueeze(0) for n, t in v.items()}, [g]).as_dict()
-                          for k, v in splits.items()}
+                splits = {
+                    k: self.objective.prepare({n: t.unsqueeze(0) for n, t in v.items()}, [g]).as_dict()
+                    for k, v in splits.items()
+                }
                 splits = {k: {n: t[0] for n, t in v.items()} for k, v in splits.items()}
             per_member.append(splits)
         if "train" not in per_member[0]:
@@ -129,8 +154,10 @@ class FixedDataset:
         missing = [s for s in self.eval_splits if s not in per_member[0]]
         if missing:
             raise ValueError(f"eval_splits {missing} not among the data set's splits {sorted(per_member[0])}")
-        self.splits = {k: {n: torch.stack([m[k][n] for m in per_member]).to(device) for n in per_member[0][k]}
-                       for k in per_member[0]}
+        self.splits = {
+            k: {n: torch.stack([m[k][n] for m in per_member]).to(device) for n in per_member[0][k]}
+            for k in per_member[0]
+        }
         n = self.n_train
         if n < self.batch:
             raise ValueError(f"train split has {n} items, fewer than one batch of {self.batch}")
@@ -158,7 +185,7 @@ class FixedDataset:
         epoch, k = divmod(step - 1, spe)
         if self._order is None or self._order[0] != epoch:
             self._order = (epoch, self.epoch_order(epoch))
-        idx = self._order[1][:, k * self.batch:(k + 1) * self.batch]  # (E, B)
+        idx = self._order[1][:, k * self.batch : (k + 1) * self.batch]  # (E, B)
         return _take(self.splits["train"], idx)
 
     def eval_samples(self, gens: Sequence[torch.Generator]) -> Iterator[tuple[str, Any]]:
@@ -181,4 +208,3 @@ def _take(data: Mapping[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torc
 def steps_for(epochs: int, n_train: int, batch: int) -> int:
     """Training steps of ``epochs`` epochs over ``n_train`` items in batches of ``batch`` (remainder dropped)."""
     return epochs * max(1, n_train // batch)
-

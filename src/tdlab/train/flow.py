@@ -39,9 +39,9 @@ import torch
 __all__ = [
     "FlowResult",
     "GradCheck",
-    "gradient_flow",
     "autograd_gradient",
     "check_gradients",
+    "gradient_flow",
 ]
 
 GradFn = Callable[..., torch.Tensor]

@@ -24,7 +24,7 @@ from typing import Generic, TypeVar
 
 from tdlab.cores import usable_cores
 
-__all__ = ["usable_cores", "lane_count", "limit", "limited_to", "Outcome", "in_lanes"]
+__all__ = ["Outcome", "in_lanes", "lane_count", "limit", "limited_to", "usable_cores"]
 
 T = TypeVar("T")
 _LIMIT: ContextVar[int | None] = ContextVar("tdlab_lanes", default=None)
@@ -64,7 +64,7 @@ def lane_count(requested: int | None, jobs: int, device: str) -> int:
 class Outcome(Generic[T]):
     """A job's result, or the exception it raised."""
 
-    __slots__ = ("value", "error")
+    __slots__ = ("error", "value")
 
     def __init__(self, value: T | None = None, error: BaseException | None = None) -> None:
         self.value, self.error = value, error
@@ -83,7 +83,7 @@ def in_lanes(jobs: Sequence[Callable[[], T]], lanes: int) -> Iterator[tuple[int,
         for i, job in enumerate(jobs):
             try:
                 yield i, Outcome(job())
-            except Exception as err:  # noqa: BLE001 - handed to the caller with its job
+            except Exception as err:
                 yield i, Outcome(error=err)
         return
     todo: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -101,7 +101,7 @@ def in_lanes(jobs: Sequence[Callable[[], T]], lanes: int) -> Iterator[tuple[int,
                 return
             try:
                 out: Outcome[T] = Outcome(jobs[i]())
-            except BaseException as err:  # noqa: BLE001 - every failure goes back to the caller
+            except BaseException as err:
                 out = Outcome(error=err)
             with ready:
                 done[i] = out

@@ -26,7 +26,7 @@ from contextvars import ContextVar
 from threading import Lock
 from typing import Protocol
 
-__all__ = ["Row", "MetricSink", "LockedSink", "current", "streaming_to", "arm_stream"]
+__all__ = ["LockedSink", "MetricSink", "Row", "arm_stream", "current", "streaming_to"]
 
 Row = tuple[int, int, str, float]  # (step, member, name, value), as FitResult.rows
 

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from tdlab.config import ConfigError
 
-__all__ = ["Estimate", "estimate", "machine_bytes", "check_memory"]
+__all__ = ["Estimate", "check_memory", "estimate", "machine_bytes"]
 
 GB = 1e9
 
@@ -82,8 +82,12 @@ def _sequence_training(cfg: BaseModel) -> Estimate | None:
     # attention pattern of every head over the T positions (T per head).
     per_token = 3 * vocab + 2 * d + layers * ((6 + 2 * mlp) * d + heads * T)
     tokens = chunk * train.batch * T
-    fields = (f"{tp}batch", f"{tp}seq_len", "members" if chunk == members else f"members per chunk ({tp}chunk)",
-              f"({mp}d, {mp}vocab, {mp}layers, attention {tp}seq_len² per {mp}heads)")
+    fields = (
+        f"{tp}batch",
+        f"{tp}seq_len",
+        "members" if chunk == members else f"members per chunk ({tp}chunk)",
+        f"({mp}d, {mp}vocab, {mp}layers, attention {tp}seq_len² per {mp}heads)",
+    )
     return Estimate(4.0 * tokens * per_token, fields)
 
 
@@ -123,6 +127,8 @@ def check_memory(cfg: BaseModel, available: float | None = None) -> Estimate:
     est = estimate(cfg)
     have = machine_bytes() if available is None else available
     if est.bytes > have:
-        raise ConfigError(f"{est.describe()} needs ~{est.bytes / GB:.3g} GB of memory, "
-                          f"the machine has {have / GB:.3g} GB; make them smaller")
+        raise ConfigError(
+            f"{est.describe()} needs ~{est.bytes / GB:.3g} GB of memory, "
+            f"the machine has {have / GB:.3g} GB; make them smaller"
+        )
     return est

@@ -25,7 +25,7 @@ from torch import nn
 
 from tdlab.tasks.topics import mask_tokens  # §3.2's corruption: a fact of seed 004's data process
 
-__all__ = ["Batch", "Objective", "NextToken", "LastPosition", "MaskedTokens", "next_token_loss", "weighted_mean"]
+__all__ = ["Batch", "LastPosition", "MaskedTokens", "NextToken", "Objective", "next_token_loss", "weighted_mean"]
 
 Sample = torch.Tensor | Mapping[str, torch.Tensor]
 
@@ -116,8 +116,9 @@ class Objective(ABC):
             out["acc"] = weighted_mean(correct.double(), batch.weights)
         return out
 
-    def reference_scores(self, predictors: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], batch: Batch
-                         ) -> dict[str, torch.Tensor]:
+    def reference_scores(
+        self, predictors: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], batch: Batch
+    ) -> dict[str, torch.Tensor]:
         """The loss of reference predictors (``tokens (..., T) -> probabilities (..., T, V)``) on the very
         batch the model is scored on, ``{name: (E,)}``; objectives without a probabilistic reading return none."""
         return {}
@@ -158,8 +159,9 @@ class NextToken(Objective):
             return super().scores(model, batch)
         return {"loss": self.loss(model, batch).double()}
 
-    def reference_scores(self, predictors: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], batch: Batch
-                         ) -> dict[str, torch.Tensor]:
+    def reference_scores(
+        self, predictors: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], batch: Batch
+    ) -> dict[str, torch.Tensor]:
         out = {}
         for k, predict in predictors.items():
             probs = predict(batch.inputs).to(torch.float64).clamp_min(1e-300)
@@ -209,9 +211,21 @@ class MaskedTokens(Objective):
     name = "masked-tokens"
     metrics = ("loss", "acc")
 
-    def __init__(self, *, vocab: int, mask_id: int = 0, words: tuple[int, int] | None = None, p_m: float = 0.15,
-                 p_c: float = 0.1, p_r: float = 0.1, loss: Literal["ce", "squared"] = "ce", replace_from_all: bool = False,
-                 hide_selected: bool = False, at_least_one: bool = False, gather_queries: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        vocab: int,
+        mask_id: int = 0,
+        words: tuple[int, int] | None = None,
+        p_m: float = 0.15,
+        p_c: float = 0.1,
+        p_r: float = 0.1,
+        loss: Literal["ce", "squared"] = "ce",
+        replace_from_all: bool = False,
+        hide_selected: bool = False,
+        at_least_one: bool = False,
+        gather_queries: bool = False,
+    ) -> None:
         for name, p in (("p_m", p_m), ("p_c", p_c), ("p_r", p_r)):
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {p}")
@@ -230,13 +244,17 @@ class MaskedTokens(Objective):
             return Batch.from_dict(sample)  # masks drawn once, when a fixed data set was built
         tokens = sample if isinstance(sample, torch.Tensor) else sample["tokens"]
         valid = None if isinstance(sample, torch.Tensor) else sample.get("key_mask")
-        corrupted, sel = mask_tokens(tokens, valid, gens, self.p_m, self.p_c, self.p_r, mask_id=self.mask_id,
-                                     words=self.words)
+        corrupted, sel = mask_tokens(
+            tokens, valid, gens, self.p_m, self.p_c, self.p_r, mask_id=self.mask_id, words=self.words
+        )
         if self.at_least_one:
             # The authors' builder keeps only documents with a masked token; masking the first valid
             # position of a document whose M came out empty is our deterministic stand-in.
-            first = (valid.long().argmax(-1, keepdim=True) if valid is not None
-                     else torch.zeros((*sel.shape[:-1], 1), dtype=torch.long, device=sel.device))
+            first = (
+                valid.long().argmax(-1, keepdim=True)
+                if valid is not None
+                else torch.zeros((*sel.shape[:-1], 1), dtype=torch.long, device=sel.device)
+            )
             add = torch.zeros_like(sel).scatter_(-1, first, True) & ~sel.any(-1, keepdim=True)
             sel = sel | add
             corrupted = corrupted.masked_fill(add, self.mask_id)
@@ -252,8 +270,12 @@ class MaskedTokens(Objective):
         Q = max(1, int(sel.sum(-1).max()))
         order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True)[..., :Q]  # selected positions first
         slot = torch.arange(Q, device=sel.device) < sel.sum(-1, keepdim=True)
-        return Batch(corrupted, torch.gather(tokens, -1, order), torch.gather(weights, -1, order) * slot,
-                     {"key_mask": key_mask, "queries": order})
+        return Batch(
+            corrupted,
+            torch.gather(tokens, -1, order),
+            torch.gather(weights, -1, order) * slot,
+            {"key_mask": key_mask, "queries": order},
+        )
 
     def pointwise(self, outputs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         E, B, N, V = outputs.shape

@@ -22,8 +22,10 @@ from torch.optim import SGD, Adam, AdamW, Optimizer
 
 __all__ = ["EagerAdam", "EagerAdamW", "EagerSGD"]
 
-_PLAIN = {name: inspect.unwrap(getattr(Optimizer, name))
-          for name in ("add_param_group", "zero_grad", "state_dict", "load_state_dict")}
+_PLAIN = {
+    name: inspect.unwrap(getattr(Optimizer, name))
+    for name in ("add_param_group", "zero_grad", "state_dict", "load_state_dict")
+}
 
 
 class _Eager:

@@ -27,8 +27,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Iterator
 
 __all__ = ["PhaseClock", "phase"]
 

@@ -52,7 +52,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -71,19 +70,19 @@ from tdlab.train.progress import ProgressBar
 from tdlab.train.trainer import DivergenceError, FitResult
 
 __all__ = [
+    "SMALL_X",
     "PromptStats",
-    "sample_stats",
+    "RegressionConfig",
+    "RegressionTrainer",
+    "error_summary",
+    "fast_path",
+    "load_member_states",
+    "member_state",
     "population_stats",
     "predict",
     "predict_any",
-    "fast_path",
     "query_errors",
-    "error_summary",
-    "RegressionConfig",
-    "RegressionTrainer",
-    "member_state",
-    "load_member_states",
-    "SMALL_X",
+    "sample_stats",
 ]
 
 Dtype = Literal["float64", "float32"]
@@ -110,8 +109,19 @@ class PromptStats:
         gram: (E, N, d, d) ``Lambda_hat = X^T X / L`` (population: ``I + m m^T``, built on demand).
     """
 
-    def __init__(self, *, c: Tensor, yy: Tensor, ybar: Tensor, x_query: Tensor, y_query: Tensor, m: Tensor,
-                 zeta: Tensor, L: float, gram: Tensor | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        c: Tensor,
+        yy: Tensor,
+        ybar: Tensor,
+        x_query: Tensor,
+        y_query: Tensor,
+        m: Tensor,
+        zeta: Tensor,
+        L: float,
+        gram: Tensor | None = None,
+    ) -> None:
         self.c, self.yy, self.ybar, self.x_query, self.y_query = c, yy, ybar, x_query, y_query
         self.m, self.zeta, self.L = m, zeta, L
         self._gram = gram
@@ -146,15 +156,25 @@ class PromptStats:
                 self._spectral = (torch.stack([z, torch.ones_like(z)], -1), torch.stack([a, torch.zeros_like(a)], -1))
             else:
                 lam, U = torch.linalg.eigh(self.gram)
-                a = (U.transpose(-1, -2) @ self.c[..., None])[..., 0] * (U.transpose(-1, -2) @ self.x_query[..., None])[..., 0]
+                a = (U.transpose(-1, -2) @ self.c[..., None])[..., 0] * (U.transpose(-1, -2) @ self.x_query[..., None])[
+                    ..., 0
+                ]
                 self._spectral = (lam, a)
         return self._spectral
 
     def member(self, e: int) -> PromptStats:
         """Member ``e`` alone (member axis of size 1 kept)."""
-        out = PromptStats(c=self.c[e : e + 1], yy=self.yy[e : e + 1], ybar=self.ybar[e : e + 1], x_query=self.x_query[e : e + 1],
-                          y_query=self.y_query[e : e + 1], m=self.m[e : e + 1], zeta=self.zeta[e : e + 1], L=self.L,
-                          gram=None if self._gram is None else self._gram[e : e + 1])
+        out = PromptStats(
+            c=self.c[e : e + 1],
+            yy=self.yy[e : e + 1],
+            ybar=self.ybar[e : e + 1],
+            x_query=self.x_query[e : e + 1],
+            y_query=self.y_query[e : e + 1],
+            m=self.m[e : e + 1],
+            zeta=self.zeta[e : e + 1],
+            L=self.L,
+            gram=None if self._gram is None else self._gram[e : e + 1],
+        )
         if self._spectral is not None:
             out._spectral = tuple(s[e : e + 1] for s in self._spectral)  # type: ignore[assignment]
         return out
@@ -164,20 +184,42 @@ class PromptStats:
         """Statistics of raw prompts (E, N, L, d)."""
         X, y = batch.X, batch.y
         L = X.shape[-2]
-        return PromptStats(gram=X.transpose(-1, -2) @ X / L, c=(X * y[..., None]).sum(-2) / L, yy=(y * y).mean(-1), ybar=y.mean(-1),
-                           x_query=batch.x_query, y_query=batch.y_query, m=batch.m, zeta=batch.zeta, L=float(L))
+        return PromptStats(
+            gram=X.transpose(-1, -2) @ X / L,
+            c=(X * y[..., None]).sum(-2) / L,
+            yy=(y * y).mean(-1),
+            ybar=y.mean(-1),
+            x_query=batch.x_query,
+            y_query=batch.y_query,
+            m=batch.m,
+            zeta=batch.zeta,
+            L=float(L),
+        )
 
     @staticmethod
     def cat(parts: Sequence[PromptStats], dim: int) -> PromptStats:
         """Concatenate along the member (``dim=0``) or prompt (``dim=1``) axis."""
         first = parts[0]
         grams = None if first._gram is None or first.population else torch.cat([p.gram for p in parts], dim)
-        return PromptStats(**{k: torch.cat([getattr(p, k) for p in parts], dim)
-                              for k in ("c", "yy", "ybar", "x_query", "y_query", "m", "zeta")}, L=first.L, gram=grams)
+        return PromptStats(
+            **{
+                k: torch.cat([getattr(p, k) for p in parts], dim)
+                for k in ("c", "yy", "ybar", "x_query", "y_query", "m", "zeta")
+            },
+            L=first.L,
+            gram=grams,
+        )
 
 
-def sample_stats(task: MultiModalPrompts, gens: Sequence[torch.Generator], n: int, L: int, *,
-                 dtype: torch.dtype = torch.float64, device: str | torch.device | None = None) -> PromptStats:
+def sample_stats(
+    task: MultiModalPrompts,
+    gens: Sequence[torch.Generator],
+    n: int,
+    L: int,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: str | torch.device | None = None,
+) -> PromptStats:
     """Draw ``n`` prompts of context length ``L`` per member with :meth:`MultiModalPrompts.sample` and
     reduce them to statistics. Each member is drawn from its own generator, in chunks of
     ``TOKENS_PER_DRAW // (L + 1)`` prompts (so memory stays bounded; the chunking is a function of
@@ -193,14 +235,28 @@ def sample_stats(task: MultiModalPrompts, gens: Sequence[torch.Generator], n: in
     return PromptStats.cat(members, 0)
 
 
-def population_stats(task: MultiModalPrompts, gens: Sequence[torch.Generator], n: int, *,
-                     dtype: torch.dtype = torch.float64, device: str | torch.device | None = None) -> PromptStats:
+def population_stats(
+    task: MultiModalPrompts,
+    gens: Sequence[torch.Generator],
+    n: int,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: str | torch.device | None = None,
+) -> PromptStats:
     """``n`` fresh prompts per member at infinite context (Sec. 6: ``L_tr -> inf``): the latents, the
     query and its response come from :meth:`MultiModalPrompts.sample` (context length 1, discarded);
     the context statistics are their limits ``Lambda = I + m m^T``, ``c = zeta m``, ``y^T y / L = zeta^2``."""
     b = task.sample(list(gens), n, 1, dtype=torch.float32).to(device=device, dtype=dtype)
-    return PromptStats(c=b.zeta[..., None] * b.m, yy=b.zeta**2, ybar=torch.zeros_like(b.zeta), x_query=b.x_query, y_query=b.y_query, m=b.m,
-                       zeta=b.zeta, L=math.inf)
+    return PromptStats(
+        c=b.zeta[..., None] * b.m,
+        yy=b.zeta**2,
+        ybar=torch.zeros_like(b.zeta),
+        x_query=b.x_query,
+        y_query=b.y_query,
+        m=b.m,
+        zeta=b.zeta,
+        L=math.inf,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,8 +378,10 @@ def predict(model: nn.Module, stats: PromptStats) -> Tensor:
         return (a * _spectral_poly(model, lam)).sum(-1)  # type: ignore[arg-type]
     if path == "recursion":
         return _recursion_predict(model, stats)  # type: ignore[arg-type]
-    raise ValueError(f"{type(model).__name__} with these options needs raw prompts (pre-LN, learned readout or "
-                     "matrix-weight self-attention); use model(X, y, x_query)")
+    raise ValueError(
+        f"{type(model).__name__} with these options needs raw prompts (pre-LN, learned readout or "
+        "matrix-weight self-attention); use model(X, y, x_query)"
+    )
 
 
 Prompts = PromptStats | MultiModalBatch
@@ -402,8 +460,10 @@ class RegressionConfig(Config):
     @model_validator(mode="after")
     def _check(self) -> RegressionConfig:
         if self.objective == "population" and self.resample and self.optimizer == "gd" and self.backtrack:
-            raise ValueError("backtracking compares losses between steps: it needs fixed prompts (resample=false) "
-                             "or optimizer=adam / backtrack=false")
+            raise ValueError(
+                "backtracking compares losses between steps: it needs fixed prompts (resample=false) "
+                "or optimizer=adam / backtrack=false"
+            )
         return self
 
 
@@ -428,14 +488,22 @@ class RegressionTrainer:
     rows recorded since its last call, after every evaluation and every logged step (:mod:`tdlab.train.live`).
     """
 
-    def __init__(self, cfg: RegressionConfig, device: str = "cpu", progress: bool = True, label: str = "",
-                 cache: dict | None = None) -> None:
+    def __init__(
+        self,
+        cfg: RegressionConfig,
+        device: str = "cpu",
+        progress: bool = True,
+        label: str = "",
+        cache: dict | None = None,
+    ) -> None:
         self.cfg, self.device, self.progress, self.label = cfg, device, progress, label
         self.checkpoint: Path | None = None
         self.live: Callable[[Sequence[tuple[int, int, str, float]]], None] | None = None
         self.cache = cache if cache is not None else {}
 
-    def data(self, task: MultiModalPrompts, seeds: Sequence[int], purpose: str, n: int, *, fresh: bool = False) -> PromptStats:
+    def data(
+        self, task: MultiModalPrompts, seeds: Sequence[int], purpose: str, n: int, *, fresh: bool = False
+    ) -> PromptStats:
         """Prompts of the configured objective for ``seeds`` (cached unless ``fresh``)."""
         cfg = self.cfg
         key = (task, tuple(seeds), purpose, n, cfg.objective, cfg.context, cfg.dtype, str(self.device))
@@ -455,8 +523,15 @@ class RegressionTrainer:
         model = build(seeds).to(device=self.device, dtype=_dtype(self.cfg.dtype))
         return self.fit_model(model, task, seeds)
 
-    def fit_model(self, model: nn.Module, task: MultiModalPrompts, seeds: Sequence[int], *,
-                  train: Prompts | None = None, test: Prompts | None = None) -> FitResult:
+    def fit_model(
+        self,
+        model: nn.Module,
+        task: MultiModalPrompts,
+        seeds: Sequence[int],
+        *,
+        train: Prompts | None = None,
+        test: Prompts | None = None,
+    ) -> FitResult:
         """Train ``model`` (its members = ``seeds``). ``train``/``test``: prompts to use instead of the
         members' own draws (statistics, or raw batches for models without a fast path; a member axis
         of size 1 is shared by all members)."""
@@ -591,8 +666,16 @@ class RegressionTrainer:
         return result
 
     @staticmethod
-    def _armijo(model: nn.Module, params: list[Tensor], grads: list[Tensor], loss: Tensor, lr: Tensor, data: Prompts,
-                cfg: RegressionConfig, shape: Callable[[Tensor, Tensor], Tensor]) -> Tensor:
+    def _armijo(
+        model: nn.Module,
+        params: list[Tensor],
+        grads: list[Tensor],
+        loss: Tensor,
+        lr: Tensor,
+        data: Prompts,
+        cfg: RegressionConfig,
+        shape: Callable[[Tensor, Tensor], Tensor],
+    ) -> Tensor:
         """Per member, the largest ``lr * 2^-k`` (k <= ``max_halvings``) whose gradient step decreases the
         loss by at least ``1e-4 * step * |grad|^2`` (Armijo); members that find none keep the smallest."""
         E = loss.shape[0]

@@ -26,7 +26,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Stopping", "RunStopped", "stopping", "current", "request_stop", "STOPPED_EXIT_CODE", "INTERRUPTED_EXIT_CODE"]
+__all__ = [
+    "INTERRUPTED_EXIT_CODE",
+    "STOPPED_EXIT_CODE",
+    "RunStopped",
+    "Stopping",
+    "current",
+    "request_stop",
+    "stopping",
+]
 
 # The exit code of a ``tdlab run`` stopped on request with its checkpoints kept (resumable): distinct from
 # 0 (done), 1 (diverged or failed) and 2 (bad input); a stop asked by Ctrl-C exits 130, as Ctrl-C does.
@@ -76,8 +84,12 @@ def request_stop() -> None:
 
 
 @contextmanager
-def stopping(every_s: float | None = None, until_s: float | None = None, signals: bool = True,
-             on_signal: Callable[[str], None] | None = None) -> Iterator[Stopping]:
+def stopping(
+    every_s: float | None = None,
+    until_s: float | None = None,
+    signals: bool = True,
+    on_signal: Callable[[str], None] | None = None,
+) -> Iterator[Stopping]:
     """Within the block, checkpointed fits save every ``every_s`` seconds and stop after ``until_s`` seconds
     or on SIGTERM or Ctrl-C (SIGINT) (with ``signals``, from the main thread only). The first such signal asks
     for the stop (``on_signal(name)`` is told, e.g. to say so); a second one is not caught again, so it acts as

@@ -13,7 +13,6 @@ changes the numbers: every member's initialisation and data come from its own se
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,7 +36,15 @@ from tdlab.train.progress import ProgressBar
 from tdlab.train.stopping import RunStopped
 from tdlab.train.stopping import current as stop_policy
 
-__all__ = ["TrainConfig", "Trainer", "FitResult", "DivergenceError", "next_token_loss", "auto_chunk", "reference_predictors"]
+__all__ = [
+    "DivergenceError",
+    "FitResult",
+    "TrainConfig",
+    "Trainer",
+    "auto_chunk",
+    "next_token_loss",
+    "reference_predictors",
+]
 
 
 class TrainConfig(Config):
@@ -80,7 +87,9 @@ class DivergenceError(RuntimeError):
 class Task(Protocol):
     vocab: int
 
-    def sample(self, gens: Sequence[torch.Generator], batch: int, length: int, device: str | torch.device = "cpu") -> torch.Tensor: ...
+    def sample(
+        self, gens: Sequence[torch.Generator], batch: int, length: int, device: str | torch.device = "cpu"
+    ) -> torch.Tensor: ...
 
 
 @dataclass
@@ -121,8 +130,9 @@ def reference_predictors(task: Task) -> dict[str, Callable[[torch.Tensor], torch
 CACHE_BYTES = 32 << 20
 
 
-def auto_chunk(members: int, batch: int, seq_len: int, device: str | torch.device, out_width: int = 0,
-               member_bytes: int = 0) -> int:
+def auto_chunk(
+    members: int, batch: int, seq_len: int, device: str | torch.device, out_width: int = 0, member_bytes: int = 0
+) -> int:
     """Members per chunk. On a GPU, all of them. On a CPU, at most ~128k tokens a chunk (at long
     sequences the attention kernel of a few members already fills the cores); for an objective that
     scores ``out_width`` outputs at every position, at most as many members as keep their logits, softmax
@@ -164,9 +174,17 @@ class Trainer:
     """
 
     def __init__(
-        self, cfg: TrainConfig, device: str = "cpu", progress: bool = True, label: str = "", checkpoint: Path | None = None,
-        objective: Objective | None = None, probes: Sequence[Probe] = (), probe_every: int = 1,
-        snapshot_steps: Sequence[int] = (), member_lr: Mapping[int, float] | None = None,
+        self,
+        cfg: TrainConfig,
+        device: str = "cpu",
+        progress: bool = True,
+        label: str = "",
+        checkpoint: Path | None = None,
+        objective: Objective | None = None,
+        probes: Sequence[Probe] = (),
+        probe_every: int = 1,
+        snapshot_steps: Sequence[int] = (),
+        member_lr: Mapping[int, float] | None = None,
     ) -> None:
         """``objective``: what is learned (default :class:`NextToken`). ``probes``: functions
         ``probe(model) -> {name: (E,) tensor}`` measured before the first step, every ``probe_every`` steps
@@ -204,19 +222,32 @@ class Trainer:
         """Train one member per seed on ``task`` (a task, streamed, or a data regime such as
         :class:`~tdlab.train.data.FixedDataset`). Returns metrics for members ``0..len(seeds)-1``."""
         seeds = list(seeds)
-        chunk = self.cfg.chunk if self.cfg.chunk != "auto" else auto_chunk(
-            len(seeds), self.cfg.batch, self.cfg.seq_len, self.device, self.objective.output_width(task))
+        chunk = (
+            self.cfg.chunk
+            if self.cfg.chunk != "auto"
+            else auto_chunk(
+                len(seeds), self.cfg.batch, self.cfg.seq_len, self.device, self.objective.output_width(task)
+            )
+        )
         self._all_seeds, self._chunk = seeds, chunk
         result = FitResult()
         resume = self._load_checkpoint(seeds, chunk)
         if resume is not None:
             result.rows, result.states, result.snapshots = resume["rows"], resume["states"], resume["snapshots"]
             at, done = resume["chunk"].get("step"), len(result.states)
-            more = f"; members {done + 1}-{min(done + chunk, len(seeds))} continue from step {at} of {self.cfg.steps}" if at else ""
-            sys.stderr.write(f"resuming {self.label or 'the fit'}: {done} of {len(seeds)} members finished before{more}\n")
+            more = (
+                f"; members {done + 1}-{min(done + chunk, len(seeds))} continue from step {at} of {self.cfg.steps}"
+                if at
+                else ""
+            )
+            sys.stderr.write(
+                f"resuming {self.label or 'the fit'}: {done} of {len(seeds)} members finished before{more}\n"
+            )
         t0 = time.perf_counter()
-        with flush_denormals(self.device), \
-                ProgressBar(self.cfg.steps * math.ceil(len(seeds) / chunk), self.label, enabled=self.progress) as bar:
+        with (
+            flush_denormals(self.device),
+            ProgressBar(self.cfg.steps * math.ceil(len(seeds) / chunk), self.label, enabled=self.progress) as bar,
+        ):
             for start in range(0, len(seeds), chunk):
                 if start < len(result.states):
                     bar.advance(self.cfg.steps)  # chunk finished before the interruption
@@ -272,8 +303,9 @@ class Trainer:
         return self.evaluate_splits(model, stream, gens)[0]["test_loss"]
 
     @torch.no_grad()
-    def evaluate_splits(self, model: nn.Module, data: Any, gens: Sequence[torch.Generator]
-                        ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    def evaluate_splits(
+        self, model: nn.Module, data: Any, gens: Sequence[torch.Generator]
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Every metric of the objective on every evaluation split of a bound data regime, and, on the very
         same batches, the loss of each of the task's reference predictors (:func:`reference_predictors`:
         the Bayes predictor, the unigram law, ...; streamed tasks only).
@@ -299,8 +331,10 @@ class Trainer:
                 for k, v in self.objective.reference_scores(refs, batch).items():
                     ref_losses[k] = ref_losses.get(k, 0.0) + v * size
         model.train(was_training)
-        return ({k: v / counts[k.rsplit("_", 1)[0]] for k, v in metrics.items()},
-                {k: v / counts["test"] for k, v in ref_losses.items()})
+        return (
+            {k: v / counts[k.rsplit("_", 1)[0]] for k, v in metrics.items()},
+            {k: v / counts["test"] for k, v in ref_losses.items()},
+        )
 
     # ------------------------------------------------------------------------------------------
     # Checkpoints: everything the loop's future depends on, written atomically.
@@ -324,9 +358,15 @@ class Trainer:
         meta, tensors = loaded
         where = self.checkpoint
         if self.config_hash is not None and meta.get("config_hash") != self.config_hash:
-            raise CheckpointError(f"checkpoint {where} was written for a different run config (config.yaml changed "
-                                  f"after it was written); refusing to resume")
-        if meta.get("seeds") != seeds or meta.get("chunk_size") != chunk or meta.get("config") != self.cfg.model_dump(mode="json"):
+            raise CheckpointError(
+                f"checkpoint {where} was written for a different run config (config.yaml changed "
+                f"after it was written); refusing to resume"
+            )
+        if (
+            meta.get("seeds") != seeds
+            or meta.get("chunk_size") != chunk
+            or meta.get("config") != self.cfg.model_dump(mode="json")
+        ):
             raise CheckpointError(f"checkpoint {where} was written by a different config or seeds; refusing to resume")
         try:
             return _unpack_checkpoint(meta, tensors, seeds, chunk, self.cfg.steps, self.device)
@@ -338,11 +378,23 @@ class Trainer:
         JSON + safetensors (:func:`tdlab.train.checkpoint.save_checkpoint`)."""
         if self.checkpoint is None:
             return
-        meta = {"seeds": seeds, "chunk_size": chunk, "config": self.cfg.model_dump(mode="json"),
-                "config_hash": self.config_hash, "rows": [list(r) for r in result.rows], "finished": len(result.states)}
+        meta = {
+            "seeds": seeds,
+            "chunk_size": chunk,
+            "config": self.cfg.model_dump(mode="json"),
+            "config_hash": self.config_hash,
+            "rows": [list(r) for r in result.rows],
+            "finished": len(result.states),
+        }
         tensors = {f"states/{i}/{k}": v for i, st in enumerate(result.states) for k, v in st.items()}
-        tensors.update({f"snapshots/{step}/{i}/{k}": v for step, sts in result.snapshots.items()
-                        for i, st in enumerate(sts) for k, v in st.items()})
+        tensors.update(
+            {
+                f"snapshots/{step}/{i}/{k}": v
+                for step, sts in result.snapshots.items()
+                for i, st in enumerate(sts)
+                for k, v in st.items()
+            }
+        )
         meta["snapshots"] = {str(step): len(sts) for step, sts in result.snapshots.items()}
         meta["chunk"] = None
         if state is not None:
@@ -351,37 +403,55 @@ class Trainer:
         save_checkpoint(self.checkpoint, meta, tensors)
 
     @staticmethod
-    def _restore(resume: dict, model: nn.Module, opt: torch.optim.Optimizer, sched: Any,
-                 gens: dict[str, list[torch.Generator]]) -> None:
+    def _restore(
+        resume: dict, model: nn.Module, opt: torch.optim.Optimizer, sched: Any, gens: dict[str, list[torch.Generator]]
+    ) -> None:
         """Load a checkpointed chunk snapshot into the freshly built ``model``, ``opt``, ``sched`` and
         random streams; a snapshot that does not fit them is a :class:`CheckpointError`."""
         own = model.state_dict()
-        bad = [k for k in own if k not in resume["model"] or resume["model"][k].shape != own[k].shape
-               or resume["model"][k].dtype != own[k].dtype]
+        bad = [
+            k
+            for k in own
+            if k not in resume["model"]
+            or resume["model"][k].shape != own[k].shape
+            or resume["model"][k].dtype != own[k].dtype
+        ]
         if bad or set(resume["model"]) != set(own):
-            raise CheckpointError(f"checkpoint does not fit the model: parameters {sorted(set(bad) or set(resume['model']) ^ set(own))[:3]}")
+            raise CheckpointError(
+                f"checkpoint does not fit the model: parameters {sorted(set(bad) or set(resume['model']) ^ set(own))[:3]}"
+            )
         fresh_groups = opt.state_dict()["param_groups"]
         params = [p for g in opt.param_groups for p in g["params"]]  # state ids are positions in this order
         for pid, st in resume["opt"]["state"].items():
-            if not 0 <= pid < len(params) or any(isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape != params[pid].shape
-                                                 for v in st.values()):
+            if not 0 <= pid < len(params) or any(
+                isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape != params[pid].shape for v in st.values()
+            ):
                 raise CheckpointError(f"checkpoint does not fit the optimiser: state of parameter {pid}")
         # JSON-held state must have the very structure a fresh optimiser / schedule would save: the
         # schedule's load_state_dict copies every key into the object.
         if not _same_structure(resume["sched"], sched.state_dict()) or not _same_structure(
-                [{k: v for k, v in g.items() if k != "params"} for g in resume["opt"]["param_groups"]],
-                [{k: v for k, v in g.items() if k != "params"} for g in fresh_groups]):
-            raise CheckpointError("checkpoint does not fit the optimiser or schedule: their saved settings differ in form")
+            [{k: v for k, v in g.items() if k != "params"} for g in resume["opt"]["param_groups"]],
+            [{k: v for k, v in g.items() if k != "params"} for g in fresh_groups],
+        ):
+            raise CheckpointError(
+                "checkpoint does not fit the optimiser or schedule: their saved settings differ in form"
+            )
         try:
             model.load_state_dict(resume["model"])
-            opt.load_state_dict({"state": resume["opt"]["state"],
-                                 "param_groups": _as_tuples_like(resume["opt"]["param_groups"], fresh_groups)})
+            opt.load_state_dict(
+                {
+                    "state": resume["opt"]["state"],
+                    "param_groups": _as_tuples_like(resume["opt"]["param_groups"], fresh_groups),
+                }
+            )
             sched.load_state_dict(resume["sched"])
             for name, gs in gens.items():
                 for g, st in zip(gs, resume[name], strict=True):
                     g.set_state(st)
         except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
-            raise CheckpointError(f"checkpoint does not fit the model or optimiser: {' '.join(str(exc).split())[:200]}") from None
+            raise CheckpointError(
+                f"checkpoint does not fit the model or optimiser: {' '.join(str(exc).split())[:200]}"
+            ) from None
 
     def _train(
         self, model: nn.Module, task: Any, offset: int, result: FitResult, bar: ProgressBar, resume: dict | None = None
@@ -430,7 +500,9 @@ class Trainer:
                 with torch.no_grad():
                     for probe in self.probes:
                         for name, values in probe(model).items():
-                            result.rows.extend((step, offset + e, name, float(v)) for e, v in enumerate(values.tolist()))
+                            result.rows.extend(
+                                (step, offset + e, name, float(v)) for e, v in enumerate(values.tolist())
+                            )
             if step in self.snapshot_steps:
                 result.snapshots.setdefault(step, []).extend(model.member_state(e) for e in range(E))
 
@@ -449,9 +521,17 @@ class Trainer:
             stream()
 
         def snapshot(step: int) -> dict:
-            return {"start": offset, "step": step, "model": model.state_dict(), "opt": opt.state_dict(),
-                    "sched": sched.state_dict(), "train_gens": [g.get_state() for g in train_gens],
-                    "eval_gens": [g.get_state() for g in eval_gens], "running": running.clone(), "since": since}
+            return {
+                "start": offset,
+                "step": step,
+                "model": model.state_dict(),
+                "opt": opt.state_dict(),
+                "sched": sched.state_dict(),
+                "train_gens": [g.get_state() for g in train_gens],
+                "eval_gens": [g.get_state() for g in eval_gens],
+                "running": running.clone(),
+                "since": since,
+            }
 
         # Wall-time checkpoints and stops on request (tdlab.train.stopping): only a fit with a checkpoint file.
         policy = stop_policy() if self.checkpoint is not None else None
@@ -517,6 +597,7 @@ class Trainer:
 # ------------------------------------------------------------------------------------------------
 # Checkpoint contents: a chunk snapshot split into JSON-able scalars and named tensors, and back.
 
+
 def _pack_snapshot(state: dict) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """A running chunk's snapshot as ``(JSON-able meta, tensors)``: model, optimiser tensors, random
     streams (uint8) and the running loss go to the tensor file; the rest stays in JSON."""
@@ -532,13 +613,20 @@ def _pack_snapshot(state: dict) -> tuple[dict[str, Any], dict[str, torch.Tensor]
     for name in ("train_gens", "eval_gens"):
         tensors.update({f"{name}/{i}": g for i, g in enumerate(state[name])})
     tensors["running"] = state["running"]
-    meta = {"start": state["start"], "step": state["step"], "since": state["since"], "sched": state["sched"],
-            "opt": {"state": opt_state, "param_groups": state["opt"]["param_groups"]}, "members": len(state["train_gens"])}
+    meta = {
+        "start": state["start"],
+        "step": state["step"],
+        "since": state["since"],
+        "sched": state["sched"],
+        "opt": {"state": opt_state, "param_groups": state["opt"]["param_groups"]},
+        "members": len(state["train_gens"]),
+    }
     return meta, tensors
 
 
-def _unpack_checkpoint(meta: dict[str, Any], tensors: dict[str, torch.Tensor], seeds: list[int], chunk: int,
-                       steps: int, device: str) -> dict:
+def _unpack_checkpoint(
+    meta: dict[str, Any], tensors: dict[str, torch.Tensor], seeds: list[int], chunk: int, steps: int, device: str
+) -> dict:
     """``{"rows", "states", "chunk"}`` from a loaded checkpoint, every part checked against the fit
     (member counts, chunk boundaries, step range, tensor groups). Raises ``ValueError`` (or
     ``KeyError``/``TypeError``) naming what is wrong."""
@@ -554,18 +642,27 @@ def _unpack_checkpoint(meta: dict[str, Any], tensors: dict[str, torch.Tensor], s
     states = [{k: v.to(device) for k, v in st.items()} for st in states]
     used = {f"states/{i}/{k}" for i, st in enumerate(states) for k in st}
     counts = meta.get("snapshots", {})
-    if not isinstance(counts, dict) or not all(k.isdigit() and _is_int(n) and 0 <= n <= len(seeds) for k, n in counts.items()):
+    if not isinstance(counts, dict) or not all(
+        k.isdigit() and _is_int(n) and 0 <= n <= len(seeds) for k, n in counts.items()
+    ):
         raise ValueError("'snapshots' must map steps to member counts")
-    snapshots = {int(k): [{n: v.to(device) for n, v in _group(tensors, f"snapshots/{k}/{i}/").items()} for i in range(n)]
-                 for k, n in counts.items()}
+    snapshots = {
+        int(k): [{n: v.to(device) for n, v in _group(tensors, f"snapshots/{k}/{i}/").items()} for i in range(n)]
+        for k, n in counts.items()
+    }
     used |= {f"snapshots/{k}/{i}/{n}" for k, sts in snapshots.items() for i, st in enumerate(sts) for n in st}
     snap = meta["chunk"]
     if snap is None:
         if set(tensors) != used:
             raise ValueError("tensors of an unfinished chunk without its snapshot")
         return {"rows": [tuple(r) for r in rows], "states": states, "snapshots": snapshots, "chunk": {"start": -1}}
-    members = len(seeds[finished: finished + chunk])
-    if snap["start"] != finished or snap["members"] != members or not _is_int(snap["step"]) or not 1 <= snap["step"] < steps:
+    members = len(seeds[finished : finished + chunk])
+    if (
+        snap["start"] != finished
+        or snap["members"] != members
+        or not _is_int(snap["step"])
+        or not 1 <= snap["step"] < steps
+    ):
         raise ValueError("the unfinished chunk's start, members or step do not fit the fit")
     if not _is_int(snap["since"]) or snap["since"] < 0 or not isinstance(snap["sched"], dict):
         raise ValueError("'since' must be a count, 'sched' an object")
@@ -581,9 +678,21 @@ def _unpack_checkpoint(meta: dict[str, Any], tensors: dict[str, torch.Tensor], s
     used |= {f"opt/{pid}/{k}" for pid, st in opt["state"].items() for k, v in st.items() if isinstance(v, torch.Tensor)}
     if set(tensors) != used:
         raise ValueError(f"unexpected tensors {sorted(set(tensors) - used)[:3]}")
-    return {"rows": [tuple(r) for r in rows], "states": states, "snapshots": snapshots,
-            "chunk": {"start": finished, "step": snap["step"], "since": snap["since"], "sched": snap["sched"], "opt": opt,
-                      "model": model, **gens, "running": running.to(device)}}
+    return {
+        "rows": [tuple(r) for r in rows],
+        "states": states,
+        "snapshots": snapshots,
+        "chunk": {
+            "start": finished,
+            "step": snap["step"],
+            "since": snap["since"],
+            "sched": snap["sched"],
+            "opt": opt,
+            "model": model,
+            **gens,
+            "running": running.to(device),
+        },
+    }
 
 
 def _unpack_optimizer(opt: dict[str, Any], tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -602,15 +711,21 @@ def _as_tuples_like(groups: list[dict[str, Any]], fresh: list[dict[str, Any]]) -
     """Saved param groups with the lists JSON made of tuples (AdamW's ``betas``) tuples again, as in ``fresh``."""
     if len(groups) != len(fresh):
         raise ValueError(f"{len(groups)} param groups saved, the optimiser has {len(fresh)}")
-    return [{k: tuple(v) if isinstance(f.get(k), tuple) and isinstance(v, list) else v for k, v in g.items()}
-            for g, f in zip(groups, fresh)]
+    return [
+        {k: tuple(v) if isinstance(f.get(k), tuple) and isinstance(v, list) else v for k, v in g.items()}
+        for g, f in zip(groups, fresh)
+    ]
 
 
 def _same_structure(saved: Any, fresh: Any) -> bool:
     """True when ``saved`` (from JSON) has the form of ``fresh``: same keys, same lengths, numbers
     where numbers are, booleans, strings and None where they are (tuples may come back as lists)."""
     if isinstance(fresh, dict):
-        return isinstance(saved, dict) and saved.keys() == fresh.keys() and all(_same_structure(saved[k], fresh[k]) for k in fresh)
+        return (
+            isinstance(saved, dict)
+            and saved.keys() == fresh.keys()
+            and all(_same_structure(saved[k], fresh[k]) for k in fresh)
+        )
     if isinstance(fresh, (list, tuple)):
         return isinstance(saved, list) and len(saved) == len(fresh) and all(map(_same_structure, saved, fresh))
     if isinstance(fresh, bool) or fresh is None or isinstance(fresh, str):
@@ -622,7 +737,7 @@ def _same_structure(saved: Any, fresh: Any) -> bool:
 
 def _group(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     """The tensors whose name starts with ``prefix``, with the prefix removed."""
-    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
 def _is_int(x: Any) -> bool:
@@ -631,5 +746,12 @@ def _is_int(x: Any) -> bool:
 
 def _is_row(r: Any) -> bool:
     """A metric row ``[step, member, name, value]`` as JSON holds it."""
-    return (isinstance(r, list) and len(r) == 4 and _is_int(r[0]) and _is_int(r[1]) and isinstance(r[2], str)
-            and isinstance(r[3], (int, float)) and not isinstance(r[3], bool))
+    return (
+        isinstance(r, list)
+        and len(r) == 4
+        and _is_int(r[0])
+        and _is_int(r[1])
+        and isinstance(r[2], str)
+        and isinstance(r[3], (int, float))
+        and not isinstance(r[3], bool)
+    )

@@ -31,7 +31,7 @@ def rows_of() -> Callable[[Any], dict[str, Any]]:
     def rows(groups: Any) -> dict[str, Any]:
         out = {}
         for g in groups:
-            for r in (g["rows"] if isinstance(g, dict) else g.rows):
+            for r in g["rows"] if isinstance(g, dict) else g.rows:
                 out[r["id"] if isinstance(r, dict) else r.id] = r
         return out
 
@@ -68,11 +68,20 @@ def _rank_one_state(d: int, n_pos: int, rng: Any, c: float = 0.7) -> dict[str, A
     w1 = np.outer(rng.choice([-1.0, 1.0], size=4 * d), alpha)
     v = g(d)
     v -= (v @ alpha) / d * alpha  # App. C: W_O W_V = alpha v^T with <v, alpha> = 0
-    mats = {"W_Q": np.outer(g(d), alpha), "W_K": np.outer(g(d), alpha), "W_V": np.outer(alpha, v),
-            "W_O": np.outer(alpha, alpha) / d, "W_1": w1, "W_2": w1.T}
+    mats = {
+        "W_Q": np.outer(g(d), alpha),
+        "W_K": np.outer(g(d), alpha),
+        "W_V": np.outer(alpha, v),
+        "W_O": np.outer(alpha, alpha) / d,
+        "W_1": w1,
+        "W_2": w1.T,
+    }
     st = {MATRICES[k]: torch.tensor(m, dtype=torch.float32) for k, m in mats.items()}
-    st.update(e=torch.tensor(c * alpha, dtype=torch.float32), b=torch.zeros(()),
-              wpe=torch.tensor(np.broadcast_to(-0.5 * c * alpha, (n_pos, d)).copy(), dtype=torch.float32))
+    st.update(
+        e=torch.tensor(c * alpha, dtype=torch.float32),
+        b=torch.zeros(()),
+        wpe=torch.tensor(np.broadcast_to(-0.5 * c * alpha, (n_pos, d)).copy(), dtype=torch.float32),
+    )
     return st
 
 
@@ -84,8 +93,11 @@ def _gaussian_state(d: int, n_pos: int, rng: Any) -> dict[str, Any]:
 
     shape = {"W_1": (4 * d, d), "W_2": (d, 4 * d)}
     st = {k: torch.tensor(rng.normal(size=shape.get(n, (d, d))), dtype=torch.float32) for n, k in MATRICES.items()}
-    st.update(e=torch.tensor(rng.normal(size=d), dtype=torch.float32), b=torch.zeros(()),
-              wpe=torch.tensor(rng.normal(size=(n_pos, d)), dtype=torch.float32))
+    st.update(
+        e=torch.tensor(rng.normal(size=d), dtype=torch.float32),
+        b=torch.zeros(()),
+        wpe=torch.tensor(rng.normal(size=(n_pos, d)), dtype=torch.float32),
+    )
     return st
 
 
@@ -94,8 +106,11 @@ def _bias_tokens(cfg: Any) -> Any:
     from tdlab.seeding import generators, member_seeds
     from tdlab.tasks.markov import MarkovChain
 
-    return MarkovChain(cfg.task.p, cfg.task.q).sample(generators(member_seeds(cfg.seed, cfg.members), "bias-step-eval"),
-                                                      cfg.train.batch * cfg.claims.bias_batches, cfg.train.seq_len)
+    return MarkovChain(cfg.task.p, cfg.task.q).sample(
+        generators(member_seeds(cfg.seed, cfg.members), "bias-step-eval"),
+        cfg.train.batch * cfg.claims.bias_batches,
+        cfg.train.seq_len,
+    )
 
 
 @pytest.fixture

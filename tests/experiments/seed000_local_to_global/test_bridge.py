@@ -17,8 +17,8 @@ import pytest
 
 import tdlab.experiments.seed000_local_to_global.bridge as mb
 from tdlab.config import ConfigError
-from tdlab.experiments.seed000_local_to_global.bridge import MarkovBridge, cell_arm, classify_losses, predict_cell
 from tdlab.experiments.runner import execute, rebuild
+from tdlab.experiments.seed000_local_to_global.bridge import MarkovBridge, cell_arm, classify_losses, predict_cell
 from tdlab.runs import Run, RunWriter
 from tdlab.theory.markov_landscape import CriticalKind, gaussian_basin_probability
 
@@ -31,6 +31,7 @@ def chain_truth(p: float, q: float) -> tuple[float, float]:
     """(entropy rate, H(pi)) from first principles, independently of tdlab."""
     pi1 = p / (p + q)
     return (1 - pi1) * _h(p) + pi1 * _h(q), _h(pi1)
+
 
 STEPS = [0, 100, 200, 300]
 ABOVE = [(0.5, 0.8), (0.7, 0.9)]  # p + q > 1: Thm. 2
@@ -54,7 +55,9 @@ def make_bridge_run(tmp_path: Path):
     out, as in runs made before the trainer recorded them."""
     counter = iter(range(10_000))
 
-    def make(curves, grid=GRID, budgets=BUDGETS, overrides: Sequence[str] = (), members: int = 3, refs=None, with_refs=True):
+    def make(
+        curves, grid=GRID, budgets=BUDGETS, overrides: Sequence[str] = (), members: int = 3, refs=None, with_refs=True
+    ):
         exp = MarkovBridge()
         sets = [_grid_set(grid), f"budgets={list(budgets)}", *overrides]
         cfg = exp.make_config("quick", sets, members=members)
@@ -64,12 +67,19 @@ def make_bridge_run(tmp_path: Path):
                 for b in budgets:
                     member_curves = curves(p, q, b)
                     assert len(member_curves) == members
-                    rows = [(s, m, "test_loss", float(v)) for m, c in enumerate(member_curves)
-                            for s, v in zip(STEPS, c, strict=True)]
+                    rows = [
+                        (s, m, "test_loss", float(v))
+                        for m, c in enumerate(member_curves)
+                        for s, v in zip(STEPS, c, strict=True)
+                    ]
                     if with_refs:
                         bayes, unigram = refs(p, q, b) if refs else chain_truth(p, q)
-                        rows += [(s, m, f"test_loss@{name}", float(v)) for name, v in (("bayes", bayes), ("unigram", unigram))
-                                 for m in range(members) for s in STEPS]
+                        rows += [
+                            (s, m, f"test_loss@{name}", float(v))
+                            for name, v in (("bayes", bayes), ("unigram", unigram))
+                            for m in range(members)
+                            for s in STEPS
+                        ]
                     w.add_metrics(cell_arm(p, q, b), rows)
             run = w.finish()
         return cfg, run.path
@@ -79,10 +89,12 @@ def make_bridge_run(tmp_path: Path):
 
 def _at(which: str, members: int = 3, offset: float = 0.0):
     """Curves that start at log 2 and sit at ``which`` ("rate" or "hpi") (+ offset) from step 100 on."""
+
     def curves(p, q, b):
         rate, hpi = chain_truth(p, q)
         v = (rate if which == "rate" else hpi) + offset
         return [[math.log(2), v, v, v] for _ in range(members)]
+
     return curves
 
 
@@ -126,7 +138,10 @@ def test_prediction_is_computed_by_the_theory_functions(monkeypatch):
 
     def swapped(sigma, p, q):
         out = real(sigma, p, q)
-        out[CriticalKind.LOCAL_MIN], out[CriticalKind.GLOBAL_MIN] = out[CriticalKind.GLOBAL_MIN], out[CriticalKind.LOCAL_MIN]
+        out[CriticalKind.LOCAL_MIN], out[CriticalKind.GLOBAL_MIN] = (
+            out[CriticalKind.GLOBAL_MIN],
+            out[CriticalKind.LOCAL_MIN],
+        )
         return out
 
     monkeypatch.setattr(mb, "gaussian_basin_probability", swapped)
@@ -153,7 +168,15 @@ def test_classification_of_final_losses():
     tol = 0.01
     finals = [rate, rate - 0.03, rate + 0.0099, hpi - 0.0099, hpi + 0.0099, (rate + hpi) / 2, hpi + 0.02, float("nan")]
     assert classify_losses(np.array(finals), rate, hpi, tol) == [
-        "rate", "rate", "rate", "H(π)", "H(π)", "between", "other", "other"]
+        "rate",
+        "rate",
+        "rate",
+        "H(π)",
+        "H(π)",
+        "between",
+        "other",
+        "other",
+    ]
     # Overlapping bands (gap < 2 tol): nearer entropy wins.
     assert classify_losses(np.array([rate + 0.02, hpi - 0.02]), rate, hpi, 0.03) == ["rate", "H(π)"]
     # Per-member references (the predictors' losses on each member's batches).
@@ -198,7 +221,9 @@ def test_members_past_the_plateau_but_off_the_rate_fail_below_the_line(make_brid
     rows = _rows(a)
     for p, q in BELOW:
         for b in BUDGETS:
-            assert rows[cell_arm(p, q, b)].verdict == "fails" and rows[cell_arm(p, q, b)].mean == pytest.approx(0.03, abs=1e-9)
+            assert rows[cell_arm(p, q, b)].verdict == "fails" and rows[cell_arm(p, q, b)].mean == pytest.approx(
+                0.03, abs=1e-9
+            )
     assert _groups(a)[G_BELOW].verdict == "fails"
     # Disagreements are named with their size in nats.
     p, q = BELOW[0]
@@ -243,7 +268,9 @@ def test_the_reference_is_the_predictors_loss_on_the_same_batches(make_bridge_ru
     assert all(r.verdict == "holds" for r in _rows(a).values())
     r = _rows(a)[cell_arm(0.1, 0.4, 100)]
     assert r.measured.values == pytest.approx([0.002, 0.003, 0.004], abs=1e-9)
-    assert a.measurements["cells"][cell_arm(0.1, 0.4, 100)]["final_bayes_loss"] == pytest.approx([chain_truth(0.1, 0.4)[0] - 0.008] * 3)
+    assert a.measurements["cells"][cell_arm(0.1, 0.4, 100)]["final_bayes_loss"] == pytest.approx(
+        [chain_truth(0.1, 0.4)[0] - 0.008] * 3
+    )
 
     # The same final losses, but the batches' references at the population values + 0.03: 0.03 above the
     # members (whose loss is at the population value - 0.005), a gap the tolerance does not cover -> fails.
@@ -299,7 +326,11 @@ def test_an_end_state_still_moving_is_not_resolved(make_bridge_run):
 
     cfg, path = make_bridge_run(curves)
     r = _rows(MarkovBridge().analyse(cfg, Run(path)))[cell_arm(0.2, 0.3, 300)]
-    assert r.verdict == "not resolved" and "still moving" in r.reason and r.measured.drift == pytest.approx(-0.04, rel=1e-6)
+    assert (
+        r.verdict == "not resolved"
+        and "still moving" in r.reason
+        and r.measured.drift == pytest.approx(-0.04, rel=1e-6)
+    )
 
 
 def test_not_informative_cells_carry_no_claim_but_are_classified(make_bridge_run):
@@ -330,7 +361,10 @@ def test_health_gate_and_trivial_error(make_bridge_run):
     cfg, path = make_bridge_run(curves)
     a = exp.analyse(cfg, Run(path))
     rows = _rows(a)
-    assert rows[cell_arm(0.2, 0.3, 100)].verdict == "not evaluable" and "not trained" in rows[cell_arm(0.2, 0.3, 100)].reason
+    assert (
+        rows[cell_arm(0.2, 0.3, 100)].verdict == "not evaluable"
+        and "not trained" in rows[cell_arm(0.2, 0.3, 100)].reason
+    )
     assert rows[cell_arm(0.5, 0.8, 100)].verdict == "holds"
     note = next(n for n in a.notes if n.startswith("(0.2, 0.3), p+q=0.50, 100 its"))
     assert "not evaluable" in note
@@ -355,14 +389,17 @@ def test_rebuild_writes_summary_and_figures(make_bridge_run):
 # --- config -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sets", [
-    ["train.steps=1234"],  # horizons come from budgets
-    ["model.init=local-to-global"],
-    ["grid=[[0.5, 0.8], [0.5, 0.8]]"],
-    ["grid=[]"],
-    ["budgets=[]"],
-    ["grid=[[1.2, 0.3]]"],
-])
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ["train.steps=1234"],  # horizons come from budgets
+        ["model.init=local-to-global"],
+        ["grid=[[0.5, 0.8], [0.5, 0.8]]"],
+        ["grid=[]"],
+        ["budgets=[]"],
+        ["grid=[[1.2, 0.3]]"],
+    ],
+)
 def test_bad_configs_are_rejected(sets):
     with pytest.raises(ConfigError):
         MarkovBridge().make_config("quick", sets)
@@ -386,13 +423,25 @@ def test_profiles_validate_and_paper_is_table_2():
 def test_tiny_end_to_end_run(runs_dir):
     exp = MarkovBridge()
     grid = [(0.2, 0.3), (0.7, 0.9)]
-    cfg = exp.make_config("quick", [_grid_set(grid), "budgets=[3, 6]", "train.seq_len=16", "train.eval_every=3",
-                                    "train.eval_batches=1", "train.log_every=1", "model.d=4"], members=2)
+    cfg = exp.make_config(
+        "quick",
+        [
+            _grid_set(grid),
+            "budgets=[3, 6]",
+            "train.seq_len=16",
+            "train.eval_every=3",
+            "train.eval_batches=1",
+            "train.log_every=1",
+            "model.d=4",
+        ],
+        members=2,
+    )
     run = execute(exp, cfg, "quick", runs_dir, progress=False)
     s = run.summary
     assert s["status"] == "done" and s["claims_total"] == 2
-    assert {r["id"] for g in s["claims"] for r in g["rows"]} == {f"{G_BELOW}/{cell_arm(0.2, 0.3, b)}" for b in (3, 6)} | {
-        f"{G_ABOVE}/{cell_arm(0.7, 0.9, b)}" for b in (3, 6)}
+    assert {r["id"] for g in s["claims"] for r in g["rows"]} == {
+        f"{G_BELOW}/{cell_arm(0.2, 0.3, b)}" for b in (3, 6)
+    } | {f"{G_ABOVE}/{cell_arm(0.7, 0.9, b)}" for b in (3, 6)}
     cells = s["measurements"]["cells"]
     assert set(cells) == {cell_arm(p, q, b) for p, q in grid for b in (3, 6)}
     for arm, row in cells.items():

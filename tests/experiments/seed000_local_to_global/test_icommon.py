@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tdlab.config import ConfigError
+from tdlab.experiments.runner import execute
 from tdlab.experiments.seed000_local_to_global.icommon import (
     MarkovICommon,
     bias_step_basins,
@@ -22,7 +23,6 @@ from tdlab.experiments.seed000_local_to_global.icommon import (
     initial_points,
     proposed_point,
 )
-from tdlab.experiments.runner import execute
 from tdlab.models.gpt import GPT
 from tdlab.runs import RunWriter
 from tdlab.seeding import member_seeds
@@ -60,11 +60,15 @@ def test_canonical_point_in_the_full_model_gives_eq24_logits_for_both_signs_of_e
     for m in range(4):
         alpha = st["e"][m] / st["e"][m].norm()
         assert st["e"][m].norm() == pytest.approx(abs(float(e[m])), rel=1e-6)
-        assert torch.allclose(alpha.abs(), torch.full((8,), 8**-0.5, dtype=torch.float64), atol=1e-6)  # on the hypercube
+        assert torch.allclose(
+            alpha.abs(), torch.full((8,), 8**-0.5, dtype=torch.float64), atol=1e-6
+        )  # on the hypercube
         assert torch.allclose(st["wpe"][m], (-0.5 * st["e"][m]).expand(12, 8), atol=1e-6)  # p_n = -(e/2) alpha
         w1, w2 = st["blocks.0.mlp.W_1.weight"][m], st["blocks.0.mlp.W_2.weight"][m]
         assert torch.allclose(w2, torch.sign(w[m]) * w1.T, atol=1e-6)  # W_2 = sign(w) W_1^T
-        assert torch.allclose(w1, abs(float(w[m])) / 8**0.5 * torch.outer(torch.ones(32, dtype=torch.float64), alpha), atol=1e-6)
+        assert torch.allclose(
+            w1, abs(float(w[m])) / 8**0.5 * torch.outer(torch.ones(32, dtype=torch.float64), alpha), atol=1e-6
+        )
 
 
 def test_initial_points_are_in_icommon_per_member_and_the_proposed_point_is_not():
@@ -102,17 +106,32 @@ def test_config_refuses_cells_on_the_line_and_bad_regions():
 
 
 def test_tiny_run_stores_what_the_claims_read(runs_dir, one_thread):
-    cfg = EXP.make_config("quick", ["grid=[[0.2, 0.3], [0.7, 0.9]]", "train.steps=6", "train.seq_len=8",
-                                    "train.eval_every=3", "train.eval_batches=1", "train.log_every=3",
-                                    "bias_step.points=20", "bias_step.steps=50", "bias_step.flow_points=3",
-                                    "bias_step.flow_time=200"], members=2)
+    cfg = EXP.make_config(
+        "quick",
+        [
+            "grid=[[0.2, 0.3], [0.7, 0.9]]",
+            "train.steps=6",
+            "train.seq_len=8",
+            "train.eval_every=3",
+            "train.eval_batches=1",
+            "train.log_every=3",
+            "bias_step.points=20",
+            "bias_step.steps=50",
+            "bias_step.flow_points=3",
+            "bias_step.flow_time=200",
+        ],
+        members=2,
+    )
     run = execute(EXP, cfg, "quick", runs_dir, progress=False)
     s = run.summary
     assert s["status"] == "done"
     assert {g["id"] for g in s["claims"]} == {"icommon-reaches-entropy-rate", "one-extra-bias-step-suffices"}
     assert {g["id"] for g in s["sanity"]} == {"sampled-points-in-icommon", "starts-above-entropy-rate"}
     rows = {r["id"]: r for g in s["claims"] + s["sanity"] for r in g["rows"]}
-    assert set(rows) >= {f"icommon-reaches-entropy-rate/{cell_arm(0.2, 0.3)}", f"one-extra-bias-step-suffices/{cell_arm(0.7, 0.9)}"}
+    assert set(rows) >= {
+        f"icommon-reaches-entropy-rate/{cell_arm(0.2, 0.3)}",
+        f"one-extra-bias-step-suffices/{cell_arm(0.7, 0.9)}",
+    }
     assert rows[f"one-extra-bias-step-suffices/{cell_arm(0.2, 0.3)}"]["trials"] == 20
     assert s["measurements"]["cells"][cell_arm(0.7, 0.9)]["icommon_points"] == 2 + 3
     assert rows[f"sampled-points-in-icommon/{cell_arm(0.7, 0.9)}"]["measured"] == [0.0]
@@ -125,7 +144,8 @@ def test_tiny_run_stores_what_the_claims_read(runs_dir, one_thread):
     gap_rows = df[(df.arm == cell_arm(0.2, 0.3)) & (df.name.isin(["test_loss", "test_loss@bayes"])) & (df.step == 6)]
     gap = gap_rows.pivot(index="member", columns="name", values="value")
     assert rows[f"icommon-reaches-entropy-rate/{cell_arm(0.2, 0.3)}"]["measured"] == pytest.approx(
-        (gap["test_loss"] - gap["test_loss@bayes"]).tolist(), abs=1e-12)
+        (gap["test_loss"] - gap["test_loss@bayes"]).tolist(), abs=1e-12
+    )
     assert s["figures"] == ["figures/icommon_loss.png", "figures/icommon_points.png"]
 
 
@@ -144,7 +164,9 @@ def _write(tmp_path, name, *, final_gap=None, start_gap=0.5, k1=None, flow=None,
     with RunWriter(tmp_path / "synthetic", EXP.name, run_id=name) as w:
         w.write_config({"experiment": EXP.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
         pts = initial_points(member_seeds(cfg.seed, members), cfg.region)
-        w.add_metrics("init-points", [(0, m, f"theta0/{k}", float(pts[m, i])) for m in range(members) for i, k in enumerate("ew")])
+        w.add_metrics(
+            "init-points", [(0, m, f"theta0/{k}", float(pts[m, i])) for m in range(members) for i, k in enumerate("ew")]
+        )
         for p, q in GRID:
             arm = cell_arm(p, q)
             rate, _ = chain_truth(p, q)
@@ -157,8 +179,11 @@ def _write(tmp_path, name, *, final_gap=None, start_gap=0.5, k1=None, flow=None,
             w.add_metrics(arm, rows)
             prof = np.where(np.arange(points) % 3 == 0, LOCAL, GLOBAL)
             k1_codes = (k1 or {}).get(arm, prof)
-            can = [(0, i, f"basin/{k}", float(v[i])) for k, v in (("theory", prof), ("k0", prof), ("k1", k1_codes), ("profile", prof))
-                   for i in range(points)]
+            can = [
+                (0, i, f"basin/{k}", float(v[i]))
+                for k, v in (("theory", prof), ("k0", prof), ("k1", k1_codes), ("profile", prof))
+                for i in range(points)
+            ]
             fb = (flow or {}).get(arm, [GLOBAL] * (members + 3))
             can += [(0, i, "flow/basin", float(v)) for i, v in enumerate(fb)]
             can += [(0, i, "flow/in_icommon", 1.0) for i in range(len(fb))]
@@ -175,8 +200,12 @@ def _analyse(cfg, run):
 def test_every_group_holds_on_agreeing_numbers(tmp_path):
     cfg, run = _write(tmp_path, "good")
     a, groups, rows = _analyse(cfg, run)
-    assert {g: groups[g].verdict for g in groups} == {"icommon-reaches-entropy-rate": "holds", "one-extra-bias-step-suffices": "holds",
-                                                      "sampled-points-in-icommon": "holds", "starts-above-entropy-rate": "holds"}
+    assert {g: groups[g].verdict for g in groups} == {
+        "icommon-reaches-entropy-rate": "holds",
+        "one-extra-bias-step-suffices": "holds",
+        "sampled-points-in-icommon": "holds",
+        "starts-above-entropy-rate": "holds",
+    }
     assert rows[f"one-extra-bias-step-suffices/{cell_arm(0.2, 0.3)}"].measured.proportion
     assert rows[f"one-extra-bias-step-suffices/{cell_arm(0.2, 0.3)}"].stage == "descent-settled"
     assert rows[f"icommon-reaches-entropy-rate/{cell_arm(0.7, 0.9)}"].stage == "left-plateau"
@@ -199,7 +228,9 @@ def test_members_off_the_rate_fail_and_members_on_the_plateau_are_not_evaluable(
     cfg, run = _write(tmp_path, "stuck", final_gap={cell_arm(0.7, 0.9): [hpi - rate + 0.0005 * m for m in range(4)]})
     _, groups, rows = _analyse(cfg, run)
     row = rows[f"icommon-reaches-entropy-rate/{cell_arm(0.7, 0.9)}"]
-    assert row.verdict == "not evaluable" and row.cause == "stage not reached" and "left the unigram stage" in row.reason
+    assert (
+        row.verdict == "not evaluable" and row.cause == "stage not reached" and "left the unigram stage" in row.reason
+    )
     assert groups["icommon-reaches-entropy-rate"].verdict == "holds"  # the evaluable cell decides
 
 

@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
+from tdlab.experiments.runner import execute, rebuild
 from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
 from tdlab.probes.curves import plateau_escape_step
-from tdlab.experiments.runner import execute, rebuild
 from tdlab.runs import Run
 
 STEPS = [0, 100, 200, 300]
@@ -36,7 +36,10 @@ def _rows(analysis):
     """``{arm: end-state row}`` and ``{arch: direction row}``."""
     groups = {g.id: g for g in analysis.groups}
     end = {}
-    for gid, init in (("proposed-init-ends-at-global-minimum", "local-to-global"), ("standard-init-ends-at-theory-limit", "standard")):
+    for gid, init in (
+        ("proposed-init-ends-at-global-minimum", "local-to-global"),
+        ("standard-init-ends-at-theory-limit", "standard"),
+    ):
         for r in groups[gid].rows:
             end[f"{r.id.rsplit('/', 1)[1]}/{init}"] = r
     later = {r.id.rsplit("/", 1)[1]: r for r in groups["standard-init-leaves-plateau-later"].rows}
@@ -51,12 +54,19 @@ def _near(v, spread=0.001, members=3, start=0.69):
 def test_p_plus_q_above_one_standard_expects_h_pi_and_proposed_expects_entropy_rate(make_markov_run):
     p, q = 0.5, 0.8
     rate, hpi = _truth(p, q)
-    curves = {"sec2/standard": _near(hpi), "gpt2/standard": _near(hpi),
-              "sec2/local-to-global": _near(rate), "gpt2/local-to-global": _near(rate)}
+    curves = {
+        "sec2/standard": _near(hpi),
+        "gpt2/standard": _near(hpi),
+        "sec2/local-to-global": _near(rate),
+        "gpt2/local-to-global": _near(rate),
+    }
     cfg, path = make_markov_run(p, q, curves, STEPS, ["train.steps=8000"])  # the seed's length (Table 2)
     a = MarkovInit().analyse(cfg, Run(path))
-    assert [g.id for g in a.paper] == ["proposed-init-ends-at-global-minimum", "standard-init-ends-at-theory-limit",
-                                       "standard-init-leaves-plateau-later"]
+    assert [g.id for g in a.paper] == [
+        "proposed-init-ends-at-global-minimum",
+        "standard-init-ends-at-theory-limit",
+        "standard-init-leaves-plateau-later",
+    ]
     end, _ = _rows(a)
     assert sorted(end) == sorted(ARMS)
     for arm in ARMS:
@@ -140,7 +150,9 @@ def test_a_curve_still_falling_at_the_end_is_not_resolved(make_markov_run):
     p, q = 0.5, 0.8
     rate, hpi = _truth(p, q)
     steps = list(range(0, 1001, 50))
-    falling = [[hpi + 0.2 - 2e-4 * s + d for s in steps] for d in (-0.001, 0.0, 0.001)]  # ends at hpi, -0.02 per 100 steps
+    falling = [
+        [hpi + 0.2 - 2e-4 * s + d for s in steps] for d in (-0.001, 0.0, 0.001)
+    ]  # ends at hpi, -0.02 per 100 steps
     cfg, path = make_markov_run(p, q, {"sec2/standard": falling}, steps)
     end, _ = _rows(MarkovInit().analyse(cfg, Run(path)))
     assert end["sec2/standard"].verdict == "not resolved" and "still moving" in end["sec2/standard"].reason
@@ -232,8 +244,12 @@ def test_plateau_escape_step_function():
 def test_rebuild_writes_grouped_summary_and_gates_untrained_arms(make_markov_run):
     p, q = 0.5, 0.8
     rate, hpi = _truth(p, q)
-    curves = {"sec2/standard": _near(hpi), "gpt2/standard": _near(rate),
-              "sec2/local-to-global": _near(rate), "gpt2/local-to-global": _flat(0.7)}  # never moved
+    curves = {
+        "sec2/standard": _near(hpi),
+        "gpt2/standard": _near(rate),
+        "sec2/local-to-global": _near(rate),
+        "gpt2/local-to-global": _flat(0.7),
+    }  # never moved
     cfg, path = make_markov_run(p, q, curves, STEPS, ["train.steps=8000"])  # the seed's length: "stays" can hold
     run = rebuild(path)
     s = run.summary
@@ -248,7 +264,10 @@ def test_rebuild_writes_grouped_summary_and_gates_untrained_arms(make_markov_run
     assert s["arms"]["gpt2/local-to-global"]["status"] == "not trained"
     assert s["arms"]["sec2/standard"]["status"] == "trained"
     assert s["claims_failed"] == sum(g["verdict"] == "fails" for g in s["claims"]) >= 1
-    assert s["figures"] == ["figures/fig4_test_loss.png"] and (path / "figures" / "fig4_test_loss.png").stat().st_size > 5000
+    assert (
+        s["figures"] == ["figures/fig4_test_loss.png"]
+        and (path / "figures" / "fig4_test_loss.png").stat().st_size > 5000
+    )
 
 
 # --- a diverging run is kept, labelled, with what it measured ------------------------------------
@@ -271,8 +290,20 @@ def test_diverged_run_keeps_metrics_and_names_member_and_step(monkeypatch, runs_
 
     monkeypatch.setattr(mi, "GPT", NaNGPT)
     exp = MarkovInit()
-    cfg = exp.make_config("quick", ["archs=[sec2]", "inits=[standard]", "train.steps=4", "train.seq_len=16",
-                                    "train.eval_every=2", "train.eval_batches=1", "train.log_every=1", "model.d=4"], members=2)
+    cfg = exp.make_config(
+        "quick",
+        [
+            "archs=[sec2]",
+            "inits=[standard]",
+            "train.steps=4",
+            "train.seq_len=16",
+            "train.eval_every=2",
+            "train.eval_batches=1",
+            "train.log_every=1",
+            "model.d=4",
+        ],
+        members=2,
+    )
     run = execute(exp, cfg, "quick", runs_dir, progress=False)
     s = run.summary
     assert s["status"] == "diverged" and (s["member"], s["step"]) == (1, 2)

@@ -36,7 +36,9 @@ def test_landscape_2d_end_to_end_defaults_hold(run2d, rows_of):
     # p + q < 1: a small init goes to a global minimum; p + q > 1: to the local minimum (quadrature ~0 / ~1).
     low, high = c["small-gaussian-init/p0.2_q0.3/sigma0.05"], c["small-gaussian-init/p0.5_q0.8/sigma0.05"]
     assert low["expected"] < 1e-6 and high["expected"] > 1 - 1e-6
-    assert low["expected"] == pytest.approx(float(ml.gaussian_basin_probability(0.05, 0.2, 0.3)[CK.LOCAL_MIN]), abs=1e-15)
+    assert low["expected"] == pytest.approx(
+        float(ml.gaussian_basin_probability(0.05, 0.2, 0.3)[CK.LOCAL_MIN]), abs=1e-15
+    )
     # measured: the per-point indicators, pooled over members (a proportion's interval)
     assert low["trials"] == high["trials"] == 2 * 120 and (low["successes"], high["successes"]) == (0, 2 * 120)
     basin = c["basins-match-theorem/p0.2_q0.3"]
@@ -65,10 +67,12 @@ def test_landscape_2d_each_group_fails_on_wrong_arrays(run2d, copy_run, rows_of,
 
     def kicked(tr):  # energy jumps half-way along every trajectory
         tr = tr.clone()
-        tr[:, tr.shape[1] // 2:, :, 0] += 0.5
+        tr[:, tr.shape[1] // 2 :, :, 0] += 0.5
         return tr
 
-    assert int(ml.classify_critical(on_theta_star(torch.zeros(1, 2, dtype=torch.float64)), 0.5, 0.8, atol=1e-4)) == int(CK.GLOBAL_MIN)
+    assert int(ml.classify_critical(on_theta_star(torch.zeros(1, 2, dtype=torch.float64)), 0.5, 0.8, atol=1e-4)) == int(
+        CK.GLOBAL_MIN
+    )
     tamper(path, arm, gauss_final=on_theta_star, random_final=on_theta_star, traj=kicked)
     a = exp.analyse(cfg, Run(path))
     r = rows_of(a.groups)
@@ -78,8 +82,11 @@ def test_landscape_2d_each_group_fails_on_wrong_arrays(run2d, copy_run, rows_of,
     # the other chain is untouched
     assert r["small-gaussian-init/p0.2_q0.3/sigma0.05"].verdict == "holds"
     assert r["basins-match-theorem/p0.2_q0.3"].verdict == "holds"
-    assert {g.id: g.verdict for g in a.groups} == {"energy-conserved": "fails", "basins-match-theorem": "fails",
-                                                   "small-gaussian-init": "fails"}
+    assert {g.id: g.verdict for g in a.groups} == {
+        "energy-conserved": "fails",
+        "basins-match-theorem": "fails",
+        "small-gaussian-init": "fails",
+    }
 
 
 def test_landscape_2d_endpoints_not_yet_at_a_critical_set_are_not_evaluable(run2d, copy_run, rows_of, tamper):
@@ -94,7 +101,9 @@ def test_landscape_2d_endpoints_not_yet_at_a_critical_set_are_not_evaluable(run2
         y[0, ..., 0], y[0, ..., 1] = 1.0, -3.0
         return y
 
-    assert int(ml.classify_critical(torch.tensor([1.0, -3.0], dtype=torch.float64), 0.5, 0.8, atol=1e-4)) == int(CK.NONE)
+    assert int(ml.classify_critical(torch.tensor([1.0, -3.0], dtype=torch.float64), 0.5, 0.8, atol=1e-4)) == int(
+        CK.NONE
+    )
     tamper(path, arm, random_final=off_every_set)
     a = exp.analyse(cfg, Run(path))
     r = rows_of(a.groups)

@@ -54,7 +54,7 @@ def test_landscape_3d_each_group_fails_on_contradicting_arrays(run3d, copy_run, 
 
     def kicked(tr):
         tr = tr.clone()
-        tr[:, tr.shape[1] // 2:, :, 2] += 0.3
+        tr[:, tr.shape[1] // 2 :, :, 2] += 0.3
         return tr
 
     tamper(path, "p0.2_q0.3", gauss_final=lambda _: big["gauss_final"].clone(), wide=kicked)
@@ -74,7 +74,9 @@ def test_landscape_3d_unsettled_endpoints_are_not_evaluable(run3d, copy_run, row
         y[0, 0, :3] = torch.tensor([1.0, -3.0, 0.5], dtype=y.dtype)
         return y
 
-    assert int(ml.classify_critical(torch.tensor([1.0, -3.0, 0.5], dtype=torch.float64), 0.5, 0.8, atol=1e-3)) == int(CK.NONE)
+    assert int(ml.classify_critical(torch.tensor([1.0, -3.0, 0.5], dtype=torch.float64), 0.5, 0.8, atol=1e-3)) == int(
+        CK.NONE
+    )
     tamper(path, "p0.5_q0.8", gauss_final=some_off)
     a = exp.analyse(cfg, Run(path))
     r = rows_of(a.groups)
@@ -92,4 +94,4 @@ def test_landscape_3d_unsettled_endpoints_are_not_evaluable(run3d, copy_run, row
     r = rows_of(exp.analyse(cfg, Run(path)).groups)
     for g in ("small-init-limit", "small-init-final-loss"):
         row = r[f"{g}/p0.5_q0.8/sigma0.05"]
-        assert row.verdict == "not evaluable" and row.cause == "stage not reached" and "flow-settled" == row.stage
+        assert row.verdict == "not evaluable" and row.cause == "stage not reached" and row.stage == "flow-settled"

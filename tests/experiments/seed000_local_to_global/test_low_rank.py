@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from tdlab.experiments.seed000_local_to_global.low_rank import MATRICES, app_c_structure, bias_step_excess, rank_one_init_
+from tdlab.experiments.seed000_local_to_global.low_rank import (
+    MATRICES,
+    app_c_structure,
+    bias_step_excess,
+    rank_one_init_,
+)
 from tdlab.experiments.seed000_local_to_global.rank import MarkovRank
 from tdlab.models.gpt import GPT
 from tdlab.seeding import member_seeds
@@ -44,7 +49,9 @@ def test_rank_one_init_has_the_app_c_structure_and_is_per_member():
         assert all(np.linalg.matrix_rank(w[i], tol=1e-6 * np.abs(w[i]).max()) == 1 for i in range(3)), name
     assert st[MATRICES["W_2"]] == pytest.approx(np.transpose(st[MATRICES["W_1"]], (0, 2, 1)), abs=0)
     w1 = st[MATRICES["W_1"]]
-    assert np.abs(w1) == pytest.approx(np.abs(w1[:, :1, :1]) * np.ones_like(w1), rel=1e-6)  # s * xi alpha^T: |entries| = s
+    assert np.abs(w1) == pytest.approx(
+        np.abs(w1[:, :1, :1]) * np.ones_like(w1), rel=1e-6
+    )  # s * xi alpha^T: |entries| = s
     assert _np_right_cos(w1, e) == pytest.approx(np.ones(3), abs=1e-6)
     # W_V = g alpha^T: alpha is "the row in W_V" (its right, input-side singular vector); W_O = alpha g^T.
     assert _np_right_cos(st[MATRICES["W_V"]], e) == pytest.approx(np.ones(3), abs=1e-6)
@@ -120,8 +127,12 @@ def test_bias_step_excess_against_a_direct_computation(planted):
         model.load_state_dict({**{k: v.double() for k, v in st.items()}, "b": torch.tensor(b, dtype=torch.float64)})
         with torch.no_grad():
             logits = model(tokens[:, :, :-1])
-        return np.array([float(torch.nn.functional.cross_entropy(logits[m].reshape(-1, 2), tokens[m, :, 1:].reshape(-1)))
-                         for m in range(2)])
+        return np.array(
+            [
+                float(torch.nn.functional.cross_entropy(logits[m].reshape(-1, 2), tokens[m, :, 1:].reshape(-1)))
+                for m in range(2)
+            ]
+        )
 
     low, h = direct(r["b_star"]), 1e-3
     up, down = direct(r["b_star"] + h), direct(r["b_star"] - h)

@@ -20,10 +20,24 @@ from tdlab.experiments.seed000_local_to_global.rank import AT_GLOBAL_MINIMUM, Ma
 from tdlab.runs import RunWriter
 
 EXP = MarkovRank()
-FIG3 = {"fig3-rank-one", "fig3-aligned-with-embedding", "fig3-embedding-on-hypercube", "fig3-other-matrices-rank-one",
-        "fig3-converged"}
-APP_C = {"app-c-positions-along-e", "app-c-positions-half-e", "app-c-positions-constant", "app-c-w2-transpose-w1",
-         "app-c-wo-wv-rank-one", "app-c-wo-wv-along-e", "app-c-wq-wk-rank-one", "app-c-wq-wk-along-e", "app-c-attention-off"}
+FIG3 = {
+    "fig3-rank-one",
+    "fig3-aligned-with-embedding",
+    "fig3-embedding-on-hypercube",
+    "fig3-other-matrices-rank-one",
+    "fig3-converged",
+}
+APP_C = {
+    "app-c-positions-along-e",
+    "app-c-positions-half-e",
+    "app-c-positions-constant",
+    "app-c-w2-transpose-w1",
+    "app-c-wo-wv-rank-one",
+    "app-c-wo-wv-along-e",
+    "app-c-wq-wk-rank-one",
+    "app-c-wq-wk-along-e",
+    "app-c-attention-off",
+}
 BIAS = "one-extra-bias-step-full-model"
 SANITY = {"standard-init-not-rank-one", "rank-one-init-is-rank-one", "fig6-stays-rank-one"}
 
@@ -56,7 +70,14 @@ def _np_best_cos(w: np.ndarray, e: np.ndarray) -> np.ndarray:
 
 def test_default_optimiser_is_table_2_adamw_and_sgd_gets_its_own_step_size():
     t = EXP.make_config("quick").train
-    assert (t.optimizer, t.lr, t.beta1, t.beta2, t.weight_decay, t.schedule) == ("adamw", 1e-3, 0.9, 0.95, 1e-3, "cosine")
+    assert (t.optimizer, t.lr, t.beta1, t.beta2, t.weight_decay, t.schedule) == (
+        "adamw",
+        1e-3,
+        0.9,
+        0.95,
+        1e-3,
+        "cosine",
+    )
     assert EXP.make_config("quick", ["train.optimizer=sgd"]).train.lr == 0.3
     assert EXP.make_config("quick", ["train.optimizer=sgd", "train.lr=3.0"]).train.lr == 3.0
 
@@ -65,8 +86,18 @@ def test_default_optimiser_is_table_2_adamw_and_sgd_gets_its_own_step_size():
 
 
 def test_tiny_run_end_to_end_measurements_match_numpy_recomputation(runs_dir):
-    cfg = EXP.make_config("quick", ["train.steps=12", "train.seq_len=8", "train.eval_every=6", "train.eval_batches=1",
-                                    "train.log_every=6", "probe_every=4"], members=2)
+    cfg = EXP.make_config(
+        "quick",
+        [
+            "train.steps=12",
+            "train.seq_len=8",
+            "train.eval_every=6",
+            "train.eval_batches=1",
+            "train.log_every=6",
+            "probe_every=4",
+        ],
+        members=2,
+    )
     run = execute(EXP, cfg, "quick", runs_dir, progress=False)
     s = run.summary
     assert s["status"] == "done"
@@ -76,17 +107,27 @@ def test_tiny_run_end_to_end_measurements_match_numpy_recomputation(runs_dir):
     e = final["e"]
     assert rows["fig3-rank-one/W_V"]["measured"] == pytest.approx(_np_ratio(final[MATRICES["W_V"]]), rel=1e-9)
     assert rows["fig3-rank-one/W_1"]["measured"] == pytest.approx(_np_ratio(final[MATRICES["W_1"]]), rel=1e-9)
-    assert rows["fig3-other-matrices-rank-one/W_Q"]["measured"] == pytest.approx(_np_ratio(final[MATRICES["W_Q"]]), rel=1e-9)
-    assert rows["fig3-aligned-with-embedding/W_1"]["measured"] == pytest.approx(_np_right_cos(final[MATRICES["W_1"]], e), abs=1e-9)
-    assert rows["fig3-aligned-with-embedding/W_V"]["measured"] == pytest.approx(_np_best_cos(final[MATRICES["W_V"]], e), abs=1e-9)
+    assert rows["fig3-other-matrices-rank-one/W_Q"]["measured"] == pytest.approx(
+        _np_ratio(final[MATRICES["W_Q"]]), rel=1e-9
+    )
+    assert rows["fig3-aligned-with-embedding/W_1"]["measured"] == pytest.approx(
+        _np_right_cos(final[MATRICES["W_1"]], e), abs=1e-9
+    )
+    assert rows["fig3-aligned-with-embedding/W_V"]["measured"] == pytest.approx(
+        _np_best_cos(final[MATRICES["W_V"]], e), abs=1e-9
+    )
     mag = np.abs(e)
     assert rows["fig3-embedding-on-hypercube/e"]["measured"] == pytest.approx(mag.std(1) / mag.mean(1), rel=1e-9)
     df = run.metrics()
     loss = df[(df.arm == "standard") & (df.step == 12)].pivot(index="member", columns="name", values="value")
-    assert rows["fig3-converged/standard"]["measured"] == pytest.approx((loss["test_loss"] - loss["test_loss@bayes"]).tolist(), abs=1e-12)
+    assert rows["fig3-converged/standard"]["measured"] == pytest.approx(
+        (loss["test_loss"] - loss["test_loss@bayes"]).tolist(), abs=1e-12
+    )
     # 12 steps from σ = 0.001 reach no minimum: every claim "at convergence" is not evaluable, never failing.
     for rid in ("fig3-rank-one/W_V", "app-c-attention-off/standard"):
-        assert rows[rid]["verdict"] == "not evaluable" and rows[rid]["cause"] in ("stage not reached", "not trained"), rid
+        assert rows[rid]["verdict"] == "not evaluable" and rows[rid]["cause"] in ("stage not reached", "not trained"), (
+            rid
+        )
     # Both arms were gated against log 2, the uniform predictor's loss.
     assert s["arms"]["standard"]["trivial_error"] == pytest.approx(math.log(2))
     # The trajectory was recorded every 4 steps from the initial weights on (the build that ctx.fit
@@ -97,13 +138,19 @@ def test_tiny_run_end_to_end_measurements_match_numpy_recomputation(runs_dir):
     init = {k: v.double().numpy() for k, v in run.arrays("rank-one@init").items()}
     at0 = traj[traj.step == 0].sort_values("member").value.to_numpy()
     assert at0 == pytest.approx(_np_ratio(init[MATRICES["W_1"]]), abs=1e-9)
-    worst = np.maximum.reduce([_np_ratio(init[MATRICES["W_V"]]),
-                               _np_ratio(run.arrays("rank-one")[MATRICES["W_V"]].double().numpy()),
-                               df[(df.arm == "rank-one") & (df.name == "sv_ratio/W_V")].groupby("member").value.max().to_numpy()])
+    worst = np.maximum.reduce(
+        [
+            _np_ratio(init[MATRICES["W_V"]]),
+            _np_ratio(run.arrays("rank-one")[MATRICES["W_V"]].double().numpy()),
+            df[(df.arm == "rank-one") & (df.name == "sv_ratio/W_V")].groupby("member").value.max().to_numpy(),
+        ]
+    )
     assert rows["fig6-stays-rank-one/W_V"]["measured"] == pytest.approx(worst, rel=1e-9)
     assert rows["fig6-stays-rank-one/W_V"]["verdict"] == "holds"  # by construction, to round-off
     # From σ = 0.001 the logits are ≈ b: one bias step of 4 is nearly Newton's on a 1-D logistic fit.
-    assert rows[f"{BIAS}/standard/init"]["verdict"] == "holds" and rows[f"{BIAS}/standard/init"]["arms"] == ["standard@init"]
+    assert rows[f"{BIAS}/standard/init"]["verdict"] == "holds" and rows[f"{BIAS}/standard/init"]["arms"] == [
+        "standard@init"
+    ]
     assert s["figures"] == ["figures/spectra.png", "figures/fig3_fig6_matrices.png", "figures/rank_evolution.png"]
     assert all((run.path / f).stat().st_size > 5000 for f in s["figures"])
 
@@ -144,8 +191,11 @@ def write_run(tmp_path, planted):
                 for m in range(members):
                     for i, s in enumerate(STEPS):
                         bayes = rate + 0.002 * m  # the batches' own Bayes loss (finite-sample)
-                        rows += [(s, m, "test_loss@bayes", bayes), (s, m, "test_loss@unigram", bayes + hpi - rate),
-                                 (s, m, "test_loss", 0.69 if s == 0 else bayes + g[m][i])]
+                        rows += [
+                            (s, m, "test_loss@bayes", bayes),
+                            (s, m, "test_loss@unigram", bayes + hpi - rate),
+                            (s, m, "test_loss", 0.69 if s == 0 else bayes + g[m][i]),
+                        ]
                 w.add_metrics(arm, rows)
                 shift = lambda sts: [{**st, "b": st["b"] + bias_offset} for st in _at_optimal_bias(cfg, sts, planted)]  # noqa: E731
                 w.save_arrays(arm, shift(sts))
@@ -169,6 +219,7 @@ def good(planted):
     def make(n=3, seed=0):
         rng = np.random.default_rng(seed)
         return [planted.rank_one(8, 8, rng) for _ in range(n)]
+
     return make
 
 
@@ -177,20 +228,26 @@ def test_app_c_structure_holds_every_group(write_run, good):
     a, groups, rows = _analyse(cfg, run)
     assert set(groups) == FIG3 | APP_C | {BIAS} | SANITY
     assert {g.id for g in a.sanity_groups} == SANITY
-    assert all(groups[g].verdict == "holds" for g in FIG3 | APP_C | SANITY), \
-        [r.describe() for r in rows.values() if not r.holds]
+    assert all(groups[g].verdict == "holds" for g in FIG3 | APP_C | SANITY), [
+        r.describe() for r in rows.values() if not r.holds
+    ]
     assert rows["fig3-rank-one/W_V"].measured.values == pytest.approx([0.0] * 3, abs=1e-6)
     assert rows["fig3-aligned-with-embedding/W_1"].measured.values == pytest.approx([1.0] * 3, abs=1e-6)
     # provenance: the standard arm under AdamW is the seed's; the rank-one arm (our init) is ours, and its
     # by-construction App. C statements are not measured
-    assert rows["app-c-attention-off/standard"].provenance == "seed" and rows["app-c-attention-off/rank-one"].provenance == "ours"
+    assert (
+        rows["app-c-attention-off/standard"].provenance == "seed"
+        and rows["app-c-attention-off/rank-one"].provenance == "ours"
+    )
     assert "app-c-wq-wk-rank-one/rank-one" not in rows and "app-c-wo-wv-along-e/rank-one" not in rows
     # every stored bias is at its optimum: there is nothing for one step to do, so no row is evaluable
     assert groups[BIAS].verdict == "not evaluable" and all(r.cause == "stage not reached" for r in groups[BIAS].rows)
     assert any("AdamW" in n for n in a.notes)
     assert any(n.startswith("Fig. 3 (AdamW") and "5/5 statements hold" in n for n in a.notes)
     assert any(n.startswith("Fig. 6: the rank-one init stays rank one by construction") for n in a.notes)
-    assert any(n.startswith("standard, one extra bias step") and "leaves nothing for the step to do" in n for n in a.notes)
+    assert any(
+        n.startswith("standard, one extra bias step") and "leaves nothing for the step to do" in n for n in a.notes
+    )
 
 
 def _perturbed(good, which: str):
@@ -220,11 +277,14 @@ def _perturbed(good, which: str):
     return bad
 
 
-@pytest.mark.parametrize("which,failing", [
-    ("rank", {"fig3-rank-one", "fig3-other-matrices-rank-one"}),
-    ("align", {"fig3-aligned-with-embedding"}),
-    ("cube", {"fig3-embedding-on-hypercube"}),
-])
+@pytest.mark.parametrize(
+    "which,failing",
+    [
+        ("rank", {"fig3-rank-one", "fig3-other-matrices-rank-one"}),
+        ("align", {"fig3-aligned-with-embedding"}),
+        ("cube", {"fig3-embedding-on-hypercube"}),
+    ],
+)
 def test_weights_that_contradict_fig3_fail_their_group(write_run, good, which, failing):
     cfg, run = write_run(which, {"standard": _perturbed(good(), which), "rank-one": good(seed=1)})
     _, groups, rows = _analyse(cfg, run)
@@ -232,7 +292,9 @@ def test_weights_that_contradict_fig3_fail_their_group(write_run, good, which, f
     assert {gid for gid, v in verdicts.items() if v == "fails"} == failing, verdicts
     if which == "rank":
         assert rows["fig3-rank-one/W_V"].measured.values == pytest.approx([0.5] * 3, abs=1e-6)
-        assert rows["fig3-rank-one/W_V"].verdict == "fails" and rows["fig3-other-matrices-rank-one/W_2"].verdict == "holds"
+        assert (
+            rows["fig3-rank-one/W_V"].verdict == "fails" and rows["fig3-other-matrices-rank-one/W_2"].verdict == "holds"
+        )
     if which == "align":
         assert max(rows["fig3-aligned-with-embedding/W_1"].measured.values) < 1e-6
 
@@ -253,8 +315,14 @@ def test_claims_at_convergence_need_a_minimum_first(write_run, good):
     cfg, run = write_run("stuck", {"standard": good(), "rank-one": good(seed=1)}, gaps={"standard": stuck})
     _, groups, rows = _analyse(cfg, run)
     assert rows["fig3-rank-one/W_V"].verdict == "holds"
-    assert rows["fig3-converged/standard"].verdict == "not evaluable" and rows["fig3-converged/standard"].stage == "left-plateau"
-    assert rows["app-c-attention-off/standard"].verdict == "not evaluable" and "global minimum" in rows["app-c-attention-off/standard"].reason
+    assert (
+        rows["fig3-converged/standard"].verdict == "not evaluable"
+        and rows["fig3-converged/standard"].stage == "left-plateau"
+    )
+    assert (
+        rows["app-c-attention-off/standard"].verdict == "not evaluable"
+        and "global minimum" in rows["app-c-attention-off/standard"].reason
+    )
     # Past the plateau but 0.05 nats above the Bayes loss: fig3-converged fails; Fig. 3's structure is not
     # evaluable (no minimum reached).
     between = [[0.0] + [0.05] * 4 for _ in range(3)]
@@ -267,7 +335,9 @@ def test_claims_at_convergence_need_a_minimum_first(write_run, good):
     falling = [[0.0, 0.1, 0.05, 0.025, 0.0] for _ in range(3)]
     cfg, run = write_run("falling", {"standard": good(), "rank-one": good(seed=1)}, gaps={"standard": falling})
     _, groups, rows = _analyse(cfg, run)
-    assert groups["fig3-converged"].verdict == "not resolved" and "still moving" in rows["fig3-converged/standard"].reason
+    assert (
+        groups["fig3-converged"].verdict == "not resolved" and "still moving" in rows["fig3-converged/standard"].reason
+    )
 
 
 def test_a_rank_spike_during_training_fails_the_stays_rank_one_sanity_check(write_run, good):
@@ -289,8 +359,11 @@ def test_sanity_groups_fail_when_their_premise_is_false(write_run, good, planted
     g = good()
     # The "standard" init is rank one already and the "rank-one" init is Gaussian: both sanity checks fail.
     rng = np.random.default_rng(5)
-    cfg, run = write_run("premise", {"standard": g, "rank-one": g},
-                         init={"standard": g, "rank-one": [planted.gaussian(8, 8, rng) for _ in g]})
+    cfg, run = write_run(
+        "premise",
+        {"standard": g, "rank-one": g},
+        init={"standard": g, "rank-one": [planted.gaussian(8, 8, rng) for _ in g]},
+    )
     _, groups, _ = _analyse(cfg, run)
     assert groups["standard-init-not-rank-one"].verdict == "fails"
     assert groups["rank-one-init-is-rank-one"].verdict == "fails"
@@ -341,16 +414,19 @@ def _contradict_app_c(good, which: str):
     return bad
 
 
-@pytest.mark.parametrize("which,failing_rows", [
-    ("positions-sign", {"app-c-positions-along-e/standard", "app-c-positions-half-e/standard"}),
-    ("positions-half", {"app-c-positions-half-e/standard"}),
-    ("positions-vary", {"app-c-positions-constant/standard"}),
-    ("w2-sign", {"app-c-w2-transpose-w1/standard"}),
-    ("w2-random", {"app-c-w2-transpose-w1/standard"}),
-    ("wo-wv-left", {"app-c-wo-wv-along-e/standard"}),
-    ("qk-left", {"app-c-wq-wk-along-e/standard/left"}),
-    ("attention-on", {"app-c-attention-off/standard"}),
-])
+@pytest.mark.parametrize(
+    "which,failing_rows",
+    [
+        ("positions-sign", {"app-c-positions-along-e/standard", "app-c-positions-half-e/standard"}),
+        ("positions-half", {"app-c-positions-half-e/standard"}),
+        ("positions-vary", {"app-c-positions-constant/standard"}),
+        ("w2-sign", {"app-c-w2-transpose-w1/standard"}),
+        ("w2-random", {"app-c-w2-transpose-w1/standard"}),
+        ("wo-wv-left", {"app-c-wo-wv-along-e/standard"}),
+        ("qk-left", {"app-c-wq-wk-along-e/standard/left"}),
+        ("attention-on", {"app-c-attention-off/standard"}),
+    ],
+)
 def test_weights_that_contradict_app_c_fail_exactly_their_rows(good, which, failing_rows):
     # The App. C rows read only the final weights: measured straight from a stacked state and judged
     # with the arm at the global minimum (the end-to-end path is test_app_c_structure_holds_every_group's).
@@ -360,13 +436,17 @@ def test_weights_that_contradict_app_c_fail_exactly_their_rows(good, which, fail
     m.stage("standard", AT_GLOBAL_MINIMUM, [0.0] * 3, cfg.claims.tol_nats)
     EXP._app_c(cfg, m, "standard", {k: torch.stack([st[k] for st in bad]) for k in bad[0]})
     app_c = {r.id: r for g in judge([s for s in EXP.claims if s.id in APP_C], m, cfg) for r in g.rows}
-    assert {rid for rid, r in app_c.items() if r.verdict == "fails"} == failing_rows, {k: r.describe() for k, r in app_c.items()}
+    assert {rid for rid, r in app_c.items() if r.verdict == "fails"} == failing_rows, {
+        k: r.describe() for k, r in app_c.items()
+    }
     assert all(r.verdict == "holds" for rid, r in app_c.items() if rid not in failing_rows)
 
 
 def test_the_w2_sign_follows_the_chain_that_ran(write_run, good):
     """Planted W_2 = +W_1^T is App. C's p+q<1 structure: on a p+q>1 chain (App. D: W_2 = -W_1^T) it fails."""
-    cfg, run = write_run("above", {"standard": good(), "rank-one": good(seed=1)}, overrides=["task.p=0.5", "task.q=0.8"])
+    cfg, run = write_run(
+        "above", {"standard": good(), "rank-one": good(seed=1)}, overrides=["task.p=0.5", "task.q=0.8"]
+    )
     _, _, rows = _analyse(cfg, run)
     assert rows["app-c-w2-transpose-w1/standard"].verdict == "fails"
     assert rows["app-c-w2-transpose-w1/standard"].measured.values == pytest.approx([-1.0] * 3, abs=1e-6)

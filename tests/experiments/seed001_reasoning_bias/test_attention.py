@@ -14,13 +14,31 @@ import torch
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
 from tdlab.experiments.seed001_reasoning_bias.attention import (
-    AnchorsAttention, average_operator_error, layer2_rows, pair_share, spearman_rows, value_tags, wv_spectrum,
+    AnchorsAttention,
+    average_operator_error,
+    layer2_rows,
+    pair_share,
+    spearman_rows,
+    value_tags,
+    wv_spectrum,
 )
 from tdlab.models.gpt import GPT
 from tdlab.runs import Run, RunWriter
 
-TINY = ["task.key_min=21", "task.key_max=30", "task.n_train=600", "task.n_test=40", "model.d=8", "model.d_attn=4",
-        "model.d_ff=8", "schedule.epochs=2", "schedule.n_eval=60", "train.lr=0.003", "snapshot_epochs=[1]", "n_probe=50"]
+TINY = [
+    "task.key_min=21",
+    "task.key_max=30",
+    "task.n_train=600",
+    "task.n_test=40",
+    "model.d=8",
+    "model.d_attn=4",
+    "model.d_ff=8",
+    "schedule.epochs=2",
+    "schedule.n_eval=60",
+    "train.lr=0.003",
+    "snapshot_epochs=[1]",
+    "n_probe=50",
+]
 SEED = [*TINY, "train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]"]  # A.3's lr and budget
 
 
@@ -67,7 +85,9 @@ def test_layer2_scores_are_the_models_attention_and_positional_scores_a_slow_loo
     for t in range(8):
         slow = float(q @ (Wk @ model.wpe[e, t].detach())) / math.sqrt(4)
         assert float(r["pos_scores"][e, b, t]) == pytest.approx(slow, rel=1e-4, abs=1e-6)
-    assert spearman_rows(torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]]), torch.arange(3)).tolist() == pytest.approx([1.0, -1.0])
+    assert spearman_rows(torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]]), torch.arange(3)).tolist() == pytest.approx(
+        [1.0, -1.0]
+    )
 
 
 def _state(model: GPT) -> dict[str, torch.Tensor]:
@@ -93,7 +113,9 @@ def _planted(tmp_path, world: str, overrides=SEED):
         w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
         for gamma in cfg.gammas:
             st = dict(base)
-            st["blocks.0.attn.W_Q.weight"] = base["blocks.0.attn.W_Q.weight"] * scale[gamma] / base["blocks.0.attn.W_Q.weight"].std()
+            st["blocks.0.attn.W_Q.weight"] = (
+                base["blocks.0.attn.W_Q.weight"] * scale[gamma] / base["blocks.0.attn.W_Q.weight"].std()
+            )
             st["blocks.0.attn.W_K.weight"] = base["blocks.0.attn.W_K.weight"] / base["blocks.0.attn.W_K.weight"].std()
             small = (gamma == 0.8) == (world == "holds")
             if small:  # rank one along u, and ordered positions
@@ -118,12 +140,19 @@ def test_planted_models_hold_and_fail_in_the_seeds_setting(tmp_path, one_thread)
     exp, cfg, run = _planted(tmp_path / "h", "holds")
     a = exp.analyse(cfg, Run(run.path))
     rows = _rows(a)
-    for rid in ("layer1-average-operator/gamma=0.8", "layer1-closer-to-average-at-small-init/0.8-below-0.5",
-                "layer1-closer-to-average-at-small-init/0.5-below-0.3", "lemma1-average-operator-at-init/gamma=0.8",
-                "lemma1-closer-at-small-init/0.8-below-0.5", "layer1-wv-low-rank-reasoning/sv-ratio",
-                "layer1-wv-dominance-larger-at-small-init/0.8-above-0.3", "layer1-wv-low-rank-reasoning/rsn-aligned",
-                "layer1-wv-orthogonal-to-memory/gamma=0.8", "layer2-positional-cosines-fall/gamma=0.8",
-                "layer2-scores-reproduce-pattern/max-abs-diff"):
+    for rid in (
+        "layer1-average-operator/gamma=0.8",
+        "layer1-closer-to-average-at-small-init/0.8-below-0.5",
+        "layer1-closer-to-average-at-small-init/0.5-below-0.3",
+        "lemma1-average-operator-at-init/gamma=0.8",
+        "lemma1-closer-at-small-init/0.8-below-0.5",
+        "layer1-wv-low-rank-reasoning/sv-ratio",
+        "layer1-wv-dominance-larger-at-small-init/0.8-above-0.3",
+        "layer1-wv-low-rank-reasoning/rsn-aligned",
+        "layer1-wv-orthogonal-to-memory/gamma=0.8",
+        "layer2-positional-cosines-fall/gamma=0.8",
+        "layer2-scores-reproduce-pattern/max-abs-diff",
+    ):
         assert rows[rid].verdict == "holds", rows[rid].describe()
     assert rows["layer1-average-operator/gamma=0.8"].provenance == "seed"
     m = a.measurements["gamma=0.8"]["end"]
@@ -133,10 +162,16 @@ def test_planted_models_hold_and_fail_in_the_seeds_setting(tmp_path, one_thread)
     assert m["pos_vs_assumption4"] == pytest.approx([1.0] * 3)
     exp, cfg, run = _planted(tmp_path / "f", "fails")
     rows = _rows(exp.analyse(cfg, Run(run.path)))
-    for rid in ("layer1-average-operator/gamma=0.8", "layer1-closer-to-average-at-small-init/0.8-below-0.5",
-                "lemma1-average-operator-at-init/gamma=0.8", "lemma1-closer-at-small-init/0.8-below-0.5",
-                "layer1-wv-low-rank-reasoning/sv-ratio", "layer1-wv-dominance-larger-at-small-init/0.8-above-0.3",
-                "layer1-wv-low-rank-reasoning/rsn-aligned", "layer2-positional-cosines-fall/gamma=0.8"):
+    for rid in (
+        "layer1-average-operator/gamma=0.8",
+        "layer1-closer-to-average-at-small-init/0.8-below-0.5",
+        "lemma1-average-operator-at-init/gamma=0.8",
+        "lemma1-closer-at-small-init/0.8-below-0.5",
+        "layer1-wv-low-rank-reasoning/sv-ratio",
+        "layer1-wv-dominance-larger-at-small-init/0.8-above-0.3",
+        "layer1-wv-low-rank-reasoning/rsn-aligned",
+        "layer2-positional-cosines-fall/gamma=0.8",
+    ):
         assert rows[rid].verdict == "fails", rows[rid].describe()
 
 
@@ -157,13 +192,24 @@ def _probe_values(world: str) -> dict:
     out = {}
     for g in (0.3, 0.5, 0.8):
         small = g == 0.8
-        end = {"avg_err_median": [0.5 - 0.55 * g if good else 0.1 + 0.5 * g] * 3, "sv_ratio": [5.0 if small == good else 1.2] * 3,
-               "rsn_align": [0.9 if good else 0.1] * 3, "mem_align": [0.1 if good else 0.6] * 3,
-               "window_mass": [0.8 if good else 0.2] * 3, "pos_score_spearman": [0.95 if good else -0.5] * 3,
-               "pos_rho": [-0.95 if good else 0.3] * 3, "pattern_check": 0.0 if good else 1e-3,
-               "cliff_share": [0.5] * 3, "pos_vs_assumption4": [], "sv": [[1.0, 0.2]] * 3, "pos_cos": [[1.0]],
-               "untagged_ratio": [0.1 if good else 0.9] * 3, "before_ratio": [0.2 if good else 1.1] * 3,
-               "pair_share": [0.95 if good else 0.3] * 3, "shift_spearman": [0.5] * 3}
+        end = {
+            "avg_err_median": [0.5 - 0.55 * g if good else 0.1 + 0.5 * g] * 3,
+            "sv_ratio": [5.0 if small == good else 1.2] * 3,
+            "rsn_align": [0.9 if good else 0.1] * 3,
+            "mem_align": [0.1 if good else 0.6] * 3,
+            "window_mass": [0.8 if good else 0.2] * 3,
+            "pos_score_spearman": [0.95 if good else -0.5] * 3,
+            "pos_rho": [-0.95 if good else 0.3] * 3,
+            "pattern_check": 0.0 if good else 1e-3,
+            "cliff_share": [0.5] * 3,
+            "pos_vs_assumption4": [],
+            "sv": [[1.0, 0.2]] * 3,
+            "pos_cos": [[1.0]],
+            "untagged_ratio": [0.1 if good else 0.9] * 3,
+            "before_ratio": [0.2 if good else 1.1] * 3,
+            "pair_share": [0.95 if good else 0.3] * 3,
+            "shift_spearman": [0.5] * 3,
+        }
         flow = {"rsn_align": [0.999 if good else 0.1] * 3, "mem_align": [0.1] * 3}
         end["flow"] = flow
         init = {"avg_err_median": [(0.001 if good else 0.5) / (1 + 10 * g * good)] * 3}
@@ -197,8 +243,12 @@ def test_tiny_end_to_end_run(tmp_path, one_thread):
     s = run.summary
     assert s["status"] == "done"
     groups = {g["id"] for g in s["claims"]}
-    assert {"layer1-average-operator", "lemma1-average-operator-at-init", "layer1-wv-low-rank-reasoning",
-            "layer2-extracts-key"} <= groups
+    assert {
+        "layer1-average-operator",
+        "lemma1-average-operator-at-init",
+        "layer1-wv-low-rank-reasoning",
+        "layer2-extracts-key",
+    } <= groups
     assert s["figures"] == ["figures/fig5_fig12_layer1.png", "figures/fig14_layer2.png"]
 
 

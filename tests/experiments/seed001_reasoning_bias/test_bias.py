@@ -17,8 +17,19 @@ from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias, chance_ac
 from tdlab.experiments.seed001_reasoning_bias.training import label_marginal_losses
 from tdlab.runs import Run, RunWriter
 
-TINY = ["task.key_min=21", "task.key_max=30", "task.n_train=600", "task.n_test=40", "model.d=8", "model.d_attn=4",
-        "model.d_ff=8", "schedule.epochs=2", "schedule.n_eval=60", "train.lr=0.003", "snapshot_epochs=[1]"]
+TINY = [
+    "task.key_min=21",
+    "task.key_max=30",
+    "task.n_train=600",
+    "task.n_test=40",
+    "model.d=8",
+    "model.d_attn=4",
+    "model.d_ff=8",
+    "schedule.epochs=2",
+    "schedule.n_eval=60",
+    "train.lr=0.003",
+    "snapshot_epochs=[1]",
+]
 EPOCHS = list(range(0, 11))
 SPE = 6  # steps per epoch of the planted config (n_train 600 / batch 100)
 JITTER = (0.0, 0.3, -0.3, 0.0, 0.3, -0.3, 0.0, 0.3)  # shifts of the jump epoch per member
@@ -53,8 +64,12 @@ def _planted(tmp_path, arms, overrides=(), members=N):
     with RunWriter(tmp_path / "planted", exp.name) as w:
         w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
         for arm, metrics in arms.items():
-            rows = [(e * SPE, m, name, float(v)) for name, curves in metrics.items()
-                    for m, c in enumerate(curves) for e, v in zip(EPOCHS, c, strict=True)]
+            rows = [
+                (e * SPE, m, name, float(v))
+                for name, curves in metrics.items()
+                for m, c in enumerate(curves)
+                for e, v in zip(EPOCHS, c, strict=True)
+            ]
             w.add_metrics(arm, rows)
         run = w.finish()
     assert cfg.steps_per_epoch == SPE
@@ -72,14 +87,27 @@ def _rows(analysis):
 
 def test_the_papers_picture_holds_every_claim(tmp_path):
     a = _analyse(tmp_path, _paper_arms())
-    assert [g.id for g in a.paper] == ["small-init-learns-reasoning-first", "small-init-generalises-to-masked-tuples",
-                                      "large-init-memorises-at-reasoning-pace", "large-init-does-not-generalise",
-                                      "reasoning-bias-grows-with-gamma"]
+    assert [g.id for g in a.paper] == [
+        "small-init-learns-reasoning-first",
+        "small-init-generalises-to-masked-tuples",
+        "large-init-memorises-at-reasoning-pace",
+        "large-init-does-not-generalise",
+        "reasoning-bias-grows-with-gamma",
+    ]
     bad = {r.id: r.describe() for r in _rows(a).values() if r.verdict != "holds"}
     assert not bad, bad
     assert all(g.verdict == "holds" for g in a.paper)
     m = a.measurements["gamma=0.8"]
-    assert m["T50_mem"] == [8, 9, 8, 8, 9, 8, 8, 9] and m["T50_rsn_train"] == [2, 3, 2, 2, 3, 2, 2, 3]  # jitter: 8.3 -> 9, 7.7 -> 8
+    assert m["T50_mem"] == [8, 9, 8, 8, 9, 8, 8, 9] and m["T50_rsn_train"] == [
+        2,
+        3,
+        2,
+        2,
+        3,
+        2,
+        2,
+        3,
+    ]  # jitter: 8.3 -> 9, 7.7 -> 8
     assert m["AUC_test"][0] == pytest.approx(0.95 * 8 / 10 + 0.05 * 2 / 10)
     t50 = a.result("small-init-learns-reasoning-first").row("t50-rsn-train-before-mem")
     assert t50.paired and t50.measured.resolution == 1.0 and "sign test" in t50.reason
@@ -93,13 +121,15 @@ def test_each_claim_fails_on_a_run_that_violates_it(tmp_path):
     arms["gamma=0.3"] = _arm(mem_at=9, rsn_at=2, test_at=3, test_top=0.9)
     a = _analyse(tmp_path, arms)
     rows = _rows(a)
-    for rid in ("small-init-learns-reasoning-first/t50-rsn-train-before-mem",
-                "small-init-learns-reasoning-first/t50-rsn-test-before-mem",
-                "small-init-learns-reasoning-first/auc-mem-below-rsn-test",
-                "small-init-generalises-to-masked-tuples/gamma=0.8",
-                "large-init-memorises-at-reasoning-pace/gamma=0.3",
-                "large-init-does-not-generalise/gamma=0.3",
-                "reasoning-bias-grows-with-gamma/0.8-above-0.5"):
+    for rid in (
+        "small-init-learns-reasoning-first/t50-rsn-train-before-mem",
+        "small-init-learns-reasoning-first/t50-rsn-test-before-mem",
+        "small-init-learns-reasoning-first/auc-mem-below-rsn-test",
+        "small-init-generalises-to-masked-tuples/gamma=0.8",
+        "large-init-memorises-at-reasoning-pace/gamma=0.3",
+        "large-init-does-not-generalise/gamma=0.3",
+        "reasoning-bias-grows-with-gamma/0.8-above-0.5",
+    ):
         assert rows[rid].verdict == "fails", (rid, rows[rid].describe())
     assert all(g.verdict == "fails" for g in a.paper)
     pace = rows["large-init-memorises-at-reasoning-pace/gamma=0.3"]
@@ -117,8 +147,12 @@ def test_a_model_that_learns_only_the_label_marginal_never_counts_as_generalisin
         arms[g]["rsn_train_acc"] = [[0.05] * len(EPOCHS)] * N
         arms[g]["rsn_train_loss"] = [[marginal["rsn_train"] + 0.1] * len(EPOCHS)] * N
     a = _analyse(tmp_path, arms)
-    for gid in ("small-init-learns-reasoning-first", "small-init-generalises-to-masked-tuples",
-                "large-init-does-not-generalise", "large-init-memorises-at-reasoning-pace"):
+    for gid in (
+        "small-init-learns-reasoning-first",
+        "small-init-generalises-to-masked-tuples",
+        "large-init-does-not-generalise",
+        "large-init-memorises-at-reasoning-pace",
+    ):
         g = a.result(gid)
         assert g.verdict == "not evaluable" and g.cause == "stage not reached", (gid, g.describe())
     assert "D_rsn,train" in a.result("small-init-learns-reasoning-first").rows[0].reason
@@ -133,7 +167,9 @@ def test_memory_never_learnt_is_censored_and_pace_is_not_evaluable(tmp_path):
     a = _analyse(tmp_path, arms)
     first = a.result("small-init-learns-reasoning-first").row("t50-rsn-train-before-mem")
     assert first.reference.censored == (True,) * N and first.reference.values == (10.0,) * N
-    assert first.verdict == "holds" and first.p_hold == pytest.approx(2 / 2**N)  # all earlier: exact (two-sided) sign test
+    assert first.verdict == "holds" and first.p_hold == pytest.approx(
+        2 / 2**N
+    )  # all earlier: exact (two-sided) sign test
     assert a.measurements["gamma=0.8"]["T50_mem"] == [None] * N
     pace = a.result("large-init-memorises-at-reasoning-pace")
     assert pace.verdict == "not evaluable" and "D_mem and D_rsn,train" in pace.rows[0].reason
@@ -185,6 +221,7 @@ def test_chance_is_a_guess_from_the_held_out_labels_marginal():
 
 # --- config -----------------------------------------------------------------------------------------
 
+
 def test_bad_configs_are_refused_naming_the_field():
     exp = AnchorsBias()
     with pytest.raises(ConfigError, match="gammas"):
@@ -199,13 +236,25 @@ def test_bad_configs_are_refused_naming_the_field():
         exp.make_config("quick", ["task.test_tuples=[[1,2]]"])
     paper = exp.make_config("paper")
     assert (paper.train.lr, paper.train.batch, paper.train.grad_clip, paper.schedule.epochs) == (1e-5, 100, 1.0, 1000)
-    assert (paper.model.d, paper.model.d_attn, paper.model.d_ff, paper.model.norm, paper.task.n_train) == (200, 64, 512, "post", 198_000)
+    assert (paper.model.d, paper.model.d_attn, paper.model.d_ff, paper.model.norm, paper.task.n_train) == (
+        200,
+        64,
+        512,
+        "post",
+        198_000,
+    )
     quick = exp.make_config("quick")
     assert (quick.task.q, quick.task.L, quick.task.d_vob, quick.gammas) == (2, 9, 200, [0.3, 0.5, 0.8])
-    assert (quick.model.layers, quick.model.norm, quick.train.beta2, quick.train.weight_decay) == (2, "post", 0.999, 0.01)
+    assert (quick.model.layers, quick.model.norm, quick.train.beta2, quick.train.weight_decay) == (
+        2,
+        "post",
+        0.999,
+        0.01,
+    )
 
 
 # --- end to end -------------------------------------------------------------------------------------
+
 
 def test_tiny_run_end_to_end_writes_per_gamma_arms_and_verdicts(runs_dir, one_thread):
     exp = AnchorsBias()
@@ -222,7 +271,7 @@ def test_tiny_run_end_to_end_writes_per_gamma_arms_and_verdicts(runs_dir, one_th
     arrays = Run(run.path).arrays("gamma=0.3")
     init = Run(run.path).arrays("gamma=0.3@init")
     assert arrays["wte"].shape == (2, 200, 8) and init["wte"].shape == (2, 200, 8)
-    assert float(init["wte"].std()) == pytest.approx(8 ** -0.3, rel=0.1)
+    assert float(init["wte"].std()) == pytest.approx(8**-0.3, rel=0.1)
     snap = Run(run.path).arrays("gamma=0.3@step6")  # after epoch 1 of 6 steps
     assert snap["wte"].shape == (2, 200, 8) and not torch.equal(snap["wte"], arrays["wte"])
     assert not torch.equal(snap["wte"], init["wte"])

@@ -18,10 +18,23 @@ from tdlab.experiments.seed001_reasoning_bias.embedding import AnchorsEmbedding,
 from tdlab.runs import Run, RunWriter
 from tdlab.theory.anchors import eq14_cosine, eq14_vectors
 
-TINY = ["task.key_min=21", "task.key_max=30", "task.n_train=600", "task.n_test=40", "model.d=8", "model.d_attn=4",
-        "model.d_ff=8", "schedule.epochs=2", "schedule.n_eval=60", "train.lr=0.003", "snapshot_epochs=[1]"]
+TINY = [
+    "task.key_min=21",
+    "task.key_max=30",
+    "task.n_train=600",
+    "task.n_test=40",
+    "model.d=8",
+    "model.d_attn=4",
+    "model.d_ff=8",
+    "schedule.epochs=2",
+    "schedule.n_eval=60",
+    "train.lr=0.003",
+    "snapshot_epochs=[1]",
+]
 BASE = [t for t in TINY if not t.startswith(("model.d=", "schedule.epochs", "train.lr", "snapshot_epochs"))] + [
-    "model.d=48", "n_probe=50"]
+    "model.d=48",
+    "n_probe=50",
+]
 SEED = [*BASE, "train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]", "fig4a_epochs=[200, 900]"]
 QUICK = [*BASE, "schedule.epochs=2", "train.lr=0.003", "snapshot_epochs=[1]", "fig4a_epochs=[1, 2]"]
 MEMBERS = 8
@@ -104,11 +117,17 @@ def test_planted_ordered_embeddings_hold_every_claim_in_the_seeds_setting(tmp_pa
 def test_the_opposite_picture_fails(tmp_path, one_thread):
     a = _analyse(tmp_path, "opposite", large="ordered")
     rows = _rows(a)
-    for rid in ("fig4a-memory-anchors-aligned/epoch200", "fig4a-memory-anchors-aligned/epoch900",
-                "fig4a-reasoning-anchors-ordered/epoch200", "fig4a-reasoning-anchors-ordered/epoch900",
-                "fig4a-memory-above-reasoning/epoch900", "fig4b-keys-in-numerical-order/gamma=0.8",
-                "fig11-key-order-weaker-at-large-init/above-0.3", "fig11-key-order-weaker-at-large-init/above-0.5",
-                "fig4c-eq14-cosines/gamma=0.8"):
+    for rid in (
+        "fig4a-memory-anchors-aligned/epoch200",
+        "fig4a-memory-anchors-aligned/epoch900",
+        "fig4a-reasoning-anchors-ordered/epoch200",
+        "fig4a-reasoning-anchors-ordered/epoch900",
+        "fig4a-memory-above-reasoning/epoch900",
+        "fig4b-keys-in-numerical-order/gamma=0.8",
+        "fig11-key-order-weaker-at-large-init/above-0.3",
+        "fig11-key-order-weaker-at-large-init/above-0.5",
+        "fig4c-eq14-cosines/gamma=0.8",
+    ):
         assert rows[rid].verdict == "fails", rows[rid].describe()
     assert all(g.verdict == "fails" for g in a.groups)
 

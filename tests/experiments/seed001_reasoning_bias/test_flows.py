@@ -26,8 +26,17 @@ from tdlab.theory.anchor_flows import population_flow_counts
 from tdlab.theory.anchors import token_label_law
 from tdlab.train.data import DATASET
 
-TINY = ["task.key_min=21", "task.key_max=30", "task.d_vob=71", "task.n_train=300", "model.d_m=71", "model.vocab=71", "model.d_k=4",
-        "model.d_f=8", "times=[1.0, 2.0]"]
+TINY = [
+    "task.key_min=21",
+    "task.key_max=30",
+    "task.d_vob=71",
+    "task.n_train=300",
+    "model.d_m=71",
+    "model.vocab=71",
+    "model.d_k=4",
+    "model.d_f=8",
+    "times=[1.0, 2.0]",
+]
 F64 = torch.float64
 
 
@@ -64,7 +73,7 @@ def test_population_counts_match_a_large_sample():
     d = task.dataset(torch.Generator().manual_seed(3), 200_000, "train")  # the same table (drawn first)
     pop = population_flow_counts(task, table, 64)
     tok, Y = d["tokens"], F.one_hot(d["label"], 64).to(F64)
-    n, tol = len(Y), 5 / 200_000 ** 0.5
+    n, tol = len(Y), 5 / 200_000**0.5
     for s in (1, 3, 11, 13, 21, 30):
         mult, last = (tok == s).sum(1).to(F64), (tok[:, -1] == s).to(F64)
         assert torch.allclose(mult @ Y / n, pop["all"][s], atol=tol)
@@ -120,9 +129,15 @@ def test_planted_wv_displacement_fails_the_alignment(tiny_run):
             if t > 0:
                 emb = a["W_emb"].double()
                 u = emb[:, 11:21].mean(1) if direction == "reasoning" else emb[:, 1]
-                v = torch.randn(a["W_V.weight"].shape[0], a["W_V.weight"].shape[1], generator=torch.Generator().manual_seed(0),
-                                dtype=F64)
-                b["W_V.weight"] = (a["W_V.weight"].double() + 100 * torch.einsum("ed,ek->ekd", u, v)).to(a["W_V.weight"].dtype)
+                v = torch.randn(
+                    a["W_V.weight"].shape[0],
+                    a["W_V.weight"].shape[1],
+                    generator=torch.Generator().manual_seed(0),
+                    dtype=F64,
+                )
+                b["W_V.weight"] = (a["W_V.weight"].double() + 100 * torch.einsum("ed,ek->ekd", u, v)).to(
+                    a["W_V.weight"].dtype
+                )
             out[t] = b
         return out
 

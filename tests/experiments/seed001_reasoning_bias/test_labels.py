@@ -16,9 +16,20 @@ from tdlab.models.gpt import GPT
 from tdlab.runs import Run, RunWriter
 from tdlab.seeding import member_seeds
 
-TINY = ["groups_task.key_min=21", "groups_task.key_max=30", "groups_task.n_train=600", "compare_task.key_min=21",
-        "compare_task.key_max=30", "compare_task.n_train=600", "model.d=8", "model.d_attn=4", "model.d_ff=8",
-        "schedule.epochs=10", "schedule.n_eval=60", "train.lr=0.003"]
+TINY = [
+    "groups_task.key_min=21",
+    "groups_task.key_max=30",
+    "groups_task.n_train=600",
+    "compare_task.key_min=21",
+    "compare_task.key_max=30",
+    "compare_task.n_train=600",
+    "model.d=8",
+    "model.d_attn=4",
+    "model.d_ff=8",
+    "schedule.epochs=10",
+    "schedule.n_eval=60",
+    "train.lr=0.003",
+]
 SPE = 6  # 600 / batch 100
 
 
@@ -71,8 +82,15 @@ def _curve(at: int, top: float = 0.9, n: int = 11) -> list[float]:
     return [0.02 if e < at else top for e in range(n)]
 
 
-def _planted(tmp_path, groups_acc: float, mem1_at: tuple, mem2_at: tuple, favourite: int = 35, groups_loss: float = 3.0,
-             top: float = 0.9):
+def _planted(
+    tmp_path,
+    groups_acc: float,
+    mem1_at: tuple,
+    mem2_at: tuple,
+    favourite: int = 35,
+    groups_loss: float = 3.0,
+    top: float = 0.9,
+):
     """A run whose ``groups`` model predicts ``favourite`` everywhere (at accuracy ``groups_acc`` and loss
     ``groups_loss`` per its metrics) and whose ``mem1``/``mem2`` accuracy jumps to ``top`` at the given epochs."""
     exp = AnchorsLabels()
@@ -149,8 +167,9 @@ def test_a_late_snapshot_is_ours_and_unlearnt_arms_are_not_evaluable(tmp_path, m
     assert all(r.provenance == "ours" and "not the seed's early stage" in r.statement for r in left.rows)
     # nothing learnt: the groups arm at the group-blind marginal, mem1/mem2 never past their marginals
     marginal = label_marginal_losses(cfg.task_of("groups"))["mem"]
-    exp, cfg, run = _planted(tmp_path / "b", groups_acc=0.1, mem1_at=(3,), mem2_at=(3,), groups_loss=marginal + 0.1,
-                             top=0.2)  # losses fall to 4.5 nats: moved, above both label marginals
+    exp, cfg, run = _planted(
+        tmp_path / "b", groups_acc=0.1, mem1_at=(3,), mem2_at=(3,), groups_loss=marginal + 0.1, top=0.2
+    )  # losses fall to 4.5 nats: moved, above both label marginals
     a = exp.analyse(cfg, run)
     for g in a.groups:
         assert g.verdict == "not evaluable" and g.cause == "stage not reached", g.describe()
@@ -178,6 +197,9 @@ def test_tiny_end_to_end_run(tmp_path, one_thread):
     s = run.summary
     assert s["status"] == "done"
     ids = {r["id"] for g in s["claims"] for r in g["rows"]}
-    assert {"fig7-left-predictions-follow-label-ranges/share/group4", "fig7-left-predictions-follow-label-ranges/rise/group3-4",
-            "fig7-right-window-labels-learnt-faster/auc"} <= ids
+    assert {
+        "fig7-left-predictions-follow-label-ranges/share/group4",
+        "fig7-left-predictions-follow-label-ranges/rise/group3-4",
+        "fig7-right-window-labels-learnt-faster/auc",
+    } <= ids
     assert s["figures"] == ["figures/fig7_label_distribution.png"]

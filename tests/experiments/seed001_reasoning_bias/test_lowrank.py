@@ -14,14 +14,29 @@ from tdlab.experiments.seed001_reasoning_bias.lowrank import AnchorsLowrank, spe
 from tdlab.models.gpt import GPT
 from tdlab.runs import Run, RunWriter
 
-TINY = ["task.key_min=21", "task.key_max=30", "task.n_train=600", "task.n_test=40", "model.d=8", "model.d_attn=4",
-        "model.d_ff=8", "schedule.epochs=2", "schedule.n_eval=60", "train.lr=0.003", "n_probe=50", "snapshot_epochs=[1]"]
+TINY = [
+    "task.key_min=21",
+    "task.key_max=30",
+    "task.n_train=600",
+    "task.n_test=40",
+    "model.d=8",
+    "model.d_attn=4",
+    "model.d_ff=8",
+    "schedule.epochs=2",
+    "schedule.n_eval=60",
+    "train.lr=0.003",
+    "n_probe=50",
+    "snapshot_epochs=[1]",
+]
 SEED = [*TINY, "train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]"]  # A.3's lr and budget
 
 
 def test_spectra_of_built_matrices():
     g = torch.Generator().manual_seed(0)
-    u, v = torch.randn(2, 6, 1, generator=g, dtype=torch.float64), torch.randn(2, 1, 5, generator=g, dtype=torch.float64)
+    u, v = (
+        torch.randn(2, 6, 1, generator=g, dtype=torch.float64),
+        torch.randn(2, 1, 5, generator=g, dtype=torch.float64),
+    )
     rank1 = u @ v
     eye = torch.eye(4, dtype=torch.float64).expand(2, 4, 4)
     s = spectra({"r1": rank1, "eye": eye})
@@ -47,7 +62,9 @@ def _planted(tmp_path, swap: str | None = None, overrides=SEED):
         k = min(m, n)
         u = torch.linalg.qr(torch.randn(E, m, k, generator=g, dtype=torch.float64))[0]
         v = torch.linalg.qr(torch.randn(E, n, k, generator=g, dtype=torch.float64))[0]
-        s = torch.where(torch.arange(k) < r, 1.0, 1e-3).double() * (1 + 0.01 * torch.rand(E, k, generator=g, dtype=torch.float64))
+        s = torch.where(torch.arange(k) < r, 1.0, 1e-3).double() * (
+            1 + 0.01 * torch.rand(E, k, generator=g, dtype=torch.float64)
+        )
         return ((u * s[:, None, :]) @ v.transpose(1, 2)).float()
 
     names = weight_matrices(base, cfg.model.layers)
@@ -78,7 +95,9 @@ def test_planted_low_rank_at_small_init_holds_for_every_matrix(tmp_path, one_thr
     a = exp.analyse(cfg, Run(run.path))
     rows = {r.id: r for g in a.groups for r in g.rows}
     assert len(rows) == 2 * (2 + 6 * cfg.model.layers + 1)
-    assert all(r.verdict == "holds" for r in rows.values()), {k: r.describe() for k, r in rows.items() if r.verdict != "holds"}
+    assert all(r.verdict == "holds" for r in rows.values()), {
+        k: r.describe() for k, r in rows.items() if r.verdict != "holds"
+    }
     assert rows["fig13-low-rank-at-small-init/W_V.layer1/0.8-below-0.5"].paired
     assert a.result("fig13-low-rank-at-small-init").verdict == "holds"
     assert {r.provenance for r in rows.values()} == {"seed"}

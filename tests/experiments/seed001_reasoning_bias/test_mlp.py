@@ -13,7 +13,10 @@ import torch
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
 from tdlab.experiments.seed001_reasoning_bias.mlp import (
-    AnchorsMlp, pair_abs_error, pair_spearman, reasoning_theory_cosines,
+    AnchorsMlp,
+    pair_abs_error,
+    pair_spearman,
+    reasoning_theory_cosines,
 )
 from tdlab.experiments.seed001_reasoning_bias.training import GammaArms, epoch_train_config, fixed_data
 from tdlab.models.emb_mlp import EmbMLP
@@ -22,8 +25,18 @@ from tdlab.tasks.anchors import Anchors
 from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import Trainer
 
-TINY = ["task.key_min=21", "task.key_max=30", "task.n_train=600", "task.n_test=40", "model.d_m=12", "model.d_f=16",
-        "schedule.epochs=3", "schedule.n_eval=60", "train.lr=0.003", "snapshot_epochs=[1]"]
+TINY = [
+    "task.key_min=21",
+    "task.key_max=30",
+    "task.n_train=600",
+    "task.n_test=40",
+    "model.d_m=12",
+    "model.d_f=16",
+    "schedule.epochs=3",
+    "schedule.n_eval=60",
+    "train.lr=0.003",
+    "snapshot_epochs=[1]",
+]
 # The seed's own setting (A.3: lr 5e-6, 1000 epochs, Fig. 3A at epochs 50 and 900), evaluated every 100 epochs.
 SEED = ["train.lr=5e-6", "schedule.epochs=1000", "schedule.eval_epochs=100", "snapshot_epochs=[50, 900]"]
 EVALS = list(range(0, 1001, 100))
@@ -35,8 +48,8 @@ def test_pair_spearman_pair_error_and_the_theory_cosines_of_fig3c():
     assert float(pair_spearman(a, a)) == pytest.approx(1.0)
     assert float(pair_spearman(-a, a)) == pytest.approx(-1.0)
     # an order-preserving map keeps the Spearman at 1 while the values move: only the error sees it
-    assert float(pair_spearman(a ** 3, a)) == pytest.approx(1.0)
-    assert float(pair_abs_error(a ** 3, a)) == pytest.approx(np.mean([0.9 - 0.729, 0.1 - 0.001, 0.5 - 0.125]))
+    assert float(pair_spearman(a**3, a)) == pytest.approx(1.0)
+    assert float(pair_abs_error(a**3, a)) == pytest.approx(np.mean([0.9 - 0.729, 0.1 - 0.001, 0.5 - 0.125]))
     exp = AnchorsMlp()
     laws, cos = reasoning_theory_cosines(exp.task(exp.make_config("quick")))
     assert laws.shape == (10, 200) and torch.allclose(laws.sum(1), torch.ones(10, dtype=laws.dtype))
@@ -125,18 +138,24 @@ def test_the_opposite_picture_fails_every_claim(tmp_path):
     theory = _theory()
     emb = {0.8: _emb("orthogonal", theory), 0.5: _emb("orthogonal", theory, seed=3), 0.3: _emb("paper", theory)}
     # reasoning anchors ordered the wrong way round: cosine rises with distance
-    emb[0.8][:, 11:21] = _with_cosines(1 - theory + torch.eye(10, dtype=theory.dtype) * theory.diagonal(), 64,
-                                       torch.Generator().manual_seed(5))
+    emb[0.8][:, 11:21] = _with_cosines(
+        1 - theory + torch.eye(10, dtype=theory.dtype) * theory.diagonal(), 64, torch.Generator().manual_seed(5)
+    )
     a = _analyse(tmp_path, emb, {0.8: (2, 7, 8), 0.5: (4, 4, 6), 0.3: (9, 2, 3)})
     rows = _rows(a)
-    for rid in ("emb-mlp-small-init-learns-reasoning-first/t50-rsn-train-before-mem",
-                "emb-mlp-small-init-learns-reasoning-first/t50-rsn-test-before-mem",
-                "emb-mlp-small-init-learns-reasoning-first/auc-mem-below-rsn-test",
-                "emb-mlp-bias-larger-at-small-init/0.8-above-0.3",
-                "fig3a-memory-anchors-aligned/epoch50", "fig3a-memory-above-reasoning/epoch900",
-                "fig3a-reasoning-anchors-ordered/epoch50", "fig3c-embedding-follows-label-law/epoch900",
-                "fig10-large-init-orthogonal/memory", "fig10-large-init-orthogonal/reasoning",
-                "fig10-memory-alignment-grows-with-gamma/0.5-above-0.3"):
+    for rid in (
+        "emb-mlp-small-init-learns-reasoning-first/t50-rsn-train-before-mem",
+        "emb-mlp-small-init-learns-reasoning-first/t50-rsn-test-before-mem",
+        "emb-mlp-small-init-learns-reasoning-first/auc-mem-below-rsn-test",
+        "emb-mlp-bias-larger-at-small-init/0.8-above-0.3",
+        "fig3a-memory-anchors-aligned/epoch50",
+        "fig3a-memory-above-reasoning/epoch900",
+        "fig3a-reasoning-anchors-ordered/epoch50",
+        "fig3c-embedding-follows-label-law/epoch900",
+        "fig10-large-init-orthogonal/memory",
+        "fig10-large-init-orthogonal/reasoning",
+        "fig10-memory-alignment-grows-with-gamma/0.5-above-0.3",
+    ):
         assert rows[rid].verdict == "fails", (rid, rows[rid].describe())
     assert all(g.verdict == "fails" for g in a.paper)
 
@@ -145,7 +164,7 @@ def test_an_ordering_is_not_a_value(tmp_path):
     # reasoning cosines in the P^s order but cubed: Spearman 1, values off -> the value error fails the row
     theory = _theory()
     emb = {g: _emb("paper", theory, seed=k) for k, g in enumerate((0.3, 0.5, 0.8))}
-    emb[0.8][:, 11:21] = _with_cosines(theory ** 3, 64, torch.Generator().manual_seed(7))
+    emb[0.8][:, 11:21] = _with_cosines(theory**3, 64, torch.Generator().manual_seed(7))
     a = _analyse(tmp_path, emb, {0.8: (9, 2, 3), 0.5: (6, 4, 5), 0.3: (4, 4, 99)})
     v = a.measurements["gamma=0.8"]["embedding"]["epoch 50"]
     assert min(v["theory_spearman"]) > 0.99
@@ -157,10 +176,18 @@ def test_parameters_read_at_a_scaled_epoch_under_a_larger_lr_are_ours(tmp_path):
     theory = _theory()
     emb = {0.8: _emb("paper", theory), 0.5: _emb("paper", theory, seed=1), 0.3: _emb("orthogonal", theory)}
     emb[0.5][:, 1:11] += _emb("orthogonal", theory, seed=2)[:, 1:11] * 0.3
-    a = _analyse(tmp_path, emb, {0.8: (9, 2, 3), 0.5: (6, 4, 5), 0.3: (4, 4, 99)},
-                 overrides=["schedule.epochs=10", "snapshot_epochs=[1, 9]"])  # lr 0.003: 600× the seed's
-    for gid in ("fig3a-memory-anchors-aligned", "fig3c-embedding-follows-label-law", "fig10-large-init-orthogonal",
-                "fig10-memory-alignment-grows-with-gamma"):
+    a = _analyse(
+        tmp_path,
+        emb,
+        {0.8: (9, 2, 3), 0.5: (6, 4, 5), 0.3: (4, 4, 99)},
+        overrides=["schedule.epochs=10", "snapshot_epochs=[1, 9]"],
+    )  # lr 0.003: 600× the seed's
+    for gid in (
+        "fig3a-memory-anchors-aligned",
+        "fig3c-embedding-follows-label-law",
+        "fig10-large-init-orthogonal",
+        "fig10-memory-alignment-grows-with-gamma",
+    ):
         g = a.result(gid)
         assert g.verdict == "not evaluable" and g.cause == "no seed rows", gid
         assert all(r.provenance == "ours" and r.verdict == "holds" for r in g.rows), g.describe()
@@ -173,8 +200,9 @@ def test_eq7_sanity_fails_where_memory_laws_differ(tmp_path):
     # F_mem,2 labels (U{z − Σa .. z + Σa}) give every memory anchor its own law: Eq. 7 does not hold
     theory = _theory()
     emb = {g: _emb("paper", theory, seed=k) for k, g in enumerate((0.3, 0.5, 0.8))}
-    a = _analyse(tmp_path, emb, {0.8: (9, 2, 3), 0.5: (6, 4, 5), 0.3: (4, 4, 99)},
-                 overrides=[*SEED, "task.memory_labels=window"])
+    a = _analyse(
+        tmp_path, emb, {0.8: (9, 2, 3), 0.5: (6, 4, 5), 0.3: (4, 4, 99)}, overrides=[*SEED, "task.memory_labels=window"]
+    )
     laws = a.result("fig3b-label-laws")
     assert laws.row("memory-laws-equal").verdict == "fails" and laws.verdict == "fails"
     assert laws.row("theory-rsn-rho").verdict == "holds"
@@ -184,8 +212,9 @@ def test_memory_accuracy_above_the_order_blind_ceiling_fails_the_sanity_row(tmp_
     theory = _theory()
     emb = {g: _emb("paper", theory, seed=i) for i, g in enumerate((0.3, 0.5, 0.8))}
     # 10 sequences per (key, memory tuple): the training-set ceiling is well below a planted 0.9
-    exp, cfg, run = _planted(tmp_path, emb, {0.8: (1, 2, 3), 0.5: (6, 4, 5), 0.3: (4, 4, 99)},
-                             overrides=[*SEED, "task.n_train=20000"])
+    exp, cfg, run = _planted(
+        tmp_path, emb, {0.8: (1, 2, 3), 0.5: (6, 4, 5), 0.3: (4, 4, 99)}, overrides=[*SEED, "task.n_train=20000"]
+    )
     df = run.metrics()
     df.loc[(df.arm == "gamma=0.8") & (df.name == "mem_acc") & (df.value > 0.5), "value"] = 0.9
     df.loc[(df.arm == "gamma=0.5") & (df.name == "mem_acc") & (df.value > 0.5) & (df.member == 3), "value"] = 0.9
@@ -228,7 +257,12 @@ def test_bad_configs_are_refused():
         exp.make_config("quick", ["model.gamma=0.5"])
     paper = exp.make_config("paper")
     assert (paper.train.lr, paper.task.L, paper.task.n_train + paper.task.n_test, paper.model.d_m, paper.model.d_f) == (
-        5e-6, 3, 1_000_000, 200, 512)
+        5e-6,
+        3,
+        1_000_000,
+        200,
+        512,
+    )
 
 
 def test_tiny_run_end_to_end_with_a_snapshot_equal_to_a_short_fits_end(runs_dir, one_thread):
@@ -239,16 +273,22 @@ def test_tiny_run_end_to_end_with_a_snapshot_equal_to_a_short_fits_end(runs_dir,
     assert s["status"] == "done" and sorted(s["arms"]) == ["gamma=0.3", "gamma=0.5", "gamma=0.8"]
     assert {g["id"] for g in s["claims"]} | {g["id"] for g in s["sanity"]} == {c.id for c in exp.claims}
     r = Run(run.path)
-    snap, end, init = r.arrays(f"gamma=0.8@step{cfg.steps_per_epoch}")["W_emb"], r.arrays("gamma=0.8")["W_emb"], r.arrays("gamma=0.8@init")["W_emb"]
+    snap, end, init = (
+        r.arrays(f"gamma=0.8@step{cfg.steps_per_epoch}")["W_emb"],
+        r.arrays("gamma=0.8")["W_emb"],
+        r.arrays("gamma=0.8@init")["W_emb"],
+    )
     assert snap.shape == end.shape == init.shape == (2, 200, 12)
     assert not torch.equal(snap, end) and not torch.equal(snap, init)
     # the trainer's snapshot after epoch 1 is a 1-epoch fit's end (constant lr): the same table
     arms, mcfg = exp.gamma_arms(cfg), cfg.model_for_task()
     tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.task.n_train, 3, epochs=1)
-    data = fixed_data(exp.task(cfg), arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch,
-                      view=Anchors.emb_mlp_view)
+    data = fixed_data(
+        exp.task(cfg), arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch, view=Anchors.emb_mlp_view
+    )
     gam = arms.gamma_of
     one = Trainer(tcfg, progress=False, objective=LastPosition()).fit(
-        lambda s: EmbMLP(mcfg, s, [gam[x] for x in s]), list(arms.seeds), data)
+        lambda s: EmbMLP(mcfg, s, [gam[x] for x in s]), list(arms.seeds), data
+    )
     assert torch.equal(torch.stack([st["W_emb"] for st in one.states[4:6]]), snap)  # members of γ = 0.8
     assert np.isfinite(s["wall_time_s"])

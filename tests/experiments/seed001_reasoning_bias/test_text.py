@@ -17,6 +17,8 @@ from typer.testing import CliRunner
 
 from tdlab.cli import app
 from tdlab.config import ConfigError, build_config
+from tdlab.experiments.base import init_arm, snapshot_arm
+from tdlab.experiments.runner import execute
 from tdlab.experiments.seed001_reasoning_bias.text import (
     DATA_DIR,
     SOURCES,
@@ -30,14 +32,20 @@ from tdlab.experiments.seed001_reasoning_bias.text import (
     mean_pairwise_cosine,
     token_counts,
 )
-from tdlab.experiments.base import init_arm, snapshot_arm
-from tdlab.experiments.runner import execute
 from tdlab.runs import Run, RunWriter
 from tdlab.tasks.stories import STANDIN_LABEL, standin_stories
 from tdlab.train.objectives import NextToken
 
-TINY = ["data.n_sequences=40", "model.vocab=300", "model.d=16", "train.seq_len=32", "train.batch=20",
-        "schedule.epochs=2", "schedule.n_eval=20", "claims.min_tokens=2"]
+TINY = [
+    "data.n_sequences=40",
+    "model.vocab=300",
+    "model.d=16",
+    "train.seq_len=32",
+    "train.batch=20",
+    "schedule.epochs=2",
+    "schedule.n_eval=20",
+    "claims.min_tokens=2",
+]
 
 
 # ---- exclusive tokens ---------------------------------------------------------------------------------
@@ -124,7 +132,9 @@ def test_padded_next_token_ignores_padding(one_thread):
     b = obj.loss(model, obj.prepare({"tokens": tokens_padded, "mask": mask}, []))
     assert torch.allclose(a, b)
     # direct: mean cross-entropy over the real targets (positions 1..L-1 with mask 1)
-    nll = F.cross_entropy(model.table[tokens[..., :-1]].reshape(-1, V), tokens[..., 1:].reshape(-1), reduction="none").view(E, B, L - 1)
+    nll = F.cross_entropy(
+        model.table[tokens[..., :-1]].reshape(-1, V), tokens[..., 1:].reshape(-1), reduction="none"
+    ).view(E, B, L - 1)
     w = mask[..., 1:]
     assert torch.allclose(a, (nll * w).sum((1, 2)) / w.sum((1, 2)))
     assert obj.scores(model, obj.prepare({"tokens": tokens, "mask": mask}, []))["loss"].shape == (E,)
@@ -132,8 +142,12 @@ def test_padded_next_token_ignores_padding(one_thread):
 
 def test_halving_epoch_and_auc_on_built_curves():
     ep = np.arange(6.0)
-    loss = np.array([[4.0, 3.0, 2.0, 1.0, 1.0, 1.0],   # below half first at epoch 3 (2.0 is exactly half)
-                     [2.0, 2.0, 2.0, 2.0, 2.0, 2.0]])  # never: censored at the last evaluation
+    loss = np.array(
+        [
+            [4.0, 3.0, 2.0, 1.0, 1.0, 1.0],  # below half first at epoch 3 (2.0 is exactly half)
+            [2.0, 2.0, 2.0, 2.0, 2.0, 2.0],
+        ]
+    )  # never: censored at the last evaluation
     h = halving_epoch(ep, loss)
     assert h.steps.tolist() == [3.0, 5.0] and h.censored.tolist() == [False, True] and h.resolution == 1.0
     assert loss_auc(ep, loss) == pytest.approx([np.mean([0.75, 0.5, 0.25, 0.25, 0.25]), 1.0])
@@ -148,9 +162,11 @@ SEED = ["train.lr=1e-5", "schedule.epochs=200", "schedule.eval_epochs=20"]
 
 @pytest.fixture(scope="module")
 def tiny_corpus():
-    texts = {"prontoqa": ["Every wumpus is a yumpus. Max is a wumpus. True or false: Max is a yumpus. A: True"] * 10
-             + ["Each zumpus is not hot. Rex is a zumpus. True or false: Rex is hot. A: False"] * 10,
-             "stories": standin_stories(20, 0)}
+    texts = {
+        "prontoqa": ["Every wumpus is a yumpus. Max is a wumpus. True or false: Max is a yumpus. A: True"] * 10
+        + ["Each zumpus is not hot. Rex is a zumpus. True or false: Rex is hot. A: False"] * 10,
+        "stories": standin_stories(20, 0),
+    }
     return build_corpus(texts, "local", 300, 64)
 
 
@@ -158,18 +174,36 @@ def tiny_corpus():
 def stories_file(tmp_path_factory):
     """A TinyStories-format file of 25 stories (the run reads 20)."""
     path = tmp_path_factory.mktemp("data") / "TinyStories-valid.txt"
-    path.write_text("\n<|endoftext|>\n".join(f"Story {i}: Tom saw a red ball and was happy." for i in range(25)),
-                    encoding="utf-8")
+    path.write_text(
+        "\n<|endoftext|>\n".join(f"Story {i}: Tom saw a red ball and was happy." for i in range(25)), encoding="utf-8"
+    )
     return path
 
 
-def _planted(tmp_path, corpus, prontoqa_faster: bool, main: str | None, control: str | None = None, init: str | None = None,
-             extra: tuple[str, ...] = SEED):
+def _planted(
+    tmp_path,
+    corpus,
+    prontoqa_faster: bool,
+    main: str | None,
+    control: str | None = None,
+    init: str | None = None,
+    extra: tuple[str, ...] = SEED,
+):
     """A run whose losses and embeddings are planted: ``main``/``control``/``init`` name the source whose
     exclusive tokens share a direction in that arm's (or the initial) embeddings (``None``: none do)."""
     exp = AnchorsText()
-    cfg = exp.make_config("quick", ["data.n_sequences=40", "model.vocab=300", "train.batch=20", "schedule.epochs=10",
-                                    "claims.min_tokens=2", *extra], members=MEMBERS)
+    cfg = exp.make_config(
+        "quick",
+        [
+            "data.n_sequences=40",
+            "model.vocab=300",
+            "train.batch=20",
+            "schedule.epochs=10",
+            "claims.min_tokens=2",
+            *extra,
+        ],
+        members=MEMBERS,
+    )
     spe, early = cfg.steps_per_epoch, cfg.early_epoch
     ex = exp.exclusive(cfg, corpus)
     g = torch.Generator().manual_seed(1)
@@ -209,13 +243,19 @@ def _rows(a):
 
 
 def test_planted_run_where_the_seed_holds(tmp_path, tiny_corpus, stories_file, one_thread):
-    exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=True, main="stories",
-                             extra=(*SEED, f"data.stories={stories_file}"))
+    exp, cfg, run = _planted(
+        tmp_path, tiny_corpus, prontoqa_faster=True, main="stories", extra=(*SEED, f"data.stories={stories_file}")
+    )
     a = exp.analyse(cfg, run)
     assert cfg.early_epoch == 20
-    for rid in ("fig1-prontoqa-loss-falls-faster/auc", "fig1-prontoqa-loss-falls-faster/halving-epoch",
-                "fig6-prontoqa-tokens-less-similar/early", "fig6-gap-small-init-effect/gap",
-                "fig6-no-gap-at-init/gamma=0.8", "fig6-no-gap-at-init/gamma=0.3"):
+    for rid in (
+        "fig1-prontoqa-loss-falls-faster/auc",
+        "fig1-prontoqa-loss-falls-faster/halving-epoch",
+        "fig6-prontoqa-tokens-less-similar/early",
+        "fig6-gap-small-init-effect/gap",
+        "fig6-no-gap-at-init/gamma=0.8",
+        "fig6-no-gap-at-init/gamma=0.3",
+    ):
         assert _rows(a)[rid].verdict == "holds", _rows(a)[rid].describe()
     assert all(g.verdict == "holds" for g in a.groups)
     assert {r.provenance for g in a.paper for r in g.rows} == {"seed"}
@@ -225,11 +265,23 @@ def test_planted_run_where_the_seed_holds(tmp_path, tiny_corpus, stories_file, o
 
 
 def test_planted_run_where_the_seed_fails(tmp_path, tiny_corpus, stories_file, one_thread):
-    exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=False, main="prontoqa", control="stories",
-                             init="stories", extra=(*SEED, f"data.stories={stories_file}"))
+    exp, cfg, run = _planted(
+        tmp_path,
+        tiny_corpus,
+        prontoqa_faster=False,
+        main="prontoqa",
+        control="stories",
+        init="stories",
+        extra=(*SEED, f"data.stories={stories_file}"),
+    )
     a = exp.analyse(cfg, run)
-    for rid in ("fig1-prontoqa-loss-falls-faster/auc", "fig1-prontoqa-loss-falls-faster/halving-epoch",
-                "fig6-prontoqa-tokens-less-similar/early", "fig6-gap-small-init-effect/gap", "fig6-no-gap-at-init/gamma=0.8"):
+    for rid in (
+        "fig1-prontoqa-loss-falls-faster/auc",
+        "fig1-prontoqa-loss-falls-faster/halving-epoch",
+        "fig6-prontoqa-tokens-less-similar/early",
+        "fig6-gap-small-init-effect/gap",
+        "fig6-no-gap-at-init/gamma=0.8",
+    ):
         assert _rows(a)[rid].verdict == "fails", _rows(a)[rid].describe()
     assert all(g.verdict == "fails" for g in a.groups)
 
@@ -245,8 +297,9 @@ def test_stand_in_stories_make_every_paper_row_ours(tmp_path, tiny_corpus, one_t
 
 
 def test_a_faster_shorter_schedule_makes_the_fig6_rows_ours(tmp_path, tiny_corpus, stories_file, one_thread):
-    exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=True, main="stories",
-                             extra=(f"data.stories={stories_file}",))  # the quick profile's lr 1e-3 over 10 epochs
+    exp, cfg, run = _planted(
+        tmp_path, tiny_corpus, prontoqa_faster=True, main="stories", extra=(f"data.stories={stories_file}",)
+    )  # the quick profile's lr 1e-3 over 10 epochs
     a = exp.analyse(cfg, run)
     assert a.result("fig1-prontoqa-loss-falls-faster").verdict == "holds"  # the curves: the seed's comparison
     for gid in ("fig6-prontoqa-tokens-less-similar", "fig6-gap-small-init-effect"):
@@ -297,8 +350,14 @@ def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(ConfigError, match="claims.main_gamma"):
         exp.make_config("quick", ["gammas=[0.5, 0.3]"])
     cfg = build_config(AnchorsTextConfig, AnchorsText.profiles["paper"])  # (no memory check: a GPU machine's)
-    assert (cfg.data.n_sequences, cfg.data.tokenizer, cfg.model.layers, cfg.model.d, cfg.train.lr, cfg.schedule.epochs) == \
-        (10_000, "gpt2", 12, 768, 1e-5, 200)
+    assert (
+        cfg.data.n_sequences,
+        cfg.data.tokenizer,
+        cfg.model.layers,
+        cfg.model.d,
+        cfg.train.lr,
+        cfg.schedule.epochs,
+    ) == (10_000, "gpt2", 12, 768, 1e-5, 200)
     assert exp.make_config("quick").early_epoch == 1  # 10 % of 10 epochs
 
 
@@ -311,12 +370,21 @@ def test_tiny_end_to_end_run(tmp_path, one_thread):
     run = execute(exp, cfg, "quick", tmp_path / "runs", progress=False)
     s = run.summary
     assert s["status"] == "done"
-    assert {g["id"] for g in s["claims"]} == {"fig1-prontoqa-loss-falls-faster", "fig6-prontoqa-tokens-less-similar",
-                                              "fig6-gap-small-init-effect"}
-    assert all(r["provenance"] == "ours" for g in s["claims"] for r in g["rows"]) and STANDIN_LABEL in s["notes"][0].lower()
+    assert {g["id"] for g in s["claims"]} == {
+        "fig1-prontoqa-loss-falls-faster",
+        "fig6-prontoqa-tokens-less-similar",
+        "fig6-gap-small-init-effect",
+    }
+    assert (
+        all(r["provenance"] == "ours" for g in s["claims"] for r in g["rows"])
+        and STANDIN_LABEL in s["notes"][0].lower()
+    )
     assert s["figures"] == ["figures/fig1_loss_per_source.png", "figures/fig6_exclusive_token_cosines.png"]
     corpus = Corpus.load(run.path / DATA_DIR)  # the tokenisation cache
     assert corpus.tokens.shape == (40, 32) and int(corpus.source.sum()) == 20
-    assert corpus.tokenizer.decode(corpus.tokens[0][corpus.mask[0] > 0].tolist()).endswith("<|endoftext|>") or corpus.truncated[0]
+    assert (
+        corpus.tokenizer.decode(corpus.tokens[0][corpus.mask[0] > 0].tolist()).endswith("<|endoftext|>")
+        or corpus.truncated[0]
+    )
     m = run.metrics()
     assert {"prontoqa_loss", "stories_loss"} <= set(m["name"]) and set(m["arm"]) == {"gamma=0.8", "gamma=0.3"}

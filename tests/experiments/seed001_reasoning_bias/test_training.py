@@ -13,25 +13,49 @@ import torch
 
 from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
 from tdlab.experiments.seed001_reasoning_bias.training import (
-    SEED_LR_TRANSFORMER, GammaArms, anchor_splits, auc, gamma_gpt, label_marginal_losses, parameter_reading,
-    split_label_laws, t50, t50_sample,
+    SEED_LR_TRANSFORMER,
+    GammaArms,
+    anchor_splits,
+    auc,
+    gamma_gpt,
+    label_marginal_losses,
+    parameter_reading,
+    split_label_laws,
+    t50,
+    t50_sample,
 )
 from tdlab.models.gpt import GPT
 from tdlab.seeding import generators
 from tdlab.tasks.anchors import KIND_MEM, KIND_RSN_TRAIN, Anchors, AnchorsConfig
 from tdlab.train.data import DATASET, FixedDataset
 
-TINY = ["task.key_min=21", "task.key_max=30", "task.n_train=600", "task.n_test=40", "model.d=8", "model.d_attn=4",
-        "model.d_ff=8", "schedule.epochs=2", "schedule.n_eval=60", "train.lr=0.003", "snapshot_epochs=[1]"]
+TINY = [
+    "task.key_min=21",
+    "task.key_max=30",
+    "task.n_train=600",
+    "task.n_test=40",
+    "model.d=8",
+    "model.d_attn=4",
+    "model.d_ff=8",
+    "schedule.epochs=2",
+    "schedule.n_eval=60",
+    "train.lr=0.003",
+    "snapshot_epochs=[1]",
+]
 
 
 # --- measures --------------------------------------------------------------------------------------
 
+
 def test_t50_is_the_first_epoch_above_the_threshold_censored_at_the_last_evaluation():
     epochs = np.array([0, 1, 2, 3, 4])
-    acc = np.array([[0.0, 0.2, 0.51, 0.9, 0.4],  # above 0.5 first at epoch 2
-                    [0.0, 0.1, 0.2, 0.3, 0.5],   # never strictly above: censored at the last evaluation
-                    [0.6, 0.7, 0.8, 0.9, 1.0]])  # already at init: epoch 0 does not count
+    acc = np.array(
+        [
+            [0.0, 0.2, 0.51, 0.9, 0.4],  # above 0.5 first at epoch 2
+            [0.0, 0.1, 0.2, 0.3, 0.5],  # never strictly above: censored at the last evaluation
+            [0.6, 0.7, 0.8, 0.9, 1.0],
+        ]
+    )  # already at init: epoch 0 does not count
     c = t50(epochs, acc)
     assert c.steps.tolist() == [2.0, 4.0, 1.0] and c.censored.tolist() == [False, True, False]
     assert c.resolution == 1.0
@@ -63,9 +87,11 @@ def test_label_marginal_losses_match_an_empirical_count_over_generated_data():
     p = {y: (1 - n_mem_share) * c / n_rsn for y, c in marg.items()}
     for y, c in Counter(mem_all).items():
         p[y] = p.get(y, 0.0) + n_mem_share * c / len(mem_all)
-    ce = {"rsn_train": np.mean([-math.log(p[y]) for y in train["label"][train["kind"] == KIND_RSN_TRAIN].tolist()]),
-          "mem": np.mean([-math.log(p[y]) for y in mem_all]),
-          "test": np.mean([-math.log(p[y]) for y in test["label"].tolist()])}
+    ce = {
+        "rsn_train": np.mean([-math.log(p[y]) for y in train["label"][train["kind"] == KIND_RSN_TRAIN].tolist()]),
+        "mem": np.mean([-math.log(p[y]) for y in mem_all]),
+        "test": np.mean([-math.log(p[y]) for y in test["label"].tolist()]),
+    }
     got = label_marginal_losses(task)
     for split, want in ce.items():
         assert got[split] == pytest.approx(want, abs=0.02), split
@@ -89,6 +115,7 @@ def test_a_parameter_reading_is_the_seeds_only_at_its_lr_budget_and_epoch():
 
 
 # --- the γ-sweep ensemble ---------------------------------------------------------------------------
+
 
 def test_members_of_a_gamma_sweep_equal_one_member_models_of_their_own_gamma(one_thread):
     exp = AnchorsBias()
@@ -114,7 +141,9 @@ def test_arms_of_one_seed_index_share_their_data_and_splits_are_what_they_say():
     task = Anchors(AnchorsConfig(key_min=21, key_max=30, n_train=500, n_test=40))
     arms = GammaArms.make(3, [0.3, 0.8], 2)
     make = anchor_splits(task, 500, 50, 40)
-    data = FixedDataset(make, 50, eval_splits=("mem", "rsn_train", "test"), data_seeds=arms.data_seeds).bind(list(arms.seeds), "cpu")
+    data = FixedDataset(make, 50, eval_splits=("mem", "rsn_train", "test"), data_seeds=arms.data_seeds).bind(
+        list(arms.seeds), "cpu"
+    )
     tok = data.splits["train"]["tokens"]
     assert torch.equal(tok[0], tok[2]) and torch.equal(tok[1], tok[3]) and not torch.equal(tok[0], tok[1])
     g = generators([arms.seeds[1]], DATASET)[0]

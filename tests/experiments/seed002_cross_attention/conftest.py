@@ -69,6 +69,10 @@ def s2(tmp_path_factory):
     the Monte-Carlo references of every run cached in a private folder (never the user's cache)."""
     mp = pytest.MonkeyPatch()
     mp.setenv("TDLAB_CACHE", str(tmp_path_factory.mktemp("tdlab-cache")))
-    yield SimpleNamespace(Patched=Patched, run_tiny=lambda exp, over, members=3: run_tiny(exp, over, tmp_path_factory, members),
-                          groups=groups, rows=rows)
+    yield SimpleNamespace(
+        Patched=Patched,
+        run_tiny=lambda exp, over, members=3: run_tiny(exp, over, tmp_path_factory, members),
+        groups=groups,
+        rows=rows,
+    )
     mp.undo()

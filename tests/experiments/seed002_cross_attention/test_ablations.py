@@ -27,8 +27,15 @@ def test_sample_mean_baseline_matches_its_risk():
 
 @pytest.fixture(scope="module")
 def tiny(s2):
-    over = ["train.prompts=64", "train.steps=20", "lsa_train.prompts=64", "lsa_train.steps=5", "test.prompts=32",
-            "test.contexts=[20,200]", "test.population_prompts=64"]
+    over = [
+        "train.prompts=64",
+        "train.steps=20",
+        "lsa_train.prompts=64",
+        "lsa_train.steps=5",
+        "test.prompts=32",
+        "test.contexts=[20,200]",
+        "test.population_prompts=64",
+    ]
     return s2.run_tiny(IclAblations(), over)
 
 
@@ -40,14 +47,22 @@ def _zero(L):
 def _patch(s2, run, *, lca, deep, lsa, f0x, zero_shift=0.0):
     """MSEs at L_te = 200 (and 20) chosen per model; the sample mean's MSE 1 ± 0.001; every trainable arm trained."""
     ybar = 1.0 + 0.001 * D
-    m = {("lca-one", "te_mse", 200): lca + 0.001 * D, ("lca-two", "te_mse", 200): lca + 0.001 * D,
-         ("deep-lsa-two", "te_mse", 200): deep + 0.001 * D, ("lsa", "te_mse", 200): lsa + 0.001 * D,
-         ("baselines", "sample_mean_mse", 200): ybar, ("baselines", "zero_mse", 20): _zero(20),
-         ("baselines", "zero_mse", 200): _zero(200)}
+    m = {
+        ("lca-one", "te_mse", 200): lca + 0.001 * D,
+        ("lca-two", "te_mse", 200): lca + 0.001 * D,
+        ("deep-lsa-two", "te_mse", 200): deep + 0.001 * D,
+        ("lsa", "te_mse", 200): lsa + 0.001 * D,
+        ("baselines", "sample_mean_mse", 200): ybar,
+        ("baselines", "zero_mse", 20): _zero(20),
+        ("baselines", "zero_mse", 200): _zero(200),
+    }
     for name in ("no-S-one-F0X", "deep-lsa-no-S-one-F0X"):
         m[(name, "te_mse", 200)] = _zero(200) + f0x + 0.001 * D
         m[(name, "te_mse", 20)] = 5.0 + 0.001 * D
-    for name in ("no-S-one", "deep-lsa-no-S-one"):  # the zero predictor's MSE: the prompts' mean y_q^2 (+ a wrong shift)
+    for name in (
+        "no-S-one",
+        "deep-lsa-no-S-one",
+    ):  # the zero predictor's MSE: the prompts' mean y_q^2 (+ a wrong shift)
         for L in (20, 200):
             m[(name, "te_mse", L)] = _zero(L) + zero_shift
     for arm in ("lca-one", "lca-two", "deep-lsa-two", "lsa", "no-S-one-F0X", "deep-lsa-no-S-one-F0X"):
@@ -61,11 +76,17 @@ def test_ablation_groups_are_comparisons_and_zero_predictors_are_sanity(tiny, s2
     cfg, run = tiny
     exp = IclAblations()
     base = exp.analyse(cfg, run)
-    assert [g.id for g in base.paper] == ["removing-S-compromises-lca", "one-param-ablations-no-better-than-sample-mean",
-                                          "deep-lsa-two-between", "lca-best-of-all"]
+    assert [g.id for g in base.paper] == [
+        "removing-S-compromises-lca",
+        "one-param-ablations-no-better-than-sample-mean",
+        "deep-lsa-two-between",
+        "lca-best-of-all",
+    ]
     assert [g.id for g in base.sanity_groups] == ["no-S-ablations-predict-zero"]
     assert s2.groups(base)["no-S-ablations-predict-zero"].verdict == "holds"  # F_0 = 0 without S_t predicts exactly 0
-    prov = {k: r.provenance for k, r in s2.rows(s2.groups(base)["one-param-ablations-no-better-than-sample-mean"]).items()}
+    prov = {
+        k: r.provenance for k, r in s2.rows(s2.groups(base)["one-param-ablations-no-better-than-sample-mean"]).items()
+    }
     # the seed's F_0 = 0 ablations predict 0 by construction (the sanity group): only ours measure something
     assert prov == {"no-S-one-F0X/L200": "ours", "deep-lsa-no-S-one-F0X/L200": "ours"}
     # the zero predictors did not train (no gradient) but count as having "moved" for a claim about failing to learn

@@ -17,14 +17,31 @@ import torch
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
 from tdlab.experiments.seed002_cross_attention.avdigits import (
-    ABOVE_CHANCE, ARMS, DATA_FILE, ICLAVDigits, _splits, build_model, chance_bound, table1_measures,
+    ABOVE_CHANCE,
+    ARMS,
+    DATA_FILE,
+    ICLAVDigits,
+    _splits,
+    build_model,
+    chance_bound,
+    table1_measures,
 )
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.tasks import avdigits
 
-TINY = ["data.n_train=96", "data.n_test=40", "schedule.n_val=32", "schedule.epochs=2", "train.batch=16",
-        "model.layers=1", "baseline.layers=1", "model.conv_width=4", "baseline.conv_width=4", "schedule.eval_batch=40"]
+TINY = [
+    "data.n_train=96",
+    "data.n_test=40",
+    "schedule.n_val=32",
+    "schedule.epochs=2",
+    "train.batch=16",
+    "model.layers=1",
+    "baseline.layers=1",
+    "model.conv_width=4",
+    "baseline.conv_width=4",
+    "schedule.eval_batch=40",
+]
 
 
 def fake_build(cfg, seed, progress=True):
@@ -43,12 +60,16 @@ def fake_build(cfg, seed, progress=True):
 
 # --- measures and the spread rule -----------------------------------------------------------------------
 
+
 def test_table1_measures_choose_on_validation_and_report_best_test_and_final():
     epochs = np.array([0, 1, 2, 3, 4])
-    val = np.array([[0.9, 0.2, 0.5, 0.4, 0.5],   # epoch 0 excluded; best val first at epoch 2
-                    [0.1, 0.3, 0.3, 0.2, 0.1]])  # tie at 1 and 2: the first
-    test = np.array([[0.95, 0.1, 0.3, 0.6, 0.2],
-                     [0.0, 0.25, 0.2, 0.4, 0.4]])
+    val = np.array(
+        [
+            [0.9, 0.2, 0.5, 0.4, 0.5],  # epoch 0 excluded; best val first at epoch 2
+            [0.1, 0.3, 0.3, 0.2, 0.1],
+        ]
+    )  # tie at 1 and 2: the first
+    test = np.array([[0.95, 0.1, 0.3, 0.6, 0.2], [0.0, 0.25, 0.2, 0.4, 0.4]])
     m = table1_measures(epochs, val, test)
     assert m["val_choice"] == [0.3, 0.25] and m["val_choice_epoch"] == [2, 1]
     assert m["best_test"] == [0.6, 0.4] and m["best_epoch"] == [3, 3]
@@ -61,6 +82,7 @@ def test_the_chance_bound_is_chance_plus_binomial_standard_errors():
 
 
 # --- claims on planted runs ---------------------------------------------------------------------------
+
 
 class PlantedRun(Run):
     """A run folder holding only ``data.json``, with planted metrics (``measure`` reads nothing else)."""
@@ -85,8 +107,9 @@ def planted(tmp_path: Path, cfg, final_acc: dict[str, list[float]], loss_end: fl
                 loss = start + (loss_end - start) * ep / cfg.schedule.epochs
                 for name, v in (("val_acc", a), ("test_acc", a), ("val_loss", loss), ("test_loss", loss)):
                     rows.append((arm, ep * spe, m, name, v))
-    (tmp_path / DATA_FILE).write_text(json.dumps({"provenance": "planted", "n_fit": 1, "n_val": 1, "n_test": 1,
-                                                  "data_per_seed": False}))
+    (tmp_path / DATA_FILE).write_text(
+        json.dumps({"provenance": "planted", "n_fit": 1, "n_val": 1, "n_test": 1, "data_per_seed": False})
+    )
     return PlantedRun(tmp_path, pd.DataFrame(rows, columns=["arm", "step", "member", "name", "value"]))
 
 
@@ -97,13 +120,22 @@ def _verdicts(analysis) -> dict[str, str]:
 def test_every_claim_holds_and_fails_on_planted_accuracies(tmp_path):
     exp = ICLAVDigits()
     cfg = exp.make_config("quick", TINY, members=3)
-    good = {"full": [0.64, 0.65, 0.66], "no-injection": [0.55, 0.56, 0.55], "no-cross": [0.50, 0.52, 0.51],
-            "neither": [0.45, 0.44, 0.46], "bi-ca": [0.58, 0.57, 0.58]}
+    good = {
+        "full": [0.64, 0.65, 0.66],
+        "no-injection": [0.55, 0.56, 0.55],
+        "no-cross": [0.50, 0.52, 0.51],
+        "neither": [0.45, 0.44, 0.46],
+        "bi-ca": [0.58, 0.57, 0.58],
+    }
     an = exp.analyse(cfg, planted(tmp_path, cfg, good))
     v = _verdicts(an)
-    assert v == {"full-beats-ablations/vs-no-injection": "holds", "full-beats-ablations/vs-no-cross": "holds",
-                 "full-beats-ablations/vs-neither": "holds", "full-beats-bica/accuracy": "holds",
-                 "full-fewer-params-than-bica/params": "holds"}
+    assert v == {
+        "full-beats-ablations/vs-no-injection": "holds",
+        "full-beats-ablations/vs-no-cross": "holds",
+        "full-beats-ablations/vs-neither": "holds",
+        "full-beats-bica/accuracy": "holds",
+        "full-fewer-params-than-bica/params": "holds",
+    }
     assert any("Table 1" in n for n in an.notes) and any("planted" in n for n in an.notes)
     assert an.measurements["params"]["full"] < an.measurements["params"]["bi-ca"]
     # each paper claim fails on its own when the full model is clearly worse than that one arm
@@ -115,7 +147,9 @@ def test_every_claim_holds_and_fails_on_planted_accuracies(tmp_path):
         assert failed == {row}, v
     # paired differences +0.09, -0.01, -0.06: the paired interval straddles 0
     noisy = {**good, "no-cross": [0.55, 0.66, 0.72]}
-    assert _verdicts(exp.analyse(cfg, planted(tmp_path, cfg, noisy)))["full-beats-ablations/vs-no-cross"] == "not resolved"
+    assert (
+        _verdicts(exp.analyse(cfg, planted(tmp_path, cfg, noisy)))["full-beats-ablations/vs-no-cross"] == "not resolved"
+    )
     # a small but consistent difference is decided by the paired interval (no rule outside the claims layer)
     close = {**good, "no-cross": [0.63, 0.64, 0.65]}
     assert _verdicts(exp.analyse(cfg, planted(tmp_path, cfg, close)))["full-beats-ablations/vs-no-cross"] == "holds"
@@ -148,6 +182,7 @@ def test_an_arm_at_chance_makes_its_claims_not_evaluable_with_the_stage_named(tm
 
 # --- data, configs, profiles ------------------------------------------------------------------------------
 
+
 def test_members_of_every_model_share_data_and_shuffles_and_validation_is_carved_from_train(monkeypatch):
     monkeypatch.setattr(avdigits, "build", fake_build)
     exp = ICLAVDigits()
@@ -177,9 +212,20 @@ def test_members_of_every_model_share_data_and_shuffles_and_validation_is_carved
 def test_configs_are_validated_and_profiles_follow_the_seed():
     exp = ICLAVDigits()
     paper = exp.make_config("paper")
-    assert (paper.train.batch, paper.train.lr, paper.train.weight_decay, paper.schedule.epochs) == (256, 3e-4, 1e-4, 100)
+    assert (paper.train.batch, paper.train.lr, paper.train.weight_decay, paper.schedule.epochs) == (
+        256,
+        3e-4,
+        1e-4,
+        100,
+    )
     assert (paper.data.n_train, paper.data.n_test) == (60_000, 10_000)
-    assert (paper.model.d, paper.model.layers, paper.model.heads, paper.model.d_h, paper.model.dropout) == (16, 10, 4, 32, 0.1)
+    assert (paper.model.d, paper.model.layers, paper.model.heads, paper.model.d_h, paper.model.dropout) == (
+        16,
+        10,
+        4,
+        32,
+        0.1,
+    )
     quick = exp.make_config("quick")
     assert quick.members == 2 and quick.schedule.epochs <= 10 and quick.data.n_train <= 5_000
     assert quick.model == paper.model and quick.baseline == paper.baseline  # the architectures are not scaled down
@@ -191,7 +237,10 @@ def test_configs_are_validated_and_profiles_follow_the_seed():
         exp.make_config("quick", ["schedule.n_val=1590"])
     with pytest.raises(ConfigError):
         exp.make_config("quick", ["models=[transformer]"])
-    assert build_model(quick, "no-cross", [1]).cfg.cross is False and build_model(quick, "neither", [1]).cfg.inject is False
+    assert (
+        build_model(quick, "no-cross", [1]).cfg.cross is False
+        and build_model(quick, "neither", [1]).cfg.inject is False
+    )
 
 
 def test_members_are_chunked_on_a_cpu_so_a_chunks_conv_maps_stay_within_a_cache():
@@ -207,6 +256,7 @@ def test_members_are_chunked_on_a_cpu_so_a_chunks_conv_maps_stay_within_a_cache(
 
 # --- end to end ---------------------------------------------------------------------------------------------
 
+
 def test_a_tiny_run_goes_through_the_runner(tmp_path, monkeypatch, one_thread):
     """Real (tiny) data when espeak-ng is installed — two recordings per digit — else the fake builder."""
     exp = ICLAVDigits()
@@ -214,8 +264,13 @@ def test_a_tiny_run_goes_through_the_runner(tmp_path, monkeypatch, one_thread):
     if shutil.which("espeak-ng") is None:
         monkeypatch.setattr(avdigits, "build", fake_build)
     else:
-        extra = ["data.voices=[en]", "data.speeds=[140,180]", "data.pitches=[50]", f"data.cache_dir={tmp_path / 'cache'}",
-                 "data.images=digits"]
+        extra = [
+            "data.voices=[en]",
+            "data.speeds=[140,180]",
+            "data.pitches=[50]",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            "data.images=digits",
+        ]
     cfg = exp.make_config("quick", [*TINY, *extra, "models=[full,no-cross,bi-ca]"], members=2)
     run = execute(exp, cfg, "quick", tmp_path / "runs", progress=False)
     s = run.summary

@@ -26,9 +26,19 @@ def test_the_jackknife_of_a_mean_is_its_standard_error():
 
 @pytest.fixture(scope="module")
 def tiny(s2):
-    over = ["panels=[{depth: 10}, {depth: 5}, {depth: 5, pre_ln: true}]", "grid=21", "polish_evals=20",
-            "population_prompts=256", "ln_prompts=8", "ln_context=20", "ln_grid=11", "ln_steps=3", "train.steps=30",
-            "train.eval_prompts=8", "mc_groups=4"]
+    over = [
+        "panels=[{depth: 10}, {depth: 5}, {depth: 5, pre_ln: true}]",
+        "grid=21",
+        "polish_evals=20",
+        "population_prompts=256",
+        "ln_prompts=8",
+        "ln_context=20",
+        "ln_grid=11",
+        "ln_steps=3",
+        "train.steps=30",
+        "train.eval_prompts=8",
+        "mc_groups=4",
+    ]
     return s2.run_tiny(IclLandscape(), over, members=2)
 
 
@@ -55,8 +65,13 @@ def _patch(s2, run, base, shift_plain, shift_ln, gd_shift, noise=0.0):
         th = base.measurements[arm].get("theory_stationary")
         a_end = np.array([t[0] for t in th]) if th else np.full(E, mini[0])
         b_end = np.array([t[1] for t in th]) if th else np.full(E, mini[1])
-        arrays[arm] = {"loss": np.repeat(loss[None], E, 0), "group_loss": np.repeat(groups[None], E, 0),
-                       "map_minimiser": np.repeat(mini[None], E, 0), "alpha": a_end + gd_shift, "beta": b_end}
+        arrays[arm] = {
+            "loss": np.repeat(loss[None], E, 0),
+            "group_loss": np.repeat(groups[None], E, 0),
+            "map_minimiser": np.repeat(mini[None], E, 0),
+            "alpha": a_end + gd_shift,
+            "beta": b_end,
+        }
         if th:
             arrays[arm]["jackknife_minimisers"] = np.repeat(np.repeat(mini[None], G, 0)[None], E, 0)
     m = {(arm, "test_loss", None): 0.5 for arm in PANELS}
@@ -68,8 +83,12 @@ def test_landscape_groups_decide_the_papers_statements(tiny, s2):
     cfg, run = tiny
     exp = IclLandscape()
     base = exp.analyse(cfg, run)
-    assert [g.id for g in base.paper] == ["valley-along-minus-beta", "valley-nearer-minus-beta-at-larger-T",
-                                          "preln-ravine-similarly-located", "gd-reaches-stationary-point"]
+    assert [g.id for g in base.paper] == [
+        "valley-along-minus-beta",
+        "valley-nearer-minus-beta-at-larger-T",
+        "preln-ravine-similarly-located",
+        "gd-reaches-stationary-point",
+    ]
     assert [g.id for g in base.sanity_groups] == ["gd-matches-heatmap-minimiser", "map-valley-matches-closed-form"]
     assert base.measurements["T10"]["start_offset"] == [0.0, 0.0, 0.15, 0.15]  # on- and off-valley starts
     # the pre-LN ravine is known to one pre-LN grid cell and carries both maps' Monte-Carlo error
@@ -100,8 +119,10 @@ def test_the_valley_is_nearer_the_diagonal_at_larger_depth_on_the_same_prompts(t
         p._a[arm]["loss"] = np.repeat(loss[None], 2 * len(cfg.off_valley), 0)
         p._a[arm]["group_loss"] = np.repeat(np.repeat(loss[None], 4, 0)[None], 2 * len(cfg.off_valley), 0)
     assert s2.groups(exp.analyse(cfg, p))["valley-nearer-minus-beta-at-larger-T"].verdict == "holds"
-    p._a["T10"], p._a["T5"] = {**p._a["T10"], "loss": p._a["T5"]["loss"], "group_loss": p._a["T5"]["group_loss"]}, \
-        {**p._a["T5"], "loss": p._a["T10"]["loss"], "group_loss": p._a["T10"]["group_loss"]}
+    p._a["T10"], p._a["T5"] = (
+        {**p._a["T10"], "loss": p._a["T5"]["loss"], "group_loss": p._a["T5"]["group_loss"]},
+        {**p._a["T5"], "loss": p._a["T10"]["loss"], "group_loss": p._a["T10"]["group_loss"]},
+    )
     assert s2.groups(exp.analyse(cfg, p))["valley-nearer-minus-beta-at-larger-T"].verdict == "fails"
 
 
@@ -109,6 +130,8 @@ def test_a_noisy_map_leaves_the_ravine_unresolved(tiny, s2):
     cfg, run = tiny
     exp = IclLandscape()
     base = exp.analyse(cfg, run)
-    row = s2.rows(s2.groups(exp.analyse(cfg, _patch(s2, run, base, 0.0, 0.04, 0.0, noise=0.5)))["preln-ravine-similarly-located"])["T5"]
+    row = s2.rows(
+        s2.groups(exp.analyse(cfg, _patch(s2, run, base, 0.0, 0.04, 0.0, noise=0.5)))["preln-ravine-similarly-located"]
+    )["T5"]
     # a ravine 0.04 away with tolerance 0.033, the map's groups disagreeing: neither holds nor fails
     assert row.measured.mc_se > 0.01 and row.verdict == "not resolved"

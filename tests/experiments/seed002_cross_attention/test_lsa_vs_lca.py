@@ -21,10 +21,22 @@ OBJ = ("Ltr100", "pop")
 
 @pytest.fixture(scope="module")
 def tiny(s2):
-    over = ["depths=[1,50]", "fixed_depth=50", "train_contexts=[100]", "train.prompts=64", "train.steps=40",
-            "lsa_train.prompts=64", "lsa_train.steps=5", "population_prompts=256", "test.prompts=16",
-            "test.contexts=[20,5000]", "fixed_context=5000", "test.population_prompts=256",
-            "claims.reference_tokens=20000", "claims.reference_draws=3"]
+    over = [
+        "depths=[1,50]",
+        "fixed_depth=50",
+        "train_contexts=[100]",
+        "train.prompts=64",
+        "train.steps=40",
+        "lsa_train.prompts=64",
+        "lsa_train.steps=5",
+        "population_prompts=256",
+        "test.prompts=16",
+        "test.contexts=[20,5000]",
+        "fixed_context=5000",
+        "test.population_prompts=256",
+        "claims.reference_tokens=20000",
+        "claims.reference_draws=3",
+    ]
     return s2.run_tiny(IclLsaVsLca(), over)
 
 
@@ -32,11 +44,19 @@ def test_references_are_the_setting_that_ran_with_their_replicate_error(tiny, s2
     cfg, run = tiny
     a = IclLsaVsLca().analyse(cfg, run)
     g = s2.groups(a)
-    assert [x.id for x in a.paper] == ["lsa-bounded-away-from-bayes", "lca-orders-below-lsa", "error-decreases-with-depth",
-                                       "one-param-converges-to-minimiser", "two-param-converges-to-stationary-point"]
+    assert [x.id for x in a.paper] == [
+        "lsa-bounded-away-from-bayes",
+        "lca-orders-below-lsa",
+        "error-decreases-with-depth",
+        "one-param-converges-to-minimiser",
+        "two-param-converges-to-stationary-point",
+    ]
     one = s2.rows(g["one-param-converges-to-minimiser"])
     # on l: the closed form, no Monte-Carlo error
-    assert one["pop/T50"].reference.values == (pytest.approx(alpha_star_T(50, APP_H)),) and one["pop/T50"].reference.deterministic
+    assert (
+        one["pop/T50"].reference.values == (pytest.approx(alpha_star_T(50, APP_H)),)
+        and one["pop/T50"].reference.deterministic
+    )
     # at L_tr = 100: the run's own replicate draws (3), stored under reference/Ltr100, far from alpha*_T at T = 50
     draws = run.metrics().query("arm == 'reference/Ltr100' and name == 'alpha_one' and step == 50")["value"].to_numpy()
     ref = one["Ltr100/T50"].reference
@@ -48,9 +68,18 @@ def test_references_are_the_setting_that_ran_with_their_replicate_error(tiny, s2
     ta, tb = two_param_stationary(APP_H, 50, *two_param_init(APP_H, 50))
     assert two["pop/T50/alpha"].expected == pytest.approx(ta) and two["pop/T50/beta"].expected == pytest.approx(tb)
     # provenance: the theorems' rows are the seed's on l and at App. H's L_tr; Fig. 2's rows only at L_tr = 100
-    assert {k: r.provenance for k, r in one.items()} == {"Ltr100/T1": "seed", "Ltr100/T50": "seed", "pop/T1": "seed", "pop/T50": "seed"}
+    assert {k: r.provenance for k, r in one.items()} == {
+        "Ltr100/T1": "seed",
+        "Ltr100/T50": "seed",
+        "pop/T1": "seed",
+        "pop/T50": "seed",
+    }
     assert {k: r.provenance for k, r in s2.rows(g["error-decreases-with-depth"]).items()} == {
-        "one/Ltr100/T1-T50": "seed", "one/pop/T1-T50": "ours", "two/Ltr100/T1-T50": "seed", "two/pop/T1-T50": "ours"}
+        "one/Ltr100/T1-T50": "seed",
+        "one/pop/T1-T50": "ours",
+        "two/Ltr100/T1-T50": "seed",
+        "two/pop/T1-T50": "ours",
+    }
 
 
 def test_orders_are_tested_only_where_the_setting_allows_them(tiny, s2):
@@ -69,9 +98,11 @@ def _patch(s2, run, cfg, *, floor_factor, lca_excess, param_scale, ref_spread=1e
     L_te = 5000 (``lca_excess`` at T = 50, 0.2 at T = 1), references at alpha*_T (so that L_tr = 100 allows
     2 decades) and learned parameters ``param_scale`` x their reference, with flat alpha/beta curves."""
     floor = lsa_infinite_context_floor(APP_H)
-    m = {("lsa/Ltr100", "pop_excess_mean", 0): floor * (floor_factor + 0.01 * SPREAD),
-         ("lsa/Ltr100", "te_excess_mean", 5000): 0.3 + 0.001 * SPREAD,
-         ("lsa/Ltr100", "test_loss", None): 0.5}  # trained: test MSE below the zero predictor's (the tiny run's is not)
+    m = {
+        ("lsa/Ltr100", "pop_excess_mean", 0): floor * (floor_factor + 0.01 * SPREAD),
+        ("lsa/Ltr100", "te_excess_mean", 5000): 0.3 + 0.001 * SPREAD,
+        ("lsa/Ltr100", "test_loss", None): 0.5,
+    }  # trained: test MSE below the zero predictor's (the tiny run's is not)
     arrays = {}
     refs = {T: alpha_star_T(T, APP_H) for T in (1, 50)}
     two = two_param_stationary(APP_H, 50, *two_param_init(APP_H, 50))
@@ -98,9 +129,19 @@ def test_each_group_holds_and_fails_on_chosen_measurements(tiny, s2):
     exp = IclLsaVsLca()
     good = s2.groups(exp.analyse(cfg, _patch(s2, run, cfg, floor_factor=1.2, lca_excess=1e-3, param_scale=1.0)))
     bad = s2.groups(exp.analyse(cfg, _patch(s2, run, cfg, floor_factor=0.25, lca_excess=0.25, param_scale=1.5)))
-    assert set(s2.rows(good["lca-orders-below-lsa"])) == {"one/T50/Ltr100", "one/T50/pop", "two/T50/Ltr100", "two/T50/pop"}
-    for gid in ("lsa-bounded-away-from-bayes", "lca-orders-below-lsa", "error-decreases-with-depth",
-                "one-param-converges-to-minimiser", "two-param-converges-to-stationary-point"):
+    assert set(s2.rows(good["lca-orders-below-lsa"])) == {
+        "one/T50/Ltr100",
+        "one/T50/pop",
+        "two/T50/Ltr100",
+        "two/T50/pop",
+    }
+    for gid in (
+        "lsa-bounded-away-from-bayes",
+        "lca-orders-below-lsa",
+        "error-decreases-with-depth",
+        "one-param-converges-to-minimiser",
+        "two-param-converges-to-stationary-point",
+    ):
         assert good[gid].verdict == "holds", (gid, [r.describe() for r in good[gid].rows])
         assert bad[gid].verdict == "fails", (gid, [r.describe() for r in bad[gid].rows])
 
@@ -108,10 +149,16 @@ def test_each_group_holds_and_fails_on_chosen_measurements(tiny, s2):
 def test_the_references_replicate_spread_widens_the_interval(tiny, s2):
     cfg, run = tiny
     exp = IclLsaVsLca()
-    narrow = s2.rows(s2.groups(exp.analyse(cfg, _patch(s2, run, cfg, floor_factor=1.2, lca_excess=1e-3, param_scale=1.06)))
-                     ["one-param-converges-to-minimiser"])["Ltr100/T50"]
-    wide = s2.rows(s2.groups(exp.analyse(cfg, _patch(s2, run, cfg, floor_factor=1.2, lca_excess=1e-3, param_scale=1.06,
-                                                     ref_spread=0.05)))["one-param-converges-to-minimiser"])["Ltr100/T50"]
+    narrow = s2.rows(
+        s2.groups(exp.analyse(cfg, _patch(s2, run, cfg, floor_factor=1.2, lca_excess=1e-3, param_scale=1.06)))[
+            "one-param-converges-to-minimiser"
+        ]
+    )["Ltr100/T50"]
+    wide = s2.rows(
+        s2.groups(
+            exp.analyse(cfg, _patch(s2, run, cfg, floor_factor=1.2, lca_excess=1e-3, param_scale=1.06, ref_spread=0.05))
+        )["one-param-converges-to-minimiser"]
+    )["Ltr100/T50"]
     # 6 % off the reference, tolerance 5 %: a sharp reference says fails, a reference known to ±5 % cannot
     assert narrow.verdict == "fails"
     assert wide.verdict == "not resolved" and wide.interval.half_width > 5 * narrow.interval.half_width
@@ -123,7 +170,9 @@ def test_a_parameter_still_moving_or_one_member_far_off_is_not_a_verdict(tiny, s
     base = _patch(s2, run, cfg, floor_factor=1.2, lca_excess=1e-3, param_scale=1.0)
     moving = dict(base._m)
     moving[("one/T50/pop", "alpha", 40)] = 2 * alpha_star_T(50, APP_H)  # the last logged alpha still far away
-    row = s2.rows(s2.groups(exp.analyse(cfg, s2.Patched(run, moving, base._a)))["one-param-converges-to-minimiser"])["pop/T50"]
+    row = s2.rows(s2.groups(exp.analyse(cfg, s2.Patched(run, moving, base._a)))["one-param-converges-to-minimiser"])[
+        "pop/T50"
+    ]
     assert row.verdict == "not resolved" and "still moving" in row.reason
     wide = dict(base._m)
     wide[("lsa/Ltr100", "pop_excess_mean", 0)] = np.array([0.05, 0.5, 0.5])

@@ -26,8 +26,9 @@ def _closed_form(st, T: int, alpha: float, beta: float) -> np.ndarray:
     """Per-prompt (y_hat - y^Bayes)^2 of the tied LCA_T from F_0 = 0, written from Eq. C.2 directly:
     y_hat = sum_k a_k alpha sum_{j<T} (1 + beta lambda_k)^j on the eigen-decomposition of Lambda_hat."""
     lam, U = np.linalg.eigh(st.gram[0].numpy())
-    a = np.einsum("nkd,nd->nk", U.transpose(0, 2, 1), st.c[0].numpy()) * np.einsum("nkd,nd->nk", U.transpose(0, 2, 1),
-                                                                                     st.x_query[0].numpy())
+    a = np.einsum("nkd,nd->nk", U.transpose(0, 2, 1), st.c[0].numpy()) * np.einsum(
+        "nkd,nd->nk", U.transpose(0, 2, 1), st.x_query[0].numpy()
+    )
     s = sum((1 + beta * lam) ** j for j in range(T))
     return ((a * alpha * s).sum(-1) - st.bayes[0].numpy()) ** 2
 
@@ -39,7 +40,8 @@ def test_the_tied_excess_is_the_closed_form_of_eq_c2():
     assert got[0] == pytest.approx(_closed_form(st, 4, 0.1, -0.05), rel=1e-9)
     assert ref.tied_excess(st, 4, [0.2])[0].numpy() == pytest.approx(_closed_form(st, 4, 0.2, -0.2), rel=1e-9)
     assert ref.predict_unit(st, 4, [-0.1])[0].numpy() == pytest.approx(
-        predict(_two(0.999999999, -0.1), st)[0].detach().numpy() / 0.999999999, rel=1e-8)
+        predict(_two(0.999999999, -0.1), st)[0].detach().numpy() / 0.999999999, rel=1e-8
+    )
 
 
 def _two(a: float, b: float) -> LCA:
@@ -53,7 +55,9 @@ def test_finite_context_minimisers_minimise_the_monte_carlo_loss_and_tend_to_alp
     monkeypatch.setenv("TDLAB_CACHE", str(tmp_path))
     T = 4
     start = {T: (alpha_star_T(T, TASK), -alpha_star_T(T, TASK))}
-    r = ref.finite_context_minimisers(TASK, (1, T), 30, n_prompts=3000, seed=1, one_param_start=0.1, two_param_starts=start)
+    r = ref.finite_context_minimisers(
+        TASK, (1, T), 30, n_prompts=3000, seed=1, one_param_start=0.1, two_param_starts=start
+    )
     st = _stats(3000, 30, 1)
 
     def f(al: float, be: float) -> float:  # the same Monte-Carlo loss, from the closed form
@@ -66,14 +70,23 @@ def test_finite_context_minimisers_minimise_the_monte_carlo_loss_and_tend_to_alp
     # cached: the same answer from disk, without sampling
     assert len(list((tmp_path / "icl_reference").glob("tied-*.json"))) == 1
     monkeypatch.setattr(ref, "sample_stats", lambda *a, **k: (_ for _ in ()).throw(AssertionError("resampled")))
-    assert ref.finite_context_minimisers(TASK, (1, T), 30, n_prompts=3000, seed=1, one_param_start=0.1,
-                                      two_param_starts=start)["one"][T] == al
+    assert (
+        ref.finite_context_minimisers(
+            TASK, (1, T), 30, n_prompts=3000, seed=1, one_param_start=0.1, two_param_starts=start
+        )["one"][T]
+        == al
+    )
     monkeypatch.undo()
     # replicate draws: their spread is the reference's Monte-Carlo error; a long context approaches alpha*_T while
     # L = 30 is resolvably not the limit
-    draws = lambda L, n: np.array([ref.finite_context_minimisers(TASK, (T,), L, n_prompts=n, seed=s, one_param_start=0.1,
-                                                                    use_cache=False)["one"][T]  # noqa: E731
-                                   for s in range(4)])
+    draws = lambda L, n: np.array(
+        [
+            ref.finite_context_minimisers(TASK, (T,), L, n_prompts=n, seed=s, one_param_start=0.1, use_cache=False)[
+                "one"
+            ][T]
+            for s in range(4)
+        ]
+    )
     far, near = draws(1000, 1000), draws(30, 3000)
     se = lambda x: x.std(ddof=1) / np.sqrt(x.size)  # noqa: E731
     assert abs(far.mean() - alpha_star_T(T, TASK)) < 4 * se(far) + 0.01 * alpha_star_T(T, TASK)

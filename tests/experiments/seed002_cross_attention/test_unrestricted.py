@@ -11,7 +11,10 @@ import torch
 
 from tdlab.experiments.base import init_arm
 from tdlab.experiments.seed002_cross_attention.unrestricted import (
-    MOVED, IclUnrestricted, whitening_by_layer, whitening_from_stats,
+    MOVED,
+    IclUnrestricted,
+    whitening_by_layer,
+    whitening_from_stats,
 )
 from tdlab.models.linear_attention import LCA
 from tdlab.tasks.multimodal import MultiModalPrompts
@@ -38,24 +41,47 @@ def test_whitening_from_statistics_equals_the_raw_diagnostic():
 
 @pytest.fixture(scope="module")
 def tiny(s2):
-    over = ["depth=3", "sigmas=[0.1,0.01]", "params=[untied, full]", "train.prompts=32", "train.steps=5", "train.eval_prompts=8",
-            "whitening_prompts=16", "whitening_contexts=[50]", "claims.whitening_bootstrap=20", "claims.reference_prompts=4096",
-            "claims.reference_draws=3"]
+    over = [
+        "depth=3",
+        "sigmas=[0.1,0.01]",
+        "params=[untied, full]",
+        "train.prompts=32",
+        "train.steps=5",
+        "train.eval_prompts=8",
+        "whitening_prompts=16",
+        "whitening_contexts=[50]",
+        "claims.whitening_bootstrap=20",
+        "claims.reference_prompts=4096",
+        "claims.reference_draws=3",
+    ]
     return s2.run_tiny(IclUnrestricted(), over)
 
 
 def test_the_reference_is_the_untied_optimum_of_the_setting(tiny, s2):
     cfg, run = tiny
     a = IclUnrestricted().analyse(cfg, run)
-    assert [g.id for g in a.paper] == ["projections-cluster-around-alpha-star", "whitening-decreases-with-layer",
-                                       "whitening-last-below-first"]
-    draws = run.metrics().query("arm == 'reference/untied' and name == 'alpha'").groupby("member")["value"].mean().to_numpy()
+    assert [g.id for g in a.paper] == [
+        "projections-cluster-around-alpha-star",
+        "whitening-decreases-with-layer",
+        "whitening-last-below-first",
+    ]
+    draws = (
+        run.metrics()
+        .query("arm == 'reference/untied' and name == 'alpha'")
+        .groupby("member")["value"]
+        .mean()
+        .to_numpy()
+    )
     row = s2.rows(s2.groups(a)["projections-cluster-around-alpha-star"])["untied/sigma0.01/alpha"]
     assert row.reference.n == 3 and sorted(row.reference.values) == pytest.approx(sorted(draws))
     assert row.expected == pytest.approx(draws.mean()) and abs(row.expected - A_STAR) > 0.05 * A_STAR  # not alpha*
     assert all(g < 1e-4 for g in a.measurements["untied_optimum"]["grad_norm"])  # each draw at a stationary point
     assert {r.id.split("/", 1)[1]: r.provenance for r in s2.groups(a)["whitening-decreases-with-layer"].rows} == {
-        "untied/sigma0.1": "seed", "full/sigma0.1": "seed", "untied/sigma0.01": "ours", "full/sigma0.01": "ours"}
+        "untied/sigma0.1": "seed",
+        "full/sigma0.1": "seed",
+        "untied/sigma0.01": "ours",
+        "full/sigma0.01": "ours",
+    }
 
 
 def _patch(s2, run, cfg, a, good: dict[str, bool], *, far: float = 1.0):

@@ -58,8 +58,11 @@ def make_grid_run(tmp_path) -> Callable[..., object]:
                 rows, train = [], []
                 for m in range(cfg.members):
                     gap = gap_of(family, k, depth, heads, m)
-                    rows += [(200, m, "probe_loss", est[k] + gap), (200, m, "match_score_last", 0.7),
-                             (200, m, "match_chance_last", 0.4)]
+                    rows += [
+                        (200, m, "probe_loss", est[k] + gap),
+                        (200, m, "match_score_last", 0.7),
+                        (200, m, "match_chance_last", 0.4),
+                    ]
                     rows += [(200, m, f"est_loss_order{j}", v) for j, v in enumerate(est)]
                     for s in GRID_STEPS:
                         if arm in untrained:

@@ -12,7 +12,12 @@ import torch
 
 from tdlab.claims import Measurements
 from tdlab.experiments.seed003_attention_markov.estimator_stage import (
-    PAST_LOWER_ORDER, estimator_losses, record_stage, stage_bound, stage_leaves_room)
+    PAST_LOWER_ORDER,
+    estimator_losses,
+    record_stage,
+    stage_bound,
+    stage_leaves_room,
+)
 from tdlab.tasks.markov_kth import InContextMarkov
 
 

@@ -13,22 +13,37 @@ import pytest
 
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
-from tdlab.experiments.seed003_attention_markov.icl_depth import MarkovICLDepth, cell_arm, pe_model, probe_arm, provenance
+from tdlab.experiments.seed003_attention_markov.icl_depth import (
+    MarkovICLDepth,
+    cell_arm,
+    pe_model,
+    probe_arm,
+    provenance,
+)
 from tdlab.runs import RunWriter
 
 EXP = MarkovICLDepth()
-CELLS = ("cells=[[1, 1, absolute], [1, 2, absolute], [2, 2, relative], [2, 3, relative], [2, 3, absolute], "
-         "[2, 2, both]]")
+CELLS = "cells=[[1, 1, absolute], [1, 2, absolute], [2, 2, relative], [2, 3, relative], [2, 3, absolute], [2, 2, both]]"
 # Estimator losses (orders 0..k) on the probe sequences, per k (T = 128): the gap between the top two
 # orders is ~0.06 nats, so the stage (share 0.25) lies 0.045–0.05 nats above the order-k estimator.
 EST = {1: [0.582, 0.518], 2: [0.625, 0.581, 0.518]}
 STEPS = [0, 1000, 1800, 1900, 2000]
-GROUPS = ["one-layer-does-not-reach-estimator", "one-layer-gap-exceeds-two-layers", "two-layers-reach-order-1-estimator",
-          "three-layers-reach-order-k-estimator"]
+GROUPS = [
+    "one-layer-does-not-reach-estimator",
+    "one-layer-gap-exceeds-two-layers",
+    "two-layers-reach-order-1-estimator",
+    "three-layers-reach-order-k-estimator",
+]
 
 
-def synthetic_run(tmp_path, cfg, gaps: dict[str, float], spread: dict[str, list[float]] | None = None,
-                  falling: set[str] = frozenset(), untrained: set[str] = frozenset()):
+def synthetic_run(
+    tmp_path,
+    cfg,
+    gaps: dict[str, float],
+    spread: dict[str, list[float]] | None = None,
+    falling: set[str] = frozenset(),
+    untrained: set[str] = frozenset(),
+):
     """Probe metrics with each member's gap = ``gaps[arm]`` + 0.001·member (or ``spread[arm][member]``),
     and trainer curves whose gap to ``test_loss@bayes`` ends at the same value: flat over the last 10% of
     training, or still falling by 0.05 nats there for arms in ``falling``; arms in ``untrained`` end
@@ -66,8 +81,14 @@ def analyse(cfg, run):
 # Measured gaps: 1 layer +0.03 (k = 1: past the order-0 stage, short of the estimator), 2 layers +0.004;
 # k = 2: 3 layers relative +0.007, absolute +0.001; 2 layers relative-bias +0.066 (short of the order-2
 # stage: a measurement, no claim), both +0.003.
-FAITHFUL = {"k1/L1/absolute": 0.03, "k1/L2/absolute": 0.004, "k2/L2/relative": 0.066,
-            "k2/L3/relative": 0.007, "k2/L3/absolute": 0.001, "k2/L2/both": 0.003}
+FAITHFUL = {
+    "k1/L1/absolute": 0.03,
+    "k1/L2/absolute": 0.004,
+    "k2/L2/relative": 0.066,
+    "k2/L3/relative": 0.007,
+    "k2/L3/absolute": 0.001,
+    "k2/L2/both": 0.003,
+}
 
 
 def test_measured_gaps_hold_every_group(tmp_path):
@@ -75,9 +96,13 @@ def test_measured_gaps_hold_every_group(tmp_path):
     a, groups, rows = analyse(cfg, synthetic_run(tmp_path, cfg, FAITHFUL))
     assert [g.id for g in a.groups] == GROUPS and all(g.kind == "paper" for g in a.groups)
     assert {gid: g.verdict for gid, g in groups.items()} == dict.fromkeys(GROUPS, "holds")
-    assert set(rows) == {"one-layer-does-not-reach-estimator/absolute", "one-layer-gap-exceeds-two-layers/absolute",
-                         "two-layers-reach-order-1-estimator/absolute", "three-layers-reach-order-k-estimator/k2/relative",
-                         "three-layers-reach-order-k-estimator/k2/absolute"}
+    assert set(rows) == {
+        "one-layer-does-not-reach-estimator/absolute",
+        "one-layer-gap-exceeds-two-layers/absolute",
+        "two-layers-reach-order-1-estimator/absolute",
+        "three-layers-reach-order-k-estimator/k2/relative",
+        "three-layers-reach-order-k-estimator/k2/absolute",
+    }
     two = rows["two-layers-reach-order-1-estimator/absolute"]
     assert two.measured.values == pytest.approx([0.004, 0.005, 0.006])
     assert two.stage == "past-order-(k-1)-estimator" and two.measured.drift == pytest.approx(0.0, abs=1e-12)
@@ -88,21 +113,31 @@ def test_measured_gaps_hold_every_group(tmp_path):
     assert rows["three-layers-reach-order-k-estimator/k2/absolute"].provenance == "ours"
     assert "the theorem's relative PE" in rows["three-layers-reach-order-k-estimator/k2/relative"].statement
     assert "states no PE for k = 1" in two.statement and two.provenance == "seed"
-    assert [provenance(1, pe) for pe in ("absolute", "relative", "relative-kv", "both", "both-kv")] == \
-        ["seed", "seed", "seed", "ours", "ours"]
+    assert [provenance(1, pe) for pe in ("absolute", "relative", "relative-kv", "both", "both-kv")] == [
+        "seed",
+        "seed",
+        "seed",
+        "ours",
+        "ours",
+    ]
     cells = a.measurements["cells"]
     assert cells["k2/L2/relative"]["gap_vs_lower_order"]["order1"][0] == pytest.approx(0.003)
     assert cells["k2/L2/relative"]["past_lower_order"] == [False] * 3
     assert cells["k1/L2/absolute"]["match_ratio_last_layer"] == [2.0, 2.0, 2.0]
     assert cells["k1/L2/absolute"]["eval_gap_final"] == pytest.approx([0.004, 0.005, 0.006])
-    assert "| 2 | 2 | — | +0.0670 ± 0.0008 (vs order-1 +0.004) | +0.0040 ± 0.0008 (vs order-1 -0.059) |" in a.measurements["gap_table"]
+    assert (
+        "| 2 | 2 | — | +0.0670 ± 0.0008 (vs order-1 +0.004) | +0.0040 ± 0.0008 (vs order-1 -0.059) |"
+        in a.measurements["gap_table"]
+    )
     assert any("2 layers, k=2, relative PE (measured, not a claim" in n for n in a.notes)
 
 
 def test_contradicting_gaps_fail_every_group(tmp_path):
     cfg = EXP.make_config("quick", [CELLS], members=3)
     # past their stages (gap < 0.048 / 0.047 above the order-k estimator) but contradicting the talk
-    bad = dict(FAITHFUL, **{"k1/L1/absolute": 0.005, "k1/L2/absolute": 0.04, "k2/L3/relative": 0.04, "k2/L3/absolute": 0.04})
+    bad = dict(
+        FAITHFUL, **{"k1/L1/absolute": 0.005, "k1/L2/absolute": 0.04, "k2/L3/relative": 0.04, "k2/L3/absolute": 0.04}
+    )
     _, groups, rows = analyse(cfg, synthetic_run(tmp_path, cfg, bad))
     assert {gid: g.verdict for gid, g in groups.items()} == dict.fromkeys(GROUPS, "fails")
     assert all(r.verdict == "fails" for r in rows.values()), [r.describe() for r in rows.values()]
@@ -111,8 +146,14 @@ def test_contradicting_gaps_fail_every_group(tmp_path):
 def test_an_arm_short_of_its_stage_is_not_evaluable_never_failing(tmp_path):
     # Every cell at its order-(k−1) plateau (the quick depth-linear runs: gap ≈ the whole order gap).
     cfg = EXP.make_config("quick", [CELLS], members=3)
-    plateau = {"k1/L1/absolute": 0.06, "k1/L2/absolute": 0.06, "k2/L2/relative": 0.06, "k2/L3/relative": 0.06,
-               "k2/L3/absolute": 0.06, "k2/L2/both": 0.06}
+    plateau = {
+        "k1/L1/absolute": 0.06,
+        "k1/L2/absolute": 0.06,
+        "k2/L2/relative": 0.06,
+        "k2/L3/relative": 0.06,
+        "k2/L3/absolute": 0.06,
+        "k2/L2/both": 0.06,
+    }
     _, groups, rows = analyse(cfg, synthetic_run(tmp_path, cfg, plateau))
     assert {gid: g.verdict for gid, g in groups.items()} == dict.fromkeys(GROUPS, "not evaluable")
     for rid, r in rows.items():
@@ -137,14 +178,22 @@ def test_one_layer_as_good_as_two_fails_the_depth_comparison(tmp_path):
 def test_disagreeing_members_or_a_moving_end_are_not_resolved(tmp_path):
     cfg = EXP.make_config("quick", ["cells=[[1, 1, absolute], [1, 2, absolute]]"], members=3)
     # Two-layer members at 0.0, 0.02, 0.04: the mean's interval straddles the tolerance.
-    run = synthetic_run(tmp_path / "a", cfg, {"k1/L1/absolute": 0.05, "k1/L2/absolute": 0.0},
-                        spread={"k1/L2/absolute": [0.0, 0.02, 0.04]})
+    run = synthetic_run(
+        tmp_path / "a",
+        cfg,
+        {"k1/L1/absolute": 0.05, "k1/L2/absolute": 0.0},
+        spread={"k1/L2/absolute": [0.0, 0.02, 0.04]},
+    )
     _, groups, rows = analyse(cfg, run)
     assert rows["two-layers-reach-order-1-estimator/absolute"].verdict == "not resolved"
     # Within tolerance at the end, but the gap still falls by 0.05 nats over the last 10%: not resolved;
     # the same for the 1-layer row (its own tolerance is 0: the drift is judged against the reach tolerance).
-    run = synthetic_run(tmp_path / "b", cfg, {"k1/L1/absolute": 0.03, "k1/L2/absolute": 0.004},
-                        falling={"k1/L1/absolute", "k1/L2/absolute"})
+    run = synthetic_run(
+        tmp_path / "b",
+        cfg,
+        {"k1/L1/absolute": 0.03, "k1/L2/absolute": 0.004},
+        falling={"k1/L1/absolute", "k1/L2/absolute"},
+    )
     _, groups, rows = analyse(cfg, run)
     for rid in ("two-layers-reach-order-1-estimator/absolute", "one-layer-does-not-reach-estimator/absolute"):
         assert rows[rid].verdict == "not resolved" and "still moving" in rows[rid].reason, rows[rid].describe()
@@ -184,17 +233,33 @@ def test_quick_profile_and_positional_encoding_axis():
 
 
 def test_tiny_end_to_end_run(tmp_path):
-    cfg = EXP.make_config("quick", ["cells=[[1, 1, absolute], [2, 3, relative-kv]]", "model.d=8", "train.steps=3",
-                                    "train.seq_len=16", "train.batch=4", "train.eval_every=3", "train.eval_batches=1",
-                                    "probe.sequences=16", "probe.batch=8", "probe.attention_sequences=8", "probe.map_len=10"],
-                          members=2)
+    cfg = EXP.make_config(
+        "quick",
+        [
+            "cells=[[1, 1, absolute], [2, 3, relative-kv]]",
+            "model.d=8",
+            "train.steps=3",
+            "train.seq_len=16",
+            "train.batch=4",
+            "train.eval_every=3",
+            "train.eval_batches=1",
+            "probe.sequences=16",
+            "probe.batch=8",
+            "probe.attention_sequences=8",
+            "probe.map_len=10",
+        ],
+        members=2,
+    )
     assert cfg.model.arch == "gpt2" and cfg.train.lr == 3e-3  # profile/overrides keep the class defaults
     run = execute(EXP, cfg, "quick", tmp_path, progress=False)
     s = run.summary
     assert s["status"] == "done"
     assert [g["id"] for g in s["claims"]] == GROUPS
     rows = {r["id"] for g in s["claims"] for r in g["rows"]}
-    assert rows == {"one-layer-does-not-reach-estimator/absolute", "three-layers-reach-order-k-estimator/k2/relative-kv"}
+    assert rows == {
+        "one-layer-does-not-reach-estimator/absolute",
+        "three-layers-reach-order-k-estimator/k2/relative-kv",
+    }
     assert set(s["arms"]) == {"k1/L1/absolute", "k2/L3/relative-kv"}  # probe arms are not training arms
     assert run.arrays("k2/L3/relative-kv")["blocks.0.attn.rel_k"].shape == (2, 17, 8)  # key/value embeddings trained
     cells = s["measurements"]["cells"]
@@ -209,10 +274,23 @@ def test_tiny_end_to_end_run(tmp_path):
 def test_cells_on_two_lanes_give_the_numbers_of_one_lane(tmp_path):
     from tdlab.train.lanes import limited_to
 
-    cfg = EXP.make_config("quick", ["cells=[[1, 1, absolute], [1, 2, absolute]]", "model.d=8", "train.steps=6",
-                                    "train.seq_len=16", "train.batch=4", "train.eval_every=3", "train.eval_batches=1",
-                                    "probe.sequences=16", "probe.batch=8", "probe.attention_sequences=8", "probe.map_len=10"],
-                          members=2)
+    cfg = EXP.make_config(
+        "quick",
+        [
+            "cells=[[1, 1, absolute], [1, 2, absolute]]",
+            "model.d=8",
+            "train.steps=6",
+            "train.seq_len=16",
+            "train.batch=4",
+            "train.eval_every=3",
+            "train.eval_batches=1",
+            "probe.sequences=16",
+            "probe.batch=8",
+            "probe.attention_sequences=8",
+            "probe.map_len=10",
+        ],
+        members=2,
+    )
     runs = {}
     for lanes in (1, 2):
         with limited_to(lanes):

@@ -36,9 +36,13 @@ def test_min_depths_are_discrete_and_censored():
 def log_depth(levels):
     """Attention-only reaches at 2 + log2(k) layers (2 for k = 1, 4 for k = 4), at its plateau below; with
     MLPs at 2 layers for k = 1 and 3 beyond, past the stage but short of the estimator below."""
+
     def gap(family, k, depth, heads, m):
         need = 2 + round(math.log2(k)) if family == "attn" else (2 if k == 1 else 3)
-        return (levels.reached if depth >= need else (levels.plateau(k) if family == "attn" else levels.past(k))) + 0.001 * m
+        return (
+            levels.reached if depth >= need else (levels.plateau(k) if family == "attn" else levels.past(k))
+        ) + 0.001 * m
+
     return gap
 
 
@@ -46,10 +50,16 @@ def test_planted_log_depth_holds_every_group(make_grid_run, levels):
     cfg = LIN.make_config("quick", K14, members=6)  # six members: the fewest an exact sign test decides with
     groups, rows, a = analyse(cfg, make_grid_run(LIN, cfg, log_depth(levels)))
     assert [g.id for g in a.groups] == GROUPS
-    assert {g: v.verdict for g, v in groups.items()} == dict.fromkeys(GROUPS, "holds"), [r.describe() for r in rows.values()]
-    assert set(rows) == {"attention-only-reaches-estimator/k1", "attention-only-reaches-estimator/k4",
-                         "attention-only-depth-grows-with-k/k4-vs-k1", "mlp-depth-stays-constant/k1",
-                         "mlp-depth-stays-constant/k4"}
+    assert {g: v.verdict for g, v in groups.items()} == dict.fromkeys(GROUPS, "holds"), [
+        r.describe() for r in rows.values()
+    ]
+    assert set(rows) == {
+        "attention-only-reaches-estimator/k1",
+        "attention-only-reaches-estimator/k4",
+        "attention-only-depth-grows-with-k/k4-vs-k1",
+        "mlp-depth-stays-constant/k1",
+        "mlp-depth-stays-constant/k4",
+    }
     grows = rows["attention-only-depth-grows-with-k/k4-vs-k1"]
     assert grows.measured.values == (4.0,) * 6 and grows.reference.values == (2.0,) * 6
     assert grows.measured.resolution == 1.0 and grows.paired and "sign test" in grows.reason
@@ -76,7 +86,9 @@ def test_planted_contradictions_fail_every_group(make_grid_run, levels):
         return levels.past(k) if k == 4 else (levels.reached if depth >= 2 else levels.plateau(k))
 
     groups, rows, _ = analyse(cfg, make_grid_run(LIN, cfg, bad))
-    assert {g: v.verdict for g, v in groups.items()} == dict.fromkeys(GROUPS, "fails"), [r.describe() for r in rows.values()]
+    assert {g: v.verdict for g, v in groups.items()} == dict.fromkeys(GROUPS, "fails"), [
+        r.describe() for r in rows.values()
+    ]
     assert rows["attention-only-reaches-estimator/k1"].verdict == "holds"
     assert rows["attention-only-depth-grows-with-k/k4-vs-k1"].p_fail == pytest.approx(2 / 64)
 
@@ -135,7 +147,14 @@ def test_configs_models_and_bad_input():
     cfg = LIN.make_config("quick")
     assert [c for c in cfg.grid() if c[0] == "attn"] == [("attn", k, d, 1) for k in (1, 2) for d in (1, 2, 3)]
     m = cfg.cell_model("attn", 3, 1)
-    assert (m.layers, m.mlp, m.norm_placement, m.has_final_norm, m.positions, m.rel_encoding) == (3, False, "none", False, "relative", "kv")
+    assert (m.layers, m.mlp, m.norm_placement, m.has_final_norm, m.positions, m.rel_encoding) == (
+        3,
+        False,
+        "none",
+        False,
+        "relative",
+        "kv",
+    )
     m = cfg.cell_model("mlp", 2, 1)
     assert (m.mlp, m.norm_placement, m.max_len) == (True, "pre", cfg.train.seq_len)
     paper = LIN.make_config("paper")
@@ -147,14 +166,40 @@ def test_configs_models_and_bad_input():
 
 
 def test_tiny_end_to_end_run(tmp_path):
-    cfg = LIN.make_config("quick", ["train.steps=2", "train.eval_every=2", "train.eval_batches=1", "train.batch=4",
-                                    "train.seq_len=12", "probe.sequences=8", "probe.attention_sequences=4", "model.d=8",
-                                    "ks=[1, 2]", "depths=[1, 2]", "mlp_depths=[1]"], members=2)
+    cfg = LIN.make_config(
+        "quick",
+        [
+            "train.steps=2",
+            "train.eval_every=2",
+            "train.eval_batches=1",
+            "train.batch=4",
+            "train.seq_len=12",
+            "probe.sequences=8",
+            "probe.attention_sequences=4",
+            "model.d=8",
+            "ks=[1, 2]",
+            "depths=[1, 2]",
+            "mlp_depths=[1]",
+        ],
+        members=2,
+    )
     run = execute(LIN, cfg, "quick", tmp_path, progress=False)
     s = run.summary
     assert s["status"] == "done" and [g["id"] for g in s["claims"]] == GROUPS
-    assert set(s["arms"]) == {"attn/k1/L1/H1", "attn/k1/L2/H1", "attn/k2/L1/H1", "attn/k2/L2/H1", "mlp/k1/L1/H1", "mlp/k2/L1/H1"}
+    assert set(s["arms"]) == {
+        "attn/k1/L1/H1",
+        "attn/k1/L2/H1",
+        "attn/k2/L1/H1",
+        "attn/k2/L2/H1",
+        "mlp/k1/L1/H1",
+        "mlp/k2/L1/H1",
+    }
     assert "blocks.1.mlp.W_1.weight" not in run.arrays("attn/k1/L2/H1")  # attention-only
     m = run.metrics()
-    assert set(m[m.arm == "attn/k2/L1/H1/probe"].name) >= {"est_loss_order0", "est_loss_order1", "est_loss_order2", "probe_loss"}
+    assert set(m[m.arm == "attn/k2/L1/H1/probe"].name) >= {
+        "est_loss_order0",
+        "est_loss_order1",
+        "est_loss_order2",
+        "probe_loss",
+    }
     assert len(s["figures"]) == 2

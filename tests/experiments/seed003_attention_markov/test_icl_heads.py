@@ -35,6 +35,7 @@ def test_planted_numbers_hold_and_fail(make_grid_run, levels):
 
     def bad(family, k, depth, heads, m):  # one head per layer past its stage but short; four heads reach
         return levels.past(k) + 0.001 * m if heads == 1 else levels.reached
+
     groups, rows, _ = analyse(cfg, make_grid_run(HEADS, cfg, bad, sub="bad"))
     assert {g: v.verdict for g, v in groups.items()} == dict.fromkeys(GROUPS, "fails")
 
@@ -52,6 +53,7 @@ def test_a_one_head_cell_at_its_plateau_is_not_evaluable(make_grid_run, levels):
 
     def one_head_behind(family, k, depth, heads, m):  # four heads reach, one head still at the plateau
         return levels.plateau(k) if heads == 1 else levels.reached
+
     groups, rows, _ = analyse(cfg, make_grid_run(HEADS, cfg, one_head_behind, sub="behind"))
     r = rows["more-heads-not-needed-at-depth-3/k1"]
     assert r.verdict == "not evaluable" and "mlp/k1/L3/H1 members [0, 1, 2]" in r.reason
@@ -65,9 +67,23 @@ def test_configs_and_bad_input():
 
 
 def test_tiny_end_to_end_run(tmp_path):
-    cfg = HEADS.make_config("quick", ["train.steps=2", "train.eval_every=2", "train.eval_batches=1", "train.batch=4",
-                                      "train.seq_len=12", "probe.sequences=8", "probe.attention_sequences=4", "model.d=8",
-                                      "ks=[1]", "depths=[3]", "heads=[1, 2]"], members=2)
+    cfg = HEADS.make_config(
+        "quick",
+        [
+            "train.steps=2",
+            "train.eval_every=2",
+            "train.eval_batches=1",
+            "train.batch=4",
+            "train.seq_len=12",
+            "probe.sequences=8",
+            "probe.attention_sequences=4",
+            "model.d=8",
+            "ks=[1]",
+            "depths=[3]",
+            "heads=[1, 2]",
+        ],
+        members=2,
+    )
     run = execute(HEADS, cfg, "quick", tmp_path, progress=False)
     s = run.summary
     assert s["status"] == "done" and [g["id"] for g in s["claims"]] == GROUPS

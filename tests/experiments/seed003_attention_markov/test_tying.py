@@ -10,15 +10,21 @@ import math
 
 import pytest
 
-from tdlab.experiments.seed003_attention_markov.tying import MarkovTying, chain_tag, normalised_position
 from tdlab.experiments.runner import execute, rebuild
+from tdlab.experiments.seed003_attention_markov.tying import MarkovTying, chain_tag, normalised_position
 from tdlab.runs import RunWriter
 from tdlab.tasks.markov import entropy_rate, marginal_entropy, stationary
 from tdlab.theory import markov_tying as th
 
 EXP = MarkovTying()
-OVERRIDES = ["landscape.chains=[[0.5, 0.8], [0.2, 0.3]]", "landscape.dims=[2, 3]", "landscape.others=[zero]",
-             "grid=[[0.5, 0.8], [0.2, 0.3], [0.5, 0.5]]", "train.steps=600", "train.eval_every=100"]
+OVERRIDES = [
+    "landscape.chains=[[0.5, 0.8], [0.2, 0.3]]",
+    "landscape.dims=[2, 3]",
+    "landscape.others=[zero]",
+    "grid=[[0.5, 0.8], [0.2, 0.3], [0.5, 0.5]]",
+    "train.steps=600",
+    "train.eval_every=100",
+]
 STEPS = list(range(0, 601, 100))
 ABOVE, BELOW = chain_tag(0.5, 0.8), chain_tag(0.2, 0.3)
 
@@ -51,10 +57,16 @@ def synthetic_run(tmp_path, cfg, curves=faithful_curves, landscape=None):
             for d in ls.dims:
                 P = 50 + 10 * d
                 spec = th.theta_pi_spectrum(p, q, d, tied, P)
-                vals = {"loss": marginal_entropy(p, q), "grad_max": 1e-17, "eig_min": float(spec[0]), "eig_max": float(spec[-1]),
-                        "num_params": P, "probe_random": 0.0 if tied and c > 0 else 1e-7,
-                        "probe_bottom": 0.0 if tied and c > 0 else -abs(c) * ls.radius**2 / 2 * (2 if tied else 1),
-                        "spectrum_err": 1e-16}
+                vals = {
+                    "loss": marginal_entropy(p, q),
+                    "grad_max": 1e-17,
+                    "eig_min": float(spec[0]),
+                    "eig_max": float(spec[-1]),
+                    "num_params": P,
+                    "probe_random": 0.0 if tied and c > 0 else 1e-7,
+                    "probe_bottom": 0.0 if tied and c > 0 else -abs(c) * ls.radius**2 / 2 * (2 if tied else 1),
+                    "spectrum_err": 1e-16,
+                }
                 if landscape is not None:
                     vals = landscape(chain_tag(p, q), t, dict(vals))
                 rows[f"landscape/{chain_tag(p, q)}/{t}/zero/d{d}"] = [(0, 0, k, v) for k, v in vals.items()]
@@ -97,23 +109,35 @@ def test_faithful_metrics_hold_every_group(tmp_path, cfg6):
     a = EXP.analyse(cfg6, synthetic_run(tmp_path, cfg6))
     g = groups_of(a)
     assert [x.id for x in a.groups if x.kind == "paper"] == [
-        "theta-pi-stationary", "tied-theta-pi-local-minimum", "theta-pi-saddle", "tied-leaves-plateau-later",
-        "below-line-reaches-entropy-rate"]
+        "theta-pi-stationary",
+        "tied-theta-pi-local-minimum",
+        "theta-pi-saddle",
+        "tied-leaves-plateau-later",
+        "below-line-reaches-entropy-rate",
+    ]
     assert [x.id for x in a.groups if x.kind == "sanity"] == ["theta-pi-loss-is-H(pi)", "theta-pi-canonical-spectrum"]
     assert all(x.verdict == "holds" for x in a.groups), [r.describe() for r in rows_of(a).values() if not r.holds]
     r = rows_of(a)
-    assert set(r) >= {f"theta-pi-stationary/{ABOVE}", f"tied-theta-pi-local-minimum/{ABOVE}/hessian-psd",
-                      f"tied-theta-pi-local-minimum/{ABOVE}/no-descent-direction",
-                      f"theta-pi-saddle/{ABOVE}/untied/hessian-negative", f"theta-pi-saddle/{BELOW}/tied/hessian-negative",
-                      f"theta-pi-saddle/{BELOW}/untied/descent-direction",
-                      f"tied-leaves-plateau-later/{ABOVE}", f"below-line-reaches-entropy-rate/{BELOW}/tied",
-                      f"below-line-reaches-entropy-rate/{BELOW}/untied"}
+    assert set(r) >= {
+        f"theta-pi-stationary/{ABOVE}",
+        f"tied-theta-pi-local-minimum/{ABOVE}/hessian-psd",
+        f"tied-theta-pi-local-minimum/{ABOVE}/no-descent-direction",
+        f"theta-pi-saddle/{ABOVE}/untied/hessian-negative",
+        f"theta-pi-saddle/{BELOW}/tied/hessian-negative",
+        f"theta-pi-saddle/{BELOW}/untied/descent-direction",
+        f"tied-leaves-plateau-later/{ABOVE}",
+        f"below-line-reaches-entropy-rate/{BELOW}/tied",
+        f"below-line-reaches-entropy-rate/{BELOW}/untied",
+    }
     # no local-minimum row for the p+q<1 chain: the closed form makes it a saddle there
     assert not any(k.startswith(f"tied-theta-pi-local-minimum/{BELOW}") for k in r)
     assert all(x.measured.deterministic for x in g["theta-pi-stationary"].rows + g["theta-pi-saddle"].rows)
     # the theorem's hypothesis is p+q>1: the control's rows are ours, the Fig. 4 chain's the seed's; the talk's
     # saddle is the untied one above the line
-    assert r[f"theta-pi-stationary/{BELOW}"].provenance == "ours" and r[f"theta-pi-stationary/{ABOVE}"].provenance == "seed"
+    assert (
+        r[f"theta-pi-stationary/{BELOW}"].provenance == "ours"
+        and r[f"theta-pi-stationary/{ABOVE}"].provenance == "seed"
+    )
     assert r[f"theta-pi-saddle/{ABOVE}/untied/hessian-negative"].provenance == "seed"
     assert r[f"theta-pi-saddle/{BELOW}/tied/hessian-negative"].provenance == "ours"
     assert all(x.horizon == "static" for x in g["theta-pi-saddle"].rows)
@@ -142,17 +166,38 @@ def test_three_members_never_decide_the_direction(tmp_path, cfg):
     assert later.verdict == "not resolved" and later.cause == "members" and later.p_hold == pytest.approx(0.25)
 
 
-@pytest.mark.parametrize("group,row,change", [
-    ("theta-pi-loss-is-H(pi)", ABOVE, lambda tag, t, v: {**v, "loss": v["loss"] + 1e-6} if tag == ABOVE else v),
-    ("theta-pi-canonical-spectrum", f"{ABOVE}/untied", lambda tag, t, v: {**v, "spectrum_err": 1e-5} if t == "untied" else v),
-    ("theta-pi-stationary", ABOVE, lambda tag, t, v: {**v, "grad_max": 1e-4} if tag == ABOVE else v),
-    ("tied-theta-pi-local-minimum", f"{ABOVE}/hessian-psd", lambda tag, t, v: {**v, "eig_min": -0.01} if t == "tied" else v),
-    ("tied-theta-pi-local-minimum", f"{ABOVE}/no-descent-direction",
-     lambda tag, t, v: {**v, "probe_random": -1e-6} if t == "tied" else v),
-    ("theta-pi-saddle", f"{ABOVE}/untied/hessian-negative", lambda tag, t, v: {**v, "eig_min": 0.0} if t == "untied" else v),
-    ("theta-pi-saddle", f"{ABOVE}/untied/descent-direction",
-     lambda tag, t, v: {**v, "probe_bottom": 0.0} if tag == ABOVE and t == "untied" else v),
-])
+@pytest.mark.parametrize(
+    "group,row,change",
+    [
+        ("theta-pi-loss-is-H(pi)", ABOVE, lambda tag, t, v: {**v, "loss": v["loss"] + 1e-6} if tag == ABOVE else v),
+        (
+            "theta-pi-canonical-spectrum",
+            f"{ABOVE}/untied",
+            lambda tag, t, v: {**v, "spectrum_err": 1e-5} if t == "untied" else v,
+        ),
+        ("theta-pi-stationary", ABOVE, lambda tag, t, v: {**v, "grad_max": 1e-4} if tag == ABOVE else v),
+        (
+            "tied-theta-pi-local-minimum",
+            f"{ABOVE}/hessian-psd",
+            lambda tag, t, v: {**v, "eig_min": -0.01} if t == "tied" else v,
+        ),
+        (
+            "tied-theta-pi-local-minimum",
+            f"{ABOVE}/no-descent-direction",
+            lambda tag, t, v: {**v, "probe_random": -1e-6} if t == "tied" else v,
+        ),
+        (
+            "theta-pi-saddle",
+            f"{ABOVE}/untied/hessian-negative",
+            lambda tag, t, v: {**v, "eig_min": 0.0} if t == "untied" else v,
+        ),
+        (
+            "theta-pi-saddle",
+            f"{ABOVE}/untied/descent-direction",
+            lambda tag, t, v: {**v, "probe_bottom": 0.0} if tag == ABOVE and t == "untied" else v,
+        ),
+    ],
+)
 def test_each_landscape_group_fails_on_a_wrong_measurement(tmp_path, cfg, group, row, change):
     a = EXP.analyse(cfg, synthetic_run(tmp_path, cfg, landscape=change))
     assert rows_of(a)[f"{group}/{row}"].verdict == "fails"
@@ -161,7 +206,9 @@ def test_each_landscape_group_fails_on_a_wrong_measurement(tmp_path, cfg, group,
 
 def test_the_control_below_the_line_never_decides_a_paper_group(tmp_path, cfg):
     # ∇L ≠ 0 at the p+q<1 control: its (ours) row fails, the talk's statement (p+q>1) still holds
-    a = EXP.analyse(cfg, synthetic_run(tmp_path, cfg, landscape=lambda tag, t, v: {**v, "grad_max": 1e-4} if tag == BELOW else v))
+    a = EXP.analyse(
+        cfg, synthetic_run(tmp_path, cfg, landscape=lambda tag, t, v: {**v, "grad_max": 1e-4} if tag == BELOW else v)
+    )
     assert rows_of(a)[f"theta-pi-stationary/{BELOW}"].verdict == "fails"
     assert groups_of(a)["theta-pi-stationary"].verdict == "holds"
 
@@ -170,7 +217,9 @@ def test_direction_fails_when_tied_leaves_first_and_is_unresolved_when_neither_l
     def tied_first(p, q, tied, m):
         return _curve(p, q, 100 if tied else 400) if p + q > 1 else faithful_curves(p, q, tied, m)
 
-    later = rows_of(EXP.analyse(cfg6, synthetic_run(tmp_path / "a", cfg6, tied_first)))[f"tied-leaves-plateau-later/{ABOVE}"]
+    later = rows_of(EXP.analyse(cfg6, synthetic_run(tmp_path / "a", cfg6, tied_first)))[
+        f"tied-leaves-plateau-later/{ABOVE}"
+    ]
     assert later.verdict == "fails" and later.p_fail == pytest.approx(2 / 64)
 
     def never(p, q, tied, m):  # both censored at the last evaluation: nothing is known of the direction
@@ -182,7 +231,9 @@ def test_direction_fails_when_tied_leaves_first_and_is_unresolved_when_neither_l
     def one_interval(p, q, tied, m):  # tied one evaluation later in every member: within the resolution
         return _curve(p, q, 200 if tied else 100) if p + q > 1 else faithful_curves(p, q, tied, m)
 
-    later = rows_of(EXP.analyse(cfg6, synthetic_run(tmp_path / "c", cfg6, one_interval)))[f"tied-leaves-plateau-later/{ABOVE}"]
+    later = rows_of(EXP.analyse(cfg6, synthetic_run(tmp_path / "c", cfg6, one_interval)))[
+        f"tied-leaves-plateau-later/{ABOVE}"
+    ]
     assert later.verdict == "not resolved" and later.cause == "resolution"
 
 
@@ -211,7 +262,9 @@ def test_below_line_fails_past_the_plateau_is_not_evaluable_on_it_and_not_resolv
             return [math.log(2)] + [rate + 0.03 * (600 - s) / 100 + 0.001 * m for s in STEPS[1:]]
         return faithful_curves(p, q, tied, m)
 
-    row = rows_of(EXP.analyse(cfg, synthetic_run(tmp_path / "c", cfg, falling)))[f"below-line-reaches-entropy-rate/{BELOW}/untied"]
+    row = rows_of(EXP.analyse(cfg, synthetic_run(tmp_path / "c", cfg, falling)))[
+        f"below-line-reaches-entropy-rate/{BELOW}/untied"
+    ]
     assert row.verdict == "not resolved" and "still moving" in row.reason
 
 
@@ -239,17 +292,35 @@ def test_normalised_position():
 
 
 def test_tiny_end_to_end_run(tmp_path):
-    cfg = EXP.make_config("quick", ["landscape.chains=[[0.5, 0.8]]", "landscape.dims=[2]", "landscape.seq_len=3",
-                                    "landscape.directions=2", "grid=[[0.5, 0.8]]", "model.d=4", "train.steps=4",
-                                    "train.seq_len=8", "train.batch=4", "train.eval_every=2", "train.eval_batches=1"], members=2)
+    cfg = EXP.make_config(
+        "quick",
+        [
+            "landscape.chains=[[0.5, 0.8]]",
+            "landscape.dims=[2]",
+            "landscape.seq_len=3",
+            "landscape.directions=2",
+            "grid=[[0.5, 0.8]]",
+            "model.d=4",
+            "train.steps=4",
+            "train.seq_len=8",
+            "train.batch=4",
+            "train.eval_every=2",
+            "train.eval_batches=1",
+        ],
+        members=2,
+    )
     run = execute(EXP, cfg, "quick", tmp_path, progress=False)
     s = run.summary
     assert s["status"] == "done"
     rows = {r["id"]: r for g in s["claims"] + s["sanity"] for r in g["rows"]}
     # The landscape claims are exact whatever the training length.
-    for rid in ("theta-pi-loss-is-H(pi)/p0.5_q0.8", "theta-pi-stationary/p0.5_q0.8",
-                "tied-theta-pi-local-minimum/p0.5_q0.8/hessian-psd", "theta-pi-saddle/p0.5_q0.8/untied/hessian-negative",
-                "theta-pi-canonical-spectrum/p0.5_q0.8/tied"):
+    for rid in (
+        "theta-pi-loss-is-H(pi)/p0.5_q0.8",
+        "theta-pi-stationary/p0.5_q0.8",
+        "tied-theta-pi-local-minimum/p0.5_q0.8/hessian-psd",
+        "theta-pi-saddle/p0.5_q0.8/untied/hessian-negative",
+        "theta-pi-canonical-spectrum/p0.5_q0.8/tied",
+    ):
         assert rows[rid]["verdict"] == "holds", rows[rid]
     assert "tied-leaves-plateau-later/p0.5_q0.8" in rows
     assert all((run.path / f).is_file() for f in s["figures"]) and len(s["figures"]) == 3

@@ -30,11 +30,13 @@ def plant_real_run() -> Callable[..., RunView]:
         for which, vals in (("trained", trained), ("untrained", untrained)):
             w.add_metrics(MEASURE_ARMS[which], [(0, e, k, float(v[e])) for k, v in vals.items() for e in range(E)])
         for which, cos in (fig3 or {}).items():
-            w.save_arrays(f"fig3/{which}", [{"cos": torch.as_tensor(c, dtype=torch.float32), "ids": torch.arange(9)}
-                                            for c in cos])
+            w.save_arrays(
+                f"fig3/{which}", [{"cos": torch.as_tensor(c, dtype=torch.float32), "ids": torch.arange(9)} for c in cos]
+            )
         (w.path / "cache").mkdir()
-        (w.path / "cache" / "info.json").write_text(json.dumps({"provenance": "planted", "vocab": 1000,
-                                                                "documents": 106, "unigram_loss": unigram}))
+        (w.path / "cache" / "info.json").write_text(
+            json.dumps({"provenance": "planted", "vocab": 1000, "documents": 106, "unigram_loss": unigram})
+        )
         return RunView(w.finish())
 
     return plant

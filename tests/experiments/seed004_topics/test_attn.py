@@ -11,15 +11,25 @@ import pytest
 
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
-from tdlab.experiments.seed004_topics.attn import (TABLE3, TABLE4, AttnClaims, TopicsAttn, classify, member_lrs,
-                                                   setting_name)
+from tdlab.experiments.seed004_topics.attn import (
+    TABLE3,
+    TABLE4,
+    AttnClaims,
+    TopicsAttn,
+    classify,
+    member_lrs,
+    setting_name,
+)
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunWriter
 from tdlab.theory.topics import c3
 
-GROUPS = ["table3-same-topic-over-different-topic", "table3-thm3-topic-average-above-different-topic",
-          "table4-same-word-then-different-topic-then-same-topic",
-          "table4-thm5-same-topic-over-same-word-below-lambda5"]
+GROUPS = [
+    "table3-same-topic-over-different-topic",
+    "table3-thm3-topic-average-above-different-topic",
+    "table4-same-word-then-different-topic-then-same-topic",
+    "table4-thm5-same-topic-over-same-word-below-lambda5",
+]
 BLOCK = (0.9, 20.0)  # (u, z) of a block-wise W^V
 DIAG = (0.05, 8.0)  # of a diagonal one
 TRAINED, UNTRAINED = 3.5, 4.5  # final test losses: past the gap-closed stage (bound 3.88) or not
@@ -28,8 +38,16 @@ TRAINED, UNTRAINED = 3.5, 4.5  # final test losses: past the gap-closed stage (b
 def test_classify_planted_patterns():
     u = np.array([0.9, 0.5, 0.49, 0.2, 0.21, -0.1, 0.9, np.nan])
     z = np.array([5.0, 3.0, 4.0, 4.0, 4.0, 10.0, 2.9, 10.0])
-    assert classify(u, z).tolist() == ["block", "block", "mixed", "diagonal", "mixed", "diagonal", "unstructured",
-                                       "unstructured"]
+    assert classify(u, z).tolist() == [
+        "block",
+        "block",
+        "mixed",
+        "diagonal",
+        "mixed",
+        "diagonal",
+        "unstructured",
+        "unstructured",
+    ]
     assert classify(u[:1], z[:1], AttnClaims(u_block=0.95)).tolist() == ["mixed"]
     with pytest.raises(ValueError, match="u_diag"):
         AttnClaims(u_diag=0.6, u_block=0.5)
@@ -89,7 +107,9 @@ def test_the_papers_rows_hold(tmp_path):
     assert [g.id for g in a.paper] == GROUPS
     assert set(_verdicts(a).values()) == {"holds"}, _verdicts(a)
     rows = _rows(a)
-    assert rows[f"{GROUPS[0]}/adam/lr0.03"].measured.values == pytest.approx([0.0116 * f / 0.00665 for f in (0.99, 1.01)])
+    assert rows[f"{GROUPS[0]}/adam/lr0.03"].measured.values == pytest.approx(
+        [0.0116 * f / 0.00665 for f in (0.99, 1.01)]
+    )
     assert rows[f"{GROUPS[3]}/adam/lr0.003"].expected == pytest.approx(c3(0.15, 0.1) / 9)
     assert rows[f"{GROUPS[3]}/adam/lr0.003"].measured.values == pytest.approx([0.00185 / 0.0916] * 2)
     assert rows[f"{GROUPS[0]}/adam/lr0.03"].arms == ("adam/lr0.03/block",)  # gated on its block members only
@@ -136,7 +156,9 @@ def test_no_diagonal_member_is_not_evaluable_not_a_failure(tmp_path):
     assert [r for r in rows if r.startswith(GROUPS[2])] == [f"{GROUPS[2]}/adam/lr0.003", f"{GROUPS[2]}/adam/lr0.01"]
     empty = rows[f"{GROUPS[2]}/adam/lr0.01"]
     assert empty.measured.values == () and empty.verdict == "not evaluable"
-    assert rows[f"{GROUPS[0]}/adam/lr0.003"].measured.values == pytest.approx([0.0108 * f / 0.00689 for f in (0.99, 1.01)])
+    assert rows[f"{GROUPS[0]}/adam/lr0.003"].measured.values == pytest.approx(
+        [0.0108 * f / 0.00689 for f in (0.99, 1.01)]
+    )
     assert a.measurements["adam/lr0.003"]["classes"]["mixed"] == 1  # judged by neither table
 
 
@@ -168,8 +190,20 @@ def test_settings_outside_the_tables_are_ours(tmp_path):
 
 def test_tiny_run_through_the_runner_ends_with_verdicts(tmp_path):
     exp = TopicsAttn()
-    cfg = exp.make_config("quick", ["train.steps=6", "train.eval_every=3", "train.batch=2", "train.eval_batches=1",
-                                    "table4_seeds=2", "heldout_docs=6", "heldout_chunk=4", "sgd_lrs=[0.03]"], members=1)
+    cfg = exp.make_config(
+        "quick",
+        [
+            "train.steps=6",
+            "train.eval_every=3",
+            "train.batch=2",
+            "train.eval_batches=1",
+            "table4_seeds=2",
+            "heldout_docs=6",
+            "heldout_chunk=4",
+            "sgd_lrs=[0.03]",
+        ],
+        members=1,
+    )
     r = execute(exp, cfg, "quick", tmp_path, progress=False)
     s = r.summary
     assert s["status"] == "done"
@@ -185,13 +219,16 @@ def test_tiny_run_through_the_runner_ends_with_verdicts(tmp_path):
         assert (r.path / "figures" / f).stat().st_size > 5000
 
 
-@pytest.mark.parametrize("override, field", [
-    (["table4_lrs=[0.02]"], "table4_lrs"),
-    (["adam_lrs=[]", "sgd_lrs=[]", "table4_lrs=[]"], "adam_lrs"),
-    (["model.onehot=false"], "model"),
-    (["claims.u_diag=0.7"], "u_diag"),
-    (["heldout_docs=0"], "heldout_docs"),
-])
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        (["table4_lrs=[0.02]"], "table4_lrs"),
+        (["adam_lrs=[]", "sgd_lrs=[]", "table4_lrs=[]"], "adam_lrs"),
+        (["model.onehot=false"], "model"),
+        (["claims.u_diag=0.7"], "u_diag"),
+        (["heldout_docs=0"], "heldout_docs"),
+    ],
+)
 def test_bad_config_is_refused(override, field):
     with pytest.raises(ConfigError, match=field):
         TopicsAttn().make_config("quick", override)

@@ -45,8 +45,11 @@ def _planted(tmp_path, z, g, loss_final, loss_eo=None, moving=0.0, members=2, ta
             for m in range(members):
                 for s in STEPS:
                     late = moving * (s - 900) / 100 if s >= 900 else 0.0
-                    rows += [(s, m, "test_loss", start + (loss - start) * min(1, s / 500) + 0.0005 * m),
-                             (s, m, "gram_z", z + 0.01 * m + 10 * late), (s, m, "gram_g", g + 0.001 * m + late)]
+                    rows += [
+                        (s, m, "test_loss", start + (loss - start) * min(1, s / 500) + 0.0005 * m),
+                        (s, m, "gram_z", z + 0.01 * m + 10 * late),
+                        (s, m, "gram_g", g + 0.001 * m + late),
+                    ]
             w.add_metrics(arm, rows)
             w.save_arrays(arm, [{"W_E": torch.eye(10)} for _ in range(members)])
             w.save_arrays(f"{arm}@init", [{"W_E": x} for x in W0])
@@ -62,23 +65,32 @@ def _losses(cfg, share):
     """Final test losses ``share`` of the way from the uniform predictor to the optimum, per loss."""
     from tdlab.experiments.seed004_topics.training import optimum_masked_loss, trivial_masked_error
 
-    return {k: trivial_masked_error(cfg.task, k) - share * (trivial_masked_error(cfg.task, k) - optimum_masked_loss(cfg.task, k))
-            for k in ("ce", "squared")}
+    return {
+        k: trivial_masked_error(cfg.task, k)
+        - share * (trivial_masked_error(cfg.task, k) - optimum_masked_loss(cfg.task, k))
+        for k in ("ce", "squared")
+    }
 
 
 def test_planted_blocks_gap_and_loss_hold(tmp_path):
     cfg = TopicsEmbed().make_config("quick", SMALL, members=2)
     exp, cfg, run = _planted(tmp_path, z=8.0, g=GAP, loss_final=_losses(cfg, 0.9))
     a = exp.analyse(cfg, RunView(run))
-    assert {g.id: g.verdict for g in a.groups} == {"embedding-gram-is-block-structured": "holds",
-                                                   "thm1-embedding-block-sum-gap": "holds",
-                                                   "embed-only-loss-near-all-trained": "holds"}
+    assert {g.id: g.verdict for g in a.groups} == {
+        "embedding-gram-is-block-structured": "holds",
+        "thm1-embedding-block-sum-gap": "holds",
+        "embed-only-loss-near-all-trained": "holds",
+    }
     rows = _rows(a)
     _, z0 = _init_gram_z(2)
     # the claim's value is z trained − z at init (from the stored W^E@init arrays), per member
-    assert rows["embedding-gram-is-block-structured"]["ce/adam"].measured.values == pytest.approx([8.0 - z0[0], 8.01 - z0[1]])
+    assert rows["embedding-gram-is-block-structured"]["ce/adam"].measured.values == pytest.approx(
+        [8.0 - z0[0], 8.01 - z0[1]]
+    )
     assert a.measurements["ce/adam"]["z_init"] == pytest.approx(z0.tolist())
-    assert rows["embed-only-loss-near-all-trained"]["embed-only/squared/adam vs squared/adam"].measured.values == pytest.approx([0, 0], abs=1e-9)
+    assert rows["embed-only-loss-near-all-trained"][
+        "embed-only/squared/adam vs squared/adam"
+    ].measured.values == pytest.approx([0, 0], abs=1e-9)
 
 
 def test_planted_violations_fail(tmp_path):
@@ -87,8 +99,11 @@ def test_planted_violations_fail(tmp_path):
     # z gains ≈ 1 only; g 1.5 c3; embed-only closes 0.6 of the gap where the all-trained model closes 0.9
     exp, cfg, run = _planted(tmp_path, z=2.0, g=1.5 * GAP, loss_final=loss, loss_eo=_losses(cfg, 0.6)["squared"])
     v = {g.id: g.verdict for g in exp.analyse(cfg, RunView(run)).groups}
-    assert v == {"embedding-gram-is-block-structured": "fails", "thm1-embedding-block-sum-gap": "fails",
-                 "embed-only-loss-near-all-trained": "fails"}
+    assert v == {
+        "embedding-gram-is-block-structured": "fails",
+        "thm1-embedding-block-sum-gap": "fails",
+        "embed-only-loss-near-all-trained": "fails",
+    }
 
 
 def test_an_untrained_embed_only_arm_fails_the_loss_claim_that_a_loss_ratio_could_not(tmp_path):
@@ -126,8 +141,9 @@ def test_a_block_statistic_still_moving_at_the_end_is_not_resolved(tmp_path):
     assert rows["embedding-gram-is-block-structured"]["ce/adam"].cause == "still moving"  # z rose by 2 at the end
 
 
-@pytest.mark.parametrize("bad,field", [(["panels=[]"], "panels"), (["model.onehot=true"], "model"),
-                                       (["model.vocab=11"], "model.vocab")])
+@pytest.mark.parametrize(
+    "bad,field", [(["panels=[]"], "panels"), (["model.onehot=true"], "model"), (["model.vocab=11"], "model.vocab")]
+)
 def test_bad_config_names_the_field(bad, field):
     with pytest.raises(ConfigError, match=field):
         TopicsEmbed().make_config("quick", SMALL + bad)
@@ -135,14 +151,23 @@ def test_bad_config_names_the_field(bad, field):
 
 def test_tiny_end_to_end_run(runs_dir):
     exp = TopicsEmbed()
-    cfg = exp.make_config("quick", SMALL + ["train.steps=6", "train.eval_every=3", "panels=[[squared,adam]]"], members=2)
+    cfg = exp.make_config(
+        "quick", SMALL + ["train.steps=6", "train.eval_every=3", "panels=[[squared,adam]]"], members=2
+    )
     run = execute(exp, cfg, "quick", runs_dir, progress=False)
     s = run.summary
     assert s["status"] == "done" and s["claims_total"] == 3
-    assert {g["id"] for g in s["claims"]} == {"embedding-gram-is-block-structured", "thm1-embedding-block-sum-gap",
-                                              "embed-only-loss-near-all-trained"}
-    assert all(r["provenance"] == "seed" and r["stage"] == "gap-closed" for g in s["claims"] for r in g["rows"]
-               if r["verdict"] != "not evaluable" or r["cause"] == "stage not reached")
+    assert {g["id"] for g in s["claims"]} == {
+        "embedding-gram-is-block-structured",
+        "thm1-embedding-block-sum-gap",
+        "embed-only-loss-near-all-trained",
+    }
+    assert all(
+        r["provenance"] == "seed" and r["stage"] == "gap-closed"
+        for g in s["claims"]
+        for r in g["rows"]
+        if r["verdict"] != "not evaluable" or r["cause"] == "stage not reached"
+    )
     assert (run.path / "arrays" / "squared__adam@init.safetensors").is_file()
     assert (run.path / "figures" / "fig1_embedding_gram.png").is_file()
 
@@ -153,8 +178,19 @@ def test_authors_compat_trains_on_a_fixed_document_set_with_masks_drawn_once(run
     from tdlab.train.data import FixedDataset
 
     exp = TopicsEmbed()
-    cfg = exp.make_config("quick", SMALL + ["authors_compat=true", "n_docs=40", "n_heldout=8", "train.steps=4",
-                                           "train.eval_every=2", "panels=[[squared,adam]]"], members=2)
+    cfg = exp.make_config(
+        "quick",
+        SMALL
+        + [
+            "authors_compat=true",
+            "n_docs=40",
+            "n_heldout=8",
+            "train.steps=4",
+            "train.eval_every=2",
+            "panels=[[squared,adam]]",
+        ],
+        members=2,
+    )
     obj = masked_objective(cfg, "squared")
     assert obj.hide_selected and obj.at_least_one and obj.words == (0, 10) and not obj.gather_queries
     data = topic_data(cfg, obj)

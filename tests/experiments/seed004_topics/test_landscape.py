@@ -15,16 +15,31 @@ from safetensors.torch import load_file, save_file
 
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
-from tdlab.experiments.seed004_topics.landscape import MC_ARM, TopicsLandscape, equal_gamma_points, flat_halfwidth, tau_arm
+from tdlab.experiments.seed004_topics.landscape import (
+    MC_ARM,
+    TopicsLandscape,
+    equal_gamma_points,
+    flat_halfwidth,
+    tau_arm,
+)
 from tdlab.runs import Run
 from tdlab.theory import topics_landscape as tl
 
 # A small Monte Carlo (1e6 words, standard error ≈ 0.8 %): too few to resolve the 1 % sanity tolerance,
 # which tests/theory/test_topics_landscape.py checks with 1.6e7 words; here it must not fail.
 TINY = ["grid_n=16", "gamma_n=801", "mc_N=10000", "mc_docs=100"]
-PAPER_GROUPS = ["block-gamma-only", "block-gamma-star-above-1", "block-gamma-star-increasing", "block-gamma-star-in-thm3",
-                "block-gamma-star-in-thm3-as-stated", "diag-beta-star-increasing", "diag-alpha-over-beta-below-lambda5",
-                "diag-beta-star-in-thm5", "diag-beta-star-in-thm5-as-stated", "diag-min-below-uniform"]
+PAPER_GROUPS = [
+    "block-gamma-only",
+    "block-gamma-star-above-1",
+    "block-gamma-star-increasing",
+    "block-gamma-star-in-thm3",
+    "block-gamma-star-in-thm3-as-stated",
+    "diag-beta-star-increasing",
+    "diag-alpha-over-beta-below-lambda5",
+    "diag-beta-star-in-thm5",
+    "diag-beta-star-in-thm5-as-stated",
+    "diag-min-below-uniform",
+]
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +73,12 @@ def test_tiny_run_ends_with_verdicts_all_holding(run):
     s = r.summary
     assert s["status"] == "done"
     assert [g["id"] for g in s["claims"]] == PAPER_GROUPS
-    assert [g["id"] for g in s["sanity"]] == ["block-map-case-terms-match-gamma-form", "uniform-attention-maps-agree",
-                                              "refined-minimum-at-most-grid", "monte-carlo-matches-closed-form"]
+    assert [g["id"] for g in s["sanity"]] == [
+        "block-map-case-terms-match-gamma-form",
+        "uniform-attention-maps-agree",
+        "refined-minimum-at-most-grid",
+        "monte-carlo-matches-closed-form",
+    ]
     verdicts = {g["id"]: g["verdict"] for g in s["claims"] + s["sanity"]}
     mc = verdicts.pop("monte-carlo-matches-closed-form")
     assert set(verdicts.values()) == {"holds"}, verdicts
@@ -159,8 +178,16 @@ def test_diagonal_claims_fail_when_planted(run, tmp_path):
     # minimum not below L(1, 1): the whole landscape and the refined minimum raised above it
     arm = tau_arm(20)
     u = float(r.arrays(arm)["diag_uniform"].reshape(-1)[0])
-    a = exp.analyse(cfg, _planted(r, tmp_path / "d", arm, diagonal=lambda x: torch.full_like(x, u + 0.01),
-                                  diag_star_loss=lambda x: torch.full_like(x, u + 0.01)))
+    a = exp.analyse(
+        cfg,
+        _planted(
+            r,
+            tmp_path / "d",
+            arm,
+            diagonal=lambda x: torch.full_like(x, u + 0.01),
+            diag_star_loss=lambda x: torch.full_like(x, u + 0.01),
+        ),
+    )
     assert _rows(a)["diag-min-below-uniform/tau20"].verdict == "fails"
     assert _rows(a)["diag-min-below-uniform/tau40"].verdict == "holds"
 
@@ -170,17 +197,28 @@ def test_sanity_groups_fail_when_planted(run, tmp_path):
     a = exp.analyse(cfg, _planted(r, tmp_path / "a", MC_ARM, estimate=lambda x: x * 1.05))
     assert _verdicts(a)["monte-carlo-matches-closed-form"] == "fails"
     assert _verdicts(a)["block-gamma-only"] == "holds"
-    a = exp.analyse(cfg, _planted(r, tmp_path / "b", tau_arm(40), gamma_star_loss=lambda x: x + 1e-3,
-                                  block_uniform=lambda x: x * 1.001))
+    a = exp.analyse(
+        cfg,
+        _planted(r, tmp_path / "b", tau_arm(40), gamma_star_loss=lambda x: x + 1e-3, block_uniform=lambda x: x * 1.001),
+    )
     v = _verdicts(a)
     assert v["refined-minimum-at-most-grid"] == "fails" and v["uniform-attention-maps-agree"] == "fails"
 
 
-@pytest.mark.parametrize("override,field", [
-    (["taus=[20, 100]"], "taus"), (["taus=[40, 20]"], "taus"), (["p_c=0.6", "p_r=0.5"], "p_c + p_r"),
-    (["grid_lo=10.0", "grid_hi=1.0"], "grid_lo"), (["mc_tau=3"], "mc_tau"), (["p_m=1.5"], "p_m"), (["grid_n=3"], "grid_n"),
-    (["mc_v=1"], "mc_v"), (["remark5_gammas=[0.0]"], "remark5_gammas"),
-])
+@pytest.mark.parametrize(
+    "override,field",
+    [
+        (["taus=[20, 100]"], "taus"),
+        (["taus=[40, 20]"], "taus"),
+        (["p_c=0.6", "p_r=0.5"], "p_c + p_r"),
+        (["grid_lo=10.0", "grid_hi=1.0"], "grid_lo"),
+        (["mc_tau=3"], "mc_tau"),
+        (["p_m=1.5"], "p_m"),
+        (["grid_n=3"], "grid_n"),
+        (["mc_v=1"], "mc_v"),
+        (["remark5_gammas=[0.0]"], "remark5_gammas"),
+    ],
+)
 def test_bad_config_is_refused_naming_the_field(override, field):
     with pytest.raises(ConfigError, match=field.replace("+", "\\+")):
         TopicsLandscape().make_config("quick", override)

@@ -19,10 +19,25 @@ from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.real import TopicsReal, fig3_within_cross
 from tdlab.experiments.seed004_topics.real_text import ARM, MEASURE_ARMS
 
-TINY = ["corpus.source=lee", "corpus.max_docs=30", "corpus.min_count=3", "lda.topics=3", "lda.passes=1",
-        "lda.iterations=10", "model.d=8", "model.layers=1", "model.heads=2", "train.steps=8", "train.batch=4",
-        "train.seq_len=12", "train.eval_every=4", "train.eval_batches=1", "train.warmup_steps=0", "thetas=[0.05]",
-        "attn_windows=8"]
+TINY = [
+    "corpus.source=lee",
+    "corpus.max_docs=30",
+    "corpus.min_count=3",
+    "lda.topics=3",
+    "lda.passes=1",
+    "lda.iterations=10",
+    "model.d=8",
+    "model.layers=1",
+    "model.heads=2",
+    "train.steps=8",
+    "train.batch=4",
+    "train.seq_len=12",
+    "train.eval_every=4",
+    "train.eval_batches=1",
+    "train.warmup_steps=0",
+    "thetas=[0.05]",
+    "attn_windows=8",
+]
 PAPER = ["table1-same-topic-ratios-above-1", "table5-attention-ratio-above-1", "fig3-within-topic-cosine-above-cross"]
 SANITY = ["untrained-control-attention-ratio-near-1", "untrained-control-cosine-gap-null"]
 GOOD = ([1.3, 1.25, 1.35], [1.2, 1.22, 1.18], [1.10, 1.12, 1.11])
@@ -171,8 +186,20 @@ def test_missing_or_corrupt_corpus_file_exits_2_and_writes_nothing(tmp_path, mon
     bad = tmp_path / "dump.xml.bz2"
     bad.write_bytes(b"\x00garbage" * 50)
     for path in (tmp_path / "no-such-file.txt", bad):
-        r = CliRunner().invoke(cli.app, ["run", "topics-real", "--set", "corpus.source=text", "--set", f"corpus.path={path}",
-                                         "--out", str(out), "--quiet"])
+        r = CliRunner().invoke(
+            cli.app,
+            [
+                "run",
+                "topics-real",
+                "--set",
+                "corpus.source=text",
+                "--set",
+                f"corpus.path={path}",
+                "--out",
+                str(out),
+                "--quiet",
+            ],
+        )
         assert r.exit_code == 2, r.output
         assert "corpus.path" in r.output
         assert not out.exists() or not [p for p in out.iterdir() if not p.name.startswith("index")]

@@ -10,13 +10,32 @@ from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.real_cooc import TopicsRealCooc
 from tdlab.experiments.seed004_topics.real_text import MEASURE_ARMS
 
-TINY = ["corpus.source=lee", "corpus.max_docs=30", "corpus.min_count=3", "lda.topics=3", "lda.passes=1",
-        "lda.iterations=10", "model.d=8", "model.layers=1", "model.heads=2", "train.steps=8", "train.batch=4",
-        "train.seq_len=24", "train.eval_every=4", "train.eval_batches=1", "train.warmup_steps=0", "thetas=[0.05]",
-        "attn_windows=1000"]  # Table 2's attention needs windows holding a top co-occurring pair (per document)
-PAPER_ROWS = {"cooc/0.002/attn_same": [0.0066, 0.0065, 0.0067], "cooc/0.002/attn_cooc": [0.0075, 0.0076, 0.0074],
-              "cooc/0.002/cos_same": [0.47, 0.46, 0.48], "cooc/0.002/cos_cooc": [0.32, 0.31, 0.33],
-              "cooc/0.002/pairs": [105, 105, 105]}
+TINY = [
+    "corpus.source=lee",
+    "corpus.max_docs=30",
+    "corpus.min_count=3",
+    "lda.topics=3",
+    "lda.passes=1",
+    "lda.iterations=10",
+    "model.d=8",
+    "model.layers=1",
+    "model.heads=2",
+    "train.steps=8",
+    "train.batch=4",
+    "train.seq_len=24",
+    "train.eval_every=4",
+    "train.eval_batches=1",
+    "train.warmup_steps=0",
+    "thetas=[0.05]",
+    "attn_windows=1000",
+]  # Table 2's attention needs windows holding a top co-occurring pair (per document)
+PAPER_ROWS = {
+    "cooc/0.002/attn_same": [0.0066, 0.0065, 0.0067],
+    "cooc/0.002/attn_cooc": [0.0075, 0.0076, 0.0074],
+    "cooc/0.002/cos_same": [0.47, 0.46, 0.48],
+    "cooc/0.002/cos_cooc": [0.32, 0.31, 0.33],
+    "cooc/0.002/pairs": [105, 105, 105],
+}
 
 
 def test_table2_claims_hold_and_fail_on_a_planted_checkpoint(tmp_path, plant_real_run):
@@ -26,8 +45,13 @@ def test_table2_claims_hold_and_fail_on_a_planted_checkpoint(tmp_path, plant_rea
     a = exp.analyse(cfg, plant_real_run(tmp_path / "a", exp, cfg, paper, {}))
     v = {g.id: g.verdict for g in a.groups}
     assert v == {"table2-same-topic-attention-below-cooc": "holds", "table2-same-topic-cosine-above-cooc": "holds"}
-    swapped = {**paper, "cooc/0.002/attn_same": paper["cooc/0.002/attn_cooc"], "cooc/0.002/attn_cooc": paper["cooc/0.002/attn_same"],
-               "cooc/0.002/cos_same": paper["cooc/0.002/cos_cooc"], "cooc/0.002/cos_cooc": paper["cooc/0.002/cos_same"]}
+    swapped = {
+        **paper,
+        "cooc/0.002/attn_same": paper["cooc/0.002/attn_cooc"],
+        "cooc/0.002/attn_cooc": paper["cooc/0.002/attn_same"],
+        "cooc/0.002/cos_same": paper["cooc/0.002/cos_cooc"],
+        "cooc/0.002/cos_cooc": paper["cooc/0.002/cos_same"],
+    }
     a = exp.analyse(cfg, plant_real_run(tmp_path / "b", exp, cfg, swapped, {}))
     v = {g.id: g.verdict for g in a.groups}
     assert set(v.values()) == {"fails"}

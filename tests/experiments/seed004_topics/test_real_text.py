@@ -11,16 +11,39 @@ import pytest
 import torch
 
 from tdlab.experiments.seed004_topics.real import TopicsReal
-from tdlab.experiments.seed004_topics.real_text import (OFFSET, RealData, corpus_facts, encoder_config, fig3_words,
-                                                        measure, split_windows, unigram_loss)
+from tdlab.experiments.seed004_topics.real_text import (
+    OFFSET,
+    RealData,
+    corpus_facts,
+    encoder_config,
+    fig3_words,
+    measure,
+    split_windows,
+    unigram_loss,
+)
 from tdlab.models.gpt import GPT
 from tdlab.tasks.lda_topics import Topics
 from tdlab.tasks.text_corpus import CorpusConfig, encode_windows, load_corpus
 
-TINY = ["corpus.source=lee", "corpus.max_docs=30", "corpus.min_count=3", "lda.topics=3", "lda.passes=1",
-        "lda.iterations=10", "model.d=8", "model.layers=1", "model.heads=2", "train.steps=8", "train.batch=4",
-        "train.seq_len=12", "train.eval_every=4", "train.eval_batches=1", "train.warmup_steps=0", "thetas=[0.05]",
-        "attn_windows=8"]
+TINY = [
+    "corpus.source=lee",
+    "corpus.max_docs=30",
+    "corpus.min_count=3",
+    "lda.topics=3",
+    "lda.passes=1",
+    "lda.iterations=10",
+    "model.d=8",
+    "model.layers=1",
+    "model.heads=2",
+    "train.steps=8",
+    "train.batch=4",
+    "train.seq_len=12",
+    "train.eval_every=4",
+    "train.eval_batches=1",
+    "train.warmup_steps=0",
+    "thetas=[0.05]",
+    "attn_windows=8",
+]
 
 
 # --- a planted two-topic corpus ------------------------------------------------------------------
@@ -55,8 +78,11 @@ def _planted_data(corpus, seq_len=12):
 def _cfg(**over):
     exp = TopicsReal()
     sets = [f"{k}={v}" for k, v in over.items()]
-    return exp.make_config("quick", ["model.d=8", "model.layers=1", "model.heads=2", "train.seq_len=12",
-                                     "thetas=[0.4]", "attn_windows=64", *sets], members=2)
+    return exp.make_config(
+        "quick",
+        ["model.d=8", "model.layers=1", "model.heads=2", "train.seq_len=12", "thetas=[0.4]", "attn_windows=64", *sets],
+        members=2,
+    )
 
 
 def test_measures_on_planted_topics_hand_set_embeddings_far_above_1_random_near_1(tmp_path):
@@ -125,7 +151,9 @@ def test_prepare_data_reads_the_cached_lda_fit_instead_of_refitting(tmp_path, mo
     again = tr.prepare_data(cfg, tmp_path / "cache", progress=False)
     np.testing.assert_array_equal(again.topics.word_topic, first.topics.word_topic)
     assert torch.equal(again.windows, first.windows) and again.n_test == first.n_test
-    assert int(first.windows.min()) >= OFFSET and int(first.windows.max()) == len(first.corpus.vocab) + OFFSET  # [UNK] = n + 2
+    assert (
+        int(first.windows.min()) >= OFFSET and int(first.windows.max()) == len(first.corpus.vocab) + OFFSET
+    )  # [UNK] = n + 2
 
 
 def test_unigram_loss_is_the_training_frequencies_on_the_heldout_words():

@@ -14,7 +14,12 @@ import torch
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.real_text import ARM
-from tdlab.experiments.seed004_topics.real_two_stage import TopicsRealTwoStage, WeightProbe, near_zero_qkv, rotation_means
+from tdlab.experiments.seed004_topics.real_two_stage import (
+    TopicsRealTwoStage,
+    WeightProbe,
+    near_zero_qkv,
+    rotation_means,
+)
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.runs import RunWriter
@@ -92,10 +97,13 @@ def _planted(tmp_path, exp, cfg, v_first: bool, rot_fast_early: bool, loss=(7.0,
     return RunView(w.finish())
 
 
-@pytest.mark.parametrize("v_first, rot_early, expect", [
-    (True, True, ("holds", "holds")),
-    (False, False, ("fails", "fails")),
-])
+@pytest.mark.parametrize(
+    "v_first, rot_early, expect",
+    [
+        (True, True, ("holds", "holds")),
+        (False, False, ("fails", "fails")),
+    ],
+)
 def test_claims_hold_and_fail_on_planted_runs(tmp_path, v_first, rot_early, expect):
     exp = TopicsRealTwoStage()
     cfg = exp.make_config("quick", members=3)
@@ -122,13 +130,33 @@ def test_not_trained_arm_or_no_stage_2_makes_the_claims_not_evaluable(tmp_path):
 
 def test_tiny_run_end_to_end(tmp_path):
     exp = TopicsRealTwoStage()
-    cfg = exp.make_config("quick", ["corpus.source=lee", "corpus.max_docs=30", "corpus.min_count=3", "lda.topics=3",
-                                    "lda.passes=1", "lda.iterations=10", "model.d=8", "model.layers=2", "model.heads=2",
-                                    "train.steps=20", "train.batch=4", "train.seq_len=12", "train.eval_every=10",
-                                    "claims.stage1_end=14", "claims.horizon=20"], members=2)
+    cfg = exp.make_config(
+        "quick",
+        [
+            "corpus.source=lee",
+            "corpus.max_docs=30",
+            "corpus.min_count=3",
+            "lda.topics=3",
+            "lda.passes=1",
+            "lda.iterations=10",
+            "model.d=8",
+            "model.layers=2",
+            "model.heads=2",
+            "train.steps=20",
+            "train.batch=4",
+            "train.seq_len=12",
+            "train.eval_every=10",
+            "claims.stage1_end=14",
+            "claims.horizon=20",
+        ],
+        members=2,
+    )
     r = execute(exp, cfg, "quick", tmp_path, progress=False)
     s = r.summary
-    assert s["status"] == "done" and {g["id"] for g in s["claims"]} == {"value-grows-first", "value-rotates-fast-in-stage-1"}
+    assert s["status"] == "done" and {g["id"] for g in s["claims"]} == {
+        "value-grows-first",
+        "value-rotates-fast-in-stage-1",
+    }
     df = r.metrics()
     v = df[(df["arm"] == ARM) & (df["name"] == "norm_V/L1")]
     assert sorted(v["step"].unique()) == list(range(21))  # every step
@@ -139,13 +167,16 @@ def test_tiny_run_end_to_end(tmp_path):
     assert (r.path / "figures" / "fig5_two_stage.png").stat().st_size > 5000
 
 
-@pytest.mark.parametrize("override, field", [
-    (["claims.horizon=500"], "horizon"),
-    (["claims.stage1_end=5"], "stage1_end"),
-    (["claims.lag_share=1.5"], "lag_share"),
-    (["init_scale=0"], "init_scale"),
-    (["model.checkpoint=/tmp/x"], "checkpoint"),
-])
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        (["claims.horizon=500"], "horizon"),
+        (["claims.stage1_end=5"], "stage1_end"),
+        (["claims.lag_share=1.5"], "lag_share"),
+        (["init_scale=0"], "init_scale"),
+        (["model.checkpoint=/tmp/x"], "checkpoint"),
+    ],
+)
 def test_bad_config_is_refused(override, field):
     with pytest.raises(ConfigError, match=field):
         TopicsRealTwoStage().make_config("quick", override)

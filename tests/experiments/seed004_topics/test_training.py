@@ -10,8 +10,15 @@ import pytest
 import torch
 
 from tdlab.claims import Measurements
-from tdlab.experiments.seed004_topics.training import (GAP_CLOSED, gap_bound, init_block_z, optimum_masked_loss,
-                                                       record_gap_stage, setting_health, trivial_masked_error)
+from tdlab.experiments.seed004_topics.training import (
+    GAP_CLOSED,
+    gap_bound,
+    init_block_z,
+    optimum_masked_loss,
+    record_gap_stage,
+    setting_health,
+    trivial_masked_error,
+)
 from tdlab.experiments.view import RunView
 from tdlab.probes.blocks import block_stats
 from tdlab.runs import RunWriter
@@ -33,8 +40,11 @@ def _mc_optimum(task: TopicsConfig, n: int = 400_000, seed: int = 0) -> tuple[fl
     return float(1 - (p**2).sum(1).mean()), float(h.mean())
 
 
-@pytest.mark.parametrize("task", [TopicsConfig(), TopicsConfig(T=5, v=4, alpha=0.5),
-                                  TopicsConfig(generator="uniform-tau", T=6, v=3, tau=2)], ids=["s6.1", "lda", "tau"])
+@pytest.mark.parametrize(
+    "task",
+    [TopicsConfig(), TopicsConfig(T=5, v=4, alpha=0.5), TopicsConfig(generator="uniform-tau", T=6, v=3, tau=2)],
+    ids=["s6.1", "lda", "tau"],
+)
 def test_optimum_masked_loss_matches_monte_carlo(task):
     sq, ce = _mc_optimum(task)
     assert optimum_masked_loss(task, "squared") == pytest.approx(sq, abs=3e-4)

@@ -13,8 +13,15 @@ import pytest
 
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
-from tdlab.experiments.seed004_topics.two_stage import (TopicsTwoStage, half_growth_steps, lags, member_settings,
-                                                        relative_growth, setting_name, stage_split)
+from tdlab.experiments.seed004_topics.two_stage import (
+    TopicsTwoStage,
+    half_growth_steps,
+    lags,
+    member_settings,
+    relative_growth,
+    setting_name,
+    stage_split,
+)
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunWriter
 
@@ -110,8 +117,20 @@ def test_no_stage_2_is_not_evaluable_and_other_settings_are_ours(tmp_path):
 
 def test_tiny_run_through_the_runner_ends_with_verdicts(tmp_path):
     exp = TopicsTwoStage()
-    cfg = exp.make_config("quick", ["train.steps=12", "train.eval_every=6", "train.batch=2", "train.eval_batches=1",
-                                    "headline_members=2", "lrs=[0.01,0.03]", "inits=[0.001]", "horizon=12"], members=1)
+    cfg = exp.make_config(
+        "quick",
+        [
+            "train.steps=12",
+            "train.eval_every=6",
+            "train.batch=2",
+            "train.eval_batches=1",
+            "headline_members=2",
+            "lrs=[0.01,0.03]",
+            "inits=[0.001]",
+            "horizon=12",
+        ],
+        members=1,
+    )
     r = execute(exp, cfg, "quick", tmp_path, progress=False)
     s = r.summary
     assert s["status"] == "done"
@@ -135,9 +154,22 @@ def test_member_lr_and_init_reach_the_right_members(tmp_path):
     """Per-member learning rates and init scales: the members of an lr-0.03 setting move 3x as far in the
     first SGD step as those of lr 0.01 (one step is linear in lr), and init 1e-2 starts 10x larger."""
     exp = TopicsTwoStage()
-    cfg = exp.make_config("quick", ["train.steps=1", "train.eval_every=1", "train.batch=2", "train.eval_batches=1",
-                                    "optimizers=[sgd]", "headline_optimizer=sgd", "headline_members=1",
-                                    "lrs=[0.01,0.03]", "inits=[0.001,0.01]", "horizon=2"], members=1)
+    cfg = exp.make_config(
+        "quick",
+        [
+            "train.steps=1",
+            "train.eval_every=1",
+            "train.batch=2",
+            "train.eval_batches=1",
+            "optimizers=[sgd]",
+            "headline_optimizer=sgd",
+            "headline_members=1",
+            "lrs=[0.01,0.03]",
+            "inits=[0.001,0.01]",
+            "horizon=2",
+        ],
+        members=1,
+    )
     r = execute(exp, cfg, "quick", tmp_path, progress=False)
     init = r.arrays("sgd@init")["W_V"].double()
     final = r.arrays("sgd")["W_V"].double()
@@ -152,13 +184,16 @@ def test_member_lr_and_init_reach_the_right_members(tmp_path):
     assert float(moved[2:].mean() / moved[:2].mean()) > 1.5
 
 
-@pytest.mark.parametrize("override, field", [
-    (["headline_lr=0.02"], "headline"),
-    (["model.init=normal"], "model.init"),
-    (["model.onehot=false"], "model"),
-    (["lrs=[]"], "lrs"),
-    (["claims.half=1.5"], "half"),
-])
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        (["headline_lr=0.02"], "headline"),
+        (["model.init=normal"], "model.init"),
+        (["model.onehot=false"], "model"),
+        (["lrs=[]"], "lrs"),
+        (["claims.half=1.5"], "half"),
+    ],
+)
 def test_bad_config_is_refused(override, field):
     with pytest.raises(ConfigError, match=field):
         TopicsTwoStage().make_config("quick", override)
@@ -172,13 +207,23 @@ def test_headline_only_trains_one_setting_off_the_grid(tmp_path):
     with pytest.raises(ConfigError, match="headline"):
         TopicsTwoStage().make_config("quick", over)
     exp = TopicsTwoStage()
-    cfg = exp.make_config("quick", [*over, "headline_only=true", "train.steps=2", "train.eval_every=1",
-                                    "train.batch=2", "train.eval_batches=1", "horizon=2"])
+    cfg = exp.make_config(
+        "quick",
+        [
+            *over,
+            "headline_only=true",
+            "train.steps=2",
+            "train.eval_every=1",
+            "train.batch=2",
+            "train.eval_batches=1",
+            "horizon=2",
+        ],
+    )
     assert exp.arms(cfg) == ["sgd"] and member_settings(cfg, "adam") == []
     assert [(s.lr, s.init) for s in member_settings(cfg, "sgd")] == [(0.2, 0.005)] * 2
     r = execute(exp, cfg, "quick", tmp_path, progress=False)
     init = r.arrays("sgd@init")["W_V"].double()
-    assert 0.0 <= float(init.min()) and float(init.max()) < 0.005 and float(init.max()) > 0.001  # U[0, 0.005)
+    assert float(init.min()) >= 0.0 and float(init.max()) < 0.005 and float(init.max()) > 0.001  # U[0, 0.005)
     (row,) = next(g for g in r.summary["claims"] if g["id"] == "value-grows-first")["rows"]
     assert row["id"].endswith(setting_name("sgd", 0.2, 0.005)) and row["provenance"] == "seed"
 

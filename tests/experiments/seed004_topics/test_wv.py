@@ -10,12 +10,19 @@ import torch
 
 from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.training import optimum_masked_loss, trivial_masked_error
-from tdlab.experiments.seed004_topics.wv import (POPULATION, PopulationConfig, TopicsWV, fit_population_wv, moment_loss,
-                                                 population_moments, ridge_distance, ridge_wv)
-from tdlab.theory.topics import wv_star_entries
+from tdlab.experiments.seed004_topics.wv import (
+    POPULATION,
+    PopulationConfig,
+    TopicsWV,
+    fit_population_wv,
+    moment_loss,
+    population_moments,
+    ridge_distance,
+    ridge_wv,
+)
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunWriter
-from tdlab.theory.topics import c3, min_population_loss, population_loss, wv_star
+from tdlab.theory.topics import c3, min_population_loss, population_loss, wv_star, wv_star_entries
 
 SMALL = ["task.T=3", "task.v=3", "task.n_min=10", "task.n_max=15", "train.seq_len=15", "population.tau=1"]
 GAP = c3(0.15, 0.1)
@@ -66,15 +73,22 @@ def _planted(tmp_path, z, g, u, pop_scale, share=0.9, members=2, overrides=(), t
             for m in range(members):
                 jitter = 0.01 * m
                 for s in steps:
-                    rows += [(s, m, "test_loss", triv + (end - triv) * min(s / 50, 1.0)), (s, m, "wv_z", z + jitter),
-                             (s, m, "wv_g", g + jitter), (s, m, "wv_u", us[m])]
+                    rows += [
+                        (s, m, "test_loss", triv + (end - triv) * min(s / 50, 1.0)),
+                        (s, m, "wv_z", z + jitter),
+                        (s, m, "wv_g", g + jitter),
+                        (s, m, "wv_u", us[m]),
+                    ]
             w.add_metrics(arm, rows)
             w.save_arrays(arm, [{"W_V": (star if wv is None else wv).float()} for _ in range(members)])
             w.save_arrays(f"{arm}@init", [{"W_V": w0} for _ in range(members)])
         opt = min_population_loss(3, 1)
-        w.add_metrics(POPULATION, [(s, m, "test_loss", 1.0 - (1.0 - opt) * share * s / 100) for m in range(members) for s in steps]
-                      + [(s, m, "wv_star_rel_distance", abs(pop_scale - 1)) for m in range(members) for s in steps]
-                      + [(100, m, "accepted_steps", 100.0) for m in range(members)])
+        w.add_metrics(
+            POPULATION,
+            [(s, m, "test_loss", 1.0 - (1.0 - opt) * share * s / 100) for m in range(members) for s in steps]
+            + [(s, m, "wv_star_rel_distance", abs(pop_scale - 1)) for m in range(members) for s in steps]
+            + [(100, m, "accepted_steps", 100.0) for m in range(members)],
+        )
         w.save_arrays(POPULATION, [{"W_V": star * (pop_scale + 0.001 * m)} for m in range(members)])
         run = w.finish()
     return exp, cfg, RunView(run)
@@ -110,16 +124,25 @@ def test_block_means_match_thm2_and_a_shifted_wv_fails_them(tmp_path):
     exp, cfg, run = _planted(tmp_path, z=6.0, g=GAP, u=0.9, pop_scale=1.0, tag="star")
     a = exp.analyse(cfg, run)
     rows = a.result("wv-block-means-thm2").rows
-    assert sorted(r.id.split("/", 1)[1] for r in rows) == ["l2/squared/adam/diff", "l2/squared/adam/same",
-                                                            "l2/squared/sgd/diff", "l2/squared/sgd/same"]
+    assert sorted(r.id.split("/", 1)[1] for r in rows) == [
+        "l2/squared/adam/diff",
+        "l2/squared/adam/same",
+        "l2/squared/sgd/diff",
+        "l2/squared/sgd/same",
+    ]
     same = a.result("wv-block-means-thm2").row("l2/squared/adam/same")
-    assert same.measured.values == pytest.approx([e["same"]] * 2, rel=1e-6) and same.expected == pytest.approx(e["same"])
+    assert same.measured.values == pytest.approx([e["same"]] * 2, rel=1e-6) and same.expected == pytest.approx(
+        e["same"]
+    )
     assert a.result("wv-block-means-thm2").verdict == "holds"
     ratio = a.result("wv-block-mean-over-10x-nonblock")
-    assert sorted(r.id.split("/", 1)[1] for r in ratio.rows) == sorted(f"{s}/{p}" for s in ("no-l2", "attn") for p in
-                                                                        ("ce/sgd", "ce/adam", "squared/sgd", "squared/adam"))
+    assert sorted(r.id.split("/", 1)[1] for r in ratio.rows) == sorted(
+        f"{s}/{p}" for s in ("no-l2", "attn") for p in ("ce/sgd", "ce/adam", "squared/sgd", "squared/adam")
+    )
     assert sorted(r.id.split("/", 1)[1] for r in ratio.rows if r.provenance == "seed") == [
-        "attn/squared/sgd", "no-l2/squared/sgd"]  # the captions' third panel; the others are ours
+        "attn/squared/sgd",
+        "no-l2/squared/sgd",
+    ]  # the captions' third panel; the others are ours
     want = (e["same"] - 10 * abs(e["diff"])) / (GAP / 3)
     assert ratio.rows[0].measured.values == pytest.approx([want] * 2, rel=1e-6) and want > 0
     assert ratio.verdict == "holds"
@@ -148,9 +171,16 @@ def test_wv_only_against_all_weights_is_the_paired_excess_share(tmp_path, l2_sha
     assert res.verdict == verdict
 
 
-@pytest.mark.parametrize("criterion,k,verdict", [("sometimes", 10, "holds"), ("sometimes", 20, "fails"),
-                                                 ("sometimes", 0, "fails"), ("often", 10, "not resolved"),
-                                                 ("often", 20, "holds")])
+@pytest.mark.parametrize(
+    "criterion,k,verdict",
+    [
+        ("sometimes", 10, "holds"),
+        ("sometimes", 20, "fails"),
+        ("sometimes", 0, "fails"),
+        ("often", 10, "not resolved"),
+        ("often", 20, "holds"),
+    ],
+)
 def test_fig6_share_of_diagonal_members_under_each_criterion(tmp_path, criterion, k, verdict):
     """20 members per no-L2 adam panel (the sgd panels stop short of the stage and are left out of the pool):
     k of them diagonal (u = 0.05) in each, so k/20 of the 40 pooled; Wilson at 95 %: 20/40 in [0.35, 0.65], 40/40
@@ -158,8 +188,17 @@ def test_fig6_share_of_diagonal_members_under_each_criterion(tmp_path, criterion
     arms = TopicsWV.arms(TopicsWV().make_config("quick", SMALL))
     shares = {a: 0.2 for a in arms if a.endswith("/sgd")}
     u = [0.05] * k + [0.9] * (20 - k)
-    exp, cfg, run = _planted(tmp_path, z=6.0, g=GAP, u=u, pop_scale=1.0, members=20, shares=shares,
-                             overrides=[f"claims.fig6_criterion={criterion}"], tag=f"fig6{criterion}{k}")
+    exp, cfg, run = _planted(
+        tmp_path,
+        z=6.0,
+        g=GAP,
+        u=u,
+        pop_scale=1.0,
+        members=20,
+        shares=shares,
+        overrides=[f"claims.fig6_criterion={criterion}"],
+        tag=f"fig6{criterion}{k}",
+    )
     a = exp.analyse(cfg, run)
     assert a.measurements["fig6_diagonal"] == [2 * k, 40]
     assert a.measurements["fig6_arms"] == ["no-l2/ce/adam", "no-l2/squared/adam"]
@@ -177,30 +216,47 @@ def test_arms_short_of_the_gap_stage_are_not_evaluable(tmp_path):
 def test_gap_rows_only_for_squared_loss_with_uniform_attention(tmp_path):
     exp, cfg, run = _planted(tmp_path, z=6.0, g=GAP, u=0.9, pop_scale=1.0)
     rows = exp.analyse(cfg, run).result("wv-block-sum-gap-is-c3").rows
-    assert sorted(r.id.split("/", 1)[1] for r in rows) == ["l2/squared/adam", "l2/squared/sgd", "no-l2/squared/adam",
-                                                            "no-l2/squared/sgd"]  # not the attn setting (Lemma 1)
+    assert sorted(r.id.split("/", 1)[1] for r in rows) == [
+        "l2/squared/adam",
+        "l2/squared/sgd",
+        "no-l2/squared/adam",
+        "no-l2/squared/sgd",
+    ]  # not the attn setting (Lemma 1)
 
 
 def test_the_ridge_sanity_fails_when_the_penalty_is_not_small(tmp_path):
     """At λ = 0.05 the exact ridge optimum is itself far from Thm. 2's λ → 0 limit: the sanity row fails."""
     cfg = TopicsWV().make_config("quick", [*SMALL, "population.l2=0.05"])
     assert ridge_distance(cfg) > 0.1
-    exp, cfg, run = _planted(tmp_path, z=6.0, g=GAP, u=0.9, pop_scale=1.0, overrides=["population.l2=0.05"], tag="ridge")
+    exp, cfg, run = _planted(
+        tmp_path, z=6.0, g=GAP, u=0.9, pop_scale=1.0, overrides=["population.l2=0.05"], tag="ridge"
+    )
     assert exp.analyse(cfg, run).result("ridge-optimum-near-limit").verdict == "fails"
 
 
-@pytest.mark.parametrize("bad,field", [(["settings=[l3]"], "settings"), (["population.tau=3"], "population.tau"),
-                                       (["model.onehot=false"], "model.onehot")])
+@pytest.mark.parametrize(
+    "bad,field",
+    [
+        (["settings=[l3]"], "settings"),
+        (["population.tau=3"], "population.tau"),
+        (["model.onehot=false"], "model.onehot"),
+    ],
+)
 def test_bad_config_names_the_field(bad, field):
     from tdlab.config import ConfigError
+
     with pytest.raises(ConfigError, match=field.split(".")[-1]):
         TopicsWV().make_config("quick", SMALL + bad)
 
 
 def test_tiny_end_to_end_run_has_a_verdict_per_claim(runs_dir):
     exp = TopicsWV()
-    cfg = exp.make_config("quick", SMALL + ["train.steps=6", "train.eval_every=3", "population.steps=20",
-                                           "panels=[[squared,adam]]", "settings=[l2]"], members=2)
+    cfg = exp.make_config(
+        "quick",
+        SMALL
+        + ["train.steps=6", "train.eval_every=3", "population.steps=20", "panels=[[squared,adam]]", "settings=[l2]"],
+        members=2,
+    )
     run = execute(exp, cfg, "quick", runs_dir, progress=False)
     summary = run.summary
     assert summary["status"] == "done" and summary["claims_total"] == 7  # every declared paper claim

@@ -53,6 +53,7 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed000_local_to_global.initialisation import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
@@ -63,9 +64,8 @@ from tdlab.tasks.markov import MarkovChain
 from tdlab.theory.markov_landscape import CriticalKind, gaussian_basin_probability, optimal_contrast, profile_loss
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["MarkovBridgeConfig", "MarkovBridge", "predict_cell", "classify_losses", "cell_arm", "BELOW", "ABOVE"]
+__all__ = ["ABOVE", "BELOW", "MarkovBridge", "MarkovBridgeConfig", "cell_arm", "classify_losses", "predict_cell"]
 
 Prob = Annotated[float, Field(gt=0.0, lt=1.0)]
 Budget = Annotated[int, Field(ge=1, le=10_000_000)]
@@ -95,8 +95,21 @@ def _default_grid() -> list[tuple[float, float]]:
     # (0.5, 0.8) and a far p + q > 1 point, (0.7, 0.9). Near the line, H(pi) - entropy rate
     # (the mutual information of x_n, x_{n+1}) vanishes: (0.2, 0.6), (0.3, 0.5) and (0.6, 0.5) have
     # gaps of 0.019, 0.020 and 0.005 nats, not informative at tol 0.01; (0.6, 0.6) has 0.0201, just in.
-    return [(0.1, 0.1), (0.1, 0.4), (0.2, 0.3), (0.3, 0.3), (0.2, 0.6), (0.3, 0.5), (0.6, 0.5),
-            (0.6, 0.6), (0.5, 0.8), (0.9, 0.6), (0.7, 0.9), (0.8, 0.8), (0.9, 0.9)]
+    return [
+        (0.1, 0.1),
+        (0.1, 0.4),
+        (0.2, 0.3),
+        (0.3, 0.3),
+        (0.2, 0.6),
+        (0.3, 0.5),
+        (0.6, 0.5),
+        (0.6, 0.6),
+        (0.5, 0.8),
+        (0.9, 0.6),
+        (0.7, 0.9),
+        (0.8, 0.8),
+        (0.9, 0.9),
+    ]
 
 
 class MarkovBridgeConfig(ExperimentConfig):
@@ -154,8 +167,16 @@ def predict_cell(p: float, q: float, sigma: float, tol: float, margin: float, mi
     """
     rate = float(profile_loss(optimal_contrast(p, q), p, q))
     h_pi = float(profile_loss(0.0, p, q))
-    out: dict[str, Any] = dict(entropy_rate=rate, marginal_entropy=h_pi, basin=None, loss=None, probability=None,
-                     theorem="Thm. 2" if p + q > 1 else ("Thm. 8" if p + q < 1 else "—"), informative=False, why_not="")
+    out: dict[str, Any] = dict(
+        entropy_rate=rate,
+        marginal_entropy=h_pi,
+        basin=None,
+        loss=None,
+        probability=None,
+        theorem="Thm. 2" if p + q > 1 else ("Thm. 8" if p + q < 1 else "—"),
+        informative=False,
+        why_not="",
+    )
     if p + q == 1:
         out["why_not"] = "p+q = 1: the chain is i.i.d.; Thms. 2/8 do not apply"
         return out
@@ -170,7 +191,9 @@ def predict_cell(p: float, q: float, sigma: float, tol: float, margin: float, mi
     elif h_pi - rate < 2 * tol:  # a member at the other minimum would be within tol: the claim could not fail
         out["why_not"] = f"H(π) − entropy rate = {h_pi - rate:.4f} nats < 2 × tol ({2 * tol:g})"
     elif out["probability"] < min_probability:
-        out["why_not"] = f"theory gives the predicted basin only probability {out['probability']:.3f} < {min_probability:g}"
+        out["why_not"] = (
+            f"theory gives the predicted basin only probability {out['probability']:.3f} < {min_probability:g}"
+        )
     else:
         out["informative"] = True
     return out
@@ -206,23 +229,37 @@ def classify_losses(final: np.ndarray, rate: float | np.ndarray, h_pi: float | n
     return out
 
 
-
-
 BELOW, ABOVE = "below-line-ends-at-entropy-rate", "above-line-stays-at-H(pi)"
 
 CLAIMS = (
     ClaimSpec(
-        BELOW, "p+q<1: a small standard init of the Sec. 2 transformer ends at the entropy rate, a global minimum "
+        BELOW,
+        "p+q<1: a small standard init of the Sec. 2 transformer ends at the entropy rate, a global minimum "
         "(Thm. 8, App. G; carried to the full model by App. A.3.2 and Sec. 4)",
-        test="value", relation="close", quantity="final test loss − the Bayes (bigram) predictor's loss on the same "
-        "evaluation batches, nats, per (p, q, budget) cell", expected=0.0, tolerance="claims.tol_nats",
-        horizon="convergence", stage=LEFT_PLATEAU, unit=" nats"),
+        test="value",
+        relation="close",
+        quantity="final test loss − the Bayes (bigram) predictor's loss on the same "
+        "evaluation batches, nats, per (p, q, budget) cell",
+        expected=0.0,
+        tolerance="claims.tol_nats",
+        horizon="convergence",
+        stage=LEFT_PLATEAU,
+        unit=" nats",
+    ),
     ClaimSpec(
-        ABOVE, "p+q>1: a small standard init of the Sec. 2 transformer ends at H(π), the local minimum (Thm. 2, App. G; "
+        ABOVE,
+        "p+q>1: a small standard init of the Sec. 2 transformer ends at H(π), the local minimum (Thm. 2, App. G; "
         "App. A.3.2, Fig. 4)",
-        test="value", relation="close", quantity="final test loss − the unigram predictor's loss on the same evaluation "
-        "batches, nats, per (p, q, budget) cell", expected=0.0, tolerance="claims.tol_nats", horizon="convergence",
-        learning_required=False, unit=" nats"),
+        test="value",
+        relation="close",
+        quantity="final test loss − the unigram predictor's loss on the same evaluation "
+        "batches, nats, per (p, q, budget) cell",
+        expected=0.0,
+        tolerance="claims.tol_nats",
+        horizon="convergence",
+        learning_required=False,
+        unit=" nats",
+    ),
 )
 
 
@@ -231,9 +268,9 @@ def _verdicts(groups: list[GroupResult]) -> dict[str, str]:
     return {r.context["arm"]: r.verdict for g in groups for r in g.rows}
 
 
-
-def _reference(run: RunView, arm: str, name: str, steps: np.ndarray, shape: tuple[int, ...],
-               population: float) -> tuple[np.ndarray, bool]:
+def _reference(
+    run: RunView, arm: str, name: str, steps: np.ndarray, shape: tuple[int, ...], population: float
+) -> tuple[np.ndarray, bool]:
     """The reference predictor's loss ``name`` on the arm's evaluation batches, ``(members, steps)``;
     the population value where the run did not record it (runs made before the trainer did)."""
     if run.has(arm, name):
@@ -286,7 +323,7 @@ class MarkovBridge(Experiment):
     }
     # atlas: the bridge claims are per training horizon (Thm. 2 vs Thm. 8 limits appear only after enough steps); one budget per point
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('budgets', (500, 2000, 8000), quick=(500, 3000), label='budget', as_list=True),),
+        axes=(AtlasAxis("budgets", (500, 2000, 8000), quick=(500, 3000), label="budget", as_list=True),),
         why="Measured (README): the standard init's limit depends on the horizon (stuck at H(π) at 2000 steps, at the global minimum after 8000), so the training budget is the bridge's axis.",
     )
 
@@ -294,10 +331,19 @@ class MarkovBridge(Experiment):
         seeds = member_seeds(cfg.seed, cfg.members)  # same inits in every arm: cells differ only by data
         mcfg = cfg.arm_model()
         with cpu_threads(cfg.cpu_threads, ctx.device):  # the cells train at once on one-thread lanes
-            ctx.fit_all([Fit(cell_arm(p, q, budget), Trainer(cfg.arm_train(budget), ctx.device, ctx.progress,
-                                                             label=f"({p:g}, {q:g}) {budget} its"),
-                             lambda s, m=mcfg: GPT(m, s), seeds, MarkovChain(p, q))
-                         for p, q in cfg.grid for budget in cfg.budgets])
+            ctx.fit_all(
+                [
+                    Fit(
+                        cell_arm(p, q, budget),
+                        Trainer(cfg.arm_train(budget), ctx.device, ctx.progress, label=f"({p:g}, {q:g}) {budget} its"),
+                        lambda s, m=mcfg: GPT(m, s),
+                        seeds,
+                        MarkovChain(p, q),
+                    )
+                    for p, q in cfg.grid
+                    for budget in cfg.budgets
+                ]
+            )
 
     def trivial_error(self, cfg: MarkovBridgeConfig, arm: str) -> float:
         return float(np.log(2))  # the uniform predictor over {0, 1}
@@ -318,10 +364,23 @@ class MarkovBridge(Experiment):
             level = h_pi - c.escape_fraction * (h_pi - rate)
             for budget in cfg.budgets:
                 arm = cell_arm(p, q, budget)
-                row: dict[str, Any] = {"p": p, "q": q, "p_plus_q": p + q, "budget": budget, **pred, "escape_threshold": level}
+                row: dict[str, Any] = {
+                    "p": p,
+                    "q": q,
+                    "p_plus_q": p + q,
+                    "budget": budget,
+                    **pred,
+                    "escape_threshold": level,
+                }
                 if not run.has(arm, "test_loss"):
-                    cells[arm] = {**row, "class": [], "plateau_escape_step": [], "deviation_nats": None, "trained": False,
-                                  **{f"fraction_{k}": math.nan for k in ("at_rate", "at_h_pi", "between", "other")}}
+                    cells[arm] = {
+                        **row,
+                        "class": [],
+                        "plateau_escape_step": [],
+                        "deviation_nats": None,
+                        "trained": False,
+                        **{f"fraction_{k}": math.nan for k in ("at_rate", "at_h_pi", "between", "other")},
+                    }
                     continue
                 steps, values = run.curves(arm, "test_loss")
                 bayes, ok_b = _reference(run, arm, "test_loss@bayes", steps, values.shape, rate)
@@ -337,35 +396,57 @@ class MarkovBridge(Experiment):
                 gap = values - (unigram if at_pi else bayes)
                 n = len(classes)
                 finite = np.isfinite(gap[:, -1])
-                row.update({
-                    "final_test_loss": final.tolist(), "final_bayes_loss": bayes[:, -1].tolist(),
-                    "final_unigram_loss": unigram[:, -1].tolist(),
-                    "final_gap_to_predicted": gap[:, -1].tolist() if pred["basin"] is not None else None,
-                    "deviation_nats": float(np.mean(gap[finite, -1])) if pred["basin"] is not None and finite.any() else None,
-                    "class": classes, "trained": True,
-                    "fraction_at_rate": classes.count(AT_RATE) / n, "fraction_at_h_pi": classes.count(AT_H_PI) / n,
-                    "fraction_between": classes.count(BETWEEN) / n, "fraction_other": classes.count(OTHER) / n,
-                    "plateau_escape_step": escapes.as_optional(), "escaped_fraction": float(np.mean(~escapes.censored)),
-                    "evaluation_interval": escapes.resolution,
-                })
+                row.update(
+                    {
+                        "final_test_loss": final.tolist(),
+                        "final_bayes_loss": bayes[:, -1].tolist(),
+                        "final_unigram_loss": unigram[:, -1].tolist(),
+                        "final_gap_to_predicted": gap[:, -1].tolist() if pred["basin"] is not None else None,
+                        "deviation_nats": float(np.mean(gap[finite, -1]))
+                        if pred["basin"] is not None and finite.any()
+                        else None,
+                        "class": classes,
+                        "trained": True,
+                        "fraction_at_rate": classes.count(AT_RATE) / n,
+                        "fraction_at_h_pi": classes.count(AT_H_PI) / n,
+                        "fraction_between": classes.count(BETWEEN) / n,
+                        "fraction_other": classes.count(OTHER) / n,
+                        "plateau_escape_step": escapes.as_optional(),
+                        "escaped_fraction": float(np.mean(~escapes.censored)),
+                        "evaluation_interval": escapes.resolution,
+                    }
+                )
                 cells[arm] = row
                 if pred["informative"]:
-                    drift = run.drift(arm, "test_loss", minus=f"test_loss@{ref_name}") if (ok_b and ok_u) else run.drift(arm, "test_loss")
-                    out.row(ABOVE if at_pi else BELOW, arm, Sample(gap[:, -1], drift=drift), arms=[arm],
-                            context={"arm": arm, "p": p, "q": q, "budget": budget},
-                            label=f"(p, q) = ({p:g}, {q:g}), p+q={p + q:.2f}, {budget} its: final test loss − the {ref_name} "
-                                  f"predictor's loss on the same batches ≈ 0 ({pred['theorem']}, App. G probability "
-                                  f"{pred['probability']:.3f})")
+                    drift = (
+                        run.drift(arm, "test_loss", minus=f"test_loss@{ref_name}")
+                        if (ok_b and ok_u)
+                        else run.drift(arm, "test_loss")
+                    )
+                    out.row(
+                        ABOVE if at_pi else BELOW,
+                        arm,
+                        Sample(gap[:, -1], drift=drift),
+                        arms=[arm],
+                        context={"arm": arm, "p": p, "q": q, "budget": budget},
+                        label=f"(p, q) = ({p:g}, {q:g}), p+q={p + q:.2f}, {budget} its: final test loss − the {ref_name} "
+                        f"predictor's loss on the same batches ≈ 0 ({pred['theorem']}, App. G probability "
+                        f"{pred['probability']:.3f})",
+                    )
         out.values.update(table=self.table(cells), cells=cells, missing_references=missing_refs)
         return out
 
     def notes(self, cfg: MarkovBridgeConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         rows = {r.context["arm"]: r for g in groups for r in g.rows}
-        notes = [self._finding(row, rows.get(arm), cfg.claims.tol_nats) for arm, row in measured.values["cells"].items()]
+        notes = [
+            self._finding(row, rows.get(arm), cfg.claims.tol_nats) for arm, row in measured.values["cells"].items()
+        ]
         missing = measured.values["missing_references"]
         if missing:
-            notes.append(f"{len(missing)} arms did not record the reference predictors' losses on their evaluation "
-                         f"batches (test_loss@bayes/@unigram): their gaps are to the population values.")
+            notes.append(
+                f"{len(missing)} arms did not record the reference predictors' losses on their evaluation "
+                f"batches (test_loss@bayes/@unigram): their gaps are to the population values."
+            )
         return notes
 
     @staticmethod
@@ -377,22 +458,30 @@ class MarkovBridge(Experiment):
         if not row["trained"]:
             return f"{head}: no stored test loss (the arm did not run)."
         n = len(row["class"])
-        counts = (f"{row['class'].count(AT_RATE)}/{n} at the entropy rate, "
-                  f"{row['class'].count(AT_H_PI)}/{n} at H(π), "
-                  f"{row['class'].count(BETWEEN)}/{n} in between"
-                  + (f", {row['class'].count(OTHER)}/{n} elsewhere" if row["class"].count(OTHER) else "")
-                  + " (against the same-batch references)")
+        counts = (
+            f"{row['class'].count(AT_RATE)}/{n} at the entropy rate, "
+            f"{row['class'].count(AT_H_PI)}/{n} at H(π), "
+            f"{row['class'].count(BETWEEN)}/{n} in between"
+            + (f", {row['class'].count(OTHER)}/{n} elsewhere" if row["class"].count(OTHER) else "")
+            + " (against the same-batch references)"
+        )
         left = [e for e in row["plateau_escape_step"] if e is not None]
-        esc = (f"{len(left)}/{n} left the H(π) plateau (steps {left})" if left
-               else f"none left the H(π) plateau within {row['budget']} its")
+        esc = (
+            f"{len(left)}/{n} left the H(π) plateau (steps {left})"
+            if left
+            else f"none left the H(π) plateau within {row['budget']} its"
+        )
         if row["basin"] is None or claim is None:
             why = row["why_not"] or "no prediction"
             return f"{head}: not informative ({why}); {counts}; {esc}."
         pred = "H(π)" if row["basin"] == AT_H_PI else "the entropy rate"
         dev = row["deviation_nats"]
         span = row["marginal_entropy"] - row["entropy_rate"]
-        size = (f"mean final gap {dev:+.4f} nats to the predicted reference ({abs(dev) / span:.0%} of H(π) − rate = {span:.4f})"
-                if dev is not None else "no finite final loss")
+        size = (
+            f"mean final gap {dev:+.4f} nats to the predicted reference ({abs(dev) / span:.0%} of H(π) − rate = {span:.4f})"
+            if dev is not None
+            else "no finite final loss"
+        )
         if claim.verdict == "holds":
             return f"{head}: agrees with {row['theorem']} (predicts {pred}): {size}; {counts}; {esc}."
         if claim.verdict == "fails":
@@ -402,18 +491,24 @@ class MarkovBridge(Experiment):
         undecided = ""
         if claim.verdict == "not resolved" and beyond:
             iv = claim.interval
-            undecided = (f"; {len(beyond)}/{n} members are each beyond the ±{tol:g} tolerance (gaps "
-                         f"{', '.join(f'{g:+.4f}' for g in gaps)} nats), but the claim is on the members' mean and its "
-                         f"{n}-member interval [{iv.lo:+.4f}, {iv.hi:+.4f}] reaches inside it: neither a hold nor a "
-                         "confirmed disagreement")
-        return (f"{head}: {claim.verdict} against {row['theorem']} (predicts {pred}) — {claim.reason}; {size}; {counts}; "
-                f"{esc}{undecided}.")
+            undecided = (
+                f"; {len(beyond)}/{n} members are each beyond the ±{tol:g} tolerance (gaps "
+                f"{', '.join(f'{g:+.4f}' for g in gaps)} nats), but the claim is on the members' mean and its "
+                f"{n}-member interval [{iv.lo:+.4f}, {iv.hi:+.4f}] reaches inside it: neither a hold nor a "
+                "confirmed disagreement"
+            )
+        return (
+            f"{head}: {claim.verdict} against {row['theorem']} (predicts {pred}) — {claim.reason}; {size}; {counts}; "
+            f"{esc}{undecided}."
+        )
 
     @staticmethod
     def table(cells: dict[str, dict[str, Any]]) -> str:
         """The (cell, budget) measurements as markdown (verdicts: the judged groups and the notes)."""
-        head = ("| p | q | p+q | budget (its) | predicted (theory) | P(basin) | at rate | at H(π) | in between | "
-                "mean final gap to the predicted reference (nats) | plateau-escape steps | claim row |")
+        head = (
+            "| p | q | p+q | budget (its) | predicted (theory) | P(basin) | at rate | at H(π) | in between | "
+            "mean final gap to the predicted reference (nats) | plateau-escape steps | claim row |"
+        )
         lines = [head, "|" + "---|" * (head.count("|") - 1)]
         for arm, row in cells.items():
             n = len(row["class"])
@@ -421,11 +516,16 @@ class MarkovBridge(Experiment):
             prob = "—" if row["probability"] is None else f"{row['probability']:.3f}"
             dev = "—" if row["deviation_nats"] is None else f"{row['deviation_nats']:+.4f}"
             esc = ", ".join("—" if e is None else str(e) for e in row["plateau_escape_step"])
-            claim = (f"{ABOVE if row['basin'] == AT_H_PI else BELOW}/{arm}" if row["informative"]
-                     else f"not informative ({row['why_not']})")
-            lines.append(f"| {row['p']:g} | {row['q']:g} | {row['p_plus_q']:.2f} | {row['budget']} | {pred} | {prob} | "
-                         f"{row['class'].count(AT_RATE)}/{n} | {row['class'].count(AT_H_PI)}/{n} | "
-                         f"{row['class'].count(BETWEEN)}/{n} | {dev} | {esc} | {claim} |")
+            claim = (
+                f"{ABOVE if row['basin'] == AT_H_PI else BELOW}/{arm}"
+                if row["informative"]
+                else f"not informative ({row['why_not']})"
+            )
+            lines.append(
+                f"| {row['p']:g} | {row['q']:g} | {row['p_plus_q']:.2f} | {row['budget']} | {pred} | {prob} | "
+                f"{row['class'].count(AT_RATE)}/{n} | {row['class'].count(AT_H_PI)}/{n} | "
+                f"{row['class'].count(BETWEEN)}/{n} | {dev} | {esc} | {claim} |"
+            )
         return "\n".join(lines)
 
     # ------------------------------------------------------------------------------------------
@@ -434,12 +534,15 @@ class MarkovBridge(Experiment):
     def plot(self, cfg: MarkovBridgeConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         cells = analysis.measurements["cells"]
         verdicts = _verdicts(analysis.groups)
-        return [self._phase_diagram(cfg, cells, verdicts, figdir / "phase_diagram.png"),
-                self._loss_curves(cfg, run, cells, figdir / "loss_curves.png")]
+        return [
+            self._phase_diagram(cfg, cells, verdicts, figdir / "phase_diagram.png"),
+            self._loss_curves(cfg, run, cells, figdir / "loss_curves.png"),
+        ]
 
     @staticmethod
-    def _phase_diagram(cfg: MarkovBridgeConfig, cells: dict[str, dict[str, Any]], verdicts: dict[str, str],
-                       path: Path) -> Path:
+    def _phase_diagram(
+        cfg: MarkovBridgeConfig, cells: dict[str, dict[str, Any]], verdicts: dict[str, str], path: Path
+    ) -> Path:
         from tdlab.report.figures import plt, pq_plane, save_figure
 
         nb = len(cfg.budgets)
@@ -461,20 +564,45 @@ class MarkovBridge(Experiment):
                 color = cmap(frac) if math.isfinite(frac) else "lightgrey"
                 verdict = verdicts.get(arm)
                 marker = {"holds": "o", "fails": "X", "not resolved": "D", "not evaluable": "v", None: "s"}[verdict]
-                ax.scatter([row["p"]], [row["q"]], s=170, c=[color], marker=marker, edgecolors="k",
-                           linewidths=1.4 if verdict else 0.6, zorder=3)
+                ax.scatter(
+                    [row["p"]],
+                    [row["q"]],
+                    s=170,
+                    c=[color],
+                    marker=marker,
+                    edgecolors="k",
+                    linewidths=1.4 if verdict else 0.6,
+                    zorder=3,
+                )
                 n = len(row["class"])
-                ax.annotate(f"{row['class'].count(AT_H_PI)}/{n}", (row["p"], row["q"]), xytext=(0, 11),
-                            textcoords="offset points", ha="center", fontsize=7)
+                ax.annotate(
+                    f"{row['class'].count(AT_H_PI)}/{n}",
+                    (row["p"], row["q"]),
+                    xytext=(0, 11),
+                    textcoords="offset points",
+                    ha="center",
+                    fontsize=7,
+                )
             pq_plane(ax)
             ax.set_title(f"{budget} iterations")
         sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, 1))
         fig.colorbar(sm, ax=axes[0].tolist(), label="fraction of members at H(π)", shrink=0.85)
-        handles = [plt.Line2D([], [], ls="", marker=m, mfc="w", mec="k", label=lab) for m, lab in
-                   (("o", "holds"), ("X", "fails"), ("D", "not resolved"), ("v", "not evaluable"), ("s", "not informative"))]
+        handles = [
+            plt.Line2D([], [], ls="", marker=m, mfc="w", mec="k", label=lab)
+            for m, lab in (
+                ("o", "holds"),
+                ("X", "fails"),
+                ("D", "not resolved"),
+                ("v", "not evaluable"),
+                ("s", "not informative"),
+            )
+        ]
         fig.legend(handles=handles, fontsize=8, loc="upper center", ncol=5, frameon=False, bbox_to_anchor=(0.45, 0.0))
-        fig.suptitle(f"Sec. 2 transformer, standard init σ={cfg.model.init_std:g}, {cfg.members} members, "
-                     f"N={cfg.train.seq_len}, d={cfg.model.d} (label: members at H(π))", fontsize=9)
+        fig.suptitle(
+            f"Sec. 2 transformer, standard init σ={cfg.model.init_std:g}, {cfg.members} members, "
+            f"N={cfg.train.seq_len}, d={cfg.model.d} (label: members at H(π))",
+            fontsize=9,
+        )
         return save_figure(fig, path)
 
     @staticmethod
@@ -494,7 +622,9 @@ class MarkovBridge(Experiment):
             # Longest budget first, so that the shorter runs (a prefix in time) are drawn on top.
             for i, budget in sorted(enumerate(cfg.budgets), key=lambda ib: -ib[1]):
                 if run.has(cell_arm(p, q, budget), "test_loss"):
-                    curve_with_band(ax, *run.curves(cell_arm(p, q, budget), "test_loss"), f"{budget} its", colors[i % len(colors)])
+                    curve_with_band(
+                        ax, *run.curves(cell_arm(p, q, budget), "test_loss"), f"{budget} its", colors[i % len(colors)]
+                    )
             reference_lines(ax, {f"H(π) {h_pi:.3f}": h_pi, f"rate {rate:.3f}": rate})
             ax.set_ylim(rate - 0.03, max(math.log(2), h_pi) + 0.02)
             pred = "—" if row0["basin"] is None else row0["basin"]

@@ -67,6 +67,7 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed000_local_to_global.initialisation import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
@@ -77,10 +78,20 @@ from tdlab.theory.markov_landscape import ENERGY_SADDLE, CriticalKind, energy, p
 from tdlab.theory.markov_regions import descend, icommon_boundary, in_icommon, limit_kind, sample_icommon
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["MarkovICommonConfig", "MarkovICommon", "RegionConfig", "BiasStepConfig", "ICommonClaimConfig",
-           "canonical_init_", "initial_points", "bias_step_basins", "cell_arm", "proposed_point", "DESCENT_SETTLED"]
+__all__ = [
+    "DESCENT_SETTLED",
+    "BiasStepConfig",
+    "ICommonClaimConfig",
+    "MarkovICommon",
+    "MarkovICommonConfig",
+    "RegionConfig",
+    "bias_step_basins",
+    "canonical_init_",
+    "cell_arm",
+    "initial_points",
+    "proposed_point",
+]
 
 Prob = Annotated[float, Field(gt=0.0, lt=1.0)]
 _POINTS_STREAM = "icommon-point"  # per-member stream of the sampled (e, w)
@@ -159,9 +170,13 @@ class MarkovICommonConfig(ExperimentConfig):
             raise ValueError("grid: every cell needs p + q != 1 (Thms. 1, 2 and 8 assume it)")
         m = self.model
         if m.arch != "sec2" or m.layers != 1 or m.heads != 1 or not m.tie_weights:
-            raise ValueError("model must be the Sec. 2 single-layer model: arch 'sec2', layers 1, heads 1, tie_weights true")
+            raise ValueError(
+                "model must be the Sec. 2 single-layer model: arch 'sec2', layers 1, heads 1, tie_weights true"
+            )
         if m.positions != "absolute" or m.init != "standard":
-            raise ValueError("model.positions must be 'absolute' and model.init 'standard' (the canonical init is set on top)")
+            raise ValueError(
+                "model.positions must be 'absolute' and model.init 'standard' (the canonical init is set on top)"
+            )
         return self
 
     def arm_model(self) -> GPTConfig:
@@ -177,8 +192,9 @@ def initial_points(seeds: list[int], region: RegionConfig) -> torch.Tensor:
     """One point of I_common per member seed (:func:`sample_icommon`, stream ``icommon-point``):
     ``(len(seeds), 2)`` float64 ``(e, w)``; member ``i``'s point depends on ``seeds[i]`` alone."""
     gens = generators(seeds, _POINTS_STREAM)
-    return sample_icommon(gens, 1, e_max=region.e_max, w_range=(region.w_lo, region.w_hi),
-                          energy_margin=region.energy_margin)[:, 0]
+    return sample_icommon(
+        gens, 1, e_max=region.e_max, w_range=(region.w_lo, region.w_hi), energy_margin=region.energy_margin
+    )[:, 0]
 
 
 def canonical_init_(model: GPT, theta: torch.Tensor) -> GPT:
@@ -252,8 +268,10 @@ def bias_step_basins(p: float, q: float, cfg: BiasStepConfig, gen: torch.Generat
 
 
 DESCENT_SETTLED = Stage(
-    "descent-settled", "the profile descent's and the one-extra-step descent's end points lie within atol of a critical "
-    "set (Thm. 1), but for at most 1 − agree_min of the points: the descents ran long enough to name a basin")
+    "descent-settled",
+    "the profile descent's and the one-extra-step descent's end points lie within atol of a critical "
+    "set (Thm. 1), but for at most 1 − agree_min of the points: the descents ran long enough to name a basin",
+)
 
 
 def _agree_tolerance(cfg: MarkovICommonConfig, row: Any) -> float:
@@ -265,30 +283,58 @@ CLAIMS = (
         "icommon-reaches-entropy-rate",
         "Initialised in I_common (Sec. 4), the Sec. 2 transformer reaches the entropy rate, a global minimum, irrespective "
         "of the switching p+q (Sec. 4 after Thm. 2, § A.3.2)",
-        test="value", relation="close", quantity="final test loss − the Bayes predictor's loss on the same evaluation "
-        "batches, nats, per (p, q) cell (members: points sampled in I_common, mapped by App. D)", expected=0.0,
-        tolerance="claims.tol_nats", horizon="convergence", stage=LEFT_PLATEAU, unit=" nats"),
+        test="value",
+        relation="close",
+        quantity="final test loss − the Bayes predictor's loss on the same evaluation "
+        "batches, nats, per (p, q) cell (members: points sampled in I_common, mapped by App. D)",
+        expected=0.0,
+        tolerance="claims.tol_nats",
+        horizon="convergence",
+        stage=LEFT_PLATEAU,
+        unit=" nats",
+    ),
     ClaimSpec(
         "one-extra-bias-step-suffices",
         "'One additional [bias] step is usually sufficient' (Sec. 3 after Eq. 3, App. A.1 after Eq. 9): on the canonical "
         "(e, w) model with a stale bias, gradient descent with one extra bias step per iteration ends in the basin of "
         "descent on the profile loss L(θ, b*(θ))",
-        test="value", relation="ge", quantity="fraction of initial points, uniform in the box (Wilson interval), whose "
+        test="value",
+        relation="ge",
+        quantity="fraction of initial points, uniform in the box (Wilson interval), whose "
         "descent with one extra bias step ends in the same basin as profile descent from the same point",
-        expected=1.0, tolerance=_agree_tolerance, horizon="static", stage=DESCENT_SETTLED),
+        expected=1.0,
+        tolerance=_agree_tolerance,
+        horizon="static",
+        stage=DESCENT_SETTLED,
+    ),
     ClaimSpec(
         "sampled-points-in-icommon",
         "The sampled initial points lie in I_common and the canonical profile gradient flow (Thms. 2/8) from each ends at "
-        "a global minimum, for every cell (a check of the sampler and the integrator)", kind="sanity",
-        test="value", relation="le", quantity="number of the points (the members' and flow_points more) outside I_common "
-        "or whose flow does not end at a global minimum: an exact count", expected=0.0, tolerance=0.0, horizon="static"),
+        "a global minimum, for every cell (a check of the sampler and the integrator)",
+        kind="sanity",
+        test="value",
+        relation="le",
+        quantity="number of the points (the members' and flow_points more) outside I_common "
+        "or whose flow does not end at a global minimum: an exact count",
+        expected=0.0,
+        tolerance=0.0,
+        horizon="static",
+    ),
     ClaimSpec(
         "starts-above-entropy-rate",
         "The full model does not start at the entropy rate: every member's initial gap to the Bayes predictor is at least "
-        "the tolerance (so reaching it is learnt)", kind="sanity", test="value", relation="ge",
+        "the tolerance (so reaching it is learnt)",
+        kind="sanity",
+        test="value",
+        relation="ge",
         quantity="the smallest initial test loss − the Bayes predictor's loss on the same batches over the members, nats "
-        "(a fact of the run: one exact value)", expected="claims.tol_nats", tolerance=0.0, horizon="static",
-        learning_required=False, unit=" nats"),
+        "(a fact of the run: one exact value)",
+        expected="claims.tol_nats",
+        tolerance=0.0,
+        horizon="static",
+        learning_required=False,
+        unit=" nats",
+    ),
 )
 
 
@@ -313,14 +359,16 @@ class MarkovICommon(Experiment):
         # and (0.5, 0.8) was within 0.002 nats of the Bayes loss by step 500 in every member).
         "quick": {"members": 4, "train": {"steps": 1000, "seq_len": 128, "eval_every": 100, "eval_batches": 4}},
         # Table 2: 8000 iterations, N = 1024, 5 repetitions; more cells on both sides of p + q = 1.
-        "paper": {"members": 5, "grid": [[0.1, 0.1], [0.2, 0.3], [0.1, 0.4], [0.3, 0.3], [0.5, 0.8], [0.9, 0.6],
-                                         [0.7, 0.9], [0.8, 0.8]],
-                  "bias_step": {"points": 10000},
-                  "train": {"steps": 8000, "seq_len": 1024, "eval_every": 200, "eval_batches": 8}},
+        "paper": {
+            "members": 5,
+            "grid": [[0.1, 0.1], [0.2, 0.3], [0.1, 0.4], [0.3, 0.3], [0.5, 0.8], [0.9, 0.6], [0.7, 0.9], [0.8, 0.8]],
+            "bias_step": {"points": 10000},
+            "train": {"steps": 8000, "seq_len": 1024, "eval_every": 200, "eval_batches": 8},
+        },
     }
     # atlas: the trained cells' limits (Thm. 2 vs Thm. 8) depend on the horizon
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('train.steps', (2000, 8000, 16000), quick=(500, 1000), label='steps'),),
+        axes=(AtlasAxis("train.steps", (2000, 8000, 16000), quick=(500, 1000), label="steps"),),
         why="Measured (README, markov-init): the standard init's verdicts depend on the horizon (stuck at H(π) at 2000 steps, at the global minimum after 8000); the I_common claims read trained limits.",
     )
 
@@ -328,8 +376,10 @@ class MarkovICommon(Experiment):
     def run(self, cfg: MarkovICommonConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)
         theta0 = initial_points(seeds, cfg.region)  # the same points in every cell: I_common is data-agnostic
-        ctx.store_rows(_INIT_ARM, [(0, m, f"theta0/{k}", float(theta0[m, i])) for m in range(len(seeds))
-                                   for i, k in enumerate(("e", "w"))])
+        ctx.store_rows(
+            _INIT_ARM,
+            [(0, m, f"theta0/{k}", float(theta0[m, i])) for m in range(len(seeds)) for i, k in enumerate(("e", "w"))],
+        )
         mcfg = cfg.arm_model()
         by_seed = {s: theta0[i] for i, s in enumerate(seeds)}
 
@@ -337,8 +387,18 @@ class MarkovICommon(Experiment):
             return canonical_init_(GPT(mcfg, chunk), torch.stack([by_seed[s] for s in chunk]))
 
         with cpu_threads(cfg.cpu_threads, ctx.device):
-            ctx.fit_all([Fit(cell_arm(p, q), Trainer(cfg.train, ctx.device, ctx.progress, label=f"I_common ({p:g}, {q:g})"),
-                             build, seeds, MarkovChain(p, q)) for p, q in cfg.grid])  # at once, on one-thread lanes
+            ctx.fit_all(
+                [
+                    Fit(
+                        cell_arm(p, q),
+                        Trainer(cfg.train, ctx.device, ctx.progress, label=f"I_common ({p:g}, {q:g})"),
+                        build,
+                        seeds,
+                        MarkovChain(p, q),
+                    )
+                    for p, q in cfg.grid
+                ]
+            )  # at once, on one-thread lanes
             for ci, (p, q) in enumerate(cfg.grid):
                 self._canonical(cfg, ctx, ci, p, q)
 
@@ -350,11 +410,20 @@ class MarkovICommon(Experiment):
         bs = cfg.bias_step
         gen = generators([cfg.seed], f"bias-step-{ci}")[0]
         res = bias_step_basins(p, q, bs, gen)
-        rows = [(0, i, f"basin/{k}", float(res[k][i])) for k in ("theory", "k0", "k1", "profile") for i in range(bs.points)]
-        rows += [(0, i, f"theta0/{j}", float(res["theta0"][i, c])) for j, c in (("e", 0), ("w", 1)) for i in range(bs.points)]
+        rows = [
+            (0, i, f"basin/{k}", float(res[k][i])) for k in ("theory", "k0", "k1", "profile") for i in range(bs.points)
+        ]
+        rows += [
+            (0, i, f"theta0/{j}", float(res["theta0"][i, c])) for j, c in (("e", 0), ("w", 1)) for i in range(bs.points)
+        ]
         # Sanity: the profile flow (Thms. 2/8) from points of I_common ends at a global minimum.
-        pts = sample_icommon(generators([cfg.seed], f"icommon-flow-{ci}"), bs.flow_points, e_max=cfg.region.e_max,
-                             w_range=(cfg.region.w_lo, cfg.region.w_hi), energy_margin=cfg.region.energy_margin)[0]
+        pts = sample_icommon(
+            generators([cfg.seed], f"icommon-flow-{ci}"),
+            bs.flow_points,
+            e_max=cfg.region.e_max,
+            w_range=(cfg.region.w_lo, cfg.region.w_hi),
+            energy_margin=cfg.region.energy_margin,
+        )[0]
         seeds = member_seeds(cfg.seed, cfg.members)
         pts = torch.cat([initial_points(seeds, cfg.region), pts])  # the trained members' points first
         fin = run_flow(pts, p, q, [bs.flow_time]).final
@@ -376,8 +445,10 @@ class MarkovICommon(Experiment):
         init_e = run.curves(_INIT_ARM, "theta0/e")[1][:, 0]
         init_w = run.curves(_INIT_ARM, "theta0/w")[1][:, 0]
         out.values["initial_points"] = {
-            "e": init_e.tolist(), "w": init_w.tolist(),
-            "energy_minus_saddle": (energy(torch.tensor(np.stack([init_e, init_w], -1))) - ENERGY_SADDLE).tolist()}
+            "e": init_e.tolist(),
+            "w": init_w.tolist(),
+            "energy_minus_saddle": (energy(torch.tensor(np.stack([init_e, init_w], -1))) - ENERGY_SADDLE).tolist(),
+        }
         cells: dict[str, Any] = {}
         for p, q in cfg.grid:
             arm = cell_arm(p, q)
@@ -391,55 +462,99 @@ class MarkovICommon(Experiment):
                 gap = values - bayes
                 # No plateau to leave where the two minima are closer than the tolerance (near p + q = 1).
                 level = h_pi - c.escape_fraction * (h_pi - rate) if h_pi - rate > c.tol_nats else math.inf
-                out.stage(arm, LEFT_PLATEAU, values[:, -1], level, "lt", evidence="final test loss vs the cell's plateau level")
-                cell.update(final_test_loss=values[:, -1].tolist(), final_gap_to_bayes=gap[:, -1].tolist(),
-                            initial_gap_to_bayes=gap[:, 0].tolist(),
-                            at_rate=int(np.sum(np.abs(gap[:, -1]) <= c.tol_nats)),
-                            at_h_pi=int(np.sum(np.abs(values[:, -1] - h_pi) <= c.tol_nats)))
-                out.row("icommon-reaches-entropy-rate", arm,
-                        Sample(gap[:, -1], drift=run.drift(arm, "test_loss", minus="test_loss@bayes")), arms=[arm],
-                        context=ctx, label=f"({p:g}, {q:g}), {side}: final test loss − Bayes predictor's loss ≈ 0")
-                out.row("starts-above-entropy-rate", arm, Sample([float(np.min(gap[:, 0]))], deterministic=True),
-                        arms=[arm], context=ctx,
-                        label=f"({p:g}, {q:g}): every member's initial gap to the Bayes predictor ≥ {c.tol_nats:g}")
+                out.stage(
+                    arm,
+                    LEFT_PLATEAU,
+                    values[:, -1],
+                    level,
+                    "lt",
+                    evidence="final test loss vs the cell's plateau level",
+                )
+                cell.update(
+                    final_test_loss=values[:, -1].tolist(),
+                    final_gap_to_bayes=gap[:, -1].tolist(),
+                    initial_gap_to_bayes=gap[:, 0].tolist(),
+                    at_rate=int(np.sum(np.abs(gap[:, -1]) <= c.tol_nats)),
+                    at_h_pi=int(np.sum(np.abs(values[:, -1] - h_pi) <= c.tol_nats)),
+                )
+                out.row(
+                    "icommon-reaches-entropy-rate",
+                    arm,
+                    Sample(gap[:, -1], drift=run.drift(arm, "test_loss", minus="test_loss@bayes")),
+                    arms=[arm],
+                    context=ctx,
+                    label=f"({p:g}, {q:g}), {side}: final test loss − Bayes predictor's loss ≈ 0",
+                )
+                out.row(
+                    "starts-above-entropy-rate",
+                    arm,
+                    Sample([float(np.min(gap[:, 0]))], deterministic=True),
+                    arms=[arm],
+                    context=ctx,
+                    label=f"({p:g}, {q:g}): every member's initial gap to the Bayes predictor ≥ {c.tol_nats:g}",
+                )
             can = f"canonical/{arm}"
             if run.has(can, "basin/k1"):
-                k0, k1, prof, theory = (run.curves(can, f"basin/{k}")[1][:, 0] for k in ("k0", "k1", "profile", "theory"))
+                k0, k1, prof, theory = (
+                    run.curves(can, f"basin/{k}")[1][:, 0] for k in ("k0", "k1", "profile", "theory")
+                )
                 agree1, agree0 = (k1 == prof).astype(float), (k0 == prof).astype(float)
                 none = int(CriticalKind.NONE)
                 unsettled = float(np.mean((k1 == none) | (prof == none)))
-                out.stage(can, DESCENT_SETTLED, [unsettled], [1.0 - c.agree_min + 0.5 / k1.size], "lt",
-                          evidence="share of points whose profile or one-extra-step descent ends away from every critical set")
+                out.stage(
+                    can,
+                    DESCENT_SETTLED,
+                    [unsettled],
+                    [1.0 - c.agree_min + 0.5 / k1.size],
+                    "lt",
+                    evidence="share of points whose profile or one-extra-step descent ends away from every critical set",
+                )
                 wrong0 = k0 != prof
                 cell["bias_step"] = {
-                    "agree_k1_with_profile": float(agree1.mean()), "agree_k0_with_profile": float(agree0.mean()),
-                    "profile_agrees_with_flow_theory": float(np.mean(prof == theory)), "unsettled_fraction": unsettled,
+                    "agree_k1_with_profile": float(agree1.mean()),
+                    "agree_k0_with_profile": float(agree0.mean()),
+                    "profile_agrees_with_flow_theory": float(np.mean(prof == theory)),
+                    "unsettled_fraction": unsettled,
                     "k0_disagreements": int(wrong0.sum()),
                     "k0_disagreements_fixed_by_one_step": int(np.sum(wrong0 & (k1 == prof))),
                     "k1_local_where_profile_global": int(np.sum((k1 == LOCAL) & (prof == GLOBAL))),
                     "k0_local_where_profile_global": int(np.sum((k0 == LOCAL) & (prof == GLOBAL))),
                     "unclassified_k1": int(np.sum(k1 == none)),
                 }
-                out.row("one-extra-bias-step-suffices", arm, Sample(agree1, proportion=True), arms=[can], context=ctx,
-                        label=f"({p:g}, {q:g}), {side}: fraction of {agree1.size} points where descent with one extra bias "
-                              f"step ends in the profile descent's basin ≥ {c.agree_min:g} (without it: {agree0.mean():.4f})")
+                out.row(
+                    "one-extra-bias-step-suffices",
+                    arm,
+                    Sample(agree1, proportion=True),
+                    arms=[can],
+                    context=ctx,
+                    label=f"({p:g}, {q:g}), {side}: fraction of {agree1.size} points where descent with one extra bias "
+                    f"step ends in the profile descent's basin ≥ {c.agree_min:g} (without it: {agree0.mean():.4f})",
+                )
                 # The flow's points are the arm's first members only (the box points outnumber them): the
                 # view lines every metric up over all of the arm's members, NaN where one was not stored.
                 fb = run.curves(can, "flow/basin")[1][:, 0]
                 inside = run.curves(can, "flow/in_icommon")[1][:, 0]
                 stored = ~np.isnan(fb)
                 ok = (fb[stored] == GLOBAL) & (inside[stored] == 1.0)
-                out.row("sampled-points-in-icommon", arm, Sample([float(np.sum(~ok))], deterministic=True), context=ctx,
-                        label=f"({p:g}, {q:g}): none of {ok.size} sampled I_common points outside the region or flowing "
-                              "elsewhere than a global minimum")
+                out.row(
+                    "sampled-points-in-icommon",
+                    arm,
+                    Sample([float(np.sum(~ok))], deterministic=True),
+                    context=ctx,
+                    label=f"({p:g}, {q:g}): none of {ok.size} sampled I_common points outside the region or flowing "
+                    "elsewhere than a global minimum",
+                )
                 cell["icommon_flow_global_fraction"] = float(ok.mean())
                 cell["icommon_points"] = int(ok.size)
             cells[arm] = cell
         out.values["cells"] = cells
         e_prop, w_prop = proposed_point(cfg.model)
-        out.values["proposed_point"] = {"e": e_prop, "w": w_prop,
-                                        "g(w)": float(icommon_boundary(w_prop)) if w_prop < 0 else float("nan"),
-                                        "in_icommon": bool(in_icommon(torch.tensor([e_prop, w_prop])))}
+        out.values["proposed_point"] = {
+            "e": e_prop,
+            "w": w_prop,
+            "g(w)": float(icommon_boundary(w_prop)) if w_prop < 0 else float("nan"),
+            "in_icommon": bool(in_icommon(torch.tensor([e_prop, w_prop]))),
+        }
         return out
 
     def notes(self, cfg: MarkovICommonConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
@@ -449,27 +564,36 @@ class MarkovICommon(Experiment):
         notes = [
             f"A.3.2's proposed init (e = {cfg.model.init_e:g} per coordinate, W_1 = {cfg.model.init_w1:g}, W_2 = "
             f"{cfg.model.init_w2:g}) is (e, w) = ({prop['e']:.3f}, {prop['w']:g}) in App. D's coordinates (d = {cfg.model.d}): "
-            + ("inside I_common." if prop["in_icommon"] else
-               f"outside I_common (|e| < g(w) = {prop['g(w)']:.3f}); for p+q<1 Thm. 8 puts it in I_min (local minimum), for "
-               "p+q>1 Thm. 2 in I_*. Its p_n are N(0, σ²), not -(e/2)α, so the mapping is approximate.")]
+            + (
+                "inside I_common."
+                if prop["in_icommon"]
+                else f"outside I_common (|e| < g(w) = {prop['g(w)']:.3f}); for p+q<1 Thm. 8 puts it in I_min (local minimum), for "
+                "p+q>1 Thm. 2 in I_*. Its p_n are N(0, σ²), not -(e/2)α, so the mapping is approximate."
+            )
+        ]
         for arm, cell in measured.values["cells"].items():
             head = f"({cell['p']:g}, {cell['q']:g}), p+q={cell['p_plus_q']:.2f}"
             if "final_gap_to_bayes" in cell:
                 n = len(cell["final_gap_to_bayes"])
                 row = rows[("icommon-reaches-entropy-rate", arm)]
-                notes.append(f"{head}: {cell['at_rate']}/{n} members end within {c.tol_nats:g} nats of the Bayes loss, "
-                             f"{cell['at_h_pi']}/{n} at H(π); final gap {np.mean(cell['final_gap_to_bayes']):+.4f} nats "
-                             f"(H(π) − rate = {cell['marginal_entropy'] - cell['entropy_rate']:.4f}); {row.verdict}"
-                             + (f" ({row.reason})" if row.reason else "") + ".")
+                notes.append(
+                    f"{head}: {cell['at_rate']}/{n} members end within {c.tol_nats:g} nats of the Bayes loss, "
+                    f"{cell['at_h_pi']}/{n} at H(π); final gap {np.mean(cell['final_gap_to_bayes']):+.4f} nats "
+                    f"(H(π) − rate = {cell['marginal_entropy'] - cell['entropy_rate']:.4f}); {row.verdict}"
+                    + (f" ({row.reason})" if row.reason else "")
+                    + "."
+                )
             if "bias_step" in cell:
                 b = cell["bias_step"]
                 row = rows[("one-extra-bias-step-suffices", arm)]
-                notes.append(f"{head} canonical: basin agreement with profile descent — one extra bias step "
-                             f"{b['agree_k1_with_profile']:.4f} ({row.verdict}), none {b['agree_k0_with_profile']:.4f}: plain "
-                             f"descent agrees nearly as often, so this measurement hardly tells one extra step from none; of "
-                             f"the {b['k0_disagreements']} points plain descent sends elsewhere, one extra step fixes "
-                             f"{b['k0_disagreements_fixed_by_one_step']}; profile descent vs Thm. 2/8 flow basins "
-                             f"{b['profile_agrees_with_flow_theory']:.4f}.")
+                notes.append(
+                    f"{head} canonical: basin agreement with profile descent — one extra bias step "
+                    f"{b['agree_k1_with_profile']:.4f} ({row.verdict}), none {b['agree_k0_with_profile']:.4f}: plain "
+                    f"descent agrees nearly as often, so this measurement hardly tells one extra step from none; of "
+                    f"the {b['k0_disagreements']} points plain descent sends elsewhere, one extra step fixes "
+                    f"{b['k0_disagreements_fixed_by_one_step']}; profile descent vs Thm. 2/8 flow basins "
+                    f"{b['profile_agrees_with_flow_theory']:.4f}."
+                )
         return notes
 
     # ------------------------------------------------------------------------------------------
@@ -489,7 +613,9 @@ class MarkovICommon(Experiment):
             ax.set_xlabel("iteration")
             ax.set_ylabel("test loss (nats)")
             ax.legend(fontsize=7)
-        fig.suptitle(f"Sec. 2 transformer from {cfg.members} points sampled in I_common (mean, band min–max)", fontsize=10)
+        fig.suptitle(
+            f"Sec. 2 transformer from {cfg.members} points sampled in I_common (mean, band min–max)", fontsize=10
+        )
         fig.tight_layout()
         paths = [save_figure(fig, figdir / "icommon_loss.png")]
 

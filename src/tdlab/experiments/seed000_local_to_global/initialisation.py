@@ -24,9 +24,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.experiments.view import ArmKey, RunView
 from tdlab.models.gpt import GPT, GPTConfig
@@ -35,8 +35,15 @@ from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import ChainConfig, MarkovChain, entropy_rate, marginal_entropy
 from tdlab.train.trainer import TrainConfig, Trainer
 
-__all__ = ["MarkovInitConfig", "MarkovInit", "InitArm", "expected_small_init_loss", "LEFT_PLATEAU", "escape_level",
-           "small_init_stage"]
+__all__ = [
+    "LEFT_PLATEAU",
+    "InitArm",
+    "MarkovInit",
+    "MarkovInitConfig",
+    "escape_level",
+    "expected_small_init_loss",
+    "small_init_stage",
+]
 
 Arch = Literal["sec2", "gpt2"]
 Init = Literal["standard", "local-to-global"]
@@ -102,8 +109,11 @@ def escape_level(cfg: MarkovInitConfig) -> float:
     return h_pi - cfg.claims.escape_fraction * (h_pi - h_rate)
 
 
-LEFT_PLATEAU = Stage("left-plateau", "the member's final test loss is below the H(π) plateau "
-                     "(H(π) − escape_fraction · (H(π) − entropy rate)): it has left the unigram stage")
+LEFT_PLATEAU = Stage(
+    "left-plateau",
+    "the member's final test loss is below the H(π) plateau "
+    "(H(π) − escape_fraction · (H(π) − entropy rate)): it has left the unigram stage",
+)
 
 
 def _distinct_minima(cfg: MarkovInitConfig) -> bool:
@@ -130,24 +140,46 @@ CLAIMS = (
     ClaimSpec(
         "proposed-init-ends-at-global-minimum",
         "The proposed init (e=0.5, W1=1, W2=-1) ends at the entropy rate, the global minimum (App. A.3.2, Fig. 4)",
-        test="value", relation="close", quantity="final test loss − the Bayes (bigram) predictor's loss on the same "
-        "evaluation batches, nats", expected=0.0, tolerance="claims.tol_nats", horizon="convergence",
-        stage=_proposed_stage, unit=" nats"),
+        test="value",
+        relation="close",
+        quantity="final test loss − the Bayes (bigram) predictor's loss on the same evaluation batches, nats",
+        expected=0.0,
+        tolerance="claims.tol_nats",
+        horizon="convergence",
+        stage=_proposed_stage,
+        unit=" nats",
+    ),
     ClaimSpec(
         "standard-init-ends-at-theory-limit",
         "A small standard init (σ=0.02) ends where Thm. 2 (p+q>1: H(π), the local minimum) or Thm. 8 (p+q<1: the "
         "entropy rate) places it (Fig. 4)",
-        test="value", relation="close", quantity="final test loss − the loss of the predictor Thm. 2/8 names (unigram "
-        "for p+q>1, Bayes for p+q<1) on the same evaluation batches, nats", expected=0.0, tolerance="claims.tol_nats",
-        horizon="convergence", stage=small_init_stage, learning_required=False, unit=" nats",
+        test="value",
+        relation="close",
+        quantity="final test loss − the loss of the predictor Thm. 2/8 names (unigram "
+        "for p+q>1, Bayes for p+q<1) on the same evaluation batches, nats",
+        expected=0.0,
+        tolerance="claims.tol_nats",
+        horizon="convergence",
+        stage=small_init_stage,
+        learning_required=False,
+        unit=" nats",
         # p + q > 1: Thm. 2 says it *stays* at H(π); a shorter run still on the plateau may leave it later.
-        stays=lambda cfg: cfg.task.p + cfg.task.q > 1, length="train.steps", seed_length=SEED_STEPS),
+        stays=lambda cfg: cfg.task.p + cfg.task.q > 1,
+        length="train.steps",
+        seed_length=SEED_STEPS,
+    ),
     ClaimSpec(
         "standard-init-leaves-plateau-later",
         "The standard init stays on the H(π) plateau longer than the proposed init (Fig. 4)",
-        test="compare", relation="gt", quantity="plateau-escape step, standard − proposed (paired over members; "
+        test="compare",
+        relation="gt",
+        quantity="plateau-escape step, standard − proposed (paired over members; "
         "known to one evaluation interval; censored at the last evaluation for a member that never leaves)",
-        margin=0.0, horizon="budget", learning_required=False, unit=" steps"),
+        margin=0.0,
+        horizon="budget",
+        learning_required=False,
+        unit=" steps",
+    ),
 )
 
 
@@ -169,13 +201,15 @@ class MarkovInit(Experiment):
     # lies on that line, where H(π) = entropy rate and the claims cannot tell the minima apart. The
     # quick range keeps the seed's task and model and shortens training.
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("task.p", (0.2, 0.4, 0.6, 0.8), label="p"),
-              AtlasAxis("task.q", (0.1, 0.3, 0.7, 0.9), label="q"),
-              AtlasAxis("train.steps", (2000, 8000), quick=(1000,), label="steps")),
+        axes=(
+            AtlasAxis("task.p", (0.2, 0.4, 0.6, 0.8), label="p"),
+            AtlasAxis("task.q", (0.1, 0.3, 0.7, 0.9), label="q"),
+            AtlasAxis("train.steps", (2000, 8000), quick=(1000,), label="steps"),
+        ),
         profile_set={"quick": {"train.seq_len": 64, "train.eval_batches": 2}},
         why="Measured (README): the proposed init reaches the entropy rate everywhere tried, while the standard "
-            "init's verdicts depend on the horizon (stuck at H(π) at 2000 steps for sec2, at the global minimum "
-            "after 8000) and on which side of p + q = 1 the chain lies (Thm. 2 vs Thm. 8).",
+        "init's verdicts depend on the horizon (stuck at H(π) at 2000 steps for sec2, at the global minimum "
+        "after 8000) and on which side of p + q = 1 the chain lies (Thm. 2 vs Thm. 8).",
     )
     arm_fields = {"model.arch": "archs=[...]", "model.init": "inits=[...]", "model.max_len": "train.seq_len"}
     profiles = {
@@ -217,23 +251,38 @@ class MarkovInit(Experiment):
             gap = loss[:, -1] - ref[:, -1]
             escapes[arm] = esc = first_crossing(steps, loss, level)
             out.stage(arm.name, LEFT_PLATEAU, loss[:, -1], level, "lt", evidence="final test loss vs the plateau level")
-            claim = "proposed-init-ends-at-global-minimum" if arm.init == "local-to-global" else "standard-init-ends-at-theory-limit"
-            out.row(claim, arm.arch, Sample(gap, drift=run.drift(arm, "test_loss", minus=f"test_loss@{target}")),
-                    arms=[arm.name], context={"arch": arm.arch, "target": target},
-                    label=f"{arm.arch}: final test loss − the {target} predictor's loss on the same batches ≈ 0")
+            claim = (
+                "proposed-init-ends-at-global-minimum"
+                if arm.init == "local-to-global"
+                else "standard-init-ends-at-theory-limit"
+            )
+            out.row(
+                claim,
+                arm.arch,
+                Sample(gap, drift=run.drift(arm, "test_loss", minus=f"test_loss@{target}")),
+                arms=[arm.name],
+                context={"arch": arm.arch, "target": target},
+                label=f"{arm.arch}: final test loss − the {target} predictor's loss on the same batches ≈ 0",
+            )
             out.values[arm.name] = {
-                "final_test_loss": loss[:, -1].tolist(), f"final_gap_to_{target}": gap.tolist(),
-                "plateau_escape_step": esc.as_optional(), "escaped_fraction": float(np.mean(~esc.censored)),
+                "final_test_loss": loss[:, -1].tolist(),
+                f"final_gap_to_{target}": gap.tolist(),
+                "plateau_escape_step": esc.as_optional(),
+                "escaped_fraction": float(np.mean(~esc.censored)),
             }
         for arch in cfg.archs:
             std, l2g = InitArm(arch, "standard"), InitArm(arch, "local-to-global")
             if std in escapes and l2g in escapes:
                 a, b = escapes[std], escapes[l2g]
-                out.row("standard-init-leaves-plateau-later", arch,
-                        Sample(a.steps, censored=a.censored, resolution=a.resolution),
-                        Sample(b.steps, censored=b.censored, resolution=b.resolution),
-                        arms=[std.name, l2g.name], context={"arch": arch},
-                        label=f"{arch}: plateau-escape step, standard − proposed > 0")
+                out.row(
+                    "standard-init-leaves-plateau-later",
+                    arch,
+                    Sample(a.steps, censored=a.censored, resolution=a.resolution),
+                    Sample(b.steps, censored=b.censored, resolution=b.resolution),
+                    arms=[std.name, l2g.name],
+                    context={"arch": arch},
+                    label=f"{arch}: plateau-escape step, standard − proposed > 0",
+                )
         return out
 
     def notes(self, cfg: MarkovInitConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
@@ -241,20 +290,31 @@ class MarkovInit(Experiment):
         by_id = {g.id: g for g in groups}
         notes = []
         for arm in self.arms(cfg):
-            claim = "proposed-init-ends-at-global-minimum" if arm.init == "local-to-global" else "standard-init-ends-at-theory-limit"
+            claim = (
+                "proposed-init-ends-at-global-minimum"
+                if arm.init == "local-to-global"
+                else "standard-init-ends-at-theory-limit"
+            )
             row = by_id[claim].row(arm.arch)
             m = measured.values[arm.name]
             final = np.asarray(m["final_test_loss"])
             left = [e for e in m["plateau_escape_step"] if e is not None]
             where = "the entropy rate" if abs(final.mean() - h_rate) < abs(final.mean() - h_pi) else "H(π)"
-            esc = (f"{len(left)}/{final.size} members left the H(π) plateau (steps {left})" if left
-                   else f"no member left the H(π) plateau within {cfg.train.steps} steps")
-            notes.append(f"{arm.name}: final test loss {final.mean():.4f} ± {final.std():.4f} nats, nearer {where}; "
-                         f"{esc}; end-state claim {row.verdict}{f' ({row.reason})' if row.reason else ''}.")
+            esc = (
+                f"{len(left)}/{final.size} members left the H(π) plateau (steps {left})"
+                if left
+                else f"no member left the H(π) plateau within {cfg.train.steps} steps"
+            )
+            notes.append(
+                f"{arm.name}: final test loss {final.mean():.4f} ± {final.std():.4f} nats, nearer {where}; "
+                f"{esc}; end-state claim {row.verdict}{f' ({row.reason})' if row.reason else ''}."
+            )
         tol = cfg.claims.tol_nats
         if h_pi - h_rate < 2 * tol:
-            notes.append(f"H(π) − entropy rate = {h_pi - h_rate:.4f} nats is below twice the tolerance "
-                         f"({tol}): at these (p, q) the claims cannot tell the two minima apart.")
+            notes.append(
+                f"H(π) − entropy rate = {h_pi - h_rate:.4f} nats is below twice the tolerance "
+                f"({tol}): at these (p, q) the claims cannot tell the two minima apart."
+            )
         return notes
 
     def plot(self, cfg: MarkovInitConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:

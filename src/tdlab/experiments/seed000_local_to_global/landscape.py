@@ -41,6 +41,7 @@ import torch
 from pydantic import Field, field_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.experiments.view import RunView
 from tdlab.seeding import generators, member_seeds
@@ -48,14 +49,31 @@ from tdlab.tasks.markov import ChainConfig
 from tdlab.theory import markov_landscape as ml
 from tdlab.theory.markov_landscape import CriticalKind as CK
 from tdlab.train.trainer import FitResult
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["FlowConfig", "LandscapeConfig", "FlowExperiment", "MarkovLandscape", "chain_arm", "max_energy_drift",
-           "save_times", "FLOW_SETTLED", "settled_bound", "energy_claim", "energy_sample", "KIND_COLOR"]
+__all__ = [
+    "FLOW_SETTLED",
+    "KIND_COLOR",
+    "FlowConfig",
+    "FlowExperiment",
+    "LandscapeConfig",
+    "MarkovLandscape",
+    "chain_arm",
+    "energy_claim",
+    "energy_sample",
+    "max_energy_drift",
+    "save_times",
+    "settled_bound",
+]
 
 F64 = torch.float64
-KIND_COLOR = {int(CK.NONE): "0.5", int(CK.GLOBAL_MIN): "tab:green", int(CK.LOCAL_MIN): "tab:red",
-              int(CK.SADDLE): "gold", int(CK.LOCAL_MAX): "tab:purple", int(CK.STATIONARY): "tab:brown"}
+KIND_COLOR = {
+    int(CK.NONE): "0.5",
+    int(CK.GLOBAL_MIN): "tab:green",
+    int(CK.LOCAL_MIN): "tab:red",
+    int(CK.SADDLE): "gold",
+    int(CK.LOCAL_MAX): "tab:purple",
+    int(CK.STATIONARY): "tab:brown",
+}
 
 
 def _default_chains() -> list[ChainConfig]:
@@ -136,8 +154,10 @@ class LandscapeConfig(FlowConfig):
 
 
 FLOW_SETTLED = Stage(
-    "flow-settled", "the member's flow endpoints at t_end lie within limit_atol of a critical set (Thm. 1 / Thm. 10), "
-    "but for at most the claim's tolerance of them: the flow to t_end stands for its limit")
+    "flow-settled",
+    "the member's flow endpoints at t_end lie within limit_atol of a critical set (Thm. 1 / Thm. 10), "
+    "but for at most the claim's tolerance of them: the flow to t_end stands for its limit",
+)
 
 
 def settled_bound(tolerance: float, n: int) -> float:
@@ -150,8 +170,17 @@ def energy_claim(statement: str, quantity: str) -> ClaimSpec:
     """Energy conservation along the exact flow (Lemma 1 / Lemma 14), which along a numerical trajectory
     checks the integrator: a sanity check on every trajectory, so its measurement is the largest drift
     over all of them, one exact value (:func:`energy_sample`) ≤ ``energy_tol``."""
-    return ClaimSpec("energy-conserved", statement, kind="sanity", test="value", relation="le", quantity=quantity,
-                     expected=0.0, tolerance="energy_tol", horizon="static")
+    return ClaimSpec(
+        "energy-conserved",
+        statement,
+        kind="sanity",
+        test="value",
+        relation="le",
+        quantity=quantity,
+        expected=0.0,
+        tolerance="energy_tol",
+        horizon="static",
+    )
 
 
 def energy_sample(per_member: list[float]) -> Sample:
@@ -176,21 +205,34 @@ CLAIMS = (
         "basins-match-theorem",
         "The gradient-flow limit of θ₀ lies in the critical set that Thm. 2 (p+q>1) / Thm. 8 (p+q<1) predicts for θ₀ "
         "(Fig. 1 (b), (d))",
-        test="value", relation="ge", quantity="fraction of θ₀ ~ N(0, init_scale² I) (members × n_random, Wilson "
+        test="value",
+        relation="ge",
+        quantity="fraction of θ₀ ~ N(0, init_scale² I) (members × n_random, Wilson "
         "interval) whose flow endpoint at t_end (classify_critical at limit_atol) is the set predict_basin names",
-        expected=1.0, tolerance=_agreement_tolerance, horizon="static", stage=FLOW_SETTLED),
+        expected=1.0,
+        tolerance=_agreement_tolerance,
+        horizon="static",
+        stage=FLOW_SETTLED,
+    ),
     ClaimSpec(
         "small-gaussian-init",
         "From a small Gaussian init θ₀ ~ N(0, σ² I) the flow ends at the local minimum (loss H(π)) for p+q>1 (Thm. 2) and "
         "at a global minimum (loss = entropy rate) for p+q<1 (Thm. 8), with the App. G probability",
-        test="value", relation="close", quantity="fraction of flow endpoints from N(0, σ² I) (members × n_gaussian, Wilson "
+        test="value",
+        relation="close",
+        quantity="fraction of flow endpoints from N(0, σ² I) (members × n_gaussian, Wilson "
         "interval) at the local minimum, against App. G's quadrature probability of its basin",
-        expected=quadrature_local_min, tolerance="prob_tol", horizon="static", stage=FLOW_SETTLED,
-        example={"p": 0.5, "q": 0.8, "sigma": 0.02}),
+        expected=quadrature_local_min,
+        tolerance="prob_tol",
+        horizon="static",
+        stage=FLOW_SETTLED,
+        example={"p": 0.5, "q": 0.8, "sigma": 0.02},
+    ),
     energy_claim(
         "The energy E = e² − (w² + sign(w) log|w|) (Eq. 4) is constant along every gradient-flow trajectory (Lemma 1); "
         "along a numerical trajectory this checks the integrator",
-        "the largest max_t |E(t) − E(0)| / max(1, |E(0)|) over every member's Dormand–Prince display trajectories"),
+        "the largest max_t |E(t) − E(0)| / max(1, |E(0)|) over every member's Dormand–Prince display trajectories",
+    ),
 )
 
 
@@ -202,17 +244,29 @@ def trajectory(theta0: torch.Tensor, p: float, q: float, cfg: FlowConfig, t_end:
     """``(traj_points, n, dim)`` accurate display trajectories (Dormand-Prince at ``traj_rtol``). Rows that
     exhaust the step budget hold NaN at later save times: their energy drift is NaN, which fails."""
     te = save_times(t_end, cfg.traj_points)
-    return ml.run_flow(theta0, p, q, te, method="dopri5", rtol=cfg.traj_rtol, atol=1e-2 * cfg.traj_rtol, g_tol=0.0,
-                       max_iters=cfg.traj_max_iters).trajectory
+    return ml.run_flow(
+        theta0,
+        p,
+        q,
+        te,
+        method="dopri5",
+        rtol=cfg.traj_rtol,
+        atol=1e-2 * cfg.traj_rtol,
+        g_tol=0.0,
+        max_iters=cfg.traj_max_iters,
+    ).trajectory
 
 
 def basin_flow(theta0: torch.Tensor, p: float, q: float, cfg: FlowConfig) -> tuple[torch.Tensor, list]:
     """Endpoints ``(n, dim)`` of the flows from ``theta0`` at ``t_end`` and the integrator's facts."""
     t0 = time.perf_counter()
     res = ml.run_flow(theta0, p, q, [cfg.t_end])
-    info = [("flow_wall_s", time.perf_counter() - t0), ("unfinished", float((~res.finished).sum())),
-            ("max_steps", float(res.n_steps.max())),
-            ("max_final_grad_norm", float(torch.nan_to_num(res.final_grad_norm, nan=math.inf).max()))]
+    info = [
+        ("flow_wall_s", time.perf_counter() - t0),
+        ("unfinished", float((~res.finished).sum())),
+        ("max_steps", float(res.n_steps.max())),
+        ("max_final_grad_norm", float(torch.nan_to_num(res.final_grad_norm, nan=math.inf).max())),
+    ]
     return res.final, info
 
 
@@ -256,8 +310,14 @@ class FlowExperiment(Experiment):
         returns the members' unsettled shares."""
         unsettled = [float((c == int(CK.NONE)).double().mean()) for c in codes]
         n = min(int(c.numel()) for c in codes)
-        out.stage(arm, FLOW_SETTLED, unsettled, settled_bound(tolerance, n), "lt",
-                  evidence="share of endpoints not within limit_atol of a critical set at t_end")
+        out.stage(
+            arm,
+            FLOW_SETTLED,
+            unsettled,
+            settled_bound(tolerance, n),
+            "lt",
+            evidence="share of endpoints not within limit_atol of a critical set at t_end",
+        )
         return unsettled
 
 
@@ -280,8 +340,8 @@ class MarkovLandscape(FlowExperiment):
     }
     # atlas: the basin flows run to t_end standing in for t → ∞; too short a flow time misclassifies endpoints
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('t_end', (250.0, 500.0, 2000.0, 8000.0), quick=(500.0, 2000.0), label='t_end'),),
-        why='The basin-probability claims classify gradient-flow endpoints at t_end as a stand-in for t → ∞: the flow time is the budget of this closed-form experiment.',
+        axes=(AtlasAxis("t_end", (250.0, 500.0, 2000.0, 8000.0), quick=(500.0, 2000.0), label="t_end"),),
+        why="The basin-probability claims classify gradient-flow endpoints at t_end as a stand-in for t → ∞: the flow time is the budget of this closed-form experiment.",
     )
 
     def _member_state(self, cfg: LandscapeConfig, p: float, q: float, seed: int) -> tuple[dict, list]:
@@ -291,9 +351,14 @@ class MarkovLandscape(FlowExperiment):
         th_g = gaussian_inits(cfg, g["gaussian"], 2)
         fin_g, info_g = basin_flow(th_g.reshape(-1, 2), p, q, cfg)
         th_t = cfg.traj_scale * torch.randn((cfg.n_traj, 2), dtype=F64, generator=g["traj"])
-        state = {"random_theta0": th_r, "random_final": fin_r, "gauss_theta0": th_g,
-                 "gauss_final": fin_g.reshape(th_g.shape), "traj": trajectory(th_t, p, q, cfg, cfg.traj_t_end),
-                 "traj_t": save_times(cfg.traj_t_end, cfg.traj_points)}
+        state = {
+            "random_theta0": th_r,
+            "random_final": fin_r,
+            "gauss_theta0": th_g,
+            "gauss_final": fin_g.reshape(th_g.shape),
+            "traj": trajectory(th_t, p, q, cfg, cfg.traj_t_end),
+            "traj_t": save_times(cfg.traj_t_end, cfg.traj_points),
+        }
         return state, info + [(f"gauss_{k}", v) for k, v in info_g]
 
     def measure(self, cfg: LandscapeConfig, run: RunView) -> Measurements:
@@ -310,8 +375,14 @@ class MarkovLandscape(FlowExperiment):
             meas: dict[str, Any] = {"p_plus_q": p + q}
             drift = [float(max_energy_drift(A["traj"][m]).max()) for m in range(cfg.members)]
             meas["energy_max_rel_drift"] = drift
-            out.row("energy-conserved", arm, energy_sample(drift), arms=[arm], context=ctx,
-                    label=f"p={p}, q={q}: max relative energy drift over {cfg.n_traj} trajectories/member ≤ {cfg.energy_tol:g}")
+            out.row(
+                "energy-conserved",
+                arm,
+                energy_sample(drift),
+                arms=[arm],
+                context=ctx,
+                label=f"p={p}, q={q}: max relative energy drift over {cfg.n_traj} trajectories/member ≤ {cfg.energy_tol:g}",
+            )
             agree, hits, counts, codes = [], [], np.zeros(len(CK)), []
             for m in range(cfg.members):
                 reached = ml.classify_critical(A["random_final"][m], p, q, atol=cfg.limit_atol)
@@ -323,13 +394,21 @@ class MarkovLandscape(FlowExperiment):
             meas["basin_agreement"] = agree
             meas["basin_disagreements"] = int(len(hits) - sum(hits))
             meas["random_endpoint_counts"] = {CK(k).name: int(v) for k, v in enumerate(counts) if v}
-            out.row("basins-match-theorem", arm, Sample(hits, proportion=True), arms=[arm], context=ctx,
-                    label=f"p={p}, q={q} ({'Thm. 2' if big else 'Thm. 8'}): fraction of {len(hits)} θ₀ "
-                          f"({cfg.members} × {cfg.n_random}) ending in the predicted critical set ≥ {cfg.min_agreement:g}")
+            out.row(
+                "basins-match-theorem",
+                arm,
+                Sample(hits, proportion=True),
+                arms=[arm],
+                context=ctx,
+                label=f"p={p}, q={q} ({'Thm. 2' if big else 'Thm. 8'}): fraction of {len(hits)} θ₀ "
+                f"({cfg.members} × {cfg.n_random}) ending in the predicted critical set ≥ {cfg.min_agreement:g}",
+            )
             quad = ml.gaussian_basin_probability(cfg.sigmas, p, q)[CK.LOCAL_MIN]
             meas["gaussian"] = {}
             for i, s in enumerate(cfg.sigmas):
-                kinds = [ml.classify_critical(A["gauss_final"][m][i], p, q, atol=cfg.limit_atol) for m in range(cfg.members)]
+                kinds = [
+                    ml.classify_critical(A["gauss_final"][m][i], p, q, atol=cfg.limit_atol) for m in range(cfg.members)
+                ]
                 local = [(k == int(CK.LOCAL_MIN)).double() for k in kinds]
                 for m, k in enumerate(kinds):
                     codes[m] = torch.cat([codes[m], k])
@@ -337,13 +416,19 @@ class MarkovLandscape(FlowExperiment):
                 meas["gaussian"][f"sigma={s:g}"] = {
                     "local_min_fraction": [float(x.mean()) for x in local],
                     "global_min_fraction": [float((k == int(CK.GLOBAL_MIN)).double().mean()) for k in kinds],
-                    "quadrature_local_min": P}
+                    "quadrature_local_min": P,
+                }
                 points = [v for x in local for v in x.tolist()]
                 where = "the local minimum (loss H(π))" if P > 0.5 else "a global minimum (loss = entropy rate)"
-                out.row("small-gaussian-init", f"{arm}/sigma{s:g}", Sample(points, proportion=True), arms=[arm],
-                        context={**ctx, "sigma": s},
-                        label=f"p={p}, q={q} (p+q {'>' if big else '<'} 1), σ={s:g}: the flow goes to {where}; fraction "
-                              f"of {len(points)} endpoints at the local minimum ≈ App. G quadrature {P:.4f}")
+                out.row(
+                    "small-gaussian-init",
+                    f"{arm}/sigma{s:g}",
+                    Sample(points, proportion=True),
+                    arms=[arm],
+                    context={**ctx, "sigma": s},
+                    label=f"p={p}, q={q} (p+q {'>' if big else '<'} 1), σ={s:g}: the flow goes to {where}; fraction "
+                    f"of {len(points)} endpoints at the local minimum ≈ App. G quadrature {P:.4f}",
+                )
             meas["unsettled_fraction"] = self._stage(out, arm, codes, cfg.settle_tolerance)
             out.values[arm] = meas
         return out
@@ -356,13 +441,16 @@ class MarkovLandscape(FlowExperiment):
             m = measured.values[arm]
             gauss = "; ".join(
                 f"σ={s:g}: local-min fraction {np.mean(m['gaussian'][f'sigma={s:g}']['local_min_fraction']):.4f} "
-                f"(quadrature {m['gaussian'][f'sigma={s:g}']['quadrature_local_min']:.4f})" for s in cfg.sigmas)
+                f"(quadrature {m['gaussian'][f'sigma={s:g}']['quadrature_local_min']:.4f})"
+                for s in cfg.sigmas
+            )
             basin = by_id["basins-match-theorem"].row(arm)
             notes.append(
                 f"{arm} (p+q={c.p + c.q:g}): energy drift ≤ {max(m['energy_max_rel_drift']):.2e}; basin agreement "
                 f"{', '.join(f'{100 * a:.2f}%' for a in m['basin_agreement'])} ({m['basin_disagreements']} disagreements of "
                 f"{cfg.members * cfg.n_random}; {basin.verdict}); {gauss}; endpoints not at a critical set at t={cfg.t_end:g}: "
-                f"{', '.join(f'{100 * u:.2f}%' for u in m['unsettled_fraction'])}.")
+                f"{', '.join(f'{100 * u:.2f}%' for u in m['unsettled_fraction'])}."
+            )
         return notes
 
     def plot(self, cfg: LandscapeConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
@@ -393,15 +481,25 @@ class MarkovLandscape(FlowExperiment):
             for j in range(tr.shape[1]):
                 ax.plot(tr[:, j, 1], tr[:, j, 0], color="k", lw=1)
                 ax.plot(tr[0, j, 1], tr[0, j, 0], "o", color="k", ms=3)
-            ax.set(xlim=wlim, ylim=(-elim, elim), xlabel="w", ylabel="e",
-                   title=f"({'c' if big else 'a'}) p={p}, q={q}: energy, critical sets, −∇L, GF paths")
+            ax.set(
+                xlim=wlim,
+                ylim=(-elim, elim),
+                xlabel="w",
+                ylabel="e",
+                title=f"({'c' if big else 'a'}) p={p}, q={q}: energy, critical sets, −∇L, GF paths",
+            )
             ax.title.set_fontsize(9)
             ax.legend(fontsize=7, loc="upper left")
             # (b)/(d): basins of Thm. 2 / Thm. 8 with the flow endpoints of random inits
             ax = row[1]
             codes = ml.predict_basin(grid, p, q).numpy()
-            ax.contourf(W_, E_, (codes == int(CK.LOCAL_MIN)).astype(float), levels=[-0.5, 0.5, 1.5],
-                        colors=["#cdeccd", "#f6caca"])
+            ax.contourf(
+                W_,
+                E_,
+                (codes == int(CK.LOCAL_MIN)).astype(float),
+                levels=[-0.5, 0.5, 1.5],
+                colors=["#cdeccd", "#f6caca"],
+            )
             bb = ml.basin_boundaries(p, q, w_lim=wlim, e_lim=elim)
             for k, seg in enumerate(bb["saddle"]):
                 ax.plot(seg[:, 1], seg[:, 0], color="gold", lw=2, label="I_sad" if k == 0 else None)
@@ -413,24 +511,44 @@ class MarkovLandscape(FlowExperiment):
             th0 = th0.numpy()
             for kind in (CK.GLOBAL_MIN, CK.LOCAL_MIN):
                 sel = reached == int(kind)
-                ax.scatter(th0[sel, 1], th0[sel, 0], s=3, color=KIND_COLOR[int(kind)], label=f"θ₀ → {kind.name.lower()}")
+                ax.scatter(
+                    th0[sel, 1], th0[sel, 0], s=3, color=KIND_COLOR[int(kind)], label=f"θ₀ → {kind.name.lower()}"
+                )
             bad = reached != pred
             ax.scatter(th0[bad, 1], th0[bad, 0], s=40, marker="x", color="k", label=f"disagree ({int(bad.sum())})")
-            ax.set(xlim=wlim, ylim=(-elim, elim), xlabel="w", ylabel="e",
-                   title=f"({'d' if big else 'b'}) basins: red I_min, green I_*; dots θ₀ by flow limit")
+            ax.set(
+                xlim=wlim,
+                ylim=(-elim, elim),
+                xlabel="w",
+                ylabel="e",
+                title=f"({'d' if big else 'b'}) basins: red I_min, green I_*; dots θ₀ by flow limit",
+            )
             ax.title.set_fontsize(9)
             ax.legend(fontsize=7, loc="upper left")
             # Gaussian init: measured vs quadrature
             ax = row[2]
             ss = np.geomspace(min(cfg.sigmas) / 2, max(3.0, 2 * max(cfg.sigmas)), 60)
-            ax.plot(ss, ml.gaussian_basin_probability(ss, p, q)[CK.LOCAL_MIN], color="k", label="quadrature P(local min)")
+            ax.plot(
+                ss, ml.gaussian_basin_probability(ss, p, q)[CK.LOCAL_MIN], color="k", label="quadrature P(local min)"
+            )
             g = analysis.measurements[chain_arm(p, q)]["gaussian"]
             for s in cfg.sigmas:
                 fr = g[f"sigma={s:g}"]["local_min_fraction"]
-                ax.errorbar([s], [np.mean(fr)], yerr=[[np.mean(fr) - min(fr)], [max(fr) - np.mean(fr)]], fmt="o", color="tab:red")
+                ax.errorbar(
+                    [s],
+                    [np.mean(fr)],
+                    yerr=[[np.mean(fr) - min(fr)], [max(fr) - np.mean(fr)]],
+                    fmt="o",
+                    color="tab:red",
+                )
             ax.plot([], [], "o", color="tab:red", label="flow (mean, min–max over members)")
-            ax.set(xscale="log", ylim=(-0.05, 1.05), xlabel="σ of N(0, σ² I) init", ylabel="fraction → local minimum",
-                   title=f"p+q {'>' if big else '<'} 1: small init → {'local' if big else 'global'} minimum")
+            ax.set(
+                xscale="log",
+                ylim=(-0.05, 1.05),
+                xlabel="σ of N(0, σ² I) init",
+                ylabel="fraction → local minimum",
+                title=f"p+q {'>' if big else '<'} 1: small init → {'local' if big else 'global'} minimum",
+            )
             ax.legend(fontsize=8)
         fig.suptitle("Fig. 1 — gradient flow of the canonical (e, w) model")
         return [save_figure(fig, figdir / "fig1_landscape.png")]

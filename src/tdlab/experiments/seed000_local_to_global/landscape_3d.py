@@ -32,17 +32,27 @@ import torch
 from pydantic import Field
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed000_local_to_global.landscape import (
-    F64, FLOW_SETTLED, KIND_COLOR, FlowConfig, FlowExperiment, basin_flow, chain_arm, energy_claim, energy_sample,
+    F64,
+    FLOW_SETTLED,
+    KIND_COLOR,
+    FlowConfig,
+    FlowExperiment,
+    basin_flow,
+    chain_arm,
+    energy_claim,
+    energy_sample,
     gaussian_inits,
-    max_energy_drift, save_times, trajectory,
+    max_energy_drift,
+    save_times,
+    trajectory,
 )
 from tdlab.experiments.view import RunView
 from tdlab.tasks.markov import entropy_rate, marginal_entropy
 from tdlab.theory import markov_landscape as ml
 from tdlab.theory.markov_landscape import CriticalKind as CK
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 __all__ = ["Landscape3Config", "MarkovLandscape3D"]
 
@@ -71,20 +81,34 @@ CLAIMS = (
         "small-init-limit",
         "Near the origin the local-minimum plane attracts when p+q>1 and repels when p+q<1 (Figs. 2, 5; Thm. 10): from "
         "θ₀ ~ N(0, σ² I₃) the flow ends on Θ_min for p+q>1 and on Θ_* for p+q<1",
-        test="value", relation="ge", quantity="fraction of flow endpoints at t_end (members × n_gaussian, Wilson "
+        test="value",
+        relation="ge",
+        quantity="fraction of flow endpoints at t_end (members × n_gaussian, Wilson "
         "interval) on the set the origin's class names (Θ_min where the origin is on it, else Θ_*; classify_critical "
-        "at limit_atol)", expected=1.0, tolerance=_limit_tolerance, horizon="static", stage=FLOW_SETTLED),
+        "at limit_atol)",
+        expected=1.0,
+        tolerance=_limit_tolerance,
+        horizon="static",
+        stage=FLOW_SETTLED,
+    ),
     ClaimSpec(
         "small-init-final-loss",
         "From θ₀ ~ N(0, σ² I₃) near the origin the flow ends at loss H(π) (the local minimum) for p+q>1 and at the "
         "entropy rate (a global minimum) for p+q<1 (Figs. 2, 5; Thm. 10's losses of Θ_min and Θ_*)",
-        test="value", relation="ge", quantity="fraction of flow endpoints at t_end (members × n_gaussian, Wilson "
+        test="value",
+        relation="ge",
+        quantity="fraction of flow endpoints at t_end (members × n_gaussian, Wilson "
         "interval) whose loss is within loss_tol of the target (H(π) for p+q>1, the entropy rate for p+q<1)",
-        expected=1.0, tolerance=_limit_tolerance, horizon="static", stage=FLOW_SETTLED),
+        expected=1.0,
+        tolerance=_limit_tolerance,
+        horizon="static",
+        stage=FLOW_SETTLED,
+    ),
     energy_claim(
         "E = e² − (w² + sign(w) log|w|) − 2a² (Eq. 10) is constant along every (e, w, a) gradient-flow trajectory "
         "(Lemma 14); along a numerical trajectory this checks the integrator",
-        "the largest max_t |E(t) − E(0)| / max(1, |E(0)|) over every member's near-origin and wide display trajectories"),
+        "the largest max_t |E(t) − E(0)| / max(1, |E(0)|) over every member's near-origin and wide display trajectories",
+    ),
 )
 
 
@@ -106,20 +130,28 @@ class MarkovLandscape3D(FlowExperiment):
     }
     # atlas: the basin flows run to t_end standing in for t → ∞; too short a flow time misclassifies endpoints
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('t_end', (250.0, 500.0, 2000.0, 8000.0), quick=(500.0, 2000.0), label='t_end'),),
-        why='The 3-parameter basin claims classify gradient-flow endpoints at t_end as a stand-in for t → ∞: the flow time is the budget of this closed-form experiment.',
+        axes=(AtlasAxis("t_end", (250.0, 500.0, 2000.0, 8000.0), quick=(500.0, 2000.0), label="t_end"),),
+        why="The 3-parameter basin claims classify gradient-flow endpoints at t_end as a stand-in for t → ∞: the flow time is the budget of this closed-form experiment.",
     )
 
     def _member_state(self, cfg: Landscape3Config, p: float, q: float, seed: int) -> tuple[dict, list]:
         g = self._draws(seed)
         th_g = gaussian_inits(cfg, g["gaussian"], 3)
         fin_g, info = basin_flow(th_g.reshape(-1, 3), p, q, cfg)
-        near = trajectory(cfg.traj_scale * torch.randn((cfg.n_traj, 3), dtype=F64, generator=g["traj"]), p, q, cfg,
-                          cfg.traj_t_end)
-        wide = trajectory(cfg.wide_scale * torch.randn((cfg.n_traj, 3), dtype=F64, generator=g["wide"]), p, q, cfg,
-                          cfg.wide_t_end)
-        state = {"gauss_theta0": th_g, "gauss_final": fin_g.reshape(th_g.shape), "traj": near, "wide": wide,
-                 "traj_t": save_times(cfg.traj_t_end, cfg.traj_points), "wide_t": save_times(cfg.wide_t_end, cfg.traj_points)}
+        near = trajectory(
+            cfg.traj_scale * torch.randn((cfg.n_traj, 3), dtype=F64, generator=g["traj"]), p, q, cfg, cfg.traj_t_end
+        )
+        wide = trajectory(
+            cfg.wide_scale * torch.randn((cfg.n_traj, 3), dtype=F64, generator=g["wide"]), p, q, cfg, cfg.wide_t_end
+        )
+        state = {
+            "gauss_theta0": th_g,
+            "gauss_final": fin_g.reshape(th_g.shape),
+            "traj": near,
+            "wide": wide,
+            "traj_t": save_times(cfg.traj_t_end, cfg.traj_points),
+            "wide_t": save_times(cfg.wide_t_end, cfg.traj_points),
+        }
         return state, info
 
     @staticmethod
@@ -144,14 +176,27 @@ class MarkovLandscape3D(FlowExperiment):
             origin = "attracts (Θ_min)" if kind == CK.LOCAL_MIN else "repels (Θ_max)"
             side = ">" if p + q > 1 else "<"
             ctx = {"p": p, "q": q}
-            meas: dict[str, Any] = {"p_plus_q": p + q, "expected_kind": kind.name, "target_loss": target,
-                                    "entropy_rate": entropy_rate(p, q), "marginal_entropy": marginal_entropy(p, q),
-                                    "origin": origin}
-            drift = [float(torch.maximum(max_energy_drift(A["traj"][m]).max(), max_energy_drift(A["wide"][m]).max()))
-                     for m in range(cfg.members)]
+            meas: dict[str, Any] = {
+                "p_plus_q": p + q,
+                "expected_kind": kind.name,
+                "target_loss": target,
+                "entropy_rate": entropy_rate(p, q),
+                "marginal_entropy": marginal_entropy(p, q),
+                "origin": origin,
+            }
+            drift = [
+                float(torch.maximum(max_energy_drift(A["traj"][m]).max(), max_energy_drift(A["wide"][m]).max()))
+                for m in range(cfg.members)
+            ]
             meas["energy_max_rel_drift"] = drift
-            out.row("energy-conserved", arm, energy_sample(drift), arms=[arm], context=ctx,
-                    label=f"p={p}, q={q}: max relative energy drift over {2 * cfg.n_traj} trajectories/member ≤ {cfg.energy_tol:g}")
+            out.row(
+                "energy-conserved",
+                arm,
+                energy_sample(drift),
+                arms=[arm],
+                context=ctx,
+                label=f"p={p}, q={q}: max relative energy drift over {2 * cfg.n_traj} trajectories/member ≤ {cfg.energy_tol:g}",
+            )
             meas["gaussian"] = {}
             codes: list[list[torch.Tensor]] = [[] for _ in range(cfg.members)]
             for i, s in enumerate(cfg.sigmas):
@@ -167,15 +212,30 @@ class MarkovLandscape3D(FlowExperiment):
                     gaps = (ml.loss(fin, p, q) - target).abs()
                     gap.append(float(gaps.max()))
                     at_loss.extend((gaps <= cfg.loss_tol).double().tolist())
-                meas["gaussian"][f"sigma={s:g}"] = {"fraction_at_expected": fr, "max_loss_gap": gap,
-                                                    "endpoint_counts": {CK(k).name: int(v) for k, v in enumerate(counts) if v}}
+                meas["gaussian"][f"sigma={s:g}"] = {
+                    "fraction_at_expected": fr,
+                    "max_loss_gap": gap,
+                    "endpoint_counts": {CK(k).name: int(v) for k, v in enumerate(counts) if v},
+                }
                 sctx = {**ctx, "sigma": s}
-                out.row("small-init-limit", f"{arm}/sigma{s:g}", Sample(points, proportion=True), arms=[arm], context=sctx,
-                        label=f"p={p}, q={q} (p+q {side} 1), σ={s:g}: the origin's plane {origin}; fraction of {len(points)} "
-                              f"endpoints on {kind.name.lower()} ≥ {cfg.min_fraction:g}")
-                out.row("small-init-final-loss", f"{arm}/sigma{s:g}", Sample(at_loss, proportion=True), arms=[arm],
-                        context=sctx, label=f"p={p}, q={q}, σ={s:g}: fraction of {len(at_loss)} endpoints whose loss is "
-                                            f"{tname} = {target:.4f} within {cfg.loss_tol:g} ≥ {cfg.min_fraction:g}")
+                out.row(
+                    "small-init-limit",
+                    f"{arm}/sigma{s:g}",
+                    Sample(points, proportion=True),
+                    arms=[arm],
+                    context=sctx,
+                    label=f"p={p}, q={q} (p+q {side} 1), σ={s:g}: the origin's plane {origin}; fraction of {len(points)} "
+                    f"endpoints on {kind.name.lower()} ≥ {cfg.min_fraction:g}",
+                )
+                out.row(
+                    "small-init-final-loss",
+                    f"{arm}/sigma{s:g}",
+                    Sample(at_loss, proportion=True),
+                    arms=[arm],
+                    context=sctx,
+                    label=f"p={p}, q={q}, σ={s:g}: fraction of {len(at_loss)} endpoints whose loss is "
+                    f"{tname} = {target:.4f} within {cfg.loss_tol:g} ≥ {cfg.min_fraction:g}",
+                )
             meas["unsettled_fraction"] = self._stage(out, arm, [torch.cat(k) for k in codes], cfg.settle_tolerance)
             out.values[arm] = meas
         return out
@@ -187,10 +247,14 @@ class MarkovLandscape3D(FlowExperiment):
             m = measured.values[arm]
             per_sigma = "; ".join(
                 f"σ={s:g}: {np.mean(g['fraction_at_expected']):.4f} at {m['expected_kind'].lower()}, max loss gap "
-                f"{np.nanmax(g['max_loss_gap']):.1e}" for s, g in ((s, m["gaussian"][f"sigma={s:g}"]) for s in cfg.sigmas))
-            notes.append(f"{arm} (p+q={c.p + c.q:g}): origin {m['origin']}; energy drift ≤ {max(m['energy_max_rel_drift']):.2e}; "
-                         f"{per_sigma}; endpoints not at a critical set at t={cfg.t_end:g}: "
-                         f"{', '.join(f'{100 * u:.2f}%' for u in m['unsettled_fraction'])}.")
+                f"{np.nanmax(g['max_loss_gap']):.1e}"
+                for s, g in ((s, m["gaussian"][f"sigma={s:g}"]) for s in cfg.sigmas)
+            )
+            notes.append(
+                f"{arm} (p+q={c.p + c.q:g}): origin {m['origin']}; energy drift ≤ {max(m['energy_max_rel_drift']):.2e}; "
+                f"{per_sigma}; endpoints not at a critical set at t={cfg.t_end:g}: "
+                f"{', '.join(f'{100 * u:.2f}%' for u in m['unsettled_fraction'])}."
+            )
         return notes
 
     def plot(self, cfg: Landscape3Config, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
@@ -200,8 +264,10 @@ class MarkovLandscape3D(FlowExperiment):
         names = ("e", "w", "a")
         pairs = ((0, 1), (0, 2), (1, 2))
         paths = []
-        for key, scale, fname, title in (("traj", cfg.traj_scale, "fig5_near_origin.png", "Fig. 5 — near the origin"),
-                                         ("wide", cfg.wide_scale, "fig2_flow_3d.png", "Fig. 2 — (e, w, a) flow")):
+        for key, scale, fname, title in (
+            ("traj", cfg.traj_scale, "fig5_near_origin.png", "Fig. 5 — near the origin"),
+            ("wide", cfg.wide_scale, "fig2_flow_3d.png", "Fig. 2 — (e, w, a) flow"),
+        ):
             fig, axes = plt.subplots(n, 3, figsize=(15, 4.4 * n), squeeze=False)
             for row, c in zip(axes, cfg.chains):
                 p, q = c.p, c.q

@@ -25,8 +25,18 @@ from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.spectrum import abs_cosine, hypercube_spread, leading_singular_vectors, singular_values, sv_ratio
 from tdlab.seeding import generators
 
-__all__ = ["MATRICES", "CLAIMED", "RankOneInitConfig", "rank_one_init_", "weight_matrices", "embedding_alignment",
-           "app_c_structure", "bias_step_excess", "snapshot", "TrajectoryProbe"]
+__all__ = [
+    "CLAIMED",
+    "MATRICES",
+    "RankOneInitConfig",
+    "TrajectoryProbe",
+    "app_c_structure",
+    "bias_step_excess",
+    "embedding_alignment",
+    "rank_one_init_",
+    "snapshot",
+    "weight_matrices",
+]
 
 # Weight matrices of the Sec. 2 model (single layer), by the seed's names -> state-dict keys, (out, in).
 MATRICES: dict[str, str] = {
@@ -48,7 +58,9 @@ class RankOneInitConfig(Config):
     attention factors. They are not the authors' public code's init either: its low-rank init leaves
     W_Q and W_K full-rank Gaussian, while the seed's text (and ours) makes every weight matrix rank one."""
 
-    e_std: float = Field(0.1, gt=0.0, le=10.0)  # c ~ |N(0, e_std²)|: e = c·α, p_n = -(c/2)·α (App. C Eq. (12), App. D p = e/2)
+    e_std: float = Field(
+        0.1, gt=0.0, le=10.0
+    )  # c ~ |N(0, e_std²)|: e = c·α, p_n = -(c/2)·α (App. C Eq. (12), App. D p = e/2)
     w_std: float = Field(0.1, gt=0.0, le=10.0)  # s ~ |N(0, w_std²)|: W_1 = s·ξ α^T, ξ ∈ {±1}^{4d} (App. C Eq. (14))
     attn_std: float = Field(0.02, gt=0.0, le=10.0)  # std of the free factor of W_Q, W_K, W_V, W_O
 
@@ -181,7 +193,9 @@ def app_c_structure(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in out.items()}
 
 
-def bias_step_excess(model_cfg: GPTConfig, state: dict[str, torch.Tensor], tokens: torch.Tensor, lr: float) -> dict[str, np.ndarray]:
+def bias_step_excess(
+    model_cfg: GPTConfig, state: dict[str, torch.Tensor], tokens: torch.Tensor, lr: float
+) -> dict[str, np.ndarray]:
     """How far the output bias b is from its optimum given the other parameters, before and after one
     gradient step on b alone (Sec. 3: "one additional step is usually sufficient").
 
@@ -217,8 +231,13 @@ def bias_step_excess(model_cfg: GPTConfig, state: dict[str, torch.Tensor], token
         bs = bs - (dL(bs) / h).clamp(-5.0, 5.0)
     b1 = b - lr * dL(b)
     low = L(bs)
-    return {"excess_before": (L(b) - low).numpy(), "excess_after": (L(b1) - low).numpy(),
-            "b": b.numpy(), "b_star": bs.numpy(), "b_after": b1.numpy()}
+    return {
+        "excess_before": (L(b) - low).numpy(),
+        "excess_after": (L(b1) - low).numpy(),
+        "b": b.numpy(),
+        "b_star": bs.numpy(),
+        "b_after": b1.numpy(),
+    }
 
 
 def _probe_rows(model: GPT, step: int, offset: int) -> list[tuple[int, int, str, float]]:
@@ -268,6 +287,9 @@ def snapshot(state: dict[str, torch.Tensor]) -> dict[str, dict[str, np.ndarray]]
         row.update({f"cos_{k}": v.numpy() for k, v in embedding_alignment(w, e).items()})
         out[name] = row
     wpe = torch.as_tensor(state["wpe"]).double()
-    out["embedding"] = {"spread": hypercube_spread(e).numpy(), "norm": e.norm(dim=1).numpy(),
-                        "cos_mean_position": abs_cosine(wpe.mean(1), e).numpy()}
+    out["embedding"] = {
+        "spread": hypercube_spread(e).numpy(),
+        "norm": e.norm(dim=1).numpy(),
+        "cos_mean_position": abs_cosine(wpe.mean(1), e).numpy(),
+    }
     return out

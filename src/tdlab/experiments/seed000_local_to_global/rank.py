@@ -79,10 +79,19 @@ from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed000_local_to_global.initialisation import (
-    LEFT_PLATEAU, escape_level, small_init_stage,
+    LEFT_PLATEAU,
+    escape_level,
+    small_init_stage,
 )
 from tdlab.experiments.seed000_local_to_global.low_rank import (
-    CLAIMED, MATRICES, RankOneInitConfig, TrajectoryProbe, app_c_structure, bias_step_excess, rank_one_init_, snapshot,
+    CLAIMED,
+    MATRICES,
+    RankOneInitConfig,
+    TrajectoryProbe,
+    app_c_structure,
+    bias_step_excess,
+    rank_one_init_,
+    snapshot,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
@@ -91,8 +100,15 @@ from tdlab.tasks.markov import ChainConfig, MarkovChain, entropy_rate, marginal_
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
 
-__all__ = ["MarkovRankConfig", "MarkovRank", "RankClaimConfig", "AT_A_MINIMUM", "AT_GLOBAL_MINIMUM", "STALE_BIAS",
-           "OTHERS_FIG3"]
+__all__ = [
+    "AT_A_MINIMUM",
+    "AT_GLOBAL_MINIMUM",
+    "OTHERS_FIG3",
+    "STALE_BIAS",
+    "MarkovRank",
+    "MarkovRankConfig",
+    "RankClaimConfig",
+]
 
 Arm = Literal["standard", "rank-one"]
 OTHERS_FIG3 = ("W_Q", "W_K", "W_2")  # App. A.3.1: "the same conclusion for other weight matrices W_{K,Q}, W_2"
@@ -140,6 +156,7 @@ class RankTrainConfig(TrainConfig):
         if isinstance(data, dict) and data.get("optimizer") == "sgd" and "lr" not in data:
             return {**data, "lr": SGD_LR}
         return data
+
     eval_every: int = Field(50, ge=1)  # our choice: 16 evaluations over 800 steps
     eval_batches: int = Field(8, ge=1, le=100_000)  # our choice: 8 x 16 x N fresh tokens per evaluation
 
@@ -210,9 +227,13 @@ class MarkovRankConfig(ExperimentConfig):
             raise ValueError("arms must list distinct values out of 'standard', 'rank-one'")
         m = self.model
         if m.arch != "sec2" or m.layers != 1 or m.heads != 1 or not m.tie_weights or not m.out_proj:
-            raise ValueError("model must be the Sec. 2 single-layer model: arch 'sec2', layers 1, heads 1, tie_weights and out_proj true")
+            raise ValueError(
+                "model must be the Sec. 2 single-layer model: arch 'sec2', layers 1, heads 1, tie_weights and out_proj true"
+            )
         if m.positions != "absolute" or m.init != "standard":
-            raise ValueError("model.positions must be 'absolute' and model.init 'standard' (the rank-one arm sets its own init)")
+            raise ValueError(
+                "model.positions must be 'absolute' and model.init 'standard' (the rank-one arm sets its own init)"
+            )
         return self
 
     def arm_model(self) -> GPTConfig:
@@ -231,94 +252,227 @@ def _optimiser(cfg: MarkovRankConfig) -> str:
 
 
 AT_A_MINIMUM = Stage(
-    "at-a-minimum", "the member's final test loss is within tol_nats of the Bayes (entropy rate) or the unigram (H(π)) "
-    "predictor's loss on the same batches: training ended at one of Thm. 1's minima ('at convergence', Fig. 3)")
+    "at-a-minimum",
+    "the member's final test loss is within tol_nats of the Bayes (entropy rate) or the unigram (H(π)) "
+    "predictor's loss on the same batches: training ended at one of Thm. 1's minima ('at convergence', Fig. 3)",
+)
 AT_GLOBAL_MINIMUM = Stage(
-    "at-global-minimum", "the member's final test loss is within tol_nats of the Bayes predictor's loss on the same "
-    "batches: it is at a global minimum, whose structure App. C describes")
+    "at-global-minimum",
+    "the member's final test loss is within tol_nats of the Bayes predictor's loss on the same "
+    "batches: it is at a global minimum, whose structure App. C describes",
+)
 STALE_BIAS = Stage(
-    "stale-bias", "before the step, the member's loss is at least tol_bias above min_b L(θ, b): the bias is stale, "
-    "so there is something for one step to do")
+    "stale-bias",
+    "before the step, the member's loss is at least tol_bias above min_b L(θ, b): the bias is stale, "
+    "so there is something for one step to do",
+)
 
 
 def _cos_tolerance(cfg: MarkovRankConfig, row: Any) -> float:
     return 1.0 - cfg.claims.cos_min
 
 
-def _rank_claim(id: str, statement: str, *, horizon: str = "convergence", stage: Stage | None = AT_A_MINIMUM,
-                quantity: str = "σ₂/σ₁ of the trained matrix (members' mean, t-interval; the drift of its recorded "
-                "trajectory over the last tenth of the learning-rate integral)", kind: str = "paper",
-                tolerance: str = "claims.ratio_max") -> ClaimSpec:
-    """"Approximately rank one": σ₂/σ₁ ≈ 0 (App. C: exactly rank one) within ``tolerance``."""
-    return ClaimSpec(id, statement, kind=kind, test="value", relation="le", quantity=quantity, expected=0.0,
-                     tolerance=tolerance, horizon=horizon, stage=stage)
+def _rank_claim(
+    id: str,
+    statement: str,
+    *,
+    horizon: str = "convergence",
+    stage: Stage | None = AT_A_MINIMUM,
+    quantity: str = "σ₂/σ₁ of the trained matrix (members' mean, t-interval; the drift of its recorded "
+    "trajectory over the last tenth of the learning-rate integral)",
+    kind: str = "paper",
+    tolerance: str = "claims.ratio_max",
+) -> ClaimSpec:
+    """ "Approximately rank one": σ₂/σ₁ ≈ 0 (App. C: exactly rank one) within ``tolerance``."""
+    return ClaimSpec(
+        id,
+        statement,
+        kind=kind,
+        test="value",
+        relation="le",
+        quantity=quantity,
+        expected=0.0,
+        tolerance=tolerance,
+        horizon=horizon,
+        stage=stage,
+    )
 
 
 def _along_e_claim(id: str, statement: str, quantity: str, stage: Stage, horizon: str = "convergence") -> ClaimSpec:
     """A singular vector (or direction) "same as the embedding vector": |cos| ≈ 1 within 1 − cos_min."""
-    return ClaimSpec(id, statement, test="value", relation="ge", quantity=quantity, expected=1.0,
-                     tolerance=_cos_tolerance, horizon=horizon, stage=stage)
+    return ClaimSpec(
+        id,
+        statement,
+        test="value",
+        relation="ge",
+        quantity=quantity,
+        expected=1.0,
+        tolerance=_cos_tolerance,
+        horizon=horizon,
+        stage=stage,
+    )
 
 
 CLAIMS = (
-    _rank_claim("fig3-rank-one", "At convergence from a standard init W_V and W_1 are approximately rank one "
-                "(App. A.3.1, Fig. 3; App. C: exactly rank one)"),
-    _along_e_claim("fig3-aligned-with-embedding", "One component of trained W_V and W_1 is the embedding vector e "
-                   "(App. A.3.1, Fig. 3: 'the row in W_V and column in W_1')",
-                   "|cos| of the embedding-side singular vector with e (W_1: its right one; W_V: the better of its two), "
-                   "with the drift of its recorded trajectory", AT_A_MINIMUM),
-    ClaimSpec("fig3-embedding-on-hypercube", "The trained embedding has all entries in {±1} up to a scaling "
-              "(App. A.3.1; App. C Eq. (12): e = e·α)", test="value", relation="le",
-              quantity="hypercube spread std(|e_i|)/mean(|e_i|) of the trained embedding, with its recorded drift",
-              expected=0.0, tolerance="claims.spread_max", horizon="convergence", stage=AT_A_MINIMUM),
-    _rank_claim("fig3-other-matrices-rank-one", "'The same conclusion for other weight matrices W_K,Q, W_2' "
-                "(App. A.3.1, Fig. 3): approximately rank one at convergence"),
-    ClaimSpec("fig3-converged", "Fig. 3 is 'at convergence': the standard init ends where Thm. 8 (p+q<1: the entropy rate) "
-              "or Thm. 2 (p+q>1: H(π)) places it (App. A.3.1)", test="value", relation="close",
-              quantity="final test loss − the loss of the predictor Thm. 2/8 names (Bayes for p+q<1, unigram for p+q>1) on "
-              "the same evaluation batches, nats", expected=0.0, tolerance="claims.tol_nats", horizon="convergence",
-              stage=small_init_stage, unit=" nats"),
-    _along_e_claim("app-c-positions-along-e", "At a global minimum the positional embeddings point along -e: "
-                   "p_n = -p·α (App. C Eq. (12))", "-cos(mean_n p_n, e) of the trained embeddings", AT_GLOBAL_MINIMUM),
-    ClaimSpec("app-c-positions-half-e", "At a global minimum p ≈ e/2 (App. C Eq. (12): 'p ≈ e/2 such that e > p')",
-              test="value", relation="close", quantity="p/e = -<mean_n p_n, e>/|e|² of the trained embeddings",
-              expected=0.5, tolerance="claims.position_ratio_tol", horizon="convergence", stage=AT_GLOBAL_MINIMUM),
-    ClaimSpec("app-c-positions-constant", "At a global minimum the positional embeddings are constant across positions "
-              "(App. C Eq. (12))", test="value", relation="le",
-              quantity="sqrt(mean_n |p_n − mean p|²)/|mean p| of the trained positional embeddings", expected=0.0,
-              tolerance="claims.position_spread_max", horizon="convergence", stage=AT_GLOBAL_MINIMUM),
-    _along_e_claim("app-c-w2-transpose-w1", "At a global minimum W_2 = W_1^T up to scale for p+q<1 (App. C Eq. (15)) "
-                   "and W_2 = -W_1^T for p+q>1 (App. D, after Eq. (20))",
-                   "Frobenius cosine of W_2 with W_1^T, times the sign App. C / App. D give for the chain that ran",
-                   AT_GLOBAL_MINIMUM),
-    _rank_claim("app-c-wo-wv-rank-one", "At a global minimum W_O W_V = α v^T is rank one (App. C, before Eq. (13))",
-                quantity="σ₂/σ₁ of the trained product W_O W_V", stage=AT_GLOBAL_MINIMUM),
-    _along_e_claim("app-c-wo-wv-along-e", "At a global minimum the left factor of W_O W_V = α v^T is the embedding "
-                   "direction α (App. C, before Eq. (13))", "|cos| of the left singular vector of W_O W_V with e", AT_GLOBAL_MINIMUM),
-    _rank_claim("app-c-wq-wk-rank-one", "At a global minimum W_Q^T W_K = (q²d) α α^T is rank one (App. C, before Eq. (13))",
-                quantity="σ₂/σ₁ of the trained product W_Q^T W_K", stage=AT_GLOBAL_MINIMUM),
-    _along_e_claim("app-c-wq-wk-along-e", "At a global minimum both factors of W_Q^T W_K = (q²d) α α^T are the embedding "
-                   "direction α (App. C, before Eq. (13))", "|cos| of the left / right singular vector of W_Q^T W_K with e",
-                   AT_GLOBAL_MINIMUM),
-    ClaimSpec("app-c-attention-off", "At a global minimum <v, α> ≈ 0, 'hence y_n = x_n' (App. C after Eq. (13))",
-              test="value", relation="close", quantity="attention gain α^T W_O W_V α (α = e/|e|) of the trained weights",
-              expected=0.0, tolerance="claims.attention_gain_max", horizon="convergence", stage=AT_GLOBAL_MINIMUM),
-    ClaimSpec("one-extra-bias-step-full-model", "'One additional [bias] step is usually sufficient' (Sec. 3, App. A.1) on "
-              "the Sec. 2 transformer: after one gradient step on b alone the loss is within tol_bias of min_b L(θ, b), "
-              "the profile loss of Eq. (9)", test="value", relation="le",
-              quantity="L(θ, b − bias_lr·∂_bL) − min_b L(θ, b) on fresh sequences, nats (step bias_lr = 4, ours)",
-              expected=0.0, tolerance="claims.tol_bias", horizon="static", stage=STALE_BIAS, unit=" nats"),
-    ClaimSpec("standard-init-not-rank-one", "The standard N(0, 0.001²) init is not rank one, so Fig. 3's rank statements "
-              "are not true at the start", kind="sanity", test="value", relation="ge",
-              quantity="σ₂/σ₁ of the initial matrix", expected="claims.ratio_max", tolerance=0.0, horizon="static"),
-    _rank_claim("rank-one-init-is-rank-one", "The Fig. 6 init makes every weight matrix rank one (by construction)",
-                kind="sanity", horizon="static", stage=None, quantity="σ₂/σ₁ of the initial matrix (round-off)",
-                tolerance="claims.roundoff"),
-    _rank_claim("fig6-stays-rank-one", "From the rank-one init every weight matrix stays rank one during training "
-                "(App. A.3.1, Fig. 6: 'the parameters still stay low-rank'); true by construction of the init under "
-                "SGD and AdamW, so checked to round-off", kind="sanity", horizon="budget", stage=None,
-                quantity="largest σ₂/σ₁ over the init, the recorded trajectory and the final weights",
-                tolerance="claims.roundoff"),
+    _rank_claim(
+        "fig3-rank-one",
+        "At convergence from a standard init W_V and W_1 are approximately rank one "
+        "(App. A.3.1, Fig. 3; App. C: exactly rank one)",
+    ),
+    _along_e_claim(
+        "fig3-aligned-with-embedding",
+        "One component of trained W_V and W_1 is the embedding vector e "
+        "(App. A.3.1, Fig. 3: 'the row in W_V and column in W_1')",
+        "|cos| of the embedding-side singular vector with e (W_1: its right one; W_V: the better of its two), "
+        "with the drift of its recorded trajectory",
+        AT_A_MINIMUM,
+    ),
+    ClaimSpec(
+        "fig3-embedding-on-hypercube",
+        "The trained embedding has all entries in {±1} up to a scaling (App. A.3.1; App. C Eq. (12): e = e·α)",
+        test="value",
+        relation="le",
+        quantity="hypercube spread std(|e_i|)/mean(|e_i|) of the trained embedding, with its recorded drift",
+        expected=0.0,
+        tolerance="claims.spread_max",
+        horizon="convergence",
+        stage=AT_A_MINIMUM,
+    ),
+    _rank_claim(
+        "fig3-other-matrices-rank-one",
+        "'The same conclusion for other weight matrices W_K,Q, W_2' "
+        "(App. A.3.1, Fig. 3): approximately rank one at convergence",
+    ),
+    ClaimSpec(
+        "fig3-converged",
+        "Fig. 3 is 'at convergence': the standard init ends where Thm. 8 (p+q<1: the entropy rate) "
+        "or Thm. 2 (p+q>1: H(π)) places it (App. A.3.1)",
+        test="value",
+        relation="close",
+        quantity="final test loss − the loss of the predictor Thm. 2/8 names (Bayes for p+q<1, unigram for p+q>1) on "
+        "the same evaluation batches, nats",
+        expected=0.0,
+        tolerance="claims.tol_nats",
+        horizon="convergence",
+        stage=small_init_stage,
+        unit=" nats",
+    ),
+    _along_e_claim(
+        "app-c-positions-along-e",
+        "At a global minimum the positional embeddings point along -e: p_n = -p·α (App. C Eq. (12))",
+        "-cos(mean_n p_n, e) of the trained embeddings",
+        AT_GLOBAL_MINIMUM,
+    ),
+    ClaimSpec(
+        "app-c-positions-half-e",
+        "At a global minimum p ≈ e/2 (App. C Eq. (12): 'p ≈ e/2 such that e > p')",
+        test="value",
+        relation="close",
+        quantity="p/e = -<mean_n p_n, e>/|e|² of the trained embeddings",
+        expected=0.5,
+        tolerance="claims.position_ratio_tol",
+        horizon="convergence",
+        stage=AT_GLOBAL_MINIMUM,
+    ),
+    ClaimSpec(
+        "app-c-positions-constant",
+        "At a global minimum the positional embeddings are constant across positions (App. C Eq. (12))",
+        test="value",
+        relation="le",
+        quantity="sqrt(mean_n |p_n − mean p|²)/|mean p| of the trained positional embeddings",
+        expected=0.0,
+        tolerance="claims.position_spread_max",
+        horizon="convergence",
+        stage=AT_GLOBAL_MINIMUM,
+    ),
+    _along_e_claim(
+        "app-c-w2-transpose-w1",
+        "At a global minimum W_2 = W_1^T up to scale for p+q<1 (App. C Eq. (15)) "
+        "and W_2 = -W_1^T for p+q>1 (App. D, after Eq. (20))",
+        "Frobenius cosine of W_2 with W_1^T, times the sign App. C / App. D give for the chain that ran",
+        AT_GLOBAL_MINIMUM,
+    ),
+    _rank_claim(
+        "app-c-wo-wv-rank-one",
+        "At a global minimum W_O W_V = α v^T is rank one (App. C, before Eq. (13))",
+        quantity="σ₂/σ₁ of the trained product W_O W_V",
+        stage=AT_GLOBAL_MINIMUM,
+    ),
+    _along_e_claim(
+        "app-c-wo-wv-along-e",
+        "At a global minimum the left factor of W_O W_V = α v^T is the embedding direction α (App. C, before Eq. (13))",
+        "|cos| of the left singular vector of W_O W_V with e",
+        AT_GLOBAL_MINIMUM,
+    ),
+    _rank_claim(
+        "app-c-wq-wk-rank-one",
+        "At a global minimum W_Q^T W_K = (q²d) α α^T is rank one (App. C, before Eq. (13))",
+        quantity="σ₂/σ₁ of the trained product W_Q^T W_K",
+        stage=AT_GLOBAL_MINIMUM,
+    ),
+    _along_e_claim(
+        "app-c-wq-wk-along-e",
+        "At a global minimum both factors of W_Q^T W_K = (q²d) α α^T are the embedding "
+        "direction α (App. C, before Eq. (13))",
+        "|cos| of the left / right singular vector of W_Q^T W_K with e",
+        AT_GLOBAL_MINIMUM,
+    ),
+    ClaimSpec(
+        "app-c-attention-off",
+        "At a global minimum <v, α> ≈ 0, 'hence y_n = x_n' (App. C after Eq. (13))",
+        test="value",
+        relation="close",
+        quantity="attention gain α^T W_O W_V α (α = e/|e|) of the trained weights",
+        expected=0.0,
+        tolerance="claims.attention_gain_max",
+        horizon="convergence",
+        stage=AT_GLOBAL_MINIMUM,
+    ),
+    ClaimSpec(
+        "one-extra-bias-step-full-model",
+        "'One additional [bias] step is usually sufficient' (Sec. 3, App. A.1) on "
+        "the Sec. 2 transformer: after one gradient step on b alone the loss is within tol_bias of min_b L(θ, b), "
+        "the profile loss of Eq. (9)",
+        test="value",
+        relation="le",
+        quantity="L(θ, b − bias_lr·∂_bL) − min_b L(θ, b) on fresh sequences, nats (step bias_lr = 4, ours)",
+        expected=0.0,
+        tolerance="claims.tol_bias",
+        horizon="static",
+        stage=STALE_BIAS,
+        unit=" nats",
+    ),
+    ClaimSpec(
+        "standard-init-not-rank-one",
+        "The standard N(0, 0.001²) init is not rank one, so Fig. 3's rank statements are not true at the start",
+        kind="sanity",
+        test="value",
+        relation="ge",
+        quantity="σ₂/σ₁ of the initial matrix",
+        expected="claims.ratio_max",
+        tolerance=0.0,
+        horizon="static",
+    ),
+    _rank_claim(
+        "rank-one-init-is-rank-one",
+        "The Fig. 6 init makes every weight matrix rank one (by construction)",
+        kind="sanity",
+        horizon="static",
+        stage=None,
+        quantity="σ₂/σ₁ of the initial matrix (round-off)",
+        tolerance="claims.roundoff",
+    ),
+    _rank_claim(
+        "fig6-stays-rank-one",
+        "From the rank-one init every weight matrix stays rank one during training "
+        "(App. A.3.1, Fig. 6: 'the parameters still stay low-rank'); true by construction of the init under "
+        "SGD and AdamW, so checked to round-off",
+        kind="sanity",
+        horizon="budget",
+        stage=None,
+        quantity="largest σ₂/σ₁ over the init, the recorded trajectory and the final weights",
+        tolerance="claims.roundoff",
+    ),
 )
 
 
@@ -344,7 +498,7 @@ class MarkovRank(Experiment):
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.lr", (1e-4, 3e-4, 1e-3, 3e-3, 1e-2), quick=(3e-4, 1e-3, 3e-3), label="lr"),),
         why="Fig. 3's rank-one and alignment claims hold at AdamW lr 1e-3 (Table 2) and not under SGD at an unstated "
-            "step size: the learning rate is the setting these claims are measured to hinge on.",
+        "step size: the learning rate is the setting these claims are measured to hinge on.",
     )
     arm_fields = {"model.max_len": "train.seq_len"}
     profiles = {
@@ -372,8 +526,18 @@ class MarkovRank(Experiment):
         with cpu_threads(cfg.cpu_threads, ctx.device):
             # fit_all stores the final parameters and, under ARM@init, the initial ones (rebuilt from the
             # seeds: that build's probe never sees a training step); the arms train at once on lanes.
-            ctx.fit_all([Fit(arm, Trainer(cfg.train, ctx.device, ctx.progress, label=arm), partial(build, arm=arm), seeds, task)
-                         for arm in cfg.arms])
+            ctx.fit_all(
+                [
+                    Fit(
+                        arm,
+                        Trainer(cfg.train, ctx.device, ctx.progress, label=arm),
+                        partial(build, arm=arm),
+                        seeds,
+                        task,
+                    )
+                    for arm in cfg.arms
+                ]
+            )
             for arm in cfg.arms:
                 trained = [p for p in probes[arm] if p.seen > 0]
                 # Store the trajectory only when this process saw every member's whole training (a
@@ -407,26 +571,54 @@ class MarkovRank(Experiment):
         p, q = cfg.task.p, cfg.task.q
         c = cfg.claims
         h_rate, h_pi = entropy_rate(p, q), marginal_entropy(p, q)
-        out = Measurements({"entropy_rate": h_rate, "marginal_entropy": h_pi,
-                            "bigram_logit_gap": float(np.log((1 - q) / q) - np.log(p / (1 - p))),
-                            "optimizer": cfg.train.optimizer, "lr": cfg.train.lr, "thresholds": c.model_dump()})
-        tokens = MarkovChain(p, q).sample(generators(member_seeds(cfg.seed, cfg.members), "bias-step-eval"),
-                                          cfg.train.batch * c.bias_batches, cfg.train.seq_len)
+        out = Measurements(
+            {
+                "entropy_rate": h_rate,
+                "marginal_entropy": h_pi,
+                "bigram_logit_gap": float(np.log((1 - q) / q) - np.log(p / (1 - p))),
+                "optimizer": cfg.train.optimizer,
+                "lr": cfg.train.lr,
+                "thresholds": c.model_dump(),
+            }
+        )
+        tokens = MarkovChain(p, q).sample(
+            generators(member_seeds(cfg.seed, cfg.members), "bias-step-eval"),
+            cfg.train.batch * c.bias_batches,
+            cfg.train.seq_len,
+        )
         target = "unigram" if p + q > 1 else "bayes"
         for arm in cfg.arms:
             final, init = snapshot(run.arrays(arm)), snapshot(run.arrays(f"{arm}@init"))
             _, loss = run.curves(arm, "test_loss")
             gap = {ref: loss[:, -1] - run.curves(arm, f"test_loss@{ref}")[1][:, -1] for ref in ("bayes", "unigram")}
-            out.stage(arm, AT_A_MINIMUM, np.minimum(np.abs(gap["bayes"]), np.abs(gap["unigram"])), c.tol_nats, "lt",
-                      evidence="|final test loss − the nearer of the Bayes / unigram losses on the same batches|")
-            out.stage(arm, AT_GLOBAL_MINIMUM, np.abs(gap["bayes"]), c.tol_nats, "lt",
-                      evidence="|final test loss − the Bayes loss on the same batches|")
-            out.stage(arm, LEFT_PLATEAU, loss[:, -1], escape_level(cfg), "lt", evidence="final test loss vs the plateau level")
+            out.stage(
+                arm,
+                AT_A_MINIMUM,
+                np.minimum(np.abs(gap["bayes"]), np.abs(gap["unigram"])),
+                c.tol_nats,
+                "lt",
+                evidence="|final test loss − the nearer of the Bayes / unigram losses on the same batches|",
+            )
+            out.stage(
+                arm,
+                AT_GLOBAL_MINIMUM,
+                np.abs(gap["bayes"]),
+                c.tol_nats,
+                "lt",
+                evidence="|final test loss − the Bayes loss on the same batches|",
+            )
+            out.stage(
+                arm, LEFT_PLATEAU, loss[:, -1], escape_level(cfg), "lt", evidence="final test loss vs the plateau level"
+            )
             m = self._spectra(arm, final, init)
-            m.update(final_test_loss=loss[:, -1].tolist(), final_minus_entropy_rate=(loss[:, -1] - h_rate).tolist(),
-                     final_minus_marginal_entropy=(loss[:, -1] - h_pi).tolist(),
-                     final_gap_to_bayes=gap["bayes"].tolist(), final_gap_to_unigram=gap["unigram"].tolist(),
-                     trajectory_stored=all(run.has(arm, f"sv_ratio/{n}") for n in CLAIMED))
+            m.update(
+                final_test_loss=loss[:, -1].tolist(),
+                final_minus_entropy_rate=(loss[:, -1] - h_rate).tolist(),
+                final_minus_marginal_entropy=(loss[:, -1] - h_pi).tolist(),
+                final_gap_to_bayes=gap["bayes"].tolist(),
+                final_gap_to_unigram=gap["unigram"].tolist(),
+                trajectory_stored=all(run.has(arm, f"sv_ratio/{n}") for n in CLAIMED),
+            )
             if arm == "standard":
                 self._fig3(cfg, run, out, final, init, gap[target])
             else:
@@ -458,8 +650,9 @@ class MarkovRank(Experiment):
         m["embedding"]["norm_sq"] = (final["embedding"]["norm"] ** 2).tolist()
         return m
 
-    def _fig3(self, cfg: MarkovRankConfig, run: RunView, out: Measurements, final: dict, init: dict,
-              gap: np.ndarray) -> None:
+    def _fig3(
+        self, cfg: MarkovRankConfig, run: RunView, out: Measurements, final: dict, init: dict, gap: np.ndarray
+    ) -> None:
         c, arm = cfg.claims, "standard"
         prov = self._provenance(cfg, arm)
         ctx = {"arm": arm}
@@ -469,20 +662,54 @@ class MarkovRank(Experiment):
             out.row(claim, key, Sample(values, drift=drift), arms=[arm], provenance=prov, context=ctx, label=label)
 
         for name in CLAIMED:
-            row("fig3-rank-one", name, final[name]["sv_ratio"], f"sv_ratio/{name}", f"trained {name}: σ₂/σ₁ ≤ {c.ratio_max}")
+            row(
+                "fig3-rank-one",
+                name,
+                final[name]["sv_ratio"],
+                f"sv_ratio/{name}",
+                f"trained {name}: σ₂/σ₁ ≤ {c.ratio_max}",
+            )
             side = "the better of its two singular vectors" if name == "W_V" else "its right (d-dim) singular vector"
-            row("fig3-aligned-with-embedding", name, final[name]["cos_best"], f"emb_cos/{name}",
-                f"trained {name}: |cos| of {side} with e ≥ {c.cos_min}")
-            out.row("standard-init-not-rank-one", name, Sample(init[name]["sv_ratio"]), arms=[arm], context=ctx,
-                    label=f"init {name}: σ₂/σ₁ ≥ {c.ratio_max}")
-        row("fig3-embedding-on-hypercube", "e", final["embedding"]["spread"], "emb_spread",
-            f"trained e: hypercube spread ≤ {c.spread_max}")
+            row(
+                "fig3-aligned-with-embedding",
+                name,
+                final[name]["cos_best"],
+                f"emb_cos/{name}",
+                f"trained {name}: |cos| of {side} with e ≥ {c.cos_min}",
+            )
+            out.row(
+                "standard-init-not-rank-one",
+                name,
+                Sample(init[name]["sv_ratio"]),
+                arms=[arm],
+                context=ctx,
+                label=f"init {name}: σ₂/σ₁ ≥ {c.ratio_max}",
+            )
+        row(
+            "fig3-embedding-on-hypercube",
+            "e",
+            final["embedding"]["spread"],
+            "emb_spread",
+            f"trained e: hypercube spread ≤ {c.spread_max}",
+        )
         for name in OTHERS_FIG3:
-            row("fig3-other-matrices-rank-one", name, final[name]["sv_ratio"], f"sv_ratio/{name}",
-                f"trained {name}: σ₂/σ₁ ≤ {c.ratio_max}")
+            row(
+                "fig3-other-matrices-rank-one",
+                name,
+                final[name]["sv_ratio"],
+                f"sv_ratio/{name}",
+                f"trained {name}: σ₂/σ₁ ≤ {c.ratio_max}",
+            )
         target = "unigram" if cfg.task.p + cfg.task.q > 1 else "bayes"
-        out.row("fig3-converged", arm, Sample(gap, drift=run.drift(arm, "test_loss", minus=f"test_loss@{target}")),
-                arms=[arm], provenance=prov, context=ctx, label=f"final gap to the {target} predictor ≈ 0")
+        out.row(
+            "fig3-converged",
+            arm,
+            Sample(gap, drift=run.drift(arm, "test_loss", minus=f"test_loss@{target}")),
+            arms=[arm],
+            provenance=prov,
+            context=ctx,
+            label=f"final gap to the {target} predictor ≈ 0",
+        )
 
     def _fig6(self, cfg: MarkovRankConfig, run: RunView, out: Measurements, final: dict, init: dict, m: dict) -> None:
         c, arm = cfg.claims, "rank-one"
@@ -495,10 +722,23 @@ class MarkovRank(Experiment):
             else:
                 when = "at init and at the end (no trajectory stored)"
             m[name]["max_sv_ratio_during_training"] = worst.tolist()
-            out.row("fig6-stays-rank-one", name, Sample(worst), arms=[arm], provenance="ours", context={"arm": arm},
-                    label=f"{name}: max σ₂/σ₁ ({when}) ≤ {c.roundoff:g}")
-            out.row("rank-one-init-is-rank-one", name, Sample(init[name]["sv_ratio"], deterministic=True),
-                    provenance="ours", context={"arm": arm}, label=f"init {name}: σ₂/σ₁ ≤ {c.roundoff:g}")
+            out.row(
+                "fig6-stays-rank-one",
+                name,
+                Sample(worst),
+                arms=[arm],
+                provenance="ours",
+                context={"arm": arm},
+                label=f"{name}: max σ₂/σ₁ ({when}) ≤ {c.roundoff:g}",
+            )
+            out.row(
+                "rank-one-init-is-rank-one",
+                name,
+                Sample(init[name]["sv_ratio"], deterministic=True),
+                provenance="ours",
+                context={"arm": arm},
+                label=f"init {name}: σ₂/σ₁ ≤ {c.roundoff:g}",
+            )
 
     def _app_c(self, cfg: MarkovRankConfig, out: Measurements, arm: str, state: dict) -> dict[str, list[float]]:
         """App. C's structure of the optimum on the final weights, one row per statement and arm
@@ -508,25 +748,58 @@ class MarkovRank(Experiment):
         s = app_c_structure(state)
         side = 1.0 if p + q < 1 else -1.0
         kw = {"arms": [arm], "provenance": self._provenance(cfg, arm), "context": {"arm": arm}}
-        out.row("app-c-positions-along-e", arm, -s["position_cos"], label=f"{arm}: -cos(mean_n p_n, e) ≥ {c.cos_min:g}", **kw)
-        out.row("app-c-positions-half-e", arm, s["position_ratio"], label=f"{arm}: p/e = -<mean p_n, e>/|e|² ≈ 1/2", **kw)
-        out.row("app-c-positions-constant", arm, s["position_spread"],
-                label=f"{arm}: spread of p_n over positions / |mean p_n| ≤ {c.position_spread_max:g}", **kw)
-        out.row("app-c-w2-transpose-w1", arm, side * s["w2_w1t_cos"],
-                label=f"{arm}: cos_F(W_2, {'+' if side > 0 else '-'}W_1^T) ≥ {c.cos_min:g} (p+q{'<' if side > 0 else '>'}1)", **kw)
+        out.row(
+            "app-c-positions-along-e",
+            arm,
+            -s["position_cos"],
+            label=f"{arm}: -cos(mean_n p_n, e) ≥ {c.cos_min:g}",
+            **kw,
+        )
+        out.row(
+            "app-c-positions-half-e", arm, s["position_ratio"], label=f"{arm}: p/e = -<mean p_n, e>/|e|² ≈ 1/2", **kw
+        )
+        out.row(
+            "app-c-positions-constant",
+            arm,
+            s["position_spread"],
+            label=f"{arm}: spread of p_n over positions / |mean p_n| ≤ {c.position_spread_max:g}",
+            **kw,
+        )
+        out.row(
+            "app-c-w2-transpose-w1",
+            arm,
+            side * s["w2_w1t_cos"],
+            label=f"{arm}: cos_F(W_2, {'+' if side > 0 else '-'}W_1^T) ≥ {c.cos_min:g} (p+q{'<' if side > 0 else '>'}1)",
+            **kw,
+        )
         out.row("app-c-attention-off", arm, s["attention_gain"], label=f"{arm}: α^T W_O W_V α ≈ 0", **kw)
         if arm == "standard":
-            out.row("app-c-wo-wv-rank-one", arm, s["wo_wv_ratio"], label=f"{arm}: σ₂/σ₁ of W_O W_V ≤ {c.ratio_max:g}", **kw)
-            out.row("app-c-wo-wv-along-e", arm, s["wo_wv_left_cos"],
-                    label=f"{arm}: |cos(u_1(W_O W_V), e)| ≥ {c.cos_min:g}", **kw)
-            out.row("app-c-wq-wk-rank-one", arm, s["qk_ratio"], label=f"{arm}: σ₂/σ₁ of W_Q^T W_K ≤ {c.ratio_max:g}", **kw)
+            out.row(
+                "app-c-wo-wv-rank-one", arm, s["wo_wv_ratio"], label=f"{arm}: σ₂/σ₁ of W_O W_V ≤ {c.ratio_max:g}", **kw
+            )
+            out.row(
+                "app-c-wo-wv-along-e",
+                arm,
+                s["wo_wv_left_cos"],
+                label=f"{arm}: |cos(u_1(W_O W_V), e)| ≥ {c.cos_min:g}",
+                **kw,
+            )
+            out.row(
+                "app-c-wq-wk-rank-one", arm, s["qk_ratio"], label=f"{arm}: σ₂/σ₁ of W_Q^T W_K ≤ {c.ratio_max:g}", **kw
+            )
             for side_name, key in (("left", "qk_left_cos"), ("right", "qk_right_cos")):
-                out.row("app-c-wq-wk-along-e", f"{arm}/{side_name}", s[key],
-                        label=f"{arm}: |cos({'u' if side_name == 'left' else 'v'}_1(W_Q^T W_K), e)| ≥ {c.cos_min:g}", **kw)
+                out.row(
+                    "app-c-wq-wk-along-e",
+                    f"{arm}/{side_name}",
+                    s[key],
+                    label=f"{arm}: |cos({'u' if side_name == 'left' else 'v'}_1(W_Q^T W_K), e)| ≥ {c.cos_min:g}",
+                    **kw,
+                )
         return {k: v.tolist() for k, v in s.items()}
 
-    def _bias_step(self, cfg: MarkovRankConfig, run: RunView, out: Measurements, arm: str,
-                   tokens: torch.Tensor) -> dict[str, dict[str, list[float]]]:
+    def _bias_step(
+        self, cfg: MarkovRankConfig, run: RunView, out: Measurements, arm: str, tokens: torch.Tensor
+    ) -> dict[str, dict[str, list[float]]]:
         """Sec. 3 on the full model: one bias step from the initial and the trained weights
         (:func:`~.low_rank.bias_step_excess` on fresh sequences, stream ``bias-step-eval``)."""
         c = cfg.claims
@@ -535,12 +808,24 @@ class MarkovRank(Experiment):
             r = bias_step_excess(cfg.arm_model(), run.arrays(key), tokens, c.bias_lr)
             res[when] = {k: v.tolist() for k, v in r.items()}
             # The stage is recorded under the stored parameters' name: the init row's "arm" is ARM@init.
-            out.stage(key, STALE_BIAS, r["excess_before"], c.tol_bias, "gt",
-                      evidence="L(θ, b) − min_b L(θ, b) before the step, nats")
-            out.row("one-extra-bias-step-full-model", f"{arm}/{when}", r["excess_after"], arms=[key],
-                    provenance=self._provenance(cfg, arm), context={"arm": arm, "weights": when},
-                    label=f"{arm} arm, {when} weights: L(θ, b − {c.bias_lr:g}·∂_bL) − min_b L(θ, b) ≤ {c.tol_bias:g} "
-                          f"(before the step: {float(np.mean(r['excess_before'])):.2e})")
+            out.stage(
+                key,
+                STALE_BIAS,
+                r["excess_before"],
+                c.tol_bias,
+                "gt",
+                evidence="L(θ, b) − min_b L(θ, b) before the step, nats",
+            )
+            out.row(
+                "one-extra-bias-step-full-model",
+                f"{arm}/{when}",
+                r["excess_after"],
+                arms=[key],
+                provenance=self._provenance(cfg, arm),
+                context={"arm": arm, "weights": when},
+                label=f"{arm} arm, {when} weights: L(θ, b − {c.bias_lr:g}·∂_bL) − min_b L(θ, b) ≤ {c.tol_bias:g} "
+                f"(before the step: {float(np.mean(r['excess_before'])):.2e})",
+            )
         return res
 
     # ------------------------------------------------------------------------------------------
@@ -560,28 +845,43 @@ class MarkovRank(Experiment):
                     + f"; |e| ×{float(np.mean(m['embedding']['norm_growth'])):.0f}): training did not drive them, so their "
                     f"spectra are those of the N(0, {cfg.model.init_std}²) init. |e|² = {float(np.mean(m['embedding']['norm_sq'])):.3f} "
                     f"vs the bigram logit gap {v['bigram_logit_gap']:.3f}: with a = e the embedding and b alone carry the "
-                    "bigram predictor when p+q<1.")
+                    "bigram predictor when p+q<1."
+                )
             floors = {k: float(np.mean(m[k]["init_noise_floor"])) for k in (*CLAIMED, *OTHERS_FIG3)}
             high = [k for k, f in floors.items() if f > c.ratio_max]
             if high:
-                notes.append("standard: the init noise left in " + ", ".join(f"{k} (σ₁ init/final {floors[k]:.2f})" for k in high)
-                             + f" exceeds the rank-one tolerance {c.ratio_max}: this training cannot make them rank one "
-                             "within it, whatever the paper's mechanism.")
+                notes.append(
+                    "standard: the init noise left in "
+                    + ", ".join(f"{k} (σ₁ init/final {floors[k]:.2f})" for k in high)
+                    + f" exceeds the rank-one tolerance {c.ratio_max}: this training cannot make them rank one "
+                    "within it, whatever the paper's mechanism."
+                )
             fig3 = [g for g in groups if g.id.startswith("fig3-")]
             held = [g.id for g in fig3 if g.verdict == "holds"]
             notes.append(
                 f"Fig. 3 ({opt}): {len(held)}/{len(fig3)} statements hold"
-                + (f" (not: {', '.join(f'{g.id} {g.verdict}' for g in fig3 if g.verdict != 'holds')})" if len(held) < len(fig3) else "")
+                + (
+                    f" (not: {', '.join(f'{g.id} {g.verdict}' for g in fig3 if g.verdict != 'holds')})"
+                    if len(held) < len(fig3)
+                    else ""
+                )
                 + f" — W_V σ₂/σ₁ {np.mean(m['W_V']['sv_ratio']):.4f}, W_1 {np.mean(m['W_1']['sv_ratio']):.4f}, |cos| with e "
                 f"{np.mean(m['W_V']['cos_best']):.3f} / {np.mean(m['W_1']['cos_best']):.3f}, hypercube spread "
-                f"{np.mean(m['embedding']['spread']):.4f}.")
+                f"{np.mean(m['embedding']['spread']):.4f}."
+            )
         if "rank-one" in cfg.arms:
             worst = max(max(v["rank-one"][k]["max_sv_ratio_during_training"]) for k in MATRICES)
-            notes.append(f"Fig. 6: the rank-one init stays rank one by construction (every gradient keeps the α factor under "
-                         f"SGD and AdamW); the largest σ₂/σ₁ over training, {worst:.1e}, is round-off. A sanity check, not a "
-                         "test of the seed's Fig. 6.")
-        bias = {r.context["arm"] + "/" + r.context["weights"]: r for g in groups if g.id == "one-extra-bias-step-full-model"
-                for r in g.rows}
+            notes.append(
+                f"Fig. 6: the rank-one init stays rank one by construction (every gradient keeps the α factor under "
+                f"SGD and AdamW); the largest σ₂/σ₁ over training, {worst:.1e}, is round-off. A sanity check, not a "
+                "test of the seed's Fig. 6."
+            )
+        bias = {
+            r.context["arm"] + "/" + r.context["weights"]: r
+            for g in groups
+            if g.id == "one-extra-bias-step-full-model"
+            for r in g.rows
+        }
         for arm in cfg.arms:
             b = v[arm]["bias_step"]
             notes.append(
@@ -589,21 +889,35 @@ class MarkovRank(Experiment):
                 f"{np.mean(b['init']['excess_before']):.1e} → {np.mean(b['init']['excess_after']):.1e} nats "
                 f"({bias[f'{arm}/init'].verdict}); from the trained weights {np.mean(b['final']['excess_before']):.1e} → "
                 f"{np.mean(b['final']['excess_after']):.1e} ({bias[f'{arm}/final'].verdict}"
-                + (": a bias that training already fitted leaves nothing for the step to do)"
-                   if bias[f"{arm}/final"].cause == "stage not reached" else ")")
-                + (f"; from a σ = {cfg.model.init_std:g} init the logits are ≈ b, where a step of 4 = 1/σ'(0) is nearly "
-                   "Newton's on a one-parameter logistic fit." if arm == "standard" else "."))
+                + (
+                    ": a bias that training already fitted leaves nothing for the step to do)"
+                    if bias[f"{arm}/final"].cause == "stage not reached"
+                    else ")"
+                )
+                + (
+                    f"; from a σ = {cfg.model.init_std:g} init the logits are ≈ b, where a step of 4 = 1/σ'(0) is nearly "
+                    "Newton's on a one-parameter logistic fit."
+                    if arm == "standard"
+                    else "."
+                )
+            )
         for arm in cfg.arms:
             if not v[arm]["trajectory_stored"]:
-                notes.append(f"{arm}: no σ₂/σ₁ trajectory stored (run resumed mid-arm); claims use init and final weights, no drift.")
+                notes.append(
+                    f"{arm}: no σ₂/σ₁ trajectory stored (run resumed mid-arm); claims use init and final weights, no drift."
+                )
         if cfg.train.optimizer == "sgd":
-            notes.append(f"Optimiser: SGD at lr {cfg.train.lr:g} — App. A.3.1's text says SGD but states no step size; "
-                         "Table 2 and the authors' code use AdamW lr 1e-3 (the default). Every row of this run is SGD's at this "
-                         "step size (provenance ours), not the seed's setting.")
+            notes.append(
+                f"Optimiser: SGD at lr {cfg.train.lr:g} — App. A.3.1's text says SGD but states no step size; "
+                "Table 2 and the authors' code use AdamW lr 1e-3 (the default). Every row of this run is SGD's at this "
+                "step size (provenance ours), not the seed's setting."
+            )
         else:
-            notes.append(f"Optimiser: AdamW lr {cfg.train.lr:g}, betas ({cfg.train.beta1}, {cfg.train.beta2}), cosine, "
-                         f"weight decay {cfg.train.weight_decay:g} (Table 2; App. A.3.1's text says SGD without a step size, "
-                         "an option: --set train.optimizer=sgd).")
+            notes.append(
+                f"Optimiser: AdamW lr {cfg.train.lr:g}, betas ({cfg.train.beta1}, {cfg.train.beta2}), cosine, "
+                f"weight decay {cfg.train.weight_decay:g} (Table 2; App. A.3.1's text says SGD without a step size, "
+                "an option: --set train.optimizer=sgd)."
+            )
         return notes
 
     @staticmethod
@@ -614,30 +928,44 @@ class MarkovRank(Experiment):
         final = mean(m["final_test_loss"])
         ratios = ", ".join(f"{k} {mean(m[k]['sv_ratio']):.4f}" for k in (*MATRICES, "W_OW_V"))
         where = "the entropy rate" if abs(final - h_rate) < abs(final - h_pi) else "H(π)"
-        return (f"{arm}: final test loss {final:.4f} nats (entropy rate {h_rate:.4f}, H(π) {h_pi:.4f}; nearer {where}); "
-                f"mean σ₂/σ₁ — {ratios}; |cos| with e — W_V {mean(m['W_V']['cos_best']):.3f}, W_1 {mean(m['W_1']['cos_best']):.3f}; "
-                f"embedding spread {mean(m['embedding']['spread']):.4f}; σ₁ final/init — W_V ×{mean(m['W_V']['sigma1_growth']):.2f}, "
-                f"W_1 ×{mean(m['W_1']['sigma1_growth']):.2f}; bias excess before one step (init → final weights) "
-                f"{mean(m['bias_step']['init']['excess_before']):.1e} → {mean(m['bias_step']['final']['excess_before']):.1e} nats.")
+        return (
+            f"{arm}: final test loss {final:.4f} nats (entropy rate {h_rate:.4f}, H(π) {h_pi:.4f}; nearer {where}); "
+            f"mean σ₂/σ₁ — {ratios}; |cos| with e — W_V {mean(m['W_V']['cos_best']):.3f}, W_1 {mean(m['W_1']['cos_best']):.3f}; "
+            f"embedding spread {mean(m['embedding']['spread']):.4f}; σ₁ final/init — W_V ×{mean(m['W_V']['sigma1_growth']):.2f}, "
+            f"W_1 ×{mean(m['W_1']['sigma1_growth']):.2f}; bias excess before one step (init → final weights) "
+            f"{mean(m['bias_step']['init']['excess_before']):.1e} → {mean(m['bias_step']['final']['excess_before']):.1e} nats."
+        )
 
     # ------------------------------------------------------------------------------------------
     def plot(self, cfg: MarkovRankConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        return [self._plot_spectra(cfg, run, figdir), self._plot_heatmaps(cfg, run, figdir),
-                self._plot_evolution(cfg, run, analysis, figdir)]
+        return [
+            self._plot_spectra(cfg, run, figdir),
+            self._plot_heatmaps(cfg, run, figdir),
+            self._plot_evolution(cfg, run, analysis, figdir),
+        ]
 
     def _plot_spectra(self, cfg: MarkovRankConfig, run: RunView, figdir: Path) -> Path:
         from tdlab.report.figures import plt, save_figure
 
         names = list(MATRICES)
-        fig, axes = plt.subplots(len(cfg.arms), len(names), figsize=(2.3 * len(names), 2.6 * len(cfg.arms)), squeeze=False)
+        fig, axes = plt.subplots(
+            len(cfg.arms), len(names), figsize=(2.3 * len(names), 2.6 * len(cfg.arms)), squeeze=False
+        )
         for row, arm in zip(axes, cfg.arms):
             final, init = snapshot(run.arrays(arm)), snapshot(run.arrays(f"{arm}@init"))
             for ax, name in zip(row, names):
                 for off, snap, label, color in ((-0.2, init, "init", "0.6"), (0.2, final, "final", "C0")):
                     s = snap[name]["sv_normalised"]  # (E, k)
                     x = np.arange(1, s.shape[1] + 1) + off
-                    ax.bar(x, s.mean(0), width=0.4, color=color, label=label,
-                           yerr=np.vstack([s.mean(0) - s.min(0), s.max(0) - s.mean(0)]), error_kw={"lw": 0.8})
+                    ax.bar(
+                        x,
+                        s.mean(0),
+                        width=0.4,
+                        color=color,
+                        label=label,
+                        yerr=np.vstack([s.mean(0) - s.min(0), s.max(0) - s.mean(0)]),
+                        error_kw={"lw": 0.8},
+                    )
                 ax.axhline(cfg.claims.ratio_max, color="k", ls=":", lw=0.9)
                 ax.set_title(f"{arm}: {name}", fontsize=9)
                 ax.set_ylim(0, 1.05)
@@ -645,8 +973,11 @@ class MarkovRank(Experiment):
                 ax.tick_params(labelsize=7)
             row[0].set_ylabel("σ_i / σ_1 (mean over members)", fontsize=8)
         axes[0, 0].legend(fontsize=7)
-        fig.suptitle(f"Singular values of the weight matrices, init vs after {cfg.train.steps} {cfg.train.optimizer} steps "
-                     f"(dotted: σ₂/σ₁ threshold {cfg.claims.ratio_max}); bars: min–max over {cfg.members} members", fontsize=10)
+        fig.suptitle(
+            f"Singular values of the weight matrices, init vs after {cfg.train.steps} {cfg.train.optimizer} steps "
+            f"(dotted: σ₂/σ₁ threshold {cfg.claims.ratio_max}); bars: min–max over {cfg.members} members",
+            fontsize=10,
+        )
         fig.tight_layout()
         return save_figure(fig, figdir / "spectra.png")
 
@@ -654,8 +985,13 @@ class MarkovRank(Experiment):
         from tdlab.report.figures import plt, save_figure
 
         panels = [("W_V", "init"), ("W_V", "final"), ("W_1", "init"), ("W_1", "final"), ("e", "final")]
-        fig, axes = plt.subplots(len(cfg.arms), len(panels), figsize=(13, 4.2 * len(cfg.arms)), squeeze=False,
-                                 gridspec_kw={"width_ratios": [8, 8, 8, 8, 1.2]})
+        fig, axes = plt.subplots(
+            len(cfg.arms),
+            len(panels),
+            figsize=(13, 4.2 * len(cfg.arms)),
+            squeeze=False,
+            gridspec_kw={"width_ratios": [8, 8, 8, 8, 1.2]},
+        )
         for row, arm in zip(axes, cfg.arms):
             states = {"init": run.arrays(f"{arm}@init"), "final": run.arrays(arm)}
             for ax, (name, when) in zip(row, panels):
@@ -668,7 +1004,9 @@ class MarkovRank(Experiment):
                 ax.set_title(f"{arm}: {name} ({when})", fontsize=9)
                 ax.set_xticks([])
                 ax.tick_params(labelsize=7)
-        fig.suptitle("Member 0, as in Figs. 3 and 6: W_V (d×d) and W_1 (4d×d), rows = outputs; e as a column", fontsize=10)
+        fig.suptitle(
+            "Member 0, as in Figs. 3 and 6: W_V (d×d) and W_1 (4d×d), rows = outputs; e as a column", fontsize=10
+        )
         fig.tight_layout()
         return save_figure(fig, figdir / "fig3_fig6_matrices.png")
 
@@ -694,7 +1032,10 @@ class MarkovRank(Experiment):
         axes[2].set_xlabel("iteration")
         axes[2].set_ylabel("test loss (nats)")
         axes[2].legend(fontsize=8)
-        fig.suptitle(f"p={cfg.task.p}, q={cfg.task.q}, d={cfg.model.d}, N={cfg.train.seq_len}, {cfg.train.optimizer} lr={cfg.train.lr:g}, "
-                     f"batch {cfg.train.batch}; mean over {cfg.members} members (band: min–max)", fontsize=10)
+        fig.suptitle(
+            f"p={cfg.task.p}, q={cfg.task.q}, d={cfg.model.d}, N={cfg.train.seq_len}, {cfg.train.optimizer} lr={cfg.train.lr:g}, "
+            f"batch {cfg.train.batch}; mean over {cfg.members} members (band: min–max)",
+            fontsize=10,
+        )
         fig.tight_layout()
         return save_figure(fig, figdir / "rank_evolution.png")

@@ -58,21 +58,35 @@ from scipy.stats import rankdata
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
 from tdlab.experiments.seed001_reasoning_bias.embedding import ProbeConfig, ProbeSource, quick_profile
 from tdlab.experiments.seed001_reasoning_bias.mlp import pair_spearman
 from tdlab.experiments.seed001_reasoning_bias.training import (
-    SEED_LR_TRANSFORMER, GammaArms, cosine_heatmap, parameter_reading, reading_note,
+    SEED_LR_TRANSFORMER,
+    GammaArms,
+    cosine_heatmap,
+    parameter_reading,
+    reading_note,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
 from tdlab.probes.cliffs import is_cliff, window_mass
 from tdlab.probes.embedding import cosine_matrix, distance_spearman
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["AttentionClaims", "AnchorsAttentionConfig", "AnchorsAttention", "average_operator_error", "wv_spectrum",
-           "layer2_rows", "spearman_rows", "wv_flow", "value_tags", "pair_share"]
+__all__ = [
+    "AnchorsAttention",
+    "AnchorsAttentionConfig",
+    "AttentionClaims",
+    "average_operator_error",
+    "layer2_rows",
+    "pair_share",
+    "spearman_rows",
+    "value_tags",
+    "wv_flow",
+    "wv_spectrum",
+]
 
 
 class AttentionClaims(Config):
@@ -86,8 +100,12 @@ class AttentionClaims(Config):
     pos_score_spearman_min: float = Field(0.8, ge=-1.0, le=1.0)  # (t) positional score rising: Spearman >= 0.8
     pos_rho_max: float = Field(-0.8, ge=-1.0, le=1.0)  # (t) positional cosines ρ <= -0.8
     untagged_ratio_max: float = Field(0.5, ge=0.0, le=100.0)  # (t) App. E: ‖tag‖ memory / reasoning <= 0.5 (Eq. 42: 0)
-    before_ratio_max: float = Field(0.5, ge=0.0, le=100.0)  # (t) App. E: ‖tag‖ rows j <= p / rows j >= p+q <= 0.5 (Eq. 43: 0)
-    pair_share_min: float = Field(0.8, ge=0.0, le=1.0)  # (t) App. E: share of the last tag's variance the anchor pair explains
+    before_ratio_max: float = Field(
+        0.5, ge=0.0, le=100.0
+    )  # (t) App. E: ‖tag‖ rows j <= p / rows j >= p+q <= 0.5 (Eq. 43: 0)
+    pair_share_min: float = Field(
+        0.8, ge=0.0, le=1.0
+    )  # (t) App. E: share of the last tag's variance the anchor pair explains
     small_gamma: float = Field(0.8, ge=0.0, le=10.0)
     large_gamma: float = Field(0.3, ge=0.0, le=10.0)
 
@@ -98,7 +116,9 @@ class AnchorsAttentionConfig(ProbeConfig):
     @model_validator(mode="after")
     def _attn(self) -> AnchorsAttentionConfig:
         if self.model.heads != 1:
-            raise ValueError(f"model.heads must be 1 (the seed's model; the probes read one head), got {self.model.heads}")
+            raise ValueError(
+                f"model.heads must be 1 (the seed's model; the probes read one head), got {self.model.heads}"
+            )
         if self.model.layers < 2:
             raise ValueError(f"model.layers must be >= 2 (layer 2 is probed), got {self.model.layers}")
         for f in ("small_gamma", "large_gamma"):
@@ -143,8 +163,12 @@ def wv_spectrum(W_V: torch.Tensor, emb: torch.Tensor, rsn: slice, mem: slice) ->
         m = rows.double().mean(1)
         return ((u1 * m).sum(-1) / (u1.norm(dim=-1) * m.norm(dim=-1))).abs()
 
-    return {"sv_ratio": (s[:, 0] / s[:, 1]).tolist(), "rsn_align": align(emb[:, rsn]).tolist(),
-            "mem_align": align(emb[:, mem]).tolist(), "sv": (s / s[:, :1]).tolist()}
+    return {
+        "sv_ratio": (s[:, 0] / s[:, 1]).tolist(),
+        "rsn_align": align(emb[:, rsn]).tolist(),
+        "mem_align": align(emb[:, mem]).tolist(),
+        "sv": (s / s[:, :1]).tolist(),
+    }
 
 
 def layer2_rows(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -170,8 +194,12 @@ def layer2_rows(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
         scores = torch.einsum("ebk,ebtk->ebt", q, k) / math.sqrt(dk)
         kp = torch.einsum("etd,ekd->etk", model.wpe[:, : L - 1], Wk)
         pos = torch.einsum("ebk,etk->ebt", q, kp) / math.sqrt(dk)
-    return {"scores": scores, "pattern": cache["blocks.1.attn.pattern"][:, :, 0, -1], "pos_scores": pos,
-            "pattern1": cache["blocks.0.attn.pattern"][:, :, 0]}
+    return {
+        "scores": scores,
+        "pattern": cache["blocks.1.attn.pattern"][:, :, 0, -1],
+        "pos_scores": pos,
+        "pattern1": cache["blocks.0.attn.pattern"][:, :, 0],
+    }
 
 
 def spearman_rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -182,7 +210,9 @@ def spearman_rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (rx * ry).sum(-1) / (rx.norm(dim=-1) * ry.norm(dim=-1))
 
 
-def wv_flow(model: GPT, tokens: torch.Tensor, labels: torch.Tensor, emb: torch.Tensor, rsn: slice, mem: slice) -> dict[str, list]:
+def wv_flow(
+    model: GPT, tokens: torch.Tensor, labels: torch.Tensor, emb: torch.Tensor, rsn: slice, mem: slice
+) -> dict[str, list]:
     """Thm. 2 on the post-LN model: :func:`wv_spectrum` of ``−∇_{W^V}`` (layer 1) of the last-position
     cross-entropy, mean over the sequences of each member (the flow's right-hand side at these parameters).
 
@@ -191,7 +221,9 @@ def wv_flow(model: GPT, tokens: torch.Tensor, labels: torch.Tensor, emb: torch.T
     """
     model.zero_grad()
     logits = model(tokens)[:, :, -1]
-    F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape).mean(1).sum().backward()
+    F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape).mean(
+        1
+    ).sum().backward()
     flow = -model.blocks[0].attn.W_V.weight.grad.detach()
     model.zero_grad()
     return wv_spectrum(flow, emb, rsn, mem)
@@ -228,8 +260,12 @@ def pair_share(x: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
 
 
 # Thresholds of the rows of one "at least" statement, by the row's quantity (its context).
-_GE = {"sv-ratio": "sv_ratio_min", "rsn-aligned": "rsn_align_min", "window-mass": "window_mass_min",
-       "positional-score-rising": "pos_score_spearman_min"}
+_GE = {
+    "sv-ratio": "sv_ratio_min",
+    "rsn-aligned": "rsn_align_min",
+    "window-mass": "window_mass_min",
+    "positional-score-rising": "pos_score_spearman_min",
+}
 
 
 def _at_least(cfg: AnchorsAttentionConfig, row: Any) -> float:
@@ -246,85 +282,155 @@ CLAIMS = (
     ClaimSpec(
         "layer1-average-operator",
         "Small init (γ = 0.8): the first attention layer acts as the average operator, A_jk ≈ 1/j (§4.3, Fig. 5B)",
-        test="value", relation="le", expected="attn_claims.avg_err_max", tolerance=0.0, horizon="budget",
-        quantity="median over training sequences of |A_jk − 1/j|·j (layer 1, rows j ≥ 2, k ≤ j), trained model"),
+        test="value",
+        relation="le",
+        expected="attn_claims.avg_err_max",
+        tolerance=0.0,
+        horizon="budget",
+        quantity="median over training sequences of |A_jk − 1/j|·j (layer 1, rows j ≥ 2, k ≤ j), trained model",
+    ),
     ClaimSpec(
         "layer1-closer-to-average-at-small-init",
         "The smaller the init, the closer layer 1 is to the average operator (Figs. 5B, 12B; App. C.3)",
-        test="compare", relation="lt", margin=0.0, horizon="budget",
-        quantity="median |A_jk − 1/j|·j at the larger γ minus at the smaller (neighbouring γ, paired), trained model"),
+        test="compare",
+        relation="lt",
+        margin=0.0,
+        horizon="budget",
+        quantity="median |A_jk − 1/j|·j at the larger γ minus at the smaller (neighbouring γ, paired), trained model",
+    ),
     ClaimSpec(
         "lemma1-average-operator-at-init",
         "At small init (γ = 0.8) the attention is the average operator, |A_ij − 1/i| ≤ ε (Lemma 1)",
-        test="value", relation="le", expected="attn_claims.avg_err_max", tolerance=0.0, horizon="static",
-        quantity="median over training sequences of |A_jk − 1/j|·j (layer 1) at initialisation"),
+        test="value",
+        relation="le",
+        expected="attn_claims.avg_err_max",
+        tolerance=0.0,
+        horizon="static",
+        quantity="median over training sequences of |A_jk − 1/j|·j (layer 1) at initialisation",
+    ),
     ClaimSpec(
         "lemma1-closer-at-small-init",
         "At initialisation, the larger γ the closer the attention is to the average operator (Lemma 1)",
-        test="compare", relation="lt", margin=0.0, horizon="static",
-        quantity="median |A_jk − 1/j|·j at initialisation, larger γ minus smaller (neighbouring γ, paired)"),
+        test="compare",
+        relation="lt",
+        margin=0.0,
+        horizon="static",
+        quantity="median |A_jk − 1/j|·j at initialisation, larger γ minus smaller (neighbouring γ, paired)",
+    ),
     ClaimSpec(
         "layer1-wv-low-rank-reasoning",
         "Small init (γ = 0.8): W^V has one dominant singular value whose left singular vector is aligned with the "
         "reasoning anchors' embeddings (§4.3, Fig. 5C–D)",
-        test="value", relation="ge", expected=_at_least, tolerance=0.0, horizon="budget", example={"quantity": "sv-ratio"},
-        quantity="σ1/σ2 of W^V; |cos(u1, mean reasoning-anchor embedding)| (u1: W^V's top left singular vector)"),
+        test="value",
+        relation="ge",
+        expected=_at_least,
+        tolerance=0.0,
+        horizon="budget",
+        example={"quantity": "sv-ratio"},
+        quantity="σ1/σ2 of W^V; |cos(u1, mean reasoning-anchor embedding)| (u1: W^V's top left singular vector)",
+    ),
     ClaimSpec(
         "layer1-wv-orthogonal-to-memory",
         "Small init (γ = 0.8): W^V's top left singular vector is nearly orthogonal to the memory anchors' embeddings "
         "(§4.3, Fig. 5D)",
-        test="value", relation="le", expected="attn_claims.mem_align_max", tolerance=0.0, horizon="budget",
-        quantity="|cos(u1, mean memory-anchor embedding)|"),
+        test="value",
+        relation="le",
+        expected="attn_claims.mem_align_max",
+        tolerance=0.0,
+        horizon="budget",
+        quantity="|cos(u1, mean memory-anchor embedding)|",
+    ),
     ClaimSpec(
         "layer1-wv-dominance-larger-at-small-init",
         "W^V's dominant direction is more pronounced at small init than at large init (Figs. 5C, 12C)",
-        test="compare", relation="gt", margin=0.0, horizon="budget",
-        quantity="σ1/σ2 of W^V at γ = 0.8 minus at γ = 0.3 (paired over seeds)"),
+        test="compare",
+        relation="gt",
+        margin=0.0,
+        horizon="budget",
+        quantity="σ1/σ2 of W^V at γ = 0.8 minus at γ = 0.3 (paired over seeds)",
+    ),
     ClaimSpec(
         "layer2-extracts-key",
         "Small init (γ = 0.8): layer 2's last row attends to the key and anchors through positional scores rising "
         "with the position (App. D, Fig. 14A–C)",
-        test="value", relation="ge", expected=_at_least, tolerance=0.0, horizon="budget",
+        test="value",
+        relation="ge",
+        expected=_at_least,
+        tolerance=0.0,
+        horizon="budget",
         example={"quantity": "window-mass"},
         quantity="mean attention mass of the last row on positions p..p+q; Spearman of q_L (W^pos W^K)ᵀ/√d_k over "
-        "positions 1..L−1 with the position"),
+        "positions 1..L−1 with the position",
+    ),
     ClaimSpec(
         "layer2-positional-cosines-fall",
         "Small init (γ = 0.8): the positional embeddings' cosines fall with |i − j| (App. D, Fig. 14D; Assumption 4)",
-        test="value", relation="le", expected="attn_claims.pos_rho_max", tolerance=0.0, horizon="budget",
-        quantity="Spearman ρ of cos(w^pos,i, w^pos,j) with |i − j| over positions 1..L−1"),
+        test="value",
+        relation="le",
+        expected="attn_claims.pos_rho_max",
+        tolerance=0.0,
+        horizon="budget",
+        quantity="Spearman ρ of cos(w^pos,i, w^pos,j) with |i − j| over positions 1..L−1",
+    ),
     ClaimSpec(
         "thm2-layer1-wv-flow-along-reasoning-anchors",
         "Small init (γ = 0.8), early training: layer 1's W^V flows along the mean reasoning-anchor embedding (Thm. 2, "
         "B.8, read on the post-LN model)",
-        test="value", relation="ge", expected=_thm2_floor, tolerance=0.0, horizon="budget", example={"gamma": 0.8},
+        test="value",
+        relation="ge",
+        expected=_thm2_floor,
+        tolerance=0.0,
+        horizon="budget",
+        example={"gamma": 0.8},
         quantity="|cos(u1, mean reasoning-anchor embedding)|, u1 the top left singular vector of −∇_{W^V} R (layer 1; "
-        "last-position cross-entropy over the probe sequences) at a snapshot epoch; ≥ 1 − d_m^{−γ}"),
+        "last-position cross-entropy over the probe sequences) at a snapshot epoch; ≥ 1 − d_m^{−γ}",
+    ),
     ClaimSpec(
         "appE-memory-sequences-untagged",
         "Small init (γ = 0.8): layer 1's value path tags reasoning sequences and leaves memory sequences untagged "
         "(App. E.2, Eqs. 42–43)",
-        test="value", relation="le", expected="attn_claims.untagged_ratio_max", tolerance=0.0, horizon="budget",
+        test="value",
+        relation="le",
+        expected="attn_claims.untagged_ratio_max",
+        tolerance=0.0,
+        horizon="budget",
         quantity="median ‖(Attn^(1) W^{emb,X} W^V)_L‖ over memory sequences / the same over reasoning sequences "
-        "(word part, Assumption 3; end of training)"),
+        "(word part, Assumption 3; end of training)",
+    ),
     ClaimSpec(
         "appE-tag-follows-the-anchors",
         "Small init (γ = 0.8): on a reasoning sequence the tag is carried from the anchors on, not before them (App. E.2, "
         "Eq. 43)",
-        test="value", relation="le", expected="attn_claims.before_ratio_max", tolerance=0.0, horizon="budget",
-        quantity="median over reasoning sequences of mean_{j ≤ p} ‖O_j‖ / mean_{j ≥ p+q} ‖O_j‖, O = Attn^(1) W^{emb,X} W^V"),
+        test="value",
+        relation="le",
+        expected="attn_claims.before_ratio_max",
+        tolerance=0.0,
+        horizon="budget",
+        quantity="median over reasoning sequences of mean_{j ≤ p} ‖O_j‖ / mean_{j ≥ p+q} ‖O_j‖, O = Attn^(1) W^{emb,X} W^V",
+    ),
     ClaimSpec(
         "appE-tag-is-the-anchor-pair",
         "Small init (γ = 0.8): the last position's tag is the composite of the reasoning anchors — set by the anchor pair "
         "through Σ_i w^{emb,a_i} w̄ᵀ v (App. E.2, Eqs. 41, 43)",
-        test="value", relation="ge", expected="attn_claims.pair_share_min", tolerance=0.0, horizon="budget",
+        test="value",
+        relation="ge",
+        expected="attn_claims.pair_share_min",
+        tolerance=0.0,
+        horizon="budget",
         quantity="share of the variance of ⟨O_L, v⟩ over reasoning sequences that the anchor pair explains (η²; v: W^V's "
-        "top right singular vector)"),
+        "top right singular vector)",
+    ),
     ClaimSpec(
         "layer2-scores-reproduce-pattern",
         "The recomputed layer-2 scores q_L Kᵀ/√d_k give the model's own attention row after softmax",
-        kind="sanity", test="value", relation="close", expected=0.0, tolerance=1e-5, horizon="static",
-        quantity="max |softmax(scores) − cached pattern| over members and sequences"),
+        kind="sanity",
+        test="value",
+        relation="close",
+        expected=0.0,
+        tolerance=1e-5,
+        horizon="static",
+        quantity="max |softmax(scores) − cached pattern| over members and sequences",
+    ),
 )
 
 
@@ -342,18 +448,21 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
     Config = AnchorsAttentionConfig
     claims = CLAIMS
     profiles = {
-        "quick": quick_profile({"n_probe": 1000}),  # anchors-bias's quick scale-down; 1,000 training sequences per member
+        "quick": quick_profile(
+            {"n_probe": 1000}
+        ),  # anchors-bias's quick scale-down; 1,000 training sequences per member
         "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}, "n_probe": 10_000},
     }
     # atlas: the layer-1 operator claims are read at snapshots along training and at the end; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
-        profile_set={"quick": {"snapshot_epochs": [1, 2, 5]},
-                     "paper": {"snapshot_epochs": [50, 200, 450]}},
+        profile_set={"quick": {"snapshot_epochs": [1, 2, 5]}, "paper": {"snapshot_epochs": [50, 200, 450]}},
         why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
     )
 
-    def probe(self, cfg: AnchorsAttentionConfig, run: RunView, data: dict[str, torch.Tensor]) -> dict[float, dict[str, Any]]:
+    def probe(
+        self, cfg: AnchorsAttentionConfig, run: RunView, data: dict[str, torch.Tensor]
+    ) -> dict[float, dict[str, Any]]:
         """``{γ: {"init": ..., "end": ...}}``: per member, layer 1's median average-operator error (both),
         and at the end W^V's spectrum and alignment, layer 2's cliff share, window mass, positional scores
         and positional cosines."""
@@ -372,11 +481,19 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
                 err = average_operator_error(r["pattern1"]).reshape(tokens.shape[0], -1)
                 m: dict[str, Any] = {"avg_err_median": err.median(-1).values.tolist()}
                 if when == "end":
-                    m.update(wv_spectrum(arrays["blocks.0.attn.W_V.weight"], arrays["wte"],
-                                         slice(t.rsn_min, t.rsn_max + 1), slice(t.mem_min, t.mem_max + 1)))
+                    m.update(
+                        wv_spectrum(
+                            arrays["blocks.0.attn.W_V.weight"],
+                            arrays["wte"],
+                            slice(t.rsn_min, t.rsn_max + 1),
+                            slice(t.mem_min, t.mem_max + 1),
+                        )
+                    )
                     m["cliff_share"] = is_cliff(r["scores"], p1, t.q).double().mean(-1).tolist()
                     m["window_mass"] = window_mass(r["scores"], p1, t.q).mean(-1).tolist()
-                    m["pattern_check"] = float((torch.softmax(r["scores"].double(), -1) - r["pattern"].double()).abs().max())
+                    m["pattern_check"] = float(
+                        (torch.softmax(r["scores"].double(), -1) - r["pattern"].double()).abs().max()
+                    )
                     m["pos_score_mean"] = r["pos_scores"].double().mean(1).tolist()  # (E, L-1)
                     m["pos_score_spearman"] = spearman_rows(r["pos_scores"].double().mean(1), ids).tolist()
                     wpe = arrays["wpe"].double()[:, : L - 1]
@@ -385,8 +502,9 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
                     d = (ids[:, None] - ids[None, :]).abs().double()
                     assumption = torch.cos(math.pi * d / L)
                     # cosines equal up to float32 noise (equal |i − j| under Assumption 4) are ties, not an order
-                    m["pos_vs_assumption4"] = (pair_spearman(torch.round(pc, decimals=6), assumption).tolist()
-                                               if L - 1 >= 3 else [])
+                    m["pos_vs_assumption4"] = (
+                        pair_spearman(torch.round(pc, decimals=6), assumption).tolist() if L - 1 >= 3 else []
+                    )
                     m["pos_cos"] = pc.mean(0).tolist()
                     m.update(self._app_e(cfg, self.model(cfg, arrays), data))
                     m["flow"] = wv_flow(self.model(cfg, arrays), tokens, data["label"], arrays["wte"], rsn, mem)
@@ -397,7 +515,9 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
                 if self.has_state(run, arm):
                     arrays = run.arrays(arm)
                     p = layer2_rows(self.model(cfg, arrays), tokens)["pattern1"]
-                    per["snapshots"][f"epoch {e}"] = average_operator_error(p).reshape(tokens.shape[0], -1).median(-1).values.tolist()
+                    per["snapshots"][f"epoch {e}"] = (
+                        average_operator_error(p).reshape(tokens.shape[0], -1).median(-1).values.tolist()
+                    )
                     per["flow"][e] = wv_flow(self.model(cfg, arrays), tokens, data["label"], arrays["wte"], rsn, mem)
             out[g] = per
         return out
@@ -418,7 +538,9 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
         pos = p1[..., None] + torch.arange(q)  # 0-based positions of the anchors
         anchors = torch.gather(data["tokens"], 2, pos)  # (E, B, q)
         pid = (anchors * (cfg.task.d_vob ** torch.arange(q))).sum(-1)
-        out: dict[str, list[float]] = {k: [] for k in ("untagged_ratio", "before_ratio", "pair_share", "shift_spearman")}
+        out: dict[str, list[float]] = {
+            k: [] for k in ("untagged_ratio", "before_ratio", "pair_share", "shift_spearman")
+        }
         for e in range(n.shape[0]):
             is_mem, is_rsn = data["kind"][e] == 0, data["kind"][e] == 1
             nl = n[e, :, -1]
@@ -438,60 +560,150 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
         small, large = c.small_gamma, c.large_gamma
         s_arm, l_arm = GammaArms.arm(small), GammaArms.arm(large)
         e_s = m[small]["end"]
-        out.row("layer1-average-operator", f"gamma={small:g}", e_s["avg_err_median"], arms=[s_arm], provenance=r.provenance,
-                context={"gamma": small, "epoch": end},
-                label=f"trained, γ = {small:g}: median |A_jk − 1/j|·j ≤ {c.avg_err_max:g} (t); {r.label}")
-        out.row("lemma1-average-operator-at-init", f"gamma={small:g}", m[small]["init"]["avg_err_median"],
-                context={"gamma": small, "epoch": 0},
-                label=f"initialisation, γ = {small:g}: median |A_jk − 1/j|·j ≤ {c.avg_err_max:g} (t)")
+        out.row(
+            "layer1-average-operator",
+            f"gamma={small:g}",
+            e_s["avg_err_median"],
+            arms=[s_arm],
+            provenance=r.provenance,
+            context={"gamma": small, "epoch": end},
+            label=f"trained, γ = {small:g}: median |A_jk − 1/j|·j ≤ {c.avg_err_max:g} (t); {r.label}",
+        )
+        out.row(
+            "lemma1-average-operator-at-init",
+            f"gamma={small:g}",
+            m[small]["init"]["avg_err_median"],
+            context={"gamma": small, "epoch": 0},
+            label=f"initialisation, γ = {small:g}: median |A_jk − 1/j|·j ≤ {c.avg_err_max:g} (t)",
+        )
         ordered = sorted(cfg.gammas)
         for lo, hi in zip(ordered, ordered[1:]):
             key, ctx = f"{hi:g}-below-{lo:g}", {"gamma": hi, "reference_gamma": lo}
-            out.row("layer1-closer-to-average-at-small-init", key, m[hi]["end"]["avg_err_median"],
-                    m[lo]["end"]["avg_err_median"], arms=[GammaArms.arm(hi), GammaArms.arm(lo)], provenance=r.provenance,
-                    context={**ctx, "epoch": end},
-                    label=f"trained: median |A_jk − 1/j|·j at γ = {hi:g} minus at γ = {lo:g} < 0; {r.label}")
-            out.row("lemma1-closer-at-small-init", key, m[hi]["init"]["avg_err_median"], m[lo]["init"]["avg_err_median"],
-                    context={**ctx, "epoch": 0},
-                    label=f"initialisation: median |A_jk − 1/j|·j at γ = {hi:g} minus at γ = {lo:g} < 0")
-        for q, key, what in (("sv-ratio", "sv_ratio", f"σ1/σ2 of W^V ≥ {c.sv_ratio_min:g} (t)"),
-                             ("rsn-aligned", "rsn_align", f"|cos(u1, mean reasoning-anchor embedding)| ≥ {c.rsn_align_min:g} (t)")):
-            out.row("layer1-wv-low-rank-reasoning", q, e_s[key], arms=[s_arm], provenance=r.provenance,
-                    context={"gamma": small, "quantity": q}, label=f"γ = {small:g}: {what}; {r.label}")
-        out.row("layer1-wv-orthogonal-to-memory", f"gamma={small:g}", e_s["mem_align"], arms=[s_arm], provenance=r.provenance,
-                context={"gamma": small},
-                label=f"γ = {small:g}: |cos(u1, mean memory-anchor embedding)| ≤ {c.mem_align_max:g} (t); {r.label}")
-        out.row("layer1-wv-dominance-larger-at-small-init", f"{small:g}-above-{large:g}", e_s["sv_ratio"],
-                m[large]["end"]["sv_ratio"], arms=[s_arm, l_arm], provenance=r.provenance,
-                context={"gamma": small, "reference_gamma": large},
-                label=f"σ1/σ2 of W^V at γ = {small:g} minus at γ = {large:g} > 0; {r.label}")
-        for q, key, what in (("window-mass", "window_mass", f"mean attention mass of the last row on p..p+q ≥ {c.window_mass_min:g} (t)"),
-                             ("positional-score-rising", "pos_score_spearman",
-                              f"Spearman(q_L (W^pos W^K)ᵀ/√d_k over 1..L−1, position) ≥ {c.pos_score_spearman_min:g} (t)")):
-            out.row("layer2-extracts-key", q, e_s[key], arms=[s_arm], provenance=r.provenance,
-                    context={"gamma": small, "quantity": q}, label=f"γ = {small:g}: {what}; {r.label}")
-        out.row("layer2-positional-cosines-fall", f"gamma={small:g}", e_s["pos_rho"], arms=[s_arm], provenance=r.provenance,
-                context={"gamma": small},
-                label=f"γ = {small:g}: ρ(cos(w^pos,i, w^pos,j), |i − j|) over 1..L−1 ≤ {c.pos_rho_max:g} (t); {r.label}")
+            out.row(
+                "layer1-closer-to-average-at-small-init",
+                key,
+                m[hi]["end"]["avg_err_median"],
+                m[lo]["end"]["avg_err_median"],
+                arms=[GammaArms.arm(hi), GammaArms.arm(lo)],
+                provenance=r.provenance,
+                context={**ctx, "epoch": end},
+                label=f"trained: median |A_jk − 1/j|·j at γ = {hi:g} minus at γ = {lo:g} < 0; {r.label}",
+            )
+            out.row(
+                "lemma1-closer-at-small-init",
+                key,
+                m[hi]["init"]["avg_err_median"],
+                m[lo]["init"]["avg_err_median"],
+                context={**ctx, "epoch": 0},
+                label=f"initialisation: median |A_jk − 1/j|·j at γ = {hi:g} minus at γ = {lo:g} < 0",
+            )
+        for q, key, what in (
+            ("sv-ratio", "sv_ratio", f"σ1/σ2 of W^V ≥ {c.sv_ratio_min:g} (t)"),
+            ("rsn-aligned", "rsn_align", f"|cos(u1, mean reasoning-anchor embedding)| ≥ {c.rsn_align_min:g} (t)"),
+        ):
+            out.row(
+                "layer1-wv-low-rank-reasoning",
+                q,
+                e_s[key],
+                arms=[s_arm],
+                provenance=r.provenance,
+                context={"gamma": small, "quantity": q},
+                label=f"γ = {small:g}: {what}; {r.label}",
+            )
+        out.row(
+            "layer1-wv-orthogonal-to-memory",
+            f"gamma={small:g}",
+            e_s["mem_align"],
+            arms=[s_arm],
+            provenance=r.provenance,
+            context={"gamma": small},
+            label=f"γ = {small:g}: |cos(u1, mean memory-anchor embedding)| ≤ {c.mem_align_max:g} (t); {r.label}",
+        )
+        out.row(
+            "layer1-wv-dominance-larger-at-small-init",
+            f"{small:g}-above-{large:g}",
+            e_s["sv_ratio"],
+            m[large]["end"]["sv_ratio"],
+            arms=[s_arm, l_arm],
+            provenance=r.provenance,
+            context={"gamma": small, "reference_gamma": large},
+            label=f"σ1/σ2 of W^V at γ = {small:g} minus at γ = {large:g} > 0; {r.label}",
+        )
+        for q, key, what in (
+            (
+                "window-mass",
+                "window_mass",
+                f"mean attention mass of the last row on p..p+q ≥ {c.window_mass_min:g} (t)",
+            ),
+            (
+                "positional-score-rising",
+                "pos_score_spearman",
+                f"Spearman(q_L (W^pos W^K)ᵀ/√d_k over 1..L−1, position) ≥ {c.pos_score_spearman_min:g} (t)",
+            ),
+        ):
+            out.row(
+                "layer2-extracts-key",
+                q,
+                e_s[key],
+                arms=[s_arm],
+                provenance=r.provenance,
+                context={"gamma": small, "quantity": q},
+                label=f"γ = {small:g}: {what}; {r.label}",
+            )
+        out.row(
+            "layer2-positional-cosines-fall",
+            f"gamma={small:g}",
+            e_s["pos_rho"],
+            arms=[s_arm],
+            provenance=r.provenance,
+            context={"gamma": small},
+            label=f"γ = {small:g}: ρ(cos(w^pos,i, w^pos,j), |i − j|) over 1..L−1 ≤ {c.pos_rho_max:g} (t); {r.label}",
+        )
         for e in cfg.snapshot_epochs:  # Thm. 2's early phase: the snapshots, not the end
             re = parameter_reading(e, end, cfg.train.lr, SEED_LR_TRANSFORMER, tuple(cfg.snapshot_epochs))
             fl = m[small]["flow"].get(e)
-            out.row("thm2-layer1-wv-flow-along-reasoning-anchors", f"epoch{e}", Sample(fl["rsn_align"] if fl else ()),
-                    arms=[s_arm], provenance=re.provenance, context={"gamma": small, "epoch": e},
-                    label=(f"γ = {small:g}, epoch {e}: |cos(u1(−∇W^V), mean reasoning-anchor embedding)| ≥ 1 − d_m^-γ = "
-                           f"{1 - cfg.model.d ** -small:.4f}; {re.label}") if fl else
-                          f"epoch {e}: the run keeps no parameters there")
-        for claim, key, what in (("appE-memory-sequences-untagged", "untagged_ratio",
-                                  f"median ‖O_L‖ memory / reasoning sequences ≤ {c.untagged_ratio_max:g} (t)"),
-                                 ("appE-tag-follows-the-anchors", "before_ratio",
-                                  f"median of mean ‖O_j‖ over j ≤ p / over j ≥ p+q ≤ {c.before_ratio_max:g} (t)"),
-                                 ("appE-tag-is-the-anchor-pair", "pair_share",
-                                  f"η² of ⟨O_L, v⟩ by anchor pair ≥ {c.pair_share_min:g} (t)")):
-            out.row(claim, f"gamma={small:g}", e_s[key], arms=[s_arm], provenance=r.provenance,
-                    context={"gamma": small, "epoch": end}, label=f"γ = {small:g}: {what}; {r.label}")
-        out.row("layer2-scores-reproduce-pattern", "max-abs-diff",
-                Sample([m[g]["end"]["pattern_check"] for g in cfg.gammas], deterministic=True),
-                label="max |softmax(scores) − cached pattern| over γ, members and sequences ≤ 1e-5")
+            out.row(
+                "thm2-layer1-wv-flow-along-reasoning-anchors",
+                f"epoch{e}",
+                Sample(fl["rsn_align"] if fl else ()),
+                arms=[s_arm],
+                provenance=re.provenance,
+                context={"gamma": small, "epoch": e},
+                label=(
+                    f"γ = {small:g}, epoch {e}: |cos(u1(−∇W^V), mean reasoning-anchor embedding)| ≥ 1 − d_m^-γ = "
+                    f"{1 - cfg.model.d**-small:.4f}; {re.label}"
+                )
+                if fl
+                else f"epoch {e}: the run keeps no parameters there",
+            )
+        for claim, key, what in (
+            (
+                "appE-memory-sequences-untagged",
+                "untagged_ratio",
+                f"median ‖O_L‖ memory / reasoning sequences ≤ {c.untagged_ratio_max:g} (t)",
+            ),
+            (
+                "appE-tag-follows-the-anchors",
+                "before_ratio",
+                f"median of mean ‖O_j‖ over j ≤ p / over j ≥ p+q ≤ {c.before_ratio_max:g} (t)",
+            ),
+            ("appE-tag-is-the-anchor-pair", "pair_share", f"η² of ⟨O_L, v⟩ by anchor pair ≥ {c.pair_share_min:g} (t)"),
+        ):
+            out.row(
+                claim,
+                f"gamma={small:g}",
+                e_s[key],
+                arms=[s_arm],
+                provenance=r.provenance,
+                context={"gamma": small, "epoch": end},
+                label=f"γ = {small:g}: {what}; {r.label}",
+            )
+        out.row(
+            "layer2-scores-reproduce-pattern",
+            "max-abs-diff",
+            Sample([m[g]["end"]["pattern_check"] for g in cfg.gammas], deterministic=True),
+            label="max |softmax(scores) − cached pattern| over γ, members and sequences ≤ 1e-5",
+        )
         return out
 
     def notes(self, cfg: AnchorsAttentionConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
@@ -509,14 +721,23 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
                 f"cos(π|i−j|/L) {a4:.2f}; App. E tags: ‖O_L‖ memory/reasoning {np.mean(e['untagged_ratio']):.2f}, before/after "
                 f"the anchors {np.mean(e['before_ratio']):.2f}, η² by anchor pair {np.mean(e['pair_share']):.2f}, |Spearman| "
                 f"with Σa {np.mean(e['shift_spearman']):.2f}; −∇W^V's u1 |cos| with mean reasoning / memory anchor "
-                + ", ".join(f"epoch {k}: {np.mean(f['rsn_align']):.2f} / {np.mean(f['mem_align']):.2f}" for k, f in m["flow"].items())
-                + f", end: {np.mean(e['flow']['rsn_align']):.2f} / {np.mean(e['flow']['mem_align']):.2f} (seed means).")
+                + ", ".join(
+                    f"epoch {k}: {np.mean(f['rsn_align']):.2f} / {np.mean(f['mem_align']):.2f}"
+                    for k, f in m["flow"].items()
+                )
+                + f", end: {np.mean(e['flow']['rsn_align']):.2f} / {np.mean(e['flow']['mem_align']):.2f} (seed means)."
+            )
         small = measured.values[GammaArms.arm(cfg.attn_claims.small_gamma)]
-        path = {"init": small["init"]["avg_err_median"], **small["snapshots"],
-                f"epoch {cfg.schedule.epochs} (end)": small["end"]["avg_err_median"]}
-        notes.append(f"γ = {cfg.attn_claims.small_gamma:g}, layer 1's median |A−1/j|·j along training: "
-                     + ", ".join(f"{k} {np.mean(v):.3f}" for k, v in path.items())
-                     + " (seed means): where the run leaves the average operator.")
+        path = {
+            "init": small["init"]["avg_err_median"],
+            **small["snapshots"],
+            f"epoch {cfg.schedule.epochs} (end)": small["end"]["avg_err_median"],
+        }
+        notes.append(
+            f"γ = {cfg.attn_claims.small_gamma:g}, layer 1's median |A−1/j|·j along training: "
+            + ", ".join(f"{k} {np.mean(v):.3f}" for k, v in path.items())
+            + " (seed means): where the run leaves the average operator."
+        )
         notes.append("Def. 3 at p = 1 has no l_0: the plateau's lower bound is dropped there (our reading).")
         line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TRANSFORMER)
         if line:
@@ -550,7 +771,7 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
             axes[row][2].set_title("C — singular values of W^V (s_i/s_1, per seed)", fontsize=9)
             _, _, vh = torch.linalg.svd(arrays["blocks.0.attn.W_V.weight"][0].double(), full_matrices=False)
             emb = arrays["wte"][0].double()
-            means = torch.stack([emb[t.mem_min: t.mem_max + 1].mean(0), emb[t.rsn_min: t.rsn_max + 1].mean(0)])
+            means = torch.stack([emb[t.mem_min : t.mem_max + 1].mean(0), emb[t.rsn_min : t.rsn_max + 1].mean(0)])
             cos = (vh[:5] @ means.T) / (vh[:5].norm(dim=1)[:, None] * means.norm(dim=1)[None, :])
             cosine_heatmap(axes[row][3], cos.abs().T, 1, "D — |cos(u_k, mean anchor emb)|, rows mem / rsn")
         fig.suptitle("Figs. 5 (γ = 0.8) and 12 — first attention module")
@@ -562,10 +783,15 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
         r = layer2_rows(model, data["tokens"])
         p = int(data["key_pos"][0, 0]) + 1
         fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
-        axes[0].bar(np.arange(1, t.L + 1), r["scores"][0, 0].numpy(), color=["tab:orange" if p <= i <= p + t.q else "tab:gray"
-                                                                             for i in range(1, t.L + 1)])
-        axes[0].set_title(f"A — layer-2 last row before softmax (key at {p}, cliff: "
-                          f"{bool(is_cliff(r['scores'][0, 0], p, t.q))})", fontsize=9)
+        axes[0].bar(
+            np.arange(1, t.L + 1),
+            r["scores"][0, 0].numpy(),
+            color=["tab:orange" if p <= i <= p + t.q else "tab:gray" for i in range(1, t.L + 1)],
+        )
+        axes[0].set_title(
+            f"A — layer-2 last row before softmax (key at {p}, cliff: {bool(is_cliff(r['scores'][0, 0], p, t.q))})",
+            fontsize=9,
+        )
         _, cache = model.run_with_cache(data["tokens"][:, :1], names=["blocks.1.attn.pattern"])
         im = axes[1].imshow(cache["blocks.1.attn.pattern"][0, 0, 0].numpy(), vmin=0, vmax=1, cmap="viridis")
         plt.colorbar(im, ax=axes[1], fraction=0.046)

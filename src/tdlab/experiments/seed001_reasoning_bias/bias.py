@@ -38,11 +38,28 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.experiments.seed001_reasoning_bias.training import (
-    RSN_PAST_MARGINAL, SEED_LR_TRANSFORMER, AnchorsHealth, ArmCurves, EpochsConfig, GammaArms, Seed001GPTConfig,
-    Seed001TrainConfig, bias_gap, check_gammas, epoch_train_config, fit_gamma_arms, fixed_data, gamma_gpt,
-    label_marginal_losses, plot_split_curves, reasoning_first_claim, reasoning_first_rows, record_rsn_past_marginal,
+    RSN_PAST_MARGINAL,
+    SEED_LR_TRANSFORMER,
+    AnchorsHealth,
+    ArmCurves,
+    EpochsConfig,
+    GammaArms,
+    Seed001GPTConfig,
+    Seed001TrainConfig,
+    bias_gap,
+    check_gammas,
+    epoch_train_config,
+    fit_gamma_arms,
+    fixed_data,
+    gamma_gpt,
+    label_marginal_losses,
+    plot_split_curves,
+    reasoning_first_claim,
+    reasoning_first_rows,
+    record_rsn_past_marginal,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPTConfig
@@ -50,13 +67,19 @@ from tdlab.tasks.anchors import Anchors, AnchorsConfig
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import Trainer
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module
     from matplotlib.figure import Figure
 
-__all__ = ["BiasClaims", "AnchorsBiasConfig", "AnchorsBias", "draw_examples", "chance_acc_test", "RSN_TRAIN_REACHED",
-           "BOTH_REACHED"]
+__all__ = [
+    "BOTH_REACHED",
+    "RSN_TRAIN_REACHED",
+    "AnchorsBias",
+    "AnchorsBiasConfig",
+    "BiasClaims",
+    "chance_acc_test",
+    "draw_examples",
+]
 
 
 class BiasClaims(Config):
@@ -91,7 +114,9 @@ class AnchorsBiasConfig(ExperimentConfig):
         if self.model.init != "gamma":
             raise ValueError(f"model.init must be 'gamma' (seed 001 §3.4), got {self.model.init!r}")
         if self.task.n_train < self.train.batch:
-            raise ValueError(f"task.n_train={self.task.n_train} must hold at least one batch of train.batch={self.train.batch}")
+            raise ValueError(
+                f"task.n_train={self.task.n_train} must hold at least one batch of train.batch={self.train.batch}"
+            )
         bad = [e for e in self.snapshot_epochs if not 1 <= e < self.schedule.epochs]
         if bad:
             raise ValueError(f"snapshot_epochs {bad} must lie in 1..schedule.epochs-1={self.schedule.epochs - 1}")
@@ -120,11 +145,15 @@ def draw_examples(task: Anchors, seed: int, per_kind: int = 4) -> dict[str, dict
 
 
 RSN_TRAIN_REACHED = Stage(
-    "rsn-train-reached-t50", "accuracy on D_rsn,train rose above claims.t50_acc within the run: the reasoning map "
-    "was learnt on the training tuples")
+    "rsn-train-reached-t50",
+    "accuracy on D_rsn,train rose above claims.t50_acc within the run: the reasoning map "
+    "was learnt on the training tuples",
+)
 BOTH_REACHED = Stage(
-    "mem-and-rsn-train-reached-t50", "accuracy on both D_mem and D_rsn,train rose above claims.t50_acc within the "
-    "run: both training splits were learnt (a pace is defined)")
+    "mem-and-rsn-train-reached-t50",
+    "accuracy on both D_mem and D_rsn,train rose above claims.t50_acc within the "
+    "run: both training splits were learnt (a pace is defined)",
+)
 
 
 def _large_t50_tol(cfg: AnchorsBiasConfig, row: object) -> float:
@@ -138,30 +167,54 @@ def _chance(cfg: AnchorsBiasConfig, row: object) -> float:
 CLAIMS = (
     reasoning_first_claim(
         "small-init-learns-reasoning-first",
-        "Small init (γ = 0.8): D_rsn,train and D_rsn,test are learnt before D_mem (§4.1, Fig. 2A)"),
+        "Small init (γ = 0.8): D_rsn,train and D_rsn,test are learnt before D_mem (§4.1, Fig. 2A)",
+    ),
     ClaimSpec(
         "small-init-generalises-to-masked-tuples",
         "Small init (γ = 0.8): the masked tuples M are inferred — accuracy on D_rsn,test approaches 1 (§4.1, Fig. 2A)",
-        test="value", relation="ge", expected="claims.small_final_test_acc", tolerance=0.0, horizon="budget",
-        stage=RSN_TRAIN_REACHED, quantity="final accuracy on D_rsn,test (held-out tuples of M)"),
+        test="value",
+        relation="ge",
+        expected="claims.small_final_test_acc",
+        tolerance=0.0,
+        horizon="budget",
+        stage=RSN_TRAIN_REACHED,
+        quantity="final accuracy on D_rsn,test (held-out tuples of M)",
+    ),
     ClaimSpec(
         "large-init-memorises-at-reasoning-pace",
         "Large init (γ = 0.3): D_mem and D_rsn,train are learnt at nearly identical rates (§4.1, Fig. 2A)",
-        test="value", relation="close", expected=0.0, tolerance=_large_t50_tol, horizon="budget", stage=BOTH_REACHED,
+        test="value",
+        relation="close",
+        expected=0.0,
+        tolerance=_large_t50_tol,
+        horizon="budget",
+        stage=BOTH_REACHED,
         quantity="log(T50_mem / T50_rsn,train) (T50 known to one evaluation interval: the resolution is the largest "
-        "change of the log ratio over ± half an interval)"),
+        "change of the log ratio over ± half an interval)",
+    ),
     ClaimSpec(
         "large-init-does-not-generalise",
         "Large init (γ = 0.3): the loss on D_rsn,test remains effectively unchanged — the masked tuples are not "
         "inferred (§4.1, Fig. 2A)",
-        test="value", relation="le", expected=_chance, tolerance="claims.large_test_acc_tol", horizon="budget",
-        stage=RSN_TRAIN_REACHED, learning_required=False,
-        quantity="final accuracy on D_rsn,test, against chance (1/N_Z: a guess from the held-out labels' marginal)"),
+        test="value",
+        relation="le",
+        expected=_chance,
+        tolerance="claims.large_test_acc_tol",
+        horizon="budget",
+        stage=RSN_TRAIN_REACHED,
+        learning_required=False,
+        quantity="final accuracy on D_rsn,test, against chance (1/N_Z: a guess from the held-out labels' marginal)",
+    ),
     ClaimSpec(
         "reasoning-bias-grows-with-gamma",
         "The smaller the init (the larger γ), the stronger the reasoning bias (§4.1, Fig. 2A)",
-        test="compare", relation="gt", margin=0.0, horizon="budget", stage=RSN_PAST_MARGINAL,
-        quantity="AUC_rsn,test − AUC_mem at the larger γ minus at the smaller (neighbouring γ, paired over seeds)"),
+        test="compare",
+        relation="gt",
+        margin=0.0,
+        horizon="budget",
+        stage=RSN_PAST_MARGINAL,
+        quantity="AUC_rsn,test − AUC_mem at the larger γ minus at the smaller (neighbouring γ, paired over seeds)",
+    ),
 )
 
 
@@ -188,9 +241,15 @@ class AnchorsBias(AnchorsHealth, Experiment):
     )
     Config = AnchorsBiasConfig
     claims = CLAIMS
-    arm_fields = {"model.init_gamma": "gammas=[...]", "model.vocab": "task.d_vob", "model.max_len": "task.L",
-                  "train.steps": "schedule.epochs", "train.eval_every": "schedule.eval_epochs",
-                  "train.log_every": "schedule.eval_epochs", "train.seq_len": "task.L"}
+    arm_fields = {
+        "model.init_gamma": "gammas=[...]",
+        "model.vocab": "task.d_vob",
+        "model.max_len": "task.L",
+        "train.steps": "schedule.epochs",
+        "train.eval_every": "schedule.eval_epochs",
+        "train.log_every": "schedule.eval_epochs",
+        "train.seq_len": "task.L",
+    }
     profiles = {
         # One scale-down for 2 CPU cores, set once before any run. Kept from the seed: q = 2, L = 9, the
         # anchor sets and M, d_vob = 200, the γ values, the architecture's shape (2 post-LN layers, 1 head,
@@ -223,8 +282,7 @@ class AnchorsBias(AnchorsHealth, Experiment):
     # atlas: the γ-bias claims (small γ learns reasoning first, t50 ratios, final accuracy) depend on the epoch budget (snapshots rescaled to fit every budget)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
-        profile_set={"quick": {"snapshot_epochs": [1, 2, 5]},
-                     "paper": {"snapshot_epochs": [50, 200, 450]}},
+        profile_set={"quick": {"snapshot_epochs": [1, 2, 5]}, "paper": {"snapshot_epochs": [50, 200, 450]}},
         why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
     )
 
@@ -233,8 +291,14 @@ class AnchorsBias(AnchorsHealth, Experiment):
         mcfg = cfg.model_for_task()
         tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.task.n_train, cfg.task.L)
         data = fixed_data(task, arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch)
-        trainer = Trainer(tcfg, ctx.device, ctx.progress, label="γ-sweep", objective=LastPosition(),
-                          snapshot_steps=[e * cfg.steps_per_epoch for e in cfg.snapshot_epochs])
+        trainer = Trainer(
+            tcfg,
+            ctx.device,
+            ctx.progress,
+            label="γ-sweep",
+            objective=LastPosition(),
+            snapshot_steps=[e * cfg.steps_per_epoch for e in cfg.snapshot_epochs],
+        )
         gamma_of = arms.gamma_of
         with cpu_threads(cfg.cpu_threads, ctx.device):
             fit_gamma_arms(ctx, trainer, lambda s: gamma_gpt(mcfg, s, gamma_of), arms, data)
@@ -246,41 +310,80 @@ class AnchorsBias(AnchorsHealth, Experiment):
         c = cfg.claims
         marginal = label_marginal_losses(self.task(cfg))
         chance = chance_acc_test(cfg.task)
-        out = Measurements({"label_marginal_loss": marginal, "chance_acc_test": chance,
-                            "lr_vs_seed": cfg.train.lr / SEED_LR_TRANSFORMER})
+        out = Measurements(
+            {
+                "label_marginal_loss": marginal,
+                "chance_acc_test": chance,
+                "lr_vs_seed": cfg.train.lr / SEED_LR_TRANSFORMER,
+            }
+        )
         curves = {g: ArmCurves.read(run, GammaArms.arm(g), cfg.steps_per_epoch) for g in cfg.gammas}
         for g, cv in curves.items():
             arm = GammaArms.arm(g)
             record_rsn_past_marginal(out, arm, cv, marginal)
             peak = {s: np.nanmax(cv.acc[s], axis=1) for s in ("mem", "rsn_train")}
-            out.stage(arm, RSN_TRAIN_REACHED, peak["rsn_train"], c.t50_acc, "gt",
-                      evidence="highest D_rsn,train accuracy vs claims.t50_acc")
-            out.stage(arm, BOTH_REACHED, np.minimum(peak["mem"], peak["rsn_train"]), c.t50_acc, "gt",
-                      evidence="the lower of the highest D_mem and D_rsn,train accuracies vs claims.t50_acc")
+            out.stage(
+                arm,
+                RSN_TRAIN_REACHED,
+                peak["rsn_train"],
+                c.t50_acc,
+                "gt",
+                evidence="highest D_rsn,train accuracy vs claims.t50_acc",
+            )
+            out.stage(
+                arm,
+                BOTH_REACHED,
+                np.minimum(peak["mem"], peak["rsn_train"]),
+                c.t50_acc,
+                "gt",
+                evidence="the lower of the highest D_mem and D_rsn,train accuracies vs claims.t50_acc",
+            )
             out.values[arm] = {**cv.summary(c.t50_acc), "auc_gap": bias_gap(cv)}
         small, large = c.small_gamma, c.large_gamma
         if small in curves:
             arm, cv = GammaArms.arm(small), curves[small]
             reasoning_first_rows(out, "small-init-learns-reasoning-first", arm, cv, c.t50_acc, small)
-            out.row("small-init-generalises-to-masked-tuples", f"gamma={small:g}", cv.final_acc("test"), arms=[arm],
-                    context={"gamma": small}, label=f"γ = {small:g}: final acc_rsn,test ≥ {c.small_final_test_acc:g} (t)")
+            out.row(
+                "small-init-generalises-to-masked-tuples",
+                f"gamma={small:g}",
+                cv.final_acc("test"),
+                arms=[arm],
+                context={"gamma": small},
+                label=f"γ = {small:g}: final acc_rsn,test ≥ {c.small_final_test_acc:g} (t)",
+            )
         if large in curves:
             arm, cv = GammaArms.arm(large), curves[large]
             tm, tr = cv.t50("mem", c.t50_acc), cv.t50("rsn_train", c.t50_acc)
             # Rows of members that never reached T50 on a split are gated by BOTH_REACHED; their ratio is
             # stored as measured (a bound) and never decides.
             res = log_ratio_resolution(tm.steps, tr.steps, tm.resolution)
-            out.row("large-init-memorises-at-reasoning-pace", f"gamma={large:g}",
-                    Sample(np.log(tm.steps / tr.steps), resolution=res), arms=[arm], context={"gamma": large},
-                    label=f"γ = {large:g}: |log(T50_mem / T50_rsn,train)| ≤ log {c.large_t50_factor:g} (t)")
-            out.row("large-init-does-not-generalise", f"gamma={large:g}", cv.final_acc("test"), arms=[arm],
-                    context={"gamma": large},
-                    label=f"γ = {large:g}: final acc_rsn,test ≤ chance {chance:.3g} + {c.large_test_acc_tol:g} (t)")
+            out.row(
+                "large-init-memorises-at-reasoning-pace",
+                f"gamma={large:g}",
+                Sample(np.log(tm.steps / tr.steps), resolution=res),
+                arms=[arm],
+                context={"gamma": large},
+                label=f"γ = {large:g}: |log(T50_mem / T50_rsn,train)| ≤ log {c.large_t50_factor:g} (t)",
+            )
+            out.row(
+                "large-init-does-not-generalise",
+                f"gamma={large:g}",
+                cv.final_acc("test"),
+                arms=[arm],
+                context={"gamma": large},
+                label=f"γ = {large:g}: final acc_rsn,test ≤ chance {chance:.3g} + {c.large_test_acc_tol:g} (t)",
+            )
         ordered = sorted(curves)
         for lo, hi in zip(ordered, ordered[1:]):
-            out.row("reasoning-bias-grows-with-gamma", f"{hi:g}-above-{lo:g}", bias_gap(curves[hi]), bias_gap(curves[lo]),
-                    arms=[GammaArms.arm(hi), GammaArms.arm(lo)], context={"gamma": hi, "reference_gamma": lo},
-                    label=f"(AUC_rsn,test − AUC_mem) at γ = {hi:g} minus at γ = {lo:g} > 0")
+            out.row(
+                "reasoning-bias-grows-with-gamma",
+                f"{hi:g}-above-{lo:g}",
+                bias_gap(curves[hi]),
+                bias_gap(curves[lo]),
+                arms=[GammaArms.arm(hi), GammaArms.arm(lo)],
+                context={"gamma": hi, "reference_gamma": lo},
+                label=f"(AUC_rsn,test − AUC_mem) at γ = {hi:g} minus at γ = {lo:g} > 0",
+            )
         return out
 
     def notes(self, cfg: AnchorsBiasConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
@@ -294,18 +397,23 @@ class AnchorsBias(AnchorsHealth, Experiment):
                 f"epochs); final acc mem/rsn-train/rsn-test = {np.mean(s['final_acc_mem']):.3f} / "
                 f"{np.mean(s['final_acc_rsn_train']):.3f} / {np.mean(s['final_acc_test']):.3f} (seed means; chance on "
                 f"D_rsn,test {m['chance_acc_test']:.3g}); final D_rsn,test loss {np.mean(s['final_loss_test']):.3f} vs the "
-                f"label marginal's {m['label_marginal_loss']['test']:.3f} nats.")
+                f"label marginal's {m['label_marginal_loss']['test']:.3f} nats."
+            )
         by_id = {g.id: g for g in groups}
         gen = by_id["large-init-does-not-generalise"]
         if gen.rows and gen.verdict == "fails":
-            notes.append(f"γ = {cfg.claims.large_gamma:g} infers the masked tuples within this run (final acc_rsn,test "
-                         f"{gen.rows[0].mean:.3f} vs chance {m['chance_acc_test']:.3g}): the seed's large-init picture "
-                         "does not hold here.")
+            notes.append(
+                f"γ = {cfg.claims.large_gamma:g} infers the masked tuples within this run (final acc_rsn,test "
+                f"{gen.rows[0].mean:.3f} vs chance {m['chance_acc_test']:.3g}): the seed's large-init picture "
+                "does not hold here."
+            )
         if m["lr_vs_seed"] != 1.0:
-            notes.append(f"The curves ran {cfg.schedule.epochs} epochs at lr {cfg.train.lr:g} ({m['lr_vs_seed']:.3g}× the "
-                         f"seed's {SEED_LR_TRANSFORMER:g} over 1000 epochs): the orderings are the seed's comparisons over a "
-                         "shortened, faster schedule, and a claim that needs a split learnt is not evaluable when it was "
-                         "not learnt within the run.")
+            notes.append(
+                f"The curves ran {cfg.schedule.epochs} epochs at lr {cfg.train.lr:g} ({m['lr_vs_seed']:.3g}× the "
+                f"seed's {SEED_LR_TRANSFORMER:g} over 1000 epochs): the orderings are the seed's comparisons over a "
+                "shortened, faster schedule, and a claim that needs a split learnt is not evaluable when it was "
+                "not learnt within the run."
+            )
         return notes
 
     # ---- figures --------------------------------------------------------------------------------
@@ -313,8 +421,13 @@ class AnchorsBias(AnchorsHealth, Experiment):
         from tdlab.report.figures import save_figure
 
         arms = [(GammaArms.arm(g), f"γ = {g:g}") for g in cfg.gammas]
-        fig = plot_split_curves(run, arms, cfg.steps_per_epoch, chance_acc_test(cfg.task),
-                                f"Fig. 2A — transformer, {cfg.members} seeds per γ (mean, band min–max)")
+        fig = plot_split_curves(
+            run,
+            arms,
+            cfg.steps_per_epoch,
+            chance_acc_test(cfg.task),
+            f"Fig. 2A — transformer, {cfg.members} seeds per γ (mean, band min–max)",
+        )
         paths = [save_figure(fig, figdir / "fig2a_loss_accuracy.png")]
         paths.append(save_figure(self.fig8(cfg), figdir / "fig8_examples.png"))
         return paths
@@ -342,8 +455,10 @@ class AnchorsBias(AnchorsHealth, Experiment):
             ax.set_xlim(-0.1, L + 2)
             ax.set_ylim(-0.1, n)
             ax.axis("off")
-            ax.set_title(f"{kind} mapping" + (" (y drawn once per (z, a))" if kind == "memory" else " (y = z + a1 + a2)"),
-                         fontsize=9)
+            ax.set_title(
+                f"{kind} mapping" + (" (y drawn once per (z, a))" if kind == "memory" else " (y = z + a1 + a2)"),
+                fontsize=9,
+            )
         handles = [plt.Rectangle((0, 0), 1, 1, color=colors[k]) for k in ("noise", "key", "anchor")]
         fig.legend(handles, ["noise", "key", "anchor"], loc="lower center", ncol=3, fontsize=8)
         return fig

@@ -39,13 +39,22 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, RunContext, init_arm, register, snapshot_arm
 from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias, AnchorsBiasConfig
 from tdlab.experiments.seed001_reasoning_bias.mlp import (
-    anchor_cosine_claims, anchor_cosine_rows, pair_abs_error, pair_spearman, reasoning_theory_cosines,
+    anchor_cosine_claims,
+    anchor_cosine_rows,
+    pair_abs_error,
+    pair_spearman,
+    reasoning_theory_cosines,
 )
 from tdlab.experiments.seed001_reasoning_bias.training import (
-    SEED_LR_TRANSFORMER, GammaArms, cosine_heatmap, parameter_reading, reading_note,
+    SEED_LR_TRANSFORMER,
+    GammaArms,
+    cosine_heatmap,
+    parameter_reading,
+    reading_note,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
@@ -54,10 +63,19 @@ from tdlab.runs import Run, RunDirError
 from tdlab.seeding import generators
 from tdlab.theory.anchors import eq14_vectors, sigma_p
 from tdlab.train.data import DATASET
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["SOURCE_KEYS", "ProbeConfig", "ProbeSource", "EmbeddingClaims", "AnchorsEmbeddingConfig", "AnchorsEmbedding",
-           "eq14_member_cosines", "error_by_distance", "quick_profile", "FIG4A_EPOCHS"]
+__all__ = [
+    "FIG4A_EPOCHS",
+    "SOURCE_KEYS",
+    "AnchorsEmbedding",
+    "AnchorsEmbeddingConfig",
+    "EmbeddingClaims",
+    "ProbeConfig",
+    "ProbeSource",
+    "eq14_member_cosines",
+    "error_by_distance",
+    "quick_profile",
+]
 
 # Config keys an anchors-bias source run must share with the probe experiment reading it.
 SOURCE_KEYS: tuple[str, ...] = ("seed", "members", "task", "model", "gammas", "train", "schedule")
@@ -85,8 +103,10 @@ class ProbeConfig(AnchorsBiasConfig):
         ours = self.model_dump(mode="json")
         bad = [k for k in SOURCE_KEYS if theirs.get(k) != ours.get(k)]
         if bad:
-            raise ValueError(f"from_run: the source run's {', '.join(bad)} differ from this config's; run with the "
-                             f"source's profile and --set values (its config.yaml) so the probes read the same setting")
+            raise ValueError(
+                f"from_run: the source run's {', '.join(bad)} differ from this config's; run with the "
+                f"source's profile and --set values (its config.yaml) so the probes read the same setting"
+            )
         return self
 
 
@@ -144,7 +164,7 @@ def eq14_member_cosines(ids: list[int], d_m: int, gamma: float, seeds: list[int]
     seed: ``(E, n, n)`` float64."""
     out = []
     for g in generators(seeds, "eq14-noise"):
-        out.append(cosine_matrix(eq14_vectors(ids, d_m, kind, d_m ** -gamma, g)))
+        out.append(cosine_matrix(eq14_vectors(ids, d_m, kind, d_m**-gamma, g)))
     return torch.stack(out)
 
 
@@ -185,10 +205,14 @@ class AnchorsEmbeddingConfig(ProbeConfig):
     def _fig4a(self) -> AnchorsEmbeddingConfig:
         bad = [e for e in self.fig4a_epochs if e not in self.snapshot_epochs and e != self.schedule.epochs]
         if bad:
-            raise ValueError(f"fig4a_epochs {bad} must be among snapshot_epochs={self.snapshot_epochs} or the last "
-                             f"epoch schedule.epochs={self.schedule.epochs}")
+            raise ValueError(
+                f"fig4a_epochs {bad} must be among snapshot_epochs={self.snapshot_epochs} or the last "
+                f"epoch schedule.epochs={self.schedule.epochs}"
+            )
         if self.emb_claims.small_gamma not in self.gammas:
-            raise ValueError(f"emb_claims.small_gamma={self.emb_claims.small_gamma} must be one of gammas={self.gammas}")
+            raise ValueError(
+                f"emb_claims.small_gamma={self.emb_claims.small_gamma} must be one of gammas={self.gammas}"
+            )
         return self
 
 
@@ -204,19 +228,33 @@ CLAIMS = (
     ClaimSpec(
         "fig4b-keys-in-numerical-order",
         "Small init (γ = 0.8): the key embeddings are in numerical order (Fig. 4B)",
-        test="value", relation="ge", expected="emb_claims.key_nn_min", tolerance=0.0, horizon="budget",
-        quantity="share of keys whose cosine-nearest key is z ± 1 (end of training; chance ≈ 2/N_Z)"),
+        test="value",
+        relation="ge",
+        expected="emb_claims.key_nn_min",
+        tolerance=0.0,
+        horizon="budget",
+        quantity="share of keys whose cosine-nearest key is z ± 1 (end of training; chance ≈ 2/N_Z)",
+    ),
     ClaimSpec(
         "fig11-key-order-weaker-at-large-init",
         "The key embeddings are less ordered at a larger init (Figs. 4B, 11; App. C.2)",
-        test="compare", relation="gt", margin=0.0, horizon="budget",
-        quantity="key NN-order at γ = 0.8 minus at a smaller γ (end of training, paired over seeds)"),
+        test="compare",
+        relation="gt",
+        margin=0.0,
+        horizon="budget",
+        quantity="key NN-order at γ = 0.8 minus at a smaller γ (end of training, paired over seeds)",
+    ),
     ClaimSpec(
         "fig4c-eq14-cosines",
         "Small init (γ = 0.8): the reasoning anchors' cosines are those of Eq. 14's vectors (Figs. 4C, 9; Thm. 1)",
-        test="value", relation="le", expected=0.0, tolerance="emb_claims.eq14_cos_err_max", horizon="budget",
+        test="value",
+        relation="le",
+        expected=0.0,
+        tolerance="emb_claims.eq14_cos_err_max",
+        horizon="budget",
         quantity="mean over reasoning-anchor pairs of |cos(w^s_i, w^s_j) − cos(w̃^s_i, w̃^s_j)| (Eq. 14, one noise "
-        "draw per member), end of training"),
+        "draw per member), end of training",
+    ),
 )
 
 
@@ -240,8 +278,10 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
     # atlas: Fig. 4's anchor cosines are read at fig4a_epochs and the end; the budget decides how formed the embedding is (snapshots and Fig. 4A epochs rescaled to fit every budget)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
-        profile_set={"quick": {"snapshot_epochs": [1, 2, 5], "fig4a_epochs": [2, 5]},
-                     "paper": {"snapshot_epochs": [50, 200, 450], "fig4a_epochs": [200, 450]}},
+        profile_set={
+            "quick": {"snapshot_epochs": [1, 2, 5], "fig4a_epochs": [2, 5]},
+            "paper": {"snapshot_epochs": [50, 200, 450], "fig4a_epochs": [200, 450]},
+        },
         why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
     )
 
@@ -254,28 +294,42 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
         task, arms = self.task(cfg), self.gamma_arms(cfg)
         _, p_cos = reasoning_theory_cosines(task)
         keys, rsn = list(range(t.key_min, t.key_max + 1)), list(range(t.rsn_min, t.rsn_max + 1))
-        out = Measurements({"sigma_p": sigma_p(cfg.task), "from_run": str(cfg.from_run) if cfg.from_run else None,
-                            "snapshots": {}, "end": {}})
+        out = Measurements(
+            {
+                "sigma_p": sigma_p(cfg.task),
+                "from_run": str(cfg.from_run) if cfg.from_run else None,
+                "snapshots": {},
+                "end": {},
+            }
+        )
         end = cfg.schedule.epochs
         for gi, g in enumerate(cfg.gammas):
             snaps = {}
             for e in cfg.fig4a_epochs:
                 W = self._wte(cfg, run, g, e)
                 if W is not None:
-                    mem_c, rsn_c = cosine_matrix(W[:, t.mem_min: t.mem_max + 1]), cosine_matrix(W[:, t.rsn_min: t.rsn_max + 1])
-                    snaps[e] = {"mem_cos": offdiag_mean(mem_c).tolist(), "rsn_cos": offdiag_mean(rsn_c).tolist(),
-                                "rsn_rho": distance_spearman(W[:, t.rsn_min: t.rsn_max + 1], rsn).tolist()}
+                    mem_c, rsn_c = (
+                        cosine_matrix(W[:, t.mem_min : t.mem_max + 1]),
+                        cosine_matrix(W[:, t.rsn_min : t.rsn_max + 1]),
+                    )
+                    snaps[e] = {
+                        "mem_cos": offdiag_mean(mem_c).tolist(),
+                        "rsn_cos": offdiag_mean(rsn_c).tolist(),
+                        "rsn_rho": distance_spearman(W[:, t.rsn_min : t.rsn_max + 1], rsn).tolist(),
+                    }
             out.values["snapshots"][GammaArms.arm(g)] = {f"epoch {e}": v for e, v in snaps.items()}
             W = run.arrays(GammaArms.arm(g))["wte"].double()
-            rsn_c = cosine_matrix(W[:, t.rsn_min: t.rsn_max + 1])
+            rsn_c = cosine_matrix(W[:, t.rsn_min : t.rsn_max + 1])
             eq14 = eq14_member_cosines(rsn, cfg.model.d, g, [arms.seeds[m] for m in arms.members_of(gi)])
             out.values["end"][GammaArms.arm(g)] = {
-                "key_nn_order": nn_order(W[:, t.key_min: t.key_max + 1], keys).tolist(),
-                "rsn_nn_order": nn_order(W[:, t.rsn_min: t.rsn_max + 1], rsn).tolist(),
-                "eq14_abs_err": pair_abs_error(rsn_c, eq14).tolist(), "ps_abs_err": pair_abs_error(rsn_c, p_cos).tolist(),
+                "key_nn_order": nn_order(W[:, t.key_min : t.key_max + 1], keys).tolist(),
+                "rsn_nn_order": nn_order(W[:, t.rsn_min : t.rsn_max + 1], rsn).tolist(),
+                "eq14_abs_err": pair_abs_error(rsn_c, eq14).tolist(),
+                "ps_abs_err": pair_abs_error(rsn_c, p_cos).tolist(),
                 "eq14_spearman": [float(pair_spearman(rsn_c[m], eq14[m])) for m in range(rsn_c.shape[0])],
                 "ps_spearman": pair_spearman(rsn_c, p_cos).tolist(),
-                "eq14_error_by_distance": error_by_distance(rsn_c, eq14), "ps_error_by_distance": error_by_distance(rsn_c, p_cos),
+                "eq14_error_by_distance": error_by_distance(rsn_c, eq14),
+                "ps_error_by_distance": error_by_distance(rsn_c, p_cos),
             }
             if g == c.small_gamma:
                 self._fig4a_rows(out, cfg, snaps)
@@ -283,19 +337,37 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
         at_end = parameter_reading(end, end, cfg.train.lr, SEED_LR_TRANSFORMER)
         e_s = out.values["end"][arm]
         ctx = {"gamma": small, "epoch": end}
-        out.row("fig4b-keys-in-numerical-order", f"gamma={small:g}", e_s["key_nn_order"], arms=[arm],
-                provenance=at_end.provenance, context=ctx,
-                label=f"end: share of keys whose cosine-nearest key is z ± 1 ≥ {c.key_nn_min:g} (t; chance ≈ "
-                      f"{2 / len(keys):.3f}); {at_end.label}")
+        out.row(
+            "fig4b-keys-in-numerical-order",
+            f"gamma={small:g}",
+            e_s["key_nn_order"],
+            arms=[arm],
+            provenance=at_end.provenance,
+            context=ctx,
+            label=f"end: share of keys whose cosine-nearest key is z ± 1 ≥ {c.key_nn_min:g} (t; chance ≈ "
+            f"{2 / len(keys):.3f}); {at_end.label}",
+        )
         for g in sorted(x for x in cfg.gammas if x < small):
             other = GammaArms.arm(g)
-            out.row("fig11-key-order-weaker-at-large-init", f"above-{g:g}", e_s["key_nn_order"],
-                    out.values["end"][other]["key_nn_order"], arms=[arm, other], provenance=at_end.provenance,
-                    context={**ctx, "reference_gamma": g},
-                    label=f"end: key NN-order at γ = {small:g} minus at γ = {g:g} > 0; {at_end.label}")
-        out.row("fig4c-eq14-cosines", f"gamma={small:g}", e_s["eq14_abs_err"], arms=[arm], provenance=at_end.provenance,
-                context=ctx, label=f"end: mean |cos − cos_Eq14| over reasoning pairs ≤ {c.eq14_cos_err_max:g} (t); "
-                                   f"{at_end.label}")
+            out.row(
+                "fig11-key-order-weaker-at-large-init",
+                f"above-{g:g}",
+                e_s["key_nn_order"],
+                out.values["end"][other]["key_nn_order"],
+                arms=[arm, other],
+                provenance=at_end.provenance,
+                context={**ctx, "reference_gamma": g},
+                label=f"end: key NN-order at γ = {small:g} minus at γ = {g:g} > 0; {at_end.label}",
+            )
+        out.row(
+            "fig4c-eq14-cosines",
+            f"gamma={small:g}",
+            e_s["eq14_abs_err"],
+            arms=[arm],
+            provenance=at_end.provenance,
+            context=ctx,
+            label=f"end: mean |cos − cos_Eq14| over reasoning pairs ≤ {c.eq14_cos_err_max:g} (t); {at_end.label}",
+        )
         return out
 
     @staticmethod
@@ -310,8 +382,16 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
             why = f"epoch {e}: the run keeps no parameters there (not among the source's snapshot_epochs)"
             for claim in ("memory-anchors-aligned", "memory-above-reasoning", "reasoning-anchors-ordered"):
                 empty = Sample(())
-                out.row(f"fig4a-{claim}", f"epoch{e}", empty, empty if claim == "memory-above-reasoning" else None,
-                        arms=[arm], provenance=r.provenance, context={"gamma": c.small_gamma, "epoch": e}, label=why)
+                out.row(
+                    f"fig4a-{claim}",
+                    f"epoch{e}",
+                    empty,
+                    empty if claim == "memory-above-reasoning" else None,
+                    arms=[arm],
+                    provenance=r.provenance,
+                    context={"gamma": c.small_gamma, "epoch": e},
+                    label=why,
+                )
 
     def notes(self, cfg: AnchorsEmbeddingConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         m = measured.values
@@ -319,18 +399,23 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
         e_s = m["end"][GammaArms.arm(small)]
         notes = [
             "γ = {:g}, |measured − Eq. 14| cosine by |s_i − s_j|: {} (seed means; the seed: the error grows with "
-            "distance).".format(small, ", ".join(f"{d}: {np.mean(v):.3f}" for d, v in e_s["eq14_error_by_distance"].items())),
+            "distance).".format(
+                small, ", ".join(f"{d}: {np.mean(v):.3f}" for d, v in e_s["eq14_error_by_distance"].items())
+            ),
             f"Eq. 14's width 12 (σ = √6) does not follow from Thm. 1, whose Gaussian has σ_P = std(Z + ΣA) = "
             f"{m['sigma_p']:.1f} on this run's task (≈ 29 at the seed's Z = 21..120). Against the exact P^s cosines the "
             f"mean |Δcos| is {np.mean(e_s['ps_abs_err']):.3f} (Spearman {np.mean(e_s['ps_spearman']):.3f}); against "
             f"Eq. 14's {np.mean(e_s['eq14_abs_err']):.3f} (Spearman {np.mean(e_s['eq14_spearman']):.3f}) (γ = {small:g}, seed "
             f"means): rank correlations near 1 for both, so only the values tell the theories apart. Eq. 14 uses "
-            f"i = 1..d_m with d_m = {cfg.model.d} here."]
+            f"i = 1..d_m with d_m = {cfg.model.d} here.",
+        ]
         for g in cfg.gammas:
             e = m["end"][GammaArms.arm(g)]
-            notes.append(f"γ = {g:g} (end): key NN-order {np.mean(e['key_nn_order']):.3f}, reasoning NN-order "
-                         f"{np.mean(e['rsn_nn_order']):.3f}, mean |Δcos| vs Eq. 14 {np.mean(e['eq14_abs_err']):.3f}, vs P^s "
-                         f"{np.mean(e['ps_abs_err']):.3f} (seed means).")
+            notes.append(
+                f"γ = {g:g} (end): key NN-order {np.mean(e['key_nn_order']):.3f}, reasoning NN-order "
+                f"{np.mean(e['rsn_nn_order']):.3f}, mean |Δcos| vs Eq. 14 {np.mean(e['eq14_abs_err']):.3f}, vs P^s "
+                f"{np.mean(e['ps_abs_err']):.3f} (seed means)."
+            )
         line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TRANSFORMER)
         if line:
             notes.append(line)
@@ -346,18 +431,22 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
         small = cfg.emb_claims.small_gamma
         paths = []
         panels = [(f"epoch {e}", self._wte(cfg, run, small, e)) for e in cfg.fig4a_epochs]
-        panels = [(k, W) for k, W in panels if W is not None] or [("end", run.arrays(GammaArms.arm(small))["wte"].double())]
+        panels = [(k, W) for k, W in panels if W is not None] or [
+            ("end", run.arrays(GammaArms.arm(small))["wte"].double())
+        ]
         paths.append(self._fig_cos_pca(cfg, panels, f"Fig. 4A–B — γ = {small:g}", figdir / "fig4ab_embedding.png"))
         for g in (g for g in cfg.gammas if g != small):
             W = run.arrays(GammaArms.arm(g))["wte"].double()
-            paths.append(self._fig_cos_pca(cfg, [("end", W)], f"Fig. 11 — γ = {g:g}", figdir / f"fig11_embedding_gamma{g:g}.png"))
+            paths.append(
+                self._fig_cos_pca(cfg, [("end", W)], f"Fig. 11 — γ = {g:g}", figdir / f"fig11_embedding_gamma{g:g}.png")
+            )
         # Fig. 4C / 9: measured vs Eq. 14 vs P^s cosines
         _, p_cos = reasoning_theory_cosines(self.task(cfg))
         rsn = list(range(t.rsn_min, t.rsn_max + 1))
         arms = self.gamma_arms(cfg)
         gi = cfg.gammas.index(small)
         eq14 = eq14_member_cosines(rsn, cfg.model.d, small, [arms.seeds[m] for m in arms.members_of(gi)]).mean(0)
-        meas = cosine_matrix(run.arrays(GammaArms.arm(small))["wte"].double()[:, t.rsn_min: t.rsn_max + 1]).mean(0)
+        meas = cosine_matrix(run.arrays(GammaArms.arm(small))["wte"].double()[:, t.rsn_min : t.rsn_max + 1]).mean(0)
         n = len(rsn)
         fig, axes = plt.subplots(1, 3, figsize=(14, 4))
         cosine_heatmap(axes[0], eq14, t.rsn_min, "Fig. 4C top — cos of Eq. 14 vectors")
@@ -377,7 +466,9 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
         axes[2].set_ylabel("measured cos")
         axes[2].set_title("Fig. 9 — all reasoning pairs (colour |s_i − s_j|)", fontsize=9)
         axes[2].legend(fontsize=8)
-        fig.suptitle(f"γ = {small:g}, end of training, mean over {cfg.members} seeds; σ_P = {sigma_p(cfg.task):.1f} vs Eq. 14's √6")
+        fig.suptitle(
+            f"γ = {small:g}, end of training, mean over {cfg.members} seeds; σ_P = {sigma_p(cfg.task):.1f} vs Eq. 14's √6"
+        )
         paths.append(save_figure(fig, figdir / "fig4c_fig9_eq14.png"))
         # Fig. 4D: PCA of Eq. 14's key and reasoning vectors
         fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
@@ -386,22 +477,30 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
             coords, _, _ = pca(eq14_vectors(ids, cfg.model.d, kind), 2)
             sc = ax.scatter(coords[:, 0].numpy(), coords[:, 1].numpy(), c=ids, cmap="viridis", s=14)
             plt.colorbar(sc, ax=ax, fraction=0.046)
-            ax.set_title(f"Fig. 4D — PCA of Eq. 14 vectors, {'keys' if kind == 'key' else 'reasoning anchors'}", fontsize=9)
+            ax.set_title(
+                f"Fig. 4D — PCA of Eq. 14 vectors, {'keys' if kind == 'key' else 'reasoning anchors'}", fontsize=9
+            )
         paths.append(save_figure(fig, figdir / "fig4d_eq14_pca.png"))
         return paths
 
-    def _fig_cos_pca(self, cfg: AnchorsEmbeddingConfig, panels: list[tuple[str, torch.Tensor]], title: str, path: Path) -> Path:
+    def _fig_cos_pca(
+        self, cfg: AnchorsEmbeddingConfig, panels: list[tuple[str, torch.Tensor]], title: str, path: Path
+    ) -> Path:
         from tdlab.report.figures import plt, save_figure
 
         t = cfg.task
         fig, axes = plt.subplots(2, len(panels) + 1, figsize=(3.6 * (len(panels) + 1), 6.6), squeeze=False)
         for col, (label, W) in enumerate(panels):
-            for row, (lo, hi, kind) in enumerate(((t.mem_min, t.mem_max, "memory"), (t.rsn_min, t.rsn_max, "reasoning"))):
-                cosine_heatmap(axes[row][col], cosine_matrix(W[:, lo: hi + 1]).mean(0), lo, f"{kind}, {label}")
+            for row, (lo, hi, kind) in enumerate(
+                ((t.mem_min, t.mem_max, "memory"), (t.rsn_min, t.rsn_max, "reasoning"))
+            ):
+                cosine_heatmap(axes[row][col], cosine_matrix(W[:, lo : hi + 1]).mean(0), lo, f"{kind}, {label}")
         W = panels[-1][1]
-        for row, (lo, hi, kind) in enumerate(((t.key_min, t.key_max, "keys"), (t.rsn_min, t.rsn_max, "reasoning anchors"))):
+        for row, (lo, hi, kind) in enumerate(
+            ((t.key_min, t.key_max, "keys"), (t.rsn_min, t.rsn_max, "reasoning anchors"))
+        ):
             ax = axes[row][-1]
-            coords, ev, _ = pca(W[0, lo: hi + 1], 2)  # the first seed (a PCA basis per member)
+            coords, ev, _ = pca(W[0, lo : hi + 1], 2)  # the first seed (a PCA basis per member)
             sc = ax.scatter(coords[:, 0].numpy(), coords[:, 1].numpy(), c=np.arange(lo, hi + 1), cmap="viridis", s=14)
             plt.colorbar(sc, ax=ax, fraction=0.046)
             ax.set_title(f"PCA {kind} ({panels[-1][0]}, seed 0; {float(ev.sum()):.0%} var.)", fontsize=9)

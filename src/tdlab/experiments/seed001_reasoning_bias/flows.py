@@ -76,8 +76,20 @@ from tdlab.theory.anchors import eq28_embedding_flow
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET
 
-__all__ = ["AnchorsFlowsConfig", "AnchorsFlows", "paper_matrices", "thm2_matrix", "eq36_matrix", "eq29_embedding_flow",
-           "frobenius_cos", "rate", "embedding_flow_cosines", "small_init_tolerance", "gradient_flow", "SEED_GAMMA"]
+__all__ = [
+    "SEED_GAMMA",
+    "AnchorsFlows",
+    "AnchorsFlowsConfig",
+    "embedding_flow_cosines",
+    "eq29_embedding_flow",
+    "eq36_matrix",
+    "frobenius_cos",
+    "gradient_flow",
+    "paper_matrices",
+    "rate",
+    "small_init_tolerance",
+    "thm2_matrix",
+]
 
 SEED_GAMMA = 0.8  # the seed's small init (§4.1, A.3), where it reads W^V (Fig. 5)
 TOKEN_CLASSES = ("key", "memory", "reasoning")
@@ -86,7 +98,9 @@ TOKEN_CLASSES = ("key", "memory", "reasoning")
 class AnchorsFlowsConfig(ExperimentConfig):
     members: int = Field(3, ge=1, le=1024)
     task: AnchorsConfig = AnchorsConfig()  # §4.1: Z = 21..120, A_mem 1..10, A_rsn 11..20, q = 2, L = 9, d_vob 200
-    model: Def2Config = Def2Config()  # A.3 widths d_m 200, d_k 64, d_f 512; σ = tanh (Assumption 1); vocab from the task
+    model: Def2Config = (
+        Def2Config()
+    )  # A.3 widths d_m 200, d_k 64, d_f 512; σ = tanh (Assumption 1); vocab from the task
     gamma: float = Field(SEED_GAMMA, ge=0.0, le=10.0)  # init rate (§3.4); the seed's small init 0.8
     lr: float = Field(1.0, gt=0.0, le=100.0)  # gradient-descent step = flow-time step (full batch, no momentum)
     times: list[float] = [10.0, 40.0]  # flow times t = lr × steps at which the flow is read (t = 0 always)
@@ -137,7 +151,9 @@ def eq36_matrix(W_emb: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor,
     return W_emb[tokens].mean(1).T @ Y @ W2 / tokens.shape[0]
 
 
-def eq29_embedding_flow(counts: torch.Tensor, n_s: Any, n: float, L: int, W_VO: torch.Tensor, W_f: torch.Tensor) -> torch.Tensor:
+def eq29_embedding_flow(
+    counts: torch.Tensor, n_s: Any, n: float, L: int, W_VO: torch.Tensor, W_f: torch.Tensor
+) -> torch.Tensor:
     """Eq. 29 (Props. 2–3): ``(r_s/L)(P^s − 1/d_m) W̃``, ``r_s = n_s/n``, ``P^s = counts/n_s`` (the labels of
     the ``n_s`` occurrences of ``s``), ``W̃ = (W^{f,T} + I)(W^{VO,T} + I)``. Returns ``(d_m,)``; ``counts``
     ``(k, d_m)`` with ``n_s`` ``(k, 1)`` gives ``(k, d_m)``, one token a row."""
@@ -156,7 +172,9 @@ def rate(flow: torch.Tensor, predicted: torch.Tensor) -> float:
     return float((flow.double() * predicted.double()).sum() / (predicted.double() ** 2).sum())
 
 
-def gradient_flow(model: Def2Transformer, tokens: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def gradient_flow(
+    model: Def2Transformer, tokens: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The mean cross-entropy over one training set per member and ``−∇`` of it.
 
     Args:
@@ -171,8 +189,14 @@ def gradient_flow(model: Def2Transformer, tokens: torch.Tensor, labels: torch.Te
     return loss.detach(), {k: -p.grad.detach().clone() for k, p in model.named_parameters()}
 
 
-def embedding_flow_cosines(flow_emb: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor, P: dict[str, torch.Tensor],
-                           ids: dict[str, list[int]], pop: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
+def embedding_flow_cosines(
+    flow_emb: torch.Tensor,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    P: dict[str, torch.Tensor],
+    ids: dict[str, list[int]],
+    pop: dict[str, torch.Tensor],
+) -> dict[str, dict[str, float]]:
     """Per token class, the mean over its tokens (those that occur) of
 
     * ``eq28``: ``cos(−∇_{w^s} R, Eq. 28)`` on the training set's own label counts;
@@ -197,10 +221,15 @@ def embedding_flow_cosines(flow_emb: torch.Tensor, tokens: torch.Tensor, labels:
         e28 = eq28_embedding_flow(counts, n_s, is_last[s] @ Y, n_last, n, L, P["W_VO"], P["W_f"])
         e29 = eq29_embedding_flow(counts, n_s, n, L, P["W_VO"], P["W_f"])
         n_all = pop["n_all"][s][:, None]
-        lim28 = eq28_embedding_flow(pop["all"][s], n_all, pop["last"][s], pop["n_last"][s][:, None], 1, L, P["W_VO"], P["W_f"])
+        lim28 = eq28_embedding_flow(
+            pop["all"][s], n_all, pop["last"][s], pop["n_last"][s][:, None], 1, L, P["W_VO"], P["W_f"]
+        )
         lim29 = eq29_embedding_flow(pop["all"][s], n_all, 1, L, P["W_VO"], P["W_f"])
-        out[cls] = {"eq28": _mean_row_cos(flow_emb[s], e28), "eq29_sample": _mean_row_cos(flow_emb[s], e29),
-                    "eq29": _mean_row_cos(lim28, lim29)}
+        out[cls] = {
+            "eq28": _mean_row_cos(flow_emb[s], e28),
+            "eq29_sample": _mean_row_cos(flow_emb[s], e29),
+            "eq29": _mean_row_cos(lim28, lim29),
+        }
     return out
 
 
@@ -211,7 +240,7 @@ def _mean_row_cos(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def small_init_tolerance(cfg: AnchorsFlowsConfig, row: Any = None) -> float:
     """``d_m^{−γ}``: the relative size of the terms the seed's small-init limit drops (module docstring)."""
-    return float(cfg.model.d_m ** -cfg.gamma)
+    return float(cfg.model.d_m**-cfg.gamma)
 
 
 def _cos_floor(cfg: AnchorsFlowsConfig, row: Any = None) -> float:
@@ -222,38 +251,70 @@ CLAIMS = (
     ClaimSpec(
         "eq28-embedding-flow-small-init",
         "Small init: each token's embedding flows along Eq. 28 (Lemma 3 with σ' = 1, softmax = 1/d_m; App. B.5)",
-        test="value", relation="ge", expected=_cos_floor, tolerance=0.0, horizon="static", example={"cls": "key"},
-        quantity="mean over a token class of cos(−∇_{w^s} R, Eq. 28), Def. 2 model under gradient descent, at flow time t"),
+        test="value",
+        relation="ge",
+        expected=_cos_floor,
+        tolerance=0.0,
+        horizon="static",
+        example={"cls": "key"},
+        quantity="mean over a token class of cos(−∇_{w^s} R, Eq. 28), Def. 2 model under gradient descent, at flow time t",
+    ),
     ClaimSpec(
         "props23-compact-embedding-flow",
         "Small init: dw^{emb,s}/dt = (r_s/L)(P^s − 1/d_m) W̃ for memory (Prop. 2) and reasoning (Prop. 3) anchors, and "
         "keys ('a similar result', §4.3) — Eq. 29, the compact form",
-        test="value", relation="ge", expected=_cos_floor, tolerance=0.0, horizon="static", example={"cls": "key"},
+        test="value",
+        relation="ge",
+        expected=_cos_floor,
+        tolerance=0.0,
+        horizon="static",
+        example={"cls": "key"},
         quantity="mean over a token class of cos(flow, (r_s/L)(P^s − 1/d_m) W̃) in the n → ∞ limit the propositions "
         "take (flow: Eq. 28, which eq28-embedding-flow-small-init checks against the gradient, on the population's "
-        "exact label counts), with the Def. 2 model's W at flow time t"),
+        "exact label counts), with the Def. 2 model's W at flow time t",
+    ),
     ClaimSpec(
         "eq36-wv-flow-small-init",
         "Small init: dW^V/dt = (1/n) Σ_i W̄^{emb,X^i,T}(y^i − 1/d_m)ᵀ (W^O W^f + W^O)ᵀ (Eq. 36, Thm. 2's proof)",
-        test="value", relation="ge", expected=_cos_floor, tolerance=0.0, horizon="static",
-        quantity="Frobenius cos(−∇_{W^V} R, Eq. 36), Def. 2 model, at flow time t > 0"),
+        test="value",
+        relation="ge",
+        expected=_cos_floor,
+        tolerance=0.0,
+        horizon="static",
+        quantity="Frobenius cos(−∇_{W^V} R, Eq. 36), Def. 2 model, at flow time t > 0",
+    ),
     ClaimSpec(
         "thm2-wv-flow-direction",
         "Small init: dW^V/dt = ½ E_A w^{emb,A} E_Y[Y − 1/d_m]ᵀ W^O (W^f + I) — W^V's flow is the rank-one matrix whose "
         "embedding side is the mean reasoning-anchor embedding (Thm. 2, B.8)",
-        test="value", relation="ge", expected=_cos_floor, tolerance=0.0, horizon="static",
-        quantity="Frobenius cos(−∇_{W^V} R, Thm. 2's matrix), Def. 2 model, at flow time t > 0"),
+        test="value",
+        relation="ge",
+        expected=_cos_floor,
+        tolerance=0.0,
+        horizon="static",
+        quantity="Frobenius cos(−∇_{W^V} R, Thm. 2's matrix), Def. 2 model, at flow time t > 0",
+    ),
     ClaimSpec(
         "thm2-wv-flow-rate",
         "Small init: W^V moves at the speed Thm. 2 gives (B.8)",
-        test="value", relation="close", expected=1.0, tolerance=small_init_tolerance, horizon="static",
-        quantity="⟨−∇_{W^V} R, M⟩ / ⟨M, M⟩ (M: Thm. 2's matrix): the measured speed along M over the theorem's"),
+        test="value",
+        relation="close",
+        expected=1.0,
+        tolerance=small_init_tolerance,
+        horizon="static",
+        quantity="⟨−∇_{W^V} R, M⟩ / ⟨M, M⟩ (M: Thm. 2's matrix): the measured speed along M over the theorem's",
+    ),
     ClaimSpec(
         "thm2-wv-aligns-with-reasoning-anchors",
         "Small init: W^V grows along the reasoning anchors' embeddings (Thm. 2: 'W^V inherently demonstrates a "
         "preference for reasoning tasks'; §4.3)",
-        test="value", relation="ge", expected=_cos_floor, tolerance=0.0, horizon="static",
-        quantity="|cos(u1, mean reasoning-anchor embedding at t)|, u1 the top left singular vector of W^V(t) − W^V(0)"),
+        test="value",
+        relation="ge",
+        expected=_cos_floor,
+        tolerance=0.0,
+        horizon="static",
+        quantity="|cos(u1, mean reasoning-anchor embedding at t)|, u1 the top left singular vector of W^V(t) − W^V(0)",
+    ),
 )
 
 
@@ -283,8 +344,8 @@ class AnchorsFlows(Experiment):
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("gamma", (0.5, 0.8, 1.2, 1.6), quick=(0.8, 1.6), label="γ"),),
         why="Props. 2–3 and Thm. 2 are small-initialisation limits (γ → ∞): γ sets the size of the terms they drop, "
-            "so whether a formula's direction holds at the seed's γ = 0.8 and how it moves towards the limit is the "
-            "setting the verdicts hinge on.",
+        "so whether a formula's direction holds at the seed's γ = 0.8 and how it moves towards the limit is the "
+        "setting the verdicts hinge on.",
     )
 
     # ---- running --------------------------------------------------------------------------------
@@ -329,7 +390,9 @@ class AnchorsFlows(Experiment):
         if not run.has(arm, "train_loss"):
             return {}
         _, loss = run.curves(arm, "train_loss")
-        return {arm: assess_arm(arm, loss[:, 0].tolist(), loss[:, -1].tolist(), all_finite=bool(np.all(np.isfinite(loss))))}
+        return {
+            arm: assess_arm(arm, loss[:, 0].tolist(), loss[:, -1].tolist(), all_finite=bool(np.all(np.isfinite(loss))))
+        }
 
     # ---- measuring ------------------------------------------------------------------------------
     def state_at(self, cfg: AnchorsFlowsConfig, run: RunView, t: float) -> dict[str, torch.Tensor]:
@@ -340,21 +403,38 @@ class AnchorsFlows(Experiment):
         """``{t: measures per member}`` at ``t = 0`` and each of ``times``."""
         tc = cfg.task
         d = self.data(cfg)
-        ids = {"key": list(range(tc.key_min, tc.key_max + 1)), "memory": list(range(tc.mem_min, tc.mem_max + 1)),
-               "reasoning": list(range(tc.rsn_min, tc.rsn_max + 1))}
+        ids = {
+            "key": list(range(tc.key_min, tc.key_max + 1)),
+            "memory": list(range(tc.mem_min, tc.mem_max + 1)),
+            "reasoning": list(range(tc.rsn_min, tc.rsn_max + 1)),
+        }
         rsn = slice(tc.rsn_min, tc.rsn_max + 1)
         V0 = self.state_at(cfg, run, 0)["W_V.weight"].double()
         task = Anchors(tc)
-        pops = [population_flow_counts(task, task.memory_table(g), cfg.model.d_m)
-                for g in generators(self.seeds(cfg), DATASET)]  # each member's memory table (as its data set's)
+        pops = [
+            population_flow_counts(task, task.memory_table(g), cfg.model.d_m)
+            for g in generators(self.seeds(cfg), DATASET)
+        ]  # each member's memory table (as its data set's)
         out: dict[float, dict[str, Any]] = {}
         for t in [0.0, *cfg.times]:
             arrays = self.state_at(cfg, run, t)
             model = Def2Transformer(cfg.model_for_task(), self.seeds(cfg)).double()
             model.load_state_dict({k: v.double() for k, v in arrays.items()})
             loss, flow = gradient_flow(model, d["tokens"], d["label"])
-            m: dict[str, list] = {k: [] for k in ("loss", "eq36_cos", "thm2_cos", "thm2_rate", "disp_rsn_align",
-                                                  "disp_mem_align", "disp_key_align", "grad_key_align", "emb")}
+            m: dict[str, list] = {
+                k: []
+                for k in (
+                    "loss",
+                    "eq36_cos",
+                    "thm2_cos",
+                    "thm2_rate",
+                    "disp_rsn_align",
+                    "disp_mem_align",
+                    "disp_key_align",
+                    "grad_key_align",
+                    "emb",
+                )
+            }
             for e in range(cfg.members):
                 P = paper_matrices({k: v[e] for k, v in arrays.items()})
                 tok, lab = d["tokens"][e], d["label"][e]
@@ -370,7 +450,11 @@ class AnchorsFlows(Experiment):
                 m["grad_key_align"].append(abs(frobenius_cos(u1, means["key"])))
                 if t > 0:
                     u1 = torch.linalg.svd(P["W_V"] - V0[e].T)[0][:, 0]
-                    for c, k in (("reasoning", "disp_rsn_align"), ("memory", "disp_mem_align"), ("key", "disp_key_align")):
+                    for c, k in (
+                        ("reasoning", "disp_rsn_align"),
+                        ("memory", "disp_mem_align"),
+                        ("key", "disp_key_align"),
+                    ):
                         m[k].append(abs(frobenius_cos(u1, means[c])))
                 m["emb"].append(embedding_flow_cosines(flow["W_emb"][e].double(), tok, lab, P, ids, pops[e]))
             out[t] = m
@@ -385,44 +469,80 @@ class AnchorsFlows(Experiment):
         for t, m in f.items():
             ctx = {"gamma": cfg.gamma, "t": t}
             for cls in TOKEN_CLASSES:
-                for claim, key, what in (("eq28-embedding-flow-small-init", "eq28", "Eq. 28"),
-                                         ("props23-compact-embedding-flow", "eq29", "Eq. 29 (Props. 2–3)")):
-                    out.row(claim, f"{cls}.t={t:g}", [e[cls][key] for e in m["emb"]], arms=[arm], provenance=prov,
-                            context={**ctx, "cls": cls},
-                            label=f"γ = {cfg.gamma:g}, t = {t:g}, {cls} tokens: mean cos(−∇w^s, {what}) ≥ 1 − d_m^-γ = "
-                                  f"{1 - tol:.4f}")
+                for claim, key, what in (
+                    ("eq28-embedding-flow-small-init", "eq28", "Eq. 28"),
+                    ("props23-compact-embedding-flow", "eq29", "Eq. 29 (Props. 2–3)"),
+                ):
+                    out.row(
+                        claim,
+                        f"{cls}.t={t:g}",
+                        [e[cls][key] for e in m["emb"]],
+                        arms=[arm],
+                        provenance=prov,
+                        context={**ctx, "cls": cls},
+                        label=f"γ = {cfg.gamma:g}, t = {t:g}, {cls} tokens: mean cos(−∇w^s, {what}) ≥ 1 − d_m^-γ = "
+                        f"{1 - tol:.4f}",
+                    )
             if t == 0:
                 continue
-            for claim, key, what in (("eq36-wv-flow-small-init", "eq36_cos", "Frobenius cos(−∇W^V, Eq. 36)"),
-                                     ("thm2-wv-flow-direction", "thm2_cos", "Frobenius cos(−∇W^V, Thm. 2)"),
-                                     ("thm2-wv-aligns-with-reasoning-anchors", "disp_rsn_align",
-                                      "|cos(u1(W^V(t) − W^V(0)), mean reasoning-anchor embedding)|")):
-                out.row(claim, f"t={t:g}", m[key], arms=[arm], provenance=prov, context=ctx,
-                        label=f"γ = {cfg.gamma:g}, t = {t:g}: {what} ≥ {1 - tol:.4f}")
-            out.row("thm2-wv-flow-rate", f"t={t:g}", m["thm2_rate"], arms=[arm], provenance=prov, context=ctx,
-                    label=f"γ = {cfg.gamma:g}, t = {t:g}: ⟨−∇W^V, M⟩/⟨M, M⟩ = 1 ± {tol:.4f}")
+            for claim, key, what in (
+                ("eq36-wv-flow-small-init", "eq36_cos", "Frobenius cos(−∇W^V, Eq. 36)"),
+                ("thm2-wv-flow-direction", "thm2_cos", "Frobenius cos(−∇W^V, Thm. 2)"),
+                (
+                    "thm2-wv-aligns-with-reasoning-anchors",
+                    "disp_rsn_align",
+                    "|cos(u1(W^V(t) − W^V(0)), mean reasoning-anchor embedding)|",
+                ),
+            ):
+                out.row(
+                    claim,
+                    f"t={t:g}",
+                    m[key],
+                    arms=[arm],
+                    provenance=prov,
+                    context=ctx,
+                    label=f"γ = {cfg.gamma:g}, t = {t:g}: {what} ≥ {1 - tol:.4f}",
+                )
+            out.row(
+                "thm2-wv-flow-rate",
+                f"t={t:g}",
+                m["thm2_rate"],
+                arms=[arm],
+                provenance=prov,
+                context=ctx,
+                label=f"γ = {cfg.gamma:g}, t = {t:g}: ⟨−∇W^V, M⟩/⟨M, M⟩ = 1 ± {tol:.4f}",
+            )
         return out
 
     def notes(self, cfg: AnchorsFlowsConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         notes = []
         for key, m in measured.values["flows"].items():
-            emb = {c: [np.mean([e[c][k] for e in m["emb"]]) for k in ("eq28", "eq29", "eq29_sample")] for c in TOKEN_CLASSES}
-            line = (f"{key}: loss {np.mean(m['loss']):.4f} (log d_m = {math.log(cfg.model.d_m):.4f}); cos(−∇w^s, Eq. 28) / "
-                    "cos(Eq. 28, Eq. 29) at n → ∞ / cos(−∇w^s, Eq. 29) at this n: "
-                    + ", ".join(f"{c} {a:.3f} / {b:.3f} / {d:.3f}" for c, (a, b, d) in emb.items())
-                    + f"; −∇W^V's top left singular vector |cos| with the mean key embedding {np.mean(m['grad_key_align']):.3f}")
+            emb = {
+                c: [np.mean([e[c][k] for e in m["emb"]]) for k in ("eq28", "eq29", "eq29_sample")]
+                for c in TOKEN_CLASSES
+            }
+            line = (
+                f"{key}: loss {np.mean(m['loss']):.4f} (log d_m = {math.log(cfg.model.d_m):.4f}); cos(−∇w^s, Eq. 28) / "
+                "cos(Eq. 28, Eq. 29) at n → ∞ / cos(−∇w^s, Eq. 29) at this n: "
+                + ", ".join(f"{c} {a:.3f} / {b:.3f} / {d:.3f}" for c, (a, b, d) in emb.items())
+                + f"; −∇W^V's top left singular vector |cos| with the mean key embedding {np.mean(m['grad_key_align']):.3f}"
+            )
             if m["disp_rsn_align"]:
-                line += (f"; W^V: cos with Eq. 36 {np.mean(m['eq36_cos']):.3f}, with Thm. 2 {np.mean(m['thm2_cos']):.3f}, "
-                         f"rate {np.mean(m['thm2_rate']):.3g}; displacement's u1 |cos| with mean reasoning / memory / key "
-                         f"embedding {np.mean(m['disp_rsn_align']):.3f} / {np.mean(m['disp_mem_align']):.3f} / "
-                         f"{np.mean(m['disp_key_align']):.3f}")
+                line += (
+                    f"; W^V: cos with Eq. 36 {np.mean(m['eq36_cos']):.3f}, with Thm. 2 {np.mean(m['thm2_cos']):.3f}, "
+                    f"rate {np.mean(m['thm2_rate']):.3g}; displacement's u1 |cos| with mean reasoning / memory / key "
+                    f"embedding {np.mean(m['disp_rsn_align']):.3f} / {np.mean(m['disp_mem_align']):.3f} / "
+                    f"{np.mean(m['disp_key_align']):.3f}"
+                )
             notes.append(line + " (seed means).")
-        notes.append("Eq. 29 merges Eq. 28's two terms: the last-position term (weight 1, on the sequences whose last token "
-                     "is s) and the attention term (weight 1/L, all occurrences). At small init the first dominates, so a "
-                     "token's embedding follows the labels of the sequences where it is last, not P^s over all its "
-                     "occurrences: where the two laws differ (keys: the last key is noise, its labels follow P_Y for every key; "
-                     "memory anchors: the tuples ending in s and those holding s draw their labels from different cells of "
-                     "the one memory table trained on, equal only on average over tables, Eq. 7) Eq. 29's direction is off.")
+        notes.append(
+            "Eq. 29 merges Eq. 28's two terms: the last-position term (weight 1, on the sequences whose last token "
+            "is s) and the attention term (weight 1/L, all occurrences). At small init the first dominates, so a "
+            "token's embedding follows the labels of the sequences where it is last, not P^s over all its "
+            "occurrences: where the two laws differ (keys: the last key is noise, its labels follow P_Y for every key; "
+            "memory anchors: the tuples ending in s and those holding s draw their labels from different cells of "
+            "the one memory table trained on, equal only on average over tables, Eq. 7) Eq. 29's direction is off."
+        )
         return notes
 
     def plot(self, cfg: AnchorsFlowsConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
@@ -433,12 +553,21 @@ class AnchorsFlows(Experiment):
         fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
         for c, mk in zip(TOKEN_CLASSES, "osd"):
             for key, ls in (("eq28", "-"), ("eq29", "--")):
-                axes[0].plot(ts, [np.mean([e[c][key] for e in m["emb"]]) for m in f.values()], ls, marker=mk,
-                             label=f"{c}, {'Eq. 28' if key == 'eq28' else 'Eq. 29 (Props. 2–3)'}")
+                axes[0].plot(
+                    ts,
+                    [np.mean([e[c][key] for e in m["emb"]]) for m in f.values()],
+                    ls,
+                    marker=mk,
+                    label=f"{c}, {'Eq. 28' if key == 'eq28' else 'Eq. 29 (Props. 2–3)'}",
+                )
         axes[0].set_title("cos(−∇w^s, formula), mean over a token class", fontsize=9)
         late = [(t, m) for t, m in zip(ts, f.values()) if t > 0]
-        for key, lab in (("eq36_cos", "cos(−∇W^V, Eq. 36)"), ("thm2_cos", "cos(−∇W^V, Thm. 2)"),
-                         ("disp_rsn_align", "|cos(u1(ΔW^V), mean rsn emb)|"), ("thm2_rate", "rate along Thm. 2")):
+        for key, lab in (
+            ("eq36_cos", "cos(−∇W^V, Eq. 36)"),
+            ("thm2_cos", "cos(−∇W^V, Thm. 2)"),
+            ("disp_rsn_align", "|cos(u1(ΔW^V), mean rsn emb)|"),
+            ("thm2_rate", "rate along Thm. 2"),
+        ):
             axes[1].plot([t for t, _ in late], [np.mean(m[key]) for _, m in late], "o-", label=lab)
         axes[1].set_title("W^V's flow vs Thm. 2", fontsize=9)
         for ax in axes:

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
-
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -38,9 +36,16 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Stage, assess_arm
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed001_reasoning_bias.training import (
-    EpochsConfig, Seed001GPTConfig, Seed001TrainConfig, auc, epoch_train_config, label_marginal_losses, t50,
+    EpochsConfig,
+    Seed001GPTConfig,
+    Seed001TrainConfig,
+    auc,
+    epoch_train_config,
+    label_marginal_losses,
+    t50,
     t50_sample,
 )
 from tdlab.experiments.view import RunView
@@ -52,10 +57,19 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET, FixedDataset
 from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import Trainer
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["GroupsTaskConfig", "CompareTaskConfig", "LabelsClaims", "AnchorsLabelsConfig", "AnchorsLabels", "memory_splits",
-           "group_in_range", "group_mean", "GROUPS_PAST_MARGINAL", "PAST_MARGINAL"]
+__all__ = [
+    "GROUPS_PAST_MARGINAL",
+    "PAST_MARGINAL",
+    "AnchorsLabels",
+    "AnchorsLabelsConfig",
+    "CompareTaskConfig",
+    "GroupsTaskConfig",
+    "LabelsClaims",
+    "group_in_range",
+    "group_mean",
+    "memory_splits",
+]
 
 ARMS = {"groups": "Fig. 7 left: 4 memory groups", "mem1": "F_mem,1: y ~ U(Z)", "mem2": "F_mem,2: y ~ U{z − Σa..z + Σa}"}
 
@@ -91,7 +105,9 @@ class AnchorsLabelsConfig(ExperimentConfig):
     compare_task: CompareTaskConfig = CompareTaskConfig()
     train: Seed001TrainConfig = Seed001TrainConfig()
     schedule: EpochsConfig = EpochsConfig()  # (b)'s schedule; (a) stops at groups_epochs
-    groups_epochs: int = Field(50, ge=1, le=100_000)  # (a)'s early snapshot (the seed: "early stages"; ours: 50 of 1000)
+    groups_epochs: int = Field(
+        50, ge=1, le=100_000
+    )  # (a)'s early snapshot (the seed: "early stages"; ours: 50 of 1000)
     claims: LabelsClaims = LabelsClaims()
     cpu_threads: int | None = Field(1, ge=1, le=1024)
 
@@ -105,7 +121,9 @@ class AnchorsLabelsConfig(ExperimentConfig):
             raise ValueError(f"model.init must be 'gamma' (seed 001 §3.4), got {self.model.init!r}")
         for name in ("groups_task", "compare_task"):
             if getattr(self, name).n_train < self.train.batch:
-                raise ValueError(f"{name}.n_train={getattr(self, name).n_train} must hold one batch of train.batch={self.train.batch}")
+                raise ValueError(
+                    f"{name}.n_train={getattr(self, name).n_train} must hold one batch of train.batch={self.train.batch}"
+                )
         for lab in ("uniform", "window"):  # both arms of (b) must be valid tasks
             AnchorsConfig(**{**self.compare_task.model_dump(), "memory_labels": lab})
         return self
@@ -130,8 +148,10 @@ def memory_splits(task: Anchors, n_train: int, n_eval: int):
 
     def make(gen: torch.Generator, device: str | torch.device = "cpu") -> dict[str, dict[str, torch.Tensor]]:
         d = task.dataset(gen, n_train, "train")
-        out = {"train": {"tokens": d["tokens"], "label": d["label"]},
-               "mem": {"tokens": d["tokens"][:n_eval], "label": d["label"][:n_eval]}}
+        out = {
+            "train": {"tokens": d["tokens"], "label": d["label"]},
+            "mem": {"tokens": d["tokens"][:n_eval], "label": d["label"][:n_eval]},
+        }
         return {k: {n: t.to(device) for n, t in v.items()} for k, v in out.items()}
 
     return make
@@ -168,12 +188,16 @@ def group_mean(values: torch.Tensor, group: torch.Tensor, groups: int) -> torch.
 
 
 GROUPS_PAST_MARGINAL = Stage(
-    "groups-past-label-marginal", "at the snapshot the groups arm's loss on its training sequences is below that of "
+    "groups-past-label-marginal",
+    "at the snapshot the groups arm's loss on its training sequences is below that of "
     "the group-blind label marginal (the pooled law of the four groups' labels): it has learnt something of the "
-    "groups' label laws")
+    "groups' label laws",
+)
 PAST_MARGINAL = Stage(
-    "mem-past-label-marginal", "the arm's final loss on its training sequences is below that of its label marginal "
-    "(the best input-blind predictor): it has learnt something of its map")
+    "mem-past-label-marginal",
+    "the arm's final loss on its training sequences is below that of its label marginal "
+    "(the best input-blind predictor): it has learnt something of its map",
+)
 
 _AT_LEAST = {"share": "in_range_min", "rise": "rise_min"}
 
@@ -187,17 +211,29 @@ CLAIMS = (
         "fig7-left-predictions-follow-label-ranges",
         "Early in training (accuracy still low), each memory group's predictions stay inside its own label range "
         "(Fig. 7 left, §4.5)",
-        test="value", relation="ge", expected=_at_least, tolerance=0.0, horizon="budget", stage=GROUPS_PAST_MARGINAL,
+        test="value",
+        relation="ge",
+        expected=_at_least,
+        tolerance=0.0,
+        horizon="budget",
+        stage=GROUPS_PAST_MARGINAL,
         example={"quantity": "share"},
         quantity="share of group i's predictions in its range 30..29+20i; rise of the mean prediction from group i to "
-        "i+1 as a fraction of the targets' rise (a group-blind predictor: 0)"),
+        "i+1 as a fraction of the targets' rise (a group-blind predictor: 0)",
+    ),
     ClaimSpec(
         "fig7-right-window-labels-learnt-faster",
         "A memory task whose label law depends on the anchors (F_mem,2) is learnt faster than one with labels from "
         "U(Z) (F_mem,1) (Fig. 7 right, §4.5)",
-        test="compare", relation="lt", margin=0.0, horizon="budget", stage=PAST_MARGINAL,
+        test="compare",
+        relation="lt",
+        margin=0.0,
+        horizon="budget",
+        stage=PAST_MARGINAL,
         quantity="T50_mem of F_mem,2 minus that of F_mem,1 (censored, one evaluation interval); AUC_mem of F_mem,1 "
-        "minus that of F_mem,2; paired over seeds", unit=" epochs"),
+        "minus that of F_mem,2; paired over seeds",
+        unit=" epochs",
+    ),
 )
 
 
@@ -213,9 +249,12 @@ class AnchorsLabels(Experiment):
     )
     Config = AnchorsLabelsConfig
     claims = CLAIMS
-    arm_fields = {"compare_task.memory_labels": "the arms mem1 (uniform) and mem2 (window)",
-                  "model.vocab": "groups_task.d_vob / compare_task.d_vob", "model.max_len": "groups_task.L / compare_task.L",
-                  "model.init_gamma": "gamma"}
+    arm_fields = {
+        "compare_task.memory_labels": "the arms mem1 (uniform) and mem2 (window)",
+        "model.vocab": "groups_task.d_vob / compare_task.d_vob",
+        "model.max_len": "groups_task.L / compare_task.L",
+        "model.init_gamma": "gamma",
+    }
     profiles = {
         # anchors-bias's scale-down (keys 21..40, 20,000 sequences, d_m 64, d_k 32, d_f 128, lr 1e-3), memory
         # tasks only. (a) stops after 1 epoch (the seed's early stage; 200 steps); (b) 12 epochs as anchors-bias.
@@ -245,8 +284,12 @@ class AnchorsLabels(Experiment):
                 task = cfg.task_of(arm)
                 epochs = cfg.groups_epochs if arm == "groups" else cfg.schedule.epochs
                 tcfg = epoch_train_config(cfg.train, cfg.schedule, task.cfg.n_train, task.cfg.L, epochs)
-                data = FixedDataset(memory_splits(task, task.cfg.n_train, cfg.schedule.n_eval), cfg.train.batch,
-                                    eval_splits=("mem",), eval_batch=cfg.schedule.eval_batch)
+                data = FixedDataset(
+                    memory_splits(task, task.cfg.n_train, cfg.schedule.n_eval),
+                    cfg.train.batch,
+                    eval_splits=("mem",),
+                    eval_batch=cfg.schedule.eval_batch,
+                )
                 trainer = Trainer(tcfg, ctx.device, ctx.progress, label=arm, objective=LastPosition())
                 fits.append(Fit(arm, trainer, lambda s, m=cfg.model_for(task.cfg): GPT(m, s), seeds, data))
             ctx.fit_all(fits)  # the arms train at once on one-thread lanes
@@ -261,8 +304,15 @@ class AnchorsLabels(Experiment):
             steps, loss = run.curves(arm, "mem_loss")
             d_vob = (cfg.groups_task if arm == "groups" else cfg.compare_task).d_vob
             finite = all(bool(np.all(np.isfinite(run.curves(arm, n)[1]))) for n in run.names(arm))
-            out[arm] = assess_arm(arm, loss[:, 0].tolist(), loss[:, -1].tolist(), accepted_steps=[float(steps.max())] * loss.shape[0],
-                                  test_error=loss[:, -1].tolist(), trivial_error=math.log(d_vob), all_finite=finite)
+            out[arm] = assess_arm(
+                arm,
+                loss[:, 0].tolist(),
+                loss[:, -1].tolist(),
+                accepted_steps=[float(steps.max())] * loss.shape[0],
+                test_error=loss[:, -1].tolist(),
+                trivial_error=math.log(d_vob),
+                all_finite=finite,
+            )
         return out
 
     # ---- measurement ----------------------------------------------------------------------------
@@ -296,13 +346,31 @@ class AnchorsLabels(Experiment):
             epochs = steps / cfg.steps_per_epoch(arm)
             curves[arm] = (t50(epochs, acc, c.t50_acc), auc(epochs, acc))
             marginal = label_marginal_losses(cfg.task_of(arm))["mem"]
-            out.stage(arm, PAST_MARGINAL, loss[:, -1], marginal, "lt",
-                      evidence="final loss on the training sequences vs the label marginal's, nats")
-            out.values[arm] = {"T50": curves[arm][0].as_optional(), "AUC": curves[arm][1], "final_acc": acc[:, -1].tolist(),
-                               "final_loss": loss[:, -1].tolist(), "label_marginal_loss": marginal}
+            out.stage(
+                arm,
+                PAST_MARGINAL,
+                loss[:, -1],
+                marginal,
+                "lt",
+                evidence="final loss on the training sequences vs the label marginal's, nats",
+            )
+            out.values[arm] = {
+                "T50": curves[arm][0].as_optional(),
+                "AUC": curves[arm][1],
+                "final_acc": acc[:, -1].tolist(),
+                "final_loss": loss[:, -1].tolist(),
+                "label_marginal_loss": marginal,
+            }
         (t1, a1), (t2, a2) = curves["mem1"], curves["mem2"]
         claim, arms = "fig7-right-window-labels-learnt-faster", ["mem1", "mem2"]
-        out.row(claim, "t50", t50_sample(t2), t50_sample(t1), arms=arms, label="T50_mem of F_mem,2 minus that of F_mem,1 < 0")
+        out.row(
+            claim,
+            "t50",
+            t50_sample(t2),
+            t50_sample(t1),
+            arms=arms,
+            label="T50_mem of F_mem,2 minus that of F_mem,1 < 0",
+        )
         out.row(claim, "auc", a1, a2, arms=arms, label="AUC_mem of F_mem,1 minus that of F_mem,2 < 0")
         return out
 
@@ -321,50 +389,85 @@ class AnchorsLabels(Experiment):
         _, loss = run.curves("groups", "mem_loss")
         acc_snap = acc[:, -1]
         marginal = label_marginal_losses(task)["mem"]
-        out.stage("groups", GROUPS_PAST_MARGINAL, loss[:, -1], marginal, "lt",
-                  evidence="snapshot loss on the training sequences vs the group-blind label marginal's, nats")
+        out.stage(
+            "groups",
+            GROUPS_PAST_MARGINAL,
+            loss[:, -1],
+            marginal,
+            "lt",
+            evidence="snapshot loss on the training sequences vs the group-blind label marginal's, nats",
+        )
         early = float(np.mean(acc_snap)) <= c.early_acc_max
         provenance = "seed" if early else "ours"
-        when = (f"epoch {cfg.groups_epochs}, accuracy {np.mean(acc_snap):.3f}"
-                + ("" if early else f" > {c.early_acc_max:g} (t): not the seed's early stage"))
+        when = f"epoch {cfg.groups_epochs}, accuracy {np.mean(acc_snap):.3f}" + (
+            "" if early else f" > {c.early_acc_max:g} (t): not the seed's early stage"
+        )
         claim = "fig7-left-predictions-follow-label-ranges"
         for k, (lo, hi) in enumerate(ranges):
-            out.row(claim, f"share/group{k + 1}", share[:, k].tolist(), arms=["groups"], provenance=provenance,
-                    context={"quantity": "share", "group": k + 1},
-                    label=f"{when}: share of group {k + 1}'s predictions in {lo}..{hi} ≥ {c.in_range_min:g} (t)")
+            out.row(
+                claim,
+                f"share/group{k + 1}",
+                share[:, k].tolist(),
+                arms=["groups"],
+                provenance=provenance,
+                context={"quantity": "share", "group": k + 1},
+                label=f"{when}: share of group {k + 1}'s predictions in {lo}..{hi} ≥ {c.in_range_min:g} (t)",
+            )
         rise = []
         for k in range(G - 1):
             r = ((pred_mean[:, k + 1] - pred_mean[:, k]) / (target_mean[:, k + 1] - target_mean[:, k])).tolist()
             rise.append(r)
-            out.row(claim, f"rise/group{k + 1}-{k + 2}", r, arms=["groups"], provenance=provenance,
-                    context={"quantity": "rise", "group": k + 1},
-                    label=f"{when}: mean prediction of group {k + 2} minus group {k + 1}, over the targets' difference, "
-                          f"≥ {c.rise_min:g} (t)")
-        out.values["groups"] = {"epoch": cfg.groups_epochs, "acc": acc_snap.tolist(), "in_range": share.tolist(),
-                                "mean_prediction": pred_mean.tolist(), "mean_target": target_mean.tolist(), "rise": rise,
-                                "ranges": ranges, "label_marginal_loss": marginal, "final_loss": loss[:, -1].tolist(),
-                                "early": early}
+            out.row(
+                claim,
+                f"rise/group{k + 1}-{k + 2}",
+                r,
+                arms=["groups"],
+                provenance=provenance,
+                context={"quantity": "rise", "group": k + 1},
+                label=f"{when}: mean prediction of group {k + 2} minus group {k + 1}, over the targets' difference, "
+                f"≥ {c.rise_min:g} (t)",
+            )
+        out.values["groups"] = {
+            "epoch": cfg.groups_epochs,
+            "acc": acc_snap.tolist(),
+            "in_range": share.tolist(),
+            "mean_prediction": pred_mean.tolist(),
+            "mean_target": target_mean.tolist(),
+            "rise": rise,
+            "ranges": ranges,
+            "label_marginal_loss": marginal,
+            "final_loss": loss[:, -1].tolist(),
+            "early": early,
+        }
 
     def notes(self, cfg: AnchorsLabelsConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         m = measured.values
         a = m["groups"]
         share = np.asarray(a["in_range"])
-        notes = [f"(a) epoch {cfg.groups_epochs}: accuracy {np.mean(a['acc']):.3f}; share in range per group "
-                 + ", ".join(f"{lo}..{hi}: {float(share[:, k].mean()):.3f}" for k, (lo, hi) in enumerate(a["ranges"]))
-                 + "; mean prediction per group " + ", ".join(f"{v:.1f}" for v in np.nanmean(a["mean_prediction"], 0))
-                 + " vs targets " + ", ".join(f"{v:.1f}" for v in np.nanmean(a["mean_target"], 0))
-                 + f" (seed means); snapshot loss {np.mean(a['final_loss']):.3f} vs the group-blind marginal's "
-                 f"{a['label_marginal_loss']:.3f} nats. A constant prediction in 30..49 would be in every nested range: "
-                 "the rise rows are what it cannot pass."]
+        notes = [
+            f"(a) epoch {cfg.groups_epochs}: accuracy {np.mean(a['acc']):.3f}; share in range per group "
+            + ", ".join(f"{lo}..{hi}: {float(share[:, k].mean()):.3f}" for k, (lo, hi) in enumerate(a["ranges"]))
+            + "; mean prediction per group "
+            + ", ".join(f"{v:.1f}" for v in np.nanmean(a["mean_prediction"], 0))
+            + " vs targets "
+            + ", ".join(f"{v:.1f}" for v in np.nanmean(a["mean_target"], 0))
+            + f" (seed means); snapshot loss {np.mean(a['final_loss']):.3f} vs the group-blind marginal's "
+            f"{a['label_marginal_loss']:.3f} nats. A constant prediction in 30..49 would be in every nested range: "
+            "the rise rows are what it cannot pass."
+        ]
         for arm in ("mem1", "mem2"):
             t = m[arm]["T50"]
             cens = sum(v is None for v in t)
-            notes.append(f"(b) {ARMS[arm]}: T50 {t} epochs ({cens} never within {cfg.schedule.epochs} epochs), AUC "
-                         f"{np.mean(m[arm]['AUC']):.3f}, final acc {np.mean(m[arm]['final_acc']):.3f}, final loss "
-                         f"{np.mean(m[arm]['final_loss']):.3f} vs the label marginal's {m[arm]['label_marginal_loss']:.3f} "
-                         "nats (seed means).")
-        notes.append("Fig. 7's text and caption swap left and right; we follow the caption. Group make-up (unstated): "
-                     "tasks.anchors' mix='memory', mem_max=20, memory_groups=4, i.e. 4 groups of 5 memory anchors.")
+            notes.append(
+                f"(b) {ARMS[arm]}: T50 {t} epochs ({cens} never within {cfg.schedule.epochs} epochs), AUC "
+                f"{np.mean(m[arm]['AUC']):.3f}, final acc {np.mean(m[arm]['final_acc']):.3f}, final loss "
+                f"{np.mean(m[arm]['final_loss']):.3f} vs the label marginal's {m[arm]['label_marginal_loss']:.3f} "
+                "nats (seed means)."
+            )
+        notes.append(
+            "Fig. 7's text and caption swap left and right; we follow the caption. Group make-up (unstated): "
+            "tasks.anchors' mix='memory', mem_max=20, memory_groups=4, i.e. 4 groups of 5 memory anchors."
+        )
         return notes
 
     # ---- figures --------------------------------------------------------------------------------
@@ -396,5 +499,7 @@ class AnchorsLabels(Experiment):
         for k in range(1, G):
             axes[k][1].axis("off")
         fig.subplots_adjust(hspace=0.6)  # room for each group's title above the previous axis
-        fig.suptitle(f"Fig. 7 — left: targets vs predictions at epoch {cfg.groups_epochs} (all {cfg.members} seeds), γ = {cfg.gamma:g}")
+        fig.suptitle(
+            f"Fig. 7 — left: targets vs predictions at epoch {cfg.groups_epochs} (all {cfg.members} seeds), γ = {cfg.gamma:g}"
+        )
         return [save_figure(fig, figdir / "fig7_label_distribution.png")]

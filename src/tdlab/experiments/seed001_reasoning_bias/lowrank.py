@@ -20,17 +20,20 @@ import numpy as np
 import torch
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
 from tdlab.experiments.seed001_reasoning_bias.embedding import ProbeConfig, ProbeSource, quick_profile
 from tdlab.experiments.seed001_reasoning_bias.training import (
-    SEED_LR_TRANSFORMER, GammaArms, parameter_reading, reading_note,
+    SEED_LR_TRANSFORMER,
+    GammaArms,
+    parameter_reading,
+    reading_note,
 )
 from tdlab.experiments.view import RunView
 from tdlab.probes.embedding import erank
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["AnchorsLowrankConfig", "AnchorsLowrank", "weight_matrices", "spectra"]
+__all__ = ["AnchorsLowrank", "AnchorsLowrankConfig", "spectra", "weight_matrices"]
 
 
 class AnchorsLowrankConfig(ProbeConfig):
@@ -69,9 +72,13 @@ CLAIMS = (
         "fig13-low-rank-at-small-init",
         "Every weight matrix's effective rank is lower the smaller the initialisation: erank(γ = 0.8) < erank(γ = 0.5) "
         "< erank(γ = 0.3) (Fig. 13, App. C.4)",
-        test="compare", relation="lt", margin=0.0, horizon="budget",
+        test="compare",
+        relation="lt",
+        margin=0.0,
+        horizon="budget",
         quantity="effective rank (exp of the entropy of the normalised singular values) at the end of training, larger "
-        "γ minus smaller γ (neighbouring γ, paired over seeds), one row per matrix"),
+        "γ minus smaller γ (neighbouring γ, paired over seeds), one row per matrix",
+    ),
 )
 
 
@@ -94,8 +101,7 @@ class AnchorsLowrank(ProbeSource, AnchorsBias):
     # atlas: the low-rank readings are of the trained parameters; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
-        profile_set={"quick": {"snapshot_epochs": [1, 2, 5]},
-                     "paper": {"snapshot_epochs": [50, 200, 450]}},
+        profile_set={"quick": {"snapshot_epochs": [1, 2, 5]}, "paper": {"snapshot_epochs": [50, 200, 450]}},
         why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
     )
 
@@ -107,17 +113,27 @@ class AnchorsLowrank(ProbeSource, AnchorsBias):
         ordered = sorted(cfg.gammas, reverse=True)  # smallest init first
         for name in next(iter(m.values())):
             for hi, lo in zip(ordered, ordered[1:]):
-                out.row("fig13-low-rank-at-small-init", f"{_slug(name)}/{hi:g}-below-{lo:g}", m[hi][name]["erank"],
-                        m[lo][name]["erank"], arms=[GammaArms.arm(hi), GammaArms.arm(lo)], provenance=r.provenance,
-                        context={"matrix": name, "gamma": hi, "reference_gamma": lo, "epoch": end},
-                        label=f"{name}: erank at γ = {hi:g} minus at γ = {lo:g} < 0; {r.label}")
+                out.row(
+                    "fig13-low-rank-at-small-init",
+                    f"{_slug(name)}/{hi:g}-below-{lo:g}",
+                    m[hi][name]["erank"],
+                    m[lo][name]["erank"],
+                    arms=[GammaArms.arm(hi), GammaArms.arm(lo)],
+                    provenance=r.provenance,
+                    context={"matrix": name, "gamma": hi, "reference_gamma": lo, "epoch": end},
+                    label=f"{name}: erank at γ = {hi:g} minus at γ = {lo:g} < 0; {r.label}",
+                )
         return out
 
     def notes(self, cfg: AnchorsLowrankConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         m = {g: measured.values[GammaArms.arm(g)] for g in cfg.gammas}
         ordered = sorted(cfg.gammas, reverse=True)
-        notes = [f"{name}: erank " + ", ".join(f"γ = {g:g} {np.mean(m[g][name]['erank']):.2f}" for g in ordered)
-                 + " (seed means)." for name in next(iter(m.values()))]
+        notes = [
+            f"{name}: erank "
+            + ", ".join(f"γ = {g:g} {np.mean(m[g][name]['erank']):.2f}" for g in ordered)
+            + " (seed means)."
+            for name in next(iter(m.values()))
+        ]
         line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TRANSFORMER)
         if line:
             notes.append(line)
@@ -131,13 +147,17 @@ class AnchorsLowrank(ProbeSource, AnchorsBias):
         cols = 5
         rows = -(-len(names) // cols)
         fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols, 2.8 * rows), squeeze=False)
-        colors = {g: c for g, c in zip(sorted(cfg.gammas), ("tab:red", "tab:green", "tab:blue", "tab:purple", "tab:gray"))}
+        colors = {
+            g: c for g, c in zip(sorted(cfg.gammas), ("tab:red", "tab:green", "tab:blue", "tab:purple", "tab:gray"))
+        }
         for k, name in enumerate(names):
             ax = axes[k // cols][k % cols]
             for g in sorted(cfg.gammas):
                 sv = np.array(m[g][name]["sv"])  # (E, r)
                 ax.plot(np.arange(1, sv.shape[1] + 1), sv.mean(0), color=colors.get(g, "k"), lw=1.2, label=f"γ = {g:g}")
-                ax.fill_between(np.arange(1, sv.shape[1] + 1), sv.min(0), sv.max(0), color=colors.get(g, "k"), alpha=0.2)
+                ax.fill_between(
+                    np.arange(1, sv.shape[1] + 1), sv.min(0), sv.max(0), color=colors.get(g, "k"), alpha=0.2
+                )
             ax.set_yscale("log")
             ax.set_title(name, fontsize=9)
             ax.set_xlabel("i")

@@ -38,11 +38,29 @@ from scipy.stats import rankdata
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register, snapshot_arm
 from tdlab.experiments.seed001_reasoning_bias.training import (
-    RSN_PAST_MARGINAL, SEED_LR_EMB_MLP, AnchorsHealth, ArmCurves, EpochsConfig, GammaArms, Seed001TrainConfig,
-    bias_gap, check_gammas, cosine_heatmap, epoch_train_config, fit_gamma_arms, fixed_data, label_marginal_losses,
-    Reading, parameter_reading, plot_split_curves, reading_note, reasoning_first_claim, reasoning_first_rows,
+    RSN_PAST_MARGINAL,
+    SEED_LR_EMB_MLP,
+    AnchorsHealth,
+    ArmCurves,
+    EpochsConfig,
+    GammaArms,
+    Reading,
+    Seed001TrainConfig,
+    bias_gap,
+    check_gammas,
+    cosine_heatmap,
+    epoch_train_config,
+    fit_gamma_arms,
+    fixed_data,
+    label_marginal_losses,
+    parameter_reading,
+    plot_split_curves,
+    reading_note,
+    reasoning_first_claim,
+    reasoning_first_rows,
     record_rsn_past_marginal,
 )
 from tdlab.experiments.view import RunView
@@ -55,11 +73,21 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET
 from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import Trainer
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["EmbTaskConfig", "EmbTrainConfig", "MlpClaims", "AnchorsMlpConfig", "AnchorsMlp", "anchor_embeddings",
-           "reasoning_theory_cosines", "pair_spearman", "pair_abs_error", "FIG3A_EPOCHS", "anchor_cosine_claims",
-           "anchor_cosine_rows"]
+__all__ = [
+    "FIG3A_EPOCHS",
+    "AnchorsMlp",
+    "AnchorsMlpConfig",
+    "EmbTaskConfig",
+    "EmbTrainConfig",
+    "MlpClaims",
+    "anchor_cosine_claims",
+    "anchor_cosine_rows",
+    "anchor_embeddings",
+    "pair_abs_error",
+    "pair_spearman",
+    "reasoning_theory_cosines",
+]
 
 FIG3A_EPOCHS = (50, 900)  # the seed's Fig. 3A snapshots (of 1000 epochs)
 
@@ -109,7 +137,9 @@ class AnchorsMlpConfig(ExperimentConfig):
         if bad:
             raise ValueError(f"snapshot_epochs {bad} must lie in 1..schedule.epochs-1={self.schedule.epochs - 1}")
         if self.task.n_train < self.train.batch:
-            raise ValueError(f"task.n_train={self.task.n_train} must hold at least one batch of train.batch={self.train.batch}")
+            raise ValueError(
+                f"task.n_train={self.task.n_train} must hold at least one batch of train.batch={self.train.batch}"
+            )
         return self
 
     def model_for_task(self) -> EmbMLPConfig:
@@ -177,80 +207,159 @@ def anchor_cosine_claims(prefix: str, figure: str, section: str) -> tuple[ClaimS
         ClaimSpec(
             f"{prefix}-memory-anchors-aligned",
             f"Small init (γ = 0.8): the memory anchors' embeddings are highly similar to each other ({figure})",
-            test="value", relation="ge", expected=f"{section}.mem_cos_min", tolerance=0.0, horizon="budget",
-            quantity=f"mean off-diagonal cosine of the memory anchors' embeddings at a {figure} snapshot"),
+            test="value",
+            relation="ge",
+            expected=f"{section}.mem_cos_min",
+            tolerance=0.0,
+            horizon="budget",
+            quantity=f"mean off-diagonal cosine of the memory anchors' embeddings at a {figure} snapshot",
+        ),
         ClaimSpec(
             f"{prefix}-memory-above-reasoning",
             f"Small init (γ = 0.8): memory anchors are more alike than reasoning anchors ({figure})",
-            test="compare", relation="gt", margin=0.0, horizon="budget",
-            quantity=f"mean off-diagonal cosine, memory − reasoning anchors, at a {figure} snapshot (paired by member)"),
+            test="compare",
+            relation="gt",
+            margin=0.0,
+            horizon="budget",
+            quantity=f"mean off-diagonal cosine, memory − reasoning anchors, at a {figure} snapshot (paired by member)",
+        ),
         ClaimSpec(
             f"{prefix}-reasoning-anchors-ordered",
             f"Small init (γ = 0.8): the reasoning anchors' cosine falls with |s_i − s_j| ({figure})",
-            test="value", relation="le", expected=f"{section}.rsn_rho_max", tolerance=0.0, horizon="budget",
-            quantity="Spearman ρ of cos(w^s_i, w^s_j) with |s_i − s_j| over reasoning-anchor pairs"),
+            test="value",
+            relation="le",
+            expected=f"{section}.rsn_rho_max",
+            tolerance=0.0,
+            horizon="budget",
+            quantity="Spearman ρ of cos(w^s_i, w^s_j) with |s_i − s_j| over reasoning-anchor pairs",
+        ),
     )
 
 
-def anchor_cosine_rows(out: Measurements, prefix: str, arm: str, epoch: int, m: dict[str, list[float]],
-                       reading: Reading, gamma: float, mem_cos_min: float, rsn_rho_max: float) -> None:
+def anchor_cosine_rows(
+    out: Measurements,
+    prefix: str,
+    arm: str,
+    epoch: int,
+    m: dict[str, list[float]],
+    reading: Reading,
+    gamma: float,
+    mem_cos_min: float,
+    rsn_rho_max: float,
+) -> None:
     """The rows of :func:`anchor_cosine_claims` for one snapshot (``m``: :meth:`AnchorsMlp.embedding_measures`'
     ``mem_cos``, ``rsn_cos`` and ``rsn_rho``, per member)."""
     ctx = {"gamma": gamma, "epoch": epoch}
     key, when = f"epoch{epoch}", f"γ = {gamma:g}, epoch {epoch}"
-    out.row(f"{prefix}-memory-anchors-aligned", key, m["mem_cos"], arms=[arm], provenance=reading.provenance, context=ctx,
-            label=f"{when}: mean off-diagonal cos of memory anchors ≥ {mem_cos_min:g} (t); {reading.label}")
-    out.row(f"{prefix}-memory-above-reasoning", key, m["mem_cos"], m["rsn_cos"], arms=[arm], provenance=reading.provenance,
-            context=ctx, label=f"{when}: mean off-diagonal cos, memory − reasoning anchors > 0; {reading.label}")
-    out.row(f"{prefix}-reasoning-anchors-ordered", key, m["rsn_rho"], arms=[arm], provenance=reading.provenance,
-            context=ctx, label=f"{when}: Spearman ρ(cos, |s_i − s_j|) of reasoning anchors ≤ {rsn_rho_max:g} (t); "
-                               f"{reading.label}")
+    out.row(
+        f"{prefix}-memory-anchors-aligned",
+        key,
+        m["mem_cos"],
+        arms=[arm],
+        provenance=reading.provenance,
+        context=ctx,
+        label=f"{when}: mean off-diagonal cos of memory anchors ≥ {mem_cos_min:g} (t); {reading.label}",
+    )
+    out.row(
+        f"{prefix}-memory-above-reasoning",
+        key,
+        m["mem_cos"],
+        m["rsn_cos"],
+        arms=[arm],
+        provenance=reading.provenance,
+        context=ctx,
+        label=f"{when}: mean off-diagonal cos, memory − reasoning anchors > 0; {reading.label}",
+    )
+    out.row(
+        f"{prefix}-reasoning-anchors-ordered",
+        key,
+        m["rsn_rho"],
+        arms=[arm],
+        provenance=reading.provenance,
+        context=ctx,
+        label=f"{when}: Spearman ρ(cos, |s_i − s_j|) of reasoning anchors ≤ {rsn_rho_max:g} (t); {reading.label}",
+    )
 
 
 CLAIMS = (
     reasoning_first_claim(
         "emb-mlp-small-init-learns-reasoning-first",
         "Emb-MLP, small init (γ = 0.8): D_rsn,train and D_rsn,test are learnt before D_mem (Fig. 2B, Fig. 2A's "
-        "orderings)"),
+        "orderings)",
+    ),
     ClaimSpec(
         "emb-mlp-bias-larger-at-small-init",
         "Emb-MLP: the reasoning bias is stronger at γ = 0.8 than at γ = 0.3 (Fig. 2B)",
-        test="compare", relation="gt", margin=0.0, horizon="budget", stage=RSN_PAST_MARGINAL,
-        quantity="AUC_rsn,test − AUC_mem at the small init minus at the large init, paired over seeds"),
+        test="compare",
+        relation="gt",
+        margin=0.0,
+        horizon="budget",
+        stage=RSN_PAST_MARGINAL,
+        quantity="AUC_rsn,test − AUC_mem at the small init minus at the large init, paired over seeds",
+    ),
     *anchor_cosine_claims("fig3a", "Fig. 3A", "claims"),
     ClaimSpec(
         "fig3c-embedding-follows-label-law",
         "Small init (γ = 0.8): the reasoning anchors' embedding cosines are those of P^s − 1/d_vob (Figs. 3A, 3C; "
         "Prop. 1, Eq. 8)",
-        test="value", relation="le", expected=0.0, tolerance="claims.theory_cos_err_max", horizon="budget",
-        quantity="mean over reasoning-anchor pairs of |cos(w^s_i, w^s_j) − cos(P^s_i − 1/d_vob, P^s_j − 1/d_vob)|"),
+        test="value",
+        relation="le",
+        expected=0.0,
+        tolerance="claims.theory_cos_err_max",
+        horizon="budget",
+        quantity="mean over reasoning-anchor pairs of |cos(w^s_i, w^s_j) − cos(P^s_i − 1/d_vob, P^s_j − 1/d_vob)|",
+    ),
     ClaimSpec(
         "fig10-large-init-orthogonal",
         "Large init (γ = 0.3): the anchors' embeddings stay near-orthogonal, not shaped by the label laws (Fig. 10, "
         "App. C.1)",
-        test="value", relation="le", expected="claims.large_abs_cos_max", tolerance=0.0, horizon="budget",
-        learning_required=False, example={"kind": "memory"},
-        quantity="mean |off-diagonal cosine| of the memory or reasoning anchors' embeddings at the end"),
+        test="value",
+        relation="le",
+        expected="claims.large_abs_cos_max",
+        tolerance=0.0,
+        horizon="budget",
+        learning_required=False,
+        example={"kind": "memory"},
+        quantity="mean |off-diagonal cosine| of the memory or reasoning anchors' embeddings at the end",
+    ),
     ClaimSpec(
         "fig10-memory-alignment-grows-with-gamma",
         "The smaller the init, the more alike the memory anchors' embeddings (Figs. 3A, 10)",
-        test="compare", relation="gt", margin=0.0, horizon="budget",
+        test="compare",
+        relation="gt",
+        margin=0.0,
+        horizon="budget",
         quantity="memory anchors' mean off-diagonal cosine at the end, larger γ minus smaller γ (neighbouring γ, "
-        "paired over seeds)"),
+        "paired over seeds)",
+    ),
     ClaimSpec(
-        "fig3b-label-laws", "Eq. 7: every memory anchor has the same label law; Eq. 8: the reasoning anchors' laws "
+        "fig3b-label-laws",
+        "Eq. 7: every memory anchor has the same label law; Eq. 8: the reasoning anchors' laws "
         "shift with s, so their cosines fall with |s_i − s_j| (Fig. 3B–C)",
-        kind="sanity", test="value", relation="le", expected=_label_law_expected, tolerance=_label_law_tol,
-        horizon="static", example={"check": "memory-laws-equal"},
+        kind="sanity",
+        test="value",
+        relation="le",
+        expected=_label_law_expected,
+        tolerance=_label_law_tol,
+        horizon="static",
+        example={"check": "memory-laws-equal"},
         quantity="max |P^s − P^s'| over memory anchors (≤ 0); Spearman ρ of the P^s cosines with |s_i − s_j| "
-        "(≤ claims.rsn_rho_max)"),
+        "(≤ claims.rsn_rho_max)",
+    ),
     ClaimSpec(
         "emb-mlp-order-blind-ceiling",
         "Sum-pooling is order-blind: final D_mem accuracy ≤ the order-blind ceiling of the training set (Def. 1; "
         "D_mem is a subset of the training set)",
-        kind="sanity", test="value", relation="le", expected=0.0, tolerance=0.0, horizon="budget",
-        learning_required=False, quantity="the largest over members of final D_mem accuracy − that member's training-set "
-        "order-blind ceiling (a statement about every member), known to its evaluation-set standard error"),
+        kind="sanity",
+        test="value",
+        relation="le",
+        expected=0.0,
+        tolerance=0.0,
+        horizon="budget",
+        learning_required=False,
+        quantity="the largest over members of final D_mem accuracy − that member's training-set "
+        "order-blind ceiling (a statement about every member), known to its evaluation-set standard error",
+    ),
 )
 
 
@@ -267,9 +376,14 @@ class AnchorsMlp(AnchorsHealth, Experiment):
     )
     Config = AnchorsMlpConfig
     claims = CLAIMS
-    arm_fields = {"model.gamma": "gammas=[...]", "model.vocab": "task.d_vob", "train.steps": "schedule.epochs",
-                  "train.eval_every": "schedule.eval_epochs", "train.log_every": "schedule.eval_epochs",
-                  "train.seq_len": "task.L"}
+    arm_fields = {
+        "model.gamma": "gammas=[...]",
+        "model.vocab": "task.d_vob",
+        "train.steps": "schedule.epochs",
+        "train.eval_every": "schedule.eval_epochs",
+        "train.log_every": "schedule.eval_epochs",
+        "train.seq_len": "task.L",
+    }
     profiles = {
         # One scale-down for 2 CPU cores, set once before any run, the same as anchors-bias's where it applies.
         # Kept: q = 2, L = q + 1 = 3 (p = 1), anchors and M, d_vob = 200, γ values, tanh, AdamW, batch 100,
@@ -289,8 +403,11 @@ class AnchorsMlp(AnchorsHealth, Experiment):
             "snapshot_epochs": [2, 36],
         },
         # A.3 exactly: 1,000,000 sequences, d_m 200, d_f 512, lr 5e-6, 1000 epochs; Fig. 3A at epochs 50 and 900.
-        "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000},
-                  "snapshot_epochs": [50, 900]},
+        "paper": {
+            "members": 3,
+            "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000},
+            "snapshot_epochs": [50, 900],
+        },
     }
     # atlas: the emb-MLP reasoning-first and cosine claims depend on the epoch budget (snapshots rescaled to fit every budget)
     atlas_axes = AtlasAxes(
@@ -308,10 +425,17 @@ class AnchorsMlp(AnchorsHealth, Experiment):
             return EmbMLP(mcfg, seeds, [gamma_of[s] for s in seeds])
 
         tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.task.n_train, cfg.task.q + 1)
-        data = fixed_data(task, arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch,
-                          view=Anchors.emb_mlp_view)
-        trainer = Trainer(tcfg, ctx.device, ctx.progress, label="γ-sweep", objective=LastPosition(),
-                          snapshot_steps=[e * cfg.steps_per_epoch for e in cfg.snapshot_epochs])
+        data = fixed_data(
+            task, arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch, view=Anchors.emb_mlp_view
+        )
+        trainer = Trainer(
+            tcfg,
+            ctx.device,
+            ctx.progress,
+            label="γ-sweep",
+            objective=LastPosition(),
+            snapshot_steps=[e * cfg.steps_per_epoch for e in cfg.snapshot_epochs],
+        )
         with cpu_threads(cfg.cpu_threads, ctx.device):
             fit_gamma_arms(ctx, trainer, build, arms, data)
 
@@ -334,8 +458,10 @@ class AnchorsMlp(AnchorsHealth, Experiment):
         rsn_w = anchor_embeddings(W, t.rsn_min, t.rsn_max)
         rsn = cosine_matrix(rsn_w)
         return {
-            "mem_cos": offdiag_mean(mem).tolist(), "rsn_cos": offdiag_mean(rsn).tolist(),
-            "mem_abs_cos": offdiag_mean(mem, absolute=True).tolist(), "rsn_abs_cos": offdiag_mean(rsn, absolute=True).tolist(),
+            "mem_cos": offdiag_mean(mem).tolist(),
+            "rsn_cos": offdiag_mean(rsn).tolist(),
+            "mem_abs_cos": offdiag_mean(mem, absolute=True).tolist(),
+            "rsn_abs_cos": offdiag_mean(rsn, absolute=True).tolist(),
             "rsn_rho": distance_spearman(rsn_w, torch.arange(t.rsn_min, t.rsn_max + 1)).tolist(),
             "theory_spearman": pair_spearman(rsn, theory_cos).tolist(),
             "theory_abs_err": pair_abs_error(rsn, theory_cos).tolist(),
@@ -357,8 +483,9 @@ class AnchorsMlp(AnchorsHealth, Experiment):
             population.append(order_blind_memory_ceiling(task, task.memory_table(g)))
             d = task.dataset(g, cfg.task.n_train, "train")  # as anchor_splits draws it
             mem = d["kind"] == KIND_MEM
-            key = torch.cat([d["key"][mem][:, None], torch.sort(d["anchors"][mem], dim=1).values,
-                             d["label"][mem][:, None]], 1)  # (order-blind class, label) of every memory sequence
+            key = torch.cat(
+                [d["key"][mem][:, None], torch.sort(d["anchors"][mem], dim=1).values, d["label"][mem][:, None]], 1
+            )  # (order-blind class, label) of every memory sequence
             groups, counts = torch.unique(key, dim=0, return_counts=True)  # (class, label) -> count
             _, cls = torch.unique(groups[:, :-1], dim=0, return_inverse=True)
             best = torch.zeros(int(cls.max()) + 1, dtype=torch.long).scatter_reduce(0, cls, counts, "amax")
@@ -371,16 +498,26 @@ class AnchorsMlp(AnchorsHealth, Experiment):
         laws, theory_cos = reasoning_theory_cosines(task)
         marginal = label_marginal_losses(task)
         population, ceilings = self.memory_ceilings(cfg)
-        out = Measurements({"label_marginal_loss": marginal, "order_blind_memory_ceiling": population,
-                            "order_blind_memory_ceiling_train_set": ceilings, "theory_rsn_cosines": theory_cos.tolist()})
+        out = Measurements(
+            {
+                "label_marginal_loss": marginal,
+                "order_blind_memory_ceiling": population,
+                "order_blind_memory_ceiling_train_set": ceilings,
+                "theory_rsn_cosines": theory_cos.tolist(),
+            }
+        )
         curves = {g: ArmCurves.read(run, GammaArms.arm(g), cfg.steps_per_epoch) for g in cfg.gammas}
-        emb = {g: {e: self.embedding_measures(cfg, W, theory_cos) for e, W in self.snapshots(cfg, run, g).items()}
-               for g in cfg.gammas}
+        emb = {
+            g: {e: self.embedding_measures(cfg, W, theory_cos) for e, W in self.snapshots(cfg, run, g).items()}
+            for g in cfg.gammas
+        }
         for g in cfg.gammas:
             arm = GammaArms.arm(g)
             record_rsn_past_marginal(out, arm, curves[g], marginal)
-            out.values[arm] = {"curves": {**curves[g].summary(c.t50_acc), "auc_gap": bias_gap(curves[g])},
-                               "embedding": {f"epoch {e}": v for e, v in emb[g].items()}}
+            out.values[arm] = {
+                "curves": {**curves[g].summary(c.t50_acc), "auc_gap": bias_gap(curves[g])},
+                "embedding": {f"epoch {e}": v for e, v in emb[g].items()},
+            }
         small, large = c.small_gamma, c.large_gamma
         end = cfg.schedule.epochs
         if small in curves:
@@ -389,23 +526,40 @@ class AnchorsMlp(AnchorsHealth, Experiment):
             for e in cfg.snapshot_epochs:
                 self._fig3a_rows(out, cfg, arm, e, emb[small][e])
         if small in curves and large in curves:
-            out.row("emb-mlp-bias-larger-at-small-init", f"{small:g}-above-{large:g}", bias_gap(curves[small]),
-                    bias_gap(curves[large]), arms=[GammaArms.arm(small), GammaArms.arm(large)],
-                    context={"gamma": small, "reference_gamma": large},
-                    label=f"(AUC_rsn,test − AUC_mem) at γ = {small:g} minus at γ = {large:g} > 0")
+            out.row(
+                "emb-mlp-bias-larger-at-small-init",
+                f"{small:g}-above-{large:g}",
+                bias_gap(curves[small]),
+                bias_gap(curves[large]),
+                arms=[GammaArms.arm(small), GammaArms.arm(large)],
+                context={"gamma": small, "reference_gamma": large},
+                label=f"(AUC_rsn,test − AUC_mem) at γ = {small:g} minus at γ = {large:g} > 0",
+            )
         at_end = parameter_reading(end, end, cfg.train.lr, SEED_LR_EMB_MLP)
         if large in emb:
             for kind, key in (("memory", "mem_abs_cos"), ("reasoning", "rsn_abs_cos")):
-                out.row("fig10-large-init-orthogonal", kind, emb[large][end][key], arms=[GammaArms.arm(large)],
-                        provenance=at_end.provenance, context={"gamma": large, "kind": kind, "epoch": end},
-                        label=f"γ = {large:g}, end: mean |off-diagonal cos| of {kind} anchors ≤ {c.large_abs_cos_max:g} (t); "
-                              f"{at_end.label}")
+                out.row(
+                    "fig10-large-init-orthogonal",
+                    kind,
+                    emb[large][end][key],
+                    arms=[GammaArms.arm(large)],
+                    provenance=at_end.provenance,
+                    context={"gamma": large, "kind": kind, "epoch": end},
+                    label=f"γ = {large:g}, end: mean |off-diagonal cos| of {kind} anchors ≤ {c.large_abs_cos_max:g} (t); "
+                    f"{at_end.label}",
+                )
         ordered = sorted(emb)
         for lo, hi in zip(ordered, ordered[1:]):
-            out.row("fig10-memory-alignment-grows-with-gamma", f"{hi:g}-above-{lo:g}", emb[hi][end]["mem_cos"],
-                    emb[lo][end]["mem_cos"], arms=[GammaArms.arm(hi), GammaArms.arm(lo)], provenance=at_end.provenance,
-                    context={"gamma": hi, "reference_gamma": lo, "epoch": end},
-                    label=f"end: memory anchors' mean cos at γ = {hi:g} minus at γ = {lo:g} > 0; {at_end.label}")
+            out.row(
+                "fig10-memory-alignment-grows-with-gamma",
+                f"{hi:g}-above-{lo:g}",
+                emb[hi][end]["mem_cos"],
+                emb[lo][end]["mem_cos"],
+                arms=[GammaArms.arm(hi), GammaArms.arm(lo)],
+                provenance=at_end.provenance,
+                context={"gamma": hi, "reference_gamma": lo, "epoch": end},
+                label=f"end: memory anchors' mean cos at γ = {hi:g} minus at γ = {lo:g} > 0; {at_end.label}",
+            )
         self._sanity(cfg, out, task, theory_cos, curves, ceilings)
         return out
 
@@ -414,31 +568,59 @@ class AnchorsMlp(AnchorsHealth, Experiment):
         c = cfg.claims
         r = parameter_reading(epoch, cfg.schedule.epochs, cfg.train.lr, SEED_LR_EMB_MLP, FIG3A_EPOCHS)
         anchor_cosine_rows(out, "fig3a", arm, epoch, m, r, c.small_gamma, c.mem_cos_min, c.rsn_rho_max)
-        out.row("fig3c-embedding-follows-label-law", f"epoch{epoch}", m["theory_abs_err"], arms=[arm],
-                provenance=r.provenance, context={"gamma": c.small_gamma, "epoch": epoch},
-                label=f"γ = {c.small_gamma:g}, epoch {epoch}: mean |cos − cos_P| over reasoning pairs ≤ "
-                      f"{c.theory_cos_err_max:g} (t); {r.label}")
+        out.row(
+            "fig3c-embedding-follows-label-law",
+            f"epoch{epoch}",
+            m["theory_abs_err"],
+            arms=[arm],
+            provenance=r.provenance,
+            context={"gamma": c.small_gamma, "epoch": epoch},
+            label=f"γ = {c.small_gamma:g}, epoch {epoch}: mean |cos − cos_P| over reasoning pairs ≤ "
+            f"{c.theory_cos_err_max:g} (t); {r.label}",
+        )
 
-    def _sanity(self, cfg: AnchorsMlpConfig, out: Measurements, task: Anchors, theory_cos: torch.Tensor,
-                curves: dict[float, ArmCurves], ceilings: list[float]) -> None:
+    def _sanity(
+        self,
+        cfg: AnchorsMlpConfig,
+        out: Measurements,
+        task: Anchors,
+        theory_cos: torch.Tensor,
+        curves: dict[float, ArmCurves],
+        ceilings: list[float],
+    ) -> None:
         t = cfg.task
         mem_laws = torch.stack([token_label_law(task, s) for s in range(t.mem_min, t.mem_max + 1)])
         spread = float((mem_laws - mem_laws[0]).abs().max())
-        out.row("fig3b-label-laws", "memory-laws-equal", Sample((spread,), deterministic=True),
-                context={"check": "memory-laws-equal"}, label="Eq. 7: max |P^s − P^s'| over memory anchors = 0")
+        out.row(
+            "fig3b-label-laws",
+            "memory-laws-equal",
+            Sample((spread,), deterministic=True),
+            context={"check": "memory-laws-equal"},
+            label="Eq. 7: max |P^s − P^s'| over memory anchors = 0",
+        )
         i, j = _pairs(theory_cos.shape[0])
         rho = _spearman(theory_cos[i, j], (i - j).abs().double())
-        out.row("fig3b-label-laws", "theory-rsn-rho", Sample((rho,), deterministic=True), context={"check": "theory-rsn-rho"},
-                label=f"Spearman ρ(cos(P^s_i − 1/d_vob, P^s_j − 1/d_vob), |s_i − s_j|) ≤ {cfg.claims.rsn_rho_max:g} "
-                      "(each row falls with distance; pairs of equal |Δ| differ by the edges and M)")
+        out.row(
+            "fig3b-label-laws",
+            "theory-rsn-rho",
+            Sample((rho,), deterministic=True),
+            context={"check": "theory-rsn-rho"},
+            label=f"Spearman ρ(cos(P^s_i − 1/d_vob, P^s_j − 1/d_vob), |s_i − s_j|) ≤ {cfg.claims.rsn_rho_max:g} "
+            "(each row falls with distance; pairs of equal |Δ| differ by the edges and M)",
+        )
         se = [_ceiling_se(cl, cfg.schedule.n_eval) for cl in ceilings]
         for g, cv in curves.items():
             gaps = [a - cl for a, cl in zip(cv.final_acc("mem"), ceilings)]
             worst = int(np.argmax(gaps))
             # every member must respect its own ceiling: the largest gap decides, known to its evaluation error
-            out.row("emb-mlp-order-blind-ceiling", f"gamma={g:g}", Sample([gaps[worst]], deterministic=True, mc_se=se[worst]),
-                    arms=[GammaArms.arm(g)], context={"gamma": g, "member": worst},
-                    label=f"γ = {g:g}: max over members of final acc_mem − ceiling ≤ 0 (± the evaluation-set error)")
+            out.row(
+                "emb-mlp-order-blind-ceiling",
+                f"gamma={g:g}",
+                Sample([gaps[worst]], deterministic=True, mc_se=se[worst]),
+                arms=[GammaArms.arm(g)],
+                context={"gamma": g, "member": worst},
+                label=f"γ = {g:g}: max over members of final acc_mem − ceiling ≤ 0 (± the evaluation-set error)",
+            )
 
     def notes(self, cfg: AnchorsMlpConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         m = measured.values
@@ -450,14 +632,17 @@ class AnchorsMlp(AnchorsHealth, Experiment):
                 f"γ = {g:g}: T50 mem/rsn-train/rsn-test = {s['T50_mem']} / {s['T50_rsn_train']} / {s['T50_test']} epochs "
                 f"(None: never within the run); final acc mem {np.mean(s['final_acc_mem']):.3f} (order-blind ceiling "
                 f"{np.mean(ceilings):.3f} on the training set, {np.mean(population):.3f} on the population), "
-                f"rsn-train {np.mean(s['final_acc_rsn_train']):.3f}, rsn-test {np.mean(s['final_acc_test']):.3f} (seed means).")
+                f"rsn-train {np.mean(s['final_acc_rsn_train']):.3f}, rsn-test {np.mean(s['final_acc_test']):.3f} (seed means)."
+            )
         small = m.get(GammaArms.arm(cfg.claims.small_gamma))
         if small is not None:
             for e in cfg.snapshot_epochs:
                 v = small["embedding"][f"epoch {e}"]
-                notes.append(f"γ = {cfg.claims.small_gamma:g}, epoch {e}: reasoning cosines vs the P^s cosines — Spearman "
-                             f"{np.mean(v['theory_spearman']):.3f}, mean |Δcos| {np.mean(v['theory_abs_err']):.3f} (an ordering "
-                             "can agree while the values do not; the value error decides).")
+                notes.append(
+                    f"γ = {cfg.claims.small_gamma:g}, epoch {e}: reasoning cosines vs the P^s cosines — Spearman "
+                    f"{np.mean(v['theory_spearman']):.3f}, mean |Δcos| {np.mean(v['theory_abs_err']):.3f} (an ordering "
+                    "can agree while the values do not; the value error decides)."
+                )
         line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_EMB_MLP)
         if line:
             notes.append(line)
@@ -469,9 +654,18 @@ class AnchorsMlp(AnchorsHealth, Experiment):
 
         chance = 1.0 / (cfg.task.key_max - cfg.task.key_min + 1)
         arms = [(GammaArms.arm(g), f"γ = {g:g}") for g in cfg.gammas]
-        paths = [save_figure(plot_split_curves(run, arms, cfg.steps_per_epoch, chance,
-                                               f"Fig. 2B — Emb-MLP, {cfg.members} seeds per γ (mean, band min–max)"),
-                             figdir / "fig2b_emb_mlp_accuracy.png")]
+        paths = [
+            save_figure(
+                plot_split_curves(
+                    run,
+                    arms,
+                    cfg.steps_per_epoch,
+                    chance,
+                    f"Fig. 2B — Emb-MLP, {cfg.members} seeds per γ (mean, band min–max)",
+                ),
+                figdir / "fig2b_emb_mlp_accuracy.png",
+            )
+        ]
         task = self.task(cfg)
         laws, theory_cos = reasoning_theory_cosines(task)
         t = cfg.task
@@ -482,8 +676,9 @@ class AnchorsMlp(AnchorsHealth, Experiment):
             fig, axes = plt.subplots(2, len(snaps), figsize=(3.6 * len(snaps), 6.6), squeeze=False)
             for col, (e, W) in enumerate(snaps.items()):
                 for row, (lo, hi, kind) in enumerate(kinds):
-                    cosine_heatmap(axes[row][col], cosine_matrix(anchor_embeddings(W, lo, hi)).mean(0), lo,
-                                   f"{kind}, epoch {e}")
+                    cosine_heatmap(
+                        axes[row][col], cosine_matrix(anchor_embeddings(W, lo, hi)).mean(0), lo, f"{kind}, epoch {e}"
+                    )
             fig.suptitle(f"Fig. 3A — cosine of anchor embeddings, γ = {small:g} (mean over {cfg.members} seeds)")
             paths.append(save_figure(fig, figdir / "fig3a_anchor_cosines.png"))
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -501,7 +696,9 @@ class AnchorsMlp(AnchorsHealth, Experiment):
             for col, g in enumerate(others):
                 W = run.arrays(GammaArms.arm(g))["W_emb"]
                 for row, (lo, hi, kind) in enumerate(kinds):
-                    cosine_heatmap(axes[row][col], cosine_matrix(anchor_embeddings(W, lo, hi)).mean(0), lo, f"{kind}, γ = {g:g}")
+                    cosine_heatmap(
+                        axes[row][col], cosine_matrix(anchor_embeddings(W, lo, hi)).mean(0), lo, f"{kind}, γ = {g:g}"
+                    )
             fig.suptitle(f"Fig. 10 — cosine of anchor embeddings at the end (epoch {cfg.schedule.epochs})")
             paths.append(save_figure(fig, figdir / "fig10_anchor_cosines.png"))
         return paths

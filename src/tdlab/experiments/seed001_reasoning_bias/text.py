@@ -58,10 +58,20 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm
 from tdlab.config import Config, ConfigError
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register, snapshot_arm
 from tdlab.experiments.seed001_reasoning_bias.training import (
-    EpochsConfig, GammaArms, Seed001TrainConfig, auc, check_gammas, epoch_train_config, fit_gamma_arms, gamma_gpt,
-    parameter_reading, reading_note, t50_sample,
+    EpochsConfig,
+    GammaArms,
+    Seed001TrainConfig,
+    auc,
+    check_gammas,
+    epoch_train_config,
+    fit_gamma_arms,
+    gamma_gpt,
+    parameter_reading,
+    reading_note,
+    t50_sample,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPTConfig
@@ -76,11 +86,23 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import NextToken
 from tdlab.train.trainer import Trainer
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["SOURCES", "TextDataConfig", "TextGPTConfig", "TextTrainConfig", "TextClaims", "AnchorsTextConfig",
-           "AnchorsText", "Corpus", "build_corpus", "token_counts", "exclusive_tokens",
-           "mean_pairwise_cosine", "halving_epoch", "loss_auc"]
+__all__ = [
+    "SOURCES",
+    "AnchorsText",
+    "AnchorsTextConfig",
+    "Corpus",
+    "TextClaims",
+    "TextDataConfig",
+    "TextGPTConfig",
+    "TextTrainConfig",
+    "build_corpus",
+    "exclusive_tokens",
+    "halving_epoch",
+    "loss_auc",
+    "mean_pairwise_cosine",
+    "token_counts",
+]
 
 SOURCES: tuple[str, str] = ("prontoqa", "stories")  # source 0, source 1; also the eval split names
 SOURCE_LABELS = {"prontoqa": "PrOntoQA", "stories": "stories"}
@@ -121,8 +143,10 @@ class TextDataConfig(Config):
         if self.prontoqa is not None:
             got = len(read_json(self.prontoqa))
             if got < self.n_prontoqa:
-                raise ConfigError(f"data.prontoqa: {self.prontoqa!r} holds {got} examples, the run needs "
-                                  f"{self.n_prontoqa} (half of data.n_sequences)")
+                raise ConfigError(
+                    f"data.prontoqa: {self.prontoqa!r} holds {got} examples, the run needs "
+                    f"{self.n_prontoqa} (half of data.n_sequences)"
+                )
         return self
 
 
@@ -179,9 +203,13 @@ class AnchorsTextConfig(ExperimentConfig):
             if getattr(self.claims, name) not in self.gammas:
                 raise ValueError(f"claims.{name}={getattr(self.claims, name)} must be one of gammas={self.gammas}")
         if self.data.tokenizer == "gpt2" and self.model.vocab != GPT2_VOCAB:
-            raise ValueError(f"model.vocab must be GPT-2's {GPT2_VOCAB} with data.tokenizer=gpt2, got {self.model.vocab}")
+            raise ValueError(
+                f"model.vocab must be GPT-2's {GPT2_VOCAB} with data.tokenizer=gpt2, got {self.model.vocab}"
+            )
         if self.data.n_sequences < self.train.batch:
-            raise ValueError(f"data.n_sequences={self.data.n_sequences} must hold one batch of train.batch={self.train.batch}")
+            raise ValueError(
+                f"data.n_sequences={self.data.n_sequences} must hold one batch of train.batch={self.train.batch}"
+            )
         return self
 
     @property
@@ -206,8 +234,15 @@ class Corpus:
     float32 (1 on kept tokens, ``<|endoftext|>`` included; 0 on padding), ``source (N,)`` int64 (index
     into :data:`SOURCES`), and what was cut (``truncated (N,)`` bool)."""
 
-    def __init__(self, tokens: torch.Tensor, mask: torch.Tensor, source: torch.Tensor, truncated: torch.Tensor,
-                 tokenizer: Tokenizer, meta: dict) -> None:
+    def __init__(
+        self,
+        tokens: torch.Tensor,
+        mask: torch.Tensor,
+        source: torch.Tensor,
+        truncated: torch.Tensor,
+        tokenizer: Tokenizer,
+        meta: dict,
+    ) -> None:
         self.tokens, self.mask, self.source, self.truncated = tokens, mask, source, truncated
         self.tokenizer, self.meta = tokenizer, meta
 
@@ -220,9 +255,17 @@ class Corpus:
         from safetensors.torch import save
 
         folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(folder / "corpus.safetensors", save({"tokens": self.tokens.contiguous(), "mask": self.mask.contiguous(),
-                                                          "source": self.source.contiguous(),
-                                                          "truncated": self.truncated.to(torch.int8).contiguous()}))
+        atomic_write(
+            folder / "corpus.safetensors",
+            save(
+                {
+                    "tokens": self.tokens.contiguous(),
+                    "mask": self.mask.contiguous(),
+                    "source": self.source.contiguous(),
+                    "truncated": self.truncated.to(torch.int8).contiguous(),
+                }
+            ),
+        )
         atomic_write(folder / "tokenizer.json", self.tokenizer.to_json())
         atomic_write(folder / "corpus.json", json.dumps(self.meta, indent=1))
 
@@ -254,7 +297,9 @@ def source_texts(cfg: TextDataConfig, seed: int) -> dict[str, list[str]]:
     return {"prontoqa": pq, "stories": st}
 
 
-def build_corpus(texts: dict[str, list[str]], tokenizer: str, vocab: int, seq_len: int, min_frequency: int = 2) -> Corpus:
+def build_corpus(
+    texts: dict[str, list[str]], tokenizer: str, vocab: int, seq_len: int, min_frequency: int = 2
+) -> Corpus:
     """Tokenise ``texts`` (``{source: [text]}``) into a :class:`Corpus`.
 
     Args:
@@ -277,10 +322,16 @@ def build_corpus(texts: dict[str, list[str]], tokenizer: str, vocab: int, seq_le
         mask[i, : len(s)] = 1.0
     source = torch.tensor([k for k, s in enumerate(SOURCES) for _ in texts[s]], dtype=torch.long)
     truncated = torch.tensor([n > L for n in lengths])
-    meta = {"tokenizer": tok.name, "tokenizer_vocab": tok.vocab_size, "eos_id": eos, "seq_len": L,
-            "mean_tokens": {s: float(np.mean([n for n, k in zip(lengths, source.tolist()) if SOURCES[k] == s]))
-                            for s in SOURCES},
-            "truncated_share": {s: float(truncated[source == k].float().mean()) for k, s in enumerate(SOURCES)}}
+    meta = {
+        "tokenizer": tok.name,
+        "tokenizer_vocab": tok.vocab_size,
+        "eos_id": eos,
+        "seq_len": L,
+        "mean_tokens": {
+            s: float(np.mean([n for n, k in zip(lengths, source.tolist()) if SOURCES[k] == s])) for s in SOURCES
+        },
+        "truncated_share": {s: float(truncated[source == k].float().mean()) for k, s in enumerate(SOURCES)},
+    }
     return Corpus(tokens, mask, source, truncated, tok, meta)
 
 
@@ -288,8 +339,9 @@ def build_corpus(texts: dict[str, list[str]], tokenizer: str, vocab: int, seq_le
 # Measures
 
 
-def token_counts(tokens: torch.Tensor, mask: torch.Tensor, source: torch.Tensor, vocab: int,
-                 ignore: Sequence[int] = ()) -> dict[str, np.ndarray]:
+def token_counts(
+    tokens: torch.Tensor, mask: torch.Tensor, source: torch.Tensor, vocab: int, ignore: Sequence[int] = ()
+) -> dict[str, np.ndarray]:
     """How often each token id occurs among the kept tokens of each source: ``{source: (vocab,) int64}``
     (``ignore``: ids never counted, e.g. ``<|endoftext|>``)."""
     out = {}
@@ -343,28 +395,47 @@ CLAIMS = (
     ClaimSpec(
         "fig1-prontoqa-loss-falls-faster",
         "Small init (γ = 0.8): PrOntoQA's training loss falls faster than TinyStories' (Fig. 1, §1)",
-        test="compare", relation="lt", margin=0.0, horizon="budget",
+        test="compare",
+        relation="lt",
+        margin=0.0,
+        horizon="budget",
         quantity="PrOntoQA − stories: the area under loss(t)/loss(0) (mean over epochs ≥ 1), and the first epoch with "
-        "loss(t)/loss(0) < claims.halving (one evaluation interval; censored at the last evaluation); paired over seeds"),
+        "loss(t)/loss(0) < claims.halving (one evaluation interval; censored at the last evaluation); paired over seeds",
+    ),
     ClaimSpec(
         "fig6-prontoqa-tokens-less-similar",
         "Small init (γ = 0.8), early in training: the embeddings of tokens exclusive to PrOntoQA are less similar to "
         "each other than those exclusive to TinyStories (Fig. 6, §4.4; the seed: 0.123 vs 0.531)",
-        test="compare", relation="lt", margin=0.0, horizon="budget",
+        test="compare",
+        relation="lt",
+        margin=0.0,
+        horizon="budget",
         needs="at least claims.min_tokens tokens exclusive to each source and parameters kept at 10 % of training",
         quantity="mean pairwise cosine of the most frequent exclusive tokens' embeddings, PrOntoQA − stories, at "
-        "claims.early_fraction of training (paired over seeds)"),
+        "claims.early_fraction of training (paired over seeds)",
+    ),
     ClaimSpec(
         "fig6-gap-small-init-effect",
         "The Fig. 6 gap is a small-initialisation effect: larger at γ = 0.8 than at γ = 0.3 (§4.3–4.4, Eqs. 13–14)",
-        test="compare", relation="gt", margin=0.0, horizon="budget",
+        test="compare",
+        relation="gt",
+        margin=0.0,
+        horizon="budget",
         needs="at least claims.min_tokens tokens exclusive to each source and parameters kept at 10 % of training",
-        quantity="(stories − PrOntoQA mean pairwise cosine) at 10 % of training, γ = 0.8 minus γ = 0.3 (paired)"),
+        quantity="(stories − PrOntoQA mean pairwise cosine) at 10 % of training, γ = 0.8 minus γ = 0.3 (paired)",
+    ),
     ClaimSpec(
         "fig6-no-gap-at-init",
         "At initialisation the two token sets' mean cosines agree (the measure has no built-in bias between the sets)",
-        kind="sanity", test="value", relation="close", expected=0.0, tolerance="claims.init_gap_tol", horizon="static",
-        learning_required=False, quantity="stories − PrOntoQA mean pairwise cosine at initialisation"),
+        kind="sanity",
+        test="value",
+        relation="close",
+        expected=0.0,
+        tolerance="claims.init_gap_tol",
+        horizon="static",
+        learning_required=False,
+        quantity="stories − PrOntoQA mean pairwise cosine at initialisation",
+    ),
 )
 
 
@@ -381,9 +452,13 @@ class AnchorsText(Experiment):
     )
     Config = AnchorsTextConfig
     claims = CLAIMS
-    arm_fields = {"model.init_gamma": "gammas=[...]", "model.max_len": "train.seq_len",
-                  "train.steps": "schedule.epochs", "train.eval_every": "schedule.eval_epochs",
-                  "train.log_every": "schedule.eval_epochs"}
+    arm_fields = {
+        "model.init_gamma": "gammas=[...]",
+        "model.max_len": "train.seq_len",
+        "train.steps": "schedule.epochs",
+        "train.eval_every": "schedule.eval_epochs",
+        "train.log_every": "schedule.eval_epochs",
+    }
     profiles = {
         # One scale-down for 2 CPU cores (1,000 sequences of <= 128 tokens, a 2-layer d = 64 GPT, the
         # local BPE, lr 1e-3, <= 10 min). Kept: the 50/50 mix, γ = 0.8 and the 0.3 control, GPT-2's block shape
@@ -417,8 +492,13 @@ class AnchorsText(Experiment):
         """The run's tokenised corpus: from the cache in ``folder`` when present, else built and cached."""
         if Corpus.cached(folder):
             return Corpus.load(folder)
-        c = build_corpus(source_texts(cfg.data, cfg.seed), cfg.data.tokenizer, cfg.model.vocab, cfg.train.seq_len,
-                         cfg.data.min_frequency)
+        c = build_corpus(
+            source_texts(cfg.data, cfg.seed),
+            cfg.data.tokenizer,
+            cfg.model.vocab,
+            cfg.train.seq_len,
+            cfg.data.min_frequency,
+        )
         c.meta["standin"] = cfg.data.standin
         c.save(folder)
         return c
@@ -441,8 +521,14 @@ class AnchorsText(Experiment):
                 return {k: {n: t.to(device) for n, t in v.items()} for k, v in out.items()}
 
             data = FixedDataset(make, cfg.train.batch, eval_splits=SOURCES, eval_batch=cfg.schedule.eval_batch)
-            trainer = Trainer(tcfg, ctx.device, ctx.progress, label="γ × seed", objective=NextToken(),
-                              snapshot_steps=[cfg.early_epoch * cfg.steps_per_epoch])
+            trainer = Trainer(
+                tcfg,
+                ctx.device,
+                ctx.progress,
+                label="γ × seed",
+                objective=NextToken(),
+                snapshot_steps=[cfg.early_epoch * cfg.steps_per_epoch],
+            )
             gamma_of = arms.gamma_of
             fit_gamma_arms(ctx, trainer, lambda seeds: gamma_gpt(mcfg, seeds, gamma_of), arms, data)
 
@@ -460,17 +546,28 @@ class AnchorsText(Experiment):
             _, b = run.curves(arm, "stories_loss")
             fit = (a + b) / 2  # the loss over both sources (equal shares of the mix)
             finite = all(bool(np.all(np.isfinite(run.curves(arm, n)[1]))) for n in run.names(arm))
-            out[arm] = assess_arm(arm, fit[:, 0].tolist(), fit[:, -1].tolist(), accepted_steps=[float(steps.max())] * fit.shape[0],
-                                  test_error=fit[:, -1].tolist(), trivial_error=self.trivial_error(cfg, arm), all_finite=finite)
+            out[arm] = assess_arm(
+                arm,
+                fit[:, 0].tolist(),
+                fit[:, -1].tolist(),
+                accepted_steps=[float(steps.max())] * fit.shape[0],
+                test_error=fit[:, -1].tolist(),
+                trivial_error=self.trivial_error(cfg, arm),
+                all_finite=finite,
+            )
         return out
 
     # ---- measurement ----------------------------------------------------------------------------
     def exclusive(self, cfg: AnchorsTextConfig, corpus: Corpus) -> dict[str, list[int]]:
         """Fig. 6's token sets: each source's most frequent exclusive tokens, both cut to the same size
         ``min(top_tokens, available in either)`` so the two means are over equally many pairs."""
-        counts = token_counts(corpus.tokens, corpus.mask, corpus.source, cfg.model.vocab, ignore=[corpus.meta["eos_id"]])
-        ex = {s: exclusive_tokens(counts[s], counts[o], cfg.claims.top_tokens)
-              for s, o in ((SOURCES[0], SOURCES[1]), (SOURCES[1], SOURCES[0]))}
+        counts = token_counts(
+            corpus.tokens, corpus.mask, corpus.source, cfg.model.vocab, ignore=[corpus.meta["eos_id"]]
+        )
+        ex = {
+            s: exclusive_tokens(counts[s], counts[o], cfg.claims.top_tokens)
+            for s, o in ((SOURCES[0], SOURCES[1]), (SOURCES[1], SOURCES[0]))
+        }
         k = min(len(v) for v in ex.values())
         return {s: v[:k] for s, v in ex.items()}
 
@@ -480,10 +577,17 @@ class AnchorsText(Experiment):
         spe = cfg.steps_per_epoch
         ex = self.exclusive(cfg, corpus)
         standin = cfg.data.standin
-        out = Measurements({"data_provenance": self.data_provenance(cfg), "stand_in_data": standin, "corpus": corpus.meta,
-                            "exclusive_tokens": {s: len(v) for s, v in ex.items()},
-                            "exclusive_examples": {s: [corpus.tokenizer.decode([i]) for i in v[:12]] for s, v in ex.items()},
-                            "early_epoch": cfg.early_epoch, "seed_reference_cosines": SEED_COSINES})
+        out = Measurements(
+            {
+                "data_provenance": self.data_provenance(cfg),
+                "stand_in_data": standin,
+                "corpus": corpus.meta,
+                "exclusive_tokens": {s: len(v) for s, v in ex.items()},
+                "exclusive_examples": {s: [corpus.tokenizer.decode([i]) for i in v[:12]] for s, v in ex.items()},
+                "early_epoch": cfg.early_epoch,
+                "seed_reference_cosines": SEED_COSINES,
+            }
+        )
         halving: dict[float, dict[str, Crossings]] = {}
         for g in cfg.gammas:
             arm = GammaArms.arm(g)
@@ -493,11 +597,19 @@ class AnchorsText(Experiment):
                 steps, loss = run.curves(arm, f"{s}_loss")
                 ep = steps / spe
                 halving[g][s] = h = halving_epoch(ep, loss, c.halving)
-                m[s] = {"auc": loss_auc(ep, loss), "halving_epoch": h.as_optional(),
-                        "initial_loss": loss[:, 0].tolist(), "final_loss": loss[:, -1].tolist()}
+                m[s] = {
+                    "auc": loss_auc(ep, loss),
+                    "halving_epoch": h.as_optional(),
+                    "initial_loss": loss[:, 0].tolist(),
+                    "final_loss": loss[:, -1].tolist(),
+                }
             cos: dict[str, Any] = {}
             if len(ex[SOURCES[0]]) >= 2:
-                for when, name in (("init", init_arm(arm)), ("early", snapshot_arm(arm, cfg.early_epoch * spe)), ("end", arm)):
+                for when, name in (
+                    ("init", init_arm(arm)),
+                    ("early", snapshot_arm(arm, cfg.early_epoch * spe)),
+                    ("end", arm),
+                ):
                     if (run.path / "arrays" / f"{name}.safetensors").is_file():
                         W = run.arrays(name)["wte"].double()
                         cos[when] = {s: mean_pairwise_cosine(W, ex[s]) for s in SOURCES}
@@ -506,7 +618,9 @@ class AnchorsText(Experiment):
         self._rows(cfg, out, halving, len(ex[SOURCES[0]]))
         return out
 
-    def _rows(self, cfg: AnchorsTextConfig, out: Measurements, halving: dict[float, dict[str, Crossings]], k: int) -> None:
+    def _rows(
+        self, cfg: AnchorsTextConfig, out: Measurements, halving: dict[float, dict[str, Crossings]], k: int
+    ) -> None:
         c = cfg.claims
         P, S = SOURCES
         tag = f" [{STANDIN_LABEL}]" if cfg.data.standin else ""
@@ -514,34 +628,75 @@ class AnchorsText(Experiment):
         main, ctrl = out.values[GammaArms.arm(c.main_gamma)], out.values[GammaArms.arm(c.control_gamma)]
         a_main, a_ctrl = GammaArms.arm(c.main_gamma), GammaArms.arm(c.control_gamma)
         claim = "fig1-prontoqa-loss-falls-faster"
-        out.row(claim, "auc", main[P]["auc"], main[S]["auc"], arms=[a_main], provenance=data_prov,
-                context={"gamma": c.main_gamma}, label=f"area under loss(t)/loss(0), PrOntoQA − stories < 0{tag}")
+        out.row(
+            claim,
+            "auc",
+            main[P]["auc"],
+            main[S]["auc"],
+            arms=[a_main],
+            provenance=data_prov,
+            context={"gamma": c.main_gamma},
+            label=f"area under loss(t)/loss(0), PrOntoQA − stories < 0{tag}",
+        )
         h = halving[c.main_gamma]
-        out.row(claim, "halving-epoch", t50_sample(h[P]), t50_sample(h[S]), arms=[a_main], provenance=data_prov,
-                context={"gamma": c.main_gamma},
-                label=f"first epoch with loss(t)/loss(0) < {c.halving:g}, PrOntoQA − stories < 0{tag}")
+        out.row(
+            claim,
+            "halving-epoch",
+            t50_sample(h[P]),
+            t50_sample(h[S]),
+            arms=[a_main],
+            provenance=data_prov,
+            context={"gamma": c.main_gamma},
+            label=f"first epoch with loss(t)/loss(0) < {c.halving:g}, PrOntoQA − stories < 0{tag}",
+        )
         # Fig. 6 reads parameters at 10 % of training: the seed's setting only at its lr and budget.
-        r = parameter_reading(cfg.early_epoch, cfg.schedule.epochs, cfg.train.lr, SEED_LR_TEXT,
-                              (round(c.early_fraction * SEED_EPOCHS_TEXT),), SEED_EPOCHS_TEXT)
+        r = parameter_reading(
+            cfg.early_epoch,
+            cfg.schedule.epochs,
+            cfg.train.lr,
+            SEED_LR_TEXT,
+            (round(c.early_fraction * SEED_EPOCHS_TEXT),),
+            SEED_EPOCHS_TEXT,
+        )
         prov = "ours" if cfg.data.standin else r.provenance
         early, ce = main["cosine"].get("early"), ctrl["cosine"].get("early")
         ctx = {"gamma": c.main_gamma, "epoch": cfg.early_epoch, "tokens": k}
         if k >= c.min_tokens and early is not None:
-            out.row("fig6-prontoqa-tokens-less-similar", "early", early[P], early[S], arms=[a_main], provenance=prov,
-                    context=ctx, label=f"mean pairwise cosine of {k} exclusive tokens, PrOntoQA − stories < 0 at epoch "
-                                       f"{cfg.early_epoch}; {r.label}{tag}")
+            out.row(
+                "fig6-prontoqa-tokens-less-similar",
+                "early",
+                early[P],
+                early[S],
+                arms=[a_main],
+                provenance=prov,
+                context=ctx,
+                label=f"mean pairwise cosine of {k} exclusive tokens, PrOntoQA − stories < 0 at epoch "
+                f"{cfg.early_epoch}; {r.label}{tag}",
+            )
             if ce is not None:
                 gap_m = [s - p for p, s in zip(early[P], early[S])]
                 gap_c = [s - p for p, s in zip(ce[P], ce[S])]
-                out.row("fig6-gap-small-init-effect", "gap", gap_m, gap_c, arms=[a_main, a_ctrl], provenance=prov,
-                        context={**ctx, "reference_gamma": c.control_gamma},
-                        label=f"gap at γ = {c.main_gamma:g} − gap at γ = {c.control_gamma:g} > 0; {r.label}{tag}")
+                out.row(
+                    "fig6-gap-small-init-effect",
+                    "gap",
+                    gap_m,
+                    gap_c,
+                    arms=[a_main, a_ctrl],
+                    provenance=prov,
+                    context={**ctx, "reference_gamma": c.control_gamma},
+                    label=f"gap at γ = {c.main_gamma:g} − gap at γ = {c.control_gamma:g} > 0; {r.label}{tag}",
+                )
         for g in cfg.gammas:
             ini = out.values[GammaArms.arm(g)]["cosine"].get("init")
             if k >= c.min_tokens and ini is not None:
-                out.row("fig6-no-gap-at-init", f"gamma={g:g}", [s - p for p, s in zip(ini[P], ini[S])],
-                        arms=[GammaArms.arm(g)], context={"gamma": g},
-                        label=f"γ = {g:g}: stories − PrOntoQA cosine at init ≈ 0 (tol {c.init_gap_tol:g}, t)")
+                out.row(
+                    "fig6-no-gap-at-init",
+                    f"gamma={g:g}",
+                    [s - p for p, s in zip(ini[P], ini[S])],
+                    arms=[GammaArms.arm(g)],
+                    context={"gamma": g},
+                    label=f"γ = {g:g}: stories − PrOntoQA cosine at init ≈ 0 (tol {c.init_gap_tol:g}, t)",
+                )
 
     def notes(self, cfg: AnchorsTextConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         c = cfg.claims
@@ -549,29 +704,39 @@ class AnchorsText(Experiment):
         P, S = SOURCES
         notes = []
         if cfg.data.standin:
-            notes.append(f"{STANDIN_LABEL.upper()}: the stories are tdlab's built-in stand-in (templates over a "
-                         "child-level lexicon), not TinyStories; every paper row above was measured on them and is ours "
-                         "(never deciding a paper claim). Use --set data.stories=PATH with a TinyStories text file for the "
-                         "real corpus.")
+            notes.append(
+                f"{STANDIN_LABEL.upper()}: the stories are tdlab's built-in stand-in (templates over a "
+                "child-level lexicon), not TinyStories; every paper row above was measured on them and is ours "
+                "(never deciding a paper claim). Use --set data.stories=PATH with a TinyStories text file for the "
+                "real corpus."
+            )
         notes.append(f"Data: {m['data_provenance']}.")
         meta = m["corpus"]
-        notes.append(f"Corpus: {cfg.data.n_sequences} sequences ≤ {meta['seq_len']} tokens; mean tokens before the cut "
-                     f"PrOntoQA {meta['mean_tokens'][P]:.0f}, stories {meta['mean_tokens'][S]:.0f}; cut: PrOntoQA "
-                     f"{meta['truncated_share'][P]:.0%}, stories {meta['truncated_share'][S]:.0%}; tokenizer "
-                     f"{meta['tokenizer']} ({meta['tokenizer_vocab']} ids).")
+        notes.append(
+            f"Corpus: {cfg.data.n_sequences} sequences ≤ {meta['seq_len']} tokens; mean tokens before the cut "
+            f"PrOntoQA {meta['mean_tokens'][P]:.0f}, stories {meta['mean_tokens'][S]:.0f}; cut: PrOntoQA "
+            f"{meta['truncated_share'][P]:.0%}, stories {meta['truncated_share'][S]:.0%}; tokenizer "
+            f"{meta['tokenizer']} ({meta['tokenizer_vocab']} ids)."
+        )
         k = m["exclusive_tokens"][P]
-        notes.append(f"Fig. 6 token sets: {k} tokens exclusive to each source (of claims.top_tokens = {c.top_tokens}; "
-                     f"a Fig. 6 row needs at least claims.min_tokens = {c.min_tokens}), e.g. PrOntoQA "
-                     f"{m['exclusive_examples'][P][:6]}, stories {m['exclusive_examples'][S][:6]}.")
+        notes.append(
+            f"Fig. 6 token sets: {k} tokens exclusive to each source (of claims.top_tokens = {c.top_tokens}; "
+            f"a Fig. 6 row needs at least claims.min_tokens = {c.min_tokens}), e.g. PrOntoQA "
+            f"{m['exclusive_examples'][P][:6]}, stories {m['exclusive_examples'][S][:6]}."
+        )
         for g in cfg.gammas:
             gm = m[GammaArms.arm(g)]
-            line = [f"γ = {g:g}: AUC of loss/loss(0) PrOntoQA {np.mean(gm[P]['auc']):.3f} vs stories {np.mean(gm[S]['auc']):.3f}; "
-                    f"halving epoch {gm[P]['halving_epoch']} vs {gm[S]['halving_epoch']} (None: not within the run)"]
+            line = [
+                f"γ = {g:g}: AUC of loss/loss(0) PrOntoQA {np.mean(gm[P]['auc']):.3f} vs stories {np.mean(gm[S]['auc']):.3f}; "
+                f"halving epoch {gm[P]['halving_epoch']} vs {gm[S]['halving_epoch']} (None: not within the run)"
+            ]
             for when in ("init", "early", "end"):
                 cw = gm["cosine"].get(when)
                 if cw is not None:
-                    line.append(f"cosine at {when if when != 'early' else f'epoch {cfg.early_epoch}'}: PrOntoQA "
-                                f"{np.mean(cw[P]):.3f} vs stories {np.mean(cw[S]):.3f}")
+                    line.append(
+                        f"cosine at {when if when != 'early' else f'epoch {cfg.early_epoch}'}: PrOntoQA "
+                        f"{np.mean(cw[P]):.3f} vs stories {np.mean(cw[S]):.3f}"
+                    )
             notes.append("; ".join(line) + " (seed means; the seed, Fig. 6: 0.123 vs 0.531).")
         line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TEXT, SEED_EPOCHS_TEXT)
         if line:
@@ -581,7 +746,11 @@ class AnchorsText(Experiment):
     @staticmethod
     def data_provenance(cfg: AnchorsTextConfig) -> str:
         d = cfg.data
-        pq = f"PrOntoQA from {d.prontoqa}" if d.prontoqa else "PrOntoQA from tdlab's generator (approximate: our samples)"
+        pq = (
+            f"PrOntoQA from {d.prontoqa}"
+            if d.prontoqa
+            else "PrOntoQA from tdlab's generator (approximate: our samples)"
+        )
         st = f"TinyStories from {d.stories}" if d.stories else f"stories: {STANDIN_LABEL} (built-in templates)"
         tk = "GPT-2's BPE" if d.tokenizer == "gpt2" else f"a local BPE of {cfg.model.vocab} ids trained on the corpus"
         return f"{pq}; {st}; tokenizer: {tk}"
@@ -598,7 +767,9 @@ class AnchorsText(Experiment):
             for s in SOURCES:
                 steps, v = run.curves(GammaArms.arm(g), f"{s}_loss")
                 curve_with_band(ax, steps / spe, v, SOURCE_LABELS[s], SOURCE_COLORS[s])
-            ax.axvline(cfg.early_epoch, color="grey", ls=":", lw=0.8, label=f"{cfg.claims.early_fraction:.0%} of training")
+            ax.axvline(
+                cfg.early_epoch, color="grey", ls=":", lw=0.8, label=f"{cfg.claims.early_fraction:.0%} of training"
+            )
             ax.set_xlabel("epoch")
             ax.set_ylabel("training loss (next token)")
             ax.set_title(f"γ = {g:g}")
@@ -619,11 +790,14 @@ class AnchorsText(Experiment):
                     ax = axes[r][col]
                     im = ax.imshow(C, vmin=-1, vmax=1, cmap="RdBu_r")
                     mean = float(np.mean(mean_pairwise_cosine(W, ex[s])))
-                    ax.set_title(f"γ = {g:g}, {SOURCE_LABELS[s]}: mean cos {mean:.3f} (seed: {SEED_COSINES[s]})", fontsize=9)
+                    ax.set_title(
+                        f"γ = {g:g}, {SOURCE_LABELS[s]}: mean cos {mean:.3f} (seed: {SEED_COSINES[s]})", fontsize=9
+                    )
                     ax.set_xlabel(f"{len(ex[s])} most frequent exclusive tokens")
                     plt.colorbar(im, ax=ax, fraction=0.046)
-            fig.suptitle(f"Fig. 6 — cosine among exclusive tokens' embeddings at epoch {cfg.early_epoch} "
-                         f"({cfg.claims.early_fraction:.0%} of training; seed 0; mean over all seeds in titles){label}")
+            fig.suptitle(
+                f"Fig. 6 — cosine among exclusive tokens' embeddings at epoch {cfg.early_epoch} "
+                f"({cfg.claims.early_fraction:.0%} of training; seed 0; mean over all seeds in titles){label}"
+            )
             paths.append(save_figure(fig, figdir / "fig6_exclusive_token_cosines.png"))
         return paths
-

@@ -67,12 +67,38 @@ if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with th
     from matplotlib.figure import Figure
 
 __all__ = [
-    "SPLIT_NAMES", "SPLIT_LABELS", "SEED_EPOCHS", "SEED_LR_TRANSFORMER", "SEED_LR_EMB_MLP", "EpochsConfig",
-    "Seed001TrainConfig", "Seed001GPTConfig", "GammaArms", "gamma_gpt", "anchor_splits", "fixed_data",
-    "epoch_train_config", "fit_gamma_arms", "t50", "auc", "t50_sample", "ArmCurves", "split_label_laws",
-    "label_marginal_losses", "Reading", "parameter_reading", "AnchorsHealth", "plot_split_curves", "cosine_heatmap",
-    "check_gammas", "RSN_PAST_MARGINAL", "record_rsn_past_marginal", "reading_note", "reasoning_first_claim",
-    "reasoning_first_rows", "bias_gap",
+    "RSN_PAST_MARGINAL",
+    "SEED_EPOCHS",
+    "SEED_LR_EMB_MLP",
+    "SEED_LR_TRANSFORMER",
+    "SPLIT_LABELS",
+    "SPLIT_NAMES",
+    "AnchorsHealth",
+    "ArmCurves",
+    "EpochsConfig",
+    "GammaArms",
+    "Reading",
+    "Seed001GPTConfig",
+    "Seed001TrainConfig",
+    "anchor_splits",
+    "auc",
+    "bias_gap",
+    "check_gammas",
+    "cosine_heatmap",
+    "epoch_train_config",
+    "fit_gamma_arms",
+    "fixed_data",
+    "gamma_gpt",
+    "label_marginal_losses",
+    "parameter_reading",
+    "plot_split_curves",
+    "reading_note",
+    "reasoning_first_claim",
+    "reasoning_first_rows",
+    "record_rsn_past_marginal",
+    "split_label_laws",
+    "t50",
+    "t50_sample",
 ]
 
 SPLIT_NAMES: tuple[str, ...] = ("mem", "rsn_train", "test")  # eval splits (metric prefixes)
@@ -182,8 +208,13 @@ def gamma_gpt(cfg: GPTConfig, seeds: Sequence[int], gamma_of: Mapping[int, float
     return assemble(GPT(cfg, seeds), (GPT(cfg.updated({"init_gamma": float(gamma_of[s])}), [s]) for s in seeds))
 
 
-def anchor_splits(task: Anchors, n_train: int, n_eval: int, n_test: int,
-                  view: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None):
+def anchor_splits(
+    task: Anchors,
+    n_train: int,
+    n_eval: int,
+    n_test: int,
+    view: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None,
+):
     """The ``make(gen, device)`` of :class:`FixedDataset`: one member's ``train`` set (D_mem ∪ D_rsn,train),
     its ``mem`` / ``rsn_train`` evaluation subsets (the first ``n_eval`` training sequences of each kind)
     and the held-out ``test`` set (D_rsn,test, ``n_test`` sequences of ``M``).
@@ -212,23 +243,40 @@ def anchor_splits(task: Anchors, n_train: int, n_eval: int, n_test: int,
     return make
 
 
-def fixed_data(task: Anchors, arms: GammaArms, n_train: int, ep: EpochsConfig, n_test: int, batch: int,
-               view: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None) -> FixedDataset:
+def fixed_data(
+    task: Anchors,
+    arms: GammaArms,
+    n_train: int,
+    ep: EpochsConfig,
+    n_test: int,
+    batch: int,
+    view: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None,
+) -> FixedDataset:
     """The fixed data set of a γ-sweep: one per seed index, shared by its γ arms."""
-    return FixedDataset(anchor_splits(task, n_train, ep.n_eval, n_test, view), batch, eval_splits=SPLIT_NAMES,
-                        eval_batch=ep.eval_batch, data_seeds=arms.data_seeds)
+    return FixedDataset(
+        anchor_splits(task, n_train, ep.n_eval, n_test, view),
+        batch,
+        eval_splits=SPLIT_NAMES,
+        eval_batch=ep.eval_batch,
+        data_seeds=arms.data_seeds,
+    )
 
 
-def epoch_train_config(train: TrainConfig, ep: EpochsConfig, n_train: int, seq_len: int, epochs: int | None = None) -> TrainConfig:
+def epoch_train_config(
+    train: TrainConfig, ep: EpochsConfig, n_train: int, seq_len: int, epochs: int | None = None
+) -> TrainConfig:
     """``train`` with steps, evaluation and logging counted in epochs of ``n_train // batch`` steps.
     ``seq_len`` is the sequence length (the trainer's CPU chunking reads it)."""
     spe = max(1, n_train // train.batch)
     e = ep.epochs if epochs is None else epochs
-    return train.updated({"steps": e * spe, "eval_every": ep.eval_epochs * spe, "log_every": spe, "seq_len": max(2, seq_len)})
+    return train.updated(
+        {"steps": e * spe, "eval_every": ep.eval_epochs * spe, "log_every": spe, "seq_len": max(2, seq_len)}
+    )
 
 
-def fit_gamma_arms(ctx: RunContext, trainer: Trainer, build: Callable[[list[int]], Any], arms: GammaArms,
-                   data: Any) -> dict[str, FitResult]:
+def fit_gamma_arms(
+    ctx: RunContext, trainer: Trainer, build: Callable[[list[int]], Any], arms: GammaArms, data: Any
+) -> dict[str, FitResult]:
     """One ensemble fit of every (γ, seed) member, stored as one arm per γ (``gamma=<γ>``).
 
     Like :meth:`RunContext.fit`: checkpointed in the run's ``checkpoints/``, skipped when a resumed run
@@ -252,8 +300,10 @@ def fit_gamma_arms(ctx: RunContext, trainer: Trainer, build: Callable[[list[int]
         for g, arm in enumerate(names):
             idx = arms.members_of(g)
             pos = {m: i for i, m in enumerate(idx)}
-            sub = FitResult(rows=[(s, pos[m], n, v) for s, m, n, v in result.rows if m in pos],
-                            states=[result.states[m] for m in idx if m < len(result.states)])
+            sub = FitResult(
+                rows=[(s, pos[m], n, v) for s, m, n, v in result.rows if m in pos],
+                states=[result.states[m] for m in idx if m < len(result.states)],
+            )
             ctx.store_rows(arm, sub.rows)
             ctx.writer.save_arrays(arm, sub.states)
             ctx.writer.save_arrays(init_arm(arm), [init[m] for m in idx])
@@ -358,12 +408,12 @@ def split_label_laws(task: Anchors) -> dict[str, np.ndarray]:
                 np.add.at(law, z + S, 1.0 / z.size)
             elif c.memory_groups:
                 lo, hi = task.group_range(int(task.mem_groups[j]))
-                law[lo: hi + 1] += 1.0 / (hi - lo + 1)
+                law[lo : hi + 1] += 1.0 / (hi - lo + 1)
             elif c.memory_labels == "uniform":
                 law[z] += 1.0 / z.size
             else:
                 for zz in z:
-                    law[zz - S: zz + S + 1] += 1.0 / ((2 * S + 1) * z.size)
+                    law[zz - S : zz + S + 1] += 1.0 / ((2 * S + 1) * z.size)
         out[split] = law / len(tuples)
     return out
 
@@ -389,34 +439,62 @@ def label_marginal_losses(task: Anchors) -> dict[str, float]:
 RSN_PAST_MARGINAL = Stage(
     "rsn-train-past-label-marginal",
     "the arm's final loss on D_rsn,train is below that of the training set's label marginal (the best "
-    "input-blind predictor): it has learnt something of the reasoning map")
+    "input-blind predictor): it has learnt something of the reasoning map",
+)
 
 
 def record_rsn_past_marginal(out: Any, arm: str, curves: ArmCurves, marginal: Mapping[str, float]) -> None:
     """Record :data:`RSN_PAST_MARGINAL` for ``arm`` (``out``: the :class:`~tdlab.claims.Measurements`)."""
-    out.stage(arm, RSN_PAST_MARGINAL, curves.loss["rsn_train"][:, -1], marginal["rsn_train"], "lt",
-              evidence="final D_rsn,train loss vs the label marginal's, nats")
+    out.stage(
+        arm,
+        RSN_PAST_MARGINAL,
+        curves.loss["rsn_train"][:, -1],
+        marginal["rsn_train"],
+        "lt",
+        evidence="final D_rsn,train loss vs the label marginal's, nats",
+    )
 
 
 def reasoning_first_claim(id: str, statement: str) -> ClaimSpec:
     """Fig. 2's ordering at small init, declared once for the transformer (2A) and the Emb-MLP (2B): both
     reasoning sets are learnt before the memory set (rows of :func:`reasoning_first_rows`)."""
     return ClaimSpec(
-        id, statement, test="compare", relation="lt", margin=0.0, horizon="budget", stage=RSN_PAST_MARGINAL,
+        id,
+        statement,
+        test="compare",
+        relation="lt",
+        margin=0.0,
+        horizon="budget",
+        stage=RSN_PAST_MARGINAL,
         quantity="T50 (first evaluated epoch with accuracy above claims.t50_acc; known to one evaluation interval, "
         "censored at the last evaluation when never reached) of D_rsn,train or D_rsn,test minus T50 of D_mem; and "
-        "AUC_mem − AUC_rsn,test (mean accuracy over epochs ≥ 1); paired over seeds", unit=" epochs")
+        "AUC_mem − AUC_rsn,test (mean accuracy over epochs ≥ 1); paired over seeds",
+        unit=" epochs",
+    )
 
 
 def reasoning_first_rows(out: Any, claim: str, arm: str, curves: ArmCurves, threshold: float, gamma: float) -> None:
     """The rows of :func:`reasoning_first_claim` for one arm (``out``: the :class:`~tdlab.claims.Measurements`)."""
     mem = t50_sample(curves.t50("mem", threshold))
     for split, name in (("rsn_train", "rsn-train"), ("test", "rsn-test")):
-        out.row(claim, f"t50-{name}-before-mem", t50_sample(curves.t50(split, threshold)), mem,
-                arms=[arm], context={"gamma": gamma, "split": split},
-                label=f"γ = {gamma:g}: T50 of {SPLIT_LABELS[split]} − T50 of D_mem < 0")
-    out.row(claim, "auc-mem-below-rsn-test", curves.auc("mem"), curves.auc("test"), arms=[arm],
-            context={"gamma": gamma}, label=f"γ = {gamma:g}: AUC_mem − AUC_rsn,test < 0")
+        out.row(
+            claim,
+            f"t50-{name}-before-mem",
+            t50_sample(curves.t50(split, threshold)),
+            mem,
+            arms=[arm],
+            context={"gamma": gamma, "split": split},
+            label=f"γ = {gamma:g}: T50 of {SPLIT_LABELS[split]} − T50 of D_mem < 0",
+        )
+    out.row(
+        claim,
+        "auc-mem-below-rsn-test",
+        curves.auc("mem"),
+        curves.auc("test"),
+        arms=[arm],
+        context={"gamma": gamma},
+        label=f"γ = {gamma:g}: AUC_mem − AUC_rsn,test < 0",
+    )
 
 
 def bias_gap(curves: ArmCurves) -> list[float]:
@@ -432,8 +510,14 @@ class Reading:
     label: str
 
 
-def parameter_reading(epoch: int, epochs: int, lr: float, seed_lr: float, seed_epochs: Sequence[int] | None = None,
-                      seed_budget: int = SEED_EPOCHS) -> Reading:
+def parameter_reading(
+    epoch: int,
+    epochs: int,
+    lr: float,
+    seed_lr: float,
+    seed_epochs: Sequence[int] | None = None,
+    seed_budget: int = SEED_EPOCHS,
+) -> Reading:
     """The provenance of a row read from the parameters after ``epoch`` of an ``epochs``-epoch run at a
     constant ``lr``, for a figure the seed reads after ``seed_epochs`` of its ``seed_budget`` epochs at
     ``seed_lr`` (``None``: the end of training, where the seed names no epoch).
@@ -447,19 +531,24 @@ def parameter_reading(epoch: int, epochs: int, lr: float, seed_lr: float, seed_e
     seed_epoch = min(seed_epochs or (seed_budget,), key=lambda e: abs(e / seed_budget - epoch / epochs))
     if math.isclose(lr, seed_lr, rel_tol=1e-9) and epochs == seed_budget and epoch == seed_epoch:
         return Reading("seed", f"epoch {epoch} of {epochs} at lr {lr:g}: the seed's reading")
-    return Reading("ours", f"read after epoch {epoch} of {epochs} at lr {lr:g} ({lr / seed_lr:.3g}× the seed's "
-                           f"{seed_lr:g}), standing for the seed's epoch {seed_epoch} of {seed_budget}: not the seed's "
-                           "setting")
+    return Reading(
+        "ours",
+        f"read after epoch {epoch} of {epochs} at lr {lr:g} ({lr / seed_lr:.3g}× the seed's "
+        f"{seed_lr:g}), standing for the seed's epoch {seed_epoch} of {seed_budget}: not the seed's "
+        "setting",
+    )
 
 
 def reading_note(cfg_lr: float, epochs: int, seed_lr: float, seed_budget: int = SEED_EPOCHS) -> str | None:
     """The notes' line when a run's parameters are not read in the seed's setting (``None`` when they are)."""
     if math.isclose(cfg_lr, seed_lr, rel_tol=1e-9) and epochs == seed_budget:
         return None
-    return (f"This run trains {epochs} epochs at lr {cfg_lr:g} ({cfg_lr / seed_lr:.3g}× the seed's {seed_lr:g} over "
-            f"{seed_budget} epochs): statements about the trained parameters at an epoch are read at a scaled epoch "
-            "under a larger learning rate, which is not the seed's setting. Those rows are ours: judged and shown, "
-            "never deciding a paper claim (the paper profile reads them at the seed's epochs and learning rate).")
+    return (
+        f"This run trains {epochs} epochs at lr {cfg_lr:g} ({cfg_lr / seed_lr:.3g}× the seed's {seed_lr:g} over "
+        f"{seed_budget} epochs): statements about the trained parameters at an epoch are read at a scaled epoch "
+        "under a larger learning rate, which is not the seed's setting. Those rows are ours: judged and shown, "
+        "never deciding a paper claim (the paper profile reads them at the seed's epochs and learning rate)."
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -494,14 +583,21 @@ class AnchorsHealth:
             steps, rsn = run.curves(arm, "rsn_train_loss")
             fit = (w_mem * mem + w_rsn * rsn) / (w_mem + w_rsn)  # loss on the training distribution
             finite = all(bool(np.all(np.isfinite(run.curves(arm, n)[1]))) for n in run.names(arm))
-            out[arm] = assess_arm(arm, fit[:, 0].tolist(), fit[:, -1].tolist(),
-                                  accepted_steps=[float(steps.max())] * fit.shape[0], test_error=fit[:, -1].tolist(),
-                                  trivial_error=self.trivial_error(cfg, arm), all_finite=finite)
+            out[arm] = assess_arm(
+                arm,
+                fit[:, 0].tolist(),
+                fit[:, -1].tolist(),
+                accepted_steps=[float(steps.max())] * fit.shape[0],
+                test_error=fit[:, -1].tolist(),
+                trivial_error=self.trivial_error(cfg, arm),
+                all_finite=finite,
+            )
         return out
 
 
-def plot_split_curves(view: RunView, arms: Sequence[tuple[str, str]], steps_per_epoch: int,
-                      chance: float | None = None, title: str = "") -> Figure:
+def plot_split_curves(
+    view: RunView, arms: Sequence[tuple[str, str]], steps_per_epoch: int, chance: float | None = None, title: str = ""
+) -> Figure:
     """Fig. 2-style panels: loss (top) and accuracy (bottom) on D_mem, D_rsn,train, D_rsn,test over
     epochs, one column per ``(arm, column title)``; mean over members with a min–max band."""
     from tdlab.report.figures import curve_with_band, plt

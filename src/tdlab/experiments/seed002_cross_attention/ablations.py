@@ -21,10 +21,20 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.experiments.seed002_cross_attention.common import (
-    PAPER, ICLTrainConfig, LSATrainConfig, RegressionArms, TaskConfig, TestConfig, at, fit_arm, lca_builder,
-    prepare_test_sets, threads_field,
+    PAPER,
+    ICLTrainConfig,
+    LSATrainConfig,
+    RegressionArms,
+    TaskConfig,
+    TestConfig,
+    at,
+    fit_arm,
+    lca_builder,
+    prepare_test_sets,
+    threads_field,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LSA
@@ -32,9 +42,8 @@ from tdlab.seeding import member_seeds
 from tdlab.theory.icl import bayes_risk, response_second_moment, sample_mean_risk
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.regression import RegressionTrainer
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["ABLATIONS", "AblationClaims", "AblationConfig", "IclAblations", "CLAIMS", "ZERO_PREDICTORS", "F0X"]
+__all__ = ["ABLATIONS", "CLAIMS", "F0X", "ZERO_PREDICTORS", "AblationClaims", "AblationConfig", "IclAblations"]
 
 ABLATIONS: dict[str, dict] = {
     # name: LCA options (App. G), all at depth T with the paper's F_0 = 0
@@ -65,8 +74,16 @@ class AblationConfig(ExperimentConfig):
     members: int = Field(3, ge=1, le=4096)  # Figs. 5-6: 10 training runs (paper profile)
     task: TaskConfig = TaskConfig()
     depth: int = Field(10, ge=1)  # Figs. 5-6: T = 10
-    models: list[str] = ["lca-one", "lca-two", "no-S-one", "deep-lsa-no-S-one", "deep-lsa-two", "lsa",
-                         "no-S-one-F0X", "deep-lsa-no-S-one-F0X"]
+    models: list[str] = [
+        "lca-one",
+        "lca-two",
+        "no-S-one",
+        "deep-lsa-no-S-one",
+        "deep-lsa-two",
+        "lsa",
+        "no-S-one-F0X",
+        "deep-lsa-no-S-one-F0X",
+    ]
     train: ICLTrainConfig = ICLTrainConfig()  # Figs. 5-6: GD on l_{N,L_tr}, L_tr = 100, N = 2000
     lsa_train: LSATrainConfig = LSATrainConfig()
     test: TestConfig = TestConfig()
@@ -89,36 +106,62 @@ CLAIMS = (
     ClaimSpec(
         "removing-S-compromises-lca",
         "Fig. 5: removing the S_t skip-connection compromises the one-parameter LCA_T (higher test MSE)",
-        test="compare", relation="gt", quantity="test MSE of the ablation without S_t − MSE of the one-parameter LCA at "
-        "the largest L_te (paired over members: same test prompts)", margin=0.0, horizon="convergence"),
+        test="compare",
+        relation="gt",
+        quantity="test MSE of the ablation without S_t − MSE of the one-parameter LCA at "
+        "the largest L_te (paired over members: same test prompts)",
+        margin=0.0,
+        horizon="convergence",
+    ),
     ClaimSpec(
         "one-param-ablations-no-better-than-sample-mean",
         "Fig. 5: in the one-parameter setting the ablations without S_t fail to improve upon the in-context sample mean",
-        test="value", relation="ge", quantity="test MSE of the ablation − MSE of the sample mean's L_te -> inf limit (the "
+        test="value",
+        relation="ge",
+        quantity="test MSE of the ablation − MSE of the sample mean's L_te -> inf limit (the "
         "zero predictor: y_bar -> E[y | m, zeta] = 0) on the same prompts, at every L_te >= claims.min_context",
-        expected=0.0, tolerance="claims.numerical_tol", horizon="convergence", learning_required=False,
+        expected=0.0,
+        tolerance="claims.numerical_tol",
+        horizon="convergence",
+        learning_required=False,
         # In the seed's setting (F_0 = 0, no injection) the ablations predict exactly 0, so the statement is true
         # by construction there: that is the sanity check below. Only tdlab's trainable F_0 = X variants measure
         # something, and they are ours: this group has no seed row by design.
         needs="a setting where the seed's ablations can learn; the seed's F_0 = 0 ablations predict exactly 0 "
-              "(sanity no-S-ablations-predict-zero), our F_0 = X variants are shown"),
+        "(sanity no-S-ablations-predict-zero), our F_0 = X variants are shown",
+    ),
     ClaimSpec(
         "deep-lsa-two-between",
         "Fig. 6: swapping LCA for LSA on F_t (S_t kept, Eq. G.2) deteriorates performance, albeit improving upon the "
         "sample mean and the single-layer LSA",
-        test="compare", relation="lt", quantity="at the largest L_te, paired over members: MSE(LCA two) − MSE(deep LSA "
-        "two); MSE(deep LSA two) − MSE(sample mean); MSE(deep LSA two) − MSE(single-layer LSA)", margin=0.0,
-        horizon="budget"),
+        test="compare",
+        relation="lt",
+        quantity="at the largest L_te, paired over members: MSE(LCA two) − MSE(deep LSA "
+        "two); MSE(deep LSA two) − MSE(sample mean); MSE(deep LSA two) − MSE(single-layer LSA)",
+        margin=0.0,
+        horizon="budget",
+    ),
     ClaimSpec(
         "lca-best-of-all",
         "Figs. 5-6: the LCA models are better than every ablation and the sample mean",
-        test="compare", relation="lt", quantity="MSE of the LCA − the smallest MSE among the seed's other models and "
-        "the sample mean, per member, at the largest L_te", margin=0.0, horizon="budget"),
+        test="compare",
+        relation="lt",
+        quantity="MSE of the LCA − the smallest MSE among the seed's other models and "
+        "the sample mean, per member, at the largest L_te",
+        margin=0.0,
+        horizon="budget",
+    ),
     ClaimSpec(
         "no-S-ablations-predict-zero",
         "the seed's no-S_t ablations (F_0 = 0, no injection) predict exactly 0: MSE = the mean y_q^2 of the test prompts",
-        kind="sanity", test="value", relation="le", quantity="largest |MSE − mean y_q^2| over L_te",
-        expected=0.0, tolerance="claims.numerical_tol", horizon="static"),
+        kind="sanity",
+        test="value",
+        relation="le",
+        quantity="largest |MSE − mean y_q^2| over L_te",
+        expected=0.0,
+        tolerance="claims.numerical_tol",
+        horizon="static",
+    ),
 )
 
 
@@ -137,13 +180,17 @@ class IclAblations(RegressionArms, Experiment):
     Config = AblationConfig
     claims = CLAIMS
     profiles = {
-        "quick": {"members": 3, "train": {"prompts": 1000}, "lsa_train": {"prompts": 1000, "steps": 300},
-                  "test": {"prompts": 500, "contexts": [10, 30, 100, 300, 1000, 3000], "population_prompts": 20000}},
+        "quick": {
+            "members": 3,
+            "train": {"prompts": 1000},
+            "lsa_train": {"prompts": 1000, "steps": 300},
+            "test": {"prompts": 500, "contexts": [10, 30, 100, 300, 1000, 3000], "population_prompts": 20000},
+        },
         "paper": {"members": 10, "lsa_train": {"steps": 5000}},
     }
     # atlas: the ablations compare against a trained LSA; its GD budget decides how close it is to its floor
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('lsa_train.steps', (1000, 5000, 20000), quick=(150, 300), label='LSA steps'),),
+        axes=(AtlasAxis("lsa_train.steps", (1000, 5000, 20000), quick=(150, 300), label="LSA steps"),),
         why="The ablation claims compare the cross-attention readouts with an LSA trained by gradient descent; at the quick profile's 300 steps the LSA may sit above its floor, so its step budget is the setting the comparisons hinge on.",
     )
 
@@ -171,19 +218,29 @@ class IclAblations(RegressionArms, Experiment):
         Ls = cfg.test.contexts
         L_max = Ls[-1]
         k_max = Ls.index(L_max)
-        big = [L for L in Ls if L >= c.min_context] or [L_max]
+        big = [L for L in Ls if c.min_context <= L] or [L_max]
         mse = {m: np.stack([at(run, m, "te_mse", L) for L in Ls], 1) for m in cfg.models}
         mean = np.stack([at(run, "baselines", "sample_mean_mse", L) for L in Ls], 1)
         bayes = np.stack([at(run, "baselines", "bayes_mse", L) for L in Ls], 1)
         zero = np.stack([at(run, "baselines", "zero_mse", L) for L in Ls], 1)
-        out = Measurements({
-            "L_te": Ls, "bayes_risk": bayes_risk(task), "sample_mean_risk_theory": {L: sample_mean_risk(task, L) for L in Ls},
-            "zero_predictor_risk_theory": response_second_moment(task),
-            "sample_mean_mse": mean.mean(0).tolist(), "bayes_mse": bayes.mean(0).tolist(), "zero_mse": zero.mean(0).tolist(),
-            **{f"{m}/mse_vs_Lte": mse[m].mean(0).tolist() for m in cfg.models},
-            **{f"{m}/mse_std_vs_Lte": mse[m].std(0).tolist() for m in cfg.models},
-            "converged": {m: bool(np.all(run.final(m, "grad_norm") <= (cfg.train.grad_tol or 0.0))) for m in cfg.models if m != "lsa"},
-        })
+        out = Measurements(
+            {
+                "L_te": Ls,
+                "bayes_risk": bayes_risk(task),
+                "sample_mean_risk_theory": {L: sample_mean_risk(task, L) for L in Ls},
+                "zero_predictor_risk_theory": response_second_moment(task),
+                "sample_mean_mse": mean.mean(0).tolist(),
+                "bayes_mse": bayes.mean(0).tolist(),
+                "zero_mse": zero.mean(0).tolist(),
+                **{f"{m}/mse_vs_Lte": mse[m].mean(0).tolist() for m in cfg.models},
+                **{f"{m}/mse_std_vs_Lte": mse[m].std(0).tolist() for m in cfg.models},
+                "converged": {
+                    m: bool(np.all(run.final(m, "grad_norm") <= (cfg.train.grad_tol or 0.0)))
+                    for m in cfg.models
+                    if m != "lsa"
+                },
+            }
+        )
 
         def has(*names: str) -> bool:
             return all(n in cfg.models for n in names)
@@ -195,34 +252,74 @@ class IclAblations(RegressionArms, Experiment):
             prov = _provenance(name)
             if has("lca-one"):
                 # a zero predictor cannot train (its gradient is 0): the row depends on the LCA's training only
-                out.row("removing-S-compromises-lca", name, at_max(name), at_max("lca-one"),
-                        arms=["lca-one"] if name in ZERO_PREDICTORS else [name, "lca-one"], provenance=prov,
-                        label=f"MSE of {name}{' (F_0 = X, ours)' if prov == 'ours' else ''} > MSE of lca-one at L_te = {L_max}")
+                out.row(
+                    "removing-S-compromises-lca",
+                    name,
+                    at_max(name),
+                    at_max("lca-one"),
+                    arms=["lca-one"] if name in ZERO_PREDICTORS else [name, "lca-one"],
+                    provenance=prov,
+                    label=f"MSE of {name}{' (F_0 = X, ours)' if prov == 'ours' else ''} > MSE of lca-one at L_te = {L_max}",
+                )
             for L in big if name in F0X else ():
                 k = Ls.index(L)
-                out.row("one-param-ablations-no-better-than-sample-mean", f"{name}/L{L}", Sample(mse[name][:, k] - zero[:, k]),
-                        arms=[name], provenance=prov, context={"L_te": L},
-                        label=f"{name}{' (F_0 = X, ours)' if prov == 'ours' else ''}: MSE − the sample mean's L_te -> inf "
-                              f"limit's (mean y_q²) on the same prompts ≥ 0 at L_te = {L} (ȳ's own MSE there: "
-                              f"{mean[:, k].mean():.4f})")
+                out.row(
+                    "one-param-ablations-no-better-than-sample-mean",
+                    f"{name}/L{L}",
+                    Sample(mse[name][:, k] - zero[:, k]),
+                    arms=[name],
+                    provenance=prov,
+                    context={"L_te": L},
+                    label=f"{name}{' (F_0 = X, ours)' if prov == 'ours' else ''}: MSE − the sample mean's L_te -> inf "
+                    f"limit's (mean y_q²) on the same prompts ≥ 0 at L_te = {L} (ȳ's own MSE there: "
+                    f"{mean[:, k].mean():.4f})",
+                )
             if name in ZERO_PREDICTORS:
-                out.row("no-S-ablations-predict-zero", name, Sample(np.abs(mse[name] - zero).max(1), deterministic=True),
-                        label=f"{name}: largest |MSE − mean y_q²| over L_te")
+                out.row(
+                    "no-S-ablations-predict-zero",
+                    name,
+                    Sample(np.abs(mse[name] - zero).max(1), deterministic=True),
+                    label=f"{name}: largest |MSE − mean y_q²| over L_te",
+                )
         if has("deep-lsa-two", "lca-two"):
-            out.row("deep-lsa-two-between", "worse-than-lca-two", at_max("lca-two"), at_max("deep-lsa-two"),
-                    arms=["deep-lsa-two", "lca-two"], label=f"MSE lca-two < deep-lsa-two at L_te = {L_max}")
+            out.row(
+                "deep-lsa-two-between",
+                "worse-than-lca-two",
+                at_max("lca-two"),
+                at_max("deep-lsa-two"),
+                arms=["deep-lsa-two", "lca-two"],
+                label=f"MSE lca-two < deep-lsa-two at L_te = {L_max}",
+            )
         if has("deep-lsa-two"):
-            out.row("deep-lsa-two-between", "better-than-sample-mean", at_max("deep-lsa-two"), Sample(mean[:, k_max]),
-                    arms=["deep-lsa-two"], label=f"MSE deep-lsa-two < ȳ at L_te = {L_max}")
+            out.row(
+                "deep-lsa-two-between",
+                "better-than-sample-mean",
+                at_max("deep-lsa-two"),
+                Sample(mean[:, k_max]),
+                arms=["deep-lsa-two"],
+                label=f"MSE deep-lsa-two < ȳ at L_te = {L_max}",
+            )
         if has("deep-lsa-two", "lsa"):
-            out.row("deep-lsa-two-between", "better-than-lsa", at_max("deep-lsa-two"), at_max("lsa"),
-                    arms=["deep-lsa-two", "lsa"], label=f"MSE deep-lsa-two < single-layer LSA at L_te = {L_max}")
+            out.row(
+                "deep-lsa-two-between",
+                "better-than-lsa",
+                at_max("deep-lsa-two"),
+                at_max("lsa"),
+                arms=["deep-lsa-two", "lsa"],
+                label=f"MSE deep-lsa-two < single-layer LSA at L_te = {L_max}",
+            )
         others = [m for m in cfg.models if m not in LCAS and m not in F0X]
         trainable = [m for m in others if m not in ZERO_PREDICTORS]
         for name in (n for n in LCAS if has(n)):
             best = np.min(np.stack([mse[m][:, k_max] for m in others] + [mean[:, k_max]], 1), 1)
-            out.row("lca-best-of-all", name, at_max(name), Sample(best), arms=[name, *trainable],
-                    label=f"MSE {name} < the best of {others + ['ȳ']} (per member) at L_te = {L_max}")
+            out.row(
+                "lca-best-of-all",
+                name,
+                at_max(name),
+                Sample(best),
+                arms=[name, *trainable],
+                label=f"MSE {name} < the best of {others + ['ȳ']} (per member) at L_te = {L_max}",
+            )
         return out
 
     def notes(self, cfg: AblationConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
@@ -235,11 +332,18 @@ class IclAblations(RegressionArms, Experiment):
                 f"The seed's one-parameter ablations ({', '.join(zero_pred)}) start from F_0 = 0 and, without S_t, keep F_t = 0: "
                 f"they predict exactly 0, the sample mean's L_te -> inf limit, so 'no better than the sample mean' holds for "
                 f"them by construction (their MSE, E[y²] = {v['zero_predictor_risk_theory']:g}, is below ȳ's 1 + 1/L_te only "
-                f"by ȳ's own estimation cost). The F_0 = X variants are ours: trainable, shown, never deciding.")
+                f"by ȳ's own estimation cost). The F_0 = X variants are ours: trainable, shown, never deciding."
+            )
         for m in cfg.models:
-            notes.append(f"{m}: MSE at L_te = {Ls[-1]} {v[f'{m}/mse_vs_Lte'][-1]:.4f} ± {v[f'{m}/mse_std_vs_Lte'][-1]:.4f} "
-                         f"(sample mean {v['sample_mean_mse'][-1]:.4f}, Bayes {v['bayes_mse'][-1]:.4f})"
-                         + ("" if m == "lsa" else f"; GD {'converged' if v['converged'].get(m) else 'stopped at its step budget'}"))
+            notes.append(
+                f"{m}: MSE at L_te = {Ls[-1]} {v[f'{m}/mse_vs_Lte'][-1]:.4f} ± {v[f'{m}/mse_std_vs_Lte'][-1]:.4f} "
+                f"(sample mean {v['sample_mean_mse'][-1]:.4f}, Bayes {v['bayes_mse'][-1]:.4f})"
+                + (
+                    ""
+                    if m == "lsa"
+                    else f"; GD {'converged' if v['converged'].get(m) else 'stopped at its step budget'}"
+                )
+            )
         return notes
 
     def plot(self, cfg: AblationConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
@@ -248,18 +352,33 @@ class IclAblations(RegressionArms, Experiment):
         Ls = cfg.test.contexts
         meas = analysis.measurements
         figs = []
-        groups = {"fig5_ablations_no_S.png": ["lca-one", "lca-two", *ZERO_PREDICTORS, *F0X],
-                  "fig6_ablations_deep_lsa.png": ["lca-one", "lca-two", "deep-lsa-two", "lsa"]}
+        groups = {
+            "fig5_ablations_no_S.png": ["lca-one", "lca-two", *ZERO_PREDICTORS, *F0X],
+            "fig6_ablations_deep_lsa.png": ["lca-one", "lca-two", "deep-lsa-two", "lsa"],
+        }
         for fname, names in groups.items():
             fig, ax = plt.subplots(figsize=(6.5, 4.6))
             for m in names:
                 if m in cfg.models:
-                    ax.errorbar(Ls, meas[f"{m}/mse_vs_Lte"], yerr=meas[f"{m}/mse_std_vs_Lte"], marker="o", ms=3, capsize=2,
-                                ls=":" if m in F0X else "-", label=m + (" (ours)" if m in F0X else ""))
+                    ax.errorbar(
+                        Ls,
+                        meas[f"{m}/mse_vs_Lte"],
+                        yerr=meas[f"{m}/mse_std_vs_Lte"],
+                        marker="o",
+                        ms=3,
+                        capsize=2,
+                        ls=":" if m in F0X else "-",
+                        label=m + (" (ours)" if m in F0X else ""),
+                    )
             ax.plot(Ls, meas["sample_mean_mse"], "k--", label="sample mean ȳ")
             ax.plot(Ls, meas["bayes_mse"], "k:", label="Bayes ⟨w, x_q⟩")
-            ax.set(xscale="log", yscale="log", xlabel="L_te", ylabel="test MSE (mean ± std over runs)",
-                   title=f"{'Fig. 5' if 'fig5' in fname else 'Fig. 6'}: T = {cfg.depth}")
+            ax.set(
+                xscale="log",
+                yscale="log",
+                xlabel="L_te",
+                ylabel="test MSE (mean ± std over runs)",
+                title=f"{'Fig. 5' if 'fig5' in fname else 'Fig. 6'}: T = {cfg.depth}",
+            )
             ax.legend(fontsize=7)
             figs.append(save_figure(fig, figdir / fname))
         return figs

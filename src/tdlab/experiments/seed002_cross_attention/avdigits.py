@@ -53,10 +53,17 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
-from tdlab.models.multimodal_ca import BiCAConfig, BidirectionalCA, MultimodalCA, MultimodalCAConfig, activation_bytes, \
-    parameter_count
 from tdlab.experiments.view import RunView
+from tdlab.models.multimodal_ca import (
+    BiCAConfig,
+    BidirectionalCA,
+    MultimodalCA,
+    MultimodalCAConfig,
+    activation_bytes,
+    parameter_count,
+)
 from tdlab.runs import atomic_write
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks import avdigits
@@ -65,18 +72,43 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import TrainConfig, Trainer, auto_chunk
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["ARMS", "SEED_TABLE1", "AVDigitsTrainConfig", "Table1Claims", "ICLAVDigitsConfig", "ICLAVDigits",
-           "build_model", "table1_measures", "chance_bound", "ABOVE_CHANCE", "CLAIMS", "DATA_FILE"]
+__all__ = [
+    "ABOVE_CHANCE",
+    "ARMS",
+    "CLAIMS",
+    "DATA_FILE",
+    "SEED_TABLE1",
+    "AVDigitsTrainConfig",
+    "ICLAVDigits",
+    "ICLAVDigitsConfig",
+    "Table1Claims",
+    "build_model",
+    "chance_bound",
+    "table1_measures",
+]
 
 ARMS = ("full", "no-injection", "no-cross", "neither", "bi-ca")
-LABELS = {"full": "Full paper-inspired (inj. & cross-attn)", "no-injection": "No injection",
-          "no-cross": "No cross-attn", "neither": "No inj. & no cross-attn", "bi-ca": "Standard bi-CA transformer"}
+LABELS = {
+    "full": "Full paper-inspired (inj. & cross-attn)",
+    "no-injection": "No injection",
+    "no-cross": "No cross-attn",
+    "neither": "No inj. & no cross-attn",
+    "bi-ca": "Standard bi-CA transformer",
+}
 # Seed 002 Table 1: (parameters, best test accuracy %, best epoch), one run each, corrupted avMNIST.
-SEED_TABLE1 = {"full": (4.36e4, 63.85, 64), "no-injection": (3.82e4, 62.72, 65), "no-cross": (4.36e4, 62.10, 79),
-               "neither": (3.82e4, 60.79, 90), "bi-ca": (6.07e4, 62.72, 62)}
-ABLATIONS = {"no-injection": {"inject": False}, "no-cross": {"cross": False}, "neither": {"inject": False, "cross": False}}
+SEED_TABLE1 = {
+    "full": (4.36e4, 63.85, 64),
+    "no-injection": (3.82e4, 62.72, 65),
+    "no-cross": (4.36e4, 62.10, 79),
+    "neither": (3.82e4, 60.79, 90),
+    "bi-ca": (6.07e4, 62.72, 62),
+}
+ABLATIONS = {
+    "no-injection": {"inject": False},
+    "no-cross": {"cross": False},
+    "neither": {"inject": False, "cross": False},
+}
 DATA_FILE = "data.json"  # the data's provenance and sizes, written into the run directory
 
 
@@ -129,10 +161,14 @@ class ICLAVDigitsConfig(ExperimentConfig):
         if not self.models or len(set(self.models)) != len(self.models):
             raise ValueError(f"models: give distinct models among {list(ARMS)}, got {self.models}")
         if not self.model.inject or not self.model.cross:
-            raise ValueError("model.inject and model.cross must stay true: the ablations are set per model (models=[...])")
+            raise ValueError(
+                "model.inject and model.cross must stay true: the ablations are set per model (models=[...])"
+            )
         if self.data.n_train - self.schedule.n_val < self.train.batch:
-            raise ValueError(f"data.n_train - schedule.n_val = {self.data.n_train - self.schedule.n_val} must hold at "
-                             f"least one batch of train.batch={self.train.batch}")
+            raise ValueError(
+                f"data.n_train - schedule.n_val = {self.data.n_train - self.schedule.n_val} must hold at "
+                f"least one batch of train.batch={self.train.batch}"
+            )
         return self
 
     @property
@@ -161,10 +197,12 @@ def _splits(data: avdigits.AVDigits, n_val: int, seed: int) -> dict[str, dict[st
     x_te = torch.stack([data.image_test, data.audio_test], 1).float()
     g = torch.Generator().manual_seed(derive_seed(seed, "avdigits-val"))
     perm = torch.randperm(x_tr.shape[0], generator=g)
-    fit, val = perm[: x_tr.shape[0] - n_val], perm[x_tr.shape[0] - n_val:]
-    return {"train": {"inputs": x_tr[fit], "targets": data.label_train[fit].long()},
-            "val": {"inputs": x_tr[val], "targets": data.label_train[val].long()},
-            "test": {"inputs": x_te, "targets": data.label_test.long()}}
+    fit, val = perm[: x_tr.shape[0] - n_val], perm[x_tr.shape[0] - n_val :]
+    return {
+        "train": {"inputs": x_tr[fit], "targets": data.label_train[fit].long()},
+        "val": {"inputs": x_tr[val], "targets": data.label_train[val].long()},
+        "test": {"inputs": x_te, "targets": data.label_test.long()},
+    }
 
 
 def table1_measures(epochs: np.ndarray, val_acc: np.ndarray, test_acc: np.ndarray) -> dict[str, list[float]]:
@@ -182,8 +220,13 @@ def table1_measures(epochs: np.ndarray, val_acc: np.ndarray, test_acc: np.ndarra
     ep, va, te = epochs[keep], np.atleast_2d(val_acc)[:, keep], np.atleast_2d(test_acc)[:, keep]
     iv, it = va.argmax(1), te.argmax(1)  # argmax takes the first of ties
     rows = np.arange(te.shape[0])
-    return {"val_choice": te[rows, iv].tolist(), "val_choice_epoch": ep[iv].tolist(),
-            "best_test": te[rows, it].tolist(), "best_epoch": ep[it].tolist(), "final": te[:, -1].tolist()}
+    return {
+        "val_choice": te[rows, iv].tolist(),
+        "val_choice_epoch": ep[iv].tolist(),
+        "best_test": te[rows, it].tolist(),
+        "best_epoch": ep[it].tolist(),
+        "final": te[:, -1].tolist(),
+    }
 
 
 def chance_bound(classes: int, n_test: int, z: float) -> float:
@@ -193,29 +236,52 @@ def chance_bound(classes: int, n_test: int, z: float) -> float:
     return p + z * math.sqrt(p * (1 - p) / max(1, n_test))
 
 
-ABOVE_CHANCE = Stage("above-chance", "every member's validation-chosen test accuracy is above chance (1/classes) by more "
-                     "than claims.chance_z binomial standard errors: a model still at chance has not trained long enough "
-                     "for Table 1's comparison")
+ABOVE_CHANCE = Stage(
+    "above-chance",
+    "every member's validation-chosen test accuracy is above chance (1/classes) by more "
+    "than claims.chance_z binomial standard errors: a model still at chance has not trained long enough "
+    "for Table 1's comparison",
+)
 
 CLAIMS = (
     ClaimSpec(
         "full-beats-ablations",
         "The full paper-inspired model outperforms each ablation (no injection, no cross-attn, neither) (§7, Table 1)",
-        test="compare", relation="gt", quantity="test accuracy at the best-validation epoch, full − ablation (paired over "
-        "seed indices: same data, validation carve-out and shuffles)", margin=0.0, horizon="budget",
-        stage=ABOVE_CHANCE, learning_required=False, unit=" acc"),
+        test="compare",
+        relation="gt",
+        quantity="test accuracy at the best-validation epoch, full − ablation (paired over "
+        "seed indices: same data, validation carve-out and shuffles)",
+        margin=0.0,
+        horizon="budget",
+        stage=ABOVE_CHANCE,
+        learning_required=False,
+        unit=" acc",
+    ),
     ClaimSpec(
         "full-beats-bica",
         "The full model improves over the standard bidirectional cross-attention transformer despite the latter having "
         "more parameters (§7, Table 1)",
-        test="compare", relation="gt", quantity="test accuracy at the best-validation epoch, full − bi-CA (paired over "
-        "seed indices)", margin=0.0, horizon="budget", stage=ABOVE_CHANCE, learning_required=False, unit=" acc"),
+        test="compare",
+        relation="gt",
+        quantity="test accuracy at the best-validation epoch, full − bi-CA (paired over seed indices)",
+        margin=0.0,
+        horizon="budget",
+        stage=ABOVE_CHANCE,
+        learning_required=False,
+        unit=" acc",
+    ),
     ClaimSpec(
         "full-fewer-params-than-bica",
         "The full model has fewer trainable parameters than the bi-CA baseline (computed)",
-        kind="sanity", test="value", relation="le", quantity="trainable parameters of the full model (built), against "
-        "the bi-CA baseline's less one", expected=lambda cfg, row: float(row.context["bica"]) - 1, tolerance=0.0,
-        horizon="static", example={"bica": 60746}),
+        kind="sanity",
+        test="value",
+        relation="le",
+        quantity="trainable parameters of the full model (built), against the bi-CA baseline's less one",
+        expected=lambda cfg, row: float(row.context["bica"]) - 1,
+        tolerance=0.0,
+        horizon="static",
+        example={"bica": 60746},
+    ),
 )
 
 
@@ -232,9 +298,13 @@ class ICLAVDigits(Experiment):
     )
     Config = ICLAVDigitsConfig
     claims = CLAIMS
-    arm_fields = {"model.inject": "models=[...]", "model.cross": "models=[...]",
-                  "train.steps": "schedule.epochs", "train.eval_every": "schedule.epochs",
-                  "train.log_every": "schedule.epochs"}
+    arm_fields = {
+        "model.inject": "models=[...]",
+        "model.cross": "models=[...]",
+        "train.steps": "schedule.epochs",
+        "train.eval_every": "schedule.epochs",
+        "train.log_every": "schedule.epochs",
+    }
     profiles = {
         # One scale-down for 2 CPU cores, fixed before any run from the measured speed (bench/bench_avdigits.py:
         # ~200 examples/s per model member for a training step on one idle core, 70-90 under load 10).
@@ -266,8 +336,8 @@ class ICLAVDigits(Experiment):
     }
     # atlas: the audio-visual ICL accuracies are read at the end of the epoch budget
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('schedule.epochs', (50, 100, 200), quick=(3, 5), label='epochs'),),
-        why='The AV-digits claims are final test accuracies after a fixed epoch budget (quick 5, paper 100): the horizon decides whether the cross-attention model has learned the task.',
+        axes=(AtlasAxis("schedule.epochs", (50, 100, 200), quick=(3, 5), label="epochs"),),
+        why="The AV-digits claims are final test accuracies after a fixed epoch budget (quick 5, paper 100): the horizon decides whether the cross-attention model has learned the task.",
     )
 
     # ---- run ---------------------------------------------------------------------------------------
@@ -289,29 +359,44 @@ class ICLAVDigits(Experiment):
         # FixedDataset asks make() for one member's splits with that member's DATASET generator; its seed
         # names the member (derive_seed is how the generator was seeded).
         from tdlab.train.data import DATASET
+
         by_gen_seed = {derive_seed(s, DATASET): by_member[s] for s in seeds}
 
         def make(g: torch.Generator, device: str | torch.device) -> dict[str, dict[str, torch.Tensor]]:
             return {k: {n: t.to(device) for n, t in v.items()} for k, v in by_gen_seed[g.initial_seed()].items()}
 
-        return FixedDataset(make, cfg.train.batch, eval_splits=("val", "test"), eval_batch=cfg.schedule.eval_batch), provenance
+        return FixedDataset(
+            make, cfg.train.batch, eval_splits=("val", "test"), eval_batch=cfg.schedule.eval_batch
+        ), provenance
 
     def trainer_config(self, cfg: ICLAVDigitsConfig, device: str = "cpu") -> TrainConfig:
         """The trainer's settings: epochs as steps, evaluation every epoch; members per chunk from the
         conv tokeniser's full-resolution maps (on a CPU, a chunk's copies of them within a cache: at batch
         64, 8 members train as 4 + 4; bench/bench_ensembles.py)."""
         spe = cfg.steps_per_epoch
-        chunk = auto_chunk(cfg.members, cfg.train.batch, cfg.train.seq_len, device,
-                           member_bytes=max(activation_bytes(cfg.model, cfg.train.batch),
-                                            activation_bytes(cfg.baseline, cfg.train.batch)))
-        return cfg.train.updated({"steps": cfg.schedule.epochs * spe, "eval_every": spe, "log_every": spe,
-                                  "chunk": chunk})
+        chunk = auto_chunk(
+            cfg.members,
+            cfg.train.batch,
+            cfg.train.seq_len,
+            device,
+            member_bytes=max(
+                activation_bytes(cfg.model, cfg.train.batch), activation_bytes(cfg.baseline, cfg.train.batch)
+            ),
+        )
+        return cfg.train.updated(
+            {"steps": cfg.schedule.epochs * spe, "eval_every": spe, "log_every": spe, "chunk": chunk}
+        )
 
     def run(self, cfg: ICLAVDigitsConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)  # shared by every model: paired by seed index
         data, provenance = self.data(cfg, seeds, ctx.progress)
-        info = {"provenance": provenance, "n_fit": cfg.n_fit, "n_val": cfg.schedule.n_val, "n_test": cfg.data.n_test,
-                "data_per_seed": cfg.data_per_seed}
+        info = {
+            "provenance": provenance,
+            "n_fit": cfg.n_fit,
+            "n_val": cfg.schedule.n_val,
+            "n_test": cfg.data.n_test,
+            "data_per_seed": cfg.data_per_seed,
+        }
         atomic_write(ctx.writer.path / DATA_FILE, json.dumps(info, indent=1))
         tcfg = self.trainer_config(cfg, ctx.device)
         with cpu_threads(cfg.cpu_threads, ctx.device):
@@ -346,27 +431,50 @@ class ICLAVDigits(Experiment):
         m = self.measures(cfg, run)
         counts = self.parameter_counts(cfg)
         bound = chance_bound(cfg.model.classes, cfg.data.n_test, cfg.claims.chance_z)
-        out = Measurements({**{arm: {**v, "params": counts[arm]} for arm, v in m.items()}, "params": counts,
-                            "chance_bound": bound})
+        out = Measurements(
+            {**{arm: {**v, "params": counts[arm]} for arm, v in m.items()}, "params": counts, "chance_bound": bound}
+        )
         info_path = run.path / DATA_FILE
         if info_path.is_file():
             out.values["data"] = json.loads(info_path.read_text())
         for arm, v in m.items():
-            out.stage(arm, ABOVE_CHANCE, v["val_choice"], bound, "gt",
-                      evidence=f"validation-chosen test accuracy vs chance + {cfg.claims.chance_z:g} binomial se")
+            out.stage(
+                arm,
+                ABOVE_CHANCE,
+                v["val_choice"],
+                bound,
+                "gt",
+                evidence=f"validation-chosen test accuracy vs chance + {cfg.claims.chance_z:g} binomial se",
+            )
         if "full" in m:
             full = Sample(m["full"]["val_choice"])
             for abl in ("no-injection", "no-cross", "neither"):
                 if abl in m:
-                    out.row("full-beats-ablations", f"vs-{abl}", full, Sample(m[abl]["val_choice"]), arms=["full", abl],
-                            label=f"acc(full) − acc({abl}) > 0 (validation-chosen epoch)")
+                    out.row(
+                        "full-beats-ablations",
+                        f"vs-{abl}",
+                        full,
+                        Sample(m[abl]["val_choice"]),
+                        arms=["full", abl],
+                        label=f"acc(full) − acc({abl}) > 0 (validation-chosen epoch)",
+                    )
             if "bi-ca" in m:
-                out.row("full-beats-bica", "accuracy", full, Sample(m["bi-ca"]["val_choice"]), arms=["full", "bi-ca"],
-                        label="acc(full) − acc(bi-CA) > 0 (validation-chosen epoch)")
+                out.row(
+                    "full-beats-bica",
+                    "accuracy",
+                    full,
+                    Sample(m["bi-ca"]["val_choice"]),
+                    arms=["full", "bi-ca"],
+                    label="acc(full) − acc(bi-CA) > 0 (validation-chosen epoch)",
+                )
         if "full" in cfg.models and "bi-ca" in cfg.models:
-            out.row("full-fewer-params-than-bica", "params", Sample([counts["full"]], deterministic=True),
-                    context={"bica": counts["bi-ca"]},
-                    label=f"params(full) = {counts['full']} < params(bi-CA) = {counts['bi-ca']}")
+            out.row(
+                "full-fewer-params-than-bica",
+                "params",
+                Sample([counts["full"]], deterministic=True),
+                context={"bica": counts["bi-ca"]},
+                label=f"params(full) = {counts['full']} < params(bi-CA) = {counts['bi-ca']}",
+            )
         return out
 
     def notes(self, cfg: ICLAVDigitsConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
@@ -374,20 +482,26 @@ class ICLAVDigits(Experiment):
         notes = []
         if "data" in v:
             info = v["data"]
-            notes.append(f"data: {info['provenance']}; {info['n_fit']} train / {info['n_val']} validation / "
-                         f"{info['n_test']} test examples")
+            notes.append(
+                f"data: {info['provenance']}; {info['n_fit']} train / {info['n_val']} validation / "
+                f"{info['n_test']} test examples"
+            )
         m = {arm: v[arm] for arm in cfg.models if arm in v}
         notes.extend(self.table(cfg, m, v["params"]))
         at_chance = [arm for arm, x in m.items() if not all(a > v["chance_bound"] for a in x["val_choice"])]
         if at_chance:
-            notes.append(f"at chance (validation-chosen test accuracy not above {v['chance_bound']:.3f}): {', '.join(at_chance)} — "
-                         "Table 1's comparisons need longer training (the paper profile), not a verdict.")
+            notes.append(
+                f"at chance (validation-chosen test accuracy not above {v['chance_bound']:.3f}): {', '.join(at_chance)} — "
+                "Table 1's comparisons need longer training (the paper profile), not a verdict."
+            )
         return notes
 
     def table(self, cfg: ICLAVDigitsConfig, m: dict[str, dict[str, list[float]]], counts: dict[str, int]) -> list[str]:
         """Table 1 beside the seed's, one line per model (accuracies in %, mean ± sd over seeds)."""
-        lines = [f"Table 1 ({cfg.members} seeds; ours: params | val-chosen test acc @epoch | best test acc @epoch "
-                 f"(optimistic: epoch chosen on test) | final acc; seed: params, best test acc @epoch)"]
+        lines = [
+            f"Table 1 ({cfg.members} seeds; ours: params | val-chosen test acc @epoch | best test acc @epoch "
+            f"(optimistic: epoch chosen on test) | final acc; seed: params, best test acc @epoch)"
+        ]
         for arm in cfg.models:
             sp, sa, se = SEED_TABLE1[arm]
             if arm not in m:
@@ -396,11 +510,15 @@ class ICLAVDigits(Experiment):
             v = m[arm]
             lines.append(
                 f"{LABELS[arm]}: {counts[arm]:,} (seed {sp:.3g}) | {_pm(v['val_choice'], 100)} % @{_pm(v['val_choice_epoch'])} | "
-                f"{_pm(v['best_test'], 100)} % @{_pm(v['best_epoch'])} | {_pm(v['final'], 100)} % | seed {sa:.2f} % @{se}")
+                f"{_pm(v['best_test'], 100)} % @{_pm(v['best_epoch'])} | {_pm(v['final'], 100)} % | seed {sa:.2f} % @{se}"
+            )
         if "full" in m:
             for key, name in (("best_test", "best-test"), ("final", "final")):
-                diffs = [f"{abl} {100 * (statistics.fmean(m['full'][key]) - statistics.fmean(m[abl][key])):+.2f}"
-                         for abl in ARMS[1:] if abl in m]
+                diffs = [
+                    f"{abl} {100 * (statistics.fmean(m['full'][key]) - statistics.fmean(m[abl][key])):+.2f}"
+                    for abl in ARMS[1:]
+                    if abl in m
+                ]
                 if diffs:
                     lines.append(f"full − other, {name} accuracy (points, not judged): " + ", ".join(diffs))
         return lines
@@ -428,9 +546,17 @@ class ICLAVDigits(Experiment):
             v = analysis.measurements[arm]
             for j, (key, mk) in enumerate((("val_choice", "o"), ("best_test", "^"), ("final", "s"))):
                 ys = 100 * np.asarray(v[key])
-                ax.scatter(np.full(ys.shape, i + 0.2 * (j - 1)), ys, marker=mk, s=18,
-                           color=f"C{j}", label=key if i == 0 else None)
-            ax.scatter([i], [SEED_TABLE1[arm][1]], marker="*", s=80, color="k", label="seed (best test)" if i == 0 else None)
+                ax.scatter(
+                    np.full(ys.shape, i + 0.2 * (j - 1)),
+                    ys,
+                    marker=mk,
+                    s=18,
+                    color=f"C{j}",
+                    label=key if i == 0 else None,
+                )
+            ax.scatter(
+                [i], [SEED_TABLE1[arm][1]], marker="*", s=80, color="k", label="seed (best test)" if i == 0 else None
+            )
         ax.set_xticks(range(len(arms)), [a for a in arms], rotation=20, fontsize=8)
         ax.set_ylabel("test accuracy %")
         ax.set_title("Table 1: per seed (val-chosen, best-test, final)")

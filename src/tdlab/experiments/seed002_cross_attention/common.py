@@ -34,14 +34,37 @@ from tdlab.seeding import generators
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_of_beta, response_second_moment
 from tdlab.train.regression import (
-    PromptStats, RegressionConfig, RegressionTrainer, error_summary, load_member_states, population_stats, query_errors,
+    PromptStats,
+    RegressionConfig,
+    RegressionTrainer,
+    error_summary,
+    load_member_states,
+    population_stats,
+    query_errors,
     sample_stats,
 )
 
 __all__ = [
-    "PAPER", "APP_H_CONTEXT", "TaskConfig", "TestConfig", "ICLTrainConfig", "LSATrainConfig", "threads_field",
-    "one_param_init", "two_param_init", "lca_builder", "draw_tests", "prepare_test_sets", "evaluate_rows",
-    "baseline_rows", "fit_arm", "RegressionArms", "regression_health", "at", "curve_by_step", "context_provenance",
+    "APP_H_CONTEXT",
+    "PAPER",
+    "ICLTrainConfig",
+    "LSATrainConfig",
+    "RegressionArms",
+    "TaskConfig",
+    "TestConfig",
+    "at",
+    "baseline_rows",
+    "context_provenance",
+    "curve_by_step",
+    "draw_tests",
+    "evaluate_rows",
+    "fit_arm",
+    "lca_builder",
+    "one_param_init",
+    "prepare_test_sets",
+    "regression_health",
+    "threads_field",
+    "two_param_init",
 ]
 
 PAPER = "002 Multi-layer cross-attention (Barnfield, Sen & Sur)"
@@ -144,25 +167,32 @@ def lca_builder(task: MultiModalPrompts, model: str, T: int, dtype=torch.float64
 # Test sets and their metric rows
 
 
-def draw_tests(task: MultiModalPrompts, seeds: Sequence[int], contexts: Sequence[int], n: int, device: str) -> dict[int, PromptStats]:
+def draw_tests(
+    task: MultiModalPrompts, seeds: Sequence[int], contexts: Sequence[int], n: int, device: str
+) -> dict[int, PromptStats]:
     """``n`` test prompts per member at each ``L_te`` (member ``e``'s from its ``test-data`` stream)."""
     gens = generators(seeds, TEST_DATA, device)
     return {int(L): sample_stats(task, gens, n, int(L), device=device) for L in contexts}
 
 
-def prepare_test_sets(task: MultiModalPrompts, seeds: Sequence[int], test: TestConfig,
-                      ctx: RunContext) -> tuple[dict[int, PromptStats], PromptStats]:
+def prepare_test_sets(
+    task: MultiModalPrompts, seeds: Sequence[int], test: TestConfig, ctx: RunContext
+) -> tuple[dict[int, PromptStats], PromptStats]:
     """The run's test prompts (finite ``L_te`` and population) and, once per run, the baselines'
     metric rows (sample mean, Bayes, zero predictor) under the arm ``baselines``."""
     tests = draw_tests(task, seeds, test.contexts, test.prompts, ctx.device)
-    pop = population_stats(task, generators(seeds, TEST_POPULATION, ctx.device), test.population_prompts, device=ctx.device)
+    pop = population_stats(
+        task, generators(seeds, TEST_POPULATION, ctx.device), test.population_prompts, device=ctx.device
+    )
     if not ctx.done("baselines"):
         ctx.writer.add_metrics("baselines", baseline_rows(tests))
         ctx.writer.save_arrays("baselines", [{"done": torch.ones(1)} for _ in seeds])
     return tests, pop
 
 
-def evaluate_rows(model: torch.nn.Module, tests: dict[int, PromptStats], pop: PromptStats | None = None) -> list[tuple[int, int, str, float]]:
+def evaluate_rows(
+    model: torch.nn.Module, tests: dict[int, PromptStats], pop: PromptStats | None = None
+) -> list[tuple[int, int, str, float]]:
     """Test metric rows of an ensemble: per ``L_te`` (in the step column) the MSE and the mean and
     quantiles of ``(y_hat - y^Bayes)^2``; at ``L_te = inf`` (step 0) ``pop_mse`` and ``pop_excess_mean``."""
     rows: list[tuple[int, int, str, float]] = []
@@ -184,17 +214,28 @@ def baseline_rows(tests: dict[int, PromptStats]) -> list[tuple[int, int, str, fl
     same test prompts: ``sample_mean_mse``, ``sample_mean_excess``, ``bayes_mse``, ``zero_mse`` per ``L_te``."""
     rows: list[tuple[int, int, str, float]] = []
     for L, st in tests.items():
-        vals = {"sample_mean_mse": ((st.y_query - st.ybar) ** 2).mean(-1),
-                "sample_mean_excess": ((st.ybar - st.bayes) ** 2).mean(-1),
-                "bayes_mse": ((st.y_query - st.bayes) ** 2).mean(-1),
-                "zero_mse": (st.y_query**2).mean(-1)}
+        vals = {
+            "sample_mean_mse": ((st.y_query - st.ybar) ** 2).mean(-1),
+            "sample_mean_excess": ((st.ybar - st.bayes) ** 2).mean(-1),
+            "bayes_mse": ((st.y_query - st.bayes) ** 2).mean(-1),
+            "zero_mse": (st.y_query**2).mean(-1),
+        }
         for name, v in vals.items():
             rows.extend((L, e, name, float(x)) for e, x in enumerate(v.tolist()))
     return rows
 
 
-def fit_arm(ctx: RunContext, arm: str, trainer: RegressionTrainer, build, seeds: list[int], task: MultiModalPrompts,
-            tests: dict[int, PromptStats] | None, pop: PromptStats | None, dtype=torch.float64) -> torch.nn.Module:
+def fit_arm(
+    ctx: RunContext,
+    arm: str,
+    trainer: RegressionTrainer,
+    build,
+    seeds: list[int],
+    task: MultiModalPrompts,
+    tests: dict[int, PromptStats] | None,
+    pop: PromptStats | None,
+    dtype=torch.float64,
+) -> torch.nn.Module:
     """Train (or reload a finished) arm, evaluate it on the shared test sets, store everything."""
     result = ctx.fit(arm, trainer, build, seeds, task)
     model = load_member_states(build(seeds).to(device=ctx.device, dtype=dtype), result.states)
@@ -247,17 +288,33 @@ def regression_health(trivial: Callable[[str], float | None], run: RunView) -> d
             continue
         first, last = tr.groupby("member")["value"].first(), tr.groupby("member")["value"].last()
         acc = sub[sub["name"] == "accepted_steps"]
-        accepted = (acc.sort_values("step").groupby("member")["value"].last().reindex(first.index).fillna(0).tolist()
-                    if not acc.empty else None)
+        accepted = (
+            acc.sort_values("step").groupby("member")["value"].last().reindex(first.index).fillna(0).tolist()
+            if not acc.empty
+            else None
+        )
         finite = bool(np.all(np.isfinite(sub["value"].to_numpy(dtype=float))))
-        h = assess_arm(str(arm), first.tolist(), last.tolist(), accepted_steps=accepted,
-                       test_error=te.groupby("member")["value"].last().tolist(), trivial_error=trivial(str(arm)),
-                       all_finite=finite)
+        h = assess_arm(
+            str(arm),
+            first.tolist(),
+            last.tolist(),
+            accepted_steps=accepted,
+            test_error=te.groupby("member")["value"].last().tolist(),
+            trivial_error=trivial(str(arm)),
+            all_finite=finite,
+        )
         flat = np.all(last.to_numpy() <= first.to_numpy() * (1 + 1e-9))
         learned = [r for r in h.reasons if r.startswith("test error")]
         moving = [r for r in h.reasons if r not in learned]
-        if not h.moved and finite and flat and all(r.startswith(("final loss not below", "no accepted step")) for r in moving):
-            h = ArmHealth(str(arm), True, not learned, learned, {**h.facts, "note": "started at the minimiser of its loss"})
+        if (
+            not h.moved
+            and finite
+            and flat
+            and all(r.startswith(("final loss not below", "no accepted step")) for r in moving)
+        ):
+            h = ArmHealth(
+                str(arm), True, not learned, learned, {**h.facts, "note": "started at the minimiser of its loss"}
+            )
         out[str(arm)] = h
     return out
 

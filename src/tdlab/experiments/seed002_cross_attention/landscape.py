@@ -25,8 +25,16 @@ from scipy.optimize import minimize
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register
-from tdlab.experiments.seed002_cross_attention.common import PAPER, ICLTrainConfig, RegressionArms, TaskConfig, at, threads_field
+from tdlab.experiments.seed002_cross_attention.common import (
+    PAPER,
+    ICLTrainConfig,
+    RegressionArms,
+    TaskConfig,
+    at,
+    threads_field,
+)
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LCA
 from tdlab.seeding import derive_seed, member_seeds
@@ -34,9 +42,17 @@ from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_of_beta, alpha_star, bayes_risk, infinite_context_excess_risk, two_param_stationary
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.regression import RegressionTrainer, population_stats, query_errors
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["Panel", "LandscapeClaims", "LandscapeConfig", "IclLandscape", "CLAIMS", "valley", "jackknife_se", "group_maps"]
+__all__ = [
+    "CLAIMS",
+    "IclLandscape",
+    "LandscapeClaims",
+    "LandscapeConfig",
+    "Panel",
+    "group_maps",
+    "jackknife_se",
+    "valley",
+]
 
 SEED_PANELS = {(10, False), (5, False), (5, True)}  # Fig. 4: T = 10 (top), T = 5 without / with pre-LN (bottom)
 
@@ -81,7 +97,11 @@ class LandscapeConfig(ExperimentConfig):
     # off the valley (ours), so that the GD-vs-map sanity check can fail
     off_valley: list[float] = [0.0, 0.15]
     task: LandscapeTaskConfig = LandscapeTaskConfig()  # Fig. 4: |m| ~ Unif(0, 2)
-    panels: list[Panel] = [Panel(depth=10), Panel(depth=5), Panel(depth=5, pre_ln=True)]  # Fig. 4 top, bottom left/right
+    panels: list[Panel] = [
+        Panel(depth=10),
+        Panel(depth=5),
+        Panel(depth=5, pre_ln=True),
+    ]  # Fig. 4 top, bottom left/right
     alpha_range: tuple[float, float] = (0.0, 0.6)  # axes not stated; alpha* = 1/3 here
     beta_range: tuple[float, float] = (-0.6, 0.2)  # covers the window (-2/(m_upper+1), 0) = (-0.4, 0)
     grid: int = Field(81, ge=5, le=2001)  # points per axis of the heat map
@@ -122,8 +142,17 @@ def _provenance(p: Panel):
     return "seed" if (p.depth, p.pre_ln) in SEED_PANELS else "ours"
 
 
-def group_maps(task: MultiModalPrompts, depth: int, pre_ln: bool, A: np.ndarray, B: np.ndarray, data, groups: int, chunk: int,
-               device: str) -> tuple[np.ndarray, np.ndarray]:
+def group_maps(
+    task: MultiModalPrompts,
+    depth: int,
+    pre_ln: bool,
+    A: np.ndarray,
+    B: np.ndarray,
+    data,
+    groups: int,
+    chunk: int,
+    device: str,
+) -> tuple[np.ndarray, np.ndarray]:
     """Estimates of ``l(alpha, beta)`` at every ``(A[i], B[i])`` on shared prompts (grid points = members), one
     per group of the prompts: ``(G, *A.shape)``, and the group sizes ``(G,)``. The loss is the Bayes risk plus
     the mean of ``(y_hat - y^Bayes)^2`` (the query-noise term has mean 0 and is left out: a control variate,
@@ -139,7 +168,9 @@ def group_maps(task: MultiModalPrompts, depth: int, pre_ln: bool, A: np.ndarray,
         with torch.no_grad():
             model.alpha.copy_(torch.as_tensor(a)), model.beta.copy_(torch.as_tensor(b))
             _, exc = query_errors(model, data)  # (P, N)
-            sums = torch.zeros(exc.shape[0], groups, dtype=torch.float64, device=exc.device).index_add_(1, gid, exc.double())
+            sums = torch.zeros(exc.shape[0], groups, dtype=torch.float64, device=exc.device).index_add_(
+                1, gid, exc.double()
+            )
         out[:, s : s + a.size] = (sums / sizes).T.cpu().numpy()
     return bayes_risk(task) + out.reshape(groups, *A.shape), sizes.cpu().numpy()
 
@@ -152,7 +183,9 @@ def pooled(maps: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 def leave_out(maps: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """``(G, ...)``: the map on every prompt but group ``g``'s, for each ``g``."""
     total = np.tensordot(sizes, maps, axes=1)
-    return (total[None] - sizes.reshape(-1, *[1] * (maps.ndim - 1)) * maps) / (sizes.sum() - sizes).reshape(-1, *[1] * (maps.ndim - 1))
+    return (total[None] - sizes.reshape(-1, *[1] * (maps.ndim - 1)) * maps) / (sizes.sum() - sizes).reshape(
+        -1, *[1] * (maps.ndim - 1)
+    )
 
 
 def jackknife_se(stat: Callable[[np.ndarray], float], maps: np.ndarray, sizes: np.ndarray) -> float:
@@ -186,41 +219,76 @@ CLAIMS = (
         "valley-along-minus-beta",
         "App. F / Fig. 4: the loss has a steep valley along (alpha*(beta), beta) with alpha*(beta) ≈ −beta in the "
         "window (−2/(m_upper+1), 0)",
-        test="value", relation="le", quantity="RMS over the inner window of the heat map's valley alpha_hat(beta) + beta "
-        "(Monte-Carlo map; jackknife error over prompt groups)", expected=0.0,
-        tolerance=lambda cfg, row: cfg.claims.valley_rel_tol * _a_star(cfg), horizon="static"),
+        test="value",
+        relation="le",
+        quantity="RMS over the inner window of the heat map's valley alpha_hat(beta) + beta "
+        "(Monte-Carlo map; jackknife error over prompt groups)",
+        expected=0.0,
+        tolerance=lambda cfg, row: cfg.claims.valley_rel_tol * _a_star(cfg),
+        horizon="static",
+    ),
     ClaimSpec(
         "valley-nearer-minus-beta-at-larger-T",
         "App. F / Fig. 4: alpha*(beta) → −beta as T → ∞ (the valley is nearer the diagonal at T = 10 than at T = 5)",
-        test="value", relation="le", quantity="valley RMS from −beta at the larger T minus at the smaller T (same "
-        "prompts; jackknife error of the difference)", expected=0.0, tolerance=0.0, horizon="static"),
+        test="value",
+        relation="le",
+        quantity="valley RMS from −beta at the larger T minus at the smaller T (same "
+        "prompts; jackknife error of the difference)",
+        expected=0.0,
+        tolerance=0.0,
+        horizon="static",
+    ),
     ClaimSpec(
         "preln-ravine-similarly-located",
         "App. F / Fig. 4: with pre-LayerNorm between the CA layers the loss has a similarly located ravine",
-        test="value", relation="le", quantity="RMS over the inner window of the pre-LN map's valley minus the no-LN "
-        "map's at the same T (jackknife error of both maps; known to one pre-LN grid cell)", expected=0.0,
-        tolerance=lambda cfg, row: cfg.claims.valley_rel_tol * _a_star(cfg), horizon="static"),
+        test="value",
+        relation="le",
+        quantity="RMS over the inner window of the pre-LN map's valley minus the no-LN "
+        "map's at the same T (jackknife error of both maps; known to one pre-LN grid cell)",
+        expected=0.0,
+        tolerance=lambda cfg, row: cfg.claims.valley_rel_tol * _a_star(cfg),
+        horizon="static",
+    ),
     ClaimSpec(
         "gd-reaches-stationary-point",
         "Thm 6.3.1 on the Fig. 4 law: gradient descent from the Thm 6.3 init (alpha*(beta0), beta0) converges to the "
         "stationary point of the loss reached from that init — every start",
-        test="value", relation="le", quantity="the largest over the Thm 6.3 starts of |GD end − the closed-form "
+        test="value",
+        relation="le",
+        quantity="the largest over the Thm 6.3 starts of |GD end − the closed-form "
         "stationary point| in heat-map cells (max over alpha, beta); GD runs on the Monte-Carlo loss, whose minimiser's "
-        "jackknife error over prompt groups is the row's Monte-Carlo error", expected=0.0, tolerance="claims.tol_cells",
-        horizon="convergence", unit=" cells"),
+        "jackknife error over prompt groups is the row's Monte-Carlo error",
+        expected=0.0,
+        tolerance="claims.tol_cells",
+        horizon="convergence",
+        unit=" cells",
+    ),
     ClaimSpec(
         "gd-matches-heatmap-minimiser",
         "GD on the Monte-Carlo loss, from on- and off-valley starts, ends at the heat map's minimiser of the same "
         "loss (optimiser vs grid search) — every start",
-        kind="sanity", test="value", relation="le", quantity="the largest over the starts of |GD end − polished map "
-        "minimiser| in heat-map cells (the same function: no Monte-Carlo error between them)", expected=0.0,
-        tolerance="claims.tol_cells", horizon="convergence", unit=" cells"),
+        kind="sanity",
+        test="value",
+        relation="le",
+        quantity="the largest over the starts of |GD end − polished map "
+        "minimiser| in heat-map cells (the same function: no Monte-Carlo error between them)",
+        expected=0.0,
+        tolerance="claims.tol_cells",
+        horizon="convergence",
+        unit=" cells",
+    ),
     ClaimSpec(
         "map-valley-matches-closed-form",
         "the Monte-Carlo heat map's valley equals the closed-form alpha*(beta) of App. E.1",
-        kind="sanity", test="value", relation="le", quantity="RMS over the inner window of the map's valley − "
-        "alpha*(beta) (jackknife error)", expected=0.0, tolerance=lambda cfg, row: float(row.context["cell"]),
-        horizon="static", example={"cell": 0.01}),
+        kind="sanity",
+        test="value",
+        relation="le",
+        quantity="RMS over the inner window of the map's valley − alpha*(beta) (jackknife error)",
+        expected=0.0,
+        tolerance=lambda cfg, row: float(row.context["cell"]),
+        horizon="static",
+        example={"cell": 0.01},
+    ),
 )
 
 
@@ -240,15 +308,30 @@ class IclLandscape(RegressionArms, Experiment):
     claims = CLAIMS
     profiles = {
         # Scaled: coarser maps, a 16k-prompt MC sample; pre-LN on 128 prompts of length 100 and a 15 x 15 map.
-        "quick": {"members": 3, "grid": 61, "population_prompts": 16384,
-                  "ln_prompts": 128, "ln_context": 100, "ln_grid": 15, "ln_steps": 100, "train": {"steps": 5000}},
-        "paper": {"members": 3, "grid": 121, "population_prompts": 262144,
-                  "ln_prompts": 1000, "ln_context": 500, "ln_grid": 41, "ln_steps": 1000},
+        "quick": {
+            "members": 3,
+            "grid": 61,
+            "population_prompts": 16384,
+            "ln_prompts": 128,
+            "ln_context": 100,
+            "ln_grid": 15,
+            "ln_steps": 100,
+            "train": {"steps": 5000},
+        },
+        "paper": {
+            "members": 3,
+            "grid": 121,
+            "population_prompts": 262144,
+            "ln_prompts": 1000,
+            "ln_context": 500,
+            "ln_grid": 41,
+            "ln_steps": 1000,
+        },
     }
     # atlas: the valley/minimiser claims compare a trained LSA with the landscape; its GD budget decides whether it reached the minimiser
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('train.steps', (5000, 20000, 50000), quick=(2500, 5000), label='steps'),),
-        why='The landscape claims place the trained model at the minimiser of the population loss (valley within claims.valley_rel_tol); whether gradient descent gets there depends on its step budget.',
+        axes=(AtlasAxis("train.steps", (5000, 20000, 50000), quick=(2500, 5000), label="steps"),),
+        why="The landscape claims place the trained model at the minimiser of the population loss (valley within claims.valley_rel_tol); whether gradient descent gets there depends on its step budget.",
     )
 
     def run(self, cfg: LandscapeConfig, ctx: RunContext) -> None:
@@ -260,8 +343,12 @@ class IclLandscape(RegressionArms, Experiment):
         with cpu_threads(cfg.cpu_threads, ctx.device):
             gen = [torch.Generator(device=ctx.device).manual_seed(derive_seed(cfg.seed, "landscape"))]
             pop = population_stats(task, gen, cfg.population_prompts, device=ctx.device)
-            test_pop = population_stats(task, [torch.Generator(device=ctx.device).manual_seed(
-                derive_seed(cfg.seed, "landscape-test"))], cfg.population_prompts, device=ctx.device)
+            test_pop = population_stats(
+                task,
+                [torch.Generator(device=ctx.device).manual_seed(derive_seed(cfg.seed, "landscape-test"))],
+                cfg.population_prompts,
+                device=ctx.device,
+            )
             raw = None
             for panel in cfg.panels:
                 arm = _panel_arm(panel)
@@ -285,39 +372,72 @@ class IclLandscape(RegressionArms, Experiment):
                 maps, sizes = group_maps(task, panel.depth, panel.pre_ln, Ac, Bc, data, G, chunk, ctx.device)
                 coarse = pooled(maps, sizes)
                 i, j = np.unravel_index(np.nanargmin(coarse), coarse.shape)
-                start = np.array([[a_ax[i], b_ax[j]], [a_ax[i] + (a_ax[1] - a_ax[0]), b_ax[j]], [a_ax[i], b_ax[j] + (b_ax[1] - b_ax[0])]])
+                start = np.array(
+                    [
+                        [a_ax[i], b_ax[j]],
+                        [a_ax[i] + (a_ax[1] - a_ax[0]), b_ax[j]],
+                        [a_ax[i], b_ax[j] + (b_ax[1] - b_ax[0])],
+                    ]
+                )
 
-                def polish(weights: np.ndarray, depth=panel.depth, pre_ln=panel.pre_ln, data=data, start=start) -> np.ndarray:
+                def polish(
+                    weights: np.ndarray, depth=panel.depth, pre_ln=panel.pre_ln, data=data, start=start
+                ) -> np.ndarray:
                     def loss(v: np.ndarray) -> float:
-                        g, _ = group_maps(task, depth, pre_ln, np.array([v[0]]), np.array([v[1]]), data, G, 1, ctx.device)
+                        g, _ = group_maps(
+                            task, depth, pre_ln, np.array([v[0]]), np.array([v[1]]), data, G, 1, ctx.device
+                        )
                         return float(weights @ g[:, 0])
 
-                    res = minimize(loss, start[0], method="Nelder-Mead",
-                                   options={"xatol": 1e-7, "fatol": 1e-13, "maxfev": cfg.polish_evals, "initial_simplex": start})
+                    res = minimize(
+                        loss,
+                        start[0],
+                        method="Nelder-Mead",
+                        options={"xatol": 1e-7, "fatol": 1e-13, "maxfev": cfg.polish_evals, "initial_simplex": start},
+                    )
                     return np.array([res.x[0], res.x[1], res.fun])
 
                 best = polish(sizes / sizes.sum())
                 # GD from the Thm 6.3 init, beta0 spread over the window (-2/(m_upper+1), 0), and from starts
                 # off the valley floor (alpha0 = alpha*(beta0) + offset)
                 fr = [(e + 1) / (E + 1) for e in range(E)]
-                inits = [(alpha_of_beta(-x * 2 / (m_hi + 1), panel.depth, task) + off, -x * 2 / (m_hi + 1))
-                         for off in cfg.off_valley for x in fr]
-                model = LCA(task.d, panel.depth, seeds, param="two", pre_ln=panel.pre_ln, dtype=torch.float64).to(ctx.device)
+                inits = [
+                    (alpha_of_beta(-x * 2 / (m_hi + 1), panel.depth, task) + off, -x * 2 / (m_hi + 1))
+                    for off in cfg.off_valley
+                    for x in fr
+                ]
+                model = LCA(task.d, panel.depth, seeds, param="two", pre_ln=panel.pre_ln, dtype=torch.float64).to(
+                    ctx.device
+                )
                 with torch.no_grad():
-                    model.alpha.copy_(torch.tensor([a for a, _ in inits])), model.beta.copy_(torch.tensor([b for _, b in inits]))
+                    (
+                        model.alpha.copy_(torch.tensor([a for a, _ in inits])),
+                        model.beta.copy_(torch.tensor([b for _, b in inits])),
+                    )
                 trainer = RegressionTrainer(tcfg, ctx.device, ctx.progress, label=arm)
                 result = trainer.fit_model(model, task, seeds, train=data, test=test)
                 rows = list(result.rows)
                 for e, (a0, b0) in enumerate(inits):
                     rows += [(0, e, "alpha0", a0), (0, e, "beta0", b0), (0, e, "offset", cfg.off_valley[e // E])]
                 ctx.writer.add_metrics(arm, rows)
-                arrays = {"alpha_axis": torch.as_tensor(a_ax), "beta_axis": torch.as_tensor(b_ax), "loss": torch.as_tensor(coarse),
-                          "group_loss": torch.as_tensor(maps), "group_sizes": torch.as_tensor(sizes),
-                          "grid_argmin": torch.tensor([a_ax[i], b_ax[j], coarse[i, j]]),
-                          "map_minimiser": torch.as_tensor(best)}
+                arrays = {
+                    "alpha_axis": torch.as_tensor(a_ax),
+                    "beta_axis": torch.as_tensor(b_ax),
+                    "loss": torch.as_tensor(coarse),
+                    "group_loss": torch.as_tensor(maps),
+                    "group_sizes": torch.as_tensor(sizes),
+                    "grid_argmin": torch.tensor([a_ax[i], b_ax[j], coarse[i, j]]),
+                    "map_minimiser": torch.as_tensor(best),
+                }
                 if not panel.pre_ln:  # the Monte-Carlo error of the minimiser GD is compared with (Thm 6.3.1 rows)
-                    arrays["jackknife_minimisers"] = torch.as_tensor(np.stack(
-                        [polish(np.where(np.arange(G) == g, 0.0, sizes) / (sizes.sum() - sizes[g])) for g in range(G)]))
+                    arrays["jackknife_minimisers"] = torch.as_tensor(
+                        np.stack(
+                            [
+                                polish(np.where(np.arange(G) == g, 0.0, sizes) / (sizes.sum() - sizes[g]))
+                                for g in range(G)
+                            ]
+                        )
+                    )
                 # one entry per member (the store's layout): GD end point with the shared maps
                 ctx.writer.save_arrays(arm, [{**s, **arrays} for s in result.states])
                 ctx.writer.save_arrays(init_arm(arm), result.init_states)
@@ -339,18 +459,28 @@ class IclLandscape(RegressionArms, Experiment):
             dev = lambda mp, m: float(np.sqrt(np.mean((valley(m["a_ax"], m["b_ax"], mp, m["beta"]) + m["beta"]) ** 2)))  # noqa: E731
             diff = m1["dev"] - m0["dev"]
             # both maps are drawn on the same prompts and groups: the jackknife of the difference
-            th = [dev(a, m1) - dev(b, m0) for a, b in zip(leave_out(m1["groups"], m1["sizes"]), leave_out(m0["groups"], m0["sizes"]))]
+            th = [
+                dev(a, m1) - dev(b, m0)
+                for a, b in zip(leave_out(m1["groups"], m1["sizes"]), leave_out(m0["groups"], m0["sizes"]))
+            ]
             G = len(th)
             se = float(np.sqrt((G - 1) / G * np.sum((np.array(th) - np.mean(th)) ** 2)))
-            out.row("valley-nearer-minus-beta-at-larger-T", f"T{T1}-vs-T{T0}", Sample([diff], mc_se=se, deterministic=True),
-                    provenance="seed" if {T0, T1} == {5, 10} else "ours", context={"T0": T0, "T1": T1},
-                    label=f"→ −beta as T grows: valley RMS from −β at T = {T1} minus at T = {T0} ≤ 0")
+            out.row(
+                "valley-nearer-minus-beta-at-larger-T",
+                f"T{T1}-vs-T{T0}",
+                Sample([diff], mc_se=se, deterministic=True),
+                provenance="seed" if {T0, T1} == {5, 10} else "ours",
+                context={"T0": T0, "T1": T1},
+                label=f"→ −beta as T grows: valley RMS from −β at T = {T1} minus at T = {T0} ≤ 0",
+            )
         for panel in cfg.panels:
             if panel.pre_ln:
                 self._measure_ravine(cfg, out, panel, maps)
         return out
 
-    def _measure_panel(self, cfg: LandscapeConfig, run: RunView, out: Measurements, panel: Panel, lo: float, hi: float) -> dict:
+    def _measure_panel(
+        self, cfg: LandscapeConfig, run: RunView, out: Measurements, panel: Panel, lo: float, hi: float
+    ) -> dict:
         """The panel's valley, GD end points and their rows; returns what the ravine and depth rows need."""
         task = cfg.task.build()
         c = cfg.claims
@@ -367,18 +497,41 @@ class IclLandscape(RegressionArms, Experiment):
         a0s, b0s = at(run, arm, "alpha0", 0), at(run, arm, "beta0", 0)
         cells = np.maximum(np.abs(a_gd - a_map) / ha, np.abs(b_gd - b_map) / hb)
         conv = self._converged(cfg, run, arm, ha, hb)
-        m = {"map_minimiser": (float(a_map), float(b_map)), "grid_argmin": arr["grid_argmin"][0][:2].tolist(),
-             "gd_start": list(zip(a0s.tolist(), b0s.tolist())), "gd_end": list(zip(a_gd.tolist(), b_gd.tolist())),
-             "start_offset": offs.tolist(), "distance_in_cells": cells.tolist(), "cell": (float(ha), float(hb)),
-             "map_min_loss": float(l_map), "valley_beta": inner.tolist(), "valley_alpha": val.tolist(),
-             "gd_final_train_loss": run.final(arm, "train_loss").tolist(), "prompt_groups": int(sizes.size)}
+        m = {
+            "map_minimiser": (float(a_map), float(b_map)),
+            "grid_argmin": arr["grid_argmin"][0][:2].tolist(),
+            "gd_start": list(zip(a0s.tolist(), b0s.tolist())),
+            "gd_end": list(zip(a_gd.tolist(), b_gd.tolist())),
+            "start_offset": offs.tolist(),
+            "distance_in_cells": cells.tolist(),
+            "cell": (float(ha), float(hb)),
+            "map_min_loss": float(l_map),
+            "valley_beta": inner.tolist(),
+            "valley_alpha": val.tolist(),
+            "gd_final_train_loss": run.final(arm, "train_loss").tolist(),
+            "prompt_groups": int(sizes.size),
+        }
         kind = "pre-LN " if panel.pre_ln else ""
-        out.row("gd-matches-heatmap-minimiser", arm, Sample([cells.max()], deterministic=True, drift=conv), arms=[arm],
-                provenance=_provenance(panel), context={"T": panel.depth},
-                label=f"{kind}T = {panel.depth}: GD end − map minimiser ({a_map:.4f}, {b_map:.4f}) in heat-map cells, "
-                      f"starts α0 − α*(β0) ∈ {sorted(set(offs.tolist()))}")
-        info = {"a_ax": a_ax, "b_ax": b_ax, "beta": inner, "valley": val, "groups": groups, "sizes": sizes, "cell": ha,
-                "minimiser": (float(a_map), float(b_map))}
+        out.row(
+            "gd-matches-heatmap-minimiser",
+            arm,
+            Sample([cells.max()], deterministic=True, drift=conv),
+            arms=[arm],
+            provenance=_provenance(panel),
+            context={"T": panel.depth},
+            label=f"{kind}T = {panel.depth}: GD end − map minimiser ({a_map:.4f}, {b_map:.4f}) in heat-map cells, "
+            f"starts α0 − α*(β0) ∈ {sorted(set(offs.tolist()))}",
+        )
+        info = {
+            "a_ax": a_ax,
+            "b_ax": b_ax,
+            "beta": inner,
+            "valley": val,
+            "groups": groups,
+            "sizes": sizes,
+            "cell": ha,
+            "minimiser": (float(a_map), float(b_map)),
+        }
         if not panel.pre_ln:
             th = [two_param_stationary(task, panel.depth, float(a0), float(b0)) for a0, b0 in zip(a0s, b0s)]
             jack = arr["jackknife_minimisers"][0]
@@ -387,31 +540,58 @@ class IclLandscape(RegressionArms, Experiment):
             se_cells = float(max(se_a / ha, se_b / hb))
             th_cells = np.array([max(abs(a - ta) / ha, abs(b - tb) / hb) for a, b, (ta, tb) in zip(a_gd, b_gd, th)])
             on = np.abs(offs) < 1e-12
-            m.update({"theory_stationary": th, "distance_to_theory_in_cells": th_cells.tolist(),
-                      "minimiser_jackknife_se": (se_a, se_b), "minimiser_jackknife_se_cells": se_cells,
-                      "theory_min_loss": bayes_risk(task) + float(infinite_context_excess_risk(th[0][0], panel.depth, task, beta=th[0][1]))})
+            m.update(
+                {
+                    "theory_stationary": th,
+                    "distance_to_theory_in_cells": th_cells.tolist(),
+                    "minimiser_jackknife_se": (se_a, se_b),
+                    "minimiser_jackknife_se_cells": se_cells,
+                    "theory_min_loss": bayes_risk(task)
+                    + float(infinite_context_excess_risk(th[0][0], panel.depth, task, beta=th[0][1])),
+                }
+            )
             if on.any():
                 k = int(np.argmax(on))
-                out.row("gd-reaches-stationary-point", f"T{panel.depth}",
-                        Sample([th_cells[on].max()], mc_se=se_cells, deterministic=True, drift=conv),
-                        arms=[arm], provenance=_provenance(panel), context={"T": panel.depth},
-                        label=f"T = {panel.depth}: GD end from the Thm 6.3 init − the closed-form stationary point "
-                              f"({th[k][0]:.4f}, {th[k][1]:.4f}) in heat-map cells (Monte-Carlo error {se_cells:.3g} cells)")
+                out.row(
+                    "gd-reaches-stationary-point",
+                    f"T{panel.depth}",
+                    Sample([th_cells[on].max()], mc_se=se_cells, deterministic=True, drift=conv),
+                    arms=[arm],
+                    provenance=_provenance(panel),
+                    context={"T": panel.depth},
+                    label=f"T = {panel.depth}: GD end from the Thm 6.3 init − the closed-form stationary point "
+                    f"({th[k][0]:.4f}, {th[k][1]:.4f}) in heat-map cells (Monte-Carlo error {se_cells:.3g} cells)",
+                )
             rms = lambda mp: float(np.sqrt(np.mean((valley(a_ax, b_ax, mp, inner) + inner) ** 2)))  # noqa: E731
             cf = np.array([alpha_of_beta(float(b), panel.depth, task) for b in inner])
             dev = rms(arr["loss"][0])
             to_cf = lambda mp: float(np.sqrt(np.mean((valley(a_ax, b_ax, mp, inner) - cf) ** 2)))  # noqa: E731
-            m.update({"valley_rms_from_minus_beta": dev, "closed_form_valley_rms_from_minus_beta": float(np.sqrt(np.mean((cf + inner) ** 2))),
-                      "valley_rms_from_closed_form": to_cf(arr["loss"][0])})
-            out.row("valley-along-minus-beta", f"T{panel.depth}",
-                    Sample([dev], mc_se=jackknife_se(rms, groups, sizes), deterministic=True),
-                    provenance=_provenance(panel), context={"T": panel.depth},
-                    label=f"T = {panel.depth}: RMS of alpha_hat(beta) + beta over beta in [{lo:.3f}, {hi:.3f}] (heat map; "
-                          f"closed form {m['closed_form_valley_rms_from_minus_beta']:.4f}) ≤ {c.valley_rel_tol:g} α*")
-            out.row("map-valley-matches-closed-form", f"T{panel.depth}",
-                    Sample([m["valley_rms_from_closed_form"]], mc_se=jackknife_se(to_cf, groups, sizes), deterministic=True),
-                    provenance=_provenance(panel), context={"T": panel.depth, "cell": float(ha)},
-                    label=f"T = {panel.depth}: RMS of the map's valley − alpha*(beta) (App. E.1) ≤ one cell {ha:.4f}")
+            m.update(
+                {
+                    "valley_rms_from_minus_beta": dev,
+                    "closed_form_valley_rms_from_minus_beta": float(np.sqrt(np.mean((cf + inner) ** 2))),
+                    "valley_rms_from_closed_form": to_cf(arr["loss"][0]),
+                }
+            )
+            out.row(
+                "valley-along-minus-beta",
+                f"T{panel.depth}",
+                Sample([dev], mc_se=jackknife_se(rms, groups, sizes), deterministic=True),
+                provenance=_provenance(panel),
+                context={"T": panel.depth},
+                label=f"T = {panel.depth}: RMS of alpha_hat(beta) + beta over beta in [{lo:.3f}, {hi:.3f}] (heat map; "
+                f"closed form {m['closed_form_valley_rms_from_minus_beta']:.4f}) ≤ {c.valley_rel_tol:g} α*",
+            )
+            out.row(
+                "map-valley-matches-closed-form",
+                f"T{panel.depth}",
+                Sample(
+                    [m["valley_rms_from_closed_form"]], mc_se=jackknife_se(to_cf, groups, sizes), deterministic=True
+                ),
+                provenance=_provenance(panel),
+                context={"T": panel.depth, "cell": float(ha)},
+                label=f"T = {panel.depth}: RMS of the map's valley − alpha*(beta) (App. E.1) ≤ one cell {ha:.4f}",
+            )
             info["dev"] = dev
         out.values[arm] = m
         return info
@@ -433,16 +613,28 @@ class IclLandscape(RegressionArms, Experiment):
 
         ravine = rms(v["valley"], ref)
         se_ln = jackknife_se(lambda mp: rms(valley(v["a_ax"], v["b_ax"], mp, v["beta"]), ref), v["groups"], v["sizes"])
-        se_plain = jackknife_se(lambda mp: rms(v["valley"], np.interp(v["beta"], o["beta"], valley(o["a_ax"], o["b_ax"], mp, o["beta"]))),
-                                o["groups"], o["sizes"])
+        se_plain = jackknife_se(
+            lambda mp: rms(v["valley"], np.interp(v["beta"], o["beta"], valley(o["a_ax"], o["b_ax"], mp, o["beta"]))),
+            o["groups"],
+            o["sizes"],
+        )
         dist = float(np.hypot(v["minimiser"][0] - o["minimiser"][0], v["minimiser"][1] - o["minimiser"][1]))
-        out.values[k].update({"ravine_rms_from_no_ln": ravine, "ravine_jackknife_se": float(np.hypot(se_ln, se_plain)),
-                              "minimiser_distance_from_no_ln": dist})
-        out.row("preln-ravine-similarly-located", f"T{panel.depth}",
-                Sample([ravine], mc_se=float(np.hypot(se_ln, se_plain)), resolution=float(v["cell"]), deterministic=True),
-                provenance=_provenance(panel), context={"T": panel.depth},
-                label=f"T = {panel.depth}: RMS over the window of the pre-LN valley − the no-LN valley ≤ "
-                      f"{cfg.claims.valley_rel_tol:g} α* (pre-LN grid cell {v['cell']:.3f})")
+        out.values[k].update(
+            {
+                "ravine_rms_from_no_ln": ravine,
+                "ravine_jackknife_se": float(np.hypot(se_ln, se_plain)),
+                "minimiser_distance_from_no_ln": dist,
+            }
+        )
+        out.row(
+            "preln-ravine-similarly-located",
+            f"T{panel.depth}",
+            Sample([ravine], mc_se=float(np.hypot(se_ln, se_plain)), resolution=float(v["cell"]), deterministic=True),
+            provenance=_provenance(panel),
+            context={"T": panel.depth},
+            label=f"T = {panel.depth}: RMS over the window of the pre-LN valley − the no-LN valley ≤ "
+            f"{cfg.claims.valley_rel_tol:g} α* (pre-LN grid cell {v['cell']:.3f})",
+        )
 
     @staticmethod
     def _converged(cfg: LandscapeConfig, run: RunView, arm: str, ha: float, hb: float) -> float | None:
@@ -458,16 +650,24 @@ class IclLandscape(RegressionArms, Experiment):
             arm = _panel_arm(panel)
             m = measured.values[arm]
             a_map, b_map = m["map_minimiser"]
-            notes.append(f"{arm}: map minimiser ({a_map:.4f}, {b_map:.4f}), GD end points "
-                         + ", ".join(f"({a:.4f}, {b:.4f})" for a, b in m["gd_end"])
-                         + ("" if panel.pre_ln else f"; closed-form stationary point ({m['theory_stationary'][0][0]:.4f}, "
-                            f"{m['theory_stationary'][0][1]:.4f}); the Monte-Carlo minimiser's jackknife error "
-                            f"{m['minimiser_jackknife_se_cells']:.3g} cells"))
+            notes.append(
+                f"{arm}: map minimiser ({a_map:.4f}, {b_map:.4f}), GD end points "
+                + ", ".join(f"({a:.4f}, {b:.4f})" for a, b in m["gd_end"])
+                + (
+                    ""
+                    if panel.pre_ln
+                    else f"; closed-form stationary point ({m['theory_stationary'][0][0]:.4f}, "
+                    f"{m['theory_stationary'][0][1]:.4f}); the Monte-Carlo minimiser's jackknife error "
+                    f"{m['minimiser_jackknife_se_cells']:.3g} cells"
+                )
+            )
             if panel.pre_ln and "ravine_rms_from_no_ln" in m:
-                notes.append(f"{arm}: a Monte-Carlo map on {cfg.ln_prompts} prompts of length {cfg.ln_context} on a {cfg.ln_grid} x "
-                             f"{cfg.ln_grid} grid (cell {m['cell'][0]:.3f} in α); its minimiser lies {m['minimiser_distance_from_no_ln']:.3f} "
-                             "from the no-LN one, not judged: App. F states a similarly located ravine, not a minimiser, and "
-                             "along the flat valley floor the minimiser is far less certain than the valley.")
+                notes.append(
+                    f"{arm}: a Monte-Carlo map on {cfg.ln_prompts} prompts of length {cfg.ln_context} on a {cfg.ln_grid} x "
+                    f"{cfg.ln_grid} grid (cell {m['cell'][0]:.3f} in α); its minimiser lies {m['minimiser_distance_from_no_ln']:.3f} "
+                    "from the no-LN one, not judged: App. F states a similarly located ravine, not a minimiser, and "
+                    "along the flat valley floor the minimiser is far less certain than the valley."
+                )
         return notes
 
     def plot(self, cfg: LandscapeConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
@@ -480,11 +680,19 @@ class IclLandscape(RegressionArms, Experiment):
             arm = _panel_arm(panel)
             arr = {k: v.double().numpy() for k, v in run.arrays(arm).items()}
             a_ax, b_ax, loss = arr["alpha_axis"][0], arr["beta_axis"][0], arr["loss"][0]
-            im = ax.pcolormesh(b_ax, a_ax, np.log10(loss), shading="auto", cmap="viridis", vmax=np.nanpercentile(np.log10(loss), 60))
+            im = ax.pcolormesh(
+                b_ax, a_ax, np.log10(loss), shading="auto", cmap="viridis", vmax=np.nanpercentile(np.log10(loss), 60)
+            )
             fig.colorbar(im, ax=ax, label="log10 ℓ(α, β)")
             if not panel.pre_ln:
                 bw = np.linspace(-2 / (task.m_sq_range[1] + 1) * 0.999, -1e-3, 60)
-                ax.plot(bw, [alpha_of_beta(float(b), panel.depth, task) for b in bw], "w--", lw=1.2, label="α*(β) (App. E.1)")
+                ax.plot(
+                    bw,
+                    [alpha_of_beta(float(b), panel.depth, task) for b in bw],
+                    "w--",
+                    lw=1.2,
+                    label="α*(β) (App. E.1)",
+                )
             ma, mb = analysis.measurements[arm]["map_minimiser"]
             ax.plot([mb], [ma], "r+", ms=14, mew=2, label="heat-map minimiser")
             _, al = run.curves(arm, "alpha")
@@ -492,8 +700,13 @@ class IclLandscape(RegressionArms, Experiment):
             for e in range(al.shape[0]):
                 ax.plot(be[e], al[e], "w-", lw=0.8, alpha=0.8)
                 ax.plot(be[e, -1], al[e, -1], "wo", ms=4, label="GD" if e == 0 else None)
-            ax.set(xlabel="β", ylabel="α", xlim=cfg.beta_range, ylim=cfg.alpha_range,
-                   title=f"T = {panel.depth}{' with pre-LN' if panel.pre_ln else ''}")
+            ax.set(
+                xlabel="β",
+                ylabel="α",
+                xlim=cfg.beta_range,
+                ylim=cfg.alpha_range,
+                title=f"T = {panel.depth}{' with pre-LN' if panel.pre_ln else ''}",
+            )
             ax.legend(fontsize=7, loc="upper right")
         fig.suptitle("Fig. 4: two-parameter loss landscape, |m| ~ U(0, 2)")
         return [save_figure(fig, figdir / "fig4_landscape.png")]

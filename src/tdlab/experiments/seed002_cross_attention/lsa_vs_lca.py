@@ -29,21 +29,40 @@ from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.experiments.seed002_cross_attention.common import (
-    APP_H_CONTEXT, PAPER, ICLTrainConfig, LSATrainConfig, RegressionArms, TaskConfig, TestConfig, at, context_provenance,
-    curve_by_step, fit_arm, lca_builder, one_param_init, prepare_test_sets, threads_field, two_param_init,
+    APP_H_CONTEXT,
+    PAPER,
+    ICLTrainConfig,
+    LSATrainConfig,
+    RegressionArms,
+    TaskConfig,
+    TestConfig,
+    at,
+    context_provenance,
+    curve_by_step,
+    fit_arm,
+    lca_builder,
+    one_param_init,
+    prepare_test_sets,
+    threads_field,
+    two_param_init,
 )
 from tdlab.experiments.seed002_cross_attention.reference import finite_context_minimisers
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LSA
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.icl import (
-    alpha_star, alpha_star_T, bayes_risk, finite_context_variance_floor, infinite_context_excess_risk,
-    lsa_infinite_context_floor, two_param_stationary,
+    alpha_star,
+    alpha_star_T,
+    bayes_risk,
+    finite_context_variance_floor,
+    infinite_context_excess_risk,
+    lsa_infinite_context_floor,
+    two_param_stationary,
 )
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.regression import RegressionTrainer
 
-__all__ = ["LsaVsLcaClaims", "LsaVsLcaConfig", "IclLsaVsLca", "CLAIMS"]
+__all__ = ["CLAIMS", "IclLsaVsLca", "LsaVsLcaClaims", "LsaVsLcaConfig"]
 
 
 class LsaVsLcaClaims(Config):
@@ -67,7 +86,10 @@ class LsaVsLcaConfig(ExperimentConfig):
     depths: list[int] = [1, 2, 5, 10, 20, 50]  # Fig. 2 right (values not listed in the seed)
     fixed_depth: int = Field(10, ge=1)  # Fig. 2 left (T not stated); Figs. 5-6 use T = 10
     fixed_context: int = Field(1000, ge=1)  # Fig. 2 right: the L_te of the depth sweep (not stated)
-    train_contexts: list[int] = [APP_H_CONTEXT, 1000]  # App. H: L_tr = 100; 1000 (ours): the finite-context effect fades
+    train_contexts: list[int] = [
+        APP_H_CONTEXT,
+        1000,
+    ]  # App. H: L_tr = 100; 1000 (ours): the finite-context effect fades
     population: bool = True  # also train on the population loss l (L_tr -> inf), the setting of Thms 6.2-6.3
     population_prompts: int = Field(65536, ge=16, le=10_000_000)  # fixed Monte-Carlo sample for l
     # population loss estimated with (y^Bayes - y_hat)^2: same gradient as l, without the query-noise variance
@@ -98,8 +120,9 @@ class LsaVsLcaConfig(ExperimentConfig):
 
     def trainer_config(self, objective: str) -> ICLTrainConfig:
         if objective == "pop":
-            return self.train.updated({"objective": "population", "prompts": self.population_prompts,
-                                       "target": self.population_target})
+            return self.train.updated(
+                {"objective": "population", "prompts": self.population_prompts, "target": self.population_target}
+            )
         return self.train.updated({"context": int(objective[3:])})
 
 
@@ -121,39 +144,66 @@ CLAIMS = (
         "lsa-bounded-away-from-bayes",
         "Thm 4.1: the trained single-layer LSA does not reach the Bayes predictor as L_te -> inf (its excess stays "
         "at or above the best LSA's, a floor derived from Eq. 4.2)",
-        test="value", relation="ge", quantity="LSA's mean (y_hat - y^Bayes)^2 at L_te = inf (Monte Carlo over the "
-        "members' population test prompts)", expected=_floor,
-        tolerance=lambda cfg, row: cfg.claims.lsa_floor_rel_tol * _floor(cfg), horizon="budget"),
+        test="value",
+        relation="ge",
+        quantity="LSA's mean (y_hat - y^Bayes)^2 at L_te = inf (Monte Carlo over the members' population test prompts)",
+        expected=_floor,
+        tolerance=lambda cfg, row: cfg.claims.lsa_floor_rel_tol * _floor(cfg),
+        horizon="budget",
+    ),
     ClaimSpec(
         "lca-orders-below-lsa",
         "Sec. 7 / Fig. 2 left: LCA reaches an error several (claims.orders, 2) orders of magnitude below the "
         "single-layer LSA as L_te grows",
-        test="value", relation="ge", quantity="log10(LSA mean excess / LCA mean excess) on the same test prompts at "
+        test="value",
+        relation="ge",
+        quantity="log10(LSA mean excess / LCA mean excess) on the same test prompts at "
         "the largest L_te, at depths where the theory of the setting that ran allows that many orders there",
-        expected="claims.orders", tolerance=0.0, horizon="convergence", unit=" decades",
+        expected="claims.orders",
+        tolerance=0.0,
+        horizon="convergence",
+        unit=" decades",
         needs="a depth and L_te at which the setting's theory (its reference parameters, the L_te variance floor) "
-              "allows claims.orders decades"),
+        "allows claims.orders decades",
+    ),
     ClaimSpec(
         "error-decreases-with-depth",
         "Fig. 2 right: the LCA_T error at fixed L_te decreases with depth T",
-        test="compare", relation="lt", quantity="mean excess at L_te = fixed_context, deeper − shallower (paired over "
+        test="compare",
+        relation="lt",
+        quantity="mean excess at L_te = fixed_context, deeper − shallower (paired over "
         "members: same test prompts and training draw), for depth pairs whose shallower theory excess is above the "
-        "finite-L_te variance floor", margin=0.0, horizon="convergence",
-        needs="consecutive depths whose theory excess exceeds the L_te variance floor"),
+        "finite-L_te variance floor",
+        margin=0.0,
+        horizon="convergence",
+        needs="consecutive depths whose theory excess exceeds the L_te variance floor",
+    ),
     ClaimSpec(
         "one-param-converges-to-minimiser",
         "Thm 6.2.1: gradient descent on the one-parameter LCA_T converges to the minimiser of its loss (alpha*_T "
         "on l; the minimiser of l_(L_tr) at finite L_tr)",
-        test="value", relation="close", quantity="learned alpha_T, against the minimiser of the trained objective "
+        test="value",
+        relation="close",
+        quantity="learned alpha_T, against the minimiser of the trained objective "
         "(closed form on l; replicate Monte-Carlo draws of l_(L_tr), their spread in the interval)",
-        expected=None, tolerance=_rel, horizon="convergence", example={"reference": 0.0389, "T": 10}),
+        expected=None,
+        tolerance=_rel,
+        horizon="convergence",
+        example={"reference": 0.0389, "T": 10},
+    ),
     ClaimSpec(
         "two-param-converges-to-stationary-point",
         "Thm 6.3.1: gradient descent on the two-parameter LCA_T from the Thm 6.3 init converges to the stationary "
         "point (alpha*_T, beta*_T) of its loss",
-        test="value", relation="close", quantity="learned alpha_T or beta_T, against the stationary point of the "
+        test="value",
+        relation="close",
+        quantity="learned alpha_T or beta_T, against the stationary point of the "
         "trained objective reached from the Thm 6.3 init (closed form on l; replicate draws of l_(L_tr))",
-        expected=None, tolerance=_rel, horizon="convergence", example={"reference": 0.0389, "T": 10}),
+        expected=None,
+        tolerance=_rel,
+        horizon="convergence",
+        example={"reference": 0.0389, "T": 10},
+    ),
 )
 
 
@@ -175,12 +225,18 @@ class IclLsaVsLca(RegressionArms, Experiment):
     # T is the depth of the fixed-depth panel (fixed_depth must be one of depths, whose default lists every value
     # below), L_tr the training context (train_contexts=[L_tr]).
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("fixed_depth", (1, 2, 5, 10, 20, 50), quick=(2, 10, 50), label="T"),
-              AtlasAxis("train_contexts", (30, 100, 300, 1000), quick=(100, 1000), label="L_tr", as_list=True)),
+        axes=(
+            AtlasAxis("fixed_depth", (1, 2, 5, 10, 20, 50), quick=(2, 10, 50), label="T"),
+            AtlasAxis("train_contexts", (30, 100, 300, 1000), quick=(100, 1000), label="L_tr", as_list=True),
+        ),
         why="The minimiser of the finite-L_tr loss sits far from alpha*_T at large T (0.80 alpha*_T at T = 10, 0.32 "
-            "at T = 50 for L_tr = 100): the alpha, orders and depth claims depend on T × L_tr.",
+        "at T = 50 for L_tr = 100): the alpha, orders and depth claims depend on T × L_tr.",
     )
-    arm_fields = {"train.context": "train_contexts=[...]", "lsa_train.context": "train_contexts=[...]", "train.objective": "population=true"}
+    arm_fields = {
+        "train.context": "train_contexts=[...]",
+        "lsa_train.context": "train_contexts=[...]",
+        "train.objective": "population=true",
+    }
     profiles = {
         # Scaled for 2 CPU cores: 1000 prompts per L_tr (App. H: 2000), 500 test prompts on a shorter L_te grid,
         # a 16k-prompt population sample, 300 LSA steps, 4 replicate draws of each finite-L_tr reference.
@@ -193,8 +249,11 @@ class IclLsaVsLca(RegressionArms, Experiment):
             "claims": {"reference_draws": 4},
         },
         # App. H: N = 2000, L_tr = 100, d1 = d2 = 16, |m| per modality ~ U[0, 5]; 10 runs, 1000 test prompts.
-        "paper": {"members": 10, "lsa_train": {"steps": 5000},
-                  "test": {"contexts": [10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]}},
+        "paper": {
+            "members": 10,
+            "lsa_train": {"steps": 5000},
+            "test": {"contexts": [10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]},
+        },
     }
 
     @staticmethod
@@ -244,10 +303,19 @@ class IclLsaVsLca(RegressionArms, Experiment):
             n = max(256, cfg.claims.reference_tokens // (L + 1))
             rows = []
             for r in range(cfg.claims.reference_draws):
-                ref = finite_context_minimisers(task, cfg.depths, L, n_prompts=n, seed=derive_seed(cfg.seed, "reference", L, r),
-                                                one_param_start=one_param_init(task), two_param_starts=starts)
+                ref = finite_context_minimisers(
+                    task,
+                    cfg.depths,
+                    L,
+                    n_prompts=n,
+                    seed=derive_seed(cfg.seed, "reference", L, r),
+                    one_param_start=one_param_init(task),
+                    two_param_starts=starts,
+                )
                 rows += [(T, r, "alpha_one", a) for T, a in ref["one"].items()]
-                rows += [(T, r, name, v) for T, ab in ref["two"].items() for name, v in zip(("alpha_two", "beta_two"), ab)]
+                rows += [
+                    (T, r, name, v) for T, ab in ref["two"].items() for name, v in zip(("alpha_two", "beta_two"), ab)
+                ]
                 rows += [(0, r, "prompts", float(n))]
             ctx.writer.add_metrics(arm, rows)
             ctx.writer.save_arrays(arm, [{"done": torch.ones(1)} for _ in range(cfg.claims.reference_draws)])
@@ -266,14 +334,18 @@ class IclLsaVsLca(RegressionArms, Experiment):
         out: dict[str, dict[str, dict[int, Sample]]] = {}
         for o in cfg.objectives():
             if o == "pop":
-                out[o] = {"one": {T: Sample((alpha_star_T(T, task),), deterministic=True) for T in cfg.depths},
-                          "alpha": {T: Sample((a,), deterministic=True) for T, (a, _) in starts.items()},
-                          "beta": {T: Sample((b,), deterministic=True) for T, (_, b) in starts.items()}}
+                out[o] = {
+                    "one": {T: Sample((alpha_star_T(T, task),), deterministic=True) for T in cfg.depths},
+                    "alpha": {T: Sample((a,), deterministic=True) for T, (a, _) in starts.items()},
+                    "beta": {T: Sample((b,), deterministic=True) for T, (_, b) in starts.items()},
+                }
                 continue
             arm = self.reference_arm(o)
-            out[o] = {"one": {T: Sample(at(run, arm, "alpha_one", T)) for T in cfg.depths},
-                      "alpha": {T: Sample(at(run, arm, "alpha_two", T)) for T in cfg.depths if T > 1},
-                      "beta": {T: Sample(at(run, arm, "beta_two", T)) for T in cfg.depths if T > 1}}
+            out[o] = {
+                "one": {T: Sample(at(run, arm, "alpha_one", T)) for T in cfg.depths},
+                "alpha": {T: Sample(at(run, arm, "alpha_two", T)) for T in cfg.depths if T > 1},
+                "beta": {T: Sample(at(run, arm, "beta_two", T)) for T in cfg.depths if T > 1},
+            }
         return out
 
     def measure(self, cfg: LsaVsLcaConfig, run: RunView) -> Measurements:
@@ -299,35 +371,62 @@ class IclLsaVsLca(RegressionArms, Experiment):
                     a, b = setting(m, o, T)
                     ell[(m, o, T)] = float(infinite_context_excess_risk(a, T, task, beta=b))
         caps = {k: float(np.log10(floor / (v + var_max))) for k, v in ell.items()}
-        out = Measurements({
-            "bayes_risk": bayes_risk(task), "alpha_star": alpha_star(task), "alpha_star_T": a_star_T,
-            "lsa_infinite_context_floor": floor,
-            "theory_excess_at_alpha_star_T": {T: float(infinite_context_excess_risk(a_star_T[T], T, task)) for T in cfg.depths},
-            "theory_excess_of_the_setting": {f"{m}/T{T}/{o}": v for (m, o, T), v in ell.items()},
-            f"variance_floor_Lte{L_max}": var_max, f"variance_floor_Lte{L_fix}": var_fix,
-            f"orders_allowed_by_the_setting_at_Lte{L_max}": {f"{m}/T{T}/{o}": v for (m, o, T), v in caps.items()},
-            "reference": {o: {k: {T: {"mean": s.mean, "sd": float(np.std(s.values, ddof=1)) if s.n > 1 else 0.0,
-                                      "draws": list(s.values)} for T, s in d.items()} for k, d in r.items()}
-                          for o, r in refs.items()},
-        })
+        out = Measurements(
+            {
+                "bayes_risk": bayes_risk(task),
+                "alpha_star": alpha_star(task),
+                "alpha_star_T": a_star_T,
+                "lsa_infinite_context_floor": floor,
+                "theory_excess_at_alpha_star_T": {
+                    T: float(infinite_context_excess_risk(a_star_T[T], T, task)) for T in cfg.depths
+                },
+                "theory_excess_of_the_setting": {f"{m}/T{T}/{o}": v for (m, o, T), v in ell.items()},
+                f"variance_floor_Lte{L_max}": var_max,
+                f"variance_floor_Lte{L_fix}": var_fix,
+                f"orders_allowed_by_the_setting_at_Lte{L_max}": {f"{m}/T{T}/{o}": v for (m, o, T), v in caps.items()},
+                "reference": {
+                    o: {
+                        k: {
+                            T: {
+                                "mean": s.mean,
+                                "sd": float(np.std(s.values, ddof=1)) if s.n > 1 else 0.0,
+                                "draws": list(s.values),
+                            }
+                            for T, s in d.items()
+                        }
+                        for k, d in r.items()
+                    }
+                    for o, r in refs.items()
+                },
+            }
+        )
         lsa_exc, lsa_arm = None, None
         if "lsa" in cfg.models:
             lsa_arm = self.arm_name("lsa", cfg.objectives()[0], 1)
             lsa_exc = at(run, lsa_arm, "te_excess_mean", L_max)
             lsa_inf = at(run, lsa_arm, "pop_excess_mean", 0)
-            out.values[lsa_arm] = {"excess_mean_vs_Lte": curve_by_step(run, lsa_arm, "te_excess_mean"),
-                                   "excess_median_vs_Lte": curve_by_step(run, lsa_arm, "te_excess_median"),
-                                   "pop_excess_mean": lsa_inf.tolist()}
-            out.row("lsa-bounded-away-from-bayes", "lsa", Sample(lsa_inf), arms=[lsa_arm],
-                    provenance=context_provenance(cfg.objectives()[0]),
-                    label=f"LSA's excess at L_te = inf (Monte Carlo, {cfg.test.population_prompts} prompts per member) ≥ "
-                          f"the best LSA's {floor:.4f} (derived floor)")
+            out.values[lsa_arm] = {
+                "excess_mean_vs_Lte": curve_by_step(run, lsa_arm, "te_excess_mean"),
+                "excess_median_vs_Lte": curve_by_step(run, lsa_arm, "te_excess_median"),
+                "pop_excess_mean": lsa_inf.tolist(),
+            }
+            out.row(
+                "lsa-bounded-away-from-bayes",
+                "lsa",
+                Sample(lsa_inf),
+                arms=[lsa_arm],
+                provenance=context_provenance(cfg.objectives()[0]),
+                label=f"LSA's excess at L_te = inf (Monte Carlo, {cfg.test.population_prompts} prompts per member) ≥ "
+                f"the best LSA's {floor:.4f} (derived floor)",
+            )
         for model in models:
             for o in cfg.objectives():
                 self._measure_objective(cfg, run, out, model, o, refs[o], ell, caps, lsa_arm, lsa_exc)
         out.values["skipped_depth_pairs"] = {
             f"{m}/{o}": [[T0, T1] for T0, T1 in zip(cfg.depths, cfg.depths[1:]) if ell[(m, o, T0)] < var_fix]
-            for m in models for o in cfg.objectives()}
+            for m in models
+            for o in cfg.objectives()
+        }
         return out
 
     def _measure_objective(self, cfg, run, out, model, o, ref, ell, caps, lsa_arm, lsa_exc) -> None:
@@ -351,12 +450,18 @@ class IclLsaVsLca(RegressionArms, Experiment):
             "alpha_T": {T: alphas[T].tolist() for T in cfg.depths},
             "beta_T": {T: betas[T].tolist() for T in cfg.depths},
             "alpha_T_over_alpha_star_T": {T: (alphas[T] / a_star_T[T]).tolist() for T in cfg.depths},
-            "reference_over_alpha_star_T": {T: (ref["one"][T].mean if model == "one" or T == 1 else ref["alpha"][T].mean)
-                                            / a_star_T[T] for T in cfg.depths},
-            "theory_excess_at_learned": {T: [float(infinite_context_excess_risk(a, T, task, beta=b))
-                                             for a, b in zip(alphas[T], betas[T])] for T in cfg.depths},
+            "reference_over_alpha_star_T": {
+                T: (ref["one"][T].mean if model == "one" or T == 1 else ref["alpha"][T].mean) / a_star_T[T]
+                for T in cfg.depths
+            },
+            "theory_excess_at_learned": {
+                T: [float(infinite_context_excess_risk(a, T, task, beta=b)) for a, b in zip(alphas[T], betas[T])]
+                for T in cfg.depths
+            },
             f"excess_mean_at_Lte{L_fix}": {T: exc_fix[T].tolist() for T in cfg.depths},
-            f"excess_median_at_Lte{L_fix}": {T: at(run, arms[T], "te_excess_median", L_fix).tolist() for T in cfg.depths},
+            f"excess_median_at_Lte{L_fix}": {
+                T: at(run, arms[T], "te_excess_median", L_fix).tolist() for T in cfg.depths
+            },
             "steps_run": {T: int(run.curves(arms[T], "grad_norm")[0].max()) for T in cfg.depths},
             "final_grad_norm": {T: grads[T].tolist() for T in cfg.depths},
             "converged": converged,
@@ -370,33 +475,64 @@ class IclLsaVsLca(RegressionArms, Experiment):
                 if caps[(model, o, T)] < c.orders:
                     continue
                 lca = at(run, arms[T], "te_excess_mean", L_max)
-                out.row("lca-orders-below-lsa", f"{model}/T{T}/{o}", Sample(np.log10(lsa_exc / lca)), arms=[lsa_arm, arms[T]],
-                        provenance=prov, context={"T": T, "objective": o, "allowed": caps[(model, o, T)]},
-                        label=f"{name} LCA_{T} ({tag}): log10(LSA / LCA mean excess) on the same {cfg.test.prompts} prompts "
-                              f"at L_te = {L_max} ≥ {c.orders:g} (the setting allows {caps[(model, o, T)]:.2f})")
+                out.row(
+                    "lca-orders-below-lsa",
+                    f"{model}/T{T}/{o}",
+                    Sample(np.log10(lsa_exc / lca)),
+                    arms=[lsa_arm, arms[T]],
+                    provenance=prov,
+                    context={"T": T, "objective": o, "allowed": caps[(model, o, T)]},
+                    label=f"{name} LCA_{T} ({tag}): log10(LSA / LCA mean excess) on the same {cfg.test.prompts} prompts "
+                    f"at L_te = {L_max} ≥ {c.orders:g} (the setting allows {caps[(model, o, T)]:.2f})",
+                )
         for T0, T1 in zip(cfg.depths, cfg.depths[1:]):
             if ell[(model, o, T0)] < var_fix:
                 continue
-            out.row("error-decreases-with-depth", f"{model}/{o}/T{T0}-T{T1}", Sample(exc_fix[T1]), Sample(exc_fix[T0]),
-                    arms=[arms[T0], arms[T1]], provenance=prov, context={"T0": T0, "T1": T1, "objective": o},
-                    label=f"{name} ({tag}): mean excess at T = {T1} < at T = {T0} (theory of the setting "
-                          f"{ell[(model, o, T1)]:.2e} vs {ell[(model, o, T0)]:.2e}, variance floor {var_fix:.2e})")
-        what = "alpha*_T (Lemma D.1)" if o == "pop" else f"the minimiser of l_(L_tr={o[3:]}) (replicate Monte-Carlo draws)"
+            out.row(
+                "error-decreases-with-depth",
+                f"{model}/{o}/T{T0}-T{T1}",
+                Sample(exc_fix[T1]),
+                Sample(exc_fix[T0]),
+                arms=[arms[T0], arms[T1]],
+                provenance=prov,
+                context={"T0": T0, "T1": T1, "objective": o},
+                label=f"{name} ({tag}): mean excess at T = {T1} < at T = {T0} (theory of the setting "
+                f"{ell[(model, o, T1)]:.2e} vs {ell[(model, o, T0)]:.2e}, variance floor {var_fix:.2e})",
+            )
+        what = (
+            "alpha*_T (Lemma D.1)" if o == "pop" else f"the minimiser of l_(L_tr={o[3:]}) (replicate Monte-Carlo draws)"
+        )
         for T in cfg.depths:
             drift = None if converged[T] else run.drift(arms[T], "alpha")
             if model == "one":
                 r = ref["one"][T]
-                out.row("one-param-converges-to-minimiser", f"{o}/T{T}", Sample(alphas[T], drift=drift), r, arms=[arms[T]],
-                        provenance=_theorem_provenance(o), context={"T": T, "objective": o, "reference": r.mean},
-                        label=f"alpha_{T} ({tag}) ≈ {what} = {r.mean:.5f} (alpha*_T = {a_star_T[T]:.5f}, L = inf)")
+                out.row(
+                    "one-param-converges-to-minimiser",
+                    f"{o}/T{T}",
+                    Sample(alphas[T], drift=drift),
+                    r,
+                    arms=[arms[T]],
+                    provenance=_theorem_provenance(o),
+                    context={"T": T, "objective": o, "reference": r.mean},
+                    label=f"alpha_{T} ({tag}) ≈ {what} = {r.mean:.5f} (alpha*_T = {a_star_T[T]:.5f}, L = inf)",
+                )
             elif T > 1:
                 drift_b = None if converged[T] else run.drift(arms[T], "beta")
-                for pname, vals, r, d in (("alpha", alphas[T], ref["alpha"][T], drift), ("beta", betas[T], ref["beta"][T], drift_b)):
-                    out.row("two-param-converges-to-stationary-point", f"{o}/T{T}/{pname}", Sample(vals, drift=d), r,
-                            arms=[arms[T]], provenance=_theorem_provenance(o),
-                            context={"T": T, "objective": o, "reference": r.mean},
-                            label=f"{pname}_{T} ({tag}) ≈ the stationary point of {'l' if o == 'pop' else 'l_(L_tr=' + o[3:] + ')'} "
-                                  f"reached from the Thm 6.3 init: {r.mean:.5f}")
+                for pname, vals, r, d in (
+                    ("alpha", alphas[T], ref["alpha"][T], drift),
+                    ("beta", betas[T], ref["beta"][T], drift_b),
+                ):
+                    out.row(
+                        "two-param-converges-to-stationary-point",
+                        f"{o}/T{T}/{pname}",
+                        Sample(vals, drift=d),
+                        r,
+                        arms=[arms[T]],
+                        provenance=_theorem_provenance(o),
+                        context={"T": T, "objective": o, "reference": r.mean},
+                        label=f"{pname}_{T} ({tag}) ≈ the stationary point of {'l' if o == 'pop' else 'l_(L_tr=' + o[3:] + ')'} "
+                        f"reached from the Thm 6.3 init: {r.mean:.5f}",
+                    )
 
     def notes(self, cfg: LsaVsLcaConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         v = measured.values
@@ -408,31 +544,44 @@ class IclLsaVsLca(RegressionArms, Experiment):
             f"variance floor {v[f'variance_floor_Lte{L_max}']:.2e}) allows log10(floor / LCA excess) of "
             + "; ".join(f"{k}: {x:.2f}" for k, x in caps.items())
             + f". Rows are tested where it allows ≥ {c.orders:g} decades; at App. H's L_tr = {APP_H_CONTEXT} the finite-L_tr "
-              "minimiser (not alpha*_T) is what GD reaches, so its allowance is what the seed's setting can show.",
+            "minimiser (not alpha*_T) is what GD reaches, so its allowance is what the seed's setting can show.",
             "Two-parameter LCA_1 equals the one-parameter LCA_1 (beta gets no gradient: F_1 = alpha X): its alpha_1 rows "
             "are folded into the one-parameter group. The alpha_T -> alpha* limit (Thm 6.2.2) is not a separate row: "
             f"alpha*_{cfg.depths[-1]} / alpha* = {v['alpha_star_T'][cfg.depths[-1]] / v['alpha_star']:.3f}.",
         ]
         skipped = {k: p for k, p in v["skipped_depth_pairs"].items() if p}
         if skipped:
-            notes.append(f"error-decreases-with-depth: depth pairs not tested (the shallower depth's theory excess is below "
-                         f"the finite-L_te variance floor {v[f'variance_floor_Lte{L_fix}']:.2e} at L_te = {L_fix}): {skipped}")
+            notes.append(
+                f"error-decreases-with-depth: depth pairs not tested (the shallower depth's theory excess is below "
+                f"the finite-L_te variance floor {v[f'variance_floor_Lte{L_fix}']:.2e} at L_te = {L_fix}): {skipped}"
+            )
         for o, r in v["reference"].items():
             if o == "pop":
                 continue
             one = r["one"]
-            notes.append(f"{o}: minimiser of l_(L_tr) over {len(next(iter(one.values()))['draws'])} replicate draws "
-                         "(mean ± sd; / alpha*_T): " + ", ".join(
-                             f"T = {T}: {x['mean']:.5f} ± {x['sd']:.5f} ({x['mean'] / v['alpha_star_T'][T]:.3f})" for T, x in one.items()))
+            notes.append(
+                f"{o}: minimiser of l_(L_tr) over {len(next(iter(one.values()))['draws'])} replicate draws "
+                "(mean ± sd; / alpha*_T): "
+                + ", ".join(
+                    f"T = {T}: {x['mean']:.5f} ± {x['sd']:.5f} ({x['mean'] / v['alpha_star_T'][T]:.3f})"
+                    for T, x in one.items()
+                )
+            )
         for key, m in v.items():
             if isinstance(m, dict) and "alpha_T" in m:
                 model = key.split("/")[0]
-                parts = [f"T={T}: {np.mean(a):.4f}" + (f"/{np.mean(m['beta_T'][T]):.4f}" if model == "two" else "")
-                         + f" ({'converged' if m['converged'][T] else 'budget'})" for T, a in m["alpha_T"].items()]
+                parts = [
+                    f"T={T}: {np.mean(a):.4f}"
+                    + (f"/{np.mean(m['beta_T'][T]):.4f}" if model == "two" else "")
+                    + f" ({'converged' if m['converged'][T] else 'budget'})"
+                    for T, a in m["alpha_T"].items()
+                ]
                 notes.append(f"{key}: learned α_T{'/β_T' if model == 'two' else ''} (member mean): " + "; ".join(parts))
-        notes.append(f"Excess errors are means over test prompts; at short L_te they are heavy-tailed (see the medians and "
-                     f"quantiles in the figure and measurements). LSA's infinite-context floor {v['lsa_infinite_context_floor']:.4f} "
-                     f"is min_alpha of the LCA_1 loss (tdlab.theory.icl.lsa_infinite_context_floor).")
+        notes.append(
+            f"Excess errors are means over test prompts; at short L_te they are heavy-tailed (see the medians and "
+            f"quantiles in the figure and measurements). LSA's infinite-context floor {v['lsa_infinite_context_floor']:.4f} "
+            f"is min_alpha of the LCA_1 loss (tdlab.theory.icl.lsa_infinite_context_floor)."
+        )
         return notes
 
     def plot(self, cfg: LsaVsLcaConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
@@ -445,33 +594,67 @@ class IclLsaVsLca(RegressionArms, Experiment):
         fig, axes = plt.subplots(1, 3, figsize=(17, 4.6))
         ax = axes[0]
         for model, o, T in self.arms(cfg):
-            if model != "lsa" and T != cfg.fixed_depth:
+            if model != "lsa" and cfg.fixed_depth != T:
                 continue
             arm = self.arm_name(model, o, T)
             steps, med = run.curves(arm, "te_excess_median")
             _, q25 = run.curves(arm, "te_excess_q25")
             _, q75 = run.curves(arm, "te_excess_q75")
             _, mean = run.curves(arm, "te_excess_mean")
-            (line,) = ax.plot(steps, med.mean(0), ls=styles[o], color=colors[model], marker="o", ms=3,
-                              label=f"{'LSA' if model == 'lsa' else model + '-param LCA'} ({o}) median")
+            (line,) = ax.plot(
+                steps,
+                med.mean(0),
+                ls=styles[o],
+                color=colors[model],
+                marker="o",
+                ms=3,
+                label=f"{'LSA' if model == 'lsa' else model + '-param LCA'} ({o}) median",
+            )
             ax.fill_between(steps, q25.mean(0), q75.mean(0), color=line.get_color(), alpha=0.12, lw=0)
             ax.plot(steps, mean.mean(0), ls=styles[o], color=colors[model], lw=0.8, alpha=0.6)
         ax.axhline(meas["lsa_infinite_context_floor"], color="k", lw=0.8, ls="--", label="LSA floor (L=∞)")
         ax.set_ylim(top=10.0)  # means at short L_te are heavy-tailed (up to ~1e40 at T = 50); they leave the frame
-        ax.set(xscale="log", yscale="log", xlabel="L_te", ylabel="(ŷ − y_Bayes)² (median, band q25–q75; thin: mean)",
-               title=f"Fig. 2 left: T = {cfg.fixed_depth}")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="L_te",
+            ylabel="(ŷ − y_Bayes)² (median, band q25–q75; thin: mean)",
+            title=f"Fig. 2 left: T = {cfg.fixed_depth}",
+        )
         ax.legend(fontsize=6)
         ax = axes[1]
         for model in (m for m in ("one", "two") if m in cfg.models):
             for o in cfg.objectives():
-                vals = np.stack([at(run, self.arm_name(model, o, T), "te_excess_mean", cfg.fixed_context) for T in cfg.depths], 1)
-                ax.errorbar(cfg.depths, vals.mean(0), yerr=vals.std(0), ls=styles[o], color=colors[model], marker="o", ms=3,
-                            capsize=2, label=f"{model}-param ({o})")
-        ax.plot(cfg.depths, [meas["theory_excess_at_alpha_star_T"][T] for T in cfg.depths], "g-.", label="theory: ℓ_T(α*_T), L=∞")
+                vals = np.stack(
+                    [at(run, self.arm_name(model, o, T), "te_excess_mean", cfg.fixed_context) for T in cfg.depths], 1
+                )
+                ax.errorbar(
+                    cfg.depths,
+                    vals.mean(0),
+                    yerr=vals.std(0),
+                    ls=styles[o],
+                    color=colors[model],
+                    marker="o",
+                    ms=3,
+                    capsize=2,
+                    label=f"{model}-param ({o})",
+                )
+        ax.plot(
+            cfg.depths,
+            [meas["theory_excess_at_alpha_star_T"][T] for T in cfg.depths],
+            "g-.",
+            label="theory: ℓ_T(α*_T), L=∞",
+        )
         if "lsa" in cfg.models:
             lsa = at(run, self.arm_name("lsa", cfg.objectives()[0], 1), "te_excess_mean", cfg.fixed_context)
             ax.axhline(lsa.mean(), color="k", lw=1, label="LSA")
-        ax.set(xscale="log", yscale="log", xlabel="depth T", ylabel="mean (ŷ − y_Bayes)²", title=f"Fig. 2 right: L_te = {cfg.fixed_context}")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="depth T",
+            ylabel="mean (ŷ − y_Bayes)²",
+            title=f"Fig. 2 right: L_te = {cfg.fixed_context}",
+        )
         ax.legend(fontsize=6)
         ax = axes[2]
         Ts = np.array(cfg.depths)
@@ -479,16 +662,37 @@ class IclLsaVsLca(RegressionArms, Experiment):
         ax.axhline(alpha_star(task), color="g", ls=":", label="α* = 2/(2+m̲+m̄)")
         for o, r in meas["reference"].items():
             if o != "pop":
-                ax.errorbar(Ts, [r["one"][int(T)]["mean"] for T in Ts], yerr=[r["one"][int(T)]["sd"] for T in Ts], color="g",
-                            ls=styles[o], lw=0.8, marker="s", ms=3, capsize=2, label=f"minimiser of ℓ_L ({o})")
+                ax.errorbar(
+                    Ts,
+                    [r["one"][int(T)]["mean"] for T in Ts],
+                    yerr=[r["one"][int(T)]["sd"] for T in Ts],
+                    color="g",
+                    ls=styles[o],
+                    lw=0.8,
+                    marker="s",
+                    ms=3,
+                    capsize=2,
+                    label=f"minimiser of ℓ_L ({o})",
+                )
         for model in (m for m in ("one", "two") if m in cfg.models):
             for o in cfg.objectives():
                 a = np.stack([run.arrays(self.arm_name(model, o, int(T)))["alpha"].double().numpy() for T in Ts], 1)
-                ax.errorbar(Ts, a.mean(0), yerr=a.std(0), ls=styles[o], color=colors[model], marker="o", ms=3, capsize=2,
-                            label=f"α_T {model}-param ({o})")
+                ax.errorbar(
+                    Ts,
+                    a.mean(0),
+                    yerr=a.std(0),
+                    ls=styles[o],
+                    color=colors[model],
+                    marker="o",
+                    ms=3,
+                    capsize=2,
+                    label=f"α_T {model}-param ({o})",
+                )
                 if model == "two":
                     b = np.stack([run.arrays(self.arm_name(model, o, int(T)))["beta"].double().numpy() for T in Ts], 1)
                     ax.plot(Ts, -b.mean(0), ls=styles[o], color="C1", marker="x", ms=4, label=f"−β_T ({o})")
-        ax.set(xscale="log", xlabel="depth T", ylabel="learned parameter", title="Thms 6.2-6.3: α_T, β_T vs the minimisers")
+        ax.set(
+            xscale="log", xlabel="depth T", ylabel="learned parameter", title="Thms 6.2-6.3: α_T, β_T vs the minimisers"
+        )
         ax.legend(fontsize=6)
         return [save_figure(fig, figdir / "fig2_lsa_vs_lca.png")]

@@ -31,7 +31,7 @@ from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_star, alpha_star_T
 from tdlab.train.regression import PromptStats, predict, sample_stats
 
-__all__ = ["cache_dir", "tied_predict", "tied_excess", "descend", "finite_context_minimisers", "untied_optimum"]
+__all__ = ["cache_dir", "descend", "finite_context_minimisers", "tied_excess", "tied_predict", "untied_optimum"]
 
 _VERSION = 3  # the cache key's version: bumped whenever what is computed changes
 
@@ -39,7 +39,9 @@ _VERSION = 3  # the cache key's version: bumped whenever what is computed change
 def cache_dir() -> Path:
     """Where results of expensive reference computations are kept: ``$TDLAB_CACHE`` or
     ``$XDG_CACHE_HOME/tdlab`` (default ``~/.cache/tdlab``)."""
-    root = os.environ.get("TDLAB_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tdlab")
+    root = os.environ.get("TDLAB_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tdlab"
+    )
     return Path(root)
 
 
@@ -68,7 +70,9 @@ def _task_key(task: MultiModalPrompts) -> list:
     return [list(task.dims), list(task.norm_range), task.norm_mode, task.zeta]
 
 
-def tied_excess(stats: PromptStats, T: int, alpha: Sequence[float], beta: Sequence[float] | None = None) -> torch.Tensor:
+def tied_excess(
+    stats: PromptStats, T: int, alpha: Sequence[float], beta: Sequence[float] | None = None
+) -> torch.Tensor:
     """Per-prompt ``(y_hat - y^Bayes)^2`` of the tied LCA_T (App. C.1 readout, ``F_0 = 0``) at each of ``P``
     parameter points: ``(P, N)``. ``beta=None``: the one-parameter model (``beta = -alpha``).
 
@@ -93,14 +97,25 @@ def descend(f, lo: float, hi: float, start: float, points: int = 25) -> float:
             break
         i = j
     a, b = xs[max(i - 1, 0)], xs[min(i + 1, points - 1)]
-    res = minimize_scalar(lambda x: float(f(np.array([x]))[0]), bounds=(a, b), method="bounded",
-                          options={"xatol": 1e-10 * max(abs(a), abs(b))})
+    res = minimize_scalar(
+        lambda x: float(f(np.array([x]))[0]),
+        bounds=(a, b),
+        method="bounded",
+        options={"xatol": 1e-10 * max(abs(a), abs(b))},
+    )
     return float(res.x) if res.fun <= fs[i] else float(xs[i])
 
 
 def finite_context_minimisers(
-    task: MultiModalPrompts, depths: Sequence[int], L: int, *, n_prompts: int, seed: int, one_param_start: float,
-    two_param_starts: Mapping[int, tuple[float, float]] | None = None, use_cache: bool = True,
+    task: MultiModalPrompts,
+    depths: Sequence[int],
+    L: int,
+    *,
+    n_prompts: int,
+    seed: int,
+    one_param_start: float,
+    two_param_starts: Mapping[int, tuple[float, float]] | None = None,
+    use_cache: bool = True,
 ) -> dict[str, dict[int, object]]:
     """One replicate of the minimisers of ``l_{L}`` for the tied LCA_T reached from the trained arms'
     initialisations, on ``n_prompts`` prompts of context ``L`` drawn from ``seed``.
@@ -125,9 +140,14 @@ def finite_context_minimisers(
         out: dict[str, dict[str, object]] = {"one": {}, "two": {}}
         for T in depths:
             a_inf = alpha_star_T(T, task)
-            out["one"][str(T)] = descend(lambda xs, T=T: tied_excess(st, T, xs).mean(-1).numpy(), 0.05 * a_inf, 2.0 * a_inf,
-                                         float(one_param_start))
+            out["one"][str(T)] = descend(
+                lambda xs, T=T: tied_excess(st, T, xs).mean(-1).numpy(),
+                0.05 * a_inf,
+                2.0 * a_inf,
+                float(one_param_start),
+            )
             if T in starts and T > 1:
+
                 def profile(bs: np.ndarray, T=T) -> tuple[np.ndarray, np.ndarray]:
                     h = predict_unit(st, T, bs)  # (P, N): y_hat at alpha = 1, and y_hat(alpha) = alpha * h
                     a_b = (h * y).mean(-1) / (h * h).mean(-1)
@@ -137,11 +157,20 @@ def finite_context_minimisers(
                 out["two"][str(T)] = [float(profile(np.array([b]))[1][0]), b]
         return out
 
-    key = {"task": _task_key(task), "depths": depths, "L": int(L), "n": int(n_prompts), "seed": int(seed),
-           "one_start": float(one_param_start), "starts": sorted(starts.items())}
+    key = {
+        "task": _task_key(task),
+        "depths": depths,
+        "L": int(L),
+        "n": int(n_prompts),
+        "seed": int(seed),
+        "one_start": float(one_param_start),
+        "starts": sorted(starts.items()),
+    }
     raw = _cached("tied", key, compute, use_cache)
-    return {"one": {int(T): float(v) for T, v in raw["one"].items()},
-            "two": {int(T): (float(v[0]), float(v[1])) for T, v in raw["two"].items()}}
+    return {
+        "one": {int(T): float(v) for T, v in raw["one"].items()},
+        "two": {int(T): (float(v[0]), float(v[1])) for T, v in raw["two"].items()},
+    }
 
 
 def predict_unit(stats: PromptStats, T: int, beta: Sequence[float]) -> torch.Tensor:
@@ -149,7 +178,9 @@ def predict_unit(stats: PromptStats, T: int, beta: Sequence[float]) -> torch.Ten
     return tied_predict(stats, T, np.ones(len(beta)), beta)
 
 
-def tied_predict(stats: PromptStats, T: int, alpha: Sequence[float], beta: Sequence[float] | None = None) -> torch.Tensor:
+def tied_predict(
+    stats: PromptStats, T: int, alpha: Sequence[float], beta: Sequence[float] | None = None
+) -> torch.Tensor:
     """``y_hat`` of the tied LCA_T (App. C.1 readout, ``F_0 = 0``) at each of ``P`` parameter points: (P, N).
     ``beta=None``: the one-parameter model (``beta = -alpha``); ``stats``: one member's prompts."""
     P = len(alpha)
@@ -161,8 +192,17 @@ def tied_predict(stats: PromptStats, T: int, alpha: Sequence[float], beta: Seque
         return predict(model, stats)
 
 
-def untied_optimum(task: MultiModalPrompts, T: int, L: int, *, n_prompts: int, seed: int, max_iter: int = 2000,
-                   grad_tol: float = 1e-6, use_cache: bool = True) -> dict[str, object]:
+def untied_optimum(
+    task: MultiModalPrompts,
+    T: int,
+    L: int,
+    *,
+    n_prompts: int,
+    seed: int,
+    max_iter: int = 2000,
+    grad_tol: float = 1e-6,
+    use_cache: bool = True,
+) -> dict[str, object]:
     """One replicate of the optimum of ``l_{L}`` for the untied scalar LCA_T of Fig. 3 (App. H:
     ``(W^S_t, W^V_t) = (alpha_t I, beta_t I)``), on ``n_prompts`` prompts of context ``L`` from ``seed``,
     reached by L-BFGS (strong-Wolfe line search) from the tied point ``(alpha*, -alpha*)`` where App. H
@@ -185,8 +225,15 @@ def untied_optimum(task: MultiModalPrompts, T: int, L: int, *, n_prompts: int, s
         params = [model.alpha, model.beta]
         spent, g = 0, float("inf")
         while spent < max_iter and g > grad_tol:
-            opt = torch.optim.LBFGS(params, lr=1.0, max_iter=min(1000, max_iter - spent), tolerance_grad=grad_tol,
-                                    tolerance_change=1e-16, history_size=50, line_search_fn="strong_wolfe")
+            opt = torch.optim.LBFGS(
+                params,
+                lr=1.0,
+                max_iter=min(1000, max_iter - spent),
+                tolerance_grad=grad_tol,
+                tolerance_change=1e-16,
+                history_size=50,
+                line_search_fn="strong_wolfe",
+            )
 
             def closure() -> torch.Tensor:
                 opt.zero_grad()
@@ -201,6 +248,13 @@ def untied_optimum(task: MultiModalPrompts, T: int, L: int, *, n_prompts: int, s
             spent += max(done, 1)
         return {"alpha": model.alpha[0].tolist(), "beta": model.beta[0].tolist(), "grad_norm": g, "iterations": spent}
 
-    key = {"task": _task_key(task), "T": int(T), "L": int(L), "n": int(n_prompts), "seed": int(seed), "max_iter": int(max_iter),
-           "grad_tol": float(grad_tol)}
+    key = {
+        "task": _task_key(task),
+        "T": int(T),
+        "L": int(L),
+        "n": int(n_prompts),
+        "seed": int(seed),
+        "max_iter": int(max_iter),
+        "grad_tol": float(grad_tol),
+    }
     return _cached("untied", key, compute, use_cache)

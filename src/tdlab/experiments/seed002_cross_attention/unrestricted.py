@@ -28,9 +28,15 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register
 from tdlab.experiments.seed002_cross_attention.common import (
-    PAPER, ICLTrainConfig, RegressionArms, TaskConfig, draw_tests, threads_field,
+    PAPER,
+    ICLTrainConfig,
+    RegressionArms,
+    TaskConfig,
+    draw_tests,
+    threads_field,
 )
 from tdlab.experiments.seed002_cross_attention.reference import untied_optimum
 from tdlab.experiments.view import RunView
@@ -39,10 +45,18 @@ from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.icl import alpha_star, response_second_moment, whitening_error, whitening_error_limit
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.regression import PromptStats, RegressionTrainer, load_member_states
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["UnrestrictedClaims", "UnrestrictedConfig", "IclUnrestricted", "whitening_by_layer", "whitening_from_stats",
-           "whitening_noise", "MOVED", "CLAIMS", "APP_H_SIGMA"]
+__all__ = [
+    "APP_H_SIGMA",
+    "CLAIMS",
+    "MOVED",
+    "IclUnrestricted",
+    "UnrestrictedClaims",
+    "UnrestrictedConfig",
+    "whitening_by_layer",
+    "whitening_from_stats",
+    "whitening_noise",
+]
 
 APP_H_SIGMA = 0.1  # App. H: sigma_init = 0.1
 
@@ -133,16 +147,21 @@ def whitening_noise(w: torch.Tensor, n_boot: int, seed: int) -> torch.Tensor:
     return rel.std(-1).median(-1).values
 
 
-def relative_move(final: dict[str, np.ndarray], init: dict[str, np.ndarray], centre: dict[str, np.ndarray]) -> np.ndarray:
+def relative_move(
+    final: dict[str, np.ndarray], init: dict[str, np.ndarray], centre: dict[str, np.ndarray]
+) -> np.ndarray:
     """Per member: |theta_final - theta_init| / |theta_init - centre| over the trained weights."""
     num = sum(((final[k] - init[k]) ** 2).reshape(final[k].shape[0], -1).sum(1) for k in centre)
     den = sum(((init[k] - centre[k]) ** 2).reshape(init[k].shape[0], -1).sum(1) for k in centre)
     return np.sqrt(num) / np.maximum(np.sqrt(den), 1e-300)
 
 
-MOVED = Stage("moved-from-init", "every member's trained weights moved at least claims.min_move of their initial "
-              "offset from (α*, −α*): App. H centres the init on the tied optimum, so an arm that stayed there shows "
-              "the init, not what training found")
+MOVED = Stage(
+    "moved-from-init",
+    "every member's trained weights moved at least claims.min_move of their initial "
+    "offset from (α*, −α*): App. H centres the init on the tied optimum, so an arm that stayed there shows "
+    "the init, not what training found",
+)
 
 
 def _provenance(sigma: float):
@@ -155,23 +174,40 @@ CLAIMS = (
         "Fig. 3 left: the layer-wise projections tr(W^S_t)/d, tr(W^V_t)/d of trained less-restricted LCA_T cluster "
         "around the tied optimum (alpha*, -alpha*) of Thms 6.2-6.3 — in the setting that ran, the untied model's own "
         "optimum of l_(L_tr)",
-        test="value", relation="close", quantity="layer mean of tr(W^S_t)/d (or tr(W^V_t)/d) per member, against the "
+        test="value",
+        relation="close",
+        quantity="layer mean of tr(W^S_t)/d (or tr(W^V_t)/d) per member, against the "
         "same projection of the untied scalar model's optimum of l_(L_tr) (replicate Monte-Carlo draws)",
-        expected=None, tolerance=lambda cfg, row: cfg.claims.proj_rel_tol * abs(float(row.context["scale"])),
-        horizon="budget", stage=MOVED, example={"scale": 0.0507}),
+        expected=None,
+        tolerance=lambda cfg, row: cfg.claims.proj_rel_tol * abs(float(row.context["scale"])),
+        horizon="budget",
+        stage=MOVED,
+        example={"scale": 0.0507},
+    ),
     ClaimSpec(
         "whitening-decreases-with-layer",
         "Fig. 3 right / Eq. 6.1: the whitening error ||X F_t^T/L - I||_F/sqrt(d) (median over fresh prompts, "
         "L = L_tr) of trained less-restricted LCA_T decreases with the layer index",
-        test="value", relation="le", quantity="largest relative layer-to-layer rise (w_(t+1) - w_t)/w_t over t >= 1 "
+        test="value",
+        relation="le",
+        quantity="largest relative layer-to-layer rise (w_(t+1) - w_t)/w_t over t >= 1 "
         "per member; a rise within whitening_noise_z bootstrap standard errors of the layer-to-layer noise is none",
-        expected=0.0, tolerance=lambda cfg, row: cfg.claims.whitening_noise_z * float(row.context["noise"]),
-        horizon="budget", stage=MOVED, example={"noise": 0.01}),
+        expected=0.0,
+        tolerance=lambda cfg, row: cfg.claims.whitening_noise_z * float(row.context["noise"]),
+        horizon="budget",
+        stage=MOVED,
+        example={"noise": 0.01},
+    ),
     ClaimSpec(
         "whitening-last-below-first",
         "Fig. 3 right / Eq. 6.1: the last layer whitens better than the first (w_T < w_1)",
-        test="compare", relation="lt", quantity="median whitening error at t = T minus at t = 1 (paired over members)",
-        margin=0.0, horizon="budget", stage=MOVED),
+        test="compare",
+        relation="lt",
+        quantity="median whitening error at t = T minus at t = 1 (paired over members)",
+        margin=0.0,
+        horizon="budget",
+        stage=MOVED,
+    ),
 )
 
 
@@ -192,15 +228,20 @@ class IclUnrestricted(RegressionArms, Experiment):
     profiles = {
         # Scaled for 2 CPU cores: 3 runs, 500 training prompts, 300 GD steps, the App. H sigma and a smaller
         # one (ours) to separate the effect of the initial noise; 4 replicate draws of 8192 prompts for the reference.
-        "quick": {"members": 3, "sigmas": [APP_H_SIGMA, 0.01], "train": {"prompts": 500, "steps": 300, "eval_prompts": 200},
-                  "whitening_prompts": 200, "whitening_contexts": [100, 1000],
-                  "claims": {"reference_draws": 4, "reference_prompts": 8192}},
+        "quick": {
+            "members": 3,
+            "sigmas": [APP_H_SIGMA, 0.01],
+            "train": {"prompts": 500, "steps": 300, "eval_prompts": 200},
+            "whitening_prompts": 200,
+            "whitening_contexts": [100, 1000],
+            "claims": {"reference_draws": 4, "reference_prompts": 8192},
+        },
         # App. H: N = 2000, L_tr = 100, sigma_init = 0.1, ten runs (GPU advised for the full matrices).
         "paper": {"members": 10, "sigmas": [APP_H_SIGMA, 0.01], "train": {"steps": 3000}},
     }
     # atlas: the projection/whitening claims are read from the trained unrestricted model; its step budget decides whether it converged
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('train.steps', (1000, 3000, 10000), quick=(150, 300), label='steps'),),
+        axes=(AtlasAxis("train.steps", (1000, 3000, 10000), quick=(150, 300), label="steps"),),
         why="The unrestricted-attention claims (projection onto the LSA family within proj_rel_tol) are read from the trained model; quick trains 300 steps against the paper's 3000.",
     )
 
@@ -222,22 +263,38 @@ class IclUnrestricted(RegressionArms, Experiment):
                 for param in cfg.params:
                     arm = self.arm(param, sigma)
                     finished = ctx.done(arm)
-                    build = lambda s, p=param, sg=sigma: LCA(task.d, cfg.depth, s, param=p, alpha0=a_star,  # noqa: E731
-                                                             sigma_init=sg, dtype=torch.float64)
+                    build = lambda s, p=param, sg=sigma: LCA(
+                        task.d,
+                        cfg.depth,
+                        s,
+                        param=p,
+                        alpha0=a_star,
+                        sigma_init=sg,
+                        dtype=torch.float64,
+                    )
                     trainer = RegressionTrainer(cfg.train, ctx.device, ctx.progress, label=arm, cache=cache)
                     result = ctx.fit(arm, trainer, build, seeds, task)
                     if finished is not None:
                         continue
                     model = load_member_states(build(seeds).to(ctx.device), result.states)
                     proj_s, proj_v = (v.detach() for v in model.scalar_projections())
-                    rows = [(t, e, name, float(v[e, t])) for name, v in (("alpha_hat", proj_s), ("beta_hat", proj_v))
-                            for e in range(len(seeds)) for t in range(cfg.depth)]
+                    rows = [
+                        (t, e, name, float(v[e, t]))
+                        for name, v in (("alpha_hat", proj_s), ("beta_hat", proj_v))
+                        for e in range(len(seeds))
+                        for t in range(cfg.depth)
+                    ]
                     for L, b in batches.items():
                         w = whitening_from_stats(model, b)
                         for stat, v in (("mean", w.mean(-1)), ("median", w.median(-1).values)):
-                            rows += [(t, e, f"whitening_{stat}_L{L}", float(v[e, t])) for e in range(len(seeds))
-                                     for t in range(cfg.depth + 1)]
-                        noise = whitening_noise(w, cfg.claims.whitening_bootstrap, derive_seed(cfg.seed, f"bootstrap/{arm}/{L}"))
+                            rows += [
+                                (t, e, f"whitening_{stat}_L{L}", float(v[e, t]))
+                                for e in range(len(seeds))
+                                for t in range(cfg.depth + 1)
+                            ]
+                        noise = whitening_noise(
+                            w, cfg.claims.whitening_bootstrap, derive_seed(cfg.seed, f"bootstrap/{arm}/{L}")
+                        )
                         rows += [(0, e, f"whitening_noise_L{L}", float(noise[e])) for e in range(len(seeds))]
                     ctx.writer.add_metrics(arm, rows)
             if not ctx.done("tied-reference"):
@@ -246,12 +303,23 @@ class IclUnrestricted(RegressionArms, Experiment):
                 rows = []
                 for L, b in batches.items():
                     w = whitening_from_stats(ref, b)
-                    rows += [(t, e, f"whitening_median_L{L}", float(w.median(-1).values[e, t])) for e in range(len(seeds))
-                             for t in range(cfg.depth + 1)]
-                    lim = torch.stack([whitening_error_limit(b.m, a_star, t) if t else torch.ones_like(b.m[..., 0])
-                                       for t in range(cfg.depth + 1)], 1)
-                    rows += [(t, e, f"whitening_limit_median_L{L}", float(lim.median(-1).values[e, t])) for e in range(len(seeds))
-                             for t in range(cfg.depth + 1)]
+                    rows += [
+                        (t, e, f"whitening_median_L{L}", float(w.median(-1).values[e, t]))
+                        for e in range(len(seeds))
+                        for t in range(cfg.depth + 1)
+                    ]
+                    lim = torch.stack(
+                        [
+                            whitening_error_limit(b.m, a_star, t) if t else torch.ones_like(b.m[..., 0])
+                            for t in range(cfg.depth + 1)
+                        ],
+                        1,
+                    )
+                    rows += [
+                        (t, e, f"whitening_limit_median_L{L}", float(lim.median(-1).values[e, t]))
+                        for e in range(len(seeds))
+                        for t in range(cfg.depth + 1)
+                    ]
                 ctx.writer.add_metrics("tied-reference", rows)
                 ctx.writer.save_arrays("tied-reference", [{"alpha": torch.tensor([a_star])} for _ in seeds])
 
@@ -263,8 +331,13 @@ class IclUnrestricted(RegressionArms, Experiment):
         task = cfg.task.build()
         rows = []
         for r in range(cfg.claims.reference_draws):
-            opt = untied_optimum(task, cfg.depth, cfg.train.context, n_prompts=cfg.claims.reference_prompts,
-                                 seed=derive_seed(cfg.seed, "untied-reference", r))
+            opt = untied_optimum(
+                task,
+                cfg.depth,
+                cfg.train.context,
+                n_prompts=cfg.claims.reference_prompts,
+                seed=derive_seed(cfg.seed, "untied-reference", r),
+            )
             rows += [(t, r, name, float(v)) for name in ("alpha", "beta") for t, v in enumerate(opt[name])]
             rows += [(0, r, "grad_norm", float(opt["grad_norm"])), (0, r, "iterations", float(opt["iterations"]))]
         ctx.writer.add_metrics(self.REFERENCE, rows)
@@ -278,14 +351,21 @@ class IclUnrestricted(RegressionArms, Experiment):
         _, ref_a = run.curves(self.REFERENCE, "alpha")
         _, ref_b = run.curves(self.REFERENCE, "beta")
         ref_alpha, ref_beta = Sample(ref_a.mean(1)), Sample(ref_b.mean(1))
-        out = Measurements({
-            "alpha_star": a_star,
-            "untied_optimum": {"alpha_layer_mean": ref_alpha.values, "beta_layer_mean": ref_beta.values,
-                               "alpha_by_layer": ref_a.mean(0).tolist(), "beta_by_layer": ref_b.mean(0).tolist(),
-                               "alpha_over_alpha_star": ref_alpha.mean / a_star,
-                               "grad_norm": run.final(self.REFERENCE, "grad_norm").tolist(),
-                               "prompts_per_draw": c.reference_prompts, "L_tr": cfg.train.context},
-        })
+        out = Measurements(
+            {
+                "alpha_star": a_star,
+                "untied_optimum": {
+                    "alpha_layer_mean": ref_alpha.values,
+                    "beta_layer_mean": ref_beta.values,
+                    "alpha_by_layer": ref_a.mean(0).tolist(),
+                    "beta_by_layer": ref_b.mean(0).tolist(),
+                    "alpha_over_alpha_star": ref_alpha.mean / a_star,
+                    "grad_norm": run.final(self.REFERENCE, "grad_norm").tolist(),
+                    "prompts_per_draw": c.reference_prompts,
+                    "L_tr": cfg.train.context,
+                },
+            }
+        )
         for sigma in cfg.sigmas:
             for param in cfg.params:
                 self._measure_arm(cfg, run, out, param, sigma, ref_alpha, ref_beta)
@@ -294,8 +374,9 @@ class IclUnrestricted(RegressionArms, Experiment):
         out.values["zero_predictor_mse"] = response_second_moment(task)
         return out
 
-    def _measure_arm(self, cfg, run: RunView, out: Measurements, param: str, sigma: float, ref_alpha: Sample,
-                     ref_beta: Sample) -> None:
+    def _measure_arm(
+        self, cfg, run: RunView, out: Measurements, param: str, sigma: float, ref_alpha: Sample, ref_beta: Sample
+    ) -> None:
         task = cfg.task.build()
         a_star = alpha_star(task)
         L0 = cfg.whitening_contexts[0]
@@ -308,36 +389,73 @@ class IclUnrestricted(RegressionArms, Experiment):
         noise = float(np.median(run.final(arm, f"whitening_noise_L{L0}")))
         final = {k: v.double().numpy() for k, v in run.arrays(arm).items()}
         init = {k: v.double().numpy() for k, v in run.arrays(init_arm(arm)).items()}
-        centre = {"alpha": self.centre(param, cfg.depth, task.d, a_star), "beta": self.centre(param, cfg.depth, task.d, -a_star)}
+        centre = {
+            "alpha": self.centre(param, cfg.depth, task.d, a_star),
+            "beta": self.centre(param, cfg.depth, task.d, -a_star),
+        }
         move = relative_move(final, init, centre)
         out.stage(arm, MOVED, move, cfg.claims.min_move, "gt", evidence="|θ_final − θ_init| / |θ_init − (α*, −α*)|")
-        m = {"alpha_hat_layer_mean": ah.mean(1).tolist(), "beta_hat_layer_mean": bh.mean(1).tolist(),
-             "alpha_hat_mean_by_layer": ah.mean(0).tolist(), "beta_hat_mean_by_layer": bh.mean(0).tolist(),
-             "final_test_loss": test[:, -1].tolist(), "initial_test_loss": test[:, 0].tolist(),
-             "steps_run": int(steps[-1]), "relative_move_from_init": move.tolist(),
-             "largest_relative_whitening_rise": rise.tolist(), "whitening_layer_noise": noise}
+        m = {
+            "alpha_hat_layer_mean": ah.mean(1).tolist(),
+            "beta_hat_layer_mean": bh.mean(1).tolist(),
+            "alpha_hat_mean_by_layer": ah.mean(0).tolist(),
+            "beta_hat_mean_by_layer": bh.mean(0).tolist(),
+            "final_test_loss": test[:, -1].tolist(),
+            "initial_test_loss": test[:, 0].tolist(),
+            "steps_run": int(steps[-1]),
+            "relative_move_from_init": move.tolist(),
+            "largest_relative_whitening_rise": rise.tolist(),
+            "whitening_layer_noise": noise,
+        }
         for L in cfg.whitening_contexts:
             m[f"whitening_median_by_layer_L{L}"] = run.curves(arm, f"whitening_median_L{L}")[1].mean(0).tolist()
         out.values[arm] = m
         what = {"untied": "untied scalar", "diagonal": "diagonal", "full": "full-matrix"}[param]
         prov = _provenance(sigma)
         ctx = {"param": param, "sigma": sigma, "scale": ref_alpha.mean}
-        out.row("projections-cluster-around-alpha-star", f"{arm}/alpha", Sample(ah.mean(1)), ref_alpha, arms=[arm],
-                provenance=prov, context=ctx,
-                label=f"{what} LCA_{cfg.depth} (σ_init = {sigma:g}): layer mean of tr(W^S_t)/d ≈ the untied optimum's "
-                      f"{ref_alpha.mean:.4f} (α* = {a_star:.4f})")
-        out.row("projections-cluster-around-alpha-star", f"{arm}/beta", Sample(bh.mean(1)), ref_beta, arms=[arm],
-                provenance=prov, context=ctx,
-                label=f"{what} LCA_{cfg.depth} (σ_init = {sigma:g}): layer mean of tr(W^V_t)/d ≈ the untied optimum's "
-                      f"{ref_beta.mean:.4f} (−α* = {-a_star:.4f})")
-        out.row("whitening-decreases-with-layer", arm, Sample(rise), arms=[arm], provenance=prov,
-                context={"param": param, "sigma": sigma, "noise": noise},
-                label=f"{what} (σ_init = {sigma:g}): largest relative rise (w_(t+1) − w_t)/w_t, t ≥ 1, within "
-                      f"{cfg.claims.whitening_noise_z:g} × the layer-to-layer noise {noise:.3g}")
+        out.row(
+            "projections-cluster-around-alpha-star",
+            f"{arm}/alpha",
+            Sample(ah.mean(1)),
+            ref_alpha,
+            arms=[arm],
+            provenance=prov,
+            context=ctx,
+            label=f"{what} LCA_{cfg.depth} (σ_init = {sigma:g}): layer mean of tr(W^S_t)/d ≈ the untied optimum's "
+            f"{ref_alpha.mean:.4f} (α* = {a_star:.4f})",
+        )
+        out.row(
+            "projections-cluster-around-alpha-star",
+            f"{arm}/beta",
+            Sample(bh.mean(1)),
+            ref_beta,
+            arms=[arm],
+            provenance=prov,
+            context=ctx,
+            label=f"{what} LCA_{cfg.depth} (σ_init = {sigma:g}): layer mean of tr(W^V_t)/d ≈ the untied optimum's "
+            f"{ref_beta.mean:.4f} (−α* = {-a_star:.4f})",
+        )
+        out.row(
+            "whitening-decreases-with-layer",
+            arm,
+            Sample(rise),
+            arms=[arm],
+            provenance=prov,
+            context={"param": param, "sigma": sigma, "noise": noise},
+            label=f"{what} (σ_init = {sigma:g}): largest relative rise (w_(t+1) − w_t)/w_t, t ≥ 1, within "
+            f"{cfg.claims.whitening_noise_z:g} × the layer-to-layer noise {noise:.3g}",
+        )
         if wmed.shape[1] > 2:
-            out.row("whitening-last-below-first", arm, Sample(wmed[:, -1]), Sample(wmed[:, 1]), arms=[arm], provenance=prov,
-                    context={"param": param, "sigma": sigma},
-                    label=f"{what} (σ_init = {sigma:g}): w_{cfg.depth} < w_1 (paired over members)")
+            out.row(
+                "whitening-last-below-first",
+                arm,
+                Sample(wmed[:, -1]),
+                Sample(wmed[:, 1]),
+                arms=[arm],
+                provenance=prov,
+                context={"param": param, "sigma": sigma},
+                label=f"{what} (σ_init = {sigma:g}): w_{cfg.depth} < w_1 (paired over members)",
+            )
 
     @staticmethod
     def centre(param: str, T: int, d: int, v: float) -> np.ndarray:
@@ -361,9 +479,15 @@ class IclUnrestricted(RegressionArms, Experiment):
             f"σ_init = {APP_H_SIGMA:g} rows (App. H) decide the paper groups; other σ_init are ours, shown and never deciding.",
         ]
         for arm, m in v.items():
-            if isinstance(m, dict) and "final_test_loss" in m and np.mean(m["final_test_loss"]) > v["zero_predictor_mse"]:
-                notes.append(f"{arm}: test MSE {np.mean(m['initial_test_loss']):.3g} at init → {np.mean(m['final_test_loss']):.3g} "
-                             f"after {m['steps_run']} GD steps, above the zero predictor's E[y²] = 1: not trained in this budget.")
+            if (
+                isinstance(m, dict)
+                and "final_test_loss" in m
+                and np.mean(m["final_test_loss"]) > v["zero_predictor_mse"]
+            ):
+                notes.append(
+                    f"{arm}: test MSE {np.mean(m['initial_test_loss']):.3g} at init → {np.mean(m['final_test_loss']):.3g} "
+                    f"after {m['steps_run']} GD steps, above the zero predictor's E[y²] = 1: not trained in this budget."
+                )
         return notes
 
     def plot(self, cfg: UnrestrictedConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
@@ -379,16 +503,36 @@ class IclUnrestricted(RegressionArms, Experiment):
                 arm = self.arm(param, sigma)
                 _, ah = run.curves(arm, "alpha_hat")
                 _, bh = run.curves(arm, "beta_hat")
-                axes[0].scatter(ah.mean(0), bh.mean(0), marker=markers[param], s=18, alpha=0.8, color=f"C{k}",
-                                label=f"{param}, σ={sigma:g}")
+                axes[0].scatter(
+                    ah.mean(0),
+                    bh.mean(0),
+                    marker=markers[param],
+                    s=18,
+                    alpha=0.8,
+                    color=f"C{k}",
+                    label=f"{param}, σ={sigma:g}",
+                )
                 steps, w = run.curves(arm, f"whitening_median_L{L0}")
-                axes[1].plot(steps, w.mean(0), marker=markers[param], ms=3, color=f"C{k}", label=f"{param}, σ={sigma:g}")
+                axes[1].plot(
+                    steps, w.mean(0), marker=markers[param], ms=3, color=f"C{k}", label=f"{param}, σ={sigma:g}"
+                )
         axes[0].scatter([a_star], [-a_star], marker="*", s=200, color="k", label="(α*, −α*)")
-        axes[0].scatter(u["alpha_by_layer"], u["beta_by_layer"], marker="x", s=30, color="g", label="untied optimum of ℓ_L")
-        axes[0].set(xlabel="α̂_t = tr(W^S_t)/d", ylabel="β̂_t = tr(W^V_t)/d", title="Fig. 3 left: layer-wise projections (mean over runs)")
+        axes[0].scatter(
+            u["alpha_by_layer"], u["beta_by_layer"], marker="x", s=30, color="g", label="untied optimum of ℓ_L"
+        )
+        axes[0].set(
+            xlabel="α̂_t = tr(W^S_t)/d",
+            ylabel="β̂_t = tr(W^V_t)/d",
+            title="Fig. 3 left: layer-wise projections (mean over runs)",
+        )
         axes[0].legend(fontsize=7)
         steps, ref = run.curves("tied-reference", f"whitening_median_L{L0}")
         axes[1].plot(steps, ref.mean(0), "k--", label="tied α* (one-parameter)")
-        axes[1].set(yscale="log", xlabel="layer t", ylabel="median ‖X F_tᵀ/L − I‖_F/√d", title=f"Fig. 3 right: whitening, L = {L0}")
+        axes[1].set(
+            yscale="log",
+            xlabel="layer t",
+            ylabel="median ‖X F_tᵀ/L − I‖_F/√d",
+            title=f"Fig. 3 right: whitening, L = {L0}",
+        )
         axes[1].legend(fontsize=7)
         return [save_figure(fig, figdir / "fig3_unrestricted.png")]

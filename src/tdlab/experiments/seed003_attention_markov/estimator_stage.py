@@ -33,14 +33,15 @@ import torch
 from tdlab.claims import Measurements, Stage
 from tdlab.theory.kgram import cross_entropy, kgram_probs
 
-__all__ = ["PROBE_DATA", "PAST_LOWER_ORDER", "estimator_losses", "stage_bound", "record_stage", "stage_leaves_room"]
+__all__ = ["PAST_LOWER_ORDER", "PROBE_DATA", "estimator_losses", "record_stage", "stage_bound", "stage_leaves_room"]
 
 PROBE_DATA = "probe-data"  # the random stream of a member's probe sequences (the same in every cell of one k)
 
 PAST_LOWER_ORDER = Stage(
     "past-order-(k-1)-estimator",
     "the member's probe loss is below the order-(k−1) in-context estimator's on the same sequences by "
-    "claims.stage_share of the gap to the order-k one: it has left the (k−1)-context counting plateau")
+    "claims.stage_share of the gap to the order-k one: it has left the (k−1)-context counting plateau",
+)
 
 
 def estimator_losses(tokens: torch.Tensor, k: int, vocab: int, alpha: float) -> dict[int, torch.Tensor]:
@@ -62,17 +63,31 @@ def stage_bound(lower: Sequence[float] | np.ndarray, upper: Sequence[float] | np
     return lo - share * (lo - up)
 
 
-def record_stage(out: Measurements, arm: str, loss: Sequence[float] | np.ndarray, lower: Sequence[float] | np.ndarray,
-                 upper: Sequence[float] | np.ndarray, share: float, k: int, stage: Stage = PAST_LOWER_ORDER,
-                 source: str = "") -> None:
+def record_stage(
+    out: Measurements,
+    arm: str,
+    loss: Sequence[float] | np.ndarray,
+    lower: Sequence[float] | np.ndarray,
+    upper: Sequence[float] | np.ndarray,
+    share: float,
+    k: int,
+    stage: Stage = PAST_LOWER_ORDER,
+    source: str = "",
+) -> None:
     """Record whether ``arm``'s members passed ``stage`` on per-member probe losses.
 
     ``source`` names another arm whose losses decide the stage of ``arm`` (a control arm trained under
     the same budget); empty: ``arm``'s own.
     """
     who = f"{source}'s " if source else ""
-    out.stage(arm, stage, loss, stage_bound(lower, upper, share), "lt",
-              evidence=f"{who}probe loss vs order-{k - 1} estimator − {share:g}·(order-{k - 1} − order-{k}), nats")
+    out.stage(
+        arm,
+        stage,
+        loss,
+        stage_bound(lower, upper, share),
+        "lt",
+        evidence=f"{who}probe loss vs order-{k - 1} estimator − {share:g}·(order-{k - 1} − order-{k}), nats",
+    )
 
 
 def stage_leaves_room(lower: Sequence[float], upper: Sequence[float], share: float, tol: float) -> bool:

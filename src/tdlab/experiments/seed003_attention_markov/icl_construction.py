@@ -40,11 +40,16 @@ from pydantic import Field, field_validator, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed003_attention_markov.estimator_stage import (
-    PAST_LOWER_ORDER, PROBE_DATA, estimator_losses, record_stage)
+    PAST_LOWER_ORDER,
+    PROBE_DATA,
+    estimator_losses,
+    record_stage,
+)
 from tdlab.experiments.view import RunView
-from tdlab.models.normalised_attention import NormAttnConfig, NormalisedAttention, construction
+from tdlab.models.normalised_attention import NormalisedAttention, NormAttnConfig, construction
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
 from tdlab.runs import RunDirError
 from tdlab.seeding import derive_seed, generators, member_seeds
@@ -52,10 +57,17 @@ from tdlab.tasks.markov_kth import InContextMarkov
 from tdlab.theory.kgram import cross_entropy, kgram_probs
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["ConstructionClaimConfig", "ConstructionProbeConfig", "MarkovICLConstructionConfig", "MarkovICLConstruction",
-           "construction_gaps", "construction_arm", "train_arm", "CLAIMS"]
+__all__ = [
+    "CLAIMS",
+    "ConstructionClaimConfig",
+    "ConstructionProbeConfig",
+    "MarkovICLConstruction",
+    "MarkovICLConstructionConfig",
+    "construction_arm",
+    "construction_gaps",
+    "train_arm",
+]
 
 
 def construction_arm(k: int) -> str:
@@ -67,7 +79,9 @@ def train_arm(k: int) -> str:
 
 
 @torch.no_grad()
-def construction_gaps(tokens: torch.Tensor, k: int, kappas: list[float], beta: float) -> list[tuple[float, float, float]]:
+def construction_gaps(
+    tokens: torch.Tensor, k: int, kappas: list[float], beta: float
+) -> list[tuple[float, float, float]]:
     """For each κ: ``(gap, max_kl, loss_gap)`` on ``tokens (N, T)``, in nats: the mean over positions of
     KL(estimator || construction) (≥ 0, zero iff they agree), its largest value, and the mean per-token
     loss of the construction minus the add-β order-k estimator's on the realised tokens (either sign:
@@ -168,24 +182,46 @@ CLAIMS = (
         "construction-reaches-estimator",
         "The normalised-attention construction (3 layers, att ∝ exp(κ cos)) computes the order-k in-context estimator "
         "as κ grows (seed 003 talk, Part II, 'Intuition'; weights ours, derived)",
-        test="value", relation="le", quantity="mean per-position KL(order-k add-α estimator || construction) at the "
-        "largest κ of the grid, on fresh sequences, nats per token", expected=0.0, tolerance="claims.tol_nats",
-        horizon="static", learning_required=False, unit=" nats", needs="ks non-empty"),
+        test="value",
+        relation="le",
+        quantity="mean per-position KL(order-k add-α estimator || construction) at the "
+        "largest κ of the grid, on fresh sequences, nats per token",
+        expected=0.0,
+        tolerance="claims.tol_nats",
+        horizon="static",
+        learning_required=False,
+        unit=" nats",
+        needs="ks non-empty",
+    ),
     ClaimSpec(
         "construction-gap-decreases-with-kappa",
         "The construction's gap to the estimator decreases along the κ grid (seed 003 talk, Part II, 'Intuition': att ∝ exp(κ cos) "
         "'realizes a k-th order induction head' as the attention sharpens)",
-        test="value", relation="le", quantity="the largest step of the gap along the κ grid, max_i gap(κ_{i+1}) − gap(κ_i), "
-        "nats (rises up to claims.rounding are float rounding)", expected=0.0, tolerance="claims.rounding", horizon="static",
-        learning_required=False, unit=" nats", needs="ks non-empty"),
+        test="value",
+        relation="le",
+        quantity="the largest step of the gap along the κ grid, max_i gap(κ_{i+1}) − gap(κ_i), "
+        "nats (rises up to claims.rounding are float rounding)",
+        expected=0.0,
+        tolerance="claims.rounding",
+        horizon="static",
+        learning_required=False,
+        unit=" nats",
+        needs="ks non-empty",
+    ),
     ClaimSpec(
         "trained-matches-like-construction",
         "Trained from a random init, the same normalised-attention model learns the construction's k-th order induction "
         "head (seed 003 talk, Part II, 'Intuition': 'match contexts & count')",
-        test="value", relation="ge", quantity="(trained last-layer context-matching score − chance) / (construction's at "
+        test="value",
+        relation="ge",
+        quantity="(trained last-layer context-matching score − chance) / (construction's at "
         "the largest κ − chance), same sequences, per member (fraction ours: the talk shows maps, no number)",
-        expected="claims.score_fraction", tolerance=0.0, horizon="convergence", stage=PAST_LOWER_ORDER,
-        needs="train_ks non-empty"),
+        expected="claims.score_fraction",
+        tolerance=0.0,
+        horizon="convergence",
+        stage=PAST_LOWER_ORDER,
+        needs="train_ks non-empty",
+    ),
 )
 
 
@@ -205,13 +241,18 @@ class MarkovICLConstruction(Experiment):
     profiles = {
         # Construction: k = 1, 2 on 128 sequences of length 64; training: k = 1, 2, 3 members, 600 steps.
         "quick": {},
-        "paper": {"members": 5, "ks": [1, 2, 3, 4], "train_ks": [1, 2, 3],
-                  "kappas": [2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 400.0, 800.0, 1600.0],
-                  "train": {"steps": 3000, "batch": 64, "seq_len": 128}, "probe": {"sequences": 512, "seq_len": 128}},
+        "paper": {
+            "members": 5,
+            "ks": [1, 2, 3, 4],
+            "train_ks": [1, 2, 3],
+            "kappas": [2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 400.0, 800.0, 1600.0],
+            "train": {"steps": 3000, "batch": 64, "seq_len": 128},
+            "probe": {"sequences": 512, "seq_len": 128},
+        },
     }
     # atlas: the construction claims compare the trained model with the closed-form estimator; its step budget decides how close it gets
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('train.steps', (1000, 3000, 6000), quick=(300, 600), label='steps'),),
+        axes=(AtlasAxis("train.steps", (1000, 3000, 6000), quick=(300, 600), label="steps"),),
         why="The construction claims compare trained models with the explicit ICL estimator; the quick profile trains 600 steps against the paper's 3000.",
     )
 
@@ -223,25 +264,42 @@ class MarkovICLConstruction(Experiment):
                 g = torch.Generator().manual_seed(derive_seed(cfg.seed, "construction", k))
                 x = task.sample([g], cfg.probe.sequences, cfg.probe.seq_len)[0]
                 rows = []
-                for i, (kap, (gap, kl, lgap)) in enumerate(zip(cfg.kappas, construction_gaps(x, k, cfg.kappas, cfg.alpha))):
+                for i, (kap, (gap, kl, lgap)) in enumerate(
+                    zip(cfg.kappas, construction_gaps(x, k, cfg.kappas, cfg.alpha))
+                ):
                     rows += [(i, 0, "kappa", kap), (i, 0, "gap", gap), (i, 0, "max_kl", kl), (i, 0, "loss_gap", lgap)]
                 ctx.store_rows(construction_arm(k), rows)
-            fits = [Fit(train_arm(k), Trainer(cfg.train, ctx.device, ctx.progress, label=train_arm(k)),
-                        lambda s: NormalisedAttention(cfg.model, s), seeds, InContextMarkov(k, 2, cfg.alpha))
-                    for k in cfg.train_ks]
+            fits = [
+                Fit(
+                    train_arm(k),
+                    Trainer(cfg.train, ctx.device, ctx.progress, label=train_arm(k)),
+                    lambda s: NormalisedAttention(cfg.model, s),
+                    seeds,
+                    InContextMarkov(k, 2, cfg.alpha),
+                )
+                for k in cfg.train_ks
+            ]
             for fit, result in zip(fits, ctx.fit_all(fits)):  # the orders train at once on one-thread lanes
                 model = fit.build(seeds)
                 model.load_state_dict({n: torch.stack([s[n] for s in result.states]) for n in result.states[0]})
                 ctx.store_rows(f"{fit.arm}/probe", self.probe(model.to(ctx.device), fit.task, cfg, seeds, ctx.device))
 
     @staticmethod
-    def probe_tokens(task: InContextMarkov, cfg: MarkovICLConstructionConfig, seeds: list[int], device: str = "cpu") -> torch.Tensor:
+    def probe_tokens(
+        task: InContextMarkov, cfg: MarkovICLConstructionConfig, seeds: list[int], device: str = "cpu"
+    ) -> torch.Tensor:
         return task.sample(generators(seeds, PROBE_DATA, device), cfg.probe.sequences, cfg.probe.seq_len, device)
 
     @classmethod
     @torch.no_grad()
-    def probe(cls, model: NormalisedAttention, task: InContextMarkov, cfg: MarkovICLConstructionConfig, seeds: list[int],
-              device: str = "cpu") -> list[tuple[int, int, str, float]]:
+    def probe(
+        cls,
+        model: NormalisedAttention,
+        task: InContextMarkov,
+        cfg: MarkovICLConstructionConfig,
+        seeds: list[int],
+        device: str = "cpu",
+    ) -> list[tuple[int, int, str, float]]:
         """Loss vs the order-0..k estimators, every layer's matching score, and the construction's score
         (largest κ) on the same fresh sequences of each member."""
         model.eval()
@@ -261,9 +319,11 @@ class MarkovICLConstruction(Experiment):
             score, chance = context_matching_score(pat, x[:, :, None], k, keep_dims=1)
             kap = model.blocks[layer].log_kappa.exp()
             for e in range(len(seeds)):
-                rows += [(step, e, f"match_score_layer{layer}", float(score[e])),
-                         (step, e, f"match_chance_layer{layer}", float(chance[e])),
-                         (step, e, f"kappa_layer{layer}", float(kap[e]))]
+                rows += [
+                    (step, e, f"match_score_layer{layer}", float(score[e])),
+                    (step, e, f"match_chance_layer{layer}", float(chance[e])),
+                    (step, e, f"kappa_layer{layer}", float(kap[e])),
+                ]
         return rows
 
     def trivial_error(self, cfg: MarkovICLConstructionConfig, arm: str) -> float:
@@ -271,7 +331,9 @@ class MarkovICLConstruction(Experiment):
 
     def measure(self, cfg: MarkovICLConstructionConfig, run: RunView) -> Measurements:
         cl = cfg.claims
-        out = Measurements({"tol_nats": cl.tol_nats, "score_fraction": cl.score_fraction, "stage_share": cl.stage_share})
+        out = Measurements(
+            {"tol_nats": cl.tol_nats, "score_fraction": cl.score_fraction, "stage_share": cl.stage_share}
+        )
         cons: dict[str, dict] = {}
         for k in cfg.ks:
             arm = construction_arm(k)
@@ -280,12 +342,21 @@ class MarkovICLConstruction(Experiment):
             # one draw of sequences, stored as member 0 with the κ index in the step column
             gaps, kls, kaps, lgaps = (run.curves(arm, n)[1][0].tolist() for n in ("gap", "max_kl", "kappa", "loss_gap"))
             cons[f"k{k}"] = {"kappa": kaps, "gap": gaps, "max_kl": kls, "loss_gap": lgaps}
-            out.row("construction-reaches-estimator", f"k{k}", Sample([gaps[-1]], deterministic=True),
-                    context={"k": k, "kappa": kaps[-1]}, label=f"k={k}: gap at κ={kaps[-1]:g} ≤ {cl.tol_nats} nats")
-            out.row("construction-gap-decreases-with-kappa", f"k{k}",
-                    Sample([max(b - a for a, b in zip(gaps, gaps[1:]))], deterministic=True), context={"k": k},
-                    label=f"k={k}: every step along κ = {', '.join(f'{v:g}' for v in kaps)} lowers the gap "
-                          f"(rises ≤ {cl.rounding:g} count as rounding)")
+            out.row(
+                "construction-reaches-estimator",
+                f"k{k}",
+                Sample([gaps[-1]], deterministic=True),
+                context={"k": k, "kappa": kaps[-1]},
+                label=f"k={k}: gap at κ={kaps[-1]:g} ≤ {cl.tol_nats} nats",
+            )
+            out.row(
+                "construction-gap-decreases-with-kappa",
+                f"k{k}",
+                Sample([max(b - a for a, b in zip(gaps, gaps[1:]))], deterministic=True),
+                context={"k": k},
+                label=f"k={k}: every step along κ = {', '.join(f'{v:g}' for v in kaps)} lowers the gap "
+                f"(rises ≤ {cl.rounding:g} count as rounding)",
+            )
         out.values["construction"] = cons
         tr: dict[str, dict] = {}
         last = cfg.model.layers - 1
@@ -300,36 +371,54 @@ class MarkovICLConstruction(Experiment):
             # Above chance: uniform causal attention already scores `chance` (~0.6 at k = 1), a large
             # fraction of the construction's raw score, so the raw ratio would not test matching.
             ratio = (score - chance) / (cscore - chance)
-            tr[f"k{k}"] = {"score_last_layer": score.tolist(), "construction_score": cscore.tolist(), "ratio": ratio.tolist(),
-                           "chance_last_layer": chance.tolist(),
-                           "score_by_layer": [run.final(pa, f"match_score_layer{i}").tolist() for i in range(cfg.model.layers)],
-                           "kappa_by_layer": [run.final(pa, f"kappa_layer{i}").tolist() for i in range(cfg.model.layers)],
-                           "gap": (loss - est).tolist(), "gap_vs_lower_order": (loss - lower).tolist(),
-                           "past_lower_order": out.stages[arm][PAST_LOWER_ORDER.id].passed,
-                           "eval_gap_drift": run.drift(arm, "test_loss", minus="test_loss@bayes")}
-            out.row("trained-matches-like-construction", f"k{k}", Sample(ratio), arms=[arm], context={"k": k},
-                    label=f"k={k}: (trained layer-{last + 1} score − chance) / (construction's (κ={cfg.kappas[-1]:g}) − chance) "
-                          f"≥ {cl.score_fraction}")
+            tr[f"k{k}"] = {
+                "score_last_layer": score.tolist(),
+                "construction_score": cscore.tolist(),
+                "ratio": ratio.tolist(),
+                "chance_last_layer": chance.tolist(),
+                "score_by_layer": [run.final(pa, f"match_score_layer{i}").tolist() for i in range(cfg.model.layers)],
+                "kappa_by_layer": [run.final(pa, f"kappa_layer{i}").tolist() for i in range(cfg.model.layers)],
+                "gap": (loss - est).tolist(),
+                "gap_vs_lower_order": (loss - lower).tolist(),
+                "past_lower_order": out.stages[arm][PAST_LOWER_ORDER.id].passed,
+                "eval_gap_drift": run.drift(arm, "test_loss", minus="test_loss@bayes"),
+            }
+            out.row(
+                "trained-matches-like-construction",
+                f"k{k}",
+                Sample(ratio),
+                arms=[arm],
+                context={"k": k},
+                label=f"k={k}: (trained layer-{last + 1} score − chance) / (construction's (κ={cfg.kappas[-1]:g}) − chance) "
+                f"≥ {cl.score_fraction}",
+            )
         out.values["trained"] = tr
         return out
 
     def notes(self, cfg: MarkovICLConstructionConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         notes = []
         for key, c in measured.values["construction"].items():
-            notes.append(f"construction {key}: gap by κ " + ", ".join(f"{a:g}: {g:.2e}" for a, g in zip(c["kappa"], c["gap"]))
-                         + f" nats (mean KL); largest per-position KL at the largest κ {c['max_kl'][-1]:.2e}; "
-                         "loss gap on the realised tokens " + ", ".join(f"{g:+.1e}" for g in c["loss_gap"]) + ".")
+            notes.append(
+                f"construction {key}: gap by κ "
+                + ", ".join(f"{a:g}: {g:.2e}" for a, g in zip(c["kappa"], c["gap"]))
+                + f" nats (mean KL); largest per-position KL at the largest κ {c['max_kl'][-1]:.2e}; "
+                "loss gap on the realised tokens " + ", ".join(f"{g:+.1e}" for g in c["loss_gap"]) + "."
+            )
         for key, t in measured.values["trained"].items():
-            notes.append(f"trained {key}: gap to the estimator {np.mean(t['gap']):+.4f} nats (vs the order-{int(key[1:]) - 1} "
-                         f"one {np.mean(t['gap_vs_lower_order']):+.4f}; {sum(t['past_lower_order'])}/{len(t['gap'])} members "
-                         f"past that stage; drift {t['eval_gap_drift']:+.4f}); layer scores "
-                         + ", ".join(f"{np.mean(s):.3f}" for s in t["score_by_layer"])
-                         + f" (chance {np.mean(t['chance_last_layer']):.3f}); construction {np.mean(t['construction_score']):.3f}; "
-                         "learned κ by layer " + ", ".join(f"{np.mean(v):.1f}" for v in t["kappa_by_layer"]) + ".")
-        notes.append("The construction's weights are ours (the talk shows the cosine attention and the embedding layout only): "
-                     "layer 1 codes the last k tokens as a binary fraction by positional attention ∝ 2^-j, layer 2 copies the "
-                     "previous position's code, layer 3 matches codes by cosine; a null slot (logit κ + ln 2α) gives the "
-                     "Laplace smoothing and the uniform law when the context has no earlier occurrence.")
+            notes.append(
+                f"trained {key}: gap to the estimator {np.mean(t['gap']):+.4f} nats (vs the order-{int(key[1:]) - 1} "
+                f"one {np.mean(t['gap_vs_lower_order']):+.4f}; {sum(t['past_lower_order'])}/{len(t['gap'])} members "
+                f"past that stage; drift {t['eval_gap_drift']:+.4f}); layer scores "
+                + ", ".join(f"{np.mean(s):.3f}" for s in t["score_by_layer"])
+                + f" (chance {np.mean(t['chance_last_layer']):.3f}); construction {np.mean(t['construction_score']):.3f}; "
+                "learned κ by layer " + ", ".join(f"{np.mean(v):.1f}" for v in t["kappa_by_layer"]) + "."
+            )
+        notes.append(
+            "The construction's weights are ours (the talk shows the cosine attention and the embedding layout only): "
+            "layer 1 codes the last k tokens as a binary fraction by positional attention ∝ 2^-j, layer 2 copies the "
+            "previous position's code, layer 3 matches codes by cosine; a null slot (logit κ + ln 2α) gives the "
+            "Laplace smoothing and the uniform law when the context has no earlier occurrence."
+        )
         return notes
 
     def plot(self, cfg: MarkovICLConstructionConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
@@ -361,8 +450,15 @@ class MarkovICLConstruction(Experiment):
             pats = [p[0, 0, 0] for p in attention_patterns(model, x)]
             built = attention_patterns(construction(k, cfg.kappas[-1], cfg.alpha, members=len(seeds)), x)
             maps = pats + [p[0, 0, 0] for p in built]
-            titles = [f"trained layer {i + 1}" for i in range(len(pats))] + [f"construction layer {i + 1}" for i in range(len(built))]
-            fig = plot_attention_maps(maps, x[0, 0].tolist(), titles, context_match_mask(x[0, 0], k),
-                                      f"k = {k}, member 0: trained vs hand-set (κ = {cfg.kappas[-1]:g}); red = context matches")
+            titles = [f"trained layer {i + 1}" for i in range(len(pats))] + [
+                f"construction layer {i + 1}" for i in range(len(built))
+            ]
+            fig = plot_attention_maps(
+                maps,
+                x[0, 0].tolist(),
+                titles,
+                context_match_mask(x[0, 0], k),
+                f"k = {k}, member 0: trained vs hand-set (κ = {cfg.kappas[-1]:g}); red = context matches",
+            )
             paths.append(save_figure(fig, figdir / f"attention_k{k}.png"))
         return paths

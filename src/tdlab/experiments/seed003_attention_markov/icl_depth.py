@@ -58,7 +58,12 @@ from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed003_attention_markov.estimator_stage import (
-    PAST_LOWER_ORDER, PROBE_DATA, estimator_losses, record_stage, stage_leaves_room)
+    PAST_LOWER_ORDER,
+    PROBE_DATA,
+    estimator_losses,
+    record_stage,
+    stage_leaves_room,
+)
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
@@ -67,8 +72,21 @@ from tdlab.tasks.markov_kth import InContextMarkov
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
 
-__all__ = ["ICLModelConfig", "ICLTrainConfig", "ICLProbeConfig", "ICLClaimConfig", "MarkovICLDepthConfig", "MarkovICLDepth",
-           "cell_arm", "probe_arm", "pe_model", "provenance", "PES", "DEPTH_TWO_LEARNS", "CLAIMS"]
+__all__ = [
+    "CLAIMS",
+    "DEPTH_TWO_LEARNS",
+    "PES",
+    "ICLClaimConfig",
+    "ICLModelConfig",
+    "ICLProbeConfig",
+    "ICLTrainConfig",
+    "MarkovICLDepth",
+    "MarkovICLDepthConfig",
+    "cell_arm",
+    "pe_model",
+    "probe_arm",
+    "provenance",
+]
 
 # Positional encodings (an axis: see the module docstring). "-kv": relative key/value embeddings.
 PE = Literal["absolute", "relative", "relative-kv", "both", "both-kv"]
@@ -150,7 +168,9 @@ class MarkovICLDepthConfig(ExperimentConfig):
     train: ICLTrainConfig = ICLTrainConfig()
     probe: ICLProbeConfig = ICLProbeConfig()
     claims: ICLClaimConfig = ICLClaimConfig()
-    cpu_threads: int | None = Field(1, ge=1, le=1024)  # torch threads on CPU (tdlab.train.cpu.cpu_threads); None: default
+    cpu_threads: int | None = Field(
+        1, ge=1, le=1024
+    )  # torch threads on CPU (tdlab.train.cpu.cpu_threads); None: default
 
     @field_validator("ks", "depths")
     @classmethod
@@ -193,39 +213,70 @@ DEPTH_TWO_LEARNS = Stage(
     "two-layers-past-order-0",
     "the 2-layer cell of the same k = 1 and positional encoding, trained under the same budget, is past the "
     "order-0 in-context estimator by claims.stage_share of the gap to the order-1 one: the budget teaches the "
-    "depth that can match contexts, so the 1-layer gap is the depth's, not the budget's")
+    "depth that can match contexts, so the 1-layer gap is the depth's, not the budget's",
+)
 
 CLAIMS = (
     ClaimSpec(
         "one-layer-does-not-reach-estimator",
         "Depth = 1: for k = 1 a 1-layer transformer does not learn the in-context estimator (no induction head; talk "
         "Part II, 'Depth = 1' / 'Depth > 1: in-context learning emerges')",
-        test="value", relation="ge", quantity="final probe loss − the order-1 add-α (Bayes) estimator's on the same "
-        "fresh sequences, nats per token (≥ the reach tolerance)", expected="claims.tol_nats", tolerance=0.0,
-        drift_tolerance="claims.tol_nats", horizon="convergence", stage=DEPTH_TWO_LEARNS, learning_required=False,
-        unit=" nats", needs="cells (1, 1, PE) and (1, 2, PE)"),
+        test="value",
+        relation="ge",
+        quantity="final probe loss − the order-1 add-α (Bayes) estimator's on the same "
+        "fresh sequences, nats per token (≥ the reach tolerance)",
+        expected="claims.tol_nats",
+        tolerance=0.0,
+        drift_tolerance="claims.tol_nats",
+        horizon="convergence",
+        stage=DEPTH_TWO_LEARNS,
+        learning_required=False,
+        unit=" nats",
+        needs="cells (1, 1, PE) and (1, 2, PE)",
+    ),
     ClaimSpec(
         "one-layer-gap-exceeds-two-layers",
         "Depth > 1: for k = 1 two layers get closer to the in-context estimator than one (talk Part II, 'Depth > 1: "
         "in-context learning emerges')",
-        test="compare", relation="gt", quantity="gap to the order-1 estimator, 1 layer − 2 layers, paired over members "
-        "(member i of both cells shares its training and probe sequences), nats", margin=0.0, horizon="convergence",
-        stage=DEPTH_TWO_LEARNS, unit=" nats", needs="cells (1, 1, PE) and (1, 2, PE)"),
+        test="compare",
+        relation="gt",
+        quantity="gap to the order-1 estimator, 1 layer − 2 layers, paired over members "
+        "(member i of both cells shares its training and probe sequences), nats",
+        margin=0.0,
+        horizon="convergence",
+        stage=DEPTH_TWO_LEARNS,
+        unit=" nats",
+        needs="cells (1, 1, PE) and (1, 2, PE)",
+    ),
     ClaimSpec(
         "two-layers-reach-order-1-estimator",
         "Depth > 1, in-context learning emerges: for k = 1 a 2-layer transformer reaches the order-1 in-context "
         "(Bayes) estimator (talk Part II)",
-        test="value", relation="le", quantity="final probe loss − the order-1 add-α (Bayes) estimator's on the same "
-        "fresh sequences, nats per token", expected=0.0, tolerance="claims.tol_nats", horizon="convergence",
-        stage=PAST_LOWER_ORDER, unit=" nats", needs="a cell (1, 2, PE)"),
+        test="value",
+        relation="le",
+        quantity="final probe loss − the order-1 add-α (Bayes) estimator's on the same fresh sequences, nats per token",
+        expected=0.0,
+        tolerance="claims.tol_nats",
+        horizon="convergence",
+        stage=PAST_LOWER_ORDER,
+        unit=" nats",
+        needs="a cell (1, 2, PE)",
+    ),
     ClaimSpec(
         "three-layers-reach-order-k-estimator",
         "Constant depth suffices: 3 layers, 1 head per layer, relative PE and layer norm represent any order-k "
         "in-context estimator — trained 3-layer models reach the order-k (Bayes) estimator for k ≥ 2 (talk Part II, "
         "main result)",
-        test="value", relation="le", quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same "
-        "fresh sequences, nats per token", expected=0.0, tolerance="claims.tol_nats", horizon="convergence",
-        stage=PAST_LOWER_ORDER, unit=" nats", needs="a cell (k ≥ 2, 3, relative or relative-kv): the paper profile"),
+        test="value",
+        relation="le",
+        quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh sequences, nats per token",
+        expected=0.0,
+        tolerance="claims.tol_nats",
+        horizon="convergence",
+        stage=PAST_LOWER_ORDER,
+        unit=" nats",
+        needs="a cell (k ≥ 2, 3, relative or relative-kv): the paper profile",
+    ),
 )
 
 
@@ -248,16 +299,27 @@ class MarkovICLDepth(Experiment):
     # Atlas: one cell per point (cells=[] so that ks, depths, positions decide the grid). A point with
     # one depth has no 2-layer control: its 1-layer rows are not evaluable (DEPTH_TWO_LEARNS).
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("depths", (1, 2, 3), quick=(1, 2), label="depth", as_list=True),
-              AtlasAxis("positions", ("absolute", "relative", "relative-kv", "both"), quick=("absolute", "relative"),
-                        label="PE", as_list=True),
-              AtlasAxis("ks", (1, 2, 3), quick=(1,), label="k", as_list=True)),
+        axes=(
+            AtlasAxis("depths", (1, 2, 3), quick=(1, 2), label="depth", as_list=True),
+            AtlasAxis(
+                "positions",
+                ("absolute", "relative", "relative-kv", "both"),
+                quick=("absolute", "relative"),
+                label="PE",
+                as_list=True,
+            ),
+            AtlasAxis("ks", (1, 2, 3), quick=(1,), label="k", as_list=True),
+        ),
         set={"cells": []},
         why="The claims are about depth against the chain's order k (depth 1 does not reach the k = 1 estimator, "
-            "depth 2 does; depth 3 for k >= 2), and the seed states relative PE for its construction only.",
+        "depth 2 does; depth 3 for k >= 2), and the seed states relative PE for its construction only.",
     )
-    arm_fields = {"model.layers": "depths=[...] or cells=[...]", "model.positions": "positions=[...] or cells=[...]",
-                  "model.rel_encoding": "positions=[...] (relative-kv, both-kv) or cells=[...]", "model.max_len": "train.seq_len"}
+    arm_fields = {
+        "model.layers": "depths=[...] or cells=[...]",
+        "model.positions": "positions=[...] or cells=[...]",
+        "model.rel_encoding": "positions=[...] (relative-kv, both-kv) or cells=[...]",
+        "model.max_len": "train.seq_len",
+    }
     profiles = {
         # ~8 min on 2 idle CPU cores. A schedule that can test its own claims (measured: the 2-layer
         # k = 1 model reaches +0.004 ± 0.003 at T = 128, batch 64, 4000 steps, ~5 min for 3 members;
@@ -283,8 +345,16 @@ class MarkovICLDepth(Experiment):
         with cpu_threads(cfg.cpu_threads, ctx.device):
             # The cells are independent: they train at once on one-thread lanes (tdlab.train.lanes).
             arms = [(cell_arm(k, depth, pe), k, cfg.arm_model(depth, pe)) for k, depth, pe in cfg.grid()]
-            fits = [Fit(arm, Trainer(cfg.train, ctx.device, ctx.progress, label=arm), lambda s, m=mcfg: GPT(m, s), seeds,
-                        InContextMarkov(k, 2, cfg.alpha)) for arm, k, mcfg in arms]
+            fits = [
+                Fit(
+                    arm,
+                    Trainer(cfg.train, ctx.device, ctx.progress, label=arm),
+                    lambda s, m=mcfg: GPT(m, s),
+                    seeds,
+                    InContextMarkov(k, 2, cfg.alpha),
+                )
+                for arm, k, mcfg in arms
+            ]
             for fit, result in zip(fits, ctx.fit_all(fits)):
                 if ctx.writer.arm_rows(probe_arm(fit.arm)):
                     continue  # probed by an interrupted attempt of this (resumed) run
@@ -293,15 +363,18 @@ class MarkovICLDepth(Experiment):
                 ctx.store_rows(probe_arm(fit.arm), self.probe(model.to(ctx.device), fit.task, cfg, seeds, ctx.device))
 
     @staticmethod
-    def probe_tokens(task: InContextMarkov, cfg: MarkovICLDepthConfig, seeds: list[int], device: str = "cpu") -> torch.Tensor:
+    def probe_tokens(
+        task: InContextMarkov, cfg: MarkovICLDepthConfig, seeds: list[int], device: str = "cpu"
+    ) -> torch.Tensor:
         """``(E, S, T + 1)`` probe sequences: fresh, from each member's own ``probe-data`` stream
         (the same for every cell of one k)."""
         return task.sample(generators(seeds, PROBE_DATA, device), cfg.probe.sequences, cfg.train.seq_len + 1, device)
 
     @classmethod
     @torch.no_grad()
-    def probe(cls, model: GPT, task: InContextMarkov, cfg: MarkovICLDepthConfig, seeds: list[int],
-              device: str = "cpu") -> list[tuple[int, int, str, float]]:
+    def probe(
+        cls, model: GPT, task: InContextMarkov, cfg: MarkovICLDepthConfig, seeds: list[int], device: str = "cpu"
+    ) -> list[tuple[int, int, str, float]]:
         """Per-position model and estimator losses on the probe set, and the matching scores."""
         model.eval()
         k, T, step = task.k, cfg.train.seq_len, cfg.train.steps
@@ -310,7 +383,9 @@ class MarkovICLDepth(Experiment):
         pos_model = torch.zeros(E, T, dtype=torch.float64, device=device)
         for i in range(0, x.shape[1], cfg.probe.batch):
             xb = x[:, i : i + cfg.probe.batch]
-            pos_model += next_token_loss(model(xb[..., :-1]), xb[..., 1:], reduce_positions=False).double() * xb.shape[1]
+            pos_model += (
+                next_token_loss(model(xb[..., :-1]), xb[..., 1:], reduce_positions=False).double() * xb.shape[1]
+            )
         pos_model /= x.shape[1]
         rows: list[tuple[int, int, str, float]] = []
         for e in range(E):
@@ -348,16 +423,21 @@ class MarkovICLDepth(Experiment):
             score = run.final(pa, f"match_score_layer{depth - 1}")
             chance = run.final(pa, f"match_chance_layer{depth - 1}")
             cells[arm] = {
-                "k": k, "depth": depth, "positions": pe, "provenance": provenance(k, pe),
+                "k": k,
+                "depth": depth,
+                "positions": pe,
+                "provenance": provenance(k, pe),
                 "probe_loss": model.tolist(),
                 "estimator_loss": {f"order{j}": v.tolist() for j, v in est.items()},
-                "gap": gap.tolist(), "gap_mean": float(gap.mean()) if gap.size else math.nan,
+                "gap": gap.tolist(),
+                "gap_mean": float(gap.mean()) if gap.size else math.nan,
                 "gap_vs_lower_order": {f"order{j}": (model - v).tolist() for j, v in est.items() if j < k},
                 "eval_gap_final": (run.final(arm, "test_loss") - run.final(arm, "test_loss@bayes")).tolist(),
                 "eval_gap_drift": run.drift(arm, "test_loss", minus="test_loss@bayes"),
                 "past_lower_order": out.stages[arm][PAST_LOWER_ORDER.id].passed,
                 "stage_leaves_room": stage_leaves_room(est[k - 1], est[k], cl.stage_share, cl.tol_nats),
-                "match_score_last_layer": score.tolist(), "match_chance_last_layer": chance.tolist(),
+                "match_score_last_layer": score.tolist(),
+                "match_chance_last_layer": chance.tolist(),
                 "match_ratio_last_layer": (score / chance).tolist(),
                 "match_score_by_layer": [run.final(pa, f"match_score_layer{i}").tolist() for i in range(depth)],
             }
@@ -385,59 +465,95 @@ class MarkovICLDepth(Experiment):
             if l2 is not None:
                 est = l2["estimator_loss"]
                 record_stage(out, a2, l2["probe_loss"], est["order0"], est["order1"], share, 1, DEPTH_TWO_LEARNS)
-                out.row("two-layers-reach-order-1-estimator", pe, Sample(l2["gap"], drift=l2["eval_gap_drift"]),
-                        arms=[a2], provenance=prov, context={"k": 1, "depth": 2, "positions": pe},
-                        label=f"k=1, 2 layers, {label}: mean gap ≤ {tol} nats")
+                out.row(
+                    "two-layers-reach-order-1-estimator",
+                    pe,
+                    Sample(l2["gap"], drift=l2["eval_gap_drift"]),
+                    arms=[a2],
+                    provenance=prov,
+                    context={"k": 1, "depth": 2, "positions": pe},
+                    label=f"k=1, 2 layers, {label}: mean gap ≤ {tol} nats",
+                )
             if l1 is None:
                 continue
             if l2 is not None:  # the 1-layer arm's stage is its 2-layer control's, member by member
                 est = l2["estimator_loss"]
-                record_stage(out, a1, l2["probe_loss"], est["order0"], est["order1"], share, 1, DEPTH_TWO_LEARNS, source=a2)
-                out.row("one-layer-gap-exceeds-two-layers", pe, Sample(l1["gap"]), Sample(l2["gap"]), arms=[a1, a2],
-                        provenance=prov, context={"k": 1, "positions": pe},
-                        label=f"k=1, {label}: gap(1 layer) − gap(2 layers) > 0 (paired over members)")
+                record_stage(
+                    out, a1, l2["probe_loss"], est["order0"], est["order1"], share, 1, DEPTH_TWO_LEARNS, source=a2
+                )
+                out.row(
+                    "one-layer-gap-exceeds-two-layers",
+                    pe,
+                    Sample(l1["gap"]),
+                    Sample(l2["gap"]),
+                    arms=[a1, a2],
+                    provenance=prov,
+                    context={"k": 1, "positions": pe},
+                    label=f"k=1, {label}: gap(1 layer) − gap(2 layers) > 0 (paired over members)",
+                )
             else:
                 nan = [math.nan] * len(l1["gap"])
                 out.stage(a1, DEPTH_TWO_LEARNS, nan, nan, evidence=f"no 2-layer cell {a2} in this run's grid")
-            out.row("one-layer-does-not-reach-estimator", pe, Sample(l1["gap"], drift=l1["eval_gap_drift"]), arms=[a1],
-                    provenance=prov, context={"k": 1, "depth": 1, "positions": pe},
-                    label=f"k=1, 1 layer, {label}: mean gap ≥ {tol} nats")
+            out.row(
+                "one-layer-does-not-reach-estimator",
+                pe,
+                Sample(l1["gap"], drift=l1["eval_gap_drift"]),
+                arms=[a1],
+                provenance=prov,
+                context={"k": 1, "depth": 1, "positions": pe},
+                label=f"k=1, 1 layer, {label}: mean gap ≥ {tol} nats",
+            )
         for k in sorted({k for k, _, _ in cfg.grid() if k >= 2}):
             for pe in pes:
                 arm = cell_arm(k, 3, pe)
                 c = cells.get(arm)
                 if c is not None:
-                    out.row("three-layers-reach-order-k-estimator", f"k{k}/{pe}", Sample(c["gap"], drift=c["eval_gap_drift"]),
-                            arms=[arm], provenance=provenance(k, pe), context={"k": k, "depth": 3, "positions": pe},
-                            label=f"k={k}, 3 layers, {cls._pe_label(k, pe)}: mean gap ≤ {tol} nats")
+                    out.row(
+                        "three-layers-reach-order-k-estimator",
+                        f"k{k}/{pe}",
+                        Sample(c["gap"], drift=c["eval_gap_drift"]),
+                        arms=[arm],
+                        provenance=provenance(k, pe),
+                        context={"k": k, "depth": 3, "positions": pe},
+                        label=f"k={k}, 3 layers, {cls._pe_label(k, pe)}: mean gap ≤ {tol} nats",
+                    )
 
     def notes(self, cfg: MarkovICLDepthConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         cells = measured.values["cells"]
         grid = ", ".join(f"(k={k}, {d} layer{'s' if d > 1 else ''}, {pe})" for k, d, pe in cfg.grid())
-        notes = [f"Cells of this run: {grid}. Gap = model loss − the order-k add-α (Bayes) estimator's loss on the same "
-                 "fresh probe sequences, nats per token; drift = change of the same gap on the evaluation batches over the "
-                 "last tenth of training in learning-rate time. Stage: past the order-(k−1) estimator by "
-                 f"{cfg.claims.stage_share:g} of the gap to the order-k one."]
+        notes = [
+            f"Cells of this run: {grid}. Gap = model loss − the order-k add-α (Bayes) estimator's loss on the same "
+            "fresh probe sequences, nats per token; drift = change of the same gap on the evaluation batches over the "
+            "last tenth of training in learning-rate time. Stage: past the order-(k−1) estimator by "
+            f"{cfg.claims.stage_share:g} of the gap to the order-k one."
+        ]
         for arm, c in cells.items():
             g = np.array(c["gap"])
             lower = np.mean(c["gap_vs_lower_order"][f"order{c['k'] - 1}"])
             passed = sum(c["past_lower_order"])
-            notes.append(f"{arm}: gap {g.mean():+.4f} ± {g.std():.4f} (members {', '.join(f'{x:+.4f}' for x in g)}); "
-                         f"vs order-{c['k'] - 1} {lower:+.4f}; {passed}/{g.size} members past the order-{c['k'] - 1} stage; "
-                         f"drift {c['eval_gap_drift']:+.4f}; match {np.mean(c['match_score_last_layer']):.3f} vs chance "
-                         f"{np.mean(c['match_chance_last_layer']):.3f}.")
+            notes.append(
+                f"{arm}: gap {g.mean():+.4f} ± {g.std():.4f} (members {', '.join(f'{x:+.4f}' for x in g)}); "
+                f"vs order-{c['k'] - 1} {lower:+.4f}; {passed}/{g.size} members past the order-{c['k'] - 1} stage; "
+                f"drift {c['eval_gap_drift']:+.4f}; match {np.mean(c['match_score_last_layer']):.3f} vs chance "
+                f"{np.mean(c['match_chance_last_layer']):.3f}."
+            )
             if not c["stage_leaves_room"]:
-                notes.append(f"{arm}: a member at the stage boundary is already within {cfg.claims.tol_nats} nats of the "
-                             "order-k estimator: past the stage, its reach row cannot fail.")
+                notes.append(
+                    f"{arm}: a member at the stage boundary is already within {cfg.claims.tol_nats} nats of the "
+                    "order-k estimator: past the stage, its reach row cannot fail."
+                )
         for arm, c in cells.items():
             if c["k"] >= 2 and c["depth"] == 2:
                 lower = np.array(c["gap_vs_lower_order"][f"order{c['k'] - 1}"])
                 notes.append(
                     f"2 layers, k={c['k']}, {c['positions']} PE (measured, not a claim: the talk states nothing for it): gap "
-                    f"{np.mean(c['gap']):+.4f} nats to the order-{c['k']} estimator, {np.mean(lower):+.4f} vs the order-{c['k'] - 1} one.")
+                    f"{np.mean(c['gap']):+.4f} nats to the order-{c['k']} estimator, {np.mean(lower):+.4f} vs the order-{c['k'] - 1} one."
+                )
         if any(pe.startswith(("relative", "both")) for _, _, pe in cfg.grid()):
-            notes.append("Relative PE: 'relative'/'both' use tdlab's learned scalar bias per distance (not the seed authors' "
-                         "encoding); 'relative-kv'/'both-kv' the relative key/value embeddings (Shaw et al. 2018) of their RPE code.")
+            notes.append(
+                "Relative PE: 'relative'/'both' use tdlab's learned scalar bias per distance (not the seed authors' "
+                "encoding); 'relative-kv'/'both-kv' the relative key/value embeddings (Shaw et al. 2018) of their RPE code."
+            )
         return notes
 
     @staticmethod
@@ -465,8 +581,11 @@ class MarkovICLDepth(Experiment):
     # ------------------------------------------------------------------------------------------
     def plot(self, cfg: MarkovICLDepthConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         cells = analysis.measurements["cells"]
-        paths = [self._plot_positions(cfg, run, cells, figdir), self._plot_training(cfg, run, cells, figdir),
-                 self._plot_gaps(cfg, cells, figdir)]
+        paths = [
+            self._plot_positions(cfg, run, cells, figdir),
+            self._plot_training(cfg, run, cells, figdir),
+            self._plot_gaps(cfg, cells, figdir),
+        ]
         paths += self._plot_attention(cfg, run, cells, figdir)
         return paths
 
@@ -496,13 +615,21 @@ class MarkovICLDepth(Experiment):
                     ax.plot(pos + 1, self._smooth(vals.mean(0)), lw=1.6, label=f"{cells[arm]['depth']} layer(s)")
                 for j, ls in zip(range(k + 1), ["--", "-.", ":", (0, (5, 1))]):
                     pos, est = run.curves(probe_arm(group[0]), f"pos_loss_order{j}")
-                    ax.plot(pos + 1, self._smooth(est.mean(0)), color="k", ls=ls, lw=1.1,
-                            label=f"order-{j} Laplace estimator" + (" (Bayes)" if j == k else ""))
+                    ax.plot(
+                        pos + 1,
+                        self._smooth(est.mean(0)),
+                        color="k",
+                        ls=ls,
+                        lw=1.1,
+                        label=f"order-{j} Laplace estimator" + (" (Bayes)" if j == k else ""),
+                    )
                 ax.set_title(f"k = {k}, {pe} PE", fontsize=9)
                 ax.set_xlabel("position t (predicting x_{t+1})")
                 ax.set_ylabel("loss (nats)")
                 ax.legend(fontsize=7)
-        fig.suptitle(f"Per-position loss on fresh sequences (mean over {cfg.members} members, 5-position moving average)")
+        fig.suptitle(
+            f"Per-position loss on fresh sequences (mean over {cfg.members} members, 5-position moving average)"
+        )
         return save_figure(fig, figdir / "per_position_loss.png")
 
     @staticmethod
@@ -518,8 +645,13 @@ class MarkovICLDepth(Experiment):
                 curve_with_band(ax, steps, vals, f"{cells[arm]['depth']} layer(s), {cells[arm]['positions']}")
             for j in range(k + 1):
                 est = np.mean(cells[group[0]]["estimator_loss"][f"order{j}"])
-                ax.axhline(est, color="k", ls=["--", "-.", ":", (0, (5, 1))][j % 4], lw=1,
-                           label=f"order-{j} estimator {est:.3f}")
+                ax.axhline(
+                    est,
+                    color="k",
+                    ls=["--", "-.", ":", (0, (5, 1))][j % 4],
+                    lw=1,
+                    label=f"order-{j} estimator {est:.3f}",
+                )
             ax.set_xlabel("iteration")
             ax.set_ylabel("test loss (nats)")
             ax.set_title(f"k = {k}")
@@ -534,13 +666,15 @@ class MarkovICLDepth(Experiment):
         pes = [pe for pe in PES if any(c["positions"] == pe for c in cells.values())]
         rows = sorted({(c["k"], c["depth"]) for c in cells.values()})
         grid = np.full((len(rows), len(pes)), np.nan)
-        for (i, (k, d)) in enumerate(rows):
+        for i, (k, d) in enumerate(rows):
             for j, pe in enumerate(pes):
                 c = cells.get(cell_arm(k, d, pe))
                 if c is not None:
                     grid[i, j] = c["gap_mean"]
         fig, ax = plt.subplots(figsize=(1.8 * len(pes) + 2, 0.6 * len(rows) + 1.6))
-        im = ax.imshow(grid, cmap="Reds", vmin=0, vmax=max(0.08, float(np.nanmax(grid)) if np.isfinite(grid).any() else 0.08))
+        im = ax.imshow(
+            grid, cmap="Reds", vmin=0, vmax=max(0.08, float(np.nanmax(grid)) if np.isfinite(grid).any() else 0.08)
+        )
         for i, (k, d) in enumerate(rows):
             for j, pe in enumerate(pes):
                 c = cells.get(cell_arm(k, d, pe))
@@ -549,7 +683,10 @@ class MarkovICLDepth(Experiment):
         ax.set_xticks(range(len(pes)), pes)
         ax.set_yticks(range(len(rows)), [f"k={k}, {d} layer(s)" for k, d in rows])
         fig.colorbar(im, ax=ax, label="gap to order-k Laplace (nats)")
-        ax.set_title(f"Final gap to the order-k Bayes estimator, mean over members (reach tolerance {cfg.claims.tol_nats})", fontsize=9)
+        ax.set_title(
+            f"Final gap to the order-k Bayes estimator, mean over members (reach tolerance {cfg.claims.tol_nats})",
+            fontsize=9,
+        )
         return save_figure(fig, figdir / "gap_table.png")
 
     def _plot_attention(self, cfg: MarkovICLDepthConfig, run: RunView, cells: dict, figdir: Path) -> list[Path]:
@@ -570,8 +707,13 @@ class MarkovICLDepth(Experiment):
             match = context_match_mask(x[0, 0], k)
             score = np.mean(best["match_score_last_layer"])
             chance = np.mean(best["match_chance_last_layer"])
-            fig = plot_attention_maps(maps, x[0, 0].tolist(), [f"layer {i}" for i in range(len(maps))], match,
-                                      f"{arm}, member 0: red dots = keys whose preceding {k} token(s) match the query's "
-                                      f"(last-layer mass {score:.2f} vs chance {chance:.2f}, probe mean)")
+            fig = plot_attention_maps(
+                maps,
+                x[0, 0].tolist(),
+                [f"layer {i}" for i in range(len(maps))],
+                match,
+                f"{arm}, member 0: red dots = keys whose preceding {k} token(s) match the query's "
+                f"(last-layer mass {score:.2f} vs chance {chance:.2f}, probe mean)",
+            )
             paths.append(save_figure(fig, figdir / f"attention_k{k}.png"))
         return paths

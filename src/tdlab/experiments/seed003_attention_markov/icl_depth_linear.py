@@ -36,14 +36,14 @@ import numpy as np
 from pydantic import field_validator, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import register
 from tdlab.experiments.seed003_attention_markov.estimator_stage import PAST_LOWER_ORDER, record_stage
 from tdlab.experiments.seed003_attention_markov.icl_grid import Cell, GridConfig, ICLGrid, cell_arm, depth_list
 from tdlab.experiments.view import RunView
 from tdlab.probes.curves import Crossings
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["MarkovICLDepthLinearConfig", "MarkovICLDepthLinear", "min_depths", "DEEPEST_LEARNS", "CLAIMS"]
+__all__ = ["CLAIMS", "DEEPEST_LEARNS", "MarkovICLDepthLinear", "MarkovICLDepthLinearConfig", "min_depths"]
 
 
 def min_depths(gaps: dict[int, list[float]], tol: float) -> Crossings:
@@ -71,33 +71,55 @@ DEEPEST_LEARNS = Stage(
     "deepest-attention-only-past-order-(k-1)",
     "the deepest attention-only cell of the row's order is past the order-(k−1) in-context estimator by "
     "claims.stage_share of the gap to the order-k one: the budget taught the grid's most capable "
-    "attention-only model, so a depth that does not reach the estimator is the depth's, not the budget's")
+    "attention-only model, so a depth that does not reach the estimator is the depth's, not the budget's",
+)
 
 CLAIMS = (
     ClaimSpec(
         "attention-only-reaches-estimator",
         "Without non-linearities the order-k in-context estimator is still reached, with more depth (seed 003 talk, "
         "Part II, 'Without non-linearities, you need logarithmic depth'): the deepest attention-only cell of the grid reaches it",
-        test="value", relation="le", quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh "
-        "sequences, deepest attention-only cell, nats per token", expected=0.0, tolerance="claims.tol_nats",
-        horizon="convergence", stage=PAST_LOWER_ORDER, unit=" nats", needs="attention-only cells"),
+        test="value",
+        relation="le",
+        quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh "
+        "sequences, deepest attention-only cell, nats per token",
+        expected=0.0,
+        tolerance="claims.tol_nats",
+        horizon="convergence",
+        stage=PAST_LOWER_ORDER,
+        unit=" nats",
+        needs="attention-only cells",
+    ),
     ClaimSpec(
         "attention-only-depth-grows-with-k",
         "Without non-linearities the depth needed grows with k (talk Part II, 'you need logarithmic depth'): the "
         "smallest attention-only depth reaching the estimator is larger at k' ≥ 4k than at k",
-        test="compare", relation="gt", quantity="smallest attention-only depth with gap ≤ claims.tol_nats, at k' − at k, "
-        "paired over members (grid spacing = resolution; censored at max depth + 1 where no depth reaches)", margin=0.0,
-        horizon="convergence", stage=DEEPEST_LEARNS, unit=" layers",
-        needs="attention-only cells at k and k' ≥ 4k (the paper profile: k = 1 and 4)"),
+        test="compare",
+        relation="gt",
+        quantity="smallest attention-only depth with gap ≤ claims.tol_nats, at k' − at k, "
+        "paired over members (grid spacing = resolution; censored at max depth + 1 where no depth reaches)",
+        margin=0.0,
+        horizon="convergence",
+        stage=DEEPEST_LEARNS,
+        unit=" layers",
+        needs="attention-only cells at k and k' ≥ 4k (the paper profile: k = 1 and 4)",
+    ),
     ClaimSpec(
         "mlp-depth-stays-constant",
         "With non-linearities (MLP + LayerNorm) constant depth suffices: a 3-layer model (claims.constant_depth) "
         "reaches the order-k in-context estimator for every k (talk Part II, main result: '3 layers, 1 head per "
         "layer, relative positional encodings and layer norm')",
-        test="value", relation="le", quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh "
-        "sequences, MLP + LN cell of claims.constant_depth layers, nats per token", expected=0.0,
-        tolerance="claims.tol_nats", horizon="convergence", stage=PAST_LOWER_ORDER, unit=" nats",
-        needs="MLP + LN cells at depth claims.constant_depth"),
+        test="value",
+        relation="le",
+        quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh "
+        "sequences, MLP + LN cell of claims.constant_depth layers, nats per token",
+        expected=0.0,
+        tolerance="claims.tol_nats",
+        horizon="convergence",
+        stage=PAST_LOWER_ORDER,
+        unit=" nats",
+        needs="MLP + LN cells at depth claims.constant_depth",
+    ),
 )
 
 
@@ -114,8 +136,9 @@ class MarkovICLDepthLinearConfig(GridConfig):
         return self
 
     def grid(self) -> list[Cell]:
-        return ([("attn", k, d, 1) for k in self.ks for d in self.depths]
-                + [("mlp", k, d, 1) for k in self.ks for d in self.mlp_depths])
+        return [("attn", k, d, 1) for k in self.ks for d in self.depths] + [
+            ("mlp", k, d, 1) for k in self.ks for d in self.mlp_depths
+        ]
 
 
 @register
@@ -136,16 +159,27 @@ class MarkovICLDepthLinear(ICLGrid):
         # 250 steps. A smoke run of the pipeline: no cell leaves its order-(k−1) plateau in 250 steps, so
         # every row is not evaluable (the stage named). Cells k = 3, 4, depths 4, 5 and the budget that
         # decides: the paper profile.
-        "quick": {"ks": [1, 2], "depths": [1, 2, 3], "mlp_depths": [1, 2, 3],
-                  "train": {"steps": 250, "eval_every": 25}, "probe": {"sequences": 128}},
-        "paper": {"members": 5, "ks": [1, 2, 3, 4], "depths": [1, 2, 3, 4, 5], "mlp_depths": [1, 2, 3],
-                  "model": {"d": 32}, "train": {"steps": 6000, "batch": 64, "seq_len": 128, "lr": 3e-3, "eval_every": 250},
-                  "probe": {"sequences": 512}},
+        "quick": {
+            "ks": [1, 2],
+            "depths": [1, 2, 3],
+            "mlp_depths": [1, 2, 3],
+            "train": {"steps": 250, "eval_every": 25},
+            "probe": {"sequences": 128},
+        },
+        "paper": {
+            "members": 5,
+            "ks": [1, 2, 3, 4],
+            "depths": [1, 2, 3, 4, 5],
+            "mlp_depths": [1, 2, 3],
+            "model": {"d": 32},
+            "train": {"steps": 6000, "batch": 64, "seq_len": 128, "lr": 3e-3, "eval_every": 250},
+            "probe": {"sequences": 512},
+        },
     }
     # atlas: the depth claims (which depth reaches the k-gram estimator) are read after a step budget; quick's 250 steps are far below the paper's 6000
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('train.steps', (2000, 6000, 12000), quick=(125, 250), label='steps'),),
-        why='Whether a depth reaches the in-context k-gram estimator is read at the end of training; the budget (quick 250, paper 6000) decides whether the deeper models got there.',
+        axes=(AtlasAxis("train.steps", (2000, 6000, 12000), quick=(125, 250), label="steps"),),
+        why="Whether a depth reaches the in-context k-gram estimator is read at the end of training; the budget (quick 250, paper 6000) decides whether the deeper models got there.",
     )
 
     def measure(self, cfg: MarkovICLDepthLinearConfig, run: RunView) -> Measurements:
@@ -164,30 +198,55 @@ class MarkovICLDepthLinear(ICLGrid):
                     continue
                 deepest = cells[arms[-1]]
                 for a in arms:  # the stage of every depth's arm is the deepest cell's, member by member
-                    record_stage(out, a, deepest["probe_loss"], deepest["est_loss_lower_order"], deepest["est_loss"],
-                                 cl.stage_share, k, DEEPEST_LEARNS, source=arms[-1])
-                out.row("attention-only-reaches-estimator", f"k{k}", Sample(deepest["gap"], drift=deepest["eval_gap_drift"]),
-                        arms=[arms[-1]], context={"k": k, "depth": depths[-1]},
-                        label=f"k={k}: the {depths[-1]}-layer attention-only cell's gap ≤ {cl.tol_nats} nats")
+                    record_stage(
+                        out,
+                        a,
+                        deepest["probe_loss"],
+                        deepest["est_loss_lower_order"],
+                        deepest["est_loss"],
+                        cl.stage_share,
+                        k,
+                        DEEPEST_LEARNS,
+                        source=arms[-1],
+                    )
+                out.row(
+                    "attention-only-reaches-estimator",
+                    f"k{k}",
+                    Sample(deepest["gap"], drift=deepest["eval_gap_drift"]),
+                    arms=[arms[-1]],
+                    context={"k": k, "depth": depths[-1]},
+                    label=f"k={k}: the {depths[-1]}-layer attention-only cell's gap ≤ {cl.tol_nats} nats",
+                )
         for k in cfg.ks:
             hi = f"k{k}"
             mlp_arm = cell_arm("mlp", k, cl.constant_depth)
             if mlp_arm in cells:
                 c = cells[mlp_arm]
-                out.row("mlp-depth-stays-constant", hi, Sample(c["gap"], drift=c["eval_gap_drift"]), arms=[mlp_arm],
-                        context={"k": k, "depth": cl.constant_depth},
-                        label=f"k={k}: the {cl.constant_depth}-layer MLP + LN cell's gap ≤ {cl.tol_nats} nats")
+                out.row(
+                    "mlp-depth-stays-constant",
+                    hi,
+                    Sample(c["gap"], drift=c["eval_gap_drift"]),
+                    arms=[mlp_arm],
+                    context={"k": k, "depth": cl.constant_depth},
+                    label=f"k={k}: the {cl.constant_depth}-layer MLP + LN cell's gap ≤ {cl.tol_nats} nats",
+                )
             for k2 in cfg.ks:
                 if k2 < 4 * k or f"k{k2}" not in mins["attn"] or hi not in mins["attn"]:
                     continue
                 x, y = mins["attn"][f"k{k2}"]["found"], mins["attn"][hi]["found"]
-                out.row("attention-only-depth-grows-with-k", f"k{k2}-vs-k{k}",
-                        Sample(x.steps, censored=x.censored, resolution=x.resolution),
-                        Sample(y.steps, censored=y.censored, resolution=y.resolution),
-                        arms=[cell_arm("attn", kk, d) for kk in (k, k2) for d in cfg.depths], context={"k": k, "k2": k2},
-                        label=f"smallest attention-only depth at k={k2} > at k={k} (paired)")
-        out.values["min_depth"] = {f: {kk: {"depth": v["depth"], "resolution": v["resolution"]} for kk, v in d.items()}
-                                   for f, d in mins.items()}
+                out.row(
+                    "attention-only-depth-grows-with-k",
+                    f"k{k2}-vs-k{k}",
+                    Sample(x.steps, censored=x.censored, resolution=x.resolution),
+                    Sample(y.steps, censored=y.censored, resolution=y.resolution),
+                    arms=[cell_arm("attn", kk, d) for kk in (k, k2) for d in cfg.depths],
+                    context={"k": k, "k2": k2},
+                    label=f"smallest attention-only depth at k={k2} > at k={k} (paired)",
+                )
+        out.values["min_depth"] = {
+            f: {kk: {"depth": v["depth"], "resolution": v["resolution"]} for kk, v in d.items()}
+            for f, d in mins.items()
+        }
         return out
 
     def notes(self, cfg: MarkovICLDepthLinearConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
@@ -195,14 +254,22 @@ class MarkovICLDepthLinear(ICLGrid):
         notes = []
         for f, d in measured.values["min_depth"].items():
             for k, v in d.items():
-                notes.append(f"{f}, {k}: smallest depth with gap ≤ {tol} per member: "
-                             + ", ".join("not reached (censored)" if x is None else str(x) for x in v["depth"]))
+                notes.append(
+                    f"{f}, {k}: smallest depth with gap ≤ {tol} per member: "
+                    + ", ".join("not reached (censored)" if x is None else str(x) for x in v["depth"])
+                )
         missing = [k for k in (3, 4) if k not in cfg.ks]
         if missing:
-            notes.append(f"k = {', '.join(map(str, missing))} and depths beyond {max(cfg.depths)} were not run (paper profile): "
-                         "the k = 1..4 × depth 1..5 grid, and the k vs 4k depth comparison, are covered by the paper profile only.")
+            notes.append(
+                f"k = {', '.join(map(str, missing))} and depths beyond {max(cfg.depths)} were not run (paper profile): "
+                "the k = 1..4 × depth 1..5 grid, and the k vs 4k depth comparison, are covered by the paper profile only."
+            )
         return notes + self.cell_notes(cfg, measured.values["cells"])
 
     def plot_gap_axes(self) -> tuple:
-        return (lambda c: f"{c['family']} L{c['depth']}", lambda c: f"k={c['k']}",
-                "Gap to the order-k estimator, mean over members", "gap_table.png")
+        return (
+            lambda c: f"{c['family']} L{c['depth']}",
+            lambda c: f"k={c['k']}",
+            "Gap to the order-k estimator, mean over members",
+            "gap_table.png",
+        )

@@ -24,7 +24,12 @@ from tdlab.claims import Measurements
 from tdlab.config import Config
 from tdlab.experiments.base import Experiment, ExperimentConfig, Fit, RunContext
 from tdlab.experiments.seed003_attention_markov.estimator_stage import (
-    PAST_LOWER_ORDER, PROBE_DATA, estimator_losses, record_stage, stage_leaves_room)
+    PAST_LOWER_ORDER,
+    PROBE_DATA,
+    estimator_losses,
+    record_stage,
+    stage_leaves_room,
+)
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.attention import attention_patterns, context_matching_score
@@ -33,8 +38,18 @@ from tdlab.tasks.markov_kth import InContextMarkov
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
 
-__all__ = ["LinearModelConfig", "LinearTrainConfig", "LinearProbeConfig", "LinearClaimConfig", "GridConfig", "ICLGrid",
-           "Family", "Cell", "cell_arm", "depth_list"]
+__all__ = [
+    "Cell",
+    "Family",
+    "GridConfig",
+    "ICLGrid",
+    "LinearClaimConfig",
+    "LinearModelConfig",
+    "LinearProbeConfig",
+    "LinearTrainConfig",
+    "cell_arm",
+    "depth_list",
+]
 
 Family = Literal["attn", "mlp"]
 Cell = tuple[str, int, int, int]  # (family, k, depth, heads)
@@ -112,24 +127,43 @@ class GridConfig(ExperimentConfig):
 
     def cell_model(self, family: str, depth: int, heads: int) -> GPTConfig:
         mlp = family == "mlp"
-        return self.model.updated({"layers": depth, "heads": heads, "mlp": mlp, "norm": "pre" if mlp else "none",
-                                   "max_len": self.train.seq_len})
+        return self.model.updated(
+            {
+                "layers": depth,
+                "heads": heads,
+                "mlp": mlp,
+                "norm": "pre" if mlp else "none",
+                "max_len": self.train.seq_len,
+            }
+        )
 
 
 class ICLGrid(Experiment):
     """Train every cell of ``cfg.grid()`` as one ensemble, probe it against the in-context estimators."""
 
-    arm_fields = {"model.layers": "depths=[...]", "model.heads": "heads=[...]", "model.mlp": "(set per family)",
-                  "model.norm": "(set per family)", "model.max_len": "train.seq_len"}
+    arm_fields = {
+        "model.layers": "depths=[...]",
+        "model.heads": "heads=[...]",
+        "model.mlp": "(set per family)",
+        "model.norm": "(set per family)",
+        "model.max_len": "train.seq_len",
+    }
 
     def run(self, cfg: GridConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)
         with cpu_threads(cfg.cpu_threads, ctx.device):
             # The cells are independent: they train at once on one-thread lanes (tdlab.train.lanes).
             arms = [cell_arm(*cell) for cell in cfg.grid()]
-            fits = [Fit(arm, Trainer(cfg.train, ctx.device, ctx.progress, label=arm),
-                        lambda s, m=cfg.cell_model(family, depth, heads): GPT(m, s), seeds, InContextMarkov(k, 2, cfg.alpha))
-                    for arm, (family, k, depth, heads) in zip(arms, cfg.grid())]
+            fits = [
+                Fit(
+                    arm,
+                    Trainer(cfg.train, ctx.device, ctx.progress, label=arm),
+                    lambda s, m=cfg.cell_model(family, depth, heads): GPT(m, s),
+                    seeds,
+                    InContextMarkov(k, 2, cfg.alpha),
+                )
+                for arm, (family, k, depth, heads) in zip(arms, cfg.grid())
+            ]
             for fit, result in zip(fits, ctx.fit_all(fits)):
                 if ctx.writer.arm_rows(f"{fit.arm}/probe"):
                     continue  # probed by an interrupted attempt of this (resumed) run
@@ -139,8 +173,9 @@ class ICLGrid(Experiment):
 
     @staticmethod
     @torch.no_grad()
-    def probe(model: GPT, task: InContextMarkov, cfg: GridConfig, seeds: list[int],
-              device: str = "cpu") -> list[tuple[int, int, str, float]]:
+    def probe(
+        model: GPT, task: InContextMarkov, cfg: GridConfig, seeds: list[int], device: str = "cpu"
+    ) -> list[tuple[int, int, str, float]]:
         """Model and order-0..k estimator losses on fresh sequences (each member's own ``probe-data``
         stream, the same in every cell of one k), and the last layer's context-matching score."""
         model.eval()
@@ -158,8 +193,11 @@ class ICLGrid(Experiment):
         score, chance = context_matching_score(pat, xa[:, :, None], k, keep_dims=1)
         rows = []
         for e in range(E):
-            rows += [(step, e, "probe_loss", float(loss[e])), (step, e, "match_score_last", float(score[e])),
-                     (step, e, "match_chance_last", float(chance[e]))]
+            rows += [
+                (step, e, "probe_loss", float(loss[e])),
+                (step, e, "match_score_last", float(score[e])),
+                (step, e, "match_chance_last", float(chance[e])),
+            ]
             rows += [(step, e, f"est_loss_order{j}", float(v[e])) for j, v in est.items()]
         return rows
 
@@ -177,15 +215,23 @@ class ICLGrid(Experiment):
             loss = run.final(pa, "probe_loss")
             lower, upper = run.final(pa, f"est_loss_order{k - 1}"), run.final(pa, f"est_loss_order{k}")
             record_stage(out, arm, loss, lower, upper, cl.stage_share, k)
-            cells[arm] = {"family": family, "k": k, "depth": depth, "heads": heads, "probe_loss": loss.tolist(),
-                          "est_loss_lower_order": lower.tolist(), "est_loss": upper.tolist(),
-                          "gap": (loss - upper).tolist(), "gap_mean": float((loss - upper).mean()),
-                          "gap_vs_lower_order": (loss - lower).tolist(),
-                          "past_lower_order": out.stages[arm][PAST_LOWER_ORDER.id].passed,
-                          "stage_leaves_room": stage_leaves_room(lower, upper, cl.stage_share, cl.tol_nats),
-                          "eval_gap_drift": run.drift(arm, "test_loss", minus="test_loss@bayes"),
-                          "match_score_last": run.final(pa, "match_score_last").tolist(),
-                          "match_chance_last": run.final(pa, "match_chance_last").tolist()}
+            cells[arm] = {
+                "family": family,
+                "k": k,
+                "depth": depth,
+                "heads": heads,
+                "probe_loss": loss.tolist(),
+                "est_loss_lower_order": lower.tolist(),
+                "est_loss": upper.tolist(),
+                "gap": (loss - upper).tolist(),
+                "gap_mean": float((loss - upper).mean()),
+                "gap_vs_lower_order": (loss - lower).tolist(),
+                "past_lower_order": out.stages[arm][PAST_LOWER_ORDER.id].passed,
+                "stage_leaves_room": stage_leaves_room(lower, upper, cl.stage_share, cl.tol_nats),
+                "eval_gap_drift": run.drift(arm, "test_loss", minus="test_loss@bayes"),
+                "match_score_last": run.final(pa, "match_score_last").tolist(),
+                "match_chance_last": run.final(pa, "match_chance_last").tolist(),
+            }
         return cells
 
     @staticmethod
@@ -193,14 +239,18 @@ class ICLGrid(Experiment):
         notes = []
         for arm, c in cells.items():
             g = np.array(c["gap"])
-            notes.append(f"{arm}: gap {g.mean():+.4f} ± {g.std():.4f} (members {', '.join(f'{x:+.4f}' for x in g)}); vs "
-                         f"order-{c['k'] - 1} {np.mean(c['gap_vs_lower_order']):+.4f}; {sum(c['past_lower_order'])}/{g.size} "
-                         f"members past the order-{c['k'] - 1} stage; drift {c['eval_gap_drift']:+.4f}; last-layer match "
-                         f"{np.mean(c['match_score_last']):.3f} vs chance {np.mean(c['match_chance_last']):.3f}.")
+            notes.append(
+                f"{arm}: gap {g.mean():+.4f} ± {g.std():.4f} (members {', '.join(f'{x:+.4f}' for x in g)}); vs "
+                f"order-{c['k'] - 1} {np.mean(c['gap_vs_lower_order']):+.4f}; {sum(c['past_lower_order'])}/{g.size} "
+                f"members past the order-{c['k'] - 1} stage; drift {c['eval_gap_drift']:+.4f}; last-layer match "
+                f"{np.mean(c['match_score_last']):.3f} vs chance {np.mean(c['match_chance_last']):.3f}."
+            )
         if cells and not any(any(c["past_lower_order"]) for c in cells.values()):
-            notes.append(f"No member of any cell left its order-(k−1) plateau (stage share {cfg.claims.stage_share:g}) within "
-                         f"{cfg.train.steps} steps: this run's budget, not depth or heads, sets every gap, so no claim is "
-                         "evaluable (markov-icl-depth needs 4000+ steps for k = 1; the paper profile trains 6000).")
+            notes.append(
+                f"No member of any cell left its order-(k−1) plateau (stage share {cfg.claims.stage_share:g}) within "
+                f"{cfg.train.steps} steps: this run's budget, not depth or heads, sets every gap, so no claim is "
+                "evaluable (markov-icl-depth needs 4000+ steps for k = 1; the paper profile trains 6000)."
+            )
         return notes
 
     @abstractmethod
@@ -211,7 +261,10 @@ class ICLGrid(Experiment):
         cells = analysis.measurements["cells"]
         if not cells:
             return []
-        return [self._plot_gaps(cfg, cells, figdir, *self.plot_gap_axes()), self._plot_training(cfg, run, cells, figdir)]
+        return [
+            self._plot_gaps(cfg, cells, figdir, *self.plot_gap_axes()),
+            self._plot_training(cfg, run, cells, figdir),
+        ]
 
     @staticmethod
     def _plot_gaps(cfg: GridConfig, cells: dict, figdir: Path, rows_of, cols_of, title: str, name: str) -> Path:
@@ -227,7 +280,9 @@ class ICLGrid(Experiment):
         im = ax.imshow(grid, cmap="Reds", vmin=0, vmax=vmax)
         for i in range(len(rows)):
             for j in range(len(cols)):
-                ax.text(j, i, "—" if np.isnan(grid[i, j]) else f"{grid[i, j]:+.3f}", ha="center", va="center", fontsize=8)
+                ax.text(
+                    j, i, "—" if np.isnan(grid[i, j]) else f"{grid[i, j]:+.3f}", ha="center", va="center", fontsize=8
+                )
         ax.set_xticks(range(len(cols)), [str(c) for c in cols])
         ax.set_yticks(range(len(rows)), [str(r) for r in rows])
         fig.colorbar(im, ax=ax, label="gap to order-k Laplace (nats)")

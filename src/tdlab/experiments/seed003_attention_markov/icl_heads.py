@@ -18,30 +18,45 @@ from __future__ import annotations
 from pydantic import field_validator, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import register
 from tdlab.experiments.seed003_attention_markov.estimator_stage import PAST_LOWER_ORDER
 from tdlab.experiments.seed003_attention_markov.icl_grid import Cell, GridConfig, ICLGrid, cell_arm, depth_list
 from tdlab.experiments.view import RunView
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["MarkovICLHeadsConfig", "MarkovICLHeads", "CLAIMS"]
+__all__ = ["CLAIMS", "MarkovICLHeads", "MarkovICLHeadsConfig"]
 
 CLAIMS = (
     ClaimSpec(
         "one-head-per-layer-suffices-at-depth-3",
         "Constant depth suffices: a 3-layer transformer with 1 head per layer (relative PE, layer norm) reaches the "
         "order-k in-context estimator for every k (talk Part II, main result)",
-        test="value", relation="le", quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh "
-        "sequences, claims.constant_depth layers, 1 head, nats per token", expected=0.0, tolerance="claims.tol_nats",
-        horizon="convergence", stage=PAST_LOWER_ORDER, unit=" nats", needs="cells (k, depth claims.constant_depth, 1 head)"),
+        test="value",
+        relation="le",
+        quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh "
+        "sequences, claims.constant_depth layers, 1 head, nats per token",
+        expected=0.0,
+        tolerance="claims.tol_nats",
+        horizon="convergence",
+        stage=PAST_LOWER_ORDER,
+        unit=" nats",
+        needs="cells (k, depth claims.constant_depth, 1 head)",
+    ),
     ClaimSpec(
         "more-heads-not-needed-at-depth-3",
         "Heads need not scale with k at depth 3 (talk Part II: 'Number of heads/layers should scale with k. But...' "
         "3 layers with 1 head per layer suffice)",
-        test="value", relation="le", quantity="gap(1 head) − gap(most heads) at claims.constant_depth layers, per member "
-        "(paired: member i of both cells shares its training and probe sequences), nats per token", expected=0.0,
-        tolerance="claims.tol_nats", horizon="convergence", stage=PAST_LOWER_ORDER, unit=" nats",
-        needs="cells (k, depth claims.constant_depth) with 1 head and with more heads"),
+        test="value",
+        relation="le",
+        quantity="gap(1 head) − gap(most heads) at claims.constant_depth layers, per member "
+        "(paired: member i of both cells shares its training and probe sequences), nats per token",
+        expected=0.0,
+        tolerance="claims.tol_nats",
+        horizon="convergence",
+        stage=PAST_LOWER_ORDER,
+        unit=" nats",
+        needs="cells (k, depth claims.constant_depth) with 1 head and with more heads",
+    ),
 )
 
 
@@ -86,14 +101,25 @@ class MarkovICLHeads(ICLGrid):
         # ≤ 5 min on 2 CPU cores: k = 1, 2, heads {1, 4}, depth {2, 3}, 3 members, 200 steps. A smoke run of the
         # pipeline: no cell leaves its order-(k−1) plateau in 200 steps, so every row is not evaluable (the stage
         # named); the paper profile trains 6000 steps.
-        "quick": {"ks": [1, 2], "heads": [1, 4], "train": {"steps": 200, "eval_every": 25}, "probe": {"sequences": 128}},
-        "paper": {"members": 5, "ks": [1, 2, 3], "heads": [1, 2, 4], "model": {"d": 32},
-                  "train": {"steps": 6000, "batch": 64, "seq_len": 128, "lr": 3e-3, "eval_every": 250}, "probe": {"sequences": 512}},
+        "quick": {
+            "ks": [1, 2],
+            "heads": [1, 4],
+            "train": {"steps": 200, "eval_every": 25},
+            "probe": {"sequences": 128},
+        },
+        "paper": {
+            "members": 5,
+            "ks": [1, 2, 3],
+            "heads": [1, 2, 4],
+            "model": {"d": 32},
+            "train": {"steps": 6000, "batch": 64, "seq_len": 128, "lr": 3e-3, "eval_every": 250},
+            "probe": {"sequences": 512},
+        },
     }
     # atlas: the head-count claims are read after a step budget; quick's 200 steps are far below the paper's 6000
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('train.steps', (2000, 6000, 12000), quick=(100, 200), label='steps'),),
-        why='Whether more heads reach the in-context estimator is read at the end of training; the budget (quick 200, paper 6000) decides whether the models got there.',
+        axes=(AtlasAxis("train.steps", (2000, 6000, 12000), quick=(100, 200), label="steps"),),
+        why="Whether more heads reach the in-context estimator is read at the end of training; the budget (quick 200, paper 6000) decides whether the models got there.",
     )
 
     def measure(self, cfg: MarkovICLHeadsConfig, run: RunView) -> Measurements:
@@ -106,16 +132,25 @@ class MarkovICLHeads(ICLGrid):
             if a1 not in cells:
                 continue
             c = cells[a1]
-            out.row("one-head-per-layer-suffices-at-depth-3", f"k{k}", Sample(c["gap"], drift=c["eval_gap_drift"]),
-                    arms=[a1], context={"k": k, "depth": depth, "heads": 1},
-                    label=f"k={k}, {depth} layers, 1 head: mean gap ≤ {cl.tol_nats} nats")
+            out.row(
+                "one-head-per-layer-suffices-at-depth-3",
+                f"k{k}",
+                Sample(c["gap"], drift=c["eval_gap_drift"]),
+                arms=[a1],
+                context={"k": k, "depth": depth, "heads": 1},
+                label=f"k={k}, {depth} layers, 1 head: mean gap ≤ {cl.tol_nats} nats",
+            )
             if hmax > 1 and am in cells:
                 m = cells[am]
                 diff = [a - b for a, b in zip(c["gap"], m["gap"])]
-                out.row("more-heads-not-needed-at-depth-3", f"k{k}",
-                        Sample(diff, drift=c["eval_gap_drift"] - m["eval_gap_drift"]), arms=[a1, am],
-                        context={"k": k, "depth": depth, "heads": hmax},
-                        label=f"k={k}, {depth} layers: gap(1 head) − gap({hmax} heads) ≤ {cl.tol_nats} nats (paired)")
+                out.row(
+                    "more-heads-not-needed-at-depth-3",
+                    f"k{k}",
+                    Sample(diff, drift=c["eval_gap_drift"] - m["eval_gap_drift"]),
+                    arms=[a1, am],
+                    context={"k": k, "depth": depth, "heads": hmax},
+                    label=f"k={k}, {depth} layers: gap(1 head) − gap({hmax} heads) ≤ {cl.tol_nats} nats (paired)",
+                )
         return out
 
     def notes(self, cfg: MarkovICLHeadsConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
@@ -126,12 +161,18 @@ class MarkovICLHeads(ICLGrid):
                 if depth == cfg.claims.constant_depth:
                     continue
                 gaps = {h: cells[a]["gap_mean"] for h in cfg.heads if (a := cell_arm("mlp", k, depth, h)) in cells}
-                notes.append(f"depth {depth}, k={k} (measured, not a claim: the talk states nothing of its own for depth "
-                             f"{depth}): mean gap by heads " + ", ".join(f"{h}: {g:+.4f}" for h, g in gaps.items()) + " nats.")
+                notes.append(
+                    f"depth {depth}, k={k} (measured, not a claim: the talk states nothing of its own for depth "
+                    f"{depth}): mean gap by heads " + ", ".join(f"{h}: {g:+.4f}" for h, g in gaps.items()) + " nats."
+                )
         if 3 not in cfg.ks:
             notes.append("k = 3 was not run (paper profile).")
         return notes + self.cell_notes(cfg, cells)
 
     def plot_gap_axes(self) -> tuple:
-        return (lambda c: f"k={c['k']} L{c['depth']}", lambda c: f"H={c['heads']}",
-                "Gap to the order-k estimator by heads, mean over members", "gap_heads.png")
+        return (
+            lambda c: f"k={c['k']} L{c['depth']}",
+            lambda c: f"H={c['heads']}",
+            "Gap to the order-k estimator by heads, mean over members",
+            "gap_heads.png",
+        )

@@ -50,6 +50,7 @@ from pydantic import Field, field_validator, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
@@ -59,10 +60,17 @@ from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy, stat
 from tdlab.theory import markov_tying as th
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["LandscapeConfig", "TyingClaimConfig", "MarkovTyingConfig", "MarkovTying", "chain_tag", "normalised_position",
-           "LEFT_PLATEAU", "CLAIMS"]
+__all__ = [
+    "CLAIMS",
+    "LEFT_PLATEAU",
+    "LandscapeConfig",
+    "MarkovTying",
+    "MarkovTyingConfig",
+    "TyingClaimConfig",
+    "chain_tag",
+    "normalised_position",
+]
 
 Others = Literal["zero", "keep"]
 Pair = tuple[float, float]
@@ -120,8 +128,12 @@ class LandscapeConfig(Config):
 class TyingClaimConfig(Config):
     """Tolerances of the computed verdicts."""
 
-    exact_tol: float = Field(1e-9, gt=0.0)  # |L(θ_π) - H(π)|, max|∇L|, |λ - closed form|: float64 rounding of exact computations
-    psd_rel_tol: float = Field(1e-6, gt=0.0)  # "almost PSD": λ_min >= -psd_rel_tol * λ_max (float64 rounding of the Hessian)
+    exact_tol: float = Field(
+        1e-9, gt=0.0
+    )  # |L(θ_π) - H(π)|, max|∇L|, |λ - closed form|: float64 rounding of exact computations
+    psd_rel_tol: float = Field(
+        1e-6, gt=0.0
+    )  # "almost PSD": λ_min >= -psd_rel_tol * λ_max (float64 rounding of the Hessian)
     # "clearly negative": λ_min <= -negative_fraction * |c|, c = π0 π1 (p+q-1) the closed-form curvature
     # (the canonical point's λ_min is -|c| untied and 2c tied; half of it separates a saddle from rounding)
     negative_fraction: float = Field(0.5, gt=0.0, le=1.0)
@@ -145,7 +157,9 @@ class MarkovTyingConfig(ExperimentConfig):
     tying: list[bool] = [True, False]  # talk: "Weight tying" vs "No weight tying"
     train: TrainConfig = TrainConfig()  # seed 000 Table 2: AdamW (0.9, 0.95), lr 1e-3, cosine, batch 16
     claims: TyingClaimConfig = TyingClaimConfig()
-    cpu_threads: int | None = Field(1, ge=1, le=1024)  # torch threads on CPU (tdlab.train.cpu.cpu_threads); None: torch default
+    cpu_threads: int | None = Field(
+        1, ge=1, le=1024
+    )  # torch threads on CPU (tdlab.train.cpu.cpu_threads); None: torch default
 
     @field_validator("grid")
     @classmethod
@@ -195,62 +209,114 @@ def _saddle_bound(cfg: MarkovTyingConfig, row) -> float:
     return bound if row.context["check"] == "hessian-negative" else bound * cfg.landscape.radius**2 / 2
 
 
-LEFT_PLATEAU = Stage("left-plateau", "the member's final test loss is below the H(π) plateau "
-                     "(H(π) − escape_fraction · (H(π) − entropy rate)): it has left the unigram stage")
+LEFT_PLATEAU = Stage(
+    "left-plateau",
+    "the member's final test loss is below the H(π) plateau "
+    "(H(π) − escape_fraction · (H(π) − entropy rate)): it has left the unigram stage",
+)
 
 _FIG4 = {"p": 0.5, "q": 0.8}
 CLAIMS = (
     ClaimSpec(
         "theta-pi-stationary",
         "∇L(θ_π) = 0: θ_π is a stationary point (talk, Part I, Theoretical results (iv))",
-        test="value", relation="close", kind="paper", quantity="max |∂L/∂θ_i| over all parameters at θ_π, exact "
-        "population loss (every point measured: d, canonical and kept weights)", expected=0.0,
-        tolerance="claims.exact_tol", horizon="static", learning_required=False),
+        test="value",
+        relation="close",
+        kind="paper",
+        quantity="max |∂L/∂θ_i| over all parameters at θ_π, exact "
+        "population loss (every point measured: d, canonical and kept weights)",
+        expected=0.0,
+        tolerance="claims.exact_tol",
+        horizon="static",
+        learning_required=False,
+    ),
     ClaimSpec(
         "tied-theta-pi-local-minimum",
         "With tied weights and p+q>1, θ_π is a (bad) local minimum (talk, Part I, Theoretical results (i); 'Hessian "
         "is (almost) positive-definite')",
-        test="value", relation="ge", quantity="hessian-psd: λ_min/λ_max of the exact Hessian at θ_π (≥ −psd_rel_tol); "
+        test="value",
+        relation="ge",
+        quantity="hessian-psd: λ_min/λ_max of the exact Hessian at θ_π (≥ −psd_rel_tol); "
         "no-descent-direction: the least loss change along random directions and the bottom eigenvector at "
-        "landscape.radius (≥ −exact_tol; our probe beyond second order)", expected=0.0,
-        tolerance=_local_min_tolerance, horizon="static", learning_required=False,
-        example={**_FIG4, "check": "hessian-psd"}),
+        "landscape.radius (≥ −exact_tol; our probe beyond second order)",
+        expected=0.0,
+        tolerance=_local_min_tolerance,
+        horizon="static",
+        learning_required=False,
+        example={**_FIG4, "check": "hessian-psd"},
+    ),
     ClaimSpec(
         "theta-pi-saddle",
         "Without weight tying θ_π is a saddle (talk, Part I, Theoretical results: 'Hessian is indefinite'); with tying "
         "it is a saddle too when p+q<1 (closed form 2c < 0: the theorem's hypothesis p+q>1 is needed; ours)",
-        test="value", relation="le", quantity="hessian-negative: the exact Hessian's λ_min at θ_π (≤ −negative_fraction·|c|, "
+        test="value",
+        relation="le",
+        quantity="hessian-negative: the exact Hessian's λ_min at θ_π (≤ −negative_fraction·|c|, "
         "c = π0π1(p+q−1)); descent-direction: the loss change along the bottom eigenvector at radius r "
-        "(≤ −negative_fraction·|c|·r²/2)", expected=_saddle_bound, tolerance=0.0, horizon="static",
-        learning_required=False, example={**_FIG4, "check": "hessian-negative"}),
+        "(≤ −negative_fraction·|c|·r²/2)",
+        expected=_saddle_bound,
+        tolerance=0.0,
+        horizon="static",
+        learning_required=False,
+        example={**_FIG4, "check": "hessian-negative"},
+    ),
     ClaimSpec(
         "tied-leaves-plateau-later",
         "With tied weights and p+q>1 a small init stays on the H(π) plateau of θ_π longer than without tying (talk, "
         "Part I: tied single-layer transformers 'sometimes fail to learn even first-order Markov chains'; θ_π is a "
         "local minimum tied, a saddle untied)",
-        test="compare", relation="gt", quantity="plateau-escape step, tied − untied, paired over members (known to one "
-        "evaluation interval; censored at the last evaluation for a member that never leaves)", margin=0.0,
-        horizon="budget", learning_required=False, unit=" steps", needs="a p+q>1 chain of the training grid, tied and untied"),
+        test="compare",
+        relation="gt",
+        quantity="plateau-escape step, tied − untied, paired over members (known to one "
+        "evaluation interval; censored at the last evaluation for a member that never leaves)",
+        margin=0.0,
+        horizon="budget",
+        learning_required=False,
+        unit=" steps",
+        needs="a p+q>1 chain of the training grid, tied and untied",
+    ),
     ClaimSpec(
         "below-line-reaches-entropy-rate",
         "With p+q<1 a small init ends at the entropy rate, tied or not (talk, Part I, p+q<1: 'Gaussian init converges "
         "to global minima'; seed 000 Thm. 8)",
-        test="value", relation="close", quantity="final test loss − the Bayes predictor's loss on the same evaluation "
-        "batches, nats", expected=0.0, tolerance="claims.tol_nats", horizon="convergence", stage=LEFT_PLATEAU,
-        unit=" nats", needs="a p+q<1 chain of the training grid"),
+        test="value",
+        relation="close",
+        quantity="final test loss − the Bayes predictor's loss on the same evaluation batches, nats",
+        expected=0.0,
+        tolerance="claims.tol_nats",
+        horizon="convergence",
+        stage=LEFT_PLATEAU,
+        unit=" nats",
+        needs="a p+q<1 chain of the training grid",
+    ),
     ClaimSpec(
         "theta-pi-loss-is-H(pi)",
         "L(θ_π) = H(π) on the exact population loss, tied and untied: true by construction (σ(b) = π_1, token-free "
         "logit; talk (ii), (iii)); checks the model and the enumerated loss",
-        test="value", relation="close", kind="sanity", quantity="L(θ_π) at every point measured, nats",
-        expected=_theta_pi_loss, tolerance="claims.exact_tol", horizon="static", learning_required=False,
-        unit=" nats", example=_FIG4),
+        test="value",
+        relation="close",
+        kind="sanity",
+        quantity="L(θ_π) at every point measured, nats",
+        expected=_theta_pi_loss,
+        tolerance="claims.exact_tol",
+        horizon="static",
+        learning_required=False,
+        unit=" nats",
+        example=_FIG4,
+    ),
     ClaimSpec(
         "theta-pi-canonical-spectrum",
         "The autograd Hessian at the canonical θ_π equals the closed form {π0π1, 2c (×d), 0} tied, {π0π1, ±c (×d), 0} "
         "untied, c = π0π1(p+q−1): two computations of the same matrix",
-        test="value", relation="close", kind="sanity", quantity="max |λ_autograd − λ_closed form| at the canonical θ_π",
-        expected=0.0, tolerance="claims.exact_tol", horizon="static", learning_required=False),
+        test="value",
+        relation="close",
+        kind="sanity",
+        quantity="max |λ_autograd − λ_closed form| at the canonical θ_π",
+        expected=0.0,
+        tolerance="claims.exact_tol",
+        horizon="static",
+        learning_required=False,
+    ),
 )
 
 
@@ -290,8 +356,8 @@ class MarkovTying(Experiment):
     }
     # atlas: the tied/untied trained claims read the limit reached after the step budget
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('train.steps', (2000, 8000, 16000), quick=(750, 1500), label='steps'),),
-        why='The trained claims of the tying experiment read the limit reached after a fixed budget (quick 1500, paper 8000); the horizon decides which critical point training sits at.',
+        axes=(AtlasAxis("train.steps", (2000, 8000, 16000), quick=(750, 1500), label="steps"),),
+        why="The trained claims of the tying experiment read the limit reached after a fixed budget (quick 1500, paper 8000); the horizon decides which critical point training sits at.",
     )
 
     # ------------------------------------------------------------------------------------------
@@ -300,9 +366,18 @@ class MarkovTying(Experiment):
         with cpu_threads(cfg.cpu_threads, ctx.device):
             self._landscape(cfg, ctx, seeds)
             arms = [(self.train_arm(tied, p, q), tied, p, q) for p, q in cfg.grid for tied in cfg.tying]
-            ctx.fit_all([Fit(arm, Trainer(cfg.train, ctx.device, ctx.progress, label=arm),
-                             lambda s, m=cfg.arm_model(tied): GPT(m, s), seeds, MarkovChain(p, q))
-                         for arm, tied, p, q in arms])  # at once, on one-thread lanes
+            ctx.fit_all(
+                [
+                    Fit(
+                        arm,
+                        Trainer(cfg.train, ctx.device, ctx.progress, label=arm),
+                        lambda s, m=cfg.arm_model(tied): GPT(m, s),
+                        seeds,
+                        MarkovChain(p, q),
+                    )
+                    for arm, tied, p, q in arms
+                ]
+            )  # at once, on one-thread lanes
 
     @staticmethod
     def train_arm(tied: bool, p: float, q: float) -> str:
@@ -334,9 +409,15 @@ class MarkovTying(Experiment):
                             g = th.gradient(model, p, q, n, e)
                             gen = torch.Generator().manual_seed(derive_seed(mseeds[e], "probe"))
                             rnd, bottom = th.perturbation_probe(model, p, q, n, ls.radius, ls.directions, gen, e, H=H)
-                            vals = {"loss": losses[e], "grad_max": float(g.abs().max()), "eig_min": float(ev[0]),
-                                    "eig_max": float(ev[-1]), "num_params": float(H.shape[0]),
-                                    "probe_random": rnd, "probe_bottom": bottom}
+                            vals = {
+                                "loss": losses[e],
+                                "grad_max": float(g.abs().max()),
+                                "eig_min": float(ev[0]),
+                                "eig_max": float(ev[-1]),
+                                "num_params": float(H.shape[0]),
+                                "probe_random": rnd,
+                                "probe_bottom": bottom,
+                            }
                             if others == "zero":
                                 cf = th.theta_pi_spectrum(p, q, d, tied, H.shape[0])
                                 vals["spectrum_err"] = float((ev - cf).abs().max())
@@ -369,53 +450,104 @@ class MarkovTying(Experiment):
             ctx = {"p": p, "q": q}
 
             def get(t: str, name: str, only: str | None = None) -> list[float]:
-                return [v for o, d in points if only in (None, o)
-                        for v in run.final(self.landscape_arm(p, q, t, o, d), name).tolist()]
+                return [
+                    v
+                    for o, d in points
+                    if only in (None, o)
+                    for v in run.final(self.landscape_arm(p, q, t, o, d), name).tolist()
+                ]
 
             ties = [_tying(t) for t in cfg.tying]
             det = {"deterministic": True}
-            out.row("theta-pi-loss-is-H(pi)", tag, Sample([v for t in ties for v in get(t, "loss")], **det),
-                    provenance=prov, context=ctx, label=f"(p, q) = ({p}, {q}): L(θ_π) = H(π) at every point measured")
-            out.row("theta-pi-stationary", tag, Sample([v for t in ties for v in get(t, "grad_max")], **det),
-                    provenance=prov, context=ctx,
-                    label=f"(p, q) = ({p}, {q}), {_regime(p, q)}: max |∂L/∂θ_i| at θ_π = 0 at every point measured")
-            table[tag] = {"H_pi": float(marginal_entropy(p, q)), "entropy_rate": float(entropy_rate(p, q)),
-                          "L_theta_pi_minus_rate": float(marginal_entropy(p, q) - entropy_rate(p, q)),
-                          "curvature_c": float(c), "pi0_pi1": float(pi0 * pi1)}
+            out.row(
+                "theta-pi-loss-is-H(pi)",
+                tag,
+                Sample([v for t in ties for v in get(t, "loss")], **det),
+                provenance=prov,
+                context=ctx,
+                label=f"(p, q) = ({p}, {q}): L(θ_π) = H(π) at every point measured",
+            )
+            out.row(
+                "theta-pi-stationary",
+                tag,
+                Sample([v for t in ties for v in get(t, "grad_max")], **det),
+                provenance=prov,
+                context=ctx,
+                label=f"(p, q) = ({p}, {q}), {_regime(p, q)}: max |∂L/∂θ_i| at θ_π = 0 at every point measured",
+            )
+            table[tag] = {
+                "H_pi": float(marginal_entropy(p, q)),
+                "entropy_rate": float(entropy_rate(p, q)),
+                "L_theta_pi_minus_rate": float(marginal_entropy(p, q) - entropy_rate(p, q)),
+                "curvature_c": float(c),
+                "pi0_pi1": float(pi0 * pi1),
+            }
             for tied in cfg.tying:
                 t = _tying(tied)
                 if "zero" in ls.others:
-                    out.row("theta-pi-canonical-spectrum", f"{tag}/{t}", Sample(get(t, "spectrum_err", "zero"), **det),
-                            provenance=prov, context=ctx,
-                            label=f"(p, q) = ({p}, {q}), {t}: max |λ − closed form| at the canonical θ_π, c = {c:.4f}")
+                    out.row(
+                        "theta-pi-canonical-spectrum",
+                        f"{tag}/{t}",
+                        Sample(get(t, "spectrum_err", "zero"), **det),
+                        provenance=prov,
+                        context=ctx,
+                        label=f"(p, q) = ({p}, {q}), {t}: max |λ − closed form| at the canonical θ_π, c = {c:.4f}",
+                    )
                 eig_min, eig_max = get(t, "eig_min"), get(t, "eig_max")
                 # The closed form says: tied is a (flat) minimum iff c > 0; untied is a saddle iff c != 0.
                 if tied and c > 0:
                     ratio = [lo / hi for lo, hi in zip(eig_min, eig_max)]
-                    out.row("tied-theta-pi-local-minimum", f"{tag}/hessian-psd", Sample(ratio, **det), provenance=prov,
-                            context={**ctx, "check": "hessian-psd"},
-                            label=f"(p, q) = ({p}, {q}), tied: λ_min/λ_max ≥ −{cfg.claims.psd_rel_tol:g} at every point")
+                    out.row(
+                        "tied-theta-pi-local-minimum",
+                        f"{tag}/hessian-psd",
+                        Sample(ratio, **det),
+                        provenance=prov,
+                        context={**ctx, "check": "hessian-psd"},
+                        label=f"(p, q) = ({p}, {q}), tied: λ_min/λ_max ≥ −{cfg.claims.psd_rel_tol:g} at every point",
+                    )
                     probe = [min(a, b) for a, b in zip(get(t, "probe_random"), get(t, "probe_bottom"))]
-                    out.row("tied-theta-pi-local-minimum", f"{tag}/no-descent-direction", Sample(probe, **det),
-                            provenance=prov, context={**ctx, "check": "no-descent-direction"},
-                            label=f"(p, q) = ({p}, {q}), tied: no random direction nor the bottom eigenvector lowers "
-                                  f"the loss at radius {ls.radius:g}")
+                    out.row(
+                        "tied-theta-pi-local-minimum",
+                        f"{tag}/no-descent-direction",
+                        Sample(probe, **det),
+                        provenance=prov,
+                        context={**ctx, "check": "no-descent-direction"},
+                        label=f"(p, q) = ({p}, {q}), tied: no random direction nor the bottom eigenvector lowers "
+                        f"the loss at radius {ls.radius:g}",
+                    )
                 elif c != 0:
                     # the talk's saddle: untied, p + q > 1; a saddle tied or untied below the line is ours
                     sprov = "seed" if (not tied and p + q > 1) else "ours"
-                    out.row("theta-pi-saddle", f"{tag}/{t}/hessian-negative", Sample(eig_min, **det), provenance=sprov,
-                            context={**ctx, "check": "hessian-negative"},
-                            label=f"(p, q) = ({p}, {q}), {t}: λ_min ≤ −{cfg.claims.negative_fraction:g}|c| at every point")
-                    out.row("theta-pi-saddle", f"{tag}/{t}/descent-direction", Sample(get(t, "probe_bottom"), **det),
-                            provenance=sprov, context={**ctx, "check": "descent-direction"},
-                            label=f"(p, q) = ({p}, {q}), {t}: the loss drops along the bottom eigenvector at radius "
-                                  f"{ls.radius:g} by at least {cfg.claims.negative_fraction:g}|c| r²/2")
+                    out.row(
+                        "theta-pi-saddle",
+                        f"{tag}/{t}/hessian-negative",
+                        Sample(eig_min, **det),
+                        provenance=sprov,
+                        context={**ctx, "check": "hessian-negative"},
+                        label=f"(p, q) = ({p}, {q}), {t}: λ_min ≤ −{cfg.claims.negative_fraction:g}|c| at every point",
+                    )
+                    out.row(
+                        "theta-pi-saddle",
+                        f"{tag}/{t}/descent-direction",
+                        Sample(get(t, "probe_bottom"), **det),
+                        provenance=sprov,
+                        context={**ctx, "check": "descent-direction"},
+                        label=f"(p, q) = ({p}, {q}), {t}: the loss drops along the bottom eigenvector at radius "
+                        f"{ls.radius:g} by at least {cfg.claims.negative_fraction:g}|c| r²/2",
+                    )
                 table[tag][t] = {
-                    "eig_min": eig_min, "eig_max": eig_max,
-                    "points": [{"others": o, "d": d, "member": m, "eig_min": lo, "eig_max": hi}
-                               for o, d in points
-                               for m, (lo, hi) in enumerate(zip(run.final(self.landscape_arm(p, q, t, o, d), "eig_min").tolist(),
-                                                                run.final(self.landscape_arm(p, q, t, o, d), "eig_max").tolist()))],
+                    "eig_min": eig_min,
+                    "eig_max": eig_max,
+                    "points": [
+                        {"others": o, "d": d, "member": m, "eig_min": lo, "eig_max": hi}
+                        for o, d in points
+                        for m, (lo, hi) in enumerate(
+                            zip(
+                                run.final(self.landscape_arm(p, q, t, o, d), "eig_min").tolist(),
+                                run.final(self.landscape_arm(p, q, t, o, d), "eig_max").tolist(),
+                            )
+                        )
+                    ],
                 }
         out.values["landscape"] = table
 
@@ -429,8 +561,15 @@ class MarkovTying(Experiment):
             informative = gap >= max(cl.min_gap_nats, 1e-12)
             regime = _regime(p, q)
             threshold = h_pi - cl.escape_fraction * gap
-            row = {"p": p, "q": q, "regime": regime, "H_pi": float(h_pi), "entropy_rate": float(h_rate),
-                   "informative": bool(informative), "escape_threshold": float(threshold)}
+            row = {
+                "p": p,
+                "q": q,
+                "regime": regime,
+                "H_pi": float(h_pi),
+                "entropy_rate": float(h_rate),
+                "informative": bool(informative),
+                "escape_threshold": float(threshold),
+            }
             escapes = {}
             for tied in cfg.tying:
                 t = _tying(tied)
@@ -440,34 +579,53 @@ class MarkovTying(Experiment):
                 u = normalised_position(final, p, q) if gap > 0 else np.full_like(final, np.nan)
                 stuck = u >= 1 - cl.escape_fraction
                 esc = escapes[t] = first_crossing(steps, loss, threshold)
-                row[t] = {"final_test_loss": final.tolist(), "u": u.tolist(),
-                          "plateau_escape_step": esc.as_optional() if gap > 0 else [None] * final.size,
-                          "stuck_fraction": float(np.mean(stuck)) if informative else None}
+                row[t] = {
+                    "final_test_loss": final.tolist(),
+                    "u": u.tolist(),
+                    "plateau_escape_step": esc.as_optional() if gap > 0 else [None] * final.size,
+                    "stuck_fraction": float(np.mean(stuck)) if informative else None,
+                }
                 if informative and regime == "p+q<1":
                     _, ref = run.curves(arm, "test_loss@bayes")
                     d = loss[:, -1] - ref[:, -1]
                     row[t]["final_gap_to_bayes"] = d.tolist()
-                    out.stage(arm, LEFT_PLATEAU, final, threshold, "lt", evidence="final test loss vs the plateau level, nats")
-                    out.row("below-line-reaches-entropy-rate", f"{tag}/{t}",
-                            Sample(d, drift=run.drift(arm, "test_loss", minus="test_loss@bayes")), arms=[arm],
-                            context={"p": p, "q": q, "tying": t},
-                            label=f"(p, q) = ({p:g}, {q:g}), {t}: final test loss − Bayes loss on the same batches ≈ 0")
+                    out.stage(
+                        arm, LEFT_PLATEAU, final, threshold, "lt", evidence="final test loss vs the plateau level, nats"
+                    )
+                    out.row(
+                        "below-line-reaches-entropy-rate",
+                        f"{tag}/{t}",
+                        Sample(d, drift=run.drift(arm, "test_loss", minus="test_loss@bayes")),
+                        arms=[arm],
+                        context={"p": p, "q": q, "tying": t},
+                        label=f"(p, q) = ({p:g}, {q:g}), {t}: final test loss − Bayes loss on the same batches ≈ 0",
+                    )
             if informative and regime == "p+q>1" and {"tied", "untied"} <= set(escapes):
                 a, b = escapes["tied"], escapes["untied"]
-                out.row("tied-leaves-plateau-later", tag,
-                        Sample(a.steps, censored=a.censored, resolution=a.resolution),
-                        Sample(b.steps, censored=b.censored, resolution=b.resolution),
-                        arms=[self.train_arm(True, p, q), self.train_arm(False, p, q)], context={"p": p, "q": q},
-                        label=f"(p, q) = ({p:g}, {q:g}): plateau-escape step, tied − untied > 0")
+                out.row(
+                    "tied-leaves-plateau-later",
+                    tag,
+                    Sample(a.steps, censored=a.censored, resolution=a.resolution),
+                    Sample(b.steps, censored=b.censored, resolution=b.resolution),
+                    arms=[self.train_arm(True, p, q), self.train_arm(False, p, q)],
+                    context={"p": p, "q": q},
+                    label=f"(p, q) = ({p:g}, {q:g}): plateau-escape step, tied − untied > 0",
+                )
             cells[tag] = row
         out.values["training"] = cells
         # The stuck-at-the-horizon table, tied vs untied (a measurement: where each arm is when the run stops).
         ties = list(map(_tying, cfg.tying))
-        lines = ["| (p, q) | regime | H(π) − rate | " + " | ".join(f"stuck at the end, {t}" for t in ties) + " |",
-                 "|" + "---|" * (3 + len(ties))]
+        lines = [
+            "| (p, q) | regime | H(π) − rate | " + " | ".join(f"stuck at the end, {t}" for t in ties) + " |",
+            "|" + "---|" * (3 + len(ties)),
+        ]
         for r in cells.values():
             fr = [("—" if r[t]["stuck_fraction"] is None else f"{r[t]['stuck_fraction']:.2f}") for t in ties]
-            lines.append(f"| ({r['p']:g}, {r['q']:g}) | {r['regime']} | {r['H_pi'] - r['entropy_rate']:.4f} | " + " | ".join(fr) + " |")
+            lines.append(
+                f"| ({r['p']:g}, {r['q']:g}) | {r['regime']} | {r['H_pi'] - r['entropy_rate']:.4f} | "
+                + " | ".join(fr)
+                + " |"
+            )
         out.values["stuck_table"] = "\n".join(lines)
 
     # ------------------------------------------------------------------------------------------
@@ -477,9 +635,11 @@ class MarkovTying(Experiment):
         for tag, row in measured.values["landscape"].items():
             for t in map(_tying, cfg.tying):
                 if t in row and row[t]["eig_min"]:
-                    notes.append(f"θ_π at {tag}, {t}: λ_min ∈ [{min(row[t]['eig_min']):.3g}, {max(row[t]['eig_min']):.3g}], "
-                                 f"λ_max ∈ [{min(row[t]['eig_max']):.3g}, {max(row[t]['eig_max']):.3g}] over d = {ls.dims} "
-                                 f"and points {ls.others}; closed-form c = π0π1(p+q-1) = {row['curvature_c']:.4f}.")
+                    notes.append(
+                        f"θ_π at {tag}, {t}: λ_min ∈ [{min(row[t]['eig_min']):.3g}, {max(row[t]['eig_min']):.3g}], "
+                        f"λ_max ∈ [{min(row[t]['eig_max']):.3g}, {max(row[t]['eig_max']):.3g}] over d = {ls.dims} "
+                        f"and points {ls.others}; closed-form c = π0π1(p+q-1) = {row['curvature_c']:.4f}."
+                    )
         thr = 1 - cfg.claims.escape_fraction
         cells = measured.values["training"]
         for r in cells.values():
@@ -487,25 +647,38 @@ class MarkovTying(Experiment):
             for t in map(_tying, cfg.tying):
                 u = np.array(r[t]["u"])
                 left = [e for e in r[t]["plateau_escape_step"] if e is not None]
-                parts.append(f"{t} " + ("not informative" if r[t]["stuck_fraction"] is None else
-                                        f"{int(np.sum(u >= thr))}/{len(u)} on the plateau at step {cfg.train.steps} "
-                                        f"(u = {u.mean():.2f} ± {u.std():.2f}); "
-                                        + (f"left it at steps {left}" if left else "none left it")))
-            notes.append(f"Training at (p, q) = ({r['p']:g}, {r['q']:g}), {r['regime']}, H(π) − rate = "
-                         f"{r['H_pi'] - r['entropy_rate']:.4f} nats: " + "; ".join(parts) + ".")
+                parts.append(
+                    f"{t} "
+                    + (
+                        "not informative"
+                        if r[t]["stuck_fraction"] is None
+                        else f"{int(np.sum(u >= thr))}/{len(u)} on the plateau at step {cfg.train.steps} "
+                        f"(u = {u.mean():.2f} ± {u.std():.2f}); "
+                        + (f"left it at steps {left}" if left else "none left it")
+                    )
+                )
+            notes.append(
+                f"Training at (p, q) = ({r['p']:g}, {r['q']:g}), {r['regime']}, H(π) − rate = "
+                f"{r['H_pi'] - r['entropy_rate']:.4f} nats: " + "; ".join(parts) + "."
+            )
         later = next((g for g in groups if g.id == "tied-leaves-plateau-later"), None)
         if later is not None and later.rows:
-            notes.append("A member that never left the plateau is censored at the last evaluation (a lower bound of its "
-                         "escape step), and escape steps are known to one evaluation interval: the direction is decided by "
-                         f"an exact sign test over the {cfg.members} paired members, which needs at least 6 members at 95 % "
-                         f"(3/3 gives p = 0.25). Verdict: {later.verdict}. A 6000-step run sees every tied member of "
-                         "(0.5, 0.8) leave the plateau, so 'tied stays at H(π)' is not what the runs show; 'tied leaves later' is.")
+            notes.append(
+                "A member that never left the plateau is censored at the last evaluation (a lower bound of its "
+                "escape step), and escape steps are known to one evaluation interval: the direction is decided by "
+                f"an exact sign test over the {cfg.members} paired members, which needs at least 6 members at 95 % "
+                f"(3/3 gives p = 0.25). Verdict: {later.verdict}. A 6000-step run sees every tied member of "
+                "(0.5, 0.8) leave the plateau, so 'tied stays at H(π)' is not what the runs show; 'tied leaves later' is."
+            )
         return notes
 
     # ------------------------------------------------------------------------------------------
     def plot(self, cfg: MarkovTyingConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        return [self._plot_landscape(cfg, analysis, figdir), self._plot_grid(cfg, analysis, figdir),
-                self._plot_curves(cfg, run, figdir)]
+        return [
+            self._plot_landscape(cfg, analysis, figdir),
+            self._plot_grid(cfg, analysis, figdir),
+            self._plot_curves(cfg, run, figdir),
+        ]
 
     @staticmethod
     def _plot_landscape(cfg: MarkovTyingConfig, analysis: Analysis, figdir: Path) -> Path:
@@ -525,8 +698,14 @@ class MarkovTying(Experiment):
                 jitter = 0.08 if tied else -0.08
                 for o, marker in zip(ls.others, ("o", "x", "^")):
                     sel = [pt for pt in pts if pt["others"] == o]
-                    ax.scatter([pt["d"] + jitter for pt in sel], [pt["eig_min"] for pt in sel], color=color, marker=marker,
-                               s=22, label=f"{t}, {o}: λ_min (measured)")
+                    ax.scatter(
+                        [pt["d"] + jitter for pt in sel],
+                        [pt["eig_min"] for pt in sel],
+                        color=color,
+                        marker=marker,
+                        s=22,
+                        label=f"{t}, {o}: λ_min (measured)",
+                    )
                 cf = 0.0 if (tied and c > 0) else (2 * c if tied else -abs(c))
                 ax.axhline(cf, color=color, ls="--", lw=1, label=f"{t}: closed form λ_min = {cf:.3f}")
             ax.axhline(0, color="k", lw=0.6)
@@ -556,7 +735,9 @@ class MarkovTying(Experiment):
             pq_plane(ax)
             ax.set_title(f"{t}: fraction on the H(π) plateau at the last step")
             ax.legend(fontsize=7, loc="lower left")
-        fig.suptitle(f"Small init (σ = {cfg.model.init_std}), {cfg.train.steps} steps, d = {cfg.model.d}, {cfg.members} members per cell")
+        fig.suptitle(
+            f"Small init (σ = {cfg.model.init_std}), {cfg.train.steps} steps, d = {cfg.model.d}, {cfg.members} members per cell"
+        )
         return save_figure(fig, figdir / "stuck_fraction_grid.png")
 
     def _plot_curves(self, cfg: MarkovTyingConfig, run: RunView, figdir: Path) -> Path:

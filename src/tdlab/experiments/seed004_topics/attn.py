@@ -50,11 +50,21 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, RunContext, register
-from tdlab.experiments.seed004_topics.training import (AUTHORS_NOT_REPRODUCED, GAP_CLOSED, StageClaims,
-                                                       TopicsExperimentConfig, TopicsTrain, masked_objective,
-                                                       optimum_masked_loss, record_gap_stage, setting_health,
-                                                       topic_data, trivial_masked_error)
+from tdlab.experiments.seed004_topics.training import (
+    AUTHORS_NOT_REPRODUCED,
+    GAP_CLOSED,
+    StageClaims,
+    TopicsExperimentConfig,
+    TopicsTrain,
+    masked_objective,
+    optimum_masked_loss,
+    record_gap_stage,
+    setting_health,
+    topic_data,
+    trivial_masked_error,
+)
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.probes.blocks import block_stats, model_attention_averages
@@ -62,10 +72,22 @@ from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.topics import Topics
 from tdlab.theory.topics import c3
 from tdlab.train.trainer import Trainer
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["TopicsAttnConfig", "TopicsAttn", "AttnClaims", "TABLE3", "TABLE4", "classify", "SettingAttention",
-           "member_lrs", "setting_name", "ATTN", "HELDOUT", "CLAIMS", "KINDS"]
+__all__ = [
+    "ATTN",
+    "CLAIMS",
+    "HELDOUT",
+    "KINDS",
+    "TABLE3",
+    "TABLE4",
+    "AttnClaims",
+    "SettingAttention",
+    "TopicsAttn",
+    "TopicsAttnConfig",
+    "classify",
+    "member_lrs",
+    "setting_name",
+]
 
 ATTN = ("attn_sw", "attn_st", "attn_dt")  # metric names of a_sw, a_st, a_dt
 HELDOUT = "heldout-attention"  # the random stream of the held-out documents (tdlab.seeding purpose)
@@ -99,8 +121,9 @@ class AttnClaims(StageClaims):
     @model_validator(mode="after")
     def _check(self) -> AttnClaims:
         if self.u_diag >= self.u_block:
-            raise ValueError(f"u_diag={self.u_diag} must be below u_block={self.u_block} "
-                             "(the classes must not overlap)")
+            raise ValueError(
+                f"u_diag={self.u_diag} must be below u_block={self.u_block} (the classes must not overlap)"
+            )
         return self
 
 
@@ -128,8 +151,10 @@ class TopicsAttnConfig(TopicsExperimentConfig):
             raise ValueError(f"table4_lrs: Table 4's settings are Adam ones; each must be in adam_lrs={self.adam_lrs}")
         m = self.model
         if not m.onehot or m.uniform_attn or m.embed_only or m.frozen_wv:
-            raise ValueError("model: Tables 3-4 train W^K, W^Q, W^V on one-hot inputs; set onehot=true and leave "
-                             "uniform_attn, embed_only, frozen_wv unset")
+            raise ValueError(
+                "model: Tables 3-4 train W^K, W^Q, W^V on one-hot inputs; set onehot=true and leave "
+                "uniform_attn, embed_only, frozen_wv unset"
+            )
         if m.vocab != self.task.T * self.task.v + 1:
             raise ValueError(f"model.vocab must be T*v + 1 = {self.task.T * self.task.v + 1}")
         if self.task.T < 2 or self.task.v < 2:
@@ -148,23 +173,47 @@ CLAIMS = (
         "table3-same-topic-over-different-topic",
         "Table 3 (block-wise W^V): a word attends more to other words of its topic than to other topics "
         "(paper: a_st / a_dt = 1.41-1.74)",
-        test="value", relation="ge", quantity=f"a_st / a_dt, mean over the {_BLOCK}", expected="claims.st_over_dt_min",
-        tolerance=0.0, horizon="budget", stage=GAP_CLOSED),
+        test="value",
+        relation="ge",
+        quantity=f"a_st / a_dt, mean over the {_BLOCK}",
+        expected="claims.st_over_dt_min",
+        tolerance=0.0,
+        horizon="budget",
+        stage=GAP_CLOSED,
+    ),
     ClaimSpec(
         "table3-thm3-topic-average-above-different-topic",
         "Thm. 3 / Remark 5 (block-wise W^V): the topic average ((v − 1) a_st + a_sw)/v exceeds a_dt",
-        test="value", relation="ge", quantity=f"((v − 1) a_st + a_sw) / (v a_dt), mean over the {_BLOCK}",
-        expected=1.0, tolerance=0.0, horizon="budget", stage=GAP_CLOSED),
+        test="value",
+        relation="ge",
+        quantity=f"((v − 1) a_st + a_sw) / (v a_dt), mean over the {_BLOCK}",
+        expected=1.0,
+        tolerance=0.0,
+        horizon="budget",
+        stage=GAP_CLOSED,
+    ),
     ClaimSpec(
         "table4-same-word-then-different-topic-then-same-topic",
         "Table 4 (diagonal W^V): a_sw > a_dt > a_st",
-        test="value", relation="ge", quantity=f"min(a_sw / a_dt, a_dt / a_st), mean over the {_DIAG}", expected=1.0,
-        tolerance=0.0, horizon="budget", stage=GAP_CLOSED),
+        test="value",
+        relation="ge",
+        quantity=f"min(a_sw / a_dt, a_dt / a_st), mean over the {_DIAG}",
+        expected=1.0,
+        tolerance=0.0,
+        horizon="budget",
+        stage=GAP_CLOSED,
+    ),
     ClaimSpec(
         "table4-thm5-same-topic-over-same-word-below-lambda5",
         "Thm. 5 (diagonal W^V): α < λ5 β, i.e. a_st / a_sw < λ5 = c3/(v − 1) (Table 4)",
-        test="value", relation="le", quantity=f"a_st / a_sw, mean over the {_DIAG}",
-        expected=lambda cfg, row: _lambda5(cfg), tolerance=0.0, horizon="budget", stage=GAP_CLOSED),
+        test="value",
+        relation="le",
+        quantity=f"a_st / a_sw, mean over the {_DIAG}",
+        expected=lambda cfg, row: _lambda5(cfg),
+        tolerance=0.0,
+        horizon="budget",
+        stage=GAP_CLOSED,
+    ),
 )
 
 
@@ -238,11 +287,13 @@ def _probe(cfg: TopicsAttnConfig):
         counts = torch.zeros(3, E, dtype=torch.float64, device=device)
         for b in range(0, cfg.heldout_docs, cfg.heldout_chunk):
             part = slice(b, b + cfg.heldout_chunk)
-            av = model_attention_averages(model, docs["tokens"][:, part], docs["key_mask"][:, part], T, v,
-                                          cut=cfg.cut, norm_len=NORM_LEN)
+            av = model_attention_averages(
+                model, docs["tokens"][:, part], docs["key_mask"][:, part], T, v, cut=cfg.cut, norm_len=NORM_LEN
+            )
             # pooled over all pairs of all documents (the authors' running sums): sum of averages x counts
-            for k, (a, n) in enumerate(((av.same_word, av.n_same_word), (av.same_topic, av.n_same_topic),
-                                        (av.diff_topic, av.n_diff_topic))):
+            for k, (a, n) in enumerate(
+                ((av.same_word, av.n_same_word), (av.same_topic, av.n_same_topic), (av.diff_topic, av.n_diff_topic))
+            ):
                 sums[k] += torch.nan_to_num(a) * n
                 counts[k] += n
         avg = sums / counts  # 0/0 -> NaN: no pair of that class in any document
@@ -262,25 +313,36 @@ class TopicsAttn(Experiment):
     name = "topics-attn"
     paper = "004 Topic structure"
     figure = "Tables 3, 4 (App. G.2), Thms. 3, 5"
-    description = ("One-hot one-layer transformer, attention and W^V trained jointly (CE, Adam and SGD): members whose "
-                   "W^V is block-wise attend more to their topic (a_st/a_dt >= 1.2, Thm. 3's average above a_dt); "
-                   "members whose W^V is diagonal attend most to the same word, then other topics, least to the same "
-                   "topic (a_st/a_sw < c3/(v-1), Thm. 5). Rows need their members half way to the optimum loss.")
+    description = (
+        "One-hot one-layer transformer, attention and W^V trained jointly (CE, Adam and SGD): members whose "
+        "W^V is block-wise attend more to their topic (a_st/a_dt >= 1.2, Thm. 3's average above a_dt); "
+        "members whose W^V is diagonal attend most to the same word, then other topics, least to the same "
+        "topic (a_st/a_sw < c3/(v-1), Thm. 5). Rows need their members half way to the optimum loss."
+    )
     Config = TopicsAttnConfig
     claims = CLAIMS
     arm_fields = {"train.lr": "adam_lrs=[...] / sgd_lrs=[...]", "train.optimizer": "adam_lrs=[] or sgd_lrs=[]"}
     profiles = {
         # 2 CPU cores: documents, vocabulary and lrs as in the paper; batch 16 (not 40), 1500 steps, 2 seeds
         # per setting and 4 (not 10) for Table 4's Adam 0.003 / 0.01; 200 held-out documents.
-        "quick": {"members": 2, "table4_seeds": 4, "model": MODEL,
-                  "train": {"steps": 1500, "batch": 16, "eval_every": 150, "eval_batches": 2}},
+        "quick": {
+            "members": 2,
+            "table4_seeds": 4,
+            "model": MODEL,
+            "train": {"steps": 1500, "batch": 16, "eval_every": 150, "eval_batches": 2},
+        },
         # The authors' budget (≈ 5,000 steps at batch 40), 3 seeds (Table 3), 10 for Table 4's settings.
-        "paper": {"members": 3, "table4_seeds": 10, "heldout_docs": 1000, "model": MODEL,
-                  "train": {"steps": 5000, "batch": 40, "eval_every": 250, "eval_batches": 8}},
+        "paper": {
+            "members": 3,
+            "table4_seeds": 10,
+            "heldout_docs": 1000,
+            "model": MODEL,
+            "train": {"steps": 5000, "batch": 40, "eval_every": 250, "eval_batches": 8},
+        },
     }
     # atlas: the attention-pattern claims (same-topic over different-topic attention) are read at the end of training
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('train.steps', (2500, 5000, 10000), quick=(750, 1500), label='steps'),),
+        axes=(AtlasAxis("train.steps", (2500, 5000, 10000), quick=(750, 1500), label="steps"),),
         why="The same-topic/different-topic attention ratio (≥ claims.st_over_dt_min) is read at the end of training; quick trains 1500 steps against the paper's 5000.",
     )
 
@@ -289,8 +351,9 @@ class TopicsAttn(Experiment):
         return [opt for opt, lrs in (("adam", cfg.adam_lrs), ("sgd", cfg.sgd_lrs)) if lrs]
 
     def run(self, cfg: TopicsAttnConfig, ctx: RunContext) -> None:
-        model = cfg.model.updated({"p_m": cfg.task.p_m, "p_c": cfg.task.p_c, "p_r": cfg.task.p_r,
-                                   "authors_compat": cfg.authors_compat})
+        model = cfg.model.updated(
+            {"p_m": cfg.task.p_m, "p_c": cfg.task.p_c, "p_r": cfg.task.p_r, "authors_compat": cfg.authors_compat}
+        )
         objective = masked_objective(cfg, "ce")
         probe = _probe(cfg)
         for opt in self.arms(cfg):
@@ -298,8 +361,16 @@ class TopicsAttn(Experiment):
             seeds = member_seeds(cfg.seed, len(lrs))
             tcfg: TopicsTrain = cfg.train.updated({"optimizer": "adamw" if opt == "adam" else "sgd", "lr": lrs[0]})
             # the attention probe runs before the first step and at the end only (probe_every = steps)
-            trainer = Trainer(tcfg, ctx.device, ctx.progress, label=opt, objective=objective, probes=[probe],
-                              probe_every=tcfg.steps, member_lr=dict(zip(seeds, lrs)))
+            trainer = Trainer(
+                tcfg,
+                ctx.device,
+                ctx.progress,
+                label=opt,
+                objective=objective,
+                probes=[probe],
+                probe_every=tcfg.steps,
+                member_lr=dict(zip(seeds, lrs)),
+            )
             ctx.fit(opt, trainer, lambda s: TopicAttention(model, s), seeds, topic_data(cfg, objective))
 
     def trivial_error(self, cfg: TopicsAttnConfig, arm: str) -> float:
@@ -314,9 +385,20 @@ class TopicsAttn(Experiment):
             cls = classify(vals["wv_u"], vals["wv_z"], cfg.claims)
             for lr in dict.fromkeys(lrs.tolist()):
                 k = lrs == lr
-                out.append(SettingAttention(setting_name(arm, lr), arm, np.flatnonzero(k), vals["attn_sw"][k],
-                                            vals["attn_st"][k], vals["attn_dt"][k], cls[k], vals["wv_u"][k],
-                                            vals["wv_z"][k], vals["test_loss"][k]))
+                out.append(
+                    SettingAttention(
+                        setting_name(arm, lr),
+                        arm,
+                        np.flatnonzero(k),
+                        vals["attn_sw"][k],
+                        vals["attn_st"][k],
+                        vals["attn_dt"][k],
+                        cls[k],
+                        vals["wv_u"][k],
+                        vals["wv_z"][k],
+                        vals["test_loss"][k],
+                    )
+                )
         return out
 
     def health(self, cfg: TopicsAttnConfig, run: RunView) -> dict[str, ArmHealth]:
@@ -333,8 +415,9 @@ class TopicsAttn(Experiment):
         counts, attention averages and the paper's rows per setting."""
         v, c = cfg.task.v, cfg.claims
         triv, opt = trivial_masked_error(cfg.task, "ce"), optimum_masked_loss(cfg.task, "ce")
-        out = Measurements({"c3": c3(cfg.task.p_m, cfg.task.p_c), "lambda5": _lambda5(cfg),
-                            "uniform_loss": triv, "optimum_loss": opt})
+        out = Measurements(
+            {"c3": c3(cfg.task.p_m, cfg.task.p_c), "lambda5": _lambda5(cfg), "uniform_loss": triv, "optimum_loss": opt}
+        )
         table4 = {setting_name("adam", lr) for lr in cfg.table4_lrs}
         for s in self.settings(cfg, run):
             for kind in ("block", "diagonal"):
@@ -345,31 +428,67 @@ class TopicsAttn(Experiment):
             prov = "seed" if s.name in TABLE3 else "ours"
             row = {"arms": [s.group("block")], "provenance": prov, "context": {"setting": s.name, "class": "block"}}
             with np.errstate(divide="ignore", invalid="ignore"):
-                out.row(CLAIMS[0].id, s.name, Sample(st / dt), **row,
-                        label=f"{s.name}: a_st / a_dt ≥ {c.st_over_dt_min} ({len(st)} block members)")
-                out.row(CLAIMS[1].id, s.name, Sample(((v - 1) * st + sw) / (v * dt)), **row,
-                        label=f"{s.name}: ((v − 1) a_st + a_sw) / (v a_dt) > 1 ({len(st)} block members)")
+                out.row(
+                    CLAIMS[0].id,
+                    s.name,
+                    Sample(st / dt),
+                    **row,
+                    label=f"{s.name}: a_st / a_dt ≥ {c.st_over_dt_min} ({len(st)} block members)",
+                )
+                out.row(
+                    CLAIMS[1].id,
+                    s.name,
+                    Sample(((v - 1) * st + sw) / (v * dt)),
+                    **row,
+                    label=f"{s.name}: ((v − 1) a_st + a_sw) / (v a_dt) > 1 ({len(st)} block members)",
+                )
             sw, st, dt = s.of("diagonal")
             if s.name in table4 or len(sw):
-                row = {"arms": [s.group("diagonal")], "provenance": "seed" if s.name in TABLE4 else "ours",
-                       "context": {"setting": s.name, "class": "diagonal"}}
+                row = {
+                    "arms": [s.group("diagonal")],
+                    "provenance": "seed" if s.name in TABLE4 else "ours",
+                    "context": {"setting": s.name, "class": "diagonal"},
+                }
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    out.row(CLAIMS[2].id, s.name, Sample(np.minimum(sw / dt, dt / st)), **row,
-                            label=f"{s.name}: min(a_sw / a_dt, a_dt / a_st) > 1 ({len(sw)} diagonal members)")
-                    out.row(CLAIMS[3].id, s.name, Sample(st / sw), **row,
-                            label=f"{s.name}: a_st / a_sw < λ5 = {_lambda5(cfg):.4f} ({len(sw)} diagonal members)")
-            entry = {"classes": {k: int((s.cls == k).sum()) for k in KINDS}, "class": s.cls.tolist(),
-                     "wv_u": s.u.tolist(), "wv_z": s.z.tolist(), "a_sw": s.a_sw.tolist(), "a_st": s.a_st.tolist(),
-                     "a_dt": s.a_dt.tolist(), "final_test_loss": s.loss.tolist(),
-                     "gap_closed": ((triv - s.loss) / (triv - opt)).tolist(),
-                     "paper_table3": _paper_row(s.name, TABLE3), "paper_table4": _paper_row(s.name, TABLE4)}
+                    out.row(
+                        CLAIMS[2].id,
+                        s.name,
+                        Sample(np.minimum(sw / dt, dt / st)),
+                        **row,
+                        label=f"{s.name}: min(a_sw / a_dt, a_dt / a_st) > 1 ({len(sw)} diagonal members)",
+                    )
+                    out.row(
+                        CLAIMS[3].id,
+                        s.name,
+                        Sample(st / sw),
+                        **row,
+                        label=f"{s.name}: a_st / a_sw < λ5 = {_lambda5(cfg):.4f} ({len(sw)} diagonal members)",
+                    )
+            entry = {
+                "classes": {k: int((s.cls == k).sum()) for k in KINDS},
+                "class": s.cls.tolist(),
+                "wv_u": s.u.tolist(),
+                "wv_z": s.z.tolist(),
+                "a_sw": s.a_sw.tolist(),
+                "a_st": s.a_st.tolist(),
+                "a_dt": s.a_dt.tolist(),
+                "final_test_loss": s.loss.tolist(),
+                "gap_closed": ((triv - s.loss) / (triv - opt)).tolist(),
+                "paper_table3": _paper_row(s.name, TABLE3),
+                "paper_table4": _paper_row(s.name, TABLE4),
+            }
             for kind in ("block", "diagonal"):
                 sw, st, dt = s.of(kind)
                 if len(sw):
-                    entry[f"{kind}_mean"] = {"a_sw": float(sw.mean()), "a_st": float(st.mean()), "a_dt": float(dt.mean())}
+                    entry[f"{kind}_mean"] = {
+                        "a_sw": float(sw.mean()),
+                        "a_st": float(st.mean()),
+                        "a_dt": float(dt.mean()),
+                    }
             out.values[s.name] = entry
-        out.values["at_init_mean"] = {n: float(np.nanmean(np.concatenate([run.initial(arm, n) for arm in self.arms(cfg)])))
-                                      for n in ATTN}
+        out.values["at_init_mean"] = {
+            n: float(np.nanmean(np.concatenate([run.initial(arm, n) for arm in self.arms(cfg)]))) for n in ATTN
+        }
         return out
 
     def notes(self, cfg: TopicsAttnConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
@@ -379,9 +498,11 @@ class TopicsAttn(Experiment):
             if not isinstance(entry, dict) or "classes" not in entry:
                 continue
             k = entry["classes"]
-            line = (f"{name}: W^V block {k['block']}, diagonal {k['diagonal']}, mixed {k['mixed']}, unstructured "
-                    f"{k['unstructured']}; share of the uniform-to-optimum loss gap closed "
-                    + "/".join(f"{x:.2f}" for x in entry["gap_closed"]))
+            line = (
+                f"{name}: W^V block {k['block']}, diagonal {k['diagonal']}, mixed {k['mixed']}, unstructured "
+                f"{k['unstructured']}; share of the uniform-to-optimum loss gap closed "
+                + "/".join(f"{x:.2f}" for x in entry["gap_closed"])
+            )
             for kind, table, label in (("block", TABLE3, "Table 3"), ("diagonal", TABLE4, "Table 4")):
                 ours, paper = entry.get(f"{kind}_mean"), table.get(name)
                 if ours:
@@ -394,14 +515,18 @@ class TopicsAttn(Experiment):
             if weak.any():  # reported, not judged: the z gate was fixed before any run
                 with np.errstate(divide="ignore", invalid="ignore"):
                     r = np.asarray(entry["a_st"])[weak] / np.asarray(entry["a_dt"])[weak]
-                notes.append(f"{name}: {int(weak.sum())} member(s) with uniform blocks "
-                             f"(u ≥ {c.u_block}, u = {', '.join(f'{x:.2f}' for x in u[weak])}) but weak contrast z = "
-                             f"{', '.join(f'{x:.2f}' for x in z[weak])} < {c.z_min}: not classified "
-                             f"block, not judged; their a_st / a_dt = {', '.join(f'{x:.2f}' for x in r)}")
-        notes.append(f"Classes by u, z of W^V's word block (ours, fixed before any run): structured z ≥ {c.z_min}; "
-                     f"block u ≥ {c.u_block}; diagonal u ≤ {c.u_diag}. Thms. 3, 5 are squared-loss, frozen-W^V "
-                     "statements; Tables 3-4 (and these claims) test them on jointly trained cross-entropy models. "
-                     "Rows of settings outside the paper's tables are ours (shown, never deciding).")
+                notes.append(
+                    f"{name}: {int(weak.sum())} member(s) with uniform blocks "
+                    f"(u ≥ {c.u_block}, u = {', '.join(f'{x:.2f}' for x in u[weak])}) but weak contrast z = "
+                    f"{', '.join(f'{x:.2f}' for x in z[weak])} < {c.z_min}: not classified "
+                    f"block, not judged; their a_st / a_dt = {', '.join(f'{x:.2f}' for x in r)}"
+                )
+        notes.append(
+            f"Classes by u, z of W^V's word block (ours, fixed before any run): structured z ≥ {c.z_min}; "
+            f"block u ≥ {c.u_block}; diagonal u ≤ {c.u_diag}. Thms. 3, 5 are squared-loss, frozen-W^V "
+            "statements; Tables 3-4 (and these claims) test them on jointly trained cross-entropy models. "
+            "Rows of settings outside the paper's tables are ours (shown, never deciding)."
+        )
         if cfg.authors_compat:
             notes.append(AUTHORS_NOT_REPRODUCED)
         return notes
@@ -412,8 +537,10 @@ class TopicsAttn(Experiment):
         found = self.settings(cfg, run)
         paths = []
         fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
-        for ax, kind, table, title in ((axes[0], "block", TABLE3, "Table 3 — block-wise W^V members"),
-                                       (axes[1], "diagonal", TABLE4, "Table 4 — diagonal W^V members")):
+        for ax, kind, table, title in (
+            (axes[0], "block", TABLE3, "Table 3 — block-wise W^V members"),
+            (axes[1], "diagonal", TABLE4, "Table 4 — diagonal W^V members"),
+        ):
             names = [s.name for s in found if (s.cls == kind).any() or s.name in table]
             for j, key in enumerate(("a_sw", "a_st", "a_dt")):
                 ours = []

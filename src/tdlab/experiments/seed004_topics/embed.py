@@ -35,20 +35,34 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, RunContext, register
-from tdlab.experiments.seed004_topics.training import (AUTHORS_NOT_REPRODUCED, GAP_CLOSED, PANELS, Loss, Optimizer,
-                                                       StageClaims, TopicsExperimentConfig, fit_topics, init_block_z,
-                                                       loss_kind, fmt_members, optimum_masked_loss, panel_name,
-                                                       paired_loss_excess_share, record_gap_stage, stacked,
-                                                       trivial_masked_error)
+from tdlab.experiments.seed004_topics.training import (
+    AUTHORS_NOT_REPRODUCED,
+    GAP_CLOSED,
+    PANELS,
+    Loss,
+    Optimizer,
+    StageClaims,
+    TopicsExperimentConfig,
+    fit_topics,
+    fmt_members,
+    init_block_z,
+    loss_kind,
+    optimum_masked_loss,
+    paired_loss_excess_share,
+    panel_name,
+    record_gap_stage,
+    stacked,
+    trivial_masked_error,
+)
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicModelConfig
 from tdlab.probes.blocks import block_stats
 from tdlab.seeding import member_seeds
 from tdlab.theory.topics import c3
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["TopicsEmbedConfig", "TopicsEmbed", "EMBED_ONLY", "CLAIMS"]
+__all__ = ["CLAIMS", "EMBED_ONLY", "TopicsEmbed", "TopicsEmbedConfig"]
 
 EMBED_ONLY = "embed-only"
 
@@ -84,24 +98,40 @@ CLAIMS = (
         "embedding-gram-is-block-structured",
         "W^E'W^E trained on LDA documents shows one block per topic, whatever the loss and optimiser, and also "
         "when only W^E trains (Fig. 1, §4)",
-        test="value", relation="ge", quantity="block contrast z of the trained W^E'W^E minus z of the same member's "
+        test="value",
+        relation="ge",
+        quantity="block contrast z of the trained W^E'W^E minus z of the same member's "
         "initial W^E'W^E (word rows/columns; z = (same-topic mean − different-topic mean)/different-topic sd)",
-        expected="claims.z_min", tolerance=0.0, drift_tolerance="claims.z_drift", horizon="convergence",
-        stage=GAP_CLOSED),
+        expected="claims.z_min",
+        tolerance=0.0,
+        drift_tolerance="claims.z_drift",
+        horizon="convergence",
+        stage=GAP_CLOSED,
+    ),
     ClaimSpec(
         "thm1-embedding-block-sum-gap",
         "Thm. 1: the embedding-only optimum (W^V = I, uniform attention, Thm. 1's b^pred, squared loss) has row "
         "block-sum gap g = c3 = 1/(1 − (1 − p_c)p_m) in W^E'W^E (Lemma 1 / Thm. 4)",
-        test="value", relation="close", quantity="row block-sum gap g of the trained W^E'W^E (word rows/columns)",
+        test="value",
+        relation="close",
+        quantity="row block-sum gap g of the trained W^E'W^E (word rows/columns)",
         expected=lambda cfg, row: c3(cfg.task.p_m, cfg.task.p_c),
         tolerance=lambda cfg, row: cfg.claims.gap_rel_tol * c3(cfg.task.p_m, cfg.task.p_c),
-        horizon="convergence", stage=GAP_CLOSED),
+        horizon="convergence",
+        stage=GAP_CLOSED,
+    ),
     ClaimSpec(
         "embed-only-loss-near-all-trained",
         "§4: training only W^E is only slightly worse than training every layer (squared loss, same optimiser)",
-        test="value", relation="le", quantity="(final test loss of the embed-only arm − that of the all-trained arm, "
-        "same seed) / (uniform predictor's loss − optimum loss)", expected=0.0, tolerance="claims.worse_share_max",
-        horizon="convergence", stage=GAP_CLOSED),
+        test="value",
+        relation="le",
+        quantity="(final test loss of the embed-only arm − that of the all-trained arm, "
+        "same seed) / (uniform predictor's loss − optimum loss)",
+        expected=0.0,
+        tolerance="claims.worse_share_max",
+        horizon="convergence",
+        stage=GAP_CLOSED,
+    ),
 )
 
 
@@ -109,6 +139,7 @@ def _gram_probe(T: int, v: int):
     def probe(model) -> dict[str, torch.Tensor]:
         st = block_stats(model.embedding_gram().double(), T, v)
         return {"gram_z": st.z, "gram_g": st.g}
+
     return probe
 
 
@@ -117,10 +148,12 @@ class TopicsEmbed(Experiment):
     name = "topics-embed"
     paper = "004 Topic structure"
     figure = "Fig. 1, §4 (Thm. 1)"
-    description = ("One-layer transformer with every part trained on LDA documents, {CE, squared} x {SGD, Adam}, and "
-                   "Thm. 1's embedding-only model: training adds >= 3 to the block contrast z of W^E'W^E; the "
-                   "embedding-only model reaches g = c3 and a loss within a tenth of the learnable gap of the "
-                   "all-trained model's. Rows need the arm half way to the optimum loss.")
+    description = (
+        "One-layer transformer with every part trained on LDA documents, {CE, squared} x {SGD, Adam}, and "
+        "Thm. 1's embedding-only model: training adds >= 3 to the block contrast z of W^E'W^E; the "
+        "embedding-only model reaches g = c3 and a loss within a tenth of the learnable gap of the "
+        "all-trained model's. Rows need the arm half way to the optimum loss."
+    )
     Config = TopicsEmbedConfig
     claims = CLAIMS
     arm_fields = {"model.vocab": "task.T / task.v"}
@@ -132,7 +165,7 @@ class TopicsEmbed(Experiment):
     }
     # atlas: the embedding-gap claims are read at the end of training
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('train.steps', (2500, 5000, 10000), quick=(750, 1500), label='steps'),),
+        axes=(AtlasAxis("train.steps", (2500, 5000, 10000), quick=(750, 1500), label="steps"),),
         why="The embedding claims (same-topic vs different-topic gap within gap_rel_tol) are read at the end of training; quick trains 1500 steps against the paper's 5000.",
     )
 
@@ -146,8 +179,15 @@ class TopicsEmbed(Experiment):
     def run(self, cfg: TopicsEmbedConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)
         T, v = cfg.task.T, cfg.task.v
-        model = cfg.model.updated({"vocab": T * v + 1, "p_m": cfg.task.p_m, "p_c": cfg.task.p_c, "p_r": cfg.task.p_r,
-                                   "authors_compat": cfg.authors_compat})
+        model = cfg.model.updated(
+            {
+                "vocab": T * v + 1,
+                "p_m": cfg.task.p_m,
+                "p_c": cfg.task.p_c,
+                "p_r": cfg.task.p_r,
+                "authors_compat": cfg.authors_compat,
+            }
+        )
         probes = [_gram_probe(T, v)]
         for loss, opt in cfg.panels:
             fit_topics(ctx, cfg, panel_name(loss, opt), model, loss, opt, seeds, probes=probes)
@@ -173,35 +213,60 @@ class TopicsEmbed(Experiment):
             record_gap_stage(out, arm, final_loss, triv, opt, share)
             z, g = run.final(arm, "gram_z"), run.final(arm, "gram_g")
             z0 = init_block_z(run, arm, "W_E", T, v)
-            out.row("embedding-gram-is-block-structured", arm, Sample(z - z0, drift=run.drift(arm, "gram_z")),
-                    arms=[arm], context={"arm": arm},
-                    label=f"{arm}: z(W^E'W^E) trained − at init ≥ {cfg.claims.z_min:g}")
+            out.row(
+                "embedding-gram-is-block-structured",
+                arm,
+                Sample(z - z0, drift=run.drift(arm, "gram_z")),
+                arms=[arm],
+                context={"arm": arm},
+                label=f"{arm}: z(W^E'W^E) trained − at init ≥ {cfg.claims.z_min:g}",
+            )
             if arm.startswith(EMBED_ONLY):
-                out.row("thm1-embedding-block-sum-gap", arm, Sample(g, drift=run.drift(arm, "gram_g")), arms=[arm],
-                        context={"arm": arm}, label=f"{arm}: g of W^E'W^E ≈ c3")
-            out.values[arm] = {"z": z.tolist(), "z_init": z0.tolist(), "g": g.tolist(),
-                               "final_test_loss": final_loss.tolist(),
-                               "gap_closed": ((triv - final_loss) / (triv - opt)).tolist(),
-                               "uniform_loss": triv, "optimum_loss": opt}
+                out.row(
+                    "thm1-embedding-block-sum-gap",
+                    arm,
+                    Sample(g, drift=run.drift(arm, "gram_g")),
+                    arms=[arm],
+                    context={"arm": arm},
+                    label=f"{arm}: g of W^E'W^E ≈ c3",
+                )
+            out.values[arm] = {
+                "z": z.tolist(),
+                "z_init": z0.tolist(),
+                "g": g.tolist(),
+                "final_test_loss": final_loss.tolist(),
+                "gap_closed": ((triv - final_loss) / (triv - opt)).tolist(),
+                "uniform_loss": triv,
+                "optimum_loss": opt,
+            }
         if cfg.embed_only:
             eo, full = embed_only_arm(cfg), panel_name("squared", cfg.embed_only_optimizer)
             if full in self.arms(cfg):
                 worse = paired_loss_excess_share(run, eo, full, gaps[eo])
                 out.values["embed_only_excess_share"] = list(worse.values)
-                out.row("embed-only-loss-near-all-trained", f"{eo} vs {full}", worse,
-                        arms=[eo, full], context={"arms": f"{eo} vs {full}"},
-                        label=f"({eo} − {full}) final test loss / learnable gap ≤ {cfg.claims.worse_share_max:g}, by seed")
+                out.row(
+                    "embed-only-loss-near-all-trained",
+                    f"{eo} vs {full}",
+                    worse,
+                    arms=[eo, full],
+                    context={"arms": f"{eo} vs {full}"},
+                    label=f"({eo} − {full}) final test loss / learnable gap ≤ {cfg.claims.worse_share_max:g}, by seed",
+                )
         return out
 
     def notes(self, cfg: TopicsEmbedConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         notes = []
         for arm in self.arms(cfg):
             m = measured.values[arm]
-            notes.append(f"{arm}: z {fmt_members(m['z'])} (at init {fmt_members(m['z_init'])}), g {fmt_members(m['g'])}, share of the "
-                         f"uniform-to-optimum loss gap closed {fmt_members(m['gap_closed'])} (stage: ≥ {cfg.claims.gap_share:g}; "
-                         f"uniform {m['uniform_loss']:.4f}, optimum {m['optimum_loss']:.4f})")
-        notes.append("Thm. 1's example W^E = I/√(1 − (1 − p_c)p_m) is not an optimum: it leaves [MASK] a nonzero "
-                     "output (tdlab.theory.topics.thm1_embedding); the claim uses g = c3, which every optimum has.")
+            notes.append(
+                f"{arm}: z {fmt_members(m['z'])} (at init {fmt_members(m['z_init'])}), g {fmt_members(m['g'])}, share of the "
+                f"uniform-to-optimum loss gap closed {fmt_members(m['gap_closed'])} (stage: ≥ {cfg.claims.gap_share:g}; "
+                f"uniform {m['uniform_loss']:.4f}, optimum {m['optimum_loss']:.4f})"
+            )
+        notes.append(
+            "Thm. 1's example W^E = I/√(1 − (1 − p_c)p_m) is not an optimum: it leaves [MASK] a nonzero "
+            "output (tdlab.theory.topics.thm1_embedding); the claim uses g = c3, which every optimum has."
+        )
         if cfg.authors_compat:
             notes.append(AUTHORS_NOT_REPRODUCED)
         return notes
@@ -217,7 +282,9 @@ class TopicsEmbed(Experiment):
         for arm in arms:
             W = stacked(run, arm, "W_E")[0]  # member 0, (d, V)
             z = analysis.measurements.get(arm, {}).get("z", [np.nan])[0]
-            panels.append(((W.T @ W)[1:, 1:].numpy(), f"{arm} (z = {z:.1f})"))  # word rows/columns (Fig. 1 leaves [MASK] out)
+            panels.append(
+                ((W.T @ W)[1:, 1:].numpy(), f"{arm} (z = {z:.1f})")
+            )  # word rows/columns (Fig. 1 leaves [MASK] out)
         heatmap_panels(fig, axes, panels)
         fig.suptitle("Fig. 1 — W^E'W^E of member 0 (paper: one block per topic, T = 10 blocks)")
         paths = [save_figure(fig, figdir / "fig1_embedding_gram.png")]
@@ -225,8 +292,12 @@ class TopicsEmbed(Experiment):
         for i, arm in enumerate(arms):
             steps, z = run.curves(arm, "gram_z")
             ax.plot(steps, z.mean(0), color=f"C{i}", label=arm)
-            ax.axhline(np.mean(analysis.measurements.get(arm, {}).get("z_init", [np.nan])) + cfg.claims.z_min,
-                       ls=":", c=f"C{i}", lw=0.8)
+            ax.axhline(
+                np.mean(analysis.measurements.get(arm, {}).get("z_init", [np.nan])) + cfg.claims.z_min,
+                ls=":",
+                c=f"C{i}",
+                lw=0.8,
+            )
         ax.set_xlabel("step")
         ax.set_ylabel("block contrast z of W^E'W^E")
         ax.set_title(f"dotted: z at init + {cfg.claims.z_min:g} (the claim's level)", fontsize=9)

@@ -49,16 +49,23 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.experiments.view import RunView
 from tdlab.seeding import generators, member_seeds
 from tdlab.theory import topics_landscape as tl
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import FitResult
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["TopicsLandscapeConfig", "TopicsLandscape", "tau_arm", "MC_ARM", "CLAIMS", "equal_gamma_points",
-           "flat_halfwidth"]
+__all__ = [
+    "CLAIMS",
+    "MC_ARM",
+    "TopicsLandscape",
+    "TopicsLandscapeConfig",
+    "equal_gamma_points",
+    "flat_halfwidth",
+    "tau_arm",
+]
 
 MC_ARM = "monte-carlo"
 
@@ -140,7 +147,9 @@ class TopicsLandscapeConfig(ExperimentConfig):
         if self.mc_v < 2:
             raise ValueError("mc_v: Remark 5 compares same-word and same-topic weights; it needs mc_v ≥ 2")
         if self.p_c + self.p_r > 1.0:
-            raise ValueError(f"p_c + p_r: must be at most 1 (keep + replace probabilities), got {self.p_c + self.p_r:g}")
+            raise ValueError(
+                f"p_c + p_r: must be at most 1 (keep + replace probabilities), got {self.p_c + self.p_r:g}"
+            )
         if not self.grid_lo < self.grid_hi:
             raise ValueError(f"grid_lo: must be below grid_hi, got {self.grid_lo:g} ≥ {self.grid_hi:g}")
         return self
@@ -152,9 +161,16 @@ class TopicsLandscapeConfig(ExperimentConfig):
 
 def _lam(cfg: TopicsLandscapeConfig) -> dict[str, float]:
     m, v = cfg.masking, cfg.v
-    return {"l1_statement": tl.lambda1(m, "statement"), "l1_proof": tl.lambda1(m, "proof"), "l2": tl.lambda2(m),
-            "l3": tl.lambda3(v, m), "l4_statement": tl.lambda4(v, m, "statement"), "l4_proof": tl.lambda4(v, m, "proof"),
-            "l5": tl.lambda5(v, m), "c4": tl.c4(m)}
+    return {
+        "l1_statement": tl.lambda1(m, "statement"),
+        "l1_proof": tl.lambda1(m, "proof"),
+        "l2": tl.lambda2(m),
+        "l3": tl.lambda3(v, m),
+        "l4_statement": tl.lambda4(v, m, "statement"),
+        "l4_proof": tl.lambda4(v, m, "proof"),
+        "l5": tl.lambda5(v, m),
+        "c4": tl.c4(m),
+    }
 
 
 def thm_interval(cfg: TopicsLandscapeConfig, kind: str, ver: str, tau: int) -> tuple[float, float]:
@@ -173,17 +189,31 @@ def log_margin(x: float, lo: float, hi: float) -> float:
 
 def _interval_spec(kind: str, ver: str) -> ClaimSpec:
     thm, x, bounds = ("Thm. 3", "γ*", "(λ1(τ−1), λ2 T)") if kind == "thm3" else ("Thm. 5", "β*", "(λ3 τ, λ4 T)")
-    how = {("thm3", "proof"): "λ1 as the proof derives it (F.28: c_5); the statement's λ1 is the -as-stated group",
-           ("thm3", "statement"): "λ1 as stated, not what the proof derives (c_5)",
-           ("thm5", "proof"): "λ4 as the proof derives it, c_7(1/(c_4 p_m p_r) + 1)v; the statement's is the -as-stated group",
-           ("thm5", "statement"): "λ4 as stated: divides by √(v−1) − 2 + (1−p_c)p_m"}[(kind, ver)]
-    gid = {"thm3": "block-gamma-star-in-thm3", "thm5": "diag-beta-star-in-thm5"}[kind] + ("" if ver == "proof" else "-as-stated")
+    how = {
+        ("thm3", "proof"): "λ1 as the proof derives it (F.28: c_5); the statement's λ1 is the -as-stated group",
+        ("thm3", "statement"): "λ1 as stated, not what the proof derives (c_5)",
+        (
+            "thm5",
+            "proof",
+        ): "λ4 as the proof derives it, c_7(1/(c_4 p_m p_r) + 1)v; the statement's is the -as-stated group",
+        ("thm5", "statement"): "λ4 as stated: divides by √(v−1) − 2 + (1−p_c)p_m",
+    }[(kind, ver)]
+    gid = {"thm3": "block-gamma-star-in-thm3", "thm5": "diag-beta-star-in-thm5"}[kind] + (
+        "" if ver == "proof" else "-as-stated"
+    )
     what = "with block W^V the optimal γ" if kind == "thm3" else "with diagonal W^V the optimal β"
     return ClaimSpec(
-        gid, f"{thm}{' (headline)' if ver == 'proof' else ' as stated'}: {what} lies in {bounds} ({how}; Figs. 7, 8)",
-        test="value", relation="ge", quantity=f"min(log10 {x} − log10 lower, log10 upper − log10 {x}) at τ: how far inside "
+        gid,
+        f"{thm}{' (headline)' if ver == 'proof' else ' as stated'}: {what} lies in {bounds} ({how}; Figs. 7, 8)",
+        test="value",
+        relation="ge",
+        quantity=f"min(log10 {x} − log10 lower, log10 upper − log10 {x}) at τ: how far inside "
         f"the interval {x} (the refined minimiser, known to the loss's flatness around it) lies",
-        expected=0.0, tolerance=0.0, horizon="static", learning_required=False)
+        expected=0.0,
+        tolerance=0.0,
+        horizon="static",
+        learning_required=False,
+    )
 
 
 CLAIMS = (
@@ -191,55 +221,127 @@ CLAIMS = (
         "block-gamma-only",
         "Remark 5: with block W^V (uniform blocks) the loss depends on (α, β) only through γ = ((v−1)α + β)/v "
         "(F.3, Fig. 8)",
-        test="value", relation="close", quantity="Monte Carlo block-map loss at an (α, β) pair relative to the loss at "
+        test="value",
+        relation="close",
+        quantity="Monte Carlo block-map loss at an (α, β) pair relative to the loss at "
         "(γ, γ), same γ, same documents and masks (one estimate per member): L(α, β)/L(γ, γ) − 1",
-        expected=0.0, tolerance="mc_tol", horizon="static", learning_required=False),
+        expected=0.0,
+        tolerance="mc_tol",
+        horizon="static",
+        learning_required=False,
+    ),
     ClaimSpec(
         "block-gamma-star-above-1",
         "Remark 4 / Thm. 3: with block W^V the optimal γ exceeds 1 (same-topic attention above different-topic "
         "attention on average; Fig. 8)",
-        test="value", relation="ge", quantity="γ* (the refined minimiser of the block loss over γ) at τ", expected=1.0,
-        tolerance=0.0, horizon="static", learning_required=False),
+        test="value",
+        relation="ge",
+        quantity="γ* (the refined minimiser of the block loss over γ) at τ",
+        expected=1.0,
+        tolerance=0.0,
+        horizon="static",
+        learning_required=False,
+    ),
     ClaimSpec(
-        "block-gamma-star-increasing", "Fig. 8: with block W^V the optimal γ grows with τ",
-        test="value", relation="ge", quantity="log10(γ*(τ_{k+1}) / γ*(τ_k))", expected="order_margin_log10",
-        tolerance=0.0, horizon="static", learning_required=False),
+        "block-gamma-star-increasing",
+        "Fig. 8: with block W^V the optimal γ grows with τ",
+        test="value",
+        relation="ge",
+        quantity="log10(γ*(τ_{k+1}) / γ*(τ_k))",
+        expected="order_margin_log10",
+        tolerance=0.0,
+        horizon="static",
+        learning_required=False,
+    ),
     *(_interval_spec("thm3", ver) for ver in ("proof", "statement")),
     ClaimSpec(
-        "diag-beta-star-increasing", "Fig. 7 / Thm. 5: with diagonal W^V the optimal β grows with τ",
-        test="value", relation="ge", quantity="log10(β*(τ_{k+1}) / β*(τ_k))", expected="order_margin_log10",
-        tolerance=0.0, horizon="static", learning_required=False),
+        "diag-beta-star-increasing",
+        "Fig. 7 / Thm. 5: with diagonal W^V the optimal β grows with τ",
+        test="value",
+        relation="ge",
+        quantity="log10(β*(τ_{k+1}) / β*(τ_k))",
+        expected="order_margin_log10",
+        tolerance=0.0,
+        horizon="static",
+        learning_required=False,
+    ),
     ClaimSpec(
-        "diag-alpha-over-beta-below-lambda5", "Thm. 5: with diagonal W^V the optimal α < λ5 β (Fig. 7)",
-        test="value", relation="le", quantity="α*/β* of the refined minimiser of the diagonal loss (an upper bound, "
-        "censored, when α* sits at the box's lower edge)", expected=lambda cfg, row: tl.lambda5(cfg.v, cfg.masking),
-        tolerance=0.0, horizon="static", learning_required=False),
+        "diag-alpha-over-beta-below-lambda5",
+        "Thm. 5: with diagonal W^V the optimal α < λ5 β (Fig. 7)",
+        test="value",
+        relation="le",
+        quantity="α*/β* of the refined minimiser of the diagonal loss (an upper bound, "
+        "censored, when α* sits at the box's lower edge)",
+        expected=lambda cfg, row: tl.lambda5(cfg.v, cfg.masking),
+        tolerance=0.0,
+        horizon="static",
+        learning_required=False,
+    ),
     *(_interval_spec("thm5", ver) for ver in ("proof", "statement")),
     ClaimSpec(
-        "diag-min-below-uniform", "Fig. 7: with diagonal W^V the minimal loss is below the loss at uniform attention L(1, 1)",
-        test="value", relation="le", quantity="min L (refined minimum or grid minimum, the lower) − L(1, 1)",
-        expected=0.0, tolerance=0.0, horizon="static", learning_required=False),
+        "diag-min-below-uniform",
+        "Fig. 7: with diagonal W^V the minimal loss is below the loss at uniform attention L(1, 1)",
+        test="value",
+        relation="le",
+        quantity="min L (refined minimum or grid minimum, the lower) − L(1, 1)",
+        expected=0.0,
+        tolerance=0.0,
+        horizon="static",
+        learning_required=False,
+    ),
     ClaimSpec(
-        "block-map-case-terms-match-gamma-form", "The block map's (α, β) case terms (F.3) equal its γ form on the grid "
+        "block-map-case-terms-match-gamma-form",
+        "The block map's (α, β) case terms (F.3) equal its γ form on the grid "
         "(two derivations of one closed form agree)",
-        kind="sanity", test="value", relation="le", quantity="max |L(α, β) − L_γ(γ(α, β))| / L_γ over the grid",
-        expected=0.0, tolerance="remark5_tol", horizon="static", learning_required=False),
+        kind="sanity",
+        test="value",
+        relation="le",
+        quantity="max |L(α, β) − L_γ(γ(α, β))| / L_γ over the grid",
+        expected=0.0,
+        tolerance="remark5_tol",
+        horizon="static",
+        learning_required=False,
+    ),
     ClaimSpec(
-        "uniform-attention-maps-agree", "At α = β = 1 (uniform attention over word keys) the block and diagonal maps "
+        "uniform-attention-maps-agree",
+        "At α = β = 1 (uniform attention over word keys) the block and diagonal maps "
         "predict the same (every word of a present topic has the same attention)",
-        kind="sanity", test="value", relation="le", quantity="|L_block(1, 1) − L_diag(1, 1)| / L_diag(1, 1)",
-        expected=0.0, tolerance=1e-12, horizon="static", learning_required=False),
+        kind="sanity",
+        test="value",
+        relation="le",
+        quantity="|L_block(1, 1) − L_diag(1, 1)| / L_diag(1, 1)",
+        expected=0.0,
+        tolerance=1e-12,
+        horizon="static",
+        learning_required=False,
+    ),
     ClaimSpec(
-        "refined-minimum-at-most-grid", "The refined minimisers (golden section on γ; Nelder–Mead on (log α, log β)) "
+        "refined-minimum-at-most-grid",
+        "The refined minimisers (golden section on γ; Nelder–Mead on (log α, log β)) "
         "reach a loss at or below the grid's minimum (they refine, not replace, the figure's argmin)",
-        kind="sanity", test="value", relation="le", quantity="(L at the refined minimiser − min over the grid) / |min "
-        "over the grid|", expected=0.0, tolerance="flat_rel", horizon="static", learning_required=False),
+        kind="sanity",
+        test="value",
+        relation="le",
+        quantity="(L at the refined minimiser − min over the grid) / |min over the grid|",
+        expected=0.0,
+        tolerance="flat_rel",
+        horizon="static",
+        learning_required=False,
+    ),
     ClaimSpec(
-        "monte-carlo-matches-closed-form", "Closed-form L(α, β) (F.3/F.4 case terms) = Monte Carlo over sampled "
+        "monte-carlo-matches-closed-form",
+        "Closed-form L(α, β) (F.3/F.4 case terms) = Monte Carlo over sampled "
         "documents (§3.1), MLM masks (§3.2) and the model's loss, at small (T, v, τ)",
-        kind="sanity", test="value", relation="close", quantity="(MC estimate − closed form) / closed form, mean over "
+        kind="sanity",
+        test="value",
+        relation="close",
+        quantity="(MC estimate − closed form) / closed form, mean over "
         "the members (independent Monte Carlo replicates: no seed noise, their standard errors combined)",
-        expected=0.0, tolerance="mc_tol", horizon="static", learning_required=False),
+        expected=0.0,
+        tolerance="mc_tol",
+        horizon="static",
+        learning_required=False,
+    ),
 )
 
 
@@ -253,7 +355,7 @@ def flat_halfwidth(f: Callable[[float], float], x: float, rel: float, lo: float 
     largest ``δ`` (bisection in log δ between ``lo`` and ``hi``) with ``f(x·10^{±δ}) − f(x) ≤ rel |f(x)|`` on both
     sides. A minimiser of ``f`` is known no better than this."""
     f0 = f(x)
-    ok = lambda d: all(f(x * 10.0 ** s) - f0 <= rel * abs(f0) for s in (d, -d))  # noqa: E731
+    ok = lambda d: all(f(x * 10.0**s) - f0 <= rel * abs(f0) for s in (d, -d))  # noqa: E731
     if ok(hi):
         return hi
     if not ok(lo):
@@ -287,8 +389,8 @@ class TopicsLandscape(Experiment):
     }
     # atlas: a closed-form landscape (no training): its minimiser and flatness depend on the masking probability p_m
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('p_m', (0.05, 0.15, 0.3, 0.5), quick=(0.15, 0.3), label='p_m'),),
-        why='No training: the claims are about the closed-form masked-LM loss over (α, β), whose shape depends on the masking probability p_m (App. F.5 uses 0.15).',
+        axes=(AtlasAxis("p_m", (0.05, 0.15, 0.3, 0.5), quick=(0.15, 0.3), label="p_m"),),
+        why="No training: the claims are about the closed-form masked-LM loss over (α, β), whose shape depends on the masking probability p_m (App. F.5 uses 0.15).",
     )
 
     # ---- run --------------------------------------------------------------------------------------
@@ -313,19 +415,38 @@ class TopicsLandscape(Experiment):
             curve = tl.block_loss_gamma(curve_g, cfg.T, cfg.v, tau, m)
             g_star, g_loss = tl.gamma_star(cfg.T, cfg.v, tau, m, lo=cfg.grid_lo, hi=cfg.grid_hi, n=cfg.gamma_n)
             k = int(torch.argmin(diag))
-            a_star, b_star, d_loss = tl.diagonal_minimum(cfg.T, cfg.v, tau, m, lo=cfg.grid_lo, hi=cfg.grid_hi,
-                                                         start=(float(grid[k % cfg.grid_n]), float(grid[k // cfg.grid_n])))
+            a_star, b_star, d_loss = tl.diagonal_minimum(
+                cfg.T,
+                cfg.v,
+                tau,
+                m,
+                lo=cfg.grid_lo,
+                hi=cfg.grid_hi,
+                start=(float(grid[k % cfg.grid_n]), float(grid[k // cfg.grid_n])),
+            )
             f = lambda x: torch.tensor(float(x), dtype=torch.float64)  # noqa: E731
             state = {
-                "grid": grid, "block": block, "block_via_gamma": block_gamma, "diagonal": diag,
-                "gamma_curve_g": curve_g, "gamma_curve": curve,
-                "gamma_star": f(g_star), "gamma_star_loss": f(g_loss),
-                "diag_alpha_star": f(a_star), "diag_beta_star": f(b_star), "diag_star_loss": f(d_loss),
+                "grid": grid,
+                "block": block,
+                "block_via_gamma": block_gamma,
+                "diagonal": diag,
+                "gamma_curve_g": curve_g,
+                "gamma_curve": curve,
+                "gamma_star": f(g_star),
+                "gamma_star_loss": f(g_loss),
+                "diag_alpha_star": f(a_star),
+                "diag_beta_star": f(b_star),
+                "diag_star_loss": f(d_loss),
                 "block_uniform": f(tl.block_loss(1.0, 1.0, cfg.T, cfg.v, tau, m)),
                 "diag_uniform": f(tl.diagonal_loss(1.0, 1.0, cfg.T, cfg.v, tau, m)),
             }
-            rows = [(0, 0, "grid_eval_s", wall), (0, 0, "gamma_star", g_star), (0, 0, "diag_beta_star", b_star),
-                    (0, 0, "block_min", float(block.min())), (0, 0, "diag_min", float(diag.min()))]
+            rows = [
+                (0, 0, "grid_eval_s", wall),
+                (0, 0, "gamma_star", g_star),
+                (0, 0, "diag_beta_star", b_star),
+                (0, 0, "block_min", float(block.min())),
+                (0, 0, "diag_min", float(diag.min())),
+            ]
             ctx.record(arm, FitResult(rows=rows, states=[state]))
         if ctx.done(MC_ARM) is None:
             self._monte_carlo(cfg, ctx)
@@ -352,9 +473,15 @@ class TopicsLandscape(Experiment):
                 se += res[kind][1][:n].tolist()
                 exact += [float(fn(a, b, cfg.mc_T, cfg.mc_v, cfg.mc_tau, m)) for a, b in cfg.mc_points]
             t64 = lambda x: torch.tensor(np.asarray(x), dtype=torch.float64)  # noqa: E731
-            states.append({"estimate": t64(est), "se": t64(se), "closed_form": t64(exact),
-                           "remark5_block": t64(res["block"][0][n:]).view(-1, 3),
-                           "remark5_diagonal": t64(res["diagonal"][0][n:]).view(-1, 3)})
+            states.append(
+                {
+                    "estimate": t64(est),
+                    "se": t64(se),
+                    "closed_form": t64(exact),
+                    "remark5_block": t64(res["block"][0][n:]).view(-1, 3),
+                    "remark5_diagonal": t64(res["diagonal"][0][n:]).view(-1, 3),
+                }
+            )
             rows += [(i, e, "mc_rel_dev", (x - c) / c) for i, (x, c) in enumerate(zip(est, exact))]
         ctx.record(MC_ARM, FitResult(rows=rows, states=states))
 
@@ -374,54 +501,109 @@ class TopicsLandscape(Experiment):
             ctx = {"tau": tau}
             grid, block, via, diag = a["grid"][0], a["block"][0], a["block_via_gamma"][0], a["diagonal"][0]
             dev = float(((block - via).abs() / via.abs()).max())
-            out.row("block-map-case-terms-match-gamma-form", arm, Sample((dev,), **det), context=ctx,
-                    label=f"τ={tau}: max |L(α,β) − L_γ(γ)|/L_γ = {dev:.2e}")
+            out.row(
+                "block-map-case-terms-match-gamma-form",
+                arm,
+                Sample((dev,), **det),
+                context=ctx,
+                label=f"τ={tau}: max |L(α,β) − L_γ(γ)|/L_γ = {dev:.2e}",
+            )
             g, g_loss = s(a["gamma_star"]), s(a["gamma_star_loss"])
             dg = flat_halfwidth(lambda x: float(tl.block_loss_gamma(x, T, v, tau, m)), g, cfg.flat_rel)
-            g_res = 2 * g * (10 ** dg - 1)
-            out.row("block-gamma-star-above-1", arm, Sample((g,), resolution=g_res, **det), context=ctx,
-                    label=f"τ={tau}: γ* = {g:.4g} > 1")
+            g_res = 2 * g * (10**dg - 1)
+            out.row(
+                "block-gamma-star-above-1",
+                arm,
+                Sample((g,), resolution=g_res, **det),
+                context=ctx,
+                label=f"τ={tau}: γ* = {g:.4g} > 1",
+            )
             al, be, dl = s(a["diag_alpha_star"]), s(a["diag_beta_star"]), s(a["diag_star_loss"])
             db = flat_halfwidth(lambda x: float(tl.diagonal_loss(al, x, T, v, tau, m)), be, cfg.flat_rel)
             da = flat_halfwidth(lambda x: float(tl.diagonal_loss(x, be, T, v, tau, m)), al, cfg.flat_rel)
-            for kind, x, half, name in (("thm3", g, dg, "block-gamma-star-in-thm3"),
-                                        ("thm5", be, db, "diag-beta-star-in-thm5")):
+            for kind, x, half, name in (
+                ("thm3", g, dg, "block-gamma-star-in-thm3"),
+                ("thm5", be, db, "diag-beta-star-in-thm5"),
+            ):
                 for ver in ("proof", "statement"):
                     lo, hi = thm_interval(cfg, kind, ver, tau)
-                    out.row(f"{name}{'' if ver == 'proof' else '-as-stated'}", arm,
-                            Sample((log_margin(x, lo, hi),), resolution=2 * half, **det), context=ctx,
-                            label=f"τ={tau}: {x:.5g} in ({lo:.4g}, {hi:.6g})")
+                    out.row(
+                        f"{name}{'' if ver == 'proof' else '-as-stated'}",
+                        arm,
+                        Sample((log_margin(x, lo, hi),), resolution=2 * half, **det),
+                        context=ctx,
+                        label=f"τ={tau}: {x:.5g} in ({lo:.4g}, {hi:.6g})",
+                    )
             edge = al <= cfg.grid_lo * (1 + 1e-9)
             ratio = al / be
             # At the box edge α*/β* is an upper bound: it decides "below λ5" when it is below, and nothing
             # otherwise (censored: the judge leaves an all-censored row unresolved).
-            out.row("diag-alpha-over-beta-below-lambda5", arm,
-                    Sample((ratio,), resolution=0.0 if edge else 2 * ratio * (10 ** (da + db) - 1),
-                           censored=(edge and ratio > lam["l5"],), censor="below", **det), context=ctx,
-                    label=f"τ={tau}: α*/β* = {ratio:.3g}" + (f" (α* at the box edge {cfg.grid_lo:g}, where the loss is "
-                                                             "flat in α: an upper bound)" if edge else ""))
+            out.row(
+                "diag-alpha-over-beta-below-lambda5",
+                arm,
+                Sample(
+                    (ratio,),
+                    resolution=0.0 if edge else 2 * ratio * (10 ** (da + db) - 1),
+                    censored=(edge and ratio > lam["l5"],),
+                    censor="below",
+                    **det,
+                ),
+                context=ctx,
+                label=f"τ={tau}: α*/β* = {ratio:.3g}"
+                + (
+                    f" (α* at the box edge {cfg.grid_lo:g}, where the loss is flat in α: an upper bound)"
+                    if edge
+                    else ""
+                ),
+            )
             u_d, u_b = s(a["diag_uniform"]), s(a["block_uniform"])
             dmin = min(dl, float(diag.min()))
-            out.row("diag-min-below-uniform", arm, Sample((dmin - u_d,), **det), context=ctx,
-                    label=f"τ={tau}: min L = {dmin:.6f} vs L(1, 1) = {u_d:.6f}")
+            out.row(
+                "diag-min-below-uniform",
+                arm,
+                Sample((dmin - u_d,), **det),
+                context=ctx,
+                label=f"τ={tau}: min L = {dmin:.6f} vs L(1, 1) = {u_d:.6f}",
+            )
             out.row("uniform-attention-maps-agree", arm, Sample((abs(u_b - u_d) / abs(u_d),), **det), context=ctx)
             bmin, gmin = float(block.min()), float(diag.min())
-            out.row("refined-minimum-at-most-grid", f"{arm}/block", Sample(((g_loss - bmin) / abs(bmin),), **det),
-                    context=ctx, label=f"τ={tau}: (L(γ*) − grid minimum)/|grid minimum| ≤ rounding")
-            out.row("refined-minimum-at-most-grid", f"{arm}/diagonal", Sample(((dl - gmin) / abs(gmin),), **det),
-                    context=ctx, label=f"τ={tau}: (L(α*, β*) − grid minimum)/|grid minimum| ≤ rounding")
+            out.row(
+                "refined-minimum-at-most-grid",
+                f"{arm}/block",
+                Sample(((g_loss - bmin) / abs(bmin),), **det),
+                context=ctx,
+                label=f"τ={tau}: (L(γ*) − grid minimum)/|grid minimum| ≤ rounding",
+            )
+            out.row(
+                "refined-minimum-at-most-grid",
+                f"{arm}/diagonal",
+                Sample(((dl - gmin) / abs(gmin),), **det),
+                context=ctx,
+                label=f"τ={tau}: (L(α*, β*) − grid minimum)/|grid minimum| ≤ rounding",
+            )
             lg[tau] = ((math.log10(g) if g > 0 else math.nan, dg), (math.log10(be) if be > 0 else math.nan, db))
             kb, n = int(torch.argmin(block)), grid.numel()
             kd = int(torch.argmin(diag))
             out.values[arm] = {
-                "gamma_star": g, "gamma_star_loss": g_loss, "gamma_star_log10_halfwidth": dg,
-                "block_grid_argmin": {"alpha": float(grid[kb % n]), "beta": float(grid[kb // n]),
-                                      "gamma": float(tl.gamma_of(grid[kb % n], grid[kb // n], v)), "loss": bmin},
-                "block_uniform_loss": u_b, "remark5_max_rel_dev": dev,
+                "gamma_star": g,
+                "gamma_star_loss": g_loss,
+                "gamma_star_log10_halfwidth": dg,
+                "block_grid_argmin": {
+                    "alpha": float(grid[kb % n]),
+                    "beta": float(grid[kb // n]),
+                    "gamma": float(tl.gamma_of(grid[kb % n], grid[kb // n], v)),
+                    "loss": bmin,
+                },
+                "block_uniform_loss": u_b,
+                "remark5_max_rel_dev": dev,
                 "thm3_interval_proof": list(tl.thm3_interval(T, tau, m, "proof")),
                 "thm3_interval_statement": list(tl.thm3_interval(T, tau, m, "statement")),
-                "diag_alpha_star": al, "diag_alpha_star_at_box_edge": edge, "diag_beta_star": be,
-                "diag_beta_star_log10_halfwidth": db, "diag_alpha_star_log10_halfwidth": da, "diag_star_loss": dl,
+                "diag_alpha_star": al,
+                "diag_alpha_star_at_box_edge": edge,
+                "diag_beta_star": be,
+                "diag_beta_star_log10_halfwidth": db,
+                "diag_alpha_star_log10_halfwidth": da,
+                "diag_star_loss": dl,
                 "diag_grid_argmin": {"alpha": float(grid[kd % n]), "beta": float(grid[kd // n]), "loss": gmin},
                 "diag_uniform_loss": u_d,
                 "thm5_interval_proof": list(tl.thm5_interval(T, v, tau, m, "proof")),
@@ -431,10 +613,17 @@ class TopicsLandscape(Experiment):
             row, ctx = f"tau{t0}-tau{t1}", {"taus": f"{t0}-{t1}"}
             for gid, j, x in (("block-gamma-star-increasing", 0, "γ*"), ("diag-beta-star-increasing", 1, "β*")):
                 (l0, d0), (l1, d1) = lg[t0][j], lg[t1][j]
-                out.row(gid, row, Sample((l1 - l0,), resolution=2 * (d0 + d1), **det), context=ctx,
-                        label=f"log10 {x}(τ={t1}) − log10 {x}(τ={t0}) = {l1 - l0:.4f}")
+                out.row(
+                    gid,
+                    row,
+                    Sample((l1 - l0,), resolution=2 * (d0 + d1), **det),
+                    context=ctx,
+                    label=f"log10 {x}(τ={t1}) − log10 {x}(τ={t0}) = {l1 - l0:.4f}",
+                )
         self._measure_monte_carlo(cfg, run, out)
-        out.values["grid_eval_s"] = {tau_arm(t): float(np.nansum(run.final(tau_arm(t), "grid_eval_s"))) for t in cfg.taus}
+        out.values["grid_eval_s"] = {
+            tau_arm(t): float(np.nansum(run.final(tau_arm(t), "grid_eval_s"))) for t in cfg.taus
+        }
         return out
 
     def _measure_monte_carlo(self, cfg: TopicsLandscapeConfig, run: RunView, out: Measurements) -> None:
@@ -444,11 +633,20 @@ class TopicsLandscape(Experiment):
         for i, lab in enumerate(labels):
             c = exact[:, i]
             rel_se = (se[:, i] / c.abs()).numpy()
-            out.row("monte-carlo-matches-closed-form", lab,
-                    Sample(((est[:, i] - c) / c).numpy(), deterministic=True,
-                           mc_se=float(np.sqrt(np.sum(rel_se**2))) / len(rel_se)), context={"point": lab})
-        out.values["monte_carlo"] = {lab: {"closed_form": float(exact[0, i]), "estimates": est[:, i].tolist(),
-                                           "se": se[:, i].tolist()} for i, lab in enumerate(labels)}
+            out.row(
+                "monte-carlo-matches-closed-form",
+                lab,
+                Sample(
+                    ((est[:, i] - c) / c).numpy(),
+                    deterministic=True,
+                    mc_se=float(np.sqrt(np.sum(rel_se**2))) / len(rel_se),
+                ),
+                context={"point": lab},
+            )
+        out.values["monte_carlo"] = {
+            lab: {"closed_form": float(exact[0, i]), "estimates": est[:, i].tolist(), "se": se[:, i].tolist()}
+            for i, lab in enumerate(labels)
+        }
         block, diag = mc["remark5_block"], mc["remark5_diagonal"]  # (E, n_gamma, 3)
         remark5 = {}
         for j, gam in enumerate(cfg.remark5_gammas):
@@ -458,8 +656,13 @@ class TopicsLandscape(Experiment):
                 rel = (block[:, j, k] / block[:, j, 0] - 1).numpy()
                 contrast = (diag[:, j, k] / diag[:, j, 0] - 1).numpy()
                 key = f"gamma{gam:g}/a{a:.3g}_b{b:.3g}"
-                out.row("block-gamma-only", key, Sample(rel), context={"gamma": gam, "alpha": a, "beta": b},
-                        label=f"γ = {gam:g}, {what} (α, β) = ({a:.3g}, {b:.3g}) vs ({gam:g}, {gam:g}): L_block ratio − 1 ≈ 0")
+                out.row(
+                    "block-gamma-only",
+                    key,
+                    Sample(rel),
+                    context={"gamma": gam, "alpha": a, "beta": b},
+                    label=f"γ = {gam:g}, {what} (α, β) = ({a:.3g}, {b:.3g}) vs ({gam:g}, {gam:g}): L_block ratio − 1 ≈ 0",
+                )
                 remark5[key] = {"block_rel_diff": rel.tolist(), "diagonal_rel_diff": contrast.tolist()}
         out.values["remark5_monte_carlo"] = remark5
 
@@ -475,26 +678,36 @@ class TopicsLandscape(Experiment):
         inner = [t for t in cfg.taus if t not in edge]
         where = []
         if edge:
-            where.append(f"at τ = {', '.join(map(str, edge))} α* sits at the box edge α = {cfg.grid_lo:g} (the loss is "
-                         "flat in α for (v−1)α ≪ β): α*/β* is an upper bound there")
+            where.append(
+                f"at τ = {', '.join(map(str, edge))} α* sits at the box edge α = {cfg.grid_lo:g} (the loss is "
+                "flat in α for (v−1)α ≪ β): α*/β* is an upper bound there"
+            )
         if inner:
-            where.append(f"at τ = {', '.join(map(str, inner))} α* is interior: "
-                         + ", ".join(f"{vals[t]['diag_alpha_star']:.3g}" for t in inner))
+            where.append(
+                f"at τ = {', '.join(map(str, inner))} α* is interior: "
+                + ", ".join(f"{vals[t]['diag_alpha_star']:.3g}" for t in inner)
+            )
         r5 = measured.values["remark5_monte_carlo"]
         worst = max(abs(x) for r in r5.values() for x in r["block_rel_diff"])
         contrast = min(abs(x) for r in r5.values() for x in r["diagonal_rel_diff"])
         return [
             f"Ambiguity (Thm. 3, λ1): statement {lam['l1_statement']:.4f} vs proof c_5 {lam['l1_proof']:.4f}. γ* in "
             f"(λ1(τ−1), λ2 T): with the proof's λ1 {t3p}, with the statement's {t3s}; the headline groups use the "
-            "proof's (what F.28 derives)" + ("; both are consistent with the landscape here." if t3p == t3s == "holds" else "."),
+            "proof's (what F.28 derives)"
+            + ("; both are consistent with the landscape here." if t3p == t3s == "holds" else "."),
             f"Ambiguity (Thm. 5, λ4): statement divides by (√(v−1) − 2 + (1−p_c)p_m) → {lam['l4_statement']:.6g}, proof "
             f"multiplies → {lam['l4_proof']:.6g}. β* in (λ3 τ, λ4 T): proof {t5p}, statement {t5s}; headline on the proof's.",
             "Fig. 8 uses the block map with W_diff = 0 and q's constant (the map of F.21), not exactly Thm. 2's W^{V*}; "
             "the [MASK]-query term is left out of L, as in F.21; [MASK] keys get no attention (Prop. 2's normalisers); "
             "masking p_m, p_c, p_r from §6.1 (App. F.5 states none); Thms. 3, 5 are asymptotic (T → ∞, τ = o(T)) and are "
             f"tested here at T = {T}, v = {v}, τ/T up to {max(cfg.taus) / T:.2f}.",
-            "γ*: " + ", ".join(f"τ={t}: {vals[t]['gamma_star']:.4g}" for t in cfg.taus) + "; diagonal β*: "
-            + ", ".join(f"τ={t}: {vals[t]['diag_beta_star']:.5g}" for t in cfg.taus) + "; " + "; ".join(where) + ".",
+            "γ*: "
+            + ", ".join(f"τ={t}: {vals[t]['gamma_star']:.4g}" for t in cfg.taus)
+            + "; diagonal β*: "
+            + ", ".join(f"τ={t}: {vals[t]['diag_beta_star']:.5g}" for t in cfg.taus)
+            + "; "
+            + "; ".join(where)
+            + ".",
             f"Remark 5 by Monte Carlo (T={cfg.mc_T}, v={cfg.mc_v}, τ={cfg.mc_tau}, N={cfg.mc_N}, {cfg.mc_docs} documents "
             f"per member): the block map's loss moves by at most {worst:.2g} (relative) between (α, β) pairs of equal γ, "
             f"while the diagonal map's moves by at least {contrast:.2g} at the same points (the test can tell).",
@@ -511,7 +724,11 @@ class TopicsLandscape(Experiment):
         n = len(cfg.taus)
         for kind, fname, title in (
             ("diagonal", "fig7_diagonal.png", f"Fig. 7 — diagonal W^V: L(α, β), T={cfg.T}, v={cfg.v} (darker = lower)"),
-            ("block", "fig8_block.png", f"Fig. 8 — block W^V (W_diff = 0, the map of F.21): L(α, β), T={cfg.T}, v={cfg.v}"),
+            (
+                "block",
+                "fig8_block.png",
+                f"Fig. 8 — block W^V (W_diff = 0, the map of F.21): L(α, β), T={cfg.T}, v={cfg.v}",
+            ),
         ):
             fig, axes = plt.subplots(1, n, figsize=(5.0 * n, 4.4), squeeze=False, layout="constrained")
             for ax, tau in zip(axes[0], cfg.taus):
@@ -522,19 +739,36 @@ class TopicsLandscape(Experiment):
                 xs = np.linspace(lo, hi, 200)
                 if kind == "block":
                     g = float(a["gamma_star"].reshape(-1)[0])
-                    for gam, style, lab in ((g, "-", f"γ* = {g:.3g}"),
-                                            (tl.lambda1(m, "proof") * (tau - 1), ":", "γ = λ1(τ−1), proof"),
-                                            (tl.lambda1(m, "statement") * (tau - 1), "--", "γ = λ1(τ−1), statement"),
-                                            (tl.lambda2(m) * cfg.T, "-.", "γ = λ2 T")):
+                    for gam, style, lab in (
+                        (g, "-", f"γ* = {g:.3g}"),
+                        (tl.lambda1(m, "proof") * (tau - 1), ":", "γ = λ1(τ−1), proof"),
+                        (tl.lambda1(m, "statement") * (tau - 1), "--", "γ = λ1(τ−1), statement"),
+                        (tl.lambda2(m) * cfg.T, "-.", "γ = λ2 T"),
+                    ):
                         # the line γ = const, parametrised so both asymptotes are drawn: α = t vγ/(v−1), β = (1−t) vγ
                         tt = 1.0 / (1.0 + np.exp(-np.linspace(-40, 40, 801)))
                         al_, be_ = tt * cfg.v * gam / (cfg.v - 1), (1 - tt) * cfg.v * gam
                         ok = (al_ > 0) & (be_ > 0)
-                        ax.plot(np.log10(al_[ok]), np.log10(be_[ok]), style, color="w" if style == "-" else "orange", lw=1.2, label=lab)
+                        ax.plot(
+                            np.log10(al_[ok]),
+                            np.log10(be_[ok]),
+                            style,
+                            color="w" if style == "-" else "orange",
+                            lw=1.2,
+                            label=lab,
+                        )
                 else:
                     al = float(a["diag_alpha_star"].reshape(-1)[0])
                     be = float(a["diag_beta_star"].reshape(-1)[0])
-                    ax.plot([math.log10(al)], [math.log10(be)], "*", color="w", ms=12, mec="k", label=f"(α*, β*) β*={be:.3g}")
+                    ax.plot(
+                        [math.log10(al)],
+                        [math.log10(be)],
+                        "*",
+                        color="w",
+                        ms=12,
+                        mec="k",
+                        label=f"(α*, β*) β*={be:.3g}",
+                    )
                     for ver, style in (("proof", ":"), ("statement", "--")):
                         b_lo, b_hi = tl.thm5_interval(cfg.T, cfg.v, tau, m, ver)
                         for b in (b_lo, b_hi):
@@ -551,10 +785,15 @@ class TopicsLandscape(Experiment):
         for tau in cfg.taus:
             a = run.arrays(tau_arm(tau))
             g, c = a["gamma_curve_g"][0].numpy(), a["gamma_curve"][0].numpy()
-            line, = ax.plot(g, c, label=f"τ = {tau}")
+            (line,) = ax.plot(g, c, label=f"τ = {tau}")
             gs = float(a["gamma_star"].reshape(-1)[0])
             ax.axvline(gs, color=line.get_color(), lw=0.8, ls="--")
-        ax.set(xscale="log", xlabel="γ = ((v−1)α + β)/v", ylabel="L (block W^V)", title="Block W^V: L depends on γ only (Remark 5); dashed: γ*")
+        ax.set(
+            xscale="log",
+            xlabel="γ = ((v−1)α + β)/v",
+            ylabel="L (block W^V)",
+            title="Block W^V: L depends on γ only (Remark 5); dashed: γ*",
+        )
         ax.legend(fontsize=8)
         paths.append(save_figure(fig, figdir / "block_gamma_curve.png"))
         return paths

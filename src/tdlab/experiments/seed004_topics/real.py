@@ -29,25 +29,38 @@ import numpy as np
 import torch
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.seed004_topics.real_text import (MEASURE_ARMS, MEASURES, MODES, RealTextExperiment,
-                                                        TopicsRealConfig, theta_key, trained_model_stage)
+from tdlab.experiments.seed004_topics.real_text import (
+    MEASURE_ARMS,
+    MEASURES,
+    MODES,
+    RealTextExperiment,
+    TopicsRealConfig,
+    theta_key,
+    trained_model_stage,
+)
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunDirError
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["TopicsReal", "TABLE1_BERT", "TABLE5_BERT", "CLAIMS", "fig3_within_cross", "fig3_word_strings", "plot_real"]
+__all__ = ["CLAIMS", "TABLE1_BERT", "TABLE5_BERT", "TopicsReal", "fig3_within_cross", "fig3_word_strings", "plot_real"]
 
 # The seed's pretrained BERT rows (reference only, never a pass criterion): θ -> (cosine, dot, attention).
 TABLE1_BERT = {  # Table 1 ("Bert" rows; one topic per word) and its "Bert (randomly initialized)" rows
     "trained": {0.0005: (1.21, 1.19, 1.32), 0.001: (1.13, 1.15, 1.28), 0.002: (1.11, 1.13, 1.22)},
-    "untrained": {0.0005: (1.00080, 1.00063, 0.99943), 0.001: (0.99974, 1.00036, 0.99996),
-                  0.002: (1.00016, 1.00027, 1.00007)},
+    "untrained": {
+        0.0005: (1.00080, 1.00063, 0.99943),
+        0.001: (0.99974, 1.00036, 0.99996),
+        0.002: (1.00016, 1.00027, 1.00007),
+    },
 }
 TABLE5_BERT = {  # Table 5 (App. G.3; one or more topics per word), same rows
     "trained": {0.0005: (1.14, 1.04, 1.23), 0.001: (0.97, 1.05, 1.17), 0.002: (0.99, 0.93, 1.13)},
-    "untrained": {0.0005: (0.99814, 0.99957, 1.00009), 0.001: (0.99820, 1.00167, 1.00013),
-                  0.002: (0.99964, 0.99928, 0.99978)},
+    "untrained": {
+        0.0005: (0.99814, 0.99957, 1.00009),
+        0.001: (0.99820, 1.00167, 1.00013),
+        0.002: (0.99964, 0.99928, 0.99978),
+    },
 }
 
 CLAIMS = (
@@ -55,36 +68,67 @@ CLAIMS = (
         "table1-same-topic-ratios-above-1",
         "Table 1 (one topic per word): a pretrained model's same-topic / different-topic ratios of embedding cosine, "
         "dot product and debiased attention are > 1 at every ambiguity threshold θ",
-        test="value", relation="ge", quantity="mean same-topic / mean different-topic over distinct word pairs "
+        test="value",
+        relation="ge",
+        quantity="mean same-topic / mean different-topic over distinct word pairs "
         "(embedding cosine, dot product, or attention × len/100 averaged over layers and heads)",
-        expected="claims.ratio_min", tolerance=0.0, horizon="budget", stage=trained_model_stage),
+        expected="claims.ratio_min",
+        tolerance=0.0,
+        horizon="budget",
+        stage=trained_model_stage,
+    ),
     ClaimSpec(
         "table5-attention-ratio-above-1",
         "Table 5 (a word may belong to several topics): a pretrained model's attention ratio > 1 at every θ",
-        test="value", relation="ge", quantity="mean same-topic / mean different-topic attention × len/100 over "
-        "distinct word pairs (one or more topics per word)", expected="claims.ratio_min", tolerance=0.0,
-        horizon="budget", stage=trained_model_stage),
+        test="value",
+        relation="ge",
+        quantity="mean same-topic / mean different-topic attention × len/100 over "
+        "distinct word pairs (one or more topics per word)",
+        expected="claims.ratio_min",
+        tolerance=0.0,
+        horizon="budget",
+        stage=trained_model_stage,
+    ),
     ClaimSpec(
         "fig3-within-topic-cosine-above-cross",
         "Fig. 3: on the 9 x 9 embedding-cosine map of 3 words from each of 3 topics, words of one topic are more "
         "similar than words of different topics",
-        test="value", relation="ge", quantity="mean within-topic cosine − mean cross-topic cosine of the 9 x 9 map, "
-        "per member", expected=0.0, tolerance=0.0, horizon="budget", stage=trained_model_stage),
+        test="value",
+        relation="ge",
+        quantity="mean within-topic cosine − mean cross-topic cosine of the 9 x 9 map, per member",
+        expected=0.0,
+        tolerance=0.0,
+        horizon="budget",
+        stage=trained_model_stage,
+    ),
     ClaimSpec(
         "untrained-control-attention-ratio-near-1",
         "The untrained control shows no topic structure in its attention (G.3's debiasing; Tables 1, 5: random BERT "
         "0.998-1.002)",
-        kind="sanity", test="value", relation="close", quantity="attention ratio (same-topic / different-topic) of "
-        "the untrained control", expected=1.0, tolerance="claims.control_tol", horizon="static",
-        learning_required=False),
+        kind="sanity",
+        test="value",
+        relation="close",
+        quantity="attention ratio (same-topic / different-topic) of the untrained control",
+        expected=1.0,
+        tolerance="claims.control_tol",
+        horizon="static",
+        learning_required=False,
+    ),
     ClaimSpec(
         "untrained-control-cosine-gap-null",
         "The untrained control shows no topic structure in its embeddings: same- minus different-topic cosine within "
         "± control_z standard deviations of its null (i.i.d. isotropic embeddings)",
-        kind="sanity", test="every", relation="close", quantity="z-score of the same- minus different-topic mean "
+        kind="sanity",
+        test="every",
+        relation="close",
+        quantity="z-score of the same- minus different-topic mean "
         "cosine of the untrained token table under i.i.d. isotropic embeddings, each member (already in units of "
-        "its null spread)", expected=0.0,
-        tolerance="claims.control_z", horizon="static", learning_required=False),
+        "its null spread)",
+        expected=0.0,
+        tolerance="claims.control_z",
+        horizon="static",
+        learning_required=False,
+    ),
 )
 
 
@@ -92,28 +136,44 @@ CLAIMS = (
 class TopicsReal(RealTextExperiment):
     name = "topics-real"
     figure = "Tables 1, 5, Fig. 3 (§6.2, App. G.3)"
-    description = ("LDA topics of a Wikipedia sample vs a pretrained checkpoint (seed rows) or a locally trained "
-                   "BERT-shaped encoder (ours): same-topic / different-topic ratios of embedding cosine, dot product "
-                   "and debiased attention > 1 per ambiguity threshold (Table 1: one topic per word; Table 5: several, "
-                   "attention only); Fig. 3's 9 x 9 cosine map has higher within-topic cosine; the untrained control "
-                   "(sanity) without topic structure.")
+    description = (
+        "LDA topics of a Wikipedia sample vs a pretrained checkpoint (seed rows) or a locally trained "
+        "BERT-shaped encoder (ours): same-topic / different-topic ratios of embedding cosine, dot product "
+        "and debiased attention > 1 per ambiguity threshold (Table 1: one topic per word; Table 5: several, "
+        "attention only); Fig. 3's 9 x 9 cosine map has higher within-topic cosine; the untrained control "
+        "(sanity) without topic structure."
+    )
     Config = TopicsRealConfig
     claims = CLAIMS
     profiles = {
         # One scale-down, fixed before any run: a 2-layer encoder (d = 64, not BERT-small's 4 layers) trained 1000
         # steps of batch 32 x 64 words (2 M tokens, ≈ 4.5 epochs of the 0.45 M-token sample); 3 seeds.
-        "quick": {"members": 3, "lda": {"topics": 20}, "thetas": [0.002, 0.005, 0.01],
-                  "model": {"d": 64, "layers": 2, "heads": 4},
-                  "train": {"steps": 1000, "batch": 32, "seq_len": 64, "eval_every": 250}},
+        "quick": {
+            "members": 3,
+            "lda": {"topics": 20},
+            "thetas": [0.002, 0.005, 0.01],
+            "model": {"d": 64, "layers": 2, "heads": 4},
+            "train": {"steps": 1000, "batch": 32, "seq_len": 64, "eval_every": 250},
+        },
         # §6.2: 100 topics, Table 1's thresholds, a BERT-small-sized encoder (GPU advised).
-        "paper": {"members": 3, "lda": {"topics": 100}, "thetas": [0.0005, 0.001, 0.002],
-                  "model": {"d": 512, "layers": 4, "heads": 8},
-                  "train": {"steps": 20000, "batch": 64, "seq_len": 128, "lr": 1e-4, "warmup_steps": 1000,
-                            "eval_every": 1000}},
+        "paper": {
+            "members": 3,
+            "lda": {"topics": 100},
+            "thetas": [0.0005, 0.001, 0.002],
+            "model": {"d": 512, "layers": 4, "heads": 8},
+            "train": {
+                "steps": 20000,
+                "batch": 64,
+                "seq_len": 128,
+                "lr": 1e-4,
+                "warmup_steps": 1000,
+                "eval_every": 1000,
+            },
+        },
     }
     # atlas: the real-text topic-attention claims are read at the end of training
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('train.steps', (5000, 20000, 40000), quick=(500, 1000), label='steps'),),
+        axes=(AtlasAxis("train.steps", (5000, 20000, 40000), quick=(500, 1000), label="steps"),),
         why="The real-text claims compare trained attention against the LDA topics at the end of training; quick trains 1000 steps against the paper's 20000.",
     )
 
@@ -138,19 +198,35 @@ class TopicsReal(RealTextExperiment):
                             continue
                         if which == "trained" and (mode == "single" or m == "attention"):
                             gid = CLAIMS[0].id if mode == "single" else CLAIMS[1].id
-                            out.row(gid, f"θ={th}/{m}", Sample(v, deterministic=det), arms=arms, provenance=prov,
-                                    context={"theta": theta, "measure": m, "mode": mode},
-                                    label=f"trained {m} ratio (same/diff topic, {mode}) at θ = {th} > {c.ratio_min:g}{refs}")
+                            out.row(
+                                gid,
+                                f"θ={th}/{m}",
+                                Sample(v, deterministic=det),
+                                arms=arms,
+                                provenance=prov,
+                                context={"theta": theta, "measure": m, "mode": mode},
+                                label=f"trained {m} ratio (same/diff topic, {mode}) at θ = {th} > {c.ratio_min:g}{refs}",
+                            )
                         elif which == "untrained" and m == "attention":
-                            out.row(CLAIMS[3].id, f"{mode}/θ={th}", Sample(v, deterministic=det), provenance=prov,
-                                    context={"theta": theta, "mode": mode},
-                                    label=f"untrained attention ratio ({mode}) at θ = {th} within 1 ± {c.control_tol:g}{refs}")
+                            out.row(
+                                CLAIMS[3].id,
+                                f"{mode}/θ={th}",
+                                Sample(v, deterministic=det),
+                                provenance=prov,
+                                context={"theta": theta, "mode": mode},
+                                label=f"untrained attention ratio ({mode}) at θ = {th} within 1 ± {c.control_tol:g}{refs}",
+                            )
                 z = self.values(run, "untrained", f"{mode}/{th}/cos_gap_z")
                 if z.size:
                     table.setdefault("untrained", {}).setdefault(mode, {}).setdefault(th, {})["cos_gap_z"] = z.tolist()
-                    out.row(CLAIMS[4].id, f"{mode}/θ={th}", Sample(z, deterministic=det), provenance=prov,
-                            context={"theta": theta, "mode": mode},
-                            label=f"untrained cosine gap z-score ({mode}) at θ = {th} within ± {c.control_z:g}")
+                    out.row(
+                        CLAIMS[4].id,
+                        f"{mode}/θ={th}",
+                        Sample(z, deterministic=det),
+                        provenance=prov,
+                        context={"theta": theta, "mode": mode},
+                        label=f"untrained cosine gap z-score ({mode}) at θ = {th} within ± {c.control_z:g}",
+                    )
                 for key in ("words", "same_pairs", "diff_pairs", "set_size"):
                     v = self.values(run, "trained", f"{mode}/{th}/{key}")
                     if v.size:
@@ -159,9 +235,15 @@ class TopicsReal(RealTextExperiment):
             within, cross = fig3_within_cross(run, which)
             table.setdefault("fig3", {})[which] = {"within": within.tolist(), "cross": cross.tolist()}
             if which == "trained" and within.size:
-                out.row(CLAIMS[2].id, "trained", Sample(within - cross, deterministic=det), arms=arms,
-                        provenance=self.provenance(cfg), context={"which": which},
-                        label="trained: mean within-topic cosine − mean cross-topic cosine (9 x 9 map) > 0")
+                out.row(
+                    CLAIMS[2].id,
+                    "trained",
+                    Sample(within - cross, deterministic=det),
+                    arms=arms,
+                    provenance=self.provenance(cfg),
+                    context={"which": which},
+                    label="trained: mean within-topic cosine − mean cross-topic cosine (9 x 9 map) > 0",
+                )
         out.values["ratios"] = table
         out.values["reference_bert"] = {"table1": _ref_json(TABLE1_BERT), "table5": _ref_json(TABLE5_BERT)}
         words = fig3_word_strings(run)
@@ -174,16 +256,27 @@ class TopicsReal(RealTextExperiment):
         table = measured.values["ratios"]
         for mode, ref, name in (("single", TABLE1_BERT, "Table 1"), ("multi", TABLE5_BERT, "Table 5")):
             ours = "; ".join(
-                f"θ={th}: " + ", ".join(f"{m} {np.mean(table['trained'][mode][th][m]):.3f}"
-                                        for m in MEASURES if table['trained'][mode][th][m])
-                for th in table.get("trained", {}).get(mode, {}))
-            theirs = "; ".join(f"θ={t:g}: cosine {r[0]:g}, dot {r[1]:g}, attention {r[2]:g}" for t, r in ref["trained"].items())
-            notes.append(f"{name} ({mode}), ours (member means): {ours}. Seed's BERT (reference, 100 topics on its "
-                         f"full Wikipedia, other θ scale): {theirs}.")
+                f"θ={th}: "
+                + ", ".join(
+                    f"{m} {np.mean(table['trained'][mode][th][m]):.3f}"
+                    for m in MEASURES
+                    if table["trained"][mode][th][m]
+                )
+                for th in table.get("trained", {}).get(mode, {})
+            )
+            theirs = "; ".join(
+                f"θ={t:g}: cosine {r[0]:g}, dot {r[1]:g}, attention {r[2]:g}" for t, r in ref["trained"].items()
+            )
+            notes.append(
+                f"{name} ({mode}), ours (member means): {ours}. Seed's BERT (reference, 100 topics on its "
+                f"full Wikipedia, other θ scale): {theirs}."
+            )
         words = measured.values.get("fig3_words")
         if words:
-            notes.append("Fig. 3 words (3 unambiguous top words of the 3 topics with the clearest top words): "
-                         + " | ".join(", ".join(g) for g in words))
+            notes.append(
+                "Fig. 3 words (3 unambiguous top words of the 3 topics with the clearest top words): "
+                + " | ".join(", ".join(g) for g in words)
+            )
         return notes
 
     def plot(self, cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
@@ -213,7 +306,7 @@ def fig3_word_strings(run: RunView) -> list[list[str]]:
         vocab = json.loads((run.path / "cache" / "vocab.json").read_text())
     except (RunDirError, KeyError, OSError, ValueError):
         return []
-    return [[vocab[i] for i in ids[k:k + 3]] for k in range(0, len(ids), 3)]
+    return [[vocab[i] for i in ids[k : k + 3]] for k in range(0, len(ids), 3)]
 
 
 def plot_real(cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
@@ -248,8 +341,14 @@ def plot_real(cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: P
                 ax.plot([float(t) for t in ths], ys, ls, marker="o", color=f"C{i}", label=f"{which} {m}")
         ref = TABLE1_BERT if mode == "single" else TABLE5_BERT
         for i, m in enumerate(MEASURES):
-            ax.plot(list(ref["trained"]), [r[i] for r in ref["trained"].values()], "x--", color=f"C{i}", alpha=0.5,
-                    label=f"seed's BERT {m}")
+            ax.plot(
+                list(ref["trained"]),
+                [r[i] for r in ref["trained"].values()],
+                "x--",
+                color=f"C{i}",
+                alpha=0.5,
+                label=f"seed's BERT {m}",
+            )
         ax.axhline(1.0, c="k", lw=0.7)
         ax.set_xscale("log")
         ax.set_xlabel("ambiguity threshold θ")

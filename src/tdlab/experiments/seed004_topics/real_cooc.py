@@ -17,18 +17,25 @@ from typing import Any
 import numpy as np
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed004_topics.real import TopicsReal
-from tdlab.experiments.seed004_topics.real_text import (RealTextExperiment, TopicsRealConfig, theta_key,
-                                                        trained_model_stage)
+from tdlab.experiments.seed004_topics.real_text import (
+    RealTextExperiment,
+    TopicsRealConfig,
+    theta_key,
+    trained_model_stage,
+)
 from tdlab.experiments.view import RunView
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["TopicsRealCooc", "TopicsRealCoocConfig", "TABLE2_BERT", "CLAIMS"]
+__all__ = ["CLAIMS", "TABLE2_BERT", "TopicsRealCooc", "TopicsRealCoocConfig"]
 
 # Table 2 (App. A.2), rows in Table 1's θ order: (# pairs, attn same-topic, attn top co-occ., cos same, cos co-occ.)
-TABLE2_BERT = {0.0005: (105, 0.00659, 0.00751, 0.468, 0.316), 0.001: (435, 0.00621, 0.00695, 0.461, 0.311),
-               0.002: (1711, 0.00597, 0.00677, 0.425, 0.323)}
+TABLE2_BERT = {
+    0.0005: (105, 0.00659, 0.00751, 0.468, 0.316),
+    0.001: (435, 0.00621, 0.00695, 0.461, 0.311),
+    0.002: (1711, 0.00597, 0.00677, 0.425, 0.323),
+}
 KEYS = ("attn_same", "attn_cooc", "cos_same", "cos_cooc")
 
 
@@ -41,14 +48,26 @@ CLAIMS = (
         "table2-same-topic-attention-below-cooc",
         "Table 2: in a pretrained model, same-topic pairs get lower mean (debiased) attention than the top "
         "co-occurring pairs (BERT: 0.00659 < 0.00751 at θ = 0.0005)",
-        test="value", relation="le", quantity="mean attention × len/100 of same-topic pairs − that of the top "
-        "co-occurring pairs, per member", expected=0.0, tolerance=0.0, horizon="budget", stage=trained_model_stage),
+        test="value",
+        relation="le",
+        quantity="mean attention × len/100 of same-topic pairs − that of the top co-occurring pairs, per member",
+        expected=0.0,
+        tolerance=0.0,
+        horizon="budget",
+        stage=trained_model_stage,
+    ),
     ClaimSpec(
         "table2-same-topic-cosine-above-cooc",
         "Table 2: in a pretrained model, same-topic pairs have a higher mean embedding cosine than the top "
         "co-occurring pairs (BERT: 0.468 > 0.316 at θ = 0.0005)",
-        test="value", relation="ge", quantity="mean embedding cosine of same-topic pairs − that of the top "
-        "co-occurring pairs, per member", expected=0.0, tolerance=0.0, horizon="budget", stage=trained_model_stage),
+        test="value",
+        relation="ge",
+        quantity="mean embedding cosine of same-topic pairs − that of the top co-occurring pairs, per member",
+        expected=0.0,
+        tolerance=0.0,
+        horizon="budget",
+        stage=trained_model_stage,
+    ),
 )
 
 
@@ -56,17 +75,19 @@ CLAIMS = (
 class TopicsRealCooc(RealTextExperiment):
     name = "topics-real-cooc"
     figure = "Table 2 (App. A.2)"
-    description = ("Same-topic word pairs vs the top co-occurring pairs of a Wikipedia sample (as many as one topic "
-                   "holds): same-topic pairs get lower attention but higher embedding cosine, in a pretrained "
-                   "checkpoint (seed rows) or a locally trained BERT-shaped encoder (ours) (paper: 0.00659 < 0.00751, "
-                   "0.468 > 0.316).")
+    description = (
+        "Same-topic word pairs vs the top co-occurring pairs of a Wikipedia sample (as many as one topic "
+        "holds): same-topic pairs get lower attention but higher embedding cosine, in a pretrained "
+        "checkpoint (seed rows) or a locally trained BERT-shaped encoder (ours) (paper: 0.00659 < 0.00751, "
+        "0.468 > 0.316)."
+    )
     Config = TopicsRealCoocConfig
     claims = CLAIMS
     cooc = True
     profiles = TopicsReal.profiles
     # atlas: the co-occurrence claims are read at the end of training
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('train.steps', (5000, 20000, 40000), quick=(500, 1000), label='steps'),),
+        axes=(AtlasAxis("train.steps", (5000, 20000, 40000), quick=(500, 1000), label="steps"),),
         why="The co-occurrence claims are read from the trained model at the end of training; quick trains 1000 steps against the paper's 20000.",
     )
 
@@ -79,26 +100,41 @@ class TopicsRealCooc(RealTextExperiment):
             th = theta_key(theta)
             v = {k: self.values(run, "trained", f"cooc/{th}/{k}") for k in (*KEYS, "pairs")}
             u = {k: self.values(run, "untrained", f"cooc/{th}/{k}") for k in KEYS}
-            table[th] = {"trained": {k: x.tolist() for k, x in v.items()}, "untrained": {k: x.tolist() for k, x in u.items()}}
+            table[th] = {
+                "trained": {k: x.tolist() for k, x in v.items()},
+                "untrained": {k: x.tolist() for k, x in u.items()},
+            }
             r = TABLE2_BERT.get(theta)
             row = {"arms": arms, "provenance": self.provenance(cfg, theta), "context": {"theta": theta}}
             if v["attn_same"].size and v["attn_same"].size == v["attn_cooc"].size:
                 refs = f" (seed's BERT, {r[0]} pairs: {r[1]:g} vs {r[2]:g})" if r else ""
-                out.row(CLAIMS[0].id, f"θ={th}", Sample(v["attn_same"] - v["attn_cooc"], deterministic=det), **row,
-                        label=f"θ = {th}: attention same-topic − top co-occurring < 0{refs}")
+                out.row(
+                    CLAIMS[0].id,
+                    f"θ={th}",
+                    Sample(v["attn_same"] - v["attn_cooc"], deterministic=det),
+                    **row,
+                    label=f"θ = {th}: attention same-topic − top co-occurring < 0{refs}",
+                )
             if v["cos_same"].size and v["cos_same"].size == v["cos_cooc"].size:
                 refs = f" (seed's BERT: {r[3]:g} vs {r[4]:g})" if r else ""
-                out.row(CLAIMS[1].id, f"θ={th}", Sample(v["cos_same"] - v["cos_cooc"], deterministic=det), **row,
-                        label=f"θ = {th}: embedding cosine same-topic − top co-occurring > 0{refs}")
+                out.row(
+                    CLAIMS[1].id,
+                    f"θ={th}",
+                    Sample(v["cos_same"] - v["cos_cooc"], deterministic=det),
+                    **row,
+                    label=f"θ = {th}: embedding cosine same-topic − top co-occurring > 0{refs}",
+                )
         out.values["table2"] = table
         out.values["reference_bert"] = {f"{t:g}": dict(zip(("pairs", *KEYS), r)) for t, r in TABLE2_BERT.items()}
         return out
 
     def notes(self, cfg: TopicsRealConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
-        return [*self.common_notes(cfg, measured),
-                "Top co-occurring pairs: distinct LDA-vocabulary words (stop words dropped) ranked by the number of "
-                "documents holding both; as many as one topic's word pairs at each θ, C(⌊θn⌋ + 1, 2) (the seed's "
-                "cutoff: 105, 435, 1711 = C(15, 2), C(30, 2), C(59, 2))."]
+        return [
+            *self.common_notes(cfg, measured),
+            "Top co-occurring pairs: distinct LDA-vocabulary words (stop words dropped) ranked by the number of "
+            "documents holding both; as many as one topic's word pairs at each θ, C(⌊θn⌋ + 1, 2) (the seed's "
+            "cutoff: 105, 435, 1711 = C(15, 2), C(30, 2), C(59, 2)).",
+        ]
 
     def plot(self, cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import plt, save_figure
@@ -107,17 +143,29 @@ class TopicsRealCooc(RealTextExperiment):
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
         ths = list(table)
         x = np.arange(len(ths))
-        for ax, (a, b, label) in zip(axes, (("attn_same", "attn_cooc", "mean debiased attention"),
-                                            ("cos_same", "cos_cooc", "mean embedding cosine"))):
+        for ax, (a, b, label) in zip(
+            axes,
+            (("attn_same", "attn_cooc", "mean debiased attention"), ("cos_same", "cos_cooc", "mean embedding cosine")),
+        ):
             for k, (key, name) in enumerate(((a, "same-topic"), (b, "top co-occurring"))):
                 vals = [table[t]["trained"].get(key) or [np.nan] for t in ths]
-                ax.bar(x + (k - 0.5) * 0.38, [np.mean(v) for v in vals], 0.38,
-                       yerr=[np.std(v) for v in vals], label=name, capsize=3)
+                ax.bar(
+                    x + (k - 0.5) * 0.38,
+                    [np.mean(v) for v in vals],
+                    0.38,
+                    yerr=[np.std(v) for v in vals],
+                    label=name,
+                    capsize=3,
+                )
             ax.set_xticks(x)
-            ax.set_xticklabels([f"θ = {t}\n{int(np.mean(table[t]['trained'].get('pairs') or [0]))} pairs" for t in ths],
-                               fontsize=7)
+            ax.set_xticklabels(
+                [f"θ = {t}\n{int(np.mean(table[t]['trained'].get('pairs') or [0]))} pairs" for t in ths], fontsize=7
+            )
             ax.set_ylabel(label)
             ax.legend(fontsize=7)
-        fig.suptitle("Table 2 — same-topic vs top co-occurring word pairs (trained encoder; paper: attention lower, "
-                     "cosine higher for same-topic)", fontsize=9)
+        fig.suptitle(
+            "Table 2 — same-topic vs top co-occurring word pairs (trained encoder; paper: attention lower, "
+            "cosine higher for same-topic)",
+            fontsize=9,
+        )
         return [save_figure(fig, figdir / "table2_same_topic_vs_cooc.png")]

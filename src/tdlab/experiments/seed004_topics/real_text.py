@@ -65,12 +65,42 @@ from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import MaskedTokens
 from tdlab.train.trainer import FitResult, Probe, TrainConfig, Trainer
 
-__all__ = ["MASK_ID", "PAD_ID", "OFFSET", "ARM", "MEASURE_ARMS", "MODES", "MEASURES", "PAST_UNIGRAM", "trained_model_stage",
-           "EncoderConfig",
-           "RealTrain", "RealClaims", "TopicsRealConfig", "RealData", "prepare_data", "split_windows", "unigram_loss",
-           "corpus_facts", "encoder_config", "masked_objective", "window_data", "fit_encoder", "load_encoder", "measure",
-           "fig3_words", "model_embeddings", "model_attention", "cooc_k", "theta_key", "write_info", "run_info",
-           "trivial_masked_loss", "what_ran", "RealTextExperiment"]
+__all__ = [
+    "ARM",
+    "MASK_ID",
+    "MEASURES",
+    "MEASURE_ARMS",
+    "MODES",
+    "OFFSET",
+    "PAD_ID",
+    "PAST_UNIGRAM",
+    "EncoderConfig",
+    "RealClaims",
+    "RealData",
+    "RealTextExperiment",
+    "RealTrain",
+    "TopicsRealConfig",
+    "cooc_k",
+    "corpus_facts",
+    "encoder_config",
+    "fig3_words",
+    "fit_encoder",
+    "load_encoder",
+    "masked_objective",
+    "measure",
+    "model_attention",
+    "model_embeddings",
+    "prepare_data",
+    "run_info",
+    "split_windows",
+    "theta_key",
+    "trained_model_stage",
+    "trivial_masked_loss",
+    "unigram_loss",
+    "what_ran",
+    "window_data",
+    "write_info",
+]
 
 MASK_ID, PAD_ID = 0, 1  # special tokens below the corpus words
 OFFSET = 2  # corpus word id w -> model id w + 2; [UNK] = len(vocab) + 2 (Corpus.unk_id + OFFSET)
@@ -79,9 +109,12 @@ MEASURE_ARMS = {"trained": "measure/trained", "untrained": "measure/untrained"} 
 MODES = ("single", "multi")
 MEASURES = ("cosine", "dot", "attention")
 
-PAST_UNIGRAM = Stage("past-unigram", "the encoder's held-out masked-token loss is below the unigram model's (the "
-                     "training windows' word frequencies, on the same held-out windows): it has learnt more than "
-                     "word frequencies")
+PAST_UNIGRAM = Stage(
+    "past-unigram",
+    "the encoder's held-out masked-token loss is below the unigram model's (the "
+    "training windows' word frequencies, on the same held-out windows): it has learnt more than "
+    "word frequencies",
+)
 
 
 def trained_model_stage(cfg: TopicsRealConfig) -> Stage | None:
@@ -128,7 +161,9 @@ class RealTrain(TrainConfig):
 class RealClaims(Config):
     ratio_min: float = Field(1.0, gt=0.0)  # "same-topic / different-topic > 1" (Tables 1, 5)
     control_tol: float = Field(0.05, gt=0.0, lt=1.0)  # untrained control's attention ratio within 1 ± 0.05 (ours)
-    control_z: float = Field(3.0, gt=0.0, le=10.0)  # untrained cosine gap within ± 3 null sd (ours, fixed before any run)
+    control_z: float = Field(
+        3.0, gt=0.0, le=10.0
+    )  # untrained cosine gap within ± 3 null sd (ours, fixed before any run)
 
 
 class TopicsRealConfig(ExperimentConfig):
@@ -185,8 +220,10 @@ class RealData:
 
 
 def _lda_cache(cache: Path, cfg: TopicsRealConfig) -> Path:
-    key = json.dumps({"corpus": cfg.corpus.model_dump(mode="json"), "lda": cfg.lda.model_dump(mode="json"),
-                      "seed": cfg.seed}, sort_keys=True)
+    key = json.dumps(
+        {"corpus": cfg.corpus.model_dump(mode="json"), "lda": cfg.lda.model_dump(mode="json"), "seed": cfg.seed},
+        sort_keys=True,
+    )
     return cache / f"lda-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
 
 
@@ -214,9 +251,11 @@ def prepare_data(cfg: TopicsRealConfig, cache: Path, progress: bool = True) -> R
     windows, n_test = split_windows(cfg, corpus)
     n = windows.shape[0]
     if n - n_test < cfg.train.batch:
-        raise ConfigError(f"train.seq_len: the corpus gives {n} windows of {cfg.train.seq_len} words, {n - n_test} "
-                          f"for training, fewer than one batch of train.batch={cfg.train.batch}; use a larger corpus "
-                          f"(corpus.max_docs) or a smaller train.seq_len / train.batch")
+        raise ConfigError(
+            f"train.seq_len: the corpus gives {n} windows of {cfg.train.seq_len} words, {n - n_test} "
+            f"for training, fewer than one batch of train.batch={cfg.train.batch}; use a larger corpus "
+            f"(corpus.max_docs) or a smaller train.seq_len / train.batch"
+        )
     return RealData(corpus, topics, windows, n_test)
 
 
@@ -243,21 +282,42 @@ def corpus_facts(cfg: TopicsRealConfig, cache: Path) -> dict[str, Any]:
         return {}
     corpus = load_corpus(cfg.corpus, cache_dir=cache)
     windows, n_test = split_windows(cfg, corpus)
-    return {"documents": len(corpus.docs), "unigram_loss": unigram_loss(windows, n_test, len(corpus.vocab) + OFFSET + 1)}
+    return {
+        "documents": len(corpus.docs),
+        "unigram_loss": unigram_loss(windows, n_test, len(corpus.vocab) + OFFSET + 1),
+    }
 
 
 def encoder_config(cfg: TopicsRealConfig, vocab: int) -> GPTConfig:
     """The encoder's :class:`GPTConfig` (module docstring)."""
     m = cfg.model
-    return GPTConfig(arch="gpt2", vocab=vocab, d=m.d, layers=m.layers, heads=m.heads, max_len=cfg.train.seq_len,
-                     norm=m.norm, causal=False, tie_weights=m.tie_weights, init_std=m.init_std)
+    return GPTConfig(
+        arch="gpt2",
+        vocab=vocab,
+        d=m.d,
+        layers=m.layers,
+        heads=m.heads,
+        max_len=cfg.train.seq_len,
+        norm=m.norm,
+        causal=False,
+        tie_weights=m.tie_weights,
+        init_std=m.init_std,
+    )
 
 
 def masked_objective(cfg: TopicsRealConfig, vocab: int) -> MaskedTokens:
     """§3.2's masking (BERT's 80/10/10 at p_m = 0.15), random replacements drawn from the corpus words and
     [UNK]; the output layer applied at the selected positions only (``gather_queries``)."""
-    return MaskedTokens(vocab=vocab, mask_id=MASK_ID, words=(OFFSET, vocab), p_m=cfg.p_m, p_c=cfg.p_c, p_r=cfg.p_r,
-                        loss="ce", gather_queries=True)
+    return MaskedTokens(
+        vocab=vocab,
+        mask_id=MASK_ID,
+        words=(OFFSET, vocab),
+        p_m=cfg.p_m,
+        p_c=cfg.p_c,
+        p_r=cfg.p_r,
+        loss="ce",
+        gather_queries=True,
+    )
 
 
 def window_data(cfg: TopicsRealConfig, data: RealData) -> FixedDataset:
@@ -269,18 +329,36 @@ def window_data(cfg: TopicsRealConfig, data: RealData) -> FixedDataset:
         w = data.windows.to(device)
         return {"train": {"tokens": w[:split]}, "test": {"tokens": w[split:]}}
 
-    return FixedDataset(make, cfg.train.batch, eval_splits=("test",), eval_limit=cfg.train.eval_batches * cfg.train.batch)
+    return FixedDataset(
+        make, cfg.train.batch, eval_splits=("test",), eval_limit=cfg.train.eval_batches * cfg.train.batch
+    )
 
 
-def fit_encoder(ctx: RunContext, cfg: TopicsRealConfig, data: RealData, arm: str = ARM, *, build: Any = None,
-                train: TrainConfig | None = None, probes: Sequence[Probe] = (), probe_every: int = 1) -> FitResult:
+def fit_encoder(
+    ctx: RunContext,
+    cfg: TopicsRealConfig,
+    data: RealData,
+    arm: str = ARM,
+    *,
+    build: Any = None,
+    train: TrainConfig | None = None,
+    probes: Sequence[Probe] = (),
+    probe_every: int = 1,
+) -> FitResult:
     """Train the encoder ensemble (one member per seed) on the windows by masked-token prediction and store
     it under ``arm`` (its untrained copy under ``arm@init``)."""
     seeds = member_seeds(cfg.seed, cfg.members)
     gcfg = encoder_config(cfg, data.vocab)
     tcfg = train or cfg.train
-    trainer = Trainer(tcfg, ctx.device, ctx.progress, label=arm, objective=masked_objective(cfg, data.vocab),
-                      probes=probes, probe_every=probe_every)
+    trainer = Trainer(
+        tcfg,
+        ctx.device,
+        ctx.progress,
+        label=arm,
+        objective=masked_objective(cfg, data.vocab),
+        probes=probes,
+        probe_every=probe_every,
+    )
     return ctx.fit(arm, trainer, build or (lambda s: GPT(gcfg, s)), seeds, window_data(cfg, data))
 
 
@@ -312,8 +390,10 @@ def fig3_words(topics: Topics, lda_vocab: np.ndarray, groups: int = 3, per_group
         cand.append((-wt[t, top[-1]], t, top))
     cand.sort(key=lambda c: (c[0], c[1]))
     if len(cand) < groups:
-        raise ValueError(f"Fig. 3 needs {groups} topics with {per_group} words each whose most probable topic they "
-                         f"are; this fit has {len(cand)}")
+        raise ValueError(
+            f"Fig. 3 needs {groups} topics with {per_group} words each whose most probable topic they "
+            f"are; this fit has {len(cand)}"
+        )
     return [c[2] for c in cand[:groups]]
 
 
@@ -323,8 +403,9 @@ def _cos(x: torch.Tensor) -> torch.Tensor:
     return n @ n.transpose(-1, -2)
 
 
-def measure(model: GPT | Any, data: RealData, cfg: TopicsRealConfig, *, cooc: bool = False, device: str = "cpu",
-            batch: int = 16) -> tuple[list[tuple[int, int, str, float]], list[dict[str, torch.Tensor]]]:
+def measure(
+    model: GPT | Any, data: RealData, cfg: TopicsRealConfig, *, cooc: bool = False, device: str = "cpu", batch: int = 16
+) -> tuple[list[tuple[int, int, str, float]], list[dict[str, torch.Tensor]]]:
     """Every measure of every member of ``model`` (a trained or untrained encoder ensemble, or an
     :class:`~tdlab.models.hf_encoder.HFEncoder`).
 
@@ -356,7 +437,7 @@ def measure(model: GPT | Any, data: RealData, cfg: TopicsRealConfig, *, cooc: bo
     N = data.windows.shape[0]
     take = np.unique(np.linspace(0, N - 1, min(cfg.attn_windows, N)).round().astype(np.int64))
     for start in range(0, take.size, batch):
-        win = data.windows[torch.as_tensor(take[start:start + batch])]  # (B, T) model ids
+        win = data.windows[torch.as_tensor(take[start : start + batch])]  # (B, T) model ids
         pat = model_attention(model, win, device)  # (E, B, L, H, T, T)
         for acc in (*accs.values(), *cooc_accs.values()):
             acc.add(pat, win, batch_dim=1)
@@ -376,8 +457,12 @@ def measure(model: GPT | Any, data: RealData, cfg: TopicsRealConfig, *, cooc: bo
             put(e, f"{mode}/{th}/dot", np.atleast_1d(r["dot"])[e])
             put(e, f"{mode}/{th}/cos_gap_z", np.atleast_1d(r["cos_gap_z"])[e])
             put(e, f"{mode}/{th}/attention", att[e] if att.size == E else np.nan)
-            for key, v in (("words", len(words)), ("same_pairs", int(np.triu(same).sum())),
-                           ("diff_pairs", int(np.triu(diff).sum())), ("set_size", size)):
+            for key, v in (
+                ("words", len(words)),
+                ("same_pairs", int(np.triu(same).sum())),
+                ("diff_pairs", int(np.triu(diff).sum())),
+                ("set_size", size),
+            ):
                 put(e, f"{mode}/{th}/{key}", v)
             if heads.ndim == 3:
                 for (l, h), v in np.ndenumerate(heads[e]):
@@ -429,8 +514,13 @@ def write_info(ctx: RunContext, data: RealData, **extra: Any) -> None:
     """``cache/info.json`` (corpus provenance and sizes, the unigram model's held-out loss) and ``cache/vocab.json``
     (the model's word list), which the analysis and the report read."""
     cache = ctx.writer.path / "cache"
-    info = {"provenance": data.corpus.provenance, "vocab": len(data.corpus.vocab), "documents": len(data.corpus.docs),
-            "unigram_loss": unigram_loss(data.windows, data.n_test, data.vocab), **extra}
+    info = {
+        "provenance": data.corpus.provenance,
+        "vocab": len(data.corpus.vocab),
+        "documents": len(data.corpus.docs),
+        "unigram_loss": unigram_loss(data.windows, data.n_test, data.vocab),
+        **extra,
+    }
     (cache / "info.json").write_text(json.dumps(info))
     (cache / "vocab.json").write_text(json.dumps(data.corpus.vocab))
 
@@ -453,19 +543,25 @@ def trivial_masked_loss(info: dict[str, Any]) -> float | None:
 def what_ran(cfg: TopicsRealConfig, corpus: str, control: bool = True, setting: str | None = None) -> str:
     """The report's first line: what ran, on what, with which model, and what it is not."""
     if cfg.model.checkpoint:
-        model = (f"the local Hugging Face checkpoint {cfg.model.checkpoint} as the 'trained' model and the same "
-                 f"architecture randomly initialised as the control (no training here)")
+        model = (
+            f"the local Hugging Face checkpoint {cfg.model.checkpoint} as the 'trained' model and the same "
+            f"architecture randomly initialised as the control (no training here)"
+        )
     else:
         m = cfg.model
-        model = (f"a locally trained BERT-shaped encoder ({m.layers} layers, d = {m.d}, {m.heads} heads, {m.norm}-LN, "
-                 f"{'tied' if m.tie_weights else 'untied'} output, {cfg.train.steps} masked-token steps, "
-                 f"{cfg.members} seeds)" + (" and its untrained copies as the control" if control else ""))
+        model = (
+            f"a locally trained BERT-shaped encoder ({m.layers} layers, d = {m.d}, {m.heads} heads, {m.norm}-LN, "
+            f"{'tied' if m.tie_weights else 'untied'} output, {cfg.train.steps} masked-token steps, "
+            f"{cfg.members} seeds)" + (" and its untrained copies as the control" if control else "")
+        )
     method = setting or "the seed's method (App. G.3: LDA topics, ambiguity threshold, debiased attention)"
     text = f"What ran: {method} on {corpus}, with {model}; not the seed's full Wikipedia"
     if setting:
         return text + "."
-    return (text + " and its pretrained BERT/ALBERT/BART/ELECTRA/RoBERTa. The seed's BERT numbers are printed beside "
-            "ours as reference only.")
+    return (
+        text + " and its pretrained BERT/ALBERT/BART/ELECTRA/RoBERTa. The seed's BERT numbers are printed beside "
+        "ours as reference only."
+    )
 
 
 class RealTextExperiment(Experiment):
@@ -480,8 +576,13 @@ class RealTextExperiment(Experiment):
 
     def run(self, cfg: TopicsRealConfig, ctx: RunContext) -> None:
         data = prepare_data(cfg, ctx.writer.path / "cache", ctx.progress)
-        info = {"provenance": data.corpus.provenance, "windows": int(data.windows.shape[0]), "test_windows": data.n_test,
-                "vocab": len(data.corpus.vocab), "lda_vocab": int(data.corpus.lda_vocab.size)}
+        info = {
+            "provenance": data.corpus.provenance,
+            "windows": int(data.windows.shape[0]),
+            "test_windows": data.n_test,
+            "vocab": len(data.corpus.vocab),
+            "lda_vocab": int(data.corpus.lda_vocab.size),
+        }
         if cfg.model.checkpoint:
             from tdlab.models.hf_encoder import HFEncoder
 
@@ -497,8 +598,10 @@ class RealTextExperiment(Experiment):
             seeds = member_seeds(cfg.seed, cfg.members)
             w = ctx.writer
             stack = lambda states: {k: torch.stack([s[k] for s in states]) for k in states[0]}  # noqa: E731
-            models = {"trained": load_encoder(gcfg, seeds, stack(w.load_arrays(ARM))).to(ctx.device),
-                      "untrained": load_encoder(gcfg, seeds, stack(w.load_arrays(init_arm(ARM)))).to(ctx.device)}
+            models = {
+                "trained": load_encoder(gcfg, seeds, stack(w.load_arrays(ARM))).to(ctx.device),
+                "untrained": load_encoder(gcfg, seeds, stack(w.load_arrays(init_arm(ARM)))).to(ctx.device),
+            }
         write_info(ctx, data, **info)
         for which, model in models.items():
             rows, fig3 = measure(model, data, cfg, cooc=self.cooc, device=ctx.device)
@@ -511,9 +614,15 @@ class RealTextExperiment(Experiment):
         triv = trivial_masked_loss(run_info(run))
         h = out.get(ARM)
         if h is not None and triv is not None:
-            out[ARM] = assess_arm(ARM, h.facts["initial_loss"], h.facts["final_loss"],
-                                  accepted_steps=h.facts.get("accepted_steps"), test_error=h.facts["final_loss"],
-                                  trivial_error=triv, all_finite="non-finite values" not in h.reasons)
+            out[ARM] = assess_arm(
+                ARM,
+                h.facts["initial_loss"],
+                h.facts["final_loss"],
+                accepted_steps=h.facts.get("accepted_steps"),
+                test_error=h.facts["final_loss"],
+                trivial_error=triv,
+                all_finite="non-finite values" not in h.reasons,
+            )
         return out
 
     def facts(self, cfg: TopicsRealConfig, run: RunView) -> dict[str, Any]:
@@ -540,8 +649,11 @@ class RealTextExperiment(Experiment):
             uni = float(info.get("unigram_loss", math.nan))
             loss = run.final(ARM, "test_loss")
             out.stage(ARM, PAST_UNIGRAM, loss, uni, "lt", evidence="held-out test loss vs the unigram model's")
-            out.values["heldout_loss"] = {"encoder": loss.tolist(), "unigram": uni,
-                                          "uniform": trivial_masked_loss(info)}
+            out.values["heldout_loss"] = {
+                "encoder": loss.tolist(),
+                "unigram": uni,
+                "uniform": trivial_masked_loss(info),
+            }
         return out
 
     def values(self, run: RunView, which: str, name: str) -> np.ndarray:
@@ -554,29 +666,46 @@ class RealTextExperiment(Experiment):
         info = measured.values["corpus"]
         notes = [what_ran(cfg, info.get("provenance", "the configured corpus"))]
         if cfg.model.checkpoint:
-            notes.append("Rows of the checkpoint at the seed's θ (" + ", ".join(f"{t:g}" for t in self.SEED_THETAS)
-                         + ") are the seed's setting (a pretrained model) and decide the paper groups; other θ are ours.")
+            notes.append(
+                "Rows of the checkpoint at the seed's θ ("
+                + ", ".join(f"{t:g}" for t in self.SEED_THETAS)
+                + ") are the seed's setting (a pretrained model) and decide the paper groups; other θ are ours."
+            )
         else:
             held = measured.values.get("heldout_loss", {})
             loss = held.get("encoder", [])
-            notes.append("No pretrained checkpoint (--set model.checkpoint=DIR): the seed's rows are pretrained models, "
-                         "so its Tables and Fig. 3 are not evaluable here; the locally trained encoder's rows are ours "
-                         "(judged and shown, never deciding). Held-out loss "
-                         + "/".join(f"{x:.3f}" for x in loss)
-                         + f" vs the unigram model's {held.get('unigram', math.nan):.3f} (the stage) and the uniform "
-                         f"predictor's log n = {held.get('uniform') or math.nan:.3f}.")
+            notes.append(
+                "No pretrained checkpoint (--set model.checkpoint=DIR): the seed's rows are pretrained models, "
+                "so its Tables and Fig. 3 are not evaluable here; the locally trained encoder's rows are ours "
+                "(judged and shown, never deciding). Held-out loss "
+                + "/".join(f"{x:.3f}" for x in loss)
+                + f" vs the unigram model's {held.get('unigram', math.nan):.3f} (the stage) and the uniform "
+                f"predictor's log n = {held.get('uniform') or math.nan:.3f}."
+            )
         docs = info.get("documents")
         if docs:
-            notes.append(f"LDA: {cfg.lda.topics} topics over {docs} documents ({docs / cfg.lda.topics:.2g} documents per "
-                         "topic): at this scale a topic is close to a handful of articles, not the seed's 100 topics "
-                         "over Wikipedia.")
+            notes.append(
+                f"LDA: {cfg.lda.topics} topics over {docs} documents ({docs / cfg.lda.topics:.2g} documents per "
+                "topic): at this scale a topic is close to a handful of articles, not the seed's 100 topics "
+                "over Wikipedia."
+            )
         if "skipped_words" in info:
             ck = info.get("checkpoint", {})
-            read = (f"{ck['architecture']}: the embedding is {ck['embedding']}, shape {ck['embedding_shape']}; the "
-                    f"attention is its encoder's self-attention, every layer and head. ") if ck else ""
-            notes.append(f"Checkpoint {read}{info['skipped_words']} corpus words are split into several word pieces "
-                         f"(or unknown) by its tokenizer and are skipped (no single input embedding).")
-        notes.append("Windows of train.seq_len words play the seed's 'sentences': every window has the same "
-                     "length, so G.3's × len/100 debiasing is one factor for all of them and leaves the "
-                     "attention ratio unchanged (it matters for the absolute values of Table 2).")
+            read = (
+                (
+                    f"{ck['architecture']}: the embedding is {ck['embedding']}, shape {ck['embedding_shape']}; the "
+                    f"attention is its encoder's self-attention, every layer and head. "
+                )
+                if ck
+                else ""
+            )
+            notes.append(
+                f"Checkpoint {read}{info['skipped_words']} corpus words are split into several word pieces "
+                f"(or unknown) by its tokenizer and are skipped (no single input embedding)."
+            )
+        notes.append(
+            "Windows of train.seq_len words play the seed's 'sentences': every window has the same "
+            "length, so G.3's × len/100 debiasing is one factor for all of them and leaves the "
+            "attention ratio unchanged (it matters for the absolute values of Table 2)."
+        )
         return notes

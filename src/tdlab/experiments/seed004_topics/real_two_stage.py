@@ -37,18 +37,36 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, RunContext, register
-from tdlab.experiments.seed004_topics.real_text import (ARM, EncoderConfig, RealTextExperiment, RealTrain,
-                                                        TopicsRealConfig, encoder_config, fit_encoder, prepare_data,
-                                                        run_info, what_ran, write_info)
+from tdlab.experiments.seed004_topics.real_text import (
+    ARM,
+    EncoderConfig,
+    RealTextExperiment,
+    RealTrain,
+    TopicsRealConfig,
+    encoder_config,
+    fit_encoder,
+    prepare_data,
+    run_info,
+    what_ran,
+    write_info,
+)
 from tdlab.experiments.seed004_topics.two_stage import KQ_GREW, LagClaims, lags, value_first_claim
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
 from tdlab.seeding import generators
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["RealTwoStageConfig", "TopicsRealTwoStage", "TwoStageRealClaims", "WeightProbe", "near_zero_qkv",
-           "rotation_means", "NORMS", "CLAIMS"]
+__all__ = [
+    "CLAIMS",
+    "NORMS",
+    "RealTwoStageConfig",
+    "TopicsRealTwoStage",
+    "TwoStageRealClaims",
+    "WeightProbe",
+    "near_zero_qkv",
+    "rotation_means",
+]
 
 NORMS = ("norm_K", "norm_Q", "norm_V")
 ROTATION = "rotation_V"
@@ -73,24 +91,35 @@ class RealTwoStageConfig(TopicsRealConfig):
     def _check_two_stage(self) -> RealTwoStageConfig:
         c = self.claims
         if c.stage1_end <= self.rotation_lag or c.stage1_end >= c.horizon:
-            raise ValueError(f"claims.stage1_end={c.stage1_end} must lie between rotation_lag={self.rotation_lag} and "
-                             f"claims.horizon={c.horizon}")
+            raise ValueError(
+                f"claims.stage1_end={c.stage1_end} must lie between rotation_lag={self.rotation_lag} and "
+                f"claims.horizon={c.horizon}"
+            )
         if c.horizon > self.train.steps:
-            raise ValueError(f"claims.horizon={c.horizon} exceeds train.steps={self.train.steps}: train at least "
-                             "as many steps as the claims read")
+            raise ValueError(
+                f"claims.horizon={c.horizon} exceeds train.steps={self.train.steps}: train at least "
+                "as many steps as the claims read"
+            )
         if self.model.checkpoint:
             raise ValueError("model.checkpoint: Fig. 5 is about training from near zero; a checkpoint is not trained")
         return self
 
 
 CLAIMS = (
-    value_first_claim("Fig. 5: from a near-zero init, W^K and W^Q of every layer start increasing much later than W^V "
-                      "(per layer, over the runs)"),
+    value_first_claim(
+        "Fig. 5: from a near-zero init, W^K and W^Q of every layer start increasing much later than W^V "
+        "(per layer, over the runs)"
+    ),
     ClaimSpec(
         "value-rotates-fast-in-stage-1",
         "Fig. 5: W^V rotates faster in stage 1 (steps ≈ 0-100) than in stage 2 (≈ 100-400), in every layer",
-        test="compare", relation="gt", quantity="mean rotation (1 − cos(W^V_t, W^V_{t−10}))/2 over stage 1 vs over "
-        "stage 2, per layer, paired over members", margin=0.0, horizon="budget"),
+        test="compare",
+        relation="gt",
+        quantity="mean rotation (1 − cos(W^V_t, W^V_{t−10}))/2 over stage 1 vs over "
+        "stage 2, per layer, paired over members",
+        margin=0.0,
+        horizon="budget",
+    ),
 )
 
 
@@ -147,24 +176,34 @@ def rotation_means(steps: np.ndarray, rot: np.ndarray, stage1_end: int, horizon:
 class TopicsRealTwoStage(RealTextExperiment):
     name = "topics-real-two-stage"
     figure = "Fig. 5 (App. A, §8)"
-    description = ("4-layer, 4-head BERT-shaped encoder on a Wikipedia sample, W^K, W^Q, W^V from near zero, 400 "
-                   "masked-token steps: in every layer W^K, W^Q make half their growth at least a tenth of the horizon "
-                   "after W^V (members' mean; topics-two-stage's rule), and W^V rotates faster over steps "
-                   "0-100 than over 100-400.")
+    description = (
+        "4-layer, 4-head BERT-shaped encoder on a Wikipedia sample, W^K, W^Q, W^V from near zero, 400 "
+        "masked-token steps: in every layer W^K, W^Q make half their growth at least a tenth of the horizon "
+        "after W^V (members' mean; topics-two-stage's rule), and W^V rotates faster over steps "
+        "0-100 than over 100-400."
+    )
     Config = RealTwoStageConfig
     claims = CLAIMS
     profiles = {
         # Fig. 5's 4 x 4 model and 400 steps; d = 64 (the quick width), 3 seeds, 20 LDA topics (unused by the
         # claims: the data pipeline is topics-real's).
-        "quick": {"members": 3, "lda": {"topics": 20}, "model": {"d": 64, "layers": 4, "heads": 4},
-                  "train": {"steps": 400, "batch": 32, "seq_len": 64, "eval_every": 100}},
-        "paper": {"members": 3, "lda": {"topics": 100}, "model": {"d": 512, "layers": 4, "heads": 4},
-                  "train": {"steps": 400, "batch": 64, "seq_len": 128, "lr": 1e-4, "eval_every": 50}},
+        "quick": {
+            "members": 3,
+            "lda": {"topics": 20},
+            "model": {"d": 64, "layers": 4, "heads": 4},
+            "train": {"steps": 400, "batch": 32, "seq_len": 64, "eval_every": 100},
+        },
+        "paper": {
+            "members": 3,
+            "lda": {"topics": 100},
+            "model": {"d": 512, "layers": 4, "heads": 4},
+            "train": {"steps": 400, "batch": 64, "seq_len": 128, "lr": 1e-4, "eval_every": 50},
+        },
     }
     # atlas: the two-stage lag is a share of the horizon read (Fig. 5: the first 400 steps); train.steps stays at the profile's 400 >= every horizon
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis('claims.horizon', (150, 200, 300, 400), quick=(200, 400), label='horizon'),),
-        why='The two-stage claim (W^K, W^Q grow a tenth of the horizon after W^V) is read over the first claims.horizon steps: the read window is the budget the verdict depends on.',
+        axes=(AtlasAxis("claims.horizon", (150, 200, 300, 400), quick=(200, 400), label="horizon"),),
+        why="The two-stage claim (W^K, W^Q grow a tenth of the horizon after W^V) is read over the first claims.horizon steps: the read window is the budget the verdict depends on.",
     )
 
     def run(self, cfg: RealTwoStageConfig, ctx: RunContext) -> None:
@@ -198,19 +237,43 @@ class TopicsRealTwoStage(RealTextExperiment):
             lg = lags(steps, n["norm_K"], n["norm_Q"], n["norm_V"], c.half)
             growth.append(lg.growth)
             res = float(np.min(np.diff(steps))) / float(steps[-1] - steps[0])
-            out.row(CLAIMS[0].id, f"L{l}", Sample(lg.lag, censored=lg.censored, resolution=res), arms=[ARM],
-                    context={"layer": l},
-                    label=f"layer {l}: mean lag of W^K, W^Q behind W^V ≥ {c.lag_share:g} of the horizon")
+            out.row(
+                CLAIMS[0].id,
+                f"L{l}",
+                Sample(lg.lag, censored=lg.censored, resolution=res),
+                arms=[ARM],
+                context={"layer": l},
+                label=f"layer {l}: mean lag of W^K, W^Q behind W^V ≥ {c.lag_share:g} of the horizon",
+            )
             rs, r = self.curves(cfg, run, ROTATION, l)
             s1, s2 = rotation_means(rs, r, c.stage1_end, c.horizon)
-            out.row(CLAIMS[1].id, f"L{l}", Sample(s1), Sample(s2), arms=[ARM], context={"layer": l},
-                    label=f"layer {l}: mean rotation of W^V over stage 1 > over stage 2")
-            per_layer[f"L{l}"] = {"t_half_K": lg.t_k.tolist(), "t_half_Q": lg.t_q.tolist(), "t_half_V": lg.t_v.tolist(),
-                                  "lag": lg.lag.tolist(), "kq_growth": lg.growth.tolist(),
-                                  "first_step_kq_over_v": lg.first_step.tolist(),
-                                  "rotation_stage1": s1.tolist(), "rotation_stage2": s2.tolist()}
-        out.stage(ARM, KQ_GREW, np.min(np.stack(growth), axis=0), c.kq_growth_min, "gt",
-                  evidence="min over layers of min(‖W^K‖, ‖W^Q‖) at the horizon / at the start")
+            out.row(
+                CLAIMS[1].id,
+                f"L{l}",
+                Sample(s1),
+                Sample(s2),
+                arms=[ARM],
+                context={"layer": l},
+                label=f"layer {l}: mean rotation of W^V over stage 1 > over stage 2",
+            )
+            per_layer[f"L{l}"] = {
+                "t_half_K": lg.t_k.tolist(),
+                "t_half_Q": lg.t_q.tolist(),
+                "t_half_V": lg.t_v.tolist(),
+                "lag": lg.lag.tolist(),
+                "kq_growth": lg.growth.tolist(),
+                "first_step_kq_over_v": lg.first_step.tolist(),
+                "rotation_stage1": s1.tolist(),
+                "rotation_stage2": s2.tolist(),
+            }
+        out.stage(
+            ARM,
+            KQ_GREW,
+            np.min(np.stack(growth), axis=0),
+            c.kq_growth_min,
+            "gt",
+            evidence="min over layers of min(‖W^K‖, ‖W^Q‖) at the horizon / at the start",
+        )
         out.values["layers"] = per_layer
         return out
 
@@ -218,16 +281,21 @@ class TopicsRealTwoStage(RealTextExperiment):
         info = measured.values["corpus"]
         layers = measured.values["layers"]
         return [
-            what_ran(cfg, info.get("provenance", "the configured corpus"), control=False, setting=(
-                "Fig. 5's setting (W^K, W^Q, W^V from near zero, trained jointly)")),
+            what_ran(
+                cfg,
+                info.get("provenance", "the configured corpus"),
+                control=False,
+                setting=("Fig. 5's setting (W^K, W^Q, W^V from near zero, trained jointly)"),
+            ),
             "Lags of W^K, W^Q behind W^V (share of the horizon), per layer and member: "
             + "; ".join(f"{k}: " + "/".join(f"{x:.2f}" for x in v["lag"]) for k, v in layers.items()),
             f"Near-zero init: W^Q, W^K, W^V ~ {'U[0, s)' if cfg.qkv_init == 'uniform' else 'N(0, s²)'}, s = "
             f"{cfg.init_scale:g} (the seed gives no scale; the authors' synthetic code's choice); optimiser "
             f"{cfg.train.optimizer}, lr {cfg.train.lr:g}. Under AdamW the first steps of W^K, W^Q are damped by eps "
             "(their gradients carry W^Q, W^K ≈ init, Eq. 5): their first-step norm change relative to W^V's, per "
-            "layer (member median): " + ", ".join(f"{k} {np.median(v['first_step_kq_over_v']):.2g}"
-                                                  for k, v in layers.items()) + ".",
+            "layer (member median): "
+            + ", ".join(f"{k} {np.median(v['first_step_kq_over_v']):.2g}" for k, v in layers.items())
+            + ".",
         ]
 
     def plot(self, cfg: RealTwoStageConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
@@ -248,6 +316,9 @@ class TopicsRealTwoStage(RealTextExperiment):
                 if r == 0:
                     ax.set_title(f"layer {l}", fontsize=9)
             axes[-1, l].set_xlabel("step")
-        fig.suptitle("Fig. 5 — W^K, W^Q, W^V norms and W^V rotation (1 − cos(W^V_t, W^V_t−10))/2, one curve per member "
-                     "(paper: stage 1 ≈ 0-100, stage 2 ≈ 100-400)", fontsize=9)
+        fig.suptitle(
+            "Fig. 5 — W^K, W^Q, W^V norms and W^V rotation (1 − cos(W^V_t, W^V_t−10))/2, one curve per member "
+            "(paper: stage 1 ≈ 0-100, stage 2 ≈ 100-400)",
+            fontsize=9,
+        )
         return [save_figure(fig, figdir / "fig5_two_stage.png")]

@@ -43,23 +43,47 @@ from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import MaskedTokens
 from tdlab.train.trainer import FitResult, Probe, TrainConfig, Trainer
 
-__all__ = ["Loss", "Optimizer", "TopicsTrain", "TopicsExperimentConfig", "StageClaims", "panel_name",
-           "masked_objective", "topic_data", "fit_topics", "trivial_masked_error", "optimum_masked_loss",
-           "GAP_CLOSED", "gap_bound", "record_gap_stage", "stacked", "init_block_z", "fmt_members", "loss_kind", "setting_health",
-           "AUTHORS_NOT_REPRODUCED", "PANELS", "paired_loss_excess_share"]
+__all__ = [
+    "AUTHORS_NOT_REPRODUCED",
+    "GAP_CLOSED",
+    "PANELS",
+    "Loss",
+    "Optimizer",
+    "StageClaims",
+    "TopicsExperimentConfig",
+    "TopicsTrain",
+    "fit_topics",
+    "fmt_members",
+    "gap_bound",
+    "init_block_z",
+    "loss_kind",
+    "masked_objective",
+    "optimum_masked_loss",
+    "paired_loss_excess_share",
+    "panel_name",
+    "record_gap_stage",
+    "setting_health",
+    "stacked",
+    "topic_data",
+    "trivial_masked_error",
+]
 
 Loss = Literal["ce", "squared"]
 Optimizer = Literal["sgd", "adam"]
 PANELS: tuple[tuple[Loss, Optimizer], ...] = (("ce", "sgd"), ("ce", "adam"), ("squared", "sgd"), ("squared", "adam"))
 
-AUTHORS_NOT_REPRODUCED = ("authors_compat leaves out three departures of the authors' code: their L2 term is not "
-                          "squared and carries no gradient, their squared loss is averaged (not summed) over V, and "
-                          "they stop early on a dev set.")
+AUTHORS_NOT_REPRODUCED = (
+    "authors_compat leaves out three departures of the authors' code: their L2 term is not "
+    "squared and carries no gradient, their squared loss is averaged (not summed) over V, and "
+    "they stop early on a dev set."
+)
 
 GAP_CLOSED = Stage(
-    "gap-closed", "the member's final test loss has closed at least claims.gap_share of the way from the uniform "
+    "gap-closed",
+    "the member's final test loss has closed at least claims.gap_share of the way from the uniform "
     "predictor's loss to the optimum (the loss of predicting each masked word's document distribution, a closed "
-    "form): it has trained, not merely moved")
+    "form): it has trained, not merely moved",
+)
 
 
 class TopicsTrain(TrainConfig):
@@ -102,10 +126,20 @@ def panel_name(loss: str, optimizer: str, prefix: str = "") -> str:
 def masked_objective(cfg: TopicsExperimentConfig, loss: Loss) -> MaskedTokens:
     """§3.2's masked-token objective with Eq. (4)'s cross-entropy or Eq. (3)'s squared loss."""
     t, compat = cfg.task, cfg.authors_compat
-    return MaskedTokens(vocab=t.T * t.v + 1, mask_id=0, words=(1, t.T * t.v + 1), p_m=t.p_m, p_c=t.p_c, p_r=t.p_r,
-                        loss=loss, replace_from_all=compat, hide_selected=compat, at_least_one=compat,
-                        # masks drawn once (compat) are stored per position: a member's |M| varies, so no gathering
-                        gather_queries=not compat)
+    return MaskedTokens(
+        vocab=t.T * t.v + 1,
+        mask_id=0,
+        words=(1, t.T * t.v + 1),
+        p_m=t.p_m,
+        p_c=t.p_c,
+        p_r=t.p_r,
+        loss=loss,
+        replace_from_all=compat,
+        hide_selected=compat,
+        at_least_one=compat,
+        # masks drawn once (compat) are stored per position: a member's |M| varies, so no gathering
+        gather_queries=not compat,
+    )
 
 
 def topic_data(cfg: TopicsExperimentConfig, objective: MaskedTokens) -> Any:
@@ -125,16 +159,35 @@ def topic_data(cfg: TopicsExperimentConfig, objective: MaskedTokens) -> Any:
     return FixedDataset(make, cfg.train.batch, eval_splits=("test",), prepare_once=True, objective=objective)
 
 
-def fit_topics(ctx: RunContext, cfg: TopicsExperimentConfig, arm: str, model: TopicModelConfig, loss: Loss,
-               optimizer: Optimizer, seeds: Sequence[int], *, train: TrainConfig | None = None,
-               wv: torch.Tensor | None = None, build: Any = None, probes: Sequence[Probe] = (),
-               member_lr: dict[int, float] | None = None) -> FitResult:
+def fit_topics(
+    ctx: RunContext,
+    cfg: TopicsExperimentConfig,
+    arm: str,
+    model: TopicModelConfig,
+    loss: Loss,
+    optimizer: Optimizer,
+    seeds: Sequence[int],
+    *,
+    train: TrainConfig | None = None,
+    wv: torch.Tensor | None = None,
+    build: Any = None,
+    probes: Sequence[Probe] = (),
+    member_lr: dict[int, float] | None = None,
+) -> FitResult:
     """Train one panel (``loss`` × ``optimizer``) as one ensemble of ``seeds`` and store it under ``arm``
     (its initial parameters under ``arm@init``)."""
     tcfg = (train or cfg.train).updated({"optimizer": "adamw" if optimizer == "adam" else "sgd"})
     objective = masked_objective(cfg, loss)
-    trainer = Trainer(tcfg, ctx.device, ctx.progress, label=arm, objective=objective, probes=probes,
-                      probe_every=tcfg.eval_every, member_lr=member_lr)
+    trainer = Trainer(
+        tcfg,
+        ctx.device,
+        ctx.progress,
+        label=arm,
+        objective=objective,
+        probes=probes,
+        probe_every=tcfg.eval_every,
+        member_lr=member_lr,
+    )
     make = build or (lambda s: TopicAttention(model, s, wv=wv))
     return ctx.fit(arm, trainer, make, seeds, topic_data(cfg, objective))
 
@@ -170,14 +223,21 @@ def gap_bound(trivial: float, optimum: float, share: float) -> float:
     return trivial - share * (trivial - optimum)
 
 
-def record_gap_stage(out: Measurements, name: str, final_loss: np.ndarray, trivial: float, optimum: float,
-                     share: float) -> None:
+def record_gap_stage(
+    out: Measurements, name: str, final_loss: np.ndarray, trivial: float, optimum: float, share: float
+) -> None:
     """Record :data:`GAP_CLOSED` for ``name`` (an arm, or a setting within one): member ``i`` passed when
     ``final_loss[i]`` is below :func:`gap_bound`."""
     bound = gap_bound(trivial, optimum, share)
-    out.stage(name, GAP_CLOSED, final_loss, bound, "lt",
-              evidence=f"final test loss vs {share:g} of the way from the uniform predictor ({trivial:.4g}) to the "
-                       f"optimum ({optimum:.4g})")
+    out.stage(
+        name,
+        GAP_CLOSED,
+        final_loss,
+        bound,
+        "lt",
+        evidence=f"final test loss vs {share:g} of the way from the uniform predictor ({trivial:.4g}) to the "
+        f"optimum ({optimum:.4g})",
+    )
 
 
 def stacked(view: RunView, arm: str, name: str) -> torch.Tensor:
@@ -203,8 +263,9 @@ def loss_kind(arm: str) -> str:
     return "squared" if "squared" in arm.split("/") else "ce"
 
 
-def setting_health(view: RunView, arm: str, settings: Mapping[str, Sequence[int]],
-                   trivial: float | None) -> dict[str, ArmHealth]:
+def setting_health(
+    view: RunView, arm: str, settings: Mapping[str, Sequence[int]], trivial: float | None
+) -> dict[str, ArmHealth]:
     """The health gate of each *setting* of an arm whose members run different settings (per-member
     learning rates or init scales): ``{setting: ArmHealth}`` over that setting's members only, so that a
     setting that trained is not held back by one that did not."""
@@ -213,8 +274,14 @@ def setting_health(view: RunView, arm: str, settings: Mapping[str, Sequence[int]
     out = {}
     for name, idx in settings.items():
         idx = list(idx)
-        out[name] = assess_arm(name, first[idx], last[idx], test_error=last[idx], trivial_error=trivial,
-                               all_finite=bool(np.all(np.isfinite(loss[idx][~np.isnan(loss[idx])]))))
+        out[name] = assess_arm(
+            name,
+            first[idx],
+            last[idx],
+            test_error=last[idx],
+            trivial_error=trivial,
+            all_finite=bool(np.all(np.isfinite(loss[idx][~np.isnan(loss[idx])]))),
+        )
     return out
 
 

@@ -55,50 +55,88 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, RunContext, register
-from tdlab.experiments.seed004_topics.training import (AUTHORS_NOT_REPRODUCED, Optimizer, TopicsExperimentConfig,
-                                                       TopicsTrain, masked_objective, setting_health, topic_data,
-                                                       trivial_masked_error)
+from tdlab.experiments.seed004_topics.training import (
+    AUTHORS_NOT_REPRODUCED,
+    Optimizer,
+    TopicsExperimentConfig,
+    TopicsTrain,
+    masked_objective,
+    setting_health,
+    topic_data,
+    trivial_masked_error,
+)
 from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.seeding import member_seeds
 from tdlab.train.trainer import Trainer
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 
-__all__ = ["TopicsTwoStageConfig", "TopicsTwoStage", "LagClaims", "Setting", "settings", "member_settings",
-           "relative_growth", "stage_split", "half_growth_steps", "Lags", "lags", "value_first_claim", "KQ_GREW",
-           "NORMS", "setting_name", "CLAIMS"]
+__all__ = [
+    "CLAIMS",
+    "KQ_GREW",
+    "NORMS",
+    "LagClaims",
+    "Lags",
+    "Setting",
+    "TopicsTwoStage",
+    "TopicsTwoStageConfig",
+    "half_growth_steps",
+    "lags",
+    "member_settings",
+    "relative_growth",
+    "setting_name",
+    "settings",
+    "stage_split",
+    "value_first_claim",
+]
 
 NORMS = ("norm_K", "norm_Q", "norm_V")  # metric names of ‖W^K‖_F, ‖W^Q‖_F, ‖W^V‖_F
 # One-hot (Eq. 7), near-zero uniform init (the authors' code); d = d_a = V (seed silent). In the profiles
 # too, so that a ``--set model.x=...`` merges into it instead of replacing the whole model config.
 MODEL = {"onehot": True, "init": "uniform", "init_scale": 1e-3}
 
-KQ_GREW = Stage("kq-grew", "‖W^K‖ and ‖W^Q‖ at least double their initial norm within the horizon "
-                "(claims.kq_growth_min; in every layer): stage 2 began, so there is a lag to measure")
+KQ_GREW = Stage(
+    "kq-grew",
+    "‖W^K‖ and ‖W^Q‖ at least double their initial norm within the horizon "
+    "(claims.kq_growth_min; in every layer): stage 2 began, so there is a lag to measure",
+)
 
 
 class LagClaims(Config):
     """The two-stage rule's thresholds (ours, fixed before any run; shared by Figs. 4 and 5)."""
 
     half: float = Field(0.5, gt=0.0, lt=1.0)  # t½: the first step where g_X reaches this
-    lag_share: float = Field(0.1, ge=0.0, lt=1.0)  # the earlier of W^K, W^Q at least this share of the horizon after W^V
+    lag_share: float = Field(
+        0.1, ge=0.0, lt=1.0
+    )  # the earlier of W^K, W^Q at least this share of the horizon after W^V
     kq_growth_min: float = Field(2.0, gt=1.0)  # the stage: ‖W^K‖, ‖W^Q‖ at the horizon / at the start ≥ this
 
 
 def value_first_claim(statement: str) -> ClaimSpec:
     """The two-stage claim: W^V makes half its growth a tenth of the horizon before W^K and W^Q (Fig. 4, Fig. 5)."""
     return ClaimSpec(
-        "value-grows-first", statement, test="value", relation="ge",
+        "value-grows-first",
+        statement,
+        test="value",
+        relation="ge",
         quantity="lag = (min(t½(W^K), t½(W^Q)) − t½(W^V)) / horizon, mean over the members: t½(X) = first step where "
         "‖X‖ has made half its growth over the horizon (known to one logging interval; censored when neither W^K "
-        "nor W^Q grows)", expected="claims.lag_share", tolerance=0.0, horizon="budget", stage=KQ_GREW)
+        "nor W^Q grows)",
+        expected="claims.lag_share",
+        tolerance=0.0,
+        horizon="budget",
+        stage=KQ_GREW,
+    )
 
 
-CLAIMS = (value_first_claim(
-    "Fig. 4 / §5.1: from a near-zero init, W^V grows first while W^K, W^Q stay near zero; W^K, W^Q grow later "
-    "(the headline setting's runs)"),)
+CLAIMS = (
+    value_first_claim(
+        "Fig. 4 / §5.1: from a near-zero init, W^V grows first while W^K, W^Q stay near zero; W^K, W^Q grow later "
+        "(the headline setting's runs)"
+    ),
+)
 
 
 class TopicsTwoStageConfig(TopicsExperimentConfig):
@@ -126,17 +164,26 @@ class TopicsTwoStageConfig(TopicsExperimentConfig):
             vals = getattr(self, name)
             if not vals or len(set(vals)) != len(vals) or any(not 0.0 < x <= 10.0 for x in vals):
                 raise ValueError(f"{name}: list at least one value in (0, 10], without repeats")
-        if not self.headline_only and (self.headline_optimizer not in self.optimizers
-                                       or self.headline_lr not in self.lrs or self.headline_init not in self.inits):
-            raise ValueError("headline_optimizer / headline_lr / headline_init: the headline setting must be one of "
-                             f"optimizers={self.optimizers} x lrs={self.lrs} x inits={self.inits}")
+        if not self.headline_only and (
+            self.headline_optimizer not in self.optimizers
+            or self.headline_lr not in self.lrs
+            or self.headline_init not in self.inits
+        ):
+            raise ValueError(
+                "headline_optimizer / headline_lr / headline_init: the headline setting must be one of "
+                f"optimizers={self.optimizers} x lrs={self.lrs} x inits={self.inits}"
+            )
         m = self.model
         if not m.onehot or m.uniform_attn or m.embed_only or m.frozen_wv:
-            raise ValueError("model: Fig. 4 trains W^K, W^Q, W^V on one-hot inputs; set onehot=true and leave "
-                             "uniform_attn, embed_only, frozen_wv unset")
+            raise ValueError(
+                "model: Fig. 4 trains W^K, W^Q, W^V on one-hot inputs; set onehot=true and leave "
+                "uniform_attn, embed_only, frozen_wv unset"
+            )
         if m.init_scheme != "uniform":
-            raise ValueError("model.init: the two-stage experiment starts near zero: init must be 'uniform' "
-                             "(U[0, init_scale), the authors' code)")
+            raise ValueError(
+                "model.init: the two-stage experiment starts near zero: init must be 'uniform' "
+                "(U[0, init_scale), the authors' code)"
+            )
         if m.vocab != self.task.T * self.task.v + 1:
             raise ValueError(f"model.vocab must be T*v + 1 = {self.task.T * self.task.v + 1}")
         return self
@@ -251,8 +298,10 @@ def lags(steps: np.ndarray, norm_k: np.ndarray, norm_q: np.ndarray, norm_v: np.n
     steps = np.asarray(steps, dtype=float)
     K, Q, V = (np.atleast_2d(np.asarray(x, dtype=float)) for x in (norm_k, norm_q, norm_v))
     if not (K.shape == Q.shape == V.shape) or K.shape[-1] != steps.size or steps.size < 2:
-        raise ValueError(f"norm curves must share one (E, S) shape with S = len(steps) = {steps.size} ≥ 2; "
-                         f"got {K.shape}, {Q.shape}, {V.shape}")
+        raise ValueError(
+            f"norm curves must share one (E, S) shape with S = len(steps) = {steps.size} ≥ 2; "
+            f"got {K.shape}, {Q.shape}, {V.shape}"
+        )
     t_k, t_q, t_v = (half_growth_steps(steps, x, half) for x in (K, Q, V))
     start, end = steps[0], steps[-1]
     span = end - start
@@ -275,36 +324,48 @@ class TopicsTwoStage(Experiment):
     name = "topics-two-stage"
     paper = "004 Topic structure"
     figure = "Fig. 4, §5.1, §8"
-    description = ("One-hot one-layer transformer, W^K, W^Q, W^V from near-zero init trained jointly on LDA documents "
-                   "over {SGD, Adam} x lr {0.003, 0.01, 0.03} x init {1e-3, 1e-2}: W^V makes half its growth at least "
-                   "a tenth of the horizon before W^K and W^Q (mean over the headline setting's members, Adam lr 0.01 "
-                   "init 1e-3), judged where W^K, W^Q grew; other settings ours.")
+    description = (
+        "One-hot one-layer transformer, W^K, W^Q, W^V from near-zero init trained jointly on LDA documents "
+        "over {SGD, Adam} x lr {0.003, 0.01, 0.03} x init {1e-3, 1e-2}: W^V makes half its growth at least "
+        "a tenth of the horizon before W^K and W^Q (mean over the headline setting's members, Adam lr 0.01 "
+        "init 1e-3), judged where W^K, W^Q grew; other settings ours."
+    )
     Config = TopicsTwoStageConfig
     claims = CLAIMS
     arm_fields = {"model.init_scale": "inits=[...]", "train.lr": "lrs=[...]", "train.optimizer": "optimizers=[...]"}
     profiles = {
         # 2 CPU cores: documents, vocabulary, lrs and inits as in the paper; batch 16 (not 40), 1000 steps
         # (Fig. 4's x-axis), 2 seeds per setting, 16 for the headline.
-        "quick": {"members": 2, "headline_members": 16, "model": MODEL,
-                  "train": {"steps": 1000, "batch": 16, "eval_every": 100, "eval_batches": 2}},
+        "quick": {
+            "members": 2,
+            "headline_members": 16,
+            "model": MODEL,
+            "train": {"steps": 1000, "batch": 16, "eval_every": 100, "eval_batches": 2},
+        },
         # The authors' budget (≈ 5,000 steps at batch 40), 3 seeds per setting, 20 for the headline;
         # the rule still reads Fig. 4's first 1000 steps (horizon).
-        "paper": {"members": 3, "headline_members": 20, "model": MODEL,
-                  "train": {"steps": 5000, "batch": 40, "eval_every": 250, "eval_batches": 8}},
+        "paper": {
+            "members": 3,
+            "headline_members": 20,
+            "model": MODEL,
+            "train": {"steps": 5000, "batch": 40, "eval_every": 250, "eval_batches": 8},
+        },
     }
     # atlas: where do Fig. 4's two stages appear? §5.1/§8: "with certain initialization and learning rate
     # settings"; "sensitive to hyperparameters like initialization and learning rate". Every point trains one
     # setting (headline_only) and judges it with the two-stage rule over Fig. 4's 1000-step horizon.
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("headline_lr", (0.001, 0.003, 0.01, 0.03, 0.1, 0.3), quick=(0.01, 0.1), label="lr"),
-              AtlasAxis("headline_init", (1e-4, 1e-3, 1e-2), quick=(1e-3,), label="init"),
-              AtlasAxis("headline_optimizer", ("sgd", "adam"), label="optimizer"),
-              AtlasAxis("authors_compat", (False, True), label="authors_compat")),
+        axes=(
+            AtlasAxis("headline_lr", (0.001, 0.003, 0.01, 0.03, 0.1, 0.3), quick=(0.01, 0.1), label="lr"),
+            AtlasAxis("headline_init", (1e-4, 1e-3, 1e-2), quick=(1e-3,), label="init"),
+            AtlasAxis("headline_optimizer", ("sgd", "adam"), label="optimizer"),
+            AtlasAxis("authors_compat", (False, True), label="authors_compat"),
+        ),
         set={"headline_only": True},
         profile_set={"quick": {"headline_members": 4}},
         why="The quick 12-setting grid judges the rule on 2 members per setting, and §8 says the two stages appear "
-            "only for some initialisations and learning rates: the atlas searches optimiser x lr x init scale x "
-            "authors_compat, one setting per point, each judged by the same two-stage rule (value-grows-first).",
+        "only for some initialisations and learning rates: the atlas searches optimiser x lr x init scale x "
+        "authors_compat, one setting per point, each judged by the same two-stage rule (value-grows-first).",
     )
 
     @staticmethod
@@ -316,8 +377,9 @@ class TopicsTwoStage(Experiment):
         return setting_name(cfg.headline_optimizer, cfg.headline_lr, cfg.headline_init)
 
     def run(self, cfg: TopicsTwoStageConfig, ctx: RunContext) -> None:
-        model = cfg.model.updated({"p_m": cfg.task.p_m, "p_c": cfg.task.p_c, "p_r": cfg.task.p_r,
-                                   "authors_compat": cfg.authors_compat})
+        model = cfg.model.updated(
+            {"p_m": cfg.task.p_m, "p_c": cfg.task.p_c, "p_r": cfg.task.p_r, "authors_compat": cfg.authors_compat}
+        )
         objective = masked_objective(cfg, "ce")
         for opt in self.arms(cfg):
             per_member = member_settings(cfg, opt)
@@ -329,10 +391,19 @@ class TopicsTwoStage(Experiment):
                 alone = [TopicAttention(model.updated({"init_scale": setting_of[s].init}), [s]) for s in chunk]
                 return assemble(TopicAttention(model, chunk), alone)
 
-            tcfg: TopicsTrain = cfg.train.updated({"optimizer": "adamw" if opt == "adam" else "sgd",
-                                                   "lr": per_member[0].lr})
-            trainer = Trainer(tcfg, ctx.device, ctx.progress, label=opt, objective=objective, probes=[_norm_probe],
-                              probe_every=1, member_lr={s: setting_of[s].lr for s in seeds})
+            tcfg: TopicsTrain = cfg.train.updated(
+                {"optimizer": "adamw" if opt == "adam" else "sgd", "lr": per_member[0].lr}
+            )
+            trainer = Trainer(
+                tcfg,
+                ctx.device,
+                ctx.progress,
+                label=opt,
+                objective=objective,
+                probes=[_norm_probe],
+                probe_every=1,
+                member_lr={s: setting_of[s].lr for s in seeds},
+            )
             ctx.fit(opt, trainer, build, seeds, topic_data(cfg, objective))
 
     def trivial_error(self, cfg: TopicsTwoStageConfig, arm: str) -> float:
@@ -375,18 +446,35 @@ class TopicsTwoStage(Experiment):
             lg = lags(steps, n["norm_K"], n["norm_Q"], n["norm_V"], c.half)
             res = float(np.min(np.diff(steps))) / float(steps[-1] - steps[0])
             for name, idx in self.members_of(cfg, arm).items():
-                out.stage(name, KQ_GREW, lg.growth[idx], c.kq_growth_min, "gt",
-                          evidence="min(‖W^K‖, ‖W^Q‖) at the horizon / at the start")
-                out.row("value-grows-first", name, Sample(lg.lag[idx], censored=lg.censored[idx], resolution=res),
-                        arms=[name], provenance="seed" if name == head else "ours", context={"setting": name},
-                        label=f"{name}: mean lag of W^K, W^Q behind W^V ≥ {c.lag_share:g} of the horizon "
-                              f"({len(idx)} members)")
-                table[name] = {"members": len(idx), "lag": lg.lag[idx].tolist(),
-                               "lag_at_least": int(np.sum(lg.lag[idx] >= c.lag_share)),
-                               "kq_never_grew": int(np.sum(lg.censored[idx])),
-                               "t_half_K": lg.t_k[idx].tolist(), "t_half_Q": lg.t_q[idx].tolist(),
-                               "t_half_V": lg.t_v[idx].tolist(), "kq_growth": lg.growth[idx].tolist(),
-                               "first_step_kq_over_v": float(np.median(lg.first_step[idx]))}
+                out.stage(
+                    name,
+                    KQ_GREW,
+                    lg.growth[idx],
+                    c.kq_growth_min,
+                    "gt",
+                    evidence="min(‖W^K‖, ‖W^Q‖) at the horizon / at the start",
+                )
+                out.row(
+                    "value-grows-first",
+                    name,
+                    Sample(lg.lag[idx], censored=lg.censored[idx], resolution=res),
+                    arms=[name],
+                    provenance="seed" if name == head else "ours",
+                    context={"setting": name},
+                    label=f"{name}: mean lag of W^K, W^Q behind W^V ≥ {c.lag_share:g} of the horizon "
+                    f"({len(idx)} members)",
+                )
+                table[name] = {
+                    "members": len(idx),
+                    "lag": lg.lag[idx].tolist(),
+                    "lag_at_least": int(np.sum(lg.lag[idx] >= c.lag_share)),
+                    "kq_never_grew": int(np.sum(lg.censored[idx])),
+                    "t_half_K": lg.t_k[idx].tolist(),
+                    "t_half_Q": lg.t_q[idx].tolist(),
+                    "t_half_V": lg.t_v[idx].tolist(),
+                    "kq_growth": lg.growth[idx].tolist(),
+                    "first_step_kq_over_v": float(np.median(lg.first_step[idx])),
+                }
         out.values["settings"] = table
         return out
 
@@ -397,17 +485,21 @@ class TopicsTwoStage(Experiment):
         for name, t in table.items():
             tag = "headline" if name == head else "ours, no verdict on the paper group (§8: depends on init and lr)"
             never = f" ({t['kq_never_grew']} of them because W^K, W^Q never grew)" if t["kq_never_grew"] else ""
-            notes.append(f"{name} ({tag}): {t['lag_at_least']}/{t['members']} members with W^K, W^Q half-grown ≥ "
-                         f"{c.lag_share:g} of the horizon after W^V{never}; median t½ K/Q/V = {_med(t['t_half_K'])}/"
-                         f"{_med(t['t_half_Q'])}/{_med(t['t_half_V'])}; K/Q growth ≥ {min(t['kq_growth']):.3g}x; "
-                         f"first-step norm change of W^K, W^Q / W^V's: {t['first_step_kq_over_v']:.2g}")
+            notes.append(
+                f"{name} ({tag}): {t['lag_at_least']}/{t['members']} members with W^K, W^Q half-grown ≥ "
+                f"{c.lag_share:g} of the horizon after W^V{never}; median t½ K/Q/V = {_med(t['t_half_K'])}/"
+                f"{_med(t['t_half_Q'])}/{_med(t['t_half_V'])}; K/Q growth ≥ {min(t['kq_growth']):.3g}x; "
+                f"first-step norm change of W^K, W^Q / W^V's: {t['first_step_kq_over_v']:.2g}"
+            )
         adam = [t["first_step_kq_over_v"] for n, t in table.items() if n.startswith("adam/")]
         if adam:
-            notes.append("Init: U[0, init_scale) entrywise (the authors' code), a nonzero-mean start. Under AdamW the "
-                         "first steps are not lr-sized for every weight: ∇W^K, ∇W^Q carry W^Q, W^K ≈ init (Eq. 5) and sit "
-                         "below Adam's eps, which damps them (first-step norm change of W^K, W^Q relative to W^V's: "
-                         f"{min(adam):.2g}-{max(adam):.2g} in the Adam settings); once their gradients outgrow eps every "
-                         "coordinate moves by ~lr per step, so under Adam §8's argument fixes only the first few steps.")
+            notes.append(
+                "Init: U[0, init_scale) entrywise (the authors' code), a nonzero-mean start. Under AdamW the "
+                "first steps are not lr-sized for every weight: ∇W^K, ∇W^Q carry W^Q, W^K ≈ init (Eq. 5) and sit "
+                "below Adam's eps, which damps them (first-step norm change of W^K, W^Q relative to W^V's: "
+                f"{min(adam):.2g}-{max(adam):.2g} in the Adam settings); once their gradients outgrow eps every "
+                "coordinate moves by ~lr per step, so under Adam §8's argument fixes only the first few steps."
+            )
         if cfg.authors_compat:
             notes.append(AUTHORS_NOT_REPRODUCED)
         return notes
@@ -425,9 +517,15 @@ class TopicsTwoStage(Experiment):
             seen = set()
             for e, s in enumerate(member_settings(cfg, arm)):
                 for ax, name in zip(axes, NORMS):
-                    ax.plot(steps, n[name][e], color=colors[s.name], lw=1.4 if s.name == head else 0.7,
-                            alpha=0.9 if s.name == head else 0.6, ls="-" if arm == "adam" else "--",
-                            label=s.name if s.name not in seen and name == "norm_K" else None)
+                    ax.plot(
+                        steps,
+                        n[name][e],
+                        color=colors[s.name],
+                        lw=1.4 if s.name == head else 0.7,
+                        alpha=0.9 if s.name == head else 0.6,
+                        ls="-" if arm == "adam" else "--",
+                        label=s.name if s.name not in seen and name == "norm_K" else None,
+                    )
                 seen.add(s.name)
         for ax, name in zip(axes, NORMS):
             ax.set_ylabel(labels[name])
@@ -435,9 +533,12 @@ class TopicsTwoStage(Experiment):
         axes[0].legend(fontsize=6, ncol=3)
         table = analysis.measurements.get("settings", {})
         h = table.get(head, {})
-        fig.suptitle(f"Fig. 4 — norms along training, one curve per member (paper: stage 1 ≈ steps 0-400, stage 2 "
-                     f"400-1000)\nheadline {head}: {h.get('lag_at_least', '?')}/{h.get('members', '?')} members lag ≥ "
-                     f"{cfg.claims.lag_share:g}", fontsize=9)
+        fig.suptitle(
+            f"Fig. 4 — norms along training, one curve per member (paper: stage 1 ≈ steps 0-400, stage 2 "
+            f"400-1000)\nheadline {head}: {h.get('lag_at_least', '?')}/{h.get('members', '?')} members lag ≥ "
+            f"{cfg.claims.lag_share:g}",
+            fontsize=9,
+        )
         paths = [save_figure(fig, figdir / "fig4_norms.png")]
         if table:
             names = list(table)
