@@ -159,4 +159,4 @@ def rejudge(rec: Record) -> list[Any]:
         health = health_from_json(rec.arms)
     except SerialError as exc:
         raise RecordError(f"{rec.experiment}: {exc}") from None
-    return judge(exp.claims, measured, cfg, health, rec.confidence)
+    return judge(exp.claims, measured, cfg, health, rec.confidence, exp.lengths(cfg))

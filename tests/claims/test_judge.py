@@ -426,3 +426,41 @@ def test_markov_init_standard_claim_stays_only_beyond_p_plus_q_one():
     c = next(c for c in exp.claims if c.id == "standard-init-ends-at-theory-limit")
     assert c.stays_for(exp.make_config("quick", ["task.p=0.5", "task.q=0.8"]))
     assert not c.stays_for(exp.make_config("quick", ["task.p=0.2", "task.q=0.3"]))
+
+
+def test_a_budget_claim_fails_only_at_the_seeds_length():
+    """Planted: masked-tuple accuracy 0.70 (still rising) against a claim of ≥ 0.9 at the seed's budget. From a
+    run of 12 of the seed's 1000 epochs it is not resolved, naming both lengths; at 1000 it fails; a holds from
+    the short run stands (what has happened stays happened); a convergence claim ignores the lengths."""
+    rising = Sample([0.69, 0.70, 0.71], drift=0.05)
+    claim = spec(relation="ge", expected=0.9, tolerance=0.0, horizon="budget")
+    m = Measurements()
+    m.row(claim.id, "r", rising)
+    (g,) = judge([claim], m, CFG, lengths=(12.0, 1000.0))
+    assert (g.verdict, g.cause) == ("not resolved", "shorter than the seed's length")
+    assert "12" in g.rows[0].reason and "1000" in g.rows[0].reason
+    assert judge([claim], m, CFG, lengths=(1000.0, 1000.0))[0].verdict == "fails"
+    assert judge([claim], m, CFG)[0].verdict == "fails"  # an experiment with no length field
+    high = Measurements()
+    high.row(claim.id, "r", Sample([0.95, 0.96, 0.97]))
+    assert judge([claim], high, CFG, lengths=(12.0, 1000.0))[0].verdict == "holds"
+    conv = spec(relation="ge", expected=0.9, tolerance=0.0, horizon="convergence")
+    flat = Measurements()
+    flat.row(conv.id, "r", Sample([0.69, 0.70, 0.71], drift=0.0))
+    assert judge([conv], flat, CFG, lengths=(12.0, 1000.0))[0].verdict == "fails"
+
+
+def test_an_undecided_row_still_moving_by_more_than_its_half_width_names_training_not_spread():
+    """Planted: a distance straddling its tolerance (0.05) whose end drift (0.021) exceeds the interval's
+    half-width: the binding limit is the training length ("still moving"); with a small drift it is the
+    spread; a budget claim has no convergence rule."""
+    values = [0.045, 0.05, 0.055, 0.048, 0.052, 0.05]
+    claim = spec(relation="le", expected=0.0, tolerance=0.05, drift_tolerance=0.05, horizon="convergence")
+    _, r = one(claim, Sample(values, drift=-0.021))
+    half = (r.interval.hi - r.interval.lo) / 2
+    assert half < 0.021 and (r.verdict, r.cause) == ("not resolved", "still moving")
+    assert "half-width" in r.reason
+    _, still = one(claim, Sample(values, drift=-0.2 * half))
+    assert (still.verdict, still.cause) == ("not resolved", "spread")
+    budget = spec(relation="le", expected=0.0, tolerance=0.05, horizon="budget")
+    assert one(budget, Sample(values, drift=-0.021))[1].cause == "spread"

@@ -13,7 +13,13 @@ A row's verdict, in order:
    (in learning-rate time) by more than its drift tolerance is not resolved. A ``fails`` at convergence
    also needs the measurement to have stopped moving *towards* the claim: one still approaching it at
    a pace that, over as much training again (:data:`AGAIN` end windows), would cover its tolerance is
-   not resolved: a slow creep far from the claim is training too short, not a finding.
+   not resolved: a slow creep far from the claim is training too short, not a finding. A row not
+   resolved by its spread whose measurement still moves by more than the interval's half-width names
+   the training length as its limit (``still moving``), not the spread.
+   **Budget**: a ``budget`` claim is a statement about the seed's training length, so it fails only
+   there: a row that fails in a run shorter than the seed's (``lengths``) is not resolved ("shorter
+   than the seed's length"); one that holds stands, except for a claim that something *stays*
+   (``ClaimSpec.stays``), which cannot hold from a shorter run and can fail from one.
 3. **Health gate**: a row needing an arm that did not train (moved, for claims about failing to
    learn) is not evaluable.
 4. **Stage gate**: a row whose arms have not passed the claim's declared stage in every member is not
@@ -281,8 +287,12 @@ def judge(
     cfg: Any,
     health: Mapping[str, ArmHealth] | None = None,
     confidence: float = 0.95,
+    lengths: tuple[float, float] | None = None,
 ) -> list[GroupResult]:
-    """Every declared claim judged on ``measured`` (rows of undeclared claims are an error)."""
+    """Every declared claim judged on ``measured`` (rows of undeclared claims are an error).
+
+    ``lengths``: the run's training length and the seed's (the experiment's length field under the run's
+    config and under the paper profile), read by the budget rule; ``None`` where the experiment has none."""
     ids = [s.id for s in specs]
     if len(set(ids)) != len(ids):
         raise ValueError(f"claim ids declared twice: {sorted({i for i in ids if ids.count(i) > 1})}")
@@ -290,7 +300,7 @@ def judge(
     if unknown:
         raise ValueError(f"measurements for undeclared claims: {sorted(unknown)}")
     health = health or {}
-    return [judge_group(s, measured.rows.get(s.id, []), measured, cfg, health, confidence) for s in specs]
+    return [judge_group(s, measured.rows.get(s.id, []), measured, cfg, health, confidence, lengths) for s in specs]
 
 
 def judge_group(
@@ -300,9 +310,10 @@ def judge_group(
     cfg: Any,
     health: Mapping[str, ArmHealth],
     confidence: float = 0.95,
+    lengths: tuple[float, float] | None = None,
 ) -> GroupResult:
     stage = spec.stage_for(cfg)
-    results = [judge_row(spec, r, cfg, confidence) for r in rows]
+    results = [judge_row(spec, r, cfg, confidence, lengths) for r in rows]
     for res, row in zip(results, rows):
         _gate(spec, stage, res, row, measured, health)
     for prov in ("seed", "ours"):
@@ -392,8 +403,11 @@ def _gate(
         res.set("not evaluable", "stage not reached", f"stage not reached — {stage.description}: " + "; ".join(missing))
 
 
-def judge_row(spec: ClaimSpec, row: Row, cfg: Any, confidence: float = 0.95) -> RowResult:
-    """The decision and convergence steps of one row (the gates need the whole run: :func:`judge`)."""
+def judge_row(
+    spec: ClaimSpec, row: Row, cfg: Any, confidence: float = 0.95, lengths: tuple[float, float] | None = None
+) -> RowResult:
+    """The decision, convergence and budget steps of one row (the gates need the whole run: :func:`judge`).
+    ``lengths``: ``(the run's training length, the seed's)`` for the budget rule (see :func:`judge`)."""
     expected = resolve(spec.expected, cfg, row)
     tol = resolve(spec.tolerance, cfg, row) if spec.test != "compare" else 0.0
     margin = resolve(spec.margin, cfg, row) if spec.test == "compare" else None
@@ -458,6 +472,23 @@ def judge_row(spec: ClaimSpec, row: Row, cfg: Any, confidence: float = 0.95) -> 
             f"still moving: {m.drift:+.4g}{spec.unit} over the last tenth of training (learning-rate time), "
             f"tolerance {drift_tol:g}; {res.verdict} at the end",
         )
+    elif (
+        spec.horizon == "budget"
+        and res.verdict == "fails"
+        and not spec.stays_for(cfg)
+        and lengths is not None
+        and lengths[0] < lengths[1]
+    ):
+        # A statement about the seed's budget fails only there: what has not happened by a shorter run's end
+        # may still happen before the seed's (a curve still rising is training too short, not a finding).
+        # A holds from a shorter run stands (what has happened stays happened), except for a claim that
+        # something stays, which is the mirror case below.
+        res.set(
+            "not resolved",
+            "shorter than the seed's length",
+            f"fails at {lengths[0]:g} of training, shorter than the seed's budget {lengths[1]:g}: "
+            f"a statement about the seed's budget fails only there",
+        )
     elif res.verdict == "holds" and spec.stays_for(cfg) and _short_of_seed(spec, cfg, row):
         run_len, seed_len = resolve(spec.length, cfg, row), resolve(spec.seed_length, cfg, row)
         res.set(
@@ -483,6 +514,24 @@ def judge_row(spec: ClaimSpec, row: Row, cfg: Any, confidence: float = 0.95) -> 
                 f"(learning-rate time), so as much training again at that pace moves it by "
                 f"{abs(m.drift) * AGAIN:.4g}, at least its tolerance {drift_tol:g}; fails at the end, not at convergence",
             )
+    if (
+        spec.horizon == "convergence"
+        and res.verdict == "not resolved"
+        and res.cause == "spread"
+        and m.drift is not None
+        and math.isfinite(m.drift)
+        and math.isfinite(res.interval.hi - res.interval.lo)
+        and abs(m.drift) > (res.interval.hi - res.interval.lo) / 2
+    ):
+        # More members would narrow the interval, but its centre still moves by more than its half-width
+        # over the last tenth of training: the binding limit is the training length, not the seed spread.
+        res.set(
+            "not resolved",
+            "still moving",
+            f"the interval straddles the boundary and the measurement still moves {m.drift:+.4g}{spec.unit} over "
+            f"the last tenth of training (learning-rate time), more than the interval's half-width "
+            f"{(res.interval.hi - res.interval.lo) / 2:.4g}: training too short, not the spread",
+        )
     return res
 
 

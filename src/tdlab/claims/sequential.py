@@ -145,9 +145,10 @@ def _rows(group: Any) -> list[Mapping[str, Any]]:
 
 
 def waits_on_training(group: Any) -> bool:
-    """An undecided paper group that longer training may settle: one of its undecided seed rows is judged
-    at convergence (``horizon="convergence"``) and is still moving, short of its stage, or censored in
-    every member (never reached). A claim judged at the seed's budget never waits on training."""
+    """An undecided paper group that longer training may settle: one of its undecided seed rows is still
+    moving, short of its stage or of the seed's length, or censored in every member (never reached). A
+    claim judged at the seed's budget waits on training too: the extension stops at the seed's length
+    (:class:`Extension`'s cap), so it is read at most there."""
     if _get(group, "kind") != "paper" or decided(group):
         return False
     rows = [
@@ -156,11 +157,8 @@ def waits_on_training(group: Any) -> bool:
         if r.get("provenance") == "seed" and r.get("verdict") in ("not resolved", "not evaluable")
     ]
     return any(
-        r.get("horizon") == "convergence"
-        and (
-            r.get("cause") in TRAINING_CAUSES
-            or (r.get("cause") == "censored" and row_blocker(r) == "no member reached within the horizon")
-        )
+        r.get("cause") in TRAINING_CAUSES
+        or (r.get("cause") == "censored" and row_blocker(r) == "no member reached within the horizon")
         for r in rows
     )
 
@@ -168,26 +166,23 @@ def waits_on_training(group: Any) -> bool:
 @dataclass(frozen=True)
 class Extension:
     """How a ``--decide`` run may train longer: the config ``field`` that sets every arm's training length,
-    its ``current`` value, the ``cap`` it never exceeds (the paper profile's value: the seed's own length),
-    and ``blocked``, why it may not train longer at all ("" when it may): an experiment with a paper claim
-    judged at the seed's budget keeps its budget (a longer run would change what those claims read)."""
+    its ``current`` value and the ``cap`` it never exceeds (the paper profile's value: the seed's own length)."""
 
     field: str
     current: float
     cap: float
-    blocked: str = ""
     factor: float = 2.0
 
     def next(self) -> float | None:
         """The next training length, ``current · factor`` capped at :attr:`cap` and kept an integer where the
-        field is one; ``None`` when it may not grow (blocked, or at the cap)."""
-        if self.blocked or self.current >= self.cap:
+        field is one; ``None`` at the cap."""
+        if self.current >= self.cap:
             return None
         nxt = min(self.cap, self.current * self.factor)
         return int(round(nxt)) if float(self.current).is_integer() and float(self.cap).is_integer() else nxt
 
     def why_not(self) -> str:
-        return self.blocked or f"{self.field} = {self.current:g} is the paper profile's (the seed's) length already"
+        return f"{self.field} = {self.current:g} is the paper profile's (the seed's) length already"
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import Field
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm, judge
-from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides
+from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides, read_field
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.catalog import CATALOG
 from tdlab.experiments.view import RunView
@@ -314,6 +314,16 @@ class Experiment(ABC):
             (a.field for a in axes if not a.as_list and a.field.rsplit(".", 1)[-1] in ("steps", "epochs")), None
         )
 
+    def lengths(self, cfg: ExperimentConfig) -> tuple[float, float] | None:
+        """``(cfg's training length, the seed's)``: the :meth:`training_length_field` under ``cfg`` and under
+        the paper profile (the seed's own settings), which the budget rule of :func:`tdlab.claims.judge`
+        reads; ``None`` for an experiment with no such field or no paper profile."""
+        name = self.training_length_field()
+        if name is None or "paper" not in self.profiles:
+            return None
+        # built, not made: make_config's memory check would refuse the seed's setting on a small machine
+        return float(read_field(cfg, name)), float(read_field(build_config(self.Config, self.profiles["paper"]), name))
+
     def make_config(
         self, profile: str = "quick", overrides: Sequence[str] = (), members: int | None = None, seed: int | None = None
     ) -> ExperimentConfig:
@@ -366,7 +376,7 @@ class Experiment(ABC):
             view = run if isinstance(run, RunView) else RunView(run)
             measured = self.measure(cfg, view)
             health = self.health(cfg, view)
-            groups = judge(self.claims, measured, cfg, health, confidence)
+            groups = judge(self.claims, measured, cfg, health, confidence, self.lengths(cfg))
             return Analysis(groups, measured.values, self.notes(cfg, measured, groups), health, measured=measured)
 
     def trivial_error(self, cfg: ExperimentConfig, arm: str) -> float | None:

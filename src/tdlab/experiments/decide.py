@@ -38,7 +38,7 @@ from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunCo
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run
 
-__all__ = ["DecidePlan", "not_helped", "run_rounds", "training_extension"]
+__all__ = ["DecidePlan", "run_rounds", "training_extension"]
 
 
 class DecidePlan(Looks, frozen=True):
@@ -50,28 +50,13 @@ class DecidePlan(Looks, frozen=True):
 def training_extension(exp: Experiment, cfg: ExperimentConfig) -> Extension | None:
     """How ``exp`` may train longer in a ``--decide`` run (:class:`~tdlab.claims.sequential.Extension`), or
     ``None`` when it has no single training-length field. The cap is the field's value under the paper
-    profile (never train longer than the seed did); an experiment with paper claims judged at the seed's
-    budget may not train longer at all: its budget claims would then read another budget."""
-    name = exp.training_length_field()
-    if name is None:
+    profile: never train longer than the seed did, so a claim judged at the seed's budget is read at most
+    there (the budget rule decides a fail only at that length)."""
+    lengths = exp.lengths(cfg)
+    if lengths is None:
         return None
-    current, cap = read_field(cfg, name), read_field(exp.make_config("paper"), name)
-    budget = [c.id for c in exp.claims if c.kind == "paper" and c.horizon == "budget"]
-    blocked = (
-        f"its paper claims {', '.join(budget)} are judged at the seed's budget, which a longer run would change"
-        if budget
-        else ""
-    )
-    return Extension(name, float(current), float(max(cap, current)), blocked)
-
-
-def not_helped(group: Any) -> str:
-    """Why more members cannot settle ``group`` (:func:`~tdlab.claims.sequential.blocker`), and, for a group
-    short of training whose claim is judged at the seed's budget, that longer training may not either."""
-    why = blocker(group)
-    if (why in TRAINING_CAUSES or why == "not trained") and group.spec.horizon == "budget":
-        return f"{why}; judged at the seed's budget, which longer training would change"
-    return why
+    current, cap = lengths
+    return Extension(str(exp.training_length_field()), current, max(cap, current))
 
 
 def run_rounds(
@@ -158,7 +143,7 @@ def run_rounds(
             "growing": list(plan_next.growing),
             "training": list(plan_next.training),
             "not_helped": {
-                g.id: why for g in paper if not decided(g) and (why := not_helped(g)) and g.id not in plan_next.training
+                g.id: why for g in paper if not decided(g) and (why := blocker(g)) and g.id not in plan_next.training
             },
         }
         rounds.append(rec)
