@@ -12,7 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Crossings", "first_crossing", "plateau_escape_step"]
+__all__ = ["NOISE_SIGMAS", "Crossings", "evaluation_noise", "first_crossing", "gap_crossing", "plateau_escape_step"]
+
+# A gap must exceed this many standard deviations of one evaluation's noise before it counts as crossed:
+# with a few hundred evaluations per run, a one-sided 3-sigma level is crossed by noise alone rarely.
+NOISE_SIGMAS = 3.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,40 @@ def first_crossing(steps: np.ndarray, values: np.ndarray, level: float, below: b
     first = np.where(hit, s[np.argmax(past, axis=1)], s[-1])
     resolution = float(np.median(np.diff(s))) if s.size > 1 else 0.0
     return Crossings(first, ~hit, resolution)
+
+
+def evaluation_noise(reference: np.ndarray, population: float) -> float:
+    """The standard deviation of one evaluation of a *fixed* predictor around its population loss.
+
+    Args:
+        reference: ``(E, S)`` a fixed predictor's loss (the unigram predictor, say) scored on each member's
+            evaluation batches at each evaluation; population: its population loss (H(π), say).
+    Returns the root mean square of ``reference − population`` over members and evaluations: the noise one
+    evaluation carries, which a level read off a single evaluation must clear.
+    """
+    r = np.asarray(reference, dtype=float)
+    r = r[np.isfinite(r)]
+    return float(np.sqrt(np.mean((r - population) ** 2))) if r.size else 0.0
+
+
+def gap_crossing(
+    steps: np.ndarray, values: np.ndarray, reference: np.ndarray, drop: float, noise: float
+) -> tuple[Crossings, float]:
+    """First evaluation at which each member's value is below a reference predictor's *on the same batches*
+    by more than ``margin = max(drop, NOISE_SIGMAS · noise)``.
+
+    Comparing with the reference on the same batches removes the batches' shared noise that a fixed level
+    (``population − drop``) would read as a crossing; the margin keeps what noise remains (and a ``drop``
+    smaller than one evaluation's noise) from deciding a discrete event.
+
+    Args:
+        steps: ``(S,)`` evaluation steps; values, reference: ``(E, S)``; drop: the gap that means crossed
+            (nats); noise: one evaluation's noise (:func:`evaluation_noise`).
+    Returns the crossings and the margin used.
+    """
+    margin = max(float(drop), NOISE_SIGMAS * float(noise))
+    gap = np.asarray(values, dtype=float) - np.asarray(reference, dtype=float)
+    return first_crossing(steps, gap, -margin, below=True), margin
 
 
 def plateau_escape_step(steps: np.ndarray, losses: np.ndarray, threshold: float) -> int | None:

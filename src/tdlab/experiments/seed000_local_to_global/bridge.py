@@ -38,7 +38,8 @@ than the tolerance is not resolved):
 
 Measured besides, per member: the class of the final loss (at the rate, at H(π), in between; against the
 same-batch references) and the step at which it leaves the H(π) plateau (censored at the last evaluation
-for a member that never does, :func:`tdlab.probes.curves.first_crossing`). The table in the
+for a member that never does, read on the gap to the unigram predictor on the same batches beyond the
+evaluation noise: :func:`tdlab.probes.curves.gap_crossing`). The table in the
 measurements holds these; verdicts are the judged groups', and the notes and the phase diagram quote them.
 """
 
@@ -58,7 +59,7 @@ from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, 
 from tdlab.experiments.seed000_local_to_global.initialisation import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
-from tdlab.probes.curves import first_crossing
+from tdlab.probes.curves import evaluation_noise, gap_crossing
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain
 from tdlab.theory.markov_landscape import CriticalKind, gaussian_basin_probability, optimal_contrast, profile_loss
@@ -389,8 +390,17 @@ class MarkovBridge(Experiment):
                     missing_refs.append(arm)
                 final = values[:, -1]
                 classes = classify_losses(final, bayes[:, -1], unigram[:, -1], c.tol_nats)
-                escapes = first_crossing(steps, values, level)
-                out.stage(arm, LEFT_PLATEAU, final, level, "lt", evidence="final test loss vs the cell's plateau level")
+                escapes, margin = gap_crossing(
+                    steps, values, unigram, c.escape_fraction * (h_pi - rate), evaluation_noise(unigram, h_pi)
+                )
+                out.stage(
+                    arm,
+                    LEFT_PLATEAU,
+                    final - unigram[:, -1],
+                    -margin,
+                    "lt",
+                    evidence="final test loss − the unigram loss on the same batches (the cell's)",
+                )
                 at_pi = pred["basin"] == AT_H_PI
                 ref_name = "unigram" if at_pi else "bayes"
                 gap = values - (unigram if at_pi else bayes)

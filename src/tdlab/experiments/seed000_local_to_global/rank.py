@@ -80,7 +80,7 @@ from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed000_local_to_global.initialisation import (
     LEFT_PLATEAU,
-    escape_level,
+    plateau_escape,
     small_init_stage,
 )
 from tdlab.experiments.seed000_local_to_global.low_rank import (
@@ -607,8 +607,9 @@ class MarkovRank(Experiment):
                 "lt",
                 evidence="|final test loss − the Bayes loss on the same batches|",
             )
+            _, below, margin = plateau_escape(cfg, run, arm)
             out.stage(
-                arm, LEFT_PLATEAU, loss[:, -1], escape_level(cfg), "lt", evidence="final test loss vs the plateau level"
+                arm, LEFT_PLATEAU, below, -margin, "lt", evidence="final test loss − the unigram loss, same batches"
             )
             m = self._spectra(arm, final, init)
             m.update(
