@@ -7,6 +7,8 @@ run trained with its final members from the start.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 import pytest
 import torch
@@ -307,7 +309,7 @@ class Slow(Toy):
 
     name = "toy-slow"
     Config = SlowConfig
-    profiles = {"quick": {}, "paper": {"steps": 80}}
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {"quick": {}, "paper": {"steps": 80}}
     train_length = "steps"
     claims = (
         ClaimSpec(

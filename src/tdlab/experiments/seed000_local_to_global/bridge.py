@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -296,8 +296,8 @@ class MarkovBridge(Experiment):
     )
     Config = MarkovBridgeConfig
     claims = CLAIMS
-    arm_fields = {"model.max_len": "train.seq_len"}
-    profiles = {
+    arm_fields: ClassVar[dict[str, str]] = {"model.max_len": "train.seq_len"}
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # 2 CPU cores, < 5 minutes (measured). Shrunk from `paper`: 4 cells (two on each side of
         # p+q=1, Fig. 4's (0.5, 0.8) and (0.7, 0.9) among them) instead of 13; 3 members instead of 5;
         # sequence length 128 instead of 1024 (~8 ms a step instead of ~100); budgets 500 and 3000 its

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import torch
@@ -351,8 +351,8 @@ class MarkovICommon(Experiment):
     )
     Config = MarkovICommonConfig
     claims = CLAIMS
-    arm_fields = {"model.max_len": "train.seq_len"}
-    profiles = {
+    arm_fields: ClassVar[dict[str, str]] = {"model.max_len": "train.seq_len"}
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # 2 CPU cores, ~3 minutes (measured): 4 cells x 4 members, 1000 AdamW steps at N = 128 (the
         # canonical loss does not depend on N; the attention cost does), 4 fresh eval batches every 100.
         # Starting inside I_common there is no H(pi) plateau to wait out (a 1500-step trial at (0.2, 0.3)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -231,8 +231,12 @@ class MarkovInit(Experiment):
         "init's verdicts depend on the horizon (stuck at H(π) at 2000 steps for sec2, at the global minimum "
         "after 8000) and on which side of p + q = 1 the chain lies (Thm. 2 vs Thm. 8).",
     )
-    arm_fields = {"model.arch": "archs=[...]", "model.init": "inits=[...]", "model.max_len": "train.seq_len"}
-    profiles = {
+    arm_fields: ClassVar[dict[str, str]] = {
+        "model.arch": "archs=[...]",
+        "model.init": "inits=[...]",
+        "model.max_len": "train.seq_len",
+    }
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # 2 CPU cores, a few minutes: the seed's Fig. 4 horizon is long; we keep d, batch and the
         # optimiser and shrink the schedule and sequence length.
         "quick": {"members": 3, "train": {"steps": 2000, "seq_len": 256, "eval_every": 100, "eval_batches": 4}},

@@ -34,7 +34,7 @@ import math
 import time
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -334,7 +334,7 @@ class MarkovLandscape(FlowExperiment):
     )
     Config = LandscapeConfig
     claims = CLAIMS
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {"members": 2, "n_random": 1000, "n_gaussian": 500, "n_traj": 8},
         "paper": {"members": 5, "n_random": 2000, "n_gaussian": 2000, "n_traj": 12},  # 10^4 random inits
     }

@@ -25,7 +25,7 @@ trajectories (Lemma 14; checks the integrator).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -124,7 +124,7 @@ class MarkovLandscape3D(FlowExperiment):
     )
     Config = Landscape3Config
     claims = CLAIMS
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {"members": 2, "n_gaussian": 500, "n_traj": 8},
         "paper": {"members": 5, "n_gaussian": 2000, "n_traj": 12},
     }

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -500,8 +500,8 @@ class MarkovRank(Experiment):
         why="Fig. 3's rank-one and alignment claims hold at AdamW lr 1e-3 (Table 2) and not under SGD at an unstated "
         "step size: the learning rate is the setting these claims are measured to hinge on.",
     )
-    arm_fields = {"model.max_len": "train.seq_len"}
-    profiles = {
+    arm_fields: ClassVar[dict[str, str]] = {"model.max_len": "train.seq_len"}
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # 2 CPU cores, ~1 minute: App. A.3.1's schedule (800 steps, batch 16, d = 8) and Table 2's
         # optimiser are kept; only the sequence length shrinks, N = 1024 -> 256 (attention cost ~N²).
         "quick": {"members": 3, "train": {"seq_len": 256, "eval_every": 50, "eval_batches": 4}},

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -447,7 +447,7 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
     )
     Config = AnchorsAttentionConfig
     claims = CLAIMS
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": quick_profile(
             {"n_probe": 1000}
         ),  # anchors-bias's quick scale-down; 1,000 training sequences per member

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -241,7 +241,7 @@ class AnchorsBias(AnchorsHealth, Experiment):
     )
     Config = AnchorsBiasConfig
     claims = CLAIMS
-    arm_fields = {
+    arm_fields: ClassVar[dict[str, str]] = {
         "model.init_gamma": "gammas=[...]",
         "model.vocab": "task.d_vob",
         "model.max_len": "task.L",
@@ -250,7 +250,7 @@ class AnchorsBias(AnchorsHealth, Experiment):
         "train.log_every": "schedule.eval_epochs",
         "train.seq_len": "task.L",
     }
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # One scale-down for 2 CPU cores, set once before any run. Kept from the seed: q = 2, L = 9, the
         # anchor sets and M, d_vob = 200, the γ values, the architecture's shape (2 post-LN layers, 1 head,
         # ReLU, untied head with bias), AdamW, batch 100, clip 1. Changed, and why:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -270,7 +270,7 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
     )
     Config = AnchorsEmbeddingConfig
     claims = CLAIMS
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # anchors-bias's quick scale-down (12 epochs, snapshots 1, 2, 11); Fig. 4A's 200 and 900 of 1000 -> 2 and 11.
         "quick": quick_profile({"fig4a_epochs": [2, 11]}),
         "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}},

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -331,8 +331,8 @@ class AnchorsFlows(Experiment):
     )
     Config = AnchorsFlowsConfig
     claims = CLAIMS
-    arm_fields = {"model.gamma": "gamma"}
-    profiles = {
+    arm_fields: ClassVar[dict[str, str]] = {"model.gamma": "gamma"}
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # The seed's task and widths (d_m = d_vob = 200, d_k 64, d_f 512) at γ = 0.8, on 2,000 training
         # sequences per member (CPU time; Eq. 28 and 36 are evaluated on the training set's own counts, Eq. 29
         # on the population's); t = 10 and 40 at lr 1 (40 steps): the early phase (loss within 0.5 % of log d_m).

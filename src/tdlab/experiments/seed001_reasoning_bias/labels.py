@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -249,13 +249,13 @@ class AnchorsLabels(Experiment):
     )
     Config = AnchorsLabelsConfig
     claims = CLAIMS
-    arm_fields = {
+    arm_fields: ClassVar[dict[str, str]] = {
         "compare_task.memory_labels": "the arms mem1 (uniform) and mem2 (window)",
         "model.vocab": "groups_task.d_vob / compare_task.d_vob",
         "model.max_len": "groups_task.L / compare_task.L",
         "model.init_gamma": "gamma",
     }
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # anchors-bias's scale-down (keys 21..40, 20,000 sequences, d_m 64, d_k 32, d_f 128, lr 1e-3), memory
         # tasks only. (a) stops after 1 epoch (the seed's early stage; 200 steps); (b) 12 epochs as anchors-bias.
         "quick": {

@@ -15,6 +15,7 @@ the seed's setting only at its learning rate and budget
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -94,7 +95,7 @@ class AnchorsLowrank(ProbeSource, AnchorsBias):
     )
     Config = AnchorsLowrankConfig
     claims = CLAIMS
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": quick_profile({}),  # anchors-bias's quick scale-down
         "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}},
     }

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -376,7 +376,7 @@ class AnchorsMlp(AnchorsHealth, Experiment):
     )
     Config = AnchorsMlpConfig
     claims = CLAIMS
-    arm_fields = {
+    arm_fields: ClassVar[dict[str, str]] = {
         "model.gamma": "gammas=[...]",
         "model.vocab": "task.d_vob",
         "train.steps": "schedule.epochs",
@@ -384,7 +384,7 @@ class AnchorsMlp(AnchorsHealth, Experiment):
         "train.log_every": "schedule.eval_epochs",
         "train.seq_len": "task.L",
     }
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # One scale-down for 2 CPU cores, set once before any run, the same as anchors-bias's where it applies.
         # Kept: q = 2, L = q + 1 = 3 (p = 1), anchors and M, d_vob = 200, γ values, tanh, AdamW, batch 100,
         # clip 1. Changed, and why:

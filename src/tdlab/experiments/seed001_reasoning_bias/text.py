@@ -50,7 +50,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -452,14 +452,14 @@ class AnchorsText(Experiment):
     )
     Config = AnchorsTextConfig
     claims = CLAIMS
-    arm_fields = {
+    arm_fields: ClassVar[dict[str, str]] = {
         "model.init_gamma": "gammas=[...]",
         "model.max_len": "train.seq_len",
         "train.steps": "schedule.epochs",
         "train.eval_every": "schedule.eval_epochs",
         "train.log_every": "schedule.eval_epochs",
     }
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # One scale-down for 2 CPU cores (1,000 sequences of <= 128 tokens, a 2-layer d = 64 GPT, the
         # local BPE, lr 1e-3, <= 10 min). Kept: the 50/50 mix, γ = 0.8 and the 0.3 control, GPT-2's block shape
         # (pre-LN, GELU, tied head, learned positions, head width 64), AdamW at a constant lr with clip 1, the

@@ -14,6 +14,7 @@ ablations, shown and never deciding a paper group.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -179,7 +180,7 @@ class IclAblations(RegressionArms, Experiment):
     )
     Config = AblationConfig
     claims = CLAIMS
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {
             "members": 3,
             "train": {"prompts": 1000},

@@ -45,7 +45,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -298,14 +298,14 @@ class ICLAVDigits(Experiment):
     )
     Config = ICLAVDigitsConfig
     claims = CLAIMS
-    arm_fields = {
+    arm_fields: ClassVar[dict[str, str]] = {
         "model.inject": "models=[...]",
         "model.cross": "models=[...]",
         "train.steps": "schedule.epochs",
         "train.eval_every": "schedule.epochs",
         "train.log_every": "schedule.epochs",
     }
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # One scale-down for 2 CPU cores, fixed before any run from the measured speed (bench/bench_avdigits.py:
         # ~200 examples/s per model member for a training step on one idle core, 70-90 under load 10).
         # Kept: every architecture exactly (d 16, T 10, 4 heads, d_h 32, dropout 0.1, the conv tokeniser),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -306,7 +306,7 @@ class IclLandscape(RegressionArms, Experiment):
     )
     Config = LandscapeConfig
     claims = CLAIMS
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # Scaled: coarser maps, a 16k-prompt MC sample; pre-LN on 128 prompts of length 100 and a 15 x 15 map.
         "quick": {
             "members": 3,

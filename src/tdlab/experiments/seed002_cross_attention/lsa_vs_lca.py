@@ -18,7 +18,7 @@ statements are the seed's at ``L_tr = 100`` and on ``l``; everything else is our
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -232,12 +232,12 @@ class IclLsaVsLca(RegressionArms, Experiment):
         why="The minimiser of the finite-L_tr loss sits far from alpha*_T at large T (0.80 alpha*_T at T = 10, 0.32 "
         "at T = 50 for L_tr = 100): the alpha, orders and depth claims depend on T × L_tr.",
     )
-    arm_fields = {
+    arm_fields: ClassVar[dict[str, str]] = {
         "train.context": "train_contexts=[...]",
         "lsa_train.context": "train_contexts=[...]",
         "train.objective": "population=true",
     }
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # Scaled for 2 CPU cores: 1000 prompts per L_tr (App. H: 2000), 500 test prompts on a shorter L_te grid,
         # a 16k-prompt population sample, 300 LSA steps, 4 replicate draws of each finite-L_tr reference.
         "quick": {

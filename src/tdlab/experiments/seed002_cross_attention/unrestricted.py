@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -225,7 +225,7 @@ class IclUnrestricted(RegressionArms, Experiment):
     )
     Config = UnrestrictedConfig
     claims = CLAIMS
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # Scaled for 2 CPU cores: 3 runs, 500 training prompts, 300 GD steps, the App. H sigma and a smaller
         # one (ours) to separate the effect of the initial noise; 4 replicate draws of 8192 prompts for the reference.
         "quick": {

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -237,8 +238,8 @@ class MarkovICLConstruction(Experiment):
     )
     Config = MarkovICLConstructionConfig
     claims = CLAIMS
-    arm_fields = {"model.readout": "(the trained model reads out linearly)"}
-    profiles = {
+    arm_fields: ClassVar[dict[str, str]] = {"model.readout": "(the trained model reads out linearly)"}
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # Construction: k = 1, 2 on 128 sequences of length 64; training: k = 1, 2, 3 members, 600 steps.
         "quick": {},
         "paper": {

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -314,13 +314,13 @@ class MarkovICLDepth(Experiment):
         why="The claims are about depth against the chain's order k (depth 1 does not reach the k = 1 estimator, "
         "depth 2 does; depth 3 for k >= 2), and the seed states relative PE for its construction only.",
     )
-    arm_fields = {
+    arm_fields: ClassVar[dict[str, str]] = {
         "model.layers": "depths=[...] or cells=[...]",
         "model.positions": "positions=[...] or cells=[...]",
         "model.rel_encoding": "positions=[...] (relative-kv, both-kv) or cells=[...]",
         "model.max_len": "train.seq_len",
     }
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # ~8 min on 2 idle CPU cores. A schedule that can test its own claims (measured: the 2-layer
         # k = 1 model reaches +0.004 ± 0.003 at T = 128, batch 64, 4000 steps, ~5 min for 3 members;
         # at 2000 steps, T = 64, batch 32 it was still at +0.017 and falling). To stay within minutes the

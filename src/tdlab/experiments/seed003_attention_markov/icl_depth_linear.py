@@ -32,6 +32,8 @@ Rows whose cells were not run are absent: a group without rows is not evaluable 
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 from pydantic import field_validator, model_validator
 
@@ -154,7 +156,7 @@ class MarkovICLDepthLinear(ICLGrid):
     )
     Config = MarkovICLDepthLinearConfig
     claims = CLAIMS
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # ≤ 5 min on 2 CPU cores: k = 1, 2; attention-only and MLP depth 1..3; 3 members; T = 64, batch 32,
         # 250 steps. A smoke run of the pipeline: no cell leaves its order-(k−1) plateau in 250 steps, so
         # every row is not evaluable (the stage named). Cells k = 3, 4, depths 4, 5 and the budget that

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -141,7 +141,7 @@ class GridConfig(ExperimentConfig):
 class ICLGrid(Experiment):
     """Train every cell of ``cfg.grid()`` as one ensemble, probe it against the in-context estimators."""
 
-    arm_fields = {
+    arm_fields: ClassVar[dict[str, str]] = {
         "model.layers": "depths=[...]",
         "model.heads": "heads=[...]",
         "model.mlp": "(set per family)",

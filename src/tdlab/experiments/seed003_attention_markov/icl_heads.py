@@ -15,6 +15,8 @@ a member still counting (k−1)-contexts says what the budget did, not what one 
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from pydantic import field_validator, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
@@ -97,7 +99,7 @@ class MarkovICLHeads(ICLGrid):
     )
     Config = MarkovICLHeadsConfig
     claims = CLAIMS
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # ≤ 5 min on 2 CPU cores: k = 1, 2, heads {1, 4}, depth {2, 3}, 3 members, 200 steps. A smoke run of the
         # pipeline: no cell leaves its order-(k−1) plateau in 200 steps, so every row is not evaluable (the stage
         # named); the paper profile trains 6000 steps.

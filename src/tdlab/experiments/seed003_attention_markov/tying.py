@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -335,8 +335,8 @@ class MarkovTying(Experiment):
     )
     Config = MarkovTyingConfig
     claims = CLAIMS
-    arm_fields = {"model.tie_weights": "tying=[...]", "model.max_len": "train.seq_len"}
-    profiles = {
+    arm_fields: ClassVar[dict[str, str]] = {"model.tie_weights": "tying=[...]", "model.max_len": "train.seq_len"}
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # ~5 min on 2 CPU cores. Landscape: the Fig. 4 chain and the p+q<1 control, d = 2..4, N = 6
         # (128 sequences; the loss is exact for any N). Training: the Fig. 4 chain (p+q>1, the claim),
         # (0.8, 0.8) (p+q>1, uniform π) and (0.2, 0.3) (p+q<1 control); T = 64, 1500 steps (the cosine

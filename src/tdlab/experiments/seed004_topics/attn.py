@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -321,8 +322,11 @@ class TopicsAttn(Experiment):
     )
     Config = TopicsAttnConfig
     claims = CLAIMS
-    arm_fields = {"train.lr": "adam_lrs=[...] / sgd_lrs=[...]", "train.optimizer": "adam_lrs=[] or sgd_lrs=[]"}
-    profiles = {
+    arm_fields: ClassVar[dict[str, str]] = {
+        "train.lr": "adam_lrs=[...] / sgd_lrs=[...]",
+        "train.optimizer": "adam_lrs=[] or sgd_lrs=[]",
+    }
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # 2 CPU cores: documents, vocabulary and lrs as in the paper; batch 16 (not 40), 1500 steps, 2 seeds
         # per setting and 4 (not 10) for Table 4's Adam 0.003 / 0.01; 200 held-out documents.
         "quick": {

@@ -29,6 +29,7 @@ claim uses the statistic every optimum shares (g = c3), not that example.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -156,8 +157,8 @@ class TopicsEmbed(Experiment):
     )
     Config = TopicsEmbedConfig
     claims = CLAIMS
-    arm_fields = {"model.vocab": "task.T / task.v"}
-    profiles = {
+    arm_fields: ClassVar[dict[str, str]] = {"model.vocab": "task.T / task.v"}
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # 2 CPU cores: documents, vocabulary and lr as in §6.1; batch 16 (not 40) and 1500 steps.
         "quick": {"members": 2, "train": {"steps": 1500, "batch": 16, "eval_every": 150, "eval_batches": 2}},
         # The authors' budget: 20 epochs of 10,000 documents at batch 40 = 5,000 steps; 3 seeds.

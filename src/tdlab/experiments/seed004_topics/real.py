@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -145,7 +145,7 @@ class TopicsReal(RealTextExperiment):
     )
     Config = TopicsRealConfig
     claims = CLAIMS
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # One scale-down, fixed before any run: a 2-layer encoder (d = 64, not BERT-small's 4 layers) trained 1000
         # steps of batch 32 x 64 words (2 M tokens, ≈ 4.5 epochs of the 0.45 M-token sample); 3 seeds.
         "quick": {

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import deque
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -184,7 +184,7 @@ class TopicsRealTwoStage(RealTextExperiment):
     )
     Config = RealTwoStageConfig
     claims = CLAIMS
-    profiles = {
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # Fig. 5's 4 x 4 model and 400 steps; d = 64 (the quick width), 3 seeds, 20 LDA topics (unused by the
         # claims: the data pipeline is topics-real's).
         "quick": {

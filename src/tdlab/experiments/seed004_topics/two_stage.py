@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -332,8 +333,12 @@ class TopicsTwoStage(Experiment):
     )
     Config = TopicsTwoStageConfig
     claims = CLAIMS
-    arm_fields = {"model.init_scale": "inits=[...]", "train.lr": "lrs=[...]", "train.optimizer": "optimizers=[...]"}
-    profiles = {
+    arm_fields: ClassVar[dict[str, str]] = {
+        "model.init_scale": "inits=[...]",
+        "train.lr": "lrs=[...]",
+        "train.optimizer": "optimizers=[...]",
+    }
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # 2 CPU cores: documents, vocabulary, lrs and inits as in the paper; batch 16 (not 40), 1000 steps
         # (Fig. 4's x-axis), 2 seeds per setting, 16 for the headline.
         "quick": {

@@ -45,7 +45,7 @@ mode λ = 1e-5, chosen from theory before any run: the ridge optimum's own dista
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -389,8 +389,12 @@ class TopicsWV(Experiment):
     )
     Config = TopicsWVConfig
     claims = CLAIMS
-    arm_fields = {"model.uniform_attn": "settings=[...]", "train.l2": "l2", "model.vocab": "task.T / task.v"}
-    profiles = {
+    arm_fields: ClassVar[dict[str, str]] = {
+        "model.uniform_attn": "settings=[...]",
+        "train.l2": "l2",
+        "model.vocab": "task.T / task.v",
+    }
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # 2 CPU cores: documents, vocabulary and lr as in §6.1; batch 16 (not 40) and 1500 steps.
         "quick": {
             "members": 2,
