@@ -63,9 +63,12 @@ def main() -> None:
         data = {k: one[k].unsqueeze(0).expand(len(seeds), *one[k].shape).to(dev) for k in ("tokens", "label")}
         ens = gamma_gpt(cfg, seeds, arms.gamma_of).to(dev)
         singles = [gamma_gpt(cfg, [s], arms.gamma_of).to(dev) for s in seeds]
-        t_ens = best_time(lambda: steps(ens, data, args.steps, 100, dev), repeats=2)
+        t_ens = best_time(lambda ens=ens, data=data: steps(ens, data, args.steps, 100, dev), repeats=2)
         t_loop = best_time(
-            lambda: [steps(m, {k: v[:1] for k, v in data.items()}, args.steps, 100, dev) for m in singles], repeats=1
+            lambda data=data, singles=singles: [
+                steps(m, {k: v[:1] for k, v in data.items()}, args.steps, 100, dev) for m in singles
+            ],
+            repeats=1,
         )
         print(
             f"  E = {len(seeds):2d}: ensemble {args.steps / t_ens:7.2f} steps/s, members one after another "

@@ -89,9 +89,11 @@ def main() -> None:
     for name, make in MODELS.items():
         ens = make(seeds).to(dev)
         singles = [make([s]).to(dev) for s in seeds]
-        t_ens = best_time(lambda: train_steps(ens, x, y, args.steps, dev), repeats=2)
+        t_ens = best_time(lambda ens=ens: train_steps(ens, x, y, args.steps, dev), repeats=2)
         t_loop = best_time(
-            lambda: [train_steps(m, x[e : e + 1], y[e : e + 1], args.steps, dev) for e, m in enumerate(singles)],
+            lambda singles=singles: [
+                train_steps(m, x[e : e + 1], y[e : e + 1], args.steps, dev) for e, m in enumerate(singles)
+            ],
             repeats=1,
         )
         n = E * B * args.steps

@@ -83,7 +83,11 @@ def main() -> None:
             grads = ["closed"] if args.skip_autograd_flow or method != methods[0] else ["closed", "autograd"]
             walls = {}
             for grad in grads:
-                res, wall, cpu = _timed(lambda: ml.run_flow(th0, args.p, args.q, t_eval, gradient=grad, **opts))
+                res, wall, cpu = _timed(
+                    lambda th0=th0, grad=grad, opts=opts: ml.run_flow(
+                        th0, args.p, args.q, t_eval, gradient=grad, **opts
+                    )
+                )
                 walls[grad] = wall
                 codes = ml.classify_critical(res.final, args.p, args.q, atol=1e-4)
                 frac = {

@@ -61,7 +61,7 @@ def main() -> None:
     for param in args.params:
         model = LCA(task.d, args.depth, seeds=list(range(args.members)), param=param, alpha0=alpha_star(task))
         forward_backward(model, LCA.__call__, batch)  # warm-up
-        t_vec = best_time(lambda: forward_backward(model, LCA.__call__, batch), args.repeats, warmup=False)
+        t_vec = best_time(lambda model=model: forward_backward(model, LCA.__call__, batch), args.repeats, warmup=False)
         t0 = time.perf_counter()
         loss_loop, g_loop = forward_backward(model, per_prompt_reference, sub)
         t_loop = time.perf_counter() - t0

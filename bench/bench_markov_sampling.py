@@ -60,8 +60,8 @@ def main() -> None:
         for T in (256, 1024):
             for B in (16, 64):
                 gens = [torch.Generator().manual_seed(e) for e in range(args.members)]
-                scan = best_time(lambda: task.sample(gens, B, T), args.repeats)
-                loop = best_time(lambda: loop_sample(task, gens, B, T), args.repeats)
+                scan = best_time(lambda task=task, gens=gens, B=B, T=T: task.sample(gens, B, T), args.repeats)
+                loop = best_time(lambda task=task, gens=gens, B=B, T=T: loop_sample(task, gens, B, T), args.repeats)
                 n = args.members * B * T
                 print(f"{name:<22}{T:>6}{B:>5}{n / scan:>14.3g}{n / loop:>14.3g}{loop / scan:>10.1f}x")
 

@@ -58,8 +58,11 @@ def main() -> None:
         obj = MaskedTokens(vocab=101, gather_queries=True)
         ens = TopicAttention(mcfg, seeds).to(dev)
         singles = [TopicAttention(mcfg, [s]).to(dev) for s in seeds]
-        t_ens = best_time(lambda: train_steps(ens, task, obj, args.batch, args.steps, dev), repeats=2)
-        t_loop = best_time(lambda: [train_steps(m, task, obj, args.batch, args.steps, dev) for m in singles], repeats=1)
+        t_ens = best_time(lambda ens=ens, obj=obj: train_steps(ens, task, obj, args.batch, args.steps, dev), repeats=2)
+        t_loop = best_time(
+            lambda obj=obj, singles=singles: [train_steps(m, task, obj, args.batch, args.steps, dev) for m in singles],
+            repeats=1,
+        )
         sps_ens, sps_loop = args.steps / t_ens, args.steps / t_loop
         print(
             f"  {label:28s} ensemble of {E}: {sps_ens:7.2f} steps/s   {E} single models: {sps_loop:7.2f} steps/s"
@@ -68,12 +71,12 @@ def main() -> None:
     model = TopicAttention(TopicModelConfig(), seeds[:8]).to(dev)
     for gather in (False, True):
         obj = MaskedTokens(vocab=101, gather_queries=gather)
-        t = best_time(lambda: train_steps(model, task, obj, args.batch, args.steps, dev), repeats=2)
+        t = best_time(lambda obj=obj: train_steps(model, task, obj, args.batch, args.steps, dev), repeats=2)
         print(f"  8 members, all trained, gather_queries={gather!s:5s}: {args.steps / t:7.2f} steps/s")
     for n in (60, 200):
         grid = tl.log_grid(1e-4, 1e7, n)
 
-        def landscape() -> None:
+        def landscape(grid: torch.Tensor = grid) -> None:
             for tau in (20, 40, 60, 80):
                 for kind in ("block", "diagonal"):
                     tl.landscape(kind, grid, grid, 100, 300, tau)

@@ -84,7 +84,7 @@ def main() -> None:
     )
     for gather in (False, True):
         o = MaskedTokens(vocab=V, mask_id=0, words=(OFFSET, V), gather_queries=gather)
-        t = best_time(lambda: train_steps(ens, windows, o, args.batch, args.steps, dev), repeats=2)
+        t = best_time(lambda o=o: train_steps(ens, windows, o, args.batch, args.steps, dev), repeats=2)
         print(f"  {E} members, gather_queries={gather!s:5s}: {E * tokens / t:10.0f} tokens/s")
 
 

@@ -65,11 +65,12 @@ def sec2_reference(model: GPT, m: int, tokens: torch.Tensor) -> torch.Tensor:
                     mx = max(scores)
                     w = [math.exp(s - mx) for s in scores]
                     Z = sum(w)
-                    val = lambda i: (
-                        (WV @ xs[i])[sl]
-                        + (st[p + "attn.rel_v"][min(n - i, cfg.rel_clip)] if p + "attn.rel_v" in st else 0.0)
-                    )
-                    heads.append(sum((w[i] / Z) * val(i) for i in range(n + 1)))
+                    rel_v = st.get(p + "attn.rel_v")
+                    vals = [
+                        (WV @ xs[i])[sl] + (rel_v[min(n - i, cfg.rel_clip)] if rel_v is not None else 0.0)
+                        for i in range(n + 1)
+                    ]
+                    heads.append(sum((w[i] / Z) * vals[i] for i in range(n + 1)))
                 att = torch.cat(heads)
                 if p + "attn.W_O.weight" in st:
                     att = st[p + "attn.W_O.weight"] @ att

@@ -97,7 +97,7 @@ def test_optimal_bias_minimises_loss_numerically():
                 for form in forms:
                     bstar = ml.optimal_bias(th, p, q, form=form).item()
                     res = minimize_scalar(
-                        lambda b: ml.loss_with_bias(th, b, p, q, form=form).item(),
+                        lambda b, th=th, p=p, q=q, form=form: ml.loss_with_bias(th, b, p, q, form=form).item(),
                         bracket=(bstar - 3, bstar + 3),
                         tol=1e-12,
                     )

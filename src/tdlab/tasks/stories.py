@@ -93,7 +93,7 @@ def standin_stories(n: int, seed: int, sentences: tuple[int, int] = (4, 9)) -> l
     for i in range(n):
         rng = np.random.default_rng(derive_seed(seed, "standin-stories", i))  # story i alone: prefixes agree
 
-        def pick(words: tuple[str, ...]) -> str:
+        def pick(words: tuple[str, ...], rng: np.random.Generator = rng) -> str:
             return words[int(rng.integers(len(words)))]
 
         fill = {

@@ -100,14 +100,20 @@ def rank_one_init_(model: GPT, cfg: RankOneInitConfig) -> GPT:
     blk = model.blocks[0]
     with torch.no_grad():
         for m, g in enumerate(generators(model.seeds, _RANK_ONE_STREAM)):
-            sign = lambda n: torch.randint(0, 2, (n,), generator=g).double() * 2 - 1  # noqa: E731
-            normal = lambda n, s: torch.randn(n, generator=g, dtype=torch.float64) * s  # noqa: E731
+
+            def sign(n: int, g: torch.Generator = g) -> torch.Tensor:
+                return torch.randint(0, 2, (n,), generator=g).double() * 2 - 1
+
+            def normal(n: int, s: float, g: torch.Generator = g) -> torch.Tensor:
+                return torch.randn(n, generator=g, dtype=torch.float64) * s
+
+            def put(prm: torch.Tensor, val: torch.Tensor, m: int = m) -> None:
+                prm[m].copy_(val.to(model.e.device, model.e.dtype))
+
             alpha, xi = sign(d), sign(r)
             c = abs(float(normal(1, cfg.e_std)))
             s = abs(float(normal(1, cfg.w_std)))
             g_q, g_k, g_v, g_o = (normal(d, cfg.attn_std) for _ in range(4))
-            dev, dt = model.e.device, model.e.dtype
-            put = lambda prm, val: prm[m].copy_(val.to(dev, dt))  # noqa: E731
             put(model.e, c * alpha)
             put(model.wpe, (-0.5 * c * alpha).expand(model.wpe.shape[1], d))
             put(blk.attn.W_Q.weight, torch.outer(g_q, alpha))

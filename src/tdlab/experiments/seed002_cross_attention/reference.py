@@ -235,7 +235,7 @@ def untied_optimum(
                 line_search_fn="strong_wolfe",
             )
 
-            def closure() -> torch.Tensor:
+            def closure(opt: torch.optim.LBFGS = opt) -> torch.Tensor:
                 opt.zero_grad()
                 loss = ((predict(model, st) - st.bayes) ** 2).mean()
                 loss.backward()

@@ -450,7 +450,7 @@ class MarkovTying(Experiment):
             prov = "seed" if p + q > 1 else "ours"  # the theorem's hypothesis is p + q > 1
             ctx = {"p": p, "q": q}
 
-            def get(t: str, name: str, only: str | None = None) -> list[float]:
+            def get(t: str, name: str, only: str | None = None, p: float = p, q: float = q) -> list[float]:
                 return [
                     v
                     for o, d in points
