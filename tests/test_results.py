@@ -139,8 +139,8 @@ def test_every_committed_record_loads_and_rejudges_to_its_stored_verdicts(profil
     for name, rec in records.items():
         if rec.measured is None:
             continue
-        again = {g.id: (g.verdict, g.cause) for g in rejudge(rec)}
-        stored = {g["id"]: (g["verdict"], g["cause"]) for g in rec.claims + rec.sanity}
+        again = {g.id: (g.kind, g.verdict, g.cause) for g in rejudge(rec)}
+        stored = {g["id"]: (g["kind"], g["verdict"], g["cause"]) for g in rec.claims + rec.sanity}
         assert again == stored, f"{profile}/{name}: re-judged {again} vs stored {stored}"
     if profile == "paper":
         assert records, "results/paper holds the records of the seeds' settings"

@@ -697,10 +697,11 @@ def results_check(
             if rec.measured is None:
                 continue
             new = rejudged(rec)
-            before = {g["id"]: (g["verdict"], g["cause"]) for g in rec.claims + rec.sanity}
-            after = {g["id"]: (g["verdict"], g["cause"]) for g in new.claims + new.sanity}
+            # a group that moved between paper and sanity moved too: it no longer counts (or now counts)
+            before = {g["id"]: (g["kind"], g["verdict"], g["cause"]) for g in rec.claims + rec.sanity}
+            after = {g["id"]: (g["kind"], g["verdict"], g["cause"]) for g in new.claims + new.sanity}
             lines = [
-                f"{name} {gid}: {' / '.join(before.get(gid, ('absent', '')))} -> {' / '.join(v)}"
+                f"{name} {gid}: {' / '.join(before.get(gid, ('absent', '', '')))} -> {' / '.join(v)}"
                 for gid, v in after.items()
                 if before.get(gid) != v
             ]
