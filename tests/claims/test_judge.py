@@ -346,7 +346,7 @@ def test_holm_keeps_a_lone_marginal_failure_from_failing_a_large_group():
     m = g.row("m")
     assert m.verdict == "not resolved" and m.cause == "multiplicity" and m.alone == "fails" and "Holm" in m.reason
     assert g.verdict == "not resolved"
-    certain = _group(s, rows[:-1] + [("m", [0.5, 0.51, 0.49, 0.5, 0.5], "seed")])
+    certain = _group(s, [*rows[:-1], ("m", [0.5, 0.51, 0.49, 0.5, 0.5], "seed")])
     assert certain.verdict == "fails"
 
 
@@ -464,3 +464,27 @@ def test_an_undecided_row_still_moving_by_more_than_its_half_width_names_trainin
     assert (still.verdict, still.cause) == ("not resolved", "spread")
     budget = spec(relation="le", expected=0.0, tolerance=0.05, horizon="budget")
     assert one(budget, Sample(values, drift=-0.021))[1].cause == "spread"
+
+
+def test_a_claim_with_a_declared_scope_derives_each_rows_provenance_from_it():
+    """Planted: a theorem true for every parameter, measured at a setting off the figure's (the row marked
+    ``ours`` by measure()): inside the declared scope it decides the paper group; outside it does not."""
+    m = Measurements()
+    m.row("c", "off-figure", Sample([0.21, 0.2094, 0.208]), provenance="ours", context={"k": 3})
+    inside = spec(relation="ge", expected=0.206, tolerance=0.021, horizon="budget", scope=lambda cfg, row: True)
+    (g,) = judge([inside], m, CFG)
+    assert g.rows[0].provenance == "seed" and g.verdict == "holds"
+    outside = spec(relation="ge", expected=0.206, tolerance=0.021, scope=lambda cfg, row: row.context["k"] == 2)
+    (g,) = judge([outside], m, CFG)
+    assert g.rows[0].provenance == "ours" and (g.verdict, g.cause) == ("not evaluable", "no seed rows")
+    assert judge([spec(relation="ge", expected=0.206, tolerance=0.021)], m, CFG)[0].cause == "no seed rows"
+
+
+def test_lsa_bounded_away_is_scoped_by_thm_4_1_not_by_the_figures_context():
+    from tdlab.claims import Row
+    from tdlab.experiments.base import get
+
+    exp = get("icl-lsa-vs-lca")
+    c = next(c for c in exp.claims if c.id == "lsa-bounded-away-from-bayes")
+    cfg = exp.make_config("quick")
+    assert c.scope is not None and c.scope(cfg, Row("lsa", Sample([0.2]), provenance="ours"))

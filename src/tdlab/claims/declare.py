@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -110,6 +110,11 @@ class ClaimSpec:
         quantity: what each row's measurement is (documentation: the report and the docs print it).
         example: a row context at which the spec's theory functions can be evaluated (the planted-
             measurement test over every declared claim resolves ``expected`` there).
+        scope: the settings the statement covers (a theorem's hypotheses, or a figure's exact setting), as
+            ``f(cfg, row) -> bool``: where declared, a row's provenance is derived from it (``seed`` inside
+            the scope, deciding the paper group; ``ours`` outside), overriding what ``measure()`` marked.
+            A theorem true for every parameter of its model decides at any setting its hypotheses cover,
+            not only at the figure's.
         stays: the statement is that something *stays* (on a plateau, unlearned, unchanged) over the seed's
             training (a bool, or a function of the config): a row cannot hold from a run whose training
             length (``length``, a config path) is shorter than ``seed_length`` (the seed's, a number or
@@ -134,6 +139,7 @@ class ClaimSpec:
     unit: str = ""
     needs: str = ""
     example: Mapping[str, Any] = field(default_factory=dict)
+    scope: Callable[[Any, Row], bool] | None = None
     stays: bool | Callable[[Any], bool] = False
     length: str | None = None
     seed_length: Value | None = None
@@ -187,6 +193,21 @@ class Sample:
     deterministic: bool = False
     proportion: bool = False
     drift: float | None = None
+
+    if TYPE_CHECKING:
+        # What the constructor accepts: any sequence or array, made a tuple of floats (bools) by __post_init__.
+        def __init__(
+            self,
+            values: Iterable[float] | np.ndarray,
+            se: Iterable[float] | np.ndarray | None = None,
+            censored: Iterable[bool] | np.ndarray | None = None,
+            censor: Literal["above", "below"] = "above",
+            resolution: float = 0.0,
+            mc_se: float = 0.0,
+            deterministic: bool = False,
+            proportion: bool = False,
+            drift: float | None = None,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "values", tuple(float(v) for v in np.asarray(self.values, dtype=float).ravel()))
@@ -257,8 +278,8 @@ class StageCheck:
     @property
     def passed(self) -> list[bool]:
         if self.relation == "lt":
-            return [bool(v < b) for v, b in zip(self.value, self.bound)]
-        return [bool(v > b) for v, b in zip(self.value, self.bound)]
+            return [bool(v < b) for v, b in zip(self.value, self.bound, strict=True)]
+        return [bool(v > b) for v, b in zip(self.value, self.bound, strict=True)]
 
 
 def _tuple(x: Iterable[float] | float, n: int | None = None) -> tuple[float, ...]:
@@ -283,8 +304,8 @@ class Measurements:
         self,
         claim: str,
         key: str,
-        measured: Sample | Sequence[float],
-        reference: Sample | Sequence[float] | None = None,
+        measured: Sample | Iterable[float] | np.ndarray,
+        reference: Sample | Iterable[float] | np.ndarray | None = None,
         *,
         arms: Sequence[str] = (),
         provenance: Provenance = "seed",

@@ -30,7 +30,8 @@ A row's verdict, in order:
    intersection–union test, which needs no correction).
 
 A group's verdict is decided by its ``seed`` rows (for paper groups; every row for sanity groups):
-``ours`` rows are judged and shown but never decide a paper statement. No deciding row, or none
+``ours`` rows are judged and shown but never decide a paper statement. A claim that declares its scope
+(``ClaimSpec.scope``: the settings its statement covers) has each row's provenance derived from it. No deciding row, or none
 evaluable: not evaluable.
 """
 
@@ -314,7 +315,7 @@ def judge_group(
 ) -> GroupResult:
     stage = spec.stage_for(cfg)
     results = [judge_row(spec, r, cfg, confidence, lengths) for r in rows]
-    for res, row in zip(results, rows):
+    for res, row in zip(results, rows, strict=True):
         _gate(spec, stage, res, row, measured, health)
     for prov in ("seed", "ours"):
         _multiplicity([r for r in results if r.provenance == prov], 1 - confidence)
@@ -353,7 +354,7 @@ def _multiplicity(rows: Sequence[RowResult], alpha: float) -> None:
     if len(family) < 2:
         return
     rejected = holm([r.p_fail for r in family], alpha)
-    for r, rej in zip(family, rejected):
+    for r, rej in zip(family, rejected, strict=True):
         if r.verdict == "fails" and not rej:
             r.alone = "fails"
             r.set(
@@ -426,7 +427,7 @@ def judge_row(
         tolerance=float(tol or 0.0),
         measured=row.measured,
         reference=row.reference,
-        provenance=row.provenance,
+        provenance=row.provenance if spec.scope is None else ("seed" if spec.scope(cfg, row) else "ours"),
         horizon=spec.horizon,
         arms=row.arms,
         unit=spec.unit,
@@ -620,7 +621,7 @@ def _decide_every(spec: ClaimSpec, res: RowResult, row: Row, lo: float, hi: floa
     w = m.resolution / 2
     censored = m.censored or (False,) * m.n
     marks, ps = [], []
-    for v, s, c in zip(m.values, se, censored):
+    for v, s, c in zip(m.values, se, censored, strict=True):
         h = z * s + w
         vlo, vhi = v - h, v + h
         if c:
@@ -670,7 +671,7 @@ def _decide_compare(spec: ClaimSpec, res: RowResult, row: Row, margin: float, co
         if a.n != b.n:
             raise ValueError(f"{res.id}: paired comparison needs equal member counts, got {a.n} and {b.n}")
         lower, upper = [], []
-        for x, y, cx, cy in zip(a.values, b.values, ca, cb):
+        for x, y, cx, cy in zip(a.values, b.values, ca, cb, strict=True):
             d_lo, d_hi = x - y - w, x - y + w
             if cx:
                 d_lo, d_hi = (d_lo, math.inf) if a.censor == "above" else (-math.inf, d_hi)
@@ -682,7 +683,7 @@ def _decide_compare(spec: ClaimSpec, res: RowResult, row: Row, margin: float, co
         fin_lo = [x for x in lower if math.isfinite(x)]
         fin_hi = [x for x in upper if math.isfinite(x)]
         res.interval = Interval(
-            statistics.fmean(x - y for x, y in zip(a.values, b.values)),
+            statistics.fmean(x - y for x, y in zip(a.values, b.values, strict=True)),
             statistics.fmean(lower) if len(fin_lo) == len(lower) else -math.inf,
             statistics.fmean(upper) if len(fin_hi) == len(upper) else math.inf,
             t.n,
