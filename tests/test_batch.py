@@ -154,7 +154,7 @@ def test_the_queue_runs_shortest_first_after_what_finished(tmp_path):
     jobs = plan_batch(["markov-init", "topics-wv", "markov-rank"], "paper", tmp_path, "cpu", None)
     assert [j.state for j in jobs] == ["new"] * 3
     assert [j.estimate_s for j in jobs] == sorted(j.estimate_s for j in jobs)
-    rows, line = status_table(jobs + [Job("x", "done", 10.0, 12.0)], 2)
+    rows, line = status_table([*jobs, Job("x", "done", 10.0, 12.0)], 2)
     assert line.startswith("1 finished, 3 left; about") and rows[-1][1] == "done"
 
 
@@ -222,3 +222,19 @@ def test_runs_share_a_gpu_while_their_estimated_memory_fits(monkeypatch):
     assert not batch._fits(big, {"h1": a}, "cuda") and batch._fits(big, {}, "cuda")
     assert not batch._fits(Job("d", "new", 1.0, memory_bytes=2e9), {"h1": a, "h2": b}, "cuda")  # 9 GB > 8
     assert batch._fits(big, {"h1": a, "h2": b}, "cpu")  # the CPU: --jobs alone caps it
+
+
+def test_a_length_in_epochs_counts_optimiser_steps():
+    """anchors-mlp: quick 40 epochs of 200 steps, the seed 1000 epochs of 9,900: the prior grows by the
+    optimiser steps' ratio (1,237.5x), not by the epochs' alone (25x), beside the activations' ratio."""
+    from tdlab.config import build_config
+    from tdlab.experiments.base import get
+    from tdlab.experiments.standard import QUICK_SECONDS
+    from tdlab.train.memory import estimate
+
+    exp = get("anchors-mlp")
+    q, p = (build_config(exp.Config, exp.profiles[k]) for k in ("quick", "paper"))
+    act = estimate(p).bytes / estimate(q).bytes
+    steps = (p.schedule.epochs * p.steps_per_epoch) / (q.schedule.epochs * q.steps_per_epoch)
+    assert steps == pytest.approx(1000 * 9900 / (40 * 200))
+    assert _prior("anchors-mlp", "paper") == pytest.approx(QUICK_SECONDS["anchors-mlp"][0] * act * steps)

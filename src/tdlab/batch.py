@@ -82,7 +82,8 @@ class Outcome:
 
 def _prior(name: str, profile: str) -> float | None:
     """Seconds predicted from the quick profile's measured time (:data:`tdlab.experiments.standard.QUICK_SECONDS`)
-    times the profile's training length over quick's, times its activations per step over quick's
+    times the profile's training length over quick's (in optimiser steps: epochs times steps per epoch where
+    the length is in epochs), times its activations per step over quick's
     (:func:`tdlab.train.memory.estimate`: members x batch x sequence x width, what a step's work grows with;
     the members' ratio where no estimate applies); ``None`` where quick was never measured."""
     from tdlab.experiments.base import get
@@ -100,6 +101,11 @@ def _prior(name: str, profile: str) -> float | None:
     length = exp.training_length_field()
     if length is not None:
         scale *= float(read_field(p, length)) / float(read_field(q, length))
+        # a length in epochs: the optimiser steps are epochs x steps per epoch, and the seed's data set is often
+        # larger than quick's (anchors-mlp: 200 -> 9,900 steps per epoch)
+        sq, sp = getattr(q, "steps_per_epoch", None), getattr(p, "steps_per_epoch", None)
+        if length.endswith("epochs") and isinstance(sq, int) and isinstance(sp, int) and sq > 0:
+            scale *= sp / sq
     return seconds * scale
 
 
@@ -238,21 +244,19 @@ def _command(job: Job, profile: str, out: Path, device: str, every: str, sets: S
     base = [sys.executable, "-m", "tdlab.cli", "run"]
     tail = ["--device", device, "--quiet", "--checkpoint-every", every]
     if job.state == "stopped":
-        return base + ["--resume", str(out / job.name)] + tail
-    return (
-        base
-        + [
-            job.name,
-            "--profile",
-            profile,
-            "--out",
-            str(out),
-            "--run-id",
-            job.name,
-            *(a for s in sets for a in ("--set", s)),
-        ]
-        + tail
-    )
+        return [*base, "--resume", str(out / job.name), *tail]
+    return [
+        *base,
+        job.name,
+        "--profile",
+        profile,
+        "--out",
+        str(out),
+        "--run-id",
+        job.name,
+        *(a for s in sets for a in ("--set", s)),
+        *tail,
+    ]
 
 
 def run_job(
