@@ -740,7 +740,11 @@ def findings(
         Path | None, typer.Option(help="write between the findings markers of this file instead of printing")
     ] = None,
     before: Annotated[
-        Path | None, typer.Option(help="a folder of earlier run directories (one per experiment): add what changed")
+        Path | None,
+        typer.Option(
+            help="add what changed: a folder of earlier run directories (one per experiment), or with --results "
+            "an earlier results folder (e.g. from `git worktree add /tmp/old REV`: /tmp/old/results)"
+        ),
     ] = None,
     section: Annotated[
         str, typer.Option(help="--readme: write between <!-- SECTION:start --> and <!-- SECTION:end -->")
@@ -750,12 +754,17 @@ def findings(
     directories; with --readme, written between the README's findings markers; with --before, the
     groups whose verdict changed since the runs under that folder."""
     from tdlab.report.findings import changes_markdown, findings_markdown, replace_between_markers
+    from tdlab.report.mdtext import md_code
+    from tdlab.report.records import record_changes
 
     try:
         if (results is None) == (not run_dirs):
             raise ConfigError("findings: give run directories or --results DIR, one of them")
         text = _published_markdown(results) if results is not None else findings_markdown(run_dirs or [])
-        if before is not None:
+        if before is not None and results is not None:
+            text += "\n**What changed** (every record against the one under `" + md_code(str(before)) + "`):\n\n"
+            text += record_changes(results, before)
+        elif before is not None:
             text += (
                 "\n**What changed** (each experiment's paper groups against its run under `" + before.name + "`):\n\n"
             )

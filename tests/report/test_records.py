@@ -111,3 +111,30 @@ def test_findings_results_prints_and_writes_the_tables(tmp_path):
     wrong = CliRunner().invoke(app, ["findings", "--results", str(empty)])
     assert wrong.exit_code == 2 and "named for its experiment" in wrong.output
     assert json.loads((PAPER / "markov-landscape.json").read_text())["experiment"] == "markov-landscape"
+
+
+def test_what_changed_between_two_results_folders_names_every_moved_group(tmp_path):
+    """An earlier folder where one group held as paper and another failed: the table lists both moves with
+    the reason now, a group that went, and nothing for groups that did not move."""
+    from tdlab.report.records import record_changes
+
+    now, before = tmp_path / "now", tmp_path / "before"
+    for d in (now, before):
+        (d / "paper").mkdir(parents=True)
+    doc = json.loads((PAPER / "topics-wv.json").read_text())
+    (now / "paper" / "topics-wv.json").write_text(json.dumps(doc))
+    assert record_changes(now, now).startswith("Nothing moved")
+    old = json.loads(json.dumps(doc))
+    moved, kind = old["claims"][0], old["claims"][1]
+    was = moved["verdict"]
+    moved["verdict"], moved["cause"] = ("fails", "decided") if was != "fails" else ("holds", "decided")
+    kind["kind"] = "sanity"
+    old["claims"].append({**old["claims"][2], "id": "gone-group"})
+    (before / "paper" / "topics-wv.json").write_text(json.dumps(old))
+    table = record_changes(now, before)
+    lines = [ln for ln in table.splitlines() if ln.startswith("| paper")]
+    assert len(lines) == 3
+    assert f"`{moved['id']}`" in lines[0] and f"| paper {was} ({doc['claims'][0]['cause']}) |" in lines[0]
+    assert f"`{kind['id']}` | sanity " in lines[1] and "`gone-group`" in lines[2] and lines[2].endswith("| — |  |")
+    res = CliRunner().invoke(app, ["findings", "--results", str(now), "--before", str(before)], env={"COLUMNS": "250"})
+    assert res.exit_code == 0 and "**What changed**" in res.output and "`gone-group`" in res.output

@@ -16,7 +16,15 @@ from tdlab.claims import VERDICTS
 from tdlab.report.mdtext import md_cell, md_code
 from tdlab.results import Record, load_records
 
-__all__ = ["Published", "experiment_table", "group_table", "load_published", "seed_table", "undecided_lines"]
+__all__ = [
+    "Published",
+    "experiment_table",
+    "group_table",
+    "load_published",
+    "record_changes",
+    "seed_table",
+    "undecided_lines",
+]
 
 _SHORT = {"holds": "holds", "fails": "fails", "not resolved": "not resolved", "not evaluable": "not evaluable"}
 
@@ -157,3 +165,40 @@ def undecided_lines(pub: Published) -> list[str]:
                     + (f" — {md_cell(g['reason'])}" if g.get("reason") else "")
                 )
     return out
+
+
+def _group_state(g: Mapping[str, Any]) -> str:
+    return f"{g['kind']} {g['verdict']} ({g['cause']})"
+
+
+def record_changes(results: Path, before: Path) -> str:
+    """What changed between two results folders (``before``: the records of an earlier commit, e.g. checked out
+    with ``git worktree add``): per profile and experiment, every group whose kind, verdict or cause differs,
+    with the reason its first undecided or failing row now gives; groups that appeared or went. A markdown
+    table, or one line saying nothing moved."""
+    lines = [
+        "| profile | experiment | group | before | after | why (the reason of a row with the group's verdict now) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for profile in ("paper", "quick"):
+        now, was = load_records(Path(results) / profile), load_records(Path(before) / profile)
+        for name in sorted(set(now) | set(was)):
+            a = {g["id"]: g for g in (was[name].claims + was[name].sanity)} if name in was else {}
+            b = {g["id"]: g for g in (now[name].claims + now[name].sanity)} if name in now else {}
+            for gid in [*b, *(k for k in a if k not in b)]:
+                old, new = a.get(gid), b.get(gid)
+                if old is not None and new is not None and _group_state(old) == _group_state(new):
+                    continue
+                rows = (new or {}).get("rows", [])
+                deciding = [r for r in rows if r.get("verdict") == (new or {}).get("verdict") and r.get("reason")]
+                why = next((r["reason"] for r in deciding or [r for r in rows if r.get("reason")]), "")
+                lines.append(
+                    f"| {profile} | `{md_code(name)}` | `{md_code(gid)}` | "
+                    f"{md_cell(_group_state(old)) if old else '—'} | {md_cell(_group_state(new)) if new else '—'} | "
+                    f"{md_cell(why)} |"
+                )
+    return (
+        "\n".join(lines) + "\n"
+        if len(lines) > 2
+        else "Nothing moved: every group has the kind, verdict and cause it had.\n"
+    )
