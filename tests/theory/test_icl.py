@@ -221,3 +221,94 @@ def test_two_parameter_stationary_point_is_stationary_and_tends_to_alpha_star():
         ) / (2 * h)
         assert abs(ga) < 1e-5 and abs(gb) < 1e-5
     assert a == pytest.approx(icl.alpha_star(APP_H), rel=0.02) and b == pytest.approx(-icl.alpha_star(APP_H), rel=0.02)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fresh settings (issue 38) against numpy/scipy code written from the paper only: Z = 1 + |m|^2 with
+# |m|^2 the sum of the squared uniform norms (Sec. 3 / App. H's law), the Bayes risk E[zeta^2 / Z] = E[1/Z]
+# (Eq. 3.3), Lemma D.1's loss E[(Z - 1)/Z (1 - alpha Z)^{2T}] and its minimiser alpha*_T, Thm 6.2's limit,
+# and the single-layer LSA floor from App. B's odd part (B.4)-(B.5), minimised over an unrestricted matrix B.
+
+FRESH_002 = [
+    MultiModalPrompts(dims=(2, 3), norm_range=(0.5, 2.0)),  # per-modality norms: |m|^2 in [0.5, 8]
+    MultiModalPrompts(dims=(3, 1), norm_range=(1.0, 3.0), norm_mode="total", zeta="rademacher"),  # |m|^2 in [1, 9]
+]
+
+
+def _ind_expect(task, f):
+    """E[f(Z)] by adaptive scipy quadrature over the independent uniform norms (one per modality, or one)."""
+    from scipy.integrate import dblquad, quad
+
+    lo, hi = task.norm_range
+    if task.norm_mode == "total":
+        return quad(lambda a: f(1 + a * a), lo, hi, epsabs=0.0, epsrel=1e-12)[0] / (hi - lo)
+    assert len(task.dims) == 2
+    val = dblquad(lambda a, b: f(1 + a * a + b * b), lo, hi, lo, hi, epsabs=0.0, epsrel=1e-12)[0]
+    return val / (hi - lo) ** 2
+
+
+def _ind_alpha_star_T(task, T):
+    """Lemma D.1: the unique zero in (0, 1) of d/da E[(Z-1)/Z (1-aZ)^{2T}] = -2T E[(Z-1)(1-aZ)^{2T-1}]."""
+    from scipy.optimize import brentq
+
+    return brentq(lambda a: _ind_expect(task, lambda z: (z - 1) * (1 - a * z) ** (2 * T - 1)), 0.0, 1.0, xtol=1e-15)
+
+
+@pytest.mark.filterwarnings("ignore::scipy.integrate.IntegrationWarning")  # roundoff notes near 1e-16
+@pytest.mark.parametrize("task", FRESH_002, ids=["d2+3-per-modality", "d3+1-total"])
+def test_fresh_setting_closed_forms_against_independent_quadrature(task):
+    lo, hi = task.norm_range
+    k = len(task.dims) if task.norm_mode == "per_modality" else 1
+    assert icl.alpha_star(task) == pytest.approx(2 / (2 + k * lo**2 + k * hi**2), rel=1e-15)
+    assert abs(icl.bayes_risk(task) - _ind_expect(task, lambda z: 1 / z)) < 1e-13
+    for T in (1, 2, 5, 12):
+        a = _ind_alpha_star_T(task, T)
+        assert abs(icl.alpha_star_T(T, task) - a) < 1e-10
+        loss = _ind_expect(task, lambda z, a=a, T=T: (z - 1) / z * (1 - a * z) ** (2 * T))
+        assert abs(icl.infinite_context_excess_risk(a, T, task) - loss) < 1e-12
+    # Thm 6.2: alpha*_T -> alpha* (slowly: the gap at T = 60 is already below the gap at T = 12)
+    assert abs(_ind_alpha_star_T(task, 60) - icl.alpha_star(task)) < abs(
+        _ind_alpha_star_T(task, 12) - icl.alpha_star(task)
+    )
+
+
+@pytest.mark.filterwarnings("ignore::scipy.integrate.IntegrationWarning")
+@pytest.mark.parametrize("task", FRESH_002, ids=["d2+3-per-modality", "d3+1-total"])
+def test_fresh_setting_lsa_floor_against_an_unrestricted_least_squares(task):
+    """App. B: the zeta-odd part of any LSA's infinite-context output is zeta m^T B x_q with B = u b^T + v A
+    arbitrary (B.5); its excess risk E[(B^T m - m/Z)^T Lambda (B^T m - m/Z)] (x_q ~ N(0, Lambda), E zeta^2 = 1)
+    is a least-squares problem in the d^2 entries of B, solved here on sampled m without assuming B = c I."""
+    rng = np.random.default_rng(2602)
+    n, d = 100_000, task.d
+    lo, hi = task.norm_range
+    g = rng.normal(size=(n, d))
+    if task.norm_mode == "per_modality":
+        blocks = np.split(g, np.cumsum(task.dims)[:-1], axis=1)
+        m = np.concatenate(
+            [b / np.linalg.norm(b, axis=1, keepdims=True) * rng.uniform(lo, hi, (n, 1)) for b in blocks], 1
+        )
+    else:
+        m = g / np.linalg.norm(g, axis=1, keepdims=True) * rng.uniform(lo, hi, (n, 1))
+    Z = 1 + (m * m).sum(1)
+    # residual r = B^T m - m/Z; excess = |r|^2 + (m.r)^2 = |L^T r|^2 with Lambda = I + m m^T.
+    # B^T m is linear in vec(B): (B^T m)_j = sum_i B_ij m_i, so the design for output j is m (x) e_j.
+    # Stack both terms: rows j = 0..d-1 for |r|^2 and one row for m.r, each with target from m/Z.
+    rows = np.zeros((n, d + 1, d * d))
+    for j in range(d):
+        rows[:, j, np.arange(d) * d + j] = m  # coefficient of B_ij in (B^T m)_j
+    rows[:, d, :] = (m[:, :, None] * m[:, None, :]).reshape(n, d * d)  # m^T B^T m = sum_ij B_ij m_i m_j
+    target = np.concatenate([m / Z[:, None], ((m * m).sum(1) / Z)[:, None]], axis=1)
+    A, y = rows.reshape(-1, d * d), target.reshape(-1)
+    coef, *_ = np.linalg.lstsq(A, y, rcond=None)
+    floor_mc = np.mean(((A @ coef - y) ** 2).reshape(n, d + 1).sum(1))
+    B = coef.reshape(d, d)
+    floor = icl.lsa_infinite_context_floor(task)
+    # the unrestricted optimum is c I to sampling error, and its excess is tdlab's floor (in-sample, so <=)
+    c = np.trace(B) / d
+    assert np.max(np.abs(B - c * np.eye(d))) < 0.02
+    assert abs(floor_mc - floor) < 0.01 * floor
+    # and the c of the floor is 1-D exact: c* = E[(Z-1)] / E[(Z-1) Z] (min_c E[(Z-1) Z (c - 1/Z)^2])
+    c_star = _ind_expect(task, lambda z: z - 1) / _ind_expect(task, lambda z: (z - 1) * z)
+    exact = _ind_expect(task, lambda z: (z - 1) * z * (c_star - 1 / z) ** 2)
+    assert abs(floor - exact) < 1e-12
+    assert abs(c - c_star) < 0.02
