@@ -298,3 +298,56 @@ def test_asymptotic_bayes_loss_first_order_binary():
     want = integrate.dblquad(lambda p, q: (q * h(p) + p * h(q)) / (p + q), 1e-12, 1 - 1e-12, 1e-12, 1 - 1e-12)[0]
     mean, sem = InContextMarkov(1, 2, 1.0).asymptotic_bayes_loss(8000, torch.Generator().manual_seed(0))
     assert abs(mean - want) < 4 * sem
+
+
+# ----------------------------------------------------------------------------------------------
+# Fresh fixed sources (issue 38) against numpy written from the talk's definitions: the k-tuple chain built
+# from tuples (no state arithmetic of tdlab), its stationary law by an eigenvector, the entropy rate
+# H(x_{t+1} | last k tokens) and the lower-order conditional entropies by summing the stationary joint law.
+
+
+def _ind_tuple_chain(P, k, V):
+    """States = k-tuples (oldest first); state index = base-V number of the tuple (the documented encoding)."""
+    tuples = list(itertools.product(range(V), repeat=k))
+    index = {t: i for i, t in enumerate(tuples)}
+    Q = np.zeros((len(tuples), len(tuples)))
+    for t in tuples:
+        for v in range(V):
+            Q[index[t], index[(*t[1:], v)]] += P[index[t], v]
+    w, vecs = np.linalg.eig(Q.T)
+    pi = np.real(vecs[:, np.argmin(np.abs(w - 1))])
+    return tuples, pi / pi.sum()
+
+
+def _ind_cond_entropy(P, k, V, order):
+    """H(x_{t+1} | last `order` tokens) from the stationary joint law of (k-tuple, next token)."""
+    tuples, pi = _ind_tuple_chain(P, k, V)
+    joint = {}
+    for i, t in enumerate(tuples):
+        for v in range(V):
+            key = (t[k - order :] if order else (), v)
+            joint[key] = joint.get(key, 0.0) + pi[i] * P[i, v]
+    ctx = {}
+    for (c, _), pr in joint.items():
+        ctx[c] = ctx.get(c, 0.0) + pr
+    return -sum(pr * math.log(pr / ctx[c]) for (c, _), pr in joint.items() if pr > 0)
+
+
+@pytest.mark.parametrize("k,V,seed", [(2, 3, 381), (3, 2, 382), (3, 3, 383)])
+def test_fresh_source_stationary_law_and_entropies_against_independent_numpy(k, V, seed):
+    rng = np.random.default_rng(seed)
+    P = rng.dirichlet(np.full(V, 0.7), size=V**k)
+    src = KthOrderMarkov(torch.tensor(P))
+    _, pi = _ind_tuple_chain(P, k, V)
+    assert np.max(np.abs(src.pi.numpy() - pi)) < 1e-13
+    assert abs(src.entropy_rate() - _ind_cond_entropy(P, k, V, k)) < 1e-13
+    for j in range(k):
+        assert abs(src.conditional_entropy(j) - _ind_cond_entropy(P, k, V, j)) < 1e-13
+    # a long stationary sample: its k-tuple frequencies and the kernel's log loss on it
+    x = src.sample([torch.Generator().manual_seed(seed)], 1, 100_000)[0, 0].numpy()
+    # tuple (x_t .. x_{t+k-1}) as a base-V number, oldest most significant
+    codes = sum(x[t : len(x) - k + 1 + t] * V ** (k - 1 - t) for t in range(k))
+    counts = np.bincount(codes, minlength=V**k) / len(codes)
+    assert np.max(np.abs(counts - pi)) < 5 * math.sqrt(pi.max() / len(codes))
+    nll = -np.log(P[codes[:-1], x[k:]]).mean()
+    assert abs(nll - _ind_cond_entropy(P, k, V, k)) < 0.02

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -186,3 +187,61 @@ def test_estimators_converge_to_conditional_entropies_on_fixed_source():
         late = curves[j][2000:].mean().item()
         assert late == pytest.approx(src.conditional_entropy(j), abs=0.01), j
     assert src.conditional_entropy(0) > src.conditional_entropy(1) > src.conditional_entropy(2)
+
+
+# ----------------------------------------------------------------------------------------------
+# Fresh settings (issue 38): the talk's context-matching estimator written as a literal loop over the
+# history, with add-beta smoothing, and the in-context source's Bayes loss from Dirichlet-multinomial
+# evidence (scipy gammaln) with a uniform first block.
+
+
+def _ind_kgram(x, k, V, beta):
+    """out[i] = P(x_{i+1} = . | x_0..x_i): counts of v after each earlier occurrence of the last k tokens."""
+    out = np.full((len(x), V), 1.0 / V)
+    for i in range(k - 1, len(x)):
+        ctx = tuple(x[i - k + 1 : i + 1]) if k else ()
+        n = np.zeros(V)
+        for j in range(k, i + 1):  # transition x_{j-k..j-1} -> x_j, j <= i
+            if tuple(x[j - k : j]) == ctx:
+                n[x[j]] += 1
+        if n.sum() + V * beta > 0:
+            out[i] = (n + beta) / (n.sum() + V * beta)
+    return out
+
+
+@pytest.mark.parametrize("k,V,beta", [(2, 3, 0.0), (2, 3, 0.5), (3, 2, 1.0), (3, 4, 0.25), (0, 3, 1.0)])
+def test_fresh_kgram_estimator_against_a_literal_loop(k, V, beta):
+    rng = np.random.default_rng(3800 + 10 * k + V)
+    x = rng.integers(0, V, size=(3, 60))
+    x[1, ::2] = 0  # some repeated contexts
+    got = kgram_probs(torch.tensor(x), k, V, beta=beta).numpy()
+    for b in range(3):
+        assert np.max(np.abs(got[b] - _ind_kgram(x[b], k, V, beta))) < 1e-14
+
+
+@pytest.mark.parametrize("k,V,alpha,length", [(2, 3, 0.5, 7), (3, 2, 2.0, 12)])
+def test_fresh_incontext_bayes_loss_against_dirichlet_evidence(k, V, alpha, length):
+    """log P(x_0..x_{n-1}) = -k log V + sum_s [lgG(V a) - lgG(V a + N_s) + sum_v (lgG(a + N_sv) - lgG(a))];
+    loss_i = E[-log P(x_{i+1} | x_0..x_i)] = H(x_0..x_{i+1}) - H(x_0..x_i)."""
+    from scipy.special import gammaln
+
+    def log_marg(seq):
+        n = {}
+        for j in range(k, len(seq)):
+            key = tuple(seq[j - k : j])
+            n.setdefault(key, np.zeros(V))[seq[j]] += 1
+        lp = -min(k, len(seq)) * math.log(V)
+        for c in n.values():
+            lp += gammaln(V * alpha) - gammaln(V * alpha + c.sum()) + np.sum(gammaln(alpha + c) - gammaln(alpha))
+        return lp
+
+    H = [0.0]
+    for m in range(1, length + 1):
+        lp = np.array([log_marg(s) for s in itertools.product(range(V), repeat=m)])
+        assert abs(np.exp(lp).sum() - 1) < 1e-12
+        H.append(-np.sum(np.exp(lp) * lp))
+    want = np.array([H[i + 2] - H[i + 1] for i in range(length - 1)])
+    got = incontext_bayes_loss_exact(k, V, alpha, length).numpy()
+    assert np.max(np.abs(got - want)) < 1e-12
+    # positions before the first full context are uniform: loss log V
+    assert np.allclose(want[: k - 1], math.log(V), atol=1e-14)
