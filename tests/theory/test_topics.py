@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -241,3 +243,43 @@ def test_theory_refuses_degenerate_probabilities():
     with pytest.raises(ValueError, match="p_r"):
         wv_star(10, 10, 0.15, 0.1, 1.5)
     assert math.isfinite(c3(0.15, 0.1))
+
+
+# ----------------------------------------------------------------------------------------------
+# Fresh settings (issue 38): Thm. 2's W^{V*} against numpy written from Sec. 3.1 / Assumption 1 only. With
+# uniform attention over an infinitely long masked document whose topic set is S (|S| = tau, words uniform
+# within the document's topics), the attention output is the deterministic masked-token histogram
+#   xbar_0 = p_m (1 - p_c - p_r),  xbar_l = (1 - p_m + p_m p_c) 1[l in S] / (tau v) + p_m p_r / (T v),
+# the target at a masked position is the document's word law y_l = 1[l in S] / (tau v), so the squared loss
+# is E_S |W xbar_S - y_S|^2 + const and its lambda -> 0 ridge limit is the min-norm solution Y X^+ over all
+# C(T, tau) equally likely topic sets.
+
+
+def _ind_wv_star(T, v, tau, p_m, p_c, p_r):
+    Tv = T * v
+    X, Y = [], []
+    for S in itertools.combinations(range(T), tau):
+        on = np.zeros(Tv + 1)
+        for t in S:
+            on[1 + t * v : 1 + (t + 1) * v] = 1.0
+        x = (1 - p_m + p_m * p_c) * on / (tau * v) + p_m * p_r / Tv
+        x[0] = p_m * (1 - p_c - p_r)
+        X.append(x)
+        Y.append(on / (tau * v))
+    X, Y = np.array(X).T, np.array(Y).T
+    return Y @ np.linalg.pinv(X, rcond=1e-13)
+
+
+@pytest.mark.parametrize(
+    "T,v,tau,probs",
+    [
+        (5, 3, 2, (0.25, 0.1, 0.2)),
+        (5, 3, 3, (0.25, 0.1, 0.2)),
+        (6, 2, 4, (0.6, 0.05, 0.05)),
+        (4, 5, 1, (0.1, 0.3, 0.3)),
+    ],
+)
+def test_fresh_wv_star_against_an_independent_min_norm_solve(T, v, tau, probs):
+    W = _ind_wv_star(T, v, tau, *probs)
+    got = wv_star(T, v, *probs).numpy()
+    assert np.max(np.abs(got - W)) < 1e-10
