@@ -3,6 +3,7 @@ least-squares solve of the exact population objective (every τ-subset document 
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
