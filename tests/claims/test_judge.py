@@ -488,3 +488,10 @@ def test_lsa_bounded_away_is_scoped_by_thm_4_1_not_by_the_figures_context():
     c = next(c for c in exp.claims if c.id == "lsa-bounded-away-from-bayes")
     cfg = exp.make_config("quick")
     assert c.scope is not None and c.scope(cfg, Row("lsa", Sample([0.2]), provenance="ours"))
+
+
+def test_a_row_with_no_members_says_what_it_would_have_read():
+    m = Measurements()
+    m.row("c", "adam-0.01", Sample([]), label="adam-0.01: a_st / a_sw < λ5 (0 diagonal members)")
+    (g,) = judge([spec()], m, CFG)
+    assert (g.verdict, g.cause) == ("not evaluable", "no rows") and "(0 diagonal members)" in g.rows[0].reason

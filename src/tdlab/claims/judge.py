@@ -439,7 +439,8 @@ def judge_row(
     )
     m = row.measured
     if m.n == 0:
-        res.set("not evaluable", "no rows", "no measurement")
+        # the row's label says what it would have read (e.g. "(0 diagonal members)"): the reader learns why
+        res.set("not evaluable", "no rows", f"no measurement: {row.label}" if row.label else "no measurement")
         return res
     if not all(math.isfinite(v) for v in m.values) or (
         row.reference is not None and not all(math.isfinite(v) for v in row.reference.values)
