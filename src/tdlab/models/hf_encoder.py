@@ -4,8 +4,13 @@ The seed measures pretrained BERT, ALBERT, BART, ELECTRA and RoBERTa "downloaded
 downloads: the user names a **local folder** (``--set model.checkpoint=DIR``) holding a model and its tokenizer,
 read with ``local_files_only=True``. Nothing in the folder is executed (:func:`check_checkpoint`): a config
 naming custom code (``auto_map``) is refused, ``trust_remote_code=False`` is passed (transformers never offers
-to run it), and only safetensors weights are loaded (a ``pytorch_model.bin`` is a pickle). ``transformers``
-(extra ``hf``) is imported only here, lazily.
+to run it), and the weights are read by tdlab itself from the safetensors files it checked
+(:func:`weight_files`: ``model.safetensors``, or the files a ``model.safetensors.index.json`` names, each a
+``.safetensors`` file of the folder) and handed to the model built from the config -- transformers is never
+given the folder to find weights in, where it could pick a pickle (``pytorch_model.bin``). A config whose
+sizes cannot fit in memory is refused before anything is built (:func:`check_size`). Transformers' own load
+messages are silenced around the load (:func:`_quiet`). ``transformers`` (extra ``hf``) is imported only
+here, lazily.
 
 **Architectures** (:data:`READERS`, keyed by ``config.json``'s ``model_type``; any other is a
 :class:`ConfigError` naming these). Each :class:`Reader` says, in one place, what its architecture's "input
@@ -45,6 +50,7 @@ The object quacks like a one-member ensemble for :func:`tdlab.experiments.seed00
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,8 +61,18 @@ import numpy as np
 import torch
 
 from tdlab.config import ConfigError, echo, one_line
+from tdlab.safeio import path_kind
 
-__all__ = ["READERS", "HFEncoder", "Reader", "check_checkpoint", "reader_for", "transformers_module"]
+__all__ = [
+    "READERS",
+    "HFEncoder",
+    "Reader",
+    "check_checkpoint",
+    "check_size",
+    "reader_for",
+    "transformers_module",
+    "weight_files",
+]
 
 HINT = "install the extra: pip install 'tdlab[hf]' (transformers)"
 
@@ -177,8 +193,12 @@ def reader_for(config: Any, path: str | Path = "") -> Reader:
     Raises:
         ConfigError: an architecture outside :data:`READERS`, naming the supported ones.
     """
-    kind = getattr(config, "model_type", None)
-    if kind not in READERS:
+    return _reader(getattr(config, "model_type", None), path)
+
+
+def _reader(kind: Any, path: str | Path) -> Reader:
+    """The reader of ``model_type`` ``kind``, or the one-line refusal naming the supported ones."""
+    if not isinstance(kind, str) or kind not in READERS:
         names = ", ".join(f"{k} ({r.name})" for k, r in READERS.items())
         raise ConfigError(
             f"model.checkpoint: {echo(str(path))} is a {echo(kind)} model; tdlab reads the seed's "
@@ -192,6 +212,136 @@ def reader_for(config: Any, path: str | Path = "") -> Reader:
 
 _CODE_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
 _PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
+WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
+_JSON_LIMIT = 16 << 20  # no config or weight index of a real checkpoint comes near this
+# Python objects and tensor headers of one built layer besides its weights (a 16-wide BertLayer: ~130 KB,
+# measured with transformers 5): a config of a million tiny layers needs its memory for these alone.
+LAYER_OVERHEAD_BYTES = 128 << 10
+
+
+def _regular(folder: Path, name: str, where: str) -> Path:
+    """``folder/name`` when it is a regular file (a symlink to one counts: a Hugging Face cache snapshot is
+    symlinks to its blobs); a folder, device, FIFO or broken link is refused in one line."""
+    kind = path_kind(folder / name)
+    if kind != "a regular file":
+        raise ConfigError(f"{where}: {name} is {kind}; a checkpoint's files are regular files")
+    return folder / name
+
+
+def _read_json(folder: Path, name: str, where: str) -> Any:
+    """``folder/name`` parsed (:func:`_regular`, at most :data:`_JSON_LIMIT` bytes), or one line."""
+    try:
+        with open(_regular(folder, name, where), "rb") as f:
+            data = f.read(_JSON_LIMIT + 1)
+        if len(data) > _JSON_LIMIT:
+            raise ValueError(f"more than {_JSON_LIMIT} bytes")
+        return json.loads(data)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{where}: {name} is not readable JSON ({type(exc).__name__})") from None
+
+
+def _size(doc: dict[str, Any], *names: str) -> tuple[str, int] | None:
+    """The first of ``names`` that ``config.json`` sets to a whole number, with its value."""
+    for n in names:
+        v = doc.get(n)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return n, v
+    return None
+
+
+def check_size(doc: dict[str, Any], where: str, available: float | None = None) -> None:
+    """Refuse a ``config.json`` whose model cannot be built in ``available`` bytes (default: this machine's
+    memory), as :func:`tdlab.train.memory.check_memory` refuses a ``--set``: transformers would build it for
+    as long as it is allowed. Counted: the float32 weights (token and position tables, every layer's
+    attention and MLP; ALBERT builds ``num_hidden_groups`` x ``inner_group_num`` layers and runs them
+    ``num_hidden_layers`` times), :data:`LAYER_OVERHEAD_BYTES` per built layer, and one window's attention
+    maps at the longest window (every layer and head). A size that is missing or not a whole number is left
+    to transformers (its default, or its own error).
+
+    Raises:
+        ConfigError: one line naming the field(s) of the largest term, their values and both sizes.
+    """
+    from tdlab.train.memory import GB, machine_bytes
+
+    hidden = _size(doc, "hidden_size", "d_model")
+    emb = _size(doc, "embedding_size") or hidden
+    ffn = _size(doc, "intermediate_size", "encoder_ffn_dim")
+    vocab = _size(doc, "vocab_size")
+    positions = _size(doc, "max_position_embeddings")
+    heads = _size(doc, "num_attention_heads", "encoder_attention_heads")
+    runs = built = _size(doc, "num_hidden_layers")
+    if runs is None:  # BART: both stacks are built, the encoder's is run
+        enc, dec = _size(doc, "encoder_layers"), _size(doc, "decoder_layers")
+        runs = built = enc
+        if enc and dec:
+            built = (f"{enc[0]} + {dec[0]}", enc[1] + dec[1])
+    if doc.get("model_type") == "albert":
+        groups, inner = _size(doc, "num_hidden_groups") or ("", 1), _size(doc, "inner_group_num") or ("", 1)
+        built = (f"{groups[0] or 'num_hidden_groups'} x {inner[0] or 'inner_group_num'}", groups[1] * inner[1])
+
+    def value(f: tuple[str, int] | None) -> int:
+        return f[1] if f else 1
+
+    def named(*fs: tuple[str, int] | None) -> str:
+        return " × ".join(f"{f[0]} = {f[1]}" for f in fs if f)
+
+    h = value(hidden)
+    terms = [  # (bytes, the fields that make them)
+        (4.0 * value(vocab) * value(emb), named(vocab, emb)),
+        (4.0 * value(positions) * value(emb), named(positions, emb)),
+        (value(built) * (4.0 * (4 * h * h + 2 * h * value(ffn)) + LAYER_OVERHEAD_BYTES), named(built, hidden, ffn)),
+        (4.0 * value(runs) * value(heads) * value(positions) ** 2, named(runs, heads, positions) + "²"),
+    ]
+    need = sum(b for b, _ in terms)
+    have = machine_bytes() if available is None else available
+    if need > have:
+        biggest = max(terms)[1]
+        raise ConfigError(
+            f"{where}: config.json's {biggest} makes a model of ~{need / GB:.3g} GB, more than this "
+            f"machine's {have / GB:.3g} GB; the model is built from config.json before its weights are read: "
+            f"give a checkpoint whose sizes fit"
+        )
+
+
+def weight_files(folder: Path, where: str) -> list[str]:
+    """The safetensors files tdlab reads the weights from: ``model.safetensors``, or every file the
+    ``weight_map`` of ``model.safetensors.index.json`` names, each a regular ``.safetensors`` file of
+    ``folder`` (a name, no path; never a pickle such as ``pytorch_model.bin``), sorted.
+
+    Raises:
+        ConfigError: one line naming ``model.checkpoint``, the file or entry and what is allowed.
+    """
+    if os.path.lexists(folder / WEIGHTS_INDEX):
+        index = _read_json(folder, WEIGHTS_INDEX, where)
+        wmap = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(wmap, dict) or not wmap:
+            raise ConfigError(f"{where}: {WEIGHTS_INDEX} has no weight_map (tensor name -> .safetensors file)")
+        names = set()
+        for tensor, name in wmap.items():
+            if not (
+                isinstance(name, str)
+                and name == Path(name).name
+                and name.endswith(".safetensors")
+                and not name.startswith(".")
+            ):
+                raise ConfigError(
+                    f"{where}: {WEIGHTS_INDEX}'s weight_map maps {echo(tensor)} to {echo(name)}; allowed: "
+                    f"the name of a .safetensors file in the folder (tdlab never loads pickled weights such "
+                    f"as pytorch_model.bin, nor a file outside the folder)"
+                )
+            names.add(name)
+    elif os.path.lexists(folder / WEIGHTS):
+        names = {WEIGHTS}
+    else:
+        pickled = [n for n in _PICKLED_WEIGHTS if (folder / n).exists()]
+        held = f"holds {pickled[0]} and no {WEIGHTS}" if pickled else f"holds no {WEIGHTS} (nor {WEIGHTS_INDEX})"
+        raise ConfigError(
+            f"{where}: {held}; tdlab loads safetensors weights only (loading a pickle can run code): save "
+            f"the model with safetensors (model.save_pretrained(DIR, safe_serialization=True))"
+        )
+    for name in sorted(names):
+        _regular(folder, name, where)
+    return sorted(names)
 
 
 def check_checkpoint(path: str | Path, weights: bool = True) -> Path:
@@ -204,32 +354,58 @@ def check_checkpoint(path: str | Path, weights: bool = True) -> Path:
         ConfigError: one line naming ``model.checkpoint`` and what is allowed.
     """
     p = Path(path).expanduser()
-    where = f"model.checkpoint: {echo(str(path))}"
+    where = _where(path)
     if not p.is_dir():
         what = "not a folder" if p.exists() else "no such folder"
         raise ConfigError(f"{where}: {what} (a local Hugging Face checkpoint folder; tdlab never downloads)")
     for name in _CODE_FILES:
-        f = p / name
-        if not f.is_file():
+        if not os.path.lexists(p / name):
             continue
-        try:
-            doc = json.loads(f.read_bytes()[: 16 << 20])
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"{where}: {name} is not readable JSON ({type(exc).__name__})") from None
+        doc = _read_json(p, name, where)
         if isinstance(doc, dict) and ("auto_map" in doc or "custom_pipelines" in doc):
             raise ConfigError(
                 f"{where}: {name} names custom code (auto_map), which tdlab never runs; give a "
                 f"checkpoint of a model class transformers ships (BERT, RoBERTa, ...)"
             )
-    if weights and not any(p.glob("*.safetensors")):
-        pickled = [n for n in _PICKLED_WEIGHTS if (p / n).exists()]
-        if pickled:
-            raise ConfigError(
-                f"{where}: holds {pickled[0]} and no model.safetensors; tdlab never loads pickled "
-                f"weights (loading a pickle can run code): save the model with safetensors "
-                f"(model.save_pretrained(DIR, safe_serialization=True))"
-            )
+        if name == "config.json":  # before transformers reads it: its error for an unknown type is truncated
+            if not isinstance(doc, dict):
+                raise ConfigError(f"{where}: config.json is not a JSON object (a model's config)")
+            _reader(doc.get("model_type"), path)
+            check_size(doc, where)
+    if weights:
+        weight_files(p, where)
     return p
+
+
+def _where(path: str | Path) -> str:
+    return f"model.checkpoint: {echo(str(path))}"
+
+
+@contextmanager
+def _quiet(tf: Any) -> Iterator[None]:
+    """transformers' own messages (load reports, progress bars, warnings) off around tdlab's load, which
+    says in one line what it read; its settings are restored after."""
+    log = tf.utils.logging
+    verbosity, bars = log.get_verbosity(), log.is_progress_bar_enabled()
+    log.set_verbosity_error()
+    log.disable_progress_bar()
+    try:
+        yield
+    finally:
+        log.set_verbosity(verbosity)
+        if bars:
+            log.enable_progress_bar()
+
+
+def _state_dict(folder: Path, names: list[str]) -> dict[str, torch.Tensor]:
+    """The tensors of the checked safetensors files ``names`` of ``folder`` (:func:`weight_files`), read by
+    tdlab: safetensors holds tensors only, so reading it runs nothing."""
+    from safetensors.torch import load_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for name in names:
+        tensors.update(load_file(str(folder / name)))
+    return tensors
 
 
 @contextmanager
@@ -267,27 +443,27 @@ class HFEncoder:
     ) -> None:
         tf = transformers_module()
         p = check_checkpoint(path, weights=not random_init)
-        # Never code from the folder (trust_remote_code=False: no custom classes, no prompt offering them),
-        # never pickled weights (use_safetensors=True: a pytorch_model.bin is not unpickled).
+        # Never code from the folder (trust_remote_code=False: no custom classes, no prompt offering them).
         local = {"local_files_only": True, "trust_remote_code": False}
-        with _loading(path):
+        with _loading(path), _quiet(tf):
             self.tokenizer = tf.AutoTokenizer.from_pretrained(str(p), **local)
             config = tf.AutoConfig.from_pretrained(str(p), **local)
         self.reader = reader_for(config, path)
         # eager attention: transformers 5's sdpa / flash kernels return no attention weights
-        with _loading(path):
+        with _loading(path), _quiet(tf):
             if random_init:
                 with torch.random.fork_rng():
                     torch.manual_seed(int(seed) & 0x7FFFFFFFFFFFFFFF)
                     self.model = tf.AutoModel.from_config(config, attn_implementation="eager", trust_remote_code=False)
             else:
-                self.model = tf.AutoModel.from_pretrained(
-                    str(p),
+                # The weights tdlab read from the files it checked; the model class's loader only maps their
+                # names (a task head's prefix, old names), with no folder to look for other files in.
+                self.model = tf.MODEL_MAPPING[type(config)].from_pretrained(
+                    None,
                     config=config,
-                    use_safetensors=True,
+                    state_dict=_state_dict(p, weight_files(p, _where(path))),
                     attn_implementation="eager",
                     dtype=torch.float32,
-                    **local,
                 )
         self.model.eval()
         self.vocab, self.offset = list(vocab), int(offset)
