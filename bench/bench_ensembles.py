@@ -417,7 +417,7 @@ class Layout:
         self.case = case
         spans = [(lo, min(lo + chunk, len(seeds))) for lo in range(0, len(seeds), chunk)]
         self.models = [case.build(seeds[lo:hi]).to(DEVICE) for lo, hi in spans]
-        for model, (lo, hi) in zip(self.models, spans):
+        for model, (lo, hi) in zip(self.models, spans, strict=True):
             if not hasattr(model, "seeds"):  # LSA/LCA keep none; objective_steps draws its generators from them
                 model.seeds = seeds[lo:hi]
         self.parts = [take(data, lo, hi) for lo, hi in spans]
@@ -425,7 +425,7 @@ class Layout:
 
     def train(self, steps: int) -> None:
         with flush_denormals(DEVICE):
-            for model, opt, part in zip(self.models, self.opts, self.parts):
+            for model, opt, part in zip(self.models, self.opts, self.parts, strict=True):
                 objective_steps(model, opt, self.case.objective, lambda gens, p=part: p, steps, DEVICE)
 
     def states(self) -> list[dict[str, torch.Tensor]]:
@@ -458,7 +458,11 @@ def max_diff(case: Case, seeds: list[int], data: Any, steps: int) -> float:
         for m in lay.models:
             m.eval()
         lay.train(steps)
-    return max(float((x[k].double() - y[k].double()).abs().max()) for x, y in zip(a.states(), b.states()) for k in x)
+    return max(
+        float((x[k].double() - y[k].double()).abs().max())
+        for x, y in zip(a.states(), b.states(), strict=True)
+        for k in x
+    )
 
 
 @dataclass
@@ -522,7 +526,7 @@ HEADER = ["ensemble ms/step", "loop ms/step", "loop/ensemble", "auto chunk", "ch
 
 
 def print_row(r: Row) -> None:
-    print(f"  {r.threads} thread(s): " + "   ".join(f"{h} {c}" for h, c in zip(HEADER, r.cells())))
+    print(f"  {r.threads} thread(s): " + "   ".join(f"{h} {c}" for h, c in zip(HEADER, r.cells(), strict=True)))
     print("      per chunk size: " + ", ".join(f"{c}: {both(t, '.2f')} ms" for c, t in r.ms.items()))
 
 

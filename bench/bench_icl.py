@@ -66,7 +66,9 @@ def main() -> None:
         loss_loop, g_loop = forward_backward(model, per_prompt_reference, sub)
         t_loop = time.perf_counter() - t0
         loss_vec, g_vec = forward_backward(model, LCA.__call__, sub)  # same prompts as the loop
-        dgrad = max((a - b).abs().max().item() / (b.abs().max().item() + 1e-30) for a, b in zip(g_vec, g_loop))
+        dgrad = max(
+            (a - b).abs().max().item() / (b.abs().max().item() + 1e-30) for a, b in zip(g_vec, g_loop, strict=True)
+        )
         assert abs(loss_vec - loss_loop) <= 1e-4 * abs(loss_loop), (loss_vec, loss_loop)
         rate_vec, rate_loop = n / t_vec, n_loop / t_loop
         print(f"{param:>8} {rate_vec:>21,.0f} {rate_loop:>15,.1f} {rate_vec / rate_loop:>7.0f}x {dgrad:>12.1e}")

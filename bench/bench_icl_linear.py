@@ -85,7 +85,7 @@ def main() -> None:
         )
         t_ens, s_ens = fit_time(cfg, TrainConfig(**base, chunk=args.members), seeds, task)
         t_loop, s_loop = fit_time(cfg, TrainConfig(**base, chunk=1), seeds, task)
-        diff = max(float((a[n] - b[n]).abs().max()) for a, b in zip(s_ens, s_loop) for n in a)
+        diff = max(float((a[n] - b[n]).abs().max()) for a, b in zip(s_ens, s_loop, strict=True) for n in a)
         assert diff < 1e-3, f"ensemble and loop disagree at depth {depth}: {diff}"
         n = args.members * args.steps
         tot_ens, tot_loop = tot_ens + t_ens, tot_loop + t_loop

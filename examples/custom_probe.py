@@ -67,7 +67,7 @@ def main() -> None:
         steps, ent = fit.series("attn_rel_entropy", member=e)
         print(
             f"member {e}: test loss {fit.series('test_loss', e)[1][-1]:.4f}; rel. entropy along training "
-            + " ".join(f"{v:.3f}@{st}" for st, v in zip(steps, ent))
+            + " ".join(f"{v:.3f}@{st}" for st, v in zip(steps, ent, strict=True))
             + f"; on current {s['on_current'][e].mean():.4f}, previous {s['on_previous'][e].mean():.4f}, "
             f"distance {s['distance'][e].mean():.2f}"
         )

@@ -46,7 +46,7 @@ def shortened(name: str, scale: float) -> list[str]:
     if field is None or scale >= 1:
         return []
     full = read_field(exp.make_config("quick"), field)
-    length = max(2, int(math.ceil(full * scale)))
+    length = max(2, math.ceil(full * scale))
     while length < full:
         try:
             exp.make_config("quick", [f"{field}={length}"])

@@ -91,7 +91,7 @@ def make_markov_run(tmp_path: Path) -> Callable[..., tuple[object, Path]]:
                 rows += [
                     (s, m, "train_loss", float(v))
                     for m, c in enumerate(member_curves)
-                    for s, v in zip(steps, c)
+                    for s, v in zip(steps, c, strict=True)
                     if s > 0
                 ]
                 # the reference predictors' loss on the evaluation batches: here their population values

@@ -151,8 +151,15 @@ def _planted_point(runs: Path, spec, point, std_at: str, run_id: str | None = No
             }
         )
         for arm in exp.arms(cfg):
-            rows = [(s, m, "test_loss", v) for m, c in enumerate(curves[arm.init]) for s, v in zip(STEPS, c)]
-            rows += [(s, m, "train_loss", v) for m, c in enumerate(curves[arm.init]) for s, v in zip(STEPS, c) if s > 0]
+            rows = [
+                (s, m, "test_loss", v) for m, c in enumerate(curves[arm.init]) for s, v in zip(STEPS, c, strict=True)
+            ]
+            rows += [
+                (s, m, "train_loss", v)
+                for m, c in enumerate(curves[arm.init])
+                for s, v in zip(STEPS, c, strict=True)
+                if s > 0
+            ]
             rows += [
                 (s, m, f"test_loss@{ref}", v)
                 for ref, v in (("bayes", rate), ("unigram", hpi))

@@ -167,7 +167,7 @@ def test_tiny_run_exits_0_and_prints_a_verdict_per_claim_group(tiny_run):
 
 
 def test_tiny_run_directory_is_complete_and_consistent(tiny_run):
-    proc, out, dirs = tiny_run
+    proc, _out, dirs = tiny_run
     assert proc.returncode == 0, proc.stderr
     run = dirs[0]
     conf = yaml.safe_load((run / "config.yaml").read_text())
@@ -227,7 +227,7 @@ def test_tiny_run_directory_is_complete_and_consistent(tiny_run):
 
 def test_tiny_run_arrays_equal_a_member_trained_alone(tiny_run):
     # The stored member 1 of sec2/local-to-global equals that model trained alone with member 1's seed.
-    proc, out, dirs = tiny_run
+    proc, _out, dirs = tiny_run
     assert proc.returncode == 0, proc.stderr
     run = dirs[0]
     exp = MarkovInit()
@@ -242,7 +242,7 @@ def test_tiny_run_arrays_equal_a_member_trained_alone(tiny_run):
 
 
 def test_report_rebuilds_the_same_claims(tiny_run, invoke):
-    proc, out, dirs = tiny_run
+    proc, _out, dirs = tiny_run
     assert proc.returncode == 0, proc.stderr
     run = dirs[0]
     before = json.loads((run / "summary.json").read_text())

@@ -55,7 +55,7 @@ def _sorted_metrics(run_dir: Path) -> pd.DataFrame:
 
 def _assert_same_states(a: list[dict[str, torch.Tensor]], b: list[dict[str, torch.Tensor]]) -> None:
     assert len(a) == len(b) and len(a) > 0
-    for sa, sb in zip(a, b):
+    for sa, sb in zip(a, b, strict=True):
         assert sa.keys() == sb.keys()
         for k in sa:
             assert torch.equal(sa[k], sb[k]), k

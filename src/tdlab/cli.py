@@ -74,6 +74,11 @@ def _fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
+def _warning(message: str) -> None:
+    """Print ``warning: MESSAGE`` on stderr (something skipped; the command goes on)."""
+    err_console.print(f"warning: {message}", highlight=False, soft_wrap=True, markup=False)
+
+
 class _OneLineErrors(TyperGroup):
     """The ``tdlab`` command group. A usage error (unknown option, missing argument, a value click
     cannot convert or that is out of an option's range) is one line on stderr and exit code 2, not
@@ -513,7 +518,7 @@ def runs(
         fresh = not (out / INDEX_NAME).exists()
         index = RunIndex(out)
         if reindex or fresh:
-            for r in list_runs(out):
+            for r in list_runs(out, _warning):
                 index.add_run(r, r.config.get("sweep"))
         rows = index.query(where)
     except (ConfigError, RunDirError) as exc:
@@ -882,11 +887,8 @@ def atlas_build(
     """Write the static atlas site (front page, one page per experiment, every run's report) from the run index."""
     from tdlab.atlas.site import build_site
 
-    def warn(message: str) -> None:
-        err_console.print(f"warning: {message}", highlight=False, soft_wrap=True, markup=False)
-
     try:
-        front = build_site(runs_dir, out if out is not None else runs_dir / "atlas", warn)
+        front = build_site(runs_dir, out if out is not None else runs_dir / "atlas", _warning)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     out_console.print(f"atlas: {front}", highlight=False, soft_wrap=True)
@@ -941,11 +943,8 @@ def docs_build(
     """Write docs/seeds/ (one page per seed paper) and build the site with mkdocs build --strict."""
     from tdlab.report.docs_site import build_site
 
-    def warn(message: str) -> None:
-        err_console.print(f"warning: {message}", highlight=False, soft_wrap=True, markup=False)
-
     try:
-        result = build_site(runs_dir, site, config, warn)
+        result = build_site(runs_dir, site, config, _warning)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     out_console.print(

@@ -104,7 +104,7 @@ def _tuples(value: Any, ann: Any) -> Any:
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_tuples(v, args[0]) for v in value)
         if len(args) == len(value):
-            return tuple(_tuples(v, a) for v, a in zip(value, args))
+            return tuple(_tuples(v, a) for v, a in zip(value, args, strict=True))
         return tuple(value)  # the wrong length: pydantic names it
     if origin is list and args:
         return [_tuples(v, args[0]) for v in value]

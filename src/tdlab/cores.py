@@ -17,6 +17,7 @@ sweep) spin against each other, and every one slows many times over: measured on
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -84,7 +85,5 @@ def claim_threads(requested: int | None = None, folder: Path | None = None) -> i
 
 def release_threads(folder: Path | None = None) -> None:
     """Give this process's threads back (at exit)."""
-    try:
+    with contextlib.suppress(OSError):
         ((folder or registry()) / f"{os.getpid()}.threads").unlink(missing_ok=True)
-    except OSError:
-        pass

@@ -241,7 +241,7 @@ class RunIndex:
         Raises:
             CorruptIndexError: naming the index and the bad value (a row tdlab never writes).
         """
-        d = dict(zip(_COLUMNS, row))
+        d = dict(zip(_COLUMNS, row, strict=True))
         try:
             check_run_id(d["run_id"])
         except ConfigError:

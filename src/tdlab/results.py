@@ -95,7 +95,7 @@ def publish(run_dirs: Sequence[Path], results: Path, commit: str | None = None) 
     from tdlab.experiments.base import registry
 
     docs = [record_of_run(d, commit) for d in run_dirs]
-    for d, doc in zip(run_dirs, docs):
+    for d, doc in zip(run_dirs, docs, strict=True):
         Record.model_validate(doc)
         if doc["profile"] not in registry()[doc["experiment"]].profiles:
             raise RecordError(f"{d}: profile {echo(doc['profile'])} is not one of {doc['experiment']}'s")

@@ -42,7 +42,7 @@ import re
 import shutil
 import stat
 import subprocess
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -595,19 +595,37 @@ def _is_string_column(col: pd.Series) -> bool:
     return ptypes.is_string_dtype(col) and all(isinstance(v, str) for v in col)
 
 
-def list_runs(out: Path) -> list[Run]:
-    """Finished runs under ``out`` (staging folders and foreign folders are skipped), oldest first."""
+def list_runs(out: Path, warn: Callable[[str], None] | None = None) -> list[Run]:
+    """Finished runs under ``out`` (staging folders and foreign folders are skipped), oldest first.
+
+    Skipped with one line to ``warn`` each: a symlink in the place of a run folder (it may lead anywhere,
+    ``/etc`` included, so nothing through it is read) and a run folder whose name is not a run id
+    (:data:`RUN_ID_PATTERN`: the index refuses such a row, so indexing it would corrupt the index)."""
     out = Path(out)
     if not out.is_dir():
         return []
     runs = []
     for p in sorted(out.iterdir()):
-        if p.name.startswith(".") or not p.is_dir():
+        if p.name.startswith("."):
+            continue
+        if p.is_symlink():
+            if warn is not None:
+                warn(f"{p}: skipped, a symlink (a run folder is read where it lies, never through a symlink)")
+            continue
+        if not p.is_dir():
             continue
         try:
-            runs.append(Run(p))
+            run = Run(p)
         except RunDirError:
             continue
+        if not RUN_ID_PATTERN.fullmatch(p.name):
+            if warn is not None:
+                warn(
+                    f"{p}: skipped, {echo(p.name)} is not a run id (1-200 letters, digits, '_', '.', '-', "
+                    f"starting with a letter or digit); rename the folder to index it"
+                )
+            continue
+        runs.append(run)
     return runs
 
 

@@ -176,7 +176,11 @@ def _progress(total: int) -> Iterator[Callable[[], None]]:
 def _points(spec: SweepSpec) -> list[dict[str, Any]]:
     """Every point's overrides: the grid's product, then the explicit points."""
     keys = list(spec.grid)
-    pts = [dict(zip(keys, vals)) for vals in itertools.product(*(spec.grid[k] for k in keys))] if keys else []
+    pts = (
+        [dict(zip(keys, vals, strict=True)) for vals in itertools.product(*(spec.grid[k] for k in keys))]
+        if keys
+        else []
+    )
     return pts + [dict(p) for p in spec.points]
 
 
@@ -365,7 +369,7 @@ def _run_ray(
         remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
         refs = [remote.remote(_command(spec, p, out), threads) for p in todo]
         results = []
-        for p, ref in zip(todo, refs):
+        for p, ref in zip(todo, refs, strict=True):
             try:
                 rc, err = ray.get(ref)
             except Exception as exc:  # a crashed Ray worker: the point fails, the sweep goes on

@@ -59,7 +59,7 @@ def test_fits_are_stored_in_their_order_with_the_numbers_of_fits_one_after_anoth
     alone = [Trainer(f.trainer.cfg, progress=False).fit(f.build, SEEDS, TASK) for f in _fits()]
     for f, got, ref in zip(_fits(), results, alone, strict=True):
         assert got.rows == ref.rows and w.arm_rows(f.arm) == ref.rows
-        assert all(torch.equal(a[k], b[k]) for a, b in zip(got.states, ref.states) for k in a)
+        assert all(torch.equal(a[k], b[k]) for a, b in zip(got.states, ref.states, strict=True) for k in a)
         assert ctx.fits[f.arm][0] == SEEDS and (w.path / "arrays" / f"{f.arm}.safetensors").is_file()
     w.release()
 
@@ -82,5 +82,5 @@ def test_a_fit_a_resumed_run_finished_is_not_trained_again(tmp_path, one_thread)
     fits = _fits()
     fits[0].trainer.fit = None  # would fail if called
     again = ctx.fit_all(fits)
-    assert all(torch.equal(a[k], b[k]) for a, b in zip(first[0].states, again[0].states) for k in a)
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(first[0].states, again[0].states, strict=True) for k in a)
     w.release()

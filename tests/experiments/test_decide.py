@@ -334,7 +334,8 @@ class Slow(Toy):
 
 class SlowWithBudget(Slow):
     name = "toy-slow-budget"
-    claims = Slow.claims + (
+    claims = (
+        *Slow.claims,
         ClaimSpec(
             id="at-budget",
             statement="within 10 at the budget",

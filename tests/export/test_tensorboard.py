@@ -221,7 +221,7 @@ class Watching(TensorBoardScalars):
     def add(self, arm, rows):
         super().add(arm, rows)
         got = read_scalars(self.folder)
-        self.seen.append(set(zip(got["tag"], got["step"], got["member"])))
+        self.seen.append(set(zip(got["tag"], got["step"], got["member"], strict=True)))
 
 
 def test_scalars_are_in_the_event_files_while_the_run_trains(tmp_path):

@@ -411,10 +411,7 @@ def gpt_reference(model: GPT, m: int, seq: torch.Tensor, placement: str, mlp: bo
             heads.append((A / A.sum(-1, keepdim=True)) @ V[:, sl])  # (17)
         Xqkv = torch.cat(heads, dim=1)
         att = lin(p + "attn.W_O", Xqkv) if p + "attn.W_O.weight" in st else Xqkv  # out_proj=False: no W^O
-        if placement == "post":
-            Xao = ln(p + "ln_1", X + att)  # (18), first half
-        else:
-            Xao = X + att
+        Xao = ln(p + "ln_1", X + att) if placement == "post" else X + att  # (18), first half
         if not mlp:
             X = Xao
         elif placement == "post":

@@ -73,7 +73,7 @@ def test_frozen_readout_is_lemma_c1():
     assert [n for n, _ in model.named_parameters()] == ["alpha", "beta"]
 
 
-@pytest.mark.parametrize("kw", VARIANTS + [dict(param="full", sigma_init=0.5)], ids=str)
+@pytest.mark.parametrize("kw", [*VARIANTS, dict(param="full", sigma_init=0.5)], ids=str)
 def test_member_i_equals_single_model_with_seed_i(kw):
     seeds = [7, 8, 9]
     ens = LCA(5, 3, seeds=seeds, alpha0=0.04, **kw)
@@ -81,7 +81,7 @@ def test_member_i_equals_single_model_with_seed_i(kw):
     y_ens = ens(b.X, b.y, b.x_query)
     for i, s in enumerate(seeds):
         single = LCA(5, 3, seeds=[s], alpha0=0.04, **kw)
-        for (name, p_ens), (_, p_one) in zip(ens.named_parameters(), single.named_parameters()):
+        for (name, p_ens), (_, p_one) in zip(ens.named_parameters(), single.named_parameters(), strict=True):
             assert torch.equal(p_ens[i], p_one[0]), name
         bi = b.member(i)
         assert torch.allclose(y_ens[i], single(bi.X, bi.y, bi.x_query)[0], atol=1e-6)

@@ -4,6 +4,7 @@ per-position reference; ensemble members are independent single models."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -39,7 +40,7 @@ def max_kl(k: int, kappa: float, beta: float = 1.0, max_len: int = 10) -> float:
 def test_construction_tends_to_the_laplace_estimator_as_kappa_grows(k):
     kappas = [2.0, 8.0, 32.0, 128.0]
     gaps = [max_kl(k, kap) for kap in kappas]
-    assert all(b < a for a, b in zip(gaps, gaps[1:])), gaps  # decreasing in κ
+    assert all(b < a for a, b in itertools.pairwise(gaps)), gaps  # decreasing in κ
     assert gaps[0] > 1e-2  # small κ is far from it (the test can tell)
     assert gaps[-1] < {1: 1e-12, 2: 1e-8}[k], gaps  # small at large κ
     x = all_sequences(10)
@@ -100,7 +101,7 @@ def reference_forward(model: NormalisedAttention, tokens: torch.Tensor, e: int) 
                     scores.append(kappa + blk.null_bias[e])
                     vals.append(blk.null_v[e])
                 att = torch.stack(scores).softmax(0)
-                new.append(h[n] + blk.W_O.weight[e] @ sum(a * v for a, v in zip(att, vals)))
+                new.append(h[n] + blk.W_O.weight[e] @ sum(a * v for a, v in zip(att, vals, strict=True)))
             h = new
         out.append(torch.stack([model.lm_head[e] @ v for v in h]))
     return torch.stack(out)

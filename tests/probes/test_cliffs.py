@@ -56,7 +56,7 @@ def test_vectorised_matches_the_definition_written_out():
         ps.append(p)
     X, P = torch.stack(rows), torch.tensor(ps)
     got = is_cliff(X, P, q)
-    want = torch.tensor([_slow_is_cliff(r.tolist(), p, q) for r, p in zip(rows, ps)])
+    want = torch.tensor([_slow_is_cliff(r.tolist(), p, q) for r, p in zip(rows, ps, strict=True)])
     assert torch.equal(got, want)
     assert bool(want.any()) and not bool(want.all())
 

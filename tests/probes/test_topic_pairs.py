@@ -84,7 +84,7 @@ def test_lda_assignment_is_the_planted_topics(planted) -> None:
 
 
 def test_pair_classes_against_a_loop(planted) -> None:
-    corpus, assignment = planted
+    _corpus, assignment = planted
     words, same, diff = same_topic_pairs(assignment)
     assert words.tolist() == sorted(assignment)
     for a, wa in enumerate(words.tolist()):

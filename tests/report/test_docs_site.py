@@ -298,7 +298,7 @@ def _site_copy(tmp_path: Path, api: bool = True) -> Path:
     if not api:
         c = yaml.safe_load(cfg)
         c["plugins"] = ["search"]
-        c["nav"] = [{"Home": "index.md"}, {"Seeds": [e for e in c["nav"] if "Seeds" in e][0]["Seeds"][:6]}]
+        c["nav"] = [{"Home": "index.md"}, {"Seeds": next(e for e in c["nav"] if "Seeds" in e)["Seeds"][:6]}]
         for p in list((root / "docs").rglob("*.md")):
             if p.name != "index.md" or p.parent != root / "docs":
                 p.unlink()

@@ -80,7 +80,7 @@ def report_run(make_markov_run):
         "sec2/local-to-global": [[0.69] + [rate + d] * 4 for d in spread],
         "gpt2/local-to-global": [[0.7] * 5] * 3,
     }
-    cfg, path = make_markov_run(p, q, curves, STEPS)
+    _cfg, path = make_markov_run(p, q, curves, STEPS)
     return rebuild(path)
 
 

@@ -139,3 +139,86 @@ def test_item8_transformers_load_messages_are_silenced(checkpoint, tmp_path, cap
     out, err = capfd.readouterr()
     assert out + err == "" and enc.describe()["architecture"] == "BERT"
     assert transformers.logging.get_verbosity() == before
+
+
+# ------------------------------------------------------------------------------ symlinks and run ids
+
+
+def _runs_with_links(tiny_run: Path, root: Path) -> tuple[Path, Path]:
+    """``(runs folder, a run outside it)``: the runs folder holds the tiny run, ``linked`` (a symlink to the
+    outside run, whose report and figure are marked) and ``etc`` (a symlink to /etc)."""
+    runs, outside = root / "runs", root / "elsewhere"
+    runs.mkdir()
+    outside.mkdir()
+    shutil.copytree(tiny_run, runs / "tiny")
+    other = shutil.copytree(tiny_run, outside / "other")
+    (other / "report.html").write_text("OUTSIDE-REPORT")
+    for fig in (other / "figures").iterdir():
+        fig.write_bytes(b"OUTSIDE-FIGURE")
+    (runs / "linked").symlink_to(other, target_is_directory=True)
+    (runs / "etc").symlink_to("/etc", target_is_directory=True)
+    return runs, outside
+
+
+def _site_text(folder: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file())
+
+
+def test_item2_reindex_skips_a_run_folder_that_is_a_symlink(fz, tiny_run, tmp_path):
+    """A symlink to another run (or to /etc) was indexed as a run of this folder."""
+    from tdlab.index import RunIndex
+
+    runs, _ = _runs_with_links(tiny_run, tmp_path)
+    r = fz.invoke(["runs", "--reindex", "--out", str(runs)])
+    assert r.exit_code == 0, r.stderr
+    assert [row["run_id"] for row in RunIndex(runs).query()] == ["tiny"]
+    warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warned) == 2 and "linked" in warned[1] and "etc" in warned[0] and "symlink" in warned[1]
+
+
+def test_item2_docs_pages_never_read_a_run_through_a_symlink(tiny_run, tmp_path):
+    """The seed pages published the linked run (its verdicts and figures) as a run of the runs folder."""
+    from tdlab.report.docs_site import write_seed_pages
+
+    runs, _ = _runs_with_links(tiny_run, tmp_path)
+    shutil.rmtree(runs / "tiny")  # the linked run is then the only markov-init run
+    warned: list[str] = []
+    write_seed_pages(tmp_path / "docs", runs, warned.append)
+    seeds = tmp_path / "docs" / "seeds"
+    assert "OUTSIDE-FIGURE" not in _site_text(seeds) and not list((seeds / "figures").glob("markov-init/*"))
+    assert [w for w in warned if "linked" in w and "symlink" in w]
+
+
+def test_item2_atlas_copies_nothing_through_a_symlinked_run(fz, tiny_run, tmp_path):
+    """The atlas copied the linked run's report and figures (from outside the runs folder) into the site."""
+    from tdlab.index import RunIndex
+    from tdlab.runs import Run
+
+    runs, _ = _runs_with_links(tiny_run, tmp_path)
+    index = RunIndex(runs)
+    for name in ("tiny", "linked"):  # an index written before symlinks were skipped
+        index.add_run(Run(runs / name))
+    before = fz.digest(runs)
+    r = fz.invoke(["atlas", "build", "--runs", str(runs), "--out", str(tmp_path / "site")])
+    assert r.exit_code == 0, r.stderr
+    text = _site_text(tmp_path / "site")
+    assert "OUTSIDE-REPORT" not in text and "OUTSIDE-FIGURE" not in text
+    assert (tmp_path / "site" / "runs" / "linked" / "report.html").is_file()  # rendered from the index
+    warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warned) == 1 and "linked" in warned[0] and "symlink" in warned[0]
+    assert fz.digest(runs) == before
+
+
+def test_item7_reindex_skips_a_folder_whose_name_is_not_a_run_id(fz, tiny_run, tmp_path):
+    """The row was written, then every `tdlab runs` said 'corrupt, run --reindex', which wrote it again."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copytree(tiny_run, runs / "tiny")
+    shutil.copytree(tiny_run, runs / "my run (copy)")
+    r = fz.invoke(["runs", "--reindex", "--out", str(runs)])
+    assert r.exit_code == 0, r.stderr
+    warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warned) == 1 and "my run (copy)" in warned[0] and "not a run id" in warned[0]
+    again = fz.invoke(["runs", "--out", str(runs)])
+    assert again.exit_code == 0 and again.stderr == "", again.stderr
+    assert "1 run(s)" in again.stdout

@@ -146,13 +146,13 @@ def check_parts(context: str, query: str, chain: list[str] | tuple[str, ...], an
         else:
             errors.append(f"context sentence {s!r} is neither a rule nor a fact")
     if len(facts) != 1:
-        return errors + [f"context holds {len(facts)} facts, expected one"]
+        return [*errors, f"context holds {len(facts)} facts, expected one"]
     fact = facts[0]
     q = parse_statement(q_sentence, concepts)
     if q is None or q.kind != "prop" or q.who != fact.who:
-        return errors + [f"query {query!r} is not a property statement about {fact.who}"]
+        return [*errors, f"query {query!r} is not a property statement about {fact.who}"]
     if answer not in ("True", "False"):
-        return errors + [f"answer {answer!r} is not True/False"]
+        return [*errors, f"answer {answer!r} is not True/False"]
 
     # Independent decision by forward chaining over the context (is-a closure, then properties).
     classes = {fact.obj}
@@ -178,7 +178,7 @@ def check_parts(context: str, query: str, chain: list[str] | tuple[str, ...], an
 
     # Chain: fact, then (rule, derived statement) pairs; each step modus ponens.
     if len(chain) < 3 or len(chain) % 2 != 1:
-        return errors + [f"chain has {len(chain)} sentences, expected 1 + 2*hops (hops >= 1)"]
+        return [*errors, f"chain has {len(chain)} sentences, expected 1 + 2*hops (hops >= 1)"]
     first = parse_statement(chain[0], concepts)
     if first != fact:
         errors.append(f"chain starts with {chain[0]!r}, not the context's fact")

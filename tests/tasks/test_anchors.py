@@ -32,7 +32,7 @@ def slow_check(data: dict, cfg: AnchorsConfig, mem_labels: dict) -> Counter:
     rsn = set(range(cfg.rsn_min, cfg.rsn_max + 1))
     counts: Counter = Counter()
     for row, y, kind, kp in zip(
-        data["tokens"].tolist(), data["label"].tolist(), data["kind"].tolist(), data["key_pos"].tolist()
+        data["tokens"].tolist(), data["label"].tolist(), data["kind"].tolist(), data["key_pos"].tolist(), strict=True
     ):
         assert len(row) == cfg.L
         anchor_pos = [i for i, t in enumerate(row) if t not in Zs]
@@ -128,7 +128,7 @@ def test_group_labels_in_range(ranges):
     labels: dict = {}
     counts = slow_check(data, cfg, labels)
     assert len(counts) == 4 * 25  # tuples within one group of 5 anchors
-    for (z, a), y in labels.items():
+    for (_z, a), y in labels.items():
         g = (a[0] - 1) // 5
         assert all((x - 1) // 5 == g for x in a)
         lo = 30 if ranges == "nested" else 30 + 20 * g

@@ -50,7 +50,7 @@ def test_local_bpe_is_deterministic_and_round_trips():
     a, b = train_local_bpe(corpus, 320), train_local_bpe(corpus, 320)
     assert a.to_json() == b.to_json()
     assert a.eos_id == 0 and 258 <= a.vocab_size <= 320
-    for t in TEXTS + ["text never seen: zyx ⊕ qü"]:  # byte-level: any text round-trips
+    for t in [*TEXTS, "text never seen: zyx ⊕ qü"]:  # byte-level: any text round-trips
         assert a.decode(a.encode(t)) == t
     merged = a.encode("Every wumpus is a yumpus.")
     assert len(merged) < len(b"Every wumpus is a yumpus.")  # merges were learnt

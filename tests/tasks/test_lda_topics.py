@@ -82,7 +82,7 @@ def test_same_seed_same_topics_other_seed_other_init(planted: tuple[Corpus, Topi
 
 
 def test_progress_bar_run_is_gensims_passes(planted: tuple[Corpus, Topics]) -> None:
-    c, t = planted
+    c, _t = planted
     lda_ids, bow = _bow(c)
     # chunks of 16 documents: several online updates per pass, where a loop of update() calls would differ
     cfg = QUICK.updated({"chunksize": 16, "passes": 4})

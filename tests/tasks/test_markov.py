@@ -29,7 +29,7 @@ def _enumerate(p: float, q: float, n: int):
     probs = []
     for s in seqs:
         pr = pi[s[0]]
-        for a, b in zip(s, s[1:]):
+        for a, b in itertools.pairwise(s):
             pr *= P[a][b]
         probs.append(pr)
     return torch.tensor(seqs), torch.tensor(probs, dtype=torch.float64)
@@ -68,12 +68,12 @@ def test_optimal_predictor_is_the_conditional_law_and_its_loss_is_the_entropy_ra
     assert opt.shape == (2**n, n, 2)
     # Against the exact conditional P(x_{k+1} | x_1^k) = P(x_1^{k+1}) / P(x_1^k) from enumeration.
     prefix = {}
-    for s, pr in zip(seqs.tolist(), probs.tolist()):
+    for s, pr in zip(seqs.tolist(), probs.tolist(), strict=True):
         for k in range(1, n + 1):
             prefix[tuple(s[:k])] = prefix.get(tuple(s[:k]), 0.0) + pr
     for s in seqs[::17].tolist():
         for k in range(1, n):
-            cond1 = prefix[tuple(s[:k]) + (1,)] / prefix[tuple(s[:k])]
+            cond1 = prefix[(*tuple(s[:k]), 1)] / prefix[tuple(s[:k])]
             assert opt[int("".join(map(str, s)), 2), k - 1, 1].item() == pytest.approx(cond1, abs=1e-12)
     # Expected per-position log loss of the optimal predictor = entropy rate (exact, every position).
     nll = -opt[:, :-1, :].gather(-1, seqs[:, 1:, None]).squeeze(-1).log()  # (S, n-1)

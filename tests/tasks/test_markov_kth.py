@@ -48,7 +48,7 @@ def slow_stationary(kernel: np.ndarray, k: int, V: int) -> np.ndarray:
     Q = np.zeros((V**k, V**k))
     for t in tuples:
         for v in range(V):
-            Q[index[t], index[t[1:] + (v,)]] += kernel[index[t], v]
+            Q[index[t], index[(*t[1:], v)]] += kernel[index[t], v]
     pi = np.full(V**k, 1.0 / V**k)
     for _ in range(5000):
         pi = 0.5 * pi + 0.5 * pi @ Q  # lazy chain: same fixed point, no periodicity issue
@@ -160,7 +160,7 @@ def test_optimal_probs_prefix_conditionals_stationary():
     src = KthOrderMarkov.random(3, 2, torch.Generator().manual_seed(4))
     pi = src.pi.numpy()
     for prefix in itertools.product(range(2), repeat=2):
-        x = torch.tensor(list(prefix) + [0])
+        x = torch.tensor([*list(prefix), 0])
         p = src.optimal_probs(x).numpy()
 
         # P(x1 | x0) and P(x2 | x0 x1) by summing the stationary law of (x0, x1, x2) by hand.
@@ -170,7 +170,7 @@ def test_optimal_probs_prefix_conditionals_stationary():
 
         np.testing.assert_allclose(p[0, 1], joint(prefix[0], 1) / joint(prefix[0]), atol=1e-12)
         np.testing.assert_allclose(p[1, 1], joint(*prefix, 1) / joint(*prefix), atol=1e-12)
-        np.testing.assert_allclose(p[2], src.kernel[slow_state(list(prefix) + [0], 2)].numpy())
+        np.testing.assert_allclose(p[2], src.kernel[slow_state([*list(prefix), 0], 2)].numpy())
 
 
 def slow_sample(kernels: torch.Tensor, u: torch.Tensor, k: int, V: int, init: str, pi=None) -> torch.Tensor:

@@ -69,7 +69,7 @@ def test_conditional_covariance_eq_3_2():
 def test_norm_law(mode):
     # per_modality: each block's norm ~ U[lo, hi] (|m|^2 in [0, 50] in App. H); total: |m| ~ U[lo, hi].
     task = MultiModalPrompts(dims=(4, 3), norm_range=(0.5, 2.5), norm_mode=mode)
-    m, zeta = task.sample_latents(torch.Generator().manual_seed(8), 4000, dtype=torch.float64)
+    m, _zeta = task.sample_latents(torch.Generator().manual_seed(8), 4000, dtype=torch.float64)
     norms = [m[:, :4].norm(dim=-1), m[:, 4:].norm(dim=-1)] if mode == "per_modality" else [m.norm(dim=-1)]
     for r in norms:
         assert stats.kstest(r.numpy(), stats.uniform(loc=0.5, scale=2.0).cdf).pvalue > 1e-3

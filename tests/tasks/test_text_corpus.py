@@ -5,6 +5,7 @@ windows, and one clear ConfigError naming the field for every bad file or config
 from __future__ import annotations
 
 import bz2
+import itertools
 import json
 import os
 import sys
@@ -52,11 +53,11 @@ def test_vocabularies_against_a_slow_recount(lee: Corpus) -> None:
     kept = [w for w, c in counts.items() if c >= 5]
     assert sorted(lee.vocab) == sorted(kept)  # 1750 < max_vocab: every word seen >= 5 times
     # decreasing count, ties alphabetical
-    assert all((counts[a], b) > (counts[b], a) or (counts[a] > counts[b]) for a, b in zip(lee.vocab, lee.vocab[1:]))
+    assert all((counts[a], b) > (counts[b], a) or (counts[a] > counts[b]) for a, b in itertools.pairwise(lee.vocab))
     assert lee.counts.tolist() == [counts[w] for w in lee.vocab]
     assert lee.stop.tolist() == [w in STOPWORDS for w in lee.vocab] and lee.stop.sum() > 100
     index = {w: i for i, w in enumerate(lee.vocab)}
-    for d, lda in zip(lee.docs, lee.lda_docs):
+    for d, lda in zip(lee.docs, lee.lda_docs, strict=True):
         assert lda == [index[w] for w in d if w in index and w not in STOPWORDS]
     # ids: UNK = len(vocab)
     d = lee.docs[0]

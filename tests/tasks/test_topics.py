@@ -221,7 +221,7 @@ def test_population_is_F17_of_every_tau_subset():
     assert len({tuple(r.tolist()) for r in pop["theta"]}) == math.comb(T, tau)
     p1 = (1 - (1 - p_c) * p_m) / (v * tau) + p_m * p_r / (v * T)  # F.18
     p2 = p_m * p_r / (v * T)  # F.19
-    for theta, p, q in zip(pop["theta"], pop["p"], pop["q"]):
+    for theta, p, q in zip(pop["theta"], pop["p"], pop["q"], strict=True):
         in_doc = theta.repeat_interleave(v) > 0
         assert torch.allclose(p[1:], in_doc.double() / (tau * v), rtol=1e-15, atol=0) and p[0] == 0
         assert torch.allclose(q[1:][in_doc], torch.tensor(p1, dtype=torch.float64), rtol=1e-15, atol=0)

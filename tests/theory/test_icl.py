@@ -1,5 +1,6 @@
 """Closed forms of the seed paper (arXiv:2602.04872) against simulation and against each other."""
 
+import itertools
 import math
 
 import numpy as np
@@ -39,7 +40,7 @@ def test_alpha_star_T_values_and_limit():
         loss = icl.infinite_context_excess_risk(got[T] + np.array([-1e-5, 0.0, 1e-5]), T, APP_H)
         assert loss[1] < loss[0] and loss[1] < loss[2]
     values = list(got.values())
-    assert all(a > b for a, b in zip(values, values[1:])) and values[-1] > 1 / 26
+    assert all(a > b for a, b in itertools.pairwise(values)) and values[-1] > 1 / 26
 
 
 def test_quadrature_moments():

@@ -377,7 +377,7 @@ def test_predict_basin_on_named_sets():
     # so compare everything else exactly and those two within the construction.
     for (p, q), want in (((0.7, 0.8), big), ((0.2, 0.3), small)):
         got = ml.predict_basin(pts, p, q).tolist()
-        for i, (a, b) in enumerate(zip(got, want)):
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
             if i in (6, 7) and b == CK.SADDLE:
                 E = ml.energy(pts[i]).item()
                 assert abs(E - ml.ENERGY_SADDLE) < 1e-14

@@ -41,7 +41,7 @@ def test_population_loss_matches_a_loop_over_sequences():
     P = [[1 - p, p], [q, 1 - q]]
     pi = stationary(p, q)
     for seq in itertools.product([0, 1], repeat=N + 1):
-        w = pi[seq[0]] * math.prod(P[a][b] for a, b in zip(seq, seq[1:]))
+        w = pi[seq[0]] * math.prod(P[a][b] for a, b in itertools.pairwise(seq))
         x = torch.tensor(seq).expand(2, 1, N + 1)
         with torch.no_grad():
             nll = F.cross_entropy(m(x[..., :-1]).reshape(-1, 2), x[..., 1:].reshape(-1), reduction="none").reshape(2, N)

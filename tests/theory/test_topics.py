@@ -74,7 +74,7 @@ def test_ridge_solutions_tend_to_thm2(T, v, tau):
     for lam in (1e-3, 1e-4, 1e-5, 1e-6):
         W_lam = P @ Q.T @ torch.linalg.inv(Q @ Q.T + K * lam * torch.eye(Q.shape[0], dtype=torch.float64))
         errs.append((W_lam - W).norm().item())
-    assert all(b < a / 5 for a, b in zip(errs, errs[1:])) and errs[-1] < 1e-3
+    assert all(b < a / 5 for a, b in itertools.pairwise(errs)) and errs[-1] < 1e-3
 
 
 @pytest.mark.parametrize("T,v,tau", [(4, 3, 2), (5, 2, 3)])
@@ -224,7 +224,7 @@ def test_population_loss_is_the_expected_squared_loss():
     pop = population(T, v, tau, *PAPER)
     eye = torch.eye(T * v + 1, dtype=torch.float64)
     direct = 0.0
-    for p, q in zip(pop["p"], pop["q"]):
+    for p, q in zip(pop["p"], pop["q"], strict=True):
         f = W @ q + b
         direct += sum(p[w] * (f - eye[w]).pow(2).sum() for w in range(T * v + 1)).item()
     direct /= pop["p"].shape[0]

@@ -79,7 +79,7 @@ def monte_carlo():
 def test_closed_form_matches_monte_carlo_within_one_percent(monte_carlo, kind):
     est, se = monte_carlo[kind]
     fn = tl.block_loss if kind == "block" else tl.diagonal_loss
-    for (a, b), x, s in zip(MC_POINTS, est, se):
+    for (a, b), x, s in zip(MC_POINTS, est, se, strict=True):
         L = float(fn(a, b, 3, 2, 2, M))
         assert abs(x - L) / L <= 0.01, (kind, a, b, x, L)
         assert abs(x - L) <= 4 * s, (kind, a, b, x, L, s)  # and statistically consistent with its own error

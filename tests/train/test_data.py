@@ -191,7 +191,11 @@ def test_probes_and_snapshots_are_recorded_and_survive_a_resume(tmp_path):
     resumed = Trainer(cfg, progress=False, checkpoint=ck, **kw).fit(BagModel, seeds, FixedDataset(make, batch=8))
     assert resumed.rows == full.rows and sorted(resumed.snapshots) == [0, 5, 9]
     for step in (0, 5, 9):
-        assert all(torch.equal(a[k], b[k]) for a, b in zip(resumed.snapshots[step], full.snapshots[step]) for k in a)
+        assert all(
+            torch.equal(a[k], b[k])
+            for a, b in zip(resumed.snapshots[step], full.snapshots[step], strict=True)
+            for k in a
+        )
 
 
 @pytest.mark.parametrize("optimizer,momentum", [("sgd", 0.9), ("adamw", 0.0)])

@@ -47,7 +47,7 @@ def test_the_trainer_marks_its_phases_and_they_change_no_number():
     with PhaseClock() as clock:
         timed = fit()
     assert plain.rows == timed.rows
-    assert all(torch.equal(a[k], b[k]) for a, b in zip(plain.states, timed.states) for k in a)
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(plain.states, timed.states, strict=True) for k in a)
     for name in ("data", "forward", "backward", "optimiser", "evaluation", "logging"):
         assert clock.calls[name] >= 1, name
     assert clock.calls["forward"] == 6 and clock.calls["backward"] == 6

@@ -3,6 +3,7 @@ the population limit is exact, members train independently, and GD lands on alph
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -64,7 +65,9 @@ def test_statistics_paths_equal_the_model_forward(path, kw, T):
     params = list(model.parameters())
     g_ref = torch.autograd.grad(ref.sum(), params, allow_unused=True)
     g_out = torch.autograd.grad(predict(model, st).sum(), params, allow_unused=True)
-    for p, a, b in zip(params, g_out, g_ref):  # None: the parameter does not reach the output (e.g. W^V_0 from F_0 = 0)
+    for p, a, b in zip(
+        params, g_out, g_ref, strict=True
+    ):  # None: the parameter does not reach the output (e.g. W^V_0 from F_0 = 0)
         a, b = (torch.zeros_like(p) if g is None else g for g in (a, b))
         assert torch.allclose(a, b, rtol=1e-8, atol=1e-12)
 
@@ -155,7 +158,7 @@ def test_backtracking_gd_never_raises_the_loss_and_stops_when_converged():
     )
     for m in (0, 1):
         losses = r.series("train_loss", m)[1]
-        assert all(b <= a for a, b in zip(losses, losses[1:]))
+        assert all(b <= a for a, b in itertools.pairwise(losses))
         assert r.series("grad_norm", m)[1][-1] <= 1e-7
     assert max(s for s, *_ in r.rows) < 400  # stopped early
     load_member_states(LCA(SMALL.d, 4, [0, 1], param="one"), r.states)
@@ -227,7 +230,7 @@ def test_accepted_steps_and_initial_states_are_recorded():
     steps, acc = r.series("accepted_steps", 0)
     _, lr = r.series("lr", 0)
     assert acc[0] == 0 and acc[-1] < steps[-1]  # lr = 1e3 is far too large: some steps were rejected
-    assert all(b - a in (0, 1) for a, b in zip(acc, acc[1:]))
+    assert all(b - a in (0, 1) for a, b in itertools.pairwise(acc))
     rejected = [i for i in range(1, len(lr)) if lr[i] < lr[i - 1]]
     assert rejected and all(acc[i] == acc[i - 1] for i in rejected)  # a halved step is a rejected step
     t_steps, _ = r.series("test_loss", 0)
@@ -254,5 +257,8 @@ def test_armijo_first_step_trains_where_a_fixed_step_stalls():
     _, acc = armijo.series("accepted_steps", 0)
     _, loss = armijo.series("train_loss", 0)
     assert acc[-1] >= 1 and loss[-1] < loss[0]
-    moved = sum(float((a - b).abs().sum()) for a, b in zip(armijo.states[0].values(), armijo.init_states[0].values()))
+    moved = sum(
+        float((a - b).abs().sum())
+        for a, b in zip(armijo.states[0].values(), armijo.init_states[0].values(), strict=True)
+    )
     assert moved > 0

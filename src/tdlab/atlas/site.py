@@ -281,7 +281,9 @@ class _Reports:
         description = self.descriptions.get(row["experiment"] or "", "")
         rel = f"runs/{row['run_id']}/report.html"
         src = self.runs / row["run_id"]
-        if src.exists() or src.is_symlink():
+        if src.is_symlink():  # it may lead anywhere (another run, /etc): nothing is read through it
+            self.skipped.append(f"{src}: a symlink, not read (its report is rendered from the index)")
+        elif src.exists():
             try:
                 run = Run(src)
                 if (src / "report.html").exists() or (src / "report.html").is_symlink():

@@ -25,6 +25,7 @@ not helped by more members. Training too short is helped by longer training (:fu
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -179,7 +180,7 @@ class Extension:
         if self.current >= self.cap:
             return None
         nxt = min(self.cap, self.current * self.factor)
-        return int(round(nxt)) if float(self.current).is_integer() and float(self.cap).is_integer() else nxt
+        return round(nxt) if float(self.current).is_integer() and float(self.cap).is_integer() else nxt
 
     def why_not(self) -> str:
         return f"{self.field} = {self.current:g} is the paper profile's (the seed's) length already"
@@ -255,7 +256,7 @@ def round_plan(
     helped = grow + train
     if history:
         stalled = 0  # the rounds at the end that decided nothing and brought no helped group closer
-        for earlier, later in zip(reversed(history[:-1]), reversed(history)):
+        for later, earlier in itertools.pairwise(reversed(history)):
             newly = [i for i, d in later.items() if d == 0.0 and earlier.get(i, 1.0) > 0.0]
             closer = [i for i in helped if later.get(i, 1.0) < earlier.get(i, 1.0)]
             if newly or closer:

@@ -130,7 +130,7 @@ def difference_interval(
     if paired:
         if len(a) != len(b):
             raise ValueError(f"paired comparison needs equal member counts, got {len(a)} and {len(b)}")
-        d = [x - y for x, y in zip(a, b)]
+        d = [x - y for x, y in zip(a, b, strict=True)]
         if statistics.pvariance(d) == 0.0:
             c = statistics.fmean(d)
             return Interval(c, c - widen, c + widen, len(d), 0.0, math.inf, widen)

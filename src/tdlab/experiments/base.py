@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import numpy as np
 from pydantic import Field
@@ -158,7 +158,7 @@ class RunContext:
         :class:`DivergenceError` goes on up (the first in ``fits``' order)."""
         seeds = [[int(s) for s in f.seeds] for f in fits]
         results: list[FitResult | None] = [self.done(f.arm) for f in fits]
-        for f, s, r in zip(fits, seeds, results):
+        for f, s, r in zip(fits, seeds, results, strict=True):
             if r is not None:
                 self.fits[f.arm] = (s, r)
         todo = [i for i, r in enumerate(results) if r is None]
@@ -283,14 +283,18 @@ class Analysis:
         return [g for g in self.groups if g.kind == "sanity"]
 
 
-class Experiment(ABC):
-    """One reproduced figure or table. Subclasses set the class attributes and implement the rest."""
+ConfigT = TypeVar("ConfigT", bound=ExperimentConfig)
+
+
+class Experiment(ABC, Generic[ConfigT]):
+    """One reproduced figure or table. Subclasses set the class attributes and implement the rest;
+    ``ConfigT`` is the experiment's config class, the type of every ``cfg`` its methods take."""
 
     name: ClassVar[str]
     paper: ClassVar[str]  # which seed, e.g. "000 Local to Global"
     figure: ClassVar[str]  # what it reproduces, e.g. "Fig. 4 (App. A.3.2)"
     description: ClassVar[str]
-    Config: ClassVar[type[ExperimentConfig]]
+    Config: type[ConfigT]  # not ClassVar: a ClassVar cannot hold a type variable
     profiles: ClassVar[dict[str, dict[str, Any]]] = {"quick": {}, "paper": {}}
     # Config keys the experiment sets itself per arm (a ``--set`` of them would be silently replaced),
     # each with what to set instead: ``{"model.arch": "archs=[...]"}``.
@@ -314,7 +318,7 @@ class Experiment(ABC):
             (a.field for a in axes if not a.as_list and a.field.rsplit(".", 1)[-1] in ("steps", "epochs")), None
         )
 
-    def lengths(self, cfg: ExperimentConfig) -> tuple[float, float] | None:
+    def lengths(self, cfg: ConfigT) -> tuple[float, float] | None:
         """``(cfg's training length, the seed's)``: the :meth:`training_length_field` under ``cfg`` and under
         the paper profile (the seed's own settings), which the budget rule of :func:`tdlab.claims.judge`
         reads; ``None`` for an experiment with no such field or no paper profile."""
@@ -326,7 +330,7 @@ class Experiment(ABC):
 
     def make_config(
         self, profile: str = "quick", overrides: Sequence[str] = (), members: int | None = None, seed: int | None = None
-    ) -> ExperimentConfig:
+    ) -> ConfigT:
         """Defaults < profile < ``--set`` overrides < ``--seeds``/``--seed``; validated once.
 
         Refuses (:class:`ConfigError`, one line) an unknown profile, a bad override, an override of a
@@ -356,19 +360,19 @@ class Experiment(ABC):
         return cfg
 
     @abstractmethod
-    def run(self, cfg: ExperimentConfig, ctx: RunContext) -> None:
+    def run(self, cfg: ConfigT, ctx: RunContext) -> None:
         """Train and measure; store everything through ``ctx``."""
 
-    def measure(self, cfg: ExperimentConfig, run: RunView) -> Measurements:
+    def measure(self, cfg: ConfigT, run: RunView) -> Measurements:
         """Typed measurements of the stored run: one row per declared claim and arm, the stage checks
         the claims' gates read, and the values the report shows. No verdicts."""
         raise NotImplementedError(f"{self.name} declares no measure()")
 
-    def notes(self, cfg: ExperimentConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+    def notes(self, cfg: ConfigT, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         """Plain-language findings for the report, written after judging (they may quote verdicts)."""
         return []
 
-    def analyse(self, cfg: ExperimentConfig, run: Run | RunView, confidence: float = 0.95) -> Analysis:
+    def analyse(self, cfg: ConfigT, run: Run | RunView, confidence: float = 0.95) -> Analysis:
         """Measure, gate and judge the stored run: the declared claims decided by :func:`tdlab.claims.judge`
         on :meth:`measure`'s rows and :meth:`health`'s gate at ``confidence`` (a ``--decide`` run's looks
         judge at ``1 − alpha / looks``), then :meth:`notes`."""
@@ -379,12 +383,12 @@ class Experiment(ABC):
             groups = judge(self.claims, measured, cfg, health, confidence, self.lengths(cfg))
             return Analysis(groups, measured.values, self.notes(cfg, measured, groups), health, measured=measured)
 
-    def trivial_error(self, cfg: ExperimentConfig, arm: str) -> float | None:
+    def trivial_error(self, cfg: ConfigT, arm: str) -> float | None:
         """The test error of the trivial predictor for ``arm`` (log V, H(π), E[y²]); ``None`` skips that
         part of the health gate. Experiments override it."""
         return None
 
-    def health(self, cfg: ExperimentConfig, run: Run | RunView) -> dict[str, ArmHealth]:
+    def health(self, cfg: ConfigT, run: Run | RunView) -> dict[str, ArmHealth]:
         """The training-health gate of every trained arm, from the stored metrics.
 
         An arm is an arm with a ``test_loss`` series. Initial and final loss are its first and last
@@ -421,7 +425,7 @@ class Experiment(ABC):
         return out
 
     @abstractmethod
-    def plot(self, cfg: ExperimentConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+    def plot(self, cfg: ConfigT, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         """Write figures into ``figdir``; return their paths."""
 
 
@@ -435,13 +439,14 @@ def _dotted_keys(tree: dict[str, Any], prefix: str = "") -> list[str]:
     return keys
 
 
-_REGISTRY: dict[str, Experiment] = {}
+ExperimentT = TypeVar("ExperimentT", bound=Experiment[Any])
+_REGISTRY: dict[str, Experiment[Any]] = {}
 
 
 _INSTALLED: set[int] = set()  # ids of the profile dicts register() made
 
 
-def register(cls: type[Experiment]) -> type[Experiment]:
+def register(cls: type[ExperimentT]) -> type[ExperimentT]:
     """Class decorator: make an experiment available to ``tdlab list`` and ``tdlab run`` (its module
     must also be in :data:`tdlab.experiments.catalog.CATALOG`, which names it without importing it).
 
@@ -463,7 +468,7 @@ def register(cls: type[Experiment]) -> type[Experiment]:
     return cls
 
 
-def registry() -> dict[str, Experiment]:
+def registry() -> dict[str, Experiment[Any]]:
     """Every experiment by name, each module of the catalog imported (all of them: for what needs the
     objects, e.g. the atlas; a name's metadata alone is in :data:`~tdlab.experiments.catalog.CATALOG`)."""
     for name in CATALOG:
@@ -471,7 +476,7 @@ def registry() -> dict[str, Experiment]:
     return dict(_REGISTRY)
 
 
-def get(name: str) -> Experiment:
+def get(name: str) -> Experiment[Any]:
     """The experiment ``name``; imports its module only (:data:`~tdlab.experiments.catalog.CATALOG`),
     or one registered already (an experiment defined outside tdlab's packages)."""
     if name in _REGISTRY:
@@ -484,7 +489,7 @@ def get(name: str) -> Experiment:
     return _load(name)
 
 
-def _load(name: str) -> Experiment:
+def _load(name: str) -> Experiment[Any]:
     """Import the catalog's module of ``name`` (registering it) and return the registered experiment."""
     if name not in _REGISTRY:
         # The module is named by the catalog (data), not imported here: experiment modules import this one.

@@ -161,7 +161,7 @@ class TensorBoardScalars:
             key = (arm, int(m), str(n), int(s))
             if key not in self._written:
                 self._written.add(key)
-                self._held.append(key + (float(v),))
+                self._held.append((*key, float(v)))
         if self.every is None or time.monotonic() - self._last >= self.every:
             self.flush()
 

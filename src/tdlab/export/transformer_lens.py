@@ -230,7 +230,7 @@ def to_state_dict(params: Mapping[str, torch.Tensor], cfg: GPTConfig) -> dict[st
         if ln:
             out[f"{b}.ln1.weight"] = take(f"{b}.ln_1.weight", (d,))
             out[f"{b}.ln1.bias"] = take(f"{b}.ln_1.bias", (d,))
-        for m, w in zip("qkv", ("W_Q", "W_K", "W_V")):
+        for m, w in zip("qkv", ("W_Q", "W_K", "W_V"), strict=True):
             out[f"{b}.attn.{m}.weight"] = take(f"{b}.attn.{w}.weight", (da, d))
             out[f"{b}.attn.{m}.bias"] = opt(f"{b}.attn.{w}.bias", (da,), cfg.bias)
         # out_proj=False requires d_attn == d (GPTConfig's validator): W_O is then the identity.

@@ -292,7 +292,7 @@ class Attention(nn.Module):
         ``q, k, v``: ``(E, B, H, T, dh)``. The relative terms are gathered per (n, i) pair:
         ``rk[e, n, i] = rel_k[e, min(n - i, rel_clip)]`` (``(E, T, T, dh)``), the same for values.
         """
-        E, B, H, T, dh = q.shape
+        _E, _B, _H, T, dh = q.shape
         n = torch.arange(T, device=q.device)
         causal = n[None, :] <= n[:, None]
         dist = (n[:, None] - n[None, :]).clamp(min=0, max=self.cfg.rel_clip)  # (T, T)

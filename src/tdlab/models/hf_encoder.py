@@ -473,7 +473,7 @@ class HFEncoder:
         # every word as it appears mid-text (RoBERTa, BART: after a space, "Ġword")
         self.pieces = [tok(self.reader.word_prefix + w, add_special_tokens=False)["input_ids"] for w in self.vocab]
         single = np.array([len(p) == 1 and p[0] != self._unk for p in self.pieces])
-        self.piece = np.array([p[0] if ok else -1 for p, ok in zip(self.pieces, single)], dtype=np.int64)
+        self.piece = np.array([p[0] if ok else -1 for p, ok in zip(self.pieces, single, strict=True)], dtype=np.int64)
         self.excluded = frozenset(np.flatnonzero(~single).tolist())  # corpus ids in no pair
         self.skipped = int((~single).sum())
 

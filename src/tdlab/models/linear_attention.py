@@ -227,7 +227,7 @@ class LCA(nn.Module):
         gens = _member_generators(seeds)
         names = ("alpha",) if param == "one" else ("alpha", "beta")
         draws = [[torch.randn(shape, generator=g) for _ in names] for g in gens]  # per member, in order
-        for k, (name, v0) in enumerate(zip(names, (alpha0, beta0))):
+        for k, (name, v0) in enumerate(zip(names, (alpha0, beta0), strict=False)):
             value = torch.stack([centre(v0) + sigma_init * draw[k] for draw in draws])
             setattr(self, name, nn.Parameter(value.to(device=device, dtype=dtype)))
 

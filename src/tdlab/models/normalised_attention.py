@@ -122,7 +122,7 @@ class CosineAttention(nn.Module):
         self._owner = [owner]
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        E, B, T, d = h.shape
+        E, B, T, _d = h.shape
         n = torch.arange(T, device=h.device)
         causal = n[None, :] <= n[:, None]  # (T, T): key i <= query n
         dist = (n[:, None] - n[None, :]).clamp(min=0, max=self.cfg.rel_clip)

@@ -118,7 +118,7 @@ def plot_attention_maps(
     n = len(patterns)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 4.2), squeeze=False)
     T = len(tokens)
-    for j, (ax, att, title) in enumerate(zip(axes[0], patterns, titles)):
+    for j, (ax, att, title) in enumerate(zip(axes[0], patterns, titles, strict=True)):
         a = att.detach().cpu().numpy() if isinstance(att, torch.Tensor) else np.asarray(att)
         im = ax.imshow(a, cmap="viridis", vmin=0.0, vmax=max(float(a.max()), 1e-9), interpolation="nearest")
         if match is not None and j == n - 1:

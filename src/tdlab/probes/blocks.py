@@ -220,7 +220,7 @@ def attention_averages(
     classes = (pair & same_word, pair & same_topic & ~same_word, pair & ~same_topic)
     sums = [(A * m).sum((1, 2, 3)) for m in classes]
     counts = [m.sum((1, 2, 3)) for m in classes]
-    avg = [s / k.to(torch.float64) for s, k in zip(sums, counts)]  # 0/0 -> nan: no pair of that class
+    avg = [s / k.to(torch.float64) for s, k in zip(sums, counts, strict=True)]  # 0/0 -> nan: no pair of that class
     return AttentionAverages(*avg, *counts)
 
 

@@ -36,7 +36,7 @@ class Crossings:
 
     def as_optional(self) -> list[int | None]:
         """Crossing steps with ``None`` for members that never crossed (for the report)."""
-        return [None if c else int(s) for s, c in zip(self.steps, self.censored)]
+        return [None if c else int(s) for s, c in zip(self.steps, self.censored, strict=True)]
 
 
 def first_crossing(steps: np.ndarray, values: np.ndarray, level: float, below: bool = True) -> Crossings:

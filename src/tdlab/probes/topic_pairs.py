@@ -413,7 +413,7 @@ def top_cooccurring_pairs(
         a, b = np.nonzero(floor <= C)
         cnt = C[a, b].astype(np.int64)
         blk = _top(cnt, a.astype(np.int64) + i0, b.astype(np.int64), k)
-        best = _top(*(np.concatenate([x, y]) for x, y in zip(best, blk)), k)
+        best = _top(*(np.concatenate([x, y]) for x, y in zip(best, blk, strict=True)), k)
     cnt, a, b = best  # words sorted: a < b means words[a] < words[b], and the order by index is by id
     pairs = np.stack([words[a], words[b]], axis=1).astype(np.int64).reshape(-1, 2)
     return (pairs, cnt.astype(np.int64)) if return_counts else pairs

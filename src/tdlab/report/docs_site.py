@@ -432,7 +432,7 @@ def latest_runs(runs: Path | None, warn: Callable[[str], None] | None = None) ->
     found: dict[str, tuple[float, str, Run, dict[str, Any]]] = {}
     if runs is None or not Path(runs).is_dir():
         return {}
-    for run in list_runs(Path(runs)):
+    for run in list_runs(Path(runs), warn):
         if not (run.path / "summary.json").is_file():
             continue
         try:

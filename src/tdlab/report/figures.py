@@ -45,7 +45,7 @@ def curve_with_band(ax: plt.Axes, steps: np.ndarray, values: np.ndarray, label: 
 def reference_lines(ax: plt.Axes, lines: Mapping[str, float]) -> None:
     """Horizontal dashed lines for theory values (e.g. entropies)."""
     styles = ["--", ":", "-.", (0, (5, 1))]
-    for (label, y), ls in zip(lines.items(), styles * 4):
+    for (label, y), ls in zip(lines.items(), styles * 4, strict=False):
         ax.axhline(y, color="k", ls=ls, lw=1.1, label=label)
 
 
@@ -62,7 +62,7 @@ def pq_plane(ax) -> None:
 def heatmap_panels(fig: plt.Figure, axes: np.ndarray, panels: Sequence[tuple[np.ndarray, str]]) -> None:
     """One heatmap with its colour bar per ``(matrix, title)`` on ``axes`` (flattened); spare axes hidden."""
     flat = list(np.asarray(axes).flat)
-    for ax, (matrix, title) in zip(flat, panels):
+    for ax, (matrix, title) in zip(flat, panels, strict=False):
         im = ax.imshow(matrix, cmap="viridis")
         fig.colorbar(im, ax=ax, fraction=0.046)
         ax.set_title(title, fontsize=9)

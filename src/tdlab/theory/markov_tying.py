@@ -136,7 +136,7 @@ def population_loss(model: GPT, p: float, q: float, n: int, per_position: bool =
         ``(E,)`` losses in nats, or ``(E, n)`` per position when ``per_position``.
     """
     dev = next(model.parameters()).device
-    tokens, probs = _enumerated(p, q, n, dev)
+    tokens, _probs = _enumerated(p, q, n, dev)
     x = tokens.unsqueeze(0).expand(model.members, *tokens.shape)
     logits = _forward_twice_differentiable(model, x[..., :-1])  # (E, S, n, 2)
     per_pos = _weighted_nll(logits, p, q, n, dev, reduce=False)  # (E, n)
@@ -165,11 +165,11 @@ def flat_loss(
     one, names, shapes = _single_member(model, member)
     sizes = [math.prod(s) for s in shapes]
     theta0 = torch.cat([prm.detach().reshape(-1) for prm in one.parameters()]).double()
-    coord = [f"{nm}[{i}]" for nm, sz in zip(names, sizes) for i in range(sz)]
+    coord = [f"{nm}[{i}]" for nm, sz in zip(names, sizes, strict=True) for i in range(sz)]
 
     def fn(theta: torch.Tensor) -> torch.Tensor:
         parts = torch.split(theta, sizes)
-        params = {nm: t.reshape(s) for nm, t, s in zip(names, parts, shapes)}
+        params = {nm: t.reshape(s) for nm, t, s in zip(names, parts, shapes, strict=True)}
         with one.cache(_attention_names(one)):
             out = torch.func.functional_call(one, params, (_all_tokens(p, q, n, theta.device),))
         return _weighted_nll(out, p, q, n, theta.device)[0]

@@ -92,12 +92,11 @@ def _slice_args(args: tuple[Any, ...], idx: torch.Tensor, n: int) -> tuple[Any, 
 
 def _check_args(args: tuple[Any, ...], n: int) -> None:
     for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor) and a.ndim >= 1 and a.shape[0] != n:
-            if a.numel() != 1:
-                raise ValueError(
-                    f"args[{i}] has leading dim {a.shape[0]}; per-row args need leading dim N={n}"
-                    " (scalars and 0-d tensors are shared by all rows)"
-                )
+        if isinstance(a, torch.Tensor) and a.ndim >= 1 and a.shape[0] != n and a.numel() != 1:
+            raise ValueError(
+                f"args[{i}] has leading dim {a.shape[0]}; per-row args need leading dim N={n}"
+                " (scalars and 0-d tensors are shared by all rows)"
+            )
 
 
 # Dormand-Prince 5(4) tableau (autonomous system, so the nodes c_i are not needed).
@@ -112,7 +111,7 @@ _A = (
 )
 _B5 = _A[6]
 _B4 = (5179 / 57600, 0.0, 7571 / 16695, 393 / 640, -92097 / 339200, 187 / 2100, 1 / 40)
-_E = tuple(b5 - b4 for b5, b4 in zip(_B5 + (0.0,), _B4))
+_E = tuple(b5 - b4 for b5, b4 in zip((*_B5, 0.0), _B4, strict=True))
 
 
 def gradient_flow(

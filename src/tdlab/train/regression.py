@@ -305,10 +305,8 @@ def _spectral_poly(model: LCA, lam: Tensor) -> Tensor:
     p = torch.full_like(lam.expand(E, *lam.shape[1:]), p0)
     for t in range(model.depth):
         a_t, b_t = model.layer_weights(t)
-        if model.attention == "cross":
-            p = p * (1.0 + w(b_t) * lam)
-        else:  # deep LSA, Eq. G.2: F F^T F / L -> p^3 lambda
-            p = p + w(b_t) * lam * p**3
+        # cross attention multiplies; deep LSA, Eq. G.2: F F^T F / L -> p^3 lambda
+        p = p * (1.0 + w(b_t) * lam) if model.attention == "cross" else p + w(b_t) * lam * p**3
         if model.injection:
             p = p + w(a_t)
     return p
@@ -562,7 +560,9 @@ class RegressionTrainer:
                 losses = ((target - predict_any(model, data)) ** 2).mean(-1)  # (E,)
             with phase("backward"):
                 grads = torch.autograd.grad(losses.sum(), params, allow_unused=True)  # members never share gradients
-            return losses.detach(), [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+            return losses.detach(), [
+                torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)
+            ]
 
         def member_norm(gs: list[Tensor]) -> Tensor:
             return torch.sqrt(sum(g.detach().reshape(E, -1).pow(2).sum(1) for g in gs))
@@ -623,14 +623,14 @@ class RegressionTrainer:
             for step in range(1, cfg.steps + 1):
                 with phase("optimiser"):
                     if opt is not None:  # Adam on (loss, grads) at the current point
-                        for p, g in zip(params, grads):
+                        for p, g in zip(params, grads, strict=True):
                             p.grad = g
                         for group in opt.param_groups:
                             group["lr"] = cfg.lr * factor(step - 1)
                         opt.step()
                     else:
                         with torch.no_grad():
-                            for p, g, v in zip(params, grads, velocity):
+                            for p, g, v in zip(params, grads, velocity, strict=True):
                                 v.mul_(cfg.momentum).sub_(shape(lr * factor(step - 1), p) * g)
                                 p.add_(v)
                 loss, grads = loss_and_grad(batch())
@@ -640,12 +640,12 @@ class RegressionTrainer:
                     worse = ~(loss <= prev[1])
                     with torch.no_grad():
                         lr = torch.where(worse, lr * 0.5, lr * cfg.grow)
-                        for p, p_old, v in zip(params, prev[0], velocity):
+                        for p, p_old, v in zip(params, prev[0], velocity, strict=True):
                             p.copy_(torch.where(shape(worse, p), p_old, p))
                             v.masked_fill_(shape(worse, v).expand_as(v), 0.0)
                     loss = torch.where(worse, prev[1], loss)
                     accepted = accepted + (~worse).to(accepted.dtype)
-                    grads = [torch.where(shape(worse, g), g_old, g) for g, g_old in zip(grads, prev[2])]
+                    grads = [torch.where(shape(worse, g), g_old, g) for g, g_old in zip(grads, prev[2], strict=True)]
                     prev = ([p.detach().clone() for p in params], loss, grads)
                 else:
                     check_finite(step, loss)
@@ -685,7 +685,7 @@ class RegressionTrainer:
         target = cfg.target
         with torch.no_grad():
             for _ in range(cfg.max_halvings + 1):
-                for p, p0, g in zip(params, start, grads):
+                for p, p0, g in zip(params, start, grads, strict=True):
                     p.copy_(p0 - shape(step, p) * g)
                 y = data.y_query if target == "response" else bayes_of(data)
                 trial = ((y - predict_any(model, data)) ** 2).mean(-1)
@@ -694,7 +694,7 @@ class RegressionTrainer:
                 if bool(found.all()):
                     break
                 step = torch.where(found, step, step * 0.5)
-            for p, p0 in zip(params, start):
+            for p, p0 in zip(params, start, strict=True):
                 p.copy_(p0)
         return step
 

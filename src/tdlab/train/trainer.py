@@ -560,7 +560,7 @@ class Trainer:
                     before = [p.detach().clone() for p in params]
                     opt.step()
                     with torch.no_grad():
-                        for p, p0 in zip(params, before):
+                        for p, p0 in zip(params, before, strict=True):
                             p.copy_(p0 + lr_scale.reshape(-1, *([1] * (p.dim() - 1))) * (p - p0))
                 sched.step()
             with phase("logging"):
@@ -713,7 +713,7 @@ def _as_tuples_like(groups: list[dict[str, Any]], fresh: list[dict[str, Any]]) -
         raise ValueError(f"{len(groups)} param groups saved, the optimiser has {len(fresh)}")
     return [
         {k: tuple(v) if isinstance(f.get(k), tuple) and isinstance(v, list) else v for k, v in g.items()}
-        for g, f in zip(groups, fresh)
+        for g, f in zip(groups, fresh, strict=True)
     ]
 
 

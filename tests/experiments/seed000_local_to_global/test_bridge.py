@@ -110,7 +110,7 @@ def _groups(analysis) -> dict[str, object]:
 # --- theory: the predicted basin ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("p,q", ABOVE + [(0.9, 0.6), (0.8, 0.8)])
+@pytest.mark.parametrize("p,q", [*ABOVE, (0.9, 0.6), (0.8, 0.8)])
 def test_above_the_line_theory_predicts_h_pi(p, q):
     rate, hpi = chain_truth(p, q)
     pred = predict_cell(p, q, 0.02, 0.01, 0.05, 0.8)
@@ -123,7 +123,7 @@ def test_above_the_line_theory_predicts_h_pi(p, q):
     assert pred["probability"] > 0.999
 
 
-@pytest.mark.parametrize("p,q", BELOW + [(0.1, 0.1), (0.3, 0.3)])
+@pytest.mark.parametrize("p,q", [*BELOW, (0.1, 0.1), (0.3, 0.3)])
 def test_below_the_line_theory_predicts_the_entropy_rate(p, q):
     rate, _ = chain_truth(p, q)
     pred = predict_cell(p, q, 0.02, 0.01, 0.05, 0.8)
@@ -319,7 +319,7 @@ def test_mixed_members_are_not_resolved_and_the_note_says_how_many_left(make_bri
 def test_an_end_state_still_moving_is_not_resolved(make_bridge_run):
     # (0.2, 0.3) at 300: at the Bayes loss at the end, but falling 0.02 nats per evaluation.
     def curves(p, q, b):
-        rate, hpi = chain_truth(p, q)
+        rate, _hpi = chain_truth(p, q)
         if (p, q, b) == (0.2, 0.3, 300):
             return [[0.69, rate + 0.04 + d, rate + 0.02 + d, rate + d] for d in (-0.001, 0.0, 0.001)]
         return _at("hpi" if p + q > 1 else "rate")(p, q, b)
@@ -371,7 +371,7 @@ def test_health_gate_and_trivial_error(make_bridge_run):
 
 
 def test_rebuild_writes_summary_and_figures(make_bridge_run):
-    cfg, path = make_bridge_run(_at("rate", offset=0.03))
+    _cfg, path = make_bridge_run(_at("rate", offset=0.03))
     run = rebuild(path)
     s = run.summary
     assert s["status"] == "done"

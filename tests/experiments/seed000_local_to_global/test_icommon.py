@@ -173,7 +173,7 @@ def _write(tmp_path, name, *, final_gap=None, start_gap=0.5, k1=None, flow=None,
             fg = (final_gap or {}).get(arm, [0.0003 * (m - 1) for m in range(members)])
             rows = []
             for m in range(members):
-                for i, s in enumerate(STEPS):
+                for _i, s in enumerate(STEPS):
                     g = start_gap if s == 0 else fg[m]
                     rows += [(s, m, "test_loss@bayes", rate + 0.001 * m), (s, m, "test_loss", rate + 0.001 * m + g)]
             w.add_metrics(arm, rows)

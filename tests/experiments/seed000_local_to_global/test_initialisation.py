@@ -131,7 +131,7 @@ def test_p_plus_q_equal_one_is_iid_and_both_limits_coincide(make_markov_run):
 
 def test_member_spread_decides_between_holds_fails_and_not_resolved(make_markov_run):
     p, q = 0.5, 0.8
-    rate, hpi = _truth(p, q)
+    _rate, hpi = _truth(p, q)
     curves = {
         "sec2/standard": [[0.69, hpi + d, hpi + d, hpi + d] for d in (0.002, 0.016, 0.009)],  # straddles +0.01
         "gpt2/standard": [[0.8, hpi + d, hpi + d, hpi + d] for d in (0.03, 0.031, 0.029)],  # clearly outside
@@ -148,7 +148,7 @@ def test_member_spread_decides_between_holds_fails_and_not_resolved(make_markov_
 
 def test_a_curve_still_falling_at_the_end_is_not_resolved(make_markov_run):
     p, q = 0.5, 0.8
-    rate, hpi = _truth(p, q)
+    _rate, hpi = _truth(p, q)
     steps = list(range(0, 1001, 50))
     falling = [
         [hpi + 0.2 - 2e-4 * s + d for s in steps] for d in (-0.001, 0.0, 0.001)
@@ -250,7 +250,7 @@ def test_rebuild_writes_grouped_summary_and_gates_untrained_arms(make_markov_run
         "sec2/local-to-global": _near(rate),
         "gpt2/local-to-global": _flat(0.7),
     }  # never moved
-    cfg, path = make_markov_run(p, q, curves, STEPS, ["train.steps=8000"])  # the seed's length: "stays" can hold
+    _cfg, path = make_markov_run(p, q, curves, STEPS, ["train.steps=8000"])  # the seed's length: "stays" can hold
     run = rebuild(path)
     s = run.summary
     assert s["status"] == "done" and s["claims_total"] == 3 and s["sanity"] == []

@@ -165,7 +165,7 @@ def _at_optimal_bias(cfg, states, planted):
     optimal bias; the planted weights are not otherwise trained)."""
     stacked = {k: torch.stack([st[k] for st in states]) for k in states[0]}
     b_star = bias_step_excess(cfg.arm_model(), stacked, planted.bias_tokens(cfg), 4.0)["b_star"]
-    return [{**st, "b": torch.tensor(float(b), dtype=torch.float32)} for st, b in zip(states, b_star)]
+    return [{**st, "b": torch.tensor(float(b), dtype=torch.float32)} for st, b in zip(states, b_star, strict=True)]
 
 
 @pytest.fixture

@@ -106,7 +106,7 @@ def test_tiny_run_measures_the_real_gradient(tiny_run):
     # Eq. 29 is along P^s − 1/d_m (tdlab.theory.anchors.token_label_law, an independent implementation)
     cfg = exp.make_config("quick", TINY, members=2)
     task = Anchors(cfg.task)
-    for e, g in zip(f["t=0"]["emb"], generators(exp.seeds(cfg), DATASET)):
+    for e, g in zip(f["t=0"]["emb"], generators(exp.seeds(cfg), DATASET), strict=True):
         table = task.memory_table(g)
         p_y = sum(token_label_law(task, s, table) for s in range(21, 31)) / 10  # the keys' laws average to P_Y
         want = sum(frobenius_cos(p_y - 1 / 71, token_label_law(task, s, table) - 1 / 71) for s in range(21, 31)) / 10

@@ -41,13 +41,13 @@ def test_group_in_range_against_a_loop():
     got = group_in_range(pred, group, ranges)
     for e in range(2):
         for k, (lo, hi) in enumerate(ranges):
-            sel = [int(p) for p, q in zip(pred[e], group[e]) if int(q) == k]
+            sel = [int(p) for p, q in zip(pred[e], group[e], strict=True) if int(q) == k]
             assert float(got[e, k]) == pytest.approx(sum(lo <= p <= hi for p in sel) / len(sel))
     assert torch.isnan(group_in_range(pred, torch.zeros_like(group), ranges)[:, 1:]).all()  # empty groups
     means = group_mean(pred, group, 4)
     for e in range(2):
         for k in range(4):
-            sel = [int(p) for p, q in zip(pred[e], group[e]) if int(q) == k]
+            sel = [int(p) for p, q in zip(pred[e], group[e], strict=True) if int(q) == k]
             assert float(means[e, k]) == pytest.approx(sum(sel) / len(sel))
 
 

@@ -92,7 +92,7 @@ def _planted(tmp_path, emb, acc, overrides=SEED):
         for g in cfg.gammas:
             arm = GammaArms.arm(g)
             rows = []
-            for split, at in zip(("mem", "rsn_train", "test"), acc[g]):
+            for split, at in zip(("mem", "rsn_train", "test"), acc[g], strict=True):
                 for m in range(MEMBERS):
                     for k, e in enumerate(evals):
                         # memory tops out at 0.6: learnt (above 0.5), below the order-blind ceiling
@@ -241,7 +241,9 @@ def test_training_set_ceiling_matches_a_slow_count_and_exceeds_the_population_on
     for i in range(2):
         d = task.dataset(generators([arms.seeds[i]], DATASET)[0], cfg.task.n_train, "train")
         counts: dict = collections.defaultdict(collections.Counter)
-        for k, a, y, kind in zip(d["key"].tolist(), d["anchors"].tolist(), d["label"].tolist(), d["kind"].tolist()):
+        for k, a, y, kind in zip(
+            d["key"].tolist(), d["anchors"].tolist(), d["label"].tolist(), d["kind"].tolist(), strict=True
+        ):
             if kind == 0:
                 counts[(k, tuple(sorted(a)))][y] += 1
         slow = sum(max(c.values()) for c in counts.values()) / sum(sum(c.values()) for c in counts.values())

@@ -53,8 +53,8 @@ TINY = [
 
 def _slow_exclusive(seqs, sources, src, top, ignore):
     """Counter-based reference: tokens of source ``src`` never seen in the other, by count, then id."""
-    mine = Counter(t for s, k in zip(seqs, sources) if k == src for t in s if t != ignore)
-    other = {t for s, k in zip(seqs, sources) if k != src for t in s}
+    mine = Counter(t for s, k in zip(seqs, sources, strict=True) if k == src for t in s if t != ignore)
+    other = {t for s, k in zip(seqs, sources, strict=True) if k != src for t in s}
     return sorted((t for t in mine if t not in other), key=lambda t: (-mine[t], t))[:top]
 
 
@@ -67,7 +67,7 @@ def test_exclusive_tokens_match_a_counter_and_are_disjoint():
         n = int(rng.integers(3, 30))
         # overlapping ranges with skewed frequencies: shared and exclusive ids, many count ties
         ids = (rng.zipf(1.5, n) % 35 + (1 if k == 0 else 20)).tolist()
-        seqs.append(ids + [eos])
+        seqs.append([*ids, eos])
         sources.append(k)
     L = max(map(len, seqs))
     tokens = torch.zeros(len(seqs), L + 3, dtype=torch.long)  # padding with eos (id 0) beyond the mask

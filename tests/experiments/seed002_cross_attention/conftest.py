@@ -31,7 +31,7 @@ class Patched(Run):
         for (arm, name, step), values in self._m.items():
             sel_arm = (df["arm"] == arm) & (df["name"] == name)
             members = sorted(df.loc[sel_arm, "member"].unique())
-            for e, v in zip(members, np.broadcast_to(np.asarray(values, float), (len(members),))):
+            for e, v in zip(members, np.broadcast_to(np.asarray(values, float), (len(members),)), strict=True):
                 sel = sel_arm & (df["member"] == e)
                 if step is not None:
                     sel &= df["step"] == step

@@ -32,7 +32,7 @@ def test_construction_gaps_fall_to_zero_on_sampled_sequences():
     res = construction_gaps(x, 2, [2.0, 20.0, 400.0], 1.0)
     gaps, kls = [r[0] for r in res], [r[1] for r in res]
     assert gaps[0] > 1e-2 and gaps[-1] < 1e-12 and gaps[0] > gaps[1] > gaps[2] >= 0.0
-    assert all(m >= g for m, g in zip(kls, gaps))  # the largest KL bounds the mean
+    assert all(m >= g for m, g in zip(kls, gaps, strict=True))  # the largest KL bounds the mean
     assert abs(res[-1][2]) < 1e-10  # the loss gap vanishes with it
 
 
@@ -53,7 +53,7 @@ def synthetic_run(
         w.write_config({"experiment": EXP.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
         for k, g in gaps.items():
             rows = []
-            for i, (kap, v) in enumerate(zip(cfg.kappas, g)):
+            for i, (kap, v) in enumerate(zip(cfg.kappas, g, strict=True)):
                 rows += [(i, 0, "kappa", kap), (i, 0, "gap", v), (i, 0, "max_kl", 3 * v), (i, 0, "loss_gap", -v)]
             w.add_metrics(construction_arm(k), rows)
         step = cfg.train.steps
@@ -133,7 +133,7 @@ def test_planted_contradicting_numbers_fail_every_group(tmp_path):
 
 
 def test_untrained_plateaued_or_missing_arms_are_not_evaluable(tmp_path):
-    cfg = EXP.make_config("quick", CFG_OVR + ["train_ks=[]"])
+    cfg = EXP.make_config("quick", [*CFG_OVR, "train_ks=[]"])
     groups, rows, _ = analyse(cfg, synthetic_run(tmp_path, cfg, {1: FALLING, 2: FALLING}, {}))
     g = groups["trained-matches-like-construction"]
     assert g.verdict == "not evaluable" and g.cause == "no rows" and "train_ks" in g.reason

@@ -184,7 +184,7 @@ def test_disagreeing_members_or_a_moving_end_are_not_resolved(tmp_path):
         {"k1/L1/absolute": 0.05, "k1/L2/absolute": 0.0},
         spread={"k1/L2/absolute": [0.0, 0.02, 0.04]},
     )
-    _, groups, rows = analyse(cfg, run)
+    _, _groups, rows = analyse(cfg, run)
     assert rows["two-layers-reach-order-1-estimator/absolute"].verdict == "not resolved"
     # Within tolerance at the end, but the gap still falls by 0.05 nats over the last 10%: not resolved;
     # the same for the 1-layer row (its own tolerance is 0: the drift is judged against the reach tolerance).
@@ -194,7 +194,7 @@ def test_disagreeing_members_or_a_moving_end_are_not_resolved(tmp_path):
         {"k1/L1/absolute": 0.03, "k1/L2/absolute": 0.004},
         falling={"k1/L1/absolute", "k1/L2/absolute"},
     )
-    _, groups, rows = analyse(cfg, run)
+    _, _groups, rows = analyse(cfg, run)
     for rid in ("two-layers-reach-order-1-estimator/absolute", "one-layer-does-not-reach-estimator/absolute"):
         assert rows[rid].verdict == "not resolved" and "still moving" in rows[rid].reason, rows[rid].describe()
         assert rows[rid].measured.drift == pytest.approx(-0.05, rel=1e-6)

@@ -109,7 +109,7 @@ def test_censored_or_one_layer_differences_are_never_certain(make_grid_run, leve
     cfg = LIN.make_config("quick", K14, members=6)
     # the deepest cells past their stage, no depth reaching at either k: every member censored at 6 on both
     # sides, "never reached within the grid" (the quick run's [4, 4, 4] vs [4, 4, 4] gave a certain "fails")
-    groups, rows, _ = analyse(cfg, make_grid_run(LIN, cfg, lambda f, k, d, h, m: levels.past(k)))
+    _groups, rows, _ = analyse(cfg, make_grid_run(LIN, cfg, lambda f, k, d, h, m: levels.past(k)))
     r = rows["attention-only-depth-grows-with-k/k4-vs-k1"]
     assert r.verdict == "not resolved" and r.cause == "censored"
     assert r.measured.censored == (True,) * 6 and r.measured.values == (6.0,) * 6

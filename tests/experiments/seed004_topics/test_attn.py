@@ -72,7 +72,7 @@ def _synthetic_run(tmp_path, tag, planted, lrs=None):
                 u, z, sw, st, dt, *loss = planted.get((setting_name(arm, lr), k), (0.9, 1.0, 0.01, 0.01, 0.01))
                 for step, vals in ((0, (0.5, 0.1, 0.01, 0.01, 0.01)), (100, (u, z, sw, st, dt))):
                     names = ("wv_u", "wv_z", "attn_sw", "attn_st", "attn_dt")
-                    rows += [(step, m, n, float(x)) for n, x in zip(names, vals)]
+                    rows += [(step, m, n, float(x)) for n, x in zip(names, vals, strict=True)]
                 rows += [(0, m, "test_loss", 4.62), (100, m, "test_loss", loss[0] if loss else TRAINED)]
             w.add_metrics(arm, rows)
         run = w.finish()

@@ -152,7 +152,7 @@ def test_bad_config_names_the_field(bad, field):
 def test_tiny_end_to_end_run(runs_dir):
     exp = TopicsEmbed()
     cfg = exp.make_config(
-        "quick", SMALL + ["train.steps=6", "train.eval_every=3", "panels=[[squared,adam]]"], members=2
+        "quick", [*SMALL, "train.steps=6", "train.eval_every=3", "panels=[[squared,adam]]"], members=2
     )
     run = execute(exp, cfg, "quick", runs_dir, progress=False)
     s = run.summary
@@ -180,8 +180,8 @@ def test_authors_compat_trains_on_a_fixed_document_set_with_masks_drawn_once(run
     exp = TopicsEmbed()
     cfg = exp.make_config(
         "quick",
-        SMALL
-        + [
+        [
+            *SMALL,
             "authors_compat=true",
             "n_docs=40",
             "n_heldout=8",

@@ -68,7 +68,7 @@ def test_near_zero_init_is_uniform_in_0_s_per_member_and_equals_the_member_built
     cfg = GPTConfig(arch="gpt2", vocab=7, d=8, layers=2, heads=2, max_len=8, causal=False)
     ens = near_zero_qkv(GPT(cfg, [3, 4]), 1e-3)
     alone = near_zero_qkv(GPT(cfg, [4]), 1e-3)
-    for blk, one in zip(ens.blocks, alone.blocks):
+    for blk, one in zip(ens.blocks, alone.blocks, strict=True):
         for name in ("W_Q", "W_K", "W_V"):
             w = getattr(blk.attn, name).weight
             assert float(w.detach().min()) >= 0.0 and float(w.detach().max()) < 1e-3
@@ -88,9 +88,15 @@ def _planted(tmp_path, exp, cfg, v_first: bool, rot_fast_early: bool, loss=(7.0,
     for e in range(cfg.members):
         for l in range(cfg.model.layers):
             for name, curve in (("norm_V", v_curve), ("norm_K", kq), ("norm_Q", kq * 1.1)):
-                rows += [(int(s), e, f"{name}/L{l}", float(v) * (1 + 0.01 * e)) for s, v in zip(STEPS, curve)]
+                rows += [
+                    (int(s), e, f"{name}/L{l}", float(v) * (1 + 0.01 * e)) for s, v in zip(STEPS, curve, strict=True)
+                ]
             rot = np.where(STEPS <= 100, 0.2, 0.02) if rot_fast_early else np.where(STEPS <= 100, 0.02, 0.2)
-            rows += [(int(s), e, f"rotation_V/L{l}", float(r) + 0.001 * e) for s, r in zip(STEPS, rot) if s >= 10]
+            rows += [
+                (int(s), e, f"rotation_V/L{l}", float(r) + 0.001 * e)
+                for s, r in zip(STEPS, rot, strict=True)
+                if s >= 10
+            ]
     w.add_metrics(ARM, rows)
     (w.path / "cache").mkdir()
     (w.path / "cache" / "info.json").write_text('{"provenance": "planted", "vocab": 1000}')

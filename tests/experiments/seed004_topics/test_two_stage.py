@@ -81,7 +81,7 @@ def _synthetic_run(tmp_path, K, tag: str, extra_settings: bool = False):
         for m, s in enumerate(per):
             scale = 1.0 + 0.01 * m
             for name, curve in (("norm_K", K), ("norm_Q", Q_OK), ("norm_V", V_OK)):
-                rows += [(int(st), m, name, float(v * scale)) for st, v in zip(STEPS, curve)]
+                rows += [(int(st), m, name, float(v * scale)) for st, v in zip(STEPS, curve, strict=True)]
             end = 4.61 if s.lr == 0.03 else 3.5
             rows += [(int(st), m, "test_loss", 4.6 + (end - 4.6) * st / 1000) for st in STEPS]
         w.add_metrics("adam", rows)

@@ -253,8 +253,14 @@ def test_tiny_end_to_end_run_has_a_verdict_per_claim(runs_dir):
     exp = TopicsWV()
     cfg = exp.make_config(
         "quick",
-        SMALL
-        + ["train.steps=6", "train.eval_every=3", "population.steps=20", "panels=[[squared,adam]]", "settings=[l2]"],
+        [
+            *SMALL,
+            "train.steps=6",
+            "train.eval_every=3",
+            "population.steps=20",
+            "panels=[[squared,adam]]",
+            "settings=[l2]",
+        ],
         members=2,
     )
     run = execute(exp, cfg, "quick", runs_dir, progress=False)

@@ -214,7 +214,7 @@ def classify_losses(final: np.ndarray, rate: float | np.ndarray, h_pi: float | n
     rates = np.broadcast_to(np.asarray(rate, dtype=float), final.shape)
     h_pis = np.broadcast_to(np.asarray(h_pi, dtype=float), final.shape)
     out = []
-    for v, r, h in zip(final, rates, h_pis):
+    for v, r, h in zip(final, rates, h_pis, strict=True):
         if not (math.isfinite(v) and math.isfinite(r) and math.isfinite(h)):
             out.append(OTHER)
             continue
@@ -282,7 +282,7 @@ def _reference(
 
 
 @register
-class MarkovBridge(Experiment):
+class MarkovBridge(Experiment[MarkovBridgeConfig]):
     name = "markov-bridge"
     paper = "000 Local to Global"
     figure = "Thms. 2 & 8 (App. G) on the Sec. 2 transformer, (p, q) phase diagram"
@@ -558,7 +558,7 @@ class MarkovBridge(Experiment):
         nb = len(cfg.budgets)
         fig, axes = plt.subplots(1, nb, figsize=(4.6 * nb + 0.8, 4.4), squeeze=False)
         cmap = plt.get_cmap("coolwarm")
-        for ax, budget in zip(axes[0], cfg.budgets):
+        for ax, budget in zip(axes[0], cfg.budgets, strict=True):
             xs = np.linspace(0, 1, 2)
             ax.fill_between(xs, 1 - xs, 1, color="tab:red", alpha=0.06, lw=0)
             ax.fill_between(xs, 0, 1 - xs, color="tab:blue", alpha=0.06, lw=0)
@@ -625,7 +625,7 @@ class MarkovBridge(Experiment):
         fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
         for ax in axes.flat[n:]:
             ax.axis("off")
-        for ax, (p, q) in zip(axes.flat, cfg.grid):
+        for ax, (p, q) in zip(axes.flat, cfg.grid, strict=False):
             row0 = cells[cell_arm(p, q, cfg.budgets[0])]
             rate, h_pi = row0["entropy_rate"], row0["marginal_entropy"]
             colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]

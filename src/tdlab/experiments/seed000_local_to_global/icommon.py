@@ -339,7 +339,7 @@ CLAIMS = (
 
 
 @register
-class MarkovICommon(Experiment):
+class MarkovICommon(Experiment[MarkovICommonConfig]):
     name = "markov-icommon"
     paper = "000 Local to Global"
     figure = "Sec. 4 (I_common), Sec. 3 / App. A.1 (one extra bias step)"
@@ -602,7 +602,7 @@ class MarkovICommon(Experiment):
 
         n = len(cfg.grid)
         fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
-        for ax, (p, q) in zip(axes[0], cfg.grid):
+        for ax, (p, q) in zip(axes[0], cfg.grid, strict=True):
             arm = cell_arm(p, q)
             if run.has(arm, "test_loss"):
                 curve_with_band(ax, *run.curves(arm, "test_loss"), "I_common init")

@@ -204,7 +204,7 @@ CLAIMS = (
 
 
 @register
-class MarkovInit(Experiment):
+class MarkovInit(Experiment[MarkovInitConfig]):
     name = "markov-init"
     paper = "000 Local to Global"
     figure = "Fig. 4 (App. A.3.2)"
@@ -270,7 +270,7 @@ class MarkovInit(Experiment):
         escapes = {}
         for arm in self.arms(cfg):
             target = "bayes" if arm.init == "local-to-global" else std_target
-            steps, loss = run.curves(arm, "test_loss")
+            _steps, loss = run.curves(arm, "test_loss")
             _, ref = run.curves(arm, f"test_loss@{target}")
             gap = loss[:, -1] - ref[:, -1]
             escapes[arm] = esc, below, margin = plateau_escape(cfg, run, arm)
@@ -354,7 +354,7 @@ class MarkovInit(Experiment):
 
         h_rate, h_pi = analysis.measurements["entropy_rate"], analysis.measurements["marginal_entropy"]
         fig, axes = plt.subplots(1, len(cfg.archs), figsize=(5.5 * len(cfg.archs), 4), squeeze=False)
-        for ax, arch in zip(axes[0], cfg.archs):
+        for ax, arch in zip(axes[0], cfg.archs, strict=True):
             for init in cfg.inits:
                 steps, values = run.curves(InitArm(arch, init), "test_loss")
                 curve_with_band(ax, steps, values, f"{init} init")

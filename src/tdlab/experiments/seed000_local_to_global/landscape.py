@@ -34,7 +34,7 @@ import math
 import time
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -277,16 +277,19 @@ def gaussian_inits(cfg: FlowConfig, gen: torch.Generator, dim: int) -> torch.Ten
     return torch.tensor(cfg.sigmas, dtype=F64).view(S, 1, 1) * z
 
 
-class FlowExperiment(Experiment):
+FlowConfigT = TypeVar("FlowConfigT", bound=FlowConfig)
+
+
+class FlowExperiment(Experiment[FlowConfigT]):
     """Both landscape experiments: per chain one arm whose members' flows are stored as arrays."""
 
     paper = "000 Local to Global"
 
     @abstractmethod
-    def _member_state(self, cfg: FlowConfig, p: float, q: float, seed: int) -> tuple[dict, list]:
+    def _member_state(self, cfg: FlowConfigT, p: float, q: float, seed: int) -> tuple[dict, list]:
         """One member's flows for chain (p, q): the arrays to store and the metric rows."""
 
-    def run(self, cfg: FlowConfig, ctx: RunContext) -> None:
+    def run(self, cfg: FlowConfigT, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)
         for c in cfg.chains:
             arm = chain_arm(c.p, c.q)
@@ -302,7 +305,7 @@ class FlowExperiment(Experiment):
     @staticmethod
     def _draws(seed: int) -> dict[str, torch.Generator]:
         keys = ("random", "gaussian", "traj", "wide")
-        return dict(zip(keys, (generators([seed], k)[0] for k in keys)))
+        return dict(zip(keys, (generators([seed], k)[0] for k in keys), strict=True))
 
     @staticmethod
     def _stage(out: Measurements, arm: str, codes: list[torch.Tensor], tolerance: float) -> list[float]:
@@ -322,7 +325,7 @@ class FlowExperiment(Experiment):
 
 
 @register
-class MarkovLandscape(FlowExperiment):
+class MarkovLandscape(FlowExperiment[LandscapeConfig]):
     name = "markov-landscape"
     figure = "Fig. 1 (a)-(d) (Thms. 1, 2, 8, Lemma 1)"
     description = (
@@ -461,7 +464,7 @@ class MarkovLandscape(FlowExperiment):
         elim, wlim = 2.5, (-2.5, 2.5)
         E_, W_ = np.meshgrid(np.linspace(-elim, elim, 301), np.linspace(*wlim, 301), indexing="ij")
         grid = torch.from_numpy(np.stack([E_, W_], -1))
-        for row, c in zip(axes, cfg.chains):
+        for row, c in zip(axes, cfg.chains, strict=True):
             p, q = c.p, c.q
             A = run.arrays(chain_arm(p, q))
             big = p + q > 1

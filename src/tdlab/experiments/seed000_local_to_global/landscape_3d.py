@@ -113,7 +113,7 @@ CLAIMS = (
 
 
 @register
-class MarkovLandscape3D(FlowExperiment):
+class MarkovLandscape3D(FlowExperiment[Landscape3Config]):
     name = "markov-landscape-3d"
     figure = "Fig. 2, Fig. 5 (Thm. 10, Lemma 14, App. H)"
     description = (
@@ -269,19 +269,19 @@ class MarkovLandscape3D(FlowExperiment):
             ("wide", cfg.wide_scale, "fig2_flow_3d.png", "Fig. 2 — (e, w, a) flow"),
         ):
             fig, axes = plt.subplots(n, 3, figsize=(15, 4.4 * n), squeeze=False)
-            for row, c in zip(axes, cfg.chains):
+            for row, c in zip(axes, cfg.chains, strict=True):
                 p, q = c.p, c.q
                 A = run.arrays(chain_arm(p, q))
                 for m in range(min(cfg.members, 2)):
                     tr = A[key][m]
                     codes = ml.classify_critical(tr[-1], p, q, atol=max(cfg.limit_atol, 1e-2)).numpy()
                     tr = tr.numpy()
-                    for ax, (i, j) in zip(row, pairs):
+                    for ax, (i, j) in zip(row, pairs, strict=True):
                         for k in range(tr.shape[1]):
                             col = KIND_COLOR[int(codes[k])]
                             ax.plot(tr[:, k, i], tr[:, k, j], color=col, lw=1)
                             ax.plot(tr[0, k, i], tr[0, k, j], "o", color=col, ms=3)
-                for ax, (i, j) in zip(row, pairs):
+                for ax, (i, j) in zip(row, pairs, strict=True):
                     if (i, j) == (0, 1):
                         ax.axvline(0, color="0.6", lw=0.8)
                         ax.axhline(ml.SADDLE_W, color="gold", lw=0.8, ls="--")

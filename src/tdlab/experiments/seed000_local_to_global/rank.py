@@ -477,7 +477,7 @@ CLAIMS = (
 
 
 @register
-class MarkovRank(Experiment):
+class MarkovRank(Experiment[MarkovRankConfig]):
     name = "markov-rank"
     train_length = "train.steps"  # every arm trains this many steps (--decide doubles it)
     paper = "000 Local to Global"
@@ -952,9 +952,9 @@ class MarkovRank(Experiment):
         fig, axes = plt.subplots(
             len(cfg.arms), len(names), figsize=(2.3 * len(names), 2.6 * len(cfg.arms)), squeeze=False
         )
-        for row, arm in zip(axes, cfg.arms):
+        for row, arm in zip(axes, cfg.arms, strict=True):
             final, init = snapshot(run.arrays(arm)), snapshot(run.arrays(f"{arm}@init"))
-            for ax, name in zip(row, names):
+            for ax, name in zip(row, names, strict=True):
                 for off, snap, label, color in ((-0.2, init, "init", "0.6"), (0.2, final, "final", "C0")):
                     s = snap[name]["sv_normalised"]  # (E, k)
                     x = np.arange(1, s.shape[1] + 1) + off
@@ -993,9 +993,9 @@ class MarkovRank(Experiment):
             squeeze=False,
             gridspec_kw={"width_ratios": [8, 8, 8, 8, 1.2]},
         )
-        for row, arm in zip(axes, cfg.arms):
+        for row, arm in zip(axes, cfg.arms, strict=True):
             states = {"init": run.arrays(f"{arm}@init"), "final": run.arrays(arm)}
-            for ax, (name, when) in zip(row, panels):
+            for ax, (name, when) in zip(row, panels, strict=True):
                 key = "e" if name == "e" else MATRICES[name]
                 mat = states[when][key][0].double().numpy()  # member 0
                 mat = mat[:, None] if mat.ndim == 1 else mat
@@ -1015,7 +1015,7 @@ class MarkovRank(Experiment):
         from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
 
         fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
-        for ax, name in zip(axes[:2], CLAIMED):
+        for ax, name in zip(axes[:2], CLAIMED, strict=True):
             for arm in cfg.arms:
                 if run.has(arm, f"sv_ratio/{name}"):
                     curve_with_band(ax, *run.curves(arm, f"sv_ratio/{name}"), arm)

@@ -46,6 +46,7 @@ training rows are ours. The initialisation rows (Lemma 1) need no training: they
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any, ClassVar
@@ -435,7 +436,7 @@ CLAIMS = (
 
 
 @register
-class AnchorsAttention(ProbeSource, AnchorsBias):
+class AnchorsAttention(ProbeSource, AnchorsBias[AnchorsAttentionConfig]):
     name = "anchors-attention"
     paper = "001 Reasoning bias under small initialisation"
     figure = "Figs. 5, 12, 14 (§4.3, B.8, App. D, E.2–E.3)"
@@ -577,7 +578,7 @@ class AnchorsAttention(ProbeSource, AnchorsBias):
             label=f"initialisation, γ = {small:g}: median |A_jk − 1/j|·j ≤ {c.avg_err_max:g} (t)",
         )
         ordered = sorted(cfg.gammas)
-        for lo, hi in zip(ordered, ordered[1:]):
+        for lo, hi in itertools.pairwise(ordered):
             key, ctx = f"{hi:g}-below-{lo:g}", {"gamma": hi, "reference_gamma": lo}
             out.row(
                 "layer1-closer-to-average-at-small-init",

@@ -28,9 +28,10 @@ of the task, coloured by token type.
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -228,8 +229,11 @@ def log_ratio_resolution(t_mem: np.ndarray, t_rsn: np.ndarray, interval: float) 
     return float(2 * np.max(np.maximum(hi, lo)))
 
 
+AnchorsBiasConfigT = TypeVar("AnchorsBiasConfigT", bound=AnchorsBiasConfig)
+
+
 @register
-class AnchorsBias(AnchorsHealth, Experiment):
+class AnchorsBias(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
     name = "anchors-bias"
     paper = "001 Reasoning bias under small initialisation"
     figure = "Fig. 2A, Fig. 8 (§4.1, A.1–A.3)"
@@ -239,7 +243,8 @@ class AnchorsBias(AnchorsHealth, Experiment):
         "before memory and generalises to M; at γ=0.3 memory and reasoning-train together, no generalisation; "
         "AUC_rsn,test − AUC_mem grows with γ."
     )
-    Config = AnchorsBiasConfig
+    # its own config; the experiments built on the γ-sweep (AnchorsBias[TheirConfig]) set theirs
+    Config = AnchorsBiasConfig  # type: ignore[assignment]
     claims = CLAIMS
     arm_fields: ClassVar[dict[str, str]] = {
         "model.init_gamma": "gammas=[...]",
@@ -286,7 +291,7 @@ class AnchorsBias(AnchorsHealth, Experiment):
         why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
     )
 
-    def run(self, cfg: AnchorsBiasConfig, ctx: RunContext) -> None:
+    def run(self, cfg: AnchorsBiasConfigT, ctx: RunContext) -> None:
         task, arms = self.task(cfg), self.gamma_arms(cfg)
         mcfg = cfg.model_for_task()
         tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.task.n_train, cfg.task.L)
@@ -304,7 +309,7 @@ class AnchorsBias(AnchorsHealth, Experiment):
             fit_gamma_arms(ctx, trainer, lambda s: gamma_gpt(mcfg, s, gamma_of), arms, data)
 
     # ---- measurement ----------------------------------------------------------------------------
-    def measure(self, cfg: AnchorsBiasConfig, run: RunView) -> Measurements:
+    def measure(self, cfg: AnchorsBiasConfigT, run: RunView) -> Measurements:
         """Per γ: the curves' T50s (censored, discrete), AUCs and final accuracies; the label-marginal
         baselines and the stages the claims about reaching something need."""
         c = cfg.claims
@@ -374,7 +379,7 @@ class AnchorsBias(AnchorsHealth, Experiment):
                 label=f"γ = {large:g}: final acc_rsn,test ≤ chance {chance:.3g} + {c.large_test_acc_tol:g} (t)",
             )
         ordered = sorted(curves)
-        for lo, hi in zip(ordered, ordered[1:]):
+        for lo, hi in itertools.pairwise(ordered):
             out.row(
                 "reasoning-bias-grows-with-gamma",
                 f"{hi:g}-above-{lo:g}",
@@ -386,7 +391,7 @@ class AnchorsBias(AnchorsHealth, Experiment):
             )
         return out
 
-    def notes(self, cfg: AnchorsBiasConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+    def notes(self, cfg: AnchorsBiasConfigT, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         m = measured.values
         notes = []
         for g in sorted(cfg.gammas):
@@ -417,7 +422,7 @@ class AnchorsBias(AnchorsHealth, Experiment):
         return notes
 
     # ---- figures --------------------------------------------------------------------------------
-    def plot(self, cfg: AnchorsBiasConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+    def plot(self, cfg: AnchorsBiasConfigT, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import save_figure
 
         arms = [(GammaArms.arm(g), f"γ = {g:g}") for g in cfg.gammas]
@@ -432,7 +437,7 @@ class AnchorsBias(AnchorsHealth, Experiment):
         paths.append(save_figure(self.fig8(cfg), figdir / "fig8_examples.png"))
         return paths
 
-    def fig8(self, cfg: AnchorsBiasConfig) -> Figure:
+    def fig8(self, cfg: AnchorsBiasConfigT) -> Figure:
         """Fig. 8: example sequences, one row each, tokens coloured by type (noise, key, anchor), label at right."""
         from tdlab.report.figures import plt
 
@@ -441,7 +446,7 @@ class AnchorsBias(AnchorsHealth, Experiment):
         colors = {"noise": "#9ecae1", "key": "#fdae6b", "anchor": "#a1d99b", "label": "#eeeeee"}
         L = cfg.task.L
         fig, axes = plt.subplots(1, 2, figsize=(2 * (0.55 * (L + 2) + 0.6), 2.6))
-        for ax, (kind, d) in zip(axes, ex.items()):
+        for ax, (kind, d) in zip(axes, ex.items(), strict=True):
             n = d["tokens"].shape[0]
             for r in range(n):
                 y = n - 1 - r

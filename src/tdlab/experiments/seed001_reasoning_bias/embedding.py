@@ -259,7 +259,7 @@ CLAIMS = (
 
 
 @register
-class AnchorsEmbedding(ProbeSource, AnchorsBias):
+class AnchorsEmbedding(ProbeSource, AnchorsBias[AnchorsEmbeddingConfig]):
     name = "anchors-embedding"
     paper = "001 Reasoning bias under small initialisation"
     figure = "Figs. 4, 9, 11 (§4.3, B.7, C)"
@@ -473,7 +473,7 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias):
         # Fig. 4D: PCA of Eq. 14's key and reasoning vectors
         fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
         keys = list(range(t.key_min, t.key_max + 1))
-        for ax, (ids, kind) in zip(axes, ((keys, "key"), (rsn, "rsn"))):
+        for ax, (ids, kind) in zip(axes, ((keys, "key"), (rsn, "rsn")), strict=True):
             coords, _, _ = pca(eq14_vectors(ids, cfg.model.d, kind), 2)
             sc = ax.scatter(coords[:, 0].numpy(), coords[:, 1].numpy(), c=ids, cmap="viridis", s=14)
             plt.colorbar(sc, ax=ax, fraction=0.046)

@@ -319,7 +319,7 @@ CLAIMS = (
 
 
 @register
-class AnchorsFlows(Experiment):
+class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
     name = "anchors-flows"
     paper = "001 Reasoning bias under small initialisation"
     figure = "Props. 2–3, Thm. 2 (App. B.5, B.8; Eqs. 28, 29, 36)"
@@ -551,7 +551,7 @@ class AnchorsFlows(Experiment):
         f = analysis.measurements["flows"]
         ts = [float(k[2:]) for k in f]
         fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-        for c, mk in zip(TOKEN_CLASSES, "osd"):
+        for c, mk in zip(TOKEN_CLASSES, "osd", strict=True):
             for key, ls in (("eq28", "-"), ("eq29", "--")):
                 axes[0].plot(
                     ts,
@@ -561,7 +561,7 @@ class AnchorsFlows(Experiment):
                     label=f"{c}, {'Eq. 28' if key == 'eq28' else 'Eq. 29 (Props. 2–3)'}",
                 )
         axes[0].set_title("cos(−∇w^s, formula), mean over a token class", fontsize=9)
-        late = [(t, m) for t, m in zip(ts, f.values()) if t > 0]
+        late = [(t, m) for t, m in zip(ts, f.values(), strict=True) if t > 0]
         for key, lab in (
             ("eq36_cos", "cos(−∇W^V, Eq. 36)"),
             ("thm2_cos", "cos(−∇W^V, Thm. 2)"),

@@ -238,7 +238,7 @@ CLAIMS = (
 
 
 @register
-class AnchorsLabels(Experiment):
+class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
     name = "anchors-labels"
     paper = "001 Reasoning bias under small initialisation"
     figure = "Fig. 7 (§4.5; caption's left/right)"

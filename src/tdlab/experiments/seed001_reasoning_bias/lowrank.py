@@ -14,6 +14,7 @@ the seed's setting only at its learning rate and budget
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -84,7 +85,7 @@ CLAIMS = (
 
 
 @register
-class AnchorsLowrank(ProbeSource, AnchorsBias):
+class AnchorsLowrank(ProbeSource, AnchorsBias[AnchorsLowrankConfig]):
     name = "anchors-lowrank"
     paper = "001 Reasoning bias under small initialisation"
     figure = "Fig. 13 (App. C)"
@@ -113,7 +114,7 @@ class AnchorsLowrank(ProbeSource, AnchorsBias):
         r = parameter_reading(end, end, cfg.train.lr, SEED_LR_TRANSFORMER)
         ordered = sorted(cfg.gammas, reverse=True)  # smallest init first
         for name in next(iter(m.values())):
-            for hi, lo in zip(ordered, ordered[1:]):
+            for hi, lo in itertools.pairwise(ordered):
                 out.row(
                     "fig13-low-rank-at-small-init",
                     f"{_slug(name)}/{hi:g}-below-{lo:g}",
@@ -149,7 +150,10 @@ class AnchorsLowrank(ProbeSource, AnchorsBias):
         rows = -(-len(names) // cols)
         fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols, 2.8 * rows), squeeze=False)
         colors = {
-            g: c for g, c in zip(sorted(cfg.gammas), ("tab:red", "tab:green", "tab:blue", "tab:purple", "tab:gray"))
+            g: c
+            for g, c in zip(
+                sorted(cfg.gammas), ("tab:red", "tab:green", "tab:blue", "tab:purple", "tab:gray"), strict=False
+            )
         }
         for k, name in enumerate(names):
             ax = axes[k // cols][k % cols]

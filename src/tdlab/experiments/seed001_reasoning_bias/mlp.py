@@ -27,6 +27,7 @@ seed's setting only at its learning rate, budget and epochs (:func:`parameter_re
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any, ClassVar
@@ -364,7 +365,7 @@ CLAIMS = (
 
 
 @register
-class AnchorsMlp(AnchorsHealth, Experiment):
+class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
     name = "anchors-mlp"
     paper = "001 Reasoning bias under small initialisation"
     figure = "Figs. 2B, 3, 10 (§4.2, B.2, A.3)"
@@ -495,7 +496,7 @@ class AnchorsMlp(AnchorsHealth, Experiment):
     def measure(self, cfg: AnchorsMlpConfig, run: RunView) -> Measurements:
         c = cfg.claims
         task = self.task(cfg)
-        laws, theory_cos = reasoning_theory_cosines(task)
+        _laws, theory_cos = reasoning_theory_cosines(task)
         marginal = label_marginal_losses(task)
         population, ceilings = self.memory_ceilings(cfg)
         out = Measurements(
@@ -549,7 +550,7 @@ class AnchorsMlp(AnchorsHealth, Experiment):
                     f"{at_end.label}",
                 )
         ordered = sorted(emb)
-        for lo, hi in zip(ordered, ordered[1:]):
+        for lo, hi in itertools.pairwise(ordered):
             out.row(
                 "fig10-memory-alignment-grows-with-gamma",
                 f"{hi:g}-above-{lo:g}",
@@ -610,7 +611,7 @@ class AnchorsMlp(AnchorsHealth, Experiment):
         )
         se = [_ceiling_se(cl, cfg.schedule.n_eval) for cl in ceilings]
         for g, cv in curves.items():
-            gaps = [a - cl for a, cl in zip(cv.final_acc("mem"), ceilings)]
+            gaps = [a - cl for a, cl in zip(cv.final_acc("mem"), ceilings, strict=True)]
             worst = int(np.argmax(gaps))
             # every member must respect its own ceiling: the largest gap decides, known to its evaluation error
             out.row(

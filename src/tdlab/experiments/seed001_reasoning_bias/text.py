@@ -311,7 +311,7 @@ def build_corpus(
     if tok.vocab_size > vocab:
         raise ConfigError(f"model.vocab={vocab} is smaller than the tokenizer's {tok.vocab_size} ids")
     eos = tok.eos_id
-    ids = [s + [eos] for s in tok.encode_batch(all_texts)]
+    ids = [[*s, eos] for s in tok.encode_batch(all_texts)]
     lengths = [len(s) for s in ids]
     L = min(seq_len, max(lengths))
     tokens = torch.full((len(ids), L), eos, dtype=torch.long)
@@ -328,7 +328,8 @@ def build_corpus(
         "eos_id": eos,
         "seq_len": L,
         "mean_tokens": {
-            s: float(np.mean([n for n, k in zip(lengths, source.tolist()) if SOURCES[k] == s])) for s in SOURCES
+            s: float(np.mean([n for n, k in zip(lengths, source.tolist(), strict=True) if SOURCES[k] == s]))
+            for s in SOURCES
         },
         "truncated_share": {s: float(truncated[source == k].float().mean()) for k, s in enumerate(SOURCES)},
     }
@@ -440,7 +441,7 @@ CLAIMS = (
 
 
 @register
-class AnchorsText(Experiment):
+class AnchorsText(Experiment[AnchorsTextConfig]):
     name = "anchors-text"
     paper = "001 Reasoning bias under small initialisation"
     figure = "Figs. 1, 6 (§1, §4.4, A.3)"
@@ -674,8 +675,8 @@ class AnchorsText(Experiment):
                 f"{cfg.early_epoch}; {r.label}{tag}",
             )
             if ce is not None:
-                gap_m = [s - p for p, s in zip(early[P], early[S])]
-                gap_c = [s - p for p, s in zip(ce[P], ce[S])]
+                gap_m = [s - p for p, s in zip(early[P], early[S], strict=True)]
+                gap_c = [s - p for p, s in zip(ce[P], ce[S], strict=True)]
                 out.row(
                     "fig6-gap-small-init-effect",
                     "gap",
@@ -692,7 +693,7 @@ class AnchorsText(Experiment):
                 out.row(
                     "fig6-no-gap-at-init",
                     f"gamma={g:g}",
-                    [s - p for p, s in zip(ini[P], ini[S])],
+                    [s - p for p, s in zip(ini[P], ini[S], strict=True)],
                     arms=[GammaArms.arm(g)],
                     context={"gamma": g},
                     label=f"γ = {g:g}: stories − PrOntoQA cosine at init ≈ 0 (tol {c.init_gap_tol:g}, t)",
@@ -763,7 +764,7 @@ class AnchorsText(Experiment):
         label = f" — {STANDIN_LABEL}" if cfg.data.standin else ""
         paths = []
         fig, axes = plt.subplots(1, len(cfg.gammas), figsize=(5 * len(cfg.gammas), 3.8), squeeze=False)
-        for ax, g in zip(axes[0], cfg.gammas):
+        for ax, g in zip(axes[0], cfg.gammas, strict=True):
             for s in SOURCES:
                 steps, v = run.curves(GammaArms.arm(g), f"{s}_loss")
                 curve_with_band(ax, steps / spe, v, SOURCE_LABELS[s], SOURCE_COLORS[s])

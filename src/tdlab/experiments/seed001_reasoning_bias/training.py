@@ -402,7 +402,7 @@ def split_label_laws(task: Anchors) -> dict[str, np.ndarray]:
         if len(tuples) == 0:
             continue
         law = np.zeros(V)
-        for j, (t, kind) in enumerate(zip(tuples.tolist(), kinds.tolist())):
+        for j, (t, kind) in enumerate(zip(tuples.tolist(), kinds.tolist(), strict=True)):
             S = int(sum(t))
             if kind != KIND_MEM:
                 np.add.at(law, z + S, 1.0 / z.size)
@@ -499,7 +499,7 @@ def reasoning_first_rows(out: Any, claim: str, arm: str, curves: ArmCurves, thre
 
 def bias_gap(curves: ArmCurves) -> list[float]:
     """The reasoning bias of one arm per member: ``AUC_rsn,test − AUC_mem``."""
-    return [a - b for a, b in zip(curves.auc("test"), curves.auc("mem"))]
+    return [a - b for a, b in zip(curves.auc("test"), curves.auc("mem"), strict=True)]
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ class AblationConfig(ExperimentConfig):
     def _check(self) -> AblationConfig:
         bad = [m for m in self.models if m != "lsa" and m not in ABLATIONS]
         if bad or len(set(self.models)) != len(self.models):
-            raise ValueError(f"models must be distinct names from {sorted(ABLATIONS) + ['lsa']}; got {bad}")
+            raise ValueError(f"models must be distinct names from {[*sorted(ABLATIONS), 'lsa']}; got {bad}")
         return self
 
 
@@ -167,7 +167,7 @@ CLAIMS = (
 
 
 @register
-class IclAblations(RegressionArms, Experiment):
+class IclAblations(RegressionArms, Experiment[AblationConfig]):
     name = "icl-ablations"
     paper = PAPER
     figure = "Figs. 5, 6 (App. G)"
@@ -319,7 +319,7 @@ class IclAblations(RegressionArms, Experiment):
                 at_max(name),
                 Sample(best),
                 arms=[name, *trainable],
-                label=f"MSE {name} < the best of {others + ['ȳ']} (per member) at L_te = {L_max}",
+                label=f"MSE {name} < the best of {[*others, 'ȳ']} (per member) at L_te = {L_max}",
             )
         return out
 

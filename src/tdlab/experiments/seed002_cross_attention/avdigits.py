@@ -286,7 +286,7 @@ CLAIMS = (
 
 
 @register
-class ICLAVDigits(Experiment):
+class ICLAVDigits(Experiment[ICLAVDigitsConfig]):
     name = "icl-avdigits"
     paper = "002 Multi-modal in-context learning with cross-attention"
     figure = "Table 1 (§7, App. I)"
@@ -355,7 +355,7 @@ class ICLAVDigits(Experiment):
             d = avdigits.build(cfg.data, data_seed, progress)
             provenance = d.provenance
             built[i] = _splits(d, cfg.schedule.n_val, data_seed)
-        by_member = {s: built[i] for s, i in zip(seeds, index)}
+        by_member = {s: built[i] for s, i in zip(seeds, index, strict=True)}
         # FixedDataset asks make() for one member's splits with that member's DATASET generator; its seed
         # names the member (derive_seed is how the generator was seeded).
         from tdlab.train.data import DATASET
@@ -530,11 +530,11 @@ class ICLAVDigits(Experiment):
         spe = cfg.steps_per_epoch
         fig, axes = plt.subplots(1, 3, figsize=(15, 4))
         for arm in cfg.models:
-            for ax, name in zip(axes[:2], ("val_acc", "test_acc")):
+            for ax, name in zip(axes[:2], ("val_acc", "test_acc"), strict=True):
                 if run.has(arm, name):
                     steps, vals = run.curves(arm, name)
                     curve_with_band(ax, steps / spe, 100 * vals, LABELS[arm])
-        for ax, title in zip(axes[:2], ("validation accuracy", "test accuracy")):
+        for ax, title in zip(axes[:2], ("validation accuracy", "test accuracy"), strict=True):
             ax.axhline(10, color="k", ls=":", lw=1, label="chance")
             ax.set_xlabel("epoch")
             ax.set_ylabel("%")

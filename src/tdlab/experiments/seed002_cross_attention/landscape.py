@@ -14,6 +14,7 @@ stored too, and a quantity read off a map carries its delete-a-group jackknife s
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -293,7 +294,7 @@ CLAIMS = (
 
 
 @register
-class IclLandscape(RegressionArms, Experiment):
+class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
     name = "icl-landscape"
     paper = PAPER
     figure = "Fig. 4 (App. F)"
@@ -454,14 +455,14 @@ class IclLandscape(RegressionArms, Experiment):
             arm = _panel_arm(panel)
             maps[arm] = self._measure_panel(cfg, run, out, panel, lo, hi)
         plain = sorted((p.depth, _panel_arm(p)) for p in cfg.panels if not p.pre_ln)
-        for (T0, k0), (T1, k1) in zip(plain, plain[1:]):
+        for (T0, k0), (T1, k1) in itertools.pairwise(plain):
             m0, m1 = maps[k0], maps[k1]
             dev = lambda mp, m: float(np.sqrt(np.mean((valley(m["a_ax"], m["b_ax"], mp, m["beta"]) + m["beta"]) ** 2)))  # noqa: E731
             diff = m1["dev"] - m0["dev"]
             # both maps are drawn on the same prompts and groups: the jackknife of the difference
             th = [
                 dev(a, m1) - dev(b, m0)
-                for a, b in zip(leave_out(m1["groups"], m1["sizes"]), leave_out(m0["groups"], m0["sizes"]))
+                for a, b in zip(leave_out(m1["groups"], m1["sizes"]), leave_out(m0["groups"], m0["sizes"]), strict=True)
             ]
             G = len(th)
             se = float(np.sqrt((G - 1) / G * np.sum((np.array(th) - np.mean(th)) ** 2)))
@@ -500,8 +501,8 @@ class IclLandscape(RegressionArms, Experiment):
         m = {
             "map_minimiser": (float(a_map), float(b_map)),
             "grid_argmin": arr["grid_argmin"][0][:2].tolist(),
-            "gd_start": list(zip(a0s.tolist(), b0s.tolist())),
-            "gd_end": list(zip(a_gd.tolist(), b_gd.tolist())),
+            "gd_start": list(zip(a0s.tolist(), b0s.tolist(), strict=True)),
+            "gd_end": list(zip(a_gd.tolist(), b_gd.tolist(), strict=True)),
             "start_offset": offs.tolist(),
             "distance_in_cells": cells.tolist(),
             "cell": (float(ha), float(hb)),
@@ -533,12 +534,16 @@ class IclLandscape(RegressionArms, Experiment):
             "minimiser": (float(a_map), float(b_map)),
         }
         if not panel.pre_ln:
-            th = [two_param_stationary(task, panel.depth, float(a0), float(b0)) for a0, b0 in zip(a0s, b0s)]
+            th = [
+                two_param_stationary(task, panel.depth, float(a0), float(b0)) for a0, b0 in zip(a0s, b0s, strict=True)
+            ]
             jack = arr["jackknife_minimisers"][0]
             G = jack.shape[0]
             se_a, se_b = (float(np.sqrt((G - 1) / G * np.sum((jack[:, k] - jack[:, k].mean()) ** 2))) for k in (0, 1))
             se_cells = float(max(se_a / ha, se_b / hb))
-            th_cells = np.array([max(abs(a - ta) / ha, abs(b - tb) / hb) for a, b, (ta, tb) in zip(a_gd, b_gd, th)])
+            th_cells = np.array(
+                [max(abs(a - ta) / ha, abs(b - tb) / hb) for a, b, (ta, tb) in zip(a_gd, b_gd, th, strict=True)]
+            )
             on = np.abs(offs) < 1e-12
             m.update(
                 {
@@ -676,7 +681,7 @@ class IclLandscape(RegressionArms, Experiment):
         task = cfg.task.build()
         n = len(cfg.panels)
         fig, axes = plt.subplots(1, n, figsize=(5.6 * n, 4.8), squeeze=False)
-        for ax, panel in zip(axes[0], cfg.panels):
+        for ax, panel in zip(axes[0], cfg.panels, strict=True):
             arm = _panel_arm(panel)
             arr = {k: v.double().numpy() for k, v in run.arrays(arm).items()}
             a_ax, b_ax, loss = arr["alpha_axis"][0], arr["beta_axis"][0], arr["loss"][0]

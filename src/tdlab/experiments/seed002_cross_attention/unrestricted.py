@@ -212,7 +212,7 @@ CLAIMS = (
 
 
 @register
-class IclUnrestricted(RegressionArms, Experiment):
+class IclUnrestricted(RegressionArms, Experiment[UnrestrictedConfig]):
     name = "icl-unrestricted"
     paper = PAPER
     figure = "Fig. 3 (Sec. 7, App. H)"

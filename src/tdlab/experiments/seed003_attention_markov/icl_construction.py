@@ -31,6 +31,7 @@ value), ``loss_gap`` (construction's loss − estimator's on the realised tokens
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any, ClassVar
@@ -160,7 +161,7 @@ class MarkovICLConstructionConfig(ExperimentConfig):
     @field_validator("kappas")
     @classmethod
     def _kappas(cls, v: list[float]) -> list[float]:
-        if len(v) < 2 or any(b <= a for a, b in zip(v, v[1:])) or v[0] <= 0:
+        if len(v) < 2 or any(b <= a for a, b in itertools.pairwise(v)) or v[0] <= 0:
             raise ValueError("must list at least two increasing positive values")
         return v
 
@@ -227,7 +228,7 @@ CLAIMS = (
 
 
 @register
-class MarkovICLConstruction(Experiment):
+class MarkovICLConstruction(Experiment[MarkovICLConstructionConfig]):
     name = "markov-icl-construction"
     paper = "003 Attention with Markov (talk), Part II"
     figure = "Intuition: att ∝ exp(κ cos(v_n, u_T)) realises a k-th order induction head"
@@ -266,7 +267,7 @@ class MarkovICLConstruction(Experiment):
                 x = task.sample([g], cfg.probe.sequences, cfg.probe.seq_len)[0]
                 rows = []
                 for i, (kap, (gap, kl, lgap)) in enumerate(
-                    zip(cfg.kappas, construction_gaps(x, k, cfg.kappas, cfg.alpha))
+                    zip(cfg.kappas, construction_gaps(x, k, cfg.kappas, cfg.alpha), strict=True)
                 ):
                     rows += [(i, 0, "kappa", kap), (i, 0, "gap", gap), (i, 0, "max_kl", kl), (i, 0, "loss_gap", lgap)]
                 ctx.store_rows(construction_arm(k), rows)
@@ -280,7 +281,9 @@ class MarkovICLConstruction(Experiment):
                 )
                 for k in cfg.train_ks
             ]
-            for fit, result in zip(fits, ctx.fit_all(fits)):  # the orders train at once on one-thread lanes
+            for fit, result in zip(
+                fits, ctx.fit_all(fits), strict=True
+            ):  # the orders train at once on one-thread lanes
                 model = fit.build(seeds)
                 model.load_state_dict({n: torch.stack([s[n] for s in result.states]) for n in result.states[0]})
                 ctx.store_rows(f"{fit.arm}/probe", self.probe(model.to(ctx.device), fit.task, cfg, seeds, ctx.device))
@@ -353,7 +356,7 @@ class MarkovICLConstruction(Experiment):
             out.row(
                 "construction-gap-decreases-with-kappa",
                 f"k{k}",
-                Sample([max(b - a for a, b in zip(gaps, gaps[1:]))], deterministic=True),
+                Sample([max(b - a for a, b in itertools.pairwise(gaps))], deterministic=True),
                 context={"k": k},
                 label=f"k={k}: every step along κ = {', '.join(f'{v:g}' for v in kaps)} lowers the gap "
                 f"(rises ≤ {cl.rounding:g} count as rounding)",
@@ -401,7 +404,7 @@ class MarkovICLConstruction(Experiment):
         for key, c in measured.values["construction"].items():
             notes.append(
                 f"construction {key}: gap by κ "
-                + ", ".join(f"{a:g}: {g:.2e}" for a, g in zip(c["kappa"], c["gap"]))
+                + ", ".join(f"{a:g}: {g:.2e}" for a, g in zip(c["kappa"], c["gap"], strict=True))
                 + f" nats (mean KL); largest per-position KL at the largest κ {c['max_kl'][-1]:.2e}; "
                 "loss gap on the realised tokens " + ", ".join(f"{g:+.1e}" for g in c["loss_gap"]) + "."
             )

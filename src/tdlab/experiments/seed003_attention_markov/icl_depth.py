@@ -281,7 +281,7 @@ CLAIMS = (
 
 
 @register
-class MarkovICLDepth(Experiment):
+class MarkovICLDepth(Experiment[MarkovICLDepthConfig]):
     name = "markov-icl-depth"
     train_length = "train.steps"  # every arm trains this many steps (--decide doubles it)
     paper = "003 Attention with Markov (talk), Part II"
@@ -355,7 +355,7 @@ class MarkovICLDepth(Experiment):
                 )
                 for arm, k, mcfg in arms
             ]
-            for fit, result in zip(fits, ctx.fit_all(fits)):
+            for fit, result in zip(fits, ctx.fit_all(fits), strict=True):
                 if ctx.writer.arm_rows(probe_arm(fit.arm)):
                     continue  # probed by an interrupted attempt of this (resumed) run
                 model = fit.build(seeds)
@@ -542,7 +542,7 @@ class MarkovICLDepth(Experiment):
                     f"{arm}: a member at the stage boundary is already within {cfg.claims.tol_nats} nats of the "
                     "order-k estimator: past the stage, its reach row cannot fail."
                 )
-        for arm, c in cells.items():
+        for c in cells.values():
             if c["k"] >= 2 and c["depth"] == 2:
                 lower = np.array(c["gap_vs_lower_order"][f"order{c['k'] - 1}"])
                 notes.append(
@@ -613,7 +613,7 @@ class MarkovICLDepth(Experiment):
                 for arm in group:
                     pos, vals = run.curves(probe_arm(arm), "pos_loss_model")
                     ax.plot(pos + 1, self._smooth(vals.mean(0)), lw=1.6, label=f"{cells[arm]['depth']} layer(s)")
-                for j, ls in zip(range(k + 1), ["--", "-.", ":", (0, (5, 1))]):
+                for j, ls in zip(range(k + 1), ["--", "-.", ":", (0, (5, 1))], strict=False):
                     pos, est = run.curves(probe_arm(group[0]), f"pos_loss_order{j}")
                     ax.plot(
                         pos + 1,
@@ -638,7 +638,7 @@ class MarkovICLDepth(Experiment):
 
         ks = sorted({c["k"] for c in cells.values()})
         fig, axes = plt.subplots(1, len(ks), figsize=(5.5 * len(ks), 4), squeeze=False)
-        for ax, k in zip(axes[0], ks):
+        for ax, k in zip(axes[0], ks, strict=True):
             group = [a for a, c in cells.items() if c["k"] == k]
             for arm in group:
                 steps, vals = run.curves(arm, "test_loss")

@@ -32,6 +32,7 @@ Rows whose cells were not run are absent: a group without rows is not evaluable 
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, ClassVar
 
 import numpy as np
@@ -65,7 +66,7 @@ def min_depths(gaps: dict[int, list[float]], tol: float) -> Crossings:
         reach = [d for d in depths if gaps[d][e] <= tol]
         values.append(reach[0] if reach else depths[-1] + 1)
         censored.append(not reach)
-    spacing = max((b - a for a, b in zip(depths, depths[1:])), default=1)
+    spacing = max((b - a for a, b in itertools.pairwise(depths)), default=1)
     return Crossings(np.asarray(values, dtype=float), np.asarray(censored), float(spacing))
 
 
@@ -144,7 +145,7 @@ class MarkovICLDepthLinearConfig(GridConfig):
 
 
 @register
-class MarkovICLDepthLinear(ICLGrid):
+class MarkovICLDepthLinear(ICLGrid[MarkovICLDepthLinearConfig]):
     name = "markov-icl-depth-linear"
     paper = "003 Attention with Markov (talk), Part II"
     figure = "Without non-linearities, you need logarithmic depth: attention-only depth 1-5 x k vs MLP+LN"
@@ -194,7 +195,7 @@ class MarkovICLDepthLinear(ICLGrid):
                 arms = [cell_arm(family, k, d) for d in depths]
                 if not depths or any(a not in cells for a in arms):
                     continue
-                found = min_depths({d: cells[a]["gap"] for d, a in zip(depths, arms)}, cl.tol_nats)
+                found = min_depths({d: cells[a]["gap"] for d, a in zip(depths, arms, strict=True)}, cl.tol_nats)
                 mins[family][f"k{k}"] = {"depth": found.as_optional(), "resolution": found.resolution, "found": found}
                 if family != "attn":
                     continue

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar
 
 import numpy as np
 import torch
@@ -138,7 +138,10 @@ class GridConfig(ExperimentConfig):
         )
 
 
-class ICLGrid(Experiment):
+GridConfigT = TypeVar("GridConfigT", bound=GridConfig)
+
+
+class ICLGrid(Experiment[GridConfigT]):
     """Train every cell of ``cfg.grid()`` as one ensemble, probe it against the in-context estimators."""
 
     arm_fields: ClassVar[dict[str, str]] = {
@@ -149,7 +152,7 @@ class ICLGrid(Experiment):
         "model.max_len": "train.seq_len",
     }
 
-    def run(self, cfg: GridConfig, ctx: RunContext) -> None:
+    def run(self, cfg: GridConfigT, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)
         with cpu_threads(cfg.cpu_threads, ctx.device):
             # The cells are independent: they train at once on one-thread lanes (tdlab.train.lanes).
@@ -162,9 +165,9 @@ class ICLGrid(Experiment):
                     seeds,
                     InContextMarkov(k, 2, cfg.alpha),
                 )
-                for arm, (family, k, depth, heads) in zip(arms, cfg.grid())
+                for arm, (family, k, depth, heads) in zip(arms, cfg.grid(), strict=True)
             ]
-            for fit, result in zip(fits, ctx.fit_all(fits)):
+            for fit, result in zip(fits, ctx.fit_all(fits), strict=True):
                 if ctx.writer.arm_rows(f"{fit.arm}/probe"):
                     continue  # probed by an interrupted attempt of this (resumed) run
                 model = fit.build(seeds)
@@ -174,7 +177,7 @@ class ICLGrid(Experiment):
     @staticmethod
     @torch.no_grad()
     def probe(
-        model: GPT, task: InContextMarkov, cfg: GridConfig, seeds: list[int], device: str = "cpu"
+        model: GPT, task: InContextMarkov, cfg: GridConfigT, seeds: list[int], device: str = "cpu"
     ) -> list[tuple[int, int, str, float]]:
         """Model and order-0..k estimator losses on fresh sequences (each member's own ``probe-data``
         stream, the same in every cell of one k), and the last layer's context-matching score."""
@@ -201,10 +204,10 @@ class ICLGrid(Experiment):
             rows += [(step, e, f"est_loss_order{j}", float(v[e])) for j, v in est.items()]
         return rows
 
-    def trivial_error(self, cfg: GridConfig, arm: str) -> float:
+    def trivial_error(self, cfg: GridConfigT, arm: str) -> float:
         return math.log(2)
 
-    def cells(self, cfg: GridConfig, run: RunView, out: Measurements) -> dict[str, dict]:
+    def cells(self, cfg: GridConfigT, run: RunView, out: Measurements) -> dict[str, dict]:
         """Per cell: per-member gap to the order-k estimator, the stage check (recorded in ``out``), the
         drift of the evaluation gap in learning-rate time, the last layer's match score."""
         cl = cfg.claims
@@ -235,7 +238,7 @@ class ICLGrid(Experiment):
         return cells
 
     @staticmethod
-    def cell_notes(cfg: GridConfig, cells: dict[str, dict]) -> list[str]:
+    def cell_notes(cfg: GridConfigT, cells: dict[str, dict]) -> list[str]:
         notes = []
         for arm, c in cells.items():
             g = np.array(c["gap"])
@@ -257,7 +260,7 @@ class ICLGrid(Experiment):
     def plot_gap_axes(self) -> tuple:
         """``(rows_of, cols_of, title, file name)`` of the gap table figure."""
 
-    def plot(self, cfg: GridConfig, run: RunView, analysis, figdir: Path) -> list[Path]:
+    def plot(self, cfg: GridConfigT, run: RunView, analysis, figdir: Path) -> list[Path]:
         cells = analysis.measurements["cells"]
         if not cells:
             return []
@@ -267,7 +270,7 @@ class ICLGrid(Experiment):
         ]
 
     @staticmethod
-    def _plot_gaps(cfg: GridConfig, cells: dict, figdir: Path, rows_of, cols_of, title: str, name: str) -> Path:
+    def _plot_gaps(cfg: GridConfigT, cells: dict, figdir: Path, rows_of, cols_of, title: str, name: str) -> Path:
         from tdlab.report.figures import plt, save_figure
 
         rows = sorted({rows_of(c) for c in cells.values()})
@@ -290,12 +293,12 @@ class ICLGrid(Experiment):
         return save_figure(fig, figdir / name)
 
     @staticmethod
-    def _plot_training(cfg: GridConfig, run: RunView, cells: dict, figdir: Path) -> Path:
+    def _plot_training(cfg: GridConfigT, run: RunView, cells: dict, figdir: Path) -> Path:
         from tdlab.report.figures import plt, save_figure
 
         ks = sorted({c["k"] for c in cells.values()})
         fig, axes = plt.subplots(1, len(ks), figsize=(5.5 * len(ks), 4), squeeze=False)
-        for ax, k in zip(axes[0], ks):
+        for ax, k in zip(axes[0], ks, strict=True):
             for arm, c in cells.items():
                 if c["k"] != k:
                     continue

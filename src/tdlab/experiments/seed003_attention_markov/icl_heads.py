@@ -88,7 +88,7 @@ class MarkovICLHeadsConfig(GridConfig):
 
 
 @register
-class MarkovICLHeads(ICLGrid):
+class MarkovICLHeads(ICLGrid[MarkovICLHeadsConfig]):
     name = "markov-icl-heads"
     paper = "003 Attention with Markov (talk), Part II"
     figure = "Memory = k, Depth?: heads {1, 2, 4} at depth 2 and 3 vs k (1 head per layer suffices at depth 3)"
@@ -144,7 +144,7 @@ class MarkovICLHeads(ICLGrid):
             )
             if hmax > 1 and am in cells:
                 m = cells[am]
-                diff = [a - b for a, b in zip(c["gap"], m["gap"])]
+                diff = [a - b for a, b in zip(c["gap"], m["gap"], strict=True)]
                 out.row(
                     "more-heads-not-needed-at-depth-3",
                     f"k{k}",

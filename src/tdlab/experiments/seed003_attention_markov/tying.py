@@ -322,7 +322,7 @@ CLAIMS = (
 
 
 @register
-class MarkovTying(Experiment):
+class MarkovTying(Experiment[MarkovTyingConfig]):
     name = "markov-tying"
     paper = "003 Attention with Markov (talk), Part I"
     figure = "Theoretical results: bad local minimum θ_π (tied) vs saddle (untied); Hessian signs"
@@ -459,11 +459,10 @@ class MarkovTying(Experiment):
                 ]
 
             ties = [_tying(t) for t in cfg.tying]
-            det = {"deterministic": True}
             out.row(
                 "theta-pi-loss-is-H(pi)",
                 tag,
-                Sample([v for t in ties for v in get(t, "loss")], **det),
+                Sample([v for t in ties for v in get(t, "loss")], deterministic=True),
                 provenance=prov,
                 context=ctx,
                 label=f"(p, q) = ({p}, {q}): L(θ_π) = H(π) at every point measured",
@@ -471,7 +470,7 @@ class MarkovTying(Experiment):
             out.row(
                 "theta-pi-stationary",
                 tag,
-                Sample([v for t in ties for v in get(t, "grad_max")], **det),
+                Sample([v for t in ties for v in get(t, "grad_max")], deterministic=True),
                 provenance=prov,
                 context=ctx,
                 label=f"(p, q) = ({p}, {q}), {_regime(p, q)}: max |∂L/∂θ_i| at θ_π = 0 at every point measured",
@@ -489,7 +488,7 @@ class MarkovTying(Experiment):
                     out.row(
                         "theta-pi-canonical-spectrum",
                         f"{tag}/{t}",
-                        Sample(get(t, "spectrum_err", "zero"), **det),
+                        Sample(get(t, "spectrum_err", "zero"), deterministic=True),
                         provenance=prov,
                         context=ctx,
                         label=f"(p, q) = ({p}, {q}), {t}: max |λ − closed form| at the canonical θ_π, c = {c:.4f}",
@@ -497,20 +496,20 @@ class MarkovTying(Experiment):
                 eig_min, eig_max = get(t, "eig_min"), get(t, "eig_max")
                 # The closed form says: tied is a (flat) minimum iff c > 0; untied is a saddle iff c != 0.
                 if tied and c > 0:
-                    ratio = [lo / hi for lo, hi in zip(eig_min, eig_max)]
+                    ratio = [lo / hi for lo, hi in zip(eig_min, eig_max, strict=True)]
                     out.row(
                         "tied-theta-pi-local-minimum",
                         f"{tag}/hessian-psd",
-                        Sample(ratio, **det),
+                        Sample(ratio, deterministic=True),
                         provenance=prov,
                         context={**ctx, "check": "hessian-psd"},
                         label=f"(p, q) = ({p}, {q}), tied: λ_min/λ_max ≥ −{cfg.claims.psd_rel_tol:g} at every point",
                     )
-                    probe = [min(a, b) for a, b in zip(get(t, "probe_random"), get(t, "probe_bottom"))]
+                    probe = [min(a, b) for a, b in zip(get(t, "probe_random"), get(t, "probe_bottom"), strict=True)]
                     out.row(
                         "tied-theta-pi-local-minimum",
                         f"{tag}/no-descent-direction",
-                        Sample(probe, **det),
+                        Sample(probe, deterministic=True),
                         provenance=prov,
                         context={**ctx, "check": "no-descent-direction"},
                         label=f"(p, q) = ({p}, {q}), tied: no random direction nor the bottom eigenvector lowers "
@@ -522,7 +521,7 @@ class MarkovTying(Experiment):
                     out.row(
                         "theta-pi-saddle",
                         f"{tag}/{t}/hessian-negative",
-                        Sample(eig_min, **det),
+                        Sample(eig_min, deterministic=True),
                         provenance=sprov,
                         context={**ctx, "check": "hessian-negative"},
                         label=f"(p, q) = ({p}, {q}), {t}: λ_min ≤ −{cfg.claims.negative_fraction:g}|c| at every point",
@@ -530,7 +529,7 @@ class MarkovTying(Experiment):
                     out.row(
                         "theta-pi-saddle",
                         f"{tag}/{t}/descent-direction",
-                        Sample(get(t, "probe_bottom"), **det),
+                        Sample(get(t, "probe_bottom"), deterministic=True),
                         provenance=sprov,
                         context={**ctx, "check": "descent-direction"},
                         label=f"(p, q) = ({p}, {q}), {t}: the loss drops along the bottom eigenvector at radius "
@@ -546,6 +545,7 @@ class MarkovTying(Experiment):
                             zip(
                                 run.final(self.landscape_arm(p, q, t, o, d), "eig_min").tolist(),
                                 run.final(self.landscape_arm(p, q, t, o, d), "eig_max").tolist(),
+                                strict=True,
                             )
                         )
                     ],
@@ -697,16 +697,16 @@ class MarkovTying(Experiment):
         ls = cfg.landscape
         table = analysis.measurements["landscape"]
         fig, axes = plt.subplots(1, len(ls.chains), figsize=(5.2 * len(ls.chains), 4), squeeze=False)
-        for ax, (p, q) in zip(axes[0], ls.chains):
+        for ax, (p, q) in zip(axes[0], ls.chains, strict=True):
             row = table[chain_tag(p, q)]
             c = row["curvature_c"]
-            for tied, color in zip(cfg.tying, ("C0", "C3")):
+            for tied, color in zip(cfg.tying, ("C0", "C3"), strict=False):
                 t = _tying(tied)
                 if t not in row:
                     continue
                 pts = row[t]["points"]
                 jitter = 0.08 if tied else -0.08
-                for o, marker in zip(ls.others, ("o", "x", "^")):
+                for o, marker in zip(ls.others, ("o", "x", "^"), strict=False):
                     sel = [pt for pt in pts if pt["others"] == o]
                     ax.scatter(
                         [pt["d"] + jitter for pt in sel],
@@ -733,7 +733,7 @@ class MarkovTying(Experiment):
 
         cells = analysis.measurements["training"]
         fig, axes = plt.subplots(1, len(cfg.tying), figsize=(4.8 * len(cfg.tying), 4.2), squeeze=False)
-        for ax, tied in zip(axes[0], cfg.tying):
+        for ax, tied in zip(axes[0], cfg.tying, strict=True):
             t = _tying(tied)
             for r in cells.values():
                 f = r[t]["stuck_fraction"]
@@ -757,7 +757,7 @@ class MarkovTying(Experiment):
         cols = min(n, 3)
         rows = math.ceil(n / cols)
         fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
-        for ax, (p, q) in zip(axes.flat, cfg.grid):
+        for ax, (p, q) in zip(axes.flat, cfg.grid, strict=False):
             for tied in cfg.tying:
                 steps, values = run.curves(self.train_arm(tied, p, q), "test_loss")
                 curve_with_band(ax, steps, values, _tying(tied))

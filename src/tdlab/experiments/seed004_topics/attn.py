@@ -69,6 +69,7 @@ from tdlab.experiments.seed004_topics.training import (
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.probes.blocks import block_stats, model_attention_averages
+from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.topics import Topics
 from tdlab.theory.topics import c3
@@ -310,7 +311,7 @@ def _paper_row(name: str, table: dict) -> dict | None:
 
 
 @register
-class TopicsAttn(Experiment):
+class TopicsAttn(Experiment[TopicsAttnConfig]):
     name = "topics-attn"
     paper = "004 Topic structure"
     figure = "Tables 3, 4 (App. G.2), Thms. 3, 5"
@@ -373,7 +374,7 @@ class TopicsAttn(Experiment):
                 objective=objective,
                 probes=[probe],
                 probe_every=tcfg.steps,
-                member_lr=dict(zip(seeds, lrs)),
+                member_lr=dict(zip(seeds, lrs, strict=True)),
             )
             ctx.fit(opt, trainer, lambda s: TopicAttention(model, s), seeds, topic_data(cfg, objective))
 
@@ -405,8 +406,9 @@ class TopicsAttn(Experiment):
                 )
         return out
 
-    def health(self, cfg: TopicsAttnConfig, run: RunView) -> dict[str, ArmHealth]:
+    def health(self, cfg: TopicsAttnConfig, run: Run | RunView) -> dict[str, ArmHealth]:
         """Every arm's health, and that of each setting's block and diagonal members (the rows' arms)."""
+        run = run if isinstance(run, RunView) else RunView(run)
         out = super().health(cfg, run)
         triv = trivial_masked_error(cfg.task, "ce")
         for s in self.settings(cfg, run):
@@ -550,7 +552,7 @@ class TopicsAttn(Experiment):
                 ours = []
                 for n in names:
                     s = next(x for x in found if x.name == n)
-                    vals = dict(zip(("a_sw", "a_st", "a_dt"), s.of(kind)))[key]
+                    vals = dict(zip(("a_sw", "a_st", "a_dt"), s.of(kind), strict=True))[key]
                     ours.append(float(vals.mean()) if len(vals) else np.nan)
                 paper = [table[n][key][0] if n in table else np.nan for n in names]
                 x = np.arange(len(names)) + (j - 1) * 0.27

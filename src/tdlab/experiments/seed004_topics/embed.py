@@ -145,7 +145,7 @@ def _gram_probe(T: int, v: int):
 
 
 @register
-class TopicsEmbed(Experiment):
+class TopicsEmbed(Experiment[TopicsEmbedConfig]):
     name = "topics-embed"
     paper = "004 Topic structure"
     figure = "Fig. 1, §4 (Thm. 1)"

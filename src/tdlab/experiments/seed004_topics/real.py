@@ -21,7 +21,9 @@ The seed's BERT rows are printed beside ours (reference only, never a pass crite
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -133,7 +135,7 @@ CLAIMS = (
 
 
 @register
-class TopicsReal(RealTextExperiment):
+class TopicsReal(RealTextExperiment[TopicsRealConfig]):
     name = "topics-real"
     figure = "Tables 1, 5, Fig. 3 (§6.2, App. G.3)"
     description = (
@@ -284,7 +286,7 @@ class TopicsReal(RealTextExperiment):
 
 
 def _ref_json(ref: dict) -> dict:
-    return {w: {f"{t:g}": dict(zip(MEASURES, r)) for t, r in rows.items()} for w, rows in ref.items()}
+    return {w: {f"{t:g}": dict(zip(MEASURES, r, strict=True)) for t, r in rows.items()} for w, rows in ref.items()}
 
 
 def fig3_within_cross(run: RunView, which: str) -> tuple[np.ndarray, np.ndarray]:
@@ -315,9 +317,9 @@ def plot_real(cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: P
     from tdlab.report.figures import plt, save_figure
 
     paths = []
-    words = sum(fig3_word_strings(run), [])
+    words = functools.reduce(operator.iadd, fig3_word_strings(run), [])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
-    for ax, which in zip(axes, ("trained", "untrained")):
+    for ax, which in zip(axes, ("trained", "untrained"), strict=True):
         try:
             cos = run.arrays(f"fig3/{which}")["cos"][0].numpy()
         except (RunDirError, KeyError, OSError, ValueError):
@@ -333,7 +335,7 @@ def plot_real(cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: P
     paths.append(save_figure(fig, figdir / "fig3_cosine_map.png"))
     table = analysis.measurements.get("ratios", {})
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, mode in zip(axes, MODES):
+    for ax, mode in zip(axes, MODES, strict=True):
         for i, m in enumerate(MEASURES):
             for which, ls in (("trained", "-"), ("untrained", ":")):
                 ths = list(table.get(which, {}).get(mode, {}))
@@ -361,7 +363,7 @@ def plot_real(cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: P
     for mode in MODES:
         ths = [theta_key(t) for t in cfg.thetas]
         fig, axes = plt.subplots(1, len(ths), figsize=(3.6 * len(ths), 3.2), squeeze=False)
-        for ax, th in zip(axes[0], ths):
+        for ax, th in zip(axes[0], ths, strict=True):
             rows = sub[sub["name"].str.startswith(f"{mode}/{th}/attention/L")]
             if rows.empty:
                 continue

@@ -72,7 +72,7 @@ CLAIMS = (
 
 
 @register
-class TopicsRealCooc(RealTextExperiment):
+class TopicsRealCooc(RealTextExperiment[TopicsRealCoocConfig]):
     name = "topics-real-cooc"
     figure = "Table 2 (App. A.2)"
     description = (
@@ -125,7 +125,9 @@ class TopicsRealCooc(RealTextExperiment):
                     label=f"θ = {th}: embedding cosine same-topic − top co-occurring > 0{refs}",
                 )
         out.values["table2"] = table
-        out.values["reference_bert"] = {f"{t:g}": dict(zip(("pairs", *KEYS), r)) for t, r in TABLE2_BERT.items()}
+        out.values["reference_bert"] = {
+            f"{t:g}": dict(zip(("pairs", *KEYS), r, strict=True)) for t, r in TABLE2_BERT.items()
+        }
         return out
 
     def notes(self, cfg: TopicsRealConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
@@ -146,6 +148,7 @@ class TopicsRealCooc(RealTextExperiment):
         for ax, (a, b, label) in zip(
             axes,
             (("attn_same", "attn_cooc", "mean debiased attention"), ("cos_same", "cos_cooc", "mean embedding cosine")),
+            strict=True,
         ):
             for k, (key, name) in enumerate(((a, "same-topic"), (b, "top co-occurring"))):
                 vals = [table[t]["trained"].get(key) or [np.nan] for t in ths]

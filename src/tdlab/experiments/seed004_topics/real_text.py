@@ -46,7 +46,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import torch
@@ -58,6 +58,7 @@ from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext, ini
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes import topic_pairs as tp
+from tdlab.runs import Run
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.lda_topics import LDAConfig, Topics, assign, fit_lda, topic_word_sets
 from tdlab.tasks.text_corpus import Corpus, CorpusConfig, encode_windows, load_corpus
@@ -262,7 +263,7 @@ def prepare_data(cfg: TopicsRealConfig, cache: Path, progress: bool = True) -> R
 def split_windows(cfg: TopicsRealConfig, corpus: Corpus) -> tuple[torch.Tensor, int]:
     """``(windows (N, seq_len) model ids, n_test)``: the corpus cut into windows, the last ``n_test`` held out."""
     windows = encode_windows(corpus, cfg.train.seq_len, offset=OFFSET)
-    return windows, max(1, int(round(cfg.heldout * windows.shape[0])))
+    return windows, max(1, round(cfg.heldout * windows.shape[0]))
 
 
 def unigram_loss(windows: torch.Tensor, n_test: int, vocab: int) -> float:
@@ -564,7 +565,10 @@ def what_ran(cfg: TopicsRealConfig, corpus: str, control: bool = True, setting: 
     )
 
 
-class RealTextExperiment(Experiment):
+RealConfigT = TypeVar("RealConfigT", bound=TopicsRealConfig)
+
+
+class RealTextExperiment(Experiment[RealConfigT]):
     """What ``topics-real`` and ``topics-real-cooc`` share: the run (train or load, then measure the trained
     and untrained models), the health gate against log n, the :data:`PAST_UNIGRAM` stage, the provenance of
     their rows (the seed's only for a pretrained checkpoint at the seed's θ), and the common notes."""
@@ -574,7 +578,7 @@ class RealTextExperiment(Experiment):
     # The seed's θ (Tables 1, 2, 5): a pretrained checkpoint's rows at these are the seed's own.
     SEED_THETAS = (0.0005, 0.001, 0.002)
 
-    def run(self, cfg: TopicsRealConfig, ctx: RunContext) -> None:
+    def run(self, cfg: RealConfigT, ctx: RunContext) -> None:
         data = prepare_data(cfg, ctx.writer.path / "cache", ctx.progress)
         info = {
             "provenance": data.corpus.provenance,
@@ -608,8 +612,9 @@ class RealTextExperiment(Experiment):
             ctx.store_rows(MEASURE_ARMS[which], rows)
             ctx.writer.save_arrays(f"fig3/{which}", fig3)
 
-    def health(self, cfg: TopicsRealConfig, run: RunView) -> dict[str, ArmHealth]:
+    def health(self, cfg: RealConfigT, run: Run | RunView) -> dict[str, ArmHealth]:
         """The base gate, with the encoder's held-out loss against log n (the uniform predictor)."""
+        run = run if isinstance(run, RunView) else RunView(run)
         out = super().health(cfg, run)
         triv = trivial_masked_loss(run_info(run))
         h = out.get(ARM)
@@ -625,23 +630,23 @@ class RealTextExperiment(Experiment):
             )
         return out
 
-    def facts(self, cfg: TopicsRealConfig, run: RunView) -> dict[str, Any]:
+    def facts(self, cfg: RealConfigT, run: RunView) -> dict[str, Any]:
         """``cache/info.json``, completed from the cached corpus when it predates ``documents`` / ``unigram_loss``."""
         info = run_info(run)
         if "unigram_loss" not in info:
             info.update(corpus_facts(cfg, run.path / "cache"))
         return info
 
-    def trained_arms(self, cfg: TopicsRealConfig) -> list[str]:
+    def trained_arms(self, cfg: RealConfigT) -> list[str]:
         """The arms a trained-model row depends on: the encoder, or none for a checkpoint (nothing trained)."""
         return [] if cfg.model.checkpoint else [ARM]
 
-    def provenance(self, cfg: TopicsRealConfig, theta: float | None = None) -> str:
+    def provenance(self, cfg: RealConfigT, theta: float | None = None) -> str:
         """``seed`` for a pretrained checkpoint's rows at the seed's θ (or without θ), else ``ours``."""
         seed_theta = theta is None or any(math.isclose(theta, t) for t in self.SEED_THETAS)
         return "seed" if cfg.model.checkpoint and seed_theta else "ours"
 
-    def start(self, cfg: TopicsRealConfig, run: RunView) -> Measurements:
+    def start(self, cfg: RealConfigT, run: RunView) -> Measurements:
         """The measurements every real-text analysis starts from: corpus facts and the encoder's stage."""
         info = self.facts(cfg, run)
         out = Measurements({"corpus": info})
@@ -662,7 +667,7 @@ class RealTextExperiment(Experiment):
         v = run.final(arm, name) if run.has(arm, name) else np.zeros(0)
         return v[np.isfinite(v)]  # a member without the measure (no pair of a class) stored none
 
-    def common_notes(self, cfg: TopicsRealConfig, measured: Measurements) -> list[str]:
+    def common_notes(self, cfg: RealConfigT, measured: Measurements) -> list[str]:
         info = measured.values["corpus"]
         notes = [what_ran(cfg, info.get("provenance", "the configured corpus"))]
         if cfg.model.checkpoint:

@@ -173,7 +173,7 @@ def rotation_means(steps: np.ndarray, rot: np.ndarray, stage1_end: int, horizon:
 
 
 @register
-class TopicsRealTwoStage(RealTextExperiment):
+class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
     name = "topics-real-two-stage"
     figure = "Fig. 5 (App. A, §8)"
     description = (

@@ -71,6 +71,7 @@ from tdlab.experiments.seed004_topics.training import (
 from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
+from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.train.trainer import Trainer
 
@@ -321,7 +322,7 @@ def _norm_probe(model) -> dict[str, torch.Tensor]:
 
 
 @register
-class TopicsTwoStage(Experiment):
+class TopicsTwoStage(Experiment[TopicsTwoStageConfig]):
     name = "topics-two-stage"
     paper = "004 Topic structure"
     figure = "Fig. 4, §5.1, §8"
@@ -389,7 +390,7 @@ class TopicsTwoStage(Experiment):
         for opt in self.arms(cfg):
             per_member = member_settings(cfg, opt)
             seeds = member_seeds(cfg.seed, len(per_member))
-            setting_of = dict(zip(seeds, per_member))
+            setting_of = dict(zip(seeds, per_member, strict=True))
 
             def build(chunk: list[int], setting_of=setting_of) -> TopicAttention:
                 # each member alone with its own init scale, then one ensemble (members never mix)
@@ -432,8 +433,9 @@ class TopicsTwoStage(Experiment):
             out[name] = vals[:, keep]
         return steps[keep], out
 
-    def health(self, cfg: TopicsTwoStageConfig, run: RunView) -> dict[str, ArmHealth]:
+    def health(self, cfg: TopicsTwoStageConfig, run: Run | RunView) -> dict[str, ArmHealth]:
         """Every arm's health and every setting's (the rows' arms)."""
+        run = run if isinstance(run, RunView) else RunView(run)
         out = super().health(cfg, run)
         for arm in self.arms(cfg):
             out.update(setting_health(run, arm, self.members_of(cfg, arm), self.trivial_error(cfg, arm)))
@@ -521,7 +523,7 @@ class TopicsTwoStage(Experiment):
             steps, n = self.curves(cfg, run, arm)
             seen = set()
             for e, s in enumerate(member_settings(cfg, arm)):
-                for ax, name in zip(axes, NORMS):
+                for ax, name in zip(axes, NORMS, strict=True):
                     ax.plot(
                         steps,
                         n[name][e],
@@ -532,7 +534,7 @@ class TopicsTwoStage(Experiment):
                         label=s.name if s.name not in seen and name == "norm_K" else None,
                     )
                 seen.add(s.name)
-        for ax, name in zip(axes, NORMS):
+        for ax, name in zip(axes, NORMS, strict=True):
             ax.set_ylabel(labels[name])
         axes[-1].set_xlabel("step")
         axes[0].legend(fontsize=6, ncol=3)

@@ -376,7 +376,7 @@ def _wv_probe(T: int, v: int):
 
 
 @register
-class TopicsWV(Experiment):
+class TopicsWV(Experiment[TopicsWVConfig]):
     name = "topics-wv"
     paper = "004 Topic structure"
     figure = "Figs. 2, 6, 9, 10; Thm. 2; §5.2, App. G.1"
