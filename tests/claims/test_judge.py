@@ -495,3 +495,28 @@ def test_a_row_with_no_members_says_what_it_would_have_read():
     m.row("c", "adam-0.01", Sample([]), label="adam-0.01: a_st / a_sw < λ5 (0 diagonal members)")
     (g,) = judge([spec()], m, CFG)
     assert (g.verdict, g.cause) == ("not evaluable", "no rows") and "(0 diagonal members)" in g.rows[0].reason
+
+
+def test_a_fail_read_off_events_every_member_reached_stands_in_a_shorter_run():
+    """Planted: the standard init left the plateau *before* the proposed one in every member (both uncensored):
+    that order is seen, so the direction claim fails even at 2,000 of the seed's 8,000 steps; with one member
+    that never left (censored), the fail waits for the seed's length."""
+    claim = spec(test="compare", relation="gt", margin=0.0, horizon="budget")
+    seen = Measurements()
+    seen.row(
+        claim.id,
+        "r",
+        Sample([100, 200, 150, 120, 90, 110], censored=[False] * 6),
+        Sample([900, 800, 950, 700, 880, 910], censored=[False] * 6),
+    )
+    (g,) = judge([claim], seen, CFG, lengths=(2000.0, 8000.0))
+    assert g.verdict == "fails"
+    open_ = Measurements()
+    open_.row(
+        claim.id,
+        "r",
+        Sample([100, 200, 150, 120, 90, 110], censored=[False] * 6),
+        Sample([900, 800, 950, 700, 880, 2000], censored=[False] * 5 + [True]),
+    )
+    (g,) = judge([claim], open_, CFG, lengths=(2000.0, 8000.0))
+    assert g.verdict != "fails"

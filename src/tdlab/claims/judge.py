@@ -18,7 +18,8 @@ A row's verdict, in order:
    the training length as its limit (``still moving``), not the spread.
    **Budget**: a ``budget`` claim is a statement about the seed's training length, so it fails only
    there: a row that fails in a run shorter than the seed's (``lengths``) is not resolved ("shorter
-   than the seed's length"); one that holds stands, except for a claim that something *stays*
+   than the seed's length"), unless it reads event times every member reached (an order already seen);
+   one that holds stands, except for a claim that something *stays*
    (``ClaimSpec.stays``), which cannot hold from a shorter run and can fail from one.
 3. **Health gate**: a row needing an arm that did not train (moved, for claims about failing to
    learn) is not evaluable.
@@ -450,6 +451,7 @@ def judge_row(
         return res
     if spec.test == "compare":
         _decide_compare(spec, res, row, float(margin or 0.0), confidence)
+        _at_seed_budget(spec, res, row, cfg, lengths)
         return res
     lo, hi = {
         "close": (expected - tol, expected + tol),
@@ -473,23 +475,6 @@ def judge_row(
             "still moving",
             f"still moving: {m.drift:+.4g}{spec.unit} over the last tenth of training (learning-rate time), "
             f"tolerance {drift_tol:g}; {res.verdict} at the end",
-        )
-    elif (
-        spec.horizon == "budget"
-        and res.verdict == "fails"
-        and not spec.stays_for(cfg)
-        and lengths is not None
-        and lengths[0] < lengths[1]
-    ):
-        # A statement about the seed's budget fails only there: what has not happened by a shorter run's end
-        # may still happen before the seed's (a curve still rising is training too short, not a finding).
-        # A holds from a shorter run stands (what has happened stays happened), except for a claim that
-        # something stays, which is the mirror case below.
-        res.set(
-            "not resolved",
-            "shorter than the seed's length",
-            f"fails at {lengths[0]:g} of training, shorter than the seed's budget {lengths[1]:g}: "
-            f"a statement about the seed's budget fails only there",
         )
     elif res.verdict == "holds" and spec.stays_for(cfg) and _short_of_seed(spec, cfg, row):
         run_len, seed_len = resolve(spec.length, cfg, row), resolve(spec.seed_length, cfg, row)
@@ -534,7 +519,37 @@ def judge_row(
             f"the last tenth of training (learning-rate time), more than the interval's half-width "
             f"{(res.interval.hi - res.interval.lo) / 2:.4g}: training too short, not the spread",
         )
+    _at_seed_budget(spec, res, row, cfg, lengths)
     return res
+
+
+def _at_seed_budget(spec: ClaimSpec, res: RowResult, row: Row, cfg: Any, lengths: tuple[float, float] | None) -> None:
+    """The budget rule: a statement about the seed's budget fails only there. What has not happened by a
+    shorter run's end may still happen before the seed's (a curve still rising is training too short, not a
+    finding). A holds from a shorter run stands (what has happened stays happened), except for a claim that
+    something stays (its own rule); so does a fail read off event times every member reached (an order of
+    events already seen is not undone by more training)."""
+    if (
+        spec.horizon == "budget"
+        and res.verdict == "fails"
+        and not spec.stays_for(cfg)
+        and lengths is not None
+        and lengths[0] < lengths[1]
+        and not _events_happened(row)
+    ):
+        res.set(
+            "not resolved",
+            "shorter than the seed's length",
+            f"fails at {lengths[0]:g} of training, shorter than the seed's budget {lengths[1]:g}: "
+            f"a statement about the seed's budget fails only there",
+        )
+
+
+def _events_happened(row: Row) -> bool:
+    """Whether the row reads event times (a sample that carries censoring) that every member of the
+    measurement and of its reference reached within the run."""
+    samples = [x for x in (row.measured, row.reference) if x is not None]
+    return all(x.censored is not None and not any(x.censored) for x in samples)
 
 
 def _short_of_seed(spec: ClaimSpec, cfg: Any, row: Row) -> bool:

@@ -5,6 +5,8 @@ snapshot), bad configs, a tiny end-to-end run."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -137,8 +139,14 @@ def test_planted_run_where_fig7_holds(tmp_path, monkeypatch, one_thread):
     assert a.measurements["groups"]["early"] is True
 
 
-def test_a_constant_prediction_passes_every_nested_range_and_fails_the_claim(tmp_path, one_thread):
+def _at_seed_length(monkeypatch, exp):
+    """Read a planted run as one of the seed's 1000 epochs: a fail from a shorter run waits for them."""
+    monkeypatch.setattr(type(exp), "lengths", lambda self, cfg: (1000.0, 1000.0))
+
+
+def test_a_constant_prediction_passes_every_nested_range_and_fails_the_claim(tmp_path, monkeypatch, one_thread):
     exp, cfg, run = _planted(tmp_path, groups_acc=0.1, mem1_at=(8, 9, 7), mem2_at=(3, 4, 3), favourite=35)
+    _at_seed_length(monkeypatch, exp)
     a = exp.analyse(cfg, run)
     g = a.result("fig7-left-predictions-follow-label-ranges")
     assert [r.verdict for r in g.rows if "share" in r.id] == ["holds"] * 4  # 35 lies in 30..49 ⊂ every range
@@ -149,6 +157,7 @@ def test_a_constant_prediction_passes_every_nested_range_and_fails_the_claim(tmp
 def test_planted_run_where_fig7_fails(tmp_path, monkeypatch, one_thread):
     # predictions 60: outside group 1's range 30..49; F_mem,1 learnt first
     exp, cfg, run = _planted(tmp_path, groups_acc=0.1, mem1_at=(3, 4, 3), mem2_at=(8, 9, 7), favourite=60)
+    _at_seed_length(monkeypatch, exp)
     a = exp.analyse(cfg, run)
     rows = {r.id: r for g in a.groups for r in g.rows}
     assert rows["fig7-left-predictions-follow-label-ranges/share/group1"].verdict == "fails"
@@ -178,13 +187,13 @@ def test_a_late_snapshot_is_ours_and_unlearnt_arms_are_not_evaluable(tmp_path, m
 
 def test_bad_configs_are_refused_naming_the_field():
     exp = AnchorsLabels()
-    with pytest.raises(ConfigError, match="groups_task.mix"):
+    with pytest.raises(ConfigError, match=re.escape("groups_task.mix")):
         exp.make_config("quick", ["groups_task.mix=reasoning"])
-    with pytest.raises(ConfigError, match="groups_task: .*overlap"):
+    with pytest.raises(ConfigError, match=r"groups_task: .*overlap"):
         exp.make_config("quick", ["groups_task.mix=both"])  # anchors 1..20 would overlap the reasoning anchors
     with pytest.raises(ConfigError, match="memory_groups"):
         exp.make_config("quick", ["groups_task.memory_groups=3"])  # 3 does not divide 20 anchors
-    with pytest.raises(ConfigError, match="compare_task.memory_labels"):
+    with pytest.raises(ConfigError, match=re.escape("compare_task.memory_labels")):
         exp.make_config("quick", ["compare_task.memory_labels=window"])
     with pytest.raises(ConfigError, match="memory_labels='window'"):
         exp.make_config("quick", ["compare_task.mem_max=15"])  # z - Σa < 0 for the window arm
