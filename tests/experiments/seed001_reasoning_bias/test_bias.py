@@ -115,9 +115,8 @@ def test_the_papers_picture_holds_every_claim(tmp_path):
     assert a.measurements["chance_acc_test"] == pytest.approx(0.1)
 
 
-def test_each_claim_fails_on_a_run_that_violates_it(tmp_path, monkeypatch):
-    # read as a run at the seed's 1000 epochs (a fail from a shorter run waits for them: the next test)
-    monkeypatch.setattr(AnchorsBias, "lengths", lambda self, cfg: (1000.0, 1000.0))
+def test_each_claim_fails_on_a_run_that_violates_it(tmp_path, at_seed_length):
+    at_seed_length(AnchorsBias)  # a fail from a shorter run waits for the seed's 1000 epochs: the next test
     arms = _paper_arms()
     # γ = 0.8 learns memory first and does not generalise; γ = 0.3 generalises and memorises much later
     arms["gamma=0.8"] = _arm(mem_at=2, rsn_at=5, test_at=9, test_top=0.5)

@@ -139,14 +139,9 @@ def test_planted_run_where_fig7_holds(tmp_path, monkeypatch, one_thread):
     assert a.measurements["groups"]["early"] is True
 
 
-def _at_seed_length(monkeypatch, exp):
-    """Read a planted run as one of the seed's 1000 epochs: a fail from a shorter run waits for them."""
-    monkeypatch.setattr(type(exp), "lengths", lambda self, cfg: (1000.0, 1000.0))
-
-
-def test_a_constant_prediction_passes_every_nested_range_and_fails_the_claim(tmp_path, monkeypatch, one_thread):
+def test_a_constant_prediction_passes_every_nested_range_and_fails_the_claim(tmp_path, at_seed_length, one_thread):
     exp, cfg, run = _planted(tmp_path, groups_acc=0.1, mem1_at=(8, 9, 7), mem2_at=(3, 4, 3), favourite=35)
-    _at_seed_length(monkeypatch, exp)
+    at_seed_length(type(exp))
     a = exp.analyse(cfg, run)
     g = a.result("fig7-left-predictions-follow-label-ranges")
     assert [r.verdict for r in g.rows if "share" in r.id] == ["holds"] * 4  # 35 lies in 30..49 ⊂ every range
@@ -154,10 +149,10 @@ def test_a_constant_prediction_passes_every_nested_range_and_fails_the_claim(tmp
     assert a.measurements["groups"]["mean_prediction"][0] == [35.0] * 4
 
 
-def test_planted_run_where_fig7_fails(tmp_path, monkeypatch, one_thread):
+def test_planted_run_where_fig7_fails(tmp_path, monkeypatch, at_seed_length, one_thread):
     # predictions 60: outside group 1's range 30..49; F_mem,1 learnt first
     exp, cfg, run = _planted(tmp_path, groups_acc=0.1, mem1_at=(3, 4, 3), mem2_at=(8, 9, 7), favourite=60)
-    _at_seed_length(monkeypatch, exp)
+    at_seed_length(type(exp))
     a = exp.analyse(cfg, run)
     rows = {r.id: r for g in a.groups for r in g.rows}
     assert rows["fig7-left-predictions-follow-label-ranges/share/group1"].verdict == "fails"

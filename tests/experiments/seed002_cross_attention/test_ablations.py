@@ -72,7 +72,8 @@ def _patch(s2, run, *, lca, deep, lsa, f0x, zero_shift=0.0):
     return s2.Patched(run, m)
 
 
-def test_ablation_groups_are_comparisons_and_zero_predictors_are_sanity(tiny, s2):
+def test_ablation_groups_are_comparisons_and_zero_predictors_are_sanity(tiny, s2, at_seed_length):
+    at_seed_length(IclAblations)
     cfg, run = tiny
     exp = IclAblations()
     base = exp.analyse(cfg, run)

@@ -117,7 +117,8 @@ def _verdicts(analysis) -> dict[str, str]:
     return {r.id: r.verdict for g in analysis.groups for r in g.rows}
 
 
-def test_every_claim_holds_and_fails_on_planted_accuracies(tmp_path):
+def test_every_claim_holds_and_fails_on_planted_accuracies(tmp_path, at_seed_length):
+    at_seed_length(ICLAVDigits)
     exp = ICLAVDigits()
     cfg = exp.make_config("quick", TINY, members=3)
     good = {

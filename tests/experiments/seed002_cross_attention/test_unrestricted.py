@@ -106,11 +106,10 @@ def _patch(s2, run, cfg, a, good: dict[str, bool], *, far: float = 1.0):
     return s2.Patched(run, m, arrays)
 
 
-def test_only_the_seeds_sigma_decides_the_paper_groups(tiny, s2, monkeypatch):
+def test_only_the_seeds_sigma_decides_the_paper_groups(tiny, s2, at_seed_length):
     cfg, run = tiny
     exp = IclUnrestricted()
-    # read as a run of the seed's length (a fail from a shorter run waits for it)
-    monkeypatch.setattr(IclUnrestricted, "lengths", lambda self, cfg: (3000.0, 3000.0))
+    at_seed_length(IclUnrestricted)
     a = exp.analyse(cfg, run)
     gids = ("projections-cluster-around-alpha-star", "whitening-decreases-with-layer", "whitening-last-below-first")
     seed_good = {arm: arm.endswith("0.1") for arm in ARMS}  # sigma 0.1 right, sigma 0.01 (ours) wrong

@@ -123,7 +123,8 @@ def test_the_papers_rows_hold(tmp_path):
     assert f"{GROUPS[2]}/sgd/lr0.01" not in rows
 
 
-def test_each_claim_fails_on_a_planted_violation(tmp_path):
+def test_each_claim_fails_on_a_planted_violation(tmp_path, at_seed_length):
+    at_seed_length(TopicsAttn)
     plants = _paper_plants(jitter=0.0)
     d = 1e-7  # a member-to-member spread small enough that every violation survives Holm's correction
     for k in range(2):
@@ -177,7 +178,8 @@ def test_members_short_of_the_stage_are_not_evaluable_and_hold_nothing_else_back
     assert rows[f"{GROUPS[0]}/adam/lr0.03"].cause != "not trained"
 
 
-def test_settings_outside_the_tables_are_ours(tmp_path):
+def test_settings_outside_the_tables_are_ours(tmp_path, at_seed_length):
+    at_seed_length(TopicsAttn)
     plants = _paper_plants()
     for k in range(2):
         plants[("adam/lr0.02", k)] = (*BLOCK, 0.005, 0.005, 0.010)  # fails, but no table row: never deciding

@@ -104,7 +104,8 @@ def test_a_pretrained_checkpoints_rows_decide_at_the_seeds_theta(tmp_path, plant
     assert all(v[g] == "fails" for g in PAPER)
 
 
-def test_a_locally_trained_encoders_rows_are_ours_and_decide_no_paper_group(tmp_path, plant_real_run):
+def test_a_locally_trained_encoders_rows_are_ours_and_decide_no_paper_group(tmp_path, plant_real_run, at_seed_length):
+    at_seed_length(TopicsReal)
     exp = TopicsReal()
     cfg = exp.make_config("quick", ["thetas=[0.002,0.005]"], members=3)
     t, u = _real_values(cfg, GOOD, [1.05, 1.06, 1.07], [1.001, 0.999, 1.0])

@@ -53,6 +53,7 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, Measurements, Stage, assess_arm
+from tdlab.claims.declare import Provenance
 from tdlab.config import Config, ConfigError
 from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext, init_arm
 from tdlab.experiments.view import RunView
@@ -466,8 +467,8 @@ def measure(
             ):
                 put(e, f"{mode}/{th}/{key}", v)
             if heads.ndim == 3:
-                for (l, h), v in np.ndenumerate(heads[e]):
-                    put(e, f"{mode}/{th}/attention/L{l}H{h}", v)
+                for (layer, h), v in np.ndenumerate(heads[e]):
+                    put(e, f"{mode}/{th}/attention/L{layer}H{h}", v)
         if th in cooc_pairs and mode == "single":
             means = tp.table2_means(cooc_pairs[th], emb.double(), None, offset=0)
             ca = cooc_accs[th]
@@ -501,7 +502,7 @@ def model_attention(model: Any, windows: torch.Tensor, device: str = "cpu") -> t
         return model.window_attention(windows)
     E = model.members
     x = windows.to(device).unsqueeze(0).expand(E, *windows.shape)
-    names = [f"blocks.{l}.attn.pattern" for l in range(model.cfg.layers)]
+    names = [f"blocks.{layer}.attn.pattern" for layer in range(model.cfg.layers)]
     with model.cache(names) as c:
         model(x)
     return torch.stack([c[n] for n in names], dim=2).cpu()  # (E, B, L, H, T, T)
@@ -578,6 +579,11 @@ class RealTextExperiment(Experiment[RealConfigT]):
     # The seed's θ (Tables 1, 2, 5): a pretrained checkpoint's rows at these are the seed's own.
     SEED_THETAS = (0.0005, 0.001, 0.002)
 
+    def lengths(self, cfg: RealConfigT) -> tuple[float, float] | None:
+        """``None`` for a pretrained checkpoint (nothing trains, so no length to fall short of: the budget
+        rule does not apply); the base's otherwise."""
+        return None if cfg.model.checkpoint else super().lengths(cfg)
+
     def run(self, cfg: RealConfigT, ctx: RunContext) -> None:
         data = prepare_data(cfg, ctx.writer.path / "cache", ctx.progress)
         info = {
@@ -641,7 +647,7 @@ class RealTextExperiment(Experiment[RealConfigT]):
         """The arms a trained-model row depends on: the encoder, or none for a checkpoint (nothing trained)."""
         return [] if cfg.model.checkpoint else [ARM]
 
-    def provenance(self, cfg: RealConfigT, theta: float | None = None) -> str:
+    def provenance(self, cfg: RealConfigT, theta: float | None = None) -> Provenance:
         """``seed`` for a pretrained checkpoint's rows at the seed's θ (or without θ), else ``ours``."""
         seed_theta = theta is None or any(math.isclose(theta, t) for t in self.SEED_THETAS)
         return "seed" if cfg.model.checkpoint and seed_theta else "ours"
