@@ -13,6 +13,7 @@ from tdlab.models.linear_attention import LCA, LSA
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_star_T, infinite_context_excess_risk
+from tdlab.train.checkpoint import CheckpointError, load_checkpoint
 from tdlab.train.regression import (
     PromptStats,
     RegressionConfig,
@@ -23,6 +24,7 @@ from tdlab.train.regression import (
     predict,
     sample_stats,
 )
+from tdlab.train.stopping import RunStopped, request_stop, stopping
 from tdlab.train.trainer import DivergenceError
 
 SMALL = MultiModalPrompts(dims=(3, 2))
@@ -262,3 +264,98 @@ def test_armijo_first_step_trains_where_a_fixed_step_stalls():
         for a, b in zip(armijo.states[0].values(), armijo.init_states[0].values(), strict=True)
     )
     assert moved > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints: a fit stopped on request and resumed ends with the numbers of one never stopped
+
+
+RESUMABLE = {
+    # GD with backtracking (a first step far too large: rejected steps), momentum and a per-member step size
+    "gd-backtrack": dict(lr=10.0, momentum=0.5, log_every=3),
+    "gd-armijo": dict(lr=100.0, initial_step="armijo", log_every=1),
+    "adam": dict(optimizer="adam", lr=1e-2, schedule="cosine", log_every=2),
+    # fresh population prompts every step: the generators are part of the checkpoint
+    "adam-resample": dict(objective="population", resample=True, optimizer="adam", lr=1e-2, prompts=16),
+}
+
+
+def _ckpt_build(s):
+    return LCA(SMALL.d, 3, s, param="two", alpha0=0.05, beta0=-0.05, dtype=torch.float64)
+
+
+def _stopped_fit(cfg, path, after, config_hash=None):
+    """A fit that asks for a stop once it logged a row at step ``after`` or later; returns the step it stopped at."""
+    trainer = RegressionTrainer(cfg, progress=False, checkpoint=path)
+    trainer.config_hash = config_hash
+    trainer.live = lambda rows: request_stop() if any(r[0] >= after for r in rows) else None
+    with stopping(signals=False), pytest.raises(RunStopped) as info:
+        trainer.fit(_ckpt_build, SEEDS_2, SMALL)
+    return info.value.step
+
+
+SEEDS_2 = member_seeds(7, 2)
+
+
+def _same_fit(a, b):
+    assert a.rows == b.rows and a.rows
+    for sa, sb in zip([*a.states, *a.init_states], [*b.states, *b.init_states], strict=True):
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.mark.parametrize("name", list(RESUMABLE))
+def test_a_fit_stopped_and_resumed_equals_one_never_stopped(tmp_path, name):
+    cfg = _cfg(steps=20, eval_every=5, **RESUMABLE[name])
+    whole = RegressionTrainer(cfg, progress=False).fit(_ckpt_build, SEEDS_2, SMALL)
+    path = tmp_path / "fit.json"
+    step = _stopped_fit(cfg, path, after=7, config_hash="h")
+    assert 7 <= step < 20 and path.is_file()
+    resumed = RegressionTrainer(cfg, progress=False, checkpoint=path)
+    resumed.config_hash = "h"
+    streamed = []
+    resumed.live = streamed.extend
+    with stopping(signals=False):
+        again = resumed.fit(_ckpt_build, SEEDS_2, SMALL)
+    assert streamed and min(r[0] for r in streamed) > step  # it went on from the checkpoint, not from the start
+    _same_fit(again, whole)
+    # the finished fit saved its end point: one more call returns it without training
+    assert RegressionTrainer(cfg, progress=False, checkpoint=path).fit(_ckpt_build, SEEDS_2, SMALL).rows == whole.rows
+    if name == "gd-backtrack":
+        assert any(lr1 < lr0 for (_, lr0), (_, lr1) in itertools.pairwise(zip(*whole.series("lr", 0), strict=True)))
+
+
+def test_a_wall_time_checkpoint_keeps_progress_and_a_fit_without_a_stop_is_unchanged(tmp_path):
+    cfg = _cfg(steps=12, **RESUMABLE["gd-backtrack"])
+    whole = RegressionTrainer(cfg, progress=False).fit(_ckpt_build, SEEDS_2, SMALL)
+    path = tmp_path / "fit.json"
+    with stopping(every_s=1e-9, signals=False):
+        _same_fit(RegressionTrainer(cfg, progress=False, checkpoint=path).fit(_ckpt_build, SEEDS_2, SMALL), whole)
+    meta, _ = load_checkpoint(path)
+    assert meta["finished"] and meta["step"] == 12
+
+
+def test_a_checkpoint_of_another_config_or_start_is_refused(tmp_path):
+    cfg = _cfg(steps=20, **RESUMABLE["adam"])
+    path = tmp_path / "fit.json"
+    _stopped_fit(cfg, path, after=5, config_hash="one")
+    other = RegressionTrainer(cfg, progress=False, checkpoint=path)
+    other.config_hash = "two"  # config.yaml edited since
+    with pytest.raises(CheckpointError, match="different run config"):
+        other.fit(_ckpt_build, SEEDS_2, SMALL)
+    for changed, seeds, build in [
+        (cfg.updated({"lr": 2e-2}), SEEDS_2, _ckpt_build),
+        (cfg, member_seeds(8, 2), _ckpt_build),
+    ]:
+        with pytest.raises(CheckpointError, match="different config or seeds"):
+            RegressionTrainer(changed, progress=False, checkpoint=path).fit(build, seeds, SMALL)
+    moved = lambda s: LCA(SMALL.d, 3, s, param="two", alpha0=0.06, beta0=-0.05, dtype=torch.float64)  # noqa: E731
+    with pytest.raises(CheckpointError, match="initial parameters"):
+        RegressionTrainer(cfg, progress=False, checkpoint=path).fit(moved, SEEDS_2, SMALL)
+
+
+def test_a_stop_without_a_checkpoint_file_runs_to_the_end():
+    cfg = _cfg(steps=10, **RESUMABLE["gd-backtrack"])
+    whole = RegressionTrainer(cfg, progress=False).fit(_ckpt_build, SEEDS_2, SMALL)
+    with stopping(until_s=0, signals=False):
+        request_stop()
+        _same_fit(RegressionTrainer(cfg, progress=False).fit(_ckpt_build, SEEDS_2, SMALL), whole)

@@ -31,7 +31,21 @@ from safetensors.torch import load, save
 
 from tdlab.safeio import PICKLE_SUFFIXES, CheckpointError, file_mode, legacy_pickles, refuse_pickle
 
-__all__ = ["FORMAT", "CheckpointError", "legacy_pickles", "load_checkpoint", "refuse_pickle", "save_checkpoint"]
+__all__ = [
+    "FORMAT",
+    "CheckpointError",
+    "check_origin",
+    "is_int",
+    "is_row",
+    "legacy_pickles",
+    "load_checkpoint",
+    "pack_optimizer",
+    "refuse_pickle",
+    "save_checkpoint",
+    "tensor_group",
+    "unpack_optimizer",
+    "unpack_rows",
+]
 
 FORMAT = "tdlab-checkpoint/1"
 _MAX_JSON_BYTES = 1 << 30  # a checkpoint's JSON holds metric rows; a bigger file is not one tdlab wrote
@@ -93,6 +107,81 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]
         raise CheckpointError(f"{tensor_file} is corrupt: {_short(exc)}") from None
     _check_manifest(tensor_file, tensors, entry["manifest"])
     return meta, tensors
+
+
+def check_origin(path: Path, meta: dict[str, Any], config_hash: str | None, expected: dict[str, Any]) -> None:
+    """Refuse to resume from the checkpoint ``path`` (``meta`` as loaded) when it was written for another run
+    config (its ``config_hash`` differs from ``config_hash``; ``None``: not checked) or by another fit (any
+    key of ``expected``, e.g. seeds and training config, differs).
+
+    Raises:
+        CheckpointError: naming the file and why it is refused.
+    """
+    if config_hash is not None and meta.get("config_hash") != config_hash:
+        raise CheckpointError(
+            f"checkpoint {path} was written for a different run config (config.yaml changed "
+            f"after it was written); refusing to resume"
+        )
+    if any(meta.get(k) != v for k, v in expected.items()):
+        raise CheckpointError(f"checkpoint {path} was written by a different config or seeds; refusing to resume")
+
+
+def pack_optimizer(state: dict[str, Any], prefix: str = "opt/") -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """An optimiser's ``state_dict`` as ``(JSON-able part, tensors)``: every tensor of parameter ``pid``'s
+    state is named ``{prefix}{pid}/{key}``; its other values and the param groups stay in the JSON part."""
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for pid, st in state["state"].items():
+        scalars[str(pid)] = {}
+        for k, v in st.items():
+            if isinstance(v, torch.Tensor):
+                tensors[f"{prefix}{pid}/{k}"] = v
+            else:
+                scalars[str(pid)][k] = v
+    return {"state": scalars, "param_groups": state["param_groups"]}, tensors
+
+
+def unpack_optimizer(opt: dict[str, Any], tensors: dict[str, torch.Tensor], prefix: str = "opt/") -> dict[str, Any]:
+    """An optimiser ``state_dict`` from :func:`pack_optimizer`'s JSON part and its tensors. Raises
+    ``ValueError`` when the JSON part is malformed."""
+    if not isinstance(opt.get("state"), dict) or not isinstance(opt.get("param_groups"), list):
+        raise ValueError("optimiser state must be an object, its param groups a list")
+    state: dict[int, dict[str, Any]] = {}
+    for pid, scalars in opt["state"].items():
+        if not pid.isdigit() or not isinstance(scalars, dict):
+            raise ValueError(f"optimiser state {pid!r} is malformed")
+        state[int(pid)] = {**scalars, **tensor_group(tensors, f"{prefix}{pid}/")}
+    return {"state": state, "param_groups": opt["param_groups"]}
+
+
+def tensor_group(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The tensors whose name starts with ``prefix``, with the prefix removed."""
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def is_int(x: Any) -> bool:
+    """An int that is not a bool (JSON's integers)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_row(r: Any) -> bool:
+    """A metric row ``[step, member, name, value]`` as JSON holds it."""
+    return (
+        isinstance(r, list)
+        and len(r) == 4
+        and is_int(r[0])
+        and is_int(r[1])
+        and isinstance(r[2], str)
+        and isinstance(r[3], (int, float))
+        and not isinstance(r[3], bool)
+    )
+
+
+def unpack_rows(rows: Any) -> list[tuple[int, int, str, float]]:
+    """Metric rows ``(step, member, name, value)`` from their JSON lists; ``ValueError`` when malformed."""
+    if not isinstance(rows, list) or not all(is_row(r) for r in rows):
+        raise ValueError("'rows' must be [step, member, name, value] lists")
+    return [tuple(r) for r in rows]
 
 
 def _check_document(path: Path, doc: Any) -> tuple[dict[str, Any], dict[str, Any]]:

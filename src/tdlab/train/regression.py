@@ -50,10 +50,11 @@ default for the Monte-Carlo population loss, whose fresh batches make loss compa
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -64,9 +65,22 @@ from tdlab.models.linear_attention import LCA, LSA
 from tdlab.seeding import Purpose, generators
 from tdlab.tasks.multimodal import MultiModalBatch, MultiModalPrompts
 from tdlab.theory.icl import bayes_predictor
+from tdlab.train.checkpoint import (
+    CheckpointError,
+    check_origin,
+    is_int,
+    load_checkpoint,
+    pack_optimizer,
+    save_checkpoint,
+    tensor_group,
+    unpack_optimizer,
+    unpack_rows,
+)
 from tdlab.train.optim import EagerAdam
 from tdlab.train.phases import phase
 from tdlab.train.progress import ProgressBar
+from tdlab.train.stopping import RunStopped
+from tdlab.train.stopping import current as stop_policy
 from tdlab.train.trainer import DivergenceError, FitResult
 
 __all__ = [
@@ -481,8 +495,19 @@ class RegressionTrainer:
     Args:
         cache: a dict shared by trainers of one run: prompts drawn for the same seeds, objective,
             ``N`` and ``L`` are drawn once (every arm of an experiment trains on the same prompts).
-    ``checkpoint`` is accepted for :meth:`RunContext.fit` and unused: fits are short and a run
-    resumes arm by arm. ``live`` (default ``None``; set by :meth:`RunContext.fit`) is called with the
+    ``checkpoint``: the ``.json`` file of resumable checkpoints (tensors beside it in safetensors, see
+    :mod:`tdlab.train.checkpoint`; set by :meth:`RunContext.fit`, or by an experiment that calls
+    :meth:`fit_model` itself). With one, a fit inside :func:`tdlab.train.stopping.stopping` saves a checkpoint
+    every ``every_s`` seconds of wall time and, once a stop is requested (SIGTERM, Ctrl-C, a batch's
+    ``--until``), after the step it is in, then raises :class:`~tdlab.train.stopping.RunStopped`; a finished fit
+    saves its end point too. A checkpoint holds everything the loop's future depends on: the parameters,
+    the GD step sizes, stall floor, accepted-step counters, momentum, the loss and gradients at the current
+    point (the last accepted one, with backtracking), Adam's moments, the resampling generators, the step
+    and the metric rows so far; when the file exists, :meth:`fit_model` continues from it and ends with the
+    numbers of a fit never stopped (bit for bit on the CPU). ``config_hash`` (set by the caller, e.g. the
+    run context) is stored in every checkpoint; a checkpoint of another run config, training config, seeds
+    or initial parameters is refused (:class:`~tdlab.train.checkpoint.CheckpointError`). ``live`` (default
+    ``None``; set by :meth:`RunContext.fit`) is called with the
     rows recorded since its last call, after every evaluation and every logged step (:mod:`tdlab.train.live`).
     """
 
@@ -493,9 +518,11 @@ class RegressionTrainer:
         progress: bool = True,
         label: str = "",
         cache: dict | None = None,
+        checkpoint: Path | None = None,
     ) -> None:
         self.cfg, self.device, self.progress, self.label = cfg, device, progress, label
-        self.checkpoint: Path | None = None
+        self.checkpoint: Path | None = Path(checkpoint) if checkpoint is not None else None
+        self.config_hash: str | None = None
         self.live: Callable[[Sequence[tuple[int, int, str, float]]], None] | None = None
         self.cache = cache if cache is not None else {}
 
@@ -532,7 +559,9 @@ class RegressionTrainer:
     ) -> FitResult:
         """Train ``model`` (its members = ``seeds``). ``train``/``test``: prompts to use instead of the
         members' own draws (statistics, or raw batches for models without a fast path; a member axis
-        of size 1 is shared by all members)."""
+        of size 1 is shared by all members). With :attr:`checkpoint` set, saves resumable checkpoints and
+        stops on request, and continues from an existing checkpoint (see the class); the caller passes the
+        same freshly initialised ``model`` and the same prompts again."""
         cfg, seeds = self.cfg, list(seeds)
         E = len(seeds)
         t0 = time.perf_counter()
@@ -610,17 +639,64 @@ class RegressionTrainer:
             return 1.0 if cfg.schedule == "constant" else 0.5 * (1 + math.cos(math.pi * step / max(1, cfg.steps)))
 
         accepted = torch.zeros(E, dtype=dt, device=self.device)  # steps taken per member
-        log_eval(0)
-        loss, grads = loss_and_grad(batch())
-        check_finite(0, loss)
-        if backtrack and cfg.initial_step == "armijo":
-            lr = self._armijo(model, params, grads, loss, lr, batch(), cfg, shape)
-        lr_floor = lr * cfg.stall  # a member whose step fell below this has no decrease left
-        log_train(0, loss, lr, member_norm(grads))
+        resume = self._load_checkpoint(model, seeds, params, opt, train_gens, result.init_states, lr)
+        if resume is None:
+            log_eval(0)
+            loss, grads = loss_and_grad(batch())
+            check_finite(0, loss)
+            if backtrack and cfg.initial_step == "armijo":
+                lr = self._armijo(model, params, grads, loss, lr, batch(), cfg, shape)
+            lr_floor = lr * cfg.stall  # a member whose step fell below this has no decrease left
+            log_train(0, loss, lr, member_norm(grads))
+            velocity = [torch.zeros_like(p) for p in params]  # GD momentum
+            first = 1
+        else:  # model, optimiser and generators were restored; the rows streamed before are not sent again
+            result.rows, sent = resume["rows"], len(resume["rows"])
+            lr, lr_floor, accepted, loss = resume["lr"], resume["lr_floor"], resume["accepted"], resume["loss"]
+            grads, velocity, first = resume["grads"], resume["velocity"], resume["step"] + 1
+            where = "finished" if resume["finished"] else f"continues from step {resume['step']} of {cfg.steps}"
+            sys.stderr.write(f"resuming {self.label or 'the fit'}: {where}\n")
+            if resume["finished"]:
+                result.states = [member_state(model, e) for e in range(E)]
+                result.wall_time = time.perf_counter() - t0
+                return result
         prev = ([p.detach().clone() for p in params], loss, grads)  # last accepted point (GD with backtracking)
-        velocity = [torch.zeros_like(p) for p in params]  # GD momentum
+
+        def save(step: int, finished: bool = False) -> None:
+            """Everything the loop's future depends on, as a checkpoint (:meth:`_load_checkpoint` reads it)."""
+            if self.checkpoint is None:
+                return
+            meta: dict[str, Any] = {
+                "kind": "regression",
+                "seeds": seeds,
+                "config": cfg.model_dump(mode="json"),
+                "config_hash": self.config_hash,
+                "step": step,
+                "finished": finished,
+                "rows": [list(r) for r in result.rows],
+                "opt": None,
+            }
+            tensors = {
+                f"init/{k}": torch.stack([s[k] for s in result.init_states]) for k, _ in model.named_parameters()
+            }
+            tensors.update({f"model/{k}": v for k, v in model.state_dict().items()})
+            tensors.update({"lr": lr, "lr_floor": lr_floor, "accepted": accepted, "loss": loss})
+            tensors.update({f"grads/{i}": g for i, g in enumerate(grads)})
+            tensors.update({f"velocity/{i}": v for i, v in enumerate(velocity)})
+            tensors.update({f"train_gens/{i}": g.get_state() for i, g in enumerate(train_gens)})
+            if opt is not None:
+                meta["opt"], opt_tensors = pack_optimizer(opt.state_dict())
+                tensors.update(opt_tensors)
+            with phase("checkpoint"):
+                save_checkpoint(self.checkpoint, meta, tensors)
+
+        # Wall-time checkpoints and stops on request (tdlab.train.stopping): only a fit with a checkpoint file.
+        policy = stop_policy() if self.checkpoint is not None else None
+        last_saved, end = time.monotonic(), first - 1
         with ProgressBar(cfg.steps, self.label, enabled=self.progress) as bar:
-            for step in range(1, cfg.steps + 1):
+            bar.advance(first - 1)
+            for step in range(first, cfg.steps + 1):
+                end = step
                 with phase("optimiser"):
                     if opt is not None:  # Adam on (loss, grads) at the current point
                         for p, g in zip(params, grads, strict=True):
@@ -661,9 +737,137 @@ class RegressionTrainer:
                 bar.advance()
                 if done:
                     break
+                if policy is not None and step < cfg.steps and policy.due(last_saved):
+                    save(step)
+                    last_saved = time.monotonic()
+                    if policy.stop_requested():
+                        raise RunStopped(step, self.label)
+        save(end, finished=True)
         result.states = [member_state(model, e) for e in range(E)]
         result.wall_time = time.perf_counter() - t0
         return result
+
+    def _load_checkpoint(
+        self,
+        model: nn.Module,
+        seeds: list[int],
+        params: Sequence[Tensor],
+        opt: torch.optim.Optimizer | None,
+        train_gens: list[torch.Generator],
+        init: list[dict[str, Tensor]],
+        lr: Tensor,
+    ) -> dict[str, Any] | None:
+        """The progress saved in :attr:`checkpoint` (``None`` when there is none), checked against this fit
+        (run config hash, training config, seeds, initial parameters, shapes) and loaded into ``model``,
+        ``opt`` and ``train_gens``. Returns the loop's other state: ``step``, ``finished``, ``rows``, ``lr``,
+        ``lr_floor``, ``accepted``, ``loss`` (each like ``lr``), ``grads`` and ``velocity`` (like ``params``).
+
+        Raises:
+            CheckpointError: a pickle where the checkpoint should be (never unpickled), a damaged
+                checkpoint, or one written by another run config, training config, seeds or model.
+        """
+        if self.checkpoint is None:
+            return None
+        loaded = load_checkpoint(self.checkpoint)
+        if loaded is None:
+            return None
+        meta, tensors = loaded
+        where = self.checkpoint
+        check_origin(
+            where,
+            meta,
+            self.config_hash,
+            {"kind": "regression", "seeds": seeds, "config": self.cfg.model_dump(mode="json")},
+        )
+        own = {k: torch.stack([s[k] for s in init]) for k, _ in model.named_parameters()}
+        saved = tensor_group(tensors, "init/")
+        if saved.keys() != own.keys() or not all(
+            saved[k].shape == v.shape and saved[k].dtype == v.dtype and torch.equal(saved[k], v) for k, v in own.items()
+        ):
+            raise CheckpointError(f"checkpoint {where} was written for other initial parameters; refusing to resume")
+        try:
+            return self._unpack(meta, tensors, model, params, opt, train_gens, lr, {f"init/{k}" for k in own})
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
+            raise CheckpointError(
+                f"checkpoint {where} is corrupt or does not fit the fit: {' '.join(str(exc).split())[:200]}"
+            ) from None
+
+    def _unpack(
+        self,
+        meta: dict[str, Any],
+        tensors: dict[str, Tensor],
+        model: nn.Module,
+        params: Sequence[Tensor],
+        opt: torch.optim.Optimizer | None,
+        train_gens: list[torch.Generator],
+        lr: Tensor,
+        read: set[str],
+    ) -> dict[str, Any]:
+        """:meth:`_load_checkpoint` after its origin checks: every part checked (``ValueError`` naming what
+        is wrong; ``read``: the names of the tensors checked already), then loaded."""
+        step, finished, steps = meta["step"], meta["finished"], self.cfg.steps
+        if (
+            not isinstance(finished, bool)
+            or not is_int(step)
+            or not (0 <= step <= steps if finished else 1 <= step < steps)
+        ):
+            raise ValueError("'step' or 'finished' does not fit the fit")
+        rows = unpack_rows(meta["rows"])
+        state = tensor_group(tensors, "model/")
+        fresh = model.state_dict()
+        if state.keys() != fresh.keys() or any(
+            state[k].shape != v.shape or state[k].dtype != v.dtype for k, v in fresh.items()
+        ):
+            raise ValueError("its parameters do not fit the model")
+        vectors = {k: tensors[k] for k in ("lr", "lr_floor", "accepted", "loss")}
+        if any(v.shape != lr.shape or v.dtype != lr.dtype for v in vectors.values()):
+            raise ValueError(
+                f"'lr', 'lr_floor', 'accepted' and 'loss' must be {lr.dtype} tensors of shape {tuple(lr.shape)}"
+            )
+        per_param = {k: [tensors[f"{k}/{i}"] for i in range(len(params))] for k in ("grads", "velocity")}
+        if any(
+            t.shape != p.shape or t.dtype != p.dtype
+            for ts in per_param.values()
+            for t, p in zip(ts, params, strict=True)
+        ):
+            raise ValueError("gradients and momentum must be shaped like the parameters")
+        gens = [tensors[f"train_gens/{i}"] for i in range(len(train_gens))]
+        if any(g.dtype != torch.uint8 or g.dim() != 1 for g in gens):
+            raise ValueError("random stream states must be 1-D uint8 tensors")
+        used = {f"model/{k}" for k in state} | set(vectors) | {f"train_gens/{i}" for i in range(len(gens))}
+        used |= {f"{k}/{i}" for k in per_param for i in range(len(params))}
+        if (opt is None) != (meta["opt"] is None):
+            raise ValueError("the optimiser's state does not fit the optimiser")
+        if opt is not None:
+            opt_state = unpack_optimizer(meta["opt"], tensors)
+            if set(opt_state["state"]) - set(range(len(params))) or any(
+                isinstance(v, Tensor) and v.dim() > 0 and v.shape != params[pid].shape
+                for pid, st in opt_state["state"].items()
+                for v in st.values()
+            ):
+                raise ValueError("the optimiser's state does not fit the parameters")
+            used |= {
+                f"opt/{pid}/{k}"
+                for pid, st in opt_state["state"].items()
+                for k, v in st.items()
+                if isinstance(v, Tensor)
+            }
+        if set(tensors) != used | read:
+            raise ValueError(f"unexpected tensors {sorted(set(tensors) - used - read)[:3]}")
+        if opt is not None:
+            # the param groups are the fresh optimiser's: the same config made them, and lr is set every step
+            opt.load_state_dict({"state": opt_state["state"], "param_groups": opt.state_dict()["param_groups"]})
+        model.load_state_dict(state)
+        for g, st in zip(train_gens, gens, strict=True):
+            g.set_state(st)
+        device = self.device
+        return {
+            "step": step,
+            "finished": finished,
+            "rows": rows,
+            **{k: v.to(device) for k, v in vectors.items()},
+            **{k: [t.to(device) for t in ts] for k, ts in per_param.items()},
+        }
 
     @staticmethod
     def _armijo(

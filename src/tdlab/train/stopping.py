@@ -2,7 +2,8 @@
 
 A machine lent for minutes, a batch with ``--until 9m``, a ``kill`` (SIGTERM) or a session that ends: each
 would lose the training a run had done since its start. Inside :func:`stopping`, every
-:class:`~tdlab.train.trainer.Trainer` fit that has a checkpoint file
+:class:`~tdlab.train.trainer.Trainer` and :class:`~tdlab.train.regression.RegressionTrainer` fit that has a
+checkpoint file
 
 - saves a resumable checkpoint whenever ``every_s`` seconds of wall time have passed since its last one
   (the trainer's checkpoints are exact at any step: model, optimiser, schedule, random streams and the
@@ -12,8 +13,8 @@ would lose the training a run had done since its start. Inside :func:`stopping`,
   ``tdlab run --resume`` (and ``tdlab batch`` resumes it by itself).
 
 Lanes (:mod:`tdlab.train.lanes`) read the same policy: a stop stops every lane's fit at its next step.
-Work that does not train through a checkpointed fit (closed forms, the regression fits of seed 002) runs on
-to its end; ``tdlab batch`` kills it after a grace period and starts it again next time.
+Work that does not train through a checkpointed fit (closed forms, loss maps on a grid) runs on to its end;
+``tdlab batch`` kills it after a grace period and starts it again next time.
 """
 
 from __future__ import annotations

@@ -26,7 +26,17 @@ from torch import nn
 
 from tdlab.config import Config
 from tdlab.seeding import Purpose, generators
-from tdlab.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from tdlab.train.checkpoint import (
+    CheckpointError,
+    check_origin,
+    is_int,
+    load_checkpoint,
+    pack_optimizer,
+    save_checkpoint,
+    tensor_group,
+    unpack_optimizer,
+    unpack_rows,
+)
 from tdlab.train.cpu import flush_denormals
 from tdlab.train.data import Stream
 from tdlab.train.objectives import NextToken, Objective, next_token_loss
@@ -357,17 +367,12 @@ class Trainer:
             return None
         meta, tensors = loaded
         where = self.checkpoint
-        if self.config_hash is not None and meta.get("config_hash") != self.config_hash:
-            raise CheckpointError(
-                f"checkpoint {where} was written for a different run config (config.yaml changed "
-                f"after it was written); refusing to resume"
-            )
-        if (
-            meta.get("seeds") != seeds
-            or meta.get("chunk_size") != chunk
-            or meta.get("config") != self.cfg.model_dump(mode="json")
-        ):
-            raise CheckpointError(f"checkpoint {where} was written by a different config or seeds; refusing to resume")
+        check_origin(
+            where,
+            meta,
+            self.config_hash,
+            {"seeds": seeds, "chunk_size": chunk, "config": self.cfg.model_dump(mode="json")},
+        )
         try:
             return _unpack_checkpoint(meta, tensors, seeds, chunk, self.cfg.steps, self.device)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -602,14 +607,8 @@ def _pack_snapshot(state: dict) -> tuple[dict[str, Any], dict[str, torch.Tensor]
     """A running chunk's snapshot as ``(JSON-able meta, tensors)``: model, optimiser tensors, random
     streams (uint8) and the running loss go to the tensor file; the rest stays in JSON."""
     tensors = {f"model/{k}": v for k, v in state["model"].items()}
-    opt_state: dict[str, dict[str, Any]] = {}
-    for pid, st in state["opt"]["state"].items():
-        opt_state[str(pid)] = {}
-        for k, v in st.items():
-            if isinstance(v, torch.Tensor):
-                tensors[f"opt/{pid}/{k}"] = v
-            else:
-                opt_state[str(pid)][k] = v
+    opt_meta, opt_tensors = pack_optimizer(state["opt"])
+    tensors.update(opt_tensors)
     for name in ("train_gens", "eval_gens"):
         tensors.update({f"{name}/{i}": g for i, g in enumerate(state[name])})
     tensors["running"] = state["running"]
@@ -618,7 +617,7 @@ def _pack_snapshot(state: dict) -> tuple[dict[str, Any], dict[str, torch.Tensor]
         "step": state["step"],
         "since": state["since"],
         "sched": state["sched"],
-        "opt": {"state": opt_state, "param_groups": state["opt"]["param_groups"]},
+        "opt": opt_meta,
         "members": len(state["train_gens"]),
     }
     return meta, tensors
@@ -630,24 +629,22 @@ def _unpack_checkpoint(
     """``{"rows", "states", "chunk"}`` from a loaded checkpoint, every part checked against the fit
     (member counts, chunk boundaries, step range, tensor groups). Raises ``ValueError`` (or
     ``KeyError``/``TypeError``) naming what is wrong."""
-    rows = meta["rows"]
-    if not isinstance(rows, list) or not all(_is_row(r) for r in rows):
-        raise ValueError("'rows' must be [step, member, name, value] lists")
+    rows = unpack_rows(meta["rows"])
     finished = meta["finished"]
-    if not _is_int(finished) or not 0 <= finished <= len(seeds) or (finished % chunk and finished != len(seeds)):
+    if not is_int(finished) or not 0 <= finished <= len(seeds) or (finished % chunk and finished != len(seeds)):
         raise ValueError(f"'finished' must be a whole number of chunks of {chunk} members, at most {len(seeds)}")
-    states = [_group(tensors, f"states/{i}/") for i in range(finished)]
+    states = [tensor_group(tensors, f"states/{i}/") for i in range(finished)]
     if any(not st or st.keys() != states[0].keys() for st in states):
         raise ValueError("finished members' states are missing or differ in their parameters")
     states = [{k: v.to(device) for k, v in st.items()} for st in states]
     used = {f"states/{i}/{k}" for i, st in enumerate(states) for k in st}
     counts = meta.get("snapshots", {})
     if not isinstance(counts, dict) or not all(
-        k.isdigit() and _is_int(n) and 0 <= n <= len(seeds) for k, n in counts.items()
+        k.isdigit() and is_int(n) and 0 <= n <= len(seeds) for k, n in counts.items()
     ):
         raise ValueError("'snapshots' must map steps to member counts")
     snapshots = {
-        int(k): [{n: v.to(device) for n, v in _group(tensors, f"snapshots/{k}/{i}/").items()} for i in range(n)]
+        int(k): [{n: v.to(device) for n, v in tensor_group(tensors, f"snapshots/{k}/{i}/").items()} for i in range(n)]
         for k, n in counts.items()
     }
     used |= {f"snapshots/{k}/{i}/{n}" for k, sts in snapshots.items() for i, st in enumerate(sts) for n in st}
@@ -655,16 +652,16 @@ def _unpack_checkpoint(
     if snap is None:
         if set(tensors) != used:
             raise ValueError("tensors of an unfinished chunk without its snapshot")
-        return {"rows": [tuple(r) for r in rows], "states": states, "snapshots": snapshots, "chunk": {"start": -1}}
+        return {"rows": rows, "states": states, "snapshots": snapshots, "chunk": {"start": -1}}
     members = len(seeds[finished : finished + chunk])
     if (
         snap["start"] != finished
         or snap["members"] != members
-        or not _is_int(snap["step"])
+        or not is_int(snap["step"])
         or not 1 <= snap["step"] < steps
     ):
         raise ValueError("the unfinished chunk's start, members or step do not fit the fit")
-    if not _is_int(snap["since"]) or snap["since"] < 0 or not isinstance(snap["sched"], dict):
+    if not is_int(snap["since"]) or snap["since"] < 0 or not isinstance(snap["sched"], dict):
         raise ValueError("'since' must be a count, 'sched' an object")
     gens = {name: [tensors[f"{name}/{i}"] for i in range(members)] for name in ("train_gens", "eval_gens")}
     if any(g.dtype != torch.uint8 or g.dim() != 1 for gs in gens.values() for g in gs):
@@ -672,14 +669,14 @@ def _unpack_checkpoint(
     running = tensors["running"]
     if running.shape != (members,) or not running.is_floating_point():
         raise ValueError(f"'running' must be a float tensor of {members} values")
-    opt = _unpack_optimizer(snap["opt"], tensors)
-    model = _group(tensors, "model/")
+    opt = unpack_optimizer(snap["opt"], tensors)
+    model = tensor_group(tensors, "model/")
     used |= {f"model/{k}" for k in model} | {f"{n}/{i}" for n in gens for i in range(members)} | {"running"}
     used |= {f"opt/{pid}/{k}" for pid, st in opt["state"].items() for k, v in st.items() if isinstance(v, torch.Tensor)}
     if set(tensors) != used:
         raise ValueError(f"unexpected tensors {sorted(set(tensors) - used)[:3]}")
     return {
-        "rows": [tuple(r) for r in rows],
+        "rows": rows,
         "states": states,
         "snapshots": snapshots,
         "chunk": {
@@ -693,18 +690,6 @@ def _unpack_checkpoint(
             "running": running.to(device),
         },
     }
-
-
-def _unpack_optimizer(opt: dict[str, Any], tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """An optimiser ``state_dict`` from its JSON part (scalars, param groups) and its tensors."""
-    if not isinstance(opt["state"], dict) or not isinstance(opt["param_groups"], list):
-        raise ValueError("optimiser state must be an object, its param groups a list")
-    state: dict[int, dict[str, Any]] = {}
-    for pid, scalars in opt["state"].items():
-        if not pid.isdigit() or not isinstance(scalars, dict):
-            raise ValueError(f"optimiser state {pid!r} is malformed")
-        state[int(pid)] = {**scalars, **_group(tensors, f"opt/{pid}/")}
-    return {"state": state, "param_groups": opt["param_groups"]}
 
 
 def _as_tuples_like(groups: list[dict[str, Any]], fresh: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -733,25 +718,3 @@ def _same_structure(saved: Any, fresh: Any) -> bool:
     if isinstance(fresh, (int, float)):
         return isinstance(saved, (int, float)) and not isinstance(saved, bool)
     return False
-
-
-def _group(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    """The tensors whose name starts with ``prefix``, with the prefix removed."""
-    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_row(r: Any) -> bool:
-    """A metric row ``[step, member, name, value]`` as JSON holds it."""
-    return (
-        isinstance(r, list)
-        and len(r) == 4
-        and _is_int(r[0])
-        and _is_int(r[1])
-        and isinstance(r[2], str)
-        and isinstance(r[3], (int, float))
-        and not isinstance(r[3], bool)
-    )

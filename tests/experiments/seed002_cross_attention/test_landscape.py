@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
+from tdlab.experiments.runner import execute, resume
 from tdlab.experiments.seed002_cross_attention.landscape import IclLandscape, jackknife_se, leave_out, pooled
+from tdlab.runs import staging_path
 from tdlab.theory.icl import two_param_stationary
+from tdlab.train.stopping import RunStopped, stopping
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PANELS = ("T10", "T5", "T5/preln")
@@ -135,3 +139,30 @@ def test_a_noisy_map_leaves_the_ravine_unresolved(tiny, s2):
     )["T5"]
     # a ravine 0.04 away with tolerance 0.033, the map's groups disagreeing: neither holds nor fails
     assert row.measured.mc_se > 0.01 and row.verdict == "not resolved"
+
+
+def test_a_landscape_run_stopped_mid_panel_resumes_from_its_checkpoint_to_the_same_numbers(s2, tmp_path):
+    """The paper profile's GD fits run for an hour per panel: each panel's fit is checkpointed under the run's
+    checkpoints/ folder, so a stop (SIGTERM, ``--until``) mid-fit resumes there, to the numbers of a run never stopped."""
+    exp = IclLandscape()
+    over = [
+        "panels=[{depth: 5}]",
+        "grid=11",
+        "polish_evals=10",
+        "population_prompts=64",
+        "train.steps=20",
+        "train.eval_prompts=8",
+        "mc_groups=2",
+    ]
+    cfg = exp.make_config("quick", over, members=2)
+    whole = execute(exp, cfg, "quick", tmp_path / "whole", progress=False)
+    with stopping(until_s=0, signals=False), pytest.raises(RunStopped) as stop:
+        execute(exp, cfg, "quick", tmp_path / "stopped", progress=False)
+    assert stop.value.step == 1 and stop.value.label == "T5"
+    assert (staging_path(stop.value.run_dir) / "checkpoints" / "T5.json").is_file()
+    again = resume(stop.value.run_dir, progress=False)
+    cols = ["step", "member", "name", "value"]
+    a, b = (r.metrics().query("arm == 'T5'")[cols].reset_index(drop=True) for r in (whole, again))
+    assert a.equals(b) and len(a)
+    for k, v in whole.arrays("T5").items():
+        assert torch.equal(v, again.arrays("T5")[k]), k

@@ -341,6 +341,7 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
         seeds = member_seeds(cfg.seed, E * len(cfg.off_valley))
         m_hi = task.m_sq_range[1]
         G = cfg.mc_groups
+        config_hash = ctx.writer.config_hash()  # a checkpoint of an edited config.yaml is refused
         with cpu_threads(cfg.cpu_threads, ctx.device):
             gen = [torch.Generator(device=ctx.device).manual_seed(derive_seed(cfg.seed, "landscape"))]
             pop = population_stats(task, gen, cfg.population_prompts, device=ctx.device)
@@ -415,7 +416,15 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
                         model.alpha.copy_(torch.tensor([a for a, _ in inits])),
                         model.beta.copy_(torch.tensor([b for _, b in inits])),
                     )
-                trainer = RegressionTrainer(tcfg, ctx.device, ctx.progress, label=arm)
+                # checkpointed per panel like RunContext.fit: a stopped run (SIGTERM, --until) resumes mid-panel
+                trainer = RegressionTrainer(
+                    tcfg,
+                    ctx.device,
+                    ctx.progress,
+                    label=arm,
+                    checkpoint=ctx.writer.path / "checkpoints" / f"{arm.replace('/', '__')}.json",
+                )
+                trainer.config_hash = config_hash
                 result = trainer.fit_model(model, task, seeds, train=data, test=test)
                 rows = list(result.rows)
                 for e, (a0, b0) in enumerate(inits):
