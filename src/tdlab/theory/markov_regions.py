@@ -50,6 +50,7 @@ from typing import Any
 
 import torch
 
+from tdlab.theory.gradient_flow import FlowResult, gradient_flow
 from tdlab.theory.markov_landscape import (
     ENERGY_SADDLE,
     classify_critical,
@@ -277,17 +278,15 @@ def descend(
     return th, b
 
 
-def run_joint_flow(theta0: Any, b0: Any, p: float, q: float, t_eval: Any, **integrator: Any):
+def run_joint_flow(theta0: Any, b0: Any, p: float, q: float, t_eval: Any, **integrator: Any) -> FlowResult:
     """Gradient flow of Eq. (26) in ``(e, w, b)`` jointly, with :func:`joint_gradient`.
 
     Args:
         theta0: ``(N, 2)``; b0: ``(N,)`` or float; p, q: floats; t_eval: ``(K,)`` save times.
-        **integrator: forwarded to :func:`tdlab.train.flow.gradient_flow` (default here
+        **integrator: forwarded to :func:`tdlab.theory.gradient_flow.gradient_flow` (default here
             ``method="rosenbrock23", rtol=1e-7, atol=1e-9, g_tol=1e-11``).
-    Returns: :class:`tdlab.train.flow.FlowResult` with ``(N, 3)`` points ``(e, w, b)``.
+    Returns: :class:`~tdlab.theory.gradient_flow.FlowResult` with ``(N, 3)`` points ``(e, w, b)``.
     """
-    from tdlab.train.flow import gradient_flow
-
     th = _theta2(theta0)
     if th.ndim != 2:
         raise ValueError("theta0 must be (N, 2)")

@@ -1,4 +1,4 @@
-"""Checks of the generic batched gradient-flow integrator (tdlab.train.flow) against exact solutions."""
+"""Checks of the generic batched gradient-flow integrator (tdlab.theory.gradient_flow) against exact solutions."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from tdlab.train.flow import autograd_gradient, check_gradients, gradient_flow
+from tdlab.theory.gradient_flow import autograd_gradient, check_gradients, gradient_flow
 
 F64 = torch.float64
 
@@ -123,7 +123,7 @@ def test_autograd_gradient_and_check_gradients():
     assert torch.allclose(ga, lam * x, rtol=1e-15, atol=0)
     ok = check_gradients(_quad_loss, _quad_grad, x, lam)
     assert ok.max_rel < 1e-15
-    bad = check_gradients(_quad_loss, lambda y, l: 1.01 * l * y, x, lam)
+    bad = check_gradients(_quad_loss, lambda y, lam: 1.01 * lam * y, x, lam)
     assert bad.max_rel == pytest.approx(0.01, rel=1e-9)
     # Autograd-driven flow equals closed-form-driven flow.
     r1 = gradient_flow(autograd_gradient(_quad_loss), x, [1.0], args=(lam,), method="rk4", dt=0.05)
