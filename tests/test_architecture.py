@@ -1,6 +1,7 @@
 """The house's structure, checked from the source: no import circle between tdlab's modules (lazy,
-function-level imports count: a circle is broken by moving data, not by hiding an import), and no
-verdict set anywhere but in the claims layer."""
+function-level imports count: a circle is broken by moving data, not by hiding an import), no import
+from a low room (theory, tasks, models, probes and the modules they share) up into the rooms above,
+and no verdict set anywhere but in the claims layer."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PKG = SRC / "tdlab"
 
 
-def _module(path: Path) -> str:
-    parts = path.relative_to(SRC).with_suffix("").parts
+def _module(path: Path, src: Path = SRC) -> str:
+    parts = path.relative_to(src).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _modules() -> dict[str, Path]:
-    return {_module(p): p for p in PKG.rglob("*.py")}
+def _modules(src: Path = SRC) -> dict[str, Path]:
+    return {_module(p, src): p for p in (src / "tdlab").rglob("*.py")}
 
 
 def _type_checking_nodes(tree: ast.AST) -> set[int]:
@@ -100,6 +101,58 @@ def test_no_import_circle_between_modules():
 
 def test_cycle_finder_sees_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# The low rooms of the house (README, Architecture) and the small top-level modules they share. The rooms
+# above (train, claims, experiments, report, cli, the run store and index, sweeps, batches, the atlas)
+# may use them; a low room gets what it needs from above passed in, or the piece moves down.
+LOW_ROOMS = (
+    "tdlab.theory",
+    "tdlab.tasks",
+    "tdlab.models",
+    "tdlab.probes",
+    "tdlab.config",
+    "tdlab.seeding",
+    "tdlab.safeio",
+    "tdlab.progress",
+    "tdlab.machine",
+)
+
+
+def _in_rooms(module: str, rooms: tuple[str, ...]) -> bool:
+    return any(module == r or module.startswith(r + ".") for r in rooms)
+
+
+def _upward_imports(src: Path) -> list[str]:
+    """``"low -> high"`` for every import (lazy ones included) from a low room to a module outside them."""
+    mods = _modules(src)
+    known = set(mods)
+    return sorted(
+        f"{m} -> {d}"
+        for m, p in mods.items()
+        if _in_rooms(m, LOW_ROOMS)
+        for d in _imports(m, p, known)
+        if not _in_rooms(d, LOW_ROOMS)
+    )
+
+
+def test_low_rooms_import_nothing_from_the_rooms_above():
+    assert _upward_imports(SRC) == []
+
+
+def test_upward_import_finder_sees_a_lazy_import(tmp_path):
+    for name, text in {
+        "__init__.py": "",
+        "train/__init__.py": "",
+        "train/flow.py": "",
+        "theory/__init__.py": "",
+        "theory/landscape.py": "def run():\n    from tdlab.train.flow import gradient_flow\n",
+        "theory/closed.py": "from tdlab.theory import landscape\n",
+    }.items():
+        f = tmp_path / "tdlab" / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    assert _upward_imports(tmp_path) == ["tdlab.theory.landscape -> tdlab.train.flow"]
 
 
 def test_no_verdict_is_set_outside_the_claims_layer():

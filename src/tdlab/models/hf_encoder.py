@@ -61,6 +61,7 @@ import numpy as np
 import torch
 
 from tdlab.config import ConfigError, echo, one_line
+from tdlab.machine import GB, machine_bytes
 from tdlab.safeio import path_kind
 
 __all__ = [
@@ -261,8 +262,6 @@ def check_size(doc: dict[str, Any], where: str, available: float | None = None) 
     Raises:
         ConfigError: one line naming the field(s) of the largest term, their values and both sizes.
     """
-    from tdlab.train.memory import GB, machine_bytes
-
     hidden = _size(doc, "hidden_size", "d_model")
     emb = _size(doc, "embedding_size") or hidden
     ffn = _size(doc, "intermediate_size", "encoder_ffn_dim")

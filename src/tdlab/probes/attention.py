@@ -113,10 +113,12 @@ def plot_attention_maps(
     Returns:
         the figure (save it with :func:`tdlab.report.figures.save_figure`).
     """
-    from tdlab.report.figures import plt
+    # a bare Figure needs no pyplot backend (nor the report's plotting helpers): a probe only draws
+    from matplotlib.figure import Figure
 
     n = len(patterns)
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 4.2), squeeze=False)
+    fig = Figure(figsize=(4.2 * n, 4.2))
+    axes = fig.subplots(1, n, squeeze=False)
     T = len(tokens)
     for j, (ax, att, title) in enumerate(zip(axes[0], patterns, titles, strict=True)):
         a = att.detach().cpu().numpy() if isinstance(att, torch.Tensor) else np.asarray(att)

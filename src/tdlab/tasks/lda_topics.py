@@ -137,7 +137,7 @@ def fit_lda(corpus: Corpus, cfg: LDAConfig, seed: int, progress: bool = True) ->
         from gensim.models import LdaModel
     except ImportError:
         raise ConfigError(f"lda: fitting LDA needs gensim; {GENSIM_HINT}") from None
-    from tdlab.train.progress import ProgressBar
+    from tdlab.progress import ProgressBar
 
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from tdlab.config import ConfigError, echo
+from tdlab.progress import ProgressBar
 from tdlab.safeio import path_kind
 from tdlab.seeding import derive_seed
-from tdlab.train.progress import ProgressBar
 
 __all__ = ["END_MARKER", "MAX_STORY_BYTES", "STANDIN_LABEL", "read_stories", "standin_stories"]
 

@@ -20,17 +20,15 @@ memory, so the existing profiles pass with a wide margin (tests/test_config.py).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pydantic import BaseModel
 
 from tdlab.config import ConfigError
+from tdlab.machine import GB, machine_bytes
 
-__all__ = ["Estimate", "check_memory", "estimate", "machine_bytes"]
-
-GB = 1e9
+__all__ = ["Estimate", "check_memory", "estimate"]
 
 
 @dataclass(frozen=True)
@@ -110,11 +108,6 @@ def estimate(cfg: BaseModel) -> Estimate:
     """The larger of the generic estimates that apply to ``cfg`` (zero when none does)."""
     found = [e for e in (_sequence_training(cfg), _regression(cfg)) if e is not None]
     return max(found, key=lambda e: e.bytes, default=Estimate(0.0, ()))
-
-
-def machine_bytes() -> int:
-    """Physical memory of this machine, in bytes."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def check_memory(cfg: BaseModel, available: float | None = None) -> Estimate:

@@ -62,6 +62,7 @@ from torch import Tensor, nn
 
 from tdlab.config import Config
 from tdlab.models.linear_attention import LCA, LSA
+from tdlab.progress import ProgressBar
 from tdlab.seeding import Purpose, generators
 from tdlab.tasks.multimodal import MultiModalBatch, MultiModalPrompts
 from tdlab.theory.icl import bayes_predictor
@@ -78,7 +79,6 @@ from tdlab.train.checkpoint import (
 )
 from tdlab.train.optim import EagerAdam
 from tdlab.train.phases import phase
-from tdlab.train.progress import ProgressBar
 from tdlab.train.stopping import RunStopped
 from tdlab.train.stopping import current as stop_policy
 from tdlab.train.trainer import DivergenceError, FitResult

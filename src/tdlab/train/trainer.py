@@ -25,6 +25,7 @@ from pydantic import Field, PositiveInt
 from torch import nn
 
 from tdlab.config import Config
+from tdlab.progress import ProgressBar
 from tdlab.seeding import Purpose, generators
 from tdlab.train.checkpoint import (
     CheckpointError,
@@ -42,7 +43,6 @@ from tdlab.train.data import Stream
 from tdlab.train.objectives import NextToken, Objective, next_token_loss
 from tdlab.train.optim import EagerAdamW, EagerSGD
 from tdlab.train.phases import phase
-from tdlab.train.progress import ProgressBar
 from tdlab.train.stopping import RunStopped
 from tdlab.train.stopping import current as stop_policy
 

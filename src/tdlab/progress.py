@@ -1,4 +1,4 @@
-"""A rich progress bar for long work: step, losses and ETA."""
+"""A rich progress bar for long work (training, and the tasks' long reads and fits): step, losses and ETA."""
 
 from __future__ import annotations
 

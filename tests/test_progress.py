@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tdlab.train import progress
-from tdlab.train.progress import ProgressBar
+from tdlab import progress
+from tdlab.progress import ProgressBar
 
 
 def test_bars_open_at_once_share_one_display_that_the_last_to_close_stops():
