@@ -34,7 +34,7 @@ conserved because the flow is ``-Phi'(D) grad D`` and ``grad D`` is orthogonal t
 
 The parts, each a module (every name is re-exported here):
 
-* :mod:`~tdlab.theory.markov_landscape.loss` — the contrast D, the optimal bias, ``L(theta, b)``,
+* :mod:`~tdlab.theory.markov_landscape.population_loss` — the contrast D, the optimal bias, ``L(theta, b)``,
   ``L(theta) = Phi(D)`` and its closed-form gradient (Eqs. 3, 8, 45; Lemmas 2, 5, 7, 13);
 * :mod:`~tdlab.theory.markov_landscape.critical` — the critical sets and their codes (Thm. 1, Thm. 10);
 * :mod:`~tdlab.theory.markov_landscape.basins` — the energies (Eq. 4, Eq. 10), the basins and limits of
@@ -43,7 +43,7 @@ The parts, each a module (every name is re-exported here):
   Monte-Carlo basin probabilities from it.
 
 The seed's ambiguities are resolved in the module they concern (two readings of the model in
-:mod:`~tdlab.theory.markov_landscape.loss`, the class of Theta_station in
+:mod:`~tdlab.theory.markov_landscape.population_loss`, the class of Theta_station in
 :mod:`~tdlab.theory.markov_landscape.critical`, App. M.5's escape rate in
 :mod:`~tdlab.theory.markov_landscape.flow`); each is checked numerically in tests/theory/markov_landscape/.
 """
@@ -64,7 +64,7 @@ from tdlab.theory.markov_landscape.critical import (
     critical_loci_3,
 )
 from tdlab.theory.markov_landscape.flow import gaussian_basin_probability_mc, run_flow
-from tdlab.theory.markov_landscape.loss import (
+from tdlab.theory.markov_landscape.population_loss import (
     autograd_grad_loss,
     contrast,
     contrast_and_grad,

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from tdlab.theory.markov_landscape.critical import SADDLE_W, CriticalKind, _segments
-from tdlab.theory.markov_landscape.loss import _pq, _theta, optimal_contrast
+from tdlab.theory.markov_landscape.population_loss import _pq, _theta, optimal_contrast
 
 __all__ = [
     "ENERGY_SADDLE",

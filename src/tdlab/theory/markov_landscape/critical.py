@@ -1,7 +1,7 @@
 """Critical points of the canonical (e, w[, a]) landscape: Thm. 1 (two parameters), Thm. 10 (three).
 
 Since ``L(theta) = Phi(D(theta))`` with ``Phi`` convex and minimal at ``D*``
-(:mod:`~tdlab.theory.markov_landscape.loss`), ``grad L = Phi'(D) grad D`` vanishes exactly on
+(:mod:`~tdlab.theory.markov_landscape.population_loss`), ``grad L = Phi'(D) grad D`` vanishes exactly on
 
 * Theta_* = ``{D(theta) = D*}``, the global minima (Thm. 1(i); Eq. 49 with attention);
 * the w-axis ``e = 0`` (``grad D = 0`` there): local minima where ``(p+q-1)(1+2w|w|) > 0``, local
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tdlab.theory.markov_landscape.loss import _pq, _theta, contrast, optimal_contrast
+from tdlab.theory.markov_landscape.population_loss import _pq, _theta, contrast, optimal_contrast
 
 __all__ = ["SADDLE_W", "CriticalKind", "classify_critical", "critical_loci", "critical_loci_3"]
 

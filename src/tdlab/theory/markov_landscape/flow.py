@@ -21,7 +21,7 @@ import torch
 from tdlab.theory.gradient_flow import FlowResult, autograd_gradient, gradient_flow
 from tdlab.theory.markov_landscape.basins import predict_basin
 from tdlab.theory.markov_landscape.critical import CriticalKind, classify_critical
-from tdlab.theory.markov_landscape.loss import (
+from tdlab.theory.markov_landscape.population_loss import (
     _F64,
     _form,
     _pq,

@@ -1,4 +1,4 @@
-"""Checks of tdlab.theory.markov_landscape.loss against seed 000: the loss Eq. (8) against the
+"""Checks of tdlab.theory.markov_landscape.population_loss against seed 000: the loss Eq. (8) against the
 architecture's cross-entropy, sampled sequences and scipy, the optimal bias of Lemma 5, the gradient
 against finite differences and autograd, and the two readings of the model (Eq. 3 vs Eq. 6, Eq. 45 vs
 App. A.2)."""

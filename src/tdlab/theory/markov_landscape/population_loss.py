@@ -1,4 +1,4 @@
-"""The loss of the canonical (e, w[, a]) model and its gradient (seed 000, Secs. 2-3, Apps. A, F, H).
+"""The population loss of the canonical (e, w[, a]) model and its gradient (seed 000, Secs. 2-3, Apps. A, F, H).
 
 Data: a stationary binary chain with ``p = P(1|0)``, ``q = P(0|1)``. ``theta`` has shape ``(..., 2)``
 for (e, w) or ``(..., 3)`` for (e, w, a); ``p``, ``q`` are floats or tensors broadcastable to
@@ -16,7 +16,7 @@ for (e, w) or ``(..., 3)`` for (e, w, a); ``p``, ``q`` are floats or tensors bro
 * ``grad L = Phi'(D) grad D`` (Danskin; Lemma 7 for (e, w), Lemma 13 for (e, w, a)), in closed form
   (:func:`grad_loss`) and by autograd as an independent check (:func:`autograd_grad_loss`).
 
-Seed ambiguities resolved here (checked in tests/theory/markov_landscape/test_loss.py):
+Seed ambiguities resolved here (checked in tests/theory/markov_landscape/test_population_loss.py):
 
 1. Eq. (3) writes ``e^2 (1 + 2w|w|) x_n`` but Eqs. (6), (9) write ``e^2 (1 + 2w|w| x_n)``. Only the
    Eq. (3) placement makes Thm. 1(i) hold (it is also what the FF derivation Eqs. 21-24 gives).
