@@ -253,7 +253,10 @@ def anchors_mlp() -> list[Case]:
     m, B, L, V = cfg.model_for_task(), cfg.train.batch, cfg.task.q + 1, cfg.task.d_vob
     d2 = Def2Config(vocab=V, activation=m.activation, fan=m.fan)
     gamma = gamma_of(cfg.gammas)
-    data = lambda E: labelled(E, B, L, V, V)
+
+    def data(E):
+        return labelled(E, B, L, V, V)
+
     return [
         Case(
             "anchors-mlp/emb-mlp",
@@ -375,7 +378,10 @@ def linear_attn() -> list[Case]:
 
     cfg = quick("icl-lsa-vs-lca")
     task, t, T = cfg.task.build(), cfg.train, cfg.fixed_depth
-    data = lambda E: sample_stats(task, generators(member_seeds(0, E), Purpose.TRAIN_DATA), t.prompts, t.context)
+
+    def data(E):
+        return sample_stats(task, generators(member_seeds(0, E), Purpose.TRAIN_DATA), t.prompts, t.context)
+
     shapes = f"d{task.d} N{t.prompts} L{t.context}"
     builds = {
         "lsa": lambda s: LSA(task.d, s, dtype=torch.float64),

@@ -54,7 +54,10 @@ def main() -> None:
     task, seeds = MarkovChain(p=0.2, q=0.3), member_seeds(args.seed, args.members)
     probe_tokens = task.sample(generators(seeds, "probe-data"), 32, args.seq_len)  # own stream, per member
     model = GPT(GPTConfig(arch=args.arch, d=8, max_len=args.seq_len), seeds)
-    probe = lambda m: {"attn_rel_entropy": attention_stats(m, probe_tokens)["rel_entropy"].mean(1)}
+
+    def probe(m):
+        return {"attn_rel_entropy": attention_stats(m, probe_tokens)["rel_entropy"].mean(1)}
+
     cfg = TrainConfig(steps=args.steps, seq_len=args.seq_len, lr=1e-2, eval_every=max(1, args.steps // 3))
     fit = Trainer(cfg, progress=False, probes=[probe], probe_every=max(1, args.steps // 3)).fit_model(model, task)
 

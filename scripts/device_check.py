@@ -137,9 +137,10 @@ def compare(a_path: str, b_path: str) -> int:
         keys = [k for k in set(da) & set(db) if math.isfinite(da[k]) and math.isfinite(db[k])]
         rel = max((abs(da[k] - db[k]) / max(abs(da[k]), abs(db[k]), 1e-6) for k in keys), default=float("nan"))
         va, vb = a[name].get("verdicts", {}), b[name].get("verdicts", {})
-        fmt = lambda v: (
-            f"{v.get('claims_held', '-')}h/{v.get('claims_failed', '-')}f/{v.get('claims_not_resolved', '-')}nr"
-        )
+
+        def fmt(v):
+            return f"{v.get('claims_held', '-')}h/{v.get('claims_failed', '-')}f/{v.get('claims_not_resolved', '-')}nr"
+
         print(f"{name:28s} {a[name]['wall_s']:8.1f} {b[name]['wall_s']:8.1f} {rel:13.2e}  {fmt(va)} -> {fmt(vb)}")
     return 0
 

@@ -252,7 +252,7 @@ def test_front_page_lists_every_registered_experiment(site):
     page = _parse(site["front"])
     text = " ".join(page.text)
     reg = registry()
-    for name, exp in reg.items():
+    for name in reg:
         assert f"experiments/{name}.html" in page.links, name
         assert (site["out"] / "experiments" / f"{name}.html").is_file()
     # markov-init: swept claims with their held counts; no default-config run in this folder

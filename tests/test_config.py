@@ -171,7 +171,7 @@ def test_overrides_win_over_profile_and_seeds_flags_win_over_overrides():
 
 def test_unknown_profile_and_bad_override_raise_config_error():
     exp = MarkovInit()
-    with pytest.raises(ConfigError, match="profile.*allowed: quick, standard, paper"):
+    with pytest.raises(ConfigError, match=r"profile.*allowed: quick, standard, paper"):
         exp.make_config("fast")
     with pytest.raises(ConfigError, match=r"^task\.p:"):
         exp.make_config("quick", ["task.p=1.5"])

@@ -74,7 +74,7 @@ def test_registry_holds_every_catalog_experiment():
 
 
 def test_get_refuses_an_unknown_name_listing_the_catalog():
-    with pytest.raises(ConfigError, match="unknown experiment.*markov-init"):
+    with pytest.raises(ConfigError, match=r"unknown experiment.*markov-init"):
         get("no-such-experiment")
 
 

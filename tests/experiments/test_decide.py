@@ -31,7 +31,7 @@ class ToyConfig(ExperimentConfig):
 class ToyTrainer:
     """Member with seed s ends at mean + N(0, 1) drawn from s; counts the members it trained."""
 
-    trained: list[int] = []
+    trained: ClassVar[list[int]] = []  # shared by every instance: the test reads what all of them trained
     stop_after: int | None = None  # raise KeyboardInterrupt after this many members (an interrupted round)
 
     def __init__(self, cfg: ToyConfig) -> None:
@@ -227,7 +227,7 @@ def test_budget_parses(text, seconds):
 def test_a_bad_budget_is_one_line_naming_the_option(text):
     from tdlab.config import ConfigError
 
-    with pytest.raises(ConfigError, match="^--budget: "):
+    with pytest.raises(ConfigError, match=r"^--budget: "):
         parse_duration(text)
 
 

@@ -75,8 +75,8 @@ def test_state_dict_names_and_shapes_by_hand():
         "unembed.weight": (11, 32),
         "unembed.bias": (11,),
     }
-    for l in range(2):
-        b = f"blocks.{l}"
+    for layer in range(2):
+        b = f"blocks.{layer}"
         want |= {
             f"{b}.ln1.weight": (32,),
             f"{b}.ln1.bias": (32,),
@@ -169,13 +169,13 @@ def test_unsupported_architectures_are_named(kw, needle):
 def test_parameters_that_do_not_fit_the_config():
     cfg = gpt2()
     m = GPT(cfg, [0]).member_state(0)
-    with pytest.raises(ConfigError, match="'lm_head' .* is missing"):
+    with pytest.raises(ConfigError, match=r"'lm_head' .* is missing"):
         to_state_dict(m, cfg.updated({"tie_weights": False}))
     with pytest.raises(
         ConfigError, match=r"'blocks.0.mlp.W_1.weight' has shape \(128, 32\), the config needs \(64, 32\)"
     ):
         to_state_dict(m, cfg.updated({"d_ff": 64}))
-    with pytest.raises(ConfigError, match="blocks.1.attn.W_Q.weight.* are not part of it"):
+    with pytest.raises(ConfigError, match=r"blocks\.1\.attn\.W_Q\.weight.* are not part of it"):
         to_state_dict(m, cfg.updated({"layers": 1}))
 
 
@@ -327,7 +327,7 @@ def test_run_errors_name_what_exists(init_run, tmp_path):
         export_member(init_run.path, "gpt2/standard", 2, tmp_path / "x.safetensors")
     with pytest.raises(ConfigError, match="out of range"):
         export_member(init_run.path, "gpt2/standard", -1, tmp_path / "x.safetensors")
-    with pytest.raises(ConfigError, match="arch 'sec2'.*scalar token"):
+    with pytest.raises(ConfigError, match=r"arch 'sec2'.*scalar token"):
         export_member(init_run.path, "sec2/standard", 0, tmp_path / "x.safetensors")
     assert not (tmp_path / "x.safetensors").exists()
 

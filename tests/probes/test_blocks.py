@@ -21,19 +21,19 @@ def loop_stats(M: torch.Tensor, T: int, v: int) -> dict[str, float]:
     words = range(1, T * v + 1)
     same, diff, diag, off = [], [], [], []
     for i in words:
-        for l in words:
-            x = float(M[i, l])
-            (same if topic_1based(i, v) == topic_1based(l, v) else diff).append(x)
-            if i == l:
+        for j in words:
+            x = float(M[i, j])
+            (same if topic_1based(i, v) == topic_1based(j, v) else diff).append(x)
+            if i == j:
                 diag.append(x)
-            elif topic_1based(i, v) == topic_1based(l, v):
+            elif topic_1based(i, v) == topic_1based(j, v):
                 off.append(x)
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     S, D = mean(same), mean(diff)
     sigma = math.sqrt(mean([(x - D) ** 2 for x in diff]))
     gaps = []
     for i in words:
-        sums = {t: sum(float(M[i, l]) for l in words if topic_1based(l, v) == t) for t in range(1, T + 1)}
+        sums = {t: sum(float(M[i, j]) for j in words if topic_1based(j, v) == t) for t in range(1, T + 1)}
         own = sums[topic_1based(i, v)]
         gaps.append(own - mean([s for t, s in sums.items() if t != topic_1based(i, v)]))
     return {"z": (S - D) / sigma, "u": (mean(off) - D) / (mean(diag) - D), "g": mean(gaps)}

@@ -10,10 +10,10 @@ import torch
 from tdlab.probes.cliffs import is_cliff, window_mass
 
 
-def _slow_is_cliff(l: list[float], p: int, q: int) -> bool:
+def _slow_is_cliff(scores: list[float], p: int, q: int) -> bool:
     """Def. 3 written out with 1-based indices (p = 1: no plateau lower bound)."""
-    L = len(l)
-    x = {i + 1: v for i, v in enumerate(l)}
+    L = len(scores)
+    x = {i + 1: v for i, v in enumerate(scores)}
     inc = all(x[i + 1] > x[i] for i in range(1, p))
     lo = (x[p - 1] + x[p]) / 2 if p >= 2 else -float("inf")
     plat = all(lo <= x[i] <= x[p] for i in range(p + 1, p + q + 1))
@@ -51,8 +51,8 @@ def test_vectorised_matches_the_definition_written_out():
         ps.append(p)
     # plus rows built to be cliffs (so both outcomes occur)
     for p in range(1, L - q + 1):
-        l = [float(i) for i in range(1, p + 1)] + [p - 0.2] * q + [0.0] * (L - p - q)
-        rows.append(torch.tensor(l, dtype=torch.float64))
+        row = [float(i) for i in range(1, p + 1)] + [p - 0.2] * q + [0.0] * (L - p - q)
+        rows.append(torch.tensor(row, dtype=torch.float64))
         ps.append(p)
     X, P = torch.stack(rows), torch.tensor(ps)
     got = is_cliff(X, P, q)
@@ -64,13 +64,15 @@ def test_vectorised_matches_the_definition_written_out():
 @pytest.mark.parametrize("p,q,L", [(3, 2, 9), (1, 2, 9), (7, 2, 9), (4, 3, 8)])
 def test_theorem3_softmax_of_a_scaled_cliff_concentrates_on_the_window(p, q, L):
     # a cliff: rising to the key, plateau just below it, tail below l_1
-    l = torch.tensor([float(i) for i in range(1, p + 1)] + [p - 0.25] * q + [0.5] * (L - p - q), dtype=torch.float64)
-    assert bool(is_cliff(l, p, q))
-    masses = [float(window_mass(C * l, p, q)) for C in (1.0, 4.0, 16.0, 64.0)]
+    scores = torch.tensor(
+        [float(i) for i in range(1, p + 1)] + [p - 0.25] * q + [0.5] * (L - p - q), dtype=torch.float64
+    )
+    assert bool(is_cliff(scores, p, q))
+    masses = [float(window_mass(C * scores, p, q)) for C in (1.0, 4.0, 16.0, 64.0)]
     assert all(b >= a - 1e-12 for a, b in itertools.pairwise(masses))  # grows with C
     assert masses[-1] == pytest.approx(1.0, abs=1e-6)
     # closed form of the mass at C = 1
-    w = torch.softmax(l, 0)
+    w = torch.softmax(scores, 0)
     assert masses[0] == pytest.approx(float(w[p - 1 : p + q].sum()), abs=1e-12)
 
 

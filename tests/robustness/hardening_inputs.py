@@ -22,6 +22,7 @@ what every tdlab version has (the CLI, ``RunIndex``), so the same inputs can be 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -229,10 +230,8 @@ def run_case(c: Case, ctx: Any) -> tuple[bool, str, float]:
             why = "the case's process died"
     else:
         why = f"hang: no answer in {c.timeout:.0f} s"
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # anything the case left running
-    except (ProcessLookupError, PermissionError):
-        pass
     proc.join()
     return not why, why, time.monotonic() - t0
 

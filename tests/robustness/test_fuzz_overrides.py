@@ -54,14 +54,14 @@ def _beyond(leaf: ConfigField) -> st.SearchStrategy[Any]:
     if math.isfinite(leaf.lo):
         edge = leaf.lo if leaf.lo_open else (leaf.lo - 1 if integer else leaf.lo - 1e-9 * max(1, abs(leaf.lo)))
         opts.append(
-            st.integers(-(10**6), int(math.floor(edge)))
+            st.integers(-(10**6), math.floor(edge))
             if integer
             else st.floats(-1e9, edge, allow_nan=False, exclude_max=not leaf.lo_open)
         )
     if math.isfinite(leaf.hi):
         edge = leaf.hi if leaf.hi_open else (leaf.hi + 1 if integer else leaf.hi + 1e-9 * max(1, abs(leaf.hi)))
         opts.append(
-            st.integers(int(math.ceil(edge)), int(edge) + 10**12)
+            st.integers(math.ceil(edge), int(edge) + 10**12)
             if integer
             else st.floats(edge, 1e12, allow_nan=False, exclude_min=not leaf.hi_open)
         )
@@ -275,5 +275,5 @@ def test_the_generator_knows_every_config():
 
 def test_every_experiment_is_valid_with_the_mixed_in_overrides():
     """The valid overrides mixed into the examples are valid for every experiment on their own."""
-    for name, exp in EXPS.items():
+    for exp in EXPS.values():
         exp.make_config("quick", VALID)

@@ -116,7 +116,7 @@ SURFACES: dict[str, Surface] = {
         None,
     ),
     "atlas build --out": (
-        OUT_FOLDER_KINDS + ["loop"],
+        [*OUT_FOLDER_KINDS, "loop"],
         lambda p, r, w: ["atlas", "build", "--runs", r.parent, "--out", p],
         ["--out"],
         True,
@@ -180,7 +180,7 @@ SURFACES: dict[str, Surface] = {
         None,
     ),
     "from_run": (
-        INPUT_KINDS + ["file"],
+        [*INPUT_KINDS, "file"],
         lambda p, r, w: ["run", "anchors-embedding", "--quiet", "--set", f"from_run={p}", "--out", w / "out"],
         ["from_run"],
         True,
@@ -198,7 +198,7 @@ def test_every_surface_has_cases():
 @given(case=st.sampled_from(CASES))
 def test_bad_paths_are_refused(fz, tiny_run, tmp_path_factory, case):
     surface, kind = case
-    kinds, argv, names, folder_wanted, replace = SURFACES[surface]
+    _kinds, argv, names, folder_wanted, replace = SURFACES[surface]
     w = tmp_path_factory.mktemp("fuzz-path", numbered=True)
     run = fz.copy_run(tiny_run, w / "runs")
     (w / "spec.yaml").write_text("name: fz\nexperiment: markov-init\nset: {train.steps: 3}\npoints: [{task.p: 0.3}]\n")

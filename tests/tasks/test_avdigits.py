@@ -227,7 +227,7 @@ def test_mismatched_lengths_are_found_from_the_headers(tmp_path) -> None:
     arrays = {f"{k}_{s}": v for s, d in (("train", tr), ("test", te)) for k, v in d.items()}
     arrays["label_test"] = arrays["label_test"][:5]
     np.savez(tmp_path / "av.npz", **arrays)
-    with pytest.raises(ConfigError, match="data.path: .*test arrays have lengths 12, 12, 5"):
+    with pytest.raises(ConfigError, match=r"data\.path: .*test arrays have lengths 12, 12, 5"):
         check_avmnist(tmp_path / "av.npz")
 
 

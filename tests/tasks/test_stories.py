@@ -86,7 +86,7 @@ def test_text_without_markers_is_refused_after_one_story_s_worth_not_read_to_the
         return fh
 
     monkeypatch.setattr(type(p), "open", counting_open)
-    with pytest.raises(ConfigError, match="data.stories: .*without an end-of-story marker") as err:
+    with pytest.raises(ConfigError, match=r"data\.stories: .*without an end-of-story marker") as err:
         read_stories(p, 10)
     assert "\n" not in str(err.value)
     assert sum(read) <= st.MAX_STORY_BYTES + 2 * st._CHUNK  # not the 64 MiB

@@ -32,12 +32,12 @@ def population_loss(kind: str, alpha: float, beta: float, T: int, v: int, tau: i
     q = lambda x: c * x - c * m.p_m * m.p_r / (T * v)  # noqa: E731
 
     def output(s: int) -> np.ndarray:
-        wts = np.array([0.0] + [beta if l == s else alpha if topic[l] == topic[s] else 1.0 for l in range(1, V)])
+        wts = np.array([0.0] + [beta if j == s else alpha if topic[j] == topic[s] else 1.0 for j in range(1, V)])
         y = wts * p / (wts * p).sum()
         out = np.zeros(V)
         for i in range(1, V):
             if kind == "block":
-                out[i] = q(np.mean([y[l] for l in range(1, V) if topic[l] == topic[i]]))
+                out[i] = q(np.mean([y[j] for j in range(1, V) if topic[j] == topic[i]]))
             else:
                 out[i] = q(y[i])
         return out

@@ -144,12 +144,12 @@ def test_next_token_loss_equals_a_manual_cross_entropy():
                 manual[e, t] += (lse - float(z[targets[e, b, t]])) / 4
     torch.testing.assert_close(next_token_loss(logits, targets, reduce_positions=False), manual)
     torch.testing.assert_close(next_token_loss(logits, targets), manual.mean(1))
-    # The sec2 head's logits (0, l) give the Bernoulli log loss of sigmoid(l).
-    l = torch.tensor([[[[0.0, 1.3], [0.0, -0.4]]]], dtype=torch.float64)
+    # The sec2 head's logits (0, z) give the Bernoulli log loss of sigmoid(z).
+    z = torch.tensor([[[[0.0, 1.3], [0.0, -0.4]]]], dtype=torch.float64)
     y = torch.tensor([[[1, 0]]])
     s = torch.sigmoid(torch.tensor([1.3, -0.4], dtype=torch.float64))
     expected = -(torch.log(s[0]) + torch.log(1 - s[1])) / 2
-    torch.testing.assert_close(next_token_loss(l, y)[0], expected)
+    torch.testing.assert_close(next_token_loss(z, y)[0], expected)
 
 
 def test_per_member_gradient_clipping():

@@ -7,6 +7,7 @@ ours while the initialisation rows stay the seed's, bad configs and a tiny end-t
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -228,11 +229,11 @@ def test_every_group_holds_and_fails_on_planted_probe_values(tmp_path, world, mo
 
 def test_bad_configs_are_refused_naming_the_field():
     exp = AnchorsAttention()
-    with pytest.raises(ConfigError, match="model.heads"):
+    with pytest.raises(ConfigError, match=re.escape("model.heads")):
         exp.make_config("quick", ["model.heads=2"])
-    with pytest.raises(ConfigError, match="model.layers"):
+    with pytest.raises(ConfigError, match=re.escape("model.layers")):
         exp.make_config("quick", ["model.layers=1"])
-    with pytest.raises(ConfigError, match="attn_claims.large_gamma"):
+    with pytest.raises(ConfigError, match=re.escape("attn_claims.large_gamma")):
         exp.make_config("quick", ["attn_claims.large_gamma=0.4"])
 
 

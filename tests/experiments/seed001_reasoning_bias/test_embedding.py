@@ -174,7 +174,7 @@ def test_from_run_reads_an_anchors_bias_run(tmp_path, one_thread):
     with RunWriter(tmp_path / "other", "anchors-lowrank") as w:
         w.write_config({"experiment": "anchors-lowrank", "config": {}})
         other = w.finish()
-    with pytest.raises(ConfigError, match="from_run: .*'anchors-lowrank' run, need an anchors-bias run"):
+    with pytest.raises(ConfigError, match=r"from_run: .*'anchors-lowrank' run, need an anchors-bias run"):
         exp.make_config("quick", [*TINY, "fig4a_epochs=[1]", f"from_run={other.path}"], members=2)
     cfg = exp.make_config("quick", [*TINY, "fig4a_epochs=[1, 2]", f"from_run={src.path}"], members=2)
     run = execute(exp, cfg, "quick", tmp_path / "runs", progress=False)

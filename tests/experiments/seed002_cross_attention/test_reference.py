@@ -77,16 +77,19 @@ def test_finite_context_minimisers_minimise_the_monte_carlo_loss_and_tend_to_alp
         == al
     )
     monkeypatch.undo()
+
     # replicate draws: their spread is the reference's Monte-Carlo error; a long context approaches alpha*_T while
     # L = 30 is resolvably not the limit
-    draws = lambda L, n: np.array(
-        [
-            ref.finite_context_minimisers(TASK, (T,), L, n_prompts=n, seed=s, one_param_start=0.1, use_cache=False)[
-                "one"
-            ][T]
-            for s in range(4)
-        ]
-    )
+    def draws(L, n):
+        return np.array(
+            [
+                ref.finite_context_minimisers(TASK, (T,), L, n_prompts=n, seed=s, one_param_start=0.1, use_cache=False)[
+                    "one"
+                ][T]
+                for s in range(4)
+            ]
+        )
+
     far, near = draws(1000, 1000), draws(30, 3000)
     se = lambda x: x.std(ddof=1) / np.sqrt(x.size)  # noqa: E731
     assert abs(far.mean() - alpha_star_T(T, TASK)) < 4 * se(far) + 0.01 * alpha_star_T(T, TASK)

@@ -7,6 +7,7 @@ direction; cells not in the grid / not trained are not evaluable; a tiny end-to-
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -159,7 +160,7 @@ def test_configs_models_and_bad_input():
     assert (m.mlp, m.norm_placement, m.max_len) == (True, "pre", cfg.train.seq_len)
     paper = LIN.make_config("paper")
     assert paper.ks == [1, 2, 3, 4] and paper.depths == [1, 2, 3, 4, 5]
-    with pytest.raises(ConfigError, match="model.layers"):
+    with pytest.raises(ConfigError, match=re.escape("model.layers")):
         LIN.make_config("quick", ["model.layers=2"])
     with pytest.raises(ConfigError, match="depths"):
         LIN.make_config("quick", ["depths=[0, 1]"])

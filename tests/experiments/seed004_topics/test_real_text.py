@@ -5,6 +5,7 @@ count; the LDA fit read from the run's cache instead of refitted."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -133,7 +134,7 @@ def test_fig3_words_are_the_unambiguous_top_words_of_the_clearest_topics():
     groups = fig3_words(topics, np.arange(12))
     # third own word's probability: topic 2: 0.33, topic 1: 0.2, topic 0: 0.2 (tie: lower topic id first)
     assert [g.tolist() for g in groups] == [[7, 8, 9], [0, 1, 2], [4, 5, 6]]
-    with pytest.raises(ValueError, match="Fig. 3"):
+    with pytest.raises(ValueError, match=re.escape("Fig. 3")):
         fig3_words(Topics(word_topic=wt[:2]), np.arange(12))
 
 

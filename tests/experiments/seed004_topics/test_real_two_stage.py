@@ -86,14 +86,15 @@ def _planted(tmp_path, exp, cfg, v_first: bool, rot_fast_early: bool, loss=(7.0,
     early, late = _ramp(0, 100), _ramp(100, 400, hi=kq_hi)
     v_curve, kq = (early, late) if v_first else (late, early)
     for e in range(cfg.members):
-        for l in range(cfg.model.layers):
+        for layer in range(cfg.model.layers):
             for name, curve in (("norm_V", v_curve), ("norm_K", kq), ("norm_Q", kq * 1.1)):
                 rows += [
-                    (int(s), e, f"{name}/L{l}", float(v) * (1 + 0.01 * e)) for s, v in zip(STEPS, curve, strict=True)
+                    (int(s), e, f"{name}/L{layer}", float(v) * (1 + 0.01 * e))
+                    for s, v in zip(STEPS, curve, strict=True)
                 ]
             rot = np.where(STEPS <= 100, 0.2, 0.02) if rot_fast_early else np.where(STEPS <= 100, 0.02, 0.2)
             rows += [
-                (int(s), e, f"rotation_V/L{l}", float(r) + 0.001 * e)
+                (int(s), e, f"rotation_V/L{layer}", float(r) + 0.001 * e)
                 for s, r in zip(STEPS, rot, strict=True)
                 if s >= 10
             ]
