@@ -27,8 +27,9 @@ import json
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -47,7 +48,7 @@ from tdlab.train.live import streaming_to
 try:  # typer >= 0.2x carries its own copy of click, whose exceptions are not click's
     from typer._click import exceptions as click_errors
 except ImportError:  # pragma: no cover - older typer on click
-    from click import exceptions as click_errors
+    from click import exceptions as click_errors  # type: ignore[no-redef]  # the same module, an older home
 
 out_console = Console()
 err_console = Console(stderr=True)
@@ -69,9 +70,14 @@ def _error_line(message: str) -> None:
     err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     _error_line(message)
     raise typer.Exit(code=2)
+
+
+def _backend(name: str) -> Literal["local", "ray"] | None:
+    """``name`` as a sweep or batch backend, or None when it is neither."""
+    return "local" if name == "local" else "ray" if name == "ray" else None
 
 
 def _warning(message: str) -> None:
@@ -84,11 +90,20 @@ class _OneLineErrors(TyperGroup):
     cannot convert or that is out of an option's range) is one line on stderr and exit code 2, not
     the multi-line box typer draws; the rest of typer's behaviour is kept."""
 
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        more = dict(extra, windows_expand_args=windows_expand_args)
         if not standalone_mode:  # a caller that handles click's exceptions itself
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **more)
         try:
-            code = super().main(args, prog_name or "tdlab", complete_var, standalone_mode=False, **extra)
+            code = super().main(args, prog_name or "tdlab", complete_var, standalone_mode=False, **more)
         except click_errors.NoArgsIsHelpError as exc:  # bare `tdlab`: the help, as before
             out_console.print(exc.ctx.get_help(), highlight=False, markup=False)
             sys.exit(2)
@@ -155,9 +170,10 @@ def _print_config_keys(exp) -> None:
             continue
 
     def value(tree: dict, key: str) -> str:
+        node: Any = tree
         for part in key.split("."):
-            tree = tree.get(part) if isinstance(tree, dict) else None
-        return "null" if tree is None else json.dumps(tree, default=str)
+            node = node.get(part) if isinstance(node, dict) else None
+        return "null" if node is None else json.dumps(node, default=str)
 
     out_console.print(
         f"\n[bold]{exp.name}[/]: seed {exp.paper}, {exp.figure}. Config keys (--set KEY=VALUE), "
@@ -518,8 +534,8 @@ def runs(
         fresh = not (out / INDEX_NAME).exists()
         index = RunIndex(out)
         if reindex or fresh:
-            for r in list_runs(out, _warning):
-                index.add_run(r, r.config.get("sweep"))
+            for run in list_runs(out, _warning):
+                index.add_run(run, run.config.get("sweep"))
         rows = index.query(where)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
@@ -560,13 +576,14 @@ def sweep_cmd(
     from tdlab.sweep import load_spec, run_sweep
 
     try:
-        if backend not in ("local", "ray"):
+        kind = _backend(backend)
+        if kind is None:
             raise ConfigError(f"backend: unknown backend {backend!r}; allowed: local, ray")
         plan = load_spec(spec, max_points)
         check_not_in_run(out, "--out")
         check_out(out)  # before the first point writes anything
         points = run_sweep(
-            plan, out, backend, workers, address, echo=lambda m: out_console.print(m, highlight=False, soft_wrap=True)
+            plan, out, kind, workers, address, echo=lambda m: out_console.print(m, highlight=False, soft_wrap=True)
         )
     except ConfigError as exc:
         _fail(str(exc))
@@ -613,7 +630,8 @@ def batch_cmd(
     from tdlab.experiments.runner import check_device
 
     try:
-        if backend not in ("local", "ray"):
+        kind = _backend(backend)
+        if kind is None:
             raise ConfigError(f"--backend: unknown backend {echo(backend)}; allowed: local, ray")
         until_s = None if until is None else parse_duration(until, "--until")
         parse_duration(checkpoint_every, "--checkpoint-every")
@@ -629,9 +647,9 @@ def batch_cmd(
             threads=threads,
             results=Path(results) if results else None,
             checkpoint_every=checkpoint_every,
-            backend=backend,
+            backend=kind,
             address=address,
-            sets=set_ or [],  # type: ignore[arg-type]
+            sets=set_ or [],
             say=lambda m: out_console.print(m, highlight=False, soft_wrap=True, markup=False),
         )
     except (ConfigError, RunDirError) as exc:
@@ -773,7 +791,7 @@ def findings(
             text += (
                 "\n**What changed** (each experiment's paper groups against its run under `" + before.name + "`):\n\n"
             )
-            text += changes_markdown(run_dirs, before)
+            text += changes_markdown(run_dirs or [], before)
         if readme is None:
             out_console.print(text, highlight=False, soft_wrap=True, markup=False)
         else:
@@ -851,7 +869,8 @@ def atlas_run(
     from tdlab.sweep import run_sweep
 
     try:
-        if backend not in ("local", "ray"):
+        kind = _backend(backend)
+        if kind is None:
             raise ConfigError(f"backend: unknown backend {backend!r}; allowed: local, ray")
         exps = experiments_with_axes(experiments or [])
         if decide is not None:
@@ -864,7 +883,7 @@ def atlas_run(
             points = run_sweep(
                 spec,
                 runs_dir,
-                backend,
+                kind,
                 workers,
                 address,
                 echo=lambda m: out_console.print(m, highlight=False, soft_wrap=True),
@@ -975,14 +994,12 @@ def docs_serve(
         write_seed_pages(docs_folder(cfg), check_runs(runs_dir))
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         subprocess.run(
             [sys.executable, "-m", "mkdocs", "serve", "--config-file", str(cfg), "--dev-addr", f"127.0.0.1:{port}"],
             cwd=cfg.parent,
             env=dict(os.environ, NO_MKDOCS_2_WARNING="1"),
         )
-    except KeyboardInterrupt:
-        pass
 
 
 @app.command("export")
@@ -1067,9 +1084,10 @@ def _setup(
     if threads:  # set by sweeps so that concurrent points share the cores instead of fighting over them
         import torch
 
-        if _cores_share() is None:
+        share = _cores_share()
+        if share is None:
             _fail(f"TDLAB_THREADS: must be a whole number of threads, got {threads[:ECHO_CHARS]!r}")
-        torch.set_num_threads(_cores_share())
+        torch.set_num_threads(share)
 
 
 def main() -> None:  # pragma: no cover - entry point

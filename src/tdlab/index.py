@@ -110,7 +110,9 @@ class RunIndex:
         try:
             con = self._connect()
         except sqlite3.DatabaseError as exc:
-            raise self._corrupt(exc) if _is_corrupt(exc) else exc
+            if _is_corrupt(exc):
+                raise self._corrupt(exc) from exc
+            raise
         try:  # closed here, not when collected: a connection kept alive by a traceback keeps the WAL unmerged
             con.execute(
                 "CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, path TEXT, experiment TEXT, profile TEXT, "
@@ -118,7 +120,9 @@ class RunIndex:
                 "claims_failed INTEGER, sweep TEXT, config TEXT, summary TEXT)"
             )
         except sqlite3.DatabaseError as exc:
-            raise self._corrupt(exc) if _is_corrupt(exc) else exc
+            if _is_corrupt(exc):
+                raise self._corrupt(exc) from exc
+            raise
         finally:
             con.close()
 
@@ -269,7 +273,9 @@ class RunIndex:
                 f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.timeout, isolation_level=None
             )
         except sqlite3.DatabaseError as exc:
-            raise self._corrupt(exc) if _is_corrupt(exc) else exc
+            if _is_corrupt(exc):
+                raise self._corrupt(exc) from exc
+            raise
 
     def _query_error(self, exc: sqlite3.Error, where: str | None, time_limit: float) -> Exception:
         """The one-line error for a failed query: corrupt index, stopped, refused, or invalid SQL."""

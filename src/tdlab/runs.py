@@ -198,7 +198,7 @@ def torch_module() -> Any:
 
 
 def _metrics_table(rows: Iterable[tuple[str, int, int, str, float]]) -> pa.Table:
-    arm, step, member, name, value = zip(*rows) if rows else ([], [], [], [], [])
+    arm, step, member, name, value = zip(*rows, strict=True) if rows else ([], [], [], [], [])
     import pyarrow as pa
 
     schema = pa.schema(

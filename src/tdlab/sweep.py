@@ -302,6 +302,8 @@ def run_sweep(
     point with one line naming it; it is neither adopted nor resumed."""
     if spec._hashes is None:  # not validated by load_spec
         _validate_points(spec, max(MAX_POINTS, count_points(spec)))
+    hashes = spec._hashes
+    assert hashes is not None  # _validate_points sets them
     out = Path(out)
     sdir = out / "sweeps" / spec.name
     sdir.mkdir(parents=True, exist_ok=True)
@@ -309,7 +311,7 @@ def run_sweep(
     points = plan(spec)
     todo = []
     for i, p in enumerate(points):
-        problem = _mismatch(out, p, spec._hashes[i])
+        problem = _mismatch(out, p, hashes[i])
         if problem is not None:
             points[i] = p.model_copy(update={"status": "failed", "error": problem})
             continue
@@ -440,7 +442,7 @@ _VERDICT_MARK = {"holds": "✓", "fails": "✗", "not resolved": "?", "not evalu
 
 def _metric_figures(df: pd.DataFrame, keys: list[str], figdir: Path, plt: Any, save_figure: Any) -> list[str]:
     metrics = [c for c in df.columns if c.endswith(".measured") or c.startswith("m.")]
-    names = []
+    names: list[str] = []
     if not keys or not metrics:
         return names
     for metric in metrics:

@@ -11,6 +11,9 @@ from typing import Any
 
 import numpy as np
 
+# per-member numbers, or a curve's steps: a sequence or a numpy array (read with np.asarray)
+Floats = Sequence[float] | np.ndarray
+
 __all__ = ["ArmHealth", "assess_arm", "end_drift"]
 
 
@@ -45,11 +48,11 @@ class ArmHealth:
 
 def assess_arm(
     arm: str,
-    initial_loss: Sequence[float],
-    final_loss: Sequence[float],
+    initial_loss: Floats,
+    final_loss: Floats,
     *,
-    accepted_steps: Sequence[float] | None = None,
-    test_error: Sequence[float] | None = None,
+    accepted_steps: Floats | None = None,
+    test_error: Floats | None = None,
     trivial_error: float | None = None,
     all_finite: bool = True,
 ) -> ArmHealth:
@@ -99,13 +102,13 @@ def assess_arm(
 
 
 def end_drift(
-    steps: Sequence[float],
+    steps: Floats,
     values: np.ndarray,
     fraction: float = 0.1,
     min_points: int = 3,
     *,
-    lr_steps: Sequence[float] | None = None,
-    lr: Sequence[float] | None = None,
+    lr_steps: Floats | None = None,
+    lr: Floats | None = None,
 ) -> float:
     """How much a curve still moves at the end of training: the least-squares slope over the end
     window times the window's length.

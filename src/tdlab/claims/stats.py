@@ -136,16 +136,16 @@ def difference_interval(
             return Interval(c, c - widen, c + widen, len(d), 0.0, math.inf, widen)
         return mean_interval(d, confidence, widen=widen)
     na, nb = len(a), len(b)
-    d = statistics.fmean(a) - statistics.fmean(b)
+    gap = statistics.fmean(a) - statistics.fmean(b)
     if na < 2 or nb < 2:
-        return Interval(d, -math.inf, math.inf, min(na, nb), math.inf, 0.0, widen)
+        return Interval(gap, -math.inf, math.inf, min(na, nb), math.inf, 0.0, widen)
     va, vb = statistics.variance(a) / na, statistics.variance(b) / nb
     se = math.sqrt(va + vb)
     if se == 0.0:
-        return Interval(d, d - widen, d + widen, min(na, nb), 0.0, math.inf, widen)
+        return Interval(gap, gap - widen, gap + widen, min(na, nb), 0.0, math.inf, widen)
     df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))  # Welch–Satterthwaite
     h = _quantile(confidence, df) * se
-    return Interval(d, d - h - widen, d + h + widen, min(na, nb), se, df, widen)
+    return Interval(gap, gap - h - widen, gap + h + widen, min(na, nb), se, df, widen)
 
 
 def p_outside(iv: Interval, lo: float, hi: float) -> float:

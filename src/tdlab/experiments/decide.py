@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import Field
 
-from tdlab.claims.sequential import TRAINING_CAUSES, Extension, Looks, RoundPlan, blocker, decided, distance, round_plan
+from tdlab.claims.sequential import Extension, Looks, RoundPlan, blocker, decided, distance, round_plan
 from tdlab.config import apply_overrides, read_field
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext
 from tdlab.experiments.view import RunView

@@ -290,7 +290,7 @@ def read_scalars(folder: str | Path) -> pd.DataFrame:
     event, in file order."""
     from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
-    out = []
+    out: list[tuple[int, str, int, float]] = []
     for sub in sorted(Path(folder).glob("member-*")):
         acc = EventAccumulator(str(sub), size_guidance={SCALARS: 0})
         acc.Reload()

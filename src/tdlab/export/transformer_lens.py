@@ -153,8 +153,8 @@ def tl_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
     d, V, N, da, ff = cfg.d, cfg.vocab, cfg.max_len, cfg.attn_width, cfg.ff_width
     ln = cfg.norm_placement == "pre"
     shapes: dict[str, tuple[int, ...]] = {"embed.weight": (V, d), "pos_embed.weight": (N, d)}
-    for l in range(cfg.layers):
-        b = f"blocks.{l}"
+    for layer in range(cfg.layers):
+        b = f"blocks.{layer}"
         if ln:
             shapes |= {f"{b}.ln1.weight": (d,), f"{b}.ln1.bias": (d,)}
         for m in "qkv":
@@ -225,8 +225,8 @@ def to_state_dict(params: Mapping[str, torch.Tensor], cfg: GPTConfig) -> dict[st
         "embed.weight": take("wte", (V, d)),
         "pos_embed.weight": opt("wpe", (N, d), cfg.positions in ("absolute", "both")),
     }
-    for l in range(cfg.layers):
-        b = f"blocks.{l}"
+    for layer in range(cfg.layers):
+        b = f"blocks.{layer}"
         if ln:
             out[f"{b}.ln1.weight"] = take(f"{b}.ln_1.weight", (d,))
             out[f"{b}.ln1.bias"] = take(f"{b}.ln_1.bias", (d,))

@@ -9,12 +9,32 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["CachingModule", "EnsembleLayerNorm", "EnsembleLinear", "assemble"]
+__all__ = ["CachingModule", "EnsembleLayerNorm", "EnsembleLinear", "Modules", "assemble"]
+
+M = TypeVar("M", bound=nn.Module)
+
+
+class Modules(nn.ModuleList, Generic[M]):
+    """``nn.ModuleList`` whose items the type checker knows are ``M`` (torch's yields plain ``nn.Module``s,
+    whose attributes type as ``Tensor | Module``). The same container at run time: same state-dict keys."""
+
+    if TYPE_CHECKING:
+
+        def __iter__(self) -> Iterator[M]: ...
+
+        @overload
+        def __getitem__(self, idx: slice) -> Modules[M]: ...
+
+        @overload
+        def __getitem__(self, idx: int) -> M: ...
+
+        def __getitem__(self, idx: int | slice) -> M | Modules[M]: ...
 
 
 class EnsembleLinear(nn.Module):

@@ -60,7 +60,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from tdlab.config import Config
-from tdlab.models.ensemble import CachingModule, EnsembleLayerNorm, EnsembleLinear
+from tdlab.models.ensemble import CachingModule, EnsembleLayerNorm, EnsembleLinear, Modules
 from tdlab.models.init import gamma_std
 from tdlab.seeding import Purpose, generators
 
@@ -387,7 +387,7 @@ class GPT(CachingModule):
             self.lm_head = None if cfg.tie_weights else nn.Parameter(torch.empty(E, cfg.vocab, d))
             self.lm_bias = nn.Parameter(torch.empty(E, cfg.vocab)) if cfg.has_head_bias else None
         self.wpe = nn.Parameter(torch.empty(E, cfg.max_len, d)) if cfg.positions in ("absolute", "both") else None
-        self.blocks = nn.ModuleList(Block(cfg, E, i, self) for i in range(cfg.layers))
+        self.blocks: Modules[Block] = Modules(Block(cfg, E, i, self) for i in range(cfg.layers))
         self.ln_f = EnsembleLayerNorm(E, d) if cfg.has_final_norm else None
         self.reset_parameters()
 

@@ -62,7 +62,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from tdlab.config import Config
-from tdlab.models.ensemble import CachingModule, EnsembleLayerNorm, EnsembleLinear
+from tdlab.models.ensemble import CachingModule, EnsembleLayerNorm, EnsembleLinear, Modules
 from tdlab.seeding import Purpose, generators
 
 __all__ = [
@@ -184,7 +184,7 @@ class DualConvEncoder(nn.Module):
     def __init__(self, members: int, cfg: _Common) -> None:
         super().__init__()
         w, d, k = cfg.conv_width, cfg.d, cfg.kernel
-        self.convs = nn.ModuleList(
+        self.convs: Modules[EnsembleConv2d] = Modules(
             [
                 EnsembleConv2d(members, 2, 1, w, k),
                 EnsembleConv2d(members, 2, w, w, k),
@@ -372,7 +372,7 @@ class MultimodalCA(_Ensemble):
         self.mod_audio = nn.Parameter(torch.empty(E, d))  # M_A
         self.cls = nn.Parameter(torch.empty(E, d))  # c
         self.W_0 = EnsembleLinear(E, d, d, bias=True)
-        self.blocks = nn.ModuleList([_CALayer(E, cfg, t) for t in range(cfg.layers)])
+        self.blocks: Modules[_CALayer] = Modules([_CALayer(E, cfg, t) for t in range(cfg.layers)])
         self.head = ClassifierHead(E, d, cfg.head_hidden or d, cfg.classes, cfg.dropout)
         self.reset_parameters()
 
@@ -450,7 +450,7 @@ class BidirectionalCA(_Ensemble):
         self.encoder = DualConvEncoder(E, cfg)
         self.pos_image = nn.Parameter(torch.empty(E, n, d))  # P_I
         self.pos_audio = nn.Parameter(torch.empty(E, n, d))  # P_A
-        self.blocks = nn.ModuleList([_BiLayer(E, cfg, t) for t in range(cfg.layers)])
+        self.blocks: Modules[_BiLayer] = Modules([_BiLayer(E, cfg, t) for t in range(cfg.layers)])
         self.head = ClassifierHead(E, 2 * d, cfg.head_hidden or 2 * d, cfg.classes, cfg.dropout)
         self.reset_parameters()
 

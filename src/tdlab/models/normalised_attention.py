@@ -55,7 +55,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from tdlab.config import Config
-from tdlab.models.ensemble import CachingModule, EnsembleLinear
+from tdlab.models.ensemble import CachingModule, EnsembleLinear, Modules
 from tdlab.seeding import Purpose, generators
 
 __all__ = [
@@ -105,6 +105,16 @@ class CosineAttention(nn.Module):
     rel_v`` ``(E, rel_clip + 1, d)``, ``log_kappa`` ``(E,)``, ``null_bias`` ``(E,)``, ``null_v`` ``(E, d)``.
     """
 
+    W_Q: EnsembleLinear
+    W_K: EnsembleLinear
+    W_V: EnsembleLinear
+    W_O: EnsembleLinear
+    rel_k: nn.Parameter
+    rel_v: nn.Parameter
+    log_kappa: nn.Parameter
+    null_bias: nn.Parameter | None  # None without a null slot
+    null_v: nn.Parameter | None
+
     def __init__(self, cfg: NormAttnConfig, E: int, index: int, owner: CachingModule) -> None:
         super().__init__()
         d = cfg.d
@@ -138,7 +148,7 @@ class CosineAttention(nn.Module):
         cos = (q @ k.transpose(-1, -2) + qa) / norm2.clamp_min(0).sqrt().clamp_min(1e-12)
         kappa = self.log_kappa.exp()[:, None, None, None]
         scores = (kappa * cos).masked_fill(~causal, float("-inf"))
-        if self.null_v is not None:
+        if self.null_bias is not None and self.null_v is not None:
             null = (kappa[..., 0] + self.null_bias[:, None, None]).expand(E, B, T)[..., None]  # cos = 1 by definition
             scores = torch.cat([scores, null], dim=-1)
         att = scores.softmax(-1)
@@ -172,7 +182,7 @@ class NormalisedAttention(CachingModule):
         self.cfg, self.seeds = cfg, list(seeds)
         E = len(seeds)
         self.wte = nn.Parameter(torch.empty(E, cfg.vocab, cfg.d))
-        self.blocks = nn.ModuleList(CosineAttention(cfg, E, i, self) for i in range(cfg.layers))
+        self.blocks: Modules[CosineAttention] = Modules(CosineAttention(cfg, E, i, self) for i in range(cfg.layers))
         self.lm_head = nn.Parameter(torch.empty(E, cfg.vocab, cfg.d)) if cfg.readout == "linear" else None
         self.reset_parameters()
 
@@ -265,6 +275,7 @@ def construction(
     model.wte[:, :, S["one"]] = 1.0
     l1, l2, l3 = model.blocks
     for blk in model.blocks:
+        assert blk.null_bias is not None  # cfg.null_slot is on (the default)
         blk.log_kappa.fill_(math.log(kappa))
         blk.null_bias.fill_(-math.inf)  # no null slot in layers 1-2 (weight exactly 0)
 
@@ -306,6 +317,7 @@ def construction(
     l3.W_K.weight[:, 3, S["one"]] = 0.5
     l3.W_V.weight[:, 4, S["x0"]] = 1.0
     l3.W_V.weight[:, 5, S["x1"]] = 1.0
+    assert l3.null_bias is not None and l3.null_v is not None
     l3.null_bias.fill_(math.log(2 * beta))  # weight 2β against one match: (N(s→v) + β) / (N(s) + 2β)
     l3.null_v[:, 4] = 0.5
     l3.null_v[:, 5] = 0.5

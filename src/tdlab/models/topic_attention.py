@@ -184,6 +184,13 @@ class TopicAttention(CachingModule):
     ``attn.values`` W^V Z + b^V (E, B, N, d); ``attn.out`` (W^V Z + b^V) A (E, B, N, d); ``out`` f (E, B, N, V).
     """
 
+    # set through trained_or_frozen (a parameter, or a buffer when frozen): declared here for the type checker
+    W_E: torch.Tensor
+    W_K: torch.Tensor
+    W_Q: torch.Tensor
+    W_V: torch.Tensor
+    b_pred: torch.Tensor | None
+
     def __init__(self, cfg: TopicModelConfig, seeds: list[int], wv: torch.Tensor | None = None) -> None:
         super().__init__()
         if not seeds:
@@ -276,7 +283,8 @@ class TopicAttention(CachingModule):
                         x.uniform_(-bound, bound, generator=g)
             if self.ln is not None:
                 self.ln.weight.fill_(1.0)
-                self.ln.bias.fill_(0.0)
+                if self.ln.bias is not None:
+                    self.ln.bias.fill_(0.0)
 
     # ------------------------------------------------------------------------------------------
     def token_tables(self) -> dict[str, torch.Tensor]:
@@ -292,15 +300,15 @@ class TopicAttention(CachingModule):
         """
         cfg = self.cfg
         Z = self.W_E.transpose(1, 2)  # row a = column a of W^E (= e_a under onehot, Eq. 7)
-        if cfg.authors_compat:  # the authors' BERT embedding: LayerNorm(W^E X̃ + token-type vector)
-            Z = self.ln(Z + self.token_type[:, None, :])
+        if self.ln is not None and self.token_type is not None:  # authors_compat: the authors' BERT embedding,
+            Z = self.ln(Z + self.token_type[:, None, :])  # LayerNorm(W^E X̃ + token-type vector)
         values = Z @ self.W_V.transpose(1, 2)
         if self.b_V is not None:
             values = values + self.b_V[:, None, :]
         out = {"Z": Z, "values": values}
         if not cfg.uniform_attn:
             K, Q = Z @ self.W_K.transpose(1, 2), Z @ self.W_Q.transpose(1, 2)
-            if self.b_K is not None:
+            if self.b_K is not None and self.b_Q is not None:  # both or neither (cfg.bias_qk)
                 K, Q = K + self.b_K[:, None, :], Q + self.b_Q[:, None, :]
             out.update(K=K, Q=Q, S=K @ Q.transpose(1, 2) / math.sqrt(cfg.d_attn))  # Eq. 5's scores
         out["F"] = values if cfg.onehot else values @ self.W_E  # tied head W^pred = W^E (identity, Eq. 7)

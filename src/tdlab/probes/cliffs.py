@@ -12,7 +12,8 @@ For ``p = 1`` there is no ``l_0``: the plateau's lower bound is dropped (our rea
 definition needs ``p >= 2`` there). Thm. 3: ``softmax(C l)`` puts mass 1 on ``[p, p+q]`` as ``C → ∞``
 (its proof: ``l_j <= l_{p-1}`` outside the window, ``l_j > l_{p-1}`` inside it).
 
-Plain functions on tensors with any leading axes; positions passed 1-based as in the seed.
+Plain functions on tensors with any leading axes (``l`` is named ``scores`` in the code); positions passed 1-based
+as in the seed.
 """
 
 from __future__ import annotations
@@ -23,36 +24,36 @@ from torch import Tensor
 __all__ = ["is_cliff", "window_mass"]
 
 
-def _check(l: Tensor, p: Tensor, q: int) -> tuple[Tensor, Tensor]:
-    l = torch.as_tensor(l)
-    if l.dim() < 1:
-        raise ValueError(f"l must have a last axis of positions, got shape {tuple(l.shape)}")
-    L = l.shape[-1]
-    p = torch.as_tensor(p, dtype=torch.long).expand(l.shape[:-1])
+def _check(scores: Tensor, p: Tensor | int, q: int) -> tuple[Tensor, Tensor]:
+    scores = torch.as_tensor(scores)
+    if scores.dim() < 1:
+        raise ValueError(f"scores must have a last axis of positions, got shape {tuple(scores.shape)}")
+    L = scores.shape[-1]
+    p = torch.as_tensor(p, dtype=torch.long).expand(scores.shape[:-1])
     if q < 1:
         raise ValueError(f"q must be >= 1, got {q}")
     if bool(((p < 1) | (p + q > L)).any()):
         raise ValueError(f"key positions p must satisfy 1 <= p <= L - q = {L - q} (1-based)")
-    return l, p
+    return scores, p
 
 
-def is_cliff(l: Tensor, p: Tensor | int, q: int) -> Tensor:
-    """Def. 3: whether each row of ``l`` is a ``(p, q)``-cliff.
+def is_cliff(scores: Tensor, p: Tensor | int, q: int) -> Tensor:
+    """Def. 3: whether each row of ``scores`` is a ``(p, q)``-cliff.
 
     Args:
-        l: ``(..., L)`` scores (e.g. the pre-softmax last attention row).
+        scores: ``(..., L)``, Def. 3's ``l`` (e.g. the pre-softmax last attention row).
         p: ``(...)`` or an int, the key position, 1-based; anchors at ``p+1..p+q``.
         q: number of anchors.
     Returns:
         ``(...)`` bool.
     """
-    l, p = _check(l, p, q)
-    L = l.shape[-1]
+    scores, p = _check(scores, p, q)
+    L = scores.shape[-1]
     pos = torch.arange(1, L + 1)  # 1-based
     pe = p[..., None]
-    lv = l.double()
+    lv = scores.double()
     # 1. increasing over 1..p: l_{i+1} > l_i for i < p
-    inc_ok = torch.ones(l.shape[:-1], dtype=torch.bool)
+    inc_ok = torch.ones(scores.shape[:-1], dtype=torch.bool)
     if L > 1:
         steps = lv[..., 1:] > lv[..., :-1]  # (..., L-1): index i-1 holds l_{i+1} > l_i
         need = pos[:-1] < pe  # i < p
@@ -69,16 +70,16 @@ def is_cliff(l: Tensor, p: Tensor | int, q: int) -> Tensor:
     return inc_ok & plat_ok & desc_ok
 
 
-def window_mass(l: Tensor, p: Tensor | int, q: int) -> Tensor:
-    """``Σ_{i=p}^{p+q} softmax(l)_i``: the attention mass on the key and its anchors (Thm. 3's window).
+def window_mass(scores: Tensor, p: Tensor | int, q: int) -> Tensor:
+    """``Σ_{i=p}^{p+q} softmax(scores)_i``: the attention mass on the key and its anchors (Thm. 3's window).
 
     Args:
-        l: ``(..., L)`` scores; p: key position, 1-based; q: anchors.
+        scores: ``(..., L)``, Def. 3's ``l``; p: key position, 1-based; q: anchors.
     Returns:
         ``(...)`` float64.
     """
-    l, p = _check(l, p, q)
-    pos = torch.arange(1, l.shape[-1] + 1)
+    scores, p = _check(scores, p, q)
+    pos = torch.arange(1, scores.shape[-1] + 1)
     pe = p[..., None]
-    w = torch.softmax(l.double(), -1)
+    w = torch.softmax(scores.double(), -1)
     return (w * ((pos >= pe) & (pos <= pe + q))).sum(-1)

@@ -485,7 +485,7 @@ def _finish(
     img: tuple[Tensor, Tensor], aud: tuple[Tensor, Tensor], cfg: AVDigitsConfig, seed: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Corrupt and normalise (App. I.1) the clean [0, 1] train/test arrays of both modalities."""
-    out = []
+    out: list[Tensor] = []
     for name, (train, test) in (("image", img), ("audio", aud)):
         train = corrupt(train, cfg.noise, _generator(seed, f"avdigits-noise-{name}-train"))
         test = corrupt(test, cfg.noise, _generator(seed, f"avdigits-noise-{name}-test"))

@@ -260,6 +260,8 @@ def _sample_from_kernels(kernels: torch.Tensor, u: torch.Tensor, init: str, pi: 
             return first
         s0 = (first * V ** torch.arange(k - 1, -1, -1, device=u.device)).sum(-1)
     else:
+        if pi is None:
+            raise ValueError("pi: the stationary init needs the stationary laws")
         # Inverse CDF of pi; counting cdf[:-1] <= u keeps the index in range despite rounding.
         cdf = pi.cumsum(-1)[..., :-1]
         s0 = (u[..., 0, None] >= cdf).sum(-1)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, overload
 
 import torch
 from pydantic import Field, model_validator
@@ -110,6 +110,14 @@ class TopicsConfig(Config):
 
 # ----------------------------------------------------------------------------------------------
 # Ground truth: topics of words, word and masked-token distributions (Def. 1, Assumption 1, F.17)
+
+
+@overload
+def topic_of(i: int, v: int) -> int: ...
+
+
+@overload
+def topic_of(i: Tensor, v: int) -> Tensor: ...
 
 
 def topic_of(i: int | Tensor, v: int) -> int | Tensor:

@@ -155,7 +155,8 @@ def z_quadrature(task: MultiModalPrompts, n_quad: int | None = None) -> tuple[np
         m_sq = (m_sq[:, None] + r[None, :] ** 2).ravel()
         w = (w[:, None] * wr[None, :]).ravel()
     z = 1.0 + m_sq
-    z.setflags(write=False), w.setflags(write=False)  # cached: shared between callers
+    z.setflags(write=False)  # cached: shared between callers
+    w.setflags(write=False)
     return z, w
 
 

@@ -104,6 +104,8 @@ def set_theta_pi(model: GPT, p: float, q: float, others: Others = "zero") -> GPT
         raise ValueError("θ_π is constructed for the Sec. 2 model (arch='sec2')")
     if others not in ("zero", "keep"):
         raise ValueError(f"others must be 'zero' or 'keep', got {others!r}")
+    if model.b is None:
+        raise ValueError("θ_π sets the output bias b: the model needs one (has_head_bias)")
     with torch.no_grad():
         if others == "zero":
             for prm in model.parameters():

@@ -142,7 +142,7 @@ class FixedDataset:
         for s in self.seeds:
             g = generators([self.data_seeds.get(s, s)], DATASET, "cpu")[0]
             splits = {k: dict(v) for k, v in self.make(g, "cpu").items()}
-            if self.prepare_once:
+            if self.prepare_once and self.objective is not None:  # __init__: prepare_once needs the objective
                 splits = {
                     k: self.objective.prepare({n: t.unsqueeze(0) for n, t in v.items()}, [g]).as_dict()
                     for k, v in splits.items()

@@ -122,5 +122,5 @@ def stopping(
         yield policy
     finally:
         _active = previous
-        for sig, handler in old.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        for signum, handler in old.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)

@@ -46,6 +46,7 @@ measurements holds these; verdicts are the judged groups', and the notes and the
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -337,7 +338,7 @@ class MarkovBridge(Experiment[MarkovBridgeConfig]):
                     Fit(
                         cell_arm(p, q, budget),
                         Trainer(cfg.arm_train(budget), ctx.device, ctx.progress, label=f"({p:g}, {q:g}) {budget} its"),
-                        lambda s, m=mcfg: GPT(m, s),
+                        partial(GPT, mcfg),
                         seeds,
                         MarkovChain(p, q),
                     )

@@ -212,13 +212,15 @@ def canonical_init_(model: GPT, theta: torch.Tensor) -> GPT:
     Returns: ``model`` (modified in place).
     """
     mc = model.cfg
-    if mc.arch != "sec2" or mc.layers != 1 or not mc.tie_weights or model.wpe is None:
-        raise ValueError("canonical_init_ needs the Sec. 2 single-layer model with tied weights and absolute positions")
+    mlp = model.blocks[0].mlp
+    if mc.arch != "sec2" or mc.layers != 1 or not mc.tie_weights or model.wpe is None or mlp is None:
+        raise ValueError(
+            "canonical_init_ needs the Sec. 2 single-layer model with tied weights, absolute positions and an MLP"
+        )
     th = torch.as_tensor(theta, dtype=torch.float64)
     if th.shape != (model.members, 2):
         raise ValueError(f"theta must be ({model.members}, 2), got {tuple(th.shape)}")
     d, r = mc.d, mc.mlp_ratio * mc.d
-    mlp = model.blocks[0].mlp
     with torch.no_grad():
         for m, g in enumerate(generators(model.seeds, _ALPHA_STREAM)):
             alpha = (torch.randint(0, 2, (d,), generator=g).double() * 2 - 1) / math.sqrt(d)

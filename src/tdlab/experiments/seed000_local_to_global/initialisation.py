@@ -18,6 +18,7 @@ for p + q < 1 Thm. 8 predicts a global minimum (the entropy rate).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -254,7 +255,7 @@ class MarkovInit(Experiment[MarkovInitConfig]):
         for arm in self.arms(cfg):
             mcfg = cfg.arm_model(arm.arch, arm.init)
             trainer = Trainer(cfg.train, ctx.device, ctx.progress, label=arm.name)
-            ctx.fit(arm.name, trainer, lambda s, m=mcfg: GPT(m, s), seeds, task)
+            ctx.fit(arm.name, trainer, partial(GPT, mcfg), seeds, task)
 
     def trivial_error(self, cfg: MarkovInitConfig, arm: str) -> float:
         return float(np.log(2))  # the uniform predictor over {0, 1}

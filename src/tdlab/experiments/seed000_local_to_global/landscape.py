@@ -511,14 +511,14 @@ class MarkovLandscape(FlowExperiment[LandscapeConfig]):
             th0, fin = A["random_theta0"][0], A["random_final"][0]
             reached = ml.classify_critical(fin, p, q, atol=cfg.limit_atol).numpy()
             pred = ml.predict_basin(th0, p, q).numpy()
-            th0 = th0.numpy()
+            start = th0.numpy()
             for kind in (CK.GLOBAL_MIN, CK.LOCAL_MIN):
                 sel = reached == int(kind)
                 ax.scatter(
-                    th0[sel, 1], th0[sel, 0], s=3, color=KIND_COLOR[int(kind)], label=f"θ₀ → {kind.name.lower()}"
+                    start[sel, 1], start[sel, 0], s=3, color=KIND_COLOR[int(kind)], label=f"θ₀ → {kind.name.lower()}"
                 )
             bad = reached != pred
-            ax.scatter(th0[bad, 1], th0[bad, 0], s=40, marker="x", color="k", label=f"disagree ({int(bad.sum())})")
+            ax.scatter(start[bad, 1], start[bad, 0], s=40, marker="x", color="k", label=f"disagree ({int(bad.sum())})")
             ax.set(
                 xlim=wlim,
                 ylim=(-elim, elim),

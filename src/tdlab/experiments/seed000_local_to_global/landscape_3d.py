@@ -273,9 +273,8 @@ class MarkovLandscape3D(FlowExperiment[Landscape3Config]):
                 p, q = c.p, c.q
                 A = run.arrays(chain_arm(p, q))
                 for m in range(min(cfg.members, 2)):
-                    tr = A[key][m]
-                    codes = ml.classify_critical(tr[-1], p, q, atol=max(cfg.limit_atol, 1e-2)).numpy()
-                    tr = tr.numpy()
+                    codes = ml.classify_critical(A[key][m][-1], p, q, atol=max(cfg.limit_atol, 1e-2)).numpy()
+                    tr = A[key][m].numpy()
                     for ax, (i, j) in zip(row, pairs, strict=True):
                         for k in range(tr.shape[1]):
                             col = KIND_COLOR[int(codes[k])]

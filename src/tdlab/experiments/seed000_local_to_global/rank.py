@@ -75,6 +75,7 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.claims.declare import Horizon, Kind, Provenance
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
@@ -276,11 +277,11 @@ def _rank_claim(
     id: str,
     statement: str,
     *,
-    horizon: str = "convergence",
+    horizon: Horizon = "convergence",
     stage: Stage | None = AT_A_MINIMUM,
     quantity: str = "σ₂/σ₁ of the trained matrix (members' mean, t-interval; the drift of its recorded "
     "trajectory over the last tenth of the learning-rate integral)",
-    kind: str = "paper",
+    kind: Kind = "paper",
     tolerance: str = "claims.ratio_max",
 ) -> ClaimSpec:
     """ "Approximately rank one": σ₂/σ₁ ≈ 0 (App. C: exactly rank one) within ``tolerance``."""
@@ -298,7 +299,7 @@ def _rank_claim(
     )
 
 
-def _along_e_claim(id: str, statement: str, quantity: str, stage: Stage, horizon: str = "convergence") -> ClaimSpec:
+def _along_e_claim(id: str, statement: str, quantity: str, stage: Stage, horizon: Horizon = "convergence") -> ClaimSpec:
     """A singular vector (or direction) "same as the embedding vector": |cos| ≈ 1 within 1 − cos_min."""
     return ClaimSpec(
         id,
@@ -550,7 +551,7 @@ class MarkovRank(Experiment[MarkovRankConfig]):
 
     # ------------------------------------------------------------------------------------------
     @staticmethod
-    def _provenance(cfg: MarkovRankConfig, arm: str) -> str:
+    def _provenance(cfg: MarkovRankConfig, arm: str) -> Provenance:
         """``seed`` for the standard arm under AdamW (Table 2); ``ours`` for SGD at our step size and for
         the rank-one arm (our init)."""
         return "seed" if arm == "standard" and cfg.train.optimizer == "adamw" else "ours"
@@ -748,53 +749,61 @@ class MarkovRank(Experiment[MarkovRankConfig]):
         c, p, q = cfg.claims, cfg.task.p, cfg.task.q
         s = app_c_structure(state)
         side = 1.0 if p + q < 1 else -1.0
-        kw = {"arms": [arm], "provenance": self._provenance(cfg, arm), "context": {"arm": arm}}
-        out.row(
+        prov, ctx = self._provenance(cfg, arm), {"arm": arm}
+
+        def row(claim: str, key: str, value: Any, label: str) -> None:
+            out.row(claim, key, value, arms=[arm], provenance=prov, context=ctx, label=label)
+
+        row(
             "app-c-positions-along-e",
             arm,
             -s["position_cos"],
             label=f"{arm}: -cos(mean_n p_n, e) ≥ {c.cos_min:g}",
-            **kw,
         )
-        out.row(
-            "app-c-positions-half-e", arm, s["position_ratio"], label=f"{arm}: p/e = -<mean p_n, e>/|e|² ≈ 1/2", **kw
+        row(
+            "app-c-positions-half-e",
+            arm,
+            s["position_ratio"],
+            label=f"{arm}: p/e = -<mean p_n, e>/|e|² ≈ 1/2",
         )
-        out.row(
+        row(
             "app-c-positions-constant",
             arm,
             s["position_spread"],
             label=f"{arm}: spread of p_n over positions / |mean p_n| ≤ {c.position_spread_max:g}",
-            **kw,
         )
-        out.row(
+        row(
             "app-c-w2-transpose-w1",
             arm,
             side * s["w2_w1t_cos"],
             label=f"{arm}: cos_F(W_2, {'+' if side > 0 else '-'}W_1^T) ≥ {c.cos_min:g} (p+q{'<' if side > 0 else '>'}1)",
-            **kw,
         )
-        out.row("app-c-attention-off", arm, s["attention_gain"], label=f"{arm}: α^T W_O W_V α ≈ 0", **kw)
+        row("app-c-attention-off", arm, s["attention_gain"], label=f"{arm}: α^T W_O W_V α ≈ 0")
         if arm == "standard":
-            out.row(
-                "app-c-wo-wv-rank-one", arm, s["wo_wv_ratio"], label=f"{arm}: σ₂/σ₁ of W_O W_V ≤ {c.ratio_max:g}", **kw
+            row(
+                "app-c-wo-wv-rank-one",
+                arm,
+                s["wo_wv_ratio"],
+                label=f"{arm}: σ₂/σ₁ of W_O W_V ≤ {c.ratio_max:g}",
             )
-            out.row(
+            row(
                 "app-c-wo-wv-along-e",
                 arm,
                 s["wo_wv_left_cos"],
                 label=f"{arm}: |cos(u_1(W_O W_V), e)| ≥ {c.cos_min:g}",
-                **kw,
             )
-            out.row(
-                "app-c-wq-wk-rank-one", arm, s["qk_ratio"], label=f"{arm}: σ₂/σ₁ of W_Q^T W_K ≤ {c.ratio_max:g}", **kw
+            row(
+                "app-c-wq-wk-rank-one",
+                arm,
+                s["qk_ratio"],
+                label=f"{arm}: σ₂/σ₁ of W_Q^T W_K ≤ {c.ratio_max:g}",
             )
             for side_name, key in (("left", "qk_left_cos"), ("right", "qk_right_cos")):
-                out.row(
+                row(
                     "app-c-wq-wk-along-e",
                     f"{arm}/{side_name}",
                     s[key],
                     label=f"{arm}: |cos({'u' if side_name == 'left' else 'v'}_1(W_Q^T W_K), e)| ≥ {c.cos_min:g}",
-                    **kw,
                 )
         return {k: v.tolist() for k, v in s.items()}
 

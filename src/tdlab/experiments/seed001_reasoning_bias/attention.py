@@ -182,6 +182,8 @@ def layer2_rows(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
         check); ``pos_scores (E, B, L−1)`` = ``q_L (W^pos_{1..L−1} W^K)^T/√d_k``; ``pattern1 (E, B, L, L)``
         layer 1's attention.
     """
+    if model.wpe is None:
+        raise ValueError("the positional scores need learned absolute positions (model.wpe)")
     L = tokens.shape[-1]
     names = ["blocks.0.out", "blocks.0.attn.pattern", "blocks.1.attn.pattern"]
     _, cache = model.run_with_cache(tokens, names=names)
@@ -225,7 +227,9 @@ def wv_flow(
     F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape).mean(
         1
     ).sum().backward()
-    flow = -model.blocks[0].attn.W_V.weight.grad.detach()
+    grad = model.blocks[0].attn.W_V.weight.grad
+    assert grad is not None  # backward() above reaches W^V
+    flow = -grad.detach()
     model.zero_grad()
     return wv_spectrum(flow, emb, rsn, mem)
 
@@ -242,9 +246,9 @@ def value_tags(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
     A = cache["blocks.0.attn.pattern"][:, :, 0].double()  # (E, B, L, L)
     W = model.blocks[0].attn.W_V.weight.detach().double()  # (E, d_k, d_m): torch's, the paper's transposed
     word = torch.stack([model.wte[e].detach().double()[tokens[e]] for e in range(tokens.shape[0])])  # (E, B, L, d_m)
-    O = torch.einsum("ebjk,ebkd,ecd->ebjc", A, word, W)
+    out = torch.einsum("ebjk,ebkd,ecd->ebjc", A, word, W)
     v = torch.linalg.svd(W, full_matrices=False)[0][:, :, 0]  # (E, d_k)
-    return {"norm": O.norm(dim=-1), "coord": torch.einsum("ebjc,ec->ebj", O, v)}
+    return {"norm": out.norm(dim=-1), "coord": torch.einsum("ebjc,ec->ebj", out, v)}
 
 
 def pair_share(x: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:

@@ -245,7 +245,7 @@ class AnchorsBias(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
     )
     # its own config; the experiments built on the γ-sweep (AnchorsBias[TheirConfig]) set theirs
     Config = AnchorsBiasConfig  # type: ignore[assignment]
-    claims = CLAIMS
+    claims: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
     arm_fields: ClassVar[dict[str, str]] = {
         "model.init_gamma": "gammas=[...]",
         "model.vocab": "task.d_vob",

@@ -56,6 +56,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm
+from tdlab.claims.declare import Provenance
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import (
     Analysis,
@@ -463,7 +464,7 @@ class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
     def measure(self, cfg: AnchorsFlowsConfig, run: RunView) -> Measurements:
         f = self.flows(cfg, run)
         arm = GammaArms.arm(cfg.gamma)
-        prov = "seed" if math.isclose(cfg.gamma, SEED_GAMMA) else "ours"
+        prov: Provenance = "seed" if math.isclose(cfg.gamma, SEED_GAMMA) else "ours"
         tol = small_init_tolerance(cfg)
         out = Measurements({"tolerance_d_m^-gamma": tol, "flows": {f"t={t:g}": v for t, v in f.items()}})
         for t, m in f.items():

@@ -27,6 +27,7 @@ Arms: ``groups`` (a), ``mem1`` and ``mem2`` (b); every arm's accuracy and loss a
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -35,6 +36,7 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Stage, assess_arm
+from tdlab.claims.declare import Provenance
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
@@ -291,7 +293,7 @@ class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
                     eval_batch=cfg.schedule.eval_batch,
                 )
                 trainer = Trainer(tcfg, ctx.device, ctx.progress, label=arm, objective=LastPosition())
-                fits.append(Fit(arm, trainer, lambda s, m=cfg.model_for(task.cfg): GPT(m, s), seeds, data))
+                fits.append(Fit(arm, trainer, partial(GPT, cfg.model_for(task.cfg)), seeds, data))
             ctx.fit_all(fits)  # the arms train at once on one-thread lanes
 
     # ---- health: the loss on the training sequences (memory tasks have no held-out set) ---------
@@ -398,7 +400,7 @@ class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
             evidence="snapshot loss on the training sequences vs the group-blind label marginal's, nats",
         )
         early = float(np.mean(acc_snap)) <= c.early_acc_max
-        provenance = "seed" if early else "ours"
+        provenance: Provenance = "seed" if early else "ours"
         when = f"epoch {cfg.groups_epochs}, accuracy {np.mean(acc_snap):.3f}" + (
             "" if early else f" > {c.early_acc_max:g} (t): not the seed's early stage"
         )

@@ -45,11 +45,11 @@ class AnchorsLowrankConfig(ProbeConfig):
 def weight_matrices(arrays: dict[str, torch.Tensor], layers: int) -> dict[str, torch.Tensor]:
     """``{paper name: (E, m, n)}`` of the matrices of Fig. 13, read from stored GPT arrays."""
     out = {"W^emb": arrays["wte"], "W^pos": arrays["wpe"]}
-    for l in range(layers):
+    for layer in range(layers):
         for k in ("Q", "K", "V", "O"):
-            out[f"W^{k} (layer {l + 1})"] = arrays[f"blocks.{l}.attn.W_{k}.weight"]
-        out[f"W^f1 (layer {l + 1})"] = arrays[f"blocks.{l}.mlp.W_1.weight"]
-        out[f"W^f2 (layer {l + 1})"] = arrays[f"blocks.{l}.mlp.W_2.weight"]
+            out[f"W^{k} (layer {layer + 1})"] = arrays[f"blocks.{layer}.attn.W_{k}.weight"]
+        out[f"W^f1 (layer {layer + 1})"] = arrays[f"blocks.{layer}.mlp.W_1.weight"]
+        out[f"W^f2 (layer {layer + 1})"] = arrays[f"blocks.{layer}.mlp.W_2.weight"]
     if "lm_head" in arrays:
         out["W^out"] = arrays["lm_head"]
     return out

@@ -169,7 +169,7 @@ def reasoning_theory_cosines(task: Anchors) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def _pairs(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return tuple(torch.triu_indices(n, n, 1))  # type: ignore[return-value]
+    return tuple(torch.triu_indices(n, n, 1))
 
 
 def pair_spearman(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -57,6 +57,7 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm
+from tdlab.claims.declare import Provenance
 from tdlab.config import Config, ConfigError
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register, snapshot_arm
@@ -625,7 +626,7 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
         c = cfg.claims
         P, S = SOURCES
         tag = f" [{STANDIN_LABEL}]" if cfg.data.standin else ""
-        data_prov = "ours" if cfg.data.standin else "seed"
+        data_prov: Provenance = "ours" if cfg.data.standin else "seed"
         main, ctrl = out.values[GammaArms.arm(c.main_gamma)], out.values[GammaArms.arm(c.control_gamma)]
         a_main, a_ctrl = GammaArms.arm(c.main_gamma), GammaArms.arm(c.control_gamma)
         claim = "fig1-prontoqa-loss-falls-faster"
@@ -739,9 +740,9 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
                         f"{np.mean(cw[P]):.3f} vs stories {np.mean(cw[S]):.3f}"
                     )
             notes.append("; ".join(line) + " (seed means; the seed, Fig. 6: 0.123 vs 0.531).")
-        line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TEXT, SEED_EPOCHS_TEXT)
-        if line:
-            notes.append(line)
+        reading = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TEXT, SEED_EPOCHS_TEXT)
+        if reading:
+            notes.append(reading)
         return notes
 
     @staticmethod

@@ -263,15 +263,10 @@ class IclUnrestricted(RegressionArms, Experiment[UnrestrictedConfig]):
                 for param in cfg.params:
                     arm = self.arm(param, sigma)
                     finished = ctx.done(arm)
-                    build = lambda s, p=param, sg=sigma: LCA(
-                        task.d,
-                        cfg.depth,
-                        s,
-                        param=p,
-                        alpha0=a_star,
-                        sigma_init=sg,
-                        dtype=torch.float64,
-                    )
+
+                    def build(s, p=param, sg=sigma):
+                        return LCA(task.d, cfg.depth, s, param=p, alpha0=a_star, sigma_init=sg, dtype=torch.float64)
+
                     trainer = RegressionTrainer(cfg.train, ctx.device, ctx.progress, label=arm, cache=cache)
                     result = ctx.fit(arm, trainer, build, seeds, task)
                     if finished is not None:

@@ -90,7 +90,9 @@ def record_stage(
     )
 
 
-def stage_leaves_room(lower: Sequence[float], upper: Sequence[float], share: float, tol: float) -> bool:
+def stage_leaves_room(
+    lower: Sequence[float] | np.ndarray, upper: Sequence[float] | np.ndarray, share: float, tol: float
+) -> bool:
     """Whether a member at the stage boundary is still more than ``tol`` above the order-``k``
     estimator, i.e. whether a reach claim with tolerance ``tol`` can still fail past the stage."""
     gap = float(np.mean(np.asarray(lower, float) - np.asarray(upper, float)))

@@ -46,6 +46,7 @@ step ``probe_loss`` and ``est_loss_order{j}`` (j = 0..k) on ``probe.sequences`` 
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -349,7 +350,7 @@ class MarkovICLDepth(Experiment[MarkovICLDepthConfig]):
                 Fit(
                     arm,
                     Trainer(cfg.train, ctx.device, ctx.progress, label=arm),
-                    lambda s, m=mcfg: GPT(m, s),
+                    partial(GPT, mcfg),
                     seeds,
                     InContextMarkov(k, 2, cfg.alpha),
                 )

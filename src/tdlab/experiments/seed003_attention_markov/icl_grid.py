@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from functools import partial
 from pathlib import Path
 from typing import ClassVar, Literal, TypeVar
 
@@ -161,7 +162,7 @@ class ICLGrid(Experiment[GridConfigT]):
                 Fit(
                     arm,
                     Trainer(cfg.train, ctx.device, ctx.progress, label=arm),
-                    lambda s, m=cfg.cell_model(family, depth, heads): GPT(m, s),
+                    partial(GPT, cfg.cell_model(family, depth, heads)),
                     seeds,
                     InContextMarkov(k, 2, cfg.alpha),
                 )

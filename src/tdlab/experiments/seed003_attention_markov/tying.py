@@ -42,6 +42,7 @@ Two parts, both on seed 000's Sec. 2 model (``GPT(arch="sec2")``, ``tie_weights`
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -50,6 +51,7 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.claims.declare import Provenance
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
@@ -372,7 +374,7 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
                     Fit(
                         arm,
                         Trainer(cfg.train, ctx.device, ctx.progress, label=arm),
-                        lambda s, m=cfg.arm_model(tied): GPT(m, s),
+                        partial(GPT, cfg.arm_model(tied)),
                         seeds,
                         MarkovChain(p, q),
                     )
@@ -447,7 +449,7 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
             tag = chain_tag(p, q)
             c = th.switching_curvature(p, q)
             pi0, pi1 = stationary(p, q)
-            prov = "seed" if p + q > 1 else "ours"  # the theorem's hypothesis is p + q > 1
+            prov: Provenance = "seed" if p + q > 1 else "ours"  # the theorem's hypothesis is p + q > 1
             ctx = {"p": p, "q": q}
 
             def get(t: str, name: str, only: str | None = None, p: float = p, q: float = q) -> list[float]:
@@ -517,7 +519,7 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
                     )
                 elif c != 0:
                     # the talk's saddle: untied, p + q > 1; a saddle tied or untied below the line is ours
-                    sprov = "seed" if (not tied and p + q > 1) else "ours"
+                    sprov: Provenance = "seed" if (not tied and p + q > 1) else "ours"
                     out.row(
                         "theta-pi-saddle",
                         f"{tag}/{t}/hessian-negative",

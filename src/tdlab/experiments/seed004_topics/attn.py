@@ -51,6 +51,7 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.claims.declare import Provenance
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, RunContext, register
 from tdlab.experiments.seed004_topics.training import (
@@ -94,7 +95,7 @@ __all__ = [
 ATTN = ("attn_sw", "attn_st", "attn_dt")  # metric names of a_sw, a_st, a_dt
 HELDOUT = "heldout-attention"  # the random stream of the held-out documents (tdlab.seeding purpose)
 NORM_LEN = 100  # G.3: "normalize the sentence length to 100"
-MODEL = {"onehot": True}  # in the profiles too, so that --set model.x merges into it
+MODEL: dict[str, Any] = {"onehot": True}  # in the profiles too, so that --set model.x merges into it
 KINDS = ("block", "diagonal", "mixed", "unstructured")
 
 # App. G.2, Table 3 (block-wise W^V, CE, one-hot): mean ± std over 3 runs ("SGD 0.01": 1 run, no std).
@@ -235,7 +236,7 @@ def member_lrs(cfg: TopicsAttnConfig, optimizer: str) -> list[float]:
     return out
 
 
-def classify(u: np.ndarray, z: np.ndarray, claims: AttnClaims = AttnClaims()) -> np.ndarray:
+def classify(u: np.ndarray, z: np.ndarray, claims: AttnClaims | None = None) -> np.ndarray:
     """Each member's ``W^V`` pattern: ``"block"``, ``"diagonal"``, ``"mixed"`` or ``"unstructured"``.
 
     Args:
@@ -244,6 +245,7 @@ def classify(u: np.ndarray, z: np.ndarray, claims: AttnClaims = AttnClaims()) ->
     Returns:
         ``(E,)`` array of class names (module docstring for the rule); NaN statistics are ``"unstructured"``.
     """
+    claims = AttnClaims() if claims is None else claims
     u, z = np.asarray(u, dtype=float), np.asarray(z, dtype=float)
     structured = np.isfinite(u) & (z >= claims.z_min)
     out = np.full(u.shape, "unstructured", dtype=object)
@@ -431,43 +433,48 @@ class TopicsAttn(Experiment[TopicsAttnConfig]):
                 if keep.any():
                     record_gap_stage(out, s.group(kind), s.loss[keep], triv, opt, c.gap_share)
             sw, st, dt = s.of("block")
-            prov = "seed" if s.name in TABLE3 else "ours"
-            row = {"arms": [s.group("block")], "provenance": prov, "context": {"setting": s.name, "class": "block"}}
+            prov: Provenance = "seed" if s.name in TABLE3 else "ours"
+            arms, ctx = [s.group("block")], {"setting": s.name, "class": "block"}
             with np.errstate(divide="ignore", invalid="ignore"):
                 out.row(
                     CLAIMS[0].id,
                     s.name,
                     Sample(st / dt),
-                    **row,
+                    arms=arms,
+                    provenance=prov,
+                    context=ctx,
                     label=f"{s.name}: a_st / a_dt ≥ {c.st_over_dt_min} ({len(st)} block members)",
                 )
                 out.row(
                     CLAIMS[1].id,
                     s.name,
                     Sample(((v - 1) * st + sw) / (v * dt)),
-                    **row,
+                    arms=arms,
+                    provenance=prov,
+                    context=ctx,
                     label=f"{s.name}: ((v − 1) a_st + a_sw) / (v a_dt) > 1 ({len(st)} block members)",
                 )
             sw, st, dt = s.of("diagonal")
             if s.name in table4 or len(sw):
-                row = {
-                    "arms": [s.group("diagonal")],
-                    "provenance": "seed" if s.name in TABLE4 else "ours",
-                    "context": {"setting": s.name, "class": "diagonal"},
-                }
+                prov = "seed" if s.name in TABLE4 else "ours"
+                arms, ctx = [s.group("diagonal")], {"setting": s.name, "class": "diagonal"}
                 with np.errstate(divide="ignore", invalid="ignore"):
                     out.row(
                         CLAIMS[2].id,
                         s.name,
                         Sample(np.minimum(sw / dt, dt / st)),
-                        **row,
+                        arms=arms,
+                        provenance=prov,
+                        context=ctx,
                         label=f"{s.name}: min(a_sw / a_dt, a_dt / a_st) > 1 ({len(sw)} diagonal members)",
                     )
                     out.row(
                         CLAIMS[3].id,
                         s.name,
                         Sample(st / sw),
-                        **row,
+                        arms=arms,
+                        provenance=prov,
+                        context=ctx,
                         label=f"{s.name}: a_st / a_sw < λ5 = {_lambda5(cfg):.4f} ({len(sw)} diagonal members)",
                     )
             entry = {

@@ -39,10 +39,12 @@ Monte Carlo matches the closed forms at small (T, v, τ).
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -68,6 +70,8 @@ __all__ = [
 ]
 
 MC_ARM = "monte-carlo"
+# the two readings of λ1 / λ4 (the theorems' proof, their statement)
+VERSIONS: tuple[Literal["proof", "statement"], ...] = ("proof", "statement")
 
 
 def tau_arm(tau: int) -> str:
@@ -120,7 +124,7 @@ class TopicsLandscapeConfig(ExperimentConfig):
     def _taus(cls, v: tuple[int, ...]) -> tuple[int, ...]:
         if not v:
             raise ValueError("taus must list at least one τ")
-        if any(b <= a for a, b in zip(v, v[1:])):
+        if any(b <= a for a, b in itertools.pairwise(v)):
             raise ValueError(f"taus must be strictly increasing, got {list(v)}")
         return v
 
@@ -173,7 +177,9 @@ def _lam(cfg: TopicsLandscapeConfig) -> dict[str, float]:
     }
 
 
-def thm_interval(cfg: TopicsLandscapeConfig, kind: str, ver: str, tau: int) -> tuple[float, float]:
+def thm_interval(
+    cfg: TopicsLandscapeConfig, kind: str, ver: Literal["statement", "proof"], tau: int
+) -> tuple[float, float]:
     """Thm. 3's (λ1(τ − 1), λ2 T) (``kind="thm3"``) or Thm. 5's (λ3 τ, λ4 T), with λ1 / λ4 of ``ver``."""
     if kind == "thm3":
         return tl.thm3_interval(cfg.T, tau, cfg.masking, ver)
@@ -255,7 +261,7 @@ CLAIMS = (
         horizon="static",
         learning_required=False,
     ),
-    *(_interval_spec("thm3", ver) for ver in ("proof", "statement")),
+    *(_interval_spec("thm3", ver) for ver in VERSIONS),
     ClaimSpec(
         "diag-beta-star-increasing",
         "Fig. 7 / Thm. 5: with diagonal W^V the optimal β grows with τ",
@@ -279,7 +285,7 @@ CLAIMS = (
         horizon="static",
         learning_required=False,
     ),
-    *(_interval_spec("thm5", ver) for ver in ("proof", "statement")),
+    *(_interval_spec("thm5", ver) for ver in VERSIONS),
     ClaimSpec(
         "diag-min-below-uniform",
         "Fig. 7: with diagonal W^V the minimal loss is below the loss at uniform attention L(1, 1)",
@@ -484,7 +490,7 @@ class TopicsLandscape(Experiment):
                     "remark5_diagonal": t64(res["diagonal"][0][n:]).view(-1, 3),
                 }
             )
-            rows += [(i, e, "mc_rel_dev", (x - c) / c) for i, (x, c) in enumerate(zip(est, exact))]
+            rows += [(i, e, "mc_rel_dev", (x - c) / c) for i, (x, c) in enumerate(zip(est, exact, strict=True))]
         ctx.record(MC_ARM, FitResult(rows=rows, states=states))
 
     # ---- measure ----------------------------------------------------------------------------------
@@ -495,7 +501,6 @@ class TopicsLandscape(Experiment):
         m, T, v = cfg.masking, cfg.T, cfg.v
         lam = _lam(cfg)
         out = Measurements({"lambdas": lam})
-        det = {"deterministic": True}
         s = lambda x: float(x.reshape(-1)[0])  # noqa: E731  (stored scalars carry a member axis of 1)
         lg = {}  # τ -> (log10 γ*, its half-width), (log10 β*, its half-width)
         for tau in cfg.taus:
@@ -506,33 +511,34 @@ class TopicsLandscape(Experiment):
             out.row(
                 "block-map-case-terms-match-gamma-form",
                 arm,
-                Sample((dev,), **det),
+                Sample((dev,), deterministic=True),
                 context=ctx,
                 label=f"τ={tau}: max |L(α,β) − L_γ(γ)|/L_γ = {dev:.2e}",
             )
             g, g_loss = s(a["gamma_star"]), s(a["gamma_star_loss"])
-            dg = flat_halfwidth(lambda x: float(tl.block_loss_gamma(x, T, v, tau, m)), g, cfg.flat_rel)
+            # flat_halfwidth calls each lambda below before it returns, within this iteration: B023 does not apply
+            dg = flat_halfwidth(lambda x: float(tl.block_loss_gamma(x, T, v, tau, m)), g, cfg.flat_rel)  # noqa: B023
             g_res = 2 * g * (10**dg - 1)
             out.row(
                 "block-gamma-star-above-1",
                 arm,
-                Sample((g,), resolution=g_res, **det),
+                Sample((g,), resolution=g_res, deterministic=True),
                 context=ctx,
                 label=f"τ={tau}: γ* = {g:.4g} > 1",
             )
             al, be, dl = s(a["diag_alpha_star"]), s(a["diag_beta_star"]), s(a["diag_star_loss"])
-            db = flat_halfwidth(lambda x: float(tl.diagonal_loss(al, x, T, v, tau, m)), be, cfg.flat_rel)
-            da = flat_halfwidth(lambda x: float(tl.diagonal_loss(x, be, T, v, tau, m)), al, cfg.flat_rel)
+            db = flat_halfwidth(lambda x: float(tl.diagonal_loss(al, x, T, v, tau, m)), be, cfg.flat_rel)  # noqa: B023
+            da = flat_halfwidth(lambda x: float(tl.diagonal_loss(x, be, T, v, tau, m)), al, cfg.flat_rel)  # noqa: B023
             for kind, x, half, name in (
                 ("thm3", g, dg, "block-gamma-star-in-thm3"),
                 ("thm5", be, db, "diag-beta-star-in-thm5"),
             ):
-                for ver in ("proof", "statement"):
+                for ver in VERSIONS:
                     lo, hi = thm_interval(cfg, kind, ver, tau)
                     out.row(
                         f"{name}{'' if ver == 'proof' else '-as-stated'}",
                         arm,
-                        Sample((log_margin(x, lo, hi),), resolution=2 * half, **det),
+                        Sample((log_margin(x, lo, hi),), resolution=2 * half, deterministic=True),
                         context=ctx,
                         label=f"τ={tau}: {x:.5g} in ({lo:.4g}, {hi:.6g})",
                     )
@@ -548,7 +554,7 @@ class TopicsLandscape(Experiment):
                     resolution=0.0 if edge else 2 * ratio * (10 ** (da + db) - 1),
                     censored=(edge and ratio > lam["l5"],),
                     censor="below",
-                    **det,
+                    deterministic=True,
                 ),
                 context=ctx,
                 label=f"τ={tau}: α*/β* = {ratio:.3g}"
@@ -563,23 +569,28 @@ class TopicsLandscape(Experiment):
             out.row(
                 "diag-min-below-uniform",
                 arm,
-                Sample((dmin - u_d,), **det),
+                Sample((dmin - u_d,), deterministic=True),
                 context=ctx,
                 label=f"τ={tau}: min L = {dmin:.6f} vs L(1, 1) = {u_d:.6f}",
             )
-            out.row("uniform-attention-maps-agree", arm, Sample((abs(u_b - u_d) / abs(u_d),), **det), context=ctx)
+            out.row(
+                "uniform-attention-maps-agree",
+                arm,
+                Sample((abs(u_b - u_d) / abs(u_d),), deterministic=True),
+                context=ctx,
+            )
             bmin, gmin = float(block.min()), float(diag.min())
             out.row(
                 "refined-minimum-at-most-grid",
                 f"{arm}/block",
-                Sample(((g_loss - bmin) / abs(bmin),), **det),
+                Sample(((g_loss - bmin) / abs(bmin),), deterministic=True),
                 context=ctx,
                 label=f"τ={tau}: (L(γ*) − grid minimum)/|grid minimum| ≤ rounding",
             )
             out.row(
                 "refined-minimum-at-most-grid",
                 f"{arm}/diagonal",
-                Sample(((dl - gmin) / abs(gmin),), **det),
+                Sample(((dl - gmin) / abs(gmin),), deterministic=True),
                 context=ctx,
                 label=f"τ={tau}: (L(α*, β*) − grid minimum)/|grid minimum| ≤ rounding",
             )
@@ -611,16 +622,16 @@ class TopicsLandscape(Experiment):
                 "thm5_interval_proof": list(tl.thm5_interval(T, v, tau, m, "proof")),
                 "thm5_interval_statement": list(tl.thm5_interval(T, v, tau, m, "statement")),
             }
-        for t0, t1 in zip(cfg.taus, cfg.taus[1:]):
-            row, ctx = f"tau{t0}-tau{t1}", {"taus": f"{t0}-{t1}"}
-            for gid, j, x in (("block-gamma-star-increasing", 0, "γ*"), ("diag-beta-star-increasing", 1, "β*")):
+        for t0, t1 in itertools.pairwise(cfg.taus):
+            row, pair = f"tau{t0}-tau{t1}", {"taus": f"{t0}-{t1}"}
+            for gid, j, sym in (("block-gamma-star-increasing", 0, "γ*"), ("diag-beta-star-increasing", 1, "β*")):
                 (l0, d0), (l1, d1) = lg[t0][j], lg[t1][j]
                 out.row(
                     gid,
                     row,
-                    Sample((l1 - l0,), resolution=2 * (d0 + d1), **det),
-                    context=ctx,
-                    label=f"log10 {x}(τ={t1}) − log10 {x}(τ={t0}) = {l1 - l0:.4f}",
+                    Sample((l1 - l0,), resolution=2 * (d0 + d1), deterministic=True),
+                    context=pair,
+                    label=f"log10 {sym}(τ={t1}) − log10 {sym}(τ={t0}) = {l1 - l0:.4f}",
                 )
         self._measure_monte_carlo(cfg, run, out)
         out.values["grid_eval_s"] = {
@@ -733,7 +744,7 @@ class TopicsLandscape(Experiment):
             ),
         ):
             fig, axes = plt.subplots(1, n, figsize=(5.0 * n, 4.4), squeeze=False, layout="constrained")
-            for ax, tau in zip(axes[0], cfg.taus):
+            for ax, tau in zip(axes[0], cfg.taus, strict=True):
                 a = run.arrays(tau_arm(tau))
                 L = a[kind][0].numpy()
                 im = ax.imshow(L, origin="lower", extent=ext, aspect="auto", cmap="viridis")
@@ -771,7 +782,7 @@ class TopicsLandscape(Experiment):
                         mec="k",
                         label=f"(α*, β*) β*={be:.3g}",
                     )
-                    for ver, style in (("proof", ":"), ("statement", "--")):
+                    for ver, style in zip(VERSIONS, (":", "--"), strict=True):
                         b_lo, b_hi = tl.thm5_interval(cfg.T, cfg.v, tau, m, ver)
                         for b in (b_lo, b_hi):
                             if b > 0:
@@ -786,8 +797,8 @@ class TopicsLandscape(Experiment):
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
         for tau in cfg.taus:
             a = run.arrays(tau_arm(tau))
-            g, c = a["gamma_curve_g"][0].numpy(), a["gamma_curve"][0].numpy()
-            (line,) = ax.plot(g, c, label=f"τ = {tau}")
+            gammas, curve = a["gamma_curve_g"][0].numpy(), a["gamma_curve"][0].numpy()
+            (line,) = ax.plot(gammas, curve, label=f"τ = {tau}")
             gs = float(a["gamma_star"].reshape(-1)[0])
             ax.axvline(gs, color=line.get_color(), lw=0.8, ls="--")
         ax.set(

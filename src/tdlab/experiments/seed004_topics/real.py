@@ -317,7 +317,7 @@ def plot_real(cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: P
     from tdlab.report.figures import plt, save_figure
 
     paths = []
-    words = functools.reduce(operator.iadd, fig3_word_strings(run), [])
+    words: list[str] = functools.reduce(operator.iadd, fig3_word_strings(run), [])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
     for ax, which in zip(axes, ("trained", "untrained"), strict=True):
         try:

@@ -152,16 +152,16 @@ class WeightProbe:
         if id(model) != self._model:
             self._model, self._hist = id(model), {}
         out = {}
-        for l, blk in enumerate(model.blocks):
+        for layer, blk in enumerate(model.blocks):
             a = blk.attn
             for name, lin in (("norm_K", a.W_K), ("norm_Q", a.W_Q), ("norm_V", a.W_V)):
-                out[f"{name}/L{l}"] = lin.weight.detach().flatten(1).norm(dim=1)
+                out[f"{name}/L{layer}"] = lin.weight.detach().flatten(1).norm(dim=1)
             wv = a.W_V.weight.detach().flatten(1).double().clone()
-            h = self._hist.setdefault(l, deque(maxlen=self.lag + 1))
+            h = self._hist.setdefault(layer, deque(maxlen=self.lag + 1))
             h.append(wv)
             if len(h) == self.lag + 1:
                 cs = torch.nn.functional.cosine_similarity(h[0], h[-1], dim=1)
-                out[f"{ROTATION}/L{l}"] = (1.0 - cs) / 2.0
+                out[f"{ROTATION}/L{layer}"] = (1.0 - cs) / 2.0
         return out
 
 
@@ -230,33 +230,33 @@ class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
         out = Measurements({"corpus": run_info(run)})
         per_layer: dict[str, Any] = {}
         growth = []
-        for l in range(cfg.model.layers):
+        for layer in range(cfg.model.layers):
             steps, n = None, {}
             for name in NORMS:
-                steps, n[name] = self.curves(cfg, run, name, l)
+                steps, n[name] = self.curves(cfg, run, name, layer)
             lg = lags(steps, n["norm_K"], n["norm_Q"], n["norm_V"], c.half)
             growth.append(lg.growth)
             res = float(np.min(np.diff(steps))) / float(steps[-1] - steps[0])
             out.row(
                 CLAIMS[0].id,
-                f"L{l}",
+                f"L{layer}",
                 Sample(lg.lag, censored=lg.censored, resolution=res),
                 arms=[ARM],
-                context={"layer": l},
-                label=f"layer {l}: mean lag of W^K, W^Q behind W^V ≥ {c.lag_share:g} of the horizon",
+                context={"layer": layer},
+                label=f"layer {layer}: mean lag of W^K, W^Q behind W^V ≥ {c.lag_share:g} of the horizon",
             )
-            rs, r = self.curves(cfg, run, ROTATION, l)
+            rs, r = self.curves(cfg, run, ROTATION, layer)
             s1, s2 = rotation_means(rs, r, c.stage1_end, c.horizon)
             out.row(
                 CLAIMS[1].id,
-                f"L{l}",
+                f"L{layer}",
                 Sample(s1),
                 Sample(s2),
                 arms=[ARM],
-                context={"layer": l},
-                label=f"layer {l}: mean rotation of W^V over stage 1 > over stage 2",
+                context={"layer": layer},
+                label=f"layer {layer}: mean rotation of W^V over stage 1 > over stage 2",
             )
-            per_layer[f"L{l}"] = {
+            per_layer[f"L{layer}"] = {
                 "t_half_K": lg.t_k.tolist(),
                 "t_half_Q": lg.t_q.tolist(),
                 "t_half_V": lg.t_v.tolist(),
@@ -304,18 +304,18 @@ class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
         L = cfg.model.layers
         fig, axes = plt.subplots(4, L, figsize=(3.2 * L, 9), sharex=True, squeeze=False)
         labels = {"norm_K": "‖W^K‖_F", "norm_Q": "‖W^Q‖_F", "norm_V": "‖W^V‖_F", ROTATION: "rotation of W^V"}
-        for l in range(L):
+        for layer in range(L):
             for r, name in enumerate((*NORMS, ROTATION)):
-                ax = axes[r, l]
-                steps, v = self.curves(cfg, run, name, l)
+                ax = axes[r, layer]
+                steps, v = self.curves(cfg, run, name, layer)
                 for e in range(v.shape[0]):
                     ax.plot(steps, v[e], lw=0.9, alpha=0.8)
                 ax.axvline(cfg.claims.stage1_end, ls="--", c="k", lw=0.6)
-                if l == 0:
+                if layer == 0:
                     ax.set_ylabel(labels[name])
                 if r == 0:
-                    ax.set_title(f"layer {l}", fontsize=9)
-            axes[-1, l].set_xlabel("step")
+                    ax.set_title(f"layer {layer}", fontsize=9)
+            axes[-1, layer].set_xlabel("step")
         fig.suptitle(
             "Fig. 5 — W^K, W^Q, W^V norms and W^V rotation (1 − cos(W^V_t, W^V_t−10))/2, one curve per member "
             "(paper: stage 1 ≈ 0-100, stage 2 ≈ 100-400)",
