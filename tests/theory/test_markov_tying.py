@@ -129,3 +129,11 @@ def test_set_theta_pi_rejects_other_architectures():
         th.set_theta_pi(GPT(GPTConfig(arch="gpt2", d=4), [0]), 0.5, 0.8)
     with pytest.raises(ValueError):
         th.enumerate_chain(0.5, 0.5, 0)
+
+
+def test_theta_pi_on_a_model_without_the_output_bias_is_refused():
+    """θ_π sets b = log(p/q): a sec2 model built without it (head_bias=False) is refused in one line, not
+    with an AttributeError on None."""
+    m = GPT(GPTConfig(arch="sec2", d=3, max_len=8, head_bias=False), [0]).double()
+    with pytest.raises(ValueError, match="output bias b"):
+        th.set_theta_pi(m, 0.2, 0.3)
