@@ -9,7 +9,8 @@ writing is atomic with one file mode, and nothing is written into a finished run
   the size the file had when it was opened, and at most :data:`MAX_RUN_FILE_BYTES`, so ``/dev/zero``
   or a file that keeps growing cannot fill a disk.
 * **Atomic writes.** :func:`atomic_write`: temp file in the same folder + rename, mode
-  :func:`file_mode` (``0o666 & ~umask``, what ``open()`` gives a new file).
+  :func:`file_mode` (``0o666 & ~umask``, what ``open()`` gives a new file); a whole folder (a site) is
+  built aside and swapped in when complete (:func:`built_aside`).
 * **Where output may go.** A finished run directory (or a staging folder) is read-only to every
   command but ``tdlab run --resume`` and ``tdlab report``: :func:`enclosing_run` finds the run a path
   lies in; :func:`check_output_file` and :func:`check_output_folder` refuse such targets, device
@@ -23,9 +24,11 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
@@ -37,6 +40,7 @@ __all__ = [
     "CheckpointError",
     "RunDirError",
     "atomic_write",
+    "built_aside",
     "check_not_in_run",
     "check_output_file",
     "check_output_folder",
@@ -128,6 +132,37 @@ def atomic_write(path: Path, data: bytes | str) -> None:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _swap(staging: Path, target: Path) -> None:
+    """Put the finished ``staging`` folder in place of ``target`` (an earlier ``target`` is removed after)."""
+    if not (target.exists() or target.is_symlink()):
+        os.rename(staging, target)
+        return
+    old = staging.with_name(staging.name.replace(".building-", ".old-"))
+    os.rename(target, old)
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def built_aside(target: Path) -> Iterator[Path]:
+    """A new hidden folder beside ``target`` (mode :func:`folder_mode`) to build a whole folder in: swapped
+    in place of ``target`` when the block ends, removed when it raises (Ctrl-C included). A build that fails
+    or is interrupted leaves ``target`` as it was, or absent, never half built."""
+    target = Path(target)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.building-"))
+    try:
+        os.chmod(staging, folder_mode())  # mkdtemp's 0700 would make the folder private
+        yield staging
+        _swap(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
         raise
 
 

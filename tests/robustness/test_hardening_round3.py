@@ -222,3 +222,71 @@ def test_item7_reindex_skips_a_folder_whose_name_is_not_a_run_id(fz, tiny_run, t
     again = fz.invoke(["runs", "--out", str(runs)])
     assert again.exit_code == 0 and again.stderr == "", again.stderr
     assert "1 run(s)" in again.stdout
+
+
+# ------------------------------------------------------------------------------------------ docs build
+
+
+def _docs_project(tmp_path: Path) -> Path:
+    """A small copy of the documentation project (the test suite's fast strict config); its mkdocs.yml."""
+    pytest.importorskip("material", reason='MkDocs Material not installed: pip install -e ".[docs]"')
+    sys.path.insert(0, str(Path(__file__).parents[1] / "report"))
+    from test_docs_site import _site_copy
+
+    root = _site_copy(tmp_path, api=False)
+    (root / "runs").mkdir()  # no runs (a missing --runs would add a warning line)
+    return root / "mkdocs.yml"
+
+
+def _docs_build(fz, cfg: Path, site: Path, runs: Path | None = None):
+    return fz.invoke(
+        ["docs", "build", "--runs", str(runs or cfg.parent / "runs"), "--site", str(site), "--config", str(cfg)]
+    )
+
+
+def test_item4_a_failed_docs_build_keeps_the_earlier_site_and_leaves_no_new_folder(fz, tmp_path):
+    """The failed build replaced the earlier site in place; on a new --site it left a full site behind."""
+    cfg = _docs_project(tmp_path)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitemap.xml").write_text("<urlset/>")  # an earlier site
+    (site / "earlier.html").write_text("EARLIER")
+    notes = cfg.parent / "docs" / "notes.md"
+    notes.write_text("# notes\n\nSee [the missing page](no-such-page.md).\n")
+    before = fz.digest(tmp_path)
+    r = _docs_build(fz, cfg, site)
+    fz.refused("round 3: docs build", r, ["no-such-page.md"], fz.digest(site), site, key="broken-link-earlier-site")
+    r = _docs_build(fz, cfg, tmp_path / "new-site")
+    fz.refused("round 3: docs build", r, ["no-such-page.md"], fz.digest(site), site, key="broken-link-new-site")
+    after = fz.digest(tmp_path)
+    generated = {k for k in after.keys() - before.keys() if k.startswith("repo/docs/seeds")}
+    assert after.keys() - before.keys() == generated, sorted(after.keys() - before.keys() - generated)[:5]
+    notes.write_text("# notes\n")
+    r = _docs_build(fz, cfg, site)
+    assert r.exit_code == 0, r.stderr
+    assert (site / "index.html").is_file() and not (site / "earlier.html").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repo", "site"]  # nothing left beside it
+
+
+def test_item8_markdown_in_a_runs_text_does_not_break_the_strict_build(fz, tmp_path):
+    """Links, anchors and headings in a claim's statement and reason, a row id, and figure names with '#',
+    ')' or a space made mkdocs' strict build fail on anchor and link warnings naming neither the run nor
+    the field: the text is escaped, a figure whose name is not plain is skipped with a warning."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "report"))
+    from test_docs_site import _fake_run
+
+    cfg = _docs_project(tmp_path)
+    run = _fake_run(tmp_path / "runs", "r", "markov-init", "holds", 0.5, mtime=1_000_000)
+    s = json.loads((run / "summary.json").read_text())
+    text = "see [x](#nope), [y](seed001.md#gone) and ![i](#img)\n\n[r]: #ref\n# Heading {#h}"
+    s["claims"][0].update(statement=text, reason=text)
+    s["claims"][0]["rows"][0]["id"] = f"g/{text}"
+    for name in ("a#b.png", "c d).png"):
+        (run / "figures" / name).write_bytes(b"\x89PNG fake")
+    s["figures"] = ["figures/a#b.png", "figures/c d).png", "figures/curve.png"]
+    (run / "summary.json").write_text(json.dumps(s))
+    r = _docs_build(fz, cfg, tmp_path / "site", tmp_path / "runs")
+    assert r.exit_code == 0, r.stderr
+    warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warned) == 2 and all("figure" in w and "skipped" in w for w in warned), r.stderr
+    assert (tmp_path / "site" / "seeds" / "figures" / "markov-init" / "curve.png").is_file()

@@ -29,9 +29,7 @@ import itertools
 import json
 import math
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +42,7 @@ from tdlab.config import ConfigError, echo
 from tdlab.index import INDEX_NAME, RunIndex
 from tdlab.report.findings import decided_by, group_line, row_summary
 from tdlab.runs import RunDirError
-from tdlab.safeio import atomic_write, check_output_folder, copy_inside, enclosing_run, folder_mode, is_run_dir
+from tdlab.safeio import atomic_write, built_aside, check_output_folder, copy_inside, enclosing_run, is_run_dir
 
 __all__ = [
     "MARKS",
@@ -512,21 +510,6 @@ def _check_target(runs: Path, out: Path) -> Path:
     return site
 
 
-def _swap(staging: Path, site: Path) -> None:
-    """Put the finished ``staging`` folder in place of ``site`` (an earlier site is removed after)."""
-    if not (site.exists() or site.is_symlink()):
-        os.rename(staging, site)
-        return
-    old = staging.with_name(staging.name.replace(".building-", ".old-"))
-    os.rename(site, old)
-    try:
-        os.rename(staging, site)
-    except BaseException:
-        os.rename(old, site)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def build_site(runs: Path, out: Path, warn: Callable[[str], None] | None = None) -> Path:
     """Write the atlas site of ``runs``' index into ``out``; returns the front page's path.
 
@@ -545,9 +528,7 @@ def build_site(runs: Path, out: Path, warn: Callable[[str], None] | None = None)
 
     rows = load_index(runs)
     site = _check_target(Path(runs), Path(out))
-    staging = Path(tempfile.mkdtemp(dir=site.parent, prefix=f".{site.name}.building-"))
-    try:
-        os.chmod(staging, folder_mode())  # mkdtemp's 0700 would make the site private
+    with built_aside(site) as staging:
         (staging / "experiments").mkdir()
         reports = _Reports(runs, staging, {n: e.description for n, e in registry().items()})
         pages = _pages(rows, reports, staging)
@@ -567,10 +548,6 @@ def build_site(runs: Path, out: Path, warn: Callable[[str], None] | None = None)
             staging / "index.html", _ENV.get_template("atlas_index.html.j2").render(pages=pages, root="", **common)
         )
         atomic_write(staging / SITE_MARK, f"atlas site of {Path(runs).resolve()}\n")
-        _swap(staging, site)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     if reports.skipped and warn is not None:
         warn(
             f"{len(reports.skipped)} run file(s) not copied into the site: {reports.skipped[0]}"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,7 +37,7 @@ from tdlab.config import ConfigError, echo
 from tdlab.report.mdtext import md_cell, md_code, md_text
 from tdlab.report.records import Published, group_table, load_published
 from tdlab.runs import Run, RunDirError, list_runs
-from tdlab.safeio import check_not_in_run, check_output_folder, copy_inside, path_kind
+from tdlab.safeio import built_aside, check_not_in_run, check_output_folder, copy_inside, path_kind
 
 __all__ = [
     "GENERATED",
@@ -450,6 +451,9 @@ def latest_runs(runs: Path | None, warn: Callable[[str], None] | None = None) ->
     return {name: (run, s) for name, (_, _, run, s) in found.items()}
 
 
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # every figure name tdlab writes
+
+
 def _copy_figures(run: Run, summary: Mapping[str, Any], dest: Path, warn: Callable[[str], None] | None) -> list[str]:
     """Copy the run's figures (``summary.json``'s ``figures``, regular image files of the run) to ``dest``;
     their names, in order."""
@@ -460,6 +464,10 @@ def _copy_figures(run: Run, summary: Mapping[str, Any], dest: Path, warn: Callab
         if p.is_absolute() or ".." in p.parts or p.suffix.lower() not in FIGURE_SUFFIXES:
             if warn is not None:
                 warn(f"{run.path}: figure {rel!r} skipped (not an image inside the run)")
+            continue
+        if not _PLAIN_NAME.fullmatch(p.name):  # '#', ')' or a space in a link target breaks the strict build
+            if warn is not None:
+                warn(f"{run.path}: figure {rel!r} skipped (a name of letters, digits, '_', '.', '-' only)")
             continue
         try:
             copy_inside(run.path, p, dest / p.name)
@@ -846,9 +854,9 @@ def docs_folder(cfg_path: Path) -> Path:
 
 
 def _check_site(site: Path, docs: Path) -> Path:
-    """``site`` as a folder ``mkdocs build`` may empty and fill: a folder or a new name, not the docs
-    folder or around it, not in a run, and new, empty or an earlier site (MkDocs deletes what a site
-    folder holds); made when missing."""
+    """``site`` (symlinks resolved) as a folder a build may replace: a folder or a new name in a folder that
+    can be written, not the docs folder or around it, not in a run, and new, empty or an earlier site (a
+    build replaces what it holds). Nothing is made: the site is built aside (:func:`build_site`)."""
     site = Path(site).expanduser()
     kind = path_kind(site)
     if kind not in ("no such file", "a folder"):
@@ -869,7 +877,8 @@ def _check_site(site: Path, docs: Path) -> Path:
             f"--site {echo(str(site))}: a folder that holds something other than a built site; "
             f"mkdocs would delete it: give a new or empty folder"
         )
-    return check_output_folder(site, "--site")
+    check_output_folder(s.parent, "--site", make=False)
+    return s
 
 
 def check_runs(runs: Path | None, warn: Callable[[str], None] | None = None) -> Path | None:
@@ -899,7 +908,9 @@ def build_site(
 ) -> BuildResult:
     """Write the seed pages from ``runs``, then ``mkdocs build --strict`` into ``site`` (default: the
     config's ``site_dir``). Any MkDocs warning (a broken link, a missing page, a docstring griffe cannot
-    read) fails the build: :class:`ConfigError` with MkDocs' own lines."""
+    read) fails the build: :class:`ConfigError` with MkDocs' own lines. The site is built in a folder
+    beside ``site`` and swapped in only when the build succeeds (:func:`tdlab.safeio.built_aside`): a
+    failed build leaves the earlier site as it was, and no new folder."""
     require_mkdocs()
     cfg_path = find_config(config)
     root = cfg_path.parent
@@ -911,6 +922,14 @@ def build_site(
     t0 = time.perf_counter()
     pages, n_runs = _write(docs, runs, warn)
     t1 = time.perf_counter()
+    with built_aside(site) as staging:
+        _mkdocs_build(cfg_path, staging)
+    return BuildResult(pages, site, t1 - t0, time.perf_counter() - t1, n_runs)
+
+
+def _mkdocs_build(cfg_path: Path, site: Path) -> None:
+    """``mkdocs build --strict`` of ``cfg_path`` into ``site``; a failure is :class:`ConfigError` with MkDocs'
+    own warning lines (strict: any warning fails the build)."""
     cmd = [
         sys.executable,
         "-m",
@@ -920,14 +939,12 @@ def build_site(
         "--config-file",
         str(cfg_path),
         "--site-dir",
-        str(site.resolve()),
+        str(site),
     ]
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
-    t2 = time.perf_counter()
-    if proc.returncode != 0:  # strict: any warning fails the build; show MkDocs' own lines
+    proc = subprocess.run(cmd, cwd=cfg_path.parent, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
         problems = [" ".join(ln.split()) for ln in proc.stderr.splitlines() if ln.startswith(("WARNING", "ERROR"))]
         shown = "; ".join(problems[:5]) or (proc.stderr.strip().splitlines() or ["no output"])[-1]
         more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
         raise ConfigError(f"mkdocs build --strict failed: {shown}{more}")
-    return BuildResult(pages, site, t1 - t0, t2 - t1, n_runs)
