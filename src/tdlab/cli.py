@@ -54,6 +54,7 @@ out_console = Console()
 err_console = Console(stderr=True)
 
 DEFAULT_OUT = Path("runs")
+BUDGET, LOOKS = "30m", 4  # --decide's wall time and looks when --budget / --looks are not given
 MAX_ERROR_CHARS = 20 * ECHO_CHARS  # an error line is cut here (the known-fields list is the longest)
 
 
@@ -227,12 +228,17 @@ def run(
             "error rate split across them)",
         ),
     ] = False,
-    budget: Annotated[str, typer.Option(help="--decide: wall time for all rounds (90s, 30m, 1.5h)")] = "30m",
+    budget: Annotated[
+        str | None, typer.Option(help=f"--decide: wall time for all rounds (90s, 30m, 1.5h) [default: {BUDGET}]")
+    ] = None,
     looks: Annotated[
-        int, typer.Option(help="--decide: looks in all, the first pass included; members double at each")
-    ] = 4,
+        int | None,
+        typer.Option(
+            help=f"--decide: looks in all, the first pass included; members double at each [default: {LOOKS}]"
+        ),
+    ] = None,
     tensorboard: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             help="also write the metrics live as TensorBoard scalars to this "
             "folder (one run per member, tags ARM/NAME): tensorboard --logdir DIR"
@@ -398,21 +404,29 @@ def _run_or_resume(
     if run_id is not None:  # before --out is made: a bad id leaves nothing behind
         check_run_id(run_id)
     check_not_in_run(out, "--out")
+    if not decide:  # without --decide they would be ignored, a typo and all
+        for option, value in (("--budget", budget), ("--looks", looks)):
+            if value is not None:
+                raise ConfigError(
+                    f"{option}: only with --decide (it sets the --decide rounds); add --decide or drop it"
+                )
     cfg = exp.make_config(profile, set_ or [], members=seeds, seed=seed)
-    plan = _decide_plan(budget, looks) if decide else None
+    plan = _decide_plan(budget or BUDGET, LOOKS if looks is None else looks) if decide else None
     sink = _tensorboard_sink(tensorboard, out, run_id) if tensorboard is not None else None
     with sink if sink is not None else contextlib.nullcontext(), streaming_to(sink), limited_to(lane_cap):
         return runner.execute(exp, cfg, profile, out, runner.check_device(device), not quiet, run_id, sweep, plan)
 
 
-def _tensorboard_sink(folder: Path, out: Path, run_id: str | None):
+def _tensorboard_sink(folder: str, out: Path, run_id: str | None):
     """The live TensorBoard sink of ``run --tensorboard DIR``: ``DIR`` checked like an output folder
     (:func:`tdlab.export.tensorboard.check_folder`; nothing written until the first scalar), and not the
-    run directory this run will write."""
+    run directory this run will write. An empty ``DIR`` is refused (as a path it is the current folder)."""
     from tdlab.export.tensorboard import TensorBoardScalars, check_folder
     from tdlab.runs import staging_path
 
-    path = check_folder(folder, "--tensorboard")
+    if not folder.strip():
+        raise ConfigError("--tensorboard: an empty folder name; give a folder (e.g. --tensorboard tb)")
+    path = check_folder(Path(folder), "--tensorboard")
     if run_id is not None:
         here, final = path.resolve(), (out / run_id).expanduser().resolve()
         for run_dir in (final, staging_path(final)):

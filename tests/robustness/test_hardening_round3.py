@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the inputs live beside this file (tests are not a package)
 import hardening_inputs as hi
+
+TINY = ["run", "markov-init", *hi.TINY]  # a run of a few steps
 
 # ------------------------------------------------------------------------------------------ checkpoints
 
@@ -290,3 +293,103 @@ def test_item8_markdown_in_a_runs_text_does_not_break_the_strict_build(fz, tmp_p
     warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
     assert len(warned) == 2 and all("figure" in w and "skipped" in w for w in warned), r.stderr
     assert (tmp_path / "site" / "seeds" / "figures" / "markov-init" / "curve.png").is_file()
+
+
+# ---------------------------------------------------------------------------------- damaged run data
+
+
+def _damaged(tiny_run: Path, runs: Path, name: str, damage: str) -> Path:
+    """A copy of the tiny run as ``runs/name`` whose first claim row has a number for its id
+    (``damage="id"``) or an interval of one bound (``damage="interval"``)."""
+    run = shutil.copytree(tiny_run, runs / name)
+    s = json.loads((run / "summary.json").read_text())
+    row = next(r for g in s["claims"] for r in g["rows"])
+    if damage == "id":
+        row["id"] = 7
+    else:
+        row["interval"] = [0.5]
+    (run / "summary.json").write_text(json.dumps(s))
+    return run
+
+
+@pytest.mark.parametrize("damage", ["id", "interval"])
+def test_item6_findings_refuse_a_damaged_row_naming_the_run(fz, tiny_run, tmp_path, damage):
+    """TypeError / IndexError tracebacks."""
+    run = _damaged(tiny_run, tmp_path, "bad", damage)
+    before = fz.digest(run)
+    r = fz.invoke(["findings", str(run)])
+    fz.refused("round 3: run data", r, [str(run)], before, run, key=f"findings-{damage}")
+
+
+@pytest.mark.parametrize("damage", ["id", "interval"])
+def test_item6_docs_pages_and_atlas_skip_a_damaged_run_with_a_warning(fz, tiny_run, tmp_path, damage):
+    """The seed pages and the atlas (from an index holding the damaged summary) ended in a traceback."""
+    from tdlab.report.docs_site import write_seed_pages
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    run = _damaged(tiny_run, runs, "bad", damage)
+    warned: list[str] = []
+    write_seed_pages(tmp_path / "docs", runs, warned.append)
+    assert len(warned) == 1 and str(run) in warned[0], warned
+    page = (tmp_path / "docs" / "seeds" / "seed000.md").read_text()
+    assert "No run of `markov-init` was found" in page
+    r = fz.invoke(["runs", "--reindex", "--out", str(runs)])  # the index takes the run as it is
+    assert r.exit_code == 0, r.stderr
+    from tdlab.experiments.base import get
+
+    default = get("markov-init").make_config("quick").model_dump(mode="json")
+    with sqlite3.connect(runs / "index.sqlite") as con:  # the default run of its experiment: its claims drawn
+        con.execute("UPDATE runs SET config = ? WHERE run_id = 'bad'", (json.dumps(default),))
+    con.close()
+    before = fz.digest(runs)
+    r = fz.invoke(["atlas", "build", "--runs", str(runs), "--out", str(tmp_path / "site")])
+    assert r.exit_code == 0 and "Traceback" not in r.stderr, r.stderr
+    warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warned) == 1 and "bad" in warned[0], r.stderr
+    assert fz.digest(runs) == before
+
+
+# ------------------------------------------------------------------------------------------ TensorBoard
+
+
+def test_item6_a_tensorboard_folder_holding_a_file_named_member_0_is_refused_before_training(fz, tiny_run, tmp_path):
+    """run --tensorboard failed after training (518 lines, the run discarded); export --to tensorboard rc 1."""
+    tb = tmp_path / "tb"
+    tb.mkdir()
+    (tb / "member-0").write_text("not a folder")
+    out = tmp_path / "out"
+    with fz.no_training():
+        r = fz.invoke([*TINY, "--out", str(out), "--tensorboard", str(tb)])
+    fz.refused("round 3: tensorboard", r, ["--tensorboard"], fz.digest(tb), tb, key="run-member-0-file")
+    assert "member-0" in r.stderr and not out.exists()
+    runs = tmp_path / "runs"
+    run = shutil.copytree(tiny_run, runs / "tiny")
+    before = fz.digest(runs)
+    r = fz.invoke(["export", str(run), "--to", "tensorboard", "--out", str(tb)])
+    fz.refused("round 3: tensorboard", r, ["--out"], fz.digest(tb), tb, key="export-member-0-file")
+    assert "member-0" in r.stderr and fz.digest(runs) == before
+
+
+# ------------------------------------------------------------------------------------------ run options
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--budget", "abc", "--looks", "0"], ["--budget"]),  # exit 0 without --decide
+        (["--looks", "3"], ["--looks"]),
+        (["--set", "members=1e9", "--seeds", "1"], ["--seeds", "members"]),  # --seeds won silently
+        (["--set", "seed=5", "--seed", "6"], ["--seed", "seed"]),
+        (["--tensorboard", ""], ["--tensorboard"]),  # member-0/ in the current folder
+    ],
+    ids=["budget-looks-without-decide", "looks-without-decide", "members-and-seeds", "seed-twice", "tensorboard-empty"],
+)
+def test_item8_run_options_that_would_be_ignored_or_misread_are_refused(fz, tmp_path, monkeypatch, args, names):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    with fz.no_training():
+        r = fz.invoke([*TINY, "--out", str(out), *args])
+    fz.refused("round 3: run options", r, names, {}, tmp_path / "nothing", key=" ".join(args))
+    assert list(tmp_path.iterdir()) == []  # no run folder, no member-0/ here
+    assert all(n in r.stderr for n in names)

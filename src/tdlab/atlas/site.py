@@ -40,7 +40,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from tdlab.atlas.axes import AtlasAxes, AtlasAxis, sweep_name
 from tdlab.config import ConfigError, echo
 from tdlab.index import INDEX_NAME, RunIndex
-from tdlab.report.findings import decided_by, group_line, row_summary
+from tdlab.report.findings import check_groups, decided_by, group_line, row_summary
 from tdlab.runs import RunDirError
 from tdlab.safeio import atomic_write, built_aside, check_output_folder, copy_inside, enclosing_run, is_run_dir
 
@@ -526,7 +526,15 @@ def build_site(runs: Path, out: Path, warn: Callable[[str], None] | None = None)
     from tdlab.claims import VERDICTS
     from tdlab.experiments.base import registry
 
-    rows = load_index(runs)
+    rows = []
+    for row in load_index(runs):  # a row whose summary the pages cannot read is left out, with a warning
+        try:
+            check_groups(row["summary"] or {}, f"{Path(runs) / INDEX_NAME}: run {row['run_id']}")
+        except RunDirError as exc:
+            if warn is not None:
+                warn(f"{exc}; the run is left out of the site (`tdlab report RUN_DIR` rebuilds its summary)")
+            continue
+        rows.append(row)
     site = _check_target(Path(runs), Path(out))
     with built_aside(site) as staging:
         (staging / "experiments").mkdir()

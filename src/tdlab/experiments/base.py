@@ -331,10 +331,11 @@ class Experiment(ABC, Generic[ConfigT]):
     def make_config(
         self, profile: str = "quick", overrides: Sequence[str] = (), members: int | None = None, seed: int | None = None
     ) -> ConfigT:
-        """Defaults < profile < ``--set`` overrides < ``--seeds``/``--seed``; validated once.
+        """Defaults < profile < ``--set`` overrides and ``--seeds``/``--seed``; validated once.
 
         Refuses (:class:`ConfigError`, one line) an unknown profile, a bad override, an override of a
-        key the experiment sets per arm (:attr:`arm_fields`), and a configuration that cannot fit in
+        key the experiment sets per arm (:attr:`arm_fields`), ``members`` or ``seed`` given both by ``--set``
+        and by ``--seeds``/``--seed`` (``members``, ``seed``), and a configuration that cannot fit in
         this machine's memory (:func:`tdlab.train.memory.check_memory`): all before anything is written.
         """
         from tdlab.train.memory import check_memory
@@ -344,11 +345,15 @@ class Experiment(ABC, Generic[ConfigT]):
                 f"profile: unknown profile {echo(profile)} for {self.name}; allowed: {', '.join(self.profiles)}"
             )
         top: dict[str, Any] = {}
-        if members is not None:
-            top["members"] = members
-        if seed is not None:
-            top["seed"] = seed
         parsed = parse_overrides(overrides)
+        for key, value, option in (("members", members, "--seeds"), ("seed", seed, "--seed")):
+            if value is None:
+                continue
+            if key in parsed:  # one would silently replace the other
+                raise ConfigError(
+                    f"{key}: set twice, by --set {key}={echo(parsed[key])} and by {option} {value}; give one of them"
+                )
+            top[key] = value
         for key in _dotted_keys(parsed):
             if key in self.arm_fields:
                 raise ConfigError(

@@ -106,6 +106,15 @@ def check_folder(path: str | Path, option: str = "--out") -> Path:
             f"{option} {echo(str(p))}: cannot write there ({exc.strerror or type(exc).__name__})"
         ) from None
     if base == p:
+        # a member-I that is not a real folder (a file, a symlink) would fail the writer after training
+        odd = sorted(
+            e.name for e in os.scandir(p) if e.name.startswith("member-") and not e.is_dir(follow_symlinks=False)
+        )
+        if odd:
+            raise ConfigError(
+                f"{option} {echo(str(p))}: {odd[0]} there is not a folder (a file or a symlink), and "
+                f"TensorBoard writes member-I/ folders there; give a new or empty folder"
+            )
         old = sorted(p.glob(f"member-*/{EVENT_GLOB}"))
         if old:
             raise ConfigError(

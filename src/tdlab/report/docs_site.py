@@ -877,6 +877,11 @@ def _check_site(site: Path, docs: Path) -> Path:
             f"--site {echo(str(site))}: a folder that holds something other than a built site; "
             f"mkdocs would delete it: give a new or empty folder"
         )
+    if not s.parent.is_dir():  # a missing one would be made, and left behind by a failed build
+        raise ConfigError(
+            f"--site {echo(str(site))}: cannot write there ({s.parent} is not an existing folder); give a "
+            f"folder in an existing one"
+        )
     check_output_folder(s.parent, "--site", make=False)
     return s
 

@@ -23,6 +23,7 @@ __all__ = [
     "END",
     "START",
     "changes_markdown",
+    "check_groups",
     "decided_by",
     "findings_markdown",
     "group_line",
@@ -148,6 +149,17 @@ def read_summary(run_dir: Path) -> tuple[Run, dict[str, Any]]:
     where = run.path / "summary.json"
     if not s or "claims" not in s:
         raise RunDirError(f"{run_dir}: no summary.json with claims (rebuild it with `tdlab report {run_dir}`)")
+    check_groups(s, str(where))
+    for key in ("experiment", "paper", "figure"):
+        if not isinstance(s.get(key), str):
+            raise RunDirError(f"{where}: '{key}' is missing or not text")
+    return run, s
+
+
+def check_groups(s: Mapping[str, Any], where: str) -> None:
+    """A summary's ``claims`` and ``sanity`` (when there) as the findings read them: lists of claim groups,
+    each with a text id, a verdict and rows of :func:`_is_row`'s form. Anything else: :class:`RunDirError`
+    naming ``where`` (the file, or the index row) and the field."""
     for key in ("claims", "sanity"):
         groups = s.get(key, [])
         if not isinstance(groups, list):
@@ -164,10 +176,6 @@ def read_summary(run_dir: Path) -> tuple[Run, dict[str, Any]]:
                     f"{where}: a claim group of '{key}' lacks a text id, a verdict ({', '.join(_ORDER)}) "
                     f"or rows of that form (a text id, a verdict, an interval of two bounds or none)"
                 )
-    for key in ("experiment", "paper", "figure"):
-        if not isinstance(s.get(key), str):
-            raise RunDirError(f"{where}: '{key}' is missing or not text")
-    return run, s
 
 
 def findings_markdown(run_dirs: Sequence[Path]) -> str:
