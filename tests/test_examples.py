@@ -56,3 +56,40 @@ def test_example_documents_itself(script: str) -> None:
     text = (EXAMPLES / script).read_text()
     assert text.startswith('"""') and re.search(r"[Ss]eed 00\d", text.split('"""')[1])
     assert len(text.splitlines()) <= 90
+
+
+# The "add a paper" example (docs/contributing.md): a seed package with its task, experiment, claims and
+# tests, beside a script that runs it through the real `tdlab run`.
+PAPER = EXAMPLES / "add_a_paper"
+
+
+def test_add_a_paper_runs_through_tdlab_run(tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "COLUMNS": "200"}
+    done = subprocess.run(
+        [sys.executable, str(PAPER / "run.py"), "--set", "train.steps=40", "--seeds", "2"],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    assert "sticky-copy (Eq. 1) — status done" in done.stdout, done.stdout
+    assert re.search(r"^  (HOLDS|FAILS|NOT RESOLVED|NOT EVALUABLE) +ends-at-entropy-rate: ", done.stdout, re.M)
+    assert list(tmp_path.iterdir()) == []  # the run went to a temporary folder, removed after
+
+
+def test_add_a_paper_tests_pass(tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(PAPER)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(PAPER)],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"\b5 passed\b", done.stdout), done.stdout
