@@ -774,7 +774,13 @@ def findings(
         ),
     ] = None,
     readme: Annotated[
-        Path | None, typer.Option(help="write between the findings markers of this file instead of printing")
+        Path | None,
+        typer.Option(
+            "--into",
+            "--readme",
+            help="write between the SECTION markers of this Markdown file (README.md, a docs/ page) "
+            "instead of printing",
+        ),
     ] = None,
     before: Annotated[
         Path | None,
@@ -784,12 +790,20 @@ def findings(
         ),
     ] = None,
     section: Annotated[
-        str, typer.Option(help="--readme: write between <!-- SECTION:start --> and <!-- SECTION:end -->")
+        str, typer.Option(help="--into: write between <!-- SECTION:start --> and <!-- SECTION:end -->")
     ] = "findings",
+    per_seed: Annotated[
+        bool,
+        typer.Option(
+            help="with --results: one short table per seed, a row per experiment (quick and the seed's "
+            "settings), the README's, instead of the full tables"
+        ),
+    ] = False,
 ) -> None:
     """The findings table (verdict counts per run, causes, one line per claim group), generated from run
-    directories; with --readme, written between the README's findings markers; with --before, the
-    groups whose verdict changed since the runs under that folder."""
+    directories; with --into FILE, written between that file's SECTION markers (docs/findings.md holds
+    the findings and paper-scale sections, docs/decide.md the decide section, README.md the per-seed
+    tables); with --before, the groups whose verdict changed since the runs under that folder."""
     from tdlab.report.findings import changes_markdown, findings_markdown, replace_between_markers
     from tdlab.report.mdtext import md_code
     from tdlab.report.records import record_changes
@@ -797,7 +811,9 @@ def findings(
     try:
         if (results is None) == (not run_dirs):
             raise ConfigError("findings: give run directories or --results DIR, one of them")
-        text = _published_markdown(results) if results is not None else findings_markdown(run_dirs or [])
+        if per_seed and (results is None or before is not None):
+            raise ConfigError("--per-seed: the README's tables of --results DIR; not with run directories or --before")
+        text = _published_markdown(results, per_seed) if results is not None else findings_markdown(run_dirs or [])
         if before is not None and results is not None:
             text += "\n**What changed** (every record against the one under `" + md_code(str(before)) + "`):\n\n"
             text += record_changes(results, before)
@@ -820,17 +836,20 @@ def findings(
         _fail(str(exc))
 
 
-def _published_markdown(results: Path) -> str:
-    """The by-seed and by-experiment tables of the records under ``results`` (tdlab.report.records)."""
+def _published_markdown(results: Path, per_seed: bool = False) -> str:
+    """The by-seed and by-experiment tables of the records under ``results`` (tdlab.report.records); with
+    ``per_seed``, one short table per seed instead (the README's)."""
     from tdlab.experiments.base import registry
-    from tdlab.report.records import experiment_table, load_published, seed_table, undecided_lines
+    from tdlab.report.records import experiment_table, load_published, seed_table, seed_tables, undecided_lines
 
     if not results.is_dir():
         raise ConfigError(f"--results: {results} is not a folder of records (results/PROFILE/NAME.json)")
     pub = load_published(results)
+    exps = list(registry().values())
+    if per_seed:  # quick's records alone make the README's tables; the seed's settings join once published
+        return seed_tables(pub, exps)
     if not pub.paper:
         raise ConfigError(f"--results: {results}/paper holds no record; `tdlab batch --profile paper` writes them")
-    exps = list(registry().values())
     undecided = undecided_lines(pub)
     return (
         "**By seed** (paper claim groups; the seed's settings from `results/paper`, quick from `results/quick` over "

@@ -1,4 +1,4 @@
-"""The profiles table: one row per experiment, and the README shows the table the code computes."""
+"""The profiles table: one row per experiment, and the Profiles page shows the table the code computes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from tdlab.experiments.catalog import CATALOG
 from tdlab.report.profiles import table
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "profiles.md"
 
 
 def test_one_row_per_experiment_with_its_three_profiles():
@@ -19,6 +19,6 @@ def test_one_row_per_experiment_with_its_three_profiles():
     assert md["markov-landscape"][4] == "2/5/5"  # standard = the paper profile there
 
 
-def test_the_readme_table_is_the_computed_one():
-    block = re.search(r"<!-- standard:start -->\n(.*?)\n<!-- standard:end -->", README.read_text(), re.S)
+def test_the_profiles_page_table_is_the_computed_one():
+    block = re.search(r"<!-- standard:start -->\n(.*?)\n<!-- standard:end -->", PAGE.read_text(), re.S)
     assert block is not None and block.group(1) == table(), "regenerate: python -m tdlab.report.profiles"

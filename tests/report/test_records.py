@@ -138,3 +138,41 @@ def test_what_changed_between_two_results_folders_names_every_moved_group(tmp_pa
     assert f"`{kind['id']}` | sanity " in lines[1] and "`gone-group`" in lines[2] and lines[2].endswith("| — |  |")
     res = CliRunner().invoke(app, ["findings", "--results", str(now), "--before", str(before)], env={"COLUMNS": "250"})
     assert res.exit_code == 0 and "**What changed**" in res.output and "`gone-group`" in res.output
+
+
+def _regenerated(page: Path, tmp_path: Path, *args: str) -> str:
+    """``page`` as `tdlab findings --results results ARGS --into PAGE` rewrites it (on a copy)."""
+    copy = tmp_path / page.name
+    shutil.copy(page, copy)
+    res = CliRunner().invoke(app, ["findings", "--results", str(REPO / "results"), *args, "--into", str(copy)])
+    assert res.exit_code == 0, res.output
+    return copy.read_text(encoding="utf-8")
+
+
+def test_the_readme_and_findings_page_hold_the_tables_of_the_committed_records(tmp_path):
+    """Generated, never typed: after a record is published, the commands in the failure message rewrite them."""
+    readme, page = REPO / "README.md", REPO / "docs" / "findings.md"
+    assert _regenerated(readme, tmp_path, "--per-seed", "--section", "seeds") == readme.read_text(encoding="utf-8"), (
+        "regenerate: tdlab findings --results results --per-seed --into README.md --section seeds"
+    )
+    assert _regenerated(page, tmp_path, "--section", "paper-scale") == page.read_text(encoding="utf-8"), (
+        "regenerate: tdlab findings --results results --into docs/findings.md --section paper-scale"
+    )
+
+
+def test_per_seed_tables_have_a_row_per_experiment_with_quick_and_the_seeds_settings():
+    from tdlab.report.records import seed_tables
+
+    pub = load_published(REPO / "results")
+    exps = list(registry().values())
+    text = seed_tables(pub, exps)
+    assert text.count("**Seed ") == len({e.paper[:3] for e in exps})
+    rows = {r.split("|")[1].strip(" `"): r.split("|")[3:5] for r in text.splitlines() if r.startswith("| `")}
+    assert set(rows) == {e.name for e in exps}
+    name = next(iter(pub.paper))  # a published paper record: both columns filled from the records
+    held = sum(g["verdict"] == "holds" for g in pub.paper[name].claims)
+    assert rows[name][1].strip().startswith(f"{held}/{len(pub.paper[name].claims)}")
+    missing = next(e.name for e in exps if e.name not in pub.quick and e.name not in pub.paper)
+    assert [c.strip() for c in rows[missing]] == ["—", "—"]
+    res = CliRunner().invoke(app, ["findings", str(REPO), "--per-seed"])
+    assert res.exit_code == 2 and "--per-seed" in res.output

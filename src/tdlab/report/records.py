@@ -1,8 +1,9 @@
 """Tables from published records (:mod:`tdlab.results`): the verdicts at the seeds' own settings (the
 ``paper`` profile) beside the ``quick`` profile's, by seed, by experiment and by claim group.
 
-``tdlab findings --results results`` prints them (``--readme README.md --section paper-scale`` writes the
-by-seed and by-experiment tables into the README); ``tdlab docs build`` puts the group table of each seed
+``tdlab findings --results results`` prints them (``--into docs/findings.md --section paper-scale`` writes the
+by-seed and by-experiment tables into the findings page, ``--per-seed --into README.md --section seeds``
+the README's table per seed); ``tdlab docs build`` puts the group table of each seed
 on its page. Every number comes from a committed record, never from a run folder on this machine.
 """
 
@@ -23,6 +24,7 @@ __all__ = [
     "load_published",
     "record_changes",
     "seed_table",
+    "seed_tables",
     "undecided_lines",
 ]
 
@@ -111,6 +113,32 @@ def experiment_table(pub: Published, experiments: Sequence[Any]) -> str:
             f"{rec.wall_time_s:.0f} s | `{(rec.commit or 'not recorded')[:12]}` |"
         )
     return "\n".join(lines) + "\n"
+
+
+def seed_tables(pub: Published, experiments: Sequence[Any]) -> str:
+    """One table per seed, one row per experiment: what it reproduces, its paper groups held in the
+    committed quick record and, once published, at the seed's settings ("—": no record). The README's
+    results section; the full tables are :func:`seed_table` and :func:`experiment_table`."""
+    from tdlab.report.docs_site import SEEDS  # here: the docs site's module reads this one's tables
+
+    titles = {s.number: s.title for s in SEEDS}
+    by_seed: dict[str, list[Any]] = {}
+    for e in experiments:
+        by_seed.setdefault(_seed(e), []).append(e)
+    out = []
+    for seed in sorted(by_seed):
+        out += [
+            f"**Seed {seed}: {md_cell(titles.get(seed, str(by_seed[seed][0].paper)[3:].strip()))}**",
+            "",
+            "| experiment | reproduces | quick: paper groups held | seed's settings: paper groups held |",
+            "|---|---|---|---|",
+        ]
+        out += [
+            f"| `{e.name}` | {md_cell(e.figure)} | {_counts(pub.quick.get(e.name))} | {_counts(pub.paper.get(e.name))} |"
+            for e in by_seed[seed]
+        ]
+        out.append("")
+    return "\n".join(out)
 
 
 def _verdict_cell(g: Mapping[str, Any] | None) -> str:
