@@ -51,7 +51,7 @@ TARGET_SECONDS = 1800.0  # the first pass of `--profile standard` on 2 CPU cores
 MARGIN = 0.8
 
 # Quick-profile wall times (s) on the 2-core machine, and where each was measured. "idle":
-# `python bench/profile_quick.py --experiment NAME` with the load average <= 1.8 (README, Performance).
+# `python bench/profile_quick.py --experiment NAME` with the load average <= 1.8 (docs/performance.md).
 # "shared": the findings runs (runs_final), taken while other jobs shared the two cores; up to 10x an idle
 # time, so the standard profile they size is conservative (it can be re-sized from an idle measurement).
 QUICK_SECONDS: dict[str, tuple[float, str]] = {
@@ -79,7 +79,7 @@ QUICK_SECONDS: dict[str, tuple[float, str]] = {
     "markov-icl-depth-linear": (88, "idle"),
     "markov-icl-heads": (124, "idle"),
     # seed 004
-    "topics-attn": (101, "load ~4 (README Performance)"),
+    "topics-attn": (101, "load ~4 (docs/performance.md)"),
     "topics-embed": (146, "shared"),
     "topics-real": (150, "idle"),
     "topics-real-cooc": (942, "shared"),

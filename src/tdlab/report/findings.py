@@ -1,10 +1,10 @@
-"""The README's findings table, generated from run directories (never typed by hand).
+"""The findings table of docs/findings.md, generated from run directories (never typed by hand).
 
-``tdlab findings RUN_DIR... --readme README.md`` renders one row per run (experiment, seed paper and
+``tdlab findings RUN_DIR... --into docs/findings.md`` renders one row per run (experiment, seed paper and
 figure, paper-claim verdict counts, what left groups failing or undecided, sanity counts, wall time)
 and, under it, one line per claim group with its verdict, the cause the claims layer recorded and the
 numbers that decided it, and writes them between the markers ``<!-- findings:start -->`` and
-``<!-- findings:end -->`` of the README. ``--before DIR`` adds, per experiment, the groups whose
+``<!-- findings:end -->`` of that page. ``--before DIR`` adds, per experiment, the groups whose
 verdict differs from the run of the same experiment under ``DIR`` (an earlier state of the code).
 """
 
