@@ -167,7 +167,7 @@ def score_colour(score: float) -> str:
     t = max(-1.0, min(1.0, score / SCORE_CLIP))
     end = HOLD_RGB if t >= 0 else FAIL_RGB
     f = 0.15 + 0.85 * abs(t) if t != 0 else 0.0  # a cell just off the boundary is still visibly on its side
-    return "#" + "".join(f"{round(b + (e - b) * f):02x}" for b, e in zip(BOUNDARY_RGB, end))
+    return "#" + "".join(f"{round(b + (e - b) * f):02x}" for b, e in zip(BOUNDARY_RGB, end, strict=True))
 
 
 def legend_stops() -> list[tuple[str, str]]:
@@ -332,7 +332,7 @@ class _Reports:
 def _cell_title(
     axes: Sequence[AtlasAxis], values: Sequence[Any], row: dict[str, Any], group: dict[str, Any] | None
 ) -> str:
-    where = ", ".join(f"{a.name} = {_fmt(v)}" for a, v in zip(axes, values))
+    where = ", ".join(f"{a.name} = {_fmt(v)}" for a, v in zip(axes, values, strict=True))
     if group is None:
         s = row["summary"] or {}
         return f"{where}: run {row['run_id']} ({row['status']}{': ' + s['error'] if s.get('error') else ''}), no verdict for this claim"
@@ -383,7 +383,7 @@ def _sweep(exp: Any, decl: AtlasAxes, profile: str, rows: list[dict[str, Any]], 
         counts: dict[str, int] = {}
         built = []
         for fvals in facets:
-            label = ", ".join(f"{a.name} = {_fmt(v)}" for a, v in zip(facet_axes, fvals))
+            label = ", ".join(f"{a.name} = {_fmt(v)}" for a, v in zip(facet_axes, fvals, strict=True))
             table = []
             for yv in rows_:
                 cells = []
@@ -391,7 +391,7 @@ def _sweep(exp: Any, decl: AtlasAxes, profile: str, rows: list[dict[str, Any]], 
                     values = (xv,) + ((yv,) if len(axes) > 1 else ()) + tuple(fvals)
                     p = points.get(tuple(_canonical(v) for v in values))
                     if p is None:
-                        where = ", ".join(f"{a.name} = {_fmt(v)}" for a, v in zip(axes, values))
+                        where = ", ".join(f"{a.name} = {_fmt(v)}" for a, v in zip(axes, values, strict=True))
                         cells.append(Cell(NOT_RUN, "not run", f"{where}: not run"))
                         continue
                     g = p["groups"].get(cid)

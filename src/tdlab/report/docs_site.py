@@ -521,7 +521,7 @@ def _atlas_lines(exp: Any, atlas: set[str]) -> list[str]:
             f"No atlas of `{name}` in these runs: `tdlab atlas run {name} --runs runs`, then "
             f"`tdlab docs build --runs runs` links its maps here."
         )
-    return lines + [""]
+    return [*lines, ""]
 
 
 def _experiment_section(
@@ -669,7 +669,7 @@ def _seed_settings_section(experiments: Sequence[Any], published: Published | No
         "",
     ]
     if published is None or not any(e.name in published.paper or e.name in published.quick for e in experiments):
-        return lines + ["No record yet: `tdlab batch --profile paper` writes them.", ""]
+        return [*lines, "No record yet: `tdlab batch --profile paper` writes them.", ""]
     for exp in experiments:
         lines += [
             f"### `{exp.name}` at the seed's settings {{#{exp.name}-seed-settings}}",
