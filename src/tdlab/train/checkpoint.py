@@ -109,6 +109,19 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]
     return meta, tensors
 
 
+def load_checked(
+    path: Path | None, config_hash: str | None, expected: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]] | None:
+    """:func:`load_checkpoint` of ``path`` refused by :func:`check_origin` when another run or fit wrote it;
+    ``None`` when there is no path or no checkpoint there (what both trainers do before resuming)."""
+    if path is None:
+        return None
+    loaded = load_checkpoint(path)
+    if loaded is not None:
+        check_origin(path, loaded[0], config_hash, expected)
+    return loaded
+
+
 def check_origin(path: Path, meta: dict[str, Any], config_hash: str | None, expected: dict[str, Any]) -> None:
     """Refuse to resume from the checkpoint ``path`` (``meta`` as loaded) when it was written for another run
     config (its ``config_hash`` differs from ``config_hash``; ``None``: not checked) or by another fit (any

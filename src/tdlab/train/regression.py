@@ -68,9 +68,8 @@ from tdlab.tasks.multimodal import MultiModalBatch, MultiModalPrompts
 from tdlab.theory.icl import bayes_predictor
 from tdlab.train.checkpoint import (
     CheckpointError,
-    check_origin,
     is_int,
-    load_checkpoint,
+    load_checked,
     pack_optimizer,
     save_checkpoint,
     tensor_group,
@@ -766,19 +765,15 @@ class RegressionTrainer:
             CheckpointError: a pickle where the checkpoint should be (never unpickled), a damaged
                 checkpoint, or one written by another run config, training config, seeds or model.
         """
-        if self.checkpoint is None:
-            return None
-        loaded = load_checkpoint(self.checkpoint)
+        loaded = load_checked(
+            self.checkpoint,
+            self.config_hash,
+            {"kind": "regression", "seeds": seeds, "config": self.cfg.model_dump(mode="json")},
+        )
         if loaded is None:
             return None
         meta, tensors = loaded
         where = self.checkpoint
-        check_origin(
-            where,
-            meta,
-            self.config_hash,
-            {"kind": "regression", "seeds": seeds, "config": self.cfg.model_dump(mode="json")},
-        )
         own = {k: torch.stack([s[k] for s in init]) for k, _ in model.named_parameters()}
         saved = tensor_group(tensors, "init/")
         if saved.keys() != own.keys() or not all(

@@ -29,9 +29,8 @@ from tdlab.progress import ProgressBar
 from tdlab.seeding import Purpose, generators
 from tdlab.train.checkpoint import (
     CheckpointError,
-    check_origin,
     is_int,
-    load_checkpoint,
+    load_checked,
     pack_optimizer,
     save_checkpoint,
     tensor_group,
@@ -360,19 +359,15 @@ class Trainer:
             CheckpointError: a pickle where the checkpoint should be (never unpickled), a damaged
                 checkpoint, or one written by another config or seeds.
         """
-        if self.checkpoint is None:
-            return None
-        loaded = load_checkpoint(self.checkpoint)
+        loaded = load_checked(
+            self.checkpoint,
+            self.config_hash,
+            {"seeds": seeds, "chunk_size": chunk, "config": self.cfg.model_dump(mode="json")},
+        )
         if loaded is None:
             return None
         meta, tensors = loaded
         where = self.checkpoint
-        check_origin(
-            where,
-            meta,
-            self.config_hash,
-            {"seeds": seeds, "chunk_size": chunk, "config": self.cfg.model_dump(mode="json")},
-        )
         try:
             return _unpack_checkpoint(meta, tensors, seeds, chunk, self.cfg.steps, self.device)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
