@@ -847,7 +847,9 @@ def _published_markdown(results: Path, per_seed: bool = False) -> str:
     pub = load_published(results)
     exps = list(registry().values())
     if per_seed:  # quick's records alone make the README's tables; the seed's settings join once published
-        return seed_tables(pub, exps)
+        from tdlab.report.docs_site import SEEDS
+
+        return seed_tables(pub, exps, {s.number: s.title for s in SEEDS})
     if not pub.paper:
         raise ConfigError(f"--results: {results}/paper holds no record; `tdlab batch --profile paper` writes them")
     undecided = undecided_lines(pub)

@@ -161,11 +161,12 @@ def test_the_readme_and_findings_page_hold_the_tables_of_the_committed_records(t
 
 
 def test_per_seed_tables_have_a_row_per_experiment_with_quick_and_the_seeds_settings():
+    from tdlab.report.docs_site import SEEDS
     from tdlab.report.records import seed_tables
 
     pub = load_published(REPO / "results")
     exps = list(registry().values())
-    text = seed_tables(pub, exps)
+    text = seed_tables(pub, exps, {s.number: s.title for s in SEEDS})
     assert text.count("**Seed ") == len({e.paper[:3] for e in exps})
     rows = {r.split("|")[1].strip(" `"): r.split("|")[3:5] for r in text.splitlines() if r.startswith("| `")}
     assert set(rows) == {e.name for e in exps}

@@ -115,13 +115,11 @@ def experiment_table(pub: Published, experiments: Sequence[Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def seed_tables(pub: Published, experiments: Sequence[Any]) -> str:
+def seed_tables(pub: Published, experiments: Sequence[Any], titles: Mapping[str, str]) -> str:
     """One table per seed, one row per experiment: what it reproduces, its paper groups held in the
     committed quick record and, once published, at the seed's settings ("—": no record). The README's
-    results section; the full tables are :func:`seed_table` and :func:`experiment_table`."""
-    from tdlab.report.docs_site import SEEDS  # here: the docs site's module reads this one's tables
-
-    titles = {s.number: s.title for s in SEEDS}
+    results section; the full tables are :func:`seed_table` and :func:`experiment_table`. ``titles``: each
+    seed's title by number (the docs site's ``SEEDS``, passed in: that module reads this one's tables)."""
     by_seed: dict[str, list[Any]] = {}
     for e in experiments:
         by_seed.setdefault(_seed(e), []).append(e)
