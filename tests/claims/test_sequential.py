@@ -82,6 +82,21 @@ def test_a_row_whose_width_the_reference_sets_does_not_grow():
     assert growable(g)
 
 
+def test_few_members_grow_even_where_the_reference_error_exceeds_theirs():
+    """At 3 members the t quantile is most of the width (98.75 %: 8.9 standard errors; 6 members: 3.8), so more
+    members narrow the interval though the reference's error (0.3) is five times the members' (0.058)."""
+    from tdlab.claims.sequential import half_width_ratio
+
+    g = _group("not resolved", "spread")
+    g["rows"][0].update(n=3, std=0.1, reference_se=0.3, confidence=0.9875)
+    assert half_width_ratio(g["rows"][0], members=2.0) == pytest.approx(
+        3.8100 / 8.8602 * ((0.01 / 6 + 0.09) / (0.01 / 3 + 0.09)) ** 0.5, rel=1e-3
+    )
+    assert growable(g)
+    g["rows"][0].update(n=48, std=0.1 * 4)  # many members, the same se: the quantile barely moves
+    assert blocker(g).startswith("the reference's Monte-Carlo error")
+
+
 def test_each_member_on_its_own_error_does_not_grow():
     assert blocker(_group("not resolved", "spread", test="every")) == "each member is judged on its own error"
 
@@ -232,3 +247,66 @@ def test_the_rounds_train_longer_up_to_the_cap():
     assert round_plan(looks, sched, 1, [moving], [], 50.0, 10.0, extension=ext).stop.startswith("budget")
     assert round_plan(looks, sched, 1, [moving], [], 61.0, 10.0, extension=ext).members == 3
     assert Extension("schedule.epochs", 6, 1000).next() == 12 and Extension("t", 0.5, 0.8).next() == 0.8
+
+
+# ------------------------------------------------------------------------------------------------
+# A Monte-Carlo reference whose draws set the interval's width: more draws, not more members.
+
+
+def _reference_bound(ref_se=0.0009, std=0.002, n=24):
+    g = _group("not resolved", "spread")
+    g["rows"][0].update(n=n, std=std, reference_se=ref_se)  # members' se 0.000408 < the reference's 0.0009
+    return g
+
+
+def test_a_group_whose_width_the_reference_helps_set_waits_on_draws():
+    from tdlab.claims.sequential import waits_on_draws
+
+    assert waits_on_draws(_reference_bound())
+    # twice the draws narrow the interval to 0.9 of its width at ref_se = 0.783 × the members' se (0.000320)
+    assert waits_on_draws(_reference_bound(ref_se=0.00033))
+    assert not waits_on_draws(_reference_bound(ref_se=0.00031))  # the members bind
+    assert not waits_on_draws(_reference_bound(ref_se=None))
+    assert not waits_on_draws(_group("holds", "decided"))
+    still = _reference_bound()
+    still["rows"][0]["cause"] = "still moving"
+    assert not waits_on_draws(still)  # training, not draws
+    ours = _reference_bound()
+    ours["rows"][0]["provenance"] = "ours"
+    assert not waits_on_draws(ours)
+
+
+def test_the_rounds_draw_the_reference_more_often_up_to_its_cap_and_pay_for_it():
+    from tdlab.claims.sequential import Draws
+
+    looks, sched, g = Looks(), [3, 6, 12, 24], _reference_bound()
+    d = Draws("claims.reference_draws", 8, 256)
+    p = round_plan(looks, sched, 1, [g], [], 1e9, 1.0, draws=d, seconds_per_draw=2.0)
+    # members do not bind (blocked), so they stay; the draws double
+    assert (p.members, p.draws, p.sharpening, p.growing) == (3, 16, (g["id"],), ())
+    # without a draws field the same group stops the rounds, saying why
+    assert round_plan(looks, sched, 1, [g], [], 1e9, 1.0).members is None
+    capped = round_plan(looks, sched, 1, [g], [], 1e9, 1.0, draws=Draws("claims.reference_draws", 256, 256))
+    assert capped.members is None and "more draws are not possible" in capped.stop
+    # the new draws' cost counts: 8 new draws at 2 s = 16 s > 15 s
+    over = round_plan(looks, sched, 1, [g], [], 15.0, 1.0, draws=d, seconds_per_draw=2.0)
+    assert over.members is None and "claims.reference_draws 8 → 16" in over.stop
+    assert round_plan(looks, sched, 1, [g], [], 17.0, 1.0, draws=d, seconds_per_draw=2.0).draws == 16
+    # a row where both bind grows members and draws together
+    both = _reference_bound(ref_se=0.0005, std=0.002, n=24)  # each doubling alone narrows it to < 0.9
+    p = round_plan(looks, sched, 1, [both], [], 1e9, 1.0, draws=d)
+    assert (p.members, p.draws) == (6, 16)
+    assert Draws("x", 3, 4).next() == 4 and Draws("x", 4, 4).next() is None
+
+
+def test_precision_needed_is_the_squared_ratio_of_half_width_to_the_distance_from_the_boundary():
+    from tdlab.claims.sequential import precision_needed
+
+    g = _group("not resolved", "spread")
+    # close to 0 within 1: boundaries -1, 1; centre 0.8, half-width 0.4 -> 0.2 from the boundary: (0.4/0.2)^2 = 4
+    g["rows"][0].update(expected=0.0, tolerance=1.0, relation="close", interval=[0.4, 1.2])
+    assert precision_needed(g) == pytest.approx(4.0)
+    g["rows"][0].update(relation="ge", interval=[-1.5, -0.5])  # boundary -1: gap 0, on it
+    assert precision_needed(g) == float("inf")
+    g["rows"][0].update(test="compare")
+    assert precision_needed(g) is None

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 import torch
+from pydantic import Field
 
 from tdlab.claims import ClaimSpec, Measurements, Sample
 from tdlab.config import parse_duration
@@ -445,3 +446,101 @@ def test_real_experiments_say_how_they_may_train_longer():
     assert training_extension(init, init.make_config("quick", ["train.steps=8000"])).next() is None
     landscape = get("markov-landscape")  # no training-length field (a flow's time)
     assert training_extension(landscape, landscape.make_config("quick")) is None
+
+
+# ------------------------------------------------------------------------------------------------
+# A Monte-Carlo reference whose draws widen the interval: more draws, each computed once.
+
+
+class DrawsConfig(ToyConfig):
+    draws: int = Field(4, ge=2, le=32)  # replicate draws of the reference
+    ref_sd: float = 1.5  # one draw's spread around the true reference, 0
+
+
+class WithReference(Toy):
+    """Members sit near 0 (spread 0.1); the claim compares them with a reference estimated from ``draws``
+    replicate draws of spread ``ref_sd``: the reference, not the members, sets the interval's width."""
+
+    name = "toy-reference"
+    Config = DrawsConfig
+    reference_draws_field = "draws"
+    computed: ClassVar[list[int]] = []  # the draw indices computed, over every round
+    claims = (
+        ClaimSpec(
+            id="matches-reference",
+            statement="the mean is within 1 of the reference",
+            test="value",
+            relation="close",
+            quantity="w",
+            tolerance=1.0,
+            horizon="budget",
+        ),
+    )
+
+    def run(self, cfg: DrawsConfig, ctx: RunContext) -> None:
+        super().run(cfg, ctx)
+        values = []
+        for r in range(cfg.draws):
+            if ("ref", r) not in ctx.memo:
+                WithReference.computed.append(r)
+                ctx.memo[("ref", r)] = cfg.ref_sd * float(np.random.default_rng(1000 + r).normal())
+            values.append(ctx.memo[("ref", r)])
+        ctx.unit_seconds["reference draw"] = 0.001
+        ctx.writer.add_metrics("reference", [(0, r, "draw", v) for r, v in enumerate(values)])
+        ctx.writer.save_arrays("reference", [{"done": torch.ones(1)} for _ in values])
+
+    def measure(self, cfg: DrawsConfig, run) -> Measurements:
+        m = Measurements()
+        w = [0.1 * v for v in run.arrays("a")["w"][:, 0].tolist()]
+        ref = run.metrics().query("arm == 'reference' and name == 'draw'").sort_values("member")["value"]
+        m.row("matches-reference", "a", Sample(tuple(w)), Sample(tuple(ref.tolist())), arms=["a"])
+        return m
+
+
+def test_a_reference_that_sets_the_width_is_drawn_more_often_and_each_draw_is_computed_once(monkeypatch, tmp_path):
+    WithReference.computed = []
+    run = _decide_exp(WithReference(), monkeypatch, tmp_path)
+    d, g = run.summary["decide"], run.summary["claims"][0]
+    # 3 members: the t quantile binds too, so members and draws grow together, and the third look decides
+    assert [(r["members"], r["draws"]) for r in d["rounds"]] == [(3, 4), (6, 8), (12, 16)]
+    assert d["rounds"][0]["sharpening"] == ["matches-reference"] and not d["rounds"][0]["not_helped"]
+    assert g["verdict"] == "holds" and d["stopped"] == "every paper group is decided"
+    last = d["rounds"][-1]["draws"]
+    assert WithReference.computed == list(range(last))  # every draw once: a round computes only the new ones
+    assert ToyTrainer.trained == member_seeds(0, 12)  # every member once
+    # the decided run is the plain run with its final draws
+    plain = runner.execute(
+        WithReference(),
+        WithReference().make_config("quick", [f"draws={last}"], members=12),
+        "quick",
+        tmp_path / "plain",
+        progress=False,
+        run_id="p",
+    )
+    assert plain.summary["claims"][0]["rows"][0]["reference"] == g["rows"][0]["reference"]
+
+
+def test_without_a_draws_field_the_rounds_stop_and_say_the_reference_binds(monkeypatch, tmp_path):
+    class NoField(WithReference):
+        name = "toy-reference-fixed"
+        reference_draws_field = None
+
+    run = _decide_exp(NoField(), monkeypatch, tmp_path)
+    d = run.summary["decide"]
+    # members grow while the t quantile of a few members binds; at 12 the reference's error alone sets the width
+    assert [r["members"] for r in d["rounds"]] == [3, 6, 12] and run.summary["claims"][0]["verdict"] == "not resolved"
+    assert "no undecided paper group" in d["stopped"]
+    assert d["rounds"][-1]["not_helped"] == {
+        "matches-reference": "the reference's Monte-Carlo error, not the members' spread, sets the interval's width"
+    }
+    assert "would have to grow by" in d["stopped"]
+
+
+def test_icl_lsa_vs_lca_names_its_reference_draws_with_their_bound():
+    from tdlab.experiments.base import get
+    from tdlab.experiments.decide import draws_extension
+
+    exp = get("icl-lsa-vs-lca")
+    d = draws_extension(exp, exp.make_config("quick"))
+    assert (d.field, d.current, d.cap) == ("claims.reference_draws", 4, 256)
+    assert draws_extension(get("markov-init"), get("markov-init").make_config("quick")) is None

@@ -21,6 +21,9 @@ own error, an interval whose width the reference's Monte-Carlo error sets, not t
 measurement's resolution, and rows of tdlab's own settings (which never decide a paper claim) are
 not helped by more members. Training too short is helped by longer training (:func:`waits_on_training`,
 :class:`Extension`) when the claim is judged at convergence, never when it is judged at the seed's budget.
+An interval a Monte-Carlo reference helps widen is helped by more draws of that reference
+(:func:`waits_on_draws`, :class:`Draws`) where the experiment names the field that sets them
+(:attr:`tdlab.experiments.base.Experiment.reference_draws_field`).
 """
 
 from __future__ import annotations
@@ -33,9 +36,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from tdlab.claims.stats import t_quantile
+
 __all__ = [
     "GROWABLE_CAUSES",
     "TRAINING_CAUSES",
+    "Draws",
     "Extension",
     "Looks",
     "RoundPlan",
@@ -43,8 +49,11 @@ __all__ = [
     "decided",
     "distance",
     "growable",
+    "half_width_ratio",
+    "precision_needed",
     "round_plan",
     "row_blocker",
+    "waits_on_draws",
     "waits_on_training",
 ]
 
@@ -52,6 +61,10 @@ __all__ = [
 STALL_ROUNDS = 2
 # Causes of an undecided paper group that more members can settle.
 GROWABLE_CAUSES = frozenset({"spread", "one member", "members", "multiplicity", "censored"})
+# A doubling is worth a round when it narrows an interval to this fraction of its width or less.
+NARROWING = 0.9
+# row_blocker's reason for a row whose width the reference's Monte-Carlo error sets (more draws may help).
+REFERENCE_BOUND = "the reference's Monte-Carlo error, not the members' spread, sets the interval's width"
 # Causes of a not-resolved or not-evaluable row that say its training was too short.
 TRAINING_CAUSES = frozenset({"still moving", "stage not reached", "shorter than the seed's length"})
 
@@ -107,7 +120,8 @@ def row_blocker(row: Mapping[str, Any]) -> str:
     but not after Holm's correction, or a censored interval or an exact sign test is short of members;
     not when every member (of both arms) never reached within the horizon, when the tolerance is
     finer than the measurement's resolution, when each member is judged on its own error (``every``
-    tests), or when the reference's Monte-Carlo error, not the members' spread, sets the width.
+    tests), or when a reference's Monte-Carlo error sets the width so far that twice the members would
+    narrow the interval by less than a tenth (:func:`half_width_ratio`).
     """
     cause, test = row.get("cause"), row.get("test")
     if cause == "resolution" and test != "compare":
@@ -119,11 +133,27 @@ def row_blocker(row: Mapping[str, Any]) -> str:
     censored = row.get("censored")
     if cause == "censored" and censored and all(censored) and (test != "compare" or row.get("both_censored", True)):
         return "no member reached within the horizon"
-    n, sd = int(row.get("n") or 0), row.get("std")
-    extra = math.hypot(float(row.get("mc_se") or 0.0), float(row.get("reference_se") or 0.0))
-    if test != "compare" and n >= 2 and sd is not None and math.isfinite(sd) and sd / math.sqrt(n) < extra:
-        return "the reference's Monte-Carlo error, not the members' spread, sets the interval's width"
+    if test != "compare" and row.get("reference_se") and half_width_ratio(row, members=2.0) > NARROWING:
+        return REFERENCE_BOUND
     return ""
+
+
+def half_width_ratio(row: Mapping[str, Any], members: float = 1.0, draws: float = 1.0) -> float:
+    """A value row's interval half-width with ``members`` times its members and ``draws`` times its reference's
+    draws, over its half-width now: the Student-t quantile at the members' degrees of freedom times the standard
+    error, whose members' part shrinks with the members, the reference's with the draws, and the measurement's
+    own Monte-Carlo error with neither (:func:`tdlab.claims.stats.mean_interval`). With few members the quantile
+    dominates (98.75 % at 3 members: 8.9 standard errors; at 6: 3.8), so more members narrow an interval even
+    where the reference's error exceeds theirs. 1 where the row has no spread to scale."""
+    n, sd = int(row.get("n") or 0), row.get("std")
+    if n < 2 or sd is None or not math.isfinite(sd):
+        return 1.0
+    confidence = float(row.get("confidence") or 0.95)
+    mc, ref = float(row.get("mc_se") or 0.0), float(row.get("reference_se") or 0.0)
+    grown = max(n + 1, math.ceil(n * members)) if members > 1 else n
+    now = t_quantile(confidence, n - 1) * math.sqrt(sd**2 / n + mc**2 + ref**2)
+    then = t_quantile(confidence, grown - 1) * math.sqrt(sd**2 / grown + mc**2 + ref**2 / draws)
+    return then / now if now > 0 else 1.0
 
 
 def growable(group: Any) -> bool:
@@ -186,6 +216,69 @@ class Extension:
         return f"{self.field} = {self.current:g} is the paper profile's (the seed's) length already"
 
 
+def waits_on_draws(group: Any) -> bool:
+    """An undecided paper group that more draws of its Monte-Carlo reference may settle: one of its undecided
+    seed rows straddles its boundary (a cause more members would settle, or the reference's error binding,
+    :func:`row_blocker`) and twice the draws would narrow its interval by a tenth or more
+    (:func:`half_width_ratio`, :data:`NARROWING`)."""
+    if _get(group, "kind") != "paper" or decided(group):
+        return False
+    return any(
+        r.get("provenance") == "seed"
+        and r.get("verdict") == "not resolved"
+        and r.get("test") != "compare"
+        and r.get("reference_se")
+        and row_blocker(r) in ("", REFERENCE_BOUND)
+        and half_width_ratio(r, draws=2.0) <= NARROWING
+        for r in _rows(group)
+    )
+
+
+def precision_needed(group: Any) -> float | None:
+    """How many times narrower the intervals of ``group``'s undecided seed value rows must get before the
+    nearest of them decides: ``(half-width / distance from its centre to the nearest boundary)²``, the factor
+    the members (and a Monte-Carlo reference's draws) must grow by, since a width shrinks as one over the
+    square root of both. ``None`` when no such row has an interval (a comparison, a censored bound)."""
+    need = []
+    for r in _rows(group):
+        if r.get("provenance") != "seed" or r.get("verdict") != "not resolved" or r.get("test") != "value":
+            continue
+        iv, expected, tol = r.get("interval"), r.get("expected"), float(r.get("tolerance") or 0.0)
+        if not iv or expected is None or not all(math.isfinite(v) for v in iv):
+            continue
+        lo, hi = {
+            "close": (expected - tol, expected + tol),
+            "le": (-math.inf, expected + tol),
+            "ge": (expected - tol, math.inf),
+        }.get(str(r.get("relation")), (-math.inf, math.inf))
+        centre, half = (iv[0] + iv[1]) / 2, (iv[1] - iv[0]) / 2
+        gaps = [abs(centre - b) for b in (lo, hi) if math.isfinite(b)]
+        if gaps:
+            need.append(math.inf if min(gaps) == 0 else (half / min(gaps)) ** 2)
+    return min(need) if need else None
+
+
+@dataclass(frozen=True)
+class Draws:
+    """How a ``--decide`` run may sharpen a Monte-Carlo reference its claims compare with: the config ``field``
+    that sets the reference's replicate draws, its ``current`` value and the ``cap`` it never exceeds (the
+    field's upper bound). Draw ``r`` depends on the run's seed and ``r`` alone, so a round with more draws
+    keeps the earlier ones and computes only the new."""
+
+    field: str
+    current: int
+    cap: int
+    factor: float = 2.0
+
+    def next(self) -> int | None:
+        """The next draw count, ``current · factor`` rounded up and capped; ``None`` at the cap."""
+        nxt = min(self.cap, math.ceil(self.current * self.factor))
+        return nxt if nxt > self.current else None
+
+    def why_not(self) -> str:
+        return f"{self.field} = {self.current} is its largest allowed value"
+
+
 @dataclass(frozen=True)
 class RoundPlan:
     """What the next round does, or why there is none."""
@@ -195,6 +288,8 @@ class RoundPlan:
     growing: tuple[str, ...] = ()  # the groups it adds members for
     length: float | None = None  # the next round's training length when it trains longer (every member anew)
     training: tuple[str, ...] = ()  # the groups it trains longer for
+    draws: int | None = None  # the next round's reference draws when it sharpens a Monte-Carlo reference
+    sharpening: tuple[str, ...] = ()  # the groups it draws the reference more often for
 
 
 def distance(group: Any) -> float:
@@ -221,6 +316,8 @@ def round_plan(
     *,
     at: int | None = None,
     extension: Extension | None = None,
+    draws: Draws | None = None,
+    seconds_per_draw: float = 0.0,
 ) -> RoundPlan:
     """After look ``done_looks`` (1-based) judged ``groups``: the next round's members (and training length),
     or why the rounds stop.
@@ -229,9 +326,10 @@ def round_plan(
     groups more members can settle (:func:`growable`); the training length grows by ``extension`` for groups
     waiting on training (:func:`waits_on_training`) when the experiment may train longer. A round that trains
     longer trains every member anew (a cosine plan that ended at its floor cannot be resumed into a longer
-    one); one that only adds members trains the new ones.
+    one); one that only adds members trains the new ones. A Monte-Carlo reference's draws grow by ``draws``
+    for groups whose width it helps set (:func:`waits_on_draws`), at ``seconds_per_draw`` each new draw.
 
-    Stops when every paper group is decided, when no undecided one can be helped by members or training,
+    Stops when every paper group is decided, when no undecided one can be helped by members, training or draws,
     when the plan's looks are used (every round is a look, whatever it grew), when the last
     :data:`STALL_ROUNDS` rounds decided nothing new and brought no helped group closer (``history``: each
     group's :func:`distance` at every look so far, this one last), or when the next round would not fit in
@@ -248,12 +346,23 @@ def round_plan(
     waiting = tuple(_get(g, "id") for g in paper if waits_on_training(g))
     longer = extension.next() if extension is not None and waiting else None
     train = waiting if longer is not None else ()
+    sharp = tuple(_get(g, "id") for g in paper if waits_on_draws(g)) if draws is not None else ()
+    more_draws = draws.next() if draws is not None and sharp else None
+    sharpen = sharp if more_draws is not None else ()
     if n_decided == len(paper):
         return RoundPlan(None, "every paper group is decided")
-    if not grow and not train:
-        why = f" (longer training is not possible: {extension.why_not()})" if waiting and extension is not None else ""
-        return RoundPlan(None, "no undecided paper group is one that more members or longer training can settle" + why)
-    helped = grow + train
+    if not grow and not train and not sharpen:
+        why = []
+        if waiting and extension is not None:
+            why.append(f"longer training is not possible: {extension.why_not()}")
+        if sharp and draws is not None:
+            why.append(f"more draws are not possible: {draws.why_not()}")
+        return RoundPlan(
+            None,
+            "no undecided paper group is one that more members, longer training or more reference draws can settle"
+            + (f" ({'; '.join(why)})" if why else ""),
+        )
+    helped = grow + train + sharpen
     if history:
         stalled = 0  # the rounds at the end that decided nothing and brought no helped group closer
         for later, earlier in itertools.pairwise(reversed(history)):
@@ -269,20 +378,25 @@ def round_plan(
                 grow,
                 None,
                 train,
+                None,
+                sharpen,
             )
     if done_looks >= looks.looks:
-        return RoundPlan(None, f"the schedule's {looks.looks} looks are used", grow, None, train)
+        return RoundPlan(None, f"the schedule's {looks.looks} looks are used", grow, None, train, None, sharpen)
     now = schedule[at]
     members = schedule[at + 1] if grow and at + 1 < len(schedule) else now
-    if members == now and longer is None:
+    if members == now and longer is None and more_draws is None:
         return RoundPlan(None, f"the schedule's largest member count ({now}) is reached", grow)
     grow = grow if members > now else ()
-    scale = longer / extension.current if longer is not None else 1.0
+    scale = longer / extension.current if longer is not None and extension is not None else 1.0
     cost = (members if longer is not None else members - now) * scale * seconds_per_member
+    if more_draws is not None and draws is not None:
+        cost += (more_draws - draws.current) * seconds_per_draw
     if cost > seconds_left:
         what = ", ".join(
             ([f"+{members - now} members"] if members > now else [])
-            + ([f"{extension.field} {extension.current:g} → {longer:g}"] if longer is not None else [])
+            + ([f"{extension.field} {extension.current:g} → {longer:g}"] if longer is not None and extension else [])
+            + ([f"{draws.field} {draws.current} → {more_draws}"] if more_draws is not None and draws else [])
         )
         return RoundPlan(
             None,
@@ -290,8 +404,10 @@ def round_plan(
             grow,
             None,
             train,
+            None,
+            sharpen,
         )
-    return RoundPlan(members, "", grow, longer, train)
+    return RoundPlan(members, "", grow, longer, train, more_draws, sharpen)
 
 
 def _get(group: Any, key: str) -> Any:

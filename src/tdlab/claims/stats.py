@@ -27,6 +27,7 @@ __all__ = [
     "proportion_interval",
     "proportion_p_outside",
     "sign_test",
+    "t_quantile",
 ]
 
 
@@ -59,7 +60,9 @@ def _floats(values: Iterable[float]) -> list[float]:
     return [float(v) for v in values]
 
 
-def _quantile(confidence: float, df: float) -> float:
+def t_quantile(confidence: float, df: float) -> float:
+    """The two-sided Student-t quantile of a ``confidence`` interval with ``df`` degrees of freedom (the
+    normal's for ``df = inf``): the half-width of a mean's interval in standard errors."""
     q = 0.5 + confidence / 2
     return float(stats.norm.ppf(q)) if math.isinf(df) else float(stats.t.ppf(q, df))
 
@@ -91,12 +94,12 @@ def mean_interval(
         return Interval(math.nan, math.nan, math.nan, n)
     m = statistics.fmean(v)
     if deterministic:
-        h = _quantile(confidence, math.inf) * extra_se
+        h = t_quantile(confidence, math.inf) * extra_se
         return Interval(m, min(v) - h - widen, max(v) + h + widen, n, extra_se, math.inf, widen)
     if n < 2:
         return Interval(m, -math.inf, math.inf, n, math.inf, 0.0, widen)
     se = math.sqrt(statistics.variance(v) / n + extra_se**2)
-    h = _quantile(confidence, n - 1) * se
+    h = t_quantile(confidence, n - 1) * se
     return Interval(m, m - h - widen, m + h + widen, n, se, n - 1, widen)
 
 
@@ -109,7 +112,7 @@ def proportion_interval(indicators: Sequence[float], confidence: float = 0.95) -
     if n == 0 or not all(x in (0.0, 1.0) for x in v):
         return Interval(math.nan, math.nan, math.nan, n)
     p = sum(v) / n
-    z = _quantile(confidence, math.inf)
+    z = t_quantile(confidence, math.inf)
     denom = 1 + z * z / n
     center = (p + z * z / (2 * n)) / denom
     h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
@@ -144,7 +147,7 @@ def difference_interval(
     if se == 0.0:
         return Interval(gap, gap - widen, gap + widen, min(na, nb), 0.0, math.inf, widen)
     df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))  # Welch–Satterthwaite
-    h = _quantile(confidence, df) * se
+    h = t_quantile(confidence, df) * se
     return Interval(gap, gap - h - widen, gap + h + widen, min(na, nb), se, df, widen)
 
 

@@ -88,6 +88,11 @@ class RunContext:
     # Fits :meth:`fit_all` may train at once on one-thread CPU lanes (``None``: as many as there are usable
     # cores; ``tdlab run --lanes``). Lanes never change a number (tdlab.train.lanes).
     lanes: int | None = field(default_factory=lane_limit)
+    # Values an experiment computed that depend on their key alone (a reference's replicate draw), kept
+    # across ``--decide`` rounds, and the measured wall seconds of one unit of such work, by name
+    # ("reference draw"), which the rounds' cost estimate reads.
+    memo: dict[Any, Any] = field(default_factory=dict)
+    unit_seconds: dict[str, float] = field(default_factory=dict)
 
     def start_round(self, reuse: bool = True) -> None:
         """Begin a ``--decide`` round: the staged metrics, arrays and checkpoints of the last round go
@@ -307,6 +312,11 @@ class Experiment(ABC, Generic[ConfigT]):
     # The config field that sets how long every arm trains (``--decide`` doubles it for paper groups that
     # wait on training); default: the atlas's ``...steps`` or ``...epochs`` axis; None: no single field.
     train_length: ClassVar[str | None] = None
+    # The config field that sets how many replicate draws a Monte-Carlo reference of the claims takes
+    # (``--decide`` grows it for paper groups whose interval the reference's error helps widen); None: none.
+    # The experiment keeps its draws in :attr:`RunContext.memo` so a round computes only the new ones, and
+    # records their cost as ``RunContext.unit_seconds["reference draw"]``.
+    reference_draws_field: ClassVar[str | None] = None
 
     @classmethod
     def training_length_field(cls) -> str | None:

@@ -32,13 +32,24 @@ from typing import Any
 
 from pydantic import Field
 
-from tdlab.claims.sequential import Extension, Looks, RoundPlan, blocker, decided, distance, round_plan
+from tdlab.claims.sequential import (
+    Draws,
+    Extension,
+    Looks,
+    RoundPlan,
+    blocker,
+    decided,
+    distance,
+    precision_needed,
+    round_plan,
+)
 from tdlab.config import apply_overrides, read_field
+from tdlab.config_fields import config_fields
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run
 
-__all__ = ["DecidePlan", "run_rounds", "training_extension"]
+__all__ = ["DecidePlan", "draws_extension", "run_rounds", "training_extension"]
 
 
 class DecidePlan(Looks, frozen=True):
@@ -57,6 +68,34 @@ def training_extension(exp: Experiment, cfg: ExperimentConfig) -> Extension | No
         return None
     current, cap = lengths
     return Extension(str(exp.training_length_field()), current, max(cap, current))
+
+
+def draws_extension(exp: Experiment, cfg: ExperimentConfig) -> Draws | None:
+    """How ``exp``'s Monte-Carlo reference may take more draws in a ``--decide`` run
+    (:class:`~tdlab.claims.sequential.Draws`, capped at the field's upper bound), or ``None`` when it names no
+    :attr:`~Experiment.reference_draws_field`."""
+    name = exp.reference_draws_field
+    if name is None:
+        return None
+    bound = next(f.hi for f in config_fields(type(cfg)) if f.key == name)
+    current = int(read_field(cfg, name))
+    return Draws(name, current, int(bound) if bound != float("inf") else current * 64)
+
+
+def _needs(paper: list[Any]) -> str:
+    """What the undecided groups would need: how many times narrower their nearest rows' intervals must get."""
+    parts = []
+    for g in paper:
+        k = None if decided(g) else precision_needed(g)
+        if k is not None:
+            parts.append(f"{g.id} ~{k:.3g}×" if k != float("inf") else f"{g.id} (on its boundary)")
+    if not parts:
+        return ""
+    return (
+        "; to decide, the members (and a reference's draws) would have to grow by: "
+        + ", ".join(parts)
+        + " (an interval narrows as one over the square root of both)"
+    )
 
 
 def run_rounds(
@@ -91,6 +130,8 @@ def run_rounds(
             cfg = cfg.model_copy(update={"members": plan_next.members})
             if longer:
                 cfg = apply_overrides(cfg, [f"{length_field}={plan_next.length!r}"])
+            if plan_next.draws is not None:
+                cfg = apply_overrides(cfg, [f"{exp.reference_draws_field}={plan_next.draws!r}"])
         elif resumed_round and rounds:
             current = read_field(cfg, length_field) if length_field else None
             longer = current != rounds[-1].get("length", current)  # rounds recorded before lengths were: not longer
@@ -116,6 +157,7 @@ def run_rounds(
         before = rounds[-1]["members"] if rounds else 0
         trained = cfg.members if (longer or not rounds) else cfg.members - before  # members trained this round
         extension = training_extension(exp, cfg)
+        draws = draws_extension(exp, cfg)
         history = [r["distance"] for r in rounds] + [{g.id: distance(g) for g in paper}]
         plan_next = round_plan(
             plan,
@@ -127,6 +169,8 @@ def run_rounds(
             wall / max(trained, 1),
             at=schedule.index(cfg.members) if cfg.members in schedule else len(schedule) - 1,
             extension=extension,
+            draws=draws,
+            seconds_per_draw=ctx.unit_seconds.get("reference draw", 0.0),
         )
         rec = {
             "look": look + 1,
@@ -134,6 +178,7 @@ def run_rounds(
             "added": cfg.members - before,
             "trained": trained,
             "length": read_field(cfg, length_field) if length_field else None,
+            "draws": draws.current if draws is not None else None,
             "longer": longer,
             "wall_s": round(wall, 3),
             "decided": sum(g.verdict in ("holds", "fails") for g in paper),
@@ -142,8 +187,14 @@ def run_rounds(
             "distance": history[-1],
             "growing": list(plan_next.growing),
             "training": list(plan_next.training),
+            "sharpening": list(plan_next.sharpening),
             "not_helped": {
-                g.id: why for g in paper if not decided(g) and (why := blocker(g)) and g.id not in plan_next.training
+                g.id: why
+                for g in paper
+                if not decided(g)
+                and (why := blocker(g))
+                and g.id not in plan_next.training
+                and g.id not in plan_next.sharpening
             },
         }
         rounds.append(rec)
@@ -159,15 +210,21 @@ def run_rounds(
                 if plan_next.members and plan_next.length is not None
                 else ""
             )
-            + (f"; not helped by members or training: {', '.join(waiting)}" if waiting else "")
+            + (
+                f"; {exp.reference_draws_field} → {plan_next.draws} for {', '.join(plan_next.sharpening)}"
+                if plan_next.members and plan_next.draws is not None
+                else ""
+            )
+            + (f"; not helped by members, training or draws: {', '.join(waiting)}" if waiting else "")
         )
         if plan_next.members is None:
-            say(f"decide: stopped — {plan_next.stop}")
+            need = _needs(paper)
+            say(f"decide: stopped — {plan_next.stop}{need}")
             record = {
                 **block,
                 "rounds": rounds,
                 "spent_s": round(spent, 3),
-                "stopped": plan_next.stop,
+                "stopped": plan_next.stop + need,
                 "decided": rec["decided"],
                 "groups": len(paper),
             }
