@@ -518,6 +518,10 @@ def test_a_reference_that_sets_the_width_is_drawn_more_often_and_each_draw_is_co
         run_id="p",
     )
     assert plain.summary["claims"][0]["rows"][0]["reference"] == g["rows"][0]["reference"]
+    from tdlab.report.findings import decided_by
+
+    assert "reference draws 4 → 16" in decided_by(run.summary)
+    assert "<td>8 (matches-reference)</td>" in (run.path / "report.html").read_text()
 
 
 def test_without_a_draws_field_the_rounds_stop_and_say_the_reference_binds(monkeypatch, tmp_path):

@@ -110,7 +110,7 @@ def _causes(groups: Sequence[Mapping[str, Any]]) -> str:
 
 def decided_by(s: Mapping[str, Any]) -> str:
     """What settled a run's paper groups: its profile's single pass, or the ``--decide`` rounds (members,
-    the training length when it grew, looks, and whether groups were left undecided when the rounds stopped)."""
+    the training length and a reference's draws when they grew, looks, and whether groups were left undecided when the rounds stopped)."""
     d = s.get("decide")
     if not isinstance(d, dict) or not isinstance(d.get("rounds"), list) or not d["rounds"]:
         return str(s.get("profile", "?"))
@@ -124,8 +124,14 @@ def decided_by(s: Mapping[str, Any]) -> str:
         if first and isinstance(length, (int, float)) and length != next(iter(first.values()))
         else ""
     )
+    first_draws = d["rounds"][0].get("draws") if isinstance(d["rounds"][0], dict) else None
+    draws = (
+        f", reference draws {first_draws} → {last['draws']}"
+        if isinstance(first_draws, int) and isinstance(last.get("draws"), int) and last["draws"] != first_draws
+        else ""
+    )
     return (
-        f"decide: {last.get('members', '?')} members{steps}, {len(d['rounds'])} looks at "
+        f"decide: {last.get('members', '?')} members{steps}{draws}, {len(d['rounds'])} looks at "
         f"{d.get('confidence', 0):.4g}{tail}"
     )
 

@@ -61,9 +61,9 @@ _TEMPLATE = """<!doctype html>
 {% if s.decide %}<h2>Rounds (--decide)</h2>
 <p>Looks judged at {{ "%.4g"|format(s.decide.confidence) }} confidence (α = {{ s.decide.alpha }} split over {{ s.decide.looks }} looks);
 stopped: {{ s.decide.stopped }}.</p>
-<table><tr><th>look</th><th>members per arm</th><th>added</th><th>training length{% if s.decide.first_length %} ({{ s.decide.first_length|list|join(", ") }}){% endif %}</th><th>wall time</th><th>paper groups decided</th><th>more members for</th><th>longer training for</th></tr>
+<table><tr><th>look</th><th>members per arm</th><th>added</th><th>training length{% if s.decide.first_length %} ({{ s.decide.first_length|list|join(", ") }}){% endif %}</th><th>wall time</th><th>paper groups decided</th><th>more members for</th><th>longer training for</th><th>reference draws (more for)</th></tr>
 {% for r in s.decide.rounds %}<tr><td>{{ r.look }}</td><td>{{ r.members }}</td><td>{{ r.added }}</td><td>{% if r.length is defined and r.length is not none %}{{ "%g"|format(r.length) }}{% if r.longer is defined and r.longer %} (longer: every member anew){% endif %}{% else %}—{% endif %}</td><td>{{ "%.0f"|format(r.wall_s) }} s</td>
-<td>{{ r.decided }}/{{ r.groups }}</td><td>{{ r.growing|join(", ") }}</td><td>{{ (r.training or [])|join(", ") }}</td></tr>{% endfor %}</table>{% endif %}
+<td>{{ r.decided }}/{{ r.groups }}</td><td>{{ r.growing|join(", ") }}</td><td>{{ (r.training or [])|join(", ") }}</td><td>{% if r.draws is defined and r.draws is not none %}{{ r.draws }}{% if r.sharpening %} ({{ r.sharpening|join(", ") }}){% endif %}{% else %}—{% endif %}</td></tr>{% endfor %}</table>{% endif %}
 {% if s.notes %}<h2>Findings</h2><ul class="notes">{% for n in s.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
 {% for f in s.figures %}<img src="{{ f }}" alt="{{ f }}">{% endfor %}
 {% if s.measurements %}<h2>Measurements</h2><pre>{{ measurements }}</pre>{% endif %}
