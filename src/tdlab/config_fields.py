@@ -103,13 +103,19 @@ def _describe(leaf: ConfigField, ann: Any, meta: list[Any]) -> None:
     for m in meta:
         for cons in getattr(m, "metadata", [m]):
             if isinstance(cons, at.Ge):
-                leaf.lo = cons.ge
+                leaf.lo = _bound(cons.ge)
             elif isinstance(cons, at.Gt):
-                leaf.lo, leaf.lo_open = cons.gt, True
+                leaf.lo, leaf.lo_open = _bound(cons.gt), True
             elif isinstance(cons, at.Le):
-                leaf.hi = cons.le
+                leaf.hi = _bound(cons.le)
             elif isinstance(cons, at.Lt):
-                leaf.hi, leaf.hi_open = cons.lt, True
+                leaf.hi, leaf.hi_open = _bound(cons.lt), True
+
+
+def _bound(value: object) -> float:
+    """A ``ge``/``gt``/``le``/``lt`` bound (annotated-types types it only as comparable): tdlab bounds numbers."""
+    assert isinstance(value, int | float), f"non-numeric field bound {value!r}"
+    return value
 
 
 def config_fields(model: type[BaseModel], prefix: str = "") -> list[ConfigField]:
@@ -158,7 +164,8 @@ def _class_comments(klass: type) -> dict[str, str]:
         if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
             continue
         trailing = [comments[n] for n in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1) if n in comments]
-        above, n = [], stmt.lineno - 1
+        above: list[str] = []
+        n = stmt.lineno - 1
         while n in comments and lines[n - 1].lstrip().startswith("#"):  # a comment-only line just above
             above.insert(0, comments[n])
             n -= 1

@@ -75,10 +75,10 @@ class ProgressBar:
 
     def set(self, **values: float) -> None:
         self.fields.update(values)
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             info = "  ".join(f"{k} {v:.4f}" for k, v in self.fields.items())
             self._progress.update(self._task, info=info)
 
-    def advance(self, n: int = 1) -> None:
-        if self._progress is not None:
+    def advance(self, n: float = 1) -> None:
+        if self._progress is not None and self._task is not None:
             self._progress.advance(self._task, n)

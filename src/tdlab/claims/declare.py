@@ -61,6 +61,8 @@ def resolve(value: Value | None, cfg: Any, row: Row | None = None) -> float | No
             obj = obj[part] if isinstance(obj, Mapping) else getattr(obj, part)
         return float(obj)
     if callable(value):
+        if row is None:
+            raise ValueError(f"{value!r} reads the row: resolve it for a row")
         return float(value(cfg, row))
     return float(value)
 

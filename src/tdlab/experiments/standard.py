@@ -29,11 +29,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
 from tdlab.config import build_config, deep_merge, parse_overrides, read_field
+
+if TYPE_CHECKING:
+    from tdlab.experiments.base import ExperimentConfig
 
 __all__ = [
     "EXPLICIT",
@@ -100,8 +103,11 @@ EXPLICIT: dict[str, tuple[dict[str, Any] | str, str]] = {
 class Sized(Protocol):
     """What the rule reads of an experiment (class or instance): its name, config class and length field."""
 
-    name: str
-    Config: type[BaseModel]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def Config(self) -> type[ExperimentConfig]: ...  # the experiment's attribute, named as a class
 
     def training_length_field(self) -> str | None: ...
 
@@ -131,7 +137,10 @@ def standard_of(exp: Sized, quick: dict[str, Any], paper: dict[str, Any], second
     measured quick time (default :data:`QUICK_SECONDS`)."""
     if exp.name in EXPLICIT:
         layer, why = EXPLICIT[exp.name]
-        return Standard(dict(paper) if layer == "paper" else deep_merge(quick, layer), why, None)
+        if isinstance(layer, str):
+            assert layer == "paper", f"{exp.name}: an explicit layer is a dict or 'paper', not {layer!r}"
+            return Standard(dict(paper), why, None)
+        return Standard(deep_merge(quick, layer), why, None)
     if seconds is None and exp.name in QUICK_SECONDS:
         seconds = QUICK_SECONDS[exp.name][0]
     length_field = exp.training_length_field()

@@ -49,7 +49,7 @@ def first_crossing(steps: np.ndarray, values: np.ndarray, level: float, below: b
     v = np.atleast_2d(np.asarray(values, dtype=float))
     past = (v < level) if below else (v > level)
     past &= (s > 0)[None, :]
-    hit = past.any(axis=1)
+    hit = np.asarray(past.any(axis=1))
     first = np.where(hit, s[np.argmax(past, axis=1)], s[-1])
     resolution = float(np.median(np.diff(s))) if s.size > 1 else 0.0
     return Crossings(first, ~hit, resolution)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 from torch.optim import SGD, Adam, AdamW, Optimizer
@@ -28,7 +28,13 @@ _PLAIN = {
 }
 
 
-class _Eager:
+if TYPE_CHECKING:
+    _Base = Optimizer  # what the mixin sits before: its super() is the optimiser's
+else:
+    _Base = object
+
+
+class _Eager(_Base):
     """Mixin before a ``torch.optim`` optimiser class: its methods without the ``torch._dynamo`` wrappers."""
 
     _torch_step: Callable[..., Any]  # the optimiser's own step, unwrapped (set per subclass)
@@ -52,6 +58,12 @@ class _Eager:
         if torch.compiler.is_compiling():
             return super().load_state_dict(state_dict)
         return _PLAIN["load_state_dict"](self, state_dict)
+
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         if torch.compiler.is_compiling():
