@@ -232,14 +232,14 @@ def test_a_bad_budget_is_one_line_naming_the_option(text):
         parse_duration(text)
 
 
-def test_a_real_round_trains_only_the_new_members_and_matches_a_fresh_run(tmp_path, monkeypatch):
-    """markov-init (GPT, Trainer): 2 members, then a round to 4, equals 4 members from the start."""
+def _grown_equals_fresh(name, sets, tmp_path, monkeypatch):
+    """``name`` with 2 members, then a round to 4 (every fit trains only its 2 new members), equals 4 members
+    from the start: every metric and array."""
     from tdlab.experiments.base import get
     from tdlab.runs import RunWriter
     from tdlab.train import trainer as trainer_mod
 
-    exp = get("markov-init")
-    sets = ["train.steps=30", "train.seq_len=16", "train.eval_every=10", "train.eval_batches=1", "archs=[sec2]"]
+    exp = get(name)
     fitted: list[int] = []
     real_fit = trainer_mod.Trainer.fit
     monkeypatch.setattr(
@@ -256,14 +256,13 @@ def test_a_real_round_trains_only_the_new_members_and_matches_a_fresh_run(tmp_pa
     grown = staged("grown", 2)
     ctx = RunContext(grown, progress=False)
     exp.run(exp.make_config("quick", sets, members=2), ctx)
+    first = list(fitted)
     ctx.start_round()
     grown.write_config(
         {"experiment": exp.name, "config": exp.make_config("quick", sets, members=4).model_dump(mode="json")}
     )
     exp.run(exp.make_config("quick", sets, members=4), ctx)
-    arms = len(fitted) // 2
-    assert arms >= 1
-    assert fitted == [2] * arms + [2] * arms  # the round trained the two new members of each arm only
+    assert first and fitted == first + first  # the round trained the two new members of each fit only
     fresh = staged("fresh", 4)
     exp.run(exp.make_config("quick", sets, members=4), RunContext(fresh, progress=False))
     a, b = Run(grown.path).metrics(), Run(fresh.path).metrics()
@@ -275,6 +274,32 @@ def test_a_real_round_trains_only_the_new_members_and_matches_a_fresh_run(tmp_pa
         x, y = Run(grown.path).arrays(f.stem), Run(fresh.path).arrays(f.stem)
         assert x.keys() == y.keys() and all(torch.allclose(x[k], y[k], rtol=1e-6, atol=1e-7) for k in x)
     grown.release(), fresh.release()
+    return first
+
+
+def test_a_real_round_trains_only_the_new_members_and_matches_a_fresh_run(tmp_path, monkeypatch):
+    """markov-init (GPT, Trainer): 2 members, then a round to 4, equals 4 members from the start."""
+    sets = ["train.steps=30", "train.seq_len=16", "train.eval_every=10", "train.eval_batches=1", "archs=[sec2]"]
+    _grown_equals_fresh("markov-init", sets, tmp_path, monkeypatch)
+
+
+def test_a_gamma_sweep_round_trains_only_the_new_members_and_matches_a_fresh_run(tmp_path, monkeypatch, one_thread):
+    """anchors-bias: its γ-sweep is one ensemble outside RunContext.fit (seed index major), and a round from
+    2 to 4 seed indices trains only the 2 × 3 new (γ, seed) members."""
+    sets = [
+        "task.key_min=21",
+        "task.key_max=30",
+        "task.n_train=600",
+        "task.n_test=40",
+        "model.d=8",
+        "model.d_attn=4",
+        "model.d_ff=8",
+        "schedule.epochs=2",
+        "schedule.n_eval=60",
+        "train.lr=0.003",
+        "snapshot_epochs=[1]",
+    ]
+    assert _grown_equals_fresh("anchors-bias", sets, tmp_path, monkeypatch) == [2 * 3]
 
 
 def test_a_decided_run_keeps_the_identity_it_was_asked_for(toy, tmp_path):

@@ -241,7 +241,7 @@ def test_training_set_ceiling_matches_a_slow_count_and_exceeds_the_population_on
     population, training = exp.memory_ceilings(cfg)
     task, arms = exp.task(cfg), exp.gamma_arms(cfg)
     for i in range(2):
-        d = task.dataset(generators([arms.seeds[i]], DATASET)[0], cfg.task.n_train, "train")
+        d = task.dataset(generators([arms.index_seeds[i]], DATASET)[0], cfg.task.n_train, "train")
         counts: dict = collections.defaultdict(collections.Counter)
         for k, a, y, kind in zip(
             d["key"].tolist(), d["anchors"].tolist(), d["label"].tolist(), d["kind"].tolist(), strict=True
@@ -294,5 +294,6 @@ def test_tiny_run_end_to_end_with_a_snapshot_equal_to_a_short_fits_end(runs_dir,
     one = Trainer(tcfg, progress=False, objective=LastPosition()).fit(
         lambda s: EmbMLP(mcfg, s, [gam[x] for x in s]), list(arms.seeds), data
     )
-    assert torch.equal(torch.stack([st["W_emb"] for st in one.states[4:6]]), snap)  # members of γ = 0.8
+    members = arms.members_of(arms.gammas.index(0.8))
+    assert torch.equal(torch.stack([one.states[m]["W_emb"] for m in members]), snap)  # members of γ = 0.8
     assert np.isfinite(s["wall_time_s"])

@@ -145,11 +145,13 @@ def test_arms_of_one_seed_index_share_their_data_and_splits_are_what_they_say():
         list(arms.seeds), "cpu"
     )
     tok = data.splits["train"]["tokens"]
-    assert torch.equal(tok[0], tok[2]) and torch.equal(tok[1], tok[3]) and not torch.equal(tok[0], tok[1])
-    g = generators([arms.seeds[1]], DATASET)[0]
+    # members (i, g) = seed index major: 0 and 1 are seed index 0 at γ 0.3 and 0.8, 2 and 3 seed index 1
+    assert arms.members_of(1) == [1, 3] and arms.index_seeds == [arms.seeds[0], arms.seeds[2]]
+    assert torch.equal(tok[0], tok[1]) and torch.equal(tok[2], tok[3]) and not torch.equal(tok[0], tok[2])
+    g = generators([arms.seeds[2]], DATASET)[0]
     full = task.dataset(g, 500, "train")
-    assert torch.equal(data.splits["mem"]["tokens"][1], full["tokens"][full["kind"] == KIND_MEM][:50])
-    assert torch.equal(data.splits["rsn_train"]["tokens"][1], full["tokens"][full["kind"] == KIND_RSN_TRAIN][:50])
-    test = data.splits["test"]["tokens"][1]
+    assert torch.equal(data.splits["mem"]["tokens"][3], full["tokens"][full["kind"] == KIND_MEM][:50])
+    assert torch.equal(data.splits["rsn_train"]["tokens"][3], full["tokens"][full["kind"] == KIND_RSN_TRAIN][:50])
+    test = data.splits["test"]["tokens"][3]
     anchors = test[(test >= 11) & (test <= 20)].reshape(-1, 2)
     assert {tuple(a) for a in anchors.tolist()} <= {(11, 13), (13, 11)} and len(anchors) == 40

@@ -148,7 +148,7 @@ class ProbeSource:
         task, arms = self.task(cfg), self.gamma_arms(cfg)
         out: dict[str, list[torch.Tensor]] = {"tokens": [], "label": [], "key_pos": [], "kind": []}
         b = min(cfg.n_probe, cfg.task.n_train)
-        for g in generators(list(arms.seeds[: arms.n]), DATASET):
+        for g in generators(arms.index_seeds, DATASET):
             d = task.dataset(g, cfg.task.n_train, "train")  # anchor_splits' first draw from this generator
             for k in out:
                 out[k].append(d[k][:b])

@@ -480,7 +480,7 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
         """
         task, arms = self.task(cfg), self.gamma_arms(cfg)
         population, training = [], []
-        for g in generators(list(arms.seeds[: arms.n]), DATASET):  # data seeds = the first arm's seeds
+        for g in generators(arms.index_seeds, DATASET):  # data seeds = the first arm's seeds
             population.append(order_blind_memory_ceiling(task, task.memory_table(g)))
             d = task.dataset(g, cfg.task.n_train, "train")  # as anchor_splits draws it
             mem = d["kind"] == KIND_MEM

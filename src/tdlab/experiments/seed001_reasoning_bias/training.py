@@ -3,8 +3,10 @@ their evaluation splits, the learning-curve measures (T50, AUC) and their baseli
 gate, when a row read from trained parameters is the seed's own setting, and the Fig. 2-style plots.
 
 γ-sweep as one ensemble (A.3: "γ = 0.3, 0.5, 0.8"). γ changes only the initialisation, so every
-(γ, seed index) pair is one member of one ensemble: members ``g * n + i`` (γ index ``g``, seed index
-``i``). Member ``(g, i)`` draws its data set from the seed of member ``(0, i)`` (``FixedDataset``'s
+(γ, seed index) pair is one member of one ensemble: members ``i * G + g`` (seed index ``i``, γ index
+``g`` of ``G``), so a member's seed, γ and data never depend on how many seed indices run, and a
+``--decide`` round with more seed indices trains only the new members (the sweep's seeds extend the last
+round's). Member ``(g, i)`` draws its data set from the seed of member ``(0, i)`` (``FixedDataset``'s
 ``data_seeds``), so the arms of one seed index train on the very same sequences and differ in γ, in
 their initial draw and in their epoch shuffles. The run stores each γ as its own arm ``gamma=<γ>``
 (members ``0..n-1`` = seed indices), so the health gate and the plots read one γ at a time and
@@ -51,7 +53,7 @@ from pydantic import Field
 from tdlab.claims import ArmHealth, ClaimSpec, Sample, Stage, assess_arm
 from tdlab.claims.declare import Provenance
 from tdlab.config import Config
-from tdlab.experiments.base import RunContext, init_arm, initial_states, snapshot_arm
+from tdlab.experiments.base import RunContext, extend_fit, init_arm, initial_states, snapshot_arm
 from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.gpt import GPT, GPTConfig
@@ -160,7 +162,8 @@ class GammaArms:
     Attributes:
         gammas: the γ values, one arm each.
         n: members (seed indices) per γ.
-        seeds: all ``len(gammas) * n`` member seeds; member ``g * n + i`` is γ ``gammas[g]``, seed index ``i``.
+        seeds: all ``len(gammas) * n`` member seeds; member ``i * len(gammas) + g`` is γ ``gammas[g]``, seed
+            index ``i`` (seed index major: the seeds of ``n`` seed indices are the first of ``n + 1``'s).
     """
 
     gammas: tuple[float, ...]
@@ -183,16 +186,22 @@ class GammaArms:
     @property
     def gamma_of(self) -> dict[int, float]:
         """member seed -> its γ (a build looks members up by seed: the trainer may hand it a chunk)."""
-        return {s: self.gammas[k // self.n] for k, s in enumerate(self.seeds)}
+        return {s: self.gammas[k % len(self.gammas)] for k, s in enumerate(self.seeds)}
+
+    @property
+    def index_seeds(self) -> list[int]:
+        """The seed of each seed index ``i``: that of its member in the first arm, which its data set is drawn from."""
+        return [self.seeds[m] for m in self.members_of(0)]
 
     @property
     def data_seeds(self) -> dict[int, int]:
         """member seed -> the seed its data set is drawn from: that of seed index ``i`` in the first arm."""
-        return {s: self.seeds[k % self.n] for k, s in enumerate(self.seeds)}
+        G = len(self.gammas)
+        return {s: self.seeds[(k // G) * G] for k, s in enumerate(self.seeds)}
 
     def members_of(self, gamma_index: int) -> list[int]:
         """Indices (into :attr:`seeds`) of one arm's members, in seed-index order."""
-        return list(range(gamma_index * self.n, (gamma_index + 1) * self.n))
+        return [i * len(self.gammas) + gamma_index for i in range(self.n)]
 
 
 def gamma_gpt(cfg: GPTConfig, seeds: Sequence[int], gamma_of: Mapping[int, float]) -> GPT:
@@ -290,9 +299,14 @@ def fit_gamma_arms(
     names = arms.arms
     if all(ctx.writer.arrays_path(a).is_file() for a in names):
         return {a: FitResult(rows=ctx.writer.arm_rows(a), states=ctx.writer.load_arrays(a)) for a in names}
-    trainer.checkpoint = ctx.writer.path / "checkpoints" / "gamma-sweep.json"
-    trainer.config_hash = ctx.writer.config_hash()
     seeds = list(arms.seeds)
+    # A --decide round: the last round's sweep trained the first members with the same seeds (seed index
+    # major), and a member's numbers depend on its seed alone, so only the new members train.
+    sweep = "gamma-sweep/" + ",".join(f"{g:g}" for g in arms.gammas)
+    old_seeds, old = ctx.reuse.get(sweep, ([], FitResult()))
+    k = len(old_seeds) if 0 < len(old_seeds) <= len(seeds) and seeds[: len(old_seeds)] == old_seeds else 0
+    trainer.checkpoint = ctx.writer.path / "checkpoints" / f"gamma-sweep{f'+{k}' if k else ''}.json"
+    trainer.config_hash = ctx.writer.config_hash()
 
     def store(result: FitResult) -> dict[str, FitResult]:
         out = {}
@@ -313,10 +327,13 @@ def fit_gamma_arms(
         return out
 
     try:
-        result = trainer.fit(build, seeds, data)
+        result = extend_fit(old, trainer.fit(build, seeds[k:], data), k) if k < len(seeds) else old
     except DivergenceError as err:
+        if k:  # the member named as the whole sweep numbers it
+            err = DivergenceError(err.member + k, err.step, extend_fit(old, err.result, k))
         store(err.result)
-        raise
+        raise err from None
+    ctx.fits[sweep] = (seeds, result)
     return store(result)
 
 
