@@ -305,8 +305,12 @@ def test_precision_needed_is_the_squared_ratio_of_half_width_to_the_distance_fro
     g = _group("not resolved", "spread")
     # close to 0 within 1: boundaries -1, 1; centre 0.8, half-width 0.4 -> 0.2 from the boundary: (0.4/0.2)^2 = 4
     g["rows"][0].update(expected=0.0, tolerance=1.0, relation="close", interval=[0.4, 1.2])
-    assert precision_needed(g) == pytest.approx(4.0)
+    assert precision_needed(g) == pytest.approx((4.0, 4.0))
+    # a second row: centre 0, half-width 1.5 -> 1 from either boundary: 2.25; the nearest 2.25, every row 4
+    g["rows"].append(dict(g["rows"][0], interval=[-1.5, 1.5]))
+    assert precision_needed(g) == pytest.approx((2.25, 4.0))
     g["rows"][0].update(relation="ge", interval=[-1.5, -0.5])  # boundary -1: gap 0, on it
-    assert precision_needed(g) == float("inf")
-    g["rows"][0].update(test="compare")
+    assert precision_needed(g) == (2.25, float("inf"))
+    for r in g["rows"]:
+        r.update(test="compare")
     assert precision_needed(g) is None

@@ -234,11 +234,12 @@ def waits_on_draws(group: Any) -> bool:
     )
 
 
-def precision_needed(group: Any) -> float | None:
-    """How many times narrower the intervals of ``group``'s undecided seed value rows must get before the
-    nearest of them decides: ``(half-width / distance from its centre to the nearest boundary)²``, the factor
-    the members (and a Monte-Carlo reference's draws) must grow by, since a width shrinks as one over the
-    square root of both. ``None`` when no such row has an interval (a comparison, a censored bound)."""
+def precision_needed(group: Any) -> tuple[float, float] | None:
+    """How many times the members (and a Monte-Carlo reference's draws) of ``group``'s undecided seed value
+    rows must grow before ``(the nearest of them, every one)`` decides: per row ``(half-width / distance from
+    its centre to the nearest boundary)²``, since a width shrinks as one over the square root of both (the
+    t quantile's shrinking left out: an upper bound). ``None`` when no such row has an interval (a
+    comparison, a censored bound)."""
     need = []
     for r in _rows(group):
         if r.get("provenance") != "seed" or r.get("verdict") != "not resolved" or r.get("test") != "value":
@@ -255,7 +256,7 @@ def precision_needed(group: Any) -> float | None:
         gaps = [abs(centre - b) for b in (lo, hi) if math.isfinite(b)]
         if gaps:
             need.append(math.inf if min(gaps) == 0 else (half / min(gaps)) ** 2)
-    return min(need) if need else None
+    return (min(need), max(need)) if need else None
 
 
 @dataclass(frozen=True)

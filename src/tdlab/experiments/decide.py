@@ -83,12 +83,17 @@ def draws_extension(exp: Experiment, cfg: ExperimentConfig) -> Draws | None:
 
 
 def _needs(paper: list[Any]) -> str:
-    """What the undecided groups would need: how many times narrower their nearest rows' intervals must get."""
+    """What the undecided groups would need: how many times their members (and draws) must grow before the
+    nearest undecided row, and every one, decides (:func:`~tdlab.claims.sequential.precision_needed`)."""
+
+    def times(k: float) -> str:
+        return f"~{k:.3g}×" if k != float("inf") else "∞ (a row on its boundary)"
+
     parts = []
     for g in paper:
-        k = None if decided(g) else precision_needed(g)
-        if k is not None:
-            parts.append(f"{g.id} ~{k:.3g}×" if k != float("inf") else f"{g.id} (on its boundary)")
+        need = None if decided(g) else precision_needed(g)
+        if need is not None:
+            parts.append(f"{g.id} {times(need[0])} for its nearest row, {times(need[1])} for every row")
     if not parts:
         return ""
     return (
