@@ -283,23 +283,12 @@ def test_a_real_round_trains_only_the_new_members_and_matches_a_fresh_run(tmp_pa
     _grown_equals_fresh("markov-init", sets, tmp_path, monkeypatch)
 
 
-def test_a_gamma_sweep_round_trains_only_the_new_members_and_matches_a_fresh_run(tmp_path, monkeypatch, one_thread):
+def test_a_gamma_sweep_round_trains_only_the_new_members_and_matches_a_fresh_run(
+    tmp_path, monkeypatch, anchors_tiny, one_thread
+):
     """anchors-bias: its γ-sweep is one ensemble outside RunContext.fit (seed index major), and a round from
     2 to 4 seed indices trains only the 2 × 3 new (γ, seed) members."""
-    sets = [
-        "task.key_min=21",
-        "task.key_max=30",
-        "task.n_train=600",
-        "task.n_test=40",
-        "model.d=8",
-        "model.d_attn=4",
-        "model.d_ff=8",
-        "schedule.epochs=2",
-        "schedule.n_eval=60",
-        "train.lr=0.003",
-        "snapshot_epochs=[1]",
-    ]
-    assert _grown_equals_fresh("anchors-bias", sets, tmp_path, monkeypatch) == [2 * 3]
+    assert _grown_equals_fresh("anchors-bias", anchors_tiny, tmp_path, monkeypatch) == [2 * 3]
 
 
 def test_a_decided_run_keeps_the_identity_it_was_asked_for(toy, tmp_path):

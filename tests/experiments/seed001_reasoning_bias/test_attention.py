@@ -26,21 +26,13 @@ from tdlab.experiments.seed001_reasoning_bias.attention import (
 from tdlab.models.gpt import GPT
 from tdlab.runs import Run, RunWriter
 
-TINY = [
-    "task.key_min=21",
-    "task.key_max=30",
-    "task.n_train=600",
-    "task.n_test=40",
-    "model.d=8",
-    "model.d_attn=4",
-    "model.d_ff=8",
-    "schedule.epochs=2",
-    "schedule.n_eval=60",
-    "train.lr=0.003",
-    "snapshot_epochs=[1]",
-    "n_probe=50",
-]
-SEED = [*TINY, "train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]"]  # A.3's lr and budget
+SEED_BUDGET = ("train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]")  # A.3's lr and budget
+
+
+@pytest.fixture
+def tiny(anchors_tiny):
+    """The tiny anchors setting with a 50-sequence probe set."""
+    return [*anchors_tiny, "n_probe=50"]
 
 
 def test_average_operator_error_on_built_matrices():
@@ -71,9 +63,9 @@ def test_svd_finds_u_in_u_vT_plus_noise():
     assert out["rsn_align"][0] > 0.99 and out["mem_align"][0] < 0.05
 
 
-def test_layer2_scores_are_the_models_attention_and_positional_scores_a_slow_loop(one_thread):
+def test_layer2_scores_are_the_models_attention_and_positional_scores_a_slow_loop(tiny, one_thread):
     exp = AnchorsAttention()
-    cfg = exp.make_config("quick", TINY)
+    cfg = exp.make_config("quick", tiny)
     model = GPT(cfg.model_for_task().updated({"init_gamma": 0.1}), [3, 4])  # large init: a peaked attention
     tokens = torch.randint(21, 31, (2, 5, 9), generator=torch.Generator().manual_seed(1))
     r = layer2_rows(model, tokens)
@@ -95,7 +87,7 @@ def _state(model: GPT) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def _planted(tmp_path, world: str, overrides=SEED):
+def _planted(tmp_path, world: str, overrides):
     exp = AnchorsAttention()
     cfg = exp.make_config("quick", overrides, members=3)
     base = _state(GPT(cfg.model_for_task(), [5, 6, 7]))
@@ -137,8 +129,8 @@ def _rows(a):
     return {r.id: r for g in a.groups for r in g.rows}
 
 
-def test_planted_models_hold_and_fail_in_the_seeds_setting(tmp_path, one_thread):
-    exp, cfg, run = _planted(tmp_path / "h", "holds")
+def test_planted_models_hold_and_fail_in_the_seeds_setting(tmp_path, tiny, one_thread):
+    exp, cfg, run = _planted(tmp_path / "h", "holds", [*tiny, *SEED_BUDGET])
     a = exp.analyse(cfg, Run(run.path))
     rows = _rows(a)
     for rid in (
@@ -161,7 +153,7 @@ def test_planted_models_hold_and_fail_in_the_seeds_setting(tmp_path, one_thread)
     assert m["window_mass"] == pytest.approx([3 / 9] * 3)  # uniform layer 2: the window's share
     assert rows["layer2-extracts-key/window-mass"].verdict == "fails"
     assert m["pos_vs_assumption4"] == pytest.approx([1.0] * 3)
-    exp, cfg, run = _planted(tmp_path / "f", "fails")
+    exp, cfg, run = _planted(tmp_path / "f", "fails", [*tiny, *SEED_BUDGET])
     rows = _rows(exp.analyse(cfg, Run(run.path)))
     for rid in (
         "layer1-average-operator/gamma=0.8",
@@ -176,8 +168,8 @@ def test_planted_models_hold_and_fail_in_the_seeds_setting(tmp_path, one_thread)
         assert rows[rid].verdict == "fails", rows[rid].describe()
 
 
-def test_trained_rows_at_a_scaled_epoch_under_a_larger_lr_are_ours_init_rows_the_seeds(tmp_path, one_thread):
-    exp, cfg, run = _planted(tmp_path, "holds", overrides=TINY)
+def test_trained_rows_at_a_scaled_epoch_under_a_larger_lr_are_ours_init_rows_the_seeds(tmp_path, tiny, one_thread):
+    exp, cfg, run = _planted(tmp_path, "holds", tiny)
     a = exp.analyse(cfg, Run(run.path))
     for g in a.paper:
         if g.id.startswith("lemma1"):
@@ -219,8 +211,8 @@ def _probe_values(world: str) -> dict:
 
 
 @pytest.mark.parametrize("world", ["holds", "fails"])
-def test_every_group_holds_and_fails_on_planted_probe_values(tmp_path, world, monkeypatch, one_thread):
-    exp, cfg, run = _planted(tmp_path, "holds")
+def test_every_group_holds_and_fails_on_planted_probe_values(tmp_path, world, tiny, monkeypatch, one_thread):
+    exp, cfg, run = _planted(tmp_path, "holds", [*tiny, *SEED_BUDGET])
     monkeypatch.setattr(AnchorsAttention, "probe", lambda self, cfg, run, data: _probe_values(world))
     a = exp.analyse(cfg, Run(run.path))
     verdicts = {g.id: g.verdict for g in a.groups}
@@ -237,9 +229,9 @@ def test_bad_configs_are_refused_naming_the_field():
         exp.make_config("quick", ["attn_claims.large_gamma=0.4"])
 
 
-def test_tiny_end_to_end_run(tmp_path, one_thread):
+def test_tiny_end_to_end_run(tmp_path, tiny, one_thread):
     exp = AnchorsAttention()
-    cfg = exp.make_config("quick", TINY, members=2)
+    cfg = exp.make_config("quick", tiny, members=2)
     run = execute(exp, cfg, "quick", tmp_path / "runs", progress=False)
     s = run.summary
     assert s["status"] == "done"
@@ -253,11 +245,11 @@ def test_tiny_end_to_end_run(tmp_path, one_thread):
     assert s["figures"] == ["figures/fig5_fig12_layer1.png", "figures/fig14_layer2.png"]
 
 
-def test_value_tags_and_pair_share_against_loops():
+def test_value_tags_and_pair_share_against_loops(tiny):
     """App. E.2's tags: O = Attn^(1) W^{emb,X} W^V (paper layout) term by term, its coordinate on W^V's top right
     singular vector; η² = 1 for a value set by the group, ≈ 0 for one independent of it."""
     exp = AnchorsAttention()
-    cfg = exp.make_config("quick", TINY, members=2)
+    cfg = exp.make_config("quick", tiny, members=2)
     model = GPT(cfg.model_for_task(), [1, 2]).eval()
     tokens = torch.randint(1, 31, (2, 5, 9), generator=torch.Generator().manual_seed(0))
     tags = value_tags(model, tokens)

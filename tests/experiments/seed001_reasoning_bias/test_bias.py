@@ -18,19 +18,6 @@ from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias, chance_ac
 from tdlab.experiments.seed001_reasoning_bias.training import label_marginal_losses
 from tdlab.runs import Run, RunWriter
 
-TINY = [
-    "task.key_min=21",
-    "task.key_max=30",
-    "task.n_train=600",
-    "task.n_test=40",
-    "model.d=8",
-    "model.d_attn=4",
-    "model.d_ff=8",
-    "schedule.epochs=2",
-    "schedule.n_eval=60",
-    "train.lr=0.003",
-    "snapshot_epochs=[1]",
-]
 EPOCHS = list(range(0, 11))
 SPE = 6  # steps per epoch of the planted config (n_train 600 / batch 100)
 JITTER = (0.0, 0.3, -0.3, 0.0, 0.3, -0.3, 0.0, 0.3)  # shifts of the jump epoch per member
@@ -59,9 +46,9 @@ def _paper_arms(members=N):
     }
 
 
-def _planted(tmp_path, arms, overrides=(), members=N):
+def _planted(tmp_path, tiny, arms, overrides=(), members=N):
     exp = AnchorsBias()
-    cfg = exp.make_config("quick", [*TINY, "schedule.epochs=10", *overrides], members=members)
+    cfg = exp.make_config("quick", [*tiny, "schedule.epochs=10", *overrides], members=members)
     with RunWriter(tmp_path / "planted", exp.name) as w:
         w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
         for arm, metrics in arms.items():
@@ -77,8 +64,8 @@ def _planted(tmp_path, arms, overrides=(), members=N):
     return exp, cfg, run
 
 
-def _analyse(tmp_path, arms, members=N):
-    exp, cfg, run = _planted(tmp_path, arms, members=members)
+def _analyse(tmp_path, tiny, arms, members=N):
+    exp, cfg, run = _planted(tmp_path, tiny, arms, members=members)
     return exp.analyse(cfg, Run(run.path))
 
 
@@ -86,8 +73,8 @@ def _rows(analysis):
     return {r.id: r for g in analysis.groups for r in g.rows}
 
 
-def test_the_papers_picture_holds_every_claim(tmp_path):
-    a = _analyse(tmp_path, _paper_arms())
+def test_the_papers_picture_holds_every_claim(tmp_path, anchors_tiny):
+    a = _analyse(tmp_path, anchors_tiny, _paper_arms())
     assert [g.id for g in a.paper] == [
         "small-init-learns-reasoning-first",
         "small-init-generalises-to-masked-tuples",
@@ -115,13 +102,13 @@ def test_the_papers_picture_holds_every_claim(tmp_path):
     assert a.measurements["chance_acc_test"] == pytest.approx(0.1)
 
 
-def test_each_claim_fails_on_a_run_that_violates_it(tmp_path, at_seed_length):
+def test_each_claim_fails_on_a_run_that_violates_it(tmp_path, at_seed_length, anchors_tiny):
     at_seed_length(AnchorsBias)  # a fail from a shorter run waits for the seed's 1000 epochs: the next test
     arms = _paper_arms()
     # γ = 0.8 learns memory first and does not generalise; γ = 0.3 generalises and memorises much later
     arms["gamma=0.8"] = _arm(mem_at=2, rsn_at=5, test_at=9, test_top=0.5)
     arms["gamma=0.3"] = _arm(mem_at=9, rsn_at=2, test_at=3, test_top=0.9)
-    a = _analyse(tmp_path, arms)
+    a = _analyse(tmp_path, anchors_tiny, arms)
     rows = _rows(a)
     for rid in (
         "small-init-learns-reasoning-first/t50-rsn-train-before-mem",
@@ -139,30 +126,30 @@ def test_each_claim_fails_on_a_run_that_violates_it(tmp_path, at_seed_length):
     assert pace.measured.resolution == pytest.approx(2 * math.log(9.5 / 1.5 * 2 / 9), rel=1e-9)  # widest at T50 = 9, 2
 
 
-def test_a_run_shorter_than_the_seeds_fails_only_what_it_has_seen(tmp_path):
+def test_a_run_shorter_than_the_seeds_fails_only_what_it_has_seen(tmp_path, anchors_tiny):
     """The same violating run read at its own 10 of the seed's 1000 epochs: an accuracy that is still short
     may rise before the seed's budget (not resolved); an order of learning events every member reached is
     seen (the T50 rows still fail)."""
     arms = _paper_arms()
     arms["gamma=0.8"] = _arm(mem_at=2, rsn_at=5, test_at=9, test_top=0.5)
     arms["gamma=0.3"] = _arm(mem_at=9, rsn_at=2, test_at=3, test_top=0.9)
-    rows = _rows(_analyse(tmp_path, arms))
+    rows = _rows(_analyse(tmp_path, anchors_tiny, arms))
     short = rows["small-init-generalises-to-masked-tuples/gamma=0.8"]
     assert (short.verdict, short.cause) == ("not resolved", "shorter than the seed's length"), short.describe()
     assert "1000" in short.reason
     assert rows["small-init-learns-reasoning-first/t50-rsn-train-before-mem"].verdict == "fails"
 
 
-def test_a_model_that_learns_only_the_label_marginal_never_counts_as_generalising_or_not(tmp_path):
+def test_a_model_that_learns_only_the_label_marginal_never_counts_as_generalising_or_not(tmp_path, anchors_tiny):
     # γ = 0.3 at chance on D_rsn,test but with D_rsn,train never learnt: "does not generalise" is not
     # evaluable (the rule was never learnt), and so is γ = 0.8's generalisation claim
     exp = AnchorsBias()
-    marginal = label_marginal_losses(exp.task(exp.make_config("quick", TINY)))
+    marginal = label_marginal_losses(exp.task(exp.make_config("quick", anchors_tiny)))
     arms = _paper_arms()
     for g in ("gamma=0.3", "gamma=0.8"):
         arms[g]["rsn_train_acc"] = [[0.05] * len(EPOCHS)] * N
         arms[g]["rsn_train_loss"] = [[marginal["rsn_train"] + 0.1] * len(EPOCHS)] * N
-    a = _analyse(tmp_path, arms)
+    a = _analyse(tmp_path, anchors_tiny, arms)
     for gid in (
         "small-init-learns-reasoning-first",
         "small-init-generalises-to-masked-tuples",
@@ -176,11 +163,11 @@ def test_a_model_that_learns_only_the_label_marginal_never_counts_as_generalisin
     assert grow.row("0.8-above-0.5").verdict == "not evaluable" and grow.row("0.5-above-0.3").verdict == "not evaluable"
 
 
-def test_memory_never_learnt_is_censored_and_pace_is_not_evaluable(tmp_path):
+def test_memory_never_learnt_is_censored_and_pace_is_not_evaluable(tmp_path, anchors_tiny):
     arms = _paper_arms()
     arms["gamma=0.8"] = _arm(mem_at=99, rsn_at=2, test_at=3, mem_top=0.05)  # memory never above 0.5
     arms["gamma=0.3"] = _arm(mem_at=99, rsn_at=4, test_at=99, test_top=0.0, mem_top=0.05)
-    a = _analyse(tmp_path, arms)
+    a = _analyse(tmp_path, anchors_tiny, arms)
     first = a.result("small-init-learns-reasoning-first").row("t50-rsn-train-before-mem")
     assert first.reference.censored == (True,) * N and first.reference.values == (10.0,) * N
     assert first.verdict == "holds" and first.p_hold == pytest.approx(
@@ -191,7 +178,7 @@ def test_memory_never_learnt_is_censored_and_pace_is_not_evaluable(tmp_path):
     assert pace.verdict == "not evaluable" and "D_mem and D_rsn,train" in pace.rows[0].reason
     # three members can never decide a censored direction (2 · 1/8 = 0.25): the member count is the limit
     three = {k: {n: c[:3] for n, c in v.items()} for k, v in arms.items()}
-    a = _analyse(tmp_path / "three", three, members=3)
+    a = _analyse(tmp_path / "three", anchors_tiny, three, members=3)
     r = a.result("small-init-learns-reasoning-first").row("t50-rsn-train-before-mem")
     assert r.verdict == "not resolved" and r.cause == "members" and "needs ≥ 6" in r.reason
     # both arms never above 0.5: every member of both censored, nothing is known
@@ -199,25 +186,25 @@ def test_memory_never_learnt_is_censored_and_pace_is_not_evaluable(tmp_path):
     both["gamma=0.8"] = _arm(mem_at=99, rsn_at=99, test_at=99, mem_top=0.05, test_top=0.05)
     both["gamma=0.8"]["rsn_train_acc"] = [[0.3] * len(EPOCHS)] * N  # learnt something, below 0.5
     both["gamma=0.8"]["rsn_train_loss"] = [[3.0 - 0.05 * e for e in EPOCHS]] * N
-    a = _analyse(tmp_path / "both", both)
+    a = _analyse(tmp_path / "both", anchors_tiny, both)
     r = a.result("small-init-learns-reasoning-first").row("t50-rsn-train-before-mem")
     assert r.verdict == "not resolved" and r.cause == "censored" and "neither reached" in r.reason
 
 
-def test_seeds_that_disagree_leave_a_direction_not_resolved(tmp_path):
+def test_seeds_that_disagree_leave_a_direction_not_resolved(tmp_path, anchors_tiny):
     arms = _paper_arms()
     arms["gamma=0.8"]["mem_acc"] = [_ramp(7), _ramp(1)] * (N // 2)  # mem before rsn in half the seeds
-    rows = _rows(_analyse(tmp_path, arms))
+    rows = _rows(_analyse(tmp_path, anchors_tiny, arms))
     assert rows["small-init-learns-reasoning-first/t50-rsn-train-before-mem"].verdict == "not resolved"
 
 
-def test_health_gate_reads_the_training_data_not_the_held_out_set(tmp_path):
+def test_health_gate_reads_the_training_data_not_the_held_out_set(tmp_path, anchors_tiny):
     arms = _paper_arms()
     never = {k: [[3.0] * len(EPOCHS)] * N for k in ("mem_loss", "rsn_train_loss", "test_loss")}
     never.update({k: [[0.05] * len(EPOCHS)] * N for k in ("mem_acc", "rsn_train_acc", "test_acc")})
     arms["gamma=0.5"] = never
     arms["gamma=0.3"]["test_loss"] = [[3.0] * len(EPOCHS)] * N  # the held-out loss never falls
-    exp, cfg, run = _planted(tmp_path, arms)
+    exp, cfg, run = _planted(tmp_path, anchors_tiny, arms)
     health = exp.health(cfg, Run(run.path))
     assert health["gamma=0.3"].trained  # its held-out loss never fell, its training loss did
     assert not health["gamma=0.5"].moved and "final loss not below" in " ".join(health["gamma=0.5"].reasons)
@@ -272,9 +259,9 @@ def test_bad_configs_are_refused_naming_the_field():
 # --- end to end -------------------------------------------------------------------------------------
 
 
-def test_tiny_run_end_to_end_writes_per_gamma_arms_and_verdicts(runs_dir, one_thread):
+def test_tiny_run_end_to_end_writes_per_gamma_arms_and_verdicts(runs_dir, anchors_tiny, one_thread):
     exp = AnchorsBias()
-    cfg = exp.make_config("quick", TINY, members=2)
+    cfg = exp.make_config("quick", anchors_tiny, members=2)
     run = execute(exp, cfg, "quick", runs_dir, progress=False)
     s = run.summary
     assert s["status"] == "done"

@@ -18,26 +18,16 @@ from tdlab.experiments.seed001_reasoning_bias.embedding import AnchorsEmbedding,
 from tdlab.runs import Run, RunWriter
 from tdlab.theory.anchors import eq14_cosine, eq14_vectors
 
-TINY = [
-    "task.key_min=21",
-    "task.key_max=30",
-    "task.n_train=600",
-    "task.n_test=40",
-    "model.d=8",
-    "model.d_attn=4",
-    "model.d_ff=8",
-    "schedule.epochs=2",
-    "schedule.n_eval=60",
-    "train.lr=0.003",
-    "snapshot_epochs=[1]",
-]
-BASE = [t for t in TINY if not t.startswith(("model.d=", "schedule.epochs", "train.lr", "snapshot_epochs"))] + [
-    "model.d=48",
-    "n_probe=50",
-]
-SEED = [*BASE, "train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]", "fig4a_epochs=[200, 900]"]
-QUICK = [*BASE, "schedule.epochs=2", "train.lr=0.003", "snapshot_epochs=[1]", "fig4a_epochs=[1, 2]"]
+SEED_BUDGET = ("train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]", "fig4a_epochs=[200, 900]")
+QUICK_BUDGET = ("schedule.epochs=2", "train.lr=0.003", "snapshot_epochs=[1]", "fig4a_epochs=[1, 2]")
 MEMBERS = 8
+
+
+@pytest.fixture
+def base(anchors_tiny):
+    """The tiny anchors setting at d = 48 with a 50-sequence probe set, less its budget (lr, epochs, snapshots)."""
+    replaced = ("model.d=", "schedule.epochs", "train.lr", "snapshot_epochs")
+    return [t for t in anchors_tiny if not t.startswith(replaced)] + ["model.d=48", "n_probe=50"]
 
 
 def test_eq14_member_cosines_without_noise_match_the_closed_form():
@@ -78,7 +68,7 @@ def _wte(kind: str, seed: int, d: int = 48) -> torch.Tensor:
     return w.float()
 
 
-def _planted(tmp_path, small: str, large: str = "random", overrides=SEED, snapshot: bool = True):
+def _planted(tmp_path, small: str, overrides, large: str = "random", snapshot: bool = True):
     exp = AnchorsEmbedding()
     cfg = exp.make_config("quick", overrides, members=MEMBERS)
     spe = cfg.steps_per_epoch
@@ -102,8 +92,8 @@ def _rows(a):
     return {r.id: r for g in a.groups for r in g.rows}
 
 
-def test_planted_ordered_embeddings_hold_every_claim_in_the_seeds_setting(tmp_path, one_thread):
-    a = _analyse(tmp_path, "ordered")
+def test_planted_ordered_embeddings_hold_every_claim_in_the_seeds_setting(tmp_path, base, one_thread):
+    a = _analyse(tmp_path, "ordered", [*base, *SEED_BUDGET])
     assert [g.id for g in a.groups] == [c.id for c in AnchorsEmbedding.claims]
     bad = {r.id: r.describe() for r in _rows(a).values() if r.verdict != "holds"}
     assert not bad, bad
@@ -114,8 +104,8 @@ def test_planted_ordered_embeddings_hold_every_claim_in_the_seeds_setting(tmp_pa
     assert a.measurements["sigma_p"] == pytest.approx(math.sqrt((10**2 - 1) / 12 + (10**2 - 1) / 12))
 
 
-def test_the_opposite_picture_fails(tmp_path, one_thread):
-    a = _analyse(tmp_path, "opposite", large="ordered")
+def test_the_opposite_picture_fails(tmp_path, base, one_thread):
+    a = _analyse(tmp_path, "opposite", [*base, *SEED_BUDGET], large="ordered")
     rows = _rows(a)
     for rid in (
         "fig4a-memory-anchors-aligned/epoch200",
@@ -132,23 +122,23 @@ def test_the_opposite_picture_fails(tmp_path, one_thread):
     assert all(g.verdict == "fails" for g in a.groups)
 
 
-def test_the_eq14_claim_judges_values_not_ranks(tmp_path, one_thread):
-    a = _analyse(tmp_path, "narrow")
+def test_the_eq14_claim_judges_values_not_ranks(tmp_path, base, one_thread):
+    a = _analyse(tmp_path, "narrow", [*base, *SEED_BUDGET])
     end = a.measurements["end"]["gamma=0.8"]
     assert min(end["eq14_spearman"]) > 0.95  # the order agrees ...
     g = a.result("fig4c-eq14-cosines")
     assert g.verdict == "fails" and g.rows[0].mean > 0.1  # ... the values do not
 
 
-def test_a_missing_snapshot_is_a_row_without_measurement(tmp_path, one_thread):
-    a = _analyse(tmp_path, "ordered", snapshot=False)
+def test_a_missing_snapshot_is_a_row_without_measurement(tmp_path, base, one_thread):
+    a = _analyse(tmp_path, "ordered", [*base, *SEED_BUDGET], snapshot=False)
     r = a.result("fig4a-memory-anchors-aligned").row("epoch200")
     assert r.verdict == "not evaluable" and r.measured.n == 0 and "epoch 200" in r.statement
     assert a.result("fig4a-memory-anchors-aligned").verdict == "not evaluable"
 
 
-def test_rows_read_at_a_scaled_epoch_under_a_larger_lr_are_ours(tmp_path, one_thread):
-    a = _analyse(tmp_path, "ordered", overrides=QUICK)
+def test_rows_read_at_a_scaled_epoch_under_a_larger_lr_are_ours(tmp_path, base, one_thread):
+    a = _analyse(tmp_path, "ordered", [*base, *QUICK_BUDGET])
     for g in a.groups:
         assert g.verdict == "not evaluable" and g.cause == "no seed rows", g.describe()
         assert all(r.provenance == "ours" and "not the seed's setting" in r.statement for r in g.rows)
@@ -165,18 +155,20 @@ def test_bad_configs_are_refused_naming_the_field(tmp_path):
     assert exp.make_config("quick").snapshot_epochs == AnchorsBias().make_config("quick").snapshot_epochs
 
 
-def test_from_run_reads_an_anchors_bias_run(tmp_path, one_thread):
+def test_from_run_reads_an_anchors_bias_run(tmp_path, anchors_tiny, one_thread):
     bias = AnchorsBias()
-    src = execute(bias, bias.make_config("quick", TINY, members=2), "quick", tmp_path / "runs", progress=False)
+    src = execute(bias, bias.make_config("quick", anchors_tiny, members=2), "quick", tmp_path / "runs", progress=False)
     exp = AnchorsEmbedding()
     with pytest.raises(ConfigError, match="from_run: the source run's task differ"):
-        exp.make_config("quick", [*TINY, "task.key_max=31", "fig4a_epochs=[1]", f"from_run={src.path}"], members=2)
+        exp.make_config(
+            "quick", [*anchors_tiny, "task.key_max=31", "fig4a_epochs=[1]", f"from_run={src.path}"], members=2
+        )
     with RunWriter(tmp_path / "other", "anchors-lowrank") as w:
         w.write_config({"experiment": "anchors-lowrank", "config": {}})
         other = w.finish()
     with pytest.raises(ConfigError, match=r"from_run: .*'anchors-lowrank' run, need an anchors-bias run"):
-        exp.make_config("quick", [*TINY, "fig4a_epochs=[1]", f"from_run={other.path}"], members=2)
-    cfg = exp.make_config("quick", [*TINY, "fig4a_epochs=[1, 2]", f"from_run={src.path}"], members=2)
+        exp.make_config("quick", [*anchors_tiny, "fig4a_epochs=[1]", f"from_run={other.path}"], members=2)
+    cfg = exp.make_config("quick", [*anchors_tiny, "fig4a_epochs=[1, 2]", f"from_run={src.path}"], members=2)
     run = execute(exp, cfg, "quick", tmp_path / "runs", progress=False)
     for arm in ("gamma=0.8", "gamma=0.8@init", "gamma=0.3@step6"):
         assert torch.equal(Run(run.path).arrays(arm)["wte"], Run(src.path).arrays(arm)["wte"])

@@ -14,21 +14,13 @@ from tdlab.experiments.seed001_reasoning_bias.lowrank import AnchorsLowrank, spe
 from tdlab.models.gpt import GPT
 from tdlab.runs import Run, RunWriter
 
-TINY = [
-    "task.key_min=21",
-    "task.key_max=30",
-    "task.n_train=600",
-    "task.n_test=40",
-    "model.d=8",
-    "model.d_attn=4",
-    "model.d_ff=8",
-    "schedule.epochs=2",
-    "schedule.n_eval=60",
-    "train.lr=0.003",
-    "n_probe=50",
-    "snapshot_epochs=[1]",
-]
-SEED = [*TINY, "train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]"]  # A.3's lr and budget
+SEED_BUDGET = ("train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]")  # A.3's lr and budget
+
+
+@pytest.fixture
+def tiny(anchors_tiny):
+    """The tiny anchors setting with a 50-sequence probe set."""
+    return [*anchors_tiny, "n_probe=50"]
 
 
 def test_spectra_of_built_matrices():
@@ -49,7 +41,7 @@ def test_spectra_of_built_matrices():
     assert spectra({"m": m})["m"]["erank"] == pytest.approx([math.exp(h)])
 
 
-def _planted(tmp_path, swap: str | None = None, overrides=SEED):
+def _planted(tmp_path, overrides, swap: str | None = None):
     exp = AnchorsLowrank()
     cfg = exp.make_config("quick", overrides, members=3)
     model = GPT(cfg.model_for_task(), [1, 2, 3])
@@ -90,8 +82,8 @@ def _param(name: str) -> str:
     return f"blocks.{layer}.mlp.W_{k[1]}.weight"
 
 
-def test_planted_low_rank_at_small_init_holds_for_every_matrix(tmp_path, one_thread):
-    exp, cfg, run = _planted(tmp_path)
+def test_planted_low_rank_at_small_init_holds_for_every_matrix(tmp_path, tiny, one_thread):
+    exp, cfg, run = _planted(tmp_path, [*tiny, *SEED_BUDGET])
     a = exp.analyse(cfg, Run(run.path))
     rows = {r.id: r for g in a.groups for r in g.rows}
     assert len(rows) == 2 * (2 + 6 * cfg.model.layers + 1)
@@ -103,8 +95,8 @@ def test_planted_low_rank_at_small_init_holds_for_every_matrix(tmp_path, one_thr
     assert {r.provenance for r in rows.values()} == {"seed"}
 
 
-def test_a_matrix_full_rank_at_small_init_fails_and_is_named(tmp_path, one_thread):
-    exp, cfg, run = _planted(tmp_path, swap="W^V (layer 1)")
+def test_a_matrix_full_rank_at_small_init_fails_and_is_named(tmp_path, tiny, one_thread):
+    exp, cfg, run = _planted(tmp_path, [*tiny, *SEED_BUDGET], swap="W^V (layer 1)")
     a = exp.analyse(cfg, Run(run.path))
     rows = {r.id: r for g in a.groups for r in g.rows}
     failing = sorted(k for k, r in rows.items() if r.verdict == "fails")
@@ -113,16 +105,16 @@ def test_a_matrix_full_rank_at_small_init_fails_and_is_named(tmp_path, one_threa
     assert a.result("fig13-low-rank-at-small-init").verdict == "fails"
 
 
-def test_spectra_after_a_shorter_run_at_a_larger_lr_are_ours(tmp_path, one_thread):
-    exp, cfg, run = _planted(tmp_path, overrides=TINY)
+def test_spectra_after_a_shorter_run_at_a_larger_lr_are_ours(tmp_path, tiny, one_thread):
+    exp, cfg, run = _planted(tmp_path, tiny)
     g = exp.analyse(cfg, Run(run.path)).result("fig13-low-rank-at-small-init")
     assert g.verdict == "not evaluable" and g.cause == "no seed rows"
     assert all(r.provenance == "ours" and r.verdict == "holds" for r in g.rows)
 
 
-def test_tiny_end_to_end_run(tmp_path, one_thread):
+def test_tiny_end_to_end_run(tmp_path, tiny, one_thread):
     exp = AnchorsLowrank()
-    cfg = exp.make_config("quick", TINY, members=2)
+    cfg = exp.make_config("quick", tiny, members=2)
     run = execute(exp, cfg, "quick", tmp_path / "runs", progress=False)
     s = run.summary
     assert s["status"] == "done"

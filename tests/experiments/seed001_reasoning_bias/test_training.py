@@ -29,21 +29,6 @@ from tdlab.seeding import generators
 from tdlab.tasks.anchors import KIND_MEM, KIND_RSN_TRAIN, Anchors, AnchorsConfig
 from tdlab.train.data import DATASET, FixedDataset
 
-TINY = [
-    "task.key_min=21",
-    "task.key_max=30",
-    "task.n_train=600",
-    "task.n_test=40",
-    "model.d=8",
-    "model.d_attn=4",
-    "model.d_ff=8",
-    "schedule.epochs=2",
-    "schedule.n_eval=60",
-    "train.lr=0.003",
-    "snapshot_epochs=[1]",
-]
-
-
 # --- measures --------------------------------------------------------------------------------------
 
 
@@ -117,9 +102,9 @@ def test_a_parameter_reading_is_the_seeds_only_at_its_lr_budget_and_epoch():
 # --- the γ-sweep ensemble ---------------------------------------------------------------------------
 
 
-def test_members_of_a_gamma_sweep_equal_one_member_models_of_their_own_gamma(one_thread):
+def test_members_of_a_gamma_sweep_equal_one_member_models_of_their_own_gamma(anchors_tiny, one_thread):
     exp = AnchorsBias()
-    cfg = exp.make_config("quick", TINY, members=2)
+    cfg = exp.make_config("quick", anchors_tiny, members=2)
     arms = GammaArms.make(7, [0.3, 0.5, 0.8], 2)
     assert len(set(arms.seeds)) == 6 and arms.arms == ["gamma=0.3", "gamma=0.5", "gamma=0.8"]
     mcfg = cfg.model_for_task()
