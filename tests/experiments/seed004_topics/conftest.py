@@ -1,4 +1,5 @@
-"""Fixtures of the seed-004 experiment tests: a planted real-text run (nothing trained, nothing measured)."""
+"""Fixtures of the seed-004 experiment tests: the tiny real-text setting and a planted real-text run (nothing
+trained, nothing measured)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,34 @@ import torch
 from tdlab.experiments.seed004_topics.real_text import ARM, MEASURE_ARMS
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunWriter
+
+_REAL_TINY = (
+    "corpus.source=lee",
+    "corpus.max_docs=30",
+    "corpus.min_count=3",
+    "lda.topics=3",
+    "lda.passes=1",
+    "lda.iterations=10",
+    "model.d=8",
+    "model.layers=1",
+    "model.heads=2",
+    "train.steps=8",
+    "train.batch=4",
+    "train.seq_len=12",
+    "train.eval_every=4",
+    "train.eval_batches=1",
+    "train.warmup_steps=0",
+    "thetas=[0.05]",
+    "attn_windows=8",
+)
+
+
+@pytest.fixture
+def real_tiny() -> list[str]:
+    """The ``--set`` overrides of topics-real (and topics-real-cooc) at a tiny setting: 30 documents of the lee
+    corpus, a 3-topic LDA of one pass, a 1-layer d = 8 encoder trained 8 steps on windows of 12, one θ, 8
+    windows measured. A fresh list per test."""
+    return list(_REAL_TINY)
 
 
 @pytest.fixture

@@ -19,25 +19,6 @@ from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.real import TopicsReal, fig3_within_cross
 from tdlab.experiments.seed004_topics.real_text import ARM, MEASURE_ARMS
 
-TINY = [
-    "corpus.source=lee",
-    "corpus.max_docs=30",
-    "corpus.min_count=3",
-    "lda.topics=3",
-    "lda.passes=1",
-    "lda.iterations=10",
-    "model.d=8",
-    "model.layers=1",
-    "model.heads=2",
-    "train.steps=8",
-    "train.batch=4",
-    "train.seq_len=12",
-    "train.eval_every=4",
-    "train.eval_batches=1",
-    "train.warmup_steps=0",
-    "thetas=[0.05]",
-    "attn_windows=8",
-]
 PAPER = ["table1-same-topic-ratios-above-1", "table5-attention-ratio-above-1", "fig3-within-topic-cosine-above-cross"]
 SANITY = ["untrained-control-attention-ratio-near-1", "untrained-control-cosine-gap-null"]
 GOOD = ([1.3, 1.25, 1.35], [1.2, 1.22, 1.18], [1.10, 1.12, 1.11])
@@ -160,9 +141,9 @@ def test_fig3_within_cross_reads_the_stored_maps(tmp_path, plant_real_run):
 # --- end to end ---------------------------------------------------------------------------------
 
 
-def test_tiny_run_end_to_end_and_the_lda_fit_is_cached(tmp_path):
+def test_tiny_run_end_to_end_and_the_lda_fit_is_cached(tmp_path, real_tiny):
     exp = TopicsReal()
-    cfg = exp.make_config("quick", TINY, members=2)
+    cfg = exp.make_config("quick", real_tiny, members=2)
     r = execute(exp, cfg, "quick", tmp_path, progress=False)
     s = r.summary
     assert s["status"] == "done" and s["claims_total"] >= 2

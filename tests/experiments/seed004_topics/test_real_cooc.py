@@ -10,25 +10,6 @@ from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.real_cooc import TopicsRealCooc
 from tdlab.experiments.seed004_topics.real_text import MEASURE_ARMS
 
-TINY = [
-    "corpus.source=lee",
-    "corpus.max_docs=30",
-    "corpus.min_count=3",
-    "lda.topics=3",
-    "lda.passes=1",
-    "lda.iterations=10",
-    "model.d=8",
-    "model.layers=1",
-    "model.heads=2",
-    "train.steps=8",
-    "train.batch=4",
-    "train.seq_len=24",
-    "train.eval_every=4",
-    "train.eval_batches=1",
-    "train.warmup_steps=0",
-    "thetas=[0.05]",
-    "attn_windows=1000",
-]  # Table 2's attention needs windows holding a top co-occurring pair (per document)
 PAPER_ROWS = {
     "cooc/0.002/attn_same": [0.0066, 0.0065, 0.0067],
     "cooc/0.002/attn_cooc": [0.0075, 0.0076, 0.0074],
@@ -68,9 +49,10 @@ def test_a_locally_trained_encoders_table2_rows_are_ours(tmp_path, plant_real_ru
     assert rows[0].measured.values == pytest.approx([0.0066 - 0.0075, 0.0065 - 0.0076, 0.0067 - 0.0074])
 
 
-def test_tiny_run_end_to_end(tmp_path):
+def test_tiny_run_end_to_end(tmp_path, real_tiny):
     exp = TopicsRealCooc()
-    cfg = exp.make_config("quick", TINY, members=2)
+    # Table 2's attention needs windows holding a top co-occurring pair (per document)
+    cfg = exp.make_config("quick", [*real_tiny, "train.seq_len=24", "attn_windows=1000"], members=2)
     r = execute(exp, cfg, "quick", tmp_path, progress=False)
     s = r.summary
     assert s["status"] == "done" and s["claims_total"] == 2

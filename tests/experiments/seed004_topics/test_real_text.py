@@ -26,27 +26,6 @@ from tdlab.models.gpt import GPT
 from tdlab.tasks.lda_topics import Topics
 from tdlab.tasks.text_corpus import CorpusConfig, encode_windows, load_corpus
 
-TINY = [
-    "corpus.source=lee",
-    "corpus.max_docs=30",
-    "corpus.min_count=3",
-    "lda.topics=3",
-    "lda.passes=1",
-    "lda.iterations=10",
-    "model.d=8",
-    "model.layers=1",
-    "model.heads=2",
-    "train.steps=8",
-    "train.batch=4",
-    "train.seq_len=12",
-    "train.eval_every=4",
-    "train.eval_batches=1",
-    "train.warmup_steps=0",
-    "thetas=[0.05]",
-    "attn_windows=8",
-]
-
-
 # --- a planted two-topic corpus ------------------------------------------------------------------
 
 TOPIC_A = ["apple", "banana", "cherry", "grape", "lemon", "mango"]
@@ -138,11 +117,11 @@ def test_fig3_words_are_the_unambiguous_top_words_of_the_clearest_topics():
         fig3_words(Topics(word_topic=wt[:2]), np.arange(12))
 
 
-def test_prepare_data_reads_the_cached_lda_fit_instead_of_refitting(tmp_path, monkeypatch):
+def test_prepare_data_reads_the_cached_lda_fit_instead_of_refitting(tmp_path, monkeypatch, real_tiny):
     """A resumed run (same cache folder) must not refit LDA: the second call finds the .npz and never calls fit_lda."""
     import tdlab.experiments.seed004_topics.real_text as tr
 
-    cfg = TopicsReal().make_config("quick", TINY, members=1)
+    cfg = TopicsReal().make_config("quick", real_tiny, members=1)
     first = tr.prepare_data(cfg, tmp_path / "cache", progress=False)
 
     def refit(*a, **k):
@@ -165,8 +144,8 @@ def test_unigram_loss_is_the_training_frequencies_on_the_heldout_words():
     assert unigram_loss(windows, 1, 6) == pytest.approx(expected, rel=1e-12)
 
 
-def test_corpus_facts_recompute_what_an_older_run_lacks(tmp_path):
-    cfg = TopicsReal().make_config("quick", TINY, members=1)
+def test_corpus_facts_recompute_what_an_older_run_lacks(tmp_path, real_tiny):
+    cfg = TopicsReal().make_config("quick", real_tiny, members=1)
     assert corpus_facts(cfg, tmp_path / "nothing") == {}
     corpus = load_corpus(cfg.corpus, cache_dir=tmp_path)
     windows, n_test = split_windows(cfg, corpus)
