@@ -565,6 +565,19 @@ class AnchorsAttention(ProbeSource, AnchorsBias[AnchorsAttentionConfig]):
         small, large = c.small_gamma, c.large_gamma
         s_arm, l_arm = GammaArms.arm(small), GammaArms.arm(large)
         e_s = m[small]["end"]
+
+        def small_row(claim: str, key: str, field: str, what: str, **context: Any) -> None:
+            """A row of the trained small-γ arm: its members' end value ``field``, read against ``what``."""
+            out.row(
+                claim,
+                key,
+                e_s[field],
+                arms=[s_arm],
+                provenance=r.provenance,
+                context={"gamma": small, **context},
+                label=f"γ = {small:g}: {what}; {r.label}",
+            )
+
         out.row(
             "layer1-average-operator",
             f"gamma={small:g}",
@@ -606,23 +619,12 @@ class AnchorsAttention(ProbeSource, AnchorsBias[AnchorsAttentionConfig]):
             ("sv-ratio", "sv_ratio", f"σ1/σ2 of W^V ≥ {c.sv_ratio_min:g} (t)"),
             ("rsn-aligned", "rsn_align", f"|cos(u1, mean reasoning-anchor embedding)| ≥ {c.rsn_align_min:g} (t)"),
         ):
-            out.row(
-                "layer1-wv-low-rank-reasoning",
-                q,
-                e_s[key],
-                arms=[s_arm],
-                provenance=r.provenance,
-                context={"gamma": small, "quantity": q},
-                label=f"γ = {small:g}: {what}; {r.label}",
-            )
-        out.row(
+            small_row("layer1-wv-low-rank-reasoning", q, key, what, quantity=q)
+        small_row(
             "layer1-wv-orthogonal-to-memory",
             f"gamma={small:g}",
-            e_s["mem_align"],
-            arms=[s_arm],
-            provenance=r.provenance,
-            context={"gamma": small},
-            label=f"γ = {small:g}: |cos(u1, mean memory-anchor embedding)| ≤ {c.mem_align_max:g} (t); {r.label}",
+            "mem_align",
+            f"|cos(u1, mean memory-anchor embedding)| ≤ {c.mem_align_max:g} (t)",
         )
         out.row(
             "layer1-wv-dominance-larger-at-small-init",
@@ -646,23 +648,12 @@ class AnchorsAttention(ProbeSource, AnchorsBias[AnchorsAttentionConfig]):
                 f"Spearman(q_L (W^pos W^K)ᵀ/√d_k over 1..L−1, position) ≥ {c.pos_score_spearman_min:g} (t)",
             ),
         ):
-            out.row(
-                "layer2-extracts-key",
-                q,
-                e_s[key],
-                arms=[s_arm],
-                provenance=r.provenance,
-                context={"gamma": small, "quantity": q},
-                label=f"γ = {small:g}: {what}; {r.label}",
-            )
-        out.row(
+            small_row("layer2-extracts-key", q, key, what, quantity=q)
+        small_row(
             "layer2-positional-cosines-fall",
             f"gamma={small:g}",
-            e_s["pos_rho"],
-            arms=[s_arm],
-            provenance=r.provenance,
-            context={"gamma": small},
-            label=f"γ = {small:g}: ρ(cos(w^pos,i, w^pos,j), |i − j|) over 1..L−1 ≤ {c.pos_rho_max:g} (t); {r.label}",
+            "pos_rho",
+            f"ρ(cos(w^pos,i, w^pos,j), |i − j|) over 1..L−1 ≤ {c.pos_rho_max:g} (t)",
         )
         for e in cfg.snapshot_epochs:  # Thm. 2's early phase: the snapshots, not the end
             re = parameter_reading(e, end, cfg.train.lr, SEED_LR_TRANSFORMER, tuple(cfg.snapshot_epochs))
@@ -694,15 +685,7 @@ class AnchorsAttention(ProbeSource, AnchorsBias[AnchorsAttentionConfig]):
             ),
             ("appE-tag-is-the-anchor-pair", "pair_share", f"η² of ⟨O_L, v⟩ by anchor pair ≥ {c.pair_share_min:g} (t)"),
         ):
-            out.row(
-                claim,
-                f"gamma={small:g}",
-                e_s[key],
-                arms=[s_arm],
-                provenance=r.provenance,
-                context={"gamma": small, "epoch": end},
-                label=f"γ = {small:g}: {what}; {r.label}",
-            )
+            small_row(claim, f"gamma={small:g}", key, what, epoch=end)
         out.row(
             "layer2-scores-reproduce-pattern",
             "max-abs-diff",
