@@ -13,8 +13,10 @@ checkpoint file
   ``tdlab run --resume`` (and ``tdlab batch`` resumes it by itself).
 
 Lanes (:mod:`tdlab.train.lanes`) read the same policy: a stop stops every lane's fit at its next step.
-Work that does not train through a checkpointed fit (closed forms, loss maps on a grid) runs on to its end;
-``tdlab batch`` kills it after a grace period and starts it again next time.
+Long work that is not training (a loss map on a grid and its polishes) keeps its evaluations in a
+:class:`~tdlab.train.memo.CheckpointedMemo`, which saves and stops under the same policy. Other work that
+does not go through either (closed forms) runs on to its end; ``tdlab batch`` kills it after a grace period
+and starts it again next time.
 """
 
 from __future__ import annotations

@@ -141,9 +141,11 @@ def test_a_noisy_map_leaves_the_ravine_unresolved(tiny, s2):
     assert row.measured.mc_se > 0.01 and row.verdict == "not resolved"
 
 
-def test_a_landscape_run_stopped_mid_panel_resumes_from_its_checkpoint_to_the_same_numbers(s2, tmp_path):
-    """The paper profile's GD fits run for an hour per panel: each panel's fit is checkpointed under the run's
-    checkpoints/ folder, so a stop (SIGTERM, ``--until``) mid-fit resumes there, to the numbers of a run never stopped."""
+def test_a_landscape_run_stopped_anywhere_resumes_from_its_checkpoints_to_the_same_numbers(s2, tmp_path):
+    """The paper profile's panels run for an hour each on a CPU, most of it the loss map and its polishes: the
+    map's and polishes' evaluations (a CheckpointedMemo) and each panel's GD fit are checkpointed under the run's
+    checkpoints/ folder, so a stop (SIGTERM, ``--until``) anywhere resumes there. Stopped after every single
+    new evaluation or step until it finishes, the run ends with the numbers of a run never stopped."""
     exp = IclLandscape()
     over = [
         "panels=[{depth: 5}]",
@@ -158,9 +160,23 @@ def test_a_landscape_run_stopped_mid_panel_resumes_from_its_checkpoint_to_the_sa
     whole = execute(exp, cfg, "quick", tmp_path / "whole", progress=False)
     with stopping(until_s=0, signals=False), pytest.raises(RunStopped) as stop:
         execute(exp, cfg, "quick", tmp_path / "stopped", progress=False)
-    assert stop.value.step == 1 and stop.value.label == "T5"
-    assert (staging_path(stop.value.run_dir) / "checkpoints" / "T5.json").is_file()
-    again = resume(stop.value.run_dir, progress=False)
+    assert stop.value.step == 1 and stop.value.label == "T5 loss map"  # the first map chunk, kept
+    run_dir = stop.value.run_dir
+    assert (staging_path(run_dir) / "checkpoints" / "T5__maps.json").is_file()
+    labels = [stop.value.label]
+    for _ in range(200):  # every resume under an expired deadline adds one evaluation or one GD step
+        try:
+            with stopping(until_s=0, signals=False):
+                again = resume(run_dir, progress=False)
+            break
+        except RunStopped as s:
+            labels.append(s.label)
+    else:
+        raise AssertionError("the run never finished")
+    # the map's chunks and the minimiser's polish, the GD fit, then the jackknife polishes: each stopped and resumed
+    first, last = labels.index("T5"), len(labels) - 1 - labels[::-1].index("T5")
+    assert labels.count("T5") == last - first + 1 >= 10  # the fit's stops, one run of them
+    assert labels[:first].count("T5 loss map") >= 5 and labels[last + 1 :].count("T5 loss map") >= 5
     cols = ["step", "member", "name", "value"]
     a, b = (r.metrics().query("arm == 'T5'")[cols].reset_index(drop=True) for r in (whole, again))
     assert a.equals(b) and len(a)

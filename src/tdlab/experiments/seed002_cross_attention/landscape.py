@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -42,6 +43,7 @@ from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_of_beta, alpha_star, bayes_risk, infinite_context_excess_risk, two_param_stationary
 from tdlab.train.cpu import cpu_threads
+from tdlab.train.memo import CheckpointedMemo, array_key
 from tdlab.train.regression import RegressionTrainer, population_stats, query_errors
 
 __all__ = [
@@ -153,18 +155,21 @@ def group_maps(
     groups: int,
     chunk: int,
     device: str,
+    memo: CheckpointedMemo | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Estimates of ``l(alpha, beta)`` at every ``(A[i], B[i])`` on shared prompts (grid points = members), one
     per group of the prompts: ``(G, *A.shape)``, and the group sizes ``(G,)``. The loss is the Bayes risk plus
     the mean of ``(y_hat - y^Bayes)^2`` (the query-noise term has mean 0 and is left out: a control variate,
-    see ``RegressionConfig.target``)."""
+    see ``RegressionConfig.target``). With ``memo``, each chunk's values are kept by its points
+    (:class:`~tdlab.train.memo.CheckpointedMemo`: a stopped run resumes the map where it stopped)."""
     n = data.y_query.shape[-1]
     gid = torch.as_tensor(np.arange(n) * groups // n, device=device)
     sizes = torch.bincount(gid, minlength=groups).to(torch.float64)
     out = np.empty((groups, A.size))
     flat_a, flat_b = A.ravel(), B.ravel()
-    for s in range(0, flat_a.size, chunk):
-        a, b = flat_a[s : s + chunk], flat_b[s : s + chunk]
+
+    def block(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``(G, len(a))``: the group means at the points ``(a[i], b[i])``."""
         model = LCA(task.d, depth, list(range(a.size)), param="two", pre_ln=pre_ln, dtype=torch.float64).to(device)
         with torch.no_grad():
             model.alpha.copy_(torch.as_tensor(a)), model.beta.copy_(torch.as_tensor(b))
@@ -172,7 +177,13 @@ def group_maps(
             sums = torch.zeros(exc.shape[0], groups, dtype=torch.float64, device=exc.device).index_add_(
                 1, gid, exc.double()
             )
-        out[:, s : s + a.size] = (sums / sizes).T.cpu().numpy()
+        return (sums / sizes).T.cpu().numpy()
+
+    for s in range(0, flat_a.size, chunk):
+        a, b = flat_a[s : s + chunk], flat_b[s : s + chunk]
+        out[:, s : s + a.size] = (
+            block(a, b) if memo is None else memo(array_key(np.array([depth, pre_ln]), a, b), partial(block, a, b))
+        )
     return bayes_risk(task) + out.reshape(groups, *A.shape), sizes.cpu().numpy()
 
 
@@ -371,7 +382,14 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
                 a_ax = np.linspace(*cfg.alpha_range, n)
                 b_ax = np.linspace(*cfg.beta_range, n)
                 Bc, Ac = np.meshgrid(b_ax, a_ax)
-                maps, sizes = group_maps(task, panel.depth, panel.pre_ln, Ac, Bc, data, G, chunk, ctx.device)
+                # the map and the polishes' evaluations are kept in a checkpoint: a stop (SIGTERM, --until) loses none
+                memo = CheckpointedMemo(
+                    ctx.writer.path / "checkpoints" / f"{arm.replace('/', '__')}__maps.json",
+                    config_hash,
+                    {"panel": arm, "grid": n, "mc_groups": G},
+                    label=f"{arm} loss map",
+                )
+                maps, sizes = group_maps(task, panel.depth, panel.pre_ln, Ac, Bc, data, G, chunk, ctx.device, memo)
                 coarse = pooled(maps, sizes)
                 i, j = np.unravel_index(np.nanargmin(coarse), coarse.shape)
                 start = np.array(
@@ -383,11 +401,11 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
                 )
 
                 def polish(
-                    weights: np.ndarray, depth=panel.depth, pre_ln=panel.pre_ln, data=data, start=start
+                    weights: np.ndarray, depth=panel.depth, pre_ln=panel.pre_ln, data=data, start=start, memo=memo
                 ) -> np.ndarray:
                     def loss(v: np.ndarray) -> float:
                         g, _ = group_maps(
-                            task, depth, pre_ln, np.array([v[0]]), np.array([v[1]]), data, G, 1, ctx.device
+                            task, depth, pre_ln, np.array([v[0]]), np.array([v[1]]), data, G, 1, ctx.device, memo
                         )
                         return float(weights @ g[:, 0])
 
@@ -429,7 +447,7 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
                 rows = list(result.rows)
                 for e, (a0, b0) in enumerate(inits):
                     rows += [(0, e, "alpha0", a0), (0, e, "beta0", b0), (0, e, "offset", cfg.off_valley[e // E])]
-                ctx.writer.add_metrics(arm, rows)
+                ctx.store_rows(arm, rows)  # replaces what a stopped attempt stored (stops follow: the jackknife)
                 arrays = {
                     "alpha_axis": torch.as_tensor(a_ax),
                     "beta_axis": torch.as_tensor(b_ax),
