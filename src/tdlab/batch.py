@@ -52,13 +52,15 @@ FORMAT = "tdlab-batch/1"
 STOPPED = 3  # tdlab.train.stopping.STOPPED_EXIT_CODE (not imported: that module's users import torch)
 DEFAULT_SECONDS = 600.0  # the prior of an experiment with no quick time measured
 
+State = Literal["done", "diverged", "stopped", "new", "failed", "busy"]  # where a job of the queue is
+
 
 @dataclass
 class Job:
     """One run of the queue: its experiment, what it is now, its estimated seconds."""
 
     name: str
-    state: Literal["done", "diverged", "stopped", "new", "failed", "busy"]
+    state: State
     estimate_s: float
     wall_s: float | None = None
     note: str = ""
@@ -149,14 +151,19 @@ def estimates(names: Sequence[str], profile: str, measured: dict[str, float]) ->
     scale = statistics.median(ratios) if ratios else 1.0
     # An experiment whose quick time was never measured has no prior: DEFAULT_SECONDS, not scaled by a fit
     # it took no part in.
-    return {n: measured.get(n, DEFAULT_SECONDS if priors[n] is None else priors[n] * scale) for n in names}
+
+    def from_prior(n: str) -> float:
+        p = priors[n]
+        return DEFAULT_SECONDS if p is None else p * scale
+
+    return {n: measured[n] if n in measured else from_prior(n) for n in names}
 
 
 # ---------------------------------------------------------------------------------------------------------
 # The queue
 
 
-def _state(out: Path, name: str) -> tuple[str, float | None, str]:
+def _state(out: Path, name: str) -> tuple[State, float | None, str]:
     """``(state, wall seconds, note)`` of ``name`` in the batch folder."""
     final = out / name
     if final.exists() or final.is_symlink():
@@ -166,7 +173,11 @@ def _state(out: Path, name: str) -> tuple[str, float | None, str]:
             return "failed", None, str(exc)
         status = s.get("status")
         if status in ("done", "diverged"):
-            return str(status), float(s.get("wall_time_s", 0.0)), str(s.get("error") or "")
+            return (
+                ("done" if status == "done" else "diverged"),
+                float(s.get("wall_time_s", 0.0)),
+                str(s.get("error") or ""),
+            )
         return "failed", None, f"{final}/summary.json has no status done or diverged"
     staging = staging_path(final)
     if (staging / "config.yaml").is_file():
@@ -221,7 +232,7 @@ def plan_batch(
             raise ConfigError(f"--profile: unknown profile {echo(profile)} for {n}; allowed: {', '.join(exp.profiles)}")
         cfg = exp.make_config(profile, sets)  # a bad --set or profile is refused before anything runs
         mem = float(estimate(cfg).bytes) if _device_kind(device) == "cuda" else 0.0
-        jobs.append(Job(n, state, est[n], wall, note, mem))  # type: ignore[arg-type]
+        jobs.append(Job(n, state, est[n], wall, note, mem))
     finished = [j for j in jobs if j.state in ("done", "diverged")]
     todo = sorted((j for j in jobs if j.state not in ("done", "diverged")), key=lambda j: j.estimate_s)
     return finished + todo
@@ -495,7 +506,7 @@ def _fits(job: Job, running: dict[Any, Job], device: str) -> bool:
     return job.memory_bytes + sum(j.memory_bytes for j in running.values()) <= 0.8 * _gpu_free_bytes(device)
 
 
-def _after(out: Path, name: str, outcome: Outcome) -> tuple[str, str]:
+def _after(out: Path, name: str, outcome: Outcome) -> tuple[State, str]:
     """The job's state after its process ended."""
     state, _, note = _state(out, name)
     if state in ("done", "diverged"):
@@ -525,10 +536,10 @@ def _duration(seconds: float) -> str:
 def status_table(jobs: Sequence[Job], parallel: int) -> tuple[list[tuple[str, str, str, str, str]], str]:
     """Rows ``(experiment, state, wall, estimate left, note)`` and the line under them: finished, left, and
     the estimated time to finish on ``parallel`` jobs."""
-    rows = []
+    rows: list[tuple[str, str, str, str, str]] = []
     for j in jobs:
-        left = "" if j.state in ("done", "diverged") else _duration(j.estimate_s)
-        rows.append((j.name, j.state, _duration(j.wall_s) if j.wall_s is not None else "", left, j.note))
+        to_go = "" if j.state in ("done", "diverged") else _duration(j.estimate_s)
+        rows.append((j.name, j.state, _duration(j.wall_s) if j.wall_s is not None else "", to_go, j.note))
     left = [j for j in jobs if j.state not in ("done", "diverged")]
     eta = sum(j.estimate_s for j in left) / max(1, parallel)
     line = f"{len(jobs) - len(left)} finished, {len(left)} left" + (

@@ -119,8 +119,9 @@ SCORE_CLIP = 2.0
 HOLD_RGB, FAIL_RGB, BOUNDARY_RGB = (26, 152, 80), (215, 48, 39), (255, 255, 255)
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+def _number(x: object) -> float | None:
+    """``x`` where it is a finite number (not a bool), else None."""
+    return x if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
 def cell_score(row: dict[str, Any]) -> float | None:
@@ -130,22 +131,23 @@ def cell_score(row: dict[str, Any]) -> float | None:
     tolerance``, ``ge`` is ``≥ expected − tolerance``; a comparison (``lt``/``gt``) reads the difference
     (the interval's centre) against the margin ``expected``. A zero tolerance scales by the boundary's
     size instead. None: the row has no finite measured value."""
-    rel, exp, tol = row.get("relation"), row.get("expected"), row.get("tolerance")
-    if not _finite(exp):
+    rel, exp, given_tol = row.get("relation"), _number(row.get("expected")), _number(row.get("tolerance"))
+    if exp is None:
         return None
-    tol = float(tol) if _finite(tol) and tol > 0 else 0.0
+    tol = float(given_tol) if given_tol is not None and given_tol > 0 else 0.0
     if row.get("test") == "compare" or rel in ("lt", "gt"):
-        val = row.get("difference")
-        iv = row.get("interval") or [None, None]
-        if not _finite(val) and len(iv) == 2 and all(_finite(x) for x in iv):
-            val = (iv[0] + iv[1]) / 2
-        if not _finite(val):
+        val = _number(row.get("difference"))
+        if val is None:  # the interval's centre
+            iv = [_number(x) for x in row.get("interval") or [None, None]]
+            if len(iv) == 2 and iv[0] is not None and iv[1] is not None:
+                val = (iv[0] + iv[1]) / 2
+        if val is None:
             return None
         boundary = -exp if rel == "lt" else exp
         inside = (boundary - val) if rel == "lt" else (val - boundary)
     else:
-        val = row.get("mean")
-        if not _finite(val):
+        val = _number(row.get("mean"))
+        if val is None:
             return None
         if rel == "close":
             boundary, inside = exp + tol, tol - abs(val - exp)
@@ -389,13 +391,13 @@ def _sweep(exp: Any, decl: AtlasAxes, profile: str, rows: list[dict[str, Any]], 
                 cells = []
                 for xv in cols:
                     values = (xv,) + ((yv,) if len(axes) > 1 else ()) + tuple(fvals)
-                    p = points.get(tuple(_canonical(v) for v in values))
-                    if p is None:
+                    point = points.get(tuple(_canonical(v) for v in values))
+                    if point is None:
                         where = ", ".join(f"{a.name} = {_fmt(v)}" for a, v in zip(axes, values, strict=True))
                         cells.append(Cell(NOT_RUN, "not run", f"{where}: not run"))
                         continue
-                    g = p["groups"].get(cid)
-                    verdict = g["verdict"] if g else (p["row"]["status"] or "no verdict")
+                    g = point["groups"].get(cid)
+                    verdict = g["verdict"] if g else (point["row"]["status"] or "no verdict")
                     counts[verdict] = counts.get(verdict, 0) + 1
                     first = _first_seed_row(g) if g and g["verdict"] != "not evaluable" else None
                     score = cell_score(first) if first is not None else None
@@ -403,17 +405,17 @@ def _sweep(exp: Any, decl: AtlasAxes, profile: str, rows: list[dict[str, Any]], 
                         Cell(
                             MARKS.get(verdict, NOT_RUN),
                             verdict,
-                            _cell_title(axes, values, p["row"], g),
-                            p["href"],
+                            _cell_title(axes, values, point["row"], g),
+                            point["href"],
                             score,
                         )
                     )
                 table.append((_fmt(yv) if yv is not None else "", cells))
             built.append((label, table))
         maps.append(ClaimMap(cid, statement, built, counts, len(points)))
-    table = []
+    runs = []
     for p in sorted(points.values(), key=lambda p: [_key(v) for v in p["values"]]):
-        table.append(
+        runs.append(
             {
                 "values": [_fmt(v) for v in p["values"]],
                 "run_id": p["row"]["run_id"],
@@ -428,7 +430,7 @@ def _sweep(exp: Any, decl: AtlasAxes, profile: str, rows: list[dict[str, Any]], 
                 "notes": (p["row"]["summary"] or {}).get("notes", []),
             }
         )
-    return Sweep(profile, name, axes, [_fmt(c) for c in cols], maps, table, decl.size(profile))
+    return Sweep(profile, name, axes, [_fmt(c) for c in cols], maps, runs, decl.size(profile))
 
 
 def _pages(rows: list[dict[str, Any]], reports: _Reports, out: Path) -> list[ExperimentPage]:

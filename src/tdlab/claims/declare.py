@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -49,6 +49,14 @@ Provenance = Literal["seed", "ours"]
 # A value a spec names: a number, a dotted config path ("claims.tol_nats"), or a function of the
 # validated config and the row (its ``context``), e.g. a theory function of the row's parameters.
 Value = float | str | Callable[[Any, "Row"], float]
+
+
+@overload
+def resolve(value: Value, cfg: Any, row: Row | None = None) -> float: ...
+
+
+@overload
+def resolve(value: Value | None, cfg: Any, row: Row | None = None) -> float | None: ...
 
 
 def resolve(value: Value | None, cfg: Any, row: Row | None = None) -> float | None:

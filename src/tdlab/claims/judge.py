@@ -418,13 +418,15 @@ def judge_row(
         if row.reference is None:
             raise ValueError(f"{spec.id}/{row.key}: no expected value declared and no measured reference given")
         expected = row.reference.mean
+    target = margin if spec.test == "compare" else expected
+    assert target is not None  # a compare test's margin (a Value, never None), else the expected value set above
     res = RowResult(
         id=f"{spec.id}/{row.key}" if row.key else spec.id,
         statement=row.label or spec.statement,
         kind=spec.kind,
         test=spec.test,
         relation=spec.relation,
-        expected=float(margin if spec.test == "compare" else expected),
+        expected=float(target),
         tolerance=float(tol or 0.0),
         measured=row.measured,
         reference=row.reference,
@@ -453,6 +455,7 @@ def judge_row(
         _decide_compare(spec, res, row, float(margin or 0.0), confidence)
         _at_seed_budget(spec, res, row, cfg, lengths)
         return res
+    assert expected is not None  # not a compare test: declared, or the reference's mean (above)
     lo, hi = {
         "close": (expected - tol, expected + tol),
         "le": (-math.inf, expected + tol),
@@ -554,7 +557,9 @@ def _events_happened(row: Row) -> bool:
 
 def _short_of_seed(spec: ClaimSpec, cfg: Any, row: Row) -> bool:
     """Whether the run trained for less than the seed's length (a claim that something stays)."""
-    return resolve(spec.length, cfg, row) < resolve(spec.seed_length, cfg, row)
+    run_len, seed_len = resolve(spec.length, cfg, row), resolve(spec.seed_length, cfg, row)
+    assert run_len is not None and seed_len is not None  # a claim that stays names both (ClaimSpec checks it)
+    return run_len < seed_len
 
 
 def _ref_error(ref: Sample | None) -> tuple[float, float]:

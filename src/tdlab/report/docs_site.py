@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -484,7 +485,9 @@ def _run_line(run: Run, s: Mapping[str, Any]) -> str:
 
     wall = s.get("wall_time_s")
     wall_s = f", {wall:.0f} s" if isinstance(wall, (int, float)) and not isinstance(wall, bool) else ""
-    env = s.get("env") if isinstance(s.get("env"), dict) else {}
+    env = s.get("env")
+    if not isinstance(env, dict):
+        env = {}
     how = decided_by(s)
     decided = f"; decided by {_md(how)}" if how != s.get("profile", "?") else ""
     return (
@@ -500,7 +503,7 @@ def _counts(groups: Sequence[Mapping[str, Any]]) -> str:
     return f"{n['holds']}/{len(groups)}" + "".join(f", {k} {v}" for v, k in n.items() if v != "holds" and k)
 
 
-def _atlas_lines(exp: Any, atlas: set[str]) -> list[str]:
+def _atlas_lines(exp: Any, atlas: AbstractSet[str]) -> list[str]:
     """The experiment's atlas axes (quick and paper ranges) and a link to its atlas page when the
     docs build found one (``atlas``: experiments with a page in the site's ``atlas/``)."""
     decl = getattr(exp, "atlas_axes", None)
@@ -525,7 +528,7 @@ def _atlas_lines(exp: Any, atlas: set[str]) -> list[str]:
 
 
 def _experiment_section(
-    exp: Any, found: tuple[Run, dict[str, Any]] | None, figures: Sequence[str], atlas: set[str] = frozenset()
+    exp: Any, found: tuple[Run, dict[str, Any]] | None, figures: Sequence[str], atlas: AbstractSet[str] = frozenset()
 ) -> list[str]:
     from tdlab.report.findings import group_line
 
@@ -557,10 +560,14 @@ def _experiment_section(
             for g in s.get(key, []):
                 groups[g["id"]] = g
         lines += [_run_line(run, s), ""]
-        arms = s.get("arms") if isinstance(s.get("arms"), dict) else {}
+        arms = s.get("arms")
+        if not isinstance(arms, dict):
+            arms = {}
         untrained = [(a, h) for a, h in arms.items() if isinstance(h, dict) and not h.get("trained", True)]
         for arm, h in untrained:
-            reasons = h.get("reasons") if isinstance(h.get("reasons"), list) else []
+            reasons = h.get("reasons")
+            if not isinstance(reasons, list):
+                reasons = []
             lines.append(
                 f"- arm `{md_code(arm)}` **{_md(h.get('status', 'not trained'))}**: {_md('; '.join(map(str, reasons)))}"
             )
@@ -604,7 +611,7 @@ def seed_page(
     found: Mapping[str, tuple[Run, dict[str, Any]]],
     figures: Mapping[str, Sequence[str]],
     where: Mapping[str, str],
-    atlas: set[str] = frozenset(),
+    atlas: AbstractSet[str] = frozenset(),
     published: Published | None = None,
 ) -> str:
     """The markdown of one seed's page: its figure and table inventory, a verdict overview, the verdicts at
@@ -763,7 +770,7 @@ def _write(docs: Path, runs: Path | None, warn: Callable[[str], None] | None) ->
             raise ConfigError(f"experiment {e.name}: paper {e.paper!r} names no seed of tdlab.report.docs_site.SEEDS")
         by_seed.setdefault(seed_of(e), []).append(e)
     for seed in SEEDS:  # in the order of the seed's figures, then the registry's
-        first = {}
+        first: dict[str, int] = {}
         for i, item in enumerate(seed.items):
             for n in item.experiments:
                 first.setdefault(n, i)

@@ -88,9 +88,9 @@ class AnchorsConfig(Config):
 
     @model_validator(mode="after")
     def _check(self) -> AnchorsConfig:
-        for lo, hi in (("key_min", "key_max"), ("mem_min", "mem_max"), ("rsn_min", "rsn_max")):
-            if getattr(self, lo) > getattr(self, hi):
-                raise ValueError(f"{lo}={getattr(self, lo)} must be <= {hi}={getattr(self, hi)}")
+        for lo_key, hi_key in (("key_min", "key_max"), ("mem_min", "mem_max"), ("rsn_min", "rsn_max")):
+            if getattr(self, lo_key) > getattr(self, hi_key):
+                raise ValueError(f"{lo_key}={getattr(self, lo_key)} must be <= {hi_key}={getattr(self, hi_key)}")
         if self.q >= self.L:
             raise ValueError(f"q={self.q} must be < L={self.L} (the key precedes the q anchors)")
         p_max = self.L - self.q if self.p_max is None else self.p_max

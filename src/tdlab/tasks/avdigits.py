@@ -718,6 +718,7 @@ def _minmax01(x: np.ndarray) -> Tensor:
 
 
 def _build_real(cfg: AVDigitsConfig, seed: int) -> AVDigits:
+    assert cfg.path is not None  # called only for a config that names the real arrays
     arrays = load_avmnist(cfg.path)
     picked = {}
     for split, n in (("train", cfg.n_train), ("test", cfg.n_test)):

@@ -276,8 +276,8 @@ class Topics:
         key_mask = torch.arange(width, device=device) < n.unsqueeze(-1)
         pad = max(0, width - c.n_max)
 
-        def fit(x: Tensor) -> Tensor:
-            x = torch.stack(x)[..., :width]
+        def fit(xs: list[Tensor]) -> Tensor:
+            x = torch.stack(xs)[..., :width]
             return torch.nn.functional.pad(x, (0, pad)) if pad else x
 
         tokens = fit(words).masked_fill(~key_mask, 0)

@@ -100,7 +100,7 @@ def _check_args(args: tuple[Any, ...], n: int) -> None:
 
 
 # Dormand-Prince 5(4) tableau (autonomous system, so the nodes c_i are not needed).
-_A = (
+_A: tuple[tuple[float, ...], ...] = (  # row i: the weights of stages 0..i-1 (ragged)
     (),
     (1 / 5,),
     (3 / 40, 9 / 40),

@@ -296,7 +296,7 @@ def run_joint_flow(theta0: Any, b0: Any, p: float, q: float, t_eval: Any, **inte
     def gfn(x: torch.Tensor) -> torch.Tensor:
         return joint_gradient(x[:, :2], x[:, 2], p, q)
 
-    opts = {"method": "rosenbrock23", "rtol": 1e-7, "atol": 1e-9, "g_tol": 1e-11}
+    opts: dict[str, Any] = {"method": "rosenbrock23", "rtol": 1e-7, "atol": 1e-9, "g_tol": 1e-11}
     opts.update(integrator)
     return gradient_flow(gfn, x0, t_eval, **opts)
 

@@ -155,8 +155,8 @@ def critical_loci_3(
     if p + q == 1:
         raise ValueError("Thm. 10 assumes p + q != 1")
     Ds = float(optimal_contrast(p, q))
-    W, A = np.meshgrid(np.linspace(w_lim[0], w_lim[1], n), np.linspace(a_lim[0], a_lim[1], n), indexing="ij")
-    W, A = W.ravel(), A.ravel()
+    W2, A2 = np.meshgrid(np.linspace(w_lim[0], w_lim[1], n), np.linspace(a_lim[0], a_lim[1], n), indexing="ij")
+    W, A = W2.ravel(), A2.ravel()
     U = 1.0 + 2.0 * W * np.abs(W)
     pts = []
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -81,7 +81,7 @@ def run_flow(
         args = (pt, qt)
     else:
         raise ValueError("gradient must be 'closed' or 'autograd'")
-    opts = {"method": "rosenbrock23", "rtol": 1e-6, "atol": 1e-8, "g_tol": 1e-10}
+    opts: dict[str, Any] = {"method": "rosenbrock23", "rtol": 1e-6, "atol": 1e-8, "g_tol": 1e-10}
     if integrator.get("method") in ("dopri5", "rk4"):
         opts = {"method": integrator["method"]}
     opts.update(integrator)
