@@ -296,6 +296,7 @@ class Attention(nn.Module):
         n = torch.arange(T, device=q.device)
         causal = n[None, :] <= n[:, None]
         dist = (n[:, None] - n[None, :]).clamp(min=0, max=self.cfg.rel_clip)  # (T, T)
+        assert self.rel_k is not None and self.rel_v is not None  # the "kv" kind, which has them
         rk, rv = self.rel_k[:, dist], self.rel_v[:, dist]  # (E, T, T, dh)
         scores = (q @ k.transpose(-1, -2) + torch.einsum("ebhnd,enid->ebhni", q, rk)) / math.sqrt(dh)
         att = scores.masked_fill(~causal, float("-inf")).softmax(-1)  # (E, B, H, T, T)
@@ -343,6 +344,7 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.post:
+            assert self.ln_1 is not None  # post placement: the block has its LayerNorms
             y = self.ln_1(x + self.attn(x, key_mask))  # X^ao = LN(X + Attn V W^O)  (Eq. 18)
         else:
             y = x + self.attn(self.ln_1(x) if self.ln_1 is not None else x, key_mask)  # (Attention) + residual
@@ -350,6 +352,7 @@ class Block(nn.Module):
         if self.mlp is None:
             return y
         if self.post:
+            assert self.ln_2 is not None  # post placement with an MLP: LN_2 exists
             return self.ln_2(self.mlp(y) + y)  # X^do = LN(MLP(X^ao) + X^ao)  (Eq. 18)
         return y + self.mlp(self.ln_2(y) if self.ln_2 is not None else y)  # (FF) + residual
 
@@ -427,6 +430,7 @@ class GPT(CachingModule):
                 else:
                     self.wte[:, 1] = self.wte[:, 0] + cfg.init_e
                 for blk in self.blocks:
+                    assert blk.mlp is not None  # GPTConfig: local-to-global needs mlp=True
                     blk.mlp.W_1.weight.fill_(cfg.init_w1)
                     blk.mlp.W_2.weight.fill_(cfg.init_w2)
 

@@ -188,6 +188,13 @@ class LCA(nn.Module):
             paper, offered because the no-injection ablation is degenerate from ``F_0 = 0``).
     """
 
+    # Set in __init__ (by name, per ``param``): declared here so that they read as what they are, not as
+    # whatever nn.Module.__getattr__ may return.
+    alpha: nn.Parameter
+    beta: nn.Parameter  # every param but "one"
+    W_PV: Tensor  # a parameter (readout="learned") or a buffer
+    W_KQ: Tensor
+
     def __init__(
         self,
         d: int,

@@ -233,8 +233,10 @@ class EnsembleMHA(nn.Module):
         b = math.sqrt(6.0 / (d + 3 * d))  # Xavier-uniform of torch's stacked (3d, d) in_proj_weight
         for lin in (self.W_q, self.W_k, self.W_v):
             _uniform_(lin.weight, b, gens)
+            assert lin.bias is not None  # built with bias=True
             nn.init.zeros_(lin.bias)
         _linear_init_(self.W_o, gens)
+        assert self.W_o.bias is not None
         nn.init.zeros_(self.W_o.bias)
 
     def forward(self, q_in: torch.Tensor, kv_in: torch.Tensor, recorder: CachingModule | None = None) -> torch.Tensor:
@@ -287,6 +289,8 @@ class ClassifierHead(nn.Module):
 class _Ensemble(CachingModule):
     """Seeds, input checks and per-member state shared by both architectures."""
 
+    cfg: _Common  # set by each architecture's __init__ (its own config class)
+
     def _setup(self, seeds: Sequence[int]) -> int:
         if not seeds:
             raise ValueError("an ensemble needs at least one member seed")
@@ -327,6 +331,7 @@ class _CALayer(nn.Module):
     def reset_parameters(self, gens: Sequence[torch.Generator]) -> None:
         self.attn.reset_parameters(gens)
         if self.inject:
+            assert self.gate is not None and self.inj is not None  # built when inject
             _linear_init_(self.gate, gens)
             _linear_init_(self.inj, gens)
         self.ffn.reset_parameters(gens)
@@ -334,11 +339,16 @@ class _CALayer(nn.Module):
     def forward(self, Fp: torch.Tensor, X: torch.Tensor, rec: CachingModule) -> torch.Tensor:
         t = self.t
         f = self.ln_f(Fp)
-        kv = self.ln_x(X) if self.cross else f  # cross: keys/values are LN(X); else LN(F_{t-1}) itself
+        if self.cross:
+            assert self.ln_x is not None  # built when cross
+            kv = self.ln_x(X)  # cross: keys/values are LN(X)
+        else:
+            kv = f  # else LN(F_{t-1}) itself
         rec.record(f"blocks.{t}.attn.kv", kv)
         A = self.attn(f, kv, rec)  # A_{t-1}
         Ft = Fp + A  # F̃_t
         if self.inject:
+            assert self.gate is not None and self.inj is not None  # built when inject
             G = torch.sigmoid(self.gate(Ft))  # G_{t-1}(F̃_t)
             S = G * self.inj(X)  # S_{t-1} = G ⊙ (X W^Sᵀ + b^S)
             rec.record(f"blocks.{t}.gate", G)
@@ -477,7 +487,7 @@ class BidirectionalCA(_Ensemble):
         return self.head(h)
 
 
-def parameter_count(model: nn.Module) -> int:
+def parameter_count(model: _Ensemble) -> int:
     """Trainable parameters of one member (every parameter's size divided by the member count)."""
     E = model.members
     return sum(p.numel() for p in model.parameters() if p.requires_grad) // E
