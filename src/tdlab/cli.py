@@ -852,7 +852,7 @@ def _published_markdown(results: Path, per_seed: bool = False) -> str:
         return seed_tables(pub, exps, {s.number: s.title for s in SEEDS})
     if not pub.paper:
         raise ConfigError(f"--results: {results}/paper holds no record; `tdlab batch --profile paper` writes them")
-    undecided = undecided_lines(pub)
+    undecided = undecided_lines(pub, {e.name: e.training_length_field() for e in exps})
     return (
         "**By seed** (paper claim groups; the seed's settings from `results/paper`, quick from `results/quick` over "
         "the same experiments):\n\n"

@@ -177,3 +177,28 @@ def test_per_seed_tables_have_a_row_per_experiment_with_quick_and_the_seeds_sett
     assert [c.strip() for c in rows[missing]] == ["—", "—"]
     res = CliRunner().invoke(app, ["findings", str(REPO), "--per-seed"])
     assert res.exit_code == 2 and "--per-seed" in res.output
+
+
+def test_what_settles_an_undecided_group_says_members_training_or_nothing_more_of_this_run():
+    from tdlab.report.records import what_settles
+
+    rec = _record("topics-wv").model_copy(update={"members": 4})
+    row = {
+        "provenance": "seed",
+        "verdict": "not resolved",
+        "test": "value",
+        "relation": "close",
+        "expected": 0.0,
+        "tolerance": 1.0,
+        # centre 0.8, half-width 0.4: 0.2 from the boundary -> (0.4 / 0.2)^2 = 4x the members
+        "interval": [0.4, 1.2],
+    }
+    spread = {"cause": "spread", "kind": "paper", "verdict": "not resolved", "rows": [row]}
+    assert what_settles("topics-wv", rec, spread) == (
+        "about 16 members for its nearest row (`tdlab run topics-wv --profile paper --seeds 16`), 16 for every row"
+    )
+    near = dict(row, interval=[0.99, 1.01])  # centred on its boundary
+    assert "no member count" in what_settles("topics-wv", rec, {**spread, "rows": [row, near]})
+    moving = {**spread, "cause": "still moving"}
+    assert "`--set train.steps=" in what_settles("topics-wv", rec, moving, "train.steps")
+    assert what_settles("topics-wv", rec, {**spread, "cause": "no seed rows"}).startswith("not by more of this run")

@@ -9,6 +9,7 @@ on its page. Every number comes from a committed record, never from a run folder
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ __all__ = [
     "seed_table",
     "seed_tables",
     "undecided_lines",
+    "what_settles",
 ]
 
 _SHORT = {"holds": "holds", "fails": "fails", "not resolved": "not resolved", "not evaluable": "not evaluable"}
@@ -180,8 +182,48 @@ def group_table(pub: Published, exp: Any) -> str:
     return "\n".join(lines) + f"\n\n{made} Reproduce: {how}.\n"
 
 
-def undecided_lines(pub: Published) -> list[str]:
-    """Every paper group not decided at the seed's settings, with the cause its record gives."""
+def what_settles(name: str, rec: Record, group: Mapping[str, Any], length_field: str | None = None) -> str:
+    """What would decide an undecided paper group of the record ``rec`` of ``name``, or that compute at the
+    seed's settings cannot: its seed rows' interval straddling a boundary needs members (how many, from
+    :func:`~tdlab.claims.sequential.precision_needed`, and the command that runs them); a claim at
+    convergence still moving needs training past the seed's length (``length_field`` doubled); a group with
+    no row in the seed's setting, or whose rows never reached their stage, is not settled by more of this run."""
+    from tdlab.claims.sequential import TRAINING_CAUSES, precision_needed
+
+    cause = str(group.get("cause") or "")
+    if cause in ("no seed rows", "no rows", "not trained"):
+        return "not by more of this run: the paper profile has no row at the seed's setting that could decide it"
+    if cause in TRAINING_CAUSES:
+        value = _dotted(rec.config, length_field) if length_field else None
+        longer = f" (`--set {md_code(length_field)}={2 * value:g}`)" if isinstance(value, (int, float)) else ""
+        return f"training past the seed's length{longer}: the claim is about convergence, and the run is still moving"
+    need = precision_needed(group)
+    if need is None:
+        return "more members (a comparison or a bound: no interval to extrapolate)"
+    near, every = need
+    if every == float("inf"):
+        return "no member count: a row's interval is centred on its boundary"
+    m = rec.members
+    n_near, n_every = (math.ceil(m * k - 1e-9) for k in (near, every))  # 4.0000000001x of 4 members is 16
+    every_text = f"{n_every:,}" if n_every <= 10_000 else "over 10,000 (a row within a hair of its boundary)"
+    return (
+        f"about {n_near} members for its nearest row (`tdlab run {md_code(name)} --profile paper --seeds {n_near}`), "
+        f"{every_text} for every row"
+    )
+
+
+def _dotted(config: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def undecided_lines(pub: Published, length_fields: Mapping[str, str | None] | None = None) -> list[str]:
+    """Every paper group not decided at the seed's settings, with the cause its record gives and what would
+    settle it (:func:`what_settles`; ``length_fields``: each experiment's training-length field)."""
     out = []
     for name, rec in pub.paper.items():
         for g in rec.claims:
@@ -189,6 +231,7 @@ def undecided_lines(pub: Published) -> list[str]:
                 out.append(
                     f"`{name}` `{md_code(g['id'])}`: {g['verdict']} ({md_cell(g.get('cause') or '')})"
                     + (f" — {md_cell(g['reason'])}" if g.get("reason") else "")
+                    + f". Would settle it: {what_settles(name, rec, g, (length_fields or {}).get(name))}"
                 )
     return out
 
