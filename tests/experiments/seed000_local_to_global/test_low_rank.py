@@ -140,3 +140,17 @@ def test_bias_step_excess_against_a_direct_computation(planted):
     assert r["excess_before"] == pytest.approx(direct(np.array([0.3, -0.2])) - low, abs=1e-6)
     assert r["excess_after"] == pytest.approx(direct(r["b_after"]) - low, abs=1e-6)
     assert (r["excess_before"] > 1e-3).all() and (r["excess_after"] < r["excess_before"]).all()
+
+
+@pytest.mark.parametrize("without", ["mlp", "out_proj"])
+def test_rank_one_init_refuses_a_model_without_the_matrices_it_sets(without):
+    """The init writes W^O and the MLP's W_1, W_2: a model without them is refused up front, before any
+    parameter is touched (it used to fail half-way with an AttributeError on None)."""
+    cfg = EXP.make_config("quick", ["train.seq_len=16"], members=1)
+    arm = cfg.arm_model()
+    mc = type(arm)(**{**arm.model_dump(), without: False})
+    model = GPT(mc, member_seeds(7, 1))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match="W\\^O and the MLP"):
+        rank_one_init_(model, cfg.rank_one)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

@@ -94,10 +94,21 @@ def rank_one_init_(model: GPT, cfg: RankOneInitConfig) -> GPT:
     ``torch.no_grad``).
     """
     mc = model.cfg
-    if mc.arch != "sec2" or mc.layers != 1 or not mc.tie_weights or model.wpe is None or mc.heads != 1:
-        raise ValueError("rank_one_init_ needs the Sec. 2 single-layer model with tied weights and absolute positions")
-    d, r = mc.d, mc.mlp_ratio * mc.d
     blk = model.blocks[0]
+    if (
+        mc.arch != "sec2"
+        or mc.layers != 1
+        or not mc.tie_weights
+        or model.wpe is None
+        or mc.heads != 1
+        or blk.attn.W_O is None
+        or blk.mlp is None
+    ):
+        raise ValueError(
+            "rank_one_init_ needs the Sec. 2 single-layer model with tied weights, absolute positions, "
+            "the attention output W^O and the MLP"
+        )
+    d, r = mc.d, mc.mlp_ratio * mc.d
     with torch.no_grad():
         for m, g in enumerate(generators(model.seeds, _RANK_ONE_STREAM)):
 
@@ -218,6 +229,7 @@ def bias_step_excess(
     E = tokens.shape[0]
     model = GPT(model_cfg, list(range(E)))
     model.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()})
+    assert model.b is not None  # the Sec. 2 model's output bias
     b = model.b.detach().double().clone()
     with torch.no_grad():
         model.b.zero_()
