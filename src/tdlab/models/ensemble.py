@@ -121,7 +121,7 @@ class CachingModule(nn.Module):
         return out, dict(c)
 
 
-def assemble(into: nn.Module, members: Iterable[nn.Module]) -> nn.Module:
+def assemble(into: M, members: Iterable[nn.Module]) -> M:
     """Fill ensemble ``into`` (``E`` members) with the parameters and buffers of ``E`` one-member models.
 
     Settings that differ only in initialisation (an init scale, seed 001's γ, seed 004's near-zero

@@ -196,7 +196,8 @@ class PairAttention:
     ) -> PairAttention:
         """Classes ``"same"`` (distinct words sharing a topic) and ``"diff"`` (sharing none)."""
         words, same, diff = same_topic_pairs(assignment)
-        return cls(words, {"same": same, "diff": diff}, debias=debias, offset=offset, norm_len=norm_len)
+        masks = {"same": torch.as_tensor(same), "diff": torch.as_tensor(diff)}
+        return cls(words, masks, debias=debias, offset=offset, norm_len=norm_len)
 
     @classmethod
     def from_pairs(
@@ -213,7 +214,7 @@ class PairAttention:
             a, b = np.searchsorted(words, p[:, 0]), np.searchsorted(words, p[:, 1])
             mk = np.zeros((words.size, words.size), dtype=bool)
             mk[a, b] = mk[b, a] = True
-            masks[k] = mk
+            masks[k] = torch.as_tensor(mk)
         return cls(words, masks, debias=debias, offset=offset, norm_len=norm_len)
 
     def _index(self, ids: Tensor) -> Tensor:
@@ -278,7 +279,8 @@ class PairAttention:
         sums = vals @ weight.T  # (*lead, C)
         for c, name in enumerate(names):
             s = sums[..., c]
-            self.sums[name] = s if self.sums[name] is None else self.sums[name] + s
+            prev = self.sums[name]
+            self.sums[name] = s if prev is None else prev + s
             self.counts[name] += int(pm[c].sum())
         self.documents += B
         return self
@@ -354,8 +356,10 @@ def _doc_word_matrix(lda_docs: list[list[int]], words: np.ndarray) -> sparse.csc
         c = c[c >= 0]
         rows.append(np.full(c.size, r, dtype=np.int64))
         cols.append(c)
-    r, c = np.concatenate(rows), np.concatenate(cols)
-    return sparse.csc_matrix((np.ones(r.size, dtype=np.int32), (r, c)), shape=(len(lda_docs), words.size))
+    row_ids, col_ids = np.concatenate(rows), np.concatenate(cols)
+    return sparse.csc_matrix(
+        (np.ones(row_ids.size, dtype=np.int32), (row_ids, col_ids)), shape=(len(lda_docs), words.size)
+    )
 
 
 def cooccurrence_matrix(lda_docs: list[list[int]], words: np.ndarray) -> sparse.csr_matrix:
@@ -413,7 +417,8 @@ def top_cooccurring_pairs(
         a, b = np.nonzero(floor <= C)
         cnt = C[a, b].astype(np.int64)
         blk = _top(cnt, a.astype(np.int64) + i0, b.astype(np.int64), k)
-        best = _top(*(np.concatenate([x, y]) for x, y in zip(best, blk, strict=True)), k)
+        cnt_ab, a_ab, b_ab = (np.concatenate([x, y]) for x, y in zip(best, blk, strict=True))
+        best = _top(cnt_ab, a_ab, b_ab, k)
     cnt, a, b = best  # words sorted: a < b means words[a] < words[b], and the order by index is by id
     pairs = np.stack([words[a], words[b]], axis=1).astype(np.int64).reshape(-1, 2)
     return (pairs, cnt.astype(np.int64)) if return_counts else pairs
@@ -439,8 +444,8 @@ def table2_means(
     w = _rows(emb)
     w = w / w.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(F64).tiny)
     out: dict[str, dict[str, float | int | np.ndarray]] = {}
-    for name, p in pairs.items():
-        p = torch.as_tensor(np.asarray(p, dtype=np.int64).reshape(-1, 2)) + offset
+    for name, given in pairs.items():
+        p = torch.as_tensor(np.asarray(given, dtype=np.int64).reshape(-1, 2)) + offset
         cos = (
             (w[..., p[:, 0], :] * w[..., p[:, 1], :]).sum(-1).mean(-1)
             if len(p)

@@ -383,7 +383,14 @@ def eq20_embedding_flow(label_counts: Tensor, n_s: int, n: int, W1: Tensor, W2: 
 
 
 def eq28_embedding_flow(
-    counts_all: Tensor, n_all: int, counts_last: Tensor, n_last: int, n: int, L: int, W_VO: Tensor, W_f: Tensor
+    counts_all: Tensor,
+    n_all: int | Tensor,
+    counts_last: Tensor,
+    n_last: int | Tensor,
+    n: int,
+    L: int,
+    W_VO: Tensor,
+    W_f: Tensor,
 ) -> Tensor:
     """Eq. 28 (Def. 2 model, small init)::
 
@@ -392,7 +399,8 @@ def eq28_embedding_flow(
 
     Args:
         counts_all: label counts ``(d_m,)`` of ``s`` at any position.
-        n_all: number of occurrences of ``s`` at any position.
+        n_all: number of occurrences of ``s`` at any position (or a column of them, ``(k, 1)``, with
+            ``counts_all`` ``(k, d_m)``: ``k`` tokens at once, the formula broadcasts).
         counts_last: the label counts over sequences whose last token is ``s``.
         n_last: the number of those sequences.
         n: number of sequences in the loss average; L: sequence length.

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -112,7 +112,30 @@ def escape_level(cfg: MarkovInitConfig) -> float:
     return h_pi - cfg.claims.escape_fraction * (h_pi - h_rate)
 
 
-def plateau_escape(cfg: MarkovInitConfig, run: RunView, arm: str | ArmKey) -> tuple[Crossings, np.ndarray, float]:
+class _ChainPQ(Protocol):
+    @property
+    def p(self) -> float: ...
+
+    @property
+    def q(self) -> float: ...
+
+
+class _EscapeClaims(Protocol):
+    @property
+    def escape_fraction(self) -> float: ...
+
+
+class EscapeConfig(Protocol):
+    """What :func:`plateau_escape` reads of a config (markov-init's, markov-rank's)."""
+
+    @property
+    def task(self) -> _ChainPQ: ...
+
+    @property
+    def claims(self) -> _EscapeClaims: ...
+
+
+def plateau_escape(cfg: EscapeConfig, run: RunView, arm: str | ArmKey) -> tuple[Crossings, np.ndarray, float]:
     """When each member of ``arm`` left the H(π) plateau, read on the gap to the unigram predictor on the
     same evaluation batches (any config with ``task.p``, ``task.q`` and ``claims.escape_fraction``:
     markov-rank reads it too).

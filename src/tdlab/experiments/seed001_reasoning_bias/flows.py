@@ -187,7 +187,11 @@ def gradient_flow(
     logits = model(tokens)
     loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape).mean(1)
     loss.sum().backward()  # members are independent: each member's gradient is that of its own mean loss
-    return loss.detach(), {k: -p.grad.detach().clone() for k, p in model.named_parameters()}
+    flows = {}
+    for k, p in model.named_parameters():
+        assert p.grad is not None  # every parameter enters the loss just differentiated
+        flows[k] = -p.grad.detach().clone()
+    return loss.detach(), flows
 
 
 def embedding_flow_cosines(
@@ -369,14 +373,15 @@ class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
                 return [model.member_state(e) for e in range(cfg.members)]
 
             ctx.writer.save_arrays(init_arm(arm), states())
-            rows, step = [], 0
+            rows: list[tuple[int, int, str, float]] = []
+            step = 0
             for t in cfg.times:
                 while step < cfg.steps(t):
                     loss, flow = gradient_flow(model, d["tokens"], d["label"])
                     rows += [(step, e, "train_loss", float(v)) for e, v in enumerate(loss)]
                     with torch.no_grad():
                         for k, p in model.named_parameters():
-                            p += cfg.lr * flow[k]
+                            p.add_(cfg.lr * flow[k])  # in place, as += is
                     step += 1
                 ctx.writer.save_arrays(snapshot_arm(arm, step), states())
             loss, _ = gradient_flow(model, d["tokens"], d["label"])

@@ -441,7 +441,7 @@ def label_marginal_losses(task: Anchors) -> dict[str, float]:
     evaluation split names (``mem``, ``rsn_train``, ``test``)."""
     laws = split_label_laws(task)
     n_mem, n_rsn = len(task.mem_tuples), len(task.rsn_train_tuples)
-    p = sum(w * laws[s] for s, w in (("mem", n_mem), ("rsn_train", n_rsn)) if s in laws) / (n_mem + n_rsn)
+    p = np.asarray(sum(w * laws[s] for s, w in (("mem", n_mem), ("rsn_train", n_rsn)) if s in laws) / (n_mem + n_rsn))
     out = {}
     for split, task_split in TASK_SPLIT.items():
         if task_split not in laws:

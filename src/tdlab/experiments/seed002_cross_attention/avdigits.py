@@ -44,6 +44,7 @@ import json
 import math
 import statistics
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -88,7 +89,8 @@ __all__ = [
     "table1_measures",
 ]
 
-ARMS = ("full", "no-injection", "no-cross", "neither", "bi-ca")
+Arm = Literal["full", "no-injection", "no-cross", "neither", "bi-ca"]
+ARMS: tuple[Arm, ...] = ("full", "no-injection", "no-cross", "neither", "bi-ca")
 LABELS = {
     "full": "Full paper-inspired (inj. & cross-attn)",
     "no-injection": "No injection",
@@ -145,7 +147,7 @@ class ICLAVDigitsConfig(ExperimentConfig):
     data: AVDigitsConfig = AVDigitsConfig()  # I.1: 60,000 train / 10,000 test, noise (avdigits.NOISE_DEFAULT)
     model: MultimodalCAConfig = MultimodalCAConfig()  # I.2, I.3, I.5 (inject/cross set per arm)
     baseline: BiCAConfig = BiCAConfig()  # I.4, I.5
-    models: list[Literal["full", "no-injection", "no-cross", "neither", "bi-ca"]] = list(ARMS)
+    models: list[Arm] = list(ARMS)
     train: AVDigitsTrainConfig = AVDigitsTrainConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     claims: Table1Claims = Table1Claims()
@@ -405,7 +407,7 @@ class ICLAVDigits(Experiment[ICLAVDigitsConfig]):
                 # is reproducible (a member's masks depend on its ensemble; see multimodal_ca).
                 torch.manual_seed(derive_seed(cfg.seed, "dropout", arm))
                 trainer = Trainer(tcfg, ctx.device, ctx.progress, label=arm, objective=LastPosition())
-                ctx.fit(arm, trainer, lambda s, a=arm: build_model(cfg, a, s), seeds, data)
+                ctx.fit(arm, trainer, partial(build_model, cfg, arm), seeds, data)
 
     def trivial_error(self, cfg: ICLAVDigitsConfig, arm: str) -> float | None:
         """Chance cross-entropy log 10: a model whose test loss is not below it has not learned."""
@@ -416,7 +418,7 @@ class ICLAVDigits(Experiment[ICLAVDigitsConfig]):
         return {arm: parameter_count(build_model(cfg, arm, [0])) for arm in ARMS}
 
     def measures(self, cfg: ICLAVDigitsConfig, run: RunView) -> dict[str, dict[str, list[float]]]:
-        out = {}
+        out: dict[str, dict[str, list[float]]] = {}
         for arm in cfg.models:
             if not (run.has(arm, "val_acc") and run.has(arm, "test_acc")):
                 continue
@@ -486,7 +488,7 @@ class ICLAVDigits(Experiment[ICLAVDigitsConfig]):
                 f"data: {info['provenance']}; {info['n_fit']} train / {info['n_val']} validation / "
                 f"{info['n_test']} test examples"
             )
-        m = {arm: v[arm] for arm in cfg.models if arm in v}
+        m: dict[str, dict[str, list[float]]] = {arm: v[arm] for arm in cfg.models if arm in v}
         notes.extend(self.table(cfg, m, v["params"]))
         at_chance = [arm for arm, x in m.items() if not all(a > v["chance_bound"] for a in x["val_choice"])]
         if at_chance:

@@ -71,7 +71,10 @@ def _task_key(task: MultiModalPrompts) -> list:
 
 
 def tied_excess(
-    stats: PromptStats, T: int, alpha: Sequence[float], beta: Sequence[float] | None = None
+    stats: PromptStats,
+    T: int,
+    alpha: Sequence[float] | np.ndarray,
+    beta: Sequence[float] | np.ndarray | None = None,
 ) -> torch.Tensor:
     """Per-prompt ``(y_hat - y^Bayes)^2`` of the tied LCA_T (App. C.1 readout, ``F_0 = 0``) at each of ``P``
     parameter points: ``(P, N)``. ``beta=None``: the one-parameter model (``beta = -alpha``).
@@ -173,13 +176,16 @@ def finite_context_minimisers(
     }
 
 
-def predict_unit(stats: PromptStats, T: int, beta: Sequence[float]) -> torch.Tensor:
+def predict_unit(stats: PromptStats, T: int, beta: Sequence[float] | np.ndarray) -> torch.Tensor:
     """``y_hat`` of the two-parameter tied LCA_T at ``alpha = 1`` and each ``beta``: (P, N)."""
     return tied_predict(stats, T, np.ones(len(beta)), beta)
 
 
 def tied_predict(
-    stats: PromptStats, T: int, alpha: Sequence[float], beta: Sequence[float] | None = None
+    stats: PromptStats,
+    T: int,
+    alpha: Sequence[float] | np.ndarray,
+    beta: Sequence[float] | np.ndarray | None = None,
 ) -> torch.Tensor:
     """``y_hat`` of the tied LCA_T (App. C.1 readout, ``F_0 = 0``) at each of ``P`` parameter points: (P, N).
     ``beta=None``: the one-parameter model (``beta = -alpha``); ``stats``: one member's prompts."""
@@ -243,7 +249,11 @@ def untied_optimum(
 
             opt.step(closure)
             closure()
-            g = float(torch.cat([p.grad.flatten() for p in params]).norm())
+            grads = []
+            for p in params:
+                assert p.grad is not None  # closure() has just run backward through every parameter
+                grads.append(p.grad.flatten())
+            g = float(torch.cat(grads).norm())
             done = int(opt.state[opt._params[0]].get("n_iter", 0))
             spent += max(done, 1)
         return {"alpha": model.alpha[0].tolist(), "beta": model.beta[0].tolist(), "grad_norm": g, "iterations": spent}

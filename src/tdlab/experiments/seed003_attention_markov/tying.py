@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, overload
 
 import numpy as np
 import torch
@@ -82,6 +82,14 @@ Pair = tuple[float, float]
 def chain_tag(p: float, q: float) -> str:
     """Arm-name fragment of a chain: ``p0.5_q0.8``."""
     return f"p{p:g}_q{q:g}"
+
+
+@overload
+def normalised_position(loss: float, p: float, q: float) -> float: ...
+
+
+@overload
+def normalised_position(loss: np.ndarray, p: float, q: float) -> np.ndarray: ...
 
 
 def normalised_position(loss: float | np.ndarray, p: float, q: float) -> float | np.ndarray:
@@ -444,7 +452,7 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
     def _measure_landscape(self, cfg: MarkovTyingConfig, run: RunView, out: Measurements) -> None:
         ls = cfg.landscape
         points = [(o, d) for o in ls.others for d in ls.dims]
-        table = {}
+        table: dict[str, dict[str, Any]] = {}
         for p, q in ls.chains:
             tag = chain_tag(p, q)
             c = th.switching_curvature(p, q)
@@ -564,7 +572,7 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
             informative = gap >= max(cl.min_gap_nats, 1e-12)
             regime = _regime(p, q)
             threshold = h_pi - cl.escape_fraction * gap
-            row = {
+            row: dict[str, Any] = {
                 "p": p,
                 "q": q,
                 "regime": regime,

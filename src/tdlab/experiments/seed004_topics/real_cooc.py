@@ -91,7 +91,7 @@ class TopicsRealCooc(RealTextExperiment[TopicsRealCoocConfig]):
         why="The co-occurrence claims are read from the trained model at the end of training; quick trains 1000 steps against the paper's 20000.",
     )
 
-    def measure(self, cfg: TopicsRealConfig, run: RunView) -> Measurements:
+    def measure(self, cfg: TopicsRealCoocConfig, run: RunView) -> Measurements:
         """Per θ the same-topic and top co-occurring means (trained and untrained) and the two differences."""
         out = self.start(cfg, run)
         arms, det = self.trained_arms(cfg), bool(cfg.model.checkpoint)
@@ -105,7 +105,7 @@ class TopicsRealCooc(RealTextExperiment[TopicsRealCoocConfig]):
                 "untrained": {k: x.tolist() for k, x in u.items()},
             }
             r = TABLE2_BERT.get(theta)
-            row = {"arms": arms, "provenance": self.provenance(cfg, theta), "context": {"theta": theta}}
+            row: dict[str, Any] = {"arms": arms, "provenance": self.provenance(cfg, theta), "context": {"theta": theta}}
             if v["attn_same"].size and v["attn_same"].size == v["attn_cooc"].size:
                 refs = f" (seed's BERT, {r[0]} pairs: {r[1]:g} vs {r[2]:g})" if r else ""
                 out.row(
@@ -130,7 +130,7 @@ class TopicsRealCooc(RealTextExperiment[TopicsRealCoocConfig]):
         }
         return out
 
-    def notes(self, cfg: TopicsRealConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+    def notes(self, cfg: TopicsRealCoocConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         return [
             *self.common_notes(cfg, measured),
             "Top co-occurring pairs: distinct LDA-vocabulary words (stop words dropped) ranked by the number of "

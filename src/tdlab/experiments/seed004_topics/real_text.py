@@ -108,7 +108,7 @@ MASK_ID, PAD_ID = 0, 1  # special tokens below the corpus words
 OFFSET = 2  # corpus word id w -> model id w + 2; [UNK] = len(vocab) + 2 (Corpus.unk_id + OFFSET)
 ARM = "mlm"  # the trained encoder; its untrained copy is init_arm(ARM)
 MEASURE_ARMS = {"trained": "measure/trained", "untrained": "measure/untrained"}  # where the measures are stored
-MODES = ("single", "multi")
+MODES: tuple[Literal["single", "multi"], ...] = ("single", "multi")
 MEASURES = ("cosine", "dot", "attention")
 
 PAST_UNIGRAM = Stage(
@@ -419,7 +419,7 @@ def measure(
     corpus, topics = data.corpus, data.topics
     emb, E = model_embeddings(model)  # (E, n_words, d), row = corpus word id
     lda_vocab = corpus.lda_vocab
-    excluded = getattr(model, "excluded", frozenset())  # a checkpoint's words split into several pieces
+    excluded: frozenset[int] = getattr(model, "excluded", frozenset())  # a checkpoint's words split into several pieces
     n_lda = int(lda_vocab.size)
     configs, accs, cooc_accs, cooc_pairs = [], {}, {}, {}
     for theta in cfg.thetas:
@@ -601,7 +601,7 @@ class RealTextExperiment(Experiment[RealConfigT]):
             control = HFEncoder(cfg.model.checkpoint, data.corpus.vocab, offset=OFFSET, random_init=True, seed=seeds[0])
             info["skipped_words"] = trained.skipped
             info["checkpoint"] = trained.describe()  # the architecture and the matrix read as "the embedding"
-            models = {"trained": trained, "untrained": control}
+            models: dict[str, HFEncoder | GPT] = {"trained": trained, "untrained": control}
         else:
             fit_encoder(ctx, cfg, data)
             gcfg = encoder_config(cfg, data.vocab)

@@ -97,7 +97,7 @@ __all__ = [
 NORMS = ("norm_K", "norm_Q", "norm_V")  # metric names of ‖W^K‖_F, ‖W^Q‖_F, ‖W^V‖_F
 # One-hot (Eq. 7), near-zero uniform init (the authors' code); d = d_a = V (seed silent). In the profiles
 # too, so that a ``--set model.x=...`` merges into it instead of replacing the whole model config.
-MODEL = {"onehot": True, "init": "uniform", "init_scale": 1e-3}
+MODEL: dict[str, Any] = {"onehot": True, "init": "uniform", "init_scale": 1e-3}
 
 KQ_GREW = Stage(
     "kq-grew",

@@ -327,6 +327,7 @@ def ridge_wv(m: dict[str, torch.Tensor], l2: float) -> torch.Tensor:
 def ridge_distance(cfg: TopicsWVConfig) -> float:
     """‖W_λ − W^{V*}‖_F/‖W^{V*}‖_F of the closed-form ridge optimum at the population arm's λ."""
     t, p = cfg.task, cfg.population
+    assert p is not None  # read only where the population arm is configured
     star = wv_star(t.T, t.v, t.p_m, t.p_c, t.p_r)
     m = population_moments(t.T, t.v, p.tau, t.p_m, t.p_c, t.p_r)
     return float((ridge_wv(m, p.l2) - star).norm() / star.norm())
@@ -535,15 +536,15 @@ class TopicsWV(Experiment[TopicsWVConfig]):
             ),
         }
         if {"l2", "attn"} <= set(cfg.settings):  # §5.2 / App. G: W^V only vs all of W^K, W^Q, W^V (same seeds)
-            for loss, opt in cfg.panels:
-                only, full = panel_name(loss, opt, "l2"), panel_name(loss, opt, "attn")
+            for loss, optimiser in cfg.panels:
+                only, full = panel_name(loss, optimiser, "l2"), panel_name(loss, optimiser, "attn")
                 worse = paired_loss_excess_share(
                     run, only, full, trivial_masked_error(t, loss) - optimum_masked_loss(t, loss)
                 )
-                out.values[f"wv_only_excess_share/{loss}/{opt}"] = list(worse.values)
+                out.values[f"wv_only_excess_share/{loss}/{optimiser}"] = list(worse.values)
                 out.row(
                     "wv-only-loss-near-all-trained",
-                    f"{loss}/{opt}",
+                    f"{loss}/{optimiser}",
                     worse,
                     arms=[only, full],
                     context={"loss": loss, "optimizer": opt},
