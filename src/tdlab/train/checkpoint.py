@@ -19,9 +19,11 @@ raises :class:`CheckpointError`, one line naming the file.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -69,9 +71,16 @@ def save_checkpoint(path: Path, meta: dict[str, Any], tensors: dict[str, torch.T
     text = json.dumps(doc, allow_nan=True)  # NaN/inf metric values round-trip; other types raise TypeError
     _write_atomically(tensor_file, blob)
     _write_atomically(path, text.encode())
-    for old in path.parent.glob(f"{path.stem}-*.safetensors"):  # only now is the previous tensor file unused
+    for old in _tensor_files(path):  # only now is the previous tensor file unused
         if old.name != tensor_file.name:
             old.unlink(missing_ok=True)
+
+
+def _tensor_files(path: Path) -> list[Path]:
+    """The tensor files of the checkpoint ``path``: ``STEM-<16 hex digits>.safetensors`` exactly, never those of
+    another checkpoint whose name extends this one's (``arm`` and ``arm-kv`` share a folder)."""
+    pattern = re.compile(re.escape(path.stem) + r"-[0-9a-f]{16}\.safetensors")
+    return [f for f in path.parent.glob(f"{glob.escape(path.stem)}-*.safetensors") if pattern.fullmatch(f.name)]
 
 
 def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]] | None:
