@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 from pydantic import Field
@@ -35,7 +35,7 @@ from tdlab.train.live import LockedSink, MetricSink, arm_stream
 from tdlab.train.live import current as live_sink
 from tdlab.train.phases import phase
 from tdlab.train.stopping import RunStopped
-from tdlab.train.trainer import DivergenceError, FitResult, Trainer
+from tdlab.train.trainer import DivergenceError, FitResult
 
 __all__ = [
     "Analysis",
@@ -60,11 +60,22 @@ class ExperimentConfig(Config):
     members: int = Field(3, ge=1, le=4096)  # ensemble members (independent seeds) per arm
 
 
+class Fitter(Protocol):
+    """What :meth:`RunContext.fit` drives: :class:`~tdlab.train.trainer.Trainer` or
+    :class:`~tdlab.train.regression.RegressionTrainer` (its fit, checkpoint file, config hash and live sink)."""
+
+    checkpoint: Path | None
+    config_hash: str | None
+    live: Callable[[Sequence[tuple[int, int, str, float]]], None] | None
+
+    def fit(self, build: Callable[[list[int]], Any], seeds: Sequence[int], task: Any) -> FitResult: ...
+
+
 class Fit(NamedTuple):
     """One fit for :meth:`RunContext.fit_all`: ``trainer.fit(build, seeds, task)`` stored under ``arm``."""
 
     arm: str
-    trainer: Trainer
+    trainer: Fitter
     build: Callable[[list[int]], Any]
     seeds: Sequence[int]
     task: Any
@@ -149,7 +160,7 @@ class RunContext:
         return FitResult(rows=self.writer.arm_rows(arm), states=self.writer.load_arrays(arm))
 
     def fit(
-        self, arm: str, trainer: Trainer, build: Callable[[list[int]], Any], seeds: Sequence[int], task: Any
+        self, arm: str, trainer: Fitter, build: Callable[[list[int]], Any], seeds: Sequence[int], task: Any
     ) -> FitResult:
         """``trainer.fit(build, seeds, task)``, stored under ``arm``, checkpointed in the run's
         ``checkpoints/`` folder, skipped when a resumed run had finished it. A diverging fit stores
@@ -181,7 +192,11 @@ class RunContext:
                     continue
                 if outcome.error is not None and not isinstance(outcome.error, DivergenceError):
                     raise outcome.error
-                result = outcome.value if outcome.error is None else outcome.error.result
+                if outcome.error is None:
+                    assert outcome.value is not None  # a job that raised nothing returned its FitResult
+                    result = outcome.value
+                else:
+                    result = outcome.error.result
                 self.record(fits[i].arm, result, self._initial(result, fits[i].build, seeds[i]))
                 if outcome.error is not None:
                     first_error = first_error or outcome.error
@@ -194,7 +209,9 @@ class RunContext:
             raise first_error from None
         if stopped is not None:
             raise stopped
-        return results
+        done = [r for r in results if r is not None]
+        assert len(done) == len(results)  # every fit was reloaded or trained: a failed or stopped one raised above
+        return done
 
     def _train(self, fit: Fit, seeds: list[int], config_hash: str) -> FitResult:
         """The training half of :meth:`fit_all` (runs on a lane: it writes only the fit's own checkpoint)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -51,8 +52,9 @@ def _subconfigs(cfg: BaseModel, prefix: str = "") -> Iterator[tuple[str, BaseMod
             yield from _subconfigs(value, f"{prefix}{name}.")
 
 
-def _with(cfg: BaseModel, *names: str) -> tuple[str, BaseModel] | None:
-    """The first sub-config that has every field in ``names``."""
+def _with(cfg: BaseModel, *names: str) -> tuple[str, Any] | None:
+    """The first sub-config that has every field in ``names`` (typed Any: it is known only by those fields,
+    which the estimates read by name, whatever its class)."""
     return next(((p, c) for p, c in _subconfigs(cfg) if all(n in type(c).model_fields for n in names)), None)
 
 

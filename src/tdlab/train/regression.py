@@ -54,7 +54,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 from pydantic import Field, model_validator
@@ -593,7 +593,8 @@ class RegressionTrainer:
             ]
 
         def member_norm(gs: list[Tensor]) -> Tensor:
-            return torch.sqrt(sum(g.detach().reshape(E, -1).pow(2).sum(1) for g in gs))
+            # sum() starts at 0: as_tensor returns the (E,) tensor itself (its type, for the checker)
+            return torch.sqrt(torch.as_tensor(sum(g.detach().reshape(E, -1).pow(2).sum(1) for g in gs)))
 
         live, sent = self.live, 0
 
@@ -867,7 +868,7 @@ class RegressionTrainer:
     @staticmethod
     def _armijo(
         model: nn.Module,
-        params: list[Tensor],
+        params: Sequence[Tensor],
         grads: list[Tensor],
         loss: Tensor,
         lr: Tensor,
@@ -903,7 +904,10 @@ def member_state(model: nn.Module, e: int) -> dict[str, Tensor]:
     return {name: p.detach()[e].cpu().clone() for name, p in model.named_parameters()}
 
 
-def load_member_states(model: nn.Module, states: Sequence[dict[str, Tensor]]) -> nn.Module:
+_M = TypeVar("_M", bound=nn.Module)
+
+
+def load_member_states(model: _M, states: Sequence[dict[str, Tensor]]) -> _M:
     """Set ``model``'s parameters (E = ``len(states)`` members) from per-member states; returns it."""
     with torch.no_grad():
         for name, p in model.named_parameters():

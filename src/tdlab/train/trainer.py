@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 from pydantic import Field, PositiveInt
@@ -83,6 +83,16 @@ class TrainConfig(Config):
 
 
 Probe = Callable[[nn.Module], "dict[str, torch.Tensor]"]
+
+
+@runtime_checkable
+class Ensemble(Protocol):
+    """What the trainer reads of a model besides ``nn.Module``'s API: its members' seeds and one member's
+    parameters (every tdlab ensemble model has both)."""
+
+    seeds: list[int]
+
+    def member_state(self, e: int) -> dict[str, torch.Tensor]: ...
 
 
 class DivergenceError(RuntimeError):
@@ -273,6 +283,7 @@ class Trainer:
 
     def fit_model(self, model: nn.Module, task: Any) -> FitResult:
         """Train an already-built ensemble (no chunking, no resuming)."""
+        assert isinstance(model, Ensemble), f"{type(model).__name__} is not an ensemble (seeds, member_state)"
         self._all_seeds, self._chunk, self.checkpoint = list(model.seeds), len(model.seeds), None
         result = FitResult()
         t0 = time.perf_counter()
@@ -296,11 +307,15 @@ class Trainer:
     @staticmethod
     def _squared_norm(model: nn.Module) -> torch.Tensor:
         """``(E,)``: every member's ||theta||^2 over its trained parameters (Eq. (2) of seed 004)."""
-        return sum(p.pow(2).reshape(p.shape[0], -1).sum(1) for p in model.parameters() if p.requires_grad)
+        # sum() starts at 0: as_tensor returns the (E,) tensor itself (its type, for the checker)
+        return torch.as_tensor(
+            sum(p.pow(2).reshape(p.shape[0], -1).sum(1) for p in model.parameters() if p.requires_grad)
+        )
 
     def _clip(self, model: nn.Module) -> None:
         grads = [p.grad for p in model.parameters() if p.grad is not None]
-        sq = sum(g.pow(2).reshape(g.shape[0], -1).sum(1) for g in grads)
+        sq = torch.as_tensor(sum(g.pow(2).reshape(g.shape[0], -1).sum(1) for g in grads))  # the (E,) sum itself
+        assert self.cfg.grad_clip is not None  # called only with clipping on
         scale = (self.cfg.grad_clip / (sq.sqrt() + 1e-6)).clamp(max=1.0)
         for g in grads:
             g.mul_(scale.reshape(-1, *([1] * (g.dim() - 1))))
@@ -457,6 +472,7 @@ class Trainer:
         self, model: nn.Module, task: Any, offset: int, result: FitResult, bar: ProgressBar, resume: dict | None = None
     ) -> None:
         cfg, objective = self.cfg, self.objective
+        assert isinstance(model, Ensemble), f"{type(model).__name__} is not an ensemble (seeds, member_state)"
         seeds = model.seeds
         E = len(seeds)
         with phase("data"):
@@ -475,6 +491,7 @@ class Trainer:
 
         def stream() -> None:  # the rows recorded since the last call, to the live sink
             nonlocal sent
+            assert live is not None  # called only when there is a live sink
             if len(result.rows) > sent:
                 live(result.rows[sent:])
                 sent = len(result.rows)
@@ -569,7 +586,7 @@ class Trainer:
                 if step % cfg.log_every == 0 or step == cfg.steps:
                     mean = (running / since).tolist()
                     result.rows.extend((step, offset + e, "train_loss", v) for e, v in enumerate(mean))
-                    result.rows.extend((step, offset + e, "lr", sched.get_last_lr()[0]) for e in range(E))
+                    result.rows.extend((step, offset + e, "lr", float(sched.get_last_lr()[0])) for e in range(E))
                     bar.set(loss=sum(mean) / E)
                     running.zero_()
                     since = 0

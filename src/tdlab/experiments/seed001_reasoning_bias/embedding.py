@@ -51,6 +51,7 @@ from tdlab.experiments.seed001_reasoning_bias.mlp import (
 )
 from tdlab.experiments.seed001_reasoning_bias.training import (
     SEED_LR_TRANSFORMER,
+    AnchorsHealth,
     GammaArms,
     cosine_heatmap,
     parameter_reading,
@@ -110,13 +111,15 @@ class ProbeConfig(AnchorsBiasConfig):
         return self
 
 
-class ProbeSource:
-    """Train (or copy from ``from_run``) the γ-sweep and read its members back as models and data."""
+class ProbeSource(AnchorsHealth):
+    """Train (or copy from ``from_run``) the γ-sweep and read its members back as models and data. A mixin
+    before :class:`AnchorsBias` (whose γ-sweep it runs; its task and γ arms are :class:`AnchorsHealth`'s)."""
 
     def run(self, cfg: ProbeConfig, ctx: RunContext) -> None:
         if cfg.from_run is not None:
             ctx.copy_arms(Path(cfg.from_run), [GammaArms.arm(g) for g in cfg.gammas])
             return
+        assert isinstance(self, AnchorsBias)  # a mixin before AnchorsBias (class docstring)
         AnchorsBias.run(self, cfg, ctx)  # the very γ-sweep of anchors-bias, snapshots at cfg.snapshot_epochs
 
     # ---- reading back ----------------------------------------------------------------------------
@@ -430,8 +433,8 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias[AnchorsEmbeddingConfig]):
         t = cfg.task
         small = cfg.emb_claims.small_gamma
         paths = []
-        panels = [(f"epoch {e}", self._wte(cfg, run, small, e)) for e in cfg.fig4a_epochs]
-        panels = [(k, W) for k, W in panels if W is not None] or [
+        stored = [(f"epoch {e}", self._wte(cfg, run, small, e)) for e in cfg.fig4a_epochs]
+        panels = [(k, W) for k, W in stored if W is not None] or [
             ("end", run.arrays(GammaArms.arm(small))["wte"].double())
         ]
         paths.append(self._fig_cos_pca(cfg, panels, f"Fig. 4A–B — γ = {small:g}", figdir / "fig4ab_embedding.png"))

@@ -13,6 +13,7 @@ ablations, shown and never deciding a paper group.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -202,6 +203,8 @@ class IclAblations(RegressionArms, Experiment[AblationConfig]):
             tests, pop = prepare_test_sets(task, seeds, cfg.test, ctx)
             cache: dict = {}
             for name in cfg.models:
+                tcfg: ICLTrainConfig
+                build: Callable[[list[int]], torch.nn.Module]
                 if name == "lsa":
                     tcfg, build = cfg.lsa_train, (lambda s: LSA(task.d, s, dtype=torch.float64))
                 else:

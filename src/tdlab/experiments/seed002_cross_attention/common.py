@@ -18,7 +18,7 @@ mean's, the Bayes predictor's and the zero predictor's errors on the same test p
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -27,9 +27,10 @@ from pydantic import Field, model_validator
 from tdlab.claims import ArmHealth, assess_arm
 from tdlab.claims.declare import Provenance
 from tdlab.config import Config
-from tdlab.experiments.base import ExperimentConfig, RunContext
+from tdlab.experiments.base import RunContext
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LCA
+from tdlab.runs import Run
 from tdlab.seeding import generators
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_of_beta, response_second_moment
@@ -82,7 +83,7 @@ class TaskConfig(Config):
     zeta: Literal["gaussian", "rademacher"] = "gaussian"  # App. H: zeta ~ N(0, 1)
 
     def build(self) -> MultiModalPrompts:
-        return MultiModalPrompts(tuple(self.dims), tuple(self.norm_range), self.norm_mode, self.zeta)
+        return MultiModalPrompts(tuple(self.dims), self.norm_range, self.norm_mode, self.zeta)
 
 
 class TestConfig(Config):
@@ -319,13 +320,21 @@ def regression_health(trivial: Callable[[str], float | None], run: RunView) -> d
     return out
 
 
+class WithTask(Protocol):
+    """A seed-002 config as :class:`RegressionArms` reads it: one with a prompt task."""
+
+    @property
+    def task(self) -> TaskConfig: ...
+
+
 class RegressionArms:
     """The health gate of the seed-002 experiments whose arms are trained by :class:`RegressionTrainer`:
     the trivial predictor is the zero predictor (test MSE E[y^2]) and "moved" is judged on the training
     objective (:func:`regression_health`)."""
 
-    def trivial_error(self, cfg: ExperimentConfig, arm: str) -> float:
+    def trivial_error(self, cfg: WithTask, arm: str) -> float:
         return response_second_moment(cfg.task.build())  # the zero predictor's test MSE, E[y^2]
 
-    def health(self, cfg: ExperimentConfig, run: RunView) -> dict[str, ArmHealth]:
-        return regression_health(lambda arm: self.trivial_error(cfg, arm), run)
+    def health(self, cfg: WithTask, run: Run | RunView) -> dict[str, ArmHealth]:
+        view = run if isinstance(run, RunView) else RunView(run)
+        return regression_health(lambda arm: self.trivial_error(cfg, arm), view)

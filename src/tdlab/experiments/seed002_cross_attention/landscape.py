@@ -40,11 +40,11 @@ from tdlab.experiments.seed002_cross_attention.common import (
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LCA
 from tdlab.seeding import derive_seed, member_seeds
-from tdlab.tasks.multimodal import MultiModalPrompts
+from tdlab.tasks.multimodal import MultiModalBatch, MultiModalPrompts
 from tdlab.theory.icl import alpha_of_beta, alpha_star, bayes_risk, infinite_context_excess_risk, two_param_stationary
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.memo import CheckpointedMemo, array_key
-from tdlab.train.regression import RegressionTrainer, population_stats, query_errors
+from tdlab.train.regression import PromptStats, RegressionTrainer, population_stats, query_errors
 
 __all__ = [
     "CLAIMS",
@@ -367,6 +367,8 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
                 arm = _panel_arm(panel)
                 if ctx.done(arm):
                     continue
+                data: MultiModalBatch | PromptStats  # the prompts themselves (pre-LN), else their statistics
+                test: MultiModalBatch | PromptStats
                 if panel.pre_ln:
                     if raw is None:
                         raw = task.sample(gen, cfg.ln_prompts, cfg.ln_context, dtype=torch.float64, device=ctx.device)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -289,6 +290,8 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
             cache: dict = {}
             for model, objective, T in self.arms(cfg):
                 arm = self.arm_name(model, objective, T)
+                tcfg: ICLTrainConfig
+                build: Callable[[list[int]], torch.nn.Module]
                 if model == "lsa":
                     tcfg = cfg.lsa_train.updated({"context": int(objective[3:])})
                     build = lambda s: LSA(task.d, s, dtype=torch.float64)  # noqa: E731

@@ -21,6 +21,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -198,6 +199,16 @@ def tied_predict(
         return predict(model, stats)
 
 
+class UntiedOptimum(TypedDict):
+    """:func:`untied_optimum`'s result: the trace projections per layer, the gradient norm reached, L-BFGS's
+    iterations."""
+
+    alpha: list[float]
+    beta: list[float]
+    grad_norm: float
+    iterations: int
+
+
 def untied_optimum(
     task: MultiModalPrompts,
     T: int,
@@ -208,7 +219,7 @@ def untied_optimum(
     max_iter: int = 2000,
     grad_tol: float = 1e-6,
     use_cache: bool = True,
-) -> dict[str, object]:
+) -> UntiedOptimum:
     """One replicate of the optimum of ``l_{L}`` for the untied scalar LCA_T of Fig. 3 (App. H:
     ``(W^S_t, W^V_t) = (alpha_t I, beta_t I)``), on ``n_prompts`` prompts of context ``L`` from ``seed``,
     reached by L-BFGS (strong-Wolfe line search) from the tied point ``(alpha*, -alpha*)`` where App. H
@@ -224,7 +235,7 @@ def untied_optimum(
         ``{"alpha": [alpha_t], "beta": [beta_t], "grad_norm": g, "iterations": k}`` (cached on disk).
     """
 
-    def compute() -> dict:
+    def compute() -> UntiedOptimum:
         st = sample_stats(task, [torch.Generator().manual_seed(int(seed))], int(n_prompts), int(L))
         st.spectral()
         model = LCA(task.d, T, [0], param="untied", alpha0=alpha_star(task), sigma_init=0.0, dtype=torch.float64)
