@@ -238,3 +238,19 @@ def test_a_length_in_epochs_counts_optimiser_steps():
     steps = (p.schedule.epochs * p.steps_per_epoch) / (q.schedule.epochs * q.steps_per_epoch)
     assert steps == pytest.approx(1000 * 9900 / (40 * 200))
     assert _prior("anchors-mlp", "paper") == pytest.approx(QUICK_SECONDS["anchors-mlp"][0] * act * steps)
+
+
+def test_an_experiment_without_a_quick_time_takes_its_published_quick_records():
+    """markov-landscape has no QUICK_SECONDS entry: its prior comes from its published quick record's wall time
+    (scaled like any prior), not the flat DEFAULT_SECONDS a run with no measurement gets."""
+    from tdlab.batch import quick_times
+
+    quick = quick_times(Path(__file__).resolve().parents[1] / "results")
+    assert "markov-landscape" in quick and quick["markov-landscape"] > 0
+    assert _prior("markov-landscape", "paper") is None
+    assert _prior("markov-landscape", "paper", quick) == pytest.approx(
+        _prior("markov-landscape", "paper", {"markov-landscape": 1.0}) * quick["markov-landscape"]
+    )
+    est = estimates(["markov-landscape"], "paper", {}, quick)
+    assert est["markov-landscape"] != DEFAULT_SECONDS
+    assert quick_times(None) == {}

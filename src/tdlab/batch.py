@@ -34,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import cache
@@ -82,20 +82,24 @@ class Outcome:
 # The cost model
 
 
-def _prior(name: str, profile: str) -> float | None:
-    """Seconds predicted from the quick profile's measured time (:data:`tdlab.experiments.standard.QUICK_SECONDS`)
-    times the profile's training length over quick's (in optimiser steps: epochs times steps per epoch where
-    the length is in epochs), times its activations per step over quick's
-    (:func:`tdlab.train.memory.estimate`: members x batch x sequence x width, what a step's work grows with;
-    the members' ratio where no estimate applies); ``None`` where quick was never measured."""
+def _prior(name: str, profile: str, quick: Mapping[str, float] | None = None) -> float | None:
+    """Seconds predicted from the quick profile's measured time (:data:`tdlab.experiments.standard.QUICK_SECONDS`,
+    else ``quick[name]``: a published quick record's wall time on the CPU) times the profile's training length
+    over quick's (in optimiser steps: epochs times steps per epoch where the length is in epochs), times its
+    activations per step over quick's (:func:`tdlab.train.memory.estimate`: members x batch x sequence x width,
+    what a step's work grows with; the members' ratio where no estimate applies); ``None`` where quick was
+    never measured."""
     from tdlab.experiments.base import get
     from tdlab.experiments.standard import QUICK_SECONDS
     from tdlab.train.memory import estimate
 
     exp = get(name)
-    if name not in QUICK_SECONDS:
+    if name in QUICK_SECONDS:
+        seconds = QUICK_SECONDS[name][0]
+    elif quick and name in quick:
+        seconds = quick[name]
+    else:
         return None
-    seconds = QUICK_SECONDS[name][0]
     q = build_config(exp.Config, exp.profiles["quick"])
     p = build_config(exp.Config, exp.profiles.get(profile, {}))
     bq, bp = estimate(q).bytes, estimate(p).bytes
@@ -142,11 +146,14 @@ def measured_times(out: Path, results: Path | None, profile: str, device: str) -
     return times
 
 
-def estimates(names: Sequence[str], profile: str, measured: dict[str, float]) -> dict[str, float]:
+def estimates(
+    names: Sequence[str], profile: str, measured: dict[str, float], quick: Mapping[str, float] | None = None
+) -> dict[str, float]:
     """Seconds each run is expected to take: its own measured time where one exists, else its prior times
     the median ratio measured / prior over the runs that have both (the model fitted to this kind of device;
-    1 before anything was measured); :data:`DEFAULT_SECONDS` for a run with neither."""
-    priors = {n: _prior(n, profile) for n in set(names) | set(measured)}
+    1 before anything was measured); :data:`DEFAULT_SECONDS` for a run with neither. ``quick``: published quick
+    records' CPU wall times, the prior's quick time where QUICK_SECONDS has none (:func:`quick_times`)."""
+    priors = {n: _prior(n, profile, quick) for n in set(names) | set(measured)}
     ratios = [measured[n] / p for n in measured if (p := priors[n]) is not None and p > 0]
     scale = statistics.median(ratios) if ratios else 1.0
     # An experiment whose quick time was never measured has no prior: DEFAULT_SECONDS, not scaled by a fit
@@ -214,6 +221,16 @@ def _check_folder(out: Path, profile: str, device: str, sets: Sequence[str]) -> 
     )
 
 
+def quick_times(results: Path | None) -> dict[str, float]:
+    """Wall seconds of the published quick records made on the CPU (``results/quick``), by experiment."""
+    from tdlab.results import load_records
+
+    if results is None:
+        return {}
+    recs = load_records(Path(results) / "quick")
+    return {n: r.wall_time_s for n, r in recs.items() if _device_kind(r.device) == "cpu" and r.status == "done"}
+
+
 def plan_batch(
     names: Sequence[str], profile: str, out: Path, device: str, results: Path | None, sets: Sequence[str] = ()
 ) -> list[Job]:
@@ -223,7 +240,7 @@ def plan_batch(
     from tdlab.train.memory import estimate
 
     measured = measured_times(out, results, profile, device)
-    est = estimates(names, profile, measured)
+    est = estimates(names, profile, measured, quick_times(results))
     jobs = []
     for n in names:
         state, wall, note = _state(out, n)
