@@ -922,13 +922,14 @@ def build_site(
     config's ``site_dir``). Any MkDocs warning (a broken link, a missing page, a docstring griffe cannot
     read) fails the build: :class:`ConfigError` with MkDocs' own lines. The site is built in a folder
     beside ``site`` and swapped in only when the build succeeds (:func:`tdlab.safeio.built_aside`): a
-    failed build leaves the earlier site as it was, and no new folder."""
-    require_mkdocs()
+    failed build leaves the earlier site as it was, and no new folder. Bad input is refused before a missing
+    MkDocs is: the folders are checked first."""
     cfg_path = find_config(config)
     root = cfg_path.parent
     docs = docs_folder(cfg_path)
     given, runs = runs, check_runs(runs)
     site = _check_site(site if site is not None else root / str(_read_config(cfg_path).get("site_dir", "site")), docs)
+    require_mkdocs()
     if given is not None and runs is None:
         check_runs(given, warn)  # the warning, once every input is known good
     t0 = time.perf_counter()
