@@ -58,6 +58,7 @@ from tdlab.claims.stats import (
     p_outside,
     proportion_interval,
     proportion_p_outside,
+    region,
     sign_test,
 )
 
@@ -456,11 +457,7 @@ def judge_row(
         _at_seed_budget(spec, res, row, cfg, lengths)
         return res
     assert expected is not None  # not a compare test: declared, or the reference's mean (above)
-    lo, hi = {
-        "close": (expected - tol, expected + tol),
-        "le": (-math.inf, expected + tol),
-        "ge": (expected - tol, math.inf),
-    }[spec.relation]
+    lo, hi = region(spec.relation, expected, tol)
     if spec.test == "every":
         _decide_every(spec, res, row, lo, hi, confidence)
     else:

@@ -36,7 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tdlab.claims.stats import t_quantile
+from tdlab.claims.stats import region, t_quantile
 
 __all__ = [
     "GROWABLE_CAUSES",
@@ -247,11 +247,9 @@ def precision_needed(group: Any) -> tuple[float, float] | None:
         iv, expected, tol = r.get("interval"), r.get("expected"), float(r.get("tolerance") or 0.0)
         if not iv or expected is None or not all(math.isfinite(v) for v in iv):
             continue
-        lo, hi = {
-            "close": (expected - tol, expected + tol),
-            "le": (-math.inf, expected + tol),
-            "ge": (expected - tol, math.inf),
-        }.get(str(r.get("relation")), (-math.inf, math.inf))
+        if r.get("relation") not in ("close", "le", "ge"):
+            continue
+        lo, hi = region(str(r.get("relation")), float(expected), tol)
         centre, half = (iv[0] + iv[1]) / 2, (iv[1] - iv[0]) / 2
         gaps = [abs(centre - b) for b in (lo, hi) if math.isfinite(b)]
         if gaps:

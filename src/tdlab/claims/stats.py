@@ -26,6 +26,7 @@ __all__ = [
     "p_outside",
     "proportion_interval",
     "proportion_p_outside",
+    "region",
     "sign_test",
     "t_quantile",
 ]
@@ -58,6 +59,15 @@ NAN_INTERVAL = Interval(math.nan, math.nan, math.nan, 0)
 
 def _floats(values: Iterable[float]) -> list[float]:
     return [float(v) for v in values]
+
+
+def region(relation: str, expected: float, tol: float) -> tuple[float, float]:
+    """The values a value claim accepts: ``(lo, hi)`` for ``close`` (expected ± tol), ``le`` and ``ge``."""
+    return {
+        "close": (expected - tol, expected + tol),
+        "le": (-math.inf, expected + tol),
+        "ge": (expected - tol, math.inf),
+    }[relation]
 
 
 def t_quantile(confidence: float, df: float) -> float:
