@@ -502,10 +502,10 @@ def register(cls: type[ExperimentT]) -> type[ExperimentT]:
 
 def registry() -> dict[str, Experiment[Any]]:
     """Every experiment by name, each module of the catalog imported (all of them: for what needs the
-    objects, e.g. the atlas; a name's metadata alone is in :data:`~tdlab.experiments.catalog.CATALOG`)."""
-    for name in CATALOG:
-        _load(name)
-    return dict(_REGISTRY)
+    objects, e.g. the atlas; a name's metadata alone is in :data:`~tdlab.experiments.catalog.CATALOG`), in the
+    catalog's order whatever order :func:`get` loaded them in, then any registered from outside it."""
+    ordered = {name: _load(name) for name in CATALOG}
+    return ordered | {n: e for n, e in _REGISTRY.items() if n not in ordered}
 
 
 def get(name: str) -> Experiment[Any]:
