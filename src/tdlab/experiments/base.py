@@ -35,6 +35,7 @@ from tdlab.train.live import LockedSink, MetricSink, arm_stream
 from tdlab.train.live import current as live_sink
 from tdlab.train.phases import phase
 from tdlab.train.stopping import RunStopped
+from tdlab.train.stopping import current as current_stopping
 from tdlab.train.trainer import DivergenceError, FitResult
 
 __all__ = [
@@ -133,6 +134,17 @@ class RunContext:
         if self.live is not None:  # rows the trainer streamed already are written once
             self.live.add(arm, self.writer.arm_rows(arm))
             self.live.flush()
+
+    def stop_point(self, label: str = "") -> None:
+        """Honour a requested stop (SIGTERM, ``--until``) between pieces of work that are not training and
+        whose results are already stored (one landscape arm's rows, say): raise
+        :class:`~tdlab.train.stopping.RunStopped` if one was requested, else return. A resumed run skips
+        the stored pieces, so a stop here loses nothing; without these points such work runs on to its end
+        and ``tdlab batch`` kills it after a grace period, losing the piece in progress."""
+        policy = current_stopping()
+        if policy is not None and policy.stop_requested():
+            self.writer.keep = True  # the stored rows are what a resume continues from
+            raise RunStopped(0, label)
 
     def copy_arms(self, source: Path, arms: Sequence[str]) -> None:
         """Copy the stored arrays (``ARM``, ``ARM@init``, ``ARM@step<N>``) and metric rows of ``arms``

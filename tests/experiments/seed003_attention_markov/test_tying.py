@@ -324,3 +324,49 @@ def test_tiny_end_to_end_run(tmp_path):
         assert rows[rid]["verdict"] == "holds", rows[rid]
     assert "tied-leaves-plateau-later/p0.5_q0.8" in rows
     assert all((run.path / f).is_file() for f in s["figures"]) and len(s["figures"]) == 3
+
+
+def test_a_run_stopped_between_landscape_arms_resumes_to_the_numbers_of_one_never_stopped(tmp_path):
+    """The paper grid's landscape (exact Hessians, perturbation probes) takes many minutes before any training:
+    a stop there (SIGTERM, ``--until``) takes effect after the arm in progress is stored, and a resumed run skips
+    the stored arms. Stopped after every landscape arm and then after every training step, it ends with the
+    numbers of a run never stopped."""
+    from tdlab.experiments.runner import resume
+    from tdlab.train.stopping import RunStopped, stopping
+
+    over = [
+        "landscape.chains=[[0.5, 0.8]]",
+        "landscape.dims=[2, 3]",
+        "landscape.seq_len=3",
+        "landscape.directions=2",
+        "grid=[[0.5, 0.8]]",
+        "model.d=4",
+        "train.steps=4",
+        "train.seq_len=8",
+        "train.batch=4",
+        "train.eval_every=2",
+        "train.eval_batches=1",
+    ]
+    cfg = EXP.make_config("quick", over, members=2)
+    whole = execute(EXP, cfg, "quick", tmp_path / "whole", progress=False)
+    with stopping(until_s=0, signals=False), pytest.raises(RunStopped) as stop:
+        execute(EXP, cfg, "quick", tmp_path / "stopped", progress=False)
+    labels = [stop.value.label]
+    run_dir = stop.value.run_dir
+    for _ in range(100):
+        try:
+            with stopping(until_s=0, signals=False):
+                again = resume(run_dir, progress=False)
+            break
+        except RunStopped as s:
+            labels.append(s.label)
+    else:
+        raise AssertionError("the run never finished")
+    landscape = [a for a in labels if a.startswith("landscape/")]
+    # one stop after each landscape arm: (tied, untied) x (keep, zero) x d
+    assert len(landscape) == len(set(landscape)) == 2 * 2 * 2
+    assert labels.index(landscape[-1]) == len(landscape) - 1  # every landscape stop came before training's
+    cols = ["arm", "step", "member", "name", "value"]
+    a, b = (r.metrics().sort_values(cols[:4])[cols].reset_index(drop=True) for r in (whole, again))
+    assert a.equals(b) and len(a)
+    assert again.summary["claims"] == whole.summary["claims"]

@@ -436,6 +436,7 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
                                 vals["spectrum_err"] = float((ev - cf).abs().max())
                             rows.extend((0, e, k, v) for k, v in vals.items())
                         ctx.store_rows(arm, rows)
+                        ctx.stop_point(arm)  # the paper grid's landscape takes many minutes: a stop loses no arm
 
     def trivial_error(self, cfg: MarkovTyingConfig, arm: str) -> float | None:
         # Training arms predict a binary next token: the uniform predictor's loss is log 2. The landscape
