@@ -254,3 +254,28 @@ def test_an_experiment_without_a_quick_time_takes_its_published_quick_records():
     est = estimates(["markov-landscape"], "paper", {}, quick)
     assert est["markov-landscape"] != DEFAULT_SECONDS
     assert quick_times(None) == {}
+
+
+def test_the_prior_counts_the_separate_trainings():
+    """markov-icl-depth trains 2 cells of depths 1 and 2 in quick and the seed's 36 (k 1..3 x depth 1..3 x 4
+    position encodings) in paper: the prior grows by the cells' layers, 72 / 3 = 24x, beside the length's and
+    the activations' ratios (the 63-minute estimate that took 12 hours). An experiment whose arms do not change
+    between the profiles keeps a work ratio of 1."""
+    from tdlab.config import build_config
+    from tdlab.experiments.base import get
+    from tdlab.experiments.standard import QUICK_SECONDS
+    from tdlab.train.memory import estimate
+
+    exp = get("markov-icl-depth")
+    q, p = (build_config(exp.Config, exp.profiles[k]) for k in ("quick", "paper"))
+    assert (exp.fit_work(q), exp.fit_work(p)) == (3.0, 72.0)
+    act = estimate(p).bytes / estimate(q).bytes
+    length = p.train.steps / q.train.steps
+    assert _prior("markov-icl-depth", "paper") == pytest.approx(
+        QUICK_SECONDS["markov-icl-depth"][0] * act * length * 24
+    )
+    tying = get("markov-tying")
+    q, p = (build_config(tying.Config, tying.profiles[k]) for k in ("quick", "paper"))
+    assert (tying.fit_work(q), tying.fit_work(p)) == (6.0, 50.0)
+    topics = get("topics-wv")
+    assert topics.fit_work(build_config(topics.Config, topics.profiles["paper"])) == 1.0

@@ -87,8 +87,9 @@ def _prior(name: str, profile: str, quick: Mapping[str, float] | None = None) ->
     else ``quick[name]``: a published quick record's wall time on the CPU) times the profile's training length
     over quick's (in optimiser steps: epochs times steps per epoch where the length is in epochs), times its
     activations per step over quick's (:func:`tdlab.train.memory.estimate`: members x batch x sequence x width,
-    what a step's work grows with; the members' ratio where no estimate applies); ``None`` where quick was
-    never measured."""
+    what a step's work grows with; the members' ratio where no estimate applies), times its separate trainings
+    over quick's (:meth:`~tdlab.experiments.base.Experiment.fit_work`); ``None`` where quick was never
+    measured."""
     from tdlab.experiments.base import get
     from tdlab.experiments.standard import QUICK_SECONDS
     from tdlab.train.memory import estimate
@@ -104,6 +105,8 @@ def _prior(name: str, profile: str, quick: Mapping[str, float] | None = None) ->
     p = build_config(exp.Config, exp.profiles.get(profile, {}))
     bq, bp = estimate(q).bytes, estimate(p).bytes
     scale = bp / bq if bq > 0 and bp > 0 else p.members / q.members
+    # the separate trainings (markov-tying: quick's 3 cells x 2 tyings, the seed's 25 x 2)
+    scale *= exp.fit_work(p) / exp.fit_work(q)
     length = exp.training_length_field()
     if length is not None:
         scale *= float(read_field(p, length)) / float(read_field(q, length))

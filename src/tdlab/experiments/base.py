@@ -347,6 +347,13 @@ class Experiment(ABC, Generic[ConfigT]):
     # records their cost as ``RunContext.unit_seconds["reference draw"]``.
     reference_draws_field: ClassVar[str | None] = None
 
+    def fit_work(self, cfg: ConfigT) -> float:
+        """The run's training work in units of one fit: how many separate trainings (arms that do not share
+        one ensemble) it does, each weighed by its model's depth where the depths differ. The batch's cost
+        prior (``tdlab.batch._prior``) scales a quick time by the paper's over quick's; 1 (the default):
+        the arms of both profiles are the same."""
+        return 1.0
+
     @classmethod
     def training_length_field(cls) -> str | None:
         """:attr:`train_length`, else the first atlas axis over a scalar ``steps``/``epochs`` field."""

@@ -347,6 +347,11 @@ class MarkovBridge(Experiment[MarkovBridgeConfig]):
                 ]
             )
 
+    def fit_work(self, cfg: MarkovBridgeConfig) -> float:
+        # one fit per (cell, budget), each as long as its budget (no single length field: counted here), in
+        # units of the first budget
+        return len(cfg.grid) * sum(cfg.budgets) / cfg.budgets[0]
+
     def trivial_error(self, cfg: MarkovBridgeConfig, arm: str) -> float:
         return float(np.log(2))  # the uniform predictor over {0, 1}
 

@@ -433,6 +433,9 @@ class MarkovICommon(Experiment[MarkovICommonConfig]):
         rows += [(0, i, "flow/in_icommon", float(v)) for i, v in enumerate(in_icommon(pts))]
         ctx.store_rows(arm, rows)
 
+    def fit_work(self, cfg: MarkovICommonConfig) -> float:
+        return float(len(cfg.grid))  # one fit per (p, q) cell
+
     def trivial_error(self, cfg: MarkovICommonConfig, arm: str) -> float:
         return float(np.log(2))  # the uniform predictor over {0, 1}
 

@@ -330,6 +330,9 @@ class MarkovICLConstruction(Experiment[MarkovICLConstructionConfig]):
                 ]
         return rows
 
+    def fit_work(self, cfg: MarkovICLConstructionConfig) -> float:
+        return float(len(cfg.train_ks))  # one fit per trained order (the constructions are closed forms)
+
     def trivial_error(self, cfg: MarkovICLConstructionConfig, arm: str) -> float:
         return math.log(2)
 

@@ -404,6 +404,9 @@ class MarkovICLDepth(Experiment[MarkovICLDepthConfig]):
                 rows.append((step, e, f"match_chance_layer{layer}", float(chance[e])))
         return rows
 
+    def fit_work(self, cfg: MarkovICLDepthConfig) -> float:
+        return float(sum(depth for _, depth, _ in cfg.grid()))  # one fit per cell, its work ~ its layers
+
     def trivial_error(self, cfg: MarkovICLDepthConfig, arm: str) -> float:
         return math.log(2)  # next-token arms over a binary alphabet: the uniform predictor's loss, log V
 

@@ -205,6 +205,10 @@ class ICLGrid(Experiment[GridConfigT]):
             rows += [(step, e, f"est_loss_order{j}", float(v[e])) for j, v in est.items()]
         return rows
 
+    def fit_work(self, cfg: GridConfigT) -> float:
+        # one fit per cell, its work ~ its layers x heads
+        return float(sum(depth * heads for _, _, depth, heads in cfg.grid()))
+
     def trivial_error(self, cfg: GridConfigT, arm: str) -> float:
         return math.log(2)
 

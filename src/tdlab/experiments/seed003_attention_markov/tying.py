@@ -392,6 +392,9 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
                 ]
             )  # at once, on one-thread lanes
 
+    def fit_work(self, cfg: MarkovTyingConfig) -> float:
+        return float(len(cfg.grid) * len(cfg.tying))  # one fit per (cell, tying)
+
     @staticmethod
     def train_arm(tied: bool, p: float, q: float) -> str:
         return f"train/{_tying(tied)}/{chain_tag(p, q)}"
