@@ -168,11 +168,33 @@ def test_the_queue_runs_shortest_first_after_what_finished(tmp_path):
         (["markov-rank", "--set", "train.steps=-1"], "train.steps"),
     ],
 )
-def test_bad_input_exits_2_in_one_line_and_writes_nothing(tmp_path, args, message):
+@pytest.mark.parametrize("plan", [[], ["--plan"]])
+def test_bad_input_exits_2_in_one_line_and_writes_nothing(tmp_path, args, message, plan):
     out = tmp_path / "b"
-    res = _cli("batch", *args, "--out", str(out), "--results", str(tmp_path / "r"))
+    res = _cli("batch", *args, *plan, "--out", str(out), "--results", str(tmp_path / "r"))
     assert res.exit_code == 2 and message in res.output, res.output
     assert not out.exists() and not (tmp_path / "r").exists()
+
+
+def test_plan_prints_the_queue_with_estimates_and_runs_nothing(tmp_path):
+    """``--plan``: every named run with its state and estimate, shortest first, the time to finish; no folder,
+    no record, no process. On a folder it reads the runs' states, and refuses a folder of another profile."""
+    out = tmp_path / "b"
+    res = _cli("batch", "markov-init", "markov-rank", "--plan", "--out", str(out), "--results", "")
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.output.splitlines() if "│ markov-" in ln]
+    assert [ln.split("│")[1].strip() for ln in lines] == ["markov-rank", "markov-init"]  # shortest first
+    assert all(ln.split("│")[2].strip() == "new" for ln in lines)
+    assert "0 finished, 2 left; about" in res.output and not out.exists()
+    out.mkdir()
+    (out / "batch.json").write_text(json.dumps({"format": "tdlab-batch/1", "profile": "paper", "set": []}))
+    (out / ".staging-markov-rank").mkdir()
+    (out / ".staging-markov-rank" / "config.yaml").write_text("{}")
+    res = _cli("batch", "markov-rank", "--plan", "--out", str(out), "--results", "")
+    assert res.exit_code == 0 and "resumes from its checkpoints" in res.output, res.output
+    res = _cli("batch", "markov-rank", "--plan", "--profile", "quick", "--out", str(out), "--results", "")
+    assert res.exit_code == 2 and "holds a batch of profile 'paper'" in res.output, res.output
+    assert sorted(p.name for p in out.iterdir()) == [".staging-markov-rank", "batch.json"]
 
 
 def test_a_folder_of_another_profile_or_set_is_refused(tmp_path):

@@ -197,9 +197,9 @@ def _state(out: Path, name: str) -> tuple[State, float | None, str]:
     return "new", None, ""
 
 
-def _check_folder(out: Path, profile: str, device: str, sets: Sequence[str]) -> None:
-    """The batch folder's ``batch.json``: written on first use; a folder of another profile or other ``--set``
-    overrides is refused (its runs would not be the runs asked for)."""
+def _check_folder(out: Path, profile: str, device: str, sets: Sequence[str], write: bool = True) -> None:
+    """The batch folder's ``batch.json``: written on first use (``write``); a folder of another profile or
+    other ``--set`` overrides is refused (its runs would not be the runs asked for)."""
     f = out / BATCH_FILE
     if f.is_file():
         try:
@@ -219,9 +219,10 @@ def _check_folder(out: Path, profile: str, device: str, sets: Sequence[str]) -> 
                 f"{echo(' '.join(map(str, doc.get('set', [])))) or 'none'}; use the same --set or another --out"
             )
         return
-    atomic_write(
-        f, json.dumps({"format": FORMAT, "profile": profile, "set": list(sets), "device": device}, indent=1) + "\n"
-    )
+    if write:
+        atomic_write(
+            f, json.dumps({"format": FORMAT, "profile": profile, "set": list(sets), "device": device}, indent=1) + "\n"
+        )
 
 
 def quick_times(results: Path | None) -> dict[str, float]:
@@ -238,9 +239,13 @@ def plan_batch(
     names: Sequence[str], profile: str, out: Path, device: str, results: Path | None, sets: Sequence[str] = ()
 ) -> list[Job]:
     """The queue: every experiment in ``names`` with its state in ``out`` and its estimate, the runs still
-    to do ordered shortest first."""
+    to do ordered shortest first. Reads ``out``, writes nothing (``tdlab batch --plan`` prints it); a folder
+    of another profile or ``--set`` is refused."""
     from tdlab.experiments.base import get
     from tdlab.train.memory import estimate
+
+    if Path(out).is_dir():
+        _check_folder(Path(out), profile, device, sets, write=False)
 
     measured = measured_times(out, results, profile, device)
     est = estimates(names, profile, measured, quick_times(results))

@@ -605,6 +605,17 @@ def sweep_cmd(
         raise typer.Exit(code=1)
 
 
+def _print_batch_table(jobs: Sequence[Any], parallel: int) -> None:
+    from tdlab.batch import status_table
+
+    rows, line = status_table(jobs, parallel)
+    table = Table("experiment", "state", "wall", "estimate left", "note")
+    for r in rows:
+        table.add_row(*(escape(c) for c in r))
+    out_console.print(table)
+    out_console.print(line, highlight=False)
+
+
 @app.command("batch")
 def batch_cmd(
     names: Annotated[list[str] | None, typer.Argument(help="experiments (default: every one)")] = None,
@@ -636,11 +647,17 @@ def batch_cmd(
     address: Annotated[
         str | None, typer.Option(help="Ray cluster address HOST:PORT (ray backend; its nodes must see --out)")
     ] = None,
+    plan: Annotated[
+        bool,
+        typer.Option(
+            "--plan", help="print the queue (state, estimated time of each run) and run nothing; writes nothing"
+        ),
+    ] = False,
 ) -> None:
     """Run a queue of experiments whose state is its output folder: invoked again (here or on any machine
     with the folder) it resumes every unfinished run from its checkpoints. Prints what finished, what is
     left and the estimated time to finish; exit 0 when all finished, 3 when runs are left, 1 when one failed."""
-    from tdlab.batch import run_batch, status_table
+    from tdlab.batch import check_names, plan_batch, run_batch
     from tdlab.experiments.runner import check_device
 
     try:
@@ -651,6 +668,12 @@ def batch_cmd(
         parse_duration(checkpoint_every, "--checkpoint-every")
         check_not_in_run(out, "--out")
         check_device(device)
+        if plan:
+            queue = plan_batch(
+                check_names(names or []), profile, out, device, Path(results) if results else None, set_ or []
+            )
+            _print_batch_table(queue, jobs or 1)
+            return
         done = run_batch(
             names or [],
             profile,
@@ -668,12 +691,7 @@ def batch_cmd(
         )
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
-    rows, line = status_table(done, jobs or 1)
-    table = Table("experiment", "state", "wall", "estimate left", "note")
-    for r in rows:
-        table.add_row(*(escape(c) for c in r))
-    out_console.print(table)
-    out_console.print(line, highlight=False)
+    _print_batch_table(done, jobs or 1)
     if any(j.state == "failed" for j in done):
         raise typer.Exit(code=1)
     if any(j.state not in ("done", "diverged") for j in done):
