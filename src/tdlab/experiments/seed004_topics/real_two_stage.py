@@ -85,7 +85,9 @@ class RealTwoStageConfig(TopicsRealConfig):
     init_scale: float = Field(1e-3, gt=0.0, le=1.0)  # "near zero" (the authors' synthetic code: 1e-3)
     rotation_lag: int = Field(10, ge=1, le=10_000)  # Fig. 5: W^V_t vs W^V_{t-10}
     attn_windows: int = Field(1, ge=1)  # not measured here
-    claims: TwoStageRealClaims = TwoStageRealClaims()
+    # Another claims model than topics-real's (this run reads none of its fields): pydantic replaces a field's
+    # type in a subclass; mypy sees the override as incompatible with the base class's.
+    claims: TwoStageRealClaims = TwoStageRealClaims()  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _check_two_stage(self) -> RealTwoStageConfig:
@@ -148,7 +150,9 @@ class WeightProbe:
         self._model: int | None = None
         self._hist: dict[int, deque] = {}
 
-    def __call__(self, model: GPT) -> dict[str, torch.Tensor]:
+    def __call__(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        if not isinstance(model, GPT):
+            raise TypeError(f"WeightProbe reads a GPT's attention weights, got {type(model).__name__}")
         if id(model) != self._model:
             self._model, self._hist = id(model), {}
         out = {}
@@ -231,9 +235,9 @@ class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
         per_layer: dict[str, Any] = {}
         growth = []
         for layer in range(cfg.model.layers):
-            steps, n = None, {}
+            n = {}
             for name in NORMS:
-                steps, n[name] = self.curves(cfg, run, name, layer)
+                steps, n[name] = self.curves(cfg, run, name, layer)  # the same steps for every weight
             lg = lags(steps, n["norm_K"], n["norm_Q"], n["norm_V"], c.half)
             growth.append(lg.growth)
             res = float(np.min(np.diff(steps))) / float(steps[-1] - steps[0])
