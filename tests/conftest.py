@@ -1,5 +1,6 @@
-"""Shared test settings and fixtures: two CPU threads (the target machine), a runs folder, and a
-factory for synthetic ``markov-init`` run directories whose metrics the test chooses exactly."""
+"""Shared test settings and fixtures: two CPU threads (the target machine), a runs folder, a
+factory for synthetic ``markov-init`` run directories whose metrics the test chooses exactly, and a
+run stopped at every chance it has and resumed each time."""
 
 from __future__ import annotations
 
@@ -106,3 +107,29 @@ def make_markov_run(tmp_path: Path) -> Callable[..., tuple[object, Path]]:
         return cfg, run.path
 
     return make
+
+
+@pytest.fixture
+def stopped_everywhere() -> Callable[..., tuple[object, list]]:
+    """``run(exp, cfg, out, on_first=None, limit=200) -> (finished Run, [RunStopped, ...])``: ``exp`` run under
+    an expired ``--until`` (it stops at its first chance: a checkpoint after one step or evaluation, a stored
+    piece), then resumed under one again and again until it finishes. ``on_first(stop)`` sees the first stop
+    while its staging folder is there."""
+    from tdlab.experiments.runner import execute, resume
+    from tdlab.train.stopping import RunStopped, stopping
+
+    def run(exp, cfg, out: Path, on_first: Callable[[RunStopped], None] | None = None, limit: int = 200):
+        with stopping(until_s=0, signals=False), pytest.raises(RunStopped) as first:
+            execute(exp, cfg, "quick", out, progress=False)
+        if on_first is not None:
+            on_first(first.value)
+        stops = [first.value]
+        for _ in range(limit):
+            try:
+                with stopping(until_s=0, signals=False):
+                    return resume(first.value.run_dir, progress=False), stops
+            except RunStopped as s:
+                stops.append(s)
+        raise AssertionError(f"the run never finished in {limit} resumes")
+
+    return run

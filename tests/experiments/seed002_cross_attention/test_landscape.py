@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from tdlab.experiments.runner import execute, resume
+from tdlab.experiments.runner import execute
 from tdlab.experiments.seed002_cross_attention.landscape import IclLandscape, jackknife_se, leave_out, pooled
 from tdlab.runs import staging_path
 from tdlab.theory.icl import two_param_stationary
-from tdlab.train.stopping import RunStopped, stopping
+from tdlab.train.stopping import RunStopped
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PANELS = ("T10", "T5", "T5/preln")
@@ -141,7 +141,9 @@ def test_a_noisy_map_leaves_the_ravine_unresolved(tiny, s2):
     assert row.measured.mc_se > 0.01 and row.verdict == "not resolved"
 
 
-def test_a_landscape_run_stopped_anywhere_resumes_from_its_checkpoints_to_the_same_numbers(s2, tmp_path):
+def test_a_landscape_run_stopped_anywhere_resumes_from_its_checkpoints_to_the_same_numbers(
+    s2, tmp_path, stopped_everywhere
+):
     """The paper profile's panels run for an hour each on a CPU, most of it the loss map and its polishes: the
     map's and polishes' evaluations (a CheckpointedMemo) and each panel's GD fit are checkpointed under the run's
     checkpoints/ folder, so a stop (SIGTERM, ``--until``) anywhere resumes there. Stopped after every single
@@ -158,21 +160,13 @@ def test_a_landscape_run_stopped_anywhere_resumes_from_its_checkpoints_to_the_sa
     ]
     cfg = exp.make_config("quick", over, members=2)
     whole = execute(exp, cfg, "quick", tmp_path / "whole", progress=False)
-    with stopping(until_s=0, signals=False), pytest.raises(RunStopped) as stop:
-        execute(exp, cfg, "quick", tmp_path / "stopped", progress=False)
-    assert stop.value.step == 1 and stop.value.label == "T5 loss map"  # the first map chunk, kept
-    run_dir = stop.value.run_dir
-    assert (staging_path(run_dir) / "checkpoints" / "T5__maps.json").is_file()
-    labels = [stop.value.label]
-    for _ in range(200):  # every resume under an expired deadline adds one evaluation or one GD step
-        try:
-            with stopping(until_s=0, signals=False):
-                again = resume(run_dir, progress=False)
-            break
-        except RunStopped as s:
-            labels.append(s.label)
-    else:
-        raise AssertionError("the run never finished")
+
+    def check_first(stop: RunStopped) -> None:
+        assert stop.step == 1 and stop.label == "T5 loss map"  # the first map chunk, kept
+        assert (staging_path(stop.run_dir) / "checkpoints" / "T5__maps.json").is_file()
+
+    again, stops = stopped_everywhere(exp, cfg, tmp_path / "stopped", on_first=check_first)
+    labels = [s.label for s in stops]  # every resume under an expired deadline adds one evaluation or one GD step
     # the map's chunks and the minimiser's polish, the GD fit, then the jackknife polishes: each stopped and resumed
     first, last = labels.index("T5"), len(labels) - 1 - labels[::-1].index("T5")
     assert labels.count("T5") == last - first + 1 >= 10  # the fit's stops, one run of them

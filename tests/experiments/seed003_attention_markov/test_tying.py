@@ -291,24 +291,24 @@ def test_normalised_position():
     assert stationary(p, q)[1] == pytest.approx(0.5 / 1.3)
 
 
+# A run of seconds: one chain's landscape at d = 2, four training steps of a d = 4 model.
+TINY = [
+    "landscape.chains=[[0.5, 0.8]]",
+    "landscape.dims=[2]",
+    "landscape.seq_len=3",
+    "landscape.directions=2",
+    "grid=[[0.5, 0.8]]",
+    "model.d=4",
+    "train.steps=4",
+    "train.seq_len=8",
+    "train.batch=4",
+    "train.eval_every=2",
+    "train.eval_batches=1",
+]
+
+
 def test_tiny_end_to_end_run(tmp_path):
-    cfg = EXP.make_config(
-        "quick",
-        [
-            "landscape.chains=[[0.5, 0.8]]",
-            "landscape.dims=[2]",
-            "landscape.seq_len=3",
-            "landscape.directions=2",
-            "grid=[[0.5, 0.8]]",
-            "model.d=4",
-            "train.steps=4",
-            "train.seq_len=8",
-            "train.batch=4",
-            "train.eval_every=2",
-            "train.eval_batches=1",
-        ],
-        members=2,
-    )
+    cfg = EXP.make_config("quick", TINY, members=2)
     run = execute(EXP, cfg, "quick", tmp_path, progress=False)
     s = run.summary
     assert s["status"] == "done"
@@ -326,42 +326,16 @@ def test_tiny_end_to_end_run(tmp_path):
     assert all((run.path / f).is_file() for f in s["figures"]) and len(s["figures"]) == 3
 
 
-def test_a_run_stopped_between_landscape_arms_resumes_to_the_numbers_of_one_never_stopped(tmp_path):
+def test_a_run_stopped_between_landscape_arms_resumes_to_the_numbers_of_one_never_stopped(tmp_path, stopped_everywhere):
     """The paper grid's landscape (exact Hessians, perturbation probes) takes many minutes before any training:
     a stop there (SIGTERM, ``--until``) takes effect after the arm in progress is stored, and a resumed run skips
     the stored arms. Stopped after every landscape arm and then after every training step, it ends with the
     numbers of a run never stopped."""
-    from tdlab.experiments.runner import resume
-    from tdlab.train.stopping import RunStopped, stopping
-
-    over = [
-        "landscape.chains=[[0.5, 0.8]]",
-        "landscape.dims=[2, 3]",
-        "landscape.seq_len=3",
-        "landscape.directions=2",
-        "grid=[[0.5, 0.8]]",
-        "model.d=4",
-        "train.steps=4",
-        "train.seq_len=8",
-        "train.batch=4",
-        "train.eval_every=2",
-        "train.eval_batches=1",
-    ]
+    over = [*TINY, "landscape.dims=[2, 3]"]
     cfg = EXP.make_config("quick", over, members=2)
     whole = execute(EXP, cfg, "quick", tmp_path / "whole", progress=False)
-    with stopping(until_s=0, signals=False), pytest.raises(RunStopped) as stop:
-        execute(EXP, cfg, "quick", tmp_path / "stopped", progress=False)
-    labels = [stop.value.label]
-    run_dir = stop.value.run_dir
-    for _ in range(100):
-        try:
-            with stopping(until_s=0, signals=False):
-                again = resume(run_dir, progress=False)
-            break
-        except RunStopped as s:
-            labels.append(s.label)
-    else:
-        raise AssertionError("the run never finished")
+    again, stops = stopped_everywhere(EXP, cfg, tmp_path / "stopped", limit=100)
+    labels = [s.label for s in stops]
     landscape = [a for a in labels if a.startswith("landscape/")]
     # one stop after each landscape arm: (tied, untied) x (keep, zero) x d
     assert len(landscape) == len(set(landscape)) == 2 * 2 * 2
