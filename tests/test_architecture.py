@@ -183,3 +183,16 @@ def test_every_experiment_declares_its_claims_and_leaves_judging_to_the_framewor
         assert exp.claims, f"{name} declares no claims"
         assert type(exp).measure is not Experiment.measure, f"{name} has no measure()"
         assert any(s.kind == "paper" for s in exp.claims), f"{name} declares no paper claim"
+
+
+def test_every_module_is_in_the_architecture_page():
+    """docs/architecture.md is the map of the house: every module of src/tdlab is named there (by file or
+    module name), so a new module cannot be added without saying where it lives and what it holds."""
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [
+        str(f.relative_to(root / "src" / "tdlab"))
+        for f in sorted((root / "src" / "tdlab").rglob("*.py"))
+        if f.name != "__init__.py" and f.name not in page and f.stem not in page
+    ]
+    assert not missing, f"modules not named in docs/architecture.md: {missing}"
