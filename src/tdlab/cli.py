@@ -333,7 +333,7 @@ def run(
     except RunStopped as stop:
         where = getattr(stop, "run_dir", None)
         _notice(
-            f"{stop}; the staging folder keeps the checkpoints: `tdlab run --resume {where}` continues it"
+            f"{stop}; the staging folder keeps it: `tdlab run --resume {where}` continues it"
             if where is not None
             else str(stop)
         )

@@ -144,7 +144,7 @@ class RunContext:
         policy = current_stopping()
         if policy is not None and policy.stop_requested():
             self.writer.keep = True  # the stored rows are what a resume continues from
-            raise RunStopped(0, label)
+            raise RunStopped(0, label, stored=True)
 
     def copy_arms(self, source: Path, arms: Sequence[str]) -> None:
         """Copy the stored arrays (``ARM``, ``ARM@init``, ``ARM@step<N>``) and metric rows of ``arms``

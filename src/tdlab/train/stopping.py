@@ -47,10 +47,15 @@ INTERRUPTED_EXIT_CODE = 130
 
 
 class RunStopped(Exception):
-    """A fit stopped on request after saving its checkpoint at ``step`` (``label``: the fit's progress label)."""
+    """A fit stopped on request after saving its checkpoint at ``step`` (``label``: the fit's progress label);
+    with ``stored``, work that is not training stopped after the piece it names, which is stored."""
 
-    def __init__(self, step: int, label: str = "") -> None:
-        super().__init__(f"stopped on request at step {step}{f' of {label}' if label else ''}; checkpoint saved")
+    def __init__(self, step: int, label: str = "", stored: bool = False) -> None:
+        super().__init__(
+            f"stopped on request after {label or 'a stored piece of work'}, which is stored"
+            if stored
+            else f"stopped on request at step {step}{f' of {label}' if label else ''}; checkpoint saved"
+        )
         self.step, self.label = step, label
         self.run_dir: object | None = None  # the run directory it belongs to (set by the runner)
 

@@ -337,6 +337,7 @@ def test_a_run_stopped_between_landscape_arms_resumes_to_the_numbers_of_one_neve
     again, stops = stopped_everywhere(EXP, cfg, tmp_path / "stopped", limit=100)
     labels = [s.label for s in stops]
     landscape = [a for a in labels if a.startswith("landscape/")]
+    assert str(stops[0]) == f"stopped on request after {landscape[0]}, which is stored"
     # one stop after each landscape arm: (tied, untied) x (keep, zero) x d
     assert len(landscape) == len(set(landscape)) == 2 * 2 * 2
     assert labels.index(landscape[-1]) == len(landscape) - 1  # every landscape stop came before training's
