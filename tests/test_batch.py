@@ -179,6 +179,10 @@ def test_bad_input_exits_2_in_one_line_and_writes_nothing(tmp_path, args, messag
 def test_plan_prints_the_queue_with_estimates_and_runs_nothing(tmp_path):
     """``--plan``: every named run with its state and estimate, shortest first, the time to finish; no folder,
     no record, no process. On a folder it reads the runs' states, and refuses a folder of another profile."""
+    import yaml
+
+    from tdlab.experiments.base import get
+
     out = tmp_path / "b"
     res = _cli("batch", "markov-init", "markov-rank", "--plan", "--out", str(out), "--results", "")
     assert res.exit_code == 0, res.output
@@ -191,7 +195,12 @@ def test_plan_prints_the_queue_with_estimates_and_runs_nothing(tmp_path):
     (out / ".staging-markov-rank").mkdir()
     (out / ".staging-markov-rank" / "config.yaml").write_text("{}")
     res = _cli("batch", "markov-rank", "--plan", "--out", str(out), "--results", "")
-    assert res.exit_code == 0 and "resumes from its checkpoints" in res.output, res.output
+    assert res.exit_code == 0 and "│ failed" in res.output and "is corrupt" in res.output, res.output
+    cfg = get("markov-rank").make_config("paper", [])
+    conf = {"experiment": "markov-rank", "profile": "paper", "config": cfg.model_dump(mode="json")}
+    (out / ".staging-markov-rank" / "config.yaml").write_text(yaml.safe_dump(conf, sort_keys=False))
+    res = _cli("batch", "markov-rank", "--plan", "--out", str(out), "--results", "")
+    assert res.exit_code == 0 and "0 arm(s) finished, 0 checkpointed mid-way" in res.output, res.output
     res = _cli("batch", "markov-rank", "--plan", "--profile", "quick", "--out", str(out), "--results", "")
     assert res.exit_code == 2 and "holds a batch of profile 'paper'" in res.output, res.output
     assert sorted(p.name for p in out.iterdir()) == [".staging-markov-rank", "batch.json"]
@@ -301,3 +310,36 @@ def test_the_prior_counts_the_separate_trainings():
     assert (tying.fit_work(q), tying.fit_work(p)) == (6.0, 50.0)
     topics = get("topics-wv")
     assert topics.fit_work(build_config(topics.Config, topics.profiles["paper"])) == 1.0
+
+
+def test_a_run_made_at_a_config_its_profile_no_longer_has_is_set_aside_and_run_again(tmp_path, uninterrupted):
+    """A profile changed after a batch folder's run started or finished (members raised, say): resuming it
+    would finish the old config and publishing it would put a run nobody can make any more under
+    results/. The batch calls it stale, keeps it aside as ``.stale-NAME-<config hash>`` and runs it anew."""
+    import shutil
+
+    import yaml
+
+    from tdlab.batch import run_batch
+
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / "batch.json").write_text(json.dumps({"format": "tdlab-batch/1", "profile": "quick", "set": SETS}))
+    shutil.copytree(uninterrupted, out / "markov-init")
+    [job] = plan_batch(["markov-init"], "quick", out, "cpu", None, SETS)
+    assert job.state == "done"  # the folder's run is the profile with these sets
+    for where in (out / "markov-init", staging_path(out / "markov-init")):
+        conf = yaml.safe_load((where / "config.yaml").read_text())
+        conf["config"]["members"] = 3  # what the profile gave when this run started
+        (where / "config.yaml").write_text(yaml.safe_dump(conf, sort_keys=False))
+        [job] = plan_batch(["markov-init"], "quick", out, "cpu", None, SETS)
+        assert job.state == "stale" and "no longer has" in job.note, job
+        said: list[str] = []
+        [job] = run_batch(["markov-init"], "quick", out, until_s=0, results=None, sets=SETS, say=said.append)
+        assert job.state == "new" and any(s.startswith("stale    markov-init") for s in said), said
+        [aside] = out.glob(".stale-markov-init-*")
+        assert yaml.safe_load((aside / "config.yaml").read_text())["config"]["members"] == 3
+        assert not where.exists()
+        if where == out / "markov-init":  # again as a stopped run: its staging folder
+            shutil.rmtree(aside)
+            shutil.copytree(uninterrupted, staging_path(out / "markov-init"))

@@ -71,6 +71,8 @@ def test_publish_writes_profile_and_name_and_the_cli_checks_them(run_dir, tmp_pa
     assert set(load_records(res / "quick")) == {"markov-init"}
     ok = _cli("results", "check", str(res / "quick"))
     assert ok.exit_code == 0 and "1 records" in ok.output and "0 groups" in ok.output, ok.output
+    # a run with --set overrides is not the profile's config: named (not a verdict: exit 0)
+    assert "1 not at their profile's current config" in ok.output and "markov-init; run them again" in ok.output
     # A record whose stored verdict the current rules would not give is named, exit 1.
     doc = json.loads(path.read_text())
     g = doc["claims"][0]
@@ -144,6 +146,18 @@ def test_every_committed_record_loads_and_rejudges_to_its_stored_verdicts(profil
         assert again == stored, f"{profile}/{name}: re-judged {again} vs stored {stored}"
     if profile == "paper":
         assert records, "results/paper holds the records of the seeds' settings"
+
+
+@pytest.mark.parametrize("profile", ["paper", "quick", "standard"])
+def test_every_committed_record_is_its_profile_as_the_code_defines_it(profile):
+    """A profile changed after its record was published (members raised, a length changed) leaves a record
+    of a run nobody can make any more: the record must be made again (tdlab results check names it)."""
+    from tdlab.results import profile_config_hash
+
+    for name, rec in load_records(REPO / "results" / profile).items():
+        assert rec.config_hash == profile_config_hash(name, profile), (
+            f"{profile}/{name}: made at a config its profile no longer has; run it again and publish"
+        )
 
 
 def test_a_recorded_paper_run_reproduces_its_numbers(tmp_path):

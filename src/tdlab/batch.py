@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tdlab.config import ConfigError, build_config, echo, read_field
-from tdlab.runs import Run, RunDirError, staging_busy, staging_path
+from tdlab.runs import Run, RunDirError, config_hash, staging_busy, staging_path
 from tdlab.safeio import atomic_write, check_output_folder
 
 __all__ = ["BATCH_FILE", "Job", "Outcome", "estimates", "plan_batch", "run_batch", "run_job", "status_table"]
@@ -52,7 +53,8 @@ FORMAT = "tdlab-batch/1"
 STOPPED = 3  # tdlab.train.stopping.STOPPED_EXIT_CODE (not imported: that module's users import torch)
 DEFAULT_SECONDS = 600.0  # the prior of an experiment with no quick time measured
 
-State = Literal["done", "diverged", "stopped", "new", "failed", "busy"]  # where a job of the queue is
+# where a job of the queue is; "stale": a run of the folder made at a config the profile no longer has
+State = Literal["done", "diverged", "stopped", "new", "failed", "busy", "stale"]
 
 
 @dataclass
@@ -193,8 +195,46 @@ def _state(out: Path, name: str) -> tuple[State, float | None, str]:
     if (staging / "config.yaml").is_file():
         if staging_busy(staging):
             return "busy", None, "running in another process"
-        return "stopped", None, "resumes from its checkpoints"
+        return "stopped", None, f"resumes from its checkpoints ({_kept(staging)})"
     return "new", None, ""
+
+
+def _stale(
+    out: Path, name: str, profile: str, sets: Sequence[str], state: State, wall: float | None, note: str
+) -> tuple[State, float | None, str]:
+    """``stale`` (with why) for a finished or stopped run of the folder whose config is not the one the
+    profile and ``sets`` give now (the profile changed since it started: a resume would finish the old
+    config, a finished run would publish it); else the state as it was."""
+    from tdlab.results import profile_config_hash
+
+    folder = staging_path(out / name) if state == "stopped" else out / name
+    try:
+        had = config_hash(Run.read_config(folder / "config.yaml"))
+    except RunDirError as exc:
+        return "failed", None, str(exc)
+    now = profile_config_hash(name, profile, sets)
+    if had == now:
+        return state, wall, note
+    return "stale", None, f"made at a config the profile no longer has ({had[:8]}, now {now[:8]}): runs again"
+
+
+def _stale_aside(out: Path, name: str) -> Path:
+    """Move a stale run (finished or staged) out of the way, kept: ``OUT/.stale-NAME-<config hash>``."""
+    folder = out / name if (out / name).exists() else staging_path(out / name)
+    had = config_hash(Run.read_config(folder / "config.yaml"))
+    aside = out / f".stale-{name}-{had[:16]}"
+    if aside.exists():
+        shutil.rmtree(aside)  # the same config set aside before: this copy is newer
+    os.replace(folder, aside)
+    return aside
+
+
+def _kept(staging: Path) -> str:
+    """What a stopped run's staging folder holds: the arms it finished (their arrays) and the fits and
+    memos it checkpointed mid-way."""
+    arms = [f for f in (staging / "arrays").glob("*.safetensors") if "@" not in f.name]
+    mid = list((staging / "checkpoints").glob("*.json"))
+    return f"{len(arms)} arm(s) finished, {len(mid)} checkpointed mid-way"
 
 
 def _check_folder(out: Path, profile: str, device: str, sets: Sequence[str], write: bool = True) -> None:
@@ -257,6 +297,8 @@ def plan_batch(
             raise ConfigError(f"--profile: unknown profile {echo(profile)} for {n}; allowed: {', '.join(exp.profiles)}")
         cfg = exp.make_config(profile, sets)  # a bad --set or profile is refused before anything runs
         mem = float(estimate(cfg).bytes) if _device_kind(device) == "cuda" else 0.0
+        if state in ("done", "diverged", "stopped"):
+            state, wall, note = _stale(out, n, profile, sets, state, wall, note)
         jobs.append(Job(n, state, est[n], wall, note, mem))
     finished = [j for j in jobs if j.state in ("done", "diverged")]
     todo = sorted((j for j in jobs if j.state not in ("done", "diverged")), key=lambda j: j.estimate_s)
@@ -454,6 +496,11 @@ def run_batch(
         else _Local(jobs)
     )
     by_name = {j.name: j for j in queue}
+    for j in queue:
+        if j.state == "stale":  # kept aside, not deleted; the run starts anew at the current config
+            aside = _stale_aside(out, j.name)
+            say(f"stale    {j.name}: {j.note}; the old run is kept as {aside.name}")
+            j.state, j.note = "new", ""
     todo = [j for j in queue if j.state in ("new", "stopped")]
     say(
         f"batch {out} ({profile}, {device}, {backend}): {len(queue)} runs, "

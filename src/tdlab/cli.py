@@ -739,8 +739,9 @@ def results_check(
 ) -> None:
     """Load every record (schema, experiment, profile, commits) and re-judge it with the current claims layer
     on its stored measurements: lists the groups whose verdict or cause the current rules would move (exit 1
-    if any; with --write, rewrites those records with the new verdicts and exits 0)."""
-    from tdlab.results import load_records, record_path, record_text, rejudged
+    if any; with --write, rewrites those records with the new verdicts and exits 0), and names the records
+    made at a config their profile no longer has (to run again)."""
+    from tdlab.results import load_records, profile_config_hash, record_path, record_text, rejudged
     from tdlab.safeio import atomic_write
 
     try:
@@ -748,6 +749,8 @@ def results_check(
             raise ConfigError(f"folder: {folder} is not a folder of records")
         records = load_records(folder)
         moved, changed = [], []
+        # the records whose run was not the profile as the code now defines it: re-run them to publish
+        off = [n for n, r in records.items() if r.config_hash != profile_config_hash(r.experiment, r.profile)]
         for name, rec in records.items():
             if rec.measured is None:
                 continue
@@ -770,7 +773,13 @@ def results_check(
         _fail(str(exc))
     out_console.print(
         f"{len(records)} records in {folder}; {len(moved)} groups the current rules would move"
-        + (f"; {len(changed)} records rewritten" if write else ""),
+        + (f"; {len(changed)} records rewritten" if write else "")
+        + (
+            f"; {len(off)} not at their profile's current config (the profile changed since, or a --set): "
+            f"{', '.join(off)}; run them again"
+            if off
+            else ""
+        ),
         highlight=False,
         markup=False,
     )

@@ -37,7 +37,7 @@ from tdlab.record import (
     record_text,
     write_record,
 )
-from tdlab.runs import Run, source_commit
+from tdlab.runs import Run, config_hash, source_commit
 from tdlab.safeio import atomic_write
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "load_record",
     "load_records",
     "make_record",
+    "profile_config_hash",
     "publish",
     "record_of_run",
     "record_path",
@@ -129,6 +130,17 @@ def load_records(folder: Path) -> dict[str, Record]:
     if not folder.is_dir():
         return {}
     return {rec.experiment: rec for rec in (load_record(p) for p in sorted(folder.glob("*.json")))}
+
+
+def profile_config_hash(experiment: str, profile: str, sets: Sequence[str] = ()) -> str:
+    """The config hash a run of ``experiment`` at ``profile`` (with ``sets``) has with the current code: a
+    record or a stopped run whose hash differs was made at a config the profile no longer has (the profile
+    changed since, or it ran with ``--set``)."""
+    from tdlab.experiments.base import get
+
+    exp = get(experiment)
+    cfg = exp.make_config(profile, list(sets))
+    return config_hash({"experiment": experiment, "profile": profile, "config": cfg.model_dump(mode="json")})
 
 
 def rejudged(rec: Record) -> Record:
