@@ -456,7 +456,11 @@ class AnchorsAttention(ProbeSource, AnchorsBias[AnchorsAttentionConfig]):
         "quick": quick_profile(
             {"n_probe": 1000}
         ),  # anchors-bias's quick scale-down; 1,000 training sequences per member
-        "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}, "n_probe": 10_000},
+        "paper": {
+            "members": 6,
+            "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000},
+            "n_probe": 10_000,
+        },  # anchors-bias's members: its sweep
     }
     # atlas: the layer-1 operator claims are read at snapshots along training and at the end; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
     atlas_axes = AtlasAxes(

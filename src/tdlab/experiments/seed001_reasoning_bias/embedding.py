@@ -276,7 +276,10 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias[AnchorsEmbeddingConfig]):
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # anchors-bias's quick scale-down (12 epochs, snapshots 1, 2, 11); Fig. 4A's 200 and 900 of 1000 -> 2 and 11.
         "quick": quick_profile({"fig4a_epochs": [2, 11]}),
-        "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}},
+        "paper": {
+            "members": 6,
+            "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000},
+        },  # anchors-bias's members: its sweep
     }
     # atlas: Fig. 4's anchor cosines are read at fig4a_epochs and the end; the budget decides how formed the embedding is (snapshots and Fig. 4A epochs rescaled to fit every budget)
     atlas_axes = AtlasAxes(

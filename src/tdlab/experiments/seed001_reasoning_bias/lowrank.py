@@ -98,7 +98,10 @@ class AnchorsLowrank(ProbeSource, AnchorsBias[AnchorsLowrankConfig]):
     claims = CLAIMS
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": quick_profile({}),  # anchors-bias's quick scale-down
-        "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}},
+        "paper": {
+            "members": 6,
+            "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000},
+        },  # anchors-bias's members: its sweep
     }
     # atlas: the low-rank readings are of the trained parameters; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
     atlas_axes = AtlasAxes(
