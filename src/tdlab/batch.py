@@ -200,19 +200,16 @@ def _state(out: Path, name: str) -> tuple[State, float | None, str]:
 
 
 def _stale(
-    out: Path, name: str, profile: str, sets: Sequence[str], state: State, wall: float | None, note: str
+    out: Path, name: str, now: str, state: State, wall: float | None, note: str
 ) -> tuple[State, float | None, str]:
-    """``stale`` (with why) for a finished or stopped run of the folder whose config is not the one the
-    profile and ``sets`` give now (the profile changed since it started: a resume would finish the old
-    config, a finished run would publish it); else the state as it was."""
-    from tdlab.results import profile_config_hash
-
+    """``stale`` (with why) for a finished or stopped run of the folder whose config hash is not ``now``, the
+    one the profile and ``--set`` give with the current code (the profile changed since it started: a
+    resume would finish the old config, a finished run would publish it); else the state as it was."""
     folder = staging_path(out / name) if state == "stopped" else out / name
     try:
         had = config_hash(Run.read_config(folder / "config.yaml"))
     except RunDirError as exc:
         return "failed", None, str(exc)
-    now = profile_config_hash(name, profile, sets)
     if had == now:
         return state, wall, note
     return "stale", None, f"made at a config the profile no longer has ({had[:8]}, now {now[:8]}): runs again"
@@ -282,6 +279,7 @@ def plan_batch(
     to do ordered shortest first. Reads ``out``, writes nothing (``tdlab batch --plan`` prints it); a folder
     of another profile or ``--set`` is refused."""
     from tdlab.experiments.base import get
+    from tdlab.results import profile_config_hash
     from tdlab.train.memory import estimate
 
     if Path(out).is_dir():
@@ -298,7 +296,7 @@ def plan_batch(
         cfg = exp.make_config(profile, sets)  # a bad --set or profile is refused before anything runs
         mem = float(estimate(cfg).bytes) if _device_kind(device) == "cuda" else 0.0
         if state in ("done", "diverged", "stopped"):
-            state, wall, note = _stale(out, n, profile, sets, state, wall, note)
+            state, wall, note = _stale(out, n, profile_config_hash(n, profile, cfg=cfg), state, wall, note)
         jobs.append(Job(n, state, est[n], wall, note, mem))
     finished = [j for j in jobs if j.state in ("done", "diverged")]
     todo = sorted((j for j in jobs if j.state not in ("done", "diverged")), key=lambda j: j.estimate_s)

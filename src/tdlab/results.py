@@ -132,14 +132,14 @@ def load_records(folder: Path) -> dict[str, Record]:
     return {rec.experiment: rec for rec in (load_record(p) for p in sorted(folder.glob("*.json")))}
 
 
-def profile_config_hash(experiment: str, profile: str, sets: Sequence[str] = ()) -> str:
-    """The config hash a run of ``experiment`` at ``profile`` (with ``sets``) has with the current code: a
-    record or a stopped run whose hash differs was made at a config the profile no longer has (the profile
-    changed since, or it ran with ``--set``)."""
+def profile_config_hash(experiment: str, profile: str, sets: Sequence[str] = (), cfg: Any = None) -> str:
+    """The config hash a run of ``experiment`` at ``profile`` (with ``sets``; ``cfg``: that config, built
+    already) has with the current code: a record or a stopped run whose hash differs was made at a config the
+    profile no longer has (the profile changed since, or it ran with ``--set``)."""
     from tdlab.experiments.base import get
 
     exp = get(experiment)
-    cfg = exp.make_config(profile, list(sets))
+    cfg = exp.make_config(profile, list(sets)) if cfg is None else cfg
     return config_hash({"experiment": experiment, "profile": profile, "config": cfg.model_dump(mode="json")})
 
 
