@@ -1,12 +1,13 @@
 """``tdlab batch``: a queue whose state is its folder. Stopped by ``--until`` (exit 3, checkpoints kept),
 killed outright (SIGKILL, the batch and its run), and invoked again, it finishes with the numbers of an
-uninterrupted run, bit for bit on the CPU, and publishes the run's record. Its cost model, order and bad
+uninterrupted run, bit for bit on the CPU (also with its folder moved elsewhere in between), and publishes the run's record. Its cost model, order and bad
 input."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,6 +101,10 @@ def test_a_batch_stopped_then_killed_then_run_again_ends_with_the_numbers_of_one
     assert "0 finished, 1 left" in first.stdout and "stopped" in first.stdout
     assert list((staging / "checkpoints").glob("*.json")), "the stopped run kept its checkpoints"
     assert not (out / "markov-init").exists() and not (results / "quick" / "markov-init.json").exists()
+    # The folder carried to another place (another machine, with only the folder): the batch continues it there.
+    moved = tmp_path / "elsewhere"
+    shutil.move(out, moved)
+    out, staging = moved, staging_path(moved / "markov-init")
     # 2. Invoked again and killed outright (the batch and its run) once a newer checkpoint was written.
     before = {p: p.stat().st_mtime_ns for p in (staging / "checkpoints").glob("*.json")}
     proc = subprocess.Popen(
@@ -204,6 +209,36 @@ def test_plan_prints_the_queue_with_estimates_and_runs_nothing(tmp_path):
     res = _cli("batch", "markov-rank", "--plan", "--profile", "quick", "--out", str(out), "--results", "")
     assert res.exit_code == 2 and "holds a batch of profile 'paper'" in res.output, res.output
     assert sorted(p.name for p in out.iterdir()) == [".staging-markov-rank", "batch.json"]
+
+
+def test_only_missing_leaves_out_what_is_published_at_the_current_config(tmp_path):
+    """``--only-missing``: an experiment with a record made at its profile's current config is left out; a
+    record of another config (the profile changed since) is not current, so its experiment runs again; with
+    every one published there is nothing to run and nothing is written."""
+    repo = Path(__file__).resolve().parents[1] / "results" / "paper"
+    results = tmp_path / "r"
+    (results / "paper").mkdir(parents=True)
+    for name in ("topics-landscape", "markov-landscape"):
+        (results / "paper" / f"{name}.json").write_text((repo / f"{name}.json").read_text())
+    out = tmp_path / "b"
+    args = ["--plan", "--only-missing", "--out", str(out), "--results", str(results)]
+    res = _cli("batch", "topics-landscape", "markov-landscape", "markov-landscape-3d", *args)
+    assert res.exit_code == 0, res.output
+    assert "left out: topics-landscape, markov-landscape" in res.output
+    assert [ln.split("│")[1].strip() for ln in res.output.splitlines() if "│ " in ln and "-land" in ln] == [
+        "markov-landscape-3d"
+    ]
+    stale = json.loads((results / "paper" / "markov-landscape.json").read_text())
+    stale["config_hash"] = "0" * 64
+    (results / "paper" / "markov-landscape.json").write_text(json.dumps(stale))
+    res = _cli("batch", "topics-landscape", "markov-landscape", *args)
+    assert res.exit_code == 0 and "left out: topics-landscape\n" in res.output, res.output
+    assert "│ markov-landscape " in res.output
+    res = _cli("batch", "topics-landscape", "--only-missing", "--out", str(out), "--results", str(results))
+    assert res.exit_code == 0 and "nothing to run" in res.output, res.output
+    assert not out.exists()
+    res = _cli("batch", "topics-landscape", "--only-missing", "--out", str(out), "--results", "")
+    assert res.exit_code == 2 and "--only-missing" in res.output and not out.exists(), res.output
 
 
 def test_a_folder_of_another_profile_or_set_is_refused(tmp_path):

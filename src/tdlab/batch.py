@@ -303,6 +303,19 @@ def plan_batch(
     return finished + todo
 
 
+def published(names: Sequence[str], profile: str, results: Path, sets: Sequence[str] = ()) -> list[str]:
+    """The experiments in ``names`` with a current record under ``results/PROFILE``: one made at the config
+    the profile (with ``sets``) has now. A record of an older config is not current: its run is to do again."""
+    from tdlab.results import load_record, profile_config_hash, record_path
+
+    current = []
+    for n in names:
+        path = record_path(results, profile, n)
+        if path.is_file() and load_record(path).config_hash == profile_config_hash(n, profile, sets):
+            current.append(n)
+    return current
+
+
 def check_names(names: Sequence[str]) -> list[str]:
     """The experiments to run (default: every one), each known and named once."""
     from tdlab.experiments.base import registry

@@ -653,11 +653,19 @@ def batch_cmd(
             "--plan", help="print the queue (state, estimated time of each run) and run nothing; writes nothing"
         ),
     ] = False,
+    only_missing: Annotated[
+        bool,
+        typer.Option(
+            "--only-missing",
+            help="leave out the experiments with a current record under --results (made at the profile's config as "
+            "it is now): a new machine runs only what is not published yet",
+        ),
+    ] = False,
 ) -> None:
     """Run a queue of experiments whose state is its output folder: invoked again (here or on any machine
     with the folder) it resumes every unfinished run from its checkpoints. Prints what finished, what is
     left and the estimated time to finish; exit 0 when all finished, 3 when runs are left, 1 when one failed."""
-    from tdlab.batch import check_names, plan_batch, run_batch
+    from tdlab.batch import check_names, plan_batch, published, run_batch
     from tdlab.experiments.runner import check_device
 
     try:
@@ -668,6 +676,22 @@ def batch_cmd(
         parse_duration(checkpoint_every, "--checkpoint-every")
         check_not_in_run(out, "--out")
         check_device(device)
+        if only_missing:
+            if not results:
+                raise ConfigError("--only-missing: reads the records under --results; give --results a folder")
+            names = check_names(names or [])
+            skip = published(names, profile, Path(results), set_ or [])
+            if skip:
+                out_console.print(
+                    f"published at the current config, left out: {', '.join(skip)}",
+                    highlight=False,
+                    soft_wrap=True,
+                    markup=False,
+                )
+            names = [n for n in names if n not in skip]
+            if not names:
+                out_console.print("nothing to run: every experiment named has a current record", highlight=False)
+                return
         if plan:
             queue = plan_batch(
                 check_names(names or []), profile, out, device, Path(results) if results else None, set_ or []
