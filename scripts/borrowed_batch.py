@@ -1,0 +1,154 @@
+"""A paper batch on a borrowed machine: a GPU lent for minutes, a spot instance, any machine that holds a copy
+of this repository and keeps nothing after it is given back. What the next machine needs comes back as a
+few archives, each small enough to copy off such a machine.
+
+    python scripts/borrowed_batch.py BACK [--state DIR] [--wheels DIR] [--results DIR] [--work DIR]
+                                          [--part-mib 15] [--state-mib 40] [-- BATCH ARGS...]
+
+1. **Wheels.** ``--wheels DIR`` with ``*.whl`` files (the packages the machine lacks) installs them with
+   ``pip --no-index --no-deps`` into ``WORK/site``; tdlab itself runs from ``src/`` (no install).
+2. **State.** ``--state DIR`` holding ``state.tgz.00``, ``.01``, … (the last machine's ``BACK``) unpacks the
+   batch folder those parts hold: its stopped runs resume from their checkpoints.
+3. **The batch.** ``tdlab batch --only-missing --results RESULTS --out WORK/batch BATCH ARGS`` (default
+   profile: paper; ``--until``, ``--device cuda``, names, ``--set`` go after ``--``), so every experiment with a
+   current record under ``RESULTS`` is left out.
+4. **Back.** ``BACK/batch.log`` (the batch's output), ``BACK/records.tgz`` (the records this machine
+   published, as ``PROFILE/NAME.json``: ``tar xzf BACK/records.tgz -C results``) and ``BACK/state.tgz.NN``
+   (the batch folder's ``batch.json`` and its stopped runs' staging folders, in parts of at most
+   ``--part-mib``). Finished runs travel as records; a staging folder that would take the state past
+   ``--state-mib`` stays behind (that run starts anew next time), and the log says which.
+
+Exit code: the batch's (0 all finished, 3 runs left, 1 a run failed, 2 bad input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def install_wheels(wheels: Path, site: Path) -> list[str]:
+    """Install every ``*.whl`` in ``wheels`` into ``site`` (no index, no dependencies); their names."""
+    files = sorted(str(p) for p in wheels.glob("*.whl"))
+    if files:
+        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
+        subprocess.run([*cmd, "--upgrade", "--target", str(site), *files], check=True)
+    return [Path(f).name for f in files]
+
+
+def unpack_state(state: Path, batch: Path) -> int:
+    """Join ``state/state.tgz.*`` in order and unpack it into ``batch``; the number of parts (0: none)."""
+    parts = sorted(state.glob("state.tgz.*"))
+    if parts:
+        batch.mkdir(parents=True, exist_ok=True)
+        data = b"".join(p.read_bytes() for p in parts)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            tar.extractall(batch, filter="data")
+    return len(parts)
+
+
+def digests(folder: Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of every record under ``folder`` (``PROFILE/NAME.json``)."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*/*.json"))
+    }
+
+
+def pack_records(results: Path, before: dict[str, str], back: Path) -> list[str]:
+    """``back/records.tgz`` of the records under ``results`` that are new or changed since ``before``."""
+    changed = [r for r, h in digests(results).items() if before.get(r) != h]
+    if changed:
+        with tarfile.open(back / "records.tgz", "w:gz") as tar:
+            for rel in changed:
+                tar.add(results / rel, arcname=rel)
+    return changed
+
+
+def pack_state(batch: Path, back: Path, part_bytes: int, cap_bytes: int) -> tuple[list[str], list[str]]:
+    """``back/state.tgz.NN``: ``batch.json`` and the staging folders of the stopped runs, smallest first while
+    the total stays within ``cap_bytes``, split into parts of at most ``part_bytes``. Returns the staging
+    folders packed and those left behind."""
+    if not (batch / "batch.json").is_file():
+        return [], []
+
+    def size(d: Path) -> int:
+        return sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+
+    staging = sorted((d for d in batch.glob(".staging-*") if d.is_dir()), key=size)
+    kept, left, total = [], [], (batch / "batch.json").stat().st_size
+    for d in staging:
+        if total + size(d) <= cap_bytes:
+            kept.append(d.name)
+            total += size(d)
+        else:
+            left.append(d.name)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(batch / "batch.json", arcname="batch.json")
+        for name in kept:
+            tar.add(batch / name, arcname=name)
+    data = buf.getvalue()
+    for i in range(0, max(len(data), 1), part_bytes):
+        (back / f"state.tgz.{i // part_bytes:02d}").write_bytes(data[i : i + part_bytes])
+    return kept, left
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("back", type=Path, help="the folder that comes back from the machine (created)")
+    ap.add_argument("--state", type=Path, help="the last machine's BACK: its state.tgz.* parts are resumed")
+    ap.add_argument("--wheels", type=Path, help="a folder of *.whl files to install first")
+    ap.add_argument("--results", type=Path, default=REPO / "results", help="the published records (default: results/)")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/borrowed"), help="where the batch folder is made")
+    ap.add_argument("--part-mib", type=float, default=15.0, help="largest archive part, MiB")
+    ap.add_argument("--state-mib", type=float, default=40.0, help="largest state carried back, MiB")
+    args = ap.parse_args(own)
+    if args.part_mib <= 0 or args.state_mib < 0:
+        ap.error("--part-mib must be > 0 and --state-mib >= 0")
+    args.back.mkdir(parents=True, exist_ok=True)
+    batch = args.work / "batch"
+    paths = [str(REPO / "src")]
+    if args.wheels is not None:
+        names = install_wheels(args.wheels, args.work / "site")
+        print(f"installed {len(names)} wheel(s): {', '.join(names)}", flush=True)
+        paths.insert(0, str(args.work / "site"))
+    if args.state is not None:
+        print(f"resumed the batch folder from {unpack_state(args.state, batch)} state part(s)", flush=True)
+    before = digests(args.results)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    cmd = [sys.executable, "-m", "tdlab.cli", "batch", "--only-missing", "--results", str(args.results)]
+    cmd += ["--out", str(batch), *extra]
+    with open(args.back / "batch.log", "w") as log:
+        proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+        rc = proc.wait()
+        records = pack_records(args.results, before, args.back)
+        kept, left = pack_state(batch, args.back, int(args.part_mib * 2**20), int(args.state_mib * 2**20))
+        notes = [
+            f"records back: {', '.join(records) or 'none'}",
+            f"stopped runs carried back: {', '.join(kept) or 'none'}",
+        ]
+        if left:
+            notes.append(f"left behind (past --state-mib {args.state_mib:g}; they start anew): {', '.join(left)}")
+        for note in notes:
+            print(note, flush=True)
+            log.write(note + "\n")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

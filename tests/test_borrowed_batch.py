@@ -1,0 +1,81 @@
+"""``scripts/borrowed_batch.py``: a batch stopped on one machine comes back as archive parts, resumes on a
+second machine that has only those parts (another work folder), and its records come back as one archive;
+the state carried back stays within its cap."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "borrowed_batch.py"
+SETS = [
+    "train.steps=2000",
+    "train.seq_len=16",
+    "train.eval_every=250",
+    "train.eval_batches=1",
+    "archs=[sec2]",
+    "members=2",
+]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("borrowed_batch", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _borrowed(back: Path, work: Path, results: Path, *args: str, state: Path | None = None, until: str | None = None):
+    cmd = [sys.executable, str(SCRIPT), str(back), "--work", str(work), "--results", str(results)]
+    cmd += ["--state", str(state)] if state else []
+    cmd += ["--", "markov-init", "--profile", "quick", "--jobs", "1", "--threads", "1", "--checkpoint-every", "1m"]
+    cmd += ["--until", until] if until else []
+    for s in SETS:
+        cmd += ["--set", s]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def test_a_batch_stopped_on_one_machine_finishes_on_another_from_the_parts_it_sent_back(tmp_path):
+    results = tmp_path / "results"
+    first = _borrowed(tmp_path / "back1", tmp_path / "machine1", results, until="15s")
+    assert first.returncode == 3, first.stdout[-3000:] + first.stderr[-3000:]
+    parts = sorted((tmp_path / "back1").glob("state.tgz.*"))
+    assert parts and "stopped runs carried back: .staging-markov-init" in first.stdout
+    assert not (tmp_path / "back1" / "records.tgz").exists() and "records back: none" in first.stdout
+    assert (tmp_path / "back1" / "batch.log").read_text().startswith(first.stdout[:40])
+
+    second = _borrowed(tmp_path / "back2", tmp_path / "machine2", results, state=tmp_path / "back1")
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "resumed the batch folder from 1 state part(s)" in second.stdout
+    assert "resume" in second.stdout and "1 finished, 0 left" in second.stdout
+    with tarfile.open(tmp_path / "back2" / "records.tgz") as tar:
+        assert tar.getnames() == ["quick/markov-init.json"]
+        rec = json.load(tar.extractfile("quick/markov-init.json"))  # type: ignore[arg-type]
+    assert rec["experiment"] == "markov-init" and rec["members"] == 2
+
+    third = _borrowed(tmp_path / "back3", tmp_path / "machine3", results)
+    assert third.returncode == 0 and "nothing to run" in third.stdout, third.stdout[-3000:]
+
+
+def test_the_state_carried_back_keeps_within_its_cap_and_splits_into_parts(tmp_path):
+    mod = _load()
+    batch = tmp_path / "batch"
+    for name, size in (("a", 3000), ("b", 50_000)):
+        (batch / f".staging-{name}").mkdir(parents=True)
+        (batch / f".staging-{name}" / "blob").write_bytes(random.Random(size).randbytes(size))  # incompressible
+    (batch / "batch.json").write_text("{}")
+    (batch / "finished").mkdir()
+    back = tmp_path / "back"
+    back.mkdir()
+    kept, left = mod.pack_state(batch, back, part_bytes=1000, cap_bytes=10_000)
+    assert kept == [".staging-a"] and left == [".staging-b"]
+    assert len(list(back.glob("state.tgz.*"))) >= 2
+    assert mod.unpack_state(back, tmp_path / "again") >= 2
+    assert sorted(p.name for p in (tmp_path / "again").iterdir()) == [".staging-a", "batch.json"]
+    assert (tmp_path / "again" / ".staging-a" / "blob").read_bytes() == (batch / ".staging-a" / "blob").read_bytes()
