@@ -345,6 +345,27 @@ def test_the_prior_counts_the_separate_trainings():
     assert (tying.fit_work(q), tying.fit_work(p)) == (6.0, 50.0)
     topics = get("topics-wv")
     assert topics.fit_work(build_config(topics.Config, topics.profiles["paper"])) == 1.0
+    assert topics.work(build_config(topics.Config, topics.profiles["paper"])) is None
+
+
+def test_an_experiment_that_counts_its_own_work_is_scaled_by_that_count():
+    """icl-landscape's pre-LN panel grows with prompts x context x (GD steps + map points): ~300x from quick to
+    paper, where length x activations saw ~4x and predicted minutes for a day's CPU work. Its own count is
+    what the prior scales quick's time by, and it keeps quick's measured split (~45 % pre-LN)."""
+    from tdlab.config import build_config
+    from tdlab.experiments.base import get
+    from tdlab.experiments.standard import QUICK_SECONDS
+
+    exp = get("icl-landscape")
+    q, p = (build_config(exp.Config, exp.profiles[k]) for k in ("quick", "paper"))
+    assert _prior("icl-landscape", "paper") == pytest.approx(
+        QUICK_SECONDS["icl-landscape"][0] * exp.work(p) / exp.work(q)
+    )
+    no_ln = q.model_copy(update={"panels": [x for x in q.panels if not x.pre_ln]})
+    assert 1 - exp.work(no_ln) / exp.work(q) == pytest.approx(0.45, abs=0.01)
+    assert _prior("icl-landscape", "paper") > 5 * 3600
+    longer = p.model_copy(update={"ln_steps": 2 * p.ln_steps})
+    assert exp.work(longer) > 1.5 * exp.work(p)
 
 
 def test_a_run_made_at_a_config_its_profile_no_longer_has_is_set_aside_and_run_again(tmp_path, uninterrupted):

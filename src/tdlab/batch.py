@@ -90,8 +90,8 @@ def _prior(name: str, profile: str, quick: Mapping[str, float] | None = None) ->
     over quick's (in optimiser steps: epochs times steps per epoch where the length is in epochs), times its
     activations per step over quick's (:func:`tdlab.train.memory.estimate`: members x batch x sequence x width,
     what a step's work grows with; the members' ratio where no estimate applies), times its separate trainings
-    over quick's (:meth:`~tdlab.experiments.base.Experiment.fit_work`); ``None`` where quick was never
-    measured."""
+    over quick's (:meth:`~tdlab.experiments.base.Experiment.fit_work`), or by its own count of the work where
+    it gives one (:meth:`~tdlab.experiments.base.Experiment.work`); ``None`` where quick was never measured."""
     from tdlab.experiments.base import get
     from tdlab.experiments.standard import QUICK_SECONDS
     from tdlab.train.memory import estimate
@@ -105,6 +105,9 @@ def _prior(name: str, profile: str, quick: Mapping[str, float] | None = None) ->
         return None
     q = build_config(exp.Config, exp.profiles["quick"])
     p = build_config(exp.Config, exp.profiles.get(profile, {}))
+    wq, wp = exp.work(q), exp.work(p)
+    if wq is not None and wp is not None and wq > 0:  # the experiment counts its own work
+        return seconds * wp / wq
     bq, bp = estimate(q).bytes, estimate(p).bytes
     scale = bp / bq if bq > 0 and bp > 0 else p.members / q.members
     # the separate trainings (markov-tying: quick's 3 cells x 2 tyings, the seed's 25 x 2)

@@ -354,6 +354,13 @@ class Experiment(ABC, Generic[ConfigT]):
         the arms of both profiles are the same."""
         return 1.0
 
+    def work(self, cfg: ConfigT) -> float | None:
+        """The run's whole work, in a unit of the experiment's own, for a run whose time the batch's cost prior
+        cannot read off its training length, activations and fits (``icl-landscape``: its pre-LN panel grows
+        with prompts x context x (GD steps + map points)). The prior then scales the quick time by
+        ``work(paper) / work(quick)`` alone; ``None`` (the default): the generic scaling."""
+        return None
+
     @classmethod
     def training_length_field(cls) -> str | None:
         """:attr:`train_length`, else the first atlas axis over a scalar ``steps``/``epochs`` field."""

@@ -346,6 +346,27 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
         why="The landscape claims place the trained model at the minimiser of the population loss (valley within claims.valley_rel_tol); whether gradient descent gets there depends on its step budget.",
     )
 
+    # The batch prior's weight of one pre-LN unit (a raw forward of one prompt token through one layer) over one
+    # no-LN unit (one prompt's second moments through one layer): the quick profile spends about 45 % of its
+    # time in the pre-LN panel (py-spy, 2026-11-28) on 1.55e8 units against 55 % on 8.39e9 no-LN units.
+    PRE_LN_UNIT = 44.0
+
+    def work(self, cfg: LandscapeConfig) -> float:
+        """Per panel: its depth x the prompts it averages over (no LN: the population sample's statistics;
+        pre-LN: raw prompts x context) x the evaluations (GD steps of every start, a backward counted as two
+        forwards on raw prompts; map points; the Nelder-Mead polish). The pre-LN panel grows ~300x from quick to
+        paper while the length x activations rule saw ~4x (paper: 9 min predicted, ~1 day on a CPU thread)."""
+        starts = cfg.members * len(cfg.off_valley)
+        total = 0.0
+        for panel in cfg.panels:
+            if panel.pre_ln:
+                evals = 3 * cfg.ln_steps * starts + cfg.ln_grid**2 + cfg.polish_evals
+                total += self.PRE_LN_UNIT * panel.depth * cfg.ln_prompts * cfg.ln_context * evals
+            else:
+                evals = cfg.train.steps * starts + cfg.grid**2 + cfg.polish_evals
+                total += panel.depth * cfg.population_prompts * evals
+        return total
+
     def run(self, cfg: LandscapeConfig, ctx: RunContext) -> None:
         task = cfg.task.build()
         E = cfg.members
