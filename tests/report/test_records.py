@@ -173,10 +173,35 @@ def test_per_seed_tables_have_a_row_per_experiment_with_quick_and_the_seeds_sett
     name = next(iter(pub.paper))  # a published paper record: both columns filled from the records
     held = sum(g["verdict"] == "holds" for g in pub.paper[name].claims)
     assert rows[name][1].strip().startswith(f"{held}/{len(pub.paper[name].claims)}")
-    missing = next(e.name for e in exps if e.name not in pub.quick and e.name not in pub.paper)
+    missing = next(e.name for e in exps if e.name not in pub.paper)
+    pub.quick.pop(missing, None)  # an experiment with no record of either profile: two dashes
+    rows = {
+        r.split("|")[1].strip(" `"): r.split("|")[3:5]
+        for r in seed_tables(pub, exps, {}).splitlines()
+        if r.startswith("| `")
+    }
     assert [c.strip() for c in rows[missing]] == ["—", "—"]
     res = CliRunner().invoke(app, ["findings", str(REPO), "--per-seed"])
     assert res.exit_code == 2 and "--per-seed" in res.output
+
+
+def test_the_overview_counts_every_record_of_each_profile_by_seed_with_a_total():
+    from tdlab.report.records import overview_table
+
+    pub = load_published(REPO / "results")
+    exps = list(registry().values())
+    lines = overview_table(pub, exps).splitlines()
+    cells = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:-1]] for ln in lines[2:]}
+    assert set(cells) == {e.paper[:3] for e in exps} | {"all"}
+    total = cells["all"]
+    assert total[0] == f"{len(pub.quick)} of {len(exps)}" and total[6] == f"{len(pub.paper)} of {len(exps)}"
+    for first, recs in ((1, pub.quick), (7, pub.paper)):
+        groups = [g for r in recs.values() for g in r.claims]
+        assert [int(c) for c in total[first : first + 5]] == [
+            *(sum(g["verdict"] == v for g in groups) for v in ("holds", "fails", "not resolved", "not evaluable")),
+            len(groups),
+        ]
+        assert sum(int(cells[k][first + 4]) for k in cells if k != "all") == len(groups)
 
 
 def test_what_settles_an_undecided_group_says_members_training_or_nothing_more_of_this_run():

@@ -23,6 +23,7 @@ __all__ = [
     "experiment_table",
     "group_table",
     "load_published",
+    "overview_table",
     "record_changes",
     "seed_table",
     "seed_tables",
@@ -117,15 +118,46 @@ def experiment_table(pub: Published, experiments: Sequence[Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def seed_tables(pub: Published, experiments: Sequence[Any], titles: Mapping[str, str]) -> str:
-    """One table per seed, one row per experiment: what it reproduces, its paper groups held in the
-    committed quick record and, once published, at the seed's settings ("—": no record). The README's
-    results section; the full tables are :func:`seed_table` and :func:`experiment_table`. ``titles``: each
-    seed's title by number (the docs site's ``SEEDS``, passed in: that module reads this one's tables)."""
+def overview_table(pub: Published, experiments: Sequence[Any]) -> str:
+    """One row per seed and a total: each profile's paper groups held / failed / not resolved / not
+    evaluable over every record it has (quick over all its records, the seed's settings over its own), and
+    how many of the seed's experiments have a record. The README's first results table."""
+    lines = [
+        "| seed | quick: records | holds | fails | not resolved | not evaluable | paper groups "
+        "| seed's settings: records | holds | fails | not resolved | not evaluable | paper groups |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     by_seed: dict[str, list[Any]] = {}
     for e in experiments:
         by_seed.setdefault(_seed(e), []).append(e)
-    out = []
+
+    def row(label: str, exps: Sequence[Any]) -> str:
+        cells = []
+        for recs in (pub.quick, pub.paper):
+            mine = [recs[e.name] for e in exps if e.name in recs]
+            groups = [g for r in mine for g in r.claims]
+            cells.append(f"{len(mine)} of {len(exps)} | {_cells(_tally(groups), len(groups))}")
+        return f"| {label} | {cells[0]} | {cells[1]} |"
+
+    lines += [row(seed, by_seed[seed]) for seed in sorted(by_seed)]
+    lines.append(row("all", list(experiments)))
+    return "\n".join(lines) + "\n"
+
+
+def seed_tables(pub: Published, experiments: Sequence[Any], titles: Mapping[str, str]) -> str:
+    """The :func:`overview_table`, then one table per seed, one row per experiment: what it reproduces, its
+    paper groups held in the committed quick record and, once published, at the seed's settings ("—": no
+    record). The README's results section; the full tables are :func:`seed_table` and
+    :func:`experiment_table`. ``titles``: each seed's title by number (the docs site's ``SEEDS``, passed in:
+    that module reads this one's tables)."""
+    by_seed: dict[str, list[Any]] = {}
+    for e in experiments:
+        by_seed.setdefault(_seed(e), []).append(e)
+    out = [
+        "**All seeds** (paper claim groups, every committed record of each profile):",
+        "",
+        overview_table(pub, experiments),
+    ]
     for seed in sorted(by_seed):
         out += [
             f"**Seed {seed}: {md_cell(titles.get(seed, str(by_seed[seed][0].paper)[3:].strip()))}**",
