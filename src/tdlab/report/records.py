@@ -50,6 +50,14 @@ def _seed(exp: Any) -> str:
     return str(exp.paper)[:3]
 
 
+def _by_seed(experiments: Sequence[Any]) -> dict[str, list[Any]]:
+    """The experiments by seed number, in their order."""
+    by_seed: dict[str, list[Any]] = {}
+    for e in experiments:
+        by_seed.setdefault(_seed(e), []).append(e)
+    return by_seed
+
+
 def _tally(groups: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return {v: sum(g["verdict"] == v for g in groups) for v in VERDICTS}
 
@@ -66,9 +74,7 @@ def seed_table(pub: Published, experiments: Sequence[Any]) -> str:
         "| quick over the same: holds | fails | not resolved | not evaluable | paper groups |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    by_seed: dict[str, list[Any]] = {}
-    for e in experiments:
-        by_seed.setdefault(_seed(e), []).append(e)
+    by_seed = _by_seed(experiments)
     all_p: list[Mapping[str, Any]] = []
     all_q: list[Mapping[str, Any]] = []
     n_all = n_rec = 0
@@ -127,9 +133,7 @@ def overview_table(pub: Published, experiments: Sequence[Any]) -> str:
         "| seed's settings: records | holds | fails | not resolved | not evaluable | paper groups |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    by_seed: dict[str, list[Any]] = {}
-    for e in experiments:
-        by_seed.setdefault(_seed(e), []).append(e)
+    by_seed = _by_seed(experiments)
 
     def row(label: str, exps: Sequence[Any]) -> str:
         cells = []
@@ -150,9 +154,7 @@ def seed_tables(pub: Published, experiments: Sequence[Any], titles: Mapping[str,
     record). The README's results section; the full tables are :func:`seed_table` and
     :func:`experiment_table`. ``titles``: each seed's title by number (the docs site's ``SEEDS``, passed in:
     that module reads this one's tables)."""
-    by_seed: dict[str, list[Any]] = {}
-    for e in experiments:
-        by_seed.setdefault(_seed(e), []).append(e)
+    by_seed = _by_seed(experiments)
     out = [
         "**All seeds** (paper claim groups, every committed record of each profile):",
         "",
