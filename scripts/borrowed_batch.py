@@ -79,17 +79,18 @@ def pack_state(batch: Path, back: Path, part_bytes: int, cap_bytes: int) -> tupl
     if not (batch / "batch.json").is_file():
         return [], []
 
-    def size(d: Path) -> int:
-        return sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
-
-    staging = sorted((d for d in batch.glob(".staging-*") if d.is_dir()), key=size)
+    sizes = {
+        d.name: sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+        for d in batch.glob(".staging-*")
+        if d.is_dir()
+    }
     kept, left, total = [], [], (batch / "batch.json").stat().st_size
-    for d in staging:
-        if total + size(d) <= cap_bytes:
-            kept.append(d.name)
-            total += size(d)
+    for name in sorted(sizes, key=sizes.__getitem__):
+        if total + sizes[name] <= cap_bytes:
+            kept.append(name)
+            total += sizes[name]
         else:
-            left.append(d.name)
+            left.append(name)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         tar.add(batch / "batch.json", arcname="batch.json")

@@ -309,14 +309,10 @@ def plan_batch(
 def published(names: Sequence[str], profile: str, results: Path, sets: Sequence[str] = ()) -> list[str]:
     """The experiments in ``names`` with a current record under ``results/PROFILE``: one made at the config
     the profile (with ``sets``) has now. A record of an older config is not current: its run is to do again."""
-    from tdlab.results import load_record, profile_config_hash, record_path
+    from tdlab.results import is_current, load_record, record_path
 
-    current = []
-    for n in names:
-        path = record_path(results, profile, n)
-        if path.is_file() and load_record(path).config_hash == profile_config_hash(n, profile, sets):
-            current.append(n)
-    return current
+    paths = {n: record_path(results, profile, n) for n in names}
+    return [n for n, path in paths.items() if path.is_file() and is_current(load_record(path), sets)]
 
 
 def check_names(names: Sequence[str]) -> list[str]:

@@ -765,7 +765,7 @@ def results_check(
     on its stored measurements: lists the groups whose verdict or cause the current rules would move (exit 1
     if any; with --write, rewrites those records with the new verdicts and exits 0), and names the records
     made at a config their profile no longer has (to run again)."""
-    from tdlab.results import load_records, profile_config_hash, record_path, record_text, rejudged
+    from tdlab.results import is_current, load_records, record_path, record_text, rejudged
     from tdlab.safeio import atomic_write
 
     try:
@@ -774,7 +774,7 @@ def results_check(
         records = load_records(folder)
         moved, changed = [], []
         # the records whose run was not the profile as the code now defines it: re-run them to publish
-        off = [n for n, r in records.items() if r.config_hash != profile_config_hash(r.experiment, r.profile)]
+        off = [n for n, r in records.items() if not is_current(r)]
         for name, rec in records.items():
             if rec.measured is None:
                 continue

@@ -45,6 +45,7 @@ __all__ = [
     "RECORD_NAME",
     "Record",
     "RecordError",
+    "is_current",
     "load_record",
     "load_records",
     "make_record",
@@ -141,6 +142,11 @@ def profile_config_hash(experiment: str, profile: str, sets: Sequence[str] = (),
     exp = get(experiment)
     cfg = exp.make_config(profile, list(sets)) if cfg is None else cfg
     return config_hash({"experiment": experiment, "profile": profile, "config": cfg.model_dump(mode="json")})
+
+
+def is_current(rec: Record, sets: Sequence[str] = ()) -> bool:
+    """Whether ``rec`` was made at the config its profile (with ``sets``) has with the current code."""
+    return rec.config_hash == profile_config_hash(rec.experiment, rec.profile, sets)
 
 
 def rejudged(rec: Record) -> Record:
