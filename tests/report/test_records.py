@@ -227,3 +227,10 @@ def test_what_settles_an_undecided_group_says_members_training_or_nothing_more_o
     moving = {**spread, "cause": "still moving"}
     assert "`--set train.steps=" in what_settles("topics-wv", rec, moving, "train.steps")
     assert what_settles("topics-wv", rec, {**spread, "cause": "no seed rows"}).startswith("not by more of this run")
+    # a claim about reaching a stage is not a claim about convergence, and a longer run leaves the seed's setting
+    stage = {**spread, "verdict": "not evaluable", "cause": "stage not reached"}
+    text = what_settles("topics-wv", rec, stage, "train.steps")
+    assert text.startswith("not by more members") and "`--set train.steps=" in text and "convergence" not in text
+    assert "not the seed's" in text
+    short = what_settles("topics-wv", rec, {**spread, "cause": "shorter than the seed's length"})
+    assert short.startswith("training to the seed's length")

@@ -220,8 +220,10 @@ def what_settles(name: str, rec: Record, group: Mapping[str, Any], length_field:
     """What would decide an undecided paper group of the record ``rec`` of ``name``, or that compute at the
     seed's settings cannot: its seed rows' interval straddling a boundary needs members (how many, from
     :func:`~tdlab.claims.sequential.precision_needed`, and the command that runs them); a claim at
-    convergence still moving needs training past the seed's length (``length_field`` doubled); a group with
-    no row in the seed's setting, or whose rows never reached their stage, is not settled by more of this run."""
+    convergence still moving needs training past the seed's length (``length_field`` doubled); one whose arms
+    did not reach the stage its claim needs within that length is settled only by a longer run, which is no
+    longer the seed's setting; one trained shorter than the seed, by its length; a group with no row in the
+    seed's setting is not settled by more of this run."""
     from tdlab.claims.sequential import TRAINING_CAUSES, precision_needed
 
     cause = str(group.get("cause") or "")
@@ -230,6 +232,14 @@ def what_settles(name: str, rec: Record, group: Mapping[str, Any], length_field:
     if cause in TRAINING_CAUSES:
         value = _dotted(rec.config, length_field) if length_field else None
         longer = f" (`--set {md_code(length_field)}={2 * value:g}`)" if isinstance(value, (int, float)) else ""
+        if cause == "stage not reached":
+            return (
+                "not by more members: its arms did not reach the claim's stage (the reason names it) within the "
+                f"seed's length; a longer run{longer} would show whether they reach it later (our setting, not "
+                "the seed's)"
+            )
+        if cause == "shorter than the seed's length":
+            return "training to the seed's length: the run stopped short of it"
         return f"training past the seed's length{longer}: the claim is about convergence, and the run is still moving"
     need = precision_needed(group)
     if need is None:
