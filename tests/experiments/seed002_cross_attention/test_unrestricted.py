@@ -17,6 +17,7 @@ from tdlab.experiments.seed002_cross_attention.unrestricted import (
     whitening_from_stats,
 )
 from tdlab.models.linear_attention import LCA
+from tdlab.seeding import derive_seed
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_star
 from tdlab.train.regression import PromptStats
@@ -142,3 +143,52 @@ def test_a_rise_within_the_noise_is_none_and_an_arm_at_its_init_is_not_evaluable
     for gid in ("projections-cluster-around-alpha-star", "whitening-decreases-with-layer"):
         assert {r.verdict for r in still[gid].rows} == {"not evaluable"}
         assert {r.cause for r in still[gid].rows} == {"stage not reached"} and still[gid].rows[0].stage == MOVED.id
+
+
+def test_a_stop_between_reference_draws_keeps_the_draws_stored_and_a_resume_draws_only_the_rest(
+    s2, tmp_path, monkeypatch
+):
+    """The paper's reference draws take minutes each: a stop (``--until``, SIGTERM) is honoured between them,
+    the stored draws survive it, and the resumed run draws only the missing ones, to the rows of an
+    uninterrupted run."""
+    import tdlab.experiments.seed002_cross_attention.unrestricted as mod
+    from tdlab.experiments.base import RunContext
+    from tdlab.runs import RunWriter
+    from tdlab.train.stopping import RunStopped, request_stop, stopping
+
+    exp = IclUnrestricted()
+    cfg = exp.make_config("quick", ["depth=2", "claims.reference_prompts=1024", "claims.reference_draws=3"])
+    real, calls = mod.untied_optimum, []
+
+    def counted(*args, **kw):
+        calls.append(kw["seed"])
+        out = real(*args, **kw)
+        if len(calls) == 1 and stop_after_first:
+            request_stop()
+        return out
+
+    monkeypatch.setattr(mod, "untied_optimum", counted)
+    stop_after_first = False
+    with RunWriter(tmp_path / "whole", exp.name) as whole:
+        exp._draw_reference(cfg, RunContext(whole, progress=False, live=None))
+        want = whole.arm_rows(exp.REFERENCE)
+        whole.keep = True
+    assert len(calls) == 3 and ({m for _, m, _, _ in want}) == {0, 1, 2}
+
+    calls.clear()
+    stop_after_first = True
+    writer = RunWriter(tmp_path / "cut", exp.name)
+    writer.write_config({"experiment": exp.name})  # what a resume reopens
+    with stopping(signals=False), pytest.raises(RunStopped):
+        exp._draw_reference(cfg, RunContext(writer, progress=False, live=None))
+    assert len(calls) == 1 and {m for _, m, _, _ in writer.arm_rows(exp.REFERENCE)} == {0}
+    assert writer.keep and not RunContext(writer).done(exp.REFERENCE)
+    writer.release()
+
+    calls.clear()
+    stop_after_first = False
+    again = RunWriter.reopen(writer.final)
+    exp._draw_reference(cfg, RunContext(again, progress=False, live=None))
+    assert calls == [derive_seed(cfg.seed, "untied-reference", r) for r in (1, 2)]
+    assert again.arm_rows(exp.REFERENCE) == want
+    again.release()

@@ -219,6 +219,7 @@ def untied_optimum(
     max_iter: int = 2000,
     grad_tol: float = 1e-6,
     use_cache: bool = True,
+    device: str | torch.device = "cpu",
 ) -> UntiedOptimum:
     """One replicate of the optimum of ``l_{L}`` for the untied scalar LCA_T of Fig. 3 (App. H:
     ``(W^S_t, W^V_t) = (alpha_t I, beta_t I)``), on ``n_prompts`` prompts of context ``L`` from ``seed``,
@@ -231,14 +232,20 @@ def untied_optimum(
     stay put), so the optimum's trace projections are what a reference can give; the gradient norm reached
     is stored with each draw.
 
+    The prompts are drawn on the CPU (the same prompts on any ``device``); their statistics and the L-BFGS
+    run live on ``device``, where a GPU's float64 differs from the CPU's in the last bits only (a cache entry
+    is kept per device kind).
+
     Returns:
         ``{"alpha": [alpha_t], "beta": [beta_t], "grad_norm": g, "iterations": k}`` (cached on disk).
     """
 
     def compute() -> UntiedOptimum:
-        st = sample_stats(task, [torch.Generator().manual_seed(int(seed))], int(n_prompts), int(L))
+        gen = [torch.Generator().manual_seed(int(seed))]
+        st = sample_stats(task, gen, int(n_prompts), int(L), device=device)
         st.spectral()
         model = LCA(task.d, T, [0], param="untied", alpha0=alpha_star(task), sigma_init=0.0, dtype=torch.float64)
+        model = model.to(device)
         params = [model.alpha, model.beta]
         spent, g = 0, float("inf")
         while spent < max_iter and g > grad_tol:
@@ -278,4 +285,7 @@ def untied_optimum(
         "max_iter": int(max_iter),
         "grad_tol": float(grad_tol),
     }
+    kind = torch.device(device).type
+    if kind != "cpu":  # the CPU's entries keep their keys
+        key["device"] = kind
     return _cached("untied", key, compute, use_cache)

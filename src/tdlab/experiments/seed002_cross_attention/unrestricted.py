@@ -320,22 +320,30 @@ class IclUnrestricted(RegressionArms, Experiment[UnrestrictedConfig]):
 
     def _draw_reference(self, cfg: UnrestrictedConfig, ctx: RunContext) -> None:
         """Replicate draws of the untied optimum of l_(L_tr), stored as arm ``reference/untied``: step = layer,
-        member = replicate, names ``alpha`` and ``beta``; ``grad_norm`` and ``iterations`` at step 0."""
+        member = replicate, names ``alpha`` and ``beta``; ``grad_norm`` and ``iterations`` at step 0.
+
+        Each draw is stored as it finishes, and a requested stop (``--until``, SIGTERM) is honoured between
+        draws: at the paper's 16,384 prompts a draw takes minutes, and a resumed run keeps the draws a
+        stopped attempt stored."""
         if ctx.done(self.REFERENCE):
             return
         task = cfg.task.build()
-        rows = []
+        stored = {m for _, m, name, _ in ctx.writer.arm_rows(self.REFERENCE) if name == "iterations"}
         for r in range(cfg.claims.reference_draws):
+            if r in stored:
+                continue
+            ctx.stop_point(self.REFERENCE)
             opt = untied_optimum(
                 task,
                 cfg.depth,
                 cfg.train.context,
                 n_prompts=cfg.claims.reference_prompts,
                 seed=derive_seed(cfg.seed, "untied-reference", r),
+                device=ctx.device,
             )
-            rows += [(t, r, name, float(v)) for name in ("alpha", "beta") for t, v in enumerate(opt[name])]
+            rows = [(t, r, name, float(v)) for name in ("alpha", "beta") for t, v in enumerate(opt[name])]
             rows += [(0, r, "grad_norm", float(opt["grad_norm"])), (0, r, "iterations", float(opt["iterations"]))]
-        ctx.writer.add_metrics(self.REFERENCE, rows)
+            ctx.writer.add_metrics(self.REFERENCE, rows)  # one write per draw: a stop keeps the draws before it
         ctx.writer.save_arrays(self.REFERENCE, [{"done": torch.ones(1)} for _ in range(cfg.claims.reference_draws)])
 
     def measure(self, cfg: UnrestrictedConfig, run: RunView) -> Measurements:
