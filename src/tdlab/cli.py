@@ -627,7 +627,7 @@ def batch_cmd(
     until: Annotated[
         str | None,
         typer.Option(
-            help="stop after this wall time (9m, 1.5h): running runs checkpoint and exit; the next batch continues them"
+            help="stop after this wall time (9m, 1.5h, 4m10s): running runs checkpoint and exit; the next batch continues them"
         ),
     ] = None,
     jobs: Annotated[

@@ -312,19 +312,25 @@ def to_yaml(cfg: BaseModel) -> str:
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
 
 
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+_DURATION = re.compile(rf"(?:{_NUMBER}h)?(?:{_NUMBER}m)?(?:{_NUMBER}s)?")  # 1h30m, 4m10s
+
+
 def parse_duration(text: str, option: str = "--budget") -> float:
-    """Seconds from ``90s``, ``30m``, ``1.5h`` or a plain number of seconds (at most a week); anything
-    else is a :class:`ConfigError` naming ``option``."""
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    """Seconds from ``90s``, ``30m``, ``1.5h``, their sums in that order (``4m10s``, ``1h30m``) or a plain
+    number of seconds (at most a week); anything else is a :class:`ConfigError` naming ``option``."""
     t = str(text).strip().lower()
-    scale = units.get(t[-1:])
+    parts = _DURATION.fullmatch(t) if t else None
     try:
-        value = float(t[:-1] if scale else t) * (scale or 1.0)
+        if parts is not None and any(parts.groups()):
+            value = sum(float(v) * u for v, u in zip(parts.groups(), (3600.0, 60.0, 1.0), strict=True) if v)
+        else:
+            value = float(t)
     except ValueError:
         value = math.nan
     if not 0 < value <= 7 * 24 * 3600:
         raise ConfigError(
             f"{option}: {echo(text)} is not a wall time; allowed: a positive number of seconds, or 90s, 30m, "
-            f"1.5h (at most a week)"
+            f"1.5h, 4m10s (at most a week)"
         )
     return value

@@ -219,12 +219,17 @@ def test_the_cli_runs_decide_and_refuses_bad_options_in_one_line(tmp_path):
         assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("text, seconds", [("90s", 90), ("30m", 1800), ("1.5h", 5400), ("45", 45)])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("90s", 90), ("30m", 1800), ("1.5h", 5400), ("45", 45), ("4m10s", 250), ("1h30m", 5400), ("1h0.5m2s", 3632)],
+)
 def test_budget_parses(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "m", "-5m", "0", "ten", "2w", "nan", "inf", "1e9h"])
+@pytest.mark.parametrize(
+    "text", ["", "m", "-5m", "0", "ten", "2w", "nan", "inf", "1e9h", "10s4m", "4m 10s", "1hm", "169h"]
+)
 def test_a_bad_budget_is_one_line_naming_the_option(text):
     from tdlab.config import ConfigError
 
