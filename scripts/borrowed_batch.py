@@ -3,7 +3,7 @@ of this repository and keeps nothing after it is given back. What the next machi
 few archives, each small enough to copy off such a machine.
 
     python scripts/borrowed_batch.py BACK [--state DIR] [--wheels DIR] [--results DIR] [--work DIR]
-                                          [--part-mib 15] [--state-mib 40] [-- BATCH ARGS...]
+                                          [--part-mib 15] [--state-mib 40] [--carry-mib M] [-- BATCH ARGS...]
 
 1. **Wheels.** ``--wheels DIR`` with ``*.whl`` files (the packages the machine lacks) installs them with
    ``pip --no-index --no-deps`` into ``WORK/site``; tdlab itself runs from ``src/`` (no install).
@@ -16,7 +16,10 @@ few archives, each small enough to copy off such a machine.
    published, as ``PROFILE/NAME.json``: ``tar xzf BACK/records.tgz -C results``) and ``BACK/state.tgz.NN``
    (the batch folder's ``batch.json`` and its stopped runs' staging folders, in parts of at most
    ``--part-mib``). Finished runs travel as records; a staging folder that would take the state past
-   ``--state-mib`` stays behind (that run starts anew next time), and the log says which.
+   ``--state-mib`` stays behind (that run starts anew next time), and the log says which. With
+   ``--carry-mib M`` (what one call may send to a machine) the state is cut further, to what fits beside
+   the repository and wheels that travel with it, so the next call can send it. The log ends with the last
+   lines of each run's log: where each stopped run stands.
 
 Exit code: the batch's (0 all finished, 3 runs left, 1 a run failed, 2 bad input).
 """
@@ -102,6 +105,35 @@ def pack_state(batch: Path, back: Path, part_bytes: int, cap_bytes: int) -> tupl
     return kept, left
 
 
+def carried_bytes(repo: Path, skip: Path | None = None) -> int:
+    """Bytes of every file under ``repo`` but those under ``skip``: on a machine that was sent a copy of the
+    repository (no ``.git``), what the next call carries again besides the state."""
+    skipped = skip.resolve() if skip is not None else None
+    return sum(
+        f.stat().st_size
+        for f in repo.rglob("*")
+        if f.is_file() and not f.is_symlink() and (skipped is None or not f.resolve().is_relative_to(skipped))
+    )
+
+
+def state_cap_mib(state_mib: float, carry_mib: float | None, repo: Path, state: Path | None) -> float:
+    """The state to carry back, in MiB: ``state_mib``, or less where ``carry_mib`` (what one call may send to
+    a machine) leaves less beside the repository and wheels that travel with it (the last state, ``state``,
+    is replaced by the new one). A margin of 1 MiB is kept."""
+    if carry_mib is None:
+        return state_mib
+    return max(0.0, min(state_mib, carry_mib - carried_bytes(repo, state) / 2**20 - 1.0))
+
+
+def _log_tails(batch: Path, lines: int = 2) -> list[str]:
+    """The last lines of each run's log (``logs/NAME.log``): where each stopped run stands."""
+    out = []
+    for log in sorted((batch / "logs").glob("*.log")):
+        tail = [t for t in log.read_text(errors="replace").splitlines() if t.strip()][-lines:]
+        out += [f"{log.stem}: {t.strip()[:300]}" for t in tail]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
@@ -114,9 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/borrowed"), help="where the batch folder is made")
     ap.add_argument("--part-mib", type=float, default=15.0, help="largest archive part, MiB")
     ap.add_argument("--state-mib", type=float, default=40.0, help="largest state carried back, MiB")
+    ap.add_argument(
+        "--carry-mib",
+        type=float,
+        help="what one call may send to a machine, MiB (64 for this workplace's GPUs): the state carried back "
+        "is cut to what fits beside this repository and its wheels, so it can go in again",
+    )
     args = ap.parse_args(own)
-    if args.part_mib <= 0 or args.state_mib < 0:
-        ap.error("--part-mib must be > 0 and --state-mib >= 0")
+    if args.part_mib <= 0 or args.state_mib < 0 or (args.carry_mib is not None and args.carry_mib <= 0):
+        ap.error("--part-mib and --carry-mib must be > 0 and --state-mib >= 0")
+    cap_mib = state_cap_mib(args.state_mib, args.carry_mib, REPO, args.state)
+    if args.carry_mib is not None:
+        print(f"state carried back: at most {cap_mib:.1f} MiB (of --carry-mib {args.carry_mib:g})", flush=True)
     args.back.mkdir(parents=True, exist_ok=True)
     batch = args.work / "batch"
     paths = [str(REPO / "src")]
@@ -138,13 +179,14 @@ def main(argv: list[str] | None = None) -> int:
             log.write(line)
         rc = proc.wait()
         records = pack_records(args.results, before, args.back)
-        kept, left = pack_state(batch, args.back, int(args.part_mib * 2**20), int(args.state_mib * 2**20))
+        kept, left = pack_state(batch, args.back, int(args.part_mib * 2**20), int(cap_mib * 2**20))
         notes = [
+            *_log_tails(batch),
             f"records back: {', '.join(records) or 'none'}",
             f"stopped runs carried back: {', '.join(kept) or 'none'}",
         ]
         if left:
-            notes.append(f"left behind (past --state-mib {args.state_mib:g}; they start anew): {', '.join(left)}")
+            notes.append(f"left behind (past {cap_mib:.1f} MiB of state; they start anew): {', '.join(left)}")
         for note in notes:
             print(note, flush=True)
             log.write(note + "\n")

@@ -49,6 +49,7 @@ def test_a_batch_stopped_on_one_machine_finishes_on_another_from_the_parts_it_se
     assert parts and "stopped runs carried back: .staging-markov-init" in first.stdout
     assert not (tmp_path / "back1" / "records.tgz").exists() and "records back: none" in first.stdout
     assert (tmp_path / "back1" / "batch.log").read_text().startswith(first.stdout[:40])
+    assert "\nmarkov-init: " in first.stdout  # where the stopped run stands, from the tail of its log
 
     second = _borrowed(tmp_path / "back2", tmp_path / "machine2", results, state=tmp_path / "back1")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
@@ -79,3 +80,17 @@ def test_the_state_carried_back_keeps_within_its_cap_and_splits_into_parts(tmp_p
     assert mod.unpack_state(back, tmp_path / "again") >= 2
     assert sorted(p.name for p in (tmp_path / "again").iterdir()) == [".staging-a", "batch.json"]
     assert (tmp_path / "again" / ".staging-a" / "blob").read_bytes() == (batch / ".staging-a" / "blob").read_bytes()
+
+
+def test_with_carry_mib_the_state_fits_beside_the_repository_that_travels_again(tmp_path):
+    mod = _load()
+    repo, state = tmp_path / "repo", tmp_path / "repo" / "back1"
+    (repo / ".whl").mkdir(parents=True)
+    (repo / ".whl" / "w.whl").write_bytes(b"0" * (3 << 20))  # wheels and sources: 3 MiB travel every time
+    state.mkdir()
+    (state / "state.tgz.00").write_bytes(b"0" * (10 << 20))  # the last state: replaced by the new one
+    assert mod.carried_bytes(repo, state) == 3 << 20
+    assert mod.state_cap_mib(40.0, 8.0, repo, state) == 8.0 - 3.0 - 1.0
+    assert mod.state_cap_mib(2.0, 8.0, repo, state) == 2.0  # --state-mib still bounds it
+    assert mod.state_cap_mib(40.0, None, repo, state) == 40.0
+    assert mod.state_cap_mib(40.0, 3.5, repo, None) == 0.0  # nothing fits: every run starts anew
