@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from tdlab.batch import DEFAULT_SECONDS, Job, _prior, estimates, plan_batch, status_table
 from tdlab.cli import app
-from tdlab.runs import Run, staging_path
+from tdlab.runs import Run, staged_elapsed, staging_path
 
 # A markov-init run long enough to be stopped mid-training (two arms, a few thousand tiny steps).
 SETS = [
@@ -100,6 +100,8 @@ def test_a_batch_stopped_then_killed_then_run_again_ends_with_the_numbers_of_one
     assert first.returncode == 3, first.stdout[-2000:] + first.stderr[-2000:]
     assert "0 finished, 1 left" in first.stdout and "stopped" in first.stdout
     assert list((staging / "checkpoints").glob("*.json")), "the stopped run kept its checkpoints"
+    first_segment = staged_elapsed(staging)
+    assert first_segment > 0, "the stopped run kept the wall time it ran"
     assert not (out / "markov-init").exists() and not (results / "quick" / "markov-init.json").exists()
     # The folder carried to another place (another machine, with only the folder): the batch continues it there.
     moved = tmp_path / "elsewhere"
@@ -133,6 +135,8 @@ def test_a_batch_stopped_then_killed_then_run_again_ends_with_the_numbers_of_one
     assert last.returncode == 0, last.stdout[-2000:] + last.stderr[-2000:]
     assert "resume" in last.stdout and "1 finished, 0 left" in last.stdout
     _same_run(out / "markov-init", uninterrupted)
+    assert not (out / "markov-init" / "elapsed.json").exists()
+    assert Run(out / "markov-init").summary["wall_time_s"] > first_segment  # every segment that could say
     record = json.loads((results / "quick" / "markov-init.json").read_text())
     assert record["experiment"] == "markov-init" and record["members"] == 2
     # 4. Once more: nothing to do.
@@ -209,6 +213,19 @@ def test_plan_prints_the_queue_with_estimates_and_runs_nothing(tmp_path):
     res = _cli("batch", "markov-rank", "--plan", "--profile", "quick", "--out", str(out), "--results", "")
     assert res.exit_code == 2 and "holds a batch of profile 'paper'" in res.output, res.output
     assert sorted(p.name for p in out.iterdir()) == [".staging-markov-rank", "batch.json"]
+    # What a stopped run's segments ran is taken off its estimate, down to a tenth of it; unreadable: none.
+    from tdlab.batch import MIN_LEFT, plan_batch
+
+    def job():
+        return plan_batch(["markov-rank"], "paper", out, "cpu", None)[0]
+
+    full, elapsed = job().estimate_s, out / ".staging-markov-rank" / "elapsed.json"
+    elapsed.write_text('{"wall_time_s": 30}')
+    assert job().estimate_s == pytest.approx(max(full - 30, MIN_LEFT * full)) and "ran 30 s so far" in job().note
+    elapsed.write_text(json.dumps({"wall_time_s": 10 * full}))
+    assert job().estimate_s == pytest.approx(MIN_LEFT * full)
+    elapsed.write_text("not json")
+    assert job().estimate_s == full and "so far" not in job().note
 
 
 def test_only_missing_leaves_out_what_is_published_at_the_current_config(tmp_path):

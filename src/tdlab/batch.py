@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tdlab.config import ConfigError, build_config, echo, read_field
-from tdlab.runs import Run, RunDirError, config_hash, staging_busy, staging_path
+from tdlab.runs import Run, RunDirError, config_hash, staged_elapsed, staging_busy, staging_path
 from tdlab.safeio import atomic_write, check_output_folder
 
 __all__ = ["BATCH_FILE", "Job", "Outcome", "estimates", "plan_batch", "run_batch", "run_job", "status_table"]
@@ -52,6 +52,9 @@ BATCH_FILE = "batch.json"
 FORMAT = "tdlab-batch/1"
 STOPPED = 3  # tdlab.train.stopping.STOPPED_EXIT_CODE (not imported: that module's users import torch)
 DEFAULT_SECONDS = 600.0  # the prior of an experiment with no quick time measured
+# A stopped run's estimate left is its estimate less what its segments ran, and at least this fraction of
+# it: a run that outran its estimate is not done, and the estimate was low by an unknown amount.
+MIN_LEFT = 0.1
 
 # where a job of the queue is; "stale": a run of the folder made at a config the profile no longer has
 State = Literal["done", "diverged", "stopped", "new", "failed", "busy", "stale"]
@@ -198,7 +201,9 @@ def _state(out: Path, name: str) -> tuple[State, float | None, str]:
     if (staging / "config.yaml").is_file():
         if staging_busy(staging):
             return "busy", None, "running in another process"
-        return "stopped", None, f"resumes from its checkpoints ({_kept(staging)})"
+        spent = staged_elapsed(staging)
+        ran = f"; ran {_duration(spent)} so far" if spent > 0 else ""
+        return "stopped", None, f"resumes from its checkpoints ({_kept(staging)}{ran})"
     return "new", None, ""
 
 
@@ -300,7 +305,10 @@ def plan_batch(
         mem = float(estimate(cfg).bytes) if _device_kind(device) == "cuda" else 0.0
         if state in ("done", "diverged", "stopped"):
             state, wall, note = _stale(out, n, profile_config_hash(n, profile, cfg=cfg), state, wall, note)
-        jobs.append(Job(n, state, est[n], wall, note, mem))
+        left = est[n]
+        if state == "stopped":  # what its earlier segments ran is done; an estimate they outran stays a tenth
+            left = max(left - staged_elapsed(staging_path(Path(out) / n)), MIN_LEFT * left)
+        jobs.append(Job(n, state, left, wall, note, mem))
     finished = [j for j in jobs if j.state in ("done", "diverged")]
     todo = sorted((j for j in jobs if j.state not in ("done", "diverged")), key=lambda j: j.estimate_s)
     return finished + todo

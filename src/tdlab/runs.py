@@ -14,7 +14,9 @@ A run is built in a hidden staging folder ``OUT/.staging-ID`` and renamed into p
 never half-written. Single files are replaced with temp-file + rename, and every file gets the mode
 a plainly created file would (``0o666 & ~umask``). A run killed mid-way leaves its staging folder,
 with checkpoints (JSON + safetensors, never pickles: :mod:`tdlab.train.checkpoint`), for ``tdlab run
---resume OUT/ID``; a finished run whose final rename fails keeps its staging folder whole.
+--resume OUT/ID``; a finished run whose final rename fails keeps its staging folder whole. A stopped
+run's staging folder also keeps ``elapsed.json``, the wall seconds its segments ran, so a run resumed
+across machines reports its whole wall time (a segment killed outright adds none).
 
 While a process writes a run (a new one or ``--resume``) it holds an exclusive lock (``flock``) on
 the staging folder, released when the run ends or the process dies: a second ``tdlab run`` of the
@@ -78,6 +80,7 @@ __all__ = [
     "environment",
     "file_mode",
     "list_runs",
+    "staged_elapsed",
     "staging_path",
 ]
 
@@ -313,6 +316,10 @@ class RunWriter:
     def write_config(self, config: dict[str, Any]) -> None:
         atomic_write(self.path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
+    def save_elapsed(self, seconds: float) -> None:
+        """Keep the wall seconds this run has run so far in its staging folder (a stop; a resume adds to it)."""
+        atomic_write(self.path / ELAPSED_FILE, json.dumps({"wall_time_s": float(seconds)}) + "\n")
+
     def add_metrics(self, arm: str, rows: Iterable[tuple[int, int, str, float]]) -> None:
         self.rows.extend((arm, int(s), int(m), str(n), float(v)) for s, m, n, v in rows)
         self.flush_metrics()
@@ -368,6 +375,7 @@ class RunWriter:
             RunNotMovedError: the rename failed; names the staging folder and the cause.
         """
         self.flush_metrics()
+        (self.path / ELAPSED_FILE).unlink(missing_ok=True)  # the summary's wall time holds it now
         try:
             os.replace(self.path, self.final)
         except OSError as exc:
@@ -410,6 +418,19 @@ def _busy(final: Path, staging: Path) -> RunBusyError:
         f"run's lock); wait for it to finish (`tdlab runs --out {final.parent}` lists it then), or "
         f"choose another --run-id"
     )
+
+
+ELAPSED_FILE = "elapsed.json"
+
+
+def staged_elapsed(staging: Path) -> float:
+    """Wall seconds the earlier segments of a stopped run ran (``elapsed.json`` of its staging folder); 0
+    where none is readable (a new run, or one whose segments were all killed before they could say)."""
+    try:
+        value = json.loads(read_inside(Path(staging), ELAPSED_FILE, 4096).decode())["wall_time_s"]
+    except (OSError, ValueError, KeyError, TypeError, RunDirError):
+        return 0.0
+    return float(value) if isinstance(value, (int, float)) and 0 <= value < float("inf") else 0.0
 
 
 def staging_path(final: Path) -> Path:

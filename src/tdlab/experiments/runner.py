@@ -23,7 +23,7 @@ from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
 from tdlab.record import write_record
 from tdlab.report.html import write_report
-from tdlab.runs import Run, RunDirError, RunWriter, environment
+from tdlab.runs import Run, RunDirError, RunWriter, environment, staged_elapsed
 from tdlab.safeio import check_output_folder
 from tdlab.train.phases import phase
 from tdlab.train.stopping import RunStopped
@@ -124,7 +124,7 @@ def _execute(
         err_console.print(f"run {writer.run_id}: building in {writer.path}", highlight=False, soft_wrap=True)
     with writer:
         status: dict[str, Any] = {"status": "done", "error": None}
-        t0 = time.perf_counter()
+        t0, before = time.perf_counter(), staged_elapsed(writer.path)  # the earlier segments of a resumed run
         ctx = RunContext(writer, device, progress)
         analysis, record = None, None
         try:
@@ -145,11 +145,12 @@ def _execute(
             status = {"status": "diverged", "error": str(err), "member": err.member, "step": err.step}
         except (RunStopped, KeyboardInterrupt) as stop:  # the staging folder stays for --resume if it has checkpoints
             stop.run_dir = writer.final  # type: ignore[union-attr]
+            writer.save_elapsed(before + time.perf_counter() - t0)
             raise
         meta = {
             "run_id": writer.run_id,
             "profile": profile,
-            "wall_time_s": time.perf_counter() - t0,
+            "wall_time_s": before + time.perf_counter() - t0,  # every segment of a resumed run
             "env": environment(device),
             **status,
         }
