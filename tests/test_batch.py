@@ -268,6 +268,12 @@ def test_a_folder_of_another_profile_or_set_is_refused(tmp_path):
         "batch", "markov-landscape", "--profile", "paper", "--set", "n_traj=3", "--out", str(out), "--results", ""
     )
     assert res.exit_code == 2 and "--set" in res.output, res.output
+    (out / "batch.json").write_text(
+        json.dumps({"format": "tdlab-batch/1", "profile": "paper", "set": [], "device": "cuda"})
+    )
+    res = _cli("batch", "markov-landscape", "--profile", "paper", "--out", str(out), "--results", "")
+    assert res.exit_code == 2 and "holds a batch run on 'cuda'" in res.output, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["batch.json"]
 
 
 def test_ray_backend_runs_the_queue_as_tasks_and_publishes(tmp_path):

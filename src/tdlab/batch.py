@@ -243,8 +243,8 @@ def _kept(staging: Path) -> str:
 
 
 def _check_folder(out: Path, profile: str, device: str, sets: Sequence[str], write: bool = True) -> None:
-    """The batch folder's ``batch.json``: written on first use (``write``); a folder of another profile or
-    other ``--set`` overrides is refused (its runs would not be the runs asked for)."""
+    """The batch folder's ``batch.json``: written on first use (``write``); a folder of another profile, other
+    ``--set`` overrides or another kind of device is refused (its runs would not be the runs asked for)."""
     f = out / BATCH_FILE
     if f.is_file():
         try:
@@ -257,6 +257,12 @@ def _check_folder(out: Path, profile: str, device: str, sets: Sequence[str], wri
             raise ConfigError(
                 f"--profile: {echo(profile)}, but {out} holds a batch of profile "
                 f"{echo(str(doc.get('profile')))}; use that profile or another --out"
+            )
+        had = str(doc.get("device", device))  # a folder written before the device was kept: any
+        if _device_kind(had) != _device_kind(device):
+            raise ConfigError(
+                f"--device: {echo(device)}, but {out} holds a batch run on {echo(had)} (its checkpoints, random "
+                f"streams included, resume on that kind of device); use --device {echo(had)} or another --out"
             )
         if doc.get("set", []) != list(sets):
             raise ConfigError(
