@@ -813,6 +813,44 @@ def results_check(
         raise typer.Exit(code=1)
 
 
+@results_app.command("compare")
+def results_compare(
+    a: Annotated[Path, typer.Argument(help="a record (results/paper/NAME.json)")],
+    b: Annotated[Path, typer.Argument(help="another record of the same experiment (another device, commit, profile)")],
+    rtol: Annotated[
+        float, typer.Option(help="relative tolerance of the rows with no spread on either side (deterministic values)")
+    ] = 1e-6,
+    all_groups: Annotated[bool, typer.Option("--all", help="list every group, not only those that differ")] = False,
+) -> None:
+    """Two records of one experiment side by side: each group's verdict in A and B (the same, a difference in
+    certainty, or holds against fails), and where both ran the same config each row's numbers (Welch over the
+    members, Holm over the rows). Exit 1 when a group contradicts or a row differs, 2 for a bad record."""
+    from tdlab.report.compare import compare_records, group_rows, header_lines, row_rows, summary_line
+    from tdlab.results import load_record
+
+    try:
+        c = compare_records(load_record(a), load_record(b), rtol)
+    except (ConfigError, RunDirError) as exc:
+        _fail(str(exc))
+    for line in header_lines(c):
+        out_console.print(line, highlight=False, markup=False, soft_wrap=True)
+    shown = [r for r in group_rows(c) if all_groups or r[4] != "same"]
+    if shown:
+        table = Table("group", "kind", "A", "B", "agreement")
+        for g in shown:
+            table.add_row(*(escape(x) for x in g))
+        out_console.print(table)
+    differing = row_rows(c)
+    if differing:
+        rows = Table("row that differs", "A", "B", "p (Holm over the rows)")
+        for r in differing:
+            rows.add_row(*(escape(x) for x in r))
+        out_console.print(rows)
+    out_console.print(summary_line(c), highlight=False, markup=False, soft_wrap=True)
+    if not c.agree:
+        raise typer.Exit(code=1)
+
+
 @app.command()
 def findings(
     run_dirs: Annotated[list[Path] | None, typer.Argument(help="run directories, in the order of the table")] = None,
