@@ -169,6 +169,32 @@ def test_records_at_different_configs_compare_verdicts_only():
     assert "rows" not in summary_line(c)
 
 
+def test_one_value_is_deterministic_when_its_interval_is_finite_and_of_unknown_spread_otherwise():
+    a = _rec()
+
+    def single(finite: bool, value: float):
+        def edit(r):
+            r["test"], r["reference"], r["mc_se"], r["resolution"], r["measured"] = "value", None, 0.0, 0.0, [value]
+            r["interval"] = [value, value] if finite else [-math.inf, math.inf]
+            return r
+
+        return edit
+
+    closed = compare_records(_edit_rows(a, single(True, 2.0)), _edit_rows(a, single(True, 2.5), device=_other(a)))
+    assert closed.rows and all(r.status == "deterministic" and r.differs for r in closed.rows)
+    unknown = compare_records(_edit_rows(a, single(False, 2.0)), _edit_rows(a, single(False, 2.5), device=_other(a)))
+    assert unknown.agree and all(r.status == "one member" for r in unknown.rows)
+
+
+def test_two_root_seeds_of_one_config_are_replicates_whose_numbers_are_compared():
+    a = _rec()
+    b = a.model_copy(update={"seed": 1, "config": {**a.config, "seed": 1}, "config_hash": "0" * 64})
+    c = compare_records(a, b)
+    assert c.same_config and not c.same_stream and c.rows and c.agree
+    other = a.model_copy(update={"config": {**a.config, "members": a.members + 1}, "config_hash": "1" * 64})
+    assert compare_records(a, other).rows == []
+
+
 def test_two_experiments_or_a_bad_tolerance_are_refused():
     with pytest.raises(RecordError, match="two experiments"):
         compare_records(_rec(), load_record(REPO / "results" / "paper" / "markov-rank.json"))

@@ -5,7 +5,7 @@ machine): does it say the same? Two answers, both from the records alone:
 
 - **Verdicts**, group by group: the same; a difference in certainty only (one side decided, the other
   not resolved or not evaluable); or a **contradiction** (holds on one side, fails on the other).
-- **Numbers**, row by row, where both records ran the same config: each row's estimate (the mean of a
+- **Numbers**, row by row, where both records ran the same config (the root seed aside): each row's estimate (the mean of a
   value row, the difference of a compare row) with its standard error over the members (and its
   Monte-Carlo error), compared by a Welch interval of A − B widened by both resolutions; the rows whose
   difference excludes 0 after Holm's correction over the compared rows, at the records' confidence,
@@ -83,8 +83,8 @@ class RowPair:
 
 @dataclass(frozen=True)
 class Comparison:
-    """What :func:`compare_records` found. ``same_config``: both ran the same config (hash);
-    ``same_stream``: and the same seed on the same kind of device (the same members)."""
+    """What :func:`compare_records` found. ``same_config``: both ran the same config but for the root seed
+    (a replicate); ``same_stream``: and the same seed on the same kind of device (the same members)."""
 
     a: Record
     b: Record
@@ -132,7 +132,8 @@ def _mean_se(values: Sequence[float]) -> tuple[float, float, float]:
 def row_estimate(row: dict[str, Any]) -> Estimate | str:
     """A judged row's estimate (a compare row: mean of ``measured − reference``, paired or Welch; otherwise the
     mean of ``measured``), with its member and Monte-Carlo standard error; or why it has none (``censored``,
-    ``no value``)."""
+    ``no value``). One value is deterministic when its interval is finite (a closed form, an exact
+    enumeration: only its Monte-Carlo error and resolution), and of unknown spread otherwise."""
     if row.get("censored") and any(row["censored"]):
         return "censored"
     m = _finite(row.get("measured"))
@@ -152,7 +153,10 @@ def row_estimate(row: dict[str, Any]) -> Estimate | str:
             df = _welch_df((sa, da), (sb, db))
     else:
         value, se, df = _mean_se(m)
-        if len(m) >= 2 and se == 0.0:
+        iv = row.get("interval") or [math.nan, math.nan]
+        if len(m) == 1 and all(isinstance(x, (int, float)) and math.isfinite(x) for x in iv):
+            se = 0.0  # one value with a finite interval: the judge read it as deterministic (a closed form)
+        if se == 0.0:
             df = math.inf
     if math.isinf(se):
         return Estimate(value, math.inf, 0.0, widen)
@@ -202,6 +206,11 @@ def _pair_rows(a: Record, b: Record, rtol: float, confidence: float, same_stream
     return pairs
 
 
+def _settings(rec: Record) -> dict[str, Any]:
+    """The record's config without its root seed: two records with the same settings are replicates."""
+    return {k: v for k, v in rec.config.items() if k != "seed"}
+
+
 def compare_records(a: Record, b: Record, rtol: float = 1e-6) -> Comparison:
     """Compare two records of the same experiment (:class:`RecordError` otherwise): their groups' verdicts,
     and, when they ran the same config, their rows' numbers (see the module)."""
@@ -222,7 +231,7 @@ def compare_records(a: Record, b: Record, rtol: float = 1e-6) -> Comparison:
         )
         for gid in list(ga) + [g for g in gb if g not in ga]
     ]
-    same_config = a.config_hash == b.config_hash
+    same_config = _settings(a) == _settings(b)
     same_stream = same_config and a.seed == b.seed and a.device.split(":")[0] == b.device.split(":")[0]
     rows = _pair_rows(a, b, rtol, max(a.confidence, b.confidence), same_stream) if same_config else []
     return Comparison(a, b, groups, rows, same_config, same_stream)
@@ -249,6 +258,8 @@ def header_lines(c: Comparison) -> list[str]:
     lines = [f"{c.a.experiment}", f"  A: {_side(c.a)}", f"  B: {_side(c.b)}"]
     if not c.same_config:
         lines.append("  different configs: verdicts only (the numbers are at different settings)")
+    elif c.a.seed != c.b.seed:
+        lines.append("  the same config at two root seeds: independent members (a replicate)")
     elif c.same_stream:
         lines.append("  same config, seed and kind of device: the same members, numbers should agree to round-off")
     else:
