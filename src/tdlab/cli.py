@@ -35,7 +35,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.padding import Padding
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
@@ -815,23 +815,52 @@ def results_check(
 
 @results_app.command("compare")
 def results_compare(
-    a: Annotated[Path, typer.Argument(help="a record (results/paper/NAME.json)")],
-    b: Annotated[Path, typer.Argument(help="another record of the same experiment (another device, commit, profile)")],
+    a: Annotated[Path, typer.Argument(help="a record (results/paper/NAME.json), or a folder of records")],
+    b: Annotated[
+        Path,
+        typer.Argument(help="another record of the same experiment (another device, seed, commit, profile), or folder"),
+    ],
     rtol: Annotated[
         float, typer.Option(help="relative tolerance of the rows with no spread on either side (deterministic values)")
     ] = 1e-6,
     all_groups: Annotated[bool, typer.Option("--all", help="list every group, not only those that differ")] = False,
 ) -> None:
     """Two records of one experiment side by side: each group's verdict in A and B (the same, a difference in
-    certainty, or holds against fails), and where both ran the same config each row's numbers (Welch over the
-    members, Holm over the rows). Exit 1 when a group contradicts or a row differs, 2 for a bad record."""
-    from tdlab.report.compare import compare_records, group_rows, header_lines, row_rows, summary_line
-    from tdlab.results import load_record
+    certainty, or holds against fails), and where both ran the same config (the root seed aside) each row's
+    numbers (Welch over the members, Holm over the rows). Two folders: every experiment they share, a line
+    each. Exit 1 when a group contradicts or a row differs, 2 for a bad record."""
+    from tdlab.report.compare import compare_folders, compare_records, folder_rows
 
     try:
-        c = compare_records(load_record(a), load_record(b), rtol)
+        if a.is_dir() and b.is_dir():
+            cs = compare_folders(a, b, rtol)
+        elif a.is_dir() or b.is_dir():
+            raise ConfigError(f"compare a record with a record, or a folder of records with a folder: {a}, {b}")
+        else:
+            from tdlab.results import load_record
+
+            cs = [compare_records(load_record(a), load_record(b), rtol)]
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
+    if len(cs) == 1 and not (a.is_dir() and b.is_dir()):
+        _print_comparison(cs[0], all_groups)
+    else:
+        table = Table(
+            Column("experiment", no_wrap=True), "seed", "device", "same", "less sure", "opposite", "rows", "differ"
+        )
+        for row in folder_rows(cs):
+            table.add_row(*(escape(x) for x in row))
+        out_console.print(table)
+        for c in cs:
+            if not c.agree:
+                _print_comparison(c, all_groups)
+    if not all(c.agree for c in cs):
+        raise typer.Exit(code=1)
+
+
+def _print_comparison(c: Any, all_groups: bool) -> None:
+    from tdlab.report.compare import group_rows, header_lines, row_rows, summary_line
+
     for line in header_lines(c):
         out_console.print(line, highlight=False, markup=False, soft_wrap=True)
     shown = [r for r in group_rows(c) if all_groups or r[4] != "same"]
@@ -847,8 +876,6 @@ def results_compare(
             rows.add_row(*(escape(x) for x in r))
         out_console.print(rows)
     out_console.print(summary_line(c), highlight=False, markup=False, soft_wrap=True)
-    if not c.agree:
-        raise typer.Exit(code=1)
 
 
 @app.command()

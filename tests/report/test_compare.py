@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from tdlab.claims.stats import holm
 from tdlab.cli import app
 from tdlab.record import RecordError
-from tdlab.report.compare import compare_records, row_estimate, summary_line
+from tdlab.report.compare import compare_folders, compare_records, folder_rows, row_estimate, summary_line
 from tdlab.results import Record, load_record
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,18 +148,21 @@ def test_rows_without_spread_are_compared_with_the_relative_tolerance():
         return edit
 
     base = _edit_rows(a, flat(0.0))
-    assert compare_records(base, _edit_rows(a, flat(1e-9), device=_other(a))).agree
+    assert compare_records(base, _edit_rows(a, flat(1e-9))).agree
+    c = compare_records(base, _edit_rows(a, flat(1e-3)))  # the same members: they should agree to round-off
+    assert c.same_stream and c.rows and all(r.status == "deterministic" and r.differs for r in c.rows)
+    assert compare_records(base, _edit_rows(a, flat(1e-3)), rtol=1e-2).agree
+    # drawn independently (another device): a value without spread may move with the draws; not evidence
     c = compare_records(base, _edit_rows(a, flat(1e-3), device=_other(a)))
-    assert c.rows and all(r.status == "deterministic" and r.differs for r in c.rows)
-    assert compare_records(base, _edit_rows(a, flat(1e-3), device=_other(a)), rtol=1e-2).agree
+    assert c.agree and all(r.status == "deterministic" and not r.equal for r in c.rows)
 
     def coarse(r):  # known to a grid of 0.01: a gap within both half-cells is no evidence
         r["resolution"] = 0.01
         return r
 
     coarse_base = _edit_rows(base, coarse)
-    assert compare_records(coarse_base, _edit_rows(_edit_rows(a, flat(0.009)), coarse, device=_other(a))).agree
-    assert not compare_records(coarse_base, _edit_rows(_edit_rows(a, flat(0.011)), coarse, device=_other(a))).agree
+    assert compare_records(coarse_base, _edit_rows(_edit_rows(a, flat(0.009)), coarse)).agree
+    assert not compare_records(coarse_base, _edit_rows(_edit_rows(a, flat(0.011)), coarse)).agree
 
 
 def test_records_at_different_configs_compare_verdicts_only():
@@ -180,7 +183,7 @@ def test_one_value_is_deterministic_when_its_interval_is_finite_and_of_unknown_s
 
         return edit
 
-    closed = compare_records(_edit_rows(a, single(True, 2.0)), _edit_rows(a, single(True, 2.5), device=_other(a)))
+    closed = compare_records(_edit_rows(a, single(True, 2.0)), _edit_rows(a, single(True, 2.5)))
     assert closed.rows and all(r.status == "deterministic" and r.differs for r in closed.rows)
     unknown = compare_records(_edit_rows(a, single(False, 2.0)), _edit_rows(a, single(False, 2.5), device=_other(a)))
     assert unknown.agree and all(r.status == "one member" for r in unknown.rows)
@@ -221,3 +224,28 @@ def test_cli_exit_codes(tmp_path: Path):
     assert other.exit_code == 2 and "two experiments" in other.output
     missing = runner.invoke(app, ["results", "compare", str(REC), str(tmp_path / "nope.json")])
     assert missing.exit_code == 2 and len(missing.output.strip().splitlines()) == 1
+
+
+def test_two_folders_compare_every_experiment_they_share(tmp_path: Path):
+    a, b = tmp_path / "a" / "quick", tmp_path / "b" / "quick"
+    a.mkdir(parents=True), b.mkdir(parents=True)
+    for name in ("markov-landscape", "topics-landscape"):
+        (a / f"{name}.json").write_text((REPO / "results" / "quick" / f"{name}.json").read_text())
+    rec = load_record(a / "topics-landscape.json")
+    held = next(g for g in rec.claims if g["verdict"] == "holds")
+    flipped = rec.model_copy(
+        update={"claims": [{**g, "verdict": "fails", "cause": "decided"} if g is held else g for g in rec.claims]}
+    )
+    (b / "topics-landscape.json").write_text(json.dumps(flipped.model_dump()))
+    cs = compare_folders(a, b)
+    assert [c.a.experiment for c in cs] == ["topics-landscape"] and not cs[0].agree
+    row = folder_rows(cs)[0]
+    assert row[0] == "topics-landscape" and row[5] == "1"
+    runner = CliRunner()
+    res = runner.invoke(app, ["results", "compare", str(a), str(b)])
+    assert res.exit_code == 1 and "topics-landscape" in res.stdout and held["id"] in res.stdout
+    (tmp_path / "c").mkdir()
+    none = runner.invoke(app, ["results", "compare", str(a), str(tmp_path / "c")])
+    assert none.exit_code == 2 and "no record of the same experiment" in none.output
+    mixed = runner.invoke(app, ["results", "compare", str(a), str(REC)])
+    assert mixed.exit_code == 2 and "a folder of records with a folder" in mixed.output

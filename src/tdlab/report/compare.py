@@ -13,8 +13,9 @@ machine): does it say the same? Two answers, both from the records alone:
   draws, so a difference beyond the spread is a finding; the same kind and seed draw the same members,
   and the numbers should then agree to round-off (:attr:`Comparison.identical` counts the rows that do).
 
-Rows with no spread on either side (deterministic values) are compared with ``rtol`` (relative), a
-censored row is not compared (its value is a bound), nor is a row with no finite value on a side.
+Rows with no spread on either side (closed forms, or one value of the draws) are compared with ``rtol``
+(relative): they differ only where both drew the same members, and are otherwise counted as equal or
+not. A censored row is not compared (its value is a bound), nor is a row with no finite value on a side.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tdlab.claims.stats import Interval, holm, p_outside
 from tdlab.record import Record, RecordError
+from tdlab.results import load_records
 
-__all__ = ["Comparison", "GroupPair", "RowPair", "compare_records", "row_estimate"]
+__all__ = ["Comparison", "GroupPair", "RowPair", "compare_folders", "compare_records", "folder_rows", "row_estimate"]
 
 DECIDED = ("holds", "fails")
 
@@ -79,6 +82,7 @@ class RowPair:
     p: float = 1.0  # the p-value of "A and B estimate the same value" (1 when not compared)
     differs: bool = False
     identical: bool = False
+    equal: bool = True  # a row without spread: A and B agree to ``rtol``
 
 
 @dataclass(frozen=True)
@@ -189,9 +193,21 @@ def _pair_rows(a: Record, b: Record, rtol: float, confidence: float, same_stream
         if math.isinf(ea.se) or math.isinf(eb.se):
             pairs.append(RowPair(rid, ea, eb, "one member", identical=same))
         elif ea.se == 0.0 and eb.se == 0.0:
-            scale = max(abs(ea.value), abs(eb.value))
-            off = abs(gap) > widen + rtol * scale
-            pairs.append(RowPair(rid, ea, eb, "deterministic", p=0.0 if off else 1.0, differs=off, identical=same))
+            # without spread a difference is evidence only where both drew the same members: a value of the
+            # draws (a sampled start's integration error) may move with the seed and the device
+            off = abs(gap) > widen + rtol * max(abs(ea.value), abs(eb.value))
+            pairs.append(
+                RowPair(
+                    rid,
+                    ea,
+                    eb,
+                    "deterministic",
+                    p=0.0 if off else 1.0,
+                    differs=off and same_stream,
+                    identical=same,
+                    equal=not off,
+                )
+            )
         else:
             se = math.hypot(ea.se, eb.se)
             df = _welch_df((ea.se, ea.df), (eb.se, eb.df))
@@ -292,11 +308,45 @@ def summary_line(c: Comparison) -> str:
     )
     if c.same_config:
         by = {s: sum(r.status == s for r in c.rows) for s in ("compared", "deterministic")}
+        equal = sum(r.status == "deterministic" and r.equal for r in c.rows)
         skipped = len(c.rows) - by["compared"] - by["deterministic"]
         text += (
-            f"; {len(c.rows)} rows: {by['compared']} compared over the members, {by['deterministic']} without spread, "
-            f"{skipped} not comparable (censored, one member or no value); {len(c.differing)} differ"
+            f"; {len(c.rows)} rows: {by['compared']} compared over the members, {by['deterministic']} without spread "
+            f"({equal} equal to rtol), {skipped} not comparable (censored, one member or no value); "
+            f"{len(c.differing)} differ"
         )
         if c.same_stream:
             text += f"; {c.identical} identical"
     return text
+
+
+def compare_folders(a: Path, b: Path, rtol: float = 1e-6) -> list[Comparison]:
+    """Every experiment with a record in both folders of records (``results/quick`` and a replicate's),
+    compared (:func:`compare_records`), in A's order; :class:`RecordError` when they share none."""
+    ra, rb = load_records(a), load_records(b)
+    shared = [n for n in ra if n in rb]
+    if not shared:
+        raise RecordError(f"{a} and {b} hold no record of the same experiment")
+    return [compare_records(ra[n], rb[n], rtol) for n in shared]
+
+
+def folder_rows(cs: Sequence[Comparison]) -> list[tuple[str, ...]]:
+    """``(experiment, seeds, devices, groups the same, differing in certainty, opposite, rows compared, rows
+    that differ)`` per comparison: the table of two folders of records."""
+    out: list[tuple[str, ...]] = []
+    for c in cs:
+        tally = {k: sum(g.agreement == k for g in c.groups) for k in ("same", "certainty", "contradicts")}
+        compared = sum(r.status in ("compared", "deterministic") for r in c.rows)
+        out.append(
+            (
+                c.a.experiment,
+                f"{c.a.seed} / {c.b.seed}",
+                f"{c.a.gpu or c.a.device} / {c.b.gpu or c.b.device}",
+                str(tally["same"]),
+                str(tally["certainty"]),
+                str(tally["contradicts"]),
+                str(compared) if c.same_config else "— (configs differ)",
+                str(len(c.differing)) if c.same_config else "—",
+            )
+        )
+    return out
