@@ -133,17 +133,21 @@ def test_records_must_name_a_known_experiment_and_be_named_for_it(run_dir, tmp_p
         load_record(tmp_path / "bad.json")
 
 
+def _assert_rejudges_to_its_verdicts(rec: Record, label: str) -> None:
+    if rec.measured is None:
+        return
+    again = {g.id: (g.kind, g.verdict, g.cause) for g in rejudge(rec)}
+    stored = {g["id"]: (g["kind"], g["verdict"], g["cause"]) for g in rec.claims + rec.sanity}
+    assert again == stored, f"{label}: re-judged {again} vs stored {stored}"
+
+
 @pytest.mark.parametrize("profile", ["paper", "quick", "standard"])
 def test_every_committed_record_loads_and_rejudges_to_its_stored_verdicts(profile):
     """The records under results/ are the source of every published table: each must still be what the
     current claims layer says of its measurements (re-publish the records when a rule changes)."""
     records = load_records(REPO / "results" / profile)
     for name, rec in records.items():
-        if rec.measured is None:
-            continue
-        again = {g.id: (g.kind, g.verdict, g.cause) for g in rejudge(rec)}
-        stored = {g["id"]: (g["kind"], g["verdict"], g["cause"]) for g in rec.claims + rec.sanity}
-        assert again == stored, f"{profile}/{name}: re-judged {again} vs stored {stored}"
+        _assert_rejudges_to_its_verdicts(rec, f"{profile}/{name}")
     if profile == "paper":
         assert records, "results/paper holds the records of the seeds' settings"
 
@@ -158,6 +162,22 @@ def test_every_committed_record_is_its_profile_as_the_code_defines_it(profile):
         assert rec.config_hash == profile_config_hash(name, profile), (
             f"{profile}/{name}: made at a config its profile no longer has; run it again and publish"
         )
+
+
+def test_every_replicate_record_is_its_profile_at_another_root_seed_and_rejudges_to_its_verdicts():
+    """results/replicates/seedN/PROFILE/NAME.json: the same profile run from root seed N (`tdlab batch --profile
+    quick --set seed=N --results results/replicates/seedN`), compared with results/PROFILE by `tdlab results
+    compare`; each must be that profile at that seed as the code defines it, and judged as the rules judge."""
+    from tdlab.results import profile_config_hash
+
+    folders = sorted((REPO / "results" / "replicates").glob("seed*/*"))
+    for folder in folders:
+        for name, rec in load_records(folder).items():
+            assert folder.parent.name == f"seed{rec.seed}" and folder.name == rec.profile, f"{folder}/{name}"
+            assert rec.config_hash == profile_config_hash(name, rec.profile, [f"seed={rec.seed}"]), (
+                f"{folder}/{name}: not the {rec.profile} profile at seed {rec.seed} as the code defines it"
+            )
+            _assert_rejudges_to_its_verdicts(rec, f"{folder}/{name}")
 
 
 def test_a_recorded_paper_run_reproduces_its_numbers(tmp_path):

@@ -824,6 +824,11 @@ def results_compare(
         float, typer.Option(help="relative tolerance of the rows with no spread on either side (deterministic values)")
     ] = 1e-6,
     all_groups: Annotated[bool, typer.Option("--all", help="list every group, not only those that differ")] = False,
+    into: Annotated[
+        Path | None,
+        typer.Option("--into", help="two folders: write the table as markdown into this file, between markers"),
+    ] = None,
+    section: Annotated[str, typer.Option(help="the marker name in --into's file: <!-- NAME:start -->")] = "replicates",
 ) -> None:
     """Two records of one experiment side by side: each group's verdict in A and B (the same, a difference in
     certainty, or holds against fails), and where both ran the same config (the root seed aside) each row's
@@ -840,6 +845,16 @@ def results_compare(
             from tdlab.results import load_record
 
             cs = [compare_records(load_record(a), load_record(b), rtol)]
+        if into is not None:
+            if not (a.is_dir() and b.is_dir()):
+                raise ConfigError("--into: writes the table of two folders of records; give two folders")
+            _check_section(section)
+            from tdlab.report.compare import folder_markdown
+            from tdlab.report.findings import replace_between_markers
+
+            replace_between_markers(into, folder_markdown(cs), section)
+            out_console.print(f"wrote the {section} section of {into}", highlight=False, markup=False)
+            return
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     if len(cs) == 1 and not (a.is_dir() and b.is_dir()):
@@ -941,15 +956,18 @@ def findings(
         if readme is None:
             out_console.print(text, highlight=False, soft_wrap=True, markup=False)
         else:
-            if not re.fullmatch(r"[a-z][a-z0-9-]*", section):
-                raise ConfigError(
-                    f"--section: {section!r} is not a marker name; allowed: lower-case letters, digits, '-'"
-                )
+            _check_section(section)
             replace_between_markers(readme, text, section)
             what = f"records of {results}" if results is not None else f"{len(run_dirs or [])} run(s)"
             out_console.print(f"findings of {what} written to {readme}", highlight=False)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
+
+
+def _check_section(section: str) -> None:
+    """A ``--section`` marker name, or one line saying what is allowed."""
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", section):
+        raise ConfigError(f"--section: {section!r} is not a marker name; allowed: lower-case letters, digits, '-'")
 
 
 def _published_markdown(results: Path, per_seed: bool = False) -> str:

@@ -234,3 +234,19 @@ def test_what_settles_an_undecided_group_says_members_training_or_nothing_more_o
     assert "not the seed's" in text
     short = what_settles("topics-wv", rec, {**spread, "cause": "shorter than the seed's length"})
     assert short.startswith("training to the seed's length")
+
+
+def test_the_findings_page_holds_the_replicate_table_of_the_committed_records(tmp_path):
+    """The root-seed replicates' table is generated from results/quick and results/replicates/seed1/quick."""
+    page = REPO / "docs" / "findings.md"
+    copy = tmp_path / page.name
+    shutil.copy(page, copy)
+    replicates = REPO / "results" / "replicates" / "seed1" / "quick"
+    res = CliRunner().invoke(
+        app, ["results", "compare", str(REPO / "results" / "quick"), str(replicates), "--into", str(copy)]
+    )
+    assert res.exit_code == 0, res.output
+    assert copy.read_text(encoding="utf-8") == page.read_text(encoding="utf-8"), (
+        "regenerate: tdlab results compare results/quick results/replicates/seed1/quick --into docs/findings.md "
+        "--section replicates"
+    )

@@ -29,9 +29,19 @@ from typing import Any
 
 from tdlab.claims.stats import Interval, holm, p_outside
 from tdlab.record import Record, RecordError
+from tdlab.report.mdtext import md_cell, md_code
 from tdlab.results import load_records
 
-__all__ = ["Comparison", "GroupPair", "RowPair", "compare_folders", "compare_records", "folder_rows", "row_estimate"]
+__all__ = [
+    "Comparison",
+    "GroupPair",
+    "RowPair",
+    "compare_folders",
+    "compare_records",
+    "folder_markdown",
+    "folder_rows",
+    "row_estimate",
+]
 
 DECIDED = ("holds", "fails")
 
@@ -261,6 +271,10 @@ def _side(rec: Record) -> str:
     )
 
 
+def _label(rec: Record) -> str:
+    return f"seed {rec.seed}, {rec.gpu or rec.device}"
+
+
 def _fmt(e: Estimate | None) -> str:
     if e is None:
         return "—"
@@ -350,3 +364,38 @@ def folder_rows(cs: Sequence[Comparison]) -> list[tuple[str, ...]]:
             )
         )
     return out
+
+
+def folder_markdown(cs: Sequence[Comparison]) -> str:
+    """The table of two folders of records as markdown (paper and sanity groups together), then every group
+    that holds in one and fails in the other, and every row whose numbers differ."""
+    lines = [
+        "| experiment | seeds | devices | groups: same verdict | differ in certainty | opposite | rows compared | "
+        "rows that differ |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in folder_rows(cs):
+        lines.append(f"| `{md_code(row[0])}` | " + " | ".join(md_cell(x) for x in row[1:]) + " |")
+    notes = []
+    for c in cs:
+        notes += [
+            f"- `{md_code(c.a.experiment)}` `{md_code(g.id)}` ({g.kind}): {md_cell(g.a)} in A ({md_cell(_label(c.a))}), "
+            f"{md_cell(g.b)} in B ({md_cell(_label(c.b))})"
+            for g in c.contradictions
+        ]
+        notes += [
+            f"- `{md_code(c.a.experiment)}` row `{md_code(r.id)}`: {md_cell(_fmt(r.a))} against {md_cell(_fmt(r.b))} "
+            f"(p = {r.p:.2g}, Holm over the experiment's rows)"
+            for r in c.differing
+        ]
+    tally = {k: sum(g.agreement == k for c in cs for g in c.groups) for k in ("same", "certainty", "contradicts")}
+    total = sum(len(c.groups) for c in cs)
+    lines += [
+        "",
+        f"{len(cs)} experiments, {total} groups: {tally['same']} with the same verdict, {tally['certainty']} "
+        f"differing in certainty only, {tally['contradicts']} opposite; "
+        f"{sum(len(c.differing) for c in cs)} rows whose numbers differ.",
+    ]
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines) + "\n"
