@@ -16,7 +16,14 @@ from typer.testing import CliRunner
 from tdlab.claims.stats import holm
 from tdlab.cli import app
 from tdlab.record import RecordError
-from tdlab.report.compare import compare_folders, compare_records, folder_rows, row_estimate, summary_line
+from tdlab.report.compare import (
+    compare_folders,
+    compare_records,
+    folder_markdown,
+    folder_rows,
+    row_estimate,
+    summary_line,
+)
 from tdlab.results import Record, load_record
 
 REPO = Path(__file__).resolve().parents[2]
@@ -241,6 +248,12 @@ def test_two_folders_compare_every_experiment_they_share(tmp_path: Path):
     assert [c.a.experiment for c in cs] == ["topics-landscape"] and not cs[0].agree
     row = folder_rows(cs)[0]
     assert row[0] == "topics-landscape" and row[5] == "1"
+    text = folder_markdown(cs)
+    n = sum(r.status == "compared" for r in cs[0].rows)
+    assert (
+        f"Before Holm, 0 of the {n} rows compared" in text
+        and f"`{held['id']}` (paper): holds in A (seed 0, cpu), fails in B" in text
+    )
     runner = CliRunner()
     res = runner.invoke(app, ["results", "compare", str(a), str(b)])
     assert res.exit_code == 1 and "topics-landscape" in res.stdout and held["id"] in res.stdout
