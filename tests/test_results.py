@@ -230,3 +230,21 @@ def test_a_nan_measurement_survives_publishing_and_rejudges(run_dir, tmp_path):
     rec = load_record(path)
     assert math.isnan(rec.measured["rows"][claim][0]["measured"]["values"][0])
     assert {g.id for g in rejudge(rec)} == {g["id"] for g in rec.claims + rec.sanity}
+
+
+def test_results_check_takes_a_replicate_at_its_own_root_seed_for_its_profile(tmp_path):
+    """A record of the quick profile at root seed 1 is that profile (not a record to run again); the same
+    record claiming seed 0 is not."""
+    src = REPO / "results" / "replicates" / "seed1" / "quick" / "markov-landscape.json"
+    if not src.is_file():
+        pytest.skip("no committed replicate of markov-landscape")
+    folder = tmp_path / "seed1" / "quick"
+    folder.mkdir(parents=True)
+    (folder / src.name).write_text(src.read_text())
+    ok = _cli("results", "check", str(folder))
+    assert ok.exit_code == 0 and "not at their profile" not in ok.output, ok.output
+    doc = json.loads(src.read_text())
+    doc["seed"] = 0  # its config still says seed 1: not the profile at the seed it claims
+    (folder / src.name).write_text(json.dumps(doc))
+    off = _cli("results", "check", str(folder))
+    assert "1 not at their profile's current config" in off.output, off.output

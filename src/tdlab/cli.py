@@ -773,8 +773,9 @@ def results_check(
             raise ConfigError(f"folder: {folder} is not a folder of records")
         records = load_records(folder)
         moved, changed = [], []
-        # the records whose run was not the profile as the code now defines it: re-run them to publish
-        off = [n for n, r in records.items() if not is_current(r)]
+        # the records whose run was not the profile as the code now defines it (at the record's own root seed:
+        # a replicate at seed 1 is its profile too): re-run them to publish
+        off = [n for n, r in records.items() if not is_current(r, [f"seed={r.seed}"])]
         for name, rec in records.items():
             if rec.measured is None:
                 continue
