@@ -29,7 +29,7 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -44,6 +44,9 @@ from tdlab.runs import RunDirError, RunNotMovedError, check_run_id, list_runs
 from tdlab.safeio import check_not_in_run, check_output_folder
 from tdlab.train.lanes import limited_to
 from tdlab.train.live import streaming_to
+
+if TYPE_CHECKING:
+    from tdlab.report.compare import Comparison
 
 try:  # typer >= 0.2x carries its own copy of click, whose exceptions are not click's
     from typer._click import exceptions as click_errors
@@ -835,30 +838,26 @@ def results_compare(
     certainty, or holds against fails), and where both ran the same config (the root seed aside) each row's
     numbers (Welch over the members, Holm over the rows). Two folders: every experiment they share, a line
     each. Exit 1 when a group contradicts or a row differs, 2 for a bad record."""
-    from tdlab.report.compare import compare_folders, compare_records, folder_rows
+    from tdlab.report.compare import compare_folders, compare_records, folder_markdown, folder_rows
+    from tdlab.report.findings import replace_between_markers
+    from tdlab.results import load_record
 
+    folders = a.is_dir() and b.is_dir()
     try:
-        if a.is_dir() and b.is_dir():
-            cs = compare_folders(a, b, rtol)
-        elif a.is_dir() or b.is_dir():
+        if not folders and (a.is_dir() or b.is_dir()):
             raise ConfigError(f"compare a record with a record, or a folder of records with a folder: {a}, {b}")
-        else:
-            from tdlab.results import load_record
-
-            cs = [compare_records(load_record(a), load_record(b), rtol)]
         if into is not None:
-            if not (a.is_dir() and b.is_dir()):
+            if not folders:
                 raise ConfigError("--into: writes the table of two folders of records; give two folders")
             _check_section(section)
-            from tdlab.report.compare import folder_markdown
-            from tdlab.report.findings import replace_between_markers
-
+        cs = compare_folders(a, b, rtol) if folders else [compare_records(load_record(a), load_record(b), rtol)]
+        if into is not None:
             replace_between_markers(into, folder_markdown(cs), section)
             out_console.print(f"wrote the {section} section of {into}", highlight=False, markup=False)
             return
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
-    if len(cs) == 1 and not (a.is_dir() and b.is_dir()):
+    if not folders:
         _print_comparison(cs[0], all_groups)
     else:
         table = Table(
@@ -874,7 +873,7 @@ def results_compare(
         raise typer.Exit(code=1)
 
 
-def _print_comparison(c: Any, all_groups: bool) -> None:
+def _print_comparison(c: Comparison, all_groups: bool) -> None:
     from tdlab.report.compare import group_rows, header_lines, row_rows, summary_line
 
     for line in header_lines(c):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +118,10 @@ class Comparison:
     @property
     def identical(self) -> int:
         return sum(r.identical for r in self.rows)
+
+    def tally(self) -> dict[str, int]:
+        """Groups by agreement: ``same``, ``certainty``, ``contradicts``, ``absent``."""
+        return {k: sum(g.agreement == k for g in self.groups) for k in ("same", "certainty", "contradicts", "absent")}
 
     @property
     def agree(self) -> bool:
@@ -227,8 +231,7 @@ def _pair_rows(a: Record, b: Record, rtol: float, confidence: float, same_stream
     tested = [i for i, r in enumerate(pairs) if r.status == "compared"]
     for i, rejected in zip(tested, holm([pairs[i].p for i in tested], 1 - confidence), strict=True):
         if rejected:
-            r = pairs[i]
-            pairs[i] = RowPair(r.id, r.a, r.b, r.status, r.p, True, r.identical)
+            pairs[i] = replace(pairs[i], differs=True)
     return pairs
 
 
@@ -263,16 +266,19 @@ def compare_records(a: Record, b: Record, rtol: float = 1e-6) -> Comparison:
     return Comparison(a, b, groups, rows, same_config, same_stream)
 
 
+def _device(rec: Record) -> str:
+    return rec.gpu or rec.device
+
+
 def _side(rec: Record) -> str:
-    dev = rec.gpu or rec.device
     return (
-        f"{rec.profile}, seed {rec.seed}, {rec.members} members, {dev}, {rec.wall_time_s:.0f} s, "
+        f"{rec.profile}, seed {rec.seed}, {rec.members} members, {_device(rec)}, {rec.wall_time_s:.0f} s, "
         f"commit {rec.commit or 'unknown'}"
     )
 
 
 def _label(rec: Record) -> str:
-    return f"seed {rec.seed}, {rec.gpu or rec.device}"
+    return f"seed {rec.seed}, {_device(rec)}"
 
 
 def _fmt(e: Estimate | None) -> str:
@@ -315,7 +321,7 @@ def row_rows(c: Comparison) -> list[tuple[str, str, str, str]]:
 
 def summary_line(c: Comparison) -> str:
     """Groups the same / differing in certainty / contradicting, and rows compared / differing."""
-    tally = {k: sum(g.agreement == k for g in c.groups) for k in ("same", "certainty", "contradicts", "absent")}
+    tally = c.tally()
     text = (
         f"{len(c.groups)} groups: {tally['same']} same verdict, {tally['certainty']} differ in certainty only, "
         f"{tally['contradicts']} contradict" + (f", {tally['absent']} in one record only" if tally["absent"] else "")
@@ -349,13 +355,13 @@ def folder_rows(cs: Sequence[Comparison]) -> list[tuple[str, ...]]:
     that differ)`` per comparison: the table of two folders of records."""
     out: list[tuple[str, ...]] = []
     for c in cs:
-        tally = {k: sum(g.agreement == k for g in c.groups) for k in ("same", "certainty", "contradicts")}
+        tally = c.tally()
         compared = sum(r.status in ("compared", "deterministic") for r in c.rows)
         out.append(
             (
                 c.a.experiment,
                 f"{c.a.seed} / {c.b.seed}",
-                f"{c.a.gpu or c.a.device} / {c.b.gpu or c.b.device}",
+                f"{_device(c.a)} / {_device(c.b)}",
                 str(tally["same"]),
                 str(tally["certainty"]),
                 str(tally["contradicts"]),
@@ -388,7 +394,7 @@ def folder_markdown(cs: Sequence[Comparison]) -> str:
             f"(p = {r.p:.2g}, Holm over the experiment's rows)"
             for r in c.differing
         ]
-    tally = {k: sum(g.agreement == k for c in cs for g in c.groups) for k in ("same", "certainty", "contradicts")}
+    tally = {k: sum(c.tally()[k] for c in cs) for k in ("same", "certainty", "contradicts")}
     total = sum(len(c.groups) for c in cs)
     lines += [
         "",
@@ -400,10 +406,11 @@ def folder_markdown(cs: Sequence[Comparison]) -> str:
     if ps:
         # calibration: with the members' spread covering every draw the root seed makes (shared data, a
         # shared chain), the p-values are uniform and about 5 % fall below 0.05
+        low = sum(p < 0.05 for p in ps)
         lines += [
             "",
-            f"Before Holm, {sum(p < 0.05 for p in ps)} of the {len(ps)} rows compared over the members have "
-            f"p < 0.05 ({100 * sum(p < 0.05 for p in ps) / len(ps):.1f} %; about 5 % if the members' spread "
+            f"Before Holm, {low} of the {len(ps)} rows compared over the members have "
+            f"p < 0.05 ({100 * low / len(ps):.1f} %; about 5 % if the members' spread "
             "covers what the root seed draws for all of them).",
         ]
     if notes:
