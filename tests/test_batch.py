@@ -214,7 +214,7 @@ def test_plan_prints_the_queue_with_estimates_and_runs_nothing(tmp_path):
     assert res.exit_code == 2 and "holds a batch of profile 'paper'" in res.output, res.output
     assert sorted(p.name for p in out.iterdir()) == [".staging-markov-rank", "batch.json"]
     # What a stopped run's segments ran is taken off its estimate, down to a tenth of it; unreadable: none.
-    from tdlab.batch import MIN_LEFT, plan_batch
+    from tdlab.batch import MIN_LEFT, plan_batch, status_table
 
     def job():
         return plan_batch(["markov-rank"], "paper", out, "cpu", None)[0]
@@ -222,8 +222,12 @@ def test_plan_prints_the_queue_with_estimates_and_runs_nothing(tmp_path):
     full, elapsed = job().estimate_s, out / ".staging-markov-rank" / "elapsed.json"
     elapsed.write_text('{"wall_time_s": 30}')
     assert job().estimate_s == pytest.approx(max(full - 30, MIN_LEFT * full)) and "ran 30 s so far" in job().note
+    assert not job().floor and "about" in status_table([job()], 1)[1]
     elapsed.write_text(json.dumps({"wall_time_s": 10 * full}))
-    assert job().estimate_s == pytest.approx(MIN_LEFT * full)
+    # Outran its estimate: what is left is a floor, and says so in its note, its column and the total.
+    late = job()
+    assert late.estimate_s == pytest.approx(MIN_LEFT * full) and late.floor and "past its estimate" in late.note
+    assert late.left_text().startswith("≥ ") and "; at least " in status_table([late], 1)[1]
     elapsed.write_text("not json")
     assert job().estimate_s == full and "so far" not in job().note
 

@@ -53,7 +53,8 @@ FORMAT = "tdlab-batch/1"
 STOPPED = 3  # tdlab.train.stopping.STOPPED_EXIT_CODE (not imported: that module's users import torch)
 DEFAULT_SECONDS = 600.0  # the prior of an experiment with no quick time measured
 # A stopped run's estimate left is its estimate less what its segments ran, and at least this fraction of
-# it: a run that outran its estimate is not done, and the estimate was low by an unknown amount.
+# it: a run that outran its estimate is not done, and the estimate was low by an unknown amount, so that
+# fraction is a floor (Job.floor), shown as "≥" and summed into an "at least".
 MIN_LEFT = 0.1
 
 # where a job of the queue is; "stale": a run of the folder made at a config the profile no longer has
@@ -70,6 +71,11 @@ class Job:
     wall_s: float | None = None
     note: str = ""
     memory_bytes: float = 0.0
+    floor: bool = False  # estimate_s is a lower bound: the run already outran its estimate
+
+    def left_text(self) -> str:
+        """The estimate left as the table prints it: ``≥ 10 min`` where it is a floor."""
+        return ("≥ " if self.floor else "") + _duration(self.estimate_s)
 
 
 @dataclass
@@ -311,10 +317,14 @@ def plan_batch(
         mem = float(estimate(cfg).bytes) if _device_kind(device) == "cuda" else 0.0
         if state in ("done", "diverged", "stopped"):
             state, wall, note = _stale(out, n, profile_config_hash(n, profile, cfg=cfg), state, wall, note)
-        left = est[n]
-        if state == "stopped":  # what its earlier segments ran is done; an estimate they outran stays a tenth
-            left = max(left - staged_elapsed(staging_path(Path(out) / n)), MIN_LEFT * left)
-        jobs.append(Job(n, state, left, wall, note, mem))
+        left, floor = est[n], False
+        if state in ("stopped", "busy"):  # what earlier segments ran is done; an estimate they outran stays a tenth
+            spent = staged_elapsed(staging_path(Path(out) / n))
+            floor = left - spent < MIN_LEFT * left
+            if floor:
+                note += f"; past its estimate of {_duration(left)}, so how long is left is not known"
+            left = max(left - spent, MIN_LEFT * left)
+        jobs.append(Job(n, state, left, wall, note, mem, floor))
     finished = [j for j in jobs if j.state in ("done", "diverged")]
     todo = sorted((j for j in jobs if j.state not in ("done", "diverged")), key=lambda j: j.estimate_s)
     return finished + todo
@@ -529,7 +539,7 @@ def run_batch(
     say(
         f"batch {out} ({profile}, {device}, {backend}): {len(queue)} runs, "
         f"{sum(j.state in ('done', 'diverged') for j in queue)} finished, {len(todo)} to run on {jobs} jobs x {threads} "
-        f"threads; estimated {_duration(sum(j.estimate_s for j in todo) / jobs)}"
+        f"threads; estimated: {_total(todo, jobs)}"
     )
 
     def publish_one(job: Job, replace: bool) -> None:
@@ -569,9 +579,7 @@ def run_batch(
                     job.name, cmd, env, str(out / "logs" / f"{job.name}.log"), deadline, grace, str(stop_file)
                 )
                 running[handle] = job
-                say(
-                    f"start    {job.name} ({'resume' if job.state == 'stopped' else 'new'}; ~{_duration(job.estimate_s)})"
-                )
+                say(f"start    {job.name} ({'resume' if job.state == 'stopped' else 'new'}; ~{job.left_text()})")
                 job.state = "busy"
             if not running:
                 break
@@ -634,11 +642,17 @@ def status_table(jobs: Sequence[Job], parallel: int) -> tuple[list[tuple[str, st
     the estimated time to finish on ``parallel`` jobs."""
     rows: list[tuple[str, str, str, str, str]] = []
     for j in jobs:
-        to_go = "" if j.state in ("done", "diverged") else _duration(j.estimate_s)
+        to_go = "" if j.state in ("done", "diverged") else j.left_text()
         rows.append((j.name, j.state, _duration(j.wall_s) if j.wall_s is not None else "", to_go, j.note))
     left = [j for j in jobs if j.state not in ("done", "diverged")]
-    eta = sum(j.estimate_s for j in left) / max(1, parallel)
     line = f"{len(jobs) - len(left)} finished, {len(left)} left" + (
-        f"; about {_duration(eta)} more on {parallel} jobs" if left else ""
+        f"; {_total(left, parallel)} more on {parallel} jobs" if left else ""
     )
     return rows, line
+
+
+def _total(jobs: Sequence[Job], parallel: int) -> str:
+    """The estimated time to run ``jobs`` on ``parallel`` jobs: ``about 2.1 h``, or ``at least 2.1 h`` where
+    an estimate in it is a floor."""
+    eta = sum(j.estimate_s for j in jobs) / max(1, parallel)
+    return ("at least " if any(j.floor for j in jobs) else "about ") + _duration(eta)
