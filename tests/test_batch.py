@@ -370,6 +370,16 @@ def test_the_prior_counts_the_separate_trainings():
     tying = get("markov-tying")
     q, p = (build_config(tying.Config, tying.profiles[k]) for k in ("quick", "paper"))
     assert (tying.fit_work(q), tying.fit_work(p)) == (6.0, 50.0)
+    # markov-bridge has no single length: every (cell, budget) is a fit as long as its budget, so its work is
+    # the optimiser steps of all of them: quick 4 cells x (500 + 3000), the seed's 13 x (2000 + 8000), 9.3x
+    # (in units of each profile's first budget it read 2.3x, and put a run of ~33 h on one thread at 7 h)
+    bridge = get("markov-bridge")
+    q, p = (build_config(bridge.Config, bridge.profiles[k]) for k in ("quick", "paper"))
+    steps = [len(c.grid) * sum(c.budgets) for c in (q, p)]
+    assert steps == [14_000, 130_000] and bridge.fit_work(p) / bridge.fit_work(q) == pytest.approx(130 / 14)
+    assert bridge.training_length_field() is None
+    act = estimate(p).bytes / estimate(q).bytes
+    assert _prior("markov-bridge", "paper", {"markov-bridge": 1.0}) == pytest.approx(act * 130 / 14)
     topics = get("topics-wv")
     assert topics.fit_work(build_config(topics.Config, topics.profiles["paper"])) == 1.0
     assert topics.work(build_config(topics.Config, topics.profiles["paper"])) is None
