@@ -353,7 +353,8 @@ def test_the_prior_counts_the_separate_trainings():
     """markov-icl-depth trains 2 cells of depths 1 and 2 in quick and the seed's 36 (k 1..3 x depth 1..3 x 4
     position encodings) in paper: the prior grows by the cells' layers, 72 / 3 = 24x, beside the length's and
     the activations' ratios (the 63-minute estimate that took 12 hours). An experiment whose arms do not change
-    between the profiles keeps a work ratio of 1."""
+    between the profiles keeps a work ratio of 1. Where no length field gives the training length (markov-bridge's
+    budgets, anchors-flows' flow times), the experiment's own count does."""
     from tdlab.config import build_config
     from tdlab.experiments.base import get
     from tdlab.experiments.standard import QUICK_SECONDS
@@ -380,6 +381,12 @@ def test_the_prior_counts_the_separate_trainings():
     assert bridge.training_length_field() is None
     act = estimate(p).bytes / estimate(q).bytes
     assert _prior("markov-bridge", "paper", {"markov-bridge": 1.0}) == pytest.approx(act * 130 / 14)
+    # anchors-flows has neither a length field nor activations to scale: its own count, 10x the sequences and
+    # 101 / 41 the gradient evaluations (its paper run took 3,236 s on one thread; read as quick's 96 s before)
+    flows = get("anchors-flows")
+    q, p = (build_config(flows.Config, flows.profiles[k]) for k in ("quick", "paper"))
+    assert flows.work(p) / flows.work(q) == pytest.approx(10 * 101 / 41)
+    assert _prior("anchors-flows", "paper", {"anchors-flows": 1.0}) == pytest.approx(10 * 101 / 41)
     topics = get("topics-wv")
     assert topics.fit_work(build_config(topics.Config, topics.profiles["paper"])) == 1.0
     assert topics.work(build_config(topics.Config, topics.profiles["paper"])) is None

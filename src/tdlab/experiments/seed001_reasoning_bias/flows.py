@@ -363,6 +363,12 @@ class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
         sets = [task.dataset(g, cfg.task.n_train, "train") for g in generators(self.seeds(cfg), DATASET)]
         return {k: torch.stack([d[k] for d in sets]) for k in ("tokens", "label")}
 
+    def work(self, cfg: AnchorsFlowsConfig) -> float:
+        """Full-batch gradient evaluations x the sequences each reads: members x n_train x (steps to the last
+        time + 1). No training-length field says this (the flow runs to ``times[-1]``), so the batch's cost
+        prior would see quick's 40 steps on 2,000 sequences and the seed's 100 on 20,000 as one cost."""
+        return float(cfg.members * cfg.task.n_train * (cfg.steps(cfg.times[-1]) + 1))
+
     def run(self, cfg: AnchorsFlowsConfig, ctx: RunContext) -> None:
         arm = GammaArms.arm(cfg.gamma)
         d = self.data(cfg)
