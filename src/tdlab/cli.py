@@ -837,7 +837,8 @@ def results_compare(
     """Two records of one experiment side by side: each group's verdict in A and B (the same, a difference in
     certainty, or holds against fails), and where both ran the same config (the root seed aside) each row's
     numbers (Welch over the members, Holm over the rows). Two folders: every experiment they share, a line
-    each. Exit 1 when a group contradicts or a row differs, 2 for a bad record."""
+    each. Exit 1 when a group contradicts or a row differs (with --into: 0 once the table is written), 2 for a
+    bad record."""
     from tdlab.report.compare import compare_folders, compare_records, folder_markdown, folder_rows
     from tdlab.report.findings import replace_between_markers
     from tdlab.results import load_record
@@ -880,13 +881,21 @@ def _print_comparison(c: Comparison, all_groups: bool) -> None:
         out_console.print(line, highlight=False, markup=False, soft_wrap=True)
     shown = [r for r in group_rows(c) if all_groups or r[4] != "same"]
     if shown:
-        table = Table("group", "kind", "A", "B", "agreement")
+        # an id is never cut or folded: it is what the user searches for; the verdicts wrap instead
+        table = Table(
+            Column("group", no_wrap=True, min_width=max(len(g[0]) for g in shown)), "kind", "A", "B", "agreement"
+        )
         for g in shown:
             table.add_row(*(escape(x) for x in g))
         out_console.print(table)
     differing = row_rows(c)
     if differing:
-        rows = Table("row that differs", "A", "B", "p (Holm over the rows)")
+        rows = Table(
+            Column("row that differs", no_wrap=True, min_width=max(len(r[0]) for r in differing)),
+            "A",
+            "B",
+            "p (Holm over the rows)",
+        )
         for r in differing:
             rows.add_row(*(escape(x) for x in r))
         out_console.print(rows)

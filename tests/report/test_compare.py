@@ -239,10 +239,12 @@ def test_two_folders_compare_every_experiment_they_share(tmp_path: Path):
     for name in ("markov-landscape", "topics-landscape"):
         (a / f"{name}.json").write_text((REPO / "results" / "quick" / f"{name}.json").read_text())
     rec = load_record(a / "topics-landscape.json")
-    held = next(g for g in rec.claims if g["verdict"] == "holds")
-    flipped = rec.model_copy(
-        update={"claims": [{**g, "verdict": "fails", "cause": "decided"} if g is held else g for g in rec.claims]}
-    )
+    held, unsure = [g for g in rec.claims if g["verdict"] == "holds"][:2]
+    edits = {
+        held["id"]: {"verdict": "fails", "cause": "decided"},
+        unsure["id"]: {"verdict": "not resolved", "cause": "spread"},
+    }
+    flipped = rec.model_copy(update={"claims": [{**g, **edits.get(g["id"], {})} for g in rec.claims]})
     (b / "topics-landscape.json").write_text(json.dumps(flipped.model_dump()))
     cs = compare_folders(a, b)
     assert [c.a.experiment for c in cs] == ["topics-landscape"] and not cs[0].agree
@@ -250,10 +252,12 @@ def test_two_folders_compare_every_experiment_they_share(tmp_path: Path):
     assert row[0] == "topics-landscape" and row[5] == "1"
     text = folder_markdown(cs)
     n = sum(r.status == "compared" for r in cs[0].rows)
-    assert (
-        f"Before Holm, 0 of the {n} rows compared" in text
-        and f"`{held['id']}` (paper): holds in A (seed 0, cpu), fails in B" in text
-    )
+    assert f"Before Holm, 0 of the {n} rows compared" in text
+    # every group that moved is named under its kind of difference, with the cause of an undecided verdict
+    opposite, certainty = text.split("Opposite verdicts:")[1].split("Differing in certainty only:")
+    assert f"`{held['id']}` (paper): holds in A (quick, seed 0, cpu), fails in B (quick, seed 0, cpu)" in opposite
+    assert f"`{unsure['id']}` (paper): holds in A (quick, seed 0, cpu), not resolved (spread) in B" in certainty
+    assert held["id"] not in certainty and unsure["id"] not in opposite
     runner = CliRunner()
     res = runner.invoke(app, ["results", "compare", str(a), str(b)])
     assert res.exit_code == 1 and "topics-landscape" in res.stdout and held["id"] in res.stdout

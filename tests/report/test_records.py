@@ -8,6 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from tdlab.cli import app
@@ -236,17 +237,29 @@ def test_what_settles_an_undecided_group_says_members_training_or_nothing_more_o
     assert short.startswith("training to the seed's length")
 
 
-def test_the_findings_page_holds_the_replicate_table_of_the_committed_records(tmp_path):
-    """The root-seed replicates' table is generated from results/quick and results/replicates/seed1/quick."""
+@pytest.mark.parametrize(
+    ("other", "section"), [("results/replicates/seed1/quick", "replicates"), ("results/paper", "quick-vs-paper")]
+)
+def test_the_findings_page_holds_the_comparison_tables_of_the_committed_records(tmp_path, other, section):
+    """The root-seed replicates' table (results/quick against results/replicates/seed1/quick) and quick's
+    verdicts against the seed's settings' (results/quick against results/paper) are generated from the records."""
     page = REPO / "docs" / "findings.md"
     copy = tmp_path / page.name
     shutil.copy(page, copy)
-    replicates = REPO / "results" / "replicates" / "seed1" / "quick"
     res = CliRunner().invoke(
-        app, ["results", "compare", str(REPO / "results" / "quick"), str(replicates), "--into", str(copy)]
+        app,
+        [
+            "results",
+            "compare",
+            str(REPO / "results" / "quick"),
+            str(REPO / other),
+            "--into",
+            str(copy),
+            "--section",
+            section,
+        ],
     )
     assert res.exit_code == 0, res.output
     assert copy.read_text(encoding="utf-8") == page.read_text(encoding="utf-8"), (
-        "regenerate: tdlab results compare results/quick results/replicates/seed1/quick --into docs/findings.md "
-        "--section replicates"
+        f"regenerate: tdlab results compare results/quick {other} --into docs/findings.md --section {section}"
     )

@@ -278,7 +278,7 @@ def _side(rec: Record) -> str:
 
 
 def _label(rec: Record) -> str:
-    return f"seed {rec.seed}, {_device(rec)}"
+    return f"{rec.profile}, seed {rec.seed}, {_device(rec)}"
 
 
 def _fmt(e: Estimate | None) -> str:
@@ -303,15 +303,16 @@ def header_lines(c: Comparison) -> list[str]:
     return lines
 
 
+def _verdict(v: str | None, cause: str | None) -> str:
+    """A verdict with its cause when not decided; ``—`` where the group is absent."""
+    if v is None:
+        return "—"
+    return v if v in DECIDED or not cause else f"{v} ({cause})"
+
+
 def group_rows(c: Comparison) -> list[tuple[str, str, str, str, str]]:
     """``(group, kind, A, B, agreement)`` per group: a verdict with its cause when not decided."""
-
-    def cell(v: str | None, cause: str | None) -> str:
-        if v is None:
-            return "—"
-        return v if v in DECIDED or not cause else f"{v} ({cause})"
-
-    return [(g.id, g.kind, cell(g.a, g.cause_a), cell(g.b, g.cause_b), g.agreement) for g in c.groups]
+    return [(g.id, g.kind, _verdict(g.a, g.cause_a), _verdict(g.b, g.cause_b), g.agreement) for g in c.groups]
 
 
 def row_rows(c: Comparison) -> list[tuple[str, str, str, str]]:
@@ -374,7 +375,8 @@ def folder_rows(cs: Sequence[Comparison]) -> list[tuple[str, ...]]:
 
 def folder_markdown(cs: Sequence[Comparison]) -> str:
     """The table of two folders of records as markdown (paper and sanity groups together), then every group
-    that holds in one and fails in the other, and every row whose numbers differ."""
+    that holds in one and fails in the other, every group decided in one and not the other (or undecided in
+    both for different causes), and every row whose numbers differ."""
     lines = [
         "| experiment | seeds | devices | groups: same verdict | differ in certainty | opposite | rows compared | "
         "rows that differ |",
@@ -382,18 +384,29 @@ def folder_markdown(cs: Sequence[Comparison]) -> str:
     ]
     for row in folder_rows(cs):
         lines.append(f"| `{md_code(row[0])}` | " + " | ".join(md_cell(x) for x in row[1:]) + " |")
+
+    def group_line(c: Comparison, g: GroupPair) -> str:
+        return (
+            f"- `{md_code(c.a.experiment)}` `{md_code(g.id)}` ({g.kind}): {md_cell(_verdict(g.a, g.cause_a))} in A "
+            f"({md_cell(_label(c.a))}), {md_cell(_verdict(g.b, g.cause_b))} in B ({md_cell(_label(c.b))})"
+        )
+
+    opposite = [group_line(c, g) for c in cs for g in c.contradictions]
+    certainty = [group_line(c, g) for c in cs for g in c.groups if g.agreement == "certainty"]
+    differ = [
+        f"- `{md_code(c.a.experiment)}` row `{md_code(r.id)}`: {md_cell(_fmt(r.a))} against {md_cell(_fmt(r.b))} "
+        f"(p = {r.p:.2g}, Holm over the experiment's rows)"
+        for c in cs
+        for r in c.differing
+    ]
     notes = []
-    for c in cs:
-        notes += [
-            f"- `{md_code(c.a.experiment)}` `{md_code(g.id)}` ({g.kind}): {md_cell(g.a)} in A ({md_cell(_label(c.a))}), "
-            f"{md_cell(g.b)} in B ({md_cell(_label(c.b))})"
-            for g in c.contradictions
-        ]
-        notes += [
-            f"- `{md_code(c.a.experiment)}` row `{md_code(r.id)}`: {md_cell(_fmt(r.a))} against {md_cell(_fmt(r.b))} "
-            f"(p = {r.p:.2g}, Holm over the experiment's rows)"
-            for r in c.differing
-        ]
+    for title, part in (
+        ("Opposite verdicts", opposite),
+        ("Differing in certainty only", certainty),
+        ("Rows whose numbers differ", differ),
+    ):
+        if part:
+            notes += ["", f"{title}:", "", *part]
     tally = {k: sum(c.tally()[k] for c in cs) for k in ("same", "certainty", "contradicts")}
     total = sum(len(c.groups) for c in cs)
     lines += [
@@ -413,6 +426,4 @@ def folder_markdown(cs: Sequence[Comparison]) -> str:
             f"p < 0.05 ({100 * low / len(ps):.1f} %; about 5 % if the members' spread "
             "covers what the root seed draws for all of them).",
         ]
-    if notes:
-        lines += ["", *notes]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + notes) + "\n"
