@@ -102,6 +102,11 @@ def test_a_batch_stopped_then_killed_then_run_again_ends_with_the_numbers_of_one
     assert list((staging / "checkpoints").glob("*.json")), "the stopped run kept its checkpoints"
     first_segment = staged_elapsed(staging)
     assert first_segment > 0, "the stopped run kept the wall time it ran"
+    # the table at the stop says what is left as the next plan does: the estimate less what ran
+    [planned] = plan_batch(["markov-init"], "quick", out, "cpu", results, SETS)
+    assert planned.estimate_s < planned.total_s
+    row = next(ln for ln in first.stdout.splitlines() if ln.startswith("│ markov-init"))
+    assert row.split("│")[4].strip() == planned.left_text(), row
     assert not (out / "markov-init").exists() and not (results / "quick" / "markov-init.json").exists()
     # The folder carried to another place (another machine, with only the folder): the batch continues it there.
     moved = tmp_path / "elsewhere"

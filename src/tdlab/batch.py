@@ -72,6 +72,7 @@ class Job:
     note: str = ""
     memory_bytes: float = 0.0
     floor: bool = False  # estimate_s is a lower bound: the run already outran its estimate
+    total_s: float = 0.0  # the whole run's estimate, before any segment ran (what estimate_s is left of)
 
     def left_text(self) -> str:
         """The estimate left as the table prints it: ``≥ 10 min`` where it is a floor."""
@@ -319,12 +320,10 @@ def plan_batch(
             state, wall, note = _stale(out, n, profile_config_hash(n, profile, cfg=cfg), state, wall, note)
         left, floor = est[n], False
         if state in ("stopped", "busy"):  # what earlier segments ran is done; an estimate they outran stays a tenth
-            spent = staged_elapsed(staging_path(Path(out) / n))
-            floor = left - spent < MIN_LEFT * left
+            left, floor = _left(est[n], staged_elapsed(staging_path(Path(out) / n)))
             if floor:
-                note += f"; past its estimate of {_duration(left)}, so how long is left is not known"
-            left = max(left - spent, MIN_LEFT * left)
-        jobs.append(Job(n, state, left, wall, note, mem, floor))
+                note += f"; past its estimate of {_duration(est[n])}, so how long is left is not known"
+        jobs.append(Job(n, state, left, wall, note, mem, floor, est[n]))
     finished = [j for j in jobs if j.state in ("done", "diverged")]
     todo = sorted((j for j in jobs if j.state not in ("done", "diverged")), key=lambda j: j.estimate_s)
     return finished + todo
@@ -587,6 +586,8 @@ def run_batch(
                 job = running.pop(handle)
                 job.wall_s = outcome.wall_s
                 job.state, job.note = _after(out, job.name, outcome)
+                if job.state == "stopped":  # what is left now, as the next batch's plan will say
+                    job.estimate_s, job.floor = _left(job.total_s, staged_elapsed(staging_path(out / job.name)))
                 say(
                     f"{job.state:8} {job.name} (exit code {outcome.rc}, {_duration(outcome.wall_s)})"
                     + (f": {job.note}" if job.note else "")
@@ -649,6 +650,12 @@ def status_table(jobs: Sequence[Job], parallel: int) -> tuple[list[tuple[str, st
         f"; {_total(left, parallel)} more on {parallel} jobs" if left else ""
     )
     return rows, line
+
+
+def _left(total: float, spent: float) -> tuple[float, bool]:
+    """``(seconds left, whether that is a floor)`` of a run estimated at ``total`` whose segments ran ``spent``:
+    the estimate less what ran, and at least :data:`MIN_LEFT` of it, a floor once the run outran it."""
+    return max(total - spent, MIN_LEFT * total), total - spent < MIN_LEFT * total
 
 
 def _total(jobs: Sequence[Job], parallel: int) -> str:
