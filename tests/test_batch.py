@@ -392,6 +392,12 @@ def test_the_prior_counts_the_separate_trainings():
     q, p = (build_config(flows.Config, flows.profiles[k]) for k in ("quick", "paper"))
     assert flows.work(p) / flows.work(q) == pytest.approx(10 * 101 / 41)
     assert _prior("anchors-flows", "paper", {"anchors-flows": 1.0}) == pytest.approx(10 * 101 / 41)
+    # anchors-labels: three arms whose steps per epoch grow with the data set (quick 200 x (1 + 12 + 12) epochs,
+    # the seed's 1,980 x (50 + 1000 + 1000)): 812x the steps, times the activations (measured ~220 steps/min)
+    labels = get("anchors-labels")
+    q, p = (build_config(labels.Config, labels.profiles[k]) for k in ("quick", "paper"))
+    act = estimate(p).bytes / estimate(q).bytes
+    assert labels.work(p) / labels.work(q) == pytest.approx(4_059_000 / 5_000 * act)
     topics = get("topics-wv")
     assert topics.fit_work(build_config(topics.Config, topics.profiles["paper"])) == 1.0
     assert topics.work(build_config(topics.Config, topics.profiles["paper"])) is None

@@ -278,6 +278,18 @@ class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
         why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
     )
 
+    def work(self, cfg: AnchorsLabelsConfig) -> float:
+        """The arms' optimiser steps (epochs x steps per epoch, which grows with the data set: 200 at quick's
+        20,000 sequences, 1,980 at the seed's 198,000) times the activations of a step (members x batch x
+        sequence x width, :func:`tdlab.train.memory.estimate`): the prior's generic rule reads the epochs
+        alone, since the steps per epoch are per arm here (812x quick's steps at the seed's settings)."""
+        from tdlab.train.memory import estimate
+
+        steps = sum(
+            (cfg.groups_epochs if a == "groups" else cfg.schedule.epochs) * cfg.steps_per_epoch(a) for a in ARMS
+        )
+        return float(steps * estimate(cfg).bytes)
+
     def run(self, cfg: AnchorsLabelsConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)  # the same seeds in every arm: paired by seed index
         with cpu_threads(cfg.cpu_threads, ctx.device):
