@@ -143,6 +143,10 @@ class AnchorsLabelsConfig(ExperimentConfig):
         t = self.groups_task if arm == "groups" else self.compare_task
         return max(1, t.n_train // self.train.batch)
 
+    def epochs_of(self, arm: str) -> int:
+        """How many epochs ``arm`` trains: (a) stops at ``groups_epochs``, (b)'s arms run the schedule's."""
+        return self.groups_epochs if arm == "groups" else self.schedule.epochs
+
 
 def memory_splits(task: Anchors, n_train: int, n_eval: int):
     """``make(gen, device)`` of a memory-only :class:`FixedDataset`: ``train`` and ``mem`` (its first
@@ -285,9 +289,7 @@ class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
         alone, since the steps per epoch are per arm here (812x quick's steps at the seed's settings)."""
         from tdlab.train.memory import estimate
 
-        steps = sum(
-            (cfg.groups_epochs if a == "groups" else cfg.schedule.epochs) * cfg.steps_per_epoch(a) for a in ARMS
-        )
+        steps = sum(cfg.epochs_of(a) * cfg.steps_per_epoch(a) for a in ARMS)
         return float(steps * estimate(cfg).bytes)
 
     def run(self, cfg: AnchorsLabelsConfig, ctx: RunContext) -> None:
@@ -296,7 +298,7 @@ class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
             fits = []
             for arm in ARMS:
                 task = cfg.task_of(arm)
-                epochs = cfg.groups_epochs if arm == "groups" else cfg.schedule.epochs
+                epochs = cfg.epochs_of(arm)
                 tcfg = epoch_train_config(cfg.train, cfg.schedule, task.cfg.n_train, task.cfg.L, epochs)
                 data = FixedDataset(
                     memory_splits(task, task.cfg.n_train, cfg.schedule.n_eval),
