@@ -100,8 +100,16 @@ def pack_state(batch: Path, back: Path, part_bytes: int, cap_bytes: int) -> tupl
         for name in kept:
             tar.add(batch / name, arcname=name)
     data = buf.getvalue()
-    for i in range(0, max(len(data), 1), part_bytes):
-        (back / f"state.tgz.{i // part_bytes:02d}").write_bytes(data[i : i + part_bytes])
+    parts = [data[i : i + part_bytes] for i in range(0, max(len(data), 1), part_bytes)]
+    # BACK may be the folder the state came from (a state kept in the repository, replaced in place): the
+    # new parts are written beside the old ones first, then replace them, and old parts past the new count go,
+    # so a join never mixes two states
+    for i, part in enumerate(parts):
+        (back / f".new.state.tgz.{i:02d}").write_bytes(part)
+    for old in back.glob("state.tgz.*"):
+        old.unlink()
+    for i in range(len(parts)):
+        os.replace(back / f".new.state.tgz.{i:02d}", back / f"state.tgz.{i:02d}")
     return kept, left
 
 

@@ -94,3 +94,19 @@ def test_with_carry_mib_the_state_fits_beside_the_repository_that_travels_again(
     assert mod.state_cap_mib(2.0, 8.0, repo, state) == 2.0  # --state-mib still bounds it
     assert mod.state_cap_mib(40.0, None, repo, state) == 40.0
     assert mod.state_cap_mib(40.0, 3.5, repo, None) == 0.0  # nothing fits: every run starts anew
+
+
+def test_a_state_packed_into_the_folder_it_came_from_replaces_every_old_part(tmp_path):
+    mod = _load()
+    kept_state = tmp_path / "state"  # the state kept in the repository: BACK and --state are one folder
+    kept_state.mkdir()
+    for i in range(3):  # the last machine's state: three parts
+        (kept_state / f"state.tgz.{i:02d}").write_bytes(b"old")
+    batch = tmp_path / "batch"
+    (batch / ".staging-a").mkdir(parents=True)
+    (batch / ".staging-a" / "blob").write_bytes(b"new state")
+    (batch / "batch.json").write_text("{}")
+    mod.pack_state(batch, kept_state, part_bytes=10_000, cap_bytes=10_000)
+    assert sorted(p.name for p in kept_state.iterdir()) == ["state.tgz.00"]
+    assert mod.unpack_state(kept_state, tmp_path / "again") == 1
+    assert (tmp_path / "again" / ".staging-a" / "blob").read_bytes() == b"new state"
