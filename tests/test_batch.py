@@ -141,9 +141,16 @@ def test_a_batch_stopped_then_killed_then_run_again_ends_with_the_numbers_of_one
     assert "resume" in last.stdout and "1 finished, 0 left" in last.stdout
     _same_run(out / "markov-init", uninterrupted)
     assert not (out / "markov-init" / "elapsed.json").exists()
-    assert Run(out / "markov-init").summary["wall_time_s"] > first_segment  # every segment that could say
+    summary = Run(out / "markov-init").summary
+    assert summary["wall_time_s"] > first_segment  # every segment that could say
+    # which process ran which part: the stopped segment and the last one (the killed one could not say)
+    segments = summary["segments"]
+    assert len(segments) == 2 and segments[0]["wall_s"] == pytest.approx(first_segment)
+    assert sum(g["wall_s"] for g in segments) == pytest.approx(summary["wall_time_s"])
+    assert all(g["device"] == "cpu" and g["threads"] == 1 and g["commit"] == summary["env"]["commit"] for g in segments)
     record = json.loads((results / "quick" / "markov-init.json").read_text())
     assert record["experiment"] == "markov-init" and record["members"] == 2
+    assert record["segments"] == segments
     # 4. Once more: nothing to do.
     again = subprocess.run(_batch_cmd(out, results), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "0 to run" in again.stdout

@@ -106,6 +106,8 @@ def test_a_run_without_a_record_is_analysed_again(run_dir, tmp_path):
         (lambda d: d["claims"][0].update(verdict="maybe"), "claims"),
         (lambda d: d.update(surprise=1), "surprise"),
         (lambda d: d.pop("config_hash"), "config_hash"),
+        (lambda d: d.update(segments=[{"commit": "abcdef1", "device": "cpu", "threads": 1, "wall_s": -1}]), "segments"),
+        (lambda d: d.update(segments=[{"commit": "HEAD", "device": "cpu", "threads": 1, "wall_s": 1}]), "segments"),
     ],
 )
 def test_a_damaged_record_is_refused_naming_the_field(run_dir, tmp_path, change, field):
@@ -116,6 +118,26 @@ def test_a_damaged_record_is_refused_naming_the_field(run_dir, tmp_path, change,
     f.write_text(json.dumps(doc))
     with pytest.raises(RecordError, match=field):
         load_record(f)
+
+
+def test_a_resumed_record_names_every_commit_that_trained_it_with_its_hours(run_dir, tmp_path):
+    doc = json.loads((run_dir / RECORD_NAME).read_text())
+    assert "segments" not in doc  # one process trained it: its commit is the record's
+    seg = {"device": "cpu", "threads": 1}
+    doc["segments"] = [
+        {**seg, "commit": None, "wall_s": 1800.0},  # a part run before segments were kept
+        {**seg, "commit": "a" * 40, "wall_s": 3600.0},
+        {**seg, "commit": "a" * 40, "wall_s": 3600.0},  # the same commit resumed: one entry
+        {**seg, "commit": "b" * 40, "wall_s": 7200.0},
+    ]
+    f = tmp_path / "quick" / "markov-init.json"
+    f.parent.mkdir()
+    f.write_text(json.dumps(doc))
+    assert load_record(f).trained_by() == f"not recorded (0.5 h), {'a' * 12} (2.0 h), {'b' * 12} (2.0 h)"
+    doc["segments"] = doc["segments"][1:3]  # stopped and resumed by one commit: that commit alone
+    doc["commit"] = "a" * 40
+    f.write_text(json.dumps(doc))
+    assert load_record(f).trained_by() == "a" * 12
 
 
 def test_records_must_name_a_known_experiment_and_be_named_for_it(run_dir, tmp_path):

@@ -11,7 +11,16 @@ import pytest
 import torch
 import yaml
 
-from tdlab.runs import METRIC_COLUMNS, Run, RunDirError, RunWriter, atomic_write, list_runs
+from tdlab.runs import (
+    METRIC_COLUMNS,
+    Run,
+    RunDirError,
+    RunWriter,
+    atomic_write,
+    list_runs,
+    staged_elapsed,
+    staged_segments,
+)
 
 
 def _entries(folder):
@@ -482,3 +491,38 @@ def test_a_run_read_through_a_symlinked_file_is_refused(tmp_path):
     os.symlink(loop.name, loop)
     with pytest.raises(RunDirError, match="symlink loop"):
         Run(loop)
+
+
+@pytest.mark.parametrize(
+    "text, segments",
+    [
+        ('{"wall_time_s": 30}', [{"commit": None, "device": None, "threads": None, "wall_s": 30.0}]),  # before segments
+        (
+            '{"wall_time_s": 5, "segments": [{"commit": "abcdef1", "device": "cpu", "threads": 1, "wall_s": 2},'
+            ' {"commit": "abcdef2", "device": "cpu", "threads": 2, "wall_s": 3}]}',
+            [
+                {"commit": "abcdef1", "device": "cpu", "threads": 1, "wall_s": 2},
+                {"commit": "abcdef2", "device": "cpu", "threads": 2, "wall_s": 3},
+            ],
+        ),
+        ('{"wall_time_s": 0}', []),
+        ('{"wall_time_s": -4}', []),
+        ("not json", []),
+        (
+            '{"wall_time_s": 5, "segments": [{"wall_s": "x"}]}',
+            [{"commit": None, "device": None, "threads": None, "wall_s": 5.0}],
+        ),
+    ],
+)
+def test_a_stopped_run_keeps_which_process_ran_each_segment(tmp_path, text, segments):
+    (tmp_path / "elapsed.json").write_text(text)
+    assert staged_segments(tmp_path) == segments
+    assert staged_elapsed(tmp_path) == sum(g["wall_s"] for g in segments)
+
+
+def test_saved_segments_read_back_with_their_total(tmp_path):
+    with RunWriter(tmp_path, "exp", run_id="r1") as w:
+        segs = [{"commit": "abcdef1", "device": "cpu", "threads": 1, "wall_s": 2.5}] * 2
+        w.save_segments(segs)
+        assert staged_segments(w.path) == segs and staged_elapsed(w.path) == 5.0
+        assert json.loads((w.path / "elapsed.json").read_text())["wall_time_s"] == 5.0

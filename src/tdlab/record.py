@@ -41,6 +41,29 @@ class RecordError(RunDirError):
     """A record that is missing, unreadable or not what tdlab writes (one line naming the file)."""
 
 
+class Segment(BaseModel):
+    """One process's part of a resumed run: the commit, device and threads that ran it (``None``: a part run
+    before segments were kept) and its wall seconds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    commit: str | None
+    device: str | None
+    threads: int | None
+    wall_s: float = Field(ge=0)
+
+    @field_validator("commit")
+    @classmethod
+    def _commit_form(cls, v: str | None) -> str | None:
+        return _checked_commit(v)
+
+
+def _checked_commit(v: str | None) -> str | None:
+    if v is not None and not COMMIT_FORM.match(v):
+        raise ValueError("a git commit: 7-40 lowercase hex digits, '+dirty' when the tree had changes")
+    return v
+
+
 class Record(BaseModel):
     """A published record's schema (see the module)."""
 
@@ -71,13 +94,29 @@ class Record(BaseModel):
     measured: dict[str, Any] | None  # None: a diverged run, judged on nothing
     measurements: dict[str, Any] = Field(default_factory=dict)  # the summary's tables (values the report shows)
     created: str
+    # a run stopped and resumed (tdlab batch, --until): the processes that trained it, in order; the commit
+    # above is the last one's
+    segments: list[Segment] | None = None
 
     @field_validator("commit", "judged_commit")
     @classmethod
     def _commit_form(cls, v: str | None) -> str | None:
-        if v is not None and not COMMIT_FORM.match(v):
-            raise ValueError("a git commit: 7-40 lowercase hex digits, '+dirty' when the tree had changes")
-        return v
+        return _checked_commit(v)
+
+    def trained_by(self) -> str:
+        """The commit that trained the run, as tables print it (12 digits); a resumed run trained by several
+        commits names each, in order, with the hours it ran (``not recorded`` for a part run before segments
+        were kept)."""
+        parts: list[tuple[str, float]] = []
+        for g in self.segments or []:
+            name = (g.commit or "not recorded")[:12]
+            if parts and parts[-1][0] == name:
+                parts[-1] = (name, parts[-1][1] + g.wall_s)
+            else:
+                parts.append((name, g.wall_s))
+        if len(parts) < 2:
+            return (self.commit or "not recorded")[:12]
+        return ", ".join(f"{c} ({s / 3600:.1f} h)" for c, s in parts)
 
     @field_validator("claims", "sanity")
     @classmethod
@@ -142,6 +181,8 @@ def make_record(
         "measurements": summary.get("measurements", {}),
         "created": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
     }
+    if summary.get("segments"):
+        doc["segments"] = summary["segments"]
     if analysis is not None:
         doc["arms"] = health_to_json(analysis.health)
     return json.loads(json.dumps(doc, default=jsonable))  # what load_record will read back

@@ -81,6 +81,7 @@ __all__ = [
     "file_mode",
     "list_runs",
     "staged_elapsed",
+    "staged_segments",
     "staging_path",
 ]
 
@@ -316,9 +317,12 @@ class RunWriter:
     def write_config(self, config: dict[str, Any]) -> None:
         atomic_write(self.path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
-    def save_elapsed(self, seconds: float) -> None:
-        """Keep the wall seconds this run has run so far in its staging folder (a stop; a resume adds to it)."""
-        atomic_write(self.path / ELAPSED_FILE, json.dumps({"wall_time_s": float(seconds)}) + "\n")
+    def save_segments(self, segments: list[dict[str, Any]]) -> None:
+        """Keep the segments this run has run so far (:func:`staged_segments`: one per process, with its commit,
+        device, threads and wall seconds) and their total wall time in its staging folder (a stop; a resume adds
+        its own)."""
+        total = float(sum(g["wall_s"] for g in segments))
+        atomic_write(self.path / ELAPSED_FILE, json.dumps({"wall_time_s": total, "segments": segments}) + "\n")
 
     def add_metrics(self, arm: str, rows: Iterable[tuple[int, int, str, float]]) -> None:
         self.rows.extend((arm, int(s), int(m), str(n), float(v)) for s, m, n, v in rows)
@@ -423,14 +427,34 @@ def _busy(final: Path, staging: Path) -> RunBusyError:
 ELAPSED_FILE = "elapsed.json"
 
 
-def staged_elapsed(staging: Path) -> float:
-    """Wall seconds the earlier segments of a stopped run ran (``elapsed.json`` of its staging folder); 0
-    where none is readable (a new run, or one whose segments were all killed before they could say)."""
+def staged_segments(staging: Path) -> list[dict[str, Any]]:
+    """The earlier segments of a stopped run (``elapsed.json`` of its staging folder), one per process that ran
+    it: ``{"commit", "device", "threads", "wall_s"}``. A folder written before segments were kept gives one
+    segment of its whole wall time with the commit, device and threads unknown (``None``); none where nothing
+    is readable (a new run, or one whose segments were all killed before they could say)."""
     try:
-        value = json.loads(read_inside(Path(staging), ELAPSED_FILE, 4096).decode())["wall_time_s"]
+        doc = json.loads(read_inside(Path(staging), ELAPSED_FILE, 1 << 20).decode())
+        total = doc["wall_time_s"]
     except (OSError, ValueError, KeyError, TypeError, RunDirError):
-        return 0.0
-    return float(value) if isinstance(value, (int, float)) and 0 <= value < float("inf") else 0.0
+        return []
+    if not isinstance(total, (int, float)) or not 0 <= total < float("inf"):
+        return []
+    segments = doc.get("segments")
+    if isinstance(segments, list) and all(isinstance(g, dict) and _seconds(g.get("wall_s")) for g in segments):
+        return [{k: g.get(k) for k in SEGMENT_FIELDS} for g in segments]
+    return [{"commit": None, "device": None, "threads": None, "wall_s": float(total)}] if total > 0 else []
+
+
+SEGMENT_FIELDS = ("commit", "device", "threads", "wall_s")
+
+
+def _seconds(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < float("inf")
+
+
+def staged_elapsed(staging: Path) -> float:
+    """Wall seconds the earlier segments of a stopped run ran (:func:`staged_segments`, summed); 0 where none."""
+    return float(sum(g["wall_s"] for g in staged_segments(staging)))
 
 
 def staging_path(final: Path) -> Path:

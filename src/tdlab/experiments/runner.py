@@ -23,7 +23,7 @@ from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
 from tdlab.record import write_record
 from tdlab.report.html import write_report
-from tdlab.runs import Run, RunDirError, RunWriter, environment, staged_elapsed
+from tdlab.runs import Run, RunDirError, RunWriter, environment, staged_segments
 from tdlab.safeio import check_output_folder
 from tdlab.train.phases import phase
 from tdlab.train.stopping import RunStopped
@@ -124,7 +124,7 @@ def _execute(
         err_console.print(f"run {writer.run_id}: building in {writer.path}", highlight=False, soft_wrap=True)
     with writer:
         status: dict[str, Any] = {"status": "done", "error": None}
-        t0, before = time.perf_counter(), staged_elapsed(writer.path)  # the earlier segments of a resumed run
+        t0, before = time.perf_counter(), staged_segments(writer.path)  # the earlier segments of a resumed run
         ctx = RunContext(writer, device, progress)
         analysis, record = None, None
         try:
@@ -145,21 +145,31 @@ def _execute(
             status = {"status": "diverged", "error": str(err), "member": err.member, "step": err.step}
         except (RunStopped, KeyboardInterrupt) as stop:  # the staging folder stays for --resume if it has checkpoints
             stop.run_dir = writer.final  # type: ignore[union-attr]
-            writer.save_elapsed(before + time.perf_counter() - t0)
+            writer.save_segments([*before, _segment(environment(device), time.perf_counter() - t0)])
             raise
+        env = environment(device)
+        segments = [*before, _segment(env, time.perf_counter() - t0)]
         meta = {
             "run_id": writer.run_id,
             "profile": profile,
-            "wall_time_s": before + time.perf_counter() - t0,  # every segment of a resumed run
-            "env": environment(device),
+            "wall_time_s": sum(g["wall_s"] for g in segments),  # every segment of a resumed run
+            "env": env,
             **status,
         }
+        if before:  # resumed: which commit, device and threads ran each part of the training
+            meta["segments"] = segments
         if record is not None:
             meta["decide"] = record
         _report(exp, cfg, Run(writer.path), meta, analysis)
         run = writer.finish()
     _index(run, writer.out, sweep)
     return run
+
+
+def _segment(env: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """One process's part of a run (:func:`tdlab.runs.staged_segments`): the commit, device and threads of
+    ``env`` (:func:`tdlab.runs.environment`), and the wall seconds it ran."""
+    return {"commit": env["commit"], "device": env["device"], "threads": env["torch_threads"], "wall_s": seconds}
 
 
 def _index(run: Run, out: Path, sweep: str | None) -> None:

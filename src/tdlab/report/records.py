@@ -119,7 +119,7 @@ def experiment_table(pub: Published, experiments: Sequence[Any]) -> str:
         lines.append(
             f"| `{e.name}` | {_counts(rec)} | {_counts(pub.quick.get(e.name))} | {rec.members} | {md_cell(dev)}"
             f"{f', {rec.threads} thread(s)' if rec.threads and rec.device == 'cpu' else ''} | "
-            f"{rec.wall_time_s:.0f} s | `{(rec.commit or 'not recorded')[:12]}` |"
+            f"{rec.wall_time_s:.0f} s | `{rec.trained_by()}` |"
         )
     return "\n".join(lines) + "\n"
 
@@ -209,7 +209,7 @@ def group_table(pub: Published, exp: Any) -> str:
     how = f"`tdlab run {exp.name} --profile paper --seed {seed}`"
     made = (
         f"Recorded: {rec.members} members, {md_cell(rec.gpu or rec.device)}, {rec.wall_time_s:.0f} s, commit "
-        f"`{(rec.commit or 'not recorded')[:12]}`."
+        f"`{rec.trained_by()}`."
         if rec
         else "No record at the seed's settings yet."
     )
