@@ -110,3 +110,16 @@ def test_a_state_packed_into_the_folder_it_came_from_replaces_every_old_part(tmp
     assert sorted(p.name for p in kept_state.iterdir()) == ["state.tgz.00"]
     assert mod.unpack_state(kept_state, tmp_path / "again") == 1
     assert (tmp_path / "again" / ".staging-a" / "blob").read_bytes() == b"new state"
+
+
+def test_the_state_kept_in_the_repository_unpacks_to_a_paper_batch_of_its_device(tmp_path):
+    mod = _load()
+    folders = sorted(p for p in (SCRIPT.parents[1] / "batch-state").glob("*") if p.is_dir())
+    assert folders, "batch-state/ holds the paper batch's state between sessions"
+    for folder in folders:
+        batch = tmp_path / folder.name
+        assert mod.unpack_state(folder, batch) >= 1, folder
+        doc = json.loads((batch / "batch.json").read_text())
+        assert doc["profile"] == "paper" and doc["set"] == [] and doc["device"].split(":")[0] == folder.name
+        for staging in batch.glob(".staging-*"):
+            assert (staging / "config.yaml").is_file(), staging
