@@ -6,9 +6,11 @@ input."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -364,18 +366,21 @@ def test_an_experiment_without_a_quick_time_takes_its_published_quick_records():
 def test_the_prior_counts_the_separate_trainings():
     """markov-icl-depth trains 2 cells of depths 1 and 2 in quick and the seed's 36 (k 1..3 x depth 1..3 x 4
     position encodings) in paper: the prior grows by the cells' layers, 72 / 3 = 24x, beside the length's and
-    the activations' ratios (the 63-minute estimate that took 12 hours). An experiment whose arms do not change
+    the per-step arithmetic's ratios (the 63-minute estimate that took 12 hours). An experiment whose arms do not change
     between the profiles keeps a work ratio of 1. Where no length field gives the training length (markov-bridge's
     budgets, anchors-flows' flow times), the experiment's own count does."""
     from tdlab.config import build_config
     from tdlab.experiments.base import get
     from tdlab.experiments.standard import QUICK_SECONDS
-    from tdlab.train.memory import estimate
+    from tdlab.train.compute import step_flops
+
+    def per_step(q, p):  # a step's arithmetic, paper over quick
+        return step_flops(p) / step_flops(q)
 
     exp = get("markov-icl-depth")
     q, p = (build_config(exp.Config, exp.profiles[k]) for k in ("quick", "paper"))
     assert (exp.fit_work(q), exp.fit_work(p)) == (3.0, 72.0)
-    act = estimate(p).bytes / estimate(q).bytes
+    act = per_step(q, p)
     length = p.train.steps / q.train.steps
     assert _prior("markov-icl-depth", "paper") == pytest.approx(
         QUICK_SECONDS["markov-icl-depth"][0] * act * length * 24
@@ -391,7 +396,7 @@ def test_the_prior_counts_the_separate_trainings():
     steps = [len(c.grid) * sum(c.budgets) for c in (q, p)]
     assert steps == [14_000, 130_000] and bridge.fit_work(p) / bridge.fit_work(q) == pytest.approx(130 / 14)
     assert bridge.training_length_field() is None
-    act = estimate(p).bytes / estimate(q).bytes
+    act = per_step(q, p)
     assert _prior("markov-bridge", "paper", {"markov-bridge": 1.0}) == pytest.approx(act * 130 / 14)
     # anchors-flows has neither a length field nor activations to scale: its own count, 10x the sequences and
     # 101 / 41 the gradient evaluations (its paper run took 3,236 s on one thread; read as quick's 96 s before)
@@ -400,14 +405,41 @@ def test_the_prior_counts_the_separate_trainings():
     assert flows.work(p) / flows.work(q) == pytest.approx(10 * 101 / 41)
     assert _prior("anchors-flows", "paper", {"anchors-flows": 1.0}) == pytest.approx(10 * 101 / 41)
     # anchors-labels: three arms whose steps per epoch grow with the data set (quick 200 x (1 + 12 + 12) epochs,
-    # the seed's 1,980 x (50 + 1000 + 1000)): 812x the steps, times the activations (measured ~220 steps/min)
+    # the seed's 1,980 x (50 + 1000 + 1000)): 812x the steps, times a step's arithmetic (measured ~220 steps/min)
     labels = get("anchors-labels")
     q, p = (build_config(labels.Config, labels.profiles[k]) for k in ("quick", "paper"))
-    act = estimate(p).bytes / estimate(q).bytes
-    assert labels.work(p) / labels.work(q) == pytest.approx(4_059_000 / 5_000 * act)
+    assert labels.work(p) / labels.work(q) == pytest.approx(4_059_000 / 5_000 * per_step(q, p))
     topics = get("topics-wv")
     assert topics.fit_work(build_config(topics.Config, topics.profiles["paper"])) == 1.0
     assert topics.work(build_config(topics.Config, topics.profiles["paper"])) is None
+
+
+# Whole paper runs measured on one CPU thread (docs/batch.md), hours, and the prior when it read a step's work
+# from its activations (tdlab 568b437), hours.
+MEASURED_CPU_HOURS = {
+    "topics-real": (80.0, 5.81),  # the MLM's steps measured for ~2 h, extrapolated
+    "topics-real-two-stage": (5.0, 0.67),  # its CPU cross-check, two members in ~3.3 h
+    "anchors-labels": (300.0, 60.6),  # the groups arm's steps for 7 h; the mem arms are 1,980,000 steps each
+    "markov-init": (11.0, 6.38),  # ~48 steps/min over its 4 x 8,000 steps
+    "markov-bridge": (33.0, 32.6),  # its fits of 1,000 steps, timed
+}
+WIDENED = ("topics-real", "topics-real-two-stage", "anchors-labels")  # d 64 -> 512, 64 -> 512, 64 -> 200
+
+
+def test_the_prior_reads_a_steps_arithmetic_so_wider_models_are_not_under_read():
+    """The seed's real-text runs widen d 64 -> 512 and anchors-labels 64 -> 200: a step's matrix products grow
+    with d², its activations with d. Read from activations, the prior put these runs 5-14x short while the runs
+    that keep their width (markov-init, markov-bridge) were within 1.5x; read from the arithmetic, each widened
+    run's measured / prior lies closer to the others' (the factor the batch fits per device)."""
+    from tdlab.batch import quick_times
+
+    quick = quick_times(Path(__file__).resolve().parents[1] / "results")
+    now = {n: h * 3600 / _prior(n, "paper", quick) for n, (h, _) in MEASURED_CPU_HOURS.items()}
+    before = {n: h / old for n, (h, old) in MEASURED_CPU_HOURS.items()}
+    for ratio in (now, before):  # the width-keeping runs' factor, under either prior
+        ratio["kept"] = statistics.geometric_mean(v for n, v in ratio.items() if n not in WIDENED)
+    for n in WIDENED:
+        assert abs(math.log(now[n] / now["kept"])) < abs(math.log(before[n] / before["kept"])), (n, now, before)
 
 
 def test_an_experiment_that_counts_its_own_work_is_scaled_by_that_count():

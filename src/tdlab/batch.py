@@ -98,12 +98,14 @@ def _prior(name: str, profile: str, quick: Mapping[str, float] | None = None) ->
     """Seconds predicted from the quick profile's measured time (:data:`tdlab.experiments.standard.QUICK_SECONDS`,
     else ``quick[name]``: a published quick record's wall time on the CPU) times the profile's training length
     over quick's (in optimiser steps: epochs times steps per epoch where the length is in epochs), times its
-    activations per step over quick's (:func:`tdlab.train.memory.estimate`: members x batch x sequence x width,
-    what a step's work grows with; the members' ratio where no estimate applies), times its separate trainings
+    arithmetic per step over quick's (:func:`tdlab.train.compute.step_flops`: members x batch x sequence x
+    (d² and sequence x d per layer), what a transformer step's work grows with; else its activations,
+    :func:`tdlab.train.memory.estimate`; the members' ratio where neither applies), times its separate trainings
     over quick's (:meth:`~tdlab.experiments.base.Experiment.fit_work`), or by its own count of the work where
     it gives one (:meth:`~tdlab.experiments.base.Experiment.work`); ``None`` where quick was never measured."""
     from tdlab.experiments.base import get
     from tdlab.experiments.standard import QUICK_SECONDS
+    from tdlab.train.compute import step_flops
     from tdlab.train.memory import estimate
 
     exp = get(name)
@@ -118,7 +120,9 @@ def _prior(name: str, profile: str, quick: Mapping[str, float] | None = None) ->
     wq, wp = exp.work(q), exp.work(p)
     if wq is not None and wp is not None and wq > 0:  # the experiment counts its own work
         return seconds * wp / wq
-    bq, bp = estimate(q).bytes, estimate(p).bytes
+    # a step's arithmetic (the matrix products grow with d², which activations, d, miss), else its activations
+    fq, fp = step_flops(q), step_flops(p)
+    bq, bp = (fq, fp) if fq and fp else (estimate(q).bytes, estimate(p).bytes)
     scale = bp / bq if bq > 0 and bp > 0 else p.members / q.members
     # the separate trainings (markov-tying: quick's 3 cells x 2 tyings, the seed's 25 x 2)
     scale *= exp.fit_work(p) / exp.fit_work(q)

@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from tdlab.config import ConfigError
 from tdlab.machine import GB, machine_bytes
 
-__all__ = ["Estimate", "check_memory", "estimate"]
+__all__ = ["Estimate", "check_memory", "estimate", "model_vocab", "subconfig_with"]
 
 
 @dataclass(frozen=True)
@@ -52,15 +52,24 @@ def _subconfigs(cfg: BaseModel, prefix: str = "") -> Iterator[tuple[str, BaseMod
             yield from _subconfigs(value, f"{prefix}{name}.")
 
 
-def _with(cfg: BaseModel, *names: str) -> tuple[str, Any] | None:
+def subconfig_with(cfg: BaseModel, *names: str) -> tuple[str, Any] | None:
     """The first sub-config that has every field in ``names`` (typed Any: it is known only by those fields,
     which the estimates read by name, whatever its class)."""
     return next(((p, c) for p, c in _subconfigs(cfg) if all(n in type(c).model_fields for n in names)), None)
 
 
+def model_vocab(cfg: BaseModel, model: Any) -> int:
+    """The vocabulary a model's output layer spans: its ``vocab`` field, else the corpus's ``max_vocab`` (seed
+    004's real text: the model is sized by the corpus it reads), else 2."""
+    if "vocab" in type(model).model_fields:
+        return int(model.vocab)
+    corpus = subconfig_with(cfg, "max_vocab")
+    return int(corpus[1].max_vocab) if corpus is not None else 2
+
+
 def _sequence_training(cfg: BaseModel) -> Estimate | None:
     """Transformer next-token training: activations of one step of one chunk of members."""
-    found = _with(cfg, "batch", "seq_len")
+    found = subconfig_with(cfg, "batch", "seq_len")
     if found is None:
         return None
     tp, train = found
@@ -71,9 +80,9 @@ def _sequence_training(cfg: BaseModel) -> Estimate | None:
 
         chunk = auto_chunk(members, train.batch, train.seq_len, "cpu")
     chunk = min(chunk, members)
-    model = _with(cfg, "d", "vocab", "layers")
+    model = subconfig_with(cfg, "d", "layers")
     mp, m = model if model is not None else ("model.", None)
-    d, vocab = (m.d, m.vocab) if m is not None else (1, 2)
+    d, vocab = (m.d, model_vocab(cfg, m)) if m is not None else (1, 2)
     layers, heads = (m.layers, getattr(m, "heads", 1)) if m is not None else (1, 1)
     mlp = getattr(m, "mlp_ratio", 4) if m is not None else 4
     T = train.seq_len
@@ -93,12 +102,12 @@ def _sequence_training(cfg: BaseModel) -> Estimate | None:
 
 def _regression(cfg: BaseModel) -> Estimate | None:
     """In-context regression by gradient descent: every member's prompts, in float64."""
-    found = _with(cfg, "prompts", "context")
+    found = subconfig_with(cfg, "prompts", "context")
     if found is None:
         return None
     tp, train = found
     members = int(getattr(cfg, "members", 1))
-    task = _with(cfg, "dims")
+    task = subconfig_with(cfg, "dims")
     width = sum(task[1].dims) + 1 if task is not None else 2
     wp = f"{task[0]}dims" if task is not None else "token width"
     # The prompts (x, y) and the activations of one layer's forward/backward over them (x 2).

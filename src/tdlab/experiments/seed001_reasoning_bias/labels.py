@@ -284,13 +284,13 @@ class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
 
     def work(self, cfg: AnchorsLabelsConfig) -> float:
         """The arms' optimiser steps (epochs x steps per epoch, which grows with the data set: 200 at quick's
-        20,000 sequences, 1,980 at the seed's 198,000) times the activations of a step (members x batch x
-        sequence x width, :func:`tdlab.train.memory.estimate`): the prior's generic rule reads the epochs
-        alone, since the steps per epoch are per arm here (812x quick's steps at the seed's settings)."""
-        from tdlab.train.memory import estimate
+        20,000 sequences, 1,980 at the seed's 198,000) times the arithmetic of a step
+        (:func:`tdlab.train.compute.step_flops`): the prior's generic rule reads the epochs alone, since the
+        steps per epoch are per arm here (812x quick's steps at the seed's settings)."""
+        from tdlab.train.compute import step_flops
 
         steps = sum(cfg.epochs_of(a) * cfg.steps_per_epoch(a) for a in ARMS)
-        return float(steps * estimate(cfg).bytes)
+        return float(steps * (step_flops(cfg) or 0.0))
 
     def run(self, cfg: AnchorsLabelsConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)  # the same seeds in every arm: paired by seed index
