@@ -224,6 +224,22 @@ def test_plan_prints_the_queue_with_estimates_and_runs_nothing(tmp_path):
     (out / ".staging-markov-rank" / "config.yaml").write_text(yaml.safe_dump(conf, sort_keys=False))
     res = _cli("batch", "markov-rank", "--plan", "--out", str(out), "--results", "")
     assert res.exit_code == 0 and "0 arm(s) finished, 0 checkpointed mid-way" in res.output, res.output
+    # what a checkpoint says of its fit: a trainer's the step it reached; a memo's (no step), and one that does
+    # not read, only that they are there
+    from tdlab.batch import plan_batch
+
+    ckpt = out / ".staging-markov-rank" / "checkpoints"
+    ckpt.mkdir()
+    (ckpt / "sec2__standard.json").write_text(
+        json.dumps({"meta": {"chunk": {"step": 1866}, "config": {"steps": 8000}}})
+    )
+    (ckpt / "landscape.json").write_text(json.dumps({"meta": {"points": 3}}))
+    (ckpt / "broken.json").write_text("{")
+    [stopped] = plan_batch(["markov-rank"], "paper", out, "cpu", None)
+    assert "0 arm(s) finished, 3 checkpointed mid-way: sec2/standard at step 1,866 of 8,000" in stopped.note
+    for f in ckpt.iterdir():
+        f.unlink()
+    ckpt.rmdir()
     res = _cli("batch", "markov-rank", "--plan", "--profile", "quick", "--out", str(out), "--results", "")
     assert res.exit_code == 2 and "holds a batch of profile 'paper'" in res.output, res.output
     assert sorted(p.name for p in out.iterdir()) == [".staging-markov-rank", "batch.json"]
