@@ -512,6 +512,10 @@ def test_a_run_read_through_a_symlinked_file_is_refused(tmp_path):
             '{"wall_time_s": 5, "segments": [{"wall_s": "x"}]}',
             [{"commit": None, "device": None, "threads": None, "wall_s": 5.0}],
         ),
+        (  # a field of the wrong form is unknown, not passed on to the record
+            '{"wall_time_s": 2, "segments": [{"commit": "HEAD", "device": 3, "threads": true, "wall_s": 2}]}',
+            [{"commit": None, "device": None, "threads": None, "wall_s": 2.0}],
+        ),
     ],
 )
 def test_a_stopped_run_keeps_which_process_ran_each_segment(tmp_path, text, segments):

@@ -441,11 +441,19 @@ def staged_segments(staging: Path) -> list[dict[str, Any]]:
         return []
     segments = doc.get("segments")
     if isinstance(segments, list) and all(isinstance(g, dict) and _seconds(g.get("wall_s")) for g in segments):
-        return [{k: g.get(k) for k in SEGMENT_FIELDS} for g in segments]
+        return [_segment_read(g) for g in segments]
     return [{"commit": None, "device": None, "threads": None, "wall_s": float(total)}] if total > 0 else []
 
 
-SEGMENT_FIELDS = ("commit", "device", "threads", "wall_s")
+def _segment_read(g: dict[str, Any]) -> dict[str, Any]:
+    """A stored segment with every field of the right form, else unknown (``None``): what a record accepts."""
+    commit, device, threads = g.get("commit"), g.get("device"), g.get("threads")
+    return {
+        "commit": commit if isinstance(commit, str) and COMMIT_FORM.match(commit) else None,
+        "device": device if isinstance(device, str) else None,
+        "threads": threads if isinstance(threads, int) and not isinstance(threads, bool) and threads > 0 else None,
+        "wall_s": float(g["wall_s"]),
+    }
 
 
 def _seconds(x: Any) -> bool:
