@@ -530,3 +530,23 @@ def test_saved_segments_read_back_with_their_total(tmp_path):
         w.save_segments(segs)
         assert staged_segments(w.path) == segs and staged_elapsed(w.path) == 5.0
         assert json.loads((w.path / "elapsed.json").read_text())["wall_time_s"] == 5.0
+
+
+def test_a_rebuilt_report_keeps_a_resumed_runs_segments_and_refuses_damaged_ones(make_markov_run):
+    from tdlab.experiments.runner import rebuild
+
+    _, path = make_markov_run(0.5, 0.8, {}, [0, 10], members=1)
+    rebuild(path)  # the summary of a finished run
+    summary = json.loads((path / "summary.json").read_text())
+    segs = [
+        {"commit": None, "device": None, "threads": None, "wall_s": 3.0},
+        {"commit": "abcdef1", "device": "cpu", "threads": 1, "wall_s": 4.5},
+    ]
+    (path / "summary.json").write_text(json.dumps({**summary, "segments": segs}))
+    rebuild(path)
+    assert json.loads((path / "summary.json").read_text())["segments"] == segs
+    assert json.loads((path / "record.json").read_text())["segments"] == segs
+    for bad in ([{"commit": "HEAD", "device": "cpu", "threads": 1, "wall_s": 1.0}], [{"wall_s": 1.0}], ["x"]):
+        (path / "summary.json").write_text(json.dumps({**summary, "segments": bad}))
+        with pytest.raises(RunDirError, match="'segments' holds a part that is not a segment"):
+            rebuild(path)

@@ -80,6 +80,7 @@ __all__ = [
     "environment",
     "file_mode",
     "list_runs",
+    "segment_ok",
     "staged_elapsed",
     "staged_segments",
     "staging_path",
@@ -443,6 +444,16 @@ def staged_segments(staging: Path) -> list[dict[str, Any]]:
     if isinstance(segments, list) and all(isinstance(g, dict) and _seconds(g.get("wall_s")) for g in segments):
         return [_segment_read(g) for g in segments]
     return [{"commit": None, "device": None, "threads": None, "wall_s": float(total)}] if total > 0 else []
+
+
+def segment_ok(g: Any) -> bool:
+    """Whether ``g`` is a segment as tdlab writes it (:func:`staged_segments`), every field of its form."""
+    return (
+        isinstance(g, dict)
+        and set(g) == {"commit", "device", "threads", "wall_s"}
+        and _seconds(g["wall_s"])
+        and (_segment_read(g) == g)
+    )
 
 
 def _segment_read(g: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
 from tdlab.record import write_record
 from tdlab.report.html import write_report
-from tdlab.runs import Run, RunDirError, RunWriter, environment, staged_segments
+from tdlab.runs import Run, RunDirError, RunWriter, environment, segment_ok, staged_segments
 from tdlab.safeio import check_output_folder
 from tdlab.train.phases import phase
 from tdlab.train.stopping import RunStopped
@@ -228,12 +228,13 @@ _META_TYPES: dict[str, tuple[type, ...]] = {
     "member": (int, type(None)),
     "step": (int, type(None)),
     "decide": (dict,),
+    "segments": (list,),
 }
 
 
 def _stored_meta(run: Run) -> dict[str, Any]:
     """What a rebuilt report keeps of the old ``summary.json`` (run id, profile, wall time, environment,
-    status), each checked: a value of the wrong type is a damaged summary, refused in one line."""
+    status, a resumed run's segments), each checked: a value of the wrong type is a damaged summary, refused in one line."""
     old = run.summary
     meta = {k: old[k] for k in _META_TYPES if k in old}
     where = run.path / "summary.json"
@@ -244,6 +245,10 @@ def _stored_meta(run: Run) -> dict[str, Any]:
         raise RunDirError(f"{where}: 'decide' holds no confidence in (0.5, 1), not what tdlab writes there")
     if "status" in meta and meta["status"] not in ("done", "diverged"):
         raise RunDirError(f"{where}: 'status' is {echo(meta['status'])}; allowed: done, diverged")
+    if not all(segment_ok(g) for g in meta.get("segments", [])):
+        raise RunDirError(
+            f"{where}: 'segments' holds a part that is not a segment tdlab writes (commit, device, threads, wall_s)"
+        )
     env = meta.get("env")
     if env is not None and not (
         isinstance(env.get("device"), str) and all(isinstance(v, (str, int, float, type(None))) for v in env.values())
