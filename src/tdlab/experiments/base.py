@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -183,7 +184,9 @@ class RunContext:
         """:meth:`fit` of every fit in ``fits``, stored in their order; independent fits train at once on
         :mod:`lanes <tdlab.train.lanes>` where every fit runs on one CPU thread (the same numbers, bit for
         bit), at most :attr:`lanes` of them. A diverging fit is stored with the others before its
-        :class:`DivergenceError` goes on up (the first in ``fits``' order)."""
+        :class:`DivergenceError` goes on up (the first in ``fits``' order). A stop (SIGTERM, ``--until``)
+        checkpoints the fits in progress and starts no other: a fit not started has nothing to keep, and the
+        resume starts it as it would have."""
         seeds = [[int(s) for s in f.seeds] for f in fits]
         results: list[FitResult | None] = [self.done(f.arm) for f in fits]
         for f, s, r in zip(fits, seeds, results, strict=True):
@@ -195,8 +198,19 @@ class RunContext:
         config_hash = self.writer.config_hash()
         first_error: DivergenceError | None = None
         stopped: RunStopped | None = None
+        halted = threading.Event()  # a fit stopped: the fits not started yet do not start
+
+        def job(i: int) -> FitResult:
+            if halted.is_set():  # nothing trained, nothing written: a resume starts it as it would have
+                raise RunStopped(0, fits[i].arm, stored=True)
+            try:
+                return self._train(fits[i], seeds[i], config_hash)
+            except RunStopped:
+                halted.set()
+                raise
+
         try:
-            jobs = [partial(self._train, fits[i], seeds[i], config_hash) for i in todo]
+            jobs = [partial(job, i) for i in todo]
             for j, outcome in in_lanes(jobs, n):
                 i = todo[j]
                 if isinstance(outcome.error, RunStopped):  # checkpointed; the fits that finish are still stored

@@ -345,3 +345,29 @@ def test_a_run_stopped_between_landscape_arms_resumes_to_the_numbers_of_one_neve
     a, b = (r.metrics().sort_values(cols[:4])[cols].reset_index(drop=True) for r in (whole, again))
     assert a.equals(b) and len(a)
     assert again.summary["claims"] == whole.summary["claims"]
+
+
+def test_a_stop_in_training_writes_no_checkpoint_for_the_fits_not_started(tmp_path):
+    """The seed's grid is 50 fits: a stop in the first must not start the other 49 for a step each (a
+    checkpoint apiece, 12 MB of a state carried between machines). On one lane the fit in progress checkpoints
+    and no other; the rest start on the resume, and the run ends with the numbers of one never stopped."""
+    from tdlab.experiments.runner import resume
+    from tdlab.train.lanes import limited_to
+    from tdlab.train.stopping import RunStopped, stopping
+
+    cfg = EXP.make_config("quick", [*TINY, "grid=[[0.5, 0.8], [0.2, 0.3], [0.7, 0.6]]"], members=2)
+    whole = execute(EXP, cfg, "quick", tmp_path / "whole", progress=False)
+    with limited_to(1):
+        with stopping(until_s=0, signals=False), pytest.raises(RunStopped) as stop:
+            execute(EXP, cfg, "quick", tmp_path / "stopped", progress=False)
+        run_dir = stop.value.run_dir
+        while stop.value.label.startswith("landscape/"):  # the landscape stops arm by arm first
+            with stopping(until_s=0, signals=False), pytest.raises(RunStopped) as stop:
+                resume(run_dir, progress=False)
+        staging = run_dir.with_name(f".staging-{run_dir.name}")
+        started = [p.stem for p in (staging / "checkpoints").glob("train__*.json")]
+        assert started == [stop.value.label.replace("/", "__")]  # one of the six fits
+        again = resume(run_dir, progress=False)
+    cols = ["arm", "step", "member", "name", "value"]
+    a, b = (r.metrics().sort_values(cols[:4])[cols].reset_index(drop=True) for r in (whole, again))
+    assert a.equals(b) and len(a)
