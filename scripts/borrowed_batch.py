@@ -8,7 +8,7 @@ few archives, each small enough to copy off such a machine.
 1. **Wheels.** ``--wheels DIR`` with ``*.whl`` files (the packages the machine lacks) installs them with
    ``pip --no-index --no-deps`` into ``WORK/site``; tdlab itself runs from ``src/`` (no install).
 2. **State.** ``--state DIR`` holding ``state.tgz.00``, ``.01``, … (the last machine's ``BACK``) unpacks the
-   batch folder those parts hold: its stopped runs resume from their checkpoints.
+   batch folder those parts hold (replacing what WORK/batch held): its stopped runs resume from their checkpoints.
 3. **The batch.** ``tdlab batch --only-missing --results RESULTS --out WORK/batch BATCH ARGS`` (default
    profile: paper; ``--until``, ``--device cuda``, names, ``--set`` go after ``--``), so every experiment with a
    current record under ``RESULTS`` is left out.
@@ -30,6 +30,7 @@ import argparse
 import hashlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -48,13 +49,20 @@ def install_wheels(wheels: Path, site: Path) -> list[str]:
 
 
 def unpack_state(state: Path, batch: Path) -> int:
-    """Join ``state/state.tgz.*`` in order and unpack it into ``batch``; the number of parts (0: none)."""
+    """Join ``state/state.tgz.*`` in order and unpack it as the batch folder ``batch``; the number of parts
+    (0: none). The state is the whole folder: what a folder of the same name held before (a machine that kept
+    its work folder from an earlier call) is replaced, never merged with it (a stale checkpoint left beside
+    the state's would be resumed, and carried back)."""
     parts = sorted(state.glob("state.tgz.*"))
     if parts:
-        batch.mkdir(parents=True, exist_ok=True)
         data = b"".join(p.read_bytes() for p in parts)
+        fresh = batch.with_name(f".{batch.name}.unpacking")
+        shutil.rmtree(fresh, ignore_errors=True)
+        fresh.mkdir(parents=True)
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(batch, filter="data")
+            tar.extractall(fresh, filter="data")
+        shutil.rmtree(batch, ignore_errors=True)
+        os.replace(fresh, batch)
     return len(parts)
 
 

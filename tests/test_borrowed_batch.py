@@ -123,3 +123,19 @@ def test_the_state_kept_in_the_repository_unpacks_to_a_paper_batch_of_its_device
         assert doc["profile"] == "paper" and doc["set"] == [] and doc["device"].split(":")[0] == folder.name
         for staging in batch.glob(".staging-*"):
             assert (staging / "config.yaml").is_file(), staging
+
+
+def test_the_state_replaces_what_the_work_folder_held_before(tmp_path):
+    mod = _load()
+    batch = tmp_path / "batch"
+    (batch / ".staging-a" / "checkpoints").mkdir(parents=True)
+    (batch / ".staging-a" / "checkpoints" / "fit.json").write_text("state")
+    (batch / "batch.json").write_text("{}")
+    back = tmp_path / "back"
+    back.mkdir()
+    mod.pack_state(batch, back, part_bytes=10_000, cap_bytes=10_000)
+    # the same work folder, kept by the machine, with a checkpoint the state does not hold (written after it)
+    (batch / ".staging-a" / "checkpoints" / "stale.json").write_text("stale")
+    (batch / ".staging-b").mkdir()
+    assert mod.unpack_state(back, batch) == 1
+    assert sorted(p.name for p in batch.rglob("*")) == [".staging-a", "batch.json", "checkpoints", "fit.json"]
