@@ -19,6 +19,7 @@ from tdlab.runs import (
     atomic_write,
     list_runs,
     staged_elapsed,
+    staged_progress,
     staged_segments,
 )
 
@@ -550,3 +551,24 @@ def test_a_rebuilt_report_keeps_a_resumed_runs_segments_and_refuses_damaged_ones
         (path / "summary.json").write_text(json.dumps({**summary, "segments": bad}))
         with pytest.raises(RunDirError, match="'segments' holds a part that is not a segment"):
             rebuild(path)
+
+
+def test_a_staging_folder_says_which_arms_it_finished_and_where_each_checkpointed_fit_is(tmp_path):
+    from tdlab.cli import _kept
+
+    final = tmp_path / "r"
+    staging = tmp_path / ".staging-r"
+    for name in ("train__a", "train__a@init", "train__b"):  # an initial state is no arm of its own
+        atomic_write(staging / "arrays" / f"{name}.safetensors", b"")
+    doc = {"meta": {"chunk": {"step": 1866}, "config": {"steps": 8000}}}
+    atomic_write(staging / "checkpoints" / "train__c.json", json.dumps(doc).encode())
+    atomic_write(staging / "checkpoints" / "memo.json", b"{}")  # a memo: counted, no step
+    said = "2 arm(s) finished, 2 checkpointed mid-way: train/c at step 1,866 of 8,000"
+    assert staged_progress(staging) == said
+    assert _kept(final).startswith(f"interrupted: {said}, kept in {staging}; `tdlab run --resume {final}`")
+    for f in (staging / "checkpoints").iterdir():  # finished arms alone are kept too: a resume reloads them
+        f.unlink()
+    assert _kept(final).startswith("interrupted: 2 arm(s) finished, 0 checkpointed mid-way, kept in")
+    for f in (staging / "arrays").iterdir():
+        f.unlink()
+    assert _kept(final) == "interrupted: no fit had finished or saved a checkpoint, so nothing was kept"

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tdlab.config import ConfigError, build_config, echo, read_field
-from tdlab.runs import Run, RunDirError, config_hash, staged_elapsed, staging_busy, staging_path
-from tdlab.safeio import atomic_write, check_output_folder, read_inside
+from tdlab.runs import Run, RunDirError, config_hash, staged_elapsed, staged_progress, staging_busy, staging_path
+from tdlab.safeio import atomic_write, check_output_folder
 
 __all__ = ["BATCH_FILE", "Job", "Outcome", "estimates", "plan_batch", "run_batch", "run_job", "status_table"]
 
@@ -214,7 +214,7 @@ def _state(out: Path, name: str) -> tuple[State, float | None, str]:
             return "busy", None, "running in another process"
         spent = staged_elapsed(staging)
         ran = f"; ran {_duration(spent)} so far" if spent > 0 else ""
-        return "stopped", None, f"resumes from its checkpoints ({_kept(staging)}{ran})"
+        return "stopped", None, f"resumes from its checkpoints ({staged_progress(staging)}{ran})"
     return "new", None, ""
 
 
@@ -243,30 +243,6 @@ def _stale_aside(out: Path, name: str) -> Path:
         shutil.rmtree(aside)  # the same config set aside before: this copy is newer
     os.replace(folder, aside)
     return aside
-
-
-def _kept(staging: Path) -> str:
-    """What a stopped run's staging folder holds: the arms it finished (their arrays) and the fits and
-    memos it checkpointed mid-way, with the step each trainer's fit reached (``sec2/standard at step 1,866
-    of 8,000``)."""
-    arms = [f for f in (staging / "arrays").glob("*.safetensors") if "@" not in f.name]
-    mid = sorted((staging / "checkpoints").glob("*.json"))
-    where = [w for w in map(_fit_step, mid) if w]
-    return f"{len(arms)} arm(s) finished, {len(mid)} checkpointed mid-way" + (f": {', '.join(where)}" if where else "")
-
-
-def _fit_step(checkpoint: Path) -> str | None:
-    """``FIT at step S of N`` for a trainer's checkpoint (its ``meta.chunk.step`` and ``meta.config.steps``;
-    the fit's name is the arm's, ``/`` stored as ``__``); ``None`` for another kind (a memo, a regression fit)
-    or a file that does not read."""
-    try:
-        meta = json.loads(read_inside(checkpoint.parent, checkpoint.name))["meta"]
-        step, steps = meta["chunk"]["step"], meta["config"]["steps"]
-    except (OSError, ValueError, KeyError, TypeError, RunDirError):
-        return None
-    if not (isinstance(step, int) and isinstance(steps, int)) or isinstance(step, bool):
-        return None
-    return f"{checkpoint.stem.replace('__', '/')} at step {step:,} of {steps:,}"
 
 
 def _check_folder(out: Path, profile: str, device: str, sets: Sequence[str], write: bool = True) -> None:

@@ -354,18 +354,18 @@ def run(
 
 
 def _kept(final: Path | None) -> str:
-    """What an interrupted run kept: its staging folder's checkpoints and the command that resumes it."""
-    from tdlab.runs import staging_path
+    """What an interrupted run kept: its staging folder's finished arms and checkpoints, and the command that
+    resumes it."""
+    from tdlab.runs import staged_progress, staging_path
 
     if final is None:
         return "interrupted before the run started: nothing written"
     staging = staging_path(final)
-    checkpoints = sorted((staging / "checkpoints").glob("*.json")) if staging.is_dir() else []
-    if not checkpoints:
-        return "interrupted: no fit had saved a checkpoint, so nothing was kept"
+    kept = [*(staging / "arrays").glob("*.safetensors"), *(staging / "checkpoints").glob("*.json")]
+    if not staging.is_dir() or not kept:
+        return "interrupted: no fit had finished or saved a checkpoint, so nothing was kept"
     return (
-        f"interrupted: {len(checkpoints)} checkpoint(s) kept in {staging}; `tdlab run --resume {final}` continues "
-        f"from them"
+        f"interrupted: {staged_progress(staging)}, kept in {staging}; `tdlab run --resume {final}` continues from them"
     )
 
 

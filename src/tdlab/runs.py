@@ -82,6 +82,7 @@ __all__ = [
     "list_runs",
     "segment_ok",
     "staged_elapsed",
+    "staged_progress",
     "staged_segments",
     "staging_path",
 ]
@@ -423,6 +424,30 @@ def _busy(final: Path, staging: Path) -> RunBusyError:
         f"run's lock); wait for it to finish (`tdlab runs --out {final.parent}` lists it then), or "
         f"choose another --run-id"
     )
+
+
+def staged_progress(staging: Path) -> str:
+    """What a stopped run's staging folder ``staging`` holds: the arms it finished (their arrays, which a
+    resume reloads) and the fits and memos it checkpointed mid-way (a stored fit keeps no checkpoint), with
+    the step each trainer's fit reached (``sec2/standard at step 1,866 of 8,000``)."""
+    arms = [f for f in (staging / "arrays").glob("*.safetensors") if "@" not in f.name]
+    mid = sorted((staging / "checkpoints").glob("*.json"))
+    where = [w for w in map(_fit_step, mid) if w]
+    return f"{len(arms)} arm(s) finished, {len(mid)} checkpointed mid-way" + (f": {', '.join(where)}" if where else "")
+
+
+def _fit_step(checkpoint: Path) -> str | None:
+    """``FIT at step S of N`` for a trainer's checkpoint (its ``meta.chunk.step`` and ``meta.config.steps``;
+    the fit's name is the arm's, ``/`` stored as ``__``); ``None`` for another kind (a memo, a regression fit)
+    or a file that does not read."""
+    try:
+        meta = json.loads(read_inside(checkpoint.parent, checkpoint.name))["meta"]
+        step, steps = meta["chunk"]["step"], meta["config"]["steps"]
+    except (OSError, ValueError, KeyError, TypeError, RunDirError):
+        return None
+    if not (isinstance(step, int) and isinstance(steps, int)) or isinstance(step, bool):
+        return None
+    return f"{checkpoint.stem.replace('__', '/')} at step {step:,} of {steps:,}"
 
 
 ELAPSED_FILE = "elapsed.json"

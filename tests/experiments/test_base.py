@@ -1,5 +1,6 @@
 """RunContext.fit_all: fits stored in their order whatever lane ends first, a diverging fit stored
-with the others before its error goes up, fits a resumed run finished not trained again."""
+with the others before its error goes up, fits a resumed run finished not trained again, and a stored
+fit's checkpoints removed (a resume reads its arrays and rows)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.runs import RunWriter
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain
+from tdlab.train.checkpoint import save_checkpoint
 from tdlab.train.trainer import DivergenceError, TrainConfig, Trainer
 
 TASK = MarkovChain(0.3, 0.6)
@@ -83,4 +85,31 @@ def test_a_fit_a_resumed_run_finished_is_not_trained_again(tmp_path, one_thread)
     fits[0].trainer.fit = None  # would fail if called
     again = ctx.fit_all(fits)
     assert all(torch.equal(a[k], b[k]) for a, b in zip(first[0].states, again[0].states, strict=True) for k in a)
+    w.release()
+
+
+def test_a_stored_fit_keeps_no_checkpoint_and_a_resume_removes_one_an_earlier_attempt_left(tmp_path, one_thread):
+    w, ctx = _context(tmp_path, 2)
+    folder = w.path / "checkpoints"
+    ctx.fit_all(_fits()[:1])
+    assert not list(folder.iterdir())  # the trainer checkpointed cell0 after its chunk; stored, it went
+    # An attempt killed after storing cell0 but before removing its checkpoints (the untagged one and a
+    # --decide round's +2), beside the checkpoint of a fit whose name extends cell0's, not finished:
+    for name in ("cell0", "cell0+2", "cell0__more"):
+        save_checkpoint(folder / f"{name}.json", {"step": 1}, {"w": torch.ones(1)})
+    fits = _fits()
+    fits[0].trainer.fit = None  # stored: not trained again
+    ctx.fit_all(fits)
+    assert sorted(f.name for f in folder.iterdir() if f.suffix == ".json") == ["cell0__more.json"]
+    assert len(list(folder.glob("*.safetensors"))) == 1
+    w.release()
+
+
+def test_a_fit_stored_without_states_keeps_its_checkpoint(tmp_path, one_thread):
+    """A fit whose result has no states (nothing in ``arrays/``) is trained again on a resume, from its
+    checkpoint: that one stays."""
+    w, ctx = _context(tmp_path, 1)
+    save_checkpoint(w.path / "checkpoints" / "cell0.json", {"step": 1}, {"w": torch.ones(1)})
+    ctx._drop_checkpoints("cell0")
+    assert (w.path / "checkpoints" / "cell0.json").is_file()
     w.release()

@@ -12,7 +12,9 @@ the measurements, the declared claims and the arms' health to :func:`tdlab.claim
 from __future__ import annotations
 
 import difflib
+import glob
 import importlib
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -30,6 +32,7 @@ from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.catalog import CATALOG
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run, RunWriter, arm_files, copy_arrays
+from tdlab.train.checkpoint import remove_checkpoint
 from tdlab.train.lanes import in_lanes, lane_count
 from tdlab.train.lanes import limit as lane_limit
 from tdlab.train.live import LockedSink, MetricSink, arm_stream
@@ -192,6 +195,7 @@ class RunContext:
         for f, s, r in zip(fits, seeds, results, strict=True):
             if r is not None:
                 self.fits[f.arm] = (s, r)
+                self._drop_checkpoints(f.arm)  # one an earlier attempt finished before it could
         todo = [i for i, r in enumerate(results) if r is None]
         n = lane_count(self.lanes, len(todo), self.device)
         live, self.live = self.live, (LockedSink(self.live) if n > 1 and self.live is not None else self.live)
@@ -228,6 +232,7 @@ class RunContext:
                     first_error = first_error or outcome.error
                     continue
                 self.fits[fits[i].arm] = (seeds[i], result)
+                self._drop_checkpoints(fits[i].arm)
                 results[i] = result
         finally:
             self.live = live
@@ -239,6 +244,23 @@ class RunContext:
         assert len(done) == len(results)  # every fit was reloaded or trained: a failed or stopped one raised above
         return done
 
+    def _checkpoint(self, arm: str, k: int = 0) -> Path:
+        """The trainer's checkpoint of ``arm`` (``+K``: the members after the K a ``--decide`` round reused)."""
+        return self.writer.path / "checkpoints" / f"{arm.replace('/', '__')}{f'+{k}' if k else ''}.json"
+
+    def _drop_checkpoints(self, arm: str) -> None:
+        """Remove ``arm``'s trainer checkpoints once its result is stored: a resume reloads a stored fit
+        (:meth:`done`) and never reads them, and a stopped run's staging folder (the state a batch carries
+        between machines) would keep every finished fit's weights, moments and rows twice. Only when its
+        arrays are there: a fit stored without states would train again, from its checkpoint."""
+        if not self.writer.arrays_path(arm).is_file():
+            return
+        own = self._checkpoint(arm)
+        tagged = re.compile(re.escape(own.stem) + r"\+[0-9]+\.json")
+        for f in own.parent.glob(f"{glob.escape(own.stem)}*.json"):
+            if f == own or tagged.fullmatch(f.name):
+                remove_checkpoint(f)
+
     def _train(self, fit: Fit, seeds: list[int], config_hash: str) -> FitResult:
         """The training half of :meth:`fit_all` (runs on a lane: it writes only the fit's own checkpoint)."""
         arm, trainer = fit.arm, fit.trainer
@@ -246,8 +268,7 @@ class RunContext:
         # numbers depend on its seed alone (tdlab.seeding), so only the new members are trained.
         old_seeds, old = self.reuse.get(arm, ([], FitResult()))
         k = len(old_seeds) if 0 < len(old_seeds) <= len(seeds) and seeds[: len(old_seeds)] == old_seeds else 0
-        tag = f"+{k}" if k else ""
-        trainer.checkpoint = self.writer.path / "checkpoints" / f"{arm.replace('/', '__')}{tag}.json"
+        trainer.checkpoint = self._checkpoint(arm, k)
         trainer.config_hash = config_hash  # a checkpoint of an edited config.yaml is refused
         trainer.live = arm_stream(self.live, arm, k)  # members k.. of the arm, as the trainer's 0..
         try:

@@ -43,6 +43,7 @@ __all__ = [
     "load_checkpoint",
     "pack_optimizer",
     "refuse_pickle",
+    "remove_checkpoint",
     "save_checkpoint",
     "tensor_group",
     "unpack_optimizer",
@@ -74,6 +75,15 @@ def save_checkpoint(path: Path, meta: dict[str, Any], tensors: dict[str, torch.T
     for old in _tensor_files(path):  # only now is the previous tensor file unused
         if old.name != tensor_file.name:
             old.unlink(missing_ok=True)
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Delete the checkpoint ``path``: its JSON, then every tensor file of its name (a missing part is no
+    error). Killed between the two, it leaves a tensor file no JSON names, which the next call removes."""
+    path = Path(path)
+    path.unlink(missing_ok=True)
+    for f in _tensor_files(path):
+        f.unlink(missing_ok=True)
 
 
 def _tensor_files(path: Path) -> list[Path]:
