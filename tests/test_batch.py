@@ -509,3 +509,35 @@ def test_a_run_made_at_a_config_its_profile_no_longer_has_is_set_aside_and_run_a
         if where == out / "markov-init":  # again as a stopped run: its staging folder
             shutil.rmtree(aside)
             shutil.copytree(uninterrupted, staging_path(out / "markov-init"))
+
+
+def test_a_stopped_run_that_declares_its_fits_is_timed_at_its_own_pace(tmp_path):
+    """A stopped ``markov-init`` (4 fits of 8,000 steps) that ran an hour, with one fit stored and the next
+    checkpointed half-way, has done (1 + 1/2) / 4 of its fits: 6,000 s more at that pace, whatever the cost model
+    said. With nothing done (its first minutes) the cost model's estimate less what ran stands."""
+    import yaml
+
+    from tdlab.batch import plan_batch
+    from tdlab.experiments.base import get
+
+    out, exp = tmp_path / "b", get("markov-init")
+    cfg = exp.make_config("paper", [])
+    staging = out / ".staging-markov-init"
+    (staging / "arrays").mkdir(parents=True)
+    (staging / "checkpoints").mkdir()
+    (out / "batch.json").write_text(json.dumps({"format": "tdlab-batch/1", "profile": "paper", "set": []}))
+    conf = {"experiment": "markov-init", "profile": "paper", "config": cfg.model_dump(mode="json")}
+    (staging / "config.yaml").write_text(yaml.safe_dump(conf, sort_keys=False))
+    (staging / "elapsed.json").write_text(json.dumps({"wall_time_s": 3600.0}))
+    [first, second, *_] = [a.replace("/", "__") for a in exp.fit_arms(cfg)]
+    (staging / "arrays" / f"{first}.safetensors").write_bytes(b"")
+    meta = {"seeds": [1, 2, 3, 4, 5], "finished": 0, "chunk": {"members": 5, "step": 4000}, "config": {"steps": 8000}}
+    (staging / "checkpoints" / f"{second}.json").write_text(json.dumps({"meta": meta}))
+    [job] = plan_batch(["markov-init"], "paper", out, "cpu", None)
+    assert job.state == "stopped" and job.estimate_s == pytest.approx(6000.0) and not job.floor
+    assert "38% of its fits done, so ~1.7 h more at its own pace" in job.note, job.note
+    for f in [*(staging / "arrays").iterdir(), *(staging / "checkpoints").iterdir()]:
+        f.unlink()
+    [job] = plan_batch(["markov-init"], "paper", out, "cpu", None)
+    assert job.estimate_s == pytest.approx(max(job.total_s - 3600.0, 0.1 * job.total_s))
+    assert "at its own pace" not in job.note

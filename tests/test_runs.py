@@ -18,6 +18,7 @@ from tdlab.runs import (
     RunWriter,
     atomic_write,
     list_runs,
+    staged_done,
     staged_elapsed,
     staged_progress,
     staged_segments,
@@ -572,3 +573,16 @@ def test_a_staging_folder_says_which_arms_it_finished_and_where_each_checkpointe
     for f in (staging / "arrays").iterdir():
         f.unlink()
     assert _kept(final) == "interrupted: no fit had finished or saved a checkpoint, so nothing was kept"
+
+
+def test_what_a_staging_folder_has_done_of_its_fits_counts_stored_arms_and_checkpointed_members(tmp_path):
+    arms = ["a/x", "a/y", "a/z", "a/w"]
+    atomic_write(tmp_path / "arrays" / "a__x.safetensors", b"")  # stored: whole
+    meta = {"seeds": [1, 2, 3, 4, 5], "finished": 2, "chunk": {"members": 3, "step": 2000}, "config": {"steps": 8000}}
+    atomic_write(tmp_path / "checkpoints" / "a__y.json", json.dumps({"meta": meta}))  # (2 + 3 / 4) / 5
+    atomic_write(tmp_path / "checkpoints" / "a__z.json", b"{")  # does not read: not known, none
+    assert staged_done(tmp_path, arms) == pytest.approx((1 + 0.55) / 4)
+    meta["chunk"] = None  # between chunks: the finished members alone
+    atomic_write(tmp_path / "checkpoints" / "a__y.json", json.dumps({"meta": meta}))
+    assert staged_done(tmp_path, arms) == pytest.approx((1 + 0.4) / 4)
+    assert staged_done(tmp_path, []) == 0.0 and staged_done(tmp_path / "none", arms) == 0.0

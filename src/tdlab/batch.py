@@ -43,7 +43,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tdlab.config import ConfigError, build_config, echo, read_field
-from tdlab.runs import Run, RunDirError, config_hash, staged_elapsed, staged_progress, staging_busy, staging_path
+from tdlab.runs import (
+    Run,
+    RunDirError,
+    config_hash,
+    staged_done,
+    staged_elapsed,
+    staged_progress,
+    staging_busy,
+    staging_path,
+)
 from tdlab.safeio import atomic_write, check_output_folder
 
 __all__ = ["BATCH_FILE", "Job", "Outcome", "estimates", "plan_batch", "run_batch", "run_job", "status_table"]
@@ -56,6 +65,9 @@ DEFAULT_SECONDS = 600.0  # the prior of an experiment with no quick time measure
 # it: a run that outran its estimate is not done, and the estimate was low by an unknown amount, so that
 # fraction is a floor (Job.floor), shown as "≥" and summed into an "at least".
 MIN_LEFT = 0.1
+# A stopped run that declares its fits is timed at its own pace once it has done this fraction of them (less
+# is too little of a run to time: its first minutes, or work before its fits, would read as its pace).
+MIN_DONE = 0.02
 
 # where a job of the queue is; "stale": a run of the folder made at a config the profile no longer has
 State = Literal["done", "diverged", "stopped", "new", "failed", "busy", "stale"]
@@ -73,6 +85,7 @@ class Job:
     memory_bytes: float = 0.0
     floor: bool = False  # estimate_s is a lower bound: the run already outran its estimate
     total_s: float = 0.0  # the whole run's estimate, before any segment ran (what estimate_s is left of)
+    fit_arms: tuple[str, ...] = ()  # its trainer fits of one length (Experiment.fit_arms): its own pace, once stopped
 
     def left_text(self) -> str:
         """The estimate left as the table prints it: ``≥ 10 min`` where it is a floor."""
@@ -314,12 +327,10 @@ def plan_batch(
         mem = float(estimate(cfg).bytes) if _device_kind(device) == "cuda" else 0.0
         if state in ("done", "diverged", "stopped"):
             state, wall, note = _stale(out, n, profile_config_hash(n, profile, cfg=cfg), state, wall, note)
-        left, floor = est[n], False
-        if state in ("stopped", "busy"):  # what earlier segments ran is done; an estimate they outran stays a tenth
-            left, floor = _left(est[n], staged_elapsed(staging_path(Path(out) / n)))
-            if floor:
-                note += f"; past its estimate of {_duration(est[n])}, so how long is left is not known"
-        jobs.append(Job(n, state, left, wall, note, mem, floor, est[n]))
+        job = Job(n, state, est[n], wall, note, mem, False, est[n], tuple(exp.fit_arms(cfg) or ()))
+        if state in ("stopped", "busy"):  # what earlier segments ran is done
+            job.note += _left_of(job, staging_path(Path(out) / n))
+        jobs.append(job)
     finished = [j for j in jobs if j.state in ("done", "diverged")]
     todo = sorted((j for j in jobs if j.state not in ("done", "diverged")), key=lambda j: j.estimate_s)
     return finished + todo
@@ -583,7 +594,7 @@ def run_batch(
                 job.wall_s = outcome.wall_s
                 job.state, job.note = _after(out, job.name, outcome)
                 if job.state == "stopped":  # what is left now, as the next batch's plan will say
-                    job.estimate_s, job.floor = _left(job.total_s, staged_elapsed(staging_path(out / job.name)))
+                    job.note += _left_of(job, staging_path(out / job.name))
                 say(
                     f"{job.state:8} {job.name} (exit code {outcome.rc}, {_duration(outcome.wall_s)})"
                     + (f": {job.note}" if job.note else "")
@@ -646,6 +657,21 @@ def status_table(jobs: Sequence[Job], parallel: int) -> tuple[list[tuple[str, st
         f"; {_total(left, parallel)} more on {parallel} jobs" if left else ""
     )
     return rows, line
+
+
+def _left_of(job: Job, staging: Path) -> str:
+    """Set the estimate left of the stopped ``job`` (staged in ``staging``) and say how it was read, for its note.
+
+    Where the run declares its fits (:attr:`Job.fit_arms`) and has done at least :data:`MIN_DONE` of them and not
+    all, its own pace: what ran over what it did, ``spent x (1 - done) / done`` (its evaluations and any work
+    before the fits count as its pace). Else the cost model's estimate less what ran (:func:`_left`)."""
+    spent = staged_elapsed(staging)
+    done = staged_done(staging, job.fit_arms) if job.fit_arms else 0.0
+    if spent > 0 and MIN_DONE <= done < 1:
+        job.estimate_s, job.floor = spent * (1 - done) / done, False
+        return f"; {done:.0%} of its fits done, so ~{_duration(job.estimate_s)} more at its own pace"
+    job.estimate_s, job.floor = _left(job.total_s, spent)
+    return f"; past its estimate of {_duration(job.total_s)}, so how long is left is not known" if job.floor else ""
 
 
 def _left(total: float, spent: float) -> tuple[float, bool]:

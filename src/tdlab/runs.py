@@ -44,7 +44,7 @@ import re
 import shutil
 import stat
 import subprocess
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -81,6 +81,7 @@ __all__ = [
     "file_mode",
     "list_runs",
     "segment_ok",
+    "staged_done",
     "staged_elapsed",
     "staged_progress",
     "staged_segments",
@@ -448,6 +449,30 @@ def _fit_step(checkpoint: Path) -> str | None:
     if not (isinstance(step, int) and isinstance(steps, int)) or isinstance(step, bool):
         return None
     return f"{checkpoint.stem.replace('__', '/')} at step {step:,} of {steps:,}"
+
+
+def staged_done(staging: Path, arms: Sequence[str]) -> float:
+    """The fraction of the training of ``arms`` (trainer fits of one length) that the stopped run's staging
+    folder ``staging`` holds, from 0 to 1: an arm with its arrays stored counts whole, a checkpointed one by its
+    members finished and its running chunk's step over its length, ``(finished + members x step / steps) /
+    seeds``, any other none (as does a checkpoint that does not read: what it holds is not known)."""
+
+    def one(arm: str) -> float:
+        stem = arm.replace("/", "__")
+        if (staging / "arrays" / f"{stem}.safetensors").is_file():
+            return 1.0
+        checkpoint = staging / "checkpoints" / f"{stem}.json"
+        if not checkpoint.is_file():
+            return 0.0
+        try:
+            meta = json.loads(read_inside(checkpoint.parent, checkpoint.name))["meta"]
+            seeds, finished, chunk = len(meta["seeds"]), meta["finished"], meta["chunk"]
+            running = 0.0 if chunk is None else chunk["members"] * chunk["step"] / meta["config"]["steps"]
+            return min(1.0, max(0.0, (finished + running) / seeds))
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, RunDirError):
+            return 0.0
+
+    return sum(map(one, arms)) / len(arms) if arms else 0.0
 
 
 ELAPSED_FILE = "elapsed.json"

@@ -38,3 +38,15 @@ def at_seed_length(monkeypatch):
         monkeypatch.setattr(cls, "lengths", lambda self, cfg: (1.0, 1.0))
 
     return patch
+
+
+@pytest.fixture
+def stored_fits():
+    """``stored_fits(run)``: the arms a run stored final parameters for (``arrays/ARM.safetensors``, ``/`` stored
+    as ``__``), as the stored names; what ``Experiment.fit_arms`` declares is compared with it, so that a stopped
+    run's progress (``tdlab.runs.staged_done``) counts the fits it trains."""
+
+    def arms(run) -> set[str]:
+        return {f.stem for f in (run.path / "arrays").glob("*.safetensors") if "@" not in f.stem}
+
+    return arms

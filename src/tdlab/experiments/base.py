@@ -389,6 +389,13 @@ class Experiment(ABC, Generic[ConfigT]):
         the arms of both profiles are the same."""
         return 1.0
 
+    def fit_arms(self, cfg: ConfigT) -> list[str] | None:
+        """The arms the run trains as trainer fits of one length, where they are nearly all of its time: what a
+        stopped run has done of them (:func:`tdlab.runs.staged_done`) over the time it ran says how long is
+        left at its own pace (``tdlab batch``). ``None`` (the default): not declared, and the cost model's
+        estimate less what ran is used."""
+        return None
+
     def work(self, cfg: ConfigT) -> float | None:
         """The run's whole work, in a unit of the experiment's own, for a run whose time the batch's cost prior
         cannot read off its training length, activations and fits (``icl-landscape``: its pre-LN panel grows

@@ -105,7 +105,7 @@ def test_config_refuses_cells_on_the_line_and_bad_regions():
 # --- tiny end-to-end run -----------------------------------------------------------------------------
 
 
-def test_tiny_run_stores_what_the_claims_read(runs_dir, one_thread):
+def test_tiny_run_stores_what_the_claims_read(runs_dir, one_thread, stored_fits):
     cfg = EXP.make_config(
         "quick",
         [
@@ -125,6 +125,7 @@ def test_tiny_run_stores_what_the_claims_read(runs_dir, one_thread):
     run = execute(EXP, cfg, "quick", runs_dir, progress=False)
     s = run.summary
     assert s["status"] == "done"
+    assert stored_fits(run) == {a.replace("/", "__") for a in EXP.fit_arms(cfg)}  # the fits it declares
     assert {g["id"] for g in s["claims"]} == {"icommon-reaches-entropy-rate", "one-extra-bias-step-suffices"}
     assert {g["id"] for g in s["sanity"]} == {"sampled-points-in-icommon", "starts-above-entropy-rate"}
     rows = {r["id"]: r for g in s["claims"] + s["sanity"] for r in g["rows"]}

@@ -273,7 +273,7 @@ def test_rebuild_writes_grouped_summary_and_gates_untrained_arms(make_markov_run
 # --- a diverging run is kept, labelled, with what it measured ------------------------------------
 
 
-def test_diverged_run_keeps_metrics_and_names_member_and_step(monkeypatch, runs_dir):
+def test_diverged_run_keeps_metrics_and_names_member_and_step(monkeypatch, runs_dir, stored_fits):
     import tdlab.experiments.seed000_local_to_global.initialisation as mi
 
     class NaNGPT(mi.GPT):
@@ -309,6 +309,7 @@ def test_diverged_run_keeps_metrics_and_names_member_and_step(monkeypatch, runs_
     assert s["status"] == "diverged" and (s["member"], s["step"]) == (1, 2)
     assert "member 1" in s["error"] and "step 2" in s["error"]
     assert s["claims"] == [] and (run.path / "report.html").is_file()
+    assert stored_fits(run) == {"sec2__standard"} and exp.fit_arms(cfg) == ["sec2/standard"]  # what it declares
     df = run.metrics()
     assert sorted(df[df.name == "test_loss"].member.tolist()) == [0, 1]  # step-0 evaluation kept
     assert set(df[df.name == "train_loss"].step) == {1}

@@ -347,7 +347,7 @@ def test_a_run_stopped_between_landscape_arms_resumes_to_the_numbers_of_one_neve
     assert again.summary["claims"] == whole.summary["claims"]
 
 
-def test_a_stop_in_training_writes_no_checkpoint_for_the_fits_not_started(tmp_path):
+def test_a_stop_in_training_writes_no_checkpoint_for_the_fits_not_started(tmp_path, stored_fits):
     """The seed's grid is 50 fits: a stop in the first must not start the other 49 for a step each (a
     checkpoint apiece, 12 MB of a state carried between machines). On one lane the fit in progress checkpoints
     and no other; the rest start on the resume, and the run ends with the numbers of one never stopped."""
@@ -357,6 +357,7 @@ def test_a_stop_in_training_writes_no_checkpoint_for_the_fits_not_started(tmp_pa
 
     cfg = EXP.make_config("quick", [*TINY, "grid=[[0.5, 0.8], [0.2, 0.3], [0.7, 0.6]]"], members=2)
     whole = execute(EXP, cfg, "quick", tmp_path / "whole", progress=False)
+    assert stored_fits(whole) == {a.replace("/", "__") for a in EXP.fit_arms(cfg)}  # the six fits it declares
     with limited_to(1):
         with stopping(until_s=0, signals=False), pytest.raises(RunStopped) as stop:
             execute(EXP, cfg, "quick", tmp_path / "stopped", progress=False)

@@ -436,6 +436,9 @@ class MarkovICommon(Experiment[MarkovICommonConfig]):
     def fit_work(self, cfg: MarkovICommonConfig) -> float:
         return float(len(cfg.grid))  # one fit per (p, q) cell
 
+    def fit_arms(self, cfg: MarkovICommonConfig) -> list[str]:
+        return [cell_arm(p, q) for p, q in cfg.grid]
+
     def trivial_error(self, cfg: MarkovICommonConfig, arm: str) -> float:
         return float(np.log(2))  # the uniform predictor over {0, 1}
 

@@ -272,6 +272,9 @@ class MarkovInit(Experiment[MarkovInitConfig]):
     def arms(cfg: MarkovInitConfig) -> list[InitArm]:
         return [InitArm(a, i) for a in cfg.archs for i in cfg.inits]
 
+    def fit_arms(self, cfg: MarkovInitConfig) -> list[str]:
+        return [arm.name for arm in self.arms(cfg)]
+
     def run(self, cfg: MarkovInitConfig, ctx: RunContext) -> None:
         task = MarkovChain(cfg.task.p, cfg.task.q)
         seeds = member_seeds(cfg.seed, cfg.members)

@@ -395,6 +395,10 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
     def fit_work(self, cfg: MarkovTyingConfig) -> float:
         return float(len(cfg.grid) * len(cfg.tying))  # one fit per (cell, tying)
 
+    def fit_arms(self, cfg: MarkovTyingConfig) -> list[str]:
+        # the landscape before them is minutes of the seed's ~14 h (docs/batch.md)
+        return [self.train_arm(tied, p, q) for p, q in cfg.grid for tied in cfg.tying]
+
     @staticmethod
     def train_arm(tied: bool, p: float, q: float) -> str:
         return f"train/{_tying(tied)}/{chain_tag(p, q)}"
