@@ -664,9 +664,10 @@ def _left_of(job: Job, staging: Path) -> str:
 
     Where the run declares its fits (:attr:`Job.fit_arms`) and has done at least :data:`MIN_DONE` of them and not
     all, its own pace: what ran over what it did, ``spent x (1 - done) / done`` (its evaluations and any work
-    before the fits count as its pace). Else the cost model's estimate less what ran (:func:`_left`)."""
+    before the fits count as its pace; not a run busy in another process, whose checkpoints hold work its segments
+    do not yet count). Else the cost model's estimate less what ran (:func:`_left`)."""
     spent = staged_elapsed(staging)
-    done = staged_done(staging, job.fit_arms) if job.fit_arms else 0.0
+    done = staged_done(staging, job.fit_arms) if job.fit_arms and job.state == "stopped" else 0.0
     if spent > 0 and MIN_DONE <= done < 1:
         job.estimate_s, job.floor = spent * (1 - done) / done, False
         return f"; {done:.0%} of its fits done, so ~{_duration(job.estimate_s)} more at its own pace"
