@@ -179,6 +179,13 @@ def test_the_queue_runs_shortest_first_after_what_finished(tmp_path):
     assert [j.estimate_s for j in jobs] == sorted(j.estimate_s for j in jobs)
     rows, line = status_table([*jobs, Job("x", "done", 10.0, 12.0)], 2)
     assert line.startswith("1 finished, 3 left; about") and rows[-1][1] == "done"
+    # as named: the runs a machine keeps on first, then the one to start when a lane frees, whatever the estimates
+    named = ["markov-init", "topics-wv", "markov-rank"]
+    assert [j.name for j in jobs] != named
+    assert [j.name for j in plan_batch(named, "paper", tmp_path, "cpu", None, order="named")] == named
+    res = _cli("batch", *named, "--plan", "--order", "named", "--out", str(tmp_path / "b"), "--results", "")
+    assert res.exit_code == 0, res.output
+    assert [c for ln in res.output.splitlines() if "│" in ln and (c := ln.split("│")[1].strip())] == named
 
 
 @pytest.mark.parametrize(
@@ -188,6 +195,7 @@ def test_the_queue_runs_shortest_first_after_what_finished(tmp_path):
         (["markov-rank", "--profile", "huge"], "--profile: unknown profile"),
         (["markov-rank", "--until", "soon"], "--until"),
         (["markov-rank", "--backend", "slurm"], "--backend: unknown backend"),
+        (["markov-rank", "--order", "longest"], "--order: unknown order 'longest'; allowed: shortest, named"),
         (["markov-rank", "--set", "train.steps=-1"], "train.steps"),
     ],
 )

@@ -17,7 +17,7 @@ it is in and exits 3; one still running at the end is killed (SIGKILL), and cont
 checkpoint next time.
 
 Runs are ordered by a cost model (:func:`estimates`), shortest first, so a batch cut off by ``--until`` has
-finished as many runs as it could. On a GPU several runs share the device up to its free memory
+finished as many runs as it could (``--order named``: as named). On a GPU several runs share the device up to its free memory
 (:func:`tdlab.train.memory.estimate` of each run's config), at most ``--jobs``. ``--backend ray --address
 HOST:PORT`` spreads the same queue over a Ray cluster whose nodes see ``OUT``: each run a task asking for
 ``--threads`` CPUs and its share of a GPU.
@@ -55,7 +55,18 @@ from tdlab.runs import (
 )
 from tdlab.safeio import atomic_write, check_output_folder
 
-__all__ = ["BATCH_FILE", "Job", "Outcome", "estimates", "plan_batch", "run_batch", "run_job", "status_table"]
+__all__ = [
+    "BATCH_FILE",
+    "ORDERS",
+    "Job",
+    "Order",
+    "Outcome",
+    "estimates",
+    "plan_batch",
+    "run_batch",
+    "run_job",
+    "status_table",
+]
 
 BATCH_FILE = "batch.json"
 FORMAT = "tdlab-batch/1"
@@ -71,6 +82,9 @@ MIN_DONE = 0.02
 
 # where a job of the queue is; "stale": a run of the folder made at a config the profile no longer has
 State = Literal["done", "diverged", "stopped", "new", "failed", "busy", "stale"]
+# the order runs start in: shortest first by the estimates, or as named (the caller's own priorities)
+Order = Literal["shortest", "named"]
+ORDERS: tuple[Order, ...] = ("shortest", "named")
 
 
 @dataclass
@@ -303,11 +317,18 @@ def quick_times(results: Path | None) -> dict[str, float]:
 
 
 def plan_batch(
-    names: Sequence[str], profile: str, out: Path, device: str, results: Path | None, sets: Sequence[str] = ()
+    names: Sequence[str],
+    profile: str,
+    out: Path,
+    device: str,
+    results: Path | None,
+    sets: Sequence[str] = (),
+    order: Order = "shortest",
 ) -> list[Job]:
     """The queue: every experiment in ``names`` with its state in ``out`` and its estimate, the runs still
-    to do ordered shortest first. Reads ``out``, writes nothing (``tdlab batch --plan`` prints it); a folder
-    of another profile or ``--set`` is refused."""
+    to do ordered shortest first (``order="named"``: in the order of ``names``, e.g. the runs a machine's lanes
+    are to keep on, then one to start when a lane frees, whatever their estimates). Reads ``out``, writes
+    nothing (``tdlab batch --plan`` prints it); a folder of another profile or ``--set`` is refused."""
     from tdlab.experiments.base import get
     from tdlab.results import profile_config_hash
     from tdlab.train.memory import estimate
@@ -332,7 +353,9 @@ def plan_batch(
             job.note += _left_of(job, staging_path(Path(out) / n))
         jobs.append(job)
     finished = [j for j in jobs if j.state in ("done", "diverged")]
-    todo = sorted((j for j in jobs if j.state not in ("done", "diverged")), key=lambda j: j.estimate_s)
+    todo = [j for j in jobs if j.state not in ("done", "diverged")]
+    if order == "shortest":
+        todo.sort(key=lambda j: j.estimate_s)
     return finished + todo
 
 
@@ -508,18 +531,17 @@ def run_batch(
     address: str | None = None,
     grace_s: float | None = None,
     sets: Sequence[str] = (),
+    order: Order = "shortest",
     say: Callable[[str], None] = print,
 ) -> list[Job]:
-    """Run the queue (see the module) until every run finished, ``until_s`` passed or a run failed to start
-    again; publish each finished run's record to ``results`` (``None``: do not). Returns the jobs with their
-    final states."""
+    """Run the queue (see the module; ``order`` as :func:`plan_batch`) until every run finished, ``until_s``
+    passed or a run failed to start again; publish each finished run's record to ``results`` (``None``: do not).
+    Returns the jobs with their final states."""
     from tdlab.cores import usable_cores
     from tdlab.results import publish, record_path
 
     names = check_names(names)
-    queue = plan_batch(
-        names, profile, Path(out), device, results, sets
-    )  # every config checked before anything is written
+    queue = plan_batch(names, profile, Path(out), device, results, sets, order)  # every config checked first
     out = check_output_folder(out, "--out")
     _check_folder(out, profile, device, sets)
     cores = usable_cores()

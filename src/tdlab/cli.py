@@ -656,6 +656,12 @@ def batch_cmd(
             "--plan", help="print the queue (state, estimated time of each run) and run nothing; writes nothing"
         ),
     ] = False,
+    order: Annotated[
+        str,
+        typer.Option(
+            help="the order runs start in: shortest (first, by the estimates) or named (as the names are given)"
+        ),
+    ] = "shortest",
     only_missing: Annotated[
         bool,
         typer.Option(
@@ -668,13 +674,16 @@ def batch_cmd(
     """Run a queue of experiments whose state is its output folder: invoked again (here or on any machine
     with the folder) it resumes every unfinished run from its checkpoints. Prints what finished, what is
     left and the estimated time to finish; exit 0 when all finished, 3 when runs are left, 1 when one failed."""
-    from tdlab.batch import check_names, plan_batch, published, run_batch
+    from tdlab.batch import ORDERS, check_names, plan_batch, published, run_batch
     from tdlab.experiments.runner import check_device
 
     try:
         kind = _backend(backend)
         if kind is None:
             raise ConfigError(f"--backend: unknown backend {echo(backend)}; allowed: local, ray")
+        ordered = next((o for o in ORDERS if o == order), None)
+        if ordered is None:
+            raise ConfigError(f"--order: unknown order {echo(order)}; allowed: {', '.join(ORDERS)}")
         until_s = None if until is None else parse_duration(until, "--until")
         parse_duration(checkpoint_every, "--checkpoint-every")
         check_not_in_run(out, "--out")
@@ -697,7 +706,7 @@ def batch_cmd(
                 return
         if plan:
             queue = plan_batch(
-                check_names(names or []), profile, out, device, Path(results) if results else None, set_ or []
+                check_names(names or []), profile, out, device, Path(results) if results else None, set_ or [], ordered
             )
             _print_batch_table(queue, jobs or 1)
             return
@@ -714,6 +723,7 @@ def batch_cmd(
             backend=kind,
             address=address,
             sets=set_ or [],
+            order=ordered,
             say=lambda m: out_console.print(m, highlight=False, soft_wrap=True, markup=False),
         )
     except (ConfigError, RunDirError) as exc:
