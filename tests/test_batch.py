@@ -179,6 +179,11 @@ def test_the_queue_runs_shortest_first_after_what_finished(tmp_path):
     assert [j.estimate_s for j in jobs] == sorted(j.estimate_s for j in jobs)
     rows, line = status_table([*jobs, Job("x", "done", 10.0, 12.0)], 2)
     assert line.startswith("1 finished, 3 left; about") and rows[-1][1] == "done"
+    # the time to finish is the batch's schedule: runs in the queue's order, each in the first slot that frees
+    hours = [Job(n, "new", h * 3600.0) for n, h in (("a", 1), ("b", 1), ("c", 10))]
+    assert status_table(hours, 2)[1] == "0 finished, 3 left; about 11.0 h more on 2 jobs"  # a, then c in a's slot
+    assert status_table(hours[::-1], 2)[1] == "0 finished, 3 left; about 10.0 h more on 2 jobs"
+    assert status_table(hours, 1)[1] == "0 finished, 3 left; about 12.0 h more on 1 jobs"
     # as named: the runs a machine keeps on first, then the one to start when a lane frees, whatever the estimates
     named = ["markov-init", "topics-wv", "markov-rank"]
     assert [j.name for j in jobs] != named

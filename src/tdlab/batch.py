@@ -705,6 +705,11 @@ def _left(total: float, spent: float) -> tuple[float, bool]:
 
 def _total(jobs: Sequence[Job], parallel: int) -> str:
     """The estimated time to run ``jobs`` on ``parallel`` jobs: ``about 2.1 h``, or ``at least 2.1 h`` where
-    an estimate in it is a floor."""
-    eta = sum(j.estimate_s for j in jobs) / max(1, parallel)
-    return ("at least " if any(j.floor for j in jobs) else "about ") + _duration(eta)
+    an estimate in it is a floor. The batch's own schedule: each run in the queue's order starts in the first
+    job slot that frees, and the time is when the last one ends (a run is not split over slots, so two runs of
+    7 h and 12 h on 2 jobs take 12 h, not their mean)."""
+    slots = [0.0] * max(1, parallel)
+    for j in jobs:
+        first = min(range(len(slots)), key=slots.__getitem__)
+        slots[first] += j.estimate_s
+    return ("at least " if any(j.floor for j in jobs) else "about ") + _duration(max(slots))
