@@ -73,12 +73,15 @@ __all__ = [
     "RunNotMovedError",
     "RunWriter",
     "arm_files",
+    "arm_stem",
+    "arrays_file",
     "atomic_write",
     "check_run_id",
     "config_hash",
     "copy_arrays",
     "environment",
     "file_mode",
+    "fit_checkpoint",
     "list_runs",
     "segment_ok",
     "staged_done",
@@ -352,7 +355,7 @@ class RunWriter:
                 f.unlink()
 
     def arrays_path(self, arm: str) -> Path:
-        return self.path / "arrays" / f"{arm.replace('/', '__')}.safetensors"
+        return arrays_file(self.path, arm)
 
     def save_arrays(self, arm: str, states: list[dict[str, torch.Tensor]]) -> None:
         """Stack per-member states along a leading member axis and save them as safetensors."""
@@ -427,6 +430,30 @@ def _busy(final: Path, staging: Path) -> RunBusyError:
     )
 
 
+def arrays_file(folder: Path, arm: str) -> Path:
+    """The final parameters of ``arm`` in the run folder ``folder`` (:meth:`RunWriter.save_arrays`)."""
+    return Path(folder) / "arrays" / f"{arm_stem(arm)}.safetensors"
+
+
+def arm_stem(arm: str) -> str:
+    """The file name stem an arm is stored under (``sec2/standard`` -> ``sec2__standard``)."""
+    return arm.replace("/", "__")
+
+
+def fit_checkpoint(folder: Path, arm: str, k: int = 0) -> Path:
+    """The trainer checkpoint of ``arm`` in the run folder ``folder`` (``+K``: the members after the K a
+    ``--decide`` round reused)."""
+    return Path(folder) / "checkpoints" / f"{arm_stem(arm)}{f'+{k}' if k else ''}.json"
+
+
+def _checkpoint_meta(checkpoint: Path) -> Any:
+    """The ``meta`` of a checkpoint's JSON, read inside its folder; ``None`` where it does not read."""
+    try:
+        return json.loads(read_inside(checkpoint.parent, checkpoint.name))["meta"]
+    except (OSError, ValueError, KeyError, TypeError, RunDirError):
+        return None
+
+
 def staged_progress(staging: Path) -> str:
     """What a stopped run's staging folder ``staging`` holds: the arms it finished (their arrays, which a
     resume reloads) and the fits and memos it checkpointed mid-way (a stored fit keeps no checkpoint), with
@@ -441,10 +468,10 @@ def _fit_step(checkpoint: Path) -> str | None:
     """``FIT at step S of N`` for a trainer's checkpoint (its ``meta.chunk.step`` and ``meta.config.steps``;
     the fit's name is the arm's, ``/`` stored as ``__``); ``None`` for another kind (a memo, a regression fit)
     or a file that does not read."""
+    meta = _checkpoint_meta(checkpoint)
     try:
-        meta = json.loads(read_inside(checkpoint.parent, checkpoint.name))["meta"]
         step, steps = meta["chunk"]["step"], meta["config"]["steps"]
-    except (OSError, ValueError, KeyError, TypeError, RunDirError):
+    except (KeyError, TypeError):
         return None
     if not (isinstance(step, int) and isinstance(steps, int)) or isinstance(step, bool):
         return None
@@ -458,18 +485,17 @@ def staged_done(staging: Path, arms: Sequence[str]) -> float:
     seeds``, any other none (as does a checkpoint that does not read: what it holds is not known)."""
 
     def one(arm: str) -> float:
-        stem = arm.replace("/", "__")
-        if (staging / "arrays" / f"{stem}.safetensors").is_file():
+        if arrays_file(staging, arm).is_file():
             return 1.0
-        checkpoint = staging / "checkpoints" / f"{stem}.json"
+        checkpoint = fit_checkpoint(staging, arm)
         if not checkpoint.is_file():
             return 0.0
+        meta = _checkpoint_meta(checkpoint)
         try:
-            meta = json.loads(read_inside(checkpoint.parent, checkpoint.name))["meta"]
             seeds, finished, chunk = len(meta["seeds"]), meta["finished"], meta["chunk"]
             running = 0.0 if chunk is None else chunk["members"] * chunk["step"] / meta["config"]["steps"]
             return min(1.0, max(0.0, (finished + running) / seeds))
-        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, RunDirError):
+        except (KeyError, TypeError, ZeroDivisionError):
             return 0.0
 
     return sum(map(one, arms)) / len(arms) if arms else 0.0

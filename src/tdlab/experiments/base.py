@@ -31,7 +31,7 @@ from tdlab.config import Config, ConfigError, build_config, echo, parse_override
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.catalog import CATALOG
 from tdlab.experiments.view import RunView
-from tdlab.runs import Run, RunWriter, arm_files, copy_arrays
+from tdlab.runs import Run, RunWriter, arm_files, copy_arrays, fit_checkpoint
 from tdlab.train.checkpoint import remove_checkpoint
 from tdlab.train.lanes import in_lanes, lane_count
 from tdlab.train.lanes import limit as lane_limit
@@ -244,10 +244,6 @@ class RunContext:
         assert len(done) == len(results)  # every fit was reloaded or trained: a failed or stopped one raised above
         return done
 
-    def _checkpoint(self, arm: str, k: int = 0) -> Path:
-        """The trainer's checkpoint of ``arm`` (``+K``: the members after the K a ``--decide`` round reused)."""
-        return self.writer.path / "checkpoints" / f"{arm.replace('/', '__')}{f'+{k}' if k else ''}.json"
-
     def _drop_checkpoints(self, arm: str) -> None:
         """Remove ``arm``'s trainer checkpoints once its result is stored: a resume reloads a stored fit
         (:meth:`done`) and never reads them, and a stopped run's staging folder (the state a batch carries
@@ -255,7 +251,7 @@ class RunContext:
         arrays are there: a fit stored without states would train again, from its checkpoint."""
         if not self.writer.arrays_path(arm).is_file():
             return
-        own = self._checkpoint(arm)
+        own = fit_checkpoint(self.writer.path, arm)
         tagged = re.compile(re.escape(own.stem) + r"\+[0-9]+\.json")
         for f in own.parent.glob(f"{glob.escape(own.stem)}*.json"):
             if f == own or tagged.fullmatch(f.name):
@@ -268,7 +264,7 @@ class RunContext:
         # numbers depend on its seed alone (tdlab.seeding), so only the new members are trained.
         old_seeds, old = self.reuse.get(arm, ([], FitResult()))
         k = len(old_seeds) if 0 < len(old_seeds) <= len(seeds) and seeds[: len(old_seeds)] == old_seeds else 0
-        trainer.checkpoint = self._checkpoint(arm, k)
+        trainer.checkpoint = fit_checkpoint(self.writer.path, arm, k)
         trainer.config_hash = config_hash  # a checkpoint of an edited config.yaml is refused
         trainer.live = arm_stream(self.live, arm, k)  # members k.. of the arm, as the trainer's 0..
         try:
