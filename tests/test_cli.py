@@ -295,6 +295,13 @@ def test_usage_errors_are_one_line_and_exit_2(invoke, args, named):
     assert named in _one_error_line(invoke(*args))
 
 
+def test_runs_of_a_missing_folder_exits_2_and_makes_nothing(invoke, tmp_path):
+    missing = tmp_path / "no" / "runs"
+    line = _one_error_line(invoke("runs", "--out", str(missing)))
+    assert "--out" in line and "does not exist" in line
+    assert not (tmp_path / "no").exists()
+
+
 def test_bare_tdlab_still_prints_the_help(invoke):
     r = invoke()
     assert "Usage" in r.stdout and "run" in r.stdout and r.stderr == ""

@@ -539,6 +539,10 @@ def runs(
     from tdlab.index import INDEX_NAME, RunIndex, set_aside_if_corrupt
 
     try:
+        if not out.expanduser().exists():  # a listing makes no folder: nothing ran there
+            raise ConfigError(
+                f"--out: {out} does not exist, so no runs are there (`tdlab run NAME --out {out}` writes them)"
+            )
         check_output_folder(out, "--out")  # the index is written there: a folder, writable, not a run directory
         aside = set_aside_if_corrupt(out) if reindex else None  # a corrupt index is kept, not deleted
         if aside is not None:
