@@ -212,6 +212,15 @@ def test_bad_input_exits_2_in_one_line_and_writes_nothing(tmp_path, args, messag
     assert not out.exists() and not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("plan", [[], ["--plan"]])
+def test_an_out_that_is_a_file_exits_2_and_is_left_as_it_was(tmp_path, plan):
+    out = tmp_path / "b"
+    out.write_text("mine")
+    res = _cli("batch", "markov-rank", *plan, "--out", str(out), "--results", "")
+    assert res.exit_code == 2 and "not a folder" in res.output, res.output
+    assert out.read_text() == "mine"
+
+
 def test_plan_prints_the_queue_with_estimates_and_runs_nothing(tmp_path):
     """``--plan``: every named run with its state and estimate, shortest first, the time to finish; no folder,
     no record, no process. On a folder it reads the runs' states, and refuses a folder of another profile."""

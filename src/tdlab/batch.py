@@ -335,6 +335,8 @@ def plan_batch(
 
     if Path(out).is_dir():
         _check_folder(Path(out), profile, device, sets, write=False)
+    elif Path(out).exists():  # what the batch itself refuses (check_output_folder), --plan refuses too
+        raise ConfigError(f"--out {echo(str(out))}: not a folder (a file or device); give a folder")
 
     measured = measured_times(out, results, profile, device)
     est = estimates(names, profile, measured, quick_times(results))
