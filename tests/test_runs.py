@@ -322,6 +322,25 @@ def test_rebuild_names_config_yaml_for_an_unknown_experiment_or_a_bad_config(mak
             rebuild(path)
 
 
+def test_a_config_yaml_without_its_config_is_refused_not_read_as_the_defaults(make_markov_run):
+    """The experiment's defaults are not what ran: a rebuild, a record and an export refuse the run."""
+    from tdlab.experiments.base import stored_experiment
+    from tdlab.experiments.runner import rebuild
+    from tdlab.results import record_of_run
+
+    _, path = make_markov_run(0.5, 0.8, {}, [0, 10], members=1)
+    conf = yaml.safe_load((path / "config.yaml").read_text())
+    assert stored_experiment(path)[1].model_dump(mode="json") == conf["config"]
+    rebuild(path)  # its summary, so that a record can be made from the run itself once record.json is gone
+    (path / "record.json").unlink(missing_ok=True)
+    (path / "config.yaml").write_text(yaml.safe_dump({k: v for k, v in conf.items() if k != "config"}))
+    before = _digest(path.parent)
+    for read in (stored_experiment, rebuild, record_of_run):
+        with pytest.raises(RunDirError, match=r"config\.yaml is corrupt: it holds no 'config' mapping"):
+            read(path)
+    assert _digest(path.parent) == before
+
+
 # ---- a running run holds a lock -------------------------------------------------------------------
 
 

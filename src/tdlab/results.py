@@ -64,7 +64,7 @@ def record_of_run(run_dir: Path, commit: str | None = None) -> dict[str, Any]:
     """The record of the finished run ``run_dir``: its ``record.json``, or, for a run a tdlab that kept no
     record wrote, one made now by analysing the run with the current code (``commit``: the commit that
     trained it, when known)."""
-    from tdlab.experiments.base import get
+    from tdlab.experiments.base import stored_experiment
     from tdlab.experiments.view import RunView
 
     run = Run(Path(run_dir))
@@ -74,11 +74,9 @@ def record_of_run(run_dir: Path, commit: str | None = None) -> dict[str, Any]:
     summary = run.summary
     if not summary.get("claims") and summary.get("status") != "diverged":
         raise RecordError(f"{run.path}: no summary.json with claims; rebuild it with `tdlab report {run.path}`")
-    conf = run.config
-    exp = get(conf["experiment"])
+    exp, cfg = stored_experiment(run.path)
     analysis = None
     if summary.get("status", "done") == "done":
-        cfg = validate_config(exp.Config, conf.get("config", {}))
         analysis = exp.analyse(cfg, RunView(run), confidence=(summary.get("decide") or {}).get("confidence", 0.95))
         from tdlab.experiments.runner import claim_counts
 

@@ -27,11 +27,11 @@ import numpy as np
 from pydantic import Field
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm, judge
-from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides, read_field
+from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides, read_field, validate_config
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.catalog import CATALOG
 from tdlab.experiments.view import RunView
-from tdlab.runs import Run, RunWriter, arm_files, copy_arrays, fit_checkpoint
+from tdlab.runs import Run, RunDirError, RunWriter, arm_files, copy_arrays, fit_checkpoint
 from tdlab.train.checkpoint import remove_checkpoint
 from tdlab.train.lanes import in_lanes, lane_count
 from tdlab.train.lanes import limit as lane_limit
@@ -55,6 +55,7 @@ __all__ = [
     "register",
     "registry",
     "snapshot_arm",
+    "stored_experiment",
 ]
 
 
@@ -583,6 +584,27 @@ def get(name: str) -> Experiment[Any]:
         hint = f"did you mean {close[0]}? " if close else ""
         raise ConfigError(f"experiment: unknown experiment {echo(name)}; {hint}allowed: {', '.join(known)}")
     return _load(name)
+
+
+def stored_experiment(run_dir: Path) -> tuple[Experiment[Any], ExperimentConfig]:
+    """The experiment a run directory (finished or staged) ran and its config, validated: ``config.yaml``'s
+    ``experiment`` and ``config``, what a rebuild, a resume, an export and a record read.
+
+    Raises:
+        RunDirError: naming ``config.yaml``, when it names no known experiment, or holds no ``config`` mapping
+            (the experiment's defaults are not what ran) or one that is not valid.
+    """
+    path = Path(run_dir) / "config.yaml"
+    conf = Run.read_config(path)
+    if "config" not in conf:
+        raise RunDirError(
+            f"{path} is corrupt: it holds no 'config' mapping (tdlab writes the run's whole config there)"
+        )
+    try:
+        exp = get(conf["experiment"])
+        return exp, validate_config(exp.Config, conf["config"])
+    except ConfigError as exc:
+        raise RunDirError(f"{path} does not hold a valid config: {exc}") from None
 
 
 def _load(name: str) -> Experiment[Any]:

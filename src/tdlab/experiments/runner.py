@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from tdlab.claims import VERDICTS
-from tdlab.config import ConfigError, echo, one_line, validate_config
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, get
+from tdlab.config import ConfigError, echo, one_line
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, stored_experiment
 from tdlab.experiments.decide import DecidePlan, run_rounds
 from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
@@ -85,13 +85,10 @@ def resume(path: Path, device: str = "cpu", progress: bool = True) -> Run:
     """Finish an interrupted run from its checkpoints; ends with the same numbers as an
     uninterrupted run of the same config and seed."""
     writer = RunWriter.reopen(Path(path))
+    exp, cfg = stored_experiment(writer.path)
     conf = Run.read_config(writer.path / "config.yaml")
     try:
-        exp = get(conf["experiment"])
-        cfg = validate_config(exp.Config, conf.get("config", {}))
         plan = DecidePlan.model_validate(conf["decide"]) if conf.get("decide") is not None else None
-    except ConfigError as exc:
-        raise RunDirError(f"{writer.path / 'config.yaml'} does not hold a valid config: {exc}") from None
     except ValidationError as exc:
         raise RunDirError(
             f"{writer.path / 'config.yaml'}: its 'decide' block is not what tdlab writes ({one_line(str(exc))})"
@@ -190,12 +187,8 @@ def _index(run: Run, out: Path, sweep: str | None) -> None:
 def rebuild(path: Path) -> Run:
     """Recompute claims, figures, summary and report of an existing run from its stored data."""
     run = Run(Path(path))
+    exp, cfg = stored_experiment(run.path)
     conf = run.config
-    try:
-        exp = get(conf["experiment"])
-        cfg = validate_config(exp.Config, conf.get("config", {}))
-    except ConfigError as exc:
-        raise RunDirError(f"{run.path / 'config.yaml'} does not hold a valid config: {exc}") from None
     meta = _stored_meta(run)
     meta.setdefault("run_id", run.path.name)
     meta.setdefault("profile", conf.get("profile", "?"))

@@ -39,9 +39,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save
 
-from tdlab.config import ConfigError, echo, validate_config
+from tdlab.config import ConfigError, echo
 from tdlab.models.gpt import GPTConfig
-from tdlab.runs import Run, RunDirError, atomic_write
+from tdlab.runs import Run, atomic_write
 from tdlab.safeio import check_output_file
 
 if TYPE_CHECKING:  # the optional dependency is imported only inside load()
@@ -283,16 +283,13 @@ def _named(names: list[str], limit: int = 30) -> str:
 
 
 def _experiment_config(run: Run) -> tuple[str, Any, Any]:
-    """``(name, experiment, validated config)`` of a run (as :func:`tdlab.experiments.runner.rebuild`)."""
-    from tdlab.experiments.base import get  # imports the run's experiment (its libraries): only when needed
+    """``(name, experiment, validated config)`` of a run (:func:`tdlab.experiments.base.stored_experiment`)."""
+    from tdlab.experiments.base import (
+        stored_experiment,  # imports the run's experiment (its libraries): only when needed
+    )
 
-    conf = run.config
-    try:
-        exp = get(conf["experiment"])
-        cfg = validate_config(exp.Config, conf.get("config", {}))
-    except ConfigError as exc:
-        raise RunDirError(f"{run.path / 'config.yaml'} does not hold a valid config: {exc}") from None
-    return conf["experiment"], exp, cfg
+    exp, cfg = stored_experiment(run.path)
+    return exp.name, exp, cfg
 
 
 # Experiments whose arms differ in their model: how each names an arm, and the config method that
