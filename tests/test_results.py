@@ -85,6 +85,14 @@ def test_publish_writes_profile_and_name_and_the_cli_checks_them(run_dir, tmp_pa
     assert _cli("results", "check", str(res / "quick")).exit_code == 0
 
 
+@pytest.mark.parametrize("option", ["--to", "--results"])
+def test_the_cli_publishes_into_the_folder_named_by_to_or_results(run_dir, tmp_path, option):
+    res = tmp_path / "published"
+    out = _cli("results", "publish", str(run_dir), option, str(res))
+    assert out.exit_code == 0, out.output
+    assert set(load_records(res / "quick")) == {"markov-init"}
+
+
 def test_a_run_without_a_record_is_analysed_again(run_dir, tmp_path):
     import shutil
 

@@ -750,7 +750,9 @@ app.add_typer(results_app, name="results")
 @results_app.command("publish")
 def results_publish(
     run_dirs: Annotated[list[Path], typer.Argument(help="finished run directories")],
-    to: Annotated[Path, typer.Option(help="the results folder")] = Path("results"),
+    to: Annotated[
+        Path, typer.Option("--to", "--results", help="the results folder (--results, as findings and batch name it)")
+    ] = Path("results"),
     commit: Annotated[
         str | None, typer.Option(help="the commit that trained them, for runs of a tdlab that recorded none")
     ] = None,
