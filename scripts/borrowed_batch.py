@@ -21,12 +21,15 @@ few archives, each small enough to copy off such a machine.
    the repository and wheels that travel with it, so the next call can send it. The log ends with the last
    lines of each run's log: where each stopped run stands.
 
-Exit code: the batch's (0 all finished, 3 runs left, 1 a run failed, 2 bad input).
+Exit code: the batch's (0 all finished, 3 runs left, 1 a run failed, 2 bad input); 2 also, with one line
+and nothing written, when the ``--state`` parts do not make one whole archive (a part lost, cut short or damaged:
+the gzip stream's CRC and length are checked before anything is unpacked).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import io
 import os
@@ -34,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import zlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,19 +52,39 @@ def install_wheels(wheels: Path, site: Path) -> list[str]:
     return [Path(f).name for f in files]
 
 
+class StateError(Exception):
+    """The state parts are not one whole archive of a batch folder (a part missing, cut short or not ours)."""
+
+
 def unpack_state(state: Path, batch: Path) -> int:
     """Join ``state/state.tgz.*`` in order and unpack it as the batch folder ``batch``; the number of parts
     (0: none). The state is the whole folder: what a folder of the same name held before (a machine that kept
     its work folder from an earlier call) is replaced, never merged with it (a stale checkpoint left beside
-    the state's would be resumed, and carried back)."""
+    the state's would be resumed, and carried back).
+
+    Raises:
+        StateError: the parts do not unpack (a part missing or cut short, not a tar.gz, an unsafe member
+            path); ``batch`` is then left as it was.
+    """
     parts = sorted(state.glob("state.tgz.*"))
     if parts:
         data = b"".join(p.read_bytes() for p in parts)
         fresh = batch.with_name(f".{batch.name}.unpacking")
         shutil.rmtree(fresh, ignore_errors=True)
         fresh.mkdir(parents=True)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(fresh, filter="data")
+        try:
+            # the whole stream first: its CRC and length catch a lost or damaged part, which a tar read that
+            # stops at its last member would not (it would unpack damaged checkpoints without a word)
+            tar_bytes = gzip.decompress(data)
+            with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as tar:
+                tar.extractall(fresh, filter="data")
+        except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+            shutil.rmtree(fresh, ignore_errors=True)
+            names = ", ".join(p.name for p in parts)
+            raise StateError(
+                f"--state {state}: its parts ({names}) do not unpack ({exc}): a part is missing, cut short or not "
+                "what this script packs; nothing was unpacked"
+            ) from None
         shutil.rmtree(batch, ignore_errors=True)
         os.replace(fresh, batch)
     return len(parts)
@@ -174,15 +198,20 @@ def main(argv: list[str] | None = None) -> int:
     cap_mib = state_cap_mib(args.state_mib, args.carry_mib, REPO, args.state)
     if args.carry_mib is not None:
         print(f"state carried back: at most {cap_mib:.1f} MiB (of --carry-mib {args.carry_mib:g})", flush=True)
-    args.back.mkdir(parents=True, exist_ok=True)
     batch = args.work / "batch"
+    if args.state is not None:  # before anything is written: a state that does not unpack stops here
+        try:
+            n = unpack_state(args.state, batch)
+        except StateError as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 2
+        print(f"resumed the batch folder from {n} state part(s)", flush=True)
+    args.back.mkdir(parents=True, exist_ok=True)
     paths = [str(REPO / "src")]
     if args.wheels is not None:
         names = install_wheels(args.wheels, args.work / "site")
         print(f"installed {len(names)} wheel(s): {', '.join(names)}", flush=True)
         paths.insert(0, str(args.work / "site"))
-    if args.state is not None:
-        print(f"resumed the batch folder from {unpack_state(args.state, batch)} state part(s)", flush=True)
     before = digests(args.results)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     cmd = [sys.executable, "-m", "tdlab.cli", "batch", "--only-missing", "--results", str(args.results)]

@@ -139,3 +139,38 @@ def test_the_state_replaces_what_the_work_folder_held_before(tmp_path):
     (batch / ".staging-b").mkdir()
     assert mod.unpack_state(back, batch) == 1
     assert sorted(p.name for p in batch.rglob("*")) == [".staging-a", "batch.json", "checkpoints", "fit.json"]
+
+
+def test_a_state_that_does_not_unpack_exits_2_in_one_line_and_leaves_the_work_folder_as_it_was(tmp_path):
+    mod = _load()
+    batch = tmp_path / "src" / "batch"
+    (batch / ".staging-a").mkdir(parents=True)
+    (batch / ".staging-a" / "weights.bin").write_bytes(random.Random(0).randbytes(20_000))  # 5 parts of 4 KB
+    (batch / "batch.json").write_text("{}")
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    mod.pack_state(batch, whole, part_bytes=4_000, cap_bytes=1_000_000)
+    parts = sorted(whole.glob("state.tgz.*"))
+    assert len(parts) >= 3
+    cut, gap = tmp_path / "cut", tmp_path / "gap"
+    for folder, keep in ((cut, parts[:-1]), (gap, [parts[0], *parts[2:]])):  # the last part lost; a middle one
+        folder.mkdir()
+        for p in keep:
+            (folder / p.name).write_bytes(p.read_bytes())
+    work = tmp_path / "machine"
+    (work / "batch").mkdir(parents=True)
+    (work / "batch" / "mine").write_text("kept")
+    for state in (cut, gap):
+        back = tmp_path / f"back-{state.name}"
+        res = subprocess.run(
+            [sys.executable, str(SCRIPT), str(back), "--work", str(work), "--state", str(state), "--", "--plan"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert res.stderr.startswith("error: --state") and len(res.stderr.splitlines()) == 1, res.stderr
+        assert "nothing was unpacked" in res.stderr and "Traceback" not in res.stderr
+        assert not back.exists()
+        assert sorted(p.name for p in work.rglob("*")) == ["batch", "mine"]  # no half-unpacked folder beside it
+    assert mod.unpack_state(whole, work / "batch") == len(parts)  # the whole state still unpacks
