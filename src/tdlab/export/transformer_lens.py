@@ -284,9 +284,8 @@ def _named(names: list[str], limit: int = 30) -> str:
 
 def _experiment_config(run: Run) -> tuple[str, Any, Any]:
     """``(name, experiment, validated config)`` of a run (:func:`tdlab.experiments.base.stored_experiment`)."""
-    from tdlab.experiments.base import (
-        stored_experiment,  # imports the run's experiment (its libraries): only when needed
-    )
+    # imports the run's experiment (its libraries): only when needed
+    from tdlab.experiments.base import stored_experiment
 
     exp, cfg = stored_experiment(run.path)
     return exp.name, exp, cfg
