@@ -42,6 +42,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from tdlab.cluster import check_address, connect, disconnect
 from tdlab.config import ConfigError, build_config, echo, read_field
 from tdlab.runs import (
     Run,
@@ -477,18 +478,8 @@ class _Ray:
     """Runs on a Ray cluster: each run a task asking for ``threads`` CPUs and ``gpu`` of a GPU."""
 
     def __init__(self, address: str | None, threads: int, gpu: float) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise ConfigError(
-                "--backend: ray is not installed; pip install 'tdlab[ray]' or use --backend local"
-            ) from None
-        self.ray, self.started = ray, not ray.is_initialized()
-        if self.started:
-            ray.init(address=address, log_to_driver=False) if address else ray.init(
-                include_dashboard=False, log_to_driver=False
-            )
-        self.remote = ray.remote(num_cpus=threads, num_gpus=gpu, max_retries=0)(run_job)
+        self.ray, self.started = connect(address)
+        self.remote = self.ray.remote(num_cpus=threads, num_gpus=gpu, max_retries=0)(run_job)
 
     def submit(self, *args: Any) -> Any:
         return self.remote.remote(*args)
@@ -504,8 +495,7 @@ class _Ray:
         return out
 
     def close(self) -> None:
-        if self.started:
-            self.ray.shutdown()
+        disconnect(self.ray, self.started)
 
 
 @cache
@@ -544,6 +534,8 @@ def run_batch(
 
     names = check_names(names)
     queue = plan_batch(names, profile, Path(out), device, results, sets, order)  # every config checked first
+    if backend == "ray":
+        check_address(address)  # a wrong address is one line before anything is written, not minutes of retries
     out = check_output_folder(out, "--out")
     _check_folder(out, profile, device, sets)
     cores = usable_cores()

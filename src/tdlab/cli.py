@@ -39,6 +39,7 @@ from rich.table import Column, Table
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
+from tdlab.cluster import check_address
 from tdlab.config import ECHO_CHARS, ConfigError, echo, one_line, parse_duration
 from tdlab.runs import RunDirError, RunNotMovedError, check_run_id, list_runs
 from tdlab.safeio import check_not_in_run, check_output_folder
@@ -602,6 +603,8 @@ def sweep_cmd(
             raise ConfigError(f"backend: unknown backend {backend!r}; allowed: local, ray")
         plan = load_spec(spec, max_points)
         check_not_in_run(out, "--out")
+        if kind == "ray":
+            check_address(address)  # before the folder is made
         check_out(out)  # before the first point writes anything
         points = run_sweep(
             plan, out, kind, workers, address, echo=lambda m: out_console.print(m, highlight=False, soft_wrap=True)
@@ -1071,6 +1074,8 @@ def atlas_run(
             parse_duration(decide, "--decide")
         # every name and profile checked before anything runs
         specs = [atlas_spec(e, profile).model_copy(update={"decide": decide}) for e in exps]
+        if kind == "ray":
+            check_address(address)  # before the folder is made
         check_output_folder(runs_dir, "--runs")
         failed = False
         for spec in specs:

@@ -56,6 +56,7 @@ import pandas as pd
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
+from tdlab.cluster import check_address, connect, disconnect
 from tdlab.config import ECHO_CHARS, Config, ConfigError, _format_validation_error, one_line, parse_duration
 from tdlab.config import echo as echo_value
 from tdlab.runs import Run, RunDirError, atomic_write, config_hash, staging_path
@@ -304,6 +305,8 @@ def run_sweep(
         _validate_points(spec, max(MAX_POINTS, count_points(spec)))
     hashes = spec._hashes
     assert hashes is not None  # _validate_points sets them
+    if backend == "ray":
+        check_address(address)  # before anything is written: a wrong address is one line, not minutes of retries
     out = Path(out)
     sdir = out / "sweeps" / spec.name
     sdir.mkdir(parents=True, exist_ok=True)
@@ -357,16 +360,7 @@ def _run_local(spec: SweepSpec, todo: list[Point], out: Path, workers: int, thre
 def _run_ray(
     spec: SweepSpec, todo: list[Point], out: Path, workers: int, address: str | None, threads: int
 ) -> list[Point]:
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("backend: ray is not installed; pip install 'tdlab[ray]' or use --backend local") from None
-    started = not ray.is_initialized()
-    if started:
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False)
+    ray, started = connect(address, num_cpus=max(1, workers))
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
         refs = [remote.remote(_command(spec, p, out), threads) for p in todo]
@@ -379,8 +373,7 @@ def _run_ray(
             results.append(_point_status(out, p, rc, err))
         return results
     finally:
-        if started:
-            ray.shutdown()
+        disconnect(ray, started)
 
 
 def _write_status(sdir: Path, points: list[Point]) -> None:
