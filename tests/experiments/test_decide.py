@@ -16,7 +16,7 @@ from pydantic import Field
 
 from tdlab.claims import ClaimSpec, Measurements, Sample
 from tdlab.config import parse_duration
-from tdlab.experiments import runner
+from tdlab.experiments import base, runner
 from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext
 from tdlab.experiments.decide import DecidePlan
 from tdlab.runs import Run
@@ -106,7 +106,7 @@ def _reset():
 @pytest.fixture
 def toy(monkeypatch):
     exp = Toy()
-    monkeypatch.setattr(runner, "get", lambda name: exp)
+    monkeypatch.setattr(base, "get", lambda name: exp)  # a resume or rebuild reads it by name
     return exp
 
 
@@ -375,7 +375,7 @@ class SlowWithBudget(Slow):
 
 
 def _decide_exp(exp, monkeypatch, tmp_path, sets=(), members=3, budget=3600.0, run_id="r"):
-    monkeypatch.setattr(runner, "get", lambda name: exp)
+    monkeypatch.setattr(base, "get", lambda name: exp)  # a resume or rebuild reads it by name
     cfg = exp.make_config("quick", list(sets), members=members)
     return runner.execute(
         exp, cfg, "quick", tmp_path, progress=False, run_id=run_id, decide=DecidePlan(budget_s=budget)
