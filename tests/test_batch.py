@@ -353,6 +353,55 @@ def test_ray_backend_runs_the_queue_as_tasks_and_publishes(tmp_path):
     assert Run(out / "markov-init").summary["status"] == "done"
 
 
+@pytest.mark.parametrize(
+    "cores, left, jobs, threads, device, backend, want",
+    [
+        (2, 1, None, None, "cpu", "local", (2, 1, 2)),  # the last run of a 2-core machine gets both cores as lanes
+        (2, 1, 2, 1, "cpu", "local", (2, 1, 2)),
+        (2, 2, 2, 1, "cpu", "local", (2, 1, None)),  # as many runs as jobs: each its own core
+        (2, 5, None, None, "cpu", "local", (2, 1, None)),
+        (8, 3, 4, 2, "cpu", "local", (4, 2, None)),  # 8 // 3 = 2 cores a run: no more than its threads
+        (8, 1, 4, 2, "cpu", "local", (4, 2, 8)),
+        (2, 1, 1, 2, "cpu", "local", (1, 2, None)),  # one job already has every core
+        (2, 0, 2, 1, "cpu", "local", (2, 1, None)),  # nothing left to run
+        (16, 1, None, None, "cuda", "local", (8, 2, None)),  # a GPU's runs: packed by memory, no lanes
+        (2, 1, 2, 1, "cpu", "ray", (2, 1, None)),  # a cluster's cores are Ray's to share
+    ],
+)
+def test_a_batch_gives_the_cores_of_the_runs_it_does_not_have_to_the_ones_it_has_as_lanes(
+    cores, left, jobs, threads, device, backend, want
+):
+    from tdlab.batch import share_cores
+
+    assert share_cores(cores, left, jobs, threads, device, backend) == want
+
+
+def test_the_last_run_of_a_batch_is_started_with_lanes_for_the_idle_cores_and_the_same_threads(tmp_path, monkeypatch):
+    """One run left of a 2-job batch on 2 cores: ``tdlab run --lanes 2`` with one torch thread, so that an
+    experiment training on one-thread lanes uses both cores with the numbers of one (the threads, which every
+    other experiment's float reductions depend on, are those of the batch's flags). Two runs: no ``--lanes``."""
+    import tdlab.batch as batch
+    import tdlab.cores as cores
+
+    monkeypatch.setattr(cores, "usable_cores", lambda: 2)
+    started = []
+
+    def run_job(name, cmd, env, *rest):
+        started.append((name, cmd, env))
+        return batch.Outcome(name, 1, 0.0, "not run by the test")
+
+    monkeypatch.setattr(batch, "run_job", run_job)
+    for names, lanes in ((["markov-rank"], ["--lanes", "2"]), (["markov-rank", "markov-landscape"], [])):
+        started.clear()
+        out = tmp_path / "-".join(names)
+        jobs = batch.run_batch(names, "quick", out, jobs=2, threads=1, results=None, say=lambda line: None)
+        assert [j.state for j in jobs] == ["failed"] * len(names)
+        assert len(started) == len(names)
+        for _, cmd, env in started:
+            assert env["TDLAB_THREADS"] == env["OMP_NUM_THREADS"] == "1"
+            assert cmd[cmd.index("--lanes") : cmd.index("--lanes") + 2] == lanes if lanes else "--lanes" not in cmd
+
+
 def test_runs_share_a_gpu_while_their_estimated_memory_fits(monkeypatch):
     import tdlab.batch as batch
 

@@ -384,9 +384,11 @@ def check_names(names: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _command(job: Job, profile: str, out: Path, device: str, every: str, sets: Sequence[str]) -> list[str]:
+def _command(
+    job: Job, profile: str, out: Path, device: str, every: str, sets: Sequence[str], lanes: int | None = None
+) -> list[str]:
     base = [sys.executable, "-m", "tdlab.cli", "run"]
-    tail = ["--device", device, "--quiet", "--checkpoint-every", every]
+    tail = ["--device", device, "--quiet", "--checkpoint-every", every, *(["--lanes", str(lanes)] if lanes else [])]
     if job.state == "stopped":
         return [*base, "--resume", str(out / job.name), *tail]
     return [
@@ -538,10 +540,8 @@ def run_batch(
         check_address(address)  # a wrong address is one line before anything is written, not minutes of retries
     out = check_output_folder(out, "--out")
     _check_folder(out, profile, device, sets)
-    cores = usable_cores()
-    if jobs is None:
-        jobs = max(1, cores // (threads or 1)) if _device_kind(device) == "cpu" else 8
-    threads = threads or max(1, cores // jobs)
+    left = sum(j.state in ("new", "stopped", "stale") for j in queue)  # stale ones run again
+    jobs, threads, lanes = share_cores(usable_cores(), left, jobs, threads, device, backend)
     deadline = None if until_s is None else time.time() + until_s
     grace = grace_s if grace_s is not None else (60.0 if until_s is None else min(60.0, 0.2 * until_s))
     (out / "logs").mkdir(exist_ok=True)
@@ -561,7 +561,8 @@ def run_batch(
     say(
         f"batch {out} ({profile}, {device}, {backend}): {len(queue)} runs, "
         f"{sum(j.state in ('done', 'diverged') for j in queue)} finished, {len(todo)} to run on {jobs} jobs x {threads} "
-        f"threads; estimated: {_total(todo, jobs)}"
+        f"threads{f' (and {lanes} one-thread lanes each for the fits of an experiment that has them)' if lanes else ''}; "
+        f"estimated: {_total(todo, jobs)}"
     )
 
     def publish_one(job: Job, replace: bool) -> None:
@@ -596,7 +597,7 @@ def run_batch(
             past = stopping or (deadline is not None and time.time() >= deadline - grace)
             while todo and len(running) < jobs and not past and _fits(todo[0], running, device):
                 job = todo.pop(0)
-                cmd = _command(job, profile, out, device, checkpoint_every, sets)
+                cmd = _command(job, profile, out, device, checkpoint_every, sets, lanes)
                 handle = runner.submit(
                     job.name, cmd, env, str(out / "logs" / f"{job.name}.log"), deadline, grace, str(stop_file)
                 )
@@ -624,6 +625,27 @@ def run_batch(
     for j in todo:
         j.note = j.note or "not started: the batch stopped"
     return [by_name[j.name] for j in queue]
+
+
+def share_cores(
+    cores: int, left: int, jobs: int | None, threads: int | None, device: str, backend: str = "local"
+) -> tuple[int, int, int | None]:
+    """``(jobs, threads, lanes)`` of a batch with ``left`` runs to run: ``--jobs`` runs at once (default: cores
+    / threads on the CPU, 8 on a GPU), each with ``--threads`` torch threads (default: cores / jobs), and
+    ``lanes`` for ``tdlab run --lanes`` (``None``: the run's default, its threads).
+
+    With fewer runs left than jobs on this machine's CPU, the cores the missing runs would have had go to the
+    runs there are as lanes, not threads: an experiment that trains its fits on one-thread lanes trains that
+    many at once with the numbers of one lane, bit for bit (:mod:`tdlab.train.lanes`), where more torch
+    threads would change the float reductions of every other experiment between a run's segments."""
+    cpu = _device_kind(device) == "cpu"
+    if jobs is None:
+        jobs = max(1, cores // (threads or 1)) if cpu else 8
+    threads = threads or max(1, cores // jobs)
+    lanes = None
+    if backend == "local" and cpu and 0 < left < jobs and cores // left > threads:
+        lanes = cores // left
+    return jobs, threads, lanes
 
 
 def _fits(job: Job, running: dict[Any, Job], device: str) -> bool:
