@@ -113,3 +113,44 @@ def test_a_fit_stored_without_states_keeps_its_checkpoint(tmp_path, one_thread):
     ctx._drop_checkpoints("cell0")
     assert (w.path / "checkpoints" / "cell0.json").is_file()
     w.release()
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_pieces_come_back_in_their_order_and_a_stop_starts_none_after_the_ones_running(tmp_path, one_thread, lanes):
+    """:meth:`RunContext.pieces`: every result, in the jobs' order, whatever order they end in; a stop requested
+    while ``lanes`` pieces run lets them finish and be yielded, starts no other, then goes up as a stored stop;
+    an error of a piece goes up as it is."""
+    import threading
+    import time
+
+    from tdlab.train.stopping import RunStopped, request_stop, stopping
+
+    w, ctx = _context(tmp_path, lanes)
+    assert list(ctx.pieces("p", [lambda k=k: (time.sleep(0.05 * (3 - k)), k * k)[1] for k in range(4)])) == [
+        (0, 0),
+        (1, 1),
+        (2, 4),
+        (3, 9),
+    ]
+
+    started, running = [], threading.Barrier(lanes)
+
+    def piece(k):
+        started.append(k)
+        running.wait(timeout=60)  # every lane has its piece before the stop
+        request_stop()  # asked by each running piece before it ends, so no lane is free before the stop
+        return k
+
+    got = []
+    with stopping(signals=False), pytest.raises(RunStopped) as stop:
+        for i, v in ctx.pieces("draws", [lambda k=k: piece(k) for k in range(5)]):
+            got.append((i, v))
+    assert sorted(started) == list(range(lanes)) and got == [(k, k) for k in range(lanes)]
+    assert "draws" in str(stop.value) and w.keep
+
+    def bad():
+        raise ValueError("piece failed")
+
+    with pytest.raises(ValueError, match="piece failed"):
+        list(ctx.pieces("p", [lambda: 1, bad, lambda: 3]))
+    w.release()

@@ -17,7 +17,7 @@ import importlib
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -41,6 +41,8 @@ from tdlab.train.phases import phase
 from tdlab.train.stopping import RunStopped
 from tdlab.train.stopping import current as current_stopping
 from tdlab.train.trainer import DivergenceError, FitResult
+
+T = TypeVar("T")
 
 __all__ = [
     "Analysis",
@@ -150,6 +152,37 @@ class RunContext:
         if policy is not None and policy.stop_requested():
             self.writer.keep = True  # the stored rows are what a resume continues from
             raise RunStopped(0, label, stored=True)
+
+    def pieces(self, label: str, jobs: Sequence[Callable[[], T]]) -> Iterator[tuple[int, T]]:
+        """Independent pieces of work that are not training (reference draws, say) on one-thread CPU lanes, at
+        most :attr:`lanes` at once: yield ``(index, result)`` in ``jobs``' order as each is done, for the caller
+        to store. A requested stop (:meth:`stop_point`) starts no further piece; the pieces already running
+        finish and are yielded, then :class:`~tdlab.train.stopping.RunStopped` goes up, so a resume does only
+        the pieces the caller did not store. Lanes never change a number (:mod:`tdlab.train.lanes`)."""
+        halted = threading.Event()
+
+        def job(i: int) -> T:
+            if halted.is_set():
+                raise RunStopped(0, label, stored=True)
+            try:
+                self.stop_point(label)
+            except RunStopped:
+                halted.set()
+                raise
+            return jobs[i]()
+
+        stopped: RunStopped | None = None
+        for i, outcome in in_lanes(
+            [partial(job, i) for i in range(len(jobs))], lane_count(self.lanes, len(jobs), self.device)
+        ):
+            if isinstance(outcome.error, RunStopped):
+                stopped = stopped or outcome.error
+                continue
+            if outcome.error is not None:
+                raise outcome.error
+            yield i, outcome.value  # type: ignore[misc]  # a job that raised nothing returned its value
+        if stopped is not None:
+            raise stopped
 
     def copy_arms(self, source: Path, arms: Sequence[str]) -> None:
         """Copy the stored arrays (``ARM``, ``ARM@init``, ``ARM@step<N>``) and metric rows of ``arms``

@@ -5,6 +5,8 @@ not evaluable with the stage named; every group holds and fails on chosen measur
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -145,12 +147,13 @@ def test_a_rise_within_the_noise_is_none_and_an_arm_at_its_init_is_not_evaluable
         assert {r.cause for r in still[gid].rows} == {"stage not reached"} and still[gid].rows[0].stage == MOVED.id
 
 
+@pytest.mark.parametrize("lanes", [1, 2])
 def test_a_stop_between_reference_draws_keeps_the_draws_stored_and_a_resume_draws_only_the_rest(
-    s2, tmp_path, monkeypatch
+    s2, tmp_path, monkeypatch, lanes
 ):
-    """The paper's reference draws take minutes each: a stop (``--until``, SIGTERM) is honoured between them,
-    the stored draws survive it, and the resumed run draws only the missing ones, to the rows of an
-    uninterrupted run."""
+    """The paper's reference draws take minutes each: a stop (``--until``, SIGTERM) starts no further draw,
+    the draws that were running finish and are stored (one on one lane, two on two), and the resumed run
+    draws only the missing ones, to the rows of an uninterrupted run."""
     import tdlab.experiments.seed002_cross_attention.unrestricted as mod
     from tdlab.experiments.base import RunContext
     from tdlab.runs import RunWriter
@@ -158,19 +161,21 @@ def test_a_stop_between_reference_draws_keeps_the_draws_stored_and_a_resume_draw
 
     exp = IclUnrestricted()
     cfg = exp.make_config("quick", ["depth=2", "claims.reference_prompts=1024", "claims.reference_draws=3"])
-    real, calls = mod.untied_optimum, []
+    real, calls, running = mod.untied_optimum, [], threading.Barrier(lanes)
 
     def counted(*args, **kw):
         calls.append(kw["seed"])
+        if stop_after_first and len(calls) <= lanes:
+            running.wait(timeout=60)  # every lane has its draw before the first one ends
         out = real(*args, **kw)
-        if len(calls) == 1 and stop_after_first:
+        if stop_after_first and len(calls) <= lanes:
             request_stop()
         return out
 
     monkeypatch.setattr(mod, "untied_optimum", counted)
     stop_after_first = False
     with RunWriter(tmp_path / "whole", exp.name) as whole:
-        exp._draw_reference(cfg, RunContext(whole, progress=False, live=None))
+        exp._draw_reference(cfg, RunContext(whole, progress=False, live=None, lanes=lanes))
         want = whole.arm_rows(exp.REFERENCE)
         whole.keep = True
     assert len(calls) == 3 and ({m for _, m, _, _ in want}) == {0, 1, 2}
@@ -180,15 +185,74 @@ def test_a_stop_between_reference_draws_keeps_the_draws_stored_and_a_resume_draw
     writer = RunWriter(tmp_path / "cut", exp.name)
     writer.write_config({"experiment": exp.name})  # what a resume reopens
     with stopping(signals=False), pytest.raises(RunStopped):
-        exp._draw_reference(cfg, RunContext(writer, progress=False, live=None))
-    assert len(calls) == 1 and {m for _, m, _, _ in writer.arm_rows(exp.REFERENCE)} == {0}
+        exp._draw_reference(cfg, RunContext(writer, progress=False, live=None, lanes=lanes))
+    kept = set(range(lanes))  # the draws running when the stop came
+    assert sorted(calls) == sorted(derive_seed(cfg.seed, "untied-reference", r) for r in kept)
+    assert {m for _, m, _, _ in writer.arm_rows(exp.REFERENCE)} == kept
     assert writer.keep and not RunContext(writer).done(exp.REFERENCE)
     writer.release()
 
     calls.clear()
     stop_after_first = False
     again = RunWriter.reopen(writer.final)
-    exp._draw_reference(cfg, RunContext(again, progress=False, live=None))
-    assert calls == [derive_seed(cfg.seed, "untied-reference", r) for r in (1, 2)]
+    exp._draw_reference(cfg, RunContext(again, progress=False, live=None, lanes=lanes))
+    assert sorted(calls) == sorted(derive_seed(cfg.seed, "untied-reference", r) for r in range(lanes, 3))
     assert again.arm_rows(exp.REFERENCE) == want
     again.release()
+
+
+def test_the_arms_train_on_lanes_to_the_numbers_of_one_lane_and_a_kill_before_their_diagnostics_is_measured_on_resume(
+    tmp_path, monkeypatch
+):
+    """The arms are independent fits: on two one-thread lanes they end with the numbers of one lane, bit for
+    bit. Their diagnostics (projections, whitening) are measured once every fit is stored, so a run killed in
+    between keeps the fits, and the resume measures what is missing to the rows of a run never stopped."""
+    from tdlab.experiments import runner
+    from tdlab.runs import Run, arrays_file
+    from tdlab.train.lanes import limited_to
+
+    exp = IclUnrestricted()
+    over = [
+        "depth=2",
+        "params=[untied, diagonal]",
+        "train.prompts=32",
+        "train.steps=5",
+        "train.eval_prompts=8",
+        "whitening_prompts=16",
+        "whitening_contexts=[50]",
+        "claims.whitening_bootstrap=20",
+        "claims.reference_prompts=256",
+        "claims.reference_draws=2",
+    ]
+    cfg = exp.make_config("quick", over, members=2)
+
+    def metrics(path):
+        return Run(path).metrics().sort_values(["arm", "name", "member", "step"]).reset_index(drop=True)
+
+    with limited_to(1):
+        one = runner.execute(exp, cfg, "quick", tmp_path / "one", progress=False)
+    with limited_to(2):
+        two = runner.execute(exp, cfg, "quick", tmp_path / "two", progress=False)
+    assert one.summary["status"] == two.summary["status"] == "done"
+    assert metrics(one.path).equals(metrics(two.path))
+    trained = {f"{p}/sigma{s:g}" for p in cfg.params for s in cfg.sigmas}
+    assert trained <= set(metrics(one.path)["arm"]) and len(trained) == 4
+
+    real, measured = IclUnrestricted._diagnostics, []
+
+    def killed(*args, **kw):
+        if not measured:
+            measured.append(args[1])
+            raise KeyboardInterrupt  # as a kill between the stored fits and their diagnostics
+        return real(*args, **kw)
+
+    monkeypatch.setattr(IclUnrestricted, "_diagnostics", staticmethod(killed))
+    with limited_to(2), pytest.raises(KeyboardInterrupt):
+        runner.execute(exp, cfg, "quick", tmp_path / "cut", progress=False, run_id="r")
+    staged = tmp_path / "cut" / ".staging-r"
+    assert measured and all(arrays_file(staged, arm).is_file() for arm in trained)  # every fit kept
+    assert not any(n == "alpha_hat" for n in Run(staged).metrics()["name"])  # no diagnostics yet
+    monkeypatch.setattr(IclUnrestricted, "_diagnostics", staticmethod(real))
+    resumed = runner.resume(tmp_path / "cut" / "r", progress=False)
+    assert resumed.summary["status"] == "done" and metrics(resumed.path).equals(metrics(one.path))
+    assert resumed.summary["claims"] == one.summary["claims"]

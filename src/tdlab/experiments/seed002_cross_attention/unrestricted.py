@@ -19,6 +19,7 @@ reference of all three parametrisations.
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -29,7 +30,7 @@ from pydantic import Field, model_validator
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, init_arm, register
 from tdlab.experiments.seed002_cross_attention.common import (
     PAPER,
     ICLTrainConfig,
@@ -45,6 +46,7 @@ from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.icl import alpha_star, response_second_moment, whitening_error, whitening_error_limit
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.regression import PromptStats, RegressionTrainer, load_member_states
+from tdlab.train.trainer import FitResult
 
 __all__ = [
     "APP_H_SIGMA",
@@ -59,6 +61,8 @@ __all__ = [
 ]
 
 APP_H_SIGMA = 0.1  # App. H: sigma_init = 0.1
+
+Param = Literal["untied", "diagonal", "full"]
 
 
 class UnrestrictedTrainConfig(ICLTrainConfig):
@@ -92,7 +96,7 @@ class UnrestrictedConfig(ExperimentConfig):
     members: int = Field(10, ge=1, le=4096)  # App. H: points/curves averaged over ten independent runs
     task: TaskConfig = TaskConfig()
     depth: int = Field(10, ge=1)  # "setup same as in Figure 2"; T not stated, Figs. 5-6 use 10
-    params: list[Literal["untied", "diagonal", "full"]] = ["untied", "diagonal", "full"]  # App. H
+    params: list[Param] = ["untied", "diagonal", "full"]  # App. H
     sigmas: list[float] = [APP_H_SIGMA]  # App. H: sigma_init = 0.1 around (alpha*, -alpha*)
     train: UnrestrictedTrainConfig = UnrestrictedTrainConfig()
     whitening_prompts: int = Field(500, ge=1, le=1_000_000)  # fresh prompts for the whitening diagnostic
@@ -145,6 +149,11 @@ def whitening_noise(w: torch.Tensor, n_boot: int, seed: int) -> torch.Tensor:
     if rel.shape[1] == 0:
         return torch.zeros(E, dtype=w.dtype)
     return rel.std(-1).median(-1).values
+
+
+def _build(d: int, depth: int, param: Param, alpha0: float, sigma: float, seeds: list[int]) -> LCA:
+    """An arm's members: ``param`` LCA_T at ``(alpha0, -alpha0)`` plus ``sigma`` Gaussian noise (App. H), float64."""
+    return LCA(d, depth, seeds, param=param, alpha0=alpha0, sigma_init=sigma, dtype=torch.float64)
 
 
 def relative_move(
@@ -257,41 +266,32 @@ class IclUnrestricted(RegressionArms, Experiment[UnrestrictedConfig]):
         a_star = alpha_star(task)
         with cpu_threads(cfg.cpu_threads, ctx.device):
             self._draw_reference(cfg, ctx)
-            cache: dict = {}
+            cache: dict = {}  # the members' prompts, drawn once and shared by every arm (and lane)
             batches = draw_tests(task, seeds, cfg.whitening_contexts, cfg.whitening_prompts, ctx.device)
-            for sigma in cfg.sigmas:
-                for param in cfg.params:
-                    arm = self.arm(param, sigma)
-                    finished = ctx.done(arm)
-
-                    def build(s, p=param, sg=sigma):
-                        return LCA(task.d, cfg.depth, s, param=p, alpha0=a_star, sigma_init=sg, dtype=torch.float64)
-
-                    trainer = RegressionTrainer(cfg.train, ctx.device, ctx.progress, label=arm, cache=cache)
-                    result = ctx.fit(arm, trainer, build, seeds, task)
-                    if finished is not None:
-                        continue
-                    model = load_member_states(build(seeds).to(ctx.device), result.states)
-                    proj_s, proj_v = (v.detach() for v in model.scalar_projections())
-                    rows = [
-                        (t, e, name, float(v[e, t]))
-                        for name, v in (("alpha_hat", proj_s), ("beta_hat", proj_v))
-                        for e in range(len(seeds))
-                        for t in range(cfg.depth)
-                    ]
-                    for L, b in batches.items():
-                        w = whitening_from_stats(model, b)
-                        for stat, v in (("mean", w.mean(-1)), ("median", w.median(-1).values)):
-                            rows += [
-                                (t, e, f"whitening_{stat}_L{L}", float(v[e, t]))
-                                for e in range(len(seeds))
-                                for t in range(cfg.depth + 1)
-                            ]
-                        noise = whitening_noise(
-                            w, cfg.claims.whitening_bootstrap, derive_seed(cfg.seed, f"bootstrap/{arm}/{L}")
-                        )
-                        rows += [(0, e, f"whitening_noise_L{L}", float(noise[e])) for e in range(len(seeds))]
-                    ctx.writer.add_metrics(arm, rows)
+            arms = [
+                (self.arm(param, sigma), partial(_build, task.d, cfg.depth, param, a_star, sigma))
+                for sigma in cfg.sigmas
+                for param in cfg.params
+            ]
+            trained = ctx.fit_all(
+                [
+                    Fit(
+                        arm,
+                        RegressionTrainer(cfg.train, ctx.device, ctx.progress, label=arm, cache=cache),
+                        build,
+                        seeds,
+                        task,
+                    )
+                    for arm, build in arms
+                ]
+            )  # at once, on one-thread lanes
+            for (arm, build), result in zip(arms, trained, strict=True):
+                if not any(name == "alpha_hat" for _, _, name, _ in ctx.writer.arm_rows(arm)):
+                    # measured here, not as each fit ends: a stop between the fits and this point leaves
+                    # stored fits whose diagnostics the resume measures
+                    ctx.writer.add_metrics(
+                        arm, self._diagnostics(cfg, arm, build(seeds).to(ctx.device), result, batches)
+                    )
             if not ctx.done("tied-reference"):
                 # The tied one-parameter model at alpha* on the same prompts: the reference curve of Thm 6.2.
                 ref = LCA(task.d, cfg.depth, seeds, param="one", alpha0=a_star, dtype=torch.float64).to(ctx.device)
@@ -318,22 +318,46 @@ class IclUnrestricted(RegressionArms, Experiment[UnrestrictedConfig]):
                 ctx.writer.add_metrics("tied-reference", rows)
                 ctx.writer.save_arrays("tied-reference", [{"alpha": torch.tensor([a_star])} for _ in seeds])
 
+    @staticmethod
+    def _diagnostics(
+        cfg: UnrestrictedConfig, arm: str, model: LCA, result: FitResult, batches: dict[int, PromptStats]
+    ) -> list[tuple[int, int, str, float]]:
+        """The trained arm's rows: the scalar projections ``alpha_hat``, ``beta_hat`` (step = layer) and the
+        whitening error's mean and median (step = layer 0..T) and layer-to-layer noise per context length."""
+        model = load_member_states(model, result.states)
+        E = model.n_members
+        proj_s, proj_v = (v.detach() for v in model.scalar_projections())
+        rows = [
+            (t, e, name, float(v[e, t]))
+            for name, v in (("alpha_hat", proj_s), ("beta_hat", proj_v))
+            for e in range(E)
+            for t in range(cfg.depth)
+        ]
+        for L, b in batches.items():
+            w = whitening_from_stats(model, b)
+            for stat, v in (("mean", w.mean(-1)), ("median", w.median(-1).values)):
+                rows += [
+                    (t, e, f"whitening_{stat}_L{L}", float(v[e, t])) for e in range(E) for t in range(cfg.depth + 1)
+                ]
+            noise = whitening_noise(w, cfg.claims.whitening_bootstrap, derive_seed(cfg.seed, f"bootstrap/{arm}/{L}"))
+            rows += [(0, e, f"whitening_noise_L{L}", float(noise[e])) for e in range(E)]
+        return rows
+
     def _draw_reference(self, cfg: UnrestrictedConfig, ctx: RunContext) -> None:
         """Replicate draws of the untied optimum of l_(L_tr), stored as arm ``reference/untied``: step = layer,
         member = replicate, names ``alpha`` and ``beta``; ``grad_norm`` and ``iterations`` at step 0.
 
-        Each draw is stored as it finishes, and a requested stop (``--until``, SIGTERM) is honoured between
-        draws: at the paper's 16,384 prompts a draw takes minutes, and a resumed run keeps the draws a
-        stopped attempt stored."""
+        The draws run at once on one-thread lanes (:meth:`RunContext.pieces`), each stored as it finishes in
+        replicate order, and a requested stop (``--until``, SIGTERM) starts no further draw: at the paper's
+        16,384 prompts a draw takes minutes, and a resumed run keeps the draws a stopped attempt stored."""
         if ctx.done(self.REFERENCE):
             return
         task = cfg.task.build()
         stored = {m for _, m, name, _ in ctx.writer.arm_rows(self.REFERENCE) if name == "iterations"}
-        for r in range(cfg.claims.reference_draws):
-            if r in stored:
-                continue
-            ctx.stop_point(self.REFERENCE)
-            opt = untied_optimum(
+        todo = [r for r in range(cfg.claims.reference_draws) if r not in stored]
+        draws = [
+            partial(
+                untied_optimum,
                 task,
                 cfg.depth,
                 cfg.train.context,
@@ -341,6 +365,10 @@ class IclUnrestricted(RegressionArms, Experiment[UnrestrictedConfig]):
                 seed=derive_seed(cfg.seed, "untied-reference", r),
                 device=ctx.device,
             )
+            for r in todo
+        ]
+        for i, opt in ctx.pieces(self.REFERENCE, draws):  # at once, on one-thread lanes
+            r = todo[i]
             rows = [(t, r, name, float(v)) for name in ("alpha", "beta") for t, v in enumerate(opt[name])]
             rows += [(0, r, "grad_norm", float(opt["grad_norm"])), (0, r, "iterations", float(opt["iterations"]))]
             ctx.writer.add_metrics(self.REFERENCE, rows)  # one write per draw: a stop keeps the draws before it
