@@ -24,7 +24,7 @@ from pydantic import Field, model_validator
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed002_cross_attention.common import (
     PAPER,
     ICLTrainConfig,
@@ -33,7 +33,7 @@ from tdlab.experiments.seed002_cross_attention.common import (
     TaskConfig,
     TestConfig,
     at,
-    fit_arm,
+    fit_arms,
     lca_builder,
     prepare_test_sets,
     threads_field,
@@ -201,7 +201,8 @@ class IclAblations(RegressionArms, Experiment[AblationConfig]):
         seeds = member_seeds(cfg.seed, cfg.members)
         with cpu_threads(cfg.cpu_threads, ctx.device):
             tests, pop = prepare_test_sets(task, seeds, cfg.test, ctx)
-            cache: dict = {}
+            cache: dict = {}  # the members' prompts, drawn once and shared by every arm (and lane)
+            fits = []
             for name in cfg.models:
                 tcfg: ICLTrainConfig
                 build: Callable[[list[int]], torch.nn.Module]
@@ -212,7 +213,8 @@ class IclAblations(RegressionArms, Experiment[AblationConfig]):
                     model = "one" if kw.pop("param") == "one" else "two"
                     tcfg, build = cfg.train, lca_builder(task, model, cfg.depth, **kw)
                 trainer = RegressionTrainer(tcfg, ctx.device, ctx.progress, label=name, cache=cache)
-                fit_arm(ctx, name, trainer, build, seeds, task, tests, pop)
+                fits.append(Fit(name, trainer, build, seeds, task))
+            fit_arms(ctx, fits, tests, pop)  # at once, on one-thread lanes
 
     def measure(self, cfg: AblationConfig, run: RunView) -> Measurements:
         """App. G's statements as comparisons between arms on the same test prompts (paired over members, which

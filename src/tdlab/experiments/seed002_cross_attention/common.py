@@ -27,7 +27,7 @@ from pydantic import Field, model_validator
 from tdlab.claims import ArmHealth, assess_arm
 from tdlab.claims.declare import Provenance
 from tdlab.config import Config
-from tdlab.experiments.base import RunContext
+from tdlab.experiments.base import Fit, RunContext
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LCA
 from tdlab.runs import Run
@@ -37,7 +37,6 @@ from tdlab.theory.icl import alpha_of_beta, response_second_moment
 from tdlab.train.regression import (
     PromptStats,
     RegressionConfig,
-    RegressionTrainer,
     error_summary,
     load_member_states,
     population_stats,
@@ -59,7 +58,7 @@ __all__ = [
     "curve_by_step",
     "draw_tests",
     "evaluate_rows",
-    "fit_arm",
+    "fit_arms",
     "lca_builder",
     "one_param_init",
     "prepare_test_sets",
@@ -226,24 +225,24 @@ def baseline_rows(tests: dict[int, PromptStats]) -> list[tuple[int, int, str, fl
     return rows
 
 
-def fit_arm(
+def fit_arms(
     ctx: RunContext,
-    arm: str,
-    trainer: RegressionTrainer,
-    build,
-    seeds: list[int],
-    task: MultiModalPrompts,
+    fits: Sequence[Fit],
     tests: dict[int, PromptStats] | None,
     pop: PromptStats | None,
     dtype=torch.float64,
-) -> torch.nn.Module:
-    """Train (or reload a finished) arm, evaluate it on the shared test sets, store everything."""
-    result = ctx.fit(arm, trainer, build, seeds, task)
-    model = load_member_states(build(seeds).to(device=ctx.device, dtype=dtype), result.states)
-    evaluated = any(n == "te_mse" or n == "pop_mse" for _, _, n, _ in ctx.writer.arm_rows(arm))
-    if not evaluated and (tests or pop is not None):
-        ctx.writer.add_metrics(arm, evaluate_rows(model, tests or {}, pop))
-    return model
+) -> list[torch.nn.Module]:
+    """Train (or reload finished) arms, at once on one-thread lanes (:meth:`RunContext.fit_all`), then evaluate
+    each on the shared test sets and store its rows (an arm a stopped attempt stored unevaluated is evaluated
+    by the resume)."""
+    models = []
+    for fit, result in zip(fits, ctx.fit_all(fits), strict=True):
+        model = load_member_states(fit.build(list(fit.seeds)).to(device=ctx.device, dtype=dtype), result.states)
+        evaluated = any(n == "te_mse" or n == "pop_mse" for _, _, n, _ in ctx.writer.arm_rows(fit.arm))
+        if not evaluated and (tests or pop is not None):
+            ctx.writer.add_metrics(fit.arm, evaluate_rows(model, tests or {}, pop))
+        models.append(model)
+    return models
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from pydantic import Field, model_validator
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
 from tdlab.experiments.seed002_cross_attention.common import (
     APP_H_CONTEXT,
     PAPER,
@@ -42,7 +42,7 @@ from tdlab.experiments.seed002_cross_attention.common import (
     at,
     context_provenance,
     curve_by_step,
-    fit_arm,
+    fit_arms,
     lca_builder,
     one_param_init,
     prepare_test_sets,
@@ -287,7 +287,8 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
         with cpu_threads(cfg.cpu_threads, ctx.device):
             self._draw_references(cfg, task, ctx)
             tests, pop = prepare_test_sets(task, seeds, cfg.test, ctx)
-            cache: dict = {}
+            cache: dict = {}  # the members' prompts, drawn once and shared by every arm (and lane)
+            fits = []
             for model, objective, T in self.arms(cfg):
                 arm = self.arm_name(model, objective, T)
                 tcfg: ICLTrainConfig
@@ -299,7 +300,8 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
                     tcfg = cfg.trainer_config(objective)
                     build = lca_builder(task, model, T)
                 trainer = RegressionTrainer(tcfg, ctx.device, ctx.progress, label=arm, cache=cache)
-                fit_arm(ctx, arm, trainer, build, seeds, task, tests, pop)
+                fits.append(Fit(arm, trainer, build, seeds, task))
+            fit_arms(ctx, fits, tests, pop)  # at once, on one-thread lanes
 
     def _draw_references(self, cfg: LsaVsLcaConfig, task, ctx: RunContext) -> None:
         """Replicate draws of the finite-L_tr minimisers, stored as arm ``reference/Ltr<L>``: step = T,
