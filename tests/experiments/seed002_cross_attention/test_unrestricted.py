@@ -29,6 +29,15 @@ A_STAR = alpha_star(APP_H)
 SPREAD = np.array([-1.0, 0.0, 1.0])
 ARMS = ["untied/sigma0.1", "full/sigma0.1", "untied/sigma0.01", "full/sigma0.01"]
 pytestmark = pytest.mark.usefixtures("one_thread")
+# a few GD steps on a few prompts, and a small whitening diagnostic
+TINY_TRAINING = [
+    "train.prompts=32",
+    "train.steps=5",
+    "train.eval_prompts=8",
+    "whitening_prompts=16",
+    "whitening_contexts=[50]",
+    "claims.whitening_bootstrap=20",
+]
 
 
 def test_whitening_from_statistics_equals_the_raw_diagnostic():
@@ -44,20 +53,8 @@ def test_whitening_from_statistics_equals_the_raw_diagnostic():
 
 @pytest.fixture(scope="module")
 def tiny(s2):
-    over = [
-        "depth=3",
-        "sigmas=[0.1,0.01]",
-        "params=[untied, full]",
-        "train.prompts=32",
-        "train.steps=5",
-        "train.eval_prompts=8",
-        "whitening_prompts=16",
-        "whitening_contexts=[50]",
-        "claims.whitening_bootstrap=20",
-        "claims.reference_prompts=4096",
-        "claims.reference_draws=3",
-    ]
-    return s2.run_tiny(IclUnrestricted(), over)
+    over = ["depth=3", "sigmas=[0.1,0.01]", "params=[untied, full]", *TINY_TRAINING]
+    return s2.run_tiny(IclUnrestricted(), [*over, "claims.reference_prompts=4096", "claims.reference_draws=3"])
 
 
 def test_the_reference_is_the_untied_optimum_of_the_setting(tiny, s2):
@@ -212,19 +209,8 @@ def test_the_arms_train_on_lanes_to_the_numbers_of_one_lane_and_a_kill_before_th
     from tdlab.train.lanes import limited_to
 
     exp = IclUnrestricted()
-    over = [
-        "depth=2",
-        "params=[untied, diagonal]",
-        "train.prompts=32",
-        "train.steps=5",
-        "train.eval_prompts=8",
-        "whitening_prompts=16",
-        "whitening_contexts=[50]",
-        "claims.whitening_bootstrap=20",
-        "claims.reference_prompts=256",
-        "claims.reference_draws=2",
-    ]
-    cfg = exp.make_config("quick", over, members=2)
+    over = ["depth=2", "params=[untied, diagonal]", *TINY_TRAINING]
+    cfg = exp.make_config("quick", [*over, "claims.reference_prompts=256", "claims.reference_draws=2"], members=2)
 
     def metrics(path):
         return Run(path).metrics().sort_values(["arm", "name", "member", "step"]).reset_index(drop=True)
