@@ -159,22 +159,14 @@ class RunContext:
         to store. A requested stop (:meth:`stop_point`) starts no further piece; the pieces already running
         finish and are yielded, then :class:`~tdlab.train.stopping.RunStopped` goes up, so a resume does only
         the pieces the caller did not store. Lanes never change a number (:mod:`tdlab.train.lanes`)."""
-        halted = threading.Event()
 
-        def job(i: int) -> T:
-            if halted.is_set():
-                raise RunStopped(0, label, stored=True)
-            try:
-                self.stop_point(label)
-            except RunStopped:
-                halted.set()
-                raise
+        def piece(i: int) -> T:
+            self.stop_point(label)
             return jobs[i]()
 
         stopped: RunStopped | None = None
-        for i, outcome in in_lanes(
-            [partial(job, i) for i in range(len(jobs))], lane_count(self.lanes, len(jobs), self.device)
-        ):
+        halting = halt_together([partial(piece, i) for i in range(len(jobs))], [label] * len(jobs))
+        for i, outcome in in_lanes(halting, lane_count(self.lanes, len(jobs), self.device)):
             if isinstance(outcome.error, RunStopped):
                 stopped = stopped or outcome.error
                 continue
@@ -236,19 +228,11 @@ class RunContext:
         config_hash = self.writer.config_hash()
         first_error: DivergenceError | None = None
         stopped: RunStopped | None = None
-        halted = threading.Event()  # a fit stopped: the fits not started yet do not start
-
-        def job(i: int) -> FitResult:
-            if halted.is_set():  # nothing trained, nothing written: a resume starts it as it would have
-                raise RunStopped(0, fits[i].arm, stored=True)
-            try:
-                return self._train(fits[i], seeds[i], config_hash)
-            except RunStopped:
-                halted.set()
-                raise
 
         try:
-            jobs = [partial(job, i) for i in todo]
+            jobs = halt_together(
+                [partial(self._train, fits[i], seeds[i], config_hash) for i in todo], [fits[i].arm for i in todo]
+            )
             for j, outcome in in_lanes(jobs, n):
                 i = todo[j]
                 if isinstance(outcome.error, RunStopped):  # checkpointed; the fits that finish are still stored
@@ -319,6 +303,24 @@ class RunContext:
         if len(result.init_states) == len(seeds):
             return result.init_states
         return initial_states(build, seeds)
+
+
+def halt_together(jobs: Sequence[Callable[[], T]], labels: Sequence[str]) -> list[Callable[[], T]]:
+    """``jobs`` for :func:`~tdlab.train.lanes.in_lanes` such that once one stops on request
+    (:class:`~tdlab.train.stopping.RunStopped`), none not started yet starts: each of those raises a stored
+    ``RunStopped`` named by its label (nothing of it was begun, so a resume starts it as it would have)."""
+    halted = threading.Event()
+
+    def run(i: int) -> T:
+        if halted.is_set():
+            raise RunStopped(0, labels[i], stored=True)
+        try:
+            return jobs[i]()
+        except RunStopped:
+            halted.set()
+            raise
+
+    return [partial(run, i) for i in range(len(jobs))]
 
 
 def extend_fit(first: FitResult, more: FitResult, k: int) -> FitResult:
