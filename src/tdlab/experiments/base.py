@@ -30,6 +30,7 @@ from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess
 from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides, read_field, validate_config
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.catalog import CATALOG
+from tdlab.experiments.standard import standard_layer
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run, RunDirError, RunWriter, arm_files, copy_arrays, fit_checkpoint
 from tdlab.train.checkpoint import remove_checkpoint
@@ -584,8 +585,6 @@ def register(cls: type[ExperimentT]) -> type[ExperimentT]:
 
     Installs the ``standard`` profile between ``quick`` and ``paper`` (:mod:`tdlab.experiments.standard`)
     unless the class declares its own."""
-    from tdlab.experiments.standard import standard_layer
-
     # A standard installed here for another class (a parent's, or a dict shared with one) is sized for that one.
     if "standard" not in cls.profiles or id(cls.profiles) in _INSTALLED:
         rest = {k: v for k, v in cls.profiles.items() if k not in ("quick", "standard", "paper")}

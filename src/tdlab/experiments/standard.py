@@ -29,14 +29,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from tdlab.config import Config as BaseConfig
 from tdlab.config import build_config, deep_merge, parse_overrides, read_field
-
-if TYPE_CHECKING:
-    from tdlab.experiments.base import ExperimentConfig
 
 __all__ = [
     "EXPLICIT",
@@ -107,7 +105,7 @@ class Sized(Protocol):
     def name(self) -> str: ...
 
     @property
-    def Config(self) -> type[ExperimentConfig]: ...  # the experiment's attribute, named as a class
+    def Config(self) -> type[BaseConfig]: ...  # the experiment's config class (with ``members``), named as a class
 
     def training_length_field(self) -> str | None: ...
 
@@ -150,7 +148,7 @@ def standard_of(exp: Sized, quick: dict[str, Any], paper: dict[str, Any], second
         return Standard(dict(quick), "no measured quick time: quick's settings", None)
     q_cfg, p_cfg = build_config(exp.Config, quick), build_config(exp.Config, paper)
     lq, lp = read_field(q_cfg, length_field), read_field(p_cfg, length_field)
-    mq, mp = q_cfg.members, p_cfg.members
+    mq, mp = int(read_field(q_cfg, "members")), int(read_field(p_cfg, "members"))
     budget = MARGIN * TARGET_SECONDS
     if lp <= lq:
         k, length = 1.0, lq
