@@ -47,7 +47,7 @@ from tdlab.train.lanes import limited_to
 from tdlab.train.live import streaming_to
 
 if TYPE_CHECKING:
-    from tdlab.report.compare import Comparison
+    from tdlab.pages.compare import Comparison
 
 try:  # typer >= 0.2x carries its own copy of click, whose exceptions are not click's
     from typer._click import exceptions as click_errors
@@ -858,7 +858,7 @@ def results_compare(
     numbers (Welch over the members, Holm over the rows). Two folders: every experiment they share, a line
     each. Exit 1 when a group contradicts or a row differs (with --into: 0 once the table is written), 2 for a
     bad record."""
-    from tdlab.report.compare import compare_folders, compare_records, folder_markdown, folder_rows
+    from tdlab.pages.compare import compare_folders, compare_records, folder_markdown, folder_rows
     from tdlab.report.findings import replace_between_markers
     from tdlab.results import load_record
 
@@ -894,7 +894,7 @@ def results_compare(
 
 
 def _print_comparison(c: Comparison, all_groups: bool) -> None:
-    from tdlab.report.compare import group_rows, header_lines, row_rows, summary_line
+    from tdlab.pages.compare import group_rows, header_lines, row_rows, summary_line
 
     for line in header_lines(c):
         out_console.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -963,9 +963,9 @@ def findings(
     directories; with --into FILE, written between that file's SECTION markers (docs/findings.md holds
     the findings and paper-scale sections, docs/decide.md the decide section, README.md the per-seed
     tables); with --before, the groups whose verdict changed since the runs under that folder."""
+    from tdlab.pages.records import record_changes
     from tdlab.report.findings import changes_markdown, findings_markdown, replace_between_markers
     from tdlab.report.mdtext import md_code
-    from tdlab.report.records import record_changes
 
     try:
         if (results is None) == (not run_dirs):
@@ -999,17 +999,17 @@ def _check_section(section: str) -> None:
 
 
 def _published_markdown(results: Path, per_seed: bool = False) -> str:
-    """The by-seed and by-experiment tables of the records under ``results`` (tdlab.report.records); with
+    """The by-seed and by-experiment tables of the records under ``results`` (tdlab.pages.records); with
     ``per_seed``, one short table per seed instead (the README's)."""
     from tdlab.experiments.base import registry
-    from tdlab.report.records import experiment_table, load_published, seed_table, seed_tables, undecided_lines
+    from tdlab.pages.records import experiment_table, load_published, seed_table, seed_tables, undecided_lines
 
     if not results.is_dir():
         raise ConfigError(f"--results: {results} is not a folder of records (results/PROFILE/NAME.json)")
     pub = load_published(results)
     exps = list(registry().values())
     if per_seed:  # quick's records alone make the README's tables; the seed's settings join once published
-        from tdlab.report.docs_site import SEEDS
+        from tdlab.pages.docs_site import SEEDS
 
         return seed_tables(pub, exps, {s.number: s.title for s in SEEDS})
     if not pub.paper:
@@ -1159,7 +1159,7 @@ def docs_build(
     config: Annotated[Path | None, typer.Option(help="mkdocs.yml (default: here, else tdlab's checkout)")] = None,
 ) -> None:
     """Write docs/seeds/ (one page per seed paper) and build the site with mkdocs build --strict."""
-    from tdlab.report.docs_site import build_site
+    from tdlab.pages.docs_site import build_site
 
     try:
         result = build_site(runs_dir, site, config, _warning)
@@ -1185,7 +1185,7 @@ def docs_serve(
     import subprocess
     import sys
 
-    from tdlab.report.docs_site import check_runs, docs_folder, find_config, require_mkdocs, write_seed_pages
+    from tdlab.pages.docs_site import check_runs, docs_folder, find_config, require_mkdocs, write_seed_pages
 
     try:
         require_mkdocs()

@@ -181,7 +181,7 @@ def test_item2_reindex_skips_a_run_folder_that_is_a_symlink(fz, tiny_run, tmp_pa
 
 def test_item2_docs_pages_never_read_a_run_through_a_symlink(tiny_run, tmp_path):
     """The seed pages published the linked run (its verdicts and figures) as a run of the runs folder."""
-    from tdlab.report.docs_site import write_seed_pages
+    from tdlab.pages.docs_site import write_seed_pages
 
     runs, _ = _runs_with_links(tiny_run, tmp_path)
     shutil.rmtree(runs / "tiny")  # the linked run is then the only markov-init run
@@ -233,7 +233,7 @@ def test_item7_reindex_skips_a_folder_whose_name_is_not_a_run_id(fz, tiny_run, t
 def _docs_project(tmp_path: Path) -> Path:
     """A small copy of the documentation project (the test suite's fast strict config); its mkdocs.yml."""
     pytest.importorskip("material", reason='MkDocs Material not installed: pip install -e ".[docs]"')
-    sys.path.insert(0, str(Path(__file__).parents[1] / "report"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "pages"))
     from test_docs_site import _site_copy
 
     root = _site_copy(tmp_path, api=False)
@@ -275,7 +275,7 @@ def test_item8_markdown_in_a_runs_text_does_not_break_the_strict_build(fz, tmp_p
     """Links, anchors and headings in a claim's statement and reason, a row id, and figure names with '#',
     ')' or a space made mkdocs' strict build fail on anchor and link warnings naming neither the run nor
     the field: the text is escaped, a figure whose name is not plain is skipped with a warning."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "report"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "pages"))
     from test_docs_site import _fake_run
 
     cfg = _docs_project(tmp_path)
@@ -324,7 +324,7 @@ def test_item6_findings_refuse_a_damaged_row_naming_the_run(fz, tiny_run, tmp_pa
 @pytest.mark.parametrize("damage", ["id", "interval"])
 def test_item6_docs_pages_and_atlas_skip_a_damaged_run_with_a_warning(fz, tiny_run, tmp_path, damage):
     """The seed pages and the atlas (from an index holding the damaged summary) ended in a traceback."""
-    from tdlab.report.docs_site import write_seed_pages
+    from tdlab.pages.docs_site import write_seed_pages
 
     runs = tmp_path / "runs"
     runs.mkdir()

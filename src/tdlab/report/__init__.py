@@ -1,0 +1,10 @@
+"""What one run reports, and what experiments draw with: nothing here reads the experiment registry.
+
+* :mod:`tdlab.report.html` — a run's ``report.html`` (verdicts, arms, figures);
+* :mod:`tdlab.report.figures` — the plotting every experiment shares (``save_figure``, headless);
+* :mod:`tdlab.report.findings` — the findings table of run directories (``tdlab findings RUN_DIR...``);
+* :mod:`tdlab.report.mdtext` — text from runs made inert for the markdown tdlab writes.
+
+The pages made from published records and the registry (the records' tables, the documentation site) are
+:mod:`tdlab.pages`, a layer above the experiments.
+"""

@@ -15,8 +15,7 @@ from typer.testing import CliRunner
 
 from tdlab.claims.stats import holm
 from tdlab.cli import app
-from tdlab.record import RecordError
-from tdlab.report.compare import (
+from tdlab.pages.compare import (
     compare_folders,
     compare_records,
     folder_markdown,
@@ -24,6 +23,7 @@ from tdlab.report.compare import (
     row_estimate,
     summary_line,
 )
+from tdlab.record import RecordError
 from tdlab.results import Record, load_record
 
 REPO = Path(__file__).resolve().parents[2]

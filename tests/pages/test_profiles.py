@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from tdlab.experiments.catalog import CATALOG
-from tdlab.report.profiles import table
+from tdlab.pages.profiles import table
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "profiles.md"
 
@@ -21,4 +21,4 @@ def test_one_row_per_experiment_with_its_three_profiles():
 
 def test_the_profiles_page_table_is_the_computed_one():
     block = re.search(r"<!-- standard:start -->\n(.*?)\n<!-- standard:end -->", PAGE.read_text(), re.S)
-    assert block is not None and block.group(1) == table(), "regenerate: python -m tdlab.report.profiles"
+    assert block is not None and block.group(1) == table(), "regenerate: python -m tdlab.pages.profiles"

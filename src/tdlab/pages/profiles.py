@@ -1,5 +1,5 @@
 """The profiles of every experiment side by side: quick, standard (:mod:`tdlab.experiments.standard`) and
-paper, as the Profiles page's table (``python -m tdlab.report.profiles``)."""
+paper, as the Profiles page's table (``python -m tdlab.pages.profiles``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ __all__ = ["table"]
 
 def table() -> str:
     """Markdown: every experiment's standard settings against quick's and paper's, and why
-    (``python -m tdlab.report.profiles``; docs/profiles.md holds it between ``standard:start/end``)."""
+    (``python -m tdlab.pages.profiles``; docs/profiles.md holds it between ``standard:start/end``)."""
     from tdlab.experiments.base import get
     from tdlab.experiments.catalog import CATALOG
 

@@ -35,8 +35,8 @@ from typing import Any
 import yaml
 
 from tdlab.config import ConfigError, echo
+from tdlab.pages.records import Published, group_table, load_published
 from tdlab.report.mdtext import md_cell, md_code, md_text
-from tdlab.report.records import Published, group_table, load_published
 from tdlab.runs import Run, RunDirError, list_runs
 from tdlab.safeio import built_aside, check_not_in_run, check_output_folder, copy_inside, path_kind
 
@@ -666,7 +666,7 @@ def seed_page(
 
 def _seed_settings_section(experiments: Sequence[Any], published: Published | None) -> list[str]:
     """Every paper group of the seed's experiments at the seed's own settings (the ``paper`` profile's
-    committed record) beside quick's, and how to reproduce it (:mod:`tdlab.report.records`)."""
+    committed record) beside quick's, and how to reproduce it (:mod:`tdlab.pages.records`)."""
     lines = [
         "## At the seed's settings {#seed-settings}",
         "",
@@ -767,7 +767,7 @@ def _write(docs: Path, runs: Path | None, warn: Callable[[str], None] | None) ->
     by_seed: dict[str, list[Any]] = {}
     for e in exps:
         if seed_of(e) not in numbers:
-            raise ConfigError(f"experiment {e.name}: paper {e.paper!r} names no seed of tdlab.report.docs_site.SEEDS")
+            raise ConfigError(f"experiment {e.name}: paper {e.paper!r} names no seed of tdlab.pages.docs_site.SEEDS")
         by_seed.setdefault(seed_of(e), []).append(e)
     for seed in SEEDS:  # in the order of the seed's figures, then the registry's
         first: dict[str, int] = {}

@@ -25,8 +25,8 @@ from typer.testing import CliRunner
 import tdlab.cli as cli
 from tdlab.config import ConfigError
 from tdlab.experiments.base import registry
-from tdlab.report import docs_site
-from tdlab.report.docs_site import SEEDS, build_site, seed_of, write_seed_pages
+from tdlab.pages import docs_site
+from tdlab.pages.docs_site import SEEDS, build_site, seed_of, write_seed_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_TEXTS = [Path(os.environ.get("TDLAB_SEEDS", ROOT.parent / "shared" / "seeds")), ROOT / "shared" / "seeds"]
@@ -261,7 +261,7 @@ def test_api_reference_covers_every_package_and_module():
 
 def test_joined_parameter_lines_get_an_entry_per_name():
     pytest.importorskip("griffe", reason='griffe (mkdocstrings-python) not installed: pip install -e ".[docs]"')
-    from tdlab.report.docs_hook import split_joined_parameters
+    from tdlab.pages.docs_hook import split_joined_parameters
 
     doc = (
         "Sum.\n\nArgs:\n    p, q: the chain,\n        p + q != 1.\n    r: alone, x, y: kept\n"
@@ -276,7 +276,7 @@ def test_joined_parameter_lines_get_an_entry_per_name():
 
 def test_sphinx_roles_show_as_code():
     pytest.importorskip("griffe", reason='griffe (mkdocstrings-python) not installed: pip install -e ".[docs]"')
-    from tdlab.report.docs_hook import plain_roles
+    from tdlab.pages.docs_hook import plain_roles
 
     assert (
         plain_roles("see :func:`judge` and :class:`~tdlab.claims.declare.ClaimSpec`, :mod:`tdlab.sweep`")

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from tdlab.cli import app
 from tdlab.experiments.base import get, registry
-from tdlab.report.records import Published, experiment_table, group_table, load_published, seed_table, undecided_lines
+from tdlab.pages.records import Published, experiment_table, group_table, load_published, seed_table, undecided_lines
 from tdlab.results import Record, load_record
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,7 +117,7 @@ def test_findings_results_prints_and_writes_the_tables(tmp_path):
 def test_what_changed_between_two_results_folders_names_every_moved_group(tmp_path):
     """An earlier folder where one group held as paper and another failed: the table lists both moves with
     the reason now, a group that went, and nothing for groups that did not move."""
-    from tdlab.report.records import record_changes
+    from tdlab.pages.records import record_changes
 
     now, before = tmp_path / "now", tmp_path / "before"
     for d in (now, before):
@@ -162,8 +162,8 @@ def test_the_readme_and_findings_page_hold_the_tables_of_the_committed_records(t
 
 
 def test_per_seed_tables_have_a_row_per_experiment_with_quick_and_the_seeds_settings():
-    from tdlab.report.docs_site import SEEDS
-    from tdlab.report.records import seed_tables
+    from tdlab.pages.docs_site import SEEDS
+    from tdlab.pages.records import seed_tables
 
     pub = load_published(REPO / "results")
     exps = list(registry().values())
@@ -187,7 +187,7 @@ def test_per_seed_tables_have_a_row_per_experiment_with_quick_and_the_seeds_sett
 
 
 def test_the_overview_counts_every_record_of_each_profile_by_seed_with_a_total():
-    from tdlab.report.records import overview_table
+    from tdlab.pages.records import overview_table
 
     pub = load_published(REPO / "results")
     exps = list(registry().values())
@@ -206,7 +206,7 @@ def test_the_overview_counts_every_record_of_each_profile_by_seed_with_a_total()
 
 
 def test_what_settles_an_undecided_group_says_members_training_or_nothing_more_of_this_run():
-    from tdlab.report.records import what_settles
+    from tdlab.pages.records import what_settles
 
     rec = _record("topics-wv").model_copy(update={"members": 4})
     row = {
