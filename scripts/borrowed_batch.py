@@ -214,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         paths.insert(0, str(args.work / "site"))
     before = digests(args.results)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    # the batch writes into a pipe and batch.log: rich would wrap its table at 80 columns, a row a line reads better
+    env.setdefault("COLUMNS", "200")
     cmd = [sys.executable, "-m", "tdlab.cli", "batch", "--only-missing", "--results", str(args.results)]
     cmd += ["--out", str(batch), *extra]
     with open(args.back / "batch.log", "w") as log:
