@@ -228,6 +228,16 @@ def test_what_settles_an_undecided_group_says_members_training_or_nothing_more_o
     moving = {**spread, "cause": "still moving"}
     assert "`--set train.steps=" in what_settles("topics-wv", rec, moving, "train.steps")
     assert what_settles("topics-wv", rec, {**spread, "cause": "no seed rows"}).startswith("not by more of this run")
+    # "no rows" with no seed row at all is the same; with seed rows that measured nothing, the setting did run
+    assert "has no row at the seed's setting" in what_settles(
+        "topics-wv", rec, {**spread, "cause": "no rows", "rows": []}
+    )
+    empty = {**spread, "verdict": "not evaluable", "cause": "no rows", "rows": [dict(row, interval=None)]}
+    text = what_settles("topics-wv", rec, empty, "train.steps")
+    assert "has no row at the seed's setting" not in text and "the seed's setting ran" in text
+    # arms that did not train: a longer run, not more members, and not the seed's setting
+    text = what_settles("topics-wv", rec, {**empty, "cause": "not trained"}, "train.steps")
+    assert text.startswith("not by more members") and "did not train" in text and "`--set train.steps=" in text
     # a claim about reaching a stage is not a claim about convergence, and a longer run leaves the seed's setting
     stage = {**spread, "verdict": "not evaluable", "cause": "stage not reached"}
     text = what_settles("topics-wv", rec, stage, "train.steps")

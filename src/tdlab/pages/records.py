@@ -221,17 +221,31 @@ def what_settles(name: str, rec: Record, group: Mapping[str, Any], length_field:
     seed's settings cannot: its seed rows' interval straddling a boundary needs members (how many, from
     :func:`~tdlab.claims.sequential.precision_needed`, and the command that runs them); a claim at
     convergence still moving needs training past the seed's length (``length_field`` doubled); one whose arms
-    did not reach the stage its claim needs within that length is settled only by a longer run, which is no
-    longer the seed's setting; one trained shorter than the seed, by its length; a group with no row in the
-    seed's setting is not settled by more of this run."""
+    did not reach the stage its claim needs within that length, or did not train, is settled only by a longer
+    run, which is no longer the seed's setting; one trained shorter than the seed, by its length; a group with
+    no row in the seed's setting is not settled by more of this run, and one whose seed rows ran but measured
+    nothing (no member of the class the claim reads, e.g. "0 diagonal members") is not settled by it as it
+    stands."""
     from tdlab.claims.sequential import TRAINING_CAUSES, precision_needed
 
     cause = str(group.get("cause") or "")
-    if cause in ("no seed rows", "no rows", "not trained"):
+    seed_rows = [r for r in group.get("rows") or () if r.get("provenance") == "seed"]
+    if cause == "no seed rows" or (cause == "no rows" and not seed_rows):
         return "not by more of this run: the paper profile has no row at the seed's setting that could decide it"
+    if cause == "no rows":
+        return (
+            "not by more of this run as it stands: the seed's setting ran, but its rows measured nothing (the "
+            "reason names what they lacked); more members or a longer run might give them members to read, which "
+            "this record cannot tell"
+        )
+    value = _dotted(rec.config, length_field) if length_field else None
+    longer = f" (`--set {md_code(length_field)}={2 * value:g}`)" if isinstance(value, (int, float)) else ""
+    if cause == "not trained":
+        return (
+            "not by more members: the seed's setting ran and its arms did not train (the reason names them); a "
+            f"longer run{longer} would show whether they do (our setting, not the seed's)"
+        )
     if cause in TRAINING_CAUSES:
-        value = _dotted(rec.config, length_field) if length_field else None
-        longer = f" (`--set {md_code(length_field)}={2 * value:g}`)" if isinstance(value, (int, float)) else ""
         if cause == "stage not reached":
             return (
                 "not by more members: its arms did not reach the claim's stage (the reason names it) within the "
