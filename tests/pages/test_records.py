@@ -243,6 +243,10 @@ def test_what_settles_an_undecided_group_says_members_training_or_nothing_more_o
     text = what_settles("topics-wv", rec, stage, "train.steps")
     assert text.startswith("not by more members") and "`--set train.steps=" in text and "convergence" not in text
     assert "not the seed's" in text
+    # a sign test on 4 members cannot reach p < 0.05 whatever they show (2 · 0.5^4 = 0.125); 6 can (0.031)
+    sign = dict(row, test="compare", interval=[360.0, 760.0], cause="members", confidence=0.95)
+    text = what_settles("topics-wv", rec, {**spread, "cause": "members", "rows": [sign]})
+    assert text.startswith("at least 6 members (`tdlab run topics-wv --profile paper --seeds 6`): on 4 ")
     short = what_settles("topics-wv", rec, {**spread, "cause": "shorter than the seed's length"})
     assert short.startswith("training to the seed's length")
 

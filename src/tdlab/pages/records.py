@@ -220,13 +220,15 @@ def what_settles(name: str, rec: Record, group: Mapping[str, Any], length_field:
     """What would decide an undecided paper group of the record ``rec`` of ``name``, or that compute at the
     seed's settings cannot: its seed rows' interval straddling a boundary needs members (how many, from
     :func:`~tdlab.claims.sequential.precision_needed`, and the command that runs them); a claim at
-    convergence still moving needs training past the seed's length (``length_field`` doubled); one whose arms
+    convergence still moving needs training past the seed's length (``length_field`` doubled); an exact sign
+    test on too few members to decide, the fewest that can (:func:`~tdlab.claims.stats.min_sign_members`); one whose arms
     did not reach the stage its claim needs within that length, or did not train, is settled only by a longer
     run, which is no longer the seed's setting; one trained shorter than the seed, by its length; a group with
     no row in the seed's setting is not settled by more of this run, and one whose seed rows ran but measured
     nothing (no member of the class the claim reads, e.g. "0 diagonal members") is not settled by it as it
     stands."""
     from tdlab.claims.sequential import TRAINING_CAUSES, precision_needed
+    from tdlab.claims.stats import min_sign_members
 
     cause = str(group.get("cause") or "")
     seed_rows = [r for r in group.get("rows") or () if r.get("provenance") == "seed"]
@@ -255,6 +257,13 @@ def what_settles(name: str, rec: Record, group: Mapping[str, Any], length_field:
         if cause == "shorter than the seed's length":
             return "training to the seed's length: the run stopped short of it"
         return f"training past the seed's length{longer}: the claim is about convergence, and the run is still moving"
+    if cause == "members":  # an exact sign test on too few members to decide whatever they show
+        confidence = float(next((r.get("confidence") for r in seed_rows if r.get("cause") == "members"), 0.95))
+        n = min_sign_members(1 - confidence)
+        return (
+            f"at least {n} members (`tdlab run {md_code(name)} --profile paper --seeds {n}`): on {rec.members} the "
+            f"exact sign test cannot reach p < {1 - confidence:g} whatever the members show"
+        )
     need = precision_needed(group)
     if need is None:
         return "more members (a comparison or a bound: no interval to extrapolate)"
