@@ -605,3 +605,8 @@ def test_what_a_staging_folder_has_done_of_its_fits_counts_stored_arms_and_check
     atomic_write(tmp_path / "checkpoints" / "a__y.json", json.dumps({"meta": meta}))
     assert staged_done(tmp_path, arms) == pytest.approx((1 + 0.4) / 4)
     assert staged_done(tmp_path, []) == 0.0 and staged_done(tmp_path / "none", arms) == 0.0
+    # a regression fit (icl-unrestricted's GD arms) trains its members as one: its step over its length
+    reg = {"kind": "regression", "seeds": [1, 2], "finished": False, "step": 2155, "config": {"steps": 3000}}
+    atomic_write(tmp_path / "checkpoints" / "a__w.json", json.dumps({"meta": reg}))
+    assert staged_done(tmp_path, arms) == pytest.approx((1 + 0.4 + 2155 / 3000) / 4)
+    assert staged_progress(tmp_path).endswith("a/w at step 2,155 of 3,000")

@@ -464,25 +464,33 @@ def staged_progress(staging: Path) -> str:
     return f"{len(arms)} arm(s) finished, {len(mid)} checkpointed mid-way" + (f": {', '.join(where)}" if where else "")
 
 
-def _fit_step(checkpoint: Path) -> str | None:
-    """``FIT at step S of N`` for a trainer's checkpoint (its ``meta.chunk.step`` and ``meta.config.steps``;
-    the fit's name is the arm's, ``/`` stored as ``__``); ``None`` for another kind (a memo, a regression fit)
-    or a file that does not read."""
-    meta = _checkpoint_meta(checkpoint)
+def _step_of(meta: Any) -> tuple[int, int] | None:
+    """``(step, steps)`` of a fit's checkpoint meta: a trainer's running chunk (``meta.chunk.step``), or a
+    regression fit's, whose members train as one (``kind: regression``, ``meta.step``); ``None`` for another
+    kind (a memo) or what does not read."""
     try:
-        step, steps = meta["chunk"]["step"], meta["config"]["steps"]
-    except (KeyError, TypeError):
+        step = meta["step"] if meta.get("kind") == "regression" else meta["chunk"]["step"]
+        steps = meta["config"]["steps"]
+    except (KeyError, TypeError, AttributeError):
         return None
-    if not (isinstance(step, int) and isinstance(steps, int)) or isinstance(step, bool):
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (step, steps)):
         return None
-    return f"{checkpoint.stem.replace('__', '/')} at step {step:,} of {steps:,}"
+    return step, steps
+
+
+def _fit_step(checkpoint: Path) -> str | None:
+    """``FIT at step S of N`` for a fit's checkpoint (:func:`_step_of`; the fit's name is the arm's, ``/``
+    stored as ``__``); ``None`` for another kind (a memo) or a file that does not read."""
+    at = _step_of(_checkpoint_meta(checkpoint))
+    return None if at is None else f"{checkpoint.stem.replace('__', '/')} at step {at[0]:,} of {at[1]:,}"
 
 
 def staged_done(staging: Path, arms: Sequence[str]) -> float:
     """The fraction of the training of ``arms`` (trainer fits of one length) that the stopped run's staging
     folder ``staging`` holds, from 0 to 1: an arm with its arrays stored counts whole, a checkpointed one by its
     members finished and its running chunk's step over its length, ``(finished + members x step / steps) /
-    seeds``, any other none (as does a checkpoint that does not read: what it holds is not known)."""
+    seeds`` (a regression fit, its members as one: ``step / steps``), any other none (as does a checkpoint that
+    does not read: what it holds is not known)."""
 
     def one(arm: str) -> float:
         if arrays_file(staging, arm).is_file():
@@ -491,6 +499,9 @@ def staged_done(staging: Path, arms: Sequence[str]) -> float:
         if not checkpoint.is_file():
             return 0.0
         meta = _checkpoint_meta(checkpoint)
+        if isinstance(meta, dict) and meta.get("kind") == "regression":
+            at = _step_of(meta)
+            return 0.0 if at is None or at[1] <= 0 else min(1.0, max(0.0, at[0] / at[1]))
         try:
             seeds, finished, chunk = len(meta["seeds"]), meta["finished"], meta["chunk"]
             running = 0.0 if chunk is None else chunk["members"] * chunk["step"] / meta["config"]["steps"]

@@ -199,7 +199,7 @@ def test_a_stop_between_reference_draws_keeps_the_draws_stored_and_a_resume_draw
 
 
 def test_the_arms_train_on_lanes_to_the_numbers_of_one_lane_and_a_kill_before_their_diagnostics_is_measured_on_resume(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, stored_fits
 ):
     """The arms are independent fits: on two one-thread lanes they end with the numbers of one lane, bit for
     bit. Their diagnostics (projections, whitening) are measured once every fit is stored, so a run killed in
@@ -223,6 +223,9 @@ def test_the_arms_train_on_lanes_to_the_numbers_of_one_lane_and_a_kill_before_th
     assert metrics(one.path).equals(metrics(two.path))
     trained = {f"{p}/sigma{s:g}" for p in cfg.params for s in cfg.sigmas}
     assert trained <= set(metrics(one.path)["arm"]) and len(trained) == 4
+    # the fits it declares (a stopped run's pace, tdlab batch) are those it stores, less the references it computes
+    references = {exp.REFERENCE.replace("/", "__"), "tied-reference"}
+    assert stored_fits(one) - references == {a.replace("/", "__") for a in exp.fit_arms(cfg)}
 
     real, measured = IclUnrestricted._diagnostics, []
 
