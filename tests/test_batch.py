@@ -364,6 +364,8 @@ def test_ray_backend_runs_the_queue_as_tasks_and_publishes(tmp_path):
         (8, 1, 4, 2, "cpu", "local", (4, 2, 8)),
         (2, 1, 1, 2, "cpu", "local", (1, 2, None)),  # one job already has every core
         (2, 0, 2, 1, "cpu", "local", (2, 1, None)),  # nothing left to run
+        (2, 3, 1, 1, "cpu", "local", (1, 1, 2)),  # one run at a time on one thread: the other core is its lane
+        (4, 3, 2, 1, "cpu", "local", (2, 1, 2)),  # two runs at once on 4 cores, one thread each: a lane spare each
         (16, 1, None, None, "cuda", "local", (8, 2, None)),  # a GPU's runs: packed by memory, no lanes
         (2, 1, 2, 1, "cpu", "ray", (2, 1, None)),  # a cluster's cores are Ray's to share
     ],
@@ -379,7 +381,8 @@ def test_a_batch_gives_the_cores_of_the_runs_it_does_not_have_to_the_ones_it_has
 def test_the_last_run_of_a_batch_is_started_with_lanes_for_the_idle_cores_and_the_same_threads(tmp_path, monkeypatch):
     """One run left of a 2-job batch on 2 cores: ``tdlab run --lanes 2`` with one torch thread, so that an
     experiment training on one-thread lanes uses both cores with the numbers of one (the threads, which every
-    other experiment's float reductions depend on, are those of the batch's flags). Two runs: no ``--lanes``."""
+    other experiment's float reductions depend on, are those of the batch's flags). Two runs: no ``--lanes``;
+    two runs one at a time (``--jobs 1 --threads 1``): each with ``--lanes 2``."""
     import tdlab.batch as batch
     import tdlab.cores as cores
 
@@ -391,10 +394,11 @@ def test_the_last_run_of_a_batch_is_started_with_lanes_for_the_idle_cores_and_th
         return batch.Outcome(name, 1, 0.0, "not run by the test")
 
     monkeypatch.setattr(batch, "run_job", run_job)
-    for names, lanes in ((["markov-rank"], ["--lanes", "2"]), (["markov-rank", "markov-landscape"], [])):
+    two = ["markov-rank", "markov-landscape"]
+    for names, at_once, lanes in ((["markov-rank"], 2, ["--lanes", "2"]), (two, 2, []), (two, 1, ["--lanes", "2"])):
         started.clear()
-        out = tmp_path / "-".join(names)
-        jobs = batch.run_batch(names, "quick", out, jobs=2, threads=1, results=None, say=lambda line: None)
+        out = tmp_path / f"{'-'.join(names)}-{at_once}"
+        jobs = batch.run_batch(names, "quick", out, jobs=at_once, threads=1, results=None, say=lambda line: None)
         assert [j.state for j in jobs] == ["failed"] * len(names)
         assert len(started) == len(names)
         for _, cmd, env in started:

@@ -634,17 +634,19 @@ def share_cores(
     / threads on the CPU, 8 on a GPU), each with ``--threads`` torch threads (default: cores / jobs), and
     ``lanes`` for ``tdlab run --lanes`` (``None``: the run's default, its threads).
 
-    With fewer runs left than jobs on this machine's CPU, the cores the missing runs would have had go to the
-    runs there are as lanes, not threads: an experiment that trains its fits on one-thread lanes trains that
-    many at once with the numbers of one lane, bit for bit (:mod:`tdlab.train.lanes`), where more torch
-    threads would change the float reductions of every other experiment between a run's segments."""
+    On this machine's CPU, the cores that the runs at once (``min(left, jobs)``) leave idle at ``threads``
+    each (fewer runs left than jobs; or ``--jobs 1 --threads 1`` on 2 cores: one run at a time, the first
+    finished sooner) go to the runs as lanes, not threads: an experiment that trains its fits on one-thread
+    lanes trains that many at once with the numbers of one lane, bit for bit (:mod:`tdlab.train.lanes`),
+    where more torch threads would change the float reductions of every other experiment between a run's
+    segments."""
     cpu = _device_kind(device) == "cpu"
     if jobs is None:
         jobs = max(1, cores // (threads or 1)) if cpu else 8
     threads = threads or max(1, cores // jobs)
     lanes = None
-    if backend == "local" and cpu and 0 < left < jobs and cores // left > threads:
-        lanes = cores // left
+    if backend == "local" and cpu and left > 0 and cores // min(left, jobs) > threads:
+        lanes = cores // min(left, jobs)
     return jobs, threads, lanes
 
 
