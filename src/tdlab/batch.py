@@ -644,9 +644,8 @@ def share_cores(
     if jobs is None:
         jobs = max(1, cores // (threads or 1)) if cpu else 8
     threads = threads or max(1, cores // jobs)
-    lanes = None
-    if backend == "local" and cpu and left > 0 and cores // min(left, jobs) > threads:
-        lanes = cores // min(left, jobs)
+    per_run = cores // max(1, min(left, jobs))  # the cores each of the runs at once could have
+    lanes = per_run if backend == "local" and cpu and left > 0 and per_run > threads else None
     return jobs, threads, lanes
 
 
