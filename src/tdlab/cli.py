@@ -4,6 +4,10 @@
     tdlab run NAME [--profile quick|standard|paper] [--set a.b=c ...] [--seeds N] [--seed S] [--device cpu|cuda] [--out DIR]
     tdlab report RUN_DIR                         rebuild claims, figures, summary.json and report.html
     tdlab runs [--out DIR]                       table of past runs with their claim verdicts
+    tdlab explain NAME [GROUP] [--results DIR] [--json]
+                                                 each paper claim as the paper states it: quote, place, kind,
+                                                 hypotheses met, settings off the seed's, threshold's source,
+                                                 the verdict and what decided it
     tdlab atlas run|build|serve                  the claims atlas: sweep each experiment's atlas axes, build
                                                  a static site of where each claim holds, serve it
     tdlab docs build [--runs DIR] [--site DIR]   the documentation site: seed pages from the runs, mkdocs --strict
@@ -521,6 +525,33 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")]) -> 
     except (RunDirError, ConfigError) as exc:
         _fail(str(exc))
     _print_summary(finished.summary, finished.path)
+
+
+@app.command()
+def explain(
+    name: Annotated[str, typer.Argument(help="an experiment (tdlab list)")],
+    group: Annotated[str | None, typer.Argument(help="one paper claim group of it (default: every one)")] = None,
+    results: Annotated[
+        Path, typer.Option(help="a results folder of one profile, whose NAME.json record is explained")
+    ] = Path("results/paper"),
+    as_json: Annotated[bool, typer.Option("--json", help="a JSON list, one object per group")] = False,
+) -> None:
+    """Each paper claim group of NAME as the paper states it: its quote and place, its kind (at stated
+    settings, a limit, an existence), each hypothesis and whether the run met it, the settings where the run
+    departs from the seed's manifest, the threshold and its source, and the verdict (the record re-judged by
+    the current rules) with what decided it. With no record in --results, the declarations alone."""
+    from tdlab.explain import explain as explain_groups
+    from tdlab.explain import explain_lines
+
+    try:
+        entries = explain_groups(name, group, results)
+    except (ConfigError, RunDirError) as exc:
+        _fail(str(exc))
+    if as_json:
+        out_console.print_json(json.dumps(entries, default=str))
+        return
+    for line in explain_lines(entries):
+        out_console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tdlab.claims import ArmHealth, ClaimSpec, Measurements, Sample, Stage, judge
+from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 
 
@@ -25,8 +26,13 @@ class _Cfg(Config):
 CFG = _Cfg()
 
 
+# The rules below are shown on a claim whose threshold may make it fail (the calibration rule is tested apart).
+PLANTED = Threshold("ours", "a test tolerance", Calibration("planted", "planted rows at this test's shapes"))
+
+
 def spec(test="value", relation="close", **kw) -> ClaimSpec:
     kw.setdefault("quantity", "a number")
+    kw.setdefault("threshold", PLANTED)
     return ClaimSpec(kw.pop("id", "c"), "a statement (Fig. 1)", test=test, relation=relation, **kw)
 
 
@@ -245,24 +251,29 @@ def test_still_moving_is_not_resolved_only_for_convergence_claims():
 
 
 def test_a_fail_at_convergence_needs_the_measurement_to_have_stopped_moving_towards_the_claim():
-    """A slow creep far below the claim (drift under the tolerance, so "settled" by the drift rule) is
-    training too short: at its pace as much training again would cover the tolerance. The topics-wv case:
-    W^V's block-sum gap 0.357 against c3 = 1.156 ± 0.116, rising by 0.021 per tenth of training."""
+    """A measurement still approaching the claim at a pace that, over as much training again, reaches the
+    claim's boundary is training too short; one whose pace would not reach it in that time fails. The
+    topics-wv case: W^V's block-sum gap 0.357 against c3 = 1.156 ± 0.116 (boundary 1.040, 0.684 away)."""
     far = [0.35, 0.36, 0.35]
     claim = spec(expected=1.156, tolerance=0.1156, horizon="convergence")
-    _, creeping = one(claim, Sample(far, drift=0.021))
+    _, creeping = one(claim, Sample(far, drift=0.07))  # 10 x 0.07 = 0.7 ≥ 0.684: it could still get there
     assert (
         creeping.verdict == "not resolved"
         and creeping.cause == "still moving"
         and "towards the claim" in creeping.reason
     )
-    assert one(claim, Sample(far, drift=0.005))[1].verdict == "fails"  # 10 x 0.005 < 0.1156: it has stopped
+    # 10 x 0.021 = 0.21: at that pace as much training again leaves it 0.47 short of the boundary
+    assert one(claim, Sample(far, drift=0.021))[1].verdict == "fails"
+    assert one(claim, Sample(far, drift=0.005))[1].verdict == "fails"
     assert one(claim, Sample(far, drift=-0.021))[1].verdict == "fails"  # moving away from the claim
     assert one(spec(expected=1.156, tolerance=0.1156, horizon="budget"), Sample(far, drift=0.021))[1].verdict == "fails"
     above = spec(relation="le", expected=0.0, tolerance=0.01, horizon="convergence")  # a bound from above
-    assert one(above, Sample([0.2, 0.21, 0.2], drift=-0.002))[1].verdict == "not resolved"  # falling towards it
+    assert one(above, Sample([0.2, 0.21, 0.2], drift=-0.02))[1].verdict == "not resolved"  # falling towards it
+    assert one(above, Sample([0.2, 0.21, 0.2], drift=-0.002))[1].verdict == "fails"  # too slowly to reach 0.01
     assert one(above, Sample([0.2, 0.21, 0.2], drift=+0.002))[1].verdict == "fails"
     assert one(claim, Sample([1.15, 1.16, 1.15], drift=0.005))[1].verdict == "holds"  # holds are untouched
+    # a fail moving away from the claim fast stays a fail (the drift rule is for holds)
+    assert one(claim, Sample(far, drift=-0.5))[1].verdict == "fails"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -520,3 +531,78 @@ def test_a_fail_read_off_events_every_member_reached_stands_in_a_shorter_run():
     )
     (g,) = judge([claim], open_, CFG, lengths=(2000.0, 8000.0))
     assert g.verdict != "fails"
+
+
+# --------------------------------------------------------------------------------------------------
+# What the paper says: hypotheses, thresholds, the kind of statement
+
+
+def _rows(s: ClaimSpec, rows: dict[str, list[float]], contexts: dict[str, dict] | None = None, cfg=CFG):
+    m = Measurements()
+    for key, values in rows.items():
+        m.row(s.id, key, Sample(values), context=(contexts or {}).get(key, {}))
+    (g,) = judge([s], m, cfg)
+    return g
+
+
+WRONG, RIGHT = [0.5, 0.51, 0.49], [0.0, 0.001, -0.001]
+
+
+def test_a_row_outside_a_hypothesis_is_ours_and_cannot_refute_the_paper():
+    needs_k3 = Hypothesis("k = 3 (the theorem's order)", lambda cfg: cfg.k == 3)
+    g = _rows(spec(tolerance=0.01, hypotheses=(needs_k3,)), {"a": WRONG})
+    assert g.rows[0].provenance == "ours" and g.rows[0].verdict == "fails"  # judged and shown
+    assert g.rows[0].outside == ["k = 3 (the theorem's order)"]
+    assert (g.verdict, g.cause) == ("not evaluable", "outside hypotheses") and "k = 3" in g.reason
+    inside = _rows(spec(tolerance=0.01, hypotheses=(needs_k3,)), {"a": WRONG}, cfg=_Cfg(k=3))
+    assert inside.verdict == "fails" and inside.rows[0].provenance == "seed"
+
+
+def test_a_row_hypothesis_reads_the_rows_context():
+    anchors = Hypothesis("anchors only", lambda cfg, row: row.context["cls"] != "key", on="row")
+    s = spec(tolerance=0.01, hypotheses=(anchors,))
+    g = _rows(s, {"key": WRONG, "memory": RIGHT}, {"key": {"cls": "key"}, "memory": {"cls": "memory"}})
+    assert [r.provenance for r in g.rows] == ["ours", "seed"]
+    assert g.verdict == "holds"  # the key row fails, but keys are outside the statement
+    assert anchors.met(CFG) is None  # a row hypothesis needs a row
+
+
+def test_an_uncalibrated_threshold_of_ours_cannot_make_a_paper_claim_fail():
+    ours = Threshold("ours", "a tolerance we chose")
+    _, r = one(spec(tolerance=0.01, threshold=ours), WRONG)
+    assert (r.verdict, r.cause) == ("not resolved", "uncalibrated threshold") and "a tolerance we chose" in r.reason
+    assert one(spec(tolerance=0.01, threshold=ours), RIGHT)[1].verdict == "holds"  # it can still hold
+    assert one(spec(tolerance=0.01, threshold=None), WRONG)[1].cause == "uncalibrated threshold"  # undeclared
+    for calibrated in (PLANTED, Threshold("paper", "§4: within 1%"), Threshold("closed form", "half the gap")):
+        assert one(spec(tolerance=0.01, threshold=calibrated), WRONG)[1].verdict == "fails"
+    sanity = spec(tolerance=0.01, threshold=ours, kind="sanity")
+    assert one(sanity, WRONG)[1].verdict == "fails"  # a consistency check refutes no paper
+    assert not Threshold("ours", "x").calibrated and "cannot make the claim fail" in Threshold("ours", "x").describe()
+
+
+def test_an_existence_holds_when_some_setting_shows_it_and_fails_only_when_none_does():
+    s = spec(tolerance=0.01, form="existence", grid="batch ∈ {16, 40}")
+    assert _rows(s, {"b16": RIGHT, "b40": WRONG}).verdict == "holds"
+    assert _rows(s, {"b16": WRONG, "b40": WRONG}).verdict == "fails"
+    g = _rows(s, {"b16": WRONG, "b40": [0.0, 0.5]})  # one setting not resolved, none holds
+    assert g.verdict == "not resolved"
+    m = Measurements()
+    m.row(s.id, "b16", Sample(WRONG))
+    m.row(s.id, "b40", Sample(RIGHT), arms=["b40"])
+    (g,) = judge([s], m, CFG, {"b40": STUCK})
+    assert (g.verdict, g.cause) == ("not resolved", "grid not covered")  # b40 could have shown it
+    with pytest.raises(ValueError, match="existence"):
+        spec(form="existence", all_rows=True)
+
+
+def test_a_statement_over_every_row_does_not_hold_from_the_rows_that_trained():
+    s = spec(tolerance=0.01, all_rows=True)
+    m = Measurements()
+    m.row(s.id, "adam", Sample(RIGHT), arms=["adam"])
+    m.row(s.id, "sgd", Sample(RIGHT), arms=["sgd"])
+    (g,) = judge([s], m, CFG, {"adam": TRAINED, "sgd": STUCK})
+    assert (g.verdict, g.cause) == ("not resolved", "rows not evaluable") and "1 of 2" in g.reason
+    (g,) = judge([spec(tolerance=0.01)], m, CFG, {"adam": TRAINED, "sgd": STUCK})
+    assert g.verdict == "holds"  # a statement of some rows holds from those that trained
+    (g,) = judge([s], m, CFG, {"adam": TRAINED, "sgd": TRAINED})
+    assert g.verdict == "holds"

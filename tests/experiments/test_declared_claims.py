@@ -1,13 +1,17 @@
-"""Every declared claim of every experiment can hold, fail and stay unresolved.
+"""Every declared claim of every experiment can hold, fail and stay unresolved, and says what the paper says.
 
 For each :class:`~tdlab.claims.ClaimSpec` an experiment declares, measurements are planted at the
 spec's own expected value, tolerance and margin (resolved from the experiment's quick config at the
-spec's ``example`` row): a faithful one must hold, a violated one fail, one straddling the boundary
-stay not resolved. A claim that cannot fail (or cannot hold) is a declaration defect.
+spec's ``example`` row): a faithful one must hold, a violated one fail (or, against a threshold of ours
+that nothing calibrates, stay not resolved: it cannot refute the paper), one straddling the boundary
+stay not resolved. A claim that cannot fail (or cannot hold) is a declaration defect. A calibrated
+threshold's own planted cases (``Calibration.plant``) are judged at the quick and paper configs, and
+every paper claim declares its quote, place, kind and the source of its threshold.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -59,6 +63,8 @@ def _plants(spec: ClaimSpec, cfg) -> dict[str, tuple[list[float], list[float] | 
 
 
 def _judge_planted(spec: ClaimSpec, cfg, kind: str):
+    # the plants test the decision; the hypotheses (which make rows ours) are tested on their own below
+    spec = dataclasses.replace(spec, hypotheses=())
     measured, reference = _plants(spec, cfg)[kind]
     # an `every` claim decides each member on its own value ± its own error: a boundary member is one
     # whose error straddles the boundary
@@ -88,8 +94,54 @@ def test_a_planted_measurement_gives_its_verdict(name: str, spec: ClaimSpec, kin
         cfg = registry()[name].make_config("quick", [f"{spec.length}={int(resolve(spec.seed_length, cfg))}"])
     group = _judge_planted(spec, cfg, kind)
     row = group.rows[0]
+    if kind == "fails" and spec.kind == "paper" and not spec.calibrated:
+        assert (row.verdict, row.cause) == ("not resolved", "uncalibrated threshold"), row.describe()
+        return
     assert row.verdict == kind, f"{name}:{spec.id}: planted {kind} judged {row.verdict} ({row.describe()})"
     assert group.verdict == kind
+
+
+PLANTED = [
+    (n, s)
+    for n, s in DECLARED
+    if s.threshold is not None and s.threshold.calibration is not None and s.threshold.calibration.plant is not None
+]
+
+
+@pytest.mark.parametrize("name, spec", PLANTED, ids=[f"{n}:{s.id}" for n, s in PLANTED])
+@pytest.mark.parametrize("profile", ["quick", "paper"])
+def test_a_calibrated_threshold_separates_its_planted_cases(name: str, spec: ClaimSpec, profile: str) -> None:
+    """The threshold's own planted cases at the run's shapes: the one the paper's statement covers holds,
+    the one it excludes fails (built, not made: the paper config need not fit this machine)."""
+    from tdlab.config import build_config
+
+    exp = registry()[name]
+    cfg = build_config(exp.Config, exp.profiles[profile])
+    assert spec.threshold is not None and spec.threshold.calibration is not None
+    plant = spec.threshold.calibration.plant
+    assert plant is not None
+    satisfies, violates = plant(cfg, dict(spec.example))
+    # the decision alone: the hypotheses, the stage and the stays rule are the run's, tested on their own
+    bare = dataclasses.replace(spec, hypotheses=(), stage=None, stays=False)
+    for sample, verdict in ((satisfies, "holds"), (violates, "fails")):
+        m = Measurements()
+        m.row(spec.id, "planted", sample, context=dict(spec.example))
+        (group,) = judge([bare], m, cfg)
+        assert group.rows[0].verdict == verdict, f"{profile}: planted {verdict}: {group.rows[0].describe()}"
+
+
+@pytest.mark.parametrize("name, spec", DECLARED, ids=[f"{n}:{s.id}" for n, s in DECLARED])
+def test_a_paper_claim_says_what_the_paper_says(name: str, spec: ClaimSpec) -> None:
+    if spec.kind != "paper":
+        return
+    assert spec.quote.strip() and spec.where.strip(), f"{name}:{spec.id}: the paper's words and their place"
+    assert spec.threshold is not None and spec.threshold.note.strip(), f"{name}:{spec.id}: where the threshold comes from"
+    if spec.form == "limit":
+        assert spec.limit.strip(), f"{name}:{spec.id}: a limit statement says how the limit is judged"
+    if spec.form == "existence":
+        assert spec.grid.strip(), f"{name}:{spec.id}: an existence statement declares its grid"
+    if spec.threshold.calibration is not None:
+        assert spec.threshold.calibration.note.strip()
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,11 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import numpy as np
 
 __all__ = [
+    "Calibration",
     "ClaimSpec",
+    "Form",
     "Horizon",
+    "Hypothesis",
     "Kind",
     "Measurements",
     "Provenance",
@@ -31,6 +34,8 @@ __all__ = [
     "Stage",
     "StageCheck",
     "Test",
+    "Threshold",
+    "ThresholdSource",
     "resolve",
 ]
 
@@ -45,6 +50,16 @@ Horizon = Literal["budget", "convergence", "static"]
 # A row's setting: the seed's own (decides a paper group) or ours (an extension: judged and shown,
 # never deciding a paper group).
 Provenance = Literal["seed", "ours"]
+# What kind of statement the paper makes: at its stated settings (a figure's run, a theorem for every
+# parameter its hypotheses cover), a limit (n, γ, L → ∞: judged where the dropped terms are measured small,
+# or against the theory of the finite setting that ran, never by a tolerance that assumes them small), or an
+# existence ("with certain settings": holds when some setting of a declared grid shows it, fails only when
+# every one of them is evaluable and none does).
+Form = Literal["settings", "limit", "existence"]
+# Where a threshold (a tolerance, a margin, a significance level) comes from: the paper's own words, a closed
+# form of the setting (the gap between two predictions, a numerical-precision bound of an exact computation),
+# or ours, which must be calibrated (against a known null or planted cases) before it can make a claim fail.
+ThresholdSource = Literal["paper", "closed form", "ours"]
 
 # A value a spec names: a number, a dotted config path ("claims.tol_nats"), or a function of the
 # validated config and the row (its ``context``), e.g. a theory function of the row's parameters.
@@ -85,6 +100,62 @@ class Stage:
 
     id: str
     description: str
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A hypothesis the paper's statement needs, as a checkable predicate (``N_Z = d_m``, ``p + q > 1``, "only
+    memory and reasoning anchors", "the bound is a lower bound of the run's losses").
+
+    ``on="config"``: ``test(cfg)`` reads the validated config alone; ``on="row"``: ``test(cfg, row)`` reads the
+    row too (its ``context``: the row's parameters and, for a hypothesis about the measured run, the measured
+    quantity the statement assumes, e.g. the size of the terms a limit drops). A row outside any hypothesis is
+    not the paper's: the judge makes it ``ours`` (shown, never deciding a paper group)."""
+
+    text: str
+    test: Callable[..., bool]
+    on: Literal["config", "row"] = "config"
+
+    def met(self, cfg: Any, row: Row | None = None) -> bool | None:
+        """Whether ``cfg`` (and ``row``) meet the hypothesis; ``None`` for a row hypothesis asked without a row."""
+        if self.on == "config":
+            return bool(self.test(cfg))
+        return None if row is None else bool(self.test(cfg, row))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How a threshold of ours was calibrated, so that it may make a claim fail.
+
+    ``method="null"``: the decision is a test statistic with a known null distribution (a permutation test,
+    an exact sign test) at a declared level; ``method="planted"``: planted cases at the run's own shapes, one
+    that satisfies the paper's statement and one that does not, are judged holds and fails. ``plant``, where
+    given, builds those two samples for a config and row context (``plant(cfg, context) -> (satisfies,
+    violates)``), which the declared-claims test judges; ``test`` names the test that shows the calibration."""
+
+    method: Literal["null", "planted"]
+    note: str
+    plant: Callable[[Any, Mapping[str, Any]], tuple[Sample, Sample]] | None = None
+    test: str = ""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """Where a claim's threshold comes from (:data:`ThresholdSource`), in words (``note``), and, for ours,
+    its :class:`Calibration`. An uncalibrated threshold of ours decides ``holds`` but never ``fails``."""
+
+    source: ThresholdSource
+    note: str
+    calibration: Calibration | None = None
+
+    @property
+    def calibrated(self) -> bool:
+        return self.source != "ours" or self.calibration is not None
+
+    def describe(self) -> str:
+        cal = f"; calibrated ({self.calibration.method}): {self.calibration.note}" if self.calibration else ""
+        unc = "; uncalibrated: it cannot make the claim fail" if not self.calibrated else ""
+        return f"{self.source}: {self.note}{cal}{unc}"
 
 
 @dataclass(frozen=True)
@@ -153,6 +224,23 @@ class ClaimSpec:
     stays: bool | Callable[[Any], bool] = False
     length: str | None = None
     seed_length: Value | None = None
+    quote: str = ""
+    where: str = ""
+    form: Form = "settings"
+    hypotheses: tuple[Hypothesis, ...] = ()
+    threshold: Threshold | None = None
+    limit: str = ""
+    all_rows: bool = False
+    grid: str = ""
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the claim's threshold may make it fail (a paper's, a closed form's, or ours calibrated)."""
+        return self.threshold is not None and self.threshold.calibrated
+
+    def outside(self, cfg: Any, row: Row) -> list[str]:
+        """The hypotheses ``row`` (in the setting ``cfg``) does not meet."""
+        return [h.text for h in self.hypotheses if not h.met(cfg, row)]
 
     def stays_for(self, cfg: Any) -> bool:
         """Whether, in the setting ``cfg``, the statement is about something staying (see ``stays``)."""
@@ -171,6 +259,8 @@ class ClaimSpec:
             raise ValueError(f"{self.id}: min_fraction must lie in (0, 1]")
         if self.stays is not False and (self.length is None or self.seed_length is None):
             raise ValueError(f"{self.id}: a claim that something stays names the run's length and the seed's")
+        if self.form == "existence" and self.all_rows:
+            raise ValueError(f"{self.id}: an existence statement is shown by some row, not by every row")
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,12 @@ A row's verdict, in order:
    so neither gives a zero-width interval; a censored value is a bound, so the interval is open on
    that side, and a row whose every member is censored is not resolved; a paired direction on
    discrete or censored values is decided by an exact sign test, not a t-interval.
-2. **Convergence**: a ``convergence`` claim whose measurement still drifts at the end of training
-   (in learning-rate time) by more than its drift tolerance is not resolved. A ``fails`` at convergence
-   also needs the measurement to have stopped moving *towards* the claim: one still approaching it at
-   a pace that, over as much training again (:data:`AGAIN` end windows), would cover its tolerance is
-   not resolved: a slow creep far from the claim is training too short, not a finding. A row not
+2. **Convergence**: a ``holds`` on a ``convergence`` claim whose measurement still drifts at the end of
+   training (in learning-rate time) by more than its drift tolerance is not resolved. A ``fails`` at
+   convergence needs the measurement to have stopped moving *towards* the claim: one still approaching it
+   at a pace that, over as much training again (:data:`AGAIN` end windows), would reach the claim's
+   boundary is not resolved; one moving away, or too slowly to reach it, fails (a slow creep far from the
+   claim is not training too short). A row not
    resolved by its spread whose measurement still moves by more than the interval's half-width names
    the training length as its limit (``still moving``), not the spread.
    **Budget**: a ``budget`` claim is a statement about the seed's training length, so it fails only
@@ -25,15 +26,22 @@ A row's verdict, in order:
    learn) is not evaluable.
 4. **Stage gate**: a row whose arms have not passed the claim's declared stage in every member is not
    evaluable, with the stage named: training too short is never a finding.
-5. **Multiplicity**: within a group, failing rows are confirmed by Holm's step-down procedure over
+5. **Calibration**: a paper row that fails against a threshold of ours that no null or planted case
+   calibrates (:class:`~tdlab.claims.declare.Threshold`) is not resolved: an uncalibrated threshold
+   cannot refute a paper.
+6. **Multiplicity**: within a group, failing rows are confirmed by Holm's step-down procedure over
    the group's evaluable rows (family-wise error at 1 − confidence); a row that fails alone but not
    after the correction is not resolved. A group holds only when every deciding row holds (an
    intersection–union test, which needs no correction).
 
 A group's verdict is decided by its ``seed`` rows (for paper groups; every row for sanity groups):
 ``ours`` rows are judged and shown but never decide a paper statement. A claim that declares its scope
-(``ClaimSpec.scope``: the settings its statement covers) has each row's provenance derived from it. No deciding row, or none
-evaluable: not evaluable.
+(``ClaimSpec.scope``: the settings its statement covers) has each row's provenance derived from it, and a
+row outside any of the statement's hypotheses (``ClaimSpec.hypotheses``) is ours whatever ``measure()``
+marked. No deciding row, or none evaluable: not evaluable. A statement over every row (``all_rows``) holds
+only when each deciding row is evaluable and holds; an existence statement (``form="existence"``) holds when
+some deciding row holds and fails only when every one is evaluable and fails (no Holm correction: no row
+fails it alone).
 """
 
 from __future__ import annotations
@@ -85,6 +93,10 @@ Cause = Literal[
     "stage not reached",
     "no rows",
     "no seed rows",
+    "outside hypotheses",
+    "uncalibrated threshold",
+    "rows not evaluable",
+    "grid not covered",
     "non-finite",
 ]
 _SYMBOL = {"close": "≈", "le": "≤", "ge": "≥", "lt": "<", "gt": ">"}
@@ -121,6 +133,7 @@ class RowResult:
     cause: Cause = "spread"
     reason: str = ""
     alone: Verdict | None = None  # the verdict before the multiplicity correction, when it changed it
+    outside: list[str] = field(default_factory=list)  # the statement's hypotheses this row does not meet
 
     def set(self, verdict: Verdict, cause: Cause, reason: str = "") -> None:
         self.verdict, self.cause, self.reason = verdict, cause, reason
@@ -206,6 +219,7 @@ class RowResult:
             "p_fail": self.p_fail,
             "p_hold": self.p_hold,
             "alone": self.alone,
+            "outside": list(self.outside),
             # a measured reference's own standard error and resolution bound (value / every tests)
             "reference_se": _ref_error(self.reference)[0]
             if self.reference is not None and self.test != "compare"
@@ -275,6 +289,13 @@ class GroupResult:
             "stage_description": self.stage.description if self.stage else None,
             "test": s.test,
             "quantity": s.quantity,
+            "quote": s.quote,
+            "where": s.where,
+            "form": s.form,
+            "hypotheses": [h.text for h in s.hypotheses],
+            "threshold_source": s.threshold.source if s.threshold else None,
+            "threshold": s.threshold.describe() if s.threshold else None,
+            "calibrated": s.calibrated,
             "counts": self.counts,
             "rows": [r.to_dict() for r in self.rows],
         }
@@ -319,8 +340,10 @@ def judge_group(
     results = [judge_row(spec, r, cfg, confidence, lengths) for r in rows]
     for res, row in zip(results, rows, strict=True):
         _gate(spec, stage, res, row, measured, health)
-    for prov in ("seed", "ours"):
-        _multiplicity([r for r in results if r.provenance == prov], 1 - confidence)
+        _calibrated(spec, res)
+    if spec.form != "existence":  # an existence fails only when every row fails: no row fails alone
+        for prov in ("seed", "ours"):
+            _multiplicity([r for r in results if r.provenance == prov], 1 - confidence)
     verdict, cause, reason = group_verdict(spec, results)
     return GroupResult(spec, results, verdict, cause, reason, stage)
 
@@ -329,18 +352,51 @@ def _deciding(spec: ClaimSpec, rows: Sequence[RowResult]) -> list[RowResult]:
     return list(rows) if spec.kind == "sanity" else [r for r in rows if r.provenance == "seed"]
 
 
+def _calibrated(spec: ClaimSpec, res: RowResult) -> None:
+    """An uncalibrated threshold of ours cannot refute a paper: a row it decides as failing is not resolved."""
+    if spec.kind == "paper" and res.verdict == "fails" and res.cause == "decided" and not spec.calibrated:
+        src = spec.threshold.note if spec.threshold else "not declared"
+        res.set(
+            "not resolved",
+            "uncalibrated threshold",
+            f"fails against a threshold of ours that no null or planted case calibrates ({src}): it cannot "
+            "make a paper claim fail",
+        )
+
+
 def group_verdict(spec: ClaimSpec, rows: Sequence[RowResult]) -> tuple[Verdict, Cause, str]:
     """The group rule: decided by the deciding rows; fails if one fails (after Holm), not resolved if
-    one is, holds if every evaluable one holds; not evaluable when none is evaluable."""
+    one is, holds if every evaluable one holds; not evaluable when none is evaluable. A statement over
+    every row (``all_rows``) holds only when every deciding row is evaluable and holds; an existence
+    statement holds when some deciding row holds and fails only when every one is evaluable and fails."""
     if not rows:
         return "not evaluable", "no rows", f"no row ran{f': needs {spec.needs}' if spec.needs else ''}"
     deciding = _deciding(spec, rows)
     if not deciding:
+        out = sorted({h for r in rows for h in r.outside})
+        if out:
+            return (
+                "not evaluable",
+                "outside hypotheses",
+                f"every row lies outside the statement's hypotheses ({'; '.join(out)}): {len(rows)} row(s) of ours, "
+                "which never decide a paper statement",
+            )
         return (
             "not evaluable",
             "no seed rows",
             f"no row in the seed's own setting ran ({len(rows)} row(s) of ours){f'; needs {spec.needs}' if spec.needs else ''}",
         )
+    if spec.form == "existence":
+        return _existence_verdict(deciding)
+    if spec.all_rows:
+        missing = [r for r in deciding if r.verdict == "not evaluable"]
+        if missing and all(r.verdict in ("holds", "not evaluable") for r in deciding) and len(missing) < len(deciding):
+            return (
+                "not resolved",
+                "rows not evaluable",
+                f"holds on {len(deciding) - len(missing)} of {len(deciding)} rows; the statement covers every row and "
+                f"{len(missing)} are not evaluable ({missing[0].cause}: {missing[0].reason})",
+            )
     for v in ("fails", "not resolved"):
         hit = [r for r in deciding if r.verdict == v]
         if hit:
@@ -349,6 +405,27 @@ def group_verdict(spec: ClaimSpec, rows: Sequence[RowResult]) -> tuple[Verdict, 
         return "holds", "decided", ""
     first = deciding[0]
     return "not evaluable", first.cause, first.reason
+
+
+def _existence_verdict(deciding: Sequence[RowResult]) -> tuple[Verdict, Cause, str]:
+    """Some setting of the grid shows it: holds; every setting evaluable and none shows it: fails."""
+    held = [r for r in deciding if r.verdict == "holds"]
+    if held:
+        return "holds", "decided", f"shown at {len(held)} of {len(deciding)} settings of the grid ({held[0].id})"
+    evaluable = [r for r in deciding if r.verdict != "not evaluable"]
+    if not evaluable:
+        return "not evaluable", deciding[0].cause, deciding[0].reason
+    open_ = [r for r in evaluable if r.verdict == "not resolved"]
+    if open_:
+        return "not resolved", open_[0].cause, f"{len(open_)} of {len(deciding)} settings not resolved; none holds"
+    if len(evaluable) < len(deciding):
+        return (
+            "not resolved",
+            "grid not covered",
+            f"fails at the {len(evaluable)} evaluable settings of {len(deciding)}; an existence fails only when every "
+            "setting of the grid is evaluable and none shows it",
+        )
+    return "fails", "decided", f"no setting of the grid's {len(deciding)} shows it"
 
 
 def _multiplicity(rows: Sequence[RowResult], alpha: float) -> None:
@@ -421,6 +498,10 @@ def judge_row(
         expected = row.reference.mean
     target = margin if spec.test == "compare" else expected
     assert target is not None  # a compare test's margin (a Value, never None), else the expected value set above
+    provenance = row.provenance if spec.scope is None else ("seed" if spec.scope(cfg, row) else "ours")
+    outside = spec.outside(cfg, row)
+    if outside:
+        provenance = "ours"
     res = RowResult(
         id=f"{spec.id}/{row.key}" if row.key else spec.id,
         statement=row.label or spec.statement,
@@ -431,7 +512,7 @@ def judge_row(
         tolerance=float(tol or 0.0),
         measured=row.measured,
         reference=row.reference,
-        provenance=row.provenance if spec.scope is None else ("seed" if spec.scope(cfg, row) else "ours"),
+        provenance=provenance,
         horizon=spec.horizon,
         arms=row.arms,
         unit=spec.unit,
@@ -440,6 +521,7 @@ def judge_row(
         paired=spec.paired,
         confidence=confidence,
         drift_tolerance=drift_tol,
+        outside=outside,
     )
     m = row.measured
     if m.n == 0:
@@ -464,7 +546,7 @@ def judge_row(
         _decide_value(res, row, lo, hi, confidence)
     if (
         spec.horizon == "convergence"
-        and res.verdict in ("holds", "fails")
+        and res.verdict == "holds"
         and m.drift is not None
         and math.isfinite(m.drift)
         and drift_tol is not None
@@ -493,13 +575,16 @@ def judge_row(
     ):
         centre = statistics.fmean(m.values)
         toward = (centre < lo and m.drift > 0) or (centre > hi and m.drift < 0)
-        if toward and abs(m.drift) * AGAIN >= drift_tol:
+        # as much training again at the end's pace would bring the measurement to the claim's boundary
+        distance = lo - centre if centre < lo else centre - hi
+        if toward and abs(m.drift) * AGAIN >= distance:
             res.set(
                 "not resolved",
                 "still moving",
                 f"still moving towards the claim: {m.drift:+.4g}{spec.unit} over the last tenth of training "
                 f"(learning-rate time), so as much training again at that pace moves it by "
-                f"{abs(m.drift) * AGAIN:.4g}, at least its tolerance {drift_tol:g}; fails at the end, not at convergence",
+                f"{abs(m.drift) * AGAIN:.4g}, at least its distance {distance:.4g} to the claim's boundary; fails at "
+                "the end, not at convergence",
             )
     if (
         spec.horizon == "convergence"

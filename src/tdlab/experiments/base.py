@@ -30,6 +30,7 @@ from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess
 from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides, read_field, validate_config
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.catalog import CATALOG
+from tdlab.experiments.manifest import Setting, settings_diff
 from tdlab.experiments.standard import standard_layer
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run, RunDirError, RunWriter, arm_files, copy_arrays, fit_checkpoint
@@ -406,6 +407,12 @@ class Experiment(ABC, Generic[ConfigT]):
     atlas_axes: ClassVar[AtlasAxes | None] = None
     # The paper statements and sanity checks this experiment's measurements are judged against.
     claims: ClassVar[tuple[ClaimSpec, ...]] = ()
+    # Every setting the seed states, by config field, with its place (tdlab.experiments.manifest): a run is
+    # at the seed's settings only when its config equals it field by field.
+    manifest: ClassVar[dict[str, Setting]] = {}
+    # The manifest's fields where the paper profile departs from the seed, each with why (CPU time, a
+    # setting the seed leaves open): a record at the paper profile then lists them and is not the seed's.
+    paper_differs: ClassVar[dict[str, str]] = {}
     # The config field that sets how long every arm trains (``--decide`` doubles it for paper groups that
     # wait on training); default: the atlas's ``...steps`` or ``...epochs`` axis; None: no single field.
     train_length: ClassVar[str | None] = None
@@ -455,6 +462,11 @@ class Experiment(ABC, Generic[ConfigT]):
             return None
         # built, not made: make_config's memory check would refuse the seed's setting on a small machine
         return float(read_field(cfg, name)), float(read_field(build_config(self.Config, self.profiles["paper"]), name))
+
+    def settings_diff(self, cfg: ConfigT) -> list[dict[str, Any]]:
+        """The fields where ``cfg`` departs from the settings the seed states (:attr:`manifest`):
+        ``[{field, seed, run, where}]``; empty: ``cfg`` is at the seed's settings."""
+        return settings_diff(self.manifest, cfg)
 
     def make_config(
         self, profile: str = "quick", overrides: Sequence[str] = (), members: int | None = None, seed: int | None = None

@@ -26,9 +26,12 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.claims.calibration import planted_pair
+from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.manifest import Setting
 from tdlab.experiments.view import ArmKey, RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import Crossings, evaluation_noise, gap_crossing
@@ -180,10 +183,39 @@ def small_init_stage(cfg: MarkovInitConfig) -> Stage | None:
 
 SEED_STEPS = 8000  # Table 2: 8000 iterations, the horizon of Fig. 4
 
+# Fig. 4 and the A.3.2 paragraph speak of p + q > 1 (Thm. 2's side of the phase diagram, Fig. 1d), at
+# (p, q) = (0.5, 0.8): a row at p + q ≤ 1 is ours (Thm. 8's side, where both minima are the entropy rate's).
+ABOVE_LINE = Hypothesis("p + q > 1 (Thm. 2 and Fig. 1d; Fig. 4 runs (p, q) = (0.5, 0.8))", lambda cfg: cfg.task.p + cfg.task.q > 1)
+
+
+def _between_minima(cfg: MarkovInitConfig, context: Any) -> tuple[Sample, Sample]:
+    """Planted end states at the run's members: at the predicted predictor's loss (gap 0, members spread a
+    fifth of the tolerance) and at the other minimum's (gap ± (H(π) − entropy rate))."""
+    gap = marginal_entropy(cfg.task.p, cfg.task.q) - entropy_rate(cfg.task.p, cfg.task.q)
+    return planted_pair(0.0, -gap, cfg.claims.tol_nats / 5, cfg.members)
+
+
+END_STATE = Threshold(
+    "ours",
+    "claims.tol_nats = 0.01 nats around the predicted predictor's loss on the same evaluation batches",
+    Calibration(
+        "planted",
+        "members at the predicted minimum (gap 0 ± tol/5) hold and members at the other minimum (gap "
+        "H(π) − entropy rate = 0.046 nats at (0.5, 0.8)) fail, at the run's member count",
+        plant=_between_minima,
+        test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
+    ),
+)
+
 CLAIMS = (
     ClaimSpec(
         "proposed-init-ends-at-global-minimum",
         "The proposed init (e=0.5, W1=1, W2=-1) ends at the entropy rate, the global minimum (App. A.3.2, Fig. 4)",
+        quote="With our initialization, it converges to the global minimum corresponding to the bigram model.",
+        where="Fig. 4 caption; App. A.3.2",
+        form="settings",
+        hypotheses=(ABOVE_LINE,),
+        threshold=END_STATE,
         test="value",
         relation="close",
         quantity="final test loss − the Bayes (bigram) predictor's loss on the same evaluation batches, nats",
@@ -197,6 +229,12 @@ CLAIMS = (
         "standard-init-ends-at-theory-limit",
         "A small standard init (σ=0.02) ends where Thm. 2 (p+q>1: H(π), the local minimum) or Thm. 8 (p+q<1: the "
         "entropy rate) places it (Fig. 4)",
+        quote="Starting from the standard initialization, the model converges to a local minimum corresponding to "
+        "the unigram model.",
+        where="Fig. 4 caption; App. A.3.2 ('we indeed observe that the final test loss matches the unigram loss')",
+        form="settings",
+        hypotheses=(ABOVE_LINE,),
+        threshold=END_STATE,
         test="value",
         relation="close",
         quantity="final test loss − the loss of the predictor Thm. 2/8 names (unigram "
@@ -215,6 +253,12 @@ CLAIMS = (
     ClaimSpec(
         "standard-init-leaves-plateau-later",
         "The standard init stays on the H(π) plateau longer than the proposed init (Fig. 4)",
+        quote="Comparison between the average loss curve for the standard gaussian initialization around 0 and our "
+        "initialization",
+        where="Fig. 4 (the curves: the proposed init leaves the H(π) level first)",
+        form="settings",
+        hypotheses=(ABOVE_LINE,),
+        threshold=Threshold("paper", "the direction the figure shows (no margin), decided by an exact sign test"),
         test="compare",
         relation="gt",
         quantity="plateau-escape step, standard − proposed (paired over members; "
@@ -241,6 +285,33 @@ class MarkovInit(Experiment[MarkovInitConfig]):
     )
     Config = MarkovInitConfig
     claims = CLAIMS
+    manifest: ClassVar[dict[str, Setting]] = {
+        "task.p": Setting(0.5, "Fig. 4 caption"),
+        "task.q": Setting(0.8, "Fig. 4 caption"),
+        "archs": Setting(
+            ["sec2", "gpt2"],
+            "App. A.3.2 (the Sec. 2 transformer); Table 2 (GPT-2 as in Pagliardini, 2023)",
+            "the seed names both; which one drew Fig. 4 it does not say, so both run",
+        ),
+        "inits": Setting(["standard", "local-to-global"], "App. A.3.2"),
+        "model.init_std": Setting(0.02, "App. A.3.2 (σ = 0.02)"),
+        "model.init_e": Setting(0.5, "App. A.3.2"),
+        "model.init_w1": Setting(1.0, "App. A.3.2"),
+        "model.init_w2": Setting(-1.0, "App. A.3.2"),
+        "model.d": Setting(8, "Table 2 (grid {4, 8, 16, 32, 64}); A.3.1's d = 8", "a point of the seed's grid"),
+        "model.layers": Setting(1, "Table 2"),
+        "model.heads": Setting(1, "Table 2"),
+        "members": Setting(5, "Table 2 (3 or 5 repetitions)"),
+        "train.steps": Setting(SEED_STEPS, "Table 2"),
+        "train.batch": Setting(16, "Table 2 (grid {16, 50})", "a point of the seed's grid"),
+        "train.seq_len": Setting(1024, "Table 2 (grid {512, 1024, 2048})", "a point of the seed's grid"),
+        "train.optimizer": Setting("adamw", "Table 2"),
+        "train.lr": Setting(0.001, "Table 2"),
+        "train.beta1": Setting(0.9, "Table 2"),
+        "train.beta2": Setting(0.95, "Table 2"),
+        "train.weight_decay": Setting(0.001, "Table 2"),
+        "train.schedule": Setting("cosine", "Table 2"),
+    }
     # Thms 2/8 split the (p, q) square at p + q = 1 (the seed's Fig. 1 phase diagram); no grid point
     # lies on that line, where H(π) = entropy rate and the claims cannot tell the minima apart. The
     # quick range keeps the seed's task and model and shortens training.

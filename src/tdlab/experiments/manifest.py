@@ -1,0 +1,84 @@
+"""The settings a seed states, as a manifest: per config field, the seed's value and where it says so.
+
+An experiment's ``manifest`` maps dotted config fields to :class:`Setting` s (``"train.steps":
+Setting(8000, "Table 2")``). A run is *at the seed's settings* only when its config equals the manifest
+field by field (:func:`settings_diff` is empty); every other field of the config is one the seed is
+silent on, ours (:func:`ours_fields`). The paper profile equals the manifest, or the experiment names each
+field where it departs and why (``Experiment.paper_differs``), and a test holds the two equal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from tdlab.config import read_field
+
+__all__ = ["Setting", "ours_fields", "settings_diff", "values_equal"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting the seed states: its ``value`` (in the config field's own units and form), ``where`` the
+    seed states it (table, section, appendix), and a ``note`` where the seed gives a range or a choice."""
+
+    value: Any
+    where: str
+    note: str = ""
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def values_equal(a: Any, b: Any) -> bool:
+    """Whether two config values are the same setting (numbers to 1e-12 relative, lists element-wise)."""
+    a, b = _plain(a), _plain(b)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b or a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=1e-15)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def settings_diff(manifest: Mapping[str, Setting], cfg: BaseModel) -> list[dict[str, Any]]:
+    """The manifest's fields whose value in ``cfg`` is not the seed's: ``[{field, seed, run, where}]`` in the
+    manifest's order (empty: the run is at the seed's settings)."""
+    out = []
+    for name, setting in manifest.items():
+        run = read_field(cfg, name)
+        if not values_equal(run, setting.value):
+            out.append({"field": name, "seed": _plain(setting.value), "run": _plain(run), "where": setting.where})
+    return out
+
+
+def _leaves(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k, v in tree.items():
+        if isinstance(v, Mapping) and v:
+            out.extend(_leaves(v, f"{prefix}{k}."))
+        else:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def ours_fields(manifest: Mapping[str, Setting], cfg: BaseModel) -> list[str]:
+    """The config's fields the seed is silent on (no manifest entry covers them), the root seed aside."""
+    covered = tuple(manifest)
+    return [
+        leaf
+        for leaf in _leaves(cfg.model_dump(mode="json"))
+        if leaf != "seed" and not any(leaf == c or leaf.startswith(c + ".") for c in covered)
+    ]
