@@ -21,7 +21,7 @@ KEYS = {"group", "quote", "where", "kind", "hypotheses", "settings_diff", "thres
 @pytest.mark.parametrize("name", sorted(registry()))
 def test_every_paper_group_says_what_the_paper_says(name: str) -> None:
     for e in explain(name, results=PAPER):
-        assert KEYS <= e.keys()
+        assert e.keys() >= KEYS
         for key in ("quote", "where", "kind", "threshold_source"):
             assert e[key], f"{name} {e['group']}: empty {key}"
         assert e["kind"] in ("settings", "limit", "existence")
@@ -43,9 +43,10 @@ def test_the_genuine_markov_init_finding_still_fails_with_its_explanation() -> N
     (e,) = explain("markov-init", "standard-init-ends-at-theory-limit", PAPER)
     assert e["verdict"] == "fails" and e["cause"] == "decided"
     assert "unigram" in e["quote"] and "Fig. 4" in e["where"] and e["kind"] == "settings"
-    assert e["hypotheses"] == [
-        {"text": e["hypotheses"][0]["text"], "on": "config", "holds": True, "rows_outside": 0}
-    ] and "p + q > 1" in e["hypotheses"][0]["text"]
+    assert (
+        e["hypotheses"] == [{"text": e["hypotheses"][0]["text"], "on": "config", "holds": True, "rows_outside": 0}]
+        and "p + q > 1" in e["hypotheses"][0]["text"]
+    )
     assert e["settings_diff"] == [] and e["threshold_source"] == "ours" and e["calibrated"]
     text = "\n".join(explain_lines([e]))
     assert "FAILS" in text and "calibrated (planted)" in text and "the seed's (every field" in text

@@ -815,10 +815,11 @@ def results_check(
     ] = False,
 ) -> None:
     """Load every record (schema, experiment, profile, commits) and re-judge it with the current claims layer
-    on its stored measurements: lists the groups whose verdict or cause the current rules would move (exit 1
-    if any; with --write, rewrites those records with the new verdicts and exits 0), and names the records
-    made at a config their profile no longer has (to run again)."""
-    from tdlab.results import is_current, load_records, record_path, record_text, rejudged
+    on its stored measurements: lists the groups whose verdict or cause the current rules would move, and the
+    records whose settings diff against the seed's manifest changed (exit 1 if any; with --write, rewrites
+    those records in FOLDER and exits 0), and names the records made at a config their profile no longer has
+    (to run again)."""
+    from tdlab.results import is_current, load_records, record_text, rejudged
     from tdlab.safeio import atomic_write
 
     try:
@@ -842,11 +843,18 @@ def results_check(
                 if before.get(gid) != v
             ]
             moved += lines
-            if lines:
+            if rec.settings_diff != new.settings_diff:  # the manifest says otherwise of its settings now
+                fields = [d["field"] for d in new.settings_diff or []]
+                moved.append(
+                    f"{name} settings: not the seed's in {', '.join(fields)}"
+                    if fields
+                    else f"{name} settings: the seed's"
+                )
+            if lines or rec.settings_diff != new.settings_diff:
                 changed.append(new)
         if write:
-            for rec in changed:
-                atomic_write(record_path(folder.parent, rec.profile, rec.experiment), record_text(rec.model_dump()))
+            for rec in changed:  # in the folder named, whatever profile its name suggests
+                atomic_write(folder / f"{rec.experiment}.json", record_text(rec.model_dump()))
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     out_console.print(

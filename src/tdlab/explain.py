@@ -18,7 +18,7 @@ from tdlab.config import ConfigError, build_config, echo, validate_config
 from tdlab.experiments.base import get
 from tdlab.experiments.manifest import ours_fields
 
-__all__ = ["explain", "explain_lines"]
+__all__ = ["explain", "explain_declared", "explain_lines", "explain_markdown", "explain_record"]
 
 
 def _hypotheses(spec: ClaimSpec, cfg: Any, group: GroupResult | None) -> list[dict[str, Any]]:
@@ -49,38 +49,49 @@ def explain(name: str, group: str | None = None, results: Path = Path("results/p
     record of ``name`` in the results folder ``results`` (one profile's: ``results/paper``), re-judged; with
     no record there, on the declarations at that profile's config (``paper`` when the folder is not named for
     a profile). Raises :class:`ConfigError` for an unknown experiment or group."""
-    from tdlab.results import load_record, rejudge
+    from tdlab.results import load_record
 
     exp = get(name)
-    papers = [s for s in exp.claims if s.kind == "paper"]
-    if group is not None and group not in {s.id for s in papers}:
-        raise ConfigError(
-            f"group: {echo(group)} is not a paper claim group of {name}; allowed: {', '.join(s.id for s in papers)}"
-        )
+    papers = [s.id for s in exp.claims if s.kind == "paper"]
+    if group is not None and group not in papers:
+        raise ConfigError(f"group: {echo(group)} is not a paper claim group of {name}; allowed: {', '.join(papers)}")
     path = Path(results) / f"{name}.json"
-    judged: dict[str, GroupResult] = {}
-    record: dict[str, Any] = {"record": None, "profile": None, "commit": None}
     if path.is_file():
-        rec = load_record(path)
-        cfg = validate_config(exp.Config, rec.config)
-        if rec.measured is not None:
-            judged = {g.id: g for g in rejudge(rec)}
-        record = {"record": str(path), "profile": rec.profile, "commit": rec.commit}
+        entries = explain_record(load_record(path), path)
     else:
-        profile = Path(results).name if Path(results).name in exp.profiles else "paper"
-        cfg = build_config(exp.Config, exp.profiles[profile])  # built, not made: no memory check to explain
-        record["profile"] = profile
+        entries = explain_declared(name, Path(results).name if Path(results).name in exp.profiles else "paper")
+    return [e for e in entries if group is None or e["group"] == group]
+
+
+def explain_declared(name: str, profile: str = "paper") -> list[dict[str, Any]]:
+    """:func:`explain`'s entries from the declarations alone, at ``profile``'s config (no verdicts)."""
+    exp = get(name)
+    cfg = build_config(exp.Config, exp.profiles[profile])  # built, not made: no memory check to explain
+    return _entries(exp, cfg, {}, {"record": None, "profile": profile, "commit": None})
+
+
+def explain_record(rec: Any, path: Path | None = None) -> list[dict[str, Any]]:
+    """:func:`explain`'s entries for a published :class:`~tdlab.record.Record` (re-judged on its stored
+    measurements); ``path``: where it was read from."""
+    from tdlab.results import rejudge
+
+    exp = get(rec.experiment)
+    cfg = validate_config(exp.Config, rec.config)
+    judged = {g.id: g for g in rejudge(rec)} if rec.measured is not None else {}
+    info = {"record": str(path) if path else None, "profile": rec.profile, "commit": rec.commit}
+    return _entries(exp, cfg, judged, info)
+
+
+def _entries(exp: Any, cfg: Any, judged: dict[str, GroupResult], record: dict[str, Any]) -> list[dict[str, Any]]:
     diff = exp.settings_diff(cfg)
     ours = ours_fields(exp.manifest, cfg)
     out = []
-    for spec in papers:
-        if group is not None and spec.id != group:
-            continue
+    for spec in (s for s in exp.claims if s.kind == "paper"):
         g = judged.get(spec.id)
         t = spec.threshold
         out.append(
             {
-                "experiment": name,
+                "experiment": exp.name,
                 "group": spec.id,
                 "statement": spec.statement,
                 "quote": spec.quote,
@@ -134,4 +145,28 @@ def explain_lines(entries: list[dict[str, Any]]) -> list[str]:
         if e["record"]:
             lines.append(f"  record: {e['record']} ({e['profile']}, trained at {(e['commit'] or 'not recorded')[:12]})")
         lines.append("")
+    return lines
+
+
+def explain_markdown(entries: list[dict[str, Any]]) -> list[str]:
+    """:func:`explain`'s entries as markdown for the seed pages: one item per group."""
+    from tdlab.report.mdtext import md_cell
+
+    lines: list[str] = []
+    for e in entries:
+        verdict = f"**{e['verdict']}**" if e["verdict"] else "no record"
+        kind = e["kind"] + (f" ({md_cell(e['limit'] or e['grid'])})" if e["limit"] or e["grid"] else "")
+        lines.append(f"- `{e['group']}` — {verdict}; {md_cell(e['where'])}: “{md_cell(e['quote'])}” Kind: {kind}.")
+        for h in e["hypotheses"]:
+            met = {True: "met", False: "**not met**", None: "not measured"}[h["holds"]]
+            extra = f", {h['rows_outside']} row(s) outside it are ours" if h["rows_outside"] else ""
+            lines.append(f"    - hypothesis: {md_cell(h['text'])} — {met}{extra}")
+        if e["settings_diff"]:
+            off = "; ".join(
+                f"`{d['field']}` {md_cell(str(d['run']))} (seed: {md_cell(str(d['seed']))})" for d in e["settings_diff"]
+            )
+            lines.append(f"    - differs from the seed's settings: {off}")
+        lines.append(f"    - threshold: {md_cell(e['threshold'])}")
+        if e["verdict"]:
+            lines.append(f"    - decided by: {md_cell(e['decided_by'])[:400]}")
     return lines

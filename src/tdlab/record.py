@@ -97,6 +97,9 @@ class Record(BaseModel):
     # a run stopped and resumed (tdlab batch, --until): the processes that trained it, in order; the commit
     # above is the last one's
     segments: list[Segment] | None = None
+    # the fields where the config departs from the settings the seed states, ``{field, seed, run, where}``
+    # (tdlab.experiments.manifest); empty: at the seed's settings; None: written before manifests were kept
+    settings_diff: list[dict[str, Any]] | None = None
 
     @field_validator("commit", "judged_commit")
     @classmethod
@@ -183,6 +186,8 @@ def make_record(
     }
     if summary.get("segments"):
         doc["segments"] = summary["segments"]
+    if summary.get("settings_diff") is not None:
+        doc["settings_diff"] = summary["settings_diff"]
     if analysis is not None:
         doc["arms"] = health_to_json(analysis.health)
     return json.loads(json.dumps(doc, default=jsonable))  # what load_record will read back

@@ -149,13 +149,18 @@ def is_current(rec: Record, sets: Sequence[str] = ()) -> bool:
 
 def rejudged(rec: Record) -> Record:
     """``rec`` with its paper and sanity groups as the current claims layer judges its stored measurements
-    (:func:`rejudge`), and ``judged_commit`` this source's commit; the numbers it was trained to are kept."""
+    (:func:`rejudge`), its settings diff against the current manifest, and ``judged_commit`` this source's
+    commit; the numbers it was trained to are kept."""
+    from tdlab.experiments.base import get
+
     groups = [g.to_dict() for g in rejudge(rec)]
+    exp = get(rec.experiment)
     doc = rec.model_dump()
     doc.update(
         claims=[g for g in groups if g["kind"] == "paper"],
         sanity=[g for g in groups if g["kind"] == "sanity"],
         judged_commit=source_commit(),
+        settings_diff=exp.settings_diff(validate_config(exp.Config, rec.config)),
     )
     return Record.model_validate(json.loads(json.dumps(doc, default=jsonable)))
 

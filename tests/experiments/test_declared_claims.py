@@ -135,7 +135,9 @@ def test_a_paper_claim_says_what_the_paper_says(name: str, spec: ClaimSpec) -> N
     if spec.kind != "paper":
         return
     assert spec.quote.strip() and spec.where.strip(), f"{name}:{spec.id}: the paper's words and their place"
-    assert spec.threshold is not None and spec.threshold.note.strip(), f"{name}:{spec.id}: where the threshold comes from"
+    assert spec.threshold is not None and spec.threshold.note.strip(), (
+        f"{name}:{spec.id}: where the threshold comes from"
+    )
     if spec.form == "limit":
         assert spec.limit.strip(), f"{name}:{spec.id}: a limit statement says how the limit is judged"
     if spec.form == "existence":

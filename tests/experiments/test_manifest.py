@@ -41,7 +41,7 @@ class _Inner(Config):
 class _Cfg(Config):
     seed: int = 0
     train: _Inner = _Inner()
-    sizes: list[int] = [1, 2]
+    sizes: tuple[int, ...] = (1, 2)
     name: str = "a"
 
 
@@ -50,7 +50,7 @@ def test_a_diff_names_each_field_off_the_seeds_and_the_rest_are_ours() -> None:
     cfg = _Cfg()
     assert settings_diff(manifest, cfg) == []
     assert ours_fields(manifest, cfg) == ["name"]  # the root seed is never the paper's
-    off = _Cfg(train=_Inner(steps=50), sizes=[1, 3])
+    off = _Cfg(train=_Inner(steps=50), sizes=(1, 3))
     assert settings_diff(manifest, off) == [
         {"field": "train.steps", "seed": 100, "run": 50, "where": "Table 2"},
         {"field": "sizes", "seed": [1, 2], "run": [1, 3], "where": "§4"},

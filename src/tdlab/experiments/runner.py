@@ -280,6 +280,8 @@ def _report(
         **meta,
         "seed": cfg.seed,
         "members": cfg.members,
+        # the fields where the run departs from the settings its seed states (empty: at the seed's settings)
+        "settings_diff": exp.settings_diff(cfg),
         **claim_counts(analysis),
         "measurements": analysis.measurements if analysis else {},
         "notes": analysis.notes if analysis else [],

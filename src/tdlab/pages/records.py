@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tdlab.claims import VERDICTS
+from tdlab.explain import explain_declared, explain_markdown, explain_record
 from tdlab.report.mdtext import md_cell, md_code
 from tdlab.results import Record, load_records
 
@@ -27,6 +28,7 @@ __all__ = [
     "record_changes",
     "seed_table",
     "seed_tables",
+    "settings_off",
     "undecided_lines",
     "what_settles",
 ]
@@ -97,11 +99,23 @@ def seed_table(pub: Published, experiments: Sequence[Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _counts(rec: Record | None) -> str:
+def settings_off(rec: Record) -> list[str]:
+    """The fields where the record's config departs from the settings its seed states (the experiment's
+    manifest): empty for a record at the seed's settings."""
+    from tdlab.config import validate_config
+    from tdlab.experiments.base import get
+
+    exp = get(rec.experiment)
+    return [d["field"] for d in exp.settings_diff(validate_config(exp.Config, rec.config))]
+
+
+def _counts(rec: Record | None, paper: bool = False) -> str:
     if rec is None:
         return "—"
     t = rec.counts()
-    return f"{t['holds']}/{len(rec.claims)}" + "".join(f", {t[v]} {v}" for v in VERDICTS[1:] if t[v])
+    out = f"{t['holds']}/{len(rec.claims)}" + "".join(f", {t[v]} {v}" for v in VERDICTS[1:] if t[v])
+    off = settings_off(rec) if paper else []
+    return out + (f" (paper profile: {len(off)} setting(s) not the seed's)" if off else "")
 
 
 def experiment_table(pub: Published, experiments: Sequence[Any]) -> str:
@@ -117,7 +131,7 @@ def experiment_table(pub: Published, experiments: Sequence[Any]) -> str:
             continue
         dev = rec.gpu or rec.device
         lines.append(
-            f"| `{e.name}` | {_counts(rec)} | {_counts(pub.quick.get(e.name))} | {rec.members} | {md_cell(dev)}"
+            f"| `{e.name}` | {_counts(rec, paper=True)} | {_counts(pub.quick.get(e.name))} | {rec.members} | {md_cell(dev)}"
             f"{f', {rec.threads} thread(s)' if rec.threads and rec.device == 'cpu' else ''} | "
             f"{rec.wall_time_s:.0f} s | `{rec.trained_by()}` |"
         )
@@ -168,7 +182,8 @@ def seed_tables(pub: Published, experiments: Sequence[Any], titles: Mapping[str,
             "|---|---|---|---|",
         ]
         out += [
-            f"| `{e.name}` | {md_cell(e.figure)} | {_counts(pub.quick.get(e.name))} | {_counts(pub.paper.get(e.name))} |"
+            f"| `{e.name}` | {md_cell(e.figure)} | {_counts(pub.quick.get(e.name))} | "
+            f"{_counts(pub.paper.get(e.name), paper=True)} |"
             for e in by_seed[seed]
         ]
         out.append("")
@@ -213,7 +228,17 @@ def group_table(pub: Published, exp: Any) -> str:
         if rec
         else "No record at the seed's settings yet."
     )
-    return "\n".join(lines) + f"\n\n{made} Reproduce: {how}.\n"
+    off = settings_off(rec) if rec else []
+    if off:
+        made += f" Not the seed's settings: the paper profile departs from them in {', '.join(f'`{f}`' for f in off)}."
+    says = [
+        "",
+        f"What each claim says (`tdlab explain {exp.name}`): the paper's words and place, the kind of statement, its "
+        "hypotheses and whether the record met them, where its threshold comes from, and what decided the verdict.",
+        "",
+        *explain_markdown(explain_record(rec) if rec else explain_declared(exp.name)),
+    ]
+    return "\n".join(lines) + f"\n\n{made} Reproduce: {how}.\n" + "\n".join(says) + "\n"
 
 
 def what_settles(name: str, rec: Record, group: Mapping[str, Any], length_field: str | None = None) -> str:
