@@ -5,6 +5,8 @@ run stopped at every chance it has and resumed each time."""
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -13,6 +15,10 @@ import pytest
 from tdlab.cores import passive_openmp
 
 passive_openmp()  # before torch is imported: the suite beside a run (or a run beside the suite) does not spin
+# The suite's numbers do not depend on what else runs on the machine: a thread registry of its own (the cores
+# other tdlab processes hold never change a run's thread count here) and one count for every run it starts.
+os.environ["TDLAB_CORES_DIR"] = tempfile.mkdtemp(prefix="tdlab-cores-suite-")
+os.environ["TDLAB_THREADS"] = "2"
 
 import torch  # noqa: E402
 

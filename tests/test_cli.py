@@ -442,6 +442,8 @@ def test_run_takes_its_lanes_from_lanes_else_from_its_share_of_the_cores(
     monkeypatch.setattr(runner, "execute", execute)
     if share is not None:
         monkeypatch.setenv("TDLAB_THREADS", share)
+    else:  # outside a sweep (the suite pins one count for its own runs: conftest)
+        monkeypatch.delenv("TDLAB_THREADS", raising=False)
     threads = torch.get_num_threads()
     try:
         r = invoke("run", "markov-init", "--out", runs_dir, "--quiet", *args)

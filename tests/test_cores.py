@@ -91,3 +91,60 @@ def test_run_threads_is_checked_and_the_run_gives_its_threads_back(tmp_path, mon
     )
     assert ok.exit_code in (0, 1), ok.output  # done (verdicts of 5 steps are beside the point)
     assert torch.get_num_threads() == before and not list((tmp_path / "cores").glob("*.threads"))
+
+
+def test_the_suite_counts_its_threads_whatever_other_processes_hold(tmp_path):
+    """Another process holding both cores in the shared registry changes no thread count in the suite: it has a
+    registry of its own and one count for every run it starts (conftest), so its numbers never depend on what
+    else runs on the machine."""
+    import tempfile
+    from pathlib import Path
+
+    from tdlab.cli import _cores_share
+    from tdlab.cores import registry
+
+    shared = Path(tempfile.gettempdir()) / f"tdlab-cores-{os.getuid()}"  # where a tdlab outside the suite holds cores
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    held = shared / f"{holder.pid}.threads"
+    try:
+        shared.mkdir(parents=True, exist_ok=True)
+        held.write_text(f"{usable_cores()}\n")
+        assert held_by_others(shared) >= usable_cores()  # both cores held out there
+        assert registry() != shared and held_by_others() == 0
+        assert _cores_share() == 2 and claim_threads(_cores_share()) == 2
+    finally:
+        held.unlink(missing_ok=True)
+        holder.kill()
+        holder.wait()
+        release_threads()
+
+
+def test_a_resume_trains_on_the_threads_its_run_began_with(tmp_path, monkeypatch):
+    """A run stopped at --until and resumed with no --threads takes the count it began with, though other
+    processes now hold every core (a count taken from the registry would change the numbers' last bits)."""
+    out = tmp_path / "r"
+    sets = ["--set", "train.steps=400", "--set", "train.eval_every=100", "--set", "train.seq_len=32"]
+    monkeypatch.delenv("TDLAB_THREADS", raising=False)
+    started = CliRunner().invoke(
+        app,
+        ["run", "markov-init", "--threads", "1", "--quiet", "--until", "1s", "--run-id", "x", "--out", str(out), *sets],
+    )
+    assert started.exit_code == 3, started.output
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    from tdlab.cores import registry
+
+    held = registry() / f"{holder.pid}.threads"
+    try:
+        registry().mkdir(parents=True, exist_ok=True)
+        held.write_text(f"{usable_cores()}\n")
+        resumed = CliRunner().invoke(app, ["run", "--resume", str(out / "x"), "--quiet"])
+    finally:
+        held.unlink(missing_ok=True)
+        holder.kill()
+        holder.wait()
+    assert resumed.exit_code == 0, resumed.output
+    from tdlab.runs import Run
+
+    summary = Run(out / "x").summary
+    assert summary["env"]["torch_threads"] == 1
+    assert [g["threads"] for g in summary["segments"]] == [1, 1]

@@ -280,7 +280,7 @@ def run(
         typer.Option(
             min=1,
             help="CPU threads for this run (default: the usable cores "
-            "that other tdlab processes do not hold, at least 1)",
+            "that other tdlab processes do not hold, at least 1; for --resume, the threads the run began with)",
         ),
     ] = None,
 ) -> None:
@@ -309,7 +309,12 @@ def run(
 
     import torch
 
-    share = claim_threads(threads or _cores_share())  # this run's share of the cores, held until it exits
+    from tdlab.experiments.runner import recorded_threads
+
+    # a resume trains on the threads the run began with (another count changes the numbers' last bits);
+    # --threads chooses otherwise
+    kept = recorded_threads(resume) if resume is not None and threads is None else None
+    share = claim_threads(threads or kept or _cores_share())  # this run's share of the cores, held until it exits
     lane_cap = lanes or share
     before = torch.get_num_threads()
     torch.set_num_threads(share)
@@ -872,6 +877,52 @@ def results_check(
     for m in moved:
         out_console.print(f"  {m}", highlight=False, markup=False, soft_wrap=True)
     if moved and not write:
+        raise typer.Exit(code=1)
+
+
+@results_app.command("reproduce")
+def results_reproduce(
+    name: Annotated[str, typer.Argument(help="an experiment with a published record")],
+    profile: Annotated[str, typer.Option(help="the record's profile (results/PROFILE/NAME.json)")] = "quick",
+    results: Annotated[Path, typer.Option(help="the folder of published records")] = Path("results"),
+    out: Annotated[
+        Path | None, typer.Option(help="where the re-run's run directory goes (default: a temporary folder)")
+    ] = None,
+) -> None:
+    """Train a published record's config again, on its thread count, and say per claim row whether its numbers
+    are identical, within float rounding or differ, and which of commit, platform, Python, torch, BLAS and
+    threads differ from the record's (exit 1 when a row differs)."""
+    from tdlab.reproduce import reproduce
+    from tdlab.results import load_record
+
+    path = results / profile / f"{name}.json"
+    try:
+        if not path.is_file():
+            raise ConfigError(f"record: no published record {path}; `tdlab results publish RUN_DIR` writes one")
+        if out is not None:
+            check_output_folder(out, "--out")
+        result = reproduce(load_record(path), out)
+    except (ConfigError, RunDirError) as exc:
+        _fail(str(exc))
+    c = result.counts
+    out_console.print(
+        f"{name} ({profile}) re-run in {result.run_dir}: {len(result.rows)} rows — "
+        + ", ".join(f"{n} {k}" for k, n in c.items()),
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    for what, (then, now) in result.differs.items():
+        out_console.print(
+            f"  differs from the record: {what} {then} -> {now}", highlight=False, markup=False, soft_wrap=True
+        )
+    if not result.differs:
+        out_console.print("  commit, platform, Python, torch, BLAS and threads: the record's", highlight=False)
+    for r in result.rows:
+        rel = "" if r.status == "identical" else f" (largest relative difference {r.max_rel:.2g})"
+        moved = f"; verdict {r.verdict} -> {r.verdict_now}" if r.verdict != r.verdict_now else ""
+        out_console.print(f"  {r.id}: {r.status}{rel}{moved}", highlight=False, markup=False, soft_wrap=True)
+    if not result.reproduced:
         raise typer.Exit(code=1)
 
 

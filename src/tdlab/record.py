@@ -100,6 +100,9 @@ class Record(BaseModel):
     # the fields where the config departs from the settings the seed states, ``{field, seed, run, where}``
     # (tdlab.experiments.manifest); empty: at the seed's settings; None: written before manifests were kept
     settings_diff: list[dict[str, Any]] | None = None
+    # what made the numbers besides the code (a float sum's order, and so the last bits, depend on them):
+    # platform, processor, Python, torch, numpy, BLAS, the parallel backend; None: written before they were kept
+    machine: dict[str, Any] | None = None
 
     @field_validator("commit", "judged_commit")
     @classmethod
@@ -186,6 +189,9 @@ def make_record(
     }
     if summary.get("segments"):
         doc["segments"] = summary["segments"]
+    keys = ("platform", "processor", "python", "torch", "numpy", "blas", "parallel")
+    if any(k in env for k in keys):
+        doc["machine"] = {k: env.get(k) for k in keys}
     if summary.get("settings_diff") is not None:
         doc["settings_diff"] = summary["settings_diff"]
     if analysis is not None:

@@ -165,12 +165,25 @@ def environment(device: str) -> dict[str, Any]:
         "processor": platform.machine(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch_module().get_num_threads(),
+        **_math_libraries(),
         "device": device,
         "commit": source_commit(),
     }
     if device.startswith("cuda") and torch_module().cuda.is_available():
         env["gpu"] = torch_module().cuda.get_device_name(0)
     return env
+
+
+def _math_libraries() -> dict[str, str]:
+    """The BLAS and the parallel backend torch was built with (a float sum's order, and so a number's last
+    bits, depends on them and on the thread count)."""
+    torch = torch_module()
+    blas = re.search(r"BLAS_INFO=([\w.-]+)", torch.__config__.show())
+    backend = re.search(r"ATen parallel backend: ([^\n]+)", torch.__config__.parallel_info())
+    return {
+        "blas": blas.group(1) if blas else "unknown",
+        "parallel": backend.group(1).strip() if backend else "unknown",
+    }
 
 
 # A git commit as records and environments name it: 7-40 hex digits, "+dirty" when the tree had changes.

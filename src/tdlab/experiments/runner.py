@@ -23,7 +23,7 @@ from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
 from tdlab.record import write_record
 from tdlab.report.html import write_report
-from tdlab.runs import Run, RunDirError, RunWriter, environment, segment_ok, staged_segments
+from tdlab.runs import Run, RunDirError, RunWriter, environment, segment_ok, staged_segments, staging_path
 from tdlab.safeio import check_output_folder
 from tdlab.train.phases import phase
 from tdlab.train.stopping import RunStopped
@@ -76,9 +76,28 @@ def execute(
 def _config_record(
     exp: Experiment, cfg: ExperimentConfig, profile: str, sweep: str | None, decide: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """What ``config.yaml`` holds: experiment, profile, config, sweep and, for ``--decide``, its rounds."""
-    rec = {"experiment": exp.name, "profile": profile, "config": cfg.model_dump(mode="json"), "sweep": sweep}
+    """What ``config.yaml`` holds: experiment, profile, config, sweep, the CPU threads it trains on (a resume
+    takes the same count: :func:`recorded_threads`) and, for ``--decide``, its rounds."""
+    rec = {
+        "experiment": exp.name,
+        "profile": profile,
+        "config": cfg.model_dump(mode="json"),
+        "sweep": sweep,
+        "threads": torch.get_num_threads(),
+    }
     return {**rec, "decide": decide} if decide is not None else rec
+
+
+def recorded_threads(final: Path) -> int | None:
+    """The CPU threads the interrupted run that will become ``final`` was started on (its staged
+    ``config.yaml``), so that a resume trains on the same count: a thread count changes a float sum's order,
+    and with it the numbers' last bits. ``None`` where nothing readable says (a run staged before tdlab kept it,
+    or no staging folder: the resume itself then says what is wrong)."""
+    try:
+        n = Run.read_config(staging_path(Path(final)) / "config.yaml").get("threads")
+    except (RunDirError, OSError):
+        return None
+    return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 4096 else None
 
 
 def resume(path: Path, device: str = "cpu", progress: bool = True) -> Run:
