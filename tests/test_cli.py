@@ -464,3 +464,28 @@ def test_version_and_a_near_miss_experiment_name(invoke):
     assert v.exit_code == 0 and v.output.startswith(f"tdlab {tdlab.__version__}")
     miss = invoke("run", "markov-int")
     assert miss.exit_code == 2 and "did you mean markov-init?" in miss.output
+
+
+def test_a_set_of_an_unknown_field_names_the_nearest_one(invoke, runs_dir):
+    r = invoke("run", "markov-init", "--out", runs_dir, "--set", "train.step=3")
+    assert r.exit_code == 2 and "did you mean train.steps?" in r.output and not runs_dir.exists()
+    r = invoke("run", "markov-init", "--out", runs_dir, "--set", "trian.steps=3")
+    assert r.exit_code == 2 and "did you mean train?" in r.output
+
+
+def test_runs_lists_an_interrupted_run_with_the_command_that_resumes_it(invoke, runs_dir):
+    stopped = invoke(
+        "run", "markov-init", "--out", runs_dir, "--run-id", "halfway", "--until", "1s", "--quiet",
+        "--set", "train.steps=3000", "--set", "train.seq_len=32",
+    )  # fmt: skip
+    assert stopped.exit_code == 3, stopped.output
+    listed = invoke("runs", "--out", runs_dir)
+    assert listed.exit_code == 0 and "0 run(s)" in listed.output
+    assert "1 interrupted run(s)" in listed.output and f"tdlab run --resume {runs_dir / 'halfway'}" in listed.output
+
+
+def test_an_experiments_help_says_what_it_is(invoke):
+    from tdlab.experiments.base import get
+
+    r = invoke("run", "markov-init", "--help")
+    assert r.exit_code == 0 and get("markov-init").description.split()[0] in r.output

@@ -373,14 +373,14 @@ def published(names: Sequence[str], profile: str, results: Path, sets: Sequence[
 
 def check_names(names: Sequence[str]) -> list[str]:
     """The experiments to run (default: every one), each known and named once."""
-    from tdlab.experiments.base import registry
+    from tdlab.experiments.base import get, registry
 
     known = list(registry())
     if not names:
         return known
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise ConfigError(f"experiment: unknown experiment {echo(unknown[0])}; see `tdlab list`")
+        get(unknown[0])  # raises the one line that says what is known, the nearest name and how to register one
     return list(dict.fromkeys(names))
 
 

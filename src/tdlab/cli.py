@@ -132,10 +132,40 @@ app = typer.Typer(
 )
 
 
+IncludeOption = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--include",
+        help="a folder of experiment modules (or one .py file) of your own to register first; "
+        "installed packages register theirs under the 'tdlab.experiments' entry point group",
+    ),
+]
+
+
+def _include(paths: Sequence[Path] | None) -> None:
+    """Register the experiments at ``paths`` (``--include``), and pass them on to the runs this process starts
+    (``TDLAB_INCLUDE``: a batch's or a sweep's child processes include them too)."""
+    if not paths:
+        return
+    from tdlab.experiments.base import include
+
+    try:
+        for p in paths:
+            include(p)
+    except ConfigError as exc:
+        _fail(str(exc))
+    known = [x for x in os.environ.get("TDLAB_INCLUDE", "").split(os.pathsep) if x]
+    os.environ["TDLAB_INCLUDE"] = os.pathsep.join(dict.fromkeys([*known, *(str(Path(p).resolve()) for p in paths)]))
+
+
 @app.command("list")
-def list_experiments() -> None:
-    """List every experiment with the seed paper and figure it reproduces."""
+def list_experiments(include: IncludeOption = None) -> None:
+    """List every experiment with the seed paper and figure it reproduces (and those of your own packages)."""
+    from tdlab.experiments.base import load_plugins, registered
     from tdlab.experiments.catalog import CATALOG  # the table, no experiment imported
+
+    _include(include)
+    load_plugins()
 
     table = Table(show_lines=False)
     # names are what one types: never cut, whatever the terminal's width (the other columns wrap)
@@ -144,6 +174,9 @@ def list_experiments() -> None:
         table.add_column(col, overflow="fold")
     for name, entry in sorted(CATALOG.items()):
         table.add_row(name, entry.paper, entry.figure, ", ".join(entry.profiles))
+    for name, exp in sorted(registered().items()):  # experiments of other packages
+        if name not in CATALOG:
+            table.add_row(name, str(exp.paper), str(exp.figure), ", ".join(exp.profiles))
     out_console.print(table)
 
 
@@ -159,10 +192,13 @@ class _RunCommand(TyperCommand):
         from tdlab.experiments.catalog import CATALOG
 
         args = ctx.meta.get("tdlab.args", [])
-        name = next((a for a in args if a in CATALOG), None)
-        if name is not None:
-            from tdlab.experiments.base import get  # NAME's module only
+        for i, a in enumerate(args[:-1]):
+            if a == "--include":
+                _include([Path(args[i + 1])])
+        from tdlab.experiments.base import get, registered  # NAME's module only
 
+        name = next((a for a in args if a in CATALOG or a in registered()), None)
+        if name is not None:
             _print_config_keys(get(name))
 
 
@@ -185,8 +221,12 @@ def _print_config_keys(exp) -> None:
         return "null" if node is None else json.dumps(node, default=str)
 
     out_console.print(
-        f"\n[bold]{exp.name}[/]: seed {exp.paper}, {exp.figure}. Config keys (--set KEY=VALUE), "
-        f"each with its type, its default under each profile (--profile) and what it is:",
+        f"\n[bold]{escape(exp.name)}[/]: seed {escape(str(exp.paper))}, {escape(str(exp.figure))}.", highlight=False
+    )
+    out_console.print(Padding(Text(str(exp.description)), (0, 0, 0, 2)), highlight=False)
+    out_console.print(
+        "Config keys (--set KEY=VALUE), each with its type, its default under each profile (--profile) and what "
+        "it is (a key of a shared config class describes that class; this experiment's own use is above):",
         highlight=False,
         soft_wrap=True,
     )
@@ -283,6 +323,7 @@ def run(
             "that other tdlab processes do not hold, at least 1; for --resume, the threads the run began with)",
         ),
     ] = None,
+    include: IncludeOption = None,
 ) -> None:
     """Run an experiment: progress bar, then a computed verdict per claim; writes a run directory.
     `tdlab run NAME --help` lists NAME's config keys with their types and defaults. SIGTERM, or --until,
@@ -291,6 +332,7 @@ def run(
     from tdlab.cores import claim_threads, release_threads
     from tdlab.train.stopping import INTERRUPTED_EXIT_CODE, STOPPED_EXIT_CODE, RunStopped, stopping
 
+    _include(include)
     try:
         every_s = (
             None
@@ -521,10 +563,11 @@ def _group_line(g: dict) -> str:
 
 
 @app.command()
-def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")]) -> None:
+def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")], include: IncludeOption = None) -> None:
     """Rebuild the claims, figures, summary.json and report.html of a run from its stored data."""
     from tdlab.experiments.runner import rebuild
 
+    _include(include)
     try:
         finished = rebuild(run_dir)
     except (RunDirError, ConfigError) as exc:
@@ -540,6 +583,7 @@ def explain(
         Path, typer.Option(help="a results folder of one profile, whose NAME.json record is explained")
     ] = Path("results/paper"),
     as_json: Annotated[bool, typer.Option("--json", help="a JSON list, one object per group")] = False,
+    include: IncludeOption = None,
 ) -> None:
     """Each paper claim group of NAME as the paper states it: its quote and place, its kind (at stated
     settings, a limit, an existence), each hypothesis and whether the run met it, the settings where the run
@@ -548,6 +592,7 @@ def explain(
     from tdlab.explain import explain as explain_groups
     from tdlab.explain import explain_lines
 
+    _include(include)
     try:
         entries = explain_groups(name, group, results)
     except (ConfigError, RunDirError) as exc:
@@ -616,6 +661,40 @@ def runs(
         )
     out_console.print(table)
     out_console.print(f"{len(rows)} run(s)", highlight=False)
+    stopped = _interrupted(out)
+    if stopped:
+        out_console.print(
+            f"{len(stopped)} interrupted run(s), not finished (their staging folders keep them):", highlight=False
+        )
+        for run_id, experiment, progress in stopped:
+            out_console.print(
+                f"  {run_id} ({experiment}{'; ' + progress if progress else ''}): tdlab run --resume {out / run_id}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
+
+
+def _interrupted(out: Path) -> list[tuple[str, str, str]]:
+    """The stopped or killed runs under ``out`` (a ``.staging-RUN_ID`` folder with its config, not finished): run
+    id, experiment and what is stored of it. A staging folder that is not readable is left out, never followed."""
+    from tdlab.runs import Run, staged_segments
+
+    found = []
+    for staging in sorted(out.glob(".staging-*")):
+        if staging.is_symlink() or not staging.is_dir():
+            continue
+        run_id = staging.name.removeprefix(".staging-")
+        if (out / run_id).exists():
+            continue
+        try:
+            experiment = str(Run.read_config(staging / "config.yaml")["experiment"])
+        except (RunDirError, OSError, KeyError):
+            continue
+        wall = sum(g["wall_s"] for g in staged_segments(staging))
+        trained = f"{wall:.0f} s trained" if wall < 120 else f"{wall / 60:.0f} min trained"
+        found.append((run_id, experiment, trained if wall else ""))
+    return found
 
 
 @app.command("sweep")
@@ -713,6 +792,7 @@ def batch_cmd(
             "it is now): a new machine runs only what is not published yet",
         ),
     ] = False,
+    include: IncludeOption = None,
 ) -> None:
     """Run a queue of experiments whose state is its output folder: invoked again (here or on any machine
     with the folder) it resumes every unfinished run from its checkpoints. Prints what finished, what is
@@ -720,6 +800,7 @@ def batch_cmd(
     from tdlab.batch import ORDERS, check_names, plan_batch, published, run_batch
     from tdlab.experiments.runner import check_device
 
+    _include(include)
     try:
         kind = _backend(backend)
         if kind is None:
@@ -1369,6 +1450,8 @@ def _setup(
     ] = False,
 ) -> None:
     """tdlab: how transformers learn, reproduced with computed verdicts."""
+    # experiments of the user's own that the process which started this one included (a batch's runs)
+    _include([Path(p) for p in os.environ.get("TDLAB_INCLUDE", "").split(os.pathsep) if p])
     threads = os.environ.get("TDLAB_THREADS")
     if threads:  # set by sweeps so that concurrent points share the cores instead of fighting over them
         import torch

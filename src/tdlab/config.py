@@ -12,6 +12,7 @@ echo is cut to :data:`ECHO_CHARS` characters, so a hostile ``--set`` cannot prod
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 import re
 import types
@@ -297,7 +298,14 @@ def validate_config(cls: type[C], data: Any) -> C:
     except ValidationError as exc:
         msg = _format_validation_error(exc)
         if "unknown field" in msg:
-            msg += ". Known fields: " + ", ".join(_known_fields(cls))
+            known = _known_fields(cls)
+            wrong = msg.split(":", 1)[0]
+            # the nearest field, among the leaves and the sections above them (a typo in "trian.steps" is at "trian")
+            names = list(
+                dict.fromkeys([*known, *(k.rsplit(".", i)[0] for k in known for i in range(1, k.count(".") + 1))])
+            )
+            close = difflib.get_close_matches(wrong, names, n=1, cutoff=0.6)
+            msg += (f"; did you mean {close[0]}?" if close else ".") + " Known fields: " + ", ".join(known)
         raise ConfigError(msg) from None
     except RecursionError:
         raise ConfigError(f"{cls.__name__}: value nested too deeply") from None

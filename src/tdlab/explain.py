@@ -59,7 +59,11 @@ def explain(name: str, group: str | None = None, results: Path = Path("results/p
     if path.is_file():
         entries = explain_record(load_record(path), path)
     else:
-        entries = explain_declared(name, Path(results).name if Path(results).name in exp.profiles else "paper")
+        folder = Path(results).name
+        profile = (
+            folder if folder in exp.profiles else ("paper" if "paper" in exp.profiles else next(iter(exp.profiles)))
+        )
+        entries = explain_declared(name, profile)
     return [e for e in entries if group is None or e["group"] == group]
 
 

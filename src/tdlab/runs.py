@@ -615,7 +615,8 @@ class Run:
     @staticmethod
     def read_config(path: Path) -> dict[str, Any]:
         """``config.yaml``: a mapping with a string ``experiment``, a mapping ``config`` and a string
-        ``profile`` (both optional), a string or null ``sweep`` and, for a ``--decide`` run, a mapping ``decide``."""
+        ``profile`` (both optional), a string or null ``sweep``, for a ``--decide`` run a mapping ``decide``, an
+        integer ``threads`` (the count it began on) and, for an experiment of ``--include``, its path as text."""
         path = Path(path)
         try:
             cfg = yaml.safe_load(read_inside(path.parent, path.name, MAX_TEXT_BYTES).decode("utf-8"))
@@ -631,6 +632,7 @@ class Run:
             ("config", (dict,), "a mapping"),
             ("sweep", (str, type(None)), "a string or null"),
             ("decide", (dict, type(None)), "a mapping or null"),
+            ("include", (str,), "a string"),
         ):
             if key in cfg and not isinstance(cfg[key], types):
                 raise RunDirError(f"{path} is corrupt: '{key}' must be {what}, got {echo(cfg[key])}")

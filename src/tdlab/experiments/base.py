@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import difflib
 import glob
+import hashlib
 import importlib
+import importlib.metadata
+import importlib.util
 import re
+import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -54,9 +58,13 @@ __all__ = [
     "RunContext",
     "extend_fit",
     "get",
+    "include",
+    "included_from",
     "init_arm",
     "initial_states",
+    "load_plugins",
     "register",
+    "registered",
     "registry",
     "snapshot_arm",
     "stored_experiment",
@@ -596,9 +604,14 @@ def register(cls: type[ExperimentT]) -> type[ExperimentT]:
     must also be in :data:`tdlab.experiments.catalog.CATALOG`, which names it without importing it).
 
     Installs the ``standard`` profile between ``quick`` and ``paper`` (:mod:`tdlab.experiments.standard`)
-    unless the class declares its own."""
-    # A standard installed here for another class (a parent's, or a dict shared with one) is sized for that one.
-    if "standard" not in cls.profiles or id(cls.profiles) in _INSTALLED:
+    unless the class declares its own; an experiment with only some of the profiles (a user's with a ``quick``
+    profile alone) keeps just those."""
+    if not cls.profiles:
+        raise TypeError(f"{cls.__name__}: an experiment declares at least one profile (profiles = {{'quick': {{}}}})")
+    # A standard installed here for another class (a parent's, or a dict shared with one) is sized for that one;
+    # it sits between quick and paper, so an experiment with only some of the profiles keeps just those.
+    both = {"quick", "paper"} <= set(cls.profiles)
+    if both and ("standard" not in cls.profiles or id(cls.profiles) in _INSTALLED):
         rest = {k: v for k, v in cls.profiles.items() if k not in ("quick", "standard", "paper")}
         cls.profiles = {
             "quick": cls.profiles["quick"],
@@ -611,24 +624,118 @@ def register(cls: type[ExperimentT]) -> type[ExperimentT]:
     return cls
 
 
+# Experiments of other packages: an installed package names its experiment modules under this entry point
+# group (``[project.entry-points."tdlab.experiments"] my-exp = "my_pkg.my_exp"``); importing one registers it.
+ENTRY_POINT_GROUP = "tdlab.experiments"
+HOW_TO_REGISTER = (
+    "an experiment of your own is found when its package names its module under the 'tdlab.experiments' "
+    "entry point group (docs/contributing.md), or with --include DIR"
+)
+_PLUGINS: dict[str, str] = {}  # entry point name -> why it could not be imported ("" once imported)
+_INCLUDED: dict[str, Path] = {}  # experiment name -> the --include path that registered it
+
+
+def load_plugins() -> None:
+    """Import every module installed packages name under :data:`ENTRY_POINT_GROUP` (once each). One that fails
+    to import is kept with its error, named when its experiment is asked for; the rest of tdlab works on."""
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _PLUGINS:
+            continue
+        try:
+            ep.load()
+            _PLUGINS[ep.name] = ""
+        except Exception as exc:  # a broken package of someone else's: named on use, never a crash of tdlab
+            _PLUGINS[ep.name] = f"{ep.value} failed to import: {type(exc).__name__}: {str(exc)[:200]}"
+
+
+def include(path: Path | str) -> list[str]:
+    """Import the experiment modules at ``path`` and return the experiments they register, by name (``tdlab run
+    --include DIR NAME``, lm-eval-harness's ``--include_path``): a package folder (one with ``__init__.py``) is
+    imported as that package, its parent put on ``sys.path``; any other folder has each ``.py`` file directly in
+    it imported (the folder put on ``sys.path`` so they may import each other); a ``.py`` file is imported
+    alone. This runs the user's code, as ``python FILE`` would; tdlab never includes a path it read from a run
+    directory.
+
+    Raises:
+        ConfigError: naming ``--include``: a path that is not a folder or a ``.py`` file, or a module that fails
+            to import (its error in one line).
+    """
+    p = Path(path).expanduser().resolve()
+    if p.is_dir() and (p / "__init__.py").is_file():
+        roots, files = p.parent, [p]
+    elif p.is_dir():
+        roots, files = p, sorted(f for f in p.glob("*.py") if f.is_file() and not f.name.startswith("_"))
+    elif p.is_file() and p.suffix == ".py":
+        roots, files = p.parent, [p]
+    else:
+        raise ConfigError(f"--include: {echo(str(path))} is not a folder of experiment modules or a .py file")
+    if str(roots) not in sys.path:
+        sys.path.insert(0, str(roots))
+    before = set(_REGISTRY)
+    for f in files:
+        try:
+            if f.is_dir():  # a package: imported by its name, so its modules import one another as usual
+                importlib.import_module(f.name)
+                continue
+            name = f"tdlab_include_{hashlib.sha256(str(f).encode()).hexdigest()[:12]}_{f.stem}"
+            if name in sys.modules:
+                continue
+            spec = importlib.util.spec_from_file_location(name, f)
+            if spec is None or spec.loader is None:
+                raise ImportError("not an importable Python module")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+        except Exception as exc:  # the user's code: its error in one line, never a traceback of tdlab's
+            raise ConfigError(f"--include: {f} failed to import: {type(exc).__name__}: {str(exc)[:200]}") from None
+    new = sorted(set(_REGISTRY) - before)
+    for n in new:
+        _INCLUDED[n] = p
+    return new
+
+
+def included_from(name: str) -> Path | None:
+    """The ``--include`` path that registered experiment ``name`` in this process, if one did."""
+    return _INCLUDED.get(name)
+
+
+def registered() -> dict[str, Experiment[Any]]:
+    """The experiments registered so far in this process (no module imported to find more)."""
+    return dict(_REGISTRY)
+
+
 def registry() -> dict[str, Experiment[Any]]:
     """Every experiment by name, each module of the catalog imported (all of them: for what needs the
     objects, e.g. the atlas; a name's metadata alone is in :data:`~tdlab.experiments.catalog.CATALOG`), in the
-    catalog's order whatever order :func:`get` loaded them in, then any registered from outside it."""
+    catalog's order whatever order :func:`get` loaded them in, then those of installed packages
+    (:func:`load_plugins`) and any registered from outside it (:func:`include`)."""
     ordered = {name: _load(name) for name in CATALOG}
+    load_plugins()
     return ordered | {n: e for n, e in _REGISTRY.items() if n not in ordered}
 
 
 def get(name: str) -> Experiment[Any]:
     """The experiment ``name``; imports its module only (:data:`~tdlab.experiments.catalog.CATALOG`),
-    or one registered already (an experiment defined outside tdlab's packages)."""
+    or one registered already (an experiment defined outside tdlab's packages), else one an installed
+    package names under :data:`ENTRY_POINT_GROUP`."""
     if name in _REGISTRY:
         return _REGISTRY[name]
     if name not in CATALOG:
+        load_plugins()
+        if name in _REGISTRY:
+            return _REGISTRY[name]
+        if _PLUGINS.get(str(name)):
+            raise ConfigError(f"experiment: {echo(name)}'s package is installed but {_PLUGINS[str(name)]}")
         known = sorted(set(CATALOG) | set(_REGISTRY))
         close = difflib.get_close_matches(str(name), known, n=1)
         hint = f"did you mean {close[0]}? " if close else ""
-        raise ConfigError(f"experiment: unknown experiment {echo(name)}; {hint}allowed: {', '.join(known)}")
+        raise ConfigError(
+            f"experiment: unknown experiment {echo(name)}; {hint}allowed: {', '.join(known)}; {HOW_TO_REGISTER}"
+        )
     return _load(name)
 
 
@@ -646,8 +753,14 @@ def stored_experiment(run_dir: Path) -> tuple[Experiment[Any], ExperimentConfig]
         raise RunDirError(
             f"{path} is corrupt: it holds no 'config' mapping (tdlab writes the run's whole config there)"
         )
+    name = conf["experiment"]
     try:
-        exp = get(conf["experiment"])
+        exp = get(name)
+    except ConfigError:
+        came = conf.get("include")
+        where = f"it ran from --include {came}: pass --include again" if isinstance(came, str) else HOW_TO_REGISTER
+        raise RunDirError(f"{path}: its experiment {echo(name)} is not registered here; {where}") from None
+    try:
         return exp, validate_config(exp.Config, conf["config"])
     except ConfigError as exc:
         raise RunDirError(f"{path} does not hold a valid config: {exc}") from None

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from tdlab.claims import VERDICTS
 from tdlab.config import ConfigError, echo, one_line
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, stored_experiment
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, included_from, stored_experiment
 from tdlab.experiments.decide import DecidePlan, run_rounds
 from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
@@ -85,6 +85,9 @@ def _config_record(
         "sweep": sweep,
         "threads": torch.get_num_threads(),
     }
+    came = included_from(exp.name)
+    if came is not None:  # said in a message only: tdlab never includes a path it reads from a run directory
+        rec["include"] = str(came)
     return {**rec, "decide": decide} if decide is not None else rec
 
 
