@@ -22,6 +22,7 @@ from tdlab.experiments.decide import DecidePlan, run_rounds
 from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
 from tdlab.record import write_record
+from tdlab.report.figures import figure_note
 from tdlab.report.html import write_report
 from tdlab.runs import Run, RunDirError, RunWriter, environment, segment_ok, staged_segments, staging_path
 from tdlab.safeio import check_output_folder
@@ -293,7 +294,7 @@ def _report(
         analysis = exp.analyse(cfg, view, confidence=(meta.get("decide") or {}).get("confidence", 0.95))
     figures: list[Path] = []
     if analysis is not None:
-        with phase("report"):
+        with phase("report"), figure_note(_figure_note(exp, cfg, str(meta.get("profile", "?")))):
             figures = exp.plot(cfg, view, analysis, run.path / "figures")
     summary = {
         "experiment": exp.name,
@@ -313,6 +314,19 @@ def _report(
         run.write_summary(summary)
         write_record(run, summary, analysis)  # what results/PROFILE/NAME.json publishes
         write_report(run, summary, exp.description)
+
+
+def _figure_note(exp: Experiment, cfg: ExperimentConfig, profile: str) -> str:
+    """What every figure of a run is signed with: the experiment, the profile, the members and the training
+    length beside the seed's (a quick figure is never read as the paper's)."""
+    note = f"{exp.name} · profile {profile} · {cfg.members} members"
+    field, lengths = exp.training_length_field(), exp.lengths(cfg)
+    if field is not None and lengths is not None:
+        note += f" · {field} = {lengths[0]:g} (the seed's: {lengths[1]:g})"
+    off = exp.settings_diff(cfg)
+    return note + (
+        f" · {len(off)} setting(s) not the seed's" if off else (" · the seed's settings" if exp.manifest else "")
+    )
 
 
 def claim_counts(analysis: Analysis | None) -> dict[str, Any]:
