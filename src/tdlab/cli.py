@@ -63,6 +63,7 @@ err_console = Console(stderr=True)
 
 DEFAULT_OUT = Path("runs")
 BUDGET, LOOKS = "30m", 4  # --decide's wall time and looks when --budget / --looks are not given
+MAX_THREADS = 4096  # the most CPU threads a run may ask for (--threads, TDLAB_THREADS)
 MAX_ERROR_CHARS = 20 * ECHO_CHARS  # an error line is cut here (the known-fields list is the longest)
 
 
@@ -161,11 +162,18 @@ def _include(paths: Sequence[Path] | None) -> None:
 @app.command("list")
 def list_experiments(include: IncludeOption = None) -> None:
     """List every experiment with the seed paper and figure it reproduces (and those of your own packages)."""
-    from tdlab.experiments.base import load_plugins, registered
+    import importlib.metadata
+
     from tdlab.experiments.catalog import CATALOG  # the table, no experiment imported
 
     _include(include)
-    load_plugins()
+    own: dict[str, Any] = {}
+    # experiments of other packages (and of --include) are imported to be listed; tdlab's own never are
+    if include or importlib.metadata.entry_points(group="tdlab.experiments"):
+        from tdlab.experiments.base import load_plugins, registered
+
+        load_plugins()
+        own = {n: e for n, e in registered().items() if n not in CATALOG}
 
     table = Table(show_lines=False)
     # names are what one types: never cut, whatever the terminal's width (the other columns wrap)
@@ -174,9 +182,8 @@ def list_experiments(include: IncludeOption = None) -> None:
         table.add_column(col, overflow="fold")
     for name, entry in sorted(CATALOG.items()):
         table.add_row(name, entry.paper, entry.figure, ", ".join(entry.profiles))
-    for name, exp in sorted(registered().items()):  # experiments of other packages
-        if name not in CATALOG:
-            table.add_row(name, str(exp.paper), str(exp.figure), ", ".join(exp.profiles))
+    for name, exp in sorted(own.items()):
+        table.add_row(name, str(exp.paper), str(exp.figure), ", ".join(exp.profiles))
     out_console.print(table)
 
 
@@ -319,6 +326,7 @@ def run(
         int | None,
         typer.Option(
             min=1,
+            max=MAX_THREADS,
             help="CPU threads for this run (default: the usable cores "
             "that other tdlab processes do not hold, at least 1; for --resume, the threads the run began with)",
         ),
@@ -762,7 +770,9 @@ def batch_cmd(
             help="runs at once (default: cores / threads on the CPU; up to 8 on a GPU, as its free memory allows)",
         ),
     ] = None,
-    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads per run (default: cores / jobs)")] = None,
+    threads: Annotated[
+        int | None, typer.Option(min=1, max=MAX_THREADS, help="CPU threads per run (default: cores / jobs)")
+    ] = None,
     out: Annotated[Path, typer.Option(help="the batch folder: its runs and its state")] = Path("batch"),
     results: Annotated[
         str, typer.Option(help="publish each finished run's record to RESULTS/PROFILE/NAME.json ('' : do not publish)")
@@ -1424,7 +1434,9 @@ def _cores_share() -> int | None:
     """The cores a sweep gives this run (``TDLAB_THREADS``, checked by :func:`_setup`), which caps its lanes
     as it caps its threads; ``None`` outside a sweep."""
     threads = os.environ.get("TDLAB_THREADS", "").strip()
-    return max(1, int(threads)) if threads.isdigit() else None
+    if not (threads.isascii() and threads.isdigit()) or len(threads) > 4:  # '²' is a digit to str.isdigit
+        return None
+    return int(threads) if 1 <= int(threads) <= MAX_THREADS else None
 
 
 def _version(value: bool) -> None:
@@ -1454,12 +1466,15 @@ def _setup(
     _include([Path(p) for p in os.environ.get("TDLAB_INCLUDE", "").split(os.pathsep) if p])
     threads = os.environ.get("TDLAB_THREADS")
     if threads:  # set by sweeps so that concurrent points share the cores instead of fighting over them
-        import torch
-
         share = _cores_share()
         if share is None:
-            _fail(f"TDLAB_THREADS: must be a whole number of threads, got {threads[:ECHO_CHARS]!r}")
-        torch.set_num_threads(share)
+            _fail(
+                f"TDLAB_THREADS: must be a whole number of threads from 1 to {MAX_THREADS}, got {threads[:ECHO_CHARS]!r}"
+            )
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(share)
+        else:  # torch takes its thread count from here when a command imports it (`tdlab list` never does)
+            os.environ["OMP_NUM_THREADS"] = str(share)
 
 
 def main() -> None:  # pragma: no cover - entry point

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from tdlab.claims import ClaimSpec, Measurements, Row, Sample, judge, resolve
+from tdlab.claims.declare import Threshold
 from tdlab.experiments.base import registry
 
 MEMBERS = 8
@@ -172,6 +173,7 @@ def test_the_plants_cover_every_member_claims(relation: str, kind: str) -> None:
         quantity="a gap",
         expected=0.5,
         tolerance=0.01,
+        threshold=Threshold("paper", "a tolerance the paper states"),
     )
     assert _judge_planted(spec, registry()["markov-init"].make_config("quick"), kind).verdict == kind
 

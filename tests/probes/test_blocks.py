@@ -214,3 +214,112 @@ def test_cut_pattern_equals_the_model_on_cut_documents():
     )
     n = torch.tensor([9, 9, 6, 9], dtype=F64)  # cut lengths
     assert torch.allclose(total, (n * n / 100).sum().expand(E), atol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# The permutation test of topic structure (topics-embed's Fig. 1 claim)
+
+
+def _thm1_gram(T: int, v: int, noise: float, u_scale: float, seed: int) -> torch.Tensor:
+    """A W^EᵀW^E that satisfies Thm. 1's conditions exactly, ``(Tv+1, Tv+1)`` (p_m, p_c, p_r of §6.1). Word i's
+    embedding is √(c3/v)·e_topic(i) plus a noise vector orthogonal to the topic directions whose sum over each
+    topic's words is zero, so E_ij = c3/v·[same topic] + <n_i, n_j> has own-topic block sums c3 and others 0 (a
+    Gram: realisable); ``u_scale`` then adds Thm. 1's free constants, E_ij += a_i + a_j with a summing to zero
+    inside every topic (block sums u_i v, u_i = a_i) and E_i0 = −c2 a_i, E_00 = 0 (conditions 1, 2; u_0 = 0)."""
+    from tdlab.theory.topics import c2, c3
+
+    g = torch.Generator().manual_seed(seed)
+    n, c = T * v, c3(0.15, 0.1)
+    topic = torch.arange(n) // v
+    n_i = noise * torch.randn(n, n, generator=g, dtype=F64)
+    n_i[:, :T] = 0.0  # orthogonal to the topic directions e_0..e_{T-1}
+    n_i = (n_i.reshape(T, v, n) - n_i.reshape(T, v, n).mean(1, keepdim=True)).reshape(n, n)  # zero sum per topic
+    emb = math.sqrt(c / v) * torch.nn.functional.one_hot(topic, n).to(F64) + n_i  # (words, d = Tv)
+    a = u_scale * torch.randn(n, generator=g, dtype=F64)
+    a = (a.reshape(T, v) - a.reshape(T, v).mean(1, keepdim=True)).reshape(n)
+    E = torch.zeros(n + 1, n + 1, dtype=F64)
+    E[1:, 1:] = emb @ emb.T + a[:, None] + a[None, :]
+    E[1:, 0] = E[0, 1:] = -c2(0.15, 0.1, 0.1) * a
+    sums = E[1:, 1:].reshape(n, T, v).sum(-1)  # Thm. 1 3(a)-(b): own-topic block sum − every other = c3
+    own = sums[torch.arange(n), topic]
+    others = sums[~torch.nn.functional.one_hot(topic, T).bool()].reshape(n, T - 1)
+    assert torch.allclose(own[:, None] - others, torch.tensor(c, dtype=F64))
+    assert torch.allclose(others, v * a[:, None].expand(n, T - 1))  # 3(b): u_i v
+    return E
+
+
+def test_offdiag_contrast_on_a_hand_made_matrix():
+    from tdlab.probes.blocks import offdiag_contrast
+
+    M = torch.zeros(5, 5, dtype=F64)  # T = v = 2: words 1, 2 (topic 0) and 3, 4 (topic 1)
+    M[1:, 1:] = torch.tensor([[9.0, 2.0, 0.5, 0.5], [2.0, 9.0, 0.5, 0.5], [0.5, 0.5, 9.0, 4.0], [0.5, 0.5, 4.0, 9.0]])
+    # same-topic off-diagonal mean (2 + 2 + 4 + 4)/4 = 3, different-topic 0.5: the diagonal never enters
+    assert float(offdiag_contrast(M, 2, 2)) == pytest.approx(2.5)
+
+
+def test_matrices_satisfying_thm1_pass_and_a_gram_without_blocks_fails():
+    """Thm. 1's members with blocks (uniform blocks; blocks with within-topic noise and free u_i) get the smallest
+    p; a random init's gram (no topic structure) does not pass. Thm. 1 fixes the rows' block sums, not where in
+    the block the mass sits: the sum over word i's topic of <n_i, n_j> is 0, so the off-diagonal same-topic mean is
+    c3/v − mean‖n_i‖²/(v − 1), and a member whose within-topic mass sits on the diagonal (noise 0.2: ‖n_i‖² ≈ 3.2)
+    shows no off-diagonal blocks and fails, as D = c3 I does (the next test)."""
+    from tdlab.probes.blocks import block_permutation_test, offdiag_contrast
+    from tdlab.theory.topics import c3
+
+    P = 1999
+    for noise, u in ((0.0, 0.0), (0.02, 0.0), (0.02, 0.01)):
+        E = _thm1_gram(10, 10, noise, u, seed=3)
+        t = block_permutation_test(E, 10, 10, P, torch.Generator().manual_seed(0))
+        assert float(t.p) == pytest.approx(1 / (P + 1)) and t.resolution == pytest.approx(1 / (P + 1))
+    E = _thm1_gram(10, 10, 0.2, 0.0, seed=3)
+    norms = (E[1:, 1:].diagonal() - c3(0.15, 0.1) / 10).mean()  # mean ‖n_i‖²
+    assert float(offdiag_contrast(E, 10, 10)) == pytest.approx(c3(0.15, 0.1) / 10 - float(norms) / 9, rel=1e-9)
+    assert float(block_permutation_test(E, 10, 10, P, torch.Generator().manual_seed(0)).p) > 0.05
+    W = 0.02 * torch.randn(101, 101, generator=torch.Generator().manual_seed(1), dtype=F64)  # N(0, 0.02²) W^E
+    t = block_permutation_test(W.T @ W, 10, 10, P, torch.Generator().manual_seed(0))
+    assert float(t.p) > 0.05
+
+
+def test_a_diagonal_gram_carries_no_topic_information_and_gets_p_one():
+    """Fig. 1's 'special case' D = c3 I: its diagonal is same-topic under every relabelling, its off-diagonal part
+    is zero, so every relabelling ties and p = 1 (the documented choice: a diagonal gram shows no blocks)."""
+    from tdlab.probes.blocks import block_permutation_test
+    from tdlab.theory.topics import thm1_embedding
+
+    W = thm1_embedding(10, 10, 0.15, 0.1)
+    t = block_permutation_test(W.T @ W, 10, 10, 199, torch.Generator().manual_seed(0))
+    assert float(t.p) == 1.0 and float(t.contrast) == pytest.approx(0.0, abs=1e-15)
+
+
+def test_the_permutation_p_value_is_uniform_under_the_null():
+    """400 random grams of exchangeable columns (no topic structure): P(p ≤ 0.05) ≤ 0.05, as the null promises
+    (binomial: 20 expected, more than 35 has probability < 1e-3); the p-values' mean is near 1/2."""
+    from tdlab.probes.blocks import block_permutation_test
+
+    g = torch.Generator().manual_seed(7)
+    W = torch.randn(400, 12, 17, generator=g, dtype=F64)  # d = 12, V = 17: T = 4, v = 4 words and [MASK]
+    t = block_permutation_test(W.transpose(1, 2) @ W, 4, 4, 199, torch.Generator().manual_seed(1))
+    assert t.p.shape == (400,)
+    assert int((t.p <= 0.05).sum()) <= 35 and 0.42 < float(t.p.mean()) < 0.58
+
+
+def test_the_relabellings_follow_the_generator():
+    from tdlab.probes.blocks import block_permutation_test
+
+    W = torch.randn(3, 12, 17, generator=torch.Generator().manual_seed(2), dtype=F64)
+    E = W.transpose(1, 2) @ W
+    a, b = (block_permutation_test(E, 4, 4, 99, torch.Generator().manual_seed(5)) for _ in range(2))
+    c = block_permutation_test(E, 4, 4, 99, torch.Generator().manual_seed(6))
+    assert torch.equal(a.p, b.p) and not torch.equal(a.null_mean, c.null_mean)
+    with pytest.raises(ValueError, match="permutations"):
+        block_permutation_test(E, 4, 4, 0, torch.Generator())
+
+
+def test_nearest_same_topic_share_of_blocks_and_of_noise():
+    from tdlab.probes.blocks import nearest_same_topic_share
+
+    E = _thm1_gram(10, 10, 0.05, 0.0, seed=4)
+    assert float(nearest_same_topic_share(E, 10, 10)) == 1.0
+    W = torch.randn(200, 16, 17, generator=torch.Generator().manual_seed(3), dtype=F64)
+    share = nearest_same_topic_share(W.transpose(1, 2) @ W, 4, 4)
+    assert float(share.mean()) == pytest.approx(3 / 15, abs=0.02)  # chance: (v − 1)/(Tv − 1)

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from scipy.special import digamma
 
 from tdlab.tasks.topics import population
 from tdlab.theory.topics import (
@@ -283,3 +284,93 @@ def test_fresh_wv_star_against_an_independent_min_norm_solve(T, v, tau, probs):
     W = _ind_wv_star(T, v, tau, *probs)
     got = wv_star(T, v, *probs).numpy()
     assert np.max(np.abs(got - W)) < 1e-10
+
+
+# ----------------------------------------------------------------------------------------------
+# Lower bounds of the masked loss: the Bayes risk with the masked position's own token, and the position-blind one
+
+
+def _oracle_risks(task, replace_from_all: bool, docs: int = 6000, seed: int = 0) -> dict[str, np.ndarray]:
+    """Per document (|M| ≥ 1), by Monte Carlo with the real sampler and §3.2 masking (tdlab.tasks.topics), the mean
+    over M of the oracle risks: the Bayes predictor that knows θ and w̃_j, scored on the realised w_j (squared
+    ‖π − e_w‖², cross-entropy −log π(w)), and the position-blind predictor that knows θ and M (the mean over M of
+    the π_j, the same at every position), scored on the realised words. Shares nothing with the closed forms."""
+    from tdlab.tasks.topics import MASK_ID, Topics, TopicsConfig, mask_tokens
+
+    assert isinstance(task, TopicsConfig)
+    gen = torch.Generator().manual_seed(seed)
+    out = Topics(task).sample_latent([gen], docs, task.n_max)
+    tok, vis, theta = out["tokens"], out["key_mask"], out["theta"][0]  # (1, B, W), (B, T)
+    n = task.T * task.v
+    words = (0, n + 1) if replace_from_all else (1, n + 1)
+    cor, sel = mask_tokens(tok, vis, [gen], task.p_m, task.p_c, task.p_r, mask_id=MASK_ID, words=words)
+    tok, cor, sel = tok[0], cor[0], sel[0]
+    p = theta.repeat_interleave(task.v, dim=1) / task.v  # (B, Tv): p_i = θ_topic(i)/v
+    p = torch.cat([torch.zeros(docs, 1, dtype=p.dtype), p], dim=1)  # id 0 = [MASK]: never a target
+    R = n + 1 if replace_from_all else n
+    r = task.p_r / R
+    B, W = tok.shape
+    # posterior of w_j given θ and w̃_j: [MASK] -> p; word i -> p_k (p_c δ_ik + r) / P_i
+    shown = cor.clamp_min(0)
+    lik = torch.full((B, W, n + 1), r, dtype=p.dtype)
+    lik.scatter_add_(-1, shown[..., None], torch.full((B, W, 1), task.p_c, dtype=p.dtype))
+    post = p[:, None, :] * lik
+    post = torch.where((cor == MASK_ID)[..., None], p[:, None, :].expand(B, W, n + 1), post)
+    post = post / post.sum(-1, keepdim=True)
+    target = torch.nn.functional.one_hot(tok, n + 1).to(p.dtype)
+    keep = sel.sum(-1) > 0
+    m = sel.to(p.dtype) / sel.sum(-1, keepdim=True).clamp_min(1)
+    sq = ((post - target) ** 2).sum(-1)
+    ce = -torch.log(post.gather(-1, tok[..., None]).squeeze(-1).clamp_min(1e-300))
+    shared = (post * m[..., None]).sum(1, keepdim=True)  # the position-blind oracle's one output per document
+    blind = ((shared - target) ** 2).sum(-1)
+    per_doc = {k: (x * m).sum(-1)[keep].numpy() for k, x in (("squared", sq), ("ce", ce), ("blind", blind))}
+    return per_doc
+
+
+@pytest.mark.parametrize("replace_from_all", [False, True], ids=["section-3.2", "authors-code"])
+@pytest.mark.parametrize(
+    "task",
+    [dict(), dict(T=5, v=4, alpha=0.5, n_min=20, n_max=40), dict(generator="uniform-tau", T=6, v=3, tau=2)],
+    ids=["s6.1", "lda", "tau"],
+)
+def test_the_masked_loss_bounds_are_the_oracle_risks(task, replace_from_all):
+    """bayes_masked_loss is the Bayes risk with θ and the masked position's own token, blind_masked_loss_bound the
+    position-blind oracle's (θ and M known): both match Monte Carlo of those oracles on the real sampler and
+    masking, within 4 standard errors."""
+    from tdlab.tasks.topics import TopicsConfig
+    from tdlab.theory.topics import bayes_masked_loss, blind_masked_loss_bound
+
+    t = TopicsConfig(**task)
+    mc = _oracle_risks(t, replace_from_all)
+    closed = {
+        "squared": bayes_masked_loss(t, "squared", replace_from_all),
+        "ce": bayes_masked_loss(t, "ce", replace_from_all),
+        "blind": blind_masked_loss_bound(t, replace_from_all),
+    }
+    for k, x in mc.items():
+        assert closed[k] == pytest.approx(x.mean(), abs=4 * x.std() / math.sqrt(x.size)), k
+
+
+def test_the_leak_takes_the_bounds_below_the_loss_of_predicting_p():
+    """§6.1's settings: the Bayes bound (0.8713 squared, 2.8960 nats) and the position-blind bound (0.9408) lie below
+    1 − E‖p‖² = 0.9450 and E H(p) = 3.1491; without kept or replaced words (p_c = p_r = 0) they are those losses."""
+    from tdlab.tasks.topics import TopicsConfig
+    from tdlab.theory.topics import bayes_masked_loss, blind_masked_loss_bound, mean_inverse_masked
+
+    t = TopicsConfig()
+    lp, hp = 1 - 1.1 / 2 / 10, math.log(10) + float(digamma(2.0) - digamma(1.1))
+    assert bayes_masked_loss(t, "squared") == pytest.approx(0.87131, abs=1e-5)
+    assert bayes_masked_loss(t, "ce") == pytest.approx(2.89599, abs=1e-5)
+    assert blind_masked_loss_bound(t) == pytest.approx(0.94081, abs=1e-5)
+    assert bayes_masked_loss(t, "squared") < blind_masked_loss_bound(t) < lp
+    assert bayes_masked_loss(t, "ce") < hp
+    none = TopicsConfig(p_c=0.0, p_r=0.0)
+    assert bayes_masked_loss(none, "squared") == pytest.approx(lp, abs=1e-9)
+    assert bayes_masked_loss(none, "ce") == pytest.approx(hp, abs=1e-12)
+    assert blind_masked_loss_bound(none) == pytest.approx(lp, abs=1e-9)
+    # E[1/|M|] against a direct sum: N uniform on {100..150}, |M| ~ Bin(N, 0.15) given |M| ≥ 1
+    rng = np.random.default_rng(0)
+    n = rng.integers(100, 151, 400_000)
+    k = rng.binomial(n, 0.15)
+    assert mean_inverse_masked(t) == pytest.approx(np.mean(1.0 / k[k > 0]), rel=2e-3)

@@ -20,6 +20,14 @@ Block statistics (:func:`block_stats`) of a word matrix ``M`` (``n = Tv`` rows):
 * row block-sum gap ``g = mean_i [ Σ_{l in topic(i)} M_il - mean_{t != topic(i)} Σ_{l in t} M_il ]``
   (needs ``T >= 2``): every squared-loss optimum of Lemma 1 / Thm. 4 has gap ``c3`` in every row.
 
+Topic structure with a known null (:func:`block_permutation_test`): the within-topic contrast ``c = mean
+same-topic off-diagonal entry − mean different-topic entry``, against the same statistic under random
+relabellings of the words' topics (group sizes kept). Under the null of no topic structure (the words
+exchangeable, as the columns of a random init are) the p-value ``(1 + #{c_π ≥ c})/(1 + P)`` is exact. The
+diagonal never enters: it is same-topic under every relabelling, so it carries no topic information (a Gram's
+diagonal is large from the start). Each word's nearest other word (:func:`nearest_same_topic_share`) is
+reported beside it.
+
 Attention averages (:func:`attention_averages`, App. G.2-G.3, Tables 3-4): see that function.
 """
 
@@ -28,14 +36,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 __all__ = [
     "AttentionAverages",
     "BlockStats",
+    "BlockTest",
     "attention_averages",
+    "block_permutation_test",
     "block_stats",
     "cut_documents",
     "model_attention_averages",
+    "nearest_same_topic_share",
+    "offdiag_contrast",
     "topic_of",
     "word_block",
 ]
@@ -124,6 +137,96 @@ def block_stats(M: torch.Tensor, topics: int, v: int) -> BlockStats:
         diag=diagonal,
         same_offdiag=same_off,
     )
+
+
+def _labels(topics: int, v: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(topics * v, device=device) // v
+
+
+def _contrast(W: torch.Tensor, onehot: torch.Tensor, topics: int, v: int) -> torch.Tensor:
+    """``(..., P)``: same-topic off-diagonal mean − different-topic mean of ``W (..., n, n)`` under each of the
+    ``P`` labellings ``onehot (P, n, T)``."""
+    n = topics * v
+    same = torch.einsum("...ij,pjt,pit->...p", W, onehot, onehot)  # Σ of same-topic entries, diagonal included
+    trace = torch.diagonal(W, dim1=-2, dim2=-1).sum(-1)[..., None]
+    total = W.sum((-2, -1))[..., None]
+    return (same - trace) / (topics * v * (v - 1)) - (total - same) / (n * n - topics * v * v)
+
+
+def offdiag_contrast(M: torch.Tensor, topics: int, v: int) -> torch.Tensor:
+    """``(...)``: mean same-topic off-diagonal entry − mean different-topic entry of the word part of ``M``
+    (``(..., V, V)`` as :func:`word_block` takes it; needs T >= 2, v >= 2)."""
+    if topics < 2 or v < 2:
+        raise ValueError(f"the contrast needs T >= 2 and v >= 2, got T={topics}, v={v}")
+    W = word_block(M, topics, v)
+    lab = F.one_hot(_labels(topics, v, W.device), topics).to(W.dtype)[None]
+    return _contrast(W, lab, topics, v)[..., 0]
+
+
+@dataclass(frozen=True)
+class BlockTest:
+    """The permutation test of topic structure of a batch of matrices; each field has their leading shape."""
+
+    contrast: torch.Tensor  # the observed same-topic off-diagonal − different-topic mean
+    p: torch.Tensor  # (1 + #{relabellings with contrast ≥ the observed})/(1 + permutations)
+    null_mean: torch.Tensor  # mean and sd of the contrast over the relabellings
+    null_sd: torch.Tensor
+    permutations: int
+
+    @property
+    def resolution(self) -> float:
+        """The p-value's step, ``1/(1 + permutations)``."""
+        return 1.0 / (1 + self.permutations)
+
+
+def block_permutation_test(
+    M: torch.Tensor, topics: int, v: int, permutations: int, gen: torch.Generator, chunk: int = 250
+) -> BlockTest:
+    """Is the word part of ``M`` topic-structured? One-sided permutation test of :func:`offdiag_contrast`.
+
+    The words' topic labels are permuted (each topic keeps ``v`` words) ``permutations`` times with ``gen``, the
+    same relabellings for every matrix of the batch; the p-value counts the relabellings whose contrast is at
+    least the observed one (to a relative 1e-12: a matrix with no off-diagonal structure, e.g. a diagonal one,
+    ties every relabelling and gets p = 1).
+
+    Args:
+        M: ``(..., V, V)`` (:func:`word_block`); topics: ``T >= 2``; v: ``>= 2``.
+        permutations: ``P >= 1``; gen: a CPU generator (seed it from the run's root seed).
+    Returns:
+        :class:`BlockTest`, fields of shape ``M.shape[:-2]``.
+    """
+    if permutations < 1:
+        raise ValueError(f"permutations must be >= 1, got {permutations}")
+    W = word_block(M, topics, v)
+    obs = offdiag_contrast(W, topics, v)
+    base = _labels(topics, v, torch.device("cpu"))
+    perms = torch.stack([base[torch.randperm(base.numel(), generator=gen)] for _ in range(permutations)])
+    null = torch.cat(
+        [
+            _contrast(W, F.one_hot(perms[i : i + chunk].to(W.device), topics).to(W.dtype), topics, v)
+            for i in range(0, permutations, chunk)
+        ],
+        dim=-1,
+    )
+    tol = 1e-12 * W.abs().amax((-2, -1)).clamp_min(torch.finfo(W.dtype).tiny)
+    hits = (null >= (obs - tol)[..., None]).sum(-1)
+    return BlockTest(
+        contrast=obs,
+        p=(1.0 + hits.to(torch.float64)) / (1.0 + permutations),
+        null_mean=null.mean(-1),
+        null_sd=null.std(-1, correction=0),
+        permutations=permutations,
+    )
+
+
+def nearest_same_topic_share(M: torch.Tensor, topics: int, v: int) -> torch.Tensor:
+    """``(...)``: the share of words whose nearest other word (largest off-diagonal entry of its row of the word
+    part of ``M``) is of its own topic; ``(v − 1)/(Tv − 1)`` by chance."""
+    W = word_block(M, topics, v).clone()
+    n = topics * v
+    W[..., torch.arange(n), torch.arange(n)] = -torch.inf
+    lab = _labels(topics, v, W.device)
+    return (lab[W.argmax(-1)] == lab).to(torch.float64).mean(-1)
 
 
 # ----------------------------------------------------------------------------------------------

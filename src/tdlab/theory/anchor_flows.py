@@ -20,7 +20,7 @@ from torch import Tensor
 
 from tdlab.tasks.anchors import KIND_MEM, Anchors
 
-__all__ = ["population_flow_counts"]
+__all__ = ["last_vs_all_law_gap", "population_flow_counts"]
 
 F64 = torch.float64
 
@@ -59,3 +59,25 @@ def population_flow_counts(task: Anchors, table: Tensor, d_out: int) -> dict[str
     out_last[keys] += (1.0 - p_anchor_last) / nz * p_y
     n_last[keys] += (1.0 - p_anchor_last) / nz
     return {"all": out_all, "n_all": n_all, "last": out_last, "n_last": n_last}
+
+
+def last_vs_all_law_gap(pop: dict[str, Tensor], tokens: Tensor) -> Tensor:
+    """Per token, the total-variation distance between the label law of the sequences *ending* in ``s`` and that
+    of the sequences *containing* ``s`` (every occurrence counted), from :func:`population_flow_counts`.
+
+    Eq. 29 merges Eq. 28's last-position sum into the all-occurrence one: its direction is Eq. 28's (up to the
+    small-init terms) only when the two laws are equal. For a reasoning anchor they are, by the symmetry of the
+    tuples (``M`` closed under reversal); for a memory anchor they are on average over memory tables (Eq. 7),
+    but one fixed table gives the two sums different cells of it; for a key the last token is noise (label law
+    ``P_Y``). A token that never ends a sequence has no such law: ``1.0``, the largest distance.
+
+    Args:
+        pop: :func:`population_flow_counts`' output; tokens: ``(k,)`` token ids.
+    Returns:
+        ``(k,)`` float64 in ``[0, 1]``.
+    """
+    n_last, n_all = pop["n_last"][tokens], pop["n_all"][tokens]
+    last = pop["last"][tokens] / n_last.clamp(min=torch.finfo(F64).tiny)[:, None]
+    every = pop["all"][tokens] / n_all.clamp(min=torch.finfo(F64).tiny)[:, None]
+    gap = 0.5 * (last - every).abs().sum(1)
+    return torch.where(n_last > 0, gap, torch.ones_like(gap))

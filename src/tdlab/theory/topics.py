@@ -42,19 +42,35 @@ Scope and choices (checked in ``tests/theory/test_topics.py``):
   fixes it (:func:`thm1_embedding`, ``mask="zero"``, the default; ``mask="paper"`` is the literal one).
 * **Thm. 1's bias.** The statement says ``b_i^pred = −p_m p_r/((1 − (1 − p_c)p_m)Tv)`` "∀i"; its proof
   (App. D) shifts word rows only, so :func:`thm1_bias` has ``b_0 = 0`` and ``b_i`` as stated for i >= 1.
+
+Lower bounds of the masked loss (:func:`bayes_masked_loss`, :func:`blind_masked_loss_bound`). The loss of
+predicting each masked word with its document's distribution ``p`` (``1 − E‖p‖²``, §6.1's "optimum"
+0.945) is **not** a lower bound: a masked position keeps its word with probability p_c and shows a random
+word with p_r (§3.2), and a model whose attention reads the query's own token uses it (the all-trained
+squared/Adam model of Fig. 1 reaches 0.900). What bounds every model is the Bayes risk of a predictor that
+knows θ exactly and sees the masked position's own token: given θ the other positions carry nothing more
+about ``w_j`` (words are i.i.d. given θ, masks independent), so no predictor of the masked document does
+better. A uniform-attention model gives every position the same output (position-blind): its bound adds
+only what knowing M and averaging over it can gain, ``E[1/|M|]`` of the leak.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
+import numpy as np
 import torch
+from scipy.special import digamma, roots_jacobi
+from scipy.stats import binom
 from torch import Tensor
 
-from tdlab.tasks.topics import population, topic_of
+from tdlab.tasks.topics import TopicsConfig, population, topic_of
 
 __all__ = [
+    "bayes_masked_loss",
+    "blind_masked_loss_bound",
     "block_sums",
     "c1",
     "c2",
@@ -63,6 +79,7 @@ __all__ = [
     "family_member",
     "family_residual",
     "in_optimal_family",
+    "mean_inverse_masked",
     "min_population_loss",
     "population_loss",
     "thm1_bias",
@@ -259,3 +276,111 @@ def min_population_loss(v: int, tau: int) -> float:
     """``1 − 1/(τv)``: the minimum of :func:`population_loss` (Bayes risk of predicting ``p_S``; every
     Lemma 1 member reaches it), for any T >= τ."""
     return 1.0 - 1.0 / (tau * v)
+
+
+# ----------------------------------------------------------------------------------------------
+# Lower bounds of the masked-token loss (§3.2 masking, §6.1 LDA or §3.1 uniform-τ documents)
+
+
+def _topic_mean(task: TopicsConfig, g: Callable[[np.ndarray, np.ndarray], np.ndarray], nodes: int = 96) -> float:
+    """``E[g(θ_1, Σ_t θ_t²)]`` over one document's topic proportions, ``g`` vectorised.
+
+    LDA (θ ~ Dir(α 1_T)): ``θ_1 ~ Beta(α, (T − 1)α)`` by Gauss–Jacobi quadrature (exact for polynomials of
+    degree < 2·nodes; the integrands here are smooth on [0, 1]), and ``Σ_t θ_t²`` enters through its
+    conditional mean ``θ_1² + (1 − θ_1)² (α + 1)/((T − 1)α + 1)`` (the rest is ``(1 − θ_1)·Dir(α 1_{T−1})``),
+    so ``g`` must be affine in its second argument. Uniform-τ (θ = 1_S/τ): exact, over θ_1 ∈ {1/τ, 0}.
+    """
+    T = task.T
+    if task.generator == "uniform-tau":
+        on, off = np.array([1.0 / task.tau]), np.array([0.0])
+        s = np.array([1.0 / task.tau])
+        share = task.tau / T  # P(topic 1 is one of the document's τ)
+        return float(share * g(on, s)[0] + (1 - share) * g(off, s)[0])
+    if T == 1:
+        return float(g(np.ones(1), np.ones(1))[0])
+    a, b = task.alpha, (T - 1) * task.alpha
+    y, w = roots_jacobi(nodes, b - 1.0, a - 1.0)  # weight (1 − y)^(b−1) (1 + y)^(a−1) on [−1, 1]
+    x = (1.0 + y) / 2.0
+    rest = (a + 1.0) / (b + 1.0) if T > 1 else 0.0  # E Σ y_s² of Dir(α 1_{T−1})
+    s = x**2 + (1.0 - x) ** 2 * rest
+    return float(np.sum(w * g(x, s)) / np.sum(w))
+
+
+def _replacement(task: TopicsConfig, replace_from_all: bool) -> tuple[float, float]:
+    """``(r, m)``: the probability that a masked position shows a given word by replacement, ``p_r/R``, and that
+    it shows [MASK], ``1 − p_c − p_r`` plus ``p_r/R`` when the replacement draws from every id (``R = Tv + 1``,
+    the authors' code) rather than the Tv words (§3.2)."""
+    n = task.T * task.v
+    R = n + 1 if replace_from_all else n
+    r = task.p_r / R
+    return r, 1.0 - task.p_c - task.p_r + (r if replace_from_all else 0.0)
+
+
+def bayes_masked_loss(task: TopicsConfig, loss: Literal["squared", "ce"], replace_from_all: bool = False) -> float:
+    """A lower bound of the expected masked-token loss (Eq. 1) of every model: the Bayes risk of predicting a
+    masked word ``w_j`` knowing the document's θ and the position's own observed token ``w̃_j``.
+
+    Given θ and ``j ∈ M``: ``w_j ~ p`` (``p_i = θ_topic(i)/v``) and ``w̃_j`` is [MASK] with probability ``m``,
+    word ``i`` with ``P_i = p_c p_i + r`` (kept, or replaced by ``i``: ``r = p_r/R``), and then the posterior is
+    ``π_i(k) = p_k (p_c δ_ik + r)/P_i``; [MASK] leaves ``p``. Given θ nothing else in the masked document bears
+    on ``w_j`` (the words are i.i.d. given θ and the masks independent), and the loss weighs each document's M
+    by 1/|M| (independent of θ), so the bound is ``E_θ[m R(p) + Σ_i P_i R(π_i)]`` with ``R(q) = 1 − ‖q‖²``
+    (squared loss, Eq. 3) or ``H(q)`` (cross-entropy, Eq. 4). At §6.1's settings: 0.8713 (squared) and 2.8955
+    nats (cross-entropy), against ``1 − E‖p‖² = 0.9450`` and ``E H(p) = 3.1486`` without the leak.
+    """
+    r, m = _replacement(task, replace_from_all)
+    pc, v, n = task.p_c, task.v, task.T * task.v
+    if loss == "squared":
+        # Σ_i P_i ‖π_i‖² = Σ_i [p_i² (p_c² + 2 p_c r) + r² ‖p‖²] / P_i, words i grouped by topic (v each)
+        def sq(x: np.ndarray, s: np.ndarray) -> np.ndarray:
+            pi, den = x / v, pc * x / v + r
+            num = pi**2 * (pc**2 + 2 * pc * r) + r**2 * s / v
+            return v * np.divide(num, den, out=np.zeros_like(num), where=den > 0)  # P_i = 0: never shown
+
+        norm_p = _topic_mean(task, lambda x, s: s) / v  # E‖p‖² = E Σθ²/v
+        return float(1.0 - m * norm_p - task.T * _topic_mean(task, sq))
+    if loss == "ce":
+        # Σ_i P_i H(π_i) = (p_c + rTv) H(p) − Σ_i [C_i − P_i log P_i], C_i = Σ_k p_k (p_c δ_ik + r) log(p_c δ_ik + r),
+        # and m + p_c + rTv = 1 (a masked position's law sums to one): the bound is E H(p) − E Σ_i [C_i − P_i log P_i].
+        if task.generator == "uniform-tau":
+            h_p = math.log(task.tau * v)
+        else:  # E H(p) = log v + E H(θ), E H(θ) = ψ(Tα + 1) − ψ(α + 1) (Dirichlet)
+            h_p = math.log(v) + float(digamma(task.T * task.alpha + 1.0) - digamma(task.alpha + 1.0))
+        if r == 0.0:  # no replacement: C_i − P_i log P_i = −p_c p_i log p_i, the kept share p_c of H(p)
+            return float((1.0 - pc) * h_p)
+
+        def xlogx(x: np.ndarray) -> np.ndarray:
+            return np.where(x > 0, x * np.log(np.where(x > 0, x, 1.0)), 0.0)
+
+        def c_term(x: np.ndarray, s: np.ndarray) -> np.ndarray:  # Σ over topic 1's v words (smooth: P_i ≥ r > 0)
+            pi = x / v
+            return v * ((1 - pi) * r * math.log(r) + pi * xlogx(np.asarray(pc + r)) - xlogx(pc * pi + r))
+
+        assert abs(m + pc + r * n - 1.0) < 1e-12
+        return float(h_p - task.T * _topic_mean(task, c_term))
+    raise ValueError(f"loss must be 'squared' or 'ce', got {loss!r}")
+
+
+def mean_inverse_masked(task: TopicsConfig, at_least_one: bool = False) -> float:
+    """``E[1/|M|]`` over the documents whose M is not empty (the loss weighs those alone): N uniform on
+    ``{n_min..n_max}``, ``|M| ~ Bin(N, p_m)``; ``at_least_one`` (the authors' code) gives an empty M one
+    position instead."""
+    total = 0.0
+    for N in range(task.n_min, task.n_max + 1):
+        k = np.arange(1, N + 1)
+        pmf = binom.pmf(k, N, task.p_m)
+        p0 = float(binom.pmf(0, N, task.p_m))
+        total += (float(np.sum(pmf / k)) + p0) if at_least_one else float(np.sum(pmf / k)) / (1.0 - p0)
+    return total / (task.n_max - task.n_min + 1)
+
+
+def blind_masked_loss_bound(task: TopicsConfig, replace_from_all: bool = False, at_least_one: bool = False) -> float:
+    """A lower bound of the expected squared masked loss (Eq. 3) of every *position-blind* model, one whose output
+    is the same at every position of a document: uniform attention (``W^K = W^Q = 0``, Thms. 1, 2) makes Eq. 6's
+    columns equal. Give it θ and even M: its best shared output is the mean over M of the posteriors ``φ_j``
+    (:func:`bayes_masked_loss`), i.i.d. given θ with mean ``p``, so its risk is ``1 − E‖p‖² − E[1/|M|]·(E‖φ‖² −
+    E‖p‖²)``, i.e. ``L_p − E[1/|M|] (L_p − B)`` with ``L_p = 1 − E‖p‖²`` (the loss of predicting p, which it
+    approaches only as N → ∞) and ``B`` the Bayes bound. At §6.1's settings: 0.9410 (L_p = 0.9450)."""
+    B = bayes_masked_loss(task, "squared", replace_from_all)
+    lp = 1.0 - _topic_mean(task, lambda x, s: s) / task.v
+    return float(lp - mean_inverse_masked(task, at_least_one) * (lp - B))

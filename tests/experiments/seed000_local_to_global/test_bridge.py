@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import tdlab.experiments.seed000_local_to_global.bridge as mb
+from tdlab.claims import Row, Sample
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute, rebuild
 from tdlab.experiments.seed000_local_to_global.bridge import MarkovBridge, cell_arm, classify_losses, predict_cell
@@ -37,7 +38,8 @@ STEPS = [0, 100, 200, 300]
 ABOVE = [(0.5, 0.8), (0.7, 0.9)]  # p + q > 1: Thm. 2
 BELOW = [(0.2, 0.3), (0.1, 0.4)]  # p + q < 1: Thm. 8
 GRID = BELOW + ABOVE
-BUDGETS = [100, 300]
+BUDGETS = [8000, 16000]  # Table 2's horizon and beyond: the p+q>1 claim reads rows trained at least that long
+B0, B1 = BUDGETS
 G_BELOW, G_ABOVE = "below-line-ends-at-entropy-rate", "above-line-stays-at-H(pi)"
 
 
@@ -266,9 +268,9 @@ def test_the_reference_is_the_predictors_loss_on_the_same_batches(make_bridge_ru
     cfg, path = make_bridge_run(curves, refs=refs)
     a = MarkovBridge().analyse(cfg, Run(path))
     assert all(r.verdict == "holds" for r in _rows(a).values())
-    r = _rows(a)[cell_arm(0.1, 0.4, 100)]
+    r = _rows(a)[cell_arm(0.1, 0.4, B0)]
     assert r.measured.values == pytest.approx([0.002, 0.003, 0.004], abs=1e-9)
-    assert a.measurements["cells"][cell_arm(0.1, 0.4, 100)]["final_bayes_loss"] == pytest.approx(
+    assert a.measurements["cells"][cell_arm(0.1, 0.4, B0)]["final_bayes_loss"] == pytest.approx(
         [chain_truth(0.1, 0.4)[0] - 0.008] * 3
     )
 
@@ -281,8 +283,8 @@ def test_the_reference_is_the_predictors_loss_on_the_same_batches(make_bridge_ru
 def test_runs_without_reference_losses_use_the_population_values_and_say_so(make_bridge_run):
     cfg, path = make_bridge_run(_at("rate", offset=0.03), with_refs=False)
     a = MarkovBridge().analyse(cfg, Run(path))
-    assert _rows(a)[cell_arm(0.5, 0.8, 100)].verdict == "fails" and _rows(a)[cell_arm(0.2, 0.3, 100)].verdict == "fails"
-    assert _rows(a)[cell_arm(0.2, 0.3, 100)].mean == pytest.approx(0.03, abs=1e-9)
+    assert _rows(a)[cell_arm(0.5, 0.8, B0)].verdict == "fails" and _rows(a)[cell_arm(0.2, 0.3, B0)].verdict == "fails"
+    assert _rows(a)[cell_arm(0.2, 0.3, B0)].mean == pytest.approx(0.03, abs=1e-9)
     assert any("did not record the reference predictors" in n for n in a.notes)
 
 
@@ -290,14 +292,14 @@ def test_mixed_members_are_not_resolved_and_the_note_says_how_many_left(make_bri
     # (0.5, 0.8) at the long budget: 1 member at H(pi), 1 escaped to the rate, 1 in between.
     def curves(p, q, b):
         rate, hpi = chain_truth(p, q)
-        if (p, q, b) == (0.5, 0.8, 300):
+        if (p, q, b) == (0.5, 0.8, B1):
             mid = (rate + hpi) / 2
             return [[0.69, hpi, hpi, hpi], [0.69, hpi, rate, rate], [0.69, hpi, mid, mid]]
         return _at("hpi" if p + q > 1 else "rate")(p, q, b)
 
     cfg, path = make_bridge_run(curves)
     a = MarkovBridge().analyse(cfg, Run(path))
-    arm = cell_arm(0.5, 0.8, 300)
+    arm = cell_arm(0.5, 0.8, B1)
     c = _rows(a)[arm]
     assert c.verdict == "not resolved" and c.cause == "spread" and "straddles" in c.reason
     assert sum(r.verdict == "holds" for r in _rows(a).values()) == len(GRID) * len(BUDGETS) - 1
@@ -309,23 +311,23 @@ def test_mixed_members_are_not_resolved_and_the_note_says_how_many_left(make_bri
     lines = table.splitlines()
     assert len(lines) == 2 + len(GRID) * len(BUDGETS)
     assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
-    mine = next(line for line in lines if line.startswith("| 0.5 | 0.8 | 1.30 | 300 |"))
+    mine = next(line for line in lines if line.startswith(f"| 0.5 | 0.8 | 1.30 | {B1} |"))
     assert "1/3 | 1/3 | 1/3" in mine and f"{G_ABOVE}/{arm}" in mine and "—, 200, 200" in mine
-    note = next(n for n in a.notes if n.startswith("(0.5, 0.8), p+q=1.30, 300 its"))
+    note = next(n for n in a.notes if n.startswith(f"(0.5, 0.8), p+q=1.30, {B1} its"))
     assert "not resolved against Thm. 2" in note and "2/3 members are each beyond the ±0.01 tolerance" in note
     assert "neither a hold nor a confirmed disagreement" in note
 
 
 def test_an_end_state_still_moving_is_not_resolved(make_bridge_run):
-    # (0.2, 0.3) at 300: at the Bayes loss at the end, but falling 0.02 nats per evaluation.
+    # (0.2, 0.3) at B1: at the Bayes loss at the end, but falling 0.02 nats per evaluation.
     def curves(p, q, b):
         rate, _hpi = chain_truth(p, q)
-        if (p, q, b) == (0.2, 0.3, 300):
+        if (p, q, b) == (0.2, 0.3, B1):
             return [[0.69, rate + 0.04 + d, rate + 0.02 + d, rate + d] for d in (-0.001, 0.0, 0.001)]
         return _at("hpi" if p + q > 1 else "rate")(p, q, b)
 
     cfg, path = make_bridge_run(curves)
-    r = _rows(MarkovBridge().analyse(cfg, Run(path)))[cell_arm(0.2, 0.3, 300)]
+    r = _rows(MarkovBridge().analyse(cfg, Run(path)))[cell_arm(0.2, 0.3, B1)]
     assert (
         r.verdict == "not resolved"
         and "still moving" in r.reason
@@ -351,10 +353,10 @@ def test_health_gate_and_trivial_error(make_bridge_run):
     exp = MarkovBridge()
     assert exp.trivial_error(exp.make_config("quick"), cell_arm(0.2, 0.3, 500)) == pytest.approx(math.log(2))
 
-    # (0.2, 0.3) at 100 never moves off log 2: its row is not evaluable. A p+q>1 arm on the H(pi)
+    # (0.2, 0.3) at B0 never moves off log 2: its row is not evaluable. A p+q>1 arm on the H(pi)
     # plateau is evaluated (a claim about not learning the bigram law).
     def curves(p, q, b):
-        if (p, q, b) == (0.2, 0.3, 100):
+        if (p, q, b) == (0.2, 0.3, B0):
             return [[math.log(2)] * 4 for _ in range(3)]
         return _at("hpi" if p + q > 1 else "rate")(p, q, b)
 
@@ -362,11 +364,10 @@ def test_health_gate_and_trivial_error(make_bridge_run):
     a = exp.analyse(cfg, Run(path))
     rows = _rows(a)
     assert (
-        rows[cell_arm(0.2, 0.3, 100)].verdict == "not evaluable"
-        and "not trained" in rows[cell_arm(0.2, 0.3, 100)].reason
+        rows[cell_arm(0.2, 0.3, B0)].verdict == "not evaluable" and "not trained" in rows[cell_arm(0.2, 0.3, B0)].reason
     )
-    assert rows[cell_arm(0.5, 0.8, 100)].verdict == "holds"
-    note = next(n for n in a.notes if n.startswith("(0.2, 0.3), p+q=0.50, 100 its"))
+    assert rows[cell_arm(0.5, 0.8, B0)].verdict == "holds"
+    note = next(n for n in a.notes if n.startswith(f"(0.2, 0.3), p+q=0.50, {B0} its"))
     assert "not evaluable" in note
 
 
@@ -417,6 +418,25 @@ def test_profiles_validate_and_paper_is_table_2():
         assert cfg.model.arch == "sec2" and cfg.model.init == "standard"
 
 
+def test_the_claims_speak_for_their_side_of_the_line_and_the_seeds_horizon(make_bridge_run):
+    """A p+q>1 row trained for less than Table 2's 8000 iterations is ours (the statement is that the init stays
+    at H(π); one still there at 2000 may leave later), a p+q<1 row is the seed's at any budget; a large init is
+    outside σ² ≪ 1/√2, and a row on the wrong side of the line (a large init's p+q>1 cell, whose App. G basin
+    is the global one) is ours."""
+    cfg, path = make_bridge_run(_at("hpi"), budgets=[2000, B0])
+    rows = _rows(MarkovBridge().analyse(cfg, Run(path)))
+    for p, q in ABOVE:
+        assert rows[cell_arm(p, q, 2000)].provenance == "ours" and rows[cell_arm(p, q, B0)].provenance == "seed"
+        assert rows[cell_arm(p, q, 2000)].outside == [mb.SEED_HORIZON_ROW.text]
+    for p, q in BELOW:
+        assert all(rows[cell_arm(p, q, b)].provenance == "seed" for b in (2000, B0))
+    assert not mb.SMALL_INIT.met(MarkovBridge().make_config("quick", ["model.init_std=0.5"]))
+    assert mb.SMALL_INIT.met(cfg)
+    spec = next(s for s in mb.CLAIMS if s.id == G_BELOW)
+    wrong_side = Row("x", Sample([0.0]), context={"p": 0.7, "q": 0.9, "budget": B0})
+    assert spec.outside(cfg, wrong_side) == [mb.BELOW_LINE_ROW.text]
+
+
 # --- end to end -------------------------------------------------------------------------------
 
 
@@ -439,6 +459,9 @@ def test_tiny_end_to_end_run(runs_dir):
     run = execute(exp, cfg, "quick", runs_dir, progress=False)
     s = run.summary
     assert s["status"] == "done" and s["claims_total"] == 2
+    # 3 and 6 iterations: the p+q>1 rows are short of Table 2's 8000, so ours; that group has no deciding row
+    above = next(g for g in s["claims"] if g["id"] == G_ABOVE)
+    assert above["verdict"] == "not evaluable" and {r["provenance"] for r in above["rows"]} == {"ours"}
     assert {r["id"] for g in s["claims"] for r in g["rows"]} == {
         f"{G_BELOW}/{cell_arm(0.2, 0.3, b)}" for b in (3, 6)
     } | {f"{G_ABOVE}/{cell_arm(0.7, 0.9, b)}" for b in (3, 6)}

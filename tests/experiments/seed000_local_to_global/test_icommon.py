@@ -232,18 +232,23 @@ def test_members_off_the_rate_fail_and_members_on_the_plateau_are_not_evaluable(
     assert (
         row.verdict == "not evaluable" and row.cause == "stage not reached" and "left the unigram stage" in row.reason
     )
-    assert groups["icommon-reaches-entropy-rate"].verdict == "holds"  # the evaluable cell decides
+    # "irrespective of the switching" speaks of every cell: one not evaluable leaves the statement open
+    g = groups["icommon-reaches-entropy-rate"]
+    assert (g.verdict, g.cause) == ("not resolved", "rows not evaluable")
 
 
-def test_one_extra_step_that_often_ends_elsewhere_fails_the_bias_claim(tmp_path):
+def test_one_extra_step_that_often_ends_elsewhere_is_off_the_bias_claim_but_cannot_refute_it(tmp_path):
+    """20% of the points elsewhere is beyond our reading of "usually" (agree_min = 0.95), but nothing calibrates
+    that reading (the seed gives "usually" no number): the row is not resolved, never a refutation."""
     points = 200
     prof = np.where(np.arange(points) % 3 == 0, LOCAL, GLOBAL)
     bad = np.where(np.arange(points) % 5 == 0, GLOBAL + LOCAL - prof, prof)  # 20% of the points in the other basin
     cfg, run = _write(tmp_path, "bias", k1={cell_arm(0.2, 0.3): bad}, points=points)
     _, groups, rows = _analyse(cfg, run)
     row = rows[f"one-extra-bias-step-suffices/{cell_arm(0.2, 0.3)}"]
-    assert row.mean == pytest.approx(0.8) and row.verdict == "fails"
-    assert groups["one-extra-bias-step-suffices"].verdict == "fails"
+    assert row.mean == pytest.approx(0.8)
+    assert (row.verdict, row.cause) == ("not resolved", "uncalibrated threshold")
+    assert groups["one-extra-bias-step-suffices"].verdict == "not resolved"
 
 
 def test_sanity_groups_fail_when_their_premise_is_false(tmp_path):

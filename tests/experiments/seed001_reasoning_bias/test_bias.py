@@ -73,6 +73,29 @@ def _rows(analysis):
     return {r.id: r for g in analysis.groups for r in g.rows}
 
 
+def _refuted(r) -> bool:
+    """A row (or group) on the failing side of its threshold: it fails, or, against a threshold of ours that no case
+    calibrates, it is not resolved for that cause (such a threshold cannot refute the paper)."""
+    return r.verdict == "fails" or (r.verdict, r.cause) == ("not resolved", "uncalibrated threshold")
+
+
+STAYS = "large-init-does-not-generalise"  # "remains effectively unchanged": a statement that something stays
+
+
+def _judged_at_seed_length(exp, cfg, run, claim):
+    """``claim`` judged on the planted run's measurements as if the run had trained the seed's 1000 epochs."""
+    from tdlab.claims import judge
+    from tdlab.experiments.view import RunView
+
+    view = RunView(Run(run.path))
+    m = exp.measure(cfg, view)
+    spec = next(s for s in exp.claims if s.id == claim)
+    m.rows = {claim: m.rows[claim]}
+    long = cfg.updated({"schedule": {"epochs": 1000}})
+    (g,) = judge([spec], m, long, exp.health(cfg, view))
+    return g
+
+
 def test_the_papers_picture_holds_every_claim(tmp_path, anchors_tiny):
     a = _analyse(tmp_path, anchors_tiny, _paper_arms())
     assert [g.id for g in a.paper] == [
@@ -82,9 +105,15 @@ def test_the_papers_picture_holds_every_claim(tmp_path, anchors_tiny):
         "large-init-does-not-generalise",
         "reasoning-bias-grows-with-gamma",
     ]
-    bad = {r.id: r.describe() for r in _rows(a).values() if r.verdict != "holds"}
+    bad = {r.id: r.describe() for r in _rows(a).values() if r.verdict != "holds" and not r.id.startswith(STAYS)}
     assert not bad, bad
-    assert all(g.verdict == "holds" for g in a.paper)
+    assert all(g.verdict == "holds" for g in a.paper if g.id != STAYS)
+    # γ = 0.3 at chance on D_rsn,test through the run's 10 epochs: what stays through 10 may still leave before the
+    # seed's 1000, so it holds only from a run of the seed's length
+    short = a.result(STAYS)
+    assert (short.verdict, short.cause) == ("not resolved", "shorter than the seed's length"), short.describe()
+    exp, cfg, run = _planted(tmp_path / "long", anchors_tiny, _paper_arms())
+    assert _judged_at_seed_length(exp, cfg, run, STAYS).verdict == "holds"
     m = a.measurements["gamma=0.8"]
     assert m["T50_mem"] == [8, 9, 8, 8, 9, 8, 8, 9] and m["T50_rsn_train"] == [
         2,
@@ -119,8 +148,14 @@ def test_each_claim_fails_on_a_run_that_violates_it(tmp_path, at_seed_length, an
         "large-init-does-not-generalise/gamma=0.3",
         "reasoning-bias-grows-with-gamma/0.8-above-0.5",
     ):
-        assert rows[rid].verdict == "fails", (rid, rows[rid].describe())
-    assert all(g.verdict == "fails" for g in a.paper)
+        assert _refuted(rows[rid]), (rid, rows[rid].describe())
+    assert all(_refuted(g) for g in a.paper)
+    # the directions the seed states, and the calibrated chance level, fail outright; the levels of ours that no
+    # planted case calibrates ("approaches 1", "nearly identical rates") cannot refute the paper
+    for gid in ("small-init-learns-reasoning-first", STAYS, "reasoning-bias-grows-with-gamma"):
+        assert a.result(gid).verdict == "fails", a.result(gid).describe()
+    for gid in ("small-init-generalises-to-masked-tuples", "large-init-memorises-at-reasoning-pace"):
+        assert (a.result(gid).verdict, a.result(gid).cause) == ("not resolved", "uncalibrated threshold")
     pace = rows["large-init-memorises-at-reasoning-pace/gamma=0.3"]
     assert pace.mean == pytest.approx(np.mean(([math.log(9 / 2), math.log(10 / 3), math.log(9 / 2)] * 3)[:N]))
     assert pace.measured.resolution == pytest.approx(2 * math.log(9.5 / 1.5 * 2 / 9), rel=1e-9)  # widest at T50 = 9, 2
@@ -138,6 +173,9 @@ def test_a_run_shorter_than_the_seeds_fails_only_what_it_has_seen(tmp_path, anch
     assert (short.verdict, short.cause) == ("not resolved", "shorter than the seed's length"), short.describe()
     assert "1000" in short.reason
     assert rows["small-init-learns-reasoning-first/t50-rsn-train-before-mem"].verdict == "fails"
+    # a statement that something stays fails from a shorter run: γ = 0.3 already infers M at epoch 3 of 10
+    left = rows[f"{STAYS}/gamma=0.3"]
+    assert (left.verdict, left.cause) == ("fails", "decided"), left.describe()
 
 
 def test_a_model_that_learns_only_the_label_marginal_never_counts_as_generalising_or_not(tmp_path, anchors_tiny):
@@ -212,7 +250,9 @@ def test_health_gate_reads_the_training_data_not_the_held_out_set(tmp_path, anch
     groups = {g["id"]: g for g in s["claims"]}
     grow = {r["id"]: r for r in groups["reasoning-bias-grows-with-gamma"]["rows"]}
     assert all(r["verdict"] == "not evaluable" for r in grow.values())  # both rows need γ = 0.5
-    assert groups["large-init-does-not-generalise"]["verdict"] == "holds"
+    # judged, not gated (its held-out loss never fell, its training loss did); at 10 of the seed's 1000 epochs a
+    # statement that something stays cannot hold yet
+    assert (groups[STAYS]["verdict"], groups[STAYS]["cause"]) == ("not resolved", "shorter than the seed's length")
     assert s["figures"] == ["figures/fig2a_loss_accuracy.png", "figures/fig8_examples.png"]
 
 

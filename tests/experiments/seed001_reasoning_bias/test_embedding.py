@@ -92,6 +92,12 @@ def _rows(a):
     return {r.id: r for g in a.groups for r in g.rows}
 
 
+def _refuted(r) -> bool:
+    """A row (or group) on the failing side of its threshold: it fails, or, against a threshold of ours that no case
+    calibrates, it is not resolved for that cause (such a threshold cannot refute the paper)."""
+    return r.verdict == "fails" or (r.verdict, r.cause) == ("not resolved", "uncalibrated threshold")
+
+
 def test_planted_ordered_embeddings_hold_every_claim_in_the_seeds_setting(tmp_path, base, one_thread):
     a = _analyse(tmp_path, "ordered", [*base, *SEED_BUDGET])
     assert [g.id for g in a.groups] == [c.id for c in AnchorsEmbedding.claims]
@@ -118,8 +124,10 @@ def test_the_opposite_picture_fails(tmp_path, base, one_thread):
         "fig11-key-order-weaker-at-large-init/above-0.5",
         "fig4c-eq14-cosines/gamma=0.8",
     ):
-        assert rows[rid].verdict == "fails", rows[rid].describe()
-    assert all(g.verdict == "fails" for g in a.groups)
+        assert _refuted(rows[rid]), rows[rid].describe()
+    assert all(_refuted(g) for g in a.groups)
+    for gid in ("fig4a-memory-above-reasoning", "fig11-key-order-weaker-at-large-init"):  # directions the seed states
+        assert a.result(gid).verdict == "fails"
 
 
 def test_the_eq14_claim_judges_values_not_ranks(tmp_path, base, one_thread):
@@ -127,7 +135,7 @@ def test_the_eq14_claim_judges_values_not_ranks(tmp_path, base, one_thread):
     end = a.measurements["end"]["gamma=0.8"]
     assert min(end["eq14_spearman"]) > 0.95  # the order agrees ...
     g = a.result("fig4c-eq14-cosines")
-    assert g.verdict == "fails" and g.rows[0].mean > 0.1  # ... the values do not
+    assert _refuted(g) and g.rows[0].mean > 0.1  # ... the values do not
 
 
 def test_a_missing_snapshot_is_a_row_without_measurement(tmp_path, base, one_thread):

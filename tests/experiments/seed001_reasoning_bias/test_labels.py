@@ -127,6 +127,12 @@ def _group_aware(exp, cfg, run):
     return {**snap, "pred": snap["label"].clone()}
 
 
+def _refuted(r) -> bool:
+    """A row (or group) on the failing side of its threshold: it fails, or, against a threshold of ours that no case
+    calibrates, it is not resolved for that cause (such a threshold cannot refute the paper)."""
+    return r.verdict == "fails" or (r.verdict, r.cause) == ("not resolved", "uncalibrated threshold")
+
+
 def test_planted_run_where_fig7_holds(tmp_path, monkeypatch, one_thread):
     exp, cfg, run = _planted(tmp_path, groups_acc=0.1, mem1_at=(8, 9, 7), mem2_at=(3, 4, 3))
     monkeypatch.setattr(AnchorsLabels, "snapshot_predictions", _group_aware)
@@ -145,7 +151,7 @@ def test_a_constant_prediction_passes_every_nested_range_and_fails_the_claim(tmp
     a = exp.analyse(cfg, run)
     g = a.result("fig7-left-predictions-follow-label-ranges")
     assert [r.verdict for r in g.rows if "share" in r.id] == ["holds"] * 4  # 35 lies in 30..49 ⊂ every range
-    assert [r.verdict for r in g.rows if "rise" in r.id] == ["fails"] * 3 and g.verdict == "fails"
+    assert all(_refuted(r) for r in g.rows if "rise" in r.id) and _refuted(g)
     assert a.measurements["groups"]["mean_prediction"][0] == [35.0] * 4
 
 
@@ -155,11 +161,12 @@ def test_planted_run_where_fig7_fails(tmp_path, monkeypatch, at_seed_length, one
     at_seed_length(type(exp))
     a = exp.analyse(cfg, run)
     rows = {r.id: r for g in a.groups for r in g.rows}
-    assert rows["fig7-left-predictions-follow-label-ranges/share/group1"].verdict == "fails"
+    assert _refuted(rows["fig7-left-predictions-follow-label-ranges/share/group1"])
     assert all(rows[f"fig7-left-predictions-follow-label-ranges/share/group{k}"].verdict == "holds" for k in (2, 3, 4))
     assert rows["fig7-right-window-labels-learnt-faster/t50"].verdict == "fails"
     assert rows["fig7-right-window-labels-learnt-faster/auc"].verdict == "fails"
-    assert all(g.verdict == "fails" for g in a.groups)
+    assert _refuted(a.result("fig7-left-predictions-follow-label-ranges"))  # a level of ours, uncalibrated
+    assert a.result("fig7-right-window-labels-learnt-faster").verdict == "fails"  # the direction the seed states
 
 
 def test_a_late_snapshot_is_ours_and_unlearnt_arms_are_not_evaluable(tmp_path, monkeypatch, one_thread):

@@ -117,6 +117,12 @@ def _rows(a):
     return {r.id: r for g in a.groups for r in g.rows}
 
 
+def _refuted(r) -> bool:
+    """A row (or group) on the failing side of its threshold: it fails, or, against a threshold of ours that no case
+    calibrates, it is not resolved for that cause (such a threshold cannot refute the paper)."""
+    return r.verdict == "fails" or (r.verdict, r.cause) == ("not resolved", "uncalibrated threshold")
+
+
 def _theory():
     exp = AnchorsMlp()
     return reasoning_theory_cosines(exp.task(exp.make_config("quick", TINY)))[1]
@@ -158,8 +164,15 @@ def test_the_opposite_picture_fails_every_claim(tmp_path):
         "fig10-large-init-orthogonal/reasoning",
         "fig10-memory-alignment-grows-with-gamma/0.5-above-0.3",
     ):
-        assert rows[rid].verdict == "fails", (rid, rows[rid].describe())
-    assert all(g.verdict == "fails" for g in a.paper)
+        assert _refuted(rows[rid]), (rid, rows[rid].describe())
+    assert all(_refuted(g) for g in a.paper)
+    for gid in (  # the directions the seed states fail outright
+        "emb-mlp-small-init-learns-reasoning-first",
+        "emb-mlp-bias-larger-at-small-init",
+        "fig3a-memory-above-reasoning",
+        "fig10-memory-alignment-grows-with-gamma",
+    ):
+        assert a.result(gid).verdict == "fails", a.result(gid).describe()
 
 
 def test_an_ordering_is_not_a_value(tmp_path):
@@ -171,7 +184,7 @@ def test_an_ordering_is_not_a_value(tmp_path):
     v = a.measurements["gamma=0.8"]["embedding"]["epoch 50"]
     assert min(v["theory_spearman"]) > 0.99
     assert np.mean(v["theory_abs_err"]) > 0.1
-    assert a.result("fig3c-embedding-follows-label-law").verdict == "fails"
+    assert _refuted(a.result("fig3c-embedding-follows-label-law"))
 
 
 def test_parameters_read_at_a_scaled_epoch_under_a_larger_lr_are_ours(tmp_path):

@@ -23,6 +23,7 @@ from tdlab.experiments.runner import execute
 from tdlab.experiments.seed001_reasoning_bias.text import (
     DATA_DIR,
     SOURCES,
+    TINYSTORIES,
     AnchorsText,
     AnchorsTextConfig,
     Corpus,
@@ -290,9 +291,10 @@ def test_planted_run_where_the_seed_fails(tmp_path, tiny_corpus, stories_file, o
 def test_stand_in_stories_make_every_paper_row_ours(tmp_path, tiny_corpus, one_thread):
     exp, cfg, run = _planted(tmp_path, tiny_corpus, prontoqa_faster=True, main="stories")
     a = exp.analyse(cfg, run)
-    for g in a.paper:
-        assert g.verdict == "not evaluable" and g.cause == "no seed rows", g.describe()
+    for g in a.paper:  # the statements are about TinyStories: stand-in stories are outside them
+        assert g.verdict == "not evaluable" and g.cause == "outside hypotheses", g.describe()
         assert all(r.provenance == "ours" and r.verdict == "holds" and STANDIN_LABEL in r.statement for r in g.rows)
+        assert all(TINYSTORIES.text in r.outside for r in g.rows)
     assert a.result("fig6-no-gap-at-init").verdict == "holds"  # a sanity check: decided by every row
     assert a.notes[0].startswith(STANDIN_LABEL.upper()) and a.measurements["stand_in_data"] is True
 

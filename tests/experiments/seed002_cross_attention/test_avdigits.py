@@ -175,10 +175,32 @@ def test_an_arm_at_chance_makes_its_claims_not_evaluable_with_the_stage_named(tm
     assert r.verdict == "not evaluable" and r.cause == "stage not reached" and r.stage == ABOVE_CHANCE.id
     assert "above chance" in r.reason
     assert rows["full-beats-ablations/vs-no-cross"].verdict != "not evaluable"
-    # every model at chance (the quick profile's outcome): the paper claims are not evaluable, never failing
-    an = exp.analyse(cfg, planted(tmp_path, cfg, {a: [0.1, 0.11] for a in ARMS}, loss_end=math.log(10) + 0.01))
+    # every model at chance (the quick profile's outcome): the paper claims are not evaluable, never failing; on
+    # avMNIST (data.path: the hypothesis of Table 1) for the stage, on the offline stand-in already for the data
+    at_chance = {a: [0.1, 0.11] for a in ARMS}
+    real = exp.make_config("quick", [*TINY, "data.path=/planted/avmnist.npz"], members=2)
+    an = exp.analyse(real, planted(tmp_path, real, at_chance, loss_end=math.log(10) + 0.01))
     assert {g.verdict for g in an.paper} == {"not evaluable"} and {g.cause for g in an.paper} == {"stage not reached"}
     assert any("at chance" in n for n in an.notes)
+    an = exp.analyse(cfg, planted(tmp_path, cfg, at_chance, loss_end=math.log(10) + 0.01))
+    assert {g.verdict for g in an.paper} == {"not evaluable"} and {g.cause for g in an.paper} == {"outside hypotheses"}
+
+
+def test_table1_decides_only_on_avmnist_and_the_stand_in_rows_are_ours(tmp_path):
+    exp = ICLAVDigits()
+    accs = {
+        "full": [0.64, 0.65, 0.66],
+        "no-injection": [0.55, 0.56, 0.55],
+        "no-cross": [0.50, 0.52, 0.51],
+        "neither": [0.45, 0.44, 0.46],
+        "bi-ca": [0.58, 0.57, 0.58],
+    }
+    for over, prov, verdict in (([], "ours", "not evaluable"), (["data.path=/planted/avmnist.npz"], "seed", "holds")):
+        cfg = exp.make_config("quick", [*TINY, *over], members=3)
+        an = exp.analyse(cfg, planted(tmp_path, cfg, accs))
+        for g in an.paper:
+            assert {r.provenance for r in g.rows} == {prov} and {r.verdict for r in g.rows} == {"holds"}, g.describe()
+            assert g.verdict == verdict
 
 
 # --- data, configs, profiles ------------------------------------------------------------------------------

@@ -107,7 +107,12 @@ def test_landscape_groups_decide_the_papers_statements(tiny, s2):
     bad = s2.groups(exp.analyse(cfg, _patch(s2, run, base, 0.2, -0.25, 0.1)))
     for gid in ("valley-along-minus-beta", "preln-ravine-similarly-located", "gd-reaches-stationary-point"):
         assert good[gid].verdict == "holds", (gid, [r.describe() for r in good[gid].rows])
-        assert bad[gid].verdict == "fails", (gid, [r.describe() for r in bad[gid].rows])
+        # the valley's and the ravine's widths are ours and uncalibrated (nothing to plant the other case from):
+        # what they decide as failing stays not resolved; the GD claim's half cell is calibrated
+        want = (
+            ("fails", "decided") if gid == "gd-reaches-stationary-point" else ("not resolved", "uncalibrated threshold")
+        )
+        assert (bad[gid].verdict, bad[gid].cause) == want, (gid, [r.describe() for r in bad[gid].rows])
     # sanity: the closed-form valley is near alpha = -beta, so a valley shifted by 0.2 disagrees with it
     assert bad["map-valley-matches-closed-form"].verdict == "fails"
 

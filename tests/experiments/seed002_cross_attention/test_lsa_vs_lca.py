@@ -1,7 +1,8 @@
 """icl-lsa-vs-lca (Fig. 2): references are the theory of the setting that ran (closed forms on l, replicate
-draws of the l_(L_tr) minimiser whose spread enters the interval); the "orders below LSA" rows exist only
-where the setting allows that many orders; provenance follows the seed's settings; every group holds,
-fails and stays undecided on chosen measurements."""
+draws of the l_(N,L_tr) minimiser at the arms' N whose spread enters the interval); the "orders below LSA"
+rows exist only where the setting allows that many orders; provenance follows the seed's settings; every
+group holds, fails (or, against an uncalibrated threshold of ours, stays not resolved) and stays undecided
+on chosen measurements."""
 
 from __future__ import annotations
 
@@ -34,7 +35,6 @@ def tiny(s2):
         "test.contexts=[20,5000]",
         "fixed_context=5000",
         "test.population_prompts=256",
-        "claims.reference_tokens=20000",
         "claims.reference_draws=3",
     ]
     return s2.run_tiny(IclLsaVsLca(), over)
@@ -57,8 +57,11 @@ def test_references_are_the_setting_that_ran_with_their_replicate_error(tiny, s2
         one["pop/T50"].reference.values == (pytest.approx(alpha_star_T(50, APP_H)),)
         and one["pop/T50"].reference.deterministic
     )
-    # at L_tr = 100: the run's own replicate draws (3), stored under reference/Ltr100, far from alpha*_T at T = 50
-    draws = run.metrics().query("arm == 'reference/Ltr100' and name == 'alpha_one' and step == 50")["value"].to_numpy()
+    # at L_tr = 100: the run's own replicate draws (3) of the arms' N prompts each, stored under reference/Ltr100, far
+    # from alpha*_T at T = 50
+    df = run.metrics().query("arm == 'reference/Ltr100'")
+    assert set(df.query("name == 'prompts'")["value"]) == {cfg.train.prompts}
+    draws = df.query("name == 'alpha_one' and step == 50")["value"].to_numpy()
     ref = one["Ltr100/T50"].reference
     assert ref.n == 3 and sorted(ref.values) == pytest.approx(sorted(draws)) and np.std(draws) > 0
     assert ref.mean < 0.6 * alpha_star_T(50, APP_H)
@@ -143,7 +146,10 @@ def test_each_group_holds_and_fails_on_chosen_measurements(tiny, s2):
         "two-param-converges-to-stationary-point",
     ):
         assert good[gid].verdict == "holds", (gid, [r.describe() for r in good[gid].rows])
-        assert bad[gid].verdict == "fails", (gid, [r.describe() for r in bad[gid].rows])
+        # the parameter claims' 5 % is ours and uncalibrated (a measured reference has no plant): their fails cannot
+        # refute the paper and stay not resolved; the other thresholds are the paper's or calibrated
+        want = ("not resolved", "uncalibrated threshold") if "converges" in gid else ("fails", "decided")
+        assert (bad[gid].verdict, bad[gid].cause) == want, (gid, [r.describe() for r in bad[gid].rows])
 
 
 def test_the_references_replicate_spread_widens_the_interval(tiny, s2):
@@ -159,9 +165,11 @@ def test_the_references_replicate_spread_widens_the_interval(tiny, s2):
             exp.analyse(cfg, _patch(s2, run, cfg, floor_factor=1.2, lca_excess=1e-3, param_scale=1.06, ref_spread=0.05))
         )["one-param-converges-to-minimiser"]
     )["Ltr100/T50"]
-    # 6 % off the reference, tolerance 5 %: a sharp reference says fails, a reference known to ±5 % cannot
-    assert narrow.verdict == "fails"
-    assert wide.verdict == "not resolved" and wide.interval.half_width > 5 * narrow.interval.half_width
+    # 6 % off the reference, tolerance 5 %: a sharp reference decides fails (not resolved only because the 5 % is an
+    # uncalibrated threshold of ours), a reference known to ±5 % cannot decide at all
+    assert (narrow.verdict, narrow.cause) == ("not resolved", "uncalibrated threshold")
+    assert (wide.verdict, wide.cause) == ("not resolved", "spread")
+    assert wide.interval.half_width > 5 * narrow.interval.half_width
 
 
 def test_a_parameter_still_moving_or_one_member_far_off_is_not_a_verdict(tiny, s2):

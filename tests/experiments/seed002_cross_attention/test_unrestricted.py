@@ -113,15 +113,20 @@ def test_only_the_seeds_sigma_decides_the_paper_groups(tiny, s2, at_seed_length)
     a = exp.analyse(cfg, run)
     gids = ("projections-cluster-around-alpha-star", "whitening-decreases-with-layer", "whitening-last-below-first")
     seed_good = {arm: arm.endswith("0.1") for arm in ARMS}  # sigma 0.1 right, sigma 0.01 (ours) wrong
+    # the projections' 25 % and the whitening noise margin are ours and uncalibrated: a row they decide as failing
+    # stays not resolved (it cannot refute the paper); the last-below-first direction is the paper's
+    failed = {gid: "fails" if gid == "whitening-last-below-first" else "not resolved" for gid in gids}
     g = s2.groups(exp.analyse(cfg, _patch(s2, run, cfg, a, seed_good)))
     for gid in gids:
         assert g[gid].verdict == "holds", gid
-        assert {r.verdict for r in g[gid].rows if r.provenance == "ours"} == {"fails"}, gid
+        assert {r.verdict for r in g[gid].rows if r.provenance == "ours"} == {failed[gid]}, gid
     seed_bad = {arm: not arm.endswith("0.1") for arm in ARMS}
     g = s2.groups(exp.analyse(cfg, _patch(s2, run, cfg, a, seed_bad)))
     for gid in gids:
-        assert g[gid].verdict == "fails", gid
+        assert g[gid].verdict == failed[gid], gid
         assert {r.verdict for r in g[gid].rows if r.provenance == "ours"} == {"holds"}, gid
+        if failed[gid] == "not resolved":
+            assert g[gid].cause == "uncalibrated threshold", gid
 
 
 def test_a_rise_within_the_noise_is_none_and_an_arm_at_its_init_is_not_evaluable(tiny, s2):

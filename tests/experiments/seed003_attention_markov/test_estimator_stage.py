@@ -1,6 +1,7 @@
 """The in-context estimators the seed-003 probes measure, and the stage they define: per-position
 losses against a slow loop over the seed's context-matching rule; the stage bound and its check per
-member; the default share leaves every reach claim a failure region at the profiles' settings."""
+member; the default share leaves every reach claim a failure region at the profiles' settings; the planted gap
+that calibrates the reach tolerances is the source's own."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import torch
 from tdlab.claims import Measurements
 from tdlab.experiments.seed003_attention_markov.estimator_stage import (
     PAST_LOWER_ORDER,
+    estimator_gap,
     estimator_losses,
+    planted_reach,
     record_stage,
     stage_bound,
     stage_leaves_room,
@@ -68,3 +71,19 @@ def test_the_default_share_leaves_the_reach_claims_room_to_fail(k, one_thread):
     lower, upper = est[k - 1].mean(-1).numpy(), est[k].mean(-1).numpy()
     assert stage_leaves_room(lower, upper, 0.25, 0.02)
     assert not stage_leaves_room(lower, upper, 0.75, 0.02)  # a late stage would swallow the failure region
+
+
+def test_the_planted_gap_is_the_sources_own(one_thread):
+    # the reach claims' calibration: the order-(k−1)/order-k gap of the source at the run's length, drawn
+    # once; an independent draw of the same setting agrees within its Monte-Carlo error
+    gap = estimator_gap(1, 0, 65, 1.0)
+    x = InContextMarkov(1, 2, 1.0).sample([torch.Generator().manual_seed(123)], 512, 65)
+    est = estimator_losses(x, 1, 2, 1.0)
+    assert 0.03 < gap < 0.1 and gap == pytest.approx(float((est[0] - est[1]).mean()), abs=0.01)
+    assert estimator_gap(2, 0, 65, 1.0) > estimator_gap(2, 1, 65, 1.0) > 0  # a whole order more is worth more
+    at, short = planted_reach(1, 0, 65, 1.0, 0.02, 5)
+    assert at.mean == pytest.approx(0.0) and short.mean == pytest.approx(gap) and at.n == short.n == 5
+    assert max(at.values) - min(at.values) == pytest.approx(2 * 0.02 / 5)
+    assert planted_reach(1, 0, 65, 1.0, 0.02, 5, reach=False) == (short, at)
+    with pytest.raises(ValueError, match="lower"):
+        estimator_gap(1, 2, 65, 1.0)

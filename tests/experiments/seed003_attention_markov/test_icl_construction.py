@@ -1,6 +1,6 @@
 """markov-icl-construction (seed 003 Part II, 'Intuition'): the gap helper against the estimator; every
-declared claim holds on planted numbers that say so and fails on contradicting ones (synthetic run
-directories); a trained model still at its order-(k−1) plateau is not evaluable, never failing; bad
+declared claim holds on planted numbers that say so and fails on contradicting ones, except the construction's
+reach, whose uncalibrated tolerance (our weights) cannot fail the talk (synthetic run directories); a trained model still at its order-(k−1) plateau is not evaluable, never failing; bad
 configs are refused; a tiny end-to-end run through the runner."""
 
 from __future__ import annotations
@@ -124,7 +124,16 @@ def test_planted_contradicting_numbers_fail_every_group(tmp_path):
             tmp_path, cfg, {1: [0.01, 0.02, 0.03], 2: [0.02, 0.03, 0.05]}, {1: [0.35, 0.34, 0.36], 2: [0.25, 0.3, 0.28]}
         ),
     )
-    assert {gid: g.verdict for gid, g in groups.items()} == dict.fromkeys(GROUPS, "fails")
+    # The reach tolerance is ours and left uncalibrated (the construction's weights are ours): its gap above
+    # the tolerance refutes our derivation, not the talk, so it is not resolved; the other two fail.
+    assert {gid: g.verdict for gid, g in groups.items()} == {
+        "construction-reaches-estimator": "not resolved",
+        "construction-gap-decreases-with-kappa": "fails",
+        "trained-matches-like-construction": "fails",
+    }
+    reach = groups["construction-reaches-estimator"]
+    assert reach.cause == "uncalibrated threshold" and not reach.spec.calibrated
+    assert all(r.cause == "uncalibrated threshold" for r in reach.rows)  # each row above the tolerance
     # A single rise along the grid beyond rounding fails the decrease alone.
     groups, rows, _ = analyse(cfg, synthetic_run(tmp_path / "b", cfg, {1: [0.05, 1e-9, 1e-6]}, {1: [0.5, 0.5, 0.5]}))
     assert rows["construction-gap-decreases-with-kappa/k1"].verdict == "fails"
@@ -214,3 +223,13 @@ def test_tiny_end_to_end_run(tmp_path):
     }
     assert len(probe[probe.name == "construction_score"]) == 2
     assert all((run.path / f).is_file() for f in s["figures"]) and len(s["figures"]) == 2
+
+
+def test_a_trained_model_of_another_depth_decides_nothing(tmp_path):
+    # the talk's induction head is a 3-layer one: a 2-layer trained model's rows are ours
+    cfg = EXP.make_config("quick", [*CFG_OVR, "model.layers=2"])
+    groups, rows, _ = analyse(cfg, synthetic_run(tmp_path, cfg, {1: FALLING}, {1: [0.55, 0.53, 0.6]}))
+    g = groups["trained-matches-like-construction"]
+    assert (g.verdict, g.cause) == ("not evaluable", "outside hypotheses") and "3 layers" in g.reason
+    assert rows["trained-matches-like-construction/k1"].verdict == "holds"
+    assert groups["construction-reaches-estimator"].verdict == "holds"  # the construction's depth is fixed

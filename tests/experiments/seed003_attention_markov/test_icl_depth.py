@@ -299,3 +299,38 @@ def test_cells_on_two_lanes_give_the_numbers_of_one_lane(tmp_path):
     a, b = (runs[n].metrics().sort_values(["arm", "name", "member", "step"]).reset_index(drop=True) for n in (1, 2))
     assert len(a) > 0 and a.equals(b)  # bit for bit: every op of a cell runs serially on its lane
     assert runs[1].summary["claims"] == runs[2].summary["claims"]
+
+
+def test_the_talks_hypotheses_make_rows_outside_them_ours(tmp_path):
+    # k = 1 with absolute + relative ('both'), a combination the talk never uses: outside ONE_ENCODING; the
+    # 3-layer absolute cell is outside RELATIVE_PE (the main result's relative positional encodings)
+    cells = "cells=[[1, 1, both], [1, 2, both], [2, 3, relative], [2, 3, absolute]]"
+    cfg = EXP.make_config("quick", [cells], members=3)
+    gaps = {"k1/L1/both": 0.03, "k1/L2/both": 0.004, "k2/L3/relative": 0.007, "k2/L3/absolute": 0.001}
+    _, groups, rows = analyse(cfg, synthetic_run(tmp_path, cfg, gaps))
+    assert (
+        rows["two-layers-reach-order-1-estimator/both"].outside
+        and groups["two-layers-reach-order-1-estimator"].cause == "outside hypotheses"
+    )
+    assert rows["three-layers-reach-order-k-estimator/k2/absolute"].outside == [
+        h.text for h in groups["three-layers-reach-order-k-estimator"].spec.hypotheses[:1]
+    ]
+    assert not rows["three-layers-reach-order-k-estimator/k2/relative"].outside
+    assert groups["three-layers-reach-order-k-estimator"].verdict == "holds"
+    # two heads per layer: not the main result's transformer, so no row of the 3-layer claim is the talk's
+    cfg2 = EXP.make_config("quick", [cells, "model.heads=2"], members=3)
+    _, groups2, _ = analyse(cfg2, synthetic_run(tmp_path / "heads", cfg2, gaps))
+    g = groups2["three-layers-reach-order-k-estimator"]
+    assert g.verdict == "not evaluable" and g.cause == "outside hypotheses" and "1 head per layer" in g.reason
+
+
+def test_every_order_the_run_has_must_show_the_three_layer_claim(tmp_path):
+    # "3-layer transformer can learn Markov chains of all orders": one relative cell short of its stage
+    # leaves the group not resolved, never held on the other's strength
+    cells = "cells=[[2, 3, relative], [2, 3, relative-kv]]"
+    cfg = EXP.make_config("quick", [cells], members=3)
+    _, groups, rows = analyse(cfg, synthetic_run(tmp_path, cfg, {"k2/L3/relative": 0.007, "k2/L3/relative-kv": 0.06}))
+    assert rows["three-layers-reach-order-k-estimator/k2/relative"].verdict == "holds"
+    assert rows["three-layers-reach-order-k-estimator/k2/relative-kv"].verdict == "not evaluable"
+    g = groups["three-layers-reach-order-k-estimator"]
+    assert (g.verdict, g.cause) == ("not resolved", "rows not evaluable")

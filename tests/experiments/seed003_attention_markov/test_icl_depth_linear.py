@@ -204,3 +204,14 @@ def test_tiny_end_to_end_run(tmp_path):
         "probe_loss",
     }
     assert len(s["figures"]) == 2
+
+
+def test_a_constant_depth_other_than_the_talks_decides_nothing(make_grid_run, levels):
+    # "3 layers": with claims.constant_depth = 2 the MLP rows are ours (judged and shown, never deciding);
+    # the attention-only statements do not name a depth and still decide
+    cfg = LIN.make_config("quick", [*K14, "claims.constant_depth=2"], members=6)
+    groups, _, _ = analyse(cfg, make_grid_run(LIN, cfg, log_depth(levels)))
+    g = groups["mlp-depth-stays-constant"]
+    assert (g.verdict, g.cause) == ("not evaluable", "outside hypotheses") and "3 layers" in g.reason
+    assert all(r.provenance == "ours" for r in g.rows)
+    assert groups["attention-only-reaches-estimator"].verdict == "holds"

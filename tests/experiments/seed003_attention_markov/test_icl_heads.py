@@ -88,3 +88,33 @@ def test_tiny_end_to_end_run(tmp_path):
     s = run.summary
     assert s["status"] == "done" and [g["id"] for g in s["claims"]] == GROUPS
     assert run.arrays("mlp/k1/L3/H2")["blocks.2.attn.rel_k"].shape == (2, 17, 4)  # 2 heads of width 4
+
+
+def test_a_depth_or_encoding_other_than_the_talks_decides_nothing(make_grid_run, levels):
+    # the main result's "3 layers" and "relative positional encodings": another constant depth or absolute
+    # positions put every row outside the statement's hypotheses (ours, never deciding)
+    def good(family, k, depth, heads, m):
+        return levels.reached + 0.001 * m
+
+    for override, text in (
+        ("claims.constant_depth=2", "3 layers"),
+        ("model.positions=absolute", "relative positional"),
+    ):
+        cfg = HEADS.make_config("quick", [override])
+        groups, rows, _ = analyse(cfg, make_grid_run(HEADS, cfg, good, sub=override))
+        for g in groups.values():
+            assert (g.verdict, g.cause) == ("not evaluable", "outside hypotheses") and text in g.reason
+        assert all(r.provenance == "ours" and r.verdict == "holds" for r in rows.values())
+
+
+def test_every_order_must_show_one_head_suffices(make_grid_run, levels):
+    # "any order k": k = 1 reaches, k = 2 still at its plateau (not evaluable): the group is not held
+    cfg = HEADS.make_config("quick")
+
+    def k2_behind(family, k, depth, heads, m):
+        return levels.reached if k == 1 else levels.plateau(k)
+
+    groups, rows, _ = analyse(cfg, make_grid_run(HEADS, cfg, k2_behind))
+    assert rows["one-head-per-layer-suffices-at-depth-3/k1"].verdict == "holds"
+    g = groups["one-head-per-layer-suffices-at-depth-3"]
+    assert (g.verdict, g.cause) == ("not resolved", "rows not evaluable")

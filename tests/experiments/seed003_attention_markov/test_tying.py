@@ -7,11 +7,14 @@ left; a tiny end-to-end run."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
+from tdlab.claims import judge
 from tdlab.experiments.runner import execute, rebuild
 from tdlab.experiments.seed003_attention_markov.tying import MarkovTying, chain_tag, normalised_position
+from tdlab.experiments.view import RunView
 from tdlab.runs import RunWriter
 from tdlab.tasks.markov import entropy_rate, marginal_entropy, stationary
 from tdlab.theory import markov_tying as th
@@ -372,3 +375,26 @@ def test_a_stop_in_training_writes_no_checkpoint_for_the_fits_not_started(tmp_pa
     cols = ["arm", "step", "member", "name", "value"]
     a, b = (r.metrics().sort_values(cols[:4])[cols].reset_index(drop=True) for r in (whole, again))
     assert a.equals(b) and len(a)
+
+
+def test_rows_outside_the_talks_hypotheses_are_ours_whatever_measure_marks(tmp_path, cfg6):
+    # the theorem's p + q > 1, the saddle's "not tied": read off each row's own chain and key, so a row of the
+    # p + q < 1 control or a tied saddle row is ours even where its stored provenance says "seed"
+    run = synthetic_run(tmp_path, cfg6)
+    a = EXP.analyse(cfg6, run)
+    r = rows_of(a)
+    saddle = groups_of(a)["theta-pi-saddle"].spec
+    assert r[f"theta-pi-saddle/{BELOW}/tied/hessian-negative"].outside == [h.text for h in saddle.hypotheses]
+    assert r[f"theta-pi-saddle/{BELOW}/untied/hessian-negative"].outside == [saddle.hypotheses[0].text]
+    assert not r[f"theta-pi-saddle/{ABOVE}/untied/hessian-negative"].outside
+    assert r[f"theta-pi-stationary/{BELOW}"].outside and not r[f"theta-pi-stationary/{ABOVE}"].outside
+    assert not r[f"below-line-reaches-entropy-rate/{BELOW}/tied"].outside
+    measured = EXP.measure(cfg6, RunView(run))
+    measured.rows["theta-pi-saddle"] = [replace(x, provenance="seed") for x in measured.rows["theta-pi-saddle"]]
+    groups = {g.id: g for g in judge(EXP.claims, measured, cfg6)}
+    assert {x.id: x.provenance for x in groups["theta-pi-saddle"].rows} == {
+        x.id: "seed" if not x.outside else "ours" for x in groups["theta-pi-saddle"].rows
+    }
+    assert {x.id: x.provenance for x in groups["theta-pi-saddle"].rows}[
+        f"theta-pi-saddle/{BELOW}/tied/hessian-negative"
+    ] == "ours"

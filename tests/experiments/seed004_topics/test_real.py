@@ -92,7 +92,9 @@ def test_a_locally_trained_encoders_rows_are_ours_and_decide_no_paper_group(tmp_
     t, u = _real_values(cfg, GOOD, [1.05, 1.06, 1.07], [1.001, 0.999, 1.0])
     v, a = _verdicts(exp, cfg, plant_real_run(tmp_path / "a", exp, cfg, t, u, _fig3()))
     assert v == {**{g: "not evaluable" for g in PAPER}, **{g: "holds" for g in SANITY}}
-    assert a.result(PAPER[0]).cause == "no seed rows"
+    # no checkpoint: every row lies outside the statements' hypothesis (a pretrained model), and says so
+    assert {a.result(g).cause for g in PAPER} == {"outside hypotheses"}
+    assert "pretrained" in a.result(PAPER[0]).reason
     rows = {r.id: r for g in a.paper for r in g.rows}
     assert {r.provenance for r in rows.values()} == {"ours"} and {r.verdict for r in rows.values()} == {"holds"}
     assert {r.stage for r in rows.values()} == {"past-unigram"}

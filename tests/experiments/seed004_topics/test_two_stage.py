@@ -1,8 +1,9 @@
 """topics-two-stage: g_X, t½ and the two-stage lag on hand-made norm curves (with the censored and the
-never-growing cases); the headline setting decided on synthetic stored runs (holds when W^K, W^Q lag by half of
-the horizon, fails when they grow with W^V, not evaluable when they never double); other settings are ours
-and gated on their own members; a tiny training run ends with a verdict; per-member lr and init reach the right
-members; bad configs are refused."""
+never-growing cases); a setting decided on synthetic stored runs (holds when W^K, W^Q lag by half of the horizon,
+fails when they grow with W^V, not evaluable when they never double), each setting gated on its own members; the
+claim is an existence over the grid (one setting showing the stages holds it; it fails only when every setting is
+evaluable and none does); each batch size is its own arm and reaches its trainer; a tiny training run ends with
+a verdict; per-member lr and init reach the right members; bad configs are refused."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
+from tdlab.experiments.seed004_topics import two_stage
 from tdlab.experiments.seed004_topics.two_stage import (
     TopicsTwoStage,
     half_growth_steps,
@@ -68,62 +70,92 @@ def test_lags_on_hand_made_curves():
         lags(STEPS[:-1], K, Q, V)
 
 
-def _synthetic_run(tmp_path, K, tag: str, extra_settings: bool = False):
-    """A stored run of the headline setting (16 members; with ``extra_settings`` also Adam lr 0.03: 2 members that
-    never learn), norms over Fig. 4's 1000 steps; nothing trained."""
+def _synthetic_run(tmp_path, K, tag: str, extra_settings: bool = False, batches=(16,), K40=None):
+    """A stored run of Adam at lr 0.01, init 1e-3 (the headline's 3 members in the quick profile) at each batch of
+    ``batches`` (with ``extra_settings`` also lr 0.03: 3 members that never learn), norms over Fig. 4's 1000 steps;
+    W^K follows ``K`` (``K40`` at batch 40, when given); nothing trained."""
     exp = TopicsTwoStage()
     lrs = "[0.01,0.03]" if extra_settings else "[0.01]"
-    cfg = exp.make_config("quick", ["optimizers=[adam]", f"lrs={lrs}", "inits=[0.001]"])
-    per = member_settings(cfg, "adam")
+    b = "[" + ",".join(str(x) for x in batches) + "]"
+    cfg = exp.make_config("quick", ["optimizers=[adam]", f"lrs={lrs}", "inits=[0.001]", f"batches={b}"])
     with RunWriter(tmp_path / "synthetic", exp.name, run_id=f"synthetic-{tag}") as w:
         w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})
-        rows = []
-        for m, s in enumerate(per):
-            scale = 1.0 + 0.01 * m
-            for name, curve in (("norm_K", K), ("norm_Q", Q_OK), ("norm_V", V_OK)):
-                rows += [(int(st), m, name, float(v * scale)) for st, v in zip(STEPS, curve, strict=True)]
-            end = 4.61 if s.lr == 0.03 else 3.5
-            rows += [(int(st), m, "test_loss", 4.6 + (end - 4.6) * st / 1000) for st in STEPS]
-        w.add_metrics("adam", rows)
+        for arm in exp.arms(cfg):
+            rows = []
+            k = K40 if K40 is not None and arm.endswith("/b40") else K
+            for m, s in enumerate(member_settings(cfg, arm)):
+                scale = 1.0 + 0.01 * m
+                for name, curve in (("norm_K", k), ("norm_Q", Q_OK), ("norm_V", V_OK)):
+                    rows += [(int(st), m, name, float(v * scale)) for st, v in zip(STEPS, curve, strict=True)]
+                end = 4.61 if s.lr == 0.03 else 3.5
+                rows += [(int(st), m, "test_loss", 4.6 + (end - 4.6) * st / 1000) for st in STEPS]
+            w.add_metrics(arm, rows)
         run = w.finish()
     return exp, cfg, RunView(run)
 
 
 @pytest.mark.parametrize("K, verdict", [(K_OK, "holds"), (_ramp(None, 20.0, 0, 300), "fails")], ids=["lag", "together"])
-def test_headline_is_decided_on_stored_norms(tmp_path, K, verdict):
+def test_a_setting_is_decided_on_stored_norms(tmp_path, K, verdict):
     exp, cfg, run = _synthetic_run(tmp_path, K, verdict)
     a = exp.analyse(cfg, run)
-    head = setting_name("adam", 0.01, 0.001)
+    name = setting_name("adam", 0.01, 0.001, 16)
     [g] = a.paper
-    assert g.id == "value-grows-first" and g.verdict == verdict
+    assert g.id == "value-grows-first" and g.verdict == verdict and g.spec.form == "existence"
     [row] = g.rows
-    assert row.provenance == "seed" and row.arms == (head,) and row.stage == "kq-grew"
+    assert row.provenance == "seed" and row.arms == (name,) and row.stage == "kq-grew"
     assert row.measured.resolution == pytest.approx(0.1)  # one logging interval of the 1000-step horizon
-    assert row.measured.values == pytest.approx([0.5 if verdict == "holds" else 0.0] * 16)
-    assert a.measurements["settings"][head]["t_half_V"] == [200.0] * 16
+    assert row.measured.values == pytest.approx([0.5 if verdict == "holds" else 0.0] * 3)
+    assert a.measurements["settings"][name]["t_half_V"] == [200.0] * 3
+    assert row.context["batch"] == 16 and row.context["lr"] == 0.01
 
 
-def test_no_stage_2_is_not_evaluable_and_other_settings_are_ours(tmp_path):
+def test_the_claim_is_an_existence_over_the_grid(tmp_path):
+    """One setting of the grid shows the two stages (batch 16) and the other does not (batch 40): it holds; neither
+    does: it fails; one fails and the other never reaches stage 2: not resolved, the grid not covered."""
+    together, flat = _ramp(None, 20.0, 0, 300), _ramp(0.05, 0.09, 400, 1000, lo=0.05)
+    exp, cfg, run = _synthetic_run(tmp_path, K_OK, "some", batches=(16, 40), K40=together)
+    g = exp.analyse(cfg, run).result("value-grows-first")
+    assert [r.verdict for r in g.rows] == ["holds", "fails"] and g.verdict == "holds"
+    assert "1 of 2 settings" in g.reason
+    exp, cfg, run = _synthetic_run(tmp_path, together, "none", batches=(16, 40))
+    g = exp.analyse(cfg, run).result("value-grows-first")
+    assert g.verdict == "fails" and g.cause == "decided"
+    exp, cfg, run = _synthetic_run(tmp_path, flat, "half", batches=(16, 40), K40=together)
+    g = exp.analyse(cfg, run).result("value-grows-first")
+    assert g.rows[0].cause == "stage not reached" and g.rows[1].verdict == "fails"
+    assert g.verdict == "not resolved" and g.cause == "grid not covered"
+
+
+def test_no_stage_2_is_not_evaluable_and_each_setting_is_gated_on_its_own_members(tmp_path):
     exp, cfg, run = _synthetic_run(tmp_path, _ramp(0.05, 0.09, 400, 1000, lo=0.05), "flat", extra_settings=True)
     a = exp.analyse(cfg, run)
     rows = {r.id.split("/", 1)[1]: r for r in a.result("value-grows-first").rows}
-    head = rows[setting_name("adam", 0.01, 0.001)]
+    head = rows[setting_name("adam", 0.01, 0.001, 16)]
     assert head.verdict == "not evaluable" and head.cause == "stage not reached" and "double" in head.reason
-    other = rows[setting_name("adam", 0.03, 0.001)]
-    assert other.provenance == "ours" and other.verdict == "not evaluable" and other.cause == "not trained"
-    assert a.health[setting_name("adam", 0.01, 0.001)].trained  # the headline's own members trained
+    other = rows[setting_name("adam", 0.03, 0.001, 16)]
+    assert other.provenance == "seed" and other.verdict == "not evaluable" and other.cause == "not trained"
+    assert a.health[setting_name("adam", 0.01, 0.001, 16)].trained  # the headline's own members trained
     assert a.result("value-grows-first").verdict == "not evaluable"
 
 
-def test_tiny_run_through_the_runner_ends_with_verdicts(tmp_path):
+def test_tiny_run_through_the_runner_ends_with_verdicts(tmp_path, monkeypatch):
+    batches = {}
+
+    class Recording(two_stage.Trainer):
+        def __init__(self, cfg, *args, label="", **kw):
+            batches[label] = cfg.batch
+            super().__init__(cfg, *args, label=label, **kw)
+
+    monkeypatch.setattr(two_stage, "Trainer", Recording)
     exp = TopicsTwoStage()
     cfg = exp.make_config(
         "quick",
         [
             "train.steps=12",
             "train.eval_every=6",
-            "train.batch=2",
             "train.eval_batches=1",
+            "optimizers=[sgd,adam]",
+            "batches=[2,3]",
             "headline_members=2",
             "lrs=[0.01,0.03]",
             "inits=[0.001]",
@@ -134,13 +166,14 @@ def test_tiny_run_through_the_runner_ends_with_verdicts(tmp_path):
     r = execute(exp, cfg, "quick", tmp_path, progress=False)
     s = r.summary
     assert s["status"] == "done"
+    assert batches == {"sgd/b2": 2, "sgd/b3": 3, "adam/b2": 2, "adam/b3": 3}  # each batch size its own arm
     assert [g["id"] for g in s["claims"]] == ["value-grows-first"]
     assert s["claims"][0]["verdict"] in ("holds", "fails", "not resolved", "not evaluable")
     table = s["measurements"]["settings"]
-    assert set(table) == {setting_name(o, lr, 0.001) for o in ("sgd", "adam") for lr in (0.01, 0.03)}
-    assert table[setting_name("adam", 0.01, 0.001)]["members"] == 2
+    assert set(table) == {setting_name(o, lr, 0.001, b) for o in ("sgd", "adam") for lr in (0.01, 0.03) for b in (2, 3)}
+    assert table[setting_name("adam", 0.01, 0.001, 3)]["members"] == 2
     df = r.metrics()
-    norms = df[(df["arm"] == "adam") & (df["name"] == "norm_V")]
+    norms = df[(df["arm"] == "adam/b2") & (df["name"] == "norm_V")]
     assert sorted(norms["step"].unique()) == list(range(13))  # logged every step
     # each member started from its own U[0, init) scale: ‖W_0‖ ≈ init · V/√3 for a V x V matrix
     v0 = norms[norms["step"] == 0]["value"].to_numpy()
@@ -159,7 +192,7 @@ def test_member_lr_and_init_reach_the_right_members(tmp_path):
         [
             "train.steps=1",
             "train.eval_every=1",
-            "train.batch=2",
+            "batches=[2]",
             "train.eval_batches=1",
             "optimizers=[sgd]",
             "headline_optimizer=sgd",
@@ -171,9 +204,9 @@ def test_member_lr_and_init_reach_the_right_members(tmp_path):
         members=1,
     )
     r = execute(exp, cfg, "quick", tmp_path, progress=False)
-    init = r.arrays("sgd@init")["W_V"].double()
-    final = r.arrays("sgd")["W_V"].double()
-    per = [(s.lr, s.init) for s in member_settings(cfg, "sgd")]
+    init = r.arrays("sgd/b2@init")["W_V"].double()
+    final = r.arrays("sgd/b2")["W_V"].double()
+    per = [(s.lr, s.init) for s in member_settings(cfg, "sgd/b2")]
     assert per == [(0.01, 0.001), (0.01, 0.01), (0.03, 0.001), (0.03, 0.01)]
     n0 = init.flatten(1).norm(dim=1)
     np.testing.assert_allclose((n0[1] / n0[0]).item(), 10.0, rtol=0.05)
@@ -191,6 +224,8 @@ def test_member_lr_and_init_reach_the_right_members(tmp_path):
         (["model.init=normal"], "model.init"),
         (["model.onehot=false"], "model"),
         (["lrs=[]"], "lrs"),
+        (["batches=[16,16]"], "batches"),
+        (["train.batch=16"], "batches"),
         (["claims.half=1.5"], "half"),
     ],
 )
@@ -201,8 +236,8 @@ def test_bad_config_is_refused(override, field):
 
 def test_headline_only_trains_one_setting_off_the_grid(tmp_path):
     """``headline_only`` (the atlas's points): a headline outside the lists is accepted, the run has the headline
-    optimiser's arm alone with its members at the headline lr and init, and the one row is the seed's; without it
-    the same headline is refused."""
+    optimiser's arm at each batch alone with its members at the headline lr and init, and its rows are the grid's;
+    without it the same headline is refused."""
     over = ["headline_optimizer=sgd", "headline_lr=0.2", "headline_init=0.005", "headline_members=2"]
     with pytest.raises(ConfigError, match="headline"):
         TopicsTwoStage().make_config("quick", over)
@@ -214,18 +249,18 @@ def test_headline_only_trains_one_setting_off_the_grid(tmp_path):
             "headline_only=true",
             "train.steps=2",
             "train.eval_every=1",
-            "train.batch=2",
+            "batches=[2]",
             "train.eval_batches=1",
             "horizon=2",
         ],
     )
-    assert exp.arms(cfg) == ["sgd"] and member_settings(cfg, "adam") == []
-    assert [(s.lr, s.init) for s in member_settings(cfg, "sgd")] == [(0.2, 0.005)] * 2
+    assert exp.arms(cfg) == ["sgd/b2"]
+    assert [(s.lr, s.init) for s in member_settings(cfg, "sgd/b2")] == [(0.2, 0.005)] * 2
     r = execute(exp, cfg, "quick", tmp_path, progress=False)
-    init = r.arrays("sgd@init")["W_V"].double()
+    init = r.arrays("sgd/b2@init")["W_V"].double()
     assert float(init.min()) >= 0.0 and float(init.max()) < 0.005 and float(init.max()) > 0.001  # U[0, 0.005)
     (row,) = next(g for g in r.summary["claims"] if g["id"] == "value-grows-first")["rows"]
-    assert row["id"].endswith(setting_name("sgd", 0.2, 0.005)) and row["provenance"] == "seed"
+    assert row["id"].endswith(setting_name("sgd", 0.2, 0.005, 2)) and row["provenance"] == "seed"
 
 
 def test_the_atlas_searches_optimiser_lr_init_and_authors_compat():

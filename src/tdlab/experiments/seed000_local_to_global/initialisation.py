@@ -185,7 +185,9 @@ SEED_STEPS = 8000  # Table 2: 8000 iterations, the horizon of Fig. 4
 
 # Fig. 4 and the A.3.2 paragraph speak of p + q > 1 (Thm. 2's side of the phase diagram, Fig. 1d), at
 # (p, q) = (0.5, 0.8): a row at p + q ≤ 1 is ours (Thm. 8's side, where both minima are the entropy rate's).
-ABOVE_LINE = Hypothesis("p + q > 1 (Thm. 2 and Fig. 1d; Fig. 4 runs (p, q) = (0.5, 0.8))", lambda cfg: cfg.task.p + cfg.task.q > 1)
+ABOVE_LINE = Hypothesis(
+    "p + q > 1 (Thm. 2 and Fig. 1d; Fig. 4 runs (p, q) = (0.5, 0.8))", lambda cfg: cfg.task.p + cfg.task.q > 1
+)
 
 
 def _between_minima(cfg: MarkovInitConfig, context: Any) -> tuple[Sample, Sample]:

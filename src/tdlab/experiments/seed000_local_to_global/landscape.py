@@ -17,7 +17,9 @@ Fig. 1 (c)/(d)). Per member (seed):
   (≈ 1 for p + q > 1, Thm. 2; ≈ 0 for p + q < 1, Thm. 8).
 
 Every row is in the seed's setting (Thms. 2 and 8 are stated for every (p, q) off p + q = 1 and every
-θ₀; App. G's probability for every σ). The horizon is ``static``: nothing is trained, the flow is a
+θ₀; App. G's probability for every σ), but for the small-init statement, whose "σ² ≪ 1/√2" we read as
+σ² ≤ 0.1/√2: a row at a larger σ is ours. The statements are for every chain: a group holds only when
+every chain's row does. The horizon is ``static``: nothing is trained, the flow is a
 deterministic function of θ₀ integrated to a stated time ``t_end`` that stands in for its limit. That
 stand-in is gated, not assumed: an endpoint not yet within ``limit_atol`` of a critical set at
 ``t_end`` has not reached its limit, and a member with more such endpoints than the claims' tolerance
@@ -41,8 +43,11 @@ import torch
 from pydantic import Field, field_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.claims.declare import Calibration, Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.manifest import Setting
+from tdlab.experiments.seed000_local_to_global.hypotheses import OFF_LINE_ROW, SMALL_SIGMA_ROW
 from tdlab.experiments.view import RunView
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import ChainConfig
@@ -53,6 +58,7 @@ from tdlab.train.trainer import FitResult
 __all__ = [
     "FLOW_SETTLED",
     "KIND_COLOR",
+    "SEED_CHAINS",
     "FlowConfig",
     "FlowExperiment",
     "LandscapeConfig",
@@ -61,6 +67,7 @@ __all__ = [
     "energy_claim",
     "energy_sample",
     "max_energy_drift",
+    "planted_proportion",
     "save_times",
     "settled_bound",
 ]
@@ -78,6 +85,15 @@ KIND_COLOR = {
 
 def _default_chains() -> list[ChainConfig]:
     return [ChainConfig(p=0.2, q=0.3), ChainConfig(p=0.5, q=0.8)]  # Fig. 1 (a)/(b): p+q<1; (c)/(d): p+q>1
+
+
+# Figs. 1, 2 and 5 name no (p, q), only the side of p + q = 1 each panel shows; the seed's own chains on either
+# side, App. A.3.1's (0.2, 0.3) and Fig. 4's (0.5, 0.8), stand for them (the theorems cover any chain off the line).
+SEED_CHAINS = Setting(
+    [{"p": 0.2, "q": 0.3}, {"p": 0.5, "q": 0.8}],
+    "Fig. 1 (a)/(b): p + q < 1, (c)/(d): p + q > 1 (likewise Figs. 2, 5); the values: App. A.3.1 and Fig. 4",
+    "the figures state only the side of p + q = 1; the seed's two chains, one on each side, stand for them",
+)
 
 
 def chain_arm(p: float, q: float) -> str:
@@ -200,11 +216,64 @@ def quadrature_local_min(cfg: LandscapeConfig, row: Any) -> float:
     return float(ml.gaussian_basin_probability(float(c["sigma"]), float(c["p"]), float(c["q"]))[CK.LOCAL_MIN])
 
 
+def planted_proportion(fraction: float, n: int) -> Sample:
+    """``n`` planted 0/1 indicators of which ``round(fraction · n)`` are 1 (a proportion row's shape)."""
+    k = min(n, max(0, round(fraction * n)))
+    return Sample([1.0] * k + [0.0] * (n - k), proportion=True)
+
+
+def _other_side(p: float, q: float) -> tuple[float, float]:
+    """The chain (1 − p, 1 − q): its switching factor 2 − (p + q) is on the other side of p + q = 1."""
+    return 1.0 - p, 1.0 - q
+
+
+def _basins_plant(cfg: LandscapeConfig, context: Any) -> tuple[Sample, Sample]:
+    """At the run's members × n_random points: every flow in the basin its theorem names (Thm. 2 / Thm. 8: every
+    θ₀ off a null set), against flows that follow the other side's theorem, which agree with this side's only
+    where both name a global minimum (the two local-minimum basins are disjoint): 1 − P₂ − P₈ of N(0, s² I),
+    0.27 at s = 1 (App. G quadrature)."""
+    p, q = float(context["p"]), float(context["q"])
+    s, n = cfg.init_scale, cfg.members * cfg.n_random
+    local = [float(ml.gaussian_basin_probability(s, *pq)[CK.LOCAL_MIN]) for pq in ((p, q), _other_side(p, q))]
+    return planted_proportion(1.0, n), planted_proportion(1.0 - sum(local), n)
+
+
+def _gaussian_plant(cfg: LandscapeConfig, context: Any) -> tuple[Sample, Sample]:
+    """At the run's members × n_gaussian points: the local-minimum fraction App. G gives the row's chain and σ,
+    against the one it gives a chain on the other side of p + q = 1 (Thm. 2's behaviour for Thm. 8's chain,
+    or the reverse)."""
+    p, q, sigma = float(context["p"]), float(context["q"]), float(context["sigma"])
+    n = cfg.members * cfg.n_gaussian
+    here = float(ml.gaussian_basin_probability(sigma, p, q)[CK.LOCAL_MIN])
+    there = float(ml.gaussian_basin_probability(sigma, *_other_side(p, q))[CK.LOCAL_MIN])
+    return planted_proportion(here, n), planted_proportion(there, n)
+
+
 CLAIMS = (
     ClaimSpec(
         "basins-match-theorem",
         "The gradient-flow limit of θ₀ lies in the critical set that Thm. 2 (p+q>1) / Thm. 8 (p+q<1) predicts for θ₀ "
         "(Fig. 1 (b), (d))",
+        quote="Then for all initializations θ_0 ∈ R^2, the gradient flow converges to a critical point of the loss L. "
+        "[...] In particular, θ_lim is a (i) a local minimum if θ_0 ∈ I_min [...] (iv) and a global minimum if "
+        "θ_0 ∈ I_*",
+        where="Thm. 2 (Sec. 4, p + q > 1) and Thm. 8 (App. G.2, p + q < 1); Fig. 1 (b), (d)",
+        # A theorem for every (p, q) off the line and every θ₀: each chain that ran decides, all of them must hold.
+        form="settings",
+        hypotheses=(OFF_LINE_ROW,),
+        all_rows=True,
+        threshold=Threshold(
+            "ours",
+            "1 − min_agreement = 0.01 of the points: room for flows not yet within limit_atol of a critical set at "
+            "t_end (the theorems: every θ₀ off a null set agrees)",
+            Calibration(
+                "planted",
+                "every point in its theorem's basin holds; flows following the other side's theorem (agreeing only "
+                "where both name a global minimum, 27% of N(0, I)) fail, at the run's members × n_random points",
+                plant=_basins_plant,
+                test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
+            ),
+        ),
         test="value",
         relation="ge",
         quantity="fraction of θ₀ ~ N(0, init_scale² I) (members × n_random, Wilson "
@@ -213,11 +282,31 @@ CLAIMS = (
         tolerance=_agreement_tolerance,
         horizon="static",
         stage=FLOW_SETTLED,
+        example={"p": 0.2, "q": 0.3},
     ),
     ClaimSpec(
         "small-gaussian-init",
         "From a small Gaussian init θ₀ ~ N(0, σ² I) the flow ends at the local minimum (loss H(π)) for p+q>1 (Thm. 2) and "
         "at a global minimum (loss = entropy rate) for p+q<1 (Thm. 8), with the App. G probability",
+        quote="Consequently, when p + q > 1, if we use the standard initialization θ_0 ∼ N(0, σ^2 I_2) with σ^2 ≪ 1/√2, "
+        "θ_lim will be a local minimum with high probability. If p + q < 1, under the same initialization scheme, "
+        "θ_lim will be a global minimum with high probability.",
+        where="Sec. 4 after Thm. 2; Thm. 8 ('Consequently'); App. G.1 ('Gaussian initialization')",
+        form="settings",
+        hypotheses=(OFF_LINE_ROW, SMALL_SIGMA_ROW),
+        all_rows=True,
+        threshold=Threshold(
+            "ours",
+            "prob_tol = 0.02 (absolute) around App. G's quadrature probability of the local-minimum basin",
+            Calibration(
+                "planted",
+                "endpoints at the local minimum in App. G's proportion for the row's chain and σ hold; in the proportion "
+                "it gives a chain on the other side of p + q = 1 (1 vs 0 at σ = 0.02) fail, at the run's members × "
+                "n_gaussian points",
+                plant=_gaussian_plant,
+                test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
+            ),
+        ),
         test="value",
         relation="close",
         quantity="fraction of flow endpoints from N(0, σ² I) (members × n_gaussian, Wilson "
@@ -337,6 +426,8 @@ class MarkovLandscape(FlowExperiment[LandscapeConfig]):
     )
     Config = LandscapeConfig
     claims = CLAIMS
+    # Nothing else the seed states maps to a field: the flows' horizon, tolerances and draws are ours.
+    manifest: ClassVar[dict[str, Setting]] = {"chains": SEED_CHAINS}
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {"members": 2, "n_random": 1000, "n_gaussian": 500, "n_traj": 8},
         "paper": {"members": 5, "n_random": 2000, "n_gaussian": 2000, "n_traj": 12},  # 10^4 random inits

@@ -9,7 +9,8 @@ recorded every epoch (Fig. 2A). The seed's reading: at γ = 0.8 both reasoning s
 before the memory set and the masked tuples are inferred; at γ = 0.3 memory and reasoning-train fall
 together and D_rsn,test does not; the reasoning bias grows with γ.
 
-Claims (thresholds marked (t) are ours, in :class:`BiasClaims`):
+Claims (thresholds marked (t) are ours, in :class:`BiasClaims`; each claim declares the seed's words, the
+small (γ > 0.5) or large (γ < 0.5) init it is about, and where its threshold comes from):
 
 * γ = 0.8, reasoning first: ``T50_rsn,train < T50_mem``, ``T50_rsn,test < T50_mem`` (censored and
   discrete: an exact sign test over seeds) and ``AUC_mem < AUC_rsn,test``; the arm must have learnt
@@ -18,7 +19,9 @@ Claims (thresholds marked (t) are ours, in :class:`BiasClaims`):
 * γ = 0.3 memorises at the reasoning pace: ``|log(T50_mem / T50_rsn,train)| <= log 1.5`` (t), once both
   training splits have been learnt within the run;
 * γ = 0.3 does not generalise: final ``acc_rsn,test`` at most chance (``1/N_Z``, a guess from the held-out
-  labels' marginal) plus 0.05 (t), once D_rsn,train has been learnt;
+  labels' marginal) plus 0.05 (t, calibrated: chance holds, the inferred solution fails), once D_rsn,train has
+  been learnt. The seed's "remains effectively unchanged" is a statement that something *stays*: it holds only
+  from a run of the seed's 1000 epochs, and fails from any run where M is already inferred;
 * ``AUC_rsn,test − AUC_mem`` grows with γ (paired comparisons of neighbouring γ).
 
 The trained ensemble (``arrays/gamma=<γ>.safetensors``, ``@init`` and the ``snapshot_epochs`` as
@@ -38,12 +41,21 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.claims.calibration import planted_pair
+from tdlab.claims.declare import Calibration, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed001_reasoning_bias.training import (
+    DIRECTION,
+    LARGE_INIT,
+    MEMBERS_DIFFER,
     RSN_PAST_MARGINAL,
+    SEED_EPOCHS,
     SEED_LR_TRANSFORMER,
+    SMALL_INIT,
+    TASK_MANIFEST,
     AnchorsHealth,
     ArmCurves,
     EpochsConfig,
@@ -75,6 +87,7 @@ if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with th
 __all__ = [
     "BOTH_REACHED",
     "RSN_TRAIN_REACHED",
+    "TRANSFORMER_MANIFEST",
     "AnchorsBias",
     "AnchorsBiasConfig",
     "BiasClaims",
@@ -165,14 +178,37 @@ def _chance(cfg: AnchorsBiasConfig, row: object) -> float:
     return chance_acc_test(cfg.task)
 
 
+def _chance_or_inferred(cfg: AnchorsBiasConfig, context: Any) -> tuple[Sample, Sample]:
+    """Planted final accuracies on D_rsn,test at the run's members and held-out size: at chance (the masked tuples
+    not inferred, what the seed says of γ = 0.3), members spread over ± 2 binomial standard errors of
+    ``task.n_test`` sequences; and inferred (accuracy 1, the reasoning solution the seed's small init reaches, the
+    alternative §4.1 contrasts it with), spread the same below 1."""
+    c = chance_acc_test(cfg.task)
+    spread = 2 * math.sqrt(c * (1 - c) / cfg.task.n_test)
+    return planted_pair(c, 1.0 - spread, spread, cfg.members)
+
+
 CLAIMS = (
     reasoning_first_claim(
         "small-init-learns-reasoning-first",
         "Small init (γ = 0.8): D_rsn,train and D_rsn,test are learnt before D_mem (§4.1, Fig. 2A)",
+        quote="In contrast, when γ = 0.8, the losses on D_rsn,train and D_rsn,test decrease significantly faster than "
+        "the loss on D_mem.",
+        where="§4.1; Fig. 2A (γ = 0.8 column)",
     ),
     ClaimSpec(
         "small-init-generalises-to-masked-tuples",
         "Small init (γ = 0.8): the masked tuples M are inferred — accuracy on D_rsn,test approaches 1 (§4.1, Fig. 2A)",
+        quote="when γ = 0.8, the losses on D_rsn,train and D_rsn,test decrease significantly faster than the loss on "
+        "D_mem. This behavior indicates a shift towards a reasoning bias in the model.",
+        where="§4.1; Fig. 2A (bottom row, γ = 0.8: the accuracy on D_rsn,test rises with D_rsn,train's)",
+        form="settings",
+        hypotheses=(SMALL_INIT,),
+        threshold=Threshold(
+            "ours",
+            "claims.small_final_test_acc = 0.9: our reading of Fig. 2A's accuracy curve, which the text gives no level "
+            "for (no level between chance and 1 follows from the seed)",
+        ),
         test="value",
         relation="ge",
         expected="claims.small_final_test_acc",
@@ -184,6 +220,16 @@ CLAIMS = (
     ClaimSpec(
         "large-init-memorises-at-reasoning-pace",
         "Large init (γ = 0.3): D_mem and D_rsn,train are learnt at nearly identical rates (§4.1, Fig. 2A)",
+        quote="As illustrated in Figure 2A, for γ = 0.3, the losses on D_mem and D_rsn,train decrease at nearly "
+        "identical rates",
+        where="§4.1; Fig. 2A (γ = 0.3 column)",
+        form="settings",
+        hypotheses=(LARGE_INIT,),
+        threshold=Threshold(
+            "ours",
+            "claims.large_t50_factor = 1.5: 'nearly identical rates' read as T50s within a factor 1.5 "
+            "(the seed gives no number and no theory of the two paces)",
+        ),
         test="value",
         relation="close",
         expected=0.0,
@@ -197,6 +243,22 @@ CLAIMS = (
         "large-init-does-not-generalise",
         "Large init (γ = 0.3): the loss on D_rsn,test remains effectively unchanged — the masked tuples are not "
         "inferred (§4.1, Fig. 2A)",
+        quote="while the loss on D_rsn,test remains effectively unchanged. This observation suggests that the model "
+        "primarily memorizes the training data in this setting.",
+        where="§4.1; Fig. 2A (γ = 0.3 column)",
+        form="settings",
+        hypotheses=(LARGE_INIT,),
+        threshold=Threshold(
+            "ours",
+            "claims.large_test_acc_tol = 0.05 above chance (1/N_Z) on the final D_rsn,test accuracy",
+            Calibration(
+                "planted",
+                "members at chance (± 2 binomial standard errors of task.n_test held-out sequences) hold, members at "
+                "the inferred solution (accuracy 1, the small init's) fail, at the run's member count",
+                plant=_chance_or_inferred,
+                test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
+            ),
+        ),
         test="value",
         relation="le",
         expected=_chance,
@@ -204,11 +266,20 @@ CLAIMS = (
         horizon="budget",
         stage=RSN_TRAIN_REACHED,
         learning_required=False,
+        # "remains unchanged" over the seed's 1000 epochs: a shorter run still at chance may yet infer M
+        stays=True,
+        length="schedule.epochs",
+        seed_length=SEED_EPOCHS,
         quantity="final accuracy on D_rsn,test, against chance (1/N_Z: a guess from the held-out labels' marginal)",
     ),
     ClaimSpec(
         "reasoning-bias-grows-with-gamma",
         "The smaller the init (the larger γ), the stronger the reasoning bias (§4.1, Fig. 2A)",
+        quote="as the initialization scale decreases, the model exhibits a progressively stronger reasoning bias.",
+        where="§4.1; Fig. 2A (γ = 0.3, 0.5, 0.8 columns)",
+        form="settings",
+        threshold=DIRECTION,
+        all_rows=True,  # "progressively": every neighbouring pair of γ
         test="compare",
         relation="gt",
         margin=0.0,
@@ -229,6 +300,33 @@ def log_ratio_resolution(t_mem: np.ndarray, t_rsn: np.ndarray, interval: float) 
     return float(2 * np.max(np.maximum(hi, lo)))
 
 
+# The γ-sweep of §4.1 / A.3's transformers (anchors-bias and the probes that read its parameters).
+TRANSFORMER_MANIFEST: dict[str, Setting] = {
+    **TASK_MANIFEST,
+    "task.L": Setting(9, "§4.1 (L = 9); A.3 ('a fixed length of 9 tokens')"),
+    "task.n_train": Setting(
+        198_000,
+        "§4.1 ('The dataset contains 200000 data pairs, ensuring an equal number of samples for each anchor pair'); "
+        "A.3",
+        "1000 per anchor tuple: the 198 training tuples' sequences (tasks.anchors' documented reading)",
+    ),
+    "task.n_test": Setting(2_000, "§4.1; A.3", "the 1000 per tuple of M's two tuples: D_rsn,test"),
+    "model.d": Setting(200, "A.3 (embedding dimension d_m)"),
+    "model.d_attn": Setting(64, "A.3 (query-key-value dimension d_k)"),
+    "model.d_ff": Setting(512, "A.3 (feedforward dimension d_f)"),
+    "model.layers": Setting(2, "§4.1; A.3 (2 decoder layers)"),
+    "model.heads": Setting(1, "§4.1; A.3 (1 attention head per layer)"),
+    "model.norm": Setting("post", "A.2, Eq. 18 (LN after each residual sum)"),
+    "gammas": Setting([0.3, 0.5, 0.8], "§4.1; A.3"),
+    "members": Setting(1, "A.3 ('we train three Transformer models'; one per γ)"),
+    "train.optimizer": Setting("adamw", "§4.1; A.3"),
+    "train.lr": Setting(SEED_LR_TRANSFORMER, "A.3 (initial learning rate 1e-5)"),
+    "train.batch": Setting(100, "A.3"),
+    "train.grad_clip": Setting(1.0, "A.3 (gradient clipping at max norm 1)"),
+    "schedule.epochs": Setting(SEED_EPOCHS, "A.3 (1000 epochs)"),
+}
+
+
 AnchorsBiasConfigT = TypeVar("AnchorsBiasConfigT", bound=AnchorsBiasConfig)
 
 
@@ -246,6 +344,8 @@ class AnchorsBias(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
     # its own config; the experiments built on the γ-sweep (AnchorsBias[TheirConfig]) set theirs
     Config = AnchorsBiasConfig  # type: ignore[assignment]
     claims: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
+    manifest: ClassVar[dict[str, Setting]] = TRANSFORMER_MANIFEST
+    paper_differs: ClassVar[dict[str, str]] = {"members": MEMBERS_DIFFER}
     arm_fields: ClassVar[dict[str, str]] = {
         "model.init_gamma": "gammas=[...]",
         "model.vocab": "task.d_vob",

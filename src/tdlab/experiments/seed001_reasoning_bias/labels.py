@@ -36,11 +36,13 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Stage, assess_arm
-from tdlab.claims.declare import Provenance
+from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
+from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed001_reasoning_bias.training import (
+    DIRECTION,
     EpochsConfig,
     Seed001GPTConfig,
     Seed001TrainConfig,
@@ -63,6 +65,7 @@ from tdlab.train.trainer import Trainer
 __all__ = [
     "GROUPS_PAST_MARGINAL",
     "PAST_MARGINAL",
+    "SMALL_INIT_RUN",
     "AnchorsLabels",
     "AnchorsLabelsConfig",
     "CompareTaskConfig",
@@ -207,6 +210,13 @@ PAST_MARGINAL = Stage(
 
 _AT_LEAST = {"share": "in_range_min", "rise": "rise_min"}
 
+# §4.5 reads the label laws' effect "under small initialization" (its first sentence); it states no γ of its own.
+SMALL_INIT_RUN = Hypothesis(
+    "a small init, γ > 0.5 (§4.5: 'under small initialization, the distribution of labels plays a pivotal role'; "
+    "§3.4: γ > 0.5 is small)",
+    lambda cfg: cfg.gamma > 0.5,
+)
+
 
 def _at_least(cfg: AnchorsLabelsConfig, row: Any) -> float:
     return float(getattr(cfg.claims, _AT_LEAST[row.context["quantity"]]))
@@ -217,6 +227,18 @@ CLAIMS = (
         "fig7-left-predictions-follow-label-ranges",
         "Early in training (accuracy still low), each memory group's predictions stay inside its own label range "
         "(Fig. 7 left, §4.5)",
+        quote="Notably, it can be observed that even at this initial stage, when the model’s accuracy is still relatively "
+        "low, its outputs do not exceed the range of the label distributions.",
+        where="§4.5; Fig. 7 (the caption's left panel, the text's right: the caption is followed)",
+        form="settings",
+        hypotheses=(SMALL_INIT_RUN,),
+        threshold=Threshold(
+            "ours",
+            "claims.in_range_min = 0.95 of each group's predictions in its range, and claims.rise_min = 0.5 of the "
+            "targets' rise between groups (nested ranges make 'inside' alone pass a group-blind predictor): our reading "
+            "of 'do not exceed the range'",
+        ),
+        all_rows=True,  # "its outputs": every group
         test="value",
         relation="ge",
         expected=_at_least,
@@ -231,6 +253,13 @@ CLAIMS = (
         "fig7-right-window-labels-learnt-faster",
         "A memory task whose label law depends on the anchors (F_mem,2) is learnt faster than one with labels from "
         "U(Z) (F_mem,1) (Fig. 7 right, §4.5)",
+        quote="As shown in the left picture of Figure 7, the learning rate for F_mem,2 is significantly faster than that "
+        "for F_mem,1.",
+        where="§4.5; Fig. 7 (the caption's right panel, the text's left: the caption is followed)",
+        form="settings",
+        hypotheses=(SMALL_INIT_RUN,),
+        threshold=DIRECTION,
+        all_rows=True,  # T50 and AUC
         test="compare",
         relation="lt",
         margin=0.0,
@@ -255,6 +284,18 @@ class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
     )
     Config = AnchorsLabelsConfig
     claims = CLAIMS
+    # What §4.5 states of its tasks; it names no model, optimiser or schedule of its own (the profiles reuse A.3's
+    # transformer setup, a choice), nor a γ.
+    manifest: ClassVar[dict[str, Setting]] = {
+        "groups_task.memory_groups": Setting(4, "§4.5 ('we designed four groups of memory mappings')"),
+        "groups_task.group_label_start": Setting(30, "§4.5 (label ranges {30, …, 29 + 20 × i}, i = 1, 2, 3, 4)"),
+        "groups_task.group_label_width": Setting(20, "§4.5"),
+        "groups_task.group_ranges": Setting(
+            "nested", "§4.5", "as printed, every range starts at 30 (nested); 'disjoint' is an option"
+        ),
+        "compare_task.key_min": Setting(21, "§4.5 (F_mem,1: y sampled from Z); §4.1 (Z = {21, …, 120})"),
+        "compare_task.key_max": Setting(120, "§4.5; §4.1"),
+    }
     arm_fields: ClassVar[dict[str, str]] = {
         "compare_task.memory_labels": "the arms mem1 (uniform) and mem2 (window)",
         "model.vocab": "groups_task.d_vob / compare_task.d_vob",

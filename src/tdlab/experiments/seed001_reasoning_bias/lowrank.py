@@ -24,9 +24,11 @@ import torch
 from tdlab.claims import ClaimSpec, GroupResult, Measurements
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
+from tdlab.experiments.manifest import Setting
+from tdlab.experiments.seed001_reasoning_bias.bias import TRANSFORMER_MANIFEST, AnchorsBias
 from tdlab.experiments.seed001_reasoning_bias.embedding import ProbeConfig, ProbeSource, quick_profile
 from tdlab.experiments.seed001_reasoning_bias.training import (
+    DIRECTION,
     SEED_LR_TRANSFORMER,
     GammaArms,
     parameter_reading,
@@ -74,6 +76,12 @@ CLAIMS = (
         "fig13-low-rank-at-small-init",
         "Every weight matrix's effective rank is lower the smaller the initialisation: erank(γ = 0.8) < erank(γ = 0.5) "
         "< erank(γ = 0.3) (Fig. 13, App. C.4)",
+        quote="The results reveal that as the initialization scale decreases, the parameter matrices exhibit a pronounced "
+        "low-rank structure, which in turn facilitates a simpler learning mode.",
+        where="App. C.4; Fig. 13",
+        form="settings",
+        threshold=DIRECTION,
+        all_rows=True,  # "the parameter matrices": every matrix, every neighbouring pair of γ
         test="compare",
         relation="lt",
         margin=0.0,
@@ -96,6 +104,7 @@ class AnchorsLowrank(ProbeSource, AnchorsBias[AnchorsLowrankConfig]):
     )
     Config = AnchorsLowrankConfig
     claims = CLAIMS
+    manifest: ClassVar[dict[str, Setting]] = TRANSFORMER_MANIFEST
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": quick_profile({}),  # anchors-bias's quick scale-down
         "paper": {

@@ -38,12 +38,21 @@ from pydantic import Field, model_validator
 from scipy.stats import rankdata
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.claims.declare import Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register, snapshot_arm
+from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed001_reasoning_bias.training import (
+    DIRECTION,
+    LARGE_INIT,
+    MEMBERS_DIFFER,
     RSN_PAST_MARGINAL,
+    SEED_EPOCHS,
     SEED_LR_EMB_MLP,
+    SMALL_INIT,
+    SMALL_VS_LARGE,
+    TASK_MANIFEST,
     AnchorsHealth,
     ArmCurves,
     EpochsConfig,
@@ -77,6 +86,8 @@ from tdlab.train.trainer import Trainer
 
 __all__ = [
     "FIG3A_EPOCHS",
+    "MEM_COS_THRESHOLD",
+    "RSN_RHO_THRESHOLD",
     "AnchorsMlp",
     "AnchorsMlpConfig",
     "EmbTaskConfig",
@@ -201,13 +212,34 @@ def _label_law_tol(cfg: AnchorsMlpConfig, row: Any) -> float:
     return 1e-12 if row.context.get("check") == "memory-laws-equal" else 0.0
 
 
-def anchor_cosine_claims(prefix: str, figure: str, section: str) -> tuple[ClaimSpec, ...]:
+# Our thresholds on the anchors' cosine structure: the seed gives no level for "high similarity" or "decreases with
+# |s_i − s_j|", and no planted case from its theory fixes one between an unshaped embedding (0) and its limit.
+MEM_COS_THRESHOLD = Threshold(
+    "ours",
+    "mem_cos_min = 0.8 on the mean off-diagonal cosine: our reading of 'high similarity'",
+)
+RSN_RHO_THRESHOLD = Threshold(
+    "ours",
+    "rsn_rho_max = −0.8 on the Spearman ρ with |s_i − s_j|: our reading of 'decreases with the increase of "
+    "|s_i − s_j|'",
+)
+
+
+def anchor_cosine_claims(
+    prefix: str, figure: str, section: str, where: str, quotes: tuple[str, str, str]
+) -> tuple[ClaimSpec, ...]:
     """The three statements of Figs. 3A and 4A about the anchors' embedding cosines at γ = 0.8 (thresholds
-    from the config section ``section``); rows from :func:`anchor_cosine_rows`."""
+    from the config section ``section``); rows from :func:`anchor_cosine_rows`. ``where`` and ``quotes`` (memory
+    aligned, memory above reasoning, reasoning ordered): the seed's words for the figure at hand."""
     return (
         ClaimSpec(
             f"{prefix}-memory-anchors-aligned",
             f"Small init (γ = 0.8): the memory anchors' embeddings are highly similar to each other ({figure})",
+            quote=quotes[0],
+            where=where,
+            form="settings",
+            hypotheses=(SMALL_INIT,),
+            threshold=MEM_COS_THRESHOLD,
             test="value",
             relation="ge",
             expected=f"{section}.mem_cos_min",
@@ -218,6 +250,11 @@ def anchor_cosine_claims(prefix: str, figure: str, section: str) -> tuple[ClaimS
         ClaimSpec(
             f"{prefix}-memory-above-reasoning",
             f"Small init (γ = 0.8): memory anchors are more alike than reasoning anchors ({figure})",
+            quote=quotes[1],
+            where=where,
+            form="settings",
+            hypotheses=(SMALL_INIT,),
+            threshold=DIRECTION,
             test="compare",
             relation="gt",
             margin=0.0,
@@ -227,6 +264,11 @@ def anchor_cosine_claims(prefix: str, figure: str, section: str) -> tuple[ClaimS
         ClaimSpec(
             f"{prefix}-reasoning-anchors-ordered",
             f"Small init (γ = 0.8): the reasoning anchors' cosine falls with |s_i − s_j| ({figure})",
+            quote=quotes[2],
+            where=where,
+            form="settings",
+            hypotheses=(SMALL_INIT,),
+            threshold=RSN_RHO_THRESHOLD,
             test="value",
             relation="le",
             expected=f"{section}.rsn_rho_max",
@@ -282,15 +324,27 @@ def anchor_cosine_rows(
     )
 
 
+FIG2B_QUOTE = (
+    "Comparing with a large initialization scale (γ = 0.3), a noticeable reasoning bias can still be observed in "
+    "Figure 2B for a small initialization scale (γ = 0.8)."
+)
+
 CLAIMS = (
     reasoning_first_claim(
         "emb-mlp-small-init-learns-reasoning-first",
         "Emb-MLP, small init (γ = 0.8): D_rsn,train and D_rsn,test are learnt before D_mem (Fig. 2B, Fig. 2A's "
         "orderings)",
+        quote=FIG2B_QUOTE,
+        where="§4.2; Fig. 2B (γ = 0.8: prediction accuracy of Emb-MLP; 'reasoning bias' as §4.1 reads Fig. 2A)",
     ),
     ClaimSpec(
         "emb-mlp-bias-larger-at-small-init",
         "Emb-MLP: the reasoning bias is stronger at γ = 0.8 than at γ = 0.3 (Fig. 2B)",
+        quote=FIG2B_QUOTE,
+        where="§4.2; Fig. 2B (γ = 0.3 and 0.8)",
+        form="settings",
+        hypotheses=(SMALL_VS_LARGE,),
+        threshold=DIRECTION,
         test="compare",
         relation="gt",
         margin=0.0,
@@ -298,11 +352,34 @@ CLAIMS = (
         stage=RSN_PAST_MARGINAL,
         quantity="AUC_rsn,test − AUC_mem at the small init minus at the large init, paired over seeds",
     ),
-    *anchor_cosine_claims("fig3a", "Fig. 3A", "claims"),
+    *anchor_cosine_claims(
+        "fig3a",
+        "Fig. 3A",
+        "claims",
+        "§4.2; Fig. 3A (γ = 0.8, epochs 50 and 900)",
+        (
+            "In contrast, the memory anchors exhibit consistently high similarity and alignment, leading to a lack of "
+            "differentiation among them.",
+            "reasoning anchors quickly establish a hierarchical structure within the embedding space. In contrast, the "
+            "memory anchors exhibit consistently high similarity and alignment",
+            "The results reveal that the cosine similarity between reasoning anchors s_i, s_j decreases with the "
+            "increase of |s_i − s_j|",
+        ),
+    ),
     ClaimSpec(
         "fig3c-embedding-follows-label-law",
         "Small init (γ = 0.8): the reasoning anchors' embedding cosines are those of P^s − 1/d_vob (Figs. 3A, 3C; "
         "Prop. 1, Eq. 8)",
+        quote="Cosine similarity between P^{s_i} − (1/d_vob)1 and P^{s_j} − (1/d_vob)1 for any reasoning anchor s_i, "
+        "s_j, exhibiting a similar structure to the embedding space of reasoning anchors observed in A.",
+        where="Fig. 3C caption (against 3A); §4.2, Prop. 1 and Eq. 8",
+        form="settings",
+        hypotheses=(SMALL_INIT,),
+        threshold=Threshold(
+            "ours",
+            "claims.theory_cos_err_max = 0.1 on the mean |cos − cos_P| over reasoning pairs: our reading of 'a similar "
+            "structure' as values, not only order",
+        ),
         test="value",
         relation="le",
         expected=0.0,
@@ -314,6 +391,15 @@ CLAIMS = (
         "fig10-large-init-orthogonal",
         "Large init (γ = 0.3): the anchors' embeddings stay near-orthogonal, not shaped by the label laws (Fig. 10, "
         "App. C.1)",
+        quote="under a large initialization scale, the embedding space of the model becomes less influenced by the "
+        "label distributions and instead relies predominantly on orthogonality to differentiate all tokens.",
+        where="App. C.1; Fig. 10 (γ = 0.3, 0.5)",
+        form="settings",
+        hypotheses=(LARGE_INIT,),
+        threshold=Threshold(
+            "ours",
+            "claims.large_abs_cos_max = 0.2 on the mean |off-diagonal cosine|: our reading of 'orthogonality'",
+        ),
         test="value",
         relation="le",
         expected="claims.large_abs_cos_max",
@@ -326,6 +412,12 @@ CLAIMS = (
     ClaimSpec(
         "fig10-memory-alignment-grows-with-gamma",
         "The smaller the init, the more alike the memory anchors' embeddings (Figs. 3A, 10)",
+        quote="under a large initialization scale, the embedding space of the model becomes less influenced by the "
+        "label distributions and instead relies predominantly on orthogonality to differentiate all tokens.",
+        where="App. C.1; Fig. 10 (γ = 0.3, 0.5) against Fig. 3A (γ = 0.8)",
+        form="settings",
+        threshold=DIRECTION,
+        all_rows=True,  # the seed's three γ, in order
         test="compare",
         relation="gt",
         margin=0.0,
@@ -377,6 +469,29 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
     )
     Config = AnchorsMlpConfig
     claims = CLAIMS
+    manifest: ClassVar[dict[str, Setting]] = {
+        **TASK_MANIFEST,
+        "task.L": Setting(3, "§4.2 ('p ≡ 1 and L = q + 1')", "p ≡ 1 follows: the key position is 1..L − q"),
+        "task.n_train": Setting(
+            990_000,
+            "A.3 ('We employed a dataset comprising 1,000,000 data pairs')",
+            "5,000 per anchor tuple, as the transformer's 1000 (§4.1's 'equal number of samples for each anchor "
+            "pair'): the 198 training tuples' share",
+        ),
+        "task.n_test": Setting(10_000, "A.3", "the 5,000 per tuple of M's two tuples: D_rsn,test"),
+        "model.d_m": Setting(200, "A.3 (Emb-MLP: d_m = 200)"),
+        "model.d_f": Setting(512, "A.3 (Emb-MLP: d_f = 512)"),
+        "model.fan": Setting("out", "§3.4 (W_ij ~ N(0, (d_2^{−γ})²), d_2 the output dimension)"),
+        "gammas": Setting([0.3, 0.5, 0.8], "A.3 (three Emb-MLP models, γ = 0.3, 0.5, 0.8); Fig. 2B shows 0.3 and 0.8"),
+        "members": Setting(1, "A.3 ('we train three Emb-MLP models'; one per γ)"),
+        "train.optimizer": Setting("adamw", "A.3 ('all other training setups remain consistent')"),
+        "train.lr": Setting(SEED_LR_EMB_MLP, "A.3 (initial learning rate 5e-6)"),
+        "train.batch": Setting(100, "A.3 (as the transformer's)"),
+        "train.grad_clip": Setting(1.0, "A.3 (as the transformer's)"),
+        "schedule.epochs": Setting(SEED_EPOCHS, "A.3 (as the transformer's 1000 epochs)"),
+        "snapshot_epochs": Setting([50, 900], "Fig. 3A caption (epochs 50 and 900)"),
+    }
+    paper_differs: ClassVar[dict[str, str]] = {"members": MEMBERS_DIFFER}
     arm_fields: ClassVar[dict[str, str]] = {
         "model.gamma": "gammas=[...]",
         "model.vocab": "task.d_vob",

@@ -57,11 +57,15 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm
-from tdlab.claims.declare import Provenance
+from tdlab.claims.declare import Hypothesis, Provenance
 from tdlab.config import Config, ConfigError
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register, snapshot_arm
+from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed001_reasoning_bias.training import (
+    DIRECTION,
+    SMALL_INIT,
+    SMALL_VS_LARGE,
     EpochsConfig,
     GammaArms,
     Seed001TrainConfig,
@@ -90,6 +94,7 @@ from tdlab.train.trainer import Trainer
 
 __all__ = [
     "SOURCES",
+    "TINYSTORIES",
     "AnchorsText",
     "AnchorsTextConfig",
     "Corpus",
@@ -393,10 +398,23 @@ def halving_epoch(epochs: np.ndarray, loss: np.ndarray, level: float = 0.5) -> C
 SEED_LR_TEXT = 1e-5  # A.3: Figs. 1 and 6, AdamW at lr 1e-5
 SEED_EPOCHS_TEXT = 200  # A.3: 200 epochs
 
+# Figs. 1 and 6 compare PrOntoQA with TinyStories: a run on the built-in stand-in stories is not the statement's.
+TINYSTORIES = Hypothesis(
+    "the stories are TinyStories (data.stories names a TinyStories file; the built-in stand-in stories are not)",
+    lambda cfg: cfg.data.stories is not None,
+)
+
 CLAIMS = (
     ClaimSpec(
         "fig1-prontoqa-loss-falls-faster",
         "Small init (γ = 0.8): PrOntoQA's training loss falls faster than TinyStories' (Fig. 1, §1)",
+        quote="As shown in Figure 1, the training loss for PrOntoQA decreases significantly faster than for TinyStories, "
+        "suggesting that the model encounters and learns the reasoning patterns more readily.",
+        where="§1; Fig. 1; A.3 (GPT-2, γ = 0.8)",
+        form="settings",
+        hypotheses=(SMALL_INIT, TINYSTORIES),
+        threshold=DIRECTION,
+        all_rows=True,  # both measures of "faster"
         test="compare",
         relation="lt",
         margin=0.0,
@@ -408,6 +426,13 @@ CLAIMS = (
         "fig6-prontoqa-tokens-less-similar",
         "Small init (γ = 0.8), early in training: the embeddings of tokens exclusive to PrOntoQA are less similar to "
         "each other than those exclusive to TinyStories (Fig. 6, §4.4; the seed: 0.123 vs 0.531)",
+        quote="Figure 6 reveals that the embeddings of tokens in PrOntoQA are significantly more distinguishable from each "
+        "other compared to the tokens in TinyStories. The average cosine similarity among the PrOntoQA is 0.123 while "
+        "0.531 among the TinyStories.",
+        where="§4.4; Fig. 6; A.3 (GPT-2, γ = 0.8, 'during the early stages of training')",
+        form="settings",
+        hypotheses=(SMALL_INIT, TINYSTORIES),
+        threshold=DIRECTION,
         test="compare",
         relation="lt",
         margin=0.0,
@@ -419,6 +444,12 @@ CLAIMS = (
     ClaimSpec(
         "fig6-gap-small-init-effect",
         "The Fig. 6 gap is a small-initialisation effect: larger at γ = 0.8 than at γ = 0.3 (§4.3–4.4, Eqs. 13–14)",
+        quote="We discover that smaller initialization scales encourage models to favor reasoning tasks, whereas larger "
+        "initialization scales lead to a preference for memorization tasks.",
+        where="Abstract; §4.3–4.4 (the seed runs GPT-2 at γ = 0.8 only: the γ = 0.3 arm is our control, after Fig. 2)",
+        form="settings",
+        hypotheses=(SMALL_VS_LARGE, TINYSTORIES),
+        threshold=DIRECTION,
         test="compare",
         relation="gt",
         margin=0.0,
@@ -454,6 +485,27 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
     )
     Config = AnchorsTextConfig
     claims = CLAIMS
+    # A.3 for Figs. 1 and 6. "A GPT-2 model" is read as GPT-2 small with its own BPE (the seed names no size).
+    manifest: ClassVar[dict[str, Setting]] = {
+        "data.n_sequences": Setting(10_000, "A.3 ('10,000 data sequences, with half of them sourced from PrOntoQA')"),
+        "data.stories": Setting("TinyStories", "§1; A.3 (TinyStories, Eldan & Li)", "a path to its text in the config"),
+        "data.prontoqa": Setting("PrOntoQA", "§1; A.3 (PrOntoQA, Saparov & He)", "a path to its JSON in the config"),
+        "data.tokenizer": Setting("gpt2", "A.3 ('a GPT-2 model')", "its byte-level BPE: our reading"),
+        "model.vocab": Setting(GPT2_VOCAB, "A.3 ('a GPT-2 model')", "GPT-2's BPE vocabulary"),
+        "model.d": Setting(768, "A.3 ('a GPT-2 model')", "GPT-2 small: our reading, the seed names no size"),
+        "model.layers": Setting(12, "A.3", "GPT-2 small: our reading"),
+        "model.heads": Setting(12, "A.3", "GPT-2 small: our reading"),
+        "claims.main_gamma": Setting(0.8, "A.3 ('we use a GPT-2 model with an initialization scale γ = 0.8')"),
+        "train.optimizer": Setting("adamw", "A.3"),
+        "train.lr": Setting(SEED_LR_TEXT, "A.3 (initial learning rate 1e-5)"),
+        "schedule.epochs": Setting(SEED_EPOCHS_TEXT, "A.3 (200 epochs)"),
+    }
+    paper_differs: ClassVar[dict[str, str]] = {
+        "data.stories": "TinyStories is not shipped: without --set data.stories=PATH the built-in stand-in stories "
+        "run, and every paper row is then ours (the TINYSTORIES hypothesis)",
+        "data.prontoqa": "tdlab's own PrOntoQA generator (after Saparov & He, 1, 3, 5 hops) unless --set "
+        "data.prontoqa=PATH names the released JSON",
+    }
     arm_fields: ClassVar[dict[str, str]] = {
         "model.init_gamma": "gammas=[...]",
         "model.max_len": "train.seq_len",

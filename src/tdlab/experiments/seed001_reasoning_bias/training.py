@@ -51,9 +51,10 @@ import torch
 from pydantic import Field
 
 from tdlab.claims import ArmHealth, ClaimSpec, Sample, Stage, assess_arm
-from tdlab.claims.declare import Provenance
+from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.config import Config
 from tdlab.experiments.base import RunContext, extend_fit, init_arm, initial_states, snapshot_arm
+from tdlab.experiments.manifest import Setting
 from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.gpt import GPT, GPTConfig
@@ -69,12 +70,18 @@ if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with th
     from matplotlib.figure import Figure
 
 __all__ = [
+    "DIRECTION",
+    "LARGE_INIT",
+    "MEMBERS_DIFFER",
     "RSN_PAST_MARGINAL",
     "SEED_EPOCHS",
     "SEED_LR_EMB_MLP",
     "SEED_LR_TRANSFORMER",
+    "SMALL_INIT",
+    "SMALL_VS_LARGE",
     "SPLIT_LABELS",
     "SPLIT_NAMES",
+    "TASK_MANIFEST",
     "AnchorsHealth",
     "ArmCurves",
     "EpochsConfig",
@@ -111,6 +118,25 @@ TASK_SPLIT = {"mem": "mem", "rsn_train": "rsn_train", "test": "test_rsn"}  # eva
 SEED_EPOCHS = 1000  # A.3: every anchor-function model trains 1000 epochs
 SEED_LR_TRANSFORMER = 1e-5  # A.3: the transformer's AdamW learning rate
 SEED_LR_EMB_MLP = 5e-6  # A.3: the Emb-MLP's
+
+
+# The seed's anchor task (§4.1), as every seed-001 anchor experiment reads it.
+TASK_MANIFEST: dict[str, Setting] = {
+    "task.key_min": Setting(21, "§4.1 (Z = {21, …, 120}); A.3"),
+    "task.key_max": Setting(120, "§4.1; A.3"),
+    "task.mem_min": Setting(1, "§4.1 (A_mem = {1, …, 10}); A.3"),
+    "task.mem_max": Setting(10, "§4.1; A.3"),
+    "task.rsn_min": Setting(11, "§4.1 (A_rsn = {11, …, 20}); A.3"),
+    "task.rsn_max": Setting(20, "§4.1; A.3"),
+    "task.q": Setting(2, "§4.1"),
+    "task.test_tuples": Setting(((11, 13), (13, 11)), "§4.1 (M); A.3"),
+    "task.d_vob": Setting(200, "A.3 (vocabulary size)"),
+}
+# Why a γ-sweep's paper profile trains more seeds than the seed's one model per γ.
+MEMBERS_DIFFER = (
+    "six seeds per γ where the seed trains one model per γ: the reasoning-first claim is an exact sign test over "
+    "paired members, which cannot decide on fewer than six at 95 % (claims.stats.min_sign_members)"
+)
 
 
 class EpochsConfig(Config):
@@ -472,12 +498,53 @@ def record_rsn_past_marginal(out: Any, arm: str, curves: ArmCurves, marginal: Ma
     )
 
 
-def reasoning_first_claim(id: str, statement: str) -> ClaimSpec:
+def _row_gamma(row: Any) -> float | None:
+    g = row.context.get("gamma")
+    return float(g) if isinstance(g, (int, float)) else None
+
+
+# The seed's own line between small and large (§3.4): "initialization scales with γ > 0.5 are generally
+# considered small"; γ = 0.5 is the default (LeCun, He). Its small init is γ = 0.8, its large γ = 0.3.
+SMALL_INIT = Hypothesis(
+    "a small init, γ > 0.5 (§3.4: 'initialization scales with γ > 0.5 are generally considered small'; the seed's "
+    "small init is γ = 0.8)",
+    lambda cfg, row: (g := _row_gamma(row)) is not None and g > 0.5,
+    on="row",
+)
+LARGE_INIT = Hypothesis(
+    "a large init, γ < 0.5 (§3.4: γ = 0.5 is the common default scale, γ > 0.5 small; the seed's large init is γ = 0.3)",
+    lambda cfg, row: (g := _row_gamma(row)) is not None and g < 0.5,
+    on="row",
+)
+SMALL_VS_LARGE = Hypothesis(
+    "a small init (γ > 0.5) set against a large one (γ < 0.5), as the seed's γ = 0.8 against γ = 0.3 (§3.4)",
+    lambda cfg, row: (
+        (g := _row_gamma(row)) is not None
+        and isinstance(r := row.context.get("reference_gamma"), (int, float))
+        and g > 0.5 > float(r)
+    ),
+    on="row",
+)
+# A direction the seed's figure or text states, with no margin: decided by a paired interval or, on discrete or
+# censored values, an exact sign test (tdlab.claims.judge).
+DIRECTION = Threshold(
+    "paper", "the direction the seed states, no margin: a paired interval, or an exact sign test on discrete values"
+)
+
+
+def reasoning_first_claim(id: str, statement: str, quote: str, where: str) -> ClaimSpec:
     """Fig. 2's ordering at small init, declared once for the transformer (2A) and the Emb-MLP (2B): both
-    reasoning sets are learnt before the memory set (rows of :func:`reasoning_first_rows`)."""
+    reasoning sets are learnt before the memory set (rows of :func:`reasoning_first_rows`); ``quote`` and
+    ``where``: the seed's words for the model at hand."""
     return ClaimSpec(
         id,
         statement,
+        quote=quote,
+        where=where,
+        form="settings",
+        hypotheses=(SMALL_INIT,),
+        threshold=DIRECTION,
+        all_rows=True,  # both reasoning sets, on both measures
         test="compare",
         relation="lt",
         margin=0.0,

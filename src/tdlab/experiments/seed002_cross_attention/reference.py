@@ -3,15 +3,22 @@ are trained on, by replicate Monte-Carlo draws.
 
 Thms 6.2 and 6.3 speak of the population loss ``l`` (``N -> inf``, ``L_tr -> inf``), whose minimisers
 have closed forms (:func:`tdlab.theory.icl.alpha_star_T`, :func:`tdlab.theory.icl.two_param_stationary`).
-App. H trains at ``L_tr = 100``, where the loss ``l_{L_tr}`` (``N -> inf`` at fixed ``L_tr``) has other
-minimisers (0.80 ``alpha*_T`` at ``T = 10``, 0.32 at ``T = 50``): the theory of the setting that ran.
-They have no closed form; each replicate draw here minimises a large-``N`` Monte-Carlo estimate of
-``l_{L_tr}`` on its own prompts, and the replicates' spread is the reference's Monte-Carlo error
-(the claims layer adds it to the members' interval: :class:`tdlab.claims.Row` ``reference``).
+App. H trains on ``l_{N, L_tr}``, ``N = 2000`` prompts of ``L_tr = 100``: the theory of the setting that ran
+is the minimiser of that loss, a random variable of the training draw. Each replicate draw here minimises
+``l_{n, L}`` on ``n`` fresh prompts; drawn at the arms' ``n = N`` the replicates are independent copies of
+what the arms reach, so their mean is unbiased for the arms' expected minimiser and its standard error
+(the replicates' spread, which the claims layer adds to the members' interval:
+:class:`tdlab.claims.Row` ``reference``) covers it.
+
+Why not a large ``n`` standing for ``N -> inf``: the per-prompt loss is heavy-tailed. A prompt whose sample
+spike eigenvalue exceeds ``2 / alpha`` makes ``(1 - alpha lambda)^T`` explode; such prompts are rare (their
+probability falls like the tail of ``chi2_L``) and decide ``argmin l_{L}``, so ``argmin l_{n, L}`` falls slowly
+as ``n`` grows and its replicate spread does not show how far it is from the limit. Measured at App. H,
+``L = 100`` (docs/icl.md): at ``T = 10`` the expected minimiser is 0.0333 at ``n = 2000``, 0.0314 at 20,763 and
+0.0292 at ``n -> inf`` (the spike's sample variance integrated exactly); at ``T = 20``, 0.0297, 0.0291 and 0.0237.
 
 The losses are evaluated with the trainer's own prediction path (:func:`tdlab.train.regression.predict`
-on prompt statistics), so a reference minimises exactly the objective the arms were trained on, up
-to the number of prompts.
+on prompt statistics), so a reference minimises exactly the objective the arms were trained on.
 """
 
 from __future__ import annotations
@@ -121,8 +128,12 @@ def finite_context_minimisers(
     two_param_starts: Mapping[int, tuple[float, float]] | None = None,
     use_cache: bool = True,
 ) -> dict[str, dict[int, object]]:
-    """One replicate of the minimisers of ``l_{L}`` for the tied LCA_T reached from the trained arms'
-    initialisations, on ``n_prompts`` prompts of context ``L`` drawn from ``seed``.
+    """One replicate of the minimisers of ``l_{n, L}`` for the tied LCA_T reached from the trained arms'
+    initialisations, on ``n = n_prompts`` prompts of context ``L`` drawn from ``seed``.
+
+    Replicates at the arms' ``n = N`` are independent draws of the minimiser the arms reach (their mean is
+    unbiased for its expectation); a larger ``n`` is not an estimate of ``argmin l_L`` with the replicates'
+    spread as its error (the module docstring: the heavy tail biases it upward by more than that spread).
 
     ``l_L(theta) = E[1/Z] + E[(y_hat - y^Bayes)^2]`` (the query noise is independent of the context),
     so the second term is minimised. One-parameter model: descent in ``alpha`` from ``one_param_start``

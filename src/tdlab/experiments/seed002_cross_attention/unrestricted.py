@@ -28,9 +28,11 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.claims.declare import Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, init_arm, register
+from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed002_cross_attention.common import (
     PAPER,
     ICLTrainConfig,
@@ -177,12 +179,37 @@ def _provenance(sigma: float):
     return "seed" if math.isclose(sigma, APP_H_SIGMA) else "ours"
 
 
+UNCALIBRATED_REF = (
+    "Not calibrated: a claim judged against a measured reference has no planted case the framework can judge, so a "
+    "fail stays not resolved"
+)
+WHITENING_QUOTE = (
+    "Figure 3 (Right) displays the whitening diagnostic ||X F_t^T/L − I||_F/√d across layers. In line with (6.1), "
+    "even these less-restricted models exhibit the same prompt-dependent covariance-whitening"
+)
+
 CLAIMS = (
     ClaimSpec(
         "projections-cluster-around-alpha-star",
         "Fig. 3 left: the layer-wise projections tr(W^S_t)/d, tr(W^V_t)/d of trained less-restricted LCA_T cluster "
         "around the tied optimum (alpha*, -alpha*) of Thms 6.2-6.3 — in the setting that ran, the untied model's own "
         "optimum of l_(L_tr)",
+        quote="Figure 3 (Left) displays the normalized traces ... across layers, showing that they cluster around the "
+        "one- and two-parameter T→∞ gradient-flow limit (α*, −α*) (Theorems 6.2–6.3).",
+        where="Sec. 7, 'Less-restricted parametrizations'; Fig. 3 left; App. H",
+        form="limit",
+        limit="(alpha*, -alpha*) is the T -> inf, L_tr -> inf limit of Thms 6.2-6.3; judged against the theory of the "
+        "finite setting that ran: the untied scalar model's optimum of the loss at the run's T and L_tr, by replicate "
+        "L-BFGS draws on claims.reference_prompts prompts each (their standard error in the interval), whose trace "
+        "projections are those of the diagonal and full models' optimum by the loss's symmetry (module docstring). "
+        "The draws use more prompts than the arms' N: at N = 2,000 the untied optimum is ill-determined (layer-mean "
+        "alpha 1.05-1.27 alpha* over three draws); at 16,384 they carry the heavy-tail bias of a finite prompt count "
+        "that the tied reference measures (docs/icl.md), not measured for the untied model",
+        threshold=Threshold(
+            "ours",
+            f"claims.proj_rel_tol = 25 % of the reference's alpha for 'cluster around' (the paper gives no width). "
+            f"{UNCALIBRATED_REF}",
+        ),
         test="value",
         relation="close",
         quantity="layer mean of tr(W^S_t)/d (or tr(W^V_t)/d) per member, against the "
@@ -197,6 +224,15 @@ CLAIMS = (
         "whitening-decreases-with-layer",
         "Fig. 3 right / Eq. 6.1: the whitening error ||X F_t^T/L - I||_F/sqrt(d) (median over fresh prompts, "
         "L = L_tr) of trained less-restricted LCA_T decreases with the layer index",
+        quote=WHITENING_QUOTE,
+        where="Sec. 7, 'Less-restricted parametrizations'; Fig. 3 right; Eq. 6.1 (X F^T / L -> I as T -> inf)",
+        form="settings",
+        threshold=Threshold(
+            "ours",
+            "claims.whitening_noise_z = 2 bootstrap standard errors of the measured layer-to-layer noise: a smaller rise "
+            "is none. Not calibrated: the largest of T - 1 rises has no declared null level, and no theory of the "
+            "setting gives a planted violating curve",
+        ),
         test="value",
         relation="le",
         quantity="largest relative layer-to-layer rise (w_(t+1) - w_t)/w_t over t >= 1 "
@@ -210,6 +246,10 @@ CLAIMS = (
     ClaimSpec(
         "whitening-last-below-first",
         "Fig. 3 right / Eq. 6.1: the last layer whitens better than the first (w_T < w_1)",
+        quote=WHITENING_QUOTE,
+        where="Sec. 7, 'Less-restricted parametrizations'; Fig. 3 right; Eq. 6.1",
+        form="settings",
+        threshold=Threshold("paper", "the direction Eq. 6.1 and the figure give (no margin), paired over members"),
         test="compare",
         relation="lt",
         quantity="median whitening error at t = T minus at t = 1 (paired over members)",
@@ -234,6 +274,31 @@ class IclUnrestricted(RegressionArms, Experiment[UnrestrictedConfig]):
     )
     Config = UnrestrictedConfig
     claims = CLAIMS
+    manifest: ClassVar[dict[str, Setting]] = {
+        "task.dims": Setting([16, 16], "App. H (d1 = d2 = 16)"),
+        "task.norm_range": Setting((0.0, 5.0), "App. H ('norm mapped uniformly on [0, 5]')"),
+        "task.norm_mode": Setting(
+            "per_modality",
+            "App. H (alpha* = 1/26 ≈ 0.04)",
+            "ambiguous: one norm for m or one per modality block; only the per-block reading gives App. H's "
+            "alpha* = 1/26 (tdlab.tasks.multimodal)",
+        ),
+        "task.zeta": Setting("gaussian", "App. H (ζ ~ N(0, 1))"),
+        "members": Setting(10, "App. H ('averaged over ten independent runs')"),
+        "params": Setting(["untied", "diagonal", "full"], "Sec. 7; App. H (three parametrizations)"),
+        "sigmas": Setting([APP_H_SIGMA], "App. H (σ_init = 0.1)"),
+        "train.prompts": Setting(2000, "App. H (N = 2000)"),
+        "train.context": Setting(100, "App. H (L_tr = 100)"),
+        "train.optimizer": Setting("gd", "App. H ('gradient descent on the empirical loss')"),
+        "train.momentum": Setting(
+            0.0, "App. H ('gradient descent')", "plain GD; the seed states no step size or count"
+        ),
+    }
+    paper_differs: ClassVar[dict[str, str]] = {
+        "sigmas": "adds sigma_init = 0.01 (ours) to separate the effect of the initial noise; 0.1 rows decide",
+        "train.momentum": "heavy-ball momentum 0.95 with restart on a rejected step (ICLTrainConfig): the same fixed "
+        "points as GD, reached sooner within the step budget",
+    }
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # Scaled for 2 CPU cores: 3 runs, 500 training prompts, 300 GD steps, the App. H sigma and a smaller
         # one (ours) to separate the effect of the initial noise; 4 replicate draws of 8192 prompts for the reference.

@@ -55,13 +55,16 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
+from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed003_attention_markov.estimator_stage import (
     PAST_LOWER_ORDER,
     PROBE_DATA,
     estimator_losses,
+    planted_reach,
     record_stage,
     stage_leaves_room,
 )
@@ -217,11 +220,66 @@ DEPTH_TWO_LEARNS = Stage(
     "depth that can match contexts, so the 1-layer gap is the depth's, not the budget's",
 )
 
+# The talk's hypotheses, read off each row's own cell (its context keeps k and positions in every record).
+# k = 1: the talk states no PE for "Depth > 1: ICL emerges", so any single encoding is its (absolute, the
+# seed authors' GPT-2's; or a relative one); absolute + relative together is a combination it never uses.
+ONE_ENCODING = Hypothesis(
+    "one positional encoding, absolute or relative (the talk states none for 'Depth > 1: ICL emerges'; absolute + "
+    "relative together it never uses)",
+    lambda cfg, row: not str(row.context["positions"]).startswith("both"),
+    on="row",
+)
+RELATIVE_PE = Hypothesis(
+    "relative positional encodings (talk, Part II, main result; the kind is not stated: tdlab's scalar bias per "
+    "distance `relative` and Shaw et al.'s key/value embeddings `relative-kv` both are)",
+    lambda cfg, row: row.context["positions"] in THEOREM_PES,
+    on="row",
+)
+ONE_HEAD = Hypothesis("1 head per layer (talk, Part II, main result)", lambda cfg: cfg.model.heads == 1)
+LAYER_NORM = Hypothesis(
+    "layer norm (talk, Part II, main result): the GPT-2 blocks with LayerNorm (model.norm auto, pre or post)",
+    lambda cfg: cfg.model.arch == "gpt2" and cfg.model.norm in ("auto", "pre", "post"),
+)
+
+
+def _plant(reach: bool, lower: int | None = None):
+    """The planted pair of a reach claim at the run's sequence length and members (estimator_stage.planted_reach):
+    the order-k estimator against the order-``lower`` one (default k − 1)."""
+
+    def plant(cfg: MarkovICLDepthConfig, context: Any) -> tuple[Sample, Sample]:
+        k = int(context["k"])
+        low = k - 1 if lower is None else lower
+        return planted_reach(k, low, cfg.train.seq_len + 1, cfg.alpha, cfg.claims.tol_nats, cfg.members, reach=reach)
+
+    return plant
+
+
+_CALIBRATION_TEST = "tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases"
+_TOL = "claims.tol_nats = 0.02 nats per token around the order-k add-α (Bayes) estimator's loss on the same sequences"
+
+
+def _reach(note: str, reach: bool = True) -> Threshold:
+    return Threshold("ours", _TOL, Calibration("planted", note, plant=_plant(reach), test=_CALIBRATION_TEST))
+
+
 CLAIMS = (
     ClaimSpec(
         "one-layer-does-not-reach-estimator",
         "Depth = 1: for k = 1 a 1-layer transformer does not learn the in-context estimator (no induction head; talk "
         "Part II, 'Depth = 1' / 'Depth > 1: in-context learning emerges')",
+        quote="Memory / Depth > 1 / In-context learning (ICL) emerges!",
+        # That one layer does *not* is our reading of "Depth > 1": the talk's own "Depth = 1" (Part I) is
+        # the fixed-chain setting, where ICL does not arise.
+        where="Part II, opening slide ('Memory, Depth > 1'); that depth 1 does not is our reading (Part I's "
+        "'Memory = 1, Depth = 1' is the fixed-chain setting)",
+        form="settings",
+        hypotheses=(ONE_ENCODING,),
+        threshold=_reach(
+            "members at the order-0 in-context estimator (no transition counting: what attention without an "
+            "induction head can do; gap 0.079 nats at T = 128) hold, members at the order-1 estimator (gap 0) fail, "
+            "spread ± tol/5, at the run's sequence length and member count",
+            reach=False,
+        ),
         test="value",
         relation="ge",
         quantity="final probe loss − the order-1 add-α (Bayes) estimator's on the same "
@@ -234,11 +292,17 @@ CLAIMS = (
         learning_required=False,
         unit=" nats",
         needs="cells (1, 1, PE) and (1, 2, PE)",
+        example={"k": 1, "positions": "absolute"},
     ),
     ClaimSpec(
         "one-layer-gap-exceeds-two-layers",
         "Depth > 1: for k = 1 two layers get closer to the in-context estimator than one (talk Part II, 'Depth > 1: "
         "in-context learning emerges')",
+        quote="Memory / Depth > 1 / In-context learning (ICL) emerges!",
+        where="Part II, opening slide ('Memory, Depth > 1')",
+        form="settings",
+        hypotheses=(ONE_ENCODING,),
+        threshold=Threshold("paper", "the direction (1 layer's gap above 2 layers', no margin), paired over members"),
         test="compare",
         relation="gt",
         quantity="gap to the order-1 estimator, 1 layer − 2 layers, paired over members "
@@ -248,11 +312,21 @@ CLAIMS = (
         stage=DEPTH_TWO_LEARNS,
         unit=" nats",
         needs="cells (1, 1, PE) and (1, 2, PE)",
+        example={"k": 1, "positions": "absolute"},
     ),
     ClaimSpec(
         "two-layers-reach-order-1-estimator",
         "Depth > 1, in-context learning emerges: for k = 1 a 2-layer transformer reaches the order-1 in-context "
         "(Bayes) estimator (talk Part II)",
+        quote="Memory / Depth > 1 / In-context learning (ICL) emerges!",
+        where="Part II, opening slide ('Memory, Depth > 1'); slide '2-layer transformer' (a figure: no text); "
+        "'ICL for kth-order Markov' (the in-context estimator)",
+        form="settings",
+        hypotheses=(ONE_ENCODING,),
+        threshold=_reach(
+            "members at the order-1 estimator (gap 0) hold, members at the order-0 one (gap 0.079 nats at T = 128) "
+            "fail, spread ± tol/5, at the run's sequence length and member count"
+        ),
         test="value",
         relation="le",
         quantity="final probe loss − the order-1 add-α (Bayes) estimator's on the same fresh sequences, nats per token",
@@ -262,12 +336,27 @@ CLAIMS = (
         stage=PAST_LOWER_ORDER,
         unit=" nats",
         needs="a cell (1, 2, PE)",
+        example={"k": 1, "positions": "absolute"},
     ),
     ClaimSpec(
         "three-layers-reach-order-k-estimator",
         "Constant depth suffices: 3 layers, 1 head per layer, relative PE and layer norm represent any order-k "
         "in-context estimator — trained 3-layer models reach the order-k (Bayes) estimator for k ≥ 2 (talk Part II, "
         "main result)",
+        quote="3-layer transformer can learn Markov chains of all orders",
+        # The main result is a representation ("can be represented by"); the preview slide says 3 layers
+        # *learn* every order, which is what a trained model tests. Our training settings are not the talk's.
+        where="'Memory → Depth' slide (before 'This talk'); Part II, 'Main result (Constant depth suffices)': 'Any "
+        "order k in-context estimator can be represented by a transformer with 3 layers, 1 head per layer, "
+        "relative positional encodings and layer norm' (from the cited 'Transformers on Markov Data: Constant "
+        "Depth Suffices')",
+        form="settings",
+        hypotheses=(RELATIVE_PE, ONE_HEAD, LAYER_NORM),
+        all_rows=True,  # "all orders": every k ≥ 2 of the run, each relative kind
+        threshold=_reach(
+            "members at the order-k estimator (gap 0) hold, members at the order-(k−1) one (gap 0.067 nats at k = 2, "
+            "T = 128) fail, spread ± tol/5, at the run's sequence length and member count"
+        ),
         test="value",
         relation="le",
         quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh sequences, nats per token",
@@ -277,6 +366,7 @@ CLAIMS = (
         stage=PAST_LOWER_ORDER,
         unit=" nats",
         needs="a cell (k ≥ 2, 3, relative or relative-kv): the paper profile",
+        example={"k": 2, "positions": "relative-kv"},
     ),
 )
 
@@ -297,6 +387,27 @@ class MarkovICLDepth(Experiment[MarkovICLDepthConfig]):
     )
     Config = MarkovICLDepthConfig
     claims = CLAIMS
+    # What the talk states (Part II): depths and the main result's architecture. It states no k values,
+    # no width, no kind of relative PE, no placement of the layer norm and no training settings (ours).
+    manifest: ClassVar[dict[str, Setting]] = {
+        "depths": Setting(
+            [1, 2, 3],
+            "Part II: 'Depth > 1: In-context learning (ICL) emerges!'; slides '2-layer transformer', '3-layer "
+            "transformer'",
+            "depth 1 is the control 'Depth > 1' contrasts",
+        ),
+        "cells": Setting(
+            [],
+            "Part II (as for depths)",
+            "no explicit subset: the grid is ks × depths × positions, so every depth the talk shows runs at each k",
+        ),
+        "model.heads": Setting(1, "Part II, main result ('1 head per layer')"),
+        "model.mlp": Setting(
+            True,
+            "Part II, 'What's happening' ('Without non-linearities, you need logarithmic depth': the constant-"
+            "depth transformer has them)",
+        ),
+    }
     # Atlas: one cell per point (cells=[] so that ks, depths, positions decide the grid). A point with
     # one depth has no 2-layer control: its 1-layer rows are not evaluable (DEPTH_TWO_LEARNS).
     atlas_axes = AtlasAxes(

@@ -21,13 +21,15 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator
 
-from tdlab.claims import Measurements
+from tdlab.claims import Measurements, Sample
+from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.base import Experiment, ExperimentConfig, Fit, RunContext
 from tdlab.experiments.seed003_attention_markov.estimator_stage import (
     PAST_LOWER_ORDER,
     PROBE_DATA,
     estimator_losses,
+    planted_reach,
     record_stage,
     stage_leaves_room,
 )
@@ -40,6 +42,8 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
 
 __all__ = [
+    "CONSTANT_DEPTH",
+    "RELATIVE_PE",
     "Cell",
     "Family",
     "GridConfig",
@@ -50,6 +54,7 @@ __all__ = [
     "LinearTrainConfig",
     "cell_arm",
     "depth_list",
+    "reach_threshold",
 ]
 
 Family = Literal["attn", "mlp"]
@@ -140,6 +145,42 @@ class GridConfig(ExperimentConfig):
 
 
 GridConfigT = TypeVar("GridConfigT", bound=GridConfig)
+
+# The main result's settings the grids' configs can break ("3 layers, 1 head per layer, relative positional
+# encodings and layer norm"): the MLP family's blocks are pre-LN by construction (GridConfig.cell_model) and
+# its claims read 1-head cells.
+CONSTANT_DEPTH = Hypothesis(
+    "3 layers (talk, Part II, main result: claims.constant_depth = 3)", lambda cfg: cfg.claims.constant_depth == 3
+)
+RELATIVE_PE = Hypothesis(
+    "relative positional encodings (talk, Part II, main result; kind not stated: model.positions = relative)",
+    lambda cfg: cfg.model.positions == "relative",
+)
+
+
+def reach_threshold(satisfies: str, violates: str, paired: bool = False) -> Threshold:
+    """``claims.tol_nats`` of ours, calibrated by planted members at the order-k estimator (gap 0) against members
+    at the order-(k−1) one (estimator_stage.planted_reach) at the run's sequence length and members. ``paired``:
+    the quantity is a difference of two cells' gaps, planted as 0 (both at the estimator) against the order-(k−1)
+    gap (the first cell short of it by a whole order)."""
+
+    def plant(cfg: GridConfig, context) -> tuple[Sample, Sample]:
+        k = int(context["k"])
+        return planted_reach(k, k - 1, cfg.train.seq_len + 1, cfg.alpha, cfg.claims.tol_nats, cfg.members)
+
+    return Threshold(
+        "ours",
+        "claims.tol_nats = 0.02 nats per token"
+        + (" on the paired difference of gaps" if paired else "")
+        + " (markov-icl-depth's reach tolerance)",
+        Calibration(
+            "planted",
+            f"{satisfies} (0 nats) hold, {violates} (the order-(k−1)/order-k gap, 0.064 nats at k = 1, T = 64) fail, "
+            "spread ± tol/5, at the run's sequence length and member count",
+            plant=plant,
+            test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
+        ),
+    )
 
 
 class ICLGrid(Experiment[GridConfigT]):

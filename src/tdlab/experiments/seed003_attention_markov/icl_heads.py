@@ -22,8 +22,18 @@ from pydantic import field_validator, model_validator
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import register
+from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed003_attention_markov.estimator_stage import PAST_LOWER_ORDER
-from tdlab.experiments.seed003_attention_markov.icl_grid import Cell, GridConfig, ICLGrid, cell_arm, depth_list
+from tdlab.experiments.seed003_attention_markov.icl_grid import (
+    CONSTANT_DEPTH,
+    RELATIVE_PE,
+    Cell,
+    GridConfig,
+    ICLGrid,
+    cell_arm,
+    depth_list,
+    reach_threshold,
+)
 from tdlab.experiments.view import RunView
 
 __all__ = ["CLAIMS", "MarkovICLHeads", "MarkovICLHeadsConfig"]
@@ -33,6 +43,18 @@ CLAIMS = (
         "one-head-per-layer-suffices-at-depth-3",
         "Constant depth suffices: a 3-layer transformer with 1 head per layer (relative PE, layer norm) reaches the "
         "order-k in-context estimator for every k (talk Part II, main result)",
+        quote="Any order k in-context estimator can be represented by a transformer with 3 layers, 1 head per layer, "
+        "relative positional encodings and layer norm",
+        # A representation theorem, tested by training (our settings): a trained model reaching the estimator
+        # witnesses it.
+        where="Part II, 'Main result (Constant depth suffices)'; 'Memory → Depth' slide ('3-layer transformer can "
+        "learn Markov chains of all orders'); from the cited 'Transformers on Markov Data: Constant Depth Suffices'",
+        form="settings",
+        hypotheses=(CONSTANT_DEPTH, RELATIVE_PE),
+        all_rows=True,  # "any order k": every k of the run
+        threshold=reach_threshold(
+            "members of the 3-layer 1-head cell at the order-k estimator", "members at the order-(k−1) one"
+        ),
         test="value",
         relation="le",
         quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh "
@@ -43,11 +65,24 @@ CLAIMS = (
         stage=PAST_LOWER_ORDER,
         unit=" nats",
         needs="cells (k, depth claims.constant_depth, 1 head)",
+        example={"k": 1},
     ),
     ClaimSpec(
         "more-heads-not-needed-at-depth-3",
         "Heads need not scale with k at depth 3 (talk Part II: 'Number of heads/layers should scale with k. But...' "
         "3 layers with 1 head per layer suffice)",
+        quote="Number of heads/layers should scale with k | But... | Any order k in-context estimator can be "
+        "represented by a transformer with 3 layers, 1 head per layer",
+        where="Part II, 'What we know so far' ('(Edelman et al., 2024 & Niching et al., 2024)', prior work the talk "
+        "contrasts), then 'Main result (Constant depth suffices)'",
+        form="settings",
+        hypotheses=(CONSTANT_DEPTH, RELATIVE_PE),
+        all_rows=True,  # "any order k"
+        threshold=reach_threshold(
+            "a 1-head cell as close to the estimator as the most-heads one",
+            "a 1-head cell a whole order short of a most-heads cell at the estimator",
+            paired=True,
+        ),
         test="value",
         relation="le",
         quantity="gap(1 head) − gap(most heads) at claims.constant_depth layers, per member "
@@ -58,6 +93,7 @@ CLAIMS = (
         stage=PAST_LOWER_ORDER,
         unit=" nats",
         needs="cells (k, depth claims.constant_depth) with 1 head and with more heads",
+        example={"k": 1},
     ),
 )
 
@@ -99,6 +135,17 @@ class MarkovICLHeads(ICLGrid[MarkovICLHeadsConfig]):
     )
     Config = MarkovICLHeadsConfig
     claims = CLAIMS
+    # What the talk states (Part II): the 2- and 3-layer transformers it shows, and the main result's 3 layers
+    # and relative PE (kind not stated). Head counts beyond 1, k values, width and training are ours.
+    manifest: ClassVar[dict[str, Setting]] = {
+        "depths": Setting([2, 3], "Part II, slides '2-layer transformer', '3-layer transformer'"),
+        "claims.constant_depth": Setting(3, "Part II, main result ('3 layers')"),
+        "model.positions": Setting(
+            "relative",
+            "Part II, main result ('relative positional encodings')",
+            "the kind (model.rel_encoding) is ours",
+        ),
+    }
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # ≤ 5 min on 2 CPU cores: k = 1, 2, heads {1, 4}, depth {2, 3}, 3 members, 200 steps. A smoke run of the
         # pipeline: no cell leaves its order-(k−1) plateau in 200 steps, so every row is not evaluable (the stage

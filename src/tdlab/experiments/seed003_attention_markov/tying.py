@@ -51,10 +51,12 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
-from tdlab.claims.declare import Provenance
+from tdlab.claims.calibration import planted_pair
+from tdlab.claims.declare import Calibration, Hypothesis, Provenance, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
+from tdlab.experiments.manifest import Setting
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import evaluation_noise, gap_crossing
@@ -227,10 +229,57 @@ LEFT_PLATEAU = Stage(
 )
 
 _FIG4 = {"p": 0.5, "q": 0.8}
+
+# The talk's hypotheses ("Theoretical results"), read off each row's own chain and arm. Rows keep their
+# (p, q) in the context in every record; the tying is the key's segment (``{chain}/{tied|untied}/{check}``).
+ABOVE_LINE = Hypothesis(
+    "p + q > 1 (talk, Part I, 'Theoretical results': 'If p + q > 1 and the weights are tied ...')",
+    lambda cfg, row: sum(_pq(row)) > 1,
+    on="row",
+)
+BELOW_LINE = Hypothesis(
+    "p + q < 1 (talk, Part I, gradient-flow slides: 'p+q < 1 ... Gaussian init. converges to global minima')",
+    lambda cfg, row: sum(_pq(row)) < 1,
+    on="row",
+)
+TIED_ARMS = Hypothesis(
+    "the weights are tied (a = e; talk, Part I, 'Bad local minima (weight tying)'): the group's rows are the tied "
+    "arms' (tying lists True)",
+    lambda cfg: True in cfg.tying,
+)
+UNTIED = Hypothesis(
+    "the weights are not tied (talk, Part I, 'Saddle point (no weight tying)')",
+    lambda cfg, row: "untied" in row.key.split("/"),
+    on="row",
+)
+
+# Exact float64 computations (the enumerated population loss, autograd gradients and Hessians): their
+# thresholds are numerical precision, not a scientific choice.
+PRECISION = Threshold(
+    "closed form",
+    "claims.exact_tol = 1e-9: the float64 rounding of an exact computation (the enumerated population loss and its "
+    "autograd derivatives; the measured values are ~1e-16)",
+)
+
+
+def _between_minima(cfg: MarkovTyingConfig, context: Any) -> tuple[Sample, Sample]:
+    """Planted end states at the run's members (seed 000's markov-init plant): at the Bayes predictor's loss
+    (gap 0, spread a fifth of the tolerance) and on the H(π) plateau of θ_π (gap H(π) − entropy rate)."""
+    p, q = float(context["p"]), float(context["q"])
+    return planted_pair(0.0, marginal_entropy(p, q) - entropy_rate(p, q), cfg.claims.tol_nats / 5, cfg.members)
+
+
 CLAIMS = (
     ClaimSpec(
         "theta-pi-stationary",
         "∇L(θ_π) = 0: θ_π is a stationary point (talk, Part I, Theoretical results (iv))",
+        quote=r"(iv) $\nabla L(\theta_\pi) = 0$, i.e. θ_π is a stationary point",
+        where="Part I, 'Theoretical results': 'Bad local minima (weight tying)' (iv); 'Saddle point (no weight "
+        "tying)': 'It satisfies the same properties'",
+        form="settings",
+        hypotheses=(ABOVE_LINE,),
+        threshold=PRECISION,
+        all_rows=True,  # a theorem for every p + q > 1 chain, tied and untied
         test="value",
         relation="close",
         kind="paper",
@@ -240,11 +289,25 @@ CLAIMS = (
         tolerance="claims.exact_tol",
         horizon="static",
         learning_required=False,
+        example=_FIG4,
     ),
     ClaimSpec(
         "tied-theta-pi-local-minimum",
         "With tied weights and p+q>1, θ_π is a (bad) local minimum (talk, Part I, Theoretical results (i); 'Hessian "
         "is (almost) positive-definite')",
+        quote=r"If $p + q > 1$ and the weights are tied, there exists a θ_π with explicit construction such that: "
+        r"- (i) θ_π is a bad local minima for $L(\cdot)$ with $L(\theta_\pi) > L(\theta_*)$",
+        where="Part I, 'Theoretical results', 'Bad local minima (weight tying)' (i); 'Intuition': 'weight-tying: "
+        "Hessian is (almost) positive-definite'",
+        form="settings",
+        hypotheses=(ABOVE_LINE, TIED_ARMS),
+        threshold=Threshold(
+            "closed form",
+            "numerical precision of exact float64 computations: λ_min/λ_max ≥ −claims.psd_rel_tol = −1e-6 (the "
+            "canonical spectrum's zero eigenvalues are the talk's '(almost)'; measured ~1e-16) and the loss change "
+            "along the probe's directions ≥ −claims.exact_tol = −1e-9",
+        ),
+        all_rows=True,  # both checks, at every p + q > 1 chain
         test="value",
         relation="ge",
         quantity="hessian-psd: λ_min/λ_max of the exact Hessian at θ_π (≥ −psd_rel_tol); "
@@ -260,6 +323,19 @@ CLAIMS = (
         "theta-pi-saddle",
         "Without weight tying θ_π is a saddle (talk, Part I, Theoretical results: 'Hessian is indefinite'); with tying "
         "it is a saddle too when p+q<1 (closed form 2c < 0: the theorem's hypothesis p+q>1 is needed; ours)",
+        quote="Under the same setting as above with the weights not tied, θ_π becomes a saddle point.",
+        where="Part I, 'Theoretical results', 'Saddle point (no weight tying)'; 'Intuition': 'no weight-tying: "
+        "Hessian is indefinite'",
+        form="settings",
+        hypotheses=(ABOVE_LINE, UNTIED),  # the tied and the p + q < 1 rows are ours (the closed form's control)
+        threshold=Threshold(
+            "closed form",
+            "half the gap between the two predictions at the canonical θ_π: λ_min = −|c| (a saddle, untied; "
+            "c = π0π1(p+q−1), tdlab.theory.markov_tying.theta_pi_spectrum) against λ_min = 0 (a minimum): "
+            "λ_min ≤ −claims.negative_fraction·|c| = −|c|/2, and the loss change along the bottom eigenvector ≤ "
+            "−|c| r²/4 (its second-order value −|c| r²/2, halved)",
+        ),
+        all_rows=True,
         test="value",
         relation="le",
         quantity="hessian-negative: the exact Hessian's λ_min at θ_π (≤ −negative_fraction·|c|, "
@@ -276,6 +352,17 @@ CLAIMS = (
         "With tied weights and p+q>1 a small init stays on the H(π) plateau of θ_π longer than without tying (talk, "
         "Part I: tied single-layer transformers 'sometimes fail to learn even first-order Markov chains'; θ_π is a "
         "local minimum tied, a saddle untied)",
+        quote="Single-layer transformers sometimes fail to learn even first-order Markov chains!",
+        # "sometimes" is read as the theorem's case (p + q > 1, tied: θ_π a local minimum, untied a saddle),
+        # so every p + q > 1 chain of the grid is the talk's; the talk shows no training settings (ours).
+        where="Part I, slide 'But...' (the curves are labelled 'weight-tying'; the asterisk cites Makkuva et al., "
+        "'Attention with Markov: A Curious Case of Single-layer Transformers'); 'sometimes' read as the theorem's "
+        "case p + q > 1 with tying",
+        form="settings",
+        hypotheses=(ABOVE_LINE,),
+        threshold=Threshold(
+            "paper", "the direction (tied later than untied, no margin), decided by an exact sign test over members"
+        ),
         test="compare",
         relation="gt",
         quantity="plateau-escape step, tied − untied, paired over members (known to one "
@@ -285,11 +372,29 @@ CLAIMS = (
         learning_required=False,
         unit=" steps",
         needs="a p+q>1 chain of the training grid, tied and untied",
+        example=_FIG4,
     ),
     ClaimSpec(
         "below-line-reaches-entropy-rate",
         "With p+q<1 a small init ends at the entropy rate, tied or not (talk, Part I, p+q<1: 'Gaussian init converges "
         "to global minima'; seed 000 Thm. 8)",
+        quote="Gaussian init. converges to global minima",
+        where="Part I, 'How do they learn?', gradient-flow slides, p+q < 1 (the gradient flow of the reduced "
+        "θ = (e, w) model, from the cited Local to Global, seed 000 Thm. 8; tdlab trains the full model)",
+        form="settings",
+        hypotheses=(BELOW_LINE,),
+        threshold=Threshold(
+            "ours",
+            "claims.tol_nats = 0.01 nats around the Bayes predictor's loss on the same evaluation batches",
+            Calibration(
+                "planted",
+                "members at the entropy rate (gap 0 ± tol/5) hold and members on θ_π's H(π) plateau (gap H(π) − "
+                "entropy rate, 0.128 nats at (0.2, 0.3); ≥ claims.min_gap_nats = 2·tol for every chain that carries "
+                "the claim) fail, at the run's member count",
+                plant=_between_minima,
+                test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
+            ),
+        ),
         test="value",
         relation="close",
         quantity="final test loss − the Bayes predictor's loss on the same evaluation batches, nats",
@@ -299,11 +404,15 @@ CLAIMS = (
         stage=LEFT_PLATEAU,
         unit=" nats",
         needs="a p+q<1 chain of the training grid",
+        example={"p": 0.2, "q": 0.3},
     ),
     ClaimSpec(
         "theta-pi-loss-is-H(pi)",
         "L(θ_π) = H(π) on the exact population loss, tied and untied: true by construction (σ(b) = π_1, token-free "
         "logit; talk (ii), (iii)); checks the model and the enumerated loss",
+        quote=r"(ii) $f_{\theta_\pi}(x_1^n) = \mathbb{P}(x_{n+1} = 1)$, the marginal distribution - (iii) "
+        r"$L(\theta_\pi) = H(\pi)$, the entropy of the stationary distribution",
+        where="Part I, 'Theoretical results' (ii), (iii); 'Intuition': f_θ(x_1^n) = σ(b) = π_1, a = 0",
         test="value",
         relation="close",
         kind="sanity",
@@ -345,6 +454,29 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
     )
     Config = MarkovTyingConfig
     claims = CLAIMS
+    # What the talk states (Part I): the single-layer model's equations and the two arms. It states no (p, q)
+    # (only p + q > 1 vs < 1), no d, no N, no σ and no training settings: those are ours (seed 000's Table 2
+    # schedule, whose paper the talk cites as Part I's "Local to Global", is tdlab's choice, not the talk's).
+    manifest: ClassVar[dict[str, Setting]] = {
+        "model.arch": Setting(
+            "sec2",
+            "Part I, 'Single-layer transformer' (x_n = x_n·e + p_n, y_n, z_n = y_n + W_2 ReLU(W_1 y_n), "
+            "logit_n = ⟨a, z_n⟩ + b)",
+            "seed 000's Sec. 2 equations, the same model (ReLU MLP, no LayerNorm, output bias b)",
+        ),
+        "model.vocab": Setting(2, "Part I, 'Input data: First-order Markov chain' (binary: P = [[1-p, p], [q, 1-q]])"),
+        "model.layers": Setting(1, "Part I, 'Single-layer transformer'; 'Memory = 1, Depth = 1'"),
+        "model.heads": Setting(1, "Part I, 'Single-layer transformer' (one attention sum Σ att_{n,i} W_V x_i)"),
+        "model.positions": Setting("absolute", "Part I, 'Single-layer transformer' (x_n = x_n·e + p_n)"),
+        "model.out_proj": Setting(True, "Part I, 'Single-layer transformer' (W_O in y_n)"),
+        "model.mlp": Setting(True, "Part I, 'Single-layer transformer' (W_2 ReLU(W_1 y_n) in z_n)"),
+        "tying": Setting([True, False], "Part I, 'Weight tying' / 'No weight tying'; 'Theoretical results'"),
+        "model.init": Setting(
+            "standard",
+            "Part I, gradient-flow slides ('Gaussian init. converges to global minima')",
+            "a Gaussian init; its σ is not stated (0.02, seed 000 App. A.3.2, is ours here)",
+        ),
+    }
     arm_fields: ClassVar[dict[str, str]] = {"model.tie_weights": "tying=[...]", "model.max_len": "train.seq_len"}
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
         # ~5 min on 2 CPU cores. Landscape: the Fig. 4 chain and the p+q<1 control, d = 2..4, N = 6

@@ -23,14 +23,17 @@ of the same word ``a_sw``, same topic-different word ``a_st``, different topics 
 first step and at the end (a trainer probe).
 
 Claims, per setting, on the mean over its block / diagonal members (the tables report means over the runs of
-a pattern; the members' spread decides; a setting without such a member gives a ``not evaluable`` row, never a
-failure). A row depends on exactly those members: its health
-and training stage (:data:`~.training.GAP_CLOSED`) are theirs (``{setting}/{class}``), so that an untrained
-member elsewhere in the ensemble holds nothing back. Rows of the paper's own settings (Table 3's five for the
-block claims, Table 4's two for the diagonal ones) decide the groups; any other setting's rows are ours.
+a pattern; the members' spread decides; a setting without such a member lies outside the tables' hypothesis,
+"W^V converged to the pattern": its empty row is ours, never a failure). A row depends on exactly those
+members: its health and training stage (:data:`~.training.FLOOR_CLOSED`) are theirs (``{setting}/{class}``), so
+that an untrained member elsewhere in the ensemble holds nothing back. Rows of the paper's own settings (Table
+3's five for the block claims, Table 4's two for the diagonal ones) decide the groups; any other setting's rows
+are ours. Each claim covers every row of its table (``all_rows``): a table setting whose members did not reach
+the stage leaves the group not resolved.
 
-* Table 3 / Thm. 3 (block members): ``a_st / a_dt ≥ 1.2`` (ours; the paper's rows give 1.41-1.74) and the
-  convex combination of Thm. 3, ``((v − 1) a_st + a_sw)/v > a_dt`` (Remark 5: only that average matters);
+* Table 3 / Thm. 3 (block members): ``a_st / a_dt ≥ 1.2`` (a margin of ours above the paper's direction,
+  uncalibrated: it can hold, not fail; the paper's rows give 1.41-1.74) and the convex combination of Thm. 3,
+  ``((v − 1) a_st + a_sw)/v > a_dt`` (Remark 5: only that average matters);
 * Table 4 / Thm. 5 (diagonal members): ``a_sw > a_dt > a_st`` and ``a_st/a_sw < λ5 = c3/(v − 1)``
   (Thm. 5's ``α < λ5 β`` with α = a_st/a_dt, β = a_sw/a_dt).
 
@@ -38,6 +41,13 @@ Thms. 3 and 5 are statements about the squared loss with ``W^V`` frozen, under A
 test their predictions on jointly trained cross-entropy models, as here. The attention is read only at the
 end of the training budget (no end drift): the claims are ``budget`` statements. The paper's rows are shown
 beside ours (measurements, notes, figure); their numbers are copied from App. G.2.
+
+The stage's reference is a true lower bound of every member's cross-entropy: the Bayes loss of a predictor that
+knows θ and sees the masked position's own token (:func:`~.training.masked_loss_floor`, 2.896 nats at §6.1's
+setting), so the gate (half way from log(Tv) = 4.605 to it: 3.751) asks of every member that it trained. The
+loss of predicting each masked word's document distribution (E[H(p)] = 3.149 nats) is not a bound: a kept or
+replaced word at the query position tells the model about its target, and a paper-profile member ended at
+3.130.
 """
 
 from __future__ import annotations
@@ -51,17 +61,19 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Sample
-from tdlab.claims.declare import Provenance
+from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, RunContext, register
+from tdlab.experiments.manifest import Setting
+from tdlab.experiments.seed004_topics.landscape import assumption4
 from tdlab.experiments.seed004_topics.training import (
     AUTHORS_NOT_REPRODUCED,
-    GAP_CLOSED,
+    FLOOR_CLOSED,
     StageClaims,
     TopicsExperimentConfig,
     TopicsTrain,
+    masked_loss_floor,
     masked_objective,
-    optimum_masked_loss,
     record_gap_stage,
     setting_health,
     topic_data,
@@ -171,51 +183,114 @@ def _lambda5(cfg: TopicsAttnConfig) -> float:
 
 _BLOCK = "block members of the setting (W^V block-wise: z ≥ z_min, u ≥ u_block)"
 _DIAG = "diagonal members of the setting (W^V diagonal: z ≥ z_min, u ≤ u_diag)"
+
+
+def _converged_to(kind: str, text: str) -> Hypothesis:
+    """Tables 3 and 4 report only the runs whose W^V converged to the table's pattern: a row is the paper's
+    only when it has at least one member of that class (a setting without one is outside the statement)."""
+    return Hypothesis(text, lambda cfg, row: row.context.get("class") == kind and row.measured.n > 0, on="row")
+
+
+BLOCK_RUNS = _converged_to(
+    "block",
+    "W^V converged to a block-wise pattern closer to uniform within blocks (Table 3's runs): the row has at least "
+    "one member classified block",
+)
+DIAGONAL_RUNS = _converged_to(
+    "diagonal",
+    "W^V converged to a diagonal pattern (Table 4's runs, Def. 2's D^V): the row has at least one member "
+    "classified diagonal",
+)
+ASSUMPTION_4 = Hypothesis(
+    "Assumption 4 (Thms. 3, 5): p_m < 1/2, p_c = p_r ∈ (0, 1/2)",
+    lambda cfg: assumption4(cfg.task.p_m, cfg.task.p_c, cfg.task.p_r),
+)
+# Every claim is a statement about the whole of its table (Table 3 spans SGD and Adam, §3.2: "the conclusions
+# ... hold for both the cross-entropy loss and the squared loss, as well as with variants of the training
+# algorithm like SGD and Adam"; Table 4's caption speaks of its two rows): all_rows, so that a setting of the
+# table whose members did not train leaves the group open rather than letting the others decide it.
 CLAIMS = (
     ClaimSpec(
         "table3-same-topic-over-different-topic",
         "Table 3 (block-wise W^V): a word attends more to other words of its topic than to other topics "
         "(paper: a_st / a_dt = 1.41-1.74)",
+        quote="we show (in Table 3 in Appendix G.2) that on average, each word pays more attention to words of "
+        "the same topic than to words of different topics.",
+        where="§6.1 ('Convergence point of trained attention weights'); Table 3 (App. G.2)",
+        form="settings",
+        hypotheses=(BLOCK_RUNS,),
+        # The paper states a direction (> 1); 1.2 is a margin of ours. A planted pair at the paper's smallest
+        # row (1.41, Adam 0.01) with its own spread (about ±0.07) against 1.0 (its failed runs: "all three types
+        # of attention weights have similar averages") is not separated by a t-interval at the quick profile's
+        # 2 block members per setting, so no calibration is claimed: it can hold, never fail.
+        threshold=Threshold(
+            "ours",
+            "claims.st_over_dt_min = 1.2, a margin of ours above the paper's direction (a_st > a_dt), fixed before "
+            "any run (no planted pair separates it at the quick profile's 2 block members)",
+        ),
+        all_rows=True,
         test="value",
         relation="ge",
         quantity=f"a_st / a_dt, mean over the {_BLOCK}",
         expected="claims.st_over_dt_min",
         tolerance=0.0,
         horizon="budget",
-        stage=GAP_CLOSED,
+        stage=FLOOR_CLOSED,
     ),
     ClaimSpec(
         "table3-thm3-topic-average-above-different-topic",
         "Thm. 3 / Remark 5 (block-wise W^V): the topic average ((v − 1) a_st + a_sw)/v exceeds a_dt",
+        quote="a convex combination of same-word attention and same-topic-different-words attention should be "
+        "relatively large, compared to different-topic attention.",
+        where="§2.2.2 (Thm. 3, informal; Remarks 4, 5); Table 3 caption ('verifying our conclusion in Theorem 3')",
+        form="settings",
+        hypotheses=(BLOCK_RUNS, ASSUMPTION_4),
+        threshold=Threshold("paper", "Remark 4's direction: γ = ((v − 1)α + β)/v above 1, no margin"),
+        all_rows=True,
         test="value",
         relation="ge",
         quantity=f"((v − 1) a_st + a_sw) / (v a_dt), mean over the {_BLOCK}",
         expected=1.0,
         tolerance=0.0,
         horizon="budget",
-        stage=GAP_CLOSED,
+        stage=FLOOR_CLOSED,
     ),
     ClaimSpec(
         "table4-same-word-then-different-topic-then-same-topic",
         "Table 4 (diagonal W^V): a_sw > a_dt > a_st",
+        quote="Note that on average, same-word attention is larger than different-topic attention, which is larger "
+        "than same-topic-different-word attention, verifying our conclusion in Theorem 5.",
+        where="Table 4 caption (App. G.2)",
+        form="settings",
+        hypotheses=(DIAGONAL_RUNS,),
+        threshold=Threshold("paper", "the ordering the caption states: both ratios above 1, no margin"),
+        all_rows=True,
         test="value",
         relation="ge",
         quantity=f"min(a_sw / a_dt, a_dt / a_st), mean over the {_DIAG}",
         expected=1.0,
         tolerance=0.0,
         horizon="budget",
-        stage=GAP_CLOSED,
+        stage=FLOOR_CLOSED,
     ),
     ClaimSpec(
         "table4-thm5-same-topic-over-same-word-below-lambda5",
         "Thm. 5 (diagonal W^V): α < λ5 β, i.e. a_st / a_sw < λ5 = c3/(v − 1) (Table 4)",
+        quote="Then, the optimal (α, β) satisfy: λ3 τ < β < λ4 T, α < λ5 β",
+        where="Thm. 5 (App. F.4), tested on Table 4's runs (caption: 'verifying our conclusion in Theorem 5')",
+        form="settings",
+        hypotheses=(DIAGONAL_RUNS, ASSUMPTION_4),
+        threshold=Threshold(
+            "paper", "λ5 = 1/((v − 1)(1 − (1 − p_c)p_m)), Thm. 5's own constant (0.128 at §6.1's setting), no margin"
+        ),
+        all_rows=True,
         test="value",
         relation="le",
         quantity=f"a_st / a_sw, mean over the {_DIAG}",
         expected=lambda cfg, row: _lambda5(cfg),
         tolerance=0.0,
         horizon="budget",
-        stage=GAP_CLOSED,
+        stage=FLOOR_CLOSED,
     ),
 )
 
@@ -325,6 +400,30 @@ class TopicsAttn(Experiment[TopicsAttnConfig]):
     )
     Config = TopicsAttnConfig
     claims = CLAIMS
+    manifest: ClassVar[dict[str, Setting]] = {
+        "task.generator": Setting("lda", "§6.1 (the topic distribution drawn from a Dirichlet, as in LDA)"),
+        "task.T": Setting(10, "§6.1"),
+        "task.v": Setting(10, "§6.1"),
+        "task.alpha": Setting(0.1, "§6.1"),
+        "task.n_min": Setting(100, "§6.1 (N uniform on [100, 150])"),
+        "task.n_max": Setting(150, "§6.1 (N uniform on [100, 150])"),
+        "task.p_m": Setting(0.15, "§6.1"),
+        "task.p_c": Setting(0.1, "§6.1"),
+        "task.p_r": Setting(0.1, "§6.1"),
+        "model.onehot": Setting(True, "Tables 3, 4 ('with one-hot word embeddings'); Eq. 7"),
+        "model.bias_pred": Setting(True, "Eq. 7 (b^pred); §6.1 (the §3.3 model)"),
+        "model.bias_v": Setting(True, "§6.1 ('add back the bias terms b^K, b^Q, b^V')"),
+        "model.bias_qk": Setting(True, "§6.1 ('add back the bias terms b^K, b^Q, b^V')"),
+        "adam_lrs": Setting([0.003, 0.01, 0.03], "Table 3's Adam rows"),
+        "sgd_lrs": Setting(
+            [0.01, 0.03],
+            "Table 3's SGD rows",
+            "the seed also ran SGD 0.003 and removed it ('much higher final train and dev losses'): not run",
+        ),
+        "table4_lrs": Setting([0.003, 0.01], "Table 4's rows (Adam)"),
+        "members": Setting(3, "Table 3 ('mean ± std. deviation over 3 runs')", "its SGD 0.01 row holds 1 run"),
+        "table4_seeds": Setting(10, "Table 4 ('7 runs, selected out of 10')"),
+    }
     arm_fields: ClassVar[dict[str, str]] = {
         "train.lr": "adam_lrs=[...] / sgd_lrs=[...]",
         "train.optimizer": "adam_lrs=[] or sgd_lrs=[]",
@@ -422,7 +521,8 @@ class TopicsAttn(Experiment[TopicsAttnConfig]):
         """One row per setting and claim on its block / diagonal members; their training stage; the class
         counts, attention averages and the paper's rows per setting."""
         v, c = cfg.task.v, cfg.claims
-        triv, opt = trivial_masked_error(cfg.task, "ce"), optimum_masked_loss(cfg.task, "ce")
+        # the stage's reference is a true lower bound of every member's loss (optimum_masked_loss is not one)
+        triv, opt = trivial_masked_error(cfg.task, "ce"), masked_loss_floor(cfg, "ce", True)
         out = Measurements(
             {"c3": c3(cfg.task.p_m, cfg.task.p_c), "lambda5": _lambda5(cfg), "uniform_loss": triv, "optimum_loss": opt}
         )
@@ -431,7 +531,7 @@ class TopicsAttn(Experiment[TopicsAttnConfig]):
             for kind in ("block", "diagonal"):
                 keep = s.cls == kind
                 if keep.any():
-                    record_gap_stage(out, s.group(kind), s.loss[keep], triv, opt, c.gap_share)
+                    record_gap_stage(out, s.group(kind), s.loss[keep], triv, opt, c.gap_share, reference="Bayes floor")
             sw, st, dt = s.of("block")
             prov: Provenance = "seed" if s.name in TABLE3 else "ours"
             arms, ctx = [s.group("block")], {"setting": s.name, "class": "block"}

@@ -53,9 +53,10 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, Measurements, Stage, assess_arm
-from tdlab.claims.declare import Provenance
+from tdlab.claims.declare import Hypothesis, Provenance
 from tdlab.config import Config, ConfigError
 from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext, init_arm
+from tdlab.experiments.manifest import Setting
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes import topic_pairs as tp
@@ -73,9 +74,13 @@ __all__ = [
     "MEASURES",
     "MEASURE_ARMS",
     "MODES",
+    "OFFLINE_CORPUS",
+    "OFFLINE_MODEL",
     "OFFSET",
     "PAD_ID",
     "PAST_UNIGRAM",
+    "PRETRAINED",
+    "WIKIPEDIA",
     "EncoderConfig",
     "RealClaims",
     "RealData",
@@ -116,6 +121,30 @@ PAST_UNIGRAM = Stage(
     "the encoder's held-out masked-token loss is below the unigram model's (the "
     "training windows' word frequencies, on the same held-out windows): it has learnt more than "
     "word frequencies",
+)
+
+
+# What the seed's real-text statements assume and which data they ran on (topics-real, -cooc, -two-stage).
+PRETRAINED = Hypothesis(
+    "a pretrained model (model.checkpoint): Tables 1, 2, 5 and Fig. 3 measure pretrained Hugging Face checkpoints; "
+    "an encoder trained here is not one",
+    lambda cfg: bool(cfg.model.checkpoint),
+)
+# The seed's corpus is its own Wikipedia sample, as a file (corpus.source=text, corpus.path=the dump); it is not on
+# this machine, so every profile reads gensim's shipped Wikipedia sample (source=wiki) instead.
+WIKIPEDIA = Setting(
+    "text",
+    "§6.2 ('a sample of Wikipedia corpus (WikimediaFoundation, 2023)')",
+    "the seed's own 2023 Wikipedia sample (its size unstated), read as a dump (corpus.source=text, corpus.path); "
+    "gensim's shipped Wikipedia sample (source=wiki) stands in for it",
+)
+OFFLINE_CORPUS = (
+    "offline data: the seed's 2023 Wikipedia sample is not on this machine and nothing is downloaded; gensim's "
+    "shipped Wikipedia sample (corpus.source=wiki) stands in for it"
+)
+OFFLINE_MODEL = (
+    "offline: no pretrained checkpoint is on this machine and none is downloaded; the profile trains a "
+    "BERT-shaped encoder here instead, whose rows are ours (outside the pretrained-model hypothesis)"
 )
 
 

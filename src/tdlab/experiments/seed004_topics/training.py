@@ -15,10 +15,16 @@ model's token-type vector + LayerNorm and PyTorch default init. Not reproduced (
 the L2 term's missing square and gradient, the squared loss averaged (not summed) over V, early stopping
 on a dev set.
 
-The training stage (:data:`GAP_CLOSED`). Figs. 1, 2, 9, 10 and Tables 3-4 show *trained* models. Every
-claim about their end state first asks that the member has closed a share of the way from the uniform
-predictor's loss to the optimum, which is a closed form here (:func:`optimum_masked_loss`): a member
-still near its start (plain SGD at lr 0.01 after 1,500 steps) is not evaluable, never a failure.
+The training stage. Figs. 1, 2, 9, 10 and Tables 3-4 show *trained* models. Every claim about their end
+state first asks that the member has closed a share of the way from the uniform predictor's loss to a
+reference loss: a member still near its start (plain SGD at lr 0.01 after 1,500 steps) is not evaluable, never
+a failure. Every experiment (:data:`FLOOR_CLOSED`) takes as reference the lower bound of a position-blind
+model's loss (:func:`masked_loss_floor` with ``position_blind=True``; for the cross-entropy, the Bayes loss,
+a bound of every model): a level every arm can reach, since any attention model can also give every position
+the same output. :func:`optimum_masked_loss`, the loss of predicting each masked word's document distribution,
+is *not* a lower bound: a model whose attention reads the masked position's own token (kept with probability
+p_c, a random word with p_r, §3.2) goes below it (the all-trained squared/Adam model of Fig. 1 reaches 0.900
+against 0.945; :func:`tdlab.theory.topics.bayes_masked_loss`).
 """
 
 from __future__ import annotations
@@ -33,20 +39,26 @@ from pydantic import Field
 from scipy.special import digamma
 
 from tdlab.claims import ArmHealth, Measurements, Sample, Stage, assess_arm
+from tdlab.claims.declare import Hypothesis
 from tdlab.config import Config
 from tdlab.experiments.base import ExperimentConfig, RunContext
+from tdlab.experiments.manifest import Setting
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.probes.blocks import block_stats
 from tdlab.tasks.topics import Topics, TopicsConfig
+from tdlab.theory.topics import bayes_masked_loss, blind_masked_loss_bound
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import MaskedTokens
 from tdlab.train.trainer import FitResult, Probe, TrainConfig, Trainer
 
 __all__ = [
+    "ASSUMPTION_1",
     "AUTHORS_NOT_REPRODUCED",
+    "FLOOR_CLOSED",
     "GAP_CLOSED",
     "PANELS",
+    "SECTION_6_1",
     "Loss",
     "Optimizer",
     "StageClaims",
@@ -57,6 +69,7 @@ __all__ = [
     "gap_bound",
     "init_block_z",
     "loss_kind",
+    "masked_loss_floor",
     "masked_objective",
     "optimum_masked_loss",
     "paired_loss_excess_share",
@@ -83,6 +96,53 @@ GAP_CLOSED = Stage(
     "the member's final test loss has closed at least claims.gap_share of the way from the uniform "
     "predictor's loss to the optimum (the loss of predicting each masked word's document distribution, a closed "
     "form): it has trained, not merely moved",
+)
+# The same stage measured against a true lower bound, that of a position-blind model's loss (masked_loss_floor with
+# position_blind=True): every arm can reach it (an attention model can give every position one output), so the stage
+# asks "trained" of every arm alike, and does not ask an attention model to read the masked token's leak. It keeps
+# GAP_CLOSED's id, so that records made before the floor was introduced (whose stored stage checks carry that id)
+# are still judged; GAP_CLOSED is the old stage's description (topics-attn reads masked_loss_floor too).
+FLOOR_CLOSED = Stage(
+    "gap-closed",
+    "the member's final test loss has closed at least claims.gap_share of the way from the uniform "
+    "predictor's loss to the lower bound of a position-blind model's loss (training.masked_loss_floor with "
+    "position_blind=True, a closed form; a level every arm can reach): it has trained, not merely moved",
+)
+
+
+# The settings §6.1 states for every synthetic experiment (Figs. 1, 2, 4, 9, 10; Tables 3, 4), by config field.
+SECTION_6_1: dict[str, Setting] = {
+    "task.generator": Setting("lda", "§6.1 (§3.1's Step 1 replaced by a Dirichlet draw, 'consistent with LDA')"),
+    "task.T": Setting(10, "§6.1 (T = 10)"),
+    "task.v": Setting(10, "§6.1 (v = 10)"),
+    "task.alpha": Setting(0.1, "§6.1 (α = 0.1)"),
+    "task.n_min": Setting(100, "§6.1 ('N uniformly randomly chosen from [100, 150]')"),
+    "task.n_max": Setting(150, "§6.1"),
+    "task.p_m": Setting(0.15, "§6.1 (p_m = 0.15, following Devlin et al., 2019)"),
+    "task.p_c": Setting(0.1, "§6.1 (p_c = 0.1)"),
+    "task.p_r": Setting(0.1, "§6.1 (p_r = 0.1)"),
+    "authors_compat": Setting(
+        False,
+        "§3.2 (the masking scheme: a random word in [Tv]; Eq. 1's population objective); §6.1 ('Our training "
+        "objective follows Section 3.2')",
+        "the seed's equations; the authors' code departs from them (authors_compat: this module's docstring)",
+    ),
+}
+
+
+def _infinite_documents(cfg: Any) -> bool:
+    """Whether the run's documents are Assumption 1's, infinitely long: never for a trained arm (§6.1's N is at most
+    150, and no config field makes it infinite)."""
+    return False
+
+
+# Thms. 1, 2, 4 and Lemma 1 are stated under Assumption 1 (§3.1): "infinitely-long documents", whose empirical word
+# distribution is the document's p. A trained arm's documents are §6.1's finite ones, and no finite-document
+# optimum is computed, so its rows are outside the theorems' hypotheses (ours: shown, never deciding).
+ASSUMPTION_1 = Hypothesis(
+    "Assumption 1 (§3.1): infinitely long documents (the masked document's word distribution is exactly its p); "
+    "the trained arms see §6.1's N ∈ [100, 150] and tdlab computes no finite-document optimum",
+    _infinite_documents,
 )
 
 
@@ -201,8 +261,12 @@ def trivial_masked_error(task: TopicsConfig, loss: str) -> float:
 
 def optimum_masked_loss(task: TopicsConfig, loss: str) -> float:
     """The loss of predicting every masked word with its document's word distribution ``p`` (``p_i =
-    θ_topic(i)/v``): the optimum under Assumption 1 (infinitely long documents), where a uniform-attention
-    model reads ``p`` off the masked document exactly (Lemma 1's family reaches it, §4-§5).
+    θ_topic(i)/v``): the optimum of a uniform-attention model under Assumption 1 (infinitely long documents),
+    which reads ``p`` off the masked document exactly (Lemma 1's family reaches it, §4-§5).
+
+    **Not a lower bound** of the masked loss: a model whose attention reads the masked position's own token
+    (kept with probability p_c, a random word with p_r, §3.2) goes below it (0.900 against 0.945 for the
+    all-trained squared/Adam model of Fig. 1). The bounds are :func:`masked_loss_floor`'s.
 
     Squared loss (Eq. 3): ``1 − E‖p‖² = 1 − E[Σ_t θ_t²]/v``; cross-entropy (Eq. 4): ``E[H(p)] = log v + E[H(θ)]``.
     LDA (§6.1, θ ~ Dir(α·1_T)): ``E[Σ θ_t²] = (α + 1)/(Tα + 1)``, ``E[H(θ)] = ψ(Tα + 1) − ψ(α + 1)``;
@@ -218,16 +282,39 @@ def optimum_masked_loss(task: TopicsConfig, loss: str) -> float:
     return 1.0 - sum_sq / task.v if loss == "squared" else math.log(task.v) + h_theta
 
 
+def masked_loss_floor(cfg: TopicsExperimentConfig, loss: str, position_blind: bool) -> float:
+    """A lower bound of the expected masked loss (Eq. 1) of every model of an arm's class, a closed form.
+
+    ``position_blind`` (uniform attention, ``W^K = W^Q = 0``: every position gets the same output) and the squared
+    loss: :func:`tdlab.theory.topics.blind_masked_loss_bound` (0.9408 at §6.1's settings). Otherwise (a model
+    whose attention may read the masked position's own token, or the cross-entropy, where no tighter
+    position-blind bound is in closed form): the Bayes risk with that token, :func:`tdlab.theory.topics.
+    bayes_masked_loss` (0.8713 squared, 2.8960 nats). ``authors_compat`` draws replacements from every id and
+    gives an empty M one position; the bounds follow. Both are bounds of the population loss (fresh documents);
+    under ``authors_compat`` a member scored on its fixed held-out set may sit a sampling error below."""
+    task, compat = cfg.task, cfg.authors_compat
+    if position_blind and loss == "squared":
+        return blind_masked_loss_bound(task, replace_from_all=compat, at_least_one=compat)
+    return bayes_masked_loss(task, "squared" if loss == "squared" else "ce", replace_from_all=compat)
+
+
 def gap_bound(trivial: float, optimum: float, share: float) -> float:
     """The loss a member must end below to have closed ``share`` of the way from ``trivial`` to ``optimum``."""
     return trivial - share * (trivial - optimum)
 
 
 def record_gap_stage(
-    out: Measurements, name: str, final_loss: np.ndarray, trivial: float, optimum: float, share: float
+    out: Measurements,
+    name: str,
+    final_loss: np.ndarray,
+    trivial: float,
+    optimum: float,
+    share: float,
+    reference: str = "optimum",
 ) -> None:
-    """Record :data:`GAP_CLOSED` for ``name`` (an arm, or a setting within one): member ``i`` passed when
-    ``final_loss[i]`` is below :func:`gap_bound`."""
+    """Record the gap-closed stage (:data:`GAP_CLOSED`, :data:`FLOOR_CLOSED`: one id) for ``name`` (an arm, or a
+    setting within one): member ``i`` passed when ``final_loss[i]`` is below :func:`gap_bound` of ``trivial`` and
+    ``optimum`` (the reference loss, named ``reference`` in the evidence: a floor of :func:`masked_loss_floor`)."""
     bound = gap_bound(trivial, optimum, share)
     out.stage(
         name,
@@ -236,7 +323,7 @@ def record_gap_stage(
         bound,
         "lt",
         evidence=f"final test loss vs {share:g} of the way from the uniform predictor ({trivial:.4g}) to the "
-        f"optimum ({optimum:.4g})",
+        f"{reference} ({optimum:.4g})",
     )
 
 
@@ -287,8 +374,8 @@ def setting_health(
 
 def paired_loss_excess_share(view: RunView, arm: str, ref: str, gap: float) -> Sample:
     """Per member seed (the arms share seeds): ``(L_arm − L_ref) / gap``, final test losses; ``gap`` = the
-    uniform predictor's loss − the closed-form optimum (:func:`optimum_masked_loss`), so that this is the
-    difference of the two arms' excess losses above the optimum as a share of the learnable gap. Its end
+    uniform predictor's loss − a lower bound of ``ref``'s model class (:func:`masked_loss_floor`), so that this is
+    the difference of the two arms' excess losses above that bound as a share of the gap ``ref`` can learn. Its end
     drift is that of the same difference along training (None when the arms were evaluated on different steps)."""
     steps, a = view.curves(arm, "test_loss")
     s2, b = view.curves(ref, "test_loss")

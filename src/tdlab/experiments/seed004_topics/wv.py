@@ -11,23 +11,30 @@ and a ``population`` arm: Thm. 2's exact setting -- the population objective of 
 τ-subset document is its exact masked distribution), squared loss, b^pred = 0, no b^V, small L2,
 full-batch Adam from a near-zero init.
 
-Claims, each on trained members (past :data:`~.training.GAP_CLOSED`) and judged at convergence:
+Claims, each on trained members (past :data:`~.training.FLOOR_CLOSED`: half way from the uniform predictor's
+loss to the lower bound of a position-blind model's loss, a level every arm can reach) and judged at convergence:
 
-* Figs. 2, 9, 10: training adds at least ``z_min`` to the block contrast of W^V (z of the trained W^V minus
-  z of the same member's initial W^V, read from the stored ``ARM@init`` arrays);
+* Figs. 2, 9, 10 (every panel: ``all_rows``): training adds at least ``z_min`` to the block contrast of W^V (z
+  of the trained W^V minus z of the same member's initial W^V, read from the stored ``ARM@init`` arrays; ours,
+  uncalibrated);
 * Lemma 1 / Thm. 4: under the squared loss with *uniform attention* (the lemma's assumption: the ``l2`` and
-  ``no-l2`` settings, not ``attn``) every optimum has row block-sum gap g = c3, within ``gap_rel_tol``;
+  ``no-l2`` settings, not ``attn``) every optimum has row block-sum gap g = c3, within ``gap_rel_tol``. Stated
+  under Assumption 1 (infinitely long documents): at §6.1's finite N the rows are shown, not judged (no
+  finite-document optimum is computed);
 * Thm. 2: the population arm's W^V is W^{V*}: ‖W^V − W^{V*}‖_F/‖W^{V*}‖_F ≤ ``pop_rel_tol`` (its distance is
-  logged at every evaluation, so its end drift is known);
+  logged at every evaluation, so its end drift is known), judged where the exact ridge optimum at the λ that ran
+  is within a fifth of the tolerance of the λ → 0 limit;
 * sanity: the exact ridge optimum at the λ that ran is itself within the tolerance of Thm. 2's λ → 0 limit;
-* §5.2 / App. G ("only slightly worse"): per seed, the W^V-only arm's (``l2``) excess test loss above the
-  closed-form optimum minus the all-weights arm's (``attn``: W^K, W^Q, W^V, same L2, loss and optimiser), as a
-  share of the uniform-to-optimum gap, is at most ``worse_share_max`` (the seed gives no number: ours, as
-  topics-embed's §4 twin). A value test on the paired differences: a ``compare`` claim's margin is a distance
-  *beyond* which one arm must lie, not a non-inferiority allowance;
+* §5.2 / App. G ("only slightly worse"): per seed, the W^V-only arm's (``l2``) final test loss minus the
+  all-weights arm's (``attn``: W^K, W^Q, W^V, same L2, loss and optimiser), as a share of the gap from the
+  uniform predictor's loss to the all-weights model's floor (:func:`~.training.masked_loss_floor`: the Bayes
+  risk with the masked position's own token, which its attention can read), is at most ``worse_share_max`` (the
+  seed gives no number: ours, as topics-embed's §4 twin). A value test on the paired differences: a ``compare``
+  claim's margin is a distance *beyond* which one arm must lie, not a non-inferiority allowance;
 * Fig. 2 / Thm. 2 (App. G.1's block means): with L2 and the squared loss the mean same-topic (S) and
   different-topic (D) word-word entries of the trained W^V are W^V*'s two entries, within ``block_mean_rel_tol``
-  of the contrast c3/v. Without L2 (Thm. 4) only S − D = c3/v is fixed, and that is the g = c3 claim (g = v(S − D));
+  of the contrast c3/v. Without L2 (Thm. 4) only S − D = c3/v is fixed, and that is the g = c3 claim (g = v(S − D)).
+  Thm. 2 has λ → 0, b^pred = 0 and Assumption 1: the trained rows are shown, not judged;
 * Figs. 9, 10 captions: without L2 and with W^K, W^Q trained, S is over ``block_ratio_min`` = 10 times |D|
   (the seed's own check, made there for the third panel, squared loss with SGD, whose blocks are faint), as
   (S − 10|D|)/|S − D| ≥ 0; only those panels' rows are the seed's, the other panels' are ours;
@@ -52,13 +59,18 @@ import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.claims.calibration import planted_pair
+from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, RunContext, init_arm, register
+from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed004_topics.training import (
+    ASSUMPTION_1,
     AUTHORS_NOT_REPRODUCED,
-    GAP_CLOSED,
+    FLOOR_CLOSED,
     PANELS,
+    SECTION_6_1,
     Loss,
     Optimizer,
     StageClaims,
@@ -68,7 +80,7 @@ from tdlab.experiments.seed004_topics.training import (
     gap_bound,
     init_block_z,
     loss_kind,
-    optimum_masked_loss,
+    masked_loss_floor,
     paired_loss_excess_share,
     panel_name,
     record_gap_stage,
@@ -80,7 +92,7 @@ from tdlab.models.topic_attention import TopicModelConfig
 from tdlab.probes.blocks import block_stats
 from tdlab.seeding import Purpose, generators, member_seeds
 from tdlab.tasks.topics import population
-from tdlab.theory.topics import c3, min_population_loss, wv_star, wv_star_entries
+from tdlab.theory.topics import c3, dv, min_population_loss, wv_star, wv_star_entries
 from tdlab.train.optim import EagerAdam
 
 __all__ = [
@@ -117,9 +129,9 @@ class WVClaims(StageClaims):
     fig6_criterion: Literal["sometimes", "often"] = "sometimes"
     fig6_share_min: float = Field(0.1, gt=0.0, lt=0.5)  # "sometimes": at least one run in ten, not every run
     fig6_often_min: float = Field(0.5, gt=0.0, lt=1.0)  # "often": at least half the runs
-    # §5.2 / App. G "only slightly worse": the W^V-only arm's excess loss above the optimum exceeds the
-    # all-weights arm's by at most this share of the uniform-to-optimum gap (ours: the seed gives no number; the
-    # same share as topics-embed's §4 twin)
+    # §5.2 / App. G "only slightly worse": the W^V-only arm's loss exceeds the all-weights arm's by at most this
+    # share of the gap from the uniform predictor's loss to the all-weights model's floor (ours: the seed gives no
+    # number; the same share as topics-embed's §4 twin)
     worse_share_max: float = Field(0.1, gt=0.0, lt=1.0)
     # Fig. 2 / Thm. 2: S and D of the trained W^V within this share of the block contrast c3/v of W^V*'s entries
     # (ours; the same 10 % as gap_rel_tol on g = v(S − D); D* = −0.0076 is below it, so D is tested for being
@@ -195,11 +207,45 @@ def block_ratio_stat(S, D, r: float):
         return (S - r * np.abs(D)) / np.abs(S - D)
 
 
+def _wv_star_alternative(cfg: TopicsWVConfig, context: Any) -> tuple[Sample, Sample]:
+    """Planted population members at the run's member count: every member at the exact ridge optimum of the λ
+    that ran (its distance to W^V*; the penalised population objective is strictly convex, so every seed's
+    minimiser is that one point: no spread) and every member at D^V, the diagonal member of the same argmin
+    (Def. 2; Fig. 6), the optimum Thm. 2's λ → 0 limit selects W^V* against."""
+    t = cfg.task
+    star = wv_star(t.T, t.v, t.p_m, t.p_c, t.p_r)
+    other = float((dv(t.T, t.v, t.p_m, t.p_c, t.p_r) - star).norm() / star.norm())
+    return planted_pair(ridge_distance(cfg), other, 0.0, cfg.members)
+
+
+def _ridge_near_limit(cfg: TopicsWVConfig) -> bool:
+    """Thm. 2's λ → 0, measured small: the exact ridge optimum at the population arm's λ lies within a fifth of
+    the tolerance of W^V* (a closed form of the setting)."""
+    return cfg.population is not None and ridge_distance(cfg) <= cfg.claims.pop_rel_tol / 5
+
+
+# Thm. 2 and Thm. 4 set b^pred = 0; the trained arms train b^pred and b^V (§6.1). The block sums' gap g is unchanged
+# by a bias (it adds one constant per row, which q's entries summing to 1 carry into W's row), the block means are not.
+BPRED_ZERO = Hypothesis(
+    "b^pred = 0 and no b^V (Eq. 7; Thms. 2, 4)", lambda cfg: not cfg.model.bias_pred and not cfg.model.bias_v
+)
+EVERY_PANEL = "the claim covers every panel of Figs. 2, 9, 10 (both losses, both optimisers, each setting)"
+
 CLAIMS = (
     ClaimSpec(
         "wv-is-block-structured",
         "The trained W^V shows one block per topic, with uniform attention with and without L2 and with W^K, W^Q "
         "trained jointly, whatever the loss and optimiser (Figs. 2, 9, 10)",
+        quote="empirically such blockwise W^V shows up for both the cross-entropy loss and the squared loss",
+        where="§5.2 (after Thm. 2); Figs. 2, 9, 10 captions (CE / squared × SGD / Adam, lr 0.01); §6.1 'Learned "
+        "value matrix W^V'",
+        form="settings",
+        threshold=Threshold(
+            "ours",
+            "claims.z_min = 3: the block contrast z gained in training (no known null: z − z at init is not a test "
+            "statistic; topics-embed's permutation test would be one)",
+        ),
+        all_rows=True,  # EVERY_PANEL
         test="value",
         relation="ge",
         quantity="block contrast z of the trained W^V minus z of the same member's initial W^V (word rows/columns)",
@@ -207,31 +253,64 @@ CLAIMS = (
         tolerance=0.0,
         drift_tolerance="claims.z_drift",
         horizon="convergence",
-        stage=GAP_CLOSED,
+        stage=FLOOR_CLOSED,
     ),
     ClaimSpec(
         "wv-block-sum-gap-is-c3",
         "Squared loss with uniform attention: every optimum W^V has row block-sum gap g = c3 = 1/(1 − (1 − p_c)p_m) "
         "(Lemma 1 / Thm. 4; Figs. 2, 9)",
+        quote="(a) ∑_{l∈topic(i)} W^V_il = 1/(1−(1−p_c)p_m) + u_i v (b) ∀t ∈ [T] such that topic(i) ≠ t, "
+        "∑_{l∈t} W^V_il = u_i v",
+        where="Thm. 4 (App. E), point 3 (Lemma 1, App. C.1); under §3.1's topic model and Assumption 1",
+        form="limit",
+        limit="Assumption 1 takes documents infinitely long; the arms train on §6.1's finite documents and tdlab "
+        "computes no finite-document optimum of the uniform-attention model nor measures the term Assumption 1 "
+        "drops, so no trained row is the theorem's: its rows are shown as ours (the group is not evaluable)",
+        hypotheses=(ASSUMPTION_1,),
+        threshold=Threshold("ours", "claims.gap_rel_tol = 10 % of c3"),
         test="value",
         relation="close",
         quantity="row block-sum gap g of the trained W^V (word rows/columns)",
         expected=lambda cfg, row: _c3(cfg),
         tolerance=lambda cfg, row: cfg.claims.gap_rel_tol * _c3(cfg),
         horizon="convergence",
-        stage=GAP_CLOSED,
+        stage=FLOOR_CLOSED,
     ),
     ClaimSpec(
         "population-wv-is-thm2-optimum",
         "Thm. 2: with a small L2 penalty the population optimum of W^V (uniform attention, squared loss, "
         "b^pred = 0) is W^V*",
+        quote="Then, lim_{λ→0} argmin L_l2reg(W^V) = {W^V*}",
+        where="Thm. 2 (§5.2); under §3.1's topic model and Assumption 1 (the population arm's exact objective)",
+        form="limit",
+        limit="λ → 0: judged only where the term the limit drops is measured small: the exact ridge optimum at the "
+        "population arm's λ lies within a fifth of claims.pop_rel_tol of W^V* (config hypothesis, a closed form; "
+        "0.005 at λ = 1e-5). Assumption 1 holds exactly: the arm trains on the τ-subset population",
+        hypotheses=(
+            Hypothesis(
+                "λ small: the exact ridge optimum at the run's λ within pop_rel_tol/5 of W^V* (Thm. 2's λ → 0)",
+                _ridge_near_limit,
+            ),
+        ),
+        threshold=Threshold(
+            "ours",
+            "claims.pop_rel_tol = 5 % relative Frobenius distance",
+            Calibration(
+                "planted",
+                "members at the ridge optimum of the λ that ran (distance 0.005; the strictly convex objective's one "
+                "minimiser, so no seed spread) hold; members at D^V, the diagonal optimum of the same argmin (Def. 2), "
+                "which the λ → 0 limit rules out (distance 3.1), fail, at the run's member count",
+                plant=_wv_star_alternative,
+                test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
+            ),
+        ),
         test="value",
         relation="close",
         quantity="‖W^V − W^V*‖_F / ‖W^V*‖_F of the trained population arm",
         expected=0.0,
         tolerance="claims.pop_rel_tol",
         horizon="convergence",
-        stage=GAP_CLOSED,
+        stage=FLOOR_CLOSED,
     ),
     ClaimSpec(
         "ridge-optimum-near-limit",
@@ -250,32 +329,56 @@ CLAIMS = (
         "wv-only-loss-near-all-trained",
         "§5.2 / App. G: the loss with W^K = W^Q = 0 frozen and only W^V trained is only slightly greater than with "
         "W^K, W^Q, W^V trained jointly (one-hot embeddings, same loss, optimiser, L2 and seed)",
+        quote="Empirically, the loss achieved by freezing W^K = W^Q = 0 and only training W^V is only slightly "
+        "greater than the loss achieved by training all of them jointly, see Appendix G.",
+        where="§5.2 (after Thm. 2)",
+        form="settings",
+        threshold=Threshold(
+            "ours",
+            "claims.worse_share_max = 0.1 of the gap from the uniform predictor's loss to the all-weights model's "
+            "floor (the seed gives no number for 'slightly')",
+        ),
         test="value",
         relation="le",
-        quantity="(excess final test loss of the W^V-only arm (l2) − that of the "
-        "all-weights arm (attn), each above the closed-form optimum, same seed) / (uniform predictor's loss − optimum)",
+        quantity="(final test loss of the W^V-only arm (l2) − that of the all-weights arm (attn), same seed) / "
+        "(uniform predictor's loss − the Bayes bound of the all-weights model's loss, the masked position's own "
+        "token included)",
         expected=0.0,
         tolerance="claims.worse_share_max",
         horizon="convergence",
-        stage=GAP_CLOSED,
+        stage=FLOOR_CLOSED,
     ),
     ClaimSpec(
         "wv-block-means-thm2",
         "Fig. 2 / Thm. 2 (App. G.1): with L2 and the squared loss the trained W^V's mean same-topic entry is W^V*'s "
         "same-topic entry and its mean different-topic entry W^V*'s different-topic entry",
+        quote="(a) ∀l ∉ topic(i), W^V*_il = W^V*_diff-topic := −(c1c2+c3)/(c2²+Tv) (b) ∀l ∈ topic(i), W^V*_il = "
+        "W^V*_same-topic := W^V*_diff-topic + c3/v",
+        where="Thm. 2 (§5.2), point 3; Fig. 2 (L2, uniform attention); under Assumption 1 and b^pred = 0",
+        form="limit",
+        limit="λ → 0 and Assumption 1's infinitely long documents: the arms train at λ = 1e-4 with b^pred, b^V on "
+        "§6.1's finite documents, and tdlab computes no finite-document ridge optimum nor measures the dropped terms, "
+        "so no trained row is the theorem's: its rows are shown as ours (the group is not evaluable)",
+        hypotheses=(ASSUMPTION_1, BPRED_ZERO),
+        threshold=Threshold("ours", "claims.block_mean_rel_tol = 10 % of the contrast c3/v"),
         test="value",
         relation="close",
         quantity="mean same-topic (S) or different-topic (D) word-word entry of the trained W^V",
         expected=lambda cfg, row: _thm2_entry(cfg, row.context["block"]),
         tolerance=lambda cfg, row: cfg.claims.block_mean_rel_tol * _contrast(cfg),
         horizon="convergence",
-        stage=GAP_CLOSED,
+        stage=FLOOR_CLOSED,
         example={"block": "same"},
     ),
     ClaimSpec(
         "wv-block-mean-over-10x-nonblock",
         "Figs. 9, 10 (App. G.1), third panel (squared loss, SGD): without L2, and with W^K, W^Q trained jointly, the "
         "mean of the block (same-topic) entries of the trained W^V is over 10x the magnitude of the mean non-block entry",
+        quote="the mean of the 1000 entries corresponding to the block positions is 0.00552563, which is over 10x the "
+        "magnitude of the mean of a random subset of 1000 non-block entries",
+        where="Fig. 9 caption (third panel: squared loss, SGD, no L2); Fig. 10 caption (W^K, W^Q trained)",
+        form="settings",
+        threshold=Threshold("paper", "the captions' own factor 10 (claims.block_ratio_min), no further margin"),
         test="value",
         relation="ge",
         quantity="(S − block_ratio_min·|D|) / |S − D|: S, D the mean same-topic / "
@@ -284,12 +387,23 @@ CLAIMS = (
         tolerance=0.0,
         drift_tolerance="claims.block_ratio_drift",
         horizon="convergence",
-        stage=GAP_CLOSED,
+        stage=FLOOR_CLOSED,
     ),
     ClaimSpec(
         "fig6-diagonal-sometimes",
         "Fig. 6 / App. F.4: without L2 the trained W^V sometimes shows a diagonal pattern (a special optimum of "
         "Thm. 4)",
+        quote="Without L_2 regularization, the trained W^V sometimes shows a diagonal pattern, which is a special case "
+        "of the family of optima characterized in Theorem 4",
+        where="Fig. 6 caption (App. F.4; F.4: 'often occurs'; Table 4 kept 7 of 10 runs)",
+        form="settings",
+        threshold=Threshold(
+            "ours",
+            "claims.diagonal_u = 0.2 (a member is diagonal) and the share region [0.1, 0.9] ('sometimes': neither "
+            "never nor always; the seed gives no share). Uncalibrated: at the run's few pooled members (2-3 per "
+            "trained panel) Wilson's interval of 0 diagonal members still reaches above 0.1, so no planted 'never' "
+            "could fail",
+        ),
         test="value",
         relation="close",
         quantity="share of the trained no-L2 members whose W^V is "
@@ -297,7 +411,7 @@ CLAIMS = (
         expected=lambda cfg, row: sum(fig6_region(cfg)) / 2,
         tolerance=lambda cfg, row: (fig6_region(cfg)[1] - fig6_region(cfg)[0]) / 2,
         horizon="budget",
-        stage=GAP_CLOSED,
+        stage=FLOOR_CLOSED,
     ),
 )
 
@@ -383,26 +497,44 @@ class TopicsWV(Experiment[TopicsWVConfig]):
     figure = "Figs. 2, 6, 9, 10; Thm. 2; §5.2, App. G.1"
     description = (
         "One-hot model: W^V trained with uniform attention (with/without L2) or with W^K, W^Q; "
-        "{CE, squared} x {SGD, Adam}. Training adds >= 3 to W^V's block contrast; squared loss with "
-        "uniform attention: g = c3; population mode reaches Thm. 2's W^V*; with L2 S, D are W^V*'s entries; "
-        "S ≥ 10|D| (Figs. 9, 10); W^V-only loss within a tenth of the learnable gap of all-weights; no-L2 "
-        "W^V sometimes diagonal (Fig. 6). Rows need the arm half way to the optimum loss."
+        "{CE, squared} x {SGD, Adam}. Training adds >= 3 to W^V's block contrast in every panel; population mode "
+        "reaches Thm. 2's W^V*; S ≥ 10|D| (Figs. 9, 10); W^V-only loss within a tenth of the gap to the "
+        "all-weights model's floor; no-L2 W^V sometimes diagonal (Fig. 6); g = c3 and S, D = W^V*'s entries "
+        "shown (Assumption 1's infinite documents are not the run's). Rows need the arm half way to the "
+        "position-blind loss floor."
     )
     Config = TopicsWVConfig
     claims = CLAIMS
+    manifest: ClassVar[dict[str, Setting]] = {
+        **SECTION_6_1,
+        "panels": Setting(
+            [["ce", "sgd"], ["ce", "adam"], ["squared", "sgd"], ["squared", "adam"]],
+            "Figs. 2, 9, 10 captions (top: cross-entropy, bottom: squared loss; left: SGD, right: Adam)",
+        ),
+        "train.lr": Setting(0.01, "Figs. 2, 9, 10 captions ('both with learning rate 0.01')"),
+        "settings": Setting(
+            ["l2", "no-l2", "attn"],
+            "Fig. 2 (L2, uniform attention), Fig. 9 (no L2), Fig. 10 (W^K, W^Q trained)",
+            "Fig. 10's caption does not say whether L2 was on: attn runs with it, as Fig. 2",
+        ),
+        "model.onehot": Setting(True, "Figs. 2, 9, 10 ('freezing ... one-hot word embedding'); Eq. 7"),
+        "model.bias_v": Setting(True, "§6.1 ('add back the bias terms b^K, b^Q, b^V')"),
+        "model.bias_qk": Setting(True, "§6.1"),
+    }
     arm_fields: ClassVar[dict[str, str]] = {
         "model.uniform_attn": "settings=[...]",
         "train.l2": "l2",
         "model.vocab": "task.T / task.v",
     }
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # 2 CPU cores: documents, vocabulary and lr as in §6.1; batch 16 (not 40) and 1500 steps.
+        # 2 CPU cores: documents, vocabulary and lr as in §6.1; batch 16 (not the authors' 40) and 1500 steps.
         "quick": {
             "members": 2,
             "train": {"steps": 1500, "batch": 16, "eval_every": 150, "eval_batches": 2},
             "population": {"steps": 3000},
         },
-        # The authors' budget: 20 epochs of 10,000 documents at batch 40 = 5,000 steps; 3 seeds.
+        # The authors' code's budget (the seed is silent on batch and steps): 20 epochs of 10,000 documents at
+        # batch 40 = 5,000 steps; 3 seeds.
         "paper": {
             "members": 3,
             "train": {"steps": 5000, "batch": 40, "eval_every": 250, "eval_batches": 8},
@@ -412,7 +544,7 @@ class TopicsWV(Experiment[TopicsWVConfig]):
     # atlas: the W^V claims are read at the end of training
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (2500, 5000, 10000), quick=(750, 1500), label="steps"),),
-        why="The W^V claims (gap within gap_rel_tol of the population optimum) are read at the end of training; quick trains 1500 steps against the paper's 5000.",
+        why="The W^V claims (block contrast, g, S and D, the W^V-only loss) are read at the end of training; quick trains 1500 steps against the paper's 5000.",
     )
 
     @staticmethod
@@ -453,6 +585,12 @@ class TopicsWV(Experiment[TopicsWVConfig]):
             return 1.0  # predicting f = 0: E‖e_x‖² = 1
         return trivial_masked_error(cfg.task, loss_kind(arm))
 
+    @staticmethod
+    def floor(cfg: TopicsWVConfig, arm: str) -> float:
+        """A lower bound of the loss of ``arm``'s model class (:func:`~.training.masked_loss_floor`): the l2 and
+        no-l2 settings have uniform attention (position-blind), attn trains W^K, W^Q."""
+        return masked_loss_floor(cfg, loss_kind(arm), position_blind=arm.split("/")[0] in UNIFORM_ATTENTION)
+
     def measure(self, cfg: TopicsWVConfig, run: RunView) -> Measurements:
         """Per panel: the gained block contrast of W^V (end drift of z), g (squared loss, uniform attention),
         u, the training stage; the population arm's distance to W^{V*}; the ridge optimum's."""
@@ -460,9 +598,9 @@ class TopicsWV(Experiment[TopicsWVConfig]):
         out = Measurements({"c3": _c3(cfg)})
         for arm in self.arms(cfg):
             setting, loss = arm.split("/")[0], loss_kind(arm)
-            triv, opt = trivial_masked_error(t, loss), optimum_masked_loss(t, loss)
+            triv, floor, blind = trivial_masked_error(t, loss), self.floor(cfg, arm), masked_loss_floor(cfg, loss, True)
             final_loss = run.final(arm, "test_loss")
-            record_gap_stage(out, arm, final_loss, triv, opt, c.gap_share)
+            record_gap_stage(out, arm, final_loss, triv, blind, c.gap_share, reference="position-blind floor")
             z, g, u = (run.final(arm, n) for n in ("wv_z", "wv_g", "wv_u"))
             z0 = init_block_z(run, arm, "W_V", T, v)
             ctx = {"setting": setting, "loss": loss, "arm": arm}
@@ -524,8 +662,9 @@ class TopicsWV(Experiment[TopicsWVConfig]):
                 "S": S.tolist(),
                 "D": D.tolist(),
                 "final_test_loss": final_loss.tolist(),
-                "excess_over_optimum": (final_loss - opt).tolist(),
-                "gap_closed": ((triv - final_loss) / (triv - opt)).tolist(),
+                "excess_over_floor": (final_loss - floor).tolist(),  # above the arm's model class's floor
+                "gap_closed": ((triv - final_loss) / (triv - blind)).tolist(),  # to the position-blind floor: the stage
+                "loss_floor": floor,
             }
         out.values["thm2_block_means"] = {
             "same": _thm2_entry(cfg, "same"),
@@ -538,24 +677,24 @@ class TopicsWV(Experiment[TopicsWVConfig]):
         if {"l2", "attn"} <= set(cfg.settings):  # §5.2 / App. G: W^V only vs all of W^K, W^Q, W^V (same seeds)
             for loss, optimiser in cfg.panels:
                 only, full = panel_name(loss, optimiser, "l2"), panel_name(loss, optimiser, "attn")
-                worse = paired_loss_excess_share(
-                    run, only, full, trivial_masked_error(t, loss) - optimum_masked_loss(t, loss)
-                )
+                # the gap the all-weights model can close: down to its floor (its attention may read the query)
+                worse = paired_loss_excess_share(run, only, full, trivial_masked_error(t, loss) - self.floor(cfg, full))
                 out.values[f"wv_only_excess_share/{loss}/{optimiser}"] = list(worse.values)
                 out.row(
                     "wv-only-loss-near-all-trained",
                     f"{loss}/{optimiser}",
                     worse,
                     arms=[only, full],
-                    context={"loss": loss, "optimizer": opt},
-                    label=f"({only} − {full}) excess test loss / learnable gap ≤ {c.worse_share_max:g}, by seed",
+                    context={"loss": loss, "optimizer": optimiser},
+                    label=f"({only} − {full}) final test loss / (uniform − {full}'s floor) ≤ {c.worse_share_max:g}, "
+                    "by seed",
                 )
         no_l2 = [a for a in self.arms(cfg) if a.startswith("no-l2/")]
         if no_l2:  # Fig. 6: pooled over the no-L2 panels whose every member trained (else all: not evaluable)
 
             def trained(a: str) -> bool:
                 lk = loss_kind(a)
-                bound = gap_bound(trivial_masked_error(t, lk), optimum_masked_loss(t, lk), c.gap_share)
+                bound = gap_bound(trivial_masked_error(t, lk), masked_loss_floor(cfg, lk, True), c.gap_share)
                 return bool(np.all(np.asarray(out.values[a]["final_test_loss"]) < bound))
 
             used = [a for a in no_l2 if trained(a)] or no_l2
@@ -624,14 +763,17 @@ class TopicsWV(Experiment[TopicsWVConfig]):
             )
         notes.append(
             "Lemma 1 / Thm. 4 (g = c3) assume uniform attention: the attn setting (Fig. 10) trains W^K, W^Q, "
-            "so its g is reported, not judged."
+            "so its g is reported, not judged. Thms. 2, 4 also assume infinitely long documents (Assumption 1): at "
+            "§6.1's N ≤ 150 the g and S, D rows are shown, not judged (no finite-document optimum is computed)."
         )
         for arm in self.arms(cfg):
             m = measured.values[arm]
             notes.append(
                 f"{arm}: z {fmt_members(m['z'])} (at init {fmt_members(m['z_init'])}), g {fmt_members(m['g'])}, "
-                f"S {fmt_members(m['S'])}, D {fmt_members(m['D'])}, share of the "
-                f"uniform-to-optimum loss gap closed {fmt_members(m['gap_closed'])} (stage: ≥ {cfg.claims.gap_share:g})"
+                f"S {fmt_members(m['S'])}, D {fmt_members(m['D'])}; final test loss {fmt_members(m['final_test_loss'])}: "
+                f"share of the way from the uniform predictor to the position-blind floor closed "
+                f"{fmt_members(m['gap_closed'])} (stage: ≥ {cfg.claims.gap_share:g}); the arm's model class's floor "
+                f"{m['loss_floor']:.4f}"
             )
         if cfg.authors_compat:
             notes.append(AUTHORS_NOT_REPRODUCED)
