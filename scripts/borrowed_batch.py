@@ -5,6 +5,10 @@ few archives, each small enough to copy off such a machine.
     python scripts/borrowed_batch.py BACK [--state DIR] [--wheels DIR] [--results DIR] [--work DIR]
                                           [--part-mib 15] [--state-mib 40] [--carry-mib M] [-- BATCH ARGS...]
 
+Every path is the caller's (made absolute before the batch runs in the repository). What comes back is checked
+before it is unpacked: numbered parts without a gap, as many as their manifest (``state.tgz.json``) lists, one
+whole gzip stream no larger than a state can be, and an archive of regular files and folders only.
+
 1. **Wheels.** ``--wheels DIR`` with ``*.whl`` files (the packages the machine lacks) installs them with
    ``pip --no-index --no-deps`` into ``WORK/site``; tdlab itself runs from ``src/`` (no install).
 2. **State.** ``--state DIR`` holding ``state.tgz.00``, ``.01``, … (the last machine's ``BACK``) unpacks the
@@ -32,6 +36,7 @@ import argparse
 import gzip
 import hashlib
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -56,37 +61,128 @@ class StateError(Exception):
     """The state parts are not one whole archive of a batch folder (a part missing, cut short or not ours)."""
 
 
+PART = "state.tgz."  # state.tgz.00, .01, ...: parts of one gzip stream, joined in numeric order
+MANIFEST = "state.tgz.json"  # the part count and each part's SHA-256, written beside the parts
+# A state unpacks to at most this many bytes (and at most STATE_RATIO times its packed size): checkpoints barely
+# compress, so a state that inflates further is not one this script packed (a gzip bomb), refused unread.
+MAX_STATE_BYTES = 4 << 30
+STATE_RATIO = 32
+
+
+def state_parts(state: Path) -> list[Path]:
+    """The parts of the state in ``state``, in numeric order, checked: regular files named ``state.tgz.NN``
+    (``NN`` digits, numbered 0, 1, ... without a gap), as many as the manifest says where there is one (a part
+    left over from a longer earlier state is named, never joined).
+
+    Raises:
+        StateError: no part at all, a name or file of the wrong kind, a gap, or parts the manifest does not list.
+    """
+    if not state.is_dir():
+        raise StateError(f"--state {state}: not a folder of state parts (state.tgz.00, ...); nothing was unpacked")
+    found = [p for p in state.iterdir() if p.name.startswith(PART) and p.name != MANIFEST]
+    if not found:
+        raise StateError(f"--state {state}: holds no state part (state.tgz.00, ...); nothing was unpacked")
+    numbered = {}
+    for p in found:
+        suffix = p.name[len(PART) :]
+        if not (suffix.isascii() and suffix.isdigit()) or p.is_symlink() or not p.is_file():
+            raise StateError(
+                f"--state {state}: {p.name} is not a state part (a regular file state.tgz.NN); nothing was unpacked"
+            )
+        numbered[int(suffix)] = p
+    if sorted(numbered) != list(range(len(numbered))):
+        raise StateError(
+            f"--state {state}: its parts are not numbered 0 to {len(numbered) - 1} without a gap (a part is lost); "
+            "nothing was unpacked"
+        )
+    parts = [numbered[i] for i in range(len(numbered))]
+    manifest = state / MANIFEST
+    if manifest.is_file() and not manifest.is_symlink():
+        try:
+            doc = json.loads(manifest.read_text())
+            listed = list(doc["sha256"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StateError(
+                f"--state {state}: {MANIFEST} is not what this script writes ({exc}); nothing was unpacked"
+            ) from None
+        if len(listed) != len(parts):
+            raise StateError(
+                f"--state {state}: {MANIFEST} lists {len(listed)} part(s) and the folder holds {len(parts)}: "
+                "parts of another state are mixed in; nothing was unpacked"
+            )
+        for p, digest in zip(parts, listed, strict=True):
+            if hashlib.sha256(p.read_bytes()).hexdigest() != digest:
+                raise StateError(f"--state {state}: {p.name} is not the part {MANIFEST} lists; nothing was unpacked")
+    return parts
+
+
+def _inflate(data: bytes, where: Path) -> bytes:
+    """The gzip stream ``data`` inflated, its CRC and length checked, refused past the size a state can have."""
+    cap = min(MAX_STATE_BYTES, max(256 << 20, STATE_RATIO * len(data)))
+    with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+        out = stream.read(cap + 1)  # a complete read checks the CRC and length at the stream's end
+    if len(out) > cap:
+        raise StateError(
+            f"--state {where}: it inflates past {cap >> 20} MiB, more than a state holds; nothing was unpacked"
+        )
+    return out
+
+
+def _checked_members(tar: tarfile.TarFile, where: Path) -> list[tarfile.TarInfo]:
+    """The archive's members if it is what :func:`pack_state` writes: ``batch.json`` and ``.staging-*`` folders
+    of regular files and folders, relative names without ``..``. A link, a device, a FIFO or a name that climbs
+    out is refused before anything is written (Python's ``data`` filter alone lets symlink chains through)."""
+    members = tar.getmembers()
+    for m in members:
+        parts = Path(m.name).parts
+        top = parts[0] if parts else ""
+        if (
+            not (m.isfile() or m.isdir())
+            or Path(m.name).is_absolute()
+            or ".." in parts
+            or not (m.name == "batch.json" or top.startswith(".staging-"))
+        ):
+            raise StateError(
+                f"--state {where}: the archive holds {m.name!r} ({'a link' if m.issym() or m.islnk() else 'not a file'} "
+                "or outside a batch folder), which this script never packs; nothing was unpacked"
+            )
+    return members
+
+
 def unpack_state(state: Path, batch: Path) -> int:
-    """Join ``state/state.tgz.*`` in order and unpack it as the batch folder ``batch``; the number of parts
-    (0: none). The state is the whole folder: what a folder of the same name held before (a machine that kept
-    its work folder from an earlier call) is replaced, never merged with it (a stale checkpoint left beside
+    """Join ``state/state.tgz.*`` in order (:func:`state_parts`) and unpack it as the batch folder ``batch``; the
+    number of parts. The state is the whole folder: what a folder of the same name held before (a machine that
+    kept its work folder from an earlier call) is replaced, never merged with it (a stale checkpoint left beside
     the state's would be resumed, and carried back).
 
     Raises:
-        StateError: the parts do not unpack (a part missing or cut short, not a tar.gz, an unsafe member
-            path); ``batch`` is then left as it was.
+        StateError: the parts do not unpack (none there, a part missing, stale or cut short, not a tar.gz, a
+            member this script never packs, more than a state can inflate to); ``batch`` is then left as it was
+            and no unpacking folder stays behind.
     """
-    parts = sorted(state.glob("state.tgz.*"))
-    if parts:
-        data = b"".join(p.read_bytes() for p in parts)
-        fresh = batch.with_name(f".{batch.name}.unpacking")
+    parts = state_parts(state)
+    data = b"".join(p.read_bytes() for p in parts)
+    fresh = batch.with_name(f".{batch.name}.unpacking")
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir(parents=True)
+    try:
+        # the whole stream first: its CRC and length catch a lost or damaged part, which a tar read that
+        # stops at its last member would not (it would unpack damaged checkpoints without a word)
+        tar_bytes = _inflate(data, state)
+        with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as tar:
+            tar.extractall(fresh, members=_checked_members(tar, state), filter="data")
+    except StateError:
         shutil.rmtree(fresh, ignore_errors=True)
-        fresh.mkdir(parents=True)
-        try:
-            # the whole stream first: its CRC and length catch a lost or damaged part, which a tar read that
-            # stops at its last member would not (it would unpack damaged checkpoints without a word)
-            tar_bytes = gzip.decompress(data)
-            with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as tar:
-                tar.extractall(fresh, filter="data")
-        except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-            shutil.rmtree(fresh, ignore_errors=True)
-            names = ", ".join(p.name for p in parts)
-            raise StateError(
-                f"--state {state}: its parts ({names}) do not unpack ({exc}): a part is missing, cut short or not "
-                "what this script packs; nothing was unpacked"
-            ) from None
-        shutil.rmtree(batch, ignore_errors=True)
-        os.replace(fresh, batch)
+        raise
+    except (tarfile.TarError, EOFError, OSError, zlib.error, MemoryError) as exc:
+        shutil.rmtree(fresh, ignore_errors=True)
+        names = ", ".join(p.name for p in parts)
+        raise StateError(
+            f"--state {state}: its parts ({names}) do not unpack ({type(exc).__name__}: {str(exc)[:120]}): a part is "
+            "missing, cut short or not what this script packs; nothing was unpacked"
+        ) from None
+    shutil.rmtree(batch, ignore_errors=True)
+    os.replace(fresh, batch)
     return len(parts)
 
 
@@ -138,10 +234,14 @@ def pack_state(batch: Path, back: Path, part_bytes: int, cap_bytes: int) -> tupl
     # so a join never mixes two states
     for i, part in enumerate(parts):
         (back / f".new.state.tgz.{i:02d}").write_bytes(part)
+    manifest = {"parts": len(parts), "sha256": [hashlib.sha256(part).hexdigest() for part in parts]}
+    (back / f".new.{MANIFEST}").write_text(json.dumps(manifest) + "\n")
     for old in back.glob("state.tgz.*"):
-        old.unlink()
+        if old.is_symlink() or old.is_file():
+            old.unlink()
     for i in range(len(parts)):
         os.replace(back / f".new.state.tgz.{i:02d}", back / f"state.tgz.{i:02d}")
+    os.replace(back / f".new.{MANIFEST}", back / MANIFEST)
     return kept, left
 
 
@@ -193,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
         "is cut to what fits beside this repository and its wheels, so it can go in again",
     )
     args = ap.parse_args(own)
+    # the batch runs in the repository: a relative path means the caller's folder, not the repository's
+    for name in ("back", "state", "wheels", "results", "work"):
+        if getattr(args, name) is not None:
+            setattr(args, name, getattr(args, name).expanduser().resolve())
     if args.part_mib <= 0 or args.state_mib < 0 or (args.carry_mib is not None and args.carry_mib <= 0):
         ap.error("--part-mib and --carry-mib must be > 0 and --state-mib >= 0")
     cap_mib = state_cap_mib(args.state_mib, args.carry_mib, REPO, args.state)

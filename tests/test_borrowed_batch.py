@@ -107,7 +107,7 @@ def test_a_state_packed_into_the_folder_it_came_from_replaces_every_old_part(tmp
     (batch / ".staging-a" / "blob").write_bytes(b"new state")
     (batch / "batch.json").write_text("{}")
     mod.pack_state(batch, kept_state, part_bytes=10_000, cap_bytes=10_000)
-    assert sorted(p.name for p in kept_state.iterdir()) == ["state.tgz.00"]
+    assert sorted(p.name for p in kept_state.iterdir()) == ["state.tgz.00", "state.tgz.json"]
     assert mod.unpack_state(kept_state, tmp_path / "again") == 1
     assert (tmp_path / "again" / ".staging-a" / "blob").read_bytes() == b"new state"
 
@@ -150,7 +150,7 @@ def test_a_state_that_does_not_unpack_exits_2_in_one_line_and_leaves_the_work_fo
     whole = tmp_path / "whole"
     whole.mkdir()
     mod.pack_state(batch, whole, part_bytes=4_000, cap_bytes=1_000_000)
-    parts = sorted(whole.glob("state.tgz.*"))
+    parts = sorted(whole.glob("state.tgz.[0-9]*"))  # the parts, without their manifest
     assert len(parts) >= 3
     cut, gap = tmp_path / "cut", tmp_path / "gap"
     for folder, keep in ((cut, parts[:-1]), (gap, [parts[0], *parts[2:]])):  # the last part lost; a middle one
@@ -174,3 +174,136 @@ def test_a_state_that_does_not_unpack_exits_2_in_one_line_and_leaves_the_work_fo
         assert not back.exists()
         assert sorted(p.name for p in work.rglob("*")) == ["batch", "mine"]  # no half-unpacked folder beside it
     assert mod.unpack_state(whole, work / "batch") == len(parts)  # the whole state still unpacks
+
+
+# ------------------------------------------------------------------------------------------------
+# Hostile state: what comes back from a machine is checked before anything is unpacked.
+
+
+def _state_of(folder: Path, members) -> Path:
+    """``folder/state.tgz.00``: one gzip'd tar of ``members`` (``(TarInfo, bytes | None)``)."""
+    import gzip
+    import io
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "state.tgz.00").write_bytes(gzip.compress(buf.getvalue()))
+    return folder
+
+
+def _run_state(tmp_path: Path, state: Path, back: str = "back"):
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path / back), "--work", str(tmp_path / "machine"), "--state", str(state),
+         "--", "--plan"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def _refused(res, tmp_path: Path) -> None:
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.startswith("error: --state") and len(res.stderr.splitlines()) == 1, res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "back").exists()
+    assert not list((tmp_path / "machine").glob(".*unpacking")) if (tmp_path / "machine").exists() else True
+
+
+def test_a_state_with_links_that_climb_out_is_refused_before_anything_is_written(tmp_path):
+    """The tar-filter bypass of CVE-2025-4517: symlink chains, then a file written through them (Python 3.11's
+    ``filter="data"`` lets it through). The state holds only files and folders; a link is refused unread."""
+    target = tmp_path / "repo" / "src"
+    target.mkdir(parents=True)
+    chain = []
+    for name, link in (
+        (".staging-a/l0", "."),
+        (".staging-a/l1", "l0/" + "../" * 6),
+        (".staging-a/escape", f"l1{target}"),
+    ):
+        info = tarfile.TarInfo(name)
+        info.type, info.linkname = tarfile.SYMTYPE, link
+        chain.append((info, None))
+    payload = b"import os; os.system('echo pwned')\n"
+    evil = tarfile.TarInfo(".staging-a/escape/sitecustomize.py")
+    evil.size = len(payload)
+    res = _run_state(tmp_path, _state_of(tmp_path / "state", [*chain, (evil, payload)]))
+    _refused(res, tmp_path)
+    assert "a link" in res.stderr and not (target / "sitecustomize.py").exists()
+    hard = tarfile.TarInfo(".staging-a/h")
+    hard.type, hard.linkname = tarfile.LNKTYPE, "/etc/passwd"
+    _refused(_run_state(tmp_path, _state_of(tmp_path / "state2", [(hard, None)])), tmp_path)
+    outside = tarfile.TarInfo("src/sitecustomize.py")  # a regular file, but not in a batch folder
+    outside.size = len(payload)
+    _refused(_run_state(tmp_path, _state_of(tmp_path / "state3", [(outside, payload)])), tmp_path)
+
+
+def test_a_gzip_bomb_is_refused_unread_and_leaves_no_unpacking_folder(tmp_path):
+    import gzip
+
+    state = tmp_path / "state"
+    state.mkdir()
+    mod = _load()
+    (state / "state.tgz.00").write_bytes(gzip.compress(bytes(mod.MAX_STATE_BYTES // 16 + (300 << 20)), 9))
+    assert (state / "state.tgz.00").stat().st_size < 3 << 20
+    res = _run_state(tmp_path, state)
+    _refused(res, tmp_path)
+    assert "inflates past" in res.stderr
+
+
+def test_parts_are_named_numbered_and_counted_before_they_are_joined(tmp_path):
+    mod = _load()
+    batch = tmp_path / "src" / "batch"
+    (batch / ".staging-a").mkdir(parents=True)
+    (batch / ".staging-a" / "weights.bin").write_bytes(random.Random(1).randbytes(300_000))
+    (batch / "batch.json").write_text("{}")
+    many = tmp_path / "many"
+    many.mkdir()
+    mod.pack_state(batch, many, part_bytes=2_500, cap_bytes=10_000_000)
+    assert len(list(many.glob("state.tgz.[0-9]*"))) > 101  # .10 sorts before .2 by name: joined by number
+    assert mod.unpack_state(many, tmp_path / "w1" / "batch") == len(list(many.glob("state.tgz.[0-9]*")))
+    assert (tmp_path / "w1" / "batch" / ".staging-a" / "weights.bin").read_bytes() == (
+        batch / ".staging-a" / "weights.bin"
+    ).read_bytes()
+    # a part left over from a longer earlier state: the manifest counts the parts, nothing is joined
+    n = len(list(many.glob("state.tgz.[0-9]*")))
+    (many / f"state.tgz.{n:02d}").write_bytes(b"stale")
+    _refused(_run_state(tmp_path, many), tmp_path)
+    (many / f"state.tgz.{n:02d}").unlink()
+    # a folder where a part should be, a name that is not a number, no part at all (a typo in --state)
+    odd = tmp_path / "odd"
+    (odd / "state.tgz.01").mkdir(parents=True)
+    (odd / "state.tgz.00").write_bytes(b"x")
+    _refused(_run_state(tmp_path, odd), tmp_path)
+    (tmp_path / "named").mkdir()
+    (tmp_path / "named" / "state.tgz.x1").write_bytes(b"x")
+    _refused(_run_state(tmp_path, tmp_path / "named"), tmp_path)
+    res = _run_state(tmp_path, tmp_path / "no-such-folder")
+    _refused(res, tmp_path)
+    (tmp_path / "empty").mkdir()
+    assert "holds no state part" in _run_state(tmp_path, tmp_path / "empty").stderr
+
+
+def test_a_typo_in_state_never_replaces_the_parts_of_back(tmp_path):
+    """``--state BACK-typo BACK``: refused before the batch runs, so BACK's parts (the progress) stay."""
+    back = tmp_path / "back"
+    back.mkdir()
+    (back / "state.tgz.00").write_bytes(b"the progress")
+    res = subprocess.run(
+        [sys.executable, str(SCRIPT), str(back), "--work", str(tmp_path / "m"), "--state", str(tmp_path / "bakc"),
+         "--", "--plan"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 2 and (back / "state.tgz.00").read_bytes() == b"the progress"
+
+
+def test_relative_paths_are_the_callers_not_the_repositorys(tmp_path):
+    mod = _load()
+    caller = tmp_path / "elsewhere"
+    caller.mkdir()
+    res = subprocess.run(
+        [sys.executable, str(SCRIPT), "back", "--work", "work", "--results", "res", "--", "--plan"],
+        capture_output=True, text=True, timeout=300, cwd=caller,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert (caller / "back" / "batch.log").is_file()
+    assert not (mod.REPO / "back").exists() and not (mod.REPO / "work").exists()
