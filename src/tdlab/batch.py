@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -263,12 +262,15 @@ def _stale(
 
 
 def _stale_aside(out: Path, name: str) -> Path:
-    """Move a stale run (finished or staged) out of the way, kept: ``OUT/.stale-NAME-<config hash>``."""
+    """Move a stale run (finished or staged) out of the way, kept: ``OUT/.stale-NAME-<config hash>`` (``-2``, ``-3``,
+    ... where one of that config was set aside before: nothing set aside is ever deleted or overwritten)."""
     folder = out / name if (out / name).exists() else staging_path(out / name)
     had = config_hash(Run.read_config(folder / "config.yaml"))
     aside = out / f".stale-{name}-{had[:16]}"
-    if aside.exists():
-        shutil.rmtree(aside)  # the same config set aside before: this copy is newer
+    n = 1
+    while os.path.lexists(aside):  # a run set aside before (or a link of that name) is kept: never replaced
+        n += 1
+        aside = out / f".stale-{name}-{had[:16]}-{n}"
     os.replace(folder, aside)
     return aside
 
@@ -277,13 +279,26 @@ def _check_folder(out: Path, profile: str, device: str, sets: Sequence[str], wri
     """The batch folder's ``batch.json``: written on first use (``write``); a folder of another profile, other
     ``--set`` overrides or another kind of device is refused (its runs would not be the runs asked for)."""
     f = out / BATCH_FILE
+    not_ours = f"--out {out}: {BATCH_FILE} is not what tdlab batch writes; use another --out"
+    if os.path.lexists(f) and (f.is_symlink() or not f.is_file()):
+        raise ConfigError(
+            f"--out {out}: {BATCH_FILE} is not a regular file (a folder, a link or a device); use another --out"
+        )
     if f.is_file():
         try:
+            if f.stat().st_size > 1 << 20:
+                raise ValueError("larger than a batch file")
             doc = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            raise ConfigError(f"--out {out}: {BATCH_FILE} is not what tdlab batch writes; use another --out") from None
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise ConfigError(f"--out {out}: {BATCH_FILE} is not what tdlab batch writes; use another --out")
+        except (OSError, ValueError, RecursionError):
+            raise ConfigError(not_ours) from None
+        if (
+            not isinstance(doc, dict)
+            or doc.get("format") != FORMAT
+            or not isinstance(doc.get("profile"), str)
+            or not isinstance(doc.get("device", ""), str)
+            or not (isinstance(doc.get("set", []), list) and all(isinstance(x, str) for x in doc.get("set", [])))
+        ):
+            raise ConfigError(not_ours)
         if doc.get("profile") != profile:
             raise ConfigError(
                 f"--profile: {echo(profile)}, but {out} holds a batch of profile "
@@ -405,6 +420,27 @@ def _command(
     ]
 
 
+def _check_logs(out: Path, names: Sequence[str]) -> None:
+    """``OUT/logs`` a folder (or absent) and each run's ``NAME.log`` / ``NAME.pid`` a regular file (or absent):
+    a link there would have the batch append to, or overwrite, a file outside the batch folder."""
+    logs = out / "logs"
+    if os.path.lexists(logs) and (logs.is_symlink() or not logs.is_dir()):
+        raise ConfigError(f"--out {out}: logs is not a folder (a file or a link); remove it or use another --out")
+    for name in names:
+        for suffix in (".log", ".pid"):
+            f = logs / f"{name}{suffix}"
+            if os.path.lexists(f) and (f.is_symlink() or not f.is_file()):
+                raise ConfigError(
+                    f"--out {out}: logs/{name}{suffix} is not a regular file (a link or a folder), which the batch "
+                    "would write through; remove it or use another --out"
+                )
+
+
+def _open_own(path: str | Path, flags: int) -> int:
+    """``os.open`` of a file the batch writes, never through a symlink (``O_NOFOLLOW``)."""
+    return os.open(path, flags | os.O_CREAT | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o644)
+
+
 def run_job(
     name: str,
     cmd: list[str],
@@ -419,13 +455,14 @@ def run_job(
     exists (the batch was asked to stop), the same with the deadline ``grace`` seconds from then. Runs on a
     batch thread, or as a Ray task on a cluster node that sees the batch folder."""
     t0 = time.time()
-    with open(log, "ab") as fh:
+    with os.fdopen(_open_own(log, os.O_APPEND), "ab") as fh:
         # Its own session: a Ctrl-C at the batch's terminal reaches the batch, which stops its runs cleanly.
         proc = subprocess.Popen(
             cmd, env={**os.environ, **env}, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
         )
         pid_file = Path(log).with_suffix(".pid")  # what is running now, for a person (or a test) to see
-        pid_file.write_text(f"{proc.pid}\n")
+        with os.fdopen(_open_own(pid_file, os.O_TRUNC), "w") as pf:
+            pf.write(f"{proc.pid}\n")
         termed = False
         while True:
             try:
@@ -539,6 +576,7 @@ def run_batch(
     if backend == "ray":
         check_address(address)  # a wrong address is one line before anything is written, not minutes of retries
     out = check_output_folder(out, "--out")
+    _check_logs(out, [j.name for j in queue])  # before batch.json is written: a refusal leaves nothing behind
     _check_folder(out, profile, device, sets)
     left = sum(j.state in ("new", "stopped", "stale") for j in queue)  # stale ones run again
     jobs, threads, lanes = share_cores(usable_cores(), left, jobs, threads, device, backend)
@@ -662,6 +700,10 @@ def _after(out: Path, name: str, outcome: Outcome) -> tuple[State, str]:
     state, _, note = _state(out, name)
     if state in ("done", "diverged"):
         return state, note
+    if outcome.rc == 2:  # bad input (a corrupt checkpoint, a config refused): resuming it again would fail again
+        return "failed", f"exit code 2 (refused its input): {outcome.tail}"
+    if state == "new" and (outcome.stopped_by_batch or outcome.rc in (STOPPED, 130, -2, -9, -15)):
+        return "new", f"stopped (exit code {outcome.rc}) before it stored anything to resume; starts anew next time"
     if state == "stopped":
         if outcome.stopped_by_batch:
             return "stopped", "stopped by the batch; resumes from its checkpoints next time"

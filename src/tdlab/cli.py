@@ -767,6 +767,7 @@ def batch_cmd(
         int | None,
         typer.Option(
             min=1,
+            max=1024,
             help="runs at once (default: cores / threads on the CPU; up to 8 on a GPU, as its free memory allows)",
         ),
     ] = None,

@@ -1,0 +1,139 @@
+"""The fourth hardening round: one test per input the review found mishandled, each refused in one line with
+exit code 2, nothing written outside the named output and nothing followed through a symlink.
+
+Here: the batch folder (``OUT/logs`` and its files as links or files, a tampered ``batch.json``, ``--jobs`` and
+``--threads`` past any machine, ``TDLAB_THREADS`` that is no count), work set aside never lost, a run that stops
+before it stored anything, a run refused its input not retried as "stopped"; the borrowed machine's state
+(``tests/test_borrowed_batch.py``); ``results check --write`` into the folder it checks (``tests/test_results.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tdlab import batch
+from tdlab.cli import app
+
+NAME = "markov-landscape"
+
+
+def _batch(out: Path, *more: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(
+        app, ["batch", NAME, "--profile", "quick", "--out", str(out), "--results", "", *more], env=env
+    )
+
+
+def _one_line_refusal(res, *words: str) -> None:
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    for w in words:
+        assert w in res.output, res.output
+
+
+@pytest.mark.parametrize("suffix", [".log", ".pid"])
+def test_a_log_or_pid_file_that_is_a_link_is_never_written_through(tmp_path, suffix):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the batch's")
+    out = tmp_path / "b"
+    (out / "logs").mkdir(parents=True)
+    (out / "logs" / f"{NAME}{suffix}").symlink_to(outside)
+    res = _batch(out)
+    _one_line_refusal(res, f"logs/{NAME}{suffix}", "link")
+    assert outside.read_text() == "not the batch's" and not (out / "batch.json").exists()
+
+
+def test_the_batch_opens_its_own_files_without_following_a_link(tmp_path):
+    """Defence in depth: a link made after the check (a race) is refused by the open itself."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("x")
+    (tmp_path / "a.log").symlink_to(outside)
+    with pytest.raises(OSError):
+        batch._open_own(tmp_path / "a.log", os.O_APPEND)
+    assert outside.read_text() == "x"
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_logs_that_is_not_a_folder_is_refused(tmp_path, kind):
+    out = tmp_path / "b"
+    out.mkdir()
+    if kind == "file":
+        (out / "logs").write_text("x")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        (out / "logs").symlink_to(tmp_path / "elsewhere")
+    _one_line_refusal(_batch(out), "logs is not a folder")
+    assert not list((tmp_path / "elsewhere").iterdir()) if kind == "link" else True
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"format": "tdlab-batch/1", "profile": "quick", "set": 5}',
+        '{"format": "tdlab-batch/1", "profile": "quick", "set": [1, 2]}',
+        "[" * 100_000 + "]" * 100_000,
+        "folder",
+    ],
+    ids=["int-set", "int-items", "deep-nesting", "a-folder"],
+)
+def test_a_tampered_batch_file_is_refused(tmp_path, content):
+    out = tmp_path / "b"
+    out.mkdir()
+    if content == "folder":
+        (out / "batch.json").mkdir()
+    else:
+        (out / "batch.json").write_text(content)
+    _one_line_refusal(_batch(out), "batch.json")
+
+
+@pytest.mark.parametrize("option", ["--jobs", "--threads"])
+def test_a_count_past_any_machine_is_refused_and_writes_nothing(tmp_path, option):
+    out = tmp_path / "b"
+    res = _batch(out, option, "99999999999999999999999")
+    assert res.exit_code == 2 and "Traceback" not in res.output and option in res.output
+    assert not (out / "batch.json").exists()
+
+
+@pytest.mark.parametrize("value", ["²", "99999999999999999999", "0", "two"])
+def test_tdlab_threads_that_is_no_count_is_one_line(value):
+    res = CliRunner().invoke(app, ["list"], env={"TDLAB_THREADS": value})
+    _one_line_refusal(res, "TDLAB_THREADS")
+
+
+def _finished(folder: Path, seed: int) -> None:
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(f"experiment: {NAME}\nprofile: quick\nconfig: {{seed: {seed}}}\n")
+    (folder / "summary.json").write_text("{}")
+
+
+def test_work_set_aside_is_never_deleted_or_followed(tmp_path):
+    """A finished run set aside as ``.stale-…`` stays when a staging of the same config is set aside after it,
+    and a link of that name is not followed."""
+    out = tmp_path / "b"
+    _finished(out / NAME, 0)
+    first = batch._stale_aside(out, NAME)
+    assert (first / "summary.json").is_file()
+    _finished(batch.staging_path(out / NAME), 0)  # the same config, unfinished
+    second = batch._stale_aside(out, NAME)
+    assert second != first and (first / "summary.json").is_file() and second.name.endswith("-2")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    third_name = second.with_name(second.name[: -len("-2")] + "-3")
+    third_name.symlink_to(elsewhere)
+    _finished(out / NAME, 0)
+    third = batch._stale_aside(out, NAME)
+    assert third.name.endswith("-4") and third_name.is_symlink() and not list(elsewhere.iterdir())
+
+
+def test_a_run_refused_its_input_fails_and_one_stopped_before_it_stored_anything_is_new(tmp_path):
+    out = tmp_path / "b"
+    staged = batch.staging_path(out / NAME)
+    staged.mkdir(parents=True)
+    (staged / "config.yaml").write_text(f"experiment: {NAME}\nprofile: quick\nconfig: {{}}\n")
+    state, note = batch._after(out, NAME, batch.Outcome(NAME, 2, 1.0, "error: a checkpoint is corrupt"))
+    assert state == "failed" and "corrupt" in note  # not "stopped": resuming would fail again
+    state, note = batch._after(tmp_path / "empty", NAME, batch.Outcome(NAME, -9, 1.0, "an older line", True))
+    assert state == "new" and "before it stored anything" in note and "older line" not in note
