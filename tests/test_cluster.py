@@ -25,29 +25,102 @@ def closed_port() -> int:
 
 @pytest.fixture
 def open_port():
-    """A local port that accepts connections while the test runs."""
+    """A local port that accepts connections while the test runs, and says nothing (not a Ray head)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         yield s.getsockname()[1]
 
 
-@pytest.mark.parametrize("address", ["nohost", "host:", ":6379", "host:port", "host:0", "host:70000", "ray://"])
+def _serve(reply: bytes):
+    """A local server that answers every connection with ``reply`` once it has read the client's first bytes."""
+    import threading
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    s.settimeout(0.2)
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = s.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                try:
+                    conn.recv(64)
+                    conn.sendall(reply)
+                except OSError:
+                    pass
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    return s, done, t
+
+
+@pytest.fixture
+def ray_like_port():
+    """A local port that answers HTTP/2's preface with a SETTINGS frame, as a Ray head's gRPC server does."""
+    s, done, t = _serve(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+    yield s.getsockname()[1]
+    done.set()
+    t.join()
+    s.close()
+
+
+@pytest.fixture
+def http1_port():
+    """A local port with a server of another protocol (HTTP/1)."""
+    s, done, t = _serve(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    yield s.getsockname()[1]
+    done.set()
+    t.join()
+    s.close()
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "nohost", "host:", ":6379", "host:port", "host:0", "host:70000", "ray://", "127.0.0.1:²",
+        "127.0.0.1:99999999999999999999", "abcdefghijklmnopqrstuvwxyzabcd", "a" * 100_000 + ":6379",
+    ],
+)  # fmt: skip
 def test_an_address_not_of_the_form_host_port_is_refused_naming_the_option(address):
     with pytest.raises(ConfigError, match=r"^--address: .* is not a Ray cluster address; allowed: HOST:PORT"):
         check_address(address)
 
 
-def test_an_address_where_nothing_listens_is_refused_and_one_that_answers_passes(closed_port, open_port):
+def test_an_address_where_nothing_listens_is_refused_and_one_that_answers_passes(closed_port, ray_like_port):
     with pytest.raises(ConfigError, match=rf"^--address: nothing answers at '127.0.0.1:{closed_port}'"):
         check_address(f"127.0.0.1:{closed_port}")
-    for form in (f"127.0.0.1:{open_port}", f"ray://127.0.0.1:{open_port}", f"[::ffff:127.0.0.1]:{open_port}"):
+    for form in (
+        f"127.0.0.1:{ray_like_port}",
+        f"ray://127.0.0.1:{ray_like_port}",
+        f"[::ffff:127.0.0.1]:{ray_like_port}",
+    ):
         check_address(form)
     check_address(None)  # a local instance: nothing to check
     check_address("auto")  # Ray's own lookup of a running cluster
 
 
-def test_a_port_that_answers_but_is_no_ray_head_is_one_line_not_rays_traceback(monkeypatch, open_port):
+def test_a_port_that_answers_another_protocol_is_refused_at_once_not_after_rays_retries(open_port, http1_port):
+    """A silent port and an HTTP/1 server pass a TCP connection; neither answers HTTP/2's preface, so neither is
+    handed to ray.init (which would retry for minutes)."""
+    import time
+
+    for port in (open_port, http1_port):
+        t0 = time.monotonic()
+        with pytest.raises(ConfigError, match=r"^--address: something answers at '127.0.0.1:\d+', but not a Ray head"):
+            check_address(f"127.0.0.1:{port}", timeout_s=1.0)
+        assert time.monotonic() - t0 < 10
+    with pytest.raises(ConfigError, match=r"^--address: nothing answers"):
+        check_address("label-" + "x" * 70 + ".example:6379", timeout_s=1.0)  # a label IDNA cannot encode
+
+
+def test_a_port_that_answers_but_is_no_ray_head_is_one_line_not_rays_traceback(monkeypatch, ray_like_port):
     """Ray gives up on such an address after its own timeout with ConnectionError: said as --address."""
     calls = []
 
@@ -58,8 +131,8 @@ def test_a_port_that_answers_but_is_no_ray_head_is_one_line_not_rays_traceback(m
     fake = types.SimpleNamespace(is_initialized=lambda: False, init=init)
     monkeypatch.setitem(sys.modules, "ray", fake)
     with pytest.raises(ConfigError, match=r"^--address: no Ray cluster at '127.0.0.1:\d+' \(Failed to connect"):
-        connect(f"127.0.0.1:{open_port}")
-    assert calls and calls[0]["address"] == f"127.0.0.1:{open_port}"
+        connect(f"127.0.0.1:{ray_like_port}")
+    assert calls and calls[0]["address"] == f"127.0.0.1:{ray_like_port}"
 
 
 @pytest.mark.parametrize(

@@ -97,8 +97,24 @@ def test_folders_that_cannot_be_written_are_refused_before_any_work(export, tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
-def test_a_regular_file_is_rewritten_and_a_folder_gets_the_default_name(export, tmp_path):
-    (tmp_path / "old.safetensors").write_text("old")
+def test_an_earlier_export_is_rewritten_and_a_folder_gets_the_default_name(export, tmp_path):
     assert export(tmp_path / "old.safetensors").exit_code == 0
-    assert (tmp_path / "old.safetensors").read_bytes() != b"old"
+    before = (tmp_path / "old.safetensors").stat().st_mtime_ns
+    assert export(tmp_path / "old.safetensors").exit_code == 0
+    assert (tmp_path / "old.safetensors").stat().st_mtime_ns >= before
     assert export(tmp_path).exit_code == 0 and (tmp_path / "r.gpt2_standard.m0.tl.safetensors").is_file()
+
+
+def test_an_existing_file_is_replaced_only_when_it_is_an_export_of_ours(export, tmp_path):
+    mine = tmp_path / "notes.txt"
+    mine.write_text("my notes")
+    _refused(export(mine), "not a tdlab TransformerLens export")
+    assert mine.read_text() == "my notes"
+    first = tmp_path / "m.safetensors"
+    assert export(first).exit_code == 0
+    assert export(first).exit_code == 0  # an export of ours: replaced
+
+
+def test_the_filesystem_root_is_refused(export):
+    _refused(export("/"), "the filesystem's root")
+    assert not any(p.name.endswith(".tl.safetensors") for p in __import__("pathlib").Path("/").iterdir())

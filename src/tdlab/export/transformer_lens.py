@@ -431,11 +431,23 @@ def export_member(run_dir: Path, arm: str, member: int, out: str | Path | None =
 def _out_path(run_dir: Path, arm: str, member: int, out: str | Path | None) -> Path:
     """The file to write: ``out``, or :func:`default_name` in the folder ``out`` (the current one when
     ``None``); checked by :func:`tdlab.safeio.check_output_file` (a regular file or a new name in an
-    existing folder, never a device, never in a run directory)."""
+    existing folder, never a device, never in a run directory). An existing file is replaced only when it is an
+    export of ours; the filesystem's root is refused."""
     if out is None:
-        return check_output_file(Path.cwd() / default_name(run_dir, arm, member))
-    folder = Path(out).expanduser()
-    return check_output_file(folder / default_name(run_dir, arm, member) if folder.is_dir() else out)
+        path = check_output_file(Path.cwd() / default_name(run_dir, arm, member))
+    else:
+        folder = Path(out).expanduser()
+        if folder.is_dir() and folder.resolve() == Path(folder.resolve().anchor):
+            raise ConfigError(f"--out {echo(str(out))}: the filesystem's root; give a folder or a file name of yours")
+        path = check_output_file(folder / default_name(run_dir, arm, member) if folder.is_dir() else out)
+    if path.exists():  # replace an export of ours, never another file
+        try:
+            read_export(path)
+        except ConfigError:
+            raise ConfigError(
+                f"--out {echo(str(path))}: exists and is not a tdlab TransformerLens export; give a new name"
+            ) from None
+    return path
 
 
 # --------------------------------------------------------------------------------------------------
