@@ -56,10 +56,12 @@ import yaml
 from tdlab.config import ECHO_CHARS, ConfigError, deep_merge, echo, one_line, parse_overrides
 from tdlab.safeio import (
     RunDirError,
+    YamlBombError,
     atomic_write,
     copy_inside,
     file_mode,
     legacy_pickles,
+    load_yaml,
     open_inside,
     read_inside,
     refuse_pickle,
@@ -619,10 +621,10 @@ class Run:
         integer ``threads`` (the count it began on) and, for an experiment of ``--include``, its path as text."""
         path = Path(path)
         try:
-            cfg = yaml.safe_load(read_inside(path.parent, path.name, MAX_TEXT_BYTES).decode("utf-8"))
+            cfg = load_yaml(read_inside(path.parent, path.name, MAX_TEXT_BYTES).decode("utf-8"))
         except RunDirError:
             raise
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError, YamlBombError) as exc:
             raise RunDirError(f"{path} is unreadable or corrupt: {_reason(exc)}") from None
         if not isinstance(cfg, dict) or "experiment" not in cfg:
             raise RunDirError(f"{path} is corrupt: expected a mapping with an 'experiment' key")

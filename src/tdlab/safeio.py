@@ -16,6 +16,10 @@ writing is atomic with one file mode, and nothing is written into a finished run
   lies in; :func:`check_output_file` and :func:`check_output_folder` refuse such targets, device
   nodes and paths that cannot be written, with one line naming the option.
 
+* **YAML that cannot explode.** :func:`load_yaml` reads YAML with the safe loader and refuses a document that
+  expands, through its aliases, past :data:`MAX_YAML_NODES` nodes or refers to itself (a "billion laughs"
+  alias bomb is a few hundred bytes that any walk of it, a validation or a hash, would take forever over).
+
 Every refusal is a :class:`RunDirError` (a file tdlab read) or a :class:`~tdlab.config.ConfigError`
 (a path the user gave): one line, the CLI exits with code 2.
 """
@@ -31,14 +35,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from tdlab.config import ConfigError, echo
 
 __all__ = [
     "MAX_RUN_FILE_BYTES",
+    "MAX_YAML_NODES",
     "PICKLE_SUFFIXES",
     "CheckpointError",
     "RunDirError",
+    "YamlBombError",
     "atomic_write",
     "built_aside",
     "check_not_in_run",
@@ -50,6 +57,7 @@ __all__ = [
     "folder_mode",
     "is_run_dir",
     "legacy_pickles",
+    "load_yaml",
     "open_inside",
     "path_kind",
     "read_inside",
@@ -72,6 +80,52 @@ class CheckpointError(RunDirError):
 
 
 # ---------------------------------------------------------------------------------------------- no code
+
+
+MAX_YAML_NODES = 200_000  # far more than any config, staging file or sweep spec tdlab reads holds
+
+
+class YamlBombError(ValueError):
+    """A YAML document that expands past :data:`MAX_YAML_NODES` nodes through its aliases, or refers to itself."""
+
+
+def load_yaml(text: str | bytes, loader: type[Any] | None = None) -> Any:
+    """``text`` loaded with ``loader`` (default: PyYAML's ``SafeLoader``; never one that builds objects), its
+    expanded size checked.
+
+    Raises:
+        yaml.YAMLError: not YAML.
+        YamlBombError: it expands past :data:`MAX_YAML_NODES` nodes (an alias bomb) or contains itself.
+    """
+    import yaml
+
+    doc = yaml.load(text, Loader=loader or yaml.SafeLoader)
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(x: Any) -> int:
+        if not isinstance(x, (dict, list)):
+            return 1
+        key = id(x)
+        if key in sizes:
+            return sizes[key]
+        if key in open_:
+            raise YamlBombError("it refers to itself through an alias")
+        open_.add(key)
+        total = 1
+        for child in (*x.keys(), *x.values()) if isinstance(x, dict) else x:
+            total += size(child)
+            if total > MAX_YAML_NODES:
+                raise YamlBombError(f"it expands past {MAX_YAML_NODES:,} nodes through its aliases (an alias bomb)")
+        open_.discard(key)
+        sizes[key] = total
+        return total
+
+    try:
+        size(doc)
+    except RecursionError:
+        raise YamlBombError("it is nested too deeply") from None
+    return doc
 
 
 def legacy_pickles(folder: Path) -> list[Path]:

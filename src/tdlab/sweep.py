@@ -60,7 +60,7 @@ from tdlab.cluster import check_address, connect, disconnect
 from tdlab.config import ECHO_CHARS, Config, ConfigError, _format_validation_error, one_line, parse_duration
 from tdlab.config import echo as echo_value
 from tdlab.runs import Run, RunDirError, atomic_write, config_hash, staging_path
-from tdlab.safeio import legacy_pickles
+from tdlab.safeio import YamlBombError, legacy_pickles, load_yaml
 
 __all__ = ["MAX_POINTS", "Point", "SweepSpec", "count_points", "load_spec", "plan", "run_sweep", "summarise"]
 
@@ -109,8 +109,8 @@ def load_spec(path: Path, max_points: int = MAX_POINTS) -> SweepSpec:
     """Read and validate a sweep spec (its size, then every point's config, once); bad files raise
     :class:`ConfigError` naming the field. Returns the spec."""
     try:
-        raw = yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+        raw = load_yaml(Path(path).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError, YamlBombError) as exc:
         reason = one_line(getattr(exc, "problem", None) or str(exc) or type(exc).__name__)
         raise ConfigError(f"sweep spec {path}: cannot read: {reason[: 4 * ECHO_CHARS]}") from None
     if not isinstance(raw, dict):

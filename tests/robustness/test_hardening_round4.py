@@ -137,3 +137,50 @@ def test_a_run_refused_its_input_fails_and_one_stopped_before_it_stored_anything
     assert state == "failed" and "corrupt" in note  # not "stopped": resuming would fail again
     state, note = batch._after(tmp_path / "empty", NAME, batch.Outcome(NAME, -9, 1.0, "an older line", True))
     assert state == "new" and "before it stored anything" in note and "older line" not in note
+
+
+def _alias_bomb(levels: int) -> str:
+    """A "billion laughs" YAML document: ``levels`` anchors, each nine aliases of the one before."""
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_load_yaml_refuses_an_alias_bomb_and_a_document_that_contains_itself():
+    from tdlab.safeio import YamlBombError, load_yaml
+
+    with pytest.raises(YamlBombError, match="alias bomb"):
+        load_yaml(_alias_bomb(9))
+    with pytest.raises(YamlBombError, match="refers to itself"):
+        load_yaml("a: &a [*a]\n")
+    shared = load_yaml("x: &x {p: 0.5}\ny: *x\n")  # aliases themselves are fine
+    assert shared == {"x": {"p": 0.5}, "y": {"p": 0.5}}
+
+
+def test_a_sweep_spec_whose_set_is_an_alias_bomb_is_one_line_at_once(tmp_path):
+    import time
+
+    spec = tmp_path / "spec.yaml"
+    bomb = _alias_bomb(9).replace("\n", "\n  ")
+    spec.write_text(f"name: s\nexperiment: {NAME}\nset:\n  {bomb}points: [{{t_end: 500.0}}]\n")
+    t0 = time.monotonic()
+    res = CliRunner().invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "out")])
+    _one_line_refusal(res, "alias bomb")
+    assert time.monotonic() - t0 < 30 and not (tmp_path / "out").exists()
+
+
+def test_a_staged_config_that_is_an_alias_bomb_is_one_line_on_resume_and_in_a_batch_plan(tmp_path):
+    out = tmp_path / "runs"
+    staged = batch.staging_path(out / "x")
+    staged.mkdir(parents=True)
+    (staged / "config.yaml").write_text(
+        f"experiment: {NAME}\nprofile: quick\nconfig:\n  " + _alias_bomb(10).replace("\n", "\n  ")
+    )
+    res = CliRunner().invoke(app, ["run", "--resume", str(out / "x"), "--quiet"])
+    _one_line_refusal(res, "config.yaml")
+    folder = tmp_path / "b"
+    staged = batch.staging_path(folder / NAME)
+    staged.mkdir(parents=True)
+    (staged / "config.yaml").write_text((batch.staging_path(out / "x") / "config.yaml").read_text())
+    plan = _batch(folder, "--plan")
+    assert plan.exit_code == 0 and "Traceback" not in plan.output and "failed" in plan.output, plan.output
