@@ -300,11 +300,20 @@ class RunWriter:
             raise RunDirError(f"{final} is a finished run; nothing to resume")
         if not (staging / "config.yaml").is_file():
             raise RunDirError(f"{final}: no interrupted run to resume (expected {staging}/config.yaml)")
+        for part in ("checkpoints", "arrays"):  # what a resume writes into: folders of the run's own, or absent
+            p = staging / part
+            if os.path.lexists(p) and (p.is_symlink() or not p.is_dir()):
+                raise RunDirError(
+                    f"{p}: not a folder (a file or a link where the run keeps its {part}); the staging folder is "
+                    "kept as it is: move that away to resume"
+                )
         for pickled in legacy_pickles(staging / "checkpoints"):  # refused before anything is read
             raise refuse_pickle(pickled)
         self = cls.__new__(cls)
         self.out, self.run_id, self.final, self.path = final.parent, final.name, final, staging
-        self.finished = self.keep = False
+        self.finished = False
+        # a resumed staging folder holds an earlier process's work: whatever goes wrong now, it is never deleted
+        self.keep = True
         self.rows = []
         self._lock = _try_lock(staging)
         if self._lock is None:

@@ -15,6 +15,7 @@ import torch
 from pydantic import Field
 
 from tdlab.claims import ClaimSpec, Measurements, Sample
+from tdlab.claims.declare import Threshold
 from tdlab.config import parse_duration
 from tdlab.experiments import base, runner
 from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext
@@ -22,6 +23,8 @@ from tdlab.experiments.decide import DecidePlan
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.train.trainer import FitResult
+
+TOY = Threshold("paper", "the toy's own tolerance")  # a threshold that may make its claims fail
 
 
 class ToyConfig(ExperimentConfig):
@@ -67,6 +70,7 @@ class Toy(Experiment):
             expected=0.0,
             tolerance=1.0,
             horizon="budget",
+            threshold=TOY,
         ),
         ClaimSpec(
             id="sanity",
@@ -342,6 +346,7 @@ class Slow(Toy):
             tolerance=10.0,
             drift_tolerance=0.03,
             horizon="convergence",
+            threshold=TOY,
         ),
     )
 
@@ -365,6 +370,7 @@ class SlowWithBudget(Slow):
             expected=0.0,
             tolerance=10.0,
             horizon="budget",
+            threshold=TOY,
         ),
     )
 
@@ -493,6 +499,7 @@ class WithReference(Toy):
             quantity="w",
             tolerance=1.0,
             horizon="budget",
+            threshold=TOY,
         ),
     )
 

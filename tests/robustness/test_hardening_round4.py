@@ -184,3 +184,74 @@ def test_a_staged_config_that_is_an_alias_bomb_is_one_line_on_resume_and_in_a_ba
     (staged / "config.yaml").write_text((batch.staging_path(out / "x") / "config.yaml").read_text())
     plan = _batch(folder, "--plan")
     assert plan.exit_code == 0 and "Traceback" not in plan.output and "failed" in plan.output, plan.output
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """A run stopped at --until with a checkpoint of its fit in training: ``(out, run_id)``; copy before use."""
+    out = tmp_path_factory.mktemp("stopped") / "runs"
+    res = CliRunner().invoke(
+        app,
+        ["run", "markov-init", "--out", str(out), "--run-id", "s", "--until", "2s", "--quiet",
+         "--set", "train.steps=3000", "--set", "train.seq_len=32", "--set", "archs=[sec2]"],
+    )  # fmt: skip
+    assert res.exit_code == 3, res.output
+    assert list((batch.staging_path(out / "s") / "checkpoints").glob("*.safetensors"))
+    return out
+
+
+def _copy_of(stopped: Path, tmp_path: Path) -> tuple[Path, Path]:
+    import shutil
+
+    out = tmp_path / "runs"
+    shutil.copytree(stopped, out, symlinks=True)
+    return out, batch.staging_path(out / "s")
+
+
+def _resume(out: Path):
+    return CliRunner().invoke(app, ["run", "--resume", str(out / "s"), "--quiet"])
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "outside-link"])
+def test_a_checkpoint_tensor_that_is_no_regular_file_is_refused_without_waiting(stopped, tmp_path, kind):
+    """A FIFO in place of a checkpoint's tensor file hung the resume (and SIGTERM never ended it); a link to
+    /dev/zero was read forever: both are refused at once, nothing followed, the staging folder kept."""
+    import time
+
+    out, staging = _copy_of(stopped, tmp_path)
+    (tensor,) = list((staging / "checkpoints").glob("*.safetensors"))[:1]
+    tensor.unlink()
+    if kind == "fifo":
+        os.mkfifo(tensor)
+    elif kind == "dev-zero":
+        tensor.symlink_to("/dev/zero")
+    else:
+        (tmp_path / "elsewhere.safetensors").write_bytes(b"x")
+        tensor.symlink_to(tmp_path / "elsewhere.safetensors")
+    t0 = time.monotonic()
+    res = _resume(out)
+    _one_line_refusal(res, tensor.name)
+    assert time.monotonic() - t0 < 60 and (staging / "config.yaml").is_file()
+
+
+@pytest.mark.parametrize("part", ["checkpoints", "arrays"])
+def test_a_file_where_a_staging_folder_keeps_its_checkpoints_is_refused_and_the_staging_kept(stopped, tmp_path, part):
+    """It made --resume delete the whole staging folder (config, metrics, stored fits)."""
+    import shutil
+
+    out, staging = _copy_of(stopped, tmp_path)
+    if (staging / part).is_dir():
+        shutil.rmtree(staging / part)
+    (staging / part).write_text("junk")
+    res = _resume(out)
+    _one_line_refusal(res, part, "not a folder")
+    assert (staging / "config.yaml").is_file() and (staging / part).read_text() == "junk"
+
+
+def test_a_resume_that_fails_keeps_the_staging_folder(stopped, tmp_path):
+    out, staging = _copy_of(stopped, tmp_path)
+    (ck,) = [p for p in (staging / "checkpoints").glob("*.json")][:1]
+    ck.write_text("{not json")
+    res = _resume(out)
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert (staging / "config.yaml").is_file() and ck.read_text() == "{not json"

@@ -31,7 +31,16 @@ from typing import Any
 import torch
 from safetensors.torch import load, save
 
-from tdlab.safeio import PICKLE_SUFFIXES, CheckpointError, file_mode, legacy_pickles, refuse_pickle
+from tdlab.safeio import (
+    MAX_RUN_FILE_BYTES,
+    PICKLE_SUFFIXES,
+    CheckpointError,
+    RunDirError,
+    file_mode,
+    legacy_pickles,
+    read_inside,
+    refuse_pickle,
+)
 
 __all__ = [
     "FORMAT",
@@ -104,9 +113,9 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]
     for legacy in (path.with_suffix(s) for s in PICKLE_SUFFIXES):
         if legacy.exists():
             raise refuse_pickle(legacy)
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    raw = _read(path, _MAX_JSON_BYTES)
+    raw = _read(path, _MAX_JSON_BYTES)  # a link, a FIFO or a folder in its place is refused, not "no checkpoint"
     if raw[:1] == b"\x80" or raw[:2] == b"PK":  # pickle protocol 2+ / torch.save's zip container
         raise refuse_pickle(path)
     try:
@@ -253,13 +262,14 @@ def _check_manifest(tensor_file: Path, tensors: dict[str, torch.Tensor], manifes
 
 
 def _read(path: Path, limit: int | None) -> bytes:
-    """The bytes of ``path``; a missing, unreadable or oversized file is a :class:`CheckpointError`."""
+    """The bytes of the regular file ``path``, read without following a symlink and never past its size when
+    opened (:func:`tdlab.safeio.read_inside`: a FIFO, a link to ``/dev/zero`` or a folder is refused, never
+    waited on or read forever); a missing, unreadable, oversized or non-regular file is a
+    :class:`CheckpointError`."""
     try:
-        if limit is not None and path.stat().st_size > limit:
-            raise CheckpointError(f"{path} is corrupt: larger than {limit} bytes")
-        return path.read_bytes()
-    except OSError as exc:
-        raise CheckpointError(f"{path}: cannot read checkpoint file ({exc.strerror or type(exc).__name__})") from None
+        return read_inside(path.parent, path.name, limit if limit is not None else MAX_RUN_FILE_BYTES)
+    except RunDirError as exc:
+        raise CheckpointError(f"cannot read checkpoint file: {exc}") from None
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
