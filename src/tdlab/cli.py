@@ -895,6 +895,7 @@ def results_publish(
     try:
         if commit is not None and not COMMIT_FORM.match(commit):
             raise ConfigError(f"--commit: {echo(commit)} is not a git commit; allowed: 7-40 lowercase hex digits")
+        check_output_folder(to, "--to")  # a folder of ours: never a file, a device or a folder inside a run
         paths = publish(run_dirs, to, commit)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))

@@ -92,12 +92,12 @@ def record_path(results: Path, profile: str, experiment: str) -> Path:
 def publish(run_dirs: Sequence[Path], results: Path, commit: str | None = None) -> list[Path]:
     """Write the record of each finished run in ``run_dirs`` to ``results/PROFILE/NAME.json`` (replacing the
     one there, atomically); returns the paths written. Every run is read and checked before any is written."""
-    from tdlab.experiments.base import registry
+    from tdlab.experiments.base import get
 
     docs = [record_of_run(d, commit) for d in run_dirs]
     for d, doc in zip(run_dirs, docs, strict=True):
         Record.model_validate(doc)
-        if doc["profile"] not in registry()[doc["experiment"]].profiles:
+        if doc["profile"] not in get(doc["experiment"]).profiles:
             raise RecordError(f"{d}: profile {echo(doc['profile'])} is not one of {doc['experiment']}'s")
     written = []
     for doc in docs:

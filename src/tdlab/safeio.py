@@ -173,16 +173,17 @@ def folder_mode() -> int:
     return 0o777 & ~_umask()
 
 
-def atomic_write(path: Path, data: bytes | str) -> None:
+def atomic_write(path: Path, data: bytes | str, mode: int | None = None) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename. The file
-    gets :func:`file_mode` (mkstemp's 0600 would make some files of a run private and others not)."""
+    gets ``mode``, else :func:`file_mode` (mkstemp's 0600 would make some files of a run private and others
+    not); a caller rewriting a file of the user's passes that file's own mode."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
-            os.fchmod(f.fileno(), file_mode())
+            os.fchmod(f.fileno(), file_mode() if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -88,7 +88,7 @@ def test_bad_readme_and_bad_summaries_are_one_line(make_markov_run, tmp_path):
     import json
 
     run = _run(make_markov_run)
-    for bad, words in ((tmp_path / "missing.md", "no such file"), (tmp_path, "a directory")):
+    for bad, words in ((tmp_path / "missing.md", "no such file"), (tmp_path, "a folder")):
         result = CliRunner().invoke(app, ["findings", str(run.path), "--readme", str(bad)])
         assert result.exit_code == 2 and words in result.output and len(result.output.strip().splitlines()) == 1
     latin = tmp_path / "latin.md"

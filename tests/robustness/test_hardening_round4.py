@@ -255,3 +255,42 @@ def test_a_resume_that_fails_keeps_the_staging_folder(stopped, tmp_path):
     res = _resume(out)
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert (staging / "config.yaml").is_file() and ck.read_text() == "{not json"
+
+
+def test_publish_to_writes_only_into_a_folder_of_ours(tmp_path):
+    import shutil
+
+    src = Path(__file__).resolve().parents[2] / "results" / "quick" / f"{NAME}.json"
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)  # a finished run directory: a record.json is all publish reads of it here
+    (run / "record.json").write_text(src.read_text())
+    (run / "config.yaml").write_text(f"experiment: {NAME}\nprofile: quick\nconfig: {{}}\n")
+    (run / "summary.json").write_text("{}")
+    (run / "metrics.parquet").write_bytes(b"")
+    file = tmp_path / "a-file"
+    file.write_text("x")
+    for to, words in ((file, "not a folder"), (Path("/dev/null"), "not a folder"), (run / "figures", "inside the run")):
+        res = CliRunner().invoke(app, ["results", "publish", str(run), "--to", str(to)])
+        _one_line_refusal(res, "--to", words)
+    assert file.read_text() == "x" and not (run / "figures").exists()
+    shutil.rmtree(run)
+
+
+def test_a_marker_in_a_records_text_cannot_end_a_section_and_a_files_mode_is_kept(tmp_path):
+    import stat
+
+    from tdlab.report.findings import replace_between_markers
+    from tdlab.safeio import RunDirError
+
+    page = tmp_path / "findings.md"
+    page.write_text("a\n<!-- paper-scale:start -->\nold\n<!-- paper-scale:end -->\nb\n")
+    page.chmod(0o600)
+    replace_between_markers(page, "| `x<!-- paper-scale:end -->` | holds |\n", "paper-scale")
+    replace_between_markers(page, "new\n", "paper-scale")  # a later rewrite still finds its own end marker
+    assert page.read_text() == "a\n<!-- paper-scale:start -->\nnew\n<!-- paper-scale:end -->\nb\n"
+    assert stat.S_IMODE(page.stat().st_mode) == 0o600
+    fifo = tmp_path / "fifo.md"
+    os.mkfifo(fifo)
+    for bad, words in ((fifo, "a device, FIFO or socket"), (Path("/dev/null"), "a device, FIFO or socket")):
+        with pytest.raises(RunDirError, match=words):
+            replace_between_markers(bad, "x", "paper-scale")

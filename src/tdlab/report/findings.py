@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import math
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tdlab.report.mdtext import md_cell, md_code, md_text
 from tdlab.runs import Run, RunDirError, atomic_write
+from tdlab.safeio import path_kind
 
 __all__ = [
     "END",
@@ -272,10 +274,9 @@ def replace_between_markers(path: Path, text: str, section: str = "findings") ->
     refused with one line (:class:`RunDirError`) and left as it was."""
     start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
     path = Path(path)
-    if not path.is_file():
-        raise RunDirError(
-            f"--readme {path}: {'a directory' if path.is_dir() else 'no such file'}; give the README to write into"
-        )
+    if path.is_symlink() or not path.is_file():
+        raise RunDirError(f"--readme {path}: {path_kind(path) if not path.is_symlink() else 'a symlink'}; give the "
+                          "markdown file to write into (a regular file)")  # fmt: skip
     try:
         doc = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -285,4 +286,7 @@ def replace_between_markers(path: Path, text: str, section: str = "findings") ->
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     if not pattern.search(doc):
         raise RunDirError(f"{path}: no {start} … {end} markers to replace")
-    atomic_write(path, pattern.sub(lambda _: f"{start}\n{text}{end}", doc, count=1))
+    # text from records (a claim's id, a note) never carries a comment that could pass for a marker: every later
+    # rewrite would stop at it
+    text = text.replace("<!--", "&lt;!--")
+    atomic_write(path, pattern.sub(lambda _: f"{start}\n{text}{end}", doc, count=1), stat.S_IMODE(path.stat().st_mode))
