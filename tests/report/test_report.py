@@ -258,3 +258,59 @@ def test_screenshot_script_invokes_the_browser_offline_on_the_report(report_run,
     assert bad.returncode == 2 and "report.html not found" in bad.stderr and not argv.exists()
     usage = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env)
     assert usage.returncode == 2 and "usage" in usage.stderr
+
+
+@pytest.fixture
+def split_run(make_markov_run, monkeypatch):
+    """`tdlab run markov-init`'s figure on a run whose standard-init members split (one stays on H(π), two
+    leave it) and start at 40.8 nats: ``(run, what each saved figure held)``."""
+    import math
+
+    import tdlab.report.figures as figures
+
+    def h(x):
+        return -x * math.log(x) - (1 - x) * math.log(1 - x)
+
+    p, q = 0.5, 0.8
+    pi1 = p / (p + q)
+    rate, hpi = (1 - pi1) * h(p) + pi1 * h(q), h(pi1)
+    split = [[40.8, hpi, hpi, hpi, hpi], [40.8, hpi, rate, rate, rate], [40.8, hpi, hpi, rate, rate]]
+    _cfg, path = make_markov_run(p, q, {"sec2/standard": split}, STEPS)
+    seen = []
+    save = figures.save_figure
+
+    def keep(fig, out):
+        saved = save(fig, out)
+        seen.append(
+            {
+                "texts": [t.get_text() for t in fig.texts] + [t.get_text() for ax in fig.axes for t in ax.texts],
+                "lines": [ln.get_label() for ax in fig.axes for ln in ax.get_lines()],
+            }
+        )
+        return saved
+
+    monkeypatch.setattr(figures, "save_figure", keep)
+    return rebuild(path), seen
+
+
+def test_the_first_commands_figure_shows_each_member_the_clipped_start_the_threshold_and_its_profile(split_run):
+    from PIL import Image
+
+    run, seen = split_run
+    (fig,) = seen
+    assert sum(label == "_member" for label in fig["lines"]) >= 3 * 4  # every member of every arm drawn
+    assert any("escape threshold" in label for label in fig["lines"])
+    assert any("clipped above (max 40.8)" in t for t in fig["texts"])
+    assert any("profile quick" in t and "members" in t for t in fig["texts"])
+    assert Image.open(run.path / run.summary["figures"][0]).size[0] > 500
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium is not installed")
+def test_the_first_commands_report_renders_with_its_figure_in_headless_chromium(split_run, tmp_path):
+    from PIL import Image
+
+    run, _ = split_run
+    shot = tmp_path / "report.png"
+    _chromium_screenshot(shutil.which("chromium"), run.path / "report.html", shot)
+    image = Image.open(shot).convert("L")
+    assert image.size == (1200, 1600) and len(set(image.getdata())) > 50  # a page with a figure, not a blank one

@@ -67,11 +67,13 @@ def _mark_clipped(fig: plt.Figure) -> None:
             above, below = max(above, float(y.max())), min(below, float(y.min()))
         top, bottom = max(lo, hi), min(lo, hi)
         if above > top + 1e-12 * max(1.0, abs(top)):
-            ax.annotate(f"▲ curves clipped above (max {above:.4g})", (0.99, 0.99), xycoords="axes fraction",
-                        ha="right", va="top", fontsize=7, color="firebrick")  # fmt: skip
+            ax.annotate(f"▲ curves clipped above (max {above:.4g})", (0.01, 0.99), xycoords="axes fraction",
+                        ha="left", va="top", fontsize=7, color="firebrick", zorder=10,
+                        bbox={"boxstyle": "round", "fc": "white", "ec": "firebrick", "lw": 0.6})  # fmt: skip
         if below < bottom - 1e-12 * max(1.0, abs(bottom)):
-            ax.annotate(f"▼ curves clipped below (min {below:.4g})", (0.99, 0.01), xycoords="axes fraction",
-                        ha="right", va="bottom", fontsize=7, color="firebrick")  # fmt: skip
+            ax.annotate(f"▼ curves clipped below (min {below:.4g})", (0.01, 0.01), xycoords="axes fraction",
+                        ha="left", va="bottom", fontsize=7, color="firebrick", zorder=10,
+                        bbox={"boxstyle": "round", "fc": "white", "ec": "firebrick", "lw": 0.6})  # fmt: skip
 
 
 def save_figure(fig: plt.Figure, path: Path) -> Path:
