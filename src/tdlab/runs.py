@@ -62,7 +62,6 @@ from tdlab.safeio import (
     file_mode,
     legacy_pickles,
     load_yaml,
-    open_inside,
     read_inside,
     refuse_pickle,
 )
@@ -85,6 +84,7 @@ __all__ = [
     "file_mode",
     "fit_checkpoint",
     "list_runs",
+    "read_arrays",
     "segment_ok",
     "staged_done",
     "staged_elapsed",
@@ -392,11 +392,10 @@ class RunWriter:
         atomic_write(self.arrays_path(arm), save(stacked))  # save_file would make it 0600
 
     def load_arrays(self, arm: str) -> list[dict[str, torch.Tensor]]:
-        """Per-member states saved for ``arm`` (the inverse of :meth:`save_arrays`)."""
-        from safetensors.torch import load_file
-
-        stacked = load_file(str(self.arrays_path(arm)))
-        n = next(iter(stacked.values())).shape[0]
+        """Per-member states saved for ``arm`` (the inverse of :meth:`save_arrays`), read as :func:`read_arrays`
+        reads them (a damaged file, a link or a folder in its place is a :class:`RunDirError`, one line)."""
+        stacked = read_arrays(self.path, arm)
+        n = next(iter(stacked.values())).shape[0] if stacked else 0
         return [{k: v[i] for k, v in stacked.items()} for i in range(n)]
 
     def finish(self) -> Run:
@@ -583,6 +582,27 @@ def staged_elapsed(staging: Path) -> float:
     return float(sum(g["wall_s"] for g in staged_segments(staging)))
 
 
+def read_arrays(root: Path, arm: str) -> dict[str, torch.Tensor]:
+    """The saved parameters of ``arm`` in the run (or staging) folder ``root``, each with a leading member axis:
+    a regular file of the folder read without following a link and never past its size (a FIFO, a link to
+    ``/dev/zero`` or a folder in its place is refused, not waited on or read forever), loaded by safetensors.
+
+    Raises:
+        RunDirError: one line naming the file: missing, not a regular file, or damaged.
+    """
+    rel = Path("arrays", f"{arm.replace('/', '__')}.safetensors")
+    f = Path(root) / rel
+    if not os.path.lexists(f):
+        raise RunDirError(f"{f}: no saved arrays for arm {arm!r}")
+    blob = read_inside(Path(root), rel)
+    try:
+        from safetensors.torch import load
+
+        return load(blob)
+    except Exception as exc:  # safetensors raises its own error types for a damaged file
+        raise RunDirError(f"{f} is corrupt: {_reason(exc)}") from None
+
+
 def staging_path(final: Path) -> Path:
     """Where the run that will become ``final`` is built."""
     return Path(final).with_name(f".staging-{Path(final).name}")
@@ -683,17 +703,7 @@ class Run:
 
     def arrays(self, arm: str) -> dict[str, torch.Tensor]:
         """Saved parameters of ``arm``, each with a leading member axis."""
-        rel = Path("arrays", f"{arm.replace('/', '__')}.safetensors")
-        f = self.path / rel
-        if not f.exists() and not f.is_symlink():
-            raise RunDirError(f"{f}: no saved arrays for arm {arm!r}")
-        os.close(open_inside(self.path, rel)[0])  # a regular file of the run, no symlink on the way
-        try:
-            from safetensors.torch import load_file
-
-            return load_file(str(f))
-        except Exception as exc:  # safetensors raises its own error types for a damaged file
-            raise RunDirError(f"{f} is corrupt: {_reason(exc)}") from None
+        return read_arrays(self.path, arm)
 
     @property
     def summary(self) -> dict[str, Any]:

@@ -294,3 +294,50 @@ def test_a_marker_in_a_records_text_cannot_end_a_section_and_a_files_mode_is_kep
     for bad, words in ((fifo, "a device, FIFO or socket"), (Path("/dev/null"), "a device, FIFO or socket")):
         with pytest.raises(RunDirError, match=words):
             replace_between_markers(bad, "x", "paper-scale")
+
+
+@pytest.fixture(scope="module")
+def stored_fits(tmp_path_factory):
+    """A staging folder whose fits are all stored (a finished tiny run, moved back to be staged): a resume
+    reloads its fits from ``arrays/``. ``(out, run_id)``; copy before use."""
+    import shutil
+
+    out = tmp_path_factory.mktemp("stored") / "runs"
+    res = CliRunner().invoke(
+        app,
+        ["run", "markov-init", "--out", str(out), "--run-id", "s", "--quiet", "--seeds", "1",
+         "--set", "train.steps=4", "--set", "train.seq_len=8", "--set", "train.eval_every=2",
+         "--set", "train.eval_batches=1", "--set", "archs=[sec2]"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    staged = batch.staging_path(out / "s")
+    (out / "s").rename(staged)
+    for f in ("summary.json", "record.json", "report.html"):
+        (staged / f).unlink(missing_ok=True)
+    shutil.rmtree(staged / "figures", ignore_errors=True)
+    assert _resume_ok(out, tmp_path_factory.mktemp("check"))  # as it is, the resume reloads and finishes
+    return out
+
+
+def _resume_ok(out: Path, where: Path) -> bool:
+    import shutil
+
+    copy = where / "runs"
+    shutil.copytree(out, copy, symlinks=True)
+    return _resume(copy).exit_code == 0
+
+
+@pytest.mark.parametrize("damage", ["cut-short", "a-folder", "link-to-dev-zero"])
+def test_a_stored_fit_that_is_damaged_or_no_regular_file_is_one_line_on_resume(stored_fits, tmp_path, damage):
+    out, staging = _copy_of(stored_fits, tmp_path)
+    f = staging / "arrays" / "sec2__standard.safetensors"
+    if damage == "cut-short":
+        f.write_bytes(f.read_bytes()[:100])
+    elif damage == "a-folder":
+        f.unlink()
+        f.mkdir()
+    else:
+        f.unlink()
+        f.symlink_to("/dev/zero")
+    _one_line_refusal(_resume(out), "sec2__standard.safetensors")
+    assert (staging / "config.yaml").is_file() and os.path.lexists(f)

@@ -17,6 +17,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 import re
 import sys
 import threading
@@ -206,8 +207,9 @@ class RunContext:
             )
 
     def done(self, arm: str) -> FitResult | None:
-        """The stored result of ``arm`` if an earlier (interrupted) attempt of this run finished it."""
-        if not self.writer.arrays_path(arm).is_file():
+        """The stored result of ``arm`` if an earlier (interrupted) attempt of this run finished it (a damaged file,
+        a link or a folder where its arrays are stored is refused, one line, never trained over)."""
+        if not os.path.lexists(self.writer.arrays_path(arm)):
             return None
         return FitResult(rows=self.writer.arm_rows(arm), states=self.writer.load_arrays(arm))
 
