@@ -1141,6 +1141,13 @@ def findings(
             "settings), the README's, instead of the full tables"
         ),
     ] = False,
+    records: Annotated[
+        Path | None,
+        typer.Option(
+            help="a results folder of one profile (results/quick): the findings table and one line per claim "
+            "group of every record in it, instead of run directories"
+        ),
+    ] = None,
 ) -> None:
     """The findings table (verdict counts per run, causes, one line per claim group), generated from run
     directories; with --into FILE, written between that file's SECTION markers (docs/findings.md holds
@@ -1151,11 +1158,19 @@ def findings(
     from tdlab.report.mdtext import md_code
 
     try:
-        if (results is None) == (not run_dirs):
-            raise ConfigError("findings: give run directories or --results DIR, one of them")
+        if sum((results is not None, bool(run_dirs), records is not None)) != 1:
+            raise ConfigError("findings: give run directories, --results DIR or --records DIR, one of them")
+        if records is not None and not records.is_dir():
+            raise ConfigError(f"--records: {records} is not a folder of records")
         if per_seed and (results is None or before is not None):
             raise ConfigError("--per-seed: the README's tables of --results DIR; not with run directories or --before")
-        text = _published_markdown(results, per_seed) if results is not None else findings_markdown(run_dirs or [])
+        if records is not None:
+            from tdlab.experiments.base import registry
+            from tdlab.pages.records import records_markdown
+
+            text = records_markdown(records, list(registry().values()))
+        else:
+            text = _published_markdown(results, per_seed) if results is not None else findings_markdown(run_dirs or [])
         if before is not None and results is not None:
             text += "\n**What changed** (every record against the one under `" + md_code(str(before)) + "`):\n\n"
             text += record_changes(results, before)
@@ -1169,7 +1184,11 @@ def findings(
         else:
             _check_section(section)
             replace_between_markers(readme, text, section)
-            what = f"records of {results}" if results is not None else f"{len(run_dirs or [])} run(s)"
+            what = (
+                f"records of {results or records}"
+                if (results or records) is not None
+                else f"{len(run_dirs or [])} run(s)"
+            )
             out_console.print(f"findings of {what} written to {readme}", highlight=False)
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))

@@ -277,3 +277,19 @@ def test_the_findings_page_holds_the_comparison_tables_of_the_committed_records(
     assert copy.read_text(encoding="utf-8") == page.read_text(encoding="utf-8"), (
         f"regenerate: tdlab results compare results/quick {other} --into docs/findings.md --section {section}"
     )
+
+
+def test_the_findings_of_a_profiles_records_have_a_row_and_a_line_per_group_of_each():
+    from pathlib import Path
+
+    from tdlab.experiments.base import registry
+    from tdlab.pages.records import records_markdown
+    from tdlab.results import load_records
+
+    folder = Path(__file__).resolve().parents[2] / "results" / "quick"
+    text = records_markdown(folder, list(registry().values()))
+    recs = load_records(folder)
+    assert text.count("\n| `") == len(recs)  # one table row per record
+    for rec in recs.values():
+        assert f"results/quick/{rec.experiment}.json" in text
+        assert all(f"`{g['id']}`" in text for g in rec.claims)

@@ -26,6 +26,7 @@ __all__ = [
     "load_published",
     "overview_table",
     "record_changes",
+    "records_markdown",
     "seed_table",
     "seed_tables",
     "settings_off",
@@ -97,6 +98,24 @@ def seed_table(pub: Published, experiments: Sequence[Any]) -> str:
         f"{_cells(_tally(all_q), len(all_q)) if all_q else '— | — | — | — | —'} |"
     )
     return "\n".join(lines) + "\n"
+
+
+def records_markdown(folder: Path, experiments: Sequence[Any]) -> str:
+    """The findings table and one line per claim group of every record in ``folder`` (``results/quick``), in
+    the order of ``experiments`` (:func:`tdlab.report.findings.summaries_markdown`): what each experiment's
+    committed record found, each labelled with the record and the commit that trained it."""
+    from tdlab.report.findings import summaries_markdown
+
+    recs = load_records(Path(folder))
+    pairs = [
+        (
+            f"record `{md_code(f'{folder}/{e.name}.json')}`, trained at `{recs[e.name].trained_by()}`",
+            recs[e.name].model_dump(),
+        )
+        for e in experiments
+        if e.name in recs
+    ]
+    return summaries_markdown(pairs)
 
 
 def settings_off(rec: Record) -> list[str]:

@@ -32,6 +32,7 @@ __all__ = [
     "read_summary",
     "replace_between_markers",
     "row_summary",
+    "summaries_markdown",
 ]
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
@@ -188,12 +189,17 @@ def check_groups(s: Mapping[str, Any], where: str) -> None:
 
 def findings_markdown(run_dirs: Sequence[Path]) -> str:
     """The findings table and per-group lines of ``run_dirs``, in the order given."""
-    runs = [read_summary(d) for d in run_dirs]
+    return summaries_markdown([(f"run `{md_code(run.path.name)}`", s) for run, s in map(read_summary, run_dirs)])
+
+
+def summaries_markdown(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """The findings table and per-group lines of ``(label, summary)`` pairs (a run's ``summary.json``, or a
+    published record, which carries the same fields), in the order given; ``label`` says where each came from."""
     lines = [
         "| experiment | seed, figure | profile | paper claims held | not holding, by cause | decided by | sanity held | wall |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for _run, s in runs:
+    for _label, s in runs:
         wall = s.get("wall_time_s", 0)
         lines.append(
             f"| `{md_code(s['experiment'])}` | {md_cell(s['paper'])}, {md_cell(s['figure'])} | "
@@ -201,11 +207,12 @@ def findings_markdown(run_dirs: Sequence[Path]) -> str:
             f"{md_cell(decided_by(s))} | {_counts(s.get('sanity', []))} | "
             f"{f'{wall:.0f}' if isinstance(wall, (int, float)) and math.isfinite(wall) else '—'} s |"
         )
-    for run, s in runs:
+    for label, s in runs:
+        device = (s.get("env") or {}).get("device", s.get("device", "?"))
         lines += [
             "",
-            f"**`{md_code(s['experiment'])}`** (run `{md_code(run.path.name)}`, {md_text(s.get('members', '?'))} "
-            f"members, seed {md_text(s.get('seed', '?'))}, {md_text((s.get('env') or {}).get('device', '?'))}):",
+            f"**`{md_code(s['experiment'])}`** ({label}, {md_text(s.get('members', '?'))} "
+            f"members, seed {md_text(s.get('seed', '?'))}, {md_text(device)}):",
             "",
         ]
         for arm, h in (s.get("arms") or {}).items():
