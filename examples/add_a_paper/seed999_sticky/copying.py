@@ -17,8 +17,11 @@ from pydantic import Field
 
 from seed999_sticky.task import StickyTokens, entropy_rate
 from tdlab.claims import ClaimSpec, Measurements, Sample
+from tdlab.claims.calibration import planted_pair
+from tdlab.claims.declare import Calibration, Threshold
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.manifest import Setting
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.seeding import member_seeds
@@ -43,10 +46,30 @@ class StickyCopyConfig(ExperimentConfig):
     claims: StickyClaims = StickyClaims()
 
 
+def _bayes_against_uniform(cfg: StickyCopyConfig, context: Any) -> tuple[Sample, Sample]:
+    """Planted end states at the run's members: at the Bayes predictor's loss (gap 0) and at the uniform
+    predictor's (gap log V − entropy rate), the alternative a model that learnt nothing ends at."""
+    gap = float(np.log(cfg.task.vocab)) - entropy_rate(cfg.task.vocab, cfg.task.r)
+    return planted_pair(0.0, gap, cfg.claims.tol_nats / 5, cfg.members)
+
+
 CLAIMS = (
     ClaimSpec(
         "ends-at-entropy-rate",
         "A one-layer transformer trained on sticky tokens ends at the entropy rate (seed 999, Eq. 1)",
+        # what the paper says: its words and place, the kind of statement, where the threshold comes from
+        quote="the trained model's loss reaches the entropy rate of Eq. 1",
+        where="Eq. 1 of the example paper",
+        form="settings",
+        threshold=Threshold(
+            "ours",
+            "claims.tol_nats = 0.02 nats around the Bayes predictor's loss on the same batches",
+            Calibration(
+                "planted",
+                "members at the Bayes predictor's loss hold, members at the uniform predictor's fail",
+                plant=_bayes_against_uniform,
+            ),
+        ),
         test="value",
         relation="close",
         quantity="final test loss − the Bayes predictor's loss on the same batches, nats",
@@ -79,6 +102,8 @@ class StickyCopy(Experiment[StickyCopyConfig]):
     description = "One-layer GPT-2 on sticky tokens; the final test loss against the entropy rate."
     Config = StickyCopyConfig
     claims = CLAIMS
+    # every setting the paper states, by config field, with its place (a run at these is at its settings)
+    manifest: ClassVar[dict[str, Setting]] = {"task.vocab": Setting(4, "Sec. 2"), "task.r": Setting(0.6, "Sec. 2")}
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {"members": 3, "train": {"steps": 150, "seq_len": 32, "eval_every": 25, "eval_batches": 16}},
         "paper": {"members": 5, "train": {"steps": 2000, "seq_len": 128, "eval_every": 100}},

@@ -195,9 +195,13 @@ def thm2_terms(
     term (its last line's ``O(d_m^{−4γ})``).
 
     Args:
-        flow: ``−∇_{W^V} R`` in the paper's layout ``(d_m, d_k)``; theorem: Thm. 2's matrix (:func:`thm2_matrix`);
-        W_emb, W_emb0: ``(vocab, d_m)`` at ``t`` and at 0; tokens ``(n, L)``, labels ``(n,)``; W2:
-        ``(W^O W^f + W^O)ᵀ`` at ``t`` ``(d_m, d_k)``.
+        flow: ``−∇_{W^V} R`` in the paper's layout ``(d_m, d_k)``.
+        theorem: Thm. 2's matrix (:func:`thm2_matrix`), ``(d_m, d_k)``.
+        W_emb: the embeddings at ``t``, ``(vocab, d_m)``.
+        W_emb0: the embeddings at 0, ``(vocab, d_m)``.
+        tokens: the training set, ``(n, L)``.
+        labels: its labels, ``(n,)``.
+        W2: the paper's ``(W^O W^f + W^O)ᵀ`` at ``t``, ``(d_m, d_k)``.
     Returns:
         ``dropped_rel`` ‖flow − K‖/‖K‖, ``eq36_rel`` ‖flow − Eq. 36‖/‖K‖, ``init_rel`` ‖Eq. 36 on W^emb(0)‖/‖K‖
         (Frobenius norms), ``growth_cos`` cos(flow, K), and the theorem's own step alone, its matrix against the
