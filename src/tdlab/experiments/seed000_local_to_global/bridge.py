@@ -67,6 +67,7 @@ from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, 
 from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed000_local_to_global.hypotheses import ABOVE_LINE_ROW, BELOW_LINE_ROW, SMALL_INIT_STD
 from tdlab.experiments.seed000_local_to_global.initialisation import LEFT_PLATEAU
+from tdlab.experiments.seed000_local_to_global.settings import TABLE_2
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import evaluation_noise, gap_crossing
@@ -378,7 +379,7 @@ class MarkovBridge(Experiment[MarkovBridgeConfig]):
     # decide which side a cell speaks for); the one cell the seed trains the full model on, Fig. 4's (0.5, 0.8),
     # is in it.
     manifest: ClassVar[dict[str, Setting]] = {
-        "members": Setting(5, "Table 2 (repetitions: 3 or 5)"),
+        **TABLE_2,
         "budgets": Setting(
             [SEED_STEPS], "Table 2 (8000 iterations)", "each budget is a run with its own cosine schedule"
         ),
@@ -387,19 +388,8 @@ class MarkovBridge(Experiment[MarkovBridgeConfig]):
             "App. A.3.2 ('the general single-layer transformer in Sec. 2')",
             "Table 2 names GPT-2 (Pagliardini, 2023); markov-init runs both, the bridge the Sec. 2 equations",
         ),
-        "model.d": Setting(8, "Table 2 (grid {4, 8, 16, 32, 64}); A.3.1's d = 8", "a point of the seed's grid"),
-        "model.layers": Setting(1, "Table 2"),
-        "model.heads": Setting(1, "Table 2"),
         "model.init": Setting("standard", "App. A.3.2 (the standard initialization)"),
         "model.init_std": Setting(0.02, "App. A.3.2 (σ = 0.02)"),
-        "train.batch": Setting(16, "Table 2 (grid {16, 50})", "a point of the seed's grid"),
-        "train.seq_len": Setting(1024, "Table 2 (grid {512, 1024, 2048})", "a point of the seed's grid"),
-        "train.optimizer": Setting("adamw", "Table 2"),
-        "train.lr": Setting(0.001, "Table 2"),
-        "train.beta1": Setting(0.9, "Table 2"),
-        "train.beta2": Setting(0.95, "Table 2"),
-        "train.weight_decay": Setting(0.001, "Table 2"),
-        "train.schedule": Setting("cosine", "Table 2"),
     }
     paper_differs: ClassVar[dict[str, str]] = {
         "budgets": "a 2000-iteration run (its own cosine schedule) beside Table 2's 8000, to show whether the end "

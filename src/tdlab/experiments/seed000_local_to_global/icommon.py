@@ -74,6 +74,7 @@ from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, 
 from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed000_local_to_global.hypotheses import OFF_LINE_ROW
 from tdlab.experiments.seed000_local_to_global.initialisation import LEFT_PLATEAU
+from tdlab.experiments.seed000_local_to_global.settings import TABLE_2
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.seeding import generators, member_seeds
@@ -401,23 +402,12 @@ class MarkovICommon(Experiment[MarkovICommonConfig]):
     # The seed gives I_common no distribution, no (p, q) grid ("irrespective of the switching") and no settings
     # for the bias-step check: those fields are ours. The trained model and its training are the seed's.
     manifest: ClassVar[dict[str, Setting]] = {
-        "members": Setting(5, "Table 2 (repetitions: 3 or 5)"),
+        **TABLE_2,
         "model.arch": Setting("sec2", "App. A.3.2 ('the general single-layer transformer in Sec. 2')"),
-        "model.d": Setting(8, "Table 2 (grid {4, 8, 16, 32, 64}); A.3.1's d = 8", "a point of the seed's grid"),
-        "model.layers": Setting(1, "Table 2"),
-        "model.heads": Setting(1, "Table 2"),
         "model.init_std": Setting(
             0.02, "App. A.3.2 (σ = 0.02)", "the parameters App. D's canonical point does not set keep the standard draw"
         ),
         "train.steps": Setting(8000, "Table 2"),
-        "train.batch": Setting(16, "Table 2 (grid {16, 50})", "a point of the seed's grid"),
-        "train.seq_len": Setting(1024, "Table 2 (grid {512, 1024, 2048})", "a point of the seed's grid"),
-        "train.optimizer": Setting("adamw", "Table 2"),
-        "train.lr": Setting(0.001, "Table 2"),
-        "train.beta1": Setting(0.9, "Table 2"),
-        "train.beta2": Setting(0.95, "Table 2"),
-        "train.weight_decay": Setting(0.001, "Table 2"),
-        "train.schedule": Setting("cosine", "Table 2"),
     }
     arm_fields: ClassVar[dict[str, str]] = {"model.max_len": "train.seq_len"}
     profiles: ClassVar[dict[str, dict[str, Any]]] = {

@@ -32,6 +32,7 @@ from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
 from tdlab.experiments.manifest import Setting
+from tdlab.experiments.seed000_local_to_global.settings import TABLE_2
 from tdlab.experiments.view import ArmKey, RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import Crossings, evaluation_noise, gap_crossing
@@ -288,6 +289,7 @@ class MarkovInit(Experiment[MarkovInitConfig]):
     Config = MarkovInitConfig
     claims = CLAIMS
     manifest: ClassVar[dict[str, Setting]] = {
+        **TABLE_2,
         "task.p": Setting(0.5, "Fig. 4 caption"),
         "task.q": Setting(0.8, "Fig. 4 caption"),
         "archs": Setting(
@@ -300,19 +302,7 @@ class MarkovInit(Experiment[MarkovInitConfig]):
         "model.init_e": Setting(0.5, "App. A.3.2"),
         "model.init_w1": Setting(1.0, "App. A.3.2"),
         "model.init_w2": Setting(-1.0, "App. A.3.2"),
-        "model.d": Setting(8, "Table 2 (grid {4, 8, 16, 32, 64}); A.3.1's d = 8", "a point of the seed's grid"),
-        "model.layers": Setting(1, "Table 2"),
-        "model.heads": Setting(1, "Table 2"),
-        "members": Setting(5, "Table 2 (3 or 5 repetitions)"),
         "train.steps": Setting(SEED_STEPS, "Table 2"),
-        "train.batch": Setting(16, "Table 2 (grid {16, 50})", "a point of the seed's grid"),
-        "train.seq_len": Setting(1024, "Table 2 (grid {512, 1024, 2048})", "a point of the seed's grid"),
-        "train.optimizer": Setting("adamw", "Table 2"),
-        "train.lr": Setting(0.001, "Table 2"),
-        "train.beta1": Setting(0.9, "Table 2"),
-        "train.beta2": Setting(0.95, "Table 2"),
-        "train.weight_decay": Setting(0.001, "Table 2"),
-        "train.schedule": Setting("cosine", "Table 2"),
     }
     # Thms 2/8 split the (p, q) square at p + q = 1 (the seed's Fig. 1 phase diagram); no grid point
     # lies on that line, where H(π) = entropy rate and the claims cannot tell the minima apart. The

@@ -191,6 +191,15 @@ FINITE_SETTING = (
     "set decide (docs/icl.md)"
 )
 
+# The convergence claims' tolerance: ours, uncalibrated (a claim judged against a measured reference has no
+# planted case the framework can judge), so it decides holds but a fail stays not resolved.
+REL_TOL = Threshold(
+    "ours",
+    "claims.alpha_rel_tol = 5 % of the reference; the members' spread and the reference's replicate error are "
+    "added by the verdict. Not calibrated: a claim judged against a measured reference has no planted case "
+    "the framework can judge, so a fail stays not resolved",
+)
+
 CLAIMS = (
     ClaimSpec(
         "lsa-bounded-away-from-bayes",
@@ -281,12 +290,7 @@ CLAIMS = (
         form="limit",
         limit=FINITE_SETTING,
         hypotheses=(ASSUMPTION_6_1,),
-        threshold=Threshold(
-            "ours",
-            "claims.alpha_rel_tol = 5 % of the reference; the members' spread and the reference's replicate error are "
-            "added by the verdict. Not calibrated: a claim judged against a measured reference has no planted case "
-            "the framework can judge, so a fail stays not resolved",
-        ),
+        threshold=REL_TOL,
         test="value",
         relation="close",
         quantity="learned alpha_T, against the minimiser of the trained objective (closed form on l; at finite L_tr "
@@ -308,12 +312,7 @@ CLAIMS = (
         # Thm 6.3 also assumes the regularity condition of Remark E.4, which no config field states; the arms start
         # at the theorem's init (two_param_init: the middle of the window, alpha0 = alpha*(beta0)) by construction.
         hypotheses=(ASSUMPTION_6_1,),
-        threshold=Threshold(
-            "ours",
-            "claims.alpha_rel_tol = 5 % of the reference; the members' spread and the reference's replicate error are "
-            "added by the verdict. Not calibrated: a claim judged against a measured reference has no planted case "
-            "the framework can judge, so a fail stays not resolved",
-        ),
+        threshold=REL_TOL,
         test="value",
         relation="close",
         quantity="learned alpha_T or beta_T, against the stationary point of the trained objective reached from the "

@@ -53,6 +53,7 @@ from tdlab.experiments.seed003_attention_markov.estimator_stage import (
     estimator_losses,
     record_stage,
 )
+from tdlab.experiments.seed003_attention_markov.icl_grid import MAIN_RESULT
 from tdlab.experiments.view import RunView
 from tdlab.models.normalised_attention import NormalisedAttention, NormAttnConfig, construction
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
@@ -202,8 +203,7 @@ CLAIMS = (
         "construction-reaches-estimator",
         "The normalised-attention construction (3 layers, att ∝ exp(κ cos)) computes the order-k in-context estimator "
         "as κ grows (seed 003 talk, Part II, 'Intuition'; weights ours, derived)",
-        quote="Any order k in-context estimator can be represented by a transformer with 3 layers, 1 head per layer, "
-        "relative positional encodings and layer norm",
+        quote=MAIN_RESULT,
         where="Part II, 'Main result (Constant depth suffices)'; " + INTUITION + ": att_{T,n} ∝ exp(κ⟨v_n, "
         "u_T⟩/(‖v_n‖‖u_T‖)) 'realizes a k^th-order induction head' (the talk shows no weights: ours)",
         form="settings",

@@ -46,6 +46,8 @@ from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed003_attention_markov.estimator_stage import PAST_LOWER_ORDER, record_stage
 from tdlab.experiments.seed003_attention_markov.icl_grid import (
     CONSTANT_DEPTH,
+    MAIN_RESULT,
+    MAIN_RESULT_WHERE,
     RELATIVE_PE,
     Cell,
     GridConfig,
@@ -144,13 +146,11 @@ CLAIMS = (
         "With non-linearities (MLP + LayerNorm) constant depth suffices: a 3-layer model (claims.constant_depth) "
         "reaches the order-k in-context estimator for every k (talk Part II, main result: '3 layers, 1 head per "
         "layer, relative positional encodings and layer norm')",
-        quote="Any order k in-context estimator can be represented by a transformer with 3 layers, 1 head per layer, "
-        "relative positional encodings and layer norm",
+        quote=MAIN_RESULT,
         # A representation theorem, tested by training (our settings): a trained 3-layer model reaching the
         # estimator witnesses it; the preview slide's "3-layer transformer can learn Markov chains of all
         # orders" is the learning reading.
-        where="Part II, 'Main result (Constant depth suffices)'; 'Memory → Depth' slide ('3-layer transformer can "
-        "learn Markov chains of all orders'); from the cited 'Transformers on Markov Data: Constant Depth Suffices'",
+        where=MAIN_RESULT_WHERE,
         form="settings",
         hypotheses=(CONSTANT_DEPTH, RELATIVE_PE),
         all_rows=True,  # "any order k": every k of the run

@@ -149,6 +149,16 @@ GridConfigT = TypeVar("GridConfigT", bound=GridConfig)
 # The main result's settings the grids' configs can break ("3 layers, 1 head per layer, relative positional
 # encodings and layer norm"): the MLP family's blocks are pre-LN by construction (GridConfig.cell_model) and
 # its claims read 1-head cells.
+# The talk's main result, in its words and place (the claims about it in markov-icl-depth-linear, -heads and
+# -construction quote it).
+MAIN_RESULT = (
+    "Any order k in-context estimator can be represented by a transformer with 3 layers, 1 head per layer, relative "
+    "positional encodings and layer norm"
+)
+MAIN_RESULT_WHERE = (
+    "Part II, 'Main result (Constant depth suffices)'; 'Memory → Depth' slide ('3-layer transformer can learn Markov "
+    "chains of all orders'); from the cited 'Transformers on Markov Data: Constant Depth Suffices'"
+)
 CONSTANT_DEPTH = Hypothesis(
     "3 layers (talk, Part II, main result: claims.constant_depth = 3)", lambda cfg: cfg.claims.constant_depth == 3
 )

@@ -26,6 +26,8 @@ from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed003_attention_markov.estimator_stage import PAST_LOWER_ORDER
 from tdlab.experiments.seed003_attention_markov.icl_grid import (
     CONSTANT_DEPTH,
+    MAIN_RESULT,
+    MAIN_RESULT_WHERE,
     RELATIVE_PE,
     Cell,
     GridConfig,
@@ -43,12 +45,10 @@ CLAIMS = (
         "one-head-per-layer-suffices-at-depth-3",
         "Constant depth suffices: a 3-layer transformer with 1 head per layer (relative PE, layer norm) reaches the "
         "order-k in-context estimator for every k (talk Part II, main result)",
-        quote="Any order k in-context estimator can be represented by a transformer with 3 layers, 1 head per layer, "
-        "relative positional encodings and layer norm",
+        quote=MAIN_RESULT,
         # A representation theorem, tested by training (our settings): a trained model reaching the estimator
         # witnesses it.
-        where="Part II, 'Main result (Constant depth suffices)'; 'Memory → Depth' slide ('3-layer transformer can "
-        "learn Markov chains of all orders'); from the cited 'Transformers on Markov Data: Constant Depth Suffices'",
+        where=MAIN_RESULT_WHERE,
         form="settings",
         hypotheses=(CONSTANT_DEPTH, RELATIVE_PE),
         all_rows=True,  # "any order k": every k of the run
