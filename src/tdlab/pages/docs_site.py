@@ -670,9 +670,10 @@ def _seed_settings_section(experiments: Sequence[Any], published: Published | No
     lines = [
         "## At the seed's settings {#seed-settings}",
         "",
-        "From the records committed under `results/` (`results/paper`: the seed's own settings; `results/quick`: "
-        "the quick profile), never from a run on this machine. Each is re-judged by the current claims layer "
-        "in the test suite.",
+        "From the records committed under `results/` (`results/paper`: the paper profile, at the seed's own settings "
+        "unless its record names the settings that differ; `results/quick`: the quick profile), never from a run on "
+        "this machine. Each is re-judged by the current claims layer in the test suite. Under each table, every "
+        "paper claim as its paper states it (`tdlab explain NAME`).",
         "",
     ]
     if published is None or not any(e.name in published.paper or e.name in published.quick for e in experiments):

@@ -73,7 +73,7 @@ def seed_table(pub: Published, experiments: Sequence[Any]) -> str:
     """One row per seed: experiments with a paper record, their paper groups held / failed / not resolved /
     not evaluable at the seed's settings, and quick's over the same experiments; a total row."""
     lines = [
-        "| seed | experiments at the seed's settings | holds | fails | not resolved | not evaluable | paper groups "
+        "| seed | experiments at the paper profile | holds | fails | not resolved | not evaluable | paper groups "
         "| quick over the same: holds | fails | not resolved | not evaluable | paper groups |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -141,7 +141,7 @@ def experiment_table(pub: Published, experiments: Sequence[Any]) -> str:
     """One row per experiment with a paper record: its paper groups at the seed's settings and in quick,
     members, device, wall time and the commit that trained it."""
     lines = [
-        "| experiment | seed's settings: paper groups held | quick | members | device | wall | trained by |",
+        "| experiment | paper profile: paper groups held | quick | members | device | wall | trained by |",
         "|---|---|---|---|---|---|---|",
     ]
     for e in experiments:
@@ -163,7 +163,7 @@ def overview_table(pub: Published, experiments: Sequence[Any]) -> str:
     how many of the seed's experiments have a record. The README's first results table."""
     lines = [
         "| seed | quick: records | holds | fails | not resolved | not evaluable | paper groups "
-        "| seed's settings: records | holds | fails | not resolved | not evaluable | paper groups |",
+        "| paper profile: records | holds | fails | not resolved | not evaluable | paper groups |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_seed = _by_seed(experiments)
@@ -197,7 +197,7 @@ def seed_tables(pub: Published, experiments: Sequence[Any], titles: Mapping[str,
         out += [
             f"**Seed {seed}: {md_cell(titles.get(seed, str(by_seed[seed][0].paper)[3:].strip()))}**",
             "",
-            "| experiment | reproduces | quick: paper groups held | seed's settings: paper groups held |",
+            "| experiment | reproduces | quick: paper groups held | paper profile: paper groups held |",
             "|---|---|---|---|",
         ]
         out += [
@@ -231,7 +231,7 @@ def group_table(pub: Published, exp: Any) -> str:
     """Every paper group of ``exp``: its verdict at the seed's settings (with the deciding numbers of its
     first seed row) beside quick's, and the command that reproduces the seed's settings."""
     rec, quick = pub.paper.get(exp.name), pub.quick.get(exp.name)
-    lines = ["| claim group | at the seed's settings | what decided it (first seed row) | quick |", "|---|---|---|---|"]
+    lines = ["| claim group | paper profile | what decided it (first seed row) | quick |", "|---|---|---|---|"]
     paper_groups = {g["id"]: g for g in rec.claims} if rec else {}
     quick_groups = {g["id"]: g for g in quick.claims} if quick else {}
     for spec in (s for s in exp.claims if s.kind == "paper"):
