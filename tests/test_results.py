@@ -278,3 +278,18 @@ def test_results_check_takes_a_replicate_at_its_own_root_seed_for_its_profile(tm
     (folder / src.name).write_text(json.dumps(doc))
     off = _cli("results", "check", str(folder))
     assert "1 not at their profile's current config" in off.output, off.output
+
+
+def test_results_check_write_rewrites_the_records_of_the_folder_it_checks(tmp_path):
+    """A replicate folder's record (profile quick) is rewritten where it lies, not into a `quick/` folder beside
+    the folder that holds it."""
+    src = REPO / "results" / "quick" / "markov-landscape.json"
+    folder = tmp_path / "seed1" / "quick"
+    folder.mkdir(parents=True)
+    doc = json.loads(src.read_text())
+    doc["claims"][0]["verdict"] = "fails"  # a stored verdict the current rules would move
+    (folder / src.name).write_text(json.dumps(doc))
+    res = _cli("results", "check", str(folder), "--write")
+    assert res.exit_code == 0, res.output
+    assert json.loads((folder / src.name).read_text())["claims"][0]["verdict"] != "fails"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["markov-landscape.json", "quick", "seed1"]
