@@ -27,7 +27,7 @@ from tdlab.runs import Run, staged_elapsed, staging_path
 
 # A markov-init run long enough to be stopped mid-training (two arms, a few thousand tiny steps).
 SETS = [
-    "train.steps=3000",
+    "train.steps=8000",  # long enough that a --until of 20 s stops it on a fast idle machine
     "train.seq_len=16",
     "train.eval_every=250",
     "train.eval_batches=1",

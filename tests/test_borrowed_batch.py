@@ -14,7 +14,7 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "borrowed_batch.py"
 SETS = [
-    "train.steps=2000",
+    "train.steps=6000",  # long enough that --until 15s stops it on a fast idle machine
     "train.seq_len=16",
     "train.eval_every=250",
     "train.eval_batches=1",
