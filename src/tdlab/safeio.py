@@ -99,7 +99,10 @@ def load_yaml(text: str | bytes, loader: type[Any] | None = None) -> Any:
     """
     import yaml
 
-    doc = yaml.load(text, Loader=loader or yaml.SafeLoader)
+    loader = loader or yaml.SafeLoader
+    if not (isinstance(loader, type) and issubclass(loader, yaml.SafeLoader)):
+        raise TypeError("load_yaml takes PyYAML's SafeLoader or a subclass of it: no loader that builds objects")
+    doc = yaml.load(text, Loader=loader)  # SafeLoader or a subclass of it, checked above
     sizes: dict[int, int] = {}
     open_: set[int] = set()
 

@@ -341,3 +341,13 @@ def test_a_stored_fit_that_is_damaged_or_no_regular_file_is_one_line_on_resume(s
         f.symlink_to("/dev/zero")
     _one_line_refusal(_resume(out), "sec2__standard.safetensors")
     assert (staging / "config.yaml").is_file() and os.path.lexists(f)
+
+
+def test_load_yaml_never_takes_a_loader_that_builds_objects():
+    import yaml
+
+    from tdlab.safeio import load_yaml
+
+    with pytest.raises(TypeError, match="SafeLoader"):
+        load_yaml("a: 1", yaml.UnsafeLoader)
+    assert load_yaml("a: 1") == {"a": 1}
