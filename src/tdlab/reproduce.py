@@ -111,7 +111,7 @@ def reproduce(rec: Any, out: Path | None = None, progress: bool = False) -> Repr
         run = execute(
             exp, cfg, rec.profile, Path(out or tempfile.mkdtemp(prefix="tdlab-reproduce-")), progress=progress
         )
-        env = environment("cpu" if rec.device == "cpu" else rec.device)
+        env = environment(rec.device)
     finally:
         torch.set_num_threads(before)
     summary = run.summary
