@@ -229,7 +229,7 @@ def pack_state(batch: Path, back: Path, part_bytes: int, cap_bytes: int) -> tupl
             tar.add(batch / name, arcname=name)
     data = buf.getvalue()
     parts = [data[i : i + part_bytes] for i in range(0, max(len(data), 1), part_bytes)]
-    # BACK may be the folder the state came from (a state kept in the repository, replaced in place): the
+    # BACK may be the folder the state came from (the last call's BACK, replaced in place): the
     # new parts are written beside the old ones first, then replace them, and old parts past the new count go,
     # so a join never mixes two states
     for i, part in enumerate(parts):

@@ -112,17 +112,22 @@ def test_a_state_packed_into_the_folder_it_came_from_replaces_every_old_part(tmp
     assert (tmp_path / "again" / ".staging-a" / "blob").read_bytes() == b"new state"
 
 
-def test_the_state_kept_in_the_repository_unpacks_to_a_paper_batch_of_its_device(tmp_path):
-    mod = _load()
-    folders = sorted(p for p in (SCRIPT.parents[1] / "batch-state").glob("*") if p.is_dir())
-    assert folders, "batch-state/ holds the paper batch's state between sessions"
-    for folder in folders:
-        batch = tmp_path / folder.name
-        assert mod.unpack_state(folder, batch) >= 1, folder
-        doc = json.loads((batch / "batch.json").read_text())
-        assert doc["profile"] == "paper" and doc["set"] == [] and doc["device"].split(":")[0] == folder.name
-        for staging in batch.glob(".staging-*"):
-            assert (staging / "config.yaml").is_file(), staging
+def _binary_state(paths: list[str]) -> list[str]:
+    """The paths of ``paths`` that are run state in binary form: archives (``.tgz``, ``.tar.gz``) and the
+    numbered parts of one (``state.tgz.00``)."""
+    return [p for p in paths if p.endswith((".tgz", ".tar.gz")) or ".tgz." in Path(p).name]
+
+
+def test_the_repository_tracks_no_binary_run_state():
+    """A paper run too long for the CPU waits for a GPU: its state is not kept in the tree between sessions."""
+    root = SCRIPT.parents[1]
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert _binary_state(tracked.splitlines()) == []
+
+
+def test_the_binary_state_finder_sees_archives_and_their_parts():
+    paths = ["batch-state/cuda/state.tgz.00", "a/records.tgz", "b.tar.gz", "results/paper/x.json", "docs/tgz.md"]
+    assert _binary_state(paths) == ["batch-state/cuda/state.tgz.00", "a/records.tgz", "b.tar.gz"]
 
 
 def test_the_state_replaces_what_the_work_folder_held_before(tmp_path):
