@@ -71,9 +71,10 @@ from torch import nn
 
 from tdlab.experiments.base import get
 from tdlab.seeding import Purpose, generators, member_seeds
+from tdlab.theory.icl_stats import PromptStats
 from tdlab.train.cpu import flush_denormals
 from tdlab.train.objectives import LastPosition, NextToken
-from tdlab.train.regression import PromptStats, member_state, predict
+from tdlab.train.regression import member_state, predict
 from tdlab.train.trainer import auto_chunk
 
 DEVICE = "cpu"
@@ -374,7 +375,7 @@ def linear_attn() -> list[Case]:
     their experiment inits, float64, on N prompts of context L (statistics, the trainer's fast path)."""
     from tdlab.experiments.seed002_cross_attention.common import lca_builder
     from tdlab.models.linear_attention import LSA
-    from tdlab.train.regression import sample_stats
+    from tdlab.theory.icl_stats import sample_stats
 
     cfg = quick("icl-lsa-vs-lca")
     task, t, T = cfg.task.build(), cfg.train, cfg.fixed_depth

@@ -11,11 +11,15 @@ and every row's measured values are the same. The load average before each run i
 timings only (two jobs on two cores slow a run 5-20x). Timings are printed, never asserted.
 
 ``--json FILE`` keeps every run's record as it ends, and a later call with the same file runs only what
-is missing (a long table can be built over several calls).
+is missing (a long table can be built over several calls). ``--write-quick-times FILE`` puts each named
+experiment's median "after" time into the quick-times data file (default: the one shipped,
+``src/tdlab/costs/quick_seconds.json``, which the ``standard`` profile, the batch's cost prior and the profiles
+page read), with its note: ``idle`` (every run's load average at most 1.8) or ``shared``, the date and the runs.
 
     python bench/bench_quick_profiles.py markov-icl-depth --before-args "--lanes 1"
     python bench/bench_quick_profiles.py --before-src /tmp/before/src --json quick.json --markdown
     python bench/bench_quick_profiles.py --after-only --json quick.json --markdown   # this checkout only
+    python bench/bench_quick_profiles.py markov-rank --after-only --write-quick-times   # re-measure one quick time
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import time
 from pathlib import Path
 
 HERE_SRC = Path(__file__).resolve().parents[1] / "src"
+QUICK_TIMES = HERE_SRC / "tdlab" / "costs" / "quick_seconds.json"
+IDLE_LOAD = 1.8  # a load average above it: another job shared the cores (docs/performance.md)
 
 
 def run_once(name: str, src: Path, extra: list[str], out: Path) -> dict:
@@ -79,6 +85,13 @@ def main() -> None:
     ap.add_argument("--after-only", action="store_true", help="time this checkout only (no before runs)")
     ap.add_argument("--json", type=Path, help="keep every record here; runs already in it are not run again")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ap.add_argument(
+        "--write-quick-times",
+        type=Path,
+        nargs="?",
+        const=QUICK_TIMES,
+        help=f"put the median after times into this quick-times file (no FILE: {QUICK_TIMES.relative_to(HERE_SRC.parent)})",
+    )
     args = ap.parse_args()
     from tdlab.experiments.catalog import CATALOG
 
@@ -155,6 +168,26 @@ def main() -> None:
             same,
         ]
         print(("| " if args.markdown else "") + sep.join(cells) + (" |" if args.markdown else ""))
+    if args.write_quick_times:
+        write_times(args.write_quick_times, {name: records[name]["after"] for name in names})
+
+
+def write_times(path: Path, runs: dict[str, list[dict]]) -> None:
+    """Each experiment's median wall time over its finished ``runs`` into the quick-times file at ``path``."""
+    from tdlab.costs.quick_times import QuickTime, write_quick_times
+
+    new = {}
+    for name, done in runs.items():
+        done = [r for r in done if r.get("status") == "done"]
+        if not done:
+            print(f"{name}: no finished run, its quick time is left as it was", file=sys.stderr)
+            continue
+        load = max(r["load"] for r in done)
+        how = "idle" if load <= IDLE_LOAD else "shared"
+        note = f"{how}, bench_quick_profiles.py, {time.strftime('%Y-%m-%d')}, {len(done)} run(s), load <= {load:.1f}"
+        new[name] = QuickTime(round(statistics.median(r["wall"] for r in done), 1), note)
+    write_quick_times(path, new)
+    print(f"wrote {', '.join(new) or 'nothing'} to {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

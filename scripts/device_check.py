@@ -2,8 +2,8 @@
 
 Why: the quick profiles are tested on the CPU; ``--device cuda`` must train, measure and judge every
 experiment too (a tensor left on the CPU, a host-only op, a dtype the GPU refuses). Each experiment
-runs its quick profile with ``--seeds 2`` and its training-length field (``Experiment.train_length``,
-else the atlas's steps/epochs axis) scaled by ``--scale``; the record per experiment is the status,
+runs its quick profile with ``--seeds 2`` and its training-length field (``tdlab.experiments.rounds.length_field``:
+its table, else the atlas's steps/epochs axis) scaled by ``--scale``; the record per experiment is the status,
 wall time, paper verdict counts and a digest of the metrics (each arm/metric's last logged value,
 averaged over members). ``--compare A.json B.json`` prints, per experiment, the largest relative
 difference between two records' digests (same config, two devices): a reading, not a gate, since
@@ -40,9 +40,10 @@ def shortened(name: str, scale: float) -> list[str]:
     A length the config refuses (a snapshot epoch past the end, say) is doubled until it is valid."""
     from tdlab.config import ConfigError, read_field
     from tdlab.experiments.base import get
+    from tdlab.experiments.rounds import length_field
 
     exp = get(name)
-    field = exp.training_length_field()
+    field = length_field(exp)
     if field is None or scale >= 1:
         return []
     full = read_field(exp.make_config("quick"), field)

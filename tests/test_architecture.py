@@ -1,6 +1,7 @@
 """The house's structure, checked from the source: no import circle between tdlab's modules (lazy,
 function-level imports count: a circle is broken by moving data, not by hiding an import), no import
-from a low room (theory, tasks, models, probes and the modules they share) up into the rooms above,
+from a low room (theory, tasks, models, probes and the modules they share) up into the rooms above, every
+module on its floor (no import up a floor, none between rooms kept apart, none out of theory, the leaf),
 and no verdict set anywhere but in the claims layer."""
 
 from __future__ import annotations
@@ -155,6 +156,180 @@ def test_upward_import_finder_sees_a_lazy_import(tmp_path):
     assert _upward_imports(tmp_path) == ["tdlab.theory.landscape -> tdlab.train.flow"]
 
 
+# The floors of the house, lowest first. A module imports only from its own room, from rooms of lower
+# floors, and from rooms of its own floor that are not kept apart below; never from a floor above. Every
+# module of tdlab lies in one room (a new top-level module or package names its floor here).
+FLOORS: tuple[tuple[str, ...], ...] = (
+    # 0: numerics and the small modules every room shares (the package root holds the version)
+    (
+        "tdlab",
+        "tdlab.theory",
+        "tdlab.config",
+        "tdlab.config_fields",
+        "tdlab.seeding",
+        "tdlab.safeio",
+        "tdlab.progress",
+        "tdlab.machine",
+        "tdlab.cores",
+    ),
+    # 1: what is learned and what learns it
+    ("tdlab.tasks", "tdlab.models"),
+    # 2: fitting and reading models, for any task
+    ("tdlab.train", "tdlab.probes"),
+    # 3: verdicts, the run store and the quick profiles' measured times (data the standard profile reads;
+    # the rest of tdlab.costs reads the experiments, floor 5)
+    (
+        "tdlab.claims",
+        "tdlab.runs",
+        "tdlab.index",
+        "tdlab.record",
+        "tdlab.report",
+        "tdlab.cluster",
+        "tdlab.costs.quick_times",
+    ),
+    # 4: where tasks, models, trainers, probes and theory meet
+    ("tdlab.experiments",),
+    # 5: what is done with experiments and their runs
+    (
+        "tdlab.results",
+        "tdlab.reproduce",
+        "tdlab.explain",
+        "tdlab.export",
+        "tdlab.sweep",
+        "tdlab.costs",
+        "tdlab.batch",
+        "tdlab.atlas",
+    ),
+    # 6: the pages and the command
+    ("tdlab.pages", "tdlab.cli"),
+)
+
+# Rooms that must not know each other, whatever their floors: tasks know nothing of models and models
+# nothing of tasks; the trainer and the probes are siblings; train knows no paper's task (an objective or
+# a task passes what is task-specific in).
+APART: tuple[tuple[str, str], ...] = (
+    ("tdlab.tasks", "tdlab.models"),
+    ("tdlab.models", "tdlab.tasks"),
+    ("tdlab.train", "tdlab.probes"),
+    ("tdlab.probes", "tdlab.train"),
+    ("tdlab.train", "tdlab.tasks"),
+)
+
+# Rooms that import nothing of tdlab outside themselves: theory is numerics, what it needs is passed in.
+LEAVES = ("tdlab.theory",)
+
+
+def _room(module: str, rooms: tuple[str, ...]) -> str | None:
+    """The most specific room holding ``module`` (the package root ``tdlab`` holds only itself)."""
+    held = [r for r in rooms if module == r or (r != "tdlab" and module.startswith(r + "."))]
+    return max(held, key=len) if held else None
+
+
+def _floor_violations(
+    src: Path,
+    floors: tuple[tuple[str, ...], ...] = FLOORS,
+    apart: tuple[tuple[str, str], ...] = APART,
+    leaves: tuple[str, ...] = LEAVES,
+) -> list[str]:
+    """One line for every import (lazy ones included, ``TYPE_CHECKING`` ones not) that breaks a rule:
+    up a floor, between rooms kept apart, out of a leaf; and for every module in no room."""
+    floor_of = {r: i for i, rooms in enumerate(floors) for r in rooms}
+    rooms = tuple(floor_of)
+    mods = _modules(src)
+    known = set(mods)
+    out = []
+    for m, p in mods.items():
+        a = _room(m, rooms)
+        if a is None:
+            out.append(f"{m}: in no floor")
+            continue
+        for d in _imports(m, p, known):
+            b = _room(d, rooms)
+            if b is None or b == a:
+                continue
+            if floor_of[b] > floor_of[a]:
+                out.append(f"{m} -> {d}: floor {floor_of[a]} imports floor {floor_of[b]}")
+            if (a, b) in apart:
+                out.append(f"{m} -> {d}: {a} must not know {b}")
+            if a in leaves:
+                out.append(f"{m} -> {d}: {a} is a leaf")
+    return sorted(out)
+
+
+def test_every_module_keeps_to_its_floor():
+    assert _floor_violations(SRC) == []
+
+
+def _plant(root: Path, files: dict[str, str]) -> Path:
+    for name, text in {"__init__.py": "", **files}.items():
+        f = root / "tdlab" / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    return root
+
+
+def test_floor_finder_sees_an_import_up_a_floor(tmp_path):
+    src = _plant(
+        tmp_path,
+        {
+            "tasks/__init__.py": "",
+            "tasks/chain.py": "def draw():\n    from tdlab.experiments.base import Experiment\n",
+            "experiments/__init__.py": "",
+            "experiments/base.py": "from tdlab.tasks.chain import draw\n",
+        },
+    )
+    assert _floor_violations(src) == ["tdlab.tasks.chain -> tdlab.experiments.base: floor 1 imports floor 4"]
+
+
+def test_floor_finder_sees_tasks_and_models_know_each_other(tmp_path):
+    src = _plant(
+        tmp_path,
+        {
+            "tasks/__init__.py": "",
+            "tasks/chain.py": "from tdlab.models.gpt import GPT\n",
+            "models/__init__.py": "",
+            "models/gpt.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tdlab.tasks.chain import X\n",
+        },
+    )
+    assert _floor_violations(src) == ["tdlab.tasks.chain -> tdlab.models.gpt: tdlab.tasks must not know tdlab.models"]
+
+
+def test_floor_finder_sees_train_import_a_task_or_a_probe(tmp_path):
+    src = _plant(
+        tmp_path,
+        {
+            "tasks/__init__.py": "",
+            "tasks/topics.py": "",
+            "probes/__init__.py": "",
+            "probes/spectrum.py": "",
+            "train/__init__.py": "",
+            "train/objectives.py": "from tdlab.tasks.topics import mask\nfrom tdlab.probes import spectrum\n",
+        },
+    )
+    assert _floor_violations(src) == [
+        "tdlab.train.objectives -> tdlab.probes.spectrum: tdlab.train must not know tdlab.probes",
+        "tdlab.train.objectives -> tdlab.tasks.topics: tdlab.train must not know tdlab.tasks",
+    ]
+
+
+def test_floor_finder_sees_theory_leave_its_leaf(tmp_path):
+    src = _plant(
+        tmp_path,
+        {
+            "config.py": "",
+            "theory/__init__.py": "",
+            "theory/kgram.py": "",
+            "theory/icl.py": "from tdlab.theory import kgram\nfrom tdlab import config\n",
+        },
+    )
+    assert _floor_violations(src) == ["tdlab.theory.icl -> tdlab.config: tdlab.theory is a leaf"]
+
+
+def test_floor_finder_sees_a_module_in_no_floor(tmp_path):
+    src = _plant(tmp_path, {"helpers.py": "", "theory/__init__.py": ""})
+    assert _floor_violations(src) == ["tdlab.helpers: in no floor"]
+
+
 def test_no_verdict_is_set_outside_the_claims_layer():
     offenders = []
     for path in PKG.rglob("*.py"):
@@ -196,3 +371,119 @@ def test_every_module_is_in_the_architecture_page():
         if f.name != "__init__.py" and f.name not in page and f.stem not in page
     ]
     assert not missing, f"modules not named in docs/architecture.md: {missing}"
+
+
+SEEDS = "tdlab.experiments.seed"
+
+
+def _registers_an_experiment(path: Path) -> bool:
+    """Whether the module defines a class decorated ``@register`` (an experiment module)."""
+    return any(
+        isinstance(node, ast.ClassDef) and any(ast.unparse(d) == "register" for d in node.decorator_list)
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+    )
+
+
+def _experiment_imports(src: Path) -> list[str]:
+    """``"importer -> imported"`` for every import (lazy ones included) by a module of a seed package from
+    another seed's package, or from a module of its own package that registers an experiment. What a seed's
+    experiments share sits in its package's ``common.py`` (or a module of it that registers none) or lower,
+    in theory/, probes/ or tasks/; the framework (base, manifest, view, ...) is outside the seed packages."""
+    mods = _modules(src)
+    known = set(mods)
+    out = []
+    for m, p in mods.items():
+        if not m.startswith(SEEDS):
+            continue
+        own = ".".join(m.split(".")[:3])  # tdlab.experiments.seedNNN_name, the package's __init__
+        for d in _imports(m, p, known):
+            if d.startswith(SEEDS) and d != own and (not d.startswith(own + ".") or _registers_an_experiment(mods[d])):
+                out.append(f"{m} -> {d}")
+    return sorted(out)
+
+
+def test_no_experiment_module_imports_another():
+    assert _experiment_imports(SRC) == []
+
+
+def test_experiment_import_finder_sees_a_sibling_and_another_seed(tmp_path):
+    exp = "from tdlab.experiments.base import register\n\n@register\nclass E:\n    pass\n"
+    for name, text in {
+        "__init__.py": "",
+        "experiments/__init__.py": "",
+        "experiments/base.py": "def register(cls):\n    return cls\n",
+        "experiments/seed001_a/__init__.py": "",
+        "experiments/seed001_a/common.py": "X = 1\n",
+        "experiments/seed001_a/one.py": exp,
+        "experiments/seed001_a/two.py": exp
+        + "from tdlab.experiments.seed001_a.common import X\nfrom tdlab.experiments.seed001_a import one\n",
+        "experiments/seed002_b/__init__.py": "",
+        "experiments/seed002_b/common.py": "def f():\n    from tdlab.experiments.seed001_a.common import X\n",
+        "experiments/seed002_b/three.py": exp + "from . import common\nfrom .. import seed002_b\n",
+    }.items():
+        f = tmp_path / "tdlab" / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    assert _experiment_imports(tmp_path) == [
+        "tdlab.experiments.seed001_a.two -> tdlab.experiments.seed001_a.one",
+        "tdlab.experiments.seed002_b.common -> tdlab.experiments.seed001_a.common",
+    ]
+
+
+THEORY = "tdlab.theory"
+
+
+def _theory_imports(src: Path) -> list[str]:
+    """``"theory module -> imported"`` for every import by a module of tdlab.theory (lazy and ``TYPE_CHECKING``
+    ones included: a type hint is a dependency too) of anything of tdlab outside tdlab.theory. What a closed form
+    reads of a task or a model it names in a ``typing.Protocol`` of its own, which the real objects satisfy."""
+    mods = _modules(src)
+    out = set()
+    for m, p in mods.items():
+        if not _in_rooms(m, (THEORY,)):
+            continue
+        package = m if p.name == "__init__.py" else m.rpartition(".")[0]
+        for node in ast.walk(ast.parse(p.read_text(), filename=str(p))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+                subs = [f"{base}.{a.name}" for a in node.names]  # a module, or a name in module base
+                names = [sub if sub in mods or base == "tdlab" else base for sub in subs]
+            else:
+                continue
+            out |= {f"{m} -> {d}" for d in names if _in_rooms(d, ("tdlab",)) and not _in_rooms(d, (THEORY,))}
+    return sorted(out)
+
+
+def test_theory_imports_nothing_of_tdlab_outside_theory_not_even_for_type_hints():
+    assert _theory_imports(SRC) == []
+
+
+def test_theory_import_finder_sees_a_type_checking_import(tmp_path):
+    src = _plant(
+        tmp_path,
+        {
+            "config.py": "",
+            "tasks/__init__.py": "",
+            "tasks/anchors.py": "from tdlab.theory.laws import law\n",
+            "models/__init__.py": "",
+            "models/gpt.py": "",
+            "theory/__init__.py": "from tdlab.theory import laws\n",
+            "theory/laws.py": (
+                "from typing import TYPE_CHECKING\nfrom . import flows\n"
+                "if TYPE_CHECKING:\n    from tdlab.tasks.anchors import Anchors\n"
+            ),
+            "theory/flows.py": "def run():\n    from ..models import gpt\n    import tdlab.theory.laws\n",
+            "theory/sizes.py": "from tdlab import config, theory\n",
+        },
+    )
+    assert _theory_imports(src) == [
+        "tdlab.theory.flows -> tdlab.models.gpt",
+        "tdlab.theory.laws -> tdlab.tasks.anchors",
+        "tdlab.theory.sizes -> tdlab.config",
+    ]
+    assert not any(v.startswith("tdlab.theory.laws ") for v in _floor_violations(src))  # the floors skip type hints

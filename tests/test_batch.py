@@ -426,8 +426,8 @@ def test_a_length_in_epochs_counts_optimiser_steps():
     """anchors-mlp: quick 40 epochs of 200 steps, the seed 1000 epochs of 9,900: the prior grows by the
     optimiser steps' ratio (1,237.5x), not by the epochs' alone (25x), beside the activations' ratio."""
     from tdlab.config import build_config
+    from tdlab.costs.quick_times import quick_times
     from tdlab.experiments.base import get
-    from tdlab.experiments.standard import QUICK_SECONDS
     from tdlab.train.memory import estimate
 
     exp = get("anchors-mlp")
@@ -435,11 +435,11 @@ def test_a_length_in_epochs_counts_optimiser_steps():
     act = estimate(p).bytes / estimate(q).bytes
     steps = (p.schedule.epochs * p.steps_per_epoch) / (q.schedule.epochs * q.steps_per_epoch)
     assert steps == pytest.approx(1000 * 9900 / (40 * 200))
-    assert _prior("anchors-mlp", "paper") == pytest.approx(QUICK_SECONDS["anchors-mlp"][0] * act * steps)
+    assert _prior("anchors-mlp", "paper") == pytest.approx(quick_times()["anchors-mlp"].seconds * act * steps)
 
 
 def test_an_experiment_without_a_quick_time_takes_its_published_quick_records():
-    """markov-landscape has no QUICK_SECONDS entry: its prior comes from its published quick record's wall time
+    """markov-landscape has no shipped quick time: its prior comes from its published quick record's wall time
     (scaled like any prior), not the flat DEFAULT_SECONDS a run with no measurement gets."""
     from tdlab.batch import quick_times
 
@@ -461,8 +461,10 @@ def test_the_prior_counts_the_separate_trainings():
     between the profiles keeps a work ratio of 1. Where no length field gives the training length (markov-bridge's
     budgets, anchors-flows' flow times), the experiment's own count does."""
     from tdlab.config import build_config
+    from tdlab.costs.quick_times import quick_times
+    from tdlab.costs.work import fit_work, work
     from tdlab.experiments.base import get
-    from tdlab.experiments.standard import QUICK_SECONDS
+    from tdlab.experiments.rounds import length_field
     from tdlab.train.compute import step_flops
 
     def per_step(q, p):  # a step's arithmetic, paper over quick
@@ -470,39 +472,39 @@ def test_the_prior_counts_the_separate_trainings():
 
     exp = get("markov-icl-depth")
     q, p = (build_config(exp.Config, exp.profiles[k]) for k in ("quick", "paper"))
-    assert (exp.fit_work(q), exp.fit_work(p)) == (3.0, 72.0)
+    assert (fit_work(exp, q), fit_work(exp, p)) == (3.0, 72.0)
     act = per_step(q, p)
     length = p.train.steps / q.train.steps
     assert _prior("markov-icl-depth", "paper") == pytest.approx(
-        QUICK_SECONDS["markov-icl-depth"][0] * act * length * 24
+        quick_times()["markov-icl-depth"].seconds * act * length * 24
     )
     tying = get("markov-tying")
     q, p = (build_config(tying.Config, tying.profiles[k]) for k in ("quick", "paper"))
-    assert (tying.fit_work(q), tying.fit_work(p)) == (6.0, 50.0)
+    assert (fit_work(tying, q), fit_work(tying, p)) == (6.0, 50.0)
     # markov-bridge has no single length: every (cell, budget) is a fit as long as its budget, so its work is
     # the optimiser steps of all of them: quick 4 cells x (500 + 3000), the seed's 13 x (2000 + 8000), 9.3x
     # (in units of each profile's first budget it read 2.3x, and put a run of ~33 h on one thread at 7 h)
     bridge = get("markov-bridge")
     q, p = (build_config(bridge.Config, bridge.profiles[k]) for k in ("quick", "paper"))
     steps = [len(c.grid) * sum(c.budgets) for c in (q, p)]
-    assert steps == [14_000, 130_000] and bridge.fit_work(p) / bridge.fit_work(q) == pytest.approx(130 / 14)
-    assert bridge.training_length_field() is None
+    assert steps == [14_000, 130_000] and fit_work(bridge, p) / fit_work(bridge, q) == pytest.approx(130 / 14)
+    assert length_field(bridge) is None
     act = per_step(q, p)
     assert _prior("markov-bridge", "paper", {"markov-bridge": 1.0}) == pytest.approx(act * 130 / 14)
     # anchors-flows has neither a length field nor activations to scale: its own count, 10x the sequences and
     # 101 / 41 the gradient evaluations (its paper run took 3,236 s on one thread; read as quick's 96 s before)
     flows = get("anchors-flows")
     q, p = (build_config(flows.Config, flows.profiles[k]) for k in ("quick", "paper"))
-    assert flows.work(p) / flows.work(q) == pytest.approx(10 * 101 / 41)
+    assert work(flows, p) / work(flows, q) == pytest.approx(10 * 101 / 41)
     assert _prior("anchors-flows", "paper", {"anchors-flows": 1.0}) == pytest.approx(10 * 101 / 41)
     # anchors-labels: three arms whose steps per epoch grow with the data set (quick 200 x (1 + 12 + 12) epochs,
     # the seed's 1,980 x (50 + 1000 + 1000)): 812x the steps, times a step's arithmetic (measured ~220 steps/min)
     labels = get("anchors-labels")
     q, p = (build_config(labels.Config, labels.profiles[k]) for k in ("quick", "paper"))
-    assert labels.work(p) / labels.work(q) == pytest.approx(4_059_000 / 5_000 * per_step(q, p))
+    assert work(labels, p) / work(labels, q) == pytest.approx(4_059_000 / 5_000 * per_step(q, p))
     topics = get("topics-wv")
-    assert topics.fit_work(build_config(topics.Config, topics.profiles["paper"])) == 1.0
-    assert topics.work(build_config(topics.Config, topics.profiles["paper"])) is None
+    assert fit_work(topics, build_config(topics.Config, topics.profiles["paper"])) == 1.0
+    assert work(topics, build_config(topics.Config, topics.profiles["paper"])) is None
 
 
 # Whole paper runs measured on one CPU thread (docs/batch.md), hours, and the prior when it read a step's work
@@ -538,17 +540,18 @@ def test_an_experiment_that_counts_its_own_work_is_scaled_by_that_count():
     paper, where length x activations saw ~4x and predicted minutes for a day's CPU work. Its own count is
     what the prior scales quick's time by, and it keeps quick's measured split (~45 % pre-LN)."""
     from tdlab.config import build_config
+    from tdlab.costs.quick_times import quick_times
+    from tdlab.costs.work import work
     from tdlab.experiments.base import get
-    from tdlab.experiments.standard import QUICK_SECONDS
 
     exp = get("icl-landscape")
     q, p = (build_config(exp.Config, exp.profiles[k]) for k in ("quick", "paper"))
-    wq, wp = exp.work(q), exp.work(p)
-    no_ln = exp.work(q.model_copy(update={"panels": [x for x in q.panels if not x.pre_ln]}))
-    longer = exp.work(p.model_copy(update={"ln_steps": 2 * p.ln_steps}))
+    wq, wp = work(exp, q), work(exp, p)
+    no_ln = work(exp, q.model_copy(update={"panels": [x for x in q.panels if not x.pre_ln]}))
+    longer = work(exp, p.model_copy(update={"ln_steps": 2 * p.ln_steps}))
     assert wq and wp and no_ln and longer
     prior = _prior("icl-landscape", "paper")
-    assert prior == pytest.approx(QUICK_SECONDS["icl-landscape"][0] * wp / wq) and prior > 5 * 3600
+    assert prior == pytest.approx(quick_times()["icl-landscape"].seconds * wp / wq) and prior > 5 * 3600
     assert 1 - no_ln / wq == pytest.approx(0.45, abs=0.01)
     assert longer > 1.5 * wp
 
@@ -593,6 +596,7 @@ def test_a_stopped_run_that_declares_its_fits_is_timed_at_its_own_pace(tmp_path)
     import yaml
 
     from tdlab.batch import plan_batch
+    from tdlab.costs.work import fit_arms
     from tdlab.experiments.base import get
 
     out, exp = tmp_path / "b", get("markov-init")
@@ -604,7 +608,7 @@ def test_a_stopped_run_that_declares_its_fits_is_timed_at_its_own_pace(tmp_path)
     conf = {"experiment": "markov-init", "profile": "paper", "config": cfg.model_dump(mode="json")}
     (staging / "config.yaml").write_text(yaml.safe_dump(conf, sort_keys=False))
     (staging / "elapsed.json").write_text(json.dumps({"wall_time_s": 3600.0}))
-    [first, second, *_] = [a.replace("/", "__") for a in exp.fit_arms(cfg)]
+    [first, second, *_] = [a.replace("/", "__") for a in fit_arms(exp, cfg)]
     (staging / "arrays" / f"{first}.safetensors").write_bytes(b"")
     meta = {"seeds": [1, 2, 3, 4, 5], "finished": 0, "chunk": {"members": 5, "step": 4000}, "config": {"steps": 8000}}
     (staging / "checkpoints" / f"{second}.json").write_text(json.dumps({"meta": meta}))

@@ -27,6 +27,7 @@ def test_every_experiment_gets_a_valid_length_no_longer_than_quick(dc):
     from tdlab.config import read_field
     from tdlab.experiments.base import get
     from tdlab.experiments.catalog import CATALOG
+    from tdlab.experiments.rounds import length_field
 
     for name in CATALOG:
         exp = get(name)
@@ -35,7 +36,7 @@ def test_every_experiment_gets_a_valid_length_no_longer_than_quick(dc):
         if over:
             field, value = over[0].split("=")
             full = read_field(exp.make_config("quick"), field)
-            assert field == exp.training_length_field() and 2 <= int(value) < full
+            assert field == length_field(exp) and 2 <= int(value) < full
             assert read_field(cfg, field) == int(value)
     assert dc.shortened("markov-init", 0.1) == ["train.steps=200"]  # 2000 quick steps
     assert dc.shortened("anchors-bias", 0.1) == []  # 2 epochs < its snapshot epoch 11, 4 and 8 too: the full 12

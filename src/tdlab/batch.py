@@ -99,7 +99,7 @@ class Job:
     memory_bytes: float = 0.0
     floor: bool = False  # estimate_s is a lower bound: the run already outran its estimate
     total_s: float = 0.0  # the whole run's estimate, before any segment ran (what estimate_s is left of)
-    fit_arms: tuple[str, ...] = ()  # its trainer fits of one length (Experiment.fit_arms): its own pace, once stopped
+    fit_arms: tuple[str, ...] = ()  # its trainer fits of one length (tdlab.costs.work): its own pace, once stopped
 
     def left_text(self) -> str:
         """The estimate left as the table prints it: ``≥ 10 min`` where it is a floor."""
@@ -122,29 +122,31 @@ class Outcome:
 
 
 def _prior(name: str, profile: str, quick: Mapping[str, float] | None = None) -> float | None:
-    """Seconds predicted from the quick profile's measured time (:data:`tdlab.experiments.standard.QUICK_SECONDS`,
+    """Seconds predicted from the quick profile's measured time (:func:`tdlab.costs.quick_times.quick_times`,
     else ``quick[name]``: a published quick record's wall time on the CPU) times the profile's training length
     over quick's (in optimiser steps: epochs times steps per epoch where the length is in epochs), times its
     arithmetic per step over quick's (:func:`tdlab.train.compute.step_flops`: members x batch x sequence x
     (d² and sequence x d per layer), what a transformer step's work grows with; else its activations,
     :func:`tdlab.train.memory.estimate`; the members' ratio where neither applies), times its separate trainings
-    over quick's (:meth:`~tdlab.experiments.base.Experiment.fit_work`), or by its own count of the work where
-    it gives one (:meth:`~tdlab.experiments.base.Experiment.work`); ``None`` where quick was never measured."""
+    over quick's (:func:`tdlab.costs.work.fit_work`), or by its own count of the work where it gives one
+    (:func:`tdlab.costs.work.work`); ``None`` where quick was never measured."""
+    from tdlab.costs.quick_times import quick_times as shipped
+    from tdlab.costs.work import fit_work, work
     from tdlab.experiments.base import get
-    from tdlab.experiments.standard import QUICK_SECONDS
+    from tdlab.experiments.rounds import length_field
     from tdlab.train.compute import step_flops
     from tdlab.train.memory import estimate
 
     exp = get(name)
-    if name in QUICK_SECONDS:
-        seconds = QUICK_SECONDS[name][0]
+    if name in shipped():
+        seconds = shipped()[name].seconds
     elif quick and name in quick:
         seconds = quick[name]
     else:
         return None
     q = build_config(exp.Config, exp.profiles["quick"])
     p = build_config(exp.Config, exp.profiles.get(profile, {}))
-    wq, wp = exp.work(q), exp.work(p)
+    wq, wp = work(exp, q), work(exp, p)
     if wq is not None and wp is not None and wq > 0:  # the experiment counts its own work
         return seconds * wp / wq
     # a step's arithmetic (the matrix products grow with d², which activations, d, miss), else its activations
@@ -152,8 +154,8 @@ def _prior(name: str, profile: str, quick: Mapping[str, float] | None = None) ->
     bq, bp = (fq, fp) if fq and fp else (estimate(q).bytes, estimate(p).bytes)
     scale = bp / bq if bq > 0 and bp > 0 else p.members / q.members
     # the separate trainings (markov-tying: quick's 3 cells x 2 tyings, the seed's 25 x 2)
-    scale *= exp.fit_work(p) / exp.fit_work(q)
-    length = exp.training_length_field()
+    scale *= fit_work(exp, p) / fit_work(exp, q)
+    length = length_field(exp)
     if length is not None:
         scale *= float(read_field(p, length)) / float(read_field(q, length))
         # a length in epochs: the optimiser steps are epochs x steps per epoch, and the seed's data set is often
@@ -201,7 +203,7 @@ def estimates(
     """Seconds each run is expected to take: its own measured time where one exists, else its prior times
     the median ratio measured / prior over the runs that have both (the model fitted to this kind of device;
     1 before anything was measured); :data:`DEFAULT_SECONDS` for a run with neither. ``quick``: published quick
-    records' CPU wall times, the prior's quick time where QUICK_SECONDS has none (:func:`quick_times`)."""
+    records' CPU wall times, the prior's quick time where the shipped quick times have none (:func:`quick_times`)."""
     priors = {n: _prior(n, profile, quick) for n in set(names) | set(measured)}
     ratios = [measured[n] / p for n in measured if (p := priors[n]) is not None and p > 0]
     scale = statistics.median(ratios) if ratios else 1.0
@@ -345,6 +347,7 @@ def plan_batch(
     to do ordered shortest first (``order="named"``: in the order of ``names``, e.g. the runs a machine's lanes
     are to keep on, then one to start when a lane frees, whatever their estimates). Reads ``out``, writes
     nothing (``tdlab batch --plan`` prints it); a folder of another profile or ``--set`` is refused."""
+    from tdlab.costs.work import fit_arms
     from tdlab.experiments.base import get
     from tdlab.results import profile_config_hash
     from tdlab.train.memory import estimate
@@ -366,7 +369,7 @@ def plan_batch(
         mem = float(estimate(cfg).bytes) if _device_kind(device) == "cuda" else 0.0
         if state in ("done", "diverged", "stopped"):
             state, wall, note = _stale(out, n, profile_config_hash(n, profile, cfg=cfg), state, wall, note)
-        job = Job(n, state, est[n], wall, note, mem, False, est[n], tuple(exp.fit_arms(cfg) or ()))
+        job = Job(n, state, est[n], wall, note, mem, False, est[n], tuple(fit_arms(exp, cfg) or ()))
         if state in ("stopped", "busy"):  # what earlier segments ran is done
             job.note += _left_of(job, staging_path(Path(out) / n))
         jobs.append(job)

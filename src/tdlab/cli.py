@@ -1204,6 +1204,7 @@ def _published_markdown(results: Path, per_seed: bool = False) -> str:
     """The by-seed and by-experiment tables of the records under ``results`` (tdlab.pages.records); with
     ``per_seed``, one short table per seed instead (the README's)."""
     from tdlab.experiments.base import registry
+    from tdlab.experiments.rounds import length_field
     from tdlab.pages.records import experiment_table, load_published, seed_table, seed_tables, undecided_lines
 
     if not results.is_dir():
@@ -1216,7 +1217,7 @@ def _published_markdown(results: Path, per_seed: bool = False) -> str:
         return seed_tables(pub, exps, {s.number: s.title for s in SEEDS})
     if not pub.paper:
         raise ConfigError(f"--results: {results}/paper holds no record; `tdlab batch --profile paper` writes them")
-    undecided = undecided_lines(pub, {e.name: e.training_length_field() for e in exps})
+    undecided = undecided_lines(pub, {e.name: length_field(e) for e in exps})
     return (
         "**By seed** (paper claim groups; the seed's settings from `results/paper`, quick from `results/quick` over "
         "the same experiments):\n\n"

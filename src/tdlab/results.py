@@ -170,6 +170,7 @@ def rejudge(rec: Record) -> list[Any]:
     measurements (no training): :class:`~tdlab.claims.judge.GroupResult` s in declaration order."""
     from tdlab.claims.judge import judge
     from tdlab.experiments.base import get
+    from tdlab.experiments.rounds import lengths
 
     if rec.measured is None:
         raise RecordError(f"{rec.experiment}: a {rec.status} run has no measurements to judge")
@@ -180,4 +181,4 @@ def rejudge(rec: Record) -> list[Any]:
         health = health_from_json(rec.arms)
     except SerialError as exc:
         raise RecordError(f"{rec.experiment}: {exc}") from None
-    return judge(exp.claims, measured, cfg, health, rec.confidence, exp.lengths(cfg))
+    return judge(exp.claims, measured, cfg, health, rec.confidence, lengths(exp, cfg))

@@ -4,6 +4,8 @@ fit's checkpoints removed (a resume reads its arrays and rows)."""
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import pytest
 import torch
 
@@ -13,6 +15,7 @@ from tdlab.runs import RunWriter
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain
 from tdlab.train.checkpoint import save_checkpoint
+from tdlab.train.lanes import limited_to
 from tdlab.train.trainer import DivergenceError, TrainConfig, Trainer
 
 TASK = MarkovChain(0.3, 0.6)
@@ -47,10 +50,24 @@ def _fits(steps=(6, 2, 4), bad=None):
     return fits
 
 
+_LIMITS: list[ExitStack] = []
+
+
+@pytest.fixture(autouse=True)
+def _lane_limits():
+    """The lane limits a test sets (the runner's ``--lanes``, :func:`tdlab.train.lanes.limited_to`), lifted after it."""
+    with ExitStack() as stack:
+        _LIMITS.append(stack)
+        yield
+        _LIMITS.pop()
+
+
 def _context(tmp_path, lanes):
+    """A run context whose fits train on at most ``lanes`` lanes for the rest of the test."""
+    _LIMITS[-1].enter_context(limited_to(lanes))
     w = RunWriter(tmp_path / "out", "probe", run_id=f"lanes{lanes}")
     w.write_config({"experiment": "probe"})
-    return w, RunContext(w, progress=False, lanes=lanes)
+    return w, RunContext(w, progress=False)
 
 
 @pytest.mark.parametrize("lanes", [1, 2])
@@ -154,3 +171,38 @@ def test_pieces_come_back_in_their_order_and_a_stop_starts_none_after_the_ones_r
     with pytest.raises(ValueError, match="piece failed"):
         list(ctx.pieces("p", [lambda: 1, bad, lambda: 3]))
     w.release()
+
+
+def test_the_run_machinery_is_not_the_experiments():
+    """What the batch and ``--decide`` need of an experiment (its costs, fits, training length, reference draws,
+    the seconds of a unit of work, the lanes) lives in their layers (tdlab.costs, tdlab.experiments.rounds,
+    tdlab.train.lanes), never as a method, attribute or field of ``Experiment`` or ``RunContext``."""
+    import ast
+    from pathlib import Path
+
+    import tdlab.experiments.base as base
+
+    banned = {
+        "fit_work",
+        "fit_arms",
+        "work",
+        "train_length",
+        "lengths",
+        "reference_draws_field",
+        "unit_seconds",
+        "lanes",
+    }
+    tree = ast.parse(Path(base.__file__).read_text(encoding="utf-8"))
+    defined = set()
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for node in cls.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                defined.add(node.target.id)
+            elif isinstance(node, ast.Assign):
+                defined |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    top = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assigned = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+    assert not banned & (defined | top | assigned | attributes)

@@ -1,72 +1,139 @@
-"""The experiment catalog: complete and exact against the registering modules, and ``get(name)``
-imports that one module only."""
+"""The experiment catalog: derived from the YAML declarations beside the modules, complete against the
+registering classes, each declared class given its attributes from its declaration, a bad declaration refused
+naming its file and field, and ``get(name)`` importing that one module only."""
 
 from __future__ import annotations
 
 import ast
-import importlib
 import json
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from tdlab.config import ConfigError
-from tdlab.experiments.base import _REGISTRY, get, registry
+from tdlab.experiments import base
+from tdlab.experiments.base import Experiment, get, register, registry
 from tdlab.experiments.catalog import CATALOG
+from tdlab.experiments.declared import Declaration, DeclarationError, declarations, read_file
 
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "src" / "tdlab" / "experiments"
+ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENTS = ROOT / "src" / "tdlab" / "experiments"
 
 
-def _registering_modules() -> list[str]:
-    """Every module of the seed packages with a class decorated ``@register`` (read from the source, so a
-    module nobody imports is found too)."""
-    out = []
+def _registering_classes() -> set[tuple[str, str]]:
+    """``(module, class)`` of every class of the seed packages decorated ``@register`` (read from the source,
+    so a module nobody imports is found too)."""
+    out = set()
     for path in sorted(EXPERIMENTS.glob("seed*/*.py")):
-        tree = ast.parse(path.read_text())
-        if any(
-            isinstance(node, ast.ClassDef) and any(ast.unparse(d) == "register" for d in node.decorator_list)
-            for node in ast.walk(tree)
-        ):
-            out.append("tdlab.experiments." + ".".join(path.relative_to(EXPERIMENTS).with_suffix("").parts))
+        module = "tdlab.experiments." + ".".join(path.relative_to(EXPERIMENTS).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(d) == "register" for d in node.decorator_list):
+                out.add((module, node.name))
     return out
 
 
-def _entry_source(exp) -> str:
-    """The catalog entry of ``exp`` as it should read (printed when the table drifted)."""
-    return (
-        f'    "{exp.name}": Entry(\n        "{type(exp).__module__}",\n        {json.dumps(exp.paper, ensure_ascii=False)},\n'
-        f"        {json.dumps(exp.figure, ensure_ascii=False)},\n        {json.dumps(exp.description, ensure_ascii=False)}),"
-    )
+def test_every_registering_class_is_declared_once_and_registers_under_its_declared_name():
+    declared = {(d.module, d.cls): name for name, d in declarations().items()}
+    assert len(declared) == len(declarations()) >= 32  # no class implements two declarations
+    assert set(declared) == _registering_classes()
+    experiments = registry()
+    for (module, cls), name in declared.items():
+        assert (type(experiments[name]).__module__, type(experiments[name]).__name__) == (module, cls)
 
 
-def test_every_registering_module_is_in_the_catalog_under_the_names_it_registers():
-    modules = _registering_modules()
-    assert len(modules) >= 31
-    for module in modules:
-        importlib.import_module(module)
-    by_module: dict[str, set[str]] = {}
-    for name, exp in _REGISTRY.items():
-        if type(exp).__module__.startswith("tdlab.experiments."):  # not one a test defined
-            by_module.setdefault(type(exp).__module__, set()).add(name)
-    assert set(by_module) == set(modules)  # every @register class registered itself on import
-    expected = {name: module for module, names in by_module.items() for name in names}
-    missing = sorted(set(expected) - set(CATALOG))
-    assert not missing, "add to tdlab/experiments/catalog.py:\n" + "\n".join(
-        _entry_source(_REGISTRY[n]) for n in missing
-    )
-    assert sorted(set(CATALOG) - set(expected)) == []  # no entry without its experiment
-    assert {name: e.module for name, e in CATALOG.items()} == expected
-
-
-def test_catalog_metadata_equals_the_class_attributes():
+def test_the_catalog_is_derived_from_the_declarations_in_their_order():
+    decls = declarations()
+    assert list(CATALOG) == list(decls)
+    for name, entry in CATALOG.items():
+        d = decls[name]
+        assert (entry.module, entry.paper, entry.figure, entry.description) == (
+            d.module,
+            d.paper,
+            d.figure,
+            d.description,
+        )
     for name, exp in registry().items():
-        entry = CATALOG[name]
-        got = (entry.paper, entry.figure, entry.description, entry.profiles)
-        want = (exp.paper, exp.figure, exp.description, tuple(exp.profiles))
-        assert got == want, f"{name}: the catalog drifted; the entry should read:\n{_entry_source(exp)}"
-        assert exp.name == name
+        if name in CATALOG:
+            assert CATALOG[name].profiles == tuple(exp.profiles) == ("quick", "standard", "paper")
+
+
+def test_a_declared_class_has_its_declarations_attributes():
+    for name, d in declarations().items():
+        exp = get(name)
+        assert (exp.name, exp.paper, exp.figure, exp.description) == (name, d.paper, d.figure, d.description)
+        assert exp.arm_fields == d.arm_fields and exp.paper_differs == d.paper_differs
+        assert {k: v for k, v in exp.profiles.items() if k != "standard"} == d.profiles
+        assert {k: (s.value, s.where, s.note) for k, s in exp.manifest.items()} == {
+            k: (s.value, s.where, s.note) for k, s in d.manifest.items()
+        }
+
+
+def test_a_shared_anchor_is_merged_in_order_and_the_experiments_own_entries_override_it(tmp_path):
+    path = tmp_path / "experiments.yaml"
+    path.write_text(
+        "shared:\n  table: &table\n    a: {value: 1, where: T1}\n    b: {value: 2, where: T1}\n"
+        "x-exp:\n  implementation: mod.Cls\n  paper: P\n  figure: F\n  description: D\n"
+        "  profiles: {quick: {}, paper: {members: 5}}\n"
+        "  manifest:\n    <<: *table\n    b: {value: 3, where: T2, note: n}\n    c: {value: [1, 2], where: T3}\n"
+    )
+    (decl,) = read_file(path, "pkg").values()
+    assert (decl.name, decl.module, decl.cls) == ("x-exp", "pkg.mod", "Cls")
+    assert [(k, s.value, s.where, s.note) for k, s in decl.manifest.items()] == [
+        ("a", 1, "T1", ""),
+        ("b", 3, "T2", "n"),
+        ("c", [1, 2], "T3", ""),
+    ]
+    assert decl.profile_names() == ("quick", "standard", "paper")
+
+
+GOOD = "x-exp:\n  implementation: mod.Cls\n  paper: P\n  figure: F\n  description: D\n  profiles: {quick: {}}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (GOOD.replace("  figure: F\n", ""), r"x-exp\.figure: Field required"),
+        (GOOD + "  colour: red\n", r"x-exp\.colour: Extra inputs"),
+        (GOOD + "  manifest: {steps: {value: 8, wher: T2}}\n", r"x-exp\.manifest\.steps\.where: Field required"),
+        (GOOD + "  profiles: {quick: 3}\n", r"x-exp\.profiles\.quick: Input should be a valid dictionary"),
+        (GOOD.replace("mod.Cls", "Cls"), r"x-exp\.implementation: give it as module\.Class"),
+        ("x-exp: [1, 2]\n", r"x-exp: holds list"),
+        ("x-exp: {a: [\n", r"not a valid declaration file"),
+    ],
+)
+def test_a_bad_declaration_is_one_error_naming_its_file_and_field(tmp_path, text, field):
+    path = tmp_path / "experiments.yaml"
+    path.write_text(text)
+    with pytest.raises(DeclarationError, match=rf"^{re.escape(str(path))}: {field}") as err:
+        read_file(path, "pkg")
+    assert "\n" not in str(err.value)
+
+
+def test_a_declared_class_that_sets_a_declared_attribute_itself_is_refused(monkeypatch):
+    decl = Declaration(
+        name="x-exp", module=__name__, cls="Twice", paper="P", figure="F", description="D", profiles={"quick": {}}
+    )
+    monkeypatch.setattr(base, "declaration_of", lambda cls: decl)
+
+    class Twice(Experiment):  # type: ignore[type-arg]
+        figure = "F"
+
+        def run(self, cfg, ctx):  # pragma: no cover - never run
+            pass
+
+    with pytest.raises(TypeError, match="figure declared in YAML already"):
+        register(Twice)
+    assert "x-exp" not in base.registered()
+
+
+def test_the_declarations_ship_in_the_wheel():
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "seed*/experiments.yaml" in data["tdlab.experiments"]
+    assert len(sorted(EXPERIMENTS.glob("seed*/experiments.yaml"))) == 5
 
 
 def test_registry_holds_every_catalog_experiment():

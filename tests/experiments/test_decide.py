@@ -20,6 +20,7 @@ from tdlab.config import parse_duration
 from tdlab.experiments import base, runner
 from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext
 from tdlab.experiments.decide import DecidePlan
+from tdlab.experiments.rounds import DRAWS_FIELDS, LENGTH_FIELDS, current_round
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.train.trainer import FitResult
@@ -101,7 +102,11 @@ class Toy(Experiment):
 
 
 @pytest.fixture(autouse=True)
-def _reset():
+def _reset(monkeypatch):
+    # what the toys' rounds grow: the decide layer's tables, by experiment name
+    monkeypatch.setitem(LENGTH_FIELDS, "toy-slow", "steps")
+    monkeypatch.setitem(LENGTH_FIELDS, "toy-slow-budget", "steps")
+    monkeypatch.setitem(DRAWS_FIELDS, "toy-reference", "draws")
     ToyTrainer.trained, ToyTrainer.stop_after = [], None
     yield
     ToyTrainer.trained, ToyTrainer.stop_after = [], None
@@ -334,7 +339,6 @@ class Slow(Toy):
     name = "toy-slow"
     Config = SlowConfig
     profiles: ClassVar[dict[str, dict[str, Any]]] = {"quick": {}, "paper": {"steps": 80}}
-    train_length = "steps"
     claims = (
         ClaimSpec(
             id="settles",
@@ -488,7 +492,6 @@ class WithReference(Toy):
 
     name = "toy-reference"
     Config = DrawsConfig
-    reference_draws_field = "draws"
     computed: ClassVar[list[int]] = []  # the draw indices computed, over every round
     claims = (
         ClaimSpec(
@@ -505,13 +508,13 @@ class WithReference(Toy):
 
     def run(self, cfg: DrawsConfig, ctx: RunContext) -> None:
         super().run(cfg, ctx)
-        values = []
+        values, kept = [], current_round()
         for r in range(cfg.draws):
-            if ("ref", r) not in ctx.memo:
+            if ("ref", r) not in kept.memo:
                 WithReference.computed.append(r)
-                ctx.memo[("ref", r)] = cfg.ref_sd * float(np.random.default_rng(1000 + r).normal())
-            values.append(ctx.memo[("ref", r)])
-        ctx.unit_seconds["reference draw"] = 0.001
+                kept.memo[("ref", r)] = cfg.ref_sd * float(np.random.default_rng(1000 + r).normal())
+            values.append(kept.memo[("ref", r)])
+        kept.unit_seconds["reference draw"] = 0.001
         ctx.writer.add_metrics("reference", [(0, r, "draw", v) for r, v in enumerate(values)])
         ctx.writer.save_arrays("reference", [{"done": torch.ones(1)} for _ in values])
 
@@ -552,8 +555,7 @@ def test_a_reference_that_sets_the_width_is_drawn_more_often_and_each_draw_is_co
 
 def test_without_a_draws_field_the_rounds_stop_and_say_the_reference_binds(monkeypatch, tmp_path):
     class NoField(WithReference):
-        name = "toy-reference-fixed"
-        reference_draws_field = None
+        name = "toy-reference-fixed"  # not in the draws table
 
     run = _decide_exp(NoField(), monkeypatch, tmp_path)
     d = run.summary["decide"]

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
-from typing import ClassVar
 
 import pytest
 
 from tdlab.config import read_field
+from tdlab.costs.quick_times import quick_times
 from tdlab.experiments.base import ExperimentConfig
 from tdlab.experiments.catalog import CATALOG
-from tdlab.experiments.standard import EXPLICIT, MARGIN, QUICK_SECONDS, TARGET_SECONDS, seed_learning_rates, standard_of
+from tdlab.experiments.rounds import LENGTH_FIELDS, length_field
+from tdlab.experiments.standard import EXPLICIT, MARGIN, TARGET_SECONDS, seed_learning_rates, standard_of
 from tdlab.train.trainer import TrainConfig
 
 BUDGET = MARGIN * TARGET_SECONDS
@@ -21,15 +22,16 @@ class _Cfg(ExperimentConfig):
 
 
 class _Fake:
-    """The attributes the rule reads, for a made-up experiment."""
+    """The attributes the rule reads, for a made-up experiment (its length field: the decide layer's table)."""
 
     name = "fake"
     Config = _Cfg
-    field: ClassVar[str | None] = "train.steps"
+    atlas_axes = None
 
-    @classmethod
-    def training_length_field(cls) -> str | None:
-        return cls.field
+
+@pytest.fixture(autouse=True)
+def _fake_length(monkeypatch):
+    monkeypatch.setitem(LENGTH_FIELDS, "fake", "train.steps")
 
 
 QUICK = {"members": 3, "train": {"steps": 1000}}
@@ -68,10 +70,10 @@ def test_the_seeds_learning_rate_comes_back_only_where_the_longer_schedule_cover
 
 def test_without_a_length_field_or_a_measured_time_standard_is_quick():
     class NoField(_Fake):
-        field = None
+        name = "fake-without-a-length"
 
     assert standard_of(NoField, QUICK, PAPER, seconds=10).layer == QUICK
-    assert standard_of(_Fake, QUICK, PAPER).layer == QUICK  # "fake" has no QUICK_SECONDS entry
+    assert standard_of(_Fake, QUICK, PAPER).layer == QUICK  # "fake" has no measured quick time
 
 
 @pytest.mark.parametrize("name", sorted(CATALOG))
@@ -82,12 +84,12 @@ def test_every_standard_profile_lies_between_quick_and_paper_and_fits_its_budget
     assert list(exp.profiles)[:3] == ["quick", "standard", "paper"] and CATALOG[name].profiles == tuple(exp.profiles)
     quick, std, paper = (exp.make_config(p) for p in ("quick", "standard", "paper"))
     assert quick.members <= std.members <= max(quick.members, paper.members)
-    field = exp.training_length_field()
+    field = length_field(exp)
     if field is not None and name not in EXPLICIT:
         lq, ls, lp = (read_field(c, field) for c in (quick, std, paper))
         assert lq <= ls <= max(lq, lp)
-        if name in QUICK_SECONDS:
-            t = QUICK_SECONDS[name][0]
+        if name in quick_times():
+            t = quick_times()[name].seconds
             assert t * (ls / lq) * (std.members / quick.members) <= max(BUDGET, t) + 1e-9
             assert ls == lp or ls > lq or t * 1.1 > BUDGET  # it grew, unless quick alone nearly fills the budget
     if field is None and name not in EXPLICIT:
@@ -113,5 +115,5 @@ def test_every_standard_profile_lies_between_quick_and_paper_and_fits_its_budget
 
 
 def test_every_measured_time_says_where_it_comes_from():
-    assert set(QUICK_SECONDS) <= set(CATALOG)
-    assert all(t > 0 and math.isfinite(t) and src for t, src in QUICK_SECONDS.values())
+    assert set(quick_times()) <= set(CATALOG)
+    assert all(t > 0 and math.isfinite(t) and src for t, src in quick_times().values())

@@ -28,6 +28,7 @@ from tdlab.export.transformer_lens import (
     export_member,
     load,
     read_export,
+    tl_hook_name,
     tl_shapes,
     to_state_dict,
     to_tl_config,
@@ -229,6 +230,24 @@ def test_logits_equal_tdlab(name, one_thread):
             x[1], return_type="logits"
         )
     assert (got64 - want64).abs().max().item() <= 1e-12
+
+
+@pytest.mark.parametrize("name", ["2 layers", "attention-only no LN"])
+def test_hook_points_are_transformer_lens_names_of_the_same_activations(name, one_thread):
+    """Every tdlab GPT hook point, member 1 of a float64 run_with_cache, is the exported member's TransformerLens
+    cache entry of :func:`tl_hook_name` (the same name but for the final two points)."""
+    pytest.importorskip("transformer_lens")
+    cfg = gpt2(**{"2 layers": {"layers": 2}, "attention-only no LN": {"layers": 2, "mlp": False, "norm": "none"}}[name])
+    model = perturbed(cfg, 0.15, dtype=torch.float64)
+    x = tokens(cfg)
+    bridge = _bridge(to_tl_config(cfg), to_state_dict(model.member_state(1), cfg), torch.float64)
+    with torch.no_grad():
+        _, ours = model.run_with_cache(x)
+        _, theirs = bridge.run_with_cache(x[1])
+    some = {"hook_embed", "blocks.0.attn.hook_pattern", "blocks.1.hook_attn_out", "blocks.1.hook_resid_post"}
+    assert some <= set(ours)
+    for n, t in ours.items():
+        torch.testing.assert_close(t[1], theirs[tl_hook_name(n, cfg)], rtol=1e-10, atol=1e-12, msg=n)
 
 
 def test_local_to_global_init_is_exact_in_float64(one_thread):

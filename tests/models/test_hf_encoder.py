@@ -200,6 +200,22 @@ def test_window_attention_is_the_models_own_attention_at_the_first_pieces(tiny):
             torch.testing.assert_close(att[0, b, layer].sum(-1) + rest, torch.ones(2, 5))
 
 
+def test_the_hooked_forward_is_the_models_eager_one_bit_for_bit(tiny):
+    """``forward`` runs transformers' eager attention through hook points: the same last hidden state and
+    attention patterns as the model's own eager run, bit for bit, and the model is eager again after."""
+    kind, d = tiny
+    enc = HFEncoder(d, VOCAB, offset=2)
+    ids = torch.tensor([[enc._open, 5, 8, 9, 6, enc._close]])
+    encoder = enc.model.get_encoder() if kind == "bart" else enc.model
+    with torch.no_grad():
+        want = encoder(input_ids=ids, output_attentions=True)
+        got, cache = enc.run_with_cache(ids[None])
+    assert torch.equal(got[0], want.last_hidden_state)
+    for layer, att in enumerate(want.attentions):
+        assert torch.equal(cache[f"blocks.{layer}.attn.hook_pattern"][0], att)
+    assert enc.model.config._attn_implementation == "eager"
+
+
 def test_the_control_is_the_same_architecture_with_fresh_weights(tiny):
     _, d = tiny
     enc = HFEncoder(d, VOCAB, offset=2)

@@ -10,7 +10,6 @@ import torch
 
 from tdlab.tasks.markov import (
     MarkovChain,
-    binary_entropy,
     entropy_rate,
     iterate_random_maps,
     marginal_entropy,
@@ -88,13 +87,6 @@ def test_stationary_law_is_invariant(p, q):
     assert torch.allclose(pi @ chain.kernel, pi, atol=1e-15)
     assert pi.sum().item() == pytest.approx(1.0)
     assert torch.allclose(chain.kernel.sum(1), torch.ones(2, dtype=torch.float64))
-
-
-def test_binary_entropy_values():
-    assert binary_entropy(0.5) == pytest.approx(math.log(2))
-    assert binary_entropy(0.0) == binary_entropy(1.0) == 0.0
-    assert binary_entropy(0.2) == pytest.approx(binary_entropy(0.8))
-    assert binary_entropy(0.1) == pytest.approx(-(0.1 * math.log(0.1) + 0.9 * math.log(0.9)))
 
 
 @pytest.mark.parametrize("p,q", [(0.5, 0.8), (0.05, 0.9), (0.3, 0.1)])

@@ -18,14 +18,12 @@ from tdlab.tasks.topics import (
     Topics,
     TopicsConfig,
     draw_theta,
-    mask_tokens,
     masked_distribution,
-    population,
-    tau_subsets,
     topic_of,
     topic_words,
     word_distribution,
 )
+from tdlab.train.objectives import mask_tokens
 
 Z = 5.0  # standard errors allowed between a Monte Carlo mean and its closed form
 
@@ -211,47 +209,6 @@ def test_masked_document_distribution_is_F17(generator):
     expected = (n[:, None] * q).sum(0)
     se = (n[:, None] * q * (1 - q)).sum(0).sqrt()
     assert torch.all((counts - expected).abs() <= Z * se), (counts - expected) / se
-
-
-def test_population_is_F17_of_every_tau_subset():
-    T, v, tau, p_m, p_c, p_r = 5, 3, 2, 0.15, 0.1, 0.1
-    pop = population(T, v, tau, p_m, p_c, p_r)
-    assert pop["theta"].shape == (math.comb(T, tau), T)
-    assert torch.equal(pop["theta"], tau_subsets(T, tau))
-    assert len({tuple(r.tolist()) for r in pop["theta"]}) == math.comb(T, tau)
-    p1 = (1 - (1 - p_c) * p_m) / (v * tau) + p_m * p_r / (v * T)  # F.18
-    p2 = p_m * p_r / (v * T)  # F.19
-    for theta, p, q in zip(pop["theta"], pop["p"], pop["q"], strict=True):
-        in_doc = theta.repeat_interleave(v) > 0
-        assert torch.allclose(p[1:], in_doc.double() / (tau * v), rtol=1e-15, atol=0) and p[0] == 0
-        assert torch.allclose(q[1:][in_doc], torch.tensor(p1, dtype=torch.float64), rtol=1e-15, atol=0)
-        assert torch.allclose(q[1:][~in_doc], torch.tensor(p2, dtype=torch.float64), rtol=1e-15, atol=0)
-        assert q[0] == pytest.approx(p_m * (1 - p_c - p_r), rel=1e-15)
-        assert q.sum() == pytest.approx(1.0, abs=1e-14)
-
-
-def test_the_masked_token_objective_masks_with_this_process():
-    """tdlab.train.objectives.MaskedTokens corrupts documents with mask_tokens: the same masks."""
-    from tdlab.train.objectives import MaskedTokens
-
-    task = Topics()
-    docs = task.sample(generators([1, 2], "data"), 16)
-    mine = mask_tokens(docs["tokens"], docs["key_mask"], generators([1, 2], "mask"), 0.15, 0.1, 0.1, words=task.words)
-    batch = MaskedTokens(vocab=task.vocab, words=task.words).prepare(docs, generators([1, 2], "mask"))
-    assert torch.equal(mine[0], batch.inputs) and torch.equal(mine[1], batch.weights > 0)
-
-
-def test_mask_tokens_refuses_bad_arguments():
-    tok = torch.ones(1, 2, 3, dtype=torch.long)
-    g = generators([0], "mask")
-    with pytest.raises(ValueError, match="p_m"):
-        mask_tokens(tok, None, g, 1.5, 0.1, 0.1, words=(1, 5))
-    with pytest.raises(ValueError, match="p_c \\+ p_r"):
-        mask_tokens(tok, None, g, 0.1, 0.6, 0.6, words=(1, 5))
-    with pytest.raises(ValueError, match="words"):
-        mask_tokens(tok, None, g, 0.1, 0.1, 0.1)
-    with pytest.raises(ValueError, match="len\\(gens\\)"):
-        mask_tokens(tok, None, generators([0, 1], "mask"), 0.1, 0.1, 0.1, words=(1, 5))
 
 
 # ---------------------------------------------------------------------------------------------

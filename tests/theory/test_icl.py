@@ -190,7 +190,8 @@ def test_variance_floor_is_the_least_squares_excess_on_gaussian_tokens():
 
 def test_lsa_floor_is_min_over_c_of_the_odd_part_and_an_lsa_attains_it():
     from tdlab.models.linear_attention import LSA
-    from tdlab.train.regression import population_stats, predict
+    from tdlab.theory.icl_stats import population_stats
+    from tdlab.train.regression import predict
 
     z, w = icl.z_quadrature(APP_H)
     c = np.sum(w * (z - 1)) / np.sum(w * (z - 1) * z)

@@ -295,7 +295,8 @@ def _oracle_risks(task, replace_from_all: bool, docs: int = 6000, seed: int = 0)
     over M of the oracle risks: the Bayes predictor that knows θ and w̃_j, scored on the realised w_j (squared
     ‖π − e_w‖², cross-entropy −log π(w)), and the position-blind predictor that knows θ and M (the mean over M of
     the π_j, the same at every position), scored on the realised words. Shares nothing with the closed forms."""
-    from tdlab.tasks.topics import MASK_ID, Topics, TopicsConfig, mask_tokens
+    from tdlab.tasks.topics import MASK_ID, Topics, TopicsConfig
+    from tdlab.train.objectives import mask_tokens
 
     assert isinstance(task, TopicsConfig)
     gen = torch.Generator().manual_seed(seed)

@@ -78,13 +78,14 @@ def test_no_lanes_where_torch_runs_more_than_one_thread():
         torch.set_num_threads(old)
 
 
-def test_limited_to_sets_the_default_lane_count_within_its_block():
-    from tdlab.experiments.base import RunContext
-
+def test_limited_to_sets_the_lane_count_within_its_block():
     assert limit() is None
     with limited_to(1):
-        assert limit() == 1 and RunContext(writer=None).lanes == 1
-    assert limit() is None and RunContext(writer=None).lanes is None
+        assert limit() == 1
+        with limited_to(2):
+            assert limit() == 2
+        assert limit() == 1
+    assert limit() is None
     with pytest.raises(ValueError, match="lanes must be >= 1"), limited_to(0):
         pass
 

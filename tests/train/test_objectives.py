@@ -9,8 +9,15 @@ import torch
 import torch.nn.functional as F
 
 from tdlab.seeding import Purpose, generators
-from tdlab.tasks.topics import mask_tokens
-from tdlab.train.objectives import Batch, LastPosition, MaskedTokens, NextToken, next_token_loss, weighted_mean
+from tdlab.train.objectives import (
+    Batch,
+    LastPosition,
+    MaskedTokens,
+    NextToken,
+    mask_tokens,
+    next_token_loss,
+    weighted_mean,
+)
 
 
 def test_next_token_prepares_shifted_pairs_and_scores_the_plain_mean():
@@ -144,3 +151,27 @@ def test_scoring_only_the_masked_positions_gives_the_same_loss():
             b = gathered.prepare(docs, generators(seeds, "m"))
             torch.testing.assert_close(gathered.loss(model, b), full.loss(model, a), rtol=1e-5, atol=1e-6)
             assert b.targets.shape[-1] == int((a.weights > 0).sum(-1).max())
+
+
+def test_the_masked_token_objective_masks_with_this_process():
+    """tdlab.train.objectives.MaskedTokens corrupts documents with mask_tokens: the same masks."""
+    from tdlab.tasks.topics import Topics
+
+    task = Topics()
+    docs = task.sample(generators([1, 2], "data"), 16)
+    mine = mask_tokens(docs["tokens"], docs["key_mask"], generators([1, 2], "mask"), 0.15, 0.1, 0.1, words=task.words)
+    batch = MaskedTokens(vocab=task.vocab, words=task.words).prepare(docs, generators([1, 2], "mask"))
+    assert torch.equal(mine[0], batch.inputs) and torch.equal(mine[1], batch.weights > 0)
+
+
+def test_mask_tokens_refuses_bad_arguments():
+    tok = torch.ones(1, 2, 3, dtype=torch.long)
+    g = generators([0], "mask")
+    with pytest.raises(ValueError, match="p_m"):
+        mask_tokens(tok, None, g, 1.5, 0.1, 0.1, words=(1, 5))
+    with pytest.raises(ValueError, match="p_c \\+ p_r"):
+        mask_tokens(tok, None, g, 0.1, 0.6, 0.6, words=(1, 5))
+    with pytest.raises(ValueError, match="words"):
+        mask_tokens(tok, None, g, 0.1, 0.1, 0.1)
+    with pytest.raises(ValueError, match="len\\(gens\\)"):
+        mask_tokens(tok, None, generators([0, 1], "mask"), 0.1, 0.1, 0.1, words=(1, 5))

@@ -13,17 +13,9 @@ from tdlab.models.linear_attention import LCA, LSA
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_star_T, infinite_context_excess_risk
+from tdlab.theory.icl_stats import PromptStats, population_stats, sample_stats
 from tdlab.train.checkpoint import CheckpointError, load_checkpoint
-from tdlab.train.regression import (
-    PromptStats,
-    RegressionConfig,
-    RegressionTrainer,
-    fast_path,
-    load_member_states,
-    population_stats,
-    predict,
-    sample_stats,
-)
+from tdlab.train.regression import RegressionConfig, RegressionTrainer, fast_path, load_member_states, predict
 from tdlab.train.stopping import RunStopped, request_stop, stopping
 from tdlab.train.trainer import DivergenceError
 

@@ -32,12 +32,16 @@ import numpy as np
 from pydantic import Field
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm, judge
-from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides, read_field, validate_config
+from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides, validate_config
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.catalog import CATALOG
+from tdlab.experiments.declared import declaration_of
 from tdlab.experiments.manifest import Setting, settings_diff
+from tdlab.experiments.rounds import lengths
 from tdlab.experiments.standard import standard_layer
 from tdlab.experiments.view import RunView
+from tdlab.report.notes import verdict_notes
+from tdlab.report.standard_figures import StandardFigure, draw_figures
 from tdlab.runs import Run, RunDirError, RunWriter, arm_files, copy_arrays, fit_checkpoint
 from tdlab.train.checkpoint import remove_checkpoint
 from tdlab.train.lanes import in_lanes, lane_count
@@ -115,14 +119,6 @@ class RunContext:
     # :meth:`fit` streams its rows at every evaluation and logged step, :meth:`store_rows` hands on every
     # stored arm's. Default: the sink set by :func:`tdlab.train.live.streaming_to`, else none.
     live: MetricSink | None = field(default_factory=live_sink)
-    # Fits :meth:`fit_all` may train at once on one-thread CPU lanes (``None``: as many as there are usable
-    # cores; ``tdlab run --lanes``). Lanes never change a number (tdlab.train.lanes).
-    lanes: int | None = field(default_factory=lane_limit)
-    # Values an experiment computed that depend on their key alone (a reference's replicate draw), kept
-    # across ``--decide`` rounds, and the measured wall seconds of one unit of such work, by name
-    # ("reference draw"), which the rounds' cost estimate reads.
-    memo: dict[Any, Any] = field(default_factory=dict)
-    unit_seconds: dict[str, float] = field(default_factory=dict)
 
     def start_round(self, reuse: bool = True) -> None:
         """Begin a ``--decide`` round: the staged metrics, arrays and checkpoints of the last round go
@@ -166,10 +162,11 @@ class RunContext:
 
     def pieces(self, label: str, jobs: Sequence[Callable[[], T]]) -> Iterator[tuple[int, T]]:
         """Independent pieces of work that are not training (reference draws, say) on one-thread CPU lanes, at
-        most :attr:`lanes` at once: yield ``(index, result)`` in ``jobs``' order as each is done, for the caller
-        to store. A requested stop (:meth:`stop_point`) starts no further piece; the pieces already running
-        finish and are yielded, then :class:`~tdlab.train.stopping.RunStopped` goes up, so a resume does only
-        the pieces the caller did not store. Lanes never change a number (:mod:`tdlab.train.lanes`)."""
+        most the runner's lane limit (``tdlab run --lanes``: :func:`tdlab.train.lanes.limit`) at once: yield
+        ``(index, result)`` in ``jobs``' order as each is done, for the caller to store. A requested stop
+        (:meth:`stop_point`) starts no further piece; the pieces already running finish and are yielded, then
+        :class:`~tdlab.train.stopping.RunStopped` goes up, so a resume does only the pieces the caller did not
+        store. Lanes never change a number (:mod:`tdlab.train.lanes`)."""
 
         def piece(i: int) -> T:
             self.stop_point(label)
@@ -177,7 +174,7 @@ class RunContext:
 
         stopped: RunStopped | None = None
         halting = halt_together([partial(piece, i) for i in range(len(jobs))], [label] * len(jobs))
-        for i, outcome in in_lanes(halting, lane_count(self.lanes, len(jobs), self.device)):
+        for i, outcome in in_lanes(halting, lane_count(lane_limit(), len(jobs), self.device)):
             if isinstance(outcome.error, RunStopped):
                 stopped = stopped or outcome.error
                 continue
@@ -224,10 +221,10 @@ class RunContext:
     def fit_all(self, fits: Sequence[Fit]) -> list[FitResult]:
         """:meth:`fit` of every fit in ``fits``, stored in their order; independent fits train at once on
         :mod:`lanes <tdlab.train.lanes>` where every fit runs on one CPU thread (the same numbers, bit for
-        bit), at most :attr:`lanes` of them. A diverging fit is stored with the others before its
-        :class:`DivergenceError` goes on up (the first in ``fits``' order). A stop (SIGTERM, ``--until``)
-        checkpoints the fits in progress and starts no other: a fit not started has nothing to keep, and the
-        resume starts it as it would have."""
+        bit), at most the runner's lane limit (:func:`tdlab.train.lanes.limit`) of them. A diverging fit is
+        stored with the others before its :class:`DivergenceError` goes on up (the first in ``fits``' order).
+        A stop (SIGTERM, ``--until``) checkpoints the fits in progress and starts no other: a fit not started
+        has nothing to keep, and the resume starts it as it would have."""
         seeds = [[int(s) for s in f.seeds] for f in fits]
         results: list[FitResult | None] = [self.done(f.arm) for f in fits]
         for f, s, r in zip(fits, seeds, results, strict=True):
@@ -235,7 +232,7 @@ class RunContext:
                 self.fits[f.arm] = (s, r)
                 self._drop_checkpoints(f.arm)  # one an earlier attempt finished before it could
         todo = [i for i, r in enumerate(results) if r is None]
-        n = lane_count(self.lanes, len(todo), self.device)
+        n = lane_count(lane_limit(), len(todo), self.device)
         live, self.live = self.live, (LockedSink(self.live) if n > 1 and self.live is not None else self.live)
         config_hash = self.writer.config_hash()
         first_error: DivergenceError | None = None
@@ -423,55 +420,9 @@ class Experiment(ABC, Generic[ConfigT]):
     # The manifest's fields where the paper profile departs from the seed, each with why (CPU time, a
     # setting the seed leaves open): a record at the paper profile then lists them and is not the seed's.
     paper_differs: ClassVar[dict[str, str]] = {}
-    # The config field that sets how long every arm trains (``--decide`` doubles it for paper groups that
-    # wait on training); default: the atlas's ``...steps`` or ``...epochs`` axis; None: no single field.
-    train_length: ClassVar[str | None] = None
-    # The config field that sets how many replicate draws a Monte-Carlo reference of the claims takes
-    # (``--decide`` grows it for paper groups whose interval the reference's error helps widen); None: none.
-    # The experiment keeps its draws in :attr:`RunContext.memo` so a round computes only the new ones, and
-    # records their cost as ``RunContext.unit_seconds["reference draw"]``.
-    reference_draws_field: ClassVar[str | None] = None
-
-    def fit_work(self, cfg: ConfigT) -> float:
-        """The run's training work in units of one fit: how many separate trainings (arms that do not share
-        one ensemble) it does, each weighed by its model's depth where the depths differ. The batch's cost
-        prior (``tdlab.batch._prior``) scales a quick time by the paper's over quick's; 1 (the default):
-        the arms of both profiles are the same."""
-        return 1.0
-
-    def fit_arms(self, cfg: ConfigT) -> list[str] | None:
-        """The arms the run trains as trainer fits of one length, where they are nearly all of its time: what a
-        stopped run has done of them (:func:`tdlab.runs.staged_done`) over the time it ran says how long is
-        left at its own pace (``tdlab batch``). ``None`` (the default): not declared, and the cost model's
-        estimate less what ran is used."""
-        return None
-
-    def work(self, cfg: ConfigT) -> float | None:
-        """The run's whole work, in a unit of the experiment's own, for a run whose time the batch's cost prior
-        cannot read off its training length, activations and fits (``icl-landscape``: its pre-LN panel grows
-        with prompts x context x (GD steps + map points)). The prior then scales the quick time by
-        ``work(paper) / work(quick)`` alone; ``None`` (the default): the generic scaling."""
-        return None
-
-    @classmethod
-    def training_length_field(cls) -> str | None:
-        """:attr:`train_length`, else the first atlas axis over a scalar ``steps``/``epochs`` field."""
-        if cls.train_length is not None:
-            return cls.train_length
-        axes = cls.atlas_axes.axes if cls.atlas_axes is not None else ()
-        return next(
-            (a.field for a in axes if not a.as_list and a.field.rsplit(".", 1)[-1] in ("steps", "epochs")), None
-        )
-
-    def lengths(self, cfg: ConfigT) -> tuple[float, float] | None:
-        """``(cfg's training length, the seed's)``: the :meth:`training_length_field` under ``cfg`` and under
-        the paper profile (the seed's own settings), which the budget rule of :func:`tdlab.claims.judge`
-        reads; ``None`` for an experiment with no such field or no paper profile."""
-        name = self.training_length_field()
-        if name is None or "paper" not in self.profiles:
-            return None
-        # built, not made: make_config's memory check would refuse the seed's setting on a small machine
-        return float(read_field(cfg, name)), float(read_field(build_config(self.Config, self.profiles["paper"]), name))
+    # The standard figures (training curves, a grid's heatmap, matrices, bars) the report layer draws for
+    # this experiment (tdlab.report.standard_figures); the default plot() draws them.
+    figures: ClassVar[tuple[StandardFigure, ...]] = ()
 
     def settings_diff(self, cfg: ConfigT) -> list[dict[str, Any]]:
         """The fields where ``cfg`` departs from the settings the seed states (:attr:`manifest`):
@@ -524,8 +475,11 @@ class Experiment(ABC, Generic[ConfigT]):
         raise NotImplementedError(f"{self.name} declares no measure()")
 
     def notes(self, cfg: ConfigT, measured: Measurements, groups: list[GroupResult]) -> list[str]:
-        """Plain-language findings for the report, written after judging (they may quote verdicts)."""
-        return []
+        """Plain-language findings for the report, written after judging: what held, what failed and by how
+        much, what was not evaluable and why, which rows are ours (:func:`tdlab.report.notes.verdict_notes`).
+        An experiment overrides it only to add, after these, what is its own (a measured fact the verdicts
+        cannot say): ``[*super().notes(cfg, measured, groups), ...]``."""
+        return verdict_notes(groups, measured)
 
     def analyse(self, cfg: ConfigT, run: Run | RunView, confidence: float = 0.95) -> Analysis:
         """Measure, gate and judge the stored run: the declared claims decided by :func:`tdlab.claims.judge`
@@ -535,7 +489,7 @@ class Experiment(ABC, Generic[ConfigT]):
             view = run if isinstance(run, RunView) else RunView(run)
             measured = self.measure(cfg, view)
             health = self.health(cfg, view)
-            groups = judge(self.claims, measured, cfg, health, confidence, self.lengths(cfg))
+            groups = judge(self.claims, measured, cfg, health, confidence, lengths(self, cfg))
             return Analysis(groups, measured.values, self.notes(cfg, measured, groups), health, measured=measured)
 
     def trivial_error(self, cfg: ConfigT, arm: str) -> float | None:
@@ -579,9 +533,11 @@ class Experiment(ABC, Generic[ConfigT]):
             )
         return out
 
-    @abstractmethod
     def plot(self, cfg: ConfigT, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        """Write figures into ``figdir``; return their paths."""
+        """Write figures into ``figdir``; return their paths: the declared :attr:`figures`, drawn by the report
+        layer. An experiment overrides it only for a figure that is its own (a landscape, a flow field):
+        ``[*super().plot(cfg, run, analysis, figdir), ...]``."""
+        return draw_figures(self.figures, cfg, run, analysis.measurements, figdir)
 
 
 def _dotted_keys(tree: dict[str, Any], prefix: str = "") -> list[str]:
@@ -602,12 +558,25 @@ _INSTALLED: set[int] = set()  # ids of the profile dicts register() made
 
 
 def register(cls: type[ExperimentT]) -> type[ExperimentT]:
-    """Class decorator: make an experiment available to ``tdlab list`` and ``tdlab run`` (its module
-    must also be in :data:`tdlab.experiments.catalog.CATALOG`, which names it without importing it).
+    """Class decorator: make an experiment available to ``tdlab list`` and ``tdlab run``.
+
+    A class of tdlab's seed packages is declared in the YAML beside its module
+    (:mod:`tdlab.experiments.declared`, from which :data:`tdlab.experiments.catalog.CATALOG` names it without
+    importing it): its name, paper, figure, description, profiles, ``arm_fields``, ``manifest`` and
+    ``paper_differs`` are set from there, and a class that sets one of them itself is refused (each fact is
+    written once). A class no declaration names (an installed package's, ``--include``'s) sets them itself.
 
     Installs the ``standard`` profile between ``quick`` and ``paper`` (:mod:`tdlab.experiments.standard`)
     unless the class declares its own; an experiment with only some of the profiles (a user's with a ``quick``
     profile alone) keeps just those."""
+    declared = declaration_of(cls)
+    if declared is not None:
+        attributes = declared.attributes()
+        twice = sorted(set(attributes) & set(vars(cls)))
+        if twice:
+            raise TypeError(f"{cls.__name__}: {', '.join(twice)} declared in YAML already; remove them from the class")
+        for key, value in attributes.items():
+            setattr(cls, key, value)
     if not cls.profiles:
         raise TypeError(f"{cls.__name__}: an experiment declares at least one profile (profiles = {{'quick': {{}}}})")
     # A standard installed here for another class (a parent's, or a dict shared with one) is sized for that one;

@@ -10,7 +10,7 @@ looks, so stopping at a decision keeps it). The next round grows what leaves pap
   alone); everything else of the experiment is recomputed at the new size;
 * **training**, for groups judged at convergence that are still moving, short of their stage or never
   reached (:func:`~tdlab.claims.sequential.waits_on_training`): the experiment's training-length field
-  (:meth:`Experiment.training_length_field`, ``train.steps``) doubles, capped at the paper profile's value.
+  (:func:`~tdlab.experiments.rounds.length_field`, ``train.steps``) doubles, capped at the paper profile's value.
   The learning-rate plan is stretched to the new length and every member trains anew: the plans tdlab's
   profiles use are cosines that end at zero, which a resumed run cannot extend (held at its final rate a
   continuation would not move, and a restart would change the plan), so "the same plan, longer" is a
@@ -46,6 +46,8 @@ from tdlab.claims.sequential import (
 from tdlab.config import apply_overrides, read_field
 from tdlab.config_fields import config_fields
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext
+from tdlab.experiments.rounds import RoundState, draws_field, in_round, lengths
+from tdlab.experiments.rounds import length_field as training_length_field
 from tdlab.experiments.view import RunView
 from tdlab.runs import Run
 
@@ -63,18 +65,18 @@ def training_extension(exp: Experiment, cfg: ExperimentConfig) -> Extension | No
     ``None`` when it has no single training-length field. The cap is the field's value under the paper
     profile: never train longer than the seed did, so a claim judged at the seed's budget is read at most
     there (the budget rule decides a fail only at that length)."""
-    lengths = exp.lengths(cfg)
-    if lengths is None:
+    both = lengths(exp, cfg)
+    if both is None:
         return None
-    current, cap = lengths
-    return Extension(str(exp.training_length_field()), current, max(cap, current))
+    current, cap = both
+    return Extension(str(training_length_field(exp)), current, max(cap, current))
 
 
 def draws_extension(exp: Experiment, cfg: ExperimentConfig) -> Draws | None:
     """How ``exp``'s Monte-Carlo reference may take more draws in a ``--decide`` run
     (:class:`~tdlab.claims.sequential.Draws`, capped at the field's upper bound), or ``None`` when it names no
-    :attr:`~Experiment.reference_draws_field`."""
-    name = exp.reference_draws_field
+    reference-draws field (:func:`~tdlab.experiments.rounds.draws_field`)."""
+    name = draws_field(exp)
     if name is None:
         return None
     bound = next(f.hi for f in config_fields(type(cfg)) if f.key == name)
@@ -121,7 +123,8 @@ def run_rounds(
     """
     rounds: list[dict[str, Any]] = list(state.get("rounds", []))
     schedule: list[int] = list(state.get("schedule") or plan.members(cfg.members))
-    length_field = exp.training_length_field()
+    length_field = training_length_field(exp)
+    kept = RoundState()  # draws computed once for all rounds, the measured seconds of one (tdlab.experiments.rounds)
     first_length = state.get("first_length") or ({length_field: read_field(cfg, length_field)} if length_field else {})
     spent = float(state.get("spent_s", 0.0))
     resumed_round = bool(state)
@@ -136,7 +139,7 @@ def run_rounds(
             if longer:
                 cfg = apply_overrides(cfg, [f"{length_field}={plan_next.length!r}"])
             if plan_next.draws is not None:
-                cfg = apply_overrides(cfg, [f"{exp.reference_draws_field}={plan_next.draws!r}"])
+                cfg = apply_overrides(cfg, [f"{draws_field(exp)}={plan_next.draws!r}"])
         elif resumed_round and rounds:
             current = read_field(cfg, length_field) if length_field else None
             longer = current != rounds[-1].get("length", current)  # rounds recorded before lengths were: not longer
@@ -153,7 +156,8 @@ def run_rounds(
         resumed_round = False
         write_config(cfg, block)
         t0 = time.perf_counter()
-        exp.run(cfg, ctx)
+        with in_round(kept):
+            exp.run(cfg, ctx)
         analysis = exp.analyse(cfg, RunView(Run(ctx.writer.path)), confidence=plan.confidence)
         wall = time.perf_counter() - t0
         spent += wall
@@ -175,7 +179,7 @@ def run_rounds(
             at=schedule.index(cfg.members) if cfg.members in schedule else len(schedule) - 1,
             extension=extension,
             draws=draws,
-            seconds_per_draw=ctx.unit_seconds.get("reference draw", 0.0),
+            seconds_per_draw=kept.unit_seconds.get("reference draw", 0.0),
         )
         rec = {
             "look": look + 1,
@@ -216,7 +220,7 @@ def run_rounds(
                 else ""
             )
             + (
-                f"; {exp.reference_draws_field} → {plan_next.draws} for {', '.join(plan_next.sharpening)}"
+                f"; {draws_field(exp)} → {plan_next.draws} for {', '.join(plan_next.sharpening)}"
                 if plan_next.members and plan_next.draws is not None
                 else ""
             )

@@ -19,6 +19,7 @@ from tdlab.claims import VERDICTS
 from tdlab.config import ConfigError, echo, one_line
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, included_from, stored_experiment
 from tdlab.experiments.decide import DecidePlan, run_rounds
+from tdlab.experiments.rounds import length_field, lengths
 from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
 from tdlab.record import write_record
@@ -320,9 +321,9 @@ def _figure_note(exp: Experiment, cfg: ExperimentConfig, profile: str) -> str:
     """What every figure of a run is signed with: the experiment, the profile, the members and the training
     length beside the seed's (a quick figure is never read as the paper's)."""
     note = f"{exp.name} · profile {profile} · {cfg.members} members"
-    field, lengths = exp.training_length_field(), exp.lengths(cfg)
-    if field is not None and lengths is not None:
-        note += f" · {field} = {lengths[0]:g} (the seed's: {lengths[1]:g})"
+    field, both = length_field(exp), lengths(exp, cfg)
+    if field is not None and both is not None:
+        note += f" · {field} = {both[0]:g} (the seed's: {both[1]:g})"
     off = exp.settings_diff(cfg)
     return note + (
         f" · {len(off)} setting(s) not the seed's" if off else (" · the seed's settings" if exp.manifest else "")

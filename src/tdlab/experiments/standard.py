@@ -3,10 +3,11 @@ about 30 minutes on 2 CPU cores.
 
 Rule (one for every experiment, from a measured quick time):
 
-1. ``t_q``: the quick profile's wall time on the 2-core machine, measured (:data:`QUICK_SECONDS`, with
-   where each number comes from). The budget is ``B = MARGIN * TARGET_SECONDS`` (24 of the 30 minutes:
-   machines differ, and evaluation does not shrink with the schedule).
-2. The training length (``Experiment.training_length_field()``: steps or epochs) grows by
+1. ``t_q``: the quick profile's wall time on the 2-core machine, measured (:func:`tdlab.costs.quick_times.quick_times`:
+   a data file a benchmark writes, with where each number comes from). The budget is
+   ``B = MARGIN * TARGET_SECONDS`` (24 of the 30 minutes: machines differ, and evaluation does not shrink with
+   the schedule).
+2. The training length (:func:`tdlab.experiments.rounds.length_field`: steps or epochs) grows by
    ``k = min(paper length / quick length, B / t_q)``, so time is modelled as all training: an
    over-estimate, hence a conservative ``k``. The length is rounded down to two significant figures
    (whole epochs), never below quick's, and set to paper's when ``k`` reaches it.
@@ -35,11 +36,13 @@ from pydantic import BaseModel
 
 from tdlab.config import Config as BaseConfig
 from tdlab.config import build_config, deep_merge, parse_overrides, read_field
+from tdlab.costs.quick_times import quick_times
+from tdlab.experiments.axes import AtlasAxes
+from tdlab.experiments.rounds import length_field as training_length_field
 
 __all__ = [
     "EXPLICIT",
     "MARGIN",
-    "QUICK_SECONDS",
     "TARGET_SECONDS",
     "Sized",
     "Standard",
@@ -50,42 +53,6 @@ __all__ = [
 
 TARGET_SECONDS = 1800.0  # the first pass of `--profile standard` on 2 CPU cores
 MARGIN = 0.8
-
-# Quick-profile wall times (s) on the 2-core machine, and where each was measured. "idle":
-# `python bench/profile_quick.py --experiment NAME` with the load average <= 1.8 (docs/performance.md).
-# "shared": the findings runs (runs_final), taken while other jobs shared the two cores; up to 10x an idle
-# time, so the standard profile they size is conservative (it can be re-sized from an idle measurement).
-QUICK_SECONDS: dict[str, tuple[float, str]] = {
-    # seed 000
-    "markov-init": (290, "idle"),
-    "markov-icommon": (83, "shared"),
-    "markov-rank": (59, "shared"),
-    "markov-tying": (110, "idle, six members, 2026-11-28"),
-    # seed 001: the gamma grid of anchors-bias is trained once and its analyses read it (wall 0 in theirs)
-    "anchors-bias": (571, "idle, six members per γ, 2026-11-28"),
-    "anchors-attention": (571, "idle, as anchors-bias: the same training"),
-    "anchors-embedding": (571, "idle, as anchors-bias: the same training"),
-    "anchors-lowrank": (571, "idle, as anchors-bias: the same training"),
-    "anchors-labels": (142, "idle"),
-    "anchors-mlp": (199, "idle, six members, 2026-11-28"),
-    "anchors-text": (219, "shared"),
-    # seed 002 (warm reference cache; an empty $TDLAB_CACHE adds minutes once)
-    "icl-ablations": (39, "shared"),
-    "icl-avdigits": (178, "idle"),
-    "icl-landscape": (129, "shared"),
-    "icl-unrestricted": (325, "shared"),
-    # seed 003
-    "markov-icl-construction": (105, "shared"),
-    "markov-icl-depth": (527, "idle"),
-    "markov-icl-depth-linear": (88, "idle"),
-    "markov-icl-heads": (124, "idle"),
-    # seed 004
-    "topics-attn": (101, "load ~4 (docs/performance.md)"),
-    "topics-embed": (146, "shared"),
-    "topics-real": (150, "idle"),
-    "topics-real-cooc": (942, "shared"),
-    "topics-wv": (65, "idle"),
-}
 
 # Hand-chosen standard settings for experiments the rule cannot size: ``"paper"`` (the seed's settings,
 # where they fit the budget on 2 CPU cores, measured) or a layer over quick's; each with its reason.
@@ -99,7 +66,8 @@ EXPLICIT: dict[str, tuple[dict[str, Any] | str, str]] = {
 
 
 class Sized(Protocol):
-    """What the rule reads of an experiment (class or instance): its name, config class and length field."""
+    """What the rule reads of an experiment (class or instance): its name, config class and atlas axes (which,
+    with the decide layer's table, give its length field: :func:`tdlab.experiments.rounds.length_field`)."""
 
     @property
     def name(self) -> str: ...
@@ -107,7 +75,8 @@ class Sized(Protocol):
     @property
     def Config(self) -> type[BaseConfig]: ...  # the experiment's config class (with ``members``), named as a class
 
-    def training_length_field(self) -> str | None: ...
+    @property
+    def atlas_axes(self) -> AtlasAxes | None: ...
 
 
 @dataclass(frozen=True)
@@ -132,16 +101,17 @@ def _round_down(x: float, integer: bool) -> float:
 
 def standard_of(exp: Sized, quick: dict[str, Any], paper: dict[str, Any], seconds: float | None = None) -> Standard:
     """The rule of this module for ``exp``; ``quick``/``paper``: its profile layers, ``seconds``: its
-    measured quick time (default :data:`QUICK_SECONDS`)."""
+    measured quick time (default :func:`~tdlab.costs.quick_times.quick_times`'s)."""
     if exp.name in EXPLICIT:
         layer, why = EXPLICIT[exp.name]
         if isinstance(layer, str):
             assert layer == "paper", f"{exp.name}: an explicit layer is a dict or 'paper', not {layer!r}"
             return Standard(dict(paper), why, None)
         return Standard(deep_merge(quick, layer), why, None)
-    if seconds is None and exp.name in QUICK_SECONDS:
-        seconds = QUICK_SECONDS[exp.name][0]
-    length_field = exp.training_length_field()
+    measured = quick_times().get(exp.name)
+    if seconds is None and measured is not None:
+        seconds = measured.seconds
+    length_field = training_length_field(exp)
     if length_field is None:
         return Standard(dict(quick), "no single training-length field: quick's settings", None)
     if seconds is None:
@@ -164,7 +134,7 @@ def standard_of(exp: Sized, quick: dict[str, Any], paper: dict[str, Any], second
     layer = deep_merge(quick, parse_overrides(sets))
     predicted = seconds * k * members / mq
     why = (
-        f"quick {seconds:g} s ({QUICK_SECONDS.get(exp.name, (0, 'given'))[1]}) for {length_field}={lq}, {mq} members; "
+        f"quick {seconds:g} s ({measured.note if measured is not None else 'given'}) for {length_field}={lq}, {mq} members; "
         f"{length_field} x{k:.3g} = {length} (paper {lp}), {members} members (paper {mp})"
         + "".join(f", the seed's {f} {v:g}" for f, v in lrs.items())
         + f": ~{predicted:.0f} s predicted"

@@ -20,8 +20,12 @@ Loading it (what :func:`load` does)::
     model.load_state_dict(safetensors.torch.load_file(path), strict=True)
 
 Architectures the TL-native model cannot express are refused (:class:`~tdlab.config.ConfigError`,
-CLI exit 2) naming what is missing (:func:`unsupported`); tdlab's named activations
-(:meth:`tdlab.models.ensemble.CachingModule.run_with_cache`) remain the way to probe those.
+CLI exit 2) naming what is missing (:func:`unsupported`); tdlab's own hook points
+(:meth:`tdlab.models.hooks.HookedModule.run_with_cache`, ``run_with_hooks``) remain the way to probe those.
+
+tdlab's GPT names its hook points as TransformerLens does (``hook_embed``, ``blocks.0.attn.hook_pattern``,
+``blocks.0.hook_resid_post``, ...), with the member axis first: member ``e`` of a tdlab cache is the
+exported member's TransformerLens cache under :func:`tl_hook_name` of the same name.
 
 ``to_tl_config`` and ``to_state_dict`` are plain torch; only :func:`load` imports TransformerLens
 (the optional extra ``tdlab[transformer-lens]``).
@@ -55,6 +59,7 @@ __all__ = [
     "export_member",
     "load",
     "read_export",
+    "tl_hook_name",
     "tl_shapes",
     "to_state_dict",
     "to_tl_config",
@@ -65,6 +70,9 @@ FORMAT = "tdlab-transformer-lens/1"  # metadata "format": what wrote the file, a
 CONFIG_KEY = "transformer_lens_config"  # metadata key of the TransformerBridgeConfig kwargs (JSON)
 _LN_EPS = 1e-5  # tdlab.models.ensemble.EnsembleLayerNorm's eps, TL's default too; written explicitly
 _INSTALL = "pip install 'tdlab[transformer-lens]'"
+# GPT's hook points whose TransformerLens name differs (tdlab's final LayerNorm is ``ln_f``, and its final
+# point exists without one too); every other point has TransformerLens's name.
+_TL_HOOK_NAMES = {"hook_final": "ln_final.hook_out", "hook_logits": "hook_unembed"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -144,6 +152,18 @@ def to_tl_config(cfg: GPTConfig) -> dict[str, Any]:
         # The weights come from the file: skip TL's random init when booting.
         "init_weights": False,
     }
+
+
+def tl_hook_name(name: str, cfg: GPTConfig) -> str:
+    """The TransformerLens hook name of tdlab GPT hook point ``name`` for an export of ``cfg``: the same name
+    but for the final points (``hook_final`` -> ``ln_final.hook_out``, ``hook_logits`` -> ``hook_unembed``),
+    and, in attention-only blocks (no ``hook_resid_mid`` in TransformerLens), ``blocks.{l}.hook_resid_mid`` ->
+    ``blocks.{l}.hook_resid_post``, the same activation there."""
+    if name in _TL_HOOK_NAMES:
+        return _TL_HOOK_NAMES[name]
+    if not cfg.mlp and name.endswith(".hook_resid_mid"):
+        return name.removesuffix("hook_resid_mid") + "hook_resid_post"
+    return name
 
 
 def tl_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:

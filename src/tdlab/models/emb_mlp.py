@@ -34,9 +34,9 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from tdlab.config import Config
-from tdlab.models.ensemble import CachingModule, EnsembleLinear
+from tdlab.models.ensemble import EnsembleLinear, EnsembleModel
+from tdlab.models.hooks import HookPoint
 from tdlab.models.init import gamma_normal_
-from tdlab.seeding import Purpose, generators
 
 __all__ = ["ACTIVATIONS", "Def2Config", "Def2Transformer", "EmbMLP", "EmbMLPConfig"]
 
@@ -59,23 +59,45 @@ class EmbMLPConfig(Config):
     fan: Literal["out", "in"] = "out"  # §3.4: output width (the paper); "in": the group's code
 
 
-class _GammaEnsemble(CachingModule):
-    """Members, seeds and per-member γ of a γ-initialised ensemble (both models below)."""
+class _HiddenPoints(nn.Module):
+    """The hidden layer's hook points (no parameters), so that their names read ``hidden.hook_pre``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_pre = HookPoint("hidden.pre")
+        self.hook_post = HookPoint("hidden")
+
+
+class _AttentionPoints(nn.Module):
+    """The attention pattern's hook point (no parameters): ``attn.hook_pattern``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_pattern = HookPoint("attn.pattern")
+
+
+class _GammaEnsemble(EnsembleModel):
+    """The per-member γ of a γ-initialised ensemble (both models below)."""
+
+    W_emb: nn.Parameter  # the token table (E, vocab, d_m), set by each model
 
     def _members(self, cfg, seeds: Sequence[int], gammas: Sequence[float] | None) -> int:
         """Set ``cfg``, ``seeds`` and ``gammas`` (one per member; ``cfg.gamma`` when None); returns ``E``."""
-        if not seeds:
-            raise ValueError("an ensemble needs at least one member seed")
-        self.cfg, self.seeds = cfg, list(seeds)
-        E = len(self.seeds)
+        E = self._set_members(seeds)
+        self.cfg = cfg
         self.gammas = [cfg.gamma] * E if gammas is None else [float(g) for g in gammas]
         if len(self.gammas) != E:
             raise ValueError(f"gammas has {len(self.gammas)} values for {E} members")
         return E
 
-    @property
-    def members(self) -> int:
-        return len(self.seeds)
+    def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``W_emb`` rows of ``tokens (E, B, L)``: ``(E, B, L, d_m)``."""
+        if tokens.dim() != 3:
+            raise ValueError(f"tokens must be (E, B, L), got shape {tuple(tokens.shape)}")
+        E, B, L = tokens.shape
+        self.check_members(E)
+        W = self.W_emb
+        return torch.gather(W, 1, tokens.reshape(E, B * L, 1).expand(E, B * L, W.shape[-1])).reshape(E, B, L, -1)
 
 
 class EmbMLP(_GammaEnsemble):
@@ -86,9 +108,10 @@ class EmbMLP(_GammaEnsemble):
         seeds: one seed per member; member ``e`` equals ``EmbMLP(cfg, [seeds[e]], [gammas[e]])``.
         gammas: one γ per member (default ``cfg.gamma`` for all).
 
-    ``forward(tokens (E, B, L) long) -> logits (E, B, vocab)``. Named activations: ``embed``
-    ``(E, B, L, d_m)``, ``pooled`` ``(E, B, d_m)`` (Σ_s w^{emb,s}), ``hidden.pre`` / ``hidden``
-    ``(E, B, d_f)``. Parameters: ``W_emb (E, vocab, d_m)``, ``W_1.weight (E, d_f, d_m)`` (= W^(1)ᵀ),
+    ``forward(tokens (E, B, L) long) -> logits (E, B, vocab)``. Hook points (short names of :meth:`cache` in
+    brackets): ``hook_embed`` [``embed``] ``(E, B, L, d_m)``, ``hook_pooled`` [``pooled``] ``(E, B, d_m)``
+    (Σ_s w^{emb,s}), ``hidden.hook_pre`` [``hidden.pre``] / ``hidden.hook_post`` [``hidden``] ``(E, B, d_f)``,
+    ``hook_logits`` ``(E, B, vocab)``. Parameters: ``W_emb (E, vocab, d_m)``, ``W_1.weight (E, d_f, d_m)`` (= W^(1)ᵀ),
     ``W_2.weight (E, vocab, d_f)`` (= W^(2)ᵀ).
     """
 
@@ -99,35 +122,25 @@ class EmbMLP(_GammaEnsemble):
         self.W_1 = EnsembleLinear(E, cfg.d_m, cfg.d_f)
         self.W_2 = EnsembleLinear(E, cfg.d_f, cfg.vocab)
         self.act = ACTIVATIONS[cfg.activation]
+        self.hook_embed = HookPoint("embed")
+        self.hook_pooled = HookPoint("pooled")
+        self.hidden = _HiddenPoints()
+        self.hook_logits = HookPoint()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """γ-init (§3.4) per member, in the order W_emb, W_1, W_2 from the member's INIT stream."""
-        gens = generators(self.seeds, Purpose.INIT)
+        gens = self.member_generators()
         fan = self.cfg.fan
         gamma_normal_(self.W_emb.data, self.gammas, fan, gens, layout="in_out")  # W^emb: vocab -> d_m
         gamma_normal_(self.W_1.weight.data, self.gammas, fan, gens)
         gamma_normal_(self.W_2.weight.data, self.gammas, fan, gens)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        if tokens.dim() != 3:
-            raise ValueError(f"tokens must be (E, B, L), got shape {tuple(tokens.shape)}")
-        E, B, L = tokens.shape
-        if self.members != E:
-            raise ValueError(f"tokens have {E} members, the model has {self.members}")
-        x = torch.gather(self.W_emb, 1, tokens.reshape(E, B * L, 1).expand(E, B * L, self.cfg.d_m)).reshape(E, B, L, -1)
-        self.record("embed", x)
-        pooled = x.sum(2)  # Σ_{s in X} w^{emb,s} (Def. 1): order-blind
-        self.record("pooled", pooled)
-        pre = self.W_1(pooled)
-        self.record("hidden.pre", pre)
-        h = self.act(pre)
-        self.record("hidden", h)
-        return self.W_2(h)
-
-    def member_state(self, e: int) -> dict[str, torch.Tensor]:
-        """Parameters of member ``e`` (without the member axis)."""
-        return {k: v[e].detach().clone() for k, v in self.state_dict().items()}
+        x = self.hook_embed(self._embed(tokens))
+        pooled = self.hook_pooled(x.sum(2))  # Σ_{s in X} w^{emb,s} (Def. 1): order-blind
+        h = self.hidden.hook_post(self.act(self.hidden.hook_pre(self.W_1(pooled))))
+        return self.hook_logits(self.W_2(h))
 
 
 class Def2Config(Config):
@@ -154,8 +167,10 @@ class Def2Transformer(_GammaEnsemble):
     """``E`` independent Def. 2 models (Eq. 9): one attention layer read at the last position, a
     residual FFN, no LayerNorm, logits ``f(X) in R^{d_m}``.
 
-    ``forward(tokens (E, B, L) long) -> (E, B, d_m)``. Named activations: ``embed`` ``(E, B, L, d_m)``,
-    ``attn.pattern`` ``(E, B, L, L)``, ``u`` ``(E, B, d_m)``. Parameters: ``W_emb (E, vocab, d_m)``,
+    ``forward(tokens (E, B, L) long) -> (E, B, d_m)``. Hook points (short names in brackets): ``hook_embed``
+    [``embed``] ``(E, B, L, d_m)``, ``attn.hook_pattern`` [``attn.pattern``] ``(E, B, L, L)``, ``hook_attn_out``
+    ``(E, B, d_m)`` (``W^O W^V`` of the last position's attention), ``hook_u`` [``u``] ``(E, B, d_m)`` (the
+    residual sum), ``hook_logits`` ``(E, B, d_m)``. Parameters: ``W_emb (E, vocab, d_m)``,
     ``W_Q, W_K, W_V`` (d_m -> d_k), ``W_O`` (d_k -> d_m), ``W_f1`` (d_m -> d_f), ``W_f2`` (d_f -> d_m).
     """
 
@@ -170,32 +185,27 @@ class Def2Transformer(_GammaEnsemble):
         self.W_f1 = EnsembleLinear(E, cfg.d_m, cfg.d_f)
         self.W_f2 = EnsembleLinear(E, cfg.d_f, cfg.d_m)
         self.act = ACTIVATIONS[cfg.activation]
+        self.hook_embed = HookPoint("embed")
+        self.attn = _AttentionPoints()
+        self.hook_attn_out = HookPoint()
+        self.hook_u = HookPoint("u")
+        self.hook_logits = HookPoint()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        gens = generators(self.seeds, Purpose.INIT)
+        gens = self.member_generators()
         fan = self.cfg.fan
         gamma_normal_(self.W_emb.data, self.gammas, fan, gens, layout="in_out")
         for lin in (self.W_Q, self.W_K, self.W_V, self.W_O, self.W_f1, self.W_f2):
             gamma_normal_(lin.weight.data, self.gammas, fan, gens)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        if tokens.dim() != 3:
-            raise ValueError(f"tokens must be (E, B, L), got shape {tuple(tokens.shape)}")
-        E, B, L = tokens.shape
-        if self.members != E:
-            raise ValueError(f"tokens have {E} members, the model has {self.members}")
-        x = torch.gather(self.W_emb, 1, tokens.reshape(E, B * L, 1).expand(E, B * L, self.cfg.d_m)).reshape(E, B, L, -1)
-        self.record("embed", x)
+        x = self.hook_embed(self._embed(tokens))
+        L = x.shape[2]
         q, k = self.W_Q(x), self.W_K(x)
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.cfg.d_k)  # Eq. 2
         causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
-        att = scores.masked_fill(~causal, float("-inf")).softmax(-1)
-        self.record("attn.pattern", att)
+        att = self.attn.hook_pattern(scores.masked_fill(~causal, float("-inf")).softmax(-1))
         mixed = torch.einsum("ebj,ebjd->ebd", att[:, :, -1, :], x)  # A_{L,:} W^{emb,X}
-        u = self.W_O(self.W_V(mixed)) + x[:, :, -1, :]
-        self.record("u", u)
-        return self.W_f2(self.act(self.W_f1(u))) + u  # Eq. 9
-
-    def member_state(self, e: int) -> dict[str, torch.Tensor]:
-        return {k: v[e].detach().clone() for k, v in self.state_dict().items()}
+        u = self.hook_u(self.hook_attn_out(self.W_O(self.W_V(mixed))) + x[:, :, -1, :])
+        return self.hook_logits(self.W_f2(self.act(self.W_f1(u))) + u)  # Eq. 9

@@ -1,4 +1,4 @@
-"""Building blocks for ensemble-first models and the activation cache every model shares.
+"""Building blocks for ensemble-first models and the member contract every model shares.
 
 Every parameter carries a leading member axis ``E``; every activation is ``(E, ...)``. Members never
 mix: each op below acts on member ``e``'s slice with member ``e``'s weights only, so gradients of a
@@ -7,15 +7,25 @@ summed per-member loss are exactly each member's own gradients.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["CachingModule", "EnsembleLayerNorm", "EnsembleLinear", "Modules", "assemble"]
+from tdlab.models.hooks import HookedModule
+from tdlab.seeding import Purpose, generators
+
+__all__ = [
+    "CachingModule",
+    "EnsembleLayerNorm",
+    "EnsembleLinear",
+    "EnsembleModel",
+    "Members",
+    "Modules",
+    "assemble",
+]
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -76,49 +86,55 @@ class EnsembleLayerNorm(nn.Module):
         return y
 
 
-class CachingModule(nn.Module):
-    """Gives a model named activations, in the spirit of TransformerLens's ``run_with_cache``.
+class Members(nn.Module):
+    """The member contract every model shares: ``E = len(seeds)`` independent members, member ``e``
+    drawn from ``seeds[e]`` alone, so it equals the same model built from ``[seeds[e]]``.
 
-    Forward code calls ``self.record("blocks.0.attn.pattern", t)`` at the points worth probing;
-    outside a :meth:`cache` block that is a no-op. Probes read the cache and never reach into the
-    forward code, so a new probe needs no model change.
+    A model calls :meth:`_set_members` first in ``__init__`` and draws its initial parameters from
+    :meth:`member_generators`, one generator per member, consumed in the model's fixed order.
     """
 
-    _cache: dict[str, torch.Tensor] | None = None
-    _cache_names: frozenset[str] | None = None
+    seeds: list[int]
 
-    def record(self, name: str, value: torch.Tensor) -> None:
-        if self._cache is not None and (self._cache_names is None or name in self._cache_names):
-            self._cache[name] = value.detach()
+    def _set_members(self, seeds: Sequence[int]) -> int:
+        """Keep ``seeds`` (one per member); returns ``E``. Raises ValueError for no seed."""
+        if len(seeds) == 0:
+            raise ValueError("an ensemble needs at least one member seed")
+        self.seeds = list(seeds)
+        return len(self.seeds)
 
-    def caching(self, name: str) -> bool:
-        """Whether ``name`` is being recorded (lets forward code build costly tensors only on demand)."""
-        return self._cache is not None and (self._cache_names is None or name in self._cache_names)
+    @property
+    def members(self) -> int:
+        """``E``, the size of the leading axis of every parameter, input and activation."""
+        return len(self.seeds)
 
-    @contextmanager
-    def cache(self, names: Iterable[str] | None = None) -> Iterator[dict[str, torch.Tensor]]:
-        """Record activations during forward passes inside the block.
+    @property
+    def n_members(self) -> int:
+        """The same as :attr:`members` (the regression trainers' spelling)."""
+        return len(self.seeds)
 
-        Args:
-            names: the activation names to keep (all when ``None``).
-        Yields:
-            the dict that fills with ``name -> tensor`` (detached, leading member axis ``E``).
-        """
-        self._cache = {}
-        self._cache_names = None if names is None else frozenset(names)
-        try:
-            yield self._cache
-        finally:
-            self._cache = None
-            self._cache_names = None
+    def member_generators(self, purpose: str | None = Purpose.INIT) -> list[torch.Generator]:
+        """One CPU generator per member: member ``e``'s stream ``purpose`` of :mod:`tdlab.seeding`, or, for
+        ``purpose=None``, a generator seeded with ``seeds[e]`` itself (the in-context regression models)."""
+        if purpose is None:
+            return [torch.Generator().manual_seed(int(s)) for s in self.seeds]
+        return generators(self.seeds, purpose)
 
-    def run_with_cache(
-        self, *args, names: Iterable[str] | None = None, **kwargs
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(output, cache)`` of one forward pass."""
-        with self.cache(names) as c, torch.no_grad():
-            out = self(*args, **kwargs)
-        return out, dict(c)
+    def check_members(self, E: int, what: str = "tokens") -> None:
+        """Raise ValueError unless an input's leading axis ``E`` is the member count."""
+        if self.members != E:
+            raise ValueError(f"{what} have {E} members, the model has {self.members}")
+
+    def member_state(self, e: int) -> dict[str, torch.Tensor]:
+        """Parameters and buffers of member ``e`` (without the member axis), e.g. for saving or probes."""
+        return {k: v[e].detach().clone() for k, v in self.state_dict().items()}
+
+
+class EnsembleModel(Members, HookedModule):
+    """What every tdlab model subclasses: the member contract and hook points (``docs/models.md``)."""
+
+
+CachingModule = HookedModule  # the earlier name of the hooks mixin
 
 
 def assemble(into: M, members: Iterable[nn.Module]) -> M:

@@ -60,9 +60,9 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from tdlab.config import Config
-from tdlab.models.ensemble import CachingModule, EnsembleLayerNorm, EnsembleLinear, Modules
+from tdlab.models.ensemble import EnsembleLayerNorm, EnsembleLinear, EnsembleModel, Modules
+from tdlab.models.hooks import HookPoint
 from tdlab.models.init import gamma_std
-from tdlab.seeding import Purpose, generators
 
 __all__ = ["GPT", "GPTConfig"]
 
@@ -196,7 +196,7 @@ class Attention(nn.Module):
     R^{d_m x d_k}``, ``W^O in R^{d_k x d_m}``); ``d_h = d_attn / heads``. Input and output ``(E, B, T, d)``.
     """
 
-    def __init__(self, cfg: GPTConfig, E: int, index: int, owner: CachingModule) -> None:
+    def __init__(self, cfg: GPTConfig, E: int, index: int) -> None:
         super().__init__()
         d, da = cfg.d, cfg.attn_width
         self.cfg, self.index = cfg, index
@@ -214,7 +214,8 @@ class Attention(nn.Module):
             dh = da // cfg.heads
             self.rel_k = nn.Parameter(torch.empty(E, cfg.rel_clip + 1, dh))
             self.rel_v = nn.Parameter(torch.empty(E, cfg.rel_clip + 1, dh))
-        self._owner = [owner]  # a list, so the owner is not registered as a submodule
+        self.hook_pattern = HookPoint(f"blocks.{index}.attn.pattern")  # (E, B, H, T, T)
+        self.hook_z = HookPoint()  # (E, B, T, H, d_h): every head's output, before W_O
 
     def _split(self, t: torch.Tensor) -> torch.Tensor:
         E, B, T, d = t.shape
@@ -222,15 +223,11 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         E, B, T, _ = x.shape
-        da = self.cfg.attn_width
-        owner, name = self._owner[0], f"blocks.{self.index}.attn"
         q, k, v = self._split(self.W_Q(x)), self._split(self.W_K(x)), self._split(self.W_V(x))  # (E,B,H,T,dh)
         if not self.cfg.causal:
-            return self._attend_bidirectional(q, k, v, key_mask, owner, name)
+            return self._attend_bidirectional(q, k, v, key_mask)
         if self.rel_k is not None:
-            out = self._attend_kv(q, k, v, owner, name)
-            out = out.permute(0, 1, 3, 2, 4).reshape(E, B, T, da)
-            return self.W_O(out) if self.W_O is not None else out
+            return self._heads_out(self._attend_kv(q, k, v))
         mask = None
         if self.rel_bias is not None:
             n = torch.arange(T, device=x.device)
@@ -238,7 +235,8 @@ class Attention(nn.Module):
             causal = n[None, :] <= n[:, None]
             bias = self.rel_bias[:, :, dist]  # (E, H, T, T)
             mask = bias.masked_fill(~causal, float("-inf")).unsqueeze(1)  # (E, 1, H, T, T)
-        if owner.caching(f"{name}.pattern"):
+        out = None
+        if self.hook_pattern.active:
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
             if mask is None:
                 causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
@@ -246,14 +244,26 @@ class Attention(nn.Module):
             else:
                 scores = scores + mask
             att = scores.softmax(-1)
-            owner.record(f"{name}.pattern", att)  # (E, B, H, T, T)
-            out = att @ v
-        else:
+            out = self._pattern_out(att, v)
+        if out is None:
             flat = lambda t: t.reshape(E * B, *t.shape[2:])  # noqa: E731
             m = None if mask is None else mask.expand(E, B, *mask.shape[2:]).reshape(E * B, *mask.shape[2:])
             out = F.scaled_dot_product_attention(flat(q), flat(k), flat(v), attn_mask=m, is_causal=m is None)
             out = out.reshape(E, B, *out.shape[1:])
-        out = out.permute(0, 1, 3, 2, 4).reshape(E, B, T, da)
+        return self._heads_out(out)
+
+    def _pattern_out(self, att: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+        """``att (E, B, H, T, T)`` through ``hook_pattern``; ``pattern @ v`` when a cache reads it or a hook
+        replaced it (a cached run computes every later activation from the very pattern it stores, as
+        probes have always read them), ``None`` when the fused kernel's output can stand unchanged."""
+        seen = self.hook_pattern(att)
+        return seen @ v if seen is not att or self.hook_pattern.readers else None
+
+    def _heads_out(self, out: torch.Tensor) -> torch.Tensor:
+        """Heads ``(E, B, H, T, d_h)`` -> ``hook_z`` ``(E, B, T, H, d_h)`` -> the sublayer's output ``(E, B, T, d)``."""
+        E, B, _H, T, _dh = out.shape
+        z = self.hook_z(out.permute(0, 1, 3, 2, 4))
+        out = z.reshape(E, B, T, self.cfg.attn_width)
         return self.W_O(out) if self.W_O is not None else out
 
     def _attend_bidirectional(
@@ -262,31 +272,25 @@ class Attention(nn.Module):
         k: torch.Tensor,
         v: torch.Tensor,
         key_mask: torch.Tensor | None,
-        owner: CachingModule,
-        name: str,
     ) -> torch.Tensor:
         """Encoder attention (``causal=False``): ``att_{n,i} ∝ exp(<q_n, k_i>/sqrt(d_h))`` over every key ``i``
         with ``key_mask[e, b, i]`` True (all keys when ``key_mask`` is None). ``q, k, v``: ``(E, B, H, T, dh)``;
         returns the block's attention output ``(E, B, T, d)``."""
         E, B, H, T, dh = q.shape
         keep = None if key_mask is None else key_mask.to(torch.bool)[:, :, None, None, :]  # (E, B, 1, 1, T)
-        if owner.caching(f"{name}.pattern"):
+        out = None
+        if self.hook_pattern.active:
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
             if keep is not None:
                 scores = scores.masked_fill(~keep, float("-inf"))
-            att = scores.softmax(-1)
-            owner.record(f"{name}.pattern", att)  # (E, B, H, T, T)
-            out = att @ v
-        else:
+            out = self._pattern_out(scores.softmax(-1), v)
+        if out is None:
             flat = lambda t: t.reshape(E * B, *t.shape[2:])  # noqa: E731
             m = None if keep is None else keep.reshape(E * B, 1, 1, T)
             out = F.scaled_dot_product_attention(flat(q), flat(k), flat(v), attn_mask=m).reshape(E, B, H, T, dh)
-        out = out.permute(0, 1, 3, 2, 4).reshape(E, B, T, H * dh)
-        return self.W_O(out) if self.W_O is not None else out
+        return self._heads_out(out)
 
-    def _attend_kv(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, owner: CachingModule, name: str
-    ) -> torch.Tensor:
+    def _attend_kv(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Attention with relative key/value embeddings (Shaw et al. 2018), explicit softmax.
 
         ``q, k, v``: ``(E, B, H, T, dh)``. The relative terms are gathered per (n, i) pair:
@@ -299,27 +303,24 @@ class Attention(nn.Module):
         assert self.rel_k is not None and self.rel_v is not None  # the "kv" kind, which has them
         rk, rv = self.rel_k[:, dist], self.rel_v[:, dist]  # (E, T, T, dh)
         scores = (q @ k.transpose(-1, -2) + torch.einsum("ebhnd,enid->ebhni", q, rk)) / math.sqrt(dh)
-        att = scores.masked_fill(~causal, float("-inf")).softmax(-1)  # (E, B, H, T, T)
-        if owner.caching(f"{name}.pattern"):
-            owner.record(f"{name}.pattern", att)
+        att = self.hook_pattern(scores.masked_fill(~causal, float("-inf")).softmax(-1))  # (E, B, H, T, T)
         return att @ v + torch.einsum("ebhni,enid->ebhnd", att, rv)
 
 
 class MLP(nn.Module):
     """``W_2 act(W_1 y)``, ``W_1: d -> d_ff``, ``W_2: d_ff -> d``: ReLU in Sec. 2 and seed 001, GELU in GPT-2."""
 
-    def __init__(self, cfg: GPTConfig, E: int, index: int, owner: CachingModule) -> None:
+    def __init__(self, cfg: GPTConfig, E: int, index: int) -> None:
         super().__init__()
         self.W_1 = EnsembleLinear(E, cfg.d, cfg.ff_width, bias=cfg.bias)
         self.W_2 = EnsembleLinear(E, cfg.ff_width, cfg.d, bias=cfg.bias)
         self.act = F.relu if cfg.act == "relu" else F.gelu
         self.index = index
-        self._owner = [owner]
+        self.hook_pre = HookPoint(f"blocks.{index}.mlp.pre")  # (E, B, T, d_ff)
+        self.hook_post = HookPoint()  # (E, B, T, d_ff), after the non-linearity
 
     def forward(self, y: torch.Tensor) -> torch.Tensor:
-        pre = self.W_1(y)
-        self._owner[0].record(f"blocks.{self.index}.mlp.pre", pre)
-        return self.W_2(self.act(pre))
+        return self.W_2(self.hook_post(self.act(self.hook_pre(self.W_1(y)))))
 
 
 class Block(nn.Module):
@@ -328,36 +329,48 @@ class Block(nn.Module):
     * pre (GPT-2) and none (Sec. 2): ``y = x + Attn(LN_1(x))``, ``x' = y + MLP(LN_2(y))`` (LN = identity for none);
     * post (seed 001 Eq. 18): ``y = LN_1(x + Attn(x))`` (``X^ao``), ``x' = LN_2(MLP(y) + y)`` (``X^do``).
 
-    Without the MLP (``mlp=False``) the block ends at ``y``. ``y`` is recorded as ``blocks.{l}.mid``.
+    Without the MLP (``mlp=False``) the block ends at ``y`` (``hook_resid_mid``, short name ``blocks.{l}.mid``).
+    Hook points, TransformerLens's names, each ``(E, B, T, d)``: ``hook_resid_pre`` (``x``), ``hook_attn_out``
+    (the attention sublayer's output, before the residual sum), ``hook_resid_mid``, ``hook_mlp_out``,
+    ``hook_resid_post`` (``x'``, short name ``blocks.{l}.out``).
     """
 
-    def __init__(self, cfg: GPTConfig, E: int, index: int, owner: CachingModule) -> None:
+    def __init__(self, cfg: GPTConfig, E: int, index: int) -> None:
         super().__init__()
         self.post = cfg.norm_placement == "post"
         norm = cfg.norm_placement != "none"
         self.ln_1 = EnsembleLayerNorm(E, cfg.d) if norm else None
-        self.attn = Attention(cfg, E, index, owner)
+        self.attn = Attention(cfg, E, index)
         self.ln_2 = EnsembleLayerNorm(E, cfg.d) if norm and cfg.mlp else None
-        self.mlp = MLP(cfg, E, index, owner) if cfg.mlp else None
+        self.mlp = MLP(cfg, E, index) if cfg.mlp else None
         self.index = index
-        self._owner = [owner]
+        self.hook_resid_pre = HookPoint("embed" if index == 0 else None)
+        self.hook_attn_out = HookPoint()
+        self.hook_resid_mid = HookPoint(f"blocks.{index}.mid")
+        self.hook_mlp_out = HookPoint() if cfg.mlp else None
+        self.hook_resid_post = HookPoint(f"blocks.{index}.out")
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.hook_resid_pre(x)
         if self.post:
             assert self.ln_1 is not None  # post placement: the block has its LayerNorms
-            y = self.ln_1(x + self.attn(x, key_mask))  # X^ao = LN(X + Attn V W^O)  (Eq. 18)
+            y = self.ln_1(x + self.hook_attn_out(self.attn(x, key_mask)))  # X^ao = LN(X + Attn V W^O)  (Eq. 18)
         else:
-            y = x + self.attn(self.ln_1(x) if self.ln_1 is not None else x, key_mask)  # (Attention) + residual
-        self._owner[0].record(f"blocks.{self.index}.mid", y)
+            a = self.attn(self.ln_1(x) if self.ln_1 is not None else x, key_mask)
+            y = x + self.hook_attn_out(a)  # (Attention) + residual
+        y = self.hook_resid_mid(y)
         if self.mlp is None:
-            return y
+            return self.hook_resid_post(y)
+        assert self.hook_mlp_out is not None  # built with the MLP
         if self.post:
             assert self.ln_2 is not None  # post placement with an MLP: LN_2 exists
-            return self.ln_2(self.mlp(y) + y)  # X^do = LN(MLP(X^ao) + X^ao)  (Eq. 18)
-        return y + self.mlp(self.ln_2(y) if self.ln_2 is not None else y)  # (FF) + residual
+            out = self.ln_2(self.hook_mlp_out(self.mlp(y)) + y)  # X^do = LN(MLP(X^ao) + X^ao)  (Eq. 18)
+        else:
+            out = y + self.hook_mlp_out(self.mlp(self.ln_2(y) if self.ln_2 is not None else y))  # (FF) + residual
+        return self.hook_resid_post(out)
 
 
-class GPT(CachingModule):
+class GPT(EnsembleModel):
     """``E`` independent transformers trained side by side.
 
     Args:
@@ -368,17 +381,22 @@ class GPT(CachingModule):
     ``forward(tokens (E, B, T) int64) -> logits (E, B, T, V)``; ``T <= cfg.max_len``. Encoder options
     (``causal=False``, seed 004's masked-token training): ``key_mask (E, B, T)`` bool hides the keys where it
     is False (padding); ``queries (E, B, Q)`` long returns logits ``(E, B, Q, V)`` at those positions only.
-    Named activations (:meth:`cache`): ``embed``, ``blocks.{l}.attn.pattern`` (E, B, H, T, T),
-    ``blocks.{l}.mlp.pre`` (E, B, T, d_ff; with the MLP only), ``blocks.{l}.mid`` (after the attention
-    sublayer: ``X^ao`` of seed 001 Eq. 18 for post-LN), ``blocks.{l}.out`` and ``final`` (E, B, T, d).
+
+    Hook points (:mod:`tdlab.models.hooks`; TransformerLens's names, short names of :meth:`cache` in
+    brackets): ``hook_embed`` (E, B, T, d: the token embedding, ``x_n e`` or ``wte[x_n]``),
+    ``hook_pos_embed`` (E, B, T, d; absolute positions only), per block ``l`` the points of :class:`Block`
+    (``blocks.{l}.hook_resid_pre`` [``embed`` for l = 0], ``hook_attn_out``, ``hook_resid_mid``
+    [``blocks.{l}.mid``: ``X^ao`` of seed 001 Eq. 18 for post-LN], ``hook_mlp_out``, ``hook_resid_post``
+    [``blocks.{l}.out``]), ``blocks.{l}.attn.hook_pattern`` [``blocks.{l}.attn.pattern``] (E, B, H, T, T),
+    ``blocks.{l}.attn.hook_z`` (E, B, T, H, d_h), ``blocks.{l}.mlp.hook_pre`` [``blocks.{l}.mlp.pre``] and
+    ``hook_post`` (E, B, T, d_ff; with the MLP only), ``hook_final`` [``final``] (E, B, T, d: after ``ln_f``)
+    and ``hook_logits`` (the output).
     """
 
     def __init__(self, cfg: GPTConfig, seeds: list[int]) -> None:
         super().__init__()
-        if not seeds:
-            raise ValueError("an ensemble needs at least one member seed")
-        self.cfg, self.seeds = cfg, list(seeds)
-        E, d = len(seeds), cfg.d
+        E, d = self._set_members(seeds), cfg.d
+        self.cfg = cfg
         # Registration order is the order of the init draws (reset_parameters): new parameters only
         # exist under new options, so the seed-000 models draw exactly as before.
         if cfg.arch == "sec2":
@@ -390,13 +408,13 @@ class GPT(CachingModule):
             self.lm_head = None if cfg.tie_weights else nn.Parameter(torch.empty(E, cfg.vocab, d))
             self.lm_bias = nn.Parameter(torch.empty(E, cfg.vocab)) if cfg.has_head_bias else None
         self.wpe = nn.Parameter(torch.empty(E, cfg.max_len, d)) if cfg.positions in ("absolute", "both") else None
-        self.blocks: Modules[Block] = Modules(Block(cfg, E, i, self) for i in range(cfg.layers))
+        self.blocks: Modules[Block] = Modules(Block(cfg, E, i) for i in range(cfg.layers))
         self.ln_f = EnsembleLayerNorm(E, d) if cfg.has_final_norm else None
+        self.hook_embed = HookPoint()
+        self.hook_pos_embed = HookPoint() if self.wpe is not None else None
+        self.hook_final = HookPoint("final")
+        self.hook_logits = HookPoint()
         self.reset_parameters()
-
-    @property
-    def members(self) -> int:
-        return len(self.seeds)
 
     # ------------------------------------------------------------------------------------------
     def reset_parameters(self) -> None:
@@ -413,7 +431,7 @@ class GPT(CachingModule):
         ``Purpose.INIT`` generator, so member ``e`` equals the model built from ``seeds[e]`` alone.
         """
         cfg = self.cfg
-        gens = generators(self.seeds, Purpose.INIT)
+        gens = self.member_generators()
         with torch.no_grad():
             for name, prm in self.named_parameters():
                 if ".ln_" in f".{name}" or name.startswith("ln_f"):
@@ -471,8 +489,7 @@ class GPT(CachingModule):
             raise ValueError("key_mask is an encoder option: set causal=False")
         if queries is not None and self.cfg.arch == "sec2":
             raise ValueError("queries need the token-table head of arch 'gpt2'")
-        if self.members != E:
-            raise ValueError(f"tokens have {E} members, the model has {self.members}")
+        self.check_members(E)
         if self.cfg.max_len < T:
             raise ValueError(f"sequence length {T} exceeds max_len={self.cfg.max_len}")
         if self.cfg.arch == "sec2":
@@ -480,15 +497,23 @@ class GPT(CachingModule):
         else:
             x = torch.gather(self.wte, 1, tokens.reshape(E, B * T, 1).expand(E, B * T, self.cfg.d))
             x = x.reshape(E, B, T, self.cfg.d)  # wte[x_n]
+        x = self.hook_embed(x)
         if self.wpe is not None:
-            x = x + self.wpe[:, None, :T, :]  # + p_n
-        self.record("embed", x)
-        for i, blk in enumerate(self.blocks):
+            assert self.hook_pos_embed is not None  # built with wpe
+            pos = self.wpe[:, None, :T, :]
+            if self.hook_pos_embed.active:  # the hooks see one copy per input, as TransformerLens's
+                pos = self.hook_pos_embed(pos.expand(E, B, T, self.cfg.d))
+            x = x + pos  # + p_n
+        for blk in self.blocks:
             x = blk(x, key_mask)
-            self.record(f"blocks.{i}.out", x)
         if self.ln_f is not None:
             x = self.ln_f(x)
-        self.record("final", x)
+        x = self.hook_final(x)
+        return self.hook_logits(self._head(x, queries))
+
+    def _head(self, x: torch.Tensor, queries: torch.Tensor | None) -> torch.Tensor:
+        """The output layer: ``x (E, B, T, d)`` -> logits ``(E, B, T, V)`` (``(E, B, Q, V)`` with ``queries``)."""
+        E, B, T, _ = x.shape
         if self.cfg.arch == "sec2":
             a = self.e if self.a is None else self.a  # a = e under weight tying
             logit = torch.einsum("ebtd,ed->ebt", x, a)  # (Linear)
@@ -501,7 +526,3 @@ class GPT(CachingModule):
             T = queries.shape[-1]
         logits = torch.bmm(x.reshape(E, B * T, -1), head.transpose(1, 2)).reshape(E, B, T, -1)
         return logits if self.lm_bias is None else logits + self.lm_bias[:, None, None, :]
-
-    def member_state(self, e: int) -> dict[str, torch.Tensor]:
-        """Parameters of member ``e`` (without the member axis), e.g. for saving or probes."""
-        return {k: v[e].detach().clone() for k, v in self.state_dict().items()}

@@ -62,6 +62,8 @@ import torch
 
 from tdlab.config import ConfigError, echo, one_line
 from tdlab.machine import GB, machine_bytes
+from tdlab.models.ensemble import EnsembleModel
+from tdlab.models.hooks import HookPoint
 from tdlab.safeio import path_kind
 
 __all__ = [
@@ -421,7 +423,49 @@ def _loading(path: str | Path) -> Iterator[None]:
         ) from None
 
 
-class HFEncoder:
+HOOKED_ATTENTION = "tdlab_hooked"  # the attention implementation HFEncoder.forward registers and runs under
+_RUNNING: list[HFEncoder] = []  # the encoders whose forward pass is running (innermost last)
+
+
+def _hooked_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **_: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' eager attention (the same operations: every supported architecture's equals it bit for
+    bit, tested), with the pattern and the heads' output through the running encoder's next layer's points.
+    ``query, key, value``: ``(B, H, T, d_h)``; returns ``((B, T, H, d_h), pattern (B, H, T, T))``."""
+    points = _RUNNING[-1].next_layer()
+    scores = torch.matmul(query, key.transpose(2, 3)) * (query.size(-1) ** -0.5 if scaling is None else scaling)
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    att = points.hook_pattern(torch.softmax(scores, dim=-1).unsqueeze(0)).squeeze(0)
+    att = torch.nn.functional.dropout(att, p=dropout, training=module.training)
+    z = points.hook_z(torch.matmul(att, value).transpose(1, 2).unsqueeze(0)).squeeze(0)
+    return z.contiguous(), att
+
+
+class _AttentionPoints(torch.nn.Module):
+    """One layer's attention hook points (no parameters): ``hook_pattern``, ``hook_z``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_pattern = HookPoint()  # (1, B, H, T, T)
+        self.hook_z = HookPoint()  # (1, B, T, H, d_h): the heads' output, before the output projection
+
+
+class _LayerPoints(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = _AttentionPoints()
+
+
+class HFEncoder(EnsembleModel):
     """A local checkpoint's input embeddings and attentions, per corpus word (module docstring).
 
     Args:
@@ -430,7 +474,15 @@ class HFEncoder:
             :meth:`window_attention` (ids outside ``[offset, offset + n)`` are the tokenizer's unknown token).
         offset: the caller's special tokens below the words.
         random_init: the same architecture with fresh weights (the control) instead of the checkpoint's.
-        seed: the fresh weights' seed.
+        seed: the fresh weights' seed (the one member's: ``seeds == [seed]``).
+
+    A one-member ensemble with hook points: ``forward(ids (1, B, T) long) -> (1, B, T, d)``, the encoder's last
+    hidden state, runs the model under :data:`HOOKED_ATTENTION` (transformers' eager attention, every layer's
+    pattern and heads' output through hook points): ``hook_embed`` ``(1, B, T, d_table)`` (the token table's
+    rows), ``blocks.{l}.attn.hook_pattern`` ``(1, B, H, T, T)``, ``blocks.{l}.attn.hook_z`` ``(1, B, T, H, d_h)``,
+    ``hook_final`` ``(1, B, T, d)``. :meth:`window_attention` reads the model as it always has (eager,
+    ``output_attentions``).
+
     Raises:
         ConfigError: transformers missing, the folder missing, an architecture outside :data:`READERS`, a
             tokenizer without the special tokens its architecture's windows need, or not a loadable model +
@@ -440,6 +492,8 @@ class HFEncoder:
     def __init__(
         self, path: str | Path, vocab: list[str], offset: int = 0, random_init: bool = False, seed: int = 0
     ) -> None:
+        super().__init__()
+        self._set_members([seed])
         tf = transformers_module()
         p = check_checkpoint(path, weights=not random_init)
         # Never code from the folder (trust_remote_code=False: no custom classes, no prompt offering them).
@@ -475,6 +529,40 @@ class HFEncoder:
         self.piece = np.array([p[0] if ok else -1 for p, ok in zip(self.pieces, single, strict=True)], dtype=np.int64)
         self.excluded = frozenset(np.flatnonzero(~single).tolist())  # corpus ids in no pair
         self.skipped = int((~single).sum())
+        layers = int(getattr(config, "encoder_layers", None) or config.num_hidden_layers)  # BART: its encoder's
+        self.blocks = torch.nn.ModuleList(_LayerPoints() for _ in range(layers))
+        self.hook_embed = HookPoint()
+        self.hook_final = HookPoint()
+        self._layer = 0
+
+    def next_layer(self) -> _AttentionPoints:
+        """The attention points of the layer whose attention runs next (layers run in order, once each)."""
+        block = self.blocks[self._layer]
+        self._layer += 1
+        assert isinstance(block, _LayerPoints)
+        return block.attn
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """``ids (1, B, T)`` model ids -> the encoder's last hidden state ``(1, B, T, d)`` (module docstring)."""
+        self.check_members(ids.shape[0], "ids")
+        tf = transformers_module()
+        tf.AttentionInterface.register(HOOKED_ATTENTION, _hooked_attention)
+        encoder = self.model.get_encoder() if self.reader.name == "BART" else self.model
+
+        def embed(_module: torch.nn.Module, _args: Any, out: torch.Tensor) -> torch.Tensor:
+            return self.hook_embed(out.unsqueeze(0)).squeeze(0)
+
+        handle = self.reader.embedding(self.model).register_forward_hook(embed)
+        self.model.set_attn_implementation(HOOKED_ATTENTION)
+        _RUNNING.append(self)
+        self._layer = 0
+        try:
+            hidden = encoder(input_ids=ids[0]).last_hidden_state
+        finally:
+            _RUNNING.pop()
+            self.model.set_attn_implementation("eager")
+            handle.remove()
+        return self.hook_final(hidden.unsqueeze(0))
 
     def _token_id(self, path: str | Path, attr: str) -> int:
         """The id of the tokenizer's special token ``attr`` (``cls_token``, ``bos_token``, ...)."""
@@ -486,9 +574,11 @@ class HFEncoder:
             )
         return int(i)
 
-    @property
-    def members(self) -> int:
-        return 1
+    def member_state(self, e: int) -> dict[str, torch.Tensor]:
+        """The wrapped model's parameters and buffers (member 0, the only one; they carry no member axis)."""
+        if e != 0:
+            raise IndexError(f"member {e} of a one-member ensemble")
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
     def describe(self) -> dict[str, Any]:
         """What is read, for the report: the architecture, the embedding matrix and its shape."""

@@ -25,7 +25,10 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor, nn
 
-__all__ = ["LCA", "LSA", "c1_readout_weights", "lsa_readout", "per_prompt_reference"]
+from tdlab.models.ensemble import EnsembleModel
+from tdlab.models.hooks import HookPoint
+
+__all__ = ["LCA", "LSA", "ReadoutPoints", "c1_readout_weights", "lsa_readout", "per_prompt_reference"]
 
 Parametrization = Literal["one", "two", "untied", "diagonal", "full"]
 
@@ -41,12 +44,24 @@ def c1_readout_weights(d: int, dtype: torch.dtype = torch.float32) -> tuple[Tens
     return w_pv, w_kq
 
 
-def lsa_readout(F: Tensor, y: Tensor, x_query: Tensor, w_pv: Tensor, w_kq: Tensor) -> Tensor:
+class ReadoutPoints(nn.Module):
+    """Hook points of the LSA readout (no parameters): ``hook_scores``, the context tokens' attention scores
+    ``E_F^T k`` (E, N, L), and ``hook_values``, their values (E, N, L) (the query token's terms are not hooked)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_scores = HookPoint()
+        self.hook_values = HookPoint()
+
+
+def lsa_readout(
+    F: Tensor, y: Tensor, x_query: Tensor, w_pv: Tensor, w_kq: Tensor, points: ReadoutPoints | None = None
+) -> Tensor:
     """Bottom-right entry of ``LSA(E_F)`` (Eq. 4.2 on ``E_X``; Eq. 5.5 on ``E_F``), without forming E.
 
     Args:
         F: (E, N, L, d) context embedding (``X`` for the plain LSA of Sec. 4); y: (E, N, L);
-        x_query: (E, N, d); w_pv, w_kq: (E, d+1, d+1).
+        x_query: (E, N, d); w_pv, w_kq: (E, d+1, d+1); points: a model's readout hook points.
 
     Returns:
         (E, N) predictions ``e_{d+1}^T W^PV E_F (E_F^T W^KQ E_F / L) e_{L+1}``.
@@ -61,6 +76,8 @@ def lsa_readout(F: Tensor, y: Tensor, x_query: Tensor, w_pv: Tensor, w_kq: Tenso
     p = w_pv[:, None, d, :]  # (E, 1, d+1)
     v_ctx = torch.einsum("enld,ed->enl", F, p[:, 0, :d]) + y * p[..., d:]
     v_q = (x_query * p[..., :d]).sum(-1)
+    if points is not None:
+        s_ctx, v_ctx = points.hook_scores(s_ctx), points.hook_values(v_ctx)
     return ((v_ctx * s_ctx).sum(-1) + v_q * s_q) / L
 
 
@@ -73,12 +90,6 @@ def _with_member_axis(X: Tensor, y: Tensor, x_query: Tensor, E: int) -> tuple[Te
     if X.shape[0] not in (1, E):
         raise ValueError(f"data has {X.shape[0]} members, model has {E}")
     return X.expand(E, *X.shape[1:]), y.expand(E, *y.shape[1:]), x_query.expand(E, *x_query.shape[1:])
-
-
-def _member_generators(seeds: Sequence[int]) -> list[torch.Generator]:
-    if len(seeds) == 0:
-        raise ValueError("need at least one seed (one per ensemble member)")
-    return [torch.Generator().manual_seed(int(s)) for s in seeds]
 
 
 def _right_apply(w: Tensor, z: Tensor) -> Tensor:
@@ -103,7 +114,7 @@ def _layer_norm(z: Tensor) -> Tensor:
     return nnf.layer_norm(z, z.shape[-1:], eps=LN_EPS)
 
 
-class LSA(nn.Module):
+class LSA(EnsembleModel):
     """Single-layer linear self-attention read out at (d+1, L+1): Sec. 4, Eq. (4.2).
 
     Parameters ``W_PV``, ``W_KQ``: (E, d+1, d+1), initialised at the App. C.1 matrices plus
@@ -113,6 +124,8 @@ class LSA(nn.Module):
     Args:
         d: covariate dimension. seeds: one seed per member (E = len(seeds)).
         sigma_init: std of the Gaussian perturbation of the C.1 initialisation.
+
+    Hook points: ``readout.hook_scores``, ``readout.hook_values`` (:class:`ReadoutPoints`), ``hook_out`` (E, N).
     """
 
     def __init__(
@@ -125,25 +138,33 @@ class LSA(nn.Module):
         device: str | torch.device | None = None,
     ):
         super().__init__()
+        self._set_members(seeds)
         self.d = d
         base = c1_readout_weights(d, torch.float32)
-        noise = [[torch.randn(d + 1, d + 1, generator=g) for _ in base] for g in _member_generators(seeds)]
+        noise = [[torch.randn(d + 1, d + 1, generator=g) for _ in base] for g in self.member_generators(None)]
         self.W_PV, self.W_KQ = (
             nn.Parameter(torch.stack([b + sigma_init * n[k] for n in noise]).to(device=device, dtype=dtype))
             for k, b in enumerate(base)
         )
-
-    @property
-    def n_members(self) -> int:
-        return self.W_PV.shape[0]
+        self.readout = ReadoutPoints()
+        self.hook_out = HookPoint()
 
     def forward(self, X: Tensor, y: Tensor, x_query: Tensor) -> Tensor:
         """X (E, N, L, d), y (E, N, L), x_query (E, N, d) -> predictions (E, N)."""
         X, y, x_query = _with_member_axis(X, y, x_query, self.n_members)
-        return lsa_readout(X, y, x_query, self.W_PV, self.W_KQ)
+        return self.hook_out(lsa_readout(X, y, x_query, self.W_PV, self.W_KQ, self.readout))
 
 
-class LCA(nn.Module):
+class _LayerPoints(nn.Module):
+    """One LCA layer's hook points (no parameters): ``hook_attn_out``, ``hook_resid_post``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_attn_out = HookPoint()
+        self.hook_resid_post = HookPoint()
+
+
+class LCA(EnsembleModel):
     """Depth-T linearised cross-attention stack LCA_T followed by an LSA readout: Eqs. (5.1)-(5.5).
 
     Recurrence (Eq. 5.2), ``F_0 = 0``, for t = 1..T, in the paper's column layout::
@@ -186,6 +207,11 @@ class LCA(nn.Module):
             ``"learned"`` makes them parameters (E, d+1, d+1) initialised there.
         f0: initial state, ``"zeros"`` (``F_0 = 0``, Eq. 5.2) or ``"x"`` (``F_0 = X``; not in the
             paper, offered because the no-injection ablation is degenerate from ``F_0 = 0``).
+
+    Hook points, on the state the recurrence runs on (``F_t`` (E, N, L, d), or, for cross-attention without
+    LayerNorm, its coefficients ``P_t`` (E, N, d, d) with ``F_t = X P_t``, see :meth:`forward`): per layer
+    ``blocks.{t}.hook_attn_out`` (``A_t``) and ``blocks.{t}.hook_resid_post`` (``F_{t+1}``); then ``hook_final``
+    ``F_T`` (E, N, L, d), the readout's ``readout.hook_scores`` / ``readout.hook_values`` and ``hook_out`` (E, N).
     """
 
     # Set in __init__ (by name, per ``param``): declared here so that they read as what they are, not as
@@ -214,6 +240,7 @@ class LCA(nn.Module):
         device: str | torch.device | None = None,
     ):
         super().__init__()
+        E = self._set_members(seeds)
         if param not in ("one", "two", "untied", "diagonal", "full"):
             raise ValueError(f"unknown param {param!r}")
         if attention not in ("cross", "self") or readout not in ("frozen", "learned") or f0 not in ("zeros", "x"):
@@ -231,7 +258,7 @@ class LCA(nn.Module):
         def centre(v: float) -> Tensor:
             return v * torch.eye(d).expand(shape) if param == "full" else torch.full(shape, v)
 
-        gens = _member_generators(seeds)
+        gens = self.member_generators(None)
         names = ("alpha",) if param == "one" else ("alpha", "beta")
         draws = [[torch.randn(shape, generator=g) for _ in names] for g in gens]  # per member, in order
         for k, (name, v0) in enumerate(zip(names, (alpha0, beta0), strict=False)):
@@ -244,10 +271,11 @@ class LCA(nn.Module):
         else:
             self.register_buffer("W_PV", w_pv.clone(), persistent=False)
             self.register_buffer("W_KQ", w_kq.clone(), persistent=False)
-
-    @property
-    def n_members(self) -> int:
-        return self.alpha.shape[0]
+        self.blocks = nn.ModuleList(_LayerPoints() for _ in range(depth))
+        self.hook_final = HookPoint()
+        self.readout = ReadoutPoints()
+        self.hook_out = HookPoint()
+        assert self.alpha.shape[0] == E
 
     def layer_weights(self, t: int) -> tuple[Tensor, Tensor]:
         """``(W^S_t, W^V_t)`` of layer t (0-based) for all members: each (E,), (E, d) or (E, d, d)."""
@@ -299,12 +327,15 @@ class LCA(nn.Module):
             else:
                 # deep LSA (Eq. G.2): V = W^V F, K = Q = F: A = W^V F F^T F / L
                 A = _right_apply(w_v, Q @ (Q.transpose(-1, -2) @ Q / L))
-            state = state + A  # skip connection of Eq. (5.2)
+            points = self.blocks[t]
+            assert isinstance(points, _LayerPoints)
+            state = state + points.hook_attn_out(A)  # skip connection of Eq. (5.2)
             if self.injection:
                 state = state + _right_apply(w_s, basis)  # S_{t-1} = W^S X, re-injection of the raw covariates
+            state = points.hook_resid_post(state)
             states.append(state)
-        F = X @ state if on_coefficients else state
-        y_hat = lsa_readout(F, y, x_query, self.W_PV, self.W_KQ)  # Eq. (5.5)
+        F = self.hook_final(X @ state if on_coefficients else state)
+        y_hat = self.hook_out(lsa_readout(F, y, x_query, self.W_PV, self.W_KQ, self.readout))  # Eq. (5.5)
         if return_intermediates:
             return y_hat, {"F": [X @ P for P in states] if on_coefficients else states}
         return y_hat

@@ -62,8 +62,8 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from tdlab.config import Config
-from tdlab.models.ensemble import CachingModule, EnsembleLayerNorm, EnsembleLinear, Modules
-from tdlab.seeding import Purpose, generators
+from tdlab.models.ensemble import EnsembleLayerNorm, EnsembleLinear, EnsembleModel, Modules
+from tdlab.models.hooks import HookPoint
 
 __all__ = [
     "TOKENS_PER_MODALITY",
@@ -217,7 +217,9 @@ class EnsembleMHA(nn.Module):
     layout: ``W_q, W_k, W_v`` (E, d, d) with biases (the stacked in-projection), ``W_o`` (E, d, d) with bias.
 
     ``forward(q (E, B, Lq, d), kv (E, B, Lk, d)) -> (E, B, Lq, d)``; dropout ``p`` on the attention
-    weights in training. Named activation (when cached): ``pattern`` ``(E, B, heads, Lq, Lk)``.
+    weights in training. Hook points: ``hook_kv`` (the keys' and values' input, ``(E, B, Lk, d)``),
+    ``hook_pattern`` ``(E, B, heads, Lq, Lk)`` (built only while hooked; the fused kernel's output stands
+    unless a hook replaces it), ``hook_out`` ``(E, B, Lq, d)``. Short names: ``{name}.kv``, ``{name}.pattern``.
     """
 
     def __init__(self, members: int, d: int, heads: int, dropout: float, name: str = "attn") -> None:
@@ -227,6 +229,9 @@ class EnsembleMHA(nn.Module):
         self.W_k = EnsembleLinear(members, d, d, bias=True)
         self.W_v = EnsembleLinear(members, d, d, bias=True)
         self.W_o = EnsembleLinear(members, d, d, bias=True)
+        self.hook_kv = HookPoint(f"{name}.kv")
+        self.hook_pattern = HookPoint(f"{name}.pattern")
+        self.hook_out = HookPoint()
 
     def reset_parameters(self, gens: Sequence[torch.Generator]) -> None:
         d = self.W_q.weight.shape[-1]
@@ -239,19 +244,25 @@ class EnsembleMHA(nn.Module):
         assert self.W_o.bias is not None
         nn.init.zeros_(self.W_o.bias)
 
-    def forward(self, q_in: torch.Tensor, kv_in: torch.Tensor, recorder: CachingModule | None = None) -> torch.Tensor:
+    def forward(self, q_in: torch.Tensor, kv_in: torch.Tensor) -> torch.Tensor:
         E, B, Lq, d = q_in.shape
         H = self.heads
+        kv_in = self.hook_kv(kv_in)
 
         def split(t: torch.Tensor) -> torch.Tensor:  # (E, B, L, d) -> (E, B, H, L, d/H)
             return t.reshape(E, B, t.shape[2], H, d // H).transpose(2, 3)
 
         q, k, v = split(self.W_q(q_in)), split(self.W_k(kv_in)), split(self.W_v(kv_in))
         p = self.p if self.training else 0.0
-        if recorder is not None and recorder.caching(f"{self.name}.pattern"):
-            recorder.record(f"{self.name}.pattern", torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d // H), -1))
-        o = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
-        return self.W_o(o.transpose(2, 3).reshape(E, B, Lq, d))
+        o = None
+        if self.hook_pattern.active:
+            att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d // H), -1)
+            seen = self.hook_pattern(att)
+            if seen is not att:  # a replaced pattern carries on; an observed one leaves the kernel's output
+                o = F.dropout(seen, p) @ v
+        if o is None:
+            o = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+        return self.hook_out(self.W_o(o.transpose(2, 3).reshape(E, B, Lq, d)))
 
 
 class EnsembleFFN(nn.Module):
@@ -286,31 +297,16 @@ class ClassifierHead(nn.Module):
         return self.mlp(self.ln(h))
 
 
-class _Ensemble(CachingModule):
-    """Seeds, input checks and per-member state shared by both architectures."""
+class _Ensemble(EnsembleModel):
+    """The input checks shared by both architectures."""
 
     cfg: _Common  # set by each architecture's __init__ (its own config class)
-
-    def _setup(self, seeds: Sequence[int]) -> int:
-        if not seeds:
-            raise ValueError("an ensemble needs at least one member seed")
-        self.seeds = list(seeds)
-        return len(self.seeds)
-
-    @property
-    def members(self) -> int:
-        return len(self.seeds)
 
     def _check(self, x: torch.Tensor) -> None:
         s = self.cfg.image_size
         if x.dim() != 5 or x.shape[2] != 2 or x.shape[3:] != (s, s):
             raise ValueError(f"inputs must be (E, B, 2, {s}, {s}) (image, spectrogram), got {tuple(x.shape)}")
-        if x.shape[0] != self.members:
-            raise ValueError(f"inputs have {x.shape[0]} members, the model has {self.members}")
-
-    def member_state(self, e: int) -> dict[str, torch.Tensor]:
-        """Parameters of member ``e`` (without the member axis)."""
-        return {k: v[e].detach().clone() for k, v in self.state_dict().items()}
+        self.check_members(x.shape[0], "inputs")
 
 
 class _CALayer(nn.Module):
@@ -327,6 +323,9 @@ class _CALayer(nn.Module):
         self.inj = EnsembleLinear(members, d, d, bias=True) if cfg.inject else None  # W^S, b^S
         self.ln_ffn = EnsembleLayerNorm(members, d)
         self.ffn = EnsembleFFN(members, d, cfg.d_h, cfg.dropout)
+        self.hook_gate = HookPoint(f"blocks.{t}.gate") if cfg.inject else None  # G (E, B, 33, d)
+        self.hook_inject = HookPoint(f"blocks.{t}.S") if cfg.inject else None  # S (E, B, 33, d)
+        self.hook_resid_post = HookPoint(f"blocks.{t}.F")  # F_t (E, B, 33, d)
 
     def reset_parameters(self, gens: Sequence[torch.Generator]) -> None:
         self.attn.reset_parameters(gens)
@@ -336,27 +335,24 @@ class _CALayer(nn.Module):
             _linear_init_(self.inj, gens)
         self.ffn.reset_parameters(gens)
 
-    def forward(self, Fp: torch.Tensor, X: torch.Tensor, rec: CachingModule) -> torch.Tensor:
-        t = self.t
+    def forward(self, Fp: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
         f = self.ln_f(Fp)
         if self.cross:
             assert self.ln_x is not None  # built when cross
             kv = self.ln_x(X)  # cross: keys/values are LN(X)
         else:
             kv = f  # else LN(F_{t-1}) itself
-        rec.record(f"blocks.{t}.attn.kv", kv)
-        A = self.attn(f, kv, rec)  # A_{t-1}
+        A = self.attn(f, kv)  # A_{t-1}
         Ft = Fp + A  # F̃_t
         if self.inject:
             assert self.gate is not None and self.inj is not None  # built when inject
-            G = torch.sigmoid(self.gate(Ft))  # G_{t-1}(F̃_t)
-            S = G * self.inj(X)  # S_{t-1} = G ⊙ (X W^Sᵀ + b^S)
-            rec.record(f"blocks.{t}.gate", G)
-            rec.record(f"blocks.{t}.S", S)
+            assert self.hook_gate is not None and self.hook_inject is not None
+            G = self.hook_gate(torch.sigmoid(self.gate(Ft)))  # G_{t-1}(F̃_t)
+            S = self.hook_inject(G * self.inj(X))  # S_{t-1} = G ⊙ (X W^Sᵀ + b^S)
             Fb = Ft + S  # F̄_t
         else:
             Fb = Ft  # S ≡ 0
-        return Fb + self.ffn(self.ln_ffn(Fb))  # F_t
+        return self.hook_resid_post(Fb + self.ffn(self.ln_ffn(Fb)))  # F_t
 
 
 class MultimodalCA(_Ensemble):
@@ -365,15 +361,19 @@ class MultimodalCA(_Ensemble):
     Args:
         cfg: architecture; seeds: one per member (member ``e`` equals ``MultimodalCA(cfg, [seeds[e]])``).
 
-    ``forward(x (E, B, 2, 28, 28)) -> logits (E, B, classes)``. Named activations: ``tokens.X``
-    ``(E, B, 33, d)``, ``blocks.{t}.F`` (F_{t+1}; ``blocks.-1.F`` is F_0), ``blocks.{t}.attn.kv``,
-    ``blocks.{t}.attn.pattern``, ``blocks.{t}.gate``, ``blocks.{t}.S`` (t = 0..T-1), ``cls``.
+    ``forward(x (E, B, 2, 28, 28)) -> logits (E, B, classes)``. Hook points (short names in brackets), every
+    one ``(E, B, 33, d)`` but the pattern, ``cls`` and the logits: ``hook_tokens`` [``tokens.X``], ``hook_f0``
+    [``blocks.-1.F``: F_0], per layer ``t = 0..T-1`` ``blocks.{t}.attn.hook_kv`` [``blocks.{t}.attn.kv``],
+    ``blocks.{t}.attn.hook_pattern`` [``blocks.{t}.attn.pattern``] ``(E, B, heads, 33, 33)``,
+    ``blocks.{t}.attn.hook_out`` (A_t), ``blocks.{t}.hook_gate`` [``blocks.{t}.gate``], ``blocks.{t}.hook_inject``
+    [``blocks.{t}.S``] (with injection), ``blocks.{t}.hook_resid_post`` [``blocks.{t}.F``: F_{t+1}];
+    ``hook_cls`` [``cls``] ``(E, B, d)``, ``hook_logits`` ``(E, B, classes)``.
     """
 
     def __init__(self, cfg: MultimodalCAConfig, seeds: Sequence[int]) -> None:
         super().__init__()
         self.cfg = cfg
-        E = self._setup(seeds)
+        E = self._set_members(seeds)
         d, n = cfg.d, TOKENS_PER_MODALITY
         self.encoder = DualConvEncoder(E, cfg)
         self.pos_image = nn.Parameter(torch.empty(E, n, d))  # P_I
@@ -384,11 +384,15 @@ class MultimodalCA(_Ensemble):
         self.W_0 = EnsembleLinear(E, d, d, bias=True)
         self.blocks: Modules[_CALayer] = Modules([_CALayer(E, cfg, t) for t in range(cfg.layers)])
         self.head = ClassifierHead(E, d, cfg.head_hidden or d, cfg.classes, cfg.dropout)
+        self.hook_tokens = HookPoint("tokens.X")
+        self.hook_f0 = HookPoint("blocks.-1.F")
+        self.hook_cls = HookPoint("cls")
+        self.hook_logits = HookPoint()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Every member from its own INIT stream, in a fixed order (see the module docstring)."""
-        gens = generators(self.seeds, Purpose.INIT)
+        gens = self.member_generators()
         self.encoder.reset_parameters(gens)
         for p in (self.pos_image, self.pos_audio, self.mod_image, self.mod_audio, self.cls):
             _normal_(p, 0.02, gens)
@@ -408,16 +412,12 @@ class MultimodalCA(_Ensemble):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check(x)
-        X = self.tokens(x)
-        self.record("tokens.X", X)
-        Fs = self.W_0(X)  # F_0 = X W_0ᵀ + b_0
-        self.record("blocks.-1.F", Fs)
+        X = self.hook_tokens(self.tokens(x))
+        Fs = self.hook_f0(self.W_0(X))  # F_0 = X W_0ᵀ + b_0
         for blk in self.blocks:
-            Fs = blk(Fs, X, self)
-            self.record(f"blocks.{blk.t}.F", Fs)
-        h = Fs[:, :, 0]  # F_T[CLS]
-        self.record("cls", h)
-        return self.head(h)
+            Fs = blk(Fs, X)
+        h = self.hook_cls(Fs[:, :, 0])  # F_T[CLS]
+        return self.hook_logits(self.head(h))
 
 
 class _BiLayer(nn.Module):
@@ -433,39 +433,47 @@ class _BiLayer(nn.Module):
         self.ln_fu, self.ln_fv = EnsembleLayerNorm(members, d), EnsembleLayerNorm(members, d)
         self.ffn_i = EnsembleFFN(members, d, cfg.d_h, cfg.dropout)
         self.ffn_a = EnsembleFFN(members, d, cfg.d_h, cfg.dropout)
+        self.hook_resid_image = HookPoint(f"blocks.{t}.U")  # U_{t+1} (E, B, 16, d)
+        self.hook_resid_audio = HookPoint(f"blocks.{t}.V")  # V_{t+1}
 
     def reset_parameters(self, gens: Sequence[torch.Generator]) -> None:
         for m in (self.attn_i, self.attn_a, self.ffn_i, self.ffn_a):
             m.reset_parameters(gens)
 
-    def forward(self, U: torch.Tensor, V: torch.Tensor, rec: CachingModule) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, U: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         u, v = self.ln_u(U), self.ln_v(V)
-        Ut = U + self.attn_i(u, v, rec)  # Ũ_t: image queries, audio keys/values
-        Vt = V + self.attn_a(v, u, rec)  # Ṽ_t: audio queries, image keys/values (both from layer t-1)
-        return Ut + self.ffn_i(self.ln_fu(Ut)), Vt + self.ffn_a(self.ln_fv(Vt))
+        Ut = U + self.attn_i(u, v)  # Ũ_t: image queries, audio keys/values
+        Vt = V + self.attn_a(v, u)  # Ṽ_t: audio queries, image keys/values (both from layer t-1)
+        U_next = self.hook_resid_image(Ut + self.ffn_i(self.ln_fu(Ut)))
+        return U_next, self.hook_resid_audio(Vt + self.ffn_a(self.ln_fv(Vt)))
 
 
 class BidirectionalCA(_Ensemble):
     """``E`` independent bidirectional cross-attention transformers (I.2 encoders + I.4).
 
-    ``forward(x (E, B, 2, 28, 28)) -> logits (E, B, classes)``. Named activations: ``blocks.{t}.U``,
-    ``blocks.{t}.V`` ``(E, B, 16, d)``, ``blocks.{t}.attn_image.pattern``, ``pooled`` ``(E, B, 2d)``.
+    ``forward(x (E, B, 2, 28, 28)) -> logits (E, B, classes)``. Hook points (short names in brackets):
+    ``blocks.{t}.hook_resid_image`` [``blocks.{t}.U``], ``blocks.{t}.hook_resid_audio`` [``blocks.{t}.V``]
+    ``(E, B, 16, d)``, the points of :class:`EnsembleMHA` under ``blocks.{t}.attn_i`` (image queries; short
+    names ``blocks.{t}.attn_image.*``) and ``blocks.{t}.attn_a`` (pattern ``(E, B, heads, 16, 16)``), ``hook_pooled`` [``pooled``] ``(E, B, 2d)``,
+    ``hook_logits`` ``(E, B, classes)``.
     """
 
     def __init__(self, cfg: BiCAConfig, seeds: Sequence[int]) -> None:
         super().__init__()
         self.cfg = cfg
-        E = self._setup(seeds)
+        E = self._set_members(seeds)
         d, n = cfg.d, TOKENS_PER_MODALITY
         self.encoder = DualConvEncoder(E, cfg)
         self.pos_image = nn.Parameter(torch.empty(E, n, d))  # P_I
         self.pos_audio = nn.Parameter(torch.empty(E, n, d))  # P_A
         self.blocks: Modules[_BiLayer] = Modules([_BiLayer(E, cfg, t) for t in range(cfg.layers)])
         self.head = ClassifierHead(E, 2 * d, cfg.head_hidden or 2 * d, cfg.classes, cfg.dropout)
+        self.hook_pooled = HookPoint("pooled")
+        self.hook_logits = HookPoint()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        gens = generators(self.seeds, Purpose.INIT)
+        gens = self.member_generators()
         self.encoder.reset_parameters(gens)
         for p in (self.pos_image, self.pos_audio):
             _normal_(p, 0.02, gens)
@@ -479,12 +487,9 @@ class BidirectionalCA(_Ensemble):
         U = phi[:, :, 0] + self.pos_image.unsqueeze(1)  # U_0 = Φ_I(I) + P_I
         V = phi[:, :, 1] + self.pos_audio.unsqueeze(1)  # V_0 = Φ_A(A) + P_A
         for blk in self.blocks:
-            U, V = blk(U, V, self)
-            self.record(f"blocks.{blk.t}.U", U)
-            self.record(f"blocks.{blk.t}.V", V)
-        h = torch.cat([U.mean(2), V.mean(2)], dim=-1)  # concat of the mean-pooled streams
-        self.record("pooled", h)
-        return self.head(h)
+            U, V = blk(U, V)
+        h = self.hook_pooled(torch.cat([U.mean(2), V.mean(2)], dim=-1))  # concat of the mean-pooled streams
+        return self.hook_logits(self.head(h))
 
 
 def parameter_count(model: _Ensemble) -> int:

@@ -55,8 +55,8 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from tdlab.config import Config
-from tdlab.models.ensemble import CachingModule, EnsembleLinear, Modules
-from tdlab.seeding import Purpose, generators
+from tdlab.models.ensemble import EnsembleLinear, EnsembleModel, Modules
+from tdlab.models.hooks import HookPoint
 
 __all__ = [
     "CONSTRUCTION_D",
@@ -115,7 +115,7 @@ class CosineAttention(nn.Module):
     null_bias: nn.Parameter | None  # None without a null slot
     null_v: nn.Parameter | None
 
-    def __init__(self, cfg: NormAttnConfig, E: int, index: int, owner: CachingModule) -> None:
+    def __init__(self, cfg: NormAttnConfig, E: int, index: int) -> None:
         super().__init__()
         d = cfg.d
         self.cfg, self.index = cfg, index
@@ -129,7 +129,10 @@ class CosineAttention(nn.Module):
             self.null_v = nn.Parameter(torch.empty(E, d))
         else:
             self.null_bias = self.null_v = None
-        self._owner = [owner]
+        self.hook_pattern = HookPoint(f"blocks.{index}.attn.pattern")  # (E, B, 1, T, T): one head
+        self.hook_null = HookPoint(f"blocks.{index}.attn.null") if cfg.null_slot else None  # (E, B, 1, T)
+        self.hook_attn_out = HookPoint()  # (E, B, T, d): the layer's output before the residual sum
+        self.hook_resid_post = HookPoint(f"blocks.{index}.out")  # (E, B, T, d), called by the model
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         E, B, T, _d = h.shape
@@ -152,48 +155,49 @@ class CosineAttention(nn.Module):
             null = (kappa[..., 0] + self.null_bias[:, None, None]).expand(E, B, T)[..., None]  # cos = 1 by definition
             scores = torch.cat([scores, null], dim=-1)
         att = scores.softmax(-1)
-        real = att[..., :T]
-        owner, name = self._owner[0], f"blocks.{self.index}.attn"
-        owner.record(f"{name}.pattern", real.unsqueeze(2))  # (E, B, 1, T, T): one head
+        real = self.hook_pattern(att[..., :T].unsqueeze(2)).squeeze(2)
         # Σ_i att_ni a^V_{n-i} = Σ_j (attention mass at distance j) a^V_j
         by_dist = torch.zeros(E, B, T, self.cfg.rel_clip + 1, dtype=real.dtype, device=real.device)
         by_dist.scatter_add_(-1, dist.expand(E, B, T, T), real)
         out = real @ self.W_V(h) + by_dist @ self.rel_v[:, None]
         if self.null_v is not None:
-            owner.record(f"{name}.null", att[..., T].unsqueeze(2))
-            out = out + att[..., T:] * self.null_v[:, None, None, :]
-        return self.W_O(out)
+            assert self.hook_null is not None  # built with the null slot
+            null = self.hook_null(att[..., T].unsqueeze(2)).squeeze(2)  # (E, B, T)
+            out = out + null[..., None] * self.null_v[:, None, None, :]
+        return self.hook_attn_out(self.W_O(out))
 
 
-class NormalisedAttention(CachingModule):
+class NormalisedAttention(EnsembleModel):
     """``E`` attention-only transformers with cosine attention (module docstring).
 
     Args:
         cfg: architecture.
         seeds: one seed per member; member ``e`` equals ``NormalisedAttention(cfg, [seeds[e]])``.
 
-    ``forward(tokens (E, B, T) int64) -> logits (E, B, T, V)``.
+    ``forward(tokens (E, B, T) int64) -> logits (E, B, T, V)``. Hook points (short names in brackets):
+    ``hook_embed`` [``embed``] ``(E, B, T, d)``; per layer ``l`` (each block is one attention layer)
+    ``blocks.{l}.hook_pattern`` [``blocks.{l}.attn.pattern``] ``(E, B, 1, T, T)``, ``blocks.{l}.hook_null``
+    [``blocks.{l}.attn.null``] ``(E, B, 1, T)`` (the null slot's weight), ``blocks.{l}.hook_attn_out``
+    ``(E, B, T, d)``, ``blocks.{l}.hook_resid_post`` [``blocks.{l}.out``]; ``hook_final`` [``final``] and
+    ``hook_logits``.
     """
 
     def __init__(self, cfg: NormAttnConfig, seeds: list[int]) -> None:
         super().__init__()
-        if not seeds:
-            raise ValueError("an ensemble needs at least one member seed")
-        self.cfg, self.seeds = cfg, list(seeds)
-        E = len(seeds)
+        E = self._set_members(seeds)
+        self.cfg = cfg
         self.wte = nn.Parameter(torch.empty(E, cfg.vocab, cfg.d))
-        self.blocks: Modules[CosineAttention] = Modules(CosineAttention(cfg, E, i, self) for i in range(cfg.layers))
+        self.blocks: Modules[CosineAttention] = Modules(CosineAttention(cfg, E, i) for i in range(cfg.layers))
         self.lm_head = nn.Parameter(torch.empty(E, cfg.vocab, cfg.d)) if cfg.readout == "linear" else None
+        self.hook_embed = HookPoint("embed")
+        self.hook_final = HookPoint("final")
+        self.hook_logits = HookPoint()
         self.reset_parameters()
-
-    @property
-    def members(self) -> int:
-        return len(self.seeds)
 
     def reset_parameters(self) -> None:
         """Every matrix and embedding ~ N(0, init_std²) in registration order, member ``e`` from its own
         ``Purpose.INIT`` generator; κ = ``cfg.kappa``, null biases 0."""
-        gens = generators(self.seeds, Purpose.INIT)
+        gens = self.member_generators()
         with torch.no_grad():
             for name, prm in self.named_parameters():
                 if name.endswith(("log_kappa", "null_bias")):
@@ -207,21 +211,16 @@ class NormalisedAttention(CachingModule):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         E, B, T = tokens.shape
-        if self.members != E:
-            raise ValueError(f"tokens have {E} members, the model has {self.members}")
+        self.check_members(E)
         h = torch.gather(self.wte, 1, tokens.reshape(E, B * T, 1).expand(E, B * T, self.cfg.d)).reshape(E, B, T, -1)
-        self.record("embed", h)
-        for i, blk in enumerate(self.blocks):
-            h = h + blk(h)
-            self.record(f"blocks.{i}.out", h)
-        self.record("final", h)
+        h = self.hook_embed(h)
+        for blk in self.blocks:
+            h = blk.hook_resid_post(h + blk(h))
+        h = self.hook_final(h)
         if self.lm_head is None:  # the construction's readout: the p-slots hold the predicted law
             p = h[..., SLOTS["p0"] : SLOTS["p1"] + 1]
-            return torch.log(p.clamp_min(1e-30))
-        return torch.einsum("ebtd,evd->ebtv", h, self.lm_head)
-
-    def member_state(self, e: int) -> dict[str, torch.Tensor]:
-        return {k: v[e].detach().clone() for k, v in self.state_dict().items()}
+            return self.hook_logits(torch.log(p.clamp_min(1e-30)))
+        return self.hook_logits(torch.einsum("ebtd,evd->ebtv", h, self.lm_head))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -43,10 +43,16 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from tdlab.config import Config
-from tdlab.models.ensemble import CachingModule, EnsembleLayerNorm
-from tdlab.seeding import Purpose, generators
+from tdlab.models.ensemble import EnsembleLayerNorm, EnsembleModel
+from tdlab.models.hooks import HookPoint
 
 __all__ = ["TopicAttention", "TopicModelConfig", "thm1_bias"]
+
+
+def _column_softmax(S: torch.Tensor, masked: bool) -> torch.Tensor:
+    """Eq. 5's softmax over the keys (axis -2); a column without a visible key is 0 when ``masked``."""
+    A = torch.softmax(S, dim=-2)
+    return A.nan_to_num(0.0) if masked else A
 
 
 def _rows(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -161,7 +167,18 @@ class TopicModelConfig(Config):
         return thm1_bias(self.vocab, self.p_m, self.p_c, self.p_r)
 
 
-class TopicAttention(CachingModule):
+class _AttentionPoints(nn.Module):
+    """The attention's per-position hook points (no parameters: the state dict is unchanged); no keys,
+    queries or scores under uniform attention."""
+
+    def __init__(self, uniform: bool) -> None:
+        super().__init__()
+        scored = () if uniform else ("keys", "queries", "scores")
+        for name in (*scored, "values", "pattern", "out"):
+            self.add_module(f"hook_{name}", HookPoint(f"attn.{name}"))
+
+
+class TopicAttention(EnsembleModel):
     """``E`` one-layer topic-attention models (Eqs. 5-7) trained side by side.
 
     Args:
@@ -178,10 +195,15 @@ class TopicAttention(CachingModule):
     also ``token_type (E, d)`` and ``ln`` (LayerNorm gain and shift, ``(E, d)`` each). A frozen one of
     ``W_E, W_K, W_Q, W_V, b_pred`` is a buffer of the same name and shape.
 
-    Named activations (:meth:`cache`): ``embed`` Z (E, B, N, d); ``attn.keys`` / ``attn.queries``
-    (E, B, N, d_a) and ``attn.scores`` (E, B, N, N, key i by query j, -inf on hidden keys) unless the
-    attention is uniform; ``attn.pattern`` A (E, B, N, N), columns summing to one over axis -2;
-    ``attn.values`` W^V Z + b^V (E, B, N, d); ``attn.out`` (W^V Z + b^V) A (E, B, N, d); ``out`` f (E, B, N, V).
+    Hook points (:mod:`tdlab.models.hooks`; short names of :meth:`cache` drop the ``hook_``): ``hook_embed``
+    Z (E, B, N, d); ``attn.hook_keys`` / ``attn.hook_queries`` (E, B, N, d_a) and ``attn.hook_scores``
+    (E, B, N, N, key i by query j, -inf on hidden keys) unless the attention is uniform; ``attn.hook_pattern``
+    A (E, B, N, N), columns summing to one over axis -2; ``attn.hook_values`` W^V Z + b^V (E, B, N, d);
+    ``attn.hook_out`` (W^V Z + b^V) A (E, B, N, d); ``hook_out`` f (E, B, N, V) (``(E, B, Q, V)`` with
+    ``queries``). The forward pass runs on token tables (:meth:`forward`), so the per-position points are
+    built only while hooked; a replaced score, pattern, value or attention output carries on to ``f``
+    (``f = attn.out W^E + b^pred``, ``W^E = I`` under ``onehot``), while ``hook_embed``, ``attn.hook_keys``
+    and ``attn.hook_queries`` are read-outs whose replacement changes nothing downstream.
     """
 
     # set through trained_or_frozen (a parameter, or a buffer when frozen): declared here for the type checker
@@ -193,10 +215,8 @@ class TopicAttention(CachingModule):
 
     def __init__(self, cfg: TopicModelConfig, seeds: list[int], wv: torch.Tensor | None = None) -> None:
         super().__init__()
-        if not seeds:
-            raise ValueError("an ensemble needs at least one member seed")
-        self.cfg, self.seeds = cfg, list(seeds)
-        E, V, d, da = len(seeds), cfg.vocab, cfg.d_model, cfg.d_attn
+        E, V, d, da = self._set_members(seeds), cfg.vocab, cfg.d_model, cfg.d_attn
+        self.cfg = cfg
 
         def trained_or_frozen(name: str, shape: tuple[int, ...], frozen: torch.Tensor | None) -> None:
             if frozen is None:
@@ -219,6 +239,9 @@ class TopicAttention(CachingModule):
             self.b_pred = nn.Parameter(torch.empty(E, V)) if cfg.bias_pred else None
         self.token_type = nn.Parameter(torch.empty(E, d)) if cfg.authors_compat else None
         self.ln = EnsembleLayerNorm(E, d, eps=BERT_LN_EPS) if cfg.authors_compat else None
+        self.hook_embed = HookPoint("embed")
+        self.attn = _AttentionPoints(cfg.uniform_attn)
+        self.hook_out = HookPoint("out")
         self.reset_parameters()
 
     def _frozen_wv(self, wv: torch.Tensor | None, E: int, d: int) -> torch.Tensor | None:
@@ -244,10 +267,6 @@ class TopicAttention(CachingModule):
             )
         return wv
 
-    @property
-    def members(self) -> int:
-        return len(self.seeds)
-
     # ------------------------------------------------------------------------------------------
     def reset_parameters(self) -> None:
         """Initialise every trained tensor of member ``e`` from ``generators(seeds, INIT)[e]`` alone.
@@ -262,7 +281,7 @@ class TopicAttention(CachingModule):
         order = ("W_E", "W_K", "b_K", "W_Q", "b_Q", "W_V", "b_V", "b_pred", "token_type")
         trained = [(n, p) for n in order if isinstance(p := getattr(self, n, None), nn.Parameter)]
         with torch.no_grad():
-            for e, g in enumerate(generators(self.seeds, Purpose.INIT)):
+            for e, g in enumerate(self.member_generators()):
                 for name, prm in trained:
                     x = prm[e]
                     if name == "token_type":
@@ -340,8 +359,7 @@ class TopicAttention(CachingModule):
         cfg = self.cfg
         E, B, N = tokens.shape
         V = cfg.vocab
-        if self.members != E:
-            raise ValueError(f"tokens have {E} members, the model has {self.members}")
+        self.check_members(E)
         if key_mask is not None and key_mask.shape != tokens.shape:
             raise ValueError(
                 f"key_mask must have the shape of tokens {tuple(tokens.shape)}, got {tuple(key_mask.shape)}"
@@ -379,49 +397,71 @@ class TopicAttention(CachingModule):
             if queries is not None:
                 A = torch.gather(A, -1, queries[:, :, None, :].expand(E, B, N, Nq))
             f = A.transpose(-1, -2) @ _rows(tab["F"], tokens.reshape(E, B * N)).reshape(E, B, N, V)
+        if any(p.active for p in self._position_points()):
+            out = self._positions(tab, tokens, visible, key_mask is not None)
+            if out is not None:  # a hook replaced part of the attention: f from its output
+                if queries is not None:
+                    out = torch.gather(out, 2, queries.unsqueeze(-1).expand(*queries.shape, out.shape[-1]))
+                f = out if cfg.onehot else out @ self.W_E[:, None]
         if self.b_pred is not None:
             f = f + self.b_pred[:, None, None, :]
+        return self.hook_out(f)
 
-        if self._cache is not None:
-            self._record_positions(tab, tokens, visible, key_mask is not None)
-        self.record("out", f)
-        return f
+    def _position_points(self) -> list[HookPoint]:
+        return [self.hook_embed, *(m for m in self.attn.children() if isinstance(m, HookPoint))]
 
-    def _pattern(
-        self, S_tab: torch.Tensor, tokens: torch.Tensor, visible: torch.Tensor, masked: bool, record: bool = False
-    ) -> torch.Tensor:
+    def _point(self, name: str) -> HookPoint:
+        point = getattr(self.attn, f"hook_{name}")
+        assert isinstance(point, HookPoint)
+        return point
+
+    def _pattern(self, S_tab: torch.Tensor, tokens: torch.Tensor, visible: torch.Tensor, masked: bool) -> torch.Tensor:
         """Eq. 5 per position: ``A (E, B, N, N)``, ``A[e, b, i, j] = σ(S)_ij``, columns summing to one over keys ``i``."""
+        return _column_softmax(self._scores(S_tab, tokens, visible), masked)
+
+    @staticmethod
+    def _scores(S_tab: torch.Tensor, tokens: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """``S (E, B, N, N)``, ``S_ij = S_tab[w̃_i, w̃_j]`` (key ``i``, query ``j``), ``-inf`` on hidden keys."""
         E, B, N = tokens.shape
         rows = _rows(S_tab, tokens.reshape(E, B * N)).reshape(E, B, N, -1)  # S[w̃_i, :]
         S = torch.gather(rows, -1, tokens[:, :, None, :].expand(E, B, N, N))  # S_ij = S[w̃_i, w̃_j]
-        S = S.masked_fill(~visible[..., :, None], float("-inf"))
-        if record:
-            self.record("attn.scores", S)
-        A = torch.softmax(S, dim=-2)
-        return A.nan_to_num(0.0) if masked else A
+        return S.masked_fill(~visible[..., :, None], float("-inf"))
 
-    def _record_positions(
+    def _positions(
         self, tab: dict[str, torch.Tensor], tokens: torch.Tensor, visible: torch.Tensor, masked: bool
-    ) -> None:
-        """Per-position activations for :meth:`cache` (built only for the names being recorded)."""
+    ) -> torch.Tensor | None:
+        """Per-position activations through their hook points (built only for the points hooked).
+
+        Returns:
+            the attention output ``(E, B, N, d)`` when a hook replaced a score, the pattern, the values or
+            the output itself (``f`` is then computed from it), else ``None``.
+        """
         E, B, N = tokens.shape
         flat = tokens.reshape(E, B * N)
         at = lambda t: _rows(t, flat).reshape(E, B, N, -1)  # noqa: E731 - a table's rows at the positions
-        if self.caching("embed"):
-            self.record("embed", at(tab["Z"]))
+        if self.hook_embed.active:
+            self.hook_embed(at(tab["Z"]))
         for name in ("keys", "queries"):
-            if self.caching(f"attn.{name}") and "K" in tab:
-                self.record(f"attn.{name}", at(tab["K" if name == "keys" else "Q"]))
-        if not any(self.caching(f"attn.{x}") for x in ("values", "scores", "pattern", "out")):
-            return
-        values = at(tab["values"])
-        self.record("attn.values", values)
+            if "K" in tab and self._point(name).active:
+                self._point(name)(at(tab["K" if name == "keys" else "Q"]))
+        names = ("values", "pattern", "out") if self.cfg.uniform_attn else ("values", "scores", "pattern", "out")
+        if not any(self._point(x).active for x in names):
+            return None
+        raw = at(tab["values"])
+        values = self._point("values")(raw)
+        changed = values is not raw
         if self.cfg.uniform_attn:
             A = (visible / visible.sum(-1, keepdim=True).clamp_min(1)).to(values.dtype)[..., :, None].expand(E, B, N, N)
         else:
-            A = self._pattern(tab["S"], tokens, visible, masked, record=True)
-        self.record("attn.pattern", A)
-        self.record("attn.out", A.transpose(-1, -2) @ values)  # column j: Σ_i A_ij (W^V z_i + b^V)
+            S = self._scores(tab["S"], tokens, visible)
+            seen_S = self._point("scores")(S)
+            A = _column_softmax(seen_S, masked)
+            changed |= seen_S is not S
+        seen = self._point("pattern")(A)
+        raw = seen.transpose(-1, -2) @ values  # column j: Σ_i A_ij (W^V z_i + b^V)
+        out = self._point("out")(raw)
+        changed |= seen is not A or out is not raw
+        return out if changed else None
 
     # ------------------------------------------------------------------------------------------
     def embedding_gram(self) -> torch.Tensor:
@@ -436,7 +476,3 @@ class TopicAttention(CachingModule):
     def norms(self) -> dict[str, torch.Tensor]:
         """Frobenius norms ``‖W^K‖, ‖W^Q‖, ‖W^V‖`` per member, each ``(E,)`` (the two-stage dynamics, §5.1)."""
         return {n: getattr(self, n).detach().flatten(1).norm(dim=1) for n in ("W_K", "W_Q", "W_V")}
-
-    def member_state(self, e: int) -> dict[str, torch.Tensor]:
-        """Parameters and frozen buffers of member ``e`` (without the member axis), e.g. for saving or probes."""
-        return {k: v[e].detach().clone() for k, v in self.state_dict().items()}

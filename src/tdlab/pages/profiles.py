@@ -4,7 +4,9 @@ paper, as the Profiles page's table (``python -m tdlab.pages.profiles``)."""
 from __future__ import annotations
 
 from tdlab.config import read_field
-from tdlab.experiments.standard import QUICK_SECONDS, standard_of
+from tdlab.costs.quick_times import quick_times
+from tdlab.experiments.rounds import length_field
+from tdlab.experiments.standard import standard_of
 
 __all__ = ["table"]
 
@@ -21,13 +23,12 @@ def table() -> str:
     ]
     for name in CATALOG:
         exp = get(name)
-        field = exp.training_length_field()
+        field = length_field(exp)
         cfgs = [exp.make_config(p) for p in ("quick", "standard", "paper")]
         lengths = [read_field(c, field) if field else "–" for c in cfgs]
         st = standard_of(exp, exp.profiles["quick"], exp.profiles["paper"])
-        measured = (
-            f"{QUICK_SECONDS[name][0]:g} s ({QUICK_SECONDS[name][1].split(',')[0]})" if name in QUICK_SECONDS else "–"
-        )
+        quick = quick_times().get(name)
+        measured = f"{quick.seconds:g} s ({quick.note.split(',')[0]})" if quick is not None else "–"
         note = f"~{st.predicted_s:.0f} s" if st.predicted_s else st.reason
         note += "".join(f"; the seed's {f} {v:g}" for f, v in st.seed_lrs.items())
         lines.append(

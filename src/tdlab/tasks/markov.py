@@ -13,7 +13,6 @@ loop over positions, its main CPU cost, disappears.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ import torch
 from pydantic import Field
 
 from tdlab.config import Config
+from tdlab.theory.markov_chain import binary_entropy, check_pq, entropy_rate, marginal_entropy, stationary
 
 __all__ = [
     "ChainConfig",
@@ -35,7 +35,7 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------------------------
-# Ground truth of the binary first-order chain (plain functions of (p, q))
+# Ground truth of the binary first-order chain (its closed forms: tdlab.theory.markov_chain)
 
 
 class ChainConfig(Config):
@@ -43,38 +43,6 @@ class ChainConfig(Config):
 
     p: float = Field(0.5, gt=0.0, lt=1.0)  # seed 000 Fig. 4: p = 0.5
     q: float = Field(0.8, gt=0.0, lt=1.0)  # seed 000 Fig. 4: q = 0.8
-
-
-def _check_pq(p: float, q: float) -> None:
-    for name, v in (("p", p), ("q", q)):
-        if not 0.0 < float(v) < 1.0:
-            raise ValueError(f"{name} must lie in the open interval (0, 1), got {v}")
-
-
-def binary_entropy(x: float) -> float:
-    """h(x) = -x log x - (1-x) log(1-x) in nats (h(0) = h(1) = 0)."""
-    if x <= 0.0 or x >= 1.0:
-        return 0.0
-    return -x * math.log(x) - (1.0 - x) * math.log(1.0 - x)
-
-
-def stationary(p: float, q: float) -> tuple[float, float]:
-    """Stationary law pi = (q, p) / (p + q) of the chain (Sec. 2)."""
-    _check_pq(p, q)
-    return q / (p + q), p / (p + q)
-
-
-def marginal_entropy(p: float, q: float) -> float:
-    """H(pi) = H(x_{n+1}) in nats: the loss of the best unigram predictor, i.e. of the local minima
-    of Thm. 1 (L(theta_min) = H(x_{n+1}))."""
-    return binary_entropy(stationary(p, q)[1])
-
-
-def entropy_rate(p: float, q: float) -> float:
-    """H(x_{n+1} | x_n) = pi_0 h(p) + pi_1 h(q) in nats: the loss of the Bayes (bigram) predictor,
-    i.e. of the global minima of Thm. 1."""
-    pi0, pi1 = stationary(p, q)
-    return pi0 * binary_entropy(p) + pi1 * binary_entropy(q)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -133,7 +101,7 @@ class MarkovChain:
     vocab: int = 2
 
     def __post_init__(self) -> None:
-        _check_pq(self.p, self.q)
+        check_pq(self.p, self.q)
 
     # --- ground truth -------------------------------------------------------------------------
     @property

@@ -26,7 +26,7 @@ For uniform-τ this is ``p_1`` / ``p_2`` of F.18–F.19. :func:`population` list
 document (all equally likely), which makes Eq. (1)'s squared loss under Assumption 1 an exact finite
 sum (used by :mod:`tdlab.theory.topics`).
 
-Masking (§3.2, :func:`mask_tokens`): a (real) position joins M with probability ``p_m``; a position
+Masking (§3.2, :func:`tdlab.train.objectives.mask_tokens`, the corruption of the masked-token objective): a (real) position joins M with probability ``p_m``; a position
 of M keeps its word with probability ``p_c``, becomes a uniform word of ``[Tv]`` with probability
 ``p_r`` (the original word included, as F.17 requires), and becomes [MASK] otherwise.
 
@@ -44,23 +44,28 @@ Choices where the seed is silent (each a config option or argument):
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Sequence
-from typing import Literal, overload
+from typing import Literal
 
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor
 
 from tdlab.config import Config
+from tdlab.theory.topic_population import (
+    masked_distribution,
+    population,
+    tau_subsets,
+    topic_of,
+    topic_words,
+    word_distribution,
+)
 
 __all__ = [
     "MASK_ID",
     "Topics",
     "TopicsConfig",
     "draw_theta",
-    "mask_tokens",
     "masked_distribution",
     "population",
     "tau_subsets",
@@ -106,86 +111,6 @@ class TopicsConfig(Config):
     def vocab(self) -> int:
         """``Tv + 1``: the words and [MASK]."""
         return self.T * self.v + 1
-
-
-# ----------------------------------------------------------------------------------------------
-# Ground truth: topics of words, word and masked-token distributions (Def. 1, Assumption 1, F.17)
-
-
-@overload
-def topic_of(i: int, v: int) -> int: ...
-
-
-@overload
-def topic_of(i: Tensor, v: int) -> Tensor: ...
-
-
-def topic_of(i: int | Tensor, v: int) -> int | Tensor:
-    """``topic(i) = ⌈i/v⌉`` (Def. 1) for word ids ``1..Tv``; 0 for [MASK] = 0. Works on ints and
-    integer tensors (elementwise)."""
-    return (i + v - 1) // v
-
-
-def topic_words(t: int, v: int) -> range:
-    """The words of topic ``t`` (1-based): ``{(t − 1)v + 1, …, tv}`` (Def. 1)."""
-    return range((t - 1) * v + 1, t * v + 1)
-
-
-def word_distribution(theta: Tensor, v: int) -> Tensor:
-    """A document's word distribution under Assumption 1: ``p(i) = θ_{topic(i)} / v``, ``p(0) = 0``.
-
-    Args:
-        theta: ``(..., T)`` topic proportions (rows sum to 1); for uniform-τ, ``1_S / τ``.
-    Returns:
-        ``(..., Tv + 1)`` (index 0 is [MASK], which no original document contains).
-    """
-    words = (theta / v).repeat_interleave(v, dim=-1)
-    return torch.cat([torch.zeros_like(words[..., :1]), words], dim=-1)
-
-
-def masked_distribution(p: Tensor, p_m: float, p_c: float, p_r: float) -> Tensor:
-    """Token distribution of the masked document (Prop. 1, F.17), for any word distribution ``p``.
-
-    Args:
-        p: ``(..., Tv + 1)`` word distribution with ``p[..., 0] = 0``.
-    Returns:
-        ``(..., Tv + 1)``: ``q(i) = (1 − (1 − p_c)p_m) p(i) + p_m p_r/(Tv)`` on words,
-        ``q(0) = p_m (1 − p_c − p_r)``.
-    """
-    n_words = p.shape[-1] - 1
-    q = (1.0 - (1.0 - p_c) * p_m) * p + p_m * p_r / n_words
-    q[..., 0] = p_m * (1.0 - p_c - p_r)
-    return q
-
-
-def tau_subsets(T: int, tau: int, dtype: torch.dtype = torch.float64) -> Tensor:
-    """Every uniform-τ document's topic proportions ``θ = 1_S / τ``, one row per τ-subset S of
-    ``[T]`` in lexicographic order: ``(C(T, τ), T)``."""
-    if not 1 <= tau <= T:
-        raise ValueError(f"tau must satisfy 1 <= tau <= T, got tau={tau}, T={T}")
-    combos = list(itertools.combinations(range(T), tau))
-    theta = torch.zeros(len(combos), T, dtype=dtype)
-    for k, S in enumerate(combos):
-        theta[k, list(S)] = 1.0 / tau
-    return theta
-
-
-def population(
-    T: int, v: int, tau: int, p_m: float, p_c: float, p_r: float, max_docs: int = 200_000
-) -> dict[str, Tensor]:
-    """Assumption 1's population of uniform-τ documents, exactly: every τ-subset once (all equally
-    likely under §3.1's step 1).
-
-    Returns:
-        ``theta`` ``(K, T)``, ``p`` ``(K, Tv + 1)`` word distributions (the targets' law at masked
-        positions) and ``q`` ``(K, Tv + 1)`` masked-token distributions (F.17, what uniform attention
-        reads), ``K = C(T, τ)``, float64.
-    """
-    if math.comb(T, tau) > max_docs:
-        raise ValueError(f"C(T={T}, tau={tau}) = {math.comb(T, tau)} documents exceed max_docs={max_docs}")
-    theta = tau_subsets(T, tau)
-    p = word_distribution(theta, v)
-    return {"theta": theta, "p": p, "q": masked_distribution(p, p_m, p_c, p_r)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -283,63 +208,3 @@ class Topics:
         tokens = fit(words).masked_fill(~key_mask, 0)
         topic = (fit(topics) + 1).masked_fill(~key_mask, 0)
         return {"tokens": tokens, "key_mask": key_mask, "theta": torch.stack(thetas), "topic": topic, "length": n}
-
-
-# ----------------------------------------------------------------------------------------------
-# Masking
-
-
-def mask_tokens(
-    tokens: Tensor,
-    key_mask: Tensor | None,
-    gens: Sequence[torch.Generator],
-    p_m: float = 0.15,
-    p_c: float = 0.1,
-    p_r: float = 0.1,
-    mask_id: int = MASK_ID,
-    words: tuple[int, int] | None = None,
-) -> tuple[Tensor, Tensor]:
-    """The masking process of §3.2.
-
-    A real position (``key_mask`` True) joins M with probability ``p_m``; a position of M then keeps
-    its word with probability ``p_c``, becomes a uniform draw from ``[words[0], words[1])`` (the
-    original word included) with probability ``p_r``, and becomes ``mask_id`` otherwise. Positions
-    outside M and padding are unchanged.
-
-    Draws, per member from its own generator over the full ``(B, W)`` width: uniforms ``u (3, B, W)``
-    (``u[0] < p_m`` selects; ``u[1]`` in ``[0, p_c)`` keeps, ``[p_c, p_c + p_r)`` replaces, else masks;
-    ``u[2]`` unused) then the replacement words ``(B, W)`` — the same draws, in the same order, as
-    ``tdlab.train.objectives.mask_tokens``, so the two give identical masks. Member ``e``'s masks depend
-    on the width ``W``: keep it fixed (``Topics.sample(length=...)``) for masks independent of the
-    other members.
-
-    Args:
-        tokens: ``(E, B, W)`` long; key_mask: ``(E, B, W)`` bool or None (every position real).
-        gens: one generator per member; p_m, p_c, p_r: in [0, 1] with ``p_c + p_r <= 1``.
-        words: half-open range of replacement ids: the task's ``words``, ``(1, Tv + 1)`` (§3.2); required
-            (no default can know Tv), None is refused. The authors' code: ``(0, vocab)``.
-    Returns:
-        ``(corrupted (E, B, W) long, selected (E, B, W) bool)``: the masked document and M.
-    """
-    for name, p in (("p_m", p_m), ("p_c", p_c), ("p_r", p_r)):
-        if not 0.0 <= float(p) <= 1.0:
-            raise ValueError(f"{name} must be in [0, 1], got {p}")
-    if p_c + p_r > 1.0:
-        raise ValueError(f"p_c + p_r must be at most 1, got p_c={p_c}, p_r={p_r}")
-    if words is None or not words[0] < words[1]:
-        raise ValueError(f"words must be a non-empty half-open id range (lo, hi), e.g. (1, Tv + 1), got {words}")
-    if tokens.dim() != 3 or len(gens) != tokens.shape[0]:
-        raise ValueError(f"tokens must be (E, B, W) with E = len(gens) = {len(gens)}, got {tuple(tokens.shape)}")
-    _E, B, W = tokens.shape
-    corrupted, selected = tokens.clone(), torch.zeros_like(tokens, dtype=torch.bool)
-    for e, g in enumerate(gens):
-        u = torch.rand((3, B, W), generator=g, device=tokens.device)
-        replacement = torch.randint(words[0], words[1], (B, W), generator=g, device=tokens.device)
-        sel = u[0] < p_m
-        if key_mask is not None:
-            sel &= key_mask[e]
-        replace = sel & (u[1] >= p_c) & (u[1] < p_c + p_r)
-        to_mask = sel & (u[1] >= p_c + p_r)
-        corrupted[e] = torch.where(replace, replacement, corrupted[e]).masked_fill(to_mask, mask_id)
-        selected[e] = sel
-    return corrupted, selected

@@ -18,14 +18,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tdlab.tasks.anchors import KIND_MEM, Anchors
+from tdlab.theory.anchors import AnchorsTask
 
 __all__ = ["last_vs_all_law_gap", "population_flow_counts"]
 
 F64 = torch.float64
 
 
-def population_flow_counts(task: Anchors, table: Tensor, d_out: int) -> dict[str, Tensor]:
+def population_flow_counts(task: AnchorsTask, table: Tensor, d_out: int) -> dict[str, Tensor]:
     """Per token, the expectations per training sequence of Eq. 28's sums.
 
     Args:
@@ -36,12 +36,12 @@ def population_flow_counts(task: Anchors, table: Tensor, d_out: int) -> dict[str
         ``E[1{X_L = s} onehot(y)]``, ``n_last (d_vob,)`` ``P(X_L = s)``; float64.
     """
     c = task.cfg
-    tuples, kinds = task.split_tuples("train")
+    tuples, _ = task.split_tuples("train")
     k, nz, V = len(tuples), c.key_max - c.key_min + 1, c.d_vob
     z = torch.arange(c.key_min, c.key_max + 1)
     labels = z[:, None] + tuples.sum(1)[None, :]  # (N_Z, k) reasoning labels
-    mem = torch.nonzero(kinds == KIND_MEM).squeeze(1)
-    labels[:, mem] = table[:, torch.arange(len(mem))]  # memory tuples come first, in mem_tuples order
+    n_mem = len(task.mem_tuples)  # the train split lists the memory tuples first, in mem_tuples order
+    labels[:, :n_mem] = table[:, :n_mem]
     onehot = torch.nn.functional.one_hot(labels, d_out).to(F64)  # (N_Z, k, d_out)
     per_tuple = onehot.sum(0)  # (k, d_out): Σ_z onehot(y(z, j))
     p_y = onehot.mean((0, 1))  # the label law P_Y

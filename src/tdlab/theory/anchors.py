@@ -29,14 +29,15 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
+from typing import Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from tdlab.tasks.anchors import Anchors, AnchorsConfig
-
 __all__ = [
+    "AnchorsSpec",
+    "AnchorsTask",
     "b2_key_law",
     "eq7_memory_law",
     "eq14_cosine",
@@ -54,6 +55,63 @@ __all__ = [
 ]
 
 F64 = torch.float64
+
+
+class AnchorsSpec(Protocol):
+    """What the closed forms read of a seed 001 task config (``AnchorsConfig``): the token ranges, q, L, the labels."""
+
+    @property
+    def key_min(self) -> int: ...  # keys Z = {key_min..key_max}
+
+    @property
+    def key_max(self) -> int: ...
+
+    @property
+    def rsn_min(self) -> int: ...  # reasoning anchors A_rsn = {rsn_min..rsn_max}
+
+    @property
+    def rsn_max(self) -> int: ...
+
+    @property
+    def q(self) -> int: ...  # anchors per sequence
+
+    @property
+    def L(self) -> int: ...  # sequence length
+
+    @property
+    def d_vob(self) -> int: ...  # vocabulary
+
+    @property
+    def p_min(self) -> int: ...  # key positions p_min..p_hi (1-based)
+
+    @property
+    def p_hi(self) -> int: ...
+
+    @property
+    def memory_labels(self) -> str: ...  # "uniform" (F_mem,1) or "window" (F_mem,2)
+
+    @property
+    def memory_groups(self) -> int: ...  # 0, or the number of memory-anchor groups (Fig. 7a)
+
+
+class AnchorsTask(Protocol):
+    """What the closed forms read of a seed 001 task (``Anchors``): its config, keys, memory tuples and splits."""
+
+    @property
+    def cfg(self) -> AnchorsSpec: ...
+
+    @property
+    def keys(self) -> Tensor: ...  # (N_Z,) the key ids
+
+    @property
+    def mem_tuples(self) -> Tensor: ...  # (#memory tuples, q), the train split lists them first, in this order
+
+    @property
+    def mem_groups(self) -> Tensor: ...  # (#memory tuples,) each one's group (Fig. 7a)
+
+    def split_tuples(self, split: str) -> tuple[Tensor, Tensor]: ...  # tuples (k, q) and kinds (k,), 0 = memory
+
+    def group_range(self, g: int) -> tuple[int, int]: ...  # inclusive label range of memory group g
 
 
 # ----------------------------------------------------------------------------------------------
@@ -83,7 +141,7 @@ def _repeated_ones_poly(n: int, k: int) -> tuple[int, ...]:
     return tuple(poly)
 
 
-def eq7_memory_law(cfg: AnchorsConfig) -> Tensor:
+def eq7_memory_law(cfg: AnchorsSpec) -> Tensor:
     """Eq. 7 / 21: ``P(Y^s = i) = δ_{i in Z} / N_Z`` for every memory anchor (F_mem,1).
 
     Returns:
@@ -94,7 +152,7 @@ def eq7_memory_law(cfg: AnchorsConfig) -> Tensor:
     return p
 
 
-def eq22_reasoning_law(cfg: AnchorsConfig, s: int) -> Tensor:
+def eq22_reasoning_law(cfg: AnchorsSpec, s: int) -> Tensor:
     """Eq. 22: ``P(Y^s = i) = 1/(N_Z N_A^{q-1}) sum_ζ binom(q-1, i - s - ζ - (q-1) α_min)_{N_A}``, the law
     of ``s + Z + A_1 + .. + A_{q-1}`` with ``Z ~ U(Z)``, ``A_j ~ U(A_rsn)`` (Eq. 8; ``M`` ignored).
 
@@ -111,7 +169,7 @@ def eq22_reasoning_law(cfg: AnchorsConfig, s: int) -> Tensor:
     return p
 
 
-def trapezoid_law(cfg: AnchorsConfig, s: int) -> Tensor:
+def trapezoid_law(cfg: AnchorsSpec, s: int) -> Tensor:
     """The q = 2 case of Eq. 22 (App. B.2, piecewise): a trapezoid rising over
     ``ζ_min + α_min + s .. ζ_min + α_max + s``, flat at ``1/N_Z``, falling over
     ``ζ_max + α_min + 1 + s .. ζ_max + α_max + s`` (assumes ``N_A <= N_Z``).
@@ -136,7 +194,7 @@ def trapezoid_law(cfg: AnchorsConfig, s: int) -> Tensor:
     return p
 
 
-def b2_key_law(cfg: AnchorsConfig, s: int) -> Tensor:
+def b2_key_law(cfg: AnchorsSpec, s: int) -> Tensor:
     """App. B.2, keys in the general setting ``X^(q, L)`` (with noise), memory and reasoning mixed 1:1::
 
         P(Y^s = i) = 1/(2(L-q)) (δ_Z/N_Z + P(s + ΣA = i)) + (L-q-1)/(2(L-q)) (δ_Z/N_Z + P(Z + ΣA = i))
@@ -168,7 +226,7 @@ def _uniform_sum_law(lo: int, hi: int, n: int) -> Tensor:
     return torch.from_numpy(law)
 
 
-def sigma_p(cfg: AnchorsConfig) -> float:
+def sigma_p(cfg: AnchorsSpec) -> float:
     """Thm. 1's ``σ_P``: the standard deviation of ``Z + A_1 + .. + A_{q-1}`` (about 29 at the defaults;
     Eq. 14's width 12 = 2 σ^2, i.e. σ = √6, does not follow from it)."""
     nz, na = cfg.key_max - cfg.key_min + 1, cfg.rsn_max - cfg.rsn_min + 1
@@ -179,7 +237,7 @@ def sigma_p(cfg: AnchorsConfig) -> float:
 # Exact laws on a task's training population
 
 
-def _conditional_laws(task: Anchors, table: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+def _conditional_laws(task: AnchorsTask, table: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     """Label law given ``(z, tuple)`` for every training tuple.
 
     Returns:
@@ -213,7 +271,7 @@ def _conditional_laws(task: Anchors, table: Tensor | None) -> tuple[Tensor, Tens
     return tuples, kinds, law
 
 
-def token_label_law(task: Anchors, s: int, table: Tensor | None = None) -> Tensor:
+def token_label_law(task: AnchorsTask, s: int, table: Tensor | None = None) -> Tensor:
     """Exact ``P^s`` on the training population of ``task`` (every occurrence of ``s`` counted).
 
     The population: every training tuple equally often, ``z_p`` and the noise keys iid ``U(Z)``, the
@@ -262,7 +320,7 @@ def label_law_cosines(laws: Tensor, d_vob: int | None = None) -> Tensor:
 # Order-blind (sum-pooling) memory ceiling
 
 
-def order_blind_memory_ceiling(task: Anchors, table: Tensor) -> float:
+def order_blind_memory_ceiling(task: AnchorsTask, table: Tensor) -> float:
     """Best memory accuracy of any model that sees only the multiset ``{z_p, a_1, .., a_q}`` (the
     Emb-MLP sums embeddings, Def. 1), on the memory population (tuples equal, keys uniform).
 
@@ -303,7 +361,7 @@ def _expected_max_occupancy(m: int, bins: int) -> float:
     return e
 
 
-def expected_order_blind_memory_ceiling(task: Anchors) -> float:
+def expected_order_blind_memory_ceiling(task: AnchorsTask) -> float:
     """:func:`order_blind_memory_ceiling` averaged over the label-table draw (exact): a class of ``m``
     orderings whose labels are iid uniform over ``b`` values contributes ``E[max occupancy]``. For
     F_mem,1 at the defaults: ``(10 + 90 (1 + 1/100)/2)/100 = 0.5545``."""

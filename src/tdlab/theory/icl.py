@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -32,9 +34,9 @@ from scipy.optimize import brentq, minimize
 from scipy.special import roots_legendre
 from torch import Tensor
 
-from tdlab.tasks.multimodal import MultiModalPrompts
-
 __all__ = [
+    "PromptTask",
+    "QueryDraw",
     "alpha_of_beta",
     "alpha_star",
     "alpha_star_T",
@@ -53,6 +55,51 @@ __all__ = [
     "whitening_error_limit",
     "z_quadrature",
 ]
+
+
+class QueryDraw(Protocol):
+    """What the closed forms read of drawn prompts (e.g. a ``MultiModalBatch``): the queries and latents."""
+
+    @property
+    def x_query(self) -> Tensor: ...  # (E, N, d)
+
+    @property
+    def y_query(self) -> Tensor: ...  # (E, N)
+
+    @property
+    def m(self) -> Tensor: ...  # (E, N, d) each prompt's stacked modality vector
+
+    @property
+    def zeta(self) -> Tensor: ...  # (E, N) each prompt's response scale
+
+
+class PromptTask(Protocol):
+    """What the closed forms read of a seed 002 task (``MultiModalPrompts``): d, the priors, the samplers."""
+
+    @property
+    def d(self) -> int: ...  # total covariate dimension
+
+    @property
+    def n_norms(self) -> int: ...  # independent uniform norms making up |m|
+
+    @property
+    def norm_range(self) -> tuple[float, float]: ...  # (lo, hi) of each uniform norm
+
+    @property
+    def m_sq_range(self) -> tuple[float, float]: ...  # (ess inf, ess sup) of |m|^2
+
+    @property
+    def zeta(self) -> str: ...  # the law of the response scale: "gaussian" or "rademacher"
+
+    def sample_latents(
+        self, gen: torch.Generator, n: int, *, dtype: torch.dtype = torch.float32
+    ) -> tuple[Tensor, Tensor]: ...
+
+    def sample(
+        self, gens: Sequence[torch.Generator], n_prompts: int, L: int, *, dtype: torch.dtype = torch.float32
+    ) -> QueryDraw: ...
+
+    def __hash__(self) -> int: ...  # z_quadrature and two_param_stationary cache on the task
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,7 +124,7 @@ def sample_mean_predictor(y: Tensor) -> Tensor:
 
 
 def posterior_mean_predictor(
-    task: MultiModalPrompts,
+    task: PromptTask,
     X: Tensor,
     y: Tensor,
     x_query: Tensor,
@@ -138,7 +185,7 @@ def posterior_mean_predictor(
 
 
 @functools.lru_cache(maxsize=32)
-def z_quadrature(task: MultiModalPrompts, n_quad: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def z_quadrature(task: PromptTask, n_quad: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Nodes ``z`` and weights ``w`` (float64, summing to 1) with ``sum(w * f(z)) ~ E[f(Z)]``.
 
     ``|m|^2`` is a sum of ``task.n_norms`` squared independent ``U[lo, hi]`` norms, so the law of
@@ -160,7 +207,7 @@ def z_quadrature(task: MultiModalPrompts, n_quad: int | None = None) -> tuple[np
     return z, w
 
 
-def bayes_risk(task: MultiModalPrompts, *, n_quad: int | None = None) -> float:
+def bayes_risk(task: PromptTask, *, n_quad: int | None = None) -> float:
     """Risk ``E[(y_q - <w, x_q>)^2] = E[zeta^2 / Z] = E[1/Z]`` of :func:`bayes_predictor` (Lemma D.1).
 
     This is the additive constant of Lemma D.1 and the floor every predictor's risk approaches as
@@ -170,20 +217,20 @@ def bayes_risk(task: MultiModalPrompts, *, n_quad: int | None = None) -> float:
     return float(np.sum(w / z))
 
 
-def bayes_risk_mc(task: MultiModalPrompts, generator: torch.Generator, n_prompts: int) -> tuple[float, float]:
+def bayes_risk_mc(task: PromptTask, generator: torch.Generator, n_prompts: int) -> tuple[float, float]:
     """Monte-Carlo risk of :func:`bayes_predictor` on fresh prompts: ``(mean, standard error)``."""
     b = task.sample([generator], n_prompts, L=1, dtype=torch.float64)
     err2 = (b.y_query - bayes_predictor(b.m, b.zeta, b.x_query)) ** 2
     return float(err2.mean()), float(err2.std() / math.sqrt(err2.numel()))
 
 
-def sample_mean_risk(task: MultiModalPrompts, L: int) -> float:
+def sample_mean_risk(task: PromptTask, L: int) -> float:
     """Risk of :func:`sample_mean_predictor`: ``E[zeta^2 (u_q - u_bar)^2] = E[zeta^2] (1 + 1/L) = 1 + 1/L``."""
     del task  # E[zeta^2] = 1 for every prior of Sec. 3
     return 1.0 + 1.0 / L
 
 
-def alpha_star(task: MultiModalPrompts) -> float:
+def alpha_star(task: PromptTask) -> float:
     """Limiting parameter ``alpha* = 2 / (2 + m_lower + m_upper)`` of Thm 6.2 (= lim_T alpha*_T).
 
     ``m_lower, m_upper`` are the essential inf and sup of ``|m|^2`` (Assumption 6.1, App. A.1).
@@ -205,7 +252,7 @@ def _residual_gain(z, alpha, beta, T: int):
     return 1.0 - alpha * z * s
 
 
-def infinite_context_excess_risk(alpha, T: int, task: MultiModalPrompts, beta=None, *, n_quad: int | None = None):
+def infinite_context_excess_risk(alpha, T: int, task: PromptTask, beta=None, *, n_quad: int | None = None):
     """Excess risk over :func:`bayes_risk` of the tied LCA_T model as ``L -> inf`` (Lemma D.1).
 
     One-parameter model (``beta=None``, i.e. ``beta = -alpha``)::
@@ -227,7 +274,7 @@ def infinite_context_excess_risk(alpha, T: int, task: MultiModalPrompts, beta=No
     return float(out) if out.ndim == 0 else out
 
 
-def alpha_star_T(T: int, task: MultiModalPrompts, *, n_quad: int | None = None) -> float:
+def alpha_star_T(T: int, task: PromptTask, *, n_quad: int | None = None) -> float:
     """Minimiser ``alpha*_T`` of the one-parameter loss of Lemma D.1 (the gradient-flow limit, Thm 6.2.1).
 
     ``l`` is strictly convex with ``l'(alpha) = -2T E[(Z - 1)(1 - alpha Z)^{2T-1}]``, negative at 0 and
@@ -247,7 +294,7 @@ def alpha_star_T(T: int, task: MultiModalPrompts, *, n_quad: int | None = None) 
     return float(brentq(dloss, 0.0, min(hi, 1.0), xtol=1e-14, rtol=1e-12))
 
 
-def alpha_of_beta(beta: float, T: int, task: MultiModalPrompts, *, n_quad: int | None = None) -> float:
+def alpha_of_beta(beta: float, T: int, task: PromptTask, *, n_quad: int | None = None) -> float:
     """``alpha*(beta)``: the minimiser in ``alpha`` of the two-parameter loss at fixed ``beta`` (App. E.1).
 
     With ``g = 1 - alpha h(Z)``, ``h(z) = ((1 + beta z)^T - 1)/beta``, the loss ``E[W g^2]`` is quadratic
@@ -298,14 +345,14 @@ def whitening_error_limit(m: Tensor, alpha: float, T: int, beta: float | None = 
 # The trivial predictor and the finite-context variance floor
 
 
-def response_second_moment(task: MultiModalPrompts) -> float:
+def response_second_moment(task: PromptTask) -> float:
     """``E[y^2] = E[zeta^2] E[u^2]``: the test MSE of the zero predictor, the trivial baseline of the
     training-health gate. Both zeta laws of Sec. 3 have variance 1 and ``u ~ N(0, 1)`` (Eq. 3.1), so 1."""
     zeta_var = {"gaussian": 1.0, "rademacher": 1.0}[task.zeta]
     return zeta_var * 1.0
 
 
-def finite_context_variance_floor(task: MultiModalPrompts, L: int) -> float:
+def finite_context_variance_floor(task: PromptTask, L: int) -> float:
     """Excess over the Bayes predictor that a finite test context ``L`` adds even to a model whose
     ``L -> inf`` limit is the Bayes predictor: least squares on ``L`` Gaussian tokens in ``d`` dimensions
     has expected excess ``sigma^2 d / (L - d - 1)`` with ``sigma^2 = E[zeta^2 / Z] = E[1/Z]`` (the noise
@@ -320,7 +367,7 @@ def finite_context_variance_floor(task: MultiModalPrompts, L: int) -> float:
 # Derived bounds and stationary points used by the seed-002 experiments
 
 
-def lsa_infinite_context_floor(task: MultiModalPrompts) -> float:
+def lsa_infinite_context_floor(task: PromptTask) -> float:
     """The smallest ``L_te -> inf`` excess risk of *any* single-layer LSA (Eq. 4.2), a quantitative Thm 4.1.
 
     At infinite context the LSA output is ``p^T Sigma k`` with ``Sigma`` the joint covariance of
@@ -336,7 +383,7 @@ def lsa_infinite_context_floor(task: MultiModalPrompts) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def two_param_stationary(task: MultiModalPrompts, T: int, alpha0: float, beta0: float) -> tuple[float, float]:
+def two_param_stationary(task: PromptTask, T: int, alpha0: float, beta0: float) -> tuple[float, float]:
     """The stationary point of the infinite-context two-parameter loss (Lemma D.1 with Eq. C.2) that
     descent reaches from ``(alpha0, beta0)`` (Thm 6.3.1): a local minimisation of the closed form."""
 

@@ -42,14 +42,14 @@ flattened parameters of one member.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
 
-from tdlab.models.gpt import GPT
-from tdlab.tasks.markov import marginal_entropy, stationary
+from tdlab.theory.markov_chain import marginal_entropy, stationary
 
 __all__ = [
     "enumerate_chain",
@@ -67,6 +67,57 @@ __all__ = [
 ]
 
 Others = Literal["zero", "keep"]
+
+
+class Sec2Config(Protocol):
+    """What the θ_π functions read of a model's config (``GPTConfig``): its architecture and its depth."""
+
+    @property
+    def arch(self) -> str: ...  # "sec2" for the model θ_π is built for
+
+    @property
+    def layers(self) -> int: ...
+
+
+class Sec2Model(Protocol):
+    """What the θ_π functions use of a seed 000 ensemble (``GPT``, a torch module): cfg, members, e/a/b, cache."""
+
+    def __init__(self, cfg: Sec2Config, seeds: list[int]) -> None: ...  # type(model)(cfg, seeds): a new ensemble
+
+    @property
+    def cfg(self) -> Sec2Config: ...
+
+    @property
+    def members(self) -> int: ...  # E
+
+    @property
+    def seeds(self) -> Sequence[int]: ...  # one per member
+
+    @property
+    def e(self) -> torch.Tensor: ...  # (E, d) token embedding vector
+
+    @property
+    def a(self) -> torch.Tensor | None: ...  # (E, d) output vector; None when tied (a = e)
+
+    @property
+    def b(self) -> torch.Tensor | None: ...  # (E,) output bias
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor: ...  # (E, B, T) -> logits (E, B, T, 2)
+
+    def cache(self, names: Iterable[str] | None = None) -> AbstractContextManager[dict[str, torch.Tensor]]: ...
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+    def named_parameters(self) -> Iterator[tuple[str, torch.nn.Parameter]]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> object: ...
+
+    def double(self) -> Sec2Model: ...
+
+
+_M = TypeVar("_M", bound=Sec2Model)
 
 
 def enumerate_chain(p: float, q: float, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,7 +145,7 @@ def theta_pi_bias(p: float, q: float) -> float:
     return math.log(pi1 / pi0)
 
 
-def set_theta_pi(model: GPT, p: float, q: float, others: Others = "zero") -> GPT:
+def set_theta_pi(model: _M, p: float, q: float, others: Others = "zero") -> _M:
     """Move every member of a ``sec2`` model to θ_π (in place) and return it.
 
     ``e = 0`` (and ``a = 0`` when untied), ``b = log(p/q)``; ``others="zero"`` also zeroes the
@@ -117,18 +168,18 @@ def set_theta_pi(model: GPT, p: float, q: float, others: Others = "zero") -> GPT
     return model
 
 
-def _attention_names(model: GPT) -> list[str]:
+def _attention_names(model: Sec2Model) -> list[str]:
     return [f"blocks.{i}.attn.pattern" for i in range(model.cfg.layers)]
 
 
-def _forward_twice_differentiable(model: GPT, tokens: torch.Tensor) -> torch.Tensor:
+def _forward_twice_differentiable(model: Sec2Model, tokens: torch.Tensor) -> torch.Tensor:
     # Recording the attention pattern makes the model use its explicit softmax path instead of
     # the fused SDPA kernel, whose backward is not differentiable again (needed for Hessians).
     with model.cache(_attention_names(model)):
         return model(tokens)
 
 
-def population_loss(model: GPT, p: float, q: float, n: int, per_position: bool = False) -> torch.Tensor:
+def population_loss(model: Sec2Model, p: float, q: float, n: int, per_position: bool = False) -> torch.Tensor:
     """Exact population loss Eq. (1) of every member over ``n`` next-token predictions.
 
     Enumerates all ``2**(n+1)`` sequences ``x_1..x_{n+1}`` of the stationary chain; differentiable in
@@ -145,9 +196,9 @@ def population_loss(model: GPT, p: float, q: float, n: int, per_position: bool =
     return per_pos if per_position else per_pos.mean(-1)
 
 
-def _single_member(model: GPT, member: int) -> tuple[GPT, list[str], list[torch.Size]]:
+def _single_member(model: Sec2Model, member: int) -> tuple[Sec2Model, list[str], list[torch.Size]]:
     """A float64 copy of member ``member`` (the caller's model is left untouched)."""
-    one = GPT(model.cfg, [model.seeds[member]]).double()
+    one = type(model)(model.cfg, [model.seeds[member]]).double()
     one.load_state_dict({k: v[member : member + 1].detach().double().clone() for k, v in model.state_dict().items()})
     names = [k for k, _ in one.named_parameters()]
     shapes = [prm.shape for _, prm in one.named_parameters()]
@@ -155,7 +206,7 @@ def _single_member(model: GPT, member: int) -> tuple[GPT, list[str], list[torch.
 
 
 def flat_loss(
-    model: GPT, p: float, q: float, n: int, member: int = 0
+    model: Sec2Model, p: float, q: float, n: int, member: int = 0
 ) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor, list[str]]:
     """The population loss of member ``member`` as a function of its flattened parameters.
 
@@ -173,7 +224,7 @@ def flat_loss(
         parts = torch.split(theta, sizes)
         params = {nm: t.reshape(s) for nm, t, s in zip(names, parts, shapes, strict=True)}
         with one.cache(_attention_names(one)):
-            out = torch.func.functional_call(one, params, (_all_tokens(p, q, n, theta.device),))
+            out = torch.func.functional_call(cast(torch.nn.Module, one), params, (_all_tokens(p, q, n, theta.device),))
         return _weighted_nll(out, p, q, n, theta.device)[0]
 
     return fn, theta0, coord
@@ -206,7 +257,7 @@ def _weighted_nll(
     return per_pos.mean(-1) if reduce else per_pos
 
 
-def gradient(model: GPT, p: float, q: float, n: int, member: int = 0) -> torch.Tensor:
+def gradient(model: Sec2Model, p: float, q: float, n: int, member: int = 0) -> torch.Tensor:
     """``∇L`` of member ``member`` at its current parameters, flattened, float64."""
     fn, theta0, _ = flat_loss(model, p, q, n, member)
     theta = theta0.clone().requires_grad_(True)
@@ -214,7 +265,7 @@ def gradient(model: GPT, p: float, q: float, n: int, member: int = 0) -> torch.T
     return g
 
 
-def hessian(model: GPT, p: float, q: float, n: int, member: int = 0, chunk: int = 16) -> torch.Tensor:
+def hessian(model: Sec2Model, p: float, q: float, n: int, member: int = 0, chunk: int = 16) -> torch.Tensor:
     """Exact Hessian ``∇²L`` (float64, symmetrised) of member ``member``'s population loss.
 
     Double backward, ``chunk`` Hessian rows per batched (vmapped) backward pass; meant for small
@@ -265,7 +316,7 @@ def theta_pi_spectrum(p: float, q: float, d: int, tied: bool, num_params: int) -
 
 
 def perturbation_probe(
-    model: GPT,
+    model: Sec2Model,
     p: float,
     q: float,
     n: int,

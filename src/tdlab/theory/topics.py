@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 import torch
@@ -66,9 +66,10 @@ from scipy.special import digamma, roots_jacobi
 from scipy.stats import binom
 from torch import Tensor
 
-from tdlab.tasks.topics import TopicsConfig, population, topic_of
+from tdlab.theory.topic_population import population, topic_of
 
 __all__ = [
+    "TopicsSpec",
     "bayes_masked_loss",
     "blind_masked_loss_bound",
     "block_sums",
@@ -87,6 +88,40 @@ __all__ = [
     "wv_star",
     "wv_star_entries",
 ]
+
+
+class TopicsSpec(Protocol):
+    """What the masked-loss bounds read of a seed 004 task config (``TopicsConfig``): sizes, generator, masking."""
+
+    @property
+    def T(self) -> int: ...  # topics
+
+    @property
+    def v(self) -> int: ...  # words per topic
+
+    @property
+    def generator(self) -> str: ...  # "lda" or "uniform-tau"
+
+    @property
+    def tau(self) -> int: ...  # topics per document (uniform-tau)
+
+    @property
+    def alpha(self) -> float: ...  # Dirichlet concentration (lda)
+
+    @property
+    def n_min(self) -> int: ...  # document length N ~ U{n_min..n_max}
+
+    @property
+    def n_max(self) -> int: ...
+
+    @property
+    def p_m(self) -> float: ...  # P(position joins M)
+
+    @property
+    def p_c(self) -> float: ...  # P(kept | in M)
+
+    @property
+    def p_r(self) -> float: ...  # P(replaced by a uniform word | in M)
 
 
 def _check(p_m: float, p_c: float, p_r: float) -> None:
@@ -282,7 +317,7 @@ def min_population_loss(v: int, tau: int) -> float:
 # Lower bounds of the masked-token loss (§3.2 masking, §6.1 LDA or §3.1 uniform-τ documents)
 
 
-def _topic_mean(task: TopicsConfig, g: Callable[[np.ndarray, np.ndarray], np.ndarray], nodes: int = 96) -> float:
+def _topic_mean(task: TopicsSpec, g: Callable[[np.ndarray, np.ndarray], np.ndarray], nodes: int = 96) -> float:
     """``E[g(θ_1, Σ_t θ_t²)]`` over one document's topic proportions, ``g`` vectorised.
 
     LDA (θ ~ Dir(α 1_T)): ``θ_1 ~ Beta(α, (T − 1)α)`` by Gauss–Jacobi quadrature (exact for polynomials of
@@ -306,7 +341,7 @@ def _topic_mean(task: TopicsConfig, g: Callable[[np.ndarray, np.ndarray], np.nda
     return float(np.sum(w * g(x, s)) / np.sum(w))
 
 
-def _replacement(task: TopicsConfig, replace_from_all: bool) -> tuple[float, float]:
+def _replacement(task: TopicsSpec, replace_from_all: bool) -> tuple[float, float]:
     """``(r, m)``: the probability that a masked position shows a given word by replacement, ``p_r/R``, and that
     it shows [MASK], ``1 − p_c − p_r`` plus ``p_r/R`` when the replacement draws from every id (``R = Tv + 1``,
     the authors' code) rather than the Tv words (§3.2)."""
@@ -316,7 +351,7 @@ def _replacement(task: TopicsConfig, replace_from_all: bool) -> tuple[float, flo
     return r, 1.0 - task.p_c - task.p_r + (r if replace_from_all else 0.0)
 
 
-def bayes_masked_loss(task: TopicsConfig, loss: Literal["squared", "ce"], replace_from_all: bool = False) -> float:
+def bayes_masked_loss(task: TopicsSpec, loss: Literal["squared", "ce"], replace_from_all: bool = False) -> float:
     """A lower bound of the expected masked-token loss (Eq. 1) of every model: the Bayes risk of predicting a
     masked word ``w_j`` knowing the document's θ and the position's own observed token ``w̃_j``.
 
@@ -361,7 +396,7 @@ def bayes_masked_loss(task: TopicsConfig, loss: Literal["squared", "ce"], replac
     raise ValueError(f"loss must be 'squared' or 'ce', got {loss!r}")
 
 
-def mean_inverse_masked(task: TopicsConfig, at_least_one: bool = False) -> float:
+def mean_inverse_masked(task: TopicsSpec, at_least_one: bool = False) -> float:
     """``E[1/|M|]`` over the documents whose M is not empty (the loss weighs those alone): N uniform on
     ``{n_min..n_max}``, ``|M| ~ Bin(N, p_m)``; ``at_least_one`` (the authors' code) gives an empty M one
     position instead."""
@@ -374,7 +409,7 @@ def mean_inverse_masked(task: TopicsConfig, at_least_one: bool = False) -> float
     return total / (task.n_max - task.n_min + 1)
 
 
-def blind_masked_loss_bound(task: TopicsConfig, replace_from_all: bool = False, at_least_one: bool = False) -> float:
+def blind_masked_loss_bound(task: TopicsSpec, replace_from_all: bool = False, at_least_one: bool = False) -> float:
     """A lower bound of the expected squared masked loss (Eq. 3) of every *position-blind* model, one whose output
     is the same at every position of a document: uniform attention (``W^K = W^Q = 0``, Thms. 1, 2) makes Eq. 6's
     columns equal. Give it θ and even M: its best shared output is the mean over M of the posteriors ``φ_j``

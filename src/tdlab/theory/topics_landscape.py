@@ -64,6 +64,7 @@ __all__ = [
     "Kind",
     "Masking",
     "Version",
+    "assumption4",
     "block_loss",
     "block_loss_gamma",
     "c4",
@@ -472,3 +473,8 @@ def monte_carlo_loss(
         raise ValueError(f"kind: must be 'block' or 'diagonal', got {kind!r}")
     est, se = monte_carlo_losses([(alpha, beta)], T, v, tau, N, docs, generator, m)[kind]
     return float(est[0]), float(se[0])
+
+
+def assumption4(p_m: float, p_c: float, p_r: float) -> bool:
+    """Assumption 4 (§5.3), the masking Thms. 3 and 5 are proved under: ``p_m < 1/2``, ``p_c = p_r ∈ (0, 1/2)``."""
+    return p_m < 0.5 and math.isclose(p_c, p_r) and 0.0 < p_c < 0.5

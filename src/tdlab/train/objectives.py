@@ -23,9 +23,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tdlab.tasks.topics import mask_tokens  # §3.2's corruption: a fact of seed 004's data process
-
-__all__ = ["Batch", "LastPosition", "MaskedTokens", "NextToken", "Objective", "next_token_loss", "weighted_mean"]
+__all__ = [
+    "Batch",
+    "LastPosition",
+    "MaskedTokens",
+    "NextToken",
+    "Objective",
+    "mask_tokens",
+    "next_token_loss",
+    "weighted_mean",
+]
 
 Sample = torch.Tensor | Mapping[str, torch.Tensor]
 
@@ -192,6 +199,61 @@ class LastPosition(Objective):
         E, B, V = logits.shape
         nll = F.cross_entropy(logits.reshape(-1, V), batch.targets.reshape(-1), reduction="none").reshape(E, B)
         return nll, logits.argmax(-1) == batch.targets
+
+
+def mask_tokens(
+    tokens: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    gens: Sequence[torch.Generator],
+    p_m: float = 0.15,
+    p_c: float = 0.1,
+    p_r: float = 0.1,
+    mask_id: int = 0,
+    words: tuple[int, int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT-style masking, the corruption of :class:`MaskedTokens` (seed 004's §3.2 is this process).
+
+    A real position (``key_mask`` True) joins M with probability ``p_m``; a position of M then keeps
+    its word with probability ``p_c``, becomes a uniform draw from ``[words[0], words[1])`` (the
+    original word included) with probability ``p_r``, and becomes ``mask_id`` otherwise. Positions
+    outside M and padding are unchanged.
+
+    Draws, per member from its own generator over the full ``(B, W)`` width: uniforms ``u (3, B, W)``
+    (``u[0] < p_m`` selects; ``u[1]`` in ``[0, p_c)`` keeps, ``[p_c, p_c + p_r)`` replaces, else masks;
+    ``u[2]`` unused) then the replacement words ``(B, W)``. Member ``e``'s masks depend on the width ``W``:
+    keep it fixed (e.g. ``Topics.sample(length=...)``) for masks independent of the other members.
+
+    Args:
+        tokens: ``(E, B, W)`` long; key_mask: ``(E, B, W)`` bool or None (every position real).
+        gens: one generator per member; p_m, p_c, p_r: in [0, 1] with ``p_c + p_r <= 1``.
+        mask_id: the id a masked position becomes. words: half-open range of replacement ids, e.g. a topic
+            task's ``words`` ``(1, Tv + 1)`` (§3.2); required (no default can know the vocabulary), None is
+            refused. Seed 004's authors' code: ``(0, vocab)``.
+    Returns:
+        ``(corrupted (E, B, W) long, selected (E, B, W) bool)``: the masked document and M.
+    """
+    for name, p in (("p_m", p_m), ("p_c", p_c), ("p_r", p_r)):
+        if not 0.0 <= float(p) <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {p}")
+    if p_c + p_r > 1.0:
+        raise ValueError(f"p_c + p_r must be at most 1, got p_c={p_c}, p_r={p_r}")
+    if words is None or not words[0] < words[1]:
+        raise ValueError(f"words must be a non-empty half-open id range (lo, hi), e.g. (1, Tv + 1), got {words}")
+    if tokens.dim() != 3 or len(gens) != tokens.shape[0]:
+        raise ValueError(f"tokens must be (E, B, W) with E = len(gens) = {len(gens)}, got {tuple(tokens.shape)}")
+    _E, B, W = tokens.shape
+    corrupted, selected = tokens.clone(), torch.zeros_like(tokens, dtype=torch.bool)
+    for e, g in enumerate(gens):
+        u = torch.rand((3, B, W), generator=g, device=tokens.device)
+        replacement = torch.randint(words[0], words[1], (B, W), generator=g, device=tokens.device)
+        sel = u[0] < p_m
+        if key_mask is not None:
+            sel &= key_mask[e]
+        replace = sel & (u[1] >= p_c) & (u[1] < p_c + p_r)
+        to_mask = sel & (u[1] >= p_c + p_r)
+        corrupted[e] = torch.where(replace, replacement, corrupted[e]).masked_fill(to_mask, mask_id)
+        selected[e] = sel
+    return corrupted, selected
 
 
 class MaskedTokens(Objective):

@@ -9,6 +9,12 @@ method is torch's own, unwrapped (:func:`inspect.unwrap`), and ``step`` sets the
 guard does (``defaults["differentiable"]``, so no autograd graph is recorded). While compiling, every
 method is torch's wrapped one. State dicts and hooks are torch's: a checkpoint of one loads into the
 other.
+
+What it pays (``bench/bench_trainer_overhead.py``, 2-core machine shared with other jobs, 2026-12-02): a fresh
+process reaches the end of its first AdamW step in 1.58 s with these against 3.12 s with torch's (median of 5
+each, alternating), 1.5 s saved once per process, which every ``tdlab run`` and test process starts with; per
+step nothing measurable (a markov-init quick arm, 200 steps, 5 alternating rounds: torch's / these 1.32, within
+a spread of ±100 % on the shared cores), and the numbers are bit for bit the same.
 """
 
 from __future__ import annotations

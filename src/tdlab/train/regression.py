@@ -17,8 +17,9 @@ Why this is exact and fast: sufficient statistics
 Without LayerNorm, every model here sees a prompt only through ``Lambda_hat = X^T X / L``,
 ``c = X^T y / L``, ``y^T y / L`` and the query (tokens as rows; App. C): the CA layers compute
 ``F_t = X P_t`` with ``P_t`` built from ``Lambda_hat`` (Eq. 5.2, Lemma C.2), and the frozen App. C.1
-readout is ``y_hat = c^T P_T x_q`` (Lemma C.1). :class:`PromptStats` holds those statistics, and
-:func:`predict` evaluates a model from them:
+readout is ``y_hat = c^T P_T x_q`` (Lemma C.1). :class:`tdlab.theory.icl_stats.PromptStats` holds those
+statistics (drawn from any task with a ``sample`` method, so this module knows no task), and :func:`predict`
+evaluates a model from them:
 
 * scalar weights (``param`` one / two / untied; cross- or self-attention): ``P_t`` is a polynomial
   ``p_t(Lambda_hat)``, so with ``Lambda_hat = sum_k lambda_k u_k u_k^T``,
@@ -64,8 +65,8 @@ from tdlab.config import Config
 from tdlab.models.linear_attention import LCA, LSA
 from tdlab.progress import ProgressBar
 from tdlab.seeding import Purpose, generators
-from tdlab.tasks.multimodal import MultiModalBatch, MultiModalPrompts
 from tdlab.theory.icl import bayes_predictor
+from tdlab.theory.icl_stats import PromptSampler, PromptStats, RawPrompts, population_stats, sample_stats
 from tdlab.train.checkpoint import (
     CheckpointError,
     is_int,
@@ -84,192 +85,23 @@ from tdlab.train.trainer import DivergenceError, FitResult
 
 __all__ = [
     "SMALL_X",
-    "PromptStats",
     "RegressionConfig",
     "RegressionTrainer",
     "error_summary",
     "fast_path",
     "load_member_states",
     "member_state",
-    "population_stats",
     "predict",
     "predict_any",
     "query_errors",
-    "sample_stats",
 ]
 
 Dtype = Literal["float64", "float32"]
 SMALL_X = 1e-4  # |beta lambda| below which the tied closed form switches to its Taylor series
-TOKENS_PER_DRAW = 1 << 20  # prompts are drawn in chunks of about this many tokens (memory)
 
 
 def _dtype(name: str) -> torch.dtype:
     return torch.float64 if name == "float64" else torch.float32
-
-
-# ---------------------------------------------------------------------------------------------
-# Sufficient statistics of prompts
-
-
-class PromptStats:
-    """What the non-LayerNorm models see of ``N`` prompts per member (leading axes ``(E, N)``).
-
-    Attributes:
-        c: (E, N, d) ``X^T y / L``; yy: (E, N) ``y^T y / L``; ybar: (E, N) the in-context sample mean
-        ``(1/L) sum_i y_i`` (App. G baseline; 0 at infinite context); x_query: (E, N, d); y_query: (E, N);
-        bayes: (E, N) the paper's ``y_q^Bayes = <w, x_q>`` (Eq. 4.1); L: context length
-        (``math.inf`` for the population limit); m, zeta: the prompts' latents.
-        gram: (E, N, d, d) ``Lambda_hat = X^T X / L`` (population: ``I + m m^T``, built on demand).
-    """
-
-    def __init__(
-        self,
-        *,
-        c: Tensor,
-        yy: Tensor,
-        ybar: Tensor,
-        x_query: Tensor,
-        y_query: Tensor,
-        m: Tensor,
-        zeta: Tensor,
-        L: float,
-        gram: Tensor | None = None,
-    ) -> None:
-        self.c, self.yy, self.ybar, self.x_query, self.y_query = c, yy, ybar, x_query, y_query
-        self.m, self.zeta, self.L = m, zeta, L
-        self._gram = gram
-        self.bayes = bayes_predictor(m, zeta, x_query)
-        self._spectral: tuple[Tensor, Tensor] | None = None
-
-    @property
-    def population(self) -> bool:
-        return math.isinf(self.L)
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        """``(E, N, d)``."""
-        return tuple(self.x_query.shape)  # type: ignore[return-value]
-
-    @property
-    def gram(self) -> Tensor:
-        if self._gram is None:  # population: Lambda = I + m m^T (Eq. 3.4)
-            d = self.m.shape[-1]
-            eye = torch.eye(d, dtype=self.m.dtype, device=self.m.device)
-            self._gram = eye + self.m[..., :, None] * self.m[..., None, :]
-        return self._gram
-
-    def spectral(self) -> tuple[Tensor, Tensor]:
-        """``(lambda, a)``, each (E, N, K): eigenvalues of ``Lambda_hat`` and ``a_k = (u_k . c)(u_k . x_q)``,
-        so that ``c^T f(Lambda_hat) x_q = sum_k a_k f(lambda_k)``. Population: ``K = 2``, the spike
-        ``(Z, zeta m . x_q)`` and the bulk ``(1, 0)`` (``c = zeta m`` has no bulk component)."""
-        if self._spectral is None:
-            if self.population:
-                z = 1.0 + (self.m * self.m).sum(-1)
-                a = self.zeta * (self.m * self.x_query).sum(-1)
-                self._spectral = (torch.stack([z, torch.ones_like(z)], -1), torch.stack([a, torch.zeros_like(a)], -1))
-            else:
-                lam, U = torch.linalg.eigh(self.gram)
-                a = (U.transpose(-1, -2) @ self.c[..., None])[..., 0] * (U.transpose(-1, -2) @ self.x_query[..., None])[
-                    ..., 0
-                ]
-                self._spectral = (lam, a)
-        return self._spectral
-
-    def member(self, e: int) -> PromptStats:
-        """Member ``e`` alone (member axis of size 1 kept)."""
-        out = PromptStats(
-            c=self.c[e : e + 1],
-            yy=self.yy[e : e + 1],
-            ybar=self.ybar[e : e + 1],
-            x_query=self.x_query[e : e + 1],
-            y_query=self.y_query[e : e + 1],
-            m=self.m[e : e + 1],
-            zeta=self.zeta[e : e + 1],
-            L=self.L,
-            gram=None if self._gram is None else self._gram[e : e + 1],
-        )
-        if self._spectral is not None:
-            out._spectral = tuple(s[e : e + 1] for s in self._spectral)  # type: ignore[assignment]
-        return out
-
-    @staticmethod
-    def from_batch(batch: MultiModalBatch) -> PromptStats:
-        """Statistics of raw prompts (E, N, L, d)."""
-        X, y = batch.X, batch.y
-        L = X.shape[-2]
-        return PromptStats(
-            gram=X.transpose(-1, -2) @ X / L,
-            c=(X * y[..., None]).sum(-2) / L,
-            yy=(y * y).mean(-1),
-            ybar=y.mean(-1),
-            x_query=batch.x_query,
-            y_query=batch.y_query,
-            m=batch.m,
-            zeta=batch.zeta,
-            L=float(L),
-        )
-
-    @staticmethod
-    def cat(parts: Sequence[PromptStats], dim: int) -> PromptStats:
-        """Concatenate along the member (``dim=0``) or prompt (``dim=1``) axis."""
-        first = parts[0]
-        grams = None if first._gram is None or first.population else torch.cat([p.gram for p in parts], dim)
-        return PromptStats(
-            **{
-                k: torch.cat([getattr(p, k) for p in parts], dim)
-                for k in ("c", "yy", "ybar", "x_query", "y_query", "m", "zeta")
-            },
-            L=first.L,
-            gram=grams,
-        )
-
-
-def sample_stats(
-    task: MultiModalPrompts,
-    gens: Sequence[torch.Generator],
-    n: int,
-    L: int,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: str | torch.device | None = None,
-) -> PromptStats:
-    """Draw ``n`` prompts of context length ``L`` per member with :meth:`MultiModalPrompts.sample` and
-    reduce them to statistics. Each member is drawn from its own generator, in chunks of
-    ``TOKENS_PER_DRAW // (L + 1)`` prompts (so memory stays bounded; the chunking is a function of
-    ``L`` alone, hence reproducible). Drawn in float32, reduced in ``dtype``."""
-    per = max(1, TOKENS_PER_DRAW // (L + 1))
-    members = []
-    for g in gens:
-        chunks = []
-        for s in range(0, n, per):
-            b = task.sample([g], min(per, n - s), L, dtype=torch.float32).to(device=device, dtype=dtype)
-            chunks.append(PromptStats.from_batch(b))
-        members.append(PromptStats.cat(chunks, 1))
-    return PromptStats.cat(members, 0)
-
-
-def population_stats(
-    task: MultiModalPrompts,
-    gens: Sequence[torch.Generator],
-    n: int,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: str | torch.device | None = None,
-) -> PromptStats:
-    """``n`` fresh prompts per member at infinite context (Sec. 6: ``L_tr -> inf``): the latents, the
-    query and its response come from :meth:`MultiModalPrompts.sample` (context length 1, discarded);
-    the context statistics are their limits ``Lambda = I + m m^T``, ``c = zeta m``, ``y^T y / L = zeta^2``."""
-    b = task.sample(list(gens), n, 1, dtype=torch.float32).to(device=device, dtype=dtype)
-    return PromptStats(
-        c=b.zeta[..., None] * b.m,
-        yy=b.zeta**2,
-        ybar=torch.zeros_like(b.zeta),
-        x_query=b.x_query,
-        y_query=b.y_query,
-        m=b.m,
-        zeta=b.zeta,
-        L=math.inf,
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,12 +227,12 @@ def predict(model: nn.Module, stats: PromptStats) -> Tensor:
     )
 
 
-Prompts = PromptStats | MultiModalBatch
+Prompts = PromptStats | RawPrompts
 
 
 def predict_any(model: nn.Module, data: Prompts) -> Tensor:
-    """:func:`predict` on statistics, ``model.forward`` on a raw :class:`MultiModalBatch`."""
-    if isinstance(data, MultiModalBatch):
+    """:func:`predict` on statistics, ``model.forward`` on raw prompts (e.g. a ``MultiModalBatch``)."""
+    if not isinstance(data, PromptStats):
         return model(data.X, data.y, data.x_query)
     return predict(model, data)
 
@@ -526,7 +358,7 @@ class RegressionTrainer:
         self.cache = cache if cache is not None else {}
 
     def data(
-        self, task: MultiModalPrompts, seeds: Sequence[int], purpose: str, n: int, *, fresh: bool = False
+        self, task: PromptSampler, seeds: Sequence[int], purpose: str, n: int, *, fresh: bool = False
     ) -> PromptStats:
         """Prompts of the configured objective for ``seeds`` (cached unless ``fresh``)."""
         cfg = self.cfg
@@ -542,7 +374,7 @@ class RegressionTrainer:
             self.cache[key] = out
         return out
 
-    def fit(self, build: Callable[[list[int]], nn.Module], seeds: Sequence[int], task: MultiModalPrompts) -> FitResult:
+    def fit(self, build: Callable[[list[int]], nn.Module], seeds: Sequence[int], task: PromptSampler) -> FitResult:
         seeds = list(seeds)
         model = build(seeds).to(device=self.device, dtype=_dtype(self.cfg.dtype))
         return self.fit_model(model, task, seeds)
@@ -550,7 +382,7 @@ class RegressionTrainer:
     def fit_model(
         self,
         model: nn.Module,
-        task: MultiModalPrompts,
+        task: PromptSampler,
         seeds: Sequence[int],
         *,
         train: Prompts | None = None,

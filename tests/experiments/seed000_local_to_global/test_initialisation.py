@@ -309,7 +309,9 @@ def test_diverged_run_keeps_metrics_and_names_member_and_step(monkeypatch, runs_
     assert s["status"] == "diverged" and (s["member"], s["step"]) == (1, 2)
     assert "member 1" in s["error"] and "step 2" in s["error"]
     assert s["claims"] == [] and (run.path / "report.html").is_file()
-    assert stored_fits(run) == {"sec2__standard"} and exp.fit_arms(cfg) == ["sec2/standard"]  # what it declares
+    from tdlab.costs.work import fit_arms  # what tdlab batch reads of a stopped run
+
+    assert stored_fits(run) == {"sec2__standard"} and fit_arms(exp, cfg) == ["sec2/standard"]  # what it declares
     df = run.metrics()
     assert sorted(df[df.name == "test_loss"].member.tolist()) == [0, 1]  # step-0 evaluation kept
     assert set(df[df.name == "train_loss"].step) == {1}

@@ -243,7 +243,16 @@ def test_app_c_structure_holds_every_group(write_run, good):
     # every stored bias is at its optimum: there is nothing for one step to do, so no row is evaluable
     assert groups[BIAS].verdict == "not evaluable" and all(r.cause == "stage not reached" for r in groups[BIAS].rows)
     assert any("AdamW" in n for n in a.notes)
-    assert any(n.startswith("Fig. 3 (AdamW") and "5/5 statements hold" in n for n in a.notes)
+    assert any(n.startswith("Fig. 3 (AdamW") and "W_V σ₂/σ₁" in n for n in a.notes)
+    # the generic notes say each Fig. 3 statement's verdict: all 5 hold
+    fig3 = [g for g in a.groups if g.id.startswith("fig3-")]
+    assert len(fig3) == 5 and all(g.verdict == "holds" for g in fig3)
+    assert all(
+        any(n.startswith("Holds — ") and f"({g.id})" in n for n in a.notes)
+        if g.kind == "paper"
+        else any(n.startswith("Sanity checks: ") and g.id in n for n in a.notes)
+        for g in fig3
+    )
     assert any(n.startswith("Fig. 6: the rank-one init stays rank one by construction") for n in a.notes)
     assert any(
         n.startswith("standard, one extra bias step") and "leaves nothing for the step to do" in n for n in a.notes

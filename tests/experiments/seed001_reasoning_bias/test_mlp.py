@@ -14,12 +14,8 @@ import torch
 
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
-from tdlab.experiments.seed001_reasoning_bias.mlp import (
-    AnchorsMlp,
-    pair_abs_error,
-    pair_spearman,
-    reasoning_theory_cosines,
-)
+from tdlab.experiments.seed001_reasoning_bias.common import pair_abs_error, pair_spearman, reasoning_theory_cosines
+from tdlab.experiments.seed001_reasoning_bias.mlp import AnchorsMlp
 from tdlab.experiments.seed001_reasoning_bias.training import GammaArms, epoch_train_config, fixed_data
 from tdlab.models.emb_mlp import EmbMLP
 from tdlab.runs import Run, RunWriter

@@ -12,7 +12,7 @@ from tdlab.experiments.seed002_cross_attention.ablations import IclAblations
 from tdlab.experiments.seed002_cross_attention.common import baseline_rows
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import sample_mean_risk
-from tdlab.train.regression import sample_stats
+from tdlab.theory.icl_stats import sample_stats
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 D = np.array([-1.0, 0.0, 1.0])

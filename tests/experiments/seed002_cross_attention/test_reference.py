@@ -19,7 +19,8 @@ from tdlab.models.linear_attention import LCA
 from tdlab.seeding import derive_seed
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_star, alpha_star_T
-from tdlab.train.regression import predict, sample_stats
+from tdlab.theory.icl_stats import sample_stats
+from tdlab.train.regression import predict
 
 TASK = MultiModalPrompts(dims=(3, 2))
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -22,7 +22,7 @@ from tdlab.models.linear_attention import LCA
 from tdlab.seeding import derive_seed
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_star
-from tdlab.train.regression import PromptStats
+from tdlab.theory.icl_stats import PromptStats
 
 APP_H = MultiModalPrompts()
 A_STAR = alpha_star(APP_H)
@@ -159,6 +159,7 @@ def test_a_stop_between_reference_draws_keeps_the_draws_stored_and_a_resume_draw
     import tdlab.experiments.seed002_cross_attention.unrestricted as mod
     from tdlab.experiments.base import RunContext
     from tdlab.runs import RunWriter
+    from tdlab.train.lanes import limited_to
     from tdlab.train.stopping import RunStopped, request_stop, stopping
 
     exp = IclUnrestricted()
@@ -176,8 +177,8 @@ def test_a_stop_between_reference_draws_keeps_the_draws_stored_and_a_resume_draw
 
     monkeypatch.setattr(mod, "untied_optimum", counted)
     stop_after_first = False
-    with RunWriter(tmp_path / "whole", exp.name) as whole:
-        exp._draw_reference(cfg, RunContext(whole, progress=False, live=None, lanes=lanes))
+    with RunWriter(tmp_path / "whole", exp.name) as whole, limited_to(lanes):
+        exp._draw_reference(cfg, RunContext(whole, progress=False, live=None))
         want = whole.arm_rows(exp.REFERENCE)
         whole.keep = True
     assert len(calls) == 3 and ({m for _, m, _, _ in want}) == {0, 1, 2}
@@ -186,8 +187,8 @@ def test_a_stop_between_reference_draws_keeps_the_draws_stored_and_a_resume_draw
     stop_after_first = True
     writer = RunWriter(tmp_path / "cut", exp.name)
     writer.write_config({"experiment": exp.name})  # what a resume reopens
-    with stopping(signals=False), pytest.raises(RunStopped):
-        exp._draw_reference(cfg, RunContext(writer, progress=False, live=None, lanes=lanes))
+    with stopping(signals=False), pytest.raises(RunStopped), limited_to(lanes):
+        exp._draw_reference(cfg, RunContext(writer, progress=False, live=None))
     kept = set(range(lanes))  # the draws running when the stop came
     assert sorted(calls) == sorted(derive_seed(cfg.seed, "untied-reference", r) for r in kept)
     assert {m for _, m, _, _ in writer.arm_rows(exp.REFERENCE)} == kept
@@ -197,7 +198,8 @@ def test_a_stop_between_reference_draws_keeps_the_draws_stored_and_a_resume_draw
     calls.clear()
     stop_after_first = False
     again = RunWriter.reopen(writer.final)
-    exp._draw_reference(cfg, RunContext(again, progress=False, live=None, lanes=lanes))
+    with limited_to(lanes):
+        exp._draw_reference(cfg, RunContext(again, progress=False, live=None))
     assert sorted(calls) == sorted(derive_seed(cfg.seed, "untied-reference", r) for r in range(lanes, 3))
     assert again.arm_rows(exp.REFERENCE) == want
     again.release()
@@ -209,6 +211,7 @@ def test_the_arms_train_on_lanes_to_the_numbers_of_one_lane_and_a_kill_before_th
     """The arms are independent fits: on two one-thread lanes they end with the numbers of one lane, bit for
     bit. Their diagnostics (projections, whitening) are measured once every fit is stored, so a run killed in
     between keeps the fits, and the resume measures what is missing to the rows of a run never stopped."""
+    from tdlab.costs.work import fit_arms
     from tdlab.experiments import runner
     from tdlab.runs import Run, arrays_file
     from tdlab.train.lanes import limited_to
@@ -230,7 +233,7 @@ def test_the_arms_train_on_lanes_to_the_numbers_of_one_lane_and_a_kill_before_th
     assert trained <= set(metrics(one.path)["arm"]) and len(trained) == 4
     # the fits it declares (a stopped run's pace, tdlab batch) are those it stores, less the references it computes
     references = {exp.REFERENCE.replace("/", "__"), "tied-reference"}
-    assert stored_fits(one) - references == {a.replace("/", "__") for a in exp.fit_arms(cfg)}
+    assert stored_fits(one) - references == {a.replace("/", "__") for a in fit_arms(exp, cfg)}
 
     real, measured = IclUnrestricted._diagnostics, []
 

@@ -25,13 +25,13 @@ from tdlab.experiments.seed004_topics.landscape import (
     REMARK_4,
     TopicsLandscape,
     assumption3_v,
-    assumption4,
     equal_gamma_points,
     flat_halfwidth,
     tau_arm,
 )
 from tdlab.runs import Run
 from tdlab.theory import topics_landscape as tl
+from tdlab.theory.topics_landscape import assumption4
 
 # A small Monte Carlo (1e6 words, standard error ≈ 0.8 %): too few to resolve the 1 % sanity tolerance,
 # which tests/theory/test_topics_landscape.py checks with 1.6e7 words; here it must not fail.

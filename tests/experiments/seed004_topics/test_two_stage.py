@@ -15,15 +15,8 @@ import pytest
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics import two_stage
-from tdlab.experiments.seed004_topics.two_stage import (
-    TopicsTwoStage,
-    half_growth_steps,
-    lags,
-    member_settings,
-    relative_growth,
-    setting_name,
-    stage_split,
-)
+from tdlab.experiments.seed004_topics.common import half_growth_steps, lags, relative_growth, stage_split
+from tdlab.experiments.seed004_topics.two_stage import TopicsTwoStage, member_settings, setting_name
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunWriter
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -64,20 +64,17 @@ from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.manifest import Setting
+from tdlab.experiments.seed000_local_to_global.common import LEFT_PLATEAU
 from tdlab.experiments.seed000_local_to_global.hypotheses import ABOVE_LINE_ROW, BELOW_LINE_ROW, SMALL_INIT_STD
-from tdlab.experiments.seed000_local_to_global.initialisation import LEFT_PLATEAU
-from tdlab.experiments.seed000_local_to_global.settings import TABLE_2
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import evaluation_noise, gap_crossing
+from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy
 from tdlab.theory.markov_landscape import CriticalKind, gaussian_basin_probability, optimal_contrast, profile_loss
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
-
-__all__ = ["ABOVE", "BELOW", "MarkovBridge", "MarkovBridgeConfig", "cell_arm", "classify_losses", "predict_cell"]
 
 Prob = Annotated[float, Field(gt=0.0, lt=1.0)]
 Budget = Annotated[int, Field(ge=1, le=10_000_000)]
@@ -360,67 +357,24 @@ def _reference(
     return np.full(shape, population), False
 
 
+def _budget_panel(cfg: MarkovBridgeConfig, cells: dict[str, dict[str, Any]], p: float, q: float) -> Panel:
+    """One chain's test loss at every budget against H(π) and the entropy rate, titled with the theory's basin.
+    Longest budget first, so that the shorter runs (a prefix in time) are drawn on top; colours by budget."""
+    row0 = cells[cell_arm(p, q, cfg.budgets[0])]
+    rate, h_pi = row0["entropy_rate"], row0["marginal_entropy"]
+    order = sorted(enumerate(cfg.budgets), key=lambda ib: -ib[1])
+    return Panel(
+        f"p={p:g}, q={q:g} (p+q={p + q:.2f}); theory: {'—' if row0['basin'] is None else row0['basin']}",
+        [Line(cell_arm(p, q, b), label=f"{b} its", color=f"C{i % 10}") for i, b in order],
+        reference={f"H(π) {h_pi:.3f}": h_pi, f"rate {rate:.3f}": rate},
+        ylim=(rate - 0.03, max(math.log(2), h_pi) + 0.02),
+    )
+
+
 @register
 class MarkovBridge(Experiment[MarkovBridgeConfig]):
-    name = "markov-bridge"
-    paper = "000 Local to Global"
-    figure = "Thms. 2 & 8 (App. G) on the Sec. 2 transformer, (p, q) phase diagram"
-    description = (
-        "Bridge from the canonical (e, w) theory to the full Sec. 2 transformer: over a grid of (p, q) on "
-        "both sides of p+q=1 and at two training budgets, an ensemble trained from the standard init is "
-        "compared with the basin that Thm. 2 (p+q>1: H(π)) / Thm. 8 (p+q<1: entropy rate) predicts for a "
-        "Gaussian init (App. G): final test loss − the unigram / Bayes predictor's loss on the same evaluation "
-        "batches, one row per (p, q, budget). Table, phase diagram, member classes, plateau-escape steps; "
-        "disagreements are reported with their size in nats."
-    )
     Config = MarkovBridgeConfig
     claims = CLAIMS
-    # The grid is not the seed's: Thms. 2/8 are stated for every (p, q) off p + q = 1 (the claims' hypotheses
-    # decide which side a cell speaks for); the one cell the seed trains the full model on, Fig. 4's (0.5, 0.8),
-    # is in it.
-    manifest: ClassVar[dict[str, Setting]] = {
-        **TABLE_2,
-        "budgets": Setting(
-            [SEED_STEPS], "Table 2 (8000 iterations)", "each budget is a run with its own cosine schedule"
-        ),
-        "model.arch": Setting(
-            "sec2",
-            "App. A.3.2 ('the general single-layer transformer in Sec. 2')",
-            "Table 2 names GPT-2 (Pagliardini, 2023); markov-init runs both, the bridge the Sec. 2 equations",
-        ),
-        "model.init": Setting("standard", "App. A.3.2 (the standard initialization)"),
-        "model.init_std": Setting(0.02, "App. A.3.2 (σ = 0.02)"),
-    }
-    paper_differs: ClassVar[dict[str, str]] = {
-        "budgets": "a 2000-iteration run (its own cosine schedule) beside Table 2's 8000, to show whether the end "
-        "state depends on the horizon; its p+q>1 rows are ours (the claim is about staying through the seed's 8000)",
-    }
-    arm_fields: ClassVar[dict[str, str]] = {"model.max_len": "train.seq_len"}
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # 2 CPU cores, < 5 minutes (measured). Shrunk from `paper`: 4 cells (two on each side of
-        # p+q=1, Fig. 4's (0.5, 0.8) and (0.7, 0.9) among them) instead of 13; 3 members instead of 5;
-        # sequence length 128 instead of 1024 (~8 ms a step instead of ~100); budgets 500 and 3000 its
-        # instead of 2000 and 8000 (at N = 128 the H(π) plateau of (0.5, 0.8) lasts longer than at
-        # N = 1024, so 3000 its is where the escape shows); 8 fresh eval batches (16k tokens) every
-        # 50 its, on which the reference predictors are scored too (the claims read the gap to them,
-        # which removes the batches' own deviation from the population entropies: up to 0.0077 nats
-        # at these sizes). d, batch and the optimiser are Table 2's.
-        "quick": {
-            "members": 3,
-            "grid": [[0.2, 0.3], [0.1, 0.4], [0.5, 0.8], [0.7, 0.9]],
-            "budgets": [500, 3000],
-            "train": {"seq_len": 128, "eval_every": 50, "eval_batches": 8},
-        },
-        # Table 2: 8000 iterations, sequence length 1024, d = 8, 5 repetitions; budgets 2000 and 8000;
-        # the 13-cell default grid. 130k steps of 5 members at N = 1024: a GPU job (`--device cuda`;
-        # 2000 its of one cell took ~60 s on an H100 with other runs beside it); on 2 CPU cores it
-        # would take many hours.
-        "paper": {
-            "members": 5,
-            "budgets": [2000, 8000],
-            "train": {"seq_len": 1024, "eval_every": 100, "eval_batches": 8},
-        },
-    }
     # atlas: the bridge claims are per training horizon (Thm. 2 vs Thm. 8 limits appear only after enough steps); one budget per point
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("budgets", (500, 2000, 8000), quick=(500, 3000), label="budget", as_list=True),),
@@ -444,12 +398,6 @@ class MarkovBridge(Experiment[MarkovBridgeConfig]):
                     for budget in cfg.budgets
                 ]
             )
-
-    def fit_work(self, cfg: MarkovBridgeConfig) -> float:
-        # one fit per (cell, budget), each as long as its budget (no single length field: counted here), in
-        # fits of a fixed 1,000 steps, so that quick's count and the paper's compare (quick's budgets start at 500,
-        # the seed's at 2,000)
-        return len(cfg.grid) * sum(cfg.budgets) / 1000.0
 
     def trivial_error(self, cfg: MarkovBridgeConfig, arm: str) -> float:
         return float(np.log(2))  # the uniform predictor over {0, 1}
@@ -562,7 +510,7 @@ class MarkovBridge(Experiment[MarkovBridgeConfig]):
                 f"{len(missing)} arms did not record the reference predictors' losses on their evaluation "
                 f"batches (test_loss@bayes/@unigram): their gaps are to the population values."
             )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     @staticmethod
     def _finding(row: dict[str, Any], claim: Any, tol: float) -> str:
@@ -646,12 +594,24 @@ class MarkovBridge(Experiment[MarkovBridgeConfig]):
     # ------------------------------------------------------------------------------------------
     # Figures
 
+    figures = (
+        Curves(
+            "loss_curves.png",
+            lambda cfg, m: [_budget_panel(cfg, m["cells"], p, q) for p, q in cfg.grid],
+            title=lambda cfg: f"Test loss, mean over {cfg.members} members (band: min–max)",
+            size=(4.2, 3.3),
+            legend=7,
+            columns=4,
+        ),
+    )
+
     def plot(self, cfg: MarkovBridgeConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        """The phase diagram of verdicts (its own figure), then the declared loss curves."""
         cells = analysis.measurements["cells"]
         verdicts = _verdicts(analysis.groups)
         return [
             self._phase_diagram(cfg, cells, verdicts, figdir / "phase_diagram.png"),
-            self._loss_curves(cfg, run, cells, figdir / "loss_curves.png"),
+            *super().plot(cfg, run, analysis, figdir),
         ]
 
     @staticmethod
@@ -718,35 +678,4 @@ class MarkovBridge(Experiment[MarkovBridgeConfig]):
             f"N={cfg.train.seq_len}, d={cfg.model.d} (label: members at H(π))",
             fontsize=9,
         )
-        return save_figure(fig, path)
-
-    @staticmethod
-    def _loss_curves(cfg: MarkovBridgeConfig, run: RunView, cells: dict[str, dict[str, Any]], path: Path) -> Path:
-        from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
-
-        n = len(cfg.grid)
-        cols = min(4, n)
-        rows = math.ceil(n / cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
-        for ax in axes.flat[n:]:
-            ax.axis("off")
-        for ax, (p, q) in zip(axes.flat, cfg.grid, strict=False):
-            row0 = cells[cell_arm(p, q, cfg.budgets[0])]
-            rate, h_pi = row0["entropy_rate"], row0["marginal_entropy"]
-            colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-            # Longest budget first, so that the shorter runs (a prefix in time) are drawn on top.
-            for i, budget in sorted(enumerate(cfg.budgets), key=lambda ib: -ib[1]):
-                if run.has(cell_arm(p, q, budget), "test_loss"):
-                    curve_with_band(
-                        ax, *run.curves(cell_arm(p, q, budget), "test_loss"), f"{budget} its", colors[i % len(colors)]
-                    )
-            reference_lines(ax, {f"H(π) {h_pi:.3f}": h_pi, f"rate {rate:.3f}": rate})
-            ax.set_ylim(rate - 0.03, max(math.log(2), h_pi) + 0.02)
-            pred = "—" if row0["basin"] is None else row0["basin"]
-            ax.set_title(f"p={p:g}, q={q:g} (p+q={p + q:.2f}); theory: {pred}", fontsize=9)
-            ax.set_xlabel("iteration")
-            ax.set_ylabel("test loss (nats)")
-            ax.legend(fontsize=7)
-        fig.suptitle(f"Test loss, mean over {cfg.members} members (band: min–max)", fontsize=10)
-        fig.tight_layout()
         return save_figure(fig, path)

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 import numpy as np
 import torch
@@ -71,32 +71,17 @@ from tdlab.claims.declare import Calibration, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.manifest import Setting
+from tdlab.experiments.seed000_local_to_global.common import LEFT_PLATEAU
 from tdlab.experiments.seed000_local_to_global.hypotheses import OFF_LINE_ROW
-from tdlab.experiments.seed000_local_to_global.initialisation import LEFT_PLATEAU
-from tdlab.experiments.seed000_local_to_global.settings import TABLE_2
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy
 from tdlab.theory.markov_landscape import ENERGY_SADDLE, CriticalKind, energy, predict_basin, run_flow
 from tdlab.theory.markov_regions import descend, icommon_boundary, in_icommon, limit_kind, sample_icommon
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
-
-__all__ = [
-    "DESCENT_SETTLED",
-    "BiasStepConfig",
-    "ICommonClaimConfig",
-    "MarkovICommon",
-    "MarkovICommonConfig",
-    "RegionConfig",
-    "bias_step_basins",
-    "canonical_init_",
-    "cell_arm",
-    "initial_points",
-    "proposed_point",
-]
 
 Prob = Annotated[float, Field(gt=0.0, lt=1.0)]
 _POINTS_STREAM = "icommon-point"  # per-member stream of the sampled (e, w)
@@ -386,44 +371,21 @@ CLAIMS = (
 )
 
 
+def _cell_panel(p: float, q: float) -> Panel:
+    """One trained cell's test loss against H(π) and the entropy rate."""
+    rate, h_pi = entropy_rate(p, q), marginal_entropy(p, q)
+    return Panel(
+        f"p={p:g}, q={q:g} (p+q={p + q:.1f})",
+        [Line(cell_arm(p, q), label="I_common init")],
+        reference={f"H(π) = {h_pi:.3f}": h_pi, f"entropy rate = {rate:.3f}": rate},
+        ylim=(rate - 0.03, max(np.log(2), h_pi) + 0.1),
+    )
+
+
 @register
 class MarkovICommon(Experiment[MarkovICommonConfig]):
-    name = "markov-icommon"
-    paper = "000 Local to Global"
-    figure = "Sec. 4 (I_common), Sec. 3 / App. A.1 (one extra bias step)"
-    description = (
-        "The Sec. 2 transformer initialised at points sampled in Sec. 4's region I_common (mapped by App. D's "
-        "canonical parameterisation) and trained on (p, q) cells on both sides of p+q=1: claim, every cell ends "
-        "at the entropy rate. Canonical (e, w) model in closed form: gradient descent with one extra bias step "
-        "per iteration ends in the basin the profile analysis predicts for most initial points (Sec. 3)."
-    )
     Config = MarkovICommonConfig
     claims = CLAIMS
-    # The seed gives I_common no distribution, no (p, q) grid ("irrespective of the switching") and no settings
-    # for the bias-step check: those fields are ours. The trained model and its training are the seed's.
-    manifest: ClassVar[dict[str, Setting]] = {
-        **TABLE_2,
-        "model.arch": Setting("sec2", "App. A.3.2 ('the general single-layer transformer in Sec. 2')"),
-        "model.init_std": Setting(
-            0.02, "App. A.3.2 (σ = 0.02)", "the parameters App. D's canonical point does not set keep the standard draw"
-        ),
-        "train.steps": Setting(8000, "Table 2"),
-    }
-    arm_fields: ClassVar[dict[str, str]] = {"model.max_len": "train.seq_len"}
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # 2 CPU cores, ~3 minutes (measured): 4 cells x 4 members, 1000 AdamW steps at N = 128 (the
-        # canonical loss does not depend on N; the attention cost does), 4 fresh eval batches every 100.
-        # Starting inside I_common there is no H(pi) plateau to wait out (a 1500-step trial at (0.2, 0.3)
-        # and (0.5, 0.8) was within 0.002 nats of the Bayes loss by step 500 in every member).
-        "quick": {"members": 4, "train": {"steps": 1000, "seq_len": 128, "eval_every": 100, "eval_batches": 4}},
-        # Table 2: 8000 iterations, N = 1024, 5 repetitions; more cells on both sides of p + q = 1.
-        "paper": {
-            "members": 5,
-            "grid": [[0.1, 0.1], [0.2, 0.3], [0.1, 0.4], [0.3, 0.3], [0.5, 0.8], [0.9, 0.6], [0.7, 0.9], [0.8, 0.8]],
-            "bias_step": {"points": 10000},
-            "train": {"steps": 8000, "seq_len": 1024, "eval_every": 200, "eval_batches": 8},
-        },
-    }
     # atlas: the trained cells' limits (Thm. 2 vs Thm. 8) depend on the horizon
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (2000, 8000, 16000), quick=(500, 1000), label="steps"),),
@@ -488,12 +450,6 @@ class MarkovICommon(Experiment[MarkovICommonConfig]):
         rows += [(0, i, "flow/basin", float(c)) for i, c in enumerate(limit_kind(fin, p, q, atol=bs.atol))]
         rows += [(0, i, "flow/in_icommon", float(v)) for i, v in enumerate(in_icommon(pts))]
         ctx.store_rows(arm, rows)
-
-    def fit_work(self, cfg: MarkovICommonConfig) -> float:
-        return float(len(cfg.grid))  # one fit per (p, q) cell
-
-    def fit_arms(self, cfg: MarkovICommonConfig) -> list[str]:
-        return [cell_arm(p, q) for p, q in cfg.grid]
 
     def trivial_error(self, cfg: MarkovICommonConfig, arm: str) -> float:
         return float(np.log(2))  # the uniform predictor over {0, 1}
@@ -623,7 +579,6 @@ class MarkovICommon(Experiment[MarkovICommonConfig]):
 
     def notes(self, cfg: MarkovICommonConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         c = cfg.claims
-        rows = {(g.id, r.context["arm"]): r for g in groups for r in g.rows}
         prop = measured.values["proposed_point"]
         notes = [
             f"A.3.2's proposed init (e = {cfg.model.init_e:g} per coordinate, W_1 = {cfg.model.init_w1:g}, W_2 = "
@@ -635,54 +590,43 @@ class MarkovICommon(Experiment[MarkovICommonConfig]):
                 "p+q>1 Thm. 2 in I_*. Its p_n are N(0, σ²), not -(e/2)α, so the mapping is approximate."
             )
         ]
-        for arm, cell in measured.values["cells"].items():
+        for cell in measured.values["cells"].values():
             head = f"({cell['p']:g}, {cell['q']:g}), p+q={cell['p_plus_q']:.2f}"
             if "final_gap_to_bayes" in cell:
                 n = len(cell["final_gap_to_bayes"])
-                row = rows[("icommon-reaches-entropy-rate", arm)]
                 notes.append(
                     f"{head}: {cell['at_rate']}/{n} members end within {c.tol_nats:g} nats of the Bayes loss, "
                     f"{cell['at_h_pi']}/{n} at H(π); final gap {np.mean(cell['final_gap_to_bayes']):+.4f} nats "
-                    f"(H(π) − rate = {cell['marginal_entropy'] - cell['entropy_rate']:.4f}); {row.verdict}"
-                    + (f" ({row.reason})" if row.reason else "")
-                    + "."
+                    f"(H(π) − rate = {cell['marginal_entropy'] - cell['entropy_rate']:.4f})."
                 )
             if "bias_step" in cell:
                 b = cell["bias_step"]
-                row = rows[("one-extra-bias-step-suffices", arm)]
                 notes.append(
                     f"{head} canonical: basin agreement with profile descent — one extra bias step "
-                    f"{b['agree_k1_with_profile']:.4f} ({row.verdict}), none {b['agree_k0_with_profile']:.4f}: plain "
+                    f"{b['agree_k1_with_profile']:.4f}, none {b['agree_k0_with_profile']:.4f}: plain "
                     f"descent agrees nearly as often, so this measurement hardly tells one extra step from none; of "
                     f"the {b['k0_disagreements']} points plain descent sends elsewhere, one extra step fixes "
                     f"{b['k0_disagreements_fixed_by_one_step']}; profile descent vs Thm. 2/8 flow basins "
                     f"{b['profile_agrees_with_flow_theory']:.4f}."
                 )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     # ------------------------------------------------------------------------------------------
+    figures = (
+        Curves(
+            "icommon_loss.png",
+            lambda cfg, m: [_cell_panel(p, q) for p, q in cfg.grid],
+            title=lambda cfg: f"Sec. 2 transformer from {cfg.members} points sampled in I_common (mean, band min–max)",
+            size=(4.2, 3.6),
+            legend=7,
+        ),
+    )
+
     def plot(self, cfg: MarkovICommonConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
+        """The declared loss curves, then Sec. 4's region with the members' initial points (its own figure)."""
+        from tdlab.report.figures import plt, save_figure
 
-        n = len(cfg.grid)
-        fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
-        for ax, (p, q) in zip(axes[0], cfg.grid, strict=True):
-            arm = cell_arm(p, q)
-            if run.has(arm, "test_loss"):
-                curve_with_band(ax, *run.curves(arm, "test_loss"), "I_common init")
-            rate, h_pi = entropy_rate(p, q), marginal_entropy(p, q)
-            reference_lines(ax, {f"H(π) = {h_pi:.3f}": h_pi, f"entropy rate = {rate:.3f}": rate})
-            ax.set_ylim(rate - 0.03, max(np.log(2), h_pi) + 0.1)
-            ax.set_title(f"p={p:g}, q={q:g} (p+q={p + q:.1f})", fontsize=10)
-            ax.set_xlabel("iteration")
-            ax.set_ylabel("test loss (nats)")
-            ax.legend(fontsize=7)
-        fig.suptitle(
-            f"Sec. 2 transformer from {cfg.members} points sampled in I_common (mean, band min–max)", fontsize=10
-        )
-        fig.tight_layout()
-        paths = [save_figure(fig, figdir / "icommon_loss.png")]
-
+        paths = super().plot(cfg, run, analysis, figdir)
         fig, ax = plt.subplots(figsize=(5.5, 4.5))
         w = np.linspace(min(cfg.region.w_lo, -2.0), -1e-3, 400)
         g = icommon_boundary(torch.tensor(w)).numpy()

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -30,26 +29,19 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
-from tdlab.experiments.manifest import Setting
-from tdlab.experiments.seed000_local_to_global.settings import TABLE_2
+from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.seed000_local_to_global.common import (
+    LEFT_PLATEAU,
+    distinct_minima,
+    plateau_escape,
+    small_init_stage,
+)
 from tdlab.experiments.view import ArmKey, RunView
 from tdlab.models.gpt import GPT, GPTConfig
-from tdlab.probes.curves import Crossings, evaluation_noise, gap_crossing
+from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import ChainConfig, MarkovChain, entropy_rate, marginal_entropy
 from tdlab.train.trainer import TrainConfig, Trainer
-
-__all__ = [
-    "LEFT_PLATEAU",
-    "InitArm",
-    "MarkovInit",
-    "MarkovInitConfig",
-    "escape_level",
-    "expected_small_init_loss",
-    "plateau_escape",
-    "small_init_stage",
-]
 
 Arch = Literal["sec2", "gpt2"]
 Init = Literal["standard", "local-to-global"]
@@ -116,70 +108,8 @@ def escape_level(cfg: MarkovInitConfig) -> float:
     return h_pi - cfg.claims.escape_fraction * (h_pi - h_rate)
 
 
-class _ChainPQ(Protocol):
-    @property
-    def p(self) -> float: ...
-
-    @property
-    def q(self) -> float: ...
-
-
-class _EscapeClaims(Protocol):
-    @property
-    def escape_fraction(self) -> float: ...
-
-
-class EscapeConfig(Protocol):
-    """What :func:`plateau_escape` reads of a config (markov-init's, markov-rank's)."""
-
-    @property
-    def task(self) -> _ChainPQ: ...
-
-    @property
-    def claims(self) -> _EscapeClaims: ...
-
-
-def plateau_escape(cfg: EscapeConfig, run: RunView, arm: str | ArmKey) -> tuple[Crossings, np.ndarray, float]:
-    """When each member of ``arm`` left the H(π) plateau, read on the gap to the unigram predictor on the
-    same evaluation batches (any config with ``task.p``, ``task.q`` and ``claims.escape_fraction``:
-    markov-rank reads it too).
-
-    A fixed level below H(π) reads evaluation noise as an escape where escape_fraction · (H(π) − entropy
-    rate) is near the noise (at (p, q) = (0.35, 0.85) it is 0.0054 nats, one evaluation's noise 0.002-0.003);
-    the gap on the same batches cancels the batches' noise and the margin clears what is left.
-    Returns the crossings, each member's final gap ``(E,)`` (nats) and the margin.
-    """
-    h_rate, h_pi = entropy_rate(cfg.task.p, cfg.task.q), marginal_entropy(cfg.task.p, cfg.task.q)
-    steps, loss = run.curves(arm, "test_loss")
-    _, unigram = run.curves(arm, "test_loss@unigram")
-    drop = cfg.claims.escape_fraction * (h_pi - h_rate)
-    esc, margin = gap_crossing(steps, loss, unigram, drop, evaluation_noise(unigram, h_pi))
-    return esc, loss[:, -1] - unigram[:, -1], margin
-
-
-LEFT_PLATEAU = Stage(
-    "left-plateau",
-    "the member's final test loss is below the unigram predictor's on the same batches by more than "
-    "escape_fraction · (H(π) − entropy rate) and 3 standard deviations of one evaluation: it has left the unigram stage",
-)
-
-
-def _distinct_minima(cfg: MarkovInitConfig) -> bool:
-    """Whether the H(π) plateau lies above the entropy rate by more than the tolerance (near p + q = 1
-    the chain is almost i.i.d. and there is no plateau to leave)."""
-    return marginal_entropy(cfg.task.p, cfg.task.q) - entropy_rate(cfg.task.p, cfg.task.q) > cfg.claims.tol_nats
-
-
 def _proposed_stage(cfg: MarkovInitConfig) -> Stage | None:
-    return LEFT_PLATEAU if _distinct_minima(cfg) else None
-
-
-def small_init_stage(cfg: MarkovInitConfig) -> Stage | None:
-    """The stage a small standard init's end-state claim needs (any config with ``task.p``, ``task.q``,
-    ``claims.tol_nats`` and ``claims.escape_fraction``: markov-rank's Fig. 3 reads it too)."""
-    # Thm. 8 (p + q < 1) predicts reaching the global minimum, which needs the plateau left first;
-    # Thm. 2 (p + q > 1) predicts staying on it, which needs no stage.
-    return LEFT_PLATEAU if cfg.task.p + cfg.task.q < 1 and _distinct_minima(cfg) else None
+    return LEFT_PLATEAU if distinct_minima(cfg) else None
 
 
 SEED_STEPS = 8000  # Table 2: 8000 iterations, the horizon of Fig. 4
@@ -276,34 +206,8 @@ CLAIMS = (
 
 @register
 class MarkovInit(Experiment[MarkovInitConfig]):
-    name = "markov-init"
-    paper = "000 Local to Global"
-    figure = "Fig. 4 (App. A.3.2)"
-    description = (
-        "Single-layer transformer on a binary first-order Markov chain from the standard Gaussian "
-        "init and the seed's proposed init (e=0.5, W1=1, W2=-1), for the Sec. 2 model and the GPT-2 "
-        "variant. Claims: the proposed init ends at the entropy rate (global minimum); a small "
-        "standard init ends where Thm. 2/8 place it (H(π) when p+q>1); the standard init leaves the "
-        "plateau later. Plateau-escape steps measured."
-    )
     Config = MarkovInitConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Setting]] = {
-        **TABLE_2,
-        "task.p": Setting(0.5, "Fig. 4 caption"),
-        "task.q": Setting(0.8, "Fig. 4 caption"),
-        "archs": Setting(
-            ["sec2", "gpt2"],
-            "App. A.3.2 (the Sec. 2 transformer); Table 2 (GPT-2 as in Pagliardini, 2023)",
-            "the seed names both; which one drew Fig. 4 it does not say, so both run",
-        ),
-        "inits": Setting(["standard", "local-to-global"], "App. A.3.2"),
-        "model.init_std": Setting(0.02, "App. A.3.2 (σ = 0.02)"),
-        "model.init_e": Setting(0.5, "App. A.3.2"),
-        "model.init_w1": Setting(1.0, "App. A.3.2"),
-        "model.init_w2": Setting(-1.0, "App. A.3.2"),
-        "train.steps": Setting(SEED_STEPS, "Table 2"),
-    }
     # Thms 2/8 split the (p, q) square at p + q = 1 (the seed's Fig. 1 phase diagram); no grid point
     # lies on that line, where H(π) = entropy rate and the claims cannot tell the minima apart. The
     # quick range keeps the seed's task and model and shortens training.
@@ -318,25 +222,10 @@ class MarkovInit(Experiment[MarkovInitConfig]):
         "init's verdicts depend on the horizon (stuck at H(π) at 2000 steps for sec2, at the global minimum "
         "after 8000) and on which side of p + q = 1 the chain lies (Thm. 2 vs Thm. 8).",
     )
-    arm_fields: ClassVar[dict[str, str]] = {
-        "model.arch": "archs=[...]",
-        "model.init": "inits=[...]",
-        "model.max_len": "train.seq_len",
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # 2 CPU cores, a few minutes: the seed's Fig. 4 horizon is long; we keep d, batch and the
-        # optimiser and shrink the schedule and sequence length.
-        "quick": {"members": 3, "train": {"steps": 2000, "seq_len": 256, "eval_every": 100, "eval_batches": 4}},
-        # Table 2: 8000 iterations, sequence length 1024 (grid {512, 1024, 2048}), d = 8, 5 repetitions.
-        "paper": {"members": 5, "train": {"steps": 8000, "seq_len": 1024, "eval_every": 200, "eval_batches": 8}},
-    }
 
     @staticmethod
     def arms(cfg: MarkovInitConfig) -> list[InitArm]:
         return [InitArm(a, i) for a in cfg.archs for i in cfg.inits]
-
-    def fit_arms(self, cfg: MarkovInitConfig) -> list[str]:
-        return [arm.name for arm in self.arms(cfg)]
 
     def run(self, cfg: MarkovInitConfig, ctx: RunContext) -> None:
         task = MarkovChain(cfg.task.p, cfg.task.q)
@@ -409,15 +298,8 @@ class MarkovInit(Experiment[MarkovInitConfig]):
 
     def notes(self, cfg: MarkovInitConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         h_rate, h_pi = measured.values["entropy_rate"], measured.values["marginal_entropy"]
-        by_id = {g.id: g for g in groups}
         notes = []
         for arm in self.arms(cfg):
-            claim = (
-                "proposed-init-ends-at-global-minimum"
-                if arm.init == "local-to-global"
-                else "standard-init-ends-at-theory-limit"
-            )
-            row = by_id[claim].row(arm.arch)
             m = measured.values[arm.name]
             final = np.asarray(m["final_test_loss"])
             left = [e for e in m["plateau_escape_step"] if e is not None]
@@ -428,8 +310,7 @@ class MarkovInit(Experiment[MarkovInitConfig]):
                 else f"no member left the H(π) plateau within {cfg.train.steps} steps"
             )
             notes.append(
-                f"{arm.name}: final test loss {final.mean():.4f} ± {final.std():.4f} nats, nearer {where}; "
-                f"{esc}; end-state claim {row.verdict}{f' ({row.reason})' if row.reason else ''}."
+                f"{arm.name}: final test loss {final.mean():.4f} ± {final.std():.4f} nats, nearer {where}; {esc}."
             )
         tol = cfg.claims.tol_nats
         if h_pi - h_rate < 2 * tol:
@@ -437,30 +318,25 @@ class MarkovInit(Experiment[MarkovInitConfig]):
                 f"H(π) − entropy rate = {h_pi - h_rate:.4f} nats is below twice the tolerance "
                 f"({tol}): at these (p, q) the claims cannot tell the two minima apart."
             )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
-    def plot(self, cfg: MarkovInitConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
-
-        h_rate, h_pi = analysis.measurements["entropy_rate"], analysis.measurements["marginal_entropy"]
-        fig, axes = plt.subplots(1, len(cfg.archs), figsize=(5.5 * len(cfg.archs), 4), squeeze=False)
-        for ax, arch in zip(axes[0], cfg.archs, strict=True):
-            for init in cfg.inits:
-                steps, values = run.curves(InitArm(arch, init), "test_loss")
-                curve_with_band(ax, steps, values, f"{init} init")
-            level = analysis.measurements["escape_threshold"]  # what the plateau-escape claims read
-            reference_lines(
-                ax,
-                {
-                    f"H(π) = {h_pi:.3f} (unigram)": h_pi,
-                    f"entropy rate = {h_rate:.3f} (bigram)": h_rate,
-                    f"plateau left below {level:.3f} (escape threshold)": level,
-                },
-            )
-            ax.set_ylim(h_rate - 0.03, max(np.log(2), h_pi) + 0.05)
-            ax.set_xlabel("iteration")
-            ax.set_ylabel("test loss (nats)")
-            ax.set_title(f"{arch}: p={cfg.task.p}, q={cfg.task.q}, d={cfg.model.d}, N={cfg.train.seq_len}")
-            ax.legend(fontsize=8)
-        fig.suptitle(f"Fig. 4 — test loss: mean over {cfg.members} members (thin: each member; band: min–max)")
-        return [save_figure(fig, figdir / "fig4_test_loss.png")]
+    figures = (
+        Curves(
+            "fig4_test_loss.png",
+            lambda cfg, m: [
+                Panel(
+                    f"{arch}: p={cfg.task.p}, q={cfg.task.q}, d={cfg.model.d}, N={cfg.train.seq_len}",
+                    [Line(InitArm(arch, init), label=f"{init} init") for init in cfg.inits],
+                    reference={
+                        f"H(π) = {m['marginal_entropy']:.3f} (unigram)": m["marginal_entropy"],
+                        f"entropy rate = {m['entropy_rate']:.3f} (bigram)": m["entropy_rate"],
+                        # what the plateau-escape claims read
+                        f"plateau left below {m['escape_threshold']:.3f} (escape threshold)": m["escape_threshold"],
+                    },
+                    ylim=(m["entropy_rate"] - 0.03, max(np.log(2), m["marginal_entropy"]) + 0.05),
+                )
+                for arch in cfg.archs
+            ],
+            title=lambda cfg: f"Fig. 4 — test loss: mean over {cfg.members} members (thin: each member; band: min–max)",
+        ),
+    )

@@ -25,7 +25,7 @@ trajectories (Lemma 14; checks the integrator).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,13 +35,10 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Calibration, Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.manifest import Setting
-from tdlab.experiments.seed000_local_to_global.hypotheses import OFF_LINE_ROW, SMALL_SIGMA_ROW
-from tdlab.experiments.seed000_local_to_global.landscape import (
+from tdlab.experiments.seed000_local_to_global.common import (
     F64,
     FLOW_SETTLED,
     KIND_COLOR,
-    SEED_CHAINS,
     FlowConfig,
     FlowExperiment,
     basin_flow,
@@ -54,12 +51,11 @@ from tdlab.experiments.seed000_local_to_global.landscape import (
     save_times,
     trajectory,
 )
+from tdlab.experiments.seed000_local_to_global.hypotheses import OFF_LINE_ROW, SMALL_SIGMA_ROW
 from tdlab.experiments.view import RunView
 from tdlab.tasks.markov import entropy_rate, marginal_entropy
 from tdlab.theory import markov_landscape as ml
 from tdlab.theory.markov_landscape import CriticalKind as CK
-
-__all__ = ["Landscape3Config", "MarkovLandscape3D"]
 
 
 class Landscape3Config(FlowConfig):
@@ -160,22 +156,8 @@ CLAIMS = (
 
 @register
 class MarkovLandscape3D(FlowExperiment[Landscape3Config]):
-    name = "markov-landscape-3d"
-    figure = "Fig. 2, Fig. 5 (Thm. 10, Lemma 14, App. H)"
-    description = (
-        "Gradient flow of the (e, w, a) model with the attention scalar near the origin (Figs. 2, 5). "
-        "Claims: small Gaussian inits end on the local-minimum plane (origin attracts, loss H(π)) for p+q>1 and "
-        "on a global minimum (origin repels, loss = entropy rate) for p+q<1; endpoints classified with Thm. 10's "
-        "critical sets. Sanity: energy Eq. (10) conserved (Lemma 14)."
-    )
     Config = Landscape3Config
     claims = CLAIMS
-    # Nothing else the seed states maps to a field: the flows' horizon, tolerances and draws are ours.
-    manifest: ClassVar[dict[str, Setting]] = {"chains": SEED_CHAINS}
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        "quick": {"members": 2, "n_gaussian": 500, "n_traj": 8},
-        "paper": {"members": 5, "n_gaussian": 2000, "n_traj": 12},
-    }
     # atlas: the basin flows run to t_end standing in for t → ∞; too short a flow time misclassifies endpoints
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("t_end", (250.0, 500.0, 2000.0, 8000.0), quick=(500.0, 2000.0), label="t_end"),),
@@ -303,7 +285,7 @@ class MarkovLandscape3D(FlowExperiment[Landscape3Config]):
                 f"{per_sigma}; endpoints not at a critical set at t={cfg.t_end:g}: "
                 f"{', '.join(f'{100 * u:.2f}%' for u in m['unsettled_fraction'])}."
             )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     def plot(self, cfg: Landscape3Config, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import plt, save_figure

@@ -74,7 +74,7 @@ from __future__ import annotations
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -86,13 +86,8 @@ from tdlab.claims.declare import Calibration, Horizon, Hypothesis, Kind, Provena
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.manifest import Setting
+from tdlab.experiments.seed000_local_to_global.common import LEFT_PLATEAU, plateau_escape, small_init_stage
 from tdlab.experiments.seed000_local_to_global.hypotheses import SMALL_INIT_STD
-from tdlab.experiments.seed000_local_to_global.initialisation import (
-    LEFT_PLATEAU,
-    plateau_escape,
-    small_init_stage,
-)
 from tdlab.experiments.seed000_local_to_global.low_rank import (
     CLAIMED,
     MATRICES,
@@ -110,16 +105,6 @@ from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import ChainConfig, MarkovChain, entropy_rate, marginal_entropy
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
-
-__all__ = [
-    "AT_A_MINIMUM",
-    "AT_GLOBAL_MINIMUM",
-    "OTHERS_FIG3",
-    "STALE_BIAS",
-    "MarkovRank",
-    "MarkovRankConfig",
-    "RankClaimConfig",
-]
 
 Arm = Literal["standard", "rank-one"]
 OTHERS_FIG3 = ("W_Q", "W_K", "W_2")  # App. A.3.1: "the same conclusion for other weight matrices W_{K,Q}, W_2"
@@ -719,45 +704,8 @@ CLAIMS = (
 
 @register
 class MarkovRank(Experiment[MarkovRankConfig]):
-    name = "markov-rank"
-    train_length = "train.steps"  # every arm trains this many steps (--decide doubles it)
-    paper = "000 Local to Global"
-    figure = "Fig. 3 and Fig. 6 (App. A.3.1, App. N), App. C"
-    description = (
-        "Sec. 2 single-layer transformer trained (AdamW, Table 2; SGD as an option) on the (p, q) = (0.2, 0.3) "
-        "chain from a standard N(0, 0.001²) init (Fig. 3) and from a random rank-one init with embeddings on "
-        "the hypercube (Fig. 6). Claims, on the members' mean with its interval, from the trained weights at "
-        "convergence: W_V and W_1 (and W_Q, W_K, W_2) are approximately rank one (σ₂/σ₁), their embedding-side "
-        "singular vector is the embedding (|cos|), the embedding's entries are ±c, training converged; App. C's "
-        "structure of the global minimum; one extra bias step reaches the optimal bias. Sanity: the rank-one init "
-        "is rank one and stays so (by construction)."
-    )
     Config = MarkovRankConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Setting]] = {
-        "task.p": Setting(0.2, "App. A.3.1 (Fig. 3)"),
-        "task.q": Setting(0.3, "App. A.3.1 (Fig. 3)"),
-        "arms": Setting(["standard", "rank-one"], "App. A.3.1 (Fig. 3: standard init; Fig. 6, App. N: rank-one init)"),
-        "model.arch": Setting("sec2", "App. A.3.1 ('the single-layer transformer as defined in Sec. 2')"),
-        "model.d": Setting(8, "App. A.3.1 (d = 8)"),
-        "model.layers": Setting(1, "Table 2"),
-        "model.heads": Setting(1, "Table 2"),
-        "model.init_std": Setting(0.001, "App. A.3.1 ('standard deviation 0.001')"),
-        "members": Setting(5, "Table 2 (repetitions: 3 or 5)", "Figs. 3 and 6 each show one run"),
-        "train.steps": Setting(800, "App. A.3.1 (t = 800 iterations)"),
-        "train.batch": Setting(16, "App. A.3.1 (B = 16)"),
-        "train.seq_len": Setting(1024, "App. A.3.1 (N = 1024)"),
-        # The seed contradicts itself: A.3.1's text says "train them using SGD" (no step size), Table 2 (the
-        # experiments' settings) AdamW. Table 2's is taken: SGD cannot be run at a step size the seed states.
-        "train.optimizer": Setting(
-            "adamw", "Table 2", "App. A.3.1's text says SGD but states no step size; an SGD run's rows are ours"
-        ),
-        "train.lr": Setting(0.001, "Table 2"),
-        "train.beta1": Setting(0.9, "Table 2"),
-        "train.beta2": Setting(0.95, "Table 2"),
-        "train.weight_decay": Setting(0.001, "Table 2"),
-        "train.schedule": Setting("cosine", "Table 2"),
-    }
     # Atlas: the step size decides whether the rank-one claims are tested at convergence (SGD at an
     # unstated step size leaves W_V and W_1 at their init).
     atlas_axes = AtlasAxes(
@@ -765,14 +713,6 @@ class MarkovRank(Experiment[MarkovRankConfig]):
         why="Fig. 3's rank-one and alignment claims hold at AdamW lr 1e-3 (Table 2) and not under SGD at an unstated "
         "step size: the learning rate is the setting these claims are measured to hinge on.",
     )
-    arm_fields: ClassVar[dict[str, str]] = {"model.max_len": "train.seq_len"}
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # 2 CPU cores, ~1 minute: App. A.3.1's schedule (800 steps, batch 16, d = 8) and Table 2's
-        # optimiser are kept; only the sequence length shrinks, N = 1024 -> 256 (attention cost ~N²).
-        "quick": {"members": 3, "train": {"seq_len": 256, "eval_every": 50, "eval_batches": 4}},
-        # App. A.3.1: N = 1024, d = 8, batch 16, 800 iterations; Table 2: AdamW, 5 repetitions.
-        "paper": {"members": 5, "train": {"seq_len": 1024, "steps": 800, "eval_every": 50, "eval_batches": 8}},
-    }
 
     # ------------------------------------------------------------------------------------------
     def run(self, cfg: MarkovRankConfig, ctx: RunContext) -> None:
@@ -1130,16 +1070,8 @@ class MarkovRank(Experiment[MarkovRankConfig]):
                     + f" exceeds the rank-one tolerance {c.ratio_max}: this training cannot make them rank one "
                     "within it, whatever the paper's mechanism."
                 )
-            fig3 = [g for g in groups if g.id.startswith("fig3-")]
-            held = [g.id for g in fig3 if g.verdict == "holds"]
             notes.append(
-                f"Fig. 3 ({opt}): {len(held)}/{len(fig3)} statements hold"
-                + (
-                    f" (not: {', '.join(f'{g.id} {g.verdict}' for g in fig3 if g.verdict != 'holds')})"
-                    if len(held) < len(fig3)
-                    else ""
-                )
-                + f" — W_V σ₂/σ₁ {np.mean(m['W_V']['sv_ratio']):.4f}, W_1 {np.mean(m['W_1']['sv_ratio']):.4f}, |cos| with e "
+                f"Fig. 3 ({opt}): W_V σ₂/σ₁ {np.mean(m['W_V']['sv_ratio']):.4f}, W_1 {np.mean(m['W_1']['sv_ratio']):.4f}, |cos| with e "
                 f"{np.mean(m['W_V']['cos_best']):.3f} / {np.mean(m['W_1']['cos_best']):.3f}, hypercube spread "
                 f"{np.mean(m['embedding']['spread']):.4f}."
             )
@@ -1161,12 +1093,12 @@ class MarkovRank(Experiment[MarkovRankConfig]):
             notes.append(
                 f"{arm}, one extra bias step (step {c.bias_lr:g}): from the initial weights L − min_b L "
                 f"{np.mean(b['init']['excess_before']):.1e} → {np.mean(b['init']['excess_after']):.1e} nats "
-                f"({bias[f'{arm}/init'].verdict}); from the trained weights {np.mean(b['final']['excess_before']):.1e} → "
-                f"{np.mean(b['final']['excess_after']):.1e} ({bias[f'{arm}/final'].verdict}"
+                f"; from the trained weights {np.mean(b['final']['excess_before']):.1e} → "
+                f"{np.mean(b['final']['excess_after']):.1e}"
                 + (
-                    ": a bias that training already fitted leaves nothing for the step to do)"
+                    " (a bias that training already fitted leaves nothing for the step to do)"
                     if bias[f"{arm}/final"].cause == "stage not reached"
-                    else ")"
+                    else ""
                 )
                 + (
                     f"; from a σ = {cfg.model.init_std:g} init the logits are ≈ b, where a step of 4 = 1/σ'(0) is nearly "
@@ -1192,7 +1124,7 @@ class MarkovRank(Experiment[MarkovRankConfig]):
                 f"weight decay {cfg.train.weight_decay:g} (Table 2; App. A.3.1's text says SGD without a step size, "
                 "an option: --set train.optimizer=sgd)."
             )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     @staticmethod
     def _finding(arm: str, m: dict, h_rate: float, h_pi: float) -> str:

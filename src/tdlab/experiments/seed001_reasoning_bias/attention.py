@@ -49,7 +49,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,10 +62,12 @@ from tdlab.claims.declare import Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.manifest import Setting
-from tdlab.experiments.seed001_reasoning_bias.bias import TRANSFORMER_MANIFEST, AnchorsBias
-from tdlab.experiments.seed001_reasoning_bias.embedding import ProbeConfig, ProbeSource, quick_profile
-from tdlab.experiments.seed001_reasoning_bias.mlp import pair_spearman
+from tdlab.experiments.seed001_reasoning_bias.common import (
+    AnchorsGammaSweep,
+    ProbeConfig,
+    ProbeSource,
+    pair_spearman,
+)
 from tdlab.experiments.seed001_reasoning_bias.training import (
     DIRECTION,
     SEED_LR_TRANSFORMER,
@@ -80,21 +82,6 @@ from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
 from tdlab.probes.cliffs import is_cliff, window_mass
 from tdlab.probes.embedding import cosine_matrix, distance_spearman
-
-__all__ = [
-    "DEF2_MODEL",
-    "NZ_IS_DM",
-    "AnchorsAttention",
-    "AnchorsAttentionConfig",
-    "AttentionClaims",
-    "average_operator_error",
-    "layer2_rows",
-    "pair_share",
-    "spearman_rows",
-    "value_tags",
-    "wv_flow",
-    "wv_spectrum",
-]
 
 
 class AttentionClaims(Config):
@@ -580,29 +567,9 @@ CLAIMS = (
 
 
 @register
-class AnchorsAttention(ProbeSource, AnchorsBias[AnchorsAttentionConfig]):
-    name = "anchors-attention"
-    paper = "001 Reasoning bias under small initialisation"
-    figure = "Figs. 5, 12, 14 (§4.3, B.8, App. D, E.2–E.3)"
-    description = (
-        "Attention of the anchors-bias transformers (γ 0.3, 0.5, 0.8; trained here or --set from_run=RUN): layer 1 "
-        "as an average operator (|A_jk − 1/j|·j, also at init, Lemma 1), W^V's spectrum and its top singular vector "
-        "vs anchor embeddings (Figs. 5, 12); layer 2's last row as a (p, q)-cliff, its mass on the key and anchors, "
-        "positional scores and positional cosines (Fig. 14, Def. 3, Thm. 3, Assumption 4); Thm. 2 read on this model (−∇W^V's top singular vector vs the mean reasoning-anchor embedding at the snapshots); App. E.2's value-path tags (memory sequences untagged, the tag from the anchors on, set by the anchor pair)."
-    )
+class AnchorsAttention(ProbeSource, AnchorsGammaSweep[AnchorsAttentionConfig]):
     Config = AnchorsAttentionConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Setting]] = TRANSFORMER_MANIFEST  # n_probe (sequences probed) is ours
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        "quick": quick_profile(
-            {"n_probe": 1000}
-        ),  # anchors-bias's quick scale-down; 1,000 training sequences per member
-        "paper": {
-            "members": 6,
-            "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000},
-            "n_probe": 10_000,
-        },  # anchors-bias's members: its sweep
-    }
     # atlas: the layer-1 operator claims are read at snapshots along training and at the end; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
@@ -875,7 +842,10 @@ class AnchorsAttention(ProbeSource, AnchorsBias[AnchorsAttentionConfig]):
         line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TRANSFORMER)
         if line:
             notes.append(line)
-        return notes
+        return [
+            *super(AnchorsGammaSweep, self).notes(cfg, measured, groups),
+            *notes,
+        ]  # the generic notes, not the sweep's own
 
     # ---- figures --------------------------------------------------------------------------------
     def plot(self, cfg: AnchorsAttentionConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:

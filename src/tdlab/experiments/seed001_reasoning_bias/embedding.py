@@ -5,7 +5,7 @@ Also the probe source the three probe experiments share (:class:`ProbeConfig`, :
 ``--set from_run=RUN_DIR`` reads a finished ``anchors-bias`` run (its config must match this one's
 task, model, γ values, members, seed, optimisation and schedule, else one error names the fields) and
 copies its ``gamma=<γ>`` arrays and metrics into this run (:meth:`RunContext.copy_arms`), so the analysis
-reads this run alone; without it the experiment trains the same γ-sweep itself (``AnchorsBias.run``:
+reads this run alone; without it the experiment trains the same γ-sweep itself (``AnchorsGammaSweep.run``:
 parameters kept at init, at ``snapshot_epochs`` and at the end).
 
 Measured (the small-init arm γ = 0.8 unless said):
@@ -29,9 +29,7 @@ and epoch (:func:`~tdlab.experiments.seed001_reasoning_bias.training.parameter_r
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
-from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -41,10 +39,11 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, RunContext, init_arm, register, snapshot_arm
-from tdlab.experiments.manifest import Setting
-from tdlab.experiments.seed001_reasoning_bias.bias import TRANSFORMER_MANIFEST, AnchorsBias, AnchorsBiasConfig
-from tdlab.experiments.seed001_reasoning_bias.mlp import (
+from tdlab.experiments.base import Analysis, register
+from tdlab.experiments.seed001_reasoning_bias.common import (
+    AnchorsGammaSweep,
+    ProbeConfig,
+    ProbeSource,
     anchor_cosine_claims,
     anchor_cosine_rows,
     pair_abs_error,
@@ -55,111 +54,17 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
     DIRECTION,
     SEED_LR_TRANSFORMER,
     SMALL_INIT,
-    AnchorsHealth,
     GammaArms,
     cosine_heatmap,
     parameter_reading,
     reading_note,
 )
 from tdlab.experiments.view import RunView
-from tdlab.models.gpt import GPT
 from tdlab.probes.embedding import cosine_matrix, distance_spearman, nn_order, offdiag_mean, pca
-from tdlab.runs import Run, RunDirError
 from tdlab.seeding import generators
 from tdlab.theory.anchors import eq14_vectors, sigma_p
-from tdlab.train.data import DATASET
 
-__all__ = [
-    "FIG4A_EPOCHS",
-    "SOURCE_KEYS",
-    "AnchorsEmbedding",
-    "AnchorsEmbeddingConfig",
-    "EmbeddingClaims",
-    "ProbeConfig",
-    "ProbeSource",
-    "eq14_member_cosines",
-    "error_by_distance",
-    "quick_profile",
-]
-
-# Config keys an anchors-bias source run must share with the probe experiment reading it.
-SOURCE_KEYS: tuple[str, ...] = ("seed", "members", "task", "model", "gammas", "train", "schedule")
 FIG4A_EPOCHS = (200, 900)  # the seed's Fig. 4A snapshots (of 1000 epochs); Figs. 4B–C, 9, 11 read the end
-
-
-class ProbeConfig(AnchorsBiasConfig):
-    """An ``anchors-bias`` γ-sweep to probe: trained here, or read from ``from_run``."""
-
-    # A finished anchors-bias run directory to read instead of training (its config must match: SOURCE_KEYS).
-    from_run: str | None = Field(None, min_length=1, max_length=4096)
-    n_probe: int = Field(1000, ge=1, le=1_000_000)  # training sequences per member fed through the model
-
-    @model_validator(mode="after")
-    def _source(self) -> ProbeConfig:
-        if self.from_run is None:
-            return self
-        try:
-            conf = Run(Path(self.from_run)).config
-        except RunDirError as exc:
-            raise ValueError(f"from_run: {exc}") from None
-        if conf.get("experiment") != "anchors-bias":
-            raise ValueError(f"from_run: {self.from_run} is a {conf.get('experiment')!r} run, need an anchors-bias run")
-        theirs = conf.get("config", {})
-        ours = self.model_dump(mode="json")
-        bad = [k for k in SOURCE_KEYS if theirs.get(k) != ours.get(k)]
-        if bad:
-            raise ValueError(
-                f"from_run: the source run's {', '.join(bad)} differ from this config's; run with the "
-                f"source's profile and --set values (its config.yaml) so the probes read the same setting"
-            )
-        return self
-
-
-class ProbeSource(AnchorsHealth):
-    """Train (or copy from ``from_run``) the γ-sweep and read its members back as models and data. A mixin
-    before :class:`AnchorsBias` (whose γ-sweep it runs; its task and γ arms are :class:`AnchorsHealth`'s)."""
-
-    def run(self, cfg: ProbeConfig, ctx: RunContext) -> None:
-        if cfg.from_run is not None:
-            ctx.copy_arms(Path(cfg.from_run), [GammaArms.arm(g) for g in cfg.gammas])
-            return
-        assert isinstance(self, AnchorsBias)  # a mixin before AnchorsBias (class docstring)
-        AnchorsBias.run(self, cfg, ctx)  # the very γ-sweep of anchors-bias, snapshots at cfg.snapshot_epochs
-
-    # ---- reading back ----------------------------------------------------------------------------
-    @staticmethod
-    def state_arm(cfg: ProbeConfig, gamma: float, when: str | int) -> str:
-        """The stored arm of γ at ``when``: ``"end"``, ``"init"`` or an epoch (a trainer snapshot)."""
-        arm = GammaArms.arm(gamma)
-        if when == "end":
-            return arm
-        if when == "init":
-            return init_arm(arm)
-        return snapshot_arm(arm, int(when) * cfg.steps_per_epoch)
-
-    @staticmethod
-    def has_state(run: RunView, arm: str) -> bool:
-        return (run.path / "arrays" / f"{arm.replace('/', '__')}.safetensors").is_file()
-
-    @staticmethod
-    def model(cfg: ProbeConfig, arrays: dict[str, torch.Tensor]) -> GPT:
-        """The ensemble (one member per stored member) holding ``arrays`` (``(E, ...)`` each)."""
-        E = next(iter(arrays.values())).shape[0]
-        m = GPT(cfg.model_for_task(), list(range(E)))  # the draw is overwritten
-        m.load_state_dict(arrays)
-        return m.eval()
-
-    def probe_sequences(self, cfg: ProbeConfig) -> dict[str, torch.Tensor]:
-        """The first ``n_probe`` training sequences of each seed index (members of every γ train on them):
-        ``{tokens (n, B, L), label, key_pos, kind (n, B)}`` rebuilt from the data seeds (as ``anchor_splits``)."""
-        task, arms = self.task(cfg), self.gamma_arms(cfg)
-        out: dict[str, list[torch.Tensor]] = {"tokens": [], "label": [], "key_pos": [], "kind": []}
-        b = min(cfg.n_probe, cfg.task.n_train)
-        for g in generators(arms.index_seeds, DATASET):
-            d = task.dataset(g, cfg.task.n_train, "train")  # anchor_splits' first draw from this generator
-            for k in out:
-                out[k].append(d[k][:b])
-        return {k: torch.stack(v) for k, v in out.items()}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -221,13 +126,6 @@ class AnchorsEmbeddingConfig(ProbeConfig):
                 f"emb_claims.small_gamma={self.emb_claims.small_gamma} must be one of gammas={self.gammas}"
             )
         return self
-
-
-def quick_profile(extra: dict[str, Any]) -> dict[str, Any]:
-    """anchors-bias's quick profile (the same scale-down, so ``from_run`` of a quick anchors-bias run matches)."""
-    out = copy.deepcopy(AnchorsBias.profiles["quick"])
-    out.update(extra)
-    return out
 
 
 CLAIMS = (
@@ -304,29 +202,9 @@ CLAIMS = (
 
 
 @register
-class AnchorsEmbedding(ProbeSource, AnchorsBias[AnchorsEmbeddingConfig]):
-    name = "anchors-embedding"
-    paper = "001 Reasoning bias under small initialisation"
-    figure = "Figs. 4, 9, 11 (§4.3, B.7, C)"
-    description = (
-        "Embedding space of the anchors-bias transformers (γ 0.3, 0.5, 0.8; trained here or --set from_run=RUN): "
-        "anchor cosines at snapshots (Fig. 4A), PCA and key nearest-neighbour order (4B, 11), measured reasoning "
-        "cosines vs Eq. 14's Gaussian vectors (value error) and the exact P^s cosines (4C, 9)."
-    )
+class AnchorsEmbedding(ProbeSource, AnchorsGammaSweep[AnchorsEmbeddingConfig]):
     Config = AnchorsEmbeddingConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Setting]] = {
-        **TRANSFORMER_MANIFEST,
-        "fig4a_epochs": Setting([200, 900], "Fig. 4A caption (epoch 200 and epoch 900)"),
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # anchors-bias's quick scale-down (12 epochs, snapshots 1, 2, 11); Fig. 4A's 200 and 900 of 1000 -> 2 and 11.
-        "quick": quick_profile({"fig4a_epochs": [2, 11]}),
-        "paper": {
-            "members": 6,
-            "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000},
-        },  # anchors-bias's members: its sweep
-    }
     # atlas: Fig. 4's anchor cosines are read at fig4a_epochs and the end; the budget decides how formed the embedding is (snapshots and Fig. 4A epochs rescaled to fit every budget)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
@@ -473,7 +351,10 @@ class AnchorsEmbedding(ProbeSource, AnchorsBias[AnchorsEmbeddingConfig]):
             notes.append(line)
         if cfg.from_run:
             notes.append(f"Parameters read from the anchors-bias run {cfg.from_run}.")
-        return notes
+        return [
+            *super(AnchorsGammaSweep, self).notes(cfg, measured, groups),
+            *notes,
+        ]  # the generic notes, not the sweep's own
 
     # ---- figures --------------------------------------------------------------------------------
     def plot(self, cfg: AnchorsEmbeddingConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:

@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -85,7 +85,6 @@ from tdlab.experiments.base import (
     register,
     snapshot_arm,
 )
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed001_reasoning_bias.training import GammaArms
 from tdlab.experiments.view import RunView
 from tdlab.models.emb_mlp import Def2Config, Def2Transformer
@@ -95,27 +94,6 @@ from tdlab.theory.anchor_flows import last_vs_all_law_gap, population_flow_count
 from tdlab.theory.anchors import eq28_embedding_flow
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET
-
-__all__ = [
-    "DROPPED_SMALL",
-    "LAWS_EQUAL",
-    "NZ_IS_DM",
-    "PROPS_TOKENS",
-    "SEED_GAMMA",
-    "AnchorsFlows",
-    "AnchorsFlowsConfig",
-    "embedding_flow_cosines",
-    "eq29_embedding_flow",
-    "eq36_matrix",
-    "frobenius_cos",
-    "gradient_flow",
-    "n_keys",
-    "paper_matrices",
-    "rate",
-    "small_init_tolerance",
-    "thm2_matrix",
-    "thm2_terms",
-]
 
 SEED_GAMMA = 0.8  # the seed's small init (§4.1, A.3), where it reads W^V (Fig. 5)
 TOKEN_CLASSES = ("key", "memory", "reasoning")
@@ -524,60 +502,8 @@ CLAIMS = (
 
 @register
 class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
-    name = "anchors-flows"
-    paper = "001 Reasoning bias under small initialisation"
-    figure = "Props. 2–3, Thm. 2 (App. B.5, B.8; Eqs. 28, 29, 36)"
-    description = (
-        "Def. 2 one-layer transformer on the anchor task from γ-init, full-batch gradient descent (Euler steps of the "
-        "gradient flow) to stated early flow times: the exact flow of every token embedding against Eq. 28 and the "
-        "compact Props. 2–3 (Eq. 29), and of W^V against Eq. 36 and Thm. 2 — direction (Frobenius cosine; W^V's "
-        "displacement vs the mean reasoning-anchor embedding) and rate (speed along Thm. 2's matrix over its own)."
-    )
     Config = AnchorsFlowsConfig
     claims = CLAIMS
-    arm_fields: ClassVar[dict[str, str]] = {"model.gamma": "gamma"}
-    # The seed's task (§4.1) and the trained transformer's widths (A.3; Def. 2 itself names none) at its small init.
-    # The Def. 2 model, full-batch gradient descent and the flow times are the theory's setting, not the seed's runs:
-    # the seed states no learning rate, time or member count for them.
-    manifest: ClassVar[dict[str, Setting]] = {
-        "task.key_min": Setting(21, "§4.1 (Z = {21, …, 120})"),
-        "task.key_max": Setting(120, "§4.1"),
-        "task.mem_min": Setting(1, "§4.1 (A_mem = {1, …, 10})"),
-        "task.mem_max": Setting(10, "§4.1"),
-        "task.rsn_min": Setting(11, "§4.1 (A_rsn = {11, …, 20})"),
-        "task.rsn_max": Setting(20, "§4.1"),
-        "task.q": Setting(2, "§4.1"),
-        "task.L": Setting(9, "§4.1; A.3"),
-        "task.test_tuples": Setting(((11, 13), (13, 11)), "§4.1 (M)"),
-        "task.d_vob": Setting(200, "A.3"),
-        "task.n_train": Setting(
-            198_000,
-            "§4.1, A.3 ('The dataset contains 200000 data pairs, ensuring an equal number of samples for each anchor "
-            "pair')",
-            "1000 per anchor tuple: the 198 training tuples' 198,000 sequences are the training set the flow is over "
-            "(the 2,000 of M are D_rsn,test, unused here)",
-        ),
-        "model.d_m": Setting(200, "A.3 (embedding dimension d_m)", "the trained transformer's; Def. 2 names no width"),
-        "model.d_k": Setting(64, "A.3 (query-key-value dimension d_k)", "as d_m"),
-        "model.d_f": Setting(512, "A.3 (feedforward dimension d_f)", "as d_m"),
-        "gamma": Setting(SEED_GAMMA, "§4.1, A.3 (γ = 0.8, the small init); Fig. 5 (γ = 0.8)"),
-    }
-    paper_differs: ClassVar[dict[str, str]] = {
-        "task.n_train": "20,000 sequences, not the seed's 198,000: the flow is full-batch gradient descent, each step a "
-        "gradient over the whole training set. Measured on one CPU thread (3 members, float64): 12 s a step at 20,000 "
-        "(3.8 GB peak), 140 s a step at 198,000 summed in chunks of 19,800 (4.0 GB peak; the unchunked batch would need "
-        "~37 GB), so the paper profile's 100 steps and 4 readings would take ~9 h (the 20,000 record took 3,236 s), "
-        "past the ~2 h of one thread this profile is held to",
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # The seed's task and widths (d_m = d_vob = 200, d_k 64, d_f 512) at γ = 0.8, on 2,000 training
-        # sequences per member (CPU time; Eq. 28 and 36 are evaluated on the training set's own counts, Eq. 29
-        # on the population's); t = 10 and 40 at lr 1 (40 steps): the early phase (loss within 0.5 % of log d_m).
-        "quick": {"members": 3, "task": {"n_train": 2_000, "n_test": 10}, "times": [10.0, 40.0]},
-        # 20,000 sequences (the seed's data set holds 198,000 training sequences: paper_differs says why and what
-        # it would cost), t up to 100 (the loss still near log d_m: the small-init phase).
-        "paper": {"members": 3, "task": {"n_train": 20_000, "n_test": 10}, "times": [10.0, 40.0, 100.0]},
-    }
     # atlas: the statements are γ → ∞ limits; γ decides how small the dropped terms are (and the tolerance d_m^-γ)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("gamma", (0.5, 0.8, 1.2, 1.6), quick=(0.8, 1.6), label="γ"),),
@@ -595,12 +521,6 @@ class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
         task = Anchors(cfg.task)
         sets = [task.dataset(g, cfg.task.n_train, "train") for g in generators(self.seeds(cfg), DATASET)]
         return {k: torch.stack([d[k] for d in sets]) for k in ("tokens", "label")}
-
-    def work(self, cfg: AnchorsFlowsConfig) -> float:
-        """Full-batch gradient evaluations x the sequences each reads: members x n_train x (steps to the last
-        time + 1). No training-length field says this (the flow runs to ``times[-1]``), so the batch's cost
-        prior would see quick's 40 steps on 2,000 sequences and the paper profile's 100 on 20,000 as one cost."""
-        return float(cfg.members * cfg.task.n_train * (cfg.steps(cfg.times[-1]) + 1))
 
     def run(self, cfg: AnchorsFlowsConfig, ctx: RunContext) -> None:
         arm = GammaArms.arm(cfg.gamma)
@@ -822,7 +742,7 @@ class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
             "embeddings' term) are measured against the growth term it keeps, and a row decides only where they are "
             "no larger than d_m^{−γ} of it."
         )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     def plot(self, cfg: AnchorsFlowsConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import plt, save_figure

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -40,7 +40,6 @@ from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed001_reasoning_bias.training import (
     DIRECTION,
     EpochsConfig,
@@ -61,20 +60,6 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET, FixedDataset
 from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import Trainer
-
-__all__ = [
-    "GROUPS_PAST_MARGINAL",
-    "PAST_MARGINAL",
-    "SMALL_INIT_RUN",
-    "AnchorsLabels",
-    "AnchorsLabelsConfig",
-    "CompareTaskConfig",
-    "GroupsTaskConfig",
-    "LabelsClaims",
-    "group_in_range",
-    "group_mean",
-    "memory_splits",
-]
 
 ARMS = {"groups": "Fig. 7 left: 4 memory groups", "mem1": "F_mem,1: y ~ U(Z)", "mem2": "F_mem,2: y ~ U{z − Σa..z + Σa}"}
 
@@ -274,64 +259,13 @@ CLAIMS = (
 
 @register
 class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
-    name = "anchors-labels"
-    paper = "001 Reasoning bias under small initialisation"
-    figure = "Fig. 7 (§4.5; caption's left/right)"
-    description = (
-        "Memory tasks at γ = 0.8: (left) 4 groups of memory mappings with nested label ranges {30..29+20i}: early "
-        "predictions stay in each group's range; (right) F_mem,1 (y ~ U(Z)) vs F_mem,2 (y ~ U{z−Σa..z+Σa}): the anchor-"
-        "dependent label law is learnt faster (T50, AUC)."
-    )
     Config = AnchorsLabelsConfig
     claims = CLAIMS
-    # What §4.5 states of its tasks; it names no model, optimiser or schedule of its own (the profiles reuse A.3's
-    # transformer setup, a choice), nor a γ.
-    manifest: ClassVar[dict[str, Setting]] = {
-        "groups_task.memory_groups": Setting(4, "§4.5 ('we designed four groups of memory mappings')"),
-        "groups_task.group_label_start": Setting(30, "§4.5 (label ranges {30, …, 29 + 20 × i}, i = 1, 2, 3, 4)"),
-        "groups_task.group_label_width": Setting(20, "§4.5"),
-        "groups_task.group_ranges": Setting(
-            "nested", "§4.5", "as printed, every range starts at 30 (nested); 'disjoint' is an option"
-        ),
-        "compare_task.key_min": Setting(21, "§4.5 (F_mem,1: y sampled from Z); §4.1 (Z = {21, …, 120})"),
-        "compare_task.key_max": Setting(120, "§4.5; §4.1"),
-    }
-    arm_fields: ClassVar[dict[str, str]] = {
-        "compare_task.memory_labels": "the arms mem1 (uniform) and mem2 (window)",
-        "model.vocab": "groups_task.d_vob / compare_task.d_vob",
-        "model.max_len": "groups_task.L / compare_task.L",
-        "model.init_gamma": "gamma",
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # anchors-bias's scale-down (keys 21..40, 20,000 sequences, d_m 64, d_k 32, d_f 128, lr 1e-3), memory
-        # tasks only. (a) stops after 1 epoch (the seed's early stage; 200 steps); (b) 12 epochs as anchors-bias.
-        "quick": {
-            "members": 3,
-            "groups_task": {"key_min": 21, "key_max": 40, "n_train": 20_000},
-            "compare_task": {"key_min": 21, "key_max": 40, "n_train": 20_000},
-            "model": {"d": 64, "d_attn": 32, "d_ff": 128},
-            "train": {"lr": 1e-3},
-            "schedule": {"epochs": 12, "eval_epochs": 1, "n_eval": 1_000},
-            "groups_epochs": 1,
-        },
-        # A.3's optimisation and widths, the seed's task sizes; (a)'s snapshot at epoch 50 (ours).
-        "paper": {"members": 3, "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000}, "groups_epochs": 50},
-    }
     # atlas: (b)'s label-marginal comparison is read over schedule.epochs ((a) stops at groups_epochs, kept per profile)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
         why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
     )
-
-    def work(self, cfg: AnchorsLabelsConfig) -> float:
-        """The arms' optimiser steps (epochs x steps per epoch, which grows with the data set: 200 at quick's
-        20,000 sequences, 1,980 at the seed's 198,000) times the arithmetic of a step
-        (:func:`tdlab.train.compute.step_flops`): the prior's generic rule reads the epochs alone, since the
-        steps per epoch are per arm here (812x quick's steps at the seed's settings)."""
-        from tdlab.train.compute import step_flops
-
-        steps = sum(cfg.epochs_of(a) * cfg.steps_per_epoch(a) for a in ARMS)
-        return float(steps * (step_flops(cfg) or 0.0))
 
     def run(self, cfg: AnchorsLabelsConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)  # the same seeds in every arm: paired by seed index
@@ -525,7 +459,7 @@ class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
             "Fig. 7's text and caption swap left and right; we follow the caption. Group make-up (unstated): "
             "tasks.anchors' mix='memory', mem_max=20, memory_groups=4, i.e. 4 groups of 5 memory anchors."
         )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     # ---- figures --------------------------------------------------------------------------------
     def plot(self, cfg: AnchorsLabelsConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:

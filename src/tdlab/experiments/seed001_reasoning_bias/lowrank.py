@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -24,9 +23,11 @@ import torch
 from tdlab.claims import ClaimSpec, GroupResult, Measurements
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.manifest import Setting
-from tdlab.experiments.seed001_reasoning_bias.bias import TRANSFORMER_MANIFEST, AnchorsBias
-from tdlab.experiments.seed001_reasoning_bias.embedding import ProbeConfig, ProbeSource, quick_profile
+from tdlab.experiments.seed001_reasoning_bias.common import (
+    AnchorsGammaSweep,
+    ProbeConfig,
+    ProbeSource,
+)
 from tdlab.experiments.seed001_reasoning_bias.training import (
     DIRECTION,
     SEED_LR_TRANSFORMER,
@@ -36,8 +37,6 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.probes.embedding import erank
-
-__all__ = ["AnchorsLowrank", "AnchorsLowrankConfig", "spectra", "weight_matrices"]
 
 
 class AnchorsLowrankConfig(ProbeConfig):
@@ -93,25 +92,9 @@ CLAIMS = (
 
 
 @register
-class AnchorsLowrank(ProbeSource, AnchorsBias[AnchorsLowrankConfig]):
-    name = "anchors-lowrank"
-    paper = "001 Reasoning bias under small initialisation"
-    figure = "Fig. 13 (App. C)"
-    description = (
-        "Singular values s_i/s_1 of W^emb, W^pos, every layer's W^Q, W^K, W^V, W^O, W^f1, W^f2 and the output layer of "
-        "the anchors-bias transformers (trained here or --set from_run=RUN), per γ; claim per matrix: effective rank "
-        "falls as γ grows (smaller init, lower rank)."
-    )
+class AnchorsLowrank(ProbeSource, AnchorsGammaSweep[AnchorsLowrankConfig]):
     Config = AnchorsLowrankConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Setting]] = TRANSFORMER_MANIFEST
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        "quick": quick_profile({}),  # anchors-bias's quick scale-down
-        "paper": {
-            "members": 6,
-            "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000},
-        },  # anchors-bias's members: its sweep
-    }
     # atlas: the low-rank readings are of the trained parameters; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
@@ -151,7 +134,10 @@ class AnchorsLowrank(ProbeSource, AnchorsBias[AnchorsLowrankConfig]):
         line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TRANSFORMER)
         if line:
             notes.append(line)
-        return notes
+        return [
+            *super(AnchorsGammaSweep, self).notes(cfg, measured, groups),
+            *notes,
+        ]  # the generic notes, not the sweep's own
 
     def plot(self, cfg: AnchorsLowrankConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import plt, save_figure

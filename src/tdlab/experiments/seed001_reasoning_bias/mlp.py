@@ -30,7 +30,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,22 +42,25 @@ from tdlab.claims.declare import Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register, snapshot_arm
-from tdlab.experiments.manifest import Setting
+from tdlab.experiments.seed001_reasoning_bias.common import (
+    _pairs,
+    anchor_cosine_claims,
+    anchor_cosine_rows,
+    pair_abs_error,
+    pair_spearman,
+    reasoning_theory_cosines,
+)
 from tdlab.experiments.seed001_reasoning_bias.training import (
     DIRECTION,
     LARGE_INIT,
-    MEMBERS_DIFFER,
     RSN_PAST_MARGINAL,
-    SEED_EPOCHS,
     SEED_LR_EMB_MLP,
     SMALL_INIT,
     SMALL_VS_LARGE,
-    TASK_MANIFEST,
     AnchorsHealth,
     ArmCurves,
     EpochsConfig,
     GammaArms,
-    Reading,
     Seed001TrainConfig,
     bias_gap,
     check_gammas,
@@ -67,39 +70,22 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
     fixed_data,
     label_marginal_losses,
     parameter_reading,
-    plot_split_curves,
     reading_note,
     reasoning_first_claim,
     reasoning_first_rows,
     record_rsn_past_marginal,
+    split_curves,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.emb_mlp import EmbMLP, EmbMLPConfig
 from tdlab.probes.embedding import cosine_matrix, distance_spearman, offdiag_mean
 from tdlab.seeding import generators
 from tdlab.tasks.anchors import KIND_MEM, Anchors, AnchorsConfig
-from tdlab.theory.anchors import label_law_cosines, order_blind_memory_ceiling, token_label_law
+from tdlab.theory.anchors import order_blind_memory_ceiling, token_label_law
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET
 from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import Trainer
-
-__all__ = [
-    "FIG3A_EPOCHS",
-    "MEM_COS_THRESHOLD",
-    "RSN_RHO_THRESHOLD",
-    "AnchorsMlp",
-    "AnchorsMlpConfig",
-    "EmbTaskConfig",
-    "EmbTrainConfig",
-    "MlpClaims",
-    "anchor_cosine_claims",
-    "anchor_cosine_rows",
-    "anchor_embeddings",
-    "pair_abs_error",
-    "pair_spearman",
-    "reasoning_theory_cosines",
-]
 
 FIG3A_EPOCHS = (50, 900)  # the seed's Fig. 3A snapshots (of 1000 epochs)
 
@@ -171,35 +157,6 @@ def anchor_embeddings(W_emb: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
     return W_emb[:, lo : hi + 1]
 
 
-def reasoning_theory_cosines(task: Anchors) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fig. 3B–C: the laws ``P^s`` of the reasoning anchors on the task's training population and the
-    cosines of ``P^s − 1/d_vob``. Returns ``(laws (n, d_vob), cosines (n, n))`` float64."""
-    c = task.cfg
-    laws = torch.stack([token_label_law(task, s) for s in range(c.rsn_min, c.rsn_max + 1)])
-    return laws, label_law_cosines(laws, c.d_vob)
-
-
-def _pairs(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return tuple(torch.triu_indices(n, n, 1))
-
-
-def pair_spearman(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Spearman correlation of the off-diagonal upper-triangle entries of ``a (..., n, n)`` with those of
-    ``b (n, n)``: ``(...)`` float64."""
-    i, j = _pairs(b.shape[-1])
-    x = torch.from_numpy(rankdata(a[..., i, j].double().numpy(), axis=-1))
-    y = torch.from_numpy(rankdata(b[i, j].double().numpy())).expand_as(x)
-    x, y = x - x.mean(-1, keepdim=True), y - y.mean(-1, keepdim=True)
-    return (x * y).sum(-1) / (x.norm(dim=-1) * y.norm(dim=-1))
-
-
-def pair_abs_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Mean ``|a_ij − b_ij|`` over the pairs ``i < j`` of cosine matrices ``a (..., n, n)`` and ``b`` (the same
-    shape or ``(n, n)``): ``(...)`` float64."""
-    i, j = _pairs(a.shape[-1])
-    return (a.double() - b.double())[..., i, j].abs().mean(-1)
-
-
 def _ceiling_se(c: float, n: int) -> float:
     return math.sqrt(max(c * (1 - c), 1e-12) / n)
 
@@ -210,118 +167,6 @@ def _label_law_expected(cfg: AnchorsMlpConfig, row: Any) -> float:
 
 def _label_law_tol(cfg: AnchorsMlpConfig, row: Any) -> float:
     return 1e-12 if row.context.get("check") == "memory-laws-equal" else 0.0
-
-
-# Our thresholds on the anchors' cosine structure: the seed gives no level for "high similarity" or "decreases with
-# |s_i − s_j|", and no planted case from its theory fixes one between an unshaped embedding (0) and its limit.
-MEM_COS_THRESHOLD = Threshold(
-    "ours",
-    "mem_cos_min = 0.8 on the mean off-diagonal cosine: our reading of 'high similarity'",
-)
-RSN_RHO_THRESHOLD = Threshold(
-    "ours",
-    "rsn_rho_max = −0.8 on the Spearman ρ with |s_i − s_j|: our reading of 'decreases with the increase of "
-    "|s_i − s_j|'",
-)
-
-
-def anchor_cosine_claims(
-    prefix: str, figure: str, section: str, where: str, quotes: tuple[str, str, str]
-) -> tuple[ClaimSpec, ...]:
-    """The three statements of Figs. 3A and 4A about the anchors' embedding cosines at γ = 0.8 (thresholds
-    from the config section ``section``); rows from :func:`anchor_cosine_rows`. ``where`` and ``quotes`` (memory
-    aligned, memory above reasoning, reasoning ordered): the seed's words for the figure at hand."""
-    return (
-        ClaimSpec(
-            f"{prefix}-memory-anchors-aligned",
-            f"Small init (γ = 0.8): the memory anchors' embeddings are highly similar to each other ({figure})",
-            quote=quotes[0],
-            where=where,
-            form="settings",
-            hypotheses=(SMALL_INIT,),
-            threshold=MEM_COS_THRESHOLD,
-            test="value",
-            relation="ge",
-            expected=f"{section}.mem_cos_min",
-            tolerance=0.0,
-            horizon="budget",
-            quantity=f"mean off-diagonal cosine of the memory anchors' embeddings at a {figure} snapshot",
-        ),
-        ClaimSpec(
-            f"{prefix}-memory-above-reasoning",
-            f"Small init (γ = 0.8): memory anchors are more alike than reasoning anchors ({figure})",
-            quote=quotes[1],
-            where=where,
-            form="settings",
-            hypotheses=(SMALL_INIT,),
-            threshold=DIRECTION,
-            test="compare",
-            relation="gt",
-            margin=0.0,
-            horizon="budget",
-            quantity=f"mean off-diagonal cosine, memory − reasoning anchors, at a {figure} snapshot (paired by member)",
-        ),
-        ClaimSpec(
-            f"{prefix}-reasoning-anchors-ordered",
-            f"Small init (γ = 0.8): the reasoning anchors' cosine falls with |s_i − s_j| ({figure})",
-            quote=quotes[2],
-            where=where,
-            form="settings",
-            hypotheses=(SMALL_INIT,),
-            threshold=RSN_RHO_THRESHOLD,
-            test="value",
-            relation="le",
-            expected=f"{section}.rsn_rho_max",
-            tolerance=0.0,
-            horizon="budget",
-            quantity="Spearman ρ of cos(w^s_i, w^s_j) with |s_i − s_j| over reasoning-anchor pairs",
-        ),
-    )
-
-
-def anchor_cosine_rows(
-    out: Measurements,
-    prefix: str,
-    arm: str,
-    epoch: int,
-    m: dict[str, list[float]],
-    reading: Reading,
-    gamma: float,
-    mem_cos_min: float,
-    rsn_rho_max: float,
-) -> None:
-    """The rows of :func:`anchor_cosine_claims` for one snapshot (``m``: :meth:`AnchorsMlp.embedding_measures`'
-    ``mem_cos``, ``rsn_cos`` and ``rsn_rho``, per member)."""
-    ctx = {"gamma": gamma, "epoch": epoch}
-    key, when = f"epoch{epoch}", f"γ = {gamma:g}, epoch {epoch}"
-    out.row(
-        f"{prefix}-memory-anchors-aligned",
-        key,
-        m["mem_cos"],
-        arms=[arm],
-        provenance=reading.provenance,
-        context=ctx,
-        label=f"{when}: mean off-diagonal cos of memory anchors ≥ {mem_cos_min:g} (t); {reading.label}",
-    )
-    out.row(
-        f"{prefix}-memory-above-reasoning",
-        key,
-        m["mem_cos"],
-        m["rsn_cos"],
-        arms=[arm],
-        provenance=reading.provenance,
-        context=ctx,
-        label=f"{when}: mean off-diagonal cos, memory − reasoning anchors > 0; {reading.label}",
-    )
-    out.row(
-        f"{prefix}-reasoning-anchors-ordered",
-        key,
-        m["rsn_rho"],
-        arms=[arm],
-        provenance=reading.provenance,
-        context=ctx,
-        label=f"{when}: Spearman ρ(cos, |s_i − s_j|) of reasoning anchors ≤ {rsn_rho_max:g} (t); {reading.label}",
-    )
 
 
 FIG2B_QUOTE = (
@@ -458,76 +303,8 @@ CLAIMS = (
 
 @register
 class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
-    name = "anchors-mlp"
-    paper = "001 Reasoning bias under small initialisation"
-    figure = "Figs. 2B, 3, 10 (§4.2, B.2, A.3)"
-    description = (
-        "Emb-MLP (Def. 1) on [z, a1, a2] from γ-init 0.3, 0.5, 0.8 (one ensemble): accuracy on D_mem, D_rsn,train, "
-        "D_rsn,test per epoch (Fig. 2B); anchor-embedding cosines at snapshots (Fig. 3A, 10) beside the label-law "
-        "cosines of Eq. 8/22 (Fig. 3B-C). Claims: reasoning learnt first at γ=0.8; memory anchors aligned, reasoning "
-        "anchors ordered and valued like P^s at γ=0.8; near-orthogonal anchors at γ=0.3."
-    )
     Config = AnchorsMlpConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Setting]] = {
-        **TASK_MANIFEST,
-        "task.L": Setting(3, "§4.2 ('p ≡ 1 and L = q + 1')", "p ≡ 1 follows: the key position is 1..L − q"),
-        "task.n_train": Setting(
-            990_000,
-            "A.3 ('We employed a dataset comprising 1,000,000 data pairs')",
-            "5,000 per anchor tuple, as the transformer's 1000 (§4.1's 'equal number of samples for each anchor "
-            "pair'): the 198 training tuples' share",
-        ),
-        "task.n_test": Setting(10_000, "A.3", "the 5,000 per tuple of M's two tuples: D_rsn,test"),
-        "model.d_m": Setting(200, "A.3 (Emb-MLP: d_m = 200)"),
-        "model.d_f": Setting(512, "A.3 (Emb-MLP: d_f = 512)"),
-        "model.fan": Setting("out", "§3.4 (W_ij ~ N(0, (d_2^{−γ})²), d_2 the output dimension)"),
-        "gammas": Setting([0.3, 0.5, 0.8], "A.3 (three Emb-MLP models, γ = 0.3, 0.5, 0.8); Fig. 2B shows 0.3 and 0.8"),
-        "members": Setting(1, "A.3 ('we train three Emb-MLP models'; one per γ)"),
-        "train.optimizer": Setting("adamw", "A.3 ('all other training setups remain consistent')"),
-        "train.lr": Setting(SEED_LR_EMB_MLP, "A.3 (initial learning rate 5e-6)"),
-        "train.batch": Setting(100, "A.3 (as the transformer's)"),
-        "train.grad_clip": Setting(1.0, "A.3 (as the transformer's)"),
-        "schedule.epochs": Setting(SEED_EPOCHS, "A.3 (as the transformer's 1000 epochs)"),
-        "snapshot_epochs": Setting([50, 900], "Fig. 3A caption (epochs 50 and 900)"),
-    }
-    paper_differs: ClassVar[dict[str, str]] = {"members": MEMBERS_DIFFER}
-    arm_fields: ClassVar[dict[str, str]] = {
-        "model.gamma": "gammas=[...]",
-        "model.vocab": "task.d_vob",
-        "train.steps": "schedule.epochs",
-        "train.eval_every": "schedule.eval_epochs",
-        "train.log_every": "schedule.eval_epochs",
-        "train.seq_len": "task.L",
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # One scale-down for 2 CPU cores, set once before any run, the same as anchors-bias's where it applies.
-        # Kept: q = 2, L = q + 1 = 3 (p = 1), anchors and M, d_vob = 200, γ values, tanh, AdamW, batch 100,
-        # clip 1. Changed, and why:
-        # * keys Z = 21..40 (N_Z = 20): 5× fewer (key, tuple) pairs for the memory map;
-        # * n_train = 20,000 = 5 sequences per (key, tuple) pair (the seed: 1,000,000 / 20,000 = 50), 1,000 of M;
-        # * widths d_m 64, d_f 128 (as anchors-bias's quick transformer): CPU time;
-        # * lr 1e-3 (the seed: 5e-6 over 10,000,000 steps), 40 epochs = 8,000 steps; snapshots at epochs 2
-        #   and 36 (the seed's 50 and 900 as fractions of 40 epochs). At 200× the seed's lr these are not
-        #   the seed's phases: the rows read there are ours.
-        # * six members per γ (the seed does not say how many it ran): the reasoning-first claim is an exact
-        #   sign test over paired members, which cannot decide on fewer at 95 % (claims.stats.min_sign_members).
-        "quick": {
-            "members": 6,
-            "task": {"key_min": 21, "key_max": 40, "n_train": 20_000, "n_test": 1_000},
-            "model": {"d_m": 64, "d_f": 128},
-            "train": {"lr": 1e-3},
-            "schedule": {"epochs": 40, "eval_epochs": 1, "n_eval": 1_000},
-            "snapshot_epochs": [2, 36],
-        },
-        # A.3 exactly: 1,000,000 sequences, d_m 200, d_f 512, lr 5e-6, 1000 epochs; Fig. 3A at epochs 50 and 900.
-        # Six members per γ, as quick: see there.
-        "paper": {
-            "members": 6,
-            "schedule": {"epochs": 1000, "eval_epochs": 1, "n_eval": 10_000},
-            "snapshot_epochs": [50, 900],
-        },
-    }
     # atlas: the emb-MLP reasoning-first and cosine claims depend on the epoch budget (snapshots rescaled to fit every budget)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(20, 40), label="epochs"),),
@@ -765,26 +542,22 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
         line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_EMB_MLP)
         if line:
             notes.append(line)
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     # ---- figures --------------------------------------------------------------------------------
+    figures = (
+        split_curves(
+            "fig2b_emb_mlp_accuracy.png",
+            lambda cfg: f"Fig. 2B — Emb-MLP, {cfg.members} seeds per γ (mean, band min–max)",
+            lambda cfg: 1.0 / (cfg.task.key_max - cfg.task.key_min + 1),
+        ),
+    )
+
     def plot(self, cfg: AnchorsMlpConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        """The declared Fig. 2B curves, then Figs. 3 and 10's embedding cosines and label laws (its own)."""
         from tdlab.report.figures import plt, save_figure
 
-        chance = 1.0 / (cfg.task.key_max - cfg.task.key_min + 1)
-        arms = [(GammaArms.arm(g), f"γ = {g:g}") for g in cfg.gammas]
-        paths = [
-            save_figure(
-                plot_split_curves(
-                    run,
-                    arms,
-                    cfg.steps_per_epoch,
-                    chance,
-                    f"Fig. 2B — Emb-MLP, {cfg.members} seeds per γ (mean, band min–max)",
-                ),
-                figdir / "fig2b_emb_mlp_accuracy.png",
-            )
-        ]
+        paths = super().plot(cfg, run, analysis, figdir)
         task = self.task(cfg)
         laws, theory_cos = reasoning_theory_cosines(task)
         t = cfg.task

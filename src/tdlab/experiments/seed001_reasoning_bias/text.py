@@ -50,7 +50,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -61,7 +61,6 @@ from tdlab.claims.declare import Hypothesis, Provenance
 from tdlab.config import Config, ConfigError
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register, snapshot_arm
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed001_reasoning_bias.training import (
     DIRECTION,
     SMALL_INIT,
@@ -82,6 +81,7 @@ from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPTConfig
 from tdlab.probes.curves import Crossings, first_crossing
 from tdlab.probes.embedding import cosine_matrix, offdiag_mean
+from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.runs import Run, atomic_write
 from tdlab.seeding import derive_seed
 from tdlab.tasks.bpe import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, load_tokenizer_json, train_local_bpe
@@ -91,24 +91,6 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import NextToken
 from tdlab.train.trainer import Trainer
-
-__all__ = [
-    "SOURCES",
-    "TINYSTORIES",
-    "AnchorsText",
-    "AnchorsTextConfig",
-    "Corpus",
-    "TextClaims",
-    "TextDataConfig",
-    "TextGPTConfig",
-    "TextTrainConfig",
-    "build_corpus",
-    "exclusive_tokens",
-    "halving_epoch",
-    "loss_auc",
-    "mean_pairwise_cosine",
-    "token_counts",
-]
 
 SOURCES: tuple[str, str] = ("prontoqa", "stories")  # source 0, source 1; also the eval split names
 SOURCE_LABELS = {"prontoqa": "PrOntoQA", "stories": "stories"}
@@ -474,67 +456,8 @@ CLAIMS = (
 
 @register
 class AnchorsText(Experiment[AnchorsTextConfig]):
-    name = "anchors-text"
-    paper = "001 Reasoning bias under small initialisation"
-    figure = "Figs. 1, 6 (§1, §4.4, A.3)"
-    description = (
-        "GPT-2-shaped transformer, γ-init 0.8 (and a 0.3 control), next-token training on a 50/50 mix of PrOntoQA "
-        "(tdlab's generator) and children's stories (a TinyStories file, or built-in stand-in stories). Claims: "
-        "PrOntoQA's loss falls faster (Fig. 1); early in training its exclusive tokens' embeddings are less similar "
-        "than the stories' (Fig. 6), a small-init effect."
-    )
     Config = AnchorsTextConfig
     claims = CLAIMS
-    # A.3 for Figs. 1 and 6. "A GPT-2 model" is read as GPT-2 small with its own BPE (the seed names no size).
-    manifest: ClassVar[dict[str, Setting]] = {
-        "data.n_sequences": Setting(10_000, "A.3 ('10,000 data sequences, with half of them sourced from PrOntoQA')"),
-        "data.stories": Setting("TinyStories", "§1; A.3 (TinyStories, Eldan & Li)", "a path to its text in the config"),
-        "data.prontoqa": Setting("PrOntoQA", "§1; A.3 (PrOntoQA, Saparov & He)", "a path to its JSON in the config"),
-        "data.tokenizer": Setting("gpt2", "A.3 ('a GPT-2 model')", "its byte-level BPE: our reading"),
-        "model.vocab": Setting(GPT2_VOCAB, "A.3 ('a GPT-2 model')", "GPT-2's BPE vocabulary"),
-        "model.d": Setting(768, "A.3 ('a GPT-2 model')", "GPT-2 small: our reading, the seed names no size"),
-        "model.layers": Setting(12, "A.3", "GPT-2 small: our reading"),
-        "model.heads": Setting(12, "A.3", "GPT-2 small: our reading"),
-        "claims.main_gamma": Setting(0.8, "A.3 ('we use a GPT-2 model with an initialization scale γ = 0.8')"),
-        "train.optimizer": Setting("adamw", "A.3"),
-        "train.lr": Setting(SEED_LR_TEXT, "A.3 (initial learning rate 1e-5)"),
-        "schedule.epochs": Setting(SEED_EPOCHS_TEXT, "A.3 (200 epochs)"),
-    }
-    paper_differs: ClassVar[dict[str, str]] = {
-        "data.stories": "TinyStories is not shipped: without --set data.stories=PATH the built-in stand-in stories "
-        "run, and every paper row is then ours (the TINYSTORIES hypothesis)",
-        "data.prontoqa": "tdlab's own PrOntoQA generator (after Saparov & He, 1, 3, 5 hops) unless --set "
-        "data.prontoqa=PATH names the released JSON",
-    }
-    arm_fields: ClassVar[dict[str, str]] = {
-        "model.init_gamma": "gammas=[...]",
-        "model.max_len": "train.seq_len",
-        "train.steps": "schedule.epochs",
-        "train.eval_every": "schedule.eval_epochs",
-        "train.log_every": "schedule.eval_epochs",
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # One scale-down for 2 CPU cores (1,000 sequences of <= 128 tokens, a 2-layer d = 64 GPT, the
-        # local BPE, lr 1e-3, <= 10 min). Kept: the 50/50 mix, γ = 0.8 and the 0.3 control, GPT-2's block shape
-        # (pre-LN, GELU, tied head, learned positions, head width 64), AdamW at a constant lr with clip 1, the
-        # measures. Changed: 1,000 sequences (not 10,000); 128 tokens (a 3- or 5-hop PrOntoQA example is cut:
-        # its chain runs past 128 tokens); a local BPE of 512 ids (not GPT-2's 50,257: the output layer is half
-        # the step's work at 2,048 ids); 2 layers × d 64 × 1 head; lr 1e-3 (not 1e-5); 10 epochs of 20 steps
-        # (not 200 epochs; "10 %" = epoch 1); losses evaluated on the first 200 sequences of each source.
-        # Measured before any result was seen: a first version (2,048 ids, 30 epochs) ran at ~23 s per step of
-        # the 6-member ensemble under load 13 and was stopped; this one is the cut.
-        "quick": {
-            "members": 3,
-            "data": {"n_sequences": 1_000, "tokenizer": "local"},
-            "model": {"vocab": 512, "d": 64, "layers": 2, "heads": 1},
-            "train": {"lr": 1e-3, "batch": 50, "seq_len": 128},
-            "schedule": {"epochs": 10, "eval_epochs": 1, "n_eval": 200, "eval_batch": 100},
-            "cpu_threads": 1,  # the machine is shared: a second thread spin-waits (tdlab.train.cpu)
-        },
-        # A.3: GPT-2 small, GPT-2's BPE, 10,000 sequences, AdamW lr 1e-5, 200 epochs (a GPU is advised;
-        # members train one at a time: the 50,257-way logits of a batch of 32 × 512 take ~20 GB).
-        "paper": {"members": 3, "train": {"chunk": 1}},
-    }
     # atlas: the text-model claims (init gap, anchor cosines, t50) are read at the end of the epoch budget
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (100, 200, 400), quick=(5, 10), label="epochs"),),
@@ -795,7 +718,8 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
         reading = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TEXT, SEED_EPOCHS_TEXT)
         if reading:
             notes.append(reading)
-        return notes
+        lead = notes[:1] if cfg.data.standin else []  # the stand-in warning leads: every verdict below is on it
+        return [*lead, *super().notes(cfg, measured, groups), *notes[len(lead) :]]
 
     @staticmethod
     def data_provenance(cfg: AnchorsTextConfig) -> str:
@@ -810,26 +734,37 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
         return f"{pq}; {st}; tokenizer: {tk}"
 
     # ---- figures --------------------------------------------------------------------------------
+    figures = (
+        Curves(
+            "fig1_loss_per_source.png",
+            lambda cfg, m: [
+                Panel(
+                    f"γ = {g:g}",
+                    [
+                        Line(GammaArms.arm(g), f"{s}_loss", SOURCE_LABELS[s], SOURCE_COLORS[s], per=cfg.steps_per_epoch)
+                        for s in SOURCES
+                    ],
+                    marks={f"{cfg.claims.early_fraction:.0%} of training": cfg.early_epoch},
+                )
+                for g in cfg.gammas
+            ],
+            title=lambda cfg: (
+                f"Fig. 1 — loss per source, mean and min–max over {cfg.members} seeds"
+                + (f" — {STANDIN_LABEL}" if cfg.data.standin else "")
+            ),
+            xlabel="epoch",
+            ylabel="training loss (next token)",
+            size=(5.0, 3.8),
+        ),
+    )
+
     def plot(self, cfg: AnchorsTextConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        from tdlab.report.figures import curve_with_band, plt, save_figure
+        """The declared loss per source, then Fig. 6's cosines among exclusive tokens (its own figure)."""
+        from tdlab.report.figures import plt, save_figure
 
         spe = cfg.steps_per_epoch
         label = f" — {STANDIN_LABEL}" if cfg.data.standin else ""
-        paths = []
-        fig, axes = plt.subplots(1, len(cfg.gammas), figsize=(5 * len(cfg.gammas), 3.8), squeeze=False)
-        for ax, g in zip(axes[0], cfg.gammas, strict=True):
-            for s in SOURCES:
-                steps, v = run.curves(GammaArms.arm(g), f"{s}_loss")
-                curve_with_band(ax, steps / spe, v, SOURCE_LABELS[s], SOURCE_COLORS[s])
-            ax.axvline(
-                cfg.early_epoch, color="grey", ls=":", lw=0.8, label=f"{cfg.claims.early_fraction:.0%} of training"
-            )
-            ax.set_xlabel("epoch")
-            ax.set_ylabel("training loss (next token)")
-            ax.set_title(f"γ = {g:g}")
-            ax.legend(fontsize=8)
-        fig.suptitle(f"Fig. 1 — loss per source, mean and min–max over {cfg.members} seeds{label}")
-        paths.append(save_figure(fig, figdir / "fig1_loss_per_source.png"))
+        paths = super().plot(cfg, run, analysis, figdir)
         corpus = Corpus.load(run.path / DATA_DIR)
         ex = self.exclusive(cfg, corpus)
         if len(ex[SOURCES[0]]) >= 2:

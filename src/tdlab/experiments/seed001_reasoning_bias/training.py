@@ -54,11 +54,11 @@ from tdlab.claims import ArmHealth, ClaimSpec, Sample, Stage, assess_arm
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.config import Config
 from tdlab.experiments.base import RunContext, extend_fit, init_arm, initial_states, snapshot_arm
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import Crossings, first_crossing
+from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.tasks.anchors import KIND_MEM, KIND_RSN_TRAIN, Anchors
@@ -67,12 +67,10 @@ from tdlab.train.trainer import DivergenceError, FitResult, TrainConfig, Trainer
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 __all__ = [
     "DIRECTION",
     "LARGE_INIT",
-    "MEMBERS_DIFFER",
     "RSN_PAST_MARGINAL",
     "SEED_EPOCHS",
     "SEED_LR_EMB_MLP",
@@ -81,7 +79,6 @@ __all__ = [
     "SMALL_VS_LARGE",
     "SPLIT_LABELS",
     "SPLIT_NAMES",
-    "TASK_MANIFEST",
     "AnchorsHealth",
     "ArmCurves",
     "EpochsConfig",
@@ -100,11 +97,11 @@ __all__ = [
     "gamma_gpt",
     "label_marginal_losses",
     "parameter_reading",
-    "plot_split_curves",
     "reading_note",
     "reasoning_first_claim",
     "reasoning_first_rows",
     "record_rsn_past_marginal",
+    "split_curves",
     "split_label_laws",
     "t50",
     "t50_sample",
@@ -118,25 +115,6 @@ TASK_SPLIT = {"mem": "mem", "rsn_train": "rsn_train", "test": "test_rsn"}  # eva
 SEED_EPOCHS = 1000  # A.3: every anchor-function model trains 1000 epochs
 SEED_LR_TRANSFORMER = 1e-5  # A.3: the transformer's AdamW learning rate
 SEED_LR_EMB_MLP = 5e-6  # A.3: the Emb-MLP's
-
-
-# The seed's anchor task (§4.1), as every seed-001 anchor experiment reads it.
-TASK_MANIFEST: dict[str, Setting] = {
-    "task.key_min": Setting(21, "§4.1 (Z = {21, …, 120}); A.3"),
-    "task.key_max": Setting(120, "§4.1; A.3"),
-    "task.mem_min": Setting(1, "§4.1 (A_mem = {1, …, 10}); A.3"),
-    "task.mem_max": Setting(10, "§4.1; A.3"),
-    "task.rsn_min": Setting(11, "§4.1 (A_rsn = {11, …, 20}); A.3"),
-    "task.rsn_max": Setting(20, "§4.1; A.3"),
-    "task.q": Setting(2, "§4.1"),
-    "task.test_tuples": Setting(((11, 13), (13, 11)), "§4.1 (M); A.3"),
-    "task.d_vob": Setting(200, "A.3 (vocabulary size)"),
-}
-# Why a γ-sweep's paper profile trains more seeds than the seed's one model per γ.
-MEMBERS_DIFFER = (
-    "six seeds per γ where the seed trains one model per γ: the reasoning-first claim is an exact sign test over "
-    "paired members, which cannot decide on fewer than six at 95 % (claims.stats.min_sign_members)"
-)
 
 
 class EpochsConfig(Config):
@@ -679,34 +657,25 @@ class AnchorsHealth:
         return out
 
 
-def plot_split_curves(
-    view: RunView, arms: Sequence[tuple[str, str]], steps_per_epoch: int, chance: float | None = None, title: str = ""
-) -> Figure:
-    """Fig. 2-style panels: loss (top) and accuracy (bottom) on D_mem, D_rsn,train, D_rsn,test over
-    epochs, one column per ``(arm, column title)``; mean over members with a min–max band."""
-    from tdlab.report.figures import curve_with_band, plt
+def split_curves(file: str, title: Callable[[Any], str], chance: Callable[[Any], float]) -> Curves:
+    """Fig. 2-style curves: loss (top row) and accuracy (bottom row) on D_mem, D_rsn,train, D_rsn,test over
+    epochs, one column per γ of ``cfg.gammas``; the accuracy panels mark 0.5 and ``chance(cfg)``."""
 
-    fig, axes = plt.subplots(2, len(arms), figsize=(4.2 * len(arms), 6.4), squeeze=False, sharex="col")
-    for col, (arm, label) in enumerate(arms):
-        for row, metric in enumerate(("loss", "acc")):
-            ax = axes[row][col]
-            for split in SPLIT_NAMES:
-                steps, v = view.curves(arm, f"{split}_{metric}")
-                curve_with_band(ax, steps / steps_per_epoch, v, SPLIT_LABELS[split], SPLIT_COLORS[split])
-            if metric == "acc":
-                ax.set_ylim(-0.02, 1.02)
-                ax.axhline(0.5, color="grey", lw=0.8, ls=":")
-                if chance is not None:
-                    ax.axhline(chance, color="k", lw=0.8, ls="--", label=f"chance {chance:.3g}")
-                ax.set_xlabel("epoch")
-            ax.set_ylabel(metric)
-            if row == 0:
-                ax.set_title(label)
-            if col == 0:
-                ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    def panels(cfg: Any, m: Mapping[str, Any]) -> list[Panel]:
+        def lines(arm: str, metric: str) -> list[Line]:
+            return [
+                Line(arm, f"{s}_{metric}", SPLIT_LABELS[s], SPLIT_COLORS[s], per=cfg.steps_per_epoch)
+                for s in SPLIT_NAMES
+            ]
+
+        c = chance(cfg)
+        arms = [(GammaArms.arm(g), f"γ = {g:g}") for g in cfg.gammas]
+        return [Panel(label, lines(arm, "loss"), ylabel="loss") for arm, label in arms] + [
+            Panel("", lines(arm, "acc"), {"0.5": 0.5, f"chance {c:.3g}": c}, ylim=(-0.02, 1.02), ylabel="acc")
+            for arm, _ in arms
+        ]
+
+    return Curves(file, panels, title=title, xlabel="epoch", size=(4.2, 3.2), columns=lambda cfg: len(cfg.gammas))
 
 
 def cosine_heatmap(ax: Axes, c: torch.Tensor, first: int, title: str) -> None:

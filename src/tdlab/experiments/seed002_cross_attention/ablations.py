@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -26,9 +25,7 @@ from tdlab.claims.declare import Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed002_cross_attention.common import (
-    PAPER,
     ICLTrainConfig,
     LSATrainConfig,
     RegressionArms,
@@ -46,8 +43,6 @@ from tdlab.seeding import member_seeds
 from tdlab.theory.icl import bayes_risk, response_second_moment, sample_mean_risk
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.regression import RegressionTrainer
-
-__all__ = ["ABLATIONS", "CLAIMS", "F0X", "ZERO_PREDICTORS", "AblationClaims", "AblationConfig", "IclAblations"]
 
 ABLATIONS: dict[str, dict] = {
     # name: LCA options (App. G), all at depth T with the paper's F_0 = 0
@@ -202,54 +197,8 @@ CLAIMS = (
 
 @register
 class IclAblations(RegressionArms, Experiment[AblationConfig]):
-    name = "icl-ablations"
-    paper = PAPER
-    figure = "Figs. 5, 6 (App. G)"
-    description = (
-        "Ablations at T = 10 trained by GD on l_{N,L_tr} (N = 2000, L_tr = 100): one- and two-parameter LCA, LCA "
-        "without S_t (Eq. G.1), one-parameter deep LSA without S_t and two-parameter deep LSA (Eq. G.2), the "
-        "single-layer LSA (Eq. 4.2) and the in-context sample mean; test MSE vs L_te. Claims as App. G states "
-        "them: removing S_t compromises performance, one-parameter ablations fail to beat the sample mean, "
-        "two-parameter deep LSA is worse than LCA but beats the sample mean and the LSA."
-    )
     Config = AblationConfig
     claims = CLAIMS
-    # App. G states the models, T, N, L_tr, the optimiser, the test prompts and the runs; its data are "compatible
-    # with Section 3 and Assumption 6.1" without numbers: the task fields (App. H's law here) are ours.
-    manifest: ClassVar[dict[str, Setting]] = {
-        "models": Setting(
-            ["lca-one", "lca-two", "no-S-one", "deep-lsa-no-S-one", "deep-lsa-two", "lsa"],
-            "App. G; Figs. 5-6 (LCA one/two, no S_t (G.1), deep LSA without S_t and with it (G.2), LSA (4.2)); "
-            "the sample mean is a baseline",
-        ),
-        "depth": Setting(10, "Figs. 5-6 captions (T = 10)"),
-        "members": Setting(10, "Figs. 5-6 captions ('10 separate training runs')"),
-        "train.prompts": Setting(2000, "Figs. 5-6 captions (N = 2000)"),
-        "train.context": Setting(100, "Figs. 5-6 captions (L_tr = 100)"),
-        "train.optimizer": Setting("gd", "Figs. 5-6 captions ('using gradient descent')"),
-        "train.momentum": Setting(0.0, "Figs. 5-6 captions ('gradient descent')", "plain GD; no step size stated"),
-        "lsa_train.prompts": Setting(2000, "Figs. 5-6 captions (N = 2000)"),
-        "lsa_train.context": Setting(100, "Figs. 5-6 captions (L_tr = 100)"),
-        "lsa_train.optimizer": Setting("gd", "Figs. 5-6 captions"),
-        "lsa_train.momentum": Setting(0.0, "Figs. 5-6 captions ('gradient descent')"),
-        "test.prompts": Setting(1000, "Figs. 5-6 captions ('averaged over 1000 test-prompts')"),
-    }
-    paper_differs: ClassVar[dict[str, str]] = {
-        "models": "adds the F_0 = X variants of the two no-S_t one-parameter ablations (ours: trainable, where the "
-        "seed's F_0 = 0 ones predict exactly 0); shown, never deciding",
-        "train.momentum": "heavy-ball momentum 0.95 with restart on a rejected step reaches GD's fixed point sooner; "
-        "the fixed points are GD's (docs/icl.md)",
-        "lsa_train.momentum": "as train.momentum: the same fixed points, reached sooner",
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        "quick": {
-            "members": 3,
-            "train": {"prompts": 1000},
-            "lsa_train": {"prompts": 1000, "steps": 300},
-            "test": {"prompts": 500, "contexts": [10, 30, 100, 300, 1000, 3000], "population_prompts": 20000},
-        },
-        "paper": {"members": 10, "lsa_train": {"steps": 5000}},
-    }
     # atlas: the ablations compare against a trained LSA; its GD budget decides how close it is to its floor
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("lsa_train.steps", (1000, 5000, 20000), quick=(150, 300), label="LSA steps"),),
@@ -410,7 +359,7 @@ class IclAblations(RegressionArms, Experiment[AblationConfig]):
                     else f"; GD {'converged' if v['converged'].get(m) else 'stopped at its step budget'}"
                 )
             )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     def plot(self, cfg: AblationConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import plt, save_figure

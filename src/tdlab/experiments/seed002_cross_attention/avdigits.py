@@ -46,7 +46,7 @@ import statistics
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -57,7 +57,6 @@ from tdlab.claims.declare import Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.view import RunView
 from tdlab.models.multimodal_ca import (
     BiCAConfig,
@@ -75,21 +74,6 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import TrainConfig, Trainer, auto_chunk
-
-__all__ = [
-    "ABOVE_CHANCE",
-    "ARMS",
-    "CLAIMS",
-    "DATA_FILE",
-    "SEED_TABLE1",
-    "AVDigitsTrainConfig",
-    "ICLAVDigits",
-    "ICLAVDigitsConfig",
-    "Table1Claims",
-    "build_model",
-    "chance_bound",
-    "table1_measures",
-]
 
 Arm = Literal["full", "no-injection", "no-cross", "neither", "bi-ca"]
 ARMS: tuple[Arm, ...] = ("full", "no-injection", "no-cross", "neither", "bi-ca")
@@ -317,86 +301,8 @@ CLAIMS = (
 
 @register
 class ICLAVDigits(Experiment[ICLAVDigitsConfig]):
-    name = "icl-avdigits"
-    paper = "002 Multi-modal in-context learning with cross-attention"
-    figure = "Table 1 (§7, App. I)"
-    description = (
-        "Paper-inspired cross-attention model (F_t attends to fixed tokens X, gated re-injection S_t), its three "
-        "ablations and a bidirectional CA baseline on corrupted paired image + spoken-digit data (offline avMNIST "
-        "stand-in). Claims: the full model beats each ablation and the baseline, with fewer parameters than the "
-        "baseline; decided on the validation-chosen test accuracy, paired over seeds."
-    )
     Config = ICLAVDigitsConfig
     claims = CLAIMS
-    # App. I.5 also lists "g = 4", which no sentence of the seed defines (not the heads, listed apart): not mapped.
-    # The data set (avMNIST, App. I.1) is not a value a field can equal: the hypothesis AVMNIST carries it.
-    manifest: ClassVar[dict[str, Setting]] = {
-        "members": Setting(1, "Table 1 (one run per model, 'best test accuracy ... reported')"),
-        "models": Setting(list(ARMS), "Table 1 (the full model, three ablations, the bi-CA baseline)"),
-        "data.n_train": Setting(60_000, "App. I.1 (60,000 training examples)"),
-        "data.n_test": Setting(10_000, "App. I.1 (10,000 test examples)"),
-        "schedule.n_val": Setting(
-            0, "App. I.5 ('The best test accuracy of each model is reported'): no validation split, all 60,000 trained"
-        ),
-        "schedule.epochs": Setting(100, "App. I.5; Table 1 caption (100 epochs)"),
-        "train.optimizer": Setting("adamw", "App. I.5; Table 1 caption (AdamW)"),
-        "train.lr": Setting(3e-4, "App. I.5; Table 1 caption (learning rate 3e-4)"),
-        "train.weight_decay": Setting(1e-4, "App. I.5; Table 1 caption (weight decay 1e-4)"),
-        "train.batch": Setting(256, "App. I.5 (batch size 256)"),
-        "model.d": Setting(16, "App. I.5; Table 1 caption (d = 16)"),
-        "model.layers": Setting(10, "App. I.5; Table 1 caption (T = 10 attention layers)"),
-        "model.heads": Setting(4, "App. I.5; Table 1 caption (4 heads)"),
-        "model.d_h": Setting(32, "App. I.5; Table 1 caption (d_h = 32)"),
-        "model.dropout": Setting(0.1, "App. I.5; Table 1 caption (dropout 0.1)"),
-        "model.conv_width": Setting(16, "App. I.2 ('The hidden convolutional width is taken to be 16')"),
-        "baseline.d": Setting(16, "App. I.5 (all models in Table 1)"),
-        "baseline.layers": Setting(10, "App. I.5 (all models in Table 1)"),
-        "baseline.heads": Setting(4, "App. I.5 (all models in Table 1)"),
-        "baseline.d_h": Setting(32, "App. I.5 (all models in Table 1)"),
-        "baseline.dropout": Setting(0.1, "App. I.5 (all models in Table 1)"),
-        "baseline.conv_width": Setting(16, "App. I.2 (the common tokenisation)"),
-    }
-    paper_differs: ClassVar[dict[str, str]] = {
-        "members": "three seeds per model, so that Table 1's differences carry a seed-to-seed spread (the seed: one)",
-        "schedule.n_val": "5,000 of the 60,000 training examples are held out for validation: the claims decide on "
-        "the validation-chosen epoch, not on the best test epoch the seed reports",
-    }
-    arm_fields: ClassVar[dict[str, str]] = {
-        "model.inject": "models=[...]",
-        "model.cross": "models=[...]",
-        "train.steps": "schedule.epochs",
-        "train.eval_every": "schedule.epochs",
-        "train.log_every": "schedule.epochs",
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # One scale-down for 2 CPU cores, fixed before any run from the measured speed (bench/bench_avdigits.py:
-        # ~200 examples/s per model member for a training step on one idle core, 70-90 under load 10).
-        # Kept: every architecture exactly (d 16, T 10, 4 heads, d_h 32, dropout 0.1, the conv tokeniser),
-        # the data's construction and noise, AdamW, weight decay 1e-4. Changed, and why:
-        # * 1,500 training examples (300 of them carved for validation) and 500 test (the seed: 60,000 /
-        #   10,000), 5 epochs (the seed: 100): CPU time, ~6 minutes of training on an idle machine;
-        # * batch 64 and lr 1e-3 (the seed: 256, 3e-4): 90 optimiser steps per model instead of 23,400;
-        #   with the seed's batch and lr, 5 epochs of 1,200 examples would be 20 steps, too few to move;
-        # * 2 seeds per model. With two seeds the paired t-interval is 12.7 standard errors wide: Table 1's
-        #   differences (1-3 points) cannot be resolved here; the quick profile shows the pipeline and the
-        #   order of magnitude, the paper profile decides.
-        # Measured afterwards (docs/icl_avdigits.md, "Why the quick profile stays at chance"): in 90 steps no
-        # model leaves chance, so every paper claim is not evaluable here. The plateau is ~2,000 steps at these
-        # settings (full model, one member: test acc first above chance at step ~2,100); lr 3e-3, lr 1e-2 with
-        # warm-up, batch 16, dropout 0 did not shorten it within 600-1,200 steps. It comes from the readout:
-        # the conv tokens are ~96 % an input-independent component, and the CLS token (near-uniform attention)
-        # or the bi-CA's mean pool averages away where the class signal lies. No seed setting (App. I) and no
-        # bug explains it, so the quick profile is left as is.
-        "quick": {
-            "members": 2,
-            "data": {"n_train": 1_500, "n_test": 500},
-            "train": {"batch": 64, "lr": 1e-3},
-            "schedule": {"epochs": 5, "n_val": 300, "eval_batch": 500},
-        },
-        # I.1 and I.5 exactly (60,000 / 10,000, batch 256, lr 3e-4, 100 epochs), 3 seeds per model,
-        # 5,000 of the 60,000 training examples held out for validation. A GPU is advised.
-        "paper": {"members": 3},
-    }
     # atlas: the audio-visual ICL accuracies are read at the end of the epoch budget
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (50, 100, 200), quick=(3, 5), label="epochs"),),
@@ -557,7 +463,7 @@ class ICLAVDigits(Experiment[ICLAVDigitsConfig]):
                 f"at chance (validation-chosen test accuracy not above {v['chance_bound']:.3f}): {', '.join(at_chance)} — "
                 "Table 1's comparisons need longer training (the paper profile), not a verdict."
             )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     def table(self, cfg: ICLAVDigitsConfig, m: dict[str, dict[str, list[float]]], counts: dict[str, int]) -> list[str]:
         """Table 1 beside the seed's, one line per model (accuracies in %, mean ± sd over seeds)."""

@@ -34,15 +34,8 @@ from tdlab.runs import Run
 from tdlab.seeding import generators
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_of_beta, response_second_moment
-from tdlab.train.regression import (
-    PromptStats,
-    RegressionConfig,
-    error_summary,
-    load_member_states,
-    population_stats,
-    query_errors,
-    sample_stats,
-)
+from tdlab.theory.icl_stats import PromptStats, population_stats, sample_stats
+from tdlab.train.regression import RegressionConfig, error_summary, load_member_states, query_errors
 
 __all__ = [
     "APP_H_CONTEXT",

@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -31,9 +31,7 @@ from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed002_cross_attention.common import (
-    PAPER,
     ICLTrainConfig,
     RegressionArms,
     TaskConfig,
@@ -45,20 +43,10 @@ from tdlab.models.linear_attention import LCA
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.multimodal import MultiModalBatch, MultiModalPrompts
 from tdlab.theory.icl import alpha_of_beta, alpha_star, bayes_risk, infinite_context_excess_risk, two_param_stationary
+from tdlab.theory.icl_stats import PromptStats, population_stats
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.memo import CheckpointedMemo, array_key
-from tdlab.train.regression import PromptStats, RegressionTrainer, population_stats, query_errors
-
-__all__ = [
-    "CLAIMS",
-    "IclLandscape",
-    "LandscapeClaims",
-    "LandscapeConfig",
-    "Panel",
-    "group_maps",
-    "jackknife_se",
-    "valley",
-]
+from tdlab.train.regression import RegressionTrainer, query_errors
 
 SEED_PANELS = {(10, False), (5, False), (5, True)}  # Fig. 4: T = 10 (top), T = 5 without / with pre-LN (bottom)
 
@@ -386,74 +374,13 @@ CLAIMS = (
 
 @register
 class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
-    name = "icl-landscape"
-    paper = PAPER
-    figure = "Fig. 4 (App. F)"
-    description = (
-        "Log heat maps of the two-parameter loss l(alpha, beta) at T = 10 and T = 5, without and with pre-LayerNorm, "
-        "|m| ~ U(0, 2): Monte-Carlo estimates on a grid (minimiser polished by Nelder-Mead, jackknife errors over "
-        "prompt groups), the curve alpha*(beta), and gradient descent from the Thm 6.3 initialisation. Claims: the "
-        "valley lies along alpha = -beta and nearer it at larger T; pre-LN has a similarly located ravine; GD reaches "
-        "the stationary point."
-    )
     Config = LandscapeConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Setting]] = {
-        "task.norm_range": Setting((0.0, 2.0), "Fig. 4 caption (‖m‖ ~ Unif(0, 2))"),
-        "task.norm_mode": Setting("total", "Fig. 4 caption", "the caption draws one norm for the whole of m"),
-        "panels": Setting(
-            [{"depth": 10, "pre_ln": False}, {"depth": 5, "pre_ln": False}, {"depth": 5, "pre_ln": True}],
-            "Fig. 4 caption (T = 10 top; T = 5 bottom, without and with pre-LayerNorm between the CA layers)",
-        ),
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # Scaled: coarser maps, a 16k-prompt MC sample; pre-LN on 128 prompts of length 100 and a 15 x 15 map.
-        "quick": {
-            "members": 3,
-            "grid": 61,
-            "population_prompts": 16384,
-            "ln_prompts": 128,
-            "ln_context": 100,
-            "ln_grid": 15,
-            "ln_steps": 100,
-            "train": {"steps": 5000},
-        },
-        "paper": {
-            "members": 3,
-            "grid": 121,
-            "population_prompts": 262144,
-            "ln_prompts": 1000,
-            "ln_context": 500,
-            "ln_grid": 41,
-            "ln_steps": 1000,
-        },
-    }
     # atlas: the valley/minimiser claims compare a trained LSA with the landscape; its GD budget decides whether it reached the minimiser
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (5000, 20000, 50000), quick=(2500, 5000), label="steps"),),
         why="The landscape claims place the trained model at the minimiser of the population loss (valley within claims.valley_rel_tol); whether gradient descent gets there depends on its step budget.",
     )
-
-    # The batch prior's weight of one pre-LN unit (a raw forward of one prompt token through one layer) over one
-    # no-LN unit (one prompt's second moments through one layer): the quick profile spends about 45 % of its
-    # time in the pre-LN panel (py-spy, 2026-11-28) on 1.55e8 units against 55 % on 8.39e9 no-LN units.
-    PRE_LN_UNIT = 44.0
-
-    def work(self, cfg: LandscapeConfig) -> float:
-        """Per panel: its depth x the prompts it averages over (no LN: the population sample's statistics;
-        pre-LN: raw prompts x context) x the evaluations (GD steps of every start, a backward counted as two
-        forwards on raw prompts; map points; the Nelder-Mead polish). The pre-LN panel grows ~300x from quick to
-        paper while the length x activations rule saw ~4x (paper: 9 min predicted, ~1 day on a CPU thread)."""
-        starts = cfg.members * len(cfg.off_valley)
-        total = 0.0
-        for panel in cfg.panels:
-            if panel.pre_ln:
-                evals = 3 * cfg.ln_steps * starts + cfg.ln_grid**2 + cfg.polish_evals
-                total += self.PRE_LN_UNIT * panel.depth * cfg.ln_prompts * cfg.ln_context * evals
-            else:
-                evals = cfg.train.steps * starts + cfg.grid**2 + cfg.polish_evals
-                total += panel.depth * cfg.population_prompts * evals
-        return total
 
     def run(self, cfg: LandscapeConfig, ctx: RunContext) -> None:
         task = cfg.task.build()
@@ -805,7 +732,7 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
                     "from the no-LN one, not judged: App. F states a similarly located ravine, not a minimiser, and "
                     "along the flat valley floor the minimiser is far less certain than the valley."
                 )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     def plot(self, cfg: LandscapeConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import plt, save_figure

@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -35,10 +35,9 @@ from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.manifest import Setting
+from tdlab.experiments.rounds import current_round
 from tdlab.experiments.seed002_cross_attention.common import (
     APP_H_CONTEXT,
-    PAPER,
     ICLTrainConfig,
     LSATrainConfig,
     RegressionArms,
@@ -69,8 +68,6 @@ from tdlab.theory.icl import (
 )
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.regression import RegressionTrainer
-
-__all__ = ["CLAIMS", "IclLsaVsLca", "LsaVsLcaClaims", "LsaVsLcaConfig"]
 
 
 class LsaVsLcaClaims(Config):
@@ -327,52 +324,8 @@ CLAIMS = (
 
 @register
 class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
-    name = "icl-lsa-vs-lca"
-    paper = PAPER
-    figure = "Fig. 2 (Sec. 7; Thms 4.1, 6.2, 6.3; App. H)"
-    description = (
-        "Single-layer LSA against one- and two-parameter LCA_T on multi-modal ICL: excess error over the "
-        "Bayes predictor vs L_te at fixed depth and vs depth T at fixed L_te; learned alpha_T (beta_T) beside "
-        "the minimiser of the trained loss, trained by GD to convergence on l_{N,L_tr} (N = 2000, L_tr = 100 as "
-        "in App. H, and a longer L_tr) and on the population loss. Claims: LSA stays above its infinite-context "
-        "floor (Thm 4.1); LCA is orders of magnitude below LSA; error falls with depth; GD reaches the minimiser "
-        "of its loss (Thms 6.2, 6.3)."
-    )
     Config = LsaVsLcaConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Setting]] = {
-        "task.dims": Setting([16, 16], "App. H (d1 = d2 = 16)"),
-        "task.norm_range": Setting((0.0, 5.0), "App. H ('norm mapped uniformly on [0, 5]')"),
-        "task.norm_mode": Setting(
-            "per_modality",
-            "App. H ('m drawn from a spherical Gaussian with norm mapped uniformly on [0, 5]'; alpha* = 1/26)",
-            "ambiguous: one norm for m or one per modality block; only the per-block reading gives App. H's "
-            "alpha* = 1/26 (tdlab.tasks.multimodal)",
-        ),
-        "task.zeta": Setting("gaussian", "App. H (ζ ~ N(0, 1))"),
-        "models": Setting(["lsa", "one", "two"], "Fig. 2 caption (one- and two-parameter LCA, the LSA)"),
-        "train_contexts": Setting([100], "App. H (L_tr = 100)"),
-        "population": Setting(False, "App. H ('All models are trained ... on the non-asymptotic objective')"),
-        "train.prompts": Setting(2000, "App. H (N = 2000)"),
-        "train.optimizer": Setting("gd", "App. H ('standard gradient descent (in place of gradient flow)')"),
-        "train.momentum": Setting(
-            0.0, "App. H ('standard gradient descent')", "plain GD; the seed states no step size or step count"
-        ),
-        "lsa_train.prompts": Setting(2000, "App. H (N = 2000 for all models)"),
-        "lsa_train.optimizer": Setting("gd", "App. H ('standard gradient descent')"),
-        "lsa_train.momentum": Setting(0.0, "App. H ('standard gradient descent')"),
-    }
-    paper_differs: ClassVar[dict[str, str]] = {
-        "train_contexts": "adds L_tr = 1000 (ours: the finite-context effect fades); L_tr = 100 rows decide",
-        "population": "adds arms trained on the population loss l (ours: the objective of Thms 6.2-6.3 themselves)",
-        "train.momentum": "heavy-ball momentum 0.95 with restart on a rejected step reaches GD's fixed point ~4x "
-        "sooner along the flat valley of the two-parameter loss; the fixed points are GD's (docs/icl.md)",
-        "lsa_train.momentum": "as train.momentum: the same fixed points, reached sooner",
-    }
-    # T is the depth of the fixed-depth panel (fixed_depth must be one of depths, whose default lists every value
-    # below), L_tr the training context (train_contexts=[L_tr]).
-    # the finite-L_tr references' replicate draws: --decide draws more where their error widens an interval
-    reference_draws_field = "claims.reference_draws"
     atlas_axes = AtlasAxes(
         axes=(
             AtlasAxis("fixed_depth", (1, 2, 5, 10, 20, 50), quick=(2, 10, 50), label="T"),
@@ -381,29 +334,6 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
         why="The minimiser of the finite-L_tr loss sits far from alpha*_T at large T (0.86 alpha*_T at T = 10, 0.32 "
         "at T = 50 for L_tr = 100): the alpha, orders and depth claims depend on T × L_tr.",
     )
-    arm_fields: ClassVar[dict[str, str]] = {
-        "train.context": "train_contexts=[...]",
-        "lsa_train.context": "train_contexts=[...]",
-        "train.objective": "population=true",
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # Scaled for 2 CPU cores: 1000 prompts per L_tr (App. H: 2000), 500 test prompts on a shorter L_te grid,
-        # a 16k-prompt population sample, 300 LSA steps, 4 replicate draws of each finite-L_tr reference.
-        "quick": {
-            "members": 3,
-            "train": {"prompts": 1000},
-            "lsa_train": {"prompts": 1000, "steps": 300},
-            "population_prompts": 16384,
-            "test": {"prompts": 500, "contexts": [10, 30, 100, 300, 1000, 3000], "population_prompts": 20000},
-            "claims": {"reference_draws": 4},
-        },
-        # App. H: N = 2000, L_tr = 100, d1 = d2 = 16, |m| per modality ~ U[0, 5]; 10 runs, 1000 test prompts.
-        "paper": {
-            "members": 10,
-            "lsa_train": {"steps": 5000},
-            "test": {"contexts": [10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]},
-        },
-    }
 
     @staticmethod
     def arms(cfg: LsaVsLcaConfig) -> list[tuple[str, str, int]]:
@@ -449,6 +379,7 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
         member = replicate, names ``alpha_one``, ``alpha_two``, ``beta_two``."""
         starts = {T: two_param_init(task, T) for T in cfg.depths if T > 1}  # the arms' inits (Thm 6.3)
         spent: dict[int, float] = {}  # wall seconds of each newly computed draw index, over the objectives
+        kept = current_round()  # the draws earlier --decide rounds of this run computed (tdlab.experiments.rounds)
         for o in cfg.objectives():
             arm = self.reference_arm(o)
             if o == "pop" or ctx.done(arm):
@@ -459,9 +390,9 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
             for r in range(cfg.claims.reference_draws):
                 # draw r depends on this key alone: a --decide round with more draws computes only the new ones
                 key = ("reference", cfg.task.model_dump_json(), tuple(cfg.depths), L, n, cfg.seed, r)
-                if key not in ctx.memo:
+                if key not in kept.memo:
                     t0 = time.perf_counter()
-                    ctx.memo[key] = finite_context_minimisers(
+                    kept.memo[key] = finite_context_minimisers(
                         task,
                         cfg.depths,
                         L,
@@ -471,7 +402,7 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
                         two_param_starts=starts,
                     )
                     spent[r] = spent.get(r, 0.0) + time.perf_counter() - t0
-                ref = ctx.memo[key]
+                ref = kept.memo[key]
                 rows += [(T, r, "alpha_one", a) for T, a in ref["one"].items()]
                 rows += [
                     (T, r, name, v)
@@ -482,7 +413,7 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
             ctx.writer.add_metrics(arm, rows)
             ctx.writer.save_arrays(arm, [{"done": torch.ones(1)} for _ in range(cfg.claims.reference_draws)])
         if spent:
-            ctx.unit_seconds["reference draw"] = sum(spent.values()) / len(spent)
+            kept.unit_seconds["reference draw"] = sum(spent.values()) / len(spent)
 
     @staticmethod
     def reference_prompts(cfg: LsaVsLcaConfig, L: int) -> int:
@@ -763,7 +694,7 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
             f"quantiles in the figure and measurements). LSA's infinite-context floor {v['lsa_infinite_context_floor']:.4f} "
             f"is min_alpha of the LCA_1 loss (tdlab.theory.icl.lsa_infinite_context_floor)."
         )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     def plot(self, cfg: LsaVsLcaConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import plt, save_figure

@@ -37,7 +37,8 @@ from scipy.optimize import minimize_scalar
 from tdlab.models.linear_attention import LCA
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_star, alpha_star_T
-from tdlab.train.regression import PromptStats, predict, sample_stats
+from tdlab.theory.icl_stats import PromptStats, sample_stats
+from tdlab.train.regression import predict
 
 __all__ = ["cache_dir", "descend", "finite_context_minimisers", "tied_excess", "tied_predict", "untied_optimum"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -32,9 +32,7 @@ from tdlab.claims.declare import Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, init_arm, register
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed002_cross_attention.common import (
-    PAPER,
     ICLTrainConfig,
     RegressionArms,
     TaskConfig,
@@ -46,21 +44,10 @@ from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LCA
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.icl import alpha_star, response_second_moment, whitening_error, whitening_error_limit
+from tdlab.theory.icl_stats import PromptStats
 from tdlab.train.cpu import cpu_threads
-from tdlab.train.regression import PromptStats, RegressionTrainer, load_member_states
+from tdlab.train.regression import RegressionTrainer, load_member_states
 from tdlab.train.trainer import FitResult
-
-__all__ = [
-    "APP_H_SIGMA",
-    "CLAIMS",
-    "MOVED",
-    "IclUnrestricted",
-    "UnrestrictedClaims",
-    "UnrestrictedConfig",
-    "whitening_by_layer",
-    "whitening_from_stats",
-    "whitening_noise",
-]
 
 APP_H_SIGMA = 0.1  # App. H: sigma_init = 0.1
 
@@ -262,57 +249,8 @@ CLAIMS = (
 
 @register
 class IclUnrestricted(RegressionArms, Experiment[UnrestrictedConfig]):
-    name = "icl-unrestricted"
-    paper = PAPER
-    figure = "Fig. 3 (Sec. 7, App. H)"
-    description = (
-        "Less-restricted LCA_T: untied scalars, diagonal and full (W^S_t, W^V_t), initialised at (alpha*, -alpha*) "
-        "plus sigma_init Gaussian noise (App. H) and trained by GD on l_{N,L_tr}. Layer-wise scalar projections "
-        "tr(W^S_t)/d, tr(W^V_t)/d and the whitening error ||X F_t^T/L - I||_F/sqrt(d) per layer. Claims: the "
-        "projections cluster around the tied optimum (in the setting that ran: the untied optimum of l_(L_tr)); "
-        "the whitening error decreases with the layer index."
-    )
     Config = UnrestrictedConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Setting]] = {
-        "task.dims": Setting([16, 16], "App. H (d1 = d2 = 16)"),
-        "task.norm_range": Setting((0.0, 5.0), "App. H ('norm mapped uniformly on [0, 5]')"),
-        "task.norm_mode": Setting(
-            "per_modality",
-            "App. H (alpha* = 1/26 ≈ 0.04)",
-            "ambiguous: one norm for m or one per modality block; only the per-block reading gives App. H's "
-            "alpha* = 1/26 (tdlab.tasks.multimodal)",
-        ),
-        "task.zeta": Setting("gaussian", "App. H (ζ ~ N(0, 1))"),
-        "members": Setting(10, "App. H ('averaged over ten independent runs')"),
-        "params": Setting(["untied", "diagonal", "full"], "Sec. 7; App. H (three parametrizations)"),
-        "sigmas": Setting([APP_H_SIGMA], "App. H (σ_init = 0.1)"),
-        "train.prompts": Setting(2000, "App. H (N = 2000)"),
-        "train.context": Setting(100, "App. H (L_tr = 100)"),
-        "train.optimizer": Setting("gd", "App. H ('gradient descent on the empirical loss')"),
-        "train.momentum": Setting(
-            0.0, "App. H ('gradient descent')", "plain GD; the seed states no step size or count"
-        ),
-    }
-    paper_differs: ClassVar[dict[str, str]] = {
-        "sigmas": "adds sigma_init = 0.01 (ours) to separate the effect of the initial noise; 0.1 rows decide",
-        "train.momentum": "heavy-ball momentum 0.95 with restart on a rejected step (ICLTrainConfig): the same fixed "
-        "points as GD, reached sooner within the step budget",
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # Scaled for 2 CPU cores: 3 runs, 500 training prompts, 300 GD steps, the App. H sigma and a smaller
-        # one (ours) to separate the effect of the initial noise; 4 replicate draws of 8192 prompts for the reference.
-        "quick": {
-            "members": 3,
-            "sigmas": [APP_H_SIGMA, 0.01],
-            "train": {"prompts": 500, "steps": 300, "eval_prompts": 200},
-            "whitening_prompts": 200,
-            "whitening_contexts": [100, 1000],
-            "claims": {"reference_draws": 4, "reference_prompts": 8192},
-        },
-        # App. H: N = 2000, L_tr = 100, sigma_init = 0.1, ten runs (GPU advised for the full matrices).
-        "paper": {"members": 10, "sigmas": [APP_H_SIGMA, 0.01], "train": {"steps": 3000}},
-    }
     # atlas: the projection/whitening claims are read from the trained unrestricted model; its step budget decides whether it converged
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (1000, 3000, 10000), quick=(150, 300), label="steps"),),
@@ -324,11 +262,6 @@ class IclUnrestricted(RegressionArms, Experiment[UnrestrictedConfig]):
         return f"{param}/sigma{sigma:g}"
 
     REFERENCE = "reference/untied"
-
-    def fit_arms(self, cfg: UnrestrictedConfig) -> list[str]:
-        # the GD arms, of one length; the reference draws before them are about a fifth of the seed's ~5 h
-        # (docs/batch.md), so a stopped run's pace over them overstates what is left by at most that share
-        return [self.arm(param, sigma) for sigma in cfg.sigmas for param in cfg.params]
 
     def run(self, cfg: UnrestrictedConfig, ctx: RunContext) -> None:
         task = cfg.task.build()
@@ -589,7 +522,7 @@ class IclUnrestricted(RegressionArms, Experiment[UnrestrictedConfig]):
                     f"{arm}: test MSE {np.mean(m['initial_test_loss']):.3g} at init → {np.mean(m['final_test_loss']):.3g} "
                     f"after {m['steps_run']} GD steps, above the zero predictor's E[y²] = 1: not trained in this budget."
                 )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     def plot(self, cfg: UnrestrictedConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import plt, save_figure

@@ -34,7 +34,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,7 +46,6 @@ from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed003_attention_markov.estimator_stage import (
     PAST_LOWER_ORDER,
     PROBE_DATA,
@@ -63,17 +62,6 @@ from tdlab.tasks.markov_kth import InContextMarkov
 from tdlab.theory.kgram import cross_entropy, kgram_probs
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
-
-__all__ = [
-    "CLAIMS",
-    "ConstructionClaimConfig",
-    "ConstructionProbeConfig",
-    "MarkovICLConstruction",
-    "MarkovICLConstructionConfig",
-    "construction_arm",
-    "construction_gaps",
-    "train_arm",
-]
 
 
 def construction_arm(k: int) -> str:
@@ -295,35 +283,8 @@ CLAIMS = (
 
 @register
 class MarkovICLConstruction(Experiment[MarkovICLConstructionConfig]):
-    name = "markov-icl-construction"
-    paper = "003 Attention with Markov (talk), Part II"
-    figure = "Intuition: att ∝ exp(κ cos(v_n, u_T)) realises a k-th order induction head"
-    description = (
-        "The 3-layer normalised-attention construction (weights set by hand, cosine attention with temperature κ) "
-        "against the order-k Laplace in-context estimator as κ grows (gap → 0), and the same model trained on "
-        "in-context Markov chains: its layer-3 context-matching score against the construction's."
-    )
     Config = MarkovICLConstructionConfig
     claims = CLAIMS
-    # What the talk states (Part II): 3 layers, 1 head per layer (NormalisedAttention has one), relative PE
-    # (its relative key/value embeddings) and the cosine attention of 'Intuition' (its normalisation). The
-    # κ grid, the orders, the width, the init and the training are ours.
-    manifest: ClassVar[dict[str, Setting]] = {
-        "model.layers": Setting(3, "Part II, main result ('3 layers'); 'Intuition'"),
-    }
-    arm_fields: ClassVar[dict[str, str]] = {"model.readout": "(the trained model reads out linearly)"}
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # Construction: k = 1, 2 on 128 sequences of length 64; training: k = 1, 2, 3 members, 600 steps.
-        "quick": {},
-        "paper": {
-            "members": 5,
-            "ks": [1, 2, 3, 4],
-            "train_ks": [1, 2, 3],
-            "kappas": [2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 400.0, 800.0, 1600.0],
-            "train": {"steps": 3000, "batch": 64, "seq_len": 128},
-            "probe": {"sequences": 512, "seq_len": 128},
-        },
-    }
     # atlas: the construction claims compare the trained model with the closed-form estimator; its step budget decides how close it gets
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (1000, 3000, 6000), quick=(300, 600), label="steps"),),
@@ -401,9 +362,6 @@ class MarkovICLConstruction(Experiment[MarkovICLConstructionConfig]):
                     (step, e, f"kappa_layer{layer}", float(kap[e])),
                 ]
         return rows
-
-    def fit_work(self, cfg: MarkovICLConstructionConfig) -> float:
-        return float(len(cfg.train_ks))  # one fit per trained order (the constructions are closed forms)
 
     def trivial_error(self, cfg: MarkovICLConstructionConfig, arm: str) -> float:
         return math.log(2)
@@ -498,7 +456,7 @@ class MarkovICLConstruction(Experiment[MarkovICLConstructionConfig]):
             "previous position's code, layer 3 matches codes by cosine; a null slot (logit κ + ln 2α) gives the "
             "Laplace smoothing and the uniform law when the context has no earlier occurrence."
         )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     def plot(self, cfg: MarkovICLConstructionConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import plt, save_figure

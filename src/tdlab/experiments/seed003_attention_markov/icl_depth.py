@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -59,7 +59,6 @@ from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed003_attention_markov.estimator_stage import (
     PAST_LOWER_ORDER,
     PROBE_DATA,
@@ -71,26 +70,11 @@ from tdlab.experiments.seed003_attention_markov.estimator_stage import (
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
+from tdlab.report.standard_figures import Curves, Heatmap, Line, Panel
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
-
-__all__ = [
-    "CLAIMS",
-    "DEPTH_TWO_LEARNS",
-    "PES",
-    "ICLClaimConfig",
-    "ICLModelConfig",
-    "ICLProbeConfig",
-    "ICLTrainConfig",
-    "MarkovICLDepth",
-    "MarkovICLDepthConfig",
-    "cell_arm",
-    "pe_model",
-    "probe_arm",
-    "provenance",
-]
 
 # Positional encodings (an axis: see the module docstring). "-kv": relative key/value embeddings.
 PE = Literal["absolute", "relative", "relative-kv", "both", "both-kv"]
@@ -371,43 +355,26 @@ CLAIMS = (
 )
 
 
+def _training_panels(cells: dict[str, dict]) -> list[Panel]:
+    """Per k, every cell's test loss against the order-0..k in-context estimators' losses."""
+    panels = []
+    for k in sorted({c["k"] for c in cells.values()}):
+        group = [a for a, c in cells.items() if c["k"] == k]
+        est = {j: float(np.mean(cells[group[0]]["estimator_loss"][f"order{j}"])) for j in range(k + 1)}
+        panels.append(
+            Panel(
+                f"k = {k}",
+                [Line(a, label=f"{cells[a]['depth']} layer(s), {cells[a]['positions']}") for a in group],
+                reference={f"order-{j} estimator {v:.3f}": v for j, v in est.items()},
+            )
+        )
+    return panels
+
+
 @register
 class MarkovICLDepth(Experiment[MarkovICLDepthConfig]):
-    name = "markov-icl-depth"
-    train_length = "train.steps"  # every arm trains this many steps (--decide doubles it)
-    paper = "003 Attention with Markov (talk), Part II"
-    figure = "Memory = k, Depth?: 1/2/3-layer transformers vs the in-context k-gram estimator"
-    description = (
-        "In-context k-th order binary Markov chains (one Dirichlet(1) kernel per sequence): pre-LN "
-        "transformers of depth 1-3 (one head per layer) with absolute, relative (scalar bias or key/value "
-        "embeddings) or both positional encodings, against the Bayes-optimal add-α k-gram estimator on the "
-        "same sequences. Claims: for k=1 one layer does not reach the estimator and two layers do (depth > 1: "
-        "ICL emerges); for k>=2 three layers reach the order-k estimator (constant depth suffices). "
-        "Attention maps and a context-matching score."
-    )
     Config = MarkovICLDepthConfig
     claims = CLAIMS
-    # What the talk states (Part II): depths and the main result's architecture. It states no k values,
-    # no width, no kind of relative PE, no placement of the layer norm and no training settings (ours).
-    manifest: ClassVar[dict[str, Setting]] = {
-        "depths": Setting(
-            [1, 2, 3],
-            "Part II: 'Depth > 1: In-context learning (ICL) emerges!'; slides '2-layer transformer', '3-layer "
-            "transformer'",
-            "depth 1 is the control 'Depth > 1' contrasts",
-        ),
-        "cells": Setting(
-            [],
-            "Part II (as for depths)",
-            "no explicit subset: the grid is ks × depths × positions, so every depth the talk shows runs at each k",
-        ),
-        "model.heads": Setting(1, "Part II, main result ('1 head per layer')"),
-        "model.mlp": Setting(
-            True,
-            "Part II, 'What's happening' ('Without non-linearities, you need logarithmic depth': the constant-"
-            "depth transformer has them)",
-        ),
-    }
     # Atlas: one cell per point (cells=[] so that ks, depths, positions decide the grid). A point with
     # one depth has no 2-layer control: its 1-layer rows are not evaluable (DEPTH_TWO_LEARNS).
     atlas_axes = AtlasAxes(
@@ -426,30 +393,6 @@ class MarkovICLDepth(Experiment[MarkovICLDepthConfig]):
         why="The claims are about depth against the chain's order k (depth 1 does not reach the k = 1 estimator, "
         "depth 2 does; depth 3 for k >= 2), and the seed states relative PE for its construction only.",
     )
-    arm_fields: ClassVar[dict[str, str]] = {
-        "model.layers": "depths=[...] or cells=[...]",
-        "model.positions": "positions=[...] or cells=[...]",
-        "model.rel_encoding": "positions=[...] (relative-kv, both-kv) or cells=[...]",
-        "model.max_len": "train.seq_len",
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # ~8 min on 2 idle CPU cores. A schedule that can test its own claims (measured: the 2-layer
-        # k = 1 model reaches +0.004 ± 0.003 at T = 128, batch 64, 4000 steps, ~5 min for 3 members;
-        # at 2000 steps, T = 64, batch 32 it was still at +0.017 and falling). To stay within minutes the
-        # grid shrinks, not the steps: k = 1 only, depth 1 and 2, absolute PE — the cells of "depth = 1
-        # vs depth > 1". The k >= 2 statement ("constant depth suffices") needs the paper profile (or
-        # --set cells=...); in a quick run it is not evaluable. d = 16 (measured similar to 32).
-        "quick": {
-            "members": 3,
-            "cells": [(1, 1, "absolute"), (1, 2, "absolute")],
-            "model": {"d": 16},
-            "train": {"steps": 4000, "batch": 64, "seq_len": 128, "eval_every": 200, "eval_batches": 4},
-            "probe": {"sequences": 256, "map_len": 40},
-        },
-        # The full grid: k in {1, 2, 3} x depth {1, 2, 3} x {absolute, relative, relative-kv, both},
-        # d = 32, T = 128, batch 64, 6000 steps (a 2-layer k = 1 model needed ~3700), 5 members.
-        "paper": {"members": 5, "ks": [1, 2, 3], "probe": {"sequences": 512}},
-    }
 
     # ------------------------------------------------------------------------------------------
     def run(self, cfg: MarkovICLDepthConfig, ctx: RunContext) -> None:
@@ -514,9 +457,6 @@ class MarkovICLDepth(Experiment[MarkovICLDepthConfig]):
                 rows.append((step, e, f"match_score_layer{layer}", float(score[e])))
                 rows.append((step, e, f"match_chance_layer{layer}", float(chance[e])))
         return rows
-
-    def fit_work(self, cfg: MarkovICLDepthConfig) -> float:
-        return float(sum(depth for _, depth, _ in cfg.grid()))  # one fit per cell, its work ~ its layers
 
     def trivial_error(self, cfg: MarkovICLDepthConfig, arm: str) -> float:
         return math.log(2)  # next-token arms over a binary alphabet: the uniform predictor's loss, log V
@@ -669,7 +609,7 @@ class MarkovICLDepth(Experiment[MarkovICLDepthConfig]):
                 "Relative PE: 'relative'/'both' use tdlab's learned scalar bias per distance (not the seed authors' "
                 "encoding); 'relative-kv'/'both-kv' the relative key/value embeddings (Shaw et al. 2018) of their RPE code."
             )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     @staticmethod
     def gap_table(cfg: MarkovICLDepthConfig, cells: dict[str, dict]) -> str:
@@ -694,15 +634,37 @@ class MarkovICLDepth(Experiment[MarkovICLDepthConfig]):
         return "\n".join(lines)
 
     # ------------------------------------------------------------------------------------------
+    figures = (
+        Curves(
+            "training_curves.png",
+            lambda cfg, m: _training_panels(m["cells"]),
+            title="Training: test loss (band: min–max over members) vs the in-context estimators",
+            legend=7,
+        ),
+        Heatmap(
+            "gap_table.png",
+            "gap_mean",
+            x="positions",
+            y=lambda c: (c["k"], c["depth"]),
+            title=lambda cfg: (
+                f"Final gap to the order-k Bayes estimator, mean over members (reach tolerance {cfg.claims.tol_nats})"
+            ),
+            colorbar="gap to order-k Laplace (nats)",
+            x_order=PES.index,
+            y_label=lambda kd: f"k={kd[0]}, {kd[1]} layer(s)",
+            vmin=0.0,
+            vmax_at_least=0.08,
+        ),
+    )
+
     def plot(self, cfg: MarkovICLDepthConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        """Loss by position (its own figure), the declared training curves and gap table, the attention maps."""
         cells = analysis.measurements["cells"]
-        paths = [
+        return [
             self._plot_positions(cfg, run, cells, figdir),
-            self._plot_training(cfg, run, cells, figdir),
-            self._plot_gaps(cfg, cells, figdir),
+            *super().plot(cfg, run, analysis, figdir),
+            *self._plot_attention(cfg, run, cells, figdir),
         ]
-        paths += self._plot_attention(cfg, run, cells, figdir)
-        return paths
 
     @staticmethod
     def _smooth(y: np.ndarray, w: int = 5) -> np.ndarray:
@@ -746,63 +708,6 @@ class MarkovICLDepth(Experiment[MarkovICLDepthConfig]):
             f"Per-position loss on fresh sequences (mean over {cfg.members} members, 5-position moving average)"
         )
         return save_figure(fig, figdir / "per_position_loss.png")
-
-    @staticmethod
-    def _plot_training(cfg: MarkovICLDepthConfig, run: RunView, cells: dict, figdir: Path) -> Path:
-        from tdlab.report.figures import curve_with_band, plt, save_figure
-
-        ks = sorted({c["k"] for c in cells.values()})
-        fig, axes = plt.subplots(1, len(ks), figsize=(5.5 * len(ks), 4), squeeze=False)
-        for ax, k in zip(axes[0], ks, strict=True):
-            group = [a for a, c in cells.items() if c["k"] == k]
-            for arm in group:
-                steps, vals = run.curves(arm, "test_loss")
-                curve_with_band(ax, steps, vals, f"{cells[arm]['depth']} layer(s), {cells[arm]['positions']}")
-            for j in range(k + 1):
-                est = np.mean(cells[group[0]]["estimator_loss"][f"order{j}"])
-                ax.axhline(
-                    est,
-                    color="k",
-                    ls=["--", "-.", ":", (0, (5, 1))][j % 4],
-                    lw=1,
-                    label=f"order-{j} estimator {est:.3f}",
-                )
-            ax.set_xlabel("iteration")
-            ax.set_ylabel("test loss (nats)")
-            ax.set_title(f"k = {k}")
-            ax.legend(fontsize=7)
-        fig.suptitle("Training: test loss (band: min–max over members) vs the in-context estimators")
-        return save_figure(fig, figdir / "training_curves.png")
-
-    @staticmethod
-    def _plot_gaps(cfg: MarkovICLDepthConfig, cells: dict, figdir: Path) -> Path:
-        from tdlab.report.figures import plt, save_figure
-
-        pes = [pe for pe in PES if any(c["positions"] == pe for c in cells.values())]
-        rows = sorted({(c["k"], c["depth"]) for c in cells.values()})
-        grid = np.full((len(rows), len(pes)), np.nan)
-        for i, (k, d) in enumerate(rows):
-            for j, pe in enumerate(pes):
-                c = cells.get(cell_arm(k, d, pe))
-                if c is not None:
-                    grid[i, j] = c["gap_mean"]
-        fig, ax = plt.subplots(figsize=(1.8 * len(pes) + 2, 0.6 * len(rows) + 1.6))
-        im = ax.imshow(
-            grid, cmap="Reds", vmin=0, vmax=max(0.08, float(np.nanmax(grid)) if np.isfinite(grid).any() else 0.08)
-        )
-        for i, (k, d) in enumerate(rows):
-            for j, pe in enumerate(pes):
-                c = cells.get(cell_arm(k, d, pe))
-                txt = "—" if c is None else f"{c['gap_mean']:+.3f}"
-                ax.text(j, i, txt, ha="center", va="center", fontsize=8)
-        ax.set_xticks(range(len(pes)), pes)
-        ax.set_yticks(range(len(rows)), [f"k={k}, {d} layer(s)" for k, d in rows])
-        fig.colorbar(im, ax=ax, label="gap to order-k Laplace (nats)")
-        ax.set_title(
-            f"Final gap to the order-k Bayes estimator, mean over members (reach tolerance {cfg.claims.tol_nats})",
-            fontsize=9,
-        )
-        return save_figure(fig, figdir / "gap_table.png")
 
     def _plot_attention(self, cfg: MarkovICLDepthConfig, run: RunView, cells: dict, figdir: Path) -> list[Path]:
         """Attention maps of every layer, member 0, one probe sequence: for each k the deepest

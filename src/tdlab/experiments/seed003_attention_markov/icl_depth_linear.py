@@ -33,7 +33,6 @@ Rows whose cells were not run are absent: a group without rows is not evaluable 
 from __future__ import annotations
 
 import itertools
-from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import field_validator, model_validator
@@ -42,24 +41,23 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.claims.declare import Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import register
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed003_attention_markov.estimator_stage import PAST_LOWER_ORDER, record_stage
 from tdlab.experiments.seed003_attention_markov.icl_grid import (
     CONSTANT_DEPTH,
     MAIN_RESULT,
     MAIN_RESULT_WHERE,
     RELATIVE_PE,
+    TRAINING_GAPS,
     Cell,
     GridConfig,
     ICLGrid,
     cell_arm,
     depth_list,
+    gap_heatmap,
     reach_threshold,
 )
 from tdlab.experiments.view import RunView
 from tdlab.probes.curves import Crossings
-
-__all__ = ["CLAIMS", "DEEPEST_LEARNS", "MarkovICLDepthLinear", "MarkovICLDepthLinearConfig", "min_depths"]
 
 
 def min_depths(gaps: dict[int, list[float]], tol: float) -> Crossings:
@@ -192,50 +190,8 @@ class MarkovICLDepthLinearConfig(GridConfig):
 
 @register
 class MarkovICLDepthLinear(ICLGrid[MarkovICLDepthLinearConfig]):
-    name = "markov-icl-depth-linear"
-    paper = "003 Attention with Markov (talk), Part II"
-    figure = "Without non-linearities, you need logarithmic depth: attention-only depth 1-5 x k vs MLP+LN"
-    description = (
-        "In-context k-th order binary Markov chains: attention-only GPTs (no MLP, no LayerNorm, relative k/v positions) "
-        "of depth 1-5 and pre-LN GPTs with MLPs of depth 1-3, against the order-k Laplace (Bayes) estimator. Claims: "
-        "the deepest attention-only model reaches the estimator; the smallest attention-only depth reaching it grows "
-        "with k (k vs 4k, paired); with MLP + LN 3 layers reach it for every k."
-    )
     Config = MarkovICLDepthLinearConfig
     claims = CLAIMS
-    # What the talk states (Part II, main result): 3 layers, 1 head per layer, relative PE (kind not stated),
-    # layer norm (the MLP family's pre-LN blocks). No k values, attention-only depths, width or training (ours).
-    manifest: ClassVar[dict[str, Setting]] = {
-        "claims.constant_depth": Setting(3, "Part II, main result ('3 layers')"),
-        "model.heads": Setting(1, "Part II, main result ('1 head per layer')"),
-        "model.positions": Setting(
-            "relative",
-            "Part II, main result ('relative positional encodings')",
-            "the kind (model.rel_encoding) is ours",
-        ),
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # ≤ 5 min on 2 CPU cores: k = 1, 2; attention-only and MLP depth 1..3; 3 members; T = 64, batch 32,
-        # 250 steps. A smoke run of the pipeline: no cell leaves its order-(k−1) plateau in 250 steps, so
-        # every row is not evaluable (the stage named). Cells k = 3, 4, depths 4, 5 and the budget that
-        # decides: the paper profile.
-        "quick": {
-            "ks": [1, 2],
-            "depths": [1, 2, 3],
-            "mlp_depths": [1, 2, 3],
-            "train": {"steps": 250, "eval_every": 25},
-            "probe": {"sequences": 128},
-        },
-        "paper": {
-            "members": 5,
-            "ks": [1, 2, 3, 4],
-            "depths": [1, 2, 3, 4, 5],
-            "mlp_depths": [1, 2, 3],
-            "model": {"d": 32},
-            "train": {"steps": 6000, "batch": 64, "seq_len": 128, "lr": 3e-3, "eval_every": 250},
-            "probe": {"sequences": 512},
-        },
-    }
     # atlas: the depth claims (which depth reaches the k-gram estimator) are read after a step budget; quick's 250 steps are far below the paper's 6000
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (2000, 6000, 12000), quick=(125, 250), label="steps"),),
@@ -324,12 +280,14 @@ class MarkovICLDepthLinear(ICLGrid[MarkovICLDepthLinearConfig]):
                 f"k = {', '.join(map(str, missing))} and depths beyond {max(cfg.depths)} were not run (paper profile): "
                 "the k = 1..4 × depth 1..5 grid, and the k vs 4k depth comparison, are covered by the paper profile only."
             )
-        return notes + self.cell_notes(cfg, measured.values["cells"])
+        return [*super().notes(cfg, measured, groups), *notes, *self.cell_notes(cfg, measured.values["cells"])]
 
-    def plot_gap_axes(self) -> tuple:
-        return (
+    figures = (
+        gap_heatmap(
             lambda c: f"{c['family']} L{c['depth']}",
             lambda c: f"k={c['k']}",
             "Gap to the order-k estimator, mean over members",
             "gap_table.png",
-        )
+        ),
+        TRAINING_GAPS,
+    )

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from collections.abc import Callable, Mapping
 from functools import partial
-from pathlib import Path
-from typing import ClassVar, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import torch
@@ -36,6 +36,7 @@ from tdlab.experiments.seed003_attention_markov.estimator_stage import (
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.attention import attention_patterns, context_matching_score
+from tdlab.report.standard_figures import Curves, Heatmap, Line, Panel
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov
 from tdlab.train.cpu import cpu_threads
@@ -193,16 +194,42 @@ def reach_threshold(satisfies: str, violates: str, paired: bool = False) -> Thre
     )
 
 
+def gap_heatmap(
+    rows_of: Callable[[Mapping[str, Any]], str], cols_of: Callable[[Mapping[str, Any]], str], title: str, file: str
+) -> Heatmap:
+    """The grid's final gap to the order-k Laplace estimator, one square per cell, placed by ``rows_of`` and
+    ``cols_of`` of the cell's measurements; the title names the reach tolerance."""
+    return Heatmap(
+        file,
+        "gap_mean",
+        x=cols_of,
+        y=rows_of,
+        title=lambda cfg: f"{title} (reach tolerance {cfg.claims.tol_nats})",
+        colorbar="gap to order-k Laplace (nats)",
+        vmin=0.0,
+        vmax_at_least=0.08,
+    )
+
+
+def _gap_panels(cfg: Any, m: Mapping[str, Any]) -> list[Panel]:
+    """Per k, each cell's test loss less the Bayes predictor's on the same batches, against the tolerance."""
+    cells = m["cells"]
+    return [
+        Panel(
+            f"k = {k}",
+            [Line(arm, minus="test_loss@bayes", label=arm) for arm, c in cells.items() if c["k"] == k],
+            reference={f"reach tolerance {cfg.claims.tol_nats}": cfg.claims.tol_nats},
+            yscale="symlog",
+        )
+        for k in sorted({c["k"] for c in cells.values()})
+    ]
+
+
+TRAINING_GAPS = Curves("training_gaps.png", _gap_panels, ylabel="test loss − Bayes (nats)", legend=6)
+
+
 class ICLGrid(Experiment[GridConfigT]):
     """Train every cell of ``cfg.grid()`` as one ensemble, probe it against the in-context estimators."""
-
-    arm_fields: ClassVar[dict[str, str]] = {
-        "model.layers": "depths=[...]",
-        "model.heads": "heads=[...]",
-        "model.mlp": "(set per family)",
-        "model.norm": "(set per family)",
-        "model.max_len": "train.seq_len",
-    }
 
     def run(self, cfg: GridConfigT, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)
@@ -256,10 +283,6 @@ class ICLGrid(Experiment[GridConfigT]):
             rows += [(step, e, f"est_loss_order{j}", float(v[e])) for j, v in est.items()]
         return rows
 
-    def fit_work(self, cfg: GridConfigT) -> float:
-        # one fit per cell, its work ~ its layers x heads
-        return float(sum(depth * heads for _, _, depth, heads in cfg.grid()))
-
     def trivial_error(self, cfg: GridConfigT, arm: str) -> float:
         return math.log(2)
 
@@ -311,60 +334,3 @@ class ICLGrid(Experiment[GridConfigT]):
                 "evaluable (markov-icl-depth needs 4000+ steps for k = 1; the paper profile trains 6000)."
             )
         return notes
-
-    @abstractmethod
-    def plot_gap_axes(self) -> tuple:
-        """``(rows_of, cols_of, title, file name)`` of the gap table figure."""
-
-    def plot(self, cfg: GridConfigT, run: RunView, analysis, figdir: Path) -> list[Path]:
-        cells = analysis.measurements["cells"]
-        if not cells:
-            return []
-        return [
-            self._plot_gaps(cfg, cells, figdir, *self.plot_gap_axes()),
-            self._plot_training(cfg, run, cells, figdir),
-        ]
-
-    @staticmethod
-    def _plot_gaps(cfg: GridConfigT, cells: dict, figdir: Path, rows_of, cols_of, title: str, name: str) -> Path:
-        from tdlab.report.figures import plt, save_figure
-
-        rows = sorted({rows_of(c) for c in cells.values()})
-        cols = sorted({cols_of(c) for c in cells.values()})
-        grid = np.full((len(rows), len(cols)), np.nan)
-        for c in cells.values():
-            grid[rows.index(rows_of(c)), cols.index(cols_of(c))] = c["gap_mean"]
-        fig, ax = plt.subplots(figsize=(1.4 * len(cols) + 2.5, 0.5 * len(rows) + 1.8))
-        vmax = max(0.08, float(np.nanmax(grid))) if np.isfinite(grid).any() else 0.08
-        im = ax.imshow(grid, cmap="Reds", vmin=0, vmax=vmax)
-        for i in range(len(rows)):
-            for j in range(len(cols)):
-                ax.text(
-                    j, i, "—" if np.isnan(grid[i, j]) else f"{grid[i, j]:+.3f}", ha="center", va="center", fontsize=8
-                )
-        ax.set_xticks(range(len(cols)), [str(c) for c in cols])
-        ax.set_yticks(range(len(rows)), [str(r) for r in rows])
-        fig.colorbar(im, ax=ax, label="gap to order-k Laplace (nats)")
-        ax.set_title(f"{title} (reach tolerance {cfg.claims.tol_nats})", fontsize=9)
-        return save_figure(fig, figdir / name)
-
-    @staticmethod
-    def _plot_training(cfg: GridConfigT, run: RunView, cells: dict, figdir: Path) -> Path:
-        from tdlab.report.figures import plt, save_figure
-
-        ks = sorted({c["k"] for c in cells.values()})
-        fig, axes = plt.subplots(1, len(ks), figsize=(5.5 * len(ks), 4), squeeze=False)
-        for ax, k in zip(axes[0], ks, strict=True):
-            for arm, c in cells.items():
-                if c["k"] != k:
-                    continue
-                steps, test = run.curves(arm, "test_loss")
-                _, bayes = run.curves(arm, "test_loss@bayes")
-                ax.plot(steps, (test - bayes).mean(0), label=arm)
-            ax.axhline(cfg.claims.tol_nats, color="k", ls=":", lw=0.8)
-            ax.set_yscale("symlog", linthresh=1e-2)
-            ax.set_xlabel("iteration")
-            ax.set_ylabel("test loss − Bayes (nats)")
-            ax.set_title(f"k = {k}")
-            ax.legend(fontsize=6)
-        return save_figure(fig, figdir / "training_gaps.png")

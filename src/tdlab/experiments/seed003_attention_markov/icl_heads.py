@@ -15,30 +15,27 @@ a member still counting (k−1)-contexts says what the budget did, not what one 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 from pydantic import field_validator, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import register
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed003_attention_markov.estimator_stage import PAST_LOWER_ORDER
 from tdlab.experiments.seed003_attention_markov.icl_grid import (
     CONSTANT_DEPTH,
     MAIN_RESULT,
     MAIN_RESULT_WHERE,
     RELATIVE_PE,
+    TRAINING_GAPS,
     Cell,
     GridConfig,
     ICLGrid,
     cell_arm,
     depth_list,
+    gap_heatmap,
     reach_threshold,
 )
 from tdlab.experiments.view import RunView
-
-__all__ = ["CLAIMS", "MarkovICLHeads", "MarkovICLHeadsConfig"]
 
 CLAIMS = (
     ClaimSpec(
@@ -125,46 +122,8 @@ class MarkovICLHeadsConfig(GridConfig):
 
 @register
 class MarkovICLHeads(ICLGrid[MarkovICLHeadsConfig]):
-    name = "markov-icl-heads"
-    paper = "003 Attention with Markov (talk), Part II"
-    figure = "Memory = k, Depth?: heads {1, 2, 4} at depth 2 and 3 vs k (1 head per layer suffices at depth 3)"
-    description = (
-        "In-context k-th order binary Markov chains: pre-LN GPTs with MLPs, relative k/v positions, heads {1, 2, 4} x depth "
-        "{2, 3} x k. Claims as the talk states them: at depth 3 one head per layer reaches the order-k Laplace estimator for "
-        "every k, and more heads are not needed there (prior work: heads/layers should scale with k)."
-    )
     Config = MarkovICLHeadsConfig
     claims = CLAIMS
-    # What the talk states (Part II): the 2- and 3-layer transformers it shows, and the main result's 3 layers
-    # and relative PE (kind not stated). Head counts beyond 1, k values, width and training are ours.
-    manifest: ClassVar[dict[str, Setting]] = {
-        "depths": Setting([2, 3], "Part II, slides '2-layer transformer', '3-layer transformer'"),
-        "claims.constant_depth": Setting(3, "Part II, main result ('3 layers')"),
-        "model.positions": Setting(
-            "relative",
-            "Part II, main result ('relative positional encodings')",
-            "the kind (model.rel_encoding) is ours",
-        ),
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # ≤ 5 min on 2 CPU cores: k = 1, 2, heads {1, 4}, depth {2, 3}, 3 members, 200 steps. A smoke run of the
-        # pipeline: no cell leaves its order-(k−1) plateau in 200 steps, so every row is not evaluable (the stage
-        # named); the paper profile trains 6000 steps.
-        "quick": {
-            "ks": [1, 2],
-            "heads": [1, 4],
-            "train": {"steps": 200, "eval_every": 25},
-            "probe": {"sequences": 128},
-        },
-        "paper": {
-            "members": 5,
-            "ks": [1, 2, 3],
-            "heads": [1, 2, 4],
-            "model": {"d": 32},
-            "train": {"steps": 6000, "batch": 64, "seq_len": 128, "lr": 3e-3, "eval_every": 250},
-            "probe": {"sequences": 512},
-        },
-    }
     # atlas: the head-count claims are read after a step budget; quick's 200 steps are far below the paper's 6000
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (2000, 6000, 12000), quick=(100, 200), label="steps"),),
@@ -216,12 +175,14 @@ class MarkovICLHeads(ICLGrid[MarkovICLHeadsConfig]):
                 )
         if 3 not in cfg.ks:
             notes.append("k = 3 was not run (paper profile).")
-        return notes + self.cell_notes(cfg, cells)
+        return [*super().notes(cfg, measured, groups), *notes, *self.cell_notes(cfg, cells)]
 
-    def plot_gap_axes(self) -> tuple:
-        return (
+    figures = (
+        gap_heatmap(
             lambda c: f"k={c['k']} L{c['depth']}",
             lambda c: f"H={c['heads']}",
             "Gap to the order-k estimator by heads, mean over members",
             "gap_heads.png",
-        )
+        ),
+        TRAINING_GAPS,
+    )

@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Literal, overload
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
@@ -56,26 +56,15 @@ from tdlab.claims.declare import Calibration, Hypothesis, Provenance, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import evaluation_noise, gap_crossing
+from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy, stationary
 from tdlab.theory import markov_tying as th
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
-
-__all__ = [
-    "CLAIMS",
-    "LEFT_PLATEAU",
-    "LandscapeConfig",
-    "MarkovTying",
-    "MarkovTyingConfig",
-    "TyingClaimConfig",
-    "chain_tag",
-    "normalised_position",
-]
 
 Others = Literal["zero", "keep"]
 Pair = tuple[float, float]
@@ -440,65 +429,21 @@ CLAIMS = (
 )
 
 
+def _tying_panel(cfg: MarkovTyingConfig, p: float, q: float) -> Panel:
+    """One chain's test loss, tied vs untied, against H(π) and the entropy rate."""
+    h_pi, h_rate = marginal_entropy(p, q), entropy_rate(p, q)
+    return Panel(
+        f"(p, q) = ({p}, {q})",
+        [Line(MarkovTying.train_arm(tied, p, q), label=_tying(tied)) for tied in cfg.tying],
+        reference={f"H(π) = {h_pi:.3f}": h_pi, f"rate = {h_rate:.3f}": h_rate},
+        ylim=(h_rate - 0.03, max(h_pi, math.log(2)) + 0.03),
+    )
+
+
 @register
 class MarkovTying(Experiment[MarkovTyingConfig]):
-    name = "markov-tying"
-    paper = "003 Attention with Markov (talk), Part I"
-    figure = "Theoretical results: bad local minimum θ_π (tied) vs saddle (untied); Hessian signs"
-    description = (
-        "θ_π (e = a = 0, σ(b) = π1) built in the full single-layer Sec. 2 transformer: on the exact "
-        "population loss L(θ_π) = H(π), ∇L = 0, and the exact Hessian is positive semi-definite with "
-        "tied embeddings (p+q>1) but has a negative eigenvalue untied. Then training from a small init "
-        "on a (p, q) grid: tied members leave the H(π) plateau later than untied ones (paired escape steps); "
-        "p+q<1 chains reach the entropy rate."
-    )
     Config = MarkovTyingConfig
     claims = CLAIMS
-    # What the talk states (Part I): the single-layer model's equations and the two arms. It states no (p, q)
-    # (only p + q > 1 vs < 1), no d, no N, no σ and no training settings: those are ours (seed 000's Table 2
-    # schedule, whose paper the talk cites as Part I's "Local to Global", is tdlab's choice, not the talk's).
-    manifest: ClassVar[dict[str, Setting]] = {
-        "model.arch": Setting(
-            "sec2",
-            "Part I, 'Single-layer transformer' (x_n = x_n·e + p_n, y_n, z_n = y_n + W_2 ReLU(W_1 y_n), "
-            "logit_n = ⟨a, z_n⟩ + b)",
-            "seed 000's Sec. 2 equations, the same model (ReLU MLP, no LayerNorm, output bias b)",
-        ),
-        "model.vocab": Setting(2, "Part I, 'Input data: First-order Markov chain' (binary: P = [[1-p, p], [q, 1-q]])"),
-        "model.layers": Setting(1, "Part I, 'Single-layer transformer'; 'Memory = 1, Depth = 1'"),
-        "model.heads": Setting(1, "Part I, 'Single-layer transformer' (one attention sum Σ att_{n,i} W_V x_i)"),
-        "model.positions": Setting("absolute", "Part I, 'Single-layer transformer' (x_n = x_n·e + p_n)"),
-        "model.out_proj": Setting(True, "Part I, 'Single-layer transformer' (W_O in y_n)"),
-        "model.mlp": Setting(True, "Part I, 'Single-layer transformer' (W_2 ReLU(W_1 y_n) in z_n)"),
-        "tying": Setting([True, False], "Part I, 'Weight tying' / 'No weight tying'; 'Theoretical results'"),
-        "model.init": Setting(
-            "standard",
-            "Part I, gradient-flow slides ('Gaussian init. converges to global minima')",
-            "a Gaussian init; its σ is not stated (0.02, seed 000 App. A.3.2, is ours here)",
-        ),
-    }
-    arm_fields: ClassVar[dict[str, str]] = {"model.tie_weights": "tying=[...]", "model.max_len": "train.seq_len"}
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # ~5 min on 2 CPU cores. Landscape: the Fig. 4 chain and the p+q<1 control, d = 2..4, N = 6
-        # (128 sequences; the loss is exact for any N). Training: the Fig. 4 chain (p+q>1, the claim),
-        # (0.8, 0.8) (p+q>1, uniform π) and (0.2, 0.3) (p+q<1 control); T = 64, 1500 steps (the cosine
-        # schedule ends there: tied members still on the plateau are censored in the direction claim).
-        # Six members in both: the direction claim's exact sign test cannot decide on fewer at 95 %
-        # (p >= 2 * 0.5**5 = 0.0625 on five, whatever the data; claims.stats.min_sign_members).
-        "quick": {
-            "members": 6,
-            "landscape": {"seq_len": 6, "directions": 16},
-            "grid": [(0.5, 0.8), (0.8, 0.8), (0.2, 0.3)],
-            "train": {"steps": 1500, "seq_len": 64, "eval_every": 100, "eval_batches": 8},
-        },
-        # Full grid {0.1, 0.3, 0.5, 0.7, 0.9}^2, N = 10, seed 000 Table 2 schedule (8000 its) at T = 256.
-        "paper": {
-            "members": 6,
-            "landscape": {"seq_len": 10, "directions": 64},
-            "grid": [(p, q) for p in (0.1, 0.3, 0.5, 0.7, 0.9) for q in (0.1, 0.3, 0.5, 0.7, 0.9)],
-            "train": {"steps": 8000, "seq_len": 256, "eval_every": 200, "eval_batches": 8},
-        },
-    }
     # atlas: the tied/untied trained claims read the limit reached after the step budget
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (2000, 8000, 16000), quick=(750, 1500), label="steps"),),
@@ -523,13 +468,6 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
                     for arm, tied, p, q in arms
                 ]
             )  # at once, on one-thread lanes
-
-    def fit_work(self, cfg: MarkovTyingConfig) -> float:
-        return float(len(cfg.grid) * len(cfg.tying))  # one fit per (cell, tying)
-
-    def fit_arms(self, cfg: MarkovTyingConfig) -> list[str]:
-        # the landscape before them is minutes of the seed's ~14 h (docs/batch.md)
-        return [self.train_arm(tied, p, q) for p, q in cfg.grid for tied in cfg.tying]
 
     @staticmethod
     def train_arm(tied: bool, p: float, q: float) -> str:
@@ -829,17 +767,29 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
                 "A member that never left the plateau is censored at the last evaluation (a lower bound of its "
                 "escape step), and escape steps are known to one evaluation interval: the direction is decided by "
                 f"an exact sign test over the {cfg.members} paired members, which needs at least 6 members at 95 % "
-                f"(3/3 gives p = 0.25). Verdict: {later.verdict}. A 6000-step run sees every tied member of "
+                "(3/3 gives p = 0.25). A 6000-step run sees every tied member of "
                 "(0.5, 0.8) leave the plateau, so 'tied stays at H(π)' is not what the runs show; 'tied leaves later' is."
             )
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     # ------------------------------------------------------------------------------------------
+    figures = (
+        Curves(
+            "test_loss_grid.png",
+            lambda cfg, m: [_tying_panel(cfg, p, q) for p, q in cfg.grid],
+            title="Test loss, tied vs untied (mean, band: min–max over members)",
+            size=(4.6, 3.4),
+            legend=6,
+            columns=3,
+        ),
+    )
+
     def plot(self, cfg: MarkovTyingConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        """The landscape and the grid of limits (its own figures), then the declared test-loss curves."""
         return [
             self._plot_landscape(cfg, analysis, figdir),
             self._plot_grid(cfg, analysis, figdir),
-            self._plot_curves(cfg, run, figdir),
+            *super().plot(cfg, run, analysis, figdir),
         ]
 
     @staticmethod
@@ -901,26 +851,3 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
             f"Small init (σ = {cfg.model.init_std}), {cfg.train.steps} steps, d = {cfg.model.d}, {cfg.members} members per cell"
         )
         return save_figure(fig, figdir / "stuck_fraction_grid.png")
-
-    def _plot_curves(self, cfg: MarkovTyingConfig, run: RunView, figdir: Path) -> Path:
-        from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
-
-        n = len(cfg.grid)
-        cols = min(n, 3)
-        rows = math.ceil(n / cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
-        for ax, (p, q) in zip(axes.flat, cfg.grid, strict=False):
-            for tied in cfg.tying:
-                steps, values = run.curves(self.train_arm(tied, p, q), "test_loss")
-                curve_with_band(ax, steps, values, _tying(tied))
-            h_pi, h_rate = marginal_entropy(p, q), entropy_rate(p, q)
-            reference_lines(ax, {f"H(π) = {h_pi:.3f}": h_pi, f"rate = {h_rate:.3f}": h_rate})
-            ax.set_ylim(h_rate - 0.03, max(h_pi, math.log(2)) + 0.03)
-            ax.set_title(f"(p, q) = ({p}, {q})", fontsize=9)
-            ax.set_xlabel("iteration")
-            ax.set_ylabel("test loss (nats)")
-            ax.legend(fontsize=6)
-        for ax in list(axes.flat)[n:]:
-            ax.axis("off")
-        fig.suptitle("Test loss, tied vs untied (mean, band: min–max over members)")
-        return save_figure(fig, figdir / "test_loss_grid.png")

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -64,8 +64,6 @@ from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, RunContext, register
-from tdlab.experiments.manifest import Setting
-from tdlab.experiments.seed004_topics.landscape import assumption4
 from tdlab.experiments.seed004_topics.training import (
     AUTHORS_NOT_REPRODUCED,
     FLOOR_CLOSED,
@@ -86,23 +84,8 @@ from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.topics import Topics
 from tdlab.theory.topics import c3
+from tdlab.theory.topics_landscape import assumption4
 from tdlab.train.trainer import Trainer
-
-__all__ = [
-    "ATTN",
-    "CLAIMS",
-    "HELDOUT",
-    "KINDS",
-    "TABLE3",
-    "TABLE4",
-    "AttnClaims",
-    "SettingAttention",
-    "TopicsAttn",
-    "TopicsAttnConfig",
-    "classify",
-    "member_lrs",
-    "setting_name",
-]
 
 ATTN = ("attn_sw", "attn_st", "attn_dt")  # metric names of a_sw, a_st, a_dt
 HELDOUT = "heldout-attention"  # the random stream of the held-out documents (tdlab.seeding purpose)
@@ -389,63 +372,8 @@ def _paper_row(name: str, table: dict) -> dict | None:
 
 @register
 class TopicsAttn(Experiment[TopicsAttnConfig]):
-    name = "topics-attn"
-    paper = "004 Topic structure"
-    figure = "Tables 3, 4 (App. G.2), Thms. 3, 5"
-    description = (
-        "One-hot one-layer transformer, attention and W^V trained jointly (CE, Adam and SGD): members whose "
-        "W^V is block-wise attend more to their topic (a_st/a_dt >= 1.2, Thm. 3's average above a_dt); "
-        "members whose W^V is diagonal attend most to the same word, then other topics, least to the same "
-        "topic (a_st/a_sw < c3/(v-1), Thm. 5). Rows need their members half way to the optimum loss."
-    )
     Config = TopicsAttnConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Setting]] = {
-        "task.generator": Setting("lda", "§6.1 (the topic distribution drawn from a Dirichlet, as in LDA)"),
-        "task.T": Setting(10, "§6.1"),
-        "task.v": Setting(10, "§6.1"),
-        "task.alpha": Setting(0.1, "§6.1"),
-        "task.n_min": Setting(100, "§6.1 (N uniform on [100, 150])"),
-        "task.n_max": Setting(150, "§6.1 (N uniform on [100, 150])"),
-        "task.p_m": Setting(0.15, "§6.1"),
-        "task.p_c": Setting(0.1, "§6.1"),
-        "task.p_r": Setting(0.1, "§6.1"),
-        "model.onehot": Setting(True, "Tables 3, 4 ('with one-hot word embeddings'); Eq. 7"),
-        "model.bias_pred": Setting(True, "Eq. 7 (b^pred); §6.1 (the §3.3 model)"),
-        "model.bias_v": Setting(True, "§6.1 ('add back the bias terms b^K, b^Q, b^V')"),
-        "model.bias_qk": Setting(True, "§6.1 ('add back the bias terms b^K, b^Q, b^V')"),
-        "adam_lrs": Setting([0.003, 0.01, 0.03], "Table 3's Adam rows"),
-        "sgd_lrs": Setting(
-            [0.01, 0.03],
-            "Table 3's SGD rows",
-            "the seed also ran SGD 0.003 and removed it ('much higher final train and dev losses'): not run",
-        ),
-        "table4_lrs": Setting([0.003, 0.01], "Table 4's rows (Adam)"),
-        "members": Setting(3, "Table 3 ('mean ± std. deviation over 3 runs')", "its SGD 0.01 row holds 1 run"),
-        "table4_seeds": Setting(10, "Table 4 ('7 runs, selected out of 10')"),
-    }
-    arm_fields: ClassVar[dict[str, str]] = {
-        "train.lr": "adam_lrs=[...] / sgd_lrs=[...]",
-        "train.optimizer": "adam_lrs=[] or sgd_lrs=[]",
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # 2 CPU cores: documents, vocabulary and lrs as in the paper; batch 16 (not 40), 1500 steps, 2 seeds
-        # per setting and 4 (not 10) for Table 4's Adam 0.003 / 0.01; 200 held-out documents.
-        "quick": {
-            "members": 2,
-            "table4_seeds": 4,
-            "model": MODEL,
-            "train": {"steps": 1500, "batch": 16, "eval_every": 150, "eval_batches": 2},
-        },
-        # The authors' budget (≈ 5,000 steps at batch 40), 3 seeds (Table 3), 10 for Table 4's settings.
-        "paper": {
-            "members": 3,
-            "table4_seeds": 10,
-            "heldout_docs": 1000,
-            "model": MODEL,
-            "train": {"steps": 5000, "batch": 40, "eval_every": 250, "eval_batches": 8},
-        },
-    }
     # atlas: the attention-pattern claims (same-topic over different-topic attention) are read at the end of training
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (2500, 5000, 10000), quick=(750, 1500), label="steps"),),
@@ -642,7 +570,7 @@ class TopicsAttn(Experiment[TopicsAttnConfig]):
         )
         if cfg.authors_compat:
             notes.append(AUTHORS_NOT_REPRODUCED)
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     def plot(self, cfg: TopicsAttnConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import plt, save_figure

@@ -38,8 +38,8 @@ reads the off-diagonal entries only and a diagonal Gram does not pass it.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,14 +48,12 @@ from pydantic import Field, model_validator
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Calibration, Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, RunContext, register
-from tdlab.experiments.manifest import Setting
+from tdlab.experiments.base import Experiment, RunContext, register
 from tdlab.experiments.seed004_topics.training import (
     ASSUMPTION_1,
     AUTHORS_NOT_REPRODUCED,
     FLOOR_CLOSED,
     PANELS,
-    SECTION_6_1,
     Loss,
     Optimizer,
     StageClaims,
@@ -73,10 +71,9 @@ from tdlab.experiments.seed004_topics.training import (
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicModelConfig
 from tdlab.probes.blocks import block_permutation_test, block_stats, nearest_same_topic_share
+from tdlab.report.standard_figures import Curves, Line, Matrices, Panel
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.topics import c3
-
-__all__ = ["CLAIMS", "EMBED_ONLY", "TopicsEmbed", "TopicsEmbedConfig", "block_test_generator", "gram"]
 
 EMBED_ONLY = "embed-only"
 
@@ -212,39 +209,16 @@ def block_test_generator(cfg: TopicsEmbedConfig) -> torch.Generator:
     return torch.Generator().manual_seed(derive_seed(cfg.seed, "block-permutations"))
 
 
+def _gram_panel(run: RunView, arm: str, m: Mapping[str, Any]) -> tuple[np.ndarray, str]:
+    """Member 0's W^E'W^E over the words ([MASK] left out, as Fig. 1 does), titled with its block test's p."""
+    p = m.get(arm, {}).get("block_p", [np.nan])[0]
+    return gram(run, arm)[0][1:, 1:].numpy(), f"{arm} (p = {p:.2g})"
+
+
 @register
 class TopicsEmbed(Experiment[TopicsEmbedConfig]):
-    name = "topics-embed"
-    paper = "004 Topic structure"
-    figure = "Fig. 1, §4 (Thm. 1)"
-    description = (
-        "One-layer transformer with every part trained on LDA documents, {CE, squared} x {SGD, Adam}, and "
-        "Thm. 1's embedding-only model: every member's W^E'W^E is topic-structured (permutation test of the "
-        "within-topic contrast, p <= 0.05, in every row); the embedding-only model's g = c3 (Thm. 1, shown: "
-        "Assumption 1's infinite documents are not the run's) and a loss within a tenth of the gap to the "
-        "all-trained model's floor. Rows need the arm half way to the position-blind loss floor."
-    )
     Config = TopicsEmbedConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Setting]] = {
-        **SECTION_6_1,
-        "panels": Setting(
-            [["ce", "sgd"], ["ce", "adam"], ["squared", "sgd"], ["squared", "adam"]],
-            "Fig. 1 caption (top: cross-entropy, bottom: squared loss; left: SGD, right: Adam)",
-        ),
-        "train.lr": Setting(0.01, "Fig. 1 caption ('both with learning rate 0.01')"),
-        "model.bias_v": Setting(True, "§6.1 ('add back the bias terms b^K, b^Q, b^V')"),
-        "model.bias_qk": Setting(True, "§6.1"),
-        "embed_only": Setting(True, "§4 ('(ii) only train the embedding layer while freezing all other layers')"),
-    }
-    arm_fields: ClassVar[dict[str, str]] = {"model.vocab": "task.T / task.v"}
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # 2 CPU cores: documents, vocabulary and lr as in §6.1; batch 16 (not the authors' 40) and 1500 steps.
-        "quick": {"members": 2, "train": {"steps": 1500, "batch": 16, "eval_every": 150, "eval_batches": 2}},
-        # The authors' code's budget (the seed is silent on batch and steps): 20 epochs of 10,000 documents at
-        # batch 40 = 5,000 steps; 3 seeds.
-        "paper": {"members": 3, "train": {"steps": 5000, "batch": 40, "eval_every": 250, "eval_batches": 8}},
-    }
     # atlas: the embedding claims are read at the end of training
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (2500, 5000, 10000), quick=(750, 1500), label="steps"),),
@@ -380,33 +354,28 @@ class TopicsEmbed(Experiment[TopicsEmbedConfig]):
         )
         if cfg.authors_compat:
             notes.append(AUTHORS_NOT_REPRODUCED)
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
-    def plot(self, cfg: TopicsEmbedConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        from tdlab.report.figures import heatmap_panels, plt, save_figure
-
-        arms = self.arms(cfg)
-        cols = min(3, len(arms))
-        rows = -(-len(arms) // cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.8 * rows), squeeze=False)
-        panels = []
-        for arm in arms:
-            E = gram(run, arm)[0]  # member 0, (V, V)
-            p = analysis.measurements.get(arm, {}).get("block_p", [np.nan])[0]
-            panels.append((E[1:, 1:].numpy(), f"{arm} (p = {p:.2g})"))  # word rows/columns (Fig. 1 leaves [MASK] out)
-        heatmap_panels(fig, axes, panels)
-        fig.suptitle("Fig. 1 — W^E'W^E of member 0 (paper: one block per topic, T = 10 blocks)")
-        paths = [save_figure(fig, figdir / "fig1_embedding_gram.png")]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for i, arm in enumerate(arms):
-            steps, z = run.curves(arm, "gram_z")
-            ax.plot(steps, z.mean(0), color=f"C{i}", label=arm)
-        ax.set_xlabel("step")
-        ax.set_ylabel("block contrast z of W^E'W^E")
-        ax.set_title("reported along training; the claim is the permutation test at the end", fontsize=9)
-        ax.legend(fontsize=7)
-        paths.append(save_figure(fig, figdir / "block_contrast_during_training.png"))
-        return paths
+    figures = (
+        Matrices(
+            "fig1_embedding_gram.png",
+            lambda cfg, run, m: [_gram_panel(run, arm, m) for arm in TopicsEmbed.arms(cfg)],
+            title="Fig. 1 — W^E'W^E of member 0 (paper: one block per topic, T = 10 blocks)",
+        ),
+        Curves(
+            "block_contrast_during_training.png",
+            lambda cfg, m: [
+                Panel(
+                    "reported along training; the claim is the permutation test at the end",
+                    [Line(arm, "gram_z", label=arm, color=f"C{i}") for i, arm in enumerate(TopicsEmbed.arms(cfg))],
+                )
+            ],
+            xlabel="step",
+            ylabel="block contrast z of W^E'W^E",
+            size=(6.0, 4.0),
+            legend=7,
+        ),
+    )
 
 
 def embed_only_arm(cfg: TopicsEmbedConfig) -> str:

@@ -53,7 +53,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -64,24 +64,12 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.view import RunView
 from tdlab.seeding import generators, member_seeds
 from tdlab.theory import topics_landscape as tl
+from tdlab.theory.topics_landscape import assumption4
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import FitResult
-
-__all__ = [
-    "CLAIMS",
-    "MC_ARM",
-    "TopicsLandscape",
-    "TopicsLandscapeConfig",
-    "assumption3_v",
-    "assumption4",
-    "equal_gamma_points",
-    "flat_halfwidth",
-    "tau_arm",
-]
 
 MC_ARM = "monte-carlo"
 # the two readings of λ1 / λ4 (the theorems' proof, their statement)
@@ -208,11 +196,6 @@ def log_margin(x: float, lo: float, hi: float) -> float:
 
 
 # ---- what the paper says: the theorems' hypotheses, how their limits are judged, the thresholds ---------------
-
-
-def assumption4(p_m: float, p_c: float, p_r: float) -> bool:
-    """Assumption 4 (§5.3), the masking Thms. 3 and 5 are proved under: ``p_m < 1/2``, ``p_c = p_r ∈ (0, 1/2)``."""
-    return p_m < 0.5 and math.isclose(p_c, p_r) and 0.0 < p_c < 0.5
 
 
 def assumption3_v(v: int, p_m: float, p_c: float) -> bool:
@@ -515,32 +498,8 @@ def flat_halfwidth(f: Callable[[float], float], x: float, rel: float, lo: float 
 
 @register
 class TopicsLandscape(Experiment):
-    name = "topics-landscape"
-    paper = "004 Topic structure (Li, Li, Risteski)"
-    figure = "Figs. 7, 8 (App. F.5; Thms. 3, 5, Remark 5)"
-    description = (
-        "No training: the exact finite-T squared loss L(α, β) of the one-layer model with one-hot embeddings, "
-        "W^V frozen and Assumption-2 attention (same word β, same topic α, other 1), from App. F.3/F.4's case "
-        "terms before the asymptotic step, on a log grid α, β ∈ [1e-4, 1e7], T = 100, v = 300, τ ∈ {20, 40, 60, 80}. "
-        "Fig. 8, block W^V (W_diff = 0, the proof's map): L depends on γ = ((v−1)α + β)/v only (Remark 5, by Monte "
-        "Carlo at equal γ); γ* > 1, increasing in τ, inside Thm. 3's (λ1(τ−1), λ2 T), λ1 as in the proof and as "
-        "stated. Fig. 7, diagonal D^V: β* increasing in τ, α*/β* < λ5, β* inside Thm. 5's (λ3 τ, λ4 T) (λ4 as in the "
-        "proof and as stated), min L below uniform attention L(1, 1)."
-    )
     Config = TopicsLandscapeConfig
     claims = CLAIMS
-    # App. F.5 states no masking (p_m, p_c, p_r are §6.1's, ours here) and no grid resolution.
-    manifest: ClassVar[dict[str, Setting]] = {
-        "T": Setting(100, "App. F.5 ('We set T = 100 following our experimental setup on Wikipedia')"),
-        "v": Setting(300, "App. F.5 (v = 300, Tv = 30000: the BERT tokenizer's vocabulary)"),
-        "taus": Setting([20, 40, 60, 80], "App. F.5; Figs. 7, 8 (left to right)"),
-        "grid_lo": Setting(1e-4, "Figs. 7, 8 captions (α, β ∈ [10^-4, 10^7], log axes)"),
-        "grid_hi": Setting(1e7, "Figs. 7, 8 captions (α, β ∈ [10^-4, 10^7], log axes)"),
-    }
-    profiles = {
-        "quick": {"grid_n": 60, "members": 2},  # 60 × 60
-        "paper": {"grid_n": 200, "members": 4},  # 200 × 200
-    }
     # atlas: a closed-form landscape (no training): its minimiser and flatness depend on the masking probability p_m
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("p_m", (0.05, 0.15, 0.3, 0.5), quick=(0.15, 0.3), label="p_m"),),
@@ -857,6 +816,7 @@ class TopicsLandscape(Experiment):
         worst = max(abs(x) for r in r5.values() for x in r["block_rel_diff"])
         contrast = min(abs(x) for r in r5.values() for x in r["diagonal_rel_diff"])
         return [
+            *super().notes(cfg, measured, groups),
             f"Ambiguity (Thm. 3, λ1): statement {lam['l1_statement']:.4f} vs proof c_5 {lam['l1_proof']:.4f}. γ* in "
             f"(λ1(τ−1), λ2 T): with the proof's λ1 {t3p}, with the statement's {t3s}; the headline groups use the "
             "proof's (what F.28 derives)"

@@ -27,7 +27,7 @@ import functools
 import json
 import operator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,15 +36,11 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed004_topics.real_text import (
     MEASURE_ARMS,
     MEASURES,
     MODES,
-    OFFLINE_CORPUS,
-    OFFLINE_MODEL,
     PRETRAINED,
-    WIKIPEDIA,
     RealTextExperiment,
     TopicsRealConfig,
     theta_key,
@@ -52,8 +48,6 @@ from tdlab.experiments.seed004_topics.real_text import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunDirError
-
-__all__ = ["CLAIMS", "TABLE1_BERT", "TABLE5_BERT", "TopicsReal", "fig3_within_cross", "fig3_word_strings", "plot_real"]
 
 # The seed's pretrained BERT rows (reference only, never a pass criterion): θ -> (cosine, dot, attention).
 TABLE1_BERT = {  # Table 1 ("Bert" rows; one topic per word) and its "Bert (randomly initialized)" rows
@@ -168,55 +162,8 @@ CLAIMS = (
 
 @register
 class TopicsReal(RealTextExperiment[TopicsRealConfig]):
-    name = "topics-real"
-    figure = "Tables 1, 5, Fig. 3 (§6.2, App. G.3)"
-    description = (
-        "LDA topics of a Wikipedia sample vs a pretrained checkpoint (seed rows) or a locally trained "
-        "BERT-shaped encoder (ours): same-topic / different-topic ratios of embedding cosine, dot product "
-        "and debiased attention > 1 per ambiguity threshold (Table 1: one topic per word; Table 5: several, "
-        "attention only); Fig. 3's 9 x 9 cosine map has higher within-topic cosine; the untrained control "
-        "(sanity) without topic structure."
-    )
     Config = TopicsRealConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Setting]] = {
-        "corpus.source": WIKIPEDIA,
-        "model.checkpoint": Setting(
-            "pretrained Hugging Face BERT, ALBERT, BART, ELECTRA, RoBERTa",
-            "§6.2; Tables 1, 5",
-            "the seed names the five models, not their checkpoints or sizes: a local checkpoint (model.checkpoint=DIR) "
-            "is one of its kind, never equal to the seed's set",
-        ),
-        "lda.topics": Setting(100, "§6.2 ('an LDA model with 100 topics'); App. G.3"),
-        "thetas": Setting([0.0005, 0.001, 0.002], "Tables 1, 5 (the ambiguity thresholds)"),
-    }
-    paper_differs: ClassVar[dict[str, str]] = {"corpus.source": OFFLINE_CORPUS, "model.checkpoint": OFFLINE_MODEL}
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # One scale-down, fixed before any run: a 2-layer encoder (d = 64, not BERT-small's 4 layers) trained 1000
-        # steps of batch 32 x 64 words (2 M tokens, ≈ 4.5 epochs of the 0.45 M-token sample); 3 seeds.
-        "quick": {
-            "members": 3,
-            "lda": {"topics": 20},
-            "thetas": [0.002, 0.005, 0.01],
-            "model": {"d": 64, "layers": 2, "heads": 4},
-            "train": {"steps": 1000, "batch": 32, "seq_len": 64, "eval_every": 250},
-        },
-        # §6.2: 100 topics, Table 1's thresholds, a BERT-small-sized encoder (GPU advised).
-        "paper": {
-            "members": 3,
-            "lda": {"topics": 100},
-            "thetas": [0.0005, 0.001, 0.002],
-            "model": {"d": 512, "layers": 4, "heads": 8},
-            "train": {
-                "steps": 20000,
-                "batch": 64,
-                "seq_len": 128,
-                "lr": 1e-4,
-                "warmup_steps": 1000,
-                "eval_every": 1000,
-            },
-        },
-    }
     # atlas: the real-text topic-attention claims are read at the end of training
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (5000, 20000, 40000), quick=(500, 1000), label="steps"),),
@@ -323,7 +270,8 @@ class TopicsReal(RealTextExperiment[TopicsRealConfig]):
                 "Fig. 3 words (3 unambiguous top words of the 3 topics with the clearest top words): "
                 + " | ".join(", ".join(g) for g in words)
             )
-        return notes
+        # what ran (the corpus, the encoder) leads: every verdict below is on it
+        return [notes[0], *super().notes(cfg, measured, groups), *notes[1:]]
 
     def plot(self, cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         return plot_real(cfg, run, analysis, figdir)

@@ -12,7 +12,7 @@ attention but a *higher* mean embedding cosine (paper: 0.00659 < 0.00751 and 0.4
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -20,21 +20,14 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.manifest import Setting
-from tdlab.experiments.seed004_topics.real import TopicsReal
 from tdlab.experiments.seed004_topics.real_text import (
-    OFFLINE_CORPUS,
-    OFFLINE_MODEL,
     PRETRAINED,
-    WIKIPEDIA,
     RealTextExperiment,
     TopicsRealConfig,
     theta_key,
     trained_model_stage,
 )
 from tdlab.experiments.view import RunView
-
-__all__ = ["CLAIMS", "TABLE2_BERT", "TopicsRealCooc", "TopicsRealCoocConfig"]
 
 # Table 2 (App. A.2), rows in Table 1's θ order: (# pairs, attn same-topic, attn top co-occ., cos same, cos co-occ.)
 TABLE2_BERT = {
@@ -97,31 +90,9 @@ CLAIMS = (
 
 @register
 class TopicsRealCooc(RealTextExperiment[TopicsRealCoocConfig]):
-    name = "topics-real-cooc"
-    figure = "Table 2 (App. A.2)"
-    description = (
-        "Same-topic word pairs vs the top co-occurring pairs of a Wikipedia sample (as many as one topic "
-        "holds): same-topic pairs get lower attention but higher embedding cosine, in a pretrained "
-        "checkpoint (seed rows) or a locally trained BERT-shaped encoder (ours) (paper: 0.00659 < 0.00751, "
-        "0.468 > 0.316)."
-    )
     Config = TopicsRealCoocConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Setting]] = {
-        "corpus.source": WIKIPEDIA,
-        "model.checkpoint": Setting(
-            "pretrained Hugging Face BERT",
-            "Table 2 ('a BERT model pretained on Wikipedia dataset')",
-            "the seed names BERT, not its checkpoint or size",
-        ),
-        "lda.topics": Setting(100, "§6.2 (Table 1's topics: Table 2's rows correspond to Table 1's)"),
-        "thetas": Setting(
-            [0.0005, 0.001, 0.002], "Table 2 (105, 435, 1711 pairs: one topic's at Table 1's ambiguity thresholds)"
-        ),
-    }
-    paper_differs: ClassVar[dict[str, str]] = {"corpus.source": OFFLINE_CORPUS, "model.checkpoint": OFFLINE_MODEL}
     cooc = True
-    profiles = TopicsReal.profiles
     # atlas: the co-occurrence claims are read at the end of training
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (5000, 20000, 40000), quick=(500, 1000), label="steps"),),
@@ -168,8 +139,11 @@ class TopicsRealCooc(RealTextExperiment[TopicsRealCoocConfig]):
         return out
 
     def notes(self, cfg: TopicsRealCoocConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        ran, *common = self.common_notes(cfg, measured)
         return [
-            *self.common_notes(cfg, measured),
+            ran,  # what ran leads: every verdict below is on this corpus and encoder
+            *super().notes(cfg, measured, groups),
+            *common,
             "Top co-occurring pairs: distinct LDA-vocabulary words (stop words dropped) ranked by the number of "
             "documents holding both; as many as one topic's word pairs at each θ, C(⌊θn⌋ + 1, 2) (the seed's "
             "cutoff: 105, 435, 1711 = C(15, 2), C(30, 2), C(59, 2)).",

@@ -56,7 +56,6 @@ from tdlab.claims import ArmHealth, Measurements, Stage, assess_arm
 from tdlab.claims.declare import Hypothesis, Provenance
 from tdlab.config import Config, ConfigError
 from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext, init_arm
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes import topic_pairs as tp
@@ -74,13 +73,10 @@ __all__ = [
     "MEASURES",
     "MEASURE_ARMS",
     "MODES",
-    "OFFLINE_CORPUS",
-    "OFFLINE_MODEL",
     "OFFSET",
     "PAD_ID",
     "PAST_UNIGRAM",
     "PRETRAINED",
-    "WIKIPEDIA",
     "EncoderConfig",
     "RealClaims",
     "RealData",
@@ -129,22 +125,6 @@ PRETRAINED = Hypothesis(
     "a pretrained model (model.checkpoint): Tables 1, 2, 5 and Fig. 3 measure pretrained Hugging Face checkpoints; "
     "an encoder trained here is not one",
     lambda cfg: bool(cfg.model.checkpoint),
-)
-# The seed's corpus is its own Wikipedia sample, as a file (corpus.source=text, corpus.path=the dump); it is not on
-# this machine, so every profile reads gensim's shipped Wikipedia sample (source=wiki) instead.
-WIKIPEDIA = Setting(
-    "text",
-    "§6.2 ('a sample of Wikipedia corpus (WikimediaFoundation, 2023)')",
-    "the seed's own 2023 Wikipedia sample (its size unstated), read as a dump (corpus.source=text, corpus.path); "
-    "gensim's shipped Wikipedia sample (source=wiki) stands in for it",
-)
-OFFLINE_CORPUS = (
-    "offline data: the seed's 2023 Wikipedia sample is not on this machine and nothing is downloaded; gensim's "
-    "shipped Wikipedia sample (corpus.source=wiki) stands in for it"
-)
-OFFLINE_MODEL = (
-    "offline: no pretrained checkpoint is on this machine and none is downloaded; the profile trains a "
-    "BERT-shaped encoder here instead, whose rows are ours (outside the pretrained-model hypothesis)"
 )
 
 
@@ -603,15 +583,9 @@ class RealTextExperiment(Experiment[RealConfigT]):
     and untrained models), the health gate against log n, the :data:`PAST_UNIGRAM` stage, the provenance of
     their rows (the seed's only for a pretrained checkpoint at the seed's θ), and the common notes."""
 
-    paper = "004 Topic structure"
     cooc = False
     # The seed's θ (Tables 1, 2, 5): a pretrained checkpoint's rows at these are the seed's own.
     SEED_THETAS = (0.0005, 0.001, 0.002)
-
-    def lengths(self, cfg: RealConfigT) -> tuple[float, float] | None:
-        """``None`` for a pretrained checkpoint (nothing trains, so no length to fall short of: the budget
-        rule does not apply); the base's otherwise."""
-        return None if cfg.model.checkpoint else super().lengths(cfg)
 
     def run(self, cfg: RealConfigT, ctx: RunContext) -> None:
         data = prepare_data(cfg, ctx.writer.path / "cache", ctx.progress)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -41,11 +41,9 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Hypothesis, Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, RunContext, register
-from tdlab.experiments.manifest import Setting
+from tdlab.experiments.seed004_topics.common import KQ_GREW, LagClaims, lags, value_first_claim
 from tdlab.experiments.seed004_topics.real_text import (
     ARM,
-    OFFLINE_CORPUS,
-    WIKIPEDIA,
     EncoderConfig,
     RealTextExperiment,
     RealTrain,
@@ -57,21 +55,9 @@ from tdlab.experiments.seed004_topics.real_text import (
     what_ran,
     write_info,
 )
-from tdlab.experiments.seed004_topics.two_stage import KQ_GREW, LagClaims, lags, value_first_claim
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
 from tdlab.seeding import generators
-
-__all__ = [
-    "CLAIMS",
-    "NORMS",
-    "RealTwoStageConfig",
-    "TopicsRealTwoStage",
-    "TwoStageRealClaims",
-    "WeightProbe",
-    "near_zero_qkv",
-    "rotation_means",
-]
 
 NORMS = ("norm_K", "norm_Q", "norm_V")
 ROTATION = "rotation_V"
@@ -212,42 +198,8 @@ def rotation_means(steps: np.ndarray, rot: np.ndarray, stage1_end: int, horizon:
 
 @register
 class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
-    name = "topics-real-two-stage"
-    figure = "Fig. 5 (App. A, §8)"
-    description = (
-        "4-layer, 4-head BERT-shaped encoder on a Wikipedia sample, W^K, W^Q, W^V from near zero, 400 "
-        "masked-token steps: in every layer W^K, W^Q make half their growth at least a tenth of the horizon "
-        "after W^V (members' mean; topics-two-stage's rule), and W^V rotates faster over steps "
-        "0-100 than over 100-400."
-    )
     Config = RealTwoStageConfig
     claims = CLAIMS
-    # The seed gives no width, optimiser, learning rate, init scale or training length for Fig. 5 (ours).
-    manifest: ClassVar[dict[str, Setting]] = {
-        "corpus.source": Setting(WIKIPEDIA.value, "Fig. 5 caption ('trained on Wikipedia data'); §6.2", WIKIPEDIA.note),
-        "model.layers": Setting(4, "Fig. 5 caption ('a 4-layer, 4-head-per-layer transformer')"),
-        "model.heads": Setting(4, "Fig. 5 caption ('a 4-layer, 4-head-per-layer transformer')"),
-        "claims.horizon": Setting(400, "Fig. 5 caption ('The initial 400 steps')"),
-        "claims.stage1_end": Setting(100, "Fig. 5 caption ('Stage 1 (roughly steps 0-100)')"),
-        "rotation_lag": Setting(10, "Fig. 5 caption (W^V in step t against step t − 10)"),
-    }
-    paper_differs: ClassVar[dict[str, str]] = {"corpus.source": OFFLINE_CORPUS}
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # Fig. 5's 4 x 4 model and 400 steps; d = 64 (the quick width), 3 seeds, 20 LDA topics (unused by the
-        # claims: the data pipeline is topics-real's).
-        "quick": {
-            "members": 3,
-            "lda": {"topics": 20},
-            "model": {"d": 64, "layers": 4, "heads": 4},
-            "train": {"steps": 400, "batch": 32, "seq_len": 64, "eval_every": 100},
-        },
-        "paper": {
-            "members": 3,
-            "lda": {"topics": 100},
-            "model": {"d": 512, "layers": 4, "heads": 4},
-            "train": {"steps": 400, "batch": 64, "seq_len": 128, "lr": 1e-4, "eval_every": 50},
-        },
-    }
     # atlas: the two-stage lag is a share of the horizon read (Fig. 5: the first 400 steps); train.steps stays at the profile's 400 >= every horizon
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("claims.horizon", (150, 200, 300, 400), quick=(200, 400), label="horizon"),),
@@ -329,12 +281,13 @@ class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
         info = measured.values["corpus"]
         layers = measured.values["layers"]
         return [
-            what_ran(
+            what_ran(  # leads: every verdict below is on this corpus
                 cfg,
                 info.get("provenance", "the configured corpus"),
                 control=False,
                 setting=("Fig. 5's setting (W^K, W^Q, W^V from near zero, trained jointly)"),
             ),
+            *super().notes(cfg, measured, groups),
             "Lags of W^K, W^Q behind W^V (share of the horizon), per layer and member: "
             + "; ".join(f"{k}: " + "/".join(f"{x:.2f}" for x in v["lag"]) for k, v in layers.items()),
             f"Near-zero init: W^Q, W^K, W^V ~ {'U[0, s)' if cfg.qkv_init == 'uniform' else 'N(0, s²)'}, s = "

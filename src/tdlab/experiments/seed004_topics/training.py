@@ -42,7 +42,6 @@ from tdlab.claims import ArmHealth, Measurements, Sample, Stage, assess_arm
 from tdlab.claims.declare import Hypothesis
 from tdlab.config import Config
 from tdlab.experiments.base import ExperimentConfig, RunContext
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.probes.blocks import block_stats
@@ -58,7 +57,6 @@ __all__ = [
     "FLOOR_CLOSED",
     "GAP_CLOSED",
     "PANELS",
-    "SECTION_6_1",
     "Loss",
     "Optimizer",
     "StageClaims",
@@ -108,26 +106,6 @@ FLOOR_CLOSED = Stage(
     "predictor's loss to the lower bound of a position-blind model's loss (training.masked_loss_floor with "
     "position_blind=True, a closed form; a level every arm can reach): it has trained, not merely moved",
 )
-
-
-# The settings §6.1 states for every synthetic experiment (Figs. 1, 2, 4, 9, 10; Tables 3, 4), by config field.
-SECTION_6_1: dict[str, Setting] = {
-    "task.generator": Setting("lda", "§6.1 (§3.1's Step 1 replaced by a Dirichlet draw, 'consistent with LDA')"),
-    "task.T": Setting(10, "§6.1 (T = 10)"),
-    "task.v": Setting(10, "§6.1 (v = 10)"),
-    "task.alpha": Setting(0.1, "§6.1 (α = 0.1)"),
-    "task.n_min": Setting(100, "§6.1 ('N uniformly randomly chosen from [100, 150]')"),
-    "task.n_max": Setting(150, "§6.1"),
-    "task.p_m": Setting(0.15, "§6.1 (p_m = 0.15, following Devlin et al., 2019)"),
-    "task.p_c": Setting(0.1, "§6.1 (p_c = 0.1)"),
-    "task.p_r": Setting(0.1, "§6.1 (p_r = 0.1)"),
-    "authors_compat": Setting(
-        False,
-        "§3.2 (the masking scheme: a random word in [Tv]; Eq. 1's population objective); §6.1 ('Our training "
-        "objective follows Section 3.2')",
-        "the seed's equations; the authors' code departs from them (authors_compat: this module's docstring)",
-    ),
-}
 
 
 def _infinite_documents(cfg: Any) -> bool:

@@ -53,22 +53,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.claims import ArmHealth, GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Threshold
-from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, RunContext, register
-from tdlab.experiments.manifest import Setting as Stated
+from tdlab.experiments.seed004_topics.common import KQ_GREW, LagClaims, lags, value_first_claim
 from tdlab.experiments.seed004_topics.training import (
     AUTHORS_NOT_REPRODUCED,
-    SECTION_6_1,
     Optimizer,
     TopicsExperimentConfig,
     TopicsTrain,
@@ -84,50 +82,10 @@ from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.train.trainer import Trainer
 
-__all__ = [
-    "CLAIMS",
-    "FIG4_LAG",
-    "GRID",
-    "KQ_GREW",
-    "NORMS",
-    "LagClaims",
-    "Lags",
-    "Setting",
-    "TopicsTwoStage",
-    "TopicsTwoStageConfig",
-    "arm_keys",
-    "arm_name",
-    "half_growth_steps",
-    "is_headline",
-    "lags",
-    "member_settings",
-    "relative_growth",
-    "setting_name",
-    "settings",
-    "stage_split",
-    "value_first_claim",
-]
-
 NORMS = ("norm_K", "norm_Q", "norm_V")  # metric names of ‖W^K‖_F, ‖W^Q‖_F, ‖W^V‖_F
 # One-hot (Eq. 7), near-zero uniform init (the authors' code); d = d_a = V (seed silent). In the profiles
 # too, so that a ``--set model.x=...`` merges into it instead of replacing the whole model config.
 MODEL: dict[str, Any] = {"onehot": True, "init": "uniform", "init_scale": 1e-3}
-
-KQ_GREW = Stage(
-    "kq-grew",
-    "‖W^K‖ and ‖W^Q‖ at least double their initial norm within the horizon "
-    "(claims.kq_growth_min; in every layer): stage 2 began, so there is a lag to measure",
-)
-
-
-class LagClaims(Config):
-    """The two-stage rule's thresholds (ours, fixed before any run; shared by Figs. 4 and 5)."""
-
-    half: float = Field(0.5, gt=0.0, lt=1.0)  # t½: the first step where g_X reaches this
-    lag_share: float = Field(
-        0.1, ge=0.0, lt=1.0
-    )  # the earlier of W^K, W^Q at least this share of the horizon after W^V
-    kq_growth_min: float = Field(2.0, gt=1.0)  # the stage: ‖W^K‖, ‖W^Q‖ at the horizon / at the start ≥ this
 
 
 # Fig. 4's stages: stage 1 (W^V grows) over steps 0-400, stage 2 (W^K, W^Q grow) over 400-1000; their midpoints
@@ -155,25 +113,6 @@ LAG_THRESHOLD = Threshold(
         test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
     ),
 )
-
-
-def value_first_claim(statement: str, **declared: Any) -> ClaimSpec:
-    """The two-stage claim: W^V makes half its growth a tenth of the horizon before W^K and W^Q (Fig. 4, Fig. 5).
-    ``declared``: what the paper says (``quote``, ``where``, ``form``, ``grid``, ``threshold``, ...), the caller's."""
-    return ClaimSpec(
-        "value-grows-first",
-        statement,
-        test="value",
-        relation="ge",
-        quantity="lag = (min(t½(W^K), t½(W^Q)) − t½(W^V)) / horizon, mean over the members: t½(X) = first step where "
-        "‖X‖ has made half its growth over the horizon (known to one logging interval; censored when neither W^K "
-        "nor W^Q grows)",
-        expected="claims.lag_share",
-        tolerance=0.0,
-        horizon="budget",
-        stage=KQ_GREW,
-        **declared,
-    )
 
 
 GRID = (
@@ -312,91 +251,6 @@ def member_settings(cfg: TopicsTwoStageConfig, arm: str) -> list[Setting]:
 # The two-stage rule on norm curves
 
 
-def relative_growth(norms: np.ndarray) -> np.ndarray:
-    """``g(t) = (n_t − n_0)/(max_s n_s − n_0)`` along the last axis.
-
-    Args:
-        norms: ``(..., S)`` norm curves, step 0 first.
-    Returns:
-        ``(..., S)`` float; a curve that never rises above its start (``max = n_0``) gets ``g = 0``.
-    """
-    n = np.asarray(norms, dtype=float)
-    rise = n.max(-1, keepdims=True) - n[..., :1]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        g = (n - n[..., :1]) / rise
-    return np.where(rise > 0, g, 0.0)
-
-
-def stage_split(g: np.ndarray, threshold: float) -> np.ndarray:
-    """Index of the first step with ``g ≥ threshold`` along the last axis; -1 where there is none.
-
-    Args:
-        g: ``(..., S)`` relative growth (:func:`relative_growth`).
-    Returns:
-        ``(...)`` int64 indices into the step axis.
-    """
-    hit = np.asarray(g) >= threshold
-    return np.where(hit.any(-1), hit.argmax(-1), -1).astype(np.int64)
-
-
-def half_growth_steps(steps: np.ndarray, norms: np.ndarray, half: float = 0.5) -> np.ndarray:
-    """``(E,)`` t½: the first step at which ``g(t) ≥ half`` (inf where it never does: a norm that never rises
-    above its start).
-
-    Args:
-        steps: ``(S,)``; norms: ``(E, S)``."""
-    idx = stage_split(relative_growth(norms), half)
-    return np.where(idx >= 0, np.asarray(steps, dtype=float)[np.maximum(idx, 0)], np.inf)
-
-
-@dataclass(frozen=True)
-class Lags:
-    """The two-stage rule's measurements of ``E`` members, each field ``(E,)``."""
-
-    t_k: np.ndarray  # t½(W^K), steps (inf: never grows)
-    t_q: np.ndarray
-    t_v: np.ndarray
-    lag: np.ndarray  # (min(t½K, t½Q) − t½V) / horizon
-    censored: np.ndarray  # bool: neither W^K nor W^Q grows, the lag is a lower bound
-    growth: np.ndarray  # min(‖W^K‖, ‖W^Q‖ at the horizon / at the start)
-    first_step: np.ndarray  # first-step norm change of W^K (the smaller of K, Q) relative to W^V's
-
-    def member(self, e: int) -> dict[str, float | bool]:
-        return {k: (bool(v[e]) if v.dtype == bool else float(v[e])) for k, v in self.__dict__.items()}
-
-
-def lags(steps: np.ndarray, norm_k: np.ndarray, norm_q: np.ndarray, norm_v: np.ndarray, half: float = 0.5) -> Lags:
-    """The two-stage rule's measurements of every member from its norm curves over the horizon.
-
-    Args:
-        steps: ``(S,)`` the steps of the curves (the first is the start, increasing; the last is the horizon).
-        norm_k: ``(E, S)`` Frobenius norms of ``W^K``.
-        norm_q: ``(E, S)`` the same of ``W^Q``.
-        norm_v: ``(E, S)`` the same of ``W^V``.
-        half: the growth share that defines t½.
-    Returns:
-        :class:`Lags`. A member whose W^K and W^Q never grow has its lag censored at ``(horizon − t½V)/span``
-        (a lower bound); one whose W^V never grows gets ``(min(t½K, t½Q) − span)/span`` (an upper bound ≤ 0).
-    """
-    steps = np.asarray(steps, dtype=float)
-    K, Q, V = (np.atleast_2d(np.asarray(x, dtype=float)) for x in (norm_k, norm_q, norm_v))
-    if not (K.shape == Q.shape == V.shape) or K.shape[-1] != steps.size or steps.size < 2:
-        raise ValueError(
-            f"norm curves must share one (E, S) shape with S = len(steps) = {steps.size} ≥ 2; "
-            f"got {K.shape}, {Q.shape}, {V.shape}"
-        )
-    t_k, t_q, t_v = (half_growth_steps(steps, x, half) for x in (K, Q, V))
-    start, end = steps[0], steps[-1]
-    span = end - start
-    kq = np.minimum(t_k, t_q)
-    censored = ~np.isfinite(kq) & np.isfinite(t_v)
-    lag = (np.where(np.isfinite(kq), kq, end) - np.where(np.isfinite(t_v), t_v, end)) / span
-    with np.errstate(invalid="ignore", divide="ignore"):
-        growth = np.minimum(K[:, -1] / K[:, 0], Q[:, -1] / Q[:, 0])
-        first = np.minimum(np.abs(K[:, 1] - K[:, 0]), np.abs(Q[:, 1] - Q[:, 0])) / np.abs(V[:, 1] - V[:, 0])
-    return Lags(t_k=t_k, t_q=t_q, t_v=t_v, lag=lag, censored=censored, growth=growth, first_step=first)
-
-
 def _norm_probe(model) -> dict[str, torch.Tensor]:
     n = model.norms()
     return {"norm_K": n["W_K"], "norm_Q": n["W_Q"], "norm_V": n["W_V"]}
@@ -404,52 +258,8 @@ def _norm_probe(model) -> dict[str, torch.Tensor]:
 
 @register
 class TopicsTwoStage(Experiment[TopicsTwoStageConfig]):
-    name = "topics-two-stage"
-    paper = "004 Topic structure"
-    figure = "Fig. 4, §5.1, §8"
-    description = (
-        "One-hot one-layer transformer, W^K, W^Q, W^V from near-zero init trained jointly on LDA documents over "
-        "a grid of {SGD, Adam} x lr {0.003, 0.01, 0.03} x init {1e-3, 1e-2} x batch {16, 40} (quick: Adam, lr "
-        "0.01): in some setting W^V makes half its growth at least a tenth of the horizon before W^K and W^Q "
-        "(members' mean; an existence over the grid, one row per setting), judged where W^K, W^Q grew."
-    )
     Config = TopicsTwoStageConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Stated]] = {
-        **SECTION_6_1,
-        "model.onehot": Stated(True, "§5 ('we freeze the token embeddings to be one-hot'), where §5.1 and Fig. 4 sit"),
-        "model.bias_v": Stated(True, "§6.1 ('add back the bias terms b^K, b^Q, b^V')"),
-        "model.bias_qk": Stated(True, "§6.1"),
-        "horizon": Stated(1000, "Fig. 4 (x-axis: steps 0-1000; stage 1 0-400, stage 2 400-1000)"),
-    }
-    arm_fields: ClassVar[dict[str, str]] = {
-        "model.init_scale": "inits=[...]",
-        "train.lr": "lrs=[...]",
-        "train.optimizer": "optimizers=[...]",
-        "train.batch": "batches=[...]",
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # 2 CPU cores, a few minutes: documents and vocabulary as in §6.1; the grid cut to Adam at §6.1's lr 0.01,
-        # both init scales and both batch sizes, 3 seeds each (the headline's too), 1000 steps (Fig. 4's x-axis).
-        "quick": {
-            "members": 3,
-            "headline_members": 3,
-            "optimizers": ["adam"],
-            "lrs": [0.01],
-            "inits": [1e-3, 1e-2],
-            "batches": [16, 40],
-            "model": MODEL,
-            "train": {"steps": 1000, "eval_every": 100, "eval_batches": 2},
-        },
-        # The authors' code's budget (≈ 5,000 steps; the seed is silent), the whole grid, 3 seeds per setting, 20
-        # for the headline at each batch; the rule still reads Fig. 4's first 1000 steps (horizon).
-        "paper": {
-            "members": 3,
-            "headline_members": 20,
-            "model": MODEL,
-            "train": {"steps": 5000, "eval_every": 250, "eval_batches": 8},
-        },
-    }
     # atlas: where do Fig. 4's two stages appear? §5.1/§8: "with certain initialization and learning rate
     # settings"; "sensitive to hyperparameters like initialization and learning rate". Every point trains one
     # setting at each batch (headline_only) and judges it with the two-stage rule over Fig. 4's 1000-step horizon.
@@ -471,10 +281,6 @@ class TopicsTwoStage(Experiment[TopicsTwoStageConfig]):
     @staticmethod
     def arms(cfg: TopicsTwoStageConfig) -> list[str]:
         return list(arm_keys(cfg))
-
-    def fit_work(self, cfg: TopicsTwoStageConfig) -> float:
-        """One fit per optimiser and batch size (the batch sizes cannot share an ensemble)."""
-        return float(len(arm_keys(cfg)))
 
     def run(self, cfg: TopicsTwoStageConfig, ctx: RunContext) -> None:
         model = cfg.model.updated(
@@ -582,14 +388,11 @@ class TopicsTwoStage(Experiment[TopicsTwoStageConfig]):
     def notes(self, cfg: TopicsTwoStageConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         c = cfg.claims
         table = measured.values["settings"]
-        rows = {r.id.split("/", 1)[1]: r for g in groups if g.id == "value-grows-first" for r in g.rows}
         notes = []
         for name, t in table.items():
-            r = rows.get(name)
-            verdict = f"{r.verdict}{f' ({r.cause})' if r.cause != 'decided' else ''}" if r is not None else "?"
             never = f" ({t['kq_never_grew']} of them because W^K, W^Q never grew)" if t["kq_never_grew"] else ""
             notes.append(
-                f"{name} ({verdict}): {t['lag_at_least']}/{t['members']} members with W^K, W^Q half-grown ≥ "
+                f"{name}: {t['lag_at_least']}/{t['members']} members with W^K, W^Q half-grown ≥ "
                 f"{c.lag_share:g} of the horizon after W^V{never}; mean lag {np.mean(t['lag']):.3g}; median t½ K/Q/V = "
                 f"{_med(t['t_half_K'])}/{_med(t['t_half_Q'])}/{_med(t['t_half_V'])}; K/Q growth ≥ "
                 f"{min(t['kq_growth']):.3g}x; first-step norm change of W^K, W^Q / W^V's: {t['first_step_kq_over_v']:.2g}"
@@ -610,7 +413,7 @@ class TopicsTwoStage(Experiment[TopicsTwoStageConfig]):
         )
         if cfg.authors_compat:
             notes.append(AUTHORS_NOT_REPRODUCED)
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     def plot(self, cfg: TopicsTwoStageConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import plt, save_figure

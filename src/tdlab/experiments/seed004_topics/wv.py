@@ -52,7 +52,7 @@ mode λ = 1e-5, chosen from theory before any run: the ridge optimum's own dista
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -64,13 +64,11 @@ from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, RunContext, init_arm, register
-from tdlab.experiments.manifest import Setting
 from tdlab.experiments.seed004_topics.training import (
     ASSUMPTION_1,
     AUTHORS_NOT_REPRODUCED,
     FLOOR_CLOSED,
     PANELS,
-    SECTION_6_1,
     Loss,
     Optimizer,
     StageClaims,
@@ -94,22 +92,6 @@ from tdlab.seeding import Purpose, generators, member_seeds
 from tdlab.tasks.topics import population
 from tdlab.theory.topics import c3, dv, min_population_loss, wv_star, wv_star_entries
 from tdlab.train.optim import EagerAdam
-
-__all__ = [
-    "CLAIMS",
-    "POPULATION",
-    "SETTINGS",
-    "UNIFORM_ATTENTION",
-    "TopicsWV",
-    "TopicsWVConfig",
-    "block_ratio_stat",
-    "fig6_region",
-    "fit_population_wv",
-    "moment_loss",
-    "population_moments",
-    "ridge_distance",
-    "ridge_wv",
-]
 
 SETTINGS = {"l2": "Fig. 2", "no-l2": "Fig. 9", "attn": "Fig. 10"}
 UNIFORM_ATTENTION = ("l2", "no-l2")  # the settings with W^K = W^Q = 0 frozen (Lemma 1's assumption)
@@ -492,55 +474,8 @@ def _wv_probe(T: int, v: int):
 
 @register
 class TopicsWV(Experiment[TopicsWVConfig]):
-    name = "topics-wv"
-    paper = "004 Topic structure"
-    figure = "Figs. 2, 6, 9, 10; Thm. 2; §5.2, App. G.1"
-    description = (
-        "One-hot model: W^V trained with uniform attention (with/without L2) or with W^K, W^Q; "
-        "{CE, squared} x {SGD, Adam}. Training adds >= 3 to W^V's block contrast in every panel; population mode "
-        "reaches Thm. 2's W^V*; S ≥ 10|D| (Figs. 9, 10); W^V-only loss within a tenth of the gap to the "
-        "all-weights model's floor; no-L2 W^V sometimes diagonal (Fig. 6); g = c3 and S, D = W^V*'s entries "
-        "shown (Assumption 1's infinite documents are not the run's). Rows need the arm half way to the "
-        "position-blind loss floor."
-    )
     Config = TopicsWVConfig
     claims = CLAIMS
-    manifest: ClassVar[dict[str, Setting]] = {
-        **SECTION_6_1,
-        "panels": Setting(
-            [["ce", "sgd"], ["ce", "adam"], ["squared", "sgd"], ["squared", "adam"]],
-            "Figs. 2, 9, 10 captions (top: cross-entropy, bottom: squared loss; left: SGD, right: Adam)",
-        ),
-        "train.lr": Setting(0.01, "Figs. 2, 9, 10 captions ('both with learning rate 0.01')"),
-        "settings": Setting(
-            ["l2", "no-l2", "attn"],
-            "Fig. 2 (L2, uniform attention), Fig. 9 (no L2), Fig. 10 (W^K, W^Q trained)",
-            "Fig. 10's caption does not say whether L2 was on: attn runs with it, as Fig. 2",
-        ),
-        "model.onehot": Setting(True, "Figs. 2, 9, 10 ('freezing ... one-hot word embedding'); Eq. 7"),
-        "model.bias_v": Setting(True, "§6.1 ('add back the bias terms b^K, b^Q, b^V')"),
-        "model.bias_qk": Setting(True, "§6.1"),
-    }
-    arm_fields: ClassVar[dict[str, str]] = {
-        "model.uniform_attn": "settings=[...]",
-        "train.l2": "l2",
-        "model.vocab": "task.T / task.v",
-    }
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        # 2 CPU cores: documents, vocabulary and lr as in §6.1; batch 16 (not the authors' 40) and 1500 steps.
-        "quick": {
-            "members": 2,
-            "train": {"steps": 1500, "batch": 16, "eval_every": 150, "eval_batches": 2},
-            "population": {"steps": 3000},
-        },
-        # The authors' code's budget (the seed is silent on batch and steps): 20 epochs of 10,000 documents at
-        # batch 40 = 5,000 steps; 3 seeds.
-        "paper": {
-            "members": 3,
-            "train": {"steps": 5000, "batch": 40, "eval_every": 250, "eval_batches": 8},
-            "population": {"steps": 20000},
-        },
-    }
     # atlas: the W^V claims are read at the end of training
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (2500, 5000, 10000), quick=(750, 1500), label="steps"),),
@@ -777,7 +712,7 @@ class TopicsWV(Experiment[TopicsWVConfig]):
             )
         if cfg.authors_compat:
             notes.append(AUTHORS_NOT_REPRODUCED)
-        return notes
+        return [*super().notes(cfg, measured, groups), *notes]
 
     def plot(self, cfg: TopicsWVConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import heatmap_panels, plt, save_figure

@@ -1,0 +1,321 @@
+"""What seed 000's experiments share: the plateau-escape reading and its stage (markov-init's, read by
+markov-rank, markov-bridge and markov-icommon) and the canonical model's gradient-flow experiment with its
+readings (markov-landscape's, which markov-landscape-3d extends)."""
+
+from __future__ import annotations
+
+import math
+import time
+from abc import abstractmethod
+from typing import Protocol, TypeVar
+
+import numpy as np
+import torch
+from pydantic import Field, field_validator
+
+from tdlab.claims import ClaimSpec, Measurements, Sample, Stage
+from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext
+from tdlab.experiments.view import ArmKey, RunView
+from tdlab.probes.curves import Crossings, evaluation_noise, gap_crossing
+from tdlab.seeding import generators, member_seeds
+from tdlab.tasks.markov import ChainConfig, entropy_rate, marginal_entropy
+from tdlab.theory import markov_landscape as ml
+from tdlab.theory.markov_landscape import CriticalKind as CK
+from tdlab.train.trainer import FitResult
+
+__all__ = [
+    "F64",
+    "FLOW_SETTLED",
+    "KIND_COLOR",
+    "LEFT_PLATEAU",
+    "EscapeConfig",
+    "FlowConfig",
+    "FlowConfigT",
+    "FlowExperiment",
+    "StageConfig",
+    "basin_flow",
+    "chain_arm",
+    "distinct_minima",
+    "energy_claim",
+    "energy_sample",
+    "gaussian_inits",
+    "max_energy_drift",
+    "planted_proportion",
+    "plateau_escape",
+    "save_times",
+    "settled_bound",
+    "small_init_stage",
+    "trajectory",
+]
+
+
+class _ChainPQ(Protocol):
+    @property
+    def p(self) -> float: ...
+
+    @property
+    def q(self) -> float: ...
+
+
+class _EscapeClaims(Protocol):
+    @property
+    def escape_fraction(self) -> float: ...
+
+
+class _StageClaims(_EscapeClaims, Protocol):
+    @property
+    def tol_nats(self) -> float: ...
+
+
+class EscapeConfig(Protocol):
+    """What :func:`plateau_escape` reads of a config (markov-init's, markov-rank's)."""
+
+    @property
+    def task(self) -> _ChainPQ: ...
+
+    @property
+    def claims(self) -> _EscapeClaims: ...
+
+
+class StageConfig(Protocol):
+    """What :func:`small_init_stage` reads of a config (markov-init's, markov-rank's)."""
+
+    @property
+    def task(self) -> _ChainPQ: ...
+
+    @property
+    def claims(self) -> _StageClaims: ...
+
+
+def plateau_escape(cfg: EscapeConfig, run: RunView, arm: str | ArmKey) -> tuple[Crossings, np.ndarray, float]:
+    """When each member of ``arm`` left the H(π) plateau, read on the gap to the unigram predictor on the
+    same evaluation batches (any config with ``task.p``, ``task.q`` and ``claims.escape_fraction``:
+    markov-rank reads it too).
+
+    A fixed level below H(π) reads evaluation noise as an escape where escape_fraction · (H(π) − entropy
+    rate) is near the noise (at (p, q) = (0.35, 0.85) it is 0.0054 nats, one evaluation's noise 0.002-0.003);
+    the gap on the same batches cancels the batches' noise and the margin clears what is left.
+    Returns the crossings, each member's final gap ``(E,)`` (nats) and the margin.
+    """
+    h_rate, h_pi = entropy_rate(cfg.task.p, cfg.task.q), marginal_entropy(cfg.task.p, cfg.task.q)
+    steps, loss = run.curves(arm, "test_loss")
+    _, unigram = run.curves(arm, "test_loss@unigram")
+    drop = cfg.claims.escape_fraction * (h_pi - h_rate)
+    esc, margin = gap_crossing(steps, loss, unigram, drop, evaluation_noise(unigram, h_pi))
+    return esc, loss[:, -1] - unigram[:, -1], margin
+
+
+LEFT_PLATEAU = Stage(
+    "left-plateau",
+    "the member's final test loss is below the unigram predictor's on the same batches by more than "
+    "escape_fraction · (H(π) − entropy rate) and 3 standard deviations of one evaluation: it has left the unigram stage",
+)
+
+
+def distinct_minima(cfg: StageConfig) -> bool:
+    """Whether the H(π) plateau lies above the entropy rate by more than the tolerance (near p + q = 1
+    the chain is almost i.i.d. and there is no plateau to leave)."""
+    return marginal_entropy(cfg.task.p, cfg.task.q) - entropy_rate(cfg.task.p, cfg.task.q) > cfg.claims.tol_nats
+
+
+def small_init_stage(cfg: StageConfig) -> Stage | None:
+    """The stage a small standard init's end-state claim needs (any config with ``task.p``, ``task.q``,
+    ``claims.tol_nats`` and ``claims.escape_fraction``: markov-rank's Fig. 3 reads it too)."""
+    # Thm. 8 (p + q < 1) predicts reaching the global minimum, which needs the plateau left first;
+    # Thm. 2 (p + q > 1) predicts staying on it, which needs no stage.
+    return LEFT_PLATEAU if cfg.task.p + cfg.task.q < 1 and distinct_minima(cfg) else None
+
+
+F64 = torch.float64
+
+
+KIND_COLOR = {
+    int(CK.NONE): "0.5",
+    int(CK.GLOBAL_MIN): "tab:green",
+    int(CK.LOCAL_MIN): "tab:red",
+    int(CK.SADDLE): "gold",
+    int(CK.LOCAL_MAX): "tab:purple",
+    int(CK.STATIONARY): "tab:brown",
+}
+
+
+def _default_chains() -> list[ChainConfig]:
+    return [ChainConfig(p=0.2, q=0.3), ChainConfig(p=0.5, q=0.8)]  # Fig. 1 (a)/(b): p+q<1; (c)/(d): p+q>1
+
+
+def chain_arm(p: float, q: float) -> str:
+    """Arm name of a chain, e.g. ``p0.2_q0.3``."""
+    return f"p{p:g}_q{q:g}"
+
+
+def max_energy_drift(traj: torch.Tensor) -> torch.Tensor:
+    """Per trajectory, ``max_t |E(t) - E(0)| / max(1, |E(0)|)`` of a ``(K, n, dim)`` trajectory
+    (Eq. 4 / Eq. 10). Returns ``(n,)``; NaN for a trajectory on the plane ``w = 0``."""
+    E = ml.energy(traj)
+    return ((E - E[0]).abs() / E[0].abs().clamp_min(1.0)).amax(dim=0)
+
+
+def save_times(t_end: float, k: int) -> torch.Tensor:
+    """``(k,)`` save times of a display trajectory: 0, then log-spaced from 0.01 to ``t_end``."""
+    return torch.cat([torch.zeros(1, dtype=F64), torch.logspace(-2, math.log10(t_end), k - 1, dtype=F64)])
+
+
+class FlowConfig(ExperimentConfig):
+    """Fields of both landscape experiments (2-parameter and 3-parameter flows)."""
+
+    members: int = Field(2, ge=1, le=64)  # independent seeds; every draw is per member
+    chains: list[ChainConfig] = Field(default_factory=_default_chains)
+    sigmas: list[float] = [0.02, 0.05, 0.1]  # standard Gaussian init scales near 0 (Thm. 2: σ² ≪ 1/√2)
+    n_gaussian: int = Field(500, ge=10, le=100_000)  # draws per sigma per member
+    t_end: float = Field(2000.0, gt=0.0)  # horizon of the basin flows (Rosenbrock 2(3)), standing in for t → ∞
+    n_traj: int = Field(8, ge=1, le=200)  # display trajectories per member (Dormand-Prince, rtol traj_rtol)
+    traj_t_end: float = Field(50.0, gt=0.0)
+    traj_points: int = Field(150, ge=10, le=2000)
+    traj_rtol: float = Field(1e-10, gt=0.0, le=1e-6)  # Dormand-Prince tolerance of the display trajectories
+    traj_max_iters: int = Field(5_000, ge=100)
+    # sanity (integrator accuracy): max |E(t) - E(0)| / max(1, |E(0)|) along a Dormand-Prince trajectory at traj_rtol
+    energy_tol: float = Field(1e-6, gt=0.0)
+
+    @field_validator("chains")
+    @classmethod
+    def _chains(cls, v: list[ChainConfig]) -> list[ChainConfig]:
+        if not v:
+            raise ValueError("chains must list at least one chain")
+        for c in v:
+            if abs(c.p + c.q - 1.0) < 1e-9:
+                raise ValueError(f"chain (p={c.p}, q={c.q}): Thms. 1/2/8/10 assume p + q != 1")
+        if len({chain_arm(c.p, c.q) for c in v}) != len(v):
+            raise ValueError("chains must not repeat")
+        return v
+
+    @field_validator("sigmas")
+    @classmethod
+    def _sigmas(cls, v: list[float]) -> list[float]:
+        if not v or any(s <= 0 for s in v):
+            raise ValueError("sigmas must be a non-empty list of positive numbers")
+        return v
+
+
+FLOW_SETTLED = Stage(
+    "flow-settled",
+    "the member's flow endpoints at t_end lie within limit_atol of a critical set (Thm. 1 / Thm. 10), "
+    "but for at most the claim's tolerance of them: the flow to t_end stands for its limit",
+)
+
+
+def settled_bound(tolerance: float, n: int) -> float:
+    """The stage bound on a member's share of unsettled endpoints: ``tolerance`` plus half a point (a
+    count of ``n`` points passes when at most ``tolerance · n`` of them are unsettled)."""
+    return tolerance + 0.5 / n
+
+
+def energy_claim(statement: str, quantity: str) -> ClaimSpec:
+    """Energy conservation along the exact flow (Lemma 1 / Lemma 14), which along a numerical trajectory
+    checks the integrator: a sanity check on every trajectory, so its measurement is the largest drift
+    over all of them, one exact value (:func:`energy_sample`) ≤ ``energy_tol``."""
+    return ClaimSpec(
+        "energy-conserved",
+        statement,
+        kind="sanity",
+        test="value",
+        relation="le",
+        quantity=quantity,
+        expected=0.0,
+        tolerance="energy_tol",
+        horizon="static",
+    )
+
+
+def energy_sample(per_member: list[float]) -> Sample:
+    """The energy row's measurement: the largest drift over every member's trajectories, an exact value
+    (a statement about each stored trajectory, not an estimate over seeds); NaN when any is NaN."""
+    worst = max(per_member) if all(np.isfinite(per_member)) else float("nan")
+    return Sample([worst], deterministic=True)
+
+
+def planted_proportion(fraction: float, n: int) -> Sample:
+    """``n`` planted 0/1 indicators of which ``round(fraction · n)`` are 1 (a proportion row's shape)."""
+    k = min(n, max(0, round(fraction * n)))
+    return Sample([1.0] * k + [0.0] * (n - k), proportion=True)
+
+
+def trajectory(theta0: torch.Tensor, p: float, q: float, cfg: FlowConfig, t_end: float) -> torch.Tensor:
+    """``(traj_points, n, dim)`` accurate display trajectories (Dormand-Prince at ``traj_rtol``). Rows that
+    exhaust the step budget hold NaN at later save times: their energy drift is NaN, which fails."""
+    te = save_times(t_end, cfg.traj_points)
+    return ml.run_flow(
+        theta0,
+        p,
+        q,
+        te,
+        method="dopri5",
+        rtol=cfg.traj_rtol,
+        atol=1e-2 * cfg.traj_rtol,
+        g_tol=0.0,
+        max_iters=cfg.traj_max_iters,
+    ).trajectory
+
+
+def basin_flow(theta0: torch.Tensor, p: float, q: float, cfg: FlowConfig) -> tuple[torch.Tensor, list]:
+    """Endpoints ``(n, dim)`` of the flows from ``theta0`` at ``t_end`` and the integrator's facts."""
+    t0 = time.perf_counter()
+    res = ml.run_flow(theta0, p, q, [cfg.t_end])
+    info = [
+        ("flow_wall_s", time.perf_counter() - t0),
+        ("unfinished", float((~res.finished).sum())),
+        ("max_steps", float(res.n_steps.max())),
+        ("max_final_grad_norm", float(torch.nan_to_num(res.final_grad_norm, nan=math.inf).max())),
+    ]
+    return res.final, info
+
+
+def gaussian_inits(cfg: FlowConfig, gen: torch.Generator, dim: int) -> torch.Tensor:
+    """``(S, n_gaussian, dim)`` draws ``σ_s · z`` for each σ in ``sigmas``."""
+    S = len(cfg.sigmas)
+    z = torch.randn((S, cfg.n_gaussian, dim), dtype=F64, generator=gen)
+    return torch.tensor(cfg.sigmas, dtype=F64).view(S, 1, 1) * z
+
+
+FlowConfigT = TypeVar("FlowConfigT", bound=FlowConfig)
+
+
+class FlowExperiment(Experiment[FlowConfigT]):
+    """Both landscape experiments: per chain one arm whose members' flows are stored as arrays."""
+
+    @abstractmethod
+    def _member_state(self, cfg: FlowConfigT, p: float, q: float, seed: int) -> tuple[dict, list]:
+        """One member's flows for chain (p, q): the arrays to store and the metric rows."""
+
+    def run(self, cfg: FlowConfigT, ctx: RunContext) -> None:
+        seeds = member_seeds(cfg.seed, cfg.members)
+        for c in cfg.chains:
+            arm = chain_arm(c.p, c.q)
+            if ctx.done(arm) is not None:
+                continue
+            states, rows = [], []
+            for m, s in enumerate(seeds):
+                state, info = self._member_state(cfg, c.p, c.q, s)
+                states.append(state)
+                rows += [(i, m, name, v) for i, (name, v) in enumerate(info)]
+            ctx.record(arm, FitResult(rows=rows, states=states))
+
+    @staticmethod
+    def _draws(seed: int) -> dict[str, torch.Generator]:
+        keys = ("random", "gaussian", "traj", "wide")
+        return dict(zip(keys, (generators([seed], k)[0] for k in keys), strict=True))
+
+    @staticmethod
+    def _stage(out: Measurements, arm: str, codes: list[torch.Tensor], tolerance: float) -> list[float]:
+        """Record :data:`FLOW_SETTLED` for ``arm`` from each member's endpoint codes (all its flows);
+        returns the members' unsettled shares."""
+        unsettled = [float((c == int(CK.NONE)).double().mean()) for c in codes]
+        n = min(int(c.numel()) for c in codes)
+        out.stage(
+            arm,
+            FLOW_SETTLED,
+            unsettled,
+            settled_bound(tolerance, n),
+            "lt",
+            evidence="share of endpoints not within limit_atol of a critical set at t_end",
+        )
+        return unsettled

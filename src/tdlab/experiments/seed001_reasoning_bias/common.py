@@ -1,0 +1,703 @@
+"""What seed 001's experiments share beyond the anchors' training (:mod:`.training`): the γ-sweep of
+the anchors transformer (:class:`AnchorsGammaSweep`: anchors-bias registers it as it is, anchors-embedding,
+anchors-attention and anchors-lowrank extend it), the probe source they read a trained sweep from, and the
+embedding-cosine readings of anchors-mlp that anchors-embedding and anchors-attention make too."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+from scipy.stats import rankdata
+
+from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.claims.calibration import planted_pair
+from tdlab.claims.declare import Calibration, Threshold
+from tdlab.config import Config
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, snapshot_arm
+from tdlab.experiments.seed001_reasoning_bias.training import (
+    DIRECTION,
+    LARGE_INIT,
+    RSN_PAST_MARGINAL,
+    SEED_EPOCHS,
+    SEED_LR_TRANSFORMER,
+    SMALL_INIT,
+    AnchorsHealth,
+    ArmCurves,
+    EpochsConfig,
+    GammaArms,
+    Reading,
+    Seed001GPTConfig,
+    Seed001TrainConfig,
+    bias_gap,
+    check_gammas,
+    epoch_train_config,
+    fit_gamma_arms,
+    fixed_data,
+    gamma_gpt,
+    label_marginal_losses,
+    reasoning_first_claim,
+    reasoning_first_rows,
+    record_rsn_past_marginal,
+    split_curves,
+)
+from tdlab.experiments.view import RunView
+from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.runs import Run, RunDirError
+from tdlab.seeding import generators
+from tdlab.tasks.anchors import Anchors, AnchorsConfig
+from tdlab.theory.anchors import label_law_cosines, token_label_law
+from tdlab.train.cpu import cpu_threads
+from tdlab.train.data import DATASET
+from tdlab.train.objectives import LastPosition
+from tdlab.train.trainer import Trainer
+
+if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "BOTH_REACHED",
+    "CLAIMS",
+    "MEM_COS_THRESHOLD",
+    "RSN_RHO_THRESHOLD",
+    "RSN_TRAIN_REACHED",
+    "SOURCE_KEYS",
+    "AnchorsBiasConfig",
+    "AnchorsBiasConfigT",
+    "AnchorsGammaSweep",
+    "BiasClaims",
+    "ProbeConfig",
+    "ProbeSource",
+    "anchor_cosine_claims",
+    "anchor_cosine_rows",
+    "chance_acc_test",
+    "draw_examples",
+    "log_ratio_resolution",
+    "pair_abs_error",
+    "pair_spearman",
+    "reasoning_theory_cosines",
+]
+
+
+def reasoning_theory_cosines(task: Anchors) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fig. 3B–C: the laws ``P^s`` of the reasoning anchors on the task's training population and the
+    cosines of ``P^s − 1/d_vob``. Returns ``(laws (n, d_vob), cosines (n, n))`` float64."""
+    c = task.cfg
+    laws = torch.stack([token_label_law(task, s) for s in range(c.rsn_min, c.rsn_max + 1)])
+    return laws, label_law_cosines(laws, c.d_vob)
+
+
+def _pairs(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return tuple(torch.triu_indices(n, n, 1))
+
+
+def pair_spearman(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Spearman correlation of the off-diagonal upper-triangle entries of ``a (..., n, n)`` with those of
+    ``b (n, n)``: ``(...)`` float64."""
+    i, j = _pairs(b.shape[-1])
+    x = torch.from_numpy(rankdata(a[..., i, j].double().numpy(), axis=-1))
+    y = torch.from_numpy(rankdata(b[i, j].double().numpy())).expand_as(x)
+    x, y = x - x.mean(-1, keepdim=True), y - y.mean(-1, keepdim=True)
+    return (x * y).sum(-1) / (x.norm(dim=-1) * y.norm(dim=-1))
+
+
+def pair_abs_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Mean ``|a_ij − b_ij|`` over the pairs ``i < j`` of cosine matrices ``a (..., n, n)`` and ``b`` (the same
+    shape or ``(n, n)``): ``(...)`` float64."""
+    i, j = _pairs(a.shape[-1])
+    return (a.double() - b.double())[..., i, j].abs().mean(-1)
+
+
+# Our thresholds on the anchors' cosine structure: the seed gives no level for "high similarity" or "decreases with
+# |s_i − s_j|", and no planted case from its theory fixes one between an unshaped embedding (0) and its limit.
+MEM_COS_THRESHOLD = Threshold(
+    "ours",
+    "mem_cos_min = 0.8 on the mean off-diagonal cosine: our reading of 'high similarity'",
+)
+
+
+RSN_RHO_THRESHOLD = Threshold(
+    "ours",
+    "rsn_rho_max = −0.8 on the Spearman ρ with |s_i − s_j|: our reading of 'decreases with the increase of "
+    "|s_i − s_j|'",
+)
+
+
+def anchor_cosine_claims(
+    prefix: str, figure: str, section: str, where: str, quotes: tuple[str, str, str]
+) -> tuple[ClaimSpec, ...]:
+    """The three statements of Figs. 3A and 4A about the anchors' embedding cosines at γ = 0.8 (thresholds
+    from the config section ``section``); rows from :func:`anchor_cosine_rows`. ``where`` and ``quotes`` (memory
+    aligned, memory above reasoning, reasoning ordered): the seed's words for the figure at hand."""
+    return (
+        ClaimSpec(
+            f"{prefix}-memory-anchors-aligned",
+            f"Small init (γ = 0.8): the memory anchors' embeddings are highly similar to each other ({figure})",
+            quote=quotes[0],
+            where=where,
+            form="settings",
+            hypotheses=(SMALL_INIT,),
+            threshold=MEM_COS_THRESHOLD,
+            test="value",
+            relation="ge",
+            expected=f"{section}.mem_cos_min",
+            tolerance=0.0,
+            horizon="budget",
+            quantity=f"mean off-diagonal cosine of the memory anchors' embeddings at a {figure} snapshot",
+        ),
+        ClaimSpec(
+            f"{prefix}-memory-above-reasoning",
+            f"Small init (γ = 0.8): memory anchors are more alike than reasoning anchors ({figure})",
+            quote=quotes[1],
+            where=where,
+            form="settings",
+            hypotheses=(SMALL_INIT,),
+            threshold=DIRECTION,
+            test="compare",
+            relation="gt",
+            margin=0.0,
+            horizon="budget",
+            quantity=f"mean off-diagonal cosine, memory − reasoning anchors, at a {figure} snapshot (paired by member)",
+        ),
+        ClaimSpec(
+            f"{prefix}-reasoning-anchors-ordered",
+            f"Small init (γ = 0.8): the reasoning anchors' cosine falls with |s_i − s_j| ({figure})",
+            quote=quotes[2],
+            where=where,
+            form="settings",
+            hypotheses=(SMALL_INIT,),
+            threshold=RSN_RHO_THRESHOLD,
+            test="value",
+            relation="le",
+            expected=f"{section}.rsn_rho_max",
+            tolerance=0.0,
+            horizon="budget",
+            quantity="Spearman ρ of cos(w^s_i, w^s_j) with |s_i − s_j| over reasoning-anchor pairs",
+        ),
+    )
+
+
+def anchor_cosine_rows(
+    out: Measurements,
+    prefix: str,
+    arm: str,
+    epoch: int,
+    m: dict[str, list[float]],
+    reading: Reading,
+    gamma: float,
+    mem_cos_min: float,
+    rsn_rho_max: float,
+) -> None:
+    """The rows of :func:`anchor_cosine_claims` for one snapshot (``m``: :meth:`AnchorsMlp.embedding_measures`'
+    ``mem_cos``, ``rsn_cos`` and ``rsn_rho``, per member)."""
+    ctx = {"gamma": gamma, "epoch": epoch}
+    key, when = f"epoch{epoch}", f"γ = {gamma:g}, epoch {epoch}"
+    out.row(
+        f"{prefix}-memory-anchors-aligned",
+        key,
+        m["mem_cos"],
+        arms=[arm],
+        provenance=reading.provenance,
+        context=ctx,
+        label=f"{when}: mean off-diagonal cos of memory anchors ≥ {mem_cos_min:g} (t); {reading.label}",
+    )
+    out.row(
+        f"{prefix}-memory-above-reasoning",
+        key,
+        m["mem_cos"],
+        m["rsn_cos"],
+        arms=[arm],
+        provenance=reading.provenance,
+        context=ctx,
+        label=f"{when}: mean off-diagonal cos, memory − reasoning anchors > 0; {reading.label}",
+    )
+    out.row(
+        f"{prefix}-reasoning-anchors-ordered",
+        key,
+        m["rsn_rho"],
+        arms=[arm],
+        provenance=reading.provenance,
+        context=ctx,
+        label=f"{when}: Spearman ρ(cos, |s_i − s_j|) of reasoning anchors ≤ {rsn_rho_max:g} (t); {reading.label}",
+    )
+
+
+class BiasClaims(Config):
+    """Thresholds (t) of the claims — ours, fixed before any run."""
+
+    t50_acc: float = Field(0.5, gt=0.0, lt=1.0)  # T50: first epoch with acc > 0.5
+    small_final_test_acc: float = Field(0.9, ge=0.0, le=1.0)  # (t) γ = 0.8: final acc_rsn,test >= 0.9
+    large_t50_factor: float = Field(1.5, ge=1.0, le=100.0)  # (t) γ = 0.3: T50_mem, T50_rsn,train within ×1.5
+    large_test_acc_tol: float = Field(0.05, ge=0.0, le=1.0)  # (t) γ = 0.3: final acc_rsn,test <= chance + 0.05
+    small_gamma: float = Field(0.8, ge=0.0, le=10.0)  # the "small init" arm of the claims
+    large_gamma: float = Field(0.3, ge=0.0, le=10.0)  # the "large init" arm of the claims
+
+
+class AnchorsBiasConfig(ExperimentConfig):
+    members: int = Field(3, ge=1, le=1024)  # seeds per γ (the seed trains one model per γ)
+    task: AnchorsConfig = AnchorsConfig()  # §4.1 defaults: Z = 21..120, q = 2, L = 9, d_vob = 200
+    model: Seed001GPTConfig = Seed001GPTConfig()
+    gammas: list[float] = [0.3, 0.5, 0.8]  # A.3
+    train: Seed001TrainConfig = Seed001TrainConfig()  # A.3: AdamW, batch 100, lr 1e-5, clip 1
+    schedule: EpochsConfig = EpochsConfig()  # A.3: 1000 epochs
+    claims: BiasClaims = BiasClaims()
+    # Parameters kept after these epochs (< schedule.epochs), stored as gamma=<γ>@step<N> for the probe
+    # experiments (the seed's Figs. 4 and 11 read epochs 200 and 900; init and the end are always kept).
+    snapshot_epochs: list[int] = [50, 200, 900]
+    # torch threads on the CPU (tdlab.train.cpu.cpu_threads): d = 64, batch 100 × 9 tokens is small work;
+    # measured under load on the 2-core machine, 100 steps of the quick ensemble: 87 s with 2 threads, 25 s with 1.
+    cpu_threads: int | None = Field(1, ge=1, le=1024)
+
+    @model_validator(mode="after")
+    def _check(self) -> AnchorsBiasConfig:
+        check_gammas(self.gammas)
+        if self.model.init != "gamma":
+            raise ValueError(f"model.init must be 'gamma' (seed 001 §3.4), got {self.model.init!r}")
+        if self.task.n_train < self.train.batch:
+            raise ValueError(
+                f"task.n_train={self.task.n_train} must hold at least one batch of train.batch={self.train.batch}"
+            )
+        bad = [e for e in self.snapshot_epochs if not 1 <= e < self.schedule.epochs]
+        if bad:
+            raise ValueError(f"snapshot_epochs {bad} must lie in 1..schedule.epochs-1={self.schedule.epochs - 1}")
+        return self
+
+    def model_for_task(self) -> GPTConfig:
+        return self.model.updated({"vocab": self.task.d_vob, "max_len": self.task.L})
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return max(1, self.task.n_train // self.train.batch)
+
+
+def chance_acc_test(cfg: AnchorsConfig) -> float:
+    """Chance accuracy on D_rsn,test: a guess from the held-out labels' marginal (``z + Σa`` with ``z``
+    uniform: ``1/N_Z``)."""
+    return 1.0 / (cfg.key_max - cfg.key_min + 1)
+
+
+def draw_examples(task: Anchors, seed: int, per_kind: int = 4) -> dict[str, dict[str, torch.Tensor]]:
+    """Fig. 8's example sequences: ``per_kind`` memory and reasoning sequences of the task."""
+    g = torch.Generator().manual_seed(seed)
+    mem = task.dataset(g, per_kind, "mem")
+    rsn = task.dataset(g, per_kind, "rsn_train")
+    return {"memory": mem, "reasoning": rsn}
+
+
+RSN_TRAIN_REACHED = Stage(
+    "rsn-train-reached-t50",
+    "accuracy on D_rsn,train rose above claims.t50_acc within the run: the reasoning map "
+    "was learnt on the training tuples",
+)
+
+
+BOTH_REACHED = Stage(
+    "mem-and-rsn-train-reached-t50",
+    "accuracy on both D_mem and D_rsn,train rose above claims.t50_acc within the "
+    "run: both training splits were learnt (a pace is defined)",
+)
+
+
+def _large_t50_tol(cfg: AnchorsBiasConfig, row: object) -> float:
+    return math.log(cfg.claims.large_t50_factor)
+
+
+def _chance(cfg: AnchorsBiasConfig, row: object) -> float:
+    return chance_acc_test(cfg.task)
+
+
+def _chance_or_inferred(cfg: AnchorsBiasConfig, context: Any) -> tuple[Sample, Sample]:
+    """Planted final accuracies on D_rsn,test at the run's members and held-out size: at chance (the masked tuples
+    not inferred, what the seed says of γ = 0.3), members spread over ± 2 binomial standard errors of
+    ``task.n_test`` sequences; and inferred (accuracy 1, the reasoning solution the seed's small init reaches, the
+    alternative §4.1 contrasts it with), spread the same below 1."""
+    c = chance_acc_test(cfg.task)
+    spread = 2 * math.sqrt(c * (1 - c) / cfg.task.n_test)
+    return planted_pair(c, 1.0 - spread, spread, cfg.members)
+
+
+CLAIMS = (
+    reasoning_first_claim(
+        "small-init-learns-reasoning-first",
+        "Small init (γ = 0.8): D_rsn,train and D_rsn,test are learnt before D_mem (§4.1, Fig. 2A)",
+        quote="In contrast, when γ = 0.8, the losses on D_rsn,train and D_rsn,test decrease significantly faster than "
+        "the loss on D_mem.",
+        where="§4.1; Fig. 2A (γ = 0.8 column)",
+    ),
+    ClaimSpec(
+        "small-init-generalises-to-masked-tuples",
+        "Small init (γ = 0.8): the masked tuples M are inferred — accuracy on D_rsn,test approaches 1 (§4.1, Fig. 2A)",
+        quote="when γ = 0.8, the losses on D_rsn,train and D_rsn,test decrease significantly faster than the loss on "
+        "D_mem. This behavior indicates a shift towards a reasoning bias in the model.",
+        where="§4.1; Fig. 2A (bottom row, γ = 0.8: the accuracy on D_rsn,test rises with D_rsn,train's)",
+        form="settings",
+        hypotheses=(SMALL_INIT,),
+        threshold=Threshold(
+            "ours",
+            "claims.small_final_test_acc = 0.9: our reading of Fig. 2A's accuracy curve, which the text gives no level "
+            "for (no level between chance and 1 follows from the seed)",
+        ),
+        test="value",
+        relation="ge",
+        expected="claims.small_final_test_acc",
+        tolerance=0.0,
+        horizon="budget",
+        stage=RSN_TRAIN_REACHED,
+        quantity="final accuracy on D_rsn,test (held-out tuples of M)",
+    ),
+    ClaimSpec(
+        "large-init-memorises-at-reasoning-pace",
+        "Large init (γ = 0.3): D_mem and D_rsn,train are learnt at nearly identical rates (§4.1, Fig. 2A)",
+        quote="As illustrated in Figure 2A, for γ = 0.3, the losses on D_mem and D_rsn,train decrease at nearly "
+        "identical rates",
+        where="§4.1; Fig. 2A (γ = 0.3 column)",
+        form="settings",
+        hypotheses=(LARGE_INIT,),
+        threshold=Threshold(
+            "ours",
+            "claims.large_t50_factor = 1.5: 'nearly identical rates' read as T50s within a factor 1.5 "
+            "(the seed gives no number and no theory of the two paces)",
+        ),
+        test="value",
+        relation="close",
+        expected=0.0,
+        tolerance=_large_t50_tol,
+        horizon="budget",
+        stage=BOTH_REACHED,
+        quantity="log(T50_mem / T50_rsn,train) (T50 known to one evaluation interval: the resolution is the largest "
+        "change of the log ratio over ± half an interval)",
+    ),
+    ClaimSpec(
+        "large-init-does-not-generalise",
+        "Large init (γ = 0.3): the loss on D_rsn,test remains effectively unchanged — the masked tuples are not "
+        "inferred (§4.1, Fig. 2A)",
+        quote="while the loss on D_rsn,test remains effectively unchanged. This observation suggests that the model "
+        "primarily memorizes the training data in this setting.",
+        where="§4.1; Fig. 2A (γ = 0.3 column)",
+        form="settings",
+        hypotheses=(LARGE_INIT,),
+        threshold=Threshold(
+            "ours",
+            "claims.large_test_acc_tol = 0.05 above chance (1/N_Z) on the final D_rsn,test accuracy",
+            Calibration(
+                "planted",
+                "members at chance (± 2 binomial standard errors of task.n_test held-out sequences) hold, members at "
+                "the inferred solution (accuracy 1, the small init's) fail, at the run's member count",
+                plant=_chance_or_inferred,
+                test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
+            ),
+        ),
+        test="value",
+        relation="le",
+        expected=_chance,
+        tolerance="claims.large_test_acc_tol",
+        horizon="budget",
+        stage=RSN_TRAIN_REACHED,
+        learning_required=False,
+        # "remains unchanged" over the seed's 1000 epochs: a shorter run still at chance may yet infer M
+        stays=True,
+        length="schedule.epochs",
+        seed_length=SEED_EPOCHS,
+        quantity="final accuracy on D_rsn,test, against chance (1/N_Z: a guess from the held-out labels' marginal)",
+    ),
+    ClaimSpec(
+        "reasoning-bias-grows-with-gamma",
+        "The smaller the init (the larger γ), the stronger the reasoning bias (§4.1, Fig. 2A)",
+        quote="as the initialization scale decreases, the model exhibits a progressively stronger reasoning bias.",
+        where="§4.1; Fig. 2A (γ = 0.3, 0.5, 0.8 columns)",
+        form="settings",
+        threshold=DIRECTION,
+        all_rows=True,  # "progressively": every neighbouring pair of γ
+        test="compare",
+        relation="gt",
+        margin=0.0,
+        horizon="budget",
+        stage=RSN_PAST_MARGINAL,
+        quantity="AUC_rsn,test − AUC_mem at the larger γ minus at the smaller (neighbouring γ, paired over seeds)",
+    ),
+)
+
+
+def log_ratio_resolution(t_mem: np.ndarray, t_rsn: np.ndarray, interval: float) -> float:
+    """Twice the largest change of ``log(t_mem / t_rsn)`` when each T50 moves by up to half an evaluation
+    interval (both ``> interval / 2``): the log ratio's resolution."""
+    h = interval / 2
+    r = np.log(t_mem / t_rsn)
+    hi = np.log((t_mem + h) / (t_rsn - h)) - r
+    lo = r - np.log((t_mem - h) / (t_rsn + h))
+    return float(2 * np.max(np.maximum(hi, lo)))
+
+
+AnchorsBiasConfigT = TypeVar("AnchorsBiasConfigT", bound=AnchorsBiasConfig)
+
+
+class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
+    """The γ-sweep of anchors-bias (:mod:`.bias`): its config, claims, profiles, run, measure and figures,
+    registered there as they are; the probe experiments extend it with their own config and claims."""
+
+    # its own config; the experiments built on the γ-sweep (AnchorsGammaSweep[TheirConfig]) set theirs
+    Config = AnchorsBiasConfig  # type: ignore[assignment]
+    claims: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
+    # atlas: the γ-bias claims (small γ learns reasoning first, t50 ratios, final accuracy) depend on the epoch budget (snapshots rescaled to fit every budget)
+    atlas_axes = AtlasAxes(
+        axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
+        profile_set={"quick": {"snapshot_epochs": [1, 2, 5]}, "paper": {"snapshot_epochs": [50, 200, 450]}},
+        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
+    )
+
+    def run(self, cfg: AnchorsBiasConfigT, ctx: RunContext) -> None:
+        task, arms = self.task(cfg), self.gamma_arms(cfg)
+        mcfg = cfg.model_for_task()
+        tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.task.n_train, cfg.task.L)
+        data = fixed_data(task, arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch)
+        trainer = Trainer(
+            tcfg,
+            ctx.device,
+            ctx.progress,
+            label="γ-sweep",
+            objective=LastPosition(),
+            snapshot_steps=[e * cfg.steps_per_epoch for e in cfg.snapshot_epochs],
+        )
+        gamma_of = arms.gamma_of
+        with cpu_threads(cfg.cpu_threads, ctx.device):
+            fit_gamma_arms(ctx, trainer, lambda s: gamma_gpt(mcfg, s, gamma_of), arms, data)
+
+    # ---- measurement ----------------------------------------------------------------------------
+    def measure(self, cfg: AnchorsBiasConfigT, run: RunView) -> Measurements:
+        """Per γ: the curves' T50s (censored, discrete), AUCs and final accuracies; the label-marginal
+        baselines and the stages the claims about reaching something need."""
+        c = cfg.claims
+        marginal = label_marginal_losses(self.task(cfg))
+        chance = chance_acc_test(cfg.task)
+        out = Measurements(
+            {
+                "label_marginal_loss": marginal,
+                "chance_acc_test": chance,
+                "lr_vs_seed": cfg.train.lr / SEED_LR_TRANSFORMER,
+            }
+        )
+        curves = {g: ArmCurves.read(run, GammaArms.arm(g), cfg.steps_per_epoch) for g in cfg.gammas}
+        for g, cv in curves.items():
+            arm = GammaArms.arm(g)
+            record_rsn_past_marginal(out, arm, cv, marginal)
+            peak = {s: np.nanmax(cv.acc[s], axis=1) for s in ("mem", "rsn_train")}
+            out.stage(
+                arm,
+                RSN_TRAIN_REACHED,
+                peak["rsn_train"],
+                c.t50_acc,
+                "gt",
+                evidence="highest D_rsn,train accuracy vs claims.t50_acc",
+            )
+            out.stage(
+                arm,
+                BOTH_REACHED,
+                np.minimum(peak["mem"], peak["rsn_train"]),
+                c.t50_acc,
+                "gt",
+                evidence="the lower of the highest D_mem and D_rsn,train accuracies vs claims.t50_acc",
+            )
+            out.values[arm] = {**cv.summary(c.t50_acc), "auc_gap": bias_gap(cv)}
+        small, large = c.small_gamma, c.large_gamma
+        if small in curves:
+            arm, cv = GammaArms.arm(small), curves[small]
+            reasoning_first_rows(out, "small-init-learns-reasoning-first", arm, cv, c.t50_acc, small)
+            out.row(
+                "small-init-generalises-to-masked-tuples",
+                f"gamma={small:g}",
+                cv.final_acc("test"),
+                arms=[arm],
+                context={"gamma": small},
+                label=f"γ = {small:g}: final acc_rsn,test ≥ {c.small_final_test_acc:g} (t)",
+            )
+        if large in curves:
+            arm, cv = GammaArms.arm(large), curves[large]
+            tm, tr = cv.t50("mem", c.t50_acc), cv.t50("rsn_train", c.t50_acc)
+            # Rows of members that never reached T50 on a split are gated by BOTH_REACHED; their ratio is
+            # stored as measured (a bound) and never decides.
+            res = log_ratio_resolution(tm.steps, tr.steps, tm.resolution)
+            out.row(
+                "large-init-memorises-at-reasoning-pace",
+                f"gamma={large:g}",
+                Sample(np.log(tm.steps / tr.steps), resolution=res),
+                arms=[arm],
+                context={"gamma": large},
+                label=f"γ = {large:g}: |log(T50_mem / T50_rsn,train)| ≤ log {c.large_t50_factor:g} (t)",
+            )
+            out.row(
+                "large-init-does-not-generalise",
+                f"gamma={large:g}",
+                cv.final_acc("test"),
+                arms=[arm],
+                context={"gamma": large},
+                label=f"γ = {large:g}: final acc_rsn,test ≤ chance {chance:.3g} + {c.large_test_acc_tol:g} (t)",
+            )
+        ordered = sorted(curves)
+        for lo, hi in itertools.pairwise(ordered):
+            out.row(
+                "reasoning-bias-grows-with-gamma",
+                f"{hi:g}-above-{lo:g}",
+                bias_gap(curves[hi]),
+                bias_gap(curves[lo]),
+                arms=[GammaArms.arm(hi), GammaArms.arm(lo)],
+                context={"gamma": hi, "reference_gamma": lo},
+                label=f"(AUC_rsn,test − AUC_mem) at γ = {hi:g} minus at γ = {lo:g} > 0",
+            )
+        return out
+
+    def notes(self, cfg: AnchorsBiasConfigT, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        m = measured.values
+        notes = []
+        for g in sorted(cfg.gammas):
+            s = m[GammaArms.arm(g)]
+            notes.append(
+                f"γ = {g:g}: T50 mem/rsn-train/rsn-test = {_fmt(s['T50_mem'])} / {_fmt(s['T50_rsn_train'])} / "
+                f"{_fmt(s['T50_test'])} epochs (— : never above {cfg.claims.t50_acc:g} within {cfg.schedule.epochs} "
+                f"epochs); final acc mem/rsn-train/rsn-test = {np.mean(s['final_acc_mem']):.3f} / "
+                f"{np.mean(s['final_acc_rsn_train']):.3f} / {np.mean(s['final_acc_test']):.3f} (seed means; chance on "
+                f"D_rsn,test {m['chance_acc_test']:.3g}); final D_rsn,test loss {np.mean(s['final_loss_test']):.3f} vs the "
+                f"label marginal's {m['label_marginal_loss']['test']:.3f} nats."
+            )
+        if m["lr_vs_seed"] != 1.0:
+            notes.append(
+                f"The curves ran {cfg.schedule.epochs} epochs at lr {cfg.train.lr:g} ({m['lr_vs_seed']:.3g}× the "
+                f"seed's {SEED_LR_TRANSFORMER:g} over 1000 epochs): the orderings are the seed's comparisons over a "
+                "shortened, faster schedule, and a claim that needs a split learnt is not evaluable when it was "
+                "not learnt within the run."
+            )
+        return [*super().notes(cfg, measured, groups), *notes]
+
+    # ---- figures --------------------------------------------------------------------------------
+    figures = (
+        split_curves(
+            "fig2a_loss_accuracy.png",
+            lambda cfg: f"Fig. 2A — transformer, {cfg.members} seeds per γ (mean, band min–max)",
+            lambda cfg: chance_acc_test(cfg.task),
+        ),
+    )
+
+    def plot(self, cfg: AnchorsBiasConfigT, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        """The declared Fig. 2A curves, then Fig. 8's example sequences (its own figure)."""
+        from tdlab.report.figures import save_figure
+
+        return [*super().plot(cfg, run, analysis, figdir), save_figure(self.fig8(cfg), figdir / "fig8_examples.png")]
+
+    def fig8(self, cfg: AnchorsBiasConfigT) -> Figure:
+        """Fig. 8: example sequences, one row each, tokens coloured by type (noise, key, anchor), label at right."""
+        from tdlab.report.figures import plt
+
+        task = self.task(cfg)
+        ex = draw_examples(task, cfg.seed)
+        colors = {"noise": "#9ecae1", "key": "#fdae6b", "anchor": "#a1d99b", "label": "#eeeeee"}
+        L = cfg.task.L
+        fig, axes = plt.subplots(1, 2, figsize=(2 * (0.55 * (L + 2) + 0.6), 2.6))
+        for ax, (kind, d) in zip(axes, ex.items(), strict=True):
+            n = d["tokens"].shape[0]
+            for r in range(n):
+                y = n - 1 - r
+                p = int(d["key_pos"][r])
+                for t in range(L):
+                    role = "key" if t == p else ("anchor" if p < t <= p + cfg.task.q else "noise")
+                    ax.add_patch(plt.Rectangle((t, y), 0.95, 0.9, color=colors[role]))
+                    ax.text(t + 0.47, y + 0.45, str(int(d["tokens"][r, t])), ha="center", va="center", fontsize=8)
+                ax.add_patch(plt.Rectangle((L + 0.6, y), 1.2, 0.9, color=colors["label"]))
+                ax.text(L + 1.2, y + 0.45, f"→ {int(d['label'][r])}", ha="center", va="center", fontsize=8)
+            ax.set_xlim(-0.1, L + 2)
+            ax.set_ylim(-0.1, n)
+            ax.axis("off")
+            ax.set_title(
+                f"{kind} mapping" + (" (y drawn once per (z, a))" if kind == "memory" else " (y = z + a1 + a2)"),
+                fontsize=9,
+            )
+        handles = [plt.Rectangle((0, 0), 1, 1, color=colors[k]) for k in ("noise", "key", "anchor")]
+        fig.legend(handles, ["noise", "key", "anchor"], loc="lower center", ncol=3, fontsize=8)
+        return fig
+
+
+def _fmt(v: list[int | None]) -> str:
+    return "[" + ", ".join("—" if x is None else f"{x:g}" for x in v) + "]"
+
+
+# Config keys an anchors-bias source run must share with the probe experiment reading it.
+SOURCE_KEYS: tuple[str, ...] = ("seed", "members", "task", "model", "gammas", "train", "schedule")
+
+
+class ProbeConfig(AnchorsBiasConfig):
+    """An ``anchors-bias`` γ-sweep to probe: trained here, or read from ``from_run``."""
+
+    # A finished anchors-bias run directory to read instead of training (its config must match: SOURCE_KEYS).
+    from_run: str | None = Field(None, min_length=1, max_length=4096)
+    n_probe: int = Field(1000, ge=1, le=1_000_000)  # training sequences per member fed through the model
+
+    @model_validator(mode="after")
+    def _source(self) -> ProbeConfig:
+        if self.from_run is None:
+            return self
+        try:
+            conf = Run(Path(self.from_run)).config
+        except RunDirError as exc:
+            raise ValueError(f"from_run: {exc}") from None
+        if conf.get("experiment") != "anchors-bias":
+            raise ValueError(f"from_run: {self.from_run} is a {conf.get('experiment')!r} run, need an anchors-bias run")
+        theirs = conf.get("config", {})
+        ours = self.model_dump(mode="json")
+        bad = [k for k in SOURCE_KEYS if theirs.get(k) != ours.get(k)]
+        if bad:
+            raise ValueError(
+                f"from_run: the source run's {', '.join(bad)} differ from this config's; run with the "
+                f"source's profile and --set values (its config.yaml) so the probes read the same setting"
+            )
+        return self
+
+
+class ProbeSource(AnchorsHealth):
+    """Train (or copy from ``from_run``) the γ-sweep and read its members back as models and data. A mixin
+    before :class:`AnchorsGammaSweep` (whose γ-sweep it runs; its task and γ arms are :class:`AnchorsHealth`'s)."""
+
+    def run(self, cfg: ProbeConfig, ctx: RunContext) -> None:
+        if cfg.from_run is not None:
+            ctx.copy_arms(Path(cfg.from_run), [GammaArms.arm(g) for g in cfg.gammas])
+            return
+        assert isinstance(self, AnchorsGammaSweep)  # a mixin before AnchorsGammaSweep (class docstring)
+        AnchorsGammaSweep.run(self, cfg, ctx)  # the very γ-sweep of anchors-bias, snapshots at cfg.snapshot_epochs
+
+    # ---- reading back ----------------------------------------------------------------------------
+    @staticmethod
+    def state_arm(cfg: ProbeConfig, gamma: float, when: str | int) -> str:
+        """The stored arm of γ at ``when``: ``"end"``, ``"init"`` or an epoch (a trainer snapshot)."""
+        arm = GammaArms.arm(gamma)
+        if when == "end":
+            return arm
+        if when == "init":
+            return init_arm(arm)
+        return snapshot_arm(arm, int(when) * cfg.steps_per_epoch)
+
+    @staticmethod
+    def has_state(run: RunView, arm: str) -> bool:
+        return (run.path / "arrays" / f"{arm.replace('/', '__')}.safetensors").is_file()
+
+    @staticmethod
+    def model(cfg: ProbeConfig, arrays: dict[str, torch.Tensor]) -> GPT:
+        """The ensemble (one member per stored member) holding ``arrays`` (``(E, ...)`` each)."""
+        E = next(iter(arrays.values())).shape[0]
+        m = GPT(cfg.model_for_task(), list(range(E)))  # the draw is overwritten
+        m.load_state_dict(arrays)
+        return m.eval()
+
+    def probe_sequences(self, cfg: ProbeConfig) -> dict[str, torch.Tensor]:
+        """The first ``n_probe`` training sequences of each seed index (members of every γ train on them):
+        ``{tokens (n, B, L), label, key_pos, kind (n, B)}`` rebuilt from the data seeds (as ``anchor_splits``)."""
+        task, arms = self.task(cfg), self.gamma_arms(cfg)
+        out: dict[str, list[torch.Tensor]] = {"tokens": [], "label": [], "key_pos": [], "kind": []}
+        b = min(cfg.n_probe, cfg.task.n_train)
+        for g in generators(arms.index_seeds, DATASET):
+            d = task.dataset(g, cfg.task.n_train, "train")  # anchor_splits' first draw from this generator
+            for k in out:
+                out[k].append(d[k][:b])
+        return {k: torch.stack(v) for k, v in out.items()}

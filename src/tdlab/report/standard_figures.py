@@ -1,0 +1,291 @@
+"""The standard figures, declared by an experiment and drawn here: training curves, a value over a 2-D grid of
+cells, matrices side by side, bars over arms.
+
+An experiment lists them as data (``figures = (Curves(...), Heatmap(...))``) and the default
+``Experiment.plot`` draws them with :func:`draw_figures`: every curve as the members' mean with a min–max band
+and each member thin (:func:`tdlab.report.figures.curve_with_band`), reference lines dashed, bars with every
+member's value as a dot, each figure saved by :func:`tdlab.report.figures.save_figure` (curves that leave the
+axes marked, signed with the run's profile and budget). What depends on the run's config (which arms, which
+reference values) is a function of ``(cfg, measurements)`` in the declaration; a figure that is the
+experiment's own (a landscape, a flow field) stays a hand ``plot``. Declaring imports no matplotlib (an
+experiment's module is imported to list or judge it); drawing does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = [
+    "Bar",
+    "Bars",
+    "Curves",
+    "Heatmap",
+    "Line",
+    "Matrices",
+    "Panel",
+    "RunCurves",
+    "StandardFigure",
+    "draw_figure",
+    "draw_figures",
+]
+
+Text = str | Callable[[Any], str]  # fixed, or a function of the run's config
+
+
+class RunCurves(Protocol):
+    """What the standard figures read of a run (``tdlab.experiments.view.RunView`` is one): a metric's
+    curves, ``(steps (S,), values (members, S))``, and whether the run has them."""
+
+    def has(self, arm: Any, name: str) -> bool: ...
+
+    def curves(self, arm: Any, name: str) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def _text(t: Text, cfg: Any) -> str:
+    return t(cfg) if callable(t) else t
+
+
+@dataclass(frozen=True)
+class Line:
+    """One curve: metric ``metric`` of ``arm`` over training, less metric ``minus`` of the same arm where given
+    (a gap to a reference predictor the trainer scores on the same batches), steps divided by ``per``
+    (steps per epoch, for an epoch axis)."""
+
+    arm: Any
+    metric: str = "test_loss"
+    label: str = ""
+    color: str | None = None
+    minus: str | None = None
+    per: float = 1.0
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One axes of :class:`Curves`: its lines, the theory values drawn as dashed lines, the steps marked with a
+    dotted vertical line (``marks``: label → x), its limits."""
+
+    title: str
+    lines: Sequence[Line]
+    reference: Mapping[str, float] = field(default_factory=dict)
+    marks: Mapping[str, float] = field(default_factory=dict)
+    ylim: tuple[float, float] | None = None
+    yscale: str = "linear"
+    ylabel: str | None = None  # default: the figure's
+
+
+@dataclass(frozen=True)
+class Curves:
+    """Training curves with a band over members: one panel per :class:`Panel` that ``panels(cfg,
+    measurements)`` returns, ``columns`` to a row (all in one row by default). A line whose arm the run lacks is
+    left out (a stopped run's arm)."""
+
+    file: str
+    panels: Callable[[Any, Mapping[str, Any]], Sequence[Panel]]
+    title: Text = ""
+    xlabel: str = "iteration"
+    ylabel: str = "test loss (nats)"
+    size: tuple[float, float] = (5.5, 4.0)  # of one panel, inches
+    legend: float = 8.0
+    columns: int | Callable[[Any], int] | None = None  # fixed, or a function of the run's config
+
+    def draw(self, cfg: Any, run: RunCurves, measurements: Mapping[str, Any], path: Path) -> Path:
+        from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
+
+        panels = list(self.panels(cfg, measurements)) or [Panel("nothing measured", [])]
+        columns = self.columns(cfg) if callable(self.columns) else self.columns
+        cols = max(1, min(columns or len(panels), len(panels)))
+        rows = max(1, -(-len(panels) // cols))
+        fig, axes = plt.subplots(rows, cols, figsize=(self.size[0] * cols, self.size[1] * rows), squeeze=False)
+        for ax in list(axes.flat)[len(panels) :]:
+            ax.axis("off")
+        for ax, panel in zip(axes.flat, panels, strict=False):
+            for line in panel.lines:
+                if not run.has(line.arm, line.metric) or (line.minus and not run.has(line.arm, line.minus)):
+                    continue
+                steps, values = run.curves(line.arm, line.metric)
+                if line.minus:
+                    values = values - run.curves(line.arm, line.minus)[1]
+                curve_with_band(ax, steps / line.per, values, line.label or str(line.arm), line.color)
+            reference_lines(ax, panel.reference)
+            for label, x in panel.marks.items():
+                ax.axvline(x, color="grey", ls=":", lw=0.8, label=label)
+            if panel.yscale == "symlog":
+                ax.set_yscale("symlog", linthresh=1e-2)
+            elif panel.yscale != "linear":
+                ax.set_yscale(panel.yscale)
+            if panel.ylim is not None:
+                ax.set_ylim(*panel.ylim)
+            ax.set_title(panel.title, fontsize=10)
+            ax.set_xlabel(self.xlabel)
+            ax.set_ylabel(panel.ylabel if panel.ylabel is not None else self.ylabel)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=self.legend)
+        title = _text(self.title, cfg)
+        if title:
+            fig.suptitle(title, fontsize=10)
+        fig.tight_layout()
+        return save_figure(fig, path)
+
+
+Key = Callable[[Mapping[str, Any]], Any]  # a cell's coordinate: hashable, sortable
+
+
+def _key(k: str | Key) -> Key:
+    return k if callable(k) else (lambda cell: cell[k])
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    """One value over a 2-D grid of cells: ``measurements[cells]`` maps each cell (an arm) to its dict of
+    measurements, ``x`` and ``y`` (a key of that dict, or a function of it) place it, ``value`` is the number
+    drawn and printed in its square; a square no cell fills is "—". Colours from ``vmin`` (default: the
+    smallest value) to the largest value, or ``vmax_at_least`` where that is larger (a small gap stays pale)."""
+
+    file: str
+    value: str
+    x: str | Key
+    y: str | Key
+    cells: str = "cells"
+    title: Text = ""
+    colorbar: str = ""
+    x_label: Callable[[Any], str] = str
+    y_label: Callable[[Any], str] = str
+    x_order: Callable[[Any], Any] | None = None  # a sort key of the x values (default: their own order)
+    y_order: Callable[[Any], Any] | None = None
+    cmap: str = "Reds"
+    vmin: float | None = None
+    vmax_at_least: float | None = None
+    fmt: str = "{:+.3f}"
+
+    def grid(self, measurements: Mapping[str, Any]) -> tuple[list[Any], list[Any], np.ndarray]:
+        """``(x values, y values, grid (len(y), len(x)))`` of the cells, NaN where no cell is."""
+        cells = list(measurements.get(self.cells, {}).values())
+        x_of, y_of = _key(self.x), _key(self.y)
+        xs: list[Any] = sorted({x_of(c) for c in cells}, key=self.x_order)
+        ys: list[Any] = sorted({y_of(c) for c in cells}, key=self.y_order)
+        grid = np.full((len(ys), len(xs)), np.nan)
+        for c in cells:
+            v = c.get(self.value)
+            grid[ys.index(y_of(c)), xs.index(x_of(c))] = np.nan if v is None else v
+        return xs, ys, grid
+
+    def draw(self, cfg: Any, run: RunCurves, measurements: Mapping[str, Any], path: Path) -> Path:
+        from tdlab.report.figures import plt, save_figure
+
+        xs, ys, grid = self.grid(measurements)
+        if grid.size == 0:  # a run with no cells measured (stopped before any): say so, do not fail
+            grid = np.full((1, 1), np.nan)
+        fig, ax = plt.subplots(figsize=(1.6 * len(xs) + 2.5, 0.55 * len(ys) + 1.8))
+        finite = grid[np.isfinite(grid)]
+        hi = float(finite.max()) if finite.size else math.nan
+        if self.vmax_at_least is not None:
+            hi = self.vmax_at_least if not math.isfinite(hi) else max(self.vmax_at_least, hi)
+        lo = self.vmin if self.vmin is not None else (float(finite.min()) if finite.size else None)
+        im = ax.imshow(grid, cmap=self.cmap, vmin=lo, vmax=hi if math.isfinite(hi) else None)
+        for i in range(len(ys)):
+            for j in range(len(xs)):
+                txt = "—" if np.isnan(grid[i, j]) else self.fmt.format(grid[i, j])
+                ax.text(j, i, txt, ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(xs)), [self.x_label(x) for x in xs])
+        ax.set_yticks(range(len(ys)), [self.y_label(y) for y in ys])
+        fig.colorbar(im, ax=ax, label=self.colorbar)
+        ax.set_title(_text(self.title, cfg), fontsize=9)
+        return save_figure(fig, path)
+
+
+@dataclass(frozen=True)
+class Matrices:
+    """Matrices side by side, each a heatmap with its colour bar: ``panels(cfg, run, measurements)`` returns
+    ``[(matrix (n, m), title)]``, laid out ``columns`` to a row."""
+
+    file: str
+    panels: Callable[[Any, Any, Mapping[str, Any]], Sequence[tuple[np.ndarray, str]]]
+    title: Text = ""
+    columns: int = 3
+    size: tuple[float, float] = (4.2, 3.8)
+
+    def draw(self, cfg: Any, run: RunCurves, measurements: Mapping[str, Any], path: Path) -> Path:
+        from tdlab.report.figures import heatmap_panels, plt, save_figure
+
+        panels = list(self.panels(cfg, run, measurements))
+        cols = max(1, min(self.columns, len(panels)))
+        rows = max(1, -(-len(panels) // cols))
+        fig, axes = plt.subplots(rows, cols, figsize=(self.size[0] * cols, self.size[1] * rows), squeeze=False)
+        heatmap_panels(fig, axes, panels)
+        title = _text(self.title, cfg)
+        if title:
+            fig.suptitle(title)
+        return save_figure(fig, path)
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar: the members' values of one quantity (its height their mean, a min–max error bar, each
+    member a dot)."""
+
+    label: str
+    values: Sequence[float]
+    color: str | None = None
+
+
+@dataclass(frozen=True)
+class Bars:
+    """Bars over arms: ``bars(cfg, measurements)`` returns the :class:`Bar` s, ``reference`` (a function of
+    the same) the theory values drawn as dashed lines across them."""
+
+    file: str
+    bars: Callable[[Any, Mapping[str, Any]], Sequence[Bar]]
+    reference: Callable[[Any, Mapping[str, Any]], Mapping[str, float]] | None = None
+    title: Text = ""
+    ylabel: str = ""
+    ylim: tuple[float, float] | None = None
+
+    def draw(self, cfg: Any, run: RunCurves, measurements: Mapping[str, Any], path: Path) -> Path:
+        from tdlab.report.figures import plt, reference_lines, save_figure
+
+        bars = list(self.bars(cfg, measurements))
+        fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(bars) + 2), 4.0))
+        for i, bar in enumerate(bars):
+            v = np.asarray(bar.values, dtype=float)
+            v = v[np.isfinite(v)]
+            if v.size == 0:
+                continue
+            mean = float(v.mean())
+            patch = ax.bar(i, mean, width=0.6, color=bar.color, alpha=0.75)[0]
+            if v.size > 1:
+                ax.errorbar(i, mean, yerr=[[mean - v.min()], [v.max() - mean]], color="k", capsize=3, lw=1)
+                ax.plot(np.full(v.size, i), v, "o", ms=3, color="k", alpha=0.6, mfc=patch.get_facecolor())
+        if self.reference is not None:
+            reference_lines(ax, self.reference(cfg, measurements))
+        ax.set_xticks(range(len(bars)), [b.label for b in bars], fontsize=8)
+        if self.ylim is not None:
+            ax.set_ylim(*self.ylim)
+        ax.set_ylabel(self.ylabel)
+        title = _text(self.title, cfg)
+        if title:
+            ax.set_title(title, fontsize=9)
+        if self.reference is not None:
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        return save_figure(fig, path)
+
+
+StandardFigure = Curves | Heatmap | Matrices | Bars
+
+
+def draw_figure(fig: StandardFigure, cfg: Any, run: RunCurves, measurements: Mapping[str, Any], figdir: Path) -> Path:
+    """Draw one declared figure into ``figdir / fig.file``."""
+    return fig.draw(cfg, run, measurements, Path(figdir) / fig.file)
+
+
+def draw_figures(
+    figures: Sequence[StandardFigure], cfg: Any, run: RunCurves, measurements: Mapping[str, Any], figdir: Path
+) -> list[Path]:
+    """Every declared figure drawn into ``figdir``, in order; their paths."""
+    return [draw_figure(f, cfg, run, measurements, figdir) for f in figures]

@@ -1,0 +1,184 @@
+"""The standard figures an experiment declares and the report layer draws: each kind (curves, a grid's
+heatmap, matrices, bars) writes its file from a planted run, draws every member beside the band, marks a
+curve that leaves the axes, and is signed with the run's profile and budget; the default ``plot`` draws the
+declared ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tdlab.experiments.view import RunView
+from tdlab.report.figures import figure_note, plt
+from tdlab.report.standard_figures import (
+    Bar,
+    Bars,
+    Curves,
+    Heatmap,
+    Line,
+    Matrices,
+    Panel,
+    draw_figure,
+    draw_figures,
+)
+from tdlab.runs import RunWriter
+
+NOTE = "planted · profile quick · 3 members · train.steps = 40 (the seed's: 8000)"
+STEPS = range(0, 50, 10)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> RunView:
+    """Two arms of 3 members: ``test_loss`` from 2.0 down to ~0.6 (member 2 stays high), and the Bayes
+    predictor's loss on the same batches."""
+    with RunWriter(tmp_path_factory.mktemp("runs"), "planted", run_id="r") as w:
+        w.write_config({"experiment": "planted"})
+        for arm, shift in (("a", 0.0), ("b", 0.05)):
+            rows = []
+            for m in range(3):
+                for s in STEPS:
+                    loss = 0.6 + shift + (1.4 if m == 2 else 1.4 * np.exp(-s / 10))
+                    rows += [(s, m, "test_loss", loss), (s, m, "test_loss@bayes", 0.6)]
+            w.add_metrics(arm, rows)
+        return RunView(w.finish())
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures save_figure closed, kept open to read their texts and lines."""
+    figs: list = []
+    monkeypatch.setattr(plt, "close", figs.append)
+    yield figs
+    monkeypatch.undo()
+    for f in figs:
+        plt.close(f)
+
+
+def _texts(fig) -> list[str]:
+    return [t.get_text() for t in fig.texts] + [t.get_text() for ax in fig.axes for t in ax.texts]
+
+
+def _signed_png(path, fig) -> None:
+    assert path.is_file() and Image.open(path).size[0] > 100
+    assert NOTE in _texts(fig)
+
+
+CURVES = Curves(
+    "curves.png",
+    lambda cfg, m: [
+        Panel(
+            "loss",
+            [Line("a", label="a"), Line("b", label="b"), Line("missing", label="stopped arm")],
+            reference={"entropy rate": m["rate"]},
+            marks={"early": 20.0},
+            ylim=(0.5, 1.0),  # member 2 at 2.0 and every start run off the top
+        ),
+        Panel("gap", [Line("a", minus="test_loss@bayes")], yscale="symlog"),
+    ],
+    title=lambda cfg: f"Fig. X — {cfg} members",
+    columns=1,
+)
+
+
+def test_curves_draw_members_beside_the_band_reference_lines_and_mark_the_clipping(run, drawn, tmp_path):
+    with figure_note(NOTE):
+        path = draw_figure(CURVES, 3, run, {"rate": 0.6}, tmp_path)
+    (fig,) = drawn
+    _signed_png(path, fig)
+    assert path.name == "curves.png"
+    loss, gap = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
+    labels = [ln.get_label() for ln in loss.get_lines()]
+    assert labels.count("_member") == 6  # 2 arms x 3 members, thin; the stopped arm is left out
+    assert "entropy rate" in labels and "early" in labels and not any("stopped" in x for x in labels)
+    (mark,) = [t for t in _texts(fig) if "clipped above" in t]
+    assert "2.05" in mark  # member 2 of arm b, off the top
+    gap_mean = gap.get_lines()[0].get_ydata()
+    assert gap_mean[0] == pytest.approx(1.4) and gap.get_yscale() == "symlog"
+    assert "Fig. X — 3 members" in _texts(fig)
+
+
+def test_curves_with_nothing_measured_still_draw_a_figure(run, drawn, tmp_path):
+    empty = Curves("empty.png", lambda cfg, m: [])
+    assert draw_figure(empty, None, run, {}, tmp_path).is_file()
+
+
+def test_heatmap_places_each_cell_and_marks_the_missing_one(run, drawn, tmp_path):
+    cells = {
+        "k1/d1": {"k": 1, "depth": 1, "gap_mean": 0.01},
+        "k1/d2": {"k": 1, "depth": 2, "gap_mean": 0.0},
+        "k2/d1": {"k": 2, "depth": 1, "gap_mean": 0.2},
+    }
+    fig_decl = Heatmap(
+        "gaps.png",
+        "gap_mean",
+        x=lambda c: f"k={c['k']}",
+        y="depth",
+        title=lambda cfg: f"gap (tol {cfg})",
+        y_label=lambda d: f"{d} layer(s)",
+        vmin=0.0,
+        vmax_at_least=0.08,
+    )
+    xs, ys, grid = fig_decl.grid({"cells": cells})
+    assert xs == ["k=1", "k=2"] and ys == [1, 2]
+    assert grid[0].tolist() == [0.01, 0.2] and grid[1, 0] == 0.0 and np.isnan(grid[1, 1])
+    with figure_note(NOTE):
+        path = draw_figure(fig_decl, 0.02, run, {"cells": cells}, tmp_path)
+    (fig,) = drawn
+    _signed_png(path, fig)
+    texts = _texts(fig)
+    assert "—" in texts and "+0.200" in texts and "gap (tol 0.02)" in [ax.get_title() for ax in fig.axes]
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["1 layer(s)", "2 layer(s)"]
+    # no cells (a run stopped before any): a figure that says nothing, not a failure
+    assert draw_figure(fig_decl, 0.02, run, {"cells": {}}, tmp_path / "none").is_file()
+
+
+def test_matrices_draw_one_heatmap_per_panel_with_spare_axes_hidden(run, drawn, tmp_path):
+    decl = Matrices(
+        "grams.png",
+        lambda cfg, view, m: [(np.eye(4) * i, f"arm {i}") for i in range(cfg)],
+        title="Fig. 1 — grams",
+        columns=3,
+    )
+    with figure_note(NOTE):
+        path = draw_figure(decl, 4, run, {}, tmp_path)
+    (fig,) = drawn
+    _signed_png(path, fig)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert [t for t in titles if t.startswith("arm")] == ["arm 0", "arm 1", "arm 2", "arm 3"]
+    assert sum(not ax.axison for ax in fig.axes) == 2  # a 2 x 3 grid holds 4 panels
+
+
+def test_bars_show_each_member_reference_lines_and_mark_the_clipping(run, drawn, tmp_path):
+    decl = Bars(
+        "bars.png",
+        lambda cfg, m: [Bar("ours", m["ours"]), Bar("paper", [0.5]), Bar("none", [])],
+        reference=lambda cfg, m: {"chance": 0.25},
+        title="Fig. 3 — accuracy",
+        ylabel="accuracy",
+        ylim=(0.0, 1.0),
+    )
+    with figure_note(NOTE):
+        path = draw_figure(decl, None, run, {"ours": [0.4, 0.6, 1.3]}, tmp_path)
+    (fig,) = drawn
+    _signed_png(path, fig)
+    (ax,) = fig.axes
+    dots = [ln for ln in ax.get_lines() if ln.get_marker() == "o"]
+    assert len(dots) == 1 and list(dots[0].get_ydata()) == [0.4, 0.6, 1.3]  # every member, not only the mean
+    assert "chance" in [ln.get_label() for ln in ax.get_lines()]
+    assert any("clipped above" in t and "1.3" in t for t in _texts(fig))
+
+
+def test_the_default_plot_draws_the_declared_figures(run, drawn, tmp_path):
+    from tdlab.experiments.base import Analysis, Experiment
+
+    class Planted(Experiment):
+        name = "planted-figures"
+        figures = (CURVES, Bars("bars.png", lambda cfg, m: [Bar("x", [1.0])]))
+
+        def run(self, cfg, ctx):  # pragma: no cover - never trained
+            raise NotImplementedError
+
+    paths = Planted().plot(3, run, Analysis(measurements={"rate": 0.6}), tmp_path)
+    assert [p.name for p in paths] == ["curves.png", "bars.png"] and all(p.is_file() for p in paths)
+    assert draw_figures((), 3, run, {}, tmp_path) == []
