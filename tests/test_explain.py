@@ -26,7 +26,7 @@ def test_every_paper_group_says_what_the_paper_says(name: str) -> None:
             assert e[key], f"{name} {e['group']}: empty {key}"
         assert e["kind"] in ("settings", "limit", "existence")
         assert all({"text", "holds"} <= h.keys() for h in e["hypotheses"])
-        assert all({"field", "seed", "run"} <= d.keys() for d in e["settings_diff"])
+        assert all({"field", "paper", "run"} <= d.keys() for d in e["settings_diff"])
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in PAPER.glob("*.json")))

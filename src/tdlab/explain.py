@@ -106,7 +106,7 @@ def _entries(exp: Any, cfg: Any, judged: dict[str, GroupResult], record: dict[st
                 "all_rows": spec.all_rows,
                 "hypotheses": _hypotheses(spec, cfg, g),
                 "manifest": bool(exp.manifest),
-                "settings_diff": [{k: d[k] for k in ("field", "seed", "run", "where")} for d in diff],
+                "settings_diff": [{k: d[k] for k in ("field", "paper", "run", "where")} for d in diff],
                 "paper_differs": {d["field"]: exp.paper_differs.get(d["field"], "") for d in diff},
                 "ours_fields": ours,
                 "threshold_source": t.source if t else None,
@@ -137,7 +137,7 @@ def explain_lines(entries: list[dict[str, Any]]) -> list[str]:
             for d in e["settings_diff"]:
                 why = e["paper_differs"].get(d["field"]) or ""
                 lines.append(
-                    f"  differs from the seed: {d['field']} = {d['run']} (seed: {d['seed']}, {d['where']})"
+                    f"  differs from the seed: {d['field']} = {d['run']} (paper: {d['paper']}, {d['where']})"
                     + (f" — {why}" if why else "")
                 )
         elif e["manifest"]:
@@ -167,7 +167,8 @@ def explain_markdown(entries: list[dict[str, Any]]) -> list[str]:
             lines.append(f"    - hypothesis: {md_cell(h['text'])} — {met}{extra}")
         if e["settings_diff"]:
             off = "; ".join(
-                f"`{d['field']}` {md_cell(str(d['run']))} (seed: {md_cell(str(d['seed']))})" for d in e["settings_diff"]
+                f"`{d['field']}` {md_cell(str(d['run']))} (paper: {md_cell(str(d['paper']))})"
+                for d in e["settings_diff"]
             )
             lines.append(f"    - differs from the seed's settings: {off}")
         lines.append(f"    - threshold: {md_cell(e['threshold'])}")

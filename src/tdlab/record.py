@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tdlab.claims import VERDICTS
 from tdlab.claims.serial import health_to_json, measurements_to_json
@@ -64,6 +64,50 @@ def _checked_commit(v: str | None) -> str | None:
     return v
 
 
+def paper_vocabulary(doc: Any) -> Any:
+    """``doc`` (a record as read) in today's words: records written before the paper was called the paper in code
+    named it "seed" in three places (a row's ``provenance``, in the groups and the measurements; the cause ``no seed rows``, a settings diff's
+    ``seed`` value); "seed" is now only ever a random seed. Anything else is returned as it is."""
+    if not isinstance(doc, dict):
+        return doc
+    doc = dict(doc)
+    for key in ("claims", "sanity"):
+        groups = doc.get(key)
+        if isinstance(groups, list):
+            doc[key] = [_group_in_paper_words(g) for g in groups]
+    measured = doc.get("measured")
+    if isinstance(measured, dict) and isinstance(measured.get("rows"), dict):
+        doc["measured"] = {
+            **measured,
+            "rows": {
+                claim: [_row_in_paper_words(r) for r in rows] if isinstance(rows, list) else rows
+                for claim, rows in measured["rows"].items()
+            },
+        }
+    diff = doc.get("settings_diff")
+    if isinstance(diff, list):
+        doc["settings_diff"] = [
+            {("paper" if k == "seed" else k): v for k, v in d.items()} if isinstance(d, dict) else d for d in diff
+        ]
+    return doc
+
+
+def _group_in_paper_words(group: Any) -> Any:
+    if not isinstance(group, dict):
+        return group
+    group = dict(group)
+    if group.get("cause") == "no seed rows":
+        group["cause"] = "no paper rows"
+    rows = group.get("rows")
+    if isinstance(rows, list):
+        group["rows"] = [_row_in_paper_words(r) for r in rows]
+    return group
+
+
+def _row_in_paper_words(row: Any) -> Any:
+    return {**row, "provenance": "paper"} if isinstance(row, dict) and row.get("provenance") == "seed" else row
+
+
 class Record(BaseModel):
     """A published record's schema (see the module)."""
 
@@ -97,12 +141,17 @@ class Record(BaseModel):
     # a run stopped and resumed (tdlab batch, --until): the processes that trained it, in order; the commit
     # above is the last one's
     segments: list[Segment] | None = None
-    # the fields where the config departs from the settings the seed states, ``{field, seed, run, where}``
+    # the fields where the config departs from the settings the paper states, ``{field, paper, run, where}``
     # (tdlab.experiments.manifest); empty: at the seed's settings; None: written before manifests were kept
     settings_diff: list[dict[str, Any]] | None = None
     # what made the numbers besides the code (a float sum's order, and so the last bits, depend on them):
     # platform, processor, Python, torch, numpy, BLAS, the parallel backend; None: written before they were kept
     machine: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _in_paper_words(cls, doc: Any) -> Any:
+        return paper_vocabulary(doc)
 
     @field_validator("commit", "judged_commit")
     @classmethod

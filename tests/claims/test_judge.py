@@ -44,7 +44,7 @@ def one(
     health=None,
     stages=(),
     arms=(),
-    provenance="seed",
+    provenance="paper",
     context=None,
     confidence=0.95,
 ):
@@ -331,18 +331,18 @@ OK, BAD, WIDE = [0.0, 0.001, -0.001], [0.5, 0.51, 0.49], [0.002, 0.018, 0.006, 0
 
 
 def test_ours_rows_never_decide_a_paper_group():
-    g = _group(spec(tolerance=0.01), [("seed", OK, "seed"), ("ours", BAD, "ours")])
+    g = _group(spec(tolerance=0.01), [("paper", OK, "paper"), ("ours", BAD, "ours")])
     assert g.verdict == "holds" and g.row("ours").verdict == "fails" and g.row("ours").provenance == "ours"
     only_ours = _group(spec(tolerance=0.01), [("ours", BAD, "ours")])
-    assert only_ours.verdict == "not evaluable" and only_ours.cause == "no seed rows"
-    sanity = _group(spec(tolerance=0.01, kind="sanity"), [("seed", OK, "seed"), ("ours", BAD, "ours")])
+    assert only_ours.verdict == "not evaluable" and only_ours.cause == "no paper rows"
+    sanity = _group(spec(tolerance=0.01, kind="sanity"), [("paper", OK, "paper"), ("ours", BAD, "ours")])
     assert sanity.verdict == "fails"  # a sanity check is ours by nature: every row counts
 
 
 def test_group_rule_and_not_evaluable_rows():
     s = spec(tolerance=0.01)
-    assert _group(s, [("a", OK, "seed"), ("b", WIDE, "seed")]).verdict == "not resolved"
-    assert _group(s, [("a", OK, "seed"), ("b", WIDE, "seed"), ("c", BAD, "seed")]).verdict == "fails"
+    assert _group(s, [("a", OK, "paper"), ("b", WIDE, "paper")]).verdict == "not resolved"
+    assert _group(s, [("a", OK, "paper"), ("b", WIDE, "paper"), ("c", BAD, "paper")]).verdict == "fails"
     empty = judge([spec(needs="cells (k ≥ 2, depth 3)")], Measurements(), CFG)[0]
     assert empty.verdict == "not evaluable" and empty.cause == "no rows" and "k ≥ 2" in empty.reason
 
@@ -350,14 +350,14 @@ def test_group_rule_and_not_evaluable_rows():
 def test_holm_keeps_a_lone_marginal_failure_from_failing_a_large_group():
     s = spec(relation="le", expected=0.0, tolerance=0.0)
     marginal = [0.02, 0.0, 0.04, 0.01, 0.03]  # fails alone: t-interval just above 0
-    rows = [(f"r{i}", [-0.05, -0.06, -0.04, -0.05, -0.055], "seed") for i in range(9)] + [("m", marginal, "seed")]
+    rows = [(f"r{i}", [-0.05, -0.06, -0.04, -0.05, -0.055], "paper") for i in range(9)] + [("m", marginal, "paper")]
     alone = _group(s, rows[-1:])
     assert alone.verdict == "fails" and 0.01 < alone.rows[0].p_fail < 0.05
     g = _group(s, rows)
     m = g.row("m")
     assert m.verdict == "not resolved" and m.cause == "multiplicity" and m.alone == "fails" and "Holm" in m.reason
     assert g.verdict == "not resolved"
-    certain = _group(s, [*rows[:-1], ("m", [0.5, 0.51, 0.49, 0.5, 0.5], "seed")])
+    certain = _group(s, [*rows[:-1], ("m", [0.5, 0.51, 0.49, 0.5, 0.5], "paper")])
     assert certain.verdict == "fails"
 
 
@@ -400,7 +400,7 @@ def test_row_and_group_dicts_say_what_decided_them():
     )
     d = r.to_dict()
     assert d["interval"][1] is None and np.isfinite(d["interval"][0])  # JSON has no infinity
-    assert d["provenance"] == "seed" and d["horizon"] == "budget" and d["resolution"] == 10.0
+    assert d["provenance"] == "paper" and d["horizon"] == "budget" and d["resolution"] == 10.0
     assert d["censored"] == [False, False, True] and d["cause"] == "decided" and d["verdict"] == "holds"
     gd = g.to_dict()
     assert gd["verdict"] == "holds" and gd["horizon"] == "budget" and gd["rows"][0]["id"] == "c/r"
@@ -412,7 +412,7 @@ def test_a_claim_that_something_stays_cannot_hold_from_a_run_shorter_than_the_se
     is not resolved, naming both lengths; at 8,000 it holds; a row that already left still fails."""
     from types import SimpleNamespace
 
-    s = spec(stays=True, length="train.steps", seed_length=8000.0, tolerance=0.01)
+    s = spec(stays=True, length="train.steps", paper_length=8000.0, tolerance=0.01)
     m = Measurements()
     m.row(s.id, "r", Sample([0.001, -0.001, 0.0005, 0.0]))
     short, full = (SimpleNamespace(train=SimpleNamespace(steps=n)) for n in (2000, 8000))
@@ -424,7 +424,7 @@ def test_a_claim_that_something_stays_cannot_hold_from_a_run_shorter_than_the_se
     left.row(s.id, "r", Sample([0.2, 0.21, 0.19, 0.2]))
     assert judge([s], left, short)[0].rows[0].verdict == "fails"
     # stays can depend on the setting; a spec that says so must name both lengths
-    cond = spec(stays=lambda cfg: cfg.train.steps > 5000, length="train.steps", seed_length=8000.0, tolerance=0.01)
+    cond = spec(stays=lambda cfg: cfg.train.steps > 5000, length="train.steps", paper_length=8000.0, tolerance=0.01)
     assert judge([cond], m, short)[0].rows[0].verdict == "holds"  # not a "stays" claim in that setting
     with pytest.raises(ValueError, match="names the run's length"):
         spec(stays=True)
@@ -484,11 +484,11 @@ def test_a_claim_with_a_declared_scope_derives_each_rows_provenance_from_it():
     m.row("c", "off-figure", Sample([0.21, 0.2094, 0.208]), provenance="ours", context={"k": 3})
     inside = spec(relation="ge", expected=0.206, tolerance=0.021, horizon="budget", scope=lambda cfg, row: True)
     (g,) = judge([inside], m, CFG)
-    assert g.rows[0].provenance == "seed" and g.verdict == "holds"
+    assert g.rows[0].provenance == "paper" and g.verdict == "holds"
     outside = spec(relation="ge", expected=0.206, tolerance=0.021, scope=lambda cfg, row: row.context["k"] == 2)
     (g,) = judge([outside], m, CFG)
-    assert g.rows[0].provenance == "ours" and (g.verdict, g.cause) == ("not evaluable", "no seed rows")
-    assert judge([spec(relation="ge", expected=0.206, tolerance=0.021)], m, CFG)[0].cause == "no seed rows"
+    assert g.rows[0].provenance == "ours" and (g.verdict, g.cause) == ("not evaluable", "no paper rows")
+    assert judge([spec(relation="ge", expected=0.206, tolerance=0.021)], m, CFG)[0].cause == "no paper rows"
 
 
 def test_lsa_bounded_away_is_scoped_by_thm_4_1_not_by_the_figures_context():
@@ -555,14 +555,14 @@ def test_a_row_outside_a_hypothesis_is_ours_and_cannot_refute_the_paper():
     assert g.rows[0].outside == ["k = 3 (the theorem's order)"]
     assert (g.verdict, g.cause) == ("not evaluable", "outside hypotheses") and "k = 3" in g.reason
     inside = _rows(spec(tolerance=0.01, hypotheses=(needs_k3,)), {"a": WRONG}, cfg=_Cfg(k=3))
-    assert inside.verdict == "fails" and inside.rows[0].provenance == "seed"
+    assert inside.verdict == "fails" and inside.rows[0].provenance == "paper"
 
 
 def test_a_row_hypothesis_reads_the_rows_context():
     anchors = Hypothesis("anchors only", lambda cfg, row: row.context["cls"] != "key", on="row")
     s = spec(tolerance=0.01, hypotheses=(anchors,))
     g = _rows(s, {"key": WRONG, "memory": RIGHT}, {"key": {"cls": "key"}, "memory": {"cls": "memory"}})
-    assert [r.provenance for r in g.rows] == ["ours", "seed"]
+    assert [r.provenance for r in g.rows] == ["ours", "paper"]
     assert g.verdict == "holds"  # the key row fails, but keys are outside the statement
     assert anchors.met(CFG) is None  # a row hypothesis needs a row
 

@@ -33,7 +33,7 @@ def test_members_grow_by_the_schedule_and_the_confidence_is_split():
 
 def _group(verdict, cause, kind="paper", test="value", p=0.5):
     row = {
-        "provenance": "seed",
+        "provenance": "paper",
         "verdict": verdict,
         "cause": cause,
         "test": test,

@@ -106,10 +106,10 @@ def test_round_trip_keeps_every_field_and_the_verdicts():
             {"rows": {"v": [{"key": "a", "provenance": "theirs", "measured": {"values": [1]}}]}, "stages": {}},
             r"measured.rows.v\[0\]",
         ),
-        ({"rows": {"v": [{"key": "a", "provenance": "seed"}]}, "stages": {}}, "no measured sample"),
+        ({"rows": {"v": [{"key": "a", "provenance": "paper"}]}, "stages": {}}, "no measured sample"),
         (
             {
-                "rows": {"v": [{"key": "a", "provenance": "seed", "measured": {"values": [1], "se": [1, 2]}}]},
+                "rows": {"v": [{"key": "a", "provenance": "paper", "measured": {"values": [1], "se": [1, 2]}}]},
                 "stages": {},
             },
             "se has",

@@ -92,7 +92,7 @@ def _judge_planted(spec: ClaimSpec, cfg, kind: str):
 def test_a_planted_measurement_gives_its_verdict(name: str, spec: ClaimSpec, kind: str) -> None:
     cfg = registry()[name].make_config("quick")
     if spec.stays_for(cfg):  # a claim that something stays is judged at the seed's length (tested apart below)
-        cfg = registry()[name].make_config("quick", [f"{spec.length}={int(resolve(spec.seed_length, cfg))}"])
+        cfg = registry()[name].make_config("quick", [f"{spec.length}={int(resolve(spec.paper_length, cfg))}"])
     group = _judge_planted(spec, cfg, kind)
     row = group.rows[0]
     if kind == "fails" and spec.kind == "paper" and not spec.calibrated:
@@ -156,7 +156,7 @@ def test_a_planted_stay_in_a_run_shorter_than_the_seeds_is_not_resolved(name: st
     cfg = registry()[name].make_config("quick")
     if not spec.stays_for(cfg):
         pytest.skip("not a claim that something stays in the quick setting")
-    assert resolve(spec.length, cfg) < resolve(spec.seed_length, cfg)
+    assert resolve(spec.length, cfg) < resolve(spec.paper_length, cfg)
     row = _judge_planted(spec, cfg, "holds").rows[0]
     assert row.verdict == "not resolved" and row.cause == "shorter than the seed's length"
     assert _judge_planted(spec, cfg, "fails").rows[0].verdict == "fails"

@@ -52,8 +52,8 @@ def test_a_diff_names_each_field_off_the_seeds_and_the_rest_are_ours() -> None:
     assert ours_fields(manifest, cfg) == ["name"]  # the root seed is never the paper's
     off = _Cfg(train=_Inner(steps=50), sizes=(1, 3))
     assert settings_diff(manifest, off) == [
-        {"field": "train.steps", "seed": 100, "run": 50, "where": "Table 2"},
-        {"field": "sizes", "seed": [1, 2], "run": [1, 3], "where": "§4"},
+        {"field": "train.steps", "paper": 100, "run": 50, "where": "Table 2"},
+        {"field": "sizes", "paper": [1, 2], "run": [1, 3], "where": "§4"},
     ]
     assert ours_fields({"train": Setting({"steps": 100, "lr": 0.1}, "T2")}, cfg) == ["sizes", "name"]
 

@@ -11,7 +11,7 @@ from tdlab.costs.quick_times import quick_times
 from tdlab.experiments.base import ExperimentConfig
 from tdlab.experiments.catalog import CATALOG
 from tdlab.experiments.rounds import LENGTH_FIELDS, length_field
-from tdlab.experiments.standard import EXPLICIT, MARGIN, TARGET_SECONDS, seed_learning_rates, standard_of
+from tdlab.experiments.standard import EXPLICIT, MARGIN, TARGET_SECONDS, paper_learning_rates, standard_of
 from tdlab.train.trainer import TrainConfig
 
 BUDGET = MARGIN * TARGET_SECONDS
@@ -104,7 +104,7 @@ def test_every_standard_profile_lies_between_quick_and_paper_and_fits_its_budget
         for part in head.split("."):
             node_s, node_q = node_s[part], node_q[part]
         node_s.pop(leaf), node_q.pop(leaf)
-    for f in seed_learning_rates(quick, paper, (read_field(std, field) / read_field(quick, field)) if field else 1.0):
+    for f in paper_learning_rates(quick, paper, (read_field(std, field) / read_field(quick, field)) if field else 1.0):
         head, leaf = f.rsplit(".", 1) if "." in f else ("", f)
         node_s, node_q = rest, qrest
         for part in filter(None, head.split(".")):

@@ -145,7 +145,7 @@ def _fake_run(
                     "interval": [number - 0.01, number + 0.01],
                     "expected": 0.0,
                     "tolerance": 0.01,
-                    "provenance": "seed",
+                    "provenance": "paper",
                 }
             ],
         }

@@ -210,7 +210,7 @@ def test_what_settles_an_undecided_group_says_members_training_or_nothing_more_o
 
     rec = _record("topics-wv").model_copy(update={"members": 4})
     row = {
-        "provenance": "seed",
+        "provenance": "paper",
         "verdict": "not resolved",
         "test": "value",
         "relation": "close",
@@ -227,7 +227,7 @@ def test_what_settles_an_undecided_group_says_members_training_or_nothing_more_o
     assert "no member count" in what_settles("topics-wv", rec, {**spread, "rows": [row, near]})
     moving = {**spread, "cause": "still moving"}
     assert "`--set train.steps=" in what_settles("topics-wv", rec, moving, "train.steps")
-    assert what_settles("topics-wv", rec, {**spread, "cause": "no seed rows"}).startswith("not by more of this run")
+    assert what_settles("topics-wv", rec, {**spread, "cause": "no paper rows"}).startswith("not by more of this run")
     # "no rows" with no seed row at all is the same; with seed rows that measured nothing, the setting did run
     assert "has no row at the seed's setting" in what_settles(
         "topics-wv", rec, {**spread, "cause": "no rows", "rows": []}

@@ -177,10 +177,10 @@ def legend_stops() -> list[tuple[str, str]]:
     return [(f"{s:+g} tol" if s else "boundary", score_colour(s)) for s in (-SCORE_CLIP, -1.0, 0.0, 1.0, SCORE_CLIP)]
 
 
-def _first_seed_row(group: dict[str, Any] | None) -> dict[str, Any] | None:
+def _first_paper_row(group: dict[str, Any] | None) -> dict[str, Any] | None:
     """A group's first paper (``seed``) row, else its first row: the one value a cell is coloured by."""
     rows = (group or {}).get("rows") or []
-    return next((r for r in rows if r.get("provenance") == "seed"), rows[0] if rows else None)
+    return next((r for r in rows if r.get("provenance") == "paper"), rows[0] if rows else None)
 
 
 @dataclass
@@ -399,7 +399,7 @@ def _sweep(exp: Any, decl: AtlasAxes, profile: str, rows: list[dict[str, Any]], 
                     g = point["groups"].get(cid)
                     verdict = g["verdict"] if g else (point["row"]["status"] or "no verdict")
                     counts[verdict] = counts.get(verdict, 0) + 1
-                    first = _first_seed_row(g) if g and g["verdict"] != "not evaluable" else None
+                    first = _first_paper_row(g) if g and g["verdict"] != "not evaluable" else None
                     score = cell_score(first) if first is not None else None
                     cells.append(
                         Cell(

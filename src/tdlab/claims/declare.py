@@ -49,7 +49,7 @@ Relation = Literal["close", "le", "ge", "lt", "gt"]
 Horizon = Literal["budget", "convergence", "static"]
 # A row's setting: the seed's own (decides a paper group) or ours (an extension: judged and shown,
 # never deciding a paper group).
-Provenance = Literal["seed", "ours"]
+Provenance = Literal["paper", "ours"]
 # What kind of statement the paper makes: at its stated settings (a figure's run, a theorem for every
 # parameter its hypotheses cover), a limit (n, γ, L → ∞: judged where the dropped terms are measured small,
 # or against the theory of the finite setting that ran, never by a tolerance that assumes them small), or an
@@ -198,7 +198,7 @@ class ClaimSpec:
             not only at the figure's.
         stays: the statement is that something *stays* (on a plateau, unlearned, unchanged) over the seed's
             training (a bool, or a function of the config): a row cannot hold from a run whose training
-            length (``length``, a config path) is shorter than ``seed_length`` (the seed's, a number or
+            length (``length``, a config path) is shorter than ``paper_length`` (the seed's, a number or
             config path), since what stays at step N may still leave before the seed's horizon. It can fail.
     """
 
@@ -223,7 +223,7 @@ class ClaimSpec:
     scope: Callable[[Any, Row], bool] | None = None
     stays: bool | Callable[[Any], bool] = False
     length: str | None = None
-    seed_length: Value | None = None
+    paper_length: Value | None = None
     quote: str = ""
     where: str = ""
     form: Form = "settings"
@@ -257,7 +257,7 @@ class ClaimSpec:
             raise ValueError(f"{self.id}: a {self.test} test takes relation close, le or ge, not {self.relation!r}")
         if not 0.0 < self.min_fraction <= 1.0:
             raise ValueError(f"{self.id}: min_fraction must lie in (0, 1]")
-        if self.stays is not False and (self.length is None or self.seed_length is None):
+        if self.stays is not False and (self.length is None or self.paper_length is None):
             raise ValueError(f"{self.id}: a claim that something stays names the run's length and the seed's")
         if self.form == "existence" and self.all_rows:
             raise ValueError(f"{self.id}: an existence statement is shown by some row, not by every row")
@@ -358,7 +358,7 @@ class Row:
     measured: Sample
     reference: Sample | None = None
     arms: tuple[str, ...] = ()
-    provenance: Provenance = "seed"
+    provenance: Provenance = "paper"
     context: Mapping[str, Any] = field(default_factory=dict)
     label: str = ""
 
@@ -408,7 +408,7 @@ class Measurements:
         reference: Sample | Iterable[float] | np.ndarray | None = None,
         *,
         arms: Sequence[str] = (),
-        provenance: Provenance = "seed",
+        provenance: Provenance = "paper",
         context: Mapping[str, Any] | None = None,
         label: str = "",
     ) -> Row:

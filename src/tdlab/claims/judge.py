@@ -92,7 +92,7 @@ Cause = Literal[
     "not trained",
     "stage not reached",
     "no rows",
-    "no seed rows",
+    "no paper rows",
     "outside hypotheses",
     "uncalibrated threshold",
     "rows not evaluable",
@@ -171,7 +171,7 @@ class RowResult:
             )
             if self.test == "every":
                 body += f"; {self.per_member.count('holds')}/{self.measured.n} members hold"
-        tag = "" if self.provenance == "seed" else " [ours]"
+        tag = "" if self.provenance == "paper" else " [ours]"
         return f"[{self.verdict.upper()}] {self.id}{tag}: {body}" + (f" — {self.reason}" if self.reason else "")
 
     def to_dict(self) -> dict[str, Any]:
@@ -342,14 +342,14 @@ def judge_group(
         _gate(spec, stage, res, row, measured, health)
         _calibrated(spec, res)
     if spec.form != "existence":  # an existence fails only when every row fails: no row fails alone
-        for prov in ("seed", "ours"):
+        for prov in ("paper", "ours"):
             _multiplicity([r for r in results if r.provenance == prov], 1 - confidence)
     verdict, cause, reason = group_verdict(spec, results)
     return GroupResult(spec, results, verdict, cause, reason, stage)
 
 
 def _deciding(spec: ClaimSpec, rows: Sequence[RowResult]) -> list[RowResult]:
-    return list(rows) if spec.kind == "sanity" else [r for r in rows if r.provenance == "seed"]
+    return list(rows) if spec.kind == "sanity" else [r for r in rows if r.provenance == "paper"]
 
 
 def _calibrated(spec: ClaimSpec, res: RowResult) -> None:
@@ -383,7 +383,7 @@ def group_verdict(spec: ClaimSpec, rows: Sequence[RowResult]) -> tuple[Verdict, 
             )
         return (
             "not evaluable",
-            "no seed rows",
+            "no paper rows",
             f"no row in the seed's own setting ran ({len(rows)} row(s) of ours){f'; needs {spec.needs}' if spec.needs else ''}",
         )
     if spec.form == "existence":
@@ -498,7 +498,7 @@ def judge_row(
         expected = row.reference.mean
     target = margin if spec.test == "compare" else expected
     assert target is not None  # a compare test's margin (a Value, never None), else the expected value set above
-    provenance = row.provenance if spec.scope is None else ("seed" if spec.scope(cfg, row) else "ours")
+    provenance = row.provenance if spec.scope is None else ("paper" if spec.scope(cfg, row) else "ours")
     outside = spec.outside(cfg, row)
     if outside:
         provenance = "ours"
@@ -536,7 +536,7 @@ def judge_row(
         return res
     if spec.test == "compare":
         _decide_compare(spec, res, row, float(margin or 0.0), confidence)
-        _at_seed_budget(spec, res, row, cfg, lengths)
+        _at_paper_budget(spec, res, row, cfg, lengths)
         return res
     assert expected is not None  # not a compare test: declared, or the reference's mean (above)
     lo, hi = region(spec.relation, expected, tol)
@@ -558,13 +558,13 @@ def judge_row(
             f"still moving: {m.drift:+.4g}{spec.unit} over the last tenth of training (learning-rate time), "
             f"tolerance {drift_tol:g}; {res.verdict} at the end",
         )
-    elif res.verdict == "holds" and spec.stays_for(cfg) and _short_of_seed(spec, cfg, row):
-        run_len, seed_len = resolve(spec.length, cfg, row), resolve(spec.seed_length, cfg, row)
+    elif res.verdict == "holds" and spec.stays_for(cfg) and _short_of_paper(spec, cfg, row):
+        run_len, paper_len = resolve(spec.length, cfg, row), resolve(spec.paper_length, cfg, row)
         res.set(
             "not resolved",
             "shorter than the seed's length",
-            f"it stays through {run_len:g} of training ({spec.length}), shorter than the seed's {seed_len:g}: "
-            f"what stays at {run_len:g} may still leave before {seed_len:g}",
+            f"it stays through {run_len:g} of training ({spec.length}), shorter than the seed's {paper_len:g}: "
+            f"what stays at {run_len:g} may still leave before {paper_len:g}",
         )
     elif (
         spec.horizon == "convergence"
@@ -604,11 +604,11 @@ def judge_row(
             f"the last tenth of training (learning-rate time), more than the interval's half-width "
             f"{(res.interval.hi - res.interval.lo) / 2:.4g}: training too short, not the spread",
         )
-    _at_seed_budget(spec, res, row, cfg, lengths)
+    _at_paper_budget(spec, res, row, cfg, lengths)
     return res
 
 
-def _at_seed_budget(spec: ClaimSpec, res: RowResult, row: Row, cfg: Any, lengths: tuple[float, float] | None) -> None:
+def _at_paper_budget(spec: ClaimSpec, res: RowResult, row: Row, cfg: Any, lengths: tuple[float, float] | None) -> None:
     """The budget rule: a statement about the seed's budget fails only there. What has not happened by a
     shorter run's end may still happen before the seed's (a curve still rising is training too short, not a
     finding). A holds from a shorter run stands (what has happened stays happened), except for a claim that
@@ -637,11 +637,11 @@ def _events_happened(row: Row) -> bool:
     return all(x.censored is not None and not any(x.censored) for x in samples)
 
 
-def _short_of_seed(spec: ClaimSpec, cfg: Any, row: Row) -> bool:
+def _short_of_paper(spec: ClaimSpec, cfg: Any, row: Row) -> bool:
     """Whether the run trained for less than the seed's length (a claim that something stays)."""
-    run_len, seed_len = resolve(spec.length, cfg, row), resolve(spec.seed_length, cfg, row)
-    assert run_len is not None and seed_len is not None  # a claim that stays names both (ClaimSpec checks it)
-    return run_len < seed_len
+    run_len, paper_len = resolve(spec.length, cfg, row), resolve(spec.paper_length, cfg, row)
+    assert run_len is not None and paper_len is not None  # a claim that stays names both (ClaimSpec checks it)
+    return run_len < paper_len
 
 
 def _ref_error(ref: Sample | None) -> tuple[float, float]:

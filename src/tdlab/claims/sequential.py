@@ -106,7 +106,7 @@ def blocker(group: Any) -> str:
         return "a sanity check"
     if decided(group):
         return "decided"
-    rows = [r for r in _rows(group) if r.get("provenance") == "seed" and r.get("verdict") == "not resolved"]
+    rows = [r for r in _rows(group) if r.get("provenance") == "paper" and r.get("verdict") == "not resolved"]
     if not rows:
         return str(_get(group, "cause"))
     why = [row_blocker(r) for r in rows]
@@ -185,7 +185,7 @@ def waits_on_training(group: Any) -> bool:
     rows = [
         r
         for r in _rows(group)
-        if r.get("provenance") == "seed" and r.get("verdict") in ("not resolved", "not evaluable")
+        if r.get("provenance") == "paper" and r.get("verdict") in ("not resolved", "not evaluable")
     ]
     return any(
         r.get("cause") in TRAINING_CAUSES
@@ -224,7 +224,7 @@ def waits_on_draws(group: Any) -> bool:
     if _get(group, "kind") != "paper" or decided(group):
         return False
     return any(
-        r.get("provenance") == "seed"
+        r.get("provenance") == "paper"
         and r.get("verdict") == "not resolved"
         and r.get("test") != "compare"
         and r.get("reference_se")
@@ -242,7 +242,7 @@ def precision_needed(group: Any) -> tuple[float, float] | None:
     comparison, a censored bound)."""
     need = []
     for r in _rows(group):
-        if r.get("provenance") != "seed" or r.get("verdict") != "not resolved" or r.get("test") != "value":
+        if r.get("provenance") != "paper" or r.get("verdict") != "not resolved" or r.get("test") != "value":
             continue
         iv, expected, tol = r.get("interval"), r.get("expected"), float(r.get("tolerance") or 0.0)
         if not iv or expected is None or not all(math.isfinite(v) for v in iv):
@@ -299,7 +299,7 @@ def distance(group: Any) -> float:
     if decided(group):
         return 0.0
     rows = _get(group, "rows")
-    rows = [r for r in rows if _get(group, "kind") == "sanity" or _get(r, "provenance") == "seed"]
+    rows = [r for r in rows if _get(group, "kind") == "sanity" or _get(r, "provenance") == "paper"]
     ps = [min(_get(r, "p_fail"), _get(r, "p_hold")) for r in rows if _get(r, "verdict") == "not resolved"]
     return max(ps, default=1.0)
 

@@ -119,12 +119,14 @@ def measurements_from_json(doc: Any) -> Measurements:
             raise SerialError(f"measured.rows.{claim}: not a list of rows")
         for i, r in enumerate(rows):
             where = f"measured.rows.{claim}[{i}]"
+            if isinstance(r, dict) and r.get("provenance") == "seed":  # written before "seed" meant only a random seed
+                r = {**r, "provenance": "paper"}
             if (
                 not isinstance(r, dict)
                 or not isinstance(r.get("key"), str)
-                or r.get("provenance") not in ("seed", "ours")
+                or r.get("provenance") not in ("paper", "ours")
             ):
-                raise SerialError(f"{where}: a row needs a key and a provenance (seed or ours)")
+                raise SerialError(f"{where}: a row needs a key and a provenance (paper or ours)")
             measured = _sample_from(r.get("measured"), where)
             if measured is None:
                 raise SerialError(f"{where}: no measured sample")

@@ -426,7 +426,7 @@ class Experiment(ABC, Generic[ConfigT]):
 
     def settings_diff(self, cfg: ConfigT) -> list[dict[str, Any]]:
         """The fields where ``cfg`` departs from the settings the seed states (:attr:`manifest`):
-        ``[{field, seed, run, where}]``; empty: ``cfg`` is at the seed's settings."""
+        ``[{field, paper, run, where}]``; empty: ``cfg`` is at the paper's settings."""
         return settings_diff(self.manifest, cfg)
 
     def make_config(

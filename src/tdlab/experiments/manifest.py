@@ -54,13 +54,13 @@ def values_equal(a: Any, b: Any) -> bool:
 
 
 def settings_diff(manifest: Mapping[str, Setting], cfg: BaseModel) -> list[dict[str, Any]]:
-    """The manifest's fields whose value in ``cfg`` is not the seed's: ``[{field, seed, run, where}]`` in the
+    """The manifest's fields whose value in ``cfg`` is not the paper's: ``[{field, paper, run, where}]`` in the
     manifest's order (empty: the run is at the seed's settings)."""
     out = []
     for name, setting in manifest.items():
         run = read_field(cfg, name)
         if not values_equal(run, setting.value):
-            out.append({"field": name, "seed": _plain(setting.value), "run": _plain(run), "where": setting.where})
+            out.append({"field": name, "paper": _plain(setting.value), "run": _plain(run), "where": setting.where})
     return out
 
 

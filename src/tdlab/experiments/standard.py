@@ -15,7 +15,7 @@ Rule (one for every experiment, from a measured quick time):
    ``m = min(paper members, floor(quick members * B / (t_q * k)))``.
 4. A learning rate that quick raises above the seed's goes back to the seed's where the longer
    schedule covers at least quick's learning-rate time (length x rate), so arms get at least as far
-   as in quick (:func:`seed_learning_rates`; e.g. markov-icl-heads: 2300 steps at 3e-3 against quick's
+   as in quick (:func:`paper_learning_rates`; e.g. markov-icl-heads: 2300 steps at 3e-3 against quick's
    200 at 1e-2). Elsewhere it stays quick's: the seed's rate would need more steps than the budget.
 5. Everything else stays quick's (sequence lengths, grids): they change what is measured, and their
    cost is not linear in anything we measured. ``--decide`` adds members and
@@ -46,7 +46,7 @@ __all__ = [
     "TARGET_SECONDS",
     "Sized",
     "Standard",
-    "seed_learning_rates",
+    "paper_learning_rates",
     "standard_layer",
     "standard_of",
 ]
@@ -87,7 +87,7 @@ class Standard:
     layer: dict[str, Any]
     reason: str
     predicted_s: float | None
-    seed_lrs: dict[str, float] = field(default_factory=dict)
+    paper_lrs: dict[str, float] = field(default_factory=dict)
 
 
 def _round_down(x: float, integer: bool) -> float:
@@ -129,7 +129,7 @@ def standard_of(exp: Sized, quick: dict[str, Any], paper: dict[str, Any], second
     members = mq
     if length == lp and mp > mq:
         members = max(mq, min(mp, math.floor(mq * budget / (seconds * k))))
-    lrs = seed_learning_rates(q_cfg, p_cfg, length / lq)
+    lrs = paper_learning_rates(q_cfg, p_cfg, length / lq)
     sets = [f"{length_field}={length}", f"members={members}", *(f"{f}={v!r}" for f, v in lrs.items())]
     layer = deep_merge(quick, parse_overrides(sets))
     predicted = seconds * k * members / mq
@@ -142,7 +142,7 @@ def standard_of(exp: Sized, quick: dict[str, Any], paper: dict[str, Any], second
     return Standard(layer, why, predicted, lrs)
 
 
-def seed_learning_rates(quick: BaseModel, paper: BaseModel, k: float) -> dict[str, float]:
+def paper_learning_rates(quick: BaseModel, paper: BaseModel, k: float) -> dict[str, float]:
     """The learning rates (fields named ``lr`` or ``*_lr``) that quick inflates above the seed's and that
     standard can take back: those where ``k`` times quick's length at the seed's rate covers at least
     quick's learning-rate time (``k * lr_paper >= lr_quick``), so the arms get at least as far as in quick."""

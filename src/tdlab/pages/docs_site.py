@@ -658,13 +658,13 @@ def seed_page(
             paper, sanity = _counts(s.get("claims", [])), _counts(s.get("sanity", []))
         lines.append(f"| [`{exp.name}`](#{exp.name}) | {_cell(exp.figure)} | {run_cell} | {paper} | {sanity} |")
     lines.append("")
-    lines += _seed_settings_section(experiments, published)
+    lines += _paper_settings_section(experiments, published)
     for exp in experiments:
         lines += _experiment_section(exp, found.get(exp.name), figures.get(exp.name, ()), atlas)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _seed_settings_section(experiments: Sequence[Any], published: Published | None) -> list[str]:
+def _paper_settings_section(experiments: Sequence[Any], published: Published | None) -> list[str]:
     """Every paper group of the seed's experiments at the seed's own settings (the ``paper`` profile's
     committed record) beside quick's, and how to reproduce it (:mod:`tdlab.pages.records`)."""
     lines = [

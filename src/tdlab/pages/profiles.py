@@ -30,7 +30,7 @@ def table() -> str:
         quick = quick_times().get(name)
         measured = f"{quick.seconds:g} s ({quick.note.split(',')[0]})" if quick is not None else "–"
         note = f"~{st.predicted_s:.0f} s" if st.predicted_s else st.reason
-        note += "".join(f"; the seed's {f} {v:g}" for f, v in st.seed_lrs.items())
+        note += "".join(f"; the seed's {f} {v:g}" for f, v in st.paper_lrs.items())
         lines.append(
             f"| `{name}` | {field or '–'} | {lengths[0]} | {lengths[1]} | {lengths[2]} | "
             f"{'/'.join(str(c.members) for c in cfgs)} | {measured} | {note} |"

@@ -220,7 +220,7 @@ def _deciding(g: Mapping[str, Any] | None) -> str:
     """The numbers of a group's first seed row (``mean [lo, hi] vs expected ± tol``, or why not evaluable)."""
     from tdlab.report.findings import row_summary
 
-    rows = [r for r in (g or {}).get("rows", []) if r.get("provenance", "seed") == "seed"]
+    rows = [r for r in (g or {}).get("rows", []) if r.get("provenance", "paper") == "paper"]
     if not rows:
         return "—"
     more = f" (+{len(rows) - 1} rows)" if len(rows) > 1 else ""
@@ -275,8 +275,8 @@ def what_settles(name: str, rec: Record, group: Mapping[str, Any], length_field:
     from tdlab.claims.stats import min_sign_members
 
     cause = str(group.get("cause") or "")
-    seed_rows = [r for r in group.get("rows") or () if r.get("provenance") == "seed"]
-    if cause == "no seed rows" or (cause == "no rows" and not seed_rows):
+    paper_rows = [r for r in group.get("rows") or () if r.get("provenance") == "paper"]
+    if cause == "no paper rows" or (cause == "no rows" and not paper_rows):
         return "not by more of this run: the paper profile has no row at the seed's setting that could decide it"
     if cause == "no rows":
         return (
@@ -302,7 +302,7 @@ def what_settles(name: str, rec: Record, group: Mapping[str, Any], length_field:
             return "training to the seed's length: the run stopped short of it"
         return f"training past the seed's length{longer}: the claim is about convergence, and the run is still moving"
     if cause == "members":  # an exact sign test on too few members to decide whatever they show
-        confidence = float(next((r.get("confidence") for r in seed_rows if r.get("cause") == "members"), 0.95))
+        confidence = float(next((r.get("confidence") for r in paper_rows if r.get("cause") == "members"), 0.95))
         n = min_sign_members(1 - confidence)
         return (
             f"at least {n} members (`tdlab run {md_code(name)} --profile paper --seeds {n}`): on {rec.members} the "

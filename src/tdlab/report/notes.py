@@ -132,7 +132,7 @@ def _group(g: GroupResult, measured: Measurements | None) -> str:
 
 
 def _ours(g: GroupResult) -> str | None:
-    ours = [r for r in g.rows if r.provenance != "seed"]
+    ours = [r for r in g.rows if r.provenance != "paper"]
     if g.kind != "paper" or not ours:
         return None
     tally = ", ".join(f"{v} {n}" for v in ("holds", "fails", "not resolved", "not evaluable") if (n := sum(r.verdict == v for r in ours)))  # fmt: skip

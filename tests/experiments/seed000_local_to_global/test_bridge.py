@@ -202,7 +202,7 @@ def test_members_at_h_pi_hold_above_the_line_and_are_not_evaluable_below(make_br
         for b in BUDGETS:
             c = rows[cell_arm(p, q, b)]
             assert c.expected == 0.0 and c.relation == "close" and c.test == "value" and c.arms == (cell_arm(p, q, b),)
-            assert (c.provenance, c.horizon) == ("seed", "convergence")
+            assert (c.provenance, c.horizon) == ("paper", "convergence")
             if p + q > 1:  # gap to the unigram loss: 0
                 assert c.verdict == "holds" and c.measured.values == pytest.approx([0.0] * 3, abs=1e-12)
                 assert c.learning_required is False and c.stage is None
@@ -426,10 +426,10 @@ def test_the_claims_speak_for_their_side_of_the_line_and_the_seeds_horizon(make_
     cfg, path = make_bridge_run(_at("hpi"), budgets=[2000, B0])
     rows = _rows(MarkovBridge().analyse(cfg, Run(path)))
     for p, q in ABOVE:
-        assert rows[cell_arm(p, q, 2000)].provenance == "ours" and rows[cell_arm(p, q, B0)].provenance == "seed"
-        assert rows[cell_arm(p, q, 2000)].outside == [mb.SEED_HORIZON_ROW.text]
+        assert rows[cell_arm(p, q, 2000)].provenance == "ours" and rows[cell_arm(p, q, B0)].provenance == "paper"
+        assert rows[cell_arm(p, q, 2000)].outside == [mb.PAPER_HORIZON_ROW.text]
     for p, q in BELOW:
-        assert all(rows[cell_arm(p, q, b)].provenance == "seed" for b in (2000, B0))
+        assert all(rows[cell_arm(p, q, b)].provenance == "paper" for b in (2000, B0))
     assert not mb.SMALL_INIT.met(MarkovBridge().make_config("quick", ["model.init_std=0.5"]))
     assert mb.SMALL_INIT.met(cfg)
     spec = next(s for s in mb.CLAIMS if s.id == G_BELOW)

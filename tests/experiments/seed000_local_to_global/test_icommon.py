@@ -212,7 +212,7 @@ def test_every_group_holds_on_agreeing_numbers(tmp_path):
     assert rows[f"one-extra-bias-step-suffices/{cell_arm(0.2, 0.3)}"].measured.proportion
     assert rows[f"one-extra-bias-step-suffices/{cell_arm(0.2, 0.3)}"].stage == "descent-settled"
     assert rows[f"icommon-reaches-entropy-rate/{cell_arm(0.7, 0.9)}"].stage == "left-plateau"
-    assert all(r.provenance == "seed" for r in rows.values())
+    assert all(r.provenance == "paper" for r in rows.values())
     # the flow's 7 points are the canonical arm's first members: the other 193 are not read as points
     assert a.measurements["cells"][cell_arm(0.2, 0.3)]["icommon_points"] == 4 + 3
     assert any("outside I_common" in n for n in a.notes)

@@ -45,7 +45,7 @@ def test_landscape_2d_end_to_end_defaults_hold(run2d, rows_of):
     basin = c["basins-match-theorem/p0.2_q0.3"]
     assert basin["trials"] == 2 * 250 and basin["mean"] >= 0.99 and basin["verdict"] == "holds"
     for r in c.values():  # the seed's setting, flows to a stated time, gated on the flow having settled
-        assert (r["provenance"], r["horizon"], r["stage"]) == ("seed", "static", "flow-settled")
+        assert (r["provenance"], r["horizon"], r["stage"]) == ("paper", "static", "flow-settled")
     e = rows_of(s["sanity"])["energy-conserved/p0.5_q0.8"]
     assert e["test"] == "value" and e["measured"][0] < 1e-8 and e["verdict"] == "holds"
     assert e["measured"][0] == max(s["measurements"]["p0.5_q0.8"]["energy_max_rel_drift"])  # every trajectory's worst

@@ -236,7 +236,7 @@ def test_app_c_structure_holds_every_group(write_run, good):
     # provenance: the standard arm under AdamW is the seed's; the rank-one arm (our init) is ours, and its
     # by-construction App. C statements are not measured
     assert (
-        rows["app-c-attention-off/standard"].provenance == "seed"
+        rows["app-c-attention-off/standard"].provenance == "paper"
         and rows["app-c-attention-off/rank-one"].provenance == "ours"
     )
     assert "app-c-wq-wk-rank-one/rank-one" not in rows and "app-c-wo-wv-along-e/rank-one" not in rows
@@ -385,7 +385,7 @@ def test_sgd_rows_are_ours_and_decide_no_paper_group(write_run, good):
     a, groups, rows = _analyse(cfg, run)
     assert any("SGD at lr 0.3" in n and "not the seed's setting" in n for n in a.notes)
     assert rows["fig3-rank-one/W_V"].provenance == "ours" and rows["fig3-rank-one/W_V"].verdict == "holds"
-    assert groups["fig3-rank-one"].verdict == "not evaluable" and groups["fig3-rank-one"].cause == "no seed rows"
+    assert groups["fig3-rank-one"].verdict == "not evaluable" and groups["fig3-rank-one"].cause == "no paper rows"
 
 
 # --- App. C's structure and the bias step: each group fails on weights that contradict it ---------------

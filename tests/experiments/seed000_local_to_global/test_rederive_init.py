@@ -46,7 +46,7 @@ SIGMA = 0.02  # App. A.3.2: the standard init
 N = 256  # sequence length (Table 2: 1024; shortened for one CPU thread)
 BATCH = 16  # Table 2
 LR, BETAS, WEIGHT_DECAY = 1e-3, (0.9, 0.95), 1e-3  # Table 2
-SEED_ITERATIONS = 8000  # Table 2: the cosine schedule's horizon
+PAPER_ITERATIONS = 8000  # Table 2: the cosine schedule's horizon
 STEPS = 2000  # the iterations run here: the schedule's first quarter
 TOL = 0.01  # markov-init's claims.tol_nats, the tolerance its end-state claims use
 
@@ -194,7 +194,7 @@ def test_the_standard_init_leaves_h_pi_and_ends_at_the_entropy_rate(one_thread) 
     gen = torch.Generator().manual_seed(0)
     model = Sec2Transformer(N, D, SIGMA, gen)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 0.5 * (1 + math.cos(math.pi * t / SEED_ITERATIONS)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 0.5 * (1 + math.cos(math.pi * t / PAPER_ITERATIONS)))
     data = torch.Generator().manual_seed(1000)
     train = sample_chain(data, BATCH * STEPS, N + 1, P, Q).view(STEPS, BATCH, N + 1)  # fresh every step
     evals = torch.Generator().manual_seed(2000)

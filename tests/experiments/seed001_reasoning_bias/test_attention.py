@@ -26,7 +26,7 @@ from tdlab.experiments.seed001_reasoning_bias.attention import (
 from tdlab.models.gpt import GPT
 from tdlab.runs import Run, RunWriter
 
-SEED_BUDGET = ("train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]")  # A.3's lr and budget
+PAPER_BUDGET = ("train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]")  # A.3's lr and budget
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def _refuted(r) -> bool:
 
 
 def test_planted_models_hold_and_fail_in_the_seeds_setting(tmp_path, tiny, one_thread):
-    exp, cfg, run = _planted(tmp_path / "h", "holds", [*tiny, *SEED_BUDGET])
+    exp, cfg, run = _planted(tmp_path / "h", "holds", [*tiny, *PAPER_BUDGET])
     a = exp.analyse(cfg, Run(run.path))
     rows = _rows(a)
     for rid in (
@@ -153,13 +153,13 @@ def test_planted_models_hold_and_fail_in_the_seeds_setting(tmp_path, tiny, one_t
         "layer2-scores-reproduce-pattern/max-abs-diff",
     ):
         assert rows[rid].verdict == "holds", rows[rid].describe()
-    assert rows["layer1-average-operator/gamma=0.8"].provenance == "seed"
+    assert rows["layer1-average-operator/gamma=0.8"].provenance == "paper"
     m = a.measurements["gamma=0.8"]["end"]
     assert m["avg_err_median"] == pytest.approx([0.0] * 3, abs=1e-6)
     assert m["window_mass"] == pytest.approx([3 / 9] * 3)  # uniform layer 2: the window's share
     assert _refuted(rows["layer2-extracts-key/window-mass"])
     assert m["pos_vs_assumption4"] == pytest.approx([1.0] * 3)
-    exp, cfg, run = _planted(tmp_path / "f", "fails", [*tiny, *SEED_BUDGET])
+    exp, cfg, run = _planted(tmp_path / "f", "fails", [*tiny, *PAPER_BUDGET])
     rows = _rows(exp.analyse(cfg, Run(run.path)))
     for rid in (
         "layer1-average-operator/gamma=0.8",
@@ -185,11 +185,11 @@ def test_trained_rows_at_a_scaled_epoch_under_a_larger_lr_are_ours_init_rows_the
     a = exp.analyse(cfg, Run(run.path))
     for g in a.paper:
         if g.id.startswith("lemma1"):
-            assert g.verdict == "holds" and all(r.provenance == "seed" for r in g.rows)
+            assert g.verdict == "holds" and all(r.provenance == "paper" for r in g.rows)
         elif g.id == "thm2-layer1-wv-flow-along-reasoning-anchors":  # Thm. 2 is Def. 2's, at N_Z = d_m
             assert (g.verdict, g.cause) == ("not evaluable", "outside hypotheses"), g.describe()
         else:
-            assert g.verdict == "not evaluable" and g.cause == "no seed rows", g.describe()
+            assert g.verdict == "not evaluable" and g.cause == "no paper rows", g.describe()
     assert any("not the seed's setting" in n for n in a.notes)
 
 
@@ -226,7 +226,7 @@ def _probe_values(world: str) -> dict:
 
 @pytest.mark.parametrize("world", ["holds", "fails"])
 def test_every_group_holds_and_fails_on_planted_probe_values(tmp_path, world, tiny, monkeypatch, one_thread):
-    exp, cfg, run = _planted(tmp_path, "holds", [*tiny, *SEED_BUDGET])
+    exp, cfg, run = _planted(tmp_path, "holds", [*tiny, *PAPER_BUDGET])
     monkeypatch.setattr(AnchorsAttention, "probe", lambda self, cfg, run, data: _probe_values(world))
     a = exp.analyse(cfg, Run(run.path))
     verdicts = {g.id: (g.verdict, g.cause) for g in a.groups}

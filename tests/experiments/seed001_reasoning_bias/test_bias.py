@@ -83,7 +83,7 @@ def _refuted(r) -> bool:
 STAYS = "large-init-does-not-generalise"  # "remains effectively unchanged": a statement that something stays
 
 
-def _judged_at_seed_length(exp, cfg, run, claim):
+def _judged_at_paper_length(exp, cfg, run, claim):
     """``claim`` judged on the planted run's measurements as if the run had trained the seed's 1000 epochs."""
     from tdlab.claims import judge
     from tdlab.experiments.view import RunView
@@ -114,7 +114,7 @@ def test_the_papers_picture_holds_every_claim(tmp_path, anchors_tiny):
     short = a.result(STAYS)
     assert (short.verdict, short.cause) == ("not resolved", "shorter than the seed's length"), short.describe()
     exp, cfg, run = _planted(tmp_path / "long", anchors_tiny, _paper_arms())
-    assert _judged_at_seed_length(exp, cfg, run, STAYS).verdict == "holds"
+    assert _judged_at_paper_length(exp, cfg, run, STAYS).verdict == "holds"
     m = a.measurements["gamma=0.8"]
     assert m["T50_mem"] == [8, 9, 8, 8, 9, 8, 8, 9] and m["T50_rsn_train"] == [
         2,
@@ -132,8 +132,8 @@ def test_the_papers_picture_holds_every_claim(tmp_path, anchors_tiny):
     assert a.measurements["chance_acc_test"] == pytest.approx(0.1)
 
 
-def test_each_claim_fails_on_a_run_that_violates_it(tmp_path, at_seed_length, anchors_tiny):
-    at_seed_length(AnchorsBias)  # a fail from a shorter run waits for the seed's 1000 epochs: the next test
+def test_each_claim_fails_on_a_run_that_violates_it(tmp_path, at_paper_length, anchors_tiny):
+    at_paper_length(AnchorsBias)  # a fail from a shorter run waits for the seed's 1000 epochs: the next test
     arms = _paper_arms()
     # γ = 0.8 learns memory first and does not generalise; γ = 0.3 generalises and memorises much later
     arms["gamma=0.8"] = _arm(mem_at=2, rsn_at=5, test_at=9, test_top=0.5)

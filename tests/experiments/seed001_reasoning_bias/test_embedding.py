@@ -18,7 +18,7 @@ from tdlab.experiments.seed001_reasoning_bias.embedding import AnchorsEmbedding,
 from tdlab.runs import Run, RunWriter
 from tdlab.theory.anchors import eq14_cosine, eq14_vectors
 
-SEED_BUDGET = ("train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]", "fig4a_epochs=[200, 900]")
+PAPER_BUDGET = ("train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]", "fig4a_epochs=[200, 900]")
 QUICK_BUDGET = ("schedule.epochs=2", "train.lr=0.003", "snapshot_epochs=[1]", "fig4a_epochs=[1, 2]")
 MEMBERS = 8
 
@@ -99,11 +99,11 @@ def _refuted(r) -> bool:
 
 
 def test_planted_ordered_embeddings_hold_every_claim_in_the_seeds_setting(tmp_path, base, one_thread):
-    a = _analyse(tmp_path, "ordered", [*base, *SEED_BUDGET])
+    a = _analyse(tmp_path, "ordered", [*base, *PAPER_BUDGET])
     assert [g.id for g in a.groups] == [c.id for c in AnchorsEmbedding.claims]
     bad = {r.id: r.describe() for r in _rows(a).values() if r.verdict != "holds"}
     assert not bad, bad
-    assert {r.provenance for r in _rows(a).values()} == {"seed"}
+    assert {r.provenance for r in _rows(a).values()} == {"paper"}
     assert {r.id.split("/")[1] for r in a.result("fig4a-memory-anchors-aligned").rows} == {"epoch200", "epoch900"}
     assert a.measurements["end"]["gamma=0.8"]["key_nn_order"] == pytest.approx([1.0] * MEMBERS)
     assert any("σ_P" in n and "width 12" in n for n in a.notes)
@@ -111,7 +111,7 @@ def test_planted_ordered_embeddings_hold_every_claim_in_the_seeds_setting(tmp_pa
 
 
 def test_the_opposite_picture_fails(tmp_path, base, one_thread):
-    a = _analyse(tmp_path, "opposite", [*base, *SEED_BUDGET], large="ordered")
+    a = _analyse(tmp_path, "opposite", [*base, *PAPER_BUDGET], large="ordered")
     rows = _rows(a)
     for rid in (
         "fig4a-memory-anchors-aligned/epoch200",
@@ -131,7 +131,7 @@ def test_the_opposite_picture_fails(tmp_path, base, one_thread):
 
 
 def test_the_eq14_claim_judges_values_not_ranks(tmp_path, base, one_thread):
-    a = _analyse(tmp_path, "narrow", [*base, *SEED_BUDGET])
+    a = _analyse(tmp_path, "narrow", [*base, *PAPER_BUDGET])
     end = a.measurements["end"]["gamma=0.8"]
     assert min(end["eq14_spearman"]) > 0.95  # the order agrees ...
     g = a.result("fig4c-eq14-cosines")
@@ -139,7 +139,7 @@ def test_the_eq14_claim_judges_values_not_ranks(tmp_path, base, one_thread):
 
 
 def test_a_missing_snapshot_is_a_row_without_measurement(tmp_path, base, one_thread):
-    a = _analyse(tmp_path, "ordered", [*base, *SEED_BUDGET], snapshot=False)
+    a = _analyse(tmp_path, "ordered", [*base, *PAPER_BUDGET], snapshot=False)
     r = a.result("fig4a-memory-anchors-aligned").row("epoch200")
     assert r.verdict == "not evaluable" and r.measured.n == 0 and "epoch 200" in r.statement
     assert a.result("fig4a-memory-anchors-aligned").verdict == "not evaluable"
@@ -148,7 +148,7 @@ def test_a_missing_snapshot_is_a_row_without_measurement(tmp_path, base, one_thr
 def test_rows_read_at_a_scaled_epoch_under_a_larger_lr_are_ours(tmp_path, base, one_thread):
     a = _analyse(tmp_path, "ordered", [*base, *QUICK_BUDGET])
     for g in a.groups:
-        assert g.verdict == "not evaluable" and g.cause == "no seed rows", g.describe()
+        assert g.verdict == "not evaluable" and g.cause == "no paper rows", g.describe()
         assert all(r.provenance == "ours" and "not the seed's setting" in r.statement for r in g.rows)
     assert a.result("fig4a-memory-anchors-aligned").row("epoch1").verdict == "holds"  # judged and shown
     assert any("not the seed's setting" in n for n in a.notes)

@@ -183,7 +183,7 @@ def test_rows_outside_the_propositions_are_ours(tiny_run):
     g = a.result("props23-compact-embedding-flow")
     for r in g.rows:
         cls = r.context["cls"]
-        assert (r.provenance == "seed") == (cls == "reasoning"), r.describe()
+        assert (r.provenance == "paper") == (cls == "reasoning"), r.describe()
         if cls == "key":
             assert PROPS_TOKENS.text in r.outside
         elif cls == "memory":

@@ -139,15 +139,15 @@ def test_planted_run_where_fig7_holds(tmp_path, monkeypatch, one_thread):
     a = exp.analyse(cfg, run)
     assert all(g.verdict == "holds" for g in a.groups), [g.describe() for g in a.groups]
     rows = {r.id: r for g in a.groups for r in g.rows}
-    assert all(r.verdict == "holds" and r.provenance == "seed" for r in rows.values())
+    assert all(r.verdict == "holds" and r.provenance == "paper" for r in rows.values())
     assert a.measurements["mem2"]["T50"] == [3, 4, 3, 3, 4, 3, 3, 4]
     assert a.measurements["groups"]["rise"][0] == pytest.approx([1.0] * MEMBERS)  # the targets' own rise
     assert a.measurements["groups"]["early"] is True
 
 
-def test_a_constant_prediction_passes_every_nested_range_and_fails_the_claim(tmp_path, at_seed_length, one_thread):
+def test_a_constant_prediction_passes_every_nested_range_and_fails_the_claim(tmp_path, at_paper_length, one_thread):
     exp, cfg, run = _planted(tmp_path, groups_acc=0.1, mem1_at=(8, 9, 7), mem2_at=(3, 4, 3), favourite=35)
-    at_seed_length(type(exp))
+    at_paper_length(type(exp))
     a = exp.analyse(cfg, run)
     g = a.result("fig7-left-predictions-follow-label-ranges")
     assert [r.verdict for r in g.rows if "share" in r.id] == ["holds"] * 4  # 35 lies in 30..49 ⊂ every range
@@ -155,10 +155,10 @@ def test_a_constant_prediction_passes_every_nested_range_and_fails_the_claim(tmp
     assert a.measurements["groups"]["mean_prediction"][0] == [35.0] * 4
 
 
-def test_planted_run_where_fig7_fails(tmp_path, monkeypatch, at_seed_length, one_thread):
+def test_planted_run_where_fig7_fails(tmp_path, monkeypatch, at_paper_length, one_thread):
     # predictions 60: outside group 1's range 30..49; F_mem,1 learnt first
     exp, cfg, run = _planted(tmp_path, groups_acc=0.1, mem1_at=(3, 4, 3), mem2_at=(8, 9, 7), favourite=60)
-    at_seed_length(type(exp))
+    at_paper_length(type(exp))
     a = exp.analyse(cfg, run)
     rows = {r.id: r for g in a.groups for r in g.rows}
     assert _refuted(rows["fig7-left-predictions-follow-label-ranges/share/group1"])
@@ -174,7 +174,7 @@ def test_a_late_snapshot_is_ours_and_unlearnt_arms_are_not_evaluable(tmp_path, m
     monkeypatch.setattr(AnchorsLabels, "snapshot_predictions", _group_aware)
     a = exp.analyse(cfg, run)
     left = a.result("fig7-left-predictions-follow-label-ranges")
-    assert left.verdict == "not evaluable" and left.cause == "no seed rows"  # accuracy 0.6 > 0.3: not early
+    assert left.verdict == "not evaluable" and left.cause == "no paper rows"  # accuracy 0.6 > 0.3: not early
     assert all(r.provenance == "ours" and "not the seed's early stage" in r.statement for r in left.rows)
     # nothing learnt: the groups arm at the group-blind marginal, mem1/mem2 never past their marginals
     marginal = label_marginal_losses(cfg.task_of("groups"))["mem"]

@@ -14,7 +14,7 @@ from tdlab.experiments.seed001_reasoning_bias.lowrank import AnchorsLowrank, spe
 from tdlab.models.gpt import GPT
 from tdlab.runs import Run, RunWriter
 
-SEED_BUDGET = ("train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]")  # A.3's lr and budget
+PAPER_BUDGET = ("train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]")  # A.3's lr and budget
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def _param(name: str) -> str:
 
 
 def test_planted_low_rank_at_small_init_holds_for_every_matrix(tmp_path, tiny, one_thread):
-    exp, cfg, run = _planted(tmp_path, [*tiny, *SEED_BUDGET])
+    exp, cfg, run = _planted(tmp_path, [*tiny, *PAPER_BUDGET])
     a = exp.analyse(cfg, Run(run.path))
     rows = {r.id: r for g in a.groups for r in g.rows}
     assert len(rows) == 2 * (2 + 6 * cfg.model.layers + 1)
@@ -92,11 +92,11 @@ def test_planted_low_rank_at_small_init_holds_for_every_matrix(tmp_path, tiny, o
     }
     assert rows["fig13-low-rank-at-small-init/W_V.layer1/0.8-below-0.5"].paired
     assert a.result("fig13-low-rank-at-small-init").verdict == "holds"
-    assert {r.provenance for r in rows.values()} == {"seed"}
+    assert {r.provenance for r in rows.values()} == {"paper"}
 
 
 def test_a_matrix_full_rank_at_small_init_fails_and_is_named(tmp_path, tiny, one_thread):
-    exp, cfg, run = _planted(tmp_path, [*tiny, *SEED_BUDGET], swap="W^V (layer 1)")
+    exp, cfg, run = _planted(tmp_path, [*tiny, *PAPER_BUDGET], swap="W^V (layer 1)")
     a = exp.analyse(cfg, Run(run.path))
     rows = {r.id: r for g in a.groups for r in g.rows}
     failing = sorted(k for k, r in rows.items() if r.verdict == "fails")
@@ -108,7 +108,7 @@ def test_a_matrix_full_rank_at_small_init_fails_and_is_named(tmp_path, tiny, one
 def test_spectra_after_a_shorter_run_at_a_larger_lr_are_ours(tmp_path, tiny, one_thread):
     exp, cfg, run = _planted(tmp_path, tiny)
     g = exp.analyse(cfg, Run(run.path)).result("fig13-low-rank-at-small-init")
-    assert g.verdict == "not evaluable" and g.cause == "no seed rows"
+    assert g.verdict == "not evaluable" and g.cause == "no paper rows"
     assert all(r.provenance == "ours" and r.verdict == "holds" for r in g.rows)
 
 

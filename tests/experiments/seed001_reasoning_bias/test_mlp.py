@@ -132,7 +132,7 @@ def test_the_seeds_picture_holds_in_its_own_setting(tmp_path):
     bad = {r.id: r.describe() for g in a.groups for r in g.rows if r.verdict != "holds"}
     assert not bad, bad
     assert all(g.verdict == "holds" for g in a.groups)
-    assert {r.provenance for g in a.paper for r in g.rows} == {"seed"}
+    assert {r.provenance for g in a.paper for r in g.rows} == {"paper"}
     assert {r.id.split("/")[1] for r in a.result("fig3a-memory-anchors-aligned").rows} == {"epoch50", "epoch900"}
     err = a.measurements["gamma=0.8"]["embedding"]["epoch 50"]["theory_abs_err"]
     assert err == pytest.approx([0.0] * MEMBERS, abs=1e-5)  # planted with the P^s cosines exactly
@@ -200,7 +200,7 @@ def test_parameters_read_at_a_scaled_epoch_under_a_larger_lr_are_ours(tmp_path):
         "fig10-memory-alignment-grows-with-gamma",
     ):
         g = a.result(gid)
-        assert g.verdict == "not evaluable" and g.cause == "no seed rows", gid
+        assert g.verdict == "not evaluable" and g.cause == "no paper rows", gid
         assert all(r.provenance == "ours" and r.verdict == "holds" for r in g.rows), g.describe()
         assert all("not the seed's setting" in r.statement for r in g.rows)
     assert a.result("emb-mlp-bias-larger-at-small-init").verdict == "holds"  # learning curves: the seed's comparison

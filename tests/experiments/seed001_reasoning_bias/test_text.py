@@ -260,10 +260,10 @@ def test_planted_run_where_the_seed_holds(tmp_path, tiny_corpus, stories_file, o
     ):
         assert _rows(a)[rid].verdict == "holds", _rows(a)[rid].describe()
     assert all(g.verdict == "holds" for g in a.groups)
-    assert {r.provenance for g in a.paper for r in g.rows} == {"seed"}
+    assert {r.provenance for g in a.paper for r in g.rows} == {"paper"}
     assert a.measurements["stand_in_data"] is False and str(stories_file) in a.measurements["data_provenance"]
     assert not any(STANDIN_LABEL in r.statement for g in a.groups for r in g.rows)
-    assert a.measurements["seed_reference_cosines"] == {"prontoqa": 0.123, "stories": 0.531}
+    assert a.measurements["paper_reference_cosines"] == {"prontoqa": 0.123, "stories": 0.531}
 
 
 def test_planted_run_where_the_seed_fails(tmp_path, tiny_corpus, stories_file, one_thread):
@@ -307,7 +307,7 @@ def test_a_faster_shorter_schedule_makes_the_fig6_rows_ours(tmp_path, tiny_corpu
     assert a.result("fig1-prontoqa-loss-falls-faster").verdict == "holds"  # the curves: the seed's comparison
     for gid in ("fig6-prontoqa-tokens-less-similar", "fig6-gap-small-init-effect"):
         g = a.result(gid)
-        assert g.verdict == "not evaluable" and g.cause == "no seed rows"
+        assert g.verdict == "not evaluable" and g.cause == "no paper rows"
         assert "100× the seed's" in g.rows[0].statement
     assert any("not the seed's setting" in n for n in a.notes)
 

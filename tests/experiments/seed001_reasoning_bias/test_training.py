@@ -13,7 +13,7 @@ import torch
 
 from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
 from tdlab.experiments.seed001_reasoning_bias.training import (
-    SEED_LR_TRANSFORMER,
+    PAPER_LR_TRANSFORMER,
     GammaArms,
     anchor_splits,
     auc,
@@ -89,14 +89,14 @@ def test_label_marginal_losses_match_an_empirical_count_over_generated_data():
 
 
 def test_a_parameter_reading_is_the_seeds_only_at_its_lr_budget_and_epoch():
-    r = parameter_reading(200, 1000, 1e-5, SEED_LR_TRANSFORMER, (200, 900))
-    assert r.provenance == "seed"
-    quick = parameter_reading(2, 12, 1e-3, SEED_LR_TRANSFORMER, (200, 900))
+    r = parameter_reading(200, 1000, 1e-5, PAPER_LR_TRANSFORMER, (200, 900))
+    assert r.provenance == "paper"
+    quick = parameter_reading(2, 12, 1e-3, PAPER_LR_TRANSFORMER, (200, 900))
     assert quick.provenance == "ours" and "100× the seed's" in quick.label and "epoch 200 of 1000" in quick.label
-    assert parameter_reading(11, 12, 1e-3, SEED_LR_TRANSFORMER, (200, 900)).label.count("epoch 900 of 1000") == 1
-    assert parameter_reading(300, 1000, 1e-5, SEED_LR_TRANSFORMER, (200, 900)).provenance == "ours"  # not the epoch
-    assert parameter_reading(1000, 1000, 2e-5, SEED_LR_TRANSFORMER).provenance == "ours"  # not the lr
-    assert parameter_reading(1000, 1000, 1e-5, SEED_LR_TRANSFORMER).provenance == "seed"  # the end
+    assert parameter_reading(11, 12, 1e-3, PAPER_LR_TRANSFORMER, (200, 900)).label.count("epoch 900 of 1000") == 1
+    assert parameter_reading(300, 1000, 1e-5, PAPER_LR_TRANSFORMER, (200, 900)).provenance == "ours"  # not the epoch
+    assert parameter_reading(1000, 1000, 2e-5, PAPER_LR_TRANSFORMER).provenance == "ours"  # not the lr
+    assert parameter_reading(1000, 1000, 1e-5, PAPER_LR_TRANSFORMER).provenance == "paper"  # the end
 
 
 # --- the γ-sweep ensemble ---------------------------------------------------------------------------

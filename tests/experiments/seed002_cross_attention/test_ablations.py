@@ -72,8 +72,8 @@ def _patch(s2, run, *, lca, deep, lsa, f0x, zero_shift=0.0):
     return s2.Patched(run, m)
 
 
-def test_ablation_groups_are_comparisons_and_zero_predictors_are_sanity(tiny, s2, at_seed_length):
-    at_seed_length(IclAblations)
+def test_ablation_groups_are_comparisons_and_zero_predictors_are_sanity(tiny, s2, at_paper_length):
+    at_paper_length(IclAblations)
     cfg, run = tiny
     exp = IclAblations()
     base = exp.analyse(cfg, run)
@@ -98,7 +98,7 @@ def test_ablation_groups_are_comparisons_and_zero_predictors_are_sanity(tiny, s2
     bad = s2.groups(exp.analyse(cfg, _patch(s2, run, lca=3.0, deep=0.05, lsa=0.01, f0x=-0.2, zero_shift=-0.01)))
     for mark in (good, bad):
         g = mark["one-param-ablations-no-better-than-sample-mean"]
-        assert g.verdict == "not evaluable" and g.cause == "no seed rows" and "predict exactly 0" in g.reason
+        assert g.verdict == "not evaluable" and g.cause == "no paper rows" and "predict exactly 0" in g.reason
     for gid in ("removing-S-compromises-lca", "deep-lsa-two-between", "lca-best-of-all"):
         assert good[gid].verdict == "holds", (gid, [r.describe() for r in good[gid].rows])
         assert bad[gid].verdict == "fails", (gid, [r.describe() for r in bad[gid].rows])

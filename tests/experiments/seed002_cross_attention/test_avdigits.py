@@ -117,8 +117,8 @@ def _verdicts(analysis) -> dict[str, str]:
     return {r.id: r.verdict for g in analysis.groups for r in g.rows}
 
 
-def test_every_claim_holds_and_fails_on_planted_accuracies(tmp_path, at_seed_length):
-    at_seed_length(ICLAVDigits)
+def test_every_claim_holds_and_fails_on_planted_accuracies(tmp_path, at_paper_length):
+    at_paper_length(ICLAVDigits)
     exp = ICLAVDigits()
     cfg = exp.make_config("quick", TINY, members=3)
     good = {
@@ -195,7 +195,7 @@ def test_table1_decides_only_on_avmnist_and_the_stand_in_rows_are_ours(tmp_path)
         "neither": [0.45, 0.44, 0.46],
         "bi-ca": [0.58, 0.57, 0.58],
     }
-    for over, prov, verdict in (([], "ours", "not evaluable"), (["data.path=/planted/avmnist.npz"], "seed", "holds")):
+    for over, prov, verdict in (([], "ours", "not evaluable"), (["data.path=/planted/avmnist.npz"], "paper", "holds")):
         cfg = exp.make_config("quick", [*TINY, *over], members=3)
         an = exp.analyse(cfg, planted(tmp_path, cfg, accs))
         for g in an.paper:

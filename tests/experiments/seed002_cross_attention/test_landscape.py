@@ -99,7 +99,7 @@ def test_landscape_groups_decide_the_papers_statements(tiny, s2):
     ravine = s2.rows(s2.groups(base)["preln-ravine-similarly-located"])["T5"]
     assert ravine.measured.resolution == pytest.approx(0.6 / 10) and ravine.measured.mc_se > 0
     assert set(s2.rows(s2.groups(base)["preln-ravine-similarly-located"])) == {"T5"}  # no minimiser row
-    assert all(r.provenance == "seed" for g in base.paper for r in g.rows)
+    assert all(r.provenance == "paper" for g in base.paper for r in g.rows)
     th = two_param_stationary(cfg.task.build(), 10, *base.measurements["T10"]["gd_start"][0])
     assert base.measurements["T10"]["theory_stationary"][0] == pytest.approx(th)
 

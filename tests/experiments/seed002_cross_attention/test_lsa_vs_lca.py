@@ -72,15 +72,15 @@ def test_references_are_the_setting_that_ran_with_their_replicate_error(tiny, s2
     assert two["pop/T50/alpha"].expected == pytest.approx(ta) and two["pop/T50/beta"].expected == pytest.approx(tb)
     # provenance: the theorems' rows are the seed's on l and at App. H's L_tr; Fig. 2's rows only at L_tr = 100
     assert {k: r.provenance for k, r in one.items()} == {
-        "Ltr100/T1": "seed",
-        "Ltr100/T50": "seed",
-        "pop/T1": "seed",
-        "pop/T50": "seed",
+        "Ltr100/T1": "paper",
+        "Ltr100/T50": "paper",
+        "pop/T1": "paper",
+        "pop/T50": "paper",
     }
     assert {k: r.provenance for k, r in s2.rows(g["error-decreases-with-depth"]).items()} == {
-        "one/Ltr100/T1-T50": "seed",
+        "one/Ltr100/T1-T50": "paper",
         "one/pop/T1-T50": "ours",
-        "two/Ltr100/T1-T50": "seed",
+        "two/Ltr100/T1-T50": "paper",
         "two/pop/T1-T50": "ours",
     }
 
@@ -93,7 +93,7 @@ def test_orders_are_tested_only_where_the_setting_allows_them(tiny, s2):
     assert caps["one/T50/Ltr100"] < cfg.claims.orders <= caps["one/T50/pop"]
     g = s2.groups(a)["lca-orders-below-lsa"]
     assert set(s2.rows(g)) == {"one/T50/pop", "two/T50/pop"} and all(r.provenance == "ours" for r in g.rows)
-    assert g.verdict == "not evaluable" and g.cause == "no seed rows"
+    assert g.verdict == "not evaluable" and g.cause == "no paper rows"
 
 
 def _patch(s2, run, cfg, *, floor_factor, lca_excess, param_scale, ref_spread=1e-3):

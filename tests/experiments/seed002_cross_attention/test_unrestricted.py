@@ -77,8 +77,8 @@ def test_the_reference_is_the_untied_optimum_of_the_setting(tiny, s2):
     assert row.expected == pytest.approx(draws.mean()) and abs(row.expected - A_STAR) > 0.05 * A_STAR  # not alpha*
     assert all(g < 1e-4 for g in a.measurements["untied_optimum"]["grad_norm"])  # each draw at a stationary point
     assert {r.id.split("/", 1)[1]: r.provenance for r in s2.groups(a)["whitening-decreases-with-layer"].rows} == {
-        "untied/sigma0.1": "seed",
-        "full/sigma0.1": "seed",
+        "untied/sigma0.1": "paper",
+        "full/sigma0.1": "paper",
         "untied/sigma0.01": "ours",
         "full/sigma0.01": "ours",
     }
@@ -106,22 +106,22 @@ def _patch(s2, run, cfg, a, good: dict[str, bool], *, far: float = 1.0):
     return s2.Patched(run, m, arrays)
 
 
-def test_only_the_seeds_sigma_decides_the_paper_groups(tiny, s2, at_seed_length):
+def test_only_the_seeds_sigma_decides_the_paper_groups(tiny, s2, at_paper_length):
     cfg, run = tiny
     exp = IclUnrestricted()
-    at_seed_length(IclUnrestricted)
+    at_paper_length(IclUnrestricted)
     a = exp.analyse(cfg, run)
     gids = ("projections-cluster-around-alpha-star", "whitening-decreases-with-layer", "whitening-last-below-first")
-    seed_good = {arm: arm.endswith("0.1") for arm in ARMS}  # sigma 0.1 right, sigma 0.01 (ours) wrong
+    paper_good = {arm: arm.endswith("0.1") for arm in ARMS}  # sigma 0.1 right, sigma 0.01 (ours) wrong
     # the projections' 25 % and the whitening noise margin are ours and uncalibrated: a row they decide as failing
     # stays not resolved (it cannot refute the paper); the last-below-first direction is the paper's
     failed = {gid: "fails" if gid == "whitening-last-below-first" else "not resolved" for gid in gids}
-    g = s2.groups(exp.analyse(cfg, _patch(s2, run, cfg, a, seed_good)))
+    g = s2.groups(exp.analyse(cfg, _patch(s2, run, cfg, a, paper_good)))
     for gid in gids:
         assert g[gid].verdict == "holds", gid
         assert {r.verdict for r in g[gid].rows if r.provenance == "ours"} == {failed[gid]}, gid
-    seed_bad = {arm: not arm.endswith("0.1") for arm in ARMS}
-    g = s2.groups(exp.analyse(cfg, _patch(s2, run, cfg, a, seed_bad)))
+    paper_bad = {arm: not arm.endswith("0.1") for arm in ARMS}
+    g = s2.groups(exp.analyse(cfg, _patch(s2, run, cfg, a, paper_bad)))
     for gid in gids:
         assert g[gid].verdict == failed[gid], gid
         assert {r.verdict for r in g[gid].rows if r.provenance == "ours"} == {"holds"}, gid

@@ -110,14 +110,14 @@ def test_measured_gaps_hold_every_group(tmp_path):
     assert rows["one-layer-gap-exceeds-two-layers/absolute"].paired
     assert rows["one-layer-does-not-reach-estimator/absolute"].stage == "two-layers-past-order-0"
     # The positional encoding decides provenance: the theorem's relative PE for k >= 2, any but `both` for k = 1.
-    assert rows["three-layers-reach-order-k-estimator/k2/relative"].provenance == "seed"
+    assert rows["three-layers-reach-order-k-estimator/k2/relative"].provenance == "paper"
     assert rows["three-layers-reach-order-k-estimator/k2/absolute"].provenance == "ours"
     assert "the theorem's relative PE" in rows["three-layers-reach-order-k-estimator/k2/relative"].statement
-    assert "states no PE for k = 1" in two.statement and two.provenance == "seed"
+    assert "states no PE for k = 1" in two.statement and two.provenance == "paper"
     assert [provenance(1, pe) for pe in ("absolute", "relative", "relative-kv", "both", "both-kv")] == [
-        "seed",
-        "seed",
-        "seed",
+        "paper",
+        "paper",
+        "paper",
         "ours",
         "ours",
     ]

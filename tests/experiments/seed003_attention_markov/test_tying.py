@@ -139,9 +139,9 @@ def test_faithful_metrics_hold_every_group(tmp_path, cfg6):
     # saddle is the untied one above the line
     assert (
         r[f"theta-pi-stationary/{BELOW}"].provenance == "ours"
-        and r[f"theta-pi-stationary/{ABOVE}"].provenance == "seed"
+        and r[f"theta-pi-stationary/{ABOVE}"].provenance == "paper"
     )
-    assert r[f"theta-pi-saddle/{ABOVE}/untied/hessian-negative"].provenance == "seed"
+    assert r[f"theta-pi-saddle/{ABOVE}/untied/hessian-negative"].provenance == "paper"
     assert r[f"theta-pi-saddle/{BELOW}/tied/hessian-negative"].provenance == "ours"
     assert all(x.horizon == "static" for x in g["theta-pi-saddle"].rows)
     # the direction claim: discrete, censored at the last evaluation, an exact sign test over 6 paired members
@@ -381,7 +381,7 @@ def test_a_stop_in_training_writes_no_checkpoint_for_the_fits_not_started(tmp_pa
 
 def test_rows_outside_the_talks_hypotheses_are_ours_whatever_measure_marks(tmp_path, cfg6):
     # the theorem's p + q > 1, the saddle's "not tied": read off each row's own chain and key, so a row of the
-    # p + q < 1 control or a tied saddle row is ours even where its stored provenance says "seed"
+    # p + q < 1 control or a tied saddle row is ours even where its stored provenance says "paper"
     run = synthetic_run(tmp_path, cfg6)
     a = EXP.analyse(cfg6, run)
     r = rows_of(a)
@@ -392,10 +392,10 @@ def test_rows_outside_the_talks_hypotheses_are_ours_whatever_measure_marks(tmp_p
     assert r[f"theta-pi-stationary/{BELOW}"].outside and not r[f"theta-pi-stationary/{ABOVE}"].outside
     assert not r[f"below-line-reaches-entropy-rate/{BELOW}/tied"].outside
     measured = EXP.measure(cfg6, RunView(run))
-    measured.rows["theta-pi-saddle"] = [replace(x, provenance="seed") for x in measured.rows["theta-pi-saddle"]]
+    measured.rows["theta-pi-saddle"] = [replace(x, provenance="paper") for x in measured.rows["theta-pi-saddle"]]
     groups = {g.id: g for g in judge(EXP.claims, measured, cfg6)}
     assert {x.id: x.provenance for x in groups["theta-pi-saddle"].rows} == {
-        x.id: "seed" if not x.outside else "ours" for x in groups["theta-pi-saddle"].rows
+        x.id: "paper" if not x.outside else "ours" for x in groups["theta-pi-saddle"].rows
     }
     assert {x.id: x.provenance for x in groups["theta-pi-saddle"].rows}[
         f"theta-pi-saddle/{BELOW}/tied/hessian-negative"

@@ -114,7 +114,7 @@ def test_the_papers_rows_hold(tmp_path):
     assert rows[f"{GROUPS[3]}/adam/lr0.003"].expected == pytest.approx(c3(0.15, 0.1) / 9)
     assert rows[f"{GROUPS[3]}/adam/lr0.003"].measured.values == pytest.approx([0.00185 / 0.0916] * 2)
     assert rows[f"{GROUPS[0]}/adam/lr0.03"].arms == ("adam/lr0.03/block",)  # gated on its block members only
-    assert all(r.provenance == "seed" and r.stage == "gap-closed" for r in rows.values())
+    assert all(r.provenance == "paper" and r.stage == "gap-closed" for r in rows.values())
     m = a.measurements["adam/lr0.003"]
     assert m["classes"] == {"block": 2, "diagonal": 2, "mixed": 0, "unstructured": 0}
     assert m["block_mean"]["a_st"] == pytest.approx(0.0108)
@@ -124,8 +124,8 @@ def test_the_papers_rows_hold(tmp_path):
     assert f"{GROUPS[2]}/sgd/lr0.01" not in rows
 
 
-def test_each_claim_fails_on_a_planted_violation_and_the_uncalibrated_margin_does_not(tmp_path, at_seed_length):
-    at_seed_length(TopicsAttn)
+def test_each_claim_fails_on_a_planted_violation_and_the_uncalibrated_margin_does_not(tmp_path, at_paper_length):
+    at_paper_length(TopicsAttn)
     plants = _paper_plants(jitter=0.0)
     d = 1e-7  # a member-to-member spread small enough that every violation survives Holm's correction
     for k in range(2):
@@ -206,8 +206,8 @@ def test_a_table_setting_that_did_not_train_leaves_its_table_open_and_one_withou
     assert {_verdicts(a)[g] for g in GROUPS} == {"holds"}
 
 
-def test_settings_outside_the_tables_are_ours(tmp_path, at_seed_length):
-    at_seed_length(TopicsAttn)
+def test_settings_outside_the_tables_are_ours(tmp_path, at_paper_length):
+    at_paper_length(TopicsAttn)
     plants = _paper_plants()
     for k in range(2):
         plants[("adam/lr0.02", k)] = (*BLOCK, 0.005, 0.005, 0.010)  # fails, but no table row: never deciding

@@ -222,7 +222,7 @@ def test_tiny_end_to_end_run(runs_dir):
         "embed-only-loss-near-all-trained",
     }
     assert all(
-        r["provenance"] == "seed" and r["stage"] == "gap-closed"
+        r["provenance"] == "paper" and r["stage"] == "gap-closed"
         for g in s["claims"]
         for r in g["rows"]
         if r["verdict"] != "not evaluable" or r["cause"] == "stage not reached"

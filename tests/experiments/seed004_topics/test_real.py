@@ -73,7 +73,7 @@ def test_a_pretrained_checkpoints_rows_decide_at_the_seeds_theta(tmp_path, plant
     v, a = _verdicts(exp, cfg, plant_real_run(tmp_path / "a", exp, cfg, t, u, fig))
     assert v == {**{g: "holds" for g in PAPER}, **{g: "holds" for g in SANITY}}
     rows = {r.id: r for g in a.groups for r in g.rows}
-    assert rows["table1-same-topic-ratios-above-1/θ=0.002/cosine"].provenance == "seed"
+    assert rows["table1-same-topic-ratios-above-1/θ=0.002/cosine"].provenance == "paper"
     assert rows["table1-same-topic-ratios-above-1/θ=0.005/cosine"].provenance == "ours"
     assert rows["table1-same-topic-ratios-above-1/θ=0.002/cosine"].measured.deterministic
     assert rows["table1-same-topic-ratios-above-1/θ=0.002/cosine"].stage is None  # nothing trained: no stage
@@ -85,8 +85,8 @@ def test_a_pretrained_checkpoints_rows_decide_at_the_seeds_theta(tmp_path, plant
     assert all(v[g] == "fails" for g in PAPER)
 
 
-def test_a_locally_trained_encoders_rows_are_ours_and_decide_no_paper_group(tmp_path, plant_real_run, at_seed_length):
-    at_seed_length(TopicsReal)
+def test_a_locally_trained_encoders_rows_are_ours_and_decide_no_paper_group(tmp_path, plant_real_run, at_paper_length):
+    at_paper_length(TopicsReal)
     exp = TopicsReal()
     cfg = exp.make_config("quick", ["thetas=[0.002,0.005]"], members=3)
     t, u = _real_values(cfg, GOOD, [1.05, 1.06, 1.07], [1.001, 0.999, 1.0])

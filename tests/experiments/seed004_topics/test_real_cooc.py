@@ -36,7 +36,7 @@ def test_table2_claims_hold_and_fail_on_a_planted_checkpoint(tmp_path, plant_rea
     a = exp.analyse(cfg, plant_real_run(tmp_path / "b", exp, cfg, swapped, {}))
     v = {g.id: g.verdict for g in a.groups}
     assert set(v.values()) == {"fails"}
-    assert {r.provenance for g in a.groups for r in g.rows} == {"seed"}
+    assert {r.provenance for g in a.groups for r in g.rows} == {"paper"}
 
 
 def test_a_locally_trained_encoders_table2_rows_are_ours(tmp_path, plant_real_run):

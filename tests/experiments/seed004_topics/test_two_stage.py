@@ -95,7 +95,7 @@ def test_a_setting_is_decided_on_stored_norms(tmp_path, K, verdict):
     [g] = a.paper
     assert g.id == "value-grows-first" and g.verdict == verdict and g.spec.form == "existence"
     [row] = g.rows
-    assert row.provenance == "seed" and row.arms == (name,) and row.stage == "kq-grew"
+    assert row.provenance == "paper" and row.arms == (name,) and row.stage == "kq-grew"
     assert row.measured.resolution == pytest.approx(0.1)  # one logging interval of the 1000-step horizon
     assert row.measured.values == pytest.approx([0.5 if verdict == "holds" else 0.0] * 3)
     assert a.measurements["settings"][name]["t_half_V"] == [200.0] * 3
@@ -126,7 +126,7 @@ def test_no_stage_2_is_not_evaluable_and_each_setting_is_gated_on_its_own_member
     head = rows[setting_name("adam", 0.01, 0.001, 16)]
     assert head.verdict == "not evaluable" and head.cause == "stage not reached" and "double" in head.reason
     other = rows[setting_name("adam", 0.03, 0.001, 16)]
-    assert other.provenance == "seed" and other.verdict == "not evaluable" and other.cause == "not trained"
+    assert other.provenance == "paper" and other.verdict == "not evaluable" and other.cause == "not trained"
     assert a.health[setting_name("adam", 0.01, 0.001, 16)].trained  # the headline's own members trained
     assert a.result("value-grows-first").verdict == "not evaluable"
 
@@ -253,7 +253,7 @@ def test_headline_only_trains_one_setting_off_the_grid(tmp_path):
     init = r.arrays("sgd/b2@init")["W_V"].double()
     assert float(init.min()) >= 0.0 and float(init.max()) < 0.005 and float(init.max()) > 0.001  # U[0, 0.005)
     (row,) = next(g for g in r.summary["claims"] if g["id"] == "value-grows-first")["rows"]
-    assert row["id"].endswith(setting_name("sgd", 0.2, 0.005, 2)) and row["provenance"] == "seed"
+    assert row["id"].endswith(setting_name("sgd", 0.2, 0.005, 2)) and row["provenance"] == "paper"
 
 
 def test_the_atlas_searches_optimiser_lr_init_and_authors_compat():

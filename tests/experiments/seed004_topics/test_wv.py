@@ -148,7 +148,7 @@ def test_block_means_match_thm2_and_a_shifted_wv_fails_them(tmp_path):
     assert sorted(r.id.split("/", 1)[1] for r in ratio.rows) == sorted(
         f"{s}/{p}" for s in ("no-l2", "attn") for p in ("ce/sgd", "ce/adam", "squared/sgd", "squared/adam")
     )
-    assert sorted(r.id.split("/", 1)[1] for r in ratio.rows if r.provenance == "seed") == [
+    assert sorted(r.id.split("/", 1)[1] for r in ratio.rows if r.provenance == "paper") == [
         "attn/squared/sgd",
         "no-l2/squared/sgd",
     ]  # the captions' third panel; the others are ours
@@ -196,11 +196,11 @@ def test_wv_only_against_all_weights_is_the_paired_excess_share(tmp_path, l2_sha
         ("often", 20, "holds"),
     ],
 )
-def test_fig6_share_of_diagonal_members_under_each_criterion(tmp_path, criterion, k, verdict, at_seed_length):
+def test_fig6_share_of_diagonal_members_under_each_criterion(tmp_path, criterion, k, verdict, at_paper_length):
     """20 members per no-L2 adam panel (the sgd panels stop short of the stage and are left out of the pool):
     k of them diagonal (u = 0.05) in each, so k/20 of the 40 pooled; Wilson at 95 %: 20/40 in [0.35, 0.65], 40/40
     above 0.91, 0/40 below 0.088."""
-    at_seed_length(TopicsWV)
+    at_paper_length(TopicsWV)
     arms = TopicsWV.arms(TopicsWV().make_config("quick", SMALL))
     shares = {a: 0.2 for a in arms if a.endswith("/sgd")}
     u = [0.05] * k + [0.9] * (20 - k)

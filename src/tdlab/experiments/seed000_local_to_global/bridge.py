@@ -35,7 +35,7 @@ than the tolerance is not resolved):
   arm moved. Members that leave H(π) move the mean below it; with few members whose gaps differ widely
   the interval may straddle the tolerance (not resolved), and the notes then say how many members are
   individually beyond it. It says the init *stays* at H(π): only rows trained for Table 2's 8000
-  iterations decide it (a shorter budget's rows are ours, :data:`SEED_HORIZON_ROW`).
+  iterations decide it (a shorter budget's rows are ours, :data:`PAPER_HORIZON_ROW`).
 
 Each claim's hypotheses are its theorem's side of the line, read off the row's (p, q) (a row whose App. G
 basin puts it in the other claim is ours), and σ² ≪ 1/√2; the 0.01-nat tolerance is calibrated by planted
@@ -240,12 +240,12 @@ def classify_losses(final: np.ndarray, rate: float | np.ndarray, h_pi: float | n
 
 BELOW, ABOVE = "below-line-ends-at-entropy-rate", "above-line-stays-at-H(pi)"
 
-SEED_STEPS = 8000  # Table 2: 8000 iterations, the horizon at which App. A.3.2 reads the final test loss
+PAPER_STEPS = 8000  # Table 2: 8000 iterations, the horizon at which App. A.3.2 reads the final test loss
 
 
-def _at_seed_horizon(cfg: MarkovBridgeConfig, row: Any) -> bool:
+def _at_paper_horizon(cfg: MarkovBridgeConfig, row: Any) -> bool:
     budget = row.context.get("budget")
-    return budget is not None and int(budget) >= SEED_STEPS
+    return budget is not None and int(budget) >= PAPER_STEPS
 
 
 # Thm. 2's side says the small init *stays* at H(π) (it "converges to a local minimum"): a run shorter than the
@@ -253,9 +253,9 @@ def _at_seed_horizon(cfg: MarkovBridgeConfig, row: Any) -> bool:
 # so only rows trained for the seed's horizon speak for it. markov-init says this with ``stays`` (it cannot hold
 # from a shorter run, but can fail); a bridge row's length is its budget, a row parameter that ``stays`` (a
 # config path) cannot read, so here the shorter budgets' rows are ours both ways.
-SEED_HORIZON_ROW = Hypothesis(
+PAPER_HORIZON_ROW = Hypothesis(
     "trained for Table 2's 8000 iterations, where App. A.3.2 reads the final test loss (the row's budget)",
-    _at_seed_horizon,
+    _at_paper_horizon,
     on="row",
 )
 # Thms. 2/8's consequences for N(0, σ² I₂) assume σ² ≪ 1/√2 (a config field here: every row has the same σ).
@@ -312,7 +312,7 @@ CLAIMS = (
         horizon="convergence",
         stage=LEFT_PLATEAU,
         unit=" nats",
-        example={"p": 0.2, "q": 0.3, "budget": SEED_STEPS},
+        example={"p": 0.2, "q": 0.3, "budget": PAPER_STEPS},
     ),
     ClaimSpec(
         ABOVE,
@@ -323,7 +323,7 @@ CLAIMS = (
         where="App. A.3.2 (tested there at Fig. 4's (0.5, 0.8): 'the final test loss matches the unigram loss for the "
         "standard initialization'); Thm. 2 (Sec. 4)",
         form="settings",
-        hypotheses=(ABOVE_LINE_ROW, SMALL_INIT, SEED_HORIZON_ROW),
+        hypotheses=(ABOVE_LINE_ROW, SMALL_INIT, PAPER_HORIZON_ROW),
         threshold=_end_state("the entropy rate, the global minimum", -1.0),
         all_rows=True,  # "any small initialization", for every p + q > 1 cell at the seed's horizon
         test="value",
@@ -335,7 +335,7 @@ CLAIMS = (
         horizon="convergence",
         learning_required=False,
         unit=" nats",
-        example={"p": 0.5, "q": 0.8, "budget": SEED_STEPS},
+        example={"p": 0.5, "q": 0.8, "budget": PAPER_STEPS},
     ),
 )
 

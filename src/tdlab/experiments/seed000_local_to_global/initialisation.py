@@ -112,7 +112,7 @@ def _proposed_stage(cfg: MarkovInitConfig) -> Stage | None:
     return LEFT_PLATEAU if distinct_minima(cfg) else None
 
 
-SEED_STEPS = 8000  # Table 2: 8000 iterations, the horizon of Fig. 4
+PAPER_STEPS = 8000  # Table 2: 8000 iterations, the horizon of Fig. 4
 
 # Fig. 4 and the A.3.2 paragraph speak of p + q > 1 (Thm. 2's side of the phase diagram, Fig. 1d), at
 # (p, q) = (0.5, 0.8): a row at p + q ≤ 1 is ours (Thm. 8's side, where both minima are the entropy rate's).
@@ -181,7 +181,7 @@ CLAIMS = (
         # p + q > 1: Thm. 2 says it *stays* at H(π); a shorter run still on the plateau may leave it later.
         stays=lambda cfg: cfg.task.p + cfg.task.q > 1,
         length="train.steps",
-        seed_length=SEED_STEPS,
+        paper_length=PAPER_STEPS,
     ),
     ClaimSpec(
         "standard-init-leaves-plateau-later",

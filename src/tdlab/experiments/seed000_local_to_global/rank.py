@@ -758,7 +758,7 @@ class MarkovRank(Experiment[MarkovRankConfig]):
     def _provenance(cfg: MarkovRankConfig, arm: str) -> Provenance:
         """``seed`` for the standard arm under AdamW (Table 2); ``ours`` for SGD at our step size and for
         the rank-one arm (our init)."""
-        return "seed" if arm == "standard" and cfg.train.optimizer == "adamw" else "ours"
+        return "paper" if arm == "standard" and cfg.train.optimizer == "adamw" else "ours"
 
     @staticmethod
     def _drift(run: RunView, arm: str, name: str) -> float | None:

@@ -70,7 +70,7 @@ from tdlab.experiments.seed001_reasoning_bias.common import (
 )
 from tdlab.experiments.seed001_reasoning_bias.training import (
     DIRECTION,
-    SEED_LR_TRANSFORMER,
+    PAPER_LR_TRANSFORMER,
     SMALL_INIT,
     SMALL_VS_LARGE,
     GammaArms,
@@ -673,7 +673,7 @@ class AnchorsAttention(ProbeSource, AnchorsGammaSweep[AnchorsAttentionConfig]):
         m = self.probe(cfg, run, self.probe_sequences(cfg))
         out = Measurements({GammaArms.arm(g): v for g, v in m.items()})
         end = cfg.schedule.epochs
-        r = parameter_reading(end, end, cfg.train.lr, SEED_LR_TRANSFORMER)
+        r = parameter_reading(end, end, cfg.train.lr, PAPER_LR_TRANSFORMER)
         small, large = c.small_gamma, c.large_gamma
         s_arm, l_arm = GammaArms.arm(small), GammaArms.arm(large)
         e_s = m[small]["end"]
@@ -768,7 +768,7 @@ class AnchorsAttention(ProbeSource, AnchorsGammaSweep[AnchorsAttentionConfig]):
             f"ρ(cos(w^pos,i, w^pos,j), |i − j|) over 1..L−1 ≤ {c.pos_rho_max:g} (t)",
         )
         for e in cfg.snapshot_epochs:  # Thm. 2's early phase: the snapshots, not the end
-            re = parameter_reading(e, end, cfg.train.lr, SEED_LR_TRANSFORMER, tuple(cfg.snapshot_epochs))
+            re = parameter_reading(e, end, cfg.train.lr, PAPER_LR_TRANSFORMER, tuple(cfg.snapshot_epochs))
             fl = m[small]["flow"].get(e)
             out.row(
                 "thm2-layer1-wv-flow-along-reasoning-anchors",
@@ -839,7 +839,7 @@ class AnchorsAttention(ProbeSource, AnchorsGammaSweep[AnchorsAttentionConfig]):
             + " (seed means): where the run leaves the average operator."
         )
         notes.append("Def. 3 at p = 1 has no l_0: the plateau's lower bound is dropped there (our reading).")
-        line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TRANSFORMER)
+        line = reading_note(cfg.train.lr, cfg.schedule.epochs, PAPER_LR_TRANSFORMER)
         if line:
             notes.append(line)
         return [

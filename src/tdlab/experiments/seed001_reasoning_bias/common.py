@@ -24,9 +24,9 @@ from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunCo
 from tdlab.experiments.seed001_reasoning_bias.training import (
     DIRECTION,
     LARGE_INIT,
+    PAPER_EPOCHS,
+    PAPER_LR_TRANSFORMER,
     RSN_PAST_MARGINAL,
-    SEED_EPOCHS,
-    SEED_LR_TRANSFORMER,
     SMALL_INIT,
     AnchorsHealth,
     ArmCurves,
@@ -403,7 +403,7 @@ CLAIMS = (
         # "remains unchanged" over the seed's 1000 epochs: a shorter run still at chance may yet infer M
         stays=True,
         length="schedule.epochs",
-        seed_length=SEED_EPOCHS,
+        paper_length=PAPER_EPOCHS,
         quantity="final accuracy on D_rsn,test, against chance (1/N_Z: a guess from the held-out labels' marginal)",
     ),
     ClaimSpec(
@@ -479,7 +479,7 @@ class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
             {
                 "label_marginal_loss": marginal,
                 "chance_acc_test": chance,
-                "lr_vs_seed": cfg.train.lr / SEED_LR_TRANSFORMER,
+                "lr_vs_seed": cfg.train.lr / PAPER_LR_TRANSFORMER,
             }
         )
         curves = {g: ArmCurves.read(run, GammaArms.arm(g), cfg.steps_per_epoch) for g in cfg.gammas}
@@ -567,7 +567,7 @@ class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
         if m["lr_vs_seed"] != 1.0:
             notes.append(
                 f"The curves ran {cfg.schedule.epochs} epochs at lr {cfg.train.lr:g} ({m['lr_vs_seed']:.3g}× the "
-                f"seed's {SEED_LR_TRANSFORMER:g} over 1000 epochs): the orderings are the seed's comparisons over a "
+                f"seed's {PAPER_LR_TRANSFORMER:g} over 1000 epochs): the orderings are the seed's comparisons over a "
                 "shortened, faster schedule, and a claim that needs a split learnt is not evaluable when it was "
                 "not learnt within the run."
             )

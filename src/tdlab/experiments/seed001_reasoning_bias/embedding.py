@@ -52,7 +52,7 @@ from tdlab.experiments.seed001_reasoning_bias.common import (
 )
 from tdlab.experiments.seed001_reasoning_bias.training import (
     DIRECTION,
-    SEED_LR_TRANSFORMER,
+    PAPER_LR_TRANSFORMER,
     SMALL_INIT,
     GammaArms,
     cosine_heatmap,
@@ -264,7 +264,7 @@ class AnchorsEmbedding(ProbeSource, AnchorsGammaSweep[AnchorsEmbeddingConfig]):
             if g == c.small_gamma:
                 self._fig4a_rows(out, cfg, snaps)
         small, arm = c.small_gamma, GammaArms.arm(c.small_gamma)
-        at_end = parameter_reading(end, end, cfg.train.lr, SEED_LR_TRANSFORMER)
+        at_end = parameter_reading(end, end, cfg.train.lr, PAPER_LR_TRANSFORMER)
         e_s = out.values["end"][arm]
         ctx = {"gamma": small, "epoch": end}
         out.row(
@@ -305,7 +305,7 @@ class AnchorsEmbedding(ProbeSource, AnchorsGammaSweep[AnchorsEmbeddingConfig]):
         c = cfg.emb_claims
         arm = GammaArms.arm(c.small_gamma)
         for e in cfg.fig4a_epochs:
-            r = parameter_reading(e, cfg.schedule.epochs, cfg.train.lr, SEED_LR_TRANSFORMER, FIG4A_EPOCHS)
+            r = parameter_reading(e, cfg.schedule.epochs, cfg.train.lr, PAPER_LR_TRANSFORMER, FIG4A_EPOCHS)
             if e in snaps:
                 anchor_cosine_rows(out, "fig4a", arm, e, snaps[e], r, c.small_gamma, c.mem_cos_min, c.rsn_rho_max)
                 continue
@@ -346,7 +346,7 @@ class AnchorsEmbedding(ProbeSource, AnchorsGammaSweep[AnchorsEmbeddingConfig]):
                 f"{np.mean(e['rsn_nn_order']):.3f}, mean |Δcos| vs Eq. 14 {np.mean(e['eq14_abs_err']):.3f}, vs P^s "
                 f"{np.mean(e['ps_abs_err']):.3f} (seed means)."
             )
-        line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TRANSFORMER)
+        line = reading_note(cfg.train.lr, cfg.schedule.epochs, PAPER_LR_TRANSFORMER)
         if line:
             notes.append(line)
         if cfg.from_run:

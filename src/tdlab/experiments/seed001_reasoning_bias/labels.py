@@ -389,7 +389,7 @@ class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
             evidence="snapshot loss on the training sequences vs the group-blind label marginal's, nats",
         )
         early = float(np.mean(acc_snap)) <= c.early_acc_max
-        provenance: Provenance = "seed" if early else "ours"
+        provenance: Provenance = "paper" if early else "ours"
         when = f"epoch {cfg.groups_epochs}, accuracy {np.mean(acc_snap):.3f}" + (
             "" if early else f" > {c.early_acc_max:g} (t): not the seed's early stage"
         )

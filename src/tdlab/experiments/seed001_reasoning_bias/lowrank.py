@@ -30,7 +30,7 @@ from tdlab.experiments.seed001_reasoning_bias.common import (
 )
 from tdlab.experiments.seed001_reasoning_bias.training import (
     DIRECTION,
-    SEED_LR_TRANSFORMER,
+    PAPER_LR_TRANSFORMER,
     GammaArms,
     parameter_reading,
     reading_note,
@@ -106,7 +106,7 @@ class AnchorsLowrank(ProbeSource, AnchorsGammaSweep[AnchorsLowrankConfig]):
         m = {g: spectra(weight_matrices(run.arrays(GammaArms.arm(g)), cfg.model.layers)) for g in cfg.gammas}
         out = Measurements({GammaArms.arm(g): v for g, v in m.items()})
         end = cfg.schedule.epochs
-        r = parameter_reading(end, end, cfg.train.lr, SEED_LR_TRANSFORMER)
+        r = parameter_reading(end, end, cfg.train.lr, PAPER_LR_TRANSFORMER)
         ordered = sorted(cfg.gammas, reverse=True)  # smallest init first
         for name in next(iter(m.values())):
             for hi, lo in itertools.pairwise(ordered):
@@ -131,7 +131,7 @@ class AnchorsLowrank(ProbeSource, AnchorsGammaSweep[AnchorsLowrankConfig]):
             + " (seed means)."
             for name in next(iter(m.values()))
         ]
-        line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TRANSFORMER)
+        line = reading_note(cfg.train.lr, cfg.schedule.epochs, PAPER_LR_TRANSFORMER)
         if line:
             notes.append(line)
         return [

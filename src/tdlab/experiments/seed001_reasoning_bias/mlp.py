@@ -53,8 +53,8 @@ from tdlab.experiments.seed001_reasoning_bias.common import (
 from tdlab.experiments.seed001_reasoning_bias.training import (
     DIRECTION,
     LARGE_INIT,
+    PAPER_LR_EMB_MLP,
     RSN_PAST_MARGINAL,
-    SEED_LR_EMB_MLP,
     SMALL_INIT,
     SMALL_VS_LARGE,
     AnchorsHealth,
@@ -431,7 +431,7 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
                 context={"gamma": small, "reference_gamma": large},
                 label=f"(AUC_rsn,test − AUC_mem) at γ = {small:g} minus at γ = {large:g} > 0",
             )
-        at_end = parameter_reading(end, end, cfg.train.lr, SEED_LR_EMB_MLP)
+        at_end = parameter_reading(end, end, cfg.train.lr, PAPER_LR_EMB_MLP)
         if large in emb:
             for kind, key in (("memory", "mem_abs_cos"), ("reasoning", "rsn_abs_cos")):
                 out.row(
@@ -462,7 +462,7 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
     @staticmethod
     def _fig3a_rows(out: Measurements, cfg: AnchorsMlpConfig, arm: str, epoch: int, m: dict[str, list[float]]) -> None:
         c = cfg.claims
-        r = parameter_reading(epoch, cfg.schedule.epochs, cfg.train.lr, SEED_LR_EMB_MLP, FIG3A_EPOCHS)
+        r = parameter_reading(epoch, cfg.schedule.epochs, cfg.train.lr, PAPER_LR_EMB_MLP, FIG3A_EPOCHS)
         anchor_cosine_rows(out, "fig3a", arm, epoch, m, r, c.small_gamma, c.mem_cos_min, c.rsn_rho_max)
         out.row(
             "fig3c-embedding-follows-label-law",
@@ -539,7 +539,7 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
                     f"{np.mean(v['theory_spearman']):.3f}, mean |Δcos| {np.mean(v['theory_abs_err']):.3f} (an ordering "
                     "can agree while the values do not; the value error decides)."
                 )
-        line = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_EMB_MLP)
+        line = reading_note(cfg.train.lr, cfg.schedule.epochs, PAPER_LR_EMB_MLP)
         if line:
             notes.append(line)
         return [*super().notes(cfg, measured, groups), *notes]

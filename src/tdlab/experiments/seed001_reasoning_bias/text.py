@@ -95,7 +95,7 @@ from tdlab.train.trainer import Trainer
 SOURCES: tuple[str, str] = ("prontoqa", "stories")  # source 0, source 1; also the eval split names
 SOURCE_LABELS = {"prontoqa": "PrOntoQA", "stories": "stories"}
 SOURCE_COLORS = {"prontoqa": "tab:red", "stories": "tab:blue"}  # Fig. 1's colours
-SEED_COSINES = {"prontoqa": 0.123, "stories": 0.531}  # §4.4 / Fig. 6, reference only
+PAPER_COSINES = {"prontoqa": 0.123, "stories": 0.531}  # §4.4 / Fig. 6, reference only
 DATA_DIR = "data"  # the run directory's cache of the tokenised corpus
 
 
@@ -377,8 +377,8 @@ def halving_epoch(epochs: np.ndarray, loss: np.ndarray, level: float = 0.5) -> C
 # ------------------------------------------------------------------------------------------------
 
 
-SEED_LR_TEXT = 1e-5  # A.3: Figs. 1 and 6, AdamW at lr 1e-5
-SEED_EPOCHS_TEXT = 200  # A.3: 200 epochs
+PAPER_LR_TEXT = 1e-5  # A.3: Figs. 1 and 6, AdamW at lr 1e-5
+PAPER_EPOCHS_TEXT = 200  # A.3: 200 epochs
 
 # Figs. 1 and 6 compare PrOntoQA with TinyStories: a run on the built-in stand-in stories is not the statement's.
 TINYSTORIES = Hypothesis(
@@ -562,7 +562,7 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
                 "exclusive_tokens": {s: len(v) for s, v in ex.items()},
                 "exclusive_examples": {s: [corpus.tokenizer.decode([i]) for i in v[:12]] for s, v in ex.items()},
                 "early_epoch": cfg.early_epoch,
-                "seed_reference_cosines": SEED_COSINES,
+                "paper_reference_cosines": PAPER_COSINES,
             }
         )
         halving: dict[float, dict[str, Crossings]] = {}
@@ -601,7 +601,7 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
         c = cfg.claims
         P, S = SOURCES
         tag = f" [{STANDIN_LABEL}]" if cfg.data.standin else ""
-        data_prov: Provenance = "ours" if cfg.data.standin else "seed"
+        data_prov: Provenance = "ours" if cfg.data.standin else "paper"
         main, ctrl = out.values[GammaArms.arm(c.main_gamma)], out.values[GammaArms.arm(c.control_gamma)]
         a_main, a_ctrl = GammaArms.arm(c.main_gamma), GammaArms.arm(c.control_gamma)
         claim = "fig1-prontoqa-loss-falls-faster"
@@ -631,9 +631,9 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
             cfg.early_epoch,
             cfg.schedule.epochs,
             cfg.train.lr,
-            SEED_LR_TEXT,
-            (round(c.early_fraction * SEED_EPOCHS_TEXT),),
-            SEED_EPOCHS_TEXT,
+            PAPER_LR_TEXT,
+            (round(c.early_fraction * PAPER_EPOCHS_TEXT),),
+            PAPER_EPOCHS_TEXT,
         )
         prov = "ours" if cfg.data.standin else r.provenance
         early, ce = main["cosine"].get("early"), ctrl["cosine"].get("early")
@@ -715,7 +715,7 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
                         f"{np.mean(cw[P]):.3f} vs stories {np.mean(cw[S]):.3f}"
                     )
             notes.append("; ".join(line) + " (seed means; the seed, Fig. 6: 0.123 vs 0.531).")
-        reading = reading_note(cfg.train.lr, cfg.schedule.epochs, SEED_LR_TEXT, SEED_EPOCHS_TEXT)
+        reading = reading_note(cfg.train.lr, cfg.schedule.epochs, PAPER_LR_TEXT, PAPER_EPOCHS_TEXT)
         if reading:
             notes.append(reading)
         lead = notes[:1] if cfg.data.standin else []  # the stand-in warning leads: every verdict below is on it
@@ -780,7 +780,7 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
                     im = ax.imshow(C, vmin=-1, vmax=1, cmap="RdBu_r")
                     mean = float(np.mean(mean_pairwise_cosine(W, ex[s])))
                     ax.set_title(
-                        f"γ = {g:g}, {SOURCE_LABELS[s]}: mean cos {mean:.3f} (seed: {SEED_COSINES[s]})", fontsize=9
+                        f"γ = {g:g}, {SOURCE_LABELS[s]}: mean cos {mean:.3f} (seed: {PAPER_COSINES[s]})", fontsize=9
                     )
                     ax.set_xlabel(f"{len(ex[s])} most frequent exclusive tokens")
                     plt.colorbar(im, ax=ax, fraction=0.046)

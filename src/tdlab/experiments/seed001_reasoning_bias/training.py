@@ -71,10 +71,10 @@ if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with th
 __all__ = [
     "DIRECTION",
     "LARGE_INIT",
+    "PAPER_EPOCHS",
+    "PAPER_LR_EMB_MLP",
+    "PAPER_LR_TRANSFORMER",
     "RSN_PAST_MARGINAL",
-    "SEED_EPOCHS",
-    "SEED_LR_EMB_MLP",
-    "SEED_LR_TRANSFORMER",
     "SMALL_INIT",
     "SMALL_VS_LARGE",
     "SPLIT_LABELS",
@@ -112,9 +112,9 @@ SPLIT_LABELS = {"mem": "D_mem", "rsn_train": "D_rsn,train", "test": "D_rsn,test"
 SPLIT_COLORS = {"mem": "tab:blue", "rsn_train": "tab:purple", "test": "tab:orange"}  # Fig. 2's colours
 TASK_SPLIT = {"mem": "mem", "rsn_train": "rsn_train", "test": "test_rsn"}  # eval split -> Anchors split
 
-SEED_EPOCHS = 1000  # A.3: every anchor-function model trains 1000 epochs
-SEED_LR_TRANSFORMER = 1e-5  # A.3: the transformer's AdamW learning rate
-SEED_LR_EMB_MLP = 5e-6  # A.3: the Emb-MLP's
+PAPER_EPOCHS = 1000  # A.3: every anchor-function model trains 1000 epochs
+PAPER_LR_TRANSFORMER = 1e-5  # A.3: the transformer's AdamW learning rate
+PAPER_LR_EMB_MLP = 5e-6  # A.3: the Emb-MLP's
 
 
 class EpochsConfig(Config):
@@ -576,13 +576,13 @@ def parameter_reading(
     epoch: int,
     epochs: int,
     lr: float,
-    seed_lr: float,
-    seed_epochs: Sequence[int] | None = None,
-    seed_budget: int = SEED_EPOCHS,
+    paper_lr: float,
+    paper_epochs: Sequence[int] | None = None,
+    paper_budget: int = PAPER_EPOCHS,
 ) -> Reading:
     """The provenance of a row read from the parameters after ``epoch`` of an ``epochs``-epoch run at a
-    constant ``lr``, for a figure the seed reads after ``seed_epochs`` of its ``seed_budget`` epochs at
-    ``seed_lr`` (``None``: the end of training, where the seed names no epoch).
+    constant ``lr``, for a figure the seed reads after ``paper_epochs`` of its ``paper_budget`` epochs at
+    ``paper_lr`` (``None``: the end of training, where the seed names no epoch).
 
     The row stands for the seed's epoch nearest in fraction of training. It is the seed's setting only
     at the seed's learning rate and budget, read at that very epoch: a snapshot taken at the same
@@ -590,24 +590,24 @@ def parameter_reading(
     profiles' layer-1 attention leaves the average operator long before their last epoch), so that row
     is ours.
     """
-    seed_epoch = min(seed_epochs or (seed_budget,), key=lambda e: abs(e / seed_budget - epoch / epochs))
-    if math.isclose(lr, seed_lr, rel_tol=1e-9) and epochs == seed_budget and epoch == seed_epoch:
-        return Reading("seed", f"epoch {epoch} of {epochs} at lr {lr:g}: the seed's reading")
+    paper_epoch = min(paper_epochs or (paper_budget,), key=lambda e: abs(e / paper_budget - epoch / epochs))
+    if math.isclose(lr, paper_lr, rel_tol=1e-9) and epochs == paper_budget and epoch == paper_epoch:
+        return Reading("paper", f"epoch {epoch} of {epochs} at lr {lr:g}: the seed's reading")
     return Reading(
         "ours",
-        f"read after epoch {epoch} of {epochs} at lr {lr:g} ({lr / seed_lr:.3g}× the seed's "
-        f"{seed_lr:g}), standing for the seed's epoch {seed_epoch} of {seed_budget}: not the seed's "
+        f"read after epoch {epoch} of {epochs} at lr {lr:g} ({lr / paper_lr:.3g}× the seed's "
+        f"{paper_lr:g}), standing for the seed's epoch {paper_epoch} of {paper_budget}: not the seed's "
         "setting",
     )
 
 
-def reading_note(cfg_lr: float, epochs: int, seed_lr: float, seed_budget: int = SEED_EPOCHS) -> str | None:
+def reading_note(cfg_lr: float, epochs: int, paper_lr: float, paper_budget: int = PAPER_EPOCHS) -> str | None:
     """The notes' line when a run's parameters are not read in the seed's setting (``None`` when they are)."""
-    if math.isclose(cfg_lr, seed_lr, rel_tol=1e-9) and epochs == seed_budget:
+    if math.isclose(cfg_lr, paper_lr, rel_tol=1e-9) and epochs == paper_budget:
         return None
     return (
-        f"This run trains {epochs} epochs at lr {cfg_lr:g} ({cfg_lr / seed_lr:.3g}× the seed's {seed_lr:g} over "
-        f"{seed_budget} epochs): statements about the trained parameters at an epoch are read at a scaled epoch "
+        f"This run trains {epochs} epochs at lr {cfg_lr:g} ({cfg_lr / paper_lr:.3g}× the seed's {paper_lr:g} over "
+        f"{paper_budget} epochs): statements about the trained parameters at an epoch are read at a scaled epoch "
         "under a larger learning rate, which is not the seed's setting. Those rows are ours: judged and shown, "
         "never deciding a paper claim (the paper profile reads them at the seed's epochs and learning rate)."
     )

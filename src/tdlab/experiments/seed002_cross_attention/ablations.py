@@ -98,7 +98,7 @@ class AblationConfig(ExperimentConfig):
 
 
 def _provenance(model: str):
-    return "ours" if model in F0X else "seed"
+    return "ours" if model in F0X else "paper"
 
 
 DIRECTION = Threshold(

@@ -85,7 +85,7 @@ LABELS = {
     "bi-ca": "Standard bi-CA transformer",
 }
 # Seed 002 Table 1: (parameters, best test accuracy %, best epoch), one run each, corrupted avMNIST.
-SEED_TABLE1 = {
+PAPER_TABLE1 = {
     "full": (4.36e4, 63.85, 64),
     "no-injection": (3.82e4, 62.72, 65),
     "no-cross": (4.36e4, 62.10, 79),
@@ -472,7 +472,7 @@ class ICLAVDigits(Experiment[ICLAVDigitsConfig]):
             f"(optimistic: epoch chosen on test) | final acc; seed: params, best test acc @epoch)"
         ]
         for arm in cfg.models:
-            sp, sa, se = SEED_TABLE1[arm]
+            sp, sa, se = PAPER_TABLE1[arm]
             if arm not in m:
                 lines.append(f"{LABELS[arm]}: not measured")
                 continue
@@ -524,7 +524,7 @@ class ICLAVDigits(Experiment[ICLAVDigitsConfig]):
                     label=key if i == 0 else None,
                 )
             ax.scatter(
-                [i], [SEED_TABLE1[arm][1]], marker="*", s=80, color="k", label="seed (best test)" if i == 0 else None
+                [i], [PAPER_TABLE1[arm][1]], marker="*", s=80, color="k", label="seed (best test)" if i == 0 else None
             )
         ax.set_xticks(range(len(arms)), [a for a in arms], rotation=20, fontsize=8)
         ax.set_ylabel("test accuracy %")

@@ -48,7 +48,7 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.memo import CheckpointedMemo, array_key
 from tdlab.train.regression import RegressionTrainer, query_errors
 
-SEED_PANELS = {(10, False), (5, False), (5, True)}  # Fig. 4: T = 10 (top), T = 5 without / with pre-LN (bottom)
+PAPER_PANELS = {(10, False), (5, False), (5, True)}  # Fig. 4: T = 10 (top), T = 5 without / with pre-LN (bottom)
 
 
 class Panel(Config):
@@ -133,7 +133,7 @@ def _panel_arm(p: Panel) -> str:
 
 
 def _provenance(p: Panel):
-    return "seed" if (p.depth, p.pre_ln) in SEED_PANELS else "ours"
+    return "paper" if (p.depth, p.pre_ln) in PAPER_PANELS else "ours"
 
 
 def group_maps(
@@ -529,7 +529,7 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
                 "valley-nearer-minus-beta-at-larger-T",
                 f"T{T1}-vs-T{T0}",
                 Sample([diff], mc_se=se, deterministic=True),
-                provenance="seed" if {T0, T1} == {5, 10} else "ours",
+                provenance="paper" if {T0, T1} == {5, 10} else "ours",
                 context={"T0": T0, "T1": T1},
                 label=f"→ −beta as T grows: valley RMS from −β at T = {T1} minus at T = {T0} ≤ 0",
             )

@@ -145,7 +145,7 @@ def _rel(cfg: LsaVsLcaConfig, row) -> float:
 
 def _theorem_provenance(objective: str):
     """Thms 6.2-6.3 are stated on ``l`` and App. H trains at L_tr = 100: both the seed's; other L_tr ours."""
-    return "seed" if objective == "pop" else context_provenance(objective)
+    return "paper" if objective == "pop" else context_provenance(objective)
 
 
 # Thm 4.1 assumes |m| and zeta atomless (footnote 1): the uniform norms always are, zeta only under its Gaussian law

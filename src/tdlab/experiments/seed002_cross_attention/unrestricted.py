@@ -163,7 +163,7 @@ MOVED = Stage(
 
 
 def _provenance(sigma: float):
-    return "seed" if math.isclose(sigma, APP_H_SIGMA) else "ours"
+    return "paper" if math.isclose(sigma, APP_H_SIGMA) else "ours"
 
 
 UNCALIBRATED_REF = (

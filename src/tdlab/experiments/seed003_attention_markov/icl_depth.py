@@ -190,11 +190,11 @@ class MarkovICLDepthConfig(ExperimentConfig):
         return self.model.updated({"layers": depth, **pe_model(positions), "max_len": self.train.seq_len})
 
 
-def provenance(k: int, pe: str) -> Literal["seed", "ours"]:
+def provenance(k: int, pe: str) -> Literal["paper", "ours"]:
     """Whether a cell's positional encoding is one the talk's statement covers (module docstring)."""
     if k == 1:
-        return "ours" if pe.startswith("both") else "seed"
-    return "seed" if pe in THEOREM_PES else "ours"
+        return "ours" if pe.startswith("both") else "paper"
+    return "paper" if pe in THEOREM_PES else "ours"
 
 
 DEPTH_TWO_LEARNS = Stage(

@@ -537,7 +537,7 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
             tag = chain_tag(p, q)
             c = th.switching_curvature(p, q)
             pi0, pi1 = stationary(p, q)
-            prov: Provenance = "seed" if p + q > 1 else "ours"  # the theorem's hypothesis is p + q > 1
+            prov: Provenance = "paper" if p + q > 1 else "ours"  # the theorem's hypothesis is p + q > 1
             ctx = {"p": p, "q": q}
 
             def get(t: str, name: str, only: str | None = None, p: float = p, q: float = q) -> list[float]:
@@ -607,7 +607,7 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
                     )
                 elif c != 0:
                     # the talk's saddle: untied, p + q > 1; a saddle tied or untied below the line is ours
-                    sprov: Provenance = "seed" if (not tied and p + q > 1) else "ours"
+                    sprov: Provenance = "paper" if (not tied and p + q > 1) else "ours"
                     out.row(
                         "theta-pi-saddle",
                         f"{tag}/{t}/hessian-negative",

@@ -461,7 +461,7 @@ class TopicsAttn(Experiment[TopicsAttnConfig]):
                 if keep.any():
                     record_gap_stage(out, s.group(kind), s.loss[keep], triv, opt, c.gap_share, reference="Bayes floor")
             sw, st, dt = s.of("block")
-            prov: Provenance = "seed" if s.name in TABLE3 else "ours"
+            prov: Provenance = "paper" if s.name in TABLE3 else "ours"
             arms, ctx = [s.group("block")], {"setting": s.name, "class": "block"}
             with np.errstate(divide="ignore", invalid="ignore"):
                 out.row(
@@ -484,7 +484,7 @@ class TopicsAttn(Experiment[TopicsAttnConfig]):
                 )
             sw, st, dt = s.of("diagonal")
             if s.name in table4 or len(sw):
-                prov = "seed" if s.name in TABLE4 else "ours"
+                prov = "paper" if s.name in TABLE4 else "ours"
                 arms, ctx = [s.group("diagonal")], {"setting": s.name, "class": "diagonal"}
                 with np.errstate(divide="ignore", invalid="ignore"):
                     out.row(

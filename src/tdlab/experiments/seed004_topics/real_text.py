@@ -8,7 +8,7 @@ input-embedding cosine, dot product and (debiased) attention over distinct word 
 Wikipedia *sample* (or Lee, or the user's text). The seed measures *pretrained* BERT/ALBERT/BART/ELECTRA/RoBERTa
 on its full Wikipedia: only ``model.checkpoint=DIR`` (a local Hugging Face checkpoint,
 :mod:`tdlab.models.hf_encoder`) measures a model of that kind, so only such a run's rows are the seed's
-(``provenance="seed"``). Without one, a small encoder is trained here and its rows are ours: shown and judged,
+(``provenance="paper"``). Without one, a small encoder is trained here and its rows are ours: shown and judged,
 never deciding the seed's Tables 1, 2, 5 or Fig. 3.
 
 The encoder (choices where the seed is silent, all BERT's): tdlab's :class:`~tdlab.models.gpt.GPT` with
@@ -585,7 +585,7 @@ class RealTextExperiment(Experiment[RealConfigT]):
 
     cooc = False
     # The seed's θ (Tables 1, 2, 5): a pretrained checkpoint's rows at these are the seed's own.
-    SEED_THETAS = (0.0005, 0.001, 0.002)
+    PAPER_THETAS = (0.0005, 0.001, 0.002)
 
     def run(self, cfg: RealConfigT, ctx: RunContext) -> None:
         data = prepare_data(cfg, ctx.writer.path / "cache", ctx.progress)
@@ -652,8 +652,8 @@ class RealTextExperiment(Experiment[RealConfigT]):
 
     def provenance(self, cfg: RealConfigT, theta: float | None = None) -> Provenance:
         """``seed`` for a pretrained checkpoint's rows at the seed's θ (or without θ), else ``ours``."""
-        seed_theta = theta is None or any(math.isclose(theta, t) for t in self.SEED_THETAS)
-        return "seed" if cfg.model.checkpoint and seed_theta else "ours"
+        paper_theta = theta is None or any(math.isclose(theta, t) for t in self.PAPER_THETAS)
+        return "paper" if cfg.model.checkpoint and paper_theta else "ours"
 
     def start(self, cfg: RealConfigT, run: RunView) -> Measurements:
         """The measurements every real-text analysis starts from: corpus facts and the encoder's stage."""
@@ -682,7 +682,7 @@ class RealTextExperiment(Experiment[RealConfigT]):
         if cfg.model.checkpoint:
             notes.append(
                 "Rows of the checkpoint at the seed's θ ("
-                + ", ".join(f"{t:g}" for t in self.SEED_THETAS)
+                + ", ".join(f"{t:g}" for t in self.PAPER_THETAS)
                 + ") are the seed's setting (a pretrained model) and decide the paper groups; other θ are ours."
             )
         else:

@@ -579,13 +579,13 @@ class TopicsWV(Experiment[TopicsWVConfig]):
                     )
                 # The captions check the ratio in their third panel only (squared loss, SGD): the other panels'
                 # rows are ours, judged and shown, never deciding the group.
-                seed_panel = loss == "squared" and arm.rsplit("/", 1)[-1] == "sgd"
+                paper_panel = loss == "squared" and arm.rsplit("/", 1)[-1] == "sgd"
                 out.row(
                     "wv-block-mean-over-10x-nonblock",
                     arm,
                     Sample(block_ratio_stat(S, D, c.block_ratio_min), drift=drift),
                     arms=[arm],
-                    provenance="seed" if seed_panel else "ours",
+                    provenance="paper" if paper_panel else "ours",
                     context=ctx,
                     label=f"{arm} ({SETTINGS[setting]}): S ≥ {c.block_ratio_min:g}|D|",
                 )
