@@ -293,3 +293,24 @@ def test_results_check_write_rewrites_the_records_of_the_folder_it_checks(tmp_pa
     assert res.exit_code == 0, res.output
     assert json.loads((folder / src.name).read_text())["claims"][0]["verdict"] != "fails"
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["markov-landscape.json", "quick", "seed1"]
+
+
+def test_a_record_written_when_the_paper_was_called_seed_reads_in_todays_words_and_rejudges_alike(run_dir, tmp_path):
+    """Records written before "seed" meant only a random seed named the paper "seed" (a row's provenance, in the
+    groups and in the measurements the judge reads; the cause "no seed rows"; a settings diff's value): they
+    load in today's words and re-judge to the verdicts they hold."""
+    doc = json.loads((run_dir / RECORD_NAME).read_text())
+    today = Record.model_validate(doc)
+    old = json.loads(json.dumps(doc).replace('"provenance": "paper"', '"provenance": "seed"'))
+    for rows in old["measured"]["rows"].values():
+        for r in rows:
+            if r["provenance"] == "paper":
+                r["provenance"] = "seed"
+    old["settings_diff"] = [{"field": "train.steps", "seed": 8000, "run": 200, "where": "Table 2"}]
+    old["claims"][0] = {**old["claims"][0], "cause": "no seed rows"}
+    assert '"seed"' in json.dumps(old["measured"]) or '"seed"' in json.dumps(old["claims"])
+    rec = Record.model_validate(old)
+    assert '"provenance": "seed"' not in json.dumps(rec.model_dump())
+    assert rec.settings_diff == [{"field": "train.steps", "paper": 8000, "run": 200, "where": "Table 2"}]
+    assert rec.claims[0]["cause"] == "no paper rows"
+    assert [g.verdict for g in rejudge(rec)] == [g.verdict for g in rejudge(today)]

@@ -124,7 +124,7 @@ def test_claims_hold_and_fail_on_planted_runs(tmp_path, v_first, rot_early, expe
     lag = a.result("value-grows-first").row("L2").measured
     # V half-grown at 50, K and Q at 250 (or the reverse): a lag of ±200/400, known to one step of 400
     assert lag.values == pytest.approx([0.5 if v_first else -0.5] * 3) and lag.resolution == pytest.approx(1 / 400)
-    assert [r.provenance for r in a.result("value-grows-first").rows] == ["seed"] * 4
+    assert [r.provenance for r in a.result("value-grows-first").rows] == ["paper"] * 4
 
 
 def test_not_trained_arm_or_no_stage_2_makes_the_claims_not_evaluable(tmp_path):
