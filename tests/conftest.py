@@ -19,6 +19,9 @@ passive_openmp()  # before torch is imported: the suite beside a run (or a run b
 # other tdlab processes hold never change a run's thread count here) and one count for every run it starts.
 os.environ["TDLAB_CORES_DIR"] = tempfile.mkdtemp(prefix="tdlab-cores-suite-")
 os.environ["TDLAB_THREADS"] = "2"
+# Tables and wrapped lines as on a wide terminal, whatever runs the suite (a terminal, a pipe, a pytest-xdist
+# worker): a test of narrow output sets its own width.
+os.environ["COLUMNS"] = "200"
 
 import torch  # noqa: E402
 

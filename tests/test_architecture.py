@@ -181,8 +181,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     (
         "tdlab.claims",
         "tdlab.runs",
+        "tdlab.run_context",
         "tdlab.index",
-        "tdlab.record",
+        "tdlab.records",
         "tdlab.report",
         "tdlab.cluster",
         "tdlab.costs.quick_times",
@@ -376,19 +377,11 @@ def test_every_module_is_in_the_architecture_page():
 SEEDS = "tdlab.experiments.seed"
 
 
-def _registers_an_experiment(path: Path) -> bool:
-    """Whether the module defines a class decorated ``@register`` (an experiment module)."""
-    return any(
-        isinstance(node, ast.ClassDef) and any(ast.unparse(d) == "register" for d in node.decorator_list)
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
-    )
-
-
 def _experiment_imports(src: Path) -> list[str]:
     """``"importer -> imported"`` for every import (lazy ones included) by a module of a seed package from
-    another seed's package, or from a module of its own package that registers an experiment. What a seed's
-    experiments share sits in its package's ``common.py`` (or a module of it that registers none) or lower,
-    in theory/, probes/ or tasks/; the framework (base, manifest, view, ...) is outside the seed packages."""
+    another seed's package, or from a module of its own package outside its ``common`` (a module, or a package
+    of modules named for what they hold). What a seed's experiments share sits there or lower, in theory/,
+    probes/ or tasks/; the framework (base, manifest, view, ...) is outside the seed packages."""
     mods = _modules(src)
     known = set(mods)
     out = []
@@ -397,7 +390,8 @@ def _experiment_imports(src: Path) -> list[str]:
             continue
         own = ".".join(m.split(".")[:3])  # tdlab.experiments.seedNNN_name, the package's __init__
         for d in _imports(m, p, known):
-            if d.startswith(SEEDS) and d != own and (not d.startswith(own + ".") or _registers_an_experiment(mods[d])):
+            common = own + ".common"
+            if d.startswith(SEEDS) and d != own and d != common and not d.startswith(common + "."):
                 out.append(f"{m} -> {d}")
     return sorted(out)
 
@@ -414,19 +408,24 @@ def test_experiment_import_finder_sees_a_sibling_and_another_seed(tmp_path):
         "experiments/base.py": "def register(cls):\n    return cls\n",
         "experiments/seed001_a/__init__.py": "",
         "experiments/seed001_a/common.py": "X = 1\n",
+        "experiments/seed001_a/helper.py": "Y = 2\n",
         "experiments/seed001_a/one.py": exp,
         "experiments/seed001_a/two.py": exp
         + "from tdlab.experiments.seed001_a.common import X\nfrom tdlab.experiments.seed001_a import one\n",
+        "experiments/seed001_a/four.py": exp + "from .helper import Y\n",
         "experiments/seed002_b/__init__.py": "",
-        "experiments/seed002_b/common.py": "def f():\n    from tdlab.experiments.seed001_a.common import X\n",
-        "experiments/seed002_b/three.py": exp + "from . import common\nfrom .. import seed002_b\n",
+        "experiments/seed002_b/common/__init__.py": "",
+        "experiments/seed002_b/common/shared.py": "def f():\n    from tdlab.experiments.seed001_a.common import X\n",
+        "experiments/seed002_b/three.py": exp
+        + "from . import common\nfrom .common.shared import f\nfrom .. import seed002_b\n",
     }.items():
         f = tmp_path / "tdlab" / name
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(text)
     assert _experiment_imports(tmp_path) == [
+        "tdlab.experiments.seed001_a.four -> tdlab.experiments.seed001_a.helper",
         "tdlab.experiments.seed001_a.two -> tdlab.experiments.seed001_a.one",
-        "tdlab.experiments.seed002_b.common -> tdlab.experiments.seed001_a.common",
+        "tdlab.experiments.seed002_b.common.shared -> tdlab.experiments.seed001_a.common",
     ]
 
 

@@ -18,9 +18,9 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from tdlab.cli import app
-from tdlab.experiments.base import RunContext
 from tdlab.index import RunIndex
 from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.run_context import RunContext
 from tdlab.runs import Run, RunWriter, staging_path
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain

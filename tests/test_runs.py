@@ -446,7 +446,7 @@ def _source_run(tmp_path, arrays: dict[str, object]):
 
 
 def _context(tmp_path):
-    from tdlab.experiments.base import RunContext
+    from tdlab.run_context import RunContext
 
     w = RunWriter(tmp_path / "out", "probe", run_id="p")
     w.write_config({"experiment": "probe"})

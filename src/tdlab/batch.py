@@ -5,7 +5,7 @@ experiment (default: all) at the profile as ``OUT/NAME``, each a ``tdlab run`` p
 is the whole state:
 
 - ``OUT/NAME`` (a finished run directory): done; its record is published to ``RESULTS/PROFILE/NAME.json``
-  (:mod:`tdlab.results`) if it is not there yet.
+  (:mod:`tdlab.records`) if it is not there yet.
 - ``OUT/.staging-NAME`` (an interrupted run): resumed from its checkpoints (``tdlab run --resume``), to the
   numbers it would have had uninterrupted (bit for bit on the CPU; tested).
 - nothing: started.
@@ -383,7 +383,8 @@ def plan_batch(
 def published(names: Sequence[str], profile: str, results: Path, sets: Sequence[str] = ()) -> list[str]:
     """The experiments in ``names`` with a current record under ``results/PROFILE``: one made at the config
     the profile (with ``sets``) has now. A record of an older config is not current: its run is to do again."""
-    from tdlab.results import is_current, load_record, record_path
+    from tdlab.records import record_path
+    from tdlab.results import is_current, load_record
 
     paths = {n: record_path(results, profile, n) for n in names}
     return [n for n, path in paths.items() if path.is_file() and is_current(load_record(path), sets)]
@@ -572,7 +573,8 @@ def run_batch(
     passed or a run failed to start again; publish each finished run's record to ``results`` (``None``: do not).
     Returns the jobs with their final states."""
     from tdlab.cores import usable_cores
-    from tdlab.results import publish, record_path
+    from tdlab.records import record_path
+    from tdlab.results import publish
 
     names = check_names(names)
     queue = plan_batch(names, profile, Path(out), device, results, sets, order)  # every config checked first

@@ -917,7 +917,8 @@ def results_check(
     records whose settings diff against the seed's manifest changed (exit 1 if any; with --write, rewrites
     those records in FOLDER and exits 0), and names the records made at a config their profile no longer has
     (to run again)."""
-    from tdlab.results import is_current, load_records, record_text, rejudged
+    from tdlab.records import record_text
+    from tdlab.results import is_current, load_records, rejudged
     from tdlab.safeio import atomic_write
 
     try:

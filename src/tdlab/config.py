@@ -37,7 +37,7 @@ __all__ = [
     "validate_config",
 ]
 
-ECHO_CHARS = 80  # longest echo of a user value in a message
+ECHO_CHARS = 160  # longest echo of a user value in a message (a path of a deep folder fits whole)
 MAX_DEPTH = 16  # deepest nesting of lists/mappings a --set value may have
 MAX_ERRORS = 3  # validation errors listed in one message (the rest are counted)
 

@@ -75,7 +75,7 @@ def explain_declared(name: str, profile: str = "paper") -> list[dict[str, Any]]:
 
 
 def explain_record(rec: Any, path: Path | None = None) -> list[dict[str, Any]]:
-    """:func:`explain`'s entries for a published :class:`~tdlab.record.Record` (re-judged on its stored
+    """:func:`explain`'s entries for a published :class:`~tdlab.records.Record` (re-judged on its stored
     measurements); ``path``: where it was read from."""
     from tdlab.results import rejudge
 

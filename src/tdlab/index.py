@@ -1,4 +1,5 @@
-"""The run index: one SQLite database (WAL mode) per runs folder, safe under concurrent writers.
+"""The run index: one SQLite database (WAL mode) per runs folder (the store of :mod:`tdlab.runs`), safe under
+concurrent writers.
 
 Several sweeps with several workers each write to it at once; SQLite's write-ahead log and busy
 timeout serialise the writes, and ``run_id`` is the primary key, so a run is never listed twice.

@@ -1,6 +1,6 @@
 """Run a published record again and say, row by row, whether its numbers came back (``tdlab results reproduce``).
 
-A record (:mod:`tdlab.results`) names the config, root seed, commit, thread count and machine that made
+A record (:mod:`tdlab.records`) names the config, root seed, commit, thread count and machine that made
 it. :func:`reproduce` trains that config again here, on the record's thread count, and compares every
 claim row's per-member values: **identical** (bit for bit), **within float rounding** (no value further
 from the record's than :data:`ROUNDING` of the row's scale — the larger of the two values, the expected

@@ -1,20 +1,13 @@
-"""Published results: one small record per finished run of a named profile, committed under
-``results/PROFILE/NAME.json`` and read by ``tdlab findings --results`` and the documentation site.
+"""The ``tdlab results`` commands' operations (publish, check, re-judge) on the records of
+:mod:`tdlab.records`: the ones that need the experiments.
 
-A record holds what a reader of the verdicts needs and nothing of the arrays: the experiment, profile,
-seed and members, the device, threads and wall time, the tdlab version and commit that trained it (and
-the commit that judged it), the hash of its config and the config itself, every paper and sanity group
-with its rows (numbers, intervals, causes), the arms' health and **the measurements the judge read**
-(:mod:`tdlab.claims.serial`), so a later rule re-judges the run without training it again
-(:func:`rejudge`).
-
-Every finished run writes its record into its run directory (``record.json``, beside ``summary.json``);
-``tdlab results publish RUN_DIR...`` (and ``tdlab batch``) copies it to ``results/PROFILE/NAME.json``. A
-run written by a tdlab that kept no record is analysed again by the current code (its measurements read
-from its stored metrics and arrays) and says so (``judged_commit``). A record is checked on load: its
-schema, a known experiment and profile, verdicts and commits of the right form
-(:class:`RecordError`, one line naming the file and field). The record's schema and how one is written
-live in :mod:`tdlab.record` (the runner writes records without importing any experiment).
+:func:`publish` copies a finished run's record to ``results/PROFILE/NAME.json``; a run written by a tdlab
+that kept no record is analysed again by the current code (its measurements read from its stored metrics and
+arrays) and says so (``judged_commit``, :func:`record_of_run`). :func:`load_record` reads a published record
+and checks it against the experiments: a known experiment and profile, its file named for them
+(:class:`~tdlab.records.RecordError`, one line naming the file and field). :func:`is_current` says whether it
+was made at its profile's config as the code defines it now, and :func:`rejudge` judges its stored
+measurements again with the current claims layer, without training (``tdlab results check``).
 """
 
 from __future__ import annotations
@@ -26,37 +19,28 @@ from typing import Any
 
 from tdlab.claims.serial import SerialError, health_from_json, measurements_from_json
 from tdlab.config import echo, validate_config
-from tdlab.record import (
-    FORMAT,
+from tdlab.records import (
     RECORD_NAME,
     Record,
     RecordError,
     jsonable,
     make_record,
     parse_record,
+    record_path,
     record_text,
-    write_record,
 )
 from tdlab.runs import Run, config_hash, source_commit
 from tdlab.safeio import atomic_write
 
 __all__ = [
-    "FORMAT",
-    "RECORD_NAME",
-    "Record",
-    "RecordError",
     "is_current",
     "load_record",
     "load_records",
-    "make_record",
     "profile_config_hash",
     "publish",
     "record_of_run",
-    "record_path",
-    "record_text",
     "rejudge",
     "rejudged",
-    "write_record",
 ]
 
 
@@ -82,11 +66,6 @@ def record_of_run(run_dir: Path, commit: str | None = None) -> dict[str, Any]:
 
         summary = {**summary, **claim_counts(analysis), "measurements": analysis.measurements}
     return make_record(run, summary, analysis, commit, source_commit())
-
-
-def record_path(results: Path, profile: str, experiment: str) -> Path:
-    """``results/PROFILE/NAME.json``."""
-    return Path(results) / profile / f"{experiment}.json"
 
 
 def publish(run_dirs: Sequence[Path], results: Path, commit: str | None = None) -> list[Path]:

@@ -9,8 +9,8 @@ from contextlib import ExitStack
 import pytest
 import torch
 
-from tdlab.experiments.base import Fit, RunContext
 from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.run_context import Fit, RunContext
 from tdlab.runs import RunWriter
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain

@@ -18,9 +18,10 @@ from tdlab.claims import ClaimSpec, Measurements, Sample
 from tdlab.claims.declare import Threshold
 from tdlab.config import parse_duration
 from tdlab.experiments import base, runner
-from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext
+from tdlab.experiments.base import Experiment, ExperimentConfig
 from tdlab.experiments.decide import DecidePlan
 from tdlab.experiments.rounds import DRAWS_FIELDS, LENGTH_FIELDS, current_round
+from tdlab.run_context import RunContext
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.train.trainer import FitResult

@@ -16,10 +16,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import tdlab.cli as cli
-from tdlab.experiments.base import RunContext
 from tdlab.export.tensorboard import TensorBoardScalars, export_run, read_scalars, tag
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.models.linear_attention import LCA
+from tdlab.run_context import RunContext
 from tdlab.runs import Run, RunWriter
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain

@@ -277,8 +277,8 @@ def test_topics_real_measures_a_local_checkpoint_end_to_end(tiny, tmp_path, monk
     trains nothing and measures it (figures drawn for one architecture only: they do not depend on it)."""
     kind, checkpoint = tiny
     from tdlab.experiments.runner import execute
+    from tdlab.experiments.seed004_topics.common.real_text import MEASURE_ARMS
     from tdlab.experiments.seed004_topics.real import TopicsReal
-    from tdlab.experiments.seed004_topics.real_text import MEASURE_ARMS
 
     rng = np.random.default_rng(0)
     words = ["apple", "banana", "boat", "ship", "sail", "bananas"]

@@ -23,8 +23,8 @@ from tdlab.pages.compare import (
     row_estimate,
     summary_line,
 )
-from tdlab.record import RecordError
-from tdlab.results import Record, load_record
+from tdlab.records import Record, RecordError
+from tdlab.results import load_record
 
 REPO = Path(__file__).resolve().parents[2]
 REC = REPO / "results" / "paper" / "topics-real-two-stage.json"

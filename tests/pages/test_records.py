@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from tdlab.cli import app
 from tdlab.experiments.base import get, registry
 from tdlab.pages.records import Published, experiment_table, group_table, load_published, seed_table, undecided_lines
-from tdlab.results import Record, load_record
+from tdlab.records import Record
+from tdlab.results import load_record
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER = REPO / "results" / "paper"

@@ -20,10 +20,11 @@ from tdlab.claims import ClaimSpec, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Threshold
 from tdlab.config import Config
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.manifest import Setting
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.run_context import RunContext
 from tdlab.seeding import member_seeds
 from tdlab.train.trainer import TrainConfig, Trainer
 

@@ -1,7 +1,7 @@
 """What the judge reads, as JSON and back: :class:`~tdlab.claims.declare.Measurements` (claim rows with
 their samples, stage checks) and :class:`~tdlab.claims.health.ArmHealth`.
 
-A published record (:mod:`tdlab.results`) keeps them so that a later rule re-judges a run without
+A published record (:mod:`tdlab.records`) keeps them so that a later rule re-judges a run without
 training it again: ``judge(specs, measurements_from_json(doc), cfg, health_from_json(arms), confidence)``
 gives what judging the run itself gives (tested over every committed record). Non-finite floats are kept
 (``NaN`` / ``Infinity`` tokens, as Python's ``json`` writes them). A row's context keeps numbers, text,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tdlab.claims.stats import Interval, holm, p_outside
-from tdlab.record import Record, RecordError
+from tdlab.records import Record, RecordError
 from tdlab.report.mdtext import md_cell, md_code
 from tdlab.results import load_records
 

@@ -1,4 +1,4 @@
-"""Tables from published records (:mod:`tdlab.results`): the verdicts at the seeds' own settings (the
+"""Tables from published records (:mod:`tdlab.records`): the verdicts at the seeds' own settings (the
 ``paper`` profile) beside the ``quick`` profile's, by seed, by experiment and by claim group.
 
 ``tdlab findings --results results`` prints them (``--into docs/findings.md --section paper-scale`` writes the
@@ -16,8 +16,9 @@ from typing import Any
 
 from tdlab.claims import VERDICTS
 from tdlab.explain import explain_declared, explain_markdown, explain_record
+from tdlab.records import Record
 from tdlab.report.mdtext import md_cell, md_code
-from tdlab.results import Record, load_records
+from tdlab.results import load_records
 
 __all__ = [
     "Published",

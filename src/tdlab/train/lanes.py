@@ -37,7 +37,7 @@ def limit() -> int | None:
 
 @contextmanager
 def limited_to(n: int | None) -> Iterator[None]:
-    """Within the block, a :class:`~tdlab.experiments.base.RunContext` made without a lane count uses at
+    """Within the block, a :class:`~tdlab.run_context.RunContext` made without a lane count uses at
     most ``n`` lanes (``tdlab run --lanes N`` sets it around the run; ``None``: the usable cores)."""
     if n is not None and n < 1:
         raise ValueError(f"lanes must be >= 1 (got {n})")

@@ -4,7 +4,7 @@ A *sink* takes an arm's rows ``(step, member, name, value)`` as they are recorde
 (:class:`MetricSink`; :class:`tdlab.export.tensorboard.TensorBoardScalars` is the one tdlab has).
 Nothing is handed on unless a caller asks:
 
-* :class:`~tdlab.experiments.base.RunContext` carries the run's sink (its ``live`` field, by default
+* :class:`~tdlab.run_context.RunContext` carries the run's sink (its ``live`` field, by default
   the sink set here with :func:`streaming_to`, else ``None``). :meth:`RunContext.fit` gives the trainer
   a function of the rows (:func:`arm_stream`: the arm's name and the member offset of a ``--decide``
   round bound in); :meth:`RunContext.store_rows` hands on the stored rows of every arm, so an experiment

@@ -16,7 +16,7 @@ Lanes (:mod:`tdlab.train.lanes`) read the same policy: a stop stops every lane's
 Long work that is not training (a loss map on a grid and its polishes) keeps its evaluations in a
 :class:`~tdlab.train.memo.CheckpointedMemo`, which saves and stops under the same policy; work stored piece by
 piece (a landscape's arms) stops between pieces at :meth:`RunContext.stop_point
-<tdlab.experiments.base.RunContext.stop_point>`. Other work that does not go through these (closed forms) runs
+<tdlab.run_context.RunContext.stop_point>`. Other work that does not go through these (closed forms) runs
 on to its end; ``tdlab batch`` kills it after a grace period and starts it again next time.
 """
 

@@ -227,12 +227,15 @@ def test_members_past_the_plateau_but_off_the_rate_fail_below_the_line(make_brid
                 0.03, abs=1e-9
             )
     assert _groups(a)[G_BELOW].verdict == "fails"
-    # Disagreements are named with their size in nats.
+    # The generic notes say the group fails; each cell's note names the prediction and the gap's size in nats.
+    assert any(n.startswith("Fails — ") and f"({G_BELOW})" in n for n in a.notes)
     p, q = BELOW[0]
     rate, hpi = chain_truth(p, q)
     note = next(n for n in a.notes if n.startswith(f"({p:g}, {q:g})"))
-    assert "DISAGREES with Thm. 8" in note and "+0.0300 nats" in note and f"{0.03 / (hpi - rate):.0%}" in note
-    assert sum("DISAGREES with Thm. 8" in n for n in a.notes) == len(BELOW) * len(BUDGETS)
+    assert (
+        "Thm. 8 predicts the entropy rate" in note and "+0.0300 nats" in note and f"{0.03 / (hpi - rate):.0%}" in note
+    )
+    assert sum("Thm. 8 predicts the entropy rate" in n for n in a.notes) == len(BELOW) * len(BUDGETS)
 
 
 def test_members_at_the_entropy_rate_hold_below_the_line_and_fail_above(make_bridge_run):
@@ -250,7 +253,7 @@ def test_members_at_the_entropy_rate_hold_below_the_line_and_fail_above(make_bri
     row = a.measurements["cells"][cell_arm(p, q, BUDGETS[0])]
     assert row["deviation_nats"] == pytest.approx(rate - hpi, abs=1e-9)
     note = next(n for n in a.notes if n.startswith(f"({p:g}, {q:g})"))
-    assert "DISAGREES with Thm. 2" in note and f"{rate - hpi:+.4f} nats" in note
+    assert "Thm. 2 predicts H(π)" in note and f"{rate - hpi:+.4f} nats" in note
 
 
 def test_the_reference_is_the_predictors_loss_on_the_same_batches(make_bridge_run):
@@ -314,7 +317,7 @@ def test_mixed_members_are_not_resolved_and_the_note_says_how_many_left(make_bri
     mine = next(line for line in lines if line.startswith(f"| 0.5 | 0.8 | 1.30 | {B1} |"))
     assert "1/3 | 1/3 | 1/3" in mine and f"{G_ABOVE}/{arm}" in mine and "—, 200, 200" in mine
     note = next(n for n in a.notes if n.startswith(f"(0.5, 0.8), p+q=1.30, {B1} its"))
-    assert "not resolved against Thm. 2" in note and "2/3 members are each beyond the ±0.01 tolerance" in note
+    assert "Thm. 2 predicts H(π)" in note and "2/3 members are each beyond the ±0.01 tolerance" in note
     assert "neither a hold nor a confirmed disagreement" in note
 
 
@@ -368,7 +371,7 @@ def test_health_gate_and_trivial_error(make_bridge_run):
     )
     assert rows[cell_arm(0.5, 0.8, B0)].verdict == "holds"
     note = next(n for n in a.notes if n.startswith(f"(0.2, 0.3), p+q=0.50, {B0} its"))
-    assert "not evaluable" in note
+    assert "Thm. 8 predicts the entropy rate" in note and "none left the H(π) plateau" in note
 
 
 def test_rebuild_writes_summary_and_figures(make_bridge_run):

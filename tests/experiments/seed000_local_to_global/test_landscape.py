@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tdlab.experiments.runner import execute
-from tdlab.experiments.seed000_local_to_global.common import chain_arm, settled_bound
+from tdlab.experiments.seed000_local_to_global.common.flows import chain_arm, settled_bound
 from tdlab.experiments.seed000_local_to_global.landscape import MarkovLandscape
 from tdlab.runs import Run
 from tdlab.theory import markov_landscape as ml

@@ -15,7 +15,7 @@ import torch
 
 from tdlab.claims import Measurements, judge
 from tdlab.experiments.runner import execute
-from tdlab.experiments.seed000_local_to_global.low_rank import MATRICES, bias_step_excess
+from tdlab.experiments.seed000_local_to_global.common.low_rank import MATRICES, bias_step_excess
 from tdlab.experiments.seed000_local_to_global.rank import AT_GLOBAL_MINIMUM, MarkovRank
 from tdlab.runs import RunWriter
 
@@ -243,7 +243,7 @@ def test_app_c_structure_holds_every_group(write_run, good):
     # every stored bias is at its optimum: there is nothing for one step to do, so no row is evaluable
     assert groups[BIAS].verdict == "not evaluable" and all(r.cause == "stage not reached" for r in groups[BIAS].rows)
     assert any("AdamW" in n for n in a.notes)
-    assert any(n.startswith("Fig. 3 (AdamW") and "W_V σ₂/σ₁" in n for n in a.notes)
+    assert any(n.startswith("standard: final test loss") and "|cos| with e — W_V" in n for n in a.notes)
     # the generic notes say each Fig. 3 statement's verdict: all 5 hold
     fig3 = [g for g in a.groups if g.id.startswith("fig3-")]
     assert len(fig3) == 5 and all(g.verdict == "holds" for g in fig3)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tdlab.experiments.seed002_cross_attention.ablations import IclAblations
-from tdlab.experiments.seed002_cross_attention.common import baseline_rows
+from tdlab.experiments.seed002_cross_attention.common.synthetic import baseline_rows
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import sample_mean_risk
 from tdlab.theory.icl_stats import sample_stats

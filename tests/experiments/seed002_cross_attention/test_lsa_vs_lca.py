@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tdlab.experiments.seed002_cross_attention.common import two_param_init
+from tdlab.experiments.seed002_cross_attention.common.synthetic import two_param_init
 from tdlab.experiments.seed002_cross_attention.lsa_vs_lca import IclLsaVsLca
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_star_T, lsa_infinite_context_floor, two_param_stationary

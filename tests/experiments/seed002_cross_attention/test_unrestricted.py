@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from tdlab.experiments.base import init_arm
 from tdlab.experiments.seed002_cross_attention.unrestricted import (
     MOVED,
     IclUnrestricted,
@@ -19,6 +18,7 @@ from tdlab.experiments.seed002_cross_attention.unrestricted import (
     whitening_from_stats,
 )
 from tdlab.models.linear_attention import LCA
+from tdlab.run_context import init_arm
 from tdlab.seeding import derive_seed
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_star
@@ -157,7 +157,7 @@ def test_a_stop_between_reference_draws_keeps_the_draws_stored_and_a_resume_draw
     the draws that were running finish and are stored (one on one lane, two on two), and the resumed run
     draws only the missing ones, to the rows of an uninterrupted run."""
     import tdlab.experiments.seed002_cross_attention.unrestricted as mod
-    from tdlab.experiments.base import RunContext
+    from tdlab.run_context import RunContext
     from tdlab.runs import RunWriter
     from tdlab.train.lanes import limited_to
     from tdlab.train.stopping import RunStopped, request_stop, stopping

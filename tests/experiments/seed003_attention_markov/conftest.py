@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tdlab.experiments.seed003_attention_markov.icl_grid import cell_arm
+from tdlab.experiments.seed003_attention_markov.common.icl_grid import cell_arm
 from tdlab.runs import RunWriter
 
 # In-context estimator losses of orders 0..k on T = 64 probe sequences (measured values, rounded).

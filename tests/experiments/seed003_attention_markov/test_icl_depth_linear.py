@@ -13,8 +13,8 @@ import pytest
 
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
+from tdlab.experiments.seed003_attention_markov.common.icl_grid import cell_arm
 from tdlab.experiments.seed003_attention_markov.icl_depth_linear import MarkovICLDepthLinear, min_depths
-from tdlab.experiments.seed003_attention_markov.icl_grid import cell_arm
 
 LIN = MarkovICLDepthLinear()
 GROUPS = ["attention-only-reaches-estimator", "attention-only-depth-grows-with-k", "mlp-depth-stays-constant"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tdlab.experiments.seed004_topics.real_text import ARM, MEASURE_ARMS
+from tdlab.experiments.seed004_topics.common.real_text import ARM, MEASURE_ARMS
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunWriter
 

@@ -14,8 +14,8 @@ import torch
 
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
+from tdlab.experiments.seed004_topics.common.training import masked_loss_floor, trivial_masked_error
 from tdlab.experiments.seed004_topics.embed import TopicsEmbed
-from tdlab.experiments.seed004_topics.training import masked_loss_floor, trivial_masked_error
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunWriter
 from tdlab.theory.topics import c3
@@ -181,7 +181,7 @@ def test_the_stage_reads_the_position_blind_floor_and_the_old_optimum_is_not_a_b
     """The stage is half way from the uniform predictor to the position-blind floor (0.9408 squared at §6.1),
     which every arm can reach; the all-trained model's floor is the Bayes risk with the masked position's own
     token (0.8713), below the loss of predicting p (0.945) that the all-trained squared/Adam record reached under."""
-    from tdlab.experiments.seed004_topics.training import optimum_masked_loss
+    from tdlab.experiments.seed004_topics.common.training import optimum_masked_loss
 
     exp = TopicsEmbed()
     cfg = exp.make_config("quick")
@@ -233,7 +233,7 @@ def test_tiny_end_to_end_run(runs_dir):
 
 def test_authors_compat_trains_on_a_fixed_document_set_with_masks_drawn_once(runs_dir):
     """authors_compat: a fixed set of n_docs documents per member, masks drawn once (the authors' code)."""
-    from tdlab.experiments.seed004_topics.training import masked_objective, topic_data
+    from tdlab.experiments.seed004_topics.common.training import masked_objective, topic_data
     from tdlab.train.data import FixedDataset
 
     exp = TopicsEmbed()

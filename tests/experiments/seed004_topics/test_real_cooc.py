@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tdlab.experiments.runner import execute
+from tdlab.experiments.seed004_topics.common.real_text import MEASURE_ARMS
 from tdlab.experiments.seed004_topics.real_cooc import TopicsRealCooc
-from tdlab.experiments.seed004_topics.real_text import MEASURE_ARMS
 
 PAPER_ROWS = {
     "cooc/0.002/attn_same": [0.0066, 0.0065, 0.0067],

@@ -13,7 +13,7 @@ import torch
 
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
-from tdlab.experiments.seed004_topics.real_text import ARM
+from tdlab.experiments.seed004_topics.common.real_text import ARM
 from tdlab.experiments.seed004_topics.real_two_stage import (
     TopicsRealTwoStage,
     WeightProbe,

@@ -14,8 +14,8 @@ import pytest
 
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
-from tdlab.experiments.seed004_topics import two_stage
-from tdlab.experiments.seed004_topics.common import half_growth_steps, lags, relative_growth, stage_split
+from tdlab.experiments.seed004_topics.common import training
+from tdlab.experiments.seed004_topics.common.lags import half_growth_steps, lags, relative_growth, stage_split
 from tdlab.experiments.seed004_topics.two_stage import TopicsTwoStage, member_settings, setting_name
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunWriter
@@ -134,12 +134,12 @@ def test_no_stage_2_is_not_evaluable_and_each_setting_is_gated_on_its_own_member
 def test_tiny_run_through_the_runner_ends_with_verdicts(tmp_path, monkeypatch):
     batches = {}
 
-    class Recording(two_stage.Trainer):
+    class Recording(training.Trainer):
         def __init__(self, cfg, *args, label="", **kw):
             batches[label] = cfg.batch
             super().__init__(cfg, *args, label=label, **kw)
 
-    monkeypatch.setattr(two_stage, "Trainer", Recording)
+    monkeypatch.setattr(training, "Trainer", Recording)
     exp = TopicsTwoStage()
     cfg = exp.make_config(
         "quick",

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tdlab.experiments.runner import execute
-from tdlab.experiments.seed004_topics.training import ASSUMPTION_1, masked_loss_floor, trivial_masked_error
+from tdlab.experiments.seed004_topics.common.training import ASSUMPTION_1, masked_loss_floor, trivial_masked_error
 from tdlab.experiments.seed004_topics.wv import (
     POPULATION,
     PopulationConfig,

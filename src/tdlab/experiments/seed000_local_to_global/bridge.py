@@ -45,7 +45,8 @@ Measured besides, per member: the class of the final loss (at the rate, at H(π)
 same-batch references) and the step at which it leaves the H(π) plateau (censored at the last evaluation
 for a member that never does, read on the gap to the unigram predictor on the same batches beyond the
 evaluation noise: :func:`tdlab.probes.curves.gap_crossing`). The table in the
-measurements holds these; verdicts are the judged groups', and the notes and the phase diagram quote them.
+measurements holds these, and the notes say them per cell; verdicts are the judged groups', and the phase diagram
+quotes them.
 """
 
 from __future__ import annotations
@@ -63,13 +64,14 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.seed000_local_to_global.common import LEFT_PLATEAU
-from tdlab.experiments.seed000_local_to_global.hypotheses import ABOVE_LINE_ROW, BELOW_LINE_ROW, SMALL_INIT_STD
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.seed000_local_to_global.common.hypotheses import ABOVE_LINE_ROW, BELOW_LINE_ROW, SMALL_INIT_STD
+from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import evaluation_noise, gap_crossing
 from tdlab.report.standard_figures import Curves, Line, Panel
+from tdlab.run_context import Fit, RunContext
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy
 from tdlab.theory.markov_landscape import CriticalKind, gaussian_basin_probability, optimal_contrast, profile_loss
@@ -514,9 +516,10 @@ class MarkovBridge(Experiment[MarkovBridgeConfig]):
 
     @staticmethod
     def _finding(row: dict[str, Any], claim: Any, tol: float) -> str:
-        """One line per (cell, budget): agreement, or the disagreement and its size in nats, with the
-        judged row's verdict and, when the members' mean is undecided, how many members are each beyond
-        the tolerance."""
+        """One line per (cell, budget), what the judged row does not say (its verdict is in the generic notes):
+        the theory's prediction, the members' mean gap to it also as a share of H(π) − rate, the members'
+        classes and plateau escapes, and, when the members' mean is not resolved, how many members are each
+        beyond the tolerance."""
         head = f"({row['p']:g}, {row['q']:g}), p+q={row['p_plus_q']:.2f}, {row['budget']} its"
         if not row["trained"]:
             return f"{head}: no stored test loss (the arm did not run)."
@@ -545,10 +548,6 @@ class MarkovBridge(Experiment[MarkovBridgeConfig]):
             if dev is not None
             else "no finite final loss"
         )
-        if claim.verdict == "holds":
-            return f"{head}: agrees with {row['theorem']} (predicts {pred}): {size}; {counts}; {esc}."
-        if claim.verdict == "fails":
-            return f"{head}: DISAGREES with {row['theorem']}, which predicts {pred}: {size}; {counts}; {esc}."
         gaps = row["final_gap_to_predicted"] or []
         beyond = [g for g in gaps if abs(g) > tol]
         undecided = ""
@@ -560,10 +559,7 @@ class MarkovBridge(Experiment[MarkovBridgeConfig]):
                 f"{n}-member interval [{iv.lo:+.4f}, {iv.hi:+.4f}] reaches inside it: neither a hold nor a "
                 "confirmed disagreement"
             )
-        return (
-            f"{head}: {claim.verdict} against {row['theorem']} (predicts {pred}) — {claim.reason}; {size}; {counts}; "
-            f"{esc}{undecided}."
-        )
+        return f"{head}: {row['theorem']} predicts {pred}: {size}; {counts}; {esc}{undecided}."
 
     @staticmethod
     def table(cells: dict[str, dict[str, Any]]) -> str:

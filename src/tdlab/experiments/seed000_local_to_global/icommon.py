@@ -70,12 +70,13 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.seed000_local_to_global.common import LEFT_PLATEAU
-from tdlab.experiments.seed000_local_to_global.hypotheses import OFF_LINE_ROW
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.seed000_local_to_global.common.hypotheses import OFF_LINE_ROW
+from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.report.standard_figures import Curves, Line, Panel
+from tdlab.run_context import Fit, RunContext
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy
 from tdlab.theory.markov_landscape import ENERGY_SADDLE, CriticalKind, energy, predict_basin, run_flow

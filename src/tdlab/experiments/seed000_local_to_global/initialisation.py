@@ -29,8 +29,8 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext, register
-from tdlab.experiments.seed000_local_to_global.common import (
+from tdlab.experiments.base import Experiment, ExperimentConfig, register
+from tdlab.experiments.seed000_local_to_global.common.plateau import (
     LEFT_PLATEAU,
     distinct_minima,
     plateau_escape,
@@ -39,6 +39,7 @@ from tdlab.experiments.seed000_local_to_global.common import (
 from tdlab.experiments.view import ArmKey, RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.report.standard_figures import Curves, Line, Panel
+from tdlab.run_context import RunContext
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import ChainConfig, MarkovChain, entropy_rate, marginal_entropy
 from tdlab.train.trainer import TrainConfig, Trainer

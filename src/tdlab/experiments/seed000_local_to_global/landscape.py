@@ -41,25 +41,25 @@ from pydantic import Field
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Calibration, Threshold
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
+from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.seed000_local_to_global.common import (
+from tdlab.experiments.seed000_local_to_global.common.flows import (
     F64,
     FLOW_SETTLED,
     KIND_COLOR,
+    T_END_AXIS,
     FlowConfig,
     FlowExperiment,
     basin_flow,
     chain_arm,
     energy_claim,
-    energy_sample,
     gaussian_inits,
     max_energy_drift,
     planted_proportion,
     save_times,
     trajectory,
 )
-from tdlab.experiments.seed000_local_to_global.hypotheses import OFF_LINE_ROW, SMALL_SIGMA_ROW
+from tdlab.experiments.seed000_local_to_global.common.hypotheses import OFF_LINE_ROW, SMALL_SIGMA_ROW
 from tdlab.experiments.view import RunView
 from tdlab.theory import markov_landscape as ml
 from tdlab.theory.markov_landscape import CriticalKind as CK
@@ -206,9 +206,8 @@ CLAIMS = (
 class MarkovLandscape(FlowExperiment[LandscapeConfig]):
     Config = LandscapeConfig
     claims = CLAIMS
-    # atlas: the basin flows run to t_end standing in for t → ∞; too short a flow time misclassifies endpoints
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("t_end", (250.0, 500.0, 2000.0, 8000.0), quick=(500.0, 2000.0), label="t_end"),),
+        axes=(T_END_AXIS,),
         why="The basin-probability claims classify gradient-flow endpoints at t_end as a stand-in for t → ∞: the flow time is the budget of this closed-form experiment.",
     )
 
@@ -243,14 +242,7 @@ class MarkovLandscape(FlowExperiment[LandscapeConfig]):
             meas: dict[str, Any] = {"p_plus_q": p + q}
             drift = [float(max_energy_drift(A["traj"][m]).max()) for m in range(cfg.members)]
             meas["energy_max_rel_drift"] = drift
-            out.row(
-                "energy-conserved",
-                arm,
-                energy_sample(drift),
-                arms=[arm],
-                context=ctx,
-                label=f"p={p}, q={q}: max relative energy drift over {cfg.n_traj} trajectories/member ≤ {cfg.energy_tol:g}",
-            )
+            self._energy(out, cfg, arm, ctx, drift, cfg.n_traj)
             agree, hits, counts, codes = [], [], np.zeros(len(CK)), []
             for m in range(cfg.members):
                 reached = ml.classify_critical(A["random_final"][m], p, q, atol=cfg.limit_atol)

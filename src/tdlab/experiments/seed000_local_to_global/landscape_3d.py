@@ -33,25 +33,25 @@ from pydantic import Field
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Calibration, Threshold
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
+from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.seed000_local_to_global.common import (
+from tdlab.experiments.seed000_local_to_global.common.flows import (
     F64,
     FLOW_SETTLED,
     KIND_COLOR,
+    T_END_AXIS,
     FlowConfig,
     FlowExperiment,
     basin_flow,
     chain_arm,
     energy_claim,
-    energy_sample,
     gaussian_inits,
     max_energy_drift,
     planted_proportion,
     save_times,
     trajectory,
 )
-from tdlab.experiments.seed000_local_to_global.hypotheses import OFF_LINE_ROW, SMALL_SIGMA_ROW
+from tdlab.experiments.seed000_local_to_global.common.hypotheses import OFF_LINE_ROW, SMALL_SIGMA_ROW
 from tdlab.experiments.view import RunView
 from tdlab.tasks.markov import entropy_rate, marginal_entropy
 from tdlab.theory import markov_landscape as ml
@@ -158,9 +158,8 @@ CLAIMS = (
 class MarkovLandscape3D(FlowExperiment[Landscape3Config]):
     Config = Landscape3Config
     claims = CLAIMS
-    # atlas: the basin flows run to t_end standing in for t → ∞; too short a flow time misclassifies endpoints
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("t_end", (250.0, 500.0, 2000.0, 8000.0), quick=(500.0, 2000.0), label="t_end"),),
+        axes=(T_END_AXIS,),
         why="The 3-parameter basin claims classify gradient-flow endpoints at t_end as a stand-in for t → ∞: the flow time is the budget of this closed-form experiment.",
     )
 
@@ -219,14 +218,7 @@ class MarkovLandscape3D(FlowExperiment[Landscape3Config]):
                 for m in range(cfg.members)
             ]
             meas["energy_max_rel_drift"] = drift
-            out.row(
-                "energy-conserved",
-                arm,
-                energy_sample(drift),
-                arms=[arm],
-                context=ctx,
-                label=f"p={p}, q={q}: max relative energy drift over {2 * cfg.n_traj} trajectories/member ≤ {cfg.energy_tol:g}",
-            )
+            self._energy(out, cfg, arm, ctx, drift, 2 * cfg.n_traj)
             meas["gaussian"] = {}
             codes: list[list[torch.Tensor]] = [[] for _ in range(cfg.members)]
             for i, s in enumerate(cfg.sigmas):

@@ -10,13 +10,13 @@ first-order chain (p, q) = (0.2, 0.3):
 * ``rank-one`` (Fig. 6, "Low-rank initialization remains low-rank during training"): "we randomly
   initialize the weight parameters as rank-one matrices and the embeddings on the hypercube {±1}^d
   ... train them without any low-rank restrictions ... the parameters still stay low-rank". The
-  seed gives no formula; ours (:func:`~.low_rank.rank_one_init_`) is built from App. C's structure.
+  seed gives no formula; ours (:func:`~.common.low_rank.rank_one_init_`) is built from App. C's structure.
   Under SGD and AdamW alike it stays exactly rank one *by construction* (every gradient keeps the α
   factor, and AdamW's elementwise scaling does too for α ∈ {±1}^d), so Fig. 6 is a sanity check here
   (to round-off), not a finding.
 
 Measured from the stored parameters (final ``arrays/ARM.safetensors``, initial ``ARM@init``) and from
-σ₂/σ₁ recorded every ``probe_every`` steps (:class:`~.low_rank.TrajectoryProbe`). Expected values are
+σ₂/σ₁ recorded every ``probe_every`` steps (:class:`~.common.low_rank.TrajectoryProbe`). Expected values are
 App. C's exact structure (σ₂/σ₁ = 0, |cos| = 1, spread 0); the tolerances say how far "approximately"
 reaches (:class:`RankClaimConfig`). The Fig. 3 statements are "at convergence": ``convergence``
 claims, each row carrying the drift of its recorded trajectory over the last tenth of the
@@ -46,13 +46,13 @@ Reading of the seed (App. A.3.1 is terse; where the text is ambiguous we say wha
 * "The same conclusion for other weight matrices W_{K,Q}, W_2" is a claim of its own
   (``fig3-other-matrices-rank-one``).
 * App. C, one group per statement (one relation each), one row per arm, on the final weights
-  (:func:`~.low_rank.app_c_structure`): ``p_n = -p·α`` along -e, ``p ≈ e/2``, constant over n;
+  (:func:`~.common.low_rank.app_c_structure`): ``p_n = -p·α`` along -e, ``p ≈ e/2``, constant over n;
   ``W_2 = ±W_1^T`` up to scale with the sign App. C (``+``, p + q < 1) / App. D (``-``, p + q > 1) give;
   ``W_O W_V = α v^T`` and ``W_Q^T W_K = (q²d) α α^T`` (rank one, factors along e); ``<v, α> ≈ 0``,
   "hence y_n = x_n". α is the measured direction of the trained embedding e.
 * Sec. 3 / App. A.1, "one additional [bias] step is usually sufficient", on the full model: on fresh
   sequences one gradient step on the output bias b alone brings the loss within ``tol_bias`` of
-  ``min_b L(θ, b)`` (:func:`~.low_rank.bias_step_excess`), from the initial and the trained weights.
+  ``min_b L(θ, b)`` (:func:`~.common.low_rank.bias_step_excess`), from the initial and the trained weights.
   The statement has content only where the bias is stale: a member whose bias is already within
   ``tol_bias`` of its optimum before the step (the trained weights, whose bias training already fitted)
   does not pass :data:`STALE_BIAS`, and that row is not evaluable. The step size 4 = 1/sup of the
@@ -85,10 +85,9 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Horizon, Hypothesis, Kind, Provenance, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.seed000_local_to_global.common import LEFT_PLATEAU, plateau_escape, small_init_stage
-from tdlab.experiments.seed000_local_to_global.hypotheses import SMALL_INIT_STD
-from tdlab.experiments.seed000_local_to_global.low_rank import (
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.seed000_local_to_global.common.hypotheses import SMALL_INIT_STD
+from tdlab.experiments.seed000_local_to_global.common.low_rank import (
     CLAIMED,
     MATRICES,
     RankOneInitConfig,
@@ -98,9 +97,12 @@ from tdlab.experiments.seed000_local_to_global.low_rank import (
     rank_one_init_,
     snapshot,
 )
+from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU, plateau_escape, small_init_stage
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.spectrum import abs_cosine, hypercube_spread, sv_ratio
+from tdlab.report.standard_figures import Curves, Line, Panel
+from tdlab.run_context import Fit, RunContext
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import ChainConfig, MarkovChain, entropy_rate, marginal_entropy
 from tdlab.train.cpu import cpu_threads
@@ -234,13 +236,6 @@ class MarkovRankConfig(ExperimentConfig):
 
     def arm_model(self) -> GPTConfig:
         return self.model.updated({"max_len": self.train.seq_len})
-
-
-def _optimiser(cfg: MarkovRankConfig) -> str:
-    t = cfg.train
-    if t.optimizer == "adamw":
-        return f"AdamW lr {t.lr:g} (Table 2)"
-    return f"SGD lr {t.lr:g} (step size not stated by the seed)"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -702,6 +697,33 @@ CLAIMS = (
 )
 
 
+def _evolution_panels(cfg: MarkovRankConfig, m: Any) -> list[Panel]:
+    """σ₂/σ₁ of the two claimed matrices over training (log scale, with the rank-one threshold) and the test
+    loss against H(π) and the entropy rate, every arm in each."""
+    thr = cfg.claims.ratio_max
+    h_rate, h_pi = m["entropy_rate"], m["marginal_entropy"]
+    return [
+        *(
+            Panel(
+                f"σ₂/σ₁ of {name}",
+                [Line(arm, f"sv_ratio/{name}", label=arm) for arm in cfg.arms],
+                reference={f"threshold {thr}": thr},
+                # an exactly rank-one init sits at float round-off (~1e-16), below the frame
+                ylim=(1e-6, 2.0),
+                yscale="log",
+                ylabel=f"σ₂/σ₁ of {name}",
+            )
+            for name in CLAIMED
+        ),
+        Panel(
+            "test loss",
+            [Line(arm, label=f"{arm} init") for arm in cfg.arms],
+            reference={f"H(π) = {h_pi:.3f}": h_pi, f"entropy rate = {h_rate:.3f}": h_rate},
+            ylim=(h_rate - 0.03, max(np.log(2), h_pi) + 0.02),
+        ),
+    ]
+
+
 @register
 class MarkovRank(Experiment[MarkovRankConfig]):
     Config = MarkovRankConfig
@@ -948,7 +970,7 @@ class MarkovRank(Experiment[MarkovRankConfig]):
 
     def _app_c(self, cfg: MarkovRankConfig, out: Measurements, arm: str, state: dict) -> dict[str, list[float]]:
         """App. C's structure of the optimum on the final weights, one row per statement and arm
-        (:func:`~.low_rank.app_c_structure`). On the rank-one arm, W_O W_V and W_Q^T W_K are rank one
+        (:func:`~.common.low_rank.app_c_structure`). On the rank-one arm, W_O W_V and W_Q^T W_K are rank one
         along α by construction: those rows are not measured there."""
         c, p, q = cfg.claims, cfg.task.p, cfg.task.q
         s = app_c_structure(state)
@@ -1015,7 +1037,7 @@ class MarkovRank(Experiment[MarkovRankConfig]):
         self, cfg: MarkovRankConfig, run: RunView, out: Measurements, arm: str, tokens: torch.Tensor
     ) -> dict[str, dict[str, list[float]]]:
         """Sec. 3 on the full model: one bias step from the initial and the trained weights
-        (:func:`~.low_rank.bias_step_excess` on fresh sequences, stream ``bias-step-eval``)."""
+        (:func:`~.common.low_rank.bias_step_excess` on fresh sequences, stream ``bias-step-eval``)."""
         c = cfg.claims
         res = {}
         for when, key in (("init", f"{arm}@init"), ("final", arm)):
@@ -1046,7 +1068,6 @@ class MarkovRank(Experiment[MarkovRankConfig]):
     def notes(self, cfg: MarkovRankConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         c, v = cfg.claims, measured.values
         h_rate, h_pi = v["entropy_rate"], v["marginal_entropy"]
-        opt = _optimiser(cfg)
         notes = [self._finding(arm, v[arm], h_rate, h_pi) for arm in cfg.arms]
         if "standard" in cfg.arms:
             m = v["standard"]
@@ -1070,11 +1091,6 @@ class MarkovRank(Experiment[MarkovRankConfig]):
                     + f" exceeds the rank-one tolerance {c.ratio_max}: this training cannot make them rank one "
                     "within it, whatever the paper's mechanism."
                 )
-            notes.append(
-                f"Fig. 3 ({opt}): W_V σ₂/σ₁ {np.mean(m['W_V']['sv_ratio']):.4f}, W_1 {np.mean(m['W_1']['sv_ratio']):.4f}, |cos| with e "
-                f"{np.mean(m['W_V']['cos_best']):.3f} / {np.mean(m['W_1']['cos_best']):.3f}, hypercube spread "
-                f"{np.mean(m['embedding']['spread']):.4f}."
-            )
         if "rank-one" in cfg.arms:
             worst = max(max(v["rank-one"][k]["max_sv_ratio_during_training"]) for k in MATRICES)
             notes.append(
@@ -1143,11 +1159,24 @@ class MarkovRank(Experiment[MarkovRankConfig]):
         )
 
     # ------------------------------------------------------------------------------------------
+    figures = (
+        Curves(
+            "rank_evolution.png",
+            _evolution_panels,
+            title=lambda cfg: (
+                f"p={cfg.task.p}, q={cfg.task.q}, d={cfg.model.d}, N={cfg.train.seq_len}, {cfg.train.optimizer} "
+                f"lr={cfg.train.lr:g}, batch {cfg.train.batch}; mean over {cfg.members} members (band: min–max)"
+            ),
+            size=(5.0, 3.8),
+        ),
+    )
+
     def plot(self, cfg: MarkovRankConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        """The spectra and Figs. 3 and 6's matrices (their own figures), then the declared evolution curves."""
         return [
             self._plot_spectra(cfg, run, figdir),
             self._plot_heatmaps(cfg, run, figdir),
-            self._plot_evolution(cfg, run, analysis, figdir),
+            *super().plot(cfg, run, analysis, figdir),
         ]
 
     def _plot_spectra(self, cfg: MarkovRankConfig, run: RunView, figdir: Path) -> Path:
@@ -1215,33 +1244,3 @@ class MarkovRank(Experiment[MarkovRankConfig]):
         )
         fig.tight_layout()
         return save_figure(fig, figdir / "fig3_fig6_matrices.png")
-
-    def _plot_evolution(self, cfg: MarkovRankConfig, run: RunView, analysis: Analysis, figdir: Path) -> Path:
-        from tdlab.report.figures import curve_with_band, plt, reference_lines, save_figure
-
-        fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
-        for ax, name in zip(axes[:2], CLAIMED, strict=True):
-            for arm in cfg.arms:
-                if run.has(arm, f"sv_ratio/{name}"):
-                    curve_with_band(ax, *run.curves(arm, f"sv_ratio/{name}"), arm)
-            ax.axhline(cfg.claims.ratio_max, color="k", ls=":", lw=1, label=f"threshold {cfg.claims.ratio_max}")
-            ax.set_yscale("log")
-            ax.set_ylim(1e-6, 2.0)  # an exactly rank-one init sits at float round-off (~1e-16), below the frame
-            ax.set_xlabel("iteration")
-            ax.set_ylabel(f"σ₂/σ₁ of {name}")
-            ax.legend(fontsize=8)
-        h_rate, h_pi = analysis.measurements["entropy_rate"], analysis.measurements["marginal_entropy"]
-        for arm in cfg.arms:
-            curve_with_band(axes[2], *run.curves(arm, "test_loss"), f"{arm} init")
-        reference_lines(axes[2], {f"H(π) = {h_pi:.3f}": h_pi, f"entropy rate = {h_rate:.3f}": h_rate})
-        axes[2].set_ylim(h_rate - 0.03, max(np.log(2), h_pi) + 0.02)
-        axes[2].set_xlabel("iteration")
-        axes[2].set_ylabel("test loss (nats)")
-        axes[2].legend(fontsize=8)
-        fig.suptitle(
-            f"p={cfg.task.p}, q={cfg.task.q}, d={cfg.model.d}, N={cfg.train.seq_len}, {cfg.train.optimizer} lr={cfg.train.lr:g}, "
-            f"batch {cfg.train.batch}; mean over {cfg.members} members (band: min–max)",
-            fontsize=10,
-        )
-        fig.tight_layout()
-        return save_figure(fig, figdir / "rank_evolution.png")

@@ -39,7 +39,7 @@ leaves the positions out; Eq. 40 makes ``W^V`` rank one, ``O_j = c_j v``):
   its |Spearman| with the shift ``Σa`` is reported (E does not say the tag is monotone in it).
 
 Rows read from trained parameters are the seed's setting only at its learning rate, budget and epoch
-(:func:`~tdlab.experiments.seed001_reasoning_bias.training.parameter_reading`); the quick profile's
+(:func:`~tdlab.experiments.seed001_reasoning_bias.common.training.parameter_reading`); the quick profile's
 layer 1 is near the average operator at epochs 1–2 and far from it at its last epoch, so its end-of-
 training rows are ours. The initialisation rows (Lemma 1) need no training: they are the seed's.
 """
@@ -55,20 +55,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
-from scipy.stats import rankdata
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Hypothesis, Threshold
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.seed001_reasoning_bias.common import (
-    AnchorsGammaSweep,
-    ProbeConfig,
-    ProbeSource,
-    pair_spearman,
-)
-from tdlab.experiments.seed001_reasoning_bias.training import (
+from tdlab.experiments.seed001_reasoning_bias.common.cosines import pair_spearman, spearman_rows
+from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import AnchorsGammaSweep, ProbeConfig, ProbeSource
+from tdlab.experiments.seed001_reasoning_bias.common.training import (
     DIRECTION,
     PAPER_LR_TRANSFORMER,
     SMALL_INIT,
@@ -76,7 +70,6 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
     GammaArms,
     cosine_heatmap,
     parameter_reading,
-    reading_note,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
@@ -197,14 +190,6 @@ def layer2_rows(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
         "pos_scores": pos,
         "pattern1": cache["blocks.0.attn.pattern"][:, :, 0],
     }
-
-
-def spearman_rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Spearman correlation along the last axis of ``x (..., n)`` with ``y (n,)``: ``(...)`` float64."""
-    rx = torch.from_numpy(rankdata(x.double().numpy(), axis=-1))
-    ry = torch.from_numpy(rankdata(y.double().numpy())).expand_as(rx)
-    rx, ry = rx - rx.mean(-1, keepdim=True), ry - ry.mean(-1, keepdim=True)
-    return (rx * ry).sum(-1) / (rx.norm(dim=-1) * ry.norm(dim=-1))
 
 
 def wv_flow(
@@ -570,12 +555,7 @@ CLAIMS = (
 class AnchorsAttention(ProbeSource, AnchorsGammaSweep[AnchorsAttentionConfig]):
     Config = AnchorsAttentionConfig
     claims = CLAIMS
-    # atlas: the layer-1 operator claims are read at snapshots along training and at the end; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
-        profile_set={"quick": {"snapshot_epochs": [1, 2, 5]}, "paper": {"snapshot_epochs": [50, 200, 450]}},
-        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
-    )
+    # atlas: the γ-sweep's axes (inherited): the layer-1 operator claims are read at snapshots along training and at the end; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
 
     def probe(
         self, cfg: AnchorsAttentionConfig, run: RunView, data: dict[str, torch.Tensor]
@@ -839,13 +819,7 @@ class AnchorsAttention(ProbeSource, AnchorsGammaSweep[AnchorsAttentionConfig]):
             + " (seed means): where the run leaves the average operator."
         )
         notes.append("Def. 3 at p = 1 has no l_0: the plateau's lower bound is dropped there (our reading).")
-        line = reading_note(cfg.train.lr, cfg.schedule.epochs, PAPER_LR_TRANSFORMER)
-        if line:
-            notes.append(line)
-        return [
-            *super(AnchorsGammaSweep, self).notes(cfg, measured, groups),
-            *notes,
-        ]  # the generic notes, not the sweep's own
+        return self.probe_notes(cfg, measured, groups, notes)
 
     # ---- figures --------------------------------------------------------------------------------
     def plot(self, cfg: AnchorsAttentionConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:

@@ -3,7 +3,7 @@
 A 2-layer, 1-head post-LN transformer (Eqs. 15–18, A.2–A.3) is trained on the composite anchor
 functions (§3.1, Eq. 1: reasoning ``y = z_p + Σa``, memory ``y^(z_p, a) ~ U(Z)`` drawn once) from three
 initialisation rates γ ∈ {0.3, 0.5, 0.8} (§3.4: ``W_ij ~ N(0, d_out^{-2γ})``, larger γ = smaller init),
-the γ × seed grid as one ensemble (:mod:`~tdlab.experiments.seed001_reasoning_bias.training`). Loss and
+the γ × seed grid as one ensemble (:mod:`~tdlab.experiments.seed001_reasoning_bias.common.training`). Loss and
 accuracy on D_mem, D_rsn,train and the held-out D_rsn,test (tuples ``M = {(11, 13), (13, 11)}``) are
 recorded every epoch (Fig. 2A). The seed's reading: at γ = 0.8 both reasoning sets are learnt long
 before the memory set and the masked tuples are inferred; at γ = 0.3 memory and reasoning-train fall
@@ -32,11 +32,11 @@ of the task, coloured by token type.
 from __future__ import annotations
 
 from tdlab.experiments.base import register
-from tdlab.experiments.seed001_reasoning_bias.common import AnchorsBiasConfigT, AnchorsGammaSweep
+from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import AnchorsBiasConfigT, AnchorsGammaSweep
 
 
 @register
 class AnchorsBias(AnchorsGammaSweep[AnchorsBiasConfigT]):
-    """anchors-bias: the γ-sweep as it is (:class:`~tdlab.experiments.seed001_reasoning_bias.common.AnchorsGammaSweep`
+    """anchors-bias: the γ-sweep as it is (:class:`~tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep.AnchorsGammaSweep`
     holds its config, claims, profiles, run, measure and figures; the probe experiments extend that class, not
     this one, so that no experiment module imports another)."""

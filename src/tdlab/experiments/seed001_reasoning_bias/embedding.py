@@ -24,7 +24,7 @@ Measured (the small-init arm γ = 0.8 unless said):
   follow from Thm. 1's ``σ_P = std(Z + ΣA)`` (≈ 29 at the seed's task).
 
 Every row reads trained parameters: it is the seed's setting only at the seed's learning rate, budget
-and epoch (:func:`~tdlab.experiments.seed001_reasoning_bias.training.parameter_reading`), else ours.
+and epoch (:func:`~tdlab.experiments.seed001_reasoning_bias.common.training.parameter_reading`), else ours.
 """
 
 from __future__ import annotations
@@ -40,24 +40,23 @@ from tdlab.claims.declare import Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.seed001_reasoning_bias.common import (
-    AnchorsGammaSweep,
-    ProbeConfig,
-    ProbeSource,
+from tdlab.experiments.seed001_reasoning_bias.common.cosines import (
     anchor_cosine_claims,
     anchor_cosine_rows,
     pair_abs_error,
     pair_spearman,
     reasoning_theory_cosines,
 )
-from tdlab.experiments.seed001_reasoning_bias.training import (
+from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import AnchorsGammaSweep, ProbeConfig, ProbeSource
+from tdlab.experiments.seed001_reasoning_bias.common.training import (
     DIRECTION,
+    EPOCH_BUDGET_WHY,
     PAPER_LR_TRANSFORMER,
     SMALL_INIT,
     GammaArms,
+    anchor_cosine_grid,
     cosine_heatmap,
     parameter_reading,
-    reading_note,
 )
 from tdlab.experiments.view import RunView
 from tdlab.probes.embedding import cosine_matrix, distance_spearman, nn_order, offdiag_mean, pca
@@ -212,7 +211,7 @@ class AnchorsEmbedding(ProbeSource, AnchorsGammaSweep[AnchorsEmbeddingConfig]):
             "quick": {"snapshot_epochs": [1, 2, 5], "fig4a_epochs": [2, 5]},
             "paper": {"snapshot_epochs": [50, 200, 450], "fig4a_epochs": [200, 450]},
         },
-        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
+        why=EPOCH_BUDGET_WHY,
     )
 
     def _wte(self, cfg: AnchorsEmbeddingConfig, run: RunView, gamma: float, epoch: int) -> torch.Tensor | None:
@@ -346,15 +345,8 @@ class AnchorsEmbedding(ProbeSource, AnchorsGammaSweep[AnchorsEmbeddingConfig]):
                 f"{np.mean(e['rsn_nn_order']):.3f}, mean |Δcos| vs Eq. 14 {np.mean(e['eq14_abs_err']):.3f}, vs P^s "
                 f"{np.mean(e['ps_abs_err']):.3f} (seed means)."
             )
-        line = reading_note(cfg.train.lr, cfg.schedule.epochs, PAPER_LR_TRANSFORMER)
-        if line:
-            notes.append(line)
-        if cfg.from_run:
-            notes.append(f"Parameters read from the anchors-bias run {cfg.from_run}.")
-        return [
-            *super(AnchorsGammaSweep, self).notes(cfg, measured, groups),
-            *notes,
-        ]  # the generic notes, not the sweep's own
+        source = [f"Parameters read from the anchors-bias run {cfg.from_run}."] if cfg.from_run else []
+        return [*self.probe_notes(cfg, measured, groups, notes), *source]
 
     # ---- figures --------------------------------------------------------------------------------
     def plot(self, cfg: AnchorsEmbeddingConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
@@ -423,11 +415,7 @@ class AnchorsEmbedding(ProbeSource, AnchorsGammaSweep[AnchorsEmbeddingConfig]):
 
         t = cfg.task
         fig, axes = plt.subplots(2, len(panels) + 1, figsize=(3.6 * (len(panels) + 1), 6.6), squeeze=False)
-        for col, (label, W) in enumerate(panels):
-            for row, (lo, hi, kind) in enumerate(
-                ((t.mem_min, t.mem_max, "memory"), (t.rsn_min, t.rsn_max, "reasoning"))
-            ):
-                cosine_heatmap(axes[row][col], cosine_matrix(W[:, lo : hi + 1]).mean(0), lo, f"{kind}, {label}")
+        anchor_cosine_grid(axes, panels, t)
         W = panels[-1][1]
         for row, (lo, hi, kind) in enumerate(
             ((t.key_min, t.key_max, "keys"), (t.rsn_min, t.rsn_max, "reasoning anchors"))

@@ -76,18 +76,11 @@ from pydantic import Field, model_validator
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import (
-    Analysis,
-    Experiment,
-    ExperimentConfig,
-    RunContext,
-    init_arm,
-    register,
-    snapshot_arm,
-)
-from tdlab.experiments.seed001_reasoning_bias.training import GammaArms
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.seed001_reasoning_bias.common.training import GammaArms
 from tdlab.experiments.view import RunView
 from tdlab.models.emb_mlp import Def2Config, Def2Transformer
+from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
 from tdlab.theory.anchor_flows import last_vs_all_law_gap, population_flow_counts

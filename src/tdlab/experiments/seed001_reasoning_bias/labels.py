@@ -35,24 +35,27 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Stage, assess_arm
+from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Stage
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.seed001_reasoning_bias.training import (
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.seed001_reasoning_bias.common.training import (
     DIRECTION,
+    EPOCH_BUDGET_WHY,
     EpochsConfig,
     Seed001GPTConfig,
     Seed001TrainConfig,
     auc,
     epoch_train_config,
     label_marginal_losses,
+    loss_health,
     t50,
     t50_sample,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.run_context import Fit, RunContext
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
@@ -264,7 +267,7 @@ class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
     # atlas: (b)'s label-marginal comparison is read over schedule.epochs ((a) stops at groups_epochs, kept per profile)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
-        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
+        why=EPOCH_BUDGET_WHY,
     )
 
     def run(self, cfg: AnchorsLabelsConfig, ctx: RunContext) -> None:
@@ -294,16 +297,7 @@ class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
                 continue
             steps, loss = run.curves(arm, "mem_loss")
             d_vob = (cfg.groups_task if arm == "groups" else cfg.compare_task).d_vob
-            finite = all(bool(np.all(np.isfinite(run.curves(arm, n)[1]))) for n in run.names(arm))
-            out[arm] = assess_arm(
-                arm,
-                loss[:, 0].tolist(),
-                loss[:, -1].tolist(),
-                accepted_steps=[float(steps.max())] * loss.shape[0],
-                test_error=loss[:, -1].tolist(),
-                trivial_error=math.log(d_vob),
-                all_finite=finite,
-            )
+            out[arm] = loss_health(run, arm, steps, loss, math.log(d_vob))
         return out
 
     # ---- measurement ----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ pronounced low-rank structure". Claim, per matrix: ``erank(γ=0.8) < erank(γ=0.
 (paired over seeds; erank = exp of the entropy of the normalised singular values), one row per matrix
 and neighbouring pair of γ, so a failure names its matrix. The rows read trained parameters: they are
 the seed's setting only at its learning rate and budget
-(:func:`~tdlab.experiments.seed001_reasoning_bias.training.parameter_reading`), else ours.
+(:func:`~tdlab.experiments.seed001_reasoning_bias.common.training.parameter_reading`), else ours.
 """
 
 from __future__ import annotations
@@ -21,19 +21,13 @@ import numpy as np
 import torch
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.seed001_reasoning_bias.common import (
-    AnchorsGammaSweep,
-    ProbeConfig,
-    ProbeSource,
-)
-from tdlab.experiments.seed001_reasoning_bias.training import (
+from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import AnchorsGammaSweep, ProbeConfig, ProbeSource
+from tdlab.experiments.seed001_reasoning_bias.common.training import (
     DIRECTION,
     PAPER_LR_TRANSFORMER,
     GammaArms,
     parameter_reading,
-    reading_note,
 )
 from tdlab.experiments.view import RunView
 from tdlab.probes.embedding import erank
@@ -95,12 +89,7 @@ CLAIMS = (
 class AnchorsLowrank(ProbeSource, AnchorsGammaSweep[AnchorsLowrankConfig]):
     Config = AnchorsLowrankConfig
     claims = CLAIMS
-    # atlas: the low-rank readings are of the trained parameters; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
-        profile_set={"quick": {"snapshot_epochs": [1, 2, 5]}, "paper": {"snapshot_epochs": [50, 200, 450]}},
-        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
-    )
+    # atlas: the γ-sweep's axes (inherited): the low-rank readings are of the trained parameters; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
 
     def measure(self, cfg: AnchorsLowrankConfig, run: RunView) -> Measurements:
         m = {g: spectra(weight_matrices(run.arrays(GammaArms.arm(g)), cfg.model.layers)) for g in cfg.gammas}
@@ -131,13 +120,7 @@ class AnchorsLowrank(ProbeSource, AnchorsGammaSweep[AnchorsLowrankConfig]):
             + " (seed means)."
             for name in next(iter(m.values()))
         ]
-        line = reading_note(cfg.train.lr, cfg.schedule.epochs, PAPER_LR_TRANSFORMER)
-        if line:
-            notes.append(line)
-        return [
-            *super(AnchorsGammaSweep, self).notes(cfg, measured, groups),
-            *notes,
-        ]  # the generic notes, not the sweep's own
+        return self.probe_notes(cfg, measured, groups, notes)
 
     def plot(self, cfg: AnchorsLowrankConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import plt, save_figure

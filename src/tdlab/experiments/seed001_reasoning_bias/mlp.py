@@ -2,7 +2,7 @@
 
 The Emb-MLP ``G(X) = σ(Σ_{s in X} w^{emb,s} W^(1)) W^(2)`` reads ``X = [z, a_1, a_2]`` (§4.2: ``p ≡ 1``,
 ``L = q + 1``) and is trained from γ ∈ {0.3, 0.5, 0.8} as one ensemble
-(:mod:`~tdlab.experiments.seed001_reasoning_bias.training`; ``EmbMLP`` takes one γ per member). Measured:
+(:mod:`~tdlab.experiments.seed001_reasoning_bias.common.training`; ``EmbMLP`` takes one γ per member). Measured:
 
 * Fig. 2B — accuracy on D_mem, D_rsn,train, D_rsn,test per epoch; the seed: the reasoning bias of
   Fig. 2A shows at γ = 0.8 against γ = 0.3. Sum-pooling is order-blind, so memory accuracy is capped by
@@ -35,23 +35,24 @@ from typing import Any
 import numpy as np
 import torch
 from pydantic import Field, model_validator
-from scipy.stats import rankdata
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register, snapshot_arm
-from tdlab.experiments.seed001_reasoning_bias.common import (
-    _pairs,
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.seed001_reasoning_bias.common.cosines import (
     anchor_cosine_claims,
     anchor_cosine_rows,
     pair_abs_error,
+    pair_indices,
     pair_spearman,
     reasoning_theory_cosines,
+    spearman_rows,
 )
-from tdlab.experiments.seed001_reasoning_bias.training import (
+from tdlab.experiments.seed001_reasoning_bias.common.training import (
     DIRECTION,
+    EPOCH_BUDGET_WHY,
     LARGE_INIT,
     PAPER_LR_EMB_MLP,
     RSN_PAST_MARGINAL,
@@ -62,6 +63,7 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
     EpochsConfig,
     GammaArms,
     Seed001TrainConfig,
+    anchor_cosine_grid,
     bias_gap,
     check_gammas,
     cosine_heatmap,
@@ -79,6 +81,7 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
 from tdlab.experiments.view import RunView
 from tdlab.models.emb_mlp import EmbMLP, EmbMLPConfig
 from tdlab.probes.embedding import cosine_matrix, distance_spearman, offdiag_mean
+from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.seeding import generators
 from tdlab.tasks.anchors import KIND_MEM, Anchors, AnchorsConfig
 from tdlab.theory.anchors import order_blind_memory_ceiling, token_label_law
@@ -309,7 +312,7 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(20, 40), label="epochs"),),
         profile_set={"quick": {"snapshot_epochs": [2, 18]}, "paper": {"snapshot_epochs": [50, 450]}},
-        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
+        why=EPOCH_BUDGET_WHY,
     )
 
     def run(self, cfg: AnchorsMlpConfig, ctx: RunContext) -> None:
@@ -494,8 +497,8 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
             context={"check": "memory-laws-equal"},
             label="Eq. 7: max |P^s − P^s'| over memory anchors = 0",
         )
-        i, j = _pairs(theory_cos.shape[0])
-        rho = _spearman(theory_cos[i, j], (i - j).abs().double())
+        i, j = pair_indices(theory_cos.shape[0])
+        rho = float(spearman_rows(theory_cos[i, j], (i - j).abs().double()))
         out.row(
             "fig3b-label-laws",
             "theory-rsn-rho",
@@ -561,16 +564,11 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
         task = self.task(cfg)
         laws, theory_cos = reasoning_theory_cosines(task)
         t = cfg.task
-        kinds = ((t.mem_min, t.mem_max, "memory"), (t.rsn_min, t.rsn_max, "reasoning"))
         small = cfg.claims.small_gamma
         if small in cfg.gammas:
             snaps = {e: W for e, W in self.snapshots(cfg, run, small).items() if e > 0}
             fig, axes = plt.subplots(2, len(snaps), figsize=(3.6 * len(snaps), 6.6), squeeze=False)
-            for col, (e, W) in enumerate(snaps.items()):
-                for row, (lo, hi, kind) in enumerate(kinds):
-                    cosine_heatmap(
-                        axes[row][col], cosine_matrix(anchor_embeddings(W, lo, hi)).mean(0), lo, f"{kind}, epoch {e}"
-                    )
+            anchor_cosine_grid(axes, [(f"epoch {e}", W) for e, W in snaps.items()], t)
             fig.suptitle(f"Fig. 3A — cosine of anchor embeddings, γ = {small:g} (mean over {cfg.members} seeds)")
             paths.append(save_figure(fig, figdir / "fig3a_anchor_cosines.png"))
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -585,18 +583,7 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
         others = [g for g in cfg.gammas if g != small]
         if others:
             fig, axes = plt.subplots(2, len(others), figsize=(3.6 * len(others), 6.6), squeeze=False)
-            for col, g in enumerate(others):
-                W = run.arrays(GammaArms.arm(g))["W_emb"]
-                for row, (lo, hi, kind) in enumerate(kinds):
-                    cosine_heatmap(
-                        axes[row][col], cosine_matrix(anchor_embeddings(W, lo, hi)).mean(0), lo, f"{kind}, γ = {g:g}"
-                    )
+            anchor_cosine_grid(axes, [(f"γ = {g:g}", run.arrays(GammaArms.arm(g))["W_emb"]) for g in others], t)
             fig.suptitle(f"Fig. 10 — cosine of anchor embeddings at the end (epoch {cfg.schedule.epochs})")
             paths.append(save_figure(fig, figdir / "fig10_anchor_cosines.png"))
         return paths
-
-
-def _spearman(x: torch.Tensor, y: torch.Tensor) -> float:
-    rx = torch.from_numpy(rankdata(x.numpy())) - (len(x) + 1) / 2
-    ry = torch.from_numpy(rankdata(y.numpy())) - (len(y) + 1) / 2
-    return float((rx * ry).sum() / (rx.norm() * ry.norm()))

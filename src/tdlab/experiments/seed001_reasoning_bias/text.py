@@ -6,7 +6,7 @@ own generator, :mod:`tdlab.tasks.prontoqa`, or the released JSON with ``--set da
 TinyStories (``--set data.stories=PATH``; without it the built-in stand-in stories of
 :mod:`tdlab.tasks.stories`: not the seed's data, so every paper row is ours and labelled "stand-in
 data"). A γ = 0.3 control arm trains beside it: the γ × seed grid is one ensemble
-(:class:`~tdlab.experiments.seed001_reasoning_bias.training.GammaArms`; all members train on the run's
+(:class:`~tdlab.experiments.seed001_reasoning_bias.common.training.GammaArms`; all members train on the run's
 one corpus and differ in initial draw and epoch shuffles).
 
 Data. ``data.n_sequences`` texts, half from each source, each tokenised (GPT-2's byte-level BPE, or a
@@ -37,7 +37,7 @@ Claims (thresholds (t) are ours, fixed before any run, in :class:`TextClaims`):
 
 Provenance. The loss curves are the seed's comparison when the stories are TinyStories. The Fig. 6
 rows read parameters at 10 % of training: they are the seed's setting only at its learning rate (1e-5)
-and budget (200 epochs) (:func:`~tdlab.experiments.seed001_reasoning_bias.training.parameter_reading`);
+and budget (200 epochs) (:func:`~tdlab.experiments.seed001_reasoning_bias.common.training.parameter_reading`);
 the quick profile's epoch 1 of 10 at lr 1e-3 is not, so those rows are ours.
 
 Health gate: an arm trained when its loss over both sources (mean of the two splits' losses) fell and
@@ -56,13 +56,14 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm
+from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements
 from tdlab.claims.declare import Hypothesis, Provenance
 from tdlab.config import Config, ConfigError
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register, snapshot_arm
-from tdlab.experiments.seed001_reasoning_bias.training import (
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.seed001_reasoning_bias.common.training import (
     DIRECTION,
+    EPOCH_BUDGET_WHY,
     SMALL_INIT,
     SMALL_VS_LARGE,
     EpochsConfig,
@@ -73,6 +74,7 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
     epoch_train_config,
     fit_gamma_arms,
     gamma_gpt,
+    loss_health,
     parameter_reading,
     reading_note,
     t50_sample,
@@ -82,6 +84,7 @@ from tdlab.models.gpt import GPTConfig
 from tdlab.probes.curves import Crossings, first_crossing
 from tdlab.probes.embedding import cosine_matrix, offdiag_mean
 from tdlab.report.standard_figures import Curves, Line, Panel
+from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.runs import Run, atomic_write
 from tdlab.seeding import derive_seed
 from tdlab.tasks.bpe import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, load_tokenizer_json, train_local_bpe
@@ -461,7 +464,7 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
     # atlas: the text-model claims (init gap, anchor cosines, t50) are read at the end of the epoch budget
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (100, 200, 400), quick=(5, 10), label="epochs"),),
-        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
+        why=EPOCH_BUDGET_WHY,
     )
 
     # ---- training -------------------------------------------------------------------------------
@@ -522,16 +525,7 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
             steps, a = run.curves(arm, "prontoqa_loss")
             _, b = run.curves(arm, "stories_loss")
             fit = (a + b) / 2  # the loss over both sources (equal shares of the mix)
-            finite = all(bool(np.all(np.isfinite(run.curves(arm, n)[1]))) for n in run.names(arm))
-            out[arm] = assess_arm(
-                arm,
-                fit[:, 0].tolist(),
-                fit[:, -1].tolist(),
-                accepted_steps=[float(steps.max())] * fit.shape[0],
-                test_error=fit[:, -1].tolist(),
-                trivial_error=self.trivial_error(cfg, arm),
-                all_finite=finite,
-            )
+            out[arm] = loss_health(run, arm, steps, fit, self.trivial_error(cfg, arm))
         return out
 
     # ---- measurement ----------------------------------------------------------------------------

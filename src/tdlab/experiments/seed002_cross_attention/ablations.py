@@ -24,8 +24,8 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.seed002_cross_attention.common import (
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     ICLTrainConfig,
     LSATrainConfig,
     RegressionArms,
@@ -39,6 +39,7 @@ from tdlab.experiments.seed002_cross_attention.common import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LSA
+from tdlab.run_context import Fit, RunContext
 from tdlab.seeding import member_seeds
 from tdlab.theory.icl import bayes_risk, response_second_moment, sample_mean_risk
 from tdlab.train.cpu import cpu_threads

@@ -56,7 +56,7 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.claims.declare import Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.view import RunView
 from tdlab.models.multimodal_ca import (
     BiCAConfig,
@@ -66,6 +66,7 @@ from tdlab.models.multimodal_ca import (
     activation_bytes,
     parameter_count,
 )
+from tdlab.run_context import RunContext
 from tdlab.runs import atomic_write
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks import avdigits

@@ -30,8 +30,8 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, register
-from tdlab.experiments.seed002_cross_attention.common import (
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     ICLTrainConfig,
     RegressionArms,
     TaskConfig,
@@ -40,6 +40,7 @@ from tdlab.experiments.seed002_cross_attention.common import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LCA
+from tdlab.run_context import RunContext, init_arm
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.multimodal import MultiModalBatch, MultiModalPrompts
 from tdlab.theory.icl import alpha_of_beta, alpha_star, bayes_risk, infinite_context_excess_risk, two_param_stationary

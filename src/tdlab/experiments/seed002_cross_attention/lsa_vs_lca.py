@@ -10,7 +10,7 @@ objective of Thms 6.2-6.3).
 References, the theory of the setting that ran: on ``l``, the closed forms (``alpha*_T`` of Lemma D.1,
 the stationary point reached from the Thm 6.3 init); at finite ``L_tr``, the expected minimisers of the
 ``l_{N,L_tr}`` the arms train on, drawn by the run itself as replicate minimisers on ``N`` fresh prompts
-each (:mod:`.reference`, arm ``reference/Ltr<L>``, one "member" per replicate) whose spread enters every
+each (:mod:`.common.reference`, arm ``reference/Ltr<L>``, one "member" per replicate) whose spread enters every
 interval. Which rows decide: Fig. 2's empirical
 statements (orders below LSA, depth) are the seed's at ``L_tr = 100``; the theorems' convergence
 statements are the seed's at ``L_tr = 100`` and on ``l``; everything else is ours.
@@ -34,9 +34,10 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.rounds import current_round
-from tdlab.experiments.seed002_cross_attention.common import (
+from tdlab.experiments.seed002_cross_attention.common.reference import finite_context_minimisers
+from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     APP_H_CONTEXT,
     ICLTrainConfig,
     LSATrainConfig,
@@ -53,9 +54,9 @@ from tdlab.experiments.seed002_cross_attention.common import (
     threads_field,
     two_param_init,
 )
-from tdlab.experiments.seed002_cross_attention.reference import finite_context_minimisers
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LSA
+from tdlab.run_context import Fit, RunContext
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.icl import (
     alpha_star,

@@ -31,17 +31,18 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.claims.declare import Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, init_arm, register
-from tdlab.experiments.seed002_cross_attention.common import (
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.seed002_cross_attention.common.reference import untied_optimum
+from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     ICLTrainConfig,
     RegressionArms,
     TaskConfig,
     draw_tests,
     threads_field,
 )
-from tdlab.experiments.seed002_cross_attention.reference import untied_optimum
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LCA
+from tdlab.run_context import Fit, RunContext, init_arm
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.icl import alpha_star, response_second_moment, whitening_error, whitening_error_limit
 from tdlab.theory.icl_stats import PromptStats
@@ -447,28 +448,21 @@ class IclUnrestricted(RegressionArms, Experiment[UnrestrictedConfig]):
         what = {"untied": "untied scalar", "diagonal": "diagonal", "full": "full-matrix"}[param]
         prov = _provenance(sigma)
         ctx = {"param": param, "sigma": sigma, "scale": ref_alpha.mean}
-        out.row(
-            "projections-cluster-around-alpha-star",
-            f"{arm}/alpha",
-            Sample(ah.mean(1)),
-            ref_alpha,
-            arms=[arm],
-            provenance=prov,
-            context=ctx,
-            label=f"{what} LCA_{cfg.depth} (σ_init = {sigma:g}): layer mean of tr(W^S_t)/d ≈ the untied optimum's "
-            f"{ref_alpha.mean:.4f} (α* = {a_star:.4f})",
-        )
-        out.row(
-            "projections-cluster-around-alpha-star",
-            f"{arm}/beta",
-            Sample(bh.mean(1)),
-            ref_beta,
-            arms=[arm],
-            provenance=prov,
-            context=ctx,
-            label=f"{what} LCA_{cfg.depth} (σ_init = {sigma:g}): layer mean of tr(W^V_t)/d ≈ the untied optimum's "
-            f"{ref_beta.mean:.4f} (−α* = {-a_star:.4f})",
-        )
+        for name, hat, ref, W, tied in (
+            ("alpha", ah, ref_alpha, "W^S", f"α* = {a_star:.4f}"),
+            ("beta", bh, ref_beta, "W^V", f"−α* = {-a_star:.4f}"),
+        ):
+            out.row(
+                "projections-cluster-around-alpha-star",
+                f"{arm}/{name}",
+                Sample(hat.mean(1)),
+                ref,
+                arms=[arm],
+                provenance=prov,
+                context=ctx,
+                label=f"{what} LCA_{cfg.depth} (σ_init = {sigma:g}): layer mean of tr({W}_t)/d ≈ the untied optimum's "
+                f"{ref.mean:.4f} ({tied})",
+            )
         out.row(
             "whitening-decreases-with-layer",
             arm,

@@ -6,8 +6,8 @@ k-th order in-context Markov sources, the k-gram estimator and depth): one modul
 * :mod:`.icl_depth_linear` (``markov-icl-depth-linear``): without non-linearities, logarithmic depth;
 * :mod:`.icl_heads` (``markov-icl-heads``): one head per layer suffices at depth 3;
 * :mod:`.icl_construction` (``markov-icl-construction``): att ∝ exp(κ cos) realises the induction head;
-* shared: :mod:`.estimator_stage` (the in-context estimators and the stage they define) and
-  :mod:`.icl_grid` (the family × k × depth × heads grid of the two grid experiments).
+* shared, in :mod:`.common`: :mod:`.common.estimator_stage` (the in-context estimators and the stage they
+  define) and :mod:`.common.icl_grid` (the family × k × depth × heads grid of the two grid experiments).
 
 Importing the package imports none of its modules (``tdlab run NAME`` imports NAME's only:
 :data:`tdlab.experiments.catalog.CATALOG`).

@@ -17,7 +17,7 @@ a k-th order induction head ("capture context", then "match contexts & count"). 
   the trained score's excess over chance (uniform causal attention) is at least ``claims.score_fraction``
   of the construction's excess over chance. (The raw ratio would not test matching: uniform attention
   alone scores ~70% of the construction at k = 1.) Its stage: the trained members are past the
-  order-(k−1) in-context estimator (:data:`~.estimator_stage.PAST_LOWER_ORDER`): a model still counting
+  order-(k−1) in-context estimator (:data:`~.common.estimator_stage.PAST_LOWER_ORDER`): a model still counting
   (k−1)-contexts has no k-th order induction head to compare, whatever the budget would give later.
   The score is measured once, at the end of training: no drift is known for it.
 
@@ -45,17 +45,18 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.seed003_attention_markov.estimator_stage import (
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
     PAST_LOWER_ORDER,
     PROBE_DATA,
     estimator_losses,
     record_stage,
 )
-from tdlab.experiments.seed003_attention_markov.icl_grid import MAIN_RESULT
+from tdlab.experiments.seed003_attention_markov.common.icl_grid import MAIN_RESULT
 from tdlab.experiments.view import RunView
 from tdlab.models.normalised_attention import NormalisedAttention, NormAttnConfig, construction
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
+from tdlab.run_context import Fit, RunContext
 from tdlab.runs import RunDirError
 from tdlab.seeding import derive_seed, generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov

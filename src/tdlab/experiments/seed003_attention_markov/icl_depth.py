@@ -20,7 +20,7 @@ The talk's statements tested here:
   per layer, relative positional encodings and layer norm — tested as: trained 3-layer models reach
   the order-k estimator for k >= 2.
 
-Stages (:mod:`.estimator_stage`). A reach claim can fail only on a member past the order-(k−1)
+Stages (:mod:`.common.estimator_stage`). A reach claim can fail only on a member past the order-(k−1)
 estimator (by ``claims.stage_share`` of the gap to the order-k one); before that the budget, not the
 depth, sets the gap, and the row is not evaluable with the stage named. The 1-layer statements are
 about *not* reaching, which a short budget makes true for any depth: they need the 2-layer cell of the
@@ -58,8 +58,8 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
-from tdlab.experiments.seed003_attention_markov.estimator_stage import (
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
     PAST_LOWER_ORDER,
     PROBE_DATA,
     estimator_losses,
@@ -71,6 +71,7 @@ from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
 from tdlab.report.standard_figures import Curves, Heatmap, Line, Panel
+from tdlab.run_context import Fit, RunContext
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov
 from tdlab.train.cpu import cpu_threads

@@ -2,14 +2,14 @@
 "Without non-linearities, you need logarithmic depth", beside "Constant depth suffices: 3 layers,
 1 head per layer, relative PE and layer norm".
 
-Two families of GPTs (:mod:`.icl_grid`), one head per layer, relative key/value positions:
+Two families of GPTs (:mod:`.common.icl_grid`), one head per layer, relative key/value positions:
 
 * ``attn``: attention-only (``mlp=False, norm="none"``: no MLP, no LayerNorm anywhere), depth 1..5;
 * ``mlp``: pre-LN GPT-2 blocks (MLP + LayerNorm), depth 1..3.
 
 Every claim compares a cell's probe loss with the order-k add-α in-context estimator on the same fresh
 sequences (the Bayes predictor of the source) and needs the cell past the order-(k−1) estimator
-(:data:`~.estimator_stage.PAST_LOWER_ORDER`): a member still counting (k−1)-contexts says what the
+(:data:`~.common.estimator_stage.PAST_LOWER_ORDER`): a member still counting (k−1)-contexts says what the
 budget did, not what the architecture can do, and its row is not evaluable with the stage named.
 
 Claims:
@@ -41,8 +41,8 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.claims.declare import Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import register
-from tdlab.experiments.seed003_attention_markov.estimator_stage import PAST_LOWER_ORDER, record_stage
-from tdlab.experiments.seed003_attention_markov.icl_grid import (
+from tdlab.experiments.seed003_attention_markov.common.estimator_stage import PAST_LOWER_ORDER, record_stage
+from tdlab.experiments.seed003_attention_markov.common.icl_grid import (
     CONSTANT_DEPTH,
     MAIN_RESULT,
     MAIN_RESULT_WHERE,

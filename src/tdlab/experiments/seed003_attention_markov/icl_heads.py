@@ -4,12 +4,12 @@ The talk: "(Edelman et al., 2024 & Nichani et al., 2024): Number of heads/layers
 But..." the main result: "3 layers, 1 head per layer" suffice for any k. The talk states nothing of
 its own about heads at depth 2 (the scaling-with-k statement is prior work it cites and then
 contrasts): grid heads {1, 2, 4} × depth {2, 3} × k, pre-LN GPTs with MLPs and relative key/value
-positions (:mod:`.icl_grid`). Claims, as the talk states them: at depth 3 one head per layer reaches the
+positions (:mod:`.common.icl_grid`). Claims, as the talk states them: at depth 3 one head per layer reaches the
 order-k in-context estimator (add-α, the Bayes predictor, on the same fresh sequences) for every k; and
 more heads are not needed there (the gap with 1 head exceeds the gap with the most heads by at most
 the tolerance, paired over members). Depth-2 cells are measurements reported beside them.
 
-Both claims need their cells past the order-(k−1) estimator (:data:`~.estimator_stage.PAST_LOWER_ORDER`):
+Both claims need their cells past the order-(k−1) estimator (:data:`~.common.estimator_stage.PAST_LOWER_ORDER`):
 a member still counting (k−1)-contexts says what the budget did, not what one head can do.
 """
 
@@ -20,8 +20,8 @@ from pydantic import field_validator, model_validator
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import register
-from tdlab.experiments.seed003_attention_markov.estimator_stage import PAST_LOWER_ORDER
-from tdlab.experiments.seed003_attention_markov.icl_grid import (
+from tdlab.experiments.seed003_attention_markov.common.estimator_stage import PAST_LOWER_ORDER
+from tdlab.experiments.seed003_attention_markov.common.icl_grid import (
     CONSTANT_DEPTH,
     MAIN_RESULT,
     MAIN_RESULT_WHERE,

@@ -55,11 +55,12 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Provenance, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, Fit, RunContext, register
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import evaluation_noise, gap_crossing
 from tdlab.report.standard_figures import Curves, Line, Panel
+from tdlab.run_context import Fit, RunContext
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy, stationary
 from tdlab.theory import markov_tying as th

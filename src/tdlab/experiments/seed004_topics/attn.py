@@ -62,30 +62,30 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, RunContext, register
-from tdlab.experiments.seed004_topics.training import (
+from tdlab.experiments.axes import AtlasAxes
+from tdlab.experiments.base import Analysis, Experiment, register
+from tdlab.experiments.seed004_topics.common.training import (
     AUTHORS_NOT_REPRODUCED,
     FLOOR_CLOSED,
+    STEPS_AXIS,
+    Optimizer,
     StageClaims,
     TopicsExperimentConfig,
-    TopicsTrain,
+    fit_topics,
     masked_loss_floor,
-    masked_objective,
     record_gap_stage,
     setting_health,
-    topic_data,
     trivial_masked_error,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.probes.blocks import block_stats, model_attention_averages
+from tdlab.run_context import RunContext
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.topics import Topics
 from tdlab.theory.topics import c3
 from tdlab.theory.topics_landscape import assumption4
-from tdlab.train.trainer import Trainer
 
 ATTN = ("attn_sw", "attn_st", "attn_dt")  # metric names of a_sw, a_st, a_dt
 HELDOUT = "heldout-attention"  # the random stream of the held-out documents (tdlab.seeding purpose)
@@ -376,36 +376,37 @@ class TopicsAttn(Experiment[TopicsAttnConfig]):
     claims = CLAIMS
     # atlas: the attention-pattern claims (same-topic over different-topic attention) are read at the end of training
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("train.steps", (2500, 5000, 10000), quick=(750, 1500), label="steps"),),
+        axes=(STEPS_AXIS,),
         why="The same-topic/different-topic attention ratio (≥ claims.st_over_dt_min) is read at the end of training; quick trains 1500 steps against the paper's 5000.",
     )
 
     @staticmethod
-    def arms(cfg: TopicsAttnConfig) -> list[str]:
-        return [opt for opt, lrs in (("adam", cfg.adam_lrs), ("sgd", cfg.sgd_lrs)) if lrs]
+    def arms(cfg: TopicsAttnConfig) -> list[Optimizer]:
+        grid: tuple[tuple[Optimizer, list[float]], ...] = (("adam", cfg.adam_lrs), ("sgd", cfg.sgd_lrs))
+        return [opt for opt, lrs in grid if lrs]
 
     def run(self, cfg: TopicsAttnConfig, ctx: RunContext) -> None:
         model = cfg.model.updated(
             {"p_m": cfg.task.p_m, "p_c": cfg.task.p_c, "p_r": cfg.task.p_r, "authors_compat": cfg.authors_compat}
         )
-        objective = masked_objective(cfg, "ce")
         probe = _probe(cfg)
         for opt in self.arms(cfg):
             lrs = member_lrs(cfg, opt)
             seeds = member_seeds(cfg.seed, len(lrs))
-            tcfg: TopicsTrain = cfg.train.updated({"optimizer": "adamw" if opt == "adam" else "sgd", "lr": lrs[0]})
             # the attention probe runs before the first step and at the end only (probe_every = steps)
-            trainer = Trainer(
-                tcfg,
-                ctx.device,
-                ctx.progress,
-                label=opt,
-                objective=objective,
+            fit_topics(
+                ctx,
+                cfg,
+                opt,
+                model,
+                "ce",
+                opt,
+                seeds,
+                train=cfg.train.updated({"lr": lrs[0]}),
                 probes=[probe],
-                probe_every=tcfg.steps,
+                probe_every=cfg.train.steps,
                 member_lr=dict(zip(seeds, lrs, strict=True)),
             )
-            ctx.fit(opt, trainer, lambda s: TopicAttention(model, s), seeds, topic_data(cfg, objective))
 
     def trivial_error(self, cfg: TopicsAttnConfig, arm: str) -> float:
         return trivial_masked_error(cfg.task, "ce")
@@ -565,8 +566,7 @@ class TopicsAttn(Experiment[TopicsAttnConfig]):
         notes.append(
             f"Classes by u, z of W^V's word block (ours, fixed before any run): structured z ≥ {c.z_min}; "
             f"block u ≥ {c.u_block}; diagonal u ≤ {c.u_diag}. Thms. 3, 5 are squared-loss, frozen-W^V "
-            "statements; Tables 3-4 (and these claims) test them on jointly trained cross-entropy models. "
-            "Rows of settings outside the paper's tables are ours (shown, never deciding)."
+            "statements; Tables 3-4 (and these claims) test them on jointly trained cross-entropy models."
         )
         if cfg.authors_compat:
             notes.append(AUTHORS_NOT_REPRODUCED)

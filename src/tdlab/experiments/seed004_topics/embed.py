@@ -47,13 +47,14 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Calibration, Threshold
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Experiment, RunContext, register
-from tdlab.experiments.seed004_topics.training import (
+from tdlab.experiments.axes import AtlasAxes
+from tdlab.experiments.base import Experiment, register
+from tdlab.experiments.seed004_topics.common.training import (
     ASSUMPTION_1,
     AUTHORS_NOT_REPRODUCED,
     FLOOR_CLOSED,
     PANELS,
+    STEPS_AXIS,
     Loss,
     Optimizer,
     StageClaims,
@@ -72,6 +73,7 @@ from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicModelConfig
 from tdlab.probes.blocks import block_permutation_test, block_stats, nearest_same_topic_share
 from tdlab.report.standard_figures import Curves, Line, Matrices, Panel
+from tdlab.run_context import RunContext
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.topics import c3
 
@@ -221,7 +223,7 @@ class TopicsEmbed(Experiment[TopicsEmbedConfig]):
     claims = CLAIMS
     # atlas: the embedding claims are read at the end of training
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("train.steps", (2500, 5000, 10000), quick=(750, 1500), label="steps"),),
+        axes=(STEPS_AXIS,),
         why="The embedding claims (topic structure of W^E'W^E, g, the embed-only loss) are read at the end of training; quick trains 1500 steps against the paper's 5000.",
     )
 

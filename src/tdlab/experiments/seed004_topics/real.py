@@ -1,5 +1,5 @@
 """``topics-real``: seed 004 (Li, Li & Risteski, ICML 2023) on real text, §6.2 (Tables 1 and 5, Fig. 3) with
-App. G.3's method; the corpus, encoder and measures are :mod:`~tdlab.experiments.seed004_topics.real_text`'s.
+App. G.3's method; the corpus, encoder and measures are :mod:`~tdlab.experiments.seed004_topics.common.real_text`'s.
 
 Claims (the paper groups' thresholds are the captions' directions, > 1 and > 0; the sanity tolerances are ours,
 fixed before any run). The seed's rows are *pretrained* models: only a run on a local pretrained checkpoint
@@ -34,13 +34,14 @@ import torch
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Threshold
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
+from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.seed004_topics.real_text import (
+from tdlab.experiments.seed004_topics.common.real_text import (
     MEASURE_ARMS,
     MEASURES,
     MODES,
     PRETRAINED,
+    STEPS_AXIS,
     RealTextExperiment,
     TopicsRealConfig,
     theta_key,
@@ -166,7 +167,7 @@ class TopicsReal(RealTextExperiment[TopicsRealConfig]):
     claims = CLAIMS
     # atlas: the real-text topic-attention claims are read at the end of training
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("train.steps", (5000, 20000, 40000), quick=(500, 1000), label="steps"),),
+        axes=(STEPS_AXIS,),
         why="The real-text claims compare trained attention against the LDA topics at the end of training; quick trains 1000 steps against the paper's 20000.",
     )
 
@@ -274,7 +275,71 @@ class TopicsReal(RealTextExperiment[TopicsRealConfig]):
         return [notes[0], *super().notes(cfg, measured, groups), *notes[1:]]
 
     def plot(self, cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        return plot_real(cfg, run, analysis, figdir)
+        """Fig. 3 (9 x 9 cosine maps, trained and untrained member 0), the ratios per θ beside the seed's BERT,
+        and the per-layer / per-head attention ratio heatmaps."""
+        from tdlab.report.figures import plt, save_figure
+
+        paths = []
+        words: list[str] = functools.reduce(operator.iadd, fig3_word_strings(run), [])
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
+        for ax, which in zip(axes, ("trained", "untrained"), strict=True):
+            try:
+                cos = run.arrays(f"fig3/{which}")["cos"][0].numpy()
+            except (RunDirError, KeyError, OSError, ValueError):
+                continue
+            im = ax.imshow(cos, cmap="viridis")
+            ax.set_xticks(range(len(words)))
+            ax.set_yticks(range(len(words)))
+            ax.set_xticklabels(words, rotation=60, fontsize=7)
+            ax.set_yticklabels(words, fontsize=7)
+            ax.set_title(f"{which} (member 0)", fontsize=9)
+            fig.colorbar(im, ax=ax, fraction=0.046)
+        fig.suptitle("Fig. 3 — input-embedding cosine of 3 words from each of 3 LDA topics", fontsize=10)
+        paths.append(save_figure(fig, figdir / "fig3_cosine_map.png"))
+        table = analysis.measurements.get("ratios", {})
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+        for ax, mode in zip(axes, MODES, strict=True):
+            for i, m in enumerate(MEASURES):
+                for which, ls in (("trained", "-"), ("untrained", ":")):
+                    ths = list(table.get(which, {}).get(mode, {}))
+                    ys = [np.mean(table[which][mode][t][m]) if table[which][mode][t][m] else np.nan for t in ths]
+                    ax.plot([float(t) for t in ths], ys, ls, marker="o", color=f"C{i}", label=f"{which} {m}")
+            ref = TABLE1_BERT if mode == "single" else TABLE5_BERT
+            for i, m in enumerate(MEASURES):
+                ax.plot(
+                    list(ref["trained"]),
+                    [r[i] for r in ref["trained"].values()],
+                    "x--",
+                    color=f"C{i}",
+                    alpha=0.5,
+                    label=f"seed's BERT {m}",
+                )
+            ax.axhline(1.0, c="k", lw=0.7)
+            ax.set_xscale("log")
+            ax.set_xlabel("ambiguity threshold θ")
+            ax.set_title(f"{'Table 1' if mode == 'single' else 'Table 5'} ({mode})", fontsize=9)
+        axes[0].set_ylabel("same-topic / different-topic")
+        axes[1].legend(fontsize=6, ncol=2)
+        paths.append(save_figure(fig, figdir / "ratios_vs_theta.png"))
+        metrics = run.metrics()
+        sub = metrics[metrics["arm"] == MEASURE_ARMS["trained"]]
+        for mode in MODES:
+            ths = [theta_key(t) for t in cfg.thetas]
+            fig, axes = plt.subplots(1, len(ths), figsize=(3.6 * len(ths), 3.2), squeeze=False)
+            for ax, th in zip(axes[0], ths, strict=True):
+                rows = sub[sub["name"].str.startswith(f"{mode}/{th}/attention/L")]
+                if rows.empty:
+                    continue
+                lh = rows["name"].str.extract(r"L(\d+)H(\d+)$").astype(int)
+                mean = rows.assign(l=lh[0], h=lh[1]).groupby(["l", "h"])["value"].mean().unstack().to_numpy()
+                im = ax.imshow(mean, cmap="coolwarm", vmin=min(0.8, np.nanmin(mean)), vmax=max(1.2, np.nanmax(mean)))
+                ax.set_xlabel("head")
+                ax.set_ylabel("layer")
+                ax.set_title(f"θ = {th}", fontsize=9)
+                fig.colorbar(im, ax=ax, fraction=0.046)
+            fig.suptitle(f"attention ratio per layer and head, trained, member mean ({mode})", fontsize=9)
+            paths.append(save_figure(fig, figdir / f"attention_ratio_heads_{mode}.png"))
+        return paths
 
 
 def _ref_json(ref: dict) -> dict:
@@ -301,71 +366,3 @@ def fig3_word_strings(run: RunView) -> list[list[str]]:
     except (RunDirError, KeyError, OSError, ValueError):
         return []
     return [[vocab[i] for i in ids[k : k + 3]] for k in range(0, len(ids), 3)]
-
-
-def plot_real(cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-    """Fig. 3 (9 x 9 cosine maps, trained and untrained member 0), the ratios per θ beside the seed's BERT,
-    and the per-layer / per-head attention ratio heatmaps."""
-    from tdlab.report.figures import plt, save_figure
-
-    paths = []
-    words: list[str] = functools.reduce(operator.iadd, fig3_word_strings(run), [])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
-    for ax, which in zip(axes, ("trained", "untrained"), strict=True):
-        try:
-            cos = run.arrays(f"fig3/{which}")["cos"][0].numpy()
-        except (RunDirError, KeyError, OSError, ValueError):
-            continue
-        im = ax.imshow(cos, cmap="viridis")
-        ax.set_xticks(range(len(words)))
-        ax.set_yticks(range(len(words)))
-        ax.set_xticklabels(words, rotation=60, fontsize=7)
-        ax.set_yticklabels(words, fontsize=7)
-        ax.set_title(f"{which} (member 0)", fontsize=9)
-        fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.suptitle("Fig. 3 — input-embedding cosine of 3 words from each of 3 LDA topics", fontsize=10)
-    paths.append(save_figure(fig, figdir / "fig3_cosine_map.png"))
-    table = analysis.measurements.get("ratios", {})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, mode in zip(axes, MODES, strict=True):
-        for i, m in enumerate(MEASURES):
-            for which, ls in (("trained", "-"), ("untrained", ":")):
-                ths = list(table.get(which, {}).get(mode, {}))
-                ys = [np.mean(table[which][mode][t][m]) if table[which][mode][t][m] else np.nan for t in ths]
-                ax.plot([float(t) for t in ths], ys, ls, marker="o", color=f"C{i}", label=f"{which} {m}")
-        ref = TABLE1_BERT if mode == "single" else TABLE5_BERT
-        for i, m in enumerate(MEASURES):
-            ax.plot(
-                list(ref["trained"]),
-                [r[i] for r in ref["trained"].values()],
-                "x--",
-                color=f"C{i}",
-                alpha=0.5,
-                label=f"seed's BERT {m}",
-            )
-        ax.axhline(1.0, c="k", lw=0.7)
-        ax.set_xscale("log")
-        ax.set_xlabel("ambiguity threshold θ")
-        ax.set_title(f"{'Table 1' if mode == 'single' else 'Table 5'} ({mode})", fontsize=9)
-    axes[0].set_ylabel("same-topic / different-topic")
-    axes[1].legend(fontsize=6, ncol=2)
-    paths.append(save_figure(fig, figdir / "ratios_vs_theta.png"))
-    metrics = run.metrics()
-    sub = metrics[metrics["arm"] == MEASURE_ARMS["trained"]]
-    for mode in MODES:
-        ths = [theta_key(t) for t in cfg.thetas]
-        fig, axes = plt.subplots(1, len(ths), figsize=(3.6 * len(ths), 3.2), squeeze=False)
-        for ax, th in zip(axes[0], ths, strict=True):
-            rows = sub[sub["name"].str.startswith(f"{mode}/{th}/attention/L")]
-            if rows.empty:
-                continue
-            lh = rows["name"].str.extract(r"L(\d+)H(\d+)$").astype(int)
-            mean = rows.assign(l=lh[0], h=lh[1]).groupby(["l", "h"])["value"].mean().unstack().to_numpy()
-            im = ax.imshow(mean, cmap="coolwarm", vmin=min(0.8, np.nanmin(mean)), vmax=max(1.2, np.nanmax(mean)))
-            ax.set_xlabel("head")
-            ax.set_ylabel("layer")
-            ax.set_title(f"θ = {th}", fontsize=9)
-            fig.colorbar(im, ax=ax, fraction=0.046)
-        fig.suptitle(f"attention ratio per layer and head, trained, member mean ({mode})", fontsize=9)
-        paths.append(save_figure(fig, figdir / f"attention_ratio_heads_{mode}.png"))
-    return paths

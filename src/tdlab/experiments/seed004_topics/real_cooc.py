@@ -1,6 +1,6 @@
 """``topics-real-cooc``: seed 004 (Li, Li & Risteski, ICML 2023), Table 2 (App. A.2): the topic-wise behaviour of
 a pretrained model's embeddings and attention is not co-occurrence. The corpus, encoder and measures are
-:mod:`~tdlab.experiments.seed004_topics.real_text`'s; the rows' provenance and stage as in ``topics-real``
+:mod:`~tdlab.experiments.seed004_topics.common.real_text`'s; the rows' provenance and stage as in ``topics-real``
 (the seed's rows are a pretrained BERT: only a pretrained checkpoint's rows decide).
 
 The top co-occurring word pairs (window: the document; as many pairs as one topic holds, ``C(⌊θn⌋ + 1, 2)``,
@@ -18,10 +18,11 @@ import numpy as np
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Threshold
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
+from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.seed004_topics.real_text import (
+from tdlab.experiments.seed004_topics.common.real_text import (
     PRETRAINED,
+    STEPS_AXIS,
     RealTextExperiment,
     TopicsRealConfig,
     theta_key,
@@ -95,7 +96,7 @@ class TopicsRealCooc(RealTextExperiment[TopicsRealCoocConfig]):
     cooc = True
     # atlas: the co-occurrence claims are read at the end of training
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("train.steps", (5000, 20000, 40000), quick=(500, 1000), label="steps"),),
+        axes=(STEPS_AXIS,),
         why="The co-occurrence claims are read from the trained model at the end of training; quick trains 1000 steps against the paper's 20000.",
     )
 

@@ -7,7 +7,7 @@ concatenated) after each step and the rotation of W^V, the cosine distance (1 �
 over the first 400 steps, and reads: stage 1 (steps ≈ 0-100) W^K, W^Q stay near 0 while ‖W^V‖ grows and W^V
 turns fast; stage 2 (≈ 100-400) W^K, W^Q grow, "much later than W^V".
 
-What runs: the encoder and data of :mod:`~tdlab.experiments.seed004_topics.real_text` (masked-token training of
+What runs: the encoder and data of :mod:`~tdlab.experiments.seed004_topics.common.real_text` (masked-token training of
 a BERT-shaped encoder on gensim's Wikipedia sample, several seeds as one ensemble) with ``layers = heads = 4``,
 every other parameter at its BERT init (N(0, 0.02²)), and W^Q, W^K, W^V of every layer redrawn near zero.
 Fig. 5 trains from scratch as we do, so its rows are the seed's setting (on a smaller corpus and width).
@@ -40,9 +40,9 @@ from pydantic import Field, model_validator
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Hypothesis, Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, RunContext, register
-from tdlab.experiments.seed004_topics.common import KQ_GREW, LagClaims, lags, value_first_claim
-from tdlab.experiments.seed004_topics.real_text import (
+from tdlab.experiments.base import Analysis, register
+from tdlab.experiments.seed004_topics.common.lags import KQ_GREW, LagClaims, lag_sample, lags, value_first_claim
+from tdlab.experiments.seed004_topics.common.real_text import (
     ARM,
     EncoderConfig,
     RealTextExperiment,
@@ -57,6 +57,7 @@ from tdlab.experiments.seed004_topics.real_text import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
+from tdlab.run_context import RunContext
 from tdlab.seeding import generators
 
 NORMS = ("norm_K", "norm_Q", "norm_V")
@@ -236,11 +237,10 @@ class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
                 steps, n[name] = self.curves(cfg, run, name, layer)  # the same steps for every weight
             lg = lags(steps, n["norm_K"], n["norm_Q"], n["norm_V"], c.half)
             growth.append(lg.growth)
-            res = float(np.min(np.diff(steps))) / float(steps[-1] - steps[0])
             out.row(
                 CLAIMS[0].id,
                 f"L{layer}",
-                Sample(lg.lag, censored=lg.censored, resolution=res),
+                lag_sample(lg, steps),
                 arms=[ARM],
                 context={"layer": layer},
                 label=f"layer {layer}: mean lag of W^K, W^Q behind W^V ≥ {c.lag_share:g} of the horizon",

@@ -1,5 +1,5 @@
-"""``topics-two-stage``: seed 004 (Li, Li & Risteski, ICML 2023), Fig. 4, §5.1 and §8; and the two-stage rule
-that ``topics-real-two-stage`` (Fig. 5) shares.
+"""``topics-two-stage``: seed 004 (Li, Li & Risteski, ICML 2023), Fig. 4, §5.1 and §8; the two-stage rule it judges
+by (:mod:`.common.lags`) is shared with ``topics-real-two-stage`` (Fig. 5).
 
 The one-hot model of Eq. 7 (``W^E = I`` frozen) with ``W^K``, ``W^Q``, ``W^V`` (and ``b^K, b^Q, b^V, b^pred``)
 started near zero and trained *jointly* under the cross-entropy loss (Eq. 4) on §6.1's LDA documents.
@@ -63,24 +63,22 @@ from tdlab.claims import ArmHealth, GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, RunContext, register
-from tdlab.experiments.seed004_topics.common import KQ_GREW, LagClaims, lags, value_first_claim
-from tdlab.experiments.seed004_topics.training import (
+from tdlab.experiments.base import Analysis, Experiment, register
+from tdlab.experiments.seed004_topics.common.lags import KQ_GREW, LagClaims, lag_sample, lags, value_first_claim
+from tdlab.experiments.seed004_topics.common.training import (
     AUTHORS_NOT_REPRODUCED,
     Optimizer,
     TopicsExperimentConfig,
-    TopicsTrain,
-    masked_objective,
+    fit_topics,
     setting_health,
-    topic_data,
     trivial_masked_error,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
+from tdlab.run_context import RunContext
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
-from tdlab.train.trainer import Trainer
 
 NORMS = ("norm_K", "norm_Q", "norm_V")  # metric names of ‖W^K‖_F, ‖W^Q‖_F, ‖W^V‖_F
 # One-hot (Eq. 7), near-zero uniform init (the authors' code); d = d_a = V (seed silent). In the profiles
@@ -218,7 +216,7 @@ def arm_name(optimizer: str, batch: int) -> str:
     return f"{optimizer}/b{batch}"
 
 
-def arm_keys(cfg: TopicsTwoStageConfig) -> dict[str, tuple[str, int]]:
+def arm_keys(cfg: TopicsTwoStageConfig) -> dict[str, tuple[Optimizer, int]]:
     """``{arm name: (optimiser, batch)}`` in training order: optimiser-major, then batch."""
     opts = [cfg.headline_optimizer] if cfg.headline_only else list(cfg.optimizers)
     return {arm_name(o, b): (o, b) for o in opts for b in cfg.batches}
@@ -286,7 +284,6 @@ class TopicsTwoStage(Experiment[TopicsTwoStageConfig]):
         model = cfg.model.updated(
             {"p_m": cfg.task.p_m, "p_c": cfg.task.p_c, "p_r": cfg.task.p_r, "authors_compat": cfg.authors_compat}
         )
-        objective = masked_objective(cfg, "ce")
         for arm, (opt, batch) in arm_keys(cfg).items():
             per_member = member_settings(cfg, arm)
             seeds = member_seeds(cfg.seed, len(per_member))
@@ -297,21 +294,21 @@ class TopicsTwoStage(Experiment[TopicsTwoStageConfig]):
                 alone = [TopicAttention(model.updated({"init_scale": setting_of[s].init}), [s]) for s in chunk]
                 return assemble(TopicAttention(model, chunk), alone)
 
-            tcfg: TopicsTrain = cfg.train.updated(
-                {"optimizer": "adamw" if opt == "adam" else "sgd", "lr": per_member[0].lr, "batch": batch}
-            )
-            arm_cfg = cfg.updated({"train": tcfg.model_dump()})  # the arm's batch (authors_compat's fixed set)
-            trainer = Trainer(
-                tcfg,
-                ctx.device,
-                ctx.progress,
-                label=arm,
-                objective=objective,
+            # the arm's batch, also of its documents (authors_compat's fixed set)
+            arm_cfg = cfg.updated({"train": cfg.train.updated({"lr": per_member[0].lr, "batch": batch}).model_dump()})
+            fit_topics(
+                ctx,
+                arm_cfg,
+                arm,
+                model,
+                "ce",
+                opt,
+                seeds,
+                build=build,
                 probes=[_norm_probe],
                 probe_every=1,
                 member_lr={s: setting_of[s].lr for s in seeds},
             )
-            ctx.fit(arm, trainer, build, seeds, topic_data(arm_cfg, objective))
 
     def trivial_error(self, cfg: TopicsTwoStageConfig, arm: str) -> float:
         return trivial_masked_error(cfg.task, "ce")
@@ -351,7 +348,6 @@ class TopicsTwoStage(Experiment[TopicsTwoStageConfig]):
         for arm in self.arms(cfg):
             steps, n = self.curves(cfg, run, arm)
             lg = lags(steps, n["norm_K"], n["norm_Q"], n["norm_V"], c.half)
-            res = float(np.min(np.diff(steps))) / float(steps[-1] - steps[0])
             for s in settings(cfg, arm):
                 name, idx = s.name, self.members_of(cfg, arm)[s.name]
                 out.stage(
@@ -365,7 +361,7 @@ class TopicsTwoStage(Experiment[TopicsTwoStageConfig]):
                 out.row(
                     "value-grows-first",
                     name,
-                    Sample(lg.lag[idx], censored=lg.censored[idx], resolution=res),
+                    lag_sample(lg, steps, idx),
                     arms=[name],
                     context={"setting": name, "optimizer": s.optimizer, "lr": s.lr, "init": s.init, "batch": s.batch},
                     label=f"{name}: mean lag of W^K, W^Q behind W^V ≥ {c.lag_share:g} of the horizon "

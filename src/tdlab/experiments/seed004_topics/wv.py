@@ -51,6 +51,7 @@ mode λ = 1e-5, chosen from theory before any run: the ridge optimum's own dista
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,13 +63,14 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, RunContext, init_arm, register
-from tdlab.experiments.seed004_topics.training import (
+from tdlab.experiments.axes import AtlasAxes
+from tdlab.experiments.base import Analysis, Experiment, register
+from tdlab.experiments.seed004_topics.common.training import (
     ASSUMPTION_1,
     AUTHORS_NOT_REPRODUCED,
     FLOOR_CLOSED,
     PANELS,
+    STEPS_AXIS,
     Loss,
     Optimizer,
     StageClaims,
@@ -88,6 +90,8 @@ from tdlab.experiments.seed004_topics.training import (
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicModelConfig
 from tdlab.probes.blocks import block_stats
+from tdlab.report.standard_figures import Matrices, draw_figures
+from tdlab.run_context import RunContext, init_arm
 from tdlab.seeding import Purpose, generators, member_seeds
 from tdlab.tasks.topics import population
 from tdlab.theory.topics import c3, dv, min_population_loss, wv_star, wv_star_entries
@@ -472,13 +476,42 @@ def _wv_probe(T: int, v: int):
     return probe
 
 
+POPULATION_FIGURE = "thm2_population_wv.png"
+
+
+def _wv_figure(setting: str) -> str:
+    """The file of one setting's trained W^V, e.g. ``fig2_l2_wv.png``."""
+    return f"{SETTINGS[setting].replace('. ', '').lower()}_{setting}_wv.png"
+
+
+def _setting_wv(setting: str) -> Callable[[TopicsWVConfig, RunView, Mapping[str, Any]], list[tuple[np.ndarray, str]]]:
+    """Member 0's trained W^V (word rows and columns) of every panel of ``setting``, titled with its z."""
+
+    def panels(cfg: TopicsWVConfig, run: RunView, m: Mapping[str, Any]) -> list[tuple[np.ndarray, str]]:
+        arms = [panel_name(loss, opt, setting) for loss, opt in cfg.panels]
+        return [
+            (stacked(run, arm, "W_V")[0][1:, 1:].numpy(), f"{arm} (z = {m.get(arm, {}).get('z', [np.nan])[0]:.1f})")
+            for arm in arms
+        ]
+
+    return panels
+
+
+def _population_wv(cfg: TopicsWVConfig, run: RunView, _: Mapping[str, Any]) -> list[tuple[np.ndarray, str]]:
+    """The population arm's trained W^V of member 0 beside Thm. 2's W^V* (word rows and columns)."""
+    t = cfg.task
+    star = wv_star(t.T, t.v, t.p_m, t.p_c, t.p_r)[1:, 1:].numpy()
+    W = stacked(run, POPULATION, "W_V")[0][1:, 1:].numpy()
+    return [(W, "population mode, trained"), (star, "Thm. 2: W^V*")]
+
+
 @register
 class TopicsWV(Experiment[TopicsWVConfig]):
     Config = TopicsWVConfig
     claims = CLAIMS
     # atlas: the W^V claims are read at the end of training
     atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("train.steps", (2500, 5000, 10000), quick=(750, 1500), label="steps"),),
+        axes=(STEPS_AXIS,),
         why="The W^V claims (block contrast, g, S and D, the W^V-only loss) are read at the end of training; quick trains 1500 steps against the paper's 5000.",
     )
 
@@ -714,31 +747,21 @@ class TopicsWV(Experiment[TopicsWVConfig]):
             notes.append(AUTHORS_NOT_REPRODUCED)
         return [*super().notes(cfg, measured, groups), *notes]
 
-    def plot(self, cfg: TopicsWVConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        from tdlab.report.figures import heatmap_panels, plt, save_figure
-
-        paths = []
-        for setting in cfg.settings:
-            arms = [panel_name(loss, opt, setting) for loss, opt in cfg.panels]
-            fig, axes = plt.subplots(2, 2, figsize=(8.5, 7.5), squeeze=False)
-            heatmap_panels(
-                fig,
-                axes,
-                [
-                    (
-                        stacked(run, arm, "W_V")[0][1:, 1:].numpy(),  # member 0, word rows/columns
-                        f"{arm} (z = {analysis.measurements.get(arm, {}).get('z', [np.nan])[0]:.1f})",
-                    )
-                    for arm in arms
-                ],
+    figures = (
+        *(
+            Matrices(
+                _wv_figure(setting),
+                _setting_wv(setting),
+                title=f"{SETTINGS[setting]} — trained W^V of member 0 (paper: one block per topic)",
+                columns=2,
+                size=(4.25, 3.75),
             )
-            fig.suptitle(f"{SETTINGS[setting]} — trained W^V of member 0 (paper: one block per topic)")
-            paths.append(save_figure(fig, figdir / f"{SETTINGS[setting].replace('. ', '').lower()}_{setting}_wv.png"))
-        if cfg.population is not None:
-            t = cfg.task
-            star = wv_star(t.T, t.v, t.p_m, t.p_c, t.p_r)[1:, 1:].numpy()
-            W = stacked(run, POPULATION, "W_V")[0][1:, 1:].numpy()
-            fig, axes = plt.subplots(1, 2, figsize=(9, 4))
-            heatmap_panels(fig, axes, [(W, "population mode, trained"), (star, "Thm. 2: W^V*")])
-            paths.append(save_figure(fig, figdir / "thm2_population_wv.png"))
-        return paths
+            for setting in SETTINGS
+        ),
+        Matrices(POPULATION_FIGURE, _population_wv, columns=2, size=(4.5, 4.0)),
+    )
+
+    def plot(self, cfg: TopicsWVConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        """The declared W^V matrices of the settings, and of the population arm, that the run trained."""
+        ran = {_wv_figure(s) for s in cfg.settings} | ({POPULATION_FIGURE} if cfg.population is not None else set())
+        return draw_figures([f for f in self.figures if f.file in ran], cfg, run, analysis.measurements, figdir)

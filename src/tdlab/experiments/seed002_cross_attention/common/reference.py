@@ -40,8 +40,6 @@ from tdlab.theory.icl import alpha_star, alpha_star_T
 from tdlab.theory.icl_stats import PromptStats, sample_stats
 from tdlab.train.regression import predict
 
-__all__ = ["cache_dir", "descend", "finite_context_minimisers", "tied_excess", "tied_predict", "untied_optimum"]
-
 _VERSION = 3  # the cache key's version: bumped whenever what is computed changes
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tdlab.claims import Measurements
-from tdlab.experiments.seed004_topics.training import (
+from tdlab.experiments.seed004_topics.common.training import (
     GAP_CLOSED,
     gap_bound,
     init_block_z,

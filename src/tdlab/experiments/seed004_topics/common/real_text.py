@@ -55,10 +55,12 @@ from pydantic import Field, model_validator
 from tdlab.claims import ArmHealth, Measurements, Stage, assess_arm
 from tdlab.claims.declare import Hypothesis, Provenance
 from tdlab.config import Config, ConfigError
-from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext, init_arm
+from tdlab.experiments.axes import AtlasAxis
+from tdlab.experiments.base import Experiment, ExperimentConfig
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes import topic_pairs as tp
+from tdlab.run_context import RunContext, init_arm
 from tdlab.runs import Run
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.lda_topics import LDAConfig, Topics, assign, fit_lda, topic_word_sets
@@ -67,50 +69,14 @@ from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import MaskedTokens
 from tdlab.train.trainer import FitResult, Probe, TrainConfig, Trainer
 
-__all__ = [
-    "ARM",
-    "MASK_ID",
-    "MEASURES",
-    "MEASURE_ARMS",
-    "MODES",
-    "OFFSET",
-    "PAD_ID",
-    "PAST_UNIGRAM",
-    "PRETRAINED",
-    "EncoderConfig",
-    "RealClaims",
-    "RealData",
-    "RealTextExperiment",
-    "RealTrain",
-    "TopicsRealConfig",
-    "cooc_k",
-    "corpus_facts",
-    "encoder_config",
-    "fig3_words",
-    "fit_encoder",
-    "load_encoder",
-    "masked_objective",
-    "measure",
-    "model_attention",
-    "model_embeddings",
-    "prepare_data",
-    "run_info",
-    "split_windows",
-    "theta_key",
-    "trained_model_stage",
-    "trivial_masked_loss",
-    "unigram_loss",
-    "what_ran",
-    "window_data",
-    "write_info",
-]
-
 MASK_ID, PAD_ID = 0, 1  # special tokens below the corpus words
 OFFSET = 2  # corpus word id w -> model id w + 2; [UNK] = len(vocab) + 2 (Corpus.unk_id + OFFSET)
 ARM = "mlm"  # the trained encoder; its untrained copy is init_arm(ARM)
 MEASURE_ARMS = {"trained": "measure/trained", "untrained": "measure/untrained"}  # where the measures are stored
 MODES: tuple[Literal["single", "multi"], ...] = ("single", "multi")
 MEASURES = ("cosine", "dot", "attention")
+# The atlas axis of the claims read from the trained encoder: its training length, around the paper profile's 20,000.
+STEPS_AXIS = AtlasAxis("train.steps", (5000, 20000, 40000), quick=(500, 1000), label="steps")
 
 PAST_UNIGRAM = Stage(
     "past-unigram",

@@ -1,130 +1,27 @@
-"""What seed 000's experiments share: the plateau-escape reading and its stage (markov-init's, read by
-markov-rank, markov-bridge and markov-icommon) and the canonical model's gradient-flow experiment with its
-readings (markov-landscape's, which markov-landscape-3d extends)."""
+"""The canonical model's gradient-flow experiment and its readings (markov-landscape's, which
+markov-landscape-3d extends): basin flows from Gaussian inits, accurate display trajectories and their
+energy drift (Lemma 1 / Lemma 14), the settled-flow stage (Thm. 1 / Thm. 10)."""
 
 from __future__ import annotations
 
 import math
 import time
 from abc import abstractmethod
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import torch
 from pydantic import Field, field_validator
 
 from tdlab.claims import ClaimSpec, Measurements, Sample, Stage
-from tdlab.experiments.base import Experiment, ExperimentConfig, RunContext
-from tdlab.experiments.view import ArmKey, RunView
-from tdlab.probes.curves import Crossings, evaluation_noise, gap_crossing
+from tdlab.experiments.axes import AtlasAxis
+from tdlab.experiments.base import Experiment, ExperimentConfig
+from tdlab.run_context import RunContext
 from tdlab.seeding import generators, member_seeds
-from tdlab.tasks.markov import ChainConfig, entropy_rate, marginal_entropy
+from tdlab.tasks.markov import ChainConfig
 from tdlab.theory import markov_landscape as ml
 from tdlab.theory.markov_landscape import CriticalKind as CK
 from tdlab.train.trainer import FitResult
-
-__all__ = [
-    "F64",
-    "FLOW_SETTLED",
-    "KIND_COLOR",
-    "LEFT_PLATEAU",
-    "EscapeConfig",
-    "FlowConfig",
-    "FlowConfigT",
-    "FlowExperiment",
-    "StageConfig",
-    "basin_flow",
-    "chain_arm",
-    "distinct_minima",
-    "energy_claim",
-    "energy_sample",
-    "gaussian_inits",
-    "max_energy_drift",
-    "planted_proportion",
-    "plateau_escape",
-    "save_times",
-    "settled_bound",
-    "small_init_stage",
-    "trajectory",
-]
-
-
-class _ChainPQ(Protocol):
-    @property
-    def p(self) -> float: ...
-
-    @property
-    def q(self) -> float: ...
-
-
-class _EscapeClaims(Protocol):
-    @property
-    def escape_fraction(self) -> float: ...
-
-
-class _StageClaims(_EscapeClaims, Protocol):
-    @property
-    def tol_nats(self) -> float: ...
-
-
-class EscapeConfig(Protocol):
-    """What :func:`plateau_escape` reads of a config (markov-init's, markov-rank's)."""
-
-    @property
-    def task(self) -> _ChainPQ: ...
-
-    @property
-    def claims(self) -> _EscapeClaims: ...
-
-
-class StageConfig(Protocol):
-    """What :func:`small_init_stage` reads of a config (markov-init's, markov-rank's)."""
-
-    @property
-    def task(self) -> _ChainPQ: ...
-
-    @property
-    def claims(self) -> _StageClaims: ...
-
-
-def plateau_escape(cfg: EscapeConfig, run: RunView, arm: str | ArmKey) -> tuple[Crossings, np.ndarray, float]:
-    """When each member of ``arm`` left the H(π) plateau, read on the gap to the unigram predictor on the
-    same evaluation batches (any config with ``task.p``, ``task.q`` and ``claims.escape_fraction``:
-    markov-rank reads it too).
-
-    A fixed level below H(π) reads evaluation noise as an escape where escape_fraction · (H(π) − entropy
-    rate) is near the noise (at (p, q) = (0.35, 0.85) it is 0.0054 nats, one evaluation's noise 0.002-0.003);
-    the gap on the same batches cancels the batches' noise and the margin clears what is left.
-    Returns the crossings, each member's final gap ``(E,)`` (nats) and the margin.
-    """
-    h_rate, h_pi = entropy_rate(cfg.task.p, cfg.task.q), marginal_entropy(cfg.task.p, cfg.task.q)
-    steps, loss = run.curves(arm, "test_loss")
-    _, unigram = run.curves(arm, "test_loss@unigram")
-    drop = cfg.claims.escape_fraction * (h_pi - h_rate)
-    esc, margin = gap_crossing(steps, loss, unigram, drop, evaluation_noise(unigram, h_pi))
-    return esc, loss[:, -1] - unigram[:, -1], margin
-
-
-LEFT_PLATEAU = Stage(
-    "left-plateau",
-    "the member's final test loss is below the unigram predictor's on the same batches by more than "
-    "escape_fraction · (H(π) − entropy rate) and 3 standard deviations of one evaluation: it has left the unigram stage",
-)
-
-
-def distinct_minima(cfg: StageConfig) -> bool:
-    """Whether the H(π) plateau lies above the entropy rate by more than the tolerance (near p + q = 1
-    the chain is almost i.i.d. and there is no plateau to leave)."""
-    return marginal_entropy(cfg.task.p, cfg.task.q) - entropy_rate(cfg.task.p, cfg.task.q) > cfg.claims.tol_nats
-
-
-def small_init_stage(cfg: StageConfig) -> Stage | None:
-    """The stage a small standard init's end-state claim needs (any config with ``task.p``, ``task.q``,
-    ``claims.tol_nats`` and ``claims.escape_fraction``: markov-rank's Fig. 3 reads it too)."""
-    # Thm. 8 (p + q < 1) predicts reaching the global minimum, which needs the plateau left first;
-    # Thm. 2 (p + q > 1) predicts staying on it, which needs no stage.
-    return LEFT_PLATEAU if cfg.task.p + cfg.task.q < 1 and distinct_minima(cfg) else None
-
 
 F64 = torch.float64
 
@@ -278,6 +175,10 @@ def gaussian_inits(cfg: FlowConfig, gen: torch.Generator, dim: int) -> torch.Ten
 
 FlowConfigT = TypeVar("FlowConfigT", bound=FlowConfig)
 
+# The atlas axis of both landscapes: the basin flows run to t_end standing in for t → ∞; too short a flow time
+# misclassifies endpoints.
+T_END_AXIS = AtlasAxis("t_end", (250.0, 500.0, 2000.0, 8000.0), quick=(500.0, 2000.0), label="t_end")
+
 
 class FlowExperiment(Experiment[FlowConfigT]):
     """Both landscape experiments: per chain one arm whose members' flows are stored as arrays."""
@@ -303,6 +204,20 @@ class FlowExperiment(Experiment[FlowConfigT]):
     def _draws(seed: int) -> dict[str, torch.Generator]:
         keys = ("random", "gaussian", "traj", "wide")
         return dict(zip(keys, (generators([seed], k)[0] for k in keys), strict=True))
+
+    @staticmethod
+    def _energy(out: Measurements, cfg: FlowConfig, arm: str, ctx: dict, drift: list[float], trajectories: int) -> None:
+        """Record the ``energy-conserved`` row of ``arm`` (chain ``ctx``) from each member's largest drift over
+        its ``trajectories`` display trajectories."""
+        out.row(
+            "energy-conserved",
+            arm,
+            energy_sample(drift),
+            arms=[arm],
+            context=ctx,
+            label=f"p={ctx['p']}, q={ctx['q']}: max relative energy drift over {trajectories} trajectories/member "
+            f"≤ {cfg.energy_tol:g}",
+        )
 
     @staticmethod
     def _stage(out: Measurements, arm: str, codes: list[torch.Tensor], tolerance: float) -> list[float]:

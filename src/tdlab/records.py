@@ -1,8 +1,19 @@
-"""One run's record: its schema, how it is made from a finished run and written as text.
+"""The one module that holds records: a finished run's record, its schema, how it is made from the run and
+written as text, where it is stored once published and how it is read back.
 
-``record.json`` in every run directory, and ``results/PROFILE/NAME.json`` once published
-(:mod:`tdlab.results`, which reads, publishes and re-judges them). This module needs no experiment: the
-runner writes a record as it reports a run.
+Every finished run writes its record into its run directory (``record.json``, beside ``summary.json``, as
+the runner reports it); ``tdlab results publish RUN_DIR...`` (and ``tdlab batch``) copies it to
+``results/PROFILE/NAME.json`` (:func:`record_path`), committed and read by ``tdlab findings --results`` and
+the documentation site. A record holds what a reader of the verdicts needs and nothing of the arrays: the
+experiment, profile, seed and members, the device, threads and wall time, the tdlab version and commit that
+trained it (and the commit that judged it), the hash of its config and the config itself, every paper and
+sanity group with its rows (numbers, intervals, causes), the arms' health and **the measurements the judge
+read** (:mod:`tdlab.claims.serial`), so a later rule re-judges the run without training it again. A record is
+checked as it is read (:func:`parse_record`): its schema, verdicts and commits of the right form
+(:class:`RecordError`, one line naming the file and field).
+
+This module needs no experiment (the runner writes records without importing one); what does — publishing a
+run's record, checking a published one against the experiments, re-judging it — is :mod:`tdlab.results`.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ __all__ = [
     "jsonable",
     "make_record",
     "parse_record",
+    "record_path",
     "record_text",
     "write_record",
 ]
@@ -273,6 +285,11 @@ def parse_record(path: Path) -> Record:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "(record)"
         raise RecordError(f"{path}: '{field}' {err['msg']}") from None
+
+
+def record_path(results: Path, profile: str, experiment: str) -> Path:
+    """``results/PROFILE/NAME.json``: where the record of ``experiment`` at ``profile`` is published."""
+    return Path(results) / profile / f"{experiment}.json"
 
 
 def record_text(doc: dict[str, Any]) -> str:

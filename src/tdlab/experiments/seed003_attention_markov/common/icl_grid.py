@@ -24,8 +24,8 @@ from pydantic import Field, field_validator
 from tdlab.claims import Measurements, Sample
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
-from tdlab.experiments.base import Experiment, ExperimentConfig, Fit, RunContext
-from tdlab.experiments.seed003_attention_markov.estimator_stage import (
+from tdlab.experiments.base import Experiment, ExperimentConfig
+from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
     PAST_LOWER_ORDER,
     PROBE_DATA,
     estimator_losses,
@@ -37,26 +37,11 @@ from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.attention import attention_patterns, context_matching_score
 from tdlab.report.standard_figures import Curves, Heatmap, Line, Panel
+from tdlab.run_context import Fit, RunContext
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
-
-__all__ = [
-    "CONSTANT_DEPTH",
-    "RELATIVE_PE",
-    "Cell",
-    "Family",
-    "GridConfig",
-    "ICLGrid",
-    "LinearClaimConfig",
-    "LinearModelConfig",
-    "LinearProbeConfig",
-    "LinearTrainConfig",
-    "cell_arm",
-    "depth_list",
-    "reach_threshold",
-]
 
 Family = Literal["attn", "mlp"]
 Cell = tuple[str, int, int, int]  # (family, k, depth, heads)

@@ -27,38 +27,15 @@ from pydantic import Field, model_validator
 from tdlab.claims import ArmHealth, assess_arm
 from tdlab.claims.declare import Provenance
 from tdlab.config import Config
-from tdlab.experiments.base import Fit, RunContext
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LCA
+from tdlab.run_context import Fit, RunContext
 from tdlab.runs import Run
 from tdlab.seeding import generators
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_of_beta, response_second_moment
 from tdlab.theory.icl_stats import PromptStats, population_stats, sample_stats
 from tdlab.train.regression import RegressionConfig, error_summary, load_member_states, query_errors
-
-__all__ = [
-    "APP_H_CONTEXT",
-    "PAPER",
-    "ICLTrainConfig",
-    "LSATrainConfig",
-    "RegressionArms",
-    "TaskConfig",
-    "TestConfig",
-    "at",
-    "baseline_rows",
-    "context_provenance",
-    "curve_by_step",
-    "draw_tests",
-    "evaluate_rows",
-    "fit_arms",
-    "lca_builder",
-    "one_param_init",
-    "prepare_test_sets",
-    "regression_health",
-    "threads_field",
-    "two_param_init",
-]
 
 PAPER = "002 Multi-layer cross-attention (Barnfield, Sen & Sur)"
 APP_H_CONTEXT = 100  # App. H: the seed trains every synthetic model at L_tr = 100

@@ -14,16 +14,6 @@ from typing import Any
 
 from tdlab.claims.declare import Hypothesis
 
-__all__ = [
-    "ABOVE_LINE_ROW",
-    "BELOW_LINE_ROW",
-    "OFF_LINE_ROW",
-    "SMALL_INIT_STD",
-    "SMALL_SIGMA2",
-    "SMALL_SIGMA_ROW",
-    "switching",
-]
-
 # "σ² ≪ 1/√2" (Thm. 2, Thm. 8, Thm. 11) needs a cut to be checked: we read "≪" as at least an order of
 # magnitude below, σ² ≤ 0.1/√2 (σ ≤ 0.266). The seed's own runs use σ = 0.02 (App. A.3.2) and 0.001 (A.3.1).
 SMALL_SIGMA2 = 0.1 / math.sqrt(2)

@@ -10,7 +10,7 @@ import pytest
 
 from tdlab.claims import Row, Sample
 from tdlab.experiments.base import registry
-from tdlab.experiments.seed000_local_to_global.hypotheses import (
+from tdlab.experiments.seed000_local_to_global.common.hypotheses import (
     ABOVE_LINE_ROW,
     BELOW_LINE_ROW,
     OFF_LINE_ROW,

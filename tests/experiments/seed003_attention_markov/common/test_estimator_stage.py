@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tdlab.claims import Measurements
-from tdlab.experiments.seed003_attention_markov.estimator_stage import (
+from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
     PAST_LOWER_ORDER,
     estimator_gap,
     estimator_losses,

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
-from tdlab.experiments.seed001_reasoning_bias.training import (
+from tdlab.experiments.seed001_reasoning_bias.common.training import (
     PAPER_LR_TRANSFORMER,
     GammaArms,
     anchor_splits,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tdlab.experiments.seed000_local_to_global.low_rank import (
+from tdlab.experiments.seed000_local_to_global.common.low_rank import (
     MATRICES,
     app_c_structure,
     bias_step_excess,

@@ -43,17 +43,6 @@ from tdlab.seeding import derive_seed
 from tdlab.tasks.markov_kth import InContextMarkov
 from tdlab.theory.kgram import cross_entropy, kgram_probs
 
-__all__ = [
-    "PAST_LOWER_ORDER",
-    "PROBE_DATA",
-    "estimator_gap",
-    "estimator_losses",
-    "planted_reach",
-    "record_stage",
-    "stage_bound",
-    "stage_leaves_room",
-]
-
 PROBE_DATA = "probe-data"  # the random stream of a member's probe sequences (the same in every cell of one k)
 
 PAST_LOWER_ORDER = Stage(

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from tdlab.config import build_config
-from tdlab.experiments.seed002_cross_attention import reference as ref
-from tdlab.experiments.seed002_cross_attention.common import one_param_init, two_param_init
+from tdlab.experiments.seed002_cross_attention.common import reference as ref
+from tdlab.experiments.seed002_cross_attention.common.synthetic import one_param_init, two_param_init
 from tdlab.experiments.seed002_cross_attention.lsa_vs_lca import IclLsaVsLca
 from tdlab.models.linear_attention import LCA
 from tdlab.seeding import derive_seed

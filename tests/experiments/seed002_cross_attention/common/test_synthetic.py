@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tdlab.experiments.seed002_cross_attention.common import one_param_init, two_param_init
+from tdlab.experiments.seed002_cross_attention.common.synthetic import one_param_init, two_param_init
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import alpha_of_beta
 

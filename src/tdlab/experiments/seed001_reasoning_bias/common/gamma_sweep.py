@@ -1,7 +1,6 @@
-"""What seed 001's experiments share beyond the anchors' training (:mod:`.training`): the γ-sweep of
-the anchors transformer (:class:`AnchorsGammaSweep`: anchors-bias registers it as it is, anchors-embedding,
-anchors-attention and anchors-lowrank extend it), the probe source they read a trained sweep from, and the
-embedding-cosine readings of anchors-mlp that anchors-embedding and anchors-attention make too."""
+"""The γ-sweep of the anchors transformer (:class:`AnchorsGammaSweep`: anchors-bias registers it as it is,
+anchors-embedding, anchors-attention and anchors-lowrank extend it), its config and claims (§4.1, Fig. 2A), and
+the probe source the probe experiments read a trained sweep from (:class:`ProbeConfig`, :class:`ProbeSource`)."""
 
 from __future__ import annotations
 
@@ -13,16 +12,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import numpy as np
 import torch
 from pydantic import Field, model_validator
-from scipy.stats import rankdata
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, RunContext, init_arm, snapshot_arm
-from tdlab.experiments.seed001_reasoning_bias.training import (
+from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig
+from tdlab.experiments.seed001_reasoning_bias.common.training import (
     DIRECTION,
+    EPOCH_BUDGET_WHY,
     LARGE_INIT,
     PAPER_EPOCHS,
     PAPER_LR_TRANSFORMER,
@@ -32,7 +31,6 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
     ArmCurves,
     EpochsConfig,
     GammaArms,
-    Reading,
     Seed001GPTConfig,
     Seed001TrainConfig,
     bias_gap,
@@ -42,6 +40,7 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
     fixed_data,
     gamma_gpt,
     label_marginal_losses,
+    reading_note,
     reasoning_first_claim,
     reasoning_first_rows,
     record_rsn_past_marginal,
@@ -49,10 +48,10 @@ from tdlab.experiments.seed001_reasoning_bias.training import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.runs import Run, RunDirError
 from tdlab.seeding import generators
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
-from tdlab.theory.anchors import label_law_cosines, token_label_law
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET
 from tdlab.train.objectives import LastPosition
@@ -60,172 +59,6 @@ from tdlab.train.trainer import Trainer
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module
     from matplotlib.figure import Figure
-
-__all__ = [
-    "BOTH_REACHED",
-    "CLAIMS",
-    "MEM_COS_THRESHOLD",
-    "RSN_RHO_THRESHOLD",
-    "RSN_TRAIN_REACHED",
-    "SOURCE_KEYS",
-    "AnchorsBiasConfig",
-    "AnchorsBiasConfigT",
-    "AnchorsGammaSweep",
-    "BiasClaims",
-    "ProbeConfig",
-    "ProbeSource",
-    "anchor_cosine_claims",
-    "anchor_cosine_rows",
-    "chance_acc_test",
-    "draw_examples",
-    "log_ratio_resolution",
-    "pair_abs_error",
-    "pair_spearman",
-    "reasoning_theory_cosines",
-]
-
-
-def reasoning_theory_cosines(task: Anchors) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fig. 3B–C: the laws ``P^s`` of the reasoning anchors on the task's training population and the
-    cosines of ``P^s − 1/d_vob``. Returns ``(laws (n, d_vob), cosines (n, n))`` float64."""
-    c = task.cfg
-    laws = torch.stack([token_label_law(task, s) for s in range(c.rsn_min, c.rsn_max + 1)])
-    return laws, label_law_cosines(laws, c.d_vob)
-
-
-def _pairs(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return tuple(torch.triu_indices(n, n, 1))
-
-
-def pair_spearman(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Spearman correlation of the off-diagonal upper-triangle entries of ``a (..., n, n)`` with those of
-    ``b (n, n)``: ``(...)`` float64."""
-    i, j = _pairs(b.shape[-1])
-    x = torch.from_numpy(rankdata(a[..., i, j].double().numpy(), axis=-1))
-    y = torch.from_numpy(rankdata(b[i, j].double().numpy())).expand_as(x)
-    x, y = x - x.mean(-1, keepdim=True), y - y.mean(-1, keepdim=True)
-    return (x * y).sum(-1) / (x.norm(dim=-1) * y.norm(dim=-1))
-
-
-def pair_abs_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Mean ``|a_ij − b_ij|`` over the pairs ``i < j`` of cosine matrices ``a (..., n, n)`` and ``b`` (the same
-    shape or ``(n, n)``): ``(...)`` float64."""
-    i, j = _pairs(a.shape[-1])
-    return (a.double() - b.double())[..., i, j].abs().mean(-1)
-
-
-# Our thresholds on the anchors' cosine structure: the seed gives no level for "high similarity" or "decreases with
-# |s_i − s_j|", and no planted case from its theory fixes one between an unshaped embedding (0) and its limit.
-MEM_COS_THRESHOLD = Threshold(
-    "ours",
-    "mem_cos_min = 0.8 on the mean off-diagonal cosine: our reading of 'high similarity'",
-)
-
-
-RSN_RHO_THRESHOLD = Threshold(
-    "ours",
-    "rsn_rho_max = −0.8 on the Spearman ρ with |s_i − s_j|: our reading of 'decreases with the increase of "
-    "|s_i − s_j|'",
-)
-
-
-def anchor_cosine_claims(
-    prefix: str, figure: str, section: str, where: str, quotes: tuple[str, str, str]
-) -> tuple[ClaimSpec, ...]:
-    """The three statements of Figs. 3A and 4A about the anchors' embedding cosines at γ = 0.8 (thresholds
-    from the config section ``section``); rows from :func:`anchor_cosine_rows`. ``where`` and ``quotes`` (memory
-    aligned, memory above reasoning, reasoning ordered): the seed's words for the figure at hand."""
-    return (
-        ClaimSpec(
-            f"{prefix}-memory-anchors-aligned",
-            f"Small init (γ = 0.8): the memory anchors' embeddings are highly similar to each other ({figure})",
-            quote=quotes[0],
-            where=where,
-            form="settings",
-            hypotheses=(SMALL_INIT,),
-            threshold=MEM_COS_THRESHOLD,
-            test="value",
-            relation="ge",
-            expected=f"{section}.mem_cos_min",
-            tolerance=0.0,
-            horizon="budget",
-            quantity=f"mean off-diagonal cosine of the memory anchors' embeddings at a {figure} snapshot",
-        ),
-        ClaimSpec(
-            f"{prefix}-memory-above-reasoning",
-            f"Small init (γ = 0.8): memory anchors are more alike than reasoning anchors ({figure})",
-            quote=quotes[1],
-            where=where,
-            form="settings",
-            hypotheses=(SMALL_INIT,),
-            threshold=DIRECTION,
-            test="compare",
-            relation="gt",
-            margin=0.0,
-            horizon="budget",
-            quantity=f"mean off-diagonal cosine, memory − reasoning anchors, at a {figure} snapshot (paired by member)",
-        ),
-        ClaimSpec(
-            f"{prefix}-reasoning-anchors-ordered",
-            f"Small init (γ = 0.8): the reasoning anchors' cosine falls with |s_i − s_j| ({figure})",
-            quote=quotes[2],
-            where=where,
-            form="settings",
-            hypotheses=(SMALL_INIT,),
-            threshold=RSN_RHO_THRESHOLD,
-            test="value",
-            relation="le",
-            expected=f"{section}.rsn_rho_max",
-            tolerance=0.0,
-            horizon="budget",
-            quantity="Spearman ρ of cos(w^s_i, w^s_j) with |s_i − s_j| over reasoning-anchor pairs",
-        ),
-    )
-
-
-def anchor_cosine_rows(
-    out: Measurements,
-    prefix: str,
-    arm: str,
-    epoch: int,
-    m: dict[str, list[float]],
-    reading: Reading,
-    gamma: float,
-    mem_cos_min: float,
-    rsn_rho_max: float,
-) -> None:
-    """The rows of :func:`anchor_cosine_claims` for one snapshot (``m``: :meth:`AnchorsMlp.embedding_measures`'
-    ``mem_cos``, ``rsn_cos`` and ``rsn_rho``, per member)."""
-    ctx = {"gamma": gamma, "epoch": epoch}
-    key, when = f"epoch{epoch}", f"γ = {gamma:g}, epoch {epoch}"
-    out.row(
-        f"{prefix}-memory-anchors-aligned",
-        key,
-        m["mem_cos"],
-        arms=[arm],
-        provenance=reading.provenance,
-        context=ctx,
-        label=f"{when}: mean off-diagonal cos of memory anchors ≥ {mem_cos_min:g} (t); {reading.label}",
-    )
-    out.row(
-        f"{prefix}-memory-above-reasoning",
-        key,
-        m["mem_cos"],
-        m["rsn_cos"],
-        arms=[arm],
-        provenance=reading.provenance,
-        context=ctx,
-        label=f"{when}: mean off-diagonal cos, memory − reasoning anchors > 0; {reading.label}",
-    )
-    out.row(
-        f"{prefix}-reasoning-anchors-ordered",
-        key,
-        m["rsn_rho"],
-        arms=[arm],
-        provenance=reading.provenance,
-        context=ctx,
-        label=f"{when}: Spearman ρ(cos, |s_i − s_j|) of reasoning anchors ≤ {rsn_rho_max:g} (t); {reading.label}",
-    )
 
 
 class BiasClaims(Config):
@@ -438,7 +271,7 @@ AnchorsBiasConfigT = TypeVar("AnchorsBiasConfigT", bound=AnchorsBiasConfig)
 
 
 class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
-    """The γ-sweep of anchors-bias (:mod:`.bias`): its config, claims, profiles, run, measure and figures,
+    """The γ-sweep of anchors-bias (:mod:`tdlab.experiments.seed001_reasoning_bias.bias`): its config, claims, profiles, run, measure and figures,
     registered there as they are; the probe experiments extend it with their own config and claims."""
 
     # its own config; the experiments built on the γ-sweep (AnchorsGammaSweep[TheirConfig]) set theirs
@@ -448,7 +281,7 @@ class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
         profile_set={"quick": {"snapshot_epochs": [1, 2, 5]}, "paper": {"snapshot_epochs": [50, 200, 450]}},
-        why="The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's 1000, so the horizon is the setting these verdicts hinge on.",
+        why=EPOCH_BUDGET_WHY,
     )
 
     def run(self, cfg: AnchorsBiasConfigT, ctx: RunContext) -> None:
@@ -666,6 +499,15 @@ class ProbeSource(AnchorsHealth):
             return
         assert isinstance(self, AnchorsGammaSweep)  # a mixin before AnchorsGammaSweep (class docstring)
         AnchorsGammaSweep.run(self, cfg, ctx)  # the very γ-sweep of anchors-bias, snapshots at cfg.snapshot_epochs
+
+    def probe_notes(
+        self, cfg: ProbeConfig, measured: Measurements, groups: list[GroupResult], own: list[str]
+    ) -> list[str]:
+        """A probe experiment's notes: the generic ones (not the γ-sweep's own, whose claims it does not judge),
+        then ``own``, then the reading note when the parameters are not read in the seed's setting."""
+        assert isinstance(self, AnchorsGammaSweep)  # a mixin before AnchorsGammaSweep (class docstring)
+        line = reading_note(cfg.train.lr, cfg.schedule.epochs, PAPER_LR_TRANSFORMER)
+        return [*super(AnchorsGammaSweep, self).notes(cfg, measured, groups), *own, *([line] if line else [])]
 
     # ---- reading back ----------------------------------------------------------------------------
     @staticmethod

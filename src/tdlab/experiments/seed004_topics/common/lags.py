@@ -1,4 +1,6 @@
-"""What seed 004's experiments share beyond the synthetic topics' training (:mod:`.training`) and the real-text set-up (:mod:`.real_text`): the two-stage lag readings of topics-two-stage that topics-real-two-stage makes on real text, and the profiles of topics-real that topics-real-cooc runs at."""
+"""The two-stage lag readings of topics-two-stage (Fig. 4) that topics-real-two-stage makes on real text (Fig. 5):
+the stage (W^K, W^Q grew), the rule's thresholds and claim, and t½ and the lag of every member from its norm
+curves."""
 
 from __future__ import annotations
 
@@ -8,19 +10,8 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from tdlab.claims import ClaimSpec, Stage
+from tdlab.claims import ClaimSpec, Sample, Stage
 from tdlab.config import Config
-
-__all__ = [
-    "KQ_GREW",
-    "LagClaims",
-    "Lags",
-    "half_growth_steps",
-    "lags",
-    "relative_growth",
-    "stage_split",
-    "value_first_claim",
-]
 
 KQ_GREW = Stage(
     "kq-grew",
@@ -141,3 +132,10 @@ def lags(steps: np.ndarray, norm_k: np.ndarray, norm_q: np.ndarray, norm_v: np.n
         growth = np.minimum(K[:, -1] / K[:, 0], Q[:, -1] / Q[:, 0])
         first = np.minimum(np.abs(K[:, 1] - K[:, 0]), np.abs(Q[:, 1] - Q[:, 0])) / np.abs(V[:, 1] - V[:, 0])
     return Lags(t_k=t_k, t_q=t_q, t_v=t_v, lag=lag, censored=censored, growth=growth, first_step=first)
+
+
+def lag_sample(lg: Lags, steps: np.ndarray, members: Any = slice(None)) -> Sample:
+    """The two-stage claim's sample of ``members`` (an index into the ``E`` axis): their lags, censored where
+    neither W^K nor W^Q grows, each known to one logging interval of the horizon (``steps``: the curves' ``(S,)``)."""
+    res = float(np.min(np.diff(steps))) / float(steps[-1] - steps[0])
+    return Sample(lg.lag[members], censored=lg.censored[members], resolution=res)

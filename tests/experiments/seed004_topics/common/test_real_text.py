@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tdlab.experiments.seed004_topics.real import TopicsReal
-from tdlab.experiments.seed004_topics.real_text import (
+from tdlab.experiments.seed004_topics.common.real_text import (
     OFFSET,
     RealData,
     corpus_facts,
@@ -22,6 +21,7 @@ from tdlab.experiments.seed004_topics.real_text import (
     split_windows,
     unigram_loss,
 )
+from tdlab.experiments.seed004_topics.real import TopicsReal
 from tdlab.models.gpt import GPT
 from tdlab.tasks.lda_topics import Topics
 from tdlab.tasks.text_corpus import CorpusConfig, encode_windows, load_corpus
@@ -119,7 +119,7 @@ def test_fig3_words_are_the_unambiguous_top_words_of_the_clearest_topics():
 
 def test_prepare_data_reads_the_cached_lda_fit_instead_of_refitting(tmp_path, monkeypatch, real_tiny):
     """A resumed run (same cache folder) must not refit LDA: the second call finds the .npz and never calls fit_lda."""
-    import tdlab.experiments.seed004_topics.real_text as tr
+    import tdlab.experiments.seed004_topics.common.real_text as tr
 
     cfg = TopicsReal().make_config("quick", real_tiny, members=1)
     first = tr.prepare_data(cfg, tmp_path / "cache", progress=False)

@@ -41,47 +41,23 @@ from scipy.special import digamma
 from tdlab.claims import ArmHealth, Measurements, Sample, Stage, assess_arm
 from tdlab.claims.declare import Hypothesis
 from tdlab.config import Config
-from tdlab.experiments.base import ExperimentConfig, RunContext
+from tdlab.experiments.axes import AtlasAxis
+from tdlab.experiments.base import ExperimentConfig
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.probes.blocks import block_stats
+from tdlab.run_context import RunContext
 from tdlab.tasks.topics import Topics, TopicsConfig
 from tdlab.theory.topics import bayes_masked_loss, blind_masked_loss_bound
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import MaskedTokens
 from tdlab.train.trainer import FitResult, Probe, TrainConfig, Trainer
 
-__all__ = [
-    "ASSUMPTION_1",
-    "AUTHORS_NOT_REPRODUCED",
-    "FLOOR_CLOSED",
-    "GAP_CLOSED",
-    "PANELS",
-    "Loss",
-    "Optimizer",
-    "StageClaims",
-    "TopicsExperimentConfig",
-    "TopicsTrain",
-    "fit_topics",
-    "fmt_members",
-    "gap_bound",
-    "init_block_z",
-    "loss_kind",
-    "masked_loss_floor",
-    "masked_objective",
-    "optimum_masked_loss",
-    "paired_loss_excess_share",
-    "panel_name",
-    "record_gap_stage",
-    "setting_health",
-    "stacked",
-    "topic_data",
-    "trivial_masked_error",
-]
-
 Loss = Literal["ce", "squared"]
 Optimizer = Literal["sgd", "adam"]
 PANELS: tuple[tuple[Loss, Optimizer], ...] = (("ce", "sgd"), ("ce", "adam"), ("squared", "sgd"), ("squared", "adam"))
+# The atlas axis of the claims read at the end of training: its length, around the paper profile's 5,000 steps.
+STEPS_AXIS = AtlasAxis("train.steps", (2500, 5000, 10000), quick=(750, 1500), label="steps")
 
 AUTHORS_NOT_REPRODUCED = (
     "authors_compat leaves out three departures of the authors' code: their L2 term is not "
@@ -210,10 +186,13 @@ def fit_topics(
     wv: torch.Tensor | None = None,
     build: Any = None,
     probes: Sequence[Probe] = (),
+    probe_every: int | None = None,
     member_lr: dict[int, float] | None = None,
 ) -> FitResult:
     """Train one panel (``loss`` × ``optimizer``) as one ensemble of ``seeds`` and store it under ``arm``
-    (its initial parameters under ``arm@init``)."""
+    (its initial parameters under ``arm@init``): on ``cfg``'s documents (:func:`topic_data`) with ``train`` (default
+    ``cfg.train``), the models ``build(seeds)`` (default: ``model``'s, ``W^V`` fixed to ``wv`` where given), the
+    ``probes`` every ``probe_every`` steps (default: every evaluation), each member at its ``member_lr``."""
     tcfg = (train or cfg.train).updated({"optimizer": "adamw" if optimizer == "adam" else "sgd"})
     objective = masked_objective(cfg, loss)
     trainer = Trainer(
@@ -223,7 +202,7 @@ def fit_topics(
         label=arm,
         objective=objective,
         probes=probes,
-        probe_every=tcfg.eval_every,
+        probe_every=tcfg.eval_every if probe_every is None else probe_every,
         member_lr=member_lr,
     )
     make = build or (lambda s: TopicAttention(model, s, wv=wv))

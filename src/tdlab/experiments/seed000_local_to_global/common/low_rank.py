@@ -25,19 +25,6 @@ from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.spectrum import abs_cosine, hypercube_spread, leading_singular_vectors, singular_values, sv_ratio
 from tdlab.seeding import generators
 
-__all__ = [
-    "CLAIMED",
-    "MATRICES",
-    "RankOneInitConfig",
-    "TrajectoryProbe",
-    "app_c_structure",
-    "bias_step_excess",
-    "embedding_alignment",
-    "rank_one_init_",
-    "snapshot",
-    "weight_matrices",
-]
-
 # Weight matrices of the Sec. 2 model (single layer), by the seed's names -> state-dict keys, (out, in).
 MATRICES: dict[str, str] = {
     "W_Q": "blocks.0.attn.W_Q.weight",

@@ -53,59 +53,22 @@ from pydantic import Field
 from tdlab.claims import ArmHealth, ClaimSpec, Sample, Stage, assess_arm
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.config import Config
-from tdlab.experiments.base import RunContext, extend_fit, init_arm, initial_states, snapshot_arm
 from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import Crossings, first_crossing
+from tdlab.probes.embedding import cosine_matrix
 from tdlab.report.standard_figures import Curves, Line, Panel
+from tdlab.run_context import RunContext, extend_fit, init_arm, initial_states, snapshot_arm
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
-from tdlab.tasks.anchors import KIND_MEM, KIND_RSN_TRAIN, Anchors
+from tdlab.tasks.anchors import KIND_MEM, KIND_RSN_TRAIN, Anchors, AnchorsConfig
 from tdlab.train.data import FixedDataset
 from tdlab.train.trainer import DivergenceError, FitResult, TrainConfig, Trainer
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module
     from matplotlib.axes import Axes
 
-__all__ = [
-    "DIRECTION",
-    "LARGE_INIT",
-    "PAPER_EPOCHS",
-    "PAPER_LR_EMB_MLP",
-    "PAPER_LR_TRANSFORMER",
-    "RSN_PAST_MARGINAL",
-    "SMALL_INIT",
-    "SMALL_VS_LARGE",
-    "SPLIT_LABELS",
-    "SPLIT_NAMES",
-    "AnchorsHealth",
-    "ArmCurves",
-    "EpochsConfig",
-    "GammaArms",
-    "Reading",
-    "Seed001GPTConfig",
-    "Seed001TrainConfig",
-    "anchor_splits",
-    "auc",
-    "bias_gap",
-    "check_gammas",
-    "cosine_heatmap",
-    "epoch_train_config",
-    "fit_gamma_arms",
-    "fixed_data",
-    "gamma_gpt",
-    "label_marginal_losses",
-    "parameter_reading",
-    "reading_note",
-    "reasoning_first_claim",
-    "reasoning_first_rows",
-    "record_rsn_past_marginal",
-    "split_curves",
-    "split_label_laws",
-    "t50",
-    "t50_sample",
-]
 
 SPLIT_NAMES: tuple[str, ...] = ("mem", "rsn_train", "test")  # eval splits (metric prefixes)
 SPLIT_LABELS = {"mem": "D_mem", "rsn_train": "D_rsn,train", "test": "D_rsn,test"}
@@ -115,6 +78,13 @@ TASK_SPLIT = {"mem": "mem", "rsn_train": "rsn_train", "test": "test_rsn"}  # eva
 PAPER_EPOCHS = 1000  # A.3: every anchor-function model trains 1000 epochs
 PAPER_LR_TRANSFORMER = 1e-5  # A.3: the transformer's AdamW learning rate
 PAPER_LR_EMB_MLP = 5e-6  # A.3: the Emb-MLP's
+
+# Why the atlas sweeps the epoch budget of the γ-sweep experiments (their AtlasAxes.why).
+EPOCH_BUDGET_WHY = (
+    "The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are "
+    "read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's "
+    "1000, so the horizon is the setting these verdicts hinge on."
+)
 
 
 class EpochsConfig(Config):
@@ -617,6 +587,22 @@ def reading_note(cfg_lr: float, epochs: int, paper_lr: float, paper_budget: int 
 # Health and plots
 
 
+def loss_health(run: RunView, arm: str, steps: np.ndarray, loss: np.ndarray, trivial: float) -> ArmHealth:
+    """The health of ``arm`` from a training-loss curve ``loss (members, S)`` evaluated at ``steps (S,)``: its
+    first and last values, every step accepted, the last against the ``trivial`` predictor's; finite when every
+    metric the arm stored is."""
+    finite = all(bool(np.all(np.isfinite(run.curves(arm, n)[1]))) for n in run.names(arm))
+    return assess_arm(
+        arm,
+        loss[:, 0].tolist(),
+        loss[:, -1].tolist(),
+        accepted_steps=[float(steps.max())] * loss.shape[0],
+        test_error=loss[:, -1].tolist(),
+        trivial_error=trivial,
+        all_finite=finite,
+    )
+
+
 class AnchorsHealth:
     """What every γ-sweep experiment of seed 001 shares: its task and γ × seed members (from the config's
     ``task``, ``seed``, ``gammas``, ``members``) and the health gate on the training-set loss (module docstring).
@@ -644,16 +630,7 @@ class AnchorsHealth:
             _, mem = run.curves(arm, "mem_loss")
             steps, rsn = run.curves(arm, "rsn_train_loss")
             fit = (w_mem * mem + w_rsn * rsn) / (w_mem + w_rsn)  # loss on the training distribution
-            finite = all(bool(np.all(np.isfinite(run.curves(arm, n)[1]))) for n in run.names(arm))
-            out[arm] = assess_arm(
-                arm,
-                fit[:, 0].tolist(),
-                fit[:, -1].tolist(),
-                accepted_steps=[float(steps.max())] * fit.shape[0],
-                test_error=fit[:, -1].tolist(),
-                trivial_error=self.trivial_error(cfg, arm),
-                all_finite=finite,
-            )
+            out[arm] = loss_health(run, arm, steps, fit, self.trivial_error(cfg, arm))
         return out
 
 
@@ -689,6 +666,15 @@ def cosine_heatmap(ax: Axes, c: torch.Tensor, first: int, title: str) -> None:
     ax.set_yticks(ticks, [str(first + k) for k in ticks])
     ax.set_title(title, fontsize=9)
     plt.colorbar(im, ax=ax, fraction=0.046)
+
+
+def anchor_cosine_grid(axes: Any, panels: Sequence[tuple[str, torch.Tensor]], task: AnchorsConfig) -> None:
+    """Figs. 3A, 4A, 10, 11: the members' mean cosine matrix of the memory anchors' (top row) and the reasoning
+    anchors' (bottom row) embeddings, a column per ``(label, embedding table (E, vocab, d))`` of ``panels``."""
+    kinds = ((task.mem_min, task.mem_max, "memory"), (task.rsn_min, task.rsn_max, "reasoning"))
+    for col, (label, W) in enumerate(panels):
+        for row, (lo, hi, kind) in enumerate(kinds):
+            cosine_heatmap(axes[row][col], cosine_matrix(W[:, lo : hi + 1]).mean(0), lo, f"{kind}, {label}")
 
 
 def check_gammas(gammas: Sequence[float]) -> None:
