@@ -1,11 +1,24 @@
-"""Events on training curves: first crossings, and crossings of a gap to a reference beyond the noise."""
+"""Events on training curves: first crossings, and crossings of a gap to a reference beyond the noise; T50 and
+AUC of accuracy curves; the relative growth of norm curves and its half-growth step."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 
-from tdlab.probes.curves import NOISE_SIGMAS, evaluation_noise, first_crossing, gap_crossing
+from tdlab.probes.curves import (
+    NOISE_SIGMAS,
+    auc,
+    evaluation_noise,
+    first_crossing,
+    gap_crossing,
+    half_growth_steps,
+    relative_growth,
+    stage_split,
+    t50,
+)
 
 
 def test_first_crossing_is_censored_where_a_member_never_crosses():
@@ -47,3 +60,41 @@ def test_the_margin_is_the_larger_of_the_drop_and_the_noise():
         inside = gap_crossing(steps, ref - 0.999 * margin, ref, drop, noise)[0]
         beyond = gap_crossing(steps, ref - 1.001 * margin, ref, drop, noise)[0]
         assert inside.censored.all() and not beyond.censored.any()
+
+
+def test_relative_growth_and_stage_split_closed_forms():
+    n = np.array([[1.0, 2.0, 5.0, 3.0], [2.0, 2.0, 2.0, 2.0], [4.0, 3.0, 6.0, 8.0]])
+    g = relative_growth(n)
+    np.testing.assert_allclose(g[0], [0.0, 0.25, 1.0, 0.5])
+    np.testing.assert_allclose(g[1], 0.0)  # never rises: g = 0, not NaN
+    np.testing.assert_allclose(g[2], [0.0, -0.25, 0.5, 1.0])
+    assert stage_split(g, 0.8).tolist() == [2, -1, 3]
+    assert stage_split(g, 0.25).tolist() == [1, -1, 2]
+    steps = np.arange(0, 11) * 100
+    ramp_v = 0.05 + (30.0 - 0.05) * np.clip(steps / 300, 0.0, 1.0)  # rises over steps 0-300
+    ramp_k = 0.05 + (20.0 - 0.05) * np.clip((steps - 350) / 650, 0.0, 1.0)  # rises over steps 350-1000
+    t = half_growth_steps(steps, np.stack([ramp_v, ramp_k, np.full(steps.size, 0.3)]))
+    assert t[0] == 200 and t[1] == 700 and math.isinf(t[2])  # g_V(200) = 2/3 ≥ 0.5 > g_V(100); flat: never
+
+
+def test_t50_is_the_first_epoch_above_the_threshold_censored_at_the_last_evaluation():
+    epochs = np.array([0, 1, 2, 3, 4])
+    acc = np.array(
+        [
+            [0.0, 0.2, 0.51, 0.9, 0.4],  # above 0.5 first at epoch 2
+            [0.0, 0.1, 0.2, 0.3, 0.5],  # never strictly above: censored at the last evaluation
+            [0.6, 0.7, 0.8, 0.9, 1.0],
+        ]
+    )  # already at init: epoch 0 does not count
+    c = t50(epochs, acc)
+    assert c.steps.tolist() == [2.0, 4.0, 1.0] and c.censored.tolist() == [False, True, False]
+    assert c.resolution == 1.0
+    assert t50(epochs, acc, 0.85).steps.tolist() == [3.0, 4.0, 3.0]
+
+
+def test_auc_is_the_mean_accuracy_after_epoch_zero():
+    epochs = np.array([0, 1, 2, 3])
+    acc = np.array([[0.9, 0.0, 0.5, 1.0], [0.0, 0.3, 0.3, 0.3]])
+    assert auc(epochs, acc) == pytest.approx([0.5, 0.3])
+    with pytest.raises(ValueError, match="no evaluation"):
+        auc(np.array([0]), np.array([[0.1]]))

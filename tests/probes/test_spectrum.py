@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from tdlab.probes.spectrum import abs_cosine, hypercube_spread, leading_singular_vectors, singular_values, sv_ratio
+from tdlab.probes.spectrum import (
+    abs_cosine,
+    embedding_alignment,
+    hypercube_spread,
+    leading_singular_vectors,
+    singular_values,
+    sv_ratio,
+)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -99,3 +106,21 @@ def test_hypercube_spread():
     # Gaussian vector: half-normal magnitudes, std/mean = sqrt(pi/2 - 1)
     g = rng.normal(size=(1, 400_000))
     assert float(hypercube_spread(g)[0]) == pytest.approx(math.sqrt(math.pi / 2 - 1), abs=5e-3)
+
+
+def test_embedding_alignment_reads_the_sides_of_the_embedding_dimension():
+    g = np.random.default_rng(0)
+    e = g.standard_normal((2, 4))
+    v = g.standard_normal((2, 6))
+    w = torch.tensor(np.einsum("ei,ej->eij", e, v) + 1e-3 * g.standard_normal((2, 4, 6)))  # ≈ e v^T, (E, d, n)
+    a = embedding_alignment(w, torch.tensor(e))
+    assert set(a) == {"left", "best"}  # only the left side is d-dimensional
+    np.testing.assert_allclose(a["left"].numpy(), 1.0, atol=1e-4)
+    np.testing.assert_allclose(a["best"].numpy(), a["left"].numpy())
+    sq = torch.tensor(np.einsum("ei,ej->eij", v[:, :4], e))  # (E, d, d): e is the right factor
+    b = embedding_alignment(sq, torch.tensor(e))
+    assert set(b) == {"left", "right", "best"}
+    np.testing.assert_allclose(b["right"].numpy(), 1.0, atol=1e-12)
+    np.testing.assert_allclose(b["best"].numpy(), torch.maximum(b["left"], b["right"]).numpy())
+    with pytest.raises(ValueError, match="embedding's dimension"):
+        embedding_alignment(w, torch.zeros(2, 5))

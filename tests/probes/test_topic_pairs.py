@@ -23,6 +23,7 @@ pytest.importorskip("gensim")
 from tdlab.probes.topic_pairs import (
     PairAttention,
     attention_pair_means,
+    cooc_k,
     cooccurrence_matrix,
     embedding_ratios,
     pair_list,
@@ -348,3 +349,7 @@ def test_table2_means_against_loops() -> None:
     # pairs {10,12}, {11,12} are exactly the different-topic pairs of the hand-made documents
     assert out["cooc"]["attention"] == pytest.approx((DIFF_DEB + 0.01) / 2, rel=1e-12)
     assert out["same"]["attention"] == pytest.approx((SAME_DEB + 0.01) / 2, rel=1e-12)
+
+
+def test_cooc_k_is_the_pair_count_of_one_topic():
+    assert [cooc_k(s) for s in (15, 30, 59, 1)] == [105, 435, 1711, 0]  # Table 2's cutoffs

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from pydantic import ValidationError
 
 from tdlab.config import ConfigError, validate_config
-from tdlab.tasks.anchors import Anchors, AnchorsConfig
+from tdlab.tasks.anchors import KIND_MEM, KIND_RSN_TRAIN, Anchors, AnchorsConfig, anchor_splits, split_label_laws
 
 CFG = AnchorsConfig()
 Z = set(range(21, 121))
@@ -183,3 +184,37 @@ def test_splits_for_a_fixed_dataset():
         sizes = now
     assert sizes["mem"] == 5 * 100 + 3  # the 3 extra sequences go to the first (memory) tuples
     assert set(Anchors(AnchorsConfig(mix="memory", n_train=300)).splits(_gen(0))) == {"train", "mem"}
+
+
+def test_split_label_laws_are_the_populations_label_laws():
+    task = Anchors(AnchorsConfig(key_min=21, key_max=30, n_train=600, n_test=40))
+    laws = split_label_laws(task)
+    assert sorted(laws) == ["mem", "rsn_train", "test_rsn"]
+    # the memory law is U(Z) (F_mem,1, averaged over the table's draw); every law sums to one
+    assert laws["mem"][21:31] == pytest.approx([0.1] * 10)
+    assert all(law.sum() == pytest.approx(1.0) for law in laws.values())
+    assert laws["test_rsn"][45:55] == pytest.approx([0.1] * 10)  # z + 24 for the tuples of M
+    # reasoning-train: z + a1 + a2 over the training tuples, each tuple weighing the same
+    want = np.zeros(task.cfg.d_vob)
+    for t in task.rsn_train_tuples.tolist():
+        want[np.arange(21, 31) + sum(t)] += 0.1 / len(task.rsn_train_tuples)
+    np.testing.assert_allclose(laws["rsn_train"], want)
+
+
+def test_anchor_splits_bound_the_evaluation_sets_and_view_the_inputs():
+    task = Anchors(AnchorsConfig(key_min=21, key_max=30, n_train=500, n_test=40))
+    g = torch.Generator().manual_seed(3)
+    out = anchor_splits(task, 500, 50, 40)(g)
+    assert sorted(out) == ["mem", "rsn_train", "test", "train"]
+    full = task.dataset(torch.Generator().manual_seed(3), 500, "train")
+    assert torch.equal(out["train"]["tokens"], full["tokens"]) and torch.equal(out["train"]["label"], full["label"])
+    for split, kind in (("mem", KIND_MEM), ("rsn_train", KIND_RSN_TRAIN)):
+        rows = full["kind"] == kind
+        assert torch.equal(out[split]["tokens"], full["tokens"][rows][:50])
+        assert torch.equal(out[split]["label"], full["label"][rows][:50])
+    assert out["test"]["tokens"].shape == (40, task.cfg.L)
+    mlp = anchor_splits(task, 500, 50, 40, view=Anchors.emb_mlp_view)(torch.Generator().manual_seed(3))
+    assert torch.equal(mlp["train"]["tokens"], Anchors.emb_mlp_view(full)) and mlp["train"]["tokens"].shape[1] == 3
+    reasoning_only = Anchors(AnchorsConfig(key_min=21, key_max=30, mix="reasoning", n_train=100, n_test=10))
+    with pytest.raises(ValueError, match="no mem sequences"):
+        anchor_splits(reasoning_only, 100, 10, 10)(torch.Generator().manual_seed(0))

@@ -15,6 +15,7 @@ from tdlab.theory.kgram import (
     context_states,
     cross_entropy,
     estimator_loss_curves,
+    estimator_losses,
     incontext_bayes_loss_curve,
     incontext_bayes_loss_exact,
     incontext_log_marginal,
@@ -245,3 +246,29 @@ def test_fresh_incontext_bayes_loss_against_dirichlet_evidence(k, V, alpha, leng
     assert np.max(np.abs(got - want)) < 1e-12
     # positions before the first full context are uniform: loss log V
     assert np.allclose(want[: k - 1], math.log(V), atol=1e-14)
+
+
+def slow_loss(seq: list[int], j: int, alpha: float) -> list[float]:
+    """−log of the add-α order-j estimator at the realised next token, by explicit counting (binary)."""
+    out = []
+    for i in range(len(seq) - 1):
+        ctx = seq[i - j + 1 : i + 1] if j else []
+        if len(ctx) < j:
+            out.append(math.log(2))
+            continue
+        n = [0, 0]
+        for t in range(j, i + 1):
+            if seq[t - j : t] == ctx:
+                n[seq[t]] += 1
+        out.append(-math.log((n[seq[i + 1]] + alpha) / (sum(n) + 2 * alpha)))
+    return out
+
+
+def test_estimator_losses_match_a_slow_count():
+    x = InContextMarkov(2, 2, 1.0).sample([torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)], 3, 12)
+    got = estimator_losses(x, 2, 2, 0.5)
+    assert sorted(got) == [0, 1, 2] and got[2].shape == (2, 11)
+    for j in range(3):
+        for e in range(2):
+            want = np.mean([slow_loss(x[e, b].tolist(), j, 0.5) for b in range(3)], axis=0)
+            np.testing.assert_allclose(got[j][e].numpy(), want, rtol=1e-12)

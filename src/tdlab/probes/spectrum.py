@@ -20,6 +20,7 @@ import torch
 
 __all__ = [
     "abs_cosine",
+    "embedding_alignment",
     "hypercube_spread",
     "leading_singular_vectors",
     "singular_values",
@@ -118,3 +119,25 @@ def hypercube_spread(e: torch.Tensor | np.ndarray) -> torch.Tensor:
     return torch.where(
         mean > 0, std / torch.where(mean > 0, mean, torch.ones_like(mean)), torch.full_like(mean, float("nan"))
     )
+
+
+def embedding_alignment(w: torch.Tensor, e: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``|cos|`` of each member's leading left/right singular vector with the embedding ``e``, for
+    whichever sides are ``d``-dimensional, and ``best``, the larger of the two (seed 000's measure:
+    "one of their components being same as the embedding vector", App. A.3.1).
+
+    Args:
+        w: ``(E, m, n)``; e: ``(E, d)``.
+    Returns:
+        dict with ``left`` and/or ``right`` and ``best``, each ``(E,)``.
+    """
+    u1, _, v1 = leading_singular_vectors(w)
+    out: dict[str, torch.Tensor] = {}
+    if u1.shape[1] == e.shape[1]:
+        out["left"] = abs_cosine(u1, e)
+    if v1.shape[1] == e.shape[1]:
+        out["right"] = abs_cosine(v1, e)
+    if not out:
+        raise ValueError(f"no side of the {tuple(w.shape[1:])} matrices has the embedding's dimension {e.shape[1]}")
+    out["best"] = torch.stack(list(out.values())).max(0).values
+    return out

@@ -47,6 +47,7 @@ __all__ = [
     "NORM_LEN",
     "PairAttention",
     "attention_pair_means",
+    "cooc_k",
     "cooccurrence_matrix",
     "embedding_ratios",
     "pair_list",
@@ -378,6 +379,13 @@ def _top(cnt: np.ndarray, a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndar
         cnt, a, b = cnt[sel], a[sel], b[sel]
     order = np.lexsort((b, a, -cnt))[:k]
     return cnt[order], a[order], b[order]
+
+
+def cooc_k(set_size: int) -> int:
+    """Table 2's cutoff: as many top co-occurring pairs as one topic of ``set_size`` words holds, C(s, 2)
+    (105 = C(15, 2), 435 = C(30, 2), 1711 = C(59, 2) in seed 004's Table 2): the ``k`` of
+    :func:`top_cooccurring_pairs`."""
+    return set_size * (set_size - 1) // 2
 
 
 def top_cooccurring_pairs(

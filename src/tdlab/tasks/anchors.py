@@ -44,9 +44,11 @@ Generation is vectorised: no Python loop over samples.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor
@@ -54,7 +56,17 @@ from torch import Tensor
 from tdlab.config import Config
 from tdlab.seeding import derive_seed
 
-__all__ = ["KIND_MEM", "KIND_RSN_TEST", "KIND_RSN_TRAIN", "SPLITS", "Anchors", "AnchorsConfig", "Split"]
+__all__ = [
+    "KIND_MEM",
+    "KIND_RSN_TEST",
+    "KIND_RSN_TRAIN",
+    "SPLITS",
+    "Anchors",
+    "AnchorsConfig",
+    "Split",
+    "anchor_splits",
+    "split_label_laws",
+]
 
 Split = Literal["train", "mem", "rsn_train", "test_rsn"]
 SPLITS: tuple[str, ...] = ("train", "mem", "rsn_train", "test_rsn")
@@ -344,3 +356,74 @@ class Anchors:
         q = data["anchors"].shape[1]
         idx = data["key_pos"][:, None] + torch.arange(q + 1)[None, :]
         return torch.gather(data["tokens"], 1, idx)
+
+
+def anchor_splits(
+    task: Anchors,
+    n_train: int,
+    n_eval: int,
+    n_test: int,
+    view: Callable[[dict[str, Tensor]], Tensor] | None = None,
+) -> Callable[..., dict[str, dict[str, Tensor]]]:
+    """The ``make(gen, device)`` of :class:`tdlab.train.data.FixedDataset` with bounded evaluation sets:
+    one member's ``train`` set (D_mem ∪ D_rsn,train, ``n_train`` sequences), its ``mem`` / ``rsn_train``
+    evaluation subsets (the first ``n_eval`` training sequences of each kind: the seed measures both on
+    the training sequences, §4.1) and the held-out ``test`` set (D_rsn,test, ``n_test`` sequences of ``M``).
+    Unlike :meth:`Anchors.splits`, each set carries the model's input only (``view``) and the label.
+
+    Args:
+        view: maps a :meth:`Anchors.dataset` dict to the model's tokens (``Anchors.emb_mlp_view`` for the
+            Emb-MLP); default the sequences themselves.
+    Returns:
+        ``make(gen, device) -> {split: {"tokens": (n, T) long, "label": (n,) long}}``; ValueError from
+        ``make`` when the training set holds no sequence of a kind (``mix``).
+    """
+    view = view or (lambda d: d["tokens"])
+
+    def make(gen: torch.Generator, device: str | torch.device = "cpu") -> dict[str, dict[str, torch.Tensor]]:
+        train = task.dataset(gen, n_train, "train")  # the memory table comes from gen's seed
+        test = task.dataset(gen, n_test, "test_rsn")
+        tokens = view(train)
+        out = {"train": {"tokens": tokens, "label": train["label"]}}
+        for split, kind in (("mem", KIND_MEM), ("rsn_train", KIND_RSN_TRAIN)):
+            idx = torch.nonzero(train["kind"] == kind).squeeze(1)[:n_eval]
+            if idx.numel() == 0:
+                raise ValueError(f"the training set holds no {split} sequences (task.mix={task.cfg.mix!r})")
+            out[split] = {"tokens": tokens[idx], "label": train["label"][idx]}
+        out["test"] = {"tokens": view(test), "label": test["label"]}
+        return {k: {n: t.to(device) for n, t in v.items()} for k, v in out.items()}
+
+    return make
+
+
+def split_label_laws(task: Anchors) -> dict[str, np.ndarray]:
+    """The label law of each split's population (seed 001, §4.1, §4.5): ``{"mem", "rsn_train",
+    "test_rsn": (d_vob,)}`` float64 (splits with no tuple left out).
+
+    Every tuple of a split weighs the same and the key is uniform on ``Z`` (as :meth:`Anchors.dataset`
+    draws them); reasoning labels are ``z + Σa``; memory labels are averaged over the table's draw:
+    ``U(Z)`` (F_mem,1), ``U{z − Σa .. z + Σa}`` (F_mem,2) or the tuple's group range (Fig. 7 left).
+    """
+    c = task.cfg
+    V = c.d_vob
+    z = np.arange(c.key_min, c.key_max + 1)
+    out = {}
+    for split in ("mem", "rsn_train", "test_rsn"):
+        tuples, kinds = task.split_tuples(split)
+        if len(tuples) == 0:
+            continue
+        law = np.zeros(V)
+        for j, (t, kind) in enumerate(zip(tuples.tolist(), kinds.tolist(), strict=True)):
+            S = int(sum(t))
+            if kind != KIND_MEM:
+                np.add.at(law, z + S, 1.0 / z.size)
+            elif c.memory_groups:
+                lo, hi = task.group_range(int(task.mem_groups[j]))
+                law[lo : hi + 1] += 1.0 / (hi - lo + 1)
+            elif c.memory_labels == "uniform":
+                law[z] += 1.0 / z.size
+            else:
+                for zz in z:
+                    law[zz - S : zz + S + 1] += 1.0 / ((2 * S + 1) * z.size)
+        out[split] = law / len(tuples)
+    return out

@@ -40,6 +40,7 @@ __all__ = [
     "context_states",
     "cross_entropy",
     "estimator_loss_curves",
+    "estimator_losses",
     "incontext_bayes_loss_curve",
     "incontext_bayes_loss_exact",
     "incontext_log_marginal",
@@ -180,6 +181,19 @@ def estimator_loss_curves(
     """``{order: kgram_loss_curve(tokens, order, vocab, beta)}``: e.g. orders (0, 1, 2) on a k = 2
     source compare the unigram, bigram and matched estimators; each ``(T - 1,)``."""
     return {int(j): kgram_loss_curve(tokens, int(j), vocab, beta) for j in orders}
+
+
+def estimator_losses(tokens: torch.Tensor, k: int, vocab: int, alpha: float) -> dict[int, torch.Tensor]:
+    """Per-member, per-position loss of the add-α order-``j`` in-context estimators, ``j = 0..k``
+    (:func:`estimator_loss_curves` with the member axis kept: each member's own probe sequences).
+
+    Args:
+        tokens: ``(E, S, T)`` sequences, ``S`` per member.
+    Returns:
+        ``{j: (E, T − 1) float64}``: entry ``[e, i]`` is the mean over member ``e``'s sequences of
+        ``−log P̂_j(x_{i+1} | x_0..x_i)`` in nats (``.mean(-1)``: the loss per token).
+    """
+    return {j: cross_entropy(kgram_probs(tokens, j, vocab, beta=alpha), tokens).mean(1) for j in range(k + 1)}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -46,15 +46,14 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     EpochsConfig,
     Seed001GPTConfig,
     Seed001TrainConfig,
-    auc,
     epoch_train_config,
     label_marginal_losses,
     loss_health,
-    t50,
     t50_sample,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.probes.curves import auc, t50
 from tdlab.run_context import Fit, RunContext
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds

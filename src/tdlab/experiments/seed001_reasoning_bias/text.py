@@ -69,7 +69,6 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     EpochsConfig,
     GammaArms,
     Seed001TrainConfig,
-    auc,
     check_gammas,
     epoch_train_config,
     fit_gamma_arms,
@@ -81,7 +80,7 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPTConfig
-from tdlab.probes.curves import Crossings, first_crossing
+from tdlab.probes.curves import Crossings, auc, first_crossing
 from tdlab.probes.embedding import cosine_matrix, offdiag_mean
 from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import RunContext, init_arm, snapshot_arm

@@ -49,7 +49,6 @@ from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, regis
 from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
     PAST_LOWER_ORDER,
     PROBE_DATA,
-    estimator_losses,
     record_stage,
 )
 from tdlab.experiments.seed003_attention_markov.common.icl_grid import MAIN_RESULT
@@ -60,7 +59,7 @@ from tdlab.run_context import Fit, RunContext
 from tdlab.runs import RunDirError
 from tdlab.seeding import derive_seed, generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov
-from tdlab.theory.kgram import cross_entropy, kgram_probs
+from tdlab.theory.kgram import cross_entropy, estimator_losses, kgram_probs
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
 

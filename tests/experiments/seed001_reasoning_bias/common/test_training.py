@@ -1,5 +1,5 @@
-"""seed 001 shared set-up: the γ-sweep as one ensemble (per-member γ, shared data), T50 with censoring and
-resolution, AUC, the label-marginal baselines against an empirical count over generated data, the
+"""seed 001 shared set-up: the γ-sweep as one ensemble (per-member γ, shared data), T50 samples with censoring
+and resolution, the label-marginal baselines against an empirical count over generated data, the
 provenance of a parameter reading, and the training-set health gate."""
 
 from __future__ import annotations
@@ -15,46 +15,25 @@ from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
     PAPER_LR_TRANSFORMER,
     GammaArms,
-    anchor_splits,
-    auc,
     gamma_gpt,
     label_marginal_losses,
     parameter_reading,
-    split_label_laws,
-    t50,
     t50_sample,
 )
 from tdlab.models.gpt import GPT
+from tdlab.probes.curves import t50
 from tdlab.seeding import generators
-from tdlab.tasks.anchors import KIND_MEM, KIND_RSN_TRAIN, Anchors, AnchorsConfig
+from tdlab.tasks.anchors import KIND_MEM, KIND_RSN_TRAIN, Anchors, AnchorsConfig, anchor_splits
 from tdlab.train.data import DATASET, FixedDataset
 
 # --- measures --------------------------------------------------------------------------------------
 
 
-def test_t50_is_the_first_epoch_above_the_threshold_censored_at_the_last_evaluation():
+def test_t50_sample_carries_censoring_and_resolution():
     epochs = np.array([0, 1, 2, 3, 4])
-    acc = np.array(
-        [
-            [0.0, 0.2, 0.51, 0.9, 0.4],  # above 0.5 first at epoch 2
-            [0.0, 0.1, 0.2, 0.3, 0.5],  # never strictly above: censored at the last evaluation
-            [0.6, 0.7, 0.8, 0.9, 1.0],
-        ]
-    )  # already at init: epoch 0 does not count
-    c = t50(epochs, acc)
-    assert c.steps.tolist() == [2.0, 4.0, 1.0] and c.censored.tolist() == [False, True, False]
-    assert c.resolution == 1.0
-    s = t50_sample(c)
-    assert s.censored == (False, True, False) and s.resolution == 1.0 and s.censor == "above"
-    assert t50(epochs, acc, 0.85).steps.tolist() == [3.0, 4.0, 3.0]
-
-
-def test_auc_is_the_mean_accuracy_after_epoch_zero():
-    epochs = np.array([0, 1, 2, 3])
-    acc = np.array([[0.9, 0.0, 0.5, 1.0], [0.0, 0.3, 0.3, 0.3]])
-    assert auc(epochs, acc) == pytest.approx([0.5, 0.3])
-    with pytest.raises(ValueError, match="no evaluation"):
-        auc(np.array([0]), np.array([[0.1]]))
+    acc = np.array([[0.0, 0.2, 0.51, 0.9, 0.4], [0.0, 0.1, 0.2, 0.3, 0.5]])  # the second never above 0.5
+    s = t50_sample(t50(epochs, acc))
+    assert s.values == (2.0, 4.0) and s.censored == (False, True) and s.resolution == 1.0 and s.censor == "above"
 
 
 def test_label_marginal_losses_match_an_empirical_count_over_generated_data():
@@ -80,10 +59,6 @@ def test_label_marginal_losses_match_an_empirical_count_over_generated_data():
     got = label_marginal_losses(task)
     for split, want in ce.items():
         assert got[split] == pytest.approx(want, abs=0.02), split
-    # the memory law is U(Z) and the reasoning-train law that of z + a1 + a2 over the training tuples
-    laws = split_label_laws(task)
-    assert laws["mem"][21:31] == pytest.approx([0.1] * 10) and laws["mem"].sum() == pytest.approx(1.0)
-    assert laws["test_rsn"][45:55] == pytest.approx([0.1] * 10)  # z + 24 for the tuples of M
     # a model that knows only the marginal scores exactly this loss; one that knows more scores less
     assert got["mem"] > math.log(10)  # log N_Z: the loss of U(Z) on memory sequences
 

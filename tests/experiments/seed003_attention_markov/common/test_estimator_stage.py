@@ -1,11 +1,8 @@
-"""The in-context estimators the seed-003 probes measure, and the stage they define: per-position
-losses against a slow loop over the seed's context-matching rule; the stage bound and its check per
+"""The stage the seed-003 probes' in-context estimators define: the stage bound and its check per
 member; the default share leaves every reach claim a failure region at the profiles' settings; the planted gap
 that calibrates the reach tolerances is the source's own."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
@@ -15,39 +12,13 @@ from tdlab.claims import Measurements
 from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
     PAST_LOWER_ORDER,
     estimator_gap,
-    estimator_losses,
     planted_reach,
     record_stage,
     stage_bound,
     stage_leaves_room,
 )
 from tdlab.tasks.markov_kth import InContextMarkov
-
-
-def slow_loss(seq: list[int], j: int, alpha: float) -> list[float]:
-    """−log of the add-α order-j estimator at the realised next token, by explicit counting (binary)."""
-    out = []
-    for i in range(len(seq) - 1):
-        ctx = seq[i - j + 1 : i + 1] if j else []
-        if len(ctx) < j:
-            out.append(math.log(2))
-            continue
-        n = [0, 0]
-        for t in range(j, i + 1):
-            if seq[t - j : t] == ctx:
-                n[seq[t]] += 1
-        out.append(-math.log((n[seq[i + 1]] + alpha) / (sum(n) + 2 * alpha)))
-    return out
-
-
-def test_estimator_losses_match_a_slow_count():
-    x = InContextMarkov(2, 2, 1.0).sample([torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)], 3, 12)
-    got = estimator_losses(x, 2, 2, 0.5)
-    assert sorted(got) == [0, 1, 2] and got[2].shape == (2, 11)
-    for j in range(3):
-        for e in range(2):
-            want = np.mean([slow_loss(x[e, b].tolist(), j, 0.5) for b in range(3)], axis=0)
-            np.testing.assert_allclose(got[j][e].numpy(), want, rtol=1e-12)
+from tdlab.theory.kgram import estimator_losses
 
 
 def test_stage_bound_and_check_per_member():

@@ -4,8 +4,9 @@ low-rank structure of App. C, on stored parameters (seed 000, App. A.3.1, App. C
 * :func:`rank_one_init_` — "we randomly initialize the weight parameters as rank-one matrices and the
   embeddings on the hypercube {±1}^d" (App. A.3.1, Fig. 6): the seed gives no formula; the init is
   built from the structure App. C reports at the optima (Eqs. (12)-(15)), with random factors.
-* :func:`weight_matrices`, :func:`embedding_alignment`, :func:`app_c_structure` — σ₂/σ₁, the alignment
-  of singular vectors with the embedding e, and App. C's statements about an optimum, per member.
+* :func:`weight_matrices`, :func:`app_c_structure` — the Sec. 2 model's matrices and App. C's statements
+  about an optimum, per member (σ₂/σ₁ and :func:`tdlab.probes.spectrum.embedding_alignment`, the alignment
+  of singular vectors with the embedding e).
 * :func:`bias_step_excess` — Sec. 3's "one additional [bias] step": how far b is from its optimum
   given the other parameters, before and after one gradient step on b alone.
 * :class:`TrajectoryProbe` — σ₂/σ₁ and alignments recorded during training (a forward pre-hook that
@@ -22,7 +23,7 @@ from pydantic import Field
 
 from tdlab.config import Config
 from tdlab.models.gpt import GPT, GPTConfig
-from tdlab.probes.spectrum import abs_cosine, hypercube_spread, leading_singular_vectors, singular_values, sv_ratio
+from tdlab.probes.spectrum import abs_cosine, embedding_alignment, hypercube_spread, singular_values, sv_ratio
 from tdlab.seeding import generators
 
 # Weight matrices of the Sec. 2 model (single layer), by the seed's names -> state-dict keys, (out, in).
@@ -134,28 +135,6 @@ def weight_matrices(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     mats = {name: torch.as_tensor(state[key]).double() for name, key in MATRICES.items()}
     mats["W_OW_V"] = mats["W_O"] @ mats["W_V"]
     return mats
-
-
-def embedding_alignment(w: torch.Tensor, e: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``|cos|`` of each member's leading left/right singular vector with the embedding ``e``, for
-    whichever sides are ``d``-dimensional, and ``best``, the larger of the two (the claim's measure:
-    "one of their components being same as the embedding vector", App. A.3.1).
-
-    Args:
-        w: ``(E, m, n)``; e: ``(E, d)``.
-    Returns:
-        dict with ``left`` and/or ``right`` and ``best``, each ``(E,)``.
-    """
-    u1, _, v1 = leading_singular_vectors(w)
-    out: dict[str, torch.Tensor] = {}
-    if u1.shape[1] == e.shape[1]:
-        out["left"] = abs_cosine(u1, e)
-    if v1.shape[1] == e.shape[1]:
-        out["right"] = abs_cosine(v1, e)
-    if not out:
-        raise ValueError(f"no side of the {tuple(w.shape[1:])} matrices has the embedding's dimension {e.shape[1]}")
-    out["best"] = torch.stack(list(out.values())).max(0).values
-    return out
 
 
 def app_c_structure(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:

@@ -56,13 +56,13 @@ from tdlab.config import Config
 from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.gpt import GPT, GPTConfig
-from tdlab.probes.curves import Crossings, first_crossing
+from tdlab.probes.curves import Crossings, auc, t50
 from tdlab.probes.embedding import cosine_matrix
 from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import RunContext, extend_fit, init_arm, initial_states, snapshot_arm
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
-from tdlab.tasks.anchors import KIND_MEM, KIND_RSN_TRAIN, Anchors, AnchorsConfig
+from tdlab.tasks.anchors import Anchors, AnchorsConfig, anchor_splits, split_label_laws
 from tdlab.train.data import FixedDataset
 from tdlab.train.trainer import DivergenceError, FitResult, TrainConfig, Trainer
 
@@ -82,8 +82,8 @@ PAPER_LR_EMB_MLP = 5e-6  # A.3: the Emb-MLP's
 # Why the atlas sweeps the epoch budget of the γ-sweep experiments (their AtlasAxes.why).
 EPOCH_BUDGET_WHY = (
     "The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are "
-    "read along or at the end of a fixed epoch budget; the quick profile's 12 epochs are a scale-down of the paper's "
-    "1000, so the horizon is the setting these verdicts hinge on."
+    "read along or at the end of a fixed epoch budget; the quick profile's is a scale-down of the paper's (the "
+    "profiles table gives both for each experiment), so the horizon is the setting these verdicts hinge on."
 )
 
 
@@ -191,41 +191,6 @@ def gamma_gpt(cfg: GPTConfig, seeds: Sequence[int], gamma_of: Mapping[int, float
     return assemble(GPT(cfg, seeds), (GPT(cfg.updated({"init_gamma": float(gamma_of[s])}), [s]) for s in seeds))
 
 
-def anchor_splits(
-    task: Anchors,
-    n_train: int,
-    n_eval: int,
-    n_test: int,
-    view: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None,
-):
-    """The ``make(gen, device)`` of :class:`FixedDataset`: one member's ``train`` set (D_mem ∪ D_rsn,train),
-    its ``mem`` / ``rsn_train`` evaluation subsets (the first ``n_eval`` training sequences of each kind)
-    and the held-out ``test`` set (D_rsn,test, ``n_test`` sequences of ``M``).
-
-    Args:
-        view: maps a :meth:`Anchors.dataset` dict to the model's tokens (``Anchors.emb_mlp_view`` for the
-            Emb-MLP); default the sequences themselves.
-    Returns:
-        ``make(gen, device) -> {split: {"tokens": (n, T) long, "label": (n,) long}}``.
-    """
-    view = view or (lambda d: d["tokens"])
-
-    def make(gen: torch.Generator, device: str | torch.device = "cpu") -> dict[str, dict[str, torch.Tensor]]:
-        train = task.dataset(gen, n_train, "train")  # the memory table comes from gen's seed
-        test = task.dataset(gen, n_test, "test_rsn")
-        tokens = view(train)
-        out = {"train": {"tokens": tokens, "label": train["label"]}}
-        for split, kind in (("mem", KIND_MEM), ("rsn_train", KIND_RSN_TRAIN)):
-            idx = torch.nonzero(train["kind"] == kind).squeeze(1)[:n_eval]
-            if idx.numel() == 0:
-                raise ValueError(f"the training set holds no {split} sequences (task.mix={task.cfg.mix!r})")
-            out[split] = {"tokens": tokens[idx], "label": train["label"][idx]}
-        out["test"] = {"tokens": view(test), "label": test["label"]}
-        return {k: {n: t.to(device) for n, t in v.items()} for k, v in out.items()}
-
-    return make
-
-
 def fixed_data(
     task: Anchors,
     arms: GammaArms,
@@ -315,27 +280,9 @@ def fit_gamma_arms(
 # Learning-curve measures
 
 
-def t50(epochs: np.ndarray, acc: np.ndarray, threshold: float = 0.5) -> Crossings:
-    """``T50`` per member: the first evaluated epoch ``> 0`` with ``acc > threshold``, censored at the last
-    evaluation where there is none (:func:`~tdlab.probes.curves.first_crossing`).
-
-    Args:
-        epochs: ``(S,)`` evaluation epochs; acc: ``(members, S)``.
-    """
-    return first_crossing(epochs, acc, threshold, below=False)
-
-
 def t50_sample(c: Crossings) -> Sample:
     """A :class:`Sample` of crossing epochs that carries their censoring and evaluation interval."""
     return Sample(c.steps, censored=c.censored, resolution=c.resolution)
-
-
-def auc(epochs: np.ndarray, acc: np.ndarray) -> list[float]:
-    """``AUC`` per member: the mean accuracy over the evaluations at epochs ``>= 1``."""
-    keep = np.asarray(epochs) >= 1
-    if not keep.any():
-        raise ValueError("no evaluation after the first epoch")
-    return np.atleast_2d(acc)[:, keep].mean(1).tolist()
 
 
 @dataclass(frozen=True)
@@ -374,39 +321,6 @@ class ArmCurves:
             out[f"final_acc_{s}"] = self.final_acc(s).tolist()
             out[f"final_loss_{s}"] = self.loss[s][:, -1].tolist()
         return out
-
-
-def split_label_laws(task: Anchors) -> dict[str, np.ndarray]:
-    """The label law of each split's population: ``{"mem", "rsn_train", "test_rsn": (d_vob,)}`` float64
-    (splits with no tuple left out).
-
-    Every tuple of a split weighs the same and the key is uniform on ``Z`` (as :meth:`Anchors.dataset`
-    draws them); reasoning labels are ``z + Σa``; memory labels are averaged over the table's draw:
-    ``U(Z)`` (F_mem,1), ``U{z − Σa .. z + Σa}`` (F_mem,2) or the tuple's group range (Fig. 7 left).
-    """
-    c = task.cfg
-    V = c.d_vob
-    z = np.arange(c.key_min, c.key_max + 1)
-    out = {}
-    for split in ("mem", "rsn_train", "test_rsn"):
-        tuples, kinds = task.split_tuples(split)
-        if len(tuples) == 0:
-            continue
-        law = np.zeros(V)
-        for j, (t, kind) in enumerate(zip(tuples.tolist(), kinds.tolist(), strict=True)):
-            S = int(sum(t))
-            if kind != KIND_MEM:
-                np.add.at(law, z + S, 1.0 / z.size)
-            elif c.memory_groups:
-                lo, hi = task.group_range(int(task.mem_groups[j]))
-                law[lo : hi + 1] += 1.0 / (hi - lo + 1)
-            elif c.memory_labels == "uniform":
-                law[z] += 1.0 / z.size
-            else:
-                for zz in z:
-                    law[zz - S : zz + S + 1] += 1.0 / ((2 * S + 1) * z.size)
-        out[split] = law / len(tuples)
-    return out
 
 
 def label_marginal_losses(task: Anchors) -> dict[str, float]:

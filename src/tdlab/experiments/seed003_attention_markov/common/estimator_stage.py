@@ -41,7 +41,7 @@ from tdlab.claims import Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
 from tdlab.seeding import derive_seed
 from tdlab.tasks.markov_kth import InContextMarkov
-from tdlab.theory.kgram import cross_entropy, kgram_probs
+from tdlab.theory.kgram import estimator_losses
 
 PROBE_DATA = "probe-data"  # the random stream of a member's probe sequences (the same in every cell of one k)
 
@@ -50,18 +50,6 @@ PAST_LOWER_ORDER = Stage(
     "the member's probe loss is below the order-(k−1) in-context estimator's on the same sequences by "
     "claims.stage_share of the gap to the order-k one: it has left the (k−1)-context counting plateau",
 )
-
-
-def estimator_losses(tokens: torch.Tensor, k: int, vocab: int, alpha: float) -> dict[int, torch.Tensor]:
-    """Per-member, per-position loss of the add-α order-``j`` in-context estimators, ``j = 0..k``.
-
-    Args:
-        tokens: ``(E, S, T)`` probe sequences.
-    Returns:
-        ``{j: (E, T − 1) float64}``: entry ``[e, i]`` is the mean over member ``e``'s sequences of
-        ``−log P̂_j(x_{i+1} | x_0..x_i)`` in nats (``.mean(-1)``: the loss per token).
-    """
-    return {j: cross_entropy(kgram_probs(tokens, j, vocab, beta=alpha), tokens).mean(1) for j in range(k + 1)}
 
 
 def stage_bound(lower: Sequence[float] | np.ndarray, upper: Sequence[float] | np.ndarray, share: float) -> np.ndarray:

@@ -28,7 +28,6 @@ from tdlab.experiments.base import Experiment, ExperimentConfig
 from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
     PAST_LOWER_ORDER,
     PROBE_DATA,
-    estimator_losses,
     planted_reach,
     record_stage,
     stage_leaves_room,
@@ -40,6 +39,7 @@ from tdlab.report.standard_figures import Curves, Heatmap, Line, Panel
 from tdlab.run_context import Fit, RunContext
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov
+from tdlab.theory.kgram import estimator_losses
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
 

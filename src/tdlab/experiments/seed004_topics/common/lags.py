@@ -12,6 +12,7 @@ from pydantic import Field
 
 from tdlab.claims import ClaimSpec, Sample, Stage
 from tdlab.config import Config
+from tdlab.probes.curves import half_growth_steps
 
 KQ_GREW = Stage(
     "kq-grew",
@@ -47,43 +48,6 @@ def value_first_claim(statement: str, **declared: Any) -> ClaimSpec:
         stage=KQ_GREW,
         **declared,
     )
-
-
-def relative_growth(norms: np.ndarray) -> np.ndarray:
-    """``g(t) = (n_t − n_0)/(max_s n_s − n_0)`` along the last axis.
-
-    Args:
-        norms: ``(..., S)`` norm curves, step 0 first.
-    Returns:
-        ``(..., S)`` float; a curve that never rises above its start (``max = n_0``) gets ``g = 0``.
-    """
-    n = np.asarray(norms, dtype=float)
-    rise = n.max(-1, keepdims=True) - n[..., :1]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        g = (n - n[..., :1]) / rise
-    return np.where(rise > 0, g, 0.0)
-
-
-def stage_split(g: np.ndarray, threshold: float) -> np.ndarray:
-    """Index of the first step with ``g ≥ threshold`` along the last axis; -1 where there is none.
-
-    Args:
-        g: ``(..., S)`` relative growth (:func:`relative_growth`).
-    Returns:
-        ``(...)`` int64 indices into the step axis.
-    """
-    hit = np.asarray(g) >= threshold
-    return np.where(hit.any(-1), hit.argmax(-1), -1).astype(np.int64)
-
-
-def half_growth_steps(steps: np.ndarray, norms: np.ndarray, half: float = 0.5) -> np.ndarray:
-    """``(E,)`` t½: the first step at which ``g(t) ≥ half`` (inf where it never does: a norm that never rises
-    above its start).
-
-    Args:
-        steps: ``(S,)``; norms: ``(E, S)``."""
-    idx = stage_split(relative_growth(norms), half)
-    return np.where(idx >= 0, np.asarray(steps, dtype=float)[np.maximum(idx, 0)], np.inf)
 
 
 @dataclass(frozen=True)

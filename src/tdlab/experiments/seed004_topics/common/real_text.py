@@ -173,12 +173,6 @@ def theta_key(theta: float) -> str:
     return f"{theta:g}"
 
 
-def cooc_k(set_size: int) -> int:
-    """Table 2's cutoff: as many top co-occurring pairs as one topic of ``set_size`` words holds, C(s, 2)
-    (105 = C(15, 2), 435 = C(30, 2), 1711 = C(59, 2) in the seed)."""
-    return set_size * (set_size - 1) // 2
-
-
 # ----------------------------------------------------------------------------------------------
 # Data: corpus, LDA (both cached in the run directory), windows
 
@@ -407,7 +401,7 @@ def measure(
             accs[(th, mode)] = tp.PairAttention.from_assignment(a, debias=True, offset=OFFSET)
             if cooc and mode == "single":
                 cand = np.array([w for w in lda_vocab if w not in excluded], dtype=np.int64)
-                top = tp.top_cooccurring_pairs(corpus.lda_docs, cand, cooc_k(len(sets[0])))
+                top = tp.top_cooccurring_pairs(corpus.lda_docs, cand, tp.cooc_k(len(sets[0])))
                 cooc_pairs[th] = {"same": tp.pair_list(words, same), "cooc": top}
                 cooc_accs[th] = tp.PairAttention.from_pairs(cooc_pairs[th], debias=True, offset=OFFSET)
     # attention on unmasked windows spread evenly over the corpus, every member at once
