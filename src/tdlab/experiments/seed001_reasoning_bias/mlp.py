@@ -65,6 +65,7 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     Seed001TrainConfig,
     anchor_cosine_grid,
     bias_gap,
+    bias_gap_row,
     check_gammas,
     cosine_heatmap,
     epoch_train_config,
@@ -425,15 +426,7 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
             for e in cfg.snapshot_epochs:
                 self._fig3a_rows(out, cfg, arm, e, emb[small][e])
         if small in curves and large in curves:
-            out.row(
-                "emb-mlp-bias-larger-at-small-init",
-                f"{small:g}-above-{large:g}",
-                bias_gap(curves[small]),
-                bias_gap(curves[large]),
-                arms=[GammaArms.arm(small), GammaArms.arm(large)],
-                context={"gamma": small, "reference_gamma": large},
-                label=f"(AUC_rsn,test − AUC_mem) at γ = {small:g} minus at γ = {large:g} > 0",
-            )
+            bias_gap_row(out, "emb-mlp-bias-larger-at-small-init", small, large, curves)
         at_end = parameter_reading(end, end, cfg.train.lr, PAPER_LR_EMB_MLP)
         if large in emb:
             for kind, key in (("memory", "mem_abs_cos"), ("reasoning", "rsn_abs_cos")):

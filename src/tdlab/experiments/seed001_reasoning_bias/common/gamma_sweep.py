@@ -34,6 +34,7 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     Seed001GPTConfig,
     Seed001TrainConfig,
     bias_gap,
+    bias_gap_row,
     check_gammas,
     epoch_train_config,
     fit_gamma_arms,
@@ -373,15 +374,7 @@ class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
             )
         ordered = sorted(curves)
         for lo, hi in itertools.pairwise(ordered):
-            out.row(
-                "reasoning-bias-grows-with-gamma",
-                f"{hi:g}-above-{lo:g}",
-                bias_gap(curves[hi]),
-                bias_gap(curves[lo]),
-                arms=[GammaArms.arm(hi), GammaArms.arm(lo)],
-                context={"gamma": hi, "reference_gamma": lo},
-                label=f"(AUC_rsn,test − AUC_mem) at γ = {hi:g} minus at γ = {lo:g} > 0",
-            )
+            bias_gap_row(out, "reasoning-bias-grows-with-gamma", hi, lo, curves)
         return out
 
     def notes(self, cfg: AnchorsBiasConfigT, measured: Measurements, groups: list[GroupResult]) -> list[str]:

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from tdlab.claims import ArmHealth, ClaimSpec, Sample, Stage, assess_arm
+from tdlab.claims import ArmHealth, ClaimSpec, Measurements, Sample, Stage, assess_arm
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.config import Config
 from tdlab.experiments.view import RunView
@@ -446,6 +446,20 @@ def reasoning_first_rows(out: Any, claim: str, arm: str, curves: ArmCurves, thre
 def bias_gap(curves: ArmCurves) -> list[float]:
     """The reasoning bias of one arm per member: ``AUC_rsn,test − AUC_mem``."""
     return [a - b for a, b in zip(curves.auc("test"), curves.auc("mem"), strict=True)]
+
+
+def bias_gap_row(out: Measurements, claim: str, hi: float, lo: float, curves: dict[float, ArmCurves]) -> None:
+    """Row ``HI-above-LO`` of ``claim``: the reasoning bias (:func:`bias_gap`) at γ = ``hi`` against γ = ``lo``,
+    paired by member."""
+    out.row(
+        claim,
+        f"{hi:g}-above-{lo:g}",
+        bias_gap(curves[hi]),
+        bias_gap(curves[lo]),
+        arms=[GammaArms.arm(hi), GammaArms.arm(lo)],
+        context={"gamma": hi, "reference_gamma": lo},
+        label=f"(AUC_rsn,test − AUC_mem) at γ = {hi:g} minus at γ = {lo:g} > 0",
+    )
 
 
 @dataclass(frozen=True)
