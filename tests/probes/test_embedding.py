@@ -9,7 +9,18 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from tdlab.probes.embedding import cosine_matrix, distance_spearman, erank, nn_order, offdiag_mean, pca
+from tdlab.probes.embedding import (
+    cosine_matrix,
+    distance_spearman,
+    erank,
+    nn_order,
+    offdiag_mean,
+    pair_abs_error,
+    pair_indices,
+    pair_spearman,
+    pca,
+    spearman_rows,
+)
 from tdlab.theory.anchors import eq14_vectors
 
 F64 = torch.float64
@@ -94,3 +105,24 @@ def test_bad_input():
         cosine_matrix(torch.randn(5))
     with pytest.raises(ValueError, match="k="):
         pca(torch.randn(3, 4), 5)
+
+
+def test_spearman_rows_and_pair_indices():
+    assert spearman_rows(torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]]), torch.arange(3)).tolist() == pytest.approx(
+        [1.0, -1.0]
+    )
+    x = torch.randn(3, 7, generator=torch.Generator().manual_seed(0))
+    y = torch.randn(7, generator=torch.Generator().manual_seed(1))
+    assert spearman_rows(x, y).tolist() == pytest.approx([spearmanr(r.numpy(), y.numpy())[0] for r in x], abs=1e-12)
+    i, j = pair_indices(4)
+    assert list(zip(i.tolist(), j.tolist(), strict=True)) == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+
+
+def test_pair_spearman_and_pair_error_of_cosine_matrices():
+    a = torch.tensor([[1.0, 0.9, 0.1], [0.9, 1.0, 0.5], [0.1, 0.5, 1.0]])
+    assert float(pair_spearman(a, a)) == pytest.approx(1.0)
+    assert float(pair_spearman(-a, a)) == pytest.approx(-1.0)
+    # an order-preserving map keeps the Spearman at 1 while the values move: only the error sees it
+    assert float(pair_spearman(a**3, a)) == pytest.approx(1.0)
+    assert float(pair_abs_error(a**3, a)) == pytest.approx(np.mean([0.9 - 0.729, 0.1 - 0.001, 0.5 - 0.125]))
+    assert pair_abs_error(torch.stack([a, a**3]), a).tolist() == pytest.approx([0.0, float(pair_abs_error(a**3, a))])

@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy.special import digamma
 
-from tdlab.tasks.topics import population
+from tdlab.tasks.topics import TopicsConfig, population
 from tdlab.theory.topics import (
     block_sums,
     c1,
@@ -22,9 +22,14 @@ from tdlab.theory.topics import (
     family_residual,
     in_optimal_family,
     min_population_loss,
+    moment_loss,
+    optimum_masked_loss,
     population_loss,
+    population_moments,
+    ridge_wv,
     thm1_bias,
     thm1_embedding,
+    trivial_masked_error,
     wv_star,
     wv_star_entries,
 )
@@ -76,6 +81,18 @@ def test_ridge_solutions_tend_to_thm2(T, v, tau):
         W_lam = P @ Q.T @ torch.linalg.inv(Q @ Q.T + K * lam * torch.eye(Q.shape[0], dtype=torch.float64))
         errs.append((W_lam - W).norm().item())
     assert all(b < a / 5 for a, b in itertools.pairwise(errs)) and errs[-1] < 1e-3
+
+
+def test_moment_form_equals_the_enumerated_population_loss_and_ridge_tends_to_thm2():
+    m = population_moments(4, 3, 2, 0.15, 0.1, 0.1)
+    W = torch.randn(3, 13, 13, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(moment_loss(W, m), population_loss(W, 4, 3, 2, 0.15, 0.1, 0.1), rtol=1e-12, atol=1e-12)
+    star = wv_star(4, 3, 0.15, 0.1, 0.1)
+    d = [float((ridge_wv(m, lam) - star).norm() / star.norm()) for lam in (1e-3, 1e-4, 1e-5)]
+    assert d[0] > d[1] > d[2] and d[1] / d[2] == pytest.approx(10, rel=0.05)  # O(λ) approach to the λ → 0 limit
+    W = ridge_wv(m, 1e-4).requires_grad_()  # stationary for the penalised objective
+    (moment_loss(W[None], m) + 1e-4 * W.pow(2).sum()).sum().backward()
+    assert float(W.grad.abs().max()) < 1e-12
 
 
 @pytest.mark.parametrize("T,v,tau", [(4, 3, 2), (5, 2, 3)])
@@ -375,3 +392,38 @@ def test_the_leak_takes_the_bounds_below_the_loss_of_predicting_p():
     n = rng.integers(100, 151, 400_000)
     k = rng.binomial(n, 0.15)
     assert mean_inverse_masked(t) == pytest.approx(np.mean(1.0 / k[k > 0]), rel=2e-3)
+
+
+def _mc_optimum(task: TopicsConfig, n: int = 400_000, seed: int = 0) -> tuple[float, float]:
+    """Monte Carlo of ``(1 − E‖p‖², E[H(p)])`` over documents (p_i = θ_topic(i)/v), independent of the closed form."""
+    rng = np.random.default_rng(seed)
+    if task.generator == "lda":
+        theta = rng.dirichlet(np.full(task.T, task.alpha), size=n)
+    else:
+        theta = np.zeros((n, task.T))
+        idx = np.argsort(rng.random((n, task.T)), axis=1)[:, : task.tau]
+        np.put_along_axis(theta, idx, 1.0 / task.tau, axis=1)
+    p = np.repeat(theta / task.v, task.v, axis=1)  # (n, Tv)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -np.where(p > 0, p * np.log(p), 0.0).sum(1)
+    return float(1 - (p**2).sum(1).mean()), float(h.mean())
+
+
+@pytest.mark.parametrize(
+    "task",
+    [TopicsConfig(), TopicsConfig(T=5, v=4, alpha=0.5), TopicsConfig(generator="uniform-tau", T=6, v=3, tau=2)],
+    ids=["s6.1", "lda", "tau"],
+)
+def test_optimum_masked_loss_matches_monte_carlo(task):
+    sq, ce = _mc_optimum(task)
+    assert optimum_masked_loss(task, "squared") == pytest.approx(sq, abs=3e-4)
+    assert optimum_masked_loss(task, "ce") == pytest.approx(ce, abs=3e-3)
+    # the optimum lies below the uniform predictor's loss, by §6.1's gap (0.045 squared, 1.46 nats CE)
+    assert optimum_masked_loss(task, "squared") < trivial_masked_error(task, "squared")
+    assert optimum_masked_loss(task, "ce") < trivial_masked_error(task, "ce")
+
+
+def test_section_6_1_values():
+    t = TopicsConfig()
+    assert optimum_masked_loss(t, "squared") == pytest.approx(1 - 0.055)  # E Σθ² = 1.1/2 over v = 10
+    assert trivial_masked_error(t, "ce") == pytest.approx(math.log(100))

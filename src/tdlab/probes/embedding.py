@@ -11,6 +11,8 @@ on the CPU; results are float64 tensors.
   ρ near -1.
 * ``nn_order``: share of vectors whose cosine-nearest other vector has id ``id ± 1``; chance is exactly
   ``2/n`` for ids ``0..n-1`` (interior ids have 2 neighbours, the ends 1, among ``n - 1`` others).
+* ``pair_spearman`` / ``pair_abs_error``: Spearman correlation / mean absolute difference of the pairs ``i < j``
+  of two cosine matrices (a measured one against its theory); ``spearman_rows`` the rank correlation they use.
 * ``erank``: ``exp(H(p))``, ``p = σ / Σσ`` the normalised singular values.
 * ``pca``: projections on the top principal components of the centred rows.
 """
@@ -28,7 +30,11 @@ __all__ = [
     "erank",
     "nn_order",
     "offdiag_mean",
+    "pair_abs_error",
+    "pair_indices",
+    "pair_spearman",
     "pca",
+    "spearman_rows",
 ]
 
 F64 = torch.float64
@@ -53,6 +59,35 @@ def cosine_matrix(w: Tensor | np.ndarray) -> Tensor:
     x = _rows(w)
     x = x / x.norm(dim=-1, keepdim=True)
     return x @ x.transpose(-1, -2)
+
+
+def pair_indices(n: int) -> tuple[Tensor, Tensor]:
+    """``(i, j)``: the pairs ``i < j`` of ``n`` items (the upper triangle of an ``(n, n)`` matrix), ``(n(n−1)/2,)`` each."""
+    i, j = torch.triu_indices(n, n, 1)
+    return i, j
+
+
+def spearman_rows(x: Tensor, y: Tensor) -> Tensor:
+    """Spearman correlation along the last axis of ``x (..., n)`` with ``y (n,)`` (ties get average ranks): ``(...)``
+    float64."""
+    rx = torch.from_numpy(rankdata(x.double().numpy(), axis=-1))
+    ry = torch.from_numpy(rankdata(y.double().numpy())).expand_as(rx)
+    rx, ry = rx - rx.mean(-1, keepdim=True), ry - ry.mean(-1, keepdim=True)
+    return (rx * ry).sum(-1) / (rx.norm(dim=-1) * ry.norm(dim=-1))
+
+
+def pair_spearman(a: Tensor, b: Tensor) -> Tensor:
+    """Spearman correlation of the off-diagonal upper-triangle entries of ``a (..., n, n)`` with those of
+    ``b (n, n)``: ``(...)`` float64."""
+    i, j = pair_indices(b.shape[-1])
+    return spearman_rows(a[..., i, j], b[i, j])
+
+
+def pair_abs_error(a: Tensor, b: Tensor) -> Tensor:
+    """Mean ``|a_ij − b_ij|`` over the pairs ``i < j`` of matrices ``a (..., n, n)`` and ``b`` (the same shape or
+    ``(n, n)``): ``(...)`` float64."""
+    i, j = pair_indices(a.shape[-1])
+    return (a.double() - b.double())[..., i, j].abs().mean(-1)
 
 
 def offdiag_mean(c: Tensor, absolute: bool = False) -> Tensor:

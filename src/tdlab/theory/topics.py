@@ -307,6 +307,29 @@ def population_loss(
     return ((f - p).pow(2).sum(-1) + 1.0 - p.pow(2).sum(-1)).mean(-1)
 
 
+def population_moments(T: int, v: int, tau: int, p_m: float, p_c: float, p_r: float) -> dict[str, Tensor]:
+    """:func:`population_loss` without ``b`` as a quadratic form in ``W``:
+    ``L(W) = tr(W Σ_qq Wᵀ) − 2 tr(W Σ_qp) + c`` with ``Σ_qq = E[q qᵀ]``, ``Σ_qp = E[q pᵀ]`` over the τ-subset
+    documents and ``c = 1`` (``E[1 − ‖p‖² + ‖p‖²]``). Returns ``{"qq": (V, V), "qp": (V, V), "const": ()}``
+    float64."""
+    pop = population(T, v, tau, p_m, p_c, p_r)
+    p, q = pop["p"].double(), pop["q"].double()
+    K = q.shape[0]
+    return {"qq": q.T @ q / K, "qp": q.T @ p / K, "const": torch.tensor(1.0, dtype=torch.float64)}
+
+
+def moment_loss(W: Tensor, m: dict[str, Tensor]) -> Tensor:
+    """``(E,)``: :func:`population_loss` of every ``W (E, V, V)`` from its :func:`population_moments` ``m``."""
+    return ((W @ m["qq"]) * W).sum((1, 2)) - 2 * (W * m["qp"].T).sum((1, 2)) + m["const"]
+
+
+def ridge_wv(m: dict[str, Tensor], l2: float) -> Tensor:
+    """The exact minimiser of ``L(W) + λ‖W‖_F²`` (Thm. 2's ``L_l2reg`` at a finite λ):
+    ``W = Σ_pq (Σ_qq + λ I)^{-1}`` (row-wise normal equations), ``(V, V)``."""
+    V = m["qq"].shape[0]
+    return torch.linalg.solve(m["qq"] + l2 * torch.eye(V, dtype=torch.float64), m["qp"]).T
+
+
 def min_population_loss(v: int, tau: int) -> float:
     """``1 − 1/(τv)``: the minimum of :func:`population_loss` (Bayes risk of predicting ``p_S``; every
     Lemma 1 member reaches it), for any T >= τ."""
@@ -314,7 +337,38 @@ def min_population_loss(v: int, tau: int) -> float:
 
 
 # ----------------------------------------------------------------------------------------------
-# Lower bounds of the masked-token loss (§3.2 masking, §6.1 LDA or §3.1 uniform-τ documents)
+# Reference levels and lower bounds of the masked-token loss (§3.2 masking, §6.1 LDA or §3.1 uniform-τ documents)
+
+
+def trivial_masked_error(task: TopicsSpec, loss: str) -> float:
+    """The test loss of the trivial predictor of a masked word: uniform over the Tv words. Cross-entropy:
+    log(Tv); squared (Eq. 3, summed over V): E‖u − e_x‖² = 1 − 1/(Tv)."""
+    n = task.T * task.v
+    return math.log(n) if loss == "ce" else 1.0 - 1.0 / n
+
+
+def optimum_masked_loss(task: TopicsSpec, loss: str) -> float:
+    """The loss of predicting every masked word with its document's word distribution ``p`` (``p_i =
+    θ_topic(i)/v``): the optimum of a uniform-attention model under Assumption 1 (infinitely long documents),
+    which reads ``p`` off the masked document exactly (Lemma 1's family reaches it, §4-§5).
+
+    **Not a lower bound** of the masked loss: a model whose attention reads the masked position's own token
+    (kept with probability p_c, a random word with p_r, §3.2) goes below it (0.900 against 0.945 for the
+    all-trained squared/Adam model of Fig. 1). The bounds are :func:`bayes_masked_loss` and
+    :func:`blind_masked_loss_bound`.
+
+    Squared loss (Eq. 3): ``1 − E‖p‖² = 1 − E[Σ_t θ_t²]/v``; cross-entropy (Eq. 4): ``E[H(p)] = log v + E[H(θ)]``.
+    LDA (§6.1, θ ~ Dir(α·1_T)): ``E[Σ θ_t²] = (α + 1)/(Tα + 1)``, ``E[H(θ)] = ψ(Tα + 1) − ψ(α + 1)``;
+    uniform-τ (§3.1, θ = 1_S/τ): ``1/τ`` and ``log τ``. Finite documents sit a little above it (θ is then
+    not known exactly).
+    """
+    if task.generator == "lda":
+        a, T = task.alpha, task.T
+        sum_sq = (a + 1.0) / (T * a + 1.0)
+        h_theta = float(digamma(T * a + 1.0) - digamma(a + 1.0))
+    else:
+        sum_sq, h_theta = 1.0 / task.tau, math.log(task.tau)
+    return 1.0 - sum_sq / task.v if loss == "squared" else math.log(task.v) + h_theta
 
 
 def _topic_mean(task: TopicsSpec, g: Callable[[np.ndarray, np.ndarray], np.ndarray], nodes: int = 96) -> float:

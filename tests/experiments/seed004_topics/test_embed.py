@@ -14,11 +14,11 @@ import torch
 
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
-from tdlab.experiments.seed004_topics.common.training import masked_loss_floor, trivial_masked_error
+from tdlab.experiments.seed004_topics.common.training import masked_loss_floor
 from tdlab.experiments.seed004_topics.embed import TopicsEmbed
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunWriter
-from tdlab.theory.topics import c3
+from tdlab.theory.topics import c3, trivial_masked_error
 
 SMALL = ["task.T=3", "task.v=3", "task.n_min=10", "task.n_max=15", "train.seq_len=15"]
 GAP = c3(0.15, 0.1)
@@ -181,7 +181,7 @@ def test_the_stage_reads_the_position_blind_floor_and_the_old_optimum_is_not_a_b
     """The stage is half way from the uniform predictor to the position-blind floor (0.9408 squared at §6.1),
     which every arm can reach; the all-trained model's floor is the Bayes risk with the masked position's own
     token (0.8713), below the loss of predicting p (0.945) that the all-trained squared/Adam record reached under."""
-    from tdlab.experiments.seed004_topics.common.training import optimum_masked_loss
+    from tdlab.theory.topics import optimum_masked_loss
 
     exp = TopicsEmbed()
     cfg = exp.make_config("quick")

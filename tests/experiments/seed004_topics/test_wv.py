@@ -9,35 +9,28 @@ import pytest
 import torch
 
 from tdlab.experiments.runner import execute
-from tdlab.experiments.seed004_topics.common.training import ASSUMPTION_1, masked_loss_floor, trivial_masked_error
+from tdlab.experiments.seed004_topics.common.training import ASSUMPTION_1, masked_loss_floor
 from tdlab.experiments.seed004_topics.wv import (
     POPULATION,
     PopulationConfig,
     TopicsWV,
     fit_population_wv,
-    moment_loss,
-    population_moments,
     ridge_distance,
-    ridge_wv,
 )
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunWriter
-from tdlab.theory.topics import c3, min_population_loss, population_loss, wv_star, wv_star_entries
+from tdlab.theory.topics import (
+    c3,
+    min_population_loss,
+    population_moments,
+    ridge_wv,
+    trivial_masked_error,
+    wv_star,
+    wv_star_entries,
+)
 
 SMALL = ["task.T=3", "task.v=3", "task.n_min=10", "task.n_max=15", "train.seq_len=15", "population.tau=1"]
 GAP = c3(0.15, 0.1)
-
-
-def test_moment_form_equals_the_enumerated_population_loss_and_ridge_tends_to_thm2():
-    m = population_moments(4, 3, 2, 0.15, 0.1, 0.1)
-    W = torch.randn(3, 13, 13, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    torch.testing.assert_close(moment_loss(W, m), population_loss(W, 4, 3, 2, 0.15, 0.1, 0.1), rtol=1e-12, atol=1e-12)
-    star = wv_star(4, 3, 0.15, 0.1, 0.1)
-    d = [float((ridge_wv(m, lam) - star).norm() / star.norm()) for lam in (1e-3, 1e-4, 1e-5)]
-    assert d[0] > d[1] > d[2] and d[1] / d[2] == pytest.approx(10, rel=0.05)  # O(λ) approach to the λ → 0 limit
-    W = ridge_wv(m, 1e-4).requires_grad_()  # stationary for the penalised objective
-    (moment_loss(W[None], m) + 1e-4 * W.pow(2).sum()).sum().backward()
-    assert float(W.grad.abs().max()) < 1e-12
 
 
 def test_population_training_reaches_the_ridge_optimum_and_logs_its_distance():

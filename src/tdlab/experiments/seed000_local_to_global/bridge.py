@@ -23,23 +23,8 @@ H(π)`` on the w-axis, ``Φ(D*) =`` the entropy rate on Θ_*). A cell is *not in
 would pass: a claim that cannot fail), or when the theory gives the predicted basin less than
 ``min_probability``.
 
-Claims, one row per informative (p, q, budget) cell, each on the members' mean with its t-interval,
-``convergence`` horizon (a gap still drifting over the last tenth of the learning-rate integral by more
-than the tolerance is not resolved):
-
-* ``below-line-ends-at-entropy-rate`` (Thm. 8, p + q < 1): final test loss − the Bayes predictor's loss
-  on the *same* evaluation batches ≈ 0. A claim about *reaching* the global minimum: a member still on
-  the H(π) plateau (markov-init's level, :data:`LEFT_PLATEAU`) leaves the row not evaluable;
-* ``above-line-stays-at-H(pi)`` (Thm. 2, p + q > 1): final test loss − the unigram predictor's loss on
-  the same batches ≈ 0. A claim about *not* learning the bigram law: the health gate only asks that the
-  arm moved. Members that leave H(π) move the mean below it; with few members whose gaps differ widely
-  the interval may straddle the tolerance (not resolved), and the notes then say how many members are
-  individually beyond it. It says the init *stays* at H(π): only rows trained for Table 2's 8000
-  iterations decide it (a shorter budget's rows are ours, :data:`PAPER_HORIZON_ROW`).
-
-Each claim's hypotheses are its theorem's side of the line, read off the row's (p, q) (a row whose App. G
-basin puts it in the other claim is ours), and σ² ≪ 1/√2; the 0.01-nat tolerance is calibrated by planted
-members at either minimum of the cell.
+The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+(``tdlab explain markov-bridge``): one row per informative (p, q, budget) cell.
 
 Measured besides, per member: the class of the final loss (at the rate, at H(π), in between; against the
 same-batch references) and the step at which it leaves the H(π) plateau (censored at the last evaluation
@@ -291,7 +276,11 @@ def _end_state(other: str, sign: float) -> Threshold:
     )
 
 
+# A row goes to the claim of the basin App. G predicts for its cell; the hypotheses read the side of the line
+# off the row's (p, q), so a row whose App. G basin puts it in the other claim is ours.
 CLAIMS = (
+    # A claim about *reaching* the global minimum: a member still on the H(π) plateau (markov-init's level,
+    # LEFT_PLATEAU) leaves the row not evaluable.
     ClaimSpec(
         BELOW,
         "p+q<1: a small standard init of the Sec. 2 transformer ends at the entropy rate, a global minimum "
@@ -316,6 +305,9 @@ CLAIMS = (
         unit=" nats",
         example={"p": 0.2, "q": 0.3, "budget": PAPER_STEPS},
     ),
+    # A claim about *not* learning the bigram law: the health gate only asks that the arm moved. Members that
+    # leave H(π) move the mean below it; with few members whose gaps differ widely the interval may straddle the
+    # tolerance (not resolved), and the notes then say how many members are individually beyond it.
     ClaimSpec(
         ABOVE,
         "p+q>1: a small standard init of the Sec. 2 transformer ends at H(π), the local minimum (Thm. 2, App. G; "

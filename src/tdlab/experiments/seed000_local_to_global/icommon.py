@@ -3,34 +3,30 @@ bias step".
 
 Two statements of the seed, checked where the seed makes them:
 
-1. **I_common** (Sec. 4, after Thm. 2): "there is a common region of initialization,
-   I_common = {(e, w) : w < 0, |e| > sqrt(w^2 - log(-w) + E_sad)}, that leads to the global minima
-   convergence irrespective of the switching (§ A.3.2)". App. A.3.2 tests one point of I_* on the full
-   model at one (p, q) with p + q > 1. Here: initial points are *sampled* in I_common
-   (:func:`tdlab.theory.markov_regions.sample_icommon`, one per member, the same points in every cell —
-   the region is data-agnostic), mapped into the full Sec. 2 transformer by App. D's canonical
+1. **I_common** (Sec. 4, after Thm. 2), ``I_common = {(e, w) : w < 0, |e| > sqrt(w^2 - log(-w) + E_sad)}``,
+   the region of initialisations the seed says leads to the global minimum irrespective of the switching;
+   App. A.3.2 tests one point of I_* on the full model at one (p, q) with p + q > 1. Here: initial
+   points are *sampled* in I_common (:func:`tdlab.theory.markov_regions.sample_icommon`, one per
+   member, the same points in every cell — the region is data-agnostic), mapped into the full Sec. 2 transformer by App. D's canonical
    parameterisation (:func:`canonical_init_`) and trained (AdamW, Table 2) on a grid of (p, q) on both
-   sides of p + q = 1; claim: each cell's members end at the entropy rate (the global minimum,
-   Thm. 1(i) / Thm. 4(iii)). A claim about *reaching* the global minimum: a member still on the H(π)
-   plateau at the end (markov-init's level, :data:`LEFT_PLATEAU`) leaves its cell not evaluable.
+   sides of p + q = 1; each cell's final test loss is read against the entropy rate (the global minimum,
+   Thm. 1(i) / Thm. 4(iii)).
 2. **"One additional step is usually sufficient"** (Sec. 3 after Eq. 3; App. A.1 after Eq. 9): the
    theory analyses the profile loss ``L(θ) = L(θ, b*(θ))``; the seed says that in practice this means
    running gradient descent on the bias for one more step per iteration. Checked on the canonical (e, w)
    model in closed form: from initial points uniform in a box, with a stale bias ``b0 = 0``, gradient
-   descent with one extra bias step per iteration ends in the same basin (global / local minimum,
-   :func:`tdlab.theory.markov_regions.limit_kind`) as gradient descent on the profile loss from the same
-   point and step size, for at least ``agree_min`` of the points ("usually"; a proportion, Wilson
-   interval). ``static``: no model is trained; the descents run a stated number of steps, and a cell
-   where more than ``1 − agree_min`` of the end points are not yet at a critical set is not evaluable
-   (:data:`DESCENT_SETTLED`). Plain joint descent (no extra step) is measured beside it. The full-model
+   descent with one extra bias step per iteration is compared with gradient descent on the profile loss
+   from the same point and step size, by the basin each ends in (global / local minimum,
+   :func:`tdlab.theory.markov_regions.limit_kind`). No model is trained; the descents run a stated
+   number of steps. Plain joint descent (no extra step) is measured beside it. The full-model
    counterpart lives in ``markov-rank``.
 
 Both are the seed's statements in the seed's models; the box, the step size and the region's margin
 are ours because the seed states none (every row is ``seed`` provenance: there is no other setting).
 
-Sanity groups: the sampled points lie in I_common and the canonical profile gradient flow from each
-ends at a global minimum for every cell (Thms. 2/8: true by the theorems, a check of the sampler and
-the integrator); the full model does not start at the entropy rate (so reaching it is learnt).
+The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+(``tdlab explain markov-icommon``), with the sanity checks of the sampler, the integrator and the
+untrained start.
 
 Readings of the seed (ambiguities resolved; see also :mod:`tdlab.theory.markov_regions`):
 
@@ -281,6 +277,8 @@ def _between_minima(cfg: MarkovICommonConfig, context: Any) -> tuple[Sample, Sam
 
 
 CLAIMS = (
+    # A claim about *reaching* the global minimum: a member still on the H(π) plateau at the end (markov-init's
+    # level, LEFT_PLATEAU) leaves its cell not evaluable.
     ClaimSpec(
         "icommon-reaches-entropy-rate",
         "Initialised in I_common (Sec. 4), the Sec. 2 transformer reaches the entropy rate, a global minimum, irrespective "
@@ -341,6 +339,7 @@ CLAIMS = (
         stage=DESCENT_SETTLED,
         example={"p": 0.2, "q": 0.3},
     ),
+    # True by Thms. 2/8 for every point of I_common: a fail is the sampler's or the integrator's.
     ClaimSpec(
         "sampled-points-in-icommon",
         "The sampled initial points lie in I_common and the canonical profile gradient flow (Thms. 2/8) from each ends at "

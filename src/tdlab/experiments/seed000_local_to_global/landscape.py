@@ -6,26 +6,19 @@ No transformer is trained: the gradient flow of the canonical low-rank model's e
 Fig. 1 (c)/(d)). Per member (seed):
 
 * a few display trajectories from ``N(0, traj_scale² I)``, integrated accurately (Dormand-Prince,
-  ``rtol = traj_rtol``): the energy Eq. (4) must stay constant along each (Lemma 1) — a property of the
-  exact flow, so along a numerical trajectory it checks the integrator: a sanity check on the largest
-  drift over every trajectory (one exact value);
+  ``rtol = traj_rtol``), along which the energy Eq. (4) is followed (Lemma 1: constant along the exact
+  flow, so along a numerical trajectory a check of the integrator);
 * ``n_random`` initial points ``θ₀ ~ N(0, init_scale² I)`` integrated to ``t_end`` (Rosenbrock 2(3)):
-  the endpoint's critical set (:func:`classify_critical`, Thm. 1) must be the basin Thm. 2 / Thm. 8
-  assign to θ₀ (:func:`predict_basin`) — the theorems hold for every θ₀ off a null set;
+  the endpoint's critical set (:func:`classify_critical`, Thm. 1) against the basin Thm. 2 / Thm. 8
+  assign to θ₀ (:func:`predict_basin`);
 * ``n_gaussian`` small Gaussian inits for each σ in ``sigmas``: the fraction of flow endpoints at the
-  local minimum must equal the App. G quadrature probability :func:`gaussian_basin_probability`
+  local minimum against the App. G quadrature probability :func:`gaussian_basin_probability`
   (≈ 1 for p + q > 1, Thm. 2; ≈ 0 for p + q < 1, Thm. 8).
 
-Every row is in the seed's setting (Thms. 2 and 8 are stated for every (p, q) off p + q = 1 and every
-θ₀; App. G's probability for every σ), but for the small-init statement, whose "σ² ≪ 1/√2" we read as
-σ² ≤ 0.1/√2: a row at a larger σ is ours. The statements are for every chain: a group holds only when
-every chain's row does. The horizon is ``static``: nothing is trained, the flow is a
-deterministic function of θ₀ integrated to a stated time ``t_end`` that stands in for its limit. That
-stand-in is gated, not assumed: an endpoint not yet within ``limit_atol`` of a critical set at
-``t_end`` has not reached its limit, and a member with more such endpoints than the claims' tolerance
-allows leaves the rows not evaluable (:data:`FLOW_SETTLED`), never failing. The basin fractions are
-proportions of random draws (each flow deterministic), decided on Wilson's interval over the pooled
-``members × n`` points.
+Nothing is trained: the flow is a deterministic function of θ₀, integrated to a stated time ``t_end``
+that stands in for its limit; an endpoint not yet within ``limit_atol`` of a critical set at ``t_end``
+has not reached it (:data:`FLOW_SETTLED`). The claims, with the paper's words, hypotheses and
+thresholds, are declared in ``CLAIMS`` (``tdlab explain markov-landscape``).
 
 ``markov-landscape-3d`` (:mod:`.landscape_3d`) shares the configuration, the flows and the run here.
 """

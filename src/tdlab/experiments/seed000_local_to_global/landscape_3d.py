@@ -9,17 +9,9 @@ p + q > 1" and Fig. 2's "contrasting behavior for Gaussian initialization around
 states this from its figures (App. H: the basins are not derived in 3-d); the expected set comes from
 the origin's own class under Thm. 10 (:meth:`MarkovLandscape3D.expected_kind`).
 
-Claims, per (chain, σ), all in the seed's setting and ``static`` (flows to a stated time, gated by
-:data:`~.landscape.FLOW_SETTLED` as in ``markov-landscape``):
-
-* ``small-init-limit``: the fraction of endpoints on the expected set ≥ ``min_fraction`` (proportion,
-  Wilson interval over ``members × n_gaussian`` points);
-* ``small-init-final-loss``: the fraction of endpoints whose loss is within ``loss_tol`` of the target
-  ≥ ``min_fraction`` (target H(π) for p + q > 1, the entropy rate for p + q < 1: Thm. 10's losses of the
-  sets), read from the losses rather than the classification.
-
-Sanity: the energy Eq. (10) is conserved along the near-origin (Fig. 5) and wider (Fig. 2) display
-trajectories (Lemma 14; checks the integrator).
+The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+(``tdlab explain markov-landscape-3d``): one row per (chain, σ), and a sanity check of the energy
+Eq. (10) along the near-origin (Fig. 5) and wider (Fig. 2) display trajectories (Lemma 14).
 """
 
 from __future__ import annotations

@@ -3,10 +3,8 @@
 Two arms of the Sec. 2 single-layer transformer (``GPT(arch="sec2")``) trained on the binary
 first-order chain (p, q) = (0.2, 0.3):
 
-* ``standard`` (Fig. 3, "Low-rank at convergence"): every parameter ~ N(0, 0.001²). The seed: "at
-  convergence both W_V and W_1 are approximately rank-one with one of their components being same as
-  the embedding vector ... Further, the embedding vector has all entries in {±1} up to a scaling",
-  and "the same conclusion for other weight matrices W_{K,Q}, W_2".
+* ``standard`` (Fig. 3, "Low-rank at convergence"): every parameter ~ N(0, 0.001²); the trained
+  weights are read for the low-rank structure Fig. 3 shows.
 * ``rank-one`` (Fig. 6, "Low-rank initialization remains low-rank during training"): "we randomly
   initialize the weight parameters as rank-one matrices and the embeddings on the hypercube {±1}^d
   ... train them without any low-rank restrictions ... the parameters still stay low-rank". The
@@ -16,24 +14,15 @@ first-order chain (p, q) = (0.2, 0.3):
   (to round-off), not a finding.
 
 Measured from the stored parameters (final ``arrays/ARM.safetensors``, initial ``ARM@init``) and from
-σ₂/σ₁ recorded every ``probe_every`` steps (:class:`~.common.low_rank.TrajectoryProbe`). Expected values are
-App. C's exact structure (σ₂/σ₁ = 0, |cos| = 1, spread 0); the tolerances say how far "approximately"
-reaches (:class:`RankClaimConfig`). The Fig. 3 statements are "at convergence": ``convergence``
-claims, each row carrying the drift of its recorded trajectory over the last tenth of the
-learning-rate integral, and gated on :data:`AT_A_MINIMUM` (the member's final loss is at one of
-Thm. 1's minima: a run stopped on its way is not evaluable, never failing). App. C describes the
-*global* minima: its rows are gated on :data:`AT_GLOBAL_MINIMUM`.
+σ₂/σ₁ recorded every ``probe_every`` steps (:class:`~.common.low_rank.TrajectoryProbe`). The claims,
+with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS`` (``tdlab explain
+markov-rank``).
 
 Provenance. The standard arm is the seed's setting under AdamW (Table 2's optimiser, and the authors'
 code for this model); App. A.3.1's text says "SGD" with no step size, so an SGD run (lr 0.3 unless
 set, our choice) gives ``ours`` rows. The rank-one arm's init is ours: its App. C rows are ``ours``,
 and the App. C statements it satisfies by construction (W_O W_V and W_Q^T W_K rank one along α) are
 not measured on it.
-App. C recalls the structure of the global minima found "when p + q < 1": its statements carry that
-hypothesis (on a p+q>1 chain their rows are ours), except W_2 = ±W_1^T, whose sign App. D gives for both
-sides. Each tolerance is ours and, but for ``<v, α> ≈ 0`` (no theory value for an attention that is "on"),
-calibrated by planted members at App. C's exact structure against the structure-free Gaussian init Fig. 3
-starts from (the statistic's median over Gaussian draws at the run's shapes).
 
 Reading of the seed (App. A.3.1 is terse; where the text is ambiguous we say what we did):
 
@@ -43,23 +32,17 @@ Reading of the seed (App. A.3.1 is terse; where the text is ambiguous we say wha
   either factor could be meant ("row" reads as the input side, App. C puts α on the *left* of the
   product W_O W_V = α v^T); the claim takes the better of the two (|cos| of u_1 or v_1 with e), and
   both are reported.
-* "The same conclusion for other weight matrices W_{K,Q}, W_2" is a claim of its own
-  (``fig3-other-matrices-rank-one``).
-* App. C, one group per statement (one relation each), one row per arm, on the final weights
-  (:func:`~.common.low_rank.app_c_structure`): ``p_n = -p·α`` along -e, ``p ≈ e/2``, constant over n;
-  ``W_2 = ±W_1^T`` up to scale with the sign App. C (``+``, p + q < 1) / App. D (``-``, p + q > 1) give;
-  ``W_O W_V = α v^T`` and ``W_Q^T W_K = (q²d) α α^T`` (rank one, factors along e); ``<v, α> ≈ 0``,
-  "hence y_n = x_n". α is the measured direction of the trained embedding e.
+* App. C's statements (Eqs. (12)-(15)) are read on the final weights
+  (:func:`~.common.low_rank.app_c_structure`), one group per statement, one row per arm; α is the
+  measured direction of the trained embedding e.
 * Sec. 3 / App. A.1, "one additional [bias] step is usually sufficient", on the full model: on fresh
-  sequences one gradient step on the output bias b alone brings the loss within ``tol_bias`` of
-  ``min_b L(θ, b)`` (:func:`~.common.low_rank.bias_step_excess`), from the initial and the trained weights.
-  The statement has content only where the bias is stale: a member whose bias is already within
-  ``tol_bias`` of its optimum before the step (the trained weights, whose bias training already fitted)
-  does not pass :data:`STALE_BIAS`, and that row is not evaluable. The step size 4 = 1/sup of the
-  logistic loss' curvature in b is ours (the seed gives none); from the σ = 0.001 init the logits are
-  ≈ b, where that step is nearly Newton's on a one-parameter logistic fit (the notes say so). At e = 0 (the local minimum) no bias
-  step changes the other parameters' gradient (:mod:`tdlab.theory.markov_regions`), so "a bias step
-  moves the model off the local minimum" is not a statement checked here.
+  sequences, one gradient step on the output bias b alone, from the initial and the trained weights,
+  against ``min_b L(θ, b)`` (:func:`~.common.low_rank.bias_step_excess`). The step size 4 = 1/sup of
+  the logistic loss' curvature in b is ours (the seed gives none; ``claims.bias_lr``); from the
+  σ = 0.001 init the logits are ≈ b, where that step is nearly Newton's on a one-parameter logistic
+  fit (the notes say so). At e = 0 (the local minimum) no bias step changes the other parameters'
+  gradient (:mod:`tdlab.theory.markov_regions`), so "a bias step moves the model off the local
+  minimum" is not a statement checked here.
 
 Optimiser. App. A.3.1's text says "train them using SGD" but gives no step size; the seed's Table 2
 (and the authors' code for this model) use AdamW (0.9, 0.95), lr 1e-3, cosine, weight decay 1e-3 —
@@ -563,6 +546,7 @@ CLAIMS = (
         horizon="convergence",
         stage=AT_GLOBAL_MINIMUM,
     ),
+    # No APP_C_SIDE hypothesis: App. C gives the sign for p + q < 1 and App. D the one for p + q > 1.
     _along_e_claim(
         "app-c-w2-transpose-w1",
         "At a global minimum W_2 = W_1^T up to scale for p+q<1 (App. C Eq. (15)) "
@@ -639,6 +623,9 @@ CLAIMS = (
         horizon="convergence",
         stage=AT_GLOBAL_MINIMUM,
     ),
+    # The statement has content only where the bias is stale: a member whose bias is already within tol_bias of
+    # its optimum before the step (the trained weights, whose bias training already fitted) does not pass
+    # STALE_BIAS, and that row is not evaluable.
     ClaimSpec(
         "one-extra-bias-step-full-model",
         "'One additional [bias] step is usually sufficient' (Sec. 3, App. A.1) on "

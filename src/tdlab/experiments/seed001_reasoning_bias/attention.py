@@ -5,38 +5,39 @@ Layer 1 (Fig. 5 at γ = 0.8, Fig. 12 at 0.3 and 0.5):
 
 * A — the attention matrix of one training sequence (heatmap);
 * B — ``|A_jk − 1/j|·j`` (relative error against the average operator) over all entries ``k <= j``,
-  rows ``j >= 2`` (1-based), of ``n_probe`` training sequences per member; claims: median ``<= 0.1`` (t)
-  at γ = 0.8 and smaller the larger γ (paired, neighbouring γ), at the end of training (Fig. 5) and at
-  initialisation (Lemma 1: at small init the attention is ``1/j``);
-* C–D — ``W^V`` (paper layout ``d_m × d_k``; torch stores its transpose): ``σ1/σ2 >= 3`` (t) at γ = 0.8 and
-  larger than at γ = 0.3 (paired); the top left singular vector (in the embedding space) has ``|cos| >= 0.8``
-  (t) with the mean reasoning-anchor embedding and ``<= 0.3`` (t) with the mean memory-anchor one.
+  rows ``j >= 2`` (1-based), of ``n_probe`` training sequences per member, at the end of training
+  (Fig. 5) and at initialisation (Lemma 1: at small init the attention is ``1/j``);
+* C–D — ``W^V`` (paper layout ``d_m × d_k``; torch stores its transpose): ``σ1/σ2``, and the ``|cos|`` of
+  its top left singular vector (in the embedding space) with the mean reasoning-anchor and the mean
+  memory-anchor embeddings.
 
 Layer 2 (App. D, Fig. 14; γ = 0.8): on the same sequences, the pre-softmax last row
 ``l = q_L K^T/√d_k`` (``q_L`` from layer 1's output at the last position):
 
 * share of rows that are ``(p, q)``-cliffs (Def. 3, :func:`tdlab.probes.cliffs.is_cliff`) — reported;
-* attention mass on the key and anchors ``p..p+q`` (1-based) ``>= 0.5`` (t);
-* the positional score ``q_L (W^pos W^K)^T/√d_k`` over positions ``1..L−1``, averaged over sequences:
-  Spearman with the position ``>= 0.8`` (t);
-* positional cosines ``cos(w^{pos,i}, w^{pos,j})``, ``i, j <= L−1``: ``ρ <= −0.8`` (t) with ``|i − j|``,
+* attention mass on the key and anchors ``p..p+q`` (1-based);
+* the positional score ``q_L (W^pos W^K)^T/√d_k`` over positions ``1..L−1``, averaged over sequences, and
+  its Spearman with the position;
+* positional cosines ``cos(w^{pos,i}, w^{pos,j})``, ``i, j <= L−1``: their Spearman ρ with ``|i − j|``,
   beside Assumption 4's ``cos(π|i − j|/L)`` (Spearman reported).
 
 Theorem 2 on this model (B.8; the Def. 2 model's flow is ``anchors-flows``): at each snapshot epoch, the top left
 singular vector of ``−∇_{W^V} R`` (layer 1, last-position cross-entropy over the probe sequences) against the
-mean reasoning-anchor embedding, ``|cos| >= 1 − d_m^{−γ}`` (the size of the terms the theorem's small-init
-limit drops). The theorem's other factor, ``E_Y[Y − 1/d_m] W^O (W^f + I)``, has no counterpart through
-LayerNorm, layer 2 and the output layer, so only the embedding side is read here.
+mean reasoning-anchor embedding. The theorem's other factor, ``E_Y[Y − 1/d_m] W^O (W^f + I)``, has no
+counterpart through LayerNorm, layer 2 and the output layer, so only the embedding side is read here.
 
 App. E.2 (γ = 0.8, end), on the word part of layer 1's value path ``O = Attn^(1) W^{emb,X} W^V`` (Assumption 3
 leaves the positions out; Eq. 40 makes ``W^V`` rank one, ``O_j = c_j v``):
 
-* Eq. 42 vs 43 — memory sequences are not tagged: median ``‖O_L‖`` on memory / on reasoning sequences ``<= 0.5`` (t);
-* Eq. 43 — the tag starts at the anchors: median over reasoning sequences of mean ``‖O_j‖`` on rows ``j <= p`` over
-  rows ``j >= p+q`` ``<= 0.5`` (t);
+* Eq. 42 vs 43 — memory sequences are not tagged: median ``‖O_L‖`` on memory over on reasoning sequences;
+* Eq. 43 — the tag starts at the anchors: median over reasoning sequences of mean ``‖O_j‖`` on rows ``j <= p``
+  over rows ``j >= p+q``;
 * Eqs. 41, 43 — the last position's tag ``⟨O_L, v⟩`` is the composite of the anchor pair
-  (``∝ Σ_i w^{emb,a_i} w̄ᵀ``): the pair explains ``>= 0.8`` (t) of its variance over reasoning sequences (η²);
+  (``∝ Σ_i w^{emb,a_i} w̄ᵀ``): the share of its variance over reasoning sequences the pair explains (η²);
   its |Spearman| with the shift ``Σa`` is reported (E does not say the tag is monotone in it).
+
+The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+(``tdlab explain anchors-attention``).
 
 Rows read from trained parameters are the seed's setting only at its learning rate, budget and epoch
 (:func:`~tdlab.experiments.seed001_reasoning_bias.common.training.parameter_reading`); the quick profile's
@@ -60,7 +61,6 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.seed001_reasoning_bias.common.cosines import pair_spearman, spearman_rows
 from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import AnchorsGammaSweep, ProbeConfig, ProbeSource
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
     DIRECTION,
@@ -74,7 +74,7 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
 from tdlab.probes.cliffs import is_cliff, window_mass
-from tdlab.probes.embedding import cosine_matrix, distance_spearman
+from tdlab.probes.embedding import cosine_matrix, distance_spearman, pair_spearman, spearman_rows
 
 
 class AttentionClaims(Config):

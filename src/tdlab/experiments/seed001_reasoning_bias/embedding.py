@@ -1,7 +1,8 @@
 """``anchors-embedding``: seed 001 §4.3, Figs. 4, 9, 11 — the transformer's embedding space after the
 γ-sweep of ``anchors-bias``.
 
-Also the probe source the three probe experiments share (:class:`ProbeConfig`, :class:`ProbeSource`):
+The γ-sweep comes through the probe source the three probe experiments share (:class:`ProbeConfig`,
+:class:`ProbeSource`, in :mod:`~tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep`):
 ``--set from_run=RUN_DIR`` reads a finished ``anchors-bias`` run (its config must match this one's
 task, model, γ values, members, seed, optimisation and schedule, else one error names the fields) and
 copies its ``gamma=<γ>`` arrays and metrics into this run (:meth:`RunContext.copy_arms`), so the analysis
@@ -11,20 +12,22 @@ parameters kept at init, at ``snapshot_epochs`` and at the end).
 Measured (the small-init arm γ = 0.8 unless said):
 
 * Fig. 4A — cosine matrices of memory and reasoning anchors at ``fig4a_epochs`` (the seed: 200, 900 of
-  1000): as Fig. 3A, mean off-diagonal memory cosine ``>= 0.8`` (t) and above the reasoning anchors';
-  reasoning ``ρ <= −0.8`` (t). An epoch the source run did not keep is a row with no measurement.
+  1000), read as Fig. 3A's (:mod:`~tdlab.experiments.seed001_reasoning_bias.common.cosines`): the memory
+  anchors' mean off-diagonal cosine, against the reasoning anchors', and the reasoning anchors' Spearman
+  ρ with ``|s_i − s_j|``. An epoch the source run did not keep is a row with no measurement.
 * Fig. 4B / 11 — PCA of the key and reasoning-anchor embeddings (end); key NN-order (share of keys
-  whose cosine-nearest key is ``z ± 1``; chance ≈ 2/N_Z) ``>= 0.5`` (t), and larger than at γ = 0.3
-  and 0.5 (paired).
+  whose cosine-nearest key is ``z ± 1``; chance ≈ 2/N_Z) at every γ.
 * Fig. 4C / 9 — Eq. 14's vectors ``w̃_i^s = e^{−(i−s)²/12} − 1/d_m + ε``, ``ε ~ N(0, d_m^{−2γ})``, one
-  draw per member: the measured reasoning cosines (end) are judged by their mean absolute error against
-  Eq. 14's over all pairs, ``<= 0.1`` (t) — a rank correlation would pass two theories whose values differ
-  by 0.75. The error per ``|s_i − s_j|`` is reported (the seed: it grows with distance), and the exact
-  ``P^s`` cosines (Eq. 8/22 on the task's population) beside them: Eq. 14's width 12 (σ = √6) does not
-  follow from Thm. 1's ``σ_P = std(Z + ΣA)`` (≈ 29 at the seed's task).
+  draw per member: the measured reasoning cosines (end) are compared with Eq. 14's by their mean absolute
+  error over all pairs — a rank correlation would pass two theories whose values differ by 0.75. The
+  error per ``|s_i − s_j|`` is reported (the seed: it grows with distance), and the exact ``P^s`` cosines
+  (Eq. 8/22 on the task's population) beside them: Eq. 14's width 12 (σ = √6) does not follow from
+  Thm. 1's ``σ_P = std(Z + ΣA)`` (≈ 29 at the seed's task).
 
-Every row reads trained parameters: it is the seed's setting only at the seed's learning rate, budget
-and epoch (:func:`~tdlab.experiments.seed001_reasoning_bias.common.training.parameter_reading`), else ours.
+The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+(``tdlab explain anchors-embedding``). Every row reads trained parameters: it is the seed's setting only
+at the seed's learning rate, budget and epoch
+(:func:`~tdlab.experiments.seed001_reasoning_bias.common.training.parameter_reading`), else ours.
 """
 
 from __future__ import annotations
@@ -43,8 +46,6 @@ from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed001_reasoning_bias.common.cosines import (
     anchor_cosine_claims,
     anchor_cosine_rows,
-    pair_abs_error,
-    pair_spearman,
     reasoning_theory_cosines,
 )
 from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import AnchorsGammaSweep, ProbeConfig, ProbeSource
@@ -59,7 +60,15 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     parameter_reading,
 )
 from tdlab.experiments.view import RunView
-from tdlab.probes.embedding import cosine_matrix, distance_spearman, nn_order, offdiag_mean, pca
+from tdlab.probes.embedding import (
+    cosine_matrix,
+    distance_spearman,
+    nn_order,
+    offdiag_mean,
+    pair_abs_error,
+    pair_spearman,
+    pca,
+)
 from tdlab.seeding import generators
 from tdlab.theory.anchors import eq14_vectors, sigma_p
 

@@ -36,30 +36,9 @@ phase; the seed states no time. The run integrates to the stated ``times`` (the 
 ``static``. Thm. 2 is read at ``t > 0`` only (its derivation needs the embeddings' label-driven growth);
 the propositions also at ``t = 0``.
 
-Tolerances (:func:`small_init_tolerance`): every formula is the ``γ → ∞`` limit of an exact gradient; the
-terms the seed drops (``softmax − 1/d_m``, ``σ' − 1``, Thm. 1's noise ``ε ~ N(0, d_m^{−2γ})``, Thm. 2's
-``O(d_m^{−4γ})`` remainder) would be of relative size about ``d_m^{−γ}`` (the initial entries' scale) *if* they
-were small next to the kept ones, and a direction right up to them would have ``cos ≥ 1 − d_m^{−γ}`` and a rate
-within ``d_m^{−γ}`` of 1 (``0.0145`` at the seed's ``d_m = 200``, γ = 0.8). That is an assumption, so the
-threshold is ours and uncalibrated: a row above it shows the limit's formula accurate here, a row below it
-cannot refute a γ → ∞ statement. Rows at the seed's small init γ = 0.8 are the seed's; other γ are ours.
-
-What the statements need, declared as hypotheses (a row outside one is ours: shown, never deciding):
-
-* Props. 2–3 are stated for memory and reasoning anchors only (keys: "a similar result", a remark after
-  Thm. 1), and their compact form merges Eq. 28's last-position sum into the all-occurrence one, which keeps
-  Eq. 28's direction only where the label law of the sequences *ending* in ``s`` is that of the sequences
-  *containing* ``s`` (:func:`tdlab.theory.anchor_flows.last_vs_all_law_gap`, measured on the member's own
-  memory table: exact for reasoning anchors, by the symmetry of the tuples; for memory anchors only on average
-  over tables, Eq. 7 — one fixed table gives the two sums different cells, a gap that does not shrink as
-  γ → ∞).
-* Thm. 2 is stated for ``N_Z = d_m`` (B.8: "a special and constrained condition"; it makes the memory labels'
-  law uniform over the outputs, ``δ^Z/N_Z − 1/d_m = 0``), which no config of this experiment can meet: Def. 2's
-  output holds every label, so ``d_m ≥ d_vob > key_max + q·rsn_max ≥ N_Z``. And the theorem's limit drops the
-  Eq. 35 → 36 small-init terms and the initial-embedding term ``E[w_0^{emb,s}(Y^s − 1/d_m)ᵀ] W²`` (B.8's last
-  line, as ``O(d_m^{−4γ})``) next to the label-driven growth term it keeps (Eq. 36 with ``W^emb(t) − W^emb(0)``):
-  each row measures those dropped terms relative to the kept one (``dropped_rel``, :func:`thm2_terms`), and
-  only a row where they are measured no larger than ``d_m^{−γ}`` is in the theorem's regime.
+The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+(``tdlab explain anchors-flows``); their tolerance is :func:`small_init_tolerance`. Rows at the seed's
+small init γ = 0.8 are the seed's; other γ are ours.
 """
 
 from __future__ import annotations
@@ -289,7 +268,7 @@ def _mean_row_cos(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def small_init_tolerance(cfg: AnchorsFlowsConfig, row: Any = None) -> float:
     """``d_m^{−γ}``: the relative size the terms the seed's small-init limit drops would have if they were small
-    next to the kept ones (module docstring): an assumption, hence a threshold of ours."""
+    next to the kept ones (the comment above COS_FLOOR): an assumption, hence a threshold of ours."""
     return float(cfg.model.d_m**-cfg.gamma)
 
 
@@ -328,6 +307,8 @@ PROPS_TOKENS = Hypothesis(
     lambda cfg, row: row.context.get("cls") in ("memory", "reasoning"),
     on="row",
 )
+# For memory anchors the merge is exact only on average over memory tables: one fixed table gives the two sums
+# different cells, a gap that does not shrink as γ → ∞.
 LAWS_EQUAL = Hypothesis(
     "the label law of the sequences ending in s is that of the sequences containing s (Eq. 29 merges Eq. 28's "
     "last-position sum into the all-occurrence one; exact for reasoning anchors by the symmetry of the tuples, for "
@@ -336,6 +317,7 @@ LAWS_EQUAL = Hypothesis(
     _laws_equal,
     on="row",
 )
+# N_Z = d_m makes the memory labels' law uniform over the outputs, δ^Z/N_Z − 1/d_m = 0.
 NZ_IS_DM = Hypothesis(
     "N_Z = d_m (Thm. 2, B.8: 'a special and constrained condition'). No config of this experiment meets it: "
     "Def. 2's output holds every label, so d_m ≥ d_vob > key_max + q·rsn_max ≥ N_Z",
@@ -349,6 +331,12 @@ DROPPED_SMALL = Hypothesis(
     on="row",
 )
 
+# Every formula is the γ → ∞ limit of an exact gradient; the terms the seed drops (softmax − 1/d_m, σ' − 1, Thm. 1's
+# noise ε ~ N(0, d_m^{−2γ}), Thm. 2's O(d_m^{−4γ}) remainder) would be of relative size about d_m^{−γ} (the initial
+# entries' scale) *if* they were small next to the kept ones, and a direction right up to them would have
+# cos ≥ 1 − d_m^{−γ} and a rate within d_m^{−γ} of 1 (0.0145 at the seed's d_m = 200, γ = 0.8). That is an
+# assumption, so the threshold is ours and uncalibrated: a row above it shows the limit's formula accurate here, a
+# row below it cannot refute a γ → ∞ statement.
 COS_FLOOR = Threshold(
     "ours",
     "1 − d_m^{−γ} (0.9855 at d_m = 200, γ = 0.8): the cosine a direction right up to terms of relative size d_m^{−γ} "

@@ -4,11 +4,10 @@
 Per γ, at the end of training: ``s_i/s_1`` of ``W^emb`` (``wte``), ``W^pos`` (``wpe``), every layer's
 ``W^Q, W^K, W^V, W^O, W^f1, W^f2`` and the output layer (``lm_head``), each matrix as a whole (the
 embedding tables include the rows of tokens the data never show: the seed's figure is of the full
-matrices). The seed: "as the initialization scale decreases, the parameter matrices exhibit a
-pronounced low-rank structure". Claim, per matrix: ``erank(γ=0.8) < erank(γ=0.5) < erank(γ=0.3)``
-(paired over seeds; erank = exp of the entropy of the normalised singular values), one row per matrix
-and neighbouring pair of γ, so a failure names its matrix. The rows read trained parameters: they are
-the seed's setting only at its learning rate and budget
+matrices), and its effective rank (erank = exp of the entropy of the normalised singular values). The
+claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS`` (``tdlab explain
+anchors-lowrank``). The rows read trained parameters: they are the seed's setting only at its learning
+rate and budget
 (:func:`~tdlab.experiments.seed001_reasoning_bias.common.training.parameter_reading`), else ours.
 """
 
@@ -65,6 +64,7 @@ def _slug(name: str) -> str:
 
 
 CLAIMS = (
+    # One row per matrix and neighbouring pair of γ, so a failure names its matrix.
     ClaimSpec(
         "fig13-low-rank-at-small-init",
         "Every weight matrix's effective rank is lower the smaller the initialisation: erank(γ = 0.8) < erank(γ = 0.5) "

@@ -4,25 +4,22 @@ The Emb-MLP ``G(X) = σ(Σ_{s in X} w^{emb,s} W^(1)) W^(2)`` reads ``X = [z, a_1
 ``L = q + 1``) and is trained from γ ∈ {0.3, 0.5, 0.8} as one ensemble
 (:mod:`~tdlab.experiments.seed001_reasoning_bias.common.training`; ``EmbMLP`` takes one γ per member). Measured:
 
-* Fig. 2B — accuracy on D_mem, D_rsn,train, D_rsn,test per epoch; the seed: the reasoning bias of
-  Fig. 2A shows at γ = 0.8 against γ = 0.3. Sum-pooling is order-blind, so memory accuracy is capped by
+* Fig. 2B — accuracy on D_mem, D_rsn,train, D_rsn,test per epoch, read as Fig. 2A's (T50, AUC).
+  Sum-pooling is order-blind, so memory accuracy is capped by
   :func:`tdlab.theory.anchors.order_blind_memory_ceiling` (a sanity check).
 * Fig. 3A — cosine matrices of the memory and reasoning anchors' embeddings at γ = 0.8, at the
   snapshot epochs (the seed: 50 and 900 of 1000; the trainer's ``snapshot_steps``, stored as
   ``gamma=<γ>@step<N>``).
 * Fig. 3B–C — ``P^s − 1/d_vob`` of every reasoning anchor (Eq. 8/22 on the task's training
   population, :func:`tdlab.theory.anchors.token_label_law`) and their cosines; Eq. 7: every memory
-  anchor has the same law. The measured reasoning cosines are judged by their *value* error against the
-  ``P^s`` cosines (an ordering alone cannot tell two theories apart).
+  anchor has the same law. The measured reasoning cosines are compared with the ``P^s`` cosines by their
+  *value* error (an ordering alone cannot tell two theories apart).
 * Fig. 10 — the cosine matrices at γ = 0.3 and 0.5 (end of training).
 
-Claims ((t) = ours, in :class:`MlpClaims`): Fig. 2A's orderings at γ = 0.8 and a larger reasoning bias
-at γ = 0.8 than at 0.3 (learning curves: the seed's comparison over the run's schedule); at each
-Fig. 3A snapshot, the memory anchors' mean off-diagonal cosine ``>= 0.8`` (t) and above the reasoning
-anchors', the reasoning anchors' ``ρ <= −0.8`` (t) (ρ = Spearman of cos with ``|i − j|``), and the mean
-``|cos − cos_P|`` over reasoning pairs ``<= 0.1`` (t); at γ = 0.3 (end) mean ``|off-diagonal cos| <= 0.2``
-(t) for both anchor types; the memory anchors' mean cosine grows with γ. The parameter claims are the
-seed's setting only at its learning rate, budget and epochs (:func:`parameter_reading`).
+The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+(``tdlab explain anchors-mlp``). The learning-curve claims are the seed's comparison over the run's
+schedule; the parameter claims are the seed's setting only at its learning rate, budget and epochs
+(:func:`parameter_reading`).
 """
 
 from __future__ import annotations
@@ -44,11 +41,7 @@ from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, regis
 from tdlab.experiments.seed001_reasoning_bias.common.cosines import (
     anchor_cosine_claims,
     anchor_cosine_rows,
-    pair_abs_error,
-    pair_indices,
-    pair_spearman,
     reasoning_theory_cosines,
-    spearman_rows,
 )
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
     DIRECTION,
@@ -81,7 +74,15 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.emb_mlp import EmbMLP, EmbMLPConfig
-from tdlab.probes.embedding import cosine_matrix, distance_spearman, offdiag_mean
+from tdlab.probes.embedding import (
+    cosine_matrix,
+    distance_spearman,
+    offdiag_mean,
+    pair_abs_error,
+    pair_indices,
+    pair_spearman,
+    spearman_rows,
+)
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.seeding import generators
 from tdlab.tasks.anchors import KIND_MEM, Anchors, AnchorsConfig

@@ -17,23 +17,12 @@ are cached in the run directory (``data/``) and the analysis reads them from the
 
 Measured (per epoch, on every training sequence of each source, or the first ``schedule.n_eval``):
 next-token loss ``prontoqa_loss`` and ``stories_loss`` (Fig. 1 plots the *training* loss per source).
+Fig. 6: the mean pairwise cosine among the ``claims.top_tokens`` (100, the seed's figure) most frequent
+tokens exclusive to each source, at ``claims.early_fraction`` of training ("early stages", §4.4), at
+initialisation and at the end.
 
-Claims (thresholds (t) are ours, fixed before any run, in :class:`TextClaims`):
-
-* Fig. 1, γ = 0.8 — PrOntoQA's loss falls faster: the area under ``loss(t)/loss(0)`` (mean over the
-  evaluations at epochs ≥ 1) is lower, and the halving epoch (first evaluated epoch with
-  ``loss(t)/loss(0) < 0.5``; known to one evaluation interval, censored at the last evaluation) is
-  earlier; paired over seeds.
-* Fig. 6, γ = 0.8 — at 10 % of training ("early stages", §4.4) the mean pairwise cosine among the
-  ``top_tokens`` (t = 100, the seed's figure) most frequent tokens exclusive to PrOntoQA is below that of
-  the tokens exclusive to the stories; paired over seeds. The seed's 0.123 vs 0.531 is printed beside
-  ours, never used to decide. Init and end of training are reported.
-* Small-init effect — the Fig. 6 gap (stories − PrOntoQA cosine at 10 %) is larger at γ = 0.8 than at
-  γ = 0.3, paired over seeds: the seed's explanation of Fig. 6 (§4.3–4.4, Eqs. 13–14) is that the
-  embedding structure set by the label distributions dominates only when the random initial part
-  (std ``d^{-γ}``) is small, the comparison between init scales its Fig. 2 makes on the anchors.
-* Sanity — at initialisation the two token sets' mean cosines agree within ``init_gap_tol`` (t): the
-  measure has no built-in bias between the sets (random i.i.d. embeddings).
+The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+(``tdlab explain anchors-text``).
 
 Provenance. The loss curves are the seed's comparison when the stories are TinyStories. The Fig. 6
 rows read parameters at 10 % of training: they are the seed's setting only at its learning rate (1e-5)
@@ -406,6 +395,7 @@ CLAIMS = (
         quantity="PrOntoQA − stories: the area under loss(t)/loss(0) (mean over epochs ≥ 1), and the first epoch with "
         "loss(t)/loss(0) < claims.halving (one evaluation interval; censored at the last evaluation); paired over seeds",
     ),
+    # The seed's 0.123 vs 0.531 is printed beside ours, never used to decide.
     ClaimSpec(
         "fig6-prontoqa-tokens-less-similar",
         "Small init (γ = 0.8), early in training: the embeddings of tokens exclusive to PrOntoQA are less similar to "
@@ -425,6 +415,9 @@ CLAIMS = (
         quantity="mean pairwise cosine of the most frequent exclusive tokens' embeddings, PrOntoQA − stories, at "
         "claims.early_fraction of training (paired over seeds)",
     ),
+    # The seed's explanation of Fig. 6 (§4.3–4.4, Eqs. 13–14) is that the embedding structure set by the label
+    # distributions dominates only when the random initial part (std d^{-γ}) is small: the comparison between init
+    # scales its Fig. 2 makes on the anchors.
     ClaimSpec(
         "fig6-gap-small-init-effect",
         "The Fig. 6 gap is a small-initialisation effect: larger at γ = 0.8 than at γ = 0.3 (§4.3–4.4, Eqs. 13–14)",
@@ -441,6 +434,7 @@ CLAIMS = (
         needs="at least claims.min_tokens tokens exclusive to each source and parameters kept at 10 % of training",
         quantity="(stories − PrOntoQA mean pairwise cosine) at 10 % of training, γ = 0.8 minus γ = 0.3 (paired)",
     ),
+    # At initialisation the embeddings are random i.i.d.: a gap there would be the measure's own.
     ClaimSpec(
         "fig6-no-gap-at-init",
         "At initialisation the two token sets' mean cosines agree (the measure has no built-in bias between the sets)",

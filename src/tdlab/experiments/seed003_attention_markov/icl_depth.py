@@ -11,21 +11,9 @@ it on the *same* sequences: the probe's fresh sequences (``est_loss_order{k}``) 
 the trainer's evaluation batches (``test_loss@bayes``, the task's ``optimal_probs`` on those batches),
 whose gap drifts over the last tenth of training in learning-rate time decide convergence.
 
-The talk's statements tested here:
-
-* "Depth = 1" vs "Depth > 1: in-context learning emerges" (for k = 1): a 1-layer transformer does not
-  reach the in-context estimator (it cannot form an induction head), and a 2-layer one gets closer to
-  it; a 2-layer one reaches it;
-* "Constant depth suffices": any order-k in-context estimator is representable by 3 layers, 1 head
-  per layer, relative positional encodings and layer norm — tested as: trained 3-layer models reach
-  the order-k estimator for k >= 2.
-
-Stages (:mod:`.common.estimator_stage`). A reach claim can fail only on a member past the order-(k−1)
-estimator (by ``claims.stage_share`` of the gap to the order-k one); before that the budget, not the
-depth, sets the gap, and the row is not evaluable with the stage named. The 1-layer statements are
-about *not* reaching, which a short budget makes true for any depth: they need the 2-layer cell of the
-same k and positional encoding, trained under the same budget, past the order-0 estimator
-(:data:`DEPTH_TWO_LEARNS`, recorded for the 1-layer arm from the 2-layer arm's members).
+The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+(``tdlab explain markov-icl-depth``); their stages are :mod:`.common.estimator_stage`'s and
+:data:`DEPTH_TWO_LEARNS`.
 
 Models: pre-LN GPT-2 (``arch="gpt2"``, one head per layer, seed 000 Table 1) of depth 1, 2, 3. The
 positional encoding is an axis (``positions``): ``absolute`` (learned p_n), ``relative`` (tdlab's
@@ -198,6 +186,8 @@ def provenance(k: int, pe: str) -> Literal["paper", "ours"]:
     return "paper" if pe in THEOREM_PES else "ours"
 
 
+# The 1-layer statements are about *not* reaching, which a short budget makes true for any depth: their stage
+# is the 2-layer cell's, recorded for the 1-layer arm from the 2-layer arm's members.
 DEPTH_TWO_LEARNS = Stage(
     "two-layers-past-order-0",
     "the 2-layer cell of the same k = 1 and positional encoding, trained under the same budget, is past the "

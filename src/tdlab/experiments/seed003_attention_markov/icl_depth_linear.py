@@ -7,25 +7,9 @@ Two families of GPTs (:mod:`.common.icl_grid`), one head per layer, relative key
 * ``attn``: attention-only (``mlp=False, norm="none"``: no MLP, no LayerNorm anywhere), depth 1..5;
 * ``mlp``: pre-LN GPT-2 blocks (MLP + LayerNorm), depth 1..3.
 
-Every claim compares a cell's probe loss with the order-k add-α in-context estimator on the same fresh
-sequences (the Bayes predictor of the source) and needs the cell past the order-(k−1) estimator
-(:data:`~.common.estimator_stage.PAST_LOWER_ORDER`): a member still counting (k−1)-contexts says what the
-budget did, not what the architecture can do, and its row is not evaluable with the stage named.
-
-Claims:
-
-* attention-only models still reach the estimator, with depth: the deepest attention-only cell's gap
-  is within the tolerance, for every k;
-* the depth they need grows with k: the smallest attention-only depth reaching the estimator is larger
-  at ``k' ≥ 4k`` than at ``k``, paired over members. A smallest depth is found on the discrete depth grid
-  (``resolution`` = its spacing: a difference of two is known to ± 1 layer, so only a two-layer rise —
-  what two doublings of k give under logarithmic depth — can be resolved; hence k vs 4k, not k vs 2k)
-  and a member reaching it at no depth of the grid is ``censored`` at max depth + 1 (a lower bound): the
-  judge decides with an exact sign test (at least 6 members at 95 %). This row needs the deepest
-  attention-only cell of both orders past its stage (:data:`DEEPEST_LEARNS`): otherwise "never reached"
-  is the budget's;
-* with MLP + LN the theorem's constant depth suffices: the ``claims.constant_depth``-layer MLP cell's gap
-  is within the tolerance for every k.
+Each cell's probe loss is compared with the order-k add-α in-context estimator on the same fresh sequences
+(the Bayes predictor of the source). The claims, with the paper's words, hypotheses and thresholds, are
+declared in ``CLAIMS`` (``tdlab explain markov-icl-depth-linear``).
 
 Rows whose cells were not run are absent: a group without rows is not evaluable and names what it needs.
 """
@@ -117,6 +101,11 @@ CLAIMS = (
         needs="attention-only cells",
         example={"k": 1},
     ),
+    # The smallest depth is found on the discrete depth grid (resolution = its spacing): a difference of two is
+    # known to ± 1 layer, so only a two-layer rise — what two doublings of k give under logarithmic depth — can be
+    # resolved; hence k vs 4k, not k vs 2k. A member reaching the estimator at no depth of the grid is censored at
+    # max depth + 1 (a lower bound), so the judge decides by an exact sign test (at least 6 members at 95 %). The
+    # stage asks it of the deepest attention-only cell of both orders: otherwise "never reached" is the budget's.
     ClaimSpec(
         "attention-only-depth-grows-with-k",
         "Without non-linearities the depth needed grows with k (talk Part II, 'you need logarithmic depth'): the "

@@ -4,13 +4,12 @@ The talk: "(Edelman et al., 2024 & Nichani et al., 2024): Number of heads/layers
 But..." the main result: "3 layers, 1 head per layer" suffice for any k. The talk states nothing of
 its own about heads at depth 2 (the scaling-with-k statement is prior work it cites and then
 contrasts): grid heads {1, 2, 4} × depth {2, 3} × k, pre-LN GPTs with MLPs and relative key/value
-positions (:mod:`.common.icl_grid`). Claims, as the talk states them: at depth 3 one head per layer reaches the
-order-k in-context estimator (add-α, the Bayes predictor, on the same fresh sequences) for every k; and
-more heads are not needed there (the gap with 1 head exceeds the gap with the most heads by at most
-the tolerance, paired over members). Depth-2 cells are measurements reported beside them.
+positions (:mod:`.common.icl_grid`), each cell against the order-k in-context estimator (add-α, the Bayes
+predictor, on the same fresh sequences). The claims are about depth 3, as the talk states them; depth-2 cells
+are measurements reported beside them.
 
-Both claims need their cells past the order-(k−1) estimator (:data:`~.common.estimator_stage.PAST_LOWER_ORDER`):
-a member still counting (k−1)-contexts says what the budget did, not what one head can do.
+The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+(``tdlab explain markov-icl-heads``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """``markov-tying``: seed 003 ("Attention with Markov", talk), Part I, "Theoretical results".
 
-The talk's claim: for a binary first-order chain with ``p + q > 1`` and tied input/output embeddings
-(``a = e``) the single-layer transformer has an explicitly constructed bad local minimum ``θ_π``
-whose prediction is the marginal ``π_1``, with ``L(θ_π) = H(π)`` and ``∇L(θ_π) = 0``; without weight
-tying the same point is a saddle ("Hessian is (almost) positive-definite" vs "indefinite").
+The talk's ``θ_π``: on a binary first-order chain, an explicitly constructed point of the single-layer
+transformer whose prediction is the marginal ``π_1``; a bad local minimum with tied input/output embeddings
+(``a = e``) and ``p + q > 1``, a saddle without tying.
 
 Two parts, both on seed 000's Sec. 2 model (``GPT(arch="sec2")``, ``tie_weights`` True/False):
 
@@ -15,28 +14,18 @@ Two parts, both on seed 000's Sec. 2 model (``GPT(arch="sec2")``, ``tie_weights`
   ``L(θ_π) − H(π)``, ``max |∇L(θ_π)|``, the Hessian's extreme eigenvalues (exact, autograd, float64,
   ``d = 2..4``) and the loss change along random directions and the bottom eigenvector. These are
   exact computations with no seed noise: their samples are ``deterministic`` (the interval is the
-  min–max over the points measured). ``L(θ_π) = H(π)`` holds by construction (``σ(b) = π_1`` and a
-  token-free logit) and the autograd spectrum at the canonical point against
-  :func:`tdlab.theory.markov_tying.theta_pi_spectrum` compares two computations of one matrix: both are
-  ``sanity`` checks. The paper groups are the talk's statements (iv) ``∇L(θ_π) = 0``, (i) "bad local
-  minimum with tying" and "saddle without tying", decided by the ``p + q > 1`` chains the talk's
-  theorem speaks of; the ``p + q < 1`` control (where the closed form ``2c < 0`` makes θ_π a saddle
-  even tied: the hypothesis is needed) is ours.
-* **Training**. From the standard small init (σ = 0.02) on a grid of ``(p, q)``, tied and untied.
-  "Tied models stay at H(π)" would be a statement about the budget: with a cosine schedule that
-  reaches zero at 1500 steps every tied member is still on the plateau there, while a 6000-step run
-  sees every tied member of (0.5, 0.8) leave it (at 1300–1900 steps; untied at 100–200). The talk's
-  "sometimes fail to learn" is therefore decided as a *direction*: tied members leave the H(π) plateau
-  (seed 000's rule, ``claims.escape_fraction``, read on the gap to the unigram predictor on the same
-  evaluation batches, beyond the evaluation noise: :func:`tdlab.probes.curves.gap_crossing`) later than untied ones, paired over members (which share
-  seeds across the two arms). Escape steps are known to one evaluation interval and a member that
-  never leaves is censored at the last evaluation, so the
-  judge decides the direction with an exact sign test (three members never decide one). The ``p+q<1``
-  control (seed 000 Thm. 8; talk: "Gaussian init converges to global minima") is an end-state claim:
-  final test loss − the Bayes predictor's loss on the same evaluation batches ≈ 0, once the member has
-  left the H(π) plateau (its stage), not resolved while it still moves in learning-rate time.
-  A chain with ``p + q = 1`` (i.i.d.: ``H(π)`` is the entropy rate) or too small a gap carries no
-  training claim.
+  min–max over the points measured); the autograd spectrum at the canonical point is compared with
+  :func:`tdlab.theory.markov_tying.theta_pi_spectrum`.
+* **Training**. From the standard small init (σ = 0.02) on a grid of ``(p, q)``, tied and untied, members
+  sharing seeds across the two arms. Per member: the step it leaves the H(π) plateau (seed 000's rule,
+  ``claims.escape_fraction``, read on the gap to the unigram predictor on the same evaluation batches, beyond
+  the evaluation noise: :func:`tdlab.probes.curves.gap_crossing`; known to one evaluation interval, censored at
+  the last evaluation for a member that never leaves) and its final test loss against the Bayes predictor's on
+  the same evaluation batches. A chain with ``p + q = 1`` (i.i.d.: ``H(π)`` is the entropy rate) or too small a
+  gap (``claims.min_gap_nats``) carries no training claim.
+
+The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+(``tdlab explain markov-tying``).
 """
 
 from __future__ import annotations
@@ -337,6 +326,10 @@ CLAIMS = (
         learning_required=False,
         example={**_FIG4, "check": "hessian-negative"},
     ),
+    # A direction, not "tied models stay at H(π)", which would be a statement about the budget: with a cosine
+    # schedule that reaches zero at 1500 steps every tied member is still on the plateau there, while a 6000-step
+    # run sees every tied member of (0.5, 0.8) leave it (at 1300–1900 steps; untied at 100–200). Escape steps are
+    # censored, hence the exact sign test (three members never decide one).
     ClaimSpec(
         "tied-leaves-plateau-later",
         "With tied weights and p+q>1 a small init stays on the H(π) plateau of θ_π longer than without tying (talk, "

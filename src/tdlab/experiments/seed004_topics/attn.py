@@ -22,20 +22,12 @@ pass, weights scaled by ``n/100`` (n = the cut length); averages over all positi
 of the same word ``a_sw``, same topic-different word ``a_st``, different topics ``a_dt``. Measured before the
 first step and at the end (a trainer probe).
 
-Claims, per setting, on the mean over its block / diagonal members (the tables report means over the runs of
-a pattern; the members' spread decides; a setting without such a member lies outside the tables' hypothesis,
-"W^V converged to the pattern": its empty row is ours, never a failure). A row depends on exactly those
-members: its health and training stage (:data:`~.training.FLOOR_CLOSED`) are theirs (``{setting}/{class}``), so
-that an untrained member elsewhere in the ensemble holds nothing back. Rows of the paper's own settings (Table
-3's five for the block claims, Table 4's two for the diagonal ones) decide the groups; any other setting's rows
-are ours. Each claim covers every row of its table (``all_rows``): a table setting whose members did not reach
-the stage leaves the group not resolved.
-
-* Table 3 / Thm. 3 (block members): ``a_st / a_dt ≥ 1.2`` (a margin of ours above the paper's direction,
-  uncalibrated: it can hold, not fail; the paper's rows give 1.41-1.74) and the convex combination of Thm. 3,
-  ``((v − 1) a_st + a_sw)/v > a_dt`` (Remark 5: only that average matters);
-* Table 4 / Thm. 5 (diagonal members): ``a_sw > a_dt > a_st`` and ``a_st/a_sw < λ5 = c3/(v − 1)``
-  (Thm. 5's ``α < λ5 β`` with α = a_st/a_dt, β = a_sw/a_dt).
+Rows, per setting, are means over its block / diagonal members (the tables report means over the runs of a
+pattern; the members' spread decides). A row depends on exactly those members: its health and training stage
+(:data:`~.training.FLOOR_CLOSED`) are theirs (``{setting}/{class}``), so that an untrained member elsewhere in
+the ensemble holds nothing back. Rows of the paper's own settings (Table 3's five for the block claims, Table
+4's two for the diagonal ones) are the seed's; any other setting's rows are ours. The claims, with the paper's
+words, hypotheses and thresholds, are declared in ``CLAIMS`` (``tdlab explain topics-attn``).
 
 Thms. 3 and 5 are statements about the squared loss with ``W^V`` frozen, under Assumptions 1-4; Tables 3-4
 test their predictions on jointly trained cross-entropy models, as here. The attention is read only at the
@@ -75,7 +67,6 @@ from tdlab.experiments.seed004_topics.common.training import (
     masked_loss_floor,
     record_gap_stage,
     setting_health,
-    trivial_masked_error,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
@@ -84,7 +75,7 @@ from tdlab.run_context import RunContext
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.topics import Topics
-from tdlab.theory.topics import c3
+from tdlab.theory.topics import c3, trivial_masked_error
 from tdlab.theory.topics_landscape import assumption4
 
 ATTN = ("attn_sw", "attn_st", "attn_dt")  # metric names of a_sw, a_st, a_dt
@@ -256,6 +247,7 @@ CLAIMS = (
         horizon="budget",
         stage=FLOOR_CLOSED,
     ),
+    # Thm. 5's α < λ5 β with α = a_st/a_dt, β = a_sw/a_dt: the ratio a_st/a_sw against λ5.
     ClaimSpec(
         "table4-thm5-same-topic-over-same-word-below-lambda5",
         "Thm. 5 (diagonal W^V): α < λ5 β, i.e. a_st / a_sw < λ5 = c3/(v − 1) (Table 4)",

@@ -1,22 +1,16 @@
 """``topics-real``: seed 004 (Li, Li & Risteski, ICML 2023) on real text, §6.2 (Tables 1 and 5, Fig. 3) with
 App. G.3's method; the corpus, encoder and measures are :mod:`~tdlab.experiments.seed004_topics.common.real_text`'s.
 
-Claims (the paper groups' thresholds are the captions' directions, > 1 and > 0; the sanity tolerances are ours,
-fixed before any run). The seed's rows are *pretrained* models: only a run on a local pretrained checkpoint
-(``model.checkpoint=DIR``) gives rows inside the statements' hypothesis (:data:`~.real_text.PRETRAINED`) that
-decide the paper groups (at the seed's θ); a locally trained encoder's rows are ours, and only once it is past the
-unigram model (:data:`~.real_text.PAST_UNIGRAM`). Table 1's caption says "consistently": its group covers every
-row; Table 5's says "mostly". No profile runs the seed's corpus or models (offline: ``paper_differs``).
+Measured per θ and member (a checkpoint is one deterministic model): Table 1's (``single``) and Table 5's
+(``multi``) same-topic / different-topic ratios of cosine, dot product and attention, Fig. 3's 9 × 9 cosine map
+of 3 words from each of 3 topics, and the same, with its cosine gap's z-score, of the untrained control
+(``mlm@init``). The seed's rows are
+*pretrained* models: only a run on a local pretrained checkpoint (``model.checkpoint=DIR``) gives rows of the
+seed's (at the seed's θ); a locally trained encoder's rows are ours. No profile runs the seed's corpus or models
+(offline: ``paper_differs``).
 
-* Table 1 (``single``): per θ, the trained cosine, dot and attention ratios > 1 (members' t-interval above 1;
-  a checkpoint is one deterministic model);
-* Table 5 (``multi``): per θ, the trained attention ratio > 1 (the seed's own embedding ratios have
-  exceptions: reported, no verdict);
-* Fig. 3: on a 9 × 9 cosine map of 3 words from each of 3 topics, the within-topic mean cosine minus the
-  cross-topic mean is above 0 (per member);
-* sanity: the untrained control has no topic structure (by construction): its attention ratio within
-  1 ± ``control_tol`` (0.05; paper 0.998-1.002), and its cosine gap z-score within ± ``control_z`` in every
-  member (the cosine and dot *ratios* of a zero-mean random table are noise over noise: reported, not judged).
+The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+(``tdlab explain topics-real``).
 
 The seed's BERT rows are printed beside ours (reference only, never a pass criterion).
 """
@@ -102,7 +96,8 @@ CLAIMS = (
         form="settings",
         hypotheses=(PRETRAINED,),
         threshold=DIRECTION,
-        # "mostly ... (with some exceptions)": the caption does not speak of every row, so the default group rule
+        # "mostly ... (with some exceptions)": the caption does not speak of every row, so the default group rule.
+        # Table 5's embedding ratios are reported, with no verdict: the seed's own have exceptions.
         test="value",
         relation="ge",
         quantity="mean same-topic / mean different-topic attention × len/100 over "
@@ -130,6 +125,7 @@ CLAIMS = (
         horizon="budget",
         stage=trained_model_stage,
     ),
+    # The control's tolerances (claims.control_tol, claims.control_z) are ours, fixed before any run.
     ClaimSpec(
         "untrained-control-attention-ratio-near-1",
         "The untrained control shows no topic structure in its attention (G.3's debiasing; Tables 1, 5: random BERT "
@@ -143,6 +139,8 @@ CLAIMS = (
         horizon="static",
         learning_required=False,
     ),
+    # On the cosine gap's z-score, not the ratios: the cosine and dot ratios of a zero-mean random table are noise
+    # over noise (reported, not judged).
     ClaimSpec(
         "untrained-control-cosine-gap-null",
         "The untrained control shows no topic structure in its embeddings: same- minus different-topic cosine within "

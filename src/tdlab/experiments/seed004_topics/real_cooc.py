@@ -3,10 +3,12 @@ a pretrained model's embeddings and attention is not co-occurrence. The corpus, 
 :mod:`~tdlab.experiments.seed004_topics.common.real_text`'s; the rows' provenance and stage as in ``topics-real``
 (the seed's rows are a pretrained BERT: only a pretrained checkpoint's rows decide).
 
-The top co-occurring word pairs (window: the document; as many pairs as one topic holds, ``C(⌊θn⌋ + 1, 2)``,
-the seed's cutoff) against the same-topic pairs, per θ and member: same-topic pairs get *lower* mean (debiased)
-attention but a *higher* mean embedding cosine (paper: 0.00659 < 0.00751 and 0.468 > 0.316). Each is a
-``value`` row on the per-member difference same − co-occurring (a checkpoint is one deterministic model).
+Measured per θ and member (a checkpoint is one deterministic model): the mean (debiased) attention and the mean
+embedding cosine of the top co-occurring word pairs (window: the document; as many pairs as one topic holds,
+``C(⌊θn⌋ + 1, 2)``, the seed's cutoff) against those of the same-topic pairs.
+
+The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+(``tdlab explain topics-real-cooc``).
 """
 
 from __future__ import annotations

@@ -14,16 +14,13 @@ Fig. 5 trains from scratch as we do, so its rows are the seed's setting (on a sm
 "Near zero" (the seed gives no scale): ``qkv_init="uniform"``, W ~ U[0, init_scale) entrywise with
 init_scale = 1e-3 -- the authors' synthetic code (``zero_init_noise * torch.rand``, the init
 ``topics-two-stage`` uses for Fig. 4); ``"normal"``: N(0, init_scale²). Each member draws them from its own
-seed. Norms and rotation are logged every step by a trainer probe (a resumed fit loses the 10-step history:
-rotations resume 10 steps later).
+seed. Norms and rotation are logged every step by a trainer probe (the rotation from step 10 on, once it has
+10 steps of history; a resumed fit loses that history: rotations resume 10 steps later).
 
-Claims:
-
-* the two-stage rule of ``topics-two-stage`` (:func:`~.two_stage.lags`, :func:`~.two_stage.value_first_claim`),
-  one row per layer: the members' mean lag of W^K, W^Q's half growth behind W^V's is at least a tenth of the
-  horizon, judged where ‖W^K‖, ‖W^Q‖ at least doubled in every layer (:data:`~.two_stage.KQ_GREW`);
-* per layer: the mean rotation of W^V over steps 10-100 (stage 1; the rotation needs 10 steps of history)
-  is above its mean over steps 101-400 (stage 2), paired over members.
+Per layer: the two-stage rule of ``topics-two-stage`` (:mod:`.common.lags`: :func:`~.common.lags.lags`,
+:func:`~.common.lags.value_first_claim`) on the norm curves, and the mean rotation of W^V over stage 1 (steps
+10-100) against stage 2 (steps 101-400). The claims, with the paper's words, hypotheses and thresholds, are
+declared in ``CLAIMS`` (``tdlab explain topics-real-two-stage``).
 """
 
 from __future__ import annotations

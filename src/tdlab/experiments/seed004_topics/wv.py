@@ -11,38 +11,27 @@ and a ``population`` arm: Thm. 2's exact setting -- the population objective of 
 τ-subset document is its exact masked distribution), squared loss, b^pred = 0, no b^V, small L2,
 full-batch Adam from a near-zero init, its rate annealed to 0 (``population.lr_schedule``).
 
-Claims, each on trained members (past :data:`~.training.FLOOR_CLOSED`: half way from the uniform predictor's
-loss to the lower bound of a position-blind model's loss, a level every arm can reach) and judged at convergence:
+Measured per member (word rows/columns of W^V): the block contrast z of the trained W^V and of the same
+member's initial W^V (read from the stored ``ARM@init`` arrays), the row block-sum gap g, the mean same-topic (S)
+and different-topic (D) entries and the uniformity u; per seed, the final test losses of the W^V-only arm
+(``l2``) and the all-weights arm (``attn``: W^K, W^Q, W^V, same L2, loss and optimiser); the population arm's
+relative distance to W^{V*}, logged at every evaluation (so its end drift is known), beside the exact ridge
+optimum's at the λ that ran.
 
-* Figs. 2, 9, 10 (every panel: ``all_rows``): training adds at least ``z_min`` to the block contrast of W^V (z
-  of the trained W^V minus z of the same member's initial W^V, read from the stored ``ARM@init`` arrays; ours,
-  uncalibrated);
-* Lemma 1 / Thm. 4: under the squared loss with *uniform attention* (the lemma's assumption: the ``l2`` and
-  ``no-l2`` settings, not ``attn``) every optimum has row block-sum gap g = c3, within ``gap_rel_tol``. Stated
-  under Assumption 1 (infinitely long documents): at §6.1's finite N the rows are shown, not judged (no
-  finite-document optimum is computed);
-* Thm. 2: the population arm's W^V is W^{V*}: ‖W^V − W^{V*}‖_F/‖W^{V*}‖_F ≤ ``pop_rel_tol`` (its distance is
-  logged at every evaluation, so its end drift is known), judged where the exact ridge optimum at the λ that ran
-  is within a fifth of the tolerance of the λ → 0 limit;
-* sanity: the exact ridge optimum at the λ that ran is itself within the tolerance of Thm. 2's λ → 0 limit;
-* §5.2 / App. G ("only slightly worse"): per seed, the W^V-only arm's (``l2``) final test loss minus the
-  all-weights arm's (``attn``: W^K, W^Q, W^V, same L2, loss and optimiser), as a share of the gap from the
-  uniform predictor's loss to the all-weights model's floor (:func:`~.training.masked_loss_floor`: the Bayes
-  risk with the masked position's own token, which its attention can read), is at most ``worse_share_max`` (the
-  seed gives no number: ours, as topics-embed's §4 twin). A value test on the paired differences: a ``compare``
-  claim's margin is a distance *beyond* which one arm must lie, not a non-inferiority allowance;
-* Fig. 2 / Thm. 2 (App. G.1's block means): with L2 and the squared loss the mean same-topic (S) and
-  different-topic (D) word-word entries of the trained W^V are W^V*'s two entries, within ``block_mean_rel_tol``
-  of the contrast c3/v. Without L2 (Thm. 4) only S − D = c3/v is fixed, and that is the g = c3 claim (g = v(S − D)).
-  Thm. 2 has λ → 0, b^pred = 0 and Assumption 1: the trained rows are shown, not judged;
-* Figs. 9, 10 captions: without L2 and with W^K, W^Q trained, S is over ``block_ratio_min`` = 10 times |D|
-  (the seed's own check, made there for the third panel, squared loss with SGD, whose blocks are faint), as
-  (S − 10|D|)/|S − D| ≥ 0; only those panels' rows are the seed's, the other panels' are ours;
-  Thm. 2's W^V* itself scores (computed, reported) +0.28 at the paper's sizes;
-* Fig. 6 / App. F.4 ("sometimes shows a diagonal pattern"; F.4: "often occurs"; Table 4 kept 7 of 10 runs): the
-  share of no-L2 members with u ≤ ``diagonal_u``, pooled over the no-L2 panels whose every member trained, lies
-  in [0.1, 0.9] (``fig6_criterion="sometimes"``: neither never nor always) or in [0.5, 1] (``"often"``), decided
-  on Wilson's interval.
+The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+(``tdlab explain topics-wv``). Readings behind them:
+
+* §5.2 / App. G's "only slightly worse" (topics-embed's §4 twin) is a value test on the paired differences: a
+  ``compare`` claim's margin is a distance *beyond* which one arm must lie, not a non-inferiority allowance. Its
+  floor is :func:`~.training.masked_loss_floor`, the Bayes risk with the masked position's own token, which the
+  all-weights model's attention can read.
+* The block means are compared with W^V*'s two entries only with L2 (Fig. 2 / Thm. 2). Without L2 (Thm. 4) only
+  S − D = c3/v is fixed, and that is the g = c3 claim (g = v(S − D)).
+* Figs. 9, 10's factor 10 (``block_ratio_min``) is the seed's own check, made there for the third panel (squared
+  loss with SGD), whose blocks are faint: only those panels' rows are the seed's, the other panels' are ours.
+  Thm. 2's W^V* itself scores (computed, reported) +0.28 at the paper's sizes on (S − 10|D|)/|S − D|.
+* Fig. 6's "sometimes" (F.4: "often occurs"; Table 4 kept 7 of 10 runs): the diagonal share lies in [0.1, 0.9]
+  (``fig6_criterion="sometimes"``: neither never nor always) or in [0.5, 1] (``"often"``).
 
 Choices where the seed is silent (config options): λ = 1e-4 for the "L2" panels ("mild"); population
 mode λ = 1e-5, chosen from theory before any run: the ridge optimum's own distance to W^{V*} is O(λ)
@@ -86,7 +75,6 @@ from tdlab.experiments.seed004_topics.common.training import (
     panel_name,
     record_gap_stage,
     stacked,
-    trivial_masked_error,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicModelConfig
@@ -94,8 +82,17 @@ from tdlab.probes.blocks import block_stats
 from tdlab.report.standard_figures import Matrices, draw_figures
 from tdlab.run_context import RunContext, init_arm
 from tdlab.seeding import Purpose, generators, member_seeds
-from tdlab.tasks.topics import population
-from tdlab.theory.topics import c3, dv, min_population_loss, wv_star, wv_star_entries
+from tdlab.theory.topics import (
+    c3,
+    dv,
+    min_population_loss,
+    moment_loss,
+    population_moments,
+    ridge_wv,
+    trivial_masked_error,
+    wv_star,
+    wv_star_entries,
+)
 from tdlab.train.optim import EagerAdam
 
 SETTINGS = {"l2": "Fig. 2", "no-l2": "Fig. 9", "attn": "Fig. 10"}
@@ -406,28 +403,6 @@ CLAIMS = (
         stage=FLOOR_CLOSED,
     ),
 )
-
-
-def population_moments(T: int, v: int, tau: int, p_m: float, p_c: float, p_r: float) -> dict[str, torch.Tensor]:
-    """The population squared loss of ``f = W q`` (uniform attention, one-hot, b = 0) in closed form:
-    ``L(W) = tr(W Σ_qq Wᵀ) − 2 tr(W Σ_qp) + c`` with ``Σ_qq = E[q qᵀ]``, ``Σ_qp = E[q pᵀ]`` over the τ-subset
-    documents and ``c = 1`` (``E[1 − ‖p‖² + ‖p‖²]``), exactly :func:`tdlab.theory.topics.population_loss`.
-    Returns ``{"qq": (V, V), "qp": (V, V), "const": ()}`` float64."""
-    pop = population(T, v, tau, p_m, p_c, p_r)
-    p, q = pop["p"].double(), pop["q"].double()
-    K = q.shape[0]
-    return {"qq": q.T @ q / K, "qp": q.T @ p / K, "const": torch.tensor(1.0, dtype=torch.float64)}
-
-
-def moment_loss(W: torch.Tensor, m: dict[str, torch.Tensor]) -> torch.Tensor:
-    """``(E,)``: the population loss of every member's ``W (E, V, V)``."""
-    return ((W @ m["qq"]) * W).sum((1, 2)) - 2 * (W * m["qp"].T).sum((1, 2)) + m["const"]
-
-
-def ridge_wv(m: dict[str, torch.Tensor], l2: float) -> torch.Tensor:
-    """The exact minimiser of ``L(W) + λ‖W‖_F²``: ``W = Σ_pq (Σ_qq + λ I)^{-1}`` (row-wise normal equations)."""
-    V = m["qq"].shape[0]
-    return torch.linalg.solve(m["qq"] + l2 * torch.eye(V, dtype=torch.float64), m["qp"]).T
 
 
 def ridge_distance(cfg: TopicsWVConfig) -> float:

@@ -4,8 +4,6 @@ contrast read from ``ARM@init``, and per-setting health."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -16,50 +14,12 @@ from tdlab.experiments.seed004_topics.common.training import (
     gap_bound,
     init_block_z,
     masked_loss_floor,
-    optimum_masked_loss,
     record_gap_stage,
     setting_health,
-    trivial_masked_error,
 )
 from tdlab.experiments.view import RunView
 from tdlab.probes.blocks import block_stats
 from tdlab.runs import RunWriter
-from tdlab.tasks.topics import TopicsConfig
-
-
-def _mc_optimum(task: TopicsConfig, n: int = 400_000, seed: int = 0) -> tuple[float, float]:
-    """Monte Carlo of ``(1 − E‖p‖², E[H(p)])`` over documents (p_i = θ_topic(i)/v), independent of the closed form."""
-    rng = np.random.default_rng(seed)
-    if task.generator == "lda":
-        theta = rng.dirichlet(np.full(task.T, task.alpha), size=n)
-    else:
-        theta = np.zeros((n, task.T))
-        idx = np.argsort(rng.random((n, task.T)), axis=1)[:, : task.tau]
-        np.put_along_axis(theta, idx, 1.0 / task.tau, axis=1)
-    p = np.repeat(theta / task.v, task.v, axis=1)  # (n, Tv)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        h = -np.where(p > 0, p * np.log(p), 0.0).sum(1)
-    return float(1 - (p**2).sum(1).mean()), float(h.mean())
-
-
-@pytest.mark.parametrize(
-    "task",
-    [TopicsConfig(), TopicsConfig(T=5, v=4, alpha=0.5), TopicsConfig(generator="uniform-tau", T=6, v=3, tau=2)],
-    ids=["s6.1", "lda", "tau"],
-)
-def test_optimum_masked_loss_matches_monte_carlo(task):
-    sq, ce = _mc_optimum(task)
-    assert optimum_masked_loss(task, "squared") == pytest.approx(sq, abs=3e-4)
-    assert optimum_masked_loss(task, "ce") == pytest.approx(ce, abs=3e-3)
-    # the optimum lies below the uniform predictor's loss, by §6.1's gap (0.045 squared, 1.46 nats CE)
-    assert optimum_masked_loss(task, "squared") < trivial_masked_error(task, "squared")
-    assert optimum_masked_loss(task, "ce") < trivial_masked_error(task, "ce")
-
-
-def test_section_6_1_values():
-    t = TopicsConfig()
-    assert optimum_masked_loss(t, "squared") == pytest.approx(1 - 0.055)  # E Σθ² = 1.1/2 over v = 10
-    assert trivial_masked_error(t, "ce") == pytest.approx(math.log(100))
 
 
 def test_gap_stage_passes_only_past_the_share():
@@ -104,7 +64,7 @@ def test_the_loss_floors_of_each_model_class():
     position's own token; both below the loss of predicting p, which the all-trained squared/Adam model went below
     (0.900 in the paper record); authors_compat's replacement from every id moves them a little."""
     from tdlab.experiments.seed004_topics.embed import TopicsEmbed
-    from tdlab.theory.topics import bayes_masked_loss, blind_masked_loss_bound
+    from tdlab.theory.topics import bayes_masked_loss, blind_masked_loss_bound, optimum_masked_loss
 
     cfg = TopicsEmbed().make_config("quick")
     assert masked_loss_floor(cfg, "squared", position_blind=True) == blind_masked_loss_bound(cfg.task)

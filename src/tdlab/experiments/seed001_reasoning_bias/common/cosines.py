@@ -6,7 +6,6 @@ and the three cosine claims with their rows."""
 from __future__ import annotations
 
 import torch
-from scipy.stats import rankdata
 
 from tdlab.claims import ClaimSpec, Measurements
 from tdlab.claims.declare import Threshold
@@ -21,33 +20,6 @@ def reasoning_theory_cosines(task: Anchors) -> tuple[torch.Tensor, torch.Tensor]
     c = task.cfg
     laws = torch.stack([token_label_law(task, s) for s in range(c.rsn_min, c.rsn_max + 1)])
     return laws, label_law_cosines(laws, c.d_vob)
-
-
-def pair_indices(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(i, j)``: the pairs ``i < j`` of ``n`` items (the upper triangle of an ``(n, n)`` matrix), ``(n(n−1)/2,)`` each."""
-    return tuple(torch.triu_indices(n, n, 1))
-
-
-def spearman_rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Spearman correlation along the last axis of ``x (..., n)`` with ``y (n,)``: ``(...)`` float64."""
-    rx = torch.from_numpy(rankdata(x.double().numpy(), axis=-1))
-    ry = torch.from_numpy(rankdata(y.double().numpy())).expand_as(rx)
-    rx, ry = rx - rx.mean(-1, keepdim=True), ry - ry.mean(-1, keepdim=True)
-    return (rx * ry).sum(-1) / (rx.norm(dim=-1) * ry.norm(dim=-1))
-
-
-def pair_spearman(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Spearman correlation of the off-diagonal upper-triangle entries of ``a (..., n, n)`` with those of
-    ``b (n, n)``: ``(...)`` float64."""
-    i, j = pair_indices(b.shape[-1])
-    return spearman_rows(a[..., i, j], b[i, j])
-
-
-def pair_abs_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Mean ``|a_ij − b_ij|`` over the pairs ``i < j`` of cosine matrices ``a (..., n, n)`` and ``b`` (the same
-    shape or ``(n, n)``): ``(...)`` float64."""
-    i, j = pair_indices(a.shape[-1])
-    return (a.double() - b.double())[..., i, j].abs().mean(-1)
 
 
 # Our thresholds on the anchors' cosine structure: the seed gives no level for "high similarity" or "decreases with

@@ -234,7 +234,8 @@ CLAIMS = (
         horizon="budget",
         stage=RSN_TRAIN_REACHED,
         learning_required=False,
-        # "remains unchanged" over the seed's 1000 epochs: a shorter run still at chance may yet infer M
+        # "remains unchanged" over the seed's 1000 epochs: a shorter run still at chance may yet infer M, so such a
+        # run cannot hold it, and fails it where M is already inferred
         stays=True,
         length="schedule.epochs",
         paper_length=PAPER_EPOCHS,

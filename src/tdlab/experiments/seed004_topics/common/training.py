@@ -21,7 +21,7 @@ reference loss: a member still near its start (plain SGD at lr 0.01 after 1,500 
 a failure. Every experiment (:data:`FLOOR_CLOSED`) takes as reference the lower bound of a position-blind
 model's loss (:func:`masked_loss_floor` with ``position_blind=True``; for the cross-entropy, the Bayes loss,
 a bound of every model): a level every arm can reach, since any attention model can also give every position
-the same output. :func:`optimum_masked_loss`, the loss of predicting each masked word's document distribution,
+the same output. :func:`tdlab.theory.topics.optimum_masked_loss`, the loss of predicting each masked word's document distribution,
 is *not* a lower bound: a model whose attention reads the masked position's own token (kept with probability
 p_c, a random word with p_r, §3.2) goes below it (the all-trained squared/Adam model of Fig. 1 reaches 0.900
 against 0.945; :func:`tdlab.theory.topics.bayes_masked_loss`).
@@ -29,14 +29,12 @@ against 0.945; :func:`tdlab.theory.topics.bayes_masked_loss`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field
-from scipy.special import digamma
 
 from tdlab.claims import ArmHealth, Measurements, Sample, Stage, assess_arm
 from tdlab.claims.declare import Hypothesis
@@ -207,36 +205,6 @@ def fit_topics(
     )
     make = build or (lambda s: TopicAttention(model, s, wv=wv))
     return ctx.fit(arm, trainer, make, seeds, topic_data(cfg, objective))
-
-
-def trivial_masked_error(task: TopicsConfig, loss: str) -> float:
-    """The test loss of the trivial predictor of a masked word: uniform over the Tv words. Cross-entropy:
-    log(Tv); squared (Eq. 3, summed over V): E‖u − e_x‖² = 1 − 1/(Tv)."""
-    n = task.T * task.v
-    return math.log(n) if loss == "ce" else 1.0 - 1.0 / n
-
-
-def optimum_masked_loss(task: TopicsConfig, loss: str) -> float:
-    """The loss of predicting every masked word with its document's word distribution ``p`` (``p_i =
-    θ_topic(i)/v``): the optimum of a uniform-attention model under Assumption 1 (infinitely long documents),
-    which reads ``p`` off the masked document exactly (Lemma 1's family reaches it, §4-§5).
-
-    **Not a lower bound** of the masked loss: a model whose attention reads the masked position's own token
-    (kept with probability p_c, a random word with p_r, §3.2) goes below it (0.900 against 0.945 for the
-    all-trained squared/Adam model of Fig. 1). The bounds are :func:`masked_loss_floor`'s.
-
-    Squared loss (Eq. 3): ``1 − E‖p‖² = 1 − E[Σ_t θ_t²]/v``; cross-entropy (Eq. 4): ``E[H(p)] = log v + E[H(θ)]``.
-    LDA (§6.1, θ ~ Dir(α·1_T)): ``E[Σ θ_t²] = (α + 1)/(Tα + 1)``, ``E[H(θ)] = ψ(Tα + 1) − ψ(α + 1)``;
-    uniform-τ (§3.1, θ = 1_S/τ): ``1/τ`` and ``log τ``. Finite documents sit a little above it (θ is then
-    not known exactly); a model whose attention finds a kept masked word (p_c) can go below it.
-    """
-    if task.generator == "lda":
-        a, T = task.alpha, task.T
-        sum_sq = (a + 1.0) / (T * a + 1.0)
-        h_theta = float(digamma(T * a + 1.0) - digamma(a + 1.0))
-    else:
-        sum_sq, h_theta = 1.0 / task.tau, math.log(task.tau)
-    return 1.0 - sum_sq / task.v if loss == "squared" else math.log(task.v) + h_theta
 
 
 def masked_loss_floor(cfg: TopicsExperimentConfig, loss: str, position_blind: bool) -> float:
