@@ -314,3 +314,27 @@ def test_the_first_commands_report_renders_with_its_figure_in_headless_chromium(
     _chromium_screenshot(shutil.which("chromium"), run.path / "report.html", shot)
     image = Image.open(shot).convert("L")
     assert image.size == (1200, 1600) and len(set(image.getdata())) > 50  # a page with a figure, not a blank one
+
+
+def test_report_shows_per_arm_measurements_as_one_table():
+    summary = {
+        "experiment": "e",
+        "figure": "F",
+        "paper": "P",
+        "run_id": "r",
+        "profile": "quick",
+        "status": "done",
+        "claims": [],
+        "notes": [],
+        "figures": [],
+        "measurements": {"c3": 1.156, "a/sgd": {"z": [2.5, 2.6], "g": 0.5}, "a/adam": {"z": [5.1, 5.2], "g": 0.7}},
+        "env": {},
+        "seed": 0,
+        "members": 2,
+        "wall_time_s": 1.0,
+    }
+    html = render_report(summary, {"experiment": "e"})
+    table = html.split("<h2>Measurements</h2>", 1)[1].split("</table>", 1)[0]
+    assert "<code>z</code>" in table and "<code>a/sgd</code>" in table and "<code>a/adam</code>" in table
+    assert '<td class="num">2.5/2.6</td>' in table and '<td class="num">5.1/5.2</td>' in table
+    assert "c3: 1.156" in html  # the rest stays a tree below the table

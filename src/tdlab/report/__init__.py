@@ -1,6 +1,7 @@
 """What one run reports, and what experiments draw with: nothing here reads the experiment registry.
 
-* :mod:`tdlab.report.html` — a run's ``report.html`` (verdicts, arms, figures);
+* :mod:`tdlab.report.html` — a run's ``report.html`` (verdicts, arms, figures, measurements);
+* :mod:`tdlab.report.measurement_tables` — the per-arm measurements as tables (arms × quantities);
 * :mod:`tdlab.report.figures` — the plotting every experiment shares (``save_figure``, headless);
 * :mod:`tdlab.report.standard_figures` — the standard figures an experiment declares (``Curves``, ``Heatmap``,
   ``Matrices``, ``Bars``) and the default ``plot`` draws;

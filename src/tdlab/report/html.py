@@ -1,4 +1,4 @@
-"""``report.html`` of a run: figures, claims table, findings, config and environment.
+"""``report.html`` of a run: figures, claims table, findings, measurements, config and environment.
 
 A single static page (figures referenced relatively from ``figures/``), so it opens from disk and
 renders in headless Chromium (``scripts/screenshot_report.sh``).
@@ -12,6 +12,7 @@ import yaml
 from jinja2 import Environment, select_autoescape
 
 from tdlab.claims import VERDICTS
+from tdlab.report.measurement_tables import measurement_tables
 from tdlab.runs import Run, atomic_write
 
 __all__ = ["render_report", "write_report"]
@@ -66,7 +67,10 @@ stopped: {{ s.decide.stopped }}.</p>
 <td>{{ r.decided }}/{{ r.groups }}</td><td>{{ r.growing|join(", ") }}</td><td>{{ (r.training or [])|join(", ") }}</td><td>{% if r.draws is defined and r.draws is not none %}{{ r.draws }}{% if r.sharpening %} ({{ r.sharpening|join(", ") }}){% endif %}{% else %}—{% endif %}</td></tr>{% endfor %}</table>{% endif %}
 {% if s.notes %}<h2>Findings</h2><ul class="notes">{% for n in s.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
 {% for f in s.figures %}<img src="{{ f }}" alt="{{ f }}">{% endfor %}
-{% if s.measurements %}<h2>Measurements</h2><pre>{{ measurements }}</pre>{% endif %}
+{% if s.measurements %}<h2>Measurements</h2>
+{% for t in tables %}<table><tr><th></th>{% for c in t.columns %}<th><code>{{ c }}</code></th>{% endfor %}</tr>
+{% for name, cells in t.rows %}<tr><td><code>{{ name }}</code></td>{% for x in cells %}<td class="num">{{ x }}</td>{% endfor %}</tr>{% endfor %}
+</table>{% endfor %}{% if measurements %}<pre>{{ measurements }}</pre>{% endif %}{% endif %}
 <h2>Environment</h2>
 <table>{% for k, v in env.items() %}<tr><th>{{ k }}</th><td>{{ v }}</td></tr>{% endfor %}
 <tr><th>root seed</th><td>{{ s.seed }}</td></tr><tr><th>members</th><td>{{ s.members }}</td></tr>
@@ -81,7 +85,9 @@ _ENV.filters["bound"] = lambda x, side: ("−∞" if side < 0 else "+∞") if x 
 
 
 def render_report(summary: dict[str, Any], config: dict[str, Any], description: str = "") -> str:
-    """The HTML page for a run's summary and config."""
+    """The HTML page for a run's summary and config (its per-arm measurements as tables:
+    :func:`~tdlab.report.measurement_tables.measurement_tables`)."""
+    tables, rest = measurement_tables(summary.get("measurements") or {})
     return _ENV.from_string(_TEMPLATE).render(
         s=summary,
         description=description,
@@ -89,7 +95,8 @@ def render_report(summary: dict[str, Any], config: dict[str, Any], description: 
         verdicts=VERDICTS,
         env=summary.get("env", {}),
         config=yaml.safe_dump(config, sort_keys=False),
-        measurements=yaml.safe_dump(summary.get("measurements", {}), sort_keys=False, default_flow_style=None),
+        tables=tables,
+        measurements=yaml.safe_dump(rest, sort_keys=False, default_flow_style=None) if rest else "",
     )
 
 

@@ -1,0 +1,61 @@
+"""The measurements of a run as tables: every entry that maps names to numbers (an arm's per-member values,
+say) joins the table of the entries with the same names, one row each; what is left stays a tree.
+
+``measure()`` writes ``values[arm] = {"z": [per member], "final_test_loss": [...], ...}`` for each arm; the
+report shows those as one table (arms × quantities), members separated by ``/``, instead of a dump per arm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_MEMBERS = 8  # cells list at most this many member values, then say how many there are
+
+
+@dataclass
+class Table:
+    """Rows ``(name, cells)`` over ``columns``; each cell is already formatted."""
+
+    columns: tuple[str, ...]
+    rows: list[tuple[str, list[str]]] = field(default_factory=list)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _cell_value(x: Any) -> bool:
+    """A number, or a flat list of numbers (one per member); ``None`` stands for a value not measured."""
+    if x is None or _number(x):
+        return True
+    return isinstance(x, list) and bool(x) and all(v is None or _number(v) for v in x)
+
+
+def format_cell(x: Any) -> str:
+    """``1.23`` for a number, ``1.23/1.31`` for per-member values (the first :data:`MAX_MEMBERS`, then the count),
+    ``—`` where nothing was measured."""
+    if x is None:
+        return "—"
+    if _number(x):
+        return f"{x:.4g}"
+    shown = "/".join("—" if v is None else f"{v:.3g}" for v in x[:MAX_MEMBERS])
+    return shown if len(x) <= MAX_MEMBERS else f"{shown}/… ({len(x)} in all)"
+
+
+def measurement_tables(values: Mapping[str, Any]) -> tuple[list[Table], dict[str, Any]]:
+    """Split ``values`` (a run's measurements) into tables and the rest.
+
+    An entry is a row when its value is a mapping of at least two names to numbers or per-member lists; entries
+    with the same names (in the same order) share a table, in the order they first appear. Returns
+    ``(tables, rest)``: ``rest`` holds every other entry, unchanged and in order."""
+    tables: dict[tuple[str, ...], Table] = {}
+    rest: dict[str, Any] = {}
+    for name, v in values.items():
+        if isinstance(v, Mapping) and len(v) >= 2 and all(_cell_value(x) for x in v.values()):
+            cols = tuple(str(k) for k in v)
+            tables.setdefault(cols, Table(cols)).rows.append((str(name), [format_cell(x) for x in v.values()]))
+        else:
+            rest[str(name)] = v
+    return list(tables.values()), rest
