@@ -3,11 +3,19 @@ averages (App. G.2-G.3) on a hand-made document with hand-computed answers."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
-from tdlab.probes.blocks import attention_averages, block_stats, model_attention_averages, topic_of, word_block
+from tdlab.probes.blocks import (
+    attention_averages,
+    block_ratio_stat,
+    block_stats,
+    model_attention_averages,
+    topic_of,
+    word_block,
+)
 
 F64 = torch.float64
 
@@ -323,3 +331,10 @@ def test_nearest_same_topic_share_of_blocks_and_of_noise():
     W = torch.randn(200, 16, 17, generator=torch.Generator().manual_seed(3), dtype=F64)
     share = nearest_same_topic_share(W.transpose(1, 2) @ W, 4, 4)
     assert float(share.mean()) == pytest.approx(3 / 15, abs=0.02)  # chance: (v − 1)/(Tv − 1)
+
+
+def test_block_ratio_stat_signs_the_factor_r_check():
+    assert block_ratio_stat(1.0, 0.0, 10.0) == pytest.approx(1.0)  # D = 0: S is infinitely many |D|
+    assert block_ratio_stat(1.0, 0.1, 10.0) == pytest.approx(0.0)  # S = r|D| exactly
+    assert block_ratio_stat(1.0, -0.2, 10.0) < 0  # |D| too large
+    assert not math.isfinite(block_ratio_stat(np.float64(0.5), np.float64(0.5), 10.0))  # no contrast

@@ -15,9 +15,13 @@ from tdlab.probes.curves import (
     first_crossing,
     gap_crossing,
     half_growth_steps,
+    lags,
+    min_depths,
     relative_growth,
+    rotation_means,
     stage_split,
     t50,
+    table1_measures,
 )
 
 
@@ -98,3 +102,60 @@ def test_auc_is_the_mean_accuracy_after_epoch_zero():
     assert auc(epochs, acc) == pytest.approx([0.5, 0.3])
     with pytest.raises(ValueError, match="no evaluation"):
         auc(np.array([0]), np.array([[0.1]]))
+
+
+def test_rotation_means_split_at_stage1_end():
+    steps = np.arange(10, 401)
+    rot = np.where(steps <= 100, 0.2, 0.05)[None].repeat(2, 0)
+    s1, s2 = rotation_means(steps, rot, 100, 400)
+    np.testing.assert_allclose(s1, 0.2)
+    np.testing.assert_allclose(s2, 0.05)
+
+
+LAG_STEPS = np.arange(0, 11) * 100  # 0, 100, ..., 1000
+
+
+def _ramp(end, t0, t1, lo=0.05):
+    """A norm that sits at ``lo`` until step ``t0``, rises linearly to ``end`` at ``t1``, then stays."""
+    return lo + (end - lo) * np.clip((LAG_STEPS - t0) / (t1 - t0), 0.0, 1.0)
+
+
+def test_lags_on_hand_made_curves():
+    # seed 004 Fig. 4's picture: V rises over steps 0-300, K and Q over 350-1000
+    V_OK, K_OK, Q_OK = _ramp(30.0, 0, 300), _ramp(20.0, 350, 1000), _ramp(25.0, 350, 1000)
+    K = np.stack([K_OK, _ramp(20.0, 0, 300), np.full(LAG_STEPS.size, 0.05), K_OK])
+    Q = np.stack([Q_OK, Q_OK, np.full(LAG_STEPS.size, 0.05), Q_OK])
+    V = np.stack([V_OK, V_OK, V_OK, np.full(LAG_STEPS.size, 0.05)])
+    lg = lags(LAG_STEPS, K, Q, V)
+    # member 0: t½ K = 700, Q = 700, V = 200 -> lag 0.5; member 1: K with V (200, 200): lag 0
+    assert lg.lag[:2].tolist() == pytest.approx([0.5, 0.0])
+    assert lg.growth[0] == pytest.approx(20.0 / 0.05) and lg.growth[2] == pytest.approx(1.0)
+    # member 2: K, Q never grow: the lag is censored at (1000 − 200)/1000 (a lower bound)
+    assert lg.censored.tolist() == [False, False, True, False] and lg.lag[2] == pytest.approx(0.8)
+    # member 3: V never grows: (700 − 1000)/1000, an upper bound at or below 0
+    assert lg.lag[3] == pytest.approx(-0.3) and not lg.censored[3]
+    with pytest.raises(ValueError, match="shape"):
+        lags(LAG_STEPS[:-1], K, Q, V)
+
+
+def test_min_depths_are_discrete_and_censored():
+    gaps = {1: [0.1, 0.01, 0.2], 2: [0.015, 0.03, 0.2], 3: [0.001, 0.0, 0.05]}
+    found = min_depths(gaps, 0.02)
+    assert found.steps.tolist() == [2, 1, 4] and found.censored.tolist() == [False, False, True]  # max depth + 1
+    assert found.resolution == 1.0 and found.as_optional() == [2, 1, None]
+    assert min_depths({1: [0.0], 2: [0.0], 4: [0.0]}, 0.02).resolution == 2.0  # the grid's largest spacing
+
+
+def test_table1_measures_choose_on_validation_and_report_best_test_and_final():
+    epochs = np.array([0, 1, 2, 3, 4])
+    val = np.array(
+        [
+            [0.9, 0.2, 0.5, 0.4, 0.5],  # epoch 0 excluded; best val first at epoch 2
+            [0.1, 0.3, 0.3, 0.2, 0.1],
+        ]
+    )  # tie at 1 and 2: the first
+    test = np.array([[0.95, 0.1, 0.3, 0.6, 0.2], [0.0, 0.25, 0.2, 0.4, 0.4]])
+    m = table1_measures(epochs, val, test)
+    assert m["val_choice"] == [0.3, 0.25] and m["val_choice_epoch"] == [2, 1]
+    assert m["best_test"] == [0.6, 0.4] and m["best_epoch"] == [3, 3]
+    assert m["final"] == [0.2, 0.4]

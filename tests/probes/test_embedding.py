@@ -13,6 +13,8 @@ from tdlab.probes.embedding import (
     cosine_matrix,
     distance_spearman,
     erank,
+    error_by_distance,
+    mean_pairwise_cosine,
     nn_order,
     offdiag_mean,
     pair_abs_error,
@@ -126,3 +128,27 @@ def test_pair_spearman_and_pair_error_of_cosine_matrices():
     assert float(pair_spearman(a**3, a)) == pytest.approx(1.0)
     assert float(pair_abs_error(a**3, a)) == pytest.approx(np.mean([0.9 - 0.729, 0.1 - 0.001, 0.5 - 0.125]))
     assert pair_abs_error(torch.stack([a, a**3]), a).tolist() == pytest.approx([0.0, float(pair_abs_error(a**3, a))])
+
+
+def test_mean_pairwise_cosine_on_planted_embeddings():
+    d, n, theta = 32, 8, 0.7
+    W = torch.zeros(2, 20, d, dtype=torch.float64)
+    W[:, :n] = torch.eye(d, dtype=torch.float64)[:n] * torch.tensor([1.0, 3.0], dtype=torch.float64).view(2, 1, 1)
+    e0 = torch.eye(d, dtype=torch.float64)[n]
+    for i in range(n):  # cos(v_i, v_j) = cos²θ for i ≠ j, whatever the norms
+        W[:, 10 + i] = (i + 1) * (math.cos(theta) * e0 + math.sin(theta) * torch.eye(d, dtype=torch.float64)[n + 1 + i])
+    assert mean_pairwise_cosine(W, range(n)) == pytest.approx([0.0, 0.0], abs=1e-12)
+    assert mean_pairwise_cosine(W, range(10, 10 + n)) == pytest.approx([math.cos(theta) ** 2] * 2, rel=1e-12)
+    mixed = [0, 1, 10, 11]  # pairs: 1 orthogonal, 1 at cos²θ, 4 at cos θ · 0 = 0 -> mean over 6 ordered-pair classes
+    assert mean_pairwise_cosine(W, mixed) == pytest.approx([math.cos(theta) ** 2 / 6] * 2, rel=1e-12)
+    with pytest.raises(ValueError):
+        mean_pairwise_cosine(W, [3])
+
+
+def test_error_by_distance_averages_each_diagonal():
+    m = torch.zeros(1, 4, 4, dtype=torch.float64)
+    t = torch.zeros(4, 4, dtype=torch.float64)
+    m[0, 0, 1], m[0, 1, 2], m[0, 2, 3] = 0.1, 0.3, -0.2  # |Δ| = 1
+    m[0, 0, 3] = 0.5  # |Δ| = 3
+    e = error_by_distance(m, t)
+    assert e[1] == pytest.approx([0.2]) and e[2] == pytest.approx([0.0]) and e[3] == pytest.approx([0.5])

@@ -14,7 +14,9 @@ from tdlab.probes.spectrum import (
     hypercube_spread,
     leading_singular_vectors,
     singular_values,
+    spectra,
     sv_ratio,
+    wv_spectrum,
 )
 
 
@@ -124,3 +126,36 @@ def test_embedding_alignment_reads_the_sides_of_the_embedding_dimension():
     np.testing.assert_allclose(b["best"].numpy(), torch.maximum(b["left"], b["right"]).numpy())
     with pytest.raises(ValueError, match="embedding's dimension"):
         embedding_alignment(w, torch.zeros(2, 5))
+
+
+def test_svd_finds_u_in_u_vT_plus_noise():
+    g = torch.Generator().manual_seed(0)
+    d_m, d_k = 16, 6
+    u = torch.randn(d_m, generator=g, dtype=torch.float64)
+    u /= u.norm()
+    v = torch.randn(d_k, generator=g, dtype=torch.float64)
+    W_paper = 5 * torch.outer(u, v) + 0.05 * torch.randn(d_m, d_k, generator=g, dtype=torch.float64)  # V = X W^V
+    emb = torch.randn(1, 30, d_m, generator=g, dtype=torch.float64)
+    emb[0, 10:20] = u + 0.05 * torch.randn(10, d_m, generator=g, dtype=torch.float64)  # "reasoning": along u
+    emb[0, 0:10] -= (emb[0, 0:10] @ u)[:, None] * u  # "memory": orthogonal to u
+    out = wv_spectrum(W_paper.T[None], emb, slice(10, 20), slice(0, 10))  # torch stores (d_k, d_m)
+    assert out["sv_ratio"][0] > 20
+    assert out["rsn_align"][0] > 0.99 and out["mem_align"][0] < 0.05
+
+
+def test_spectra_of_built_matrices():
+    g = torch.Generator().manual_seed(0)
+    u, v = (
+        torch.randn(2, 6, 1, generator=g, dtype=torch.float64),
+        torch.randn(2, 1, 5, generator=g, dtype=torch.float64),
+    )
+    rank1 = u @ v
+    eye = torch.eye(4, dtype=torch.float64).expand(2, 4, 4)
+    s = spectra({"r1": rank1, "eye": eye})
+    assert s["r1"]["erank"] == pytest.approx([1.0, 1.0], abs=1e-6)
+    assert s["eye"]["erank"] == pytest.approx([4.0, 4.0])
+    assert s["eye"]["sv"][0] == pytest.approx([1.0] * 4)
+    # two singular values 2 : 1 -> p = (2/3, 1/3), erank = exp(H)
+    m = torch.diag(torch.tensor([2.0, 1.0], dtype=torch.float64))[None]
+    h = -(2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3))
+    assert spectra({"m": m})["m"]["erank"] == pytest.approx([math.exp(h)])

@@ -1,13 +1,24 @@
 """tdlab.theory.anchor_flows: the gap between the label law of the sequences ending in a token and of those
-containing it (what Eq. 29's compact form needs equal), against the task's own sampled sequences."""
+containing it (what Eq. 29's compact form needs equal), against the task's own sampled sequences; the
+flows' closed forms (Eqs. 29, 36, Thm. 2) against slow loops and the split of a flow into kept and dropped terms."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
-from tdlab.theory.anchor_flows import last_vs_all_law_gap, population_flow_counts
+from tdlab.theory.anchor_flows import (
+    eq29_embedding_flow,
+    eq36_matrix,
+    frobenius_cos,
+    last_vs_all_law_gap,
+    population_flow_counts,
+    rate,
+    thm2_matrix,
+    thm2_terms,
+)
 
 F64 = torch.float64
 
@@ -48,3 +59,47 @@ def test_a_token_that_never_ends_a_sequence_has_the_largest_gap():
     task = Anchors(AnchorsConfig(key_min=21, key_max=30, mem_max=3, rsn_min=11, rsn_max=13, d_vob=60, L=5, p_max=2))
     pop = population_flow_counts(task, task.memory_table(torch.Generator().manual_seed(0)), 64)
     assert last_vs_all_law_gap(pop, torch.tensor([12])).tolist() == [1.0]  # anchors never last when p < L − q
+
+
+def test_formulas_against_loops():
+    g = torch.Generator().manual_seed(0)
+    d_m, d_k, V, n, L = 7, 3, 6, 5, 4
+    W_emb, W2 = torch.randn(V, d_m, generator=g, dtype=F64), torch.randn(d_m, d_k, generator=g, dtype=F64)
+    tokens, labels = torch.randint(0, V, (n, L), generator=g), torch.randint(0, V, (n,), generator=g)
+    want = torch.zeros(d_m, d_k, dtype=F64)
+    for i in range(n):  # Eq. 36 term by term
+        y = torch.full((d_m,), -1.0 / d_m, dtype=F64)
+        y[labels[i]] += 1
+        want += torch.outer(sum(W_emb[t] for t in tokens[i]) / L, y @ W2) / n
+    assert torch.allclose(eq36_matrix(W_emb, tokens, labels, W2), want)
+    law = torch.rand(d_m, generator=g, dtype=F64)
+    law /= law.sum()
+    m = thm2_matrix(W_emb, slice(2, 5), law, W2)
+    assert torch.allclose(m, 0.5 * torch.outer((W_emb[2] + W_emb[3] + W_emb[4]) / 3, (law - 1 / d_m) @ W2))
+    W_VO, W_f = torch.randn(d_m, d_m, generator=g, dtype=F64), torch.randn(d_m, d_m, generator=g, dtype=F64)
+    counts = torch.rand(d_m, generator=g, dtype=F64) * 4
+    eye = torch.eye(d_m, dtype=F64)
+    W_t = (W_f.T + eye) @ (W_VO.T + eye)  # W̃ of Props. 2–3
+    assert torch.allclose(eq29_embedding_flow(counts, 4, 10, L, W_VO, W_f), 0.4 / L * (counts / 4 - 1 / d_m) @ W_t)
+    rows = torch.stack([counts, 2 * counts])  # a token a row: n_s (k, 1) broadcasts
+    got = eq29_embedding_flow(rows, torch.tensor([[4.0], [8.0]], dtype=F64), 10, L, W_VO, W_f)
+    assert torch.allclose(got[1], eq29_embedding_flow(2 * counts, 8, 10, L, W_VO, W_f))
+    assert frobenius_cos(m, 3 * m) == pytest.approx(1.0) and frobenius_cos(m, -m) == pytest.approx(-1.0)
+    assert rate(2.5 * m, m) == pytest.approx(2.5)
+
+
+def test_thm2_terms_split_the_flow_into_kept_and_dropped():
+    g = torch.Generator().manual_seed(1)
+    d_m, d_k, V, n, L = 6, 3, 5, 40, 4
+    W0, dW = 0.1 * torch.randn(V, d_m, generator=g, dtype=F64), torch.randn(V, d_m, generator=g, dtype=F64)
+    W2 = torch.randn(d_m, d_k, generator=g, dtype=F64)
+    tokens, labels = torch.randint(0, V, (n, L), generator=g), torch.randint(0, d_m, (n,), generator=g)
+    K = eq36_matrix(dW, tokens, labels, W2)  # the label-driven growth term
+    M = 2 * K
+    t = thm2_terms(K, M, W0 + dW, W0, tokens, labels, W2)  # a flow that is the kept term alone
+    assert t["dropped_rel"] == pytest.approx(0.0, abs=1e-12) and t["growth_cos"] == pytest.approx(1.0)
+    assert t["reduction_cos"] == pytest.approx(1.0) and t["reduction_rate"] == pytest.approx(0.5)
+    init = eq36_matrix(W0, tokens, labels, W2)
+    t = thm2_terms(K + init, M, W0 + dW, W0, tokens, labels, W2)  # Eq. 36 exactly: only the initial term dropped
+    assert t["eq36_rel"] == pytest.approx(0.0, abs=1e-12)
+    assert t["dropped_rel"] == pytest.approx(t["init_rel"]) == pytest.approx(float(init.norm() / K.norm()))

@@ -137,3 +137,10 @@ def test_theta_pi_on_a_model_without_the_output_bias_is_refused():
     m = GPT(GPTConfig(arch="sec2", d=3, max_len=8, head_bias=False), [0]).double()
     with pytest.raises(ValueError, match="output bias b"):
         th.set_theta_pi(m, 0.2, 0.3)
+
+
+def test_normalised_position():
+    p, q = 0.5, 0.8
+    assert th.normalised_position(marginal_entropy(p, q), p, q) == pytest.approx(1.0)
+    assert th.normalised_position(entropy_rate(p, q), p, q) == pytest.approx(0.0)
+    assert stationary(p, q)[1] == pytest.approx(0.5 / 1.3)

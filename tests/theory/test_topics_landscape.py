@@ -188,3 +188,19 @@ def test_landscape_orientation_and_shapes():
 def test_bad_input_names_the_field(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_assumption3_v():
+    assert tl.assumption3_v(6, 0.15, 0.1) and not tl.assumption3_v(5, 0.15, 0.1)  # v > (1/0.865 + 1)² + 1 = 5.65
+
+
+def test_equal_gamma_points_share_their_gamma():
+    for a, b in tl.equal_gamma_points(0.7, 10, 0.1):
+        assert float(tl.gamma_of(a, b, 10)) == pytest.approx(0.7)
+
+
+def test_flat_halfwidth_of_a_parabola():
+    # f = 1 + (log10 x)^2: f(x 10^±δ) − f(1) = δ² ≤ rel → δ = √rel
+    f = lambda x: 1.0 + math.log10(x) ** 2  # noqa: E731
+    assert tl.flat_halfwidth(f, 1.0, 1e-8) == pytest.approx(1e-4, rel=1e-3)
+    assert tl.flat_halfwidth(lambda x: 1.0, 1.0, 1e-8) == 4.0  # flat everywhere: the search's upper end

@@ -34,7 +34,9 @@ Attention averages (:func:`attention_averages`, App. G.2-G.3, Tables 3-4): see t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -44,6 +46,7 @@ __all__ = [
     "BlockTest",
     "attention_averages",
     "block_permutation_test",
+    "block_ratio_stat",
     "block_stats",
     "cut_documents",
     "model_attention_averages",
@@ -348,3 +351,18 @@ def model_attention_averages(
     tok, vis = cut_documents(tokens, key_mask, cut)
     _, cache = model.run_with_cache(tok, key_mask=vis, names=["attn.pattern"])
     return attention_averages(cache["attn.pattern"], tok, vis, topics, v, cut=cut, norm_len=norm_len)
+
+
+def block_ratio_stat(S: Any, D: Any, r: float) -> Any:
+    """Figs. 9, 10's check that W^V is block-wise, as a signed statistic: ``(S − r|D|)/|S − D|``.
+
+    ≥ 0 exactly when the mean block entry S is at least ``r`` times the magnitude of the mean non-block entry
+    D (the captions' factor ``r = 10``), in units of the matrix's own contrast, so that it reads the same for the
+    CE panels' logit-scale W^V and the squared-loss ones (1 when D = 0; W^V*: S* − D* = c3/v). S = D gives a
+    non-finite value (no contrast).
+
+    ``S``, ``D``: :class:`BlockStats`' ``S`` and ``D`` (floats or arrays of one shape, e.g. ``(E,)`` members or
+    ``(E, steps)`` curves); returns an array (or numpy float) of that shape.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (S - r * np.abs(D)) / np.abs(S - D)

@@ -1,5 +1,6 @@
 """Events on training curves: when each member's curve first crosses a level (and the T50 / AUC of an
-accuracy curve, the half-growth step of a norm curve built on it).
+accuracy curve, the half-growth step of a norm curve built on it, seed 004's two-stage lags of W^K, W^Q behind
+W^V and a curve's means over two stages of training).
 
 A crossing is known only to the evaluation grid (between the previous evaluation and this one), and
 a member that never crosses within the run is *censored*: its crossing step is only known to lie
@@ -9,6 +10,7 @@ beyond the last evaluation. Both facts travel with the values into the claims la
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,15 +18,20 @@ import numpy as np
 __all__ = [
     "NOISE_SIGMAS",
     "Crossings",
+    "Lags",
     "auc",
     "evaluation_noise",
     "first_crossing",
     "gap_crossing",
     "half_growth_steps",
+    "lags",
+    "min_depths",
     "plateau_escape_step",
     "relative_growth",
+    "rotation_means",
     "stage_split",
     "t50",
+    "table1_measures",
 ]
 
 # A gap must exceed this many standard deviations of one evaluation's noise before it counts as crossed:
@@ -172,3 +179,114 @@ def half_growth_steps(steps: np.ndarray, norms: np.ndarray, half: float = 0.5) -
         steps: ``(S,)``; norms: ``(E, S)``."""
     idx = stage_split(relative_growth(norms), half)
     return np.where(idx >= 0, np.asarray(steps, dtype=float)[np.maximum(idx, 0)], np.inf)
+
+
+def rotation_means(steps: np.ndarray, rot: np.ndarray, stage1_end: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of a per-member curve over two windows of training: steps ``<= stage1_end`` and
+    ``(stage1_end, horizon]`` (seed 004 Fig. 5: W^V's rotation, large in stage 1, small once W^K, W^Q grow).
+
+    Args:
+        steps: ``(n,)`` evaluation steps.
+        rot: ``(E, n)`` the curve of each member at those steps.
+    Returns:
+        ``(stage 1 (E,), stage 2 (E,))`` means.
+    """
+    steps = np.asarray(steps)
+    s1, s2 = steps <= stage1_end, (steps > stage1_end) & (steps <= horizon)
+    return rot[:, s1].mean(-1), rot[:, s2].mean(-1)
+
+
+@dataclass(frozen=True)
+class Lags:
+    """Seed 004's two-stage rule (Figs. 4, 5: W^V grows first, W^K and W^Q later) measured on ``E`` members, each
+    field ``(E,)``."""
+
+    t_k: np.ndarray  # t½(W^K), steps (inf: never grows)
+    t_q: np.ndarray
+    t_v: np.ndarray
+    lag: np.ndarray  # (min(t½K, t½Q) − t½V) / horizon
+    censored: np.ndarray  # bool: neither W^K nor W^Q grows, the lag is a lower bound
+    growth: np.ndarray  # min(‖W^K‖, ‖W^Q‖ at the horizon / at the start)
+    first_step: np.ndarray  # first-step norm change of W^K (the smaller of K, Q) relative to W^V's
+
+    def member(self, e: int) -> dict[str, float | bool]:
+        return {k: (bool(v[e]) if v.dtype == bool else float(v[e])) for k, v in self.__dict__.items()}
+
+
+def lags(steps: np.ndarray, norm_k: np.ndarray, norm_q: np.ndarray, norm_v: np.ndarray, half: float = 0.5) -> Lags:
+    """The two-stage rule's measurements of every member from its norm curves over the horizon.
+
+    Args:
+        steps: ``(S,)`` the steps of the curves (the first is the start, increasing; the last is the horizon).
+        norm_k: ``(E, S)`` Frobenius norms of ``W^K``.
+        norm_q: ``(E, S)`` the same of ``W^Q``.
+        norm_v: ``(E, S)`` the same of ``W^V``.
+        half: the growth share that defines t½.
+    Returns:
+        :class:`Lags`. A member whose W^K and W^Q never grow has its lag censored at ``(horizon − t½V)/span``
+        (a lower bound); one whose W^V never grows gets ``(min(t½K, t½Q) − span)/span`` (an upper bound ≤ 0).
+    """
+    steps = np.asarray(steps, dtype=float)
+    K, Q, V = (np.atleast_2d(np.asarray(x, dtype=float)) for x in (norm_k, norm_q, norm_v))
+    if not (K.shape == Q.shape == V.shape) or K.shape[-1] != steps.size or steps.size < 2:
+        raise ValueError(
+            f"norm curves must share one (E, S) shape with S = len(steps) = {steps.size} ≥ 2; "
+            f"got {K.shape}, {Q.shape}, {V.shape}"
+        )
+    t_k, t_q, t_v = (half_growth_steps(steps, x, half) for x in (K, Q, V))
+    start, end = steps[0], steps[-1]
+    span = end - start
+    kq = np.minimum(t_k, t_q)
+    censored = ~np.isfinite(kq) & np.isfinite(t_v)
+    lag = (np.where(np.isfinite(kq), kq, end) - np.where(np.isfinite(t_v), t_v, end)) / span
+    with np.errstate(invalid="ignore", divide="ignore"):
+        growth = np.minimum(K[:, -1] / K[:, 0], Q[:, -1] / Q[:, 0])
+        first = np.minimum(np.abs(K[:, 1] - K[:, 0]), np.abs(Q[:, 1] - Q[:, 0])) / np.abs(V[:, 1] - V[:, 0])
+    return Lags(t_k=t_k, t_q=t_q, t_v=t_v, lag=lag, censored=censored, growth=growth, first_step=first)
+
+
+def min_depths(gaps: dict[int, list[float]], tol: float) -> Crossings:
+    """Per member, the smallest depth whose gap is ≤ ``tol``: seed 003 Part II's "which depth reaches the order-k
+    in-context estimator" read on a grid of depths, as a crossing over depths instead of steps.
+
+    Args:
+        gaps: ``{depth: per-member gaps}`` (equal lengths).
+    Returns:
+        :class:`~tdlab.probes.curves.Crossings` over depths: ``steps`` the smallest reaching depth, or
+        ``max(depths) + 1`` (the least depth it could need) where none reaches, then ``censored``;
+        ``resolution`` the largest spacing of the depth grid (1 for a contiguous one).
+    """
+    depths = sorted(gaps)
+    n = len(gaps[depths[0]])
+    values, censored = [], []
+    for e in range(n):
+        reach = [d for d in depths if gaps[d][e] <= tol]
+        values.append(reach[0] if reach else depths[-1] + 1)
+        censored.append(not reach)
+    spacing = max((b - a for a, b in itertools.pairwise(depths)), default=1)
+    return Crossings(np.asarray(values, dtype=float), np.asarray(censored), float(spacing))
+
+
+def table1_measures(epochs: np.ndarray, val_acc: np.ndarray, test_acc: np.ndarray) -> dict[str, list[float]]:
+    """Per-member Table 1 measures (seed 002, Table 1: test accuracy at the best-validation epoch) from per-epoch
+    accuracies.
+
+    Args:
+        epochs: ``(S,)`` evaluation epochs (0 = before training, excluded from every choice);
+        val_acc: ``(members, S)``.
+        test_acc: ``(members, S)``.
+    Returns:
+        ``val_choice`` (test acc at the first epoch of best validation acc) and ``val_choice_epoch``,
+        ``best_test`` and ``best_epoch`` (first epoch of best test acc), ``final`` (last epoch's test acc).
+    """
+    keep = epochs > 0
+    ep, va, te = epochs[keep], np.atleast_2d(val_acc)[:, keep], np.atleast_2d(test_acc)[:, keep]
+    iv, it = va.argmax(1), te.argmax(1)  # argmax takes the first of ties
+    rows = np.arange(te.shape[0])
+    return {
+        "val_choice": te[rows, iv].tolist(),
+        "val_choice_epoch": ep[iv].tolist(),
+        "best_test": te[rows, it].tolist(),
+        "best_epoch": ep[it].tolist(),
+        "final": te[:, -1].tolist(),
+    }

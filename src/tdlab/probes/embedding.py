@@ -1,4 +1,4 @@
-"""Probes of an embedding space (seed 001 Figs. 3, 4, 9–11, 13): cosine matrices, distance order,
+"""Probes of an embedding space (seed 001 Figs. 3, 4, 6, 9–11, 13): cosine matrices, distance order,
 nearest-neighbour order, effective rank and PCA.
 
 Plain functions on ``(..., n, d)`` tensors: ``n`` vectors (rows, e.g. the embeddings of tokens
@@ -15,9 +15,14 @@ on the CPU; results are float64 tensors.
   of two cosine matrices (a measured one against its theory); ``spearman_rows`` the rank correlation they use.
 * ``erank``: ``exp(H(p))``, ``p = σ / Σσ`` the normalised singular values.
 * ``pca``: projections on the top principal components of the centred rows.
+* ``mean_pairwise_cosine``: the mean off-diagonal cosine of chosen rows of an embedding table (Fig. 6's number).
+* ``error_by_distance``: the mean ``|measured − theory|`` of two cosine matrices along each diagonal ``|i − j|``
+  (Fig. 4C: Eq. 14's cosines against the trained ones, by distance).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -28,6 +33,8 @@ __all__ = [
     "cosine_matrix",
     "distance_spearman",
     "erank",
+    "error_by_distance",
+    "mean_pairwise_cosine",
     "nn_order",
     "offdiag_mean",
     "pair_abs_error",
@@ -181,3 +188,34 @@ def pca(w: Tensor | np.ndarray, k: int = 2) -> tuple[Tensor, Tensor, Tensor]:
     var = s**2
     explained = var[..., :k] / var.sum(-1, keepdim=True)
     return coords, explained, comps
+
+
+def mean_pairwise_cosine(wte: torch.Tensor, ids: Sequence[int]) -> list[float]:
+    """Mean cosine over the pairs ``i ≠ j`` of the embeddings of ``ids`` (Fig. 6's number), per member.
+
+    Args:
+        wte: ``(E, V, d)`` token embeddings; ids: ``n >= 2`` token ids.
+    Returns:
+        ``E`` floats.
+    """
+    if len(ids) < 2:
+        raise ValueError(f"mean pairwise cosine needs at least 2 tokens, got {len(ids)}")
+    return offdiag_mean(cosine_matrix(wte[:, list(ids)])).tolist()
+
+
+def error_by_distance(measured: torch.Tensor, theory: torch.Tensor) -> dict[int, list[float]]:
+    """Mean ``|measured − theory|`` over pairs ``i < j`` at each distance ``|i − j|``, per member.
+
+    Args:
+        measured: ``(E, n, n)`` cosine matrices.
+        theory: ``(E, n, n)`` or ``(n, n)`` cosine matrices.
+    Returns:
+        ``{Δ: [per member]}`` for ``Δ = 1..n-1``.
+    """
+    n = measured.shape[-1]
+    err = (measured - theory).abs()
+    out = {}
+    for d in range(1, n):
+        i = torch.arange(n - d)
+        out[d] = err[..., i, i + d].mean(-1).tolist()
+    return out

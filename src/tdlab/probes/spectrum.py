@@ -7,6 +7,11 @@ their factors (``W_1 = w * w alpha^T``, ``W_O W_V = alpha v^T``, Eqs. (12)-(15))
 measure exactly those three things — rank-one-ness, alignment of a singular vector with the
 embedding, and closeness of the embedding to a scaled hypercube vertex — on ensemble parameters.
 
+Seed 001 (Reasoning Bias), §4.3 and Fig. 5C–D (Thm. 2): at small initialisation the first layer's ``W^V`` is
+nearly rank one, its top left singular vector along the reasoning anchors' mean embedding and nearly
+orthogonal to the memory anchors' (:func:`wv_spectrum`); Fig. 13's normalised spectra and effective ranks
+of every weight matrix (:func:`spectra`).
+
 Every function takes tensors with a leading member axis ``E`` (as stored in a run's
 ``arrays/ARM.safetensors``) and works per member; nothing mixes members. Matrices follow the model's
 ``(out, in)`` convention (``y = W x``): a left singular vector lives in the output space, a right
@@ -18,13 +23,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from tdlab.probes.embedding import erank
+
 __all__ = [
     "abs_cosine",
     "embedding_alignment",
     "hypercube_spread",
     "leading_singular_vectors",
     "singular_values",
+    "spectra",
     "sv_ratio",
+    "wv_spectrum",
 ]
 
 
@@ -140,4 +149,42 @@ def embedding_alignment(w: torch.Tensor, e: torch.Tensor) -> dict[str, torch.Ten
     if not out:
         raise ValueError(f"no side of the {tuple(w.shape[1:])} matrices has the embedding's dimension {e.shape[1]}")
     out["best"] = torch.stack(list(out.values())).max(0).values
+    return out
+
+
+def wv_spectrum(W_V: torch.Tensor, emb: torch.Tensor, rsn: slice, mem: slice) -> dict[str, list[float]]:
+    """``W^V``'s singular values and the alignment of its top left singular vector (paper layout
+    ``V = X W^V``, ``W^V in R^{d_m x d_k}``: torch's ``(E, d_k, d_m)`` weight is its transpose, so the
+    paper's left singular vectors are torch's right ones, in the embedding space).
+
+    Args:
+        W_V: ``(E, d_k, d_m)`` torch's weights (or flows) of ``W^V``; emb: ``(E, vocab, d_m)`` the word
+            embeddings; rsn / mem: the reasoning / memory anchors' token ids (rows of ``emb``).
+
+    Returns:
+        ``sv_ratio`` (σ1/σ2), ``rsn_align`` / ``mem_align`` (|cos(u1, mean anchor embedding)|) per member,
+        and ``sv`` (E, r) normalised by σ1.
+    """
+    _, s, vh = torch.linalg.svd(W_V.double(), full_matrices=False)
+    u1 = vh[:, 0, :]  # (E, d_m)
+
+    def align(rows: torch.Tensor) -> torch.Tensor:
+        m = rows.double().mean(1)
+        return ((u1 * m).sum(-1) / (u1.norm(dim=-1) * m.norm(dim=-1))).abs()
+
+    return {
+        "sv_ratio": (s[:, 0] / s[:, 1]).tolist(),
+        "rsn_align": align(emb[:, rsn]).tolist(),
+        "mem_align": align(emb[:, mem]).tolist(),
+        "sv": (s / s[:, :1]).tolist(),
+    }
+
+
+def spectra(mats: dict[str, torch.Tensor]) -> dict[str, dict[str, list]]:
+    """Seed 001 Fig. 13: per matrix ``(E, m, n)`` of ``mats``, ``sv`` ``(E, min(m, n))`` its singular values over
+    the largest and ``erank`` ``(E,)`` its effective rank (:func:`~tdlab.probes.embedding.erank`), as lists."""
+    out = {}
+    for k, W in mats.items():
+        s = torch.linalg.svdvals(W.double())
+        out[k] = {"sv": (s / s[:, :1]).tolist(), "erank": erank(W).tolist()}
     return out

@@ -29,6 +29,8 @@ The ``-e (g0 + g1)`` term is what the profile analysis drops: along the joint fl
 ``dE/dt = 2 e^2 dL/db``, so a stale bias (``dL/db != 0``) moves the energy off its level and can carry
 the trajectory across ``E = E_sad``, out of the basin Thm. 2/8 predicted from ``theta_0``. A bias
 step (``b <- b - lr dL/db``) shrinks ``dL/db`` and with it this drift.
+:func:`bias_step_basins` counts, from points uniform in a box, where descent with 0 or 1 extra bias
+steps per iteration ends against where profile descent does (markov-icommon's check of Sec. 3).
 
 Seed readings resolved here (see also the experiments that use this module):
 
@@ -46,7 +48,7 @@ Seed readings resolved here (see also the experiments that use this module):
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -58,12 +60,15 @@ from tdlab.theory.markov_landscape import (
     loss,
     loss_with_bias,
     optimal_bias,
+    predict_basin,
 )
 
 __all__ = [
+    "BiasStepSpec",
     "bias_excess",
     "bias_gradient",
     "bias_step",
+    "bias_step_basins",
     "descend",
     "icommon_boundary",
     "in_icommon",
@@ -74,6 +79,25 @@ __all__ = [
 ]
 
 _F64 = torch.float64
+
+
+class BiasStepSpec(Protocol):
+    """What :func:`bias_step_basins` reads of a config (markov-icommon's ``BiasStepConfig``)."""
+
+    @property
+    def points(self) -> int: ...  # initial points, uniform in the box
+    @property
+    def e_max(self) -> float: ...  # box |e| <= e_max
+    @property
+    def w_max(self) -> float: ...  # box |w| <= w_max
+    @property
+    def b0(self) -> float: ...  # the bias's (stale) start
+    @property
+    def lr(self) -> float: ...  # GD step size
+    @property
+    def steps(self) -> int: ...  # GD iterations
+    @property
+    def atol(self) -> float: ...  # end point within atol of a critical set (Thm. 1)
 
 
 def _theta2(theta: Any) -> torch.Tensor:
@@ -307,3 +331,24 @@ def limit_kind(theta: Any, p: float, q: float, *, atol: float = 1e-3) -> torch.T
     set (still moving) coded ``NONE``. Returns int64
     :class:`tdlab.theory.markov_landscape.CriticalKind` codes."""
     return classify_critical(_theta2(theta), p, q, atol=atol)
+
+
+def bias_step_basins(p: float, q: float, cfg: BiasStepSpec, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """Basins reached by gradient descent on the canonical (e, w) model with a free bias (Eq. 26).
+
+    Initial points uniform in ``|e| <= e_max``, ``|w| <= w_max``, bias ``b0``; descent for ``steps``
+    iterations of step ``lr`` with 0 and 1 extra bias steps per iteration and on the profile loss
+    (:func:`descend`); end points classified at ``atol`` (:func:`limit_kind`). Sec. 3's "one additional
+    step is usually sufficient": how often ``k1`` (and ``k0``) end where ``profile`` does.
+
+    Returns: dict with ``theta0`` ``(n, 2)`` and int64 ``(n,)`` codes ``theory`` (Thm. 2/8's basin of
+    the profile *flow*), ``k0``, ``k1``, ``profile``.
+    """
+    n = cfg.points
+    u = torch.rand((n, 2), generator=gen, dtype=torch.float64) * 2 - 1
+    theta0 = u * torch.tensor([cfg.e_max, cfg.w_max], dtype=torch.float64)
+    out = {"theta0": theta0, "theory": predict_basin(theta0, p, q)}
+    for name, k in (("k0", 0), ("k1", 1), ("profile", None)):
+        th, _ = descend(theta0, cfg.b0, p, q, lr=cfg.lr, steps=cfg.steps, extra_bias_steps=k)
+        out[name] = limit_kind(th, p, q, atol=cfg.atol)
+    return out

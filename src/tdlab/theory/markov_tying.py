@@ -44,12 +44,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Literal, Protocol, TypeVar, cast
+from typing import Any, Literal, Protocol, TypeVar, cast, overload
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tdlab.theory.markov_chain import marginal_entropy, stationary
+from tdlab.theory.markov_chain import entropy_rate, marginal_entropy, stationary
 
 __all__ = [
     "enumerate_chain",
@@ -58,6 +59,7 @@ __all__ = [
     "hessian",
     "hessian_extremes",
     "loss_closed_form",
+    "normalised_position",
     "perturbation_probe",
     "population_loss",
     "set_theta_pi",
@@ -354,3 +356,26 @@ def perturbation_probe(
 def loss_closed_form(p: float, q: float) -> float:
     """``L(θ_π) = H(π)`` (claim iii), in nats."""
     return marginal_entropy(p, q)
+
+
+@overload
+def normalised_position(loss: float, p: float, q: float) -> float: ...
+
+
+@overload
+def normalised_position(loss: np.ndarray, p: float, q: float) -> np.ndarray: ...
+
+
+def normalised_position(loss: float | np.ndarray, p: float, q: float) -> float | np.ndarray:
+    """Where a loss sits between the θ_π plateau and the global minimum (talk Part I, "How do they learn?").
+
+    ``u = (loss − H(X_{n+1} | X_n)) / (H(π) − H(X_{n+1} | X_n))``: 1 at ``L(θ_π) = H(π)`` (claim iii), 0 at the
+    entropy rate (the global minimum); undefined for ``p + q = 1``, where the two coincide.
+
+    Args:
+        loss: a loss in nats, a float or an array of any shape (e.g. ``(E,)`` final losses of the members).
+    Returns:
+        ``u`` of the same shape as ``loss``.
+    """
+    h_pi, h_rate = marginal_entropy(p, q), entropy_rate(p, q)
+    return (loss - h_rate) / (h_pi - h_rate)

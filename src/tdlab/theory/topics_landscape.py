@@ -50,7 +50,7 @@ Everything is float64 torch and broadcasts over α, β (grids: :func:`landscape`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -64,12 +64,15 @@ __all__ = [
     "Kind",
     "Masking",
     "Version",
+    "assumption3_v",
     "assumption4",
     "block_loss",
     "block_loss_gamma",
     "c4",
     "diagonal_loss",
     "diagonal_minimum",
+    "equal_gamma_points",
+    "flat_halfwidth",
     "gamma_of",
     "gamma_star",
     "lambda1",
@@ -478,3 +481,47 @@ def monte_carlo_loss(
 def assumption4(p_m: float, p_c: float, p_r: float) -> bool:
     """Assumption 4 (§5.3), the masking Thms. 3 and 5 are proved under: ``p_m < 1/2``, ``p_c = p_r ∈ (0, 1/2)``."""
     return p_m < 0.5 and math.isclose(p_c, p_r) and 0.0 < p_c < 0.5
+
+
+def assumption3_v(v: int, p_m: float, p_c: float) -> bool:
+    """Assumption 3 (§5.3), "no sparsely supported topics", at finite v: ``v > (c_4 + 1)² + 1`` with
+    ``c_4 = 1/(1 − (1 − p_c)p_m)`` (:func:`c4`), the words per topic the proofs of Thms. 3, 5 need."""
+    return v > (1.0 / (1.0 - (1.0 - p_c) * p_m) + 1.0) ** 2 + 1.0
+
+
+def equal_gamma_points(gamma: float, v: int, eps: float) -> tuple[tuple[float, float], ...]:
+    """Remark 5's test points: three ``(α, β)`` with the same ``γ = ((v − 1)α + β)/v`` (:func:`gamma_of`).
+
+    ``(γ, γ)``; same-word heavy (``α = εγ``, β taking the rest); same-topic heavy (``β = εγ``). Under the
+    block map the loss depends on γ alone (Remark 5, App. F.3), so the three give one loss; under the
+    diagonal map they do not.
+
+    Returns:
+        ``((α, β), (α, β), (α, β))``, floats.
+    """
+    return ((gamma, gamma), (eps * gamma, (v - eps * (v - 1)) * gamma), ((v - eps) * gamma / (v - 1), eps * gamma))
+
+
+def flat_halfwidth(f: Callable[[float], float], x: float, rel: float, lo: float = 1e-12, hi: float = 4.0) -> float:
+    """The log10 half-width around ``x`` over which ``f`` stays within ``rel`` (relative) of ``f(x)``.
+
+    The largest ``δ`` (bisection in log δ between ``lo`` and ``hi``) with ``f(x·10^{±δ}) − f(x) ≤ rel |f(x)|``
+    on both sides: a minimiser of ``f`` (γ*, β*, α* of Figs. 7, 8, App. F.5) is known no better than this.
+
+    Args:
+        f: a scalar function of a positive scalar (e.g. ``γ ↦`` :func:`block_loss_gamma`).
+        x: the point (> 0), usually a refined minimiser.
+    Returns:
+        ``δ`` in log10 units: ``hi`` when ``f`` is flat over the whole search, 0 when not even ``lo`` is.
+    """
+    f0 = f(x)
+    ok = lambda d: all(f(x * 10.0**s) - f0 <= rel * abs(f0) for s in (d, -d))  # noqa: E731
+    if ok(hi):
+        return hi
+    if not ok(lo):
+        return 0.0
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(60):
+        mid = (a + b) / 2
+        a, b = (mid, b) if ok(math.exp(mid)) else (a, mid)
+    return math.exp(a)

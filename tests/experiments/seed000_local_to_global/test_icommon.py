@@ -17,7 +17,6 @@ from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
 from tdlab.experiments.seed000_local_to_global.icommon import (
     MarkovICommon,
-    bias_step_basins,
     canonical_init_,
     cell_arm,
     initial_points,
@@ -80,17 +79,6 @@ def test_initial_points_are_in_icommon_per_member_and_the_proposed_point_is_not(
     e, w = proposed_point(cfg.model)
     assert (e, w) == pytest.approx((0.5 * math.sqrt(8), -8.0))
     assert abs(e) < float(icommon_boundary(torch.tensor(w))) and not bool(in_icommon(torch.tensor([e, w])))
-
-
-def test_bias_step_basins_codes_and_profile_agrees_with_theory_mostly(one_thread):
-    cfg = EXP.make_config("quick", ["bias_step.points=40", "bias_step.steps=400"])
-    res = bias_step_basins(0.2, 0.3, cfg.bias_step, torch.Generator().manual_seed(0))
-    assert res["theta0"].shape == (40, 2)
-    assert (res["theta0"].abs() <= 2.0).all()
-    for k in ("theory", "k0", "k1", "profile"):
-        assert res[k].shape == (40,)
-    # Profile descent is the discretised flow of Thm. 8: it ends where the theorem says for most points.
-    assert float((res["profile"] == res["theory"]).double().mean()) >= 0.9
 
 
 def test_config_refuses_cells_on_the_line_and_bad_regions():

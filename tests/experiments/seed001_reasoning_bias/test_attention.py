@@ -20,7 +20,6 @@ from tdlab.experiments.seed001_reasoning_bias.attention import (
     layer2_rows,
     pair_share,
     value_tags,
-    wv_spectrum,
 )
 from tdlab.models.gpt import GPT
 from tdlab.runs import Run, RunWriter
@@ -45,21 +44,6 @@ def test_average_operator_error_on_built_matrices():
         for k in range(1, j + 1):
             want.append(abs((1.0 if k == j else 0.0) - 1 / j) * j)
     assert err.shape == (1, 9) and torch.allclose(err[0], torch.tensor(want, dtype=torch.float64))
-
-
-def test_svd_finds_u_in_u_vT_plus_noise():
-    g = torch.Generator().manual_seed(0)
-    d_m, d_k = 16, 6
-    u = torch.randn(d_m, generator=g, dtype=torch.float64)
-    u /= u.norm()
-    v = torch.randn(d_k, generator=g, dtype=torch.float64)
-    W_paper = 5 * torch.outer(u, v) + 0.05 * torch.randn(d_m, d_k, generator=g, dtype=torch.float64)  # V = X W^V
-    emb = torch.randn(1, 30, d_m, generator=g, dtype=torch.float64)
-    emb[0, 10:20] = u + 0.05 * torch.randn(10, d_m, generator=g, dtype=torch.float64)  # "reasoning": along u
-    emb[0, 0:10] -= (emb[0, 0:10] @ u)[:, None] * u  # "memory": orthogonal to u
-    out = wv_spectrum(W_paper.T[None], emb, slice(10, 20), slice(0, 10))  # torch stores (d_k, d_m)
-    assert out["sv_ratio"][0] > 20
-    assert out["rsn_align"][0] > 0.99 and out["mem_align"][0] < 0.05
 
 
 def test_layer2_scores_are_the_models_attention_and_positional_scores_a_slow_loop(tiny, one_thread):

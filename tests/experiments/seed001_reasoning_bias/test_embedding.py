@@ -14,7 +14,7 @@ import torch
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
 from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
-from tdlab.experiments.seed001_reasoning_bias.embedding import AnchorsEmbedding, eq14_member_cosines, error_by_distance
+from tdlab.experiments.seed001_reasoning_bias.embedding import AnchorsEmbedding, eq14_member_cosines
 from tdlab.runs import Run, RunWriter
 from tdlab.theory.anchors import eq14_cosine, eq14_vectors
 
@@ -38,15 +38,6 @@ def test_eq14_member_cosines_without_noise_match_the_closed_form():
         assert float(c[0, i, j]) == pytest.approx(float(eq14_cosine(d, 200)), abs=1e-6)
     noisy = eq14_member_cosines([20, 22, 25], 200, gamma=0.3, seeds=[1, 2])
     assert not torch.allclose(noisy[0], noisy[1])  # one draw per member
-
-
-def test_error_by_distance_averages_each_diagonal():
-    m = torch.zeros(1, 4, 4, dtype=torch.float64)
-    t = torch.zeros(4, 4, dtype=torch.float64)
-    m[0, 0, 1], m[0, 1, 2], m[0, 2, 3] = 0.1, 0.3, -0.2  # |Δ| = 1
-    m[0, 0, 3] = 0.5  # |Δ| = 3
-    e = error_by_distance(m, t)
-    assert e[1] == pytest.approx([0.2]) and e[2] == pytest.approx([0.0]) and e[3] == pytest.approx([0.5])
 
 
 def _wte(kind: str, seed: int, d: int = 48) -> torch.Tensor:

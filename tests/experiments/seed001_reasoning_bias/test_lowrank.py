@@ -4,13 +4,11 @@ read after a shorter run at a larger lr being ours, and a tiny end-to-end run.""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 from tdlab.experiments.runner import execute
-from tdlab.experiments.seed001_reasoning_bias.lowrank import AnchorsLowrank, spectra, weight_matrices
+from tdlab.experiments.seed001_reasoning_bias.lowrank import AnchorsLowrank, weight_matrices
 from tdlab.models.gpt import GPT
 from tdlab.runs import Run, RunWriter
 
@@ -21,24 +19,6 @@ PAPER_BUDGET = ("train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 
 def tiny(anchors_tiny):
     """The tiny anchors setting with a 50-sequence probe set."""
     return [*anchors_tiny, "n_probe=50"]
-
-
-def test_spectra_of_built_matrices():
-    g = torch.Generator().manual_seed(0)
-    u, v = (
-        torch.randn(2, 6, 1, generator=g, dtype=torch.float64),
-        torch.randn(2, 1, 5, generator=g, dtype=torch.float64),
-    )
-    rank1 = u @ v
-    eye = torch.eye(4, dtype=torch.float64).expand(2, 4, 4)
-    s = spectra({"r1": rank1, "eye": eye})
-    assert s["r1"]["erank"] == pytest.approx([1.0, 1.0], abs=1e-6)
-    assert s["eye"]["erank"] == pytest.approx([4.0, 4.0])
-    assert s["eye"]["sv"][0] == pytest.approx([1.0] * 4)
-    # two singular values 2 : 1 -> p = (2/3, 1/3), erank = exp(H)
-    m = torch.diag(torch.tensor([2.0, 1.0], dtype=torch.float64))[None]
-    h = -(2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3))
-    assert spectra({"m": m})["m"]["erank"] == pytest.approx([math.exp(h)])
 
 
 def _planted(tmp_path, overrides, swap: str | None = None):

@@ -6,7 +6,6 @@ the CLI (exit 2, nothing written), and a tiny end-to-end run."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 
@@ -30,7 +29,6 @@ from tdlab.experiments.seed001_reasoning_bias.text import (
     exclusive_tokens,
     halving_epoch,
     loss_auc,
-    mean_pairwise_cosine,
     token_counts,
 )
 from tdlab.run_context import init_arm, snapshot_arm
@@ -91,21 +89,6 @@ def test_exclusive_tokens_match_a_counter_and_are_disjoint():
 
 
 # ---- the cosine measure ---------------------------------------------------------------------------------
-
-
-def test_mean_pairwise_cosine_on_planted_embeddings():
-    d, n, theta = 32, 8, 0.7
-    W = torch.zeros(2, 20, d, dtype=torch.float64)
-    W[:, :n] = torch.eye(d, dtype=torch.float64)[:n] * torch.tensor([1.0, 3.0], dtype=torch.float64).view(2, 1, 1)
-    e0 = torch.eye(d, dtype=torch.float64)[n]
-    for i in range(n):  # cos(v_i, v_j) = cos²θ for i ≠ j, whatever the norms
-        W[:, 10 + i] = (i + 1) * (math.cos(theta) * e0 + math.sin(theta) * torch.eye(d, dtype=torch.float64)[n + 1 + i])
-    assert mean_pairwise_cosine(W, range(n)) == pytest.approx([0.0, 0.0], abs=1e-12)
-    assert mean_pairwise_cosine(W, range(10, 10 + n)) == pytest.approx([math.cos(theta) ** 2] * 2, rel=1e-12)
-    mixed = [0, 1, 10, 11]  # pairs: 1 orthogonal, 1 at cos²θ, 4 at cos θ · 0 = 0 -> mean over 6 ordered-pair classes
-    assert mean_pairwise_cosine(W, mixed) == pytest.approx([math.cos(theta) ** 2 / 6] * 2, rel=1e-12)
-    with pytest.raises(ValueError):
-        mean_pairwise_cosine(W, [3])
 
 
 # ---- the padded objective and the loss-speed measures -------------------------------------------------

@@ -9,7 +9,6 @@ import math
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -24,7 +23,6 @@ from tdlab.experiments.seed002_cross_attention.avdigits import (
     _splits,
     build_model,
     chance_bound,
-    table1_measures,
 )
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
@@ -59,21 +57,6 @@ def fake_build(cfg, seed, progress=True):
 
 
 # --- measures and the spread rule -----------------------------------------------------------------------
-
-
-def test_table1_measures_choose_on_validation_and_report_best_test_and_final():
-    epochs = np.array([0, 1, 2, 3, 4])
-    val = np.array(
-        [
-            [0.9, 0.2, 0.5, 0.4, 0.5],  # epoch 0 excluded; best val first at epoch 2
-            [0.1, 0.3, 0.3, 0.2, 0.1],
-        ]
-    )  # tie at 1 and 2: the first
-    test = np.array([[0.95, 0.1, 0.3, 0.6, 0.2], [0.0, 0.25, 0.2, 0.4, 0.4]])
-    m = table1_measures(epochs, val, test)
-    assert m["val_choice"] == [0.3, 0.25] and m["val_choice_epoch"] == [2, 1]
-    assert m["best_test"] == [0.6, 0.4] and m["best_epoch"] == [3, 3]
-    assert m["final"] == [0.2, 0.4]
 
 
 def test_the_chance_bound_is_chance_plus_binomial_standard_errors():

@@ -1,5 +1,5 @@
 """icl-landscape (Fig. 4): the maps carry their Monte-Carlo error (delete-a-group jackknife over prompt
-groups, checked against the textbook standard error of a mean) and the pre-LN valley its grid cell; the
+groups, tdlab.theory.icl_landscape) and the pre-LN valley its grid cell; the
 minimiser distance is no longer a claim; every group holds and fails on synthetic maps."""
 
 from __future__ import annotations
@@ -9,23 +9,13 @@ import pytest
 import torch
 
 from tdlab.experiments.runner import execute
-from tdlab.experiments.seed002_cross_attention.landscape import IclLandscape, jackknife_se, leave_out, pooled
+from tdlab.experiments.seed002_cross_attention.landscape import IclLandscape
 from tdlab.runs import staging_path
 from tdlab.theory.icl import two_param_stationary
 from tdlab.train.stopping import RunStopped
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PANELS = ("T10", "T5", "T5/preln")
-
-
-def test_the_jackknife_of_a_mean_is_its_standard_error():
-    rng = np.random.default_rng(0)
-    groups = rng.normal(size=(8, 3, 4))
-    sizes = np.full(8, 25.0)
-    assert pooled(groups, sizes) == pytest.approx(groups.mean(0))
-    assert leave_out(groups, sizes)[2] == pytest.approx(np.delete(groups, 2, 0).mean(0))
-    se = jackknife_se(lambda m: float(m[1, 2]), groups, sizes)
-    assert se == pytest.approx(groups[:, 1, 2].std(ddof=1) / np.sqrt(8), rel=1e-12)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""markov-icl-depth-linear (seed 003 Part II): the smallest reaching depth per member is discrete and
-censored when never reached; every declared claim holds on planted numbers that say so and fails on
+"""markov-icl-depth-linear (seed 003 Part II; the smallest reaching depth per member, discrete and censored when
+never reached: tests/probes/test_curves.py): every declared claim holds on planted numbers that say so and fails on
 contradicting ones; an arm at its order-(k−1) plateau never fails a claim (not evaluable, the stage
 named: the quick profile's 250 steps); censored or one-layer differences never give a certain
 direction; cells not in the grid / not trained are not evaluable; a tiny end-to-end run."""
@@ -14,7 +14,7 @@ import pytest
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
 from tdlab.experiments.seed003_attention_markov.common.icl_grid import cell_arm
-from tdlab.experiments.seed003_attention_markov.icl_depth_linear import MarkovICLDepthLinear, min_depths
+from tdlab.experiments.seed003_attention_markov.icl_depth_linear import MarkovICLDepthLinear
 
 LIN = MarkovICLDepthLinear()
 GROUPS = ["attention-only-reaches-estimator", "attention-only-depth-grows-with-k", "mlp-depth-stays-constant"]
@@ -24,14 +24,6 @@ K14 = ["ks=[1, 4]", "depths=[1, 2, 3, 4, 5]"]
 def analyse(cfg, run):
     a = LIN.analyse(cfg, run)
     return {g.id: g for g in a.groups}, {r.id: r for g in a.groups for r in g.rows}, a
-
-
-def test_min_depths_are_discrete_and_censored():
-    gaps = {1: [0.1, 0.01, 0.2], 2: [0.015, 0.03, 0.2], 3: [0.001, 0.0, 0.05]}
-    found = min_depths(gaps, 0.02)
-    assert found.steps.tolist() == [2, 1, 4] and found.censored.tolist() == [False, False, True]  # max depth + 1
-    assert found.resolution == 1.0 and found.as_optional() == [2, 1, None]
-    assert min_depths({1: [0.0], 2: [0.0], 4: [0.0]}, 0.02).resolution == 2.0  # the grid's largest spacing
 
 
 def log_depth(levels):

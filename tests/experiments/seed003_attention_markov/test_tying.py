@@ -13,10 +13,10 @@ import pytest
 
 from tdlab.claims import judge
 from tdlab.experiments.runner import execute, rebuild
-from tdlab.experiments.seed003_attention_markov.tying import MarkovTying, chain_tag, normalised_position
+from tdlab.experiments.seed003_attention_markov.tying import MarkovTying, chain_tag
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunWriter
-from tdlab.tasks.markov import entropy_rate, marginal_entropy, stationary
+from tdlab.tasks.markov import entropy_rate, marginal_entropy
 from tdlab.theory import markov_tying as th
 
 EXP = MarkovTying()
@@ -285,13 +285,6 @@ def test_gate_trivial_error_is_log_2_for_training_arms(tmp_path, cfg):
     assert rows[f"below-line-reaches-entropy-rate/{BELOW}/tied"]["verdict"] == "holds"
     assert s["arms"][f"train/untied/{BELOW}"]["status"] == "not trained"
     assert s["sanity_total"] == 2 and s["claims_total"] == 5
-
-
-def test_normalised_position():
-    p, q = 0.5, 0.8
-    assert normalised_position(marginal_entropy(p, q), p, q) == pytest.approx(1.0)
-    assert normalised_position(entropy_rate(p, q), p, q) == pytest.approx(0.0)
-    assert stationary(p, q)[1] == pytest.approx(0.5 / 1.3)
 
 
 # A run of seconds: one chain's landscape at d = 2, four training steps of a d = 4 model.

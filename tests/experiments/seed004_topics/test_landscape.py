@@ -24,9 +24,6 @@ from tdlab.experiments.seed004_topics.landscape import (
     MC_ARM,
     REMARK_4,
     TopicsLandscape,
-    assumption3_v,
-    equal_gamma_points,
-    flat_halfwidth,
     tau_arm,
 )
 from tdlab.runs import Run
@@ -113,7 +110,7 @@ def test_remark5_is_tested_by_monte_carlo_and_fails_on_estimates_that_depend_on_
     assert max(abs(x) for m in mc.values() for x in m["block_rel_diff"]) < 1e-3
     assert min(abs(x) for m in mc.values() for x in m["diagonal_rel_diff"]) > 0.05
     for g in cfg.remark5_gammas:
-        pts = equal_gamma_points(g, cfg.mc_v, cfg.remark5_eps)
+        pts = tl.equal_gamma_points(g, cfg.mc_v, cfg.remark5_eps)
         assert [tl.gamma_of(al, be, cfg.mc_v) for al, be in pts] == pytest.approx([g] * 3, rel=1e-12)
 
     def tilt(x):  # the same-topic-heavy estimate 3 % above (γ, γ)'s: the loss then depends on α, β apart
@@ -272,7 +269,6 @@ def test_the_theorems_hypotheses_read_the_masking_and_remark_4_reads_the_rows_ta
     exp = TopicsLandscape()
     cfg = exp.make_config("quick")
     assert assumption4(0.15, 0.1, 0.1) and not assumption4(0.5, 0.1, 0.1) and not assumption4(0.15, 0.1, 0.2)
-    assert assumption3_v(6, 0.15, 0.1) and not assumption3_v(5, 0.15, 0.1)  # v > (1/0.865 + 1)² + 1 = 5.65
     row = lambda **ctx: Row("r", Sample((1.0,)), context=ctx)  # noqa: E731
     assert REMARK_4.met(cfg, row(tau=3)) and not REMARK_4.met(cfg, row(tau=2))  # λ1 (τ − 1) = 1.15, 0.58
     assert not REMARK_4.met(cfg, row())  # a row without its τ does not meet it
@@ -291,10 +287,3 @@ def test_the_growth_margin_is_calibrated_between_the_bounds_growth_and_none(prof
     assert grows.values == pytest.approx((math.log10(80 / 60),)) and flat.values == (0.0,)
     assert grows.deterministic and flat.deterministic
     assert flat.values[0] < cfg.order_margin_log10 < grows.values[0]
-
-
-def test_flat_halfwidth_of_a_parabola():
-    # f = 1 + (log10 x)^2: f(x 10^±δ) − f(1) = δ² ≤ rel → δ = √rel
-    f = lambda x: 1.0 + math.log10(x) ** 2  # noqa: E731
-    assert flat_halfwidth(f, 1.0, 1e-8) == pytest.approx(1e-4, rel=1e-3)
-    assert flat_halfwidth(lambda x: 1.0, 1.0, 1e-8) == 4.0  # flat everywhere: the search's upper end

@@ -18,7 +18,6 @@ from tdlab.experiments.seed004_topics.real_two_stage import (
     TopicsRealTwoStage,
     WeightProbe,
     near_zero_qkv,
-    rotation_means,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
@@ -29,14 +28,6 @@ STEPS = np.arange(0, 401)
 
 def _ramp(t0, t1, lo=0.01, hi=5.0):
     return lo + (hi - lo) * np.clip((STEPS - t0) / (t1 - t0), 0.0, 1.0)
-
-
-def test_rotation_means_split_at_stage1_end():
-    steps = np.arange(10, 401)
-    rot = np.where(steps <= 100, 0.2, 0.05)[None].repeat(2, 0)
-    s1, s2 = rotation_means(steps, rot, 100, 400)
-    np.testing.assert_allclose(s1, 0.2)
-    np.testing.assert_allclose(s2, 0.05)
 
 
 def test_weight_probe_rotation_matches_the_closed_form_and_restarts_per_model():

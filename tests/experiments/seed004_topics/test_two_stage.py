@@ -1,5 +1,4 @@
-"""topics-two-stage: the two-stage lag on hand-made norm curves (with the censored and the
-never-growing cases); a setting decided on synthetic stored runs (holds when W^K, W^Q lag by half of the horizon,
+"""topics-two-stage (the two-stage lag on hand-made norm curves: tests/probes/test_curves.py): a setting decided on synthetic stored runs (holds when W^K, W^Q lag by half of the horizon,
 fails when they grow with W^V, not evaluable when they never double), each setting gated on its own members; the
 claim is an existence over the grid (one setting showing the stages holds it; it fails only when every setting is
 evaluable and none does); each batch size is its own arm and reaches its trainer; a tiny training run ends with
@@ -13,7 +12,6 @@ import pytest
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.common import training
-from tdlab.experiments.seed004_topics.common.lags import lags
 from tdlab.experiments.seed004_topics.two_stage import TopicsTwoStage, member_settings, setting_name
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunWriter
@@ -31,22 +29,6 @@ def _ramp(start, end, t0, t1, lo=0.05):
 V_OK = _ramp(None, 30.0, 0, 300)
 K_OK = _ramp(None, 20.0, 350, 1000)
 Q_OK = _ramp(None, 25.0, 350, 1000)
-
-
-def test_lags_on_hand_made_curves():
-    K = np.stack([K_OK, _ramp(None, 20.0, 0, 300), np.full(STEPS.size, 0.05), K_OK])
-    Q = np.stack([Q_OK, Q_OK, np.full(STEPS.size, 0.05), Q_OK])
-    V = np.stack([V_OK, V_OK, V_OK, np.full(STEPS.size, 0.05)])
-    lg = lags(STEPS, K, Q, V)
-    # member 0: t½ K = 700, Q = 700, V = 200 -> lag 0.5; member 1: K with V (200, 200): lag 0
-    assert lg.lag[:2].tolist() == pytest.approx([0.5, 0.0])
-    assert lg.growth[0] == pytest.approx(20.0 / 0.05) and lg.growth[2] == pytest.approx(1.0)
-    # member 2: K, Q never grow: the lag is censored at (1000 − 200)/1000 (a lower bound)
-    assert lg.censored.tolist() == [False, False, True, False] and lg.lag[2] == pytest.approx(0.8)
-    # member 3: V never grows: (700 − 1000)/1000, an upper bound at or below 0
-    assert lg.lag[3] == pytest.approx(-0.3) and not lg.censored[3]
-    with pytest.raises(ValueError, match="shape"):
-        lags(STEPS[:-1], K, Q, V)
 
 
 def _synthetic_run(tmp_path, K, tag: str, extra_settings: bool = False, batches=(16,), K40=None):

@@ -74,3 +74,18 @@ def test_predict_basin_on_named_sets():
     b = ml.basin_boundaries(0.7, 0.8)["saddle"]
     E = ml.energy(torch.as_tensor(np.concatenate(b)))
     assert (E - ml.ENERGY_SADDLE).abs().max().item() < 1e-12
+
+
+def test_max_energy_drift_is_relative_to_the_start_and_nan_on_the_e_axis():
+    start = torch.tensor([[0.5, 1.0], [0.0, 2.0], [0.3, 0.0]], dtype=F64)  # E(0) = 0.25, −(4 + log 2), NaN
+    E0 = ml.energy(start)
+    moved = start.clone()
+    moved[0, 0] = math.sqrt(0.25 + 0.5)  # E: 0.25 → 0.75, |ΔE| / max(1, 0.25) = 0.5
+    moved[1, 0] = 1.0  # E rises by 1, relative to |E(0)| = 4 + log 2
+    traj = torch.stack([start, start, moved])  # (K, n, 2)
+    drift = ml.max_energy_drift(traj)
+    assert drift.shape == (3,)
+    assert abs(float(drift[0]) - 0.5) < 1e-12
+    assert abs(float(drift[1]) - 1.0 / abs(float(E0[1]))) < 1e-12
+    assert math.isnan(float(drift[2]))
+    assert torch.all(ml.max_energy_drift(torch.stack([start[:2]] * 4)) == 0)  # a still trajectory conserves E

@@ -75,8 +75,8 @@ from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import Fit, RunContext
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy
-from tdlab.theory.markov_landscape import ENERGY_SADDLE, CriticalKind, energy, predict_basin, run_flow
-from tdlab.theory.markov_regions import descend, icommon_boundary, in_icommon, limit_kind, sample_icommon
+from tdlab.theory.markov_landscape import ENERGY_SADDLE, CriticalKind, energy, run_flow
+from tdlab.theory.markov_regions import bias_step_basins, icommon_boundary, in_icommon, limit_kind, sample_icommon
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
 
@@ -230,26 +230,6 @@ def proposed_point(model: GPTConfig) -> tuple[float, float]:
     coordinates: ``e = init_e √d`` (α = 1/√d), ``w = init_w2 d`` (``|w| = init_w1 d``: the two agree
     when ``init_w1 = -init_w2``, as in the seed)."""
     return model.init_e * math.sqrt(model.d), model.init_w2 * model.d
-
-
-def bias_step_basins(p: float, q: float, cfg: BiasStepConfig, gen: torch.Generator) -> dict[str, torch.Tensor]:
-    """Basins reached by gradient descent on the canonical (e, w) model with a free bias (Eq. 26).
-
-    Initial points uniform in ``|e| <= e_max``, ``|w| <= w_max``, bias ``b0``; descent for ``steps``
-    iterations of step ``lr`` with 0 and 1 extra bias steps per iteration and on the profile loss
-    (:func:`tdlab.theory.markov_regions.descend`); end points classified at ``atol``.
-
-    Returns: dict with ``theta0`` ``(n, 2)`` and int64 ``(n,)`` codes ``theory`` (Thm. 2/8's basin of
-    the profile *flow*), ``k0``, ``k1``, ``profile``.
-    """
-    n = cfg.points
-    u = torch.rand((n, 2), generator=gen, dtype=torch.float64) * 2 - 1
-    theta0 = u * torch.tensor([cfg.e_max, cfg.w_max], dtype=torch.float64)
-    out = {"theta0": theta0, "theory": predict_basin(theta0, p, q)}
-    for name, k in (("k0", 0), ("k1", 1), ("profile", None)):
-        th, _ = descend(theta0, cfg.b0, p, q, lr=cfg.lr, steps=cfg.steps, extra_bias_steps=k)
-        out[name] = limit_kind(th, p, q, atol=cfg.atol)
-    return out
 
 
 # ----------------------------------------------------------------------------------------------

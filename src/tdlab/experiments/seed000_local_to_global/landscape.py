@@ -47,7 +47,6 @@ from tdlab.experiments.seed000_local_to_global.common.flows import (
     chain_arm,
     energy_claim,
     gaussian_inits,
-    max_energy_drift,
     planted_proportion,
     save_times,
     trajectory,
@@ -233,7 +232,7 @@ class MarkovLandscape(FlowExperiment[LandscapeConfig]):
             big = p + q > 1
             ctx = {"p": p, "q": q}
             meas: dict[str, Any] = {"p_plus_q": p + q}
-            drift = [float(max_energy_drift(A["traj"][m]).max()) for m in range(cfg.members)]
+            drift = [float(ml.max_energy_drift(A["traj"][m]).max()) for m in range(cfg.members)]
             meas["energy_max_rel_drift"] = drift
             self._energy(out, cfg, arm, ctx, drift, cfg.n_traj)
             agree, hits, counts, codes = [], [], np.zeros(len(CK)), []
@@ -312,6 +311,12 @@ class MarkovLandscape(FlowExperiment[LandscapeConfig]):
         elim, wlim = 2.5, (-2.5, 2.5)
         E_, W_ = np.meshgrid(np.linspace(-elim, elim, 301), np.linspace(*wlim, 301), indexing="ij")
         grid = torch.from_numpy(np.stack([E_, W_], -1))
+
+        def frame(ax: Any, title: str) -> None:  # the (e, w) panels' axes, title and legend
+            ax.set(xlim=wlim, ylim=(-elim, elim), xlabel="w", ylabel="e", title=title)
+            ax.title.set_fontsize(9)
+            ax.legend(fontsize=7, loc="upper left")
+
         for row, c in zip(axes, cfg.chains, strict=True):
             p, q = c.p, c.q
             A = run.arrays(chain_arm(p, q))
@@ -332,15 +337,7 @@ class MarkovLandscape(FlowExperiment[LandscapeConfig]):
             for j in range(tr.shape[1]):
                 ax.plot(tr[:, j, 1], tr[:, j, 0], color="k", lw=1)
                 ax.plot(tr[0, j, 1], tr[0, j, 0], "o", color="k", ms=3)
-            ax.set(
-                xlim=wlim,
-                ylim=(-elim, elim),
-                xlabel="w",
-                ylabel="e",
-                title=f"({'c' if big else 'a'}) p={p}, q={q}: energy, critical sets, −∇L, GF paths",
-            )
-            ax.title.set_fontsize(9)
-            ax.legend(fontsize=7, loc="upper left")
+            frame(ax, f"({'c' if big else 'a'}) p={p}, q={q}: energy, critical sets, −∇L, GF paths")
             # (b)/(d): basins of Thm. 2 / Thm. 8 with the flow endpoints of random inits
             ax = row[1]
             codes = ml.predict_basin(grid, p, q).numpy()
@@ -367,15 +364,7 @@ class MarkovLandscape(FlowExperiment[LandscapeConfig]):
                 )
             bad = reached != pred
             ax.scatter(start[bad, 1], start[bad, 0], s=40, marker="x", color="k", label=f"disagree ({int(bad.sum())})")
-            ax.set(
-                xlim=wlim,
-                ylim=(-elim, elim),
-                xlabel="w",
-                ylabel="e",
-                title=f"({'d' if big else 'b'}) basins: red I_min, green I_*; dots θ₀ by flow limit",
-            )
-            ax.title.set_fontsize(9)
-            ax.legend(fontsize=7, loc="upper left")
+            frame(ax, f"({'d' if big else 'b'}) basins: red I_min, green I_*; dots θ₀ by flow limit")
             # Gaussian init: measured vs quadrature
             ax = row[2]
             ss = np.geomspace(min(cfg.sigmas) / 2, max(3.0, 2 * max(cfg.sigmas)), 60)

@@ -38,7 +38,6 @@ from tdlab.experiments.seed000_local_to_global.common.flows import (
     chain_arm,
     energy_claim,
     gaussian_inits,
-    max_energy_drift,
     planted_proportion,
     save_times,
     trajectory,
@@ -206,7 +205,7 @@ class MarkovLandscape3D(FlowExperiment[Landscape3Config]):
                 "origin": origin,
             }
             drift = [
-                float(torch.maximum(max_energy_drift(A["traj"][m]).max(), max_energy_drift(A["wide"][m]).max()))
+                float(torch.maximum(ml.max_energy_drift(A["traj"][m]).max(), ml.max_energy_drift(A["wide"][m]).max()))
                 for m in range(cfg.members)
             ]
             meas["energy_max_rel_drift"] = drift

@@ -75,6 +75,7 @@ from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
 from tdlab.probes.cliffs import is_cliff, window_mass
 from tdlab.probes.embedding import cosine_matrix, distance_spearman, pair_spearman, spearman_rows
+from tdlab.probes.spectrum import wv_spectrum
 
 
 class AttentionClaims(Config):
@@ -135,30 +136,6 @@ def average_operator_error(pattern: torch.Tensor) -> torch.Tensor:
     return err[..., keep]
 
 
-def wv_spectrum(W_V: torch.Tensor, emb: torch.Tensor, rsn: slice, mem: slice) -> dict[str, list[float]]:
-    """``W^V``'s singular values and the alignment of its top left singular vector (paper layout
-    ``V = X W^V``, ``W^V in R^{d_m x d_k}``: torch's ``(E, d_k, d_m)`` weight is its transpose, so the
-    paper's left singular vectors are torch's right ones, in the embedding space).
-
-    Returns:
-        ``sv_ratio`` (σ1/σ2), ``rsn_align`` / ``mem_align`` (|cos(u1, mean anchor embedding)|) per member,
-        and ``sv`` (E, r) normalised by σ1.
-    """
-    _, s, vh = torch.linalg.svd(W_V.double(), full_matrices=False)
-    u1 = vh[:, 0, :]  # (E, d_m)
-
-    def align(rows: torch.Tensor) -> torch.Tensor:
-        m = rows.double().mean(1)
-        return ((u1 * m).sum(-1) / (u1.norm(dim=-1) * m.norm(dim=-1))).abs()
-
-    return {
-        "sv_ratio": (s[:, 0] / s[:, 1]).tolist(),
-        "rsn_align": align(emb[:, rsn]).tolist(),
-        "mem_align": align(emb[:, mem]).tolist(),
-        "sv": (s / s[:, :1]).tolist(),
-    }
-
-
 def layer2_rows(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
     """Layer 2's pre-softmax last row and positional scores (App. D).
 
@@ -195,7 +172,7 @@ def layer2_rows(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
 def wv_flow(
     model: GPT, tokens: torch.Tensor, labels: torch.Tensor, emb: torch.Tensor, rsn: slice, mem: slice
 ) -> dict[str, list]:
-    """Thm. 2 on the post-LN model: :func:`wv_spectrum` of ``−∇_{W^V}`` (layer 1) of the last-position
+    """Thm. 2 on the post-LN model: :func:`~tdlab.probes.spectrum.wv_spectrum` of ``−∇_{W^V}`` (layer 1) of the last-position
     cross-entropy, mean over the sequences of each member (the flow's right-hand side at these parameters).
 
     Args:

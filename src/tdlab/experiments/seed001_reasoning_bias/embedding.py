@@ -63,6 +63,7 @@ from tdlab.experiments.view import RunView
 from tdlab.probes.embedding import (
     cosine_matrix,
     distance_spearman,
+    error_by_distance,
     nn_order,
     offdiag_mean,
     pair_abs_error,
@@ -86,24 +87,6 @@ def eq14_member_cosines(ids: list[int], d_m: int, gamma: float, seeds: list[int]
     for g in generators(seeds, "eq14-noise"):
         out.append(cosine_matrix(eq14_vectors(ids, d_m, kind, d_m**-gamma, g)))
     return torch.stack(out)
-
-
-def error_by_distance(measured: torch.Tensor, theory: torch.Tensor) -> dict[int, list[float]]:
-    """Mean ``|measured − theory|`` over pairs ``i < j`` at each distance ``|i − j|``, per member.
-
-    Args:
-        measured: ``(E, n, n)`` cosine matrices.
-        theory: ``(E, n, n)`` or ``(n, n)`` cosine matrices.
-    Returns:
-        ``{Δ: [per member]}`` for ``Δ = 1..n-1``.
-    """
-    n = measured.shape[-1]
-    err = (measured - theory).abs()
-    out = {}
-    for d in range(1, n):
-        i = torch.arange(n - d)
-        out[d] = err[..., i, i + d].mean(-1).tolist()
-    return out
 
 
 class EmbeddingClaims(Config):

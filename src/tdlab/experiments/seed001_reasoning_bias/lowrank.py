@@ -29,7 +29,7 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     parameter_reading,
 )
 from tdlab.experiments.view import RunView
-from tdlab.probes.embedding import erank
+from tdlab.probes.spectrum import spectra
 
 
 class AnchorsLowrankConfig(ProbeConfig):
@@ -46,15 +46,6 @@ def weight_matrices(arrays: dict[str, torch.Tensor], layers: int) -> dict[str, t
         out[f"W^f2 (layer {layer + 1})"] = arrays[f"blocks.{layer}.mlp.W_2.weight"]
     if "lm_head" in arrays:
         out["W^out"] = arrays["lm_head"]
-    return out
-
-
-def spectra(mats: dict[str, torch.Tensor]) -> dict[str, dict[str, list]]:
-    """Per matrix: ``sv`` (E, r) singular values over the largest, and ``erank`` (E,)."""
-    out = {}
-    for k, W in mats.items():
-        s = torch.linalg.svdvals(W.double())
-        out[k] = {"sv": (s / s[:, :1]).tolist(), "erank": erank(W).tolist()}
     return out
 
 

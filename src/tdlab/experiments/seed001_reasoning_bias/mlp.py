@@ -61,9 +61,7 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     bias_gap_row,
     check_gammas,
     cosine_heatmap,
-    epoch_train_config,
-    fit_gamma_arms,
-    fixed_data,
+    fit_anchor_sweep,
     label_marginal_losses,
     parameter_reading,
     reading_note,
@@ -87,10 +85,7 @@ from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.seeding import generators
 from tdlab.tasks.anchors import KIND_MEM, Anchors, AnchorsConfig
 from tdlab.theory.anchors import order_blind_memory_ceiling, token_label_law
-from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET
-from tdlab.train.objectives import LastPosition
-from tdlab.train.trainer import Trainer
 
 FIG3A_EPOCHS = (50, 900)  # the seed's Fig. 3A snapshots (of 1000 epochs)
 
@@ -325,20 +320,7 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
         def build(seeds: list[int]) -> EmbMLP:
             return EmbMLP(mcfg, seeds, [gamma_of[s] for s in seeds])
 
-        tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.task.n_train, cfg.task.q + 1)
-        data = fixed_data(
-            task, arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch, view=Anchors.emb_mlp_view
-        )
-        trainer = Trainer(
-            tcfg,
-            ctx.device,
-            ctx.progress,
-            label="γ-sweep",
-            objective=LastPosition(),
-            snapshot_steps=[e * cfg.steps_per_epoch for e in cfg.snapshot_epochs],
-        )
-        with cpu_threads(cfg.cpu_threads, ctx.device):
-            fit_gamma_arms(ctx, trainer, build, arms, data)
+        fit_anchor_sweep(ctx, cfg, task, arms, build, cfg.task.q + 1, view=Anchors.emb_mlp_view)
 
     # ---- measurement ----------------------------------------------------------------------------
     def snapshots(self, cfg: AnchorsMlpConfig, run: RunView, gamma: float) -> dict[int, torch.Tensor]:

@@ -70,7 +70,7 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPTConfig
 from tdlab.probes.curves import Crossings, auc, first_crossing
-from tdlab.probes.embedding import cosine_matrix, offdiag_mean
+from tdlab.probes.embedding import cosine_matrix, mean_pairwise_cosine
 from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.runs import Run, atomic_write
@@ -339,19 +339,6 @@ def exclusive_tokens(counts: np.ndarray, other: np.ndarray, top: int) -> list[in
     ids = np.nonzero((counts > 0) & (other == 0))[0]
     order = np.lexsort((ids, -counts[ids]))  # primary key: count descending, then id
     return ids[order][:top].tolist()
-
-
-def mean_pairwise_cosine(wte: torch.Tensor, ids: Sequence[int]) -> list[float]:
-    """Mean cosine over the pairs ``i ≠ j`` of the embeddings of ``ids`` (Fig. 6's number), per member.
-
-    Args:
-        wte: ``(E, V, d)`` token embeddings; ids: ``n >= 2`` token ids.
-    Returns:
-        ``E`` floats.
-    """
-    if len(ids) < 2:
-        raise ValueError(f"mean pairwise cosine needs at least 2 tokens, got {len(ids)}")
-    return offdiag_mean(cosine_matrix(wte[:, list(ids)])).tolist()
 
 
 def loss_auc(epochs: np.ndarray, loss: np.ndarray) -> list[float]:

@@ -59,6 +59,7 @@ from tdlab.models.multimodal_ca import (
     activation_bytes,
     parameter_count,
 )
+from tdlab.probes.curves import table1_measures
 from tdlab.run_context import RunContext
 from tdlab.runs import atomic_write
 from tdlab.seeding import derive_seed, member_seeds
@@ -184,30 +185,6 @@ def _splits(data: avdigits.AVDigits, n_val: int, seed: int) -> dict[str, dict[st
         "train": {"inputs": x_tr[fit], "targets": data.label_train[fit].long()},
         "val": {"inputs": x_tr[val], "targets": data.label_train[val].long()},
         "test": {"inputs": x_te, "targets": data.label_test.long()},
-    }
-
-
-def table1_measures(epochs: np.ndarray, val_acc: np.ndarray, test_acc: np.ndarray) -> dict[str, list[float]]:
-    """Per-member Table 1 measures from per-epoch accuracies.
-
-    Args:
-        epochs: ``(S,)`` evaluation epochs (0 = before training, excluded from every choice);
-        val_acc: ``(members, S)``.
-        test_acc: ``(members, S)``.
-    Returns:
-        ``val_choice`` (test acc at the first epoch of best validation acc) and ``val_choice_epoch``,
-        ``best_test`` and ``best_epoch`` (first epoch of best test acc), ``final`` (last epoch's test acc).
-    """
-    keep = epochs > 0
-    ep, va, te = epochs[keep], np.atleast_2d(val_acc)[:, keep], np.atleast_2d(test_acc)[:, keep]
-    iv, it = va.argmax(1), te.argmax(1)  # argmax takes the first of ties
-    rows = np.arange(te.shape[0])
-    return {
-        "val_choice": te[rows, iv].tolist(),
-        "val_choice_epoch": ep[iv].tolist(),
-        "best_test": te[rows, it].tolist(),
-        "best_epoch": ep[it].tolist(),
-        "final": te[:, -1].tolist(),
     }
 
 

@@ -15,7 +15,6 @@ stored too, and a quantity read off a map carries its delete-a-group jackknife s
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -44,6 +43,7 @@ from tdlab.run_context import RunContext, init_arm
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.multimodal import MultiModalBatch, MultiModalPrompts
 from tdlab.theory.icl import alpha_of_beta, alpha_star, bayes_risk, infinite_context_excess_risk, two_param_stationary
+from tdlab.theory.icl_landscape import jackknife_se, leave_out, pooled, valley
 from tdlab.theory.icl_stats import PromptStats, population_stats
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.memo import CheckpointedMemo, array_key
@@ -177,41 +177,6 @@ def group_maps(
             block(a, b) if memo is None else memo(array_key(np.array([depth, pre_ln]), a, b), partial(block, a, b))
         )
     return bayes_risk(task) + out.reshape(groups, *A.shape), sizes.cpu().numpy()
-
-
-def pooled(maps: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """The map on every prompt from the group maps ``(G, ...)``."""
-    return np.tensordot(sizes, maps, axes=1) / sizes.sum()
-
-
-def leave_out(maps: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """``(G, ...)``: the map on every prompt but group ``g``'s, for each ``g``."""
-    total = np.tensordot(sizes, maps, axes=1)
-    return (total[None] - sizes.reshape(-1, *[1] * (maps.ndim - 1)) * maps) / (sizes.sum() - sizes).reshape(
-        -1, *[1] * (maps.ndim - 1)
-    )
-
-
-def jackknife_se(stat: Callable[[np.ndarray], float], maps: np.ndarray, sizes: np.ndarray) -> float:
-    """Delete-a-group jackknife standard error of ``stat(map)`` over the groups of a map's prompts."""
-    thetas = np.array([stat(m) for m in leave_out(maps, sizes)])
-    G = thetas.size
-    return float(np.sqrt((G - 1) / G * np.sum((thetas - thetas.mean()) ** 2)))
-
-
-def valley(a_ax: np.ndarray, b_ax: np.ndarray, loss: np.ndarray, betas: np.ndarray) -> np.ndarray:
-    """The heat map's valley: for every beta column, the argmin over alpha refined by a parabola through
-    log-loss at the three nearest grid points; interpolated at ``betas``."""
-    logl = np.log(loss)
-    out = np.empty(b_ax.size)
-    h = a_ax[1] - a_ax[0]
-    for j in range(b_ax.size):
-        i = int(np.nanargmin(logl[:, j]))
-        i = min(max(i, 1), a_ax.size - 2)
-        y0, y1, y2 = logl[i - 1, j], logl[i, j], logl[i + 1, j]
-        den = y0 - 2 * y1 + y2
-        out[j] = a_ax[i] + (0.5 * h * (y0 - y2) / den if den > 0 else 0.0)
-    return np.interp(betas, b_ax, out)
 
 
 def _a_star(cfg: LandscapeConfig, row=None) -> float:

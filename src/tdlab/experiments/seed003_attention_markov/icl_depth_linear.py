@@ -16,9 +16,6 @@ Rows whose cells were not run are absent: a group without rows is not evaluable 
 
 from __future__ import annotations
 
-import itertools
-
-import numpy as np
 from pydantic import field_validator, model_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
@@ -41,29 +38,7 @@ from tdlab.experiments.seed003_attention_markov.common.icl_grid import (
     reach_threshold,
 )
 from tdlab.experiments.view import RunView
-from tdlab.probes.curves import Crossings
-
-
-def min_depths(gaps: dict[int, list[float]], tol: float) -> Crossings:
-    """Per member, the smallest depth whose gap is ≤ ``tol``.
-
-    Args:
-        gaps: ``{depth: per-member gaps}`` (equal lengths).
-    Returns:
-        :class:`~tdlab.probes.curves.Crossings` over depths: ``steps`` the smallest reaching depth, or
-        ``max(depths) + 1`` (the least depth it could need) where none reaches, then ``censored``;
-        ``resolution`` the largest spacing of the depth grid (1 for a contiguous one).
-    """
-    depths = sorted(gaps)
-    n = len(gaps[depths[0]])
-    values, censored = [], []
-    for e in range(n):
-        reach = [d for d in depths if gaps[d][e] <= tol]
-        values.append(reach[0] if reach else depths[-1] + 1)
-        censored.append(not reach)
-    spacing = max((b - a for a, b in itertools.pairwise(depths)), default=1)
-    return Crossings(np.asarray(values, dtype=float), np.asarray(censored), float(spacing))
-
+from tdlab.probes.curves import min_depths
 
 DEEPEST_LEARNS = Stage(
     "deepest-attention-only-past-order-(k-1)",

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -63,21 +63,6 @@ Pair = tuple[float, float]
 def chain_tag(p: float, q: float) -> str:
     """Arm-name fragment of a chain: ``p0.5_q0.8``."""
     return f"p{p:g}_q{q:g}"
-
-
-@overload
-def normalised_position(loss: float, p: float, q: float) -> float: ...
-
-
-@overload
-def normalised_position(loss: np.ndarray, p: float, q: float) -> np.ndarray: ...
-
-
-def normalised_position(loss: float | np.ndarray, p: float, q: float) -> float | np.ndarray:
-    """``u = (loss - entropy rate) / (H(π) - entropy rate)``: 1 at ``L(θ_π) = H(π)``, 0 at the
-    global minimum (undefined for ``p + q = 1``, where the two coincide)."""
-    h_pi, h_rate = marginal_entropy(p, q), entropy_rate(p, q)
-    return (loss - h_rate) / (h_pi - h_rate)
 
 
 def _check_pairs(v: list[Pair]) -> list[Pair]:
@@ -661,7 +646,7 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
                 arm = self.train_arm(tied, p, q)
                 steps, loss = run.curves(arm, "test_loss")
                 final = loss[:, -1]
-                u = normalised_position(final, p, q) if gap > 0 else np.full_like(final, np.nan)
+                u = th.normalised_position(final, p, q) if gap > 0 else np.full_like(final, np.nan)
                 stuck = u >= 1 - cl.escape_fraction
                 _, unigram = run.curves(arm, "test_loss@unigram")
                 esc, margin = gap_crossing(

@@ -59,7 +59,7 @@ from tdlab.experiments.seed004_topics.common.training import (
     masked_loss_floor,
     paired_loss_excess_share,
     panel_name,
-    record_gap_stage,
+    record_floor_stage,
     stacked,
 )
 from tdlab.experiments.view import RunView
@@ -264,11 +264,8 @@ class TopicsEmbed(Experiment[TopicsEmbedConfig]):
         out = Measurements({"c3": c3(t.p_m, t.p_c), "nearest_same_topic_chance": (v - 1) / (T * v - 1)})
         floors = {}
         for arm in self.arms(cfg):
-            loss = loss_kind(arm)
-            triv, floor, blind = trivial_masked_error(t, loss), self.floor(cfg, arm), masked_loss_floor(cfg, loss, True)
-            floors[arm] = floor
-            final_loss = run.final(arm, "test_loss")
-            record_gap_stage(out, arm, final_loss, triv, blind, c.gap_share, reference="position-blind floor")
+            losses = record_floor_stage(out, run, cfg, arm, c.gap_share)
+            floor = floors[arm] = self.floor(cfg, arm)
             E, E0 = gram(run, arm), gram(run, f"{arm}@init")
             test = block_permutation_test(E, T, v, c.block_permutations, block_test_generator(cfg))
             test0 = block_permutation_test(E0, T, v, c.block_permutations, block_test_generator(cfg))
@@ -301,10 +298,10 @@ class TopicsEmbed(Experiment[TopicsEmbedConfig]):
                 "z": z.tolist(),
                 "z_init": block_stats(E0, T, v).z.tolist(),
                 "g": g.tolist(),
-                "final_test_loss": final_loss.tolist(),
-                "gap_closed": ((triv - final_loss) / (triv - blind)).tolist(),  # what the stage reads
-                "uniform_loss": triv,
-                "position_blind_floor": blind,
+                "final_test_loss": losses.final.tolist(),
+                "gap_closed": losses.gap_closed.tolist(),  # what the stage reads
+                "uniform_loss": losses.trivial,
+                "position_blind_floor": losses.blind,
                 "loss_floor": floor,
             }
         if cfg.embed_only:

@@ -42,7 +42,7 @@ import dataclasses
 import itertools
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -190,17 +190,12 @@ def log_margin(x: float, lo: float, hi: float) -> float:
 # ---- what the paper says: the theorems' hypotheses, how their limits are judged, the thresholds ---------------
 
 
-def assumption3_v(v: int, p_m: float, p_c: float) -> bool:
-    """Assumption 3's "no sparsely supported topics": ``v > (1/(1 − (1 − p_c)p_m) + 1)² + 1``."""
-    return v > (1.0 / (1.0 - (1.0 - p_c) * p_m) + 1.0) ** 2 + 1.0
-
-
 ASSUMPTION_4 = Hypothesis(
     "Assumption 4 (Thms. 3, 5): p_m < 1/2, p_c = p_r ∈ (0, 1/2)", lambda cfg: assumption4(cfg.p_m, cfg.p_c, cfg.p_r)
 )
 ASSUMPTION_3_V = Hypothesis(
     "Assumption 3, no sparsely supported topics (Thms. 3, 5): v > (1/(1 − (1 − p_c)p_m) + 1)² + 1",
-    lambda cfg: assumption3_v(cfg.v, cfg.p_m, cfg.p_c),
+    lambda cfg: tl.assumption3_v(cfg.v, cfg.p_m, cfg.p_c),
 )
 # Remark 4 speaks of "the lower bound" of Thm. 3 as stated (λ1 = 0.577 at §6.1's masking; the proof's c_5 =
 # 0.371 would need a larger τ): the statement's λ1 is the paper's words. A row without its τ is not met.
@@ -466,28 +461,6 @@ CLAIMS = (
 )
 
 
-def equal_gamma_points(gamma: float, v: int, eps: float) -> tuple[tuple[float, float], ...]:
-    """Three (α, β) with the same γ = ((v − 1)α + β)/v: (γ, γ); same-word heavy (α = εγ); same-topic heavy (β = εγ)."""
-    return ((gamma, gamma), (eps * gamma, (v - eps * (v - 1)) * gamma), ((v - eps) * gamma / (v - 1), eps * gamma))
-
-
-def flat_halfwidth(f: Callable[[float], float], x: float, rel: float, lo: float = 1e-12, hi: float = 4.0) -> float:
-    """The log10 half-width around ``x`` over which ``f`` stays within ``rel`` (relative) of ``f(x)``: the
-    largest ``δ`` (bisection in log δ between ``lo`` and ``hi``) with ``f(x·10^{±δ}) − f(x) ≤ rel |f(x)|`` on both
-    sides. A minimiser of ``f`` is known no better than this."""
-    f0 = f(x)
-    ok = lambda d: all(f(x * 10.0**s) - f0 <= rel * abs(f0) for s in (d, -d))  # noqa: E731
-    if ok(hi):
-        return hi
-    if not ok(lo):
-        return 0.0
-    a, b = math.log(lo), math.log(hi)
-    for _ in range(60):
-        mid = (a + b) / 2
-        a, b = (mid, b) if ok(math.exp(mid)) else (a, mid)
-    return math.exp(a)
-
-
 @register
 class TopicsLandscape(Experiment):
     Config = TopicsLandscapeConfig
@@ -558,8 +531,8 @@ class TopicsLandscape(Experiment):
 
     @staticmethod
     def remark5_points(cfg: TopicsLandscapeConfig) -> list[tuple[float, float]]:
-        """Every γ's three equal-γ points (:func:`equal_gamma_points`), γ-major."""
-        return [p for g in cfg.remark5_gammas for p in equal_gamma_points(g, cfg.mc_v, cfg.remark5_eps)]
+        """Every γ's three equal-γ points (:func:`~tdlab.theory.topics_landscape.equal_gamma_points`), γ-major."""
+        return [p for g in cfg.remark5_gammas for p in tl.equal_gamma_points(g, cfg.mc_v, cfg.remark5_eps)]
 
     def _monte_carlo(self, cfg: TopicsLandscapeConfig, ctx: RunContext) -> None:
         """Per member (its own seed): the closed-form check at ``mc_points`` and Remark 5's equal-γ points, all
@@ -613,8 +586,8 @@ class TopicsLandscape(Experiment):
                 label=f"τ={tau}: max |L(α,β) − L_γ(γ)|/L_γ = {dev:.2e}",
             )
             g, g_loss = s(a["gamma_star"]), s(a["gamma_star_loss"])
-            # flat_halfwidth calls each lambda below before it returns, within this iteration: B023 does not apply
-            dg = flat_halfwidth(lambda x: float(tl.block_loss_gamma(x, T, v, tau, m)), g, cfg.flat_rel)  # noqa: B023
+            # tl.flat_halfwidth calls each lambda below before it returns, within this iteration: B023 does not apply
+            dg = tl.flat_halfwidth(lambda x: float(tl.block_loss_gamma(x, T, v, tau, m)), g, cfg.flat_rel)  # noqa: B023
             g_res = 2 * g * (10**dg - 1)
             out.row(
                 "block-gamma-star-above-1",
@@ -624,8 +597,8 @@ class TopicsLandscape(Experiment):
                 label=f"τ={tau}: γ* = {g:.4g} > 1",
             )
             al, be, dl = s(a["diag_alpha_star"]), s(a["diag_beta_star"]), s(a["diag_star_loss"])
-            db = flat_halfwidth(lambda x: float(tl.diagonal_loss(al, x, T, v, tau, m)), be, cfg.flat_rel)  # noqa: B023
-            da = flat_halfwidth(lambda x: float(tl.diagonal_loss(x, be, T, v, tau, m)), al, cfg.flat_rel)  # noqa: B023
+            db = tl.flat_halfwidth(lambda x: float(tl.diagonal_loss(al, x, T, v, tau, m)), be, cfg.flat_rel)  # noqa: B023
+            da = tl.flat_halfwidth(lambda x: float(tl.diagonal_loss(x, be, T, v, tau, m)), al, cfg.flat_rel)  # noqa: B023
             for kind, x, half, name in (
                 ("thm3", g, dg, "block-gamma-star-in-thm3"),
                 ("thm5", be, db, "diag-beta-star-in-thm5"),
@@ -760,7 +733,7 @@ class TopicsLandscape(Experiment):
         block, diag = mc["remark5_block"], mc["remark5_diagonal"]  # (E, n_gamma, 3)
         remark5 = {}
         for j, gam in enumerate(cfg.remark5_gammas):
-            pts = equal_gamma_points(gam, cfg.mc_v, cfg.remark5_eps)
+            pts = tl.equal_gamma_points(gam, cfg.mc_v, cfg.remark5_eps)
             for k, what in ((1, "same-word heavy"), (2, "same-topic heavy")):
                 a, b = pts[k]
                 rel = (block[:, j, k] / block[:, j, 0] - 1).numpy()

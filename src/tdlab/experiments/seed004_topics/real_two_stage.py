@@ -17,7 +17,7 @@ init_scale = 1e-3 -- the authors' synthetic code (``zero_init_noise * torch.rand
 seed. Norms and rotation are logged every step by a trainer probe (the rotation from step 10 on, once it has
 10 steps of history; a resumed fit loses that history: rotations resume 10 steps later).
 
-Per layer: the two-stage rule of ``topics-two-stage`` (:mod:`.common.lags`: :func:`~.common.lags.lags`,
+Per layer: the two-stage rule of ``topics-two-stage`` (:func:`tdlab.probes.curves.lags`,
 :func:`~.common.lags.value_first_claim`) on the norm curves, and the mean rotation of W^V over stage 1 (steps
 10-100) against stage 2 (steps 101-400). The claims, with the paper's words, hypotheses and thresholds, are
 declared in ``CLAIMS`` (``tdlab explain topics-real-two-stage``).
@@ -38,7 +38,7 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Hypothesis, Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.seed004_topics.common.lags import KQ_GREW, LagClaims, lag_sample, lags, value_first_claim
+from tdlab.experiments.seed004_topics.common.lags import KQ_GREW, LagClaims, lag_sample, value_first_claim
 from tdlab.experiments.seed004_topics.common.real_text import (
     ARM,
     EncoderConfig,
@@ -54,6 +54,7 @@ from tdlab.experiments.seed004_topics.common.real_text import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
+from tdlab.probes.curves import lags, rotation_means
 from tdlab.run_context import RunContext
 from tdlab.seeding import generators
 
@@ -185,13 +186,6 @@ class WeightProbe:
                 cs = torch.nn.functional.cosine_similarity(h[0], h[-1], dim=1)
                 out[f"{ROTATION}/L{layer}"] = (1.0 - cs) / 2.0
         return out
-
-
-def rotation_means(steps: np.ndarray, rot: np.ndarray, stage1_end: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(stage 1 (E,), stage 2 (E,))`` mean rotation over steps ``<= stage1_end`` and ``(stage1_end, horizon]``."""
-    steps = np.asarray(steps)
-    s1, s2 = steps <= stage1_end, (steps > stage1_end) & (steps <= horizon)
-    return rot[:, s1].mean(-1), rot[:, s2].mean(-1)
 
 
 @register

@@ -59,7 +59,7 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, register
-from tdlab.experiments.seed004_topics.common.lags import KQ_GREW, LagClaims, lag_sample, lags, value_first_claim
+from tdlab.experiments.seed004_topics.common.lags import KQ_GREW, LagClaims, lag_sample, value_first_claim
 from tdlab.experiments.seed004_topics.common.training import (
     AUTHORS_NOT_REPRODUCED,
     Optimizer,
@@ -70,6 +70,7 @@ from tdlab.experiments.seed004_topics.common.training import (
 from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
+from tdlab.probes.curves import lags
 from tdlab.run_context import RunContext
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds

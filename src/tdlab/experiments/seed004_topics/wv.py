@@ -73,12 +73,13 @@ from tdlab.experiments.seed004_topics.common.training import (
     masked_loss_floor,
     paired_loss_excess_share,
     panel_name,
+    record_floor_stage,
     record_gap_stage,
     stacked,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicModelConfig
-from tdlab.probes.blocks import block_stats
+from tdlab.probes.blocks import block_ratio_stat, block_stats
 from tdlab.report.standard_figures import Matrices, draw_figures
 from tdlab.run_context import RunContext, init_arm
 from tdlab.seeding import Purpose, generators, member_seeds
@@ -185,15 +186,6 @@ def fig6_region(cfg: TopicsWVConfig) -> tuple[float, float]:
     """The share of diagonal no-L2 members Fig. 6's wording allows, under ``claims.fig6_criterion``."""
     c = cfg.claims
     return (c.fig6_share_min, 1.0 - c.fig6_share_min) if c.fig6_criterion == "sometimes" else (c.fig6_often_min, 1.0)
-
-
-def block_ratio_stat(S, D, r: float):
-    """``(S − r|D|)/|S − D|``: ≥ 0 exactly when the mean block entry S is at least ``r`` times the magnitude of
-    the mean non-block entry D (Figs. 9, 10's check), in units of the matrix's own contrast, so that it reads
-    the same for the CE panels' logit-scale W^V and the squared-loss ones (1 when D = 0; W^V*: S* − D* = c3/v).
-    S = D gives a non-finite value (no contrast: the judge fails it)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return (S - r * np.abs(D)) / np.abs(S - D)
 
 
 def _wv_star_alternative(cfg: TopicsWVConfig, context: Any) -> tuple[Sample, Sample]:
@@ -550,10 +542,8 @@ class TopicsWV(Experiment[TopicsWVConfig]):
         T, v, t, c = cfg.task.T, cfg.task.v, cfg.task, cfg.claims
         out = Measurements({"c3": _c3(cfg)})
         for arm in self.arms(cfg):
-            setting, loss = arm.split("/")[0], loss_kind(arm)
-            triv, floor, blind = trivial_masked_error(t, loss), self.floor(cfg, arm), masked_loss_floor(cfg, loss, True)
-            final_loss = run.final(arm, "test_loss")
-            record_gap_stage(out, arm, final_loss, triv, blind, c.gap_share, reference="position-blind floor")
+            losses = record_floor_stage(out, run, cfg, arm, c.gap_share)
+            setting, loss, floor = arm.split("/")[0], losses.loss, self.floor(cfg, arm)
             z, g, u = (run.final(arm, n) for n in ("wv_z", "wv_g", "wv_u"))
             z0 = init_block_z(run, arm, "W_V", T, v)
             ctx = {"setting": setting, "loss": loss, "arm": arm}
@@ -614,9 +604,9 @@ class TopicsWV(Experiment[TopicsWVConfig]):
                 "u": u.tolist(),
                 "S": S.tolist(),
                 "D": D.tolist(),
-                "final_test_loss": final_loss.tolist(),
-                "excess_over_floor": (final_loss - floor).tolist(),  # above the arm's model class's floor
-                "gap_closed": ((triv - final_loss) / (triv - blind)).tolist(),  # to the position-blind floor: the stage
+                "final_test_loss": losses.final.tolist(),
+                "excess_over_floor": (losses.final - floor).tolist(),  # above the arm's model class's floor
+                "gap_closed": losses.gap_closed.tolist(),  # to the position-blind floor: the stage
                 "loss_floor": floor,
             }
         out.values["thm2_block_means"] = {

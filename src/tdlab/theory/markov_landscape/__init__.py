@@ -53,6 +53,7 @@ from tdlab.theory.markov_landscape.basins import (
     basin_boundaries,
     energy,
     gaussian_basin_probability,
+    max_energy_drift,
     predict_basin,
     predict_limit,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "logit_offset",
     "loss",
     "loss_with_bias",
+    "max_energy_drift",
     "optimal_bias",
     "optimal_contrast",
     "optimal_intercept",

@@ -1,7 +1,8 @@
 """Energies, basins of attraction and limits of gradient flow on the canonical landscape (seed 000, Sec. 4).
 
 * the energy ``E(e, w) = e^2 - (w^2 + sign(w) log|w|)`` (Eq. 4) and ``E(e, w, a) = ... - 2a^2``
-  (Eq. 10 / 51), conserved along GF because ``grad D`` is orthogonal to ``grad E`` (Lemma 1, Lemma 14);
+  (Eq. 10 / 51), conserved along GF because ``grad D`` is orthogonal to ``grad E`` (Lemma 1, Lemma 14),
+  and a numerical trajectory's largest drift from it (:func:`max_energy_drift`);
 * the basin of each starting point ``(e0, w0)``: Thm. 2 (p + q > 1) and Thm. 8 (p + q < 1), decided by
   the side of the saddle energy ``E_sad = -(1 + log 2)/2`` and of ``w = -1/sqrt 2``
   (:func:`predict_basin`), the separatrices ``e = +-g(w)`` bounding them (:func:`basin_boundaries`,
@@ -28,6 +29,7 @@ __all__ = [
     "basin_boundaries",
     "energy",
     "gaussian_basin_probability",
+    "max_energy_drift",
     "predict_basin",
     "predict_limit",
 ]
@@ -53,6 +55,15 @@ def energy(theta: Any) -> torch.Tensor:
     if th.shape[-1] == 3:
         E = E - 2.0 * th[..., 2] ** 2
     return E
+
+
+def max_energy_drift(traj: torch.Tensor) -> torch.Tensor:
+    """Per trajectory, ``max_t |E(t) - E(0)| / max(1, |E(0)|)`` of a ``(K, n, dim)`` trajectory (``K`` save
+    times, ``n`` starts, ``dim`` 2 or 3): how far a numerical flow strays from the energy Eq. 4 / Eq. 10 that
+    the exact flow conserves (Lemma 1 / Lemma 14), a check of the integrator. Returns ``(n,)``; NaN for a
+    trajectory on the plane ``w = 0``."""
+    E = energy(traj)
+    return ((E - E[0]).abs() / E[0].abs().clamp_min(1.0)).amax(dim=0)
 
 
 def _W(w: torch.Tensor) -> torch.Tensor:

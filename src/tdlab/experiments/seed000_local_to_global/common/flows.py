@@ -45,13 +45,6 @@ def chain_arm(p: float, q: float) -> str:
     return f"p{p:g}_q{q:g}"
 
 
-def max_energy_drift(traj: torch.Tensor) -> torch.Tensor:
-    """Per trajectory, ``max_t |E(t) - E(0)| / max(1, |E(0)|)`` of a ``(K, n, dim)`` trajectory
-    (Eq. 4 / Eq. 10). Returns ``(n,)``; NaN for a trajectory on the plane ``w = 0``."""
-    E = ml.energy(traj)
-    return ((E - E[0]).abs() / E[0].abs().clamp_min(1.0)).amax(dim=0)
-
-
 def save_times(t_end: float, k: int) -> torch.Tensor:
     """``(k,)`` save times of a display trajectory: 0, then log-spaced from 0.01 to ``t_end``."""
     return torch.cat([torch.zeros(1, dtype=F64), torch.logspace(-2, math.log10(t_end), k - 1, dtype=F64)])

@@ -36,9 +36,7 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     bias_gap,
     bias_gap_row,
     check_gammas,
-    epoch_train_config,
-    fit_gamma_arms,
-    fixed_data,
+    fit_anchor_sweep,
     gamma_gpt,
     label_marginal_losses,
     reading_note,
@@ -53,10 +51,7 @@ from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.runs import Run, RunDirError
 from tdlab.seeding import generators
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
-from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET
-from tdlab.train.objectives import LastPosition
-from tdlab.train.trainer import Trainer
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module
     from matplotlib.figure import Figure
@@ -288,20 +283,8 @@ class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
 
     def run(self, cfg: AnchorsBiasConfigT, ctx: RunContext) -> None:
         task, arms = self.task(cfg), self.gamma_arms(cfg)
-        mcfg = cfg.model_for_task()
-        tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.task.n_train, cfg.task.L)
-        data = fixed_data(task, arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch)
-        trainer = Trainer(
-            tcfg,
-            ctx.device,
-            ctx.progress,
-            label="γ-sweep",
-            objective=LastPosition(),
-            snapshot_steps=[e * cfg.steps_per_epoch for e in cfg.snapshot_epochs],
-        )
-        gamma_of = arms.gamma_of
-        with cpu_threads(cfg.cpu_threads, ctx.device):
-            fit_gamma_arms(ctx, trainer, lambda s: gamma_gpt(mcfg, s, gamma_of), arms, data)
+        mcfg, gamma_of = cfg.model_for_task(), arms.gamma_of
+        fit_anchor_sweep(ctx, cfg, task, arms, lambda s: gamma_gpt(mcfg, s, gamma_of), cfg.task.L)
 
     # ---- measurement ----------------------------------------------------------------------------
     def measure(self, cfg: AnchorsBiasConfigT, run: RunView) -> Measurements:

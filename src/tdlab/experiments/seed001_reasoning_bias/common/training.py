@@ -63,7 +63,9 @@ from tdlab.run_context import RunContext, extend_fit, init_arm, initial_states, 
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.tasks.anchors import Anchors, AnchorsConfig, anchor_splits, split_label_laws
+from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import FixedDataset
+from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import DivergenceError, FitResult, TrainConfig, Trainer
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module
@@ -274,6 +276,34 @@ def fit_gamma_arms(
         raise err from None
     ctx.fits[sweep] = (seeds, result)
     return store(result)
+
+
+def fit_anchor_sweep(
+    ctx: RunContext,
+    cfg: Any,
+    task: Anchors,
+    arms: GammaArms,
+    build: Callable[[list[int]], Any],
+    seq_len: int,
+    view: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None,
+) -> None:
+    """The anchors γ-sweep's training (A.3): every (γ, seed) member on its seed index's fixed data set
+    (:func:`fixed_data`, ``view`` the model's input), last-position cross-entropy, epochs of
+    ``task.n_train // train.batch`` steps, parameters kept at each of ``cfg.snapshot_epochs``
+    (:func:`fit_gamma_arms`). ``cfg``: an anchors γ-sweep config (``task``, ``train``, ``schedule``,
+    ``snapshot_epochs``, ``steps_per_epoch``, ``cpu_threads``); ``seq_len`` the model's input length."""
+    tcfg = epoch_train_config(cfg.train, cfg.schedule, cfg.task.n_train, seq_len)
+    data = fixed_data(task, arms, cfg.task.n_train, cfg.schedule, cfg.task.n_test, cfg.train.batch, view=view)
+    trainer = Trainer(
+        tcfg,
+        ctx.device,
+        ctx.progress,
+        label="γ-sweep",
+        objective=LastPosition(),
+        snapshot_steps=[e * cfg.steps_per_epoch for e in cfg.snapshot_epochs],
+    )
+    with cpu_threads(cfg.cpu_threads, ctx.device):
+        fit_gamma_arms(ctx, trainer, build, arms, data)
 
 
 # ------------------------------------------------------------------------------------------------

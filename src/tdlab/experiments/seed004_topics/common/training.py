@@ -30,6 +30,7 @@ against 0.945; :func:`tdlab.theory.topics.bayes_masked_loss`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -46,7 +47,7 @@ from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.probes.blocks import block_stats
 from tdlab.run_context import RunContext
 from tdlab.tasks.topics import Topics, TopicsConfig
-from tdlab.theory.topics import bayes_masked_loss, blind_masked_loss_bound
+from tdlab.theory.topics import bayes_masked_loss, blind_masked_loss_bound, trivial_masked_error
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import MaskedTokens
 from tdlab.train.trainer import FitResult, Probe, TrainConfig, Trainer
@@ -250,6 +251,34 @@ def record_gap_stage(
         evidence=f"final test loss vs {share:g} of the way from the uniform predictor ({trivial:.4g}) to the "
         f"{reference} ({optimum:.4g})",
     )
+
+
+@dataclass(frozen=True)
+class FloorStage:
+    """An arm's final test loss beside the levels its training stage (:data:`FLOOR_CLOSED`) reads."""
+
+    loss: str  # the arm's loss kind (:func:`loss_kind`)
+    trivial: float  # the uniform predictor's loss
+    blind: float  # the position-blind floor (:func:`masked_loss_floor`), the stage's reference
+    final: np.ndarray  # (E,) final test loss
+
+    @property
+    def gap_closed(self) -> np.ndarray:
+        """``(E,)`` share of the way from ``trivial`` to ``blind`` each member closed (what the stage reads)."""
+        return (self.trivial - self.final) / (self.trivial - self.blind)
+
+
+def record_floor_stage(
+    out: Measurements, run: RunView, cfg: TopicsExperimentConfig, arm: str, share: float
+) -> FloorStage:
+    """Record ``arm``'s :data:`FLOOR_CLOSED` stage (:func:`record_gap_stage` against the position-blind floor of
+    the arm's loss) and return the levels it read."""
+    loss = loss_kind(arm)
+    st = FloorStage(
+        loss, trivial_masked_error(cfg.task, loss), masked_loss_floor(cfg, loss, True), run.final(arm, "test_loss")
+    )
+    record_gap_stage(out, arm, st.final, st.trivial, st.blind, share, reference="position-blind floor")
+    return st
 
 
 def stacked(view: RunView, arm: str, name: str) -> torch.Tensor:

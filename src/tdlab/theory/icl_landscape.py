@@ -1,0 +1,63 @@
+"""Reading Monte-Carlo maps of seed 002's two-parameter loss ``l(alpha, beta)`` (Barnfield, Sen & Sur, Fig. 4, App. F).
+
+A map is estimated on prompts split into ``G`` groups: ``maps (G, ...)`` holds each group's estimate at every
+grid point and ``sizes (G,)`` the groups' prompt counts. :func:`pooled` is the map on every prompt,
+:func:`leave_out` the map without one group, and :func:`jackknife_se` the delete-a-group jackknife standard
+error of any statistic read off a map (a minimiser, a valley's RMS). :func:`valley` reads the heat map's valley
+``alpha_hat(beta)`` (Fig. 4's dark ravine; App. E.1's ``alpha*(beta)`` at infinite context).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["jackknife_se", "leave_out", "pooled", "valley"]
+
+
+def pooled(maps: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The map on every prompt from the group maps: ``maps (G, ...)``, ``sizes (G,)`` → ``(...)``, the
+    size-weighted mean over groups."""
+    return np.tensordot(sizes, maps, axes=1) / sizes.sum()
+
+
+def leave_out(maps: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``(G, ...)``: the map on every prompt but group ``g``'s, for each ``g`` (``maps (G, ...)``, ``sizes (G,)``)."""
+    total = np.tensordot(sizes, maps, axes=1)
+    return (total[None] - sizes.reshape(-1, *[1] * (maps.ndim - 1)) * maps) / (sizes.sum() - sizes).reshape(
+        -1, *[1] * (maps.ndim - 1)
+    )
+
+
+def jackknife_se(stat: Callable[[np.ndarray], float], maps: np.ndarray, sizes: np.ndarray) -> float:
+    """Delete-a-group jackknife standard error of ``stat(map)`` over the ``G`` groups of a map's prompts:
+    ``sqrt((G − 1)/G Σ_g (θ_(g) − mean θ)²)`` with ``θ_(g) = stat(leave_out(maps, sizes)[g])``; for a mean it is
+    the textbook standard error."""
+    thetas = np.array([stat(m) for m in leave_out(maps, sizes)])
+    G = thetas.size
+    return float(np.sqrt((G - 1) / G * np.sum((thetas - thetas.mean()) ** 2)))
+
+
+def valley(a_ax: np.ndarray, b_ax: np.ndarray, loss: np.ndarray, betas: np.ndarray) -> np.ndarray:
+    """The heat map's valley ``alpha_hat(beta)`` (Fig. 4): for every beta column, the argmin over alpha refined by
+    a parabola through log-loss at the three nearest grid points; interpolated at ``betas``.
+
+    Args:
+        a_ax: ``(A,)`` evenly spaced alpha grid.
+        b_ax: ``(B,)`` increasing beta grid.
+        loss: ``(A, B)`` positive losses on the grid.
+        betas: ``(K,)`` where to read the valley.
+    Returns:
+        ``(K,)`` alpha of the valley at ``betas``.
+    """
+    logl = np.log(loss)
+    out = np.empty(b_ax.size)
+    h = a_ax[1] - a_ax[0]
+    for j in range(b_ax.size):
+        i = int(np.nanargmin(logl[:, j]))
+        i = min(max(i, 1), a_ax.size - 2)
+        y0, y1, y2 = logl[i - 1, j], logl[i, j], logl[i + 1, j]
+        den = y0 - 2 * y1 + y2
+        out[j] = a_ax[i] + (0.5 * h * (y0 - y2) / den if den > 0 else 0.0)
+    return np.interp(betas, b_ax, out)
