@@ -613,3 +613,18 @@ def test_what_a_staging_folder_has_done_of_its_fits_counts_stored_arms_and_check
     atomic_write(tmp_path / "checkpoints" / "a__w.json", json.dumps({"meta": reg}))
     assert staged_done(tmp_path, arms) == pytest.approx((1 + 0.4 + 2155 / 3000) / 4)
     assert staged_progress(tmp_path).endswith("a/w at step 2,155 of 3,000")
+
+
+def test_the_environment_names_the_cpu_model(monkeypatch, tmp_path):
+    import builtins
+
+    from tdlab.runs import cpu_model, environment
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Test CPU 9000 @ 3.00GHz\nflags\t: avx2\n")
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(info if f == "/proc/cpuinfo" else f, *a, **k))
+    assert cpu_model() == "Test CPU 9000 @ 3.00GHz"
+    assert environment("cpu")["cpu"] == "Test CPU 9000 @ 3.00GHz"
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (_ for _ in ()).throw(OSError("no /proc")))
+    assert cpu_model()  # falls back to platform.processor() (or "unknown"), never raises

@@ -250,7 +250,7 @@ def make_record(
     }
     if summary.get("segments"):
         doc["segments"] = summary["segments"]
-    keys = ("platform", "processor", "python", "torch", "numpy", "blas", "parallel")
+    keys = ("platform", "processor", "cpu", "python", "torch", "numpy", "blas", "parallel")
     if any(k in env for k in keys):
         doc["machine"] = {k: env.get(k) for k in keys}
     if summary.get("settings_diff") is not None:

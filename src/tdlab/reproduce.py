@@ -126,7 +126,7 @@ def reproduce(rec: Any, out: Path | None = None, progress: bool = False) -> Repr
         "threads": (rec.threads, env["torch_threads"]),
         **{
             k: (machine.get(k, "not recorded"), env.get(k))
-            for k in ("platform", "processor", "python", "torch", "blas")
+            for k in ("platform", "processor", "cpu", "python", "torch", "blas")
         },
     }
     result.differs = {k: v for k, v in facts.items() if v[0] != v[1]}

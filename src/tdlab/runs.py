@@ -165,6 +165,7 @@ def environment(device: str) -> dict[str, Any]:
         "numpy": numpy.__version__,
         "platform": platform.platform(),
         "processor": platform.machine(),
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch_module().get_num_threads(),
         **_math_libraries(),
@@ -174,6 +175,19 @@ def environment(device: str) -> dict[str, Any]:
     if device.startswith("cuda") and torch_module().cuda.is_available():
         env["gpu"] = torch_module().cuda.get_device_name(0)
     return env
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else :func:`platform.processor`): two machines of one
+    platform string may still round differently, since the BLAS picks its kernels by the CPU's features."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def _math_libraries() -> dict[str, str]:
