@@ -122,6 +122,27 @@ def test_report_has_grouped_claims_health_and_the_figure(report_run):
     assert summary["run_id"] in html and "markov-init" in html
 
 
+def _summary(**changes):
+    """A minimal run summary for :func:`render_report`, with ``changes`` on top."""
+    return {
+        "experiment": "e",
+        "figure": "F",
+        "paper": "P",
+        "run_id": "r",
+        "profile": "quick",
+        "status": "done",
+        "claims": [],
+        "notes": [],
+        "figures": [],
+        "measurements": {},
+        "env": {},
+        "seed": 0,
+        "members": 1,
+        "wall_time_s": 1.0,
+        **changes,
+    }
+
+
 def test_report_lists_sanity_groups_apart():
     row = {
         "id": "s/r",
@@ -144,15 +165,8 @@ def test_report_lists_sanity_groups_apart():
         "reason": "",
         "n": 1,
     }
-    summary = {
-        "experiment": "e",
-        "figure": "F",
-        "paper": "P",
-        "run_id": "r",
-        "profile": "quick",
-        "status": "done",
-        "claims": [],
-        "sanity": [
+    summary = _summary(
+        sanity=[
             {
                 "id": "s",
                 "statement": "energy is conserved",
@@ -161,39 +175,22 @@ def test_report_lists_sanity_groups_apart():
                 "counts": {},
                 "rows": [row],
             }
-        ],
-        "notes": [],
-        "figures": [],
-        "measurements": {},
-        "env": {},
-        "seed": 0,
-        "members": 1,
-        "wall_time_s": 1.0,
-    }
+        ]
+    )
     html = render_report(summary, {"experiment": "e"})
     assert "Sanity checks" in html and "energy is conserved" in html and "Paper claims" not in html
 
 
 def test_report_escapes_text_and_handles_diverged_runs():
-    summary = {
-        "experiment": "e",
-        "figure": "F",
-        "paper": "P",
-        "run_id": "r",
-        "profile": "quick",
-        "status": "diverged",
-        "error": "loss diverged (non-finite) for member 1 at step 7",
-        "claims": [],
-        "claims_total": 0,
-        "claims_failed": 0,
-        "notes": ["a < b & c"],
-        "figures": [],
-        "measurements": {},
-        "env": {"python": "3.x"},
-        "seed": 0,
-        "members": 2,
-        "wall_time_s": 1.0,
-    }
+    summary = _summary(
+        status="diverged",
+        error="loss diverged (non-finite) for member 1 at step 7",
+        claims_total=0,
+        claims_failed=0,
+        notes=["a < b & c"],
+        env={"python": "3.x"},
+        members=2,
+    )
     html = render_report(summary, {"experiment": "e"}, "<script>alert(1)</script>")
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert "a &lt; b &amp; c" in html
@@ -317,22 +314,10 @@ def test_the_first_commands_report_renders_with_its_figure_in_headless_chromium(
 
 
 def test_report_shows_per_arm_measurements_as_one_table():
-    summary = {
-        "experiment": "e",
-        "figure": "F",
-        "paper": "P",
-        "run_id": "r",
-        "profile": "quick",
-        "status": "done",
-        "claims": [],
-        "notes": [],
-        "figures": [],
-        "measurements": {"c3": 1.156, "a/sgd": {"z": [2.5, 2.6], "g": 0.5}, "a/adam": {"z": [5.1, 5.2], "g": 0.7}},
-        "env": {},
-        "seed": 0,
-        "members": 2,
-        "wall_time_s": 1.0,
-    }
+    summary = _summary(
+        measurements={"c3": 1.156, "a/sgd": {"z": [2.5, 2.6], "g": 0.5}, "a/adam": {"z": [5.1, 5.2], "g": 0.7}},
+        members=2,
+    )
     html = render_report(summary, {"experiment": "e"})
     table = html.split("<h2>Measurements</h2>", 1)[1].split("</table>", 1)[0]
     assert "<code>z</code>" in table and "<code>a/sgd</code>" in table and "<code>a/adam</code>" in table

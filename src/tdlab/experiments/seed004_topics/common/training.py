@@ -21,9 +21,9 @@ reference loss: a member still near its start (plain SGD at lr 0.01 after 1,500 
 a failure. Every experiment (:data:`FLOOR_CLOSED`) takes as reference the lower bound of a position-blind
 model's loss (:func:`masked_loss_floor` with ``position_blind=True``; for the cross-entropy, the Bayes loss,
 a bound of every model): a level every arm can reach, since any attention model can also give every position
-the same output. :func:`tdlab.theory.topics.optimum_masked_loss`, the loss of predicting each masked word's document distribution,
-is *not* a lower bound: a model whose attention reads the masked position's own token (kept with probability
-p_c, a random word with p_r, §3.2) goes below it (the all-trained squared/Adam model of Fig. 1 reaches 0.900
+the same output. :func:`tdlab.theory.topics.optimum_masked_loss`, the loss of predicting each masked word's
+document distribution, is *not* a lower bound: a model whose attention reads the masked position's own token
+(kept with probability p_c, a random word with p_r, §3.2) goes below it (the all-trained squared/Adam model of Fig. 1 reaches 0.900
 against 0.945; :func:`tdlab.theory.topics.bayes_masked_loss`).
 """
 
