@@ -257,6 +257,19 @@ def test_report_rebuilds_the_same_claims(tiny_run, invoke):
     assert sum(1 for line in r.output.splitlines() if VERDICT.match(line.strip())) == len(GROUPS)
 
 
+def test_the_printed_summary_shows_the_arms_measurements_as_a_table(tiny_run):
+    proc, _out, dirs = tiny_run
+    assert proc.returncode == 0, proc.stderr
+    values = json.loads((dirs[0] / "summary.json").read_text())["measurements"]
+    lines = proc.stdout.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.strip() == "measurements")
+    assert "final_test_loss" in lines[top + 1]
+    for arm in ("sec2/standard", "sec2/local-to-global"):
+        row = next(line for line in lines[top:] if line.split() and line.split()[0] == arm)
+        first = values[arm]["final_test_loss"][0]
+        assert f"{first:.3g}" in row  # the member values, as the report's table writes them
+
+
 def test_runs_lists_the_run(tiny_run, invoke):
     proc, out, dirs = tiny_run
     assert proc.returncode == 0, proc.stderr

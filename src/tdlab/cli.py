@@ -546,6 +546,7 @@ def _print_summary(summary: dict, path: Path) -> None:
                 highlight=False,
                 soft_wrap=True,
             )
+    _print_measurements(summary.get("measurements") or {})
     for n in summary.get("notes", []):
         out_console.print(f"  · {n}", highlight=False, soft_wrap=True)
     if summary.get("decide"):
@@ -553,6 +554,23 @@ def _print_summary(summary: dict, path: Path) -> None:
 
         out_console.print(f"decided by {decided_by(summary)}", highlight=False, soft_wrap=True)
     out_console.print(f"run directory: {path}\nreport: {path / 'report.html'}", highlight=False, soft_wrap=True)
+
+
+def _print_measurements(values: dict) -> None:
+    """The per-arm measurements as tables, arms × quantities (:mod:`tdlab.report.measurement_tables`), what the
+    report's "measurements" table shows; the rest of the measurements stays in summary.json and the report."""
+    from rich.table import Table
+
+    from tdlab.report.measurement_tables import measurement_tables
+
+    for t in measurement_tables(values)[0]:
+        table = Table(title="measurements", title_justify="left", show_edge=False, pad_edge=False)
+        table.add_column("")
+        for c in t.columns:
+            table.add_column(c, justify="right", overflow="fold")
+        for name, cells in t.rows:
+            table.add_row(name, *cells)
+        out_console.print(table, highlight=False)
 
 
 def _group_line(g: dict) -> str:

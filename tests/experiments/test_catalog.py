@@ -10,15 +10,18 @@ import re
 import subprocess
 import sys
 import tomllib
+import types
 from pathlib import Path
 
 import pytest
 
+from tdlab.claims import ClaimSpec, Sample, Stage
+from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import ConfigError
 from tdlab.experiments import base
 from tdlab.experiments.base import Experiment, get, register, registry
 from tdlab.experiments.catalog import CATALOG
-from tdlab.experiments.declared import Declaration, DeclarationError, declarations, read_file
+from tdlab.experiments.declared import Declaration, DeclarationError, claim_specs, declarations, read_file
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "src" / "tdlab" / "experiments"
@@ -186,3 +189,123 @@ def test_tdlab_list_imports_no_torch_pandas_or_pyarrow():
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas', 'pyarrow', 'safetensors'))))\n"
     )
     assert seen == []
+
+
+def _claims_module() -> types.ModuleType:
+    """A stand-in implementing module: the names its declared claims refer to with ``!py``."""
+    mod = types.ModuleType("pkg.mod")
+    mod.AT_LEAST_TWO = Hypothesis("at least two members", lambda cfg: cfg.members >= 2)
+    mod.TRAINED = Stage("trained", "every member trained")
+    mod.plant = lambda cfg, context: (Sample([0.0, 0.0]), Sample([1.0, 1.0]))
+    mod.gap = lambda cfg, row: 0.5 * cfg.members
+    mod.BUILT = (ClaimSpec("built-in-python", "S", test="value", relation="close", quantity="q"),)
+
+    def template(id: str, statement: str, **declared: object) -> ClaimSpec:
+        return ClaimSpec(id, statement, test="value", relation="le", quantity="from the template", **declared)
+
+    mod.template = template
+    return mod
+
+
+CLAIMS_YAML = """x-exp:
+  implementation: mod.Cls
+  paper: P
+  figure: F
+  description: D
+  profiles: {quick: {}}
+  claims:
+    - id: gap-closes
+      statement: The gap closes (Fig. 1)
+      quote: it closes
+      where: Fig. 1
+      hypotheses: [!py AT_LEAST_TWO, {text: 'a row of ours', test: !py gap, on: row}]
+      threshold:
+        source: ours
+        note: tol 0.1
+        calibration: {method: planted, note: gap 0 holds and gap 1 fails, plant: !py plant, test: tests/x.py}
+      test: value
+      relation: close
+      quantity: the gap
+      expected: !py gap
+      tolerance: 0.1
+      stage: !py TRAINED
+    - call: !py template
+      id: from-a-template
+      statement: T
+      threshold: {source: paper, note: the figure's direction}
+    - !py BUILT
+"""
+
+
+def test_declared_claims_build_the_claim_specs_their_fields_say(tmp_path):
+    path = tmp_path / "experiments.yaml"
+    path.write_text(CLAIMS_YAML)
+    (decl,) = read_file(path, "pkg").values()
+    mod = _claims_module()
+    gap, template, built = claim_specs(decl, mod)
+    assert gap == ClaimSpec(
+        "gap-closes",
+        "The gap closes (Fig. 1)",
+        quote="it closes",
+        where="Fig. 1",
+        hypotheses=(mod.AT_LEAST_TWO, Hypothesis("a row of ours", mod.gap, on="row")),
+        threshold=Threshold(
+            "ours", "tol 0.1", Calibration("planted", "gap 0 holds and gap 1 fails", mod.plant, "tests/x.py")
+        ),
+        test="value",
+        relation="close",
+        quantity="the gap",
+        expected=mod.gap,
+        tolerance=0.1,
+        stage=mod.TRAINED,
+    )
+    assert template == mod.template("from-a-template", "T", threshold=Threshold("paper", "the figure's direction"))
+    assert built is mod.BUILT[0]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ("!py gap\n      tolerance", "!py gapp\n      tolerance"),
+            r"claims\[0\] \(gap-closes\)\.expected: !py gapp: pkg\.mod has no name",
+        ),
+        (
+            ("      tolerance: 0.1\n", "      tolerance: 0.1\n      colour: red\n"),
+            r"claims\[0\] \(gap-closes\): .*colour",
+        ),
+        (("relation: close", "relation: gt"), r"claims\[0\] \(gap-closes\): gap-closes: a value test takes relation"),
+        (("    - !py BUILT\n", "    - !py TRAINED\n"), r"claims\[2\]: builds Stage, not a ClaimSpec"),
+        (("id: from-a-template", "id: gap-closes"), r"claims: ids declared twice: gap-closes"),
+        (
+            ("!py AT_LEAST_TWO", "!py common.nowhere.AT_LEAST_TWO"),
+            r"claims\[0\] \(gap-closes\)\.hypotheses: !py common",
+        ),
+    ],
+)
+def test_a_bad_declared_claim_is_one_error_naming_its_file_claim_and_field(tmp_path, change, message):
+    path = tmp_path / "experiments.yaml"
+    path.write_text(CLAIMS_YAML.replace(*change))
+    (decl,) = read_file(path, "pkg").values()
+    with pytest.raises(DeclarationError, match=rf"^{re.escape(str(path))}: x-exp\.{message}") as err:
+        claim_specs(decl, _claims_module())
+    assert "\n" not in str(err.value)
+
+
+def test_every_experiment_of_the_seeds_takes_its_claims_from_its_declaration():
+    for name, d in declarations().items():
+        exp = get(name)
+        declared = claim_specs(d, sys.modules[type(exp).__module__])
+        assert [(c.id, c.statement, c.quote) for c in exp.claims] == [(c.id, c.statement, c.quote) for c in declared]
+        assert declared, name
+    # and no class of theirs sets claims itself: neither the registered class (read from its source: register sets
+    # the attribute) nor a class it inherits from
+    for path in sorted(EXPERIMENTS.glob("seed*/*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(d) == "register" for d in node.decorator_list):
+                assigned = [ast.unparse(t) for s in node.body if isinstance(s, ast.Assign) for t in s.targets]
+                annotated = [ast.unparse(s.target) for s in node.body if isinstance(s, ast.AnnAssign)]
+                assert "claims" not in assigned + annotated, f"{path.name}: {node.name}"
+    for exp in registry().values():
+        for base_cls in type(exp).__mro__[1:]:
+            assert "claims" not in vars(base_cls) or base_cls is Experiment, (type(exp).__name__, base_cls.__name__)

@@ -30,7 +30,7 @@ from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess
 from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides, validate_config
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.catalog import CATALOG
-from tdlab.experiments.declared import declaration_of
+from tdlab.experiments.declared import claim_specs, declaration_of
 from tdlab.experiments.manifest import Setting, settings_diff
 from tdlab.experiments.rounds import lengths
 from tdlab.experiments.standard import standard_layer
@@ -260,8 +260,8 @@ def register(cls: type[ExperimentT]) -> type[ExperimentT]:
 
     A class of tdlab's seed packages is declared in the YAML beside its module
     (:mod:`tdlab.experiments.declared`, from which :data:`tdlab.experiments.catalog.CATALOG` names it without
-    importing it): its name, paper, figure, description, profiles, ``arm_fields``, ``manifest`` and
-    ``paper_differs`` are set from there, and a class that sets one of them itself is refused (each fact is
+    importing it): its name, paper, figure, description, profiles, ``arm_fields``, ``manifest``,
+    ``paper_differs`` and claims are set from there, and a class that sets one of them itself is refused (each fact is
     written once). A class no declaration names (an installed package's, ``--include``'s) sets them itself.
 
     Installs the ``standard`` profile between ``quick`` and ``paper`` (:mod:`tdlab.experiments.standard`)
@@ -270,6 +270,8 @@ def register(cls: type[ExperimentT]) -> type[ExperimentT]:
     declared = declaration_of(cls)
     if declared is not None:
         attributes = declared.attributes()
+        if declared.claims:  # built against the module as far as it has run: the names above the class
+            attributes["claims"] = claim_specs(declared, sys.modules[cls.__module__])
         twice = sorted(set(attributes) & set(vars(cls)))
         if twice:
             raise TypeError(f"{cls.__name__}: {', '.join(twice)} declared in YAML already; remove them from the class")

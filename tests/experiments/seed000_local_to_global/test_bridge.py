@@ -20,6 +20,7 @@ from tdlab.claims import Row, Sample
 from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute, rebuild
 from tdlab.experiments.seed000_local_to_global.bridge import MarkovBridge, cell_arm, classify_losses, predict_cell
+from tdlab.experiments.seed000_local_to_global.common.hypotheses import BELOW_LINE_ROW
 from tdlab.runs import Run, RunWriter
 from tdlab.theory.markov_landscape import CriticalKind, gaussian_basin_probability
 
@@ -435,9 +436,9 @@ def test_the_claims_speak_for_their_side_of_the_line_and_the_seeds_horizon(make_
         assert all(rows[cell_arm(p, q, b)].provenance == "paper" for b in (2000, B0))
     assert not mb.SMALL_INIT.met(MarkovBridge().make_config("quick", ["model.init_std=0.5"]))
     assert mb.SMALL_INIT.met(cfg)
-    spec = next(s for s in mb.CLAIMS if s.id == G_BELOW)
+    spec = next(s for s in mb.MarkovBridge.claims if s.id == G_BELOW)
     wrong_side = Row("x", Sample([0.0]), context={"p": 0.7, "q": 0.9, "budget": B0})
-    assert spec.outside(cfg, wrong_side) == [mb.BELOW_LINE_ROW.text]
+    assert spec.outside(cfg, wrong_side) == [BELOW_LINE_ROW.text]
 
 
 # --- end to end -------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from tdlab.config import ConfigError
 from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.landscape import (
     ASSUMPTION_4,
-    CLAIMS,
     GROWTH,
     MC_ARM,
     REMARK_4,
@@ -272,7 +271,7 @@ def test_the_theorems_hypotheses_read_the_masking_and_remark_4_reads_the_rows_ta
     row = lambda **ctx: Row("r", Sample((1.0,)), context=ctx)  # noqa: E731
     assert REMARK_4.met(cfg, row(tau=3)) and not REMARK_4.met(cfg, row(tau=2))  # λ1 (τ − 1) = 1.15, 0.58
     assert not REMARK_4.met(cfg, row())  # a row without its τ does not meet it
-    by = {c.id: c for c in CLAIMS}
+    by = {c.id: c for c in TopicsLandscape.claims}
     off = exp.make_config("quick", ["p_m=0.5"])  # the atlas's largest p_m: outside Assumption 4
     for gid in ("block-gamma-star-above-1", "block-gamma-star-in-thm3", "diag-beta-star-in-thm5"):
         assert by[gid].outside(off, row(tau=20)) == [ASSUMPTION_4.text] and by[gid].outside(cfg, row(tau=20)) == []

@@ -23,7 +23,7 @@ H(π)`` on the w-axis, ``Φ(D*) =`` the entropy rate on Θ_*). A cell is *not in
 would pass: a claim that cannot fail), or when the theory gives the predicted basin less than
 ``min_probability``.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain markov-bridge``): one row per informative (p, q, budget) cell.
 
 Measured besides, per member: the class of the final loss (at the rate, at H(π), in between; against the
@@ -44,13 +44,13 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field, model_validator
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
-from tdlab.experiments.seed000_local_to_global.common.hypotheses import ABOVE_LINE_ROW, BELOW_LINE_ROW, SMALL_INIT_STD
+from tdlab.experiments.seed000_local_to_global.common.hypotheses import SMALL_INIT_STD
 from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
@@ -276,64 +276,6 @@ def _end_state(other: str, sign: float) -> Threshold:
     )
 
 
-# A row goes to the claim of the basin App. G predicts for its cell; the hypotheses read the side of the line
-# off the row's (p, q), so a row whose App. G basin puts it in the other claim is ours.
-CLAIMS = (
-    # A claim about *reaching* the global minimum: a member still on the H(π) plateau (markov-init's level,
-    # LEFT_PLATEAU) leaves the row not evaluable.
-    ClaimSpec(
-        BELOW,
-        "p+q<1: a small standard init of the Sec. 2 transformer ends at the entropy rate, a global minimum "
-        "(Thm. 8, App. G; carried to the full model by App. A.3.2 and Sec. 4)",
-        quote="If p + q < 1, under the same initialization scheme, θ_lim will be a global minimum with high probability.",
-        where="Sec. 4 after Thm. 2 (Thm. 8, App. G.2); carried to the Sec. 2 transformer by App. A.3.2 ('the "
-        "corresponding insights are more general and apply more broadly to the general architecture')",
-        # Thm. 8 is stated for every (p, q) with p + q < 1: every informative cell on that side decides.
-        form="settings",
-        hypotheses=(BELOW_LINE_ROW, SMALL_INIT),
-        threshold=_end_state("H(π), the local minimum", +1.0),
-        # Not all_rows: a row is a (cell, budget), and a budget too short to leave the plateau is not evaluable
-        # (the stage), which says nothing of the cell; a fail in any evaluable row still fails the group.
-        test="value",
-        relation="close",
-        quantity="final test loss − the Bayes (bigram) predictor's loss on the same "
-        "evaluation batches, nats, per (p, q, budget) cell",
-        expected=0.0,
-        tolerance="claims.tol_nats",
-        horizon="convergence",
-        stage=LEFT_PLATEAU,
-        unit=" nats",
-        example={"p": 0.2, "q": 0.3, "budget": PAPER_STEPS},
-    ),
-    # A claim about *not* learning the bigram law: the health gate only asks that the arm moved. Members that
-    # leave H(π) move the mean below it; with few members whose gaps differ widely the interval may straddle the
-    # tolerance (not resolved), and the notes then say how many members are individually beyond it.
-    ClaimSpec(
-        ABOVE,
-        "p+q>1: a small standard init of the Sec. 2 transformer ends at H(π), the local minimum (Thm. 2, App. G; "
-        "App. A.3.2, Fig. 4)",
-        quote="as shown in Thm. 2 and Fig. 1d for p + q > 1, any small initialization around zero would lead a local "
-        "minima convergence.",
-        where="App. A.3.2 (tested there at Fig. 4's (0.5, 0.8): 'the final test loss matches the unigram loss for the "
-        "standard initialization'); Thm. 2 (Sec. 4)",
-        form="settings",
-        hypotheses=(ABOVE_LINE_ROW, SMALL_INIT, PAPER_HORIZON_ROW),
-        threshold=_end_state("the entropy rate, the global minimum", -1.0),
-        all_rows=True,  # "any small initialization", for every p + q > 1 cell at the seed's horizon
-        test="value",
-        relation="close",
-        quantity="final test loss − the unigram predictor's loss on the same evaluation "
-        "batches, nats, per (p, q, budget) cell",
-        expected=0.0,
-        tolerance="claims.tol_nats",
-        horizon="convergence",
-        learning_required=False,
-        unit=" nats",
-        example={"p": 0.5, "q": 0.8, "budget": PAPER_STEPS},
-    ),
-)
-
-
 def _verdicts(groups: list[GroupResult]) -> dict[str, str]:
     """``{cell arm: verdict}`` of the judged rows."""
     return {r.context["arm"]: r.verdict for g in groups for r in g.rows}
@@ -368,7 +310,6 @@ def _budget_panel(cfg: MarkovBridgeConfig, cells: dict[str, dict[str, Any]], p: 
 @register
 class MarkovBridge(Experiment[MarkovBridgeConfig]):
     Config = MarkovBridgeConfig
-    claims = CLAIMS
     # atlas: the bridge claims are per training horizon (Thm. 2 vs Thm. 8 limits appear only after enough steps); one budget per point
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("budgets", (500, 2000, 8000), quick=(500, 3000), label="budget", as_list=True),),

@@ -24,7 +24,7 @@ Two statements of the seed, checked where the seed makes them:
 Both are the seed's statements in the seed's models; the box, the step size and the region's margin
 are ours because the seed states none (every row is ``seed`` provenance: there is no other setting).
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain markov-icommon``), with the sanity checks of the sampler, the integrator and the
 untrained start.
 
@@ -61,13 +61,11 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
-from tdlab.claims.declare import Calibration, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
-from tdlab.experiments.seed000_local_to_global.common.hypotheses import OFF_LINE_ROW
 from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
@@ -256,101 +254,6 @@ def _between_minima(cfg: MarkovICommonConfig, context: Any) -> tuple[Sample, Sam
     return planted_pair(0.0, gap, cfg.claims.tol_nats / 5, cfg.members)
 
 
-CLAIMS = (
-    # A claim about *reaching* the global minimum: a member still on the H(π) plateau at the end (markov-init's
-    # level, LEFT_PLATEAU) leaves its cell not evaluable.
-    ClaimSpec(
-        "icommon-reaches-entropy-rate",
-        "Initialised in I_common (Sec. 4), the Sec. 2 transformer reaches the entropy rate, a global minimum, irrespective "
-        "of the switching p+q (Sec. 4 after Thm. 2, § A.3.2)",
-        quote="there is a common region of initialization, I_common ≜ {(e, w) : w < 0, |e| > √(w² − log(−w) + E_sad)}, "
-        "that leads to the global minima convergence irrespective of the switching (§ A.3.2)",
-        where="Sec. 4, 'Key insights and conclusion' (after Thm. 2); Figs. 1b, 1d; § A.3.2 tests one point of I_* on "
-        "the Sec. 2 transformer",
-        # "irrespective of the switching": every (p, q) off the line, each cell a row; the region is data-agnostic.
-        form="settings",
-        hypotheses=(OFF_LINE_ROW,),
-        all_rows=True,
-        threshold=Threshold(
-            "ours",
-            "claims.tol_nats = 0.01 nats around the Bayes predictor's loss on the same evaluation batches (markov-init's)",
-            Calibration(
-                "planted",
-                "members at the Bayes loss (gap 0 ± tol/5) hold and members at the local minimum H(π) (gap H(π) − "
-                "entropy rate of the cell) fail, at the run's member count",
-                plant=_between_minima,
-                test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
-            ),
-        ),
-        test="value",
-        relation="close",
-        quantity="final test loss − the Bayes predictor's loss on the same evaluation "
-        "batches, nats, per (p, q) cell (members: points sampled in I_common, mapped by App. D)",
-        expected=0.0,
-        tolerance="claims.tol_nats",
-        horizon="convergence",
-        stage=LEFT_PLATEAU,
-        unit=" nats",
-        example={"p": 0.2, "q": 0.3},
-    ),
-    ClaimSpec(
-        "one-extra-bias-step-suffices",
-        "'One additional [bias] step is usually sufficient' (Sec. 3 after Eq. 3, App. A.1 after Eq. 9): on the canonical "
-        "(e, w) model with a stale bias, gradient descent with one extra bias step per iteration ends in the basin of "
-        "descent on the profile loss L(θ, b*(θ))",
-        quote="Empirically, this roughly translates to running the gradient-descent for the bias for more steps at each "
-        "θ. In practice, one additional step is usually sufficient (§ A.3).",
-        # The seed points to § A.3, which shows no such run: the statement is checked on the model it is made for.
-        where="Sec. 3 after Eq. (3); App. A.1 after Eq. (9) (both cite § A.3, which reports no such experiment)",
-        form="settings",
-        hypotheses=(OFF_LINE_ROW,),
-        # "Usually" has no number in the seed: agree_min = 0.95 is ours, and no planted case says what "not usually"
-        # would be, so a fail stays not resolved (uncalibrated).
-        threshold=Threshold(
-            "ours", "claims.agree_min = 0.95 of the initial points: our reading of 'usually' (Wilson interval)"
-        ),
-        test="value",
-        relation="ge",
-        quantity="fraction of initial points, uniform in the box (Wilson interval), whose "
-        "descent with one extra bias step ends in the same basin as profile descent from the same point",
-        expected=1.0,
-        tolerance=_agree_tolerance,
-        horizon="static",
-        stage=DESCENT_SETTLED,
-        example={"p": 0.2, "q": 0.3},
-    ),
-    # True by Thms. 2/8 for every point of I_common: a fail is the sampler's or the integrator's.
-    ClaimSpec(
-        "sampled-points-in-icommon",
-        "The sampled initial points lie in I_common and the canonical profile gradient flow (Thms. 2/8) from each ends at "
-        "a global minimum, for every cell (a check of the sampler and the integrator)",
-        kind="sanity",
-        test="value",
-        relation="le",
-        quantity="number of the points (the members' and flow_points more) outside I_common "
-        "or whose flow does not end at a global minimum: an exact count",
-        expected=0.0,
-        tolerance=0.0,
-        horizon="static",
-    ),
-    ClaimSpec(
-        "starts-above-entropy-rate",
-        "The full model does not start at the entropy rate: every member's initial gap to the Bayes predictor is at least "
-        "the tolerance (so reaching it is learnt)",
-        kind="sanity",
-        test="value",
-        relation="ge",
-        quantity="the smallest initial test loss − the Bayes predictor's loss on the same batches over the members, nats "
-        "(a fact of the run: one exact value)",
-        expected="claims.tol_nats",
-        tolerance=0.0,
-        horizon="static",
-        learning_required=False,
-        unit=" nats",
-    ),
-)
-
-
 def _cell_panel(p: float, q: float) -> Panel:
     """One trained cell's test loss against H(π) and the entropy rate."""
     rate, h_pi = entropy_rate(p, q), marginal_entropy(p, q)
@@ -365,7 +268,6 @@ def _cell_panel(p: float, q: float) -> Panel:
 @register
 class MarkovICommon(Experiment[MarkovICommonConfig]):
     Config = MarkovICommonConfig
-    claims = CLAIMS
     # atlas: the trained cells' limits (Thm. 2 vs Thm. 8) depend on the horizon
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (2000, 8000, 16000), quick=(500, 1000), label="steps"),),

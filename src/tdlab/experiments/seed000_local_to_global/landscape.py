@@ -18,7 +18,7 @@ Fig. 1 (c)/(d)). Per member (seed):
 Nothing is trained: the flow is a deterministic function of θ₀, integrated to a stated time ``t_end``
 that stands in for its limit; an endpoint not yet within ``limit_atol`` of a critical set at ``t_end``
 has not reached it (:data:`FLOW_SETTLED`). The claims, with the paper's words, hypotheses and
-thresholds, are declared in ``CLAIMS`` (``tdlab explain markov-landscape``).
+thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain markov-landscape``).
 
 ``markov-landscape-3d`` (:mod:`.landscape_3d`) shares the configuration, the flows and the run here.
 """
@@ -32,26 +32,22 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
-from tdlab.claims.declare import Calibration, Threshold
+from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed000_local_to_global.common.flows import (
     F64,
-    FLOW_SETTLED,
     KIND_COLOR,
     T_END_AXIS,
     FlowConfig,
     FlowExperiment,
     basin_flow,
     chain_arm,
-    energy_claim,
     gaussian_inits,
     planted_proportion,
     save_times,
     trajectory,
 )
-from tdlab.experiments.seed000_local_to_global.common.hypotheses import OFF_LINE_ROW, SMALL_SIGMA_ROW
 from tdlab.experiments.view import RunView
 from tdlab.theory import markov_landscape as ml
 from tdlab.theory.markov_landscape import CriticalKind as CK
@@ -114,82 +110,6 @@ def _gaussian_plant(cfg: LandscapeConfig, context: Any) -> tuple[Sample, Sample]
     return planted_proportion(here, n), planted_proportion(there, n)
 
 
-CLAIMS = (
-    ClaimSpec(
-        "basins-match-theorem",
-        "The gradient-flow limit of θ₀ lies in the critical set that Thm. 2 (p+q>1) / Thm. 8 (p+q<1) predicts for θ₀ "
-        "(Fig. 1 (b), (d))",
-        quote="Then for all initializations θ_0 ∈ R^2, the gradient flow converges to a critical point of the loss L. "
-        "[...] In particular, θ_lim is a (i) a local minimum if θ_0 ∈ I_min [...] (iv) and a global minimum if "
-        "θ_0 ∈ I_*",
-        where="Thm. 2 (Sec. 4, p + q > 1) and Thm. 8 (App. G.2, p + q < 1); Fig. 1 (b), (d)",
-        # A theorem for every (p, q) off the line and every θ₀: each chain that ran decides, all of them must hold.
-        form="settings",
-        hypotheses=(OFF_LINE_ROW,),
-        all_rows=True,
-        threshold=Threshold(
-            "ours",
-            "1 − min_agreement = 0.01 of the points: room for flows not yet within limit_atol of a critical set at "
-            "t_end (the theorems: every θ₀ off a null set agrees)",
-            Calibration(
-                "planted",
-                "every point in its theorem's basin holds; flows following the other side's theorem (agreeing only "
-                "where both name a global minimum, 27% of N(0, I)) fail, at the run's members × n_random points",
-                plant=_basins_plant,
-                test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
-            ),
-        ),
-        test="value",
-        relation="ge",
-        quantity="fraction of θ₀ ~ N(0, init_scale² I) (members × n_random, Wilson "
-        "interval) whose flow endpoint at t_end (classify_critical at limit_atol) is the set predict_basin names",
-        expected=1.0,
-        tolerance=_agreement_tolerance,
-        horizon="static",
-        stage=FLOW_SETTLED,
-        example={"p": 0.2, "q": 0.3},
-    ),
-    ClaimSpec(
-        "small-gaussian-init",
-        "From a small Gaussian init θ₀ ~ N(0, σ² I) the flow ends at the local minimum (loss H(π)) for p+q>1 (Thm. 2) and "
-        "at a global minimum (loss = entropy rate) for p+q<1 (Thm. 8), with the App. G probability",
-        quote="Consequently, when p + q > 1, if we use the standard initialization θ_0 ∼ N(0, σ^2 I_2) with σ^2 ≪ 1/√2, "
-        "θ_lim will be a local minimum with high probability. If p + q < 1, under the same initialization scheme, "
-        "θ_lim will be a global minimum with high probability.",
-        where="Sec. 4 after Thm. 2; Thm. 8 ('Consequently'); App. G.1 ('Gaussian initialization')",
-        form="settings",
-        hypotheses=(OFF_LINE_ROW, SMALL_SIGMA_ROW),
-        all_rows=True,
-        threshold=Threshold(
-            "ours",
-            "prob_tol = 0.02 (absolute) around App. G's quadrature probability of the local-minimum basin",
-            Calibration(
-                "planted",
-                "endpoints at the local minimum in App. G's proportion for the row's chain and σ hold; in the proportion "
-                "it gives a chain on the other side of p + q = 1 (1 vs 0 at σ = 0.02) fail, at the run's members × "
-                "n_gaussian points",
-                plant=_gaussian_plant,
-                test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
-            ),
-        ),
-        test="value",
-        relation="close",
-        quantity="fraction of flow endpoints from N(0, σ² I) (members × n_gaussian, Wilson "
-        "interval) at the local minimum, against App. G's quadrature probability of its basin",
-        expected=quadrature_local_min,
-        tolerance="prob_tol",
-        horizon="static",
-        stage=FLOW_SETTLED,
-        example={"p": 0.5, "q": 0.8, "sigma": 0.02},
-    ),
-    energy_claim(
-        "The energy E = e² − (w² + sign(w) log|w|) (Eq. 4) is constant along every gradient-flow trajectory (Lemma 1); "
-        "along a numerical trajectory this checks the integrator",
-        "the largest max_t |E(t) − E(0)| / max(1, |E(0)|) over every member's Dormand–Prince display trajectories",
-    ),
-)
-
-
 # ----------------------------------------------------------------------------------------------
 # Flows
 
@@ -197,7 +117,6 @@ CLAIMS = (
 @register
 class MarkovLandscape(FlowExperiment[LandscapeConfig]):
     Config = LandscapeConfig
-    claims = CLAIMS
     atlas_axes = AtlasAxes(
         axes=(T_END_AXIS,),
         why="The basin-probability claims classify gradient-flow endpoints at t_end as a stand-in for t → ∞: the flow time is the budget of this closed-form experiment.",

@@ -9,7 +9,7 @@ p + q > 1" and Fig. 2's "contrasting behavior for Gaussian initialization around
 states this from its figures (App. H: the basins are not derived in 3-d); the expected set comes from
 the origin's own class under Thm. 10 (:meth:`MarkovLandscape3D.expected_kind`).
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain markov-landscape-3d``): one row per (chain, σ), and a sanity check of the energy
 Eq. (10) along the near-origin (Fig. 5) and wider (Fig. 2) display trajectories (Lemma 14).
 """
@@ -23,26 +23,23 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.declare import Calibration, Threshold
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed000_local_to_global.common.flows import (
     F64,
-    FLOW_SETTLED,
     KIND_COLOR,
     T_END_AXIS,
     FlowConfig,
     FlowExperiment,
     basin_flow,
     chain_arm,
-    energy_claim,
     gaussian_inits,
     planted_proportion,
     save_times,
     trajectory,
 )
-from tdlab.experiments.seed000_local_to_global.common.hypotheses import OFF_LINE_ROW, SMALL_SIGMA_ROW
 from tdlab.experiments.view import RunView
 from tdlab.tasks.markov import entropy_rate, marginal_entropy
 from tdlab.theory import markov_landscape as ml
@@ -91,64 +88,9 @@ def _near_origin_threshold(what: str) -> Threshold:
     )
 
 
-CLAIMS = (
-    ClaimSpec(
-        "small-init-limit",
-        "Near the origin the local-minimum plane attracts when p+q>1 and repels when p+q<1 (Figs. 2, 5; Thm. 10): from "
-        "θ₀ ~ N(0, σ² I₃) the flow ends on Θ_min for p+q>1 and on Θ_* for p+q<1",
-        quote="Gradient flow dynamics in R^3, near the origin, for the transformer parameters with attention scalar a "
-        "[...]. The local minima are repellers for p + q < 1, while attracting for p + q > 1.",
-        where="Fig. 5 caption (App. M.5); Fig. 2 caption; Thm. 11 (App. H.4, informal, p + q > 1)",
-        # Stated for either side of the line from figures whose (p, q) the seed does not give: every chain that ran
-        # decides (App. H: the 3-d basins are not derived, so this is the figures' statement, not a theorem's).
-        form="settings",
-        hypotheses=(OFF_LINE_ROW, SMALL_SIGMA_ROW),
-        all_rows=True,
-        threshold=_near_origin_threshold("off the expected set"),
-        test="value",
-        relation="ge",
-        quantity="fraction of flow endpoints at t_end (members × n_gaussian, Wilson "
-        "interval) on the set the origin's class names (Θ_min where the origin is on it, else Θ_*; classify_critical "
-        "at limit_atol)",
-        expected=1.0,
-        tolerance=_limit_tolerance,
-        horizon="static",
-        stage=FLOW_SETTLED,
-        example={"p": 0.5, "q": 0.8, "sigma": 0.02},
-    ),
-    ClaimSpec(
-        "small-init-final-loss",
-        "From θ₀ ~ N(0, σ² I₃) near the origin the flow ends at loss H(π) (the local minimum) for p+q>1 and at the "
-        "entropy rate (a global minimum) for p+q<1 (Figs. 2, 5; Thm. 10's losses of Θ_min and Θ_*)",
-        quote="Nonetheless, empirical observations with the standard Gaussian initialization around origin reveal a "
-        "similar picture as in the two-dimensional setting for both the p + q < 1 and p + q > 1 cases (Fig. 2).",
-        where="App. A.2 after Thm. 3; Fig. 2; Thm. 10 (App. H: the losses of the critical sets)",
-        form="settings",
-        hypotheses=(OFF_LINE_ROW, SMALL_SIGMA_ROW),
-        all_rows=True,
-        threshold=_near_origin_threshold("away from the target loss"),
-        test="value",
-        relation="ge",
-        quantity="fraction of flow endpoints at t_end (members × n_gaussian, Wilson "
-        "interval) whose loss is within loss_tol of the target (H(π) for p+q>1, the entropy rate for p+q<1)",
-        expected=1.0,
-        tolerance=_limit_tolerance,
-        horizon="static",
-        stage=FLOW_SETTLED,
-        example={"p": 0.5, "q": 0.8, "sigma": 0.02},
-    ),
-    energy_claim(
-        "E = e² − (w² + sign(w) log|w|) − 2a² (Eq. 10) is constant along every (e, w, a) gradient-flow trajectory "
-        "(Lemma 14); along a numerical trajectory this checks the integrator",
-        "the largest max_t |E(t) − E(0)| / max(1, |E(0)|) over every member's near-origin and wide display trajectories",
-    ),
-)
-
-
 @register
 class MarkovLandscape3D(FlowExperiment[Landscape3Config]):
     Config = Landscape3Config
-    claims = CLAIMS
     atlas_axes = AtlasAxes(
         axes=(T_END_AXIS,),
         why="The 3-parameter basin claims classify gradient-flow endpoints at t_end as a stand-in for t → ∞: the flow time is the budget of this closed-form experiment.",

@@ -15,7 +15,7 @@ first-order chain (p, q) = (0.2, 0.3):
 
 Measured from the stored parameters (final ``arrays/ARM.safetensors``, initial ``ARM@init``) and from
 σ₂/σ₁ recorded every ``probe_every`` steps (:class:`~.common.low_rank.TrajectoryProbe`). The claims,
-with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS`` (``tdlab explain
+with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain
 markov-rank``).
 
 Provenance. The standard arm is the seed's setting under AdamW (Table 2's optimiser, and the authors'
@@ -69,7 +69,6 @@ from tdlab.claims.declare import Calibration, Horizon, Hypothesis, Kind, Provena
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
-from tdlab.experiments.seed000_local_to_global.common.hypotheses import SMALL_INIT_STD
 from tdlab.experiments.seed000_local_to_global.common.low_rank import (
     CLAIMED,
     MATRICES,
@@ -80,7 +79,7 @@ from tdlab.experiments.seed000_local_to_global.common.low_rank import (
     rank_one_init_,
     snapshot,
 )
-from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU, plateau_escape, small_init_stage
+from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU, plateau_escape
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.spectrum import abs_cosine, hypercube_spread, sv_ratio
@@ -413,275 +412,40 @@ def _along_e_claim(
     )
 
 
-CLAIMS = (
-    _rank_claim(
-        "fig3-rank-one",
-        "At convergence from a standard init W_V and W_1 are approximately rank one "
-        "(App. A.3.1, Fig. 3; App. C: exactly rank one)",
-        quote=FIG3_QUOTE,
-        where=FIG3_WHERE,
-        all_rows=True,  # "both W_V and W_1"
-        threshold=_ratio_threshold(
-            "a Gaussian d × d (W_V) or 4d × d (W_1) matrix", _rank_plant(lambda d: ((d, d), (4 * d, d)))
-        ),
-    ),
-    _along_e_claim(
-        "fig3-aligned-with-embedding",
-        "One component of trained W_V and W_1 is the embedding vector e "
-        "(App. A.3.1, Fig. 3: 'the row in W_V and column in W_1')",
-        "|cos| of the embedding-side singular vector with e (W_1: its right one; W_V: the better of its two), "
-        "with the drift of its recorded trajectory",
-        AT_A_MINIMUM,
-        quote=FIG3_QUOTE,
-        where=FIG3_WHERE,
-        all_rows=True,
-        # W_V's row takes the better of two singular vectors: the null is the better of two random directions.
-        threshold=_cos_threshold("the better of two random directions in R^d", _cos_plant(lambda d: d, best_of=2)),
-    ),
-    ClaimSpec(
-        "fig3-embedding-on-hypercube",
-        "The trained embedding has all entries in {±1} up to a scaling (App. A.3.1; App. C Eq. (12): e = e·α)",
-        quote="Further, the embedding vector has all entries in {±1} up to a scaling.",
-        where=FIG3_WHERE,
-        threshold=_ours(
-            "claims.spread_max = 0.25: 'in {±1} up to a scaling' read as std(|e_i|)/mean(|e_i|) ≤ 0.25",
-            "members at spread 0 ± spread_max/5 hold; members at the median spread of a Gaussian vector in R^d "
-            "(~0.7) fail",
-            _spread_plant,
-        ),
-        test="value",
-        relation="le",
-        quantity="hypercube spread std(|e_i|)/mean(|e_i|) of the trained embedding, with its recorded drift",
-        expected=0.0,
-        tolerance="claims.spread_max",
-        horizon="convergence",
-        stage=AT_A_MINIMUM,
-    ),
-    _rank_claim(
-        "fig3-other-matrices-rank-one",
-        "'The same conclusion for other weight matrices W_K,Q, W_2' "
-        "(App. A.3.1, Fig. 3): approximately rank one at convergence",
-        quote="We observe the same conclusion for other weight matrices W_{K,Q}, W_2 and for all values of "
-        "(p, q) ∈ (0, 1)^2.",
-        where=FIG3_WHERE,
-        all_rows=True,  # W_Q, W_K and W_2
-        threshold=_ratio_threshold(
-            "a Gaussian d × d (W_Q, W_K) or d × 4d (W_2) matrix", _rank_plant(lambda d: ((d, d), (d, 4 * d)))
-        ),
-    ),
-    ClaimSpec(
-        "fig3-converged",
-        "Fig. 3 is 'at convergence': the standard init ends where Thm. 8 (p+q<1: the entropy rate) "
-        "or Thm. 2 (p+q>1: H(π)) places it (App. A.3.1)",
-        quote="train them using SGD on a batch size B = 16 and for t = 800 iterations. [...] We observe that at "
-        "convergence both W_V and W_1 are approximately rank-one",
-        where="App. A.3.1 (the run of Fig. 3 is 'at convergence' after t = 800 iterations); Thms. 2, 8 place the end",
-        # Thms. 2/8 place a small init's end (σ = 0.001 here): that needs σ² ≪ 1/√2.
-        hypotheses=(SMALL_INIT_STD,),
-        threshold=_ours(
-            "claims.tol_nats = 0.01 nats around the predicted predictor's loss on the same batches (markov-init's)",
-            "members at the predicted minimum (gap 0 ± tol/5) hold; members at the other minimum (gap ±(H(π) − "
-            "entropy rate), 0.128 nats at (0.2, 0.3)) fail",
-            _converged_plant,
-        ),
-        test="value",
-        relation="close",
-        quantity="final test loss − the loss of the predictor Thm. 2/8 names (Bayes for p+q<1, unigram for p+q>1) on "
-        "the same evaluation batches, nats",
-        expected=0.0,
-        tolerance="claims.tol_nats",
-        horizon="convergence",
-        stage=small_init_stage,
-        unit=" nats",
-    ),
-    _along_e_claim(
-        "app-c-positions-along-e",
-        "At a global minimum the positional embeddings point along -e: p_n = -p·α (App. C Eq. (12))",
-        "-cos(mean_n p_n, e) of the trained embeddings",
-        AT_GLOBAL_MINIMUM,
-        quote="the positional embeddings p_n are constant across positions n pointing in the same direction albeit "
-        "with a negative scalar, i.e. p_n = -p·α",
-        where=APP_C_WHERE,
-        hypotheses=(APP_C_SIDE,),
-        # signed here (a random direction's -cos is 0 in expectation): the |cos| null is the harder case
-        threshold=_cos_threshold("a random direction in R^d", _cos_plant(lambda d: d)),
-    ),
-    ClaimSpec(
-        "app-c-positions-half-e",
-        "At a global minimum p ≈ e/2 (App. C Eq. (12): 'p ≈ e/2 such that e > p')",
-        quote="for p > 0 and p ≈ e/2 such that e > p",
-        where=APP_C_WHERE + ", Eq. (12)",
-        hypotheses=(APP_C_SIDE,),
-        threshold=_ours(
-            "claims.position_ratio_tol = 0.1: 'p ≈ e/2' read as p/e within 0.5 ± 0.1",
-            "members at p/e = 0.5 ± tol/5 hold; members at 0 (positions with no component along e, as at a "
-            "Gaussian init) fail",
-            _position_ratio_plant,
-        ),
-        test="value",
-        relation="close",
-        quantity="p/e = -<mean_n p_n, e>/|e|² of the trained embeddings",
-        expected=0.5,
-        tolerance="claims.position_ratio_tol",
-        horizon="convergence",
-        stage=AT_GLOBAL_MINIMUM,
-    ),
-    ClaimSpec(
-        "app-c-positions-constant",
-        "At a global minimum the positional embeddings are constant across positions (App. C Eq. (12))",
-        quote="Further, the positional embeddings p_n are constant across positions n",
-        where=APP_C_WHERE,
-        hypotheses=(APP_C_SIDE,),
-        threshold=_ours(
-            "claims.position_spread_max = 0.25: 'constant across positions' read as a spread ≤ a quarter of |mean p_n|",
-            "members at spread 0 ± max/5 hold; members at the median spread of N i.i.d. Gaussian p_n (≈ √N: 16 at "
-            "N = 256, 32 at N = 1024) fail",
-            _position_spread_plant,
-        ),
-        test="value",
-        relation="le",
-        quantity="sqrt(mean_n |p_n − mean p|²)/|mean p| of the trained positional embeddings",
-        expected=0.0,
-        tolerance="claims.position_spread_max",
-        horizon="convergence",
-        stage=AT_GLOBAL_MINIMUM,
-    ),
-    # No APP_C_SIDE hypothesis: App. C gives the sign for p + q < 1 and App. D the one for p + q > 1.
-    _along_e_claim(
-        "app-c-w2-transpose-w1",
-        "At a global minimum W_2 = W_1^T up to scale for p+q<1 (App. C Eq. (15)) "
-        "and W_2 = -W_1^T for p+q>1 (App. D, after Eq. (20))",
-        "Frobenius cosine of W_2 with W_1^T, times the sign App. C / App. D give for the chain that ran",
-        AT_GLOBAL_MINIMUM,
-        quote="While we observe from Eq. (14) that W_2 = W_1^T for p + q < 1, we observe from the proof of the Thm. 4 "
-        "for p + q > 1 in (Makkuva et al., 2024)-Appendix B.2 that we need W_2 = -W_1^T in this scenario.",
-        where="App. C Eq. (15); App. D (after Eq. (20))",
-        threshold=_cos_threshold(
-            "two independent Gaussian matrices (Frobenius, in R^{4d·d})", _cos_plant(lambda d: 4 * d * d)
-        ),
-    ),
-    _rank_claim(
-        "app-c-wo-wv-rank-one",
-        "At a global minimum W_O W_V = α v^T is rank one (App. C, before Eq. (13))",
-        quantity="σ₂/σ₁ of the trained product W_O W_V",
-        stage=AT_GLOBAL_MINIMUM,
-        quote="Here it is observed that the matrix products are all rank-one with α being a factor",
-        where=APP_C_WHERE + " (W_O W_V = α·v^T, before Eq. (13))",
-        hypotheses=(APP_C_SIDE,),
-        threshold=_ratio_threshold(
-            "the product of two Gaussian d × d matrices", _rank_plant(lambda d: ((d, d),), True)
-        ),
-    ),
-    _along_e_claim(
-        "app-c-wo-wv-along-e",
-        "At a global minimum the left factor of W_O W_V = α v^T is the embedding direction α (App. C, before Eq. (13))",
-        "|cos| of the left singular vector of W_O W_V with e",
-        AT_GLOBAL_MINIMUM,
-        quote="Here it is observed that the matrix products are all rank-one with α being a factor",
-        where=APP_C_WHERE + " (W_O W_V = α·v^T, before Eq. (13))",
-        hypotheses=(APP_C_SIDE,),
-        threshold=_cos_threshold("a random direction in R^d", _cos_plant(lambda d: d)),
-    ),
-    _rank_claim(
-        "app-c-wq-wk-rank-one",
-        "At a global minimum W_Q^T W_K = (q²d) α α^T is rank one (App. C, before Eq. (13))",
-        quantity="σ₂/σ₁ of the trained product W_Q^T W_K",
-        stage=AT_GLOBAL_MINIMUM,
-        quote="Here it is observed that the matrix products are all rank-one with α being a factor",
-        where=APP_C_WHERE + " (W_Q^T W_K = (q²d) α·α^T, before Eq. (13))",
-        hypotheses=(APP_C_SIDE,),
-        threshold=_ratio_threshold(
-            "the product of two Gaussian d × d matrices", _rank_plant(lambda d: ((d, d),), True)
-        ),
-    ),
-    _along_e_claim(
-        "app-c-wq-wk-along-e",
-        "At a global minimum both factors of W_Q^T W_K = (q²d) α α^T are the embedding "
-        "direction α (App. C, before Eq. (13))",
-        "|cos| of the left / right singular vector of W_Q^T W_K with e",
-        AT_GLOBAL_MINIMUM,
-        quote="Here it is observed that the matrix products are all rank-one with α being a factor",
-        where=APP_C_WHERE + " (W_Q^T W_K = (q²d) α·α^T, before Eq. (13))",
-        hypotheses=(APP_C_SIDE,),
-        all_rows=True,  # both factors
-        threshold=_cos_threshold("a random direction in R^d", _cos_plant(lambda d: d)),
-    ),
-    ClaimSpec(
-        "app-c-attention-off",
-        "At a global minimum <v, α> ≈ 0, 'hence y_n = x_n' (App. C after Eq. (13))",
-        quote="It is further noticed that <v, α> ≈ 0 and hence y_n = (ex_n - p)α = x_n.",
-        where=APP_C_WHERE + " (after Eq. (13))",
-        hypotheses=(APP_C_SIDE,),
-        # No theory value says how large <v, α> is when the attention is "on" (App. A.2 leaves a free): nothing to
-        # plant against, so a fail stays not resolved.
-        threshold=_ours("claims.attention_gain_max = 0.1: '<v, α> ≈ 0' read as |α^T W_O W_V α| ≤ 0.1"),
-        test="value",
-        relation="close",
-        quantity="attention gain α^T W_O W_V α (α = e/|e|) of the trained weights",
-        expected=0.0,
-        tolerance="claims.attention_gain_max",
-        horizon="convergence",
-        stage=AT_GLOBAL_MINIMUM,
-    ),
-    # The statement has content only where the bias is stale: a member whose bias is already within tol_bias of
-    # its optimum before the step (the trained weights, whose bias training already fitted) does not pass
-    # STALE_BIAS, and that row is not evaluable.
-    ClaimSpec(
-        "one-extra-bias-step-full-model",
-        "'One additional [bias] step is usually sufficient' (Sec. 3, App. A.1) on "
-        "the Sec. 2 transformer: after one gradient step on b alone the loss is within tol_bias of min_b L(θ, b), "
-        "the profile loss of Eq. (9)",
-        quote="Empirically, this roughly translates to running the gradient-descent for the bias for more steps at each "
-        "θ. In practice, one additional step is usually sufficient (§ A.3).",
-        where="Sec. 3 after Eq. (3); App. A.1 after Eq. (9) (both cite § A.3, which reports no such experiment)",
-        threshold=_ours(
-            "claims.tol_bias = 1e-3 nats above min_b L(θ, b): a tenth of the 0.01-nat tolerance the losses are "
-            "compared at; the step size bias_lr = 4 is ours too",
-            "members at excess 0 ± tol/5 hold; members at the excess a step that left the standard init's bias where "
-            "it was would keep, KL(π ‖ uniform) = log 2 − H(π) (0.020 nats at (0.2, 0.3)), fail",
-            _bias_plant,
-        ),
-        test="value",
-        relation="le",
-        quantity="L(θ, b − bias_lr·∂_bL) − min_b L(θ, b) on fresh sequences, nats (step bias_lr = 4, ours)",
-        expected=0.0,
-        tolerance="claims.tol_bias",
-        horizon="static",
-        stage=STALE_BIAS,
-        unit=" nats",
-    ),
-    ClaimSpec(
-        "standard-init-not-rank-one",
-        "The standard N(0, 0.001²) init is not rank one, so Fig. 3's rank statements are not true at the start",
-        kind="sanity",
-        test="value",
-        relation="ge",
-        quantity="σ₂/σ₁ of the initial matrix",
-        expected="claims.ratio_max",
-        tolerance=0.0,
-        horizon="static",
-    ),
-    _rank_claim(
-        "rank-one-init-is-rank-one",
-        "The Fig. 6 init makes every weight matrix rank one (by construction)",
-        kind="sanity",
-        horizon="static",
-        stage=None,
-        quantity="σ₂/σ₁ of the initial matrix (round-off)",
-        tolerance="claims.roundoff",
-    ),
-    _rank_claim(
-        "fig6-stays-rank-one",
-        "From the rank-one init every weight matrix stays rank one during training "
-        "(App. A.3.1, Fig. 6: 'the parameters still stay low-rank'); true by construction of the init under "
-        "SGD and AdamW, so checked to round-off",
-        kind="sanity",
-        horizon="budget",
-        stage=None,
-        quantity="largest σ₂/σ₁ over the init, the recorded trajectory and the final weights",
-        tolerance="claims.roundoff",
-    ),
-)
+def _fig3_rank_one_threshold_plant_shapes(d: Any) -> Any:
+    return ((d, d), (4 * d, d))
+
+
+def _fig3_aligned_with_embedding_threshold_plant_dim(d: Any) -> Any:
+    return d
+
+
+def _fig3_other_matrices_rank_one_threshold_plant_shapes(d: Any) -> Any:
+    return ((d, d), (d, 4 * d))
+
+
+def _app_c_positions_along_e_threshold_plant_dim(d: Any) -> Any:
+    return d
+
+
+def _app_c_w2_transpose_w1_threshold_plant_dim(d: Any) -> Any:
+    return 4 * d * d
+
+
+def _app_c_wo_wv_rank_one_threshold_plant_shapes(d: Any) -> Any:
+    return ((d, d),)
+
+
+def _app_c_wo_wv_along_e_threshold_plant_dim(d: Any) -> Any:
+    return d
+
+
+def _app_c_wq_wk_rank_one_threshold_plant_shapes(d: Any) -> Any:
+    return ((d, d),)
+
+
+def _app_c_wq_wk_along_e_threshold_plant_dim(d: Any) -> Any:
+    return d
 
 
 def _evolution_panels(cfg: MarkovRankConfig, m: Any) -> list[Panel]:
@@ -714,7 +478,6 @@ def _evolution_panels(cfg: MarkovRankConfig, m: Any) -> list[Panel]:
 @register
 class MarkovRank(Experiment[MarkovRankConfig]):
     Config = MarkovRankConfig
-    claims = CLAIMS
     # Atlas: the step size decides whether the rank-one claims are tested at convergence (SGD at an
     # unstated step size leaves W_V and W_1 at their init).
     atlas_axes = AtlasAxes(

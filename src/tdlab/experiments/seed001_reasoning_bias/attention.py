@@ -36,7 +36,7 @@ leaves the positions out; Eq. 40 makes ``W^V`` rank one, ``O_j = c_j v``):
   (``∝ Σ_i w^{emb,a_i} w̄ᵀ``): the share of its variance over reasoning sequences the pair explains (η²);
   its |Spearman| with the shift ``Σa`` is reported (E does not say the tag is monotone in it).
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain anchors-attention``).
 
 Rows read from trained parameters are the seed's setting only at its learning rate, budget and epoch
@@ -57,16 +57,13 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.declare import Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import AnchorsGammaSweep, ProbeConfig, ProbeSource
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
-    DIRECTION,
     PAPER_LR_TRANSFORMER,
-    SMALL_INIT,
-    SMALL_VS_LARGE,
     GammaArms,
     cosine_heatmap,
     parameter_reading,
@@ -256,282 +253,10 @@ NZ_IS_DM = Hypothesis(
     lambda cfg: cfg.task.key_max - cfg.task.key_min + 1 == cfg.model.d,
 )
 
-CLAIMS = (
-    ClaimSpec(
-        "layer1-average-operator",
-        "Small init (γ = 0.8): the first attention layer acts as the average operator, A_jk ≈ 1/j (§4.3, Fig. 5B)",
-        quote="the first attention matrix approaches the behavior of an average operator when the initialization scale "
-        "decreases, such that (Attn(X)V)_i = (1/i) Σ_{j≤i} V_j",
-        where="§4.3 ('First attention module'); Fig. 5A–B (γ = 0.8)",
-        form="settings",
-        hypotheses=(SMALL_INIT,),
-        threshold=_ours(
-            "attn_claims.avg_err_max = 0.1 on the median relative error |A_jk − 1/j|·j: our reading of Fig. "
-            "5B's error distribution"
-        ),
-        test="value",
-        relation="le",
-        expected="attn_claims.avg_err_max",
-        tolerance=0.0,
-        horizon="budget",
-        quantity="median over training sequences of |A_jk − 1/j|·j (layer 1, rows j ≥ 2, k ≤ j), trained model",
-    ),
-    ClaimSpec(
-        "layer1-closer-to-average-at-small-init",
-        "The smaller the init, the closer layer 1 is to the average operator (Figs. 5B, 12B; App. C.3)",
-        quote="the first attention matrix approaches the behavior of an average operator when the initialization scale "
-        "decreases",
-        where="§4.3; Fig. 5B (γ = 0.8) against Fig. 12B (γ = 0.3, 0.5); App. C.3",
-        form="settings",
-        threshold=DIRECTION,
-        all_rows=True,  # every neighbouring pair of the seed's γ
-        test="compare",
-        relation="lt",
-        margin=0.0,
-        horizon="budget",
-        quantity="median |A_jk − 1/j|·j at the larger γ minus at the smaller (neighbouring γ, paired), trained model",
-    ),
-    ClaimSpec(
-        "lemma1-average-operator-at-init",
-        "At small init (γ = 0.8) the attention is the average operator, |A_ij − 1/i| ≤ ε (Lemma 1)",
-        quote="Lemma 1. For any ε ∈ (0, 1], there exists C > 0 such that for any γ > C, the elements of A at "
-        "initialization [...] satisfy |A_{i,j} − 1/i| ≤ ε for any i ≤ j with probability at least 1 − ε.",
-        where="§4.3, Lemma 1; App. B.4 (its proof)",
-        form="limit",
-        limit="γ → ∞ (some C beyond which the bound holds): judged on the untrained model of the run at its γ. B.4's "
-        "own C (½ log_{d_m+d_k}(d_m^4 d_k / (4δ²ε)), ≈ 2.9 at the seed's widths for ε = 0.1, δ = 0.05) lies above γ = "
-        "0.8, so the lemma does not promise the bound there: a row within it shows the conclusion at this γ, one "
-        "outside (a threshold of ours, uncalibrated) cannot refute the lemma",
-        hypotheses=(SMALL_INIT,),
-        threshold=_ours(
-            "attn_claims.avg_err_max = 0.1 on the median relative error |A_jk − 1/j|·j, standing for the "
-            "lemma's ε (its |A_ij − 1/i| ≤ ε is not relative)"
-        ),
-        test="value",
-        relation="le",
-        expected="attn_claims.avg_err_max",
-        tolerance=0.0,
-        horizon="static",
-        quantity="median over training sequences of |A_jk − 1/j|·j (layer 1) at initialisation",
-    ),
-    ClaimSpec(
-        "lemma1-closer-at-small-init",
-        "At initialisation, the larger γ the closer the attention is to the average operator (Lemma 1)",
-        quote="which implies that A_{i,j} →P 1/i, for any i ≤ j as γ → ∞.",
-        where="App. B.4 (the proof of Lemma 1)",
-        form="limit",
-        limit="γ → ∞, read on the sweep's untrained models as 'closer at each larger γ' (paired): convergence in "
-        "probability does not imply that order, so a reversal cannot refute the lemma (an uncalibrated threshold)",
-        threshold=_ours("no margin: monotone in γ is our reading of a convergence statement"),
-        all_rows=True,
-        test="compare",
-        relation="lt",
-        margin=0.0,
-        horizon="static",
-        quantity="median |A_jk − 1/j|·j at initialisation, larger γ minus smaller (neighbouring γ, paired)",
-    ),
-    ClaimSpec(
-        "layer1-wv-low-rank-reasoning",
-        "Small init (γ = 0.8): W^V has one dominant singular value whose left singular vector is aligned with the "
-        "reasoning anchors' embeddings (§4.3, Fig. 5C–D)",
-        quote="the largest singular value of W^V is significantly larger than the remaining singular values, and its "
-        "corresponding singular vector is aligned closely with the embedding vectors of reasoning anchors",
-        where="§4.3 ('First attention module'); Fig. 5C–D (γ = 0.8)",
-        form="settings",
-        hypotheses=(SMALL_INIT,),
-        threshold=_ours(
-            "attn_claims.sv_ratio_min = 3 on σ1/σ2 ('significantly larger') and attn_claims.rsn_align_min "
-            "= 0.8 on |cos(u1, mean reasoning-anchor embedding)| ('aligned closely')"
-        ),
-        all_rows=True,  # both halves of the statement
-        test="value",
-        relation="ge",
-        expected=_at_least,
-        tolerance=0.0,
-        horizon="budget",
-        example={"quantity": "sv-ratio"},
-        quantity="σ1/σ2 of W^V; |cos(u1, mean reasoning-anchor embedding)| (u1: W^V's top left singular vector)",
-    ),
-    ClaimSpec(
-        "layer1-wv-orthogonal-to-memory",
-        "Small init (γ = 0.8): W^V's top left singular vector is nearly orthogonal to the memory anchors' embeddings "
-        "(§4.3, Fig. 5D)",
-        quote="its corresponding singular vector is aligned closely with the embedding vectors of reasoning anchors, but "
-        "nearly orthogonal to those of memory anchors.",
-        where="§4.3 ('First attention module'); Fig. 5D (γ = 0.8)",
-        form="settings",
-        hypotheses=(SMALL_INIT,),
-        threshold=_ours(
-            "attn_claims.mem_align_max = 0.3 on |cos(u1, mean memory-anchor embedding)|: our reading of "
-            "'nearly orthogonal'"
-        ),
-        test="value",
-        relation="le",
-        expected="attn_claims.mem_align_max",
-        tolerance=0.0,
-        horizon="budget",
-        quantity="|cos(u1, mean memory-anchor embedding)|",
-    ),
-    ClaimSpec(
-        "layer1-wv-dominance-larger-at-small-init",
-        "W^V's dominant direction is more pronounced at small init than at large init (Figs. 5C, 12C)",
-        quote="The comparison reveals that a larger initialization scale results in a more complex attention mechanism, "
-        "which exhibits no specific preference for any particular task.",
-        where="App. C.3; Fig. 12C (γ = 0.3, 0.5) against Fig. 5C (γ = 0.8)",
-        form="settings",
-        hypotheses=(SMALL_VS_LARGE,),
-        threshold=DIRECTION,
-        test="compare",
-        relation="gt",
-        margin=0.0,
-        horizon="budget",
-        quantity="σ1/σ2 of W^V at γ = 0.8 minus at γ = 0.3 (paired over seeds)",
-    ),
-    ClaimSpec(
-        "layer2-extracts-key",
-        "Small init (γ = 0.8): layer 2's last row attends to the key and anchors through positional scores rising "
-        "with the position (App. D, Fig. 14A–C)",
-        quote="The function of the second attention module is to extract the key preceding the anchors z_p, and transfer "
-        "its information to the last position. [...] suggesting a increasing trend with the position index.",
-        where="App. D; Fig. 14A–C",
-        form="settings",
-        hypotheses=(SMALL_INIT,),
-        threshold=_ours(
-            "attn_claims.window_mass_min = 0.5 on the last row's attention mass on p..p+q, "
-            "attn_claims.pos_score_spearman_min = 0.8 on the positional score's rise: our readings of Fig. 14"
-        ),
-        all_rows=True,  # both halves of the statement
-        test="value",
-        relation="ge",
-        expected=_at_least,
-        tolerance=0.0,
-        horizon="budget",
-        example={"quantity": "window-mass"},
-        quantity="mean attention mass of the last row on positions p..p+q; Spearman of q_L (W^pos W^K)ᵀ/√d_k over "
-        "positions 1..L−1 with the position",
-    ),
-    ClaimSpec(
-        "layer2-positional-cosines-fall",
-        "Small init (γ = 0.8): the positional embeddings' cosines fall with |i − j| (App. D, Fig. 14D; Assumption 4)",
-        quote="Assumption 4 (Position Embedding 2). We assume that cos(w^{pos,i}, w^{pos,j}) = cos(π|i − j|/L) and "
-        "‖w^{pos,i}‖ = 1 for any i, j ∈ [1, L].",
-        where="App. D, Fig. 14D (cos(w^{pos,i}, w^{pos,j}), i, j ≤ L − 1); App. E.1, Assumption 4",
-        form="settings",
-        hypotheses=(SMALL_INIT,),
-        threshold=_ours(
-            "attn_claims.pos_rho_max = −0.8 on the Spearman ρ with |i − j|: Assumption 4's cosine falls "
-            "with |i − j|, its exact values are not asked"
-        ),
-        test="value",
-        relation="le",
-        expected="attn_claims.pos_rho_max",
-        tolerance=0.0,
-        horizon="budget",
-        quantity="Spearman ρ of cos(w^pos,i, w^pos,j) with |i − j| over positions 1..L−1",
-    ),
-    ClaimSpec(
-        "thm2-layer1-wv-flow-along-reasoning-anchors",
-        "Small init (γ = 0.8), early training: layer 1's W^V flows along the mean reasoning-anchor embedding (Thm. 2, "
-        "B.8, read on the post-LN model)",
-        quote="Theorem 2. Let n, γ → ∞, N_Z = d_m [...] dW^V/dt = ½ E_A w^{emb,A} E_Y[Y − (1/d_m)1]ᵀ W^O(W^f + I). "
-        "Theorem 2 highlights that W^V inherently demonstrates a preference for reasoning tasks",
-        where="App. B.8, Thm. 2 (stated for Def. 2's model); §4.3",
-        form="limit",
-        limit="n, γ → ∞ at N_Z = d_m on Def. 2's model: no row of this post-LN two-layer transformer meets those "
-        "hypotheses (anchors-flows reads Thm. 2 on Def. 2's model itself); the rows are shown as ours",
-        hypotheses=(DEF2_MODEL, NZ_IS_DM),
-        threshold=_ours(
-            "1 − d_m^{−γ}, as anchors-flows': the cosine a direction right up to terms of relative size "
-            "d_m^{−γ} keeps, assuming the dropped terms that small"
-        ),
-        test="value",
-        relation="ge",
-        expected=_thm2_floor,
-        tolerance=0.0,
-        horizon="budget",
-        example={"gamma": 0.8},
-        quantity="|cos(u1, mean reasoning-anchor embedding)|, u1 the top left singular vector of −∇_{W^V} R (layer 1; "
-        "last-position cross-entropy over the probe sequences) at a snapshot epoch; ≥ 1 − d_m^{−γ}",
-    ),
-    ClaimSpec(
-        "appE-memory-sequences-untagged",
-        "Small init (γ = 0.8): layer 1's value path tags reasoning sequences and leaves memory sequences untagged "
-        "(App. E.2, Eqs. 42–43)",
-        quote="However, the memory anchors are not distinctly identified, indicating that the model faces challenges in "
-        "capturing significant information from a memory sequence effectively.",
-        where="§4.3 ('First attention module'); App. E.2, Eqs. 42–43 (derived there under Assumptions 2–3 and Eq. 40; "
-        "read here on the trained model, as §4.3 states it)",
-        form="settings",
-        hypotheses=(SMALL_INIT,),
-        threshold=_ours(
-            "attn_claims.untagged_ratio_max = 0.5 on the median ‖O_L‖ ratio, memory over reasoning (Eq. 42: 0)"
-        ),
-        test="value",
-        relation="le",
-        expected="attn_claims.untagged_ratio_max",
-        tolerance=0.0,
-        horizon="budget",
-        quantity="median ‖(Attn^(1) W^{emb,X} W^V)_L‖ over memory sequences / the same over reasoning sequences "
-        "(word part, Assumption 3; end of training)",
-    ),
-    ClaimSpec(
-        "appE-tag-follows-the-anchors",
-        "Small init (γ = 0.8): on a reasoning sequence the tag is carried from the anchors on, not before them (App. E.2, "
-        "Eq. 43)",
-        quote="Thus, all tokens following the reasoning anchor are effectively “tagged,” facilitating the identification "
-        "of the anchor.",
-        where="App. E.2, Eq. 43 (under Assumptions 2–3 and Eq. 40; read here on the trained model)",
-        form="settings",
-        hypotheses=(SMALL_INIT,),
-        threshold=_ours(
-            "attn_claims.before_ratio_max = 0.5 on the tag's size before the anchors over after (Eq. 43: 0)"
-        ),
-        test="value",
-        relation="le",
-        expected="attn_claims.before_ratio_max",
-        tolerance=0.0,
-        horizon="budget",
-        quantity="median over reasoning sequences of mean_{j ≤ p} ‖O_j‖ / mean_{j ≥ p+q} ‖O_j‖, O = Attn^(1) W^{emb,X} W^V",
-    ),
-    ClaimSpec(
-        "appE-tag-is-the-anchor-pair",
-        "Small init (γ = 0.8): the last position's tag is the composite of the reasoning anchors — set by the anchor pair "
-        "through Σ_i w^{emb,a_i} w̄ᵀ v (App. E.2, Eqs. 41, 43)",
-        quote="These phenomena suggest reasoning anchors are prominently captured by W^V and subsequently propagated to "
-        "all subsequent tokens in the sequence via the average operation.",
-        where="§4.3 ('First attention module'); App. E.2, Eqs. 41, 43 (the tag Σ_i w^{emb,a_i} w̄ᵀ v)",
-        form="settings",
-        hypotheses=(SMALL_INIT,),
-        threshold=_ours(
-            "attn_claims.pair_share_min = 0.8 on the share of the last tag's variance the anchor pair "
-            "explains (η²; Eq. 43: 1)"
-        ),
-        test="value",
-        relation="ge",
-        expected="attn_claims.pair_share_min",
-        tolerance=0.0,
-        horizon="budget",
-        quantity="share of the variance of ⟨O_L, v⟩ over reasoning sequences that the anchor pair explains (η²; v: W^V's "
-        "top right singular vector)",
-    ),
-    ClaimSpec(
-        "layer2-scores-reproduce-pattern",
-        "The recomputed layer-2 scores q_L Kᵀ/√d_k give the model's own attention row after softmax",
-        kind="sanity",
-        test="value",
-        relation="close",
-        expected=0.0,
-        tolerance=1e-5,
-        horizon="static",
-        quantity="max |softmax(scores) − cached pattern| over members and sequences",
-    ),
-)
-
 
 @register
 class AnchorsAttention(ProbeSource, AnchorsGammaSweep[AnchorsAttentionConfig]):
     Config = AnchorsAttentionConfig
-    claims = CLAIMS
     # atlas: the γ-sweep's axes (inherited): the layer-1 operator claims are read at snapshots along training and at the end; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
 
     def probe(

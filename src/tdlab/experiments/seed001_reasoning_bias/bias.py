@@ -7,7 +7,7 @@ the γ × seed grid as one ensemble (:mod:`~tdlab.experiments.seed001_reasoning_
 accuracy on D_mem, D_rsn,train and the held-out D_rsn,test (tuples ``M = {(11, 13), (13, 11)}``) are
 recorded every epoch (Fig. 2A).
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (:mod:`~tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep`; ``tdlab explain anchors-bias``).
 
 The trained ensemble (``arrays/gamma=<γ>.safetensors``, ``@init`` and the ``snapshot_epochs`` as

@@ -24,7 +24,7 @@ Measured (the small-init arm γ = 0.8 unless said):
   (Eq. 8/22 on the task's population) beside them: Eq. 14's width 12 (σ = √6) does not follow from
   Thm. 1's ``σ_P = std(Z + ΣA)`` (≈ 29 at the seed's task).
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain anchors-embedding``). Every row reads trained parameters: it is the seed's setting only
 at the seed's learning rate, budget and epoch
 (:func:`~tdlab.experiments.seed001_reasoning_bias.common.training.parameter_reading`), else ours.
@@ -38,22 +38,18 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
-from tdlab.claims.declare import Threshold
+from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed001_reasoning_bias.common.cosines import (
-    anchor_cosine_claims,
     anchor_cosine_rows,
     reasoning_theory_cosines,
 )
 from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import AnchorsGammaSweep, ProbeConfig, ProbeSource
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
-    DIRECTION,
     EPOCH_BUDGET_WHY,
     PAPER_LR_TRANSFORMER,
-    SMALL_INIT,
     GammaArms,
     anchor_cosine_grid,
     cosine_heatmap,
@@ -119,83 +115,9 @@ class AnchorsEmbeddingConfig(ProbeConfig):
         return self
 
 
-CLAIMS = (
-    *anchor_cosine_claims(
-        "fig4a",
-        "Fig. 4A",
-        "emb_claims",
-        "§4.3 ('Embedding space'); Fig. 4A (small initialization scale, epochs 200 and 900)",
-        (
-            "In contrast, memory anchors exhibit high similarity and alignment.",
-            "Reasoning anchors display a hierarchical structure, the further distance, the smaller similarity, "
-            "suggesting a clearer organization within the embedding space. In contrast, memory anchors exhibit high "
-            "similarity and alignment.",
-            "Reasoning anchors display a hierarchical structure, the further distance, the smaller similarity",
-        ),
-    ),
-    ClaimSpec(
-        "fig4b-keys-in-numerical-order",
-        "Small init (γ = 0.8): the key embeddings are in numerical order (Fig. 4B)",
-        quote="The results in Figure 4B reveal a strong inherent numerical order.",
-        where="§4.3 ('Embedding space'); Fig. 4B (PCA of the embedding space, small initialization scale)",
-        form="settings",
-        hypotheses=(SMALL_INIT,),
-        threshold=Threshold(
-            "ours",
-            "emb_claims.key_nn_min = 0.5 on the share of keys whose nearest key is z ± 1 (chance ≈ 2/N_Z): our "
-            "reading of 'a strong inherent numerical order' in a PCA plot",
-        ),
-        test="value",
-        relation="ge",
-        expected="emb_claims.key_nn_min",
-        tolerance=0.0,
-        horizon="budget",
-        quantity="share of keys whose cosine-nearest key is z ± 1 (end of training; chance ≈ 2/N_Z)",
-    ),
-    ClaimSpec(
-        "fig11-key-order-weaker-at-large-init",
-        "The key embeddings are less ordered at a larger init (Figs. 4B, 11; App. C.2)",
-        quote="suggesting that under a large initialization scale, the embedding space lacks a meaningful structure "
-        "conducive to learning the reasoning mapping.",
-        where="App. C.2; Fig. 11 right (γ = 0.3, 0.5) against Fig. 4B",
-        form="settings",
-        threshold=DIRECTION,
-        all_rows=True,  # both larger inits of Fig. 11
-        test="compare",
-        relation="gt",
-        margin=0.0,
-        horizon="budget",
-        quantity="key NN-order at γ = 0.8 minus at a smaller γ (end of training, paired over seeds)",
-    ),
-    ClaimSpec(
-        "fig4c-eq14-cosines",
-        "Small init (γ = 0.8): the reasoning anchors' cosines are those of Eq. 14's vectors (Figs. 4C, 9; Thm. 1)",
-        quote="These visualizations exhibit a strong alignment with the experimental observations, thereby "
-        "substantiating the validity of our analysis.",
-        where="§4.3 (Thm. 1, Eq. 14); Fig. 4C; App. B.7, Fig. 9 ('discrepancies observed only when |s_i − s_j| becomes "
-        "large')",
-        form="settings",
-        hypotheses=(SMALL_INIT,),
-        threshold=Threshold(
-            "ours",
-            "emb_claims.eq14_cos_err_max = 0.1 on the mean |cos − cos_Eq14| over all pairs: our reading of 'a strong "
-            "alignment' as values (B.7 concedes larger errors at large |s_i − s_j|, reported by distance)",
-        ),
-        test="value",
-        relation="le",
-        expected=0.0,
-        tolerance="emb_claims.eq14_cos_err_max",
-        horizon="budget",
-        quantity="mean over reasoning-anchor pairs of |cos(w^s_i, w^s_j) − cos(w̃^s_i, w̃^s_j)| (Eq. 14, one noise "
-        "draw per member), end of training",
-    ),
-)
-
-
 @register
 class AnchorsEmbedding(ProbeSource, AnchorsGammaSweep[AnchorsEmbeddingConfig]):
     Config = AnchorsEmbeddingConfig
-    claims = CLAIMS
     # atlas: Fig. 4's anchor cosines are read at fig4a_epochs and the end; the budget decides how formed the embedding is (snapshots and Fig. 4A epochs rescaled to fit every budget)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),

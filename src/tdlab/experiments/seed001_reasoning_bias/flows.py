@@ -36,7 +36,7 @@ phase; the seed states no time. The run integrates to the stated ``times`` (the 
 ``static``. Thm. 2 is read at ``t > 0`` only (its derivation needs the embeddings' label-driven growth);
 the propositions also at ``t = 0``.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain anchors-flows``); their tolerance is :func:`small_init_tolerance`. Rows at the seed's
 small init γ = 0.8 are the seed's; other γ are ours.
 """
@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 
-from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm
+from tdlab.claims import ArmHealth, GroupResult, Measurements, assess_arm
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
@@ -239,128 +239,10 @@ GRADIENT_LIMIT = (
     "them small here, one below it (a threshold of ours, uncalibrated) cannot refute the limit"
 )
 
-CLAIMS = (
-    ClaimSpec(
-        "eq28-embedding-flow-small-init",
-        "Small init: each token's embedding flows along Eq. 28 (Lemma 3 with σ' = 1, softmax = 1/d_m; App. B.5)",
-        quote="As the initialization scales decrease to zero, we derive the gradient flow under a small initialization "
-        "scale as follows via Assumption 1.",
-        where="App. B.5, Eq. 28 (Lemma 3 at small init, 'Given any token s')",
-        form="limit",
-        limit=GRADIENT_LIMIT,
-        threshold=COS_FLOOR,
-        all_rows=True,
-        test="value",
-        relation="ge",
-        expected=_cos_floor,
-        tolerance=0.0,
-        horizon="static",
-        example={"cls": "key"},
-        quantity="mean over a token class of cos(−∇_{w^s} R, Eq. 28), Def. 2 model under gradient descent, at flow time t",
-    ),
-    ClaimSpec(
-        "props23-compact-embedding-flow",
-        "Small init: dw^{emb,s}/dt = (r_s/L)(P^s − 1/d_m) W̃ for memory (Prop. 2) and reasoning (Prop. 3) anchors — "
-        "Eq. 29, the compact form",
-        quote="Proposition 2. For any s ∈ A_mem, let n, γ → ∞, with Assumption 1 we have [...] dw^{emb,s}/dt = "
-        "(r_s/L)(δ^Z/N_Z − (1/d_m)1)W̃. Proposition 3. For any s ∈ A_rsn [...] (r_s/L)(P^s − (1/d_m)1)W̃",
-        where="§4.3, Props. 2–3 (Eqs. 10–11); App. B.5, Eq. 29",
-        form="limit",
-        limit="n → ∞ exactly (the population's label counts of each member's memory table, population_flow_counts); "
-        "γ → ∞ as Eq. 28's: the compact form against Eq. 28 at the run's W(t) (Eq. 28 itself against the gradient in "
-        "eq28-embedding-flow-small-init), where the W^VO, W^f terms whose weights the merge changes are O(d_m^{−2γ}); "
-        "the merge's law equality, which does not shrink with γ, is a row hypothesis measured on the run",
-        hypotheses=(PROPS_TOKENS, LAWS_EQUAL),
-        threshold=COS_FLOOR,
-        all_rows=True,
-        test="value",
-        relation="ge",
-        expected=_cos_floor,
-        tolerance=0.0,
-        horizon="static",
-        example={"cls": "reasoning", "law_gap": 0.0},
-        quantity="mean over a token class of cos(flow, (r_s/L)(P^s − 1/d_m) W̃) in the n → ∞ limit the propositions "
-        "take (flow: Eq. 28, which eq28-embedding-flow-small-init checks against the gradient, on the population's "
-        "exact label counts), with the Def. 2 model's W at flow time t",
-    ),
-    ClaimSpec(
-        "eq36-wv-flow-small-init",
-        "Small init: dW^V/dt = (1/n) Σ_i W̄^{emb,X^i,T}(y^i − 1/d_m)ᵀ (W^O W^f + W^O)ᵀ (Eq. 36, Thm. 2's proof)",
-        quote="When initialized with a small scale, the gradient flow for W^V could be interpreted by: dW^V/dt = "
-        "(1/n) Σ_i W̄^{emb,X^i}(y^i − (1/d_m)1)ᵀ(W^O W^f + W^O)ᵀ",
-        where="App. B.8, Eq. 36 (Lemma 4, Eq. 35, at small init)",
-        form="limit",
-        limit=GRADIENT_LIMIT,
-        threshold=COS_FLOOR,
-        all_rows=True,
-        test="value",
-        relation="ge",
-        expected=_cos_floor,
-        tolerance=0.0,
-        horizon="static",
-        quantity="Frobenius cos(−∇_{W^V} R, Eq. 36), Def. 2 model, at flow time t > 0",
-    ),
-    ClaimSpec(
-        "thm2-wv-flow-direction",
-        "Small init: dW^V/dt = ½ E_A w^{emb,A} E_Y[Y − 1/d_m]ᵀ W^O (W^f + I) — W^V's flow is the rank-one matrix whose "
-        "embedding side is the mean reasoning-anchor embedding (Thm. 2, B.8)",
-        quote=THM2_QUOTE,
-        where="App. B.8, Thm. 2",
-        form="limit",
-        limit=THM2_LIMIT,
-        hypotheses=(NZ_IS_DM, DROPPED_SMALL),
-        threshold=COS_FLOOR,
-        all_rows=True,
-        test="value",
-        relation="ge",
-        expected=_cos_floor,
-        tolerance=0.0,
-        horizon="static",
-        quantity="Frobenius cos(−∇_{W^V} R, Thm. 2's matrix), Def. 2 model, at flow time t > 0",
-    ),
-    ClaimSpec(
-        "thm2-wv-flow-rate",
-        "Small init: W^V moves at the speed Thm. 2 gives (B.8)",
-        quote=THM2_QUOTE,
-        where="App. B.8, Thm. 2 (the theorem states the flow itself: its size, not only its direction)",
-        form="limit",
-        limit=THM2_LIMIT,
-        hypotheses=(NZ_IS_DM, DROPPED_SMALL),
-        threshold=RATE_TOL,
-        all_rows=True,
-        test="value",
-        relation="close",
-        expected=1.0,
-        tolerance=small_init_tolerance,
-        horizon="static",
-        quantity="⟨−∇_{W^V} R, M⟩ / ⟨M, M⟩ (M: Thm. 2's matrix): the measured speed along M over the theorem's",
-    ),
-    ClaimSpec(
-        "thm2-wv-aligns-with-reasoning-anchors",
-        "Small init: W^V grows along the reasoning anchors' embeddings (Thm. 2: 'W^V inherently demonstrates a "
-        "preference for reasoning tasks'; §4.3)",
-        quote="Theorem 2 highlights that W^V inherently demonstrates a preference for reasoning tasks, thereby enhancing "
-        "its ability to capture information associated with reasoning anchors.",
-        where="App. B.8 (after Thm. 2); §4.3, Fig. 5D",
-        form="limit",
-        limit=THM2_LIMIT,
-        hypotheses=(NZ_IS_DM, DROPPED_SMALL),
-        threshold=COS_FLOOR,
-        all_rows=True,
-        test="value",
-        relation="ge",
-        expected=_cos_floor,
-        tolerance=0.0,
-        horizon="static",
-        quantity="|cos(u1, mean reasoning-anchor embedding at t)|, u1 the top left singular vector of W^V(t) − W^V(0)",
-    ),
-)
-
 
 @register
 class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
     Config = AnchorsFlowsConfig
-    claims = CLAIMS
     # atlas: the statements are γ → ∞ limits; γ decides how small the dropped terms are (and the tolerance d_m^-γ)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("gamma", (0.5, 0.8, 1.2, 1.6), quick=(0.8, 1.6), label="γ"),),

@@ -20,7 +20,7 @@ sequences; only the label draws differ), γ = 0.8; their learning speeds are com
 Arms: ``groups`` (a), ``mem1`` and ``mem2`` (b); every arm's accuracy and loss are on the first
 ``n_eval`` training sequences (``mem_acc``, ``mem_loss``), as the seed measures memorisation.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain anchors-labels``).
 """
 
@@ -35,13 +35,12 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, Stage
-from tdlab.claims.declare import Hypothesis, Provenance, Threshold
+from tdlab.claims import ArmHealth, GroupResult, Measurements, Stage
+from tdlab.claims.declare import Hypothesis, Provenance
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
-    DIRECTION,
     EPOCH_BUDGET_WHY,
     EpochsConfig,
     Seed001GPTConfig,
@@ -209,62 +208,9 @@ def _at_least(cfg: AnchorsLabelsConfig, row: Any) -> float:
     return float(getattr(cfg.claims, _AT_LEAST[row.context["quantity"]]))
 
 
-CLAIMS = (
-    # With nested ranges every label in 30..49 lies in every group's range, so "inside the range" alone is passed by
-    # a constant prediction of 30..49: the rise between groups (a group-blind predictor's is 0) is asked as well.
-    ClaimSpec(
-        "fig7-left-predictions-follow-label-ranges",
-        "Early in training (accuracy still low), each memory group's predictions stay inside its own label range "
-        "(Fig. 7 left, §4.5)",
-        quote="Notably, it can be observed that even at this initial stage, when the model’s accuracy is still relatively "
-        "low, its outputs do not exceed the range of the label distributions.",
-        where="§4.5; Fig. 7 (the caption's left panel, the text's right: the caption is followed)",
-        form="settings",
-        hypotheses=(SMALL_INIT_RUN,),
-        threshold=Threshold(
-            "ours",
-            "claims.in_range_min = 0.95 of each group's predictions in its range, and claims.rise_min = 0.5 of the "
-            "targets' rise between groups (nested ranges make 'inside' alone pass a group-blind predictor): our reading "
-            "of 'do not exceed the range'",
-        ),
-        all_rows=True,  # "its outputs": every group
-        test="value",
-        relation="ge",
-        expected=_at_least,
-        tolerance=0.0,
-        horizon="budget",
-        stage=GROUPS_PAST_MARGINAL,
-        example={"quantity": "share"},
-        quantity="share of group i's predictions in its range 30..29+20i; rise of the mean prediction from group i to "
-        "i+1 as a fraction of the targets' rise (a group-blind predictor: 0)",
-    ),
-    ClaimSpec(
-        "fig7-right-window-labels-learnt-faster",
-        "A memory task whose label law depends on the anchors (F_mem,2) is learnt faster than one with labels from "
-        "U(Z) (F_mem,1) (Fig. 7 right, §4.5)",
-        quote="As shown in the left picture of Figure 7, the learning rate for F_mem,2 is significantly faster than that "
-        "for F_mem,1.",
-        where="§4.5; Fig. 7 (the caption's right panel, the text's left: the caption is followed)",
-        form="settings",
-        hypotheses=(SMALL_INIT_RUN,),
-        threshold=DIRECTION,
-        all_rows=True,  # T50 and AUC
-        test="compare",
-        relation="lt",
-        margin=0.0,
-        horizon="budget",
-        stage=PAST_MARGINAL,
-        quantity="T50_mem of F_mem,2 minus that of F_mem,1 (censored, one evaluation interval); AUC_mem of F_mem,1 "
-        "minus that of F_mem,2; paired over seeds",
-        unit=" epochs",
-    ),
-)
-
-
 @register
 class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
     Config = AnchorsLabelsConfig
-    claims = CLAIMS
     # atlas: (b)'s label-marginal comparison is read over schedule.epochs ((a) stops at groups_epochs, kept per profile)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),

@@ -5,7 +5,7 @@ Per γ, at the end of training: ``s_i/s_1`` of ``W^emb`` (``wte``), ``W^pos`` (`
 ``W^Q, W^K, W^V, W^O, W^f1, W^f2`` and the output layer (``lm_head``), each matrix as a whole (the
 embedding tables include the rows of tokens the data never show: the seed's figure is of the full
 matrices), and its effective rank (erank = exp of the entropy of the normalised singular values). The
-claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS`` (``tdlab explain
+claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain
 anchors-lowrank``). The rows read trained parameters: they are the seed's setting only at its learning
 rate and budget
 (:func:`~tdlab.experiments.seed001_reasoning_bias.common.training.parameter_reading`), else ours.
@@ -19,11 +19,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements
+from tdlab.claims import GroupResult, Measurements
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import AnchorsGammaSweep, ProbeConfig, ProbeSource
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
-    DIRECTION,
     PAPER_LR_TRANSFORMER,
     GammaArms,
     parameter_reading,
@@ -54,32 +53,9 @@ def _slug(name: str) -> str:
     return name.replace("^", "_").replace(" (layer ", ".layer").replace(")", "")
 
 
-CLAIMS = (
-    # One row per matrix and neighbouring pair of γ, so a failure names its matrix.
-    ClaimSpec(
-        "fig13-low-rank-at-small-init",
-        "Every weight matrix's effective rank is lower the smaller the initialisation: erank(γ = 0.8) < erank(γ = 0.5) "
-        "< erank(γ = 0.3) (Fig. 13, App. C.4)",
-        quote="The results reveal that as the initialization scale decreases, the parameter matrices exhibit a pronounced "
-        "low-rank structure, which in turn facilitates a simpler learning mode.",
-        where="App. C.4; Fig. 13",
-        form="settings",
-        threshold=DIRECTION,
-        all_rows=True,  # "the parameter matrices": every matrix, every neighbouring pair of γ
-        test="compare",
-        relation="lt",
-        margin=0.0,
-        horizon="budget",
-        quantity="effective rank (exp of the entropy of the normalised singular values) at the end of training, larger "
-        "γ minus smaller γ (neighbouring γ, paired over seeds), one row per matrix",
-    ),
-)
-
-
 @register
 class AnchorsLowrank(ProbeSource, AnchorsGammaSweep[AnchorsLowrankConfig]):
     Config = AnchorsLowrankConfig
-    claims = CLAIMS
     # atlas: the γ-sweep's axes (inherited): the low-rank readings are of the trained parameters; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
 
     def measure(self, cfg: AnchorsLowrankConfig, run: RunView) -> Measurements:

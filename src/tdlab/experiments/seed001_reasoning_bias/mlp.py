@@ -16,7 +16,7 @@ The Emb-MLP ``G(X) = σ(Σ_{s in X} w^{emb,s} W^(1)) W^(2)`` reads ``X = [z, a_1
   *value* error (an ordering alone cannot tell two theories apart).
 * Fig. 10 — the cosine matrices at γ = 0.3 and 0.5 (end of training).
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain anchors-mlp``). The learning-curve claims are the seed's comparison over the run's
 schedule; the parameter claims are the seed's setting only at its learning rate, budget and epochs
 (:func:`parameter_reading`).
@@ -33,24 +33,17 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
-from tdlab.claims.declare import Threshold
+from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed001_reasoning_bias.common.cosines import (
-    anchor_cosine_claims,
     anchor_cosine_rows,
     reasoning_theory_cosines,
 )
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
-    DIRECTION,
     EPOCH_BUDGET_WHY,
-    LARGE_INIT,
     PAPER_LR_EMB_MLP,
-    RSN_PAST_MARGINAL,
-    SMALL_INIT,
-    SMALL_VS_LARGE,
     AnchorsHealth,
     ArmCurves,
     EpochsConfig,
@@ -65,7 +58,6 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     label_marginal_losses,
     parameter_reading,
     reading_note,
-    reasoning_first_claim,
     reasoning_first_rows,
     record_rsn_past_marginal,
     split_curves,
@@ -174,137 +166,10 @@ FIG2B_QUOTE = (
     "Figure 2B for a small initialization scale (γ = 0.8)."
 )
 
-CLAIMS = (
-    reasoning_first_claim(
-        "emb-mlp-small-init-learns-reasoning-first",
-        "Emb-MLP, small init (γ = 0.8): D_rsn,train and D_rsn,test are learnt before D_mem (Fig. 2B, Fig. 2A's "
-        "orderings)",
-        quote=FIG2B_QUOTE,
-        where="§4.2; Fig. 2B (γ = 0.8: prediction accuracy of Emb-MLP; 'reasoning bias' as §4.1 reads Fig. 2A)",
-    ),
-    ClaimSpec(
-        "emb-mlp-bias-larger-at-small-init",
-        "Emb-MLP: the reasoning bias is stronger at γ = 0.8 than at γ = 0.3 (Fig. 2B)",
-        quote=FIG2B_QUOTE,
-        where="§4.2; Fig. 2B (γ = 0.3 and 0.8)",
-        form="settings",
-        hypotheses=(SMALL_VS_LARGE,),
-        threshold=DIRECTION,
-        test="compare",
-        relation="gt",
-        margin=0.0,
-        horizon="budget",
-        stage=RSN_PAST_MARGINAL,
-        quantity="AUC_rsn,test − AUC_mem at the small init minus at the large init, paired over seeds",
-    ),
-    *anchor_cosine_claims(
-        "fig3a",
-        "Fig. 3A",
-        "claims",
-        "§4.2; Fig. 3A (γ = 0.8, epochs 50 and 900)",
-        (
-            "In contrast, the memory anchors exhibit consistently high similarity and alignment, leading to a lack of "
-            "differentiation among them.",
-            "reasoning anchors quickly establish a hierarchical structure within the embedding space. In contrast, the "
-            "memory anchors exhibit consistently high similarity and alignment",
-            "The results reveal that the cosine similarity between reasoning anchors s_i, s_j decreases with the "
-            "increase of |s_i − s_j|",
-        ),
-    ),
-    ClaimSpec(
-        "fig3c-embedding-follows-label-law",
-        "Small init (γ = 0.8): the reasoning anchors' embedding cosines are those of P^s − 1/d_vob (Figs. 3A, 3C; "
-        "Prop. 1, Eq. 8)",
-        quote="Cosine similarity between P^{s_i} − (1/d_vob)1 and P^{s_j} − (1/d_vob)1 for any reasoning anchor s_i, "
-        "s_j, exhibiting a similar structure to the embedding space of reasoning anchors observed in A.",
-        where="Fig. 3C caption (against 3A); §4.2, Prop. 1 and Eq. 8",
-        form="settings",
-        hypotheses=(SMALL_INIT,),
-        threshold=Threshold(
-            "ours",
-            "claims.theory_cos_err_max = 0.1 on the mean |cos − cos_P| over reasoning pairs: our reading of 'a similar "
-            "structure' as values, not only order",
-        ),
-        test="value",
-        relation="le",
-        expected=0.0,
-        tolerance="claims.theory_cos_err_max",
-        horizon="budget",
-        quantity="mean over reasoning-anchor pairs of |cos(w^s_i, w^s_j) − cos(P^s_i − 1/d_vob, P^s_j − 1/d_vob)|",
-    ),
-    ClaimSpec(
-        "fig10-large-init-orthogonal",
-        "Large init (γ = 0.3): the anchors' embeddings stay near-orthogonal, not shaped by the label laws (Fig. 10, "
-        "App. C.1)",
-        quote="under a large initialization scale, the embedding space of the model becomes less influenced by the "
-        "label distributions and instead relies predominantly on orthogonality to differentiate all tokens.",
-        where="App. C.1; Fig. 10 (γ = 0.3, 0.5)",
-        form="settings",
-        hypotheses=(LARGE_INIT,),
-        threshold=Threshold(
-            "ours",
-            "claims.large_abs_cos_max = 0.2 on the mean |off-diagonal cosine|: our reading of 'orthogonality'",
-        ),
-        test="value",
-        relation="le",
-        expected="claims.large_abs_cos_max",
-        tolerance=0.0,
-        horizon="budget",
-        learning_required=False,
-        example={"kind": "memory"},
-        quantity="mean |off-diagonal cosine| of the memory or reasoning anchors' embeddings at the end",
-    ),
-    ClaimSpec(
-        "fig10-memory-alignment-grows-with-gamma",
-        "The smaller the init, the more alike the memory anchors' embeddings (Figs. 3A, 10)",
-        quote="under a large initialization scale, the embedding space of the model becomes less influenced by the "
-        "label distributions and instead relies predominantly on orthogonality to differentiate all tokens.",
-        where="App. C.1; Fig. 10 (γ = 0.3, 0.5) against Fig. 3A (γ = 0.8)",
-        form="settings",
-        threshold=DIRECTION,
-        all_rows=True,  # the seed's three γ, in order
-        test="compare",
-        relation="gt",
-        margin=0.0,
-        horizon="budget",
-        quantity="memory anchors' mean off-diagonal cosine at the end, larger γ minus smaller γ (neighbouring γ, "
-        "paired over seeds)",
-    ),
-    ClaimSpec(
-        "fig3b-label-laws",
-        "Eq. 7: every memory anchor has the same label law; Eq. 8: the reasoning anchors' laws "
-        "shift with s, so their cosines fall with |s_i − s_j| (Fig. 3B–C)",
-        kind="sanity",
-        test="value",
-        relation="le",
-        expected=_label_law_expected,
-        tolerance=_label_law_tol,
-        horizon="static",
-        example={"check": "memory-laws-equal"},
-        quantity="max |P^s − P^s'| over memory anchors (≤ 0); Spearman ρ of the P^s cosines with |s_i − s_j| "
-        "(≤ claims.rsn_rho_max)",
-    ),
-    ClaimSpec(
-        "emb-mlp-order-blind-ceiling",
-        "Sum-pooling is order-blind: final D_mem accuracy ≤ the order-blind ceiling of the training set (Def. 1; "
-        "D_mem is a subset of the training set)",
-        kind="sanity",
-        test="value",
-        relation="le",
-        expected=0.0,
-        tolerance=0.0,
-        horizon="budget",
-        learning_required=False,
-        quantity="the largest over members of final D_mem accuracy − that member's training-set "
-        "order-blind ceiling (a statement about every member), known to its evaluation-set standard error",
-    ),
-)
-
 
 @register
 class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
     Config = AnchorsMlpConfig
-    claims = CLAIMS
     # atlas: the emb-MLP reasoning-first and cosine claims depend on the epoch budget (snapshots rescaled to fit every budget)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(20, 40), label="epochs"),),

@@ -21,7 +21,7 @@ Fig. 6: the mean pairwise cosine among the ``claims.top_tokens`` (100, the seed'
 tokens exclusive to each source, at ``claims.early_fraction`` of training ("early stages", §4.4), at
 initialisation and at the end.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain anchors-text``).
 
 Provenance. The loss curves are the seed's comparison when the stories are TinyStories. The Fig. 6
@@ -45,16 +45,13 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements
+from tdlab.claims import ArmHealth, GroupResult, Measurements
 from tdlab.claims.declare import Hypothesis, Provenance
 from tdlab.config import Config, ConfigError
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
-    DIRECTION,
     EPOCH_BUDGET_WHY,
-    SMALL_INIT,
-    SMALL_VS_LARGE,
     EpochsConfig,
     GammaArms,
     Seed001TrainConfig,
@@ -364,83 +361,10 @@ TINYSTORIES = Hypothesis(
     lambda cfg: cfg.data.stories is not None,
 )
 
-CLAIMS = (
-    ClaimSpec(
-        "fig1-prontoqa-loss-falls-faster",
-        "Small init (γ = 0.8): PrOntoQA's training loss falls faster than TinyStories' (Fig. 1, §1)",
-        quote="As shown in Figure 1, the training loss for PrOntoQA decreases significantly faster than for TinyStories, "
-        "suggesting that the model encounters and learns the reasoning patterns more readily.",
-        where="§1; Fig. 1; A.3 (GPT-2, γ = 0.8)",
-        form="settings",
-        hypotheses=(SMALL_INIT, TINYSTORIES),
-        threshold=DIRECTION,
-        all_rows=True,  # both measures of "faster"
-        test="compare",
-        relation="lt",
-        margin=0.0,
-        horizon="budget",
-        quantity="PrOntoQA − stories: the area under loss(t)/loss(0) (mean over epochs ≥ 1), and the first epoch with "
-        "loss(t)/loss(0) < claims.halving (one evaluation interval; censored at the last evaluation); paired over seeds",
-    ),
-    # The seed's 0.123 vs 0.531 is printed beside ours, never used to decide.
-    ClaimSpec(
-        "fig6-prontoqa-tokens-less-similar",
-        "Small init (γ = 0.8), early in training: the embeddings of tokens exclusive to PrOntoQA are less similar to "
-        "each other than those exclusive to TinyStories (Fig. 6, §4.4; the seed: 0.123 vs 0.531)",
-        quote="Figure 6 reveals that the embeddings of tokens in PrOntoQA are significantly more distinguishable from each "
-        "other compared to the tokens in TinyStories. The average cosine similarity among the PrOntoQA is 0.123 while "
-        "0.531 among the TinyStories.",
-        where="§4.4; Fig. 6; A.3 (GPT-2, γ = 0.8, 'during the early stages of training')",
-        form="settings",
-        hypotheses=(SMALL_INIT, TINYSTORIES),
-        threshold=DIRECTION,
-        test="compare",
-        relation="lt",
-        margin=0.0,
-        horizon="budget",
-        needs="at least claims.min_tokens tokens exclusive to each source and parameters kept at 10 % of training",
-        quantity="mean pairwise cosine of the most frequent exclusive tokens' embeddings, PrOntoQA − stories, at "
-        "claims.early_fraction of training (paired over seeds)",
-    ),
-    # The seed's explanation of Fig. 6 (§4.3–4.4, Eqs. 13–14) is that the embedding structure set by the label
-    # distributions dominates only when the random initial part (std d^{-γ}) is small: the comparison between init
-    # scales its Fig. 2 makes on the anchors.
-    ClaimSpec(
-        "fig6-gap-small-init-effect",
-        "The Fig. 6 gap is a small-initialisation effect: larger at γ = 0.8 than at γ = 0.3 (§4.3–4.4, Eqs. 13–14)",
-        quote="We discover that smaller initialization scales encourage models to favor reasoning tasks, whereas larger "
-        "initialization scales lead to a preference for memorization tasks.",
-        where="Abstract; §4.3–4.4 (the seed runs GPT-2 at γ = 0.8 only: the γ = 0.3 arm is our control, after Fig. 2)",
-        form="settings",
-        hypotheses=(SMALL_VS_LARGE, TINYSTORIES),
-        threshold=DIRECTION,
-        test="compare",
-        relation="gt",
-        margin=0.0,
-        horizon="budget",
-        needs="at least claims.min_tokens tokens exclusive to each source and parameters kept at 10 % of training",
-        quantity="(stories − PrOntoQA mean pairwise cosine) at 10 % of training, γ = 0.8 minus γ = 0.3 (paired)",
-    ),
-    # At initialisation the embeddings are random i.i.d.: a gap there would be the measure's own.
-    ClaimSpec(
-        "fig6-no-gap-at-init",
-        "At initialisation the two token sets' mean cosines agree (the measure has no built-in bias between the sets)",
-        kind="sanity",
-        test="value",
-        relation="close",
-        expected=0.0,
-        tolerance="claims.init_gap_tol",
-        horizon="static",
-        learning_required=False,
-        quantity="stories − PrOntoQA mean pairwise cosine at initialisation",
-    ),
-)
-
 
 @register
 class AnchorsText(Experiment[AnchorsTextConfig]):
     Config = AnchorsTextConfig
-    claims = CLAIMS
     # atlas: the text-model claims (init gap, anchor cosines, t50) are read at the end of the epoch budget
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (100, 200, 400), quick=(5, 10), label="epochs"),),

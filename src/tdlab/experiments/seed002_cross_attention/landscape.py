@@ -24,9 +24,9 @@ import torch
 from pydantic import Field, model_validator
 from scipy.optimize import minimize
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
-from tdlab.claims.declare import Calibration, Hypothesis, Threshold
+from tdlab.claims.declare import Hypothesis
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
@@ -216,132 +216,22 @@ FIG4_LAW = Hypothesis(
     lambda cfg: cfg.task.norm_range[0] < cfg.task.norm_range[1],
 )
 
-CLAIMS = (
-    ClaimSpec(
-        "valley-along-minus-beta",
-        "App. F / Fig. 4: the loss has a steep valley along (alpha*(beta), beta) with alpha*(beta) ≈ −beta in the "
-        "window (−2/(m_upper+1), 0)",
-        quote=VALLEY_QUOTE,
-        where="App. F; Fig. 4 (T = 10 top, T = 5 bottom left)",
-        form="settings",
-        threshold=Threshold(
-            "ours",
-            "claims.valley_rel_tol = 0.1 alpha* RMS over the inner window for '≈' (the paper gives no width). Not "
-            "calibrated: the paper contrasts the valley with no alternative a planted case could stand for",
-        ),
-        test="value",
-        relation="le",
-        quantity="RMS over the inner window of the heat map's valley alpha_hat(beta) + beta "
-        "(Monte-Carlo map; jackknife error over prompt groups)",
-        expected=0.0,
-        tolerance=lambda cfg, row: cfg.claims.valley_rel_tol * _a_star(cfg),
-        horizon="static",
-    ),
-    ClaimSpec(
-        "valley-nearer-minus-beta-at-larger-T",
-        "App. F / Fig. 4: alpha*(beta) → −beta as T → ∞ (the valley is nearer the diagonal at T = 10 than at T = 5)",
-        quote=VALLEY_QUOTE,
-        where="App. F ('α*(β) → −β as T → ∞'); Fig. 4 (T = 10 against T = 5)",
-        form="limit",
-        limit="T -> inf read as the valley's RMS from -beta falling from the figure's T = 5 to its T = 10, on Monte-Carlo "
-        "maps of the same prompts with the jackknife error of the difference; the maps' valleys are checked against "
-        "the closed-form alpha*(beta) of App. E.1 at both depths (sanity map-valley-matches-closed-form)",
-        threshold=Threshold("paper", "the direction 'alpha*(beta) -> -beta as T -> inf' gives (no margin)"),
-        test="value",
-        relation="le",
-        quantity="valley RMS from −beta at the larger T minus at the smaller T (same "
-        "prompts; jackknife error of the difference)",
-        expected=0.0,
-        tolerance=0.0,
-        horizon="static",
-    ),
-    ClaimSpec(
-        "preln-ravine-similarly-located",
-        "App. F / Fig. 4: with pre-LayerNorm between the CA layers the loss has a similarly located ravine",
-        quote="Interestingly, this model reveals a similarly located and sized ravine in the loss landscape",
-        where="App. F; Fig. 4 bottom right (T = 5, pre-LayerNorm)",
-        form="settings",
-        threshold=Threshold(
-            "ours",
-            "claims.valley_rel_tol = 0.1 alpha* RMS between the pre-LN and no-LN valleys for 'similarly located' (the "
-            "paper gives no width). Not calibrated: there is no theory of the pre-LN loss to plant a located or a "
-            "displaced ravine from",
-        ),
-        test="value",
-        relation="le",
-        quantity="RMS over the inner window of the pre-LN map's valley minus the no-LN "
-        "map's at the same T (jackknife error of both maps; known to one pre-LN grid cell)",
-        expected=0.0,
-        tolerance=lambda cfg, row: cfg.claims.valley_rel_tol * _a_star(cfg),
-        horizon="static",
-    ),
-    ClaimSpec(
-        "gd-reaches-stationary-point",
-        "Thm 6.3.1 on the Fig. 4 law: gradient descent from the Thm 6.3 init (alpha*(beta0), beta0) converges to the "
-        "stationary point of the loss reached from that init — every start",
-        quote="Gradient flow converges. Formally, letting (α_{t,T}, β_{t,T})_{t≥0} denote the gradient flow trajectory "
-        "for a CA stack of depth T, the limit (α*_T, β*_T) := lim_{t→∞} (α_{t,T}, β_{t,T}) exists.",
-        where="Thm 6.3.1 (init β0 ∈ (−2/(m_upper+1), 0), α0 = α*(β0)); App. F",
-        form="settings",
-        # Thm 6.3 also assumes Remark E.4's regularity condition, which no config field states; the on-valley starts
-        # are the theorem's init by construction (thm63_starts), and rows read only them.
-        hypotheses=(FIG4_LAW,),
-        threshold=Threshold(
-            "ours",
-            "claims.tol_cells = half a heat-map cell (the resolution at which Fig. 4 shows a minimiser), plus the "
-            "jackknife error of the Monte-Carlo loss's minimiser",
-            Calibration(
-                "planted",
-                "GD ends at the stationary point (0 cells) hold; GD that stayed at the Thm 6.3 start nearest to the "
-                "stationary point (1.2-4.7 cells away at the quick and paper grids) fails, at the run's member count",
-                plant=_stationary_or_start,
-                test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
-            ),
-        ),
-        test="value",
-        relation="le",
-        quantity="the largest over the Thm 6.3 starts of |GD end − the closed-form "
-        "stationary point| in heat-map cells (max over alpha, beta); GD runs on the Monte-Carlo loss, whose minimiser's "
-        "jackknife error over prompt groups is the row's Monte-Carlo error",
-        expected=0.0,
-        tolerance="claims.tol_cells",
-        horizon="convergence",
-        unit=" cells",
-        example={"T": 5},
-    ),
-    ClaimSpec(
-        "gd-matches-heatmap-minimiser",
-        "GD on the Monte-Carlo loss, from on- and off-valley starts, ends at the heat map's minimiser of the same "
-        "loss (optimiser vs grid search) — every start",
-        kind="sanity",
-        test="value",
-        relation="le",
-        quantity="the largest over the starts of |GD end − polished map "
-        "minimiser| in heat-map cells (the same function: no Monte-Carlo error between them)",
-        expected=0.0,
-        tolerance="claims.tol_cells",
-        horizon="convergence",
-        unit=" cells",
-    ),
-    ClaimSpec(
-        "map-valley-matches-closed-form",
-        "the Monte-Carlo heat map's valley equals the closed-form alpha*(beta) of App. E.1",
-        kind="sanity",
-        test="value",
-        relation="le",
-        quantity="RMS over the inner window of the map's valley − alpha*(beta) (jackknife error)",
-        expected=0.0,
-        tolerance=lambda cfg, row: float(row.context["cell"]),
-        horizon="static",
-        example={"cell": 0.01},
-    ),
-)
+
+def _valley_along_minus_beta_tolerance(cfg: Any, row: Any) -> float:
+    return cfg.claims.valley_rel_tol * _a_star(cfg)
+
+
+def _preln_ravine_similarly_located_tolerance(cfg: Any, row: Any) -> float:
+    return cfg.claims.valley_rel_tol * _a_star(cfg)
+
+
+def _map_valley_matches_closed_form_tolerance(cfg: Any, row: Any) -> float:
+    return float(row.context["cell"])
 
 
 @register
 class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
     Config = LandscapeConfig
-    claims = CLAIMS
     # atlas: the valley/minimiser claims compare a trained LSA with the landscape; its GD budget decides whether it reached the minimiser
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (5000, 20000, 50000), quick=(2500, 5000), label="steps"),),

@@ -16,7 +16,7 @@ a k-th order induction head ("capture context", then "match contexts & count"). 
   construction's on the same sequences, each as its excess over chance (uniform causal attention),
   measured once, at the end of training.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain markov-icl-construction``).
 
 Metric layout: arm ``construction/k{k}``: per κ index ``i`` (the step column) ``kappa``, ``gap``
@@ -38,9 +38,9 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
-from tdlab.claims.declare import Calibration, Hypothesis, Threshold
+from tdlab.claims.declare import Hypothesis
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
@@ -49,7 +49,6 @@ from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
     PROBE_DATA,
     record_stage,
 )
-from tdlab.experiments.seed003_attention_markov.common.icl_grid import MAIN_RESULT
 from tdlab.experiments.view import RunView
 from tdlab.models.normalised_attention import NormalisedAttention, NormAttnConfig, construction
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
@@ -184,109 +183,9 @@ def _matching_cases(cfg: MarkovICLConstructionConfig, context: Any) -> tuple[Sam
     return planted_pair(1.0, 0.0, min(f, abs(1.0 - f)) / 5, cfg.members)
 
 
-CLAIMS = (
-    ClaimSpec(
-        "construction-reaches-estimator",
-        "The normalised-attention construction (3 layers, att ∝ exp(κ cos)) computes the order-k in-context estimator "
-        "as κ grows (seed 003 talk, Part II, 'Intuition'; weights ours, derived)",
-        quote=MAIN_RESULT,
-        where="Part II, 'Main result (Constant depth suffices)'; " + INTUITION + ": att_{T,n} ∝ exp(κ⟨v_n, "
-        "u_T⟩/(‖v_n‖‖u_T‖)) 'realizes a k^th-order induction head' (the talk shows no weights: ours)",
-        form="settings",
-        all_rows=True,  # "any order k": every k of the run
-        threshold=Threshold(
-            "ours",
-            "claims.tol_nats = 1e-3 nats of mean KL at the largest κ of the grid. Left uncalibrated on purpose: the "
-            "construction's weights are ours (tdlab.models.normalised_attention), so a gap above it would refute our "
-            "derivation, not the talk's representation; exhibiting the weights shows the statement, failing to does "
-            "not refute it",
-        ),
-        test="value",
-        relation="le",
-        quantity="mean per-position KL(order-k add-α estimator || construction) at the "
-        "largest κ of the grid, on fresh sequences, nats per token",
-        expected=0.0,
-        tolerance="claims.tol_nats",
-        horizon="static",
-        learning_required=False,
-        unit=" nats",
-        needs="ks non-empty",
-        example={"k": 1},
-    ),
-    ClaimSpec(
-        "construction-gap-decreases-with-kappa",
-        "The construction's gap to the estimator decreases along the κ grid (seed 003 talk, Part II, 'Intuition': att ∝ exp(κ cos) "
-        "'realizes a k-th order induction head' as the attention sharpens)",
-        quote=r"$$\text{att}_{T,n} \propto \exp \left(\kappa \frac{\langle \mathbf{v}_n, \mathbf{u}_T \rangle}"
-        r"{\|\mathbf{v}_n\|_2 \|\mathbf{u}_T\|_2} \right)$$ (realizes a k^{th} -order induction head)",
-        # The talk states no κ dependence: that the gap falls as κ grows is the limit its formula implies
-        # (softmax at temperature 1/κ → hard matching), checked on our construction.
-        where=INTUITION + " (the formula; the κ → ∞ reading is ours: the talk states no κ)",
-        form="limit",
-        limit="κ → ∞, judged on the exact KL of the finite-κ construction measured at every κ of the declared grid: "
-        "each step must lower it beyond float rounding; no dropped term is assumed small",
-        all_rows=True,
-        threshold=Threshold(
-            "closed form", "claims.rounding = 1e-12 nats: float64 rounding of two equal exact computations"
-        ),
-        test="value",
-        relation="le",
-        quantity="the largest step of the gap along the κ grid, max_i gap(κ_{i+1}) − gap(κ_i), "
-        "nats (rises up to claims.rounding are float rounding)",
-        expected=0.0,
-        tolerance="claims.rounding",
-        horizon="static",
-        learning_required=False,
-        unit=" nats",
-        needs="ks non-empty",
-        example={"k": 1},
-    ),
-    # Excess over chance, not the raw ratio: uniform attention alone scores ~70% of the construction at k = 1,
-    # so the raw ratio would not test matching. The stage: a model still counting (k−1)-contexts has no k-th
-    # order induction head to compare, whatever the budget would give later. The score is measured once, at the
-    # end of training: no drift is known for it.
-    ClaimSpec(
-        "trained-matches-like-construction",
-        "Trained from a random init, the same normalised-attention model learns the construction's k-th order induction "
-        "head (seed 003 talk, Part II, 'Intuition': 'match contexts & count')",
-        quote="(realizes a k^{th} -order induction head) ... Match contexts & count",
-        # The talk shows attention maps of trained models ('2-layer transformer', '3-layer transformer': figures)
-        # and the construction; that a trained model's last layer matches contexts like the construction is our
-        # reading, at our training settings.
-        where=INTUITION + "; slides '3-layer transformer' (figures) and 'Memory → Depth' ('3-layer transformer can "
-        "learn Markov chains of all orders')",
-        form="settings",
-        hypotheses=(THREE_LAYERS,),
-        threshold=Threshold(
-            "ours",
-            "claims.score_fraction = 0.5 of the construction's excess over chance (the talk shows maps, no number)",
-            Calibration(
-                "planted",
-                "members matching as the construction does (ratio 1) hold and members attending uniformly (ratio 0: "
-                "chance, no context matching) fail, each spread by a fifth of its distance to the threshold, at the "
-                "run's member count",
-                plant=_matching_cases,
-                test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
-            ),
-        ),
-        test="value",
-        relation="ge",
-        quantity="(trained last-layer context-matching score − chance) / (construction's at "
-        "the largest κ − chance), same sequences, per member (fraction ours: the talk shows maps, no number)",
-        expected="claims.score_fraction",
-        tolerance=0.0,
-        horizon="convergence",
-        stage=PAST_LOWER_ORDER,
-        needs="train_ks non-empty",
-        example={"k": 1},
-    ),
-)
-
-
 @register
 class MarkovICLConstruction(Experiment[MarkovICLConstructionConfig]):
     Config = MarkovICLConstructionConfig
-    claims = CLAIMS
     # atlas: the construction claims compare the trained model with the closed-form estimator; its step budget decides how close it gets
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (1000, 3000, 6000), quick=(300, 600), label="steps"),),

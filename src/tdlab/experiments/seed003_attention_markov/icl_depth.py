@@ -11,7 +11,7 @@ it on the *same* sequences: the probe's fresh sequences (``est_loss_order{k}``) 
 the trainer's evaluation batches (``test_loss@bayes``, the task's ``optimal_probs`` on those batches),
 whose gap drifts over the last tenth of training in learning-rate time decide convergence.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain markov-icl-depth``); their stages are :mod:`.common.estimator_stage`'s and
 :data:`DEPTH_TWO_LEARNS`.
 
@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
@@ -237,115 +237,6 @@ def _reach(note: str, reach: bool = True) -> Threshold:
     return Threshold("ours", _TOL, Calibration("planted", note, plant=_plant(reach), test=_CALIBRATION_TEST))
 
 
-CLAIMS = (
-    ClaimSpec(
-        "one-layer-does-not-reach-estimator",
-        "Depth = 1: for k = 1 a 1-layer transformer does not learn the in-context estimator (no induction head; talk "
-        "Part II, 'Depth = 1' / 'Depth > 1: in-context learning emerges')",
-        quote="Memory / Depth > 1 / In-context learning (ICL) emerges!",
-        # That one layer does *not* is our reading of "Depth > 1": the talk's own "Depth = 1" (Part I) is
-        # the fixed-chain setting, where ICL does not arise.
-        where="Part II, opening slide ('Memory, Depth > 1'); that depth 1 does not is our reading (Part I's "
-        "'Memory = 1, Depth = 1' is the fixed-chain setting)",
-        form="settings",
-        hypotheses=(ONE_ENCODING,),
-        threshold=_reach(
-            "members at the order-0 in-context estimator (no transition counting: what attention without an "
-            "induction head can do; gap 0.079 nats at T = 128) hold, members at the order-1 estimator (gap 0) fail, "
-            "spread ± tol/5, at the run's sequence length and member count",
-            reach=False,
-        ),
-        test="value",
-        relation="ge",
-        quantity="final probe loss − the order-1 add-α (Bayes) estimator's on the same "
-        "fresh sequences, nats per token (≥ the reach tolerance)",
-        expected="claims.tol_nats",
-        tolerance=0.0,
-        drift_tolerance="claims.tol_nats",
-        horizon="convergence",
-        stage=DEPTH_TWO_LEARNS,
-        learning_required=False,
-        unit=" nats",
-        needs="cells (1, 1, PE) and (1, 2, PE)",
-        example={"k": 1, "positions": "absolute"},
-    ),
-    ClaimSpec(
-        "one-layer-gap-exceeds-two-layers",
-        "Depth > 1: for k = 1 two layers get closer to the in-context estimator than one (talk Part II, 'Depth > 1: "
-        "in-context learning emerges')",
-        quote="Memory / Depth > 1 / In-context learning (ICL) emerges!",
-        where="Part II, opening slide ('Memory, Depth > 1')",
-        form="settings",
-        hypotheses=(ONE_ENCODING,),
-        threshold=Threshold("paper", "the direction (1 layer's gap above 2 layers', no margin), paired over members"),
-        test="compare",
-        relation="gt",
-        quantity="gap to the order-1 estimator, 1 layer − 2 layers, paired over members "
-        "(member i of both cells shares its training and probe sequences), nats",
-        margin=0.0,
-        horizon="convergence",
-        stage=DEPTH_TWO_LEARNS,
-        unit=" nats",
-        needs="cells (1, 1, PE) and (1, 2, PE)",
-        example={"k": 1, "positions": "absolute"},
-    ),
-    ClaimSpec(
-        "two-layers-reach-order-1-estimator",
-        "Depth > 1, in-context learning emerges: for k = 1 a 2-layer transformer reaches the order-1 in-context "
-        "(Bayes) estimator (talk Part II)",
-        quote="Memory / Depth > 1 / In-context learning (ICL) emerges!",
-        where="Part II, opening slide ('Memory, Depth > 1'); slide '2-layer transformer' (a figure: no text); "
-        "'ICL for kth-order Markov' (the in-context estimator)",
-        form="settings",
-        hypotheses=(ONE_ENCODING,),
-        threshold=_reach(
-            "members at the order-1 estimator (gap 0) hold, members at the order-0 one (gap 0.079 nats at T = 128) "
-            "fail, spread ± tol/5, at the run's sequence length and member count"
-        ),
-        test="value",
-        relation="le",
-        quantity="final probe loss − the order-1 add-α (Bayes) estimator's on the same fresh sequences, nats per token",
-        expected=0.0,
-        tolerance="claims.tol_nats",
-        horizon="convergence",
-        stage=PAST_LOWER_ORDER,
-        unit=" nats",
-        needs="a cell (1, 2, PE)",
-        example={"k": 1, "positions": "absolute"},
-    ),
-    ClaimSpec(
-        "three-layers-reach-order-k-estimator",
-        "Constant depth suffices: 3 layers, 1 head per layer, relative PE and layer norm represent any order-k "
-        "in-context estimator — trained 3-layer models reach the order-k (Bayes) estimator for k ≥ 2 (talk Part II, "
-        "main result)",
-        quote="3-layer transformer can learn Markov chains of all orders",
-        # The main result is a representation ("can be represented by"); the preview slide says 3 layers
-        # *learn* every order, which is what a trained model tests. Our training settings are not the talk's.
-        where="'Memory → Depth' slide (before 'This talk'); Part II, 'Main result (Constant depth suffices)': 'Any "
-        "order k in-context estimator can be represented by a transformer with 3 layers, 1 head per layer, "
-        "relative positional encodings and layer norm' (from the cited 'Transformers on Markov Data: Constant "
-        "Depth Suffices')",
-        form="settings",
-        hypotheses=(RELATIVE_PE, ONE_HEAD, LAYER_NORM),
-        all_rows=True,  # "all orders": every k ≥ 2 of the run, each relative kind
-        threshold=_reach(
-            "members at the order-k estimator (gap 0) hold, members at the order-(k−1) one (gap 0.067 nats at k = 2, "
-            "T = 128) fail, spread ± tol/5, at the run's sequence length and member count"
-        ),
-        test="value",
-        relation="le",
-        quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh sequences, nats per token",
-        expected=0.0,
-        tolerance="claims.tol_nats",
-        horizon="convergence",
-        stage=PAST_LOWER_ORDER,
-        unit=" nats",
-        needs="a cell (k ≥ 2, 3, relative or relative-kv): the paper profile",
-        example={"k": 2, "positions": "relative-kv"},
-    ),
-)
-
-
 def _training_panels(cells: dict[str, dict]) -> list[Panel]:
     """Per k, every cell's test loss against the order-0..k in-context estimators' losses."""
     panels = []
@@ -365,7 +256,6 @@ def _training_panels(cells: dict[str, dict]) -> list[Panel]:
 @register
 class MarkovICLDepth(Experiment[MarkovICLDepthConfig]):
     Config = MarkovICLDepthConfig
-    claims = CLAIMS
     # Atlas: one cell per point (cells=[] so that ks, depths, positions decide the grid). A point with
     # one depth has no 2-layer control: its 1-layer rows are not evaluable (DEPTH_TWO_LEARNS).
     atlas_axes = AtlasAxes(

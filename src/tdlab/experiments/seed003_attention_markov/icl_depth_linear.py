@@ -9,7 +9,7 @@ Two families of GPTs (:mod:`.common.icl_grid`), one head per layer, relative key
 
 Each cell's probe loss is compared with the order-k add-α in-context estimator on the same fresh sequences
 (the Bayes predictor of the source). The claims, with the paper's words, hypotheses and thresholds, are
-declared in ``CLAIMS`` (``tdlab explain markov-icl-depth-linear``).
+declared in the seed's ``experiments.yaml`` (``tdlab explain markov-icl-depth-linear``).
 
 Rows whose cells were not run are absent: a group without rows is not evaluable and names what it needs.
 """
@@ -18,16 +18,11 @@ from __future__ import annotations
 
 from pydantic import field_validator, model_validator
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
-from tdlab.claims.declare import Threshold
+from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import register
-from tdlab.experiments.seed003_attention_markov.common.estimator_stage import PAST_LOWER_ORDER, record_stage
+from tdlab.experiments.seed003_attention_markov.common.estimator_stage import record_stage
 from tdlab.experiments.seed003_attention_markov.common.icl_grid import (
-    CONSTANT_DEPTH,
-    MAIN_RESULT,
-    MAIN_RESULT_WHERE,
-    RELATIVE_PE,
     TRAINING_GAPS,
     Cell,
     GridConfig,
@@ -35,7 +30,6 @@ from tdlab.experiments.seed003_attention_markov.common.icl_grid import (
     cell_arm,
     depth_list,
     gap_heatmap,
-    reach_threshold,
 )
 from tdlab.experiments.view import RunView
 from tdlab.probes.curves import min_depths
@@ -45,92 +39,6 @@ DEEPEST_LEARNS = Stage(
     "the deepest attention-only cell of the row's order is past the order-(k−1) in-context estimator by "
     "claims.stage_share of the gap to the order-k one: the budget taught the grid's most capable "
     "attention-only model, so a depth that does not reach the estimator is the depth's, not the budget's",
-)
-
-CLAIMS = (
-    ClaimSpec(
-        "attention-only-reaches-estimator",
-        "Without non-linearities the order-k in-context estimator is still reached, with more depth (seed 003 talk, "
-        "Part II, 'Without non-linearities, you need logarithmic depth'): the deepest attention-only cell of the grid reaches it",
-        quote="Without non-linearities, you need logarithmic depth",
-        where="Part II, 'What's happening', below 'Main result (Constant depth suffices)' (from the cited "
-        "'Transformers on Markov Data: Constant Depth Suffices')",
-        form="settings",
-        # That attention-only models reach it at all (given enough depth) is what "you need logarithmic
-        # depth" presumes; the talk gives no constant, so whether the grid's deepest cell (5 layers in the
-        # paper profile, 1 + log2 k ≤ 3 for k ≤ 4) is deep enough is our reading.
-        all_rows=True,  # every k of the run
-        threshold=reach_threshold(
-            "members of the deepest attention-only cell at the order-k estimator",
-            "members at the order-(k−1) one",
-        ),
-        test="value",
-        relation="le",
-        quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh "
-        "sequences, deepest attention-only cell, nats per token",
-        expected=0.0,
-        tolerance="claims.tol_nats",
-        horizon="convergence",
-        stage=PAST_LOWER_ORDER,
-        unit=" nats",
-        needs="attention-only cells",
-        example={"k": 1},
-    ),
-    # The smallest depth is found on the discrete depth grid (resolution = its spacing): a difference of two is
-    # known to ± 1 layer, so only a two-layer rise — what two doublings of k give under logarithmic depth — can be
-    # resolved; hence k vs 4k, not k vs 2k. A member reaching the estimator at no depth of the grid is censored at
-    # max depth + 1 (a lower bound), so the judge decides by an exact sign test (at least 6 members at 95 %). The
-    # stage asks it of the deepest attention-only cell of both orders: otherwise "never reached" is the budget's.
-    ClaimSpec(
-        "attention-only-depth-grows-with-k",
-        "Without non-linearities the depth needed grows with k (talk Part II, 'you need logarithmic depth'): the "
-        "smallest attention-only depth reaching the estimator is larger at k' ≥ 4k than at k",
-        quote="Without non-linearities, you need logarithmic depth",
-        where="Part II, 'What's happening', below 'Main result (Constant depth suffices)' (from the cited "
-        "'Transformers on Markov Data: Constant Depth Suffices')",
-        form="settings",
-        threshold=Threshold(
-            "paper", "the direction (more depth at k' ≥ 4k than at k, no margin), decided by an exact sign test"
-        ),
-        test="compare",
-        relation="gt",
-        quantity="smallest attention-only depth with gap ≤ claims.tol_nats, at k' − at k, "
-        "paired over members (grid spacing = resolution; censored at max depth + 1 where no depth reaches)",
-        margin=0.0,
-        horizon="convergence",
-        stage=DEEPEST_LEARNS,
-        unit=" layers",
-        needs="attention-only cells at k and k' ≥ 4k (the paper profile: k = 1 and 4)",
-        example={"k": 1, "k2": 4},
-    ),
-    ClaimSpec(
-        "mlp-depth-stays-constant",
-        "With non-linearities (MLP + LayerNorm) constant depth suffices: a 3-layer model (claims.constant_depth) "
-        "reaches the order-k in-context estimator for every k (talk Part II, main result: '3 layers, 1 head per "
-        "layer, relative positional encodings and layer norm')",
-        quote=MAIN_RESULT,
-        # A representation theorem, tested by training (our settings): a trained 3-layer model reaching the
-        # estimator witnesses it; the preview slide's "3-layer transformer can learn Markov chains of all
-        # orders" is the learning reading.
-        where=MAIN_RESULT_WHERE,
-        form="settings",
-        hypotheses=(CONSTANT_DEPTH, RELATIVE_PE),
-        all_rows=True,  # "any order k": every k of the run
-        threshold=reach_threshold(
-            "members of the 3-layer MLP + LN cell at the order-k estimator", "members at the order-(k−1) one"
-        ),
-        test="value",
-        relation="le",
-        quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh "
-        "sequences, MLP + LN cell of claims.constant_depth layers, nats per token",
-        expected=0.0,
-        tolerance="claims.tol_nats",
-        horizon="convergence",
-        stage=PAST_LOWER_ORDER,
-        unit=" nats",
-        needs="MLP + LN cells at depth claims.constant_depth",
-        example={"k": 1},
-    ),
 )
 
 
@@ -155,7 +63,6 @@ class MarkovICLDepthLinearConfig(GridConfig):
 @register
 class MarkovICLDepthLinear(ICLGrid[MarkovICLDepthLinearConfig]):
     Config = MarkovICLDepthLinearConfig
-    claims = CLAIMS
     # atlas: the depth claims (which depth reaches the k-gram estimator) are read after a step budget; quick's 250 steps are far below the paper's 6000
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (2000, 6000, 12000), quick=(125, 250), label="steps"),),

@@ -8,7 +8,7 @@ positions (:mod:`.common.icl_grid`), each cell against the order-k in-context es
 predictor, on the same fresh sequences). The claims are about depth 3, as the talk states them; depth-2 cells
 are measurements reported beside them.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain markov-icl-heads``).
 """
 
@@ -16,15 +16,10 @@ from __future__ import annotations
 
 from pydantic import field_validator, model_validator
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import register
-from tdlab.experiments.seed003_attention_markov.common.estimator_stage import PAST_LOWER_ORDER
 from tdlab.experiments.seed003_attention_markov.common.icl_grid import (
-    CONSTANT_DEPTH,
-    MAIN_RESULT,
-    MAIN_RESULT_WHERE,
-    RELATIVE_PE,
     TRAINING_GAPS,
     Cell,
     GridConfig,
@@ -32,66 +27,8 @@ from tdlab.experiments.seed003_attention_markov.common.icl_grid import (
     cell_arm,
     depth_list,
     gap_heatmap,
-    reach_threshold,
 )
 from tdlab.experiments.view import RunView
-
-CLAIMS = (
-    ClaimSpec(
-        "one-head-per-layer-suffices-at-depth-3",
-        "Constant depth suffices: a 3-layer transformer with 1 head per layer (relative PE, layer norm) reaches the "
-        "order-k in-context estimator for every k (talk Part II, main result)",
-        quote=MAIN_RESULT,
-        # A representation theorem, tested by training (our settings): a trained model reaching the estimator
-        # witnesses it.
-        where=MAIN_RESULT_WHERE,
-        form="settings",
-        hypotheses=(CONSTANT_DEPTH, RELATIVE_PE),
-        all_rows=True,  # "any order k": every k of the run
-        threshold=reach_threshold(
-            "members of the 3-layer 1-head cell at the order-k estimator", "members at the order-(k−1) one"
-        ),
-        test="value",
-        relation="le",
-        quantity="final probe loss − the order-k add-α (Bayes) estimator's on the same fresh "
-        "sequences, claims.constant_depth layers, 1 head, nats per token",
-        expected=0.0,
-        tolerance="claims.tol_nats",
-        horizon="convergence",
-        stage=PAST_LOWER_ORDER,
-        unit=" nats",
-        needs="cells (k, depth claims.constant_depth, 1 head)",
-        example={"k": 1},
-    ),
-    ClaimSpec(
-        "more-heads-not-needed-at-depth-3",
-        "Heads need not scale with k at depth 3 (talk Part II: 'Number of heads/layers should scale with k. But...' "
-        "3 layers with 1 head per layer suffice)",
-        quote="Number of heads/layers should scale with k | But... | Any order k in-context estimator can be "
-        "represented by a transformer with 3 layers, 1 head per layer",
-        where="Part II, 'What we know so far' ('(Edelman et al., 2024 & Niching et al., 2024)', prior work the talk "
-        "contrasts), then 'Main result (Constant depth suffices)'",
-        form="settings",
-        hypotheses=(CONSTANT_DEPTH, RELATIVE_PE),
-        all_rows=True,  # "any order k"
-        threshold=reach_threshold(
-            "a 1-head cell as close to the estimator as the most-heads one",
-            "a 1-head cell a whole order short of a most-heads cell at the estimator",
-            paired=True,
-        ),
-        test="value",
-        relation="le",
-        quantity="gap(1 head) − gap(most heads) at claims.constant_depth layers, per member "
-        "(paired: member i of both cells shares its training and probe sequences), nats per token",
-        expected=0.0,
-        tolerance="claims.tol_nats",
-        horizon="convergence",
-        stage=PAST_LOWER_ORDER,
-        unit=" nats",
-        needs="cells (k, depth claims.constant_depth) with 1 head and with more heads",
-        example={"k": 1},
-    ),
-)
 
 
 class MarkovICLHeadsConfig(GridConfig):
@@ -122,7 +59,6 @@ class MarkovICLHeadsConfig(GridConfig):
 @register
 class MarkovICLHeads(ICLGrid[MarkovICLHeadsConfig]):
     Config = MarkovICLHeadsConfig
-    claims = CLAIMS
     # atlas: the head-count claims are read after a step budget; quick's 200 steps are far below the paper's 6000
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (2000, 6000, 12000), quick=(100, 200), label="steps"),),

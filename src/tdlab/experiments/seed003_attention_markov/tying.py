@@ -24,7 +24,7 @@ Two parts, both on seed 000's Sec. 2 model (``GPT(arch="sec2")``, ``tie_weights`
   the same evaluation batches. A chain with ``p + q = 1`` (i.i.d.: ``H(π)`` is the entropy rate) or too small a
   gap (``claims.min_gap_nats``) carries no training claim.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain markov-tying``).
 """
 
@@ -39,9 +39,9 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
-from tdlab.claims.declare import Calibration, Hypothesis, Provenance, Threshold
+from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
@@ -233,179 +233,10 @@ def _between_minima(cfg: MarkovTyingConfig, context: Any) -> tuple[Sample, Sampl
     return planted_pair(0.0, marginal_entropy(p, q) - entropy_rate(p, q), cfg.claims.tol_nats / 5, cfg.members)
 
 
-CLAIMS = (
-    ClaimSpec(
-        "theta-pi-stationary",
-        "∇L(θ_π) = 0: θ_π is a stationary point (talk, Part I, Theoretical results (iv))",
-        quote=r"(iv) $\nabla L(\theta_\pi) = 0$, i.e. θ_π is a stationary point",
-        where="Part I, 'Theoretical results': 'Bad local minima (weight tying)' (iv); 'Saddle point (no weight "
-        "tying)': 'It satisfies the same properties'",
-        form="settings",
-        hypotheses=(ABOVE_LINE,),
-        threshold=PRECISION,
-        all_rows=True,  # a theorem for every p + q > 1 chain, tied and untied
-        test="value",
-        relation="close",
-        kind="paper",
-        quantity="max |∂L/∂θ_i| over all parameters at θ_π, exact "
-        "population loss (every point measured: d, canonical and kept weights)",
-        expected=0.0,
-        tolerance="claims.exact_tol",
-        horizon="static",
-        learning_required=False,
-        example=_FIG4,
-    ),
-    ClaimSpec(
-        "tied-theta-pi-local-minimum",
-        "With tied weights and p+q>1, θ_π is a (bad) local minimum (talk, Part I, Theoretical results (i); 'Hessian "
-        "is (almost) positive-definite')",
-        quote=r"If $p + q > 1$ and the weights are tied, there exists a θ_π with explicit construction such that: "
-        r"- (i) θ_π is a bad local minima for $L(\cdot)$ with $L(\theta_\pi) > L(\theta_*)$",
-        where="Part I, 'Theoretical results', 'Bad local minima (weight tying)' (i); 'Intuition': 'weight-tying: "
-        "Hessian is (almost) positive-definite'",
-        form="settings",
-        hypotheses=(ABOVE_LINE, TIED_ARMS),
-        threshold=Threshold(
-            "closed form",
-            "numerical precision of exact float64 computations: λ_min/λ_max ≥ −claims.psd_rel_tol = −1e-6 (the "
-            "canonical spectrum's zero eigenvalues are the talk's '(almost)'; measured ~1e-16) and the loss change "
-            "along the probe's directions ≥ −claims.exact_tol = −1e-9",
-        ),
-        all_rows=True,  # both checks, at every p + q > 1 chain
-        test="value",
-        relation="ge",
-        quantity="hessian-psd: λ_min/λ_max of the exact Hessian at θ_π (≥ −psd_rel_tol); "
-        "no-descent-direction: the least loss change along random directions and the bottom eigenvector at "
-        "landscape.radius (≥ −exact_tol; our probe beyond second order)",
-        expected=0.0,
-        tolerance=_local_min_tolerance,
-        horizon="static",
-        learning_required=False,
-        example={**_FIG4, "check": "hessian-psd"},
-    ),
-    ClaimSpec(
-        "theta-pi-saddle",
-        "Without weight tying θ_π is a saddle (talk, Part I, Theoretical results: 'Hessian is indefinite'); with tying "
-        "it is a saddle too when p+q<1 (closed form 2c < 0: the theorem's hypothesis p+q>1 is needed; ours)",
-        quote="Under the same setting as above with the weights not tied, θ_π becomes a saddle point.",
-        where="Part I, 'Theoretical results', 'Saddle point (no weight tying)'; 'Intuition': 'no weight-tying: "
-        "Hessian is indefinite'",
-        form="settings",
-        hypotheses=(ABOVE_LINE, UNTIED),  # the tied and the p + q < 1 rows are ours (the closed form's control)
-        threshold=Threshold(
-            "closed form",
-            "half the gap between the two predictions at the canonical θ_π: λ_min = −|c| (a saddle, untied; "
-            "c = π0π1(p+q−1), tdlab.theory.markov_tying.theta_pi_spectrum) against λ_min = 0 (a minimum): "
-            "λ_min ≤ −claims.negative_fraction·|c| = −|c|/2, and the loss change along the bottom eigenvector ≤ "
-            "−|c| r²/4 (its second-order value −|c| r²/2, halved)",
-        ),
-        all_rows=True,
-        test="value",
-        relation="le",
-        quantity="hessian-negative: the exact Hessian's λ_min at θ_π (≤ −negative_fraction·|c|, "
-        "c = π0π1(p+q−1)); descent-direction: the loss change along the bottom eigenvector at radius r "
-        "(≤ −negative_fraction·|c|·r²/2)",
-        expected=_saddle_bound,
-        tolerance=0.0,
-        horizon="static",
-        learning_required=False,
-        example={**_FIG4, "check": "hessian-negative"},
-    ),
-    # A direction, not "tied models stay at H(π)", which would be a statement about the budget: with a cosine
-    # schedule that reaches zero at 1500 steps every tied member is still on the plateau there, while a 6000-step
-    # run sees every tied member of (0.5, 0.8) leave it (at 1300–1900 steps; untied at 100–200). Escape steps are
-    # censored, hence the exact sign test (three members never decide one).
-    ClaimSpec(
-        "tied-leaves-plateau-later",
-        "With tied weights and p+q>1 a small init stays on the H(π) plateau of θ_π longer than without tying (talk, "
-        "Part I: tied single-layer transformers 'sometimes fail to learn even first-order Markov chains'; θ_π is a "
-        "local minimum tied, a saddle untied)",
-        quote="Single-layer transformers sometimes fail to learn even first-order Markov chains!",
-        # "sometimes" is read as the theorem's case (p + q > 1, tied: θ_π a local minimum, untied a saddle),
-        # so every p + q > 1 chain of the grid is the talk's; the talk shows no training settings (ours).
-        where="Part I, slide 'But...' (the curves are labelled 'weight-tying'; the asterisk cites Makkuva et al., "
-        "'Attention with Markov: A Curious Case of Single-layer Transformers'); 'sometimes' read as the theorem's "
-        "case p + q > 1 with tying",
-        form="settings",
-        hypotheses=(ABOVE_LINE,),
-        threshold=Threshold(
-            "paper", "the direction (tied later than untied, no margin), decided by an exact sign test over members"
-        ),
-        test="compare",
-        relation="gt",
-        quantity="plateau-escape step, tied − untied, paired over members (known to one "
-        "evaluation interval; censored at the last evaluation for a member that never leaves)",
-        margin=0.0,
-        horizon="budget",
-        learning_required=False,
-        unit=" steps",
-        needs="a p+q>1 chain of the training grid, tied and untied",
-        example=_FIG4,
-    ),
-    ClaimSpec(
-        "below-line-reaches-entropy-rate",
-        "With p+q<1 a small init ends at the entropy rate, tied or not (talk, Part I, p+q<1: 'Gaussian init converges "
-        "to global minima'; seed 000 Thm. 8)",
-        quote="Gaussian init. converges to global minima",
-        where="Part I, 'How do they learn?', gradient-flow slides, p+q < 1 (the gradient flow of the reduced "
-        "θ = (e, w) model, from the cited Local to Global, seed 000 Thm. 8; tdlab trains the full model)",
-        form="settings",
-        hypotheses=(BELOW_LINE,),
-        threshold=Threshold(
-            "ours",
-            "claims.tol_nats = 0.01 nats around the Bayes predictor's loss on the same evaluation batches",
-            Calibration(
-                "planted",
-                "members at the entropy rate (gap 0 ± tol/5) hold and members on θ_π's H(π) plateau (gap H(π) − "
-                "entropy rate, 0.128 nats at (0.2, 0.3); ≥ claims.min_gap_nats = 2·tol for every chain that carries "
-                "the claim) fail, at the run's member count",
-                plant=_between_minima,
-                test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
-            ),
-        ),
-        test="value",
-        relation="close",
-        quantity="final test loss − the Bayes predictor's loss on the same evaluation batches, nats",
-        expected=0.0,
-        tolerance="claims.tol_nats",
-        horizon="convergence",
-        stage=LEFT_PLATEAU,
-        unit=" nats",
-        needs="a p+q<1 chain of the training grid",
-        example={"p": 0.2, "q": 0.3},
-    ),
-    ClaimSpec(
-        "theta-pi-loss-is-H(pi)",
-        "L(θ_π) = H(π) on the exact population loss, tied and untied: true by construction (σ(b) = π_1, token-free "
-        "logit; talk (ii), (iii)); checks the model and the enumerated loss",
-        quote=r"(ii) $f_{\theta_\pi}(x_1^n) = \mathbb{P}(x_{n+1} = 1)$, the marginal distribution - (iii) "
-        r"$L(\theta_\pi) = H(\pi)$, the entropy of the stationary distribution",
-        where="Part I, 'Theoretical results' (ii), (iii); 'Intuition': f_θ(x_1^n) = σ(b) = π_1, a = 0",
-        test="value",
-        relation="close",
-        kind="sanity",
-        quantity="L(θ_π) at every point measured, nats",
-        expected=_theta_pi_loss,
-        tolerance="claims.exact_tol",
-        horizon="static",
-        learning_required=False,
-        unit=" nats",
-        example=_FIG4,
-    ),
-    ClaimSpec(
-        "theta-pi-canonical-spectrum",
-        "The autograd Hessian at the canonical θ_π equals the closed form {π0π1, 2c (×d), 0} tied, {π0π1, ±c (×d), 0} "
-        "untied, c = π0π1(p+q−1): two computations of the same matrix",
-        test="value",
-        relation="close",
-        kind="sanity",
-        quantity="max |λ_autograd − λ_closed form| at the canonical θ_π",
-        expected=0.0,
-        tolerance="claims.exact_tol",
-        horizon="static",
-        learning_required=False,
-    ),
-)
+_TIED_THETA_PI_LOCAL_MINIMUM_EXAMPLE = {**_FIG4, "check": "hessian-psd"}
+
+
+_THETA_PI_SADDLE_EXAMPLE = {**_FIG4, "check": "hessian-negative"}
 
 
 def _tying_panel(cfg: MarkovTyingConfig, p: float, q: float) -> Panel:
@@ -422,7 +253,6 @@ def _tying_panel(cfg: MarkovTyingConfig, p: float, q: float) -> Panel:
 @register
 class MarkovTying(Experiment[MarkovTyingConfig]):
     Config = MarkovTyingConfig
-    claims = CLAIMS
     # atlas: the tied/untied trained claims read the limit reached after the step budget
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("train.steps", (2000, 8000, 16000), quick=(750, 1500), label="steps"),),

@@ -19,7 +19,7 @@ Measured per member (word rows/columns only):
   optimiser, same seed), as a share of the gap between the uniform predictor's loss and a lower bound of the
   all-trained model's (:func:`~.training.masked_loss_floor`).
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain topics-embed``).
 
 Ambiguities (recorded in the report): Thm. 1's example embedding ``W^E = I/√(1 − (1 − p_c)p_m)`` is not an
@@ -39,14 +39,12 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.declare import Calibration, Threshold
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Experiment, register
 from tdlab.experiments.seed004_topics.common.training import (
-    ASSUMPTION_1,
     AUTHORS_NOT_REPRODUCED,
-    FLOOR_CLOSED,
     PANELS,
     STEPS_AXIS,
     Loss,
@@ -119,72 +117,13 @@ BLOCK_LEVEL = Threshold(
     ),
 )
 
-CLAIMS = (
-    ClaimSpec(
-        "embedding-gram-is-block-structured",
-        "W^E'W^E trained on LDA documents shows one block per topic, whatever the loss and optimiser, and also "
-        "when only W^E trains (Fig. 1, §4, §6.1)",
-        quote="such blockwise pattern in E := W^E⊤W^E tends to exist in a trained model under both the squared loss "
-        "and the cross-entropy loss, and regardless of whether we (i) train all layers or (ii) only train the "
-        "embedding layer",
-        where="§4 (after Remark 3); Fig. 1 caption (SGD and Adam, lr 0.01); §6.1 'Trained token embeddings'",
-        form="settings",
-        threshold=BLOCK_LEVEL,
-        all_rows=True,  # both losses, both optimisers, and the embedding-only model
-        test="every",
-        relation="le",
-        quantity="per member: permutation p-value of the same-topic off-diagonal mean − different-topic mean of the "
-        "trained W^E'W^E (word rows/columns), topic labels relabelled claims.block_permutations times",
-        expected="claims.block_alpha",
-        tolerance=0.0,
-        horizon="convergence",
-        stage=FLOOR_CLOSED,
-    ),
-    ClaimSpec(
-        "thm1-embedding-block-sum-gap",
-        "Thm. 1: the embedding-only optimum (W^V = I, uniform attention, Thm. 1's b^pred, squared loss) has row "
-        "block-sum gap g = c3 = 1/(1 − (1 − p_c)p_m) in W^E'W^E (Lemma 1 / Thm. 4)",
-        quote="(a) ∑_{l∈topic(i)} E_il = u_i v + 1/(1−(1−p_c)p_m); (b) ∀t ∈ [T] such that topic(i) ≠ t, "
-        "∑_{l∈t} E_il = u_i v",
-        where="Thm. 1 (§4), point 3; under §3.1's topic model and Assumption 1",
-        form="limit",
-        limit="Assumption 1 takes documents infinitely long (the empirical word distribution is the document's p). "
-        "The arm trains on §6.1's finite documents (N ∈ [100, 150]); tdlab computes no finite-document optimum of the "
-        "embedding-only model and does not measure the term Assumption 1 drops, so no trained row is the theorem's: "
-        "its rows are shown as ours (the group is not evaluable)",
-        hypotheses=(ASSUMPTION_1,),
-        threshold=Threshold("ours", "claims.gap_rel_tol = 10 % of c3"),
-        test="value",
-        relation="close",
-        quantity="row block-sum gap g of the trained W^E'W^E (word rows/columns)",
-        expected=lambda cfg, row: c3(cfg.task.p_m, cfg.task.p_c),
-        tolerance=lambda cfg, row: cfg.claims.gap_rel_tol * c3(cfg.task.p_m, cfg.task.p_c),
-        horizon="convergence",
-        stage=FLOOR_CLOSED,
-    ),
-    # A share of the gap, not a ratio of the two losses: the ratio lies within 4 % even for an untrained model, so
-    # it could not fail.
-    ClaimSpec(
-        "embed-only-loss-near-all-trained",
-        "§4: training only W^E is only slightly worse than training every layer (squared loss, same optimiser)",
-        quote="Moreover, the loss achieved in case (ii) is only slightly worse than in case (i).",
-        where="§4 (after Remark 3)",
-        form="settings",
-        threshold=Threshold(
-            "ours",
-            "claims.worse_share_max = 0.1 of the gap from the uniform predictor's loss to the all-trained model's "
-            "floor (the seed gives no number for 'slightly')",
-        ),
-        test="value",
-        relation="le",
-        quantity="(final test loss of the embed-only arm − that of the all-trained arm, same seed) / (uniform "
-        "predictor's loss − the Bayes bound of the all-trained model's loss, the masked position's own token included)",
-        expected=0.0,
-        tolerance="claims.worse_share_max",
-        horizon="convergence",
-        stage=FLOOR_CLOSED,
-    ),
-)
+
+def _thm1_embedding_block_sum_gap_expected(cfg: Any, row: Any) -> float:
+    return c3(cfg.task.p_m, cfg.task.p_c)
+
+
+def _thm1_embedding_block_sum_gap_tolerance(cfg: Any, row: Any) -> float:
+    return cfg.claims.gap_rel_tol * c3(cfg.task.p_m, cfg.task.p_c)
 
 
 def _gram_probe(T: int, v: int):
@@ -215,7 +154,6 @@ def _gram_panel(run: RunView, arm: str, m: Mapping[str, Any]) -> tuple[np.ndarra
 @register
 class TopicsEmbed(Experiment[TopicsEmbedConfig]):
     Config = TopicsEmbedConfig
-    claims = CLAIMS
     # atlas: the embedding claims are read at the end of training
     atlas_axes = AtlasAxes(
         axes=(STEPS_AXIS,),

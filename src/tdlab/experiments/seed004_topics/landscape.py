@@ -27,7 +27,7 @@ Seed ambiguities, recorded (also in the config comments and the notes):
   sits at the box's lower α edge, so α* is only an upper bound there (a censored value: α*/β* < λ5 holds
   by a wide margin); elsewhere (e.g. T = 6, v = 60, τ = 3: α* ≈ 0.94) it is interior and judged as it is.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain topics-landscape``).
 
 Every exact computation is one deterministic measurement. γ* and (α*, β*) are the continuous minimisers
@@ -297,174 +297,19 @@ def _interval_spec(kind: str, ver: str) -> ClaimSpec:
     )
 
 
-CLAIMS = (
-    ClaimSpec(
-        "block-gamma-only",
-        "Remark 5: with block W^V (uniform blocks) the loss depends on (α, β) only through γ = ((v−1)α + β)/v "
-        "(F.3, Fig. 8); an identity of the block map under Assumption 1 (its spread is exactly 0 whatever the "
-        "setting), checked by Monte Carlo at the small setting (mc_T, mc_v, mc_tau), not the configured T, v, τ",
-        kind="sanity",
-        test="value",
-        relation="close",
-        quantity="Monte Carlo block-map loss at an (α, β) pair relative to the loss at "
-        "(γ, γ), same γ, same documents and masks (one estimate per member): L(α, β)/L(γ, γ) − 1",
-        expected=0.0,
-        tolerance="mc_tol",
-        horizon="static",
-        learning_required=False,
-    ),
-    ClaimSpec(
-        "block-gamma-star-above-1",
-        "Remark 4 / Thm. 3: with block W^V the optimal γ exceeds 1 (same-topic attention above different-topic "
-        "attention on average; Fig. 8)",
-        quote="Theorem 3 implies that if we choose τ, T such that the lower bound exceeds 1, we expect the attention "
-        "between same-topic words to be on average larger than that between different-topic words.",
-        where="Remark 4 (§5.3)",
-        form="limit",
-        limit=THM3_LIMIT,
-        hypotheses=(ASSUMPTION_4, ASSUMPTION_3_V, REMARK_4),
-        threshold=THM3_AT_FINITE_T,
-        all_rows=True,
-        test="value",
-        relation="ge",
-        quantity="γ* (the refined minimiser of the block loss over γ) at τ",
-        expected=1.0,
-        tolerance=0.0,
-        horizon="static",
-        learning_required=False,
-    ),
-    ClaimSpec(
-        "block-gamma-star-increasing",
-        "Fig. 8: with block W^V the optimal γ grows with τ",
-        quote="Across a wide range of τ (compared to T), the loss is lowest when (α, β) is in some corner-shaped "
-        "region (both α and β are within some intervals whose lower bounds grow with τ).",
-        where="Fig. 8 caption (App. F.5)",
-        form="settings",
-        threshold=GROWTH,
-        all_rows=True,
-        test="value",
-        relation="ge",
-        quantity="log10(γ*(τ_{k+1}) / γ*(τ_k))",
-        expected="order_margin_log10",
-        tolerance=0.0,
-        horizon="static",
-        learning_required=False,
-    ),
-    *(_interval_spec("thm3", ver) for ver in VERSIONS),
-    ClaimSpec(
-        "diag-beta-star-increasing",
-        "Fig. 7 / Thm. 5: with diagonal W^V the optimal β grows with τ",
-        quote="Across a wide range of τ (compared to T), the loss is lowest when β is within an interval (lower "
-        "bound growing with τ), and the optimal α is less than a constant multiple of β.",
-        where="Fig. 7 caption (App. F.5)",
-        form="settings",
-        threshold=GROWTH,
-        all_rows=True,
-        test="value",
-        relation="ge",
-        quantity="log10(β*(τ_{k+1}) / β*(τ_k))",
-        expected="order_margin_log10",
-        tolerance=0.0,
-        horizon="static",
-        learning_required=False,
-    ),
-    ClaimSpec(
-        "diag-alpha-over-beta-below-lambda5",
-        "Thm. 5: with diagonal W^V the optimal α < λ5 β (Fig. 7)",
-        quote=FIG7_QUOTE,
-        where="App. F.5 (Fig. 7); Thm. 5 (App. F.4): α < λ5 β",
-        form="settings",
-        hypotheses=(ASSUMPTION_4, ASSUMPTION_3_V),
-        threshold=Threshold("paper", "λ5 = 1/((v − 1)(1 − (1 − p_c)p_m)), Thm. 5's constant; no margin"),
-        all_rows=True,
-        test="value",
-        relation="le",
-        quantity="α*/β* of the refined minimiser of the diagonal loss (an upper bound, "
-        "censored, when α* sits at the box's lower edge)",
-        expected=lambda cfg, row: tl.lambda5(cfg.v, cfg.masking),
-        tolerance=0.0,
-        horizon="static",
-        learning_required=False,
-    ),
-    *(_interval_spec("thm5", ver) for ver in VERSIONS),
-    ClaimSpec(
-        "diag-min-below-uniform",
-        "Fig. 7: with diagonal W^V the minimal loss is below the loss at uniform attention L(1, 1)",
-        quote="Darker color represents lower loss. Across a wide range of τ (compared to T), the loss is lowest when "
-        "β is within an interval (lower bound growing with τ)",
-        where="Fig. 7 caption (App. F.5): an interval of β away from uniform attention β = 1 (Thm. 5's lower bound "
-        "λ3 τ is 53 at τ = 20)",
-        form="settings",
-        threshold=Threshold("paper", "the direction: min L − L(1, 1) ≤ 0, no margin (an exact computation)"),
-        all_rows=True,
-        test="value",
-        relation="le",
-        quantity="min L (refined minimum or grid minimum, the lower) − L(1, 1)",
-        expected=0.0,
-        tolerance=0.0,
-        horizon="static",
-        learning_required=False,
-    ),
-    ClaimSpec(
-        "block-map-case-terms-match-gamma-form",
-        "The block map's (α, β) case terms (F.3) equal its γ form on the grid "
-        "(two derivations of one closed form agree)",
-        kind="sanity",
-        test="value",
-        relation="le",
-        quantity="max |L(α, β) − L_γ(γ(α, β))| / L_γ over the grid",
-        expected=0.0,
-        tolerance="remark5_tol",
-        horizon="static",
-        learning_required=False,
-    ),
-    ClaimSpec(
-        "uniform-attention-maps-agree",
-        "At α = β = 1 (uniform attention over word keys) the block and diagonal maps "
-        "predict the same (every word of a present topic has the same attention)",
-        kind="sanity",
-        test="value",
-        relation="le",
-        quantity="|L_block(1, 1) − L_diag(1, 1)| / L_diag(1, 1)",
-        expected=0.0,
-        tolerance=1e-12,
-        horizon="static",
-        learning_required=False,
-    ),
-    ClaimSpec(
-        "refined-minimum-at-most-grid",
-        "The refined minimisers (golden section on γ; Nelder–Mead on (log α, log β)) "
-        "reach a loss at or below the grid's minimum (they refine, not replace, the figure's argmin)",
-        kind="sanity",
-        test="value",
-        relation="le",
-        quantity="(L at the refined minimiser − min over the grid) / |min over the grid|",
-        expected=0.0,
-        tolerance="flat_rel",
-        horizon="static",
-        learning_required=False,
-    ),
-    ClaimSpec(
-        "monte-carlo-matches-closed-form",
-        "Closed-form L(α, β) (F.3/F.4 case terms) = Monte Carlo over sampled "
-        "documents (§3.1), MLM masks (§3.2) and the model's loss, at small (T, v, τ)",
-        kind="sanity",
-        test="value",
-        relation="close",
-        quantity="(MC estimate − closed form) / closed form, mean over "
-        "the members (independent Monte Carlo replicates: no seed noise, their standard errors combined)",
-        expected=0.0,
-        tolerance="mc_tol",
-        horizon="static",
-        learning_required=False,
-    ),
-)
+_CLAIMS_3 = tuple(_interval_spec("thm3", ver) for ver in VERSIONS)
+
+
+def _diag_alpha_over_beta_below_lambda5_expected(cfg: Any, row: Any) -> float:
+    return tl.lambda5(cfg.v, cfg.masking)
+
+
+_CLAIMS_6 = tuple(_interval_spec("thm5", ver) for ver in VERSIONS)
 
 
 @register
 class TopicsLandscape(Experiment):
     Config = TopicsLandscapeConfig
-    claims = CLAIMS
     # atlas: a closed-form landscape (no training): its minimiser and flatness depend on the masking probability p_m
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("p_m", (0.05, 0.15, 0.3, 0.5), quick=(0.15, 0.3), label="p_m"),),

@@ -9,7 +9,7 @@ of 3 words from each of 3 topics, and the same, with its cosine gap's z-score, o
 seed's (at the seed's θ); a locally trained encoder's rows are ours. No profile runs the seed's corpus or models
 (offline: ``paper_differs``).
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain topics-real``).
 
 The seed's BERT rows are printed beside ours (reference only, never a pass criterion).
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.declare import Threshold
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, register
@@ -34,12 +34,10 @@ from tdlab.experiments.seed004_topics.common.real_text import (
     MEASURE_ARMS,
     MEASURES,
     MODES,
-    PRETRAINED,
     STEPS_AXIS,
     RealTextExperiment,
     TopicsRealConfig,
     theta_key,
-    trained_model_stage,
 )
 from tdlab.experiments.view import RunView
 from tdlab.runs import RunDirError
@@ -66,103 +64,10 @@ DIRECTION = Threshold(
     "paper", "claims.ratio_min = 1: the caption's direction (same-topic above different-topic), no margin"
 )
 
-CLAIMS = (
-    ClaimSpec(
-        "table1-same-topic-ratios-above-1",
-        "Table 1 (one topic per word): a pretrained model's same-topic / different-topic ratios of embedding cosine, "
-        "dot product and debiased attention are > 1 at every ambiguity threshold θ",
-        quote="Note that the avg same-topic embedding similarity and attention weight are consistently greater than "
-        "the avg diff-topic counterparts, verifying our conclusions in Theorem 1 and Theorem 3.",
-        where="Table 1 caption (§6.2)",
-        form="settings",
-        hypotheses=(PRETRAINED,),
-        threshold=DIRECTION,
-        all_rows=True,  # "consistently": every θ and measure
-        test="value",
-        relation="ge",
-        quantity="mean same-topic / mean different-topic over distinct word pairs "
-        "(embedding cosine, dot product, or attention × len/100 averaged over layers and heads)",
-        expected="claims.ratio_min",
-        tolerance=0.0,
-        horizon="budget",
-        stage=trained_model_stage,
-    ),
-    ClaimSpec(
-        "table5-attention-ratio-above-1",
-        "Table 5 (a word may belong to several topics): a pretrained model's attention ratio > 1 at every θ",
-        quote="Note that the avg same-topic embedding similarity and attention weight are mostly greater than the avg "
-        "diff-topic counterparts (with some exceptions).",
-        where="Table 5 caption (App. G.3); its exceptions are all in the embedding columns, the attention column has none",
-        form="settings",
-        hypotheses=(PRETRAINED,),
-        threshold=DIRECTION,
-        # "mostly ... (with some exceptions)": the caption does not speak of every row, so the default group rule.
-        # Table 5's embedding ratios are reported, with no verdict: the seed's own have exceptions.
-        test="value",
-        relation="ge",
-        quantity="mean same-topic / mean different-topic attention × len/100 over "
-        "distinct word pairs (one or more topics per word)",
-        expected="claims.ratio_min",
-        tolerance=0.0,
-        horizon="budget",
-        stage=trained_model_stage,
-    ),
-    ClaimSpec(
-        "fig3-within-topic-cosine-above-cross",
-        "Fig. 3: on the 9 x 9 embedding-cosine map of 3 words from each of 3 topics, words of one topic are more "
-        "similar than words of different topics",
-        quote="For a pre-trained BERT on Wikipedia corpus, the cosine similarity of the word embeddings encodes "
-        "topical structures, i.e. it is larger if the two words belong to the same topic",
-        where="Fig. 3 caption (§2.2); the seed's nine words are its own choice, ours the clearest topics' top words",
-        form="settings",
-        hypotheses=(PRETRAINED,),
-        threshold=Threshold("paper", "the direction: within-topic minus cross-topic mean cosine > 0, no margin"),
-        test="value",
-        relation="ge",
-        quantity="mean within-topic cosine − mean cross-topic cosine of the 9 x 9 map, per member",
-        expected=0.0,
-        tolerance=0.0,
-        horizon="budget",
-        stage=trained_model_stage,
-    ),
-    # The control's tolerances (claims.control_tol, claims.control_z) are ours, fixed before any run.
-    ClaimSpec(
-        "untrained-control-attention-ratio-near-1",
-        "The untrained control shows no topic structure in its attention (G.3's debiasing; Tables 1, 5: random BERT "
-        "0.998-1.002)",
-        kind="sanity",
-        test="value",
-        relation="close",
-        quantity="attention ratio (same-topic / different-topic) of the untrained control",
-        expected=1.0,
-        tolerance="claims.control_tol",
-        horizon="static",
-        learning_required=False,
-    ),
-    # On the cosine gap's z-score, not the ratios: the cosine and dot ratios of a zero-mean random table are noise
-    # over noise (reported, not judged).
-    ClaimSpec(
-        "untrained-control-cosine-gap-null",
-        "The untrained control shows no topic structure in its embeddings: same- minus different-topic cosine within "
-        "± control_z standard deviations of its null (i.i.d. isotropic embeddings)",
-        kind="sanity",
-        test="every",
-        relation="close",
-        quantity="z-score of the same- minus different-topic mean "
-        "cosine of the untrained token table under i.i.d. isotropic embeddings, each member (already in units of "
-        "its null spread)",
-        expected=0.0,
-        tolerance="claims.control_z",
-        horizon="static",
-        learning_required=False,
-    ),
-)
-
 
 @register
 class TopicsReal(RealTextExperiment[TopicsRealConfig]):
     Config = TopicsRealConfig
-    claims = CLAIMS
     # atlas: the real-text topic-attention claims are read at the end of training
     atlas_axes = AtlasAxes(
         axes=(STEPS_AXIS,),
@@ -189,7 +94,11 @@ class TopicsReal(RealTextExperiment[TopicsRealConfig]):
                         if v.size == 0:
                             continue
                         if which == "trained" and (mode == "single" or m == "attention"):
-                            gid = CLAIMS[0].id if mode == "single" else CLAIMS[1].id
+                            gid = (
+                                "table1-same-topic-ratios-above-1"
+                                if mode == "single"
+                                else "table5-attention-ratio-above-1"
+                            )
                             out.row(
                                 gid,
                                 f"θ={th}/{m}",
@@ -201,7 +110,7 @@ class TopicsReal(RealTextExperiment[TopicsRealConfig]):
                             )
                         elif which == "untrained" and m == "attention":
                             out.row(
-                                CLAIMS[3].id,
+                                "untrained-control-attention-ratio-near-1",
                                 f"{mode}/θ={th}",
                                 Sample(v, deterministic=det),
                                 provenance=prov,
@@ -212,7 +121,7 @@ class TopicsReal(RealTextExperiment[TopicsRealConfig]):
                 if z.size:
                     table.setdefault("untrained", {}).setdefault(mode, {}).setdefault(th, {})["cos_gap_z"] = z.tolist()
                     out.row(
-                        CLAIMS[4].id,
+                        "untrained-control-cosine-gap-null",
                         f"{mode}/θ={th}",
                         Sample(z, deterministic=det),
                         provenance=prov,
@@ -228,7 +137,7 @@ class TopicsReal(RealTextExperiment[TopicsRealConfig]):
             table.setdefault("fig3", {})[which] = {"within": within.tolist(), "cross": cross.tolist()}
             if which == "trained" and within.size:
                 out.row(
-                    CLAIMS[2].id,
+                    "fig3-within-topic-cosine-above-cross",
                     "trained",
                     Sample(within - cross, deterministic=det),
                     arms=arms,

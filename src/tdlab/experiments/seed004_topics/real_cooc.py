@@ -7,7 +7,7 @@ Measured per θ and member (a checkpoint is one deterministic model): the mean (
 embedding cosine of the top co-occurring word pairs (window: the document; as many pairs as one topic holds,
 ``C(⌊θn⌋ + 1, 2)``, the seed's cutoff) against those of the same-topic pairs.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain topics-real-cooc``).
 """
 
@@ -18,17 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
-from tdlab.claims.declare import Threshold
+from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed004_topics.common.real_text import (
-    PRETRAINED,
     STEPS_AXIS,
     RealTextExperiment,
     TopicsRealConfig,
     theta_key,
-    trained_model_stage,
 )
 from tdlab.experiments.view import RunView
 
@@ -51,50 +48,10 @@ class TopicsRealCoocConfig(TopicsRealConfig):
 TABLE2_QUOTE = "have smaller average attention weight, but larger average embedding cosine similarity."
 TABLE2_WHERE = "Table 2 caption (App. A.2; its sentence is garbled: read as same-topic vs top co-occurring pairs)"
 
-CLAIMS = (
-    ClaimSpec(
-        "table2-same-topic-attention-below-cooc",
-        "Table 2: in a pretrained model, same-topic pairs get lower mean (debiased) attention than the top "
-        "co-occurring pairs (BERT: 0.00659 < 0.00751 at θ = 0.0005)",
-        quote=TABLE2_QUOTE,
-        where=TABLE2_WHERE,
-        form="settings",
-        hypotheses=(PRETRAINED,),
-        threshold=Threshold("paper", "the direction: same-topic minus top co-occurring mean attention < 0, no margin"),
-        all_rows=True,
-        test="value",
-        relation="le",
-        quantity="mean attention × len/100 of same-topic pairs − that of the top co-occurring pairs, per member",
-        expected=0.0,
-        tolerance=0.0,
-        horizon="budget",
-        stage=trained_model_stage,
-    ),
-    ClaimSpec(
-        "table2-same-topic-cosine-above-cooc",
-        "Table 2: in a pretrained model, same-topic pairs have a higher mean embedding cosine than the top "
-        "co-occurring pairs (BERT: 0.468 > 0.316 at θ = 0.0005)",
-        quote=TABLE2_QUOTE,
-        where=TABLE2_WHERE,
-        form="settings",
-        hypotheses=(PRETRAINED,),
-        threshold=Threshold("paper", "the direction: same-topic minus top co-occurring mean cosine > 0, no margin"),
-        all_rows=True,
-        test="value",
-        relation="ge",
-        quantity="mean embedding cosine of same-topic pairs − that of the top co-occurring pairs, per member",
-        expected=0.0,
-        tolerance=0.0,
-        horizon="budget",
-        stage=trained_model_stage,
-    ),
-)
-
 
 @register
 class TopicsRealCooc(RealTextExperiment[TopicsRealCoocConfig]):
     Config = TopicsRealCoocConfig
-    claims = CLAIMS
     cooc = True
     # atlas: the co-occurrence claims are read at the end of training
     atlas_axes = AtlasAxes(
@@ -120,7 +77,7 @@ class TopicsRealCooc(RealTextExperiment[TopicsRealCoocConfig]):
             if v["attn_same"].size and v["attn_same"].size == v["attn_cooc"].size:
                 refs = f" (seed's BERT, {r[0]} pairs: {r[1]:g} vs {r[2]:g})" if r else ""
                 out.row(
-                    CLAIMS[0].id,
+                    "table2-same-topic-attention-below-cooc",
                     f"θ={th}",
                     Sample(v["attn_same"] - v["attn_cooc"], deterministic=det),
                     **row,
@@ -129,7 +86,7 @@ class TopicsRealCooc(RealTextExperiment[TopicsRealCoocConfig]):
             if v["cos_same"].size and v["cos_same"].size == v["cos_cooc"].size:
                 refs = f" (seed's BERT: {r[3]:g} vs {r[4]:g})" if r else ""
                 out.row(
-                    CLAIMS[1].id,
+                    "table2-same-topic-cosine-above-cooc",
                     f"θ={th}",
                     Sample(v["cos_same"] - v["cos_cooc"], deterministic=det),
                     **row,

@@ -20,12 +20,11 @@ seed. Norms and rotation are logged every step by a trainer probe (the rotation 
 Per layer: the two-stage rule of ``topics-two-stage`` (:func:`tdlab.probes.curves.lags`,
 :func:`~.common.lags.value_first_claim`) on the norm curves, and the mean rotation of W^V over stage 1 (steps
 10-100) against stage 2 (steps 101-400). The claims, with the paper's words, hypotheses and thresholds, are
-declared in ``CLAIMS`` (``tdlab explain topics-real-two-stage``).
+declared in the seed's ``experiments.yaml`` (``tdlab explain topics-real-two-stage``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from pathlib import Path
 from typing import Any, Literal
@@ -34,11 +33,11 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
-from tdlab.claims.declare import Hypothesis, Threshold
+from tdlab.claims import GroupResult, Measurements, Sample
+from tdlab.claims.declare import Hypothesis
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.seed004_topics.common.lags import KQ_GREW, LagClaims, lag_sample, value_first_claim
+from tdlab.experiments.seed004_topics.common.lags import KQ_GREW, LagClaims, lag_sample
 from tdlab.experiments.seed004_topics.common.real_text import (
     ARM,
     EncoderConfig,
@@ -105,43 +104,6 @@ NEAR_ZERO_QKV = Hypothesis(
     lambda cfg: cfg.init_scale < cfg.model.init_std,
 )
 FIG5_WHERE = "Fig. 5 caption (App. A.1)"
-# Both statements are made "for all 4 layers": every layer's row (all_rows).
-CLAIMS = (
-    dataclasses.replace(
-        value_first_claim(
-            "Fig. 5: from a near-zero init, W^K and W^Q of every layer start increasing much later than W^V "
-            "(per layer, over the runs)"
-        ),
-        quote="In Stage 2 (roughly steps 100-400), the norms of W^K's and W^Q's start increasing significantly, much "
-        "later than W^V matrices do.",
-        where=FIG5_WHERE,
-        form="settings",
-        hypotheses=(NEAR_ZERO_QKV,),
-        threshold=Threshold(
-            "ours",
-            "claims.lag_share = 0.1 of the horizon: our number for 'much later' (topics-two-stage's rule, fixed "
-            "before any run); no theory of the setting gives a lag to plant",
-        ),
-        all_rows=True,
-    ),
-    ClaimSpec(
-        "value-rotates-fast-in-stage-1",
-        "Fig. 5: W^V rotates faster in stage 1 (steps ≈ 0-100) than in stage 2 (≈ 100-400), in every layer",
-        quote="in Stage 1 (roughly steps 0-100), for all 4 layers, the norms of W^K and W^Q stay close to 0, while "
-        "the norm of W^V increases significantly and the orientation of W^V changes rapidly.",
-        where=FIG5_WHERE + "; 'rapidly' read against stage 2, where §8 says W^V still rotates",
-        form="settings",
-        hypotheses=(NEAR_ZERO_QKV,),
-        threshold=Threshold("paper", "the direction: stage-1 mean rotation above stage 2's, paired, no margin"),
-        all_rows=True,
-        test="compare",
-        relation="gt",
-        quantity="mean rotation (1 − cos(W^V_t, W^V_{t−10}))/2 over stage 1 vs over "
-        "stage 2, per layer, paired over members",
-        margin=0.0,
-        horizon="budget",
-    ),
-)
 
 
 def near_zero_qkv(model: GPT, scale: float, kind: str = "uniform") -> GPT:
@@ -191,7 +153,6 @@ class WeightProbe:
 @register
 class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
     Config = RealTwoStageConfig
-    claims = CLAIMS
     # atlas: the two-stage lag is a share of the horizon read (Fig. 5: the first 400 steps); train.steps stays at the profile's 400 >= every horizon
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("claims.horizon", (150, 200, 300, 400), quick=(200, 400), label="horizon"),),
@@ -229,7 +190,7 @@ class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
             lg = lags(steps, n["norm_K"], n["norm_Q"], n["norm_V"], c.half)
             growth.append(lg.growth)
             out.row(
-                CLAIMS[0].id,
+                "value-grows-first",
                 f"L{layer}",
                 lag_sample(lg, steps),
                 arms=[ARM],
@@ -239,7 +200,7 @@ class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
             rs, r = self.curves(cfg, run, ROTATION, layer)
             s1, s2 = rotation_means(rs, r, c.stage1_end, c.horizon)
             out.row(
-                CLAIMS[1].id,
+                "value-rotates-fast-in-stage-1",
                 f"L{layer}",
                 Sample(s1),
                 Sample(s2),

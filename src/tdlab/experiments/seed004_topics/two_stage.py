@@ -27,7 +27,7 @@ over the first ``horizon`` steps (Fig. 4's x-axis, 1000; Fig. 5's, 400) each nor
 ``g_X ≥ 0.5``. A member's **lag** is ``(min(t½(K), t½(Q)) − t½(V)) / horizon``: how much later the earlier of
 W^K, W^Q makes half its growth than W^V does, as a share of the horizon (known to one logging interval;
 censored when neither W^K nor W^Q grows within the horizon). The claims, with the paper's words, hypotheses and
-thresholds, are declared in ``CLAIMS`` (``tdlab explain topics-two-stage``).
+thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain topics-two-stage``).
 
 Rows: one per setting of the grid (per-member settings, so each setting's health and stage are its members' own);
 the headline setting (Adam, lr 0.01, init 1e-3, fixed before any run: Adam at lr 0.01 is the authors' optimiser
@@ -59,7 +59,7 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Threshold
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, register
-from tdlab.experiments.seed004_topics.common.lags import KQ_GREW, LagClaims, lag_sample, value_first_claim
+from tdlab.experiments.seed004_topics.common.lags import KQ_GREW, LagClaims, lag_sample
 from tdlab.experiments.seed004_topics.common.training import (
     AUTHORS_NOT_REPRODUCED,
     Optimizer,
@@ -116,20 +116,6 @@ GRID = (
     "optimiser, lr and init at each batch). Paper profile: {SGD, Adam} × lr {0.003, 0.01, 0.03} × init U[0, s), "
     "s ∈ {1e-3, 1e-2} × batch {16, 40}; quick: Adam × lr 0.01 × both inits × both batches. The seed names no "
     "setting of Fig. 4: lr around §6.1's 0.01, near-zero inits, batch 40 from the authors' code and 16"
-)
-
-CLAIMS = (
-    value_first_claim(
-        "Fig. 4 / §5.1: from a near-zero init, with certain initialisation and learning-rate settings, W^V grows "
-        "first while W^K, W^Q stay near zero; W^K, W^Q grow later (some setting of the grid)",
-        quote="with certain initialization and learning rate settings, in Stage 1, the key matrix (W^K) and the "
-        "query matrix (W^Q) stay close to 0 [...] while the norm of the value matrix (W^V) increases significantly",
-        where="§5.1; Fig. 4 caption (stage 1: steps 0-400, stage 2: 400-1000); §8 ('sensitive to hyperparameters "
-        "like initialization and learning rate')",
-        form="existence",
-        grid=GRID,
-        threshold=LAG_THRESHOLD,
-    ),
 )
 
 
@@ -255,7 +241,6 @@ def _norm_probe(model) -> dict[str, torch.Tensor]:
 @register
 class TopicsTwoStage(Experiment[TopicsTwoStageConfig]):
     Config = TopicsTwoStageConfig
-    claims = CLAIMS
     # atlas: where do Fig. 4's two stages appear? §5.1/§8: "with certain initialization and learning rate
     # settings"; "sensitive to hyperparameters like initialization and learning rate". Every point trains one
     # setting at each batch (headline_only) and judges it with the two-stage rule over Fig. 4's 1000-step horizon.

@@ -18,7 +18,7 @@ and different-topic (D) entries and the uniformity u; per seed, the final test l
 relative distance to W^{V*}, logged at every evaluation (so its end drift is known), beside the exact ridge
 optimum's at the λ that ran.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in ``CLAIMS``
+The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
 (``tdlab explain topics-wv``). Readings behind them:
 
 * §5.2 / App. G's "only slightly worse" (topics-embed's §4 twin) is a value test on the paired differences: a
@@ -49,16 +49,14 @@ import torch
 from pydantic import Field, model_validator
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
+from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
-from tdlab.claims.declare import Calibration, Hypothesis, Threshold
+from tdlab.claims.declare import Hypothesis
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, Experiment, register
 from tdlab.experiments.seed004_topics.common.training import (
-    ASSUMPTION_1,
     AUTHORS_NOT_REPRODUCED,
-    FLOOR_CLOSED,
     PANELS,
     STEPS_AXIS,
     Loss,
@@ -212,189 +210,29 @@ BPRED_ZERO = Hypothesis(
 )
 EVERY_PANEL = "the claim covers every panel of Figs. 2, 9, 10 (both losses, both optimisers, each setting)"
 
-CLAIMS = (
-    ClaimSpec(
-        "wv-is-block-structured",
-        "The trained W^V shows one block per topic, with uniform attention with and without L2 and with W^K, W^Q "
-        "trained jointly, whatever the loss and optimiser (Figs. 2, 9, 10)",
-        quote="empirically such blockwise W^V shows up for both the cross-entropy loss and the squared loss",
-        where="§5.2 (after Thm. 2); Figs. 2, 9, 10 captions (CE / squared × SGD / Adam, lr 0.01); §6.1 'Learned "
-        "value matrix W^V'",
-        form="settings",
-        threshold=Threshold(
-            "ours",
-            "claims.z_min = 3: the block contrast z gained in training (no known null: z − z at init is not a test "
-            "statistic; topics-embed's permutation test would be one)",
-        ),
-        all_rows=True,  # EVERY_PANEL
-        test="value",
-        relation="ge",
-        quantity="block contrast z of the trained W^V minus z of the same member's initial W^V (word rows/columns)",
-        expected="claims.z_min",
-        tolerance=0.0,
-        drift_tolerance="claims.z_drift",
-        horizon="convergence",
-        stage=FLOOR_CLOSED,
-    ),
-    ClaimSpec(
-        "wv-block-sum-gap-is-c3",
-        "Squared loss with uniform attention: every optimum W^V has row block-sum gap g = c3 = 1/(1 − (1 − p_c)p_m) "
-        "(Lemma 1 / Thm. 4; Figs. 2, 9)",
-        quote="(a) ∑_{l∈topic(i)} W^V_il = 1/(1−(1−p_c)p_m) + u_i v (b) ∀t ∈ [T] such that topic(i) ≠ t, "
-        "∑_{l∈t} W^V_il = u_i v",
-        where="Thm. 4 (App. E), point 3 (Lemma 1, App. C.1); under §3.1's topic model and Assumption 1",
-        form="limit",
-        limit="Assumption 1 takes documents infinitely long; the arms train on §6.1's finite documents and tdlab "
-        "computes no finite-document optimum of the uniform-attention model nor measures the term Assumption 1 "
-        "drops, so no trained row is the theorem's: its rows are shown as ours (the group is not evaluable)",
-        hypotheses=(ASSUMPTION_1,),
-        threshold=Threshold("ours", "claims.gap_rel_tol = 10 % of c3"),
-        test="value",
-        relation="close",
-        quantity="row block-sum gap g of the trained W^V (word rows/columns)",
-        expected=lambda cfg, row: _c3(cfg),
-        tolerance=lambda cfg, row: cfg.claims.gap_rel_tol * _c3(cfg),
-        horizon="convergence",
-        stage=FLOOR_CLOSED,
-    ),
-    ClaimSpec(
-        "population-wv-is-thm2-optimum",
-        "Thm. 2: with a small L2 penalty the population optimum of W^V (uniform attention, squared loss, "
-        "b^pred = 0) is W^V*",
-        quote="Then, lim_{λ→0} argmin L_l2reg(W^V) = {W^V*}",
-        where="Thm. 2 (§5.2); under §3.1's topic model and Assumption 1 (the population arm's exact objective)",
-        form="limit",
-        limit="λ → 0: judged only where the term the limit drops is measured small: the exact ridge optimum at the "
-        "population arm's λ lies within a fifth of claims.pop_rel_tol of W^V* (config hypothesis, a closed form; "
-        "0.005 at λ = 1e-5). Assumption 1 holds exactly: the arm trains on the τ-subset population",
-        hypotheses=(
-            Hypothesis(
-                "λ small: the exact ridge optimum at the run's λ within pop_rel_tol/5 of W^V* (Thm. 2's λ → 0)",
-                _ridge_near_limit,
-            ),
-        ),
-        threshold=Threshold(
-            "ours",
-            "claims.pop_rel_tol = 5 % relative Frobenius distance",
-            Calibration(
-                "planted",
-                "members at the ridge optimum of the λ that ran (distance 0.005; the strictly convex objective's one "
-                "minimiser, so no seed spread) hold; members at D^V, the diagonal optimum of the same argmin (Def. 2), "
-                "which the λ → 0 limit rules out (distance 3.1), fail, at the run's member count",
-                plant=_wv_star_alternative,
-                test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
-            ),
-        ),
-        test="value",
-        relation="close",
-        quantity="‖W^V − W^V*‖_F / ‖W^V*‖_F of the trained population arm",
-        expected=0.0,
-        tolerance="claims.pop_rel_tol",
-        horizon="convergence",
-        stage=FLOOR_CLOSED,
-    ),
-    ClaimSpec(
-        "ridge-optimum-near-limit",
-        "The exact ridge optimum at the λ that ran lies within the tolerance of Thm. 2's "
-        "λ → 0 limit W^V* (the population arm can only reach the former)",
-        kind="sanity",
-        test="value",
-        relation="close",
-        quantity="‖W_λ − W^V*‖_F / ‖W^V*‖_F of the closed-form ridge optimum W_λ",
-        expected=0.0,
-        tolerance="claims.pop_rel_tol",
-        horizon="static",
-        learning_required=False,
-    ),
-    ClaimSpec(
-        "wv-only-loss-near-all-trained",
-        "§5.2 / App. G: the loss with W^K = W^Q = 0 frozen and only W^V trained is only slightly greater than with "
-        "W^K, W^Q, W^V trained jointly (one-hot embeddings, same loss, optimiser, L2 and seed)",
-        quote="Empirically, the loss achieved by freezing W^K = W^Q = 0 and only training W^V is only slightly "
-        "greater than the loss achieved by training all of them jointly, see Appendix G.",
-        where="§5.2 (after Thm. 2)",
-        form="settings",
-        threshold=Threshold(
-            "ours",
-            "claims.worse_share_max = 0.1 of the gap from the uniform predictor's loss to the all-weights model's "
-            "floor (the seed gives no number for 'slightly')",
-        ),
-        test="value",
-        relation="le",
-        quantity="(final test loss of the W^V-only arm (l2) − that of the all-weights arm (attn), same seed) / "
-        "(uniform predictor's loss − the Bayes bound of the all-weights model's loss, the masked position's own "
-        "token included)",
-        expected=0.0,
-        tolerance="claims.worse_share_max",
-        horizon="convergence",
-        stage=FLOOR_CLOSED,
-    ),
-    ClaimSpec(
-        "wv-block-means-thm2",
-        "Fig. 2 / Thm. 2 (App. G.1): with L2 and the squared loss the trained W^V's mean same-topic entry is W^V*'s "
-        "same-topic entry and its mean different-topic entry W^V*'s different-topic entry",
-        quote="(a) ∀l ∉ topic(i), W^V*_il = W^V*_diff-topic := −(c1c2+c3)/(c2²+Tv) (b) ∀l ∈ topic(i), W^V*_il = "
-        "W^V*_same-topic := W^V*_diff-topic + c3/v",
-        where="Thm. 2 (§5.2), point 3; Fig. 2 (L2, uniform attention); under Assumption 1 and b^pred = 0",
-        form="limit",
-        limit="λ → 0 and Assumption 1's infinitely long documents: the arms train at λ = 1e-4 with b^pred, b^V on "
-        "§6.1's finite documents, and tdlab computes no finite-document ridge optimum nor measures the dropped terms, "
-        "so no trained row is the theorem's: its rows are shown as ours (the group is not evaluable)",
-        hypotheses=(ASSUMPTION_1, BPRED_ZERO),
-        threshold=Threshold("ours", "claims.block_mean_rel_tol = 10 % of the contrast c3/v"),
-        test="value",
-        relation="close",
-        quantity="mean same-topic (S) or different-topic (D) word-word entry of the trained W^V",
-        expected=lambda cfg, row: _thm2_entry(cfg, row.context["block"]),
-        tolerance=lambda cfg, row: cfg.claims.block_mean_rel_tol * _contrast(cfg),
-        horizon="convergence",
-        stage=FLOOR_CLOSED,
-        example={"block": "same"},
-    ),
-    ClaimSpec(
-        "wv-block-mean-over-10x-nonblock",
-        "Figs. 9, 10 (App. G.1), third panel (squared loss, SGD): without L2, and with W^K, W^Q trained jointly, the "
-        "mean of the block (same-topic) entries of the trained W^V is over 10x the magnitude of the mean non-block entry",
-        quote="the mean of the 1000 entries corresponding to the block positions is 0.00552563, which is over 10x the "
-        "magnitude of the mean of a random subset of 1000 non-block entries",
-        where="Fig. 9 caption (third panel: squared loss, SGD, no L2); Fig. 10 caption (W^K, W^Q trained)",
-        form="settings",
-        threshold=Threshold("paper", "the captions' own factor 10 (claims.block_ratio_min), no further margin"),
-        test="value",
-        relation="ge",
-        quantity="(S − block_ratio_min·|D|) / |S − D|: S, D the mean same-topic / "
-        "different-topic word-word entries of the trained W^V",
-        expected=0.0,
-        tolerance=0.0,
-        drift_tolerance="claims.block_ratio_drift",
-        horizon="convergence",
-        stage=FLOOR_CLOSED,
-    ),
-    ClaimSpec(
-        "fig6-diagonal-sometimes",
-        "Fig. 6 / App. F.4: without L2 the trained W^V sometimes shows a diagonal pattern (a special optimum of "
-        "Thm. 4)",
-        quote="Without L_2 regularization, the trained W^V sometimes shows a diagonal pattern, which is a special case "
-        "of the family of optima characterized in Theorem 4",
-        where="Fig. 6 caption (App. F.4; F.4: 'often occurs'; Table 4 kept 7 of 10 runs)",
-        form="settings",
-        threshold=Threshold(
-            "ours",
-            "claims.diagonal_u = 0.2 (a member is diagonal) and the share region [0.1, 0.9] ('sometimes': neither "
-            "never nor always; the seed gives no share). Uncalibrated: at the run's few pooled members (2-3 per "
-            "trained panel) Wilson's interval of 0 diagonal members still reaches above 0.1, so no planted 'never' "
-            "could fail",
-        ),
-        test="value",
-        relation="close",
-        quantity="share of the trained no-L2 members whose W^V is "
-        "diagonal (uniformity u ≤ claims.diagonal_u), pooled over the panels that trained; Wilson interval",
-        expected=lambda cfg, row: sum(fig6_region(cfg)) / 2,
-        tolerance=lambda cfg, row: (fig6_region(cfg)[1] - fig6_region(cfg)[0]) / 2,
-        horizon="budget",
-        stage=FLOOR_CLOSED,
-    ),
-)
+
+def _wv_block_sum_gap_is_c3_expected(cfg: Any, row: Any) -> float:
+    return _c3(cfg)
+
+
+def _wv_block_sum_gap_is_c3_tolerance(cfg: Any, row: Any) -> float:
+    return cfg.claims.gap_rel_tol * _c3(cfg)
+
+
+def _wv_block_means_thm2_expected(cfg: Any, row: Any) -> float:
+    return _thm2_entry(cfg, row.context["block"])
+
+
+def _wv_block_means_thm2_tolerance(cfg: Any, row: Any) -> float:
+    return cfg.claims.block_mean_rel_tol * _contrast(cfg)
+
+
+def _fig6_diagonal_sometimes_expected(cfg: Any, row: Any) -> float:
+    return sum(fig6_region(cfg)) / 2
+
+
+def _fig6_diagonal_sometimes_tolerance(cfg: Any, row: Any) -> float:
+    return (fig6_region(cfg)[1] - fig6_region(cfg)[0]) / 2
 
 
 def ridge_distance(cfg: TopicsWVConfig) -> float:
@@ -485,7 +323,6 @@ def _population_wv(cfg: TopicsWVConfig, run: RunView, _: Mapping[str, Any]) -> l
 @register
 class TopicsWV(Experiment[TopicsWVConfig]):
     Config = TopicsWVConfig
-    claims = CLAIMS
     # atlas: the W^V claims are read at the end of training
     atlas_axes = AtlasAxes(
         axes=(STEPS_AXIS,),

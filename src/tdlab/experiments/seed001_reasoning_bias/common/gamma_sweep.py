@@ -7,26 +7,20 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
+from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
-from tdlab.claims.declare import Calibration, Threshold
 from tdlab.config import Config
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
-    DIRECTION,
     EPOCH_BUDGET_WHY,
-    LARGE_INIT,
-    PAPER_EPOCHS,
     PAPER_LR_TRANSFORMER,
-    RSN_PAST_MARGINAL,
-    SMALL_INIT,
     AnchorsHealth,
     ArmCurves,
     EpochsConfig,
@@ -40,7 +34,6 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     gamma_gpt,
     label_marginal_losses,
     reading_note,
-    reasoning_first_claim,
     reasoning_first_rows,
     record_rsn_past_marginal,
     split_curves,
@@ -151,109 +144,6 @@ def _chance_or_inferred(cfg: AnchorsBiasConfig, context: Any) -> tuple[Sample, S
     return planted_pair(c, 1.0 - spread, spread, cfg.members)
 
 
-CLAIMS = (
-    reasoning_first_claim(
-        "small-init-learns-reasoning-first",
-        "Small init (γ = 0.8): D_rsn,train and D_rsn,test are learnt before D_mem (§4.1, Fig. 2A)",
-        quote="In contrast, when γ = 0.8, the losses on D_rsn,train and D_rsn,test decrease significantly faster than "
-        "the loss on D_mem.",
-        where="§4.1; Fig. 2A (γ = 0.8 column)",
-    ),
-    ClaimSpec(
-        "small-init-generalises-to-masked-tuples",
-        "Small init (γ = 0.8): the masked tuples M are inferred — accuracy on D_rsn,test approaches 1 (§4.1, Fig. 2A)",
-        quote="when γ = 0.8, the losses on D_rsn,train and D_rsn,test decrease significantly faster than the loss on "
-        "D_mem. This behavior indicates a shift towards a reasoning bias in the model.",
-        where="§4.1; Fig. 2A (bottom row, γ = 0.8: the accuracy on D_rsn,test rises with D_rsn,train's)",
-        form="settings",
-        hypotheses=(SMALL_INIT,),
-        threshold=Threshold(
-            "ours",
-            "claims.small_final_test_acc = 0.9: our reading of Fig. 2A's accuracy curve, which the text gives no level "
-            "for (no level between chance and 1 follows from the seed)",
-        ),
-        test="value",
-        relation="ge",
-        expected="claims.small_final_test_acc",
-        tolerance=0.0,
-        horizon="budget",
-        stage=RSN_TRAIN_REACHED,
-        quantity="final accuracy on D_rsn,test (held-out tuples of M)",
-    ),
-    ClaimSpec(
-        "large-init-memorises-at-reasoning-pace",
-        "Large init (γ = 0.3): D_mem and D_rsn,train are learnt at nearly identical rates (§4.1, Fig. 2A)",
-        quote="As illustrated in Figure 2A, for γ = 0.3, the losses on D_mem and D_rsn,train decrease at nearly "
-        "identical rates",
-        where="§4.1; Fig. 2A (γ = 0.3 column)",
-        form="settings",
-        hypotheses=(LARGE_INIT,),
-        threshold=Threshold(
-            "ours",
-            "claims.large_t50_factor = 1.5: 'nearly identical rates' read as T50s within a factor 1.5 "
-            "(the seed gives no number and no theory of the two paces)",
-        ),
-        test="value",
-        relation="close",
-        expected=0.0,
-        tolerance=_large_t50_tol,
-        horizon="budget",
-        stage=BOTH_REACHED,
-        quantity="log(T50_mem / T50_rsn,train) (T50 known to one evaluation interval: the resolution is the largest "
-        "change of the log ratio over ± half an interval)",
-    ),
-    ClaimSpec(
-        "large-init-does-not-generalise",
-        "Large init (γ = 0.3): the loss on D_rsn,test remains effectively unchanged — the masked tuples are not "
-        "inferred (§4.1, Fig. 2A)",
-        quote="while the loss on D_rsn,test remains effectively unchanged. This observation suggests that the model "
-        "primarily memorizes the training data in this setting.",
-        where="§4.1; Fig. 2A (γ = 0.3 column)",
-        form="settings",
-        hypotheses=(LARGE_INIT,),
-        threshold=Threshold(
-            "ours",
-            "claims.large_test_acc_tol = 0.05 above chance (1/N_Z) on the final D_rsn,test accuracy",
-            Calibration(
-                "planted",
-                "members at chance (± 2 binomial standard errors of task.n_test held-out sequences) hold, members at "
-                "the inferred solution (accuracy 1, the small init's) fail, at the run's member count",
-                plant=_chance_or_inferred,
-                test="tests/experiments/test_declared_claims.py::test_a_calibrated_threshold_separates_its_planted_cases",
-            ),
-        ),
-        test="value",
-        relation="le",
-        expected=_chance,
-        tolerance="claims.large_test_acc_tol",
-        horizon="budget",
-        stage=RSN_TRAIN_REACHED,
-        learning_required=False,
-        # "remains unchanged" over the seed's 1000 epochs: a shorter run still at chance may yet infer M, so such a
-        # run cannot hold it, and fails it where M is already inferred
-        stays=True,
-        length="schedule.epochs",
-        paper_length=PAPER_EPOCHS,
-        quantity="final accuracy on D_rsn,test, against chance (1/N_Z: a guess from the held-out labels' marginal)",
-    ),
-    ClaimSpec(
-        "reasoning-bias-grows-with-gamma",
-        "The smaller the init (the larger γ), the stronger the reasoning bias (§4.1, Fig. 2A)",
-        quote="as the initialization scale decreases, the model exhibits a progressively stronger reasoning bias.",
-        where="§4.1; Fig. 2A (γ = 0.3, 0.5, 0.8 columns)",
-        form="settings",
-        threshold=DIRECTION,
-        all_rows=True,  # "progressively": every neighbouring pair of γ
-        test="compare",
-        relation="gt",
-        margin=0.0,
-        horizon="budget",
-        stage=RSN_PAST_MARGINAL,
-        quantity="AUC_rsn,test − AUC_mem at the larger γ minus at the smaller (neighbouring γ, paired over seeds)",
-    ),
-)
-
-
 def log_ratio_resolution(t_mem: np.ndarray, t_rsn: np.ndarray, interval: float) -> float:
     """Twice the largest change of ``log(t_mem / t_rsn)`` when each T50 moves by up to half an evaluation
     interval (both ``> interval / 2``): the log ratio's resolution."""
@@ -273,7 +163,6 @@ class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
 
     # its own config; the experiments built on the γ-sweep (AnchorsGammaSweep[TheirConfig]) set theirs
     Config = AnchorsBiasConfig  # type: ignore[assignment]
-    claims: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
     # atlas: the γ-bias claims (small γ learns reasoning first, t50 ratios, final accuracy) depend on the epoch budget (snapshots rescaled to fit every budget)
     atlas_axes = AtlasAxes(
         axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
