@@ -230,6 +230,9 @@ def test_plateau_escape_steps_are_measured_from_the_curves(make_markov_run):
     assert m["sec2/standard"]["plateau_escape_step"] == [200, None, 100]
     assert m["sec2/standard"]["escaped_fraction"] == pytest.approx(2 / 3)
     assert m["sec2/standard"]["final_test_loss"] == pytest.approx([rate, hpi, rate])
+    # the members' mean and spread are the table's, no note repeats them
+    assert m["sec2/standard"]["final_test_loss_mean"] == pytest.approx((2 * rate + hpi) / 3)
+    assert m["sec2/standard"]["final_test_loss_std"] == pytest.approx(np.std([rate, hpi, rate]))
     assert m["sec2/local-to-global"]["plateau_escape_step"] == [100, 100, 100]
 
 

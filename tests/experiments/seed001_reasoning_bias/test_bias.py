@@ -17,6 +17,7 @@ from tdlab.experiments.runner import execute, rebuild
 from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
 from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import chance_acc_test
 from tdlab.experiments.seed001_reasoning_bias.common.training import label_marginal_losses
+from tdlab.report.measurement_tables import measurement_tables
 from tdlab.runs import Run, RunWriter
 
 EPOCHS = list(range(0, 11))
@@ -127,6 +128,12 @@ def test_the_papers_picture_holds_every_claim(tmp_path, anchors_tiny):
         3,
     ]  # jitter: 8.3 -> 9, 7.7 -> 8
     assert m["AUC_test"][0] == pytest.approx(0.95 * 8 / 10 + 0.05 * 2 / 10)
+    # the seed means are in the γ arms' row of the measurements table (no note repeats them)
+    for s in ("mem", "rsn_train", "test"):
+        assert m[f"final_acc_{s}_mean"] == pytest.approx(np.mean(m[f"final_acc_{s}"]))
+    assert m["final_loss_test_mean"] == pytest.approx(np.mean(m["final_loss_test"]))
+    table = next(t for t in measurement_tables(a.measurements)[0] if "final_acc_test_mean" in t.columns)
+    assert [name for name, _ in table.rows] == ["gamma=0.3", "gamma=0.5", "gamma=0.8"]
     t50 = a.result("small-init-learns-reasoning-first").row("t50-rsn-train-before-mem")
     assert t50.paired and t50.measured.resolution == 1.0 and "sign test" in t50.reason
     assert a.measurements["chance_acc_test"] == pytest.approx(0.1)

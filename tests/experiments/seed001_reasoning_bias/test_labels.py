@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,6 +16,7 @@ from tdlab.experiments.runner import execute
 from tdlab.experiments.seed001_reasoning_bias.common.training import label_marginal_losses
 from tdlab.experiments.seed001_reasoning_bias.labels import AnchorsLabels, group_in_range, group_mean, memory_splits
 from tdlab.models.gpt import GPT
+from tdlab.report.measurement_tables import measurement_tables
 from tdlab.runs import Run, RunWriter
 from tdlab.seeding import member_seeds
 
@@ -141,6 +143,13 @@ def test_planted_run_where_fig7_holds(tmp_path, monkeypatch, one_thread):
     rows = {r.id: r for g in a.groups for r in g.rows}
     assert all(r.verdict == "holds" and r.provenance == "paper" for r in rows.values())
     assert a.measurements["mem2"]["T50"] == [3, 4, 3, 3, 4, 3, 3, 4]
+    # (b)'s seed means are in the arms' row of the measurements table, not in a note
+    (table,) = measurement_tables(a.measurements)[0]
+    assert [name for name, _ in table.rows] == ["mem1", "mem2"]
+    for arm in ("mem1", "mem2"):
+        m = a.measurements[arm]
+        for k in ("AUC", "final_acc", "final_loss"):
+            assert m[f"{k}_mean"] == pytest.approx(np.mean(m[k]))
     assert a.measurements["groups"]["rise"][0] == pytest.approx([1.0] * MEMBERS)  # the targets' own rise
     assert a.measurements["groups"]["early"] is True
 

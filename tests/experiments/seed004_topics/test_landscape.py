@@ -94,7 +94,7 @@ def test_tiny_run_ends_with_verdicts_all_holding(run):
         assert m[tau_arm(tau)]["gamma_star"] == pytest.approx(tl.gamma_star(cfg.T, cfg.v, tau)[0], rel=1e-5)
     assert m["lambdas"]["l1_statement"] == pytest.approx(0.5773, abs=5e-5)
     assert m["lambdas"]["l1_proof"] == pytest.approx(0.3713, abs=5e-5)
-    assert any("λ1" in n and "0.5773" in n and "0.3713" in n for n in s["notes"])
+    assert any("Ambiguity (Thm. 3, λ1)" in n and "l1_statement" in n and "l1_proof" in n for n in s["notes"])
     assert any("W_diff = 0" in n for n in s["notes"])
     for f in ("fig7_diagonal.png", "fig8_block.png", "block_gamma_curve.png"):
         assert (r.path / "figures" / f).stat().st_size > 5000

@@ -534,13 +534,12 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
         v = measured.values
         c = cfg.claims
         L_max, L_fix = cfg.test.contexts[-1], cfg.fixed_context
-        caps = v[f"orders_allowed_by_the_setting_at_Lte{L_max}"]
         notes = [
             f"lca-orders-below-lsa: at L_te = {L_max} the theory of each setting (its reference parameters, plus the "
-            f"variance floor {v[f'variance_floor_Lte{L_max}']:.2e}) allows log10(floor / LCA excess) of "
-            + "; ".join(f"{k}: {x:.2f}" for k, x in caps.items())
-            + f". Rows are tested where it allows ≥ {c.orders:g} decades; at App. H's L_tr = {APP_H_CONTEXT} the finite-L_tr "
-            "minimiser (not alpha*_T) is what GD reaches, so its allowance is what the seed's setting can show.",
+            f"variance floor {v[f'variance_floor_Lte{L_max}']:.2e}) allows the log10(floor / LCA excess) of the "
+            f"measurements' orders_allowed_by_the_setting_at_Lte{L_max}. Rows are tested where it allows ≥ {c.orders:g} "
+            f"decades; at App. H's L_tr = {APP_H_CONTEXT} the finite-L_tr minimiser (not alpha*_T) is what GD reaches, "
+            "so its allowance is what the seed's setting can show.",
             "Two-parameter LCA_1 equals the one-parameter LCA_1 (beta gets no gradient: F_1 = alpha X): its alpha_1 rows "
             "are folded into the one-parameter group. The alpha_T -> alpha* limit (Thm 6.2.2) is not a separate row: "
             f"alpha*_{cfg.depths[-1]} / alpha* = {v['alpha_star_T'][cfg.depths[-1]] / v['alpha_star']:.3f}.",

@@ -122,10 +122,6 @@ def _provenance(sigma: float):
     return "paper" if math.isclose(sigma, APP_H_SIGMA) else "ours"
 
 
-UNCALIBRATED_REF = (
-    "Not calibrated: a claim judged against a measured reference has no planted case the framework can judge, so a "
-    "fail stays not resolved"
-)
 WHITENING_QUOTE = (
     "Figure 3 (Right) displays the whitening diagnostic ||X F_t^T/L − I||_F/√d across layers. In line with (6.1), "
     "even these less-restricted models exhibit the same prompt-dependent covariance-whitening"

@@ -168,7 +168,6 @@ class MarkovICLConstructionConfig(ExperimentConfig):
         return self
 
 
-INTUITION = "Part II, slide 'Intuition' (after 'Main result (Constant depth suffices)')"
 THREE_LAYERS = Hypothesis(
     "3 layers (talk, Part II, main result; the construction's are fixed at 3): model.layers = 3",
     lambda cfg: cfg.model.layers == 3,

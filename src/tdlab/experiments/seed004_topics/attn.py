@@ -154,10 +154,6 @@ def _lambda5(cfg: TopicsAttnConfig) -> float:
     return c3(cfg.task.p_m, cfg.task.p_c) / (cfg.task.v - 1)
 
 
-_BLOCK = "block members of the setting (W^V block-wise: z ≥ z_min, u ≥ u_block)"
-_DIAG = "diagonal members of the setting (W^V diagonal: z ≥ z_min, u ≤ u_diag)"
-
-
 def _converged_to(kind: str, text: str) -> Hypothesis:
     """Tables 3 and 4 report only the runs whose W^V converged to the table's pattern: a row is the paper's
     only when it has at least one member of that class (a setting without one is outside the statement)."""

@@ -52,7 +52,6 @@ from tdlab.experiments.seed004_topics.common.training import (
     StageClaims,
     TopicsExperimentConfig,
     fit_topics,
-    fmt_members,
     loss_kind,
     masked_loss_floor,
     paired_loss_excess_share,
@@ -260,30 +259,18 @@ class TopicsEmbed(Experiment[TopicsEmbedConfig]):
         return out
 
     def notes(self, cfg: TopicsEmbedConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
-        notes = []
-        chance = measured.values["nearest_same_topic_chance"]
-        for arm in self.arms(cfg):
-            m = measured.values[arm]
-            notes.append(
-                f"{arm}: block permutation p {fmt_members(m['block_p'])} (at init {fmt_members(m['block_p_init'])}); "
-                f"nearest other word in its own topic {fmt_members(m['nearest_same_topic'])} (at init "
-                f"{fmt_members(m['nearest_same_topic_init'])}, chance {chance:.3g}); z {fmt_members(m['z'])} (at init "
-                f"{fmt_members(m['z_init'])}), g {fmt_members(m['g'])}; final test loss {fmt_members(m['final_test_loss'])}: "
-                f"share of the way from the uniform predictor ({m['uniform_loss']:.4f}) to the position-blind floor "
-                f"({m['position_blind_floor']:.4f}) closed {fmt_members(m['gap_closed'])} (stage: ≥ "
-                f"{cfg.claims.gap_share:g}); the arm's model class's floor {m['loss_floor']:.4f}"
-            )
-        notes.append(
+        notes = [
+            f"nearest_same_topic: the share of words whose nearest other word is in their own topic (chance "
+            f"{measured.values['nearest_same_topic_chance']:.3g}); gap_closed: the share of the way from the uniform "
+            f"predictor (uniform_loss) to the position-blind floor closed, the stage (≥ {cfg.claims.gap_share:g}).",
             "Thm. 1's example W^E = I/√(1 − (1 − p_c)p_m) is not an optimum: it leaves [MASK] a nonzero "
             "output (tdlab.theory.topics.thm1_embedding); the claim uses g = c3, which every optimum has. Thm. 1 "
-            "assumes infinitely long documents (Assumption 1): at §6.1's N ≤ 150 its rows are shown, not judged."
-        )
-        notes.append(
+            "assumes infinitely long documents (Assumption 1): at §6.1's N ≤ 150 its rows are shown, not judged.",
             "The loss of predicting p (1 − E‖p‖², the Assumption-1 optimum of a uniform-attention model) is not a "
             "lower bound: kept (p_c) and replaced (p_r) masked positions show a token correlated with the target, "
             "which an attention model can read; the floors are the Bayes risk with that token (any model) and the "
-            "position-blind bound (uniform attention, squared loss)."
-        )
+            "position-blind bound (uniform attention, squared loss).",
+        ]
         if cfg.authors_compat:
             notes.append(AUTHORS_NOT_REPRODUCED)
         return [*super().notes(cfg, measured, groups), *notes]

@@ -595,7 +595,6 @@ class TopicsLandscape(Experiment):
         out.values["remark5_monte_carlo"] = remark5
 
     def notes(self, cfg: TopicsLandscapeConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
-        lam = measured.values["lambdas"]
         by = {g.id: g.verdict for g in groups}
 
         def inside(gid: str) -> str:
@@ -627,13 +626,13 @@ class TopicsLandscape(Experiment):
         contrast = min(abs(x) for r in r5.values() for x in r["diagonal_rel_diff"])
         return [
             *super().notes(cfg, measured, groups),
-            f"Ambiguity (Thm. 3, λ1): statement {lam['l1_statement']:.4f} vs proof c_5 {lam['l1_proof']:.4f}. γ* in "
+            "Ambiguity (Thm. 3, λ1): the statement's (lambdas: l1_statement) vs the proof's c_5 (l1_proof). γ* in "
             f"(λ1(τ−1), λ2 T): with the proof's λ1 {t3p}, with the statement's {t3s}; the headline groups use the "
             "proof's (what F.28 derives)"
             + ("; both are consistent with the landscape here." if t3p == t3s == "holds (inside at every τ)" else ".")
             + " Thm. 3 is a T → ∞ statement judged at finite T: a miss is not resolved, never a failure.",
-            f"Ambiguity (Thm. 5, λ4): statement divides by (√(v−1) − 2 + (1−p_c)p_m) → {lam['l4_statement']:.6g}, proof "
-            f"multiplies → {lam['l4_proof']:.6g}. β* in (λ3 τ, λ4 T): proof {t5p}, statement {t5s}; headline on the proof's.",
+            "Ambiguity (Thm. 5, λ4): the statement divides by (√(v−1) − 2 + (1−p_c)p_m) (lambdas: l4_statement), the "
+            f"proof multiplies (l4_proof). β* in (λ3 τ, λ4 T): proof {t5p}, statement {t5s}; headline on the proof's.",
             "Fig. 8 uses the block map with W_diff = 0 and q's constant (the map of F.21), not exactly Thm. 2's W^{V*}; "
             "the [MASK]-query term is left out of L, as in F.21; [MASK] keys get no attention (Prop. 2's normalisers); "
             "masking p_m, p_c, p_r from §6.1 (App. F.5 states none); Thms. 3, 5 are asymptotic (T → ∞, τ = o(T)) and are "

@@ -177,8 +177,8 @@ class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
 
     # ---- measurement ----------------------------------------------------------------------------
     def measure(self, cfg: AnchorsBiasConfigT, run: RunView) -> Measurements:
-        """Per γ: the curves' T50s (censored, discrete), AUCs and final accuracies; the label-marginal
-        baselines and the stages the claims about reaching something need."""
+        """Per γ: the curves' T50s (censored, discrete), AUCs and final accuracies (per seed and their means);
+        the label-marginal baselines and the stages the claims about reaching something need."""
         c = cfg.claims
         marginal = label_marginal_losses(self.task(cfg))
         chance = chance_acc_test(cfg.task)
@@ -210,7 +210,12 @@ class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
                 "gt",
                 evidence="the lower of the highest D_mem and D_rsn,train accuracies vs claims.t50_acc",
             )
-            out.values[arm] = {**cv.summary(c.t50_acc), "auc_gap": bias_gap(cv)}
+            out.values[arm] = {
+                **cv.summary(c.t50_acc),
+                "auc_gap": bias_gap(cv),
+                **{f"final_acc_{s}_mean": float(np.mean(cv.final_acc(s))) for s in cv.acc},
+                "final_loss_test_mean": float(np.mean(cv.loss["test"][:, -1])),
+            }
         small, large = c.small_gamma, c.large_gamma
         if small in curves:
             arm, cv = GammaArms.arm(small), curves[small]
@@ -251,25 +256,17 @@ class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
         return out
 
     def notes(self, cfg: AnchorsBiasConfigT, measured: Measurements, groups: list[GroupResult]) -> list[str]:
-        m = measured.values
-        notes = []
-        for g in sorted(cfg.gammas):
-            s = m[GammaArms.arm(g)]
-            notes.append(
-                f"γ = {g:g}: T50 mem/rsn-train/rsn-test = {_fmt(s['T50_mem'])} / {_fmt(s['T50_rsn_train'])} / "
-                f"{_fmt(s['T50_test'])} epochs (— : never above {cfg.claims.t50_acc:g} within {cfg.schedule.epochs} "
-                f"epochs); final acc mem/rsn-train/rsn-test = {np.mean(s['final_acc_mem']):.3f} / "
-                f"{np.mean(s['final_acc_rsn_train']):.3f} / {np.mean(s['final_acc_test']):.3f} (seed means; chance on "
-                f"D_rsn,test {m['chance_acc_test']:.3g}); final D_rsn,test loss {np.mean(s['final_loss_test']):.3f} vs the "
-                f"label marginal's {m['label_marginal_loss']['test']:.3f} nats."
-            )
-        if m["lr_vs_seed"] != 1.0:
-            notes.append(
-                f"The curves ran {cfg.schedule.epochs} epochs at lr {cfg.train.lr:g} ({m['lr_vs_seed']:.3g}× the "
+        ratio = measured.values["lr_vs_seed"]
+        notes = (
+            [
+                f"The curves ran {cfg.schedule.epochs} epochs at lr {cfg.train.lr:g} ({ratio:.3g}× the "
                 f"seed's {PAPER_LR_TRANSFORMER:g} over 1000 epochs): the orderings are the seed's comparisons over a "
                 "shortened, faster schedule, and a claim that needs a split learnt is not evaluable when it was "
                 "not learnt within the run."
-            )
+            ]
+            if ratio != 1.0
+            else []
+        )
         return [*super().notes(cfg, measured, groups), *notes]
 
     # ---- figures --------------------------------------------------------------------------------
@@ -317,10 +314,6 @@ class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
         handles = [plt.Rectangle((0, 0), 1, 1, color=colors[k]) for k in ("noise", "key", "anchor")]
         fig.legend(handles, ["noise", "key", "anchor"], loc="lower center", ncol=3, fontsize=8)
         return fig
-
-
-def _fmt(v: list[int | None]) -> str:
-    return "[" + ", ".join("—" if x is None else f"{x:g}" for x in v) + "]"
 
 
 # Config keys an anchors-bias source run must share with the probe experiment reading it.

@@ -294,11 +294,6 @@ def init_block_z(view: RunView, arm: str, name: str, T: int, v: int) -> np.ndarr
     return block_stats(M, T, v).z.numpy()
 
 
-def fmt_members(xs) -> str:
-    """Per-member values for a note: ``"1.23/1.31"``."""
-    return "/".join(f"{x:.3g}" for x in xs)
-
-
 def loss_kind(arm: str) -> str:
     """The loss of an arm named by :func:`panel_name` (``.../ce/...`` or ``.../squared/...``)."""
     return "squared" if "squared" in arm.split("/") else "ce"
