@@ -26,7 +26,6 @@ declared in the seed's ``experiments.yaml`` (``tdlab explain topics-real-two-sta
 from __future__ import annotations
 
 from collections import deque
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -36,7 +35,7 @@ from pydantic import Field, model_validator
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.declare import Hypothesis
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.base import Analysis, register
+from tdlab.experiments.base import register
 from tdlab.experiments.seed004_topics.common.lags import KQ_GREW, LagClaims, lag_sample
 from tdlab.experiments.seed004_topics.common.real_text import (
     ARM,
@@ -54,11 +53,13 @@ from tdlab.experiments.seed004_topics.common.real_text import (
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
 from tdlab.probes.curves import lags, rotation_means
+from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import RunContext
 from tdlab.seeding import generators
 
 NORMS = ("norm_K", "norm_Q", "norm_V")
 ROTATION = "rotation_V"
+FIG5_LABELS = {"norm_K": "‖W^K‖_F", "norm_Q": "‖W^Q‖_F", "norm_V": "‖W^V‖_F", ROTATION: "rotation of W^V"}
 NEAR_ZERO = "near-zero-qkv"  # purpose of the near-zero W^Q, W^K, W^V draws
 
 
@@ -251,27 +252,27 @@ class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
             + ".",
         ]
 
-    def plot(self, cfg: RealTwoStageConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        from tdlab.report.figures import plt, save_figure
-
-        L = cfg.model.layers
-        fig, axes = plt.subplots(4, L, figsize=(3.2 * L, 9), sharex=True, squeeze=False)
-        labels = {"norm_K": "‖W^K‖_F", "norm_Q": "‖W^Q‖_F", "norm_V": "‖W^V‖_F", ROTATION: "rotation of W^V"}
-        for layer in range(L):
-            for r, name in enumerate((*NORMS, ROTATION)):
-                ax = axes[r, layer]
-                steps, v = self.curves(cfg, run, name, layer)
-                for e in range(v.shape[0]):
-                    ax.plot(steps, v[e], lw=0.9, alpha=0.8)
-                ax.axvline(cfg.claims.stage1_end, ls="--", c="k", lw=0.6)
-                if layer == 0:
-                    ax.set_ylabel(labels[name])
-                if r == 0:
-                    ax.set_title(f"layer {layer}", fontsize=9)
-            axes[-1, layer].set_xlabel("step")
-        fig.suptitle(
-            "Fig. 5 — W^K, W^Q, W^V norms and W^V rotation (1 − cos(W^V_t, W^V_t−10))/2, one curve per member "
-            "(paper: stage 1 ≈ 0-100, stage 2 ≈ 100-400)",
-            fontsize=9,
-        )
-        return [save_figure(fig, figdir / "fig5_two_stage.png")]
+    figures = (
+        Curves(
+            "fig5_two_stage.png",
+            lambda cfg, m: [
+                Panel(
+                    f"layer {layer}",
+                    [Line(ARM, f"{name}/L{layer}", label=FIG5_LABELS[name])],
+                    marks={
+                        f"stage 1 ends (step {cfg.claims.stage1_end})": cfg.claims.stage1_end,
+                        "horizon": cfg.claims.horizon,
+                    },
+                    ylabel=FIG5_LABELS[name],
+                )
+                for name in (*NORMS, ROTATION)
+                for layer in range(cfg.model.layers)
+            ],
+            title="Fig. 5 — W^K, W^Q, W^V norms and W^V rotation (1 − cos(W^V_t, W^V_t−10))/2, members' mean, "
+            "band and each member\n(paper: stage 1 ≈ 0-100, stage 2 ≈ 100-400)",
+            xlabel="step",
+            size=(3.6, 2.6),
+            legend=6,
+            columns=lambda cfg: cfg.model.layers,
+        ),
+    )

@@ -71,6 +71,7 @@ from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.probes.curves import lags
+from tdlab.report.standard_figures import Bar, Bars
 from tdlab.run_context import RunContext
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
@@ -394,11 +395,22 @@ class TopicsTwoStage(Experiment[TopicsTwoStageConfig]):
             notes.append(AUTHORS_NOT_REPRODUCED)
         return [*super().notes(cfg, measured, groups), *notes]
 
+    figures = (
+        Bars(
+            "two_stage_lag_per_setting.png",
+            lambda cfg, m: [
+                Bar(k.replace("/", "\n"), t["lag"], _setting_colors(cfg).get(k)) for k, t in m["settings"].items()
+            ],
+            reference=lambda cfg, m: {f"lag share {cfg.claims.lag_share:g}": cfg.claims.lag_share},
+            ylabel="(t½(first of W^K, W^Q) − t½(W^V)) / horizon",
+        ),
+    )
+
     def plot(self, cfg: TopicsTwoStageConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        """The declared lag per setting, then Fig. 4's norms: each member's curve coloured by its setting."""
         from tdlab.report.figures import plt, save_figure
 
-        all_settings = [s for arm in self.arms(cfg) for s in settings(cfg, arm)]
-        colors = {s.name: plt.cm.tab20(i % 20) for i, s in enumerate(all_settings)}
+        colors = _setting_colors(cfg)
         fig, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
         labels = {"norm_K": "‖W^K‖_F", "norm_Q": "‖W^Q‖_F", "norm_V": "‖W^V‖_F"}
         for arm in self.arms(cfg):
@@ -428,20 +440,16 @@ class TopicsTwoStage(Experiment[TopicsTwoStageConfig]):
             f"400-1000)\n{shown} of {len(table)} settings with every member lagging ≥ {cfg.claims.lag_share:g}",
             fontsize=9,
         )
-        paths = [save_figure(fig, figdir / "fig4_norms.png")]
-        if table:
-            names = list(table)
-            fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(names)), 3.8))
-            for i, k in enumerate(names):
-                ys = table[k]["lag"]
-                ax.scatter(np.full(len(ys), i) + np.linspace(-0.2, 0.2, len(ys)), ys, s=10, color=colors.get(k, "C0"))
-            ax.axhline(cfg.claims.lag_share, ls="--", c="k", lw=0.8, label=f"lag share {cfg.claims.lag_share:g}")
-            ax.set_xticks(range(len(names)))
-            ax.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
-            ax.set_ylabel("(t½(first of W^K, W^Q) − t½(W^V)) / horizon")
-            ax.legend(fontsize=7)
-            paths.append(save_figure(fig, figdir / "two_stage_lag_per_setting.png"))
-        return paths
+        return [*super().plot(cfg, run, analysis, figdir), save_figure(fig, figdir / "fig4_norms.png")]
+
+
+def _setting_colors(cfg: TopicsTwoStageConfig) -> dict[str, str]:
+    """Each setting's colour in both figures: tab20 in the grid's order."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    grid = [s for arm in arm_keys(cfg) for s in settings(cfg, arm)]
+    return {s.name: to_hex(colormaps["tab20"](i % 20)) for i, s in enumerate(grid)}
 
 
 def _med(x: list[float]) -> str:
