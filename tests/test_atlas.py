@@ -299,7 +299,8 @@ def test_markov_init_page_maps_each_claim_with_the_runs_verdicts(site):
     at_hpi = next(g for g in newest[(0.4, 0.9)]["summary"]["claims"] if g["id"] == "standard-init-ends-at-theory-limit")
     assert at_hpi["verdict"] == "not resolved" and at_hpi["cause"] == "shorter than the seed's length"
     text = " ".join(page.text)
-    assert "final test loss" in text  # the findings text of the points
+    # the findings text of the points: each verdict's note, with what was measured
+    assert "(proposed-init-ends-at-global-minimum): " in text and "measured" in text
 
 
 def test_every_link_in_the_site_resolves_to_a_file_in_the_site(site):
