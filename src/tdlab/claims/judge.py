@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -70,7 +71,17 @@ from tdlab.claims.stats import (
     sign_test,
 )
 
-__all__ = ["VERDICTS", "Cause", "GroupResult", "RowResult", "Verdict", "group_verdict", "judge", "judge_row"]
+__all__ = [
+    "VERDICTS",
+    "Cause",
+    "GroupResult",
+    "RowResult",
+    "Verdict",
+    "group_verdict",
+    "ids_declared_twice",
+    "judge",
+    "judge_row",
+]
 
 # End-drift windows in as much training again: the drift is measured over the last tenth of training
 # (tdlab.claims.health.end_drift's fraction), so ten windows make the whole of it once more.
@@ -305,6 +316,12 @@ class GroupResult:
 # Judging
 
 
+def ids_declared_twice(specs: Sequence[ClaimSpec]) -> list[str]:
+    """The ids more than one of ``specs`` declares, sorted (a group is keyed by its id)."""
+    counts = Counter(s.id for s in specs)
+    return sorted(i for i, n in counts.items() if n > 1)
+
+
 def judge(
     specs: Sequence[ClaimSpec],
     measured: Measurements,
@@ -317,10 +334,10 @@ def judge(
 
     ``lengths``: the run's training length and the seed's (the experiment's length field under the run's
     config and under the paper profile), read by the budget rule; ``None`` where the experiment has none."""
-    ids = [s.id for s in specs]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"claim ids declared twice: {sorted({i for i in ids if ids.count(i) > 1})}")
-    unknown = set(measured.rows) - set(ids)
+    twice = ids_declared_twice(specs)
+    if twice:
+        raise ValueError(f"claim ids declared twice: {twice}")
+    unknown = set(measured.rows) - {s.id for s in specs}
     if unknown:
         raise ValueError(f"measurements for undeclared claims: {sorted(unknown)}")
     health = health or {}

@@ -289,6 +289,7 @@ def claim_specs(decl: Declaration, module: ModuleType) -> tuple[ClaimSpec, ...]:
             ``!py`` name that does not exist, or values :class:`~tdlab.claims.ClaimSpec` refuses.
     """
     from tdlab.claims import ClaimSpec
+    from tdlab.claims.judge import ids_declared_twice
 
     out: list[ClaimSpec] = []
     for i, entry in enumerate(decl.claims):
@@ -315,8 +316,7 @@ def claim_specs(decl: Declaration, module: ModuleType) -> tuple[ClaimSpec, ...]:
             if not isinstance(spec, ClaimSpec):
                 raise DeclarationError(f"{where}: builds {type(spec).__name__}, not a ClaimSpec")
             out.append(spec)
-    ids = [c.id for c in out]
-    twice = sorted({c for c in ids if ids.count(c) > 1})
+    twice = ids_declared_twice(out)
     if twice:
         raise DeclarationError(f"{decl.file}: {decl.name}.claims: ids declared twice: {', '.join(twice)}")
     return tuple(out)

@@ -412,40 +412,26 @@ def _along_e_claim(
     )
 
 
-def _fig3_rank_one_threshold_plant_shapes(d: Any) -> Any:
+# The planted null cases' shapes, as functions of d: the matrices a claim reads (W_V d × d, W_1 4d × d, W_Q and
+# W_K d × d, W_2 d × 4d) and the dimension of the vector compared with e (R^d; R^{4d·d} for W_2ᵀ against W_1).
+def _wv_w1_shapes(d: int) -> tuple[tuple[int, int], ...]:
     return ((d, d), (4 * d, d))
 
 
-def _fig3_aligned_with_embedding_threshold_plant_dim(d: Any) -> Any:
-    return d
-
-
-def _fig3_other_matrices_rank_one_threshold_plant_shapes(d: Any) -> Any:
+def _wqk_w2_shapes(d: int) -> tuple[tuple[int, int], ...]:
     return ((d, d), (d, 4 * d))
 
 
-def _app_c_positions_along_e_threshold_plant_dim(d: Any) -> Any:
+def _square_shape(d: int) -> tuple[tuple[int, int], ...]:
+    return ((d, d),)
+
+
+def _embedding_dim(d: int) -> int:
     return d
 
 
-def _app_c_w2_transpose_w1_threshold_plant_dim(d: Any) -> Any:
+def _w1_entries(d: int) -> int:
     return 4 * d * d
-
-
-def _app_c_wo_wv_rank_one_threshold_plant_shapes(d: Any) -> Any:
-    return ((d, d),)
-
-
-def _app_c_wo_wv_along_e_threshold_plant_dim(d: Any) -> Any:
-    return d
-
-
-def _app_c_wq_wk_rank_one_threshold_plant_shapes(d: Any) -> Any:
-    return ((d, d),)
-
-
-def _app_c_wq_wk_along_e_threshold_plant_dim(d: Any) -> Any:
-    return d
 
 
 def _evolution_panels(cfg: MarkovRankConfig, m: Any) -> list[Panel]:

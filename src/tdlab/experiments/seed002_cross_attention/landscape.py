@@ -217,11 +217,8 @@ FIG4_LAW = Hypothesis(
 )
 
 
-def _valley_along_minus_beta_tolerance(cfg: Any, row: Any) -> float:
-    return cfg.claims.valley_rel_tol * _a_star(cfg)
-
-
-def _preln_ravine_similarly_located_tolerance(cfg: Any, row: Any) -> float:
+def _valley_tolerance(cfg: Any, row: Any) -> float:
+    """claims.valley_rel_tol of the closed-form valley's scale a* (the valley and pre-LN ravine claims)."""
     return cfg.claims.valley_rel_tol * _a_star(cfg)
 
 
