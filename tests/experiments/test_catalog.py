@@ -19,6 +19,7 @@ from tdlab.claims import ClaimSpec, Sample, Stage
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import ConfigError
 from tdlab.experiments import base
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Experiment, get, register, registry
 from tdlab.experiments.catalog import CATALOG
 from tdlab.experiments.declared import Declaration, DeclarationError, claim_specs, declarations, read_file
@@ -96,6 +97,25 @@ def test_a_shared_anchor_is_merged_in_order_and_the_experiments_own_entries_over
 GOOD = "x-exp:\n  implementation: mod.Cls\n  paper: P\n  figure: F\n  description: D\n  profiles: {quick: {}}\n"
 
 
+def test_a_declared_atlas_builds_the_atlas_axes_its_fields_say(tmp_path):
+    path = tmp_path / "experiments.yaml"
+    path.write_text(
+        GOOD + "  atlas:\n    axes:\n      - {field: train.lr, values: [0.001, 0.01], quick: [0.01], label: lr}\n"
+        "      - {field: depths, values: [1, 2], as_list: true}\n"
+        "    set: {cells: []}\n    profile_set: {quick: {members: 2}}\n    why: the lr decides it\n"
+    )
+    (decl,) = read_file(path, "pkg").values()
+    axes = decl.attributes()["atlas_axes"]
+    assert axes == AtlasAxes(
+        (AtlasAxis("train.lr", (0.001, 0.01), (0.01,), "lr"), AtlasAxis("depths", (1, 2), as_list=True)),
+        {"cells": []},
+        {"quick": {"members": 2}},
+        "the lr decides it",
+    )
+    assert axes.grid("quick") == {"train.lr": [0.01], "depths": [[1], [2]]}
+    assert decl.attributes()["atlas_axes"].set is not axes.set  # each class gets its own copy
+
+
 @pytest.mark.parametrize(
     ("text", "field"),
     [
@@ -104,6 +124,16 @@ GOOD = "x-exp:\n  implementation: mod.Cls\n  paper: P\n  figure: F\n  descriptio
         (GOOD + "  manifest: {steps: {value: 8, wher: T2}}\n", r"x-exp\.manifest\.steps\.where: Field required"),
         (GOOD + "  profiles: {quick: 3}\n", r"x-exp\.profiles\.quick: Input should be a valid dictionary"),
         (GOOD.replace("mod.Cls", "Cls"), r"x-exp\.implementation: give it as module\.Class"),
+        (GOOD + "  atlas: {axes: [{field: lr, value: [1]}]}\n", r"x-exp\.atlas\.axes\.0\.values: Field required"),
+        (GOOD + "  atlas: {axes: []}\n", r"x-exp\.atlas\.axes: List should have at least 1 item"),
+        (
+            GOOD + "  atlas: {axes: [{field: lr, values: [1, 1]}]}\n",
+            r"x-exp\.atlas: Value error, atlas axis lr: values repeats",
+        ),
+        (
+            GOOD + "  atlas: {axes: [{field: lr, values: [1]}], set: {lr: 2}}\n",
+            r"x-exp\.atlas: Value error, atlas axes: \['lr'\] both swept and fixed",
+        ),
         ("x-exp: [1, 2]\n", r"x-exp: holds list"),
         ("x-exp: {a: [\n", r"not a valid declaration file"),
     ],
@@ -290,6 +320,15 @@ def test_a_bad_declared_claim_is_one_error_naming_its_file_claim_and_field(tmp_p
     with pytest.raises(DeclarationError, match=rf"^{re.escape(str(path))}: x-exp\.{message}") as err:
         claim_specs(decl, _claims_module())
     assert "\n" not in str(err.value)
+
+
+def test_every_experiment_of_the_seeds_takes_its_atlas_from_its_declaration():
+    for name, d in declarations().items():
+        assert d.atlas is not None, name
+        assert get(name).atlas_axes == d.atlas.atlas_axes(), name
+    for exp in registry().values():
+        for base_cls in type(exp).__mro__[1:]:
+            assert "atlas_axes" not in vars(base_cls) or base_cls is Experiment, (type(exp).__name__, base_cls.__name__)
 
 
 def test_every_experiment_of_the_seeds_takes_its_claims_from_its_declaration():

@@ -1,7 +1,8 @@
 """Atlas axes, as an experiment declares them: the few settings its claims are most sensitive to, with
 their ranges per profile.
 
-An experiment sets ``atlas_axes = AtlasAxes(axes=(AtlasAxis("task.p", (...)), ...))``. The grid is the
+A seed's experiment declares them under ``atlas:`` in its YAML (:mod:`tdlab.experiments.declared`); an experiment
+of another package sets ``atlas_axes = AtlasAxes(axes=(AtlasAxis("task.p", (...)), ...))``. The grid is the
 cartesian product of the axes' values for the chosen profile (``quick`` may give a coarser range);
 :mod:`tdlab.atlas` turns it into a sweep and maps each claim over it (the first axis is a map's
 columns, the second its rows, any further axes facets).

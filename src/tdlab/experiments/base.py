@@ -261,7 +261,7 @@ def register(cls: type[ExperimentT]) -> type[ExperimentT]:
     A class of tdlab's seed packages is declared in the YAML beside its module
     (:mod:`tdlab.experiments.declared`, from which :data:`tdlab.experiments.catalog.CATALOG` names it without
     importing it): its name, paper, figure, description, profiles, ``arm_fields``, ``manifest``,
-    ``paper_differs`` and claims are set from there, and a class that sets one of them itself is refused (each fact is
+    ``paper_differs``, atlas axes and claims are set from there, and a class that sets one of them itself is refused (each fact is
     written once). A class no declaration names (an installed package's, ``--include``'s) sets them itself.
 
     Installs the ``standard`` profile between ``quick`` and ``paper`` (:mod:`tdlab.experiments.standard`)

@@ -1,7 +1,7 @@
 """What every experiment declares as data, read from the YAML declarations beside its module: name, seed
 paper, figure, description, the class that implements it, its profiles (config overrides per profile),
 ``arm_fields``, the seed's settings (``manifest``) and where the paper profile departs from them
-(``paper_differs``) and its ``claims``. Atlas axes, configs and the run itself stay in Python.
+(``paper_differs``), its atlas axes (``atlas``) and its ``claims``. Configs and the run itself stay in Python.
 
 A claim is a mapping of :class:`~tdlab.claims.ClaimSpec`'s fields: its words, place and kind as text, and
 what is code (a hypothesis' test, a stage, a theory function, a planted case) named with ``!py NAME``: a name
@@ -32,6 +32,9 @@ A file reads::
       profiles: {quick: {members: 3}, paper: {members: 5}}
       manifest: {<<: *table_2, task.p: {value: 0.5, where: Fig. 4 caption}}
       paper_differs: {}
+      atlas:
+        axes: [{field: task.p, values: [0.2, 0.8], label: p}]
+        why: Thms 2/8 split the (p, q) square at p + q = 1
       claims:
         - id: proposed-init-ends-at-global-minimum
           statement: The proposed init ends at the entropy rate (App. A.3.2, Fig. 4)
@@ -60,8 +63,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.manifest import Setting
 
 if TYPE_CHECKING:
@@ -127,6 +131,48 @@ class DeclaredSetting(BaseModel):
         return Setting(copy.deepcopy(self.value), self.where, self.note)
 
 
+class DeclaredAxis(BaseModel):
+    """One atlas axis (:class:`~tdlab.experiments.axes.AtlasAxis`): the dotted ``field``, its ``values`` (the paper
+    profile's range), the ``quick`` profile's range, the maps' ``label``, ``as_list`` for a list field."""
+
+    model_config = ConfigDict(extra="forbid")
+    field: str = Field(min_length=1)
+    values: list[Any] = Field(min_length=1)
+    quick: list[Any] | None = None
+    label: str | None = None
+    as_list: bool = False
+
+
+class DeclaredAtlas(BaseModel):
+    """An experiment's atlas (:class:`~tdlab.experiments.axes.AtlasAxes`): the swept ``axes``, the fixed overrides of
+    every point (``set``) and per profile (``profile_set``), and ``why`` these settings."""
+
+    model_config = ConfigDict(extra="forbid")
+    axes: list[DeclaredAxis] = Field(min_length=1)
+    set: dict[str, Any] = {}
+    profile_set: dict[str, dict[str, Any]] = {}
+    why: str = ""
+
+    @model_validator(mode="after")
+    def _builds(self) -> DeclaredAtlas:
+        self.atlas_axes()  # an axis swept twice, a repeated value, a field both swept and fixed: refused here
+        return self
+
+    def atlas_axes(self) -> AtlasAxes:
+        """The :class:`~tdlab.experiments.axes.AtlasAxes` declared (fresh copies of the values)."""
+        axes = tuple(
+            AtlasAxis(
+                a.field,
+                tuple(copy.deepcopy(a.values)),
+                None if a.quick is None else tuple(copy.deepcopy(a.quick)),
+                a.label,
+                a.as_list,
+            )
+            for a in self.axes
+        )
+        return AtlasAxes(axes, copy.deepcopy(self.set), copy.deepcopy(self.profile_set), self.why)
+
+
 class Declaration(BaseModel):
     """One experiment as declared; ``module`` (dotted) and ``cls`` (class name) are where it is implemented."""
 
@@ -141,6 +187,7 @@ class Declaration(BaseModel):
     arm_fields: dict[str, str] = {}
     manifest: dict[str, DeclaredSetting] = {}
     paper_differs: dict[str, str] = {}
+    atlas: DeclaredAtlas | None = None
     claims: list[Any] = []
     file: str = ""
 
@@ -160,6 +207,7 @@ class Declaration(BaseModel):
             "arm_fields": dict(self.arm_fields),
             "manifest": {k: s.setting() for k, s in self.manifest.items()},
             "paper_differs": dict(self.paper_differs),
+            **({} if self.atlas is None else {"atlas_axes": self.atlas.atlas_axes()}),
         }
 
 

@@ -48,7 +48,6 @@ from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed000_local_to_global.common.hypotheses import SMALL_INIT_STD
 from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU
@@ -310,11 +309,6 @@ def _budget_panel(cfg: MarkovBridgeConfig, cells: dict[str, dict[str, Any]], p: 
 @register
 class MarkovBridge(Experiment[MarkovBridgeConfig]):
     Config = MarkovBridgeConfig
-    # atlas: the bridge claims are per training horizon (Thm. 2 vs Thm. 8 limits appear only after enough steps); one budget per point
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("budgets", (500, 2000, 8000), quick=(500, 3000), label="budget", as_list=True),),
-        why="Measured (README): the standard init's limit depends on the horizon (stuck at H(π) at 2000 steps, at the global minimum after 8000), so the training budget is the bridge's axis.",
-    )
 
     def run(self, cfg: MarkovBridgeConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)  # same inits in every arm: cells differ only by data

@@ -64,7 +64,6 @@ from pydantic import Field, model_validator
 from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
@@ -268,11 +267,6 @@ def _cell_panel(p: float, q: float) -> Panel:
 @register
 class MarkovICommon(Experiment[MarkovICommonConfig]):
     Config = MarkovICommonConfig
-    # atlas: the trained cells' limits (Thm. 2 vs Thm. 8) depend on the horizon
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("train.steps", (2000, 8000, 16000), quick=(500, 1000), label="steps"),),
-        why="Measured (README, markov-init): the standard init's verdicts depend on the horizon (stuck at H(π) at 2000 steps, at the global minimum after 8000); the I_common claims read trained limits.",
-    )
 
     # ------------------------------------------------------------------------------------------
     def run(self, cfg: MarkovICommonConfig, ctx: RunContext) -> None:

@@ -28,7 +28,6 @@ from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Experiment, ExperimentConfig, register
 from tdlab.experiments.seed000_local_to_global.common.plateau import (
     LEFT_PLATEAU,
@@ -139,20 +138,6 @@ def _standard_init_ends_at_theory_limit_stays(cfg: Any) -> bool:
 @register
 class MarkovInit(Experiment[MarkovInitConfig]):
     Config = MarkovInitConfig
-    # Thms 2/8 split the (p, q) square at p + q = 1 (the seed's Fig. 1 phase diagram); no grid point
-    # lies on that line, where H(π) = entropy rate and the claims cannot tell the minima apart. The
-    # quick range keeps the seed's task and model and shortens training.
-    atlas_axes = AtlasAxes(
-        axes=(
-            AtlasAxis("task.p", (0.2, 0.4, 0.6, 0.8), label="p"),
-            AtlasAxis("task.q", (0.1, 0.3, 0.7, 0.9), label="q"),
-            AtlasAxis("train.steps", (2000, 8000), quick=(1000,), label="steps"),
-        ),
-        profile_set={"quick": {"train.seq_len": 64, "train.eval_batches": 2}},
-        why="Measured (README): the proposed init reaches the entropy rate everywhere tried, while the standard "
-        "init's verdicts depend on the horizon (stuck at H(π) at 2000 steps for sec2, at the global minimum "
-        "after 8000) and on which side of p + q = 1 the chain lies (Thm. 2 vs Thm. 8).",
-    )
 
     @staticmethod
     def arms(cfg: MarkovInitConfig) -> list[InitArm]:

@@ -33,12 +33,10 @@ import torch
 from pydantic import Field
 
 from tdlab.claims import GroupResult, Measurements, Sample
-from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed000_local_to_global.common.flows import (
     F64,
     KIND_COLOR,
-    T_END_AXIS,
     FlowConfig,
     FlowExperiment,
     basin_flow,
@@ -117,10 +115,6 @@ def _gaussian_plant(cfg: LandscapeConfig, context: Any) -> tuple[Sample, Sample]
 @register
 class MarkovLandscape(FlowExperiment[LandscapeConfig]):
     Config = LandscapeConfig
-    atlas_axes = AtlasAxes(
-        axes=(T_END_AXIS,),
-        why="The basin-probability claims classify gradient-flow endpoints at t_end as a stand-in for t → ∞: the flow time is the budget of this closed-form experiment.",
-    )
 
     def _member_state(self, cfg: LandscapeConfig, p: float, q: float, seed: int) -> tuple[dict, list]:
         g = self._draws(seed)

@@ -25,12 +25,10 @@ from pydantic import Field
 
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.declare import Calibration, Threshold
-from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed000_local_to_global.common.flows import (
     F64,
     KIND_COLOR,
-    T_END_AXIS,
     FlowConfig,
     FlowExperiment,
     basin_flow,
@@ -91,10 +89,6 @@ def _near_origin_threshold(what: str) -> Threshold:
 @register
 class MarkovLandscape3D(FlowExperiment[Landscape3Config]):
     Config = Landscape3Config
-    atlas_axes = AtlasAxes(
-        axes=(T_END_AXIS,),
-        why="The 3-parameter basin claims classify gradient-flow endpoints at t_end as a stand-in for t → ∞: the flow time is the budget of this closed-form experiment.",
-    )
 
     def _member_state(self, cfg: Landscape3Config, p: float, q: float, seed: int) -> tuple[dict, list]:
         g = self._draws(seed)

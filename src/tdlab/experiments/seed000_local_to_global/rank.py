@@ -67,7 +67,6 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Horizon, Hypothesis, Kind, Provenance, Threshold
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed000_local_to_global.common.low_rank import (
     CLAIMED,
@@ -464,13 +463,6 @@ def _evolution_panels(cfg: MarkovRankConfig, m: Any) -> list[Panel]:
 @register
 class MarkovRank(Experiment[MarkovRankConfig]):
     Config = MarkovRankConfig
-    # Atlas: the step size decides whether the rank-one claims are tested at convergence (SGD at an
-    # unstated step size leaves W_V and W_1 at their init).
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("train.lr", (1e-4, 3e-4, 1e-3, 3e-3, 1e-2), quick=(3e-4, 1e-3, 3e-3), label="lr"),),
-        why="Fig. 3's rank-one and alignment claims hold at AdamW lr 1e-3 (Table 2) and not under SGD at an unstated "
-        "step size: the learning rate is the setting these claims are measured to hinge on.",
-    )
 
     # ------------------------------------------------------------------------------------------
     def run(self, cfg: MarkovRankConfig, ctx: RunContext) -> None:

@@ -40,7 +40,6 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed001_reasoning_bias.common.cosines import (
     anchor_cosine_rows,
@@ -48,7 +47,6 @@ from tdlab.experiments.seed001_reasoning_bias.common.cosines import (
 )
 from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import AnchorsGammaSweep, ProbeConfig, ProbeSource
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
-    EPOCH_BUDGET_WHY,
     PAPER_LR_TRANSFORMER,
     GammaArms,
     anchor_cosine_grid,
@@ -118,15 +116,6 @@ class AnchorsEmbeddingConfig(ProbeConfig):
 @register
 class AnchorsEmbedding(ProbeSource, AnchorsGammaSweep[AnchorsEmbeddingConfig]):
     Config = AnchorsEmbeddingConfig
-    # atlas: Fig. 4's anchor cosines are read at fig4a_epochs and the end; the budget decides how formed the embedding is (snapshots and Fig. 4A epochs rescaled to fit every budget)
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
-        profile_set={
-            "quick": {"snapshot_epochs": [1, 2, 5], "fig4a_epochs": [2, 5]},
-            "paper": {"snapshot_epochs": [50, 200, 450], "fig4a_epochs": [200, 450]},
-        },
-        why=EPOCH_BUDGET_WHY,
-    )
 
     def _wte(self, cfg: AnchorsEmbeddingConfig, run: RunView, gamma: float, epoch: int) -> torch.Tensor | None:
         arm = self.state_arm(cfg, gamma, epoch if epoch != cfg.schedule.epochs else "end")

@@ -54,7 +54,6 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, GroupResult, Measurements, assess_arm
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed001_reasoning_bias.common.training import GammaArms
 from tdlab.experiments.view import RunView
@@ -243,13 +242,6 @@ GRADIENT_LIMIT = (
 @register
 class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
     Config = AnchorsFlowsConfig
-    # atlas: the statements are γ → ∞ limits; γ decides how small the dropped terms are (and the tolerance d_m^-γ)
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("gamma", (0.5, 0.8, 1.2, 1.6), quick=(0.8, 1.6), label="γ"),),
-        why="Props. 2–3 and Thm. 2 are small-initialisation limits (γ → ∞): γ sets the size of the terms they drop, "
-        "so whether a formula's direction holds at the seed's γ = 0.8 and how it moves towards the limit is the "
-        "setting the verdicts hinge on.",
-    )
 
     # ---- running --------------------------------------------------------------------------------
     def seeds(self, cfg: AnchorsFlowsConfig) -> list[int]:

@@ -38,10 +38,8 @@ from pydantic import Field, model_validator
 from tdlab.claims import ArmHealth, GroupResult, Measurements, Stage
 from tdlab.claims.declare import Hypothesis, Provenance
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
-    EPOCH_BUDGET_WHY,
     EpochsConfig,
     Seed001GPTConfig,
     Seed001TrainConfig,
@@ -211,11 +209,6 @@ def _at_least(cfg: AnchorsLabelsConfig, row: Any) -> float:
 @register
 class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
     Config = AnchorsLabelsConfig
-    # atlas: (b)'s label-marginal comparison is read over schedule.epochs ((a) stops at groups_epochs, kept per profile)
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
-        why=EPOCH_BUDGET_WHY,
-    )
 
     def run(self, cfg: AnchorsLabelsConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)  # the same seeds in every arm: paired by seed index

@@ -35,14 +35,12 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed001_reasoning_bias.common.cosines import (
     anchor_cosine_rows,
     reasoning_theory_cosines,
 )
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
-    EPOCH_BUDGET_WHY,
     PAPER_LR_EMB_MLP,
     AnchorsHealth,
     ArmCurves,
@@ -170,12 +168,6 @@ FIG2B_QUOTE = (
 @register
 class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
     Config = AnchorsMlpConfig
-    # atlas: the emb-MLP reasoning-first and cosine claims depend on the epoch budget (snapshots rescaled to fit every budget)
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(20, 40), label="epochs"),),
-        profile_set={"quick": {"snapshot_epochs": [2, 18]}, "paper": {"snapshot_epochs": [50, 450]}},
-        why=EPOCH_BUDGET_WHY,
-    )
 
     def run(self, cfg: AnchorsMlpConfig, ctx: RunContext) -> None:
         task, arms = self.task(cfg), self.gamma_arms(cfg)

@@ -48,10 +48,8 @@ from pydantic import Field, model_validator
 from tdlab.claims import ArmHealth, GroupResult, Measurements
 from tdlab.claims.declare import Hypothesis, Provenance
 from tdlab.config import Config, ConfigError
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
-    EPOCH_BUDGET_WHY,
     EpochsConfig,
     GammaArms,
     Seed001TrainConfig,
@@ -365,11 +363,6 @@ TINYSTORIES = Hypothesis(
 @register
 class AnchorsText(Experiment[AnchorsTextConfig]):
     Config = AnchorsTextConfig
-    # atlas: the text-model claims (init gap, anchor cosines, t50) are read at the end of the epoch budget
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("schedule.epochs", (100, 200, 400), quick=(5, 10), label="epochs"),),
-        why=EPOCH_BUDGET_WHY,
-    )
 
     # ---- training -------------------------------------------------------------------------------
     def corpus(self, cfg: AnchorsTextConfig, folder: Path) -> Corpus:

@@ -23,7 +23,6 @@ from pydantic import Field, model_validator
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.declare import Threshold
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     ICLTrainConfig,
@@ -110,11 +109,6 @@ DIRECTION = Threshold(
 @register
 class IclAblations(RegressionArms, Experiment[AblationConfig]):
     Config = AblationConfig
-    # atlas: the ablations compare against a trained LSA; its GD budget decides how close it is to its floor
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("lsa_train.steps", (1000, 5000, 20000), quick=(150, 300), label="LSA steps"),),
-        why="The ablation claims compare the cross-attention readouts with an LSA trained by gradient descent; at the quick profile's 300 steps the LSA may sit above its floor, so its step budget is the setting the comparisons hinge on.",
-    )
 
     def run(self, cfg: AblationConfig, ctx: RunContext) -> None:
         task = cfg.task.build()

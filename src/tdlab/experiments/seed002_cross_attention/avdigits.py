@@ -48,7 +48,6 @@ from pydantic import Field, model_validator
 from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.declare import Hypothesis, Threshold
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.view import RunView
 from tdlab.models.multimodal_ca import (
@@ -222,11 +221,6 @@ def _full_fewer_params_than_bica_expected(cfg: Any, row: Any) -> float:
 @register
 class ICLAVDigits(Experiment[ICLAVDigitsConfig]):
     Config = ICLAVDigitsConfig
-    # atlas: the audio-visual ICL accuracies are read at the end of the epoch budget
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("schedule.epochs", (50, 100, 200), quick=(3, 5), label="epochs"),),
-        why="The AV-digits claims are final test accuracies after a fixed epoch budget (quick 5, paper 100): the horizon decides whether the cross-attention model has learned the task.",
-    )
 
     # ---- run ---------------------------------------------------------------------------------------
     def data(self, cfg: ICLAVDigitsConfig, seeds: Sequence[int], progress: bool) -> tuple[FixedDataset, str]:

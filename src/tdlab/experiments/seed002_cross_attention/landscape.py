@@ -28,7 +28,6 @@ from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Hypothesis
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     ICLTrainConfig,
@@ -229,11 +228,6 @@ def _map_valley_matches_closed_form_tolerance(cfg: Any, row: Any) -> float:
 @register
 class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
     Config = LandscapeConfig
-    # atlas: the valley/minimiser claims compare a trained LSA with the landscape; its GD budget decides whether it reached the minimiser
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("train.steps", (5000, 20000, 50000), quick=(2500, 5000), label="steps"),),
-        why="The landscape claims place the trained model at the minimiser of the population loss (valley within claims.valley_rel_tol); whether gradient descent gets there depends on its step budget.",
-    )
 
     def run(self, cfg: LandscapeConfig, ctx: RunContext) -> None:
         task = cfg.task.build()

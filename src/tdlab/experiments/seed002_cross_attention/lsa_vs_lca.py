@@ -33,7 +33,6 @@ from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Hypothesis, Threshold
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.rounds import current_round
 from tdlab.experiments.seed002_cross_attention.common.reference import finite_context_minimisers
@@ -210,14 +209,6 @@ def _lsa_bounded_away_from_bayes_scope(cfg: Any, row: Any) -> bool:
 @register
 class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
     Config = LsaVsLcaConfig
-    atlas_axes = AtlasAxes(
-        axes=(
-            AtlasAxis("fixed_depth", (1, 2, 5, 10, 20, 50), quick=(2, 10, 50), label="T"),
-            AtlasAxis("train_contexts", (30, 100, 300, 1000), quick=(100, 1000), label="L_tr", as_list=True),
-        ),
-        why="The minimiser of the finite-L_tr loss sits far from alpha*_T at large T (0.86 alpha*_T at T = 10, 0.32 "
-        "at T = 50 for L_tr = 100): the alpha, orders and depth claims depend on T × L_tr.",
-    )
 
     @staticmethod
     def arms(cfg: LsaVsLcaConfig) -> list[tuple[str, str, int]]:

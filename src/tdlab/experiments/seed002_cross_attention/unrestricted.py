@@ -29,7 +29,6 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed002_cross_attention.common.reference import untied_optimum
 from tdlab.experiments.seed002_cross_attention.common.synthetic import (
@@ -139,11 +138,6 @@ def _whitening_decreases_with_layer_tolerance(cfg: Any, row: Any) -> float:
 @register
 class IclUnrestricted(RegressionArms, Experiment[UnrestrictedConfig]):
     Config = UnrestrictedConfig
-    # atlas: the projection/whitening claims are read from the trained unrestricted model; its step budget decides whether it converged
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("train.steps", (1000, 3000, 10000), quick=(150, 300), label="steps"),),
-        why="The unrestricted-attention claims (projection onto the LSA family within proj_rel_tol) are read from the trained model; quick trains 300 steps against the paper's 3000.",
-    )
 
     @staticmethod
     def arm(param: str, sigma: float) -> str:

@@ -42,7 +42,6 @@ from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Hypothesis
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
     PAST_LOWER_ORDER,
@@ -185,11 +184,6 @@ def _matching_cases(cfg: MarkovICLConstructionConfig, context: Any) -> tuple[Sam
 @register
 class MarkovICLConstruction(Experiment[MarkovICLConstructionConfig]):
     Config = MarkovICLConstructionConfig
-    # atlas: the construction claims compare the trained model with the closed-form estimator; its step budget decides how close it gets
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("train.steps", (1000, 3000, 6000), quick=(300, 600), label="steps"),),
-        why="The construction claims compare trained models with the explicit ICL estimator; the quick profile trains 600 steps against the paper's 3000.",
-    )
 
     def run(self, cfg: MarkovICLConstructionConfig, ctx: RunContext) -> None:
         seeds = member_seeds(cfg.seed, cfg.members)

@@ -45,7 +45,6 @@ from pydantic import Field, field_validator, model_validator
 from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
     PAST_LOWER_ORDER,
@@ -256,24 +255,6 @@ def _training_panels(cells: dict[str, dict]) -> list[Panel]:
 @register
 class MarkovICLDepth(Experiment[MarkovICLDepthConfig]):
     Config = MarkovICLDepthConfig
-    # Atlas: one cell per point (cells=[] so that ks, depths, positions decide the grid). A point with
-    # one depth has no 2-layer control: its 1-layer rows are not evaluable (DEPTH_TWO_LEARNS).
-    atlas_axes = AtlasAxes(
-        axes=(
-            AtlasAxis("depths", (1, 2, 3), quick=(1, 2), label="depth", as_list=True),
-            AtlasAxis(
-                "positions",
-                ("absolute", "relative", "relative-kv", "both"),
-                quick=("absolute", "relative"),
-                label="PE",
-                as_list=True,
-            ),
-            AtlasAxis("ks", (1, 2, 3), quick=(1,), label="k", as_list=True),
-        ),
-        set={"cells": []},
-        why="The claims are about depth against the chain's order k (depth 1 does not reach the k = 1 estimator, "
-        "depth 2 does; depth 3 for k >= 2), and the seed states relative PE for its construction only.",
-    )
 
     # ------------------------------------------------------------------------------------------
     def run(self, cfg: MarkovICLDepthConfig, ctx: RunContext) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 from pydantic import field_validator, model_validator
 
 from tdlab.claims import GroupResult, Measurements, Sample, Stage
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import register
 from tdlab.experiments.seed003_attention_markov.common.estimator_stage import record_stage
 from tdlab.experiments.seed003_attention_markov.common.icl_grid import (
@@ -63,11 +62,6 @@ class MarkovICLDepthLinearConfig(GridConfig):
 @register
 class MarkovICLDepthLinear(ICLGrid[MarkovICLDepthLinearConfig]):
     Config = MarkovICLDepthLinearConfig
-    # atlas: the depth claims (which depth reaches the k-gram estimator) are read after a step budget; quick's 250 steps are far below the paper's 6000
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("train.steps", (2000, 6000, 12000), quick=(125, 250), label="steps"),),
-        why="Whether a depth reaches the in-context k-gram estimator is read at the end of training; the budget (quick 250, paper 6000) decides whether the deeper models got there.",
-    )
 
     def measure(self, cfg: MarkovICLDepthLinearConfig, run: RunView) -> Measurements:
         cl = cfg.claims

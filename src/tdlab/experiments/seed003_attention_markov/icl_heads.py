@@ -17,7 +17,6 @@ from __future__ import annotations
 from pydantic import field_validator, model_validator
 
 from tdlab.claims import GroupResult, Measurements, Sample
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import register
 from tdlab.experiments.seed003_attention_markov.common.icl_grid import (
     TRAINING_GAPS,
@@ -59,11 +58,6 @@ class MarkovICLHeadsConfig(GridConfig):
 @register
 class MarkovICLHeads(ICLGrid[MarkovICLHeadsConfig]):
     Config = MarkovICLHeadsConfig
-    # atlas: the head-count claims are read after a step budget; quick's 200 steps are far below the paper's 6000
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("train.steps", (2000, 6000, 12000), quick=(100, 200), label="steps"),),
-        why="Whether more heads reach the in-context estimator is read at the end of training; the budget (quick 200, paper 6000) decides whether the models got there.",
-    )
 
     def measure(self, cfg: MarkovICLHeadsConfig, run: RunView) -> Measurements:
         cl = cfg.claims

@@ -43,7 +43,6 @@ from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
@@ -253,11 +252,6 @@ def _tying_panel(cfg: MarkovTyingConfig, p: float, q: float) -> Panel:
 @register
 class MarkovTying(Experiment[MarkovTyingConfig]):
     Config = MarkovTyingConfig
-    # atlas: the tied/untied trained claims read the limit reached after the step budget
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("train.steps", (2000, 8000, 16000), quick=(750, 1500), label="steps"),),
-        why="The trained claims of the tying experiment read the limit reached after a fixed budget (quick 1500, paper 8000); the horizon decides which critical point training sits at.",
-    )
 
     # ------------------------------------------------------------------------------------------
     def run(self, cfg: MarkovTyingConfig, ctx: RunContext) -> None:

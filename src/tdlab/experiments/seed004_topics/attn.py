@@ -54,11 +54,9 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, GroupResult, Measurements, Sample
 from tdlab.claims.declare import Hypothesis, Provenance
-from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, Experiment, register
 from tdlab.experiments.seed004_topics.common.training import (
     AUTHORS_NOT_REPRODUCED,
-    STEPS_AXIS,
     Optimizer,
     StageClaims,
     TopicsExperimentConfig,
@@ -275,11 +273,6 @@ def _paper_row(name: str, table: dict) -> dict | None:
 @register
 class TopicsAttn(Experiment[TopicsAttnConfig]):
     Config = TopicsAttnConfig
-    # atlas: the attention-pattern claims (same-topic over different-topic attention) are read at the end of training
-    atlas_axes = AtlasAxes(
-        axes=(STEPS_AXIS,),
-        why="The same-topic/different-topic attention ratio (≥ claims.st_over_dt_min) is read at the end of training; quick trains 1500 steps against the paper's 5000.",
-    )
 
     @staticmethod
     def arms(cfg: TopicsAttnConfig) -> list[Optimizer]:

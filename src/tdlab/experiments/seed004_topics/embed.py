@@ -41,12 +41,10 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.declare import Calibration, Threshold
-from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Experiment, register
 from tdlab.experiments.seed004_topics.common.training import (
     AUTHORS_NOT_REPRODUCED,
     PANELS,
-    STEPS_AXIS,
     Loss,
     Optimizer,
     StageClaims,
@@ -153,11 +151,6 @@ def _gram_panel(run: RunView, arm: str, m: Mapping[str, Any]) -> tuple[np.ndarra
 @register
 class TopicsEmbed(Experiment[TopicsEmbedConfig]):
     Config = TopicsEmbedConfig
-    # atlas: the embedding claims are read at the end of training
-    atlas_axes = AtlasAxes(
-        axes=(STEPS_AXIS,),
-        why="The embedding claims (topic structure of W^E'W^E, g, the embed-only loss) are read at the end of training; quick trains 1500 steps against the paper's 5000.",
-    )
 
     @staticmethod
     def arms(cfg: TopicsEmbedConfig) -> list[str]:

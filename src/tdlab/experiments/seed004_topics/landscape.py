@@ -53,7 +53,6 @@ from pydantic import Field, field_validator, model_validator
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.view import RunView
 from tdlab.run_context import RunContext
@@ -310,11 +309,6 @@ _CLAIMS_6 = tuple(_interval_spec("thm5", ver) for ver in VERSIONS)
 @register
 class TopicsLandscape(Experiment):
     Config = TopicsLandscapeConfig
-    # atlas: a closed-form landscape (no training): its minimiser and flatness depend on the masking probability p_m
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("p_m", (0.05, 0.15, 0.3, 0.5), quick=(0.15, 0.3), label="p_m"),),
-        why="No training: the claims are about the closed-form masked-LM loss over (α, β), whose shape depends on the masking probability p_m (App. F.5 uses 0.15).",
-    )
 
     # ---- run --------------------------------------------------------------------------------------
     def run(self, cfg: TopicsLandscapeConfig, ctx: RunContext) -> None:

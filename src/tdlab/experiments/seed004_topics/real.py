@@ -28,13 +28,11 @@ import torch
 
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.declare import Threshold
-from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed004_topics.common.real_text import (
     MEASURE_ARMS,
     MEASURES,
     MODES,
-    STEPS_AXIS,
     RealTextExperiment,
     TopicsRealConfig,
     theta_key,
@@ -68,11 +66,6 @@ DIRECTION = Threshold(
 @register
 class TopicsReal(RealTextExperiment[TopicsRealConfig]):
     Config = TopicsRealConfig
-    # atlas: the real-text topic-attention claims are read at the end of training
-    atlas_axes = AtlasAxes(
-        axes=(STEPS_AXIS,),
-        why="The real-text claims compare trained attention against the LDA topics at the end of training; quick trains 1000 steps against the paper's 20000.",
-    )
 
     def measure(self, cfg: TopicsRealConfig, run: RunView) -> Measurements:
         """Per θ the trained model's ratios (Tables 1, 5), the control's attention ratio and cosine gap z-score,

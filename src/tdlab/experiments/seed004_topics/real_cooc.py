@@ -19,10 +19,8 @@ from typing import Any
 import numpy as np
 
 from tdlab.claims import GroupResult, Measurements, Sample
-from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed004_topics.common.real_text import (
-    STEPS_AXIS,
     RealTextExperiment,
     TopicsRealConfig,
     theta_key,
@@ -53,11 +51,6 @@ TABLE2_WHERE = "Table 2 caption (App. A.2; its sentence is garbled: read as same
 class TopicsRealCooc(RealTextExperiment[TopicsRealCoocConfig]):
     Config = TopicsRealCoocConfig
     cooc = True
-    # atlas: the co-occurrence claims are read at the end of training
-    atlas_axes = AtlasAxes(
-        axes=(STEPS_AXIS,),
-        why="The co-occurrence claims are read from the trained model at the end of training; quick trains 1000 steps against the paper's 20000.",
-    )
 
     def measure(self, cfg: TopicsRealCoocConfig, run: RunView) -> Measurements:
         """Per θ the same-topic and top co-occurring means (trained and untrained) and the two differences."""

@@ -34,7 +34,6 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.declare import Hypothesis
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import register
 from tdlab.experiments.seed004_topics.common.lags import KQ_GREW, LagClaims, lag_sample
 from tdlab.experiments.seed004_topics.common.real_text import (
@@ -154,11 +153,6 @@ class WeightProbe:
 @register
 class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
     Config = RealTwoStageConfig
-    # atlas: the two-stage lag is a share of the horizon read (Fig. 5: the first 400 steps); train.steps stays at the profile's 400 >= every horizon
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("claims.horizon", (150, 200, 300, 400), quick=(200, 400), label="horizon"),),
-        why="The two-stage claim (W^K, W^Q grow a tenth of the horizon after W^V) is read over the first claims.horizon steps: the read window is the budget the verdict depends on.",
-    )
 
     def run(self, cfg: RealTwoStageConfig, ctx: RunContext) -> None:
         data = prepare_data(cfg, ctx.writer.path / "cache", ctx.progress)

@@ -57,7 +57,6 @@ from pydantic import Field, model_validator
 from tdlab.claims import ArmHealth, GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Threshold
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, register
 from tdlab.experiments.seed004_topics.common.lags import KQ_GREW, LagClaims, lag_sample
 from tdlab.experiments.seed004_topics.common.training import (
@@ -242,23 +241,6 @@ def _norm_probe(model) -> dict[str, torch.Tensor]:
 @register
 class TopicsTwoStage(Experiment[TopicsTwoStageConfig]):
     Config = TopicsTwoStageConfig
-    # atlas: where do Fig. 4's two stages appear? §5.1/§8: "with certain initialization and learning rate
-    # settings"; "sensitive to hyperparameters like initialization and learning rate". Every point trains one
-    # setting at each batch (headline_only) and judges it with the two-stage rule over Fig. 4's 1000-step horizon.
-    atlas_axes = AtlasAxes(
-        axes=(
-            AtlasAxis("headline_lr", (0.001, 0.003, 0.01, 0.03, 0.1, 0.3), quick=(0.01, 0.1), label="lr"),
-            AtlasAxis("headline_init", (1e-4, 1e-3, 1e-2), quick=(1e-3,), label="init"),
-            AtlasAxis("headline_optimizer", ("sgd", "adam"), label="optimizer"),
-            AtlasAxis("authors_compat", (False, True), label="authors_compat"),
-        ),
-        set={"headline_only": True},
-        profile_set={"quick": {"headline_members": 4}},
-        why="The grid judges the rule on a few members per setting, and §8 says the two stages appear "
-        "only for some initialisations and learning rates: the atlas searches optimiser x lr x init scale x "
-        "authors_compat, one setting per point (at each batch), each judged by the same two-stage rule "
-        "(value-grows-first).",
-    )
 
     @staticmethod
     def arms(cfg: TopicsTwoStageConfig) -> list[str]:

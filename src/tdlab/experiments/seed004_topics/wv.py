@@ -53,12 +53,10 @@ from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Hypothesis
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.base import Analysis, Experiment, register
 from tdlab.experiments.seed004_topics.common.training import (
     AUTHORS_NOT_REPRODUCED,
     PANELS,
-    STEPS_AXIS,
     Loss,
     Optimizer,
     StageClaims,
@@ -322,11 +320,6 @@ def _population_wv(cfg: TopicsWVConfig, run: RunView, _: Mapping[str, Any]) -> l
 @register
 class TopicsWV(Experiment[TopicsWVConfig]):
     Config = TopicsWVConfig
-    # atlas: the W^V claims are read at the end of training
-    atlas_axes = AtlasAxes(
-        axes=(STEPS_AXIS,),
-        why="The W^V claims (block contrast, g, S and D, the W^V-only loss) are read at the end of training; quick trains 1500 steps against the paper's 5000.",
-    )
 
     @staticmethod
     def arms(cfg: TopicsWVConfig) -> list[str]:

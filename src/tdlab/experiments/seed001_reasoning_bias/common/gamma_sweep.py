@@ -16,10 +16,8 @@ from pydantic import Field, model_validator
 from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
 from tdlab.config import Config
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
-    EPOCH_BUDGET_WHY,
     PAPER_LR_TRANSFORMER,
     AnchorsHealth,
     ArmCurves,
@@ -163,12 +161,6 @@ class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
 
     # its own config; the experiments built on the γ-sweep (AnchorsGammaSweep[TheirConfig]) set theirs
     Config = AnchorsBiasConfig  # type: ignore[assignment]
-    # atlas: the γ-bias claims (small γ learns reasoning first, t50 ratios, final accuracy) depend on the epoch budget (snapshots rescaled to fit every budget)
-    atlas_axes = AtlasAxes(
-        axes=(AtlasAxis("schedule.epochs", (500, 1000, 2000), quick=(6, 12), label="epochs"),),
-        profile_set={"quick": {"snapshot_epochs": [1, 2, 5]}, "paper": {"snapshot_epochs": [50, 200, 450]}},
-        why=EPOCH_BUDGET_WHY,
-    )
 
     def run(self, cfg: AnchorsBiasConfigT, ctx: RunContext) -> None:
         task, arms = self.task(cfg), self.gamma_arms(cfg)

@@ -81,13 +81,6 @@ PAPER_EPOCHS = 1000  # A.3: every anchor-function model trains 1000 epochs
 PAPER_LR_TRANSFORMER = 1e-5  # A.3: the transformer's AdamW learning rate
 PAPER_LR_EMB_MLP = 5e-6  # A.3: the Emb-MLP's
 
-# Why the atlas sweeps the epoch budget of the γ-sweep experiments (their AtlasAxes.why).
-EPOCH_BUDGET_WHY = (
-    "The seed's dynamics claims (reasoning anchors learned before memory ones, t50 ratios, the final accuracies) are "
-    "read along or at the end of a fixed epoch budget; the quick profile's is a scale-down of the paper's (the "
-    "profiles table gives both for each experiment), so the horizon is the setting these verdicts hinge on."
-)
-
 
 class EpochsConfig(Config):
     """The epoch-based schedule of a fixed data set (A.3) and the evaluation sets."""
