@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from tdlab.experiments import runner
+from tdlab import runner
 from tdlab.experiments.base import get
 from tdlab.train.lanes import limited_to
 from tdlab.train.phases import PhaseClock

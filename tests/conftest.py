@@ -49,6 +49,29 @@ def chain_truth(p: float, q: float) -> tuple[float, float]:
     return (1 - pi1) * h(p) + pi1 * h(q), h(pi1)
 
 
+_ANCHORS_TINY = (
+    "task.key_min=21",
+    "task.key_max=30",
+    "task.n_train=600",
+    "task.n_test=40",
+    "model.d=8",
+    "model.d_attn=4",
+    "model.d_ff=8",
+    "schedule.epochs=2",
+    "schedule.n_eval=60",
+    "train.lr=0.003",
+    "snapshot_epochs=[1]",
+)
+
+
+@pytest.fixture
+def anchors_tiny() -> list[str]:
+    """The ``--set`` overrides of seed 001's anchors experiments (anchors-bias and those built on its task
+    and GPT: attention, embedding, lowrank) at a tiny setting: keys 21..30, 600 training and 40 held-out
+    sequences, d = 8, 2 epochs of 6 steps at lr 0.003, a snapshot after epoch 1. A fresh list per test."""
+    return list(_ANCHORS_TINY)
+
+
 @pytest.fixture
 def one_thread():
     """One intra-op thread for tests on tiny tensors (on shared cores two threads spin-wait, ~40x slower)."""
@@ -124,7 +147,7 @@ def stopped_everywhere() -> Callable[..., tuple[object, list]]:
     an expired ``--until`` (it stops at its first chance: a checkpoint after one step or evaluation, a stored
     piece), then resumed under one again and again until it finishes. ``on_first(stop)`` sees the first stop
     while its staging folder is there."""
-    from tdlab.experiments.runner import execute, resume
+    from tdlab.runner import execute, resume
     from tdlab.train.stopping import RunStopped, stopping
 
     def run(exp, cfg, out: Path, on_first: Callable[[RunStopped], None] | None = None, limit: int = 200):

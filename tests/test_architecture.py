@@ -192,6 +192,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("tdlab.experiments",),
     # 5: what is done with experiments and their runs
     (
+        "tdlab.runner",
+        "tdlab.decide",
         "tdlab.results",
         "tdlab.reproduce",
         "tdlab.explain",

@@ -438,9 +438,9 @@ def test_atlas_run_names_its_own_option(invoke, tmp_path):
 def test_run_takes_its_lanes_from_lanes_else_from_its_share_of_the_cores(
     monkeypatch, invoke, runs_dir, tmp_path, share, args, want
 ):
+    from tdlab import runner
     from tdlab.config import ConfigError
     from tdlab.cores import usable_cores
-    from tdlab.experiments import runner
     from tdlab.train import lanes
 
     monkeypatch.setenv("TDLAB_CORES_DIR", str(tmp_path / "cores"))  # no other tdlab process holds a core

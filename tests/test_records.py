@@ -17,7 +17,7 @@ from tdlab.results import rejudge
 def run_dir(make_markov_run) -> Path:
     """A finished run of markov-init (two members, written without training) reported again: its
     ``record.json`` as the runner writes it."""
-    from tdlab.experiments.runner import rebuild
+    from tdlab.runner import rebuild
 
     _, path = make_markov_run(0.5, 0.8, {}, [0, 10], members=2)
     rebuild(path)

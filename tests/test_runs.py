@@ -297,7 +297,7 @@ def _digest(folder):
     ],
 )
 def test_rebuild_refuses_metrics_without_what_the_experiment_reads_and_writes_nothing(make_markov_run, change, words):
-    from tdlab.experiments.runner import rebuild
+    from tdlab.runner import rebuild
 
     _, path = make_markov_run(0.5, 0.8, {}, [0, 10, 20], members=2)
     change(pd.read_parquet(path / "metrics.parquet")).to_parquet(path / "metrics.parquet")
@@ -309,7 +309,7 @@ def test_rebuild_refuses_metrics_without_what_the_experiment_reads_and_writes_no
 
 
 def test_rebuild_names_config_yaml_for_an_unknown_experiment_or_a_bad_config(make_markov_run):
-    from tdlab.experiments.runner import rebuild
+    from tdlab.runner import rebuild
 
     _, path = make_markov_run(0.5, 0.8, {}, [0, 10], members=1)
     conf = yaml.safe_load((path / "config.yaml").read_text())
@@ -328,8 +328,8 @@ def test_rebuild_names_config_yaml_for_an_unknown_experiment_or_a_bad_config(mak
 def test_a_config_yaml_without_its_config_is_refused_not_read_as_the_defaults(make_markov_run):
     """The experiment's defaults are not what ran: a rebuild, a record and an export refuse the run."""
     from tdlab.experiments.base import stored_experiment
-    from tdlab.experiments.runner import rebuild
     from tdlab.results import record_of_run
+    from tdlab.runner import rebuild
 
     _, path = make_markov_run(0.5, 0.8, {}, [0, 10], members=1)
     conf = yaml.safe_load((path / "config.yaml").read_text())
@@ -557,7 +557,7 @@ def test_saved_segments_read_back_with_their_total(tmp_path):
 
 
 def test_a_rebuilt_report_keeps_a_resumed_runs_segments_and_refuses_damaged_ones(make_markov_run):
-    from tdlab.experiments.runner import rebuild
+    from tdlab.runner import rebuild
 
     _, path = make_markov_run(0.5, 0.8, {}, [0, 10], members=1)
     rebuild(path)  # the summary of a finished run

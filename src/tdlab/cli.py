@@ -359,7 +359,7 @@ def run(
 
     import torch
 
-    from tdlab.experiments.runner import recorded_threads
+    from tdlab.runner import recorded_threads
 
     # a resume trains on the threads the run began with (another count changes the numbers' last bits);
     # --threads chooses otherwise
@@ -448,7 +448,7 @@ def _run_or_resume(
     lane_cap,
 ):
     """The body of :func:`run`: resume ``resume``, or run ``name`` (config, decide plan, TensorBoard sink)."""
-    from tdlab.experiments import runner
+    from tdlab import runner
     from tdlab.experiments.base import get
 
     if resume is not None:
@@ -505,7 +505,7 @@ def _decide_plan(budget: str, looks: int):
     """The ``--decide`` plan from ``--budget`` and ``--looks``, refused in one line naming the option."""
     from pydantic import ValidationError
 
-    from tdlab.experiments.decide import DecidePlan
+    from tdlab.decide import DecidePlan
 
     seconds = parse_duration(budget, "--budget")
     try:
@@ -591,7 +591,7 @@ def _group_line(g: dict) -> str:
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")], include: IncludeOption = None) -> None:
     """Rebuild the claims, figures, summary.json and report.html of a run from its stored data."""
-    from tdlab.experiments.runner import rebuild
+    from tdlab.runner import rebuild
 
     _include(include)
     try:
@@ -735,7 +735,7 @@ def sweep_cmd(
     max_points: Annotated[int, typer.Option(min=1, help="refuse specs with more points than this")] = 10_000,
 ) -> None:
     """Run a grid of runs; finished points are skipped when the sweep is started again."""
-    from tdlab.experiments.runner import check_out
+    from tdlab.runner import check_out
     from tdlab.sweep import load_spec, run_sweep
 
     try:
@@ -827,7 +827,7 @@ def batch_cmd(
     with the folder) it resumes every unfinished run from its checkpoints. Prints what finished, what is
     left and the estimated time to finish; exit 0 when all finished, 3 when runs are left, 1 when one failed."""
     from tdlab.batch import ORDERS, check_names, plan_batch, published, run_batch
-    from tdlab.experiments.runner import check_device
+    from tdlab.runner import check_device
 
     _include(include)
     try:

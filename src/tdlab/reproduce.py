@@ -97,7 +97,7 @@ def reproduce(rec: Any, out: Path | None = None, progress: bool = False) -> Repr
     import torch
 
     from tdlab.experiments.base import get
-    from tdlab.experiments.runner import execute
+    from tdlab.runner import execute
     from tdlab.runs import environment, source_commit
 
     if rec.measured is None:

@@ -62,7 +62,7 @@ def record_of_run(run_dir: Path, commit: str | None = None) -> dict[str, Any]:
     analysis = None
     if summary.get("status", "done") == "done":
         analysis = exp.analyse(cfg, RunView(run), confidence=(summary.get("decide") or {}).get("confidence", 0.95))
-        from tdlab.experiments.runner import claim_counts
+        from tdlab.runner import claim_counts
 
         summary = {**summary, **claim_counts(analysis), "measurements": analysis.measurements}
     return make_record(run, summary, analysis, commit, source_commit())

@@ -205,7 +205,7 @@ def _json_ok(value: Any) -> bool:
 
 def _decide_plan(budget: str) -> dict[str, Any]:
     """The plan a point run with ``--decide --budget BUDGET`` (and the CLI's other defaults) records."""
-    from tdlab.experiments.decide import DecidePlan
+    from tdlab.decide import DecidePlan
 
     return DecidePlan(budget_s=parse_duration(budget, "decide")).model_dump()
 

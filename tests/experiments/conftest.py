@@ -4,28 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-_ANCHORS_TINY = (
-    "task.key_min=21",
-    "task.key_max=30",
-    "task.n_train=600",
-    "task.n_test=40",
-    "model.d=8",
-    "model.d_attn=4",
-    "model.d_ff=8",
-    "schedule.epochs=2",
-    "schedule.n_eval=60",
-    "train.lr=0.003",
-    "snapshot_epochs=[1]",
-)
-
-
-@pytest.fixture
-def anchors_tiny() -> list[str]:
-    """The ``--set`` overrides of seed 001's anchors experiments (anchors-bias and those built on its task
-    and GPT: attention, embedding, lowrank) at a tiny setting: keys 21..30, 600 training and 40 held-out
-    sequences, d = 8, 2 epochs of 6 steps at lr 0.003, a snapshot after epoch 1. A fresh list per test."""
-    return list(_ANCHORS_TINY)
-
 
 @pytest.fixture
 def at_paper_length(monkeypatch):

@@ -18,7 +18,6 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
 from tdlab.experiments.seed003_attention_markov.icl_depth import MarkovICLDepth
 from tdlab.export.transformer_lens import (
@@ -35,6 +34,7 @@ from tdlab.export.transformer_lens import (
 )
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.run_context import init_arm
+from tdlab.runner import execute
 from tdlab.runs import Run, RunWriter
 from tdlab.seeding import member_seeds
 

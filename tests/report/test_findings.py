@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tdlab.cli import app
-from tdlab.experiments.runner import rebuild
 from tdlab.report.findings import END, START, changes_markdown, findings_markdown, replace_between_markers
+from tdlab.runner import rebuild
 
 STEPS = [0, 100, 200, 300, 400]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tdlab.experiments.runner import rebuild
 from tdlab.report.html import render_report
+from tdlab.runner import rebuild
 
 STEPS = [0, 100, 200, 300, 400]
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_report.sh"

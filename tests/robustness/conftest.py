@@ -31,7 +31,7 @@ from hypothesis import core as hypothesis_core
 from typer.testing import CliRunner
 
 import tdlab.cli as cli
-from tdlab.experiments import runner
+from tdlab import runner
 
 # Examples that rebuild a report are slow by nature; some strategies filter out valid values. Fresh
 # examples every run (no derandomize): the seed is printed at the end for replay.

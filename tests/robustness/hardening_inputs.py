@@ -572,7 +572,7 @@ def _(ctx, w):
 @case("run-id-twice-at-once", "run --run-id", "8", timeout=400)
 def _(ctx, w):
     def go() -> str | None:
-        from tdlab.experiments import runner
+        from tdlab import runner
 
         out, release = w / "out", w / "go"
         argv = ["run", "markov-init", *TINY, "--run-id", "X", "--out", out]

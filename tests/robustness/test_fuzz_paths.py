@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tdlab.sweep
-from tdlab.experiments import runner
+from tdlab import runner
 
 INPUT_KINDS = ["missing", "folder", "device", "fifo", "zero-link", "loop", "under-file", "binary", "latin1", "empty"]
 RUN_KINDS = ["missing", "folder", "file", "device", "fifo", "zero-link", "loop", "under-file"]  # a run folder expected

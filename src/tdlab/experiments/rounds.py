@@ -1,4 +1,4 @@
-"""What ``--decide``'s rounds grow and keep, owned by the decide layer (:mod:`tdlab.experiments.decide`):
+"""What ``--decide``'s rounds (:mod:`tdlab.decide`) grow and keep, beside the experiments whose fields it names:
 the config field that sets an experiment's training length (and the seed's length, which the judge's budget
 rule reads), the field that sets a Monte-Carlo reference's replicate draws, and the state one run keeps
 across its rounds (:class:`RoundState`: draws computed once, the measured seconds of a unit of work).

@@ -18,9 +18,9 @@ import pytest
 import tdlab.experiments.seed000_local_to_global.bridge as mb
 from tdlab.claims import Row, Sample
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute, rebuild
 from tdlab.experiments.seed000_local_to_global.bridge import MarkovBridge, cell_arm, classify_losses, predict_cell
 from tdlab.experiments.seed000_local_to_global.common.hypotheses import BELOW_LINE_ROW
+from tdlab.runner import execute, rebuild
 from tdlab.runs import Run, RunWriter
 from tdlab.theory.markov_landscape import CriticalKind, gaussian_basin_probability
 

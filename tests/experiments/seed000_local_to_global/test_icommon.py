@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed000_local_to_global.icommon import (
     MarkovICommon,
     canonical_init_,
@@ -23,6 +22,7 @@ from tdlab.experiments.seed000_local_to_global.icommon import (
     proposed_point,
 )
 from tdlab.models.gpt import GPT
+from tdlab.runner import execute
 from tdlab.runs import RunWriter
 from tdlab.seeding import member_seeds
 from tdlab.theory.markov_landscape import CriticalKind

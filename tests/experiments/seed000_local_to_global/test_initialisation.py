@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from tdlab.experiments.runner import execute, rebuild
 from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
 from tdlab.probes.curves import plateau_escape_step
+from tdlab.runner import execute, rebuild
 from tdlab.runs import Run
 
 STEPS = [0, 100, 200, 300]

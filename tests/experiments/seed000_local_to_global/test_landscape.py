@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed000_local_to_global.common.flows import chain_arm, settled_bound
 from tdlab.experiments.seed000_local_to_global.landscape import MarkovLandscape
+from tdlab.runner import execute
 from tdlab.runs import Run
 from tdlab.theory import markov_landscape as ml
 from tdlab.theory.markov_landscape import CriticalKind as CK

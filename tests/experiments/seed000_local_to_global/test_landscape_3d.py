@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed000_local_to_global.landscape_3d import MarkovLandscape3D
+from tdlab.runner import execute
 from tdlab.runs import Run
 from tdlab.theory import markov_landscape as ml
 from tdlab.theory.markov_landscape import CriticalKind as CK

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from tdlab.claims import Measurements, judge
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed000_local_to_global.common.low_rank import MATRICES, bias_step_excess
 from tdlab.experiments.seed000_local_to_global.rank import AT_GLOBAL_MINIMUM, MarkovRank
+from tdlab.runner import execute
 from tdlab.runs import RunWriter
 
 EXP = MarkovRank()

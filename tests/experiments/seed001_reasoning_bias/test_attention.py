@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed001_reasoning_bias.attention import (
     AnchorsAttention,
     average_operator_error,
@@ -22,6 +21,7 @@ from tdlab.experiments.seed001_reasoning_bias.attention import (
     value_tags,
 )
 from tdlab.models.gpt import GPT
+from tdlab.runner import execute
 from tdlab.runs import Run, RunWriter
 
 PAPER_BUDGET = ("train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]")  # A.3's lr and budget

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute, rebuild
 from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
 from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import chance_acc_test
 from tdlab.experiments.seed001_reasoning_bias.common.training import label_marginal_losses
 from tdlab.report.measurement_tables import measurement_tables
+from tdlab.runner import execute, rebuild
 from tdlab.runs import Run, RunWriter
 
 EPOCHS = list(range(0, 11))

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
 from tdlab.experiments.seed001_reasoning_bias.embedding import AnchorsEmbedding, eq14_member_cosines
+from tdlab.runner import execute
 from tdlab.runs import Run, RunWriter
 from tdlab.theory.anchors import eq14_cosine, eq14_vectors
 

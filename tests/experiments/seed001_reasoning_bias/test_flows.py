@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 
 from tdlab.claims import Row, Sample, judge
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed001_reasoning_bias.flows import (
     DROPPED_SMALL,
     LAWS_EQUAL,
@@ -24,6 +23,7 @@ from tdlab.experiments.seed001_reasoning_bias.flows import (
     small_init_tolerance,
 )
 from tdlab.experiments.view import RunView
+from tdlab.runner import execute
 from tdlab.runs import Run
 from tdlab.seeding import generators
 from tdlab.tasks.anchors import Anchors, AnchorsConfig

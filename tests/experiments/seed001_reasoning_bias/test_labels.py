@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed001_reasoning_bias.common.training import label_marginal_losses
 from tdlab.experiments.seed001_reasoning_bias.labels import AnchorsLabels, group_in_range, group_mean, memory_splits
 from tdlab.models.gpt import GPT
 from tdlab.report.measurement_tables import measurement_tables
+from tdlab.runner import execute
 from tdlab.runs import Run, RunWriter
 from tdlab.seeding import member_seeds
 

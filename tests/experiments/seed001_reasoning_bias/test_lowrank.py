@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed001_reasoning_bias.lowrank import AnchorsLowrank, weight_matrices
 from tdlab.models.gpt import GPT
+from tdlab.runner import execute
 from tdlab.runs import Run, RunWriter
 
 PAPER_BUDGET = ("train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 900]")  # A.3's lr and budget

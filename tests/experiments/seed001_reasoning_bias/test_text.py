@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 
 from tdlab.cli import app
 from tdlab.config import ConfigError, build_config
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed001_reasoning_bias.text import (
     DATA_DIR,
     SOURCES,
@@ -32,6 +31,7 @@ from tdlab.experiments.seed001_reasoning_bias.text import (
     token_counts,
 )
 from tdlab.run_context import init_arm, snapshot_arm
+from tdlab.runner import execute
 from tdlab.runs import Run, RunWriter
 from tdlab.tasks.stories import STANDIN_LABEL, standin_stories
 from tdlab.train.objectives import NextToken

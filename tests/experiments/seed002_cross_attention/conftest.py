@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tdlab.experiments.runner import execute
+from tdlab.runner import execute
 from tdlab.runs import Run
 
 

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed002_cross_attention.avdigits import (
     ABOVE_CHANCE,
     ARMS,
@@ -24,6 +23,7 @@ from tdlab.experiments.seed002_cross_attention.avdigits import (
     build_model,
     chance_bound,
 )
+from tdlab.runner import execute
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.tasks import avdigits

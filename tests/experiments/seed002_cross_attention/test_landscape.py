@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed002_cross_attention.landscape import IclLandscape
+from tdlab.runner import execute
 from tdlab.runs import staging_path
 from tdlab.theory.icl import two_param_stationary
 from tdlab.train.stopping import RunStopped

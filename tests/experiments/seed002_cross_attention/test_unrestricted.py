@@ -195,8 +195,8 @@ def test_the_arms_train_on_lanes_to_the_numbers_of_one_lane_and_a_kill_before_th
     """The arms are independent fits: on two one-thread lanes they end with the numbers of one lane, bit for
     bit. Their diagnostics (projections, whitening) are measured once every fit is stored, so a run killed in
     between keeps the fits, and the resume measures what is missing to the rows of a run never stopped."""
+    from tdlab import runner
     from tdlab.costs.work import fit_arms
-    from tdlab.experiments import runner
     from tdlab.runs import Run, arrays_file
     from tdlab.train.lanes import limited_to
 

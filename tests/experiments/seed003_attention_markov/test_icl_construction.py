@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed003_attention_markov.icl_construction import (
     MarkovICLConstruction,
     construction_arm,
     construction_gaps,
     train_arm,
 )
+from tdlab.runner import execute
 from tdlab.runs import RunWriter
 from tdlab.tasks.markov_kth import InContextMarkov
 

@@ -13,7 +13,6 @@ import re
 import pytest
 
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed003_attention_markov.icl_depth import (
     MarkovICLDepth,
     cell_arm,
@@ -21,6 +20,7 @@ from tdlab.experiments.seed003_attention_markov.icl_depth import (
     probe_arm,
     provenance,
 )
+from tdlab.runner import execute
 from tdlab.runs import RunWriter
 
 EXP = MarkovICLDepth()

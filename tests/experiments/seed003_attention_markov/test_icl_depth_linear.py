@@ -12,9 +12,9 @@ import re
 import pytest
 
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed003_attention_markov.common.icl_grid import cell_arm
 from tdlab.experiments.seed003_attention_markov.icl_depth_linear import MarkovICLDepthLinear
+from tdlab.runner import execute
 
 LIN = MarkovICLDepthLinear()
 GROUPS = ["attention-only-reaches-estimator", "attention-only-depth-grows-with-k", "mlp-depth-stays-constant"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed003_attention_markov.icl_heads import MarkovICLHeads
+from tdlab.runner import execute
 
 HEADS = MarkovICLHeads()
 GROUPS = ["one-head-per-layer-suffices-at-depth-3", "more-heads-not-needed-at-depth-3"]

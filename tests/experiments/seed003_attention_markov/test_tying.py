@@ -12,9 +12,9 @@ from dataclasses import replace
 import pytest
 
 from tdlab.claims import judge
-from tdlab.experiments.runner import execute, rebuild
 from tdlab.experiments.seed003_attention_markov.tying import MarkovTying, chain_tag
 from tdlab.experiments.view import RunView
+from tdlab.runner import execute, rebuild
 from tdlab.runs import RunWriter
 from tdlab.tasks.markov import entropy_rate, marginal_entropy
 from tdlab.theory import markov_tying as th
@@ -347,7 +347,7 @@ def test_a_stop_in_training_writes_no_checkpoint_for_the_fits_not_started(tmp_pa
     """The seed's grid is 50 fits: a stop in the first must not start the other 49 for a step each (a
     checkpoint apiece, 12 MB of a state carried between machines). On one lane the fit in progress checkpoints
     and no other; the rest start on the resume, and the run ends with the numbers of one never stopped."""
-    from tdlab.experiments.runner import resume
+    from tdlab.runner import resume
     from tdlab.train.lanes import limited_to
     from tdlab.train.stopping import RunStopped, stopping
 

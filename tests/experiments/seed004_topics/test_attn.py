@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.attn import (
     TABLE3,
     TABLE4,
@@ -22,6 +21,7 @@ from tdlab.experiments.seed004_topics.attn import (
     setting_name,
 )
 from tdlab.experiments.view import RunView
+from tdlab.runner import execute
 from tdlab.runs import RunWriter
 from tdlab.theory.topics import c3
 

@@ -16,7 +16,6 @@ from safetensors.torch import load_file, save_file
 
 from tdlab.claims import Row, Sample
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.landscape import (
     ASSUMPTION_4,
     GROWTH,
@@ -25,6 +24,7 @@ from tdlab.experiments.seed004_topics.landscape import (
     TopicsLandscape,
     tau_arm,
 )
+from tdlab.runner import execute
 from tdlab.runs import Run
 from tdlab.theory import topics_landscape as tl
 from tdlab.theory.topics_landscape import assumption4

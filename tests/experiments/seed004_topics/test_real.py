@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 import tdlab.cli as cli
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.common.real_text import ARM, MEASURE_ARMS
 from tdlab.experiments.seed004_topics.real import TopicsReal, fig3_within_cross
+from tdlab.runner import execute
 
 PAPER = ["table1-same-topic-ratios-above-1", "table5-attention-ratio-above-1", "fig3-within-topic-cosine-above-cross"]
 SANITY = ["untrained-control-attention-ratio-near-1", "untrained-control-cosine-gap-null"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.common.real_text import MEASURE_ARMS
 from tdlab.experiments.seed004_topics.real_cooc import TopicsRealCooc
+from tdlab.runner import execute
 
 PAPER_ROWS = {
     "cooc/0.002/attn_same": [0.0066, 0.0065, 0.0067],

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.common.real_text import ARM
 from tdlab.experiments.seed004_topics.real_two_stage import (
     TopicsRealTwoStage,
@@ -21,6 +20,7 @@ from tdlab.experiments.seed004_topics.real_two_stage import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.runner import execute
 from tdlab.runs import RunWriter
 
 STEPS = np.arange(0, 401)

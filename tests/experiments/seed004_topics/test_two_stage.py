@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from tdlab.config import ConfigError
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.common import training
 from tdlab.experiments.seed004_topics.two_stage import TopicsTwoStage, member_settings, setting_name
 from tdlab.experiments.view import RunView
+from tdlab.runner import execute
 from tdlab.runs import RunWriter
 
 STEPS = np.arange(0, 11) * 100  # 0, 100, ..., 1000

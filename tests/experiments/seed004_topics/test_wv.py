@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from tdlab.experiments.runner import execute
 from tdlab.experiments.seed004_topics.common.training import ASSUMPTION_1, masked_loss_floor
 from tdlab.experiments.seed004_topics.wv import (
     POPULATION,
@@ -18,6 +17,7 @@ from tdlab.experiments.seed004_topics.wv import (
     ridge_distance,
 )
 from tdlab.experiments.view import RunView
+from tdlab.runner import execute
 from tdlab.runs import RunWriter
 from tdlab.theory.topics import (
     c3,

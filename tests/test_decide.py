@@ -14,12 +14,13 @@ import pytest
 import torch
 from pydantic import Field
 
+from tdlab import runner
 from tdlab.claims import ClaimSpec, Measurements, Sample
 from tdlab.claims.declare import Threshold
 from tdlab.config import parse_duration
-from tdlab.experiments import base, runner
+from tdlab.decide import DecidePlan
+from tdlab.experiments import base
 from tdlab.experiments.base import Experiment, ExperimentConfig
-from tdlab.experiments.decide import DecidePlan
 from tdlab.experiments.rounds import DRAWS_FIELDS, LENGTH_FIELDS, current_round
 from tdlab.run_context import RunContext
 from tdlab.runs import Run
@@ -163,7 +164,7 @@ def test_a_claim_settled_at_the_first_look_stops_the_rounds(toy, tmp_path):
 
 
 def test_the_budget_stops_the_rounds(toy, tmp_path, monkeypatch):
-    import tdlab.experiments.decide as decide
+    import tdlab.decide as decide
 
     clock = iter(range(0, 10_000, 100))  # every round "takes" 100 s
     monkeypatch.setattr(decide.time, "perf_counter", lambda: float(next(clock)))
@@ -461,8 +462,8 @@ def test_real_experiments_say_how_they_may_train_longer():
     """The training-length field comes from the experiment; the cap is its paper profile's (the seed's length):
     an experiment with claims at the seed's budget trains longer up to that budget, never past it."""
     from tdlab.config import read_field
+    from tdlab.decide import training_extension
     from tdlab.experiments.base import get
-    from tdlab.experiments.decide import training_extension
 
     heads = get("markov-icl-heads")
     ext = training_extension(heads, heads.make_config("quick"))
@@ -570,8 +571,8 @@ def test_without_a_draws_field_the_rounds_stop_and_say_the_reference_binds(monke
 
 
 def test_icl_lsa_vs_lca_names_its_reference_draws_with_their_bound():
+    from tdlab.decide import draws_extension
     from tdlab.experiments.base import get
-    from tdlab.experiments.decide import draws_extension
 
     exp = get("icl-lsa-vs-lca")
     d = draws_extension(exp, exp.make_config("quick"))

@@ -17,8 +17,8 @@ from rich.console import Console
 
 from tdlab.claims import VERDICTS
 from tdlab.config import ConfigError, echo, one_line
+from tdlab.decide import DecidePlan, run_rounds
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, included_from, stored_experiment
-from tdlab.experiments.decide import DecidePlan, run_rounds
 from tdlab.experiments.rounds import length_field, lengths
 from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
@@ -68,7 +68,7 @@ def execute(
 ) -> Run:
     """Run ``exp`` with a validated ``cfg``; returns the finished run (status ``done`` or ``diverged``),
     indexed in ``out``'s run index (under ``sweep`` when part of one). With ``decide``, the run goes
-    on in rounds of more members until its paper claims are settled (:mod:`tdlab.experiments.decide`)."""
+    on in rounds of more members until its paper claims are settled (:mod:`tdlab.decide`)."""
     device = check_device(device)
     out = check_out(out)
     writer = RunWriter(Path(out), exp.name, run_id)
