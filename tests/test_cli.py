@@ -502,3 +502,29 @@ def test_an_experiments_help_says_what_it_is(invoke):
 
     r = invoke("run", "markov-init", "--help")
     assert r.exit_code == 0 and get("markov-init").description.split()[0] in r.output
+
+
+def test_the_summary_prints_brackets_in_notes_and_reasons_as_written(monkeypatch, tmp_path):
+    console = Console(width=300)
+    monkeypatch.setattr(cli, "out_console", console)
+    summary = {
+        "experiment": "x",
+        "figure": "Fig. [1]",
+        "status": "done",
+        "arms": {"a[0]": {"trained": False, "status": "not trained", "reasons": ["loss [nan] at step 3"]}},
+        "claims": [
+            {"id": "g", "verdict": "fails", "rows": [], "counts": {"fails": 0}, "reason": "E[x] is [bold]not[/bold] 0"}
+        ],
+        "notes": ["MSE with E[y²] = 1 and [red]x[/red]"],
+    }
+    with console.capture() as out:
+        cli._print_summary(summary, tmp_path)
+    text = out.get()
+    for written in (
+        "Fig. [1]",
+        "a[0]",
+        "loss [nan] at step 3",
+        "E[x] is [bold]not[/bold] 0",
+        "E[y²] = 1 and [red]x[/red]",
+    ):
+        assert written in text, written

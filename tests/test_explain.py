@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from tdlab.cli import app
 from tdlab.config import ConfigError
 from tdlab.experiments.base import registry
-from tdlab.explain import explain, explain_lines
+from tdlab.explain import explain, explain_lines, readings_lines, readings_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "results" / "paper"
@@ -69,3 +69,27 @@ def test_the_command_prints_json_and_refuses_an_unknown_group_in_one_line() -> N
     assert bad.exit_code == 2 and "no-such-group" in bad.output and len(bad.output.strip().splitlines()) == 1
     with pytest.raises(ConfigError, match="unknown experiment"):
         explain("no-such-experiment")
+
+
+def test_the_command_prints_how_the_experiment_reads_the_seed_above_the_groups() -> None:
+    readings = registry()["markov-rank"].readings
+    assert readings and any(r.option == "train.optimizer" for r in readings)
+    res = CliRunner().invoke(app, ["explain", "markov-rank", "fig3-rank-one", "--results", str(PAPER)])
+    assert res.exit_code == 0, res.output
+    head, group = res.output.split("markov-rank · fig3-rank-one:", 1)
+    block = readings_lines("markov-rank")
+    assert block[0] == "markov-rank: how it reads the seed" and block[-1] == ""
+    # every reading in order: its place and what the seed says, then the choice and the option that switches it
+    assert block[1:-1] == [
+        line
+        for r in readings
+        for line in (f"  {r.where}: {r.seed}", f"    → {r.chosen}" + (f" (option: {r.option})" if r.option else ""))
+    ]
+    assert " ".join(head.split()) == " ".join(" ".join(block).split())  # printed as is, above the groups
+    assert "paper (App. A.3.1" in group
+    assert readings_markdown("markov-rank")[0].startswith("- App. A.3.1; Table 2: the text says")
+
+
+def test_an_experiment_without_readings_prints_no_block(monkeypatch) -> None:
+    monkeypatch.setattr(type(registry()["markov-init"]), "readings", ())
+    assert readings_lines("markov-init") == [] and readings_markdown("markov-init") == []

@@ -520,13 +520,13 @@ _COLORS = {"holds": "green", "fails": "red", "not resolved": "yellow", "not eval
 def _print_summary(summary: dict, path: Path) -> None:
     """One line per claim group (paper claims, then sanity checks apart), arms that did not train."""
     out_console.print(
-        f"\n[bold]{summary['experiment']}[/] ({summary['figure']}) — status {summary['status']}"
-        + (f": {summary['error']}" if summary.get("error") else "")
+        f"\n[bold]{summary['experiment']}[/] ({escape(summary['figure'])}) — status {summary['status']}"
+        + (f": {escape(summary['error'])}" if summary.get("error") else "")
     )
     for arm, h in (summary.get("arms") or {}).items():
         if not h.get("trained", True):
             out_console.print(
-                f"[yellow]{h['status'].upper()}[/] arm {arm}: {'; '.join(h.get('reasons', []))}",
+                f"[yellow]{h['status'].upper()}[/] arm {escape(str(arm))}: {escape('; '.join(h.get('reasons', [])))}",
                 highlight=False,
                 soft_wrap=True,
             )
@@ -542,13 +542,13 @@ def _print_summary(summary: dict, path: Path) -> None:
         out_console.print(f"[bold]{title}[/] ({tally}):", highlight=False)
         for g in groups:
             out_console.print(
-                f"  [{_COLORS[g['verdict']]}]{g['verdict'].upper():13}[/] {_group_line(g)}",
+                f"  [{_COLORS[g['verdict']]}]{g['verdict'].upper():13}[/] {escape(_group_line(g))}",
                 highlight=False,
                 soft_wrap=True,
             )
     _print_measurements(summary.get("measurements") or {})
     for n in summary.get("notes", []):
-        out_console.print(f"  · {n}", highlight=False, soft_wrap=True)
+        out_console.print(f"  · {n}", highlight=False, markup=False, soft_wrap=True)  # "E[y²]" is text, not markup
     if summary.get("decide"):
         from tdlab.report.findings import decided_by
 
@@ -557,14 +557,16 @@ def _print_summary(summary: dict, path: Path) -> None:
 
 
 def _print_measurements(values: dict) -> None:
-    """The per-arm measurements as tables, arms × quantities (:mod:`tdlab.report.measurement_tables`), what the
-    report's "measurements" table shows; the rest of the measurements stays in summary.json and the report."""
+    """The per-arm measurements as tables, arms × quantities (:mod:`tdlab.report.measurement_tables`; a nested
+    one titled ``measurements: cells``, say), what the report's "measurements" tables show; the rest of the
+    measurements stays in summary.json and the report."""
     from rich.table import Table
 
     from tdlab.report.measurement_tables import measurement_tables
 
     for t in measurement_tables(values)[0]:
-        table = Table(title="measurements", title_justify="left", show_edge=False, pad_edge=False)
+        title = f"measurements: {t.title}" if t.title else "measurements"
+        table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, min_width=len(title))
         table.add_column("")
         for c in t.columns:
             table.add_column(c, justify="right", overflow="fold")
@@ -614,9 +616,10 @@ def explain(
     """Each paper claim group of NAME as the paper states it: its quote and place, its kind (at stated
     settings, a limit, an existence), each hypothesis and whether the run met it, the settings where the run
     departs from the seed's manifest, the threshold and its source, and the verdict (the record re-judged by
-    the current rules) with what decided it. With no record in --results, the declarations alone."""
+    the current rules) with what decided it; above them, how NAME reads the seed where the seed is ambiguous or
+    silent. With no record in --results, the declarations alone."""
     from tdlab.explain import explain as explain_groups
-    from tdlab.explain import explain_lines
+    from tdlab.explain import explain_lines, readings_lines
 
     _include(include)
     try:
@@ -626,7 +629,7 @@ def explain(
     if as_json:
         out_console.print_json(json.dumps(entries, default=str))
         return
-    for line in explain_lines(entries):
+    for line in [*readings_lines(name), *explain_lines(entries)]:
         out_console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "build_config",
     "deep_merge",
     "echo",
+    "field_exists",
     "one_line",
     "parse_duration",
     "parse_overrides",
@@ -203,6 +204,17 @@ def read_field(cfg: BaseModel, dotted: str) -> Any:
     for part in dotted.split("."):
         value = getattr(value, part)
     return value
+
+
+def field_exists(model: type[BaseModel], path: str) -> bool:
+    """Whether the dotted ``path`` names a field of the pydantic ``model`` (descending into nested
+    config classes)."""
+    node: Any = model
+    for part in path.split("."):
+        if not (isinstance(node, type) and issubclass(node, BaseModel)) or part not in node.model_fields:
+            return False
+        node = node.model_fields[part].annotation
+    return True
 
 
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

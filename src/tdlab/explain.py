@@ -5,7 +5,8 @@ limit, an existence), each hypothesis it needs and whether the run met it, the s
 departs from the seed's manifest (:mod:`tdlab.experiments.manifest`), where its threshold comes from, and
 the verdict with what decided it. The run is a published record (``results/PROFILE/NAME.json``), re-judged
 by the current claims layer on its stored measurements; with no record, the declarations alone are
-explained at the profile's config and the verdict is ``None``.
+explained at the profile's config and the verdict is ``None``. Above the groups, how the experiment reads the
+seed where the seed is ambiguous or silent (its ``readings``, :class:`~tdlab.experiments.manifest.Reading`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ from tdlab.config import ConfigError, build_config, echo, validate_config
 from tdlab.experiments.base import get
 from tdlab.experiments.manifest import ours_fields
 
-__all__ = ["explain", "explain_declared", "explain_lines", "explain_markdown", "explain_record"]
+__all__ = [
+    "explain",
+    "explain_declared",
+    "explain_lines",
+    "explain_markdown",
+    "explain_record",
+    "readings_lines",
+    "readings_markdown",
+]
 
 
 def _hypotheses(spec: ClaimSpec, cfg: Any, group: GroupResult | None) -> list[dict[str, Any]]:
@@ -120,6 +129,29 @@ def _entries(exp: Any, cfg: Any, judged: dict[str, GroupResult], record: dict[st
             }
         )
     return out
+
+
+def readings_lines(name: str) -> list[str]:
+    """How experiment ``name`` reads its seed (its ``readings``), as text: a block, empty when it declares none."""
+    readings = get(name).readings
+    if not readings:
+        return []
+    lines = [f"{name}: how it reads the seed"]
+    for r in readings:
+        lines.append(f"  {r.where}: {r.seed}")
+        lines.append(f"    → {r.chosen}" + (f" (option: {r.option})" if r.option else ""))
+    return [*lines, ""]
+
+
+def readings_markdown(name: str) -> list[str]:
+    """:func:`readings_lines` as markdown for the seed pages: one item per reading."""
+    from tdlab.report.mdtext import md_cell
+
+    return [
+        f"- {md_cell(r.where)}: {md_cell(r.seed)} — {md_cell(r.chosen)}"
+        + (f" (option: `{r.option}`)" if r.option else "")
+        for r in get(name).readings
+    ]
 
 
 def explain_lines(entries: list[dict[str, Any]]) -> list[str]:

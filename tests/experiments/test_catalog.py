@@ -23,6 +23,7 @@ from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Experiment, get, register, registry
 from tdlab.experiments.catalog import CATALOG
 from tdlab.experiments.declared import Declaration, DeclarationError, claim_specs, declarations, read_file
+from tdlab.experiments.manifest import Reading
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "src" / "tdlab" / "experiments"
@@ -97,6 +98,46 @@ def test_a_shared_anchor_is_merged_in_order_and_the_experiments_own_entries_over
 GOOD = "x-exp:\n  implementation: mod.Cls\n  paper: P\n  figure: F\n  description: D\n  profiles: {quick: {}}\n"
 
 
+def test_declared_readings_build_the_readings_and_an_option_must_be_a_config_field(monkeypatch, tmp_path):
+    path = tmp_path / "experiments.yaml"
+    path.write_text(
+        GOOD + "  readings:\n    - {where: Sec. 2, seed: no step size, chosen: 0.3 (ours), option: train.lr}\n"
+        "    - {where: App. C, seed: either factor, chosen: the better of the two}\n"
+    )
+    (decl,) = read_file(path, "pkg").values()
+    assert decl.attributes()["readings"] == (
+        Reading("Sec. 2", "no step size", "0.3 (ours)", "train.lr"),
+        Reading("App. C", "either factor", "the better of the two"),
+    )
+    assert decl.attributes()["readings"][0].describe() == "Sec. 2: no step size — 0.3 (ours) (option: train.lr)"
+
+    for option, refused in (("train.lr", False), ("train.lr_typo", True)):
+        bad = Declaration(
+            name="x-exp",
+            module=__name__,
+            cls="Reads",
+            paper="P",
+            figure="F",
+            description="D",
+            profiles={"quick": {}},
+            readings=[{"where": "Sec. 2", "seed": "s", "chosen": "c", "option": option}],
+        )
+        monkeypatch.setattr(base, "declaration_of", lambda cls, bad=bad: bad)
+
+        class Reads(Experiment):  # type: ignore[type-arg]
+            Config = registry()["markov-rank"].Config
+
+            def run(self, cfg, ctx):  # pragma: no cover - never run
+                pass
+
+        if refused:
+            with pytest.raises(TypeError, match=r"reading of Sec\. 2 names option 'train\.lr_typo', not a field of"):
+                register(Reads)
+        else:
+            assert register(Reads).readings[0].option == "train.lr"
+        base._REGISTRY.pop("x-exp", None)
+
+
 def test_a_declared_atlas_builds_the_atlas_axes_its_fields_say(tmp_path):
     path = tmp_path / "experiments.yaml"
     path.write_text(
@@ -125,6 +166,7 @@ def test_a_declared_atlas_builds_the_atlas_axes_its_fields_say(tmp_path):
         (GOOD + "  profiles: {quick: 3}\n", r"x-exp\.profiles\.quick: Input should be a valid dictionary"),
         (GOOD.replace("mod.Cls", "Cls"), r"x-exp\.implementation: give it as module\.Class"),
         (GOOD + "  atlas: {axes: [{field: lr, value: [1]}]}\n", r"x-exp\.atlas\.axes\.0\.values: Field required"),
+        (GOOD + "  readings: [{where: Sec. 2, seed: s}]\n", r"x-exp\.readings\.0\.chosen: Field required"),
         (GOOD + "  atlas: {axes: []}\n", r"x-exp\.atlas\.axes: List should have at least 1 item"),
         (
             GOOD + "  atlas: {axes: [{field: lr, values: [1, 1]}]}\n",

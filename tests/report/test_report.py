@@ -198,6 +198,23 @@ def test_report_escapes_text_and_handles_diverged_runs():
     assert "Paper claims" not in html
 
 
+def test_report_lists_how_the_experiment_reads_the_seed():
+    readings = [
+        {
+            "where": "App. A.3.1",
+            "seed": "says SGD, no step size",
+            "chosen": "AdamW <Table 2>",
+            "option": "train.optimizer",
+        },
+        {"where": "App. C", "seed": "either factor", "chosen": "the better of the two", "option": None},
+    ]
+    html = render_report(_summary(), {"experiment": "e"}, "d", readings)
+    assert "How this reads the seed" in html
+    assert "<b>App. A.3.1</b>: says SGD, no step size — AdamW &lt;Table 2&gt;" in html
+    assert "(option: <code>train.optimizer</code>)" in html and html.count("(option:") == 1
+    assert "How this reads the seed" not in render_report(_summary(), {"experiment": "e"}, "d")
+
+
 def _chromium_screenshot(browser: str, report: Path, png: Path) -> None:
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run(

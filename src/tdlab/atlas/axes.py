@@ -7,11 +7,8 @@ sweep`` does.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from pydantic import BaseModel
-
-from tdlab.config import ConfigError
+from tdlab.config import ConfigError, field_exists
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis, linspace
 from tdlab.experiments.base import Experiment, get, registry
 from tdlab.sweep import SweepSpec
@@ -78,17 +75,6 @@ def experiments_with_axes(names: Sequence[str] = ()) -> list[Experiment]:
         if exp not in out:
             out.append(exp)
     return out
-
-
-def field_exists(model: type[BaseModel], path: str) -> bool:
-    """Whether the dotted ``path`` names a field of the pydantic ``model`` (descending into nested
-    config classes)."""
-    node: Any = model
-    for part in path.split("."):
-        if not (isinstance(node, type) and issubclass(node, BaseModel)) or part not in node.model_fields:
-            return False
-        node = node.model_fields[part].annotation
-    return True
 
 
 def check_fields(exp: Experiment) -> None:

@@ -27,11 +27,11 @@ import numpy as np
 from pydantic import Field
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm, judge
-from tdlab.config import Config, ConfigError, build_config, echo, parse_overrides, validate_config
+from tdlab.config import Config, ConfigError, build_config, echo, field_exists, parse_overrides, validate_config
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.catalog import CATALOG
 from tdlab.experiments.declared import claim_specs, declaration_of
-from tdlab.experiments.manifest import Setting, settings_diff
+from tdlab.experiments.manifest import Reading, Setting, settings_diff
 from tdlab.experiments.rounds import lengths
 from tdlab.experiments.standard import standard_layer
 from tdlab.experiments.view import RunView
@@ -118,6 +118,9 @@ class Experiment(ABC, Generic[ConfigT]):
     # The manifest's fields where the paper profile departs from the seed, each with why (CPU time, a
     # setting the seed leaves open): a record at the paper profile then lists them and is not the seed's.
     paper_differs: ClassVar[dict[str, str]] = {}
+    # How the experiment reads the seed where it is ambiguous, silent or contradicts itself
+    # (tdlab.experiments.manifest.Reading): tdlab explain, the report and the seed's page show them.
+    readings: ClassVar[tuple[Reading, ...]] = ()
     # The standard figures (training curves, a grid's heatmap, matrices, bars) the report layer draws for
     # this experiment (tdlab.report.standard_figures); the default plot() draws them.
     figures: ClassVar[tuple[StandardFigure, ...]] = ()
@@ -277,6 +280,12 @@ def register(cls: type[ExperimentT]) -> type[ExperimentT]:
             raise TypeError(f"{cls.__name__}: {', '.join(twice)} declared in YAML already; remove them from the class")
         for key, value in attributes.items():
             setattr(cls, key, value)
+    for reading in cls.readings:
+        if reading.option is not None and not field_exists(cls.Config, reading.option):
+            raise TypeError(
+                f"{cls.__name__}: the reading of {reading.where} names option {reading.option!r}, "
+                f"not a field of {cls.Config.__name__}"
+            )
     if not cls.profiles:
         raise TypeError(f"{cls.__name__}: an experiment declares at least one profile (profiles = {{'quick': {{}}}})")
     # A standard installed here for another class (a parent's, or a dict shared with one) is sized for that one;

@@ -1,7 +1,8 @@
 """What every experiment declares as data, read from the YAML declarations beside its module: name, seed
 paper, figure, description, the class that implements it, its profiles (config overrides per profile),
 ``arm_fields``, the seed's settings (``manifest``) and where the paper profile departs from them
-(``paper_differs``), its atlas axes (``atlas``) and its ``claims``. Configs and the run itself stay in Python.
+(``paper_differs``), how it reads the seed where the seed is ambiguous (``readings``), its atlas axes (``atlas``)
+and its ``claims``. Configs and the run itself stay in Python.
 
 A claim is a mapping of :class:`~tdlab.claims.ClaimSpec`'s fields: its words, place and kind as text, and
 what is code (a hypothesis' test, a stage, a theory function, a planted case) named with ``!py NAME``: a name
@@ -32,6 +33,11 @@ A file reads::
       profiles: {quick: {members: 3}, paper: {members: 5}}
       manifest: {<<: *table_2, task.p: {value: 0.5, where: Fig. 4 caption}}
       paper_differs: {}
+      readings:
+        - where: App. A.3.1
+          seed: says 'train them using SGD' and gives no step size; Table 2 uses AdamW, lr 1e-3
+          chosen: AdamW as Table 2; SGD at a step size of ours is the option, its rows ours
+          option: train.optimizer
       atlas:
         axes: [{field: task.p, values: [0.2, 0.8], label: p}]
         why: Thms 2/8 split the (p, q) square at p + q = 1
@@ -66,7 +72,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.manifest import Setting
+from tdlab.experiments.manifest import Reading, Setting
 
 if TYPE_CHECKING:
     from tdlab.claims import ClaimSpec
@@ -131,6 +137,20 @@ class DeclaredSetting(BaseModel):
         return Setting(copy.deepcopy(self.value), self.where, self.note)
 
 
+class DeclaredReading(BaseModel):
+    """One reading of the seed (:class:`~tdlab.experiments.manifest.Reading`): ``where``, what the ``seed`` says,
+    what is ``chosen``, and the config field that is the ``option`` where one is."""
+
+    model_config = ConfigDict(extra="forbid")
+    where: str = Field(min_length=1)
+    seed: str = Field(min_length=1)
+    chosen: str = Field(min_length=1)
+    option: str | None = Field(None, min_length=1)
+
+    def reading(self) -> Reading:
+        return Reading(self.where, self.seed, self.chosen, self.option)
+
+
 class DeclaredAxis(BaseModel):
     """One atlas axis (:class:`~tdlab.experiments.axes.AtlasAxis`): the dotted ``field``, its ``values`` (the paper
     profile's range), the ``quick`` profile's range, the maps' ``label``, ``as_list`` for a list field."""
@@ -187,6 +207,7 @@ class Declaration(BaseModel):
     arm_fields: dict[str, str] = {}
     manifest: dict[str, DeclaredSetting] = {}
     paper_differs: dict[str, str] = {}
+    readings: list[DeclaredReading] = []
     atlas: DeclaredAtlas | None = None
     claims: list[Any] = []
     file: str = ""
@@ -207,6 +228,7 @@ class Declaration(BaseModel):
             "arm_fields": dict(self.arm_fields),
             "manifest": {k: s.setting() for k, s in self.manifest.items()},
             "paper_differs": dict(self.paper_differs),
+            "readings": tuple(r.reading() for r in self.readings),
             **({} if self.atlas is None else {"atlas_axes": self.atlas.atlas_axes()}),
         }
 

@@ -5,6 +5,11 @@ Setting(8000, "Table 2")``). A run is *at the seed's settings* only when its con
 field by field (:func:`settings_diff` is empty); every other field of the config is one the seed is
 silent on, ours (:func:`ours_fields`). The paper profile equals the manifest, or the experiment names each
 field where it departs and why (``Experiment.paper_differs``), and a test holds the two equal.
+
+Where the seed is ambiguous, silent on something a run needs, or contradicts itself, the experiment says how it
+reads it: its ``readings`` (:class:`Reading`), each with the place, what the seed says, what tdlab does, and the
+config field that makes the choice an option where one does. ``tdlab explain`` prints them above the claims, and
+each run's report and the seed's page list them.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from pydantic import BaseModel
 
 from tdlab.config import read_field
 
-__all__ = ["Setting", "ours_fields", "settings_diff", "values_equal"]
+__all__ = ["Reading", "Setting", "ours_fields", "settings_diff", "values_equal"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,29 @@ class Setting:
     value: Any
     where: str
     note: str = ""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How tdlab reads one ambiguous, silent or contradictory passage of the seed.
+
+    Attributes:
+        where: the passage (section, appendix, table, figure).
+        seed: what the seed says there, or leaves unsaid.
+        chosen: what tdlab does, and why.
+        option: the dotted config field that switches the choice (``train.optimizer``), where one does; its
+            existence in the experiment's config is checked when the class registers.
+    """
+
+    where: str
+    seed: str
+    chosen: str
+    option: str | None = None
+
+    def describe(self) -> str:
+        """One line: ``where: seed — chosen (option: field)``."""
+        opt = f" (option: {self.option})" if self.option else ""
+        return f"{self.where}: {self.seed} — {self.chosen}{opt}"
 
 
 def _plain(value: Any) -> Any:

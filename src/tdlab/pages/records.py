@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tdlab.claims import VERDICTS
-from tdlab.explain import explain_declared, explain_markdown, explain_record
+from tdlab.explain import explain_declared, explain_markdown, explain_record, readings_markdown
 from tdlab.records import Record
 from tdlab.report.mdtext import md_cell, md_code
 from tdlab.results import load_records
@@ -251,7 +251,9 @@ def group_table(pub: Published, exp: Any) -> str:
     off = settings_off(rec) if rec else []
     if off:
         made += f" Not the seed's settings: the paper profile departs from them in {', '.join(f'`{f}`' for f in off)}."
+    reads = readings_markdown(exp.name)
     says = [
+        *(["", "How it reads the seed, where the seed is ambiguous or silent:", "", *reads] if reads else []),
         "",
         f"What each claim says (`tdlab explain {exp.name}`): the paper's words and place, the kind of statement, its "
         "hypotheses and whether the record met them, where its threshold comes from, and what decided the verdict.",

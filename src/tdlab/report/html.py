@@ -6,6 +6,7 @@ renders in headless Chromium (``scripts/screenshot_report.sh``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -38,6 +39,7 @@ _TEMPLATE = """<!doctype html>
 <p class="sub">Seed {{ s.paper }} · run <code>{{ s.run_id }}</code> · profile <b>{{ s.profile }}</b> ·
  status <b class="status-{{ s.status }}">{{ s.status }}</b>{% if s.error %} ({{ s.error }}){% endif %}</p>
 <p>{{ description }}</p>
+{% if readings %}<h2>How this reads the seed</h2><ul class="notes">{% for r in readings %}<li><b>{{ r.where }}</b>: {{ r.seed }} — {{ r.chosen }}{% if r.option %} <small>(option: <code>{{ r.option }}</code>)</small>{% endif %}</li>{% endfor %}</ul>{% endif %}
 {% if s.arms %}
 <h2>Training health</h2>
 <table><tr><th>arm</th><th>status</th><th>initial → final loss (per member)</th><th>reasons</th></tr>
@@ -68,7 +70,7 @@ stopped: {{ s.decide.stopped }}.</p>
 {% if s.notes %}<h2>Findings</h2><ul class="notes">{% for n in s.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
 {% for f in s.figures %}<img src="{{ f }}" alt="{{ f }}">{% endfor %}
 {% if s.measurements %}<h2>Measurements</h2>
-{% for t in tables %}<table><tr><th></th>{% for c in t.columns %}<th><code>{{ c }}</code></th>{% endfor %}</tr>
+{% for t in tables %}<table>{% if t.title %}<caption><code>{{ t.title }}</code></caption>{% endif %}<tr><th></th>{% for c in t.columns %}<th><code>{{ c }}</code></th>{% endfor %}</tr>
 {% for name, cells in t.rows %}<tr><td><code>{{ name }}</code></td>{% for x in cells %}<td class="num">{{ x }}</td>{% endfor %}</tr>{% endfor %}
 </table>{% endfor %}{% if measurements %}<pre>{{ measurements }}</pre>{% endif %}{% endif %}
 <h2>Environment</h2>
@@ -84,13 +86,20 @@ _ENV = Environment(autoescape=select_autoescape(default=True))
 _ENV.filters["bound"] = lambda x, side: ("−∞" if side < 0 else "+∞") if x is None else f"{x:.4g}"
 
 
-def render_report(summary: dict[str, Any], config: dict[str, Any], description: str = "") -> str:
+def render_report(
+    summary: dict[str, Any],
+    config: dict[str, Any],
+    description: str = "",
+    readings: Sequence[Mapping[str, Any]] = (),
+) -> str:
     """The HTML page for a run's summary and config (its per-arm measurements as tables:
-    :func:`~tdlab.report.measurement_tables.measurement_tables`)."""
+    :func:`~tdlab.report.measurement_tables.measurement_tables`); ``readings``: how the experiment reads the seed
+    (each ``{where, seed, chosen, option}``, :class:`~tdlab.experiments.manifest.Reading`)."""
     tables, rest = measurement_tables(summary.get("measurements") or {})
     return _ENV.from_string(_TEMPLATE).render(
         s=summary,
         description=description,
+        readings=list(readings),
         sym={"close": "≈", "le": "≤", "ge": "≥", "lt": "<", "gt": ">"},
         verdicts=VERDICTS,
         env=summary.get("env", {}),
@@ -100,5 +109,7 @@ def render_report(summary: dict[str, Any], config: dict[str, Any], description: 
     )
 
 
-def write_report(run: Run, summary: dict[str, Any], description: str = "") -> None:
-    atomic_write(run.path / "report.html", render_report(summary, run.config, description))
+def write_report(
+    run: Run, summary: dict[str, Any], description: str = "", readings: Sequence[Mapping[str, Any]] = ()
+) -> None:
+    atomic_write(run.path / "report.html", render_report(summary, run.config, description, readings))

@@ -10,6 +10,7 @@ import torch
 
 from tdlab.experiments.seed002_cross_attention.ablations import IclAblations
 from tdlab.experiments.seed002_cross_attention.common.synthetic import baseline_rows
+from tdlab.report.measurement_tables import format_cell, measurement_tables
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import sample_mean_risk
 from tdlab.theory.icl_stats import sample_stats
@@ -117,3 +118,24 @@ def test_the_ours_variant_beating_the_sample_mean_decides_nothing(tiny, s2):
     p._m[("no-S-one-F0X", "te_mse", 200)] = _zero(200) + 0.05 * D
     r = s2.rows(s2.groups(IclAblations().analyse(cfg, p))["one-param-ablations-no-better-than-sample-mean"])
     assert r["no-S-one-F0X/L200"].verdict == "not resolved"
+
+
+def test_the_mses_at_the_largest_context_are_a_table_and_convergence_a_note(tiny):
+    cfg, run = tiny
+    a = IclAblations().analyse(cfg, run)
+    v = a.measurements
+    (table,) = [t for t in measurement_tables(v)[0] if t.title == "at_largest_L_te"]
+    assert table.columns == ("L_te", "mse", "mse_std")
+    assert table.rows == [
+        *(
+            (m, ["200", format_cell(v[f"{m}/mse_vs_Lte"][-1]), format_cell(v[f"{m}/mse_std_vs_Lte"][-1])])
+            for m in cfg.models
+        ),
+        ("sample_mean", ["200", format_cell(v["sample_mean_mse"][-1]), "—"]),
+        ("bayes", ["200", format_cell(v["bayes_mse"][-1]), "—"]),
+    ]
+    assert not any("MSE at L_te" in n for n in a.notes)  # the numbers are in the table
+    gd = [m for m in cfg.models if m != "lsa"]
+    stopped = [m for m in gd if not v["converged"][m]]
+    (note,) = [n for n in a.notes if n.startswith("GD converged: ")]
+    assert f"stopped at its step budget: {', '.join(stopped) or 'none'}. " in note

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tdlab.experiments.seed002_cross_attention.landscape import IclLandscape
+from tdlab.report.measurement_tables import format_cell, measurement_tables
 from tdlab.runner import execute
 from tdlab.runs import staging_path
 from tdlab.theory.icl import two_param_stationary
@@ -171,3 +172,23 @@ def test_a_landscape_run_stopped_anywhere_resumes_from_its_checkpoints_to_the_sa
     assert a.equals(b) and len(a)
     for k, v in whole.arrays("T5").items():
         assert torch.equal(v, again.arrays("T5")[k]), k
+
+
+def test_the_minimisers_and_gd_end_points_are_one_table_not_notes(tiny):
+    cfg, run = tiny
+    a = IclLandscape().analyse(cfg, run)
+    v = a.measurements
+    (table,) = [t for t in measurement_tables(v)[0] if t.title == "minimisers"]
+    assert table.columns == ("alpha", "beta", "jackknife_se_cells")
+    expected = []
+    for arm in PANELS:
+        m, th = v[arm], v[arm].get("theory_stationary")
+        se = format_cell(m["minimiser_jackknife_se_cells"]) if th else "—"
+        expected.append((f"{arm}/map", [*map(format_cell, m["map_minimiser"]), se]))
+        expected.append((f"{arm}/gd_end", [*(format_cell([p[i] for p in m["gd_end"]]) for i in (0, 1)), "—"]))
+        if th:
+            expected.append((f"{arm}/stationary", [*(format_cell([p[i] for p in th]) for i in (0, 1)), "—"]))
+    assert table.rows == expected
+    assert [name for name, _ in expected][-2:] == ["T5/preln/map", "T5/preln/gd_end"]  # no closed form with LN
+    assert not any("map minimiser" in n or "GD end points" in n for n in a.notes)
+    assert any(n.startswith("T5/preln: a Monte-Carlo map") for n in a.notes)  # what the table cannot say stays

@@ -8,6 +8,7 @@ import pytest
 
 from tdlab.config import ConfigError
 from tdlab.experiments.seed003_attention_markov.icl_heads import MarkovICLHeads
+from tdlab.report.measurement_tables import format_cell, measurement_tables
 from tdlab.runner import execute
 
 HEADS = MarkovICLHeads()
@@ -31,7 +32,17 @@ def test_planted_numbers_hold_and_fail(make_grid_run, levels):
     assert set(rows) == {f"{g}/k{k}" for g in GROUPS for k in (1, 2)}
     assert rows["more-heads-not-needed-at-depth-3/k2"].arms == ("mlp/k2/L3/H1", "mlp/k2/L3/H4")
     assert rows["more-heads-not-needed-at-depth-3/k2"].measured.values == pytest.approx([0.0] * 3, abs=1e-12)
-    assert any("depth 2, k=1 (measured, not a claim" in n for n in a.notes)
+    assert any("depth 2 (measured, not a claim" in n for n in a.notes)
+    # the mean gaps by heads are a table, (k, depth) × heads, no longer a note per (k, depth)
+    assert not any("mean gap by heads" in n for n in a.notes)
+    cells = a.measurements["cells"]
+    (table,) = [t for t in measurement_tables(a.measurements)[0] if t.title == "gap_mean_by_heads"]
+    assert table.columns == ("H=1", "H=2", "H=4")
+    assert table.rows == [
+        (f"k{k}/L{d}", [format_cell(cells[f"mlp/k{k}/L{d}/H{h}"]["gap_mean"]) for h in (1, 2, 4)])
+        for k in (1, 2)
+        for d in (2, 3)
+    ]
 
     def bad(family, k, depth, heads, m):  # one head per layer past its stage but short; four heads reach
         return levels.past(k) + 0.001 * m if heads == 1 else levels.reached

@@ -17,6 +17,7 @@ import tdlab.cli as cli
 from tdlab.config import ConfigError
 from tdlab.experiments.seed004_topics.common.real_text import ARM, MEASURE_ARMS
 from tdlab.experiments.seed004_topics.real import TopicsReal, fig3_within_cross
+from tdlab.report.measurement_tables import measurement_tables
 from tdlab.runner import execute
 
 PAPER = ["table1-same-topic-ratios-above-1", "table5-attention-ratio-above-1", "fig3-within-topic-cosine-above-cross"]
@@ -101,7 +102,11 @@ def test_a_locally_trained_encoders_rows_are_ours_and_decide_no_paper_group(tmp_
     assert {g.id for g in a.sanity_groups} == set(SANITY)  # by construction: sanity
     assert any("not the seed's full Wikipedia" in n for n in a.notes)  # says plainly what ran
     assert any("1.21" in n for n in a.notes)  # the seed's BERT row beside ours
-    assert any("not evaluable here" in n and "unigram" in n for n in a.notes)
+    assert any("not evaluable here" in n for n in a.notes)
+    # the encoder's held-out loss vs the unigram model's (the stage) and log n: a table row, no longer a note
+    assert not any("Held-out loss" in n for n in a.notes)
+    (held,) = [t for t in measurement_tables(a.measurements)[0] if ("heldout_loss", ["3/3/3", "4", "6.908"]) in t.rows]
+    assert held.columns == ("encoder", "unigram", "uniform") and held.title == ""
     assert any("20 topics over 106 documents" in n for n in a.notes)
     # the opposite numbers: our rows fail, and still decide nothing
     t, u = _real_values(cfg, BAD, [0.9, 0.92, 0.91], [1.0, 1.0, 1.0])

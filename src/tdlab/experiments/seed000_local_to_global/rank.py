@@ -14,42 +14,10 @@ first-order chain (p, q) = (0.2, 0.3):
   (to round-off), not a finding.
 
 Measured from the stored parameters (final ``arrays/ARM.safetensors``, initial ``ARM@init``) and from
-σ₂/σ₁ recorded every ``probe_every`` steps (:class:`~.common.low_rank.TrajectoryProbe`). The claims,
-with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain
-markov-rank``).
-
-Provenance. The standard arm is the seed's setting under AdamW (Table 2's optimiser, and the authors'
-code for this model); App. A.3.1's text says "SGD" with no step size, so an SGD run (lr 0.3 unless
-set, our choice) gives ``ours`` rows. The rank-one arm's init is ours: its App. C rows are ``ours``,
-and the App. C statements it satisfies by construction (W_O W_V and W_Q^T W_K rank one along α) are
-not measured on it.
-
-Reading of the seed (App. A.3.1 is terse; where the text is ambiguous we say what we did):
-
-* "one of their components being same as the embedding vector (the row in W_V and column in W_1)":
-  W_1 ∈ R^{4d×d} has only one d-dimensional factor, its right singular vector (input side; its rows
-  are ±α in App. C Eq. (14), W_1 = w·w α^T), so that is the one compared with e. For the square W_V
-  either factor could be meant ("row" reads as the input side, App. C puts α on the *left* of the
-  product W_O W_V = α v^T); the claim takes the better of the two (|cos| of u_1 or v_1 with e), and
-  both are reported.
-* App. C's statements (Eqs. (12)-(15)) are read on the final weights
-  (:func:`~.common.low_rank.app_c_structure`), one group per statement, one row per arm; α is the
-  measured direction of the trained embedding e.
-* Sec. 3 / App. A.1, "one additional [bias] step is usually sufficient", on the full model: on fresh
-  sequences, one gradient step on the output bias b alone, from the initial and the trained weights,
-  against ``min_b L(θ, b)`` (:func:`~.common.low_rank.bias_step_excess`). The step size 4 = 1/sup of
-  the logistic loss' curvature in b is ours (the seed gives none; ``claims.bias_lr``); from the
-  σ = 0.001 init the logits are ≈ b, where that step is nearly Newton's on a one-parameter logistic
-  fit (the notes say so). At e = 0 (the local minimum) no bias step changes the other parameters'
-  gradient (:mod:`tdlab.theory.markov_regions`), so "a bias step moves the model off the local
-  minimum" is not a statement checked here.
-
-Optimiser. App. A.3.1's text says "train them using SGD" but gives no step size; the seed's Table 2
-(and the authors' code for this model) use AdamW (0.9, 0.95), lr 1e-3, cosine, weight decay 1e-3 —
-the default here. SGD stays an option (``--set train.optimizer=sgd``, lr 0.3 unless set: a step size
-the seed does not state, chosen on the test loss alone before any rank was measured); under SGD at
-that step size W_V and W_1 barely leave their N(0, 0.001²) init within 800 steps, so its rows are
-ours and its notes say so.
+σ₂/σ₁ recorded every ``probe_every`` steps (:class:`~.common.low_rank.TrajectoryProbe`). How it reads the seed
+where App. A.3.1 is terse (the optimiser, the rank-one init, which factor of W_V, the bias step) and the claims
+with the paper's words, hypotheses and thresholds are declared in the seed's ``experiments.yaml`` (``tdlab
+explain markov-rank`` prints both).
 """
 
 from __future__ import annotations

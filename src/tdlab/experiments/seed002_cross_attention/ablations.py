@@ -162,6 +162,16 @@ class IclAblations(RegressionArms, Experiment[AblationConfig]):
             }
         )
 
+        v = out.values  # the MSEs at the largest L_te again, as one table: models and baselines × (L_te, mean, std)
+        v["at_largest_L_te"] = {
+            **{
+                m: {"L_te": L_max, "mse": v[f"{m}/mse_vs_Lte"][-1], "mse_std": v[f"{m}/mse_std_vs_Lte"][-1]}
+                for m in cfg.models
+            },
+            "sample_mean": {"L_te": L_max, "mse": v["sample_mean_mse"][-1], "mse_std": None},
+            "bayes": {"L_te": L_max, "mse": v["bayes_mse"][-1], "mse_std": None},
+        }
+
         def has(*names: str) -> bool:
             return all(n in cfg.models for n in names)
 
@@ -254,15 +264,12 @@ class IclAblations(RegressionArms, Experiment[AblationConfig]):
                 f"them by construction (their MSE, E[y²] = {v['zero_predictor_risk_theory']:g}, is below ȳ's 1 + 1/L_te only "
                 f"by ȳ's own estimation cost). The F_0 = X variants are ours: trainable, shown, never deciding."
             )
-        for m in cfg.models:
+        gd = [m for m in cfg.models if m != "lsa"]
+        if gd:
+            stopped = [m for m in gd if not v["converged"].get(m)]
             notes.append(
-                f"{m}: MSE at L_te = {Ls[-1]} {v[f'{m}/mse_vs_Lte'][-1]:.4f} ± {v[f'{m}/mse_std_vs_Lte'][-1]:.4f} "
-                f"(sample mean {v['sample_mean_mse'][-1]:.4f}, Bayes {v['bayes_mse'][-1]:.4f})"
-                + (
-                    ""
-                    if m == "lsa"
-                    else f"; GD {'converged' if v['converged'].get(m) else 'stopped at its step budget'}"
-                )
+                f"GD converged: {', '.join(m for m in gd if m not in stopped) or 'none'}; stopped at its step budget: "
+                f"{', '.join(stopped) or 'none'}. Their MSEs at L_te = {Ls[-1]}: the at_largest_L_te table."
             )
         return [*super().notes(cfg, measured, groups), *notes]
 

@@ -505,6 +505,15 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
             )
             info["dev"] = dev
         out.values[arm] = m
+        # the panel's points again, as one table (α, β): the map minimiser (with its jackknife error in cells), the GD
+        # end points and, without LN, the closed-form stationary points (one per start)
+        points = out.values.setdefault("minimisers", {})
+        se = m.get("minimiser_jackknife_se_cells")
+        points[f"{arm}/map"] = {"alpha": float(a_map), "beta": float(b_map), "jackknife_se_cells": se}
+        points[f"{arm}/gd_end"] = {"alpha": a_gd.tolist(), "beta": b_gd.tolist(), "jackknife_se_cells": None}
+        if "theory_stationary" in m:
+            a_th, b_th = ([float(x[i]) for x in m["theory_stationary"]] for i in (0, 1))
+            points[f"{arm}/stationary"] = {"alpha": a_th, "beta": b_th, "jackknife_se_cells": None}
         return info
 
     def _measure_ravine(self, cfg: LandscapeConfig, out: Measurements, panel: Panel, maps: dict) -> None:
@@ -560,18 +569,6 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
         for panel in cfg.panels:
             arm = _panel_arm(panel)
             m = measured.values[arm]
-            a_map, b_map = m["map_minimiser"]
-            notes.append(
-                f"{arm}: map minimiser ({a_map:.4f}, {b_map:.4f}), GD end points "
-                + ", ".join(f"({a:.4f}, {b:.4f})" for a, b in m["gd_end"])
-                + (
-                    ""
-                    if panel.pre_ln
-                    else f"; closed-form stationary point ({m['theory_stationary'][0][0]:.4f}, "
-                    f"{m['theory_stationary'][0][1]:.4f}); the Monte-Carlo minimiser's jackknife error "
-                    f"{m['minimiser_jackknife_se_cells']:.3g} cells"
-                )
-            )
             if panel.pre_ln and "ravine_rms_from_no_ln" in m:
                 notes.append(
                     f"{arm}: a Monte-Carlo map on {cfg.ln_prompts} prompts of length {cfg.ln_context} on a {cfg.ln_grid} x "

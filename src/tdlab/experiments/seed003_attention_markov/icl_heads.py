@@ -88,20 +88,24 @@ class MarkovICLHeads(ICLGrid[MarkovICLHeadsConfig]):
                     context={"k": k, "depth": depth, "heads": hmax},
                     label=f"k={k}, {depth} layers: gap(1 head) − gap({hmax} heads) ≤ {cl.tol_nats} nats (paired)",
                 )
+        # the cells' mean gaps again, as one table: (k, depth) × heads
+        out.values["gap_mean_by_heads"] = {
+            f"k{k}/L{d}": {
+                f"H={h}": cells[a]["gap_mean"] for h in cfg.heads if (a := cell_arm("mlp", k, d, h)) in cells
+            }
+            for k in cfg.ks
+            for d in cfg.depths
+        }
         return out
 
     def notes(self, cfg: MarkovICLHeadsConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         cells = measured.values["cells"]
-        notes = []
-        for k in cfg.ks:
-            for depth in cfg.depths:
-                if depth == cfg.claims.constant_depth:
-                    continue
-                gaps = {h: cells[a]["gap_mean"] for h in cfg.heads if (a := cell_arm("mlp", k, depth, h)) in cells}
-                notes.append(
-                    f"depth {depth}, k={k} (measured, not a claim: the talk states nothing of its own for depth "
-                    f"{depth}): mean gap by heads " + ", ".join(f"{h}: {g:+.4f}" for h, g in gaps.items()) + " nats."
-                )
+        notes = [
+            f"depth {depth} (measured, not a claim: the talk states nothing of its own for depth {depth}): its mean "
+            f"gaps by heads are the rows k…/L{depth} of the gap_mean_by_heads table."
+            for depth in cfg.depths
+            if depth != cfg.claims.constant_depth
+        ]
         if 3 not in cfg.ks:
             notes.append("k = 3 was not run (paper profile).")
         return [*super().notes(cfg, measured, groups), *notes, *self.cell_notes(cfg, cells)]

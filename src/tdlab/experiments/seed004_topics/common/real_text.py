@@ -646,15 +646,10 @@ class RealTextExperiment(Experiment[RealConfigT]):
                 + ") are the seed's setting (a pretrained model) and decide the paper groups; other θ are ours."
             )
         else:
-            held = measured.values.get("heldout_loss", {})
-            loss = held.get("encoder", [])
             notes.append(
                 "No pretrained checkpoint (--set model.checkpoint=DIR): the seed's rows are pretrained models, "
                 "so its Tables and Fig. 3 are not evaluable here; the locally trained encoder's rows are ours "
-                "(judged and shown, never deciding). Held-out loss "
-                + "/".join(f"{x:.3f}" for x in loss)
-                + f" vs the unigram model's {held.get('unigram', math.nan):.3f} (the stage) and the uniform "
-                f"predictor's log n = {held.get('uniform') or math.nan:.3f}."
+                "(judged and shown, never deciding)."
             )
         docs = info.get("documents")
         if docs:
