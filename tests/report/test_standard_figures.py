@@ -18,6 +18,7 @@ from tdlab.report.standard_figures import (
     Heatmap,
     Line,
     Matrices,
+    Matrix,
     Panel,
     draw_figure,
     draw_figures,
@@ -147,6 +148,93 @@ def test_matrices_draw_one_heatmap_per_panel_with_spare_axes_hidden(run, drawn, 
     titles = [ax.get_title() for ax in fig.axes]
     assert [t for t in titles if t.startswith("arm")] == ["arm 0", "arm 1", "arm 2", "arm 3"]
     assert sum(not ax.axison for ax in fig.axes) == 2  # a 2 x 3 grid holds 4 panels
+
+
+def _panels(fig) -> list:
+    """The axes that hold a matrix (colour bars and hidden spares do not)."""
+    return [ax for ax in fig.axes if ax.images]
+
+
+def test_matrices_default_scale_is_each_panels_own_range_in_viridis_without_ticks(run, drawn, tmp_path):
+    decl = Matrices("own.png", lambda cfg, view, m: [(np.arange(6.0).reshape(2, 3) * k, f"x{k}") for k in (1, 2)])
+    draw_figure(decl, None, run, {}, tmp_path)
+    (fig,) = drawn
+    one, two = (ax.images[0] for ax in _panels(fig))
+    assert one.get_clim() == (0.0, 5.0) and two.get_clim() == (0.0, 10.0)
+    assert one.get_cmap().name == "viridis"
+    assert all(not ax.get_xticks().size and not ax.get_yticks().size for ax in _panels(fig))
+
+
+def test_matrices_share_a_fixed_scale_colour_map_and_label_ticks_with_the_given_texts(run, drawn, tmp_path):
+    anchors = [str(11 + k) for k in range(10)]  # token ids 11..20, as Fig. 3A labels its reasoning anchors
+    decl = Matrices(
+        "cosines.png",
+        lambda cfg, view, m: [
+            Matrix(np.full((10, 10), 0.3 * k), f"epoch {k}", rows=anchors, cols=anchors, xlabel="anchor")
+            for k in range(cfg)
+        ],
+        columns=lambda cfg: cfg,
+        cmap="RdBu_r",
+        vmin=-1.0,
+        vmax=1.0,
+        ticks=5,
+        colorbar="cos",
+    )
+    with figure_note(NOTE):
+        path = draw_figure(decl, 3, run, {}, tmp_path)
+    (fig,) = drawn
+    _signed_png(path, fig)
+    panels = _panels(fig)
+    assert [ax.get_title() for ax in panels] == ["epoch 0", "epoch 1", "epoch 2"]
+    assert len({round(ax.get_position().y0, 6) for ax in panels}) == 1  # columns=cfg: one row
+    for ax in panels:
+        (im,) = ax.images
+        assert im.get_clim() == (-1.0, 1.0)  # cos 0.0, 0.3, 0.6: the same colour means the same value
+        assert im.get_cmap().name == "RdBu_r"
+        # about 5 of the 10 texts, at round positions
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["11", "13", "15", "17", "19"]
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["11", "13", "15", "17", "19"]
+        assert list(ax.get_yticks()) == [0, 2, 4, 6, 8] and ax.get_xlabel() == "anchor"
+    assert sum(ax.get_ylabel() == "cos" for ax in fig.axes) == 3  # every panel's colour bar
+    with pytest.raises(ValueError, match="3 tick texts for an axis of 10"):
+        Matrices("x.png", lambda *a: []).tick_labels(["a", "b", "c"], 10)
+
+
+def test_matrices_symmetric_scale_per_panel_a_vector_as_a_column_and_narrow_columns(run, drawn, tmp_path):
+    W = np.array([[0.5, -2.0], [1.0, 0.0]])  # max |W| = 2
+    decl = Matrices(
+        "weights.png",
+        lambda cfg, view, m: [
+            Matrix(W, "W", rows=["0", "1"]),
+            Matrix(W * 1e-3, "W at init"),
+            Matrix(np.array([0.1, -0.3, 0.2]), "e"),
+            Matrix(np.zeros((2, 2)), "all zero"),
+        ],
+        columns=4,
+        cmap="RdBu_r",
+        symmetric=True,
+        aspect="auto",
+        width_ratios=(8, 8, 1.2, 8),
+    )
+    draw_figure(decl, None, run, {}, tmp_path)
+    (fig,) = drawn
+    w, init, e, zero = _panels(fig)
+    assert w.images[0].get_clim() == (-2.0, 2.0) and init.images[0].get_clim() == pytest.approx((-2e-3, 2e-3))
+    assert e.images[0].get_array().shape == (3, 1) and e.images[0].get_clim() == pytest.approx((-0.3, 0.3))
+    assert zero.images[0].get_clim() == (-1.0, 1.0)
+    assert [t.get_text() for t in w.get_yticklabels()] == ["0", "1"] and not w.get_xticks().size
+    assert w.get_aspect() == "auto"
+    assert e.get_position().width < w.get_position().width / 3  # the vector's column is the narrow one
+    with pytest.raises(ValueError, match="excludes vmin"):
+        Matrices("x.png", lambda *a: [], symmetric=True, vmin=-1.0)
+    with pytest.raises(ValueError, match="must be below"):
+        Matrices("x.png", lambda *a: [], vmin=1.0, vmax=1.0)
+
+
+def test_matrices_with_no_panels_say_nothing_was_measured(run, drawn, tmp_path):
+    assert draw_figure(Matrices("none.png", lambda *a: []), None, run, {}, tmp_path).is_file()
+    (fig,) = drawn
+    assert "nothing measured" in _texts(fig)
 
 
 def test_bars_show_each_member_reference_lines_and_mark_the_clipping(run, drawn, tmp_path):

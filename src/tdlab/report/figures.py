@@ -14,7 +14,7 @@ import contextlib
 import contextvars
 import io
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import matplotlib
@@ -125,16 +125,3 @@ def pq_plane(ax) -> None:
     ax.set_aspect("equal")
     ax.set_xlabel("p = P(1|0)")
     ax.set_ylabel("q = P(0|1)")
-
-
-def heatmap_panels(fig: plt.Figure, axes: np.ndarray, panels: Sequence[tuple[np.ndarray, str]]) -> None:
-    """One heatmap with its colour bar per ``(matrix, title)`` on ``axes`` (flattened); spare axes hidden."""
-    flat = list(np.asarray(axes).flat)
-    for ax, (matrix, title) in zip(flat, panels, strict=False):
-        im = ax.imshow(matrix, cmap="viridis")
-        fig.colorbar(im, ax=ax, fraction=0.046)
-        ax.set_title(title, fontsize=9)
-        ax.set_xticks([])
-        ax.set_yticks([])
-    for ax in flat[len(panels) :]:
-        ax.axis("off")

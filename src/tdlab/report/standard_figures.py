@@ -28,6 +28,7 @@ __all__ = [
     "Heatmap",
     "Line",
     "Matrices",
+    "Matrix",
     "Panel",
     "RunCurves",
     "StandardFigure",
@@ -200,27 +201,136 @@ class Heatmap:
 
 
 @dataclass(frozen=True)
+class Matrix:
+    """One panel of :class:`Matrices`: a matrix with its title, tick labels and axis labels.
+
+    Attributes:
+        values: the matrix ``(n, m)``; a vector ``(n,)`` is drawn as a column ``(n, 1)``.
+        title: the panel's title.
+        rows: one text per row (``n``) labelling the y axis; ``None``: no y ticks.
+        cols: one text per column (``m``) labelling the x axis; ``None``: no x ticks.
+        xlabel: the x axis' label.
+        ylabel: the y axis' label.
+    """
+
+    values: Any  # array-like (n, m) or (n,): numpy, a CPU tensor
+    title: str = ""
+    rows: Sequence[str] | None = None
+    cols: Sequence[str] | None = None
+    xlabel: str = ""
+    ylabel: str = ""
+
+
+def _matrix(panel: Matrix | tuple[Any, str]) -> Matrix:
+    return panel if isinstance(panel, Matrix) else Matrix(*panel)
+
+
+@dataclass(frozen=True)
 class Matrices:
-    """Matrices side by side, each a heatmap with its colour bar: ``panels(cfg, run, measurements)`` returns
-    ``[(matrix (n, m), title)]``, laid out ``columns`` to a row."""
+    """Matrices side by side, each a heatmap with its colour bar, laid out ``columns`` to a row.
+
+    By default each panel is coloured from its own smallest to its largest value in viridis, without ticks.
+    A fixed scale (``vmin``, ``vmax``) is shared by every panel, so that a claim's threshold (cos ≥ 0.8)
+    reads as the same colour in each; ``symmetric`` centres each panel's own scale on 0 instead (signed
+    weights at very different magnitudes, init beside final).
+
+    Attributes:
+        file: the PNG's name in the figure folder.
+        panels: ``panels(cfg, run, measurements)`` → the panels, each a :class:`Matrix` or a
+            ``(matrix (n, m), title)`` pair; none: a figure that says "nothing measured".
+        title: the figure's title, fixed or a function of the run's config.
+        columns: panels to a row, fixed or a function of the run's config.
+        size: one panel's ``(width, height)``, inches.
+        cmap: the colour map's name.
+        vmin: the low end of the colour scale shared by every panel; ``None``: each panel's smallest value.
+        vmax: the high end of the shared colour scale; ``None``: each panel's largest value.
+        symmetric: each panel's scale runs from ``-max|values|`` to ``+max|values|`` (1 where the panel is all
+            0); excludes ``vmin``/``vmax``.
+        ticks: where a panel has tick texts (:attr:`Matrix.rows`, :attr:`Matrix.cols`), label about this many
+            rows and columns, at round positions (a long axis stays readable); ``None``: every one.
+        colorbar: the label of every panel's colour bar.
+        aspect: the panels' aspect, ``"equal"`` (square cells) or ``"auto"`` (filling the panel).
+        width_ratios: the columns' relative widths (``columns`` of them; a vector's column narrower than a
+            matrix's); ``None``: equal.
+    """
 
     file: str
-    panels: Callable[[Any, Any, Mapping[str, Any]], Sequence[tuple[np.ndarray, str]]]
+    panels: Callable[[Any, Any, Mapping[str, Any]], Sequence[Matrix | tuple[Any, str]]]
     title: Text = ""
-    columns: int = 3
+    columns: int | Callable[[Any], int] = 3
     size: tuple[float, float] = (4.2, 3.8)
+    cmap: str = "viridis"
+    vmin: float | None = None
+    vmax: float | None = None
+    symmetric: bool = False
+    ticks: int | None = None
+    colorbar: str = ""
+    aspect: str = "equal"
+    width_ratios: Sequence[float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.symmetric and (self.vmin is not None or self.vmax is not None):
+            raise ValueError(f"{self.file}: symmetric scales each panel on its own; it excludes vmin/vmax")
+        if self.vmin is not None and self.vmax is not None and not self.vmin < self.vmax:
+            raise ValueError(f"{self.file}: vmin={self.vmin} must be below vmax={self.vmax}")
+
+    def scale(self, values: np.ndarray) -> tuple[float | None, float | None]:
+        """The colour scale ``(low, high)`` of one panel's ``values`` (``None``: matplotlib's own end)."""
+        if not self.symmetric:
+            return self.vmin, self.vmax
+        finite = np.abs(values[np.isfinite(values)])
+        lim = float(finite.max()) if finite.size else 0.0
+        return (-lim, lim) if lim > 0 else (-1.0, 1.0)
+
+    def tick_labels(self, texts: Sequence[str] | None, n: int) -> tuple[list[int], list[str]]:
+        """``(positions, texts)`` of the ticks of an axis of ``n`` rows (or columns) labelled ``texts`` (``n`` of
+        them; ``None``: no ticks)."""
+        if texts is None:
+            return [], []
+        if len(texts) != n:
+            raise ValueError(f"{self.file}: {len(texts)} tick texts for an axis of {n}")
+        at = list(range(n))
+        if self.ticks is not None:
+            from matplotlib.ticker import MaxNLocator
+
+            at = [int(t) for t in MaxNLocator(nbins=self.ticks, integer=True).tick_values(0, n - 1) if 0 <= t < n]
+        return at, [texts[i] for i in at]
 
     def draw(self, cfg: Any, run: RunCurves, measurements: Mapping[str, Any], path: Path) -> Path:
-        from tdlab.report.figures import heatmap_panels, plt, save_figure
+        from tdlab.report.figures import plt, save_figure
 
-        panels = list(self.panels(cfg, run, measurements))
-        cols = max(1, min(self.columns, len(panels)))
+        panels = [_matrix(p) for p in self.panels(cfg, run, measurements)]
+        columns = self.columns(cfg) if callable(self.columns) else self.columns
+        cols = max(1, min(columns, len(panels)))
         rows = max(1, -(-len(panels) // cols))
-        fig, axes = plt.subplots(rows, cols, figsize=(self.size[0] * cols, self.size[1] * rows), squeeze=False)
-        heatmap_panels(fig, axes, panels)
+        widths = list(self.width_ratios)[:cols] if self.width_ratios is not None else None
+        fig, axes = plt.subplots(
+            rows,
+            cols,
+            figsize=(self.size[0] * cols, self.size[1] * rows),
+            squeeze=False,
+            gridspec_kw={"width_ratios": widths} if widths else None,
+        )
+        flat = list(axes.flat)
+        for ax, panel in zip(flat, panels, strict=False):
+            values = np.asarray(panel.values, dtype=float)
+            values = values[:, None] if values.ndim == 1 else values
+            lo, hi = self.scale(values)
+            im = ax.imshow(values, cmap=self.cmap, vmin=lo, vmax=hi, aspect=self.aspect)
+            fig.colorbar(im, ax=ax, fraction=0.046, label=self.colorbar)
+            ax.set_title(panel.title, fontsize=9)
+            ax.set_yticks(*self.tick_labels(panel.rows, values.shape[0]))
+            ax.set_xticks(*self.tick_labels(panel.cols, values.shape[1]))
+            ax.set_xlabel(panel.xlabel)
+            ax.set_ylabel(panel.ylabel)
+        for ax in flat[len(panels) :]:
+            ax.axis("off")
+        if not panels:
+            flat[0].text(0.5, 0.5, "nothing measured", ha="center", va="center", transform=flat[0].transAxes)
         title = _text(self.title, cfg)
         if title:
             fig.suptitle(title)
+        fig.tight_layout()  # a panel's tick texts clear its left neighbour's colour bar
         return save_figure(fig, path)
 
 

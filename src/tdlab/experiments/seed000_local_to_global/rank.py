@@ -50,7 +50,7 @@ from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEA
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.spectrum import abs_cosine, hypercube_spread, sv_ratio
-from tdlab.report.standard_figures import Curves, Line, Panel
+from tdlab.report.standard_figures import Curves, Line, Matrices, Matrix, Panel
 from tdlab.run_context import Fit, RunContext
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import ChainConfig, MarkovChain, entropy_rate, marginal_entropy
@@ -426,6 +426,22 @@ def _evolution_panels(cfg: MarkovRankConfig, m: Any) -> list[Panel]:
             ylim=(h_rate - 0.03, max(np.log(2), h_pi) + 0.02),
         ),
     ]
+
+
+# Figs. 3 and 6's panels, a row of them per arm: (matrix, when); e, a vector, is the narrow last column.
+MATRIX_PANELS = (("W_V", "init"), ("W_V", "final"), ("W_1", "init"), ("W_1", "final"), ("e", "final"))
+
+
+def _matrix_panels(cfg: MarkovRankConfig, run: RunView, _: Any) -> list[Matrix]:
+    """Member 0's W_V ``(d, d)`` and W_1 ``(4d, d)`` at init and at the end, and its trained e ``(d,)``, for
+    each arm; rows (outputs) numbered."""
+    out = []
+    for arm in cfg.arms:
+        states = {"init": run.arrays(f"{arm}@init"), "final": run.arrays(arm)}
+        for name, when in MATRIX_PANELS:
+            mat = states[when]["e" if name == "e" else MATRICES[name]][0].double()  # member 0
+            out.append(Matrix(mat, f"{arm}: {name} ({when})", rows=[str(i) for i in range(mat.shape[0])]))
+    return out
 
 
 @register
@@ -856,6 +872,19 @@ class MarkovRank(Experiment[MarkovRankConfig]):
 
     # ------------------------------------------------------------------------------------------
     figures = (
+        Matrices(
+            "fig3_fig6_matrices.png",
+            _matrix_panels,
+            title="Member 0, as in Figs. 3 and 6: W_V (d×d) and W_1 (4d×d), rows = outputs; e as a column",
+            columns=len(MATRIX_PANELS),
+            size=(2.6, 4.2),
+            cmap="RdBu_r",
+            # each panel on its own ±max|entry|, 0 white: the init's entries are ~1e-3, the trained ones ~0.1
+            symmetric=True,
+            ticks=8,
+            aspect="auto",
+            width_ratios=(8, 8, 8, 8, 1.2),
+        ),
         Curves(
             "rank_evolution.png",
             _evolution_panels,
@@ -868,12 +897,8 @@ class MarkovRank(Experiment[MarkovRankConfig]):
     )
 
     def plot(self, cfg: MarkovRankConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        """The spectra and Figs. 3 and 6's matrices (their own figures), then the declared evolution curves."""
-        return [
-            self._plot_spectra(cfg, run, figdir),
-            self._plot_heatmaps(cfg, run, figdir),
-            *super().plot(cfg, run, analysis, figdir),
-        ]
+        """The spectra (their own figure), then the declared Figs. 3 and 6's matrices and evolution curves."""
+        return [self._plot_spectra(cfg, run, figdir), *super().plot(cfg, run, analysis, figdir)]
 
     def _plot_spectra(self, cfg: MarkovRankConfig, run: RunView, figdir: Path) -> Path:
         from tdlab.report.figures import plt, save_figure
@@ -911,32 +936,3 @@ class MarkovRank(Experiment[MarkovRankConfig]):
         )
         fig.tight_layout()
         return save_figure(fig, figdir / "spectra.png")
-
-    def _plot_heatmaps(self, cfg: MarkovRankConfig, run: RunView, figdir: Path) -> Path:
-        from tdlab.report.figures import plt, save_figure
-
-        panels = [("W_V", "init"), ("W_V", "final"), ("W_1", "init"), ("W_1", "final"), ("e", "final")]
-        fig, axes = plt.subplots(
-            len(cfg.arms),
-            len(panels),
-            figsize=(13, 4.2 * len(cfg.arms)),
-            squeeze=False,
-            gridspec_kw={"width_ratios": [8, 8, 8, 8, 1.2]},
-        )
-        for row, arm in zip(axes, cfg.arms, strict=True):
-            states = {"init": run.arrays(f"{arm}@init"), "final": run.arrays(arm)}
-            for ax, (name, when) in zip(row, panels, strict=True):
-                key = "e" if name == "e" else MATRICES[name]
-                mat = states[when][key][0].double().numpy()  # member 0
-                mat = mat[:, None] if mat.ndim == 1 else mat
-                lim = float(np.abs(mat).max()) or 1.0
-                im = ax.imshow(mat, cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest", aspect="auto")
-                fig.colorbar(im, ax=ax, fraction=0.08, pad=0.03)
-                ax.set_title(f"{arm}: {name} ({when})", fontsize=9)
-                ax.set_xticks([])
-                ax.tick_params(labelsize=7)
-        fig.suptitle(
-            "Member 0, as in Figs. 3 and 6: W_V (d×d) and W_1 (4d×d), rows = outputs; e as a column", fontsize=10
-        )
-        fig.tight_layout()
-        return save_figure(fig, figdir / "fig3_fig6_matrices.png")

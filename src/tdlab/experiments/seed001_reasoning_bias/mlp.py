@@ -47,7 +47,6 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     EpochsConfig,
     GammaArms,
     Seed001TrainConfig,
-    anchor_cosine_grid,
     bias_gap,
     bias_gap_row,
     check_gammas,
@@ -71,6 +70,7 @@ from tdlab.probes.embedding import (
     pair_spearman,
     spearman_rows,
 )
+from tdlab.report.standard_figures import Matrices, Matrix
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.seeding import generators
 from tdlab.tasks.anchors import KIND_MEM, Anchors, AnchorsConfig
@@ -159,6 +159,35 @@ def _label_law_tol(cfg: AnchorsMlpConfig, row: Any) -> float:
     return 1e-12 if row.context.get("check") == "memory-laws-equal" else 0.0
 
 
+def _anchor_cosines(cfg: AnchorsMlpConfig, columns: list[tuple[str, torch.Tensor]]) -> list[Matrix]:
+    """Figs. 3A and 10: the members' mean cosine matrix of the memory anchors' (top row) and the reasoning
+    anchors' (bottom row) embeddings, a column per ``(label, embedding table (E, vocab, d))``, ticks the
+    anchors' token ids."""
+    t = cfg.task
+    out = []
+    for lo, hi, kind in ((t.mem_min, t.mem_max, "memory"), (t.rsn_min, t.rsn_max, "reasoning")):
+        ids = [str(s) for s in range(lo, hi + 1)]
+        for label, W in columns:
+            cos = cosine_matrix(anchor_embeddings(W, lo, hi)).mean(0)  # (n, n), n = hi - lo + 1
+            out.append(Matrix(cos, f"{kind}, {label}", rows=ids, cols=ids))
+    return out
+
+
+def _fig3a_panels(cfg: AnchorsMlpConfig, run: RunView, _: Any) -> list[Matrix]:
+    """Fig. 3A: at γ = ``claims.small_gamma``, a column per snapshot epoch and the end (none without that γ)."""
+    small = cfg.claims.small_gamma
+    if small not in cfg.gammas:
+        return []
+    snaps = AnchorsMlp.snapshots(cfg, run, small)
+    return _anchor_cosines(cfg, [(f"epoch {e}", W) for e, W in snaps.items() if e > 0])
+
+
+def _fig10_panels(cfg: AnchorsMlpConfig, run: RunView, _: Any) -> list[Matrix]:
+    """Fig. 10: a column per other γ, at the end of training."""
+    others = [g for g in cfg.gammas if g != cfg.claims.small_gamma]
+    return _anchor_cosines(cfg, [(f"γ = {g:g}", run.arrays(GammaArms.arm(g))["W_emb"]) for g in others])
+
+
 FIG2B_QUOTE = (
     "Comparing with a large initialization scale (γ = 0.3), a noticeable reasoning bias can still be observed in "
     "Figure 2B for a small initialization scale (γ = 0.8)."
@@ -180,7 +209,8 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
         fit_anchor_sweep(ctx, cfg, task, arms, build, cfg.task.q + 1, view=Anchors.emb_mlp_view)
 
     # ---- measurement ----------------------------------------------------------------------------
-    def snapshots(self, cfg: AnchorsMlpConfig, run: RunView, gamma: float) -> dict[int, torch.Tensor]:
+    @staticmethod
+    def snapshots(cfg: AnchorsMlpConfig, run: RunView, gamma: float) -> dict[int, torch.Tensor]:
         """``{epoch: W_emb (E, vocab, d_m)}`` of one γ: ``0`` (init), each snapshot epoch and the last epoch."""
         arm = GammaArms.arm(gamma)
         out = {0: run.arrays(init_arm(arm))["W_emb"]}
@@ -387,23 +417,39 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
             lambda cfg: f"Fig. 2B — Emb-MLP, {cfg.members} seeds per γ (mean, band min–max)",
             lambda cfg: 1.0 / (cfg.task.key_max - cfg.task.key_min + 1),
         ),
+        Matrices(
+            "fig3a_anchor_cosines.png",
+            _fig3a_panels,
+            title=lambda cfg: (
+                f"Fig. 3A — cosine of anchor embeddings, γ = {cfg.claims.small_gamma:g} (mean over {cfg.members} seeds)"
+            ),
+            columns=lambda cfg: len({*cfg.snapshot_epochs, cfg.schedule.epochs}),  # the snapshots and the end
+            # cos on [-1, 1] in every panel: a claim's "cos ≥ 0.8" (claims.mem_cos_min) is one colour throughout
+            cmap="RdBu_r",
+            vmin=-1.0,
+            vmax=1.0,
+            ticks=5,
+        ),
+        Matrices(
+            "fig10_anchor_cosines.png",
+            _fig10_panels,
+            title=lambda cfg: f"Fig. 10 — cosine of anchor embeddings at the end (epoch {cfg.schedule.epochs})",
+            columns=lambda cfg: sum(g != cfg.claims.small_gamma for g in cfg.gammas),
+            cmap="RdBu_r",
+            vmin=-1.0,
+            vmax=1.0,
+            ticks=5,
+        ),
     )
 
     def plot(self, cfg: AnchorsMlpConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        """The declared Fig. 2B curves, then Figs. 3 and 10's embedding cosines and label laws (its own)."""
+        """The declared Fig. 2B curves and Figs. 3A and 10's embedding cosines, then Fig. 3B–C's label laws (its
+        own)."""
         from tdlab.report.figures import plt, save_figure
 
         paths = super().plot(cfg, run, analysis, figdir)
-        task = self.task(cfg)
-        laws, theory_cos = reasoning_theory_cosines(task)
+        laws, theory_cos = reasoning_theory_cosines(self.task(cfg))
         t = cfg.task
-        small = cfg.claims.small_gamma
-        if small in cfg.gammas:
-            snaps = {e: W for e, W in self.snapshots(cfg, run, small).items() if e > 0}
-            fig, axes = plt.subplots(2, len(snaps), figsize=(3.6 * len(snaps), 6.6), squeeze=False)
-            anchor_cosine_grid(axes, [(f"epoch {e}", W) for e, W in snaps.items()], t)
-            fig.suptitle(f"Fig. 3A — cosine of anchor embeddings, γ = {small:g} (mean over {cfg.members} seeds)")
-            paths.append(save_figure(fig, figdir / "fig3a_anchor_cosines.png"))
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         for k, s in enumerate(range(t.rsn_min, t.rsn_max + 1)):
             axes[0].plot(np.arange(t.d_vob), (laws[k] - 1.0 / t.d_vob).numpy(), lw=1, label=f"s = {s}")
@@ -413,10 +459,4 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
         axes[0].set_title("Fig. 3B — label laws of reasoning anchors")
         cosine_heatmap(axes[1], theory_cos, t.rsn_min, "Fig. 3C — cos(P^si − 1/d_vob, P^sj − 1/d_vob)")
         paths.append(save_figure(fig, figdir / "fig3bc_label_laws.png"))
-        others = [g for g in cfg.gammas if g != small]
-        if others:
-            fig, axes = plt.subplots(2, len(others), figsize=(3.6 * len(others), 6.6), squeeze=False)
-            anchor_cosine_grid(axes, [(f"γ = {g:g}", run.arrays(GammaArms.arm(g))["W_emb"]) for g in others], t)
-            fig.suptitle(f"Fig. 10 — cosine of anchor embeddings at the end (epoch {cfg.schedule.epochs})")
-            paths.append(save_figure(fig, figdir / "fig10_anchor_cosines.png"))
         return paths

@@ -48,7 +48,7 @@ from pydantic import Field, model_validator
 from tdlab.claims import ArmHealth, GroupResult, Measurements
 from tdlab.claims.declare import Hypothesis, Provenance
 from tdlab.config import Config, ConfigError
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.base import Experiment, ExperimentConfig, register
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
     EpochsConfig,
     GammaArms,
@@ -66,7 +66,7 @@ from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPTConfig
 from tdlab.probes.curves import Crossings, auc, first_crossing
 from tdlab.probes.embedding import cosine_matrix, mean_pairwise_cosine
-from tdlab.report.standard_figures import Curves, Line, Panel
+from tdlab.report.standard_figures import Curves, Line, Matrices, Matrix, Panel
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.runs import Run, atomic_write
 from tdlab.seeding import derive_seed
@@ -360,6 +360,35 @@ TINYSTORIES = Hypothesis(
 )
 
 
+def _fig6_panels(cfg: AnchorsTextConfig, run: RunView, _: Any) -> list[Matrix]:
+    """Fig. 6: a row per γ whose early snapshot was stored, a column per source: member 0's cosine matrix
+    ``(k, k)`` among the source's ``k`` exclusive tokens (the seed shows one model), titled with the mean over
+    all members; none where fewer than 2 tokens are exclusive."""
+    ex = AnchorsText.exclusive(cfg, Corpus.load(run.path / DATA_DIR))
+    k = len(ex[SOURCES[0]])
+    if k < 2:
+        return []
+    ranks = [str(i) for i in range(k)]  # by frequency, most frequent first
+    out = []
+    for g in cfg.gammas:
+        name = snapshot_arm(GammaArms.arm(g), cfg.early_epoch * cfg.steps_per_epoch)
+        if not (run.path / "arrays" / f"{name}.safetensors").is_file():
+            continue
+        W = run.arrays(name)["wte"].double()  # (E, vocab, d)
+        for s in SOURCES:
+            mean = float(np.mean(mean_pairwise_cosine(W, ex[s])))
+            out.append(
+                Matrix(
+                    cosine_matrix(W[:1, ex[s]])[0],
+                    f"γ = {g:g}, {SOURCE_LABELS[s]}: mean cos {mean:.3f} (seed: {PAPER_COSINES[s]})",
+                    rows=ranks,
+                    cols=ranks,
+                    xlabel=f"{k} most frequent exclusive tokens",
+                )
+            )
+    return out
+
+
 @register
 class AnchorsText(Experiment[AnchorsTextConfig]):
     Config = AnchorsTextConfig
@@ -426,7 +455,8 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
         return out
 
     # ---- measurement ----------------------------------------------------------------------------
-    def exclusive(self, cfg: AnchorsTextConfig, corpus: Corpus) -> dict[str, list[int]]:
+    @staticmethod
+    def exclusive(cfg: AnchorsTextConfig, corpus: Corpus) -> dict[str, list[int]]:
         """Fig. 6's token sets: each source's most frequent exclusive tokens, both cut to the same size
         ``min(top_tokens, available in either)`` so the two means are over equally many pairs."""
         counts = token_counts(
@@ -647,37 +677,20 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
             ylabel="training loss (next token)",
             size=(5.0, 3.8),
         ),
-    )
-
-    def plot(self, cfg: AnchorsTextConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        """The declared loss per source, then Fig. 6's cosines among exclusive tokens (its own figure)."""
-        from tdlab.report.figures import plt, save_figure
-
-        spe = cfg.steps_per_epoch
-        label = f" — {STANDIN_LABEL}" if cfg.data.standin else ""
-        paths = super().plot(cfg, run, analysis, figdir)
-        corpus = Corpus.load(run.path / DATA_DIR)
-        ex = self.exclusive(cfg, corpus)
-        if len(ex[SOURCES[0]]) >= 2:
-            fig, axes = plt.subplots(len(cfg.gammas), 2, figsize=(9, 4.2 * len(cfg.gammas)), squeeze=False)
-            for r, g in enumerate(cfg.gammas):
-                name = snapshot_arm(GammaArms.arm(g), cfg.early_epoch * spe)
-                if not (run.path / "arrays" / f"{name}.safetensors").is_file():
-                    continue
-                W = run.arrays(name)["wte"].double()
-                for col, s in enumerate(SOURCES):
-                    C = cosine_matrix(W[:1, ex[s]])[0].numpy()  # seed 0 (the seed shows one model)
-                    ax = axes[r][col]
-                    im = ax.imshow(C, vmin=-1, vmax=1, cmap="RdBu_r")
-                    mean = float(np.mean(mean_pairwise_cosine(W, ex[s])))
-                    ax.set_title(
-                        f"γ = {g:g}, {SOURCE_LABELS[s]}: mean cos {mean:.3f} (seed: {PAPER_COSINES[s]})", fontsize=9
-                    )
-                    ax.set_xlabel(f"{len(ex[s])} most frequent exclusive tokens")
-                    plt.colorbar(im, ax=ax, fraction=0.046)
-            fig.suptitle(
+        Matrices(
+            "fig6_exclusive_token_cosines.png",
+            _fig6_panels,
+            title=lambda cfg: (
                 f"Fig. 6 — cosine among exclusive tokens' embeddings at epoch {cfg.early_epoch} "
-                f"({cfg.claims.early_fraction:.0%} of training; seed 0; mean over all seeds in titles){label}"
-            )
-            paths.append(save_figure(fig, figdir / "fig6_exclusive_token_cosines.png"))
-        return paths
+                f"({cfg.claims.early_fraction:.0%} of training; seed 0; mean over all seeds in titles)"
+                + (f" — {STANDIN_LABEL}" if cfg.data.standin else "")
+            ),
+            columns=2,
+            size=(4.5, 4.2),
+            # cos on [-1, 1] in every panel: the two sources' similarity is compared by colour
+            cmap="RdBu_r",
+            vmin=-1.0,
+            vmax=1.0,
+            ticks=6,
+        ),
+    )
