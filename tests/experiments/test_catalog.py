@@ -368,6 +368,8 @@ def test_every_experiment_of_the_seeds_takes_its_atlas_from_its_declaration():
     for name, d in declarations().items():
         assert d.atlas is not None, name
         assert get(name).atlas_axes == d.atlas.atlas_axes(), name
+        # and says how it reads its seed, each option a field of its config (register refuses another)
+        assert d.readings and get(name).readings == tuple(r.reading() for r in d.readings), name
     for exp in registry().values():
         for base_cls in type(exp).__mro__[1:]:
             assert "atlas_axes" not in vars(base_cls) or base_cls is Experiment, (type(exp).__name__, base_cls.__name__)

@@ -6,11 +6,7 @@ on the canonical two-parameter model (e, w) of Eq. (3): from a small Gaussian in
 H(π) (Thm. 1(ii)), when the switching factor p + q > 1 (Thm. 2, "with high probability", App. G.1
 "Gaussian initialization"), and at a global minimum, whose loss is the entropy rate H(x_{n+1} | x_n)
 (Thm. 1(i)), when p + q < 1 (Thm. 8). The seed carries this to the full Sec. 2 transformer: App. A.3.2
-(Fig. 4) checks the p + q > 1 half at (p, q) = (0.5, 0.8) and concludes that "the corresponding
-insights ... apply more broadly to the general architecture", and Sec. 4 ("Key insights") explains
-with Thms. 2 and 8 why full-model runs (Makkuva et al., 2024) find local minima for p + q > 1 more
-often than for p + q < 1. Every informative cell on either side of the line is therefore a row in the
-seed's setting.
+(Fig. 4) checks the p + q > 1 half at (p, q) = (0.5, 0.8).
 
 The bridge: over a grid of (p, q) on both sides of p + q = 1 and for each of two training budgets (each
 its own cosine schedule), an ensemble of Sec. 2 transformers (the ``markov-init`` model, standard init
@@ -18,13 +14,12 @@ its own cosine schedule), an ensemble of Sec. 2 transformers (the ``markov-init`
 predicts. The prediction is computed, never typed in: :func:`gaussian_basin_probability` gives
 P(θ₀ in each basin of Thm. 2 / Thm. 8) for σ = the model's ``init_std`` (App. G, end of G.1); the
 predicted basin is the likelier of LOCAL_MIN and GLOBAL_MIN, its loss the profile loss ``Φ`` (``Φ(0) =
-H(π)`` on the w-axis, ``Φ(D*) =`` the entropy rate on Θ_*). A cell is *not informative* (no row) when
-|p + q − 1| is below a margin, when H(π) − entropy rate < 2 × tolerance (a member at the other minimum
-would pass: a claim that cannot fail), or when the theory gives the predicted basin less than
-``min_probability``.
+H(π)`` on the w-axis, ``Φ(D*) =`` the entropy rate on Θ_*).
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain markov-bridge``): one row per informative (p, q, budget) cell.
+How it reads the seed where it carries the canonical theorems to the full model (which cells are the seed's
+setting, which are informative) and the claims, with the paper's words, hypotheses and thresholds, are declared
+in the seed's ``experiments.yaml`` (``tdlab explain markov-bridge`` prints both): one row per informative
+(p, q, budget) cell.
 
 Measured besides, per member: the class of the final loss (at the rate, at H(π), in between; against the
 same-batch references) and the step at which it leaves the H(π) plateau (censored at the last evaluation

@@ -21,34 +21,11 @@ Two statements of the seed, checked where the seed makes them:
    number of steps. Plain joint descent (no extra step) is measured beside it. The full-model
    counterpart lives in ``markov-rank``.
 
-Both are the seed's statements in the seed's models; the box, the step size and the region's margin
-are ours because the seed states none (every row is ``seed`` provenance: there is no other setting).
-
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain markov-icommon``), with the sanity checks of the sampler, the integrator and the
-untrained start.
-
-Readings of the seed (ambiguities resolved; see also :mod:`tdlab.theory.markov_regions`):
-
-* The seed gives no distribution on I_common. We draw uniformly in I_common ∩ a box (|e| ≤ 2,
-  w ∈ [-1.5, -0.05]) with an energy margin 0.1 above the saddle's level (config ``region``): the
-  full model is not the canonical flow (AdamW, more parameters), and points on the region's edge are
-  where the two could part; the margin keeps the claim about the region's inside.
-* Canonical → full model (App. D): ``e = e·α``, ``p_n = -(e/2)·α`` for every n,
-  ``W_1 = (|w|/√d) 1 α^T``, ``W_2 = (w/√d) α 1^T``, α uniform on ``{±1}^d/√d`` per member; attention
-  matrices and the bias keep the standard N(0, σ²) draw (App. D sets v = 0; A.3.2 also overwrites only
-  e, W_1, W_2). With the attention path at zero the full model's logit is exactly Eq. (24)
-  (tests/experiments/seed000_local_to_global/test_icommon.py).
-* A.3.2's proposed point (e = 0.5 per coordinate, W_1 = 1, W_2 = -1) is, in App. D's coordinates,
-  ``(e, w) = (0.5 √d, -d)`` — outside I_common for d = 8 (|e| = 1.41 < g(-8) = 7.8); for p + q < 1
-  Thm. 8 puts it in I_min. (Its p_n are N(0, σ²), not -(e/2)α, so the mapping is approximate.) A
-  run reports this as a note.
-* "From the local minimum, a single gradient step on the bias moves the canonical model to the basin of
-  the global minimum" is not a statement of the seed, and not true: on the local minimum's line e = 0
-  the gradient in (e, w) vanishes for every b, so no bias step leaves it. The statement checked is the
-  seed's (one extra bias step per iteration keeps gradient descent in the basin the profile analysis
-  predicts). Tests show the one-step fix on a constructed point where the stale-bias descent ends at
-  the local minimum.
+Both are the seed's statements in the seed's models. How it reads the seed where Secs. 3-4 are silent (the
+distribution on I_common, the map into the full model, A.3.2's point, the bias-step check's settings) and the
+claims, with the paper's words, hypotheses and thresholds, with the sanity checks of the sampler, the integrator
+and the untrained start, are declared in the seed's ``experiments.yaml`` (``tdlab explain markov-icommon`` prints
+both).
 """
 
 from __future__ import annotations

@@ -15,10 +15,9 @@ Fig. 1 (c)/(d)). Per member (seed):
   local minimum against the App. G quadrature probability :func:`gaussian_basin_probability`
   (≈ 1 for p + q > 1, Thm. 2; ≈ 0 for p + q < 1, Thm. 8).
 
-Nothing is trained: the flow is a deterministic function of θ₀, integrated to a stated time ``t_end``
-that stands in for its limit; an endpoint not yet within ``limit_atol`` of a critical set at ``t_end``
-has not reached it (:data:`FLOW_SETTLED`). The claims, with the paper's words, hypotheses and
-thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain markov-landscape``).
+How it reads the seed where Fig. 1 and the theorems are silent (the chains, the flow's horizon) and the
+claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
+(``tdlab explain markov-landscape`` prints both).
 
 ``markov-landscape-3d`` (:mod:`.landscape_3d`) shares the configuration, the flows and the run here.
 """

@@ -23,8 +23,7 @@ Layer 2 (App. D, Fig. 14; γ = 0.8): on the same sequences, the pre-softmax last
 
 Theorem 2 on this model (B.8; the Def. 2 model's flow is ``anchors-flows``): at each snapshot epoch, the top left
 singular vector of ``−∇_{W^V} R`` (layer 1, last-position cross-entropy over the probe sequences) against the
-mean reasoning-anchor embedding. The theorem's other factor, ``E_Y[Y − 1/d_m] W^O (W^f + I)``, has no
-counterpart through LayerNorm, layer 2 and the output layer, so only the embedding side is read here.
+mean reasoning-anchor embedding.
 
 App. E.2 (γ = 0.8, end), on the word part of layer 1's value path ``O = Attn^(1) W^{emb,X} W^V`` (Assumption 3
 leaves the positions out; Eq. 40 makes ``W^V`` rank one, ``O_j = c_j v``):
@@ -34,15 +33,12 @@ leaves the positions out; Eq. 40 makes ``W^V`` rank one, ``O_j = c_j v``):
   over rows ``j >= p+q``;
 * Eqs. 41, 43 — the last position's tag ``⟨O_L, v⟩`` is the composite of the anchor pair
   (``∝ Σ_i w^{emb,a_i} w̄ᵀ``): the share of its variance over reasoning sequences the pair explains (η²);
-  its |Spearman| with the shift ``Σa`` is reported (E does not say the tag is monotone in it).
+  its |Spearman| with the shift ``Σa`` is reported.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain anchors-attention``).
-
-Rows read from trained parameters are the seed's setting only at its learning rate, budget and epoch
-(:func:`~tdlab.experiments.seed001_reasoning_bias.common.training.parameter_reading`); the quick profile's
-layer 1 is near the average operator at epochs 1–2 and far from it at its last epoch, so its end-of-
-training rows are ours. The initialisation rows (Lemma 1) need no training: they are the seed's.
+How it reads the seed where §4.3 and App. D–E are terse (which rows are the seed's setting, Thm. 2 beyond
+Def. 2's model, the tag's shape, Def. 3 at p = 1; the task's key position and set sizes) and the claims, with the
+paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain
+anchors-attention`` prints both).
 """
 
 from __future__ import annotations

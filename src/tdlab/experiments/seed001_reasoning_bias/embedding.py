@@ -19,15 +19,13 @@ Measured (the small-init arm γ = 0.8 unless said):
   whose cosine-nearest key is ``z ± 1``; chance ≈ 2/N_Z) at every γ.
 * Fig. 4C / 9 — Eq. 14's vectors ``w̃_i^s = e^{−(i−s)²/12} − 1/d_m + ε``, ``ε ~ N(0, d_m^{−2γ})``, one
   draw per member: the measured reasoning cosines (end) are compared with Eq. 14's by their mean absolute
-  error over all pairs — a rank correlation would pass two theories whose values differ by 0.75. The
-  error per ``|s_i − s_j|`` is reported (the seed: it grows with distance), and the exact ``P^s`` cosines
-  (Eq. 8/22 on the task's population) beside them: Eq. 14's width 12 (σ = √6) does not follow from
-  Thm. 1's ``σ_P = std(Z + ΣA)`` (≈ 29 at the seed's task).
+  error over all pairs; the error per ``|s_i − s_j|`` is reported, and the exact ``P^s`` cosines (Eq. 8/22
+  on the task's population) beside them.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain anchors-embedding``). Every row reads trained parameters: it is the seed's setting only
-at the seed's learning rate, budget and epoch
-(:func:`~tdlab.experiments.seed001_reasoning_bias.common.training.parameter_reading`), else ours.
+Every row reads trained parameters. How it reads the seed where §4.3 and B.7 are terse (which rows are the
+seed's setting, how Eq. 14 is compared; the task's key position and set sizes) and the claims, with the paper's
+words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain
+anchors-embedding`` prints both).
 """
 
 from __future__ import annotations

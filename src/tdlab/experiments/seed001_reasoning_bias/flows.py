@@ -12,16 +12,12 @@ that time and on that training set's own label counts, or on the population's wh
 
 * Eq. 28 (Lemma 3 at small init) and Eq. 29 = Props. 2–3 ("compact form"):
   ``dw^{emb,s}/dt = (r_s/L)(P^s − 1/d_m) W̃``, ``W̃ = (W^{f,T} + I)(W^{VO,T} + I)``, for every key,
-  memory and reasoning anchor that occurs (keys: "a similar result", after Thm. 1). Eq. 28 keeps the
-  last-position term apart (weight 1, not 1/L, on the sequences whose last token is ``s``); Eq. 29 merges
-  both over all occurrences. Measured: the mean over a class's tokens of ``cos(−∇_{w^s} R, Eq. 28)`` on the
-  training set (the flow is Eq. 28), and, since the propositions take ``n → ∞``, ``cos(Eq. 28, Eq. 29)`` on
-  the population's exact label counts (:func:`tdlab.theory.anchor_flows.population_flow_counts`; at a
-  finite ``n`` the last-position sums hold ~``n/(7 N_Z)`` sequences per key and their sampling noise alone
-  moves the cosine: that finite-``n`` value is reported beside it).
+  memory and reasoning anchor that occurs. Eq. 28 keeps the last-position term apart (weight 1, not 1/L,
+  on the sequences whose last token is ``s``); Eq. 29 merges both over all occurrences. Measured: the mean over a class's tokens of ``cos(−∇_{w^s} R, Eq. 28)`` on the
+  training set (the flow is Eq. 28), and ``cos(Eq. 28, Eq. 29)`` on the population's exact label counts
+  (:func:`tdlab.theory.anchor_flows.population_flow_counts`; the finite-``n`` value beside it).
 * Thm. 2: ``dW^V/dt = ½ (E_A w^{emb,A})ᵀ E_Y[Y − 1/d_m]ᵀ W^O (W^f + I)`` (paper layout ``d_m × d_k``; with
-  ``A ~ U(A_rsn)`` and ``Y`` the training labels; the transposes the seed leaves implicit are those of its
-  proof's ``W^2 = (W^O W^f + W^O)ᵀ``), and Eq. 36, the step before the embeddings are replaced by their
+  ``A ~ U(A_rsn)`` and ``Y`` the training labels), and Eq. 36, the step before the embeddings are replaced by their
   linear expansion: ``dW^V/dt = (1/n) Σ_i W̄^{emb,X^i,T}(y^i − 1/d_m)ᵀ W^2``.
   **Direction**: the Frobenius cosine of ``−∇_{W^V} R`` with the theorem's matrix, and the top left
   singular vector of the displacement ``W^V(t) − W^V(0)`` against the mean reasoning-anchor embedding
@@ -30,15 +26,10 @@ that time and on that training set's own label counts, or on the population's wh
   ``⟨−∇R, M⟩ / ⟨M, M⟩`` (1 when the theorem's velocity is right; a time scale ``1/rate`` longer or
   shorter otherwise).
 
-Horizon. The statements are about the flow's right-hand side under small initialisation, i.e. the early
-phase; the seed states no time. The run integrates to the stated ``times`` (the quick profile: 10 and
-40 flow-time units, where the loss has fallen by less than 2 % of ``log d_m``): flows to a stated time,
-``static``. Thm. 2 is read at ``t > 0`` only (its derivation needs the embeddings' label-driven growth);
-the propositions also at ``t = 0``.
-
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain anchors-flows``); their tolerance is :func:`small_init_tolerance`. Rows at the seed's
-small init γ = 0.8 are the seed's; other γ are ours.
+How it reads the seed where App. B is silent (the horizon, the keys' flow and n → ∞, Thm. 2's transposes,
+which γ is the seed's; the task's key position and set sizes) and the claims, with the paper's words,
+hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain anchors-flows``
+prints both); the claims' tolerance is :func:`small_init_tolerance`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """``anchors-labels``: seed 001 §4.5, Fig. 7 — the label distribution steers what a memory task learns.
 
-The seed's text and caption swap left and right; we follow the caption: **left** (a) targets vs
-predictions of four memory groups, **right** (b) learning speed of ``F_mem,1`` vs ``F_mem,2``.
+**Left** (a) targets vs predictions of four memory groups, **right** (b) learning speed of ``F_mem,1`` vs
+``F_mem,2`` (the caption's sides).
 
-(a) Four groups of memory mappings with labels from ``{30..29 + 20 i}``, ``i = 1..4`` (nested, as
-printed). The group make-up is unstated; ``tasks.anchors`` documents ``mix="memory", mem_max=20,
-memory_groups=4``: memory anchors 1..20 in 4 consecutive groups of 5, anchor tuples within one group,
-memory sequences only, γ = 0.8. The model is trained for ``groups_epochs`` epochs (an early snapshot);
-on ``schedule.n_eval`` training sequences per member its predictions are compared with the targets,
-per group: the share of each group's predictions inside its label range, and the rise of the mean
-prediction from group ``i`` to ``i + 1`` against the targets' rise. The snapshot is the seed's "early
-stage" only while its accuracy is still low (``claims.early_acc_max``; else the rows are ours).
+(a) Four groups of memory mappings with labels from ``{30..29 + 20 i}``, ``i = 1..4``
+(``mix="memory", mem_max=20, memory_groups=4``: memory anchors 1..20 in 4 consecutive groups of 5, anchor
+tuples within one group, memory sequences only, γ = 0.8). The model is trained for ``groups_epochs`` epochs
+(an early snapshot); on ``schedule.n_eval`` training sequences per member its predictions are compared with
+the targets, per group: the share of each group's predictions inside its label range, and the rise of the mean
+prediction from group ``i`` to ``i + 1`` against the targets' rise.
 
 (b) ``F_mem,1`` (``y ~ U(Z)``) vs ``F_mem,2`` (``y ~ U{z_p − Σa .. z_p + Σa}``), otherwise identical:
 memory sequences only (anchors 1..10), the same member seeds (so the same initialisations and token
@@ -20,8 +18,9 @@ sequences; only the label draws differ), γ = 0.8; their learning speeds are com
 Arms: ``groups`` (a), ``mem1`` and ``mem2`` (b); every arm's accuracy and loss are on the first
 ``n_eval`` training sequences (``mem_acc``, ``mem_loss``), as the seed measures memorisation.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain anchors-labels``).
+How it reads the seed where §4.5 is terse or contradicts itself (Fig. 7's sides, the groups' ranges and
+make-up, the early stage, the model and γ) and the claims, with the paper's words, hypotheses and thresholds,
+are declared in the seed's ``experiments.yaml`` (``tdlab explain anchors-labels`` prints both).
 """
 
 from __future__ import annotations

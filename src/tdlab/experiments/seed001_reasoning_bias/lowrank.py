@@ -3,12 +3,12 @@
 
 Per γ, at the end of training: ``s_i/s_1`` of ``W^emb`` (``wte``), ``W^pos`` (``wpe``), every layer's
 ``W^Q, W^K, W^V, W^O, W^f1, W^f2`` and the output layer (``lm_head``), each matrix as a whole (the
-embedding tables include the rows of tokens the data never show: the seed's figure is of the full
-matrices), and its effective rank (erank = exp of the entropy of the normalised singular values). The
-claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain
-anchors-lowrank``). The rows read trained parameters: they are the seed's setting only at its learning
-rate and budget
-(:func:`~tdlab.experiments.seed001_reasoning_bias.common.training.parameter_reading`), else ours.
+embedding tables include the rows of tokens the data never show), and its effective rank (erank = exp of the
+entropy of the normalised singular values). The rows read trained parameters.
+
+How it reads the seed where App. C is terse (which rows are the seed's setting, the whole matrices; the task's
+key position and set sizes) and the claims, with the paper's words, hypotheses and thresholds, are declared in
+the seed's ``experiments.yaml`` (``tdlab explain anchors-lowrank`` prints both).
 """
 
 from __future__ import annotations

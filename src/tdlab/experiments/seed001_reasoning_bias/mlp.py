@@ -13,13 +13,13 @@ The Emb-MLP ``G(X) = σ(Σ_{s in X} w^{emb,s} W^(1)) W^(2)`` reads ``X = [z, a_1
 * Fig. 3B–C — ``P^s − 1/d_vob`` of every reasoning anchor (Eq. 8/22 on the task's training
   population, :func:`tdlab.theory.anchors.token_label_law`) and their cosines; Eq. 7: every memory
   anchor has the same law. The measured reasoning cosines are compared with the ``P^s`` cosines by their
-  *value* error (an ordering alone cannot tell two theories apart).
+  *value* error.
 * Fig. 10 — the cosine matrices at γ = 0.3 and 0.5 (end of training).
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain anchors-mlp``). The learning-curve claims are the seed's comparison over the run's
-schedule; the parameter claims are the seed's setting only at its learning rate, budget and epochs
-(:func:`parameter_reading`).
+The learning-curve claims are the seed's comparison over the run's schedule. How it reads the seed where §4.2
+and A.3 are terse (which parameter rows are the seed's setting, the data set's split, Fig. 3C's 'similar
+structure') and the claims, with the paper's words, hypotheses and thresholds, are declared in the seed's
+``experiments.yaml`` (``tdlab explain anchors-mlp`` prints both).
 """
 
 from __future__ import annotations

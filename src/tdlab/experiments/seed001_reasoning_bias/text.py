@@ -21,13 +21,12 @@ Fig. 6: the mean pairwise cosine among the ``claims.top_tokens`` (100, the seed'
 tokens exclusive to each source, at ``claims.early_fraction`` of training ("early stages", §4.4), at
 initialisation and at the end.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain anchors-text``).
+How it reads the seed where A.3 and §4.4 are terse (the GPT-2 model's size and tokenizer, batch and sequence
+length, the early stage and tokens of Fig. 6 and when its rows are the seed's, the control arm) and the claims,
+with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab
+explain anchors-text`` prints both).
 
-Provenance. The loss curves are the seed's comparison when the stories are TinyStories. The Fig. 6
-rows read parameters at 10 % of training: they are the seed's setting only at its learning rate (1e-5)
-and budget (200 epochs) (:func:`~tdlab.experiments.seed001_reasoning_bias.common.training.parameter_reading`);
-the quick profile's epoch 1 of 10 at lr 1e-3 is not, so those rows are ours.
+Provenance. The loss curves are the seed's comparison when the stories are TinyStories.
 
 Health gate: an arm trained when its loss over both sources (mean of the two splits' losses) fell and
 ends below the uniform predictor's ``log V``.

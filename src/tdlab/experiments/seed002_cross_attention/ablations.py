@@ -5,10 +5,10 @@ two-parameter LCA (to convergence), LCA without ``S_t`` (Eq. G.1), the one-param
 ``S_t`` and the two-parameter deep LSA (Eq. G.2), the single-layer LSA (Eq. 4.2, a fixed step budget)
 and the in-context sample mean; test MSE against ``L_te`` on the same test prompts for every model.
 
-The seed's ablations start from ``F_0 = 0``: without ``S_t`` nothing ever enters ``F_t``, so the
-one-parameter ablations predict exactly 0 (no gradient; the sanity group checks it) — the sample
-mean's ``L_te -> inf`` limit. Variants started from ``F_0 = X`` (``*-F0X``) are ours: trainable
-ablations, shown and never deciding a paper group.
+Variants started from ``F_0 = X`` (``*-F0X``) train beside the seed's ``F_0 = 0`` ablations. How it reads
+the seed where App. G is terse (the data, ``F_0 = 0`` without ``S_t``, the training budgets and inits, the
+``L_te`` grid) and the claims, with the paper's words, hypotheses and thresholds, are declared in the seed's
+``experiments.yaml`` (``tdlab explain icl-ablations`` prints both).
 """
 
 from __future__ import annotations

@@ -4,16 +4,19 @@ ICL error against ``L_te`` at fixed depth and against the depth ``T`` at fixed `
 single-layer LSA (Eq. 4.2) and the one- and two-parameter LCA_T; the learned ``alpha_T`` (and
 ``beta_T``) beside the minimiser of the loss each arm was trained on. Arms are trained by full-batch
 gradient descent to convergence (gradient-norm criterion; the LSA for a fixed budget) at App. H's
-``L_tr = 100`` (the seed's setting), at a longer ``L_tr`` (ours) and on the population loss ``l`` (the
+``L_tr = 100`` (the seed's setting), at a longer ``L_tr`` and on the population loss ``l`` (the
 objective of Thms 6.2-6.3).
 
 References, the theory of the setting that ran: on ``l``, the closed forms (``alpha*_T`` of Lemma D.1,
 the stationary point reached from the Thm 6.3 init); at finite ``L_tr``, the expected minimisers of the
 ``l_{N,L_tr}`` the arms train on, drawn by the run itself as replicate minimisers on ``N`` fresh prompts
 each (:mod:`.common.reference`, arm ``reference/Ltr<L>``, one "member" per replicate) whose spread enters every
-interval. Which rows decide: Fig. 2's empirical
-statements (orders below LSA, depth) are the seed's at ``L_tr = 100``; the theorems' convergence
-statements are the seed's at ``L_tr = 100`` and on ``l``; everything else is ours.
+interval.
+
+How it reads the seed where Fig. 2 and App. H are terse (the prompt law, which rows decide, Fig. 2's axes, the
+references, the training budgets and inits, the ``L_te`` grid) and the claims, with the paper's words,
+hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain icl-lsa-vs-lca``
+prints both).
 """
 
 from __future__ import annotations

@@ -4,9 +4,8 @@ The talk's reading of its 3-layer result: attention weights ``att_{T,n} ∝ exp(
 a k-th order induction head ("capture context", then "match contexts & count"). Two parts:
 
 * **The construction, no training** (horizon ``static``; :func:`tdlab.models.normalised_attention.construction`):
-  the 3-layer normalised-attention model with weights set by hand (the talk gives none; ours, derived in
-  that module) against the order-k add-α in-context estimator (:func:`tdlab.theory.kgram.kgram_probs`,
-  α = 1: Laplace, the Bayes predictor of the source) on the same fresh sequences of
+  the 3-layer normalised-attention model with weights set by hand against the order-k add-α in-context
+  estimator (:func:`tdlab.theory.kgram.kgram_probs`) on the same fresh sequences of
   :class:`~tdlab.tasks.markov_kth.InContextMarkov`, for a grid of κ: the gap is the mean KL of the
   estimator's next-token law from the construction's, an exact computation with no seed noise
   (``deterministic`` samples).
@@ -16,8 +15,9 @@ a k-th order induction head ("capture context", then "match contexts & count"). 
   construction's on the same sequences, each as its excess over chance (uniform causal attention),
   measured once, at the end of training.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain markov-icl-construction``).
+How it reads the talk where it is silent (the construction's weights, the estimator's smoothing, the trained
+model's settings) and the claims with the paper's words, hypotheses and thresholds are declared in the seed's
+``experiments.yaml`` (``tdlab explain markov-icl-construction`` prints both).
 
 Metric layout: arm ``construction/k{k}``: per κ index ``i`` (the step column) ``kappa``, ``gap``
 (mean per-position KL(estimator || construction), nats per token, member 0), ``max_kl`` (its largest

@@ -3,26 +3,21 @@
 Every sequence has its own random k-th order binary kernel (rows iid Dirichlet(α),
 :class:`~tdlab.tasks.markov_kth.InContextMarkov`), so the only way to predict well is in context:
 match the current k-context against the history and count what followed ("ICL for kth-order
-Markov"). The talk's "in-context estimator" is the unsmoothed count ratio; its loss is infinite
-whenever a context's count is still zero, so the reference of every claim here is its smoothed form,
-the add-α order-k estimator (:func:`tdlab.theory.kgram.kgram_probs`; Laplace for α = 1), which is the
-*Bayes predictor* of this source and tends to the count ratio as counts grow. Gaps are measured against
+Markov"). The reference of every claim is the add-α order-k estimator
+(:func:`tdlab.theory.kgram.kgram_probs`), the *Bayes predictor* of this source. Gaps are measured against
 it on the *same* sequences: the probe's fresh sequences (``est_loss_order{k}``) and, during training,
 the trainer's evaluation batches (``test_loss@bayes``, the task's ``optimal_probs`` on those batches),
 whose gap drifts over the last tenth of training in learning-rate time decide convergence.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain markov-icl-depth``); their stages are :mod:`.common.estimator_stage`'s and
-:data:`DEPTH_TWO_LEARNS`.
+How it reads the talk where it is silent (the estimator's smoothing, the kind of positional encoding, the
+width and training) and the claims with the paper's words, hypotheses and thresholds are declared in the seed's
+``experiments.yaml`` (``tdlab explain markov-icl-depth`` prints both); the claims' stages are
+:mod:`.common.estimator_stage`'s and :data:`DEPTH_TWO_LEARNS`.
 
 Models: pre-LN GPT-2 (``arch="gpt2"``, one head per layer, seed 000 Table 1) of depth 1, 2, 3. The
 positional encoding is an axis (``positions``): ``absolute`` (learned p_n), ``relative`` (tdlab's
-learned scalar bias per distance), ``relative-kv`` (Shaw et al. 2018 relative key/value embeddings, the
-kind of the seed authors' RPE code; :class:`~tdlab.models.gpt.GPTConfig` ``rel_encoding="kv"``),
-``both``/``both-kv`` (absolute + relative). Provenance: the talk states relative PE (kind not stated)
-for its 3-layer construction, so for k >= 2 the ``relative``/``relative-kv`` rows decide and the others
-are ours; for k = 1 it states no PE, so the absolute PE of the seed authors' GPT-2 (seed 000 Table 1)
-and the relative kinds decide, and ``both``/``both-kv`` (a combination the seed never uses) are ours.
+learned scalar bias per distance), ``relative-kv`` (Shaw et al. 2018 relative key/value embeddings;
+:class:`~tdlab.models.gpt.GPTConfig` ``rel_encoding="kv"``), ``both``/``both-kv`` (absolute + relative).
 
 Metric layout: arm ``k{k}/L{depth}/{positions}`` holds the trainer's ``test_loss``, ``test_loss@bayes``
 etc.; arm ``k{k}/L{depth}/{positions}/probe`` the probe of the final models: at the final

@@ -1,15 +1,13 @@
 """``markov-icl-heads``: seed 003 ("Attention with Markov", talk), Part II, "Memory = k, Depth?".
 
 The talk: "(Edelman et al., 2024 & Nichani et al., 2024): Number of heads/layers should scale with k.
-But..." the main result: "3 layers, 1 head per layer" suffice for any k. The talk states nothing of
-its own about heads at depth 2 (the scaling-with-k statement is prior work it cites and then
-contrasts): grid heads {1, 2, 4} × depth {2, 3} × k, pre-LN GPTs with MLPs and relative key/value
-positions (:mod:`.common.icl_grid`), each cell against the order-k in-context estimator (add-α, the Bayes
-predictor, on the same fresh sequences). The claims are about depth 3, as the talk states them; depth-2 cells
-are measurements reported beside them.
+But..." the main result: "3 layers, 1 head per layer" suffice for any k. Grid heads {1, 2, 4} × depth
+{2, 3} × k, pre-LN GPTs with MLPs and relative key/value positions (:mod:`.common.icl_grid`), each cell
+against the order-k in-context estimator (add-α, the Bayes predictor, on the same fresh sequences).
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain markov-icl-heads``).
+How it reads the talk where it is silent (heads at depth 2, the estimator's smoothing, the kind of relative
+PE, the training) and the claims with the paper's words, hypotheses and thresholds are declared in the seed's
+``experiments.yaml`` (``tdlab explain markov-icl-heads`` prints both).
 """
 
 from __future__ import annotations

@@ -8,24 +8,20 @@ Two parts, both on seed 000's Sec. 2 model (``GPT(arch="sec2")``, ``tie_weights`
 
 * **Landscape** (no training, horizon ``static``). ``θ_π`` is built in the full model (``e = a = 0``,
   ``σ(b) = π_1``; :mod:`tdlab.theory.markov_tying`), at the canonical point (other weights 0, exact
-  closed-form spectrum) and at the ``θ_π`` nearest each member's standard init (other weights kept:
-  a generic point of the same family, which the talk's construction leaves free). On the exact
+  closed-form spectrum) and at the ``θ_π`` nearest each member's standard init (other weights kept). On the exact
   population loss (all ``2^(N+1)`` sequences weighted by their probabilities) we measure
   ``L(θ_π) − H(π)``, ``max |∇L(θ_π)|``, the Hessian's extreme eigenvalues (exact, autograd, float64,
   ``d = 2..4``) and the loss change along random directions and the bottom eigenvector. These are
   exact computations with no seed noise: their samples are ``deterministic`` (the interval is the
   min–max over the points measured); the autograd spectrum at the canonical point is compared with
   :func:`tdlab.theory.markov_tying.theta_pi_spectrum`.
-* **Training**. From the standard small init (σ = 0.02) on a grid of ``(p, q)``, tied and untied, members
-  sharing seeds across the two arms. Per member: the step it leaves the H(π) plateau (seed 000's rule,
-  ``claims.escape_fraction``, read on the gap to the unigram predictor on the same evaluation batches, beyond
-  the evaluation noise: :func:`tdlab.probes.curves.gap_crossing`; known to one evaluation interval, censored at
-  the last evaluation for a member that never leaves) and its final test loss against the Bayes predictor's on
-  the same evaluation batches. A chain with ``p + q = 1`` (i.i.d.: ``H(π)`` is the entropy rate) or too small a
-  gap (``claims.min_gap_nats``) carries no training claim.
+* **Training**. From the standard small init on a grid of ``(p, q)``, tied and untied. Per member: the step
+  it leaves the H(π) plateau (:func:`tdlab.probes.curves.gap_crossing`) and its final test loss against the
+  Bayes predictor's on the same evaluation batches.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain markov-tying``).
+How it reads the talk where it is terse (the construction's free weights, the Hessian's "(almost)", the
+model and training, the plateau-escape rule, p + q = 1) and the claims with the paper's words, hypotheses and
+thresholds are declared in the seed's ``experiments.yaml`` (``tdlab explain markov-tying`` prints both).
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """``topics-attn``: seed 004 (Li, Li & Risteski, ICML 2023), Tables 3 and 4 (App. G.2), Thms. 3 and 5.
 
 The one-hot model of Eq. 7 (``W^E = I`` frozen) with ``W^K``, ``W^Q``, ``W^V`` and the biases trained jointly
-under the cross-entropy loss (Eq. 4) on §6.1's LDA documents, no L2 (the authors' L2 term carries no
-gradient, so their runs had none either), for Adam lr {0.003, 0.01, 0.03} and SGD lr {0.01, 0.03} (Table 3's
-rows; "SGD 0.003" failed to train in the paper and is left out there too). Each optimiser is one ensemble
+under the cross-entropy loss (Eq. 4) on §6.1's LDA documents, no L2, for Adam lr {0.003, 0.01, 0.03} and SGD
+lr {0.01, 0.03} (Table 3's rows; "SGD 0.003" failed to train in the paper and is left out there too). Each optimiser is one ensemble
 with per-member learning rates (``Trainer(member_lr=...)``, exact). Table 4 reports 10 Adam runs each at
 lr 0.003 and 0.01: those settings get ``table4_seeds`` members (the others ``members``), and every member
 is classified by its trained ``W^V``, as the paper selects runs by the pattern of ``W^V``.
 
-Classification (statistics of :func:`tdlab.probes.blocks.block_stats` on the word block of ``W^V``; thresholds
-ours, fixed before any run): a member has topic structure when its block contrast ``z ≥ z_min`` (3, the
-threshold of ``topics-wv``); it is **block** (Table 3: "closer to uniform within each block") when moreover
-the uniformity ``u ≥ u_block`` (0.5: same-topic off-diagonal entries at least half-way from the different-topic
-level to the diagonal), **diagonal** (Table 4, Def. 2's ``D^V``) when ``u ≤ u_diag`` (0.2, the Fig. 6 rule of
-``topics-wv``), **mixed** in between; without structure it is **unstructured** (the paper drops such runs:
-"the diagonal pattern ... is not visible or weak"). Mixed and unstructured members are reported, not judged.
+Classification (statistics of :func:`tdlab.probes.blocks.block_stats` on the word block of ``W^V``: block
+contrast ``z`` and uniformity ``u``): **block**, **diagonal**, **mixed** or **unstructured**.
 
 Attention (App. G.3 and :func:`tdlab.probes.blocks.model_attention_averages`): ``heldout_docs`` fresh
 *unmasked* documents per member (their own random stream), cut to their first 100 tokens before the forward
@@ -22,17 +16,15 @@ pass, weights scaled by ``n/100`` (n = the cut length); averages over all positi
 of the same word ``a_sw``, same topic-different word ``a_st``, different topics ``a_dt``. Measured before the
 first step and at the end (a trainer probe).
 
-Rows, per setting, are means over its block / diagonal members (the tables report means over the runs of a
-pattern; the members' spread decides). A row depends on exactly those members: its health and training stage
-(:data:`~.training.FLOOR_CLOSED`) are theirs (``{setting}/{class}``), so that an untrained member elsewhere in
-the ensemble holds nothing back. Rows of the paper's own settings (Table 3's five for the block claims, Table
-4's two for the diagonal ones) are the seed's; any other setting's rows are ours. The claims, with the paper's
-words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain topics-attn``).
+Rows, per setting, are means over its block / diagonal members. A row depends on exactly those members: its
+health and training stage (:data:`~.training.FLOOR_CLOSED`) are theirs (``{setting}/{class}``), so that an
+untrained member elsewhere in the ensemble holds nothing back. The paper's rows are shown beside ours
+(measurements, notes, figure); their numbers are copied from App. G.2.
 
-Thms. 3 and 5 are statements about the squared loss with ``W^V`` frozen, under Assumptions 1-4; Tables 3-4
-test their predictions on jointly trained cross-entropy models, as here. The attention is read only at the
-end of the training budget (no end drift): the claims are ``budget`` statements. The paper's rows are shown
-beside ours (measurements, notes, figure); their numbers are copied from App. G.2.
+How it reads the seed where Tables 3-4 are silent or differ from the theorems (L2, the loss and the trained
+parts, the selection of runs by their W^V, which rows are the seed's; §6.1's open settings) and the claims with
+the paper's words, hypotheses and thresholds are declared in the seed's ``experiments.yaml`` (``tdlab explain
+topics-attn`` prints both).
 
 The stage's reference is a true lower bound of every member's cross-entropy: the Bayes loss of a predictor that
 knows θ and sees the masked position's own token (:func:`~.training.masked_loss_floor`, 2.896 nats at §6.1's

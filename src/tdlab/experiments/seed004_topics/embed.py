@@ -19,15 +19,9 @@ Measured per member (word rows/columns only):
   optimiser, same seed), as a share of the gap between the uniform predictor's loss and a lower bound of the
   all-trained model's (:func:`~.training.masked_loss_floor`).
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain topics-embed``).
-
-Ambiguities (recorded in the report): Thm. 1's example embedding ``W^E = I/√(1 − (1 − p_c)p_m)`` is not an
-optimum -- it gives [MASK] a nonzero output (see :func:`tdlab.theory.topics.thm1_embedding`); the claim uses
-the statistic every optimum shares (g = c3), not that example. Fig. 1's caption and §6.1 call "a diagonal
-pattern" a special case of the block-wise optima; a diagonal Gram carries no topic information (its diagonal is
-same-topic under every relabelling, and a random init's Gram is already diagonal-dominant), so the block test
-reads the off-diagonal entries only and a diagonal Gram does not pass it.
+How it reads the seed where it is silent or ambiguous (the frozen layers of the embed-only arm, Thm. 1's example
+embedding, Fig. 1's diagonal pattern; §6.1's open settings) and the claims with the paper's words, hypotheses and
+thresholds are declared in the seed's ``experiments.yaml`` (``tdlab explain topics-embed`` prints both).
 """
 
 from __future__ import annotations

@@ -4,31 +4,19 @@ The exact finite-T loss ``L(α, β)`` of the one-layer model with one-hot embedd
 attention of Assumption 2 (same word β, same topic α, other topic 1), under Assumption 1, evaluated
 from the case terms of App. F.3 / F.4 *before* their asymptotic step
 (:mod:`tdlab.theory.topics_landscape`), on a log grid of α, β ∈ [1e-4, 1e7], T = 100, v = 300,
-τ ∈ {20, 40, 60, 80} (App. F.5), masking p_m = 0.15, p_c = p_r = 0.1 (§6.1; App. F.5 states none).
+τ ∈ {20, 40, 60, 80} (App. F.5), masking p_m = 0.15, p_c = p_r = 0.1.
 
-* Fig. 8 — the **block** map: uniform blocks with **W_diff = 0** and the constant of q (F.21), the map
-  the proof of Thm. 3 uses, *not exactly* Thm. 2's W^{V*}. Read off it: the minimiser γ* of
-  γ = ((v − 1)α + β)/v (Remark 5) per τ, and Monte Carlo losses (sampled documents, masks and the model's
-  loss) at pairs of (α, β) with equal γ, one estimate per member (independent seeds), the same documents
-  for every point of a member.
+* Fig. 8 — the **block** map: uniform blocks with **W_diff = 0** and the constant of q (F.21). Read off
+  it: the minimiser γ* of γ = ((v − 1)α + β)/v (Remark 5) per τ, and Monte Carlo losses (sampled
+  documents, masks and the model's loss) at pairs of (α, β) with equal γ, one estimate per member
+  (independent seeds), the same documents for every point of a member.
 * Fig. 7 — the **diagonal** map D^V (Def. 2). Read off it: the minimiser (α*, β*) per τ and the minimal
   loss against L(1, 1) (uniform attention).
 
-Seed ambiguities, recorded (also in the config comments and the notes):
-
-* Thm. 3's λ1 differs between statement (0.577) and proof (c_5 = 0.371 at the paper's masking);
-  Thm. 5's λ4 divides by (√(v−1) − 2 + (1−p_c)p_m) in the statement and multiplies in the proof.
-  Both are evaluated. The *headline* groups use the proof's constants (what F.28 / F.4's case
-  analysis actually derives); the as-stated versions are separate groups, and the notes say which
-  of the two the landscape is consistent with.
-* Thms. 3, 5 are asymptotic (T → ∞, τ = o(T), Assumption 3); here T = 100 and τ/T up to 0.8, as
-  App. F.5 plots them. The interval claims test the theorems' bounds at the finite setting.
-* The diagonal loss is flat in α once (v − 1)α ≪ β: at the paper's settings its minimiser over the box
-  sits at the box's lower α edge, so α* is only an upper bound there (a censored value: α*/β* < λ5 holds
-  by a wide margin); elsewhere (e.g. T = 6, v = 60, τ = 3: α* ≈ 0.94) it is interior and judged as it is.
-
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain topics-landscape``).
+How it reads the seed where it is ambiguous or contradicts itself (the masking, which block map, λ1 and λ4
+as stated and as proved, the asymptotic theorems at finite T, the censored α*) and the claims with the paper's
+words, hypotheses and thresholds are declared in the seed's ``experiments.yaml`` (``tdlab explain
+topics-landscape`` prints both).
 
 Every exact computation is one deterministic measurement. γ* and (α*, β*) are the continuous minimisers
 (golden section on a fine γ grid; Nelder–Mead from the grid argmin); each is known only as well as the

@@ -4,13 +4,11 @@ App. G.3's method; the corpus, encoder and measures are :mod:`~tdlab.experiments
 Measured per θ and member (a checkpoint is one deterministic model): Table 1's (``single``) and Table 5's
 (``multi``) same-topic / different-topic ratios of cosine, dot product and attention, Fig. 3's 9 × 9 cosine map
 of 3 words from each of 3 topics, and the same, with its cosine gap's z-score, of the untrained control
-(``mlm@init``). The seed's rows are
-*pretrained* models: only a run on a local pretrained checkpoint (``model.checkpoint=DIR``) gives rows of the
-seed's (at the seed's θ); a locally trained encoder's rows are ours. No profile runs the seed's corpus or models
-(offline: ``paper_differs``).
+(``mlm@init``).
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain topics-real``).
+How it reads the seed where it is silent (whose rows a pretrained checkpoint or a trained encoder gives, the
+encoder, the pooling of attention) and the claims with the paper's words, hypotheses and thresholds are
+declared in the seed's ``experiments.yaml`` (``tdlab explain topics-real`` prints both).
 
 The seed's BERT rows are printed beside ours (reference only, never a pass criterion).
 """

@@ -1,14 +1,15 @@
 """``topics-real-cooc``: seed 004 (Li, Li & Risteski, ICML 2023), Table 2 (App. A.2): the topic-wise behaviour of
 a pretrained model's embeddings and attention is not co-occurrence. The corpus, encoder and measures are
-:mod:`~tdlab.experiments.seed004_topics.common.real_text`'s; the rows' provenance and stage as in ``topics-real``
-(the seed's rows are a pretrained BERT: only a pretrained checkpoint's rows decide).
+:mod:`~tdlab.experiments.seed004_topics.common.real_text`'s; the rows' provenance and stage as in
+``topics-real``.
 
 Measured per θ and member (a checkpoint is one deterministic model): the mean (debiased) attention and the mean
-embedding cosine of the top co-occurring word pairs (window: the document; as many pairs as one topic holds,
-``C(⌊θn⌋ + 1, 2)``, the seed's cutoff) against those of the same-topic pairs.
+embedding cosine of the top co-occurring word pairs (``C(⌊θn⌋ + 1, 2)`` of them) against those of the same-topic
+pairs.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain topics-real-cooc``).
+How it reads the seed where Table 2 is silent (the co-occurrence window; whose rows, the encoder, the pooling of
+attention) and the claims with the paper's words, hypotheses and thresholds are declared in the seed's
+``experiments.yaml`` (``tdlab explain topics-real-cooc`` prints both).
 """
 
 from __future__ import annotations

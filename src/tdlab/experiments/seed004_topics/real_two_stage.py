@@ -9,18 +9,17 @@ turns fast; stage 2 (≈ 100-400) W^K, W^Q grow, "much later than W^V".
 
 What runs: the encoder and data of :mod:`~tdlab.experiments.seed004_topics.common.real_text` (masked-token training of
 a BERT-shaped encoder on gensim's Wikipedia sample, several seeds as one ensemble) with ``layers = heads = 4``,
-every other parameter at its BERT init (N(0, 0.02²)), and W^Q, W^K, W^V of every layer redrawn near zero.
-Fig. 5 trains from scratch as we do, so its rows are the seed's setting (on a smaller corpus and width).
-"Near zero" (the seed gives no scale): ``qkv_init="uniform"``, W ~ U[0, init_scale) entrywise with
-init_scale = 1e-3 -- the authors' synthetic code (``zero_init_noise * torch.rand``, the init
-``topics-two-stage`` uses for Fig. 4); ``"normal"``: N(0, init_scale²). Each member draws them from its own
-seed. Norms and rotation are logged every step by a trainer probe (the rotation from step 10 on, once it has
+every other parameter at its BERT init (N(0, 0.02²)), and W^Q, W^K, W^V of every layer redrawn near zero
+(``qkv_init="uniform"``: W ~ U[0, init_scale) entrywise; ``"normal"``: N(0, init_scale²)), each member from its
+own seed. Norms and rotation are logged every step by a trainer probe (the rotation from step 10 on, once it has
 10 steps of history; a resumed fit loses that history: rotations resume 10 steps later).
 
 Per layer: the two-stage rule of ``topics-two-stage`` (:func:`tdlab.probes.curves.lags`,
 :func:`~.common.lags.value_first_claim`) on the norm curves, and the mean rotation of W^V over stage 1 (steps
-10-100) against stage 2 (steps 101-400). The claims, with the paper's words, hypotheses and thresholds, are
-declared in the seed's ``experiments.yaml`` (``tdlab explain topics-real-two-stage``).
+10-100) against stage 2 (steps 101-400). How it reads the seed where Fig. 5 is silent (the encoder, "near
+zero", the settings and whose rows they are, the two-stage rule) and the claims with the paper's words,
+hypotheses and thresholds are declared in the seed's ``experiments.yaml`` (``tdlab explain topics-real-two-stage``
+prints both).
 """
 
 from __future__ import annotations

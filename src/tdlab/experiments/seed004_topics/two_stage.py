@@ -8,31 +8,26 @@ while ``W^K, W^Q`` stay near zero, then ``W^K, W^Q`` grow while ``‖W^V‖`` st
 near-zero init ``∇_{W^K} L`` carries the factor ``W^Q ≈ 0`` (Eq. 5) while ``∇_{W^V} L`` carries the
 attention ``A``, whose columns sum to one (Eq. 7).
 
-**A grid of settings.** The seed sees the stages only in some settings (§5.1, §8) and Fig. 4 overlays
-settings it does not name, so the run trains a declared grid, one row per setting. The grid (the config's
-lists): optimiser {SGD, Adam} × lr {0.003, 0.01, 0.03} (around §6.1's 0.01) × init scale {1e-3, 1e-2} × batch
-{16, 40}. The seed names none of these values; batch 40 is the authors' code's, and the verdict moves with it
-(measured: Adam lr 0.01 lags by ~0.11 of the horizon at batch 16, ~0.05 at 40), so both are grid points.
-Each (optimiser, batch) is one arm, one ensemble over lr × init × seeds: per-member learning rates are exact
-(``Trainer(member_lr=...)``) and per-member init scales come from building each member alone and
-:func:`~tdlab.models.ensemble.assemble`-ing them.
-
-Init (the seed: "random matrices near zero"): ``init="uniform"``, ``W ~ U[0, init_scale)`` entrywise -- the
-authors' code (``zero_init_noise * torch.rand``); biases start at 0. We take it over a centred normal
-because it is what produced Fig. 4; note that it has a nonzero mean (``‖W_0‖_F ≈ init_scale · d/√3``).
+**A grid of settings** (the config's lists ``optimizers``, ``lrs``, ``inits``, ``batches``), one row per
+setting. Each (optimiser, batch) is one arm, one ensemble over lr × init × seeds: per-member learning rates are
+exact (``Trainer(member_lr=...)``) and per-member init scales come from building each member alone and
+:func:`~tdlab.models.ensemble.assemble`-ing them. Init: ``init="uniform"``, ``W ~ U[0, init_scale)`` entrywise;
+biases start at 0.
 
 **The two-stage rule** (one measurement, one claim shape; ``topics-real-two-stage`` applies it per layer):
 over the first ``horizon`` steps (Fig. 4's x-axis, 1000; Fig. 5's, 400) each norm's relative growth is
 ``g_X(t) = (‖X_t‖ − ‖X_0‖)/(max_s ‖X_s‖ − ‖X_0‖)`` and its half-growth step ``t½(X)`` the first step with
 ``g_X ≥ 0.5``. A member's **lag** is ``(min(t½(K), t½(Q)) − t½(V)) / horizon``: how much later the earlier of
 W^K, W^Q makes half its growth than W^V does, as a share of the horizon (known to one logging interval;
-censored when neither W^K nor W^Q grows within the horizon). The claims, with the paper's words, hypotheses and
-thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain topics-two-stage``).
+censored when neither W^K nor W^Q grows within the horizon).
 
 Rows: one per setting of the grid (per-member settings, so each setting's health and stage are its members' own);
-the headline setting (Adam, lr 0.01, init 1e-3, fixed before any run: Adam at lr 0.01 is the authors' optimiser
-and §6.1's learning rate, 1e-3 the nearer-to-zero scale) runs ``headline_members`` seeds at every batch, the
-other settings ``members``.
+the headline setting (``headline_optimizer``, ``headline_lr``, ``headline_init``) runs ``headline_members`` seeds
+at every batch, the other settings ``members``.
+
+How it reads the seed where it is silent (the grid of settings and the headline, the near-zero init, the
+two-stage rule; §6.1's open settings) and the claims with the paper's words, hypotheses and thresholds are
+declared in the seed's ``experiments.yaml`` (``tdlab explain topics-two-stage`` prints both).
 
 ``headline_only`` trains the headline setting alone at each batch of ``batches`` (its optimiser, lr, init; the
 other lists are then ignored): the atlas (``atlas_axes``) sweeps optimiser × lr × init scale ×
@@ -125,7 +120,7 @@ class TopicsTwoStageConfig(TopicsExperimentConfig):
     lrs: list[float] = [0.003, 0.01, 0.03]  # a grid around §6.1's 0.01
     inits: list[float] = [1e-3, 1e-2]  # U[0, init) near-zero init scales
     batches: list[int] = [16, 40]  # the seed is silent; 40 is the authors' code's, the verdict moves with it
-    # The headline setting (fixed before any run; module docstring) and its seeds, at every batch.
+    # The headline setting (fixed before any run; the readings, experiments.yaml) and its seeds, at every batch.
     headline_optimizer: Optimizer = "adam"
     headline_lr: float = Field(0.01, gt=0.0, le=100.0)
     headline_init: float = Field(1e-3, gt=0.0, le=10.0)

@@ -5,7 +5,7 @@ One-hot embeddings (Eq. 7) on LDA documents (§6.1), the four panels {CE, square
 
 * ``l2`` (Fig. 2): uniform attention (W^K = W^Q = 0 frozen), only W^V (and biases) trained, with L2;
 * ``no-l2`` (Fig. 9): the same without L2 (Fig. 6: W^V "sometimes" diagonal);
-* ``attn`` (Fig. 10): W^K, W^Q trained jointly with W^V (with L2, as Fig. 2 -- the caption does not say).
+* ``attn`` (Fig. 10): W^K, W^Q trained jointly with W^V (with L2).
 
 and a ``population`` arm: Thm. 2's exact setting -- the population objective of Assumption 1 (every
 τ-subset document is its exact masked distribution), squared loss, b^pred = 0, no b^V, small L2,
@@ -18,24 +18,10 @@ and different-topic (D) entries and the uniformity u; per seed, the final test l
 relative distance to W^{V*}, logged at every evaluation (so its end drift is known), beside the exact ridge
 optimum's at the λ that ran.
 
-The claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain topics-wv``). Readings behind them:
-
-* §5.2 / App. G's "only slightly worse" (topics-embed's §4 twin) is a value test on the paired differences: a
-  ``compare`` claim's margin is a distance *beyond* which one arm must lie, not a non-inferiority allowance. Its
-  floor is :func:`~.training.masked_loss_floor`, the Bayes risk with the masked position's own token, which the
-  all-weights model's attention can read.
-* The block means are compared with W^V*'s two entries only with L2 (Fig. 2 / Thm. 2). Without L2 (Thm. 4) only
-  S − D = c3/v is fixed, and that is the g = c3 claim (g = v(S − D)).
-* Figs. 9, 10's factor 10 (``block_ratio_min``) is the seed's own check, made there for the third panel (squared
-  loss with SGD), whose blocks are faint: only those panels' rows are the seed's, the other panels' are ours.
-  Thm. 2's W^V* itself scores (computed, reported) +0.28 at the paper's sizes on (S − 10|D|)/|S − D|.
-* Fig. 6's "sometimes" (F.4: "often occurs"; Table 4 kept 7 of 10 runs): the diagonal share lies in [0.1, 0.9]
-  (``fig6_criterion="sometimes"``: neither never nor always) or in [0.5, 1] (``"often"``).
-
-Choices where the seed is silent (config options): λ = 1e-4 for the "L2" panels ("mild"); population
-mode λ = 1e-5, chosen from theory before any run: the ridge optimum's own distance to W^{V*} is O(λ)
-(computed exactly and shown as the sanity row), 1e-5 keeps it ~10x inside the tolerance.
+How it reads the seed where it is silent or ambiguous (L2 in Fig. 10, the two λ, "only slightly worse", the
+block means without L2, the factor 10's panels, Fig. 6's "sometimes"; §6.1's open settings) and the claims with
+the paper's words, hypotheses and thresholds are declared in the seed's ``experiments.yaml`` (``tdlab explain
+topics-wv`` prints both).
 """
 
 from __future__ import annotations
@@ -129,7 +115,7 @@ class PopulationConfig(Config):
     """Thm. 2's setting: exact population objective (Assumption 1), squared loss, b^pred = 0, no b^V."""
 
     tau: int = Field(3, ge=1, le=4096)  # topics per document (uniform-τ, §3.1); Thm. 2 does not depend on τ < T
-    l2: float = Field(1e-5, gt=0.0, le=1.0)  # "small" λ (module docstring)
+    l2: float = Field(1e-5, gt=0.0, le=1.0)  # "small" λ (the readings, experiments.yaml)
     init_scale: float = Field(1e-3, gt=0.0, le=1.0)  # near-zero init: the min-norm limit is the one small inits reach
     lr: float = Field(0.01, gt=0.0, le=10.0)  # full-batch Adam
     steps: int = Field(3000, ge=1, le=1_000_000)

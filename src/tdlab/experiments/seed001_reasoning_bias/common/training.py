@@ -32,11 +32,9 @@ would declare that arm untrained by construction. Whether an arm *trained* is a 
 data it was trained on, so :class:`AnchorsHealth` gates on the loss over the training-set splits
 (D_mem and D_rsn,train weighted by their tuple counts), against the uniform predictor's ``log d_vob``.
 
-Readings. A statement about the trained parameters at some epoch (Figs. 3–5, 9–14) is the seed's own
-setting only when the run trains at the seed's learning rate for the seed's 1000 epochs and the row is
-read at the seed's epoch (:func:`parameter_reading`). The quick profiles train at 100–200× the seed's
-learning rate for 12–40 epochs, so a snapshot taken at the same *fraction* of training is not taken in
-the phase the seed describes: such rows are ours (judged and shown, never deciding a paper group).
+Readings. :func:`parameter_reading` gives a row read from the trained parameters its provenance; when such a
+row is the seed's own setting is declared once, as the reading ``parameter_reading`` of the seed's
+``experiments.yaml``, and listed by every experiment that reads trained parameters.
 """
 
 from __future__ import annotations

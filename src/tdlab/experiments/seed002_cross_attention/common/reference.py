@@ -1,21 +1,11 @@
 """The finite-context references of seed 002's trained models: the minimisers of the loss the models
 are trained on, by replicate Monte-Carlo draws.
 
-Thms 6.2 and 6.3 speak of the population loss ``l`` (``N -> inf``, ``L_tr -> inf``), whose minimisers
-have closed forms (:func:`tdlab.theory.icl.alpha_star_T`, :func:`tdlab.theory.icl.two_param_stationary`).
-App. H trains on ``l_{N, L_tr}``, ``N = 2000`` prompts of ``L_tr = 100``: the theory of the setting that ran
-is the minimiser of that loss, a random variable of the training draw. Each replicate draw here minimises
-``l_{n, L}`` on ``n`` fresh prompts; drawn at the arms' ``n = N`` the replicates are independent copies of
-what the arms reach, so their mean is unbiased for the arms' expected minimiser and its standard error
-(the replicates' spread, which the claims layer adds to the members' interval:
-:class:`tdlab.claims.Row` ``reference``) covers it.
-
-Why not a large ``n`` standing for ``N -> inf``: the per-prompt loss is heavy-tailed. A prompt whose sample
-spike eigenvalue exceeds ``2 / alpha`` makes ``(1 - alpha lambda)^T`` explode; such prompts are rare (their
-probability falls like the tail of ``chi2_L``) and decide ``argmin l_{L}``, so ``argmin l_{n, L}`` falls slowly
-as ``n`` grows and its replicate spread does not show how far it is from the limit. Measured at App. H,
-``L = 100`` (docs/icl.md): at ``T = 10`` the expected minimiser is 0.0333 at ``n = 2000``, 0.0314 at 20,763 and
-0.0292 at ``n -> inf`` (the spike's sample variance integrated exactly); at ``T = 20``, 0.0297, 0.0291 and 0.0237.
+Each replicate draw minimises ``l_{n, L}`` on ``n`` fresh prompts; drawn at the arms' ``n = N`` the replicates are
+independent copies of what the arms reach, and their standard error enters the members' interval
+(:class:`tdlab.claims.Row` ``reference``). Why these are the references (and not the closed forms of
+:func:`tdlab.theory.icl.alpha_star_T`, :func:`tdlab.theory.icl.two_param_stationary`, nor a large ``n``) is the
+reading ``finite_context_reference`` of the seed's ``experiments.yaml``.
 
 The losses are evaluated with the trainer's own prediction path (:func:`tdlab.train.regression.predict`
 on prompt statistics), so a reference minimises exactly the objective the arms were trained on.

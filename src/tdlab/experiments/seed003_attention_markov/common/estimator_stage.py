@@ -1,11 +1,10 @@
 """What the in-context experiments of seed 003 (Part II) share: the in-context estimators their probes
 measure on fresh sequences, and the training stage those estimators define.
 
-The talk's in-context estimator of order ``j`` ("ICL for kth-order Markov": count what followed the
-current ``j``-context in the history) is measured in its add-α form (:func:`tdlab.theory.kgram.kgram_probs`;
-α = the source's Dirichlet concentration, so the order-``k`` one is the Bayes predictor of
-:class:`~tdlab.tasks.markov_kth.InContextMarkov`) on the *same* probe sequences as the model: a
-finite-setting reference with no sampling gap between model and reference.
+The in-context estimator of order ``j`` is :func:`tdlab.theory.kgram.kgram_probs`'s add-α form (α = the
+source's Dirichlet concentration of :class:`~tdlab.tasks.markov_kth.InContextMarkov`), measured on the *same*
+probe sequences as the model; why it stands for the talk's count ratio is the shared reading
+``in_context_estimator`` of the seed's ``experiments.yaml``.
 
 A transformer trained on an order-``k`` source first learns order-0 in-context counting, then order-1
 matching, ... (the loss sits at the order-``j`` estimator's plateau on the way). A claim about reaching

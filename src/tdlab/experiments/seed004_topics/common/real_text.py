@@ -5,17 +5,16 @@ measures, and the experiments' common base.
 What runs (said plainly in every report): the seed's *method* -- LDA topics of a Wikipedia sample (gensim's
 ``LdaModel``, stop words dropped), App. G.3's ambiguity threshold θ, same-topic vs different-topic ratios of
 input-embedding cosine, dot product and (debiased) attention over distinct word pairs -- on gensim's shipped
-Wikipedia *sample* (or Lee, or the user's text). The seed measures *pretrained* BERT/ALBERT/BART/ELECTRA/RoBERTa
-on its full Wikipedia: only ``model.checkpoint=DIR`` (a local Hugging Face checkpoint,
-:mod:`tdlab.models.hf_encoder`) measures a model of that kind, so only such a run's rows are the seed's
-(``provenance="paper"``). Without one, a small encoder is trained here and its rows are ours: shown and judged,
-never deciding the seed's Tables 1, 2, 5 or Fig. 3.
+Wikipedia *sample* (or Lee, or the user's text); ``model.checkpoint=DIR`` (a local Hugging Face checkpoint,
+:mod:`tdlab.models.hf_encoder`) measures a pretrained model instead of training a small encoder here. Whose rows
+are the seed's (``provenance="paper"``), why the encoder is BERT's and how attention is pooled are readings
+the experiments share, declared in the seed's ``experiments.yaml`` (``pretrained_rows``, ``real_encoder``,
+``attention_pooling``).
 
-The encoder (choices where the seed is silent, all BERT's): tdlab's :class:`~tdlab.models.gpt.GPT` with
-``arch="gpt2", causal=False`` (bidirectional attention), post-LN blocks (``norm="post"``, BERT's; ``"pre"``
-an option), learned absolute positions, GELU MLP, the output layer **tied** to the token table (BERT ties
-them; so "input embedding" is also the output embedding, as in the seed's BERT), no biases. Vocabulary:
-``[MASK]`` = 0, ``[PAD]`` = 1, the corpus words 2..n+1 (``encode_windows(offset=2)``), ``[UNK]`` = n+2.
+The encoder: tdlab's :class:`~tdlab.models.gpt.GPT` with ``arch="gpt2", causal=False`` (bidirectional
+attention), post-LN blocks (``norm="post"``; ``"pre"`` an option), learned absolute positions, GELU MLP, the
+output layer **tied** to the token table, no biases. Vocabulary: ``[MASK]`` = 0, ``[PAD]`` = 1, the corpus
+words 2..n+1 (``encode_windows(offset=2)``), ``[UNK]`` = n+2.
 Training: §3.2's masking rule (= BERT's): each position selected with p_m = 0.15, a selected word becomes
 [MASK] with 1 − p_c − p_r = 0.8, stays with p_c = 0.1, becomes a random corpus word with p_r = 0.1, Eq. (4)'s
 cross-entropy on the selected positions (:class:`~tdlab.train.objectives.MaskedTokens`, masks redrawn every
@@ -32,8 +31,8 @@ Measures (:mod:`tdlab.probes.topic_pairs`; App. G.3): for each θ, each topic ke
 (n = LDA vocabulary); ``single`` (Table 1) gives a word only its most probable topic, ``multi`` (Table 5) every
 topic that keeps it. Ratios are mean(same-topic) / mean(different-topic) over distinct word pairs: the
 input-embedding cosine and dot product (rows of the token table), and the attention between positions
-holding such words, each window's weights × len/100 (G.3's debiasing; a window is the seed's "sentence"),
-averaged over layers and heads (the seed does not say how it pools them; per layer and head in the report).
+holding such words, each window's weights × len/100 (G.3's debiasing), averaged over layers and heads (per
+layer and head in the report).
 Attention is read on ``attn_windows`` unmasked windows spread evenly over the corpus. The tokenised corpus
 and the LDA fit are cached in the run directory (``cache/``): a resumed run does not refit.
 """
