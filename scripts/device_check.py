@@ -66,7 +66,7 @@ def check_one(name: str, device: str, out: str, scale: float, threads: int) -> d
     rec: dict[str, Any] = {"experiment": name, "device": device, "scale": scale}
     try:
         from tdlab.experiments.base import get
-        from tdlab.experiments.runner import execute
+        from tdlab.runner import execute
 
         exp = get(name)
         overrides = shortened(name, scale)

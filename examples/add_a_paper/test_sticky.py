@@ -15,8 +15,8 @@ import torch
 from seed999_sticky.copying import CLAIMS, StickyCopy
 from seed999_sticky.task import StickyTokens, entropy_rate
 
+from tdlab import runner
 from tdlab.claims import Measurements, Sample, judge
-from tdlab.experiments import runner
 
 
 def test_entropy_rate_is_the_bayes_predictors_loss_on_samples():
