@@ -325,12 +325,6 @@ APP_C_SIDE = Hypothesis(
     "p + q < 1 (App. C: the structure of the global minima found when p + q < 1)",
     lambda cfg: cfg.task.p + cfg.task.q < 1,
 )
-APP_C_WHERE = "App. C (Eqs. (12)-(15)), recalled from Makkuva et al. (2024)"
-FIG3_QUOTE = (
-    "We observe that at convergence both W_V and W_1 are approximately rank-one with one of their components being "
-    "same as the embedding vector (the row in W_V and column in W_1)."
-)
-FIG3_WHERE = "App. A.3.1 ('Low-rank at convergence'); Fig. 3 caption"
 
 
 def _rank_claim(

@@ -214,10 +214,6 @@ RATE_TOL = Threshold(
     "1 ± d_m^{−γ} (0.0145 at d_m = 200, γ = 0.8): the rate a flow right up to terms of relative size d_m^{−γ} keeps; "
     "it assumes the dropped terms that small",
 )
-THM2_QUOTE = (
-    "Theorem 2. Let n, γ → ∞, N_Z = d_m, Define that A ∼ U(A_rsn) and Y as a random variable which randomly takes "
-    "value from the whole dataset's labels, then [...] dW^V/dt = ½ E_A w^{emb,A} E_Y[Y − (1/d_m)1]ᵀ W^O(W^f + I)."
-)
 THM2_LIMIT = (
     "n, γ → ∞ at N_Z = d_m: judged only at N_Z = d_m (a config hypothesis) and where the terms the limit drops are "
     "measured no larger than d_m^{−γ} of the kept growth term (a row hypothesis on the measured dropped_rel), never "

@@ -188,12 +188,6 @@ def _fig10_panels(cfg: AnchorsMlpConfig, run: RunView, _: Any) -> list[Matrix]:
     return _anchor_cosines(cfg, [(f"γ = {g:g}", run.arrays(GammaArms.arm(g))["W_emb"]) for g in others])
 
 
-FIG2B_QUOTE = (
-    "Comparing with a large initialization scale (γ = 0.3), a noticeable reasoning bias can still be observed in "
-    "Figure 2B for a small initialization scale (γ = 0.8)."
-)
-
-
 @register
 class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
     Config = AnchorsMlpConfig

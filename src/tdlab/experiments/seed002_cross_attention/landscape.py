@@ -210,10 +210,6 @@ def _stationary_or_start(cfg: LandscapeConfig, context: Any) -> tuple[Sample, Sa
     return planted_pair(0.0, min(gaps), cfg.claims.tol_cells / 5, cfg.members)
 
 
-VALLEY_QUOTE = (
-    "illustrates a steep valley along the curve {(α*(β), β) : β ∈ (−2/(m_upper+1), 0)} as α*(β) ≈ −β "
-    "(α*(β) → −β as T → ∞) in this window."
-)
 FIG4_LAW = Hypothesis(
     "Assumption 6.1 on the Fig. 4 law: |m| ~ Unif(lo, hi) with lo < hi, a continuous |m|^2 of bounded support",
     lambda cfg: cfg.task.norm_range[0] < cfg.task.norm_range[1],

@@ -117,12 +117,6 @@ def _provenance(sigma: float):
     return "paper" if math.isclose(sigma, APP_H_SIGMA) else "ours"
 
 
-WHITENING_QUOTE = (
-    "Figure 3 (Right) displays the whitening diagnostic ||X F_t^T/L − I||_F/√d across layers. In line with (6.1), "
-    "even these less-restricted models exhibit the same prompt-dependent covariance-whitening"
-)
-
-
 def _projections_cluster_around_alpha_star_tolerance(cfg: Any, row: Any) -> float:
     return cfg.claims.proj_rel_tol * abs(float(row.context["scale"]))
 

@@ -41,13 +41,6 @@ class TopicsRealCoocConfig(TopicsRealConfig):
     pass
 
 
-# The caption's last sentence is garbled in the seed ("(5) The average embedding cosine similarity between tokens
-# have smaller average attention weight, but larger ..."): read, as its numbers say, as same-topic pairs compared
-# with the top co-occurring ones. It is a statement about the table, every row of it (all_rows).
-TABLE2_QUOTE = "have smaller average attention weight, but larger average embedding cosine similarity."
-TABLE2_WHERE = "Table 2 caption (App. A.2; its sentence is garbled: read as same-topic vs top co-occurring pairs)"
-
-
 @register
 class TopicsRealCooc(RealTextExperiment[TopicsRealCoocConfig]):
     Config = TopicsRealCoocConfig

@@ -102,7 +102,6 @@ NEAR_ZERO_QKV = Hypothesis(
     "other weights (the 'common default hyperparameters' under which §8 sees no two stages)",
     lambda cfg: cfg.init_scale < cfg.model.init_std,
 )
-FIG5_WHERE = "Fig. 5 caption (App. A.1)"
 
 
 def near_zero_qkv(model: GPT, scale: float, kind: str = "uniform") -> GPT:

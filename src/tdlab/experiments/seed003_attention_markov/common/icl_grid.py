@@ -141,10 +141,6 @@ MAIN_RESULT = (
     "Any order k in-context estimator can be represented by a transformer with 3 layers, 1 head per layer, relative "
     "positional encodings and layer norm"
 )
-MAIN_RESULT_WHERE = (
-    "Part II, 'Main result (Constant depth suffices)'; 'Memory → Depth' slide ('3-layer transformer can learn Markov "
-    "chains of all orders'); from the cited 'Transformers on Markov Data: Constant Depth Suffices'"
-)
 CONSTANT_DEPTH = Hypothesis(
     "3 layers (talk, Part II, main result: claims.constant_depth = 3)", lambda cfg: cfg.claims.constant_depth == 3
 )
