@@ -24,6 +24,7 @@ import tdlab.cli as cli
 from tdlab.experiments.base import registry
 from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
 from tdlab.models.gpt import GPT
+from tdlab.report.measurement_tables import format_cell
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain
 from tdlab.train.trainer import Trainer
@@ -268,6 +269,23 @@ def test_the_printed_summary_shows_the_arms_measurements_as_a_table(tiny_run):
         row = next(line for line in lines[top:] if line.split() and line.split()[0] == arm)
         first = values[arm]["final_test_loss"][0]
         assert f"{first:.3g}" in row  # the member values, as the report's table writes them
+        assert format_cell(values[arm]["final_test_loss"]) in row  # whole, on the arm's line (a pipe: no folding)
+
+
+def test_measurements_printed_to_a_pipe_keep_each_row_on_one_line(monkeypatch):
+    import io
+
+    wide = {f"arm-{i}": {f"quantity_{j}": [0.123456 * (i + j), 0.654321, 0.5] for j in range(8)} for i in range(2)}
+    for terminal in (False, True):
+        console = Console(file=io.StringIO(), width=80, force_terminal=terminal, color_system=None)
+        monkeypatch.setattr(cli, "out_console", console)
+        cli._print_measurements(wide)
+        text = console.file.getvalue()
+        rows = [line for line in text.splitlines() if line.lstrip().startswith("arm-")]
+        if not terminal:  # every cell whole on its arm's line
+            assert len(rows) == 2 and all("0.654/0.5" in r for r in rows) and "0.123/0.654/0.5" in rows[0]
+        else:  # a terminal keeps its 80 columns
+            assert max(len(line) for line in text.splitlines()) <= 80
 
 
 def test_runs_lists_the_run(tiny_run, invoke):

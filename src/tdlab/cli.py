@@ -572,7 +572,18 @@ def _print_measurements(values: dict) -> None:
             table.add_column(c, justify="right", overflow="fold")
         for name, cells in t.rows:
             table.add_row(name, *cells)
-        out_console.print(table, highlight=False)
+        # A log or a pipe has no width to keep to: each row on one line there, its cells whole, instead of
+        # folded into the 80 columns rich assumes; a terminal keeps its own width.
+        if out_console.is_terminal:
+            out_console.print(table, highlight=False)
+            continue
+        kept = out_console.width
+        natural = out_console.measure(table, options=out_console.options.update_width(100_000)).maximum
+        out_console.width = max(kept, natural)
+        try:
+            out_console.print(table, highlight=False)
+        finally:
+            out_console.width = kept
 
 
 def _group_line(g: dict) -> str:
