@@ -6,7 +6,6 @@ run, report included, is written (see :mod:`tdlab.runs`).
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 import time
 from pathlib import Path
@@ -316,7 +315,7 @@ def _report(
     with phase("report"):
         run.write_summary(summary)
         write_record(run, summary, analysis)  # what results/PROFILE/NAME.json publishes
-        write_report(run, summary, exp.description, [dataclasses.asdict(r) for r in exp.readings])
+        write_report(run, summary, exp.description, exp.readings)
 
 
 def _figure_note(exp: Experiment, cfg: ExperimentConfig, profile: str) -> str:

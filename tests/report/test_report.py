@@ -340,3 +340,11 @@ def test_report_shows_per_arm_measurements_as_one_table():
     assert "<code>z</code>" in table and "<code>a/sgd</code>" in table and "<code>a/adam</code>" in table
     assert '<td class="num">2.5/2.6</td>' in table and '<td class="num">5.1/5.2</td>' in table
     assert "c3: 1.156" in html  # the rest stays a tree below the table
+
+
+def test_report_takes_an_experiments_readings_as_they_are():
+    from tdlab.experiments.base import get
+
+    readings = get("markov-rank").readings
+    html = render_report(_summary(), {"experiment": "e"}, "d", readings)
+    assert html.count("<li><b>") == len(readings) and "(option: <code>train.optimizer</code>)" in html

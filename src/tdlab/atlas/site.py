@@ -30,7 +30,7 @@ import json
 import math
 import os
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -256,11 +256,12 @@ class _Reports:
     only its regular files, never through a symlink and never more than their size
     (:func:`tdlab.safeio.copy_inside`); nothing in the run folder is written. A file that cannot be
     copied is left out and named in :attr:`skipped`; a run folder that is missing or damaged gets a
-    report rendered from the index's summary, without figures.
+    report rendered from the index's summary, without figures, headed by its experiment's description and
+    readings (``experiments``: the registry, by name).
     """
 
-    def __init__(self, runs: Path, out: Path, descriptions: dict[str, str]) -> None:
-        self.runs, self.out, self.descriptions = Path(runs), Path(out), descriptions
+    def __init__(self, runs: Path, out: Path, experiments: Mapping[str, Any]) -> None:
+        self.runs, self.out, self.experiments = Path(runs), Path(out), experiments
         self.done: dict[str, str] = {}
         self.skipped: list[str] = []
 
@@ -278,7 +279,8 @@ class _Reports:
 
         dest = self.out / "runs" / row["run_id"]
         dest.mkdir(parents=True, exist_ok=True)
-        description = self.descriptions.get(row["experiment"] or "", "")
+        exp = self.experiments.get(row["experiment"] or "")
+        about = (exp.description, exp.readings) if exp is not None else ("", ())
         rel = f"runs/{row['run_id']}/report.html"
         src = self.runs / row["run_id"]
         if src.is_symlink():  # it may lead anywhere (another run, /etc): nothing is read through it
@@ -289,7 +291,7 @@ class _Reports:
                 if (src / "report.html").exists() or (src / "report.html").is_symlink():
                     copy_inside(src, "report.html", dest / "report.html")
                 else:  # rendered into the site: the run folder is never written
-                    atomic_write(dest / "report.html", render_report(run.summary, run.config, description))
+                    atomic_write(dest / "report.html", render_report(run.summary, run.config, *about))
                 self._copy_folder(src, Path("figures"), dest)
                 return rel
             except (OSError, RunDirError) as exc:
@@ -307,7 +309,7 @@ class _Reports:
         ):
             summary.setdefault(k, v)
         conf = {"experiment": row["experiment"], "profile": row["profile"], "config": row["config"]}
-        atomic_write(dest / "report.html", render_report(summary, conf, description))
+        atomic_write(dest / "report.html", render_report(summary, conf, *about))
         return rel
 
     def _copy_folder(self, run: Path, rel: Path, dest: Path) -> None:
@@ -540,7 +542,7 @@ def build_site(runs: Path, out: Path, warn: Callable[[str], None] | None = None)
     site = _check_target(Path(runs), Path(out))
     with built_aside(site) as staging:
         (staging / "experiments").mkdir()
-        reports = _Reports(runs, staging, {n: e.description for n, e in registry().items()})
+        reports = _Reports(runs, staging, registry())
         pages = _pages(rows, reports, staging)
         common = {
             "marks": MARKS,

@@ -6,7 +6,7 @@ renders in headless Chromium (``scripts/screenshot_report.sh``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -90,11 +90,12 @@ def render_report(
     summary: dict[str, Any],
     config: dict[str, Any],
     description: str = "",
-    readings: Sequence[Mapping[str, Any]] = (),
+    readings: Sequence[Any] = (),
 ) -> str:
     """The HTML page for a run's summary and config (its per-arm measurements as tables:
     :func:`~tdlab.report.measurement_tables.measurement_tables`); ``readings``: how the experiment reads the seed
-    (each ``{where, seed, chosen, option}``, :class:`~tdlab.experiments.manifest.Reading`)."""
+    (each with ``where``, ``seed``, ``chosen`` and ``option``: a :class:`~tdlab.experiments.manifest.Reading` or a
+    mapping of those keys)."""
     tables, rest = measurement_tables(summary.get("measurements") or {})
     return _ENV.from_string(_TEMPLATE).render(
         s=summary,
@@ -109,7 +110,5 @@ def render_report(
     )
 
 
-def write_report(
-    run: Run, summary: dict[str, Any], description: str = "", readings: Sequence[Mapping[str, Any]] = ()
-) -> None:
+def write_report(run: Run, summary: dict[str, Any], description: str = "", readings: Sequence[Any] = ()) -> None:
     atomic_write(run.path / "report.html", render_report(summary, run.config, description, readings))
