@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
 import pytest
 import yaml
 from pydantic import Field
 
-from tdlab.config import Config, ConfigError, apply_overrides, build_config, deep_merge, parse_overrides, to_yaml
+from tdlab.config import (
+    Config,
+    ConfigError,
+    Distinct,
+    apply_overrides,
+    build_config,
+    deep_merge,
+    parse_overrides,
+    to_yaml,
+    validate_config,
+)
 from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit, MarkovInitConfig
 
 
@@ -387,3 +398,17 @@ def test_a_validators_message_is_shown_without_pydantics_value_error_prefix():
     with pytest.raises(ConfigError) as err:
         build_config(Outer, {"inner": {"a": 2}})
     assert str(err.value) == "inner: inner.a must be 1 here"
+
+
+def test_a_distinct_list_refuses_a_repeat_naming_the_field_and_the_value():
+    class Arms(Config):
+        lrs: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=1), Distinct] = [0.1]
+        cells: Annotated[list[tuple[float, float]], Distinct] = []
+
+    assert validate_config(Arms, {"lrs": [0.1, 0.2], "cells": [[0.2, 0.3], [0.3, 0.2]]}).lrs == [0.1, 0.2]
+    with pytest.raises(ConfigError, match=r"^lrs: list each value once \(0\.1 more than once\)"):
+        validate_config(Arms, {"lrs": [0.1, 0.2, 0.1]})
+    with pytest.raises(ConfigError, match=r"^cells: list each value once \(\(0\.2, 0\.3\) more than once\)"):
+        validate_config(Arms, {"cells": [[0.2, 0.3], [0.2, 0.3]]})
+    with pytest.raises(ConfigError, match=r"^lrs\.1: Input should be greater than 0"):
+        validate_config(Arms, {"lrs": [0.1, -0.1]})

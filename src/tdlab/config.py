@@ -16,16 +16,17 @@ import difflib
 import math
 import re
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
 
 __all__ = [
     "ECHO_CHARS",
     "Config",
     "ConfigError",
+    "Distinct",
     "apply_overrides",
     "build_config",
     "deep_merge",
@@ -43,6 +44,20 @@ MAX_DEPTH = 16  # deepest nesting of lists/mappings a --set value may have
 MAX_ERRORS = 3  # validation errors listed in one message (the rest are counted)
 
 C = TypeVar("C", bound="Config")
+S = TypeVar("S", bound=Sequence[Any])
+
+
+def _each_once(values: S) -> S:
+    if len({repr(v) for v in values}) != len(values):  # repr: arms may be lists or configs, unhashable
+        twice = sorted({repr(v) for v in values if sum(repr(w) == repr(v) for w in values) > 1})
+        raise ValueError(f"list each value once ({', '.join(twice)} more than once)")
+    return values
+
+
+# A list or tuple field whose values are arms, cells or settings, each run once:
+# ``lrs: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1), Distinct]``; a repeat is refused
+# naming the field and the value, as any other bad value.
+Distinct = AfterValidator(_each_once)
 
 
 class ConfigError(ValueError):

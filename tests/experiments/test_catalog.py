@@ -23,7 +23,7 @@ from tdlab.experiments.axes import AtlasAxes, AtlasAxis
 from tdlab.experiments.base import Experiment, get, register, registry
 from tdlab.experiments.catalog import CATALOG
 from tdlab.experiments.declared import Declaration, DeclarationError, claim_specs, declarations, read_file
-from tdlab.experiments.manifest import Reading
+from tdlab.experiments.manifest import Note, Reading
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "src" / "tdlab" / "experiments"
@@ -109,7 +109,6 @@ def test_declared_readings_build_the_readings_and_an_option_must_be_a_config_fie
         Reading("Sec. 2", "no step size", "0.3 (ours)", "train.lr"),
         Reading("App. C", "either factor", "the better of the two"),
     )
-    assert decl.attributes()["readings"][0].describe() == "Sec. 2: no step size — 0.3 (ours) (option: train.lr)"
 
     for option, refused in (("train.lr", False), ("train.lr_typo", True)):
         bad = Declaration(
@@ -135,6 +134,60 @@ def test_declared_readings_build_the_readings_and_an_option_must_be_a_config_fie
                 register(Reads)
         else:
             assert register(Reads).readings[0].option == "train.lr"
+        base._REGISTRY.pop("x-exp", None)
+
+
+def test_declared_notes_fill_config_fields_and_show_only_where_their_condition_holds(tmp_path):
+    path = tmp_path / "experiments.yaml"
+    path.write_text(
+        GOOD + "  notes:\n    - Every row is ours; {{braces}} stay\n"
+        "    - {text: 'SGD at lr {train.lr:g}, {train.steps} steps', when: {train.optimizer: sgd}}\n"
+        "    - {text: 'the rank-one arm is rank one by construction', when: {arms: rank-one}}\n"
+    )
+    (decl,) = read_file(path, "pkg").values()
+    notes = decl.attributes()["declared_notes"]
+    assert notes[1] == Note("SGD at lr {train.lr:g}, {train.steps} steps", {"train.optimizer": "sgd"})
+    assert notes[1].fields() == ["train.lr", "train.steps", "train.optimizer"]
+    exp = registry()["markov-rank"]
+    sgd = exp.make_config("quick", ["train.optimizer=sgd", "train.lr=0.25", "train.steps=7", "arms=[standard]"])
+    adam = exp.make_config("quick", ["arms=[standard,rank-one]"])
+    assert [n.render(sgd) for n in notes] == ["Every row is ours; {braces} stay", "SGD at lr 0.25, 7 steps", None]
+    assert [n.render(adam) for n in notes] == [
+        "Every row is ours; {braces} stay",
+        None,
+        "the rank-one arm is rank one by construction",
+    ]
+
+
+def test_a_note_with_an_unmatched_brace_or_an_unknown_field_is_refused(monkeypatch, tmp_path):
+    path = tmp_path / "experiments.yaml"
+    path.write_text(GOOD + "  notes:\n    - 'lr {train.lr'\n")
+    with pytest.raises(DeclarationError, match=r"x-exp\.notes\.0"):
+        read_file(path, "pkg")
+    for text, when, unknown in (
+        ("lr {train.lr_typo:g}", {}, "train.lr_typo"),
+        ("x", {"train.optimiser": "sgd"}, "train.optimiser"),
+    ):
+        bad = Declaration(
+            name="x-exp",
+            module=__name__,
+            cls="Says",
+            paper="P",
+            figure="F",
+            description="D",
+            profiles={"quick": {}},
+            notes=[{"text": text, "when": when}],
+        )
+        monkeypatch.setattr(base, "declaration_of", lambda cls, bad=bad: bad)
+
+        class Says(Experiment):  # type: ignore[type-arg]
+            Config = registry()["markov-rank"].Config
+
+            def run(self, cfg, ctx):  # pragma: no cover - never run
+                pass
+
+        with pytest.raises(TypeError, match=rf"reads '{unknown}', not a field of"):
+            register(Says)
         base._REGISTRY.pop("x-exp", None)
 
 

@@ -31,7 +31,7 @@ from tdlab.config import Config, ConfigError, build_config, echo, field_exists, 
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.catalog import CATALOG
 from tdlab.experiments.declared import claim_specs, declaration_of
-from tdlab.experiments.manifest import Reading, Setting, settings_diff
+from tdlab.experiments.manifest import Note, Reading, Setting, settings_diff
 from tdlab.experiments.rounds import lengths
 from tdlab.experiments.standard import standard_layer
 from tdlab.experiments.view import RunView
@@ -121,6 +121,8 @@ class Experiment(ABC, Generic[ConfigT]):
     # How the experiment reads the seed where it is ambiguous, silent or contradicts itself
     # (tdlab.experiments.manifest.Reading): tdlab explain, the report and the seed's page show them.
     readings: ClassVar[tuple[Reading, ...]] = ()
+    # What the experiment says of every run in words (tdlab.experiments.manifest.Note), after the verdict notes.
+    declared_notes: ClassVar[tuple[Note, ...]] = ()
     # The standard figures (training curves, a grid's heatmap, matrices, bars) the report layer draws for
     # this experiment (tdlab.report.standard_figures); the default plot() draws them.
     figures: ClassVar[tuple[StandardFigure, ...]] = ()
@@ -179,8 +181,10 @@ class Experiment(ABC, Generic[ConfigT]):
         """Plain-language findings for the report, written after judging: what held, what failed and by how
         much, what was not evaluable and why, which rows are ours (:func:`tdlab.report.notes.verdict_notes`).
         An experiment overrides it only to add, after these, what is its own (a measured fact the verdicts
-        cannot say): ``[*super().notes(cfg, measured, groups), ...]``."""
-        return verdict_notes(groups, measured)
+        cannot say): ``[*super().notes(cfg, measured, groups), ...]``. The :attr:`declared_notes` that hold for
+        ``cfg`` come after the verdict notes."""
+        declared = [n.render(cfg) for n in self.declared_notes]
+        return [*verdict_notes(groups, measured), *(n for n in declared if n is not None)]
 
     def analyse(self, cfg: ConfigT, run: Run | RunView, confidence: float = 0.95) -> Analysis:
         """Measure, gate and judge the stored run: the declared claims decided by :func:`tdlab.claims.judge`
@@ -284,6 +288,13 @@ def register(cls: type[ExperimentT]) -> type[ExperimentT]:
         if reading.option is not None and not field_exists(cls.Config, reading.option):
             raise TypeError(
                 f"{cls.__name__}: the reading of {reading.where} names option {reading.option!r}, "
+                f"not a field of {cls.Config.__name__}"
+            )
+    for note in cls.declared_notes:
+        unknown = [f for f in note.fields() if not field_exists(cls.Config, f)]
+        if unknown:
+            raise TypeError(
+                f"{cls.__name__}: the note {note.text[:40]!r}... reads {', '.join(map(repr, unknown))}, "
                 f"not a field of {cls.Config.__name__}"
             )
     if not cls.profiles:

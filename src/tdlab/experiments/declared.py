@@ -1,8 +1,8 @@
 """What every experiment declares as data, read from the YAML declarations beside its module: name, seed
 paper, figure, description, the class that implements it, its profiles (config overrides per profile),
 ``arm_fields``, the seed's settings (``manifest``) and where the paper profile departs from them
-(``paper_differs``), how it reads the seed where the seed is ambiguous (``readings``), its atlas axes (``atlas``)
-and its ``claims``. Configs and the run itself stay in Python.
+(``paper_differs``), how it reads the seed where the seed is ambiguous (``readings``), what it says of every run
+in words (``notes``), its atlas axes (``atlas``) and its ``claims``. Configs and the run itself stay in Python.
 
 A claim is a mapping of :class:`~tdlab.claims.ClaimSpec`'s fields: its words, place and kind as text, and
 what is code (a hypothesis' test, a stage, a theory function, a planted case) named with ``!py NAME``: a name
@@ -38,6 +38,9 @@ A file reads::
           seed: says 'train them using SGD' and gives no step size; Table 2 uses AdamW, lr 1e-3
           chosen: AdamW as Table 2; SGD at a step size of ours is the option, its rows ours
           option: train.optimizer
+      notes:
+        - text: "Optimiser: SGD at lr {train.lr:g}, a step size of ours: every row of this run is ours"
+          when: {train.optimizer: sgd}
       atlas:
         axes: [{field: task.p, values: [0.2, 0.8], label: p}]
         why: Thms 2/8 split the (p, q) square at p + q = 1
@@ -72,7 +75,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tdlab.experiments.axes import AtlasAxes, AtlasAxis
-from tdlab.experiments.manifest import Reading, Setting
+from tdlab.experiments.manifest import Note, Reading, Setting
 
 if TYPE_CHECKING:
     from tdlab.claims import ClaimSpec
@@ -151,6 +154,27 @@ class DeclaredReading(BaseModel):
         return Reading(self.where, self.seed, self.chosen, self.option)
 
 
+class DeclaredNote(BaseModel):
+    """One note (:class:`~tdlab.experiments.manifest.Note`): its ``text`` and ``when`` it is shown."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(min_length=1)
+    when: dict[str, Any] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_alone(cls, data: Any) -> Any:
+        return {"text": data} if isinstance(data, str) else data  # a note shown always may be its text alone
+
+    @model_validator(mode="after")
+    def _parses(self) -> DeclaredNote:
+        self.note().fields()  # an unmatched brace: refused here, naming the note
+        return self
+
+    def note(self) -> Note:
+        return Note(self.text, copy.deepcopy(self.when))
+
+
 class DeclaredAxis(BaseModel):
     """One atlas axis (:class:`~tdlab.experiments.axes.AtlasAxis`): the dotted ``field``, its ``values`` (the paper
     profile's range), the ``quick`` profile's range, the maps' ``label``, ``as_list`` for a list field."""
@@ -208,6 +232,7 @@ class Declaration(BaseModel):
     manifest: dict[str, DeclaredSetting] = {}
     paper_differs: dict[str, str] = {}
     readings: list[DeclaredReading] = []
+    notes: list[DeclaredNote] = []
     atlas: DeclaredAtlas | None = None
     claims: list[Any] = []
     file: str = ""
@@ -229,6 +254,7 @@ class Declaration(BaseModel):
             "manifest": {k: s.setting() for k, s in self.manifest.items()},
             "paper_differs": dict(self.paper_differs),
             "readings": tuple(r.reading() for r in self.readings),
+            "declared_notes": tuple(n.note() for n in self.notes),
             **({} if self.atlas is None else {"atlas_axes": self.atlas.atlas_axes()}),
         }
 

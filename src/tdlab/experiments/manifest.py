@@ -10,20 +10,25 @@ Where the seed is ambiguous, silent on something a run needs, or contradicts its
 reads it: its ``readings`` (:class:`Reading`), each with the place, what the seed says, what tdlab does, and the
 config field that makes the choice an option where one does. ``tdlab explain`` prints them above the claims, and
 each run's report and the seed's page list them.
+
+What an experiment says of every run in words that need no measurement (a caveat, which rows are ours and
+why, what an option changes) it declares as ``notes`` (:class:`Note`): text with the run's config fields in
+braces, shown after the verdict notes where its ``when`` holds.
 """
 
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
 from tdlab.config import read_field
 
-__all__ = ["Reading", "Setting", "ours_fields", "settings_diff", "values_equal"]
+__all__ = ["Note", "Reading", "Setting", "ours_fields", "settings_diff", "values_equal"]
 
 
 @dataclass(frozen=True)
@@ -53,10 +58,41 @@ class Reading:
     chosen: str
     option: str | None = None
 
-    def describe(self) -> str:
-        """One line: ``where: seed — chosen (option: field)``."""
-        opt = f" (option: {self.option})" if self.option else ""
-        return f"{self.where}: {self.seed} — {self.chosen}{opt}"
+
+class _ConfigFields(string.Formatter):
+    """``{train.lr:g}`` reads the dotted config field ``train.lr`` (no attribute or index syntax of its own)."""
+
+    def get_field(self, field_name: str, args: Any, kwargs: Mapping[str, Any]) -> tuple[Any, str]:
+        return read_field(kwargs["cfg"], field_name), field_name
+
+
+@dataclass(frozen=True)
+class Note:
+    """A note declared as text, printed after the verdict notes of every run where :attr:`when` holds.
+
+    Attributes:
+        text: the note; ``{train.lr:g}`` is the run's config field ``train.lr`` formatted ``g``
+            (:meth:`str.format`'s spec), ``{{``/``}}`` a literal brace.
+        when: dotted config field → value: the note is shown where every field has its value, or, for a list
+            field (the arms), holds it; an empty mapping shows it always.
+    """
+
+    text: str
+    when: Mapping[str, Any] = field(default_factory=dict)
+
+    def fields(self) -> list[str]:
+        """Every config field the note reads: its placeholders' and its condition's, in order."""
+        named = [name for _, name, _, _ in string.Formatter().parse(self.text) if name is not None]
+        return [*named, *self.when]
+
+    def render(self, cfg: BaseModel) -> str | None:
+        """The note for a run of config ``cfg``, or ``None`` where :attr:`when` does not hold."""
+        for key, want in self.when.items():
+            have = read_field(cfg, key)
+            listed = isinstance(have, (list, tuple)) and any(values_equal(x, want) for x in have)
+            if not (values_equal(have, want) or listed):
+                return None
+        return _ConfigFields().format(self.text, cfg=cfg)
 
 
 def _plain(value: Any) -> Any:
