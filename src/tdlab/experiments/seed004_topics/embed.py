@@ -37,10 +37,9 @@ from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.declare import Calibration, Threshold
 from tdlab.experiments.base import Experiment, register
 from tdlab.experiments.seed004_topics.common.training import (
-    AUTHORS_NOT_REPRODUCED,
     PANELS,
-    Loss,
     Optimizer,
+    Panels,
     StageClaims,
     TopicsExperimentConfig,
     fit_topics,
@@ -80,15 +79,13 @@ class EmbedClaims(StageClaims):
 class TopicsEmbedConfig(TopicsExperimentConfig):
     members: int = Field(3, ge=1, le=4096)  # seeds per panel (the seed does not say how many runs)
     model: TopicModelConfig = TopicModelConfig()  # §3.3 + §6.1 biases; d = d_a = V (seed silent)
-    panels: list[tuple[Loss, Optimizer]] = list(PANELS)  # Fig. 1: {CE, squared} x {SGD, Adam}
+    panels: Panels = list(PANELS)  # Fig. 1: {CE, squared} x {SGD, Adam}
     embed_only_optimizer: Optimizer = "adam"  # the Thm. 1 arm's optimiser (seed silent)
     embed_only: bool = True  # train the Thm. 1 arm
     claims: EmbedClaims = EmbedClaims()
 
     @model_validator(mode="after")
     def _check(self) -> TopicsEmbedConfig:
-        if not self.panels or len(set(self.panels)) != len(self.panels):
-            raise ValueError("panels: list at least one (loss, optimizer) pair, without repeats")
         if self.model.onehot or self.model.uniform_attn or self.model.embed_only or self.model.frozen_wv:
             raise ValueError("model: Fig. 1 trains every part; leave onehot, uniform_attn, embed_only, frozen_wv unset")
         return self
@@ -246,21 +243,12 @@ class TopicsEmbed(Experiment[TopicsEmbedConfig]):
         return out
 
     def notes(self, cfg: TopicsEmbedConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
-        notes = [
+        return [
+            *super().notes(cfg, measured, groups),
             f"nearest_same_topic: the share of words whose nearest other word is in their own topic (chance "
             f"{measured.values['nearest_same_topic_chance']:.3g}); gap_closed: the share of the way from the uniform "
             f"predictor (uniform_loss) to the position-blind floor closed, the stage (≥ {cfg.claims.gap_share:g}).",
-            "Thm. 1's example W^E = I/√(1 − (1 − p_c)p_m) is not an optimum: it leaves [MASK] a nonzero "
-            "output (tdlab.theory.topics.thm1_embedding); the claim uses g = c3, which every optimum has. Thm. 1 "
-            "assumes infinitely long documents (Assumption 1): at §6.1's N ≤ 150 its rows are shown, not judged.",
-            "The loss of predicting p (1 − E‖p‖², the Assumption-1 optimum of a uniform-attention model) is not a "
-            "lower bound: kept (p_c) and replaced (p_r) masked positions show a token correlated with the target, "
-            "which an attention model can read; the floors are the Bayes risk with that token (any model) and the "
-            "position-blind bound (uniform attention, squared loss).",
         ]
-        if cfg.authors_compat:
-            notes.append(AUTHORS_NOT_REPRODUCED)
-        return [*super().notes(cfg, measured, groups), *notes]
 
     figures = (
         Matrices(

@@ -32,7 +32,7 @@ import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -58,6 +58,10 @@ VERSIONS: tuple[Literal["proof", "statement"], ...] = ("proof", "statement")
 def tau_arm(tau: int) -> str:
     """Arm name of one τ, e.g. ``tau20``."""
     return f"tau{tau}"
+
+
+Positive = Annotated[float, Field(gt=0.0)]
+AlphaBeta = tuple[Positive, Positive]
 
 
 class TopicsLandscapeConfig(ExperimentConfig):
@@ -89,11 +93,11 @@ class TopicsLandscapeConfig(ExperimentConfig):
     mc_tau: int = Field(2, ge=1, le=49)
     mc_N: int = Field(40_000, ge=100, le=1_000_000)  # words per document (Assumption 1 is N → ∞; bias ~1/(N p_2))
     mc_docs: int = Field(400, ge=2, le=100_000)  # 1.6e7 words: standard error ≈ 0.2 % per member
-    mc_points: tuple[tuple[float, float], ...] = ((1.0, 1.0), (0.2, 30.0), (5.0, 3.0))  # (α, β)
+    mc_points: Annotated[tuple[AlphaBeta, ...], Field(min_length=1)] = ((1.0, 1.0), (0.2, 30.0), (5.0, 3.0))  # (α, β)
     mc_tol: float = Field(0.01, gt=0.0, le=1.0)  # relative |MC − closed form| / closed form (1 %)
     # Remark 5 by Monte Carlo: at each γ, (α, β) = (γ, γ) against a same-word-heavy and a same-topic-heavy
     # pair with the same γ (the lighter weight remark5_eps · γ); the same documents for every point
-    remark5_gammas: tuple[float, ...] = (0.5, 3.0, 20.0)
+    remark5_gammas: Annotated[tuple[Positive, ...], Field(min_length=1)] = (0.5, 3.0, 20.0)
     remark5_eps: float = Field(0.1, gt=0.0, lt=1.0)
     # torch intra-op threads while evaluating (CPU). The grid's elementwise ops cross torch's parallel
     # threshold at 200 × 200; on the shared 2-core machine two threads' OpenMP spin-waits made the paper
@@ -107,20 +111,6 @@ class TopicsLandscapeConfig(ExperimentConfig):
             raise ValueError("taus must list at least one τ")
         if any(b <= a for a, b in itertools.pairwise(v)):
             raise ValueError(f"taus must be strictly increasing, got {list(v)}")
-        return v
-
-    @field_validator("mc_points")
-    @classmethod
-    def _points(cls, v: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
-        if not v or any(a <= 0 or b <= 0 for a, b in v):
-            raise ValueError("mc_points must be a non-empty list of [alpha, beta] pairs, both > 0")
-        return v
-
-    @field_validator("remark5_gammas")
-    @classmethod
-    def _gammas(cls, v: tuple[float, ...]) -> tuple[float, ...]:
-        if not v or any(g <= 0 for g in v):
-            raise ValueError("remark5_gammas must be a non-empty list of γ > 0")
         return v
 
     @model_validator(mode="after")
@@ -615,10 +605,7 @@ class TopicsLandscape(Experiment):
             + " Thm. 3 is a T → ∞ statement judged at finite T: a miss is not resolved, never a failure.",
             "Ambiguity (Thm. 5, λ4): the statement divides by (√(v−1) − 2 + (1−p_c)p_m) (lambdas: l4_statement), the "
             f"proof multiplies (l4_proof). β* in (λ3 τ, λ4 T): proof {t5p}, statement {t5s}; headline on the proof's.",
-            "Fig. 8 uses the block map with W_diff = 0 and q's constant (the map of F.21), not exactly Thm. 2's W^{V*}; "
-            "the [MASK]-query term is left out of L, as in F.21; [MASK] keys get no attention (Prop. 2's normalisers); "
-            "masking p_m, p_c, p_r from §6.1 (App. F.5 states none); Thms. 3, 5 are asymptotic (T → ∞, τ = o(T)) and are "
-            f"tested here at T = {T}, v = {v}, τ/T up to {max(cfg.taus) / T:.2f}.",
+            f"Thms. 3, 5 are asymptotic (T → ∞, τ = o(T)) and are tested here at T = {T}, v = {v}, τ/T up to {max(cfg.taus) / T:.2f}.",
             "γ*: "
             + ", ".join(f"τ={t}: {vals[t]['gamma_star']:.4g}" for t in cfg.taus)
             + "; diagonal β*: "

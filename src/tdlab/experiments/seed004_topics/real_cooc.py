@@ -91,9 +91,6 @@ class TopicsRealCooc(RealTextExperiment[TopicsRealCoocConfig]):
             ran,  # what ran leads: every verdict below is on this corpus and encoder
             *super().notes(cfg, measured, groups),
             *common,
-            "Top co-occurring pairs: distinct LDA-vocabulary words (stop words dropped) ranked by the number of "
-            "documents holding both; as many as one topic's word pairs at each θ, C(⌊θn⌋ + 1, 2) (the seed's "
-            "cutoff: 105, 435, 1711 = C(15, 2), C(30, 2), C(59, 2)).",
         ]
 
     def plot(self, cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:

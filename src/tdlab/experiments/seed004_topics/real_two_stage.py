@@ -233,13 +233,8 @@ class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
                 setting=("Fig. 5's setting (W^K, W^Q, W^V from near zero, trained jointly)"),
             ),
             *super().notes(cfg, measured, groups),
-            "Lags of W^K, W^Q behind W^V (share of the horizon), per layer and member: "
-            + "; ".join(f"{k}: " + "/".join(f"{x:.2f}" for x in v["lag"]) for k, v in layers.items()),
-            f"Near-zero init: W^Q, W^K, W^V ~ {'U[0, s)' if cfg.qkv_init == 'uniform' else 'N(0, s²)'}, s = "
-            f"{cfg.init_scale:g} (the seed gives no scale; the authors' synthetic code's choice); optimiser "
-            f"{cfg.train.optimizer}, lr {cfg.train.lr:g}. Under AdamW the first steps of W^K, W^Q are damped by eps "
-            "(their gradients carry W^Q, W^K ≈ init, Eq. 5): their first-step norm change relative to W^V's, per "
-            "layer (member median): "
+            "Under AdamW the first steps of W^K, W^Q are damped by eps (their gradients carry W^Q, W^K ≈ init, "
+            "Eq. 5): their first-step norm change relative to W^V's, per layer (member median): "
             + ", ".join(f"{k} {np.median(v['first_step_kq_over_v']):.2g}" for k, v in layers.items())
             + ".",
         ]

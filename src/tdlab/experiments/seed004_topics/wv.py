@@ -41,10 +41,8 @@ from tdlab.claims.declare import Hypothesis
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, register
 from tdlab.experiments.seed004_topics.common.training import (
-    AUTHORS_NOT_REPRODUCED,
     PANELS,
-    Loss,
-    Optimizer,
+    Panels,
     StageClaims,
     TopicsExperimentConfig,
     fit_topics,
@@ -129,7 +127,7 @@ class PopulationConfig(Config):
 class TopicsWVConfig(TopicsExperimentConfig):
     members: int = Field(3, ge=1, le=4096)
     model: TopicModelConfig = TopicModelConfig(onehot=True)  # Eq. 7: W^E = I frozen
-    panels: list[tuple[Loss, Optimizer]] = list(PANELS)  # Figs. 2, 9, 10: {CE, squared} x {SGD, Adam}
+    panels: Panels = list(PANELS)  # Figs. 2, 9, 10: {CE, squared} x {SGD, Adam}
     settings: list[str] = list(SETTINGS)  # l2 (Fig. 2), no-l2 (Fig. 9), attn (Fig. 10)
     l2: float = Field(1e-4, ge=0.0, le=1.0)  # λ of the "L2" panels (Eq. 2; seed silent: "mild")
     population: PopulationConfig | None = PopulationConfig()  # None: skip the Thm. 2 population arm
@@ -139,8 +137,6 @@ class TopicsWVConfig(TopicsExperimentConfig):
     def _check(self) -> TopicsWVConfig:
         if not set(self.settings) <= set(SETTINGS) or len(set(self.settings)) != len(self.settings):
             raise ValueError(f"settings: choose among {list(SETTINGS)} without repeats, got {self.settings}")
-        if not self.panels or len(set(self.panels)) != len(self.panels):
-            raise ValueError("panels: list at least one (loss, optimizer) pair, without repeats")
         if not self.model.onehot:
             raise ValueError("model.onehot: Figs. 2, 9, 10 freeze one-hot embeddings; leave it true")
         if self.population is not None and self.population.tau >= self.task.T:
@@ -518,18 +514,6 @@ class TopicsWV(Experiment[TopicsWVConfig]):
                 "the seed's Fig. 9 squared/SGD means (0.0055 vs −0.00016) sit ~20x below its contrast c3/v: that panel "
                 "had not converged."
             )
-        notes.append(
-            "Lemma 1 / Thm. 4 (g = c3) assume uniform attention: the attn setting (Fig. 10) trains W^K, W^Q, "
-            "so its g is reported, not judged. Thms. 2, 4 also assume infinitely long documents (Assumption 1): at "
-            "§6.1's N ≤ 150 the g and S, D rows are shown, not judged (no finite-document optimum is computed)."
-        )
-        notes.append(
-            "gap_closed: the share of the way from the uniform predictor to the position-blind floor closed, the "
-            f"stage (≥ {cfg.claims.gap_share:g}); excess_over_floor: the final test loss above the arm's model "
-            "class's floor (loss_floor)."
-        )
-        if cfg.authors_compat:
-            notes.append(AUTHORS_NOT_REPRODUCED)
         return [*super().notes(cfg, measured, groups), *notes]
 
     figures = (

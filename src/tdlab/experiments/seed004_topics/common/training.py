@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ from pydantic import Field
 
 from tdlab.claims import ArmHealth, Measurements, Sample, Stage, assess_arm
 from tdlab.claims.declare import Hypothesis
-from tdlab.config import Config
+from tdlab.config import Config, Distinct
 from tdlab.experiments.axes import AtlasAxis
 from tdlab.experiments.base import ExperimentConfig
 from tdlab.experiments.view import RunView
@@ -53,14 +53,12 @@ from tdlab.train.trainer import FitResult, Probe, TrainConfig, Trainer
 Loss = Literal["ce", "squared"]
 Optimizer = Literal["sgd", "adam"]
 PANELS: tuple[tuple[Loss, Optimizer], ...] = (("ce", "sgd"), ("ce", "adam"), ("squared", "sgd"), ("squared", "adam"))
+# A config's (loss, optimizer) panels: at least one, each once.
+Panels = Annotated[list[tuple[Loss, Optimizer]], Field(min_length=1), Distinct]
+# A config's learning rates (or init scales): each in (0, 10], each once.
+Rates = Annotated[list[Annotated[float, Field(gt=0.0, le=10.0)]], Distinct]
 # The atlas axis of the claims read at the end of training: its length, around the paper profile's 5,000 steps.
 STEPS_AXIS = AtlasAxis("train.steps", (2500, 5000, 10000), quick=(750, 1500), label="steps")
-
-AUTHORS_NOT_REPRODUCED = (
-    "authors_compat leaves out three departures of the authors' code: their L2 term is not "
-    "squared and carries no gradient, their squared loss is averaged (not summed) over V, and "
-    "they stop early on a dev set."
-)
 
 GAP_CLOSED = Stage(
     "gap-closed",
