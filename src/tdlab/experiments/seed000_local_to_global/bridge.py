@@ -42,7 +42,7 @@ from pydantic import Field, model_validator
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
-from tdlab.config import Config
+from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed000_local_to_global.common.hypotheses import SMALL_INIT_STD
 from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU
@@ -58,7 +58,9 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
 
 Prob = Annotated[float, Field(gt=0.0, lt=1.0)]
+Cells = Annotated[list[tuple[Prob, Prob]], Field(min_length=1), Distinct]  # (p, q) cells, each once
 Budget = Annotated[int, Field(ge=1, le=10_000_000)]
+Budgets = Annotated[list[Budget], Field(min_length=1), Distinct]
 
 # Classes of a member's final test loss.
 AT_RATE, AT_H_PI, BETWEEN, OTHER = "rate", "H(π)", "between", "other"
@@ -104,10 +106,10 @@ def _default_grid() -> list[tuple[float, float]]:
 
 class MarkovBridgeConfig(ExperimentConfig):
     members: int = Field(5, ge=1, le=4096)  # Table 2: 3 or 5 repetitions
-    grid: list[tuple[Prob, Prob]] = Field(default_factory=_default_grid)  # (p, q) cells
+    grid: Cells = Field(default_factory=_default_grid)  # (p, q) cells
     # Training horizons; each (cell, budget) is a separate run whose cosine schedule spans the budget
     # (so the short budget is not a prefix of the long one). train.steps is not used.
-    budgets: list[Budget] = [2000, 8000]  # a quarter of Table 2's budget, and Table 2's 8000
+    budgets: Budgets = [2000, 8000]  # a quarter of Table 2's budget, and Table 2's 8000
     model: GPTConfig = GPTConfig(arch="sec2", d=8, init="standard")  # Sec. 2 model, App. A.3.2 sigma = 0.02
     train: TrainConfig = TrainConfig()  # Table 2: AdamW (0.9, 0.95), lr 1e-3, cosine, wd 1e-3, batch 16
     claims: BridgeClaimConfig = BridgeClaimConfig()
@@ -118,12 +120,6 @@ class MarkovBridgeConfig(ExperimentConfig):
 
     @model_validator(mode="after")
     def _check(self) -> MarkovBridgeConfig:
-        if not self.grid:
-            raise ValueError("grid must list at least one (p, q) cell")
-        if len(set(self.grid)) != len(self.grid):
-            raise ValueError("grid must not repeat cells")
-        if not self.budgets or len(set(self.budgets)) != len(self.budgets):
-            raise ValueError("budgets must list at least one training horizon, without repeats")
         if self.model.init != "standard":
             raise ValueError("model.init must be 'standard': Thms. 2/8 predict the limit of a small Gaussian init")
         default_steps = TrainConfig.model_fields["steps"].default

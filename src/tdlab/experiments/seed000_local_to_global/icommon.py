@@ -40,7 +40,7 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
-from tdlab.config import Config
+from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
@@ -55,6 +55,7 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
 
 Prob = Annotated[float, Field(gt=0.0, lt=1.0)]
+Cells = Annotated[list[tuple[Prob, Prob]], Field(min_length=1), Distinct]  # (p, q) cells, each once
 _POINTS_STREAM = "icommon-point"  # per-member stream of the sampled (e, w)
 _ALPHA_STREAM = "icommon-alpha"  # per-member stream of the direction alpha
 _INIT_ARM = "init-points"  # metrics arm holding the sampled points
@@ -115,7 +116,7 @@ def _default_grid() -> list[tuple[float, float]]:
 
 class MarkovICommonConfig(ExperimentConfig):
     members: int = Field(4, ge=1, le=4096)  # one sampled I_common point per member
-    grid: list[tuple[Prob, Prob]] = Field(default_factory=_default_grid)  # (p, q) cells
+    grid: Cells = Field(default_factory=_default_grid)  # (p, q) cells
     region: RegionConfig = RegionConfig()
     bias_step: BiasStepConfig = BiasStepConfig()
     model: GPTConfig = GPTConfig(arch="sec2", d=8)  # Sec. 2 model, d = 8 (App. A.3); canonical init on top
@@ -125,8 +126,6 @@ class MarkovICommonConfig(ExperimentConfig):
 
     @model_validator(mode="after")
     def _check(self) -> MarkovICommonConfig:
-        if not self.grid or len(set(self.grid)) != len(self.grid):
-            raise ValueError("grid must list at least one (p, q) cell, without repeats")
         if any(abs(p + q - 1.0) < 1e-9 for p, q in self.grid):
             raise ValueError("grid: every cell needs p + q != 1 (Thms. 1, 2 and 8 assume it)")
         m = self.model

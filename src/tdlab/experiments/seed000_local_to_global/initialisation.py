@@ -23,15 +23,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
-from tdlab.config import Config
+from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Experiment, ExperimentConfig, register
 from tdlab.experiments.seed000_local_to_global.common.plateau import (
     LEFT_PLATEAU,
@@ -66,18 +66,10 @@ class MarkovInitConfig(ExperimentConfig):
     members: int = Field(5, ge=1, le=4096)  # Table 2: 3 or 5 repetitions
     task: ChainConfig = ChainConfig()
     model: GPTConfig = GPTConfig(d=8)  # Table 2 grid {4, ..., 64}; A.3 uses d = 8. arch/init set per arm.
-    archs: list[Arch] = ["sec2", "gpt2"]  # Sec. 2 equations and Table 1 GPT-2
-    inits: list[Init] = ["standard", "local-to-global"]  # App. A.3.2
+    archs: Annotated[list[Arch], Field(min_length=1), Distinct] = ["sec2", "gpt2"]  # Sec. 2 equations and Table 1 GPT-2
+    inits: Annotated[list[Init], Field(min_length=1), Distinct] = ["standard", "local-to-global"]  # App. A.3.2
     train: TrainConfig = TrainConfig()  # Table 2: AdamW (0.9, 0.95), lr 1e-3, cosine, wd 1e-3, batch 16, 8000 its
     claims: ClaimConfig = ClaimConfig()
-
-    @model_validator(mode="after")
-    def _check(self) -> MarkovInitConfig:
-        if not self.archs or not self.inits:
-            raise ValueError("archs and inits must each list at least one value")
-        if len(set(self.archs)) != len(self.archs) or len(set(self.inits)) != len(self.inits):
-            raise ValueError("archs and inits must not repeat values")
-        return self
 
     def arm_model(self, arch: str, init: str) -> GPTConfig:
         return self.model.updated({"arch": arch, "init": init, "max_len": self.train.seq_len})

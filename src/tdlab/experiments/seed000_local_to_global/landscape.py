@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from tdlab.claims import GroupResult, Measurements, Sample
+from tdlab.claims import Measurements, Sample
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed000_local_to_global.common.flows import (
     F64,
@@ -197,23 +197,18 @@ class MarkovLandscape(FlowExperiment[LandscapeConfig]):
             out.values[arm] = meas
         return out
 
-    def notes(self, cfg: LandscapeConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
-        notes = []
-        for c in cfg.chains:
-            arm = chain_arm(c.p, c.q)
-            m = measured.values[arm]
-            gauss = "; ".join(
-                f"σ={s:g}: local-min fraction {np.mean(m['gaussian'][f'sigma={s:g}']['local_min_fraction']):.4f} "
-                f"(quadrature {m['gaussian'][f'sigma={s:g}']['quadrature_local_min']:.4f})"
-                for s in cfg.sigmas
-            )
-            notes.append(
-                f"{arm} (p+q={c.p + c.q:g}): energy drift ≤ {max(m['energy_max_rel_drift']):.2e}; basin agreement "
-                f"{', '.join(f'{100 * a:.2f}%' for a in m['basin_agreement'])} ({m['basin_disagreements']} disagreements of "
-                f"{cfg.members * cfg.n_random}); {gauss}; endpoints not at a critical set at t={cfg.t_end:g}: "
-                f"{', '.join(f'{100 * u:.2f}%' for u in m['unsettled_fraction'])}."
-            )
-        return [*super().notes(cfg, measured, groups), *notes]
+    @staticmethod
+    def _chain_note(cfg: LandscapeConfig, m: dict[str, Any]) -> str:
+        gauss = "; ".join(
+            f"σ={s:g}: local-min fraction {np.mean(m['gaussian'][f'sigma={s:g}']['local_min_fraction']):.4f} "
+            f"(quadrature {m['gaussian'][f'sigma={s:g}']['quadrature_local_min']:.4f})"
+            for s in cfg.sigmas
+        )
+        return (
+            f"energy drift ≤ {max(m['energy_max_rel_drift']):.2e}; basin agreement "
+            f"{', '.join(f'{100 * a:.2f}%' for a in m['basin_agreement'])} ({m['basin_disagreements']} disagreements of "
+            f"{cfg.members * cfg.n_random}); {gauss}"
+        )
 
     def plot(self, cfg: LandscapeConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import plt, save_figure

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from tdlab.claims import GroupResult, Measurements, Sample
+from tdlab.claims import Measurements, Sample
 from tdlab.claims.declare import Calibration, Threshold
 from tdlab.experiments.base import Analysis, register
 from tdlab.experiments.seed000_local_to_global.common.flows import (
@@ -189,22 +189,14 @@ class MarkovLandscape3D(FlowExperiment[Landscape3Config]):
             out.values[arm] = meas
         return out
 
-    def notes(self, cfg: Landscape3Config, measured: Measurements, groups: list[GroupResult]) -> list[str]:
-        notes = []
-        for c in cfg.chains:
-            arm = chain_arm(c.p, c.q)
-            m = measured.values[arm]
-            per_sigma = "; ".join(
-                f"σ={s:g}: {np.mean(g['fraction_at_expected']):.4f} at {m['expected_kind'].lower()}, max loss gap "
-                f"{np.nanmax(g['max_loss_gap']):.1e}"
-                for s, g in ((s, m["gaussian"][f"sigma={s:g}"]) for s in cfg.sigmas)
-            )
-            notes.append(
-                f"{arm} (p+q={c.p + c.q:g}): origin {m['origin']}; energy drift ≤ {max(m['energy_max_rel_drift']):.2e}; "
-                f"{per_sigma}; endpoints not at a critical set at t={cfg.t_end:g}: "
-                f"{', '.join(f'{100 * u:.2f}%' for u in m['unsettled_fraction'])}."
-            )
-        return [*super().notes(cfg, measured, groups), *notes]
+    @staticmethod
+    def _chain_note(cfg: Landscape3Config, m: dict[str, Any]) -> str:
+        per_sigma = "; ".join(
+            f"σ={s:g}: {np.mean(g['fraction_at_expected']):.4f} at {m['expected_kind'].lower()}, max loss gap "
+            f"{np.nanmax(g['max_loss_gap']):.1e}"
+            for s, g in ((s, m["gaussian"][f"sigma={s:g}"]) for s in cfg.sigmas)
+        )
+        return f"origin {m['origin']}; energy drift ≤ {max(m['energy_max_rel_drift']):.2e}; {per_sigma}"
 
     def plot(self, cfg: Landscape3Config, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
         from tdlab.report.figures import plt, save_figure

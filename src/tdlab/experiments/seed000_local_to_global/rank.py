@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -34,7 +34,7 @@ from pydantic import Field, model_validator
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Horizon, Hypothesis, Kind, Provenance, Threshold
-from tdlab.config import Config
+from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed000_local_to_global.common.low_rank import (
     CLAIMED,
@@ -58,6 +58,7 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
 
 Arm = Literal["standard", "rank-one"]
+Arms = Annotated[list[Arm], Field(min_length=1), Distinct]
 OTHERS_FIG3 = ("W_Q", "W_K", "W_2")  # App. A.3.1: "the same conclusion for other weight matrices W_{K,Q}, W_2"
 
 # SGD step size when optimizer=sgd and no lr is given: not stated by the seed; the smallest of {0.1, 0.3,
@@ -158,7 +159,7 @@ class MarkovRankConfig(ExperimentConfig):
     task: RankChainConfig = RankChainConfig()
     model: RankModelConfig = RankModelConfig()
     train: RankTrainConfig = RankTrainConfig()
-    arms: list[Arm] = ["standard", "rank-one"]  # Fig. 3 (standard init) and Fig. 6 (rank-one init)
+    arms: Arms = ["standard", "rank-one"]  # Fig. 3 (standard init) and Fig. 6 (rank-one init)
     rank_one: RankOneInitConfig = RankOneInitConfig()
     # sigma2/sigma1 recorded every this many training steps (our choice; the authors' code saved the
     # matrices every 100 iterations). The end of training is always measured from the final weights.
@@ -170,8 +171,6 @@ class MarkovRankConfig(ExperimentConfig):
 
     @model_validator(mode="after")
     def _check(self) -> MarkovRankConfig:
-        if not self.arms or len(set(self.arms)) != len(self.arms):
-            raise ValueError("arms must list distinct values out of 'standard', 'rank-one'")
         m = self.model
         if m.arch != "sec2" or m.layers != 1 or m.heads != 1 or not m.tie_weights or not m.out_proj:
             raise ValueError(
@@ -834,18 +833,6 @@ class MarkovRank(Experiment[MarkovRankConfig]):
                 notes.append(
                     f"{arm}: no σ₂/σ₁ trajectory stored (run resumed mid-arm); claims use init and final weights, no drift."
                 )
-        if cfg.train.optimizer == "sgd":
-            notes.append(
-                f"Optimiser: SGD at lr {cfg.train.lr:g} — App. A.3.1's text says SGD but states no step size; "
-                "Table 2 and the authors' code use AdamW lr 1e-3 (the default). Every row of this run is SGD's at this "
-                "step size (provenance ours), not the seed's setting."
-            )
-        else:
-            notes.append(
-                f"Optimiser: AdamW lr {cfg.train.lr:g}, betas ({cfg.train.beta1}, {cfg.train.beta2}), cosine, "
-                f"weight decay {cfg.train.weight_decay:g} (Table 2; App. A.3.1's text says SGD without a step size, "
-                "an option: --set train.optimizer=sgd)."
-            )
         return [*super().notes(cfg, measured, groups), *notes]
 
     @staticmethod

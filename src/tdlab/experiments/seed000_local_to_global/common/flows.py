@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 import time
 from abc import abstractmethod
-from typing import TypeVar
+from typing import Annotated, Any, TypeVar
 
 import numpy as np
 import torch
 from pydantic import Field, field_validator
 
-from tdlab.claims import ClaimSpec, Measurements, Sample, Stage
+from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
 from tdlab.experiments.axes import AtlasAxis
 from tdlab.experiments.base import Experiment, ExperimentConfig
 from tdlab.run_context import RunContext
@@ -24,6 +24,7 @@ from tdlab.theory.markov_landscape import CriticalKind as CK
 from tdlab.train.trainer import FitResult
 
 F64 = torch.float64
+Sigmas = Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)]  # positive, at least one
 
 
 KIND_COLOR = {
@@ -54,8 +55,8 @@ class FlowConfig(ExperimentConfig):
     """Fields of both landscape experiments (2-parameter and 3-parameter flows)."""
 
     members: int = Field(2, ge=1, le=64)  # independent seeds; every draw is per member
-    chains: list[ChainConfig] = Field(default_factory=_default_chains)
-    sigmas: list[float] = [0.02, 0.05, 0.1]  # standard Gaussian init scales near 0 (Thm. 2: σ² ≪ 1/√2)
+    chains: Annotated[list[ChainConfig], Field(min_length=1)] = Field(default_factory=_default_chains)
+    sigmas: Sigmas = [0.02, 0.05, 0.1]  # standard Gaussian init scales near 0 (Thm. 2: σ² ≪ 1/√2)
     n_gaussian: int = Field(500, ge=10, le=100_000)  # draws per sigma per member
     t_end: float = Field(2000.0, gt=0.0)  # horizon of the basin flows (Rosenbrock 2(3)), standing in for t → ∞
     n_traj: int = Field(8, ge=1, le=200)  # display trajectories per member (Dormand-Prince, rtol traj_rtol)
@@ -69,20 +70,11 @@ class FlowConfig(ExperimentConfig):
     @field_validator("chains")
     @classmethod
     def _chains(cls, v: list[ChainConfig]) -> list[ChainConfig]:
-        if not v:
-            raise ValueError("chains must list at least one chain")
         for c in v:
             if abs(c.p + c.q - 1.0) < 1e-9:
                 raise ValueError(f"chain (p={c.p}, q={c.q}): Thms. 1/2/8/10 assume p + q != 1")
         if len({chain_arm(c.p, c.q) for c in v}) != len(v):
             raise ValueError("chains must not repeat")
-        return v
-
-    @field_validator("sigmas")
-    @classmethod
-    def _sigmas(cls, v: list[float]) -> list[float]:
-        if not v or any(s <= 0 for s in v):
-            raise ValueError("sigmas must be a non-empty list of positive numbers")
         return v
 
 
@@ -192,6 +184,23 @@ class FlowExperiment(Experiment[FlowConfigT]):
                 states.append(state)
                 rows += [(i, m, name, v) for i, (name, v) in enumerate(info)]
             ctx.record(arm, FitResult(rows=rows, states=states))
+
+    @staticmethod
+    @abstractmethod
+    def _chain_note(cfg: FlowConfigT, m: dict[str, Any]) -> str:
+        """What the note of one chain says before its unsettled endpoints, from its measurements ``m``."""
+
+    def notes(self, cfg: FlowConfigT, measured: Measurements, groups: list[GroupResult]) -> list[str]:
+        """One note per chain: :meth:`_chain_note`, then the share of endpoints not at a critical set at t_end."""
+        notes = []
+        for c in cfg.chains:
+            arm = chain_arm(c.p, c.q)
+            m = measured.values[arm]
+            notes.append(
+                f"{arm} (p+q={c.p + c.q:g}): {self._chain_note(cfg, m)}; endpoints not at a critical set at "
+                f"t={cfg.t_end:g}: {', '.join(f'{100 * u:.2f}%' for u in m['unsettled_fraction'])}."
+            )
+        return [*super().notes(cfg, measured, groups), *notes]
 
     @staticmethod
     def _draws(seed: int) -> dict[str, torch.Generator]:
