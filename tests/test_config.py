@@ -188,7 +188,7 @@ def test_unknown_profile_and_bad_override_raise_config_error():
         exp.make_config("quick", ["task.p=1.5"])
     with pytest.raises(ConfigError, match=r"archs\.1"):
         exp.make_config("quick", ["archs=[sec2, lstm]"])
-    with pytest.raises(ConfigError, match="repeat"):
+    with pytest.raises(ConfigError, match=r"^inits: list each value once"):
         exp.make_config("quick", ["inits=[standard, standard]"])
     with pytest.raises(ConfigError, match="members"):
         exp.make_config("quick", members=0)
@@ -408,6 +408,8 @@ def test_a_distinct_list_refuses_a_repeat_naming_the_field_and_the_value():
     assert validate_config(Arms, {"lrs": [0.1, 0.2], "cells": [[0.2, 0.3], [0.3, 0.2]]}).lrs == [0.1, 0.2]
     with pytest.raises(ConfigError, match=r"^lrs: list each value once \(0\.1 more than once\)"):
         validate_config(Arms, {"lrs": [0.1, 0.2, 0.1]})
+    with pytest.raises(ConfigError, match=r"^cells: list each value once \(\(0\.0, 0\.3\) more than once\)"):
+        validate_config(Arms, {"cells": [[0.0, 0.3], [0.0, 0.3]]})
     with pytest.raises(ConfigError, match=r"^cells: list each value once \(\(0\.2, 0\.3\) more than once\)"):
         validate_config(Arms, {"cells": [[0.2, 0.3], [0.2, 0.3]]})
     with pytest.raises(ConfigError, match=r"^lrs\.1: Input should be greater than 0"):

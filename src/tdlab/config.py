@@ -47,9 +47,15 @@ C = TypeVar("C", bound="Config")
 S = TypeVar("S", bound=Sequence[Any])
 
 
+def _key(v: Any) -> str:
+    """A value's identity as a setting: its ``repr`` (arms may be lists or configs, unhashable), −0.0 as 0.0."""
+    return repr(0.0) if isinstance(v, float) and v == 0 else repr(v)
+
+
 def _each_once(values: S) -> S:
-    if len({repr(v) for v in values}) != len(values):  # repr: arms may be lists or configs, unhashable
-        twice = sorted({repr(v) for v in values if sum(repr(w) == repr(v) for w in values) > 1})
+    keys = [_key(v) for v in values]
+    if len(set(keys)) != len(keys):
+        twice = sorted({k for k in keys if keys.count(k) > 1})
         raise ValueError(f"list each value once ({', '.join(twice)} more than once)")
     return values
 

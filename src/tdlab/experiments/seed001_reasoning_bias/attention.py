@@ -516,7 +516,6 @@ class AnchorsAttention(ProbeSource, AnchorsGammaSweep[AnchorsAttentionConfig]):
             + ", ".join(f"{k} {np.mean(v):.3f}" for k, v in path.items())
             + " (seed means): where the run leaves the average operator."
         )
-        notes.append("Def. 3 at p = 1 has no l_0: the plateau's lower bound is dropped there (our reading).")
         return self.probe_notes(cfg, measured, groups, notes)
 
     # ---- figures --------------------------------------------------------------------------------

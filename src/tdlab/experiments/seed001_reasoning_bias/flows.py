@@ -443,17 +443,6 @@ class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
                 )
             notes.append(line + " (seed means).")
         notes.append(
-            "Eq. 29 merges Eq. 28's two terms: the last-position term (weight 1, on the sequences whose last token "
-            "is s) and the attention term (weight 1/L, all occurrences). At small init the first dominates, so a "
-            "token's embedding follows the labels of the sequences where it is last, not P^s over all its "
-            "occurrences. The merge is exact in the limit only where the two label laws are equal: for reasoning "
-            "anchors they are (the tuples are symmetric), and those rows decide. For memory anchors the tuples ending "
-            "in s and those holding s draw their labels from different cells of the one memory table trained on "
-            "(equal only on average over tables, Eq. 7's δ^Z/N_Z): their rows (cos ≈ 0.96) lie outside the "
-            "hypothesis the compact form needs, a gap set by the table, not by γ, that does not shrink as γ → ∞. Keys "
-            "(the last key is noise, its labels follow P_Y for every key) are outside Props. 2–3 altogether."
-        )
-        notes.append(
             f"Thm. 2 needs N_Z = d_m (here {n_keys(cfg)} and {cfg.model.d_m}), which Def. 2's model cannot meet on "
             "this task (its d_m outputs hold every label, so d_m > key_max + q·rsn_max ≥ N_Z): its rows are ours. "
             "They also show where the theorem's limit stands at this γ: its dropped terms (above all the initial "

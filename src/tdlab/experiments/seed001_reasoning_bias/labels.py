@@ -380,8 +380,6 @@ class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
             + f" (seed means); snapshot loss {np.mean(a['final_loss']):.3f} vs the group-blind marginal's "
             f"{a['label_marginal_loss']:.3f} nats. A constant prediction in 30..49 would be in every nested range: "
             "the rise rows are what it cannot pass.",
-            "Fig. 7's text and caption swap left and right; we follow the caption. Group make-up (unstated): "
-            "tasks.anchors' mix='memory', mem_max=20, memory_groups=4, i.e. 4 groups of 5 memory anchors.",
         ]
         return [*super().notes(cfg, measured, groups), *notes]
 

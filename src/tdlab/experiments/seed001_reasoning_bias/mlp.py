@@ -46,10 +46,10 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     ArmCurves,
     EpochsConfig,
     GammaArms,
+    Gammas,
     Seed001TrainConfig,
     bias_gap,
     bias_gap_row,
-    check_gammas,
     cosine_heatmap,
     fit_anchor_sweep,
     label_marginal_losses,
@@ -108,7 +108,7 @@ class AnchorsMlpConfig(ExperimentConfig):
     members: int = Field(3, ge=1, le=1024)  # seeds per γ
     task: EmbTaskConfig = EmbTaskConfig()
     model: EmbMLPConfig = EmbMLPConfig()  # A.3: d_vob 200, d_m 200, d_f 512; σ = tanh (Assumption 1)
-    gammas: list[float] = [0.3, 0.5, 0.8]  # A.3
+    gammas: Gammas = [0.3, 0.5, 0.8]  # A.3
     train: EmbTrainConfig = EmbTrainConfig()  # A.3: AdamW, batch 100, lr 5e-6, clip 1
     schedule: EpochsConfig = EpochsConfig()  # A.3: 1000 epochs
     # Fig. 3A's snapshots, epochs < schedule.epochs (the seed: 50 and 900); the end is always kept too.
@@ -118,7 +118,6 @@ class AnchorsMlpConfig(ExperimentConfig):
 
     @model_validator(mode="after")
     def _check(self) -> AnchorsMlpConfig:
-        check_gammas(self.gammas)
         if self.task.mix != "both":
             raise ValueError(f"task.mix must be 'both' (D_mem and D_rsn are both measured), got {self.task.mix!r}")
         bad = [e for e in self.snapshot_epochs if not 1 <= e < self.schedule.epochs]

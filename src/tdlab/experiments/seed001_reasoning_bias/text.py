@@ -51,8 +51,8 @@ from tdlab.experiments.base import Experiment, ExperimentConfig, register
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
     EpochsConfig,
     GammaArms,
+    Gammas,
     Seed001TrainConfig,
-    check_gammas,
     epoch_train_config,
     fit_gamma_arms,
     gamma_gpt,
@@ -163,7 +163,7 @@ class AnchorsTextConfig(ExperimentConfig):
     members: int = Field(3, ge=1, le=256)  # seeds per γ (the seed trains one model)
     data: TextDataConfig = TextDataConfig()
     model: TextGPTConfig = TextGPTConfig()
-    gammas: list[float] = [0.8, 0.3]  # A.3's γ = 0.8 and our γ = 0.3 control
+    gammas: Gammas = [0.8, 0.3]  # A.3's γ = 0.8 and our γ = 0.3 control
     train: TextTrainConfig = TextTrainConfig()
     schedule: EpochsConfig = EpochsConfig(epochs=200, n_eval=5_000, eval_batch=100)  # A.3: 200 epochs
     claims: TextClaims = TextClaims()
@@ -171,7 +171,6 @@ class AnchorsTextConfig(ExperimentConfig):
 
     @model_validator(mode="after")
     def _check(self) -> AnchorsTextConfig:
-        check_gammas(self.gammas)
         for name in ("main_gamma", "control_gamma"):
             if getattr(self.claims, name) not in self.gammas:
                 raise ValueError(f"claims.{name}={getattr(self.claims, name)} must be one of gammas={self.gammas}")

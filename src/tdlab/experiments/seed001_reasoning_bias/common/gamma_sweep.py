@@ -23,11 +23,11 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     ArmCurves,
     EpochsConfig,
     GammaArms,
+    Gammas,
     Seed001GPTConfig,
     Seed001TrainConfig,
     bias_gap,
     bias_gap_row,
-    check_gammas,
     fit_anchor_sweep,
     gamma_gpt,
     label_marginal_losses,
@@ -63,7 +63,7 @@ class AnchorsBiasConfig(ExperimentConfig):
     members: int = Field(3, ge=1, le=1024)  # seeds per γ (the seed trains one model per γ)
     task: AnchorsConfig = AnchorsConfig()  # §4.1 defaults: Z = 21..120, q = 2, L = 9, d_vob = 200
     model: Seed001GPTConfig = Seed001GPTConfig()
-    gammas: list[float] = [0.3, 0.5, 0.8]  # A.3
+    gammas: Gammas = [0.3, 0.5, 0.8]  # A.3
     train: Seed001TrainConfig = Seed001TrainConfig()  # A.3: AdamW, batch 100, lr 1e-5, clip 1
     schedule: EpochsConfig = EpochsConfig()  # A.3: 1000 epochs
     claims: BiasClaims = BiasClaims()
@@ -76,7 +76,6 @@ class AnchorsBiasConfig(ExperimentConfig):
 
     @model_validator(mode="after")
     def _check(self) -> AnchorsBiasConfig:
-        check_gammas(self.gammas)
         if self.model.init != "gamma":
             raise ValueError(f"model.init must be 'gamma' (seed 001 §3.4), got {self.model.init!r}")
         if self.task.n_train < self.train.batch:

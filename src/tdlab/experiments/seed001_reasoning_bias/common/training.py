@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -50,7 +50,7 @@ from pydantic import Field
 
 from tdlab.claims import ArmHealth, ClaimSpec, Measurements, Sample, Stage, assess_arm
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
-from tdlab.config import Config
+from tdlab.config import Config, Distinct
 from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.gpt import GPT, GPTConfig
@@ -74,6 +74,9 @@ SPLIT_NAMES: tuple[str, ...] = ("mem", "rsn_train", "test")  # eval splits (metr
 SPLIT_LABELS = {"mem": "D_mem", "rsn_train": "D_rsn,train", "test": "D_rsn,test"}
 SPLIT_COLORS = {"mem": "tab:blue", "rsn_train": "tab:purple", "test": "tab:orange"}  # Fig. 2's colours
 TASK_SPLIT = {"mem": "mem", "rsn_train": "rsn_train", "test": "test_rsn"}  # eval split -> Anchors split
+
+# A γ-sweep's values (§3.4's init rate), one arm each: at least one, distinct, each in [0, 10].
+Gammas = Annotated[list[Annotated[float, Field(ge=0.0, le=10.0)]], Field(min_length=1), Distinct]
 
 PAPER_EPOCHS = 1000  # A.3: every anchor-function model trains 1000 epochs
 PAPER_LR_TRANSFORMER = 1e-5  # A.3: the transformer's AdamW learning rate
@@ -624,11 +627,3 @@ def anchor_cosine_grid(axes: Any, panels: Sequence[tuple[str, torch.Tensor]], ta
     for col, (label, W) in enumerate(panels):
         for row, (lo, hi, kind) in enumerate(kinds):
             cosine_heatmap(axes[row][col], cosine_matrix(W[:, lo : hi + 1]).mean(0), lo, f"{kind}, {label}")
-
-
-def check_gammas(gammas: Sequence[float]) -> None:
-    """A γ-sweep's values: at least one, distinct, each in [0, 10] (ValueError naming ``gammas``)."""
-    if not gammas or len(set(gammas)) != len(gammas):
-        raise ValueError(f"gammas must list distinct values, got {gammas}")
-    if any(not 0.0 <= g <= 10.0 for g in gammas):
-        raise ValueError(f"gammas must lie in [0, 10], got {gammas}")
