@@ -34,7 +34,7 @@ import statistics
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -42,7 +42,7 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.declare import Hypothesis, Threshold
-from tdlab.config import Config
+from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.view import RunView
 from tdlab.models.multimodal_ca import (
@@ -122,7 +122,7 @@ class ICLAVDigitsConfig(ExperimentConfig):
     data: AVDigitsConfig = AVDigitsConfig()  # I.1: 60,000 train / 10,000 test, noise (avdigits.NOISE_DEFAULT)
     model: MultimodalCAConfig = MultimodalCAConfig()  # I.2, I.3, I.5 (inject/cross set per arm)
     baseline: BiCAConfig = BiCAConfig()  # I.4, I.5
-    models: list[Arm] = list(ARMS)
+    models: Annotated[list[Arm], Field(min_length=1), Distinct] = list(ARMS)
     train: AVDigitsTrainConfig = AVDigitsTrainConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     claims: Table1Claims = Table1Claims()
@@ -135,8 +135,6 @@ class ICLAVDigitsConfig(ExperimentConfig):
 
     @model_validator(mode="after")
     def _check(self) -> ICLAVDigitsConfig:
-        if not self.models or len(set(self.models)) != len(self.models):
-            raise ValueError(f"models: give distinct models among {list(ARMS)}, got {self.models}")
         if not self.model.inject or not self.model.cross:
             raise ValueError(
                 "model.inject and model.cross must stay true: the ablations are set per model (models=[...])"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ from scipy.optimize import minimize
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Hypothesis
-from tdlab.config import Config
+from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     ICLTrainConfig,
@@ -93,7 +93,7 @@ class LandscapeConfig(ExperimentConfig):
     members: int = Field(3, ge=1, le=64)  # GD runs per start kind, beta0 spread over the Thm 6.3 window
     # alpha0 - alpha*(beta0) of the GD starts: 0 is the Thm 6.3 init (on the valley floor); the others start
     # off the valley (ours), so that the GD-vs-map sanity check can fail
-    off_valley: list[float] = [0.0, 0.15]
+    off_valley: Annotated[list[float], Field(min_length=1), Distinct] = [0.0, 0.15]
     task: LandscapeTaskConfig = LandscapeTaskConfig()  # Fig. 4: |m| ~ Unif(0, 2)
     panels: list[Panel] = [
         Panel(depth=10),
@@ -119,8 +119,6 @@ class LandscapeConfig(ExperimentConfig):
     def _check(self) -> LandscapeConfig:
         if not self.panels:
             raise ValueError("panels must not be empty")
-        if not self.off_valley or len(set(self.off_valley)) != len(self.off_valley):
-            raise ValueError("off_valley must list distinct offsets")
         lo, hi = self.claims.window
         if not 0.0 <= lo < hi <= 1.0:
             raise ValueError("claims.window must satisfy 0 <= lo < hi <= 1")

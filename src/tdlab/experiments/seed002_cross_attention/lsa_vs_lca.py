@@ -26,7 +26,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ from pydantic import Field, model_validator
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Hypothesis, Threshold
-from tdlab.config import Config
+from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.rounds import current_round
 from tdlab.experiments.seed002_cross_attention.common.reference import finite_context_minimisers
@@ -98,7 +98,7 @@ class LsaVsLcaConfig(ExperimentConfig):
     depths: list[int] = [1, 2, 5, 10, 20, 50]  # Fig. 2 right (values not listed in the seed)
     fixed_depth: int = Field(10, ge=1)  # Fig. 2 left (T not stated); Figs. 5-6 use T = 10
     fixed_context: int = Field(1000, ge=1)  # Fig. 2 right: the L_te of the depth sweep (not stated)
-    train_contexts: list[int] = [
+    train_contexts: Annotated[list[int], Field(min_length=1), Distinct] = [
         APP_H_CONTEXT,
         1000,
     ]  # App. H: L_tr = 100; 1000 (ours): the finite-context effect fades
@@ -106,7 +106,7 @@ class LsaVsLcaConfig(ExperimentConfig):
     population_prompts: int = Field(65536, ge=16, le=10_000_000)  # fixed Monte-Carlo sample for l
     # population loss estimated with (y^Bayes - y_hat)^2: same gradient as l, without the query-noise variance
     population_target: Literal["response", "bayes"] = "bayes"
-    models: list[Literal["lsa", "one", "two"]] = ["lsa", "one", "two"]
+    models: Annotated[list[Literal["lsa", "one", "two"]], Field(min_length=1), Distinct] = ["lsa", "one", "two"]
     train: ICLTrainConfig = ICLTrainConfig()
     lsa_train: LSATrainConfig = LSATrainConfig()
     test: TestConfig = TestConfig()
@@ -121,10 +121,6 @@ class LsaVsLcaConfig(ExperimentConfig):
             raise ValueError("fixed_depth must be one of depths")
         if self.fixed_context not in self.test.contexts:
             raise ValueError("fixed_context must be one of test.contexts")
-        if not self.train_contexts or len(set(self.train_contexts)) != len(self.train_contexts):
-            raise ValueError("train_contexts must list distinct values")
-        if not self.models or len(set(self.models)) != len(self.models):
-            raise ValueError("models must list distinct values")
         return self
 
     def objectives(self) -> list[str]:
@@ -534,8 +530,7 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
             f"measurements' orders_allowed_by_the_setting_at_Lte{L_max}. Rows are tested where it allows ≥ {c.orders:g} "
             f"decades; at App. H's L_tr = {APP_H_CONTEXT} the finite-L_tr minimiser (not alpha*_T) is what GD reaches, "
             "so its allowance is what the seed's setting can show.",
-            "Two-parameter LCA_1 equals the one-parameter LCA_1 (beta gets no gradient: F_1 = alpha X): its alpha_1 rows "
-            "are folded into the one-parameter group. The alpha_T -> alpha* limit (Thm 6.2.2) is not a separate row: "
+            "The alpha_T -> alpha* limit (Thm 6.2.2) is not a separate row: "
             f"alpha*_{cfg.depths[-1]} / alpha* = {v['alpha_star_T'][cfg.depths[-1]] / v['alpha_star']:.3f}.",
         ]
         skipped = {k: p for k, p in v["skipped_depth_pairs"].items() if p}

@@ -17,14 +17,14 @@ from __future__ import annotations
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import GroupResult, Measurements, Sample, Stage
-from tdlab.config import Config
+from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed002_cross_attention.common.reference import untied_optimum
 from tdlab.experiments.seed002_cross_attention.common.synthetic import (
@@ -81,22 +81,21 @@ class UnrestrictedConfig(ExperimentConfig):
     members: int = Field(10, ge=1, le=4096)  # App. H: points/curves averaged over ten independent runs
     task: TaskConfig = TaskConfig()
     depth: int = Field(10, ge=1)  # "setup same as in Figure 2"; T not stated, Figs. 5-6 use 10
-    params: list[Param] = ["untied", "diagonal", "full"]  # App. H
-    sigmas: list[float] = [APP_H_SIGMA]  # App. H: sigma_init = 0.1 around (alpha*, -alpha*)
+    params: Annotated[list[Param], Field(min_length=1), Distinct] = ["untied", "diagonal", "full"]  # App. H
+    sigmas: Annotated[list[Annotated[float, Field(ge=0.0)]], Field(min_length=1), Distinct] = [
+        APP_H_SIGMA
+    ]  # App. H: sigma_init = 0.1 around (alpha*, -alpha*)
     train: UnrestrictedTrainConfig = UnrestrictedTrainConfig()
     whitening_prompts: int = Field(500, ge=1, le=1_000_000)  # fresh prompts for the whitening diagnostic
-    whitening_contexts: list[int] = [100, 1000]  # L of the diagnostic: L_tr (App. H) and a longer one
+    whitening_contexts: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = [
+        100,
+        1000,
+    ]  # L of the diagnostic: L_tr (App. H) and a longer one
     claims: UnrestrictedClaims = UnrestrictedClaims()
     cpu_threads: int | None = threads_field()
 
     @model_validator(mode="after")
     def _check(self) -> UnrestrictedConfig:
-        if not self.params or len(set(self.params)) != len(self.params):
-            raise ValueError("params must list distinct values")
-        if not self.sigmas or any(s < 0 for s in self.sigmas) or len(set(self.sigmas)) != len(self.sigmas):
-            raise ValueError("sigmas must list distinct values >= 0")
-        if not self.whitening_contexts or min(self.whitening_contexts) < 1:
-            raise ValueError("whitening_contexts must be >= 1")
         return self
 
 
@@ -375,7 +374,6 @@ class IclUnrestricted(RegressionArms, Experiment[UnrestrictedConfig]):
             f"at T = {cfg.depth}, finite L_tr, the optimum is not (α*, −α*), the T, L_tr -> inf limit Fig. 3 draws.",
             f"The tied model at α* contracts the bulk eigen-directions by (1 − α*) per layer, so its whitening error "
             f"falls slowly: {ref[1]:.3f} at t = 1 to {ref[-1]:.3f} at t = {cfg.depth} (L = {L0}).",
-            f"σ_init = {APP_H_SIGMA:g} rows (App. H) decide the paper groups; other σ_init are ours, shown and never deciding.",
         ]
         for arm, m in v.items():
             if (

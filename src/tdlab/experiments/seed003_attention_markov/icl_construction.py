@@ -32,7 +32,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ from pydantic import Field, field_validator, model_validator
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Hypothesis
-from tdlab.config import Config
+from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
     PAST_LOWER_ORDER,
@@ -129,22 +129,21 @@ class ConstructionTrainConfig(TrainConfig):
 
 class MarkovICLConstructionConfig(ExperimentConfig):
     members: int = Field(3, ge=1, le=4096)
-    ks: list[int] = [1, 2]  # construction orders (talk: any k)
+    ks: Annotated[list[Annotated[int, Field(ge=1, le=8)]], Field(min_length=1), Distinct] = [
+        1,
+        2,
+    ]  # construction orders (talk: any k)
     kappas: list[float] = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 400.0]  # κ grid (ours)
-    train_ks: list[int] = [1, 2]  # orders the normalised-attention model is trained on
+    train_ks: Annotated[list[Annotated[int, Field(ge=1, le=8)]], Distinct] = [
+        1,
+        2,
+    ]  # orders the normalised-attention model is trained on
     alpha: float = Field(1.0, gt=0.0, le=100.0)  # Dirichlet(α) rows; the add-α estimator is then Bayes
     model: ConstructionModelConfig = ConstructionModelConfig()
     train: ConstructionTrainConfig = ConstructionTrainConfig()
     probe: ConstructionProbeConfig = ConstructionProbeConfig()
     claims: ConstructionClaimConfig = ConstructionClaimConfig()
     cpu_threads: int | None = Field(1, ge=1, le=1024)
-
-    @field_validator("ks", "train_ks")
-    @classmethod
-    def _orders(cls, v: list[int]) -> list[int]:
-        if len(set(v)) != len(v) or any(k < 1 or k > 8 for k in v):
-            raise ValueError("must list distinct orders in 1..8")
-        return v
 
     @field_validator("kappas")
     @classmethod
@@ -155,8 +154,6 @@ class MarkovICLConstructionConfig(ExperimentConfig):
 
     @model_validator(mode="after")
     def _check(self) -> MarkovICLConstructionConfig:
-        if not self.ks:
-            raise ValueError("ks must list at least one order")
         for k in self.ks:
             if self.kappas[0] <= (k - 1) * math.log(2) / 2:
                 raise ValueError(f"kappas: the construction of order k={k} needs κ > (k - 1) ln2 / 2")
@@ -344,12 +341,6 @@ class MarkovICLConstruction(Experiment[MarkovICLConstructionConfig]):
                 + f" (chance {np.mean(t['chance_last_layer']):.3f}); construction {np.mean(t['construction_score']):.3f}; "
                 "learned κ by layer " + ", ".join(f"{np.mean(v):.1f}" for v in t["kappa_by_layer"]) + "."
             )
-        notes.append(
-            "The construction's weights are ours (the talk shows the cosine attention and the embedding layout only): "
-            "layer 1 codes the last k tokens as a binary fraction by positional attention ∝ 2^-j, layer 2 copies the "
-            "previous position's code, layer 3 matches codes by cosine; a null slot (logit κ + ln 2α) gives the "
-            "Laplace smoothing and the uniform law when the context has no earlier occurrence."
-        )
         return [*super().notes(cfg, measured, groups), *notes]
 
     def plot(self, cfg: MarkovICLConstructionConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:

@@ -31,15 +31,15 @@ from __future__ import annotations
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
-from tdlab.config import Config
+from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
     PAST_LOWER_ORDER,
@@ -128,12 +128,19 @@ class ICLTrainConfig(TrainConfig):
 
 class MarkovICLDepthConfig(ExperimentConfig):
     members: int = Field(3, ge=1, le=4096)  # independent seeds per cell
-    ks: list[int] = [1, 2]  # k = 1, 2 (paper profile adds k = 3)
-    depths: list[int] = [1, 2, 3]  # talk: "2-layer transformer" / "3-layer transformer"; 1 layer as control
+    ks: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1), Distinct] = [
+        1,
+        2,
+    ]  # k = 1, 2 (paper profile adds k = 3)
+    depths: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1), Distinct] = [
+        1,
+        2,
+        3,
+    ]  # talk: "2-layer transformer" / "3-layer transformer"; 1 layer as control
     # An axis, not a tuned value: the talk states relative PE (kind unstated) for its construction only.
-    positions: list[PE] = ["absolute", "relative", "relative-kv", "both"]
+    positions: Annotated[list[PE], Field(min_length=1), Distinct] = ["absolute", "relative", "relative-kv", "both"]
     # Explicit subset of the (k, depth, positions) grid; empty = the full product.
-    cells: list[Cell] = []
+    cells: Annotated[list[Cell], Distinct] = []
     alpha: float = Field(1.0, gt=0.0)  # Dirichlet(1) rows: the add-one (Laplace) estimator is then Bayes
     model: ICLModelConfig = ICLModelConfig()  # layers and positions are set per cell
     train: ICLTrainConfig = ICLTrainConfig()
@@ -143,21 +150,10 @@ class MarkovICLDepthConfig(ExperimentConfig):
         1, ge=1, le=1024
     )  # torch threads on CPU (tdlab.train.cpu.cpu_threads); None: default
 
-    @field_validator("ks", "depths")
-    @classmethod
-    def _positive(cls, v: list[int]) -> list[int]:
-        if not v or any(x < 1 for x in v) or len(set(v)) != len(v):
-            raise ValueError("must list distinct values >= 1")
-        return v
-
     @model_validator(mode="after")
     def _check(self) -> MarkovICLDepthConfig:
         if self.model.arch != "gpt2":
             raise ValueError("model.arch must be 'gpt2' (pre-LN, one head per layer)")
-        if not self.positions or len(set(self.positions)) != len(self.positions):
-            raise ValueError("positions must list distinct values")
-        if len(set(self.cells)) != len(self.cells):
-            raise ValueError("cells must not repeat")
         if any(k < 1 or d < 1 for k, d, _ in self.cells):
             raise ValueError("cells need k >= 1 and depth >= 1")
         if self.probe.map_len > self.train.seq_len:
@@ -433,12 +429,7 @@ class MarkovICLDepth(Experiment[MarkovICLDepthConfig]):
     def notes(self, cfg: MarkovICLDepthConfig, measured: Measurements, groups: list[GroupResult]) -> list[str]:
         cells = measured.values["cells"]
         grid = ", ".join(f"(k={k}, {d} layer{'s' if d > 1 else ''}, {pe})" for k, d, pe in cfg.grid())
-        notes = [
-            f"Cells of this run: {grid}. Gap = model loss − the order-k add-α (Bayes) estimator's loss on the same "
-            "fresh probe sequences, nats per token; drift = change of the same gap on the evaluation batches over the "
-            "last tenth of training in learning-rate time. Stage: past the order-(k−1) estimator by "
-            f"{cfg.claims.stage_share:g} of the gap to the order-k one."
-        ]
+        notes = [f"Cells of this run: {grid}."]
         for arm, c in cells.items():
             g = np.array(c["gap"])
             lower = np.mean(c["gap_vs_lower_order"][f"order{c['k'] - 1}"])
