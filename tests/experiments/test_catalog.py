@@ -445,3 +445,17 @@ def test_every_experiment_of_the_seeds_takes_its_claims_from_its_declaration():
     for exp in registry().values():
         for base_cls in type(exp).__mro__[1:]:
             assert "claims" not in vars(base_cls) or base_cls is Experiment, (type(exp).__name__, base_cls.__name__)
+
+
+def test_every_declared_note_renders_at_every_profile_of_its_experiment():
+    """A placeholder whose format spec does not fit its field's value (``{model.checkpoint:g}``) fails only when a
+    run writes its notes: every declared note is rendered here at every profile's config."""
+    rendered = 0
+    for name, exp in registry().items():
+        for profile in exp.profiles:
+            cfg = exp.make_config(profile)
+            for note in exp.declared_notes:
+                text = note.render(cfg)
+                assert text is None or text.strip(), (name, profile, note.text)
+                rendered += text is not None
+    assert rendered > 0
