@@ -98,6 +98,15 @@ def test_a_shared_anchor_is_merged_in_order_and_the_experiments_own_entries_over
 GOOD = "x-exp:\n  implementation: mod.Cls\n  paper: P\n  figure: F\n  description: D\n  profiles: {quick: {}}\n"
 
 
+def _declared(monkeypatch, **fields) -> type:
+    """A fresh experiment class (markov-rank's config) whose declaration is ``x-exp`` with ``fields``."""
+    decl = Declaration(
+        name="x-exp", module=__name__, cls="X", paper="P", figure="F", description="D", profiles={"quick": {}}, **fields
+    )
+    monkeypatch.setattr(base, "declaration_of", lambda cls: decl)
+    return type("X", (Experiment,), {"Config": registry()["markov-rank"].Config, "run": lambda self, cfg, ctx: None})
+
+
 def test_declared_readings_build_the_readings_and_an_option_must_be_a_config_field(monkeypatch, tmp_path):
     path = tmp_path / "experiments.yaml"
     path.write_text(
@@ -111,23 +120,7 @@ def test_declared_readings_build_the_readings_and_an_option_must_be_a_config_fie
     )
 
     for option, refused in (("train.lr", False), ("train.lr_typo", True)):
-        bad = Declaration(
-            name="x-exp",
-            module=__name__,
-            cls="Reads",
-            paper="P",
-            figure="F",
-            description="D",
-            profiles={"quick": {}},
-            readings=[{"where": "Sec. 2", "seed": "s", "chosen": "c", "option": option}],
-        )
-        monkeypatch.setattr(base, "declaration_of", lambda cls, bad=bad: bad)
-
-        class Reads(Experiment):  # type: ignore[type-arg]
-            Config = registry()["markov-rank"].Config
-
-            def run(self, cfg, ctx):  # pragma: no cover - never run
-                pass
+        Reads = _declared(monkeypatch, readings=[{"where": "Sec. 2", "seed": "s", "chosen": "c", "option": option}])
 
         if refused:
             with pytest.raises(TypeError, match=r"reading of Sec\. 2 names option 'train\.lr_typo', not a field of"):
@@ -168,24 +161,7 @@ def test_a_note_with_an_unmatched_brace_or_an_unknown_field_is_refused(monkeypat
         ("lr {train.lr_typo:g}", {}, "train.lr_typo"),
         ("x", {"train.optimiser": "sgd"}, "train.optimiser"),
     ):
-        bad = Declaration(
-            name="x-exp",
-            module=__name__,
-            cls="Says",
-            paper="P",
-            figure="F",
-            description="D",
-            profiles={"quick": {}},
-            notes=[{"text": text, "when": when}],
-        )
-        monkeypatch.setattr(base, "declaration_of", lambda cls, bad=bad: bad)
-
-        class Says(Experiment):  # type: ignore[type-arg]
-            Config = registry()["markov-rank"].Config
-
-            def run(self, cfg, ctx):  # pragma: no cover - never run
-                pass
-
+        Says = _declared(monkeypatch, notes=[{"text": text, "when": when}])
         with pytest.raises(TypeError, match=rf"reads '{unknown}', not a field of"):
             register(Says)
         base._REGISTRY.pop("x-exp", None)
