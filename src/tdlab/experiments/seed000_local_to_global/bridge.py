@@ -44,6 +44,7 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.seed000_local_to_global.common.cells import Cells
 from tdlab.experiments.seed000_local_to_global.common.hypotheses import SMALL_INIT_STD
 from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
@@ -57,8 +58,6 @@ from tdlab.theory.markov_landscape import CriticalKind, gaussian_basin_probabili
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
 
-Prob = Annotated[float, Field(gt=0.0, lt=1.0)]
-Cells = Annotated[list[tuple[Prob, Prob]], Field(min_length=1), Distinct]  # (p, q) cells, each once
 Budget = Annotated[int, Field(ge=1, le=10_000_000)]
 Budgets = Annotated[list[Budget], Field(min_length=1), Distinct]
 

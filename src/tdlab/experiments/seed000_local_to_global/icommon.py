@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,8 +40,9 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
-from tdlab.config import Config, Distinct
+from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.seed000_local_to_global.common.cells import Cells
 from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
@@ -54,8 +55,6 @@ from tdlab.theory.markov_regions import bias_step_basins, icommon_boundary, in_i
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
 
-Prob = Annotated[float, Field(gt=0.0, lt=1.0)]
-Cells = Annotated[list[tuple[Prob, Prob]], Field(min_length=1), Distinct]  # (p, q) cells, each once
 _POINTS_STREAM = "icommon-point"  # per-member stream of the sampled (e, w)
 _ALPHA_STREAM = "icommon-alpha"  # per-member stream of the direction alpha
 _INIT_ARM = "init-points"  # metrics arm holding the sampled points
