@@ -294,7 +294,7 @@ def register(cls: type[ExperimentT]) -> type[ExperimentT]:
         unknown = [f for f in note.fields() if not field_exists(cls.Config, f)]
         if unknown:
             raise TypeError(
-                f"{cls.__name__}: the note {note.text[:40]!r}... reads {', '.join(map(repr, unknown))}, "
+                f"{cls.__name__}: the note {echo(note.text)} reads {', '.join(map(repr, unknown))}, "
                 f"not a field of {cls.Config.__name__}"
             )
     if not cls.profiles:
