@@ -2,7 +2,7 @@
 
 Why: the quick profiles are tested on the CPU; ``--device cuda`` must train, measure and judge every
 experiment too (a tensor left on the CPU, a host-only op, a dtype the GPU refuses). Each experiment
-runs its quick profile with ``--seeds 2`` and its training-length field (``tdlab.experiments.rounds.length_field``:
+runs its quick profile with ``--seeds 2`` and its training-length field (``tdlab.rounds.length_field``:
 its table, else the atlas's steps/epochs axis) scaled by ``--scale``; the record per experiment is the status,
 wall time, paper verdict counts and a digest of the metrics (each arm/metric's last logged value,
 averaged over members). ``--compare A.json B.json`` prints, per experiment, the largest relative
@@ -40,7 +40,7 @@ def shortened(name: str, scale: float) -> list[str]:
     A length the config refuses (a snapshot epoch past the end, say) is doubled until it is valid."""
     from tdlab.config import ConfigError, read_field
     from tdlab.experiments.base import get
-    from tdlab.experiments.rounds import length_field
+    from tdlab.rounds import length_field
 
     exp = get(name)
     field = length_field(exp)

@@ -176,8 +176,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("tdlab.tasks", "tdlab.models"),
     # 2: fitting and reading models, for any task
     ("tdlab.train", "tdlab.probes"),
-    # 3: verdicts, the run store and the quick profiles' measured times (data the standard profile reads;
-    # the rest of tdlab.costs reads the experiments, floor 5)
+    # 3: verdicts, the run store, what --decide's rounds grow and keep, and the profiles' cost data (the quick
+    # profiles' measured times and the standard profile sized from them; the rest of tdlab.costs reads the
+    # experiments, floor 5)
     (
         "tdlab.claims",
         "tdlab.runs",
@@ -186,7 +187,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "tdlab.records",
         "tdlab.report",
         "tdlab.cluster",
+        "tdlab.rounds",
         "tdlab.costs.quick_times",
+        "tdlab.costs.standard",
     ),
     # 4: where tasks, models, trainers, probes and theory meet
     ("tdlab.experiments",),

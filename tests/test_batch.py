@@ -464,7 +464,7 @@ def test_the_prior_counts_the_separate_trainings():
     from tdlab.costs.quick_times import quick_times
     from tdlab.costs.work import fit_work, work
     from tdlab.experiments.base import get
-    from tdlab.experiments.rounds import length_field
+    from tdlab.rounds import length_field
     from tdlab.train.compute import step_flops
 
     def per_step(q, p):  # a step's arithmetic, paper over quick

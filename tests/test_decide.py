@@ -21,7 +21,7 @@ from tdlab.config import parse_duration
 from tdlab.decide import DecidePlan
 from tdlab.experiments import base
 from tdlab.experiments.base import Experiment, ExperimentConfig
-from tdlab.experiments.rounds import DRAWS_FIELDS, LENGTH_FIELDS, current_round
+from tdlab.rounds import DRAWS_FIELDS, LENGTH_FIELDS, current_round
 from tdlab.run_context import RunContext
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds

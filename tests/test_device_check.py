@@ -27,7 +27,7 @@ def test_every_experiment_gets_a_valid_length_no_longer_than_quick(dc):
     from tdlab.config import read_field
     from tdlab.experiments.base import get
     from tdlab.experiments.catalog import CATALOG
-    from tdlab.experiments.rounds import length_field
+    from tdlab.rounds import length_field
 
     for name in CATALOG:
         exp = get(name)

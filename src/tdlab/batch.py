@@ -133,7 +133,7 @@ def _prior(name: str, profile: str, quick: Mapping[str, float] | None = None) ->
     from tdlab.costs.quick_times import quick_times as shipped
     from tdlab.costs.work import fit_work, work
     from tdlab.experiments.base import get
-    from tdlab.experiments.rounds import length_field
+    from tdlab.rounds import length_field
     from tdlab.train.compute import step_flops
     from tdlab.train.memory import estimate
 

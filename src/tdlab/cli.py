@@ -258,7 +258,7 @@ def run(
     profile: Annotated[
         str,
         typer.Option(
-            help="quick (minutes on 2 CPU cores), standard (~30 min on 2 CPU cores: quick trained longer, see tdlab.experiments.standard) or paper (the seed's settings)"
+            help="quick (minutes on 2 CPU cores), standard (~30 min on 2 CPU cores: quick trained longer, see tdlab.costs.standard) or paper (the seed's settings)"
         ),
     ] = "quick",
     set_: Annotated[list[str] | None, typer.Option("--set", help="override a config field: --set task.p=0.7")] = None,
@@ -1237,8 +1237,8 @@ def _published_markdown(results: Path, per_seed: bool = False) -> str:
     """The by-seed and by-experiment tables of the records under ``results`` (tdlab.pages.records); with
     ``per_seed``, one short table per seed instead (the README's)."""
     from tdlab.experiments.base import registry
-    from tdlab.experiments.rounds import length_field
     from tdlab.pages.records import experiment_table, load_published, seed_table, seed_tables, undecided_lines
+    from tdlab.rounds import length_field
 
     if not results.is_dir():
         raise ConfigError(f"--results: {results} is not a folder of records (results/PROFILE/NAME.json)")

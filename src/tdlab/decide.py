@@ -10,7 +10,7 @@ looks, so stopping at a decision keeps it). The next round grows what leaves pap
   alone); everything else of the experiment is recomputed at the new size;
 * **training**, for groups judged at convergence that are still moving, short of their stage or never
   reached (:func:`~tdlab.claims.sequential.waits_on_training`): the experiment's training-length field
-  (:func:`~tdlab.experiments.rounds.length_field`, ``train.steps``) doubles, capped at the paper profile's value.
+  (:func:`~tdlab.rounds.length_field`, ``train.steps``) doubles, capped at the paper profile's value.
   The learning-rate plan is stretched to the new length and every member trains anew: the plans tdlab's
   profiles use are cosines that end at zero, which a resumed run cannot extend (held at its final rate a
   continuation would not move, and a restart would change the plan), so "the same plan, longer" is a
@@ -46,9 +46,9 @@ from tdlab.claims.sequential import (
 from tdlab.config import apply_overrides, read_field
 from tdlab.config_fields import config_fields
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig
-from tdlab.experiments.rounds import RoundState, draws_field, in_round, lengths
-from tdlab.experiments.rounds import length_field as training_length_field
 from tdlab.experiments.view import RunView
+from tdlab.rounds import RoundState, draws_field, in_round, lengths
+from tdlab.rounds import length_field as training_length_field
 from tdlab.run_context import RunContext
 from tdlab.runs import Run
 
@@ -76,7 +76,7 @@ def training_extension(exp: Experiment, cfg: ExperimentConfig) -> Extension | No
 def draws_extension(exp: Experiment, cfg: ExperimentConfig) -> Draws | None:
     """How ``exp``'s Monte-Carlo reference may take more draws in a ``--decide`` run
     (:class:`~tdlab.claims.sequential.Draws`, capped at the field's upper bound), or ``None`` when it names no
-    reference-draws field (:func:`~tdlab.experiments.rounds.draws_field`)."""
+    reference-draws field (:func:`~tdlab.rounds.draws_field`)."""
     name = draws_field(exp)
     if name is None:
         return None
@@ -125,7 +125,7 @@ def run_rounds(
     rounds: list[dict[str, Any]] = list(state.get("rounds", []))
     schedule: list[int] = list(state.get("schedule") or plan.members(cfg.members))
     length_field = training_length_field(exp)
-    kept = RoundState()  # draws computed once for all rounds, the measured seconds of one (tdlab.experiments.rounds)
+    kept = RoundState()  # draws computed once for all rounds, the measured seconds of one (tdlab.rounds)
     first_length = state.get("first_length") or ({length_field: read_field(cfg, length_field)} if length_field else {})
     spent = float(state.get("spent_s", 0.0))
     resumed_round = bool(state)

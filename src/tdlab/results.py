@@ -149,7 +149,7 @@ def rejudge(rec: Record) -> list[Any]:
     measurements (no training): :class:`~tdlab.claims.judge.GroupResult` s in declaration order."""
     from tdlab.claims.judge import judge
     from tdlab.experiments.base import get
-    from tdlab.experiments.rounds import lengths
+    from tdlab.rounds import lengths
 
     if rec.measured is None:
         raise RecordError(f"{rec.experiment}: a {rec.status} run has no measurements to judge")

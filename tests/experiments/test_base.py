@@ -175,7 +175,7 @@ def test_pieces_come_back_in_their_order_and_a_stop_starts_none_after_the_ones_r
 
 def test_the_run_machinery_is_not_the_experiments():
     """What the batch and ``--decide`` need of an experiment (its costs, fits, training length, reference draws,
-    the seconds of a unit of work, the lanes) lives in their layers (tdlab.costs, tdlab.experiments.rounds,
+    the seconds of a unit of work, the lanes) lives in their layers (tdlab.costs, tdlab.rounds,
     tdlab.train.lanes), never as a method, attribute or field of ``Experiment`` or ``RunContext``."""
     import ast
     from pathlib import Path

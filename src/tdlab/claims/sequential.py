@@ -23,7 +23,7 @@ not helped by more members. Training too short is helped by longer training (:fu
 :class:`Extension`) when the claim is judged at convergence, never when it is judged at the seed's budget.
 An interval a Monte-Carlo reference helps widen is helped by more draws of that reference
 (:func:`waits_on_draws`, :class:`Draws`) where the experiment names the field that sets them
-(:data:`tdlab.experiments.rounds.DRAWS_FIELDS`).
+(:data:`tdlab.rounds.DRAWS_FIELDS`).
 """
 
 from __future__ import annotations

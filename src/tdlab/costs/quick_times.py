@@ -3,7 +3,7 @@
 ``bench/bench_quick_profiles.py NAME --after-only --write-quick-times FILE`` measures and writes them; each
 entry keeps its note of when and how it was measured (``idle``: the load average at most 1.8; ``shared``:
 other jobs shared the cores, so the time is an over-estimate). The ``standard`` profile's rule
-(:mod:`tdlab.experiments.standard`), the batch's cost prior (:func:`tdlab.batch.estimates`) and the profiles
+(:mod:`tdlab.costs.standard`), the batch's cost prior (:func:`tdlab.batch.estimates`) and the profiles
 page (:mod:`tdlab.pages.profiles`) read them.
 """
 

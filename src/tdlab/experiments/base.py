@@ -28,15 +28,15 @@ from pydantic import Field
 
 from tdlab.claims import ArmHealth, ClaimSpec, GroupResult, Measurements, assess_arm, judge
 from tdlab.config import Config, ConfigError, build_config, echo, field_exists, parse_overrides, validate_config
+from tdlab.costs.standard import standard_layer
 from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.catalog import CATALOG
 from tdlab.experiments.declared import claim_specs, declaration_of
 from tdlab.experiments.manifest import Note, Reading, Setting, settings_diff
-from tdlab.experiments.rounds import lengths
-from tdlab.experiments.standard import standard_layer
 from tdlab.experiments.view import RunView
 from tdlab.report.notes import verdict_notes
 from tdlab.report.standard_figures import StandardFigure, draw_figures
+from tdlab.rounds import lengths
 from tdlab.run_context import RunContext
 from tdlab.runs import Run, RunDirError
 from tdlab.train.phases import phase
@@ -271,7 +271,7 @@ def register(cls: type[ExperimentT]) -> type[ExperimentT]:
     ``paper_differs``, atlas axes and claims are set from there, and a class that sets one of them itself is refused (each fact is
     written once). A class no declaration names (an installed package's, ``--include``'s) sets them itself.
 
-    Installs the ``standard`` profile between ``quick`` and ``paper`` (:mod:`tdlab.experiments.standard`)
+    Installs the ``standard`` profile between ``quick`` and ``paper`` (:mod:`tdlab.costs.standard`)
     unless the class declares its own; an experiment with only some of the profiles (a user's with a ``quick``
     profile alone) keeps just those."""
     declared = declaration_of(cls)

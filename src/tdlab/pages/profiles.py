@@ -1,12 +1,12 @@
-"""The profiles of every experiment side by side: quick, standard (:mod:`tdlab.experiments.standard`) and
+"""The profiles of every experiment side by side: quick, standard (:mod:`tdlab.costs.standard`) and
 paper, as the Profiles page's table (``python -m tdlab.pages.profiles``)."""
 
 from __future__ import annotations
 
 from tdlab.config import read_field
 from tdlab.costs.quick_times import quick_times
-from tdlab.experiments.rounds import length_field
-from tdlab.experiments.standard import standard_of
+from tdlab.costs.standard import standard_of
+from tdlab.rounds import length_field
 
 __all__ = ["table"]
 

@@ -37,7 +37,6 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Hypothesis, Threshold
 from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
-from tdlab.experiments.rounds import current_round
 from tdlab.experiments.seed002_cross_attention.common.reference import finite_context_minimisers
 from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     APP_H_CONTEXT,
@@ -58,6 +57,7 @@ from tdlab.experiments.seed002_cross_attention.common.synthetic import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LSA
+from tdlab.rounds import current_round
 from tdlab.run_context import Fit, RunContext
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.icl import (
@@ -253,7 +253,7 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
         member = replicate, names ``alpha_one``, ``alpha_two``, ``beta_two``."""
         starts = {T: two_param_init(task, T) for T in cfg.depths if T > 1}  # the arms' inits (Thm 6.3)
         spent: dict[int, float] = {}  # wall seconds of each newly computed draw index, over the objectives
-        kept = current_round()  # the draws earlier --decide rounds of this run computed (tdlab.experiments.rounds)
+        kept = current_round()  # the draws earlier --decide rounds of this run computed (tdlab.rounds)
         for o in cfg.objectives():
             arm = self.reference_arm(o)
             if o == "pop" or ctx.done(arm):

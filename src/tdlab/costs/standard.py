@@ -7,7 +7,7 @@ Rule (one for every experiment, from a measured quick time):
    a data file a benchmark writes, with where each number comes from). The budget is
    ``B = MARGIN * TARGET_SECONDS`` (24 of the 30 minutes: machines differ, and evaluation does not shrink with
    the schedule).
-2. The training length (:func:`tdlab.experiments.rounds.length_field`: steps or epochs) grows by
+2. The training length (:func:`tdlab.rounds.length_field`: steps or epochs) grows by
    ``k = min(paper length / quick length, B / t_q)``, so time is modelled as all training: an
    over-estimate, hence a conservative ``k``. The length is rounded down to two significant figures
    (whole epochs), never below quick's, and set to paper's when ``k`` reaches it.
@@ -30,15 +30,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
 from tdlab.config import Config as BaseConfig
 from tdlab.config import build_config, deep_merge, parse_overrides, read_field
 from tdlab.costs.quick_times import quick_times
-from tdlab.experiments.axes import AtlasAxes
-from tdlab.experiments.rounds import length_field as training_length_field
+from tdlab.rounds import length_field as training_length_field
+
+if TYPE_CHECKING:
+    from tdlab.experiments.axes import AtlasAxes
 
 __all__ = [
     "EXPLICIT",
@@ -67,7 +69,7 @@ EXPLICIT: dict[str, tuple[dict[str, Any] | str, str]] = {
 
 class Sized(Protocol):
     """What the rule reads of an experiment (class or instance): its name, config class and atlas axes (which,
-    with the decide layer's table, give its length field: :func:`tdlab.experiments.rounds.length_field`)."""
+    with the decide layer's table, give its length field: :func:`tdlab.rounds.length_field`)."""
 
     @property
     def name(self) -> str: ...

@@ -8,10 +8,10 @@ import pytest
 
 from tdlab.config import read_field
 from tdlab.costs.quick_times import quick_times
+from tdlab.costs.standard import EXPLICIT, MARGIN, TARGET_SECONDS, paper_learning_rates, standard_of
 from tdlab.experiments.base import ExperimentConfig
 from tdlab.experiments.catalog import CATALOG
-from tdlab.experiments.rounds import LENGTH_FIELDS, length_field
-from tdlab.experiments.standard import EXPLICIT, MARGIN, TARGET_SECONDS, paper_learning_rates, standard_of
+from tdlab.rounds import LENGTH_FIELDS, length_field
 from tdlab.train.trainer import TrainConfig
 
 BUDGET = MARGIN * TARGET_SECONDS

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from tdlab.experiments.base import get
-from tdlab.experiments.rounds import RoundState, current_round, draws_field, in_round, length_field, lengths
+from tdlab.rounds import RoundState, current_round, draws_field, in_round, length_field, lengths
 
 
 def test_the_length_field_is_the_tables_else_the_atlas_steps_or_epochs_axis():
