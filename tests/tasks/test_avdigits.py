@@ -316,3 +316,34 @@ def test_noise_is_gaussian_with_the_configured_std(cache) -> None:
     slope, icpt = np.polyfit(x.reshape(-1).numpy(), y.reshape(-1).numpy(), 1)
     sigma = (y - icpt - slope * x).std().item() / slope
     assert sigma == pytest.approx(0.3, rel=0.02)  # 235,200 entries: relative s.e. of a std is ~0.15 %
+
+
+def test_splits_carve_validation_from_the_training_set_by_seed() -> None:
+    """Every training example lands once in train or val (the last ``n_val`` of a seeded permutation), paired with
+    its own label; test is the test set; the channels are (image, audio); the same seed, the same splits."""
+    n, m = 50, 12
+    g = torch.Generator().manual_seed(0)
+    ids = torch.arange(n, dtype=torch.float32)
+    data = av.AVDigits(
+        image_train=ids[:, None, None].expand(n, 28, 28).clone(),  # each example's id in its image
+        audio_train=torch.rand(n, 28, 28, generator=g),
+        label_train=torch.randint(0, 10, (n,), generator=g, dtype=torch.int32),
+        image_test=torch.rand(m, 28, 28, generator=g),
+        audio_test=torch.rand(m, 28, 28, generator=g),
+        label_test=torch.randint(0, 10, (m,), generator=g, dtype=torch.int32),
+        provenance="planted",
+    )
+    sp = av.splits(data, 15, seed=3)
+    tr, va = sp["train"], sp["val"]
+    assert tr["inputs"].shape == (35, 2, 28, 28) and va["inputs"].shape == (15, 2, 28, 28)
+    got = torch.cat([tr["inputs"][:, 0, 0, 0], va["inputs"][:, 0, 0, 0]]).long()
+    assert sorted(got.tolist()) == list(range(n))  # a partition of the training set
+    for part in (tr, va):
+        i = part["inputs"][:, 0, 0, 0].long()
+        assert part["targets"].dtype == torch.int64 and torch.equal(part["targets"], data.label_train[i].long())
+        assert torch.equal(part["inputs"][:, 1], data.audio_train[i])
+    assert torch.equal(sp["test"]["inputs"], torch.stack([data.image_test, data.audio_test], 1))
+    assert torch.equal(sp["test"]["targets"], data.label_test.long())
+    again, other = av.splits(data, 15, seed=3), av.splits(data, 15, seed=4)
+    assert torch.equal(again["val"]["inputs"], va["inputs"])
+    assert not torch.equal(other["val"]["inputs"], va["inputs"])

@@ -16,11 +16,12 @@ from tdlab.tasks.markov_kth import (
     KthOrderMarkov,
     conditional_entropy,
     entropy_rate,
+    estimator_gap,
     sample_dirichlet,
     sample_log_gamma,
     stationary_law,
 )
-from tdlab.theory.kgram import context_states
+from tdlab.theory.kgram import context_states, estimator_losses
 
 
 def gens_of(*seeds: int) -> list[torch.Generator]:
@@ -351,3 +352,18 @@ def test_fresh_source_stationary_law_and_entropies_against_independent_numpy(k, 
     assert np.max(np.abs(counts - pi)) < 5 * math.sqrt(pi.max() / len(codes))
     nll = -np.log(P[codes[:-1], x[k:]]).mean()
     assert abs(nll - _ind_cond_entropy(P, k, V, k)) < 0.02
+
+
+def test_estimator_gap_is_the_sources_own_and_grows_with_the_orders_apart(one_thread):
+    """The order-lower/order-k estimator gap of the in-context source, drawn once from a fixed stream: an
+    independent draw of the same setting agrees within its Monte-Carlo error; a whole order more is worth
+    more; the draw is fixed (cached and reproducible); lower outside 0..k is refused."""
+    gap = estimator_gap(1, 0, 65, 1.0)
+    x = InContextMarkov(1, 2, 1.0).sample([torch.Generator().manual_seed(123)], 512, 65)
+    est = estimator_losses(x, 1, 2, 1.0)
+    assert 0.03 < gap < 0.1 and gap == pytest.approx(float((est[0] - est[1]).mean()), abs=0.01)
+    assert estimator_gap(2, 0, 65, 1.0) > estimator_gap(2, 1, 65, 1.0) > 0
+    assert estimator_gap(1, 1, 65, 1.0) == 0.0
+    assert estimator_gap.__wrapped__(1, 0, 65, 1.0) == gap  # the same stream, not a cache artefact
+    with pytest.raises(ValueError, match="lower"):
+        estimator_gap(1, 2, 65, 1.0)

@@ -208,6 +208,14 @@ def test_lsa_floor_is_min_over_c_of_the_odd_part_and_an_lsa_attains_it():
     assert float(exc) == pytest.approx(floor, rel=0.1)
 
 
+def test_the_initialisations_sit_in_the_middle_of_their_windows():
+    # m_upper = 50 (two modalities, norms on [0, 5]): windows (0, 2/51) for alpha and (-2/51, 0) for beta
+    assert icl.one_param_init(APP_H) == pytest.approx(1 / 51)
+    a0, b0 = icl.two_param_init(APP_H, 3)
+    assert b0 == pytest.approx(-1 / 51) and a0 == pytest.approx(icl.alpha_of_beta(-1 / 51, 3, APP_H))
+    assert icl.two_param_init(APP_H, 3, fraction=0.25)[1] == pytest.approx(-0.5 / 51)
+
+
 def test_two_parameter_stationary_point_is_stationary_and_tends_to_alpha_star():
     beta0 = -1.0 / (APP_H.m_sq_range[1] + 1.0)  # the middle of Thm 6.3's window
     for T in (2, 20):

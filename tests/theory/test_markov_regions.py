@@ -2,7 +2,8 @@
 region and the region is the intersection of Thm. 2's and Thm. 8's global basins; the free-bias
 gradient matches autograd and the profile gradient; one bias step moves a stale-bias point from the
 local-minimum basin of the joint flow to the global one (checked by integrating the closed-form flow);
-no bias step leaves the local minimum's line e = 0."""
+no bias step leaves the local minimum's line e = 0; on given logits s + b the bias step's optimum is
+the closed-form logit of the mean target (s = 0) and a stationary point of the direct cross-entropy."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from tdlab.theory.markov_regions import (
     bias_gradient,
     bias_step,
     bias_step_basins,
+    bias_step_from_logits,
     descend,
     icommon_boundary,
     in_icommon,
@@ -226,3 +228,35 @@ def test_bias_step_basins_codes_and_profile_agrees_with_theory_mostly(one_thread
         assert res[k].shape == (40,)
     # Profile descent is the discretised flow of Thm. 8: it ends where the theorem says for most points.
     assert float((res["profile"] == res["theory"]).double().mean()) >= 0.9
+
+
+# --- the bias step on a model's logits s + b (markov-rank's full-model check) ---------------------------
+
+
+def test_bias_step_from_logits_at_zero_logits_is_the_closed_form_and_matches_a_direct_loss():
+    """With s = 0 the optimum is b* = log(ȳ / (1 − ȳ)) per member; with any s, b* zeroes the direct
+    cross-entropy's derivative, the excesses are the direct differences, and the step is b − lr·(σ̄ − ȳ)."""
+    g = torch.Generator().manual_seed(3)
+    y = (torch.rand(2, 16, 9, generator=g) < torch.tensor([0.3, 0.8]).view(2, 1, 1)).long()
+    b = torch.tensor([0.4, -1.0], dtype=F64)
+    r = bias_step_from_logits(torch.zeros(2, 16, 9, dtype=F64), y, b, 0.5)
+    ybar = y.double().mean((1, 2))
+    assert torch.allclose(r["b_star"], torch.log(ybar / (1 - ybar)), atol=1e-10)
+    s = torch.randn(2, 16, 9, generator=g, dtype=F64)
+    r = bias_step_from_logits(s, y, b, 0.5)
+
+    def direct(bb: torch.Tensor) -> torch.Tensor:
+        z = s + bb[:, None, None]
+        return torch.stack(
+            [torch.nn.functional.binary_cross_entropy_with_logits(z[m], y[m].double()) for m in range(2)]
+        )
+
+    bs = r["b_star"].clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(direct(bs).sum(), bs)
+    assert grad.abs().max() < 1e-10
+    low = direct(r["b_star"])
+    assert torch.allclose(r["excess_before"], direct(b) - low, atol=1e-12)
+    assert torch.allclose(r["excess_after"], direct(r["b_after"]) - low, atol=1e-12)
+    mean_sig = torch.sigmoid(s + b[:, None, None]).mean((1, 2))
+    assert torch.allclose(r["b_after"], b - 0.5 * (mean_sig - ybar), atol=1e-12)
+    assert torch.equal(r["b"], b) and (r["excess_after"] < r["excess_before"]).all() and (r["excess_after"] >= 0).all()

@@ -45,6 +45,8 @@ scaled to [0, 1] per modality, then corrupted as above; ``n_train``/``n_test`` t
 subset (without replacement) when smaller than the file's split. The arrays' headers are checked before
 anything is loaded (:func:`check_avmnist`); every problem is one line naming ``data.path``.
 
+:func:`splits` cuts a built set into the trainer's ``{train, val, test}`` (validation drawn from the training set).
+
 Noise default: see :data:`NOISE_DEFAULT`.
 """
 
@@ -90,6 +92,7 @@ __all__ = [
     "load_avmnist",
     "load_images",
     "log_mel",
+    "splits",
     "synthesize_digit",
 ]
 
@@ -555,6 +558,21 @@ def build(cfg: AVDigitsConfig, seed: int, progress: bool = True) -> AVDigits:
         parts["train"][3],
         parts["test"][3],
     )
+
+
+def splits(data: AVDigits, n_val: int, seed: int) -> dict[str, dict[str, torch.Tensor]]:
+    """``{train, val, test}`` of ``{"inputs": (n, 2, 28, 28), "targets": (n,)}``: validation is the last
+    ``n_val`` of a permutation of the training set drawn from ``seed``."""
+    x_tr = torch.stack([data.image_train, data.audio_train], 1).float()
+    x_te = torch.stack([data.image_test, data.audio_test], 1).float()
+    g = torch.Generator().manual_seed(derive_seed(seed, "avdigits-val"))
+    perm = torch.randperm(x_tr.shape[0], generator=g)
+    fit, val = perm[: x_tr.shape[0] - n_val], perm[x_tr.shape[0] - n_val :]
+    return {
+        "train": {"inputs": x_tr[fit], "targets": data.label_train[fit].long()},
+        "val": {"inputs": x_tr[val], "targets": data.label_train[val].long()},
+        "test": {"inputs": x_te, "targets": data.label_test.long()},
+    }
 
 
 # ------------------------------------------------------------------------------------------- real avMNIST

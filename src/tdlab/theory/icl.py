@@ -46,10 +46,12 @@ __all__ = [
     "finite_context_variance_floor",
     "infinite_context_excess_risk",
     "lsa_infinite_context_floor",
+    "one_param_init",
     "posterior_mean_predictor",
     "response_second_moment",
     "sample_mean_predictor",
     "sample_mean_risk",
+    "two_param_init",
     "two_param_stationary",
     "whitening_error",
     "whitening_error_limit",
@@ -364,7 +366,7 @@ def finite_context_variance_floor(task: PromptTask, L: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Derived bounds and stationary points used by the seed-002 experiments
+# Derived bounds, the initialisations of Thms 6.2 and 6.3 and the stationary points they lead to
 
 
 def lsa_infinite_context_floor(task: PromptTask) -> float:
@@ -380,6 +382,20 @@ def lsa_infinite_context_floor(task: PromptTask) -> float:
     Derived here, not stated in the seed.
     """
     return float(infinite_context_excess_risk(alpha_star_T(1, task), 1, task))
+
+
+def one_param_init(task: PromptTask) -> float:
+    """Initial ``alpha`` of the one-parameter model: ``1 / (m_upper + 1)``, the middle of the window
+    ``(0, 2 / (m_upper + 1))`` where ``e(alpha) -> 0`` (Sec. 6). The seed does not state one (the loss is
+    strictly convex, Lemma D.1, so gradient flow reaches ``alpha*_T`` from anywhere)."""
+    return 1.0 / (task.m_sq_range[1] + 1.0)
+
+
+def two_param_init(task: PromptTask, T: int, fraction: float = 0.5) -> tuple[float, float]:
+    """Thm 6.3's initialisation: ``beta0 = -fraction * 2 / (m_upper + 1)`` inside the window
+    ``(-2 / (m_upper + 1), 0)`` (the middle by default) and ``alpha0 = alpha*(beta0)`` (App. E.1)."""
+    beta0 = -fraction * 2.0 / (task.m_sq_range[1] + 1.0)
+    return alpha_of_beta(beta0, T, task), beta0
 
 
 @functools.lru_cache(maxsize=256)

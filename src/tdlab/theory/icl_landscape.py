@@ -1,9 +1,10 @@
 """Reading Monte-Carlo maps of seed 002's two-parameter loss ``l(alpha, beta)`` (Barnfield, Sen & Sur, Fig. 4, App. F).
 
-A map is estimated on prompts split into ``G`` groups: ``maps (G, ...)`` holds each group's estimate at every
-grid point and ``sizes (G,)`` the groups' prompt counts. :func:`pooled` is the map on every prompt,
-:func:`leave_out` the map without one group, and :func:`jackknife_se` the delete-a-group jackknife standard
-error of any statistic read off a map (a minimiser, a valley's RMS). :func:`valley` reads the heat map's valley
+A map is estimated on prompts split into ``G`` groups (:func:`prompt_groups`; :func:`group_means` of per-prompt
+losses): ``maps (G, ...)`` holds each group's estimate at every grid point and ``sizes (G,)`` the groups' prompt
+counts. :func:`pooled` is the map on every prompt, :func:`leave_out` the map without one group, and
+:func:`jackknife_se` the delete-a-group jackknife standard error of any statistic read off a map (a minimiser, a
+valley's RMS; :func:`jackknife_spread` from the leave-one-group-out estimates themselves). :func:`valley` reads the heat map's valley
 ``alpha_hat(beta)`` (Fig. 4's dark ravine; App. E.1's ``alpha*(beta)`` at infinite context).
 """
 
@@ -12,8 +13,27 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import torch
+from torch import Tensor
 
-__all__ = ["jackknife_se", "leave_out", "pooled", "valley"]
+__all__ = ["group_means", "jackknife_se", "jackknife_spread", "leave_out", "pooled", "prompt_groups", "valley"]
+
+
+def prompt_groups(n: int, groups: int, device: str | torch.device | None = None) -> tuple[Tensor, Tensor]:
+    """The split of ``n`` prompts into ``groups`` contiguous groups that a map is estimated on: each prompt's group
+    ``(n,)`` (prompt ``i`` in group ``floor(i G / n)``) and the groups' sizes ``(G,)`` (float64)."""
+    gid = torch.as_tensor(np.arange(n) * groups // n, device=device)
+    sizes = torch.bincount(gid, minlength=groups).to(torch.float64)
+    return gid, sizes
+
+
+def group_means(values: Tensor, gid: Tensor, sizes: Tensor) -> np.ndarray:
+    """``(G, P)``: each group's mean of per-prompt ``values (P, N)`` at ``P`` points (``gid``, ``sizes`` from
+    :func:`prompt_groups`), in float64."""
+    sums = torch.zeros(values.shape[0], sizes.numel(), dtype=torch.float64, device=values.device).index_add_(
+        1, gid, values.double()
+    )
+    return (sums / sizes).T.cpu().numpy()
 
 
 def pooled(maps: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -34,7 +54,13 @@ def jackknife_se(stat: Callable[[np.ndarray], float], maps: np.ndarray, sizes: n
     """Delete-a-group jackknife standard error of ``stat(map)`` over the ``G`` groups of a map's prompts:
     ``sqrt((G − 1)/G Σ_g (θ_(g) − mean θ)²)`` with ``θ_(g) = stat(leave_out(maps, sizes)[g])``; for a mean it is
     the textbook standard error."""
-    thetas = np.array([stat(m) for m in leave_out(maps, sizes)])
+    return jackknife_spread(np.array([stat(m) for m in leave_out(maps, sizes)]))
+
+
+def jackknife_spread(thetas: np.ndarray | list[float]) -> float:
+    """The delete-a-group jackknife standard error from the ``G`` leave-one-group-out estimates ``θ_(g)`` themselves:
+    ``sqrt((G − 1)/G Σ_g (θ_(g) − mean θ)²)``."""
+    thetas = np.asarray(thetas)
     G = thetas.size
     return float(np.sqrt((G - 1) / G * np.sum((thetas - thetas.mean()) ** 2)))
 

@@ -6,7 +6,8 @@ these are their limits ``Lambda = I + m m^T``, ``c = zeta m``, ``zeta^2`` (App. 
 holds them with their leading member and prompt axes ``(E, N)``; :func:`sample_stats` and
 :func:`population_stats` reduce the prompts a task draws (any :class:`PromptSampler`, e.g.
 :class:`tdlab.tasks.multimodal.MultiModalPrompts`) to them. How a model predicts from them is
-:func:`tdlab.train.regression.predict`.
+:func:`tdlab.train.regression.predict`; the scalar LCA_T's predictions in closed form and the minimisers of the
+finite-context loss are :mod:`tdlab.theory.icl_minimisers`.
 """
 
 from __future__ import annotations

@@ -43,6 +43,10 @@ Seed readings resolved here (see also the experiments that use this module):
    bias step can put the joint flow back in the global basin. That is the reading implemented.
 2. The seed does not give the step size of the "additional step". :func:`descend` takes it as an
    argument; the experiments state theirs.
+
+The same step on any model whose next-token logit is ``s + b`` (the full Sec. 2 model's, with its
+bias-free part ``s`` computed by the caller): :func:`bias_step_from_logits` (markov-rank's check of Sec. 3
+on the full model, :func:`tdlab.probes.sec2_weights.bias_step_excess`).
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ __all__ = [
     "bias_gradient",
     "bias_step",
     "bias_step_basins",
+    "bias_step_from_logits",
     "descend",
     "icommon_boundary",
     "in_icommon",
@@ -352,3 +357,36 @@ def bias_step_basins(p: float, q: float, cfg: BiasStepSpec, gen: torch.Generator
         th, _ = descend(theta0, cfg.b0, p, q, lr=cfg.lr, steps=cfg.steps, extra_bias_steps=k)
         out[name] = limit_kind(th, p, q, atol=cfg.atol)
     return out
+
+
+def bias_step_from_logits(
+    s: torch.Tensor, targets: torch.Tensor, b: torch.Tensor, lr: float
+) -> dict[str, torch.Tensor]:
+    """One gradient step on the output bias alone of a binary next-token model whose logit is ``s + b``
+    (Sec. 3: "one additional step is usually sufficient"), against the bias's optimum given ``s``.
+
+    ``L(b) = mean softplus(-(2y-1)(s + b))`` (the cross-entropy of ``P(y = 1) = σ(s + b)``), ``b* = argmin L``
+    (Newton; L is convex in b), ``b1 = b - lr L'(b)``.
+
+    Args:
+        s: ``(E, B, T)`` float64 bias-free logits of ``P(y = 1)``; targets: ``(E, B, T)`` next tokens in
+            ``{0, 1}``; b: ``(E,)`` float64, the bias before the step; lr: the step's size.
+    Returns: dict of ``(E,)`` float64 tensors: ``excess_before = L(b) - L(b*)``, ``excess_after =
+    L(b1) - L(b*)`` (nats), ``b``, ``b_star``, ``b_after``.
+    """
+    sign = 2.0 * targets.double() - 1.0
+
+    def L(bb: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.softplus(-sign * (s + bb[:, None, None])).mean((1, 2))
+
+    def dL(bb: torch.Tensor) -> torch.Tensor:
+        return (torch.sigmoid(s + bb[:, None, None]) - (sign + 1) / 2).mean((1, 2))
+
+    bs = b.clone()
+    for _ in range(100):  # Newton on a 1-D convex function; damped by the curvature floor
+        sig = torch.sigmoid(s + bs[:, None, None])
+        h = (sig * (1 - sig)).mean((1, 2)).clamp_min(1e-12)
+        bs = bs - (dL(bs) / h).clamp(-5.0, 5.0)
+    b1 = b - lr * dL(b)
+    low = L(bs)
+    return {"excess_before": L(b) - low, "excess_after": L(b1) - low, "b": b, "b_star": bs, "b_after": b1}

@@ -26,7 +26,8 @@ evaluates a model from them:
   ``y_hat = sum_k (u_k . c)(u_k . x_q) p_T(lambda_k)`` with the scalar recursion
   ``p_t = p_{t-1} (1 + beta_t lambda) + alpha_t`` (cross, Eq. C.2) or
   ``p_t = p_{t-1} + beta_t lambda p_{t-1}^3 + alpha_t`` (deep LSA, Eq. G.2); tied cross-attention
-  uses the closed form ``p_T = p_0 q^T + alpha (q^T - 1)/(beta lambda)``, ``q = 1 + beta lambda``.
+  uses the closed form ``p_T = p_0 q^T + alpha (q^T - 1)/(beta lambda)``, ``q = 1 + beta lambda``
+  (:func:`tdlab.theory.icl_minimisers.tied_power_sum`).
   Cost O(N d) per step instead of O(N d^3 T).
 * diagonal / full cross-attention weights: ``P_T x_q`` by the vector recursion
   ``v_T = x_q``, ``v_{t-1} = v_t + Lambda_hat W^V_t{}^T v_t``, ``y_hat = c . P_0 v_0 + sum_t (W^S_t c) . v_t``
@@ -66,6 +67,7 @@ from tdlab.models.linear_attention import LCA, LSA
 from tdlab.progress import ProgressBar
 from tdlab.seeding import Purpose, generators
 from tdlab.theory.icl import bayes_predictor
+from tdlab.theory.icl_minimisers import tied_power_sum
 from tdlab.theory.icl_stats import PromptSampler, PromptStats, RawPrompts, population_stats, sample_stats
 from tdlab.train.checkpoint import (
     CheckpointError,
@@ -84,7 +86,6 @@ from tdlab.train.stopping import current as stop_policy
 from tdlab.train.trainer import DivergenceError, FitResult
 
 __all__ = [
-    "SMALL_X",
     "RegressionConfig",
     "RegressionTrainer",
     "error_summary",
@@ -97,7 +98,6 @@ __all__ = [
 ]
 
 Dtype = Literal["float64", "float32"]
-SMALL_X = 1e-4  # |beta lambda| below which the tied closed form switches to its Taylor series
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -121,16 +121,6 @@ def fast_path(model: nn.Module) -> str | None:
     return "recursion" if model.attention == "cross" else None
 
 
-def _tied_power_sum(q: Tensor, x: Tensor, T: int) -> Tensor:
-    """``sum_{j<T} q^j = (q^T - 1)/x`` with ``q = 1 + x``; Taylor series where ``|x| < SMALL_X``."""
-    small = x.abs() < SMALL_X
-    xs = torch.where(small, torch.full_like(x, SMALL_X), x)
-    exact = (q.where(~small, 1.0 + xs) ** T - 1.0) / xs
-    # sum_j (1+x)^j = sum_k C(T, k+1) x^k: T + C(T,2) x + C(T,3) x^2 + C(T,4) x^3
-    series = T + x * (T * (T - 1) / 2 + x * (T * (T - 1) * (T - 2) / 6 + x * T * (T - 1) * (T - 2) * (T - 3) / 24))
-    return torch.where(small, series, exact)
-
-
 def _spectral_poly(model: LCA, lam: Tensor) -> Tensor:
     """``p_T(lambda)`` for every member: ``lam`` (E|1, N, K) -> (E, N, K)."""
     E = model.n_members
@@ -145,7 +135,7 @@ def _spectral_poly(model: LCA, lam: Tensor) -> Tensor:
         b = -a if model.param == "one" else model.beta
         x = w(b) * lam
         q = 1.0 + x
-        out = inj * w(a) * _tied_power_sum(q, x, model.depth)
+        out = inj * w(a) * tied_power_sum(q, x, model.depth)
         return out + p0 * q**model.depth if p0 else out
     p = torch.full_like(lam.expand(E, *lam.shape[1:]), p0)
     for t in range(model.depth):

@@ -61,7 +61,7 @@ def _rank_one_state(d: int, n_pos: int, rng: Any, c: float = 0.7) -> dict[str, A
     import numpy as np
     import torch
 
-    from tdlab.experiments.seed000_local_to_global.common.low_rank import MATRICES
+    from tdlab.probes.sec2_weights import MATRICES
 
     alpha = rng.choice([-1.0, 1.0], size=d)
     g = lambda n: rng.normal(size=n)  # noqa: E731
@@ -89,7 +89,7 @@ def _gaussian_state(d: int, n_pos: int, rng: Any) -> dict[str, Any]:
     """A full-rank state (a standard Gaussian init)."""
     import torch
 
-    from tdlab.experiments.seed000_local_to_global.common.low_rank import MATRICES
+    from tdlab.probes.sec2_weights import MATRICES
 
     shape = {"W_1": (4 * d, d), "W_2": (d, 4 * d)}
     st = {k: torch.tensor(rng.normal(size=shape.get(n, (d, d))), dtype=torch.float32) for n, k in MATRICES.items()}

@@ -22,7 +22,7 @@ from tdlab.experiments.seed000_local_to_global.bridge import MarkovBridge, cell_
 from tdlab.experiments.seed000_local_to_global.common.hypotheses import BELOW_LINE_ROW
 from tdlab.runner import execute, rebuild
 from tdlab.runs import Run, RunWriter
-from tdlab.theory.markov_landscape import CriticalKind, gaussian_basin_probability
+from tdlab.theory.markov_landscape import CriticalKind, basins, gaussian_basin_probability
 
 
 def _h(x: float) -> float:
@@ -136,8 +136,9 @@ def test_below_the_line_theory_predicts_the_entropy_rate(p, q):
 
 
 def test_prediction_is_computed_by_the_theory_functions(monkeypatch):
-    # Swap the App. G probabilities: the predicted basin must swap with them (nothing typed in).
-    real = mb.gaussian_basin_probability
+    # Swap the App. G probabilities: the predicted basin must swap with them (nothing typed in; the
+    # prediction is tdlab.theory.markov_landscape.gaussian_init_limit's, which reads them).
+    real = basins.gaussian_basin_probability
 
     def swapped(sigma, p, q):
         out = real(sigma, p, q)
@@ -147,7 +148,7 @@ def test_prediction_is_computed_by_the_theory_functions(monkeypatch):
         )
         return out
 
-    monkeypatch.setattr(mb, "gaussian_basin_probability", swapped)
+    monkeypatch.setattr(basins, "gaussian_basin_probability", swapped)
     assert predict_cell(0.5, 0.8, 0.02, 0.01, 0.05, 0.8)["basin"] == "rate"
     assert predict_cell(0.2, 0.3, 0.02, 0.01, 0.05, 0.8)["basin"] == "H(π)"
 

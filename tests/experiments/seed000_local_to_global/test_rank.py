@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from tdlab.claims import Measurements, judge
-from tdlab.experiments.seed000_local_to_global.common.low_rank import MATRICES, bias_step_excess
 from tdlab.experiments.seed000_local_to_global.rank import AT_GLOBAL_MINIMUM, MarkovRank
+from tdlab.probes.sec2_weights import MATRICES, bias_step_excess
 from tdlab.runner import execute
 from tdlab.runs import RunWriter
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tdlab.experiments.seed002_cross_attention.common.synthetic import two_param_init
 from tdlab.experiments.seed002_cross_attention.lsa_vs_lca import IclLsaVsLca
 from tdlab.tasks.multimodal import MultiModalPrompts
-from tdlab.theory.icl import alpha_star_T, lsa_infinite_context_floor, two_param_stationary
+from tdlab.theory.icl import alpha_star_T, lsa_infinite_context_floor, two_param_init, two_param_stationary
 
 APP_H = MultiModalPrompts()
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest.one_thread

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from tdlab.theory import markov_landscape as ml
@@ -89,3 +90,24 @@ def test_max_energy_drift_is_relative_to_the_start_and_nan_on_the_e_axis():
     assert abs(float(drift[1]) - 1.0 / abs(float(E0[1]))) < 1e-12
     assert math.isnan(float(drift[2]))
     assert torch.all(ml.max_energy_drift(torch.stack([start[:2]] * 4)) == 0)  # a still trajectory conserves E
+
+
+def _chain_entropies(p: float, q: float) -> tuple[float, float]:
+    """(entropy rate, H(pi)) in nats, from first principles."""
+    h = lambda x: -x * math.log(x) - (1 - x) * math.log(1 - x)  # noqa: E731
+    pi1 = p / (p + q)
+    return (1 - pi1) * h(p) + pi1 * h(q), h(pi1)
+
+
+def test_gaussian_init_limit_is_the_likelier_minimum_with_thm1s_loss():
+    """Small σ: Thm. 2 (p+q>1) sends GF to the w-axis local minima, loss H(π); Thm. 8 (p+q<1) to Θ_*, loss
+    the entropy rate (Thm. 1); the probability is the larger of App. G's two; p + q = 1 is refused."""
+    for (p, q), kind in (((0.5, 0.8), CK.LOCAL_MIN), ((0.2, 0.3), CK.GLOBAL_MIN)):
+        got, loss, prob = ml.gaussian_init_limit(0.02, p, q)
+        rate, h_pi = _chain_entropies(p, q)
+        assert got == kind
+        assert loss == pytest.approx(h_pi if kind == CK.LOCAL_MIN else rate, abs=1e-10)
+        probs = ml.gaussian_basin_probability(0.02, p, q)
+        assert prob == max(float(probs[CK.LOCAL_MIN]), float(probs[CK.GLOBAL_MIN])) and prob > 0.99
+    with pytest.raises(ValueError, match="p \\+ q != 1"):
+        ml.gaussian_init_limit(0.02, 0.3, 0.7)

@@ -54,7 +54,7 @@ from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import Fit, RunContext
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy
-from tdlab.theory.markov_landscape import CriticalKind, gaussian_basin_probability, optimal_contrast, profile_loss
+from tdlab.theory.markov_landscape import CriticalKind, gaussian_init_limit, optimal_contrast, profile_loss
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
 
@@ -146,9 +146,8 @@ def predict_cell(p: float, q: float, sigma: float, tol: float, margin: float, mi
     (App. G probability of that basin or None), ``theorem``, ``informative`` (bool), ``why_not``
     (the reason a cell carries no claim, or "").
 
-    Basin probabilities: :func:`gaussian_basin_probability` (App. G; Thm. 2 for p+q>1, Thm. 8 for
-    p+q<1). Loss values: the profile loss ``Phi`` (Lemma 5) at ``D = 0`` (w-axis local minima, H(pi))
-    and at ``D = D*`` (Theta_*, entropy rate), Thm. 1.
+    The basin, its loss and probability: :func:`tdlab.theory.markov_landscape.gaussian_init_limit` (App. G;
+    Thm. 2 for p+q>1, Thm. 8 for p+q<1; Thm. 1's losses); which cells carry a claim is this experiment's rule.
     """
     rate = float(profile_loss(optimal_contrast(p, q), p, q))
     h_pi = float(profile_loss(0.0, p, q))
@@ -165,12 +164,8 @@ def predict_cell(p: float, q: float, sigma: float, tol: float, margin: float, mi
     if p + q == 1:
         out["why_not"] = "p+q = 1: the chain is i.i.d.; Thms. 2/8 do not apply"
         return out
-    probs = gaussian_basin_probability(sigma, p, q)
-    p_local, p_global = float(probs[CriticalKind.LOCAL_MIN]), float(probs[CriticalKind.GLOBAL_MIN])
-    if p_local >= p_global:
-        out.update(basin=AT_H_PI, loss=h_pi, probability=p_local)
-    else:
-        out.update(basin=AT_RATE, loss=rate, probability=p_global)
+    kind, loss, probability = gaussian_init_limit(sigma, p, q)
+    out.update(basin=AT_H_PI if kind == CriticalKind.LOCAL_MIN else AT_RATE, loss=loss, probability=probability)
     if abs(p + q - 1) < margin:
         out["why_not"] = f"|p+q−1| = {abs(p + q - 1):.3f} < margin {margin:g}"
     elif h_pi - rate < 2 * tol:  # a member at the other minimum would be within tol: the claim could not fail

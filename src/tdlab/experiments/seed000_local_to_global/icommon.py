@@ -8,7 +8,7 @@ Two statements of the seed, checked where the seed makes them:
    App. A.3.2 tests one point of I_* on the full model at one (p, q) with p + q > 1. Here: initial
    points are *sampled* in I_common (:func:`tdlab.theory.markov_regions.sample_icommon`, one per
    member, the same points in every cell — the region is data-agnostic), mapped into the full Sec. 2 transformer by App. D's canonical
-   parameterisation (:func:`canonical_init_`) and trained (AdamW, Table 2) on a grid of (p, q) on both
+   parameterisation (:func:`tdlab.models.init.canonical_init_`) and trained (AdamW, Table 2) on a grid of (p, q) on both
    sides of p + q = 1; each cell's final test loss is read against the entropy rate (the global minimum,
    Thm. 1(i) / Thm. 4(iii)).
 2. **"One additional step is usually sufficient"** (Sec. 3 after Eq. 3; App. A.1 after Eq. 9): the
@@ -46,6 +46,7 @@ from tdlab.experiments.seed000_local_to_global.common.cells import Cells
 from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.models.init import canonical_init_, proposed_point
 from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import Fit, RunContext
 from tdlab.seeding import generators, member_seeds
@@ -56,7 +57,6 @@ from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
 
 _POINTS_STREAM = "icommon-point"  # per-member stream of the sampled (e, w)
-_ALPHA_STREAM = "icommon-alpha"  # per-member stream of the direction alpha
 _INIT_ARM = "init-points"  # metrics arm holding the sampled points
 GLOBAL, LOCAL = int(CriticalKind.GLOBAL_MIN), int(CriticalKind.LOCAL_MIN)
 
@@ -154,54 +154,6 @@ def initial_points(seeds: list[int], region: RegionConfig) -> torch.Tensor:
     return sample_icommon(
         gens, 1, e_max=region.e_max, w_range=(region.w_lo, region.w_hi), energy_margin=region.energy_margin
     )[:, 0]
-
-
-def canonical_init_(model: GPT, theta: torch.Tensor) -> GPT:
-    """Set the Sec. 2 model's embeddings and feed-forward weights to App. D's canonical point.
-
-    Per member ``m`` with ``(e, w) = theta[m]`` and ``α`` uniform on ``{±1}^d/√d`` (stream
-    ``icommon-alpha`` of the member's seed): ``e = e·α``, ``p_n = -(e/2)·α`` (Eq. 18),
-    ``W_1 = (|w|/√d) 1 α^T ∈ R^{4d×d}``, ``W_2 = (w/√d) α 1^T`` (App. D, before Eq. 21), the sign
-    of e moved into α. Attention weights and ``b`` keep their standard draw. With the attention path at zero,
-    ``logit_n = e^2 (1 + 2w|w|) x_n + b - e^2/2`` (Eq. 24).
-
-    Args:
-        model: Sec. 2 model (tied weights, absolute positions, one layer), E members.
-        theta: ``(E, 2)``.
-    Returns: ``model`` (modified in place).
-    """
-    mc = model.cfg
-    mlp = model.blocks[0].mlp
-    if mc.arch != "sec2" or mc.layers != 1 or not mc.tie_weights or model.wpe is None or mlp is None:
-        raise ValueError(
-            "canonical_init_ needs the Sec. 2 single-layer model with tied weights, absolute positions and an MLP"
-        )
-    th = torch.as_tensor(theta, dtype=torch.float64)
-    if th.shape != (model.members, 2):
-        raise ValueError(f"theta must be ({model.members}, 2), got {tuple(th.shape)}")
-    d, r = mc.d, mc.mlp_ratio * mc.d
-    with torch.no_grad():
-        for m, g in enumerate(generators(model.seeds, _ALPHA_STREAM)):
-            alpha = (torch.randint(0, 2, (d,), generator=g).double() * 2 - 1) / math.sqrt(d)
-            # The sign of e goes into alpha: (e, alpha) and (-e, -alpha) are the same embedding, and with
-            # W_1 built on the embedding's own direction Eq. (24) holds for either sign (App. D, "Loss").
-            e, w = float(th[m, 0]), float(th[m, 1])
-            alpha = alpha if e >= 0 else -alpha
-            e = abs(e)
-            dev, dt = model.e.device, model.e.dtype
-            model.e[m].copy_((e * alpha).to(dev, dt))
-            model.wpe[m].copy_((-0.5 * e * alpha).expand(model.wpe.shape[1], d).to(dev, dt))
-            ones = torch.ones(r, dtype=torch.float64)
-            mlp.W_1.weight[m].copy_((abs(w) / math.sqrt(d) * torch.outer(ones, alpha)).to(dev, dt))
-            mlp.W_2.weight[m].copy_((w / math.sqrt(d) * torch.outer(alpha, ones)).to(dev, dt))
-    return model
-
-
-def proposed_point(model: GPTConfig) -> tuple[float, float]:
-    """A.3.2's proposed init (e = init_e per coordinate, W_1 = init_w1, W_2 = init_w2) in App. D's
-    coordinates: ``e = init_e √d`` (α = 1/√d), ``w = init_w2 d`` (``|w| = init_w1 d``: the two agree
-    when ``init_w1 = -init_w2``, as in the seed)."""
-    return model.init_e * math.sqrt(model.d), model.init_w2 * model.d
 
 
 # ----------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ first-order chain (p, q) = (0.2, 0.3):
 * ``rank-one`` (Fig. 6, "Low-rank initialization remains low-rank during training"): "we randomly
   initialize the weight parameters as rank-one matrices and the embeddings on the hypercube {±1}^d
   ... train them without any low-rank restrictions ... the parameters still stay low-rank". The
-  seed gives no formula; ours (:func:`~.common.low_rank.rank_one_init_`) is built from App. C's structure.
+  seed gives no formula; ours (:func:`tdlab.models.init.rank_one_init_`) is built from App. C's structure.
   Under SGD and AdamW alike it stays exactly rank one *by construction* (every gradient keeps the α
   factor, and AdamW's elementwise scaling does too for α ∈ {±1}^d), so Fig. 6 is a sanity check here
   (to round-off), not a finding.
@@ -36,19 +36,12 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Horizon, Hypothesis, Kind, Provenance, Threshold
 from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
-from tdlab.experiments.seed000_local_to_global.common.low_rank import (
-    CLAIMED,
-    MATRICES,
-    RankOneInitConfig,
-    TrajectoryProbe,
-    app_c_structure,
-    bias_step_excess,
-    rank_one_init_,
-    snapshot,
-)
+from tdlab.experiments.seed000_local_to_global.common.low_rank import CLAIMED, RankOneInitConfig, TrajectoryProbe
 from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU, plateau_escape
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.models.init import rank_one_init_
+from tdlab.probes.sec2_weights import MATRICES, app_c_structure, bias_step_excess, snapshot
 from tdlab.probes.spectrum import abs_cosine, hypercube_spread, sv_ratio
 from tdlab.report.standard_figures import Curves, Line, Matrices, Matrix, Panel
 from tdlab.run_context import Fit, RunContext
@@ -675,8 +668,8 @@ class MarkovRank(Experiment[MarkovRankConfig]):
 
     def _app_c(self, cfg: MarkovRankConfig, out: Measurements, arm: str, state: dict) -> dict[str, list[float]]:
         """App. C's structure of the optimum on the final weights, one row per statement and arm
-        (:func:`~.common.low_rank.app_c_structure`). On the rank-one arm, W_O W_V and W_Q^T W_K are rank one
-        along α by construction: those rows are not measured there."""
+        (:func:`tdlab.probes.sec2_weights.app_c_structure`). On the rank-one arm, W_O W_V and W_Q^T W_K are
+        rank one along α by construction: those rows are not measured there."""
         c, p, q = cfg.claims, cfg.task.p, cfg.task.q
         s = app_c_structure(state)
         side = 1.0 if p + q < 1 else -1.0
@@ -742,7 +735,7 @@ class MarkovRank(Experiment[MarkovRankConfig]):
         self, cfg: MarkovRankConfig, run: RunView, out: Measurements, arm: str, tokens: torch.Tensor
     ) -> dict[str, dict[str, list[float]]]:
         """Sec. 3 on the full model: one bias step from the initial and the trained weights
-        (:func:`~.common.low_rank.bias_step_excess` on fresh sequences, stream ``bias-step-eval``)."""
+        (:func:`tdlab.probes.sec2_weights.bias_step_excess` on fresh sequences, stream ``bias-step-eval``)."""
         c = cfg.claims
         res = {}
         for when, key in (("init", f"{arm}@init"), ("final", arm)):

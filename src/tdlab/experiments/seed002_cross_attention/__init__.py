@@ -7,7 +7,8 @@ optimal with depth): one module per reproduced figure or table.
 * :mod:`.ablations` — ``icl-ablations``, Figs. 5-6 (App. G);
 * :mod:`.avdigits` — ``icl-avdigits``, Table 1 (App. I);
 * :mod:`.common` — the synthetic experiments' shared set-up (:mod:`.common.synthetic`) and the finite-context
-  references (:mod:`.common.reference`: replicate Monte-Carlo minimisers of the trained losses).
+  references (:mod:`.common.reference`: the replicate Monte-Carlo minimisers of the trained losses,
+  :mod:`tdlab.theory.icl_minimisers`, kept on disk).
 
 Importing the package imports none of its modules (``tdlab run NAME`` imports NAME's only:
 :data:`tdlab.experiments.catalog.CATALOG`).

@@ -165,21 +165,6 @@ def build_model(cfg: ICLAVDigitsConfig, arm: str, seeds: Sequence[int]) -> Multi
     return MultimodalCA(cfg.model.updated(ABLATIONS[arm]), seeds)
 
 
-def _splits(data: avdigits.AVDigits, n_val: int, seed: int) -> dict[str, dict[str, torch.Tensor]]:
-    """``{train, val, test}`` of ``{"inputs": (n, 2, 28, 28), "targets": (n,)}``: validation is the last
-    ``n_val`` of a permutation of the training set drawn from ``seed``."""
-    x_tr = torch.stack([data.image_train, data.audio_train], 1).float()
-    x_te = torch.stack([data.image_test, data.audio_test], 1).float()
-    g = torch.Generator().manual_seed(derive_seed(seed, "avdigits-val"))
-    perm = torch.randperm(x_tr.shape[0], generator=g)
-    fit, val = perm[: x_tr.shape[0] - n_val], perm[x_tr.shape[0] - n_val :]
-    return {
-        "train": {"inputs": x_tr[fit], "targets": data.label_train[fit].long()},
-        "val": {"inputs": x_tr[val], "targets": data.label_train[val].long()},
-        "test": {"inputs": x_te, "targets": data.label_test.long()},
-    }
-
-
 def chance_bound(classes: int, n_test: int, z: float) -> float:
     """The accuracy above which a member has left chance: ``1/classes + z * sqrt(p (1 - p) / n_test)`` at
     ``p = 1/classes`` (an accuracy on ``n_test`` examples at chance has that binomial standard error)."""
@@ -229,7 +214,7 @@ class ICLAVDigits(Experiment[ICLAVDigitsConfig]):
             data_seed = derive_seed(cfg.seed, "avdigits-data", i)
             d = avdigits.build(cfg.data, data_seed, progress)
             provenance = d.provenance
-            built[i] = _splits(d, cfg.schedule.n_val, data_seed)
+            built[i] = avdigits.splits(d, cfg.schedule.n_val, data_seed)
         by_member = {s: built[i] for s, i in zip(seeds, index, strict=True)}
         # FixedDataset asks make() for one member's splits with that member's DATASET generator; its seed
         # names the member (derive_seed is how the generator was seeded).

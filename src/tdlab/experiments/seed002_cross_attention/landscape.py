@@ -45,8 +45,23 @@ from tdlab.models.linear_attention import LCA
 from tdlab.run_context import RunContext, init_arm
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.multimodal import MultiModalBatch, MultiModalPrompts
-from tdlab.theory.icl import alpha_of_beta, alpha_star, bayes_risk, infinite_context_excess_risk, two_param_stationary
-from tdlab.theory.icl_landscape import jackknife_se, leave_out, pooled, valley
+from tdlab.theory.icl import (
+    alpha_of_beta,
+    alpha_star,
+    bayes_risk,
+    infinite_context_excess_risk,
+    two_param_init,
+    two_param_stationary,
+)
+from tdlab.theory.icl_landscape import (
+    group_means,
+    jackknife_se,
+    jackknife_spread,
+    leave_out,
+    pooled,
+    prompt_groups,
+    valley,
+)
 from tdlab.theory.icl_stats import PromptStats, population_stats
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.memo import CheckpointedMemo, array_key
@@ -155,9 +170,7 @@ def group_maps(
     the mean of ``(y_hat - y^Bayes)^2`` (the query-noise term has mean 0 and is left out: a control variate,
     see ``RegressionConfig.target``). With ``memo``, each chunk's values are kept by its points
     (:class:`~tdlab.train.memo.CheckpointedMemo`: a stopped run resumes the map where it stopped)."""
-    n = data.y_query.shape[-1]
-    gid = torch.as_tensor(np.arange(n) * groups // n, device=device)
-    sizes = torch.bincount(gid, minlength=groups).to(torch.float64)
+    gid, sizes = prompt_groups(data.y_query.shape[-1], groups, device)
     out = np.empty((groups, A.size))
     flat_a, flat_b = A.ravel(), B.ravel()
 
@@ -167,10 +180,7 @@ def group_maps(
         with torch.no_grad():
             model.alpha.copy_(torch.as_tensor(a)), model.beta.copy_(torch.as_tensor(b))
             _, exc = query_errors(model, data)  # (P, N)
-            sums = torch.zeros(exc.shape[0], groups, dtype=torch.float64, device=exc.device).index_add_(
-                1, gid, exc.double()
-            )
-        return (sums / sizes).T.cpu().numpy()
+            return group_means(exc, gid, sizes)
 
     for s in range(0, flat_a.size, chunk):
         a, b = flat_a[s : s + chunk], flat_b[s : s + chunk]
@@ -188,9 +198,7 @@ def thm63_starts(cfg: LandscapeConfig, T: int) -> list[tuple[float, float]]:
     """The on-valley GD starts of a panel: ``beta0`` spread over the Thm 6.3 window ``(-2/(m_upper+1), 0)`` (member
     ``e`` at the fraction ``(e + 1)/(members + 1)``) and ``alpha0 = alpha*(beta0)`` (App. E.1)."""
     task = cfg.task.build()
-    m_hi = task.m_sq_range[1]
-    fr = [(e + 1) / (cfg.members + 1) for e in range(cfg.members)]
-    return [(alpha_of_beta(-x * 2 / (m_hi + 1), T, task), -x * 2 / (m_hi + 1)) for x in fr]
+    return [two_param_init(task, T, (e + 1) / (cfg.members + 1)) for e in range(cfg.members)]
 
 
 def _stationary_or_start(cfg: LandscapeConfig, context: Any) -> tuple[Sample, Sample]:
@@ -368,8 +376,7 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
                 dev(a, m1) - dev(b, m0)
                 for a, b in zip(leave_out(m1["groups"], m1["sizes"]), leave_out(m0["groups"], m0["sizes"]), strict=True)
             ]
-            G = len(th)
-            se = float(np.sqrt((G - 1) / G * np.sum((np.array(th) - np.mean(th)) ** 2)))
+            se = jackknife_spread(th)
             out.row(
                 "valley-nearer-minus-beta-at-larger-T",
                 f"T{T1}-vs-T{T0}",
@@ -442,8 +449,7 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
                 two_param_stationary(task, panel.depth, float(a0), float(b0)) for a0, b0 in zip(a0s, b0s, strict=True)
             ]
             jack = arr["jackknife_minimisers"][0]
-            G = jack.shape[0]
-            se_a, se_b = (float(np.sqrt((G - 1) / G * np.sum((jack[:, k] - jack[:, k].mean()) ** 2))) for k in (0, 1))
+            se_a, se_b = (jackknife_spread(jack[:, k]) for k in (0, 1))
             se_cells = float(max(se_a / ha, se_b / hb))
             th_cells = np.array(
                 [max(abs(a - ta) / ha, abs(b - tb) / hb) for a, b, (ta, tb) in zip(a_gd, b_gd, th, strict=True)]

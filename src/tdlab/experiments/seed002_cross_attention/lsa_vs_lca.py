@@ -50,10 +50,8 @@ from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     curve_by_step,
     fit_arms,
     lca_builder,
-    one_param_init,
     prepare_test_sets,
     threads_field,
-    two_param_init,
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LSA
@@ -67,6 +65,8 @@ from tdlab.theory.icl import (
     finite_context_variance_floor,
     infinite_context_excess_risk,
     lsa_infinite_context_floor,
+    one_param_init,
+    two_param_init,
     two_param_stationary,
 )
 from tdlab.train.cpu import cpu_threads

@@ -7,8 +7,8 @@ a k-th order induction head ("capture context", then "match contexts & count"). 
   the 3-layer normalised-attention model with weights set by hand against the order-k add-α in-context
   estimator (:func:`tdlab.theory.kgram.kgram_probs`) on the same fresh sequences of
   :class:`~tdlab.tasks.markov_kth.InContextMarkov`, for a grid of κ: the gap is the mean KL of the
-  estimator's next-token law from the construction's, an exact computation with no seed noise
-  (``deterministic`` samples).
+  estimator's next-token law from the construction's (:func:`tdlab.probes.icl_estimator.construction_gaps`),
+  an exact computation with no seed noise (``deterministic`` samples).
 * **The same model, trained** (3 layers, cosine attention, learned κ, relative key/value embeddings,
   random init): its last layer's context-matching score (:func:`tdlab.probes.attention.context_matching_score`:
   attention mass on keys whose preceding k tokens equal the query's current k-context) against the
@@ -51,11 +51,12 @@ from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
 from tdlab.experiments.view import RunView
 from tdlab.models.normalised_attention import NormalisedAttention, NormAttnConfig, construction
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
+from tdlab.probes.icl_estimator import construction_gaps
 from tdlab.run_context import Fit, RunContext
 from tdlab.runs import RunDirError
 from tdlab.seeding import derive_seed, generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov
-from tdlab.theory.kgram import cross_entropy, estimator_losses, kgram_probs
+from tdlab.theory.kgram import estimator_losses
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
 
@@ -66,26 +67,6 @@ def construction_arm(k: int) -> str:
 
 def train_arm(k: int) -> str:
     return f"train/k{k}"
-
-
-@torch.no_grad()
-def construction_gaps(
-    tokens: torch.Tensor, k: int, kappas: list[float], beta: float
-) -> list[tuple[float, float, float]]:
-    """For each κ: ``(gap, max_kl, loss_gap)`` on ``tokens (N, T)``, in nats: the mean over positions of
-    KL(estimator || construction) (≥ 0, zero iff they agree), its largest value, and the mean per-token
-    loss of the construction minus the add-β order-k estimator's on the realised tokens (either sign:
-    on a finite sample the construction may beat the estimator)."""
-    ref = kgram_probs(tokens, k, 2, beta)
-    ref_loss = cross_entropy(ref, tokens)
-    out = []
-    for kap in kappas:
-        model = construction(k, kap, beta)
-        p = model(tokens[None]).exp()[0]
-        loss = cross_entropy(p, tokens)
-        kl = (ref * (ref.log() - p.clamp_min(1e-300).log())).sum(-1)
-        out.append((float(kl.mean()), float(kl.max()), float((loss - ref_loss).mean())))
-    return out
 
 
 class ConstructionClaimConfig(Config):

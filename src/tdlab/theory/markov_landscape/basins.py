@@ -7,7 +7,9 @@
   the side of the saddle energy ``E_sad = -(1 + log 2)/2`` and of ``w = -1/sqrt 2``
   (:func:`predict_basin`), the separatrices ``e = +-g(w)`` bounding them (:func:`basin_boundaries`,
   Fig. 1b/d), and the limit point on the start's energy contour (:func:`predict_limit`, Lemma 11);
-* the probability of each basin under ``theta0 ~ N(0, sigma^2 I_2)`` by quadrature (App. G, end of G.1).
+* the probability of each basin under ``theta0 ~ N(0, sigma^2 I_2)`` by quadrature (App. G, end of G.1),
+  and the likelier of the two minima with its loss (:func:`gaussian_init_limit`: what GF from such an
+  init is predicted to reach).
 
 Points are ``(..., 2)`` tensors (App. H leaves the 3-parameter basins open); codes are
 :class:`~tdlab.theory.markov_landscape.critical.CriticalKind` (int64 tensors).
@@ -22,13 +24,14 @@ import numpy as np
 import torch
 
 from tdlab.theory.markov_landscape.critical import SADDLE_W, CriticalKind, _segments
-from tdlab.theory.markov_landscape.population_loss import _pq, _theta, optimal_contrast
+from tdlab.theory.markov_landscape.population_loss import _pq, _theta, optimal_contrast, profile_loss
 
 __all__ = [
     "ENERGY_SADDLE",
     "basin_boundaries",
     "energy",
     "gaussian_basin_probability",
+    "gaussian_init_limit",
     "max_energy_drift",
     "predict_basin",
     "predict_limit",
@@ -276,3 +279,21 @@ def gaussian_basin_probability(sigma: Any, p: float, q: float) -> dict[CriticalK
         CriticalKind.SADDLE: np.zeros(shape),
         CriticalKind.LOCAL_MAX: np.zeros(shape),
     }
+
+
+def gaussian_init_limit(sigma: float, p: float, q: float) -> tuple[CriticalKind, float, float]:
+    """The predicted end of GF from ``theta0 ~ N(0, sigma^2 I_2)`` on the canonical (e, w) model: the likelier
+    basin of :func:`gaussian_basin_probability` (App. G; Thm. 2 for p+q>1, Thm. 8 for p+q<1), LOCAL_MIN on
+    a tie, with its loss and probability.
+
+    Loss values: the profile loss ``Phi`` (Lemma 5) at ``D = 0`` (w-axis local minima, H(pi)) and at
+    ``D = D*`` (Theta_*, the entropy rate), Thm. 1.
+
+    Returns: ``(kind, loss, probability)``: ``kind`` LOCAL_MIN or GLOBAL_MIN, ``loss`` in nats.
+    Raises ``ValueError`` at p + q = 1 (Thms. 2/8 do not apply).
+    """
+    probs = gaussian_basin_probability(sigma, p, q)
+    p_local, p_global = float(probs[CriticalKind.LOCAL_MIN]), float(probs[CriticalKind.GLOBAL_MIN])
+    if p_local >= p_global:
+        return CriticalKind.LOCAL_MIN, float(profile_loss(0.0, p, q)), p_local
+    return CriticalKind.GLOBAL_MIN, float(profile_loss(optimal_contrast(p, q), p, q)), p_global

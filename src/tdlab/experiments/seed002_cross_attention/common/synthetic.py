@@ -1,6 +1,7 @@
 """What the seed-002 synthetic experiments share: the prompt law, the test sets, the training
-settings, the Thm 6.2/6.3 initialisations, the health gate of arms trained by gradient descent, and
-reading per-member test rows back from a run.
+settings, the builders of models at the Thm 6.2/6.3 initialisations (:func:`tdlab.theory.icl.one_param_init`,
+:func:`tdlab.theory.icl.two_param_init`), the health gate of arms trained by gradient descent, and reading
+per-member test rows back from a run.
 
 Seed 002: Barnfield, Sen & Sur, "Multi-layer cross-attention is provably optimal for multi-modal
 in-context learning" (arXiv:2602.04872). Training is :mod:`tdlab.train.regression` (gradient descent
@@ -33,7 +34,7 @@ from tdlab.run_context import Fit, RunContext
 from tdlab.runs import Run
 from tdlab.seeding import generators
 from tdlab.tasks.multimodal import MultiModalPrompts
-from tdlab.theory.icl import alpha_of_beta, response_second_moment
+from tdlab.theory.icl import one_param_init, response_second_moment, two_param_init
 from tdlab.theory.icl_stats import PromptStats, population_stats, sample_stats
 from tdlab.train.regression import RegressionConfig, error_summary, load_member_states, query_errors
 
@@ -107,21 +108,7 @@ def context_provenance(objective: str) -> Provenance:
 
 
 # ---------------------------------------------------------------------------------------------
-# The initialisations of Thms 6.2 and 6.3
-
-
-def one_param_init(task: MultiModalPrompts) -> float:
-    """Initial ``alpha`` of the one-parameter model: ``1 / (m_upper + 1)``, the middle of the window
-    ``(0, 2 / (m_upper + 1))`` where ``e(alpha) -> 0`` (Sec. 6). The seed does not state one (the loss is
-    strictly convex, Lemma D.1, so gradient flow reaches ``alpha*_T`` from anywhere)."""
-    return 1.0 / (task.m_sq_range[1] + 1.0)
-
-
-def two_param_init(task: MultiModalPrompts, T: int, fraction: float = 0.5) -> tuple[float, float]:
-    """Thm 6.3's initialisation: ``beta0 = -fraction * 2 / (m_upper + 1)`` inside the window
-    ``(-2 / (m_upper + 1), 0)`` (the middle by default) and ``alpha0 = alpha*(beta0)`` (App. E.1)."""
-    beta0 = -fraction * 2.0 / (task.m_sq_range[1] + 1.0)
-    return alpha_of_beta(beta0, T, task), beta0
+# Models at the initialisations of Thms 6.2 and 6.3
 
 
 def lca_builder(task: MultiModalPrompts, model: str, T: int, dtype=torch.float64, **kw) -> Callable[[list[int]], LCA]:

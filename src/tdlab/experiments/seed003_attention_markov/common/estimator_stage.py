@@ -25,22 +25,18 @@ The reach tolerances are ours; what lets them make a claim fail is a planted cal
 (:func:`planted_reach`): members at the order-``k`` estimator (what the talk's statement says a transformer
 computes) hold, members at the order-``(k − 1)`` estimator (the lower-order counting the estimator
 improves on) fail, with the gap between the two the source's own at the run's sequence length
-(:func:`estimator_gap`, drawn once from a fixed stream).
+(:func:`tdlab.tasks.markov_kth.estimator_gap`, drawn once from a fixed stream).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
 
 import numpy as np
-import torch
 
 from tdlab.claims import Measurements, Sample, Stage
 from tdlab.claims.calibration import planted_pair
-from tdlab.seeding import derive_seed
-from tdlab.tasks.markov_kth import InContextMarkov
-from tdlab.theory.kgram import estimator_losses
+from tdlab.tasks.markov_kth import estimator_gap
 
 PROBE_DATA = "probe-data"  # the random stream of a member's probe sequences (the same in every cell of one k)
 
@@ -94,30 +90,12 @@ def stage_leaves_room(
     return (1 - share) * gap > tol
 
 
-# Sequences of the planted gap's one fixed draw: its Monte-Carlo error (~0.002 nats at T = 64) is a small
-# fraction of the gaps (0.034–0.064 nats) it sizes.
-PLANT_SEQUENCES = 512
-
-
-@lru_cache(maxsize=64)
-def estimator_gap(k: int, lower: int, tokens: int, alpha: float, sequences: int = PLANT_SEQUENCES) -> float:
-    """``E[loss of the order-lower estimator − loss of the order-k one]``, nats per token, on the order-``k``
-    in-context source with Dirichlet(α) rows, for sequences of ``tokens`` tokens (``tokens − 1`` predictions):
-    the gap of the setting, drawn once from a fixed stream (``sequences`` sequences)."""
-    if not 0 <= lower <= k:
-        raise ValueError(f"lower must lie in 0..k={k}, got {lower}")
-    g = torch.Generator().manual_seed(derive_seed(0, "planted-estimator-gap", k, tokens))
-    x = InContextMarkov(k, 2, alpha).sample([g], sequences, tokens)
-    est = estimator_losses(x, k, 2, alpha)
-    return float((est[lower] - est[k]).mean())
-
-
 def planted_reach(
     k: int, lower: int, tokens: int, alpha: float, tol: float, members: int, reach: bool = True
 ) -> tuple[Sample, Sample]:
     """Planted gaps to the order-``k`` estimator at ``members`` members (spread ± tol/5): at the order-``k``
-    estimator (gap 0) and at the order-``lower`` one (gap :func:`estimator_gap`). ``reach``: the statement is
-    that the estimator is reached (the first satisfies it); else that it is not (the order-``lower`` case
-    satisfies it, the estimator violates it)."""
+    estimator (gap 0) and at the order-``lower`` one (gap :func:`tdlab.tasks.markov_kth.estimator_gap`).
+    ``reach``: the statement is that the estimator is reached (the first satisfies it); else that it is not
+    (the order-``lower`` case satisfies it, the estimator violates it)."""
     at, short = planted_pair(0.0, estimator_gap(k, lower, tokens, alpha), tol / 5, members)
     return (at, short) if reach else (short, at)
