@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import ValidationError
 
-from tdlab.models.emb_mlp import Def2Config, Def2Transformer, EmbMLP, EmbMLPConfig
+from tdlab.models.emb_mlp import Def2Config, Def2Transformer, EmbMLP, EmbMLPConfig, def2_paper_matrices
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
 from tdlab.theory.anchors import eq20_embedding_flow, eq28_embedding_flow
 
@@ -132,6 +132,28 @@ def test_def2_forward_literal_and_lemma1():
     A = c["attn.pattern"][0]
     j = torch.arange(1, 7, dtype=A.dtype)[:, None]
     assert torch.allclose(A, torch.ones(6, 6).tril() / j, atol=1e-3)
+
+
+def test_def2_paper_matrices_are_the_models_maps_as_row_vectors():
+    # y = x W in the paper's layout is the model's own linear map applied to x (torch stores W transposed)
+    m = Def2Transformer(Def2Config(vocab=50, d_m=50, d_k=8, d_f=12, gamma=0.3), [0, 1]).double()
+    x = torch.randn(2, 5, 50, generator=torch.Generator().manual_seed(4), dtype=F64)  # (E, n, d_m)
+    with torch.no_grad():
+        v, o = m.W_V(x), m.W_O(m.W_V(x))
+        f = m.W_f2(m.W_f1(x))
+    for e in range(2):
+        P = def2_paper_matrices(m.member_state(e))
+        assert P["W_emb"].dtype == F64 and torch.equal(P["W_emb"], m.W_emb[e].detach())
+        assert P["W_V"].shape == (50, 8) and P["W_O"].shape == (8, 50) and P["W2"].shape == (50, 8)
+        assert torch.allclose(x[e] @ P["W_V"], v[e], atol=1e-12)
+        assert torch.allclose(x[e] @ P["W_VO"], o[e], atol=1e-12)
+        assert torch.allclose(x[e] @ P["W_f"], f[e], atol=1e-12)
+        # W2 = (W^O W^f + W^O)ᵀ: a d_k-vector z goes to z W^O (W^f + I), the output the value path adds to u
+        z = torch.randn(3, 8, generator=torch.Generator().manual_seed(e), dtype=F64)
+        with torch.no_grad():
+            zo = z @ m.W_O.weight[e].T
+            want = zo @ m.W_f1.weight[e].T @ m.W_f2.weight[e].T + zo
+        assert torch.allclose(z @ P["W2"].T, want, atol=1e-12)
 
 
 def test_bad_input():

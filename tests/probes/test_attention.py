@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tdlab.models.gpt import GPT, GPTConfig
-from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
+from tdlab.probes.attention import (
+    AttentionWeightProbe,
+    attention_patterns,
+    average_operator_error,
+    context_match_mask,
+    context_matching_score,
+    plot_attention_maps,
+    wv_flow,
+)
+from tdlab.probes.spectrum import wv_spectrum
 
 X = [0, 1, 1, 0, 1, 1, 0]
 
@@ -96,3 +107,80 @@ def test_score_needs_a_match():
         context_matching_score(torch.eye(3), torch.tensor([0, 1, 0]), 2)
     with pytest.raises(ValueError):
         context_match_mask(torch.tensor([0, 1]), 0)
+
+
+def _anchors_gpt(gamma: float, seeds: list[int]) -> GPT:
+    """Seed 001's post-LN two-layer one-head transformer at a tiny width (d = 8, d_k = 4), γ-initialised."""
+    cfg = GPTConfig(
+        arch="gpt2",
+        vocab=200,
+        d=8,
+        layers=2,
+        heads=1,
+        max_len=9,
+        norm="post",
+        d_attn=4,
+        d_ff=8,
+        activation="relu",
+        tie_weights=False,
+        head_bias=True,
+        init="gamma",
+        init_gamma=gamma,
+    )
+    return GPT(cfg, seeds)
+
+
+def test_average_operator_error_on_built_matrices():
+    T = 4
+    uniform = torch.tril(torch.ones(T, T, dtype=torch.float64)) / torch.arange(1, T + 1)[:, None]
+    assert torch.allclose(average_operator_error(uniform), torch.zeros(2 + 3 + 4, dtype=torch.float64))
+    one_hot = torch.eye(T)  # each row attends to itself only
+    err = average_operator_error(one_hot[None])
+    want = []
+    for j in range(2, T + 1):  # 1-based rows j >= 2, k <= j
+        for k in range(1, j + 1):
+            want.append(abs((1.0 if k == j else 0.0) - 1 / j) * j)
+    assert err.shape == (1, 9) and torch.allclose(err[0], torch.tensor(want, dtype=torch.float64))
+
+
+def test_wv_flow_is_the_spectrum_of_each_members_own_gradient(one_thread):
+    model = _anchors_gpt(0.8, [3, 4])
+    g = torch.Generator().manual_seed(5)
+    tokens, labels = torch.randint(1, 31, (2, 6, 9), generator=g), torch.randint(21, 60, (2, 6), generator=g)
+    emb = model.wte.detach()
+    rsn, mem = slice(11, 21), slice(1, 11)
+    got = wv_flow(model, tokens, labels, emb, rsn, mem)
+    assert all(p.grad is None or not bool(p.grad.any()) for p in model.parameters())  # gradients cleared after
+    flows = []
+    for e, seed in enumerate((3, 4)):  # each member alone: its mean last-position cross-entropy, differentiated
+        alone = _anchors_gpt(0.8, [seed])
+        F.cross_entropy(alone(tokens[e : e + 1])[0, :, -1], labels[e]).backward()
+        flows.append(-alone.blocks[0].attn.W_V.weight.grad[0])
+    want = wv_spectrum(torch.stack(flows), emb, rsn, mem)
+    for k in ("sv_ratio", "rsn_align", "mem_align"):
+        assert got[k] == pytest.approx(want[k], rel=1e-4, abs=1e-6), k
+
+
+def test_weight_probe_rotation_matches_the_closed_form_and_restarts_per_model():
+    """W^V_t = cos(ωt) A + sin(ωt) B with orthonormal A, B (as vectors): cos(W_t, W_{t-lag}) = cos(ω lag), so the
+    rotation is (1 − cos(ω lag))/2 from step lag on; norms are 1 for W^V and the planted ones for W^K, W^Q."""
+    cfg = GPTConfig(arch="gpt2", vocab=7, d=4, layers=2, heads=2, max_len=8, causal=False)
+    model = GPT(cfg, [1, 2]).double()
+    A = torch.zeros(16, dtype=torch.float64)
+    A[0] = 1.0
+    B = torch.zeros(16, dtype=torch.float64)
+    B[5] = 1.0
+    w, lag = 0.07, 3
+    probe = AttentionWeightProbe(lag)
+    out = []
+    for t in range(6):
+        with torch.no_grad():
+            for blk in model.blocks:
+                blk.attn.W_V.weight[:] = (math.cos(w * t) * A + math.sin(w * t) * B).reshape(4, 4)
+                blk.attn.W_K.weight[:] = 2.0 * torch.eye(4)
+        out.append(probe(model))
+    assert "rotation_V/L0" not in out[lag - 1] and "rotation_V/L1" in out[lag]
+    np.testing.assert_allclose(out[lag]["rotation_V/L1"].numpy(), (1 - math.cos(w * lag)) / 2, rtol=1e-9)
+    np.testing.assert_allclose(out[5]["norm_V/L0"].numpy(), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(out[5]["norm_K/L1"].numpy(), 4.0, rtol=1e-6)  # ‖2 I_4‖_F
+    assert "rotation_V/L0" not in probe(GPT(cfg, [1, 2]))  # a new model (chunk): the history restarts

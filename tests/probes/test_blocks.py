@@ -13,6 +13,7 @@ from tdlab.probes.blocks import (
     block_ratio_stat,
     block_stats,
     model_attention_averages,
+    pooled_attention_averages,
     topic_of,
     word_block,
 )
@@ -222,6 +223,25 @@ def test_cut_pattern_equals_the_model_on_cut_documents():
     )
     n = torch.tensor([9, 9, 6, 9], dtype=F64)  # cut lengths
     assert torch.allclose(total, (n * n / 100).sum().expand(E), atol=1e-12)
+
+
+def test_pooled_averages_are_the_averages_over_all_documents_at_once():
+    # Pooling chunks' averages by their counts is the average over every pair of every document: one pass over all
+    # documents gives it directly, whatever the chunk size; a class no document holds stays NaN.
+    T, v, E, B, N = 3, 3, 2, 7, 10
+    model = TopicAttention(TopicModelConfig(vocab=T * v + 1, onehot=True, init_scale=1.0), [0, 1]).double()
+    g = torch.Generator().manual_seed(4)
+    tokens = torch.randint(1, T * v + 1, (E, B, N), generator=g)
+    visible = torch.ones(E, B, N, dtype=torch.bool)
+    visible[:, 3, 5:] = False
+    whole = model_attention_averages(model, tokens, visible, T, v, cut=8)
+    want = torch.stack([whole.same_word, whole.same_topic, whole.diff_topic]).double()
+    for chunk in (1, 3, B):
+        got = pooled_attention_averages(model, tokens, visible, T, v, chunk, cut=8)
+        assert got.shape == (3, E) and got.dtype == F64
+        assert torch.allclose(got, want, atol=1e-14, rtol=1e-12), chunk
+    one_topic = torch.ones(E, B, N, dtype=torch.long)  # word 1 only: no different-topic pair anywhere
+    assert torch.isnan(pooled_attention_averages(model, one_topic, visible, T, v, 2, cut=8)[2]).all()
 
 
 # ----------------------------------------------------------------------------------------------

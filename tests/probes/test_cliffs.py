@@ -1,13 +1,17 @@
-"""Def. 3 (p, q)-cliffs on hand-made rows, and Thm. 3: softmax(C·l) of a cliff puts mass 1 on [p, p+q]."""
+"""Def. 3 (p, q)-cliffs on hand-made rows, and Thm. 3: softmax(C·l) of a cliff puts mass 1 on [p, p+q]; the readings
+of a trained model: layer 2's scores against the model's own attention and a slow loop, App. E.2's value tags
+term by term, and the variance share an anchor pair explains."""
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
 
-from tdlab.probes.cliffs import is_cliff, window_mass
+from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.probes.cliffs import is_cliff, layer2_rows, pair_share, value_tags, window_mass
 
 
 def _slow_is_cliff(scores: list[float], p: int, q: int) -> bool:
@@ -81,3 +85,59 @@ def test_bad_positions_are_refused():
         is_cliff(torch.zeros(5), 4, 2)
     with pytest.raises(ValueError, match="1 <= p"):
         window_mass(torch.zeros(5), 0, 2)
+
+
+def _anchors_gpt(gamma: float, seeds: list[int]) -> GPT:
+    """Seed 001's post-LN two-layer one-head transformer at a tiny width (d = 8, d_k = 4), γ-initialised."""
+    cfg = GPTConfig(
+        arch="gpt2",
+        vocab=200,
+        d=8,
+        layers=2,
+        heads=1,
+        max_len=9,
+        norm="post",
+        d_attn=4,
+        d_ff=8,
+        activation="relu",
+        tie_weights=False,
+        head_bias=True,
+        init="gamma",
+        init_gamma=gamma,
+    )
+    return GPT(cfg, seeds)
+
+
+def test_layer2_scores_are_the_models_attention_and_positional_scores_a_slow_loop(one_thread):
+    model = _anchors_gpt(0.1, [3, 4])  # large init: a peaked attention
+    tokens = torch.randint(21, 31, (2, 5, 9), generator=torch.Generator().manual_seed(1))
+    r = layer2_rows(model, tokens)
+    assert torch.allclose(torch.softmax(r["scores"], -1), r["pattern"], atol=1e-6)
+    _, cache = model.run_with_cache(tokens, names=["blocks.0.out"])
+    x = cache["blocks.0.out"]
+    e, b = 1, 3
+    Wq, Wk = model.blocks[1].attn.W_Q.weight[e].detach(), model.blocks[1].attn.W_K.weight[e].detach()
+    q = Wq @ x[e, b, -1]
+    for t in range(8):
+        slow = float(q @ (Wk @ model.wpe[e, t].detach())) / math.sqrt(4)
+        assert float(r["pos_scores"][e, b, t]) == pytest.approx(slow, rel=1e-4, abs=1e-6)
+
+
+def test_value_tags_and_pair_share_against_loops():
+    """App. E.2's tags: O = Attn^(1) W^{emb,X} W^V (paper layout) term by term, its coordinate on W^V's top right
+    singular vector; η² = 1 for a value set by the group, ≈ 0 for one independent of it."""
+    model = _anchors_gpt(0.8, [1, 2]).eval()
+    tokens = torch.randint(1, 31, (2, 5, 9), generator=torch.Generator().manual_seed(0))
+    tags = value_tags(model, tokens)
+    _, cache = model.run_with_cache(tokens, names=["blocks.0.attn.pattern"])
+    e, b, j = 1, 2, 6
+    A = cache["blocks.0.attn.pattern"][e, b, 0].double()
+    W = model.blocks[0].attn.W_V.weight[e].detach().double().T  # (d_m, d_k): the paper's W^V
+    o = sum(A[j, k] * model.wte[e, tokens[e, b, k]].detach().double() for k in range(j + 1)) @ W
+    assert float(tags["norm"][e, b, j]) == pytest.approx(float(o.norm()), rel=1e-6)
+    v = torch.linalg.svd(W.T)[0][:, 0]
+    assert float(tags["coord"][e, b, j]) == pytest.approx(float(o @ v), rel=1e-6, abs=1e-9)
+    g = torch.Generator().manual_seed(1)
+    pairs = torch.randint(0, 4, (2, 400), generator=g)
+    assert pair_share(pairs.double() * 3 + 1, pairs).tolist() == pytest.approx([1.0, 1.0])
+    assert pair_share(torch.randn(2, 400, generator=g, dtype=torch.float64), pairs).max() < 0.05

@@ -20,12 +20,15 @@ import torch
 
 pytest.importorskip("gensim")
 
+from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.topic_pairs import (
     PairAttention,
     attention_pair_means,
     cooc_k,
     cooccurrence_matrix,
     embedding_ratios,
+    model_attention,
+    model_embeddings,
     pair_list,
     same_topic_pairs,
     table2_means,
@@ -353,3 +356,44 @@ def test_table2_means_against_loops() -> None:
 
 def test_cooc_k_is_the_pair_count_of_one_topic():
     assert [cooc_k(s) for s in (15, 30, 59, 1)] == [105, 435, 1711, 0]  # Table 2's cutoffs
+
+
+def _encoder(members: int = 2) -> GPT:
+    cfg = GPTConfig(
+        arch="gpt2", vocab=12, d=8, layers=2, heads=2, max_len=6, norm="post", causal=False, tie_weights=True
+    )
+    return GPT(cfg, list(range(members)))
+
+
+def test_model_embeddings_are_the_word_rows_of_the_token_table():
+    model = _encoder()
+    emb, E = model_embeddings(model, 2)  # ids 0, 1 special, 2..10 the words, 11 [UNK]
+    assert E == 2 and emb.shape == (2, 9, 8)
+    assert torch.equal(emb, model.wte.detach()[:, 2:11])
+
+    class Checkpoint:  # a local checkpoint's encoder gives its own word rows
+        def word_embeddings(self) -> torch.Tensor:
+            return torch.ones(1, 5, 3)
+
+    emb, E = model_embeddings(Checkpoint(), 2)
+    assert E == 1 and torch.equal(emb, torch.ones(1, 5, 3))
+
+
+def test_model_attention_is_every_layers_pattern_of_every_member():
+    model = _encoder()
+    windows = torch.randint(2, 12, (3, 6), generator=torch.Generator().manual_seed(0))
+    got = model_attention(model, windows)
+    assert got.shape == (2, 3, 2, 2, 6, 6)  # (E, B, L, H, T, T)
+    assert torch.allclose(got.sum(-1), torch.ones(2, 3, 2, 2, 6))  # bidirectional rows, each a softmax
+    for e in range(2):  # member e alone, through the hook points
+        alone = GPT(model.cfg, [e])
+        names = [f"blocks.{layer}.attn.pattern" for layer in range(2)]
+        _, cache = alone.run_with_cache(windows[None], names=names)
+        for layer, n in enumerate(names):
+            assert torch.allclose(got[e, :, layer], cache[n][0], atol=1e-6)
+
+    class Checkpoint:
+        def window_attention(self, w: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(1, w.shape[0], 1, 1, w.shape[1], w.shape[1])
+
+    assert model_attention(Checkpoint(), windows).shape == (1, 3, 1, 1, 6, 6)

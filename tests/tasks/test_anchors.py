@@ -4,6 +4,7 @@ everywhere, test = exactly M, per-tuple counts, F_mem,2 and group labels in rang
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy as np
@@ -12,7 +13,16 @@ import torch
 from pydantic import ValidationError
 
 from tdlab.config import ConfigError, validate_config
-from tdlab.tasks.anchors import KIND_MEM, KIND_RSN_TRAIN, Anchors, AnchorsConfig, anchor_splits, split_label_laws
+from tdlab.tasks.anchors import (
+    KIND_MEM,
+    KIND_RSN_TRAIN,
+    Anchors,
+    AnchorsConfig,
+    anchor_splits,
+    label_marginal_losses,
+    memory_splits,
+    split_label_laws,
+)
 
 CFG = AnchorsConfig()
 Z = set(range(21, 121))
@@ -218,3 +228,40 @@ def test_anchor_splits_bound_the_evaluation_sets_and_view_the_inputs():
     reasoning_only = Anchors(AnchorsConfig(key_min=21, key_max=30, mix="reasoning", n_train=100, n_test=10))
     with pytest.raises(ValueError, match="no mem sequences"):
         anchor_splits(reasoning_only, 100, 10, 10)(torch.Generator().manual_seed(0))
+
+
+def test_memory_splits_are_the_training_set_and_its_first_sequences():
+    task = Anchors(AnchorsConfig(mix="memory", mem_max=20, memory_groups=4, n_train=600))
+    d = memory_splits(task, 600, 60)(torch.Generator().manual_seed(3))
+    assert sorted(d) == ["mem", "train"]
+    full = task.dataset(torch.Generator().manual_seed(3), 600, "train")  # drawn alone from the same seed
+    assert torch.equal(d["train"]["tokens"], full["tokens"]) and torch.equal(d["train"]["label"], full["label"])
+    assert d["train"]["tokens"].shape == (600, 9)
+    assert torch.equal(d["mem"]["tokens"], full["tokens"][:60]) and torch.equal(d["mem"]["label"], full["label"][:60])
+
+
+def test_label_marginal_losses_match_an_empirical_count_over_generated_data():
+    task = Anchors(AnchorsConfig(key_min=21, key_max=30, n_train=600, n_test=40))
+    n = 200_000
+    g = torch.Generator().manual_seed(0)
+    train = task.dataset(g, n, "train", table=None)
+    test = task.dataset(g, n // 4, "test_rsn")
+    # memory labels come from one drawn table: average the empirical law over several tables
+    mem = [task.dataset(torch.Generator().manual_seed(s), n // 10, "mem")["label"] for s in range(20)]
+    marg = Counter(train["label"][train["kind"] == KIND_RSN_TRAIN].tolist())
+    n_rsn = int((train["kind"] == KIND_RSN_TRAIN).sum())
+    mem_all = torch.cat(mem).tolist()
+    n_mem_share = len(task.mem_tuples) / (len(task.mem_tuples) + len(task.rsn_train_tuples))
+    p = {y: (1 - n_mem_share) * c / n_rsn for y, c in marg.items()}
+    for y, c in Counter(mem_all).items():
+        p[y] = p.get(y, 0.0) + n_mem_share * c / len(mem_all)
+    ce = {
+        "rsn_train": np.mean([-math.log(p[y]) for y in train["label"][train["kind"] == KIND_RSN_TRAIN].tolist()]),
+        "mem": np.mean([-math.log(p[y]) for y in mem_all]),
+        "test": np.mean([-math.log(p[y]) for y in test["label"].tolist()]),
+    }
+    got = label_marginal_losses(task)
+    for split, want in ce.items():
+        assert got[split] == pytest.approx(want, abs=0.02), split
+    # a model that knows only the marginal scores exactly this loss; one that knows more scores less
+    assert got["mem"] > math.log(10)  # log N_Z: the loss of U(Z) on memory sequences

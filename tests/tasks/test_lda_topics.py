@@ -1,10 +1,12 @@
 """LDA topics and App. G.3's ambiguity filter (tasks.lda_topics): a planted corpus of two disjoint
 vocabularies is recovered, the seed fixes the topics, the progress loop is gensim's own passes=P,
-Table 2's pair counts pin down ⌊θn⌋ + 1, and the θ-filter / assignment match brute-force loops."""
+Table 2's pair counts pin down ⌊θn⌋ + 1, the θ-filter / assignment match brute-force loops, and Fig. 3's words
+are the unambiguous top words of the clearest topics."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 
 import numpy as np
@@ -21,6 +23,7 @@ from tdlab.tasks.lda_topics import (
     _bow,
     assign,
     consistent_vocab_sizes,
+    fig3_words,
     fit_lda,
     topic_word_sets,
     words_per_topic,
@@ -195,3 +198,17 @@ def test_config_bounds_and_empty_corpus() -> None:
     c = Corpus(docs=[["the"]], vocab=["the"], lda_docs=[[]], provenance="stop words only")
     with pytest.raises(ConfigError, match="LDA"):
         fit_lda(c, QUICK, seed=0, progress=False)
+
+
+def test_fig3_words_are_the_unambiguous_top_words_of_the_clearest_topics():
+    wt = np.zeros((4, 12))
+    wt[0, [0, 1, 2, 3]] = [0.4, 0.3, 0.2, 0.1]
+    wt[1, [4, 5, 6]] = [0.5, 0.3, 0.2]
+    wt[2, [7, 8, 9]] = [0.34, 0.33, 0.33]
+    wt[3, [10, 11, 0]] = [0.45, 0.45, 0.10]  # word 0 belongs to topic 0 (0.4 > 0.1): topic 3 has 2 own words
+    topics = Topics(word_topic=wt)
+    groups = fig3_words(topics, np.arange(12))
+    # third own word's probability: topic 2: 0.33, topic 1: 0.2, topic 0: 0.2 (tie: lower topic id first)
+    assert [g.tolist() for g in groups] == [[7, 8, 9], [0, 1, 2], [4, 5, 6]]
+    with pytest.raises(ValueError, match=re.escape("Fig. 3")):
+        fig3_words(Topics(word_topic=wt[:2]), np.arange(12))

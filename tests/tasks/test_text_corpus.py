@@ -1,12 +1,14 @@
 """Real-text corpora for seed 004 §6.2 (tasks.text_corpus): gensim's shipped Lee file and Wikipedia
 sample read as gensim reads them, the two vocabularies against slow recomputations, the cache, the
-windows, and one clear ConfigError naming the field for every bad file or config."""
+windows, the unigram model's held-out loss against a direct count, and one clear ConfigError naming the field for
+every bad file or config."""
 
 from __future__ import annotations
 
 import bz2
 import itertools
 import json
+import math
 import os
 import re
 import sys
@@ -33,6 +35,7 @@ from tdlab.tasks.text_corpus import (
     build_vocab,
     encode_windows,
     load_corpus,
+    unigram_loss,
 )
 
 
@@ -229,3 +232,13 @@ def test_a_path_that_is_not_a_file_is_named_for_what_it_is(tmp_path: Path, make,
     with pytest.raises(ConfigError, match=words) as err:
         load_corpus(CorpusConfig(source="text", path=str(make(tmp_path))))
     assert str(err.value).startswith("corpus.path: ") and "no such file" not in str(err.value)
+
+
+def test_unigram_loss_is_the_training_frequencies_on_the_heldout_words():
+    windows = torch.tensor([[2, 2, 3], [2, 4, 4], [3, 2, 5]])  # ids from offset 2; vocab 6 (ids 2..5 are words)
+    # training words (first two windows): 2 x3, 3 x1, 4 x2, 5 x0; add-one: 4, 2, 3, 1 over 10
+    p = {2: 0.4, 3: 0.2, 4: 0.3, 5: 0.1}
+    expected = -np.mean([math.log(p[w]) for w in (3, 2, 5)])
+    assert unigram_loss(windows, 1, 6, 2) == pytest.approx(expected, rel=1e-12)
+    # the offset only shifts the ids: the same words from offset 0 give the same loss
+    assert unigram_loss(windows - 2, 1, 4, 0) == pytest.approx(expected, rel=1e-12)

@@ -1,6 +1,7 @@
 """tdlab.theory.anchor_flows: the gap between the label law of the sequences ending in a token and of those
 containing it (what Eq. 29's compact form needs equal), against the task's own sampled sequences; the
-flows' closed forms (Eqs. 29, 36, Thm. 2) against slow loops and the split of a flow into kept and dropped terms."""
+flows' closed forms (Eqs. 29, 36, Thm. 2) against slow loops and the split of a flow into kept and dropped terms;
+the exact cross-entropy flow of an ensemble against each member's own gradient."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tdlab.models.emb_mlp import Def2Config, Def2Transformer
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
 from tdlab.theory.anchor_flows import (
+    cross_entropy_flow,
     eq29_embedding_flow,
     eq36_matrix,
     frobenius_cos,
@@ -103,3 +106,26 @@ def test_thm2_terms_split_the_flow_into_kept_and_dropped():
     t = thm2_terms(K + init, M, W0 + dW, W0, tokens, labels, W2)  # Eq. 36 exactly: only the initial term dropped
     assert t["eq36_rel"] == pytest.approx(0.0, abs=1e-12)
     assert t["dropped_rel"] == pytest.approx(t["init_rel"]) == pytest.approx(float(init.norm() / K.norm()))
+
+
+def test_cross_entropy_flow_is_each_members_own_gradient():
+    cfg = Def2Config(vocab=60, d_m=60, d_k=8, d_f=16, gamma=0.5)
+    task = _task()
+    sets = [task.dataset(torch.Generator().manual_seed(s), 40, "train") for s in (1, 2)]
+    tokens, labels = torch.stack([d["tokens"] for d in sets]), torch.stack([d["label"] for d in sets])
+    model = Def2Transformer(cfg, [5, 6]).double()
+    loss, flow = cross_entropy_flow(model, tokens, labels)
+    assert loss.shape == (2,) and set(flow) == {k for k, _ in model.named_parameters()}
+    for e, seed in enumerate((5, 6)):  # one member trained alone: its mean cross-entropy, differentiated
+        alone = Def2Transformer(cfg, [seed]).double()
+        logp = torch.log_softmax(alone(tokens[e : e + 1])[0], -1)
+        want = -logp[torch.arange(40), labels[e]].mean()
+        grads = torch.autograd.grad(want, [p for _, p in alone.named_parameters()])
+        assert float(loss[e]) == pytest.approx(want.item(), rel=1e-12)
+        for (k, _), g in zip(alone.named_parameters(), grads, strict=True):
+            assert torch.allclose(flow[k][e], -g[0], atol=1e-12), k
+    # a small step along the flow lowers the loss (it is −∇R)
+    with torch.no_grad():
+        for k, p in model.named_parameters():
+            p.add_(1e-3 * flow[k])
+    assert bool((cross_entropy_flow(model, tokens, labels)[0] < loss).all())

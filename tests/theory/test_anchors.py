@@ -24,6 +24,8 @@ from tdlab.theory.anchors import (
     extended_binomial,
     label_law_cosines,
     order_blind_memory_ceiling,
+    order_blind_sample_ceiling,
+    reasoning_theory_cosines,
     sigma_p,
     token_label_law,
     trapezoid_law,
@@ -73,6 +75,23 @@ def test_exact_law_on_training_population():
     assert not torch.allclose(token_label_law(TASK, 11), eq22_reasoning_law(CFG, 11), atol=1e-4)
     for s in (1, 7):  # Eq. 7, averaged over the table draw
         assert torch.allclose(token_label_law(TASK, s), eq7_memory_law(CFG), atol=1e-15)
+
+
+def test_reasoning_theory_cosines_of_fig3c():
+    # Fig. 3B–C: the reasoning anchors' laws are the enumerated population laws, their centred cosines fall with
+    # |s_i − s_j| along every row (neighbouring anchors' laws overlap most)
+    train = [t for t in itertools.product(range(11, 21), repeat=2) if t not in {(11, 13), (13, 11)}]
+    laws, cos = reasoning_theory_cosines(TASK)
+    assert laws.shape == (10, 200) and cos.shape == (10, 10)
+    for i, s in enumerate(range(11, 21)):
+        assert torch.allclose(laws[i], _brute_reasoning(CFG, s, train), atol=1e-15)
+    x = torch.stack([_brute_reasoning(CFG, s, train) for s in range(11, 21)]) - 1.0 / CFG.d_vob
+    x = x / x.norm(dim=1, keepdim=True)
+    assert torch.allclose(cos, x @ x.T, atol=1e-12)
+    for i in range(10):
+        row = cos[i]
+        assert all(row[j] >= row[j + 1] - 1e-12 for j in range(i, 9))
+        assert all(row[j] >= row[j - 1] - 1e-12 for j in range(1, i + 1))
 
 
 def _occurrence_histogram(data, s: int, positions: str, V: int) -> np.ndarray:
@@ -176,3 +195,20 @@ def test_sigma_p_and_law_cosines():
     # Fig. 3C: cosine falls with |s_i - s_j|
     row = c[0]
     assert bool((row[1:] < row[:-1]).all())
+
+
+def test_order_blind_sample_ceiling_against_a_count():
+    g = torch.Generator().manual_seed(7)
+    n = 500
+    key = torch.randint(21, 25, (n,), generator=g)
+    anchors = torch.randint(1, 4, (n, 2), generator=g)
+    label = torch.randint(30, 34, (n,), generator=g)
+    by_class: dict[tuple, Counter] = defaultdict(Counter)  # (key, anchor multiset) -> label counts
+    for z, a, y in zip(key.tolist(), anchors.tolist(), label.tolist(), strict=True):
+        by_class[(z, *sorted(a))][y] += 1
+    want = sum(max(c.values()) for c in by_class.values()) / n
+    assert order_blind_sample_ceiling(key, anchors, label) == pytest.approx(want, abs=1e-15)
+    # labels set by the ordered pair: an order-blind model cannot tell (1, 2) from (2, 1), an order-aware one could
+    a = torch.tensor([[1, 2], [2, 1], [1, 2], [2, 1]])
+    assert order_blind_sample_ceiling(torch.full((4,), 21), a, torch.tensor([30, 31, 30, 31])) == 0.5
+    assert order_blind_sample_ceiling(torch.full((4,), 21), a, torch.tensor([30, 30, 30, 30])) == 1.0

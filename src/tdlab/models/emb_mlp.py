@@ -38,7 +38,7 @@ from tdlab.models.ensemble import EnsembleLinear, EnsembleModel
 from tdlab.models.hooks import HookPoint
 from tdlab.models.init import gamma_normal_
 
-__all__ = ["ACTIVATIONS", "Def2Config", "Def2Transformer", "EmbMLP", "EmbMLPConfig"]
+__all__ = ["ACTIVATIONS", "Def2Config", "Def2Transformer", "EmbMLP", "EmbMLPConfig", "def2_paper_matrices"]
 
 ACTIVATIONS = {
     "tanh": torch.tanh,
@@ -209,3 +209,13 @@ class Def2Transformer(_GammaEnsemble):
         mixed = torch.einsum("ebj,ebjd->ebd", att[:, :, -1, :], x)  # A_{L,:} W^{emb,X}
         u = self.hook_u(self.hook_attn_out(self.W_O(self.W_V(mixed))) + x[:, :, -1, :])
         return self.hook_logits(self.W_f2(self.act(self.W_f1(u))) + u)  # Eq. 9
+
+
+def def2_paper_matrices(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One member's Def. 2 parameters (:meth:`Def2Transformer.member_state`) in the paper's layout (float64):
+    ``W_emb (vocab, d_m)``, ``W_V (d_m, d_k)``, ``W_O (d_k, d_m)``, ``W_f = W^{f1} W^{f2} (d_m, d_m)``,
+    ``W_VO = W^V W^O (d_m, d_m)``, ``W2 = (W^O W^f + W^O)ᵀ (d_m, d_k)`` (B.8)."""
+    s = {k: v.double() for k, v in state.items()}
+    W_V, W_O = s["W_V.weight"].T, s["W_O.weight"].T
+    W_f = s["W_f1.weight"].T @ s["W_f2.weight"].T
+    return {"W_emb": s["W_emb"], "W_V": W_V, "W_O": W_O, "W_f": W_f, "W_VO": W_V @ W_O, "W2": (W_O @ W_f + W_O).T}

@@ -13,22 +13,41 @@ then ``x_i`` is one of the tokens the estimator counts.
 
 Patterns come from ``GPT.run_with_cache(tokens, names=["blocks.{l}.attn.pattern"])``, shape
 ``(E, B, H, T, T)``, rows = queries, columns = keys.
+
+Also read here: seed 001's first attention layer of the anchors' transformer, its distance to the average
+operator (:func:`average_operator_error`, Lemma 1) and the spectrum of its ``W^V`` flow (:func:`wv_flow`,
+Thm. 2); seed 004's Fig. 5 trainer probe of the attention weights' norms and ``W^V``'s rotation
+(:class:`AttentionWeightProbe`).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
+from tdlab.models.gpt import GPT
+from tdlab.probes.spectrum import wv_spectrum
 from tdlab.theory.kgram import context_states
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module
     from matplotlib.figure import Figure
 
-__all__ = ["attention_patterns", "context_match_mask", "context_matching_score", "plot_attention_maps"]
+__all__ = [
+    "WEIGHT_NORMS",
+    "WV_ROTATION",
+    "AttentionWeightProbe",
+    "attention_patterns",
+    "average_operator_error",
+    "context_match_mask",
+    "context_matching_score",
+    "plot_attention_maps",
+    "wv_flow",
+]
 
 
 def context_match_mask(tokens: torch.Tensor, k: int, vocab: int = 2) -> torch.Tensor:
@@ -140,3 +159,81 @@ def plot_attention_maps(
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return fig
+
+
+# ------------------------------------------------------------------------------------------------
+# Seed 001 (§4.3, Lemma 1, Thm. 2): the first attention layer of the anchors' transformer
+
+
+def average_operator_error(pattern: torch.Tensor) -> torch.Tensor:
+    """``|A_jk − 1/j|·j`` over the causal entries ``k <= j`` of rows ``j >= 2`` (1-based).
+
+    Args:
+        pattern: ``(..., T, T)`` row-softmax attention.
+    Returns:
+        ``(..., M)`` float64, ``M = Σ_{j=2}^{T} j`` entries per matrix.
+    """
+    T = pattern.shape[-1]
+    j = torch.arange(1, T + 1, dtype=torch.float64)[:, None]
+    keep = torch.ones(T, T, dtype=torch.bool).tril()
+    keep[0] = False
+    err = (pattern.double() - 1.0 / j).abs() * j
+    return err[..., keep]
+
+
+def wv_flow(
+    model: GPT, tokens: torch.Tensor, labels: torch.Tensor, emb: torch.Tensor, rsn: slice, mem: slice
+) -> dict[str, list]:
+    """Thm. 2 on the post-LN model: :func:`~tdlab.probes.spectrum.wv_spectrum` of ``−∇_{W^V}`` (layer 1) of the last-position
+    cross-entropy, mean over the sequences of each member (the flow's right-hand side at these parameters).
+
+    Args:
+        tokens: ``(E, B, L)``; labels ``(E, B)``; emb: ``(E, vocab, d_m)`` the word embeddings.
+    """
+    model.zero_grad()
+    logits = model(tokens)[:, :, -1]
+    F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape).mean(
+        1
+    ).sum().backward()
+    grad = model.blocks[0].attn.W_V.weight.grad
+    assert grad is not None  # backward() above reaches W^V
+    flow = -grad.detach()
+    model.zero_grad()
+    return wv_spectrum(flow, emb, rsn, mem)
+
+
+# ------------------------------------------------------------------------------------------------
+# Seed 004 (Fig. 5): the attention weights' norms and W^V's rotation along training
+
+WEIGHT_NORMS = ("norm_K", "norm_Q", "norm_V")  # metric names of ‖W^K‖_F, ‖W^Q‖_F, ‖W^V‖_F (per layer: ".../L{l}")
+WV_ROTATION = "rotation_V"  # metric name of W^V's rotation (per layer: ".../L{l}")
+
+
+class AttentionWeightProbe:
+    """Trainer probe of a :class:`~tdlab.models.gpt.GPT`'s attention weights (seed 004 Fig. 5): per layer ``l`` the
+    Frobenius norms ``norm_K/L{l}``, ``norm_Q/L{l}``, ``norm_V/L{l}`` (heads concatenated, ``(E,)``) and, once
+    ``lag`` steps of history exist, ``rotation_V/L{l}`` = (1 − cos(W^V_t, W^V_{t−lag}))/2. Called every step
+    (``probe_every=1``); the history restarts with each new model (chunk)."""
+
+    def __init__(self, lag: int = 10) -> None:
+        self.lag = lag
+        self._model: int | None = None
+        self._hist: dict[int, deque] = {}
+
+    def __call__(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        if not isinstance(model, GPT):
+            raise TypeError(f"AttentionWeightProbe reads a GPT's attention weights, got {type(model).__name__}")
+        if id(model) != self._model:
+            self._model, self._hist = id(model), {}
+        out = {}
+        for layer, blk in enumerate(model.blocks):
+            a = blk.attn
+            for name, lin in zip(WEIGHT_NORMS, (a.W_K, a.W_Q, a.W_V), strict=True):
+                out[f"{name}/L{layer}"] = lin.weight.detach().flatten(1).norm(dim=1)
+            wv = a.W_V.weight.detach().flatten(1).double().clone()
+            h = self._hist.setdefault(layer, deque(maxlen=self.lag + 1))
+            h.append(wv)
+            if len(h) == self.lag + 1:
+                cs = torch.nn.functional.cosine_similarity(h[0], h[-1], dim=1)
+                out[f"{WV_ROTATION}/L{layer}"] = (1.0 - cs) / 2.0
+        return out

@@ -52,6 +52,7 @@ __all__ = [
     "model_attention_averages",
     "nearest_same_topic_share",
     "offdiag_contrast",
+    "pooled_attention_averages",
     "topic_of",
     "word_block",
 ]
@@ -351,6 +352,43 @@ def model_attention_averages(
     tok, vis = cut_documents(tokens, key_mask, cut)
     _, cache = model.run_with_cache(tok, key_mask=vis, names=["attn.pattern"])
     return attention_averages(cache["attn.pattern"], tok, vis, topics, v, cut=cut, norm_len=norm_len)
+
+
+def pooled_attention_averages(
+    model,
+    tokens: torch.Tensor,
+    key_mask: torch.Tensor,
+    topics: int,
+    v: int,
+    chunk: int,
+    cut: int = 100,
+    norm_len: int = 100,
+) -> torch.Tensor:
+    """:func:`model_attention_averages` of ``model`` over many documents, ``chunk`` documents per forward pass,
+    pooled over all pairs of all documents (the authors' running sums): each chunk's averages times their pair
+    counts, summed, over the summed counts.
+
+    Args:
+        model (TopicAttention): as :func:`model_attention_averages`.
+        tokens: ``(E, B, N)`` unmasked documents; key_mask: ``(E, B, N)`` their padding mask.
+        chunk: documents per forward pass.
+    Returns:
+        ``(3, E)`` float64 on ``tokens``' device: a_sw, a_st, a_dt (0/0 -> NaN: no pair of that class in any
+        document).
+    """
+    E, B = tokens.shape[:2]
+    sums = torch.zeros(3, E, dtype=torch.float64, device=tokens.device)
+    counts = torch.zeros(3, E, dtype=torch.float64, device=tokens.device)
+    for b in range(0, B, chunk):
+        part = slice(b, b + chunk)
+        av = model_attention_averages(model, tokens[:, part], key_mask[:, part], topics, v, cut=cut, norm_len=norm_len)
+        # pooled over all pairs of all documents (the authors' running sums): sum of averages x counts
+        for k, (a, n) in enumerate(
+            ((av.same_word, av.n_same_word), (av.same_topic, av.n_same_topic), (av.diff_topic, av.n_diff_topic))
+        ):
+            sums[k] += torch.nan_to_num(a) * n
+            counts[k] += n
+    return sums / counts  # 0/0 -> NaN: no pair of that class in any document
 
 
 def block_ratio_stat(S: Any, D: Any, r: float) -> Any:

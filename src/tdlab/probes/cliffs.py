@@ -13,15 +13,24 @@ definition needs ``p >= 2`` there). Thm. 3: ``softmax(C l)`` puts mass 1 on ``[p
 (its proof: ``l_j <= l_{p-1}`` outside the window, ``l_j > l_{p-1}`` inside it).
 
 Plain functions on tensors with any leading axes (``l`` is named ``scores`` in the code); positions passed 1-based
-as in the seed.
+as in the seed. Read from a trained one-head :class:`~tdlab.models.gpt.GPT`: layer 2's pre-softmax last row and
+positional scores (:func:`layer2_rows`, App. D), and layer 1's value path on the word embeddings, the tags of
+App. E.2 (:func:`value_tags`, Eqs. 41–43), with the share of their variance an anchor pair explains
+(:func:`pair_share`).
 """
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
-__all__ = ["is_cliff", "window_mass"]
+if TYPE_CHECKING:
+    from tdlab.models.gpt import GPT
+
+__all__ = ["is_cliff", "layer2_rows", "pair_share", "value_tags", "window_mass"]
 
 
 def _check(scores: Tensor, p: Tensor | int, q: int) -> tuple[Tensor, Tensor]:
@@ -83,3 +92,70 @@ def window_mass(scores: Tensor, p: Tensor | int, q: int) -> Tensor:
     pe = p[..., None]
     w = torch.softmax(scores.double(), -1)
     return (w * ((pos >= pe) & (pos <= pe + q))).sum(-1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading a trained model: layer 2's last row (App. D) and layer 1's value tags (App. E.2)
+
+
+def layer2_rows(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Layer 2's pre-softmax last row and positional scores (App. D).
+
+    Args:
+        model: a one-head GPT with ``>= 2`` layers; tokens: ``(E, B, L)``.
+    Returns:
+        ``scores (E, B, L)`` = ``q_L K^T/√d_k``; ``pattern (E, B, L)`` the cached softmaxed last row (a
+        check); ``pos_scores (E, B, L−1)`` = ``q_L (W^pos_{1..L−1} W^K)^T/√d_k``; ``pattern1 (E, B, L, L)``
+        layer 1's attention.
+    """
+    if model.wpe is None:
+        raise ValueError("the positional scores need learned absolute positions (model.wpe)")
+    L = tokens.shape[-1]
+    names = ["blocks.0.out", "blocks.0.attn.pattern", "blocks.1.attn.pattern"]
+    _, cache = model.run_with_cache(tokens, names=names)
+    x = cache["blocks.0.out"]  # (E, B, L, d): layer 2's input (post-LN)
+    attn = model.blocks[1].attn
+    Wq, Wk = attn.W_Q.weight, attn.W_K.weight  # (E, d_k, d)
+    with torch.no_grad():
+        q = torch.einsum("ebd,ekd->ebk", x[:, :, -1], Wq)
+        k = torch.einsum("ebtd,ekd->ebtk", x, Wk)
+        dk = Wq.shape[1]
+        scores = torch.einsum("ebk,ebtk->ebt", q, k) / math.sqrt(dk)
+        kp = torch.einsum("etd,ekd->etk", model.wpe[:, : L - 1], Wk)
+        pos = torch.einsum("ebk,etk->ebt", q, kp) / math.sqrt(dk)
+    return {
+        "scores": scores,
+        "pattern": cache["blocks.1.attn.pattern"][:, :, 0, -1],
+        "pos_scores": pos,
+        "pattern1": cache["blocks.0.attn.pattern"][:, :, 0],
+    }
+
+
+def value_tags(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Layer 1's value path on the word embeddings (App. E.2, Eqs. 41–43; Assumption 3 leaves the positions
+    out): ``O = Attn^(1) W^{emb,X} W^V`` (paper layout) and its coordinate on ``W^V``'s top right singular
+    vector ``v`` (the ``d_k`` side of Eq. 40's rank-one ``W^V``; its sign is arbitrary).
+
+    Returns:
+        ``norm (E, B, L)`` ``‖O_j‖`` and ``coord (E, B, L)`` ``⟨O_j, v⟩``.
+    """
+    _, cache = model.run_with_cache(tokens, names=["blocks.0.attn.pattern"])
+    A = cache["blocks.0.attn.pattern"][:, :, 0].double()  # (E, B, L, L)
+    W = model.blocks[0].attn.W_V.weight.detach().double()  # (E, d_k, d_m): torch's, the paper's transposed
+    word = torch.stack([model.wte[e].detach().double()[tokens[e]] for e in range(tokens.shape[0])])  # (E, B, L, d_m)
+    out = torch.einsum("ebjk,ebkd,ecd->ebjc", A, word, W)
+    v = torch.linalg.svd(W, full_matrices=False)[0][:, :, 0]  # (E, d_k)
+    return {"norm": out.norm(dim=-1), "coord": torch.einsum("ebjc,ec->ebj", out, v)}
+
+
+def pair_share(x: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
+    """The share of the variance of ``x (E, B)`` that the group ``pairs (E, B)`` (an id per sequence) explains
+    (η² = 1 − within-group / total sum of squares), per member: ``(E,)`` float64."""
+    out = []
+    for e in range(x.shape[0]):
+        xe, g = x[e].double(), pairs[e]
+        _, inv = torch.unique(g, return_inverse=True)
+        k = int(inv.max()) + 1
+        means = torch.zeros(k, dtype=torch.float64).index_add_(0, inv, xe) / torch.bincount(inv, minlength=k)
+        out.append(1.0 - float(((xe - means[inv]) ** 2).sum() / ((xe - xe.mean()) ** 2).sum()))
+    return torch.tensor(out, dtype=torch.float64)

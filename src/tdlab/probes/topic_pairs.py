@@ -12,6 +12,10 @@ different words of different topics", App. G.3):
 * Table 2: the same means over the top co-occurring word pairs (:func:`top_cooccurring_pairs`,
   :func:`table2_means`).
 
+What they read of an encoder (a trained :class:`~tdlab.models.gpt.GPT` or a local checkpoint's
+:class:`~tdlab.models.hf_encoder.HFEncoder`): its corpus words' input embeddings (:func:`model_embeddings`) and
+every member's attention patterns on unmasked windows (:func:`model_attention`).
+
 Conventions (choices where the seed is silent, each stated where it is made):
 
 * Word pairs are unordered pairs ``{w, w'}``, ``w != w'``, of words in the assignment. With several
@@ -37,11 +41,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 from scipy import sparse
 from torch import Tensor
+
+from tdlab.models.gpt import GPT
 
 __all__ = [
     "NORM_LEN",
@@ -50,6 +57,8 @@ __all__ = [
     "cooc_k",
     "cooccurrence_matrix",
     "embedding_ratios",
+    "model_attention",
+    "model_embeddings",
     "pair_list",
     "same_topic_pairs",
     "table2_means",
@@ -464,3 +473,35 @@ def table2_means(
             row["attention"] = float(np.mean(attention.mean(name)))
         out[name] = row
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading an encoder: its word embeddings and attention patterns (a trained GPT or a local checkpoint)
+
+
+def model_embeddings(model: Any, offset: int) -> tuple[torch.Tensor, int]:
+    """``((E, n_words, d) input embeddings of the corpus words, E)``: the token table's word rows.
+
+    Args:
+        model: a :class:`~tdlab.models.gpt.GPT` encoder whose vocabulary is the caller's special ids below
+            ``offset``, the corpus words, then ``[UNK]`` last (:func:`~tdlab.tasks.text_corpus.encode_windows`
+            with this ``offset``), or an :class:`~tdlab.models.hf_encoder.HFEncoder` (its own word rows).
+    """
+    if isinstance(model, GPT):
+        w = model.wte.detach()[:, offset:-1]  # drop the special ids and [UNK]
+        return w, w.shape[0]
+    emb = model.word_embeddings()  # HFEncoder: (E, n_words, d), NaN rows for skipped words
+    return emb, emb.shape[0]
+
+
+@torch.no_grad()
+def model_attention(model: Any, windows: torch.Tensor, device: str = "cpu") -> torch.Tensor:
+    """``(E, B, L, H, T, T)`` attention patterns of every member on ``windows (B, T)`` (model ids), unmasked."""
+    if not isinstance(model, GPT):
+        return model.window_attention(windows)
+    E = model.members
+    x = windows.to(device).unsqueeze(0).expand(E, *windows.shape)
+    names = [f"blocks.{layer}.attn.pattern" for layer in range(model.cfg.layers)]
+    with model.cache(names) as c:
+        model(x)
+    return torch.stack([c[n] for n in names], dim=2).cpu()  # (E, B, L, H, T, T)

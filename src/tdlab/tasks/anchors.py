@@ -65,6 +65,8 @@ __all__ = [
     "AnchorsConfig",
     "Split",
     "anchor_splits",
+    "label_marginal_losses",
+    "memory_splits",
     "split_label_laws",
 ]
 
@@ -396,6 +398,21 @@ def anchor_splits(
     return make
 
 
+def memory_splits(task: Anchors, n_train: int, n_eval: int) -> Callable[..., dict[str, dict[str, Tensor]]]:
+    """``make(gen, device)`` of a memory-only :class:`~tdlab.train.data.FixedDataset`: ``train`` and ``mem`` (its
+    first ``n_eval`` sequences), each ``{"tokens", "label"}``."""
+
+    def make(gen: torch.Generator, device: str | torch.device = "cpu") -> dict[str, dict[str, torch.Tensor]]:
+        d = task.dataset(gen, n_train, "train")
+        out = {
+            "train": {"tokens": d["tokens"], "label": d["label"]},
+            "mem": {"tokens": d["tokens"][:n_eval], "label": d["label"][:n_eval]},
+        }
+        return {k: {n: t.to(device) for n, t in v.items()} for k, v in out.items()}
+
+    return make
+
+
 def split_label_laws(task: Anchors) -> dict[str, np.ndarray]:
     """The label law of each split's population (seed 001, §4.1, §4.5): ``{"mem", "rsn_train",
     "test_rsn": (d_vob,)}`` float64 (splits with no tuple left out).
@@ -426,4 +443,26 @@ def split_label_laws(task: Anchors) -> dict[str, np.ndarray]:
                 for zz in z:
                     law[zz - S : zz + S + 1] += 1.0 / ((2 * S + 1) * z.size)
         out[split] = law / len(tuples)
+    return out
+
+
+# evaluation split (:func:`anchor_splits`' names) -> the task split whose population it is drawn from
+_TASK_SPLIT = {"mem": "mem", "rsn_train": "rsn_train", "test": "test_rsn"}
+
+
+def label_marginal_losses(task: Anchors) -> dict[str, float]:
+    """Cross-entropy (nats) of each split's labels under the *training set's* label marginal: the loss of
+    a model that has learnt nothing but the marginal (the best input-blind predictor). Keys are the
+    evaluation split names (``mem``, ``rsn_train``, ``test``)."""
+    laws = split_label_laws(task)
+    n_mem, n_rsn = len(task.mem_tuples), len(task.rsn_train_tuples)
+    p = np.asarray(sum(w * laws[s] for s, w in (("mem", n_mem), ("rsn_train", n_rsn)) if s in laws) / (n_mem + n_rsn))
+    out = {}
+    for split, task_split in _TASK_SPLIT.items():
+        if task_split not in laws:
+            continue
+        q = laws[task_split]
+        on = q > 0
+        with np.errstate(divide="ignore"):
+            out[split] = float(-(q[on] * np.log(p[on])).sum())
     return out

@@ -44,6 +44,7 @@ __all__ = [
     "Topics",
     "assign",
     "consistent_vocab_sizes",
+    "fig3_words",
     "fit_lda",
     "topic_word_sets",
     "words_per_topic",
@@ -230,3 +231,27 @@ def assign(sets: list[np.ndarray], topics: Topics, mode: Literal["single", "mult
             ts = [ts[int(np.argmax(p))]]  # argmax: first maximum = lowest topic id
         out[w] = frozenset(ts)
     return out
+
+
+def fig3_words(topics: Topics, lda_vocab: np.ndarray, groups: int = 3, per_group: int = 3) -> list[np.ndarray]:
+    """Fig. 3's words, chosen deterministically: the words whose most probable topic is ``t`` ("unambiguous"
+    for ``t``), ranked by p(w | t); the ``groups`` topics whose ``per_group``-th such word is the most probable
+    (topics with clear top words), and their top ``per_group`` words each. Returns ``groups`` arrays of ids."""
+    wt = np.asarray(topics.word_topic, dtype=float)
+    K = wt.shape[0]
+    best = np.full(wt.shape[1], -1)
+    best[lda_vocab] = wt[:, lda_vocab].argmax(0)
+    cand = []
+    for t in range(K):
+        own = np.flatnonzero(best == t)
+        if own.size < per_group:
+            continue
+        top = own[np.argsort(-wt[t, own], kind="stable")[:per_group]]
+        cand.append((-wt[t, top[-1]], t, top))
+    cand.sort(key=lambda c: (c[0], c[1]))
+    if len(cand) < groups:
+        raise ValueError(
+            f"Fig. 3 needs {groups} topics with {per_group} words each whose most probable topic they "
+            f"are; this fit has {len(cand)}"
+        )
+    return [c[2] for c in cand[:groups]]

@@ -61,6 +61,7 @@ __all__ = [
     "load_corpus",
     "shipped_path",
     "stop_words",
+    "unigram_loss",
 ]
 
 WIKI_SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"  # gensim 4.4 test data
@@ -397,3 +398,19 @@ def encode_windows(corpus: Corpus, seq_len: int, offset: int = 0, pad_id: int | 
     if not rows:
         return torch.zeros((0, seq_len), dtype=torch.long)
     return torch.from_numpy(np.concatenate(rows, axis=0))
+
+
+def unigram_loss(windows: torch.Tensor, n_test: int, vocab: int, offset: int) -> float:
+    """The held-out masked-token loss of the unigram model: every masked word predicted with the training
+    windows' word frequencies (add-one smoothed over the ``vocab`` ids from ``offset``), averaged over the
+    held-out windows' words (each masked with the same probability). Nats.
+
+    Args:
+        windows: ``(N, T)`` model ids (:func:`encode_windows` with this ``offset``); the last ``n_test`` are
+            held out.
+        vocab: the model's vocabulary; ids below ``offset`` are the caller's special tokens, never predicted.
+    """
+    train, test = windows[:-n_test].reshape(-1), windows[-n_test:].reshape(-1)
+    counts = torch.bincount(train, minlength=vocab).double()[offset:] + 1.0
+    logp = torch.log(counts / counts.sum())
+    return float(-logp[test - offset].mean())

@@ -13,7 +13,8 @@ every training tuple equally often, ``z_p ~ U(Z)``, the key index ``p ~ U{p_min.
   independent of the label); the last token is a noise key when ``p < L − q``, so
   ``E[1{X_L = s} y] = (P(p < L − q)/N_Z) P_Y`` — the same direction for every key.
 
-The second half holds the flows' closed forms themselves, in the seed's layout (row vectors): Thm. 2's and
+The second half holds the flows themselves: the exact flow ``−∇R`` of the mean cross-entropy of a model passed
+in (:func:`cross_entropy_flow`) and the closed forms, in the seed's layout (row vectors): Thm. 2's and
 Eq. 36's ``dW^V/dt`` (App. B.8), Eq. 29's compact embedding flow (Props. 2–3), the split of the exact
 ``W^V`` flow into what Thm. 2's proof keeps and drops, and the per-class cosines of the embedding flow with
 Eqs. 28–29 that ``anchors-flows`` measures.
@@ -30,6 +31,7 @@ from torch import Tensor
 from tdlab.theory.anchors import AnchorsTask, eq28_embedding_flow
 
 __all__ = [
+    "cross_entropy_flow",
     "embedding_flow_cosines",
     "eq29_embedding_flow",
     "eq36_matrix",
@@ -105,6 +107,29 @@ def last_vs_all_law_gap(pop: dict[str, Tensor], tokens: Tensor) -> Tensor:
 # ------------------------------------------------------------------------------------------------
 # The small-init flows of W^V (Eq. 36, Thm. 2) and of the embeddings (Eqs. 28–29), in the seed's layout
 # (row vectors; torch stores the transposes)
+
+
+def cross_entropy_flow(
+    model: torch.nn.Module, tokens: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The mean cross-entropy over one training set per member and ``−∇`` of it: the exact gradient flow
+    ``−∇R`` the seed's small-init formulas approximate, of a model passed in (the Def. 2 model,
+    :class:`tdlab.models.emb_mlp.Def2Transformer`: logits ``(E, n, d_m)`` from tokens ``(E, n, L)``).
+
+    Args:
+        tokens: ``(E, n, L)``; labels ``(E, n)``.
+    Returns:
+        ``loss (E,)`` and ``{name: −grad}`` in the parameters' torch layout (``(E, ...)``).
+    """
+    model.zero_grad()
+    logits = model(tokens)
+    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape).mean(1)
+    loss.sum().backward()  # members are independent: each member's gradient is that of its own mean loss
+    flows = {}
+    for k, p in model.named_parameters():
+        assert p.grad is not None  # every parameter enters the loss just differentiated
+        flows[k] = -p.grad.detach().clone()
+    return loss.detach(), flows
 
 
 def thm2_matrix(W_emb: torch.Tensor, rsn: slice, label_law: torch.Tensor, W2: torch.Tensor) -> torch.Tensor:

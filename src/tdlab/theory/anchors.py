@@ -49,6 +49,8 @@ __all__ = [
     "extended_binomial",
     "label_law_cosines",
     "order_blind_memory_ceiling",
+    "order_blind_sample_ceiling",
+    "reasoning_theory_cosines",
     "sigma_p",
     "token_label_law",
     "trapezoid_law",
@@ -316,6 +318,14 @@ def label_law_cosines(laws: Tensor, d_vob: int | None = None) -> Tensor:
     return x @ x.T
 
 
+def reasoning_theory_cosines(task: AnchorsTask) -> tuple[Tensor, Tensor]:
+    """Fig. 3B–C: the laws ``P^s`` of the reasoning anchors on the task's training population and the
+    cosines of ``P^s − 1/d_vob``. Returns ``(laws (n, d_vob), cosines (n, n))`` float64."""
+    c = task.cfg
+    laws = torch.stack([token_label_law(task, s) for s in range(c.rsn_min, c.rsn_max + 1)])
+    return laws, label_law_cosines(laws, c.d_vob)
+
+
 # ----------------------------------------------------------------------------------------------
 # Order-blind (sum-pooling) memory ceiling
 
@@ -343,6 +353,27 @@ def order_blind_memory_ceiling(task: AnchorsTask, table: Tensor) -> float:
     zi = torch.arange(nz)[:, None].expand(nz, k)
     counts.index_put_((zi, inv[None, :].expand(nz, k), table), torch.ones(nz, k, dtype=torch.long), accumulate=True)
     return float(counts.max(-1).values.sum()) / (nz * k)
+
+
+def order_blind_sample_ceiling(key: Tensor, anchors: Tensor, label: Tensor) -> float:
+    """Best accuracy of any order-blind model (one that sees only the multiset ``{z_p, a_1, .., a_q}``) on a
+    given set of memory sequences, e.g. a training set: every class (key, sorted anchors) predicted as its most
+    frequent label in the set, ``sum_classes max_label count / n``.
+
+    On a training set the two orderings of an anchor pair occur a random number of times each (keys are drawn
+    per sequence), so this exceeds :func:`order_blind_memory_ceiling`'s population value; any one predictor's
+    expected accuracy on a random subset of the set is its accuracy on the set, so it bounds that too.
+
+    Args:
+        key: ``(n,)`` the keys ``z_p``; anchors: ``(n, q)`` the anchor tuples; label: ``(n,)`` the labels.
+    Returns:
+        a float in ``(0, 1]``.
+    """
+    k = torch.cat([key[:, None], torch.sort(anchors, dim=1).values, label[:, None]], 1)  # (class, label) per sequence
+    groups, counts = torch.unique(k, dim=0, return_counts=True)  # (class, label) -> count
+    _, cls = torch.unique(groups[:, :-1], dim=0, return_inverse=True)
+    best = torch.zeros(int(cls.max()) + 1, dtype=torch.long).scatter_reduce(0, cls, counts, "amax")
+    return float(best.sum()) / key.shape[0]
 
 
 def _expected_max_occupancy(m: int, bins: int) -> float:

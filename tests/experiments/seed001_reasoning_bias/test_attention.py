@@ -1,6 +1,5 @@
-"""anchors-attention (seed 001 Figs. 5, 12, 14): the probes on built inputs (average-operator error, SVD
-finds u in u vᵀ + noise, layer-2 scores vs the model's own attention and a slow recomputation), the
-claims on planted models in the seed's setting (hold and fail), every group on planted probe values
+"""anchors-attention (seed 001 Figs. 5, 12, 14; its probes are tested in ``tests/probes/test_attention.py`` and
+``tests/probes/test_cliffs.py``): the claims on planted models in the seed's setting (hold and fail), every group on planted probe values
 (hold and fail, the sanity check included), trained rows read at a scaled epoch under a larger lr being
 ours while the initialisation rows stay the seed's, bad configs and a tiny end-to-end run."""
 
@@ -13,13 +12,7 @@ import pytest
 import torch
 
 from tdlab.config import ConfigError
-from tdlab.experiments.seed001_reasoning_bias.attention import (
-    AnchorsAttention,
-    average_operator_error,
-    layer2_rows,
-    pair_share,
-    value_tags,
-)
+from tdlab.experiments.seed001_reasoning_bias.attention import AnchorsAttention
 from tdlab.models.gpt import GPT
 from tdlab.runner import execute
 from tdlab.runs import Run, RunWriter
@@ -31,36 +24,6 @@ PAPER_BUDGET = ("train.lr=1e-5", "schedule.epochs=1000", "snapshot_epochs=[200, 
 def tiny(anchors_tiny):
     """The tiny anchors setting with a 50-sequence probe set."""
     return [*anchors_tiny, "n_probe=50"]
-
-
-def test_average_operator_error_on_built_matrices():
-    T = 4
-    uniform = torch.tril(torch.ones(T, T, dtype=torch.float64)) / torch.arange(1, T + 1)[:, None]
-    assert torch.allclose(average_operator_error(uniform), torch.zeros(2 + 3 + 4, dtype=torch.float64))
-    one_hot = torch.eye(T)  # each row attends to itself only
-    err = average_operator_error(one_hot[None])
-    want = []
-    for j in range(2, T + 1):  # 1-based rows j >= 2, k <= j
-        for k in range(1, j + 1):
-            want.append(abs((1.0 if k == j else 0.0) - 1 / j) * j)
-    assert err.shape == (1, 9) and torch.allclose(err[0], torch.tensor(want, dtype=torch.float64))
-
-
-def test_layer2_scores_are_the_models_attention_and_positional_scores_a_slow_loop(tiny, one_thread):
-    exp = AnchorsAttention()
-    cfg = exp.make_config("quick", tiny)
-    model = GPT(cfg.model_for_task().updated({"init_gamma": 0.1}), [3, 4])  # large init: a peaked attention
-    tokens = torch.randint(21, 31, (2, 5, 9), generator=torch.Generator().manual_seed(1))
-    r = layer2_rows(model, tokens)
-    assert torch.allclose(torch.softmax(r["scores"], -1), r["pattern"], atol=1e-6)
-    _, cache = model.run_with_cache(tokens, names=["blocks.0.out"])
-    x = cache["blocks.0.out"]
-    e, b = 1, 3
-    Wq, Wk = model.blocks[1].attn.W_Q.weight[e].detach(), model.blocks[1].attn.W_K.weight[e].detach()
-    q = Wq @ x[e, b, -1]
-    for t in range(8):
-        slow = float(q @ (Wk @ model.wpe[e, t].detach())) / math.sqrt(4)
-        assert float(r["pos_scores"][e, b, t]) == pytest.approx(slow, rel=1e-4, abs=1e-6)
 
 
 def _state(model: GPT) -> dict[str, torch.Tensor]:
@@ -247,25 +210,3 @@ def test_tiny_end_to_end_run(tmp_path, tiny, one_thread):
         "layer2-extracts-key",
     } <= groups
     assert s["figures"] == ["figures/fig5_fig12_layer1.png", "figures/fig14_layer2.png"]
-
-
-def test_value_tags_and_pair_share_against_loops(tiny):
-    """App. E.2's tags: O = Attn^(1) W^{emb,X} W^V (paper layout) term by term, its coordinate on W^V's top right
-    singular vector; η² = 1 for a value set by the group, ≈ 0 for one independent of it."""
-    exp = AnchorsAttention()
-    cfg = exp.make_config("quick", tiny, members=2)
-    model = GPT(cfg.model_for_task(), [1, 2]).eval()
-    tokens = torch.randint(1, 31, (2, 5, 9), generator=torch.Generator().manual_seed(0))
-    tags = value_tags(model, tokens)
-    _, cache = model.run_with_cache(tokens, names=["blocks.0.attn.pattern"])
-    e, b, j = 1, 2, 6
-    A = cache["blocks.0.attn.pattern"][e, b, 0].double()
-    W = model.blocks[0].attn.W_V.weight[e].detach().double().T  # (d_m, d_k): the paper's W^V
-    o = sum(A[j, k] * model.wte[e, tokens[e, b, k]].detach().double() for k in range(j + 1)) @ W
-    assert float(tags["norm"][e, b, j]) == pytest.approx(float(o.norm()), rel=1e-6)
-    v = torch.linalg.svd(W.T)[0][:, 0]
-    assert float(tags["coord"][e, b, j]) == pytest.approx(float(o @ v), rel=1e-6, abs=1e-9)
-    g = torch.Generator().manual_seed(1)
-    pairs = torch.randint(0, 4, (2, 400), generator=g)
-    assert pair_share(pairs.double() * 3 + 1, pairs).tolist() == pytest.approx([1.0, 1.0])
-    assert pair_share(torch.randn(2, 400, generator=g, dtype=torch.float64), pairs).max() < 0.05

@@ -15,10 +15,10 @@ import torch
 from tdlab.config import ConfigError
 from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
 from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import chance_acc_test
-from tdlab.experiments.seed001_reasoning_bias.common.training import label_marginal_losses
 from tdlab.report.measurement_tables import measurement_tables
 from tdlab.runner import execute, rebuild
 from tdlab.runs import Run, RunWriter
+from tdlab.tasks.anchors import label_marginal_losses
 
 EPOCHS = list(range(0, 11))
 SPE = 6  # steps per epoch of the planted config (n_train 600 / batch 100)

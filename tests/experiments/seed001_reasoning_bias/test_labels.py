@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from tdlab.config import ConfigError
-from tdlab.experiments.seed001_reasoning_bias.common.training import label_marginal_losses
-from tdlab.experiments.seed001_reasoning_bias.labels import AnchorsLabels, group_in_range, group_mean, memory_splits
+from tdlab.experiments.seed001_reasoning_bias.labels import AnchorsLabels, group_in_range, group_mean
 from tdlab.models.gpt import GPT
 from tdlab.report.measurement_tables import measurement_tables
 from tdlab.runner import execute
 from tdlab.runs import Run, RunWriter
 from tdlab.seeding import member_seeds
+from tdlab.tasks.anchors import label_marginal_losses
 
 TINY = [
     "groups_task.key_min=21",
@@ -61,9 +61,6 @@ def test_groups_task_is_the_documented_make_up_and_labels_lie_in_range():
     task = cfg.task_of("groups")
     assert (cfg.groups_task.mix, cfg.groups_task.mem_max, cfg.groups_task.memory_groups) == ("memory", 20, 4)
     assert [task.group_range(k) for k in range(4)] == [(30, 49), (30, 69), (30, 89), (30, 109)]
-    gen = torch.Generator().manual_seed(3)
-    d = memory_splits(task, 600, 60)(gen)
-    assert d["train"]["tokens"].shape == (600, 9) and torch.equal(d["mem"]["tokens"], d["train"]["tokens"][:60])
     full = task.dataset(torch.Generator().manual_seed(3), 600, "train")
     grp = (full["anchors"][:, 0] - 1) // 5
     assert torch.equal(grp, (full["anchors"][:, 1] - 1) // 5)  # tuples within one group

@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from tdlab.config import ConfigError
-from tdlab.experiments.seed001_reasoning_bias.common.cosines import reasoning_theory_cosines
 from tdlab.experiments.seed001_reasoning_bias.common.training import GammaArms, epoch_train_config, fixed_data
 from tdlab.experiments.seed001_reasoning_bias.mlp import AnchorsMlp
 from tdlab.models.emb_mlp import EmbMLP
 from tdlab.runner import execute
 from tdlab.runs import Run, RunWriter
 from tdlab.tasks.anchors import Anchors
+from tdlab.theory.anchors import reasoning_theory_cosines
 from tdlab.train.objectives import LastPosition
 from tdlab.train.trainer import Trainer
 

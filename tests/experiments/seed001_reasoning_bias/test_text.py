@@ -1,5 +1,5 @@
-"""anchors-text (seed 001 Figs. 1, 6): the exclusive-token sets against a Counter-based slow version,
-the cosine measure on planted embeddings, the padded next-token loss against a direct computation,
+"""anchors-text (seed 001 Figs. 1, 6; the corpus and its token statistics are tested in
+``tests/tasks/test_text_mix.py``): the cosine measure on planted embeddings, the padded next-token loss against a direct computation,
 the loss-speed measures on built curves, every claim on planted runs in the seed's setting (holds and
 fails), stand-in stories and a faster, shorter schedule making the rows ours, bad data files through
 the CLI (exit 2, nothing written), and a tiny end-to-end run."""
@@ -7,7 +7,6 @@ the CLI (exit 2, nothing written), and a tiny end-to-end run."""
 from __future__ import annotations
 
 import re
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -19,16 +18,13 @@ from tdlab.cli import app
 from tdlab.config import ConfigError, build_config
 from tdlab.experiments.seed001_reasoning_bias.text import (
     DATA_DIR,
-    SOURCES,
     TINYSTORIES,
     AnchorsText,
     AnchorsTextConfig,
-    Corpus,
+    MixedCorpus,
     build_corpus,
-    exclusive_tokens,
     halving_epoch,
     loss_auc,
-    token_counts,
 )
 from tdlab.run_context import init_arm, snapshot_arm
 from tdlab.runner import execute
@@ -46,46 +42,6 @@ TINY = [
     "schedule.n_eval=20",
     "claims.min_tokens=2",
 ]
-
-
-# ---- exclusive tokens ---------------------------------------------------------------------------------
-
-
-def _slow_exclusive(seqs, sources, src, top, ignore):
-    """Counter-based reference: tokens of source ``src`` never seen in the other, by count, then id."""
-    mine = Counter(t for s, k in zip(seqs, sources, strict=True) if k == src for t in s if t != ignore)
-    other = {t for s, k in zip(seqs, sources, strict=True) if k != src for t in s}
-    return sorted((t for t in mine if t not in other), key=lambda t: (-mine[t], t))[:top]
-
-
-def test_exclusive_tokens_match_a_counter_and_are_disjoint():
-    rng = np.random.default_rng(0)
-    V, eos = 60, 0
-    seqs, sources = [], []
-    for i in range(80):
-        k = i % 2
-        n = int(rng.integers(3, 30))
-        # overlapping ranges with skewed frequencies: shared and exclusive ids, many count ties
-        ids = (rng.zipf(1.5, n) % 35 + (1 if k == 0 else 20)).tolist()
-        seqs.append([*ids, eos])
-        sources.append(k)
-    L = max(map(len, seqs))
-    tokens = torch.zeros(len(seqs), L + 3, dtype=torch.long)  # padding with eos (id 0) beyond the mask
-    mask = torch.zeros(len(seqs), L + 3)
-    for i, s in enumerate(seqs):
-        tokens[i, : len(s)] = torch.tensor(s)
-        mask[i, : len(s)] = 1
-    tokens[:, -1] = 59  # a padded position holding a token id: masked out, never counted
-    counts = token_counts(tokens, mask, torch.tensor(sources), V, ignore=[eos])
-    assert counts["prontoqa"][59] == 0 and counts["prontoqa"][eos] == 0
-    ex = {s: exclusive_tokens(counts[s], counts[o], 10) for s, o in (("prontoqa", "stories"), ("stories", "prontoqa"))}
-    for k, s in enumerate(SOURCES):
-        assert ex[s] == _slow_exclusive(seqs, sources, k, 10, eos)
-    assert not set(ex["prontoqa"]) & set(ex["stories"])
-    for s in SOURCES:
-        c = counts[s][ex[s]]
-        assert np.all(np.diff(c) <= 0)  # ranked by frequency
-        assert len(ex[s]) == 10
 
 
 # ---- the cosine measure ---------------------------------------------------------------------------------
@@ -366,7 +322,7 @@ def test_tiny_end_to_end_run(tmp_path, one_thread):
         and STANDIN_LABEL in s["notes"][0].lower()
     )
     assert s["figures"] == ["figures/fig1_loss_per_source.png", "figures/fig6_exclusive_token_cosines.png"]
-    corpus = Corpus.load(run.path / DATA_DIR)  # the tokenisation cache
+    corpus = MixedCorpus.load(run.path / DATA_DIR)  # the tokenisation cache
     assert corpus.tokens.shape == (40, 32) and int(corpus.source.sum()) == 20
     assert (
         corpus.tokenizer.decode(corpus.tokens[0][corpus.mask[0] > 0].tolist()).endswith("<|endoftext|>")

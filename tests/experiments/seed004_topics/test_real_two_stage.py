@@ -1,25 +1,19 @@
-"""topics-real-two-stage (seed 004 Fig. 5): the rotation probe against the closed form of planted W^V's, the
-near-zero init, both claims (the two-stage lag shared with topics-two-stage, the rotation) holding and failing on
-planted runs, not evaluable when the encoder did not train or W^K, W^Q never grew, a tiny end-to-end run, bad
-configs refused."""
+"""topics-real-two-stage (seed 004 Fig. 5; its near-zero init is tested in ``tests/models/test_init.py``, its
+weight probe in ``tests/probes/test_attention.py``): both claims (the two-stage lag shared with topics-two-stage,
+the rotation) holding and failing on planted runs, not evaluable when the encoder did not train
+or W^K, W^Q never grew, a tiny end-to-end run, bad configs refused."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
-import torch
 
 from tdlab.config import ConfigError
 from tdlab.experiments.seed004_topics.common.real_text import ARM
 from tdlab.experiments.seed004_topics.real_two_stage import (
     TopicsRealTwoStage,
-    WeightProbe,
-    near_zero_qkv,
 )
 from tdlab.experiments.view import RunView
-from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.runner import execute
 from tdlab.runs import RunWriter
 
@@ -28,46 +22,6 @@ STEPS = np.arange(0, 401)
 
 def _ramp(t0, t1, lo=0.01, hi=5.0):
     return lo + (hi - lo) * np.clip((STEPS - t0) / (t1 - t0), 0.0, 1.0)
-
-
-def test_weight_probe_rotation_matches_the_closed_form_and_restarts_per_model():
-    """W^V_t = cos(ωt) A + sin(ωt) B with orthonormal A, B (as vectors): cos(W_t, W_{t-lag}) = cos(ω lag), so the
-    rotation is (1 − cos(ω lag))/2 from step lag on; norms are 1 for W^V and the planted ones for W^K, W^Q."""
-    cfg = GPTConfig(arch="gpt2", vocab=7, d=4, layers=2, heads=2, max_len=8, causal=False)
-    model = GPT(cfg, [1, 2]).double()
-    A = torch.zeros(16, dtype=torch.float64)
-    A[0] = 1.0
-    B = torch.zeros(16, dtype=torch.float64)
-    B[5] = 1.0
-    w, lag = 0.07, 3
-    probe = WeightProbe(lag)
-    out = []
-    for t in range(6):
-        with torch.no_grad():
-            for blk in model.blocks:
-                blk.attn.W_V.weight[:] = (math.cos(w * t) * A + math.sin(w * t) * B).reshape(4, 4)
-                blk.attn.W_K.weight[:] = 2.0 * torch.eye(4)
-        out.append(probe(model))
-    assert "rotation_V/L0" not in out[lag - 1] and "rotation_V/L1" in out[lag]
-    np.testing.assert_allclose(out[lag]["rotation_V/L1"].numpy(), (1 - math.cos(w * lag)) / 2, rtol=1e-9)
-    np.testing.assert_allclose(out[5]["norm_V/L0"].numpy(), 1.0, rtol=1e-6)
-    np.testing.assert_allclose(out[5]["norm_K/L1"].numpy(), 4.0, rtol=1e-6)  # ‖2 I_4‖_F
-    assert "rotation_V/L0" not in probe(GPT(cfg, [1, 2]))  # a new model (chunk): the history restarts
-
-
-def test_near_zero_init_is_uniform_in_0_s_per_member_and_equals_the_member_built_alone():
-    cfg = GPTConfig(arch="gpt2", vocab=7, d=8, layers=2, heads=2, max_len=8, causal=False)
-    ens = near_zero_qkv(GPT(cfg, [3, 4]), 1e-3)
-    alone = near_zero_qkv(GPT(cfg, [4]), 1e-3)
-    for blk, one in zip(ens.blocks, alone.blocks, strict=True):
-        for name in ("W_Q", "W_K", "W_V"):
-            w = getattr(blk.attn, name).weight
-            assert float(w.detach().min()) >= 0.0 and float(w.detach().max()) < 1e-3
-            torch.testing.assert_close(w[1], getattr(one.attn, name).weight[0])
-        assert float(blk.mlp.W_1.weight.detach().std()) > 0.01  # everything else keeps the BERT init
-    assert not torch.equal(ens.blocks[0].attn.W_V.weight[0], ens.blocks[0].attn.W_V.weight[1])
-    normal = near_zero_qkv(GPT(cfg, [3]), 1e-3, "normal").blocks[0].attn.W_V.weight.detach()
-    assert float(normal.min()) < 0.0 < float(normal.max())
 
 
 def _planted(tmp_path, exp, cfg, v_first: bool, rot_fast_early: bool, loss=(7.0, 5.0), kq_hi=5.0):

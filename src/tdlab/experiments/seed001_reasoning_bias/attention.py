@@ -50,7 +50,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from pydantic import Field, model_validator
 
 from tdlab.claims import GroupResult, Measurements, Sample
@@ -66,7 +65,8 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
-from tdlab.probes.cliffs import is_cliff, window_mass
+from tdlab.probes.attention import average_operator_error, wv_flow
+from tdlab.probes.cliffs import is_cliff, layer2_rows, pair_share, value_tags, window_mass
 from tdlab.probes.embedding import cosine_matrix, distance_spearman, pair_spearman, spearman_rows
 from tdlab.probes.spectrum import wv_spectrum
 
@@ -107,110 +107,6 @@ class AnchorsAttentionConfig(ProbeConfig):
             if getattr(self.attn_claims, f) not in self.gammas:
                 raise ValueError(f"attn_claims.{f}={getattr(self.attn_claims, f)} must be one of gammas={self.gammas}")
         return self
-
-
-# ------------------------------------------------------------------------------------------------
-# Measures
-
-
-def average_operator_error(pattern: torch.Tensor) -> torch.Tensor:
-    """``|A_jk − 1/j|·j`` over the causal entries ``k <= j`` of rows ``j >= 2`` (1-based).
-
-    Args:
-        pattern: ``(..., T, T)`` row-softmax attention.
-    Returns:
-        ``(..., M)`` float64, ``M = Σ_{j=2}^{T} j`` entries per matrix.
-    """
-    T = pattern.shape[-1]
-    j = torch.arange(1, T + 1, dtype=torch.float64)[:, None]
-    keep = torch.ones(T, T, dtype=torch.bool).tril()
-    keep[0] = False
-    err = (pattern.double() - 1.0 / j).abs() * j
-    return err[..., keep]
-
-
-def layer2_rows(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Layer 2's pre-softmax last row and positional scores (App. D).
-
-    Args:
-        model: a one-head GPT with ``>= 2`` layers; tokens: ``(E, B, L)``.
-    Returns:
-        ``scores (E, B, L)`` = ``q_L K^T/√d_k``; ``pattern (E, B, L)`` the cached softmaxed last row (a
-        check); ``pos_scores (E, B, L−1)`` = ``q_L (W^pos_{1..L−1} W^K)^T/√d_k``; ``pattern1 (E, B, L, L)``
-        layer 1's attention.
-    """
-    if model.wpe is None:
-        raise ValueError("the positional scores need learned absolute positions (model.wpe)")
-    L = tokens.shape[-1]
-    names = ["blocks.0.out", "blocks.0.attn.pattern", "blocks.1.attn.pattern"]
-    _, cache = model.run_with_cache(tokens, names=names)
-    x = cache["blocks.0.out"]  # (E, B, L, d): layer 2's input (post-LN)
-    attn = model.blocks[1].attn
-    Wq, Wk = attn.W_Q.weight, attn.W_K.weight  # (E, d_k, d)
-    with torch.no_grad():
-        q = torch.einsum("ebd,ekd->ebk", x[:, :, -1], Wq)
-        k = torch.einsum("ebtd,ekd->ebtk", x, Wk)
-        dk = Wq.shape[1]
-        scores = torch.einsum("ebk,ebtk->ebt", q, k) / math.sqrt(dk)
-        kp = torch.einsum("etd,ekd->etk", model.wpe[:, : L - 1], Wk)
-        pos = torch.einsum("ebk,etk->ebt", q, kp) / math.sqrt(dk)
-    return {
-        "scores": scores,
-        "pattern": cache["blocks.1.attn.pattern"][:, :, 0, -1],
-        "pos_scores": pos,
-        "pattern1": cache["blocks.0.attn.pattern"][:, :, 0],
-    }
-
-
-def wv_flow(
-    model: GPT, tokens: torch.Tensor, labels: torch.Tensor, emb: torch.Tensor, rsn: slice, mem: slice
-) -> dict[str, list]:
-    """Thm. 2 on the post-LN model: :func:`~tdlab.probes.spectrum.wv_spectrum` of ``−∇_{W^V}`` (layer 1) of the last-position
-    cross-entropy, mean over the sequences of each member (the flow's right-hand side at these parameters).
-
-    Args:
-        tokens: ``(E, B, L)``; labels ``(E, B)``; emb: ``(E, vocab, d_m)`` the word embeddings.
-    """
-    model.zero_grad()
-    logits = model(tokens)[:, :, -1]
-    F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape).mean(
-        1
-    ).sum().backward()
-    grad = model.blocks[0].attn.W_V.weight.grad
-    assert grad is not None  # backward() above reaches W^V
-    flow = -grad.detach()
-    model.zero_grad()
-    return wv_spectrum(flow, emb, rsn, mem)
-
-
-def value_tags(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Layer 1's value path on the word embeddings (App. E.2, Eqs. 41–43; Assumption 3 leaves the positions
-    out): ``O = Attn^(1) W^{emb,X} W^V`` (paper layout) and its coordinate on ``W^V``'s top right singular
-    vector ``v`` (the ``d_k`` side of Eq. 40's rank-one ``W^V``; its sign is arbitrary).
-
-    Returns:
-        ``norm (E, B, L)`` ``‖O_j‖`` and ``coord (E, B, L)`` ``⟨O_j, v⟩``.
-    """
-    _, cache = model.run_with_cache(tokens, names=["blocks.0.attn.pattern"])
-    A = cache["blocks.0.attn.pattern"][:, :, 0].double()  # (E, B, L, L)
-    W = model.blocks[0].attn.W_V.weight.detach().double()  # (E, d_k, d_m): torch's, the paper's transposed
-    word = torch.stack([model.wte[e].detach().double()[tokens[e]] for e in range(tokens.shape[0])])  # (E, B, L, d_m)
-    out = torch.einsum("ebjk,ebkd,ecd->ebjc", A, word, W)
-    v = torch.linalg.svd(W, full_matrices=False)[0][:, :, 0]  # (E, d_k)
-    return {"norm": out.norm(dim=-1), "coord": torch.einsum("ebjc,ec->ebj", out, v)}
-
-
-def pair_share(x: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
-    """The share of the variance of ``x (E, B)`` that the group ``pairs (E, B)`` (an id per sequence) explains
-    (η² = 1 − within-group / total sum of squares), per member: ``(E,)`` float64."""
-    out = []
-    for e in range(x.shape[0]):
-        xe, g = x[e].double(), pairs[e]
-        _, inv = torch.unique(g, return_inverse=True)
-        k = int(inv.max()) + 1
-        means = torch.zeros(k, dtype=torch.float64).index_add_(0, inv, xe) / torch.bincount(inv, minlength=k)
-        out.append(1.0 - float(((xe - means[inv]) ** 2).sum() / ((xe - xe.mean()) ** 2).sum()))
-    return torch.tensor(out, dtype=torch.float64)
 
 
 # Thresholds of the rows of one "at least" statement, by the row's quantity (its context).

@@ -39,10 +39,7 @@ from pydantic import Field, model_validator
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, register
-from tdlab.experiments.seed001_reasoning_bias.common.cosines import (
-    anchor_cosine_rows,
-    reasoning_theory_cosines,
-)
+from tdlab.experiments.seed001_reasoning_bias.common.cosines import anchor_cosine_rows
 from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import AnchorsGammaSweep, ProbeConfig, ProbeSource
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
     PAPER_LR_TRANSFORMER,
@@ -63,7 +60,7 @@ from tdlab.probes.embedding import (
     pca,
 )
 from tdlab.seeding import generators
-from tdlab.theory.anchors import eq14_vectors, sigma_p
+from tdlab.theory.anchors import eq14_vectors, reasoning_theory_cosines, sigma_p
 
 FIG4A_EPOCHS = (200, 900)  # the seed's Fig. 4A snapshots (of 1000 epochs); Figs. 4B–C, 9, 11 read the end
 

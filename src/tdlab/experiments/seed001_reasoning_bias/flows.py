@@ -40,7 +40,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, GroupResult, Measurements, assess_arm
@@ -48,11 +47,12 @@ from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed001_reasoning_bias.common.training import GammaArms
 from tdlab.experiments.view import RunView
-from tdlab.models.emb_mlp import Def2Config, Def2Transformer
+from tdlab.models.emb_mlp import Def2Config, Def2Transformer, def2_paper_matrices
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
 from tdlab.theory.anchor_flows import (
+    cross_entropy_flow,
     embedding_flow_cosines,
     eq36_matrix,
     frobenius_cos,
@@ -94,42 +94,6 @@ class AnchorsFlowsConfig(ExperimentConfig):
 
     def steps(self, t: float) -> int:
         return round(t / self.lr)
-
-
-# ------------------------------------------------------------------------------------------------
-# The model in the seed's layout (row vectors; torch stores the transposes) and its exact flow; the seed's
-# formulas are in tdlab.theory.anchor_flows
-
-
-def paper_matrices(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """One member's Def. 2 parameters in the paper's layout (float64): ``W_emb (vocab, d_m)``, ``W_V (d_m, d_k)``,
-    ``W_O (d_k, d_m)``, ``W_f = W^{f1} W^{f2} (d_m, d_m)``, ``W_VO = W^V W^O (d_m, d_m)``,
-    ``W2 = (W^O W^f + W^O)ᵀ (d_m, d_k)`` (B.8)."""
-    s = {k: v.double() for k, v in state.items()}
-    W_V, W_O = s["W_V.weight"].T, s["W_O.weight"].T
-    W_f = s["W_f1.weight"].T @ s["W_f2.weight"].T
-    return {"W_emb": s["W_emb"], "W_V": W_V, "W_O": W_O, "W_f": W_f, "W_VO": W_V @ W_O, "W2": (W_O @ W_f + W_O).T}
-
-
-def gradient_flow(
-    model: Def2Transformer, tokens: torch.Tensor, labels: torch.Tensor
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The mean cross-entropy over one training set per member and ``−∇`` of it.
-
-    Args:
-        tokens: ``(E, n, L)``; labels ``(E, n)``.
-    Returns:
-        ``loss (E,)`` and ``{name: −grad}`` in the parameters' torch layout (``(E, ...)``).
-    """
-    model.zero_grad()
-    logits = model(tokens)
-    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape).mean(1)
-    loss.sum().backward()  # members are independent: each member's gradient is that of its own mean loss
-    flows = {}
-    for k, p in model.named_parameters():
-        assert p.grad is not None  # every parameter enters the loss just differentiated
-        flows[k] = -p.grad.detach().clone()
-    return loss.detach(), flows
 
 
 def small_init_tolerance(cfg: AnchorsFlowsConfig, row: Any = None) -> float:
@@ -254,14 +218,14 @@ class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
             step = 0
             for t in cfg.times:
                 while step < cfg.steps(t):
-                    loss, flow = gradient_flow(model, d["tokens"], d["label"])
+                    loss, flow = cross_entropy_flow(model, d["tokens"], d["label"])
                     rows += [(step, e, "train_loss", float(v)) for e, v in enumerate(loss)]
                     with torch.no_grad():
                         for k, p in model.named_parameters():
                             p.add_(cfg.lr * flow[k])  # in place, as += is
                     step += 1
                 ctx.writer.save_arrays(snapshot_arm(arm, step), states())
-            loss, _ = gradient_flow(model, d["tokens"], d["label"])
+            loss, _ = cross_entropy_flow(model, d["tokens"], d["label"])
             rows += [(step, e, "train_loss", float(v)) for e, v in enumerate(loss)]
             ctx.writer.save_arrays(arm, states())
             ctx.store_rows(arm, rows)
@@ -304,7 +268,7 @@ class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
             arrays = self.state_at(cfg, run, t)
             model = Def2Transformer(cfg.model_for_task(), self.seeds(cfg)).double()
             model.load_state_dict({k: v.double() for k, v in arrays.items()})
-            loss, flow = gradient_flow(model, d["tokens"], d["label"])
+            loss, flow = cross_entropy_flow(model, d["tokens"], d["label"])
             m: dict[str, list] = {
                 k: []
                 for k in (
@@ -321,7 +285,7 @@ class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
                 )
             }
             for e in range(cfg.members):
-                P = paper_matrices({k: v[e] for k, v in arrays.items()})
+                P = def2_paper_matrices({k: v[e] for k, v in arrays.items()})
                 tok, lab = d["tokens"][e], d["label"][e]
                 G = flow["W_V.weight"][e].T.double()  # paper layout (d_m, d_k)
                 law = torch.bincount(lab, minlength=P["W2"].shape[0]).double() / lab.numel()

@@ -43,7 +43,6 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     Seed001GPTConfig,
     Seed001TrainConfig,
     epoch_train_config,
-    label_marginal_losses,
     loss_health,
     t50_sample,
 )
@@ -53,7 +52,7 @@ from tdlab.probes.curves import auc, t50
 from tdlab.run_context import Fit, RunContext
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
-from tdlab.tasks.anchors import Anchors, AnchorsConfig
+from tdlab.tasks.anchors import Anchors, AnchorsConfig, label_marginal_losses, memory_splits
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET, FixedDataset
 from tdlab.train.objectives import LastPosition
@@ -132,21 +131,6 @@ class AnchorsLabelsConfig(ExperimentConfig):
     def epochs_of(self, arm: str) -> int:
         """How many epochs ``arm`` trains: (a) stops at ``groups_epochs``, (b)'s arms run the schedule's."""
         return self.groups_epochs if arm == "groups" else self.schedule.epochs
-
-
-def memory_splits(task: Anchors, n_train: int, n_eval: int):
-    """``make(gen, device)`` of a memory-only :class:`FixedDataset`: ``train`` and ``mem`` (its first
-    ``n_eval`` sequences), each ``{"tokens", "label"}``."""
-
-    def make(gen: torch.Generator, device: str | torch.device = "cpu") -> dict[str, dict[str, torch.Tensor]]:
-        d = task.dataset(gen, n_train, "train")
-        out = {
-            "train": {"tokens": d["tokens"], "label": d["label"]},
-            "mem": {"tokens": d["tokens"][:n_eval], "label": d["label"][:n_eval]},
-        }
-        return {k: {n: t.to(device) for n, t in v.items()} for k, v in out.items()}
-
-    return make
 
 
 def group_in_range(pred: torch.Tensor, group: torch.Tensor, ranges: list[tuple[int, int]]) -> torch.Tensor:

@@ -36,10 +36,7 @@ from pydantic import Field, model_validator
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
-from tdlab.experiments.seed001_reasoning_bias.common.cosines import (
-    anchor_cosine_rows,
-    reasoning_theory_cosines,
-)
+from tdlab.experiments.seed001_reasoning_bias.common.cosines import anchor_cosine_rows
 from tdlab.experiments.seed001_reasoning_bias.common.training import (
     PAPER_LR_EMB_MLP,
     AnchorsHealth,
@@ -52,7 +49,6 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     bias_gap_row,
     cosine_heatmap,
     fit_anchor_sweep,
-    label_marginal_losses,
     parameter_reading,
     reading_note,
     reasoning_first_rows,
@@ -73,8 +69,13 @@ from tdlab.probes.embedding import (
 from tdlab.report.standard_figures import Matrices, Matrix
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.seeding import generators
-from tdlab.tasks.anchors import KIND_MEM, Anchors, AnchorsConfig
-from tdlab.theory.anchors import order_blind_memory_ceiling, token_label_law
+from tdlab.tasks.anchors import KIND_MEM, Anchors, AnchorsConfig, label_marginal_losses
+from tdlab.theory.anchors import (
+    order_blind_memory_ceiling,
+    order_blind_sample_ceiling,
+    reasoning_theory_cosines,
+    token_label_law,
+)
 from tdlab.train.data import DATASET
 
 FIG3A_EPOCHS = (50, 900)  # the seed's Fig. 3A snapshots (of 1000 epochs)
@@ -232,27 +233,16 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
 
     def memory_ceilings(self, cfg: AnchorsMlpConfig) -> tuple[list[float], list[float]]:
         """Per seed index, the order-blind memory ceilings of that member's data: on the population
-        (:func:`order_blind_memory_ceiling`, tuples and keys equally likely) and on its training set.
-
-        D_mem is measured on training sequences, where the two orderings of an anchor pair occur a
-        random number of times each (keys are drawn per sequence): predicting a class's most frequent
-        training label beats the population ceiling there. Any one predictor's expected accuracy on a
-        random subset of the training set is its training-set accuracy, so the training-set ceiling
-        bounds the expected D_mem accuracy of any order-blind model.
-        """
+        (:func:`order_blind_memory_ceiling`, tuples and keys equally likely) and on its training set's memory
+        sequences (:func:`order_blind_sample_ceiling`: D_mem is measured on training sequences, so this one bounds
+        the expected D_mem accuracy of any order-blind model)."""
         task, arms = self.task(cfg), self.gamma_arms(cfg)
         population, training = [], []
         for g in generators(arms.index_seeds, DATASET):  # data seeds = the first arm's seeds
             population.append(order_blind_memory_ceiling(task, task.memory_table(g)))
             d = task.dataset(g, cfg.task.n_train, "train")  # as anchor_splits draws it
             mem = d["kind"] == KIND_MEM
-            key = torch.cat(
-                [d["key"][mem][:, None], torch.sort(d["anchors"][mem], dim=1).values, d["label"][mem][:, None]], 1
-            )  # (order-blind class, label) of every memory sequence
-            groups, counts = torch.unique(key, dim=0, return_counts=True)  # (class, label) -> count
-            _, cls = torch.unique(groups[:, :-1], dim=0, return_inverse=True)
-            best = torch.zeros(int(cls.max()) + 1, dtype=torch.long).scatter_reduce(0, cls, counts, "amax")
-            training.append(float(best.sum()) / int(mem.sum()))
+            training.append(order_blind_sample_ceiling(d["key"][mem], d["anchors"][mem], d["label"][mem]))
         return population, training
 
     def measure(self, cfg: AnchorsMlpConfig, run: RunView) -> Measurements:

@@ -34,9 +34,7 @@ ends below the uniform predictor's ``log V``.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,17 +65,17 @@ from tdlab.probes.curves import Crossings, auc, first_crossing
 from tdlab.probes.embedding import cosine_matrix, mean_pairwise_cosine
 from tdlab.report.standard_figures import Curves, Line, Matrices, Matrix, Panel
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
-from tdlab.runs import Run, atomic_write
+from tdlab.runs import Run
 from tdlab.seeding import derive_seed
-from tdlab.tasks.bpe import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, load_tokenizer_json, train_local_bpe
+from tdlab.tasks.bpe import GPT2_VOCAB
 from tdlab.tasks.prontoqa import ProntoQAConfig, generate, read_json
 from tdlab.tasks.stories import STANDIN_LABEL, read_stories, standin_stories
+from tdlab.tasks.text_mix import SOURCES, MixedCorpus, build_corpus, exclusive_tokens, token_counts
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import NextToken
 from tdlab.train.trainer import Trainer
 
-SOURCES: tuple[str, str] = ("prontoqa", "stories")  # source 0, source 1; also the eval split names
 SOURCE_LABELS = {"prontoqa": "PrOntoQA", "stories": "stories"}
 SOURCE_COLORS = {"prontoqa": "tab:red", "stories": "tab:blue"}  # Fig. 1's colours
 PAPER_COSINES = {"prontoqa": 0.123, "stories": 0.531}  # §4.4 / Fig. 6, reference only
@@ -201,60 +199,6 @@ class AnchorsTextConfig(ExperimentConfig):
 # Corpus
 
 
-class Corpus:
-    """The tokenised mix: ``tokens (N, L)`` int64 (right-padded with ``<|endoftext|>``), ``mask (N, L)``
-    float32 (1 on kept tokens, ``<|endoftext|>`` included; 0 on padding), ``source (N,)`` int64 (index
-    into :data:`SOURCES`), and what was cut (``truncated (N,)`` bool)."""
-
-    def __init__(
-        self,
-        tokens: torch.Tensor,
-        mask: torch.Tensor,
-        source: torch.Tensor,
-        truncated: torch.Tensor,
-        tokenizer: Tokenizer,
-        meta: dict,
-    ) -> None:
-        self.tokens, self.mask, self.source, self.truncated = tokens, mask, source, truncated
-        self.tokenizer, self.meta = tokenizer, meta
-
-    def of(self, src: str) -> torch.Tensor:
-        """Row indices of one source."""
-        return torch.nonzero(self.source == SOURCES.index(src)).squeeze(1)
-
-    # ---- the run directory's cache -------------------------------------------------------------
-    def save(self, folder: Path) -> None:
-        from safetensors.torch import save
-
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(
-            folder / "corpus.safetensors",
-            save(
-                {
-                    "tokens": self.tokens.contiguous(),
-                    "mask": self.mask.contiguous(),
-                    "source": self.source.contiguous(),
-                    "truncated": self.truncated.to(torch.int8).contiguous(),
-                }
-            ),
-        )
-        atomic_write(folder / "tokenizer.json", self.tokenizer.to_json())
-        atomic_write(folder / "corpus.json", json.dumps(self.meta, indent=1))
-
-    @classmethod
-    def load(cls, folder: Path) -> Corpus:
-        from safetensors.torch import load
-
-        t = load((folder / "corpus.safetensors").read_bytes())
-        meta = json.loads((folder / "corpus.json").read_text(encoding="utf-8"))
-        tok = load_tokenizer_json(meta["tokenizer"], (folder / "tokenizer.json").read_text(encoding="utf-8"))
-        return cls(t["tokens"], t["mask"], t["source"], t["truncated"].bool(), tok, meta)
-
-    @staticmethod
-    def cached(folder: Path) -> bool:
-        return all((folder / f).is_file() for f in ("corpus.safetensors", "tokenizer.json", "corpus.json"))
-
-
 def source_texts(cfg: TextDataConfig, seed: int) -> dict[str, list[str]]:
     """The raw texts of each source: PrOntoQA (generated from ``seed``, or the user's JSON) and stories
     (the user's TinyStories file, or stand-in stories from ``seed``)."""
@@ -269,69 +213,8 @@ def source_texts(cfg: TextDataConfig, seed: int) -> dict[str, list[str]]:
     return {"prontoqa": pq, "stories": st}
 
 
-def build_corpus(
-    texts: dict[str, list[str]], tokenizer: str, vocab: int, seq_len: int, min_frequency: int = 2
-) -> Corpus:
-    """Tokenise ``texts`` (``{source: [text]}``) into a :class:`Corpus`.
-
-    Args:
-        tokenizer: ``"gpt2"`` or ``"local"`` (a byte-level BPE of ``vocab`` ids trained on all the texts).
-        seq_len: tokens kept per sequence (``<|endoftext|>`` appended first, then cut); padded to the longest.
-    """
-    all_texts = [t for s in SOURCES for t in texts[s]]
-    tok = gpt2_tokenizer() if tokenizer == "gpt2" else train_local_bpe(all_texts, vocab, min_frequency)
-    if tok.vocab_size > vocab:
-        raise ConfigError(f"model.vocab={vocab} is smaller than the tokenizer's {tok.vocab_size} ids")
-    eos = tok.eos_id
-    ids = [[*s, eos] for s in tok.encode_batch(all_texts)]
-    lengths = [len(s) for s in ids]
-    L = min(seq_len, max(lengths))
-    tokens = torch.full((len(ids), L), eos, dtype=torch.long)
-    mask = torch.zeros(len(ids), L, dtype=torch.float32)
-    for i, s in enumerate(ids):
-        s = s[:L]
-        tokens[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[i, : len(s)] = 1.0
-    source = torch.tensor([k for k, s in enumerate(SOURCES) for _ in texts[s]], dtype=torch.long)
-    truncated = torch.tensor([n > L for n in lengths])
-    meta = {
-        "tokenizer": tok.name,
-        "tokenizer_vocab": tok.vocab_size,
-        "eos_id": eos,
-        "seq_len": L,
-        "mean_tokens": {
-            s: float(np.mean([n for n, k in zip(lengths, source.tolist(), strict=True) if SOURCES[k] == s]))
-            for s in SOURCES
-        },
-        "truncated_share": {s: float(truncated[source == k].float().mean()) for k, s in enumerate(SOURCES)},
-    }
-    return Corpus(tokens, mask, source, truncated, tok, meta)
-
-
 # ------------------------------------------------------------------------------------------------
 # Measures
-
-
-def token_counts(
-    tokens: torch.Tensor, mask: torch.Tensor, source: torch.Tensor, vocab: int, ignore: Sequence[int] = ()
-) -> dict[str, np.ndarray]:
-    """How often each token id occurs among the kept tokens of each source: ``{source: (vocab,) int64}``
-    (``ignore``: ids never counted, e.g. ``<|endoftext|>``)."""
-    out = {}
-    for k, s in enumerate(SOURCES):
-        rows = source == k
-        kept = tokens[rows][mask[rows] > 0]
-        c = torch.bincount(kept, minlength=vocab).numpy().astype(np.int64)
-        c[list(ignore)] = 0
-        out[s] = c
-    return out
-
-
-def exclusive_tokens(counts: np.ndarray, other: np.ndarray, top: int) -> list[int]:
-    """The ``top`` most frequent ids of ``counts`` that never occur in ``other`` (ties: smaller id first)."""
-    ids = np.nonzero((counts > 0) & (other == 0))[0]
-    order = np.lexsort((ids, -counts[ids]))  # primary key: count descending, then id
-    return ids[order][:top].tolist()
 
 
 def loss_auc(epochs: np.ndarray, loss: np.ndarray) -> list[float]:
@@ -362,7 +245,7 @@ def _fig6_panels(cfg: AnchorsTextConfig, run: RunView, _: Any) -> list[Matrix]:
     """Fig. 6: a row per γ whose early snapshot was stored, a column per source: member 0's cosine matrix
     ``(k, k)`` among the source's ``k`` exclusive tokens (the seed shows one model), titled with the mean over
     all members; none where fewer than 2 tokens are exclusive."""
-    ex = AnchorsText.exclusive(cfg, Corpus.load(run.path / DATA_DIR))
+    ex = AnchorsText.exclusive(cfg, MixedCorpus.load(run.path / DATA_DIR))
     k = len(ex[SOURCES[0]])
     if k < 2:
         return []
@@ -392,10 +275,10 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
     Config = AnchorsTextConfig
 
     # ---- training -------------------------------------------------------------------------------
-    def corpus(self, cfg: AnchorsTextConfig, folder: Path) -> Corpus:
+    def corpus(self, cfg: AnchorsTextConfig, folder: Path) -> MixedCorpus:
         """The run's tokenised corpus: from the cache in ``folder`` when present, else built and cached."""
-        if Corpus.cached(folder):
-            return Corpus.load(folder)
+        if MixedCorpus.cached(folder):
+            return MixedCorpus.load(folder)
         c = build_corpus(
             source_texts(cfg.data, cfg.seed),
             cfg.data.tokenizer,
@@ -454,7 +337,7 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
 
     # ---- measurement ----------------------------------------------------------------------------
     @staticmethod
-    def exclusive(cfg: AnchorsTextConfig, corpus: Corpus) -> dict[str, list[int]]:
+    def exclusive(cfg: AnchorsTextConfig, corpus: MixedCorpus) -> dict[str, list[int]]:
         """Fig. 6's token sets: each source's most frequent exclusive tokens, both cut to the same size
         ``min(top_tokens, available in either)`` so the two means are over equally many pairs."""
         counts = token_counts(
@@ -469,7 +352,7 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
 
     def measure(self, cfg: AnchorsTextConfig, run: RunView) -> Measurements:
         c = cfg.claims
-        corpus = Corpus.load(run.path / DATA_DIR)
+        corpus = MixedCorpus.load(run.path / DATA_DIR)
         spe = cfg.steps_per_epoch
         ex = self.exclusive(cfg, corpus)
         standin = cfg.data.standin

@@ -59,7 +59,7 @@ from tdlab.experiments.seed004_topics.common.training import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
-from tdlab.probes.blocks import block_stats, model_attention_averages
+from tdlab.probes.blocks import block_stats, pooled_attention_averages
 from tdlab.run_context import RunContext
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
@@ -232,21 +232,9 @@ def _probe(cfg: TopicsAttnConfig):
     def probe(model: TopicAttention) -> dict[str, torch.Tensor]:
         device = model.W_V.device
         docs = task.sample(generators(model.seeds, HELDOUT, device), cfg.heldout_docs, cfg.task.n_max, device)
-        E = len(model.seeds)
-        sums = torch.zeros(3, E, dtype=torch.float64, device=device)
-        counts = torch.zeros(3, E, dtype=torch.float64, device=device)
-        for b in range(0, cfg.heldout_docs, cfg.heldout_chunk):
-            part = slice(b, b + cfg.heldout_chunk)
-            av = model_attention_averages(
-                model, docs["tokens"][:, part], docs["key_mask"][:, part], T, v, cut=cfg.cut, norm_len=NORM_LEN
-            )
-            # pooled over all pairs of all documents (the authors' running sums): sum of averages x counts
-            for k, (a, n) in enumerate(
-                ((av.same_word, av.n_same_word), (av.same_topic, av.n_same_topic), (av.diff_topic, av.n_diff_topic))
-            ):
-                sums[k] += torch.nan_to_num(a) * n
-                counts[k] += n
-        avg = sums / counts  # 0/0 -> NaN: no pair of that class in any document
+        avg = pooled_attention_averages(
+            model, docs["tokens"], docs["key_mask"], T, v, cfg.heldout_chunk, cut=cfg.cut, norm_len=NORM_LEN
+        )
         st = block_stats(model.value_matrix().double(), T, v)
         return {"attn_sw": avg[0], "attn_st": avg[1], "attn_dt": avg[2], "wv_u": st.u, "wv_z": st.z}
 

@@ -24,11 +24,9 @@ prints both).
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any, Literal
 
 import numpy as np
-import torch
 from pydantic import Field, model_validator
 
 from tdlab.claims import GroupResult, Measurements, Sample
@@ -50,15 +48,13 @@ from tdlab.experiments.seed004_topics.common.real_text import (
 )
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
+from tdlab.models.init import near_zero_qkv_init_
+from tdlab.probes.attention import WEIGHT_NORMS, WV_ROTATION, AttentionWeightProbe
 from tdlab.probes.curves import lags, rotation_means
 from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import RunContext
-from tdlab.seeding import generators
 
-NORMS = ("norm_K", "norm_Q", "norm_V")
-ROTATION = "rotation_V"
-FIG5_LABELS = {"norm_K": "‖W^K‖_F", "norm_Q": "‖W^Q‖_F", "norm_V": "‖W^V‖_F", ROTATION: "rotation of W^V"}
-NEAR_ZERO = "near-zero-qkv"  # purpose of the near-zero W^Q, W^K, W^V draws
+FIG5_LABELS = {"norm_K": "‖W^K‖_F", "norm_Q": "‖W^Q‖_F", "norm_V": "‖W^V‖_F", WV_ROTATION: "rotation of W^V"}
 
 
 class TwoStageRealClaims(LagClaims):
@@ -104,50 +100,6 @@ NEAR_ZERO_QKV = Hypothesis(
 )
 
 
-def near_zero_qkv(model: GPT, scale: float, kind: str = "uniform") -> GPT:
-    """Redraw W^Q, W^K, W^V of every layer near zero (Fig. 5), member ``e`` from its own seed: U[0, scale)
-    entrywise (``"uniform"``) or N(0, scale²) (``"normal"``). Returns ``model``."""
-    gens = generators(model.seeds, NEAR_ZERO)
-    with torch.no_grad():
-        for blk in model.blocks:
-            for lin in (blk.attn.W_Q, blk.attn.W_K, blk.attn.W_V):
-                for e, g in enumerate(gens):
-                    if kind == "uniform":
-                        lin.weight[e].uniform_(0.0, scale, generator=g)
-                    else:
-                        lin.weight[e].normal_(0.0, scale, generator=g)
-    return model
-
-
-class WeightProbe:
-    """Trainer probe: per layer ``l`` the Frobenius norms ``norm_K/L{l}``, ``norm_Q/L{l}``, ``norm_V/L{l}`` (heads
-    concatenated, ``(E,)``) and, once ``lag`` steps of history exist, ``rotation_V/L{l}`` = (1 − cos(W^V_t,
-    W^V_{t−lag}))/2. Called every step (``probe_every=1``); the history restarts with each new model (chunk)."""
-
-    def __init__(self, lag: int = 10) -> None:
-        self.lag = lag
-        self._model: int | None = None
-        self._hist: dict[int, deque] = {}
-
-    def __call__(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        if not isinstance(model, GPT):
-            raise TypeError(f"WeightProbe reads a GPT's attention weights, got {type(model).__name__}")
-        if id(model) != self._model:
-            self._model, self._hist = id(model), {}
-        out = {}
-        for layer, blk in enumerate(model.blocks):
-            a = blk.attn
-            for name, lin in (("norm_K", a.W_K), ("norm_Q", a.W_Q), ("norm_V", a.W_V)):
-                out[f"{name}/L{layer}"] = lin.weight.detach().flatten(1).norm(dim=1)
-            wv = a.W_V.weight.detach().flatten(1).double().clone()
-            h = self._hist.setdefault(layer, deque(maxlen=self.lag + 1))
-            h.append(wv)
-            if len(h) == self.lag + 1:
-                cs = torch.nn.functional.cosine_similarity(h[0], h[-1], dim=1)
-                out[f"{ROTATION}/L{layer}"] = (1.0 - cs) / 2.0
-        return out
-
-
 @register
 class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
     Config = RealTwoStageConfig
@@ -157,9 +109,9 @@ class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
         gcfg = encoder_config(cfg, data.vocab)
 
         def build(seeds: list[int]) -> GPT:
-            return near_zero_qkv(GPT(gcfg, seeds), cfg.init_scale, cfg.qkv_init)
+            return near_zero_qkv_init_(GPT(gcfg, seeds), cfg.init_scale, cfg.qkv_init)
 
-        fit_encoder(ctx, cfg, data, build=build, probes=[WeightProbe(cfg.rotation_lag)], probe_every=1)
+        fit_encoder(ctx, cfg, data, build=build, probes=[AttentionWeightProbe(cfg.rotation_lag)], probe_every=1)
         write_info(ctx, data)
 
     @staticmethod
@@ -178,7 +130,7 @@ class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
         growth = []
         for layer in range(cfg.model.layers):
             n = {}
-            for name in NORMS:
+            for name in WEIGHT_NORMS:
                 steps, n[name] = self.curves(cfg, run, name, layer)  # the same steps for every weight
             lg = lags(steps, n["norm_K"], n["norm_Q"], n["norm_V"], c.half)
             growth.append(lg.growth)
@@ -190,7 +142,7 @@ class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
                 context={"layer": layer},
                 label=f"layer {layer}: mean lag of W^K, W^Q behind W^V ≥ {c.lag_share:g} of the horizon",
             )
-            rs, r = self.curves(cfg, run, ROTATION, layer)
+            rs, r = self.curves(cfg, run, WV_ROTATION, layer)
             s1, s2 = rotation_means(rs, r, c.stage1_end, c.horizon)
             out.row(
                 "value-rotates-fast-in-stage-1",
@@ -252,7 +204,7 @@ class TopicsRealTwoStage(RealTextExperiment[RealTwoStageConfig]):
                     },
                     ylabel=FIG5_LABELS[name],
                 )
-                for name in (*NORMS, ROTATION)
+                for name in (*WEIGHT_NORMS, WV_ROTATION)
                 for layer in range(cfg.model.layers)
             ],
             title="Fig. 5 — W^K, W^Q, W^V norms and W^V rotation (1 − cos(W^V_t, W^V_t−10))/2, members' mean, "

@@ -1,11 +1,7 @@
 """seed 001 shared set-up: the γ-sweep as one ensemble (per-member γ, shared data), T50 samples with censoring
-and resolution, the label-marginal baselines against an empirical count over generated data, the
-provenance of a parameter reading, and the training-set health gate."""
+and resolution, the provenance of a parameter reading, and the training-set health gate."""
 
 from __future__ import annotations
-
-import math
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -16,7 +12,6 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     PAPER_LR_TRANSFORMER,
     GammaArms,
     gamma_gpt,
-    label_marginal_losses,
     parameter_reading,
     t50_sample,
 )
@@ -34,33 +29,6 @@ def test_t50_sample_carries_censoring_and_resolution():
     acc = np.array([[0.0, 0.2, 0.51, 0.9, 0.4], [0.0, 0.1, 0.2, 0.3, 0.5]])  # the second never above 0.5
     s = t50_sample(t50(epochs, acc))
     assert s.values == (2.0, 4.0) and s.censored == (False, True) and s.resolution == 1.0 and s.censor == "above"
-
-
-def test_label_marginal_losses_match_an_empirical_count_over_generated_data():
-    task = Anchors(AnchorsConfig(key_min=21, key_max=30, n_train=600, n_test=40))
-    n = 200_000
-    g = torch.Generator().manual_seed(0)
-    train = task.dataset(g, n, "train", table=None)
-    test = task.dataset(g, n // 4, "test_rsn")
-    # memory labels come from one drawn table: average the empirical law over several tables
-    mem = [task.dataset(torch.Generator().manual_seed(s), n // 10, "mem")["label"] for s in range(20)]
-    marg = Counter(train["label"][train["kind"] == KIND_RSN_TRAIN].tolist())
-    n_rsn = int((train["kind"] == KIND_RSN_TRAIN).sum())
-    mem_all = torch.cat(mem).tolist()
-    n_mem_share = len(task.mem_tuples) / (len(task.mem_tuples) + len(task.rsn_train_tuples))
-    p = {y: (1 - n_mem_share) * c / n_rsn for y, c in marg.items()}
-    for y, c in Counter(mem_all).items():
-        p[y] = p.get(y, 0.0) + n_mem_share * c / len(mem_all)
-    ce = {
-        "rsn_train": np.mean([-math.log(p[y]) for y in train["label"][train["kind"] == KIND_RSN_TRAIN].tolist()]),
-        "mem": np.mean([-math.log(p[y]) for y in mem_all]),
-        "test": np.mean([-math.log(p[y]) for y in test["label"].tolist()]),
-    }
-    got = label_marginal_losses(task)
-    for split, want in ce.items():
-        assert got[split] == pytest.approx(want, abs=0.02), split
-    # a model that knows only the marginal scores exactly this loss; one that knows more scores less
-    assert got["mem"] > math.log(10)  # log N_Z: the loss of U(Z) on memory sequences
 
 
 def test_a_parameter_reading_is_the_seeds_only_at_its_lr_budget_and_epoch():

@@ -1,11 +1,10 @@
 """seed004 real_text: the measures on a planted two-topic corpus with embeddings set by hand (ratios far above 1)
-and random ones (about 1 in attention); Fig. 3's word choice; the unigram model's held-out loss against a direct
-count; the LDA fit read from the run's cache instead of refitted."""
+and random ones (about 1 in attention); the LDA fit read from the run's cache instead of refitted; an older run's
+corpus facts recomputed (Fig. 3's word choice and the unigram loss are tested in ``tests/tasks/``)."""
 
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
@@ -16,15 +15,13 @@ from tdlab.experiments.seed004_topics.common.real_text import (
     RealData,
     corpus_facts,
     encoder_config,
-    fig3_words,
     measure,
     split_windows,
-    unigram_loss,
 )
 from tdlab.experiments.seed004_topics.real import TopicsReal
 from tdlab.models.gpt import GPT
 from tdlab.tasks.lda_topics import Topics
-from tdlab.tasks.text_corpus import CorpusConfig, encode_windows, load_corpus
+from tdlab.tasks.text_corpus import CorpusConfig, encode_windows, load_corpus, unigram_loss
 
 # --- a planted two-topic corpus ------------------------------------------------------------------
 
@@ -103,20 +100,6 @@ def test_measures_on_planted_topics_hand_set_embeddings_far_above_1_random_near_
     assert fig3 == []  # two topics: no 3 x 3 Fig. 3 map (its claim is then not stated)
 
 
-def test_fig3_words_are_the_unambiguous_top_words_of_the_clearest_topics():
-    wt = np.zeros((4, 12))
-    wt[0, [0, 1, 2, 3]] = [0.4, 0.3, 0.2, 0.1]
-    wt[1, [4, 5, 6]] = [0.5, 0.3, 0.2]
-    wt[2, [7, 8, 9]] = [0.34, 0.33, 0.33]
-    wt[3, [10, 11, 0]] = [0.45, 0.45, 0.10]  # word 0 belongs to topic 0 (0.4 > 0.1): topic 3 has 2 own words
-    topics = Topics(word_topic=wt)
-    groups = fig3_words(topics, np.arange(12))
-    # third own word's probability: topic 2: 0.33, topic 1: 0.2, topic 0: 0.2 (tie: lower topic id first)
-    assert [g.tolist() for g in groups] == [[7, 8, 9], [0, 1, 2], [4, 5, 6]]
-    with pytest.raises(ValueError, match=re.escape("Fig. 3")):
-        fig3_words(Topics(word_topic=wt[:2]), np.arange(12))
-
-
 def test_prepare_data_reads_the_cached_lda_fit_instead_of_refitting(tmp_path, monkeypatch, real_tiny):
     """A resumed run (same cache folder) must not refit LDA: the second call finds the .npz and never calls fit_lda."""
     import tdlab.experiments.seed004_topics.common.real_text as tr
@@ -136,14 +119,6 @@ def test_prepare_data_reads_the_cached_lda_fit_instead_of_refitting(tmp_path, mo
     )  # [UNK] = n + 2
 
 
-def test_unigram_loss_is_the_training_frequencies_on_the_heldout_words():
-    windows = torch.tensor([[2, 2, 3], [2, 4, 4], [3, 2, 5]])  # ids from OFFSET = 2; vocab 6 (ids 2..5 are words)
-    # training words (first two windows): 2 x3, 3 x1, 4 x2, 5 x0; add-one: 4, 2, 3, 1 over 10
-    p = {2: 0.4, 3: 0.2, 4: 0.3, 5: 0.1}
-    expected = -np.mean([math.log(p[w]) for w in (3, 2, 5)])
-    assert unigram_loss(windows, 1, 6) == pytest.approx(expected, rel=1e-12)
-
-
 def test_corpus_facts_recompute_what_an_older_run_lacks(tmp_path, real_tiny):
     cfg = TopicsReal().make_config("quick", real_tiny, members=1)
     assert corpus_facts(cfg, tmp_path / "nothing") == {}
@@ -151,5 +126,5 @@ def test_corpus_facts_recompute_what_an_older_run_lacks(tmp_path, real_tiny):
     windows, n_test = split_windows(cfg, corpus)
     facts = corpus_facts(cfg, tmp_path)
     assert facts["documents"] == 30
-    assert facts["unigram_loss"] == pytest.approx(unigram_loss(windows, n_test, len(corpus.vocab) + OFFSET + 1))
+    assert facts["unigram_loss"] == pytest.approx(unigram_loss(windows, n_test, len(corpus.vocab) + OFFSET + 1, OFFSET))
     assert 0 < facts["unigram_loss"] < math.log(len(corpus.vocab))  # frequencies beat the uniform predictor

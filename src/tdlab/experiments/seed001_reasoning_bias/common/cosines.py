@@ -1,26 +1,12 @@
-"""The anchors' embedding-cosine readings of anchors-mlp that anchors-embedding and anchors-attention make too
-(Figs. 3A-C, 4A): the reasoning anchors' label-law cosines of the theory, rank correlations and pair statistics
-of cosine matrices,
-and the three cosine claims with their rows."""
+"""The anchors' embedding-cosine claims of anchors-mlp that anchors-embedding makes too (Figs. 3A, 4A): the three
+cosine claims with their rows (the reasoning anchors' label-law cosines of the theory are
+:func:`tdlab.theory.anchors.reasoning_theory_cosines`)."""
 
 from __future__ import annotations
-
-import torch
 
 from tdlab.claims import ClaimSpec, Measurements
 from tdlab.claims.declare import Threshold
 from tdlab.experiments.seed001_reasoning_bias.common.training import DIRECTION, SMALL_INIT, Reading
-from tdlab.tasks.anchors import Anchors
-from tdlab.theory.anchors import label_law_cosines, token_label_law
-
-
-def reasoning_theory_cosines(task: Anchors) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fig. 3B–C: the laws ``P^s`` of the reasoning anchors on the task's training population and the
-    cosines of ``P^s − 1/d_vob``. Returns ``(laws (n, d_vob), cosines (n, n))`` float64."""
-    c = task.cfg
-    laws = torch.stack([token_label_law(task, s) for s in range(c.rsn_min, c.rsn_max + 1)])
-    return laws, label_law_cosines(laws, c.d_vob)
-
 
 # Our thresholds on the anchors' cosine structure: the seed gives no level for "high similarity" or "decreases with
 # |s_i − s_j|", and no planted case from its theory fixes one between an unshaped embedding (0) and its limit.

@@ -30,7 +30,6 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     bias_gap_row,
     fit_anchor_sweep,
     gamma_gpt,
-    label_marginal_losses,
     reading_note,
     reasoning_first_rows,
     record_rsn_past_marginal,
@@ -41,7 +40,7 @@ from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.runs import Run, RunDirError
 from tdlab.seeding import generators
-from tdlab.tasks.anchors import Anchors, AnchorsConfig
+from tdlab.tasks.anchors import Anchors, AnchorsConfig, label_marginal_losses
 from tdlab.train.data import DATASET
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module

@@ -24,7 +24,7 @@ Measures. ``T50_D``: the first evaluated epoch at which ``acc_D`` is above ``t50
 last evaluation for a member that never gets there (only a lower bound is known). ``AUC_D``: the mean
 ``acc_D`` over the evaluations at epochs ``>= 1`` (the epoch-0 evaluation, chance for every arm, is
 left out). Baselines: the loss of the training set's label marginal on each split
-(:func:`label_marginal_losses`, the best input-blind predictor: a model below it has learnt something
+(:func:`tdlab.tasks.anchors.label_marginal_losses`, the best input-blind predictor: a model below it has learnt something
 of the map) and chance accuracy on D_rsn,test.
 
 Health gate. The seed's γ = 0.3 finding is that the held-out loss does *not* fall (§4.1): gating on it
@@ -60,7 +60,7 @@ from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import RunContext, extend_fit, init_arm, initial_states, snapshot_arm
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
-from tdlab.tasks.anchors import Anchors, AnchorsConfig, anchor_splits, split_label_laws
+from tdlab.tasks.anchors import Anchors, AnchorsConfig, anchor_splits
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import LastPosition
@@ -73,7 +73,6 @@ if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with th
 SPLIT_NAMES: tuple[str, ...] = ("mem", "rsn_train", "test")  # eval splits (metric prefixes)
 SPLIT_LABELS = {"mem": "D_mem", "rsn_train": "D_rsn,train", "test": "D_rsn,test"}
 SPLIT_COLORS = {"mem": "tab:blue", "rsn_train": "tab:purple", "test": "tab:orange"}  # Fig. 2's colours
-TASK_SPLIT = {"mem": "mem", "rsn_train": "rsn_train", "test": "test_rsn"}  # eval split -> Anchors split
 
 # A γ-sweep's values (§3.4's init rate), one arm each: at least one, distinct, each in [0, 10].
 Gammas = Annotated[list[Annotated[float, Field(ge=0.0, le=10.0)]], Field(min_length=1), Distinct]
@@ -345,24 +344,6 @@ class ArmCurves:
             out[f"final_acc_{s}"] = self.final_acc(s).tolist()
             out[f"final_loss_{s}"] = self.loss[s][:, -1].tolist()
         return out
-
-
-def label_marginal_losses(task: Anchors) -> dict[str, float]:
-    """Cross-entropy (nats) of each split's labels under the *training set's* label marginal: the loss of
-    a model that has learnt nothing but the marginal (the best input-blind predictor). Keys are the
-    evaluation split names (``mem``, ``rsn_train``, ``test``)."""
-    laws = split_label_laws(task)
-    n_mem, n_rsn = len(task.mem_tuples), len(task.rsn_train_tuples)
-    p = np.asarray(sum(w * laws[s] for s, w in (("mem", n_mem), ("rsn_train", n_rsn)) if s in laws) / (n_mem + n_rsn))
-    out = {}
-    for split, task_split in TASK_SPLIT.items():
-        if task_split not in laws:
-            continue
-        q = laws[task_split]
-        on = q > 0
-        with np.errstate(divide="ignore"):
-            out[split] = float(-(q[on] * np.log(p[on])).sum())
-    return out
 
 
 RSN_PAST_MARGINAL = Stage(

@@ -59,11 +59,12 @@ from tdlab.experiments.base import Experiment, ExperimentConfig
 from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes import topic_pairs as tp
+from tdlab.probes.topic_pairs import model_attention, model_embeddings
 from tdlab.run_context import RunContext, init_arm
 from tdlab.runs import Run
 from tdlab.seeding import derive_seed, member_seeds
-from tdlab.tasks.lda_topics import LDAConfig, Topics, assign, fit_lda, topic_word_sets
-from tdlab.tasks.text_corpus import Corpus, CorpusConfig, encode_windows, load_corpus
+from tdlab.tasks.lda_topics import LDAConfig, Topics, assign, fig3_words, fit_lda, topic_word_sets
+from tdlab.tasks.text_corpus import Corpus, CorpusConfig, encode_windows, load_corpus, unigram_loss
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import MaskedTokens
 from tdlab.train.trainer import FitResult, Probe, TrainConfig, Trainer
@@ -237,16 +238,6 @@ def split_windows(cfg: TopicsRealConfig, corpus: Corpus) -> tuple[torch.Tensor, 
     return windows, max(1, round(cfg.heldout * windows.shape[0]))
 
 
-def unigram_loss(windows: torch.Tensor, n_test: int, vocab: int) -> float:
-    """The held-out masked-token loss of the unigram model: every masked word predicted with the training
-    windows' word frequencies (add-one smoothed over the ``vocab`` ids from ``OFFSET``), averaged over the
-    held-out windows' words (each masked with the same probability). Nats."""
-    train, test = windows[:-n_test].reshape(-1), windows[-n_test:].reshape(-1)
-    counts = torch.bincount(train, minlength=vocab).double()[OFFSET:] + 1.0
-    logp = torch.log(counts / counts.sum())
-    return float(-logp[test - OFFSET].mean())
-
-
 def corpus_facts(cfg: TopicsRealConfig, cache: Path) -> dict[str, Any]:
     """``{"documents", "unigram_loss"}`` of the run's corpus, recomputed from its cached tokenisation (for a run
     whose ``info.json`` predates them); ``{}`` when the run has no cached corpus."""
@@ -256,7 +247,7 @@ def corpus_facts(cfg: TopicsRealConfig, cache: Path) -> dict[str, Any]:
     windows, n_test = split_windows(cfg, corpus)
     return {
         "documents": len(corpus.docs),
-        "unigram_loss": unigram_loss(windows, n_test, len(corpus.vocab) + OFFSET + 1),
+        "unigram_loss": unigram_loss(windows, n_test, len(corpus.vocab) + OFFSET + 1, OFFSET),
     }
 
 
@@ -345,30 +336,6 @@ def load_encoder(gcfg: GPTConfig, seeds: Sequence[int], arrays: dict[str, torch.
 # Measures
 
 
-def fig3_words(topics: Topics, lda_vocab: np.ndarray, groups: int = 3, per_group: int = 3) -> list[np.ndarray]:
-    """Fig. 3's words, chosen deterministically: the words whose most probable topic is ``t`` ("unambiguous"
-    for ``t``), ranked by p(w | t); the ``groups`` topics whose ``per_group``-th such word is the most probable
-    (topics with clear top words), and their top ``per_group`` words each. Returns ``groups`` arrays of ids."""
-    wt = np.asarray(topics.word_topic, dtype=float)
-    K = wt.shape[0]
-    best = np.full(wt.shape[1], -1)
-    best[lda_vocab] = wt[:, lda_vocab].argmax(0)
-    cand = []
-    for t in range(K):
-        own = np.flatnonzero(best == t)
-        if own.size < per_group:
-            continue
-        top = own[np.argsort(-wt[t, own], kind="stable")[:per_group]]
-        cand.append((-wt[t, top[-1]], t, top))
-    cand.sort(key=lambda c: (c[0], c[1]))
-    if len(cand) < groups:
-        raise ValueError(
-            f"Fig. 3 needs {groups} topics with {per_group} words each whose most probable topic they "
-            f"are; this fit has {len(cand)}"
-        )
-    return [c[2] for c in cand[:groups]]
-
-
 def _cos(x: torch.Tensor) -> torch.Tensor:
     x = x.double()
     n = x / x.norm(dim=-1, keepdim=True).clamp_min(1e-30)
@@ -387,7 +354,7 @@ def measure(
     Non-finite values (a class without pairs) are left out.
     """
     corpus, topics = data.corpus, data.topics
-    emb, E = model_embeddings(model)  # (E, n_words, d), row = corpus word id
+    emb, E = model_embeddings(model, OFFSET)  # (E, n_words, d), row = corpus word id
     lda_vocab = corpus.lda_vocab
     excluded: frozenset[int] = getattr(model, "excluded", frozenset())  # a checkpoint's words split into several pieces
     n_lda = int(lda_vocab.size)
@@ -456,28 +423,6 @@ def measure(
     return rows, fig3
 
 
-def model_embeddings(model: Any) -> tuple[torch.Tensor, int]:
-    """``((E, n_words, d) input embeddings of the corpus words, E)``: the token table's word rows."""
-    if isinstance(model, GPT):
-        w = model.wte.detach()[:, OFFSET:-1]  # drop [MASK], [PAD] and [UNK]
-        return w, w.shape[0]
-    emb = model.word_embeddings()  # HFEncoder: (E, n_words, d), NaN rows for skipped words
-    return emb, emb.shape[0]
-
-
-@torch.no_grad()
-def model_attention(model: Any, windows: torch.Tensor, device: str = "cpu") -> torch.Tensor:
-    """``(E, B, L, H, T, T)`` attention patterns of every member on ``windows (B, T)`` (model ids), unmasked."""
-    if not isinstance(model, GPT):
-        return model.window_attention(windows)
-    E = model.members
-    x = windows.to(device).unsqueeze(0).expand(E, *windows.shape)
-    names = [f"blocks.{layer}.attn.pattern" for layer in range(model.cfg.layers)]
-    with model.cache(names) as c:
-        model(x)
-    return torch.stack([c[n] for n in names], dim=2).cpu()  # (E, B, L, H, T, T)
-
-
 # ----------------------------------------------------------------------------------------------
 # The experiments
 
@@ -490,7 +435,7 @@ def write_info(ctx: RunContext, data: RealData, **extra: Any) -> None:
         "provenance": data.corpus.provenance,
         "vocab": len(data.corpus.vocab),
         "documents": len(data.corpus.docs),
-        "unigram_loss": unigram_loss(data.windows, data.n_test, data.vocab),
+        "unigram_loss": unigram_loss(data.windows, data.n_test, data.vocab, OFFSET),
         **extra,
     }
     (cache / "info.json").write_text(json.dumps(info))

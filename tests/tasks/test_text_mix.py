@@ -1,0 +1,89 @@
+"""The mixed corpus of seed 001 Figs. 1/6 (tdlab.tasks.text_mix): the tokenised texts against the tokenizer's own
+encoding (``<|endoftext|>`` appended, cut, padded, masked, each row's source), the folder cache round trip, and the
+exclusive-token sets against a Counter-based slow version."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from tdlab.tasks.text_mix import SOURCES, MixedCorpus, build_corpus, exclusive_tokens, token_counts
+
+TEXTS = {
+    "prontoqa": ["Every wumpus is a yumpus. Max is a wumpus. True or false: Max is a yumpus. A: True"] * 3
+    + ["Each zumpus is not hot. Rex is a zumpus. True or false: Rex is hot. A: False"],
+    "stories": ["Tom saw a red ball.", "Lily was happy and she ran to the park with her dog.", "The end."],
+}
+
+
+@pytest.fixture(scope="module")
+def corpus() -> MixedCorpus:
+    return build_corpus(TEXTS, "local", 300, 12)
+
+
+def test_build_corpus_is_the_tokenizers_encoding_cut_padded_and_masked(corpus):
+    tok = corpus.tokenizer
+    texts = [t for s in SOURCES for t in TEXTS[s]]
+    ids = [[*tok.encode_batch([t])[0], tok.eos_id] for t in texts]
+    L = min(12, max(map(len, ids)))
+    assert corpus.tokens.shape == (len(texts), L) and corpus.mask.dtype == torch.float32
+    for i, want in enumerate(ids):
+        kept = want[:L]
+        n = int(corpus.mask[i].sum())
+        assert n == len(kept) and corpus.tokens[i, :n].tolist() == kept
+        assert bool((corpus.tokens[i, n:] == tok.eos_id).all()) and bool((corpus.mask[i, n:] == 0).all())
+        assert bool(corpus.truncated[i]) == (len(want) > L)
+    assert corpus.source.tolist() == [0] * 4 + [1] * 3
+    assert corpus.of("stories").tolist() == [4, 5, 6]
+    assert corpus.meta["seq_len"] == L and corpus.meta["eos_id"] == tok.eos_id
+    assert corpus.meta["truncated_share"]["stories"] == pytest.approx(float(np.mean([len(s) > L for s in ids[4:]])))
+
+
+def test_the_folder_cache_round_trips(corpus, tmp_path):
+    assert not MixedCorpus.cached(tmp_path)
+    corpus.save(tmp_path / "data")
+    assert MixedCorpus.cached(tmp_path / "data")
+    back = MixedCorpus.load(tmp_path / "data")
+    for k in ("tokens", "mask", "source", "truncated"):
+        assert torch.equal(getattr(back, k), getattr(corpus, k)), k
+    assert back.meta == corpus.meta and back.tokenizer.to_json() == corpus.tokenizer.to_json()
+
+
+def _slow_exclusive(seqs, sources, src, top, ignore):
+    """Counter-based reference: tokens of source ``src`` never seen in the other, by count, then id."""
+    mine = Counter(t for s, k in zip(seqs, sources, strict=True) if k == src for t in s if t != ignore)
+    other = {t for s, k in zip(seqs, sources, strict=True) if k != src for t in s}
+    return sorted((t for t in mine if t not in other), key=lambda t: (-mine[t], t))[:top]
+
+
+def test_exclusive_tokens_match_a_counter_and_are_disjoint():
+    rng = np.random.default_rng(0)
+    V, eos = 60, 0
+    seqs, sources = [], []
+    for i in range(80):
+        k = i % 2
+        n = int(rng.integers(3, 30))
+        # overlapping ranges with skewed frequencies: shared and exclusive ids, many count ties
+        ids = (rng.zipf(1.5, n) % 35 + (1 if k == 0 else 20)).tolist()
+        seqs.append([*ids, eos])
+        sources.append(k)
+    L = max(map(len, seqs))
+    tokens = torch.zeros(len(seqs), L + 3, dtype=torch.long)  # padding with eos (id 0) beyond the mask
+    mask = torch.zeros(len(seqs), L + 3)
+    for i, s in enumerate(seqs):
+        tokens[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s)] = 1
+    tokens[:, -1] = 59  # a padded position holding a token id: masked out, never counted
+    counts = token_counts(tokens, mask, torch.tensor(sources), V, ignore=[eos])
+    assert counts["prontoqa"][59] == 0 and counts["prontoqa"][eos] == 0
+    ex = {s: exclusive_tokens(counts[s], counts[o], 10) for s, o in (("prontoqa", "stories"), ("stories", "prontoqa"))}
+    for k, s in enumerate(SOURCES):
+        assert ex[s] == _slow_exclusive(seqs, sources, k, 10, eos)
+    assert not set(ex["prontoqa"]) & set(ex["stories"])
+    for s in SOURCES:
+        c = counts[s][ex[s]]
+        assert np.all(np.diff(c) <= 0)  # ranked by frequency
+        assert len(ex[s]) == 10
