@@ -20,6 +20,7 @@ from tdlab.report.standard_figures import (
     Matrices,
     Matrix,
     Panel,
+    Series,
     draw_figure,
     draw_figures,
 )
@@ -97,6 +98,41 @@ def test_curves_draw_members_beside_the_band_reference_lines_and_mark_the_clippi
     gap_mean = gap.get_lines()[0].get_ydata()
     assert gap_mean[0] == pytest.approx(1.4) and gap.get_yscale() == "symlog"
     assert "Fig. X — 3 members" in _texts(fig)
+
+
+def test_series_draw_given_values_with_error_bars_or_a_member_band_on_the_panels_scales(run, drawn, tmp_path):
+    depths = [1, 2, 4, 8]
+    series = Curves(
+        "series.png",
+        lambda cfg, m: [
+            Panel(
+                "excess against depth",
+                series=[
+                    Series(depths, m["mean"], label="measured", yerr=m["sd"]),
+                    Series(depths, [2.0**-d for d in depths], label="theory", style="g-."),
+                    Series(depths, m["members"], label="members"),
+                ],
+                xscale="log",
+                yscale="log",
+                xlabel="depth T",
+            )
+        ],
+    )
+    members = np.array([[1.0, 0.5, 0.25, 0.125], [1.2, 0.6, 0.3, 0.15]])
+    measured = {"mean": members.mean(0), "sd": members.std(0), "members": members}
+    with figure_note(NOTE):
+        draw_figure(series, 3, run, measured, tmp_path)
+    (fig,) = drawn
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log" and ax.get_xlabel() == "depth T"
+    by_label = {ln.get_label(): ln for ln in ax.get_lines()}
+    np.testing.assert_array_equal(by_label["theory"].get_ydata(), [0.5, 0.25, 0.0625, 0.00390625])
+    assert by_label["theory"].get_linestyle() == "-." and by_label["theory"].get_color() == "g"
+    np.testing.assert_allclose(by_label["members (mean; thin: members)"].get_ydata(), members.mean(0))
+    assert [ln.get_label() for ln in ax.get_lines()].count("_member") == 2
+    (bars,) = ax.containers  # the measured series' error bars, one per depth
+    assert bars.get_label() == "measured" and len(bars.lines[2][0].get_segments()) == len(depths)
+    np.testing.assert_allclose([seg[1, 1] - seg[0, 1] for seg in bars.lines[2][0].get_segments()], 2 * members.std(0))
 
 
 def test_curves_with_nothing_measured_still_draw_a_figure(run, drawn, tmp_path):

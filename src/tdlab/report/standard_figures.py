@@ -31,6 +31,7 @@ __all__ = [
     "Matrix",
     "Panel",
     "RunCurves",
+    "Series",
     "StandardFigure",
     "draw_figure",
     "draw_figures",
@@ -67,22 +68,42 @@ class Line:
 
 
 @dataclass(frozen=True)
+class Series:
+    """A line whose values the declaration gives (read from the measurements, or a closed form over the same
+    ``x``), not a stored training curve: ``y`` as ``(n,)``, or ``(members, n)`` drawn as the members' mean with
+    a band and each member thin, as a training curve is; ``yerr`` ``(n,)`` draws error bars (e.g. ± sd over
+    replicate draws); ``style`` is matplotlib's format string (``"o-"``, ``"g-."``, ``"s--"``)."""
+
+    x: Sequence[float]
+    y: Sequence[float] | np.ndarray
+    label: str = ""
+    style: str = "o-"
+    color: str | None = None
+    yerr: Sequence[float] | None = None
+
+
+@dataclass(frozen=True)
 class Panel:
-    """One axes of :class:`Curves`: its lines, the theory values drawn as dashed lines, the steps marked with a
-    dotted vertical line (``marks``: label → x), its limits."""
+    """One axes of :class:`Curves`: its training-curve lines, its :class:`Series`, the theory values drawn as
+    dashed lines, the steps marked with a dotted vertical line (``marks``: label → x), its scales, labels and
+    limits."""
 
     title: str
-    lines: Sequence[Line]
+    lines: Sequence[Line] = ()
     reference: Mapping[str, float] = field(default_factory=dict)
     marks: Mapping[str, float] = field(default_factory=dict)
     ylim: tuple[float, float] | None = None
     yscale: str = "linear"
     ylabel: str | None = None  # default: the figure's
+    series: Sequence[Series] = ()
+    xscale: str = "linear"
+    xlabel: str | None = None  # default: the figure's
 
 
 @dataclass(frozen=True)
 class Curves:
-    """Training curves with a band over members: one panel per :class:`Panel` that ``panels(cfg,
+    """Training curves with a band over members, and lines of measured or closed-form values over any ``x``
+    (:class:`Series`: a value against depth, context length, κ): one panel per :class:`Panel` that ``panels(cfg,
     measurements)`` returns, ``columns`` to a row (all in one row by default). A line whose arm the run lacks is
     left out (a stopped run's arm)."""
 
@@ -113,6 +134,8 @@ class Curves:
                 if line.minus:
                     values = values - run.curves(line.arm, line.minus)[1]
                 curve_with_band(ax, steps / line.per, values, line.label or str(line.arm), line.color)
+            for series in panel.series:
+                _draw_series(ax, series)
             reference_lines(ax, panel.reference)
             for label, x in panel.marks.items():
                 ax.axvline(x, color="grey", ls=":", lw=0.8, label=label)
@@ -120,10 +143,12 @@ class Curves:
                 ax.set_yscale("symlog", linthresh=1e-2)
             elif panel.yscale != "linear":
                 ax.set_yscale(panel.yscale)
+            if panel.xscale != "linear":
+                ax.set_xscale(panel.xscale)
             if panel.ylim is not None:
                 ax.set_ylim(*panel.ylim)
             ax.set_title(panel.title, fontsize=10)
-            ax.set_xlabel(self.xlabel)
+            ax.set_xlabel(panel.xlabel if panel.xlabel is not None else self.xlabel)
             ax.set_ylabel(panel.ylabel if panel.ylabel is not None else self.ylabel)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=self.legend)
@@ -132,6 +157,20 @@ class Curves:
             fig.suptitle(title, fontsize=10)
         fig.tight_layout()
         return save_figure(fig, path)
+
+
+def _draw_series(ax: Any, series: Series) -> None:
+    from tdlab.report.figures import curve_with_band
+
+    x, y = np.asarray(series.x, dtype=float), np.asarray(series.y, dtype=float)
+    color = {} if series.color is None else {"color": series.color}  # else the format string's colour holds
+    if y.ndim == 2:
+        curve_with_band(ax, x, y, series.label, series.color)
+    elif series.yerr is not None:
+        yerr = np.asarray(series.yerr, dtype=float)
+        ax.errorbar(x, y, yerr=yerr, fmt=series.style, ms=3, capsize=2, label=series.label or None, **color)
+    else:
+        ax.plot(x, y, series.style, ms=3, label=series.label or None, **color)
 
 
 Key = Callable[[Mapping[str, Any]], Any]  # a cell's coordinate: hashable, sortable
