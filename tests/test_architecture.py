@@ -183,6 +183,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "tdlab.claims",
         "tdlab.runs",
         "tdlab.run_context",
+        "tdlab.run_view",
         "tdlab.index",
         "tdlab.records",
         "tdlab.report",

@@ -46,10 +46,10 @@ from tdlab.claims.sequential import (
 from tdlab.config import apply_overrides, read_field
 from tdlab.config_fields import config_fields
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig
-from tdlab.experiments.view import RunView
 from tdlab.rounds import RoundState, draws_field, in_round, lengths
 from tdlab.rounds import length_field as training_length_field
 from tdlab.run_context import RunContext
+from tdlab.run_view import RunView
 from tdlab.runs import Run
 
 __all__ = ["DecidePlan", "draws_extension", "run_rounds", "training_extension"]

@@ -49,7 +49,7 @@ def record_of_run(run_dir: Path, commit: str | None = None) -> dict[str, Any]:
     record wrote, one made now by analysing the run with the current code (``commit``: the commit that
     trained it, when known)."""
     from tdlab.experiments.base import stored_experiment
-    from tdlab.experiments.view import RunView
+    from tdlab.run_view import RunView
 
     run = Run(Path(run_dir))
     own = run.path / RECORD_NAME

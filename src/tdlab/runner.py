@@ -19,13 +19,13 @@ from tdlab.claims import VERDICTS
 from tdlab.config import ConfigError, echo, one_line
 from tdlab.decide import DecidePlan, run_rounds
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, included_from, stored_experiment
-from tdlab.experiments.view import RunView
 from tdlab.index import CorruptIndexError, RunIndex
 from tdlab.records import write_record
 from tdlab.report.figures import figure_note
 from tdlab.report.html import write_report
 from tdlab.rounds import length_field, lengths
 from tdlab.run_context import RunContext
+from tdlab.run_view import RunView
 from tdlab.runs import Run, RunDirError, RunWriter, environment, segment_ok, staged_segments, staging_path
 from tdlab.safeio import check_output_folder
 from tdlab.train.phases import phase

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tdlab.experiments.view import RunView
 from tdlab.report.figures import figure_note, plt
 from tdlab.report.standard_figures import (
     Bar,
@@ -24,6 +23,7 @@ from tdlab.report.standard_figures import (
     draw_figure,
     draw_figures,
 )
+from tdlab.run_view import RunView
 from tdlab.runs import RunWriter
 
 NOTE = "planted · profile quick · 3 members · train.steps = 40 (the seed's: 8000)"

@@ -33,11 +33,11 @@ from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.catalog import CATALOG
 from tdlab.experiments.declared import claim_specs, declaration_of
 from tdlab.experiments.manifest import Note, Reading, Setting, settings_diff
-from tdlab.experiments.view import RunView
 from tdlab.report.notes import verdict_notes
 from tdlab.report.standard_figures import StandardFigure, draw_figures
 from tdlab.rounds import lengths
 from tdlab.run_context import RunContext
+from tdlab.run_view import RunView
 from tdlab.runs import Run, RunDirError
 from tdlab.train.phases import phase
 

@@ -41,7 +41,7 @@ Text = str | Callable[[Any], str]  # fixed, or a function of the run's config
 
 
 class RunCurves(Protocol):
-    """What the standard figures read of a run (``tdlab.experiments.view.RunView`` is one): a metric's
+    """What the standard figures read of a run (``tdlab.run_view.RunView`` is one): a metric's
     curves, ``(steps (S,), values (members, S))``, and whether the run has them."""
 
     def has(self, arm: Any, name: str) -> bool: ...

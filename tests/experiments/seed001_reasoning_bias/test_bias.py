@@ -87,7 +87,7 @@ STAYS = "large-init-does-not-generalise"  # "remains effectively unchanged": a s
 def _judged_at_paper_length(exp, cfg, run, claim):
     """``claim`` judged on the planted run's measurements as if the run had trained the seed's 1000 epochs."""
     from tdlab.claims import judge
-    from tdlab.experiments.view import RunView
+    from tdlab.run_view import RunView
 
     view = RunView(Run(run.path))
     m = exp.measure(cfg, view)

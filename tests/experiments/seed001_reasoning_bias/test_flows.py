@@ -22,7 +22,7 @@ from tdlab.experiments.seed001_reasoning_bias.flows import (
     AnchorsFlows,
     small_init_tolerance,
 )
-from tdlab.experiments.view import RunView
+from tdlab.run_view import RunView
 from tdlab.runner import execute
 from tdlab.runs import Run
 from tdlab.seeding import generators

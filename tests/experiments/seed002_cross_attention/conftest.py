@@ -16,7 +16,7 @@ from tdlab.runs import Run
 
 class Patched(Run):
     """A stored run whose metrics and arrays are replaced where the test says (``measure`` reads only
-    ``metrics()`` and ``arrays(arm)`` through :class:`~tdlab.experiments.view.RunView`).
+    ``metrics()`` and ``arrays(arm)`` through :class:`~tdlab.run_view.RunView`).
 
     ``metrics``: ``{(arm, name, step): per-member values}`` (``step=None``: every step, a flat curve);
     ``arrays``: ``{arm: {name: array with a member axis}}``.

@@ -13,7 +13,7 @@ import pytest
 
 from tdlab.claims import judge
 from tdlab.experiments.seed003_attention_markov.tying import MarkovTying, chain_tag
-from tdlab.experiments.view import RunView
+from tdlab.run_view import RunView
 from tdlab.runner import execute, rebuild
 from tdlab.runs import RunWriter
 from tdlab.tasks.markov import entropy_rate, marginal_entropy

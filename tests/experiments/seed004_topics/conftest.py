@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tdlab.experiments.seed004_topics.common.real_text import ARM, MEASURE_ARMS
-from tdlab.experiments.view import RunView
+from tdlab.run_view import RunView
 from tdlab.runs import RunWriter
 
 _REAL_TINY = (

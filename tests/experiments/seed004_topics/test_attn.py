@@ -20,7 +20,7 @@ from tdlab.experiments.seed004_topics.attn import (
     member_lrs,
     setting_name,
 )
-from tdlab.experiments.view import RunView
+from tdlab.run_view import RunView
 from tdlab.runner import execute
 from tdlab.runs import RunWriter
 from tdlab.theory.topics import c3

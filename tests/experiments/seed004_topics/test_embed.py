@@ -15,7 +15,7 @@ import torch
 from tdlab.config import ConfigError
 from tdlab.experiments.seed004_topics.common.training import masked_loss_floor
 from tdlab.experiments.seed004_topics.embed import TopicsEmbed
-from tdlab.experiments.view import RunView
+from tdlab.run_view import RunView
 from tdlab.runner import execute
 from tdlab.runs import RunWriter
 from tdlab.theory.topics import c3, trivial_masked_error

@@ -13,7 +13,7 @@ from tdlab.experiments.seed004_topics.common.real_text import ARM
 from tdlab.experiments.seed004_topics.real_two_stage import (
     TopicsRealTwoStage,
 )
-from tdlab.experiments.view import RunView
+from tdlab.run_view import RunView
 from tdlab.runner import execute
 from tdlab.runs import RunWriter
 

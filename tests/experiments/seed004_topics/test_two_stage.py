@@ -12,7 +12,7 @@ import pytest
 from tdlab.config import ConfigError
 from tdlab.experiments.seed004_topics.common import training
 from tdlab.experiments.seed004_topics.two_stage import TopicsTwoStage, member_settings, setting_name
-from tdlab.experiments.view import RunView
+from tdlab.run_view import RunView
 from tdlab.runner import execute
 from tdlab.runs import RunWriter
 

@@ -16,7 +16,7 @@ from tdlab.experiments.seed004_topics.wv import (
     fit_population_wv,
     ridge_distance,
 )
-from tdlab.experiments.view import RunView
+from tdlab.run_view import RunView
 from tdlab.runner import execute
 from tdlab.runs import RunWriter
 from tdlab.theory.topics import (

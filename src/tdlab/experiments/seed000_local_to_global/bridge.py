@@ -47,11 +47,11 @@ from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, regis
 from tdlab.experiments.seed000_local_to_global.common.cells import Cells
 from tdlab.experiments.seed000_local_to_global.common.hypotheses import SMALL_INIT_STD
 from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU
-from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import evaluation_noise, gap_crossing
 from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import Fit, RunContext
+from tdlab.run_view import RunView
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy
 from tdlab.theory.markov_landscape import CriticalKind, gaussian_init_limit, optimal_contrast, profile_loss

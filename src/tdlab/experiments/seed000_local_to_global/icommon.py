@@ -44,11 +44,11 @@ from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed000_local_to_global.common.cells import Cells
 from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU
-from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.models.init import canonical_init_, proposed_point
 from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import Fit, RunContext
+from tdlab.run_view import RunView
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy
 from tdlab.theory.markov_landscape import ENERGY_SADDLE, CriticalKind, energy, run_flow

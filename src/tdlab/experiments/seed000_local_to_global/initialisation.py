@@ -38,10 +38,10 @@ from tdlab.experiments.seed000_local_to_global.common.plateau import (
     distinct_minima,
     plateau_escape,
 )
-from tdlab.experiments.view import ArmKey, RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import RunContext
+from tdlab.run_view import ArmKey, RunView
 from tdlab.seeding import member_seeds
 from tdlab.tasks.markov import ChainConfig, MarkovChain, entropy_rate, marginal_entropy
 from tdlab.train.trainer import TrainConfig, Trainer

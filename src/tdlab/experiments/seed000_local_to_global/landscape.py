@@ -45,7 +45,7 @@ from tdlab.experiments.seed000_local_to_global.common.flows import (
     save_times,
     trajectory,
 )
-from tdlab.experiments.view import RunView
+from tdlab.run_view import RunView
 from tdlab.theory import markov_landscape as ml
 from tdlab.theory.markov_landscape import CriticalKind as CK
 

@@ -38,13 +38,13 @@ from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed000_local_to_global.common.low_rank import CLAIMED, RankOneInitConfig, TrajectoryProbe
 from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU, plateau_escape
-from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.models.init import rank_one_init_
 from tdlab.probes.sec2_weights import MATRICES, app_c_structure, bias_step_excess, snapshot
 from tdlab.probes.spectrum import abs_cosine, hypercube_spread, sv_ratio
 from tdlab.report.standard_figures import Curves, Line, Matrices, Matrix, Panel
 from tdlab.run_context import Fit, RunContext
+from tdlab.run_view import RunView
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import ChainConfig, MarkovChain, entropy_rate, marginal_entropy
 from tdlab.train.cpu import cpu_threads

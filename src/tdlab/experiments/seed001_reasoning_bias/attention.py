@@ -63,12 +63,12 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     cosine_heatmap,
     parameter_reading,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
 from tdlab.probes.attention import average_operator_error, wv_flow
 from tdlab.probes.cliffs import is_cliff, layer2_rows, pair_share, value_tags, window_mass
 from tdlab.probes.embedding import cosine_matrix, distance_spearman, pair_spearman, spearman_rows
 from tdlab.probes.spectrum import wv_spectrum
+from tdlab.run_view import RunView
 
 
 class AttentionClaims(Config):

@@ -48,7 +48,6 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     cosine_heatmap,
     parameter_reading,
 )
-from tdlab.experiments.view import RunView
 from tdlab.probes.embedding import (
     cosine_matrix,
     distance_spearman,
@@ -59,6 +58,7 @@ from tdlab.probes.embedding import (
     pair_spearman,
     pca,
 )
+from tdlab.run_view import RunView
 from tdlab.seeding import generators
 from tdlab.theory.anchors import eq14_vectors, reasoning_theory_cosines, sigma_p
 

@@ -46,9 +46,9 @@ from tdlab.claims import ArmHealth, GroupResult, Measurements, assess_arm
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.seed001_reasoning_bias.common.training import GammaArms
-from tdlab.experiments.view import RunView
 from tdlab.models.emb_mlp import Def2Config, Def2Transformer, def2_paper_matrices
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
+from tdlab.run_view import RunView
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
 from tdlab.theory.anchor_flows import (

@@ -46,10 +46,10 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     loss_health,
     t50_sample,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import auc, t50
 from tdlab.run_context import Fit, RunContext
+from tdlab.run_view import RunView
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.anchors import Anchors, AnchorsConfig, label_marginal_losses, memory_splits

@@ -27,8 +27,8 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     GammaArms,
     parameter_reading,
 )
-from tdlab.experiments.view import RunView
 from tdlab.probes.spectrum import spectra
+from tdlab.run_view import RunView
 
 
 class AnchorsLowrankConfig(ProbeConfig):

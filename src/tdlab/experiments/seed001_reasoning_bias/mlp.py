@@ -55,7 +55,6 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     record_rsn_past_marginal,
     split_curves,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.emb_mlp import EmbMLP, EmbMLPConfig
 from tdlab.probes.embedding import (
     cosine_matrix,
@@ -68,6 +67,7 @@ from tdlab.probes.embedding import (
 )
 from tdlab.report.standard_figures import Matrices, Matrix
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
+from tdlab.run_view import RunView
 from tdlab.seeding import generators
 from tdlab.tasks.anchors import KIND_MEM, Anchors, AnchorsConfig, label_marginal_losses
 from tdlab.theory.anchors import (

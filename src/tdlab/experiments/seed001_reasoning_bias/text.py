@@ -59,12 +59,12 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     reading_note,
     t50_sample,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPTConfig
 from tdlab.probes.curves import Crossings, auc, first_crossing
 from tdlab.probes.embedding import cosine_matrix, mean_pairwise_cosine
 from tdlab.report.standard_figures import Curves, Line, Matrices, Matrix, Panel
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
+from tdlab.run_view import RunView
 from tdlab.runs import Run
 from tdlab.seeding import derive_seed
 from tdlab.tasks.bpe import GPT2_VOCAB

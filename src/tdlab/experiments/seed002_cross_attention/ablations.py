@@ -36,9 +36,9 @@ from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     prepare_test_sets,
     threads_field,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LSA
 from tdlab.run_context import Fit, RunContext
+from tdlab.run_view import RunView
 from tdlab.seeding import member_seeds
 from tdlab.theory.icl import bayes_risk, response_second_moment, sample_mean_risk
 from tdlab.train.cpu import cpu_threads

@@ -44,7 +44,6 @@ from tdlab.claims import GroupResult, Measurements, Sample, Stage
 from tdlab.claims.declare import Hypothesis, Threshold
 from tdlab.config import Config, Distinct
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
-from tdlab.experiments.view import RunView
 from tdlab.models.multimodal_ca import (
     BiCAConfig,
     BidirectionalCA,
@@ -55,6 +54,7 @@ from tdlab.models.multimodal_ca import (
 )
 from tdlab.probes.curves import table1_measures
 from tdlab.run_context import RunContext
+from tdlab.run_view import RunView
 from tdlab.runs import atomic_write
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks import avdigits

@@ -40,9 +40,9 @@ from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     at,
     threads_field,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LCA
 from tdlab.run_context import RunContext, init_arm
+from tdlab.run_view import RunView
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.multimodal import MultiModalBatch, MultiModalPrompts
 from tdlab.theory.icl import (

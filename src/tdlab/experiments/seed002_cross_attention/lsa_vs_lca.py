@@ -53,10 +53,10 @@ from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     prepare_test_sets,
     threads_field,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LSA
 from tdlab.rounds import current_round
 from tdlab.run_context import Fit, RunContext
+from tdlab.run_view import RunView
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.icl import (
     alpha_star,

@@ -34,10 +34,10 @@ from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     draw_tests,
     threads_field,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LCA
 from tdlab.probes.whitening import relative_move, whitening_from_stats, whitening_noise
 from tdlab.run_context import Fit, RunContext, init_arm
+from tdlab.run_view import RunView
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.icl import alpha_star, response_second_moment, whitening_error_limit
 from tdlab.theory.icl_stats import PromptStats

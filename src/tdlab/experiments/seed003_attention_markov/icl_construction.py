@@ -48,11 +48,11 @@ from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
     PROBE_DATA,
     record_stage,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.normalised_attention import NormalisedAttention, NormAttnConfig, construction
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
 from tdlab.probes.icl_estimator import construction_gaps
 from tdlab.run_context import Fit, RunContext
+from tdlab.run_view import RunView
 from tdlab.runs import RunDirError
 from tdlab.seeding import derive_seed, generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov

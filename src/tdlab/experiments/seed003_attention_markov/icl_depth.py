@@ -48,11 +48,11 @@ from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
     record_stage,
     stage_leaves_room,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
 from tdlab.report.standard_figures import Curves, Heatmap, Line, Panel
 from tdlab.run_context import Fit, RunContext
+from tdlab.run_view import RunView
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov_kth import InContextMarkov
 from tdlab.theory.kgram import estimator_losses

@@ -32,8 +32,8 @@ from tdlab.experiments.seed003_attention_markov.common.icl_grid import (
     depth_list,
     gap_heatmap,
 )
-from tdlab.experiments.view import RunView
 from tdlab.probes.curves import min_depths
+from tdlab.run_view import RunView
 
 DEEPEST_LEARNS = Stage(
     "deepest-attention-only-past-order-(k-1)",

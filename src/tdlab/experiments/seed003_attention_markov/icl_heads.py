@@ -25,7 +25,7 @@ from tdlab.experiments.seed003_attention_markov.common.icl_grid import (
     depth_list,
     gap_heatmap,
 )
-from tdlab.experiments.view import RunView
+from tdlab.run_view import RunView
 
 
 class MarkovICLHeadsConfig(GridConfig):

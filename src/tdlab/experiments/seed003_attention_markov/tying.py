@@ -40,11 +40,11 @@ from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
-from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import evaluation_noise, gap_crossing
 from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import Fit, RunContext
+from tdlab.run_view import RunView
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy, stationary
 from tdlab.theory import markov_tying as th

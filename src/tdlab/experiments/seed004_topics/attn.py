@@ -57,10 +57,10 @@ from tdlab.experiments.seed004_topics.common.training import (
     record_gap_stage,
     setting_health,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.probes.blocks import block_stats, pooled_attention_averages
 from tdlab.run_context import RunContext
+from tdlab.run_view import RunView
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.topics import Topics

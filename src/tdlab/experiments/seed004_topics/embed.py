@@ -50,11 +50,11 @@ from tdlab.experiments.seed004_topics.common.training import (
     record_floor_stage,
     stacked,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicModelConfig
 from tdlab.probes.blocks import block_permutation_test, block_stats, nearest_same_topic_share
 from tdlab.report.standard_figures import Curves, Line, Matrices, Panel
 from tdlab.run_context import RunContext
+from tdlab.run_view import RunView
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.theory.topics import c3, trivial_masked_error
 

@@ -42,8 +42,8 @@ from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
 from tdlab.claims.declare import Calibration, Hypothesis, Threshold
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
-from tdlab.experiments.view import RunView
 from tdlab.run_context import RunContext
+from tdlab.run_view import RunView
 from tdlab.seeding import generators, member_seeds
 from tdlab.theory import topics_landscape as tl
 from tdlab.theory.topics_landscape import assumption4

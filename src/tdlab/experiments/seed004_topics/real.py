@@ -35,7 +35,7 @@ from tdlab.experiments.seed004_topics.common.real_text import (
     TopicsRealConfig,
     theta_key,
 )
-from tdlab.experiments.view import RunView
+from tdlab.run_view import RunView
 from tdlab.runs import RunDirError
 
 # The seed's pretrained BERT rows (reference only, never a pass criterion): θ -> (cosine, dot, attention).

@@ -26,7 +26,7 @@ from tdlab.experiments.seed004_topics.common.real_text import (
     TopicsRealConfig,
     theta_key,
 )
-from tdlab.experiments.view import RunView
+from tdlab.run_view import RunView
 
 # Table 2 (App. A.2), rows in Table 1's θ order: (# pairs, attn same-topic, attn top co-occ., cos same, cos co-occ.)
 TABLE2_BERT = {

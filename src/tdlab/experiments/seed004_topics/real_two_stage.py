@@ -46,13 +46,13 @@ from tdlab.experiments.seed004_topics.common.real_text import (
     what_ran,
     write_info,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT
 from tdlab.models.init import near_zero_qkv_init_
 from tdlab.probes.attention import WEIGHT_NORMS, WV_ROTATION, AttentionWeightProbe
 from tdlab.probes.curves import lags, rotation_means
 from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import RunContext
+from tdlab.run_view import RunView
 
 FIG5_LABELS = {"norm_K": "‖W^K‖_F", "norm_Q": "‖W^Q‖_F", "norm_V": "‖W^V‖_F", WV_ROTATION: "rotation of W^V"}
 

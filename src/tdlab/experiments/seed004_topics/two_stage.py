@@ -62,12 +62,12 @@ from tdlab.experiments.seed004_topics.common.training import (
     fit_topics,
     setting_health,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.probes.curves import lags
 from tdlab.report.standard_figures import Bar, Bars
 from tdlab.run_context import RunContext
+from tdlab.run_view import RunView
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.theory.topics import trivial_masked_error

@@ -56,11 +56,11 @@ from tdlab.experiments.seed004_topics.common.training import (
     record_gap_stage,
     stacked,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicModelConfig
 from tdlab.probes.blocks import block_ratio_stat, block_stats
 from tdlab.report.standard_figures import Matrices, draw_figures
 from tdlab.run_context import RunContext, init_arm
+from tdlab.run_view import RunView
 from tdlab.seeding import Purpose, generators, member_seeds
 from tdlab.theory.topics import (
     c3,

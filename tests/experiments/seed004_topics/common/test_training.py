@@ -17,8 +17,8 @@ from tdlab.experiments.seed004_topics.common.training import (
     record_gap_stage,
     setting_health,
 )
-from tdlab.experiments.view import RunView
 from tdlab.probes.blocks import block_stats
+from tdlab.run_view import RunView
 from tdlab.runs import RunWriter
 
 

@@ -9,8 +9,8 @@ from typing import Protocol
 import numpy as np
 
 from tdlab.claims import Stage
-from tdlab.experiments.view import ArmKey, RunView
 from tdlab.probes.curves import Crossings, evaluation_noise, gap_crossing
+from tdlab.run_view import ArmKey, RunView
 from tdlab.tasks.markov import entropy_rate, marginal_entropy
 
 

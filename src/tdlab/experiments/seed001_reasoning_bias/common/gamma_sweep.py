@@ -35,9 +35,9 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     record_rsn_past_marginal,
     split_curves,
 )
-from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
+from tdlab.run_view import RunView
 from tdlab.runs import Run, RunDirError
 from tdlab.seeding import generators
 from tdlab.tasks.anchors import Anchors, AnchorsConfig, label_marginal_losses

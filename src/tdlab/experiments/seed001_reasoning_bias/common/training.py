@@ -51,13 +51,13 @@ from pydantic import Field
 from tdlab.claims import ArmHealth, ClaimSpec, Measurements, Sample, Stage, assess_arm
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
 from tdlab.config import Config, Distinct
-from tdlab.experiments.view import RunView
 from tdlab.models.ensemble import assemble
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import Crossings, auc, t50
 from tdlab.probes.embedding import cosine_matrix
 from tdlab.report.standard_figures import Curves, Line, Panel
 from tdlab.run_context import RunContext, extend_fit, init_arm, initial_states, snapshot_arm
+from tdlab.run_view import RunView
 from tdlab.runs import Run
 from tdlab.seeding import member_seeds
 from tdlab.tasks.anchors import Anchors, AnchorsConfig, anchor_splits

@@ -28,9 +28,9 @@ from pydantic import Field, model_validator
 from tdlab.claims import ArmHealth, assess_arm
 from tdlab.claims.declare import Provenance
 from tdlab.config import Config
-from tdlab.experiments.view import RunView
 from tdlab.models.linear_attention import LCA
 from tdlab.run_context import Fit, RunContext
+from tdlab.run_view import RunView
 from tdlab.runs import Run
 from tdlab.seeding import generators
 from tdlab.tasks.multimodal import MultiModalPrompts

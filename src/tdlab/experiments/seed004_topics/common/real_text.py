@@ -56,11 +56,11 @@ from tdlab.claims.declare import Hypothesis, Provenance
 from tdlab.config import Config, ConfigError, Distinct
 from tdlab.experiments.axes import AtlasAxis
 from tdlab.experiments.base import Experiment, ExperimentConfig
-from tdlab.experiments.view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes import topic_pairs as tp
 from tdlab.probes.topic_pairs import model_attention, model_embeddings
 from tdlab.run_context import RunContext, init_arm
+from tdlab.run_view import RunView
 from tdlab.runs import Run
 from tdlab.seeding import derive_seed, member_seeds
 from tdlab.tasks.lda_topics import LDAConfig, Topics, assign, fig3_words, fit_lda, topic_word_sets

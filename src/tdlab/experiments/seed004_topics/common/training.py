@@ -40,10 +40,10 @@ from tdlab.claims.declare import Hypothesis
 from tdlab.config import Config, Distinct
 from tdlab.experiments.axes import AtlasAxis
 from tdlab.experiments.base import ExperimentConfig
-from tdlab.experiments.view import RunView
 from tdlab.models.topic_attention import TopicAttention, TopicModelConfig
 from tdlab.probes.blocks import block_stats
 from tdlab.run_context import RunContext
+from tdlab.run_view import RunView
 from tdlab.tasks.topics import Topics, TopicsConfig
 from tdlab.theory.topics import bayes_masked_loss, blind_masked_loss_bound, trivial_masked_error
 from tdlab.train.data import FixedDataset

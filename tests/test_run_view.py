@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from tdlab.experiments.view import ArmKey, RunView
+from tdlab.run_view import ArmKey, RunView
 from tdlab.runs import RunDirError, RunWriter
 
 
