@@ -139,3 +139,24 @@ def test_the_mses_at_the_largest_context_are_a_table_and_convergence_a_note(tiny
     stopped = [m for m in gd if not v["converged"][m]]
     (note,) = [n for n in a.notes if n.startswith("GD converged: ")]
     assert f"stopped at its step budget: {', '.join(stopped) or 'none'}. " in note
+
+
+def test_figs_5_and_6_are_declared_mse_curves_over_the_context_length(tiny):
+    """Each figure one log–log panel of the models' test MSE (mean ± std) over L_te, with ȳ's and Bayes'."""
+    cfg, run = tiny
+    exp = IclAblations()
+    v = exp.analyse(cfg, run).measurements
+    assert [f.file for f in exp.figures] == ["fig5_ablations_no_S.png", "fig6_ablations_deep_lsa.png"]
+    for f in exp.figures:
+        assert (run.path / "figures" / f.file).is_file()
+    fig5, fig6 = ([*f.panels(cfg, v)] for f in exp.figures)
+    ((p5,), (p6,)) = fig5, fig6
+    assert p5.title == f"Fig. 5: T = {cfg.depth}" and (p5.xscale, p5.yscale, p5.xlabel) == ("log", "log", "L_te")
+    by_label = {s.label: s for s in p6.series}
+    assert list(by_label) == ["lca-one", "lca-two", "deep-lsa-two", "lsa", "sample mean ȳ", "Bayes ⟨w, x_q⟩"]
+    assert list(by_label["lsa"].x) == cfg.test.contexts
+    assert by_label["lsa"].y == v["lsa/mse_vs_Lte"] and by_label["lsa"].yerr == v["lsa/mse_std_vs_Lte"]
+    assert by_label["sample mean ȳ"].y == v["sample_mean_mse"] and by_label["Bayes ⟨w, x_q⟩"].y == v["bayes_mse"]
+    assert [s.label for s in p5.series if s.style == "o:"] == [
+        f"{m} (ours)" for m in ("no-S-one-F0X", "deep-lsa-no-S-one-F0X")
+    ]

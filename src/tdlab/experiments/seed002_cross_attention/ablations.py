@@ -13,8 +13,8 @@ the seed where App. G is terse (the data, ``F_0 = 0`` without ``S_t``, the train
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,7 +23,7 @@ from pydantic import Field, model_validator
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.declare import Threshold
 from tdlab.config import Config
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.base import Experiment, ExperimentConfig, register
 from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     ICLTrainConfig,
     LSATrainConfig,
@@ -37,6 +37,7 @@ from tdlab.experiments.seed002_cross_attention.common.synthetic import (
     threads_field,
 )
 from tdlab.models.linear_attention import LSA
+from tdlab.report.standard_figures import Curves, Panel, Series
 from tdlab.run_context import Fit, RunContext
 from tdlab.run_view import RunView
 from tdlab.seeding import member_seeds
@@ -106,9 +107,49 @@ DIRECTION = Threshold(
 )
 
 
+def _mse_vs_context(file: str, title: str, names: list[str]) -> Curves:
+    """One log–log panel: test MSE (mean ± std over members) against L_te of the models ``names`` the run has,
+    with the sample mean's and the Bayes predictor's on the same prompts."""
+
+    def panels(cfg: AblationConfig, meas: Mapping[str, Any]) -> list[Panel]:
+        Ls = cfg.test.contexts
+        models = [
+            Series(
+                Ls,
+                meas[f"{m}/mse_vs_Lte"],
+                m + (" (ours)" if m in F0X else ""),
+                style="o:" if m in F0X else "o-",
+                yerr=meas[f"{m}/mse_std_vs_Lte"],
+            )
+            for m in names
+            if m in cfg.models
+        ]
+        return [
+            Panel(
+                f"{title}: T = {cfg.depth}",
+                series=[
+                    *models,
+                    Series(Ls, meas["sample_mean_mse"], "sample mean ȳ", style="k--"),
+                    Series(Ls, meas["bayes_mse"], "Bayes ⟨w, x_q⟩", style="k:"),
+                ],
+                xscale="log",
+                yscale="log",
+                xlabel="L_te",
+                ylabel="test MSE (mean ± std over runs)",
+            )
+        ]
+
+    return Curves(file, panels, size=(6.5, 4.6), legend=7)
+
+
 @register
 class IclAblations(RegressionArms, Experiment[AblationConfig]):
     Config = AblationConfig
+
+    figures = (
+        _mse_vs_context("fig5_ablations_no_S.png", "Fig. 5", ["lca-one", "lca-two", *ZERO_PREDICTORS, *F0X]),
+        _mse_vs_context("fig6_ablations_deep_lsa.png", "Fig. 6", ["lca-one", "lca-two", "deep-lsa-two", "lsa"]),
+    )
 
     def run(self, cfg: AblationConfig, ctx: RunContext) -> None:
         task = cfg.task.build()
@@ -272,40 +313,3 @@ class IclAblations(RegressionArms, Experiment[AblationConfig]):
                 f"{', '.join(stopped) or 'none'}. Their MSEs at L_te = {Ls[-1]}: the at_largest_L_te table."
             )
         return [*super().notes(cfg, measured, groups), *notes]
-
-    def plot(self, cfg: AblationConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        from tdlab.report.figures import plt, save_figure
-
-        Ls = cfg.test.contexts
-        meas = analysis.measurements
-        figs = []
-        groups = {
-            "fig5_ablations_no_S.png": ["lca-one", "lca-two", *ZERO_PREDICTORS, *F0X],
-            "fig6_ablations_deep_lsa.png": ["lca-one", "lca-two", "deep-lsa-two", "lsa"],
-        }
-        for fname, names in groups.items():
-            fig, ax = plt.subplots(figsize=(6.5, 4.6))
-            for m in names:
-                if m in cfg.models:
-                    ax.errorbar(
-                        Ls,
-                        meas[f"{m}/mse_vs_Lte"],
-                        yerr=meas[f"{m}/mse_std_vs_Lte"],
-                        marker="o",
-                        ms=3,
-                        capsize=2,
-                        ls=":" if m in F0X else "-",
-                        label=m + (" (ours)" if m in F0X else ""),
-                    )
-            ax.plot(Ls, meas["sample_mean_mse"], "k--", label="sample mean ȳ")
-            ax.plot(Ls, meas["bayes_mse"], "k:", label="Bayes ⟨w, x_q⟩")
-            ax.set(
-                xscale="log",
-                yscale="log",
-                xlabel="L_te",
-                ylabel="test MSE (mean ± std over runs)",
-                title=f"{'Fig. 5' if 'fig5' in fname else 'Fig. 6'}: T = {cfg.depth}",
-            )
-            ax.legend(fontsize=7)
-            figs.append(save_figure(fig, figdir / fname))
-        return figs

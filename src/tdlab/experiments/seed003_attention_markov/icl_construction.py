@@ -51,6 +51,7 @@ from tdlab.experiments.seed003_attention_markov.common.estimator_stage import (
 from tdlab.models.normalised_attention import NormalisedAttention, NormAttnConfig, construction
 from tdlab.probes.attention import attention_patterns, context_match_mask, context_matching_score, plot_attention_maps
 from tdlab.probes.icl_estimator import construction_gaps
+from tdlab.report.standard_figures import Curves, Panel, Series
 from tdlab.run_context import Fit, RunContext
 from tdlab.run_view import RunView
 from tdlab.runs import RunDirError
@@ -157,6 +158,23 @@ def _matching_cases(cfg: MarkovICLConstructionConfig, context: Any) -> tuple[Sam
     fifth of its distance to ``claims.score_fraction``."""
     f = cfg.claims.score_fraction
     return planted_pair(1.0, 0.0, min(f, abs(1.0 - f)) / 5, cfg.members)
+
+
+def _gap_panel(cfg: MarkovICLConstructionConfig, cons: dict[str, dict]) -> Panel:
+    """Each order's mean and largest per-position KL against κ (log–log; an exact 0 drawn at 1e-17), the
+    tolerance as a reference line."""
+    series = []
+    for key, c in cons.items():
+        if c["gap"]:
+            series.append(Series(c["kappa"], np.maximum(c["gap"], 1e-17), f"{key}: mean KL", "o-"))
+            series.append(Series(c["kappa"], np.maximum(c["max_kl"], 1e-17), f"{key}: max KL", "x--"))
+    return Panel(
+        "Construction vs order-k Laplace estimator",
+        series=series,
+        reference={"tolerance": cfg.claims.tol_nats},
+        xscale="log",
+        yscale="log",
+    )
 
 
 @register
@@ -324,22 +342,21 @@ class MarkovICLConstruction(Experiment[MarkovICLConstructionConfig]):
             )
         return [*super().notes(cfg, measured, groups), *notes]
 
-    def plot(self, cfg: MarkovICLConstructionConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        from tdlab.report.figures import plt, save_figure
+    figures = (
+        Curves(
+            "construction_gap.png",
+            lambda cfg, m: [_gap_panel(cfg, m["construction"])],
+            xlabel="κ",
+            ylabel="nats",
+            legend=7,
+        ),
+    )
 
-        paths = []
-        cons = analysis.measurements["construction"]
-        fig, ax = plt.subplots(figsize=(5.5, 4))
-        for key, c in cons.items():
-            if c["gap"]:
-                ax.loglog(c["kappa"], np.maximum(c["gap"], 1e-17), "o-", label=f"{key}: mean KL")
-                ax.loglog(c["kappa"], np.maximum(c["max_kl"], 1e-17), "x--", label=f"{key}: max KL")
-        ax.axhline(cfg.claims.tol_nats, color="k", lw=0.8, ls=":", label="tolerance")
-        ax.set_xlabel("κ")
-        ax.set_ylabel("nats")
-        ax.set_title("Construction vs order-k Laplace estimator", fontsize=9)
-        ax.legend(fontsize=7)
-        paths.append(save_figure(fig, figdir / "construction_gap.png"))
+    def plot(self, cfg: MarkovICLConstructionConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        """The declared gap against κ, then the trained model's and the construction's attention maps (their own)."""
+        from tdlab.report.figures import save_figure
+
+        paths = super().plot(cfg, run, analysis, figdir)
         seeds = member_seeds(cfg.seed, cfg.members)
         for k in cfg.train_ks:
             try:

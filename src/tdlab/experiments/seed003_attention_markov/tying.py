@@ -42,7 +42,7 @@ from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.curves import evaluation_noise, gap_crossing
-from tdlab.report.standard_figures import Curves, Line, Panel
+from tdlab.report.standard_figures import Curves, Line, Panel, Series
 from tdlab.run_context import Fit, RunContext
 from tdlab.run_view import RunView
 from tdlab.seeding import derive_seed, member_seeds
@@ -242,6 +242,31 @@ def _tying_panel(cfg: MarkovTyingConfig, p: float, q: float) -> Panel:
         [Line(MarkovTying.train_arm(tied, p, q), label=_tying(tied)) for tied in cfg.tying],
         reference={f"H(π) = {h_pi:.3f}": h_pi, f"rate = {h_rate:.3f}": h_rate},
         ylim=(h_rate - 0.03, max(h_pi, math.log(2)) + 0.03),
+    )
+
+
+def _landscape_panel(cfg: MarkovTyingConfig, row: dict[str, Any], p: float, q: float) -> Panel:
+    """One chain's smallest Hessian eigenvalue at θ_π over d: each measured point (tied right of d, untied
+    left), the closed form per tying dashed, 0 solid."""
+    ls, c = cfg.landscape, row["curvature_c"]
+    span = [min(ls.dims) - 0.08, max(ls.dims) + 0.08]
+    series = [Series(span, [0.0, 0.0], style="k-")]
+    for tied, color in zip(cfg.tying, ("C0", "C3"), strict=False):
+        t = _tying(tied)
+        if t not in row:
+            continue
+        jitter = 0.08 if tied else -0.08
+        for o, marker in zip(ls.others, ("o", "x", "^"), strict=False):
+            sel = [pt for pt in row[t]["points"] if pt["others"] == o]
+            x, y = [pt["d"] + jitter for pt in sel], [pt["eig_min"] for pt in sel]
+            series.append(Series(x, y, f"{t}, {o}: λ_min (measured)", marker, color))
+        cf = 0.0 if (tied and c > 0) else (2 * c if tied else -abs(c))
+        series.append(Series(span, [cf, cf], f"{t}: closed form λ_min = {cf:.3f}", "--", color))
+    return Panel(
+        f"(p, q) = ({p}, {q}), p+q {'>' if p + q > 1 else '<'} 1, N = {ls.seq_len}",
+        series=series,
+        xlabel="embedding dimension d",
+        ylabel="smallest Hessian eigenvalue at θ_π",
     )
 
 
@@ -574,6 +599,15 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
     # ------------------------------------------------------------------------------------------
     figures = (
         Curves(
+            "theta_pi_hessian.png",
+            lambda cfg, m: [
+                _landscape_panel(cfg, m["landscape"][chain_tag(p, q)], p, q) for p, q in cfg.landscape.chains
+            ],
+            title="θ_π: tied = (almost) PSD Hessian (local min) vs untied = negative eigenvalue (saddle)",
+            size=(5.2, 4.0),
+            legend=7,
+        ),
+        Curves(
             "test_loss_grid.png",
             lambda cfg, m: [_tying_panel(cfg, p, q) for p, q in cfg.grid],
             title="Test loss, tied vs untied (mean, band: min–max over members)",
@@ -584,49 +618,8 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
     )
 
     def plot(self, cfg: MarkovTyingConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        """The landscape and the grid of limits (its own figures), then the declared test-loss curves."""
-        return [
-            self._plot_landscape(cfg, analysis, figdir),
-            self._plot_grid(cfg, analysis, figdir),
-            *super().plot(cfg, run, analysis, figdir),
-        ]
-
-    @staticmethod
-    def _plot_landscape(cfg: MarkovTyingConfig, analysis: Analysis, figdir: Path) -> Path:
-        from tdlab.report.figures import plt, save_figure
-
-        ls = cfg.landscape
-        table = analysis.measurements["landscape"]
-        fig, axes = plt.subplots(1, len(ls.chains), figsize=(5.2 * len(ls.chains), 4), squeeze=False)
-        for ax, (p, q) in zip(axes[0], ls.chains, strict=True):
-            row = table[chain_tag(p, q)]
-            c = row["curvature_c"]
-            for tied, color in zip(cfg.tying, ("C0", "C3"), strict=False):
-                t = _tying(tied)
-                if t not in row:
-                    continue
-                pts = row[t]["points"]
-                jitter = 0.08 if tied else -0.08
-                for o, marker in zip(ls.others, ("o", "x", "^"), strict=False):
-                    sel = [pt for pt in pts if pt["others"] == o]
-                    ax.scatter(
-                        [pt["d"] + jitter for pt in sel],
-                        [pt["eig_min"] for pt in sel],
-                        color=color,
-                        marker=marker,
-                        s=22,
-                        label=f"{t}, {o}: λ_min (measured)",
-                    )
-                cf = 0.0 if (tied and c > 0) else (2 * c if tied else -abs(c))
-                ax.axhline(cf, color=color, ls="--", lw=1, label=f"{t}: closed form λ_min = {cf:.3f}")
-            ax.axhline(0, color="k", lw=0.6)
-            ax.set_xticks(ls.dims)
-            ax.set_xlabel("embedding dimension d")
-            ax.set_ylabel("smallest Hessian eigenvalue at θ_π")
-            ax.set_title(f"(p, q) = ({p}, {q}), p+q {'>' if p + q > 1 else '<'} 1, N = {ls.seq_len}")
-            ax.legend(fontsize=7)
-        fig.suptitle("θ_π: tied = (almost) PSD Hessian (local min) vs untied = negative eigenvalue (saddle)")
-        return save_figure(fig, figdir / "theta_pi_hessian.png")
+        """The grid of limits (its own figure), then the declared landscape and test-loss curves."""
+        return [self._plot_grid(cfg, analysis, figdir), *super().plot(cfg, run, analysis, figdir)]
 
     @staticmethod
     def _plot_grid(cfg: MarkovTyingConfig, analysis: Analysis, figdir: Path) -> Path:
