@@ -165,3 +165,57 @@ def stopped_everywhere() -> Callable[..., tuple[object, list]]:
         raise AssertionError(f"the run never finished in {limit} resumes")
 
     return run
+
+
+# --- planted parameters of seed 000's Sec. 2 model (its probes, markov-rank) ---------------------------------
+
+
+def _rank_one_state(d: int, n_pos: int, rng, c: float = 0.7) -> dict:
+    """One member's parameters at App. C's optimum: every matrix exactly rank one along e = c·alpha,
+    p_n = -(c/2)·alpha, W_2 = W_1^T, W_O W_V = alpha v^T with v ⊥ alpha, W_Q^T W_K ∝ alpha alpha^T."""
+    import numpy as np
+
+    from tdlab.probes.sec2_weights import MATRICES
+
+    alpha = rng.choice([-1.0, 1.0], size=d)
+    w1 = np.outer(rng.choice([-1.0, 1.0], size=4 * d), alpha)
+    v = rng.normal(size=d)
+    v -= (v @ alpha) / d * alpha
+    mats = {
+        "W_Q": np.outer(rng.normal(size=d), alpha),
+        "W_K": np.outer(rng.normal(size=d), alpha),
+        "W_V": np.outer(alpha, v),
+        "W_O": np.outer(alpha, alpha) / d,
+        "W_1": w1,
+        "W_2": w1.T,
+    }
+    st = {MATRICES[k]: torch.tensor(m, dtype=torch.float32) for k, m in mats.items()}
+    st.update(
+        e=torch.tensor(c * alpha, dtype=torch.float32),
+        b=torch.zeros(()),
+        wpe=torch.tensor(np.broadcast_to(-0.5 * c * alpha, (n_pos, d)).copy(), dtype=torch.float32),
+    )
+    return st
+
+
+def _gaussian_state(d: int, n_pos: int, rng) -> dict:
+    """A full-rank state (a standard Gaussian init)."""
+    from tdlab.probes.sec2_weights import MATRICES
+
+    shape = {"W_1": (4 * d, d), "W_2": (d, 4 * d)}
+    st = {k: torch.tensor(rng.normal(size=shape.get(n, (d, d))), dtype=torch.float32) for n, k in MATRICES.items()}
+    st.update(
+        e=torch.tensor(rng.normal(size=d), dtype=torch.float32),
+        b=torch.zeros(()),
+        wpe=torch.tensor(rng.normal(size=(n_pos, d)), dtype=torch.float32),
+    )
+    return st
+
+
+@pytest.fixture
+def sec2_states():
+    """``sec2_states.rank_one(d, n_pos, rng, c=0.7)`` (App. C's optimum) and ``sec2_states.gaussian(d, n_pos,
+    rng)`` (full rank): one member's state dict of seed 000's Sec. 2 model, float32 like a stored run's."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(rank_one=_rank_one_state, gaussian=_gaussian_state)

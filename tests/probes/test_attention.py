@@ -109,27 +109,6 @@ def test_score_needs_a_match():
         context_match_mask(torch.tensor([0, 1]), 0)
 
 
-def _anchors_gpt(gamma: float, seeds: list[int]) -> GPT:
-    """Seed 001's post-LN two-layer one-head transformer at a tiny width (d = 8, d_k = 4), γ-initialised."""
-    cfg = GPTConfig(
-        arch="gpt2",
-        vocab=200,
-        d=8,
-        layers=2,
-        heads=1,
-        max_len=9,
-        norm="post",
-        d_attn=4,
-        d_ff=8,
-        activation="relu",
-        tie_weights=False,
-        head_bias=True,
-        init="gamma",
-        init_gamma=gamma,
-    )
-    return GPT(cfg, seeds)
-
-
 def test_average_operator_error_on_built_matrices():
     T = 4
     uniform = torch.tril(torch.ones(T, T, dtype=torch.float64)) / torch.arange(1, T + 1)[:, None]
@@ -143,8 +122,8 @@ def test_average_operator_error_on_built_matrices():
     assert err.shape == (1, 9) and torch.allclose(err[0], torch.tensor(want, dtype=torch.float64))
 
 
-def test_wv_flow_is_the_spectrum_of_each_members_own_gradient(one_thread):
-    model = _anchors_gpt(0.8, [3, 4])
+def test_wv_flow_is_the_spectrum_of_each_members_own_gradient(one_thread, anchors_gpt):
+    model = anchors_gpt(0.8, [3, 4])
     g = torch.Generator().manual_seed(5)
     tokens, labels = torch.randint(1, 31, (2, 6, 9), generator=g), torch.randint(21, 60, (2, 6), generator=g)
     emb = model.wte.detach()
@@ -153,7 +132,7 @@ def test_wv_flow_is_the_spectrum_of_each_members_own_gradient(one_thread):
     assert all(p.grad is None or not bool(p.grad.any()) for p in model.parameters())  # gradients cleared after
     flows = []
     for e, seed in enumerate((3, 4)):  # each member alone: its mean last-position cross-entropy, differentiated
-        alone = _anchors_gpt(0.8, [seed])
+        alone = anchors_gpt(0.8, [seed])
         F.cross_entropy(alone(tokens[e : e + 1])[0, :, -1], labels[e]).backward()
         flows.append(-alone.blocks[0].attn.W_V.weight.grad[0])
     want = wv_spectrum(torch.stack(flows), emb, rsn, mem)

@@ -10,7 +10,6 @@ import math
 import pytest
 import torch
 
-from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.cliffs import is_cliff, layer2_rows, pair_share, value_tags, window_mass
 
 
@@ -87,29 +86,8 @@ def test_bad_positions_are_refused():
         window_mass(torch.zeros(5), 0, 2)
 
 
-def _anchors_gpt(gamma: float, seeds: list[int]) -> GPT:
-    """Seed 001's post-LN two-layer one-head transformer at a tiny width (d = 8, d_k = 4), γ-initialised."""
-    cfg = GPTConfig(
-        arch="gpt2",
-        vocab=200,
-        d=8,
-        layers=2,
-        heads=1,
-        max_len=9,
-        norm="post",
-        d_attn=4,
-        d_ff=8,
-        activation="relu",
-        tie_weights=False,
-        head_bias=True,
-        init="gamma",
-        init_gamma=gamma,
-    )
-    return GPT(cfg, seeds)
-
-
-def test_layer2_scores_are_the_models_attention_and_positional_scores_a_slow_loop(one_thread):
-    model = _anchors_gpt(0.1, [3, 4])  # large init: a peaked attention
+def test_layer2_scores_are_the_models_attention_and_positional_scores_a_slow_loop(one_thread, anchors_gpt):
+    model = anchors_gpt(0.1, [3, 4])  # large init: a peaked attention
     tokens = torch.randint(21, 31, (2, 5, 9), generator=torch.Generator().manual_seed(1))
     r = layer2_rows(model, tokens)
     assert torch.allclose(torch.softmax(r["scores"], -1), r["pattern"], atol=1e-6)
@@ -123,10 +101,10 @@ def test_layer2_scores_are_the_models_attention_and_positional_scores_a_slow_loo
         assert float(r["pos_scores"][e, b, t]) == pytest.approx(slow, rel=1e-4, abs=1e-6)
 
 
-def test_value_tags_and_pair_share_against_loops():
+def test_value_tags_and_pair_share_against_loops(anchors_gpt):
     """App. E.2's tags: O = Attn^(1) W^{emb,X} W^V (paper layout) term by term, its coordinate on W^V's top right
     singular vector; η² = 1 for a value set by the group, ≈ 0 for one independent of it."""
-    model = _anchors_gpt(0.8, [1, 2]).eval()
+    model = anchors_gpt(0.8, [1, 2]).eval()
     tokens = torch.randint(1, 31, (2, 5, 9), generator=torch.Generator().manual_seed(0))
     tags = value_tags(model, tokens)
     _, cache = model.run_with_cache(tokens, names=["blocks.0.attn.pattern"])

@@ -14,50 +14,15 @@ from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import MarkovChain
 
 
-def rank_one_state(d: int, n_pos: int, rng: np.random.Generator, c: float = 0.7) -> dict[str, torch.Tensor]:
-    """One member's parameters at App. C's optimum: every matrix exactly rank one along e = c·alpha,
-    p_n = -(c/2)·alpha, W_2 = W_1^T, W_O W_V = alpha v^T with v ⊥ alpha, W_Q^T W_K ∝ alpha alpha^T."""
-    alpha = rng.choice([-1.0, 1.0], size=d)
-    w1 = np.outer(rng.choice([-1.0, 1.0], size=4 * d), alpha)
-    v = rng.normal(size=d)
-    v -= (v @ alpha) / d * alpha
-    mats = {
-        "W_Q": np.outer(rng.normal(size=d), alpha),
-        "W_K": np.outer(rng.normal(size=d), alpha),
-        "W_V": np.outer(alpha, v),
-        "W_O": np.outer(alpha, alpha) / d,
-        "W_1": w1,
-        "W_2": w1.T,
-    }
-    st = {MATRICES[k]: torch.tensor(m, dtype=torch.float32) for k, m in mats.items()}
-    st.update(
-        e=torch.tensor(c * alpha, dtype=torch.float32),
-        b=torch.zeros(()),
-        wpe=torch.tensor(np.broadcast_to(-0.5 * c * alpha, (n_pos, d)).copy(), dtype=torch.float32),
-    )
-    return st
-
-
-def gaussian_state(d: int, n_pos: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-    shape = {"W_1": (4 * d, d), "W_2": (d, 4 * d)}
-    st = {k: torch.tensor(rng.normal(size=shape.get(n, (d, d))), dtype=torch.float32) for n, k in MATRICES.items()}
-    st.update(
-        e=torch.tensor(rng.normal(size=d), dtype=torch.float32),
-        b=torch.zeros(()),
-        wpe=torch.tensor(rng.normal(size=(n_pos, d)), dtype=torch.float32),
-    )
-    return st
-
-
 def stack(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     return {k: torch.stack([s[k] for s in states]) for k in states[0]}
 
 
-def test_app_c_measurements_on_a_planted_optimum_match_closed_forms():
+def test_app_c_measurements_on_a_planted_optimum_match_closed_forms(sec2_states):
     """App. C's identities on the planted optimum: p/e = 1/2 exactly, cos(p, e) = -1, W_2 = W_1^T
     (cos_F = 1), W_O W_V and W_Q^T W_K rank one along e, <v, alpha> = 0."""
     rng = np.random.default_rng(0)
-    st = stack([rank_one_state(8, 8, rng) for _ in range(2)])
+    st = stack([sec2_states.rank_one(8, 8, rng) for _ in range(2)])
     s = app_c_structure(st)
     assert s["position_ratio"] == pytest.approx([0.5, 0.5], abs=1e-6)
     assert s["position_cos"] == pytest.approx([-1.0, -1.0], abs=1e-6)
@@ -75,11 +40,11 @@ def test_app_c_measurements_on_a_planted_optimum_match_closed_forms():
     assert s["position_ratio"] == pytest.approx([0.3, 0.3], abs=1e-6)
 
 
-def test_weight_matrices_and_snapshot_against_numpy():
+def test_weight_matrices_and_snapshot_against_numpy(sec2_states):
     """The product W_O W_V and every matrix's singular values, σ₂/σ₁ and |cos| of the leading right
     singular vector with e, recomputed per member with numpy; the embedding's norm and spread."""
     rng = np.random.default_rng(1)
-    st = stack([gaussian_state(4, 6, rng), rank_one_state(4, 6, rng)])
+    st = stack([sec2_states.gaussian(4, 6, rng), sec2_states.rank_one(4, 6, rng)])
     mats = weight_matrices(st)
     assert set(mats) == {*MATRICES, "W_OW_V"}
     wo, wv = st[MATRICES["W_O"]].double().numpy(), st[MATRICES["W_V"]].double().numpy()
@@ -99,13 +64,16 @@ def test_weight_matrices_and_snapshot_against_numpy():
     assert snap["embedding"]["cos_mean_position"][1] == pytest.approx(1.0, abs=1e-7)  # p_n = -(c/2)·alpha
 
 
-def test_bias_step_excess_against_a_direct_computation():
+def test_bias_step_excess_against_a_direct_computation(sec2_states):
     """bias_step_excess against the model's own cross-entropy computed directly (float64 weights of
     moderate size): b* is a minimum (central difference ~ 0, both neighbours higher), the excesses
     before and after the step are the direct differences."""
     mc = GPTConfig(arch="sec2", d=8, max_len=8, init_std=0.001)
     rng = np.random.default_rng(4)
-    st = {k: 0.4 * torch.stack([v, gaussian_state(8, 8, rng)[k]]) for k, v in gaussian_state(8, 8, rng).items()}
+    st = {
+        k: 0.4 * torch.stack([v, sec2_states.gaussian(8, 8, rng)[k]])
+        for k, v in sec2_states.gaussian(8, 8, rng).items()
+    }
     st["b"] = torch.tensor([0.3, -0.2])
     tokens = MarkovChain(0.2, 0.3).sample(generators(member_seeds(0, 2), "bias-step-eval"), 64, 8)
     r = bias_step_excess(mc, st, tokens, 4.0)

@@ -55,52 +55,6 @@ def copy_run(tmp_path: Path) -> Callable[[Any], Path]:
 # --- planted parameters of the Sec. 2 model (markov-rank) ------------------------------------------
 
 
-def _rank_one_state(d: int, n_pos: int, rng: Any, c: float = 0.7) -> dict[str, Any]:
-    """One member's parameters at App. C's optimum: every matrix exactly rank one along e = c·alpha,
-    p_n = -(c/2)·alpha, W_2 = W_1^T, W_O W_V = alpha v^T with v ⊥ alpha, W_Q^T W_K ∝ alpha alpha^T."""
-    import numpy as np
-    import torch
-
-    from tdlab.probes.sec2_weights import MATRICES
-
-    alpha = rng.choice([-1.0, 1.0], size=d)
-    g = lambda n: rng.normal(size=n)  # noqa: E731
-    w1 = np.outer(rng.choice([-1.0, 1.0], size=4 * d), alpha)
-    v = g(d)
-    v -= (v @ alpha) / d * alpha  # App. C: W_O W_V = alpha v^T with <v, alpha> = 0
-    mats = {
-        "W_Q": np.outer(g(d), alpha),
-        "W_K": np.outer(g(d), alpha),
-        "W_V": np.outer(alpha, v),
-        "W_O": np.outer(alpha, alpha) / d,
-        "W_1": w1,
-        "W_2": w1.T,
-    }
-    st = {MATRICES[k]: torch.tensor(m, dtype=torch.float32) for k, m in mats.items()}
-    st.update(
-        e=torch.tensor(c * alpha, dtype=torch.float32),
-        b=torch.zeros(()),
-        wpe=torch.tensor(np.broadcast_to(-0.5 * c * alpha, (n_pos, d)).copy(), dtype=torch.float32),
-    )
-    return st
-
-
-def _gaussian_state(d: int, n_pos: int, rng: Any) -> dict[str, Any]:
-    """A full-rank state (a standard Gaussian init)."""
-    import torch
-
-    from tdlab.probes.sec2_weights import MATRICES
-
-    shape = {"W_1": (4 * d, d), "W_2": (d, 4 * d)}
-    st = {k: torch.tensor(rng.normal(size=shape.get(n, (d, d))), dtype=torch.float32) for n, k in MATRICES.items()}
-    st.update(
-        e=torch.tensor(rng.normal(size=d), dtype=torch.float32),
-        b=torch.zeros(()),
-        wpe=torch.tensor(rng.normal(size=(n_pos, d)), dtype=torch.float32),
-    )
-    return st
-
-
 def _bias_tokens(cfg: Any) -> Any:
     """The fresh sequences markov-rank measures the bias step on (same seeds and stream)."""
     from tdlab.seeding import generators, member_seeds
@@ -114,10 +68,10 @@ def _bias_tokens(cfg: Any) -> Any:
 
 
 @pytest.fixture
-def planted() -> Any:
+def planted(sec2_states: Any) -> Any:
     """``planted.rank_one(d, n_pos, rng, c=0.7)`` (App. C's optimum) and ``planted.gaussian(d, n_pos, rng)``
     (full rank): one member's state dict of the Sec. 2 model, float32 like a stored run's;
     ``planted.bias_tokens(cfg)``: the sequences markov-rank measures the bias step on."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(rank_one=_rank_one_state, gaussian=_gaussian_state, bias_tokens=_bias_tokens)
+    return SimpleNamespace(rank_one=sec2_states.rank_one, gaussian=sec2_states.gaussian, bias_tokens=_bias_tokens)
