@@ -80,6 +80,8 @@ def test_tiny_run_measures_the_real_gradient(tiny_run):
     assert all(v > 0.999 for v in f["t=2"]["eq36_cos"])
     assert a.result("eq28-embedding-flow-small-init").verdict == "holds"
     assert a.result("eq36-wv-flow-small-init").verdict == "holds"
+    assert tiny_run.summary["figures"] == ["figures/flows_props23_thm2.png"]  # the declared flows
+    assert (tiny_run.path / "figures" / "flows_props23_thm2.png").stat().st_size > 5000
     # keys at init (W^VO, W^f ≈ 0): Eq. 28 (n → ∞) is the last-position term, along P_Y − 1/d_m for every key;
     # Eq. 29 is along P^s − 1/d_m (tdlab.theory.anchors.token_label_law, an independent implementation)
     cfg = exp.make_config("quick", TINY, members=2)

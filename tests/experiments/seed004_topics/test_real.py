@@ -164,6 +164,7 @@ def test_tiny_run_end_to_end_and_the_lda_fit_is_cached(tmp_path, real_tiny):
     assert r.arrays(ARM + "@init")["wte"].shape[0] == 2  # the untrained control is stored
     info = json.loads((cache / "info.json").read_text())
     assert info["documents"] == 30 and 0 < info["unigram_loss"] < np.log(info["vocab"])
+    assert {f"figures/{f}.png" for f in ("fig3_cosine_map", "ratios_vs_theta")} <= set(s["figures"])  # declared ratios
     for f in s["figures"]:
         assert (r.path / f).stat().st_size > 3000
 

@@ -35,7 +35,7 @@ prints both); the claims' tolerance is :func:`small_init_tolerance`.
 from __future__ import annotations
 
 import math
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -44,9 +44,10 @@ from pydantic import Field, model_validator
 
 from tdlab.claims import ArmHealth, GroupResult, Measurements, assess_arm
 from tdlab.claims.declare import Hypothesis, Provenance, Threshold
-from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
+from tdlab.experiments.base import Experiment, ExperimentConfig, register
 from tdlab.experiments.seed001_reasoning_bias.common.training import GammaArms
 from tdlab.models.emb_mlp import Def2Config, Def2Transformer, def2_paper_matrices
+from tdlab.report.standard_figures import Curves, Panel, Series
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.run_view import RunView
 from tdlab.seeding import generators, member_seeds
@@ -188,6 +189,34 @@ GRADIENT_LIMIT = (
     "its parameters and γ); the cosine's shortfall is the dropped terms' measured size, so a row above the floor shows "
     "them small here, one below it (a threshold of ours, uncalibrated) cannot refute the limit"
 )
+
+
+def _flow_panels(cfg: AnchorsFlowsConfig, m: Mapping[str, Any]) -> list[Panel]:
+    """The flows against flow time: the embeddings' cosines with Eqs. 28, 29 per token class, and W^V's with
+    Eq. 36 and Thm. 2 (t > 0); the dashed line is the claims' 1 − tolerance."""
+    f = m["flows"]
+    ts = [float(k[2:]) for k in f]
+    eqs = {"eq28": ("-", "Eq. 28"), "eq29": ("--", "Eq. 29 (Props. 2–3)")}
+    emb = [
+        Series(ts, [np.mean([e[c][k] for e in v["emb"]]) for v in f.values()], f"{c}, {eqs[k][1]}", mk + eqs[k][0])
+        for c, mk in zip(TOKEN_CLASSES, "osd", strict=True)
+        for k in eqs
+    ]
+    late = [(t, v) for t, v in zip(ts, f.values(), strict=True) if t > 0]
+    wv = [
+        Series([t for t, _ in late], [np.mean(v[key]) for _, v in late], lab)
+        for key, lab in (
+            ("eq36_cos", "cos(−∇W^V, Eq. 36)"),
+            ("thm2_cos", "cos(−∇W^V, Thm. 2)"),
+            ("disp_rsn_align", "|cos(u1(ΔW^V), mean rsn emb)|"),
+            ("thm2_rate", "rate along Thm. 2"),
+        )
+    ]
+    ref = {"": 1 - small_init_tolerance(cfg)}
+    return [
+        Panel("cos(−∇w^s, formula), mean over a token class", reference=ref, series=emb),
+        Panel("W^V's flow vs Thm. 2", reference=ref, series=wv),
+    ]
 
 
 @register
@@ -415,34 +444,13 @@ class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
         )
         return [*super().notes(cfg, measured, groups), *notes]
 
-    def plot(self, cfg: AnchorsFlowsConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        from tdlab.report.figures import plt, save_figure
-
-        f = analysis.measurements["flows"]
-        ts = [float(k[2:]) for k in f]
-        fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-        for c, mk in zip(TOKEN_CLASSES, "osd", strict=True):
-            for key, ls in (("eq28", "-"), ("eq29", "--")):
-                axes[0].plot(
-                    ts,
-                    [np.mean([e[c][key] for e in m["emb"]]) for m in f.values()],
-                    ls,
-                    marker=mk,
-                    label=f"{c}, {'Eq. 28' if key == 'eq28' else 'Eq. 29 (Props. 2–3)'}",
-                )
-        axes[0].set_title("cos(−∇w^s, formula), mean over a token class", fontsize=9)
-        late = [(t, m) for t, m in zip(ts, f.values(), strict=True) if t > 0]
-        for key, lab in (
-            ("eq36_cos", "cos(−∇W^V, Eq. 36)"),
-            ("thm2_cos", "cos(−∇W^V, Thm. 2)"),
-            ("disp_rsn_align", "|cos(u1(ΔW^V), mean rsn emb)|"),
-            ("thm2_rate", "rate along Thm. 2"),
-        ):
-            axes[1].plot([t for t, _ in late], [np.mean(m[key]) for _, m in late], "o-", label=lab)
-        axes[1].set_title("W^V's flow vs Thm. 2", fontsize=9)
-        for ax in axes:
-            ax.axhline(1 - small_init_tolerance(cfg), color="k", lw=0.8, ls=":")
-            ax.set_xlabel("flow time t")
-            ax.legend(fontsize=7)
-        fig.suptitle(f"Def. 2 model, γ = {cfg.gamma:g}: small-init flows (Props. 2–3, Thm. 2)")
-        return [save_figure(fig, figdir / "flows_props23_thm2.png")]
+    figures = (
+        Curves(
+            "flows_props23_thm2.png",
+            _flow_panels,
+            title=lambda cfg: f"Def. 2 model, γ = {cfg.gamma:g}: small-init flows (Props. 2–3, Thm. 2)",
+            xlabel="flow time t",
+            ylabel="",
+            legend=7,
+        ),
+    )

@@ -14,7 +14,9 @@ the seed's ``experiments.yaml`` (``tdlab explain anchors-lowrank`` prints both).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,6 +30,7 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     parameter_reading,
 )
 from tdlab.probes.spectrum import spectra
+from tdlab.report.standard_figures import Curves, Panel, Series, draw_figures
 from tdlab.run_view import RunView
 
 
@@ -51,6 +54,25 @@ def weight_matrices(arrays: dict[str, torch.Tensor], layers: int) -> dict[str, t
 def _slug(name: str) -> str:
     """A row id for a matrix name: ``"W^Q (layer 2)"`` -> ``"W_Q.layer2"``."""
     return name.replace("^", "_").replace(" (layer ", ".layer").replace(")", "")
+
+
+FIG13_COLUMNS = 5
+GAMMA_COLORS = ("tab:red", "tab:green", "tab:blue", "tab:purple", "tab:gray")  # by increasing γ
+
+
+def _fig13_panels(cfg: AnchorsLowrankConfig, m: Mapping[str, Any]) -> list[Panel]:
+    """Fig. 13: a panel per matrix, ``s_i/s_1`` of each γ over ``i`` (log scale), the members' mean and band."""
+    gammas = sorted(cfg.gammas)
+    colors = dict(zip(gammas, GAMMA_COLORS, strict=False))
+    names = list(m[GammaArms.arm(gammas[0])])
+    panels = []
+    for k, name in enumerate(names):
+        series = []
+        for g in gammas:
+            sv = np.array(m[GammaArms.arm(g)][name]["sv"])  # (E, r)
+            series.append(Series(range(1, sv.shape[1] + 1), sv, f"γ = {g:g}", color=colors.get(g, "k")))
+        panels.append(Panel(name, series=series, yscale="log", ylabel="s_i / s_1" if k % FIG13_COLUMNS == 0 else ""))
+    return panels
 
 
 @register
@@ -89,35 +111,20 @@ class AnchorsLowrank(ProbeSource, AnchorsGammaSweep[AnchorsLowrankConfig]):
         ]
         return self.probe_notes(cfg, measured, groups, notes)
 
-    def plot(self, cfg: AnchorsLowrankConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        from tdlab.report.figures import plt, save_figure
+    figures = (
+        Curves(
+            "fig13_singular_values.png",
+            _fig13_panels,
+            title=lambda cfg: (
+                f"Fig. 13 — singular values at the end of training (mean over {cfg.members} seeds, band min–max)"
+            ),
+            xlabel="i",
+            size=(3.3, 2.8),
+            legend=6,
+            columns=FIG13_COLUMNS,
+        ),
+    )
 
-        m = {g: analysis.measurements[GammaArms.arm(g)] for g in cfg.gammas}
-        names = list(next(iter(m.values())))
-        cols = 5
-        rows = -(-len(names) // cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols, 2.8 * rows), squeeze=False)
-        colors = {
-            g: c
-            for g, c in zip(
-                sorted(cfg.gammas), ("tab:red", "tab:green", "tab:blue", "tab:purple", "tab:gray"), strict=False
-            )
-        }
-        for k, name in enumerate(names):
-            ax = axes[k // cols][k % cols]
-            for g in sorted(cfg.gammas):
-                sv = np.array(m[g][name]["sv"])  # (E, r)
-                ax.plot(np.arange(1, sv.shape[1] + 1), sv.mean(0), color=colors.get(g, "k"), lw=1.2, label=f"γ = {g:g}")
-                ax.fill_between(
-                    np.arange(1, sv.shape[1] + 1), sv.min(0), sv.max(0), color=colors.get(g, "k"), alpha=0.2
-                )
-            ax.set_yscale("log")
-            ax.set_title(name, fontsize=9)
-            ax.set_xlabel("i")
-            if k % cols == 0:
-                ax.set_ylabel("s_i / s_1")
-        for k in range(len(names), rows * cols):
-            axes[k // cols][k % cols].axis("off")
-        axes[0][0].legend(fontsize=7)
-        fig.suptitle(f"Fig. 13 — singular values at the end of training (mean over {cfg.members} seeds, band min–max)")
-        return [save_figure(fig, figdir / "fig13_singular_values.png")]
+    def plot(self, cfg: AnchorsLowrankConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
+        """Fig. 13 alone: not the γ-sweep's Fig. 2A and Fig. 8 (the source run's figures)."""
+        return draw_figures(self.figures, cfg, run, analysis.measurements, figdir)

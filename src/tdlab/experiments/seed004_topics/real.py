@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import operator
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from tdlab.experiments.seed004_topics.common.real_text import (
     TopicsRealConfig,
     theta_key,
 )
+from tdlab.report.standard_figures import Curves, Panel, Series
 from tdlab.run_view import RunView
 from tdlab.runs import RunDirError
 
@@ -59,6 +61,38 @@ TABLE5_BERT = {  # Table 5 (App. G.3; one or more topics per word), same rows
 DIRECTION = Threshold(
     "paper", "claims.ratio_min = 1: the caption's direction (same-topic above different-topic), no margin"
 )
+
+
+def _ratio_panels(cfg: TopicsRealConfig, m: Mapping[str, Any]) -> list[Panel]:
+    """Tables 1 (``single``) and 5 (``multi``): each measure's member-mean ratio per θ, trained (solid) and
+    untrained (dotted), beside the seed's BERT (crosses); the legend on the right panel only."""
+    table = m.get("ratios", {})
+    panels = []
+    for k, mode in enumerate(MODES):
+        named = k == len(MODES) - 1
+        series = []
+        for i, name in enumerate(MEASURES):
+            for which, ls in (("trained", "-"), ("untrained", ":")):
+                ths = list(table.get(which, {}).get(mode, {}))
+                ys = [np.mean(table[which][mode][t][name]) if table[which][mode][t][name] else np.nan for t in ths]
+                series.append(
+                    Series([float(t) for t in ths], ys, f"{which} {name}" if named else "", f"o{ls}", f"C{i}")
+                )
+        ref = (TABLE1_BERT if mode == "single" else TABLE5_BERT)["trained"]
+        for i, name in enumerate(MEASURES):
+            series.append(
+                Series(list(ref), [r[i] for r in ref.values()], f"seed's BERT {name}" if named else "", "x--", f"C{i}")
+            )
+        panels.append(
+            Panel(
+                f"{'Table 1' if mode == 'single' else 'Table 5'} ({mode})",
+                reference={"": 1.0},
+                series=series,
+                xscale="log",
+                ylabel=None if k == 0 else "",
+            )
+        )
+    return panels
 
 
 @register
@@ -172,9 +206,19 @@ class TopicsReal(RealTextExperiment[TopicsRealConfig]):
         # what ran (the corpus, the encoder) leads: every verdict below is on it
         return [notes[0], *super().notes(cfg, measured, groups), *notes[1:]]
 
+    figures = (
+        Curves(
+            "ratios_vs_theta.png",
+            _ratio_panels,
+            xlabel="ambiguity threshold θ",
+            ylabel="same-topic / different-topic",
+            legend=6,
+        ),
+    )
+
     def plot(self, cfg: TopicsRealConfig, run: RunView, analysis: Analysis, figdir: Path) -> list[Path]:
-        """Fig. 3 (9 x 9 cosine maps, trained and untrained member 0), the ratios per θ beside the seed's BERT,
-        and the per-layer / per-head attention ratio heatmaps."""
+        """Fig. 3 (9 x 9 cosine maps, trained and untrained member 0), the declared ratios per θ beside the seed's
+        BERT, and the per-layer / per-head attention ratio heatmaps."""
         from tdlab.report.figures import plt, save_figure
 
         paths = []
@@ -194,31 +238,6 @@ class TopicsReal(RealTextExperiment[TopicsRealConfig]):
             fig.colorbar(im, ax=ax, fraction=0.046)
         fig.suptitle("Fig. 3 — input-embedding cosine of 3 words from each of 3 LDA topics", fontsize=10)
         paths.append(save_figure(fig, figdir / "fig3_cosine_map.png"))
-        table = analysis.measurements.get("ratios", {})
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-        for ax, mode in zip(axes, MODES, strict=True):
-            for i, m in enumerate(MEASURES):
-                for which, ls in (("trained", "-"), ("untrained", ":")):
-                    ths = list(table.get(which, {}).get(mode, {}))
-                    ys = [np.mean(table[which][mode][t][m]) if table[which][mode][t][m] else np.nan for t in ths]
-                    ax.plot([float(t) for t in ths], ys, ls, marker="o", color=f"C{i}", label=f"{which} {m}")
-            ref = TABLE1_BERT if mode == "single" else TABLE5_BERT
-            for i, m in enumerate(MEASURES):
-                ax.plot(
-                    list(ref["trained"]),
-                    [r[i] for r in ref["trained"].values()],
-                    "x--",
-                    color=f"C{i}",
-                    alpha=0.5,
-                    label=f"seed's BERT {m}",
-                )
-            ax.axhline(1.0, c="k", lw=0.7)
-            ax.set_xscale("log")
-            ax.set_xlabel("ambiguity threshold θ")
-            ax.set_title(f"{'Table 1' if mode == 'single' else 'Table 5'} ({mode})", fontsize=9)
-        axes[0].set_ylabel("same-topic / different-topic")
-        axes[1].legend(fontsize=6, ncol=2)
-        paths.append(save_figure(fig, figdir / "ratios_vs_theta.png"))
         metrics = run.metrics()
         sub = metrics[metrics["arm"] == MEASURE_ARMS["trained"]]
         for mode in MODES:
@@ -237,7 +256,7 @@ class TopicsReal(RealTextExperiment[TopicsRealConfig]):
                 fig.colorbar(im, ax=ax, fraction=0.046)
             fig.suptitle(f"attention ratio per layer and head, trained, member mean ({mode})", fontsize=9)
             paths.append(save_figure(fig, figdir / f"attention_ratio_heads_{mode}.png"))
-        return paths
+        return [*paths, *super().plot(cfg, run, analysis, figdir)]
 
 
 def _ref_json(ref: dict) -> dict:
