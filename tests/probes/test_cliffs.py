@@ -10,7 +10,16 @@ import math
 import pytest
 import torch
 
-from tdlab.probes.cliffs import is_cliff, layer2_rows, pair_share, value_tags, window_mass
+from tdlab.probes.cliffs import (
+    is_cliff,
+    layer2_readings,
+    layer2_rows,
+    pair_share,
+    value_tag_readings,
+    value_tags,
+    window_mass,
+)
+from tdlab.probes.embedding import spearman_rows
 
 
 def _slow_is_cliff(scores: list[float], p: int, q: int) -> bool:
@@ -119,3 +128,60 @@ def test_value_tags_and_pair_share_against_loops(anchors_gpt):
     pairs = torch.randint(0, 4, (2, 400), generator=g)
     assert pair_share(pairs.double() * 3 + 1, pairs).tolist() == pytest.approx([1.0, 1.0])
     assert pair_share(torch.randn(2, 400, generator=g, dtype=torch.float64), pairs).max() < 0.05
+
+
+def test_value_tag_readings_against_a_loop_over_sequences(anchors_gpt):
+    """App. E.2's four readings, recomputed sequence by sequence from the tags: the medians of ‖O_L‖ by kind, the
+    ratio of mean ‖O_j‖ before the key to after the anchors, η² and |Spearman| with hand-made pair ids and sums."""
+    model = anchors_gpt(0.5, [1, 2]).eval()
+    g = torch.Generator().manual_seed(3)
+    E, B, L, q, d_vob = 2, 30, 9, 2, 7
+    tokens = torch.randint(1, 31, (E, B, L), generator=g)
+    key_pos = torch.randint(0, L - q - 1, (E, B), generator=g)
+    kind = torch.randint(0, 2, (E, B), generator=g)
+    kind[:, :2] = torch.tensor([0, 1])  # both kinds in every member
+    got = value_tag_readings(model, tokens, key_pos, kind, q, d_vob)
+    tags = value_tags(model, tokens)
+    for e in range(E):
+        rsn = [b for b in range(B) if kind[e, b] == 1]
+        mem = [b for b in range(B) if kind[e, b] == 0]
+        last = tags["norm"][e, :, -1]
+        assert got["untagged_ratio"][e] == pytest.approx(float(last[mem].median() / last[rsn].median()), rel=1e-12)
+        ratios = []
+        for b in rsn:
+            p = int(key_pos[e, b]) + 1  # 1-based
+            n = tags["norm"][e, b]
+            ratios.append(float(n[:p].mean() / n[p + q - 1 :].mean()))  # rows j <= p over rows j >= p + q
+        assert got["before_ratio"][e] == pytest.approx(
+            float(torch.tensor(ratios, dtype=torch.float64).median()), rel=1e-12
+        )
+        anchors = [[int(tokens[e, b, int(key_pos[e, b]) + 1 + i]) for i in range(q)] for b in rsn]
+        ids = torch.tensor([sum(a * d_vob**i for i, a in enumerate(row)) for row in anchors])
+        c = tags["coord"][e, rsn, -1]
+        assert got["pair_share"][e] == pytest.approx(float(pair_share(c[None], ids[None])[0]), rel=1e-12)
+        sums = torch.tensor([float(sum(row)) for row in anchors], dtype=torch.float64)
+        rho = float(spearman_rows(c[None], sums[None])[0])
+        assert got["shift_spearman"][e] == pytest.approx(abs(rho), rel=1e-12)
+
+
+def test_layer2_readings_on_hand_made_rows():
+    """Member 0: every row a (p, q)-cliff scaled by 50 (mass ≈ 1 on the window, Thm. 3), positional scores rising
+    with the position (Spearman 1); member 1: flat rows (not cliffs; mass (q + 1)/L), falling scores (−1). The
+    cached pattern is the softmax itself: the check reads 0."""
+    L, q, B = 8, 2, 3
+    key_pos = torch.tensor([[1, 2, 3], [1, 2, 3]])  # 0-based: p = 2, 3, 4
+    cliff = torch.zeros(B, L)
+    for b in range(B):
+        p = int(key_pos[0, b]) + 1
+        row = [float(i) for i in range(1, p + 1)] + [p - 0.25] * q + [-1.0] * (L - p - q)
+        assert _slow_is_cliff(row, p, q)
+        cliff[b] = 50 * torch.tensor(row)
+    scores = torch.stack([cliff, torch.zeros(B, L)])
+    pos = torch.arange(1, L, dtype=torch.float32).expand(B, L - 1)
+    rows = {"scores": scores, "pattern": torch.softmax(scores, -1), "pos_scores": torch.stack([pos, -pos])}
+    r = layer2_readings(rows, key_pos, q)
+    assert r["cliff_share"] == [1.0, 0.0]
+    assert r["window_mass"][0] == pytest.approx(1.0, abs=1e-6) and r["window_mass"][1] == pytest.approx((q + 1) / L)
+    assert r["pattern_check"] < 1e-6
+    assert r["pos_score_mean"][0] == pytest.approx(list(range(1, L)))
+    assert r["pos_score_spearman"] == pytest.approx([1.0, -1.0])

@@ -10,6 +10,7 @@ import torch
 from scipy.stats import spearmanr
 
 from tdlab.probes.embedding import (
+    anchor_cosine_readings,
     cosine_matrix,
     distance_spearman,
     erank,
@@ -21,6 +22,7 @@ from tdlab.probes.embedding import (
     pair_indices,
     pair_spearman,
     pca,
+    positional_cosine_readings,
     spearman_rows,
 )
 from tdlab.theory.anchors import eq14_vectors
@@ -152,3 +154,37 @@ def test_error_by_distance_averages_each_diagonal():
     m[0, 0, 3] = 0.5  # |Δ| = 3
     e = error_by_distance(m, t)
     assert e[1] == pytest.approx([0.2]) and e[2] == pytest.approx([0.0]) and e[3] == pytest.approx([0.5])
+
+
+def test_positional_cosine_readings_on_a_table_that_is_assumption4():
+    """Rows (cos(πi/L), sin(πi/L)) have cos(w_i, w_j) = cos(π|i − j|/L) exactly (Assumption 4): the rank
+    correlation with it is 1, with |i − j| is −1; rows past L − 1 are not read, a second member
+    is read apart."""
+    L = 8
+    i = torch.arange(0, L + 3, dtype=F64)  # row 0 and rows past L − 1 are not read
+    table = torch.stack([torch.cos(math.pi * i / L), torch.sin(math.pi * i / L)], -1)
+    noise = torch.randn(L + 3, 2, generator=torch.Generator().manual_seed(0), dtype=F64)
+    r = positional_cosine_readings(torch.stack([table, noise]), L)
+    assert r["pos_vs_assumption4"][0] == pytest.approx(1.0)
+    assert r["pos_rho"][0] == pytest.approx(-1.0)
+    assert r["pos_rho"][1] == pytest.approx(float(distance_spearman(noise[: L - 1])))
+    avg = (cosine_matrix(table[: L - 1]) + cosine_matrix(noise[: L - 1])) / 2
+    assert torch.allclose(torch.tensor(r["pos_cos"], dtype=F64), avg)
+
+
+def test_anchor_cosine_readings_on_a_built_table():
+    """Memory rows all equal (cosine 1), reasoning rows Gaussian bumps over their ids (ordered: ρ = −1 with
+    distance), read against their own cosines (Spearman 1, error 0) and against the negated ones (Spearman −1)."""
+    d, mem, rsn = 200, (3, 7), (10, 19)
+    W = torch.zeros(2, 25, d, dtype=F64)
+    W[:, mem[0] : mem[1] + 1] = torch.randn(d, generator=torch.Generator().manual_seed(0), dtype=F64)
+    W[:, rsn[0] : rsn[1] + 1] = _bumps(10)
+    own = cosine_matrix(_bumps(10))
+    r = anchor_cosine_readings(W, mem, rsn, own)
+    assert r["mem_cos"] == pytest.approx([1.0, 1.0]) and r["mem_abs_cos"] == pytest.approx([1.0, 1.0])
+    assert r["rsn_cos"] == pytest.approx([float(offdiag_mean(own))] * 2)
+    assert r["rsn_abs_cos"] == pytest.approx(r["rsn_cos"])  # bumps: every cosine ≥ 0
+    assert r["rsn_rho"] == pytest.approx([-1.0, -1.0])
+    assert r["theory_spearman"] == pytest.approx([1.0, 1.0]) and r["theory_abs_err"] == pytest.approx([0.0, 0.0])
+    assert anchor_cosine_readings(W, mem, rsn, -own)["theory_spearman"] == pytest.approx([-1.0, -1.0])
+    assert "theory_spearman" not in anchor_cosine_readings(W, mem, rsn)

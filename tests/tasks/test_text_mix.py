@@ -5,12 +5,20 @@ exclusive-token sets against a Counter-based slow version."""
 from __future__ import annotations
 
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from tdlab.tasks.text_mix import SOURCES, MixedCorpus, build_corpus, exclusive_tokens, token_counts
+from tdlab.tasks.text_mix import (
+    SOURCES,
+    MixedCorpus,
+    balanced_exclusive_tokens,
+    build_corpus,
+    exclusive_tokens,
+    token_counts,
+)
 
 TEXTS = {
     "prontoqa": ["Every wumpus is a yumpus. Max is a wumpus. True or false: Max is a yumpus. A: True"] * 3
@@ -87,3 +95,20 @@ def test_exclusive_tokens_match_a_counter_and_are_disjoint():
         c = counts[s][ex[s]]
         assert np.all(np.diff(c) <= 0)  # ranked by frequency
         assert len(ex[s]) == 10
+
+
+def test_balanced_exclusive_tokens_cut_both_sets_to_the_smaller():
+    """Source 0 has 3 exclusive ids, source 1 six (eos never counted): both sets are the Counter reference's
+    first 3, or ``top`` when fewer."""
+    eos = 0
+    seqs = [[1, 2, 2, 3, 3, 3, 9, eos], [4, 5, 6, 7, 8, 8, 9, 5, 4, 4, eos], [9, 1, eos], [6, 7, 10, 9, eos]]
+    sources = [0, 1, 0, 1]
+    L = max(map(len, seqs))
+    tokens, mask = torch.zeros(len(seqs), L, dtype=torch.long), torch.zeros(len(seqs), L)
+    for i, q in enumerate(seqs):
+        tokens[i, : len(q)], mask[i, : len(q)] = torch.tensor(q), 1
+    corpus = SimpleNamespace(tokens=tokens, mask=mask, source=torch.tensor(sources), meta={"eos_id": eos})
+    got = balanced_exclusive_tokens(corpus, 12, 100)  # type: ignore[arg-type]  # the fields it reads
+    assert got == {s: _slow_exclusive(seqs, sources, k, 3, eos) for k, s in enumerate(SOURCES)}
+    assert got["prontoqa"] == [3, 1, 2]  # 3 thrice, then 1 and 2 twice each: the smaller id first
+    assert balanced_exclusive_tokens(corpus, 12, 2) == {s: v[:2] for s, v in got.items()}  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from tdlab.theory.anchor_flows import (
     rate,
     thm2_matrix,
     thm2_terms,
+    wv_flow_readings,
 )
 
 F64 = torch.float64
@@ -129,3 +130,31 @@ def test_cross_entropy_flow_is_each_members_own_gradient():
         for k, p in model.named_parameters():
             p.add_(1e-3 * flow[k])
     assert bool((cross_entropy_flow(model, tokens, labels)[0] < loss).all())
+
+
+def test_wv_flow_readings_on_a_flow_that_is_thm2s_matrix():
+    """A flow equal to 3 × Thm. 2's matrix (built by hand from the label frequencies) has cos 1 and rate 3 with it;
+    its top left singular vector is the mean reasoning embedding, so with the key rows set to that mean the key
+    alignment is 1; a displacement W^V(t) − W^V(0) of rank one along the mean memory embedding aligns with it."""
+    g = torch.Generator().manual_seed(2)
+    d_m, d_k, V, n, L = 6, 3, 12, 30, 4
+    W_emb, W2 = torch.randn(V, d_m, generator=g, dtype=F64), torch.randn(d_m, d_k, generator=g, dtype=F64)
+    ids = {"key": [0, 1, 2], "memory": [3, 4, 5], "reasoning": [6, 7, 8]}
+    W_emb[ids["key"]] = W_emb[6:9].mean(0)  # the key mean is the reasoning mean
+    tokens, labels = torch.randint(0, V, (n, L), generator=g), torch.randint(0, d_m, (n,), generator=g)
+    law = torch.tensor([float((labels == y).sum()) / n for y in range(d_m)], dtype=F64)
+    M = 0.5 * torch.outer(W_emb[6:9].mean(0), (law - 1 / d_m) @ W2)
+    V0 = torch.randn(d_k, d_m, generator=g, dtype=F64)  # torch's layout
+    W_V = V0.T + torch.outer(W_emb[3:6].mean(0), torch.randn(d_k, generator=g, dtype=F64))
+    P = {"W_emb": W_emb, "W2": W2, "W_V": W_V}
+    r = wv_flow_readings(3 * M, tokens, labels, P, slice(6, 9), ids)
+    assert set(r) == {"eq36_cos", "thm2_cos", "thm2_rate", "grad_key_align"}  # t = 0: no displacement
+    assert r["thm2_cos"] == pytest.approx(1.0) and r["thm2_rate"] == pytest.approx(3.0)
+    assert r["grad_key_align"] == pytest.approx(1.0)
+    assert r["eq36_cos"] == pytest.approx(frobenius_cos(M, eq36_matrix(W_emb, tokens, labels, W2)))
+    W0 = W_emb - 0.1
+    r = wv_flow_readings(3 * M, tokens, labels, P, slice(6, 9), ids, V0, W0)
+    assert r["disp_mem_align"] == pytest.approx(1.0)
+    mem, rsn = W_emb[3:6].mean(0), W_emb[6:9].mean(0)
+    assert r["disp_rsn_align"] == pytest.approx(abs(frobenius_cos(mem, rsn)))
+    assert r["thm2_terms"] == thm2_terms(3 * M, M, W_emb, W0, tokens, labels, W2)

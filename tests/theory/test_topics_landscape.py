@@ -166,6 +166,31 @@ def test_gamma_star_and_diagonal_minimum_against_dense_grids():
     assert float(tl.landscape("diagonal", grid, grid, T, v, tau, M).min()) >= L
 
 
+def test_landscape_minimisers_read_the_maps_of_one_tau():
+    """Against the maps themselves: Remark 5's γ-form equals the block map on the grid; the γ curve is the block
+    loss of its grid; the refined minimisers are no worse than the grids' argmins (γ* at the curve's argmin);
+    the uniform-attention losses are the maps at α = β = 1."""
+    T, v, tau, n = 100, 300, 40, 50
+    grid = tl.log_grid(1e-4, 1e7, n)
+    block = tl.landscape("block", grid, grid, T, v, tau, M)
+    diag = tl.landscape("diagonal", grid, grid, T, v, tau, M)
+    r = tl.landscape_minimisers(grid, diag, T, v, tau, M, 1e-4, 1e7, 801)
+    assert float(((block - r["block_via_gamma"]).abs() / block.abs()).max()) < 1e-12
+    assert r["gamma_curve_g"].shape == (801,) and float(r["gamma_curve_g"][-1]) == pytest.approx(1e7)
+    assert r["gamma_curve"].tolist() == pytest.approx(
+        [float(tl.block_loss_gamma(x, T, v, tau, M)) for x in r["gamma_curve_g"]]
+    )
+    curve_min = int(torch.argmin(r["gamma_curve"]))
+    assert r["gamma_star"] == pytest.approx(float(r["gamma_curve_g"][curve_min]), rel=0.05)
+    assert r["gamma_star_loss"] <= float(r["gamma_curve"].min()) <= float(block.min())
+    assert r["diag_star_loss"] <= float(diag.min())
+    assert r["diag_star_loss"] == pytest.approx(
+        float(tl.diagonal_loss(r["diag_alpha_star"], r["diag_beta_star"], T, v, tau, M))
+    )
+    assert r["block_uniform"] == float(tl.block_loss(1.0, 1.0, T, v, tau, M))
+    assert r["block_uniform"] == pytest.approx(r["diag_uniform"], rel=1e-13)  # both maps agree at uniform attention
+
+
 def test_landscape_orientation_and_shapes():
     al, be = tl.log_grid(1e-2, 1e2, 5), tl.log_grid(1e-1, 1e3, 7)
     G = tl.landscape("diagonal", al, be, 10, 5, 3, M)

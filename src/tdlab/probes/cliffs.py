@@ -16,21 +16,31 @@ Plain functions on tensors with any leading axes (``l`` is named ``scores`` in t
 as in the seed. Read from a trained one-head :class:`~tdlab.models.gpt.GPT`: layer 2's pre-softmax last row and
 positional scores (:func:`layer2_rows`, App. D), and layer 1's value path on the word embeddings, the tags of
 App. E.2 (:func:`value_tags`, Eqs. 41–43), with the share of their variance an anchor pair explains
-(:func:`pair_share`).
+(:func:`pair_share`); layer 2's readings on a probe set (:func:`layer2_readings`) and App. E.2's four readings of those tags on a probe set (:func:`value_tag_readings`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
+from tdlab.probes.embedding import spearman_rows
+
 if TYPE_CHECKING:
     from tdlab.models.gpt import GPT
 
-__all__ = ["is_cliff", "layer2_rows", "pair_share", "value_tags", "window_mass"]
+__all__ = [
+    "is_cliff",
+    "layer2_readings",
+    "layer2_rows",
+    "pair_share",
+    "value_tag_readings",
+    "value_tags",
+    "window_mass",
+]
 
 
 def _check(scores: Tensor, p: Tensor | int, q: int) -> tuple[Tensor, Tensor]:
@@ -131,6 +141,27 @@ def layer2_rows(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
+def layer2_readings(rows: dict[str, torch.Tensor], key_pos: torch.Tensor, q: int) -> dict[str, Any]:
+    """Layer 2 read on a probe set (App. D, Def. 3, Thm. 3), from :func:`layer2_rows`'s ``rows`` and the key's
+    0-based index ``key_pos (E, B)``, ``q`` anchors.
+
+    Returns:
+        per member: ``cliff_share`` the share of last rows that are ``(p, q)``-cliffs (:func:`is_cliff`),
+        ``window_mass`` the mean mass on the key and its anchors (:func:`window_mass`), ``pos_score_mean``
+        ``(E, L−1)`` the positional scores averaged over sequences, ``pos_score_spearman`` their Spearman
+        with the position 1..L−1; and ``pattern_check``, ``max |softmax(scores) − cached pattern|`` (a float).
+    """
+    p1 = key_pos + 1  # 1-based key position
+    pos = rows["pos_scores"].double().mean(1)
+    return {
+        "cliff_share": is_cliff(rows["scores"], p1, q).double().mean(-1).tolist(),
+        "window_mass": window_mass(rows["scores"], p1, q).mean(-1).tolist(),
+        "pattern_check": float((torch.softmax(rows["scores"].double(), -1) - rows["pattern"].double()).abs().max()),
+        "pos_score_mean": pos.tolist(),
+        "pos_score_spearman": spearman_rows(pos, torch.arange(1, pos.shape[-1] + 1)).tolist(),
+    }
+
+
 def value_tags(model: GPT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
     """Layer 1's value path on the word embeddings (App. E.2, Eqs. 41–43; Assumption 3 leaves the positions
     out): ``O = Attn^(1) W^{emb,X} W^V`` (paper layout) and its coordinate on ``W^V``'s top right singular
@@ -159,3 +190,40 @@ def pair_share(x: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
         means = torch.zeros(k, dtype=torch.float64).index_add_(0, inv, xe) / torch.bincount(inv, minlength=k)
         out.append(1.0 - float(((xe - means[inv]) ** 2).sum() / ((xe - xe.mean()) ** 2).sum()))
     return torch.tensor(out, dtype=torch.float64)
+
+
+def value_tag_readings(
+    model: GPT, tokens: torch.Tensor, key_pos: torch.Tensor, kind: torch.Tensor, q: int, d_vob: int
+) -> dict[str, list[float]]:
+    """App. E.2's tags read per member on a probe set (:func:`value_tags`; reasoning sequences ``kind == 1``,
+    memory ``kind == 0``): ``untagged_ratio`` (memory / reasoning medians of ‖O_L‖), ``before_ratio`` (median over
+    reasoning sequences of the mean ‖O_j‖ on rows ``j <= p`` over rows ``j >= p+q``), ``pair_share`` (η² of
+    ``⟨O_L, v⟩`` by anchor pair) and ``shift_spearman`` (|Spearman| of ``⟨O_L, v⟩`` with ``Σa``).
+
+    Args:
+        tokens: ``(E, B, L)``; ``key_pos (E, B)`` the 0-based index of the key (anchors follow it);
+        ``kind (E, B)`` the sequence kind; ``q`` anchors per sequence over a vocabulary of ``d_vob`` anchor ids
+        (the pair's id is ``Σ_i a_i d_vob^i``).
+    Returns:
+        the four readings, one float per member each.
+    """
+    L = tokens.shape[-1]
+    tags = value_tags(model, tokens)
+    p1 = key_pos + 1  # 1-based p
+    j = torch.arange(1, L + 1)[None, None, :]
+    before, after = j <= p1[..., None], j >= (p1 + q)[..., None]
+    n = tags["norm"]
+    ratio = ((n * before).sum(-1) / before.sum(-1)) / ((n * after).sum(-1) / after.sum(-1))
+    pos = p1[..., None] + torch.arange(q)  # 0-based positions of the anchors
+    anchors = torch.gather(tokens, 2, pos)  # (E, B, q)
+    pid = (anchors * (d_vob ** torch.arange(q))).sum(-1)
+    out: dict[str, list[float]] = {k: [] for k in ("untagged_ratio", "before_ratio", "pair_share", "shift_spearman")}
+    for e in range(n.shape[0]):
+        is_mem, is_rsn = kind[e] == 0, kind[e] == 1
+        nl = n[e, :, -1]
+        out["untagged_ratio"].append(float(nl[is_mem].median() / nl[is_rsn].median()))
+        out["before_ratio"].append(float(ratio[e, is_rsn].median()))
+        c = tags["coord"][e, is_rsn, -1]
+        out["pair_share"].append(float(pair_share(c[None], pid[e, is_rsn][None])[0]))
+        out["shift_spearman"].append(abs(float(spearman_rows(c[None], anchors[e, is_rsn].sum(-1).double())[0])))
+    return out

@@ -16,12 +16,17 @@ on the CPU; results are float64 tensors.
 * ``erank``: ``exp(H(p))``, ``p = σ / Σσ`` the normalised singular values.
 * ``pca``: projections on the top principal components of the centred rows.
 * ``mean_pairwise_cosine``: the mean off-diagonal cosine of chosen rows of an embedding table (Fig. 6's number).
+* ``anchor_cosine_readings``: seed 001's memory and reasoning anchors' cosine structure read off a token table
+  (Figs. 3A, 4A, 10: mean off-diagonal cosines, ρ with distance, agreement with a theory's cosines).
+* ``positional_cosine_readings``: a positional table's cosines over positions ``1..L−1`` read against their
+  distance and against seed 001's Assumption 4, ``cos(π|i − j|/L)`` (Fig. 14D).
 * ``error_by_distance``: the mean ``|measured − theory|`` of two cosine matrices along each diagonal ``|i − j|``
   (Fig. 4C: Eq. 14's cosines against the trained ones, by distance).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,6 +35,7 @@ from scipy.stats import rankdata
 from torch import Tensor
 
 __all__ = [
+    "anchor_cosine_readings",
     "cosine_matrix",
     "distance_spearman",
     "erank",
@@ -41,6 +47,7 @@ __all__ = [
     "pair_indices",
     "pair_spearman",
     "pca",
+    "positional_cosine_readings",
     "spearman_rows",
 ]
 
@@ -218,4 +225,54 @@ def error_by_distance(measured: torch.Tensor, theory: torch.Tensor) -> dict[int,
     for d in range(1, n):
         i = torch.arange(n - d)
         out[d] = err[..., i, i + d].mean(-1).tolist()
+    return out
+
+
+def positional_cosine_readings(wpe: Tensor, L: int) -> dict[str, list]:
+    """Seed 001's positional cosines (App. D, Fig. 14D; App. E.1, Assumption 4) of the rows ``1..L−1`` (the
+    positions before the last) of a positional table ``wpe (E, ≥ L−1, d)``, in float64.
+
+    Returns:
+        ``pos_rho`` ``(E,)``: :func:`distance_spearman` of the rows with their position; ``pos_vs_assumption4``
+        ``(E,)``: :func:`pair_spearman` of the cosines (rounded to 1e-6: equal up to float32 noise, as equal
+        ``|i − j|`` give under Assumption 4, they are ties, not an order) with ``cos(π|i − j|/L)``, empty when
+        fewer than 3 rows; ``pos_cos`` ``(L−1, L−1)``: the cosine matrix averaged over members.
+    """
+    ids = torch.arange(1, L)
+    wpe = wpe.double()[:, : L - 1]
+    pc = cosine_matrix(wpe)
+    d = (ids[:, None] - ids[None, :]).abs().double()
+    assumption = torch.cos(math.pi * d / L)
+    return {
+        "pos_rho": distance_spearman(wpe, ids).tolist(),
+        "pos_vs_assumption4": pair_spearman(torch.round(pc, decimals=6), assumption).tolist() if L - 1 >= 3 else [],
+        "pos_cos": pc.mean(0).tolist(),
+    }
+
+
+def anchor_cosine_readings(
+    W: Tensor, mem: tuple[int, int], rsn: tuple[int, int], theory_cos: Tensor | None = None
+) -> dict[str, list[float]]:
+    """Per member, seed 001's anchors' cosine readings of a token table ``W (E, vocab, d)`` (Figs. 3A, 4A, 10):
+    the memory (token ids ``mem = (lo, hi)``, inclusive) and reasoning (``rsn``) anchors' mean and mean absolute
+    off-diagonal cosines, the reasoning anchors' ρ with distance (:func:`distance_spearman` on their ids) and,
+    given ``theory_cos (n_rsn, n_rsn)``, their cosines' :func:`pair_spearman` and :func:`pair_abs_error` against it.
+
+    Returns:
+        ``mem_cos``, ``rsn_cos``, ``mem_abs_cos``, ``rsn_abs_cos``, ``rsn_rho`` (and ``theory_spearman``,
+        ``theory_abs_err`` with ``theory_cos``), one float per member each.
+    """
+    mem_c = cosine_matrix(W[:, mem[0] : mem[1] + 1])
+    rsn_w = W[:, rsn[0] : rsn[1] + 1]
+    rsn_c = cosine_matrix(rsn_w)
+    out = {
+        "mem_cos": offdiag_mean(mem_c).tolist(),
+        "rsn_cos": offdiag_mean(rsn_c).tolist(),
+        "mem_abs_cos": offdiag_mean(mem_c, absolute=True).tolist(),
+        "rsn_abs_cos": offdiag_mean(rsn_c, absolute=True).tolist(),
+        "rsn_rho": distance_spearman(rsn_w, torch.arange(rsn[0], rsn[1] + 1)).tolist(),
+    }
+    if theory_cos is not None:
+        out["theory_spearman"] = pair_spearman(rsn_c, theory_cos).tolist()
+        out["theory_abs_err"] = pair_abs_error(rsn_c, theory_cos).tolist()
     return out

@@ -4,7 +4,7 @@ byte-level BPE, or a byte-level BPE trained on all the texts: :mod:`tdlab.tasks.
 appended, cut to a sequence length and right-padded to the longest kept sequence, with a mask that is 0 on
 the padding and each sequence's source; the corpus's cache in a folder (safetensors and JSON), and the
 token statistics Fig. 6 reads: how often each id occurs in each source's kept tokens, and each source's most
-frequent ids that never occur in the other.
+frequent ids that never occur in the other, and Fig. 6's two token sets cut to one size.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tdlab.config import ConfigError
 from tdlab.safeio import atomic_write
 from tdlab.tasks.bpe import Tokenizer, gpt2_tokenizer, load_tokenizer_json, train_local_bpe
 
-__all__ = ["SOURCES", "MixedCorpus", "build_corpus", "exclusive_tokens", "token_counts"]
+__all__ = ["SOURCES", "MixedCorpus", "balanced_exclusive_tokens", "build_corpus", "exclusive_tokens", "token_counts"]
 
 SOURCES: tuple[str, str] = ("prontoqa", "stories")  # source 0, source 1; also the eval split names
 
@@ -142,3 +142,15 @@ def exclusive_tokens(counts: np.ndarray, other: np.ndarray, top: int) -> list[in
     ids = np.nonzero((counts > 0) & (other == 0))[0]
     order = np.lexsort((ids, -counts[ids]))  # primary key: count descending, then id
     return ids[order][:top].tolist()
+
+
+def balanced_exclusive_tokens(corpus: MixedCorpus, vocab: int, top: int) -> dict[str, list[int]]:
+    """Fig. 6's token sets: each source's most frequent exclusive tokens (:func:`exclusive_tokens` of its
+    :func:`token_counts` against the other source's, ``<|endoftext|>`` not counted), both cut to the same size
+    ``min(top, available in either)`` so the two means are over equally many pairs: ``{source: ids}``."""
+    counts = token_counts(corpus.tokens, corpus.mask, corpus.source, vocab, ignore=[corpus.meta["eos_id"]])
+    ex = {
+        s: exclusive_tokens(counts[s], counts[o], top) for s, o in ((SOURCES[0], SOURCES[1]), (SOURCES[1], SOURCES[0]))
+    }
+    k = min(len(v) for v in ex.values())
+    return {s: v[:k] for s, v in ex.items()}

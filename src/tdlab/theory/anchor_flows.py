@@ -17,7 +17,7 @@ The second half holds the flows themselves: the exact flow ``−∇R`` of the me
 in (:func:`cross_entropy_flow`) and the closed forms, in the seed's layout (row vectors): Thm. 2's and
 Eq. 36's ``dW^V/dt`` (App. B.8), Eq. 29's compact embedding flow (Props. 2–3), the split of the exact
 ``W^V`` flow into what Thm. 2's proof keeps and drops, and the per-class cosines of the embedding flow with
-Eqs. 28–29 that ``anchors-flows`` measures.
+Eqs. 28–29 and the readings of the ``W^V`` flow against Thm. 2 and Eq. 36 that ``anchors-flows`` measures.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ __all__ = [
     "rate",
     "thm2_matrix",
     "thm2_terms",
+    "wv_flow_readings",
 ]
 
 F64 = torch.float64
@@ -264,3 +265,47 @@ def embedding_flow_cosines(
 def _mean_row_cos(a: torch.Tensor, b: torch.Tensor) -> float:
     """The mean over rows of ``cos(a_i, b_i)``; ``a, b`` ``(k, d)``."""
     return float((F.cosine_similarity(a.double(), b.double(), dim=-1)).mean())
+
+
+def wv_flow_readings(
+    flow: torch.Tensor,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    P: dict[str, torch.Tensor],
+    rsn: slice,
+    ids: dict[str, list[int]],
+    W_V0: torch.Tensor | None = None,
+    W_emb0: torch.Tensor | None = None,
+) -> dict[str, Any]:
+    """One member's ``W^V`` flow read against Thm. 2 and Eq. 36 (App. B.8), in the paper's layout.
+
+    Args:
+        flow: ``−∇_{W^V} R`` ``(d_m, d_k)``; tokens ``(n, L)``; labels ``(n,)``; P: the member's paper matrices
+            (``W_emb (vocab, d_m)``, ``W_V (d_m, d_k)``, ``W2 (d_m, d_k)``); rsn: the reasoning anchors' token
+            ids (Thm. 2's ``E_A``); ids: ``{"key" | "memory" | "reasoning": token ids}``.
+        W_V0: ``W^V`` at 0 in torch's layout ``(d_k, d_m)`` and ``W_emb0`` the embeddings at 0 ``(vocab, d_m)``,
+            at a flow time ``t > 0`` (both or neither).
+    Returns:
+        ``eq36_cos`` / ``thm2_cos``: Frobenius cos of the flow with Eq. 36 / Thm. 2's matrix (the label law the
+        training labels' frequencies); ``thm2_rate``: :func:`rate` along Thm. 2's; ``grad_key_align``:
+        ``|cos(u1(flow), mean key embedding)|``; with ``W_V0``: ``thm2_terms`` (:func:`thm2_terms`) and
+        ``disp_{rsn,mem,key}_align``: ``|cos(u1(W^V(t) − W^V(0)), mean reasoning / memory / key embedding)|``
+        (``u1`` the top left singular vector).
+    """
+    law = torch.bincount(labels, minlength=P["W2"].shape[0]).double() / labels.numel()
+    M = thm2_matrix(P["W_emb"], rsn, law, P["W2"])
+    out: dict[str, Any] = {
+        "eq36_cos": frobenius_cos(flow, eq36_matrix(P["W_emb"], tokens, labels, P["W2"])),
+        "thm2_cos": frobenius_cos(flow, M),
+        "thm2_rate": rate(flow, M),
+    }
+    means = {c: P["W_emb"][ids[c]].mean(0) for c in ("key", "memory", "reasoning")}
+    u1 = torch.linalg.svd(flow)[0][:, 0]
+    out["grad_key_align"] = abs(frobenius_cos(u1, means["key"]))
+    if W_V0 is not None:
+        assert W_emb0 is not None  # both at a flow time t > 0
+        out["thm2_terms"] = thm2_terms(flow, M, P["W_emb"], W_emb0, tokens, labels, P["W2"])
+        u1 = torch.linalg.svd(P["W_V"] - W_V0.T)[0][:, 0]
+        for c, k in (("reasoning", "disp_rsn_align"), ("memory", "disp_mem_align"), ("key", "disp_key_align")):
+            out[k] = abs(frobenius_cos(u1, means[c]))
+    return out

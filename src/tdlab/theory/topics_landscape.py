@@ -81,6 +81,7 @@ __all__ = [
     "lambda4",
     "lambda5",
     "landscape",
+    "landscape_minimisers",
     "log_grid",
     "masked_probs",
     "monte_carlo_loss",
@@ -313,6 +314,49 @@ def diagonal_minimum(
     )
     a_, b_ = float(np.exp(res.x[0])), float(np.exp(res.x[1]))
     return a_, b_, float(diagonal_loss(a_, b_, T, v, tau, m))
+
+
+def landscape_minimisers(
+    grid: torch.Tensor,
+    diag: torch.Tensor,
+    T: int,
+    v: int,
+    tau: int,
+    m: Masking = PAPER_MASKING,
+    lo: float = 1e-4,
+    hi: float = 1e7,
+    gamma_n: int = 4001,
+) -> dict[str, torch.Tensor | float]:
+    """What Figs. 7 and 8 are read for at one τ (App. F.5), beside the two maps of :func:`landscape` on the
+    log grid ``grid`` (α = β = ``grid``, from ``lo`` to ``hi``; ``diag``: the diagonal map there).
+
+    Returns:
+        ``block_via_gamma`` the block map through Remark 5's γ (:func:`block_loss_gamma` of :func:`gamma_of`
+        on the grid, ``(n, n)``); ``gamma_curve_g``, ``gamma_curve`` the block loss on a ``gamma_n``-point log
+        grid of γ; ``gamma_star``, ``gamma_star_loss`` (:func:`gamma_star`); ``diag_alpha_star``,
+        ``diag_beta_star``, ``diag_star_loss`` (:func:`diagonal_minimum` started from the argmin of ``diag``);
+        ``block_uniform``, ``diag_uniform`` the two maps at α = β = 1 (uniform attention). Scalars as floats.
+    """
+    n = grid.numel()
+    gam = gamma_of(grid.view(1, -1), grid.view(-1, 1), v)
+    curve_g = log_grid(lo, hi, gamma_n)
+    g_star, g_loss = gamma_star(T, v, tau, m, lo=lo, hi=hi, n=gamma_n)
+    k = int(torch.argmin(diag))
+    a_star, b_star, d_loss = diagonal_minimum(
+        T, v, tau, m, lo=lo, hi=hi, start=(float(grid[k % n]), float(grid[k // n]))
+    )
+    return {
+        "block_via_gamma": block_loss_gamma(gam, T, v, tau, m),
+        "gamma_curve_g": curve_g,
+        "gamma_curve": block_loss_gamma(curve_g, T, v, tau, m),
+        "gamma_star": g_star,
+        "gamma_star_loss": g_loss,
+        "diag_alpha_star": a_star,
+        "diag_beta_star": b_star,
+        "diag_star_loss": d_loss,
+        "block_uniform": float(block_loss(1.0, 1.0, T, v, tau, m)),
+        "diag_uniform": float(diagonal_loss(1.0, 1.0, T, v, tau, m)),
+    }
 
 
 # ---------------------------------------------------------------------------------------------------

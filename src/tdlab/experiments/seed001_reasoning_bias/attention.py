@@ -44,7 +44,6 @@ anchors-attention`` prints both).
 from __future__ import annotations
 
 import itertools
-import math
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +62,9 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     cosine_heatmap,
     parameter_reading,
 )
-from tdlab.models.gpt import GPT
 from tdlab.probes.attention import average_operator_error, wv_flow
-from tdlab.probes.cliffs import is_cliff, layer2_rows, pair_share, value_tags, window_mass
-from tdlab.probes.embedding import cosine_matrix, distance_spearman, pair_spearman, spearman_rows
+from tdlab.probes.cliffs import is_cliff, layer2_readings, layer2_rows, value_tag_readings
+from tdlab.probes.embedding import positional_cosine_readings
 from tdlab.probes.spectrum import wv_spectrum
 from tdlab.run_view import RunView
 
@@ -159,9 +157,7 @@ class AnchorsAttention(ProbeSource, AnchorsGammaSweep[AnchorsAttentionConfig]):
         and positional cosines."""
         t = cfg.task
         tokens = data["tokens"]
-        p1 = data["key_pos"] + 1  # 1-based key position
         L = t.L
-        ids = torch.arange(1, L)
         rsn, mem = slice(t.rsn_min, t.rsn_max + 1), slice(t.mem_min, t.mem_max + 1)
         out: dict[float, dict[str, Any]] = {}
         for g in cfg.gammas:
@@ -180,24 +176,11 @@ class AnchorsAttention(ProbeSource, AnchorsGammaSweep[AnchorsAttentionConfig]):
                             slice(t.mem_min, t.mem_max + 1),
                         )
                     )
-                    m["cliff_share"] = is_cliff(r["scores"], p1, t.q).double().mean(-1).tolist()
-                    m["window_mass"] = window_mass(r["scores"], p1, t.q).mean(-1).tolist()
-                    m["pattern_check"] = float(
-                        (torch.softmax(r["scores"].double(), -1) - r["pattern"].double()).abs().max()
+                    m.update(layer2_readings(r, data["key_pos"], t.q))
+                    m.update(positional_cosine_readings(arrays["wpe"], L))
+                    m.update(
+                        value_tag_readings(self.model(cfg, arrays), tokens, data["key_pos"], data["kind"], t.q, t.d_vob)
                     )
-                    m["pos_score_mean"] = r["pos_scores"].double().mean(1).tolist()  # (E, L-1)
-                    m["pos_score_spearman"] = spearman_rows(r["pos_scores"].double().mean(1), ids).tolist()
-                    wpe = arrays["wpe"].double()[:, : L - 1]
-                    pc = cosine_matrix(wpe)
-                    m["pos_rho"] = distance_spearman(wpe, ids).tolist()
-                    d = (ids[:, None] - ids[None, :]).abs().double()
-                    assumption = torch.cos(math.pi * d / L)
-                    # cosines equal up to float32 noise (equal |i − j| under Assumption 4) are ties, not an order
-                    m["pos_vs_assumption4"] = (
-                        pair_spearman(torch.round(pc, decimals=6), assumption).tolist() if L - 1 >= 3 else []
-                    )
-                    m["pos_cos"] = pc.mean(0).tolist()
-                    m.update(self._app_e(cfg, self.model(cfg, arrays), data))
                     m["flow"] = wv_flow(self.model(cfg, arrays), tokens, data["label"], arrays["wte"], rsn, mem)
                 per[when] = m
             per["snapshots"], per["flow"] = {}, {}
@@ -211,35 +194,6 @@ class AnchorsAttention(ProbeSource, AnchorsGammaSweep[AnchorsAttentionConfig]):
                     )
                     per["flow"][e] = wv_flow(self.model(cfg, arrays), tokens, data["label"], arrays["wte"], rsn, mem)
             out[g] = per
-        return out
-
-    @staticmethod
-    def _app_e(cfg: AnchorsAttentionConfig, model: GPT, data: dict[str, torch.Tensor]) -> dict[str, list[float]]:
-        """App. E.2's tags per member: ``untagged_ratio`` (memory / reasoning ‖O_L‖ medians), ``before_ratio``
-        (median over reasoning sequences of ‖O‖ on rows ``j <= p`` over rows ``j >= p+q``), ``pair_share`` (η² of
-        ``⟨O_L, v⟩`` by anchor pair) and ``shift_spearman`` (|Spearman| of ``⟨O_L, v⟩`` with ``Σa``), reasoning
-        sequences of the probe set."""
-        q, L = cfg.task.q, cfg.task.L
-        tags = value_tags(model, data["tokens"])
-        p1 = data["key_pos"] + 1  # 1-based p
-        j = torch.arange(1, L + 1)[None, None, :]
-        before, after = j <= p1[..., None], j >= (p1 + q)[..., None]
-        n = tags["norm"]
-        ratio = ((n * before).sum(-1) / before.sum(-1)) / ((n * after).sum(-1) / after.sum(-1))
-        pos = p1[..., None] + torch.arange(q)  # 0-based positions of the anchors
-        anchors = torch.gather(data["tokens"], 2, pos)  # (E, B, q)
-        pid = (anchors * (cfg.task.d_vob ** torch.arange(q))).sum(-1)
-        out: dict[str, list[float]] = {
-            k: [] for k in ("untagged_ratio", "before_ratio", "pair_share", "shift_spearman")
-        }
-        for e in range(n.shape[0]):
-            is_mem, is_rsn = data["kind"][e] == 0, data["kind"][e] == 1
-            nl = n[e, :, -1]
-            out["untagged_ratio"].append(float(nl[is_mem].median() / nl[is_rsn].median()))
-            out["before_ratio"].append(float(ratio[e, is_rsn].median()))
-            c = tags["coord"][e, is_rsn, -1]
-            out["pair_share"].append(float(pair_share(c[None], pid[e, is_rsn][None])[0]))
-            out["shift_spearman"].append(abs(float(spearman_rows(c[None], anchors[e, is_rsn].sum(-1).double())[0])))
         return out
 
     def measure(self, cfg: AnchorsAttentionConfig, run: RunView) -> Measurements:

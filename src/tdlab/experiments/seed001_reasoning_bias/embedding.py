@@ -49,11 +49,10 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     parameter_reading,
 )
 from tdlab.probes.embedding import (
+    anchor_cosine_readings,
     cosine_matrix,
-    distance_spearman,
     error_by_distance,
     nn_order,
-    offdiag_mean,
     pair_abs_error,
     pair_spearman,
     pca,
@@ -135,15 +134,8 @@ class AnchorsEmbedding(ProbeSource, AnchorsGammaSweep[AnchorsEmbeddingConfig]):
             for e in cfg.fig4a_epochs:
                 W = self._wte(cfg, run, g, e)
                 if W is not None:
-                    mem_c, rsn_c = (
-                        cosine_matrix(W[:, t.mem_min : t.mem_max + 1]),
-                        cosine_matrix(W[:, t.rsn_min : t.rsn_max + 1]),
-                    )
-                    snaps[e] = {
-                        "mem_cos": offdiag_mean(mem_c).tolist(),
-                        "rsn_cos": offdiag_mean(rsn_c).tolist(),
-                        "rsn_rho": distance_spearman(W[:, t.rsn_min : t.rsn_max + 1], rsn).tolist(),
-                    }
+                    r = anchor_cosine_readings(W, (t.mem_min, t.mem_max), (t.rsn_min, t.rsn_max))
+                    snaps[e] = {k: r[k] for k in ("mem_cos", "rsn_cos", "rsn_rho")}
             out.values["snapshots"][GammaArms.arm(g)] = {f"epoch {e}": v for e, v in snaps.items()}
             W = run.arrays(GammaArms.arm(g))["wte"].double()
             rsn_c = cosine_matrix(W[:, t.rsn_min : t.rsn_max + 1])

@@ -55,12 +55,8 @@ from tdlab.tasks.anchors import Anchors, AnchorsConfig
 from tdlab.theory.anchor_flows import (
     cross_entropy_flow,
     embedding_flow_cosines,
-    eq36_matrix,
-    frobenius_cos,
     population_flow_counts,
-    rate,
-    thm2_matrix,
-    thm2_terms,
+    wv_flow_readings,
 )
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET
@@ -317,24 +313,10 @@ class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
                 P = def2_paper_matrices({k: v[e] for k, v in arrays.items()})
                 tok, lab = d["tokens"][e], d["label"][e]
                 G = flow["W_V.weight"][e].T.double()  # paper layout (d_m, d_k)
-                law = torch.bincount(lab, minlength=P["W2"].shape[0]).double() / lab.numel()
-                M = thm2_matrix(P["W_emb"], rsn, law, P["W2"])
                 m["loss"].append(float(loss[e]))
-                m["eq36_cos"].append(frobenius_cos(G, eq36_matrix(P["W_emb"], tok, lab, P["W2"])))
-                m["thm2_cos"].append(frobenius_cos(G, M))
-                m["thm2_rate"].append(rate(G, M))
-                means = {c: P["W_emb"][ids[c]].mean(0) for c in TOKEN_CLASSES}
-                u1 = torch.linalg.svd(G)[0][:, 0]
-                m["grad_key_align"].append(abs(frobenius_cos(u1, means["key"])))
-                if t > 0:
-                    m["thm2_terms"].append(thm2_terms(G, M, P["W_emb"], E0[e], tok, lab, P["W2"]))
-                    u1 = torch.linalg.svd(P["W_V"] - V0[e].T)[0][:, 0]
-                    for c, k in (
-                        ("reasoning", "disp_rsn_align"),
-                        ("memory", "disp_mem_align"),
-                        ("key", "disp_key_align"),
-                    ):
-                        m[k].append(abs(frobenius_cos(u1, means[c])))
+                at_t = (V0[e], E0[e]) if t > 0 else ()
+                for k, x in wv_flow_readings(G, tok, lab, P, rsn, ids, *at_t).items():
+                    m[k].append(x)
                 m["emb"].append(embedding_flow_cosines(flow["W_emb"][e].double(), tok, lab, P, ids, pops[e]))
             out[t] = m
         return out

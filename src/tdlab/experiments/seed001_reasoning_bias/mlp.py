@@ -57,12 +57,9 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
 )
 from tdlab.models.emb_mlp import EmbMLP, EmbMLPConfig
 from tdlab.probes.embedding import (
+    anchor_cosine_readings,
     cosine_matrix,
-    distance_spearman,
-    offdiag_mean,
-    pair_abs_error,
     pair_indices,
-    pair_spearman,
     spearman_rows,
 )
 from tdlab.report.standard_figures import Matrices, Matrix
@@ -213,24 +210,6 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
         out[cfg.schedule.epochs] = run.arrays(arm)["W_emb"]
         return out
 
-    @staticmethod
-    def embedding_measures(cfg: AnchorsMlpConfig, W: torch.Tensor, theory_cos: torch.Tensor) -> dict[str, list[float]]:
-        """Per member: the anchors' mean (and mean absolute) off-diagonal cosines, the reasoning anchors'
-        ρ with distance, and their cosines' Spearman and mean absolute error against the ``P^s`` cosines."""
-        t = cfg.task
-        mem = cosine_matrix(anchor_embeddings(W, t.mem_min, t.mem_max))
-        rsn_w = anchor_embeddings(W, t.rsn_min, t.rsn_max)
-        rsn = cosine_matrix(rsn_w)
-        return {
-            "mem_cos": offdiag_mean(mem).tolist(),
-            "rsn_cos": offdiag_mean(rsn).tolist(),
-            "mem_abs_cos": offdiag_mean(mem, absolute=True).tolist(),
-            "rsn_abs_cos": offdiag_mean(rsn, absolute=True).tolist(),
-            "rsn_rho": distance_spearman(rsn_w, torch.arange(t.rsn_min, t.rsn_max + 1)).tolist(),
-            "theory_spearman": pair_spearman(rsn, theory_cos).tolist(),
-            "theory_abs_err": pair_abs_error(rsn, theory_cos).tolist(),
-        }
-
     def memory_ceilings(self, cfg: AnchorsMlpConfig) -> tuple[list[float], list[float]]:
         """Per seed index, the order-blind memory ceilings of that member's data: on the population
         (:func:`order_blind_memory_ceiling`, tuples and keys equally likely) and on its training set's memory
@@ -260,8 +239,9 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
             }
         )
         curves = {g: ArmCurves.read(run, GammaArms.arm(g), cfg.steps_per_epoch) for g in cfg.gammas}
-        emb = {
-            g: {e: self.embedding_measures(cfg, W, theory_cos) for e, W in self.snapshots(cfg, run, g).items()}
+        mem, rsn = (cfg.task.mem_min, cfg.task.mem_max), (cfg.task.rsn_min, cfg.task.rsn_max)
+        emb = {  # per member: the anchors' cosines, ρ with distance, against the P^s cosines
+            g: {e: anchor_cosine_readings(W, mem, rsn, theory_cos) for e, W in self.snapshots(cfg, run, g).items()}
             for g in cfg.gammas
         }
         for g in cfg.gammas:

@@ -70,7 +70,7 @@ from tdlab.seeding import derive_seed
 from tdlab.tasks.bpe import GPT2_VOCAB
 from tdlab.tasks.prontoqa import ProntoQAConfig, generate, read_json
 from tdlab.tasks.stories import STANDIN_LABEL, read_stories, standin_stories
-from tdlab.tasks.text_mix import SOURCES, MixedCorpus, build_corpus, exclusive_tokens, token_counts
+from tdlab.tasks.text_mix import SOURCES, MixedCorpus, balanced_exclusive_tokens, build_corpus
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import NextToken
@@ -338,17 +338,8 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
     # ---- measurement ----------------------------------------------------------------------------
     @staticmethod
     def exclusive(cfg: AnchorsTextConfig, corpus: MixedCorpus) -> dict[str, list[int]]:
-        """Fig. 6's token sets: each source's most frequent exclusive tokens, both cut to the same size
-        ``min(top_tokens, available in either)`` so the two means are over equally many pairs."""
-        counts = token_counts(
-            corpus.tokens, corpus.mask, corpus.source, cfg.model.vocab, ignore=[corpus.meta["eos_id"]]
-        )
-        ex = {
-            s: exclusive_tokens(counts[s], counts[o], cfg.claims.top_tokens)
-            for s, o in ((SOURCES[0], SOURCES[1]), (SOURCES[1], SOURCES[0]))
-        }
-        k = min(len(v) for v in ex.values())
-        return {s: v[:k] for s, v in ex.items()}
+        """Fig. 6's token sets at ``claims.top_tokens`` (:func:`~tdlab.tasks.text_mix.balanced_exclusive_tokens`)."""
+        return balanced_exclusive_tokens(corpus, cfg.model.vocab, cfg.claims.top_tokens)
 
     def measure(self, cfg: AnchorsTextConfig, run: RunView) -> Measurements:
         c = cfg.claims

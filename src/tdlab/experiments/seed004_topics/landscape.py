@@ -304,37 +304,18 @@ class TopicsLandscape(Experiment):
             block = tl.landscape("block", grid, grid, cfg.T, cfg.v, tau, m)
             diag = tl.landscape("diagonal", grid, grid, cfg.T, cfg.v, tau, m)
             wall = time.perf_counter() - t0
-            gam = tl.gamma_of(grid.view(1, -1), grid.view(-1, 1), cfg.v)
-            block_gamma = tl.block_loss_gamma(gam, cfg.T, cfg.v, tau, m)
-            curve_g = tl.log_grid(cfg.grid_lo, cfg.grid_hi, cfg.gamma_n)
-            curve = tl.block_loss_gamma(curve_g, cfg.T, cfg.v, tau, m)
-            g_star, g_loss = tl.gamma_star(cfg.T, cfg.v, tau, m, lo=cfg.grid_lo, hi=cfg.grid_hi, n=cfg.gamma_n)
-            k = int(torch.argmin(diag))
-            a_star, b_star, d_loss = tl.diagonal_minimum(
-                cfg.T,
-                cfg.v,
-                tau,
-                m,
-                lo=cfg.grid_lo,
-                hi=cfg.grid_hi,
-                start=(float(grid[k % cfg.grid_n]), float(grid[k // cfg.grid_n])),
-            )
+            r = tl.landscape_minimisers(grid, diag, cfg.T, cfg.v, tau, m, cfg.grid_lo, cfg.grid_hi, cfg.gamma_n)
             f = lambda x: torch.tensor(float(x), dtype=torch.float64)  # noqa: E731
+            # the maps and curves as they are, the scalars (minimisers, their losses, L(1, 1)) as float64 tensors
+            read = {k: x if isinstance(x, torch.Tensor) else f(x) for k, x in r.items()}
             state = {
                 "grid": grid,
                 "block": block,
-                "block_via_gamma": block_gamma,
+                "block_via_gamma": read.pop("block_via_gamma"),
                 "diagonal": diag,
-                "gamma_curve_g": curve_g,
-                "gamma_curve": curve,
-                "gamma_star": f(g_star),
-                "gamma_star_loss": f(g_loss),
-                "diag_alpha_star": f(a_star),
-                "diag_beta_star": f(b_star),
-                "diag_star_loss": f(d_loss),
-                "block_uniform": f(tl.block_loss(1.0, 1.0, cfg.T, cfg.v, tau, m)),
-                "diag_uniform": f(tl.diagonal_loss(1.0, 1.0, cfg.T, cfg.v, tau, m)),
+                **read,
             }
+            g_star, b_star = float(r["gamma_star"]), float(r["diag_beta_star"])
             rows = [
                 (0, 0, "grid_eval_s", wall),
                 (0, 0, "gamma_star", g_star),

@@ -88,7 +88,7 @@ def anchor_cosine_rows(
     mem_cos_min: float,
     rsn_rho_max: float,
 ) -> None:
-    """The rows of :func:`anchor_cosine_claims` for one snapshot (``m``: :meth:`AnchorsMlp.embedding_measures`'
+    """The rows of :func:`anchor_cosine_claims` for one snapshot (``m``: :func:`~tdlab.probes.embedding.anchor_cosine_readings`'
     ``mem_cos``, ``rsn_cos`` and ``rsn_rho``, per member)."""
     ctx = {"gamma": gamma, "epoch": epoch}
     key, when = f"epoch{epoch}", f"γ = {gamma:g}, epoch {epoch}"
