@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from tdlab.models.gpt import GPT, GPTConfig
-from tdlab.probes.sec2_weights import MATRICES, app_c_structure, bias_step_excess, snapshot, weight_matrices
+from tdlab.probes.sec2_weights import (
+    MATRICES,
+    app_c_structure,
+    bias_step_excess,
+    snapshot,
+    trained_vs_init,
+    weight_matrices,
+)
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import MarkovChain
 
@@ -62,6 +69,32 @@ def test_weight_matrices_and_snapshot_against_numpy(sec2_states):
     assert snap["embedding"]["norm"] == pytest.approx(np.linalg.norm(e, axis=1), rel=1e-12)
     assert snap["embedding"]["spread"][1] == pytest.approx(0.0, abs=1e-7)  # c·alpha is on the hypercube
     assert snap["embedding"]["cos_mean_position"][1] == pytest.approx(1.0, abs=1e-7)  # p_n = -(c/2)·alpha
+
+
+@pytest.mark.parametrize("noise_floor", [True, False])
+def test_trained_vs_init_against_numpy(sec2_states, noise_floor):
+    """σ₁ growth, its inverse, the initial σ₂/σ₁, the embedding's norm growth and |e|², recomputed from the two
+    states' matrices with numpy; the final readings are the final snapshot's, without the raw singular values."""
+    rng = np.random.default_rng(2)
+    init = stack([sec2_states.gaussian(4, 6, rng) for _ in range(2)])
+    final = stack([sec2_states.rank_one(4, 6, rng), sec2_states.gaussian(4, 6, rng)])
+    got = trained_vs_init(snapshot(final), snapshot(init), noise_floor)
+    assert set(got) == {*MATRICES, "W_OW_V", "embedding"}
+    mf, mi = weight_matrices(final), weight_matrices(init)
+    for name in (*MATRICES, "W_OW_V"):
+        sf, si = np.linalg.svd(mf[name].numpy())[1], np.linalg.svd(mi[name].numpy())[1]
+        assert got[name]["sigma1_growth"] == pytest.approx(sf[:, 0] / si[:, 0], rel=1e-9), name
+        assert got[name]["init_sv_ratio"] == pytest.approx(si[:, 1] / si[:, 0], rel=1e-6), name
+        assert "sv" not in got[name] and got[name]["sv_ratio"] == snapshot(final)[name]["sv_ratio"].tolist()
+        if noise_floor:
+            assert got[name]["init_noise_floor"] == pytest.approx(si[:, 0] / sf[:, 0], rel=1e-9), name
+        else:
+            assert "init_noise_floor" not in got[name]
+    ef, ei = final["e"].double().numpy(), init["e"].double().numpy()
+    emb = got["embedding"]
+    assert emb["norm_growth"] == pytest.approx(np.linalg.norm(ef, axis=1) / np.linalg.norm(ei, axis=1), rel=1e-12)
+    assert emb["norm_sq"] == pytest.approx((ef**2).sum(1), rel=1e-12)
+    assert emb["init_spread"] == snapshot(init)["embedding"]["spread"].tolist()
 
 
 def test_bias_step_excess_against_a_direct_computation(sec2_states):

@@ -161,6 +161,21 @@ def test_whitening_error_limit_vs_long_context_model():
     assert icl.whitening_error(b.X, inter["F"][0]).sub(1).abs().max() < 1e-12  # F_0 = 0: error = 1
 
 
+def test_whitening_error_limit_by_layer_vs_long_context_model_at_every_layer():
+    task = MultiModalPrompts(dims=(3, 3), norm_range=(0.0, 1.5))
+    b = task.sample([gen(7)], 8, 40_000, dtype=F64)
+    alpha, T = 0.2, 3
+    model = LCA(task.d, T, seeds=[0], alpha0=alpha, dtype=F64)
+    _, inter = model(b.X, b.y, b.x_query, return_intermediates=True)
+    limit = icl.whitening_error_limit_by_layer(b.m, alpha, T)
+    assert limit.shape == (1, T + 1, 8)
+    assert torch.equal(limit[:, 0], torch.ones(1, 8, dtype=F64))  # F_0 = 0: no whitening, error 1
+    for t in range(T + 1):
+        assert torch.allclose(icl.whitening_error(b.X, inter["F"][t]), limit[:, t], atol=0.02), t
+        if t:
+            assert torch.equal(limit[:, t], icl.whitening_error_limit(b.m, alpha, t))
+
+
 def test_response_second_moment_is_the_zero_predictors_risk():
     from tdlab.theory.icl import response_second_moment
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 
@@ -27,6 +28,7 @@ from tdlab.theory.markov_regions import (
     bias_excess,
     bias_gradient,
     bias_step,
+    bias_step_agreement,
     bias_step_basins,
     bias_step_from_logits,
     descend,
@@ -228,6 +230,35 @@ def test_bias_step_basins_codes_and_profile_agrees_with_theory_mostly(one_thread
         assert res[k].shape == (40,)
     # Profile descent is the discretised flow of Thm. 8: it ends where the theorem says for most points.
     assert float((res["profile"] == res["theory"]).double().mean()) >= 0.9
+
+
+def test_bias_step_agreement_counts_by_hand():
+    """Six points whose codes are written out: the shares and counts are those of a slow loop."""
+    G, L, N, S = (
+        float(int(k)) for k in (CriticalKind.GLOBAL_MIN, CriticalKind.LOCAL_MIN, CriticalKind.NONE, CriticalKind.SADDLE)
+    )
+    k0 = np.array([G, L, L, G, S, L])
+    k1 = np.array([G, G, L, N, S, G])
+    prof = np.array([G, G, L, G, N, L])
+    theory = np.array([G, G, G, G, S, L])
+    agree1, s = bias_step_agreement(k0, k1, prof, theory)
+    assert agree1.tolist() == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    pts = list(zip(k0, k1, prof, theory, strict=True))
+    want = {
+        "agree_k1_with_profile": sum(b == c for _, b, c, _ in pts) / 6,
+        "agree_k0_with_profile": sum(a == c for a, _, c, _ in pts) / 6,
+        "profile_agrees_with_flow_theory": sum(c == t for _, _, c, t in pts) / 6,
+        "unsettled_fraction": sum(b == N or c == N for _, b, c, _ in pts) / 6,
+        "k0_disagreements": sum(a != c for a, _, c, _ in pts),
+        "k0_disagreements_fixed_by_one_step": sum(a != c and b == c for a, b, c, _ in pts),
+        "k1_local_where_profile_global": sum(b == L and c == G for _, b, c, _ in pts),
+        "k0_local_where_profile_global": sum(a == L and c == G for a, _, c, _ in pts),
+        "unclassified_k1": sum(b == N for _, b, _, _ in pts),
+    }
+    assert s.keys() == want.keys()
+    for k, v in want.items():
+        assert math.isclose(s[k], v), k
+    assert want["k0_disagreements"] == 2 and want["k0_disagreements_fixed_by_one_step"] == 1
 
 
 # --- the bias step on a model's logits s + b (markov-rank's full-model check) ---------------------------

@@ -124,6 +124,34 @@ def test_perturbation_probe_separates_minimum_and_saddle():
     assert bottom < -0.9 * th.switching_curvature(p, q) * 1e-4 / 2
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_landscape_readings_at_canonical_theta_pi(tied):
+    """At the canonical θ_π: L = H(π), ∇L = 0, the Hessian's extremes and its whole spectrum the closed
+    form's, as many parameters as the member has, and the probes' signs: no descent tied, descent untied."""
+    p, q, d = 0.5, 0.8, 2
+    m = th.set_theta_pi(model(d, tied, seeds=(4, 9)), p, q, "zero")
+    gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
+    got = th.landscape_readings(m, p, q, N, 1e-2, 4, gens, (d, tied))
+    assert len(got) == 2
+    per_member = sum(t.numel() for t in m.parameters()) // 2
+    for r in got:
+        cf = th.theta_pi_spectrum(p, q, d, tied, per_member)
+        assert math.isclose(r["loss"], marginal_entropy(p, q), abs_tol=1e-13)
+        assert r["grad_max"] < 1e-13 and r["num_params"] == per_member
+        assert math.isclose(r["eig_min"], float(cf[0]), abs_tol=1e-12)
+        assert math.isclose(r["eig_max"], float(cf[-1]), abs_tol=1e-12)
+        assert r["spectrum_err"] < 1e-12
+        c = th.switching_curvature(p, q)
+        if tied:
+            assert r["probe_random"] >= -1e-14 and r["probe_bottom"] >= -1e-14
+        else:
+            assert r["probe_bottom"] < -0.9 * c * 1e-4 / 2
+    # the same readings as the functions it reads, member by member (the second member's own generator)
+    g1 = torch.Generator().manual_seed(1)
+    assert (got[1]["probe_random"], got[1]["probe_bottom"]) == th.perturbation_probe(m, p, q, N, 1e-2, 4, g1, 1)
+    assert "spectrum_err" not in th.landscape_readings(m, p, q, N, 1e-2, 4, gens[:1])[0]
+
+
 def test_set_theta_pi_rejects_other_architectures():
     with pytest.raises(ValueError):
         th.set_theta_pi(GPT(GPTConfig(arch="gpt2", d=4), [0]), 0.5, 0.8)

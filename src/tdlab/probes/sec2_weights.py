@@ -6,6 +6,8 @@ Sec. 3).
 * :func:`app_c_structure` — App. C's statements about an optimum, per member (σ₂/σ₁ and
   :func:`tdlab.probes.spectrum.embedding_alignment`, the alignment of singular vectors with the embedding e);
 * :func:`snapshot` — every per-matrix spectral reading of one state (Figs. 3 and 6);
+* :func:`trained_vs_init` — two snapshots side by side: the final readings and how far training moved each matrix
+  and the embedding from its initial scale (σ₁ growth, the init-noise floor of σ₂/σ₁, the embedding's norm growth);
 * :func:`bias_step_excess` — Sec. 3's "one additional [bias] step" on the full model: how far b is from its
   optimum given the other parameters, before and after one gradient step on b alone
   (:func:`tdlab.theory.markov_regions.bias_step_from_logits` on the model's bias-free logits).
@@ -16,6 +18,8 @@ Every function takes stacked parameters with a leading member axis ``E`` (as sto
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -23,7 +27,7 @@ from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.probes.spectrum import abs_cosine, embedding_alignment, hypercube_spread, singular_values, sv_ratio
 from tdlab.theory.markov_regions import bias_step_from_logits
 
-__all__ = ["MATRICES", "app_c_structure", "bias_step_excess", "snapshot", "weight_matrices"]
+__all__ = ["MATRICES", "app_c_structure", "bias_step_excess", "snapshot", "trained_vs_init", "weight_matrices"]
 
 # Weight matrices of the Sec. 2 model (single layer), by the seed's names -> state-dict keys, (out, in).
 MATRICES: dict[str, str] = {
@@ -81,6 +85,35 @@ def app_c_structure(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     al = embedding_alignment(qk, e)
     out["qk_left_cos"], out["qk_right_cos"] = al["left"], al["right"]
     return {k: v.numpy() for k, v in out.items()}
+
+
+def trained_vs_init(
+    final: dict[str, dict[str, np.ndarray]], init: dict[str, dict[str, np.ndarray]], noise_floor: bool
+) -> dict[str, Any]:
+    """The final state's readings against the initial state's, from two :func:`snapshot` s of the same members.
+
+    Per matrix (the six and ``W_OW_V``): the final readings but the raw singular values, ``init_sv_ratio``, and
+    ``sigma1_growth`` = σ₁ final / σ₁ init (a matrix that kept its initial scale was not driven by the loss, and its
+    spectrum is the init's); with ``noise_floor`` also ``init_noise_floor`` = 1 / growth, which bounds the σ₂/σ₁ the
+    leftover init noise can leave. The embedding: its final readings, ``init_spread``, ``norm_growth`` = |e| final /
+    |e| init and ``norm_sq`` = |e|² (with ``a = e``, ``logit_n = x_n |e|² + <e, p_n> + b + ...``, so |e|² alone can
+    carry the bigram logit gap ``log((1-q)/q) - log(p/(1-p))`` when it is positive, p+q<1).
+
+    Returns: a nested dict of per-member lists (``(E,)`` leaves, ``(E, k)`` for ``sv_normalised``).
+    """
+    m: dict[str, Any] = {}
+    for name in (*MATRICES, "W_OW_V"):
+        m[name] = {k: v.tolist() for k, v in final[name].items() if k != "sv"}
+        m[name]["init_sv_ratio"] = init[name]["sv_ratio"].tolist()
+        growth = final[name]["sv"][:, 0] / init[name]["sv"][:, 0]
+        m[name]["sigma1_growth"] = growth.tolist()
+        if noise_floor:
+            m[name]["init_noise_floor"] = (1.0 / growth).tolist()
+    m["embedding"] = {k: v.tolist() for k, v in final["embedding"].items()}
+    m["embedding"]["init_spread"] = init["embedding"]["spread"].tolist()
+    m["embedding"]["norm_growth"] = (final["embedding"]["norm"] / init["embedding"]["norm"]).tolist()
+    m["embedding"]["norm_sq"] = (final["embedding"]["norm"] ** 2).tolist()
+    return m
 
 
 def bias_step_excess(

@@ -55,6 +55,7 @@ __all__ = [
     "two_param_stationary",
     "whitening_error",
     "whitening_error_limit",
+    "whitening_error_limit_by_layer",
     "z_quadrature",
 ]
 
@@ -341,6 +342,20 @@ def whitening_error_limit(m: Tensor, alpha: float, T: int, beta: float | None = 
     z = 1.0 + (m * m).sum(-1)
     g_spike, g_bulk = _residual_gain(z, alpha, b, T), _residual_gain(1.0, alpha, b, T)
     return torch.sqrt((g_spike**2 + (d - 1) * g_bulk**2) / d)
+
+
+def whitening_error_limit_by_layer(m: Tensor, alpha: float, T: int) -> Tensor:
+    """:func:`whitening_error_limit` of the tied LCA_T at every layer ``t = 0..T`` (Lemma C.2; Thm 6.2's reference
+    curve), in the layout of :func:`tdlab.probes.whitening.whitening_by_layer`: layer 0 (``F_0 = 0``) is 1, the
+    error of no whitening.
+
+    Args:
+        m: ``(E, N, d)`` the prompts' mean vectors. Returns: ``(E, T+1, N)``.
+    """
+    return torch.stack(
+        [whitening_error_limit(m, alpha, t) if t else torch.ones_like(m[..., 0]) for t in range(T + 1)],
+        1,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -54,11 +54,13 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from tdlab.theory.gradient_flow import FlowResult, gradient_flow
 from tdlab.theory.markov_landscape import (
     ENERGY_SADDLE,
+    CriticalKind,
     classify_critical,
     contrast_and_grad,
     loss,
@@ -72,6 +74,7 @@ __all__ = [
     "bias_excess",
     "bias_gradient",
     "bias_step",
+    "bias_step_agreement",
     "bias_step_basins",
     "bias_step_from_logits",
     "descend",
@@ -357,6 +360,36 @@ def bias_step_basins(p: float, q: float, cfg: BiasStepSpec, gen: torch.Generator
         th, _ = descend(theta0, cfg.b0, p, q, lr=cfg.lr, steps=cfg.steps, extra_bias_steps=k)
         out[name] = limit_kind(th, p, q, atol=cfg.atol)
     return out
+
+
+def bias_step_agreement(
+    k0: np.ndarray, k1: np.ndarray, profile: np.ndarray, theory: np.ndarray
+) -> tuple[np.ndarray, dict[str, float | int]]:
+    """How descent with 0 and 1 extra bias steps agrees with profile descent, point by point (Sec. 3's "one
+    additional step is usually sufficient"), from :func:`bias_step_basins`'s codes (``CriticalKind`` values,
+    any numeric dtype, ``(n,)`` each).
+
+    Returns: ``(agree_k1, summary)``: the float indicators ``k1 == profile`` and a dict of the shares
+    ``agree_k1_with_profile``, ``agree_k0_with_profile``, ``profile_agrees_with_flow_theory`` (Thm. 2/8's
+    basin of the flow), ``unsettled_fraction`` (k1 or profile ends at no critical set), and the counts
+    ``k0_disagreements``, ``k0_disagreements_fixed_by_one_step``, ``k1_local_where_profile_global``,
+    ``k0_local_where_profile_global``, ``unclassified_k1``.
+    """
+    glob, local, none = int(CriticalKind.GLOBAL_MIN), int(CriticalKind.LOCAL_MIN), int(CriticalKind.NONE)
+    agree1, agree0 = (k1 == profile).astype(float), (k0 == profile).astype(float)
+    unsettled = float(np.mean((k1 == none) | (profile == none)))
+    wrong0 = k0 != profile
+    return agree1, {
+        "agree_k1_with_profile": float(agree1.mean()),
+        "agree_k0_with_profile": float(agree0.mean()),
+        "profile_agrees_with_flow_theory": float(np.mean(profile == theory)),
+        "unsettled_fraction": unsettled,
+        "k0_disagreements": int(wrong0.sum()),
+        "k0_disagreements_fixed_by_one_step": int(np.sum(wrong0 & (k1 == profile))),
+        "k1_local_where_profile_global": int(np.sum((k1 == local) & (profile == glob))),
+        "k0_local_where_profile_global": int(np.sum((k0 == local) & (profile == glob))),
+        "unclassified_k1": int(np.sum(k1 == none)),
+    }
 
 
 def bias_step_from_logits(

@@ -58,6 +58,7 @@ __all__ = [
     "gradient",
     "hessian",
     "hessian_extremes",
+    "landscape_readings",
     "loss_closed_form",
     "normalised_position",
     "perturbation_probe",
@@ -351,6 +352,52 @@ def perturbation_probe(
     with torch.no_grad():
         bottom = min(float(fn(theta0 + s * radius * v)) - base for s in (1.0, -1.0))
     return rnd, bottom
+
+
+def landscape_readings(
+    model: Sec2Model,
+    p: float,
+    q: float,
+    n: int,
+    radius: float,
+    directions: int,
+    generators: Sequence[torch.Generator],
+    canonical: tuple[int, bool] | None = None,
+) -> list[dict[str, float]]:
+    """The landscape at a model's point (θ_π in seed 003 Part I), read member by member on the exact loss.
+
+    Per member ``e`` (one generator each, for :func:`perturbation_probe`'s random directions): ``loss``
+    (:func:`population_loss`), ``grad_max`` (``max_i |∂L/∂θ_i|``), ``eig_min`` / ``eig_max`` of the exact
+    Hessian (:func:`hessian`), ``num_params``, and ``probe_random`` / ``probe_bottom`` (the loss change at
+    ``radius`` along random directions and along the Hessian's bottom eigenvector). With
+    ``canonical = (d, tied)`` (the canonical point, ``others="zero"``) also ``spectrum_err``, the largest
+    ``|λ − closed form|`` against :func:`theta_pi_spectrum`.
+
+    Returns:
+        one dict of float readings per member, in member order.
+    """
+    losses = population_loss(model, p, q, n).tolist()
+    out: list[dict[str, float]] = []
+    for e, gen in enumerate(generators):
+        H = hessian(model, p, q, n, e)
+        ev = torch.linalg.eigvalsh(H)
+        g = gradient(model, p, q, n, e)
+        rnd, bottom = perturbation_probe(model, p, q, n, radius, directions, gen, e, H=H)
+        vals = {
+            "loss": losses[e],
+            "grad_max": float(g.abs().max()),
+            "eig_min": float(ev[0]),
+            "eig_max": float(ev[-1]),
+            "num_params": float(H.shape[0]),
+            "probe_random": rnd,
+            "probe_bottom": bottom,
+        }
+        if canonical is not None:
+            d, tied = canonical
+            cf = theta_pi_spectrum(p, q, d, tied, H.shape[0])
+            vals["spectrum_err"] = float((ev - cf).abs().max())
+        out.append(vals)
+    return out
 
 
 def loss_closed_form(p: float, q: float) -> float:

@@ -52,13 +52,20 @@ from tdlab.run_view import RunView
 from tdlab.seeding import generators, member_seeds
 from tdlab.tasks.markov import MarkovChain, entropy_rate, marginal_entropy
 from tdlab.theory.markov_landscape import ENERGY_SADDLE, CriticalKind, energy, run_flow
-from tdlab.theory.markov_regions import bias_step_basins, icommon_boundary, in_icommon, limit_kind, sample_icommon
+from tdlab.theory.markov_regions import (
+    bias_step_agreement,
+    bias_step_basins,
+    icommon_boundary,
+    in_icommon,
+    limit_kind,
+    sample_icommon,
+)
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer
 
 _POINTS_STREAM = "icommon-point"  # per-member stream of the sampled (e, w)
 _INIT_ARM = "init-points"  # metrics arm holding the sampled points
-GLOBAL, LOCAL = int(CriticalKind.GLOBAL_MIN), int(CriticalKind.LOCAL_MIN)
+GLOBAL = int(CriticalKind.GLOBAL_MIN)
 
 
 class RegionConfig(Config):
@@ -321,29 +328,15 @@ class MarkovICommon(Experiment[MarkovICommonConfig]):
                 k0, k1, prof, theory = (
                     run.curves(can, f"basin/{k}")[1][:, 0] for k in ("k0", "k1", "profile", "theory")
                 )
-                agree1, agree0 = (k1 == prof).astype(float), (k0 == prof).astype(float)
-                none = int(CriticalKind.NONE)
-                unsettled = float(np.mean((k1 == none) | (prof == none)))
+                agree1, cell["bias_step"] = bias_step_agreement(k0, k1, prof, theory)
                 out.stage(
                     can,
                     DESCENT_SETTLED,
-                    [unsettled],
+                    [cell["bias_step"]["unsettled_fraction"]],
                     [1.0 - c.agree_min + 0.5 / k1.size],
                     "lt",
                     evidence="share of points whose profile or one-extra-step descent ends away from every critical set",
                 )
-                wrong0 = k0 != prof
-                cell["bias_step"] = {
-                    "agree_k1_with_profile": float(agree1.mean()),
-                    "agree_k0_with_profile": float(agree0.mean()),
-                    "profile_agrees_with_flow_theory": float(np.mean(prof == theory)),
-                    "unsettled_fraction": unsettled,
-                    "k0_disagreements": int(wrong0.sum()),
-                    "k0_disagreements_fixed_by_one_step": int(np.sum(wrong0 & (k1 == prof))),
-                    "k1_local_where_profile_global": int(np.sum((k1 == LOCAL) & (prof == GLOBAL))),
-                    "k0_local_where_profile_global": int(np.sum((k0 == LOCAL) & (prof == GLOBAL))),
-                    "unclassified_k1": int(np.sum(k1 == none)),
-                }
                 out.row(
                     "one-extra-bias-step-suffices",
                     arm,
@@ -351,7 +344,8 @@ class MarkovICommon(Experiment[MarkovICommonConfig]):
                     arms=[can],
                     context=ctx,
                     label=f"({p:g}, {q:g}), {side}: fraction of {agree1.size} points where descent with one extra bias "
-                    f"step ends in the profile descent's basin ≥ {c.agree_min:g} (without it: {agree0.mean():.4f})",
+                    f"step ends in the profile descent's basin ≥ {c.agree_min:g} (without it: "
+                    f"{cell['bias_step']['agree_k0_with_profile']:.4f})",
                 )
                 # The flow's points are the arm's first members only (the box points outnumber them): the
                 # view lines every metric up over all of the arm's members, NaN where one was not stored.

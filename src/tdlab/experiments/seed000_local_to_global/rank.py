@@ -40,7 +40,7 @@ from tdlab.experiments.seed000_local_to_global.common.low_rank import CLAIMED, R
 from tdlab.experiments.seed000_local_to_global.common.plateau import LEFT_PLATEAU, plateau_escape
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.models.init import rank_one_init_
-from tdlab.probes.sec2_weights import MATRICES, app_c_structure, bias_step_excess, snapshot
+from tdlab.probes.sec2_weights import MATRICES, app_c_structure, bias_step_excess, snapshot, trained_vs_init
 from tdlab.probes.spectrum import abs_cosine, hypercube_spread, sv_ratio
 from tdlab.report.standard_figures import Curves, Line, Matrices, Matrix, Panel
 from tdlab.run_context import Fit, RunContext
@@ -536,7 +536,7 @@ class MarkovRank(Experiment[MarkovRankConfig]):
             out.stage(
                 arm, LEFT_PLATEAU, below, -margin, "lt", evidence="final test loss − the unigram loss, same batches"
             )
-            m = self._spectra(arm, final, init)
+            m = trained_vs_init(final, init, noise_floor=arm == "standard")
             m.update(
                 final_test_loss=loss[:, -1].tolist(),
                 final_minus_entropy_rate=(loss[:, -1] - h_rate).tolist(),
@@ -553,28 +553,6 @@ class MarkovRank(Experiment[MarkovRankConfig]):
             m["bias_step"] = self._bias_step(cfg, run, out, arm, tokens)
             out.values[arm] = m
         return out
-
-    @staticmethod
-    def _spectra(arm: str, final: dict, init: dict) -> dict[str, Any]:
-        """The report's per-matrix and embedding measurements of one arm."""
-        m: dict[str, Any] = {}
-        for name in (*MATRICES, "W_OW_V"):
-            m[name] = {k: v.tolist() for k, v in final[name].items() if k != "sv"}
-            m[name]["init_sv_ratio"] = init[name]["sv_ratio"].tolist()
-            # How much training moved the matrix: σ₁ final / σ₁ init (a matrix that kept its initial
-            # scale was not driven by the loss, and its spectrum is the init's); its inverse bounds the
-            # σ₂/σ₁ the leftover init noise can leave (the noise floor).
-            growth = final[name]["sv"][:, 0] / init[name]["sv"][:, 0]
-            m[name]["sigma1_growth"] = growth.tolist()
-            if arm == "standard":
-                m[name]["init_noise_floor"] = (1.0 / growth).tolist()
-        m["embedding"] = {k: v.tolist() for k, v in final["embedding"].items()}
-        m["embedding"]["init_spread"] = init["embedding"]["spread"].tolist()
-        m["embedding"]["norm_growth"] = (final["embedding"]["norm"] / init["embedding"]["norm"]).tolist()
-        # With a = e, logit_n = x_n |e|² + <e, p_n> + b + (terms through the weight matrices), so |e|²
-        # alone can carry the bigram logit gap log((1-q)/q) - log(p/(1-p)) when it is positive (p+q<1).
-        m["embedding"]["norm_sq"] = (final["embedding"]["norm"] ** 2).tolist()
-        return m
 
     def _fig3(
         self, cfg: MarkovRankConfig, run: RunView, out: Measurements, final: dict, init: dict, gap: np.ndarray

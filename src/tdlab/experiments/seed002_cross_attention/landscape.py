@@ -26,7 +26,6 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import torch
 from pydantic import Field, model_validator
-from scipy.optimize import minimize
 
 from tdlab.claims import GroupResult, Measurements, Sample
 from tdlab.claims.calibration import planted_pair
@@ -54,13 +53,16 @@ from tdlab.theory.icl import (
     two_param_stationary,
 )
 from tdlab.theory.icl_landscape import (
+    grid_simplex,
     group_means,
     jackknife_se,
     jackknife_spread,
     leave_out,
+    polish_minimum,
     pooled,
     prompt_groups,
     valley,
+    valley_rms_between,
 )
 from tdlab.theory.icl_stats import PromptStats, population_stats
 from tdlab.train.cpu import cpu_threads
@@ -281,14 +283,7 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
                 )
                 maps, sizes = group_maps(task, panel.depth, panel.pre_ln, Ac, Bc, data, G, chunk, ctx.device, memo)
                 coarse = pooled(maps, sizes)
-                i, j = np.unravel_index(np.nanargmin(coarse), coarse.shape)
-                start = np.array(
-                    [
-                        [a_ax[i], b_ax[j]],
-                        [a_ax[i] + (a_ax[1] - a_ax[0]), b_ax[j]],
-                        [a_ax[i], b_ax[j] + (b_ax[1] - b_ax[0])],
-                    ]
-                )
+                i, j, start = grid_simplex(a_ax, b_ax, coarse)
 
                 def polish(
                     weights: np.ndarray, depth=panel.depth, pre_ln=panel.pre_ln, data=data, start=start, memo=memo
@@ -299,13 +294,7 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
                         )
                         return float(weights @ g[:, 0])
 
-                    res = minimize(
-                        loss,
-                        start[0],
-                        method="Nelder-Mead",
-                        options={"xatol": 1e-7, "fatol": 1e-13, "maxfev": cfg.polish_evals, "initial_simplex": start},
-                    )
-                    return np.array([res.x[0], res.x[1], res.fun])
+                    return polish_minimum(loss, start, cfg.polish_evals)
 
                 best = polish(sizes / sizes.sum())
                 # GD from the Thm 6.3 init, beta0 spread over the window (-2/(m_upper+1), 0), and from starts
@@ -530,30 +519,19 @@ class IclLandscape(RegressionArms, Experiment[LandscapeConfig]):
         v, o = maps[k], maps[twin]
         if not v["beta"].size:
             return
-        ref = np.interp(v["beta"], o["beta"], o["valley"])
-
-        def rms(a: np.ndarray, b: np.ndarray) -> float:
-            return float(np.sqrt(np.mean((a - b) ** 2)))
-
-        ravine = rms(v["valley"], ref)
-        se_ln = jackknife_se(lambda mp: rms(valley(v["a_ax"], v["b_ax"], mp, v["beta"]), ref), v["groups"], v["sizes"])
-        se_plain = jackknife_se(
-            lambda mp: rms(v["valley"], np.interp(v["beta"], o["beta"], valley(o["a_ax"], o["b_ax"], mp, o["beta"]))),
-            o["groups"],
-            o["sizes"],
-        )
+        ravine, se = valley_rms_between(v, o)
         dist = float(np.hypot(v["minimiser"][0] - o["minimiser"][0], v["minimiser"][1] - o["minimiser"][1]))
         out.values[k].update(
             {
                 "ravine_rms_from_no_ln": ravine,
-                "ravine_jackknife_se": float(np.hypot(se_ln, se_plain)),
+                "ravine_jackknife_se": se,
                 "minimiser_distance_from_no_ln": dist,
             }
         )
         out.row(
             "preln-ravine-similarly-located",
             f"T{panel.depth}",
-            Sample([ravine], mc_se=float(np.hypot(se_ln, se_plain)), resolution=float(v["cell"]), deterministic=True),
+            Sample([ravine], mc_se=se, resolution=float(v["cell"]), deterministic=True),
             provenance=_provenance(panel),
             context={"T": panel.depth},
             label=f"T = {panel.depth}: RMS over the window of the pre-LN valley − the no-LN valley ≤ "

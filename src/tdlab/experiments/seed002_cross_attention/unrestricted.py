@@ -39,7 +39,7 @@ from tdlab.probes.whitening import relative_move, whitening_from_stats, whitenin
 from tdlab.run_context import Fit, RunContext, init_arm
 from tdlab.run_view import RunView
 from tdlab.seeding import derive_seed, member_seeds
-from tdlab.theory.icl import alpha_star, response_second_moment, whitening_error_limit
+from tdlab.theory.icl import alpha_star, response_second_moment, whitening_error_limit_by_layer
 from tdlab.theory.icl_stats import PromptStats
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.regression import RegressionTrainer, load_member_states
@@ -177,13 +177,7 @@ class IclUnrestricted(RegressionArms, Experiment[UnrestrictedConfig]):
                         for e in range(len(seeds))
                         for t in range(cfg.depth + 1)
                     ]
-                    lim = torch.stack(
-                        [
-                            whitening_error_limit(b.m, a_star, t) if t else torch.ones_like(b.m[..., 0])
-                            for t in range(cfg.depth + 1)
-                        ],
-                        1,
-                    )
+                    lim = whitening_error_limit_by_layer(b.m, a_star, cfg.depth)
                     rows += [
                         (t, e, f"whitening_limit_median_L{L}", float(lim.median(-1).values[e, t]))
                         for e in range(len(seeds))

@@ -315,27 +315,11 @@ class MarkovTying(Experiment[MarkovTyingConfig]):
                         # The canonical point is the same for every member: measure it once.
                         mseeds = seeds[:1] if others == "zero" else seeds
                         model = th.set_theta_pi(GPT(cfg.arm_model(tied, max_len=n, d=d), mseeds).double(), p, q, others)
-                        losses = th.population_loss(model, p, q, n).tolist()
-                        rows: list[tuple[int, int, str, float]] = []
-                        for e in range(len(mseeds)):
-                            H = th.hessian(model, p, q, n, e)
-                            ev = torch.linalg.eigvalsh(H)
-                            g = th.gradient(model, p, q, n, e)
-                            gen = torch.Generator().manual_seed(derive_seed(mseeds[e], "probe"))
-                            rnd, bottom = th.perturbation_probe(model, p, q, n, ls.radius, ls.directions, gen, e, H=H)
-                            vals = {
-                                "loss": losses[e],
-                                "grad_max": float(g.abs().max()),
-                                "eig_min": float(ev[0]),
-                                "eig_max": float(ev[-1]),
-                                "num_params": float(H.shape[0]),
-                                "probe_random": rnd,
-                                "probe_bottom": bottom,
-                            }
-                            if others == "zero":
-                                cf = th.theta_pi_spectrum(p, q, d, tied, H.shape[0])
-                                vals["spectrum_err"] = float((ev - cf).abs().max())
-                            rows.extend((0, e, k, v) for k, v in vals.items())
+                        gens = [torch.Generator().manual_seed(derive_seed(s, "probe")) for s in mseeds]
+                        readings = th.landscape_readings(
+                            model, p, q, n, ls.radius, ls.directions, gens, (d, tied) if others == "zero" else None
+                        )
+                        rows = [(0, e, k, v) for e, vals in enumerate(readings) for k, v in vals.items()]
                         ctx.store_rows(arm, rows)
                         ctx.stop_point(arm)  # the paper grid's landscape takes many minutes: a stop loses no arm
 
