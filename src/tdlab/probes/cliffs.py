@@ -201,9 +201,12 @@ def value_tag_readings(
     ``⟨O_L, v⟩`` by anchor pair) and ``shift_spearman`` (|Spearman| of ``⟨O_L, v⟩`` with ``Σa``).
 
     Args:
-        tokens: ``(E, B, L)``; ``key_pos (E, B)`` the 0-based index of the key (anchors follow it);
-        ``kind (E, B)`` the sequence kind; ``q`` anchors per sequence over a vocabulary of ``d_vob`` anchor ids
-        (the pair's id is ``Σ_i a_i d_vob^i``).
+        model: the trained transformer, E members.
+        tokens: ``(E, B, L)``.
+        key_pos: ``(E, B)``, the 0-based index of the key (anchors follow it).
+        kind: ``(E, B)``, the sequence kind.
+        q: anchors per sequence.
+        d_vob: the anchor vocabulary's size (the pair's id is ``Σ_i a_i d_vob^i``).
     Returns:
         the four readings, one float per member each.
     """
