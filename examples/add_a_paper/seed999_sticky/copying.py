@@ -22,9 +22,9 @@ from tdlab.claims.declare import Calibration, Threshold
 from tdlab.config import Config
 from tdlab.experiments.base import Analysis, Experiment, ExperimentConfig, register
 from tdlab.experiments.manifest import Setting
-from tdlab.run_view import RunView
 from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.run_context import RunContext
+from tdlab.run_view import RunView
 from tdlab.seeding import member_seeds
 from tdlab.train.trainer import TrainConfig, Trainer
 
