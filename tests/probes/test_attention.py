@@ -16,6 +16,7 @@ from tdlab.probes.attention import (
     average_operator_error,
     context_match_mask,
     context_matching_score,
+    median_average_operator_error,
     plot_attention_maps,
     wv_flow,
 )
@@ -163,3 +164,13 @@ def test_weight_probe_rotation_matches_the_closed_form_and_restarts_per_model():
     np.testing.assert_allclose(out[5]["norm_V/L0"].numpy(), 1.0, rtol=1e-6)
     np.testing.assert_allclose(out[5]["norm_K/L1"].numpy(), 4.0, rtol=1e-6)  # ‖2 I_4‖_F
     assert "rotation_V/L0" not in probe(GPT(cfg, [1, 2]))  # a new model (chunk): the history restarts
+
+
+def test_median_average_operator_error_is_each_members_median_over_all_its_entries():
+    g = torch.Generator().manual_seed(0)
+    pattern = torch.softmax(torch.randn(3, 5, 4, 4, generator=g), -1)  # (E, B, T, T)
+    got = median_average_operator_error(pattern)
+    for e in range(3):
+        entries = torch.cat([average_operator_error(pattern[e, b]) for b in range(5)])  # a slow loop per matrix
+        assert float(got[e]) == float(entries.median())
+    assert got.shape == (3,) and got.dtype == torch.float64

@@ -15,7 +15,10 @@ from tdlab.probes.curves import (
     first_crossing,
     gap_crossing,
     half_growth_steps,
+    halving_epoch,
     lags,
+    log_ratio_resolution,
+    loss_auc,
     min_depths,
     relative_growth,
     rotation_means,
@@ -159,3 +162,27 @@ def test_table1_measures_choose_on_validation_and_report_best_test_and_final():
     assert m["val_choice"] == [0.3, 0.25] and m["val_choice_epoch"] == [2, 1]
     assert m["best_test"] == [0.6, 0.4] and m["best_epoch"] == [3, 3]
     assert m["final"] == [0.2, 0.4]
+
+
+def test_halving_epoch_and_auc_on_built_curves():
+    ep = np.arange(6.0)
+    loss = np.array(
+        [
+            [4.0, 3.0, 2.0, 1.0, 1.0, 1.0],  # below half first at epoch 3 (2.0 is exactly half)
+            [2.0, 2.0, 2.0, 2.0, 2.0, 2.0],
+        ]
+    )  # never: censored at the last evaluation
+    h = halving_epoch(ep, loss)
+    assert h.steps.tolist() == [3.0, 5.0] and h.censored.tolist() == [False, True] and h.resolution == 1.0
+    assert loss_auc(ep, loss) == pytest.approx([np.mean([0.75, 0.5, 0.25, 0.25, 0.25]), 1.0])
+
+
+def test_log_ratio_resolution_is_twice_the_largest_corner_move():
+    t_mem, t_rsn, interval = np.array([10.0, 4.0, 30.0]), np.array([5.0, 8.0, 30.0]), 2.0
+    moves = [
+        abs(math.log((m + a) / (r + b)) - math.log(m / r))
+        for m, r in zip(t_mem, t_rsn, strict=True)
+        for a in (-1.0, 0.0, 1.0)
+        for b in (-1.0, 0.0, 1.0)
+    ]  # the log ratio is monotone in each T50: its largest move is at a corner of the ±h box
+    assert log_ratio_resolution(t_mem, t_rsn, interval) == pytest.approx(2 * max(moves), rel=1e-12)

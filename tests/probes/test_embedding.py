@@ -1,4 +1,5 @@
-"""Embedding probes on built inputs: Gaussian bumps (ordered), random vectors (chance), known spectra."""
+"""Embedding probes on built inputs: Gaussian bumps (ordered), random vectors (chance), known spectra; Eq. 14's
+member cosines against its closed form, and a measured cosine matrix's agreement with a theory's against scipy."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from scipy.stats import spearmanr
 
 from tdlab.probes.embedding import (
     anchor_cosine_readings,
+    cosine_agreement,
     cosine_matrix,
     distance_spearman,
+    eq14_member_cosines,
     erank,
     error_by_distance,
     mean_pairwise_cosine,
@@ -25,7 +28,7 @@ from tdlab.probes.embedding import (
     positional_cosine_readings,
     spearman_rows,
 )
-from tdlab.theory.anchors import eq14_vectors
+from tdlab.theory.anchors import eq14_cosine, eq14_vectors
 
 F64 = torch.float64
 
@@ -188,3 +191,31 @@ def test_anchor_cosine_readings_on_a_built_table():
     assert r["theory_spearman"] == pytest.approx([1.0, 1.0]) and r["theory_abs_err"] == pytest.approx([0.0, 0.0])
     assert anchor_cosine_readings(W, mem, rsn, -own)["theory_spearman"] == pytest.approx([-1.0, -1.0])
     assert "theory_spearman" not in anchor_cosine_readings(W, mem, rsn)
+
+
+def test_eq14_member_cosines_without_noise_match_the_closed_form():
+    c = eq14_member_cosines([20, 22, 25], 200, gamma=50.0, seeds=[1, 2])  # d^-50: no noise
+    assert c.shape == (2, 3, 3)
+    for i, j in ((0, 1), (0, 2), (1, 2)):
+        d = abs([20, 22, 25][i] - [20, 22, 25][j])
+        assert float(c[0, i, j]) == pytest.approx(float(eq14_cosine(d, 200)), abs=1e-6)
+    noisy = eq14_member_cosines([20, 22, 25], 200, gamma=0.3, seeds=[1, 2])
+    assert not torch.allclose(noisy[0], noisy[1])  # one draw per member
+
+
+def test_cosine_agreement_against_scipy_and_a_loop_over_pairs():
+    g = torch.Generator().manual_seed(4)
+    measured = cosine_matrix(torch.randn(3, 6, 5, generator=g, dtype=torch.float64))
+    own = cosine_matrix(torch.randn(3, 6, 5, generator=g, dtype=torch.float64))  # one theory per member
+    shared = own[0]
+    i, j = np.triu_indices(6, 1)
+    for theory in (own, shared):
+        got = cosine_agreement(measured, theory)
+        for m in range(3):
+            th = (theory[m] if theory.dim() == 3 else theory).numpy()
+            a, b = measured[m].numpy()[i, j], th[i, j]
+            assert got["abs_err"][m] == pytest.approx(np.mean(np.abs(a - b)), rel=1e-12)
+            assert got["spearman"][m] == pytest.approx(spearmanr(a, b).statistic, rel=1e-9)
+            for d in range(1, 6):
+                on = (j - i) == d
+                assert got["error_by_distance"][d][m] == pytest.approx(np.mean(np.abs(a[on] - b[on])), rel=1e-12)

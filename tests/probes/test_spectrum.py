@@ -11,9 +11,11 @@ import torch
 from tdlab.probes.spectrum import (
     abs_cosine,
     embedding_alignment,
+    gpt_weight_matrices,
     hypercube_spread,
     leading_singular_vectors,
     singular_values,
+    singular_vector_cosines,
     spectra,
     sv_ratio,
     wv_spectrum,
@@ -159,3 +161,28 @@ def test_spectra_of_built_matrices():
     m = torch.diag(torch.tensor([2.0, 1.0], dtype=torch.float64))[None]
     h = -(2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3))
     assert spectra({"m": m})["m"]["erank"] == pytest.approx([math.exp(h)])
+
+
+def test_gpt_weight_matrices_name_every_matrix_of_the_model(anchors_gpt):
+    model = anchors_gpt(0.8, [1, 2])
+    st = model.state_dict()
+    mats = gpt_weight_matrices(st, 2)
+    assert len(mats) == 2 + 2 * 6 + 1  # W^emb, W^pos, six per layer, the untied W^out
+    assert mats["W^V (layer 1)"] is st["blocks.0.attn.W_V.weight"] and mats["W^out"] is st["lm_head"]
+    assert mats["W^f2 (layer 2)"] is st["blocks.1.mlp.W_2.weight"]
+    assert all(v.shape[0] == 2 and v.dim() == 3 for v in mats.values())
+    assert "W^out" not in gpt_weight_matrices({k: v for k, v in st.items() if k != "lm_head"}, 2)
+
+
+def test_singular_vector_cosines_against_numpy():
+    rng = np.random.default_rng(3)
+    W, emb = rng.normal(size=(4, 12)), rng.normal(size=(30, 12))  # torch's (d_k, d_m) weight; (vocab, d_m)
+    groups = [slice(0, 10), slice(10, 25)]
+    got = singular_vector_cosines(torch.tensor(W), torch.tensor(emb), groups, k=3).numpy()
+    _, _, vt = np.linalg.svd(W, full_matrices=False)  # rows: the right singular vectors, in the d_m space
+    for r in range(3):
+        for c, g in enumerate(groups):
+            m = emb[g].mean(0)
+            # a singular vector's sign is arbitrary: compare |cos|
+            assert abs(got[r, c]) == pytest.approx(abs(vt[r] @ m) / np.linalg.norm(m), rel=1e-9)
+    assert got.shape == (3, 2)

@@ -1,6 +1,7 @@
 """The anchor-function generator (seed 001 §3.1–3.2, §4.5) against a slow per-sequence check written
 from the definitions: block place and type, noise in Z, labels, one memory label per (z_p, a)
-everywhere, test = exactly M, per-tuple counts, F_mem,2 and group labels in range; bad input."""
+everywhere, test = exactly M, per-tuple counts, F_mem,2 and group labels in range; each sequence's memory group, the stacked training sets, Fig. 8's
+examples and chance accuracy on D_rsn,test; bad input."""
 
 from __future__ import annotations
 
@@ -19,9 +20,12 @@ from tdlab.tasks.anchors import (
     Anchors,
     AnchorsConfig,
     anchor_splits,
+    chance_accuracy,
+    example_sequences,
     label_marginal_losses,
     memory_splits,
     split_label_laws,
+    training_sets,
 )
 
 CFG = AnchorsConfig()
@@ -265,3 +269,42 @@ def test_label_marginal_losses_match_an_empirical_count_over_generated_data():
         assert got[split] == pytest.approx(want, abs=0.02), split
     # a model that knows only the marginal scores exactly this loss; one that knows more scores less
     assert got["mem"] > math.log(10)  # log N_Z: the loss of U(Z) on memory sequences
+
+
+def test_memory_group_is_the_group_the_task_gave_each_tuple():
+    task = Anchors(AnchorsConfig(mix="memory", mem_max=20, memory_groups=4, d_vob=200))
+    tuples = torch.as_tensor([list(a) for a in task.mem_tuples])
+    assert torch.equal(task.memory_group(tuples[:, 0]), task.mem_groups)
+    assert torch.equal(task.memory_group(tuples[:, 1]), task.mem_groups)  # every anchor of a tuple: one group
+
+
+def test_training_sets_stack_each_generators_first_draw_cut_to_first():
+    task = Anchors(CFG)
+    got = training_sets(task, [_gen(1), _gen(2)], 300, ("tokens", "label", "kind"), 50)
+    for e, seed in enumerate((1, 2)):
+        d = task.dataset(_gen(seed), 300, "train")
+        for k in ("tokens", "label", "kind"):
+            assert torch.equal(got[k][e], d[k][:50]), k
+    full = training_sets(task, [_gen(1)], 300, ("tokens",))
+    assert full["tokens"].shape == (1, 300, CFG.L) and set(full) == {"tokens"}
+    make = anchor_splits(task, 300, 10, 10)(_gen(1))  # the fixed data set trains on the very same sequences
+    assert torch.equal(full["tokens"][0], make["train"]["tokens"])
+
+
+def test_example_sequences_and_chance_accuracy():
+    task = Anchors(CFG)
+    ex = example_sequences(task, 7, per_kind=3)
+    assert set(ex) == {"memory", "reasoning"}
+    assert (ex["memory"]["kind"] == KIND_MEM).all() and (ex["reasoning"]["kind"] == KIND_RSN_TRAIN).all()
+    assert ex["memory"]["tokens"].shape == (3, CFG.L)
+    again = example_sequences(task, 7, per_kind=3)
+    assert torch.equal(again["reasoning"]["tokens"], ex["reasoning"]["tokens"])  # drawn from the seed alone
+    assert chance_accuracy(CFG) == pytest.approx(1 / len(Z))  # 1/N_Z: Z = 21..120
+
+
+def test_token_classes_are_the_keys_and_the_anchors_the_tuples_use():
+    task = Anchors(CFG)
+    ids = task.token_classes()
+    assert ids["key"] == task.keys.tolist() and set(ids["key"]) == Z
+    assert set(ids["memory"]) == {int(a) for a in task.mem_tuples.flatten()} == MEM
+    assert set(ids["reasoning"]) == {int(a) for a in task.rsn_train_tuples.flatten()} == RSN

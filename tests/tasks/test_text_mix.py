@@ -1,6 +1,6 @@
 """The mixed corpus of seed 001 Figs. 1/6 (tdlab.tasks.text_mix): the tokenised texts against the tokenizer's own
-encoding (``<|endoftext|>`` appended, cut, padded, masked, each row's source), the folder cache round trip, and the
-exclusive-token sets against a Counter-based slow version."""
+encoding (``<|endoftext|>`` appended, cut, padded, masked, each row's source), the folder cache round trip, the
+per-source evaluation splits, the sources' raw texts, and the exclusive-token sets against a Counter-based slow version."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from tdlab.tasks.text_mix import (
     balanced_exclusive_tokens,
     build_corpus,
     exclusive_tokens,
+    source_texts,
     token_counts,
 )
 
@@ -112,3 +113,25 @@ def test_balanced_exclusive_tokens_cut_both_sets_to_the_smaller():
     assert got == {s: _slow_exclusive(seqs, sources, k, 3, eos) for k, s in enumerate(SOURCES)}
     assert got["prontoqa"] == [3, 1, 2]  # 3 thrice, then 1 and 2 twice each: the smaller id first
     assert balanced_exclusive_tokens(corpus, 12, 2) == {s: v[:2] for s, v in got.items()}  # type: ignore[arg-type]
+
+
+def test_splits_are_every_row_and_each_sources_first_rows(corpus):
+    d = corpus.splits(2)
+    assert set(d) == {"train", *SOURCES}
+    assert torch.equal(d["train"]["tokens"], corpus.tokens) and torch.equal(d["train"]["mask"], corpus.mask)
+    for s, rows in (("prontoqa", [0, 1]), ("stories", [4, 5])):  # by hand: the corpus's rows 0-3 and 4-6
+        assert torch.equal(d[s]["tokens"], corpus.tokens[rows]) and torch.equal(d[s]["mask"], corpus.mask[rows])
+
+
+def test_source_texts_are_the_generators_draws_or_the_users_file(tmp_path):
+    from tdlab.seeding import derive_seed
+    from tdlab.tasks.prontoqa import ProntoQAConfig, generate
+    from tdlab.tasks.stories import standin_stories
+
+    task = ProntoQAConfig()
+    got = source_texts(3, 4, 5, task)
+    assert got["prontoqa"] == [e.text() for e in generate(4, derive_seed(3, "prontoqa"), task)]
+    assert got["stories"] == standin_stories(5, derive_seed(3, "stories"))
+    f = tmp_path / "stories.txt"
+    f.write_text("<|endoftext|>".join(f"Story {i}." for i in range(6)), encoding="utf-8")
+    assert source_texts(3, 4, 2, task, stories=str(f))["stories"] == ["Story 0.", "Story 1."]

@@ -15,6 +15,7 @@ from tdlab.theory.anchor_flows import (
     cross_entropy_flow,
     eq29_embedding_flow,
     eq36_matrix,
+    euler_step,
     frobenius_cos,
     last_vs_all_law_gap,
     population_flow_counts,
@@ -158,3 +159,19 @@ def test_wv_flow_readings_on_a_flow_that_is_thm2s_matrix():
     mem, rsn = W_emb[3:6].mean(0), W_emb[6:9].mean(0)
     assert r["disp_rsn_align"] == pytest.approx(abs(frobenius_cos(mem, rsn)))
     assert r["thm2_terms"] == thm2_terms(3 * M, M, W_emb, W0, tokens, labels, W2)
+
+
+def test_euler_step_moves_every_parameter_by_lr_times_the_flow():
+    cfg = Def2Config(vocab=60, d_m=60, d_k=8, d_f=16, gamma=0.5)
+    task = _task()
+    sets = [task.dataset(torch.Generator().manual_seed(s), 40, "train") for s in (1, 2)]
+    tokens, labels = torch.stack([d["tokens"] for d in sets]), torch.stack([d["label"] for d in sets])
+    model = Def2Transformer(cfg, [5, 6]).double()
+    before = {k: p.detach().clone() for k, p in model.named_parameters()}
+    loss0, flow = cross_entropy_flow(model, tokens, labels)
+    loss = euler_step(model, tokens, labels, 0.25)
+    assert torch.equal(loss, loss0)  # the loss before the step
+    for k, p in model.named_parameters():
+        assert torch.allclose(p.detach(), before[k] + 0.25 * flow[k], rtol=0, atol=1e-15), k
+    # a small step of gradient descent lowers the loss
+    assert bool((euler_step(model, tokens, labels, 1e-3) < loss).all())

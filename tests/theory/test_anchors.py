@@ -23,6 +23,7 @@ from tdlab.theory.anchors import (
     expected_order_blind_memory_ceiling,
     extended_binomial,
     label_law_cosines,
+    memory_law_spread,
     order_blind_memory_ceiling,
     order_blind_sample_ceiling,
     reasoning_theory_cosines,
@@ -212,3 +213,11 @@ def test_order_blind_sample_ceiling_against_a_count():
     a = torch.tensor([[1, 2], [2, 1], [1, 2], [2, 1]])
     assert order_blind_sample_ceiling(torch.full((4,), 21), a, torch.tensor([30, 31, 30, 31])) == 0.5
     assert order_blind_sample_ceiling(torch.full((4,), 21), a, torch.tensor([30, 30, 30, 30])) == 1.0
+
+
+def test_memory_law_spread_is_zero_under_eq7_and_the_largest_gap_otherwise():
+    assert memory_law_spread(TASK) == pytest.approx(0.0, abs=1e-12)  # Eq. 7: one law for every memory anchor
+    task = Anchors(AnchorsConfig(memory_labels="window"))  # F_mem,2: y ~ U{z − Σa .. z + Σa}, laws differ by s
+    laws = [token_label_law(task, s) for s in range(task.cfg.mem_min, task.cfg.mem_max + 1)]
+    want = max(float(x) for law in laws for x in (law - laws[0]).abs())
+    assert memory_law_spread(task) == want and want > 0

@@ -45,6 +45,7 @@ __all__ = [
     "average_operator_error",
     "context_match_mask",
     "context_matching_score",
+    "median_average_operator_error",
     "plot_attention_maps",
     "wv_flow",
 ]
@@ -179,6 +180,17 @@ def average_operator_error(pattern: torch.Tensor) -> torch.Tensor:
     keep[0] = False
     err = (pattern.double() - 1.0 / j).abs() * j
     return err[..., keep]
+
+
+def median_average_operator_error(pattern: torch.Tensor) -> torch.Tensor:
+    """Each member's median :func:`average_operator_error` over all its matrices' entries (Fig. 5B's number).
+
+    Args:
+        pattern: ``(E, ..., T, T)`` row-softmax attention, member first.
+    Returns:
+        ``(E,)`` float64.
+    """
+    return average_operator_error(pattern).reshape(pattern.shape[0], -1).median(-1).values
 
 
 def wv_flow(

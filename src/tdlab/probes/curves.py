@@ -24,7 +24,10 @@ __all__ = [
     "first_crossing",
     "gap_crossing",
     "half_growth_steps",
+    "halving_epoch",
     "lags",
+    "log_ratio_resolution",
+    "loss_auc",
     "min_depths",
     "plateau_escape_step",
     "relative_growth",
@@ -290,3 +293,27 @@ def table1_measures(epochs: np.ndarray, val_acc: np.ndarray, test_acc: np.ndarra
         "best_epoch": ep[it].tolist(),
         "final": te[:, -1].tolist(),
     }
+
+
+# Seed 001 (Figs. 1, 2A): relative loss curves and a ratio of crossings
+
+
+def loss_auc(epochs: np.ndarray, loss: np.ndarray) -> list[float]:
+    """Area under ``loss(t)/loss(0)`` per member: the mean ratio over the evaluations at epochs >= 1."""
+    return auc(epochs, loss / loss[:, :1])
+
+
+def halving_epoch(epochs: np.ndarray, loss: np.ndarray, level: float = 0.5) -> Crossings:
+    """First evaluated epoch ``> 0`` with ``loss(t)/loss(0) < level`` per member, censored at the last
+    evaluation where there is none (:func:`first_crossing`)."""
+    return first_crossing(epochs, loss / loss[:, :1], level, below=True)
+
+
+def log_ratio_resolution(t_mem: np.ndarray, t_rsn: np.ndarray, interval: float) -> float:
+    """Twice the largest change of ``log(t_mem / t_rsn)`` when each T50 moves by up to half an evaluation
+    interval (both ``> interval / 2``): the log ratio's resolution."""
+    h = interval / 2
+    r = np.log(t_mem / t_rsn)
+    hi = np.log((t_mem + h) / (t_rsn - h)) - r
+    lo = r - np.log((t_mem - h) / (t_rsn + h))
+    return float(2 * np.max(np.maximum(hi, lo)))

@@ -22,22 +22,32 @@ on the CPU; results are float64 tensors.
   distance and against seed 001's Assumption 4, ``cos(π|i − j|/L)`` (Fig. 14D).
 * ``error_by_distance``: the mean ``|measured − theory|`` of two cosine matrices along each diagonal ``|i − j|``
   (Fig. 4C: Eq. 14's cosines against the trained ones, by distance).
+* ``cosine_agreement``: a measured cosine matrix against a theory's (one per member or one for all): their pairs'
+  mean absolute difference, Spearman correlation and the difference by distance.
+* ``eq14_member_cosines``: the cosines of seed 001's Eq. 14 vectors (:func:`tdlab.theory.anchors.eq14_vectors`),
+  one noise draw per member seed: the theory the trained cosines are read against (Fig. 4C).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from scipy.stats import rankdata
 from torch import Tensor
 
+from tdlab.seeding import generators
+from tdlab.theory.anchors import eq14_vectors
+
 __all__ = [
     "anchor_cosine_readings",
+    "cosine_agreement",
     "cosine_matrix",
     "distance_spearman",
+    "eq14_member_cosines",
     "erank",
     "error_by_distance",
     "mean_pairwise_cosine",
@@ -276,3 +286,33 @@ def anchor_cosine_readings(
         out["theory_spearman"] = pair_spearman(rsn_c, theory_cos).tolist()
         out["theory_abs_err"] = pair_abs_error(rsn_c, theory_cos).tolist()
     return out
+
+
+def eq14_member_cosines(ids: list[int], d_m: int, gamma: float, seeds: list[int], kind: str = "rsn") -> torch.Tensor:
+    """Cosines of Eq. 14's vectors for tokens ``ids``, one noise draw ``ε ~ N(0, d_m^{-2γ})`` per member
+    seed: ``(E, n, n)`` float64."""
+    out = []
+    for g in generators(seeds, "eq14-noise"):
+        out.append(cosine_matrix(eq14_vectors(ids, d_m, kind, d_m**-gamma, g)))
+    return torch.stack(out)
+
+
+def cosine_agreement(measured: Tensor, theory: Tensor) -> dict[str, Any]:
+    """A measured cosine matrix per member against a theory's, over the pairs ``i < j`` (Fig. 4C, Fig. 9).
+
+    Args:
+        measured: ``(E, n, n)`` cosine matrices.
+        theory: ``(E, n, n)`` (one per member: each member is read against its own) or ``(n, n)``.
+    Returns:
+        ``abs_err`` (:func:`pair_abs_error`), ``spearman`` (:func:`pair_spearman`) per member, and
+        ``error_by_distance`` (:func:`error_by_distance`), as lists.
+    """
+    if theory.dim() == 3:
+        spearman = [float(pair_spearman(measured[m], theory[m])) for m in range(measured.shape[0])]
+    else:
+        spearman = pair_spearman(measured, theory).tolist()
+    return {
+        "abs_err": pair_abs_error(measured, theory).tolist(),
+        "spearman": spearman,
+        "error_by_distance": error_by_distance(measured, theory),
+    }

@@ -28,9 +28,11 @@ from tdlab.probes.embedding import erank
 __all__ = [
     "abs_cosine",
     "embedding_alignment",
+    "gpt_weight_matrices",
     "hypercube_spread",
     "leading_singular_vectors",
     "singular_values",
+    "singular_vector_cosines",
     "spectra",
     "sv_ratio",
     "wv_spectrum",
@@ -188,3 +190,34 @@ def spectra(mats: dict[str, torch.Tensor]) -> dict[str, dict[str, list]]:
         s = torch.linalg.svdvals(W.double())
         out[k] = {"sv": (s / s[:, :1]).tolist(), "erank": erank(W).tolist()}
     return out
+
+
+def gpt_weight_matrices(arrays: dict[str, torch.Tensor], layers: int) -> dict[str, torch.Tensor]:
+    """``{paper name: (E, m, n)}`` of the matrices of seed 001's Fig. 13, read from stored GPT arrays (the
+    embeddings, each layer's ``W^Q, W^K, W^V, W^O, W^f1, W^f2`` and an untied output layer's ``W^out``)."""
+    out = {"W^emb": arrays["wte"], "W^pos": arrays["wpe"]}
+    for layer in range(layers):
+        for k in ("Q", "K", "V", "O"):
+            out[f"W^{k} (layer {layer + 1})"] = arrays[f"blocks.{layer}.attn.W_{k}.weight"]
+        out[f"W^f1 (layer {layer + 1})"] = arrays[f"blocks.{layer}.mlp.W_1.weight"]
+        out[f"W^f2 (layer {layer + 1})"] = arrays[f"blocks.{layer}.mlp.W_2.weight"]
+    if "lm_head" in arrays:
+        out["W^out"] = arrays["lm_head"]
+    return out
+
+
+def singular_vector_cosines(W_V: torch.Tensor, emb: torch.Tensor, groups: list[slice], k: int = 5) -> torch.Tensor:
+    """Seed 001 Fig. 5D for one member: the cosines of ``W^V``'s top ``k`` left singular vectors (paper layout, in
+    the embedding space: torch's ``(d_k, d_m)`` weight's right ones, as :func:`wv_spectrum`) with the mean
+    embedding of each group of token ids.
+
+    Args:
+        W_V: ``(d_k, d_m)`` torch's weight of ``W^V``; emb: ``(vocab, d_m)`` word embeddings; groups: token-id
+            ranges (rows of ``emb``).
+    Returns:
+        ``(k, len(groups))`` float64, signed.
+    """
+    _, _, vh = torch.linalg.svd(W_V.double(), full_matrices=False)
+    e = emb.double()
+    means = torch.stack([e[g].mean(0) for g in groups])
+    return (vh[:k] @ means.T) / (vh[:k].norm(dim=1)[:, None] * means.norm(dim=1)[None, :])

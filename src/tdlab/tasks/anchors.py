@@ -44,7 +44,7 @@ Generation is vectorised: no Python loop over samples.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -65,9 +65,12 @@ __all__ = [
     "AnchorsConfig",
     "Split",
     "anchor_splits",
+    "chance_accuracy",
+    "example_sequences",
     "label_marginal_losses",
     "memory_splits",
     "split_label_laws",
+    "training_sets",
 ]
 
 Split = Literal["train", "mem", "rsn_train", "test_rsn"]
@@ -237,6 +240,22 @@ class Anchors:
         lo = c.group_label_start if c.group_ranges == "nested" else c.group_label_start + c.group_label_width * g
         return lo, hi
 
+    def token_classes(self) -> dict[str, list[int]]:
+        """The token ids of each class: ``{"key": Z, "memory": A_mem, "reasoning": A_rsn}``, in increasing order."""
+        c = self.cfg
+        return {
+            "key": list(range(c.key_min, c.key_max + 1)),
+            "memory": list(range(c.mem_min, c.mem_max + 1)),
+            "reasoning": list(range(c.rsn_min, c.rsn_max + 1)),
+        }
+
+    def memory_group(self, first_anchor: Tensor) -> Tensor:
+        """Fig. 7a's memory group (0-based) of sequences whose first anchor is ``first_anchor`` (any shape,
+        long): the memory anchors split into ``memory_groups`` consecutive equal groups, a tuple within one."""
+        c = self.cfg
+        size = (c.mem_max - c.mem_min + 1) // c.memory_groups
+        return (first_anchor - c.mem_min) // size
+
     def memory_table(self, gen: torch.Generator | int) -> Tensor:
         """The memory labels ``y^(z, a)``: ``(N_Z, number of memory tuples)`` long, row ``z - key_min``,
         column the index of ``a`` in :attr:`mem_tuples`.
@@ -396,6 +415,31 @@ def anchor_splits(
         return {k: {n: t.to(device) for n, t in v.items()} for k, v in out.items()}
 
     return make
+
+
+def training_sets(
+    task: Anchors, gens: Iterable[torch.Generator], n_train: int, keys: Sequence[str], first: int | None = None
+) -> dict[str, Tensor]:
+    """Each data generator's training set (``n_train`` sequences of D_mem ∪ D_rsn,train, its first draw, as
+    :func:`anchor_splits` and :func:`memory_splits` draw it), its first ``first`` sequences (all: ``None``),
+    stacked: ``{key: (len(gens), n, ...)}`` for each of ``keys`` (:meth:`Anchors.dataset`'s fields)."""
+    sets = [task.dataset(g, n_train, "train") for g in gens]
+    return {k: torch.stack([d[k][:first] for d in sets]) for k in keys}
+
+
+def example_sequences(task: Anchors, seed: int, per_kind: int = 4) -> dict[str, dict[str, Tensor]]:
+    """Seed 001 Fig. 8's example sequences: ``per_kind`` memory and ``per_kind`` reasoning (training) sequences,
+    drawn from ``seed``: ``{"memory": ..., "reasoning": ...}``, each an :meth:`Anchors.dataset` dict."""
+    g = torch.Generator().manual_seed(seed)
+    mem = task.dataset(g, per_kind, "mem")
+    rsn = task.dataset(g, per_kind, "rsn_train")
+    return {"memory": mem, "reasoning": rsn}
+
+
+def chance_accuracy(cfg: AnchorsConfig) -> float:
+    """Chance accuracy on D_rsn,test: a guess from the held-out labels' marginal (``z + Σa`` with ``z``
+    uniform: ``1/N_Z``)."""
+    return 1.0 / (cfg.key_max - cfg.key_min + 1)
 
 
 def memory_splits(task: Anchors, n_train: int, n_eval: int) -> Callable[..., dict[str, dict[str, Tensor]]]:

@@ -18,9 +18,20 @@ import torch
 
 from tdlab.config import ConfigError
 from tdlab.safeio import atomic_write
+from tdlab.seeding import derive_seed
 from tdlab.tasks.bpe import Tokenizer, gpt2_tokenizer, load_tokenizer_json, train_local_bpe
+from tdlab.tasks.prontoqa import ProntoQAConfig, generate, read_json
+from tdlab.tasks.stories import read_stories, standin_stories
 
-__all__ = ["SOURCES", "MixedCorpus", "balanced_exclusive_tokens", "build_corpus", "exclusive_tokens", "token_counts"]
+__all__ = [
+    "SOURCES",
+    "MixedCorpus",
+    "balanced_exclusive_tokens",
+    "build_corpus",
+    "exclusive_tokens",
+    "source_texts",
+    "token_counts",
+]
 
 SOURCES: tuple[str, str] = ("prontoqa", "stories")  # source 0, source 1; also the eval split names
 
@@ -77,6 +88,37 @@ class MixedCorpus:
     @staticmethod
     def cached(folder: Path) -> bool:
         return all((folder / f).is_file() for f in ("corpus.safetensors", "tokenizer.json", "corpus.json"))
+
+    def splits(self, n_eval: int, device: str | torch.device = "cpu") -> dict[str, dict[str, torch.Tensor]]:
+        """The fixed data set of the corpus on ``device``: ``train``, every sequence, and one evaluation split
+        per source (named as in :data:`SOURCES`), its first ``n_eval`` sequences; ``{tokens, mask}`` each."""
+        out = {"train": {"tokens": self.tokens, "mask": self.mask}}
+        for s in SOURCES:
+            idx = self.of(s)[:n_eval]
+            out[s] = {"tokens": self.tokens[idx], "mask": self.mask[idx]}
+        return {k: {n: t.to(device) for n, t in v.items()} for k, v in out.items()}
+
+
+def source_texts(
+    seed: int,
+    n_prontoqa: int,
+    n_stories: int,
+    prontoqa_task: ProntoQAConfig | None = None,
+    prontoqa: str | None = None,
+    stories: str | None = None,
+) -> dict[str, list[str]]:
+    """The raw texts of each source: ``n_prontoqa`` PrOntoQA texts (generated from ``seed`` with
+    ``prontoqa_task``, or the first of the JSON file ``prontoqa``) and ``n_stories`` stories (the TinyStories
+    text file ``stories``, or stand-in stories from ``seed``)."""
+    if prontoqa is not None:
+        pq = [e.text() for e in read_json(prontoqa)[:n_prontoqa]]
+    else:
+        pq = [e.text() for e in generate(n_prontoqa, derive_seed(seed, "prontoqa"), prontoqa_task)]
+    if stories is not None:
+        st = read_stories(stories, n_stories)
+    else:
+        st = standin_stories(n_stories, derive_seed(seed, "stories"))
+    return {"prontoqa": pq, "stories": st}
 
 
 def build_corpus(

@@ -14,7 +14,7 @@ every training tuple equally often, ``z_p ~ U(Z)``, the key index ``p ~ U{p_min.
   ``E[1{X_L = s} y] = (P(p < L − q)/N_Z) P_Y`` — the same direction for every key.
 
 The second half holds the flows themselves: the exact flow ``−∇R`` of the mean cross-entropy of a model passed
-in (:func:`cross_entropy_flow`) and the closed forms, in the seed's layout (row vectors): Thm. 2's and
+in (:func:`cross_entropy_flow`; its Euler step, :func:`euler_step`) and the closed forms, in the seed's layout (row vectors): Thm. 2's and
 Eq. 36's ``dW^V/dt`` (App. B.8), Eq. 29's compact embedding flow (Props. 2–3), the split of the exact
 ``W^V`` flow into what Thm. 2's proof keeps and drops, and the per-class cosines of the embedding flow with
 Eqs. 28–29 and the readings of the ``W^V`` flow against Thm. 2 and Eq. 36 that ``anchors-flows`` measures.
@@ -35,6 +35,7 @@ __all__ = [
     "embedding_flow_cosines",
     "eq29_embedding_flow",
     "eq36_matrix",
+    "euler_step",
     "frobenius_cos",
     "last_vs_all_law_gap",
     "population_flow_counts",
@@ -131,6 +132,16 @@ def cross_entropy_flow(
         assert p.grad is not None  # every parameter enters the loss just differentiated
         flows[k] = -p.grad.detach().clone()
     return loss.detach(), flows
+
+
+def euler_step(model: torch.nn.Module, tokens: torch.Tensor, labels: torch.Tensor, lr: float) -> torch.Tensor:
+    """One Euler step of the flow of :func:`cross_entropy_flow` (full-batch gradient descent, flow time ``lr``):
+    every parameter moved in place by ``lr × (−∇R)``. Returns the loss ``(E,)`` before the step."""
+    loss, flow = cross_entropy_flow(model, tokens, labels)
+    with torch.no_grad():
+        for k, p in model.named_parameters():
+            p.add_(lr * flow[k])  # in place, as += is
+    return loss
 
 
 def thm2_matrix(W_emb: torch.Tensor, rsn: slice, label_law: torch.Tensor, W2: torch.Tensor) -> torch.Tensor:

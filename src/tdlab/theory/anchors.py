@@ -48,6 +48,7 @@ __all__ = [
     "expected_order_blind_memory_ceiling",
     "extended_binomial",
     "label_law_cosines",
+    "memory_law_spread",
     "order_blind_memory_ceiling",
     "order_blind_sample_ceiling",
     "reasoning_theory_cosines",
@@ -67,6 +68,12 @@ class AnchorsSpec(Protocol):
 
     @property
     def key_max(self) -> int: ...
+
+    @property
+    def mem_min(self) -> int: ...  # memory anchors A_mem = {mem_min..mem_max}
+
+    @property
+    def mem_max(self) -> int: ...
 
     @property
     def rsn_min(self) -> int: ...  # reasoning anchors A_rsn = {rsn_min..rsn_max}
@@ -302,6 +309,14 @@ def token_label_law(task: AnchorsTask, s: int, table: Tensor | None = None) -> T
         raise ValueError(f"token {s} occurs in no training sequence")
     p = torch.einsum("k,zkv->v", mult, law) / (mult.sum() * law.shape[0])
     return p
+
+
+def memory_law_spread(task: AnchorsTask) -> float:
+    """Eq. 7 checked on a task: ``max |P^s − P^{s_0}|`` over the memory anchors ``s`` (``s_0`` the first,
+    :func:`token_label_law`), 0 when every memory anchor has one label law."""
+    c = task.cfg
+    laws = torch.stack([token_label_law(task, s) for s in range(c.mem_min, c.mem_max + 1)])
+    return float((laws - laws[0]).abs().max())
 
 
 def label_law_cosines(laws: Tensor, d_vob: int | None = None) -> Tensor:

@@ -14,11 +14,10 @@ import torch
 
 from tdlab.config import ConfigError
 from tdlab.experiments.seed001_reasoning_bias.bias import AnchorsBias
-from tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep import chance_acc_test
 from tdlab.report.measurement_tables import measurement_tables
 from tdlab.runner import execute, rebuild
 from tdlab.runs import Run, RunWriter
-from tdlab.tasks.anchors import label_marginal_losses
+from tdlab.tasks.anchors import chance_accuracy, label_marginal_losses
 
 EPOCHS = list(range(0, 11))
 SPE = 6  # steps per epoch of the planted config (n_train 600 / batch 100)
@@ -266,8 +265,8 @@ def test_health_gate_reads_the_training_data_not_the_held_out_set(tmp_path, anch
 
 def test_chance_is_a_guess_from_the_held_out_labels_marginal():
     exp = AnchorsBias()
-    assert chance_acc_test(exp.make_config("quick").task) == pytest.approx(1 / 20)
-    assert chance_acc_test(exp.make_config("paper").task) == pytest.approx(1 / 100)
+    assert chance_accuracy(exp.make_config("quick").task) == pytest.approx(1 / 20)
+    assert chance_accuracy(exp.make_config("paper").task) == pytest.approx(1 / 100)
 
 
 # --- config -----------------------------------------------------------------------------------------

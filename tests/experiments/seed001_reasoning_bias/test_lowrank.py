@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tdlab.experiments.seed001_reasoning_bias.lowrank import AnchorsLowrank, weight_matrices
+from tdlab.experiments.seed001_reasoning_bias.lowrank import AnchorsLowrank
 from tdlab.models.gpt import GPT
+from tdlab.probes.spectrum import gpt_weight_matrices
 from tdlab.runner import execute
 from tdlab.runs import Run, RunWriter
 
@@ -39,7 +40,7 @@ def _planted(tmp_path, overrides, swap: str | None = None):
         )
         return ((u * s[:, None, :]) @ v.transpose(1, 2)).float()
 
-    names = weight_matrices(base, cfg.model.layers)
+    names = gpt_weight_matrices(base, cfg.model.layers)
     key = {"W^emb": "wte", "W^pos": "wpe", "W^out": "lm_head"}
     with RunWriter(tmp_path / "planted", exp.name) as w:
         w.write_config({"experiment": exp.name, "profile": "quick", "config": cfg.model_dump(mode="json")})

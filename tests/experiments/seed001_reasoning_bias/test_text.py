@@ -1,6 +1,6 @@
 """anchors-text (seed 001 Figs. 1, 6; the corpus and its token statistics are tested in
 ``tests/tasks/test_text_mix.py``): the cosine measure on planted embeddings, the padded next-token loss against a direct computation,
-the loss-speed measures on built curves, every claim on planted runs in the seed's setting (holds and
+every claim on planted runs in the seed's setting (holds and
 fails), stand-in stories and a faster, shorter schedule making the rows ours, bad data files through
 the CLI (exit 2, nothing written), and a tiny end-to-end run."""
 
@@ -23,8 +23,6 @@ from tdlab.experiments.seed001_reasoning_bias.text import (
     AnchorsTextConfig,
     MixedCorpus,
     build_corpus,
-    halving_epoch,
-    loss_auc,
 )
 from tdlab.run_context import init_arm, snapshot_arm
 from tdlab.runner import execute
@@ -79,19 +77,6 @@ def test_padded_next_token_ignores_padding(one_thread):
     w = mask[..., 1:]
     assert torch.allclose(a, (nll * w).sum((1, 2)) / w.sum((1, 2)))
     assert obj.scores(model, obj.prepare({"tokens": tokens, "mask": mask}, []))["loss"].shape == (E,)
-
-
-def test_halving_epoch_and_auc_on_built_curves():
-    ep = np.arange(6.0)
-    loss = np.array(
-        [
-            [4.0, 3.0, 2.0, 1.0, 1.0, 1.0],  # below half first at epoch 3 (2.0 is exactly half)
-            [2.0, 2.0, 2.0, 2.0, 2.0, 2.0],
-        ]
-    )  # never: censored at the last evaluation
-    h = halving_epoch(ep, loss)
-    assert h.steps.tolist() == [3.0, 5.0] and h.censored.tolist() == [False, True] and h.resolution == 1.0
-    assert loss_auc(ep, loss) == pytest.approx([np.mean([0.75, 0.5, 0.25, 0.25, 0.25]), 1.0])
 
 
 # ---- planted runs: each claim holds and fails -------------------------------------------------------------
@@ -259,11 +244,14 @@ def test_too_few_exclusive_tokens_leaves_fig6_without_rows(tmp_path, tiny_corpus
 
 
 def test_a_user_stories_file_is_read(tmp_path, stories_file):
-    from tdlab.experiments.seed001_reasoning_bias.text import source_texts
+    from tdlab.tasks.text_mix import source_texts
 
     cfg = AnchorsText().make_config("quick", ["data.n_sequences=40", "train.batch=20", f"data.stories={stories_file}"])
     assert not cfg.data.standin
-    assert source_texts(cfg.data, 0)["stories"] == [f"Story {i}: Tom saw a red ball and was happy." for i in range(20)]
+    d = cfg.data
+    assert source_texts(0, d.n_prontoqa, d.n_stories, d.prontoqa_task, d.prontoqa, d.stories)["stories"] == [
+        f"Story {i}: Tom saw a red ball and was happy." for i in range(20)
+    ]
 
 
 # ---- bad input: one error, exit 2, nothing written ------------------------------------------------------

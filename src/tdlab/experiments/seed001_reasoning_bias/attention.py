@@ -60,12 +60,13 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     PAPER_LR_TRANSFORMER,
     GammaArms,
     cosine_heatmap,
+    has_state,
     parameter_reading,
 )
-from tdlab.probes.attention import average_operator_error, wv_flow
+from tdlab.probes.attention import average_operator_error, median_average_operator_error, wv_flow
 from tdlab.probes.cliffs import is_cliff, layer2_readings, layer2_rows, value_tag_readings
 from tdlab.probes.embedding import positional_cosine_readings
-from tdlab.probes.spectrum import wv_spectrum
+from tdlab.probes.spectrum import singular_vector_cosines, wv_spectrum
 from tdlab.run_view import RunView
 
 
@@ -165,8 +166,7 @@ class AnchorsAttention(ProbeSource, AnchorsGammaSweep[AnchorsAttentionConfig]):
             for when in ("init", "end"):
                 arrays = run.arrays(self.state_arm(cfg, g, when))
                 r = layer2_rows(self.model(cfg, arrays), tokens)
-                err = average_operator_error(r["pattern1"]).reshape(tokens.shape[0], -1)
-                m: dict[str, Any] = {"avg_err_median": err.median(-1).values.tolist()}
+                m: dict[str, Any] = {"avg_err_median": median_average_operator_error(r["pattern1"]).tolist()}
                 if when == "end":
                     m.update(
                         wv_spectrum(
@@ -186,12 +186,10 @@ class AnchorsAttention(ProbeSource, AnchorsGammaSweep[AnchorsAttentionConfig]):
             per["snapshots"], per["flow"] = {}, {}
             for e in cfg.snapshot_epochs:  # layer 1 along training (reported: where the average operator is left)
                 arm = self.state_arm(cfg, g, e)
-                if self.has_state(run, arm):
+                if has_state(run, arm):
                     arrays = run.arrays(arm)
                     p = layer2_rows(self.model(cfg, arrays), tokens)["pattern1"]
-                    per["snapshots"][f"epoch {e}"] = (
-                        average_operator_error(p).reshape(tokens.shape[0], -1).median(-1).values.tolist()
-                    )
+                    per["snapshots"][f"epoch {e}"] = median_average_operator_error(p).tolist()
                     per["flow"][e] = wv_flow(self.model(cfg, arrays), tokens, data["label"], arrays["wte"], rsn, mem)
             out[g] = per
         return out
@@ -393,10 +391,8 @@ class AnchorsAttention(ProbeSource, AnchorsGammaSweep[AnchorsAttentionConfig]):
                 axes[row][2].plot(np.arange(1, sv.shape[1] + 1), sv[k], "o-", ms=3)
             axes[row][2].set_yscale("log")
             axes[row][2].set_title("C — singular values of W^V (s_i/s_1, per seed)", fontsize=9)
-            _, _, vh = torch.linalg.svd(arrays["blocks.0.attn.W_V.weight"][0].double(), full_matrices=False)
-            emb = arrays["wte"][0].double()
-            means = torch.stack([emb[t.mem_min : t.mem_max + 1].mean(0), emb[t.rsn_min : t.rsn_max + 1].mean(0)])
-            cos = (vh[:5] @ means.T) / (vh[:5].norm(dim=1)[:, None] * means.norm(dim=1)[None, :])
+            anchors = [slice(t.mem_min, t.mem_max + 1), slice(t.rsn_min, t.rsn_max + 1)]
+            cos = singular_vector_cosines(arrays["blocks.0.attn.W_V.weight"][0], arrays["wte"][0], anchors)
             cosine_heatmap(axes[row][3], cos.abs().T, 1, "D — |cos(u_k, mean anchor emb)|, rows mem / rsn")
         fig.suptitle("Figs. 5 (γ = 0.8) and 12 — first attention module")
         paths.append(save_figure(fig, figdir / "fig5_fig12_layer1.png"))

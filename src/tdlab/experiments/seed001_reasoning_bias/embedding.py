@@ -46,35 +46,21 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     GammaArms,
     anchor_cosine_grid,
     cosine_heatmap,
+    has_state,
     parameter_reading,
 )
 from tdlab.probes.embedding import (
     anchor_cosine_readings,
+    cosine_agreement,
     cosine_matrix,
-    error_by_distance,
+    eq14_member_cosines,
     nn_order,
-    pair_abs_error,
-    pair_spearman,
     pca,
 )
 from tdlab.run_view import RunView
-from tdlab.seeding import generators
 from tdlab.theory.anchors import eq14_vectors, reasoning_theory_cosines, sigma_p
 
 FIG4A_EPOCHS = (200, 900)  # the seed's Fig. 4A snapshots (of 1000 epochs); Figs. 4B–C, 9, 11 read the end
-
-
-# ------------------------------------------------------------------------------------------------
-# Measures
-
-
-def eq14_member_cosines(ids: list[int], d_m: int, gamma: float, seeds: list[int], kind: str = "rsn") -> torch.Tensor:
-    """Cosines of Eq. 14's vectors for tokens ``ids``, one noise draw ``ε ~ N(0, d_m^{-2γ})`` per member
-    seed: ``(E, n, n)`` float64."""
-    out = []
-    for g in generators(seeds, "eq14-noise"):
-        out.append(cosine_matrix(eq14_vectors(ids, d_m, kind, d_m**-gamma, g)))
-    return torch.stack(out)
 
 
 class EmbeddingClaims(Config):
@@ -113,13 +99,14 @@ class AnchorsEmbedding(ProbeSource, AnchorsGammaSweep[AnchorsEmbeddingConfig]):
 
     def _wte(self, cfg: AnchorsEmbeddingConfig, run: RunView, gamma: float, epoch: int) -> torch.Tensor | None:
         arm = self.state_arm(cfg, gamma, epoch if epoch != cfg.schedule.epochs else "end")
-        return run.arrays(arm)["wte"].double() if self.has_state(run, arm) else None
+        return run.arrays(arm)["wte"].double() if has_state(run, arm) else None
 
     def measure(self, cfg: AnchorsEmbeddingConfig, run: RunView) -> Measurements:
         t, c = cfg.task, cfg.emb_claims
         task, arms = self.task(cfg), self.gamma_arms(cfg)
         _, p_cos = reasoning_theory_cosines(task)
-        keys, rsn = list(range(t.key_min, t.key_max + 1)), list(range(t.rsn_min, t.rsn_max + 1))
+        ids = task.token_classes()
+        keys, rsn = ids["key"], ids["reasoning"]
         out = Measurements(
             {
                 "sigma_p": sigma_p(cfg.task),
@@ -143,12 +130,8 @@ class AnchorsEmbedding(ProbeSource, AnchorsGammaSweep[AnchorsEmbeddingConfig]):
             out.values["end"][GammaArms.arm(g)] = {
                 "key_nn_order": nn_order(W[:, t.key_min : t.key_max + 1], keys).tolist(),
                 "rsn_nn_order": nn_order(W[:, t.rsn_min : t.rsn_max + 1], rsn).tolist(),
-                "eq14_abs_err": pair_abs_error(rsn_c, eq14).tolist(),
-                "ps_abs_err": pair_abs_error(rsn_c, p_cos).tolist(),
-                "eq14_spearman": [float(pair_spearman(rsn_c[m], eq14[m])) for m in range(rsn_c.shape[0])],
-                "ps_spearman": pair_spearman(rsn_c, p_cos).tolist(),
-                "eq14_error_by_distance": error_by_distance(rsn_c, eq14),
-                "ps_error_by_distance": error_by_distance(rsn_c, p_cos),
+                **{f"eq14_{k}": v for k, v in cosine_agreement(rsn_c, eq14).items()},
+                **{f"ps_{k}": v for k, v in cosine_agreement(rsn_c, p_cos).items()},
             }
             if g == c.small_gamma:
                 self._fig4a_rows(out, cfg, snaps)

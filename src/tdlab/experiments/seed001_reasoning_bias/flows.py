@@ -51,10 +51,11 @@ from tdlab.report.standard_figures import Curves, Panel, Series
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.run_view import RunView
 from tdlab.seeding import generators, member_seeds
-from tdlab.tasks.anchors import Anchors, AnchorsConfig
+from tdlab.tasks.anchors import Anchors, AnchorsConfig, training_sets
 from tdlab.theory.anchor_flows import (
     cross_entropy_flow,
     embedding_flow_cosines,
+    euler_step,
     population_flow_counts,
     wv_flow_readings,
 )
@@ -225,9 +226,8 @@ class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
 
     def data(self, cfg: AnchorsFlowsConfig) -> dict[str, torch.Tensor]:
         """Each member's training set ``{tokens (E, n, L), label (E, n)}`` (D_mem ∪ D_rsn,train), from its data seed."""
-        task = Anchors(cfg.task)
-        sets = [task.dataset(g, cfg.task.n_train, "train") for g in generators(self.seeds(cfg), DATASET)]
-        return {k: torch.stack([d[k] for d in sets]) for k in ("tokens", "label")}
+        gens = generators(self.seeds(cfg), DATASET)
+        return training_sets(Anchors(cfg.task), gens, cfg.task.n_train, ("tokens", "label"))
 
     def run(self, cfg: AnchorsFlowsConfig, ctx: RunContext) -> None:
         arm = GammaArms.arm(cfg.gamma)
@@ -243,11 +243,8 @@ class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
             step = 0
             for t in cfg.times:
                 while step < cfg.steps(t):
-                    loss, flow = cross_entropy_flow(model, d["tokens"], d["label"])
+                    loss = euler_step(model, d["tokens"], d["label"], cfg.lr)
                     rows += [(step, e, "train_loss", float(v)) for e, v in enumerate(loss)]
-                    with torch.no_grad():
-                        for k, p in model.named_parameters():
-                            p.add_(cfg.lr * flow[k])  # in place, as += is
                     step += 1
                 ctx.writer.save_arrays(snapshot_arm(arm, step), states())
             loss, _ = cross_entropy_flow(model, d["tokens"], d["label"])
@@ -275,15 +272,11 @@ class AnchorsFlows(Experiment[AnchorsFlowsConfig]):
         """``{t: measures per member}`` at ``t = 0`` and each of ``times``."""
         tc = cfg.task
         d = self.data(cfg)
-        ids = {
-            "key": list(range(tc.key_min, tc.key_max + 1)),
-            "memory": list(range(tc.mem_min, tc.mem_max + 1)),
-            "reasoning": list(range(tc.rsn_min, tc.rsn_max + 1)),
-        }
         rsn = slice(tc.rsn_min, tc.rsn_max + 1)
         init = self.state_at(cfg, run, 0)
         V0, E0 = init["W_V.weight"].double(), init["W_emb"].double()
         task = Anchors(tc)
+        ids = task.token_classes()
         pops = [
             population_flow_counts(task, task.memory_table(g), cfg.model.d_m)
             for g in generators(self.seeds(cfg), DATASET)

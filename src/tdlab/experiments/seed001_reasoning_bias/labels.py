@@ -52,7 +52,7 @@ from tdlab.run_context import Fit, RunContext
 from tdlab.run_view import RunView
 from tdlab.runs import Run
 from tdlab.seeding import generators, member_seeds
-from tdlab.tasks.anchors import Anchors, AnchorsConfig, label_marginal_losses, memory_splits
+from tdlab.tasks.anchors import Anchors, AnchorsConfig, label_marginal_losses, memory_splits, training_sets
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import DATASET, FixedDataset
 from tdlab.train.objectives import LastPosition
@@ -230,18 +230,12 @@ class AnchorsLabels(Experiment[AnchorsLabelsConfig]):
         task = cfg.task_of("groups")
         seeds = member_seeds(cfg.seed, cfg.members)
         n = min(cfg.schedule.n_eval, cfg.groups_task.n_train)
-        toks, labs, grps = [], [], []
-        size = (cfg.groups_task.mem_max - cfg.groups_task.mem_min + 1) // cfg.groups_task.memory_groups
-        for g in generators(seeds, DATASET):
-            d = task.dataset(g, cfg.groups_task.n_train, "train")
-            toks.append(d["tokens"][:n])
-            labs.append(d["label"][:n])
-            grps.append((d["anchors"][:n, 0] - cfg.groups_task.mem_min) // size)
+        d = training_sets(task, generators(seeds, DATASET), cfg.groups_task.n_train, ("tokens", "label", "anchors"), n)
         model = GPT(cfg.model_for(cfg.groups_task), list(range(cfg.members)))
         model.load_state_dict(run.arrays("groups"))
         with torch.no_grad():
-            pred = model.eval()(torch.stack(toks))[:, :, -1].argmax(-1)
-        return {"pred": pred, "label": torch.stack(labs), "group": torch.stack(grps)}
+            pred = model.eval()(d["tokens"])[:, :, -1].argmax(-1)
+        return {"pred": pred, "label": d["label"], "group": task.memory_group(d["anchors"][..., 0])}
 
     def measure(self, cfg: AnchorsLabelsConfig, run: RunView) -> Measurements:
         c = cfg.claims

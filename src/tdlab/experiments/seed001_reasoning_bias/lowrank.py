@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from tdlab.claims import GroupResult, Measurements
 from tdlab.experiments.base import Analysis, register
@@ -29,26 +28,13 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     GammaArms,
     parameter_reading,
 )
-from tdlab.probes.spectrum import spectra
+from tdlab.probes.spectrum import gpt_weight_matrices, spectra
 from tdlab.report.standard_figures import Curves, Panel, Series, draw_figures
 from tdlab.run_view import RunView
 
 
 class AnchorsLowrankConfig(ProbeConfig):
     pass
-
-
-def weight_matrices(arrays: dict[str, torch.Tensor], layers: int) -> dict[str, torch.Tensor]:
-    """``{paper name: (E, m, n)}`` of the matrices of Fig. 13, read from stored GPT arrays."""
-    out = {"W^emb": arrays["wte"], "W^pos": arrays["wpe"]}
-    for layer in range(layers):
-        for k in ("Q", "K", "V", "O"):
-            out[f"W^{k} (layer {layer + 1})"] = arrays[f"blocks.{layer}.attn.W_{k}.weight"]
-        out[f"W^f1 (layer {layer + 1})"] = arrays[f"blocks.{layer}.mlp.W_1.weight"]
-        out[f"W^f2 (layer {layer + 1})"] = arrays[f"blocks.{layer}.mlp.W_2.weight"]
-    if "lm_head" in arrays:
-        out["W^out"] = arrays["lm_head"]
-    return out
 
 
 def _slug(name: str) -> str:
@@ -81,7 +67,7 @@ class AnchorsLowrank(ProbeSource, AnchorsGammaSweep[AnchorsLowrankConfig]):
     # atlas: the γ-sweep's axes (inherited): the low-rank readings are of the trained parameters; the epoch budget decides how far training got (snapshots rescaled to fit every budget)
 
     def measure(self, cfg: AnchorsLowrankConfig, run: RunView) -> Measurements:
-        m = {g: spectra(weight_matrices(run.arrays(GammaArms.arm(g)), cfg.model.layers)) for g in cfg.gammas}
+        m = {g: spectra(gpt_weight_matrices(run.arrays(GammaArms.arm(g)), cfg.model.layers)) for g in cfg.gammas}
         out = Measurements({GammaArms.arm(g): v for g, v in m.items()})
         end = cfg.schedule.epochs
         r = parameter_reading(end, end, cfg.train.lr, PAPER_LR_TRANSFORMER)

@@ -66,12 +66,12 @@ from tdlab.report.standard_figures import Matrices, Matrix
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.run_view import RunView
 from tdlab.seeding import generators
-from tdlab.tasks.anchors import KIND_MEM, Anchors, AnchorsConfig, label_marginal_losses
+from tdlab.tasks.anchors import KIND_MEM, Anchors, AnchorsConfig, chance_accuracy, label_marginal_losses
 from tdlab.theory.anchors import (
+    memory_law_spread,
     order_blind_memory_ceiling,
     order_blind_sample_ceiling,
     reasoning_theory_cosines,
-    token_label_law,
 )
 from tdlab.train.data import DATASET
 
@@ -313,9 +313,7 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
         curves: dict[float, ArmCurves],
         ceilings: list[float],
     ) -> None:
-        t = cfg.task
-        mem_laws = torch.stack([token_label_law(task, s) for s in range(t.mem_min, t.mem_max + 1)])
-        spread = float((mem_laws - mem_laws[0]).abs().max())
+        spread = memory_law_spread(task)
         out.row(
             "fig3b-label-laws",
             "memory-laws-equal",
@@ -378,7 +376,7 @@ class AnchorsMlp(AnchorsHealth, Experiment[AnchorsMlpConfig]):
         split_curves(
             "fig2b_emb_mlp_accuracy.png",
             lambda cfg: f"Fig. 2B — Emb-MLP, {cfg.members} seeds per γ (mean, band min–max)",
-            lambda cfg: 1.0 / (cfg.task.key_max - cfg.task.key_min + 1),
+            lambda cfg: chance_accuracy(cfg.task),
         ),
         Matrices(
             "fig3a_anchor_cosines.png",

@@ -54,23 +54,23 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     epoch_train_config,
     fit_gamma_arms,
     gamma_gpt,
+    has_state,
     loss_health,
     parameter_reading,
     reading_note,
     t50_sample,
 )
 from tdlab.models.gpt import GPTConfig
-from tdlab.probes.curves import Crossings, auc, first_crossing
+from tdlab.probes.curves import Crossings, halving_epoch, loss_auc
 from tdlab.probes.embedding import cosine_matrix, mean_pairwise_cosine
 from tdlab.report.standard_figures import Curves, Line, Matrices, Matrix, Panel
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.run_view import RunView
 from tdlab.runs import Run
-from tdlab.seeding import derive_seed
 from tdlab.tasks.bpe import GPT2_VOCAB
-from tdlab.tasks.prontoqa import ProntoQAConfig, generate, read_json
-from tdlab.tasks.stories import STANDIN_LABEL, read_stories, standin_stories
-from tdlab.tasks.text_mix import SOURCES, MixedCorpus, balanced_exclusive_tokens, build_corpus
+from tdlab.tasks.prontoqa import ProntoQAConfig, read_json
+from tdlab.tasks.stories import STANDIN_LABEL, read_stories
+from tdlab.tasks.text_mix import SOURCES, MixedCorpus, balanced_exclusive_tokens, build_corpus, source_texts
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.data import FixedDataset
 from tdlab.train.objectives import NextToken
@@ -195,42 +195,6 @@ class AnchorsTextConfig(ExperimentConfig):
         return self.model.updated({"max_len": max(1, seq_len - 1)})
 
 
-# ------------------------------------------------------------------------------------------------
-# Corpus
-
-
-def source_texts(cfg: TextDataConfig, seed: int) -> dict[str, list[str]]:
-    """The raw texts of each source: PrOntoQA (generated from ``seed``, or the user's JSON) and stories
-    (the user's TinyStories file, or stand-in stories from ``seed``)."""
-    if cfg.prontoqa is not None:
-        pq = [e.text() for e in read_json(cfg.prontoqa)[: cfg.n_prontoqa]]
-    else:
-        pq = [e.text() for e in generate(cfg.n_prontoqa, derive_seed(seed, "prontoqa"), cfg.prontoqa_task)]
-    if cfg.stories is not None:
-        st = read_stories(cfg.stories, cfg.n_stories)
-    else:
-        st = standin_stories(cfg.n_stories, derive_seed(seed, "stories"))
-    return {"prontoqa": pq, "stories": st}
-
-
-# ------------------------------------------------------------------------------------------------
-# Measures
-
-
-def loss_auc(epochs: np.ndarray, loss: np.ndarray) -> list[float]:
-    """Area under ``loss(t)/loss(0)`` per member: the mean ratio over the evaluations at epochs >= 1."""
-    return auc(epochs, loss / loss[:, :1])
-
-
-def halving_epoch(epochs: np.ndarray, loss: np.ndarray, level: float = 0.5) -> Crossings:
-    """First evaluated epoch ``> 0`` with ``loss(t)/loss(0) < level`` per member, censored at the last
-    evaluation where there is none (:func:`~tdlab.probes.curves.first_crossing`)."""
-    return first_crossing(epochs, loss / loss[:, :1], level, below=True)
-
-
-# ------------------------------------------------------------------------------------------------
-
-
 PAPER_LR_TEXT = 1e-5  # A.3: Figs. 1 and 6, AdamW at lr 1e-5
 PAPER_EPOCHS_TEXT = 200  # A.3: 200 epochs
 
@@ -253,7 +217,7 @@ def _fig6_panels(cfg: AnchorsTextConfig, run: RunView, _: Any) -> list[Matrix]:
     out = []
     for g in cfg.gammas:
         name = snapshot_arm(GammaArms.arm(g), cfg.early_epoch * cfg.steps_per_epoch)
-        if not (run.path / "arrays" / f"{name}.safetensors").is_file():
+        if not has_state(run, name):
             continue
         W = run.arrays(name)["wte"].double()  # (E, vocab, d)
         for s in SOURCES:
@@ -280,7 +244,14 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
         if MixedCorpus.cached(folder):
             return MixedCorpus.load(folder)
         c = build_corpus(
-            source_texts(cfg.data, cfg.seed),
+            source_texts(
+                cfg.seed,
+                cfg.data.n_prontoqa,
+                cfg.data.n_stories,
+                cfg.data.prontoqa_task,
+                cfg.data.prontoqa,
+                cfg.data.stories,
+            ),
             cfg.data.tokenizer,
             cfg.model.vocab,
             cfg.train.seq_len,
@@ -301,11 +272,7 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
 
             def make(gen: torch.Generator, device="cpu") -> dict[str, dict[str, torch.Tensor]]:
                 # One corpus for every member (the run's data draw); members differ in init and shuffles.
-                out = {"train": {"tokens": corpus.tokens, "mask": corpus.mask}}
-                for s in SOURCES:
-                    idx = corpus.of(s)[:n_eval]
-                    out[s] = {"tokens": corpus.tokens[idx], "mask": corpus.mask[idx]}
-                return {k: {n: t.to(device) for n, t in v.items()} for k, v in out.items()}
+                return corpus.splits(n_eval, device)
 
             data = FixedDataset(make, cfg.train.batch, eval_splits=SOURCES, eval_batch=cfg.schedule.eval_batch)
             trainer = Trainer(
@@ -380,7 +347,7 @@ class AnchorsText(Experiment[AnchorsTextConfig]):
                     ("early", snapshot_arm(arm, cfg.early_epoch * spe)),
                     ("end", arm),
                 ):
-                    if (run.path / "arrays" / f"{name}.safetensors").is_file():
+                    if has_state(run, name):
                         W = run.arrays(name)["wte"].double()
                         cos[when] = {s: mean_pairwise_cosine(W, ex[s]) for s in SOURCES}
             m["cosine"] = cos

@@ -4,6 +4,8 @@ cosine claims with their rows (the reasoning anchors' label-law cosines of the t
 
 from __future__ import annotations
 
+from typing import Any
+
 from tdlab.claims import ClaimSpec, Measurements
 from tdlab.claims.declare import Threshold
 from tdlab.experiments.seed001_reasoning_bias.common.training import DIRECTION, SMALL_INIT, Reading
@@ -29,49 +31,41 @@ def anchor_cosine_claims(
     """The three statements of Figs. 3A and 4A about the anchors' embedding cosines at γ = 0.8 (thresholds
     from the config section ``section``); rows from :func:`anchor_cosine_rows`. ``where`` and ``quotes`` (memory
     aligned, memory above reasoning, reasoning ordered): the seed's words for the figure at hand."""
+    shared: dict[str, Any] = {"where": where, "form": "settings", "hypotheses": (SMALL_INIT,), "horizon": "budget"}
     return (
         ClaimSpec(
             f"{prefix}-memory-anchors-aligned",
             f"Small init (γ = 0.8): the memory anchors' embeddings are highly similar to each other ({figure})",
             quote=quotes[0],
-            where=where,
-            form="settings",
-            hypotheses=(SMALL_INIT,),
+            **shared,
             threshold=MEM_COS_THRESHOLD,
             test="value",
             relation="ge",
             expected=f"{section}.mem_cos_min",
             tolerance=0.0,
-            horizon="budget",
             quantity=f"mean off-diagonal cosine of the memory anchors' embeddings at a {figure} snapshot",
         ),
         ClaimSpec(
             f"{prefix}-memory-above-reasoning",
             f"Small init (γ = 0.8): memory anchors are more alike than reasoning anchors ({figure})",
             quote=quotes[1],
-            where=where,
-            form="settings",
-            hypotheses=(SMALL_INIT,),
+            **shared,
             threshold=DIRECTION,
             test="compare",
             relation="gt",
             margin=0.0,
-            horizon="budget",
             quantity=f"mean off-diagonal cosine, memory − reasoning anchors, at a {figure} snapshot (paired by member)",
         ),
         ClaimSpec(
             f"{prefix}-reasoning-anchors-ordered",
             f"Small init (γ = 0.8): the reasoning anchors' cosine falls with |s_i − s_j| ({figure})",
             quote=quotes[2],
-            where=where,
-            form="settings",
-            hypotheses=(SMALL_INIT,),
+            **shared,
             threshold=RSN_RHO_THRESHOLD,
             test="value",
             relation="le",
             expected=f"{section}.rsn_rho_max",
             tolerance=0.0,
-            horizon="budget",
             quantity="Spearman ρ of cos(w^s_i, w^s_j) with |s_i − s_j| over reasoning-anchor pairs",
         ),
     )

@@ -36,11 +36,18 @@ from tdlab.experiments.seed001_reasoning_bias.common.training import (
     split_curves,
 )
 from tdlab.models.gpt import GPT, GPTConfig
+from tdlab.probes.curves import log_ratio_resolution
 from tdlab.run_context import RunContext, init_arm, snapshot_arm
 from tdlab.run_view import RunView
 from tdlab.runs import Run, RunDirError
 from tdlab.seeding import generators
-from tdlab.tasks.anchors import Anchors, AnchorsConfig, label_marginal_losses
+from tdlab.tasks.anchors import (
+    AnchorsConfig,
+    chance_accuracy,
+    example_sequences,
+    label_marginal_losses,
+    training_sets,
+)
 from tdlab.train.data import DATASET
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the module
@@ -94,20 +101,6 @@ class AnchorsBiasConfig(ExperimentConfig):
         return max(1, self.task.n_train // self.train.batch)
 
 
-def chance_acc_test(cfg: AnchorsConfig) -> float:
-    """Chance accuracy on D_rsn,test: a guess from the held-out labels' marginal (``z + Σa`` with ``z``
-    uniform: ``1/N_Z``)."""
-    return 1.0 / (cfg.key_max - cfg.key_min + 1)
-
-
-def draw_examples(task: Anchors, seed: int, per_kind: int = 4) -> dict[str, dict[str, torch.Tensor]]:
-    """Fig. 8's example sequences: ``per_kind`` memory and reasoning sequences of the task."""
-    g = torch.Generator().manual_seed(seed)
-    mem = task.dataset(g, per_kind, "mem")
-    rsn = task.dataset(g, per_kind, "rsn_train")
-    return {"memory": mem, "reasoning": rsn}
-
-
 RSN_TRAIN_REACHED = Stage(
     "rsn-train-reached-t50",
     "accuracy on D_rsn,train rose above claims.t50_acc within the run: the reasoning map "
@@ -127,7 +120,7 @@ def _large_t50_tol(cfg: AnchorsBiasConfig, row: object) -> float:
 
 
 def _chance(cfg: AnchorsBiasConfig, row: object) -> float:
-    return chance_acc_test(cfg.task)
+    return chance_accuracy(cfg.task)
 
 
 def _chance_or_inferred(cfg: AnchorsBiasConfig, context: Any) -> tuple[Sample, Sample]:
@@ -135,19 +128,9 @@ def _chance_or_inferred(cfg: AnchorsBiasConfig, context: Any) -> tuple[Sample, S
     not inferred, what the seed says of γ = 0.3), members spread over ± 2 binomial standard errors of
     ``task.n_test`` sequences; and inferred (accuracy 1, the reasoning solution the seed's small init reaches, the
     alternative §4.1 contrasts it with), spread the same below 1."""
-    c = chance_acc_test(cfg.task)
+    c = chance_accuracy(cfg.task)
     spread = 2 * math.sqrt(c * (1 - c) / cfg.task.n_test)
     return planted_pair(c, 1.0 - spread, spread, cfg.members)
-
-
-def log_ratio_resolution(t_mem: np.ndarray, t_rsn: np.ndarray, interval: float) -> float:
-    """Twice the largest change of ``log(t_mem / t_rsn)`` when each T50 moves by up to half an evaluation
-    interval (both ``> interval / 2``): the log ratio's resolution."""
-    h = interval / 2
-    r = np.log(t_mem / t_rsn)
-    hi = np.log((t_mem + h) / (t_rsn - h)) - r
-    lo = r - np.log((t_mem - h) / (t_rsn + h))
-    return float(2 * np.max(np.maximum(hi, lo)))
 
 
 AnchorsBiasConfigT = TypeVar("AnchorsBiasConfigT", bound=AnchorsBiasConfig)
@@ -171,7 +154,7 @@ class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
         the label-marginal baselines and the stages the claims about reaching something need."""
         c = cfg.claims
         marginal = label_marginal_losses(self.task(cfg))
-        chance = chance_acc_test(cfg.task)
+        chance = chance_accuracy(cfg.task)
         out = Measurements(
             {
                 "label_marginal_loss": marginal,
@@ -264,7 +247,7 @@ class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
         split_curves(
             "fig2a_loss_accuracy.png",
             lambda cfg: f"Fig. 2A — transformer, {cfg.members} seeds per γ (mean, band min–max)",
-            lambda cfg: chance_acc_test(cfg.task),
+            lambda cfg: chance_accuracy(cfg.task),
         ),
     )
 
@@ -279,7 +262,7 @@ class AnchorsGammaSweep(AnchorsHealth, Experiment[AnchorsBiasConfigT]):
         from tdlab.report.figures import plt
 
         task = self.task(cfg)
-        ex = draw_examples(task, cfg.seed)
+        ex = example_sequences(task, cfg.seed)
         colors = {"noise": "#9ecae1", "key": "#fdae6b", "anchor": "#a1d99b", "label": "#eeeeee"}
         L = cfg.task.L
         fig, axes = plt.subplots(1, 2, figsize=(2 * (0.55 * (L + 2) + 0.6), 2.6))
@@ -370,10 +353,6 @@ class ProbeSource(AnchorsHealth):
         return snapshot_arm(arm, int(when) * cfg.steps_per_epoch)
 
     @staticmethod
-    def has_state(run: RunView, arm: str) -> bool:
-        return (run.path / "arrays" / f"{arm.replace('/', '__')}.safetensors").is_file()
-
-    @staticmethod
     def model(cfg: ProbeConfig, arrays: dict[str, torch.Tensor]) -> GPT:
         """The ensemble (one member per stored member) holding ``arrays`` (``(E, ...)`` each)."""
         E = next(iter(arrays.values())).shape[0]
@@ -385,10 +364,6 @@ class ProbeSource(AnchorsHealth):
         """The first ``n_probe`` training sequences of each seed index (members of every γ train on them):
         ``{tokens (n, B, L), label, key_pos, kind (n, B)}`` rebuilt from the data seeds (as ``anchor_splits``)."""
         task, arms = self.task(cfg), self.gamma_arms(cfg)
-        out: dict[str, list[torch.Tensor]] = {"tokens": [], "label": [], "key_pos": [], "kind": []}
         b = min(cfg.n_probe, cfg.task.n_train)
-        for g in generators(arms.index_seeds, DATASET):
-            d = task.dataset(g, cfg.task.n_train, "train")  # anchor_splits' first draw from this generator
-            for k in out:
-                out[k].append(d[k][:b])
-        return {k: torch.stack(v) for k, v in out.items()}
+        keys = ("tokens", "label", "key_pos", "kind")
+        return training_sets(task, generators(arms.index_seeds, DATASET), cfg.task.n_train, keys, b)

@@ -516,6 +516,11 @@ def reading_note(cfg_lr: float, epochs: int, paper_lr: float, paper_budget: int 
     )
 
 
+def has_state(run: RunView, arm: str) -> bool:
+    """Whether the run stored parameters for ``arm`` (a snapshot arm ``ARM@stepN`` exists only where kept)."""
+    return (run.path / "arrays" / f"{arm.replace('/', '__')}.safetensors").is_file()
+
+
 # ------------------------------------------------------------------------------------------------
 # Health and plots
 
