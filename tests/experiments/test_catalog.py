@@ -196,10 +196,10 @@ def test_a_declared_atlas_builds_the_atlas_axes_its_fields_say(tmp_path):
         (GOOD.replace("mod.Cls", "Cls"), r"x-exp\.implementation: give it as module\.Class"),
         (GOOD + "  atlas: {axes: [{field: lr, value: [1]}]}\n", r"x-exp\.atlas\.axes\.0\.values: Field required"),
         (GOOD + "  readings: [{where: Sec. 2, seed: s}]\n", r"x-exp\.readings\.0\.chosen: Field required"),
-        (GOOD + "  atlas: {axes: []}\n", r"x-exp\.atlas\.axes: List should have at least 1 item"),
+        (GOOD + "  atlas: {axes: []}\n", r"x-exp\.atlas: Value error, atlas axes: at least one axis"),
         (
             GOOD + "  atlas: {axes: [{field: lr, values: [1, 1]}]}\n",
-            r"x-exp\.atlas: Value error, atlas axis lr: values repeats",
+            r"x-exp\.atlas\.axes\.0: Value error, atlas axis lr: values repeats",
         ),
         (
             GOOD + "  atlas: {axes: [{field: lr, values: [1]}], set: {lr: 2}}\n",
@@ -396,9 +396,9 @@ def test_a_bad_declared_claim_is_one_error_naming_its_file_claim_and_field(tmp_p
 def test_every_experiment_of_the_seeds_takes_its_atlas_from_its_declaration():
     for name, d in declarations().items():
         assert d.atlas is not None, name
-        assert get(name).atlas_axes == d.atlas.atlas_axes(), name
+        assert get(name).atlas_axes == d.atlas, name
         # and says how it reads its seed, each option a field of its config (register refuses another)
-        assert d.readings and get(name).readings == tuple(r.reading() for r in d.readings), name
+        assert d.readings and get(name).readings == d.readings, name
     for exp in registry().values():
         for base_cls in type(exp).__mro__[1:]:
             assert "atlas_axes" not in vars(base_cls) or base_cls is Experiment, (type(exp).__name__, base_cls.__name__)

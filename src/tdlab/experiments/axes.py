@@ -1,8 +1,9 @@
 """Atlas axes, as an experiment declares them: the few settings its claims are most sensitive to, with
 their ranges per profile.
 
-A seed's experiment declares them under ``atlas:`` in its YAML (:mod:`tdlab.experiments.declared`); an experiment
-of another package sets ``atlas_axes = AtlasAxes(axes=(AtlasAxis("task.p", (...)), ...))``. The grid is the
+A seed's experiment declares them under ``atlas:`` in its YAML (:mod:`tdlab.experiments.declared` validates
+these classes, pydantic dataclasses, from it); an experiment of another package sets
+``atlas_axes = AtlasAxes(axes=(AtlasAxis("task.p", (...)), ...))``. The grid is the
 cartesian product of the axes' values for the chosen profile (``quick`` may give a coarser range);
 :mod:`tdlab.atlas` turns it into a sweep and maps each claim over it (the first axis is a map's
 columns, the second its rows, any further axes facets).
@@ -16,8 +17,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from pydantic import ConfigDict
+from pydantic.dataclasses import dataclass
 
 __all__ = ["AtlasAxes", "AtlasAxis", "linspace"]
 
@@ -33,7 +37,7 @@ def linspace(start: float, stop: float, num: int, digits: int = 6) -> tuple[floa
     return tuple(float(f"{start + i * step:.{digits}g}") for i in range(num))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class AtlasAxis:
     """One swept setting.
 
@@ -89,7 +93,7 @@ class AtlasAxis:
         return node
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class AtlasAxes:
     """An experiment's atlas declaration: the axes, fixed overrides of every point, and why.
 

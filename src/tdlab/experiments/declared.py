@@ -72,9 +72,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tdlab.experiments.axes import AtlasAxes, AtlasAxis
+from tdlab.experiments.axes import AtlasAxes
 from tdlab.experiments.manifest import Note, Reading, Setting
 
 if TYPE_CHECKING:
@@ -83,7 +83,6 @@ if TYPE_CHECKING:
 __all__ = [
     "Declaration",
     "DeclarationError",
-    "DeclaredSetting",
     "PyRef",
     "claim_specs",
     "declaration_of",
@@ -128,95 +127,6 @@ def _loader() -> type[Any]:
     return Loader
 
 
-class DeclaredSetting(BaseModel):
-    """One manifest entry: the seed's ``value``, ``where`` it states it, a ``note`` where it gives a range."""
-
-    model_config = ConfigDict(extra="forbid")
-    value: Any
-    where: str = Field(min_length=1)
-    note: str = ""
-
-    def setting(self) -> Setting:
-        return Setting(copy.deepcopy(self.value), self.where, self.note)
-
-
-class DeclaredReading(BaseModel):
-    """One reading of the seed (:class:`~tdlab.experiments.manifest.Reading`): ``where``, what the ``seed`` says,
-    what is ``chosen``, and the config field that is the ``option`` where one is."""
-
-    model_config = ConfigDict(extra="forbid")
-    where: str = Field(min_length=1)
-    seed: str = Field(min_length=1)
-    chosen: str = Field(min_length=1)
-    option: str | None = Field(None, min_length=1)
-
-    def reading(self) -> Reading:
-        return Reading(self.where, self.seed, self.chosen, self.option)
-
-
-class DeclaredNote(BaseModel):
-    """One note (:class:`~tdlab.experiments.manifest.Note`): its ``text`` and ``when`` it is shown."""
-
-    model_config = ConfigDict(extra="forbid")
-    text: str = Field(min_length=1)
-    when: dict[str, Any] = {}
-
-    @model_validator(mode="before")
-    @classmethod
-    def _text_alone(cls, data: Any) -> Any:
-        return {"text": data} if isinstance(data, str) else data  # a note shown always may be its text alone
-
-    @model_validator(mode="after")
-    def _parses(self) -> DeclaredNote:
-        self.note().fields()  # an unmatched brace: refused here, naming the note
-        return self
-
-    def note(self) -> Note:
-        return Note(self.text, copy.deepcopy(self.when))
-
-
-class DeclaredAxis(BaseModel):
-    """One atlas axis (:class:`~tdlab.experiments.axes.AtlasAxis`): the dotted ``field``, its ``values`` (the paper
-    profile's range), the ``quick`` profile's range, the maps' ``label``, ``as_list`` for a list field."""
-
-    model_config = ConfigDict(extra="forbid")
-    field: str = Field(min_length=1)
-    values: list[Any] = Field(min_length=1)
-    quick: list[Any] | None = None
-    label: str | None = None
-    as_list: bool = False
-
-
-class DeclaredAtlas(BaseModel):
-    """An experiment's atlas (:class:`~tdlab.experiments.axes.AtlasAxes`): the swept ``axes``, the fixed overrides of
-    every point (``set``) and per profile (``profile_set``), and ``why`` these settings."""
-
-    model_config = ConfigDict(extra="forbid")
-    axes: list[DeclaredAxis] = Field(min_length=1)
-    set: dict[str, Any] = {}
-    profile_set: dict[str, dict[str, Any]] = {}
-    why: str = ""
-
-    @model_validator(mode="after")
-    def _builds(self) -> DeclaredAtlas:
-        self.atlas_axes()  # an axis swept twice, a repeated value, a field both swept and fixed: refused here
-        return self
-
-    def atlas_axes(self) -> AtlasAxes:
-        """The :class:`~tdlab.experiments.axes.AtlasAxes` declared (fresh copies of the values)."""
-        axes = tuple(
-            AtlasAxis(
-                a.field,
-                tuple(copy.deepcopy(a.values)),
-                None if a.quick is None else tuple(copy.deepcopy(a.quick)),
-                a.label,
-                a.as_list,
-            )
-            for a in self.axes
-        )
-        return AtlasAxes(axes, copy.deepcopy(self.set), copy.deepcopy(self.profile_set), self.why)
-
-
 class Declaration(BaseModel):
     """One experiment as declared; ``module`` (dotted) and ``cls`` (class name) are where it is implemented."""
 
@@ -229,11 +139,11 @@ class Declaration(BaseModel):
     description: str = Field(min_length=1)
     profiles: dict[str, dict[str, Any]] = Field(min_length=1)
     arm_fields: dict[str, str] = {}
-    manifest: dict[str, DeclaredSetting] = {}
+    manifest: dict[str, Setting] = {}
     paper_differs: dict[str, str] = {}
-    readings: list[DeclaredReading] = []
-    notes: list[DeclaredNote] = []
-    atlas: DeclaredAtlas | None = None
+    readings: tuple[Reading, ...] = ()
+    notes: tuple[Note, ...] = ()
+    atlas: AtlasAxes | None = None
     claims: list[Any] = []
     file: str = ""
 
@@ -251,11 +161,11 @@ class Declaration(BaseModel):
             "description": self.description,
             "profiles": copy.deepcopy(self.profiles),
             "arm_fields": dict(self.arm_fields),
-            "manifest": {k: s.setting() for k, s in self.manifest.items()},
+            "manifest": copy.deepcopy(self.manifest),
             "paper_differs": dict(self.paper_differs),
-            "readings": tuple(r.reading() for r in self.readings),
-            "declared_notes": tuple(n.note() for n in self.notes),
-            **({} if self.atlas is None else {"atlas_axes": self.atlas.atlas_axes()}),
+            "readings": self.readings,  # frozen, of strings: shared safely
+            "declared_notes": copy.deepcopy(self.notes),
+            **({} if self.atlas is None else {"atlas_axes": copy.deepcopy(self.atlas)}),
         }
 
 

@@ -21,27 +21,33 @@ from __future__ import annotations
 import math
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import field
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.dataclasses import dataclass
 
 from tdlab.config import read_field
+
+# One typed form for Python and YAML alike: pydantic dataclasses, built positionally in code
+# (``Setting(8000, "Table 2")``) and validated from a seed's ``experiments.yaml`` (tdlab.experiments.declared).
+DECLARED = ConfigDict(extra="forbid")
+Text = Annotated[str, Field(min_length=1)]
 
 __all__ = ["Note", "Reading", "Setting", "ours_fields", "settings_diff", "values_equal"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=DECLARED)
 class Setting:
     """One setting the seed states: its ``value`` (in the config field's own units and form), ``where`` the
     seed states it (table, section, appendix), and a ``note`` where the seed gives a range or a choice."""
 
     value: Any
-    where: str
+    where: Text
     note: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=DECLARED)
 class Reading:
     """How tdlab reads one ambiguous, silent or contradictory passage of the seed.
 
@@ -53,10 +59,10 @@ class Reading:
             existence in the experiment's config is checked when the class registers.
     """
 
-    where: str
-    seed: str
-    chosen: str
-    option: str | None = None
+    where: Text
+    seed: Text
+    chosen: Text
+    option: Text | None = None
 
 
 class _ConfigFields(string.Formatter):
@@ -66,7 +72,7 @@ class _ConfigFields(string.Formatter):
         return read_field(kwargs["cfg"], field_name), field_name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=DECLARED)
 class Note:
     """A note declared as text, printed after the verdict notes of every run where :attr:`when` holds.
 
@@ -77,8 +83,16 @@ class Note:
             field (the arms), holds it; an empty mapping shows it always.
     """
 
-    text: str
+    text: Text
     when: Mapping[str, Any] = field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_alone(cls, data: Any) -> Any:
+        return {"text": data} if isinstance(data, str) else data  # a note shown always may be its text alone
+
+    def __post_init__(self) -> None:
+        self.fields()  # an unmatched brace: refused here, naming the note
 
     def fields(self) -> list[str]:
         """Every config field the note reads: its placeholders' and its condition's, in order."""
