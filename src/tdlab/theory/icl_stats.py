@@ -21,7 +21,15 @@ from torch import Tensor
 
 from tdlab.theory.icl import bayes_predictor
 
-__all__ = ["TOKENS_PER_DRAW", "PromptSampler", "PromptStats", "RawPrompts", "population_stats", "sample_stats"]
+__all__ = [
+    "TOKENS_PER_DRAW",
+    "PromptSampler",
+    "PromptStats",
+    "RawPrompts",
+    "baseline_errors",
+    "population_stats",
+    "sample_stats",
+]
 
 TOKENS_PER_DRAW = 1 << 20  # prompts are drawn in chunks of about this many tokens (memory)
 
@@ -219,3 +227,16 @@ def population_stats(
         zeta=b.zeta,
         L=math.inf,
     )
+
+
+def baseline_errors(st: PromptStats) -> dict[str, Tensor]:
+    """Per-member ``(E,)`` errors of the predictors that need no training, on the prompts of ``st``: the
+    in-context sample mean ``y_bar`` (App. G) as ``sample_mean_mse`` and ``sample_mean_excess`` (its mean
+    ``(y_bar - y^Bayes)^2``), the Bayes predictor (Eq. 4.1) as ``bayes_mse`` and the zero predictor as ``zero_mse``
+    (``E[y_q^2]``)."""
+    return {
+        "sample_mean_mse": ((st.y_query - st.ybar) ** 2).mean(-1),
+        "sample_mean_excess": ((st.ybar - st.bayes) ** 2).mean(-1),
+        "bayes_mse": ((st.y_query - st.bayes) ** 2).mean(-1),
+        "zero_mse": (st.y_query**2).mean(-1),
+    }

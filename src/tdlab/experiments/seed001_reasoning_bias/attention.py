@@ -35,10 +35,7 @@ leaves the positions out; Eq. 40 makes ``W^V`` rank one, ``O_j = c_j v``):
   (``∝ Σ_i w^{emb,a_i} w̄ᵀ``): the share of its variance over reasoning sequences the pair explains (η²);
   its |Spearman| with the shift ``Σa`` is reported.
 
-How it reads the seed where §4.3 and App. D–E are terse (which rows are the seed's setting, Thm. 2 beyond
-Def. 2's model, the tag's shape, Def. 3 at p = 1; the task's key position and set sizes) and the claims, with the
-paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain
-anchors-attention`` prints both).
+Declared in the seed's ``experiments.yaml`` (``tdlab explain anchors-attention``).
 """
 
 from __future__ import annotations

@@ -7,13 +7,11 @@ the γ × seed grid as one ensemble (:mod:`~tdlab.experiments.seed001_reasoning_
 accuracy on D_mem, D_rsn,train and the held-out D_rsn,test (tuples ``M = {(11, 13), (13, 11)}``) are
 recorded every epoch (Fig. 2A).
 
-How it reads the seed where §4.1 and A.1 are silent (the key position, the data set's sizes) and the claims,
-with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(:mod:`~tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep`; ``tdlab explain anchors-bias`` prints both).
-
 The trained ensemble (``arrays/gamma=<γ>.safetensors``, ``@init`` and the ``snapshot_epochs`` as
 ``@step<N>`` beside it) is what the probe experiments read. Fig. 8 (App. A.1) draws example sequences
 of the task, coloured by token type.
+
+Declared in the seed's ``experiments.yaml`` (``tdlab explain anchors-bias``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""``anchors-embedding``: seed 001 §4.3, Figs. 4, 9, 11 — the transformer's embedding space after the
-γ-sweep of ``anchors-bias``.
-
-The γ-sweep comes through the probe source the three probe experiments share (:class:`ProbeConfig`,
-:class:`ProbeSource`, in :mod:`~tdlab.experiments.seed001_reasoning_bias.common.gamma_sweep`):
-``--set from_run=RUN_DIR`` reads a finished ``anchors-bias`` run (its config must match this one's
-task, model, γ values, members, seed, optimisation and schedule, else one error names the fields) and
-copies its ``gamma=<γ>`` arrays and metrics into this run (:meth:`RunContext.copy_arms`), so the analysis
-reads this run alone; without it the experiment trains the same γ-sweep itself (``AnchorsGammaSweep.run``:
-parameters kept at init, at ``snapshot_epochs`` and at the end).
+"""``anchors-embedding``: seed 001 §4.3, Figs. 4, 9, 11 — the embedding space of the ``anchors-bias``
+transformers (trained here, or ``--set from_run=RUN_DIR``; :class:`ProbeSource`).
 
 Measured (the small-init arm γ = 0.8 unless said):
 
@@ -22,10 +14,9 @@ Measured (the small-init arm γ = 0.8 unless said):
   error over all pairs; the error per ``|s_i − s_j|`` is reported, and the exact ``P^s`` cosines (Eq. 8/22
   on the task's population) beside them.
 
-Every row reads trained parameters. How it reads the seed where §4.3 and B.7 are terse (which rows are the
-seed's setting, how Eq. 14 is compared; the task's key position and set sizes) and the claims, with the paper's
-words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain
-anchors-embedding`` prints both).
+Every row reads trained parameters.
+
+Declared in the seed's ``experiments.yaml`` (``tdlab explain anchors-embedding``).
 """
 
 from __future__ import annotations

@@ -26,10 +26,8 @@ that time and on that training set's own label counts, or on the population's wh
   ``⟨−∇R, M⟩ / ⟨M, M⟩`` (1 when the theorem's velocity is right; a time scale ``1/rate`` longer or
   shorter otherwise).
 
-How it reads the seed where App. B is silent (the horizon, the keys' flow and n → ∞, Thm. 2's transposes,
-which γ is the seed's; the task's key position and set sizes) and the claims, with the paper's words,
-hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain anchors-flows``
-prints both); the claims' tolerance is :func:`small_init_tolerance`.
+Declared in the seed's ``experiments.yaml`` (``tdlab explain anchors-flows``); the claims' tolerance is
+:func:`small_init_tolerance`.
 """
 
 from __future__ import annotations

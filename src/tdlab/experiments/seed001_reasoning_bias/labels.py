@@ -1,26 +1,19 @@
 """``anchors-labels``: seed 001 §4.5, Fig. 7 — the label distribution steers what a memory task learns.
 
-**Left** (a) targets vs predictions of four memory groups, **right** (b) learning speed of ``F_mem,1`` vs
-``F_mem,2`` (the caption's sides).
-
-(a) Four groups of memory mappings with labels from ``{30..29 + 20 i}``, ``i = 1..4``
-(``mix="memory", mem_max=20, memory_groups=4``: memory anchors 1..20 in 4 consecutive groups of 5, anchor
-tuples within one group, memory sequences only, γ = 0.8). The model is trained for ``groups_epochs`` epochs
-(an early snapshot); on ``schedule.n_eval`` training sequences per member its predictions are compared with
-the targets, per group: the share of each group's predictions inside its label range, and the rise of the mean
+(a) The ``groups`` arm (four groups of memory mappings, ``groups_task``) is trained for ``groups_epochs``
+epochs; on ``schedule.n_eval`` training sequences per member its predictions are compared with the targets,
+per group: the share of each group's predictions inside its label range, and the rise of the mean
 prediction from group ``i`` to ``i + 1`` against the targets' rise.
 
-(b) ``F_mem,1`` (``y ~ U(Z)``) vs ``F_mem,2`` (``y ~ U{z_p − Σa .. z_p + Σa}``), otherwise identical:
-memory sequences only (anchors 1..10), the same member seeds (so the same initialisations and token
-sequences; only the label draws differ), γ = 0.8; their learning speeds are compared by ``T50`` and
-``AUC`` of the memory accuracy.
+(b) ``F_mem,1`` (``y ~ U(Z)``, arm ``mem1``) vs ``F_mem,2`` (``y ~ U{z_p − Σa .. z_p + Σa}``, arm ``mem2``),
+otherwise identical: memory sequences only (anchors 1..10), the same member seeds (so the same
+initialisations and token sequences; only the label draws differ); their learning speeds are compared by
+``T50`` and ``AUC`` of the memory accuracy.
 
-Arms: ``groups`` (a), ``mem1`` and ``mem2`` (b); every arm's accuracy and loss are on the first
-``n_eval`` training sequences (``mem_acc``, ``mem_loss``), as the seed measures memorisation.
+Every arm's accuracy and loss are on the first ``n_eval`` training sequences (``mem_acc``, ``mem_loss``), as
+the seed measures memorisation.
 
-How it reads the seed where §4.5 is terse or contradicts itself (Fig. 7's sides, the groups' ranges and
-make-up, the early stage, the model and γ) and the claims, with the paper's words, hypotheses and thresholds,
-are declared in the seed's ``experiments.yaml`` (``tdlab explain anchors-labels`` prints both).
+Declared in the seed's ``experiments.yaml`` (``tdlab explain anchors-labels``).
 """
 
 from __future__ import annotations

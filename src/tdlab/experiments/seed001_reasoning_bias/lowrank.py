@@ -6,9 +6,7 @@ Per γ, at the end of training: ``s_i/s_1`` of ``W^emb`` (``wte``), ``W^pos`` (`
 embedding tables include the rows of tokens the data never show), and its effective rank (erank = exp of the
 entropy of the normalised singular values). The rows read trained parameters.
 
-How it reads the seed where App. C is terse (which rows are the seed's setting, the whole matrices; the task's
-key position and set sizes) and the claims, with the paper's words, hypotheses and thresholds, are declared in
-the seed's ``experiments.yaml`` (``tdlab explain anchors-lowrank`` prints both).
+Declared in the seed's ``experiments.yaml`` (``tdlab explain anchors-lowrank``).
 """
 
 from __future__ import annotations

@@ -16,10 +16,9 @@ The Emb-MLP ``G(X) = σ(Σ_{s in X} w^{emb,s} W^(1)) W^(2)`` reads ``X = [z, a_1
   *value* error.
 * Fig. 10 — the cosine matrices at γ = 0.3 and 0.5 (end of training).
 
-The learning-curve claims are the seed's comparison over the run's schedule. How it reads the seed where §4.2
-and A.3 are terse (which parameter rows are the seed's setting, the data set's split, Fig. 3C's 'similar
-structure') and the claims, with the paper's words, hypotheses and thresholds, are declared in the seed's
-``experiments.yaml`` (``tdlab explain anchors-mlp`` prints both).
+The learning-curve claims are the seed's comparison over the run's schedule.
+
+Declared in the seed's ``experiments.yaml`` (``tdlab explain anchors-mlp``).
 """
 
 from __future__ import annotations

@@ -1,35 +1,21 @@
 """``anchors-text``: seed 001 Figs. 1 and 6 (§1, §4.4, A.3) — reasoning bias on real text.
 
-A GPT-2-shaped transformer with small initialisation (§3.4, γ = 0.8) is trained by next-token
-prediction on a 50/50 mix of PrOntoQA (question answering with an explicit chain of thought; tdlab's
-own generator, :mod:`tdlab.tasks.prontoqa`, or the released JSON with ``--set data.prontoqa=PATH``) and
-TinyStories (``--set data.stories=PATH``; without it the built-in stand-in stories of
-:mod:`tdlab.tasks.stories`: not the seed's data, so every paper row is ours and labelled "stand-in
-data"). A γ = 0.3 control arm trains beside it: the γ × seed grid is one ensemble
-(:class:`~tdlab.experiments.seed001_reasoning_bias.common.training.GammaArms`; all members train on the run's
-one corpus and differ in initial draw and epoch shuffles).
-
-Data. ``data.n_sequences`` texts, half from each source, each tokenised (GPT-2's byte-level BPE, or a
-byte-level BPE trained on the corpus: :mod:`tdlab.tasks.bpe`), ``<|endoftext|>`` appended, cut to
-``train.seq_len`` tokens and right-padded to the longest kept sequence; padding carries weight 0 in
-the loss (:class:`~tdlab.train.objectives.NextToken` with a mask). The tokenised corpus and the tokenizer
-are cached in the run directory (``data/``) and the analysis reads them from there.
+The γ × seed grid (γ = 0.8 and the control) is one ensemble of GPT-shaped models
+(:class:`~tdlab.experiments.seed001_reasoning_bias.common.training.GammaArms`) trained by next-token
+prediction on one corpus: ``data.n_sequences`` texts, half PrOntoQA (:mod:`tdlab.tasks.prontoqa`, or the
+released JSON), half stories (``data.stories``, or the stand-in of :mod:`tdlab.tasks.stories`), tokenised
+(:mod:`tdlab.tasks.bpe` or GPT-2's), padding weighted 0 in the loss
+(:class:`~tdlab.train.objectives.NextToken` with a mask). The tokenised corpus and the tokenizer are cached in
+the run directory (``data/``) and the analysis reads them from there.
 
 Measured (per epoch, on every training sequence of each source, or the first ``schedule.n_eval``):
-next-token loss ``prontoqa_loss`` and ``stories_loss`` (Fig. 1 plots the *training* loss per source).
-Fig. 6: the mean pairwise cosine among the ``claims.top_tokens`` (100, the seed's figure) most frequent
-tokens exclusive to each source, at ``claims.early_fraction`` of training ("early stages", §4.4), at
-initialisation and at the end.
-
-How it reads the seed where A.3 and §4.4 are terse (the GPT-2 model's size and tokenizer, batch and sequence
-length, the early stage and tokens of Fig. 6 and when its rows are the seed's, the control arm) and the claims,
-with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab
-explain anchors-text`` prints both).
-
-Provenance. The loss curves are the seed's comparison when the stories are TinyStories.
+next-token loss ``prontoqa_loss`` and ``stories_loss`` (Fig. 1 plots the *training* loss per source);
+Fig. 6's mean pairwise cosine among each source's exclusive top tokens.
 
 Health gate: an arm trained when its loss over both sources (mean of the two splits' losses) fell and
 ends below the uniform predictor's ``log V``.
+
+Declared in the seed's ``experiments.yaml`` (``tdlab explain anchors-text``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """``icl-ablations``: seed 002, Figs. 5 and 6 (App. G).
 
-At ``T = 10``, trained by gradient descent on ``l_{N, L_tr}`` (N = 2000, L_tr = 100): the one- and
-two-parameter LCA (to convergence), LCA without ``S_t`` (Eq. G.1), the one-parameter deep LSA without
-``S_t`` and the two-parameter deep LSA (Eq. G.2), the single-layer LSA (Eq. 4.2, a fixed step budget)
-and the in-context sample mean; test MSE against ``L_te`` on the same test prompts for every model.
+Trains every ablation of ``ABLATIONS`` (LCA without ``S_t``, Eq. G.1; the deep LSA, Eq. G.2) beside the
+single-layer LSA (Eq. 4.2) and reads test MSE against ``L_te`` on the same test prompts for every model, with
+the in-context sample mean's. Variants started from ``F_0 = X`` (``*-F0X``, ours) train beside the seed's
+``F_0 = 0`` ablations.
 
-Variants started from ``F_0 = X`` (``*-F0X``) train beside the seed's ``F_0 = 0`` ablations. How it reads
-the seed where App. G is terse (the data, ``F_0 = 0`` without ``S_t``, the training budgets and inits, the
-``L_te`` grid) and the claims, with the paper's words, hypotheses and thresholds, are declared in the seed's
-``experiments.yaml`` (``tdlab explain icl-ablations`` prints both).
+Declared in the seed's ``experiments.yaml`` (``tdlab explain icl-ablations``).
 """
 
 from __future__ import annotations
@@ -252,33 +249,21 @@ class IclAblations(RegressionArms, Experiment[AblationConfig]):
                     Sample(np.abs(mse[name] - zero).max(1), deterministic=True),
                     label=f"{name}: largest |MSE − mean y_q²| over L_te",
                 )
-        if has("deep-lsa-two", "lca-two"):
-            out.row(
-                "deep-lsa-two-between",
-                "worse-than-lca-two",
-                at_max("lca-two"),
-                at_max("deep-lsa-two"),
-                arms=["deep-lsa-two", "lca-two"],
-                label=f"MSE lca-two < deep-lsa-two at L_te = {L_max}",
-            )
-        if has("deep-lsa-two"):
-            out.row(
-                "deep-lsa-two-between",
-                "better-than-sample-mean",
-                at_max("deep-lsa-two"),
-                Sample(mean[:, k_max]),
-                arms=["deep-lsa-two"],
-                label=f"MSE deep-lsa-two < ȳ at L_te = {L_max}",
-            )
-        if has("deep-lsa-two", "lsa"):
-            out.row(
-                "deep-lsa-two-between",
-                "better-than-lsa",
-                at_max("deep-lsa-two"),
-                at_max("lsa"),
-                arms=["deep-lsa-two", "lsa"],
-                label=f"MSE deep-lsa-two < single-layer LSA at L_te = {L_max}",
-            )
+        for key, lo, hi, what in (  # deep-lsa-two between: (rows key, smaller MSE, larger MSE, label)
+            ("worse-than-lca-two", "lca-two", "deep-lsa-two", "lca-two < deep-lsa-two"),
+            ("better-than-sample-mean", "deep-lsa-two", None, "deep-lsa-two < ȳ"),
+            ("better-than-lsa", "deep-lsa-two", "lsa", "deep-lsa-two < single-layer LSA"),
+        ):
+            other = [m for m in (lo, hi) if m not in (None, "deep-lsa-two")]
+            if has("deep-lsa-two", *other):
+                out.row(
+                    "deep-lsa-two-between",
+                    key,
+                    at_max(lo),
+                    Sample(mean[:, k_max]) if hi is None else at_max(hi),
+                    arms=["deep-lsa-two", *other],
+                    label=f"MSE {what} at L_te = {L_max}",
+                )
         others = [m for m in cfg.models if m not in LCAS and m not in F0X]
         trainable = [m for m in others if m not in ZERO_PREDICTORS]
         for name in (n for n in LCAS if has(n)):

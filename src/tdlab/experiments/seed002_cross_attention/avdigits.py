@@ -1,13 +1,10 @@
-"""``icl-avdigits``: seed 002 (multi-modal in-context learning), Section 7, Table 1, Appendix I.
+"""``icl-avdigits``: seed 002, Table 1 (Sec. 7, App. I).
 
-The paper-inspired cross-attention model (I.3: an evolving state F_t that attends back to the fixed
-tokens X and gets X re-injected through a gated S_t at every layer), its three ablations (no injection,
-no cross-attention, neither) and a bidirectional cross-attention baseline (I.4), all on the conv
-tokenisation of I.2 (:mod:`tdlab.models.multimodal_ca`), trained with cross-entropy on corrupted paired
-image + spoken-digit data (:mod:`tdlab.tasks.avdigits`: the offline stand-in for avMNIST, or the real
-arrays with ``--set data.path=...``). Each model is one ensemble over ``members`` seeds; member ``i`` of
-every model shares the data set, the validation carve-out and the epoch shuffles (all from seed index
-``i``), so accuracies are compared paired by seed index.
+The models are :mod:`tdlab.models.multimodal_ca` (I.3's cross-attention model and its ablations, the
+bidirectional baseline of I.4, on the conv tokenisation of I.2), the data :mod:`tdlab.tasks.avdigits` (the
+offline stand-in for avMNIST, or the real arrays with ``--set data.path=...``). Each model is one ensemble over
+``members`` seeds; member ``i`` of every model shares the data set, the validation carve-out and the epoch
+shuffles (all from seed index ``i``), so accuracies are compared paired by seed index.
 
 Per model and member, from the per-epoch evaluations on a validation split carved from the training
 set and on the test split:
@@ -16,14 +13,10 @@ set and on the test split:
 * ``best_test`` and its epoch: what the seed reports;
 * ``final``: the test accuracy after the last epoch.
 
-Parameter counts are computed from the built models and printed beside the seed's (4.36e4 full,
-3.82e4 no injection, 4.36e4 no cross-attn, 3.82e4 neither, 6.07e4 baseline); best-test and final
-accuracies are printed beside the seed's best test accuracies (63.85, 62.72, 62.10, 60.79, 62.72 %),
-which are never pass criteria. Optimisation (I.5): AdamW, lr 3e-4, weight decay 1e-4, batch 256, 100 epochs.
+Parameter counts are computed from the built models; they and the accuracies are printed beside the seed's
+(``PAPER_TABLE1``), which are never pass criteria.
 
-How it reads the seed where App. I is terse (the optimiser's unstated settings, the reported test epoch, I.5's
-"g = 4", the data) and the claims, with the paper's words, hypotheses and thresholds, are declared in the seed's
-``experiments.yaml`` (``tdlab explain icl-avdigits`` prints both).
+Declared in the seed's ``experiments.yaml`` (``tdlab explain icl-avdigits``).
 """
 
 from __future__ import annotations

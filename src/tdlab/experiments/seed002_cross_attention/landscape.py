@@ -1,19 +1,16 @@
 """``icl-landscape``: seed 002, Fig. 4 (App. F).
 
-Log heat maps of the two-parameter loss ``l(alpha, beta)`` at ``T = 10`` and ``T = 5``, without and with
-pre-LayerNorm, ``|m| ~ U(0, 2)``: Monte-Carlo estimates on a grid (the no-LN maps on population
-prompts, exact in ``L``; the pre-LN map on raw prompts of a long finite context), their minimisers
-polished by Nelder-Mead, the curve ``alpha*(beta)`` of App. E.1, and gradient descent from the Thm 6.3
-initialisation (and from starts off the valley, for the sanity check).
+Monte-Carlo maps of the two-parameter loss ``l(alpha, beta)`` on a grid (the no-LN maps on population
+prompts, exact in ``L``; the pre-LN map on raw prompts of a long finite context), their minimisers polished
+by Nelder-Mead, the curve ``alpha*(beta)`` of App. E.1, and gradient descent from the Thm 6.3 initialisation
+(and from starts off the valley, for the sanity check).
 
-Every map is a Monte-Carlo estimate: its prompts are split into ``mc_groups`` groups whose maps are
-stored too, and a quantity read off a map carries its delete-a-group jackknife standard error
-(``Sample.mc_se``). A valley read off the coarse pre-LN grid is known to one grid cell
-(``Sample.resolution``); the no-LN valleys' refinement is checked against the closed form (sanity).
+Every map's prompts are split into ``mc_groups`` groups whose maps are stored too, and a quantity read off a
+map carries its delete-a-group jackknife standard error (``Sample.mc_se``). A valley read off the coarse
+pre-LN grid is known to one grid cell (``Sample.resolution``); the no-LN valleys' refinement is checked
+against the closed form (sanity).
 
-How it reads the seed where Fig. 4 is terse (the norm of m, the axes, the pre-LN loss, the descents' starts) and
-the claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain icl-landscape`` prints both).
+Declared in the seed's ``experiments.yaml`` (``tdlab explain icl-landscape``).
 """
 
 from __future__ import annotations

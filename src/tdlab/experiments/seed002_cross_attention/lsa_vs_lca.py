@@ -1,22 +1,13 @@
 """``icl-lsa-vs-lca``: seed 002, Fig. 2 (Sec. 7; Thms 4.1, 6.2, 6.3; App. H).
 
-ICL error against ``L_te`` at fixed depth and against the depth ``T`` at fixed ``L_te``, for the
-single-layer LSA (Eq. 4.2) and the one- and two-parameter LCA_T; the learned ``alpha_T`` (and
-``beta_T``) beside the minimiser of the loss each arm was trained on. Arms are trained by full-batch
-gradient descent to convergence (gradient-norm criterion; the LSA for a fixed budget) at App. H's
-``L_tr = 100`` (the seed's setting), at a longer ``L_tr`` and on the population loss ``l`` (the
-objective of Thms 6.2-6.3).
+Trains the single-layer LSA (Eq. 4.2) and the one- and two-parameter LCA_T at every ``(objective, T)``
+(``IclLsaVsLca.arms``; objectives ``Ltr<L>`` and ``pop``, the population loss ``l``) and reads their
+excess errors and learned ``alpha_T`` (``beta_T``) against references of the setting that ran: on ``l``, the
+closed forms (``alpha*_T`` of Lemma D.1, the stationary point reached from the Thm 6.3 init); at finite
+``L_tr``, replicate minimisers of ``l_{N,L_tr}`` on ``N`` fresh prompts each (:mod:`.common.reference`, arm
+``reference/Ltr<L>``, one "member" per replicate) whose spread enters every interval.
 
-References, the theory of the setting that ran: on ``l``, the closed forms (``alpha*_T`` of Lemma D.1,
-the stationary point reached from the Thm 6.3 init); at finite ``L_tr``, the expected minimisers of the
-``l_{N,L_tr}`` the arms train on, drawn by the run itself as replicate minimisers on ``N`` fresh prompts
-each (:mod:`.common.reference`, arm ``reference/Ltr<L>``, one "member" per replicate) whose spread enters every
-interval.
-
-How it reads the seed where Fig. 2 and App. H are terse (the prompt law, which rows decide, Fig. 2's axes, the
-references, the training budgets and inits, the ``L_te`` grid) and the claims, with the paper's words,
-hypotheses and thresholds, are declared in the seed's ``experiments.yaml`` (``tdlab explain icl-lsa-vs-lca``
-prints both).
+Declared in the seed's ``experiments.yaml`` (``tdlab explain icl-lsa-vs-lca``).
 """
 
 from __future__ import annotations
@@ -575,6 +566,12 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
         meas = analysis.measurements
         styles = {o: ls for o, ls in zip(cfg.objectives(), ["-", "--", ":", "-."], strict=False)}
         colors = {"lsa": "k", "one": "C0", "two": "C3"}
+
+        def over_depth(ax, vals: np.ndarray, o: str, model: str, label: str) -> None:
+            """Member mean ± std of ``vals`` (members, depths) against the depths."""
+            kw = {"ls": styles[o], "color": colors[model], "marker": "o", "ms": 3, "capsize": 2}
+            ax.errorbar(cfg.depths, vals.mean(0), yerr=vals.std(0), label=label, **kw)
+
         fig, axes = plt.subplots(1, 3, figsize=(17, 4.6))
         ax = axes[0]
         for model, o, T in self.arms(cfg):
@@ -612,17 +609,7 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
                 vals = np.stack(
                     [at(run, self.arm_name(model, o, T), "te_excess_mean", cfg.fixed_context) for T in cfg.depths], 1
                 )
-                ax.errorbar(
-                    cfg.depths,
-                    vals.mean(0),
-                    yerr=vals.std(0),
-                    ls=styles[o],
-                    color=colors[model],
-                    marker="o",
-                    ms=3,
-                    capsize=2,
-                    label=f"{model}-param ({o})",
-                )
+                over_depth(ax, vals, o, model, f"{model}-param ({o})")
         ax.plot(
             cfg.depths,
             [meas["theory_excess_at_alpha_star_T"][T] for T in cfg.depths],
@@ -661,17 +648,7 @@ class IclLsaVsLca(RegressionArms, Experiment[LsaVsLcaConfig]):
         for model in (m for m in ("one", "two") if m in cfg.models):
             for o in cfg.objectives():
                 a = np.stack([run.arrays(self.arm_name(model, o, int(T)))["alpha"].double().numpy() for T in Ts], 1)
-                ax.errorbar(
-                    Ts,
-                    a.mean(0),
-                    yerr=a.std(0),
-                    ls=styles[o],
-                    color=colors[model],
-                    marker="o",
-                    ms=3,
-                    capsize=2,
-                    label=f"α_T {model}-param ({o})",
-                )
+                over_depth(ax, a, o, model, f"α_T {model}-param ({o})")
                 if model == "two":
                     b = np.stack([run.arrays(self.arm_name(model, o, int(T)))["beta"].double().numpy() for T in Ts], 1)
                     ax.plot(Ts, -b.mean(0), ls=styles[o], color="C1", marker="x", ms=4, label=f"−β_T ({o})")

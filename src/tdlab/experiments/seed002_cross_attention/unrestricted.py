@@ -1,15 +1,12 @@
 """``icl-unrestricted``: seed 002, Fig. 3 (Sec. 7, App. H).
 
-Less-restricted LCA_T: untied scalars, diagonal and full ``(W^S_t, W^V_t)``, initialised at
-``(alpha*, -alpha*)`` plus ``sigma_init`` Gaussian noise (App. H: 0.1) and trained by gradient descent on
-``l_{N, L_tr}`` for a step budget. Measured: the layer-wise projections ``tr(W^S_t)/d``,
-``tr(W^V_t)/d`` and the whitening error ``||X F_t^T / L - I||_F / sqrt(d)`` per layer (Eq. 6.1), the
-projections against the untied scalar model's optimum in the setting that ran (arm ``reference/untied``,
-:func:`.reference.untied_optimum`).
+Trains the less-restricted LCA_T (untied scalars, diagonal and full ``(W^S_t, W^V_t)``) from
+``(alpha*, -alpha*)`` plus ``sigma_init`` Gaussian noise, and reads per layer the projections
+``tr(W^S_t)/d``, ``tr(W^V_t)/d`` and the whitening error ``||X F_t^T / L - I||_F / sqrt(d)`` (Eq. 6.1),
+the projections against the untied scalar model's optimum in the setting that ran (arm
+``reference/untied``, :func:`.reference.untied_optimum`).
 
-How it reads the seed where Fig. 3 and App. H are terse (the prompt law, σ_init, the depth and step budget, the
-projections' reference) and the claims, with the paper's words, hypotheses and thresholds, are declared in the
-seed's ``experiments.yaml`` (``tdlab explain icl-unrestricted`` prints both).
+Declared in the seed's ``experiments.yaml`` (``tdlab explain icl-unrestricted``).
 """
 
 from __future__ import annotations

@@ -323,7 +323,12 @@ class ProbeConfig(AnchorsBiasConfig):
 
 class ProbeSource(AnchorsHealth):
     """Train (or copy from ``from_run``) the γ-sweep and read its members back as models and data. A mixin
-    before :class:`AnchorsGammaSweep` (whose γ-sweep it runs; its task and γ arms are :class:`AnchorsHealth`'s)."""
+    before :class:`AnchorsGammaSweep` (whose γ-sweep it runs; its task and γ arms are :class:`AnchorsHealth`'s).
+
+    ``--set from_run=RUN_DIR`` reads a finished ``anchors-bias`` run (its config must match on ``SOURCE_KEYS``,
+    else one error names the fields) and copies its ``gamma=<γ>`` arrays and metrics into this run
+    (:meth:`RunContext.copy_arms`), so the analysis reads this run alone; without it the experiment trains the
+    same γ-sweep itself (``AnchorsGammaSweep.run``: parameters kept at init, at ``snapshot_epochs`` and at the end)."""
 
     def run(self, cfg: ProbeConfig, ctx: RunContext) -> None:
         if cfg.from_run is not None:

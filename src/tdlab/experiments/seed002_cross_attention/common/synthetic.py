@@ -35,7 +35,7 @@ from tdlab.runs import Run
 from tdlab.seeding import generators
 from tdlab.tasks.multimodal import MultiModalPrompts
 from tdlab.theory.icl import one_param_init, response_second_moment, two_param_init
-from tdlab.theory.icl_stats import PromptStats, population_stats, sample_stats
+from tdlab.theory.icl_stats import PromptStats, baseline_errors, population_stats, sample_stats
 from tdlab.train.regression import RegressionConfig, error_summary, load_member_states, query_errors
 
 PAPER = "002 Multi-layer cross-attention (Barnfield, Sen & Sur)"
@@ -167,17 +167,11 @@ def evaluate_rows(
 
 
 def baseline_rows(tests: dict[int, PromptStats]) -> list[tuple[int, int, str, float]]:
-    """The in-context sample mean ``y_bar`` (App. G), the Bayes predictor and the zero predictor on the
-    same test prompts: ``sample_mean_mse``, ``sample_mean_excess``, ``bayes_mse``, ``zero_mse`` per ``L_te``."""
+    """The metric rows of :func:`tdlab.theory.icl_stats.baseline_errors` (the sample mean, Bayes and zero
+    predictors on the same test prompts) per ``L_te``."""
     rows: list[tuple[int, int, str, float]] = []
     for L, st in tests.items():
-        vals = {
-            "sample_mean_mse": ((st.y_query - st.ybar) ** 2).mean(-1),
-            "sample_mean_excess": ((st.ybar - st.bayes) ** 2).mean(-1),
-            "bayes_mse": ((st.y_query - st.bayes) ** 2).mean(-1),
-            "zero_mse": (st.y_query**2).mean(-1),
-        }
-        for name, v in vals.items():
+        for name, v in baseline_errors(st).items():
             rows.extend((L, e, name, float(x)) for e, x in enumerate(v.tolist()))
     return rows
 
