@@ -16,10 +16,8 @@ P(θ₀ in each basin of Thm. 2 / Thm. 8) for σ = the model's ``init_std`` (App
 predicted basin is the likelier of LOCAL_MIN and GLOBAL_MIN, its loss the profile loss ``Φ`` (``Φ(0) =
 H(π)`` on the w-axis, ``Φ(D*) =`` the entropy rate on Θ_*).
 
-How it reads the seed where it carries the canonical theorems to the full model (which cells are the seed's
-setting, which are informative) and the claims, with the paper's words, hypotheses and thresholds, are declared
-in the seed's ``experiments.yaml`` (``tdlab explain markov-bridge`` prints both): one row per informative
-(p, q, budget) cell.
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+markov-bridge``): one row per informative (p, q, budget) cell.
 
 Measured besides, per member: the class of the final loss (at the rate, at H(π), in between; against the
 same-batch references) and the step at which it leaves the H(π) plateau (censored at the last evaluation

@@ -21,11 +21,9 @@ Two statements of the seed, checked where the seed makes them:
    number of steps. Plain joint descent (no extra step) is measured beside it. The full-model
    counterpart lives in ``markov-rank``.
 
-Both are the seed's statements in the seed's models. How it reads the seed where Secs. 3-4 are silent (the
-distribution on I_common, the map into the full model, A.3.2's point, the bias-step check's settings) and the
-claims, with the paper's words, hypotheses and thresholds, with the sanity checks of the sampler, the integrator
-and the untrained start, are declared in the seed's ``experiments.yaml`` (``tdlab explain markov-icommon`` prints
-both).
+Both are the seed's statements in the seed's models. Its readings of the seed and its claims (with the sanity
+checks of the sampler, the integrator and the untrained start) are declared in the seed's ``experiments.yaml``
+(``tdlab explain markov-icommon``).
 """
 
 from __future__ import annotations

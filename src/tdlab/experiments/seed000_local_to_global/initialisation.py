@@ -14,9 +14,8 @@ last evaluation when it never does). Expected values come from (p, q) through
 :mod:`tdlab.tasks.markov`: for p + q > 1 Thm. 2 predicts the local minimum H(π) from a small init,
 for p + q < 1 Thm. 8 predicts a global minimum (the entropy rate).
 
-How it reads the seed where App. A.3.2 is terse (which architecture drew Fig. 4, the σ of the standard init)
-and the claims, with the paper's words, hypotheses and thresholds, are declared in the seed's
-``experiments.yaml`` (``tdlab explain markov-init`` prints both).
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+markov-init``).
 """
 
 from __future__ import annotations

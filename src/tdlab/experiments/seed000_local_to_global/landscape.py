@@ -15,9 +15,8 @@ Fig. 1 (c)/(d)). Per member (seed):
   local minimum against the App. G quadrature probability :func:`gaussian_basin_probability`
   (≈ 1 for p + q > 1, Thm. 2; ≈ 0 for p + q < 1, Thm. 8).
 
-How it reads the seed where Fig. 1 and the theorems are silent (the chains, the flow's horizon) and the
-claims, with the paper's words, hypotheses and thresholds, are declared in the seed's ``experiments.yaml``
-(``tdlab explain markov-landscape`` prints both).
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+markov-landscape``).
 
 ``markov-landscape-3d`` (:mod:`.landscape_3d`) shares the configuration, the flows and the run here.
 """

@@ -7,11 +7,9 @@ attracts small inits: loss H(π)) and on Θ_max when p + q < 1 (it repels them: 
 the entropy rate) — Fig. 5's "the local minima are repellers for p + q < 1, while attracting for
 p + q > 1" and Fig. 2's "contrasting behavior for Gaussian initialization around origin".
 
-How it reads the seed where Figs. 2 and 5 are silent (the chains, the flow's horizon, the expected set the
-figures alone state) and the claims, with the paper's words, hypotheses and thresholds, are declared in the
-seed's ``experiments.yaml`` (``tdlab explain markov-landscape-3d`` prints both): one row per (chain, σ), and a
-sanity check of the energy Eq. (10) along the near-origin (Fig. 5) and wider (Fig. 2) display trajectories
-(Lemma 14).
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+markov-landscape-3d``): one row per (chain, σ), and a sanity check of the energy Eq. (10) along the near-origin
+(Fig. 5) and wider (Fig. 2) display trajectories (Lemma 14).
 """
 
 from __future__ import annotations

@@ -13,11 +13,9 @@ first-order chain (p, q) = (0.2, 0.3):
   factor, and AdamW's elementwise scaling does too for α ∈ {±1}^d), so Fig. 6 is a sanity check here
   (to round-off), not a finding.
 
-Measured from the stored parameters (final ``arrays/ARM.safetensors``, initial ``ARM@init``) and from
-σ₂/σ₁ recorded every ``probe_every`` steps (:class:`~.common.low_rank.TrajectoryProbe`). How it reads the seed
-where App. A.3.1 is terse (the optimiser, the rank-one init, which factor of W_V, the bias step) and the claims
-with the paper's words, hypotheses and thresholds are declared in the seed's ``experiments.yaml`` (``tdlab
-explain markov-rank`` prints both).
+Measured from the stored parameters (final ``arrays/ARM.safetensors``, initial ``ARM@init``) and from σ₂/σ₁ recorded
+every ``probe_every`` steps (:class:`~.common.low_rank.TrajectoryProbe`). Its readings of the seed and its claims
+are declared in the seed's ``experiments.yaml`` (``tdlab explain markov-rank``).
 """
 
 from __future__ import annotations

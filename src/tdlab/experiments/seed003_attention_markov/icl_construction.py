@@ -15,9 +15,8 @@ a k-th order induction head ("capture context", then "match contexts & count"). 
   construction's on the same sequences, each as its excess over chance (uniform causal attention),
   measured once, at the end of training.
 
-How it reads the talk where it is silent (the construction's weights, the estimator's smoothing, the trained
-model's settings) and the claims with the paper's words, hypotheses and thresholds are declared in the seed's
-``experiments.yaml`` (``tdlab explain markov-icl-construction`` prints both).
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+markov-icl-construction``).
 
 Metric layout: arm ``construction/k{k}``: per κ index ``i`` (the step column) ``kappa``, ``gap``
 (mean per-position KL(estimator || construction), nats per token, member 0), ``max_kl`` (its largest

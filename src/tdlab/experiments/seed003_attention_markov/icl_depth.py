@@ -9,10 +9,8 @@ it on the *same* sequences: the probe's fresh sequences (``est_loss_order{k}``) 
 the trainer's evaluation batches (``test_loss@bayes``, the task's ``optimal_probs`` on those batches),
 whose gap drifts over the last tenth of training in learning-rate time decide convergence.
 
-How it reads the talk where it is silent (the estimator's smoothing, the kind of positional encoding, the
-width and training) and the claims with the paper's words, hypotheses and thresholds are declared in the seed's
-``experiments.yaml`` (``tdlab explain markov-icl-depth`` prints both); the claims' stages are
-:mod:`.common.estimator_stage`'s and :data:`DEPTH_TWO_LEARNS`.
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+markov-icl-depth``); the claims' stages are :mod:`.common.estimator_stage`'s and :data:`DEPTH_TWO_LEARNS`.
 
 Models: pre-LN GPT-2 (``arch="gpt2"``, one head per layer, seed 000 Table 1) of depth 1, 2, 3. The
 positional encoding is an axis (``positions``): ``absolute`` (learned p_n), ``relative`` (tdlab's

@@ -7,11 +7,9 @@ Two families of GPTs (:mod:`.common.icl_grid`), one head per layer, relative key
 * ``attn``: attention-only (``mlp=False, norm="none"``: no MLP, no LayerNorm anywhere), depth 1..5;
 * ``mlp``: pre-LN GPT-2 blocks (MLP + LayerNorm), depth 1..3.
 
-Each cell's probe loss is compared with the order-k add-α in-context estimator on the same fresh sequences
-(the Bayes predictor of the source). How it reads the talk where it is silent (the estimator's smoothing, the
-kind of relative PE, which non-linearities, the depth grid, the training) and the claims with the paper's
-words, hypotheses and thresholds are declared in the seed's ``experiments.yaml`` (``tdlab explain
-markov-icl-depth-linear`` prints both).
+Each cell's probe loss is compared with the order-k add-α in-context estimator on the same fresh sequences (the
+Bayes predictor of the source). Its readings of the seed and its claims are declared in the seed's
+``experiments.yaml`` (``tdlab explain markov-icl-depth-linear``).
 
 Rows whose cells were not run are absent: a group without rows is not evaluable and names what it needs.
 """

@@ -5,9 +5,8 @@ But..." the main result: "3 layers, 1 head per layer" suffice for any k. Grid he
 {2, 3} × k, pre-LN GPTs with MLPs and relative key/value positions (:mod:`.common.icl_grid`), each cell
 against the order-k in-context estimator (add-α, the Bayes predictor, on the same fresh sequences).
 
-How it reads the talk where it is silent (heads at depth 2, the estimator's smoothing, the kind of relative
-PE, the training) and the claims with the paper's words, hypotheses and thresholds are declared in the seed's
-``experiments.yaml`` (``tdlab explain markov-icl-heads`` prints both).
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+markov-icl-heads``).
 """
 
 from __future__ import annotations

@@ -19,9 +19,8 @@ Two parts, both on seed 000's Sec. 2 model (``GPT(arch="sec2")``, ``tie_weights`
   it leaves the H(π) plateau (:func:`tdlab.probes.curves.gap_crossing`) and its final test loss against the
   Bayes predictor's on the same evaluation batches.
 
-How it reads the talk where it is terse (the construction's free weights, the Hessian's "(almost)", the
-model and training, the plateau-escape rule, p + q = 1) and the claims with the paper's words, hypotheses and
-thresholds are declared in the seed's ``experiments.yaml`` (``tdlab explain markov-tying`` prints both).
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+markov-tying``).
 """
 
 from __future__ import annotations

@@ -21,10 +21,8 @@ health and training stage (:data:`~.training.FLOOR_CLOSED`) are theirs (``{setti
 untrained member elsewhere in the ensemble holds nothing back. The paper's rows are shown beside ours
 (measurements, notes, figure); their numbers are copied from App. G.2.
 
-How it reads the seed where Tables 3-4 are silent or differ from the theorems (L2, the loss and the trained
-parts, the selection of runs by their W^V, which rows are the seed's; §6.1's open settings) and the claims with
-the paper's words, hypotheses and thresholds are declared in the seed's ``experiments.yaml`` (``tdlab explain
-topics-attn`` prints both).
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+topics-attn``).
 
 The stage's reference is a true lower bound of every member's cross-entropy: the Bayes loss of a predictor that
 knows θ and sees the masked position's own token (:func:`~.training.masked_loss_floor`, 2.896 nats at §6.1's

@@ -19,9 +19,8 @@ Measured per member (word rows/columns only):
   optimiser, same seed), as a share of the gap between the uniform predictor's loss and a lower bound of the
   all-trained model's (:func:`~.training.masked_loss_floor`).
 
-How it reads the seed where it is silent or ambiguous (the frozen layers of the embed-only arm, Thm. 1's example
-embedding, Fig. 1's diagonal pattern; §6.1's open settings) and the claims with the paper's words, hypotheses and
-thresholds are declared in the seed's ``experiments.yaml`` (``tdlab explain topics-embed`` prints both).
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+topics-embed``).
 """
 
 from __future__ import annotations

@@ -13,10 +13,8 @@ from the case terms of App. F.3 / F.4 *before* their asymptotic step
 * Fig. 7 — the **diagonal** map D^V (Def. 2). Read off it: the minimiser (α*, β*) per τ and the minimal
   loss against L(1, 1) (uniform attention).
 
-How it reads the seed where it is ambiguous or contradicts itself (the masking, which block map, λ1 and λ4
-as stated and as proved, the asymptotic theorems at finite T, the censored α*) and the claims with the paper's
-words, hypotheses and thresholds are declared in the seed's ``experiments.yaml`` (``tdlab explain
-topics-landscape`` prints both).
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+topics-landscape``).
 
 Every exact computation is one deterministic measurement. γ* and (α*, β*) are the continuous minimisers
 (golden section on a fine γ grid; Nelder–Mead from the grid argmin); each is known only as well as the

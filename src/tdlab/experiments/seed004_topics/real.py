@@ -6,9 +6,8 @@ Measured per θ and member (a checkpoint is one deterministic model): Table 1's 
 of 3 words from each of 3 topics, and the same, with its cosine gap's z-score, of the untrained control
 (``mlm@init``).
 
-How it reads the seed where it is silent (whose rows a pretrained checkpoint or a trained encoder gives, the
-encoder, the pooling of attention) and the claims with the paper's words, hypotheses and thresholds are
-declared in the seed's ``experiments.yaml`` (``tdlab explain topics-real`` prints both).
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+topics-real``).
 
 The seed's BERT rows are printed beside ours (reference only, never a pass criterion).
 """

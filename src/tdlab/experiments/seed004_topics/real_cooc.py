@@ -7,9 +7,8 @@ Measured per θ and member (a checkpoint is one deterministic model): the mean (
 embedding cosine of the top co-occurring word pairs (``C(⌊θn⌋ + 1, 2)`` of them) against those of the same-topic
 pairs.
 
-How it reads the seed where Table 2 is silent (the co-occurrence window; whose rows, the encoder, the pooling of
-attention) and the claims with the paper's words, hypotheses and thresholds are declared in the seed's
-``experiments.yaml`` (``tdlab explain topics-real-cooc`` prints both).
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+topics-real-cooc``).
 """
 
 from __future__ import annotations

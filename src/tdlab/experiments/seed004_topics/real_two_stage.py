@@ -16,10 +16,8 @@ own seed. Norms and rotation are logged every step by a trainer probe (the rotat
 
 Per layer: the two-stage rule of ``topics-two-stage`` (:func:`tdlab.probes.curves.lags`,
 :func:`~.common.lags.value_first_claim`) on the norm curves, and the mean rotation of W^V over stage 1 (steps
-10-100) against stage 2 (steps 101-400). How it reads the seed where Fig. 5 is silent (the encoder, "near
-zero", the settings and whose rows they are, the two-stage rule) and the claims with the paper's words,
-hypotheses and thresholds are declared in the seed's ``experiments.yaml`` (``tdlab explain topics-real-two-stage``
-prints both).
+10-100) against stage 2 (steps 101-400). Its readings of the seed and its claims are declared in the seed's
+``experiments.yaml`` (``tdlab explain topics-real-two-stage``).
 """
 
 from __future__ import annotations

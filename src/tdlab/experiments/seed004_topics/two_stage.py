@@ -25,9 +25,8 @@ Rows: one per setting of the grid (per-member settings, so each setting's health
 the headline setting (``headline_optimizer``, ``headline_lr``, ``headline_init``) runs ``headline_members`` seeds
 at every batch, the other settings ``members``.
 
-How it reads the seed where it is silent (the grid of settings and the headline, the near-zero init, the
-two-stage rule; §6.1's open settings) and the claims with the paper's words, hypotheses and thresholds are
-declared in the seed's ``experiments.yaml`` (``tdlab explain topics-two-stage`` prints both).
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+topics-two-stage``).
 
 ``headline_only`` trains the headline setting alone at each batch of ``batches`` (its optimiser, lr, init; the
 other lists are then ignored): the atlas (``atlas_axes``) sweeps optimiser × lr × init scale ×

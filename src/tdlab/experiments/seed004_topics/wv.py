@@ -18,10 +18,8 @@ and different-topic (D) entries and the uniformity u; per seed, the final test l
 relative distance to W^{V*}, logged at every evaluation (so its end drift is known), beside the exact ridge
 optimum's at the λ that ran.
 
-How it reads the seed where it is silent or ambiguous (L2 in Fig. 10, the two λ, "only slightly worse", the
-block means without L2, the factor 10's panels, Fig. 6's "sometimes"; §6.1's open settings) and the claims with
-the paper's words, hypotheses and thresholds are declared in the seed's ``experiments.yaml`` (``tdlab explain
-topics-wv`` prints both).
+Its readings of the seed and its claims are declared in the seed's ``experiments.yaml`` (``tdlab explain
+topics-wv``).
 """
 
 from __future__ import annotations
