@@ -19,7 +19,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from tdlab.theory.icl import bayes_predictor
+from tdlab.theory.icl import QueryDraw, bayes_predictor
 
 __all__ = [
     "TOKENS_PER_DRAW",
@@ -34,26 +34,15 @@ __all__ = [
 TOKENS_PER_DRAW = 1 << 20  # prompts are drawn in chunks of about this many tokens (memory)
 
 
-class RawPrompts(Protocol):
-    """Raw prompts of ``E`` members, ``N`` each, context length ``L`` (e.g. a ``MultiModalBatch``)."""
+class RawPrompts(QueryDraw, Protocol):
+    """Raw prompts of ``E`` members, ``N`` each, context length ``L`` (e.g. a ``MultiModalBatch``): the contexts
+    beside the queries and latents of :class:`~tdlab.theory.icl.QueryDraw`."""
 
     @property
     def X(self) -> Tensor: ...  # (E, N, L, d) context covariates
 
     @property
     def y(self) -> Tensor: ...  # (E, N, L) context responses
-
-    @property
-    def x_query(self) -> Tensor: ...  # (E, N, d)
-
-    @property
-    def y_query(self) -> Tensor: ...  # (E, N)
-
-    @property
-    def m(self) -> Tensor: ...  # (E, N, d) each prompt's stacked modality vector
-
-    @property
-    def zeta(self) -> Tensor: ...  # (E, N) each prompt's response scale
 
     def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> RawPrompts:
         """A copy on ``device`` and/or with floating dtype ``dtype``."""
