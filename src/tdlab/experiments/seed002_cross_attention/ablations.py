@@ -249,20 +249,16 @@ class IclAblations(RegressionArms, Experiment[AblationConfig]):
                     Sample(np.abs(mse[name] - zero).max(1), deterministic=True),
                     label=f"{name}: largest |MSE − mean y_q²| over L_te",
                 )
-        for key, lo, hi, what in (  # deep-lsa-two between: (rows key, smaller MSE, larger MSE, label)
-            ("worse-than-lca-two", "lca-two", "deep-lsa-two", "lca-two < deep-lsa-two"),
-            ("better-than-sample-mean", "deep-lsa-two", None, "deep-lsa-two < ȳ"),
-            ("better-than-lsa", "deep-lsa-two", "lsa", "deep-lsa-two < single-layer LSA"),
+        # deep-lsa-two between its neighbours: (rows key, the arms it needs, smaller MSE, larger MSE, label)
+        for key, arms, lo, hi, what in (
+            ("worse-than-lca-two", ["deep-lsa-two", "lca-two"], "lca-two", "deep-lsa-two", "lca-two < deep-lsa-two"),
+            ("better-than-sample-mean", ["deep-lsa-two"], "deep-lsa-two", None, "deep-lsa-two < ȳ"),
+            ("better-than-lsa", ["deep-lsa-two", "lsa"], "deep-lsa-two", "lsa", "deep-lsa-two < single-layer LSA"),
         ):
-            other = [m for m in (lo, hi) if m not in (None, "deep-lsa-two")]
-            if has("deep-lsa-two", *other):
+            if has(*arms):
+                larger = Sample(mean[:, k_max]) if hi is None else at_max(hi)
                 out.row(
-                    "deep-lsa-two-between",
-                    key,
-                    at_max(lo),
-                    Sample(mean[:, k_max]) if hi is None else at_max(hi),
-                    arms=["deep-lsa-two", *other],
-                    label=f"MSE {what} at L_te = {L_max}",
+                    "deep-lsa-two-between", key, at_max(lo), larger, arms=arms, label=f"MSE {what} at L_te = {L_max}"
                 )
         others = [m for m in cfg.models if m not in LCAS and m not in F0X]
         trainable = [m for m in others if m not in ZERO_PREDICTORS]
