@@ -16,7 +16,7 @@ import argparse
 import torch
 from timing import best_time
 
-from tdlab.experiments.seed001_reasoning_bias.common.training import GammaArms, Seed001GPTConfig, gamma_gpt
+from tdlab.experiments.paper001_reasoning_bias.common.training import GammaArms, Seed001GPTConfig, gamma_gpt
 from tdlab.seeding import Purpose, generators
 from tdlab.tasks.anchors import Anchors, AnchorsConfig
 from tdlab.train.objectives import LastPosition

@@ -225,7 +225,7 @@ def norm_attn() -> list[Case]:
 
 def anchors() -> list[Case]:
     """``anchors-bias`` quick: the seed-001 post-LN GPT, γ-init per member, last-position label."""
-    from tdlab.experiments.seed001_reasoning_bias.common.training import gamma_gpt
+    from tdlab.experiments.paper001_reasoning_bias.common.training import gamma_gpt
 
     cfg = quick("anchors-bias")
     m, B, L = cfg.model_for_task(), cfg.train.batch, cfg.task.L
@@ -285,7 +285,7 @@ def anchors_mlp() -> list[Case]:
 def topic_case(experiment: str, variant: str, update: dict[str, Any]) -> Case:
     """The topic model of ``experiment``'s quick profile (``update`` applied): LDA documents
     (N ~ U{n_min..n_max}, padded), masked tokens (CE, masked positions only)."""
-    from tdlab.experiments.seed004_topics.common.training import masked_objective
+    from tdlab.experiments.paper004_topics.common.training import masked_objective
     from tdlab.models.topic_attention import TopicAttention
     from tdlab.tasks.topics import Topics
 
@@ -313,7 +313,7 @@ def topics() -> list[Case]:
 def topics_real() -> list[Case]:
     """``topics-real`` quick: the BERT-shaped encoder (post-LN, bidirectional, tied output) over a
     ``max_vocab``-word vocabulary, masked tokens at the masked positions (as bench_topics_real.py)."""
-    from tdlab.experiments.seed004_topics.common.real_text import (
+    from tdlab.experiments.paper004_topics.common.real_text import (
         OFFSET,
         encoder_config,
         masked_objective,
@@ -340,7 +340,7 @@ def topics_real() -> list[Case]:
 def avdigits() -> list[Case]:
     """``icl-avdigits`` quick: the full multimodal CA model and the bi-CA baseline on (image, spectrogram)
     pairs (2 x 28 x 28), 10-class label."""
-    from tdlab.experiments.seed002_cross_attention.avdigits import build_model
+    from tdlab.experiments.paper002_cross_attention.avdigits import build_model
     from tdlab.models.multimodal_ca import activation_bytes
 
     cfg = quick("icl-avdigits")
@@ -373,7 +373,7 @@ def avdigits() -> list[Case]:
 def linear_attn() -> list[Case]:
     """``icl-lsa-vs-lca`` quick: LSA and the tied LCA_T (one / two parameters, T = fixed_depth) from
     their experiment inits, float64, on N prompts of context L (statistics, the trainer's fast path)."""
-    from tdlab.experiments.seed002_cross_attention.common.synthetic import lca_builder
+    from tdlab.experiments.paper002_cross_attention.common.synthetic import lca_builder
     from tdlab.models.linear_attention import LSA
     from tdlab.theory.icl_stats import sample_stats
 

@@ -55,13 +55,15 @@ CASES: dict[str, list[str]] = {
     "tiny run": ["-m", "tdlab.cli", *TINY_RUN],  # --out is added per run
     "import torch": ["-c", "import torch"],
 }
-# What a process imports (printed once per code base): modules of the seed packages (experiments and
-# their shared set-ups), and libraries it should import only when it uses them.
+# What a process imports (printed once per code base): modules of the paper packages (experiments and
+# their shared set-ups; named seedNNN_* before they were paperNNN_*, so a baseline of older code counts too),
+# and libraries it should import only when it uses them.
 PROBE = """
 import json, sys
 {action}
-seed = [m for m, mod in sys.modules.items() if m.startswith("tdlab.experiments.seed") and not hasattr(mod, "__path__")]
-print(json.dumps({{"seed-package modules": len(seed), "torch._dynamo": "torch._dynamo" in sys.modules,
+own = ("tdlab.experiments.paper", "tdlab.experiments.seed")
+papers = [m for m, mod in sys.modules.items() if m.startswith(own) and not hasattr(mod, "__path__")]
+print(json.dumps({{"paper-package modules": len(papers), "torch._dynamo": "torch._dynamo" in sys.modules,
                   "matplotlib": "matplotlib" in sys.modules, "scipy.stats": "scipy.stats" in sys.modules}}))
 """
 TINY_ACTION = """

@@ -24,7 +24,7 @@ from tdlab.models.gpt import GPT, GPTConfig
 from tdlab.seeding import member_seeds
 from tdlab.train.objectives import MaskedTokens
 
-OFFSET = 2  # [MASK], [PAD] below the words (seed004_topics.common.real_text's layout)
+OFFSET = 2  # [MASK], [PAD] below the words (paper004_topics.common.real_text's layout)
 
 
 def train_steps(

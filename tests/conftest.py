@@ -95,7 +95,7 @@ def make_markov_run(tmp_path: Path) -> Callable[..., tuple[object, Path]]:
     arms left out get the entropy rate everywhere. The run is written with :class:`RunWriter`, as a
     real run would be, and nothing is trained.
     """
-    from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
+    from tdlab.experiments.paper000_local_to_global.initialisation import MarkovInit
     from tdlab.runs import RunWriter
 
     counter = iter(range(10_000))

@@ -380,7 +380,7 @@ def test_every_module_is_in_the_architecture_page():
     assert not missing, f"modules not named in docs/architecture.md: {missing}"
 
 
-SEEDS = "tdlab.experiments.seed"
+PAPERS = "tdlab.experiments.paper"
 
 
 def _experiment_imports(src: Path) -> list[str]:
@@ -392,12 +392,12 @@ def _experiment_imports(src: Path) -> list[str]:
     known = set(mods)
     out = []
     for m, p in mods.items():
-        if not m.startswith(SEEDS):
+        if not m.startswith(PAPERS):
             continue
-        own = ".".join(m.split(".")[:3])  # tdlab.experiments.seedNNN_name, the package's __init__
+        own = ".".join(m.split(".")[:3])  # tdlab.experiments.paperNNN_name, the package's __init__
         for d in _imports(m, p, known):
             common = own + ".common"
-            if d.startswith(SEEDS) and d != own and d != common and not d.startswith(common + "."):
+            if d.startswith(PAPERS) and d != own and d != common and not d.startswith(common + "."):
                 out.append(f"{m} -> {d}")
     return sorted(out)
 
@@ -412,26 +412,26 @@ def test_experiment_import_finder_sees_a_sibling_and_another_seed(tmp_path):
         "__init__.py": "",
         "experiments/__init__.py": "",
         "experiments/base.py": "def register(cls):\n    return cls\n",
-        "experiments/seed001_a/__init__.py": "",
-        "experiments/seed001_a/common.py": "X = 1\n",
-        "experiments/seed001_a/helper.py": "Y = 2\n",
-        "experiments/seed001_a/one.py": exp,
-        "experiments/seed001_a/two.py": exp
-        + "from tdlab.experiments.seed001_a.common import X\nfrom tdlab.experiments.seed001_a import one\n",
-        "experiments/seed001_a/four.py": exp + "from .helper import Y\n",
-        "experiments/seed002_b/__init__.py": "",
-        "experiments/seed002_b/common/__init__.py": "",
-        "experiments/seed002_b/common/shared.py": "def f():\n    from tdlab.experiments.seed001_a.common import X\n",
-        "experiments/seed002_b/three.py": exp
-        + "from . import common\nfrom .common.shared import f\nfrom .. import seed002_b\n",
+        "experiments/paper001_a/__init__.py": "",
+        "experiments/paper001_a/common.py": "X = 1\n",
+        "experiments/paper001_a/helper.py": "Y = 2\n",
+        "experiments/paper001_a/one.py": exp,
+        "experiments/paper001_a/two.py": exp
+        + "from tdlab.experiments.paper001_a.common import X\nfrom tdlab.experiments.paper001_a import one\n",
+        "experiments/paper001_a/four.py": exp + "from .helper import Y\n",
+        "experiments/paper002_b/__init__.py": "",
+        "experiments/paper002_b/common/__init__.py": "",
+        "experiments/paper002_b/common/shared.py": "def f():\n    from tdlab.experiments.paper001_a.common import X\n",
+        "experiments/paper002_b/three.py": exp
+        + "from . import common\nfrom .common.shared import f\nfrom .. import paper002_b\n",
     }.items():
         f = tmp_path / "tdlab" / name
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(text)
     assert _experiment_imports(tmp_path) == [
-        "tdlab.experiments.seed001_a.four -> tdlab.experiments.seed001_a.helper",
-        "tdlab.experiments.seed001_a.two -> tdlab.experiments.seed001_a.one",
-        "tdlab.experiments.seed002_b.common.shared -> tdlab.experiments.seed001_a.common",
+        "tdlab.experiments.paper001_a.four -> tdlab.experiments.paper001_a.helper",
+        "tdlab.experiments.paper001_a.two -> tdlab.experiments.paper001_a.one",
+        "tdlab.experiments.paper002_b.common.shared -> tdlab.experiments.paper001_a.common",
     ]
 
 

@@ -128,7 +128,7 @@ def _planted_point(runs: Path, spec, point, std_at: str, run_id: str | None = No
     """A markov-init run of ``point`` of the atlas sweep, with chosen test-loss curves, analysed by the
     real code (``rebuild``) and indexed under the sweep: the proposed init ends at the entropy rate;
     the standard init ends at ``std_at`` ("rate" or "hpi") after leaving its plateau later."""
-    from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
+    from tdlab.experiments.paper000_local_to_global.initialisation import MarkovInit
     from tdlab.runner import rebuild
     from tdlab.runs import RunWriter
 

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 import tdlab.cli as cli
 from tdlab.experiments.base import registry
-from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
+from tdlab.experiments.paper000_local_to_global.initialisation import MarkovInit
 from tdlab.models.gpt import GPT
 from tdlab.report.measurement_tables import format_cell
 from tdlab.seeding import member_seeds

@@ -20,7 +20,7 @@ from tdlab.config import (
     to_yaml,
     validate_config,
 )
-from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit, MarkovInitConfig
+from tdlab.experiments.paper000_local_to_global.initialisation import MarkovInit, MarkovInitConfig
 
 
 class Inner(Config):
@@ -373,7 +373,7 @@ def test_memory_estimate_grows_with_every_size_it_names():
 def test_a_nested_override_changes_one_field_of_the_experiments_default_model():
     """``--set model.d_a=7`` keeps the rest of the experiment's default model (topics-wv's one-hot model),
     instead of replacing it with the nested class's own defaults (onehot=False)."""
-    from tdlab.experiments.seed004_topics.wv import TopicsWV
+    from tdlab.experiments.paper004_topics.wv import TopicsWV
 
     cfg = TopicsWV().make_config("quick", ["model.d_a=7"])
     assert cfg.model.onehot is True and cfg.model.d_a == 7

@@ -83,7 +83,7 @@ def test_the_command_prints_how_the_experiment_reads_the_seed_above_the_groups()
     assert block[1:-1] == [
         line
         for r in readings
-        for line in (f"  {r.where}: {r.seed}", f"    → {r.chosen}" + (f" (option: {r.option})" if r.option else ""))
+        for line in (f"  {r.where}: {r.paper}", f"    → {r.chosen}" + (f" (option: {r.option})" if r.option else ""))
     ]
     assert " ".join(head.split()) == " ".join(" ".join(block).split())  # printed as is, above the groups
     assert "paper (App. A.3.1" in group

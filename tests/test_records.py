@@ -73,8 +73,8 @@ def test_a_resumed_record_names_every_commit_that_trained_it_with_its_hours(run_
 
 def test_a_record_written_when_the_paper_was_called_seed_reads_in_todays_words_and_rejudges_alike(run_dir, tmp_path):
     """Records written before "seed" meant only a random seed named the paper "seed" (a row's provenance, in the
-    groups and in the measurements the judge reads; the cause "no seed rows"; a settings diff's value): they
-    load in today's words and re-judge to the verdicts they hold."""
+    groups and in the measurements the judge reads; the cause "no seed rows"; a settings diff's value; the
+    measurement ``lr_vs_seed``): they load in today's words and re-judge to the verdicts they hold."""
     doc = json.loads((run_dir / RECORD_NAME).read_text())
     today = Record.model_validate(doc)
     old = json.loads(json.dumps(doc).replace('"provenance": "paper"', '"provenance": "seed"'))
@@ -84,9 +84,11 @@ def test_a_record_written_when_the_paper_was_called_seed_reads_in_todays_words_a
                 r["provenance"] = "seed"
     old["settings_diff"] = [{"field": "train.steps", "seed": 8000, "run": 200, "where": "Table 2"}]
     old["claims"][0] = {**old["claims"][0], "cause": "no seed rows"}
+    old["measurements"] = {**old["measurements"], "lr_vs_seed": 100.0}
     assert '"seed"' in json.dumps(old["measured"]) or '"seed"' in json.dumps(old["claims"])
     rec = Record.model_validate(old)
     assert '"provenance": "seed"' not in json.dumps(rec.model_dump())
     assert rec.settings_diff == [{"field": "train.steps", "paper": 8000, "run": 200, "where": "Table 2"}]
     assert rec.claims[0]["cause"] == "no paper rows"
+    assert rec.measurements["lr_vs_paper"] == 100.0 and "lr_vs_seed" not in rec.measurements
     assert [g.verdict for g in rejudge(rec)] == [g.verdict for g in rejudge(today)]

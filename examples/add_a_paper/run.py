@@ -1,7 +1,7 @@
 """Run seed 999's ``sticky-copy`` (an example paper) through the real ``tdlab run`` command.
 
 ``tdlab run NAME`` finds an experiment by name in tdlab's catalog; an experiment defined outside tdlab is
-found once its module is imported (here: the seed package beside this script), so this script imports it
+found once its module is imported (here: the paper package beside this script), so this script imports it
 and hands the command line to tdlab's own CLI. The run directory goes to a temporary folder unless
 ``--out`` is given.
 
@@ -15,9 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the seed package beside this script
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the paper package beside this script
 
-import seed999_sticky  # noqa: F401  (registers sticky-copy)
+import paper999_sticky  # noqa: F401  (registers sticky-copy)
 
 from tdlab.cli import app
 

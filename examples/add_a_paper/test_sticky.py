@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from seed999_sticky.copying import CLAIMS, StickyCopy
-from seed999_sticky.task import StickyTokens, entropy_rate
+from paper999_sticky.copying import CLAIMS, StickyCopy
+from paper999_sticky.task import StickyTokens, entropy_rate
 
 from tdlab import runner
 from tdlab.claims import Measurements, Sample, judge

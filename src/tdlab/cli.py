@@ -178,7 +178,7 @@ def list_experiments(include: IncludeOption = None) -> None:
     table = Table(show_lines=False)
     # names are what one types: never cut, whatever the terminal's width (the other columns wrap)
     table.add_column("experiment", no_wrap=True, min_width=max(map(len, CATALOG), default=10))
-    for col in ("seed", "reproduces", "profiles"):
+    for col in ("paper", "reproduces", "profiles"):
         table.add_column(col, overflow="fold")
     for name, entry in sorted(CATALOG.items()):
         table.add_row(name, entry.paper, entry.figure, ", ".join(entry.profiles))
@@ -1167,7 +1167,7 @@ def findings(
     section: Annotated[
         str, typer.Option(help="--into: write between <!-- SECTION:start --> and <!-- SECTION:end -->")
     ] = "findings",
-    per_seed: Annotated[
+    per_paper: Annotated[
         bool,
         typer.Option(
             help="with --results: one short table per seed, a row per experiment (quick and the seed's "
@@ -1195,15 +1195,15 @@ def findings(
             raise ConfigError("findings: give run directories, --results DIR or --records DIR, one of them")
         if records is not None and not records.is_dir():
             raise ConfigError(f"--records: {records} is not a folder of records")
-        if per_seed and (results is None or before is not None):
-            raise ConfigError("--per-seed: the README's tables of --results DIR; not with run directories or --before")
+        if per_paper and (results is None or before is not None):
+            raise ConfigError("--per-paper: the README's tables of --results DIR; not with run directories or --before")
         if records is not None:
             from tdlab.experiments.base import registry
             from tdlab.pages.records import records_markdown
 
             text = records_markdown(records, list(registry().values()))
         else:
-            text = _published_markdown(results, per_seed) if results is not None else findings_markdown(run_dirs or [])
+            text = _published_markdown(results, per_paper) if results is not None else findings_markdown(run_dirs or [])
         if before is not None and results is not None:
             text += "\n**What changed** (every record against the one under `" + md_code(str(before)) + "`):\n\n"
             text += record_changes(results, before)
@@ -1233,28 +1233,28 @@ def _check_section(section: str) -> None:
         raise ConfigError(f"--section: {section!r} is not a marker name; allowed: lower-case letters, digits, '-'")
 
 
-def _published_markdown(results: Path, per_seed: bool = False) -> str:
+def _published_markdown(results: Path, per_paper: bool = False) -> str:
     """The by-seed and by-experiment tables of the records under ``results`` (tdlab.pages.records); with
-    ``per_seed``, one short table per seed instead (the README's)."""
+    ``per_paper``, one short table per seed instead (the README's)."""
     from tdlab.experiments.base import registry
-    from tdlab.pages.records import experiment_table, load_published, seed_table, seed_tables, undecided_lines
+    from tdlab.pages.records import experiment_table, load_published, paper_table, paper_tables, undecided_lines
     from tdlab.rounds import length_field
 
     if not results.is_dir():
         raise ConfigError(f"--results: {results} is not a folder of records (results/PROFILE/NAME.json)")
     pub = load_published(results)
     exps = list(registry().values())
-    if per_seed:  # quick's records alone make the README's tables; the seed's settings join once published
-        from tdlab.pages.docs_site import SEEDS
+    if per_paper:  # quick's records alone make the README's tables; the seed's settings join once published
+        from tdlab.pages.docs_site import PAPERS
 
-        return seed_tables(pub, exps, {s.number: s.title for s in SEEDS})
+        return paper_tables(pub, exps, {s.number: s.title for s in PAPERS})
     if not pub.paper:
         raise ConfigError(f"--results: {results}/paper holds no record; `tdlab batch --profile paper` writes them")
     undecided = undecided_lines(pub, {e.name: length_field(e) for e in exps})
     return (
         "**By seed** (paper claim groups; the seed's settings from `results/paper`, quick from `results/quick` over "
         "the same experiments):\n\n"
-        + seed_table(pub, exps)
+        + paper_table(pub, exps)
         + "\n**By experiment:**\n\n"
         + experiment_table(pub, exps)
         + (
@@ -1421,12 +1421,12 @@ def docs_serve(
     import subprocess
     import sys
 
-    from tdlab.pages.docs_site import check_runs, docs_folder, find_config, require_mkdocs, write_seed_pages
+    from tdlab.pages.docs_site import check_runs, docs_folder, find_config, require_mkdocs, write_paper_pages
 
     try:
         require_mkdocs()
         cfg = find_config(config)
-        write_seed_pages(docs_folder(cfg), check_runs(runs_dir))
+        write_paper_pages(docs_folder(cfg), check_runs(runs_dir))
     except (ConfigError, RunDirError) as exc:
         _fail(str(exc))
     with contextlib.suppress(KeyboardInterrupt):

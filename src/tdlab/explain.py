@@ -138,7 +138,7 @@ def readings_lines(name: str) -> list[str]:
         return []
     lines = [f"{name}: how it reads the seed"]
     for r in readings:
-        lines.append(f"  {r.where}: {r.seed}")
+        lines.append(f"  {r.where}: {r.paper}")
         lines.append(f"    → {r.chosen}" + (f" (option: {r.option})" if r.option else ""))
     return [*lines, ""]
 
@@ -148,7 +148,7 @@ def readings_markdown(name: str) -> list[str]:
     from tdlab.report.mdtext import md_cell
 
     return [
-        f"- {md_cell(r.where)}: {md_cell(r.seed)} — {md_cell(r.chosen)}"
+        f"- {md_cell(r.where)}: {md_cell(r.paper)} — {md_cell(r.chosen)}"
         + (f" (option: `{r.option}`)" if r.option else "")
         for r in get(name).readings
     ]

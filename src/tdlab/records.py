@@ -78,8 +78,9 @@ def _checked_commit(v: str | None) -> str | None:
 
 def paper_vocabulary(doc: Any) -> Any:
     """``doc`` (a record as read) in today's words: records written before the paper was called the paper in code
-    named it "seed" in three places (a row's ``provenance``, in the groups and the measurements; the cause ``no seed rows``, a settings diff's
-    ``seed`` value); "seed" is now only ever a random seed. Anything else is returned as it is."""
+    named it "seed" in four places (a row's ``provenance``, in the groups and the measurements; the cause ``no seed
+    rows``; a settings diff's ``seed`` value; the measurement ``lr_vs_seed``, now ``lr_vs_paper``); "seed" is now
+    only ever a random seed. Anything else is returned as it is."""
     if not isinstance(doc, dict):
         return doc
     doc = dict(doc)
@@ -96,6 +97,9 @@ def paper_vocabulary(doc: Any) -> Any:
                 for claim, rows in measured["rows"].items()
             },
         }
+    values = doc.get("measurements")
+    if isinstance(values, dict) and "lr_vs_seed" in values:
+        doc["measurements"] = {("lr_vs_paper" if k == "lr_vs_seed" else k): v for k, v in values.items()}
     diff = doc.get("settings_diff")
     if isinstance(diff, list):
         doc["settings_diff"] = [

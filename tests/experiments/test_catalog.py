@@ -33,7 +33,7 @@ def _registering_classes() -> set[tuple[str, str]]:
     """``(module, class)`` of every class of the seed packages decorated ``@register`` (read from the source,
     so a module nobody imports is found too)."""
     out = set()
-    for path in sorted(EXPERIMENTS.glob("seed*/*.py")):
+    for path in sorted(EXPERIMENTS.glob("paper*/*.py")):
         module = "tdlab.experiments." + ".".join(path.relative_to(EXPERIMENTS).with_suffix("").parts)
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef) and any(ast.unparse(d) == "register" for d in node.decorator_list):
@@ -110,8 +110,8 @@ def _declared(monkeypatch, **fields) -> type:
 def test_declared_readings_build_the_readings_and_an_option_must_be_a_config_field(monkeypatch, tmp_path):
     path = tmp_path / "experiments.yaml"
     path.write_text(
-        GOOD + "  readings:\n    - {where: Sec. 2, seed: no step size, chosen: 0.3 (ours), option: train.lr}\n"
-        "    - {where: App. C, seed: either factor, chosen: the better of the two}\n"
+        GOOD + "  readings:\n    - {where: Sec. 2, paper: no step size, chosen: 0.3 (ours), option: train.lr}\n"
+        "    - {where: App. C, paper: either factor, chosen: the better of the two}\n"
     )
     (decl,) = read_file(path, "pkg").values()
     assert decl.attributes()["readings"] == (
@@ -120,7 +120,7 @@ def test_declared_readings_build_the_readings_and_an_option_must_be_a_config_fie
     )
 
     for option, refused in (("train.lr", False), ("train.lr_typo", True)):
-        Reads = _declared(monkeypatch, readings=[{"where": "Sec. 2", "seed": "s", "chosen": "c", "option": option}])
+        Reads = _declared(monkeypatch, readings=[{"where": "Sec. 2", "paper": "s", "chosen": "c", "option": option}])
 
         if refused:
             with pytest.raises(TypeError, match=r"reading of Sec\. 2 names option 'train\.lr_typo', not a field of"):
@@ -195,7 +195,7 @@ def test_a_declared_atlas_builds_the_atlas_axes_its_fields_say(tmp_path):
         (GOOD + "  profiles: {quick: 3}\n", r"x-exp\.profiles\.quick: Input should be a valid dictionary"),
         (GOOD.replace("mod.Cls", "Cls"), r"x-exp\.implementation: give it as module\.Class"),
         (GOOD + "  atlas: {axes: [{field: lr, value: [1]}]}\n", r"x-exp\.atlas\.axes\.0\.values: Field required"),
-        (GOOD + "  readings: [{where: Sec. 2, seed: s}]\n", r"x-exp\.readings\.0\.chosen: Field required"),
+        (GOOD + "  readings: [{where: Sec. 2, paper: s}]\n", r"x-exp\.readings\.0\.chosen: Field required"),
         (GOOD + "  atlas: {axes: []}\n", r"x-exp\.atlas: Value error, atlas axes: at least one axis"),
         (
             GOOD + "  atlas: {axes: [{field: lr, values: [1, 1]}]}\n",
@@ -236,8 +236,8 @@ def test_a_declared_class_that_sets_a_declared_attribute_itself_is_refused(monke
 
 def test_the_declarations_ship_in_the_wheel():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    assert "seed*/experiments.yaml" in data["tdlab.experiments"]
-    assert len(sorted(EXPERIMENTS.glob("seed*/experiments.yaml"))) == 5
+    assert "paper*/experiments.yaml" in data["tdlab.experiments"]
+    assert len(sorted(EXPERIMENTS.glob("paper*/experiments.yaml"))) == 5
 
 
 def test_registry_holds_every_catalog_experiment():
@@ -271,9 +271,9 @@ def test_the_catalog_and_the_seed_packages_import_no_experiment():
     seen = _fresh(
         "import json, sys\n"
         "import tdlab.experiments, tdlab.experiments.catalog\n"
-        "import tdlab.experiments.seed000_local_to_global, tdlab.experiments.seed001_reasoning_bias\n"
-        "import tdlab.experiments.seed002_cross_attention, tdlab.experiments.seed003_attention_markov\n"
-        "import tdlab.experiments.seed004_topics\n"
+        "import tdlab.experiments.paper000_local_to_global, tdlab.experiments.paper001_reasoning_bias\n"
+        "import tdlab.experiments.paper002_cross_attention, tdlab.experiments.paper003_attention_markov\n"
+        "import tdlab.experiments.paper004_topics\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('torch', 'tdlab.experiments.base')))))\n"
     )
     assert seen == []
@@ -412,7 +412,7 @@ def test_every_experiment_of_the_seeds_takes_its_claims_from_its_declaration():
         assert declared, name
     # and no class of theirs sets claims itself: neither the registered class (read from its source: register sets
     # the attribute) nor a class it inherits from
-    for path in sorted(EXPERIMENTS.glob("seed*/*.py")):
+    for path in sorted(EXPERIMENTS.glob("paper*/*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef) and any(ast.unparse(d) == "register" for d in node.decorator_list):
                 assigned = [ast.unparse(t) for s in node.body if isinstance(s, ast.Assign) for t in s.targets]

@@ -18,8 +18,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from tdlab.config import ConfigError
-from tdlab.experiments.seed000_local_to_global.initialisation import MarkovInit
-from tdlab.experiments.seed003_attention_markov.icl_depth import MarkovICLDepth
+from tdlab.experiments.paper000_local_to_global.initialisation import MarkovInit
+from tdlab.experiments.paper003_attention_markov.icl_depth import MarkovICLDepth
 from tdlab.export.transformer_lens import (
     CONFIG_KEY,
     FORMAT,

@@ -276,8 +276,8 @@ def test_topics_real_measures_a_local_checkpoint_end_to_end(tiny, tmp_path, monk
     """A planted text file whose words are the checkpoint's tokens, a checkpoint of each architecture: the run
     trains nothing and measures it (figures drawn for one architecture only: they do not depend on it)."""
     kind, checkpoint = tiny
-    from tdlab.experiments.seed004_topics.common.real_text import MEASURE_ARMS
-    from tdlab.experiments.seed004_topics.real import TopicsReal
+    from tdlab.experiments.paper004_topics.common.real_text import MEASURE_ARMS
+    from tdlab.experiments.paper004_topics.real import TopicsReal
     from tdlab.runner import execute
 
     rng = np.random.default_rng(0)

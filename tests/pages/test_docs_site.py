@@ -26,7 +26,7 @@ import tdlab.cli as cli
 from tdlab.config import ConfigError
 from tdlab.experiments.base import registry
 from tdlab.pages import docs_site
-from tdlab.pages.docs_site import SEEDS, build_site, seed_of, write_seed_pages
+from tdlab.pages.docs_site import PAPERS, build_site, paper_of, write_paper_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_TEXTS = [Path(os.environ.get("TDLAB_SEEDS", ROOT.parent / "shared" / "seeds")), ROOT / "shared" / "seeds"]
@@ -46,15 +46,15 @@ def _section(page: str, name: str) -> str:
 @pytest.fixture(scope="module")
 def pages_without_runs(tmp_path_factory) -> dict[str, str]:
     docs = tmp_path_factory.mktemp("docs")
-    write_seed_pages(docs, runs=None)
-    return {s.number: (docs / "seeds" / f"seed{s.number}.md").read_text(encoding="utf-8") for s in SEEDS}
+    write_paper_pages(docs, runs=None)
+    return {s.number: (docs / "seeds" / f"seed{s.number}.md").read_text(encoding="utf-8") for s in PAPERS}
 
 
 def test_a_page_per_seed_lists_every_experiment_its_figure_commands_and_claims(pages_without_runs):
     exps = registry()
-    assert {seed_of(e) for e in exps.values()} == {s.number for s in SEEDS}
+    assert {paper_of(e) for e in exps.values()} == {s.number for s in PAPERS}
     for name, exp in exps.items():
-        page = pages_without_runs[seed_of(exp)]
+        page = pages_without_runs[paper_of(exp)]
         sec = _section(page, name)
         assert f"**Reproduces:** {exp.figure}" in sec, name
         assert f"tdlab run {name} " in sec
@@ -67,21 +67,21 @@ def test_a_page_per_seed_lists_every_experiment_its_figure_commands_and_claims(p
 
 def test_without_runs_every_experiment_says_how_to_get_one(pages_without_runs):
     for name, exp in registry().items():
-        sec = _section(pages_without_runs[seed_of(exp)], name)
+        sec = _section(pages_without_runs[paper_of(exp)], name)
         assert "No run yet" in sec and f"run `tdlab run {name}`" in sec
         assert not re.search(r"\*\*(holds|fails|not resolved|not evaluable)\*\*", sec)  # no verdict is invented
 
 
 def test_inventory_covers_every_experiment_and_names_only_real_ones():
     exps = registry()
-    for seed in SEEDS:
-        named = {n for item in seed.items for n in item.experiments}
+    for paper in PAPERS:
+        named = {n for item in paper.items for n in item.experiments}
         assert named <= set(exps), named - set(exps)
-        own = {n for n, e in exps.items() if seed_of(e) == seed.number}
-        assert own <= named, f"seed {seed.number}: experiments in no figure/table row: {own - named}"
-        for item in seed.items:
-            assert item.experiments or item.note, f"{seed.number} {item.label}: not reproduced, and no reason given"
-        assert len({i.label for i in seed.items}) == len(seed.items)
+        own = {n for n, e in exps.items() if paper_of(e) == paper.number}
+        assert own <= named, f"seed {paper.number}: experiments in no figure/table row: {own - named}"
+        for item in paper.items:
+            assert item.experiments or item.note, f"{paper.number} {item.label}: not reproduced, and no reason given"
+        assert len({i.label for i in paper.items}) == len(paper.items)
 
 
 def _seed_text(number: str) -> str | None:
@@ -92,23 +92,23 @@ def _seed_text(number: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("seed", SEEDS, ids=lambda s: s.number)
-def test_page_lists_every_figure_and_table_of_the_seed_text(seed, pages_without_runs):
-    text = _seed_text(seed.number)
+@pytest.mark.parametrize("paper", PAPERS, ids=lambda s: s.number)
+def test_page_lists_every_figure_and_table_of_the_seed_text(paper, pages_without_runs):
+    text = _seed_text(paper.number)
     if text is None:
-        pytest.skip(f"seed text {seed.number}_*.txt not found in {[str(p) for p in SEED_TEXTS]} (set TDLAB_SEEDS)")
-    labels = {i.label for i in seed.items}
-    page = pages_without_runs[seed.number]
+        pytest.skip(f"seed text {paper.number}_*.txt not found in {[str(p) for p in SEED_TEXTS]} (set TDLAB_SEEDS)")
+    labels = {i.label for i in paper.items}
+    page = pages_without_runs[paper.number]
     captions = {
         f"{'Fig.' if kind == 'Figure' else 'Table'} {n}"
         for kind, n in re.findall(r"^(Figure|Table) (\d+)[.:]", text, flags=re.M)
     }
-    assert captions <= labels, f"seed {seed.number}: figures/tables not in SEEDS: {sorted(captions - labels)}"
+    assert captions <= labels, f"seed {paper.number}: figures/tables not in PAPERS: {sorted(captions - labels)}"
     if not captions:  # a talk: its result slides, each a slide title of the text
         flat = " ".join(text.replace("*", "").split()).lower()
         for label in labels:
             title = re.sub(r"^Part I+: ", "", label)
-            assert " ".join(title.split()).lower() in flat, f"seed {seed.number}: no slide titled {title!r}"
+            assert " ".join(title.split()).lower() in flat, f"seed {paper.number}: no slide titled {title!r}"
     for label in labels:
         assert f"| {label} |" in page, label
 
@@ -183,7 +183,7 @@ def test_the_newest_run_gives_the_verdicts_numbers_and_figures(tmp_path):
     _fake_run(runs, "c-sweep-point", "markov-init", "not resolved", 0.9999, mtime=3_000_000, sweep="pq-grid")
     before = {p: (p.stat().st_mtime, p.read_bytes()) for p in runs.rglob("*") if p.is_file()}
     docs = tmp_path / "docs"
-    write_seed_pages(docs, runs)
+    write_paper_pages(docs, runs)
     assert {p: (p.stat().st_mtime, p.read_bytes()) for p in runs.rglob("*") if p.is_file()} == before  # only read
     page = (docs / "seeds" / "seed000.md").read_text(encoding="utf-8")
     sec = _section(page, "markov-init")
@@ -204,7 +204,7 @@ def test_statement_text_cannot_become_html(tmp_path):
     s = json.loads((d / "summary.json").read_text())
     s["claims"][0]["statement"] = "At a global minimum <v, α> ≈ 0 and W^V* = D^V*"
     (d / "summary.json").write_text(json.dumps(s))
-    write_seed_pages(tmp_path / "docs", runs)
+    write_paper_pages(tmp_path / "docs", runs)
     page = (tmp_path / "docs" / "seeds" / "seed000.md").read_text(encoding="utf-8")
     assert "&lt;v, α> ≈ 0 and W^V\\* = D^V\\*" in page and "<v, α>" not in page
 
@@ -219,7 +219,7 @@ def test_a_symlinked_figure_is_not_copied(tmp_path):
     s["figures"] = ["figures/curve.png", "../secret.png"]
     (d / "summary.json").write_text(json.dumps(s))
     warnings = []
-    write_seed_pages(tmp_path / "docs", runs, warnings.append)
+    write_paper_pages(tmp_path / "docs", runs, warnings.append)
     assert not (tmp_path / "docs" / "seeds" / "figures" / "markov-init" / "curve.png").exists()
     assert len(warnings) == 2
 
@@ -229,13 +229,13 @@ def test_a_seeds_folder_tdlab_did_not_write_is_refused_and_kept(tmp_path):
     (docs / "seeds").mkdir(parents=True)
     (docs / "seeds" / "mine.md").write_text("my notes")
     with pytest.raises(ConfigError, match="did not write"):
-        write_seed_pages(docs, None)
+        write_paper_pages(docs, None)
     assert (docs / "seeds" / "mine.md").read_text() == "my notes"
     shutil.rmtree(docs / "seeds")
-    write_seed_pages(docs, None)
-    write_seed_pages(docs, None)  # its own folder is replaced
+    write_paper_pages(docs, None)
+    write_paper_pages(docs, None)  # its own folder is replaced
     assert sorted(p.name for p in (docs / "seeds").iterdir() if not p.name.startswith(".")) == ["index.md"] + [
-        f"seed{s.number}.md" for s in SEEDS
+        f"seed{s.number}.md" for s in PAPERS
     ]
 
 
@@ -305,10 +305,10 @@ def _site_copy(tmp_path: Path, api: bool = True) -> Path:
         (root / "docs" / "index.md").write_text("# tdlab\n\nSee the [seeds](seeds/index.md).\n")
         (root / "docs" / "notes.md").write_text("# notes\n")
         c["nav"].append({"Notes": "notes.md"})
-        for seed in SEEDS:  # the seed pages link to their notes; give them somewhere to land
+        for seed in PAPERS:  # the seed pages link to their notes; give them somewhere to land
             for _, rel in seed.notes:
                 (root / "docs" / rel).write_text(f"# {rel}\n")
-        c["nav"].append({"Seed notes": sorted({rel for s in SEEDS for _, rel in s.notes})})
+        c["nav"].append({"Seed notes": sorted({rel for s in PAPERS for _, rel in s.notes})})
         cfg = yaml.safe_dump(c, sort_keys=False, allow_unicode=True)
     (root / "mkdocs.yml").write_text(cfg, encoding="utf-8")
     return root
@@ -319,7 +319,7 @@ def test_the_site_builds_strict_without_runs(tmp_path):
     root = _site_copy(tmp_path)
     result = build_site(None, tmp_path / "site", root / "mkdocs.yml")
     assert (tmp_path / "site" / "index.html").is_file()
-    for s in SEEDS:
+    for s in PAPERS:
         html = (tmp_path / "site" / "seeds" / f"seed{s.number}.html").read_text(encoding="utf-8")
         assert "No run yet" in html
     assert (tmp_path / "site" / "api" / "claims.html").is_file()
@@ -418,7 +418,7 @@ def test_each_experiment_lists_its_atlas_axes_and_links_its_atlas_page(tmp_path,
     runs = tmp_path / "runs"
     _fake_atlas(monkeypatch, runs)
     docs = tmp_path / "docs"
-    write_seed_pages(docs, runs)
+    write_paper_pages(docs, runs)
     page = (docs / "seeds" / "seed000.md").read_text(encoding="utf-8")
     sec = _section(page, "markov-init")
     assert "### Atlas" in sec and "`task.p`" in sec
@@ -483,7 +483,7 @@ def test_a_hostile_run_folder_puts_no_script_or_javascript_link_into_the_pages(t
             r.update(id=f"{g['id']}/{EVIL}", verdict="not evaluable", reason=EVIL)
     s["sanity"] = [{"id": EVIL, "verdict": "holds", "statement": EVIL, "rows": []}]
     (d / "summary.json").write_text(json.dumps(s))
-    write_seed_pages(tmp_path / "docs", runs)
+    write_paper_pages(tmp_path / "docs", runs)
     page = (tmp_path / "docs" / "seeds" / "seed000.md").read_text(encoding="utf-8")
     for text in (page, findings_markdown([d])):
         elements = _hostile_html(text)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from tdlab.cli import app
 from tdlab.experiments.base import get, registry
-from tdlab.pages.records import Published, experiment_table, group_table, load_published, seed_table, undecided_lines
+from tdlab.pages.records import Published, experiment_table, group_table, load_published, paper_table, undecided_lines
 from tdlab.records import Record
 from tdlab.results import load_record
 
@@ -28,7 +28,7 @@ def _record(name: str) -> Record:
 def test_seed_table_counts_every_paper_group_of_the_records():
     pub = load_published(REPO / "results")
     assert pub.paper, "results/paper holds records"
-    table = seed_table(pub, list(registry().values()))
+    table = paper_table(pub, list(registry().values()))
     total = sum(len(r.claims) for r in pub.paper.values())
     held = sum(r.counts()["holds"] for r in pub.paper.values())
     last = table.strip().splitlines()[-1].split("|")
@@ -154,8 +154,8 @@ def _regenerated(page: Path, tmp_path: Path, *args: str) -> str:
 def test_the_readme_and_findings_page_hold_the_tables_of_the_committed_records(tmp_path):
     """Generated, never typed: after a record is published, the commands in the failure message rewrite them."""
     readme, page = REPO / "README.md", REPO / "docs" / "findings.md"
-    assert _regenerated(readme, tmp_path, "--per-seed", "--section", "seeds") == readme.read_text(encoding="utf-8"), (
-        "regenerate: tdlab findings --results results --per-seed --into README.md --section seeds"
+    assert _regenerated(readme, tmp_path, "--per-paper", "--section", "seeds") == readme.read_text(encoding="utf-8"), (
+        "regenerate: tdlab findings --results results --per-paper --into README.md --section seeds"
     )
     assert _regenerated(page, tmp_path, "--section", "paper-scale") == page.read_text(encoding="utf-8"), (
         "regenerate: tdlab findings --results results --into docs/findings.md --section paper-scale"
@@ -163,12 +163,12 @@ def test_the_readme_and_findings_page_hold_the_tables_of_the_committed_records(t
 
 
 def test_per_seed_tables_have_a_row_per_experiment_with_quick_and_the_seeds_settings():
-    from tdlab.pages.docs_site import SEEDS
-    from tdlab.pages.records import seed_tables
+    from tdlab.pages.docs_site import PAPERS
+    from tdlab.pages.records import paper_tables
 
     pub = load_published(REPO / "results")
     exps = list(registry().values())
-    text = seed_tables(pub, exps, {s.number: s.title for s in SEEDS})
+    text = paper_tables(pub, exps, {s.number: s.title for s in PAPERS})
     assert text.count("**Seed ") == len({e.paper[:3] for e in exps})
     rows = {r.split("|")[1].strip(" `"): r.split("|")[3:5] for r in text.splitlines() if r.startswith("| `")}
     assert set(rows) == {e.name for e in exps}
@@ -179,12 +179,12 @@ def test_per_seed_tables_have_a_row_per_experiment_with_quick_and_the_seeds_sett
     pub.quick.pop(missing, None)  # an experiment with no record of either profile: two dashes
     rows = {
         r.split("|")[1].strip(" `"): r.split("|")[3:5]
-        for r in seed_tables(pub, exps, {}).splitlines()
+        for r in paper_tables(pub, exps, {}).splitlines()
         if r.startswith("| `")
     }
     assert [c.strip() for c in rows[missing]] == ["—", "—"]
-    res = CliRunner().invoke(app, ["findings", str(REPO), "--per-seed"])
-    assert res.exit_code == 2 and "--per-seed" in res.output
+    res = CliRunner().invoke(app, ["findings", str(REPO), "--per-paper"])
+    assert res.exit_code == 2 and "--per-paper" in res.output
 
 
 def test_the_overview_counts_every_record_of_each_profile_by_seed_with_a_total():

@@ -202,11 +202,11 @@ def test_report_lists_how_the_experiment_reads_the_seed():
     readings = [
         {
             "where": "App. A.3.1",
-            "seed": "says SGD, no step size",
+            "paper": "says SGD, no step size",
             "chosen": "AdamW <Table 2>",
             "option": "train.optimizer",
         },
-        {"where": "App. C", "seed": "either factor", "chosen": "the better of the two", "option": None},
+        {"where": "App. C", "paper": "either factor", "chosen": "the better of the two", "option": None},
     ]
     html = render_report(_summary(), {"experiment": "e"}, "d", readings)
     assert "How this reads the seed" in html

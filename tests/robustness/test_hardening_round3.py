@@ -181,12 +181,12 @@ def test_item2_reindex_skips_a_run_folder_that_is_a_symlink(fz, tiny_run, tmp_pa
 
 def test_item2_docs_pages_never_read_a_run_through_a_symlink(tiny_run, tmp_path):
     """The seed pages published the linked run (its verdicts and figures) as a run of the runs folder."""
-    from tdlab.pages.docs_site import write_seed_pages
+    from tdlab.pages.docs_site import write_paper_pages
 
     runs, _ = _runs_with_links(tiny_run, tmp_path)
     shutil.rmtree(runs / "tiny")  # the linked run is then the only markov-init run
     warned: list[str] = []
-    write_seed_pages(tmp_path / "docs", runs, warned.append)
+    write_paper_pages(tmp_path / "docs", runs, warned.append)
     seeds = tmp_path / "docs" / "seeds"
     assert "OUTSIDE-FIGURE" not in _site_text(seeds) and not list((seeds / "figures").glob("markov-init/*"))
     assert [w for w in warned if "linked" in w and "symlink" in w]
@@ -324,13 +324,13 @@ def test_item6_findings_refuse_a_damaged_row_naming_the_run(fz, tiny_run, tmp_pa
 @pytest.mark.parametrize("damage", ["id", "interval"])
 def test_item6_docs_pages_and_atlas_skip_a_damaged_run_with_a_warning(fz, tiny_run, tmp_path, damage):
     """The seed pages and the atlas (from an index holding the damaged summary) ended in a traceback."""
-    from tdlab.pages.docs_site import write_seed_pages
+    from tdlab.pages.docs_site import write_paper_pages
 
     runs = tmp_path / "runs"
     runs.mkdir()
     run = _damaged(tiny_run, runs, "bad", damage)
     warned: list[str] = []
-    write_seed_pages(tmp_path / "docs", runs, warned.append)
+    write_paper_pages(tmp_path / "docs", runs, warned.append)
     assert len(warned) == 1 and str(run) in warned[0], warned
     page = (tmp_path / "docs" / "seeds" / "seed000.md").read_text()
     assert "No run of `markov-init` was found" in page

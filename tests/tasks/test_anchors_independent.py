@@ -40,7 +40,7 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency, chisquare
 
-from tdlab.experiments.seed001_reasoning_bias.common.training import Seed001GPTConfig, gamma_gpt
+from tdlab.experiments.paper001_reasoning_bias.common.training import Seed001GPTConfig, gamma_gpt
 from tdlab.models.emb_mlp import EmbMLP, EmbMLPConfig
 from tdlab.tasks.anchors import Anchors, AnchorsConfig, label_marginal_losses
 from tdlab.theory.anchors import expected_order_blind_memory_ceiling, order_blind_memory_ceiling

@@ -25,13 +25,13 @@ Cost = Callable[[Any, Any], float]
 
 
 def _icommon_arms(exp: Any, cfg: Any) -> list[str]:
-    from tdlab.experiments.seed000_local_to_global.icommon import cell_arm
+    from tdlab.experiments.paper000_local_to_global.icommon import cell_arm
 
     return [cell_arm(p, q) for p, q in cfg.grid]
 
 
 def _two_stage_fits(exp: Any, cfg: Any) -> float:
-    from tdlab.experiments.seed004_topics.two_stage import arm_keys
+    from tdlab.experiments.paper004_topics.two_stage import arm_keys
 
     return float(len(arm_keys(cfg)))  # one fit per optimiser and batch size (the batch sizes cannot share an ensemble)
 
@@ -81,7 +81,7 @@ def _labels_work(exp: Any, cfg: Any) -> float:
     sequences, 1,980 at the seed's 198,000) times the arithmetic of a step (:func:`tdlab.train.compute.step_flops`):
     the generic rule reads the epochs alone, since the steps per epoch are per arm here (812x quick's steps at the
     seed's settings)."""
-    from tdlab.experiments.seed001_reasoning_bias.labels import ARMS
+    from tdlab.experiments.paper001_reasoning_bias.labels import ARMS
     from tdlab.train.compute import step_flops
 
     steps = sum(cfg.epochs_of(a) * cfg.steps_per_epoch(a) for a in ARMS)

@@ -3,7 +3,7 @@ that reads the stored run back into typed measurements, its claims declared as d
 (:class:`~tdlab.claims.ClaimSpec`), optional ``notes`` written after judging, and a ``plot``.
 
 Experiments are where tasks, models, trainers and theory meet; each module of a seed's package
-(``tdlab.experiments.seed000_local_to_global`` ...) reproduces one figure or table and registers
+(``tdlab.experiments.paper000_local_to_global`` ...) reproduces one figure or table and registers
 itself with :func:`register`; :data:`tdlab.experiments.catalog.CATALOG` names that module, so
 :func:`get` imports only the one asked for. Verdicts are never an experiment's: :meth:`Experiment.analyse` hands
 the measurements, the declared claims and the arms' health to :func:`tdlab.claims.judge`.
@@ -265,7 +265,7 @@ _INSTALLED: set[int] = set()  # ids of the profile dicts register() made
 def register(cls: type[ExperimentT]) -> type[ExperimentT]:
     """Class decorator: make an experiment available to ``tdlab list`` and ``tdlab run``.
 
-    A class of tdlab's seed packages is declared in the YAML beside its module
+    A class of tdlab's paper packages is declared in the YAML beside its module
     (:mod:`tdlab.experiments.declared`, from which :data:`tdlab.experiments.catalog.CATALOG` names it without
     importing it): its name, paper, figure, description, profiles, ``arm_fields``, ``manifest``,
     ``paper_differs``, atlas axes and claims are set from there, and a class that sets one of them itself is refused (each fact is

@@ -6,7 +6,7 @@ in words (``notes``), its atlas axes (``atlas``) and its ``claims``. Configs and
 
 A claim is a mapping of :class:`~tdlab.claims.ClaimSpec`'s fields: its words, place and kind as text, and
 what is code (a hypothesis' test, a stage, a theory function, a planted case) named with ``!py NAME``: a name
-of the implementing module, ``common.plateau.NAME`` (a module of the seed package, dotted) or
+of the implementing module, ``common.plateau.NAME`` (a module of the paper package, dotted) or
 ``tdlab.theory.markov.NAME``. A
 ``threshold`` or ``calibration`` mapping builds :class:`~tdlab.claims.declare.Threshold` /
 :class:`~tdlab.claims.declare.Calibration` and a ``hypotheses`` entry mapping a
@@ -15,7 +15,7 @@ claim built by a template function of the module, or a threshold by a helper); a
 ``!py NAME`` is a claim, or a tuple of them, built in Python. lm-eval-harness's task files name their Python
 the same way (``!function``).
 
-One file per seed package (``seed000_local_to_global/experiments.yaml`` ...), not one per experiment: a
+One file per paper package (``paper000_local_to_global/experiments.yaml`` ...), not one per experiment: a
 seed's experiments share settings its tables state for all of them (seed 000's Table 2, seed 001's
 transformer set-up), written once under ``shared:`` as YAML anchors that each experiment's manifest
 merges (``<<: *table_2``, its own entries after, overriding, as ``{**TABLE_2, ...}`` did).
@@ -35,7 +35,7 @@ A file reads::
       paper_differs: {}
       readings:
         - where: App. A.3.1
-          seed: says 'train them using SGD' and gives no step size; Table 2 uses AdamW, lr 1e-3
+          paper: says 'train them using SGD' and gives no step size; Table 2 uses AdamW, lr 1e-3
           chosen: AdamW as Table 2; SGD at a step size of ours is the option, its rows ours
           option: train.optimizer
       notes:
@@ -221,13 +221,13 @@ def read_file(path: Path, package: str) -> dict[str, Declaration]:
 
 @cache
 def declarations() -> dict[str, Declaration]:
-    """Every declared experiment by name: the seed packages in order, each file's experiments in its order.
+    """Every declared experiment by name: the paper packages in order, each file's experiments in its order.
 
     Raises:
         DeclarationError: a file that does not validate, or a name two files declare.
     """
     out: dict[str, Declaration] = {}
-    for path in sorted(_HERE.glob(f"seed*/{FILE_NAME}")):
+    for path in sorted(_HERE.glob(f"paper*/{FILE_NAME}")):
         for name, decl in read_file(path, f"{__package__}.{path.parent.name}").items():
             if name in out:
                 raise DeclarationError(f"{path}: {name}: declared already by {out[name].module}'s package")

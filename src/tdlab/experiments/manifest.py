@@ -53,14 +53,14 @@ class Reading:
 
     Attributes:
         where: the passage (section, appendix, table, figure).
-        seed: what the seed says there, or leaves unsaid.
+        paper: what the paper says there, or leaves unsaid.
         chosen: what tdlab does, and why.
         option: the dotted config field that switches the choice (``train.optimizer``), where one does; its
             existence in the experiment's config is checked when the class registers.
     """
 
     where: Text
-    seed: Text
+    paper: Text
     chosen: Text
     option: Text | None = None
 

@@ -42,7 +42,7 @@ special tokens and later pieces, as G.3's raw weights do); skipped words' positi
 in no pair. The control (``random_init=True``) is the same architecture built from the checkpoint's config with
 fresh weights (the seed's "randomly initialized" rows), from ``seed``.
 
-The object quacks like a one-member ensemble for :func:`tdlab.experiments.seed004_topics.common.real_text.measure`:
+The object quacks like a one-member ensemble for :func:`tdlab.experiments.paper004_topics.common.real_text.measure`:
 :meth:`word_embeddings` ``(1, n, d)`` (``d`` the table's width: ALBERT's ``embedding_size``) and
 :meth:`window_attention` ``(1, B, L, H, T, T)``.
 """

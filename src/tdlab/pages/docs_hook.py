@@ -2,7 +2,7 @@
 
 * ``on_pre_build`` (an MkDocs hook): writes the per-seed pages without verdicts when ``docs/seeds/`` has
   none, so that a plain ``mkdocs build --strict`` works on a clean clone. ``tdlab docs build`` writes
-  them from run directories first (:func:`tdlab.pages.docs_site.write_seed_pages`) and this hook then
+  them from run directories first (:func:`tdlab.pages.docs_site.write_paper_pages`) and this hook then
   leaves them alone.
 * :class:`JoinedParameters` (a griffe extension): tdlab's docstrings sometimes document several
   parameters on one ``Args:`` line (``p, q: the chain``); griffe's Google parser would read that as one
@@ -27,11 +27,11 @@ _JOINED = re.compile(r"^(\s*)([A-Za-z_]\w*(?:\s*,\s*\*{0,2}[A-Za-z_]\w*)+)(\s*\(
 
 def on_pre_build(config: Any, **kwargs: Any) -> None:
     """Write the seed pages (no verdicts) when the docs folder has none yet."""
-    from tdlab.pages.docs_site import seed_pages_present, write_seed_pages
+    from tdlab.pages.docs_site import paper_pages_present, write_paper_pages
 
     docs = Path(config["docs_dir"])
-    if not seed_pages_present(docs):
-        write_seed_pages(docs, runs=None)
+    if not paper_pages_present(docs):
+        write_paper_pages(docs, runs=None)
 
 
 def split_joined_parameters(text: str) -> str:

@@ -2,7 +2,7 @@
 ``paper`` profile) beside the ``quick`` profile's, by seed, by experiment and by claim group.
 
 ``tdlab findings --results results`` prints them (``--into docs/findings.md --section paper-scale`` writes the
-by-seed and by-experiment tables into the findings page, ``--per-seed --into README.md --section seeds``
+by-seed and by-experiment tables into the findings page, ``--per-paper --into README.md --section seeds``
 the README's table per seed); ``tdlab docs build`` puts the group table of each seed
 on its page. Every number comes from a committed record, never from a run folder on this machine.
 """
@@ -26,10 +26,10 @@ __all__ = [
     "group_table",
     "load_published",
     "overview_table",
+    "paper_table",
+    "paper_tables",
     "record_changes",
     "records_markdown",
-    "seed_table",
-    "seed_tables",
     "settings_off",
     "undecided_lines",
     "what_settles",
@@ -50,16 +50,16 @@ def load_published(results: Path) -> Published:
     return Published(load_records(Path(results) / "paper"), load_records(Path(results) / "quick"))
 
 
-def _seed(exp: Any) -> str:
+def _paper_number(exp: Any) -> str:
     return str(exp.paper)[:3]
 
 
-def _by_seed(experiments: Sequence[Any]) -> dict[str, list[Any]]:
-    """The experiments by seed number, in their order."""
-    by_seed: dict[str, list[Any]] = {}
+def _by_paper(experiments: Sequence[Any]) -> dict[str, list[Any]]:
+    """The experiments by paper number (``"000"`` ...), in their order."""
+    by_paper: dict[str, list[Any]] = {}
     for e in experiments:
-        by_seed.setdefault(_seed(e), []).append(e)
-    return by_seed
+        by_paper.setdefault(_paper_number(e), []).append(e)
+    return by_paper
 
 
 def _tally(groups: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -70,7 +70,7 @@ def _cells(t: Mapping[str, int], total: int) -> str:
     return " | ".join(str(t[v]) for v in VERDICTS) + f" | {total}"
 
 
-def seed_table(pub: Published, experiments: Sequence[Any]) -> str:
+def paper_table(pub: Published, experiments: Sequence[Any]) -> str:
     """One row per seed: experiments with a paper record, their paper groups held / failed / not resolved /
     not evaluable at the seed's settings, and quick's over the same experiments; a total row."""
     lines = [
@@ -78,12 +78,12 @@ def seed_table(pub: Published, experiments: Sequence[Any]) -> str:
         "| quick over the same: holds | fails | not resolved | not evaluable | paper groups |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    by_seed = _by_seed(experiments)
+    by_paper = _by_paper(experiments)
     all_p: list[Mapping[str, Any]] = []
     all_q: list[Mapping[str, Any]] = []
     n_all = n_rec = 0
-    for seed in sorted(by_seed):
-        exps = by_seed[seed]
+    for number in sorted(by_paper):
+        exps = by_paper[number]
         recs = [pub.paper[e.name] for e in exps if e.name in pub.paper]
         gp = [g for r in recs for g in r.claims]
         gq = [g for r in recs if r.experiment in pub.quick for g in pub.quick[r.experiment].claims]
@@ -91,7 +91,7 @@ def seed_table(pub: Published, experiments: Sequence[Any]) -> str:
         all_q += gq
         n_all, n_rec = n_all + len(exps), n_rec + len(recs)
         lines.append(
-            f"| {seed} | {len(recs)} of {len(exps)} | {_cells(_tally(gp), len(gp))} | "
+            f"| {number} | {len(recs)} of {len(exps)} | {_cells(_tally(gp), len(gp))} | "
             f"{_cells(_tally(gq), len(gq)) if gq else '— | — | — | — | —'} |"
         )
     lines.append(
@@ -167,7 +167,7 @@ def overview_table(pub: Published, experiments: Sequence[Any]) -> str:
         "| paper profile: records | holds | fails | not resolved | not evaluable | paper groups |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    by_seed = _by_seed(experiments)
+    by_paper = _by_paper(experiments)
 
     def row(label: str, exps: Sequence[Any]) -> str:
         cells = []
@@ -177,26 +177,26 @@ def overview_table(pub: Published, experiments: Sequence[Any]) -> str:
             cells.append(f"{len(mine)} of {len(exps)} | {_cells(_tally(groups), len(groups))}")
         return f"| {label} | {cells[0]} | {cells[1]} |"
 
-    lines += [row(seed, by_seed[seed]) for seed in sorted(by_seed)]
+    lines += [row(number, by_paper[number]) for number in sorted(by_paper)]
     lines.append(row("all", list(experiments)))
     return "\n".join(lines) + "\n"
 
 
-def seed_tables(pub: Published, experiments: Sequence[Any], titles: Mapping[str, str]) -> str:
+def paper_tables(pub: Published, experiments: Sequence[Any], titles: Mapping[str, str]) -> str:
     """The :func:`overview_table`, then one table per seed, one row per experiment: what it reproduces, its
     paper groups held in the committed quick record and, once published, at the seed's settings ("—": no
-    record). The README's results section; the full tables are :func:`seed_table` and
-    :func:`experiment_table`. ``titles``: each seed's title by number (the docs site's ``SEEDS``, passed in:
+    record). The README's results section; the full tables are :func:`paper_table` and
+    :func:`experiment_table`. ``titles``: each seed's title by number (the docs site's ``PAPERS``, passed in:
     that module reads this one's tables)."""
-    by_seed = _by_seed(experiments)
+    by_paper = _by_paper(experiments)
     out = [
         "**All seeds** (paper claim groups, every committed record of each profile):",
         "",
         overview_table(pub, experiments),
     ]
-    for seed in sorted(by_seed):
+    for number in sorted(by_paper):
         out += [
-            f"**Seed {seed}: {md_cell(titles.get(seed, str(by_seed[seed][0].paper)[3:].strip()))}**",
+            f"**Seed {number}: {md_cell(titles.get(number, str(by_paper[number][0].paper)[3:].strip()))}**",
             "",
             "| experiment | reproduces | quick: paper groups held | paper profile: paper groups held |",
             "|---|---|---|---|",
@@ -204,7 +204,7 @@ def seed_tables(pub: Published, experiments: Sequence[Any], titles: Mapping[str,
         out += [
             f"| `{e.name}` | {md_cell(e.figure)} | {_counts(pub.quick.get(e.name))} | "
             f"{_counts(pub.paper.get(e.name), paper=True)} |"
-            for e in by_seed[seed]
+            for e in by_paper[number]
         ]
         out.append("")
     return "\n".join(out)

@@ -39,7 +39,7 @@ _TEMPLATE = """<!doctype html>
 <p class="sub">Seed {{ s.paper }} · run <code>{{ s.run_id }}</code> · profile <b>{{ s.profile }}</b> ·
  status <b class="status-{{ s.status }}">{{ s.status }}</b>{% if s.error %} ({{ s.error }}){% endif %}</p>
 <p>{{ description }}</p>
-{% if readings %}<h2>How this reads the seed</h2><ul class="notes">{% for r in readings %}<li><b>{{ r.where }}</b>: {{ r.seed }} — {{ r.chosen }}{% if r.option %} <small>(option: <code>{{ r.option }}</code>)</small>{% endif %}</li>{% endfor %}</ul>{% endif %}
+{% if readings %}<h2>How this reads the seed</h2><ul class="notes">{% for r in readings %}<li><b>{{ r.where }}</b>: {{ r.paper }} — {{ r.chosen }}{% if r.option %} <small>(option: <code>{{ r.option }}</code>)</small>{% endif %}</li>{% endfor %}</ul>{% endif %}
 {% if s.arms %}
 <h2>Training health</h2>
 <table><tr><th>arm</th><th>status</th><th>initial → final loss (per member)</th><th>reasons</th></tr>
