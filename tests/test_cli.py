@@ -417,6 +417,23 @@ def test_run_help_shows_a_field_comment_and_every_profiles_defaults(monkeypatch)
     assert "data.n_train" not in bare and "NAME --help" in bare
 
 
+def test_run_help_shows_the_papers_setting_of_each_key_from_the_manifest(monkeypatch):
+    """Under each key the paper states, its value and where (the experiment's manifest, declared once); under a key
+    the paper is silent on, that it is ours."""
+    monkeypatch.setattr(cli, "out_console", Console(width=300))
+    out = CliRunner().invoke(cli.app, ["run", "markov-rank", "--help"]).stdout
+    lines = out.splitlines()
+
+    def under(key: str) -> list[str]:
+        i = next(i for i, line in enumerate(lines) if line.startswith(f"  {key}  "))
+        return [line.strip() for line in lines[i + 1 : i + 4]]
+
+    assert "the paper: 0.2 (App. A.3.1 (Fig. 3))" in under("task.p")
+    assert "the paper: 1024 (App. A.3.1 (N = 1024))" in under("train.seq_len")
+    assert "the paper: silent (ours)" in under("train.eval_every")
+    assert out.count("the paper: 0.2 (App. A.3.1 (Fig. 3))") == 1  # once, under its own key
+
+
 def test_no_command_writes_into_a_run_directory(invoke, tmp_path):
     from tdlab.runs import RunWriter
 

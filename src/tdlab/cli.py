@@ -213,6 +213,7 @@ def _print_config_keys(exp) -> None:
     """Every ``--set`` key of ``exp``: type, default under each profile, what its source says."""
     from tdlab.config import build_config
     from tdlab.config_fields import config_fields
+    from tdlab.experiments.manifest import ours_fields, plain_value
 
     defaults = {}
     for profile, layer in exp.profiles.items():
@@ -237,6 +238,8 @@ def _print_config_keys(exp) -> None:
         highlight=False,
         soft_wrap=True,
     )
+    # the manifest's setting of each key the paper states (its value and where), and which keys it is silent on
+    ours = set(ours_fields(exp.manifest, build_config(exp.Config))) if exp.manifest else set()
     for f in config_fields(exp.Config):
         values = {p: value(d, f.key) for p, d in defaults.items()}
         shown = (
@@ -250,6 +253,15 @@ def _print_config_keys(exp) -> None:
         doc = f.doc + (f" [set per arm: use {exp.arm_fields[f.key]}]" if f.key in exp.arm_fields else "")
         if doc:
             out_console.print(Padding(Text(doc), (0, 0, 0, 6)), highlight=False)
+        setting = exp.manifest.get(f.key)
+        if setting is not None or f.key in ours:
+            said = (
+                f"the paper: {json.dumps(plain_value(setting.value), default=str)} ({setting.where})"
+                + (f"; {setting.note}" if setting.note else "")
+                if setting is not None
+                else "the paper: silent (ours)"
+            )
+            out_console.print(Padding(Text(said, style="dim"), (0, 0, 0, 6)), highlight=False)
 
 
 @app.command(cls=_RunCommand)

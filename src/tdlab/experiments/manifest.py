@@ -34,7 +34,7 @@ from tdlab.config import read_field
 DECLARED = ConfigDict(extra="forbid")
 Text = Annotated[str, Field(min_length=1)]
 
-__all__ = ["Note", "Reading", "Setting", "ours_fields", "settings_diff", "values_equal"]
+__all__ = ["Note", "Reading", "Setting", "ours_fields", "plain_value", "settings_diff", "values_equal"]
 
 
 @dataclass(frozen=True, config=DECLARED)
@@ -109,17 +109,18 @@ class Note:
         return _ConfigFields().format(self.text, cfg=cfg)
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
+    """``value`` as JSON-ready data (a config section as its dump, lists element-wise)."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_value(v) for v in value]
     return value
 
 
 def values_equal(a: Any, b: Any) -> bool:
     """Whether two config values are the same setting (numbers to 1e-12 relative, lists element-wise)."""
-    a, b = _plain(a), _plain(b)
+    a, b = plain_value(a), plain_value(b)
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b or a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
@@ -138,7 +139,9 @@ def settings_diff(manifest: Mapping[str, Setting], cfg: BaseModel) -> list[dict[
     for name, setting in manifest.items():
         run = read_field(cfg, name)
         if not values_equal(run, setting.value):
-            out.append({"field": name, "paper": _plain(setting.value), "run": _plain(run), "where": setting.where})
+            out.append(
+                {"field": name, "paper": plain_value(setting.value), "run": plain_value(run), "where": setting.where}
+            )
     return out
 
 
