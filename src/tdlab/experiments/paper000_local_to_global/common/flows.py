@@ -14,7 +14,6 @@ import torch
 from pydantic import Field, field_validator
 
 from tdlab.claims import ClaimSpec, GroupResult, Measurements, Sample, Stage
-from tdlab.experiments.axes import AtlasAxis
 from tdlab.experiments.base import Experiment, ExperimentConfig
 from tdlab.run_context import RunContext
 from tdlab.seeding import generators, member_seeds
@@ -159,11 +158,6 @@ def gaussian_inits(cfg: FlowConfig, gen: torch.Generator, dim: int) -> torch.Ten
 
 
 FlowConfigT = TypeVar("FlowConfigT", bound=FlowConfig)
-
-# The atlas axis of both landscapes: the basin flows run to t_end standing in for t → ∞; too short a flow time
-# misclassifies endpoints.
-T_END_AXIS = AtlasAxis("t_end", (250.0, 500.0, 2000.0, 8000.0), quick=(500.0, 2000.0), label="t_end")
-
 
 class FlowExperiment(Experiment[FlowConfigT]):
     """Both landscape experiments: per chain one arm whose members' flows are stored as arrays."""

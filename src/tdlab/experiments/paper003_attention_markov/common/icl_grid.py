@@ -43,7 +43,6 @@ from tdlab.theory.kgram import estimator_losses
 from tdlab.train.cpu import cpu_threads
 from tdlab.train.trainer import TrainConfig, Trainer, next_token_loss
 
-Family = Literal["attn", "mlp"]
 Cell = tuple[str, int, int, int]  # (family, k, depth, heads)
 
 
