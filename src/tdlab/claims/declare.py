@@ -348,7 +348,7 @@ class Row:
             so); ``value``/``every`` tests with ``expected=None``: a measured reference the values are
             compared with (its spread and Monte-Carlo error enter the interval).
         arms: the trained arms the row depends on (the health and stage gates read them).
-        provenance: ``seed`` (a setting the seed runs) or ``ours`` (an extension: never decides a
+        provenance: ``paper`` (a setting the paper runs) or ``ours`` (an extension: never decides a
             paper group).
         context: the row's parameters (k, depth, T, …) for the spec's theory functions and the report.
         label: the row's own statement (printed under the group's).

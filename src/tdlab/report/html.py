@@ -94,7 +94,7 @@ def render_report(
 ) -> str:
     """The HTML page for a run's summary and config (its per-arm measurements as tables:
     :func:`~tdlab.report.measurement_tables.measurement_tables`); ``readings``: how the experiment reads the seed
-    (each with ``where``, ``seed``, ``chosen`` and ``option``: a :class:`~tdlab.experiments.manifest.Reading` or a
+    (each with ``where``, ``paper``, ``chosen`` and ``option``: a :class:`~tdlab.experiments.manifest.Reading` or a
     mapping of those keys)."""
     tables, rest = measurement_tables(summary.get("measurements") or {})
     return _ENV.from_string(_TEMPLATE).render(

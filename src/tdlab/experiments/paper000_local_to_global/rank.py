@@ -474,7 +474,7 @@ class MarkovRank(Experiment[MarkovRankConfig]):
     # ------------------------------------------------------------------------------------------
     @staticmethod
     def _provenance(cfg: MarkovRankConfig, arm: str) -> Provenance:
-        """``seed`` for the standard arm under AdamW (Table 2); ``ours`` for SGD at our step size and for
+        """``paper`` for the standard arm under AdamW (Table 2); ``ours`` for SGD at our step size and for
         the rank-one arm (our init)."""
         return "paper" if arm == "standard" and cfg.train.optimizer == "adamw" else "ours"
 

@@ -103,7 +103,7 @@ def threads_field() -> Any:
 
 
 def context_provenance(objective: str) -> Provenance:
-    """``seed`` for App. H's training context (L_tr = 100), ``ours`` for any other finite L_tr."""
+    """``paper`` for App. H's training context (L_tr = 100), ``ours`` for any other finite L_tr."""
     return "paper" if objective == f"Ltr{APP_H_CONTEXT}" else "ours"
 
 

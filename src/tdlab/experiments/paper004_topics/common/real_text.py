@@ -557,7 +557,7 @@ class RealTextExperiment(Experiment[RealConfigT]):
         return [] if cfg.model.checkpoint else [ARM]
 
     def provenance(self, cfg: RealConfigT, theta: float | None = None) -> Provenance:
-        """``seed`` for a pretrained checkpoint's rows at the seed's θ (or without θ), else ``ours``."""
+        """``paper`` for a pretrained checkpoint's rows at the seed's θ (or without θ), else ``ours``."""
         paper_theta = theta is None or any(math.isclose(theta, t) for t in self.PAPER_THETAS)
         return "paper" if cfg.model.checkpoint and paper_theta else "ours"
 
