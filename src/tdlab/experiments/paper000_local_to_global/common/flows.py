@@ -159,6 +159,7 @@ def gaussian_inits(cfg: FlowConfig, gen: torch.Generator, dim: int) -> torch.Ten
 
 FlowConfigT = TypeVar("FlowConfigT", bound=FlowConfig)
 
+
 class FlowExperiment(Experiment[FlowConfigT]):
     """Both landscape experiments: per chain one arm whose members' flows are stored as arrays."""
 
