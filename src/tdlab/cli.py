@@ -215,12 +215,13 @@ def _print_config_keys(exp) -> None:
     from tdlab.config_fields import config_fields
     from tdlab.experiments.manifest import ours_fields, plain_value
 
-    defaults = {}
+    built = {}
     for profile, layer in exp.profiles.items():
         try:
-            defaults[profile] = build_config(exp.Config, layer).model_dump(mode="json")
+            built[profile] = build_config(exp.Config, layer)
         except ConfigError:
             continue
+    defaults = {profile: cfg.model_dump(mode="json") for profile, cfg in built.items()}
 
     def value(tree: dict, key: str) -> str:
         node: Any = tree
@@ -238,8 +239,8 @@ def _print_config_keys(exp) -> None:
         highlight=False,
         soft_wrap=True,
     )
-    # the manifest's setting of each key the paper states (its value and where), and which keys it is silent on
-    ours = set(ours_fields(exp.manifest, build_config(exp.Config))) if exp.manifest else set()
+    # the keys the paper is silent on (every profile's config has the same keys); none named without a manifest
+    ours = set(ours_fields(exp.manifest, next(iter(built.values())))) if exp.manifest and built else set()
     for f in config_fields(exp.Config):
         values = {p: value(d, f.key) for p, d in defaults.items()}
         shown = (
@@ -254,14 +255,14 @@ def _print_config_keys(exp) -> None:
         if doc:
             out_console.print(Padding(Text(doc), (0, 0, 0, 6)), highlight=False)
         setting = exp.manifest.get(f.key)
-        if setting is not None or f.key in ours:
-            said = (
-                f"the paper: {json.dumps(plain_value(setting.value), default=str)} ({setting.where})"
-                + (f"; {setting.note}" if setting.note else "")
-                if setting is not None
-                else "the paper: silent (ours)"
-            )
-            out_console.print(Padding(Text(said, style="dim"), (0, 0, 0, 6)), highlight=False)
+        if setting is not None:
+            said = f"the paper: {json.dumps(plain_value(setting.value), default=str)} ({setting.where})"
+            said += f"; {setting.note}" if setting.note else ""
+        elif f.key in ours:
+            said = "the paper: silent (ours)"
+        else:
+            continue
+        out_console.print(Padding(Text(said, style="dim"), (0, 0, 0, 6)), highlight=False)
 
 
 @app.command(cls=_RunCommand)
